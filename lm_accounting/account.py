@@ -1,0 +1,93 @@
+"""The headline answer for one config at (batch, context): parameters, FLOPs, memory basics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .analytic.flops import (
+    TrainingFlops,
+    causal_attention_flops,
+    check_batch_seq,
+    forward_flops,
+    nonmatmul_flops,
+    training_flops,
+)
+from .analytic.memory import kv_cache_bytes, weight_bytes
+from .analytic.params import parameter_breakdown
+from .breakdown import Breakdown
+from .config import ModelConfig
+
+CONVENTIONS = (
+    "FLOPs: (m×n)@(n×p) = 2·m·n·p; matmuls only in the totals (CS336 A1 transformer_accounting).",
+    "Attention QKᵀ and AV count the full S×S square (as the course, fvcore and FlopCounterMode do); "
+    "the causal half is shown separately.",
+    "Backward = 2 × forward for matmuls, so a training step = 3 × forward; 6·N·D and the PaLM "
+    "form are shown for comparison.",
+    "Non-matmul FLOPs are an estimate under a stated per-element convention, never added to the totals.",
+    "GB = 10^9 bytes, GiB = 2^30 bytes.",
+    "Keys are the live model's module paths; layers.* is summed over all layers.",
+)
+
+
+@dataclass(frozen=True)
+class Account:
+    """Analytic accounting of one model shape at batch B and sequence length S."""
+
+    config: ModelConfig
+    batch: int
+    seq: int
+    params: Breakdown
+    forward: Breakdown
+    nonmatmul: Breakdown
+    causal_attention: int
+    training: TrainingFlops
+
+    @property
+    def attention_matmuls(self) -> int:
+        """QKᵀ + AV over all layers, full square."""
+        return self.forward.groups()["attention matmuls"]
+
+    def weight_bytes(self) -> dict[str, int]:
+        return {dt: weight_bytes(self.params.total, dt) for dt in ("fp32", "bf16", "int8")}
+
+    def kv_cache_bytes(self) -> dict[str, int]:
+        return {dt: kv_cache_bytes(self.config, self.seq, self.batch, dt) for dt in ("fp32", "bf16")}
+
+    def to_dict(self) -> dict[str, Any]:
+        t = self.training
+        return {
+            "schema": "lm-accounting/account/1",
+            "config": self.config.resolved(),
+            "batch": self.batch,
+            "context": self.seq,
+            "parameters": {**self.params.to_dict(), "weight_bytes": self.weight_bytes()},
+            "forward_flops": {**self.forward.to_dict(), "per_layer_total": self.forward.per_layer_total},
+            "attention_matmul_flops": {"full": self.attention_matmuls, "causal_halved": self.causal_attention},
+            "non_matmul_flops": self.nonmatmul.to_dict(),
+            "training_step_flops": {
+                "forward": t.forward,
+                "backward": t.backward,
+                "step_3x_forward": t.step,
+                "six_n_d": t.six_nd,
+                "palm": t.palm,
+            },
+            "kv_cache_bytes": self.kv_cache_bytes(),
+            "conventions": list(CONVENTIONS),
+        }
+
+
+def account(cfg: ModelConfig, seq: int | None = None, batch: int = 1) -> Account:
+    """Everything analytic about ``cfg`` at ``seq`` tokens (default: its context length)."""
+    seq = cfg.context_length if seq is None else seq
+    check_batch_seq(batch, seq)
+    return Account(
+        config=cfg,
+        batch=batch,
+        seq=seq,
+        params=parameter_breakdown(cfg),
+        forward=forward_flops(cfg, seq, batch),
+        nonmatmul=nonmatmul_flops(cfg, seq, batch),
+        causal_attention=causal_attention_flops(cfg, seq, batch),
+        training=training_flops(cfg, seq, batch),
+    )

@@ -1,0 +1,92 @@
+"""Trainable parameter counts, one function per component.
+
+Source: the CS336 assignment-1 architecture (DESIGN.md section 1): bias-free
+``Linear`` weights of shape (out, in), an RMSNorm gain per normalised vector,
+no position table (RoPE has no parameters).  GQA (Ainslie et al. 2023) shrinks
+K/V to ``kv_heads * d_head`` outputs; Qwen3's qk-norm adds one ``d_head`` gain each
+for Q and K; tied embeddings (Press & Wolf 2017) make the LM head free.
+"""
+
+from __future__ import annotations
+
+from ..breakdown import Breakdown, Item
+from ..config import ModelConfig
+
+
+def embedding_params(cfg: ModelConfig) -> int:
+    """Token embedding table, vocab_size x d_model."""
+    return cfg.vocab_size * cfg.d_model
+
+
+def q_proj_params(cfg: ModelConfig) -> int:
+    """W_Q: d_model -> num_heads * d_head."""
+    return cfg.d_model * cfg.q_dim
+
+
+def kv_proj_params(cfg: ModelConfig) -> int:
+    """W_K or W_V (each): d_model -> kv_heads * d_head."""
+    return cfg.d_model * cfg.kv_dim
+
+
+def output_proj_params(cfg: ModelConfig) -> int:
+    """W_O: num_heads * d_head -> d_model."""
+    return cfg.q_dim * cfg.d_model
+
+
+def ffn_matrix_params(cfg: ModelConfig) -> int:
+    """One SwiGLU matrix (W1, W2 or W3): d_model x d_ff."""
+    return cfg.d_model * cfg.d_ff
+
+
+def rmsnorm_params(width: int) -> int:
+    """RMSNorm gain: one per feature (no bias, unlike LayerNorm)."""
+    return width
+
+
+def lm_head_params(cfg: ModelConfig) -> int:
+    """Output projection d_model -> vocab_size; zero extra when tied to the embedding."""
+    return 0 if cfg.tie_embeddings else cfg.vocab_size * cfg.d_model
+
+
+def parameter_breakdown(cfg: ModelConfig) -> Breakdown:
+    """Exact parameter count per component; ``total`` equals ``sum(p.numel())`` of the live model."""
+    L, d, hd = cfg.num_layers, cfg.d_model, cfg.d_head
+    layer: list[tuple[str, str, str, int, str]] = [
+        ("ln1", "RMSNorm before attention", "norms", rmsnorm_params(d), "d"),
+        ("attn.q_proj", "Q projection", "attention projections", q_proj_params(cfg), "d·h·d_head"),
+        ("attn.k_proj", "K projection", "attention projections", kv_proj_params(cfg), "d·kv·d_head"),
+        ("attn.v_proj", "V projection", "attention projections", kv_proj_params(cfg), "d·kv·d_head"),
+        ("attn.output_proj", "output projection", "attention projections", output_proj_params(cfg), "h·d_head·d"),
+    ]
+    if cfg.qk_norm:
+        layer += [
+            ("attn.q_norm", "Q norm (per head)", "norms", rmsnorm_params(hd), "d_head"),
+            ("attn.k_norm", "K norm (per head)", "norms", rmsnorm_params(hd), "d_head"),
+        ]
+    layer += [
+        ("ln2", "RMSNorm before FFN", "norms", rmsnorm_params(d), "d"),
+        ("ffn.w1", "FFN W1 (gate)", "ffn", ffn_matrix_params(cfg), "d·d_ff"),
+        ("ffn.w2", "FFN W2 (down)", "ffn", ffn_matrix_params(cfg), "d_ff·d"),
+        ("ffn.w3", "FFN W3 (up)", "ffn", ffn_matrix_params(cfg), "d·d_ff"),
+    ]
+    head_label = "LM head (tied: shares token_embeddings)" if cfg.tie_embeddings else "LM head"
+    items = (
+        Item("token_embeddings", "token embedding", "embedding", embedding_params(cfg), None, "V·d"),
+        *(
+            Item(f"layers.*.{key}", label, group, n * L, n, f"L·{formula}")
+            for key, label, group, n, formula in layer
+        ),
+        Item("ln_final", "final RMSNorm", "norms", rmsnorm_params(d), None, "d"),
+        Item("lm_head", head_label, "lm head", lm_head_params(cfg), None, "0 (tied)" if cfg.tie_embeddings else "d·V"),
+    )
+    return Breakdown("parameters", "params", items)
+
+
+def matmul_params(cfg: ModelConfig) -> int:
+    """Parameters that take part in a matmul: every weight matrix, plus the LM head even when tied.
+
+    This is the N of the PaLM estimate (Chowdhery et al. 2022, appendix B): the embedding lookup
+    does no matmul, and norm gains are elementwise.
+    """
+    per_layer = q_proj_params(cfg) + 2 * kv_proj_params(cfg) + output_proj_params(cfg) + 3 * ffn_matrix_params(cfg)
+    return cfg.num_layers * per_layer + cfg.vocab_size * cfg.d_model

@@ -1,0 +1,174 @@
+"""``lm-account``: a thin click layer.  Heavy libraries (torch, pandas, matplotlib) are
+imported inside the commands that need them, never at module import.
+
+Bad input of any kind is reported on one line with exit code 2; a cross-check
+mismatch exits 1.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from typing import Any, Callable, Sequence
+
+import click
+
+from .config import AccountingError, ModelConfig, apply_overrides, load_config, parse_override, preset_names
+from .report.tables import Table, render_csv, render_markdown, render_records_csv, render_text
+
+FORMATS = ("table", "markdown", "csv", "json")
+SHAPE_FLAGS = {  # dedicated flags for common overrides: option name -> ModelConfig field
+    "layers": "num_layers",
+    "d_model": "d_model",
+    "heads": "num_heads",
+    "kv_heads": "num_kv_heads",
+    "head_dim": "head_dim",
+    "d_ff": "d_ff",
+    "vocab_size": "vocab_size",
+}
+
+
+class PositiveInt(click.ParamType):
+    """An integer >= 1, with a plain message for anything else."""
+
+    name = "integer"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        try:
+            number = int(str(value).replace("_", ""))
+        except ValueError:
+            self.fail(f"must be a positive integer, got {value!r}", param, ctx)
+        if number < 1:
+            self.fail(f"must be a positive integer, got {number}", param, ctx)
+        return number
+
+
+POSITIVE = PositiveInt()
+
+
+class DefaultGroup(click.Group):
+    """``lm-account gpt2-xl ...`` runs the ``account`` command when no subcommand is named."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
+            args = ["account", *args]
+        return super().parse_args(ctx, args)
+
+
+def model_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """PRESET_OR_FILE plus --context/--batch/--set/shape flags/--format, resolved to ``cfg``."""
+
+    @click.argument("preset_or_file", metavar="PRESET_OR_FILE")
+    @click.option("--context", "-S", type=POSITIVE, help="Sequence length S (default: the preset's context_length).")
+    @click.option("--batch", "-B", type=POSITIVE, default=1, show_default=True, help="Batch size B.")
+    @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override any config field, e.g. --set d_ff=4288 (repeatable).")
+    @click.option("--layers", type=int, help="Override num_layers.")
+    @click.option("--d-model", type=int, help="Override d_model.")
+    @click.option("--heads", type=int, help="Override num_heads.")
+    @click.option("--kv-heads", type=int, help="Override num_kv_heads (GQA).")
+    @click.option("--head-dim", type=int, help="Override head_dim.")
+    @click.option("--d-ff", type=int, help="Override d_ff.")
+    @click.option("--vocab-size", type=int, help="Override vocab_size.")
+    @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True, help="Output format.")
+    @functools.wraps(func)
+    def wrapper(preset_or_file: str, context: int | None, overrides: Sequence[str], **kw: Any) -> Any:
+        cfg = load_config(preset_or_file)
+        changes = dict(parse_override(o) for o in overrides)
+        for flag, field in SHAPE_FLAGS.items():
+            value = kw.pop(flag)
+            if value is not None:
+                changes[field] = value
+        cfg = apply_overrides(cfg, changes)
+        preset_context = cfg.context_length
+        if context is not None:
+            cfg = cfg.with_context(context)
+        return func(cfg=cfg, preset_context=preset_context, **kw)
+
+    return wrapper
+
+
+def emit(
+    fmt: str,
+    data: dict[str, Any],
+    tables: list[Table],
+    header: Sequence[str] = (),
+    footer: Sequence[str] = (),
+    records: list[dict[str, Any]] | None = None,
+) -> None:
+    """Print in the chosen format; ``records`` (tidy rows), when given, is the CSV form."""
+    if fmt == "json":
+        click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+    elif fmt == "csv":
+        click.echo(render_records_csv(records) if records is not None else render_csv(tables), nl=False)
+    elif fmt == "markdown":
+        click.echo(render_markdown(tables, header, footer), nl=False)
+    else:
+        click.echo(render_text(tables, header, footer), nl=False)
+
+
+@click.group(cls=DefaultGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="lm-accounting")
+def cli() -> None:
+    """Exact parameter, FLOP and memory accounting for Transformer LMs.
+
+    \b
+    lm-account gpt2-xl --context 16384     the headline answer for a preset
+    lm-account my_model.toml --set d_ff=4288
+    lm-account presets                     list the presets
+    """
+
+
+@cli.command("account")
+@model_options
+def account_cmd(cfg: ModelConfig, preset_context: int, batch: int, fmt: str) -> None:
+    """Parameters, forward FLOPs per component with shares, training FLOPs, KV cache (analytic)."""
+    from .account import account
+    from .report.account_view import account_records, account_tables
+
+    acc = account(cfg, cfg.context_length, batch)
+    header, tables, footer = account_tables(acc, preset_context)
+    emit(fmt, acc.to_dict(), tables, header, footer, records=account_records(acc))
+
+
+@cli.command("presets")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+def presets_cmd(fmt: str) -> None:
+    """List the presets with their key dimensions and parameter counts."""
+    from .analytic.params import parameter_breakdown
+    from .report.tables import Column
+
+    cols = [Column(n, "int") for n in ("layers", "d_model", "heads", "kv_heads", "head_dim", "d_ff", "vocab", "context")]
+    columns = [Column("preset"), *cols, Column("tied"), Column("qk_norm"), Column("parameters", "int")]
+    rows, data = [], []
+    configs = [load_config(name) for name in preset_names()]
+    for c in sorted(configs, key=lambda c: parameter_breakdown(c).total):
+        name, n = c.name, parameter_breakdown(c).total
+        dims = (c.num_layers, c.d_model, c.num_heads, c.kv_heads, c.d_head, c.d_ff, c.vocab_size, c.context_length)
+        rows.append((name, *dims, "yes" if c.tie_embeddings else "no", "yes" if c.qk_norm else "no", n))
+        data.append({**c.resolved(), "parameters": n})
+    emit(fmt, {"presets": data}, [Table("Presets (lm_accounting/presets/*.toml)", columns, rows)])
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point: one-line errors with exit code 2, never a traceback, for bad input."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    if not args:
+        click.echo(cli.get_help(click.Context(cli, info_name="lm-account")))
+        sys.exit(0)
+    try:
+        code = cli.main(args=args, prog_name="lm-account", standalone_mode=False)
+    except click.UsageError as err:  # includes BadParameter, NoSuchOption, MissingParameter
+        _fail(err.format_message())
+    except AccountingError as err:
+        _fail(str(err))
+    except click.Abort:
+        _fail("aborted")
+    except BrokenPipeError:
+        sys.exit(0)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _fail(message: str) -> None:
+    click.echo("lm-account: error: " + " ".join(message.split()), err=True)
+    sys.exit(2)

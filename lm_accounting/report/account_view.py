@@ -1,0 +1,118 @@
+"""Turn an ``Account`` into printable tables (the headline command's output)."""
+
+from __future__ import annotations
+
+from ..account import CONVENTIONS, Account
+from ..breakdown import Breakdown
+from ..config import ModelConfig
+from ..units import fmt_bytes, fmt_share
+from .tables import Column, Table
+
+BREAKDOWN_COLUMNS = (
+    Column("key"),
+    Column("component"),
+    Column("per layer", "int"),
+    Column("total", "int"),
+    Column("share", "share"),
+)
+
+
+def breakdown_table(title: str, bd: Breakdown, layers: int) -> Table:
+    total = bd.total
+    rows = [(it.key, it.label, it.per_layer, it.total, it.total / total if total else 0.0) for it in bd]
+    rows.append(("total", f"all {layers} layers + the rest", bd.per_layer_total, total, 1.0 if total else 0.0))
+    return Table(title, BREAKDOWN_COLUMNS, rows)
+
+
+def describe_config(cfg: ModelConfig) -> str:
+    heads = f"{cfg.num_heads} heads"
+    if cfg.kv_heads != cfg.num_heads:
+        heads += f" ({cfg.kv_heads} KV heads, GQA)"
+    extras = [f"head_dim {cfg.d_head}", f"d_ff {cfg.d_ff:,}", "tied" if cfg.tie_embeddings else "untied"]
+    if cfg.qk_norm:
+        extras.append("qk-norm")
+    return (
+        f"{cfg.name}: vocab {cfg.vocab_size:,} · {cfg.num_layers} layers · d_model {cfg.d_model:,} · "
+        f"{heads} · " + " · ".join(extras)
+    )
+
+
+def account_tables(acc: Account, preset_context: int | None = None) -> tuple[list[str], list[Table], list[str]]:
+    cfg, L = acc.config, acc.config.num_layers
+    ctx = f"context {acc.seq:,} tokens"
+    if preset_context is not None and preset_context != acc.seq:
+        ctx += f" (preset context_length {preset_context:,})"
+    groups = acc.forward.groups()
+    header = [
+        describe_config(cfg),
+        f"{ctx} · batch {acc.batch}",
+        f"parameters {acc.params.total:,} ({acc.params.total / 1e9:.3f} B) · forward FLOPs "
+        f"{acc.forward.total:,} ({acc.forward.total:.4e}) · attention QKᵀ+AV "
+        f"{fmt_share(groups['attention matmuls'] / acc.forward.total)}",
+    ]
+
+    params = breakdown_table("Parameters (exact count per component)", acc.params, L)
+    params.notes = [
+        "weights: " + " · ".join(f"{dt} {fmt_bytes(b)}" for dt, b in acc.weight_bytes().items())
+        + " (bf16 and fp16 are the same size)"
+    ]
+
+    fwd = breakdown_table(f"Forward FLOPs, matmuls only (B={acc.batch}, S={acc.seq:,})", acc.forward, L)
+    fwd.notes = [
+        "by group: " + " · ".join(f"{g} {fmt_share(v / acc.forward.total)}" for g, v in acc.forward.groups().items()),
+        f"attention QKᵀ+AV, causal half only (labelled extra, not in the total): {acc.causal_attention:,}",
+    ]
+
+    nonmm = breakdown_table("Non-matmul FLOPs (estimate, NOT in the totals above)", acc.nonmatmul, L)
+    nonmm.notes = [
+        "convention: 1 FLOP per elementwise op; RMSNorm 4/elem, RoPE 3/elem, softmax 5/score, "
+        "scaling 1/score, SiLU 4/elem, gate 1/elem, residual 1/elem. fvcore counts these as 0.",
+        f"= {fmt_share(acc.nonmatmul.total / acc.forward.total)} of the matmul total",
+    ]
+
+    t = acc.training
+    step = t.step
+    train = Table(
+        "Training step FLOPs (one optimizer step on B·S tokens)",
+        (Column("estimate"), Column("FLOPs", "int"), Column("vs 3×forward", "share")),
+        [
+            ("forward (matmuls)", t.forward, t.forward / step),
+            ("backward = 2 × forward", t.backward, t.backward / step),
+            ("step = 3 × forward", step, 1.0),
+            ("6·N·D, N = all params", t.six_nd, t.six_nd / step),
+            ("PaLM (6·N_matmul + 12·L·h·d_head·S)·D", t.palm, t.palm / step),
+        ],
+    )
+    kv = Table(
+        "Memory basics",
+        (Column("item"), Column("bytes", "int"), Column("size", "str")),
+        [(f"weights, {dt}", b, fmt_bytes(b)) for dt, b in acc.weight_bytes().items()]
+        + [(f"KV cache at S={acc.seq:,}, B={acc.batch}, {dt}", b, fmt_bytes(b)) for dt, b in acc.kv_cache_bytes().items()],
+        ["KV cache = 2 · L · kv_heads · d_head · S · B · bytes (inference)"],
+    )
+    footer = ["Conventions:", *[f"  - {c}" for c in CONVENTIONS]]
+    return header, [params, fwd, nonmm, train, kv], footer
+
+
+def account_records(acc: Account) -> list[dict]:
+    """Tidy rows (section, key, label, group, per_layer, total, share, unit): the CSV form."""
+    rows = []
+    for section, bd in (("parameters", acc.params), ("forward_flops", acc.forward), ("non_matmul_flops", acc.nonmatmul)):
+        for it in bd:
+            share = it.total / bd.total if bd.total else 0.0
+            rows.append(dict(section=section, key=it.key, label=it.label, group=it.group,
+                             per_layer=it.per_layer, total=it.total, share=share, unit=bd.unit))
+    t = acc.training
+    for key, label, value in (
+        ("forward", "forward (matmuls)", t.forward), ("backward", "backward = 2 × forward", t.backward),
+        ("step", "step = 3 × forward", t.step), ("six_n_d", "6·N·D, N = all params", t.six_nd),
+        ("palm", "PaLM 6·N_matmul·D + 12·L·h·d_head·S·D", t.palm),
+        ("attention_causal_halved", "QKᵀ+AV, causal half", acc.causal_attention),
+    ):
+        rows.append(dict(section="training_step_flops", key=key, label=label, group="", per_layer=None,
+                         total=value, share=value / t.step, unit="FLOPs"))
+    for prefix, sizes in (("weights", acc.weight_bytes()), ("kv_cache", acc.kv_cache_bytes())):
+        for dtype, n in sizes.items():
+            rows.append(dict(section="memory", key=f"{prefix}.{dtype}", label=f"{prefix} in {dtype}", group="",
+                             per_layer=None, total=n, share=None, unit="bytes"))
+    return rows

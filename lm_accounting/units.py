@@ -1,0 +1,63 @@
+"""Byte sizes, data types and number formatting.  GB means 10^9 bytes and GiB 2^30, always labelled."""
+
+from __future__ import annotations
+
+import re
+
+from .config import AccountingError
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "int8": 1}
+"""Bytes per element of each storage type we account for."""
+
+UNIT_BYTES = {
+    "B": 1,
+    "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+    "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40,
+}
+
+
+def parse_size(text: str) -> int:
+    """'80GB' -> 80·10^9, '80GiB' -> 80·2^30, '1.5TB' -> 1.5·10^12 bytes.  A unit is required."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]+)\s*", text or "")
+    if not match or match.group(2).upper() not in UNIT_BYTES:
+        raise AccountingError(
+            f"size '{text}' needs a number and a unit: B, KB, MB, GB, TB (powers of 10) "
+            "or KiB, MiB, GiB, TiB (powers of 2), e.g. 80GB or 80GiB"
+        )
+    number, unit = match.group(1), match.group(2).upper()
+    whole, _, frac = number.partition(".")
+    scale = UNIT_BYTES[unit]
+    # exact decimal arithmetic: '1.5' -> 15 / 10
+    value = (int(whole or "0") * 10 ** len(frac) + int(frac or "0")) * scale // 10 ** len(frac)
+    if value <= 0:
+        raise AccountingError(f"size '{text}' must be positive")
+    return value
+
+
+def gb(n_bytes: int) -> float:
+    return n_bytes / 10**9
+
+
+def gib(n_bytes: int) -> float:
+    return n_bytes / 2**30
+
+
+def fmt_bytes(n_bytes: int) -> str:
+    """'8.508 GB (7.924 GiB)': both units, always labelled."""
+    if n_bytes < 10**6:
+        return f"{n_bytes:,} B"
+    if n_bytes < 10**9:
+        return f"{n_bytes / 10**6:,.3f} MB ({n_bytes / 2**20:,.3f} MiB)"
+    return f"{gb(n_bytes):,.3f} GB ({gib(n_bytes):,.3f} GiB)"
+
+
+def fmt_int(n: int | None) -> str:
+    return "-" if n is None else f"{n:,}"
+
+
+def fmt_sci(n: float) -> str:
+    return f"{n:.4g}" if abs(n) < 1e5 else f"{n:.4e}"
+
+
+def fmt_share(x: float) -> str:
+    return f"{100 * x:.2f}%"

@@ -1,0 +1,171 @@
+"""The CLI as a user types it: headline numbers, formats, overrides, and every bad input."""
+
+import csv
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def test_headline_table(run_cli):
+    r = run_cli("gpt2-xl", "--context", 16384)
+    assert r.code == 0 and r.err == ""
+    assert "2,127,057,600" in r.out
+    assert "149,522,795,724,800" in r.out
+    assert "attention QKᵀ+AV 55.15%" in r.out
+    assert "Conventions:" in r.out and "GiB = 2^30" in r.out
+
+
+def test_default_context_is_preset(run_cli):
+    r = run_cli("gpt2-xl")
+    assert "4,513,336,524,800" in r.out and "context 1,024 tokens" in r.out
+
+
+def test_json_is_exact(run_cli):
+    data = json.loads(run_cli("gpt2-xl", "--format", "json").out)
+    assert data["parameters"]["total"] == 2_127_057_600
+    assert data["forward_flops"]["total"] == 4_513_336_524_800
+    assert data["forward_flops"]["per_layer_total"] == 90_596_966_400
+    by_key = {c["key"]: c for c in data["forward_flops"]["components"]}
+    assert by_key["lm_head"]["total"] == 164_682_137_600
+    assert data["training_step_flops"]["step_3x_forward"] == 3 * 4_513_336_524_800
+    assert data["config"]["head_dim"] == 64 and data["config"]["num_kv_heads"] == 25
+
+
+def test_batch_scales_json(run_cli):
+    one = json.loads(run_cli("gpt2-small", "--format", "json").out)
+    four = json.loads(run_cli("gpt2-small", "-B", 4, "--format", "json").out)
+    assert four["forward_flops"]["total"] == 4 * one["forward_flops"]["total"]
+    assert four["kv_cache_bytes"]["bf16"] == 4 * one["kv_cache_bytes"]["bf16"]
+
+
+def test_csv_and_markdown(run_cli):
+    rows = list(csv.DictReader(io.StringIO(run_cli("gpt2-xl", "--format", "csv").out)))
+    fwd = [r for r in rows if r["section"] == "forward_flops"]
+    assert sum(int(r["total"]) for r in fwd) == 4_513_336_524_800
+    params = [r for r in rows if r["section"] == "parameters"]
+    assert sum(int(r["total"]) for r in params) == 2_127_057_600
+    md = run_cli("gpt2-xl", "--format", "markdown").out
+    assert "| key | component | per layer | total | share |" in md and "| lm_head | LM head | - | 164,682,137,600 |" in md
+
+
+def test_llama_headline(run_cli):
+    r = run_cli("llama-3-8b")
+    assert r.code == 0 and "8,030,261,248" in r.out and "8 KV heads, GQA" in r.out
+
+
+def test_presets_listing(run_cli):
+    out = run_cli("presets").out
+    for name, n in (("gpt2-small", "190,460,160"), ("gpt2-xl", "2,127,057,600"), ("llama-3-8b", "8,030,261,248"), ("qwen3-0.6b", "596,049,920")):
+        line = next(l for l in out.splitlines() if l.strip().startswith(name))
+        assert line.rstrip().endswith(n)
+    data = json.loads(run_cli("presets", "--format", "json").out)
+    assert {p["name"] for p in data["presets"]} == {"gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl", "llama-3-8b", "qwen3-0.6b"}
+
+
+def test_overrides_and_user_file(run_cli, tmp_path):
+    base = json.loads(run_cli("gpt2-xl", "--format", "json").out)
+    r = json.loads(run_cli("gpt2-xl", "--set", "d_ff=4288", "--format", "json").out)
+    assert base["parameters"]["total"] - r["parameters"]["total"] == 48 * 3 * 1600 * (6400 - 4288)
+    r2 = json.loads(run_cli("gpt2-xl", "--d-ff", 4288, "--format", "json").out)
+    assert r2["parameters"]["total"] == r["parameters"]["total"]
+    r3 = json.loads(run_cli("gpt2-xl", "--d-model", 1280, "--heads", 20, "--format", "json").out)
+    assert r3["config"]["head_dim"] == 64  # re-derived from the new d_model, not kept stale
+    f = tmp_path / "tiny.toml"
+    f.write_text("vocab_size = 100\ncontext_length = 16\nnum_layers = 2\nd_model = 8\nnum_heads = 2\nd_ff = 16\n")
+    tiny = json.loads(run_cli(f, "--format", "json").out)
+    assert tiny["config"]["name"] == "tiny"
+    assert tiny["parameters"]["total"] == 2 * 100 * 8 + 2 * (4 * 64 + 3 * 8 * 16 + 16) + 8
+
+
+def write(tmp_path, text, name="model.toml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+GOOD = "vocab_size = 100\ncontext_length = 16\nnum_layers = 2\nd_model = 8\nnum_heads = 2\nd_ff = 16\n"
+
+BAD_INPUTS = [
+    (["gpt2-xll"], ["unknown preset 'gpt2-xll'", "did you mean 'gpt2-xl'", "gpt2-small", "qwen3-0.6b"]),
+    (["gpt2-xl", "--context", "0"], ["--context", "positive integer"]),
+    (["gpt2-xl", "--context", "-5"], ["--context", "positive integer"]),
+    (["gpt2-xl", "--context", "1.5"], ["--context", "positive integer"]),
+    (["gpt2-xl", "--context", "abc"], ["--context", "positive integer"]),
+    (["gpt2-xl", "--batch", "0"], ["--batch", "positive integer"]),
+    (["gpt2-xl", "--batch", "two"], ["--batch", "positive integer"]),
+    (["gpt2-xl", "--heads", "7"], ["d_model=1600 is not divisible by num_heads=7", "head_dim"]),
+    (["gpt2-xl", "--kv-heads", "7"], ["num_heads=25 is not divisible by num_kv_heads=7"]),
+    (["gpt2-xl", "--set", "head_dim=63"], ["head_dim=63 is odd", "RoPE"]),
+    (["gpt2-xl", "--d-ff", "0"], ["d_ff must be positive"]),
+    (["gpt2-xl", "--set", "num_layers=-3"], ["num_layers must be positive"]),
+    (["gpt2-xl", "--set", "bogus=3"], ["unknown key 'bogus'"]),
+    (["gpt2-xl", "--set", "d_ff"], ["key=value"]),
+    (["gpt2-xl", "--set", "d_ff=big"], ["'d_ff' must be int"]),
+    (["gpt2-xl", "--format", "xml"], ["--format"]),
+    (["no/such/file.toml"], ["no/such/file.toml", "no such file"]),
+]
+
+
+@pytest.mark.parametrize("args,needles", BAD_INPUTS)
+def test_bad_input_is_one_line_exit_2(run_cli, args, needles):
+    r = run_cli(*args)
+    assert r.code == 2
+    assert r.out == ""
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("lm-account: error: ")
+    for needle in needles:
+        assert needle in lines[0]
+
+
+BAD_FILES = [
+    ("vocab_size = [\n", ["malformed TOML"]),
+    (GOOD + "dropout = 0.1\n", ["unknown key 'dropout'"]),
+    (GOOD.replace("d_ff = 16", "d_ff = 16.5"), ["key 'd_ff' must be int"]),
+    (GOOD.replace("d_ff = 16", 'd_ff = "16"'), ["key 'd_ff' must be int"]),
+    (GOOD.replace("d_ff = 16\n", ""), ["missing key 'd_ff'"]),
+    (GOOD.replace("num_heads = 2", "num_heads = 3"), ["not divisible by num_heads=3"]),
+    (GOOD.replace("num_layers = 2", "num_layers = 0"), ["num_layers must be positive"]),
+    (GOOD + "tie_embeddings = 1\n", ["key 'tie_embeddings' must be bool"]),
+]
+
+
+@pytest.mark.parametrize("text,needles", BAD_FILES)
+def test_bad_file_names_file_and_key(run_cli, tmp_path, text, needles):
+    path = write(tmp_path, text)
+    r = run_cli(path)
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1
+    assert str(path) in r.err
+    for needle in needles:
+        assert needle in r.err
+
+
+def test_no_traceback_from_real_process(tmp_path):
+    path = write(tmp_path, "vocab_size = [\n")
+    proc = subprocess.run([sys.executable, "-m", "lm_accounting", str(path)], capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and str(path) in proc.stderr
+
+
+def test_analytic_path_imports_no_heavy_library():
+    code = (
+        "import sys, io, contextlib\n"
+        "from lm_accounting.cli import main\n"
+        "buf = io.StringIO()\n"
+        "for args in (['gpt2-xl', '--context', '16384'], ['gpt2-xl', '--format', 'json'], ['presets']):\n"
+        "    with contextlib.redirect_stdout(buf):\n"
+        "        try: main(args)\n"
+        "        except SystemExit as e: assert e.code == 0, e.code\n"
+        "heavy = [m for m in ('torch', 'matplotlib', 'pandas', 'numpy', 'fvcore') if m in sys.modules]\n"
+        "print(','.join(heavy))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == ""
+
+
+def test_help_is_useful(run_cli):
+    r = run_cli("--help")
+    assert r.code == 0 and "presets" in r.out and "gpt2-xl --context 16384" in r.out
+    r = run_cli("account", "--help")
+    assert "--context" in r.out and "--set" in r.out and "--format" in r.out
