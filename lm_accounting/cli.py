@@ -150,6 +150,27 @@ def presets_cmd(fmt: str) -> None:
     emit(fmt, {"presets": data}, [Table("Presets (lm_accounting/presets/*.toml)", columns, rows)])
 
 
+@cli.command("crosscheck")
+@model_options
+@click.option("--device", type=click.Choice(["meta", "cpu", "cuda"]), default="meta", show_default=True,
+              help="Where to build the live model (meta holds no memory).")
+@click.option("--backward", is_flag=True, help="Also count forward+backward with FlopCounterMode.")
+def crosscheck_cmd(cfg: ModelConfig, preset_context: int, batch: int, fmt: str, device: str, backward: bool) -> int:
+    """Build the live model and prove the analytic FLOPs and parameters with fvcore and FlopCounterMode.
+
+    Exits 1 and names the component if any matmul FLOP count or parameter count differs.
+    """
+    from .measure.crosscheck import crosscheck
+    from .measure.devices import check_device_fits
+    from .report.crosscheck_view import crosscheck_tables
+
+    check_device_fits(cfg, cfg.context_length, batch, device, training=backward)
+    cc = crosscheck(cfg, cfg.context_length, batch, device=device, backward=backward)
+    header, tables, footer = crosscheck_tables(cc)
+    emit(fmt, cc.to_dict(), tables, header, footer)
+    return 1 if cc.mismatches() else 0
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point: one-line errors with exit code 2, never a traceback, for bad input."""
     args = sys.argv[1:] if argv is None else list(argv)

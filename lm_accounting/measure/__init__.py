@@ -1,0 +1,1 @@
+"""Live measurement: FLOP counters (fvcore, FlopCounterMode), the cross-check, and peak memory."""

@@ -1,0 +1,192 @@
+"""Building blocks of the CS336 assignment-1 Transformer LM, written from scratch.
+
+Every matrix product goes through ``torch.matmul`` (never ``nn.Linear``, ``F.linear``,
+``einsum`` or a fused attention kernel), so FLOP counters see plain ``mm``/``bmm`` calls
+that can be matched one for one with the analytic counts.  Section numbers refer to the
+CS336 (Spring 2025) assignment-1 handout, "Transformer LM Architecture" (section 3).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+from torch import nn
+
+Tensor = torch.Tensor
+
+
+class Linear(nn.Module):
+    """``y = x Wᵀ`` without bias; ``W`` is stored as (out, in) (handout 3.4.2).
+
+    Init (handout 3.4.1): truncated normal, mean 0, σ² = 2 / (d_in + d_out), clipped at ±3σ.
+    """
+
+    def __init__(self, in_features: int, out_features: int, device=None, dtype=None):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = nn.Parameter(torch.empty(out_features, in_features, device=device, dtype=dtype))
+        std = math.sqrt(2.0 / (in_features + out_features))
+        nn.init.trunc_normal_(self.weight, mean=0.0, std=std, a=-3 * std, b=3 * std)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.matmul(x, self.weight.t())
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}"
+
+
+class Embedding(nn.Module):
+    """A (vocab, d_model) lookup table (handout 3.4.3); init truncated normal (0, 1) at ±3."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, device=None, dtype=None):
+        super().__init__()
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.weight = nn.Parameter(torch.empty(num_embeddings, embedding_dim, device=device, dtype=dtype))
+        nn.init.trunc_normal_(self.weight, mean=0.0, std=1.0, a=-3.0, b=3.0)
+
+    def forward(self, token_ids: Tensor) -> Tensor:
+        return self.weight[token_ids]
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}"
+
+
+class RMSNorm(nn.Module):
+    """``x / sqrt(mean(x²) + eps) * g`` (Zhang & Sennrich 2019; handout 3.5.1).
+
+    Computed in float32 and cast back to the input dtype, as the handout asks; the gain
+    ``g`` is initialised to ones.
+    """
+
+    def __init__(self, d: int, eps: float = 1e-5, device=None, dtype=None):
+        super().__init__()
+        self.d, self.eps = d, eps
+        self.weight = nn.Parameter(torch.ones(d, device=device, dtype=dtype))
+
+    def forward(self, x: Tensor) -> Tensor:
+        in_dtype = x.dtype
+        x32 = x.to(torch.float32)
+        y = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (y * self.weight.to(torch.float32)).to(in_dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.d}, eps={self.eps}"
+
+
+def silu(x: Tensor) -> Tensor:
+    """SiLU / swish, ``x · σ(x)`` (handout 3.5.2)."""
+    return x * torch.sigmoid(x)
+
+
+class SwiGLU(nn.Module):
+    """``W2(SiLU(W1 x) ⊙ W3 x)`` (Shazeer 2020, "GLU Variants Improve Transformer"; handout 3.5.2)."""
+
+    def __init__(self, d_model: int, d_ff: int, device=None, dtype=None):
+        super().__init__()
+        self.w1 = Linear(d_model, d_ff, device=device, dtype=dtype)
+        self.w2 = Linear(d_ff, d_model, device=device, dtype=dtype)
+        self.w3 = Linear(d_model, d_ff, device=device, dtype=dtype)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w2(silu(self.w1(x)) * self.w3(x))
+
+
+class RotaryPositionalEmbedding(nn.Module):
+    """RoPE (Su et al. 2021, "RoFormer"; handout 3.5.3), no learned parameters.
+
+    Pair k (0-based) of the vector at position i is rotated by θ_{i,k} = i / Θ^{2k/d_k}
+    (the handout's (2k-2)/d with 1-based k).  Pairs are *adjacent* elements
+    (x[2k], x[2k+1]).  cos/sin tables of shape (max_seq_len, d_k/2) are fp32,
+    non-persistent buffers, meant to be shared by all layers.
+    """
+
+    def __init__(self, theta: float, d_k: int, max_seq_len: int, device=None):
+        super().__init__()
+        if d_k % 2:
+            raise ValueError(f"RoPE needs an even d_k, got {d_k}")
+        self.theta, self.d_k, self.max_seq_len = theta, d_k, max_seq_len
+        # Computed on the CPU and moved: the same values on every device, and on ``meta``
+        # no meta kernel runs (the first one imports much of torch: ~1.5 s, ~80 MB).
+        k = torch.arange(0, d_k, 2, dtype=torch.float32)
+        inv_freq = 1.0 / (theta ** (k / d_k))
+        angles = torch.outer(torch.arange(max_seq_len, dtype=torch.float32), inv_freq)
+        self.register_buffer("cos", angles.cos().to(device), persistent=False)
+        self.register_buffer("sin", angles.sin().to(device), persistent=False)
+
+    def forward(self, x: Tensor, token_positions: Tensor) -> Tensor:
+        """x: (..., seq, d_k); token_positions: integer, broadcastable to (..., seq)."""
+        cos = self.cos[token_positions].to(x.dtype)  # (*positions.shape, d_k/2)
+        sin = self.sin[token_positions].to(x.dtype)
+        x_even, x_odd = x[..., 0::2], x[..., 1::2]
+        out_even = x_even * cos - x_odd * sin
+        out_odd = x_even * sin + x_odd * cos
+        return torch.stack((out_even, out_odd), dim=-1).flatten(-2)
+
+    def extra_repr(self) -> str:
+        return f"theta={self.theta}, d_k={self.d_k}, max_seq_len={self.max_seq_len}"
+
+
+def softmax(x: Tensor, dim: int) -> Tensor:
+    """Numerically stable softmax (handout 3.5.4): subtract the max along ``dim`` first.
+
+    The max is taken on ``x.detach()``: softmax is shift-invariant, so the result and its
+    gradient are exact, and autograd need not keep ``x`` alive for amax's backward.
+    """
+    z = x - x.detach().amax(dim, keepdim=True)
+    e = z.exp()
+    return e / e.sum(dim, keepdim=True)
+
+
+class MatMul(nn.Module):
+    """Parameter-free ``a @ b``; a module only so FLOP counters attribute QKᵀ and AV to a path."""
+
+    def forward(self, a: Tensor, b: Tensor) -> Tensor:
+        return torch.matmul(a, b)
+
+
+def scaled_dot_product_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None = None,
+    *,
+    qk: Callable[[Tensor, Tensor], Tensor] = torch.matmul,
+    av: Callable[[Tensor, Tensor], Tensor] = torch.matmul,
+) -> Tensor:
+    """``softmax(Q Kᵀ / √d_k) V`` (Vaswani et al. 2017; handout 3.5.4), with GQA.
+
+    query (..., h, S_q, d_k); key, value (..., kv, S_k, d_k / d_v) with h % kv == 0
+    (grouped-query attention, Ainslie et al. 2023: query heads j·g .. j·g+g-1 share KV
+    head j, g = h / kv).  ``mask`` is boolean, True = attend, broadcastable to
+    (..., h, S_q, S_k).  Returns (..., h, S_q, d_v).
+
+    The g query heads of a group are stacked along the row axis, (..., kv, g·S_q, d_k),
+    so each product is one plain batched matmul against the kv K/V heads.  Broadcasting
+    K/V over a size-g axis instead would make ``torch.matmul`` materialise K and V
+    expanded to h heads (a hidden ``repeat_interleave``) and save those copies for backward.
+    """
+    *lead, h, s_q, d_k = query.shape
+    kv, s_k = key.shape[-3], key.shape[-2]
+    if h % kv:
+        raise ValueError(f"{h} query heads cannot be grouped over {kv} key/value heads")
+    q = query.reshape(*lead, kv, (h // kv) * s_q, d_k)
+    scores = qk(q, key.transpose(-2, -1)) * (1.0 / math.sqrt(d_k))
+    scores = scores.reshape(*scores.shape[:-3], h, s_q, s_k)
+    if mask is not None:
+        scores = torch.where(mask, scores, float("-inf"))
+    probs = softmax(scores, -1)
+    out = av(probs.reshape(*probs.shape[:-3], kv, (h // kv) * s_q, s_k), value)
+    return out.reshape(*out.shape[:-3], h, s_q, out.shape[-1])
+
+
+def cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:
+    """Mean of ``-log softmax(logits)[target]`` over all positions (handout 4.1).
+
+    Stable form: with z = logits - max, loss = log Σ exp(z) - z[target].
+    """
+    z = logits - logits.detach().amax(-1, keepdim=True)
+    log_sum_exp = z.exp().sum(-1).log()
+    picked = z.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    return (log_sum_exp - picked).mean()
