@@ -1,0 +1,255 @@
+"""Peak memory of forward / backward / optimizer step, with or without a GPU.
+
+``StorageTracker`` (a ``TorchDispatchMode``) counts each op output's storage
+once, at ``untyped_storage().nbytes()``, and uncounts it when the storage dies.
+Outputs the op schema marks as aliasing an input (views, in-place, out=) never
+count as new.  Deaths come from a ``weakref`` callback on the storage's Python
+object, which torch keeps alive exactly as long as the C++ ``StorageImpl``
+(PyObject preservation; checked on torch 2.13, cpu and meta).  This is the
+mechanism of torch's private ``distributed._tools.mem_tracker.MemTracker``,
+without its per-module hooks and snapshots: one dict lookup per op output.
+On ``meta`` nothing is allocated, so GPT-2-XL at 16k context takes seconds.
+``measure_training_step_cuda`` reads the CUDA caching allocator's counters.
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import weakref
+from collections import OrderedDict
+from typing import Callable, NamedTuple
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+CUDA_MIN_BLOCK = 512  # c10/cuda/CUDACachingAllocator.cpp: kMinBlockSize = 512
+
+
+def cuda_rounding(nbytes: int) -> int:
+    """Bytes the CUDA caching allocator reports for a request of ``nbytes``.
+
+    ``memory_allocated()`` counts each block rounded up to a multiple of
+    kMinBlockSize = 512 (c10/cuda/CUDACachingAllocator.cpp, ``round_size``);
+    a 0-byte request allocates nothing.  This is exact for the small pool
+    (requests <= 1 MiB).  A large-pool block is split only if more than 1 MiB
+    would remain (``should_split``), so a large request can be charged up to
+    1 MiB more than this.
+    """
+    return -(-nbytes // CUDA_MIN_BLOCK) * CUDA_MIN_BLOCK
+
+
+class PhaseMemory(NamedTuple):
+    peak: int  # highest live bytes reached inside the phase
+    end: int  # live bytes when the phase ended
+
+
+class StorageTracker(TorchDispatchMode):
+    """Live storage bytes per device: ``current[dev]``, ``peak[dev]`` (exact ints).
+
+    ``rounding`` maps a storage's nbytes to the bytes charged (``cuda_rounding``).
+    Storages from before the mode are invisible unless registered with
+    ``track`` / ``track_module`` / ``track_optimizer``.  Not seen: direct
+    ``UntypedStorage.resize_`` (not an op) and kernel-internal scratch buffers.
+    """
+
+    def __init__(self, rounding: Callable[[int], int] | None = None):
+        super().__init__()
+        self.rounding = rounding
+        self.current: dict[torch.device, int] = {}
+        self.peak: dict[torch.device, int] = {}
+        self.phases: OrderedDict[str, dict[torch.device, PhaseMemory]] = OrderedDict()
+        self._live: dict[int, list] = {}  # id(storage) -> [weakref, bytes, device]
+        self._fresh: dict = {}  # op -> per-return flag: True unless it aliases an input
+
+    # -- bookkeeping -------------------------------------------------------
+    def _on_free(self, key: int, _ref) -> None:
+        entry = self._live.pop(key, None)
+        if entry is not None:
+            self.current[entry[2]] -= entry[1]
+
+    def _see(self, t: torch.Tensor, fresh: bool = True) -> None:
+        try:
+            st = t.untyped_storage()
+        except (RuntimeError, NotImplementedError):  # sparse, nested, ...
+            return
+        nbytes = st.nbytes()
+        if self.rounding is not None:
+            nbytes = self.rounding(nbytes)
+        key = id(st)
+        entry = self._live.get(key)
+        if entry is None:  # new storage: charge it, watch its death
+            if not fresh:  # alias of an untracked tensor from before the mode
+                return
+            dev = st.device
+            self._live[key] = [weakref.ref(st, lambda r, k=key: self._on_free(k, r)), nbytes, dev]
+        elif entry[1] != nbytes:  # known storage was resized (aten.resize_, out=)
+            dev, delta = entry[2], nbytes - entry[1]
+            entry[1] = nbytes
+            nbytes = delta
+        else:  # view, in-place op, already-tracked tensor: nothing new
+            return
+        cur = self.current.get(dev, 0) + nbytes
+        self.current[dev] = cur
+        if cur > self.peak.get(dev, 0):
+            self.peak[dev] = cur
+
+    def _visit(self, out, fresh: bool = True) -> None:
+        if isinstance(out, torch.Tensor):
+            self._see(out, fresh)
+        elif isinstance(out, (tuple, list)):
+            for o in out:
+                self._visit(o, fresh)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        flags = self._fresh.get(func)
+        if flags is None:
+            schema = getattr(func, "_schema", None)
+            rets = schema.returns if schema is not None else ()
+            flags = self._fresh[func] = tuple(r.alias_info is None for r in rets) or (True,)
+        if len(flags) == 1:  # one Tensor, or one Tensor[] return
+            self._visit(out, flags[0])
+        else:
+            for o, fresh in zip(out, flags):
+                self._visit(o, fresh)
+        return out
+
+    # -- registering pre-existing tensors ----------------------------------
+    def track(self, *tensors) -> "StorageTracker":
+        """Count tensors that were created outside the mode (None is ignored)."""
+        for t in tensors:
+            self._visit(t)
+        return self
+
+    def track_module(self, module: torch.nn.Module) -> "StorageTracker":
+        """Count a module's parameters, their ``.grad`` if any, and buffers."""
+        for p in module.parameters():
+            self.track(p, p.grad)
+        return self.track(*module.buffers())
+
+    def track_optimizer(self, optimizer: torch.optim.Optimizer) -> "StorageTracker":
+        """Count optimizer state tensors (AdamW exp_avg, exp_avg_sq, step)."""
+        for state in optimizer.state.values():
+            self.track(*(v for v in state.values() if isinstance(v, torch.Tensor)))
+        return self
+
+    # -- queries -----------------------------------------------------------
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        """Record the peak inside the block and the live bytes at its end.
+
+        The running peak of every device is reset to its current value on entry.
+        """
+        for dev, cur in self.current.items():
+            self.peak[dev] = cur
+        try:
+            yield self
+        finally:
+            self.phases[name] = {
+                dev: PhaseMemory(max(self.peak.get(dev, 0), cur), cur)
+                for dev, cur in self.current.items()
+            }
+
+    def phase_table(self, device) -> OrderedDict[str, PhaseMemory]:
+        """name -> PhaseMemory(peak, end) for one device (0 where never used)."""
+        dev = _norm_device(device)
+        return OrderedDict((n, d.get(dev, PhaseMemory(0, 0))) for n, d in self.phases.items())
+
+    def live_bytes(self, device) -> int:
+        return self.current.get(_norm_device(device), 0)
+
+
+def _norm_device(device) -> torch.device:
+    dev = torch.device(device)
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    return dev
+
+
+def _train_step(model, inputs, targets, loss_fn, opt, phase=lambda name: contextlib.nullcontext()):
+    with phase("forward"):
+        loss = loss_fn(model(inputs), targets)
+    with phase("backward"):
+        loss.backward()
+        del loss  # the graph is already freed; the 0-d loss dies here
+    with phase("optimizer_step"):
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+
+def _warm_up(model, inputs, targets, loss_fn, optimizer, optimizer_kwargs, steps):
+    if isinstance(optimizer, torch.optim.Optimizer):
+        opt = optimizer
+    elif optimizer == "adamw":
+        opt = torch.optim.AdamW(model.parameters(), **(optimizer_kwargs or {}))
+    else:
+        raise ValueError(f"unknown optimizer {optimizer!r}")
+    for _ in range(steps):
+        _train_step(model, inputs, targets, loss_fn, opt)
+    gc.collect()  # storages kept only by reference cycles would die at random times
+    return opt, next(model.parameters()).device
+
+
+def measure_training_step(model, inputs, targets, loss_fn, *, optimizer="adamw",
+                          optimizer_kwargs=None, warmup_steps=1, rounding=None) -> dict:
+    """Steady-state memory of one training step, via ``StorageTracker``.
+
+    Runs ``warmup_steps`` full steps (so the optimizer state exists), then
+    measures one: forward (model and loss), backward (``loss.backward()``, then
+    the loss is dropped), optimizer_step (``step()`` then
+    ``zero_grad(set_to_none=True)``).  Returns ``{"baseline": bytes live when
+    the step starts (params, optimizer state, inputs, targets), "forward":
+    PhaseMemory(peak, end), "backward": ..., "optimizer_step": ...}`` for the
+    device of the model's first parameter.  ``optimizer``: "adamw" or an
+    optimizer instance.  Note: non-fused AdamW keeps ``step`` on the cpu.
+    """
+    opt, dev = _warm_up(model, inputs, targets, loss_fn, optimizer, optimizer_kwargs, warmup_steps)
+    tracker = StorageTracker(rounding)
+    tracker.track_module(model).track_optimizer(opt).track(inputs, targets)
+    baseline = tracker.live_bytes(dev)
+    with tracker:
+        _train_step(model, inputs, targets, loss_fn, opt, tracker.phase)
+    return {"baseline": baseline, **tracker.phase_table(dev)}
+
+
+def measure_forward(model, inputs, *, grad: bool = False, rounding=None) -> dict:
+    """Memory of ``model(inputs)``; with ``grad=True`` autograd saves activations.
+
+    Returns ``{"baseline": int, "forward": PhaseMemory}``; ``end`` includes the
+    output (and, with grad, everything saved for backward).
+    """
+    gc.collect()
+    dev = next(model.parameters()).device
+    tracker = StorageTracker(rounding).track_module(model).track(inputs)
+    baseline = tracker.live_bytes(dev)
+    with tracker, torch.set_grad_enabled(grad), tracker.phase("forward"):
+        out = model(inputs)  # noqa: F841  (kept alive until the phase ends)
+    return {"baseline": baseline, **tracker.phase_table(dev)}
+
+
+def measure_training_step_cuda(model, inputs, targets, loss_fn, *, optimizer="adamw",
+                               optimizer_kwargs=None, warmup_steps=1) -> dict:
+    """``measure_training_step`` from the CUDA caching allocator's counters.
+
+    Figures are ``max_memory_allocated`` / ``memory_allocated``: every block
+    rounded (see ``cuda_rounding``), plus anything else on the device, e.g. the
+    cuBLAS workspaces, allocated by the first matmul of each thread during
+    warm-up and part of ``baseline`` from then on.  Note that torch's default
+    AdamW is foreach on cuda but the for-loop on cpu and meta.
+    """
+    opt, dev = _warm_up(model, inputs, targets, loss_fn, optimizer, optimizer_kwargs, warmup_steps)
+    table: OrderedDict[str, PhaseMemory] = OrderedDict()
+
+    @contextlib.contextmanager
+    def phase(name):
+        torch.cuda.synchronize(dev)
+        torch.cuda.reset_peak_memory_stats(dev)  # peak := current
+        yield
+        torch.cuda.synchronize(dev)
+        table[name] = PhaseMemory(torch.cuda.max_memory_allocated(dev),
+                                  torch.cuda.memory_allocated(dev))
+
+    torch.cuda.synchronize(dev)
+    baseline = torch.cuda.memory_allocated(dev)
+    _train_step(model, inputs, targets, loss_fn, opt, phase)
+    return {"baseline": baseline, **table}
