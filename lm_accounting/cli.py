@@ -7,8 +7,10 @@ mismatch exits 1.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import os
 import sys
 from typing import Any, Callable, Sequence
 
@@ -161,14 +163,70 @@ def crosscheck_cmd(cfg: ModelConfig, preset_context: int, batch: int, fmt: str, 
     Exits 1 and names the component if any matmul FLOP count or parameter count differs.
     """
     from .measure.crosscheck import crosscheck
-    from .measure.devices import check_device_fits
+    from .measure.devices import check_device_fits, counting_run_bytes
     from .report.crosscheck_view import crosscheck_tables
 
-    check_device_fits(cfg, cfg.context_length, batch, device, training=backward)
+    if device != "meta":
+        check_device_fits(device, counting_run_bytes(cfg, cfg.context_length, batch, backward), "this cross-check")
     cc = crosscheck(cfg, cfg.context_length, batch, device=device, backward=backward)
     header, tables, footer = crosscheck_tables(cc)
     emit(fmt, cc.to_dict(), tables, header, footer)
     return 1 if cc.mismatches() else 0
+
+
+@cli.command("memory")
+@model_options
+@click.option("--dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True,
+              help="Parameter/activation dtype (gradients and AdamW moments follow it).")
+@click.option("--optimizer", type=click.Choice(["foreach", "for-loop", "fused"]), default="foreach", show_default=True,
+              help="torch.optim.AdamW implementation (foreach is torch's default on CUDA).")
+@click.option("--budget", default="80GB", show_default=True, help="Memory budget with an explicit unit: 80GB or 80GiB.")
+@click.option("--measure", type=click.Choice(["none", "meta", "cpu", "cuda"]), default="none", show_default=True,
+              help="Also measure one training step of the live model.")
+def memory_cmd(cfg: ModelConfig, preset_context: int, batch: int, fmt: str, dtype: str, optimizer: str,
+               budget: str, measure: str) -> None:
+    """Training memory: model states, activations, peak per phase (predicted vs measured), capacity."""
+    from .analytic.memory_report import memory_account
+    from .report.memory_view import memory_tables
+    from .units import parse_size
+
+    m = memory_account(cfg, cfg.context_length, batch, dtype, optimizer, parse_size(budget))
+    measured = None
+    if measure != "none":
+        from .measure.devices import check_device_fits
+        from .measure.memory import measure_step
+
+        check_device_fits(measure, m.step.peak, "this training step")
+        measured = measure_step(cfg, cfg.context_length, batch, dtype, measure, optimizer)
+    header, tables, footer = memory_tables(m, measured, measure if measured else "not measured")
+    data = m.to_dict()
+    if measured:
+        data["measured"] = {"device": measure, "baseline": measured["baseline"],
+                            **{k: {"peak": v.peak, "end": v.end} for k, v in measured.items() if k != "baseline"}}
+    emit(fmt, data, tables, header, footer)
+
+
+@cli.command("train-time")
+@model_options
+@click.option("--steps", type=POSITIVE, default=400_000, show_default=True, help="Optimizer steps.")
+@click.option("--gpu", default="a100", show_default=True, help="GPU from the built-in table (a100, h100-sxm, ...).")
+@click.option("--gpu-dtype", default="fp32", show_default=True, help="Matmul dtype for the GPU's peak: fp32, tf32, bf16, fp16.")
+@click.option("--peak-flops", type=float, help="Override the peak FLOP/s (e.g. 19.5e12).")
+@click.option("--mfu", type=float, default=0.5, show_default=True, help="Model FLOPs utilisation in (0, 1].")
+@click.option("--method", type=click.Choice(["3x", "6nd", "palm"]), default="3x", show_default=True,
+              help="Step FLOPs: 3 × forward, 6·N·D, or the PaLM formula.")
+def train_time_cmd(cfg: ModelConfig, preset_context: int, batch: int, fmt: str, steps: int, gpu: str, gpu_dtype: str,
+                   peak_flops: float | None, mfu: float, method: str) -> None:
+    """Days to train: step FLOPs × steps / (GPU peak × MFU), plus AdamW step FLOPs."""
+    from .analytic.training import gpu_peak_flops
+    from .report.training_view import training_report
+
+    if peak_flops is not None:
+        peak, label = peak_flops, "custom peak"
+    else:
+        peak, label = gpu_peak_flops(gpu, gpu_dtype), f"{gpu} {gpu_dtype}"
+    data, header, tables, footer = training_report(cfg, cfg.context_length, batch, steps, peak, mfu, method, label)
+    emit(fmt, data, tables, header, footer)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -187,7 +245,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         _fail("aborted")
     except BrokenPipeError:
         sys.exit(0)
-    sys.exit(code if isinstance(code, int) else 0)
+    code = code if isinstance(code, int) else 0
+    if "torch" in sys.modules and argv is None:
+        # Tearing down an interpreter that imported torch takes ~0.8 s; everything is
+        # written (reports are closed and renamed atomically), so flush and leave.
+        with contextlib.suppress(BrokenPipeError):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 def _fail(message: str) -> None:

@@ -14,7 +14,7 @@ def available_bytes(device: str) -> int | None:
         import torch
 
         if not torch.cuda.is_available():
-            raise AccountingError("--device cuda: no CUDA GPU is available on this machine (try --device meta)")
+            raise AccountingError(f"--device {device}: no CUDA GPU is available on this machine (use meta)")
         free, _total = torch.cuda.mem_get_info()
         return int(free)
     try:
@@ -27,23 +27,23 @@ def available_bytes(device: str) -> int | None:
     return None
 
 
-def required_bytes(cfg: ModelConfig, seq: int, batch: int, training: bool) -> int:
-    """A lower bound on the live run's peak: fp32 weights (+ gradients when training) plus the
-    largest single activation (one layer's attention scores or the logits)."""
-    from ..analytic.params import parameter_breakdown
+def counting_run_bytes(cfg: ModelConfig, seq: int, batch: int, backward: bool) -> int:
+    """Upper bound for a FLOP-counting run (forward, or forward + backward, no optimizer):
+    the exact training-step peak of ``predict_training_step`` minus the AdamW moments."""
+    from ..analytic.memory import model_state_breakdown
+    from ..analytic.replay import predict_training_step
 
-    weights = 4 * parameter_breakdown(cfg).total
-    largest = 4 * batch * max(cfg.num_heads * seq * seq, seq * cfg.vocab_size)
-    return weights * (2 if training else 1) + largest
+    step = predict_training_step(cfg, seq, batch)
+    peak = max(step.forward.peak, step.backward.peak) if backward else step.forward.peak
+    states = model_state_breakdown(cfg)
+    return peak - states["adamw.exp_avg"].total - states["adamw.exp_avg_sq"].total
 
 
-def check_device_fits(cfg: ModelConfig, seq: int, batch: int, device: str, training: bool) -> None:
+def check_device_fits(device: str, need: int, what: str) -> None:
+    """Raise a one-line error when ``need`` bytes exceed what ``device`` has free."""
     free = available_bytes(device)
-    if free is None:
-        return
-    need = required_bytes(cfg, seq, batch, training)
-    if need > free:
+    if free is not None and need > free:
         raise AccountingError(
-            f"--device {device}: this run needs at least {fmt_bytes(need)} but only {fmt_bytes(free)} is free; "
-            "use --device meta (counts FLOPs with no memory) or a smaller --context/--batch"
+            f"{what} on {device} needs {fmt_bytes(need)} but only {fmt_bytes(free)} is free; "
+            "use meta (counts with no memory) or a smaller --context/--batch"
         )

@@ -17,7 +17,7 @@ from ..units import fmt_bytes, fmt_share
 @dataclass(frozen=True)
 class Column:
     name: str
-    kind: str = "str"  # str | int | share | bytes | float | sci
+    kind: str = "str"  # str | int | share | pct | bytes | float | sci
 
 
 @dataclass
@@ -39,6 +39,8 @@ def fmt_cell(value: Any, kind: str) -> str:
         return fmt_bytes(value)
     if kind == "sci":
         return f"{value:.4e}"
+    if kind == "pct":
+        return f"{100 * value:+.4f}%"
     if kind == "float":
         return f"{value:,.3f}"
     return str(value)

@@ -1,0 +1,219 @@
+"""Implementation-exact peak memory of one training step of *our* live model.
+
+``predict_training_step`` gives the peak and end-of-phase bytes of one steady-state
+training step (forward + cross-entropy, backward, AdamW step), by replaying the
+allocation and free sequence of our model's ops in order (pure Python integers).  Each ``r(...)`` line below
+  follows one op of ``lm_accounting.model`` (forward) or one autograd formula of torch 2.13
+  (backward: ``tools/autograd/derivatives.yaml``); the engine frees a node's saved tensors
+  right after it runs.  The sequence was derived op by op and is checked byte for byte
+  against the storage tracker on meta and CPU tensors in ``tests/test_memory_exact.py``.
+
+Notation: T = B·S tokens; e = bytes per element of the model dtype; RMSNorm computes in
+fp32 (4 bytes) and, for a 16-bit model, keeps fp32 copies instead of its input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config import ModelConfig
+from ..units import DTYPE_BYTES
+from .activations import Sizes
+from .flops import check_batch_seq
+
+
+class _Replay:
+    """Running live bytes and the peak, fed with signed allocation sizes in program order."""
+
+    def __init__(self, live: int):
+        self.live = self.peak = live
+
+    def __call__(self, *deltas: int) -> None:
+        for delta in deltas:
+            self.live += delta
+            if self.live > self.peak:
+                self.peak = self.live
+
+
+def _norm_forward(r: _Replay, z: Sizes, rows: int, width: int) -> None:
+    """RMSNorm forward (model/layers.py RMSNorm.forward) over ``rows`` vectors of ``width``."""
+    X, R = rows * width * 4, rows * 4
+    if z.e == 4:
+        r(+X, +R, -X)  # pow(x, 2); mean; the square dies
+        r(+R, -R, +R, -R)  # + eps; rsqrt (saved)
+        r(+X, +X)  # y = x·rsqrt (saved); out = y·g
+    else:
+        r(+X, +X, +R, -X)  # x.to(fp32) (saved); pow; mean
+        r(+R, -R, +R, -R)  # + eps; rsqrt (saved)
+        r(+X, +width * 4, +X)  # y (saved); g.to(fp32) (saved); y·g
+        r(+rows * width * z.e, -X)  # cast back to the model dtype
+
+
+def _norm_backward(r: _Replay, z: Sizes, rows: int, width: int, residual: bool) -> None:
+    """RMSNorm backward; with ``residual`` the input's gradient joins the residual stream's."""
+    X, R, Xe = rows * width * 4, rows * 4, rows * width * z.e
+    if z.e != 4:
+        r(+X, -Xe)  # grad to fp32
+        r(+X, +X, +width * 4, -X, -X, -width * 4, -X)  # grad·g; grad·y; Σ -> dg (fp32)
+        r(+width * z.e, -width * 4)  # dg to the parameter dtype
+    else:
+        r(+X, +X, +width * 4, -X, -X, -X)  # grad·g; grad·y; Σ -> dg (kept); y released
+    r(+X, +X, +R, -X, -X)  # d(x·r)/dx = grad_y·r; grad_y·x; Σ -> d rsqrt
+    if residual and z.e == 4:
+        r(+X, -X, -X)  # first part joins the residual stream's gradient
+    r(+R, +R, +R, -R, -R, -R, -R)  # rsqrt backward: -½·r³·grad; rsqrt released
+    r(+X, -R)  # mean backward: expand / width
+    r(+X, +X, +X, -X, -X, -X, -X)  # pow backward: 2·x·grad; x released
+    r(+X, -X, -X)  # sum of the two paths
+    if z.e != 4:
+        r(+Xe, -X)  # back to the model dtype
+        if residual:
+            r(+Xe, -Xe, -Xe)  # join the residual stream's gradient
+
+
+def _rope_forward(r: _Replay, z: Sizes, width: int) -> None:
+    """RoPE on (B, heads, S, d_head): gathers cos/sin rows, rotates adjacent pairs, interleaves."""
+    H, cs = z.act(width) // 2, z.rope_table
+    for _ in ("cos", "sin"):
+        if z.e == 4:
+            r(+cs)  # table rows (saved)
+        else:
+            r(+cs * 4 // z.e, +cs, -cs * 4 // z.e)  # fp32 rows, cast (saved)
+    r(+H, +H, +H, -H, -H)  # x_even·cos − x_odd·sin
+    r(+H, +H, +H, -H, -H)  # x_even·sin + x_odd·cos
+    r(+2 * H, -H, -H)  # stack + flatten (saved by the QKᵀ matmul)
+
+
+def _rope_backward(r: _Replay, z: Sizes, width: int) -> None:
+    H, cs = z.act(width) // 2, z.rope_table
+    r(+H, +H, +H, +H, -H, -cs, +H, -H, -H)  # grads of out_odd and out_even through the products
+    r(+H, -2 * H, -cs, +H, -H, -H)  # the rotated tensor and the tables are released
+    r(+2 * H, -H, +2 * H, -H, +2 * H, -2 * H, -2 * H)  # scatter back into the strided halves
+
+
+def _layer_forward(r: _Replay, z: Sizes) -> None:
+    c, T, Td, Tq, Tkv, Tf = z.cfg, z.T, z.act(z.cfg.d_model), z.act(z.cfg.q_dim), z.act(z.cfg.kv_dim), z.act(z.cfg.d_ff)
+    Sc, Sr = z.scores, z.score_rows
+    _norm_forward(r, z, T, c.d_model)  # ln1
+    r(+Tq, +Tkv, +Tkv)  # q, k, v projections
+    if c.qk_norm:
+        _norm_forward(r, z, T * c.num_heads, c.d_head)
+        _norm_forward(r, z, T * c.kv_heads, c.d_head)
+        if z.e != 4:
+            r(-Tq, -Tkv)  # 16-bit: the projections die (the norms kept fp32 copies)
+    _rope_forward(r, z, c.q_dim)
+    _rope_forward(r, z, c.kv_dim)
+    r(-Tkv, -Tq)  # un-rotated q, k die (RoPE saves only its tables)
+    r(+Sc, +Sc, -Sc)  # QKᵀ; · 1/√d_head; raw scores die
+    r(+z.e, +Sc, -z.e, -Sc)  # where(mask, scores, -inf)
+    r(+Sr, +Sc, -Sr)  # softmax: z = x − max(x)
+    r(+Sc, +Sr, +Sc, -Sc)  # exp (saved); Σ (saved); divide (saved by AV)
+    r(+Tkv, +Tq, -Sc)  # V made contiguous (saved); AV; masked scores die
+    r(+Tq, -Tq)  # merge heads (saved by output_proj)
+    r(+Td, -Tkv, +Td, -Td)  # output projection; v dies; residual add
+    _norm_forward(r, z, T, c.d_model)  # ln2
+    r(+Tf, +Tf, +Tf, +Tf, +Tf, +Td)  # w1, sigmoid, silu, w3, gate (all saved), w2
+    r(+Td, -Td)  # residual add
+    if z.e != 4:
+        r(-Td, -Td)  # 16-bit: the block's input and middle stream die (norms kept fp32 copies)
+
+
+def _layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool) -> None:
+    c, T, Td, Tq, Tkv, Tf = z.cfg, z.T, z.act(z.cfg.d_model), z.act(z.cfg.q_dim), z.act(z.cfg.kv_dim), z.act(z.cfg.d_ff)
+    Sc, Sr = z.scores, z.score_rows
+    r(+p["w2"], +Tf, -Tf)  # w2: dW, d(gate); gate product released
+    r(+Tf, +Tf, -Tf, -Tf, -Tf)  # gate: d silu, d(w3 out)
+    r(+p["w3"], +Td, -Tf)  # w3: dW, dx
+    r(+Tf, +Tf, -Tf, -Tf)  # silu = a·σ(a)
+    r(+Tf, -Tf, -Tf, +Tf, -Tf, -Tf)  # sigmoid backward; sum of the two paths
+    r(+p["w1"], +Td, -Tf, -Td, +Td, -Td, -Td)  # w1: dW, dx; ln2 output released; dx summed
+    _norm_backward(r, z, T, c.d_model, residual=True)  # ln2
+    r(+p["o"], +Tq, -Tq, +Tq, -Tq)  # output_proj: dW, d(heads); contiguous copy
+    r(+Tkv, +Sc, -Tq, -Tkv, -Sc)  # AV: dV, d(probs); V and probs released
+    r(+Sc, +Sc, +Sc, +Sc, -Sc, -Sc, -Sc)  # divide backward
+    r(+Sc, +Sr, -Sc, -Sc, -Sr, +Sc, -Sc, -Sr)  # Σ backward; paths summed
+    r(+Sc, -Sc, -Sc)  # exp backward; exp released
+    r(+z.e, +Sc, -z.e, -Sc)  # where backward
+    if last:
+        r(-z.seq * z.seq)  # the shared causal mask dies with the last where node
+    r(+Sc, -Sc)  # scale backward
+    r(+Tkv, +Tq, -Sc, -Tkv, -Tq)  # QKᵀ: dK, dQ; rotated k, q released
+    _rope_backward(r, z, c.kv_dim)
+    _rope_backward(r, z, c.q_dim)
+    if c.qk_norm:
+        _norm_backward(r, z, T * c.kv_heads, c.d_head, residual=False)
+        _norm_backward(r, z, T * c.num_heads, c.d_head, residual=False)
+    r(+Tkv, -Tkv, +p["kv"], +Td, -Tkv)  # v_proj (contiguous grad)
+    r(+Tkv, -Tkv, +p["kv"], +Td, -Tkv, +Td, -Td, -Td)  # k_proj; sum into d(ln1 output)
+    r(+Tq, -Tq, +p["q"], +Td, -Tq, -Td, +Td, -Td, -Td)  # q_proj; ln1 output released
+    _norm_backward(r, z, T, c.d_model, residual=True)  # ln1
+
+
+@dataclass(frozen=True)
+class PhaseBytes:
+    peak: int
+    end: int
+
+
+@dataclass(frozen=True)
+class StepPrediction:
+    """Predicted device bytes of one steady-state training step (AdamW state exists)."""
+
+    baseline: int  # parameters, AdamW m and v, RoPE tables, input and target token ids
+    forward: PhaseBytes  # model(tokens) and the cross-entropy loss
+    backward: PhaseBytes  # loss.backward()
+    optimizer_step: PhaseBytes  # AdamW step, then zero_grad(set_to_none=True)
+
+    def phases(self) -> dict[str, PhaseBytes]:
+        return {"forward": self.forward, "backward": self.backward, "optimizer_step": self.optimizer_step}
+
+    @property
+    def peak(self) -> int:
+        return max(p.peak for p in self.phases().values())
+
+
+def predict_training_step(cfg: ModelConfig, seq: int, batch: int = 1, dtype: str = "fp32",
+                          optimizer: str = "for-loop") -> StepPrediction:
+    """Replay one training step of the live model (see the module docstring)."""
+    from .memory import adamw_step_temporary_bytes, parameter_tensor_sizes
+
+    check_batch_seq(batch, seq)
+    z = Sizes(cfg, batch, seq, DTYPE_BYTES[dtype])
+    c, e, T = cfg, z.e, z.T
+    params = sum(parameter_tensor_sizes(cfg)) * e
+    rope_buffers = 2 * c.context_length * (c.d_head // 2) * 4  # fp32 cos and sin tables
+    baseline = 3 * params + rope_buffers + 2 * 8 * T  # params, exp_avg, exp_avg_sq; int64 token ids
+    p = {"q": c.d_model * c.q_dim * e, "kv": c.d_model * c.kv_dim * e, "o": c.q_dim * c.d_model * e,
+         "w1": c.d_model * c.d_ff * e, "w2": c.d_model * c.d_ff * e, "w3": c.d_model * c.d_ff * e}
+    Td, TV, Tr, emb = z.act(c.d_model), z.act(c.vocab_size), z.act(1), c.vocab_size * c.d_model * e
+
+    r = _Replay(baseline)
+    r(+8 * seq, +seq * seq, +seq * seq, -seq * seq)  # positions; ones(S, S).tril() (the mask)
+    r(+Td)  # embedding lookup
+    for _ in range(c.num_layers):
+        _layer_forward(r, z)
+    _norm_forward(r, z, T, c.d_model)  # ln_final
+    r(+TV, -8 * seq)  # logits; positions die
+    if e != 4:
+        r(-Td)  # 16-bit: the last residual stream dies (ln_final kept an fp32 copy)
+    r(+Tr, +TV, -Tr)  # cross-entropy: z = logits − max
+    r(+TV, +Tr, +Tr, +Tr, +Tr, +e)  # exp (saved); Σ (saved); log; gather; subtract; mean
+    r(-Tr, -TV, -Tr, -Tr)  # logits die (gather keeps z)
+    forward = PhaseBytes(r.peak, r.live)
+
+    r = _Replay(r.live)
+    r(+e, +Tr, +Tr, +TV, +TV, -TV, -Tr, -TV)  # d loss; mean and gather backward; z released
+    r(+Tr, -Tr, -Tr, +TV, -Tr, -TV, +TV, -TV, -TV)  # log and exp backward; paths summed
+    r(+emb, +Td, -TV, -Td)  # lm_head: dW, dx; ln_final output released
+    _norm_backward(r, z, T, c.d_model, residual=False)  # ln_final
+    for layer in reversed(range(c.num_layers)):
+        _layer_backward(r, z, p, last=layer == 0)
+    r(+emb, +emb, -emb, -Td)  # embedding backward: zeros, index_put
+    if c.tie_embeddings:
+        r(+emb, -emb, -emb)  # accumulated onto the LM head's gradient
+    r(-e, -e)  # the loss and its gradient seed
+    backward = PhaseBytes(r.peak, r.live)
+
+    extra = adamw_step_temporary_bytes(cfg, dtype, optimizer)
+    step = PhaseBytes(backward.end + extra, backward.end - params)
+    return StepPrediction(baseline, forward, backward, step)

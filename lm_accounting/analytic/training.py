@@ -1,0 +1,195 @@
+"""Training time: AdamW step FLOPs, peak GPU throughput, and days to train.
+
+Conventions:
+
+* a training step's model FLOPs come from ``analytic.flops.training_flops``: ``"3x"``
+  = forward + backward with backward = 2 x forward (the course's assumption, and what
+  FlopCounterMode measures on the live model), ``"6nd"`` = 6·N·D (Kaplan et al. 2020),
+  ``"palm"`` = (6·N_matmul + 12·L·h·d_head·S)·D (Chowdhery et al. 2022, app. B; equal
+  to "3x" for this architecture);
+* the optimizer's FLOPs (``adamw_step_flops``) are reported on their own; for GPT-2 XL
+  they are ~2·10⁻⁶ of a batch-1024 step, so ``training_time`` leaves them out unless the
+  caller adds them to ``flops_per_step``;
+* time = total FLOPs / (peak FLOP/s x MFU), with peak = the dense (no 2:4 sparsity)
+  datasheet figure for the chosen dtype.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config import AccountingError, ModelConfig
+from .flops import check_batch_seq, training_flops
+
+# -- peak dense throughput, FLOP/s --------------------------------------------
+# Exact ints in FLOP/s.  NVIDIA datasheets quote tensor-core figures "with sparsity"
+# (2:4 structured); the dense figure, used here, is half of that.  "fp32" is the
+# non-tensor-core FP32 rate; "tf32" is FP32 inputs on tensor cores (what
+# torch.backends.cuda.matmul.allow_tf32 enables); "bf16"/"fp16" accumulate in fp32.
+GPUS: dict[str, dict[str, int]] = {
+    # NVIDIA A100 Tensor Core GPU datasheet (SXM and PCIe, 40/80 GB): FP32 19.5 TFLOPS,
+    # TF32 156 (312 sparse), BF16 312 (624 sparse), FP16 312 (624 sparse).
+    "a100": {"fp32": 19_500_000_000_000, "tf32": 156_000_000_000_000,
+             "bf16": 312_000_000_000_000, "fp16": 312_000_000_000_000},
+    # NVIDIA H100 datasheet, H100 SXM: FP32 67 TFLOPS, TF32 989 / BF16 1,979 / FP16 1,979
+    # with sparsity; dense values from the Hopper architecture whitepaper: TF32 494.7,
+    # BF16 989.4, FP16 989.4.
+    "h100-sxm": {"fp32": 67_000_000_000_000, "tf32": 494_700_000_000_000,
+                 "bf16": 989_400_000_000_000, "fp16": 989_400_000_000_000},
+    # NVIDIA H100 datasheet, H100 PCIe: FP32 51 TFLOPS, TF32 756 / BF16 1,513 / FP16 1,513
+    # with sparsity; dense = half: 378, 756 (1,513 / 2 = 756.5, rounded down), 756.
+    "h100-pcie": {"fp32": 51_000_000_000_000, "tf32": 378_000_000_000_000,
+                  "bf16": 756_000_000_000_000, "fp16": 756_000_000_000_000},
+    # NVIDIA H200 datasheet, H200 SXM: FP32 67 TFLOPS, TF32 989 / BF16 1,979 / FP16 1,979
+    # with sparsity: the same compute as H100 SXM (more and faster HBM3e only).
+    "h200": {"fp32": 67_000_000_000_000, "tf32": 494_700_000_000_000,
+             "bf16": 989_400_000_000_000, "fp16": 989_400_000_000_000},
+    # NVIDIA Tesla V100 datasheet, V100 SXM2: single precision 15.7 TFLOPS, tensor
+    # performance 125 TFLOPS (fp16 inputs, fp32 accumulate).  No tf32, no bf16.
+    "v100": {"fp32": 15_700_000_000_000, "fp16": 125_000_000_000_000},
+    # NVIDIA Ada Lovelace architecture whitepaper, appendix table for GeForce RTX 4090:
+    # FP32 82.6 TFLOPS; TF32 tensor 82.6 dense (165.2 sparse); BF16 and FP16 tensor with
+    # FP32 accumulate 165.2 dense (330.4 sparse).  FP16 with FP16 accumulate is 330.3,
+    # but training accumulates in fp32, so 165.2 is used for fp16.
+    "rtx-4090": {"fp32": 82_600_000_000_000, "tf32": 82_600_000_000_000,
+                 "bf16": 165_200_000_000_000, "fp16": 165_200_000_000_000},
+    # NVIDIA L4 Tensor Core GPU datasheet: FP32 30.3 TFLOPS; TF32 120, BF16 242, FP16 242
+    # with sparsity; dense = half: 60, 121, 121.
+    "l4": {"fp32": 30_300_000_000_000, "tf32": 60_000_000_000_000,
+           "bf16": 121_000_000_000_000, "fp16": 121_000_000_000_000},
+}
+"""gpu -> compute dtype -> peak dense FLOP/s (exact int)."""
+
+
+def gpu_peak_flops(gpu: str, dtype: str) -> int:
+    """Peak dense FLOP/s of ``gpu`` for matmuls in ``dtype`` (see ``GPUS``)."""
+    if gpu not in GPUS:
+        raise AccountingError(f"unknown GPU '{gpu}' (valid: {', '.join(GPUS)})")
+    if dtype not in GPUS[gpu]:
+        raise AccountingError(f"GPU '{gpu}' has no '{dtype}' figure (valid: {', '.join(GPUS[gpu])})")
+    return GPUS[gpu][dtype]
+
+
+# -- AdamW step FLOPs -----------------------------------------------------------
+# Convention: every elementwise multiply, add, subtract, divide and sqrt on one
+# parameter's element is 1 FLOP; scalars computed once per tensor (1 - lr·λ,
+# bias corrections 1 - β^t, step size) are free.  Ops as torch 2.13 runs them
+# (torch/optim/adam.py, _single_tensor_adam; _multi_tensor_adam does the same ops
+# with _foreach_ kernels), AdamW = Adam with decoupled_weight_decay=True:
+ADAMW_TORCH_OPS: tuple[tuple[str, int], ...] = (
+    ("param.mul_(1 - lr·λ)                      decoupled weight decay", 1),
+    ("exp_avg.lerp_(grad, 1-β1) = m + (1-β1)·(g - m)", 3),
+    ("exp_avg_sq.mul_(β2)", 1),
+    ("exp_avg_sq.addcmul_(grad, grad, 1-β2)      v + (1-β2)·g·g", 3),
+    ("denom = exp_avg_sq.sqrt()", 1),
+    ("denom / sqrt(1 - β2^t)                     bias correction of v", 1),
+    ("denom.add_(eps)", 1),
+    ("param.addcdiv_(exp_avg, denom, -lr/(1-β1^t))  p + s·m/denom", 3),
+)
+ADAMW_FLOPS_PER_PARAM = sum(n for _, n in ADAMW_TORCH_OPS)
+"""14: the per-element FLOPs of one torch AdamW step (``ADAMW_TORCH_OPS``).
+
+The CS336 handout's AdamW algorithm counted the same way gives 14 as well:
+m = β1·m + (1-β1)·g (3), v = β2·v + (1-β2)·g² (4), θ -= α_t·m/(√v + ε) (5: sqrt,
+add, divide, multiply, subtract), θ -= α·λ·θ (2)."""
+
+
+@dataclass(frozen=True)
+class AdamWFlopsConvention:
+    name: str
+    flops_per_param: int
+    derivation: str
+
+
+ADAMW_FLOPS_ALTERNATIVES: tuple[AdamWFlopsConvention, ...] = (
+    AdamWFlopsConvention(
+        "fma-as-one", 10,
+        "a fused multiply-add counts 1: m 2 ((1-β1)·g, fma), v 3 (g·g, ·(1-β2), fma), "
+        "update 4 (sqrt, +ε, divide, fma), decay 1"),
+    AdamWFlopsConvention(
+        "no-weight-decay", 12,
+        "the default count without the 2 FLOPs of θ -= α·λ·θ (plain Adam)"),
+    AdamWFlopsConvention(
+        "torch-ops", ADAMW_FLOPS_PER_PARAM,
+        "default: torch's ops one by one, = the handout's algorithm (3 + 4 + 5 + 2)"),
+    AdamWFlopsConvention(
+        "per-element-bias-correction", 15,
+        "Kingma & Ba's algorithm as written: m 3, v 4, m̂ = m/(1-β1^t) 1, v̂ = v/(1-β2^t) 1, "
+        "sqrt 1, +ε 1, divide 1, ·lr 1, subtract 1, decay as one multiply θ·(1-lr·λ) 1"),
+    AdamWFlopsConvention(
+        "per-element-bias-correction-unfolded-decay", 16,
+        "as above but decay as θ - (lr·λ)·θ: 2"),
+)
+"""Other per-parameter counts; published answers to adamwAccounting (c) use 10 to 15."""
+
+
+def adamw_step_flops(n_params: int, flops_per_param: int = ADAMW_FLOPS_PER_PARAM) -> int:
+    """FLOPs of one AdamW step: n_params · flops_per_param (14 by default, ``ADAMW_TORCH_OPS``)."""
+    for name, value in (("n_params", n_params), ("flops_per_param", flops_per_param)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise AccountingError(f"{name} must be a positive integer, got {value!r}")
+    return n_params * flops_per_param
+
+
+# -- step FLOPs and training time -------------------------------------------------
+STEP_FLOPS_METHODS = ("3x", "6nd", "palm")
+
+
+def step_flops(cfg: ModelConfig, seq: int, batch: int, method: str = "3x") -> int:
+    """Model FLOPs of one training step on ``batch`` sequences of ``seq`` tokens.
+
+    ``"3x"``: 3 x the matmul forward FLOPs (backward = 2 x forward);
+    ``"6nd"``: 6 · N · batch · seq with N = all trainable parameters;
+    ``"palm"``: (6·N_matmul + 12·L·h·d_head·S) · batch · seq.
+    """
+    if method not in STEP_FLOPS_METHODS:
+        raise AccountingError(f"unknown step FLOPs method '{method}' (valid: {', '.join(STEP_FLOPS_METHODS)})")
+    check_batch_seq(batch, seq)
+    t = training_flops(cfg, seq, batch)
+    return {"3x": t.step, "6nd": t.six_nd, "palm": t.palm}[method]
+
+
+SECONDS_PER_HOUR = 3_600
+SECONDS_PER_DAY = 86_400
+
+
+@dataclass(frozen=True)
+class TrainingTime:
+    """Wall-clock time of ``steps`` steps at ``peak_flops`` x ``mfu`` achieved FLOP/s."""
+
+    flops_per_step: int
+    steps: int
+    total_flops: int
+    peak_flops: float
+    mfu: float
+    seconds: float
+    hours: float
+    days: float
+
+
+def training_time(flops_per_step: int, steps: int, peak_flops: float, mfu: float) -> TrainingTime:
+    """seconds = flops_per_step · steps / (peak_flops · mfu); hours = /3600; days = /86400.
+
+    The FLOP total is an exact int; only the final division is floating point.
+    """
+    for name, value in (("flops_per_step", flops_per_step), ("steps", steps)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise AccountingError(f"{name} must be a positive integer, got {value!r}")
+    if isinstance(peak_flops, bool) or not isinstance(peak_flops, (int, float)) or not peak_flops > 0:
+        raise AccountingError(
+            f"peak_flops must be a positive number of FLOP/s, got {peak_flops!r} (known GPUs: {', '.join(GPUS)})"
+        )
+    if isinstance(mfu, bool) or not isinstance(mfu, (int, float)) or not 0 < mfu <= 1:
+        raise AccountingError(f"mfu must be in (0, 1], e.g. 0.5 for 50%, got {mfu!r}")
+    total = flops_per_step * steps
+    seconds = total / (peak_flops * mfu)
+    return TrainingTime(
+        flops_per_step=flops_per_step,
+        steps=steps,
+        total_flops=total,
+        peak_flops=peak_flops,
+        mfu=mfu,
+        seconds=seconds,
+        hours=seconds / SECONDS_PER_HOUR,
+        days=seconds / SECONDS_PER_DAY,
+    )

@@ -1,0 +1,33 @@
+"""Measure one steady-state training step of the live model: on meta/cpu with the storage
+tracker, on CUDA with the caching allocator's statistics."""
+
+from __future__ import annotations
+
+from ..config import AccountingError, ModelConfig
+
+OPTIMIZER_KWARGS = {"for-loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
+TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def measure_step(cfg: ModelConfig, seq: int, batch: int = 1, dtype: str = "fp32", device: str = "meta",
+                 optimizer: str = "for-loop") -> dict:
+    """``{"baseline": bytes, "forward" | "backward" | "optimizer_step": PhaseMemory(peak, end)}``.
+
+    The model is built from ``cfg`` on ``device``; inputs and targets are random token ids;
+    the loss is the model's own cross-entropy; one warm-up step creates the AdamW state.
+    """
+    import torch
+
+    from ..model import build_model, cross_entropy, random_tokens
+    from .tracker import measure_training_step, measure_training_step_cuda
+
+    if optimizer == "fused" and device == "meta":
+        raise AccountingError("fused AdamW has no meta kernels; use --optimizer for-loop or foreach with --measure meta")
+    torch.manual_seed(0)
+    model = build_model(cfg, device=device, dtype=getattr(torch, TORCH_DTYPES[dtype]))
+    inputs = random_tokens(cfg, batch, seq, device=device, seed=0)
+    targets = random_tokens(cfg, batch, seq, device=device, seed=1)
+    kwargs = {"optimizer_kwargs": OPTIMIZER_KWARGS[optimizer]}
+    if device == "cuda":
+        return measure_training_step_cuda(model, inputs, targets, cross_entropy, **kwargs)
+    return measure_training_step(model, inputs, targets, cross_entropy, **kwargs)
