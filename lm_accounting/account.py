@@ -54,6 +54,35 @@ class Account:
     def kv_cache_bytes(self) -> dict[str, int]:
         return {dt: kv_cache_bytes(self.config, self.seq, self.batch, dt) for dt in ("fp32", "bf16")}
 
+    def records(self) -> list[dict[str, Any]]:
+        """Tidy rows (section, key, label, group, per_layer, total, share, unit): the CSV form."""
+        rows = []
+        for section, bd in (("parameters", self.params), ("forward_flops", self.forward), ("non_matmul_flops", self.nonmatmul)):
+            for it in bd:
+                share = it.total / bd.total if bd.total else 0.0
+                rows.append(dict(section=section, key=it.key, label=it.label, group=it.group,
+                                 per_layer=it.per_layer, total=it.total, share=share, unit=bd.unit))
+        t = self.training
+        for key, label, value in (
+            ("forward", "forward (matmuls)", t.forward), ("backward", "backward = 2 × forward", t.backward),
+            ("step", "step = 3 × forward", t.step), ("six_n_d", "6·N·D, N = all params", t.six_nd),
+            ("palm", "PaLM 6·N_matmul·D + 12·L·h·d_head·S·D", t.palm),
+            ("attention_causal_halved", "QKᵀ+AV, causal half", self.causal_attention),
+        ):
+            rows.append(dict(section="training_step_flops", key=key, label=label, group="", per_layer=None,
+                             total=value, share=value / t.step, unit="FLOPs"))
+        for prefix, sizes in (("weights", self.weight_bytes()), ("kv_cache", self.kv_cache_bytes())):
+            for dtype, n in sizes.items():
+                rows.append(dict(section="memory", key=f"{prefix}.{dtype}", label=f"{prefix} in {dtype}", group="",
+                                 per_layer=None, total=n, share=None, unit="bytes"))
+        return rows
+
+    def to_frame(self):
+        """Long format, one row per component of every section (pandas imported here)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.records())
+
     def to_dict(self) -> dict[str, Any]:
         t = self.training
         return {

@@ -126,11 +126,11 @@ def cli() -> None:
 def account_cmd(cfg: ModelConfig, preset_context: int, batch: int, fmt: str) -> None:
     """Parameters, forward FLOPs per component with shares, training FLOPs, KV cache (analytic)."""
     from .account import account
-    from .report.account_view import account_records, account_tables
+    from .report.account_view import account_tables
 
     acc = account(cfg, cfg.context_length, batch)
     header, tables, footer = account_tables(acc, preset_context)
-    emit(fmt, acc.to_dict(), tables, header, footer, records=account_records(acc))
+    emit(fmt, acc.to_dict(), tables, header, footer, records=acc.records())
 
 
 @cli.command("presets")
@@ -227,6 +227,61 @@ def train_time_cmd(cfg: ModelConfig, preset_context: int, batch: int, fmt: str, 
         peak, label = gpu_peak_flops(gpu, gpu_dtype), f"{gpu} {gpu_dtype}"
     data, header, tables, footer = training_report(cfg, cfg.context_length, batch, steps, peak, mfu, method, label)
     emit(fmt, data, tables, header, footer)
+
+
+@cli.command("sweep")
+@click.argument("presets", nargs=-1, required=True, metavar="PRESET_OR_FILE...")
+@click.option("--contexts", default="128:16384:x2", show_default=True,
+              help="Context lengths: a list (128,256,512) or a range (128:16384:x2, 256:2048:+256).")
+@click.option("--batch", "-B", type=POSITIVE, default=1, show_default=True, help="Batch size B.")
+@click.option("--dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True)
+@click.option("--optimizer", type=click.Choice(["foreach", "for-loop", "fused"]), default="foreach", show_default=True)
+@click.option("--budget", default="80GB", show_default=True, help="Memory budget for the memory plot (80GB or 80GiB).")
+@click.option("--crosscheck", is_flag=True, help="Count every point's FLOPs on the live model (meta) too.")
+@click.option("--measure-memory", type=click.Choice(["meta", "cpu", "cuda"]), help="Measure every point's training step.")
+@click.option("--out", type=click.Path(file_okay=False), default="reports/sweep", show_default=True,
+              help="Directory for the tables and plots.")
+@click.option("--no-plots", is_flag=True, help="Write the tables only.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
+              help="Format of the summary printed to stdout.")
+def sweep_cmd(presets: Sequence[str], contexts: str, batch: int, dtype: str, optimizer: str, budget: str,
+              crosscheck: bool, measure_memory: str | None, out: str, no_plots: bool, fmt: str) -> int:
+    """Context-length sweep of one or more models: tables (CSV, markdown, JSON) and plots in --out."""
+    from pathlib import Path
+
+    from .report.sweep import parse_contexts, sweep
+    from .report.sweep_view import sweep_tables, write_sweep
+    from .units import parse_size, size_label
+
+    budget_bytes = parse_size(budget)
+    configs = [load_config(p) for p in presets]
+    result = sweep(configs, parse_contexts(contexts), batch, dtype=dtype, optimizer=optimizer, budget=budget_bytes,
+                   crosscheck=crosscheck, measure=measure_memory, progress=True)
+    paths = write_sweep(result, Path(out), budget_bytes, size_label(budget), plots=not no_plots)
+    footer = [f"wrote {len(paths)} files to {out}/: " + ", ".join(p.name for p in paths)]
+    if result.mismatches:
+        footer += ["CROSS-CHECK MISMATCHES:", *[f"  - {m}" for m in result.mismatches]]
+    emit(fmt, result.to_dict(), sweep_tables(result), [], footer)
+    return 1 if result.mismatches else 0
+
+
+@cli.command("report")
+@click.option("--out", type=click.Path(file_okay=False), default="reports", show_default=True,
+              help="Directory to (re)generate.")
+@click.option("--no-live", is_flag=True, help="Skip the live cross-checks and meta measurements (faster).")
+@click.option("--no-plots", is_flag=True, help="Skip the figures.")
+def report_cmd(out: str, no_live: bool, no_plots: bool) -> int:
+    """Regenerate the course answers (assignment.md), their tables, the sweep and the plots."""
+    from pathlib import Path
+
+    from .report.assignment import write_report
+
+    answers, paths = write_report(Path(out), live=not no_live, plots=not no_plots, progress=True)
+    click.echo(f"wrote {len(paths)} files under {out}/")
+    problems = answers.mismatches()
+    for problem in problems:
+        click.echo(f"MISMATCH: {problem}", err=True)
+    return 1 if problems else 0
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -34,6 +34,16 @@ def parse_size(text: str) -> int:
     return value
 
 
+def size_label(text: str) -> str:
+    """'80gb' -> '80 GB', '80GiB' -> '80 GiB': the budget as the user gave it, tidied for titles."""
+    parse_size(text)
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]+)\s*", text)
+    unit = match.group(2).upper()
+    if unit.endswith("IB"):  # KiB, MiB, GiB, TiB
+        unit = unit[0] + "iB"
+    return f"{match.group(1)} {unit}"
+
+
 def gb(n_bytes: int) -> float:
     return n_bytes / 10**9
 

@@ -43,6 +43,13 @@ class MemoryAccount:
     korthikanti: int
     kv_cache: int
 
+    def to_frame(self):
+        """One row per phase of the training step: predicted peak and end bytes (pandas imported here)."""
+        import pandas as pd
+
+        rows = [{"phase": name, "peak": p.peak, "end": p.end} for name, p in self.step.phases().items()]
+        return pd.DataFrame([{"phase": "baseline", "peak": self.step.baseline, "end": self.step.baseline}, *rows])
+
     def to_dict(self) -> dict[str, Any]:
         phases = {name: {"peak": p.peak, "end": p.end} for name, p in self.step.phases().items()}
         return {

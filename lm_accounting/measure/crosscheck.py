@@ -83,6 +83,12 @@ class CrossCheck:
     def flop_counter(self) -> CounterResult:
         return next(c for c in self.counters if c.counter == "FlopCounterMode")
 
+    def to_frame(self):
+        """One row per matmul component: analytic and each counter's FLOPs (pandas imported here)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.to_dict()["forward_flops"]).set_index("key")
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": "lm-accounting/crosscheck/1",

@@ -93,26 +93,3 @@ def account_tables(acc: Account, preset_context: int | None = None) -> tuple[lis
     footer = ["Conventions:", *[f"  - {c}" for c in CONVENTIONS]]
     return header, [params, fwd, nonmm, train, kv], footer
 
-
-def account_records(acc: Account) -> list[dict]:
-    """Tidy rows (section, key, label, group, per_layer, total, share, unit): the CSV form."""
-    rows = []
-    for section, bd in (("parameters", acc.params), ("forward_flops", acc.forward), ("non_matmul_flops", acc.nonmatmul)):
-        for it in bd:
-            share = it.total / bd.total if bd.total else 0.0
-            rows.append(dict(section=section, key=it.key, label=it.label, group=it.group,
-                             per_layer=it.per_layer, total=it.total, share=share, unit=bd.unit))
-    t = acc.training
-    for key, label, value in (
-        ("forward", "forward (matmuls)", t.forward), ("backward", "backward = 2 × forward", t.backward),
-        ("step", "step = 3 × forward", t.step), ("six_n_d", "6·N·D, N = all params", t.six_nd),
-        ("palm", "PaLM 6·N_matmul·D + 12·L·h·d_head·S·D", t.palm),
-        ("attention_causal_halved", "QKᵀ+AV, causal half", acc.causal_attention),
-    ):
-        rows.append(dict(section="training_step_flops", key=key, label=label, group="", per_layer=None,
-                         total=value, share=value / t.step, unit="FLOPs"))
-    for prefix, sizes in (("weights", acc.weight_bytes()), ("kv_cache", acc.kv_cache_bytes())):
-        for dtype, n in sizes.items():
-            rows.append(dict(section="memory", key=f"{prefix}.{dtype}", label=f"{prefix} in {dtype}", group="",
-                             per_layer=None, total=n, share=None, unit="bytes"))
-    return rows

@@ -69,11 +69,13 @@ def render_text(tables: Sequence[Table], header: Sequence[str] = (), footer: Seq
     return "\n".join(out) + "\n"
 
 
-def render_markdown(tables: Sequence[Table], header: Sequence[str] = (), footer: Sequence[str] = ()) -> str:
+def render_markdown(tables: Sequence[Table], header: Sequence[str] = (), footer: Sequence[str] = (),
+                    caption: bool = False) -> str:
+    """Markdown tables, each under a ``###`` heading, or (``caption``) a bold caption line."""
     out = ["  \n".join(header)] if header else []
     for table in tables:
         right = [c.kind != "str" for c in table.columns]
-        out += ["", f"### {table.title}", ""]
+        out += ["", f"**{table.title}**" if caption else f"### {table.title}", ""]
         out.append("| " + " | ".join(c.name for c in table.columns) + " |")
         out.append("|" + "|".join("---:" if r else "---" for r in right) + "|")
         out += ["| " + " | ".join(_md_escape(v) for v in r) + " |" for r in _cells(table)]

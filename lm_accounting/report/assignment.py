@@ -1,0 +1,73 @@
+"""``lm-account report``: regenerate ``reports/`` (assignment.md, tables, sweep, plots) from code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .account_view import breakdown_table
+from .answer_tables import (
+    adamw_table,
+    convention_table,
+    exact_memory_table,
+    long_context_table,
+    size_table,
+    training_table,
+)
+from .answers import BUDGETS, LONG, SIZES, Answers, collect
+from .assignment_text import assignment_markdown
+from .crosscheck_view import crosscheck_tables
+from .files import write_atomic, write_json, write_table_files
+from .sweep_view import write_sweep
+
+
+def write_report(out: Path, live: bool = True, plots: bool = True, progress: bool = False) -> tuple[Answers, list[Path]]:
+    """Compute everything first, then write each file atomically."""
+    ans = collect(live=live, progress=progress)
+    out = Path(out)
+    tables = out / "tables"
+    paths: list[Path] = []
+    L = ans.xl.num_layers
+    paths += write_table_files(tables / "xl_parameters", [breakdown_table("GPT-2 XL parameters", ans.at_1024.params, L)])
+    paths += write_table_files(tables / "xl_forward_1024", [breakdown_table("GPT-2 XL forward FLOPs, S = 1,024",
+                                                                            ans.at_1024.forward, L)])
+    paths += write_table_files(tables / "model_sizes_1024", [size_table(ans)])
+    paths += write_table_files(tables / f"xl_forward_{LONG}", [long_context_table(ans)])
+    paths += write_table_files(tables / "adamw_conventions", [convention_table(ans)], ans.course_conventions)
+    paths += write_table_files(tables / "adamw_flops", [adamw_table(ans)], ans.adamw)
+    paths += write_table_files(tables / "training_days", [training_table(ans)], ans.training)
+    paths += write_table_files(tables / "exact_memory_xl", [exact_memory_table(ans)])
+    for seq, cc in ans.crosschecks.items():
+        _, cc_tables, _ = crosscheck_tables(cc)
+        paths += write_table_files(tables / f"xl_crosscheck_{seq}", cc_tables[:2])
+    paths += write_sweep(ans.sweep, out / "sweep", BUDGETS["80 GB"], "80 GB", plots=plots)
+    paths.append(write_json(out / "answers.json", answers_json(ans)))
+    paths.append(write_atomic(out / "assignment.md", assignment_markdown(ans, live)))
+    return ans, paths
+
+
+def answers_json(ans: Answers) -> dict[str, Any]:
+    xl, long = ans.at_1024, ans.at_long
+    a, b = ans.course_conventions[0]["a"], ans.course_conventions[0]["b"]
+    return {
+        "schema": "lm-accounting/answers/1",
+        "transformer_accounting": {
+            "a": {"parameters": xl.params.total, "fp32_bytes": 4 * xl.params.total},
+            "b": {"per_layer_flops": xl.forward.per_layer_total, "forward_flops": xl.forward.total,
+                  "lm_head_flops": xl.forward["lm_head"].total},
+            "c": {g: v / xl.forward.total for g, v in xl.forward.groups().items()},
+            "d": {name: {g: v / acc.forward.total for g, v in acc.forward.groups().items()}
+                  for name, acc in ans.sizes.items()},
+            "e": {"forward_flops": long.forward.total, "growth": long.forward.total / xl.forward.total,
+                  "shares": {g: v / long.forward.total for g, v in long.forward.groups().items()}},
+        },
+        "adamwAccounting": {
+            "b": {"a_bytes": a, "b_bytes": b, "conventions": ans.course_conventions},
+            "c": {**ans.adamw_default, "alternatives": ans.adamw},
+            "d": {"days": ans.training[0]["days"], "alternatives": ans.training},
+        },
+        "exact_memory": {"a_bytes": ans.exact_linear.a, "b_bytes": ans.exact_linear.b,
+                         "max_batch_80GB": ans.exact_max_batch},
+        "sizes": list(SIZES),
+    }
+

@@ -1,0 +1,246 @@
+"""The sweep figures: files written atomically, and each figure carries the series it claims."""
+
+from __future__ import annotations
+
+import math
+import sys
+
+PYPLOT_BEFORE = "matplotlib.pyplot" in sys.modules  # before this module imports matplotlib and plots
+
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+from matplotlib.colors import to_hex  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from lm_accounting.config import load_config  # noqa: E402
+from lm_accounting.report import plots  # noqa: E402
+from lm_accounting.report.sweep import sweep  # noqa: E402
+
+MODELS = ("gpt2-small", "gpt2-medium")
+CONTEXTS = (256, 512, 1024, 2048, 4096)
+MEASURED_AT = (512, 2048)
+
+
+def sweep_frame(models=MODELS, contexts=CONTEXTS, batch=1, measured_at=MEASURED_AT) -> pd.DataFrame:
+    """The real sweep's frame, with stand-in measurements (±1%) at ``measured_at``."""
+    frame = sweep([load_config(name) for name in models], contexts, batch).to_frame()
+    sign = frame["context"].rank(method="dense").map(lambda r: 1 if int(r) % 2 == 0 else -1)
+    hit = frame["context"].isin(measured_at)
+    frame["measured:flops"] = (frame["flops:total"] * (1 + 0.01 * sign)).where(hit, math.nan)
+    frame["measured:peak"] = (frame["mem:peak"] * (1 - 0.01 * sign)).where(hit, math.nan)
+    return frame
+
+
+@pytest.fixture(scope="module")
+def frame():
+    return sweep_frame()
+
+
+@pytest.fixture(scope="module")
+def wide():
+    """Three models whose crossover S* (8-11k) lies inside the sweep; nothing measured."""
+    return sweep_frame(models=("gpt2-small", "gpt2-medium", "gpt2-large"), contexts=(1024, 4096, 16384), measured_at=())
+
+
+def check_files(paths, stem):
+    assert [p.name for p in paths] == [f"{stem.name}.png", f"{stem.name}.svg"]
+    png, svg = paths
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert b"<svg" in svg.read_bytes()[:2000]
+    assert png.stat().st_size > 20_000 and svg.stat().st_size > 20_000
+    leftovers = [p.name for p in stem.parent.iterdir() if p.name.startswith(".") or p.suffix == ".tmp"]
+    assert leftovers == []
+
+
+def legend_texts(legend):
+    return [t.get_text() for t in legend.get_texts()]
+
+
+def test_flops_shares(frame, tmp_path):
+    paths, fig = plots.plot_flops_shares(frame, tmp_path / "shares", return_fig=True)
+    check_files(paths, tmp_path / "shares")
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title().split(" (")[0] for ax in panels] == list(MODELS)  # ordered by params
+    for ax in panels:
+        assert len(ax.collections) == len(plots.GROUPS)  # one stacked area per group
+        colors = [to_hex(c.get_facecolor()[0]) for c in ax.collections]
+        assert colors == [plots.PALETTE[g].lower() for g in plots.GROUPS]
+        assert ax.get_ylim() == (0, 100)
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["256", "512", "1k", "2k", "4k"]
+    assert len(fig.legends) == 1 and legend_texts(fig.legends[0]) == list(plots.GROUPS)
+    assert fig._suptitle.get_text().startswith("Where the forward FLOPs go")
+    assert panels[0].get_ylabel() and panels[0].get_xlabel() == "context length (tokens)"
+
+
+def test_flops_shares_wraps_into_a_grid(wide, tmp_path):
+    _, fig = plots.plot_flops_shares(wide, tmp_path / "grid", ncols=2, return_fig=True)
+    assert len(fig.axes) == 4 and sum(ax.get_visible() for ax in fig.axes) == 3
+
+
+def test_crossover_is_analytic():
+    # GPT-2 shapes: linear = L·32·S·d² + 2·S·d·V, quadratic = L·4·S²·d, so S* = 8·d + V/(2·L)
+    small = sweep_frame(models=("gpt2-small",), contexts=(256, 4096), measured_at=())
+    assert plots.crossover_context(small, "gpt2-small") == pytest.approx(8 * 768 + 50257 / 24, rel=1e-12)
+
+
+def test_flops_vs_context(frame, tmp_path):
+    paths, fig = plots.plot_flops_vs_context(frame, tmp_path / "fvc", return_fig=True)
+    check_files(paths, tmp_path / "fvc")
+    (ax,) = fig.axes
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    assert len(ax.lines) == 4 * len(MODELS)  # total, linear, quadratic, crossover marker
+    styles = [line.get_linestyle() for line in ax.lines[:4]]
+    assert styles == ["-", "--", ":", "None"]
+    notes = [t.get_text() for t in ax.texts]
+    stars = [plots.crossover_context(frame, m) for m in MODELS]
+    assert notes == [f"S* ≈ {s:,.0f}" for s in stars]
+    marker = ax.lines[3]
+    assert marker.get_xdata()[0] == pytest.approx(stars[0])
+    labels = legend_texts(ax.get_legend())
+    assert labels[: len(MODELS)] == [f"{m}: S* = {s:,.0f} (outside sweep)" for m, s in zip(MODELS, stars)]
+    assert ax.get_xlim()[1] > max(stars)  # x range widened to show S* beyond 4k
+    assert any("outside the sweep" in t for t in labels)
+    assert all(label.get_text() for label in ax.get_yticklabels() if 1e9 <= label.get_position()[1] <= 1e14)
+    assert ax.yaxis.get_offset_text().get_text() == ""
+
+
+def test_flops_vs_context_crossover_inside_sweep(wide, tmp_path):
+    _, fig = plots.plot_flops_vs_context(wide, tmp_path / "in", return_fig=True)
+    (ax,) = fig.axes
+    assert legend_texts(ax.get_legend())[0] == "gpt2-small: S* = 8,238"
+    assert len(ax.lines) == 4 * 3
+    assert not any("outside" in t for t in legend_texts(ax.get_legend()))
+    assert ax.get_xlim()[1] < 16384 * 1.3
+
+
+def test_max_fitting_context():
+    rows = pd.DataFrame({"context": [1, 2, 4, 8], "mem:peak": [1e9, 2e9, 4e9, 8e9]})
+    assert plots.max_fitting_context(rows, 3e9) == (2, pytest.approx(3.0))  # peak ∝ S: exact on log-log
+    assert plots.max_fitting_context(rows, 4e9) == (4, pytest.approx(4.0))
+    assert plots.max_fitting_context(rows, 100e9) == (8, None)
+    assert plots.max_fitting_context(rows, 0.5e9) == (None, None)
+
+
+def test_memory_vs_context(frame, tmp_path):
+    paths, fig = plots.plot_memory_vs_context(frame, tmp_path / "mem", model="gpt2-medium", budget_bytes=40 * 10**9,
+                                              budget_label="40 GB", return_fig=True)
+    check_files(paths, tmp_path / "mem")
+    (ax,) = fig.axes
+    labels = legend_texts(ax.get_legend())
+    assert labels[:6] == [*plots.MEMORY, "peak of the step", "budget 40 GB"]
+    assert len(labels) == 7 and "log-log interpolation" in labels[6]
+    budget = [line for line in ax.lines if line.get_label() == "budget 40 GB"][0]
+    assert budget.get_ydata()[0] == 40
+    peak = [line for line in ax.lines if line.get_label() == "peak of the step"][0]
+    medium = frame[frame["model"] == "gpt2-medium"]
+    assert list(peak.get_ydata()) == pytest.approx(list(medium["mem:peak"] / 1e9))
+    largest, crossing = plots.max_fitting_context(medium, 40e9)
+    assert largest == 2048 and 2048 < crossing < 4096
+    star = [line for line in ax.lines if line.get_marker() == "*"][0]
+    assert star.get_xdata()[0] == pytest.approx(crossing) and star.get_ydata()[0] == 40
+    assert "largest swept context within 40 GB: 2k" in ax.get_title()
+    assert ax.get_ylabel() == "memory (GB = 10⁹ bytes)"
+
+
+def test_memory_marks_the_exact_largest_context(tmp_path):
+    # the sweep computed mem:max_context for its budget: the star sits there, not interpolated
+    budget = 40 * 10**9
+    medium = sweep([load_config("gpt2-medium")], CONTEXTS, budget=budget).to_frame()
+    exact = int(medium["mem:max_context"].iloc[0])
+    assert 2048 < exact < 4096
+    _, fig = plots.plot_memory_vs_context(medium, tmp_path / "m", model="gpt2-medium", budget_bytes=budget,
+                                          budget_label="40 GB", return_fig=True)
+    (ax,) = fig.axes
+    star = [line for line in ax.lines if line.get_marker() == "*"][0]
+    assert star.get_xdata()[0] == exact
+    assert f"largest context that fits: {exact:,} tokens" in legend_texts(ax.get_legend())[6]
+
+
+def test_memory_budget_label_and_errors(wide, tmp_path):
+    _, fig = plots.plot_memory_vs_context(wide, tmp_path / "m", model="gpt2-small", budget_bytes=2**30,
+                                          budget_label="1 GiB", return_fig=True)
+    (ax,) = fig.axes
+    assert "budget 1 GiB = 1.074 GB" in legend_texts(ax.get_legend())
+    assert "no swept context fits in 1 GiB" in ax.get_title()
+    assert not any(line.get_marker() == "*" for line in ax.lines)
+    with pytest.raises(ValueError, match="gpt2-xl"):
+        plots.plot_memory_vs_context(wide, tmp_path / "x", model="gpt2-xl")
+
+
+def test_predicted_vs_measured(frame, tmp_path):
+    paths, fig = plots.plot_predicted_vs_measured(frame, tmp_path / "pvm", return_fig=True)
+    check_files(paths, tmp_path / "pvm")
+    assert len(fig.axes) == 2
+    for ax, col in zip(fig.axes, ("measured:flops", "measured:peak")):
+        assert len(ax.lines) == 2 * len(MODELS)  # analytic line + measured markers per model
+        markers = ax.lines[1]
+        assert list(markers.get_xdata()) == list(MEASURED_AT)
+        assert len(legend_texts(ax.get_legend())) == len(MODELS)
+        assert "max |Δ| 1.00%" in legend_texts(ax.get_legend())[0]
+    assert "no measurements" not in fig._suptitle.get_text()
+
+
+def test_predicted_vs_measured_without_measurements(wide, tmp_path):
+    bare = wide.drop(columns=["measured:peak"]).astype({"measured:flops": object})
+    bare["measured:flops"] = None  # a missing column, None or NaN all count as not measured
+    _, fig = plots.plot_predicted_vs_measured(bare, tmp_path / "none", return_fig=True)
+    assert "no measurements" in fig._suptitle.get_text()
+    for ax in fig.axes:
+        assert sum(len(line.get_xdata()) > 0 for line in ax.lines) == 3  # the curves are still drawn
+        assert all("not measured" in t for t in legend_texts(ax.get_legend()))
+
+
+def test_model_comparison(frame, tmp_path):
+    paths, fig = plots.plot_model_comparison(frame, tmp_path / "cmp", context=1024, return_fig=True)
+    check_files(paths, tmp_path / "cmp")
+    (ax,) = fig.axes
+    assert len(ax.patches) == len(MODELS) * len(plots.GROUPS)
+    ticks = sorted(ax.get_yticklabels(), key=lambda t: -t.get_position()[1])  # top first
+    assert [t.get_text().split("\n")[0] for t in ticks] == list(MODELS)
+    row = frame[(frame["model"] == "gpt2-small") & (frame["context"] == 1024)].iloc[0]
+    ffn = f"{100 * row['share:ffn']:.1f}%"
+    assert ffn in [t.get_text() for t in ax.texts]
+    assert ax.get_xlim() == (0, 100)
+    bar_colors = {to_hex(p.get_facecolor()) for p in ax.patches}
+    assert bar_colors == {plots.PALETTE[g].lower() for g in plots.GROUPS}
+    assert legend_texts(fig.legends[0]) == list(plots.GROUPS)
+    with pytest.raises(ValueError, match="context 1000 not in the sweep"):
+        plots.plot_model_comparison(frame, tmp_path / "bad", context=1000)
+
+
+def test_plot_all(tmp_path):
+    tiny = sweep_frame(models=("gpt2-small",), contexts=(512, 2048), measured_at=(512,))
+    paths = plots.plot_all(tiny, tmp_path / "out")  # context 1024 is not swept: the nearest one is used
+    stems = ["flops_shares", "flops_vs_context", "memory_vs_context_gpt2-small", "model_comparison",
+             "predicted_vs_measured"]
+    expected = sorted(f"{stem}.{ext}" for stem in stems for ext in ("png", "svg"))
+    assert sorted(p.name for p in paths) == expected
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == expected  # and no temp files
+    assert all(p.stat().st_size > 20_000 for p in paths)
+
+
+@pytest.mark.skipif(PYPLOT_BEFORE, reason="another module imported pyplot before these tests")
+def test_pyplot_never_imported(frame, tmp_path):
+    plots.plot_model_comparison(frame, tmp_path / "cmp")  # figures render headless, no GUI backend
+    assert "matplotlib.pyplot" not in sys.modules
+
+
+def test_failed_write_leaves_old_file_and_no_temp(frame, tmp_path, monkeypatch):
+    stem = tmp_path / "cmp"
+    (tmp_path / "cmp.png").write_bytes(b"old")
+
+    def broken(self, target, **kwargs):
+        with open(target, "wb") as fh:
+            fh.write(b"partial")
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(Figure, "savefig", broken)
+    with pytest.raises(RuntimeError, match="disk full"):
+        plots.plot_model_comparison(frame, stem)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cmp.png"]
+    assert (tmp_path / "cmp.png").read_bytes() == b"old"
+
+
+def test_missing_columns_are_named(frame, tmp_path):
+    with pytest.raises(ValueError, match="share:ffn"):
+        plots.plot_flops_shares(frame.drop(columns=["share:ffn"]), tmp_path / "x")
