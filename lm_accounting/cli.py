@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 
 import click
 
-from .config import AccountingError, ModelConfig, apply_overrides, load_config, parse_override, preset_names
+from .config import MAX_SIZE, AccountingError, ModelConfig, apply_overrides, load_config, parse_override, preset_names
 from .report.tables import Table, render_csv, render_markdown, render_records_csv, render_text
 
 FORMATS = ("table", "markdown", "csv", "json")
@@ -43,6 +43,8 @@ class PositiveInt(click.ParamType):
             self.fail(f"must be a positive integer, got {value!r}", param, ctx)
         if number < 1:
             self.fail(f"must be a positive integer, got {number}", param, ctx)
+        if number > MAX_SIZE:
+            self.fail(f"{number:.3e} is beyond the supported 10^18", param, ctx)
         return number
 
 
@@ -81,6 +83,8 @@ def model_options(func: Callable[..., Any]) -> Callable[..., Any]:
             value = kw.pop(flag)
             if value is not None:
                 changes[field] = value
+        if changes and "name" not in changes:
+            changes["name"] = f"{cfg.name} (modified: {', '.join(f'{k}={v}' for k, v in changes.items())})"
         cfg = apply_overrides(cfg, changes)
         preset_context = cfg.context_length
         if context is not None:
@@ -170,7 +174,7 @@ def crosscheck_cmd(cfg: ModelConfig, preset_context: int, batch: int, fmt: str, 
         check_device_fits(device, counting_run_bytes(cfg, cfg.context_length, batch, backward), "this cross-check")
     cc = crosscheck(cfg, cfg.context_length, batch, device=device, backward=backward)
     header, tables, footer = crosscheck_tables(cc)
-    emit(fmt, cc.to_dict(), tables, header, footer)
+    emit(fmt, cc.to_dict(), tables, header, footer, records=cc.records())
     return 1 if cc.mismatches() else 0
 
 
@@ -187,7 +191,7 @@ def memory_cmd(cfg: ModelConfig, preset_context: int, batch: int, fmt: str, dtyp
                budget: str, measure: str) -> None:
     """Training memory: model states, activations, peak per phase (predicted vs measured), capacity."""
     from .analytic.memory_report import memory_account
-    from .report.memory_view import memory_tables
+    from .report.memory_view import memory_records, memory_tables
     from .units import parse_size
 
     m = memory_account(cfg, cfg.context_length, batch, dtype, optimizer, parse_size(budget))
@@ -203,7 +207,7 @@ def memory_cmd(cfg: ModelConfig, preset_context: int, batch: int, fmt: str, dtyp
     if measured:
         data["measured"] = {"device": measure, "baseline": measured["baseline"],
                             **{k: {"peak": v.peak, "end": v.end} for k, v in measured.items() if k != "baseline"}}
-    emit(fmt, data, tables, header, footer)
+    emit(fmt, data, tables, header, footer, records=memory_records(m, measured))
 
 
 @cli.command("train-time")
@@ -226,7 +230,9 @@ def train_time_cmd(cfg: ModelConfig, preset_context: int, batch: int, fmt: str, 
     else:
         peak, label = gpu_peak_flops(gpu, gpu_dtype), f"{gpu} {gpu_dtype}"
     data, header, tables, footer = training_report(cfg, cfg.context_length, batch, steps, peak, mfu, method, label)
-    emit(fmt, data, tables, header, footer)
+    records = [{"section": "training_time", "key": k, **v} for k, v in data["methods"].items()]
+    records += [{"section": "adamw_step_flops", "key": k, "flops_per_step": v} for k, v in data["adamw_step_flops"].items()]
+    emit(fmt, data, tables, header, footer, records=records)
 
 
 @cli.command("sweep")

@@ -14,12 +14,16 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping
 
 PRESET_DIR = Path(__file__).parent / "presets"
+MAX_SIZE = 10**18
+"""Largest accepted dimension, context, batch or step count: far beyond any real model, and small
+enough that every derived figure (up to ~10^90) still converts to a float for printing."""
 
 
 class AccountingError(ValueError):
@@ -55,14 +59,14 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         for key in ("vocab_size", "context_length", "num_layers", "d_model", "num_heads", "d_ff"):
-            _check_positive_int(key, getattr(self, key))
+            check_positive_int(key, getattr(self, key), ConfigError)
         for key in ("num_kv_heads", "head_dim"):
             if getattr(self, key) is not None:
-                _check_positive_int(key, getattr(self, key))
+                check_positive_int(key, getattr(self, key), ConfigError)
         for key in ("rope_theta", "norm_eps"):
             value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ConfigError(f"{key} must be a positive number, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+                raise ConfigError(f"{key} must be a positive finite number, got {value!r}")
         for key in ("tie_embeddings", "qk_norm"):
             if not isinstance(getattr(self, key), bool):
                 raise ConfigError(f"{key} must be true or false, got {getattr(self, key)!r}")
@@ -126,11 +130,15 @@ FIELD_TYPES: dict[str, type] = {
 """Type of each ``ModelConfig`` field as written in TOML or ``--set`` (one entry per field)."""
 
 
-def _check_positive_int(key: str, value: Any) -> None:
+def check_positive_int(name: str, value: Any, error: type[AccountingError] = AccountingError,
+                       limit: int | None = MAX_SIZE) -> None:
+    """The one check for every count the user gives: an int, >= 1 and (by default) <= 10^18."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{key} must be an integer, got {value!r}")
+        raise error(f"{name} must be an integer, got {value!r}")
     if value <= 0:
-        raise ConfigError(f"{key} must be positive, got {value}")
+        raise error(f"{name} must be positive, got {value}")
+    if limit is not None and value > limit:
+        raise error(f"{name} = {value:.3e} is beyond the supported 10^18")
 
 
 # -- building configs from TOML and overrides --------------------------------
@@ -166,6 +174,10 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: no such file") from None
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{path}: malformed TOML: {err}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a UTF-8 text file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, not a TOML file") from None
     except OSError as err:
         raise ConfigError(f"{path}: cannot read: {err.strerror}") from None
 
@@ -177,7 +189,7 @@ def preset_names() -> list[str]:
 def load_config(name_or_path: str) -> ModelConfig:
     """A preset by name (``gpt2-xl``) or a user's TOML file (any path ending in ``.toml``)."""
     path = Path(name_or_path)
-    if name_or_path.endswith(".toml") or path.is_file():
+    if name_or_path.endswith(".toml") or path.is_file() or path.is_dir():
         data = read_toml(path)
         data.setdefault("name", path.stem)
         return config_from_mapping(data, str(path))

@@ -52,21 +52,31 @@ def gib(n_bytes: int) -> float:
     return n_bytes / 2**30
 
 
+BYTE_UNITS = ((10**6, "MB", 2**20, "MiB"), (10**9, "GB", 2**30, "GiB"), (10**12, "TB", 2**40, "TiB"),
+              (10**15, "PB", 2**50, "PiB"))
+
+
 def fmt_bytes(n_bytes: int) -> str:
-    """'8.508 GB (7.924 GiB)': both units, always labelled."""
+    """'8.508 GB (7.924 GiB)': a decimal and a binary unit, both labelled."""
     if n_bytes < 10**6:
         return f"{n_bytes:,} B"
-    if n_bytes < 10**9:
-        return f"{n_bytes / 10**6:,.3f} MB ({n_bytes / 2**20:,.3f} MiB)"
-    return f"{gb(n_bytes):,.3f} GB ({gib(n_bytes):,.3f} GiB)"
+    if n_bytes >= 10**18:
+        return f"{fmt_sci(n_bytes)} B"
+    scale, unit, bscale, bunit = next(u for u in reversed(BYTE_UNITS) if n_bytes >= u[0])
+    return f"{n_bytes / scale:,.3f} {unit} ({n_bytes / bscale:,.3f} {bunit})"
 
 
-def fmt_int(n: int | None) -> str:
-    return "-" if n is None else f"{n:,}"
-
-
-def fmt_sci(n: float) -> str:
-    return f"{n:.4g}" if abs(n) < 1e5 else f"{n:.4e}"
+def fmt_sci(n: int) -> str:
+    """An exact int in scientific notation, rounded half up without a float: '1.4952e+14'."""
+    value, exponent = abs(n), len(str(abs(n))) - 1
+    if exponent >= 4:
+        q, r = divmod(value, 10 ** (exponent - 4))
+        q += 2 * r >= 10 ** (exponent - 4)
+    else:
+        q = value * 10 ** (4 - exponent)
+    if q == 10**5:  # 9.99995 rounds up to 10.0000
+        q, exponent = 10**4, exponent + 1
+    return f"{'-' if n < 0 else ''}{q // 10**4}.{q % 10**4:04d}e+{exponent:02d}"
 
 
 def fmt_share(x: float) -> str:

@@ -169,3 +169,49 @@ def test_help_is_useful(run_cli):
     assert r.code == 0 and "presets" in r.out and "gpt2-xl --context 16384" in r.out
     r = run_cli("account", "--help")
     assert "--context" in r.out and "--set" in r.out and "--format" in r.out
+
+
+def test_binary_and_directory_paths(run_cli, tmp_path):
+    binary = tmp_path / "b.toml"
+    binary.write_bytes(b"\xff\xfe\x00")
+    r = run_cli(binary)
+    assert r.code == 2 and "not a UTF-8 text file" in r.err
+    r = run_cli(tmp_path)
+    assert r.code == 2 and "is a directory" in r.err
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["gpt2-xl", "--context", str(10**160)], "beyond the supported 10^18"),
+    (["gpt2-xl", "--set", f"d_model={10**19}"], "beyond the supported 10^18"),
+    (["train-time", "gpt2-xl", "--steps", str(10**300)], "beyond the supported 10^18"),
+    (["gpt2-xl", "--set", "rope_theta=inf"], "positive finite number"),
+    (["gpt2-xl", "--set", "norm_eps=nan"], "positive finite number"),
+    (["train-time", "gpt2-xl", "--peak-flops", "1e-300"], "finite number >= 1"),
+    (["train-time", "gpt2-xl", "--peak-flops", "inf"], "finite number >= 1"),
+    (["train-time", "gpt2-xl", "--mfu", "nan"], "mfu must be in (0, 1]"),
+    (["train-time", "gpt2-xl", "--gpu", "h100"], "unknown GPU 'h100'"),
+    (["sweep", "gpt2-small", "gpt2-small", "--contexts", "256"], "two models are named 'gpt2-small'"),
+    (["sweep", "gpt2-small", "--contexts", "1:100000000:+1"], "more than 10,000 contexts"),
+])
+def test_absurd_input_is_refused_on_one_line(run_cli, tmp_path, args, needle):
+    r = run_cli(*args, *(["--out", tmp_path] if args[0] == "sweep" else []))
+    assert r.code == 2 and needle in r.err and len(r.err.strip().splitlines()) == 1
+
+
+def test_unwritable_output_directory(run_cli, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    r = run_cli("sweep", "gpt2-small", "--contexts", "256", "--no-plots", "--out", blocker / "sub")
+    assert r.code == 2 and "cannot write" in r.err and str(blocker) in r.err
+
+
+def test_largest_supported_context_stays_exact(run_cli):
+    data = json.loads(run_cli("gpt2-xl", "--context", 10**18, "--format", "json").out)
+    S, d, L, V = 10**18, 1600, 48, 50257
+    per_layer = 8 * S * d * d + 4 * S * S * d + 6 * S * d * 6400
+    assert data["forward_flops"]["total"] == L * per_layer + 2 * S * d * V
+
+
+def test_overridden_config_is_labelled(run_cli):
+    r = run_cli("gpt2-xl", "--layers", 126)
+    assert r.out.startswith("gpt2-xl (modified: num_layers=126):")

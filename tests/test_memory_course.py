@@ -6,16 +6,14 @@ by calling the function under test.
 
 import pytest
 
-from lm_accounting.analytic.memory import (
-    adamw_step_temporary_bytes,
+from lm_accounting.analytic.course import (
     course_activation_breakdown,
     course_linear_in_batch,
     course_peak,
     korthikanti_activation_bytes,
     max_batch,
-    model_state_breakdown,
-    parameter_tensor_sizes,
 )
+from lm_accounting.analytic.memory import adamw_step_temporary_bytes, model_state_breakdown, parameter_tensor_sizes
 from lm_accounting.config import AccountingError, ModelConfig, load_config
 
 GB80 = 80 * 10**9

@@ -1,4 +1,4 @@
-"""Reference figures from the seeds and public configs, asserted exactly.
+"""Reference figures from the CS336 handout, a published solution, and public configs, asserted exactly.
 
 Every expected number here is either quoted from a source (named in the comment) or
 computed by a hand formula written out in the test, independently of lm_accounting's
@@ -10,20 +10,20 @@ from lm_accounting.analytic.flops import forward_flops
 
 
 def test_gpt2_xl_parameters_match_handout():
-    # CS336 A1 transformer_accounting (a), seed 002: ~2.13B parameters, 8.51 GB in fp32.
+    # CS336 A1 transformer_accounting (a), published solution: ~2.13B parameters, 8.51 GB in fp32.
     n = parameter_breakdown(load_config("gpt2-xl")).total
     assert n == 2_127_057_600
     assert round(4 * n / 1e9, 2) == 8.51
 
 
 def test_gpt2_xl_forward_flops_match_seed_at_1024():
-    # seed 002 (b): per layer 90.5969664e9, 48 layers 4.3486543872e12, LM head 1.646821376e11.
+    # published solution (b): per layer 90.5969664e9, 48 layers 4.3486543872e12, LM head 1.646821376e11.
     fwd = forward_flops(load_config("gpt2-xl"), seq=1024)
     assert fwd.per_layer_total == 90_596_966_400
     assert fwd.per_layer_total * 48 == 4_348_654_387_200
     assert fwd["lm_head"].total == 164_682_137_600
     assert fwd.total == 4_513_336_524_800
-    # seed 002 (c): FFN ~62.9B per layer, projections ~21.0B, attention matmuls ~6.7B.
+    # published solution (c): FFN ~62.9B per layer, projections ~21.0B, attention matmuls ~6.7B.
     per_layer = {g: v // 48 for g, v in fwd.groups().items() if g != "lm head"}
     assert round(per_layer["ffn"] / 1e9, 1) == 62.9
     assert round(per_layer["attention projections"] / 1e9, 1) == 21.0
@@ -31,7 +31,7 @@ def test_gpt2_xl_forward_flops_match_seed_at_1024():
 
 
 def test_gpt2_xl_at_16k_context():
-    # seed 002 (e): ~1.495e14 FLOPs (33.1x), attention matmuls ~55%.
+    # published solution (e): ~1.495e14 FLOPs (33.1x), attention matmuls ~55%.
     acc = account(load_config("gpt2-xl"), seq=16384)
     assert acc.forward.total == 149_522_795_724_800
     assert round(acc.forward.total / 4_513_336_524_800, 1) == 33.1
@@ -54,7 +54,7 @@ def test_gpt2_family_parameters_closed_form():
 
 
 def test_llama3_8b_public_parameter_count():
-    # Public figure for Meta-Llama-3-8B (DESIGN.md section 1).
+    # Public figure for Meta-Llama-3-8B (its model card: 8.03B; the safetensors total 8,030,261,248).
     assert parameter_breakdown(load_config("llama-3-8b")).total == 8_030_261_248
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..breakdown import Breakdown, Item
-from ..config import AccountingError, ModelConfig
+from ..config import ModelConfig, check_positive_int
 from .params import matmul_params, parameter_breakdown
 
 
@@ -66,9 +66,8 @@ def lm_head_flops(cfg: ModelConfig, tokens: int) -> int:
 
 
 def check_batch_seq(batch: int, seq: int) -> None:
-    for name, value in (("batch", batch), ("context", seq)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise AccountingError(f"{name} must be a positive integer, got {value!r}")
+    check_positive_int("batch", batch)
+    check_positive_int("context", seq)
 
 
 def forward_flops(cfg: ModelConfig, seq: int, batch: int = 1) -> Breakdown:

@@ -9,16 +9,8 @@ from ..breakdown import Breakdown
 from ..config import ModelConfig
 from .activations import saved_activation_breakdown
 from .capacity import LinearPeak, max_batch_that_fits, max_context_that_fits, peak_linear_in_batch
-from .memory import (
-    CoursePeak,
-    adamw_step_temporary_bytes,
-    course_linear_in_batch,
-    course_peak,
-    kv_cache_bytes,
-    korthikanti_activation_bytes,
-    max_batch,
-    model_state_breakdown,
-)
+from .course import CoursePeak, course_linear_in_batch, course_peak, korthikanti_activation_bytes, max_batch
+from .memory import adamw_step_temporary_bytes, kv_cache_bytes, model_state_breakdown
 from .replay import StepPrediction, predict_training_step
 
 

@@ -1,6 +1,6 @@
 """Trainable parameter counts, one function per component.
 
-Source: the CS336 assignment-1 architecture (DESIGN.md section 1): bias-free
+Source: the CS336 (Stanford, spring 2025) assignment-1 architecture, handout section 3: bias-free
 ``Linear`` weights of shape (out, in), an RMSNorm gain per normalised vector,
 no position table (RoPE has no parameters).  GQA (Ainslie et al. 2023) shrinks
 K/V to ``kv_heads * d_head`` outputs; Qwen3's qk-norm adds one ``d_head`` gain each

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from typing import Callable
+
 from ..config import ModelConfig
 from ..units import DTYPE_BYTES
 from .activations import Sizes
 from .flops import check_batch_seq
+from .params import parameter_breakdown
 
 
 class _Replay:
@@ -33,6 +36,18 @@ class _Replay:
             self.live += delta
             if self.live > self.peak:
                 self.peak = self.live
+
+
+def _repeat(r: _Replay, times: int, body: Callable[[_Replay], None]) -> None:
+    """Replay ``body`` (one layer) ``times`` times in O(1): identical layers move the live bytes
+    by the same amount each time, so the highest point is in the first or the last run."""
+    if times <= 0:
+        return
+    probe = _Replay(0)
+    body(probe)
+    step, high = probe.live, probe.peak  # net change; highest point above the run's start
+    r.peak = max(r.peak, r.live + high, r.live + (times - 1) * step + high)
+    r.live += times * step
 
 
 def _norm_forward(r: _Replay, z: Sizes, rows: int, width: int) -> None:
@@ -121,14 +136,14 @@ def _layer_forward(r: _Replay, z: Sizes) -> None:
 def _layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool) -> None:
     c, T, Td, Tq, Tkv, Tf = z.cfg, z.T, z.act(z.cfg.d_model), z.act(z.cfg.q_dim), z.act(z.cfg.kv_dim), z.act(z.cfg.d_ff)
     Sc, Sr = z.scores, z.score_rows
-    r(+p["w2"], +Tf, -Tf)  # w2: dW, d(gate); gate product released
+    r(+p["ffn.w2"], +Tf, -Tf)  # w2: dW, d(gate); gate product released
     r(+Tf, +Tf, -Tf, -Tf, -Tf)  # gate: d silu, d(w3 out)
-    r(+p["w3"], +Td, -Tf)  # w3: dW, dx
+    r(+p["ffn.w3"], +Td, -Tf)  # w3: dW, dx
     r(+Tf, +Tf, -Tf, -Tf)  # silu = a·σ(a)
     r(+Tf, -Tf, -Tf, +Tf, -Tf, -Tf)  # sigmoid backward; sum of the two paths
-    r(+p["w1"], +Td, -Tf, -Td, +Td, -Td, -Td)  # w1: dW, dx; ln2 output released; dx summed
+    r(+p["ffn.w1"], +Td, -Tf, -Td, +Td, -Td, -Td)  # w1: dW, dx; ln2 output released; dx summed
     _norm_backward(r, z, T, c.d_model, residual=True)  # ln2
-    r(+p["o"], +Tq, -Tq, +Tq, -Tq)  # output_proj: dW, d(heads); contiguous copy
+    r(+p["attn.output_proj"], +Tq, -Tq, +Tq, -Tq)  # output_proj: dW, d(heads); contiguous copy
     r(+Tkv, +Sc, -Tq, -Tkv, -Sc)  # AV: dV, d(probs); V and probs released
     r(+Sc, +Sc, +Sc, +Sc, -Sc, -Sc, -Sc)  # divide backward
     r(+Sc, +Sr, -Sc, -Sc, -Sr, +Sc, -Sc, -Sr)  # Σ backward; paths summed
@@ -143,9 +158,9 @@ def _layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool) -> None
     if c.qk_norm:
         _norm_backward(r, z, T * c.kv_heads, c.d_head, residual=False)
         _norm_backward(r, z, T * c.num_heads, c.d_head, residual=False)
-    r(+Tkv, -Tkv, +p["kv"], +Td, -Tkv)  # v_proj (contiguous grad)
-    r(+Tkv, -Tkv, +p["kv"], +Td, -Tkv, +Td, -Td, -Td)  # k_proj; sum into d(ln1 output)
-    r(+Tq, -Tq, +p["q"], +Td, -Tq, -Td, +Td, -Td, -Td)  # q_proj; ln1 output released
+    r(+Tkv, -Tkv, +p["attn.v_proj"], +Td, -Tkv)  # v_proj (contiguous grad)
+    r(+Tkv, -Tkv, +p["attn.k_proj"], +Td, -Tkv, +Td, -Td, -Td)  # k_proj; sum into d(ln1 output)
+    r(+Tq, -Tq, +p["attn.q_proj"], +Td, -Tq, -Td, +Td, -Td, -Td)  # q_proj; ln1 output released
     _norm_backward(r, z, T, c.d_model, residual=True)  # ln1
 
 
@@ -175,23 +190,22 @@ class StepPrediction:
 def predict_training_step(cfg: ModelConfig, seq: int, batch: int = 1, dtype: str = "fp32",
                           optimizer: str = "for-loop") -> StepPrediction:
     """Replay one training step of the live model (see the module docstring)."""
-    from .memory import adamw_step_temporary_bytes, parameter_tensor_sizes
+    from .memory import adamw_step_temporary_bytes
 
     check_batch_seq(batch, seq)
     z = Sizes(cfg, batch, seq, DTYPE_BYTES[dtype])
     c, e, T = cfg, z.e, z.T
-    params = sum(parameter_tensor_sizes(cfg)) * e
+    pb = parameter_breakdown(cfg)
+    params = pb.total * e
+    p = {it.key.removeprefix("layers.*."): it.per_layer * e for it in pb if it.per_layer is not None}  # gradients
     rope_buffers = 2 * c.context_length * (c.d_head // 2) * 4  # fp32 cos and sin tables
     baseline = 3 * params + rope_buffers + 2 * 8 * T  # params, exp_avg, exp_avg_sq; int64 token ids
-    p = {"q": c.d_model * c.q_dim * e, "kv": c.d_model * c.kv_dim * e, "o": c.q_dim * c.d_model * e,
-         "w1": c.d_model * c.d_ff * e, "w2": c.d_model * c.d_ff * e, "w3": c.d_model * c.d_ff * e}
-    Td, TV, Tr, emb = z.act(c.d_model), z.act(c.vocab_size), z.act(1), c.vocab_size * c.d_model * e
+    Td, TV, Tr, emb = z.act(c.d_model), z.act(c.vocab_size), z.act(1), pb["token_embeddings"].total * e
 
     r = _Replay(baseline)
     r(+8 * seq, +seq * seq, +seq * seq, -seq * seq)  # positions; ones(S, S).tril() (the mask)
     r(+Td)  # embedding lookup
-    for _ in range(c.num_layers):
-        _layer_forward(r, z)
+    _repeat(r, c.num_layers, lambda q: _layer_forward(q, z))
     _norm_forward(r, z, T, c.d_model)  # ln_final
     r(+TV, -8 * seq)  # logits; positions die
     if e != 4:
@@ -206,8 +220,8 @@ def predict_training_step(cfg: ModelConfig, seq: int, batch: int = 1, dtype: str
     r(+Tr, -Tr, -Tr, +TV, -Tr, -TV, +TV, -TV, -TV)  # log and exp backward; paths summed
     r(+emb, +Td, -TV, -Td)  # lm_head: dW, dx; ln_final output released
     _norm_backward(r, z, T, c.d_model, residual=False)  # ln_final
-    for layer in reversed(range(c.num_layers)):
-        _layer_backward(r, z, p, last=layer == 0)
+    _repeat(r, c.num_layers - 1, lambda q: _layer_backward(q, z, p, last=False))  # layers L-1 .. 1
+    _layer_backward(r, z, p, last=True)  # layer 0 also releases the shared mask
     r(+emb, +emb, -emb, -Td)  # embedding backward: zeros, index_put
     if c.tie_embeddings:
         r(+emb, -emb, -emb)  # accumulated onto the LM head's gradient

@@ -16,9 +16,11 @@ Conventions:
 
 from __future__ import annotations
 
+import difflib
+import math
 from dataclasses import dataclass
 
-from ..config import AccountingError, ModelConfig
+from ..config import AccountingError, ModelConfig, check_positive_int
 from .flops import check_batch_seq, training_flops
 
 # -- peak dense throughput, FLOP/s --------------------------------------------
@@ -61,10 +63,17 @@ GPUS: dict[str, dict[str, int]] = {
 """gpu -> compute dtype -> peak dense FLOP/s (exact int)."""
 
 
+GPU_ALIASES = {"h100": "h100-sxm", "4090": "rtx-4090"}
+"""Common short names (case does not matter)."""
+
+
 def gpu_peak_flops(gpu: str, dtype: str) -> int:
     """Peak dense FLOP/s of ``gpu`` for matmuls in ``dtype`` (see ``GPUS``)."""
+    gpu = GPU_ALIASES.get(gpu.lower(), gpu.lower())
     if gpu not in GPUS:
-        raise AccountingError(f"unknown GPU '{gpu}' (valid: {', '.join(GPUS)})")
+        close = difflib.get_close_matches(gpu, GPUS, n=1, cutoff=0.5)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise AccountingError(f"unknown GPU '{gpu}'{hint} (valid: {', '.join(GPUS)})")
     if dtype not in GPUS[gpu]:
         raise AccountingError(f"GPU '{gpu}' has no '{dtype}' figure (valid: {', '.join(GPUS[gpu])})")
     return GPUS[gpu][dtype]
@@ -108,7 +117,8 @@ ADAMW_FLOPS_ALTERNATIVES: tuple[AdamWFlopsConvention, ...] = (
         "update 4 (sqrt, +ε, divide, fma), decay 1"),
     AdamWFlopsConvention(
         "no-weight-decay", 12,
-        "the default count without the 2 FLOPs of θ -= α·λ·θ (plain Adam)"),
+        "plain Adam: the handout's count 3 + 4 + 5 without its decay term θ -= α·λ·θ (2); "
+        "by torch's ops the decay is one multiply, which would give 13"),
     AdamWFlopsConvention(
         "torch-ops", ADAMW_FLOPS_PER_PARAM,
         "default: torch's ops one by one, = the handout's algorithm (3 + 4 + 5 + 2)"),
@@ -125,9 +135,8 @@ ADAMW_FLOPS_ALTERNATIVES: tuple[AdamWFlopsConvention, ...] = (
 
 def adamw_step_flops(n_params: int, flops_per_param: int = ADAMW_FLOPS_PER_PARAM) -> int:
     """FLOPs of one AdamW step: n_params · flops_per_param (14 by default, ``ADAMW_TORCH_OPS``)."""
-    for name, value in (("n_params", n_params), ("flops_per_param", flops_per_param)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise AccountingError(f"{name} must be a positive integer, got {value!r}")
+    check_positive_int("n_params", n_params, limit=None)
+    check_positive_int("flops_per_param", flops_per_param)
     return n_params * flops_per_param
 
 
@@ -172,12 +181,11 @@ def training_time(flops_per_step: int, steps: int, peak_flops: float, mfu: float
 
     The FLOP total is an exact int; only the final division is floating point.
     """
-    for name, value in (("flops_per_step", flops_per_step), ("steps", steps)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise AccountingError(f"{name} must be a positive integer, got {value!r}")
-    if isinstance(peak_flops, bool) or not isinstance(peak_flops, (int, float)) or not peak_flops > 0:
+    check_positive_int("flops_per_step", flops_per_step, limit=None)
+    check_positive_int("steps", steps)
+    if isinstance(peak_flops, bool) or not isinstance(peak_flops, (int, float)) or not 1 <= peak_flops < math.inf:
         raise AccountingError(
-            f"peak_flops must be a positive number of FLOP/s, got {peak_flops!r} (known GPUs: {', '.join(GPUS)})"
+            f"peak FLOP/s must be a finite number >= 1, got {peak_flops!r} (known GPUs: {', '.join(GPUS)})"
         )
     if isinstance(mfu, bool) or not isinstance(mfu, (int, float)) or not 0 < mfu <= 1:
         raise AccountingError(f"mfu must be in (0, 1], e.g. 0.5 for 50%, got {mfu!r}")

@@ -83,6 +83,14 @@ class CrossCheck:
     def flop_counter(self) -> CounterResult:
         return next(c for c in self.counters if c.counter == "FlopCounterMode")
 
+    def records(self) -> list[dict[str, Any]]:
+        """Tidy rows (section, key, analytic, each counter, live): the CSV form."""
+        names = [c.counter for c in self.counters]
+        rows = [{"section": "forward_flops", **row, "live": None} for row in self.to_dict()["forward_flops"]]
+        rows += [{"section": "parameters", "key": it.key, "analytic": it.total, **dict.fromkeys(names),
+                  "live": self.live_params.get(it.key, 0)} for it in self.params]
+        return rows
+
     def to_frame(self):
         """One row per matmul component: analytic and each counter's FLOPs (pandas imported here)."""
         import pandas as pd

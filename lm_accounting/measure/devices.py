@@ -14,7 +14,7 @@ def available_bytes(device: str) -> int | None:
         import torch
 
         if not torch.cuda.is_available():
-            raise AccountingError(f"--device {device}: no CUDA GPU is available on this machine (use meta)")
+            raise AccountingError("cuda: no CUDA GPU is available on this machine (use meta)")
         free, _total = torch.cuda.mem_get_info()
         return int(free)
     try:

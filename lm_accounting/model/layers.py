@@ -107,13 +107,15 @@ class RotaryPositionalEmbedding(nn.Module):
         if d_k % 2:
             raise ValueError(f"RoPE needs an even d_k, got {d_k}")
         self.theta, self.d_k, self.max_seq_len = theta, d_k, max_seq_len
-        # Computed on the CPU and moved: the same values on every device, and on ``meta``
-        # no meta kernel runs (the first one imports much of torch: ~1.5 s, ~80 MB).
-        k = torch.arange(0, d_k, 2, dtype=torch.float32)
-        inv_freq = 1.0 / (theta ** (k / d_k))
-        angles = torch.outer(torch.arange(max_seq_len, dtype=torch.float32), inv_freq)
-        self.register_buffer("cos", angles.cos().to(device), persistent=False)
-        self.register_buffer("sin", angles.sin().to(device), persistent=False)
+        if torch.device(device or "cpu").type == "meta":  # values do not exist on meta: no CPU work
+            cos, sin = (torch.empty(max_seq_len, d_k // 2, device="meta") for _ in "cs")
+        else:  # computed on the CPU and moved: the same values on every device
+            k = torch.arange(0, d_k, 2, dtype=torch.float32)
+            inv_freq = 1.0 / (theta ** (k / d_k))
+            angles = torch.outer(torch.arange(max_seq_len, dtype=torch.float32), inv_freq)
+            cos, sin = angles.cos().to(device), angles.sin().to(device)
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
 
     def forward(self, x: Tensor, token_positions: Tensor) -> Tensor:
         """x: (..., seq, d_k); token_positions: integer, broadcastable to (..., seq)."""

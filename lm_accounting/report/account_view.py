@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..account import CONVENTIONS, Account
 from ..breakdown import Breakdown
 from ..config import ModelConfig
-from ..units import fmt_bytes, fmt_share
+from ..units import fmt_bytes, fmt_sci, fmt_share
 from .tables import Column, Table
 
 BREAKDOWN_COLUMNS = (
@@ -45,9 +45,9 @@ def account_tables(acc: Account, preset_context: int | None = None) -> tuple[lis
     groups = acc.forward.groups()
     header = [
         describe_config(cfg),
-        f"{ctx} · batch {acc.batch}",
-        f"parameters {acc.params.total:,} ({acc.params.total / 1e9:.3f} B) · forward FLOPs "
-        f"{acc.forward.total:,} ({acc.forward.total:.4e}) · attention QKᵀ+AV "
+        f"{ctx} · batch {acc.batch:,}",
+        f"parameters {acc.params.total:,} ({acc.params.total / 1e9:.3f} billion) · forward FLOPs "
+        f"{acc.forward.total:,} ({fmt_sci(acc.forward.total)}) · attention QKᵀ+AV "
         f"{fmt_share(groups['attention matmuls'] / acc.forward.total)}",
     ]
 
@@ -57,7 +57,7 @@ def account_tables(acc: Account, preset_context: int | None = None) -> tuple[lis
         + " (bf16 and fp16 are the same size)"
     ]
 
-    fwd = breakdown_table(f"Forward FLOPs, matmuls only (B={acc.batch}, S={acc.seq:,})", acc.forward, L)
+    fwd = breakdown_table(f"Forward FLOPs, matmuls only (B={acc.batch:,}, S={acc.seq:,})", acc.forward, L)
     fwd.notes = [
         "by group: " + " · ".join(f"{g} {fmt_share(v / acc.forward.total)}" for g, v in acc.forward.groups().items()),
         f"attention QKᵀ+AV, causal half only (labelled extra, not in the total): {acc.causal_attention:,}",
@@ -87,7 +87,7 @@ def account_tables(acc: Account, preset_context: int | None = None) -> tuple[lis
         "Memory basics",
         (Column("item"), Column("bytes", "int"), Column("size", "str")),
         [(f"weights, {dt}", b, fmt_bytes(b)) for dt, b in acc.weight_bytes().items()]
-        + [(f"KV cache at S={acc.seq:,}, B={acc.batch}, {dt}", b, fmt_bytes(b)) for dt, b in acc.kv_cache_bytes().items()],
+        + [(f"KV cache at S={acc.seq:,}, B={acc.batch:,}, {dt}", b, fmt_bytes(b)) for dt, b in acc.kv_cache_bytes().items()],
         ["KV cache = 2 · L · kv_heads · d_head · S · B · bytes (inference)"],
     )
     footer = ["Conventions:", *[f"  - {c}" for c in CONVENTIONS]]

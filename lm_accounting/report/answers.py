@@ -9,7 +9,7 @@ from typing import Any
 
 from ..account import Account, account
 from ..analytic.capacity import LinearPeak, max_batch_that_fits, peak_linear_in_batch
-from ..analytic.memory import course_activation_breakdown, course_linear_in_batch, course_peak, max_batch
+from ..analytic.course import course_activation_breakdown, course_linear_in_batch, course_peak, max_batch
 from ..analytic.params import parameter_breakdown
 from ..analytic.replay import StepPrediction, predict_training_step
 from ..analytic.training import (

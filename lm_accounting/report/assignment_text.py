@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..analytic.memory import COURSE_BYTES
+from ..analytic.course import COURSE_BYTES
 from ..units import fmt_bytes, fmt_share
 from .account_view import breakdown_table
 from .answers import BUDGETS, LONG, TRAIN, Answers, course_components
@@ -35,7 +35,7 @@ def _verdicts(ans: Answers) -> str:
     for g in GROUPS:
         a, b = first.forward.groups()[g] / first.forward.total, last.forward.groups()[g] / last.forward.total
         verb = "grows" if b > a else "shrinks"
-        lines.append(f"- **{GROUP_NAMES[g]}** {verb}: {fmt_share(a)} (small) → {fmt_share(b)} (XL)")
+        lines.append(f"- the share of the **{GROUP_NAMES[g]}** {verb}: {fmt_share(a)} (small) → {fmt_share(b)} (XL)")
     return "\n".join(lines)
 
 
@@ -132,7 +132,8 @@ All tensors in fp32 ({COURSE_BYTES} bytes), d_ff = 4·d_model, AdamW keeps two m
 - activations, per layer 4·B·(2·S·d [two RMSNorms] + 3·S·d [QKV] + 2·h·S² [QᵀK, softmax]
   + S·d [weighted sum] + S·d [output projection] + 2·S·d_ff [W1, SiLU] + S·d [W2]),
   plus 4·B·(S·d [final RMSNorm] + S·V [logits] + S·V [cross-entropy]);
-- with d_ff = 4·d: **peak = 16·N + 4·B·(L·(16·S·d + 2·h·S²) + S·d + 2·S·V)** bytes.
+- with d_ff = 4·d and N = 2·V·d + L·(16·d² + 2·d) + d (untied, SwiGLU, RMSNorm gains):
+  **peak = 16·(2·V·d + L·(16·d² + 2·d) + d) + 4·B·(L·(16·S·d + 2·h·S²) + S·d + 2·S·V)** bytes.
 
 {_md(breakdown_table("Course-convention activations, GPT-2 XL, B = 1, S = 1,024 (bytes)", acts, L))}
 
@@ -143,9 +144,9 @@ optimizer {fmt_bytes(peak.optimizer)}, activations {fmt_bytes(peak.activations)}
 
 **peak = {a:,}·B + {b:,} bytes** (a ≈ {a / 1e9:.2f} GB per sequence, b ≈ {b / 1e9:.2f} GB).
 The largest batch that fits is **{ans.course_conventions[0]['max batch (80 GB)']}** in 80 GB (10⁹ bytes) and
-{ans.course_conventions[0]['max batch (80 GiB)']} in 80 GiB. Published answers range from 2 to 7. The conventions
-below account for 2 or 3; larger answers need further assumptions (for example activations
-kept in 16 bits, or fewer of them).
+{ans.course_conventions[0]['max batch (80 GiB)']} in 80 GiB. Solutions published online give different numbers (from 2 to 7
+among those surveyed for this project). The conventions below account for 2 or 3; larger answers
+need further assumptions, for example activations kept in 16 bits, or fewer of them.
 
 {_md(convention_table(ans))}
 

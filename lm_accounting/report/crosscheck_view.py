@@ -23,7 +23,7 @@ def _status(diff: int) -> str:
 def crosscheck_tables(cc: CrossCheck) -> tuple[list[str], list[Table], list[str]]:
     header = [
         describe_config(cc.config),
-        f"context {cc.seq:,} · batch {cc.batch} · live model on '{cc.device}' · "
+        f"context {cc.seq:,} · batch {cc.batch:,} · live model on '{cc.device}' · "
         + " · ".join(f"{k} {v:.2f} s" for k, v in cc.seconds.items()),
     ]
     names = [c.counter for c in cc.counters]

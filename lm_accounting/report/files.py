@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from ..config import AccountingError
 from .tables import Table, render_csv, render_markdown, render_records_csv
 
 
@@ -19,8 +20,11 @@ def write_atomic(path: Path, data: str | bytes) -> Path:
 def write_with(path: Path, writer: Callable[[str], Any]) -> Path:
     """Call ``writer(temp_path)`` and move the result onto ``path`` atomically."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=path.suffix)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=path.suffix)
+    except OSError as err:
+        raise AccountingError(f"cannot write {path}: {err.strerror or err}") from None
     os.close(fd)
     try:
         writer(tmp)

@@ -43,7 +43,7 @@ def memory_tables(m: MemoryAccount, measured: dict[str, Any] | None = None,
                   where: str = "not measured") -> tuple[list[str], list[Table], list[str]]:
     cfg = m.config
     header = [describe_config(cfg),
-              f"context {m.seq:,} · batch {m.batch} · {m.dtype} · AdamW ({m.optimizer}) · budget {fmt_bytes(m.budget)}"]
+              f"context {m.seq:,} · batch {m.batch:,} · {m.dtype} · AdamW ({m.optimizer}) · budget {fmt_bytes(m.budget)}"]
     states = Table(
         f"Model states ({m.dtype}; gradients and AdamW moments in the parameter dtype, as torch.optim.AdamW)",
         [Column("component"), Column("bytes", "int"), Column("size")],
@@ -93,3 +93,30 @@ def memory_tables(m: MemoryAccount, measured: dict[str, Any] | None = None,
         "  - GB = 10^9 bytes, GiB = 2^30 bytes.",
     ]
     return header, [states, saved, phase_table(m, measured, where), compare, cap, infer], footer
+
+
+def memory_records(m: MemoryAccount, measured: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Tidy rows (section, key, label, predicted, measured), all in bytes except the counts: the CSV form."""
+    rows = [("model_states", it.key, it.label, it.total) for it in m.states]
+    rows.append(("model_states", "adamw.step_temporaries", f"AdamW step temporaries ({m.optimizer})", m.step_temporaries))
+    rows += [("activations_exact", it.key, it.label, it.total) for it in m.saved]
+    out = [dict(section=s, key=k, label=label, predicted=v, measured=None) for s, k, label, v in rows]
+    out.append(dict(section="step", key="baseline", label="baseline", predicted=m.step.baseline,
+                    measured=measured and measured["baseline"]))
+    for name, p in m.step.phases().items():
+        got = measured[name] if measured else None
+        out.append(dict(section="step", key=f"{name}.peak", label=f"{name} peak", predicted=p.peak, measured=got and got.peak))
+        out.append(dict(section="step", key=f"{name}.end", label=f"{name} end", predicted=p.end, measured=got and got.end))
+    a, b = m.course_linear
+    for key, label, value in (
+        ("a", "peak = a·B + b: a (bytes)", m.linear.a), ("b", "peak = a·B + b: b (bytes)", m.linear.b),
+        ("max_batch", "largest batch that fits (count)", m.max_batch),
+        ("max_context", "largest context at batch 1 (tokens)", m.max_context),
+        ("course.a", "course convention a (bytes)", a), ("course.b", "course convention b (bytes)", b),
+        ("course.max_batch", "course convention largest batch (count)", m.course_max_batch),
+        ("course.activations", "course convention activations (bytes)", m.course.activations),
+        ("korthikanti.activations", "Korthikanti et al. activations (bytes)", m.korthikanti),
+        ("inference.kv_cache", f"KV cache ({m.dtype}, bytes)", m.kv_cache),
+    ):
+        out.append(dict(section="capacity", key=key, label=label, predicted=value, measured=None))
+    return out

@@ -14,36 +14,38 @@ from typing import Any, Iterable, Sequence
 from ..account import account
 from ..analytic.activations import saved_activation_breakdown
 from ..analytic.capacity import max_context_that_fits
-from ..analytic.memory import model_state_breakdown
+from ..analytic.memory import adamw_step_temporary_bytes, model_state_breakdown
 from ..analytic.replay import predict_training_step
 from ..config import AccountingError, ModelConfig
 
 GROUPS = ("attention projections", "attention matmuls", "ffn", "lm head")
+MAX_POINTS = 10_000  # a sweep is a table and a plot, not a scan
 
 
 def parse_contexts(text: str) -> list[int]:
     """'128,256,1024' or '128:16384:x2' (geometric) or '256:2048:+256' (arithmetic)."""
     text = text.strip()
     match = re.fullmatch(r"(\d+):(\d+):([x+])(\d+)", text)
+    usage = (f"--contexts '{text}' must be positive integers like 128,256,512 or a range like "
+             "128:16384:x2 (doubling) or 256:2048:+256")
+    if match:
+        start, stop, op, step = int(match[1]), int(match[2]), match[3], int(match[4])
+        if start < 1 or stop < start or step < (2 if op == "x" else 1):
+            raise AccountingError(usage)
+        out, value = [], start
+        while value <= stop:
+            out.append(value)
+            value = value * step if op == "x" else value + step
+            if len(out) > MAX_POINTS:
+                raise AccountingError(f"--contexts '{text}' gives more than {MAX_POINTS:,} contexts")
+        return out
     try:
-        if match:
-            start, stop, op, step = int(match[1]), int(match[2]), match[3], int(match[4])
-            if start < 1 or stop < start or step < (2 if op == "x" else 1):
-                raise ValueError
-            out, value = [], start
-            while value <= stop:
-                out.append(value)
-                value = value * step if op == "x" else value + step
-            return out
         values = [int(v) for v in text.split(",")]
-        if not values or min(values) < 1:
-            raise ValueError
-        return sorted(set(values))
     except ValueError:
-        raise AccountingError(
-            f"--contexts '{text}' must be positive integers like 128,256,512 or a range like "
-            "128:16384:x2 (doubling) or 256:2048:+256"
-        ) from None
+        raise AccountingError(usage) from None
+    if not values or min(values) < 1:
+        raise AccountingError(usage)
+    return sorted(set(values))
 
 
 def analytic_row(cfg: ModelConfig, seq: int, batch: int, dtype: str, optimizer: str, budget: int,
@@ -68,6 +70,7 @@ def analytic_row(cfg: ModelConfig, seq: int, batch: int, dtype: str, optimizer: 
     row["mem:gradients"] = states["gradients"].total
     row["mem:optimizer"] = states["adamw.exp_avg"].total + states["adamw.exp_avg_sq"].total
     row["mem:activations"] = saved_activation_breakdown(cfg, seq, batch, dtype).total
+    row["mem:step_temporaries"] = adamw_step_temporary_bytes(cfg, dtype, optimizer)
     row["mem:peak"] = step.peak
     row.update({f"mem:peak.{name}": p.peak for name, p in step.phases().items()})
     row["mem:kv_cache"] = acc.kv_cache_bytes()["bf16" if dtype != "fp32" else "fp32"]
@@ -75,6 +78,7 @@ def analytic_row(cfg: ModelConfig, seq: int, batch: int, dtype: str, optimizer: 
     row["mem:max_context"] = max_context  # largest context whose step fits the budget (exact)
     row["measured:flops"] = None
     row["measured:peak"] = None
+    row["measured:device"] = None
     return row
 
 
@@ -104,7 +108,19 @@ def sweep(configs: Sequence[ModelConfig], contexts: Iterable[int], batch: int = 
     FlopCounterMode and fvcore totals are checked against them, and with ``measure``
     ('meta', 'cpu' or 'cuda') one training step is measured at each point."""
     result = Sweep(batch, dtype, optimizer)
+    names = [cfg.name for cfg in configs]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise AccountingError(f"two models are named '{twice[0]}'; give each TOML file a distinct 'name'")
+    contexts = list(contexts)
+    if len(configs) * len(contexts) > MAX_POINTS:
+        raise AccountingError(f"{len(configs) * len(contexts):,} sweep points is more than {MAX_POINTS:,}; "
+                              "use fewer --contexts (e.g. 128:16384:x2)")
     points = [(cfg, seq) for cfg in configs for seq in contexts]
+    if measure:
+        from ..measure.devices import available_bytes
+
+        available_bytes(measure)  # fails early, before any work, if the device is missing
     live = crosscheck or measure
     bar = None
     if live and progress:
@@ -121,10 +137,13 @@ def sweep(configs: Sequence[ModelConfig], contexts: Iterable[int], batch: int = 
             row["measured:flops"] = cc.flop_counter.total
             result.mismatches += [f"{cfg.name} @ {seq}: {m}" for m in cc.mismatches()]
         if measure:
+            from ..measure.devices import check_device_fits
             from ..measure.memory import measure_step
 
+            check_device_fits(measure, row["mem:peak"], f"the training step of {cfg.name} at context {seq:,}")
             measured = measure_step(cfg.with_context(seq), seq, batch, dtype, measure, optimizer)
             row["measured:peak"] = max(measured[p].peak for p in ("forward", "backward", "optimizer_step"))
+            row["measured:device"] = measure
         result.rows.append(row)
         if bar is not None:
             bar.update()

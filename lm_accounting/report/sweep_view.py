@@ -19,7 +19,7 @@ def sweep_tables(s: Sweep) -> list[Table]:
     for model in dict.fromkeys(r["model"] for r in s.rows):
         rows = [r for r in s.rows if r["model"] == model]
         tables.append(Table(
-            f"{model} ({rows[0]['params']:,} parameters), batch {s.batch}, {s.dtype}, AdamW {s.optimizer}",
+            f"{model} ({rows[0]['params']:,} parameters), batch {s.batch:,}, {s.dtype}, AdamW {s.optimizer}",
             SUMMARY,
             [(r["context"], r["flops:total"], *[r[f"share:{g}"] for g in GROUPS], r["flops:train_step"],
               r["mem:peak"], r["measured:flops"], r["measured:peak"]) for r in rows],

@@ -17,7 +17,7 @@ from ..units import fmt_bytes, fmt_share
 @dataclass(frozen=True)
 class Column:
     name: str
-    kind: str = "str"  # str | int | share | pct | bytes | float | sci
+    kind: str = "str"  # str | int | share | pct | bytes | float
 
 
 @dataclass
@@ -37,8 +37,6 @@ def fmt_cell(value: Any, kind: str) -> str:
         return fmt_share(value)
     if kind == "bytes":
         return fmt_bytes(value)
-    if kind == "sci":
-        return f"{value:.4e}"
     if kind == "pct":
         return f"{100 * value:+.4f}%"
     if kind == "float":
@@ -106,10 +104,11 @@ def render_csv(tables: Sequence[Table]) -> str:
 
 
 def render_records_csv(records: Sequence[dict[str, Any]]) -> str:
-    """Tidy rows with the same keys -> CSV (None -> empty cell)."""
+    """Tidy rows -> CSV; the header is the union of their keys in first-seen order (None -> empty)."""
     buf = io.StringIO()
     if records:
-        writer = csv.DictWriter(buf, fieldnames=list(records[0]), lineterminator="\n")
+        names = list(dict.fromkeys(k for r in records for k in r))
+        writer = csv.DictWriter(buf, fieldnames=names, restval="", lineterminator="\n")
         writer.writeheader()
         writer.writerows({k: ("" if v is None else v) for k, v in r.items()} for r in records)
     return buf.getvalue()

@@ -30,7 +30,7 @@ def training_report(cfg: ModelConfig, seq: int, batch: int, steps: int, peak: fl
         data[m] = {"flops_per_step": t.flops_per_step, "total_flops": t.total_flops, "seconds": t.seconds,
                    "hours": t.hours, "days": t.days}
     header = [describe_config(cfg),
-              f"{steps:,} steps · batch {batch} · context {seq:,} · {device_label} at {peak / 1e12:,.1f} TFLOP/s peak · "
+              f"{steps:,} steps · batch {batch:,} · context {seq:,} · {device_label} at {peak / 1e12:,.1f} TFLOP/s peak · "
               f"MFU {100 * mfu:g}% · {chosen.days:,.1f} days ({chosen.hours:,.1f} hours) by {METHOD_LABELS[method]}"]
     time_table = Table(
         "Training time (model FLOPs only; time = FLOPs / (peak × MFU))",
