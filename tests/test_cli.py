@@ -189,7 +189,7 @@ def test_binary_and_directory_paths(run_cli, tmp_path):
     (["train-time", "gpt2-xl", "--peak-flops", "1e-300"], "finite number >= 1"),
     (["train-time", "gpt2-xl", "--peak-flops", "inf"], "finite number >= 1"),
     (["train-time", "gpt2-xl", "--mfu", "nan"], "mfu must be in (0, 1]"),
-    (["train-time", "gpt2-xl", "--gpu", "h100"], "unknown GPU 'h100'"),
+    (["train-time", "gpt2-xl", "--gpu", "a10"], "unknown GPU 'a10'; did you mean 'a100'?"),
     (["sweep", "gpt2-small", "gpt2-small", "--contexts", "256"], "two models are named 'gpt2-small'"),
     (["sweep", "gpt2-small", "--contexts", "1:100000000:+1"], "more than 10,000 contexts"),
 ])
@@ -210,6 +210,12 @@ def test_largest_supported_context_stays_exact(run_cli):
     S, d, L, V = 10**18, 1600, 48, 50257
     per_layer = 8 * S * d * d + 4 * S * S * d + 6 * S * d * 6400
     assert data["forward_flops"]["total"] == L * per_layer + 2 * S * d * V
+
+
+def test_gpu_names_are_case_insensitive_with_aliases(run_cli):
+    a = json.loads(run_cli("train-time", "gpt2-xl", "--gpu", "A100", "--format", "json").out)
+    h = json.loads(run_cli("train-time", "gpt2-xl", "--gpu", "H100", "--gpu-dtype", "bf16", "--format", "json").out)
+    assert a["peak_flops"] == 19.5e12 and h["peak_flops"] == 989.4e12
 
 
 def test_overridden_config_is_labelled(run_cli):
