@@ -9,9 +9,11 @@ PYPLOT_BEFORE = "matplotlib.pyplot" in sys.modules  # before this module imports
 
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
+from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.colors import to_hex  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from lm_accounting.analytic.memory import adamw_step_temporary_bytes  # noqa: E402
 from lm_accounting.config import load_config  # noqa: E402
 from lm_accounting.report import plots  # noqa: E402
 from lm_accounting.report.sweep import sweep  # noqa: E402
@@ -22,12 +24,17 @@ MEASURED_AT = (512, 2048)
 
 
 def sweep_frame(models=MODELS, contexts=CONTEXTS, batch=1, measured_at=MEASURED_AT) -> pd.DataFrame:
-    """The real sweep's frame, with stand-in measurements (±1%) at ``measured_at``."""
+    """The real sweep's frame (default foreach AdamW, fp32), with stand-in measurements (±1%, on meta)
+    at ``measured_at``."""
     frame = sweep([load_config(name) for name in models], contexts, batch).to_frame()
+    if "mem:step_temporaries" not in frame:  # sweeps before the column existed
+        frame["mem:step_temporaries"] = [adamw_step_temporary_bytes(load_config(m), "fp32", "foreach")
+                                         for m in frame["model"]]
     sign = frame["context"].rank(method="dense").map(lambda r: 1 if int(r) % 2 == 0 else -1)
     hit = frame["context"].isin(measured_at)
     frame["measured:flops"] = (frame["flops:total"] * (1 + 0.01 * sign)).where(hit, math.nan)
     frame["measured:peak"] = (frame["mem:peak"] * (1 - 0.01 * sign)).where(hit, math.nan)
+    frame["measured:device"] = ["meta" if h else None for h in hit]
     return frame
 
 
@@ -54,6 +61,19 @@ def check_files(paths, stem):
 
 def legend_texts(legend):
     return [t.get_text() for t in legend.get_texts()]
+
+
+def line(ax, label):
+    (found,) = [ln for ln in ax.lines if ln.get_label() == label]
+    return found
+
+
+def star_label(ax):
+    (star,) = [ln for ln in ax.lines if ln.get_marker() == "*"]
+    return star.get_label()
+
+
+PARAMS_GRADS_TEMPS = "parameters = gradients =\nAdamW step temporaries"
 
 
 def test_flops_shares(frame, tmp_path):
@@ -127,19 +147,58 @@ def test_memory_vs_context(frame, tmp_path):
     check_files(paths, tmp_path / "mem")
     (ax,) = fig.axes
     labels = legend_texts(ax.get_legend())
-    assert labels[:6] == [*plots.MEMORY, "peak of the step", "budget 40 GB"]
-    assert len(labels) == 7 and "log-log interpolation" in labels[6]
-    budget = [line for line in ax.lines if line.get_label() == "budget 40 GB"][0]
-    assert budget.get_ydata()[0] == 40
-    peak = [line for line in ax.lines if line.get_label() == "peak of the step"][0]
+    # foreach AdamW at fp32: gradients and the step's extra copy of v are as large as the parameters
+    assert labels[:5] == [PARAMS_GRADS_TEMPS, "optimizer", "activations", "peak of the step", "budget 40 GB"]
+    assert len(labels) == 6 and "log-log interpolation" in labels[5]
     medium = frame[frame["model"] == "gpt2-medium"]
+    assert list(line(ax, PARAMS_GRADS_TEMPS).get_ydata()) == pytest.approx(list(medium["mem:parameters"] / 1e9))
+    assert line(ax, "budget 40 GB").get_ydata()[0] == 40
+    peak = line(ax, "peak of the step")
     assert list(peak.get_ydata()) == pytest.approx(list(medium["mem:peak"] / 1e9))
     largest, crossing = plots.max_fitting_context(medium, 40e9)
     assert largest == 2048 and 2048 < crossing < 4096
     star = [line for line in ax.lines if line.get_marker() == "*"][0]
     assert star.get_xdata()[0] == pytest.approx(crossing) and star.get_ydata()[0] == 40
-    assert "largest swept context within 40 GB: 2k" in ax.get_title()
+    assert "largest swept context within 40 GB: 2k" in ax.get_title()  # mem:max_context is for 80 GB
     assert ax.get_ylabel() == "memory (GB = 10⁹ bytes)"
+
+
+def test_memory_draws_distinct_components_apart(frame, tmp_path):
+    # gradients in another dtype than the parameters, for-loop AdamW's smaller temporaries: own lines
+    small = frame[frame["model"] == "gpt2-small"].copy()
+    small["mem:gradients"] = small["mem:parameters"] // 2
+    small["mem:step_temporaries"] = small["mem:parameters"] // 10
+    _, fig = plots.plot_memory_vs_context(small, tmp_path / "m", model="gpt2-small", return_fig=True)
+    (ax,) = fig.axes
+    labels = legend_texts(ax.get_legend())
+    assert labels[:5] == ["parameters", "gradients", "optimizer", "AdamW step temporaries", "activations"]
+    assert list(line(ax, "gradients").get_ydata()) == pytest.approx(list(small["mem:parameters"] / 2e9))
+    temporaries = line(ax, "AdamW step temporaries")
+    assert list(temporaries.get_ydata()) == pytest.approx(list(small["mem:parameters"] / 1e10))
+    assert to_hex(temporaries.get_color()) == plots.PALETTE[plots.TEMPORARIES].lower()
+
+
+@pytest.mark.parametrize("temporaries", ["absent", "zero"])  # older frames; fused AdamW
+def test_memory_without_step_temporaries(frame, tmp_path, temporaries):
+    small = frame[frame["model"] == "gpt2-small"]
+    small = small.drop(columns=["mem:step_temporaries"]) if temporaries == "absent" else \
+        small.assign(**{"mem:step_temporaries": 0})
+    _, fig = plots.plot_memory_vs_context(small, tmp_path / "m", model="gpt2-small", return_fig=True)
+    (ax,) = fig.axes
+    assert legend_texts(ax.get_legend())[:3] == ["parameters = gradients", "optimizer", "activations"]
+
+
+def test_memory_labels_both_ends_of_a_long_log_axis(frame, tmp_path):
+    # gpt2-small's activations at 256 tokens are ~0.5 GB: the part below 1 GB gets its 2x/5x labels
+    _, fig = plots.plot_memory_vs_context(frame, tmp_path / "m", model="gpt2-small", budget_bytes=40 * 10**9,
+                                          budget_label="40 GB", return_fig=True)
+    (ax,) = fig.axes
+    lo, hi = ax.get_ylim()
+    assert lo < 0.5 and 10 < hi < 100 and hi / lo > 100
+    shown = {t.get_position()[1]: t.get_text() for t in ax.get_yticklabels(minor=True)
+             if lo <= t.get_position()[1] <= hi}
+    assert shown[0.5] == "0.5" and shown[20] == "20"  # below 1 and above 10: labelled
+    assert shown[2] == shown[5] == ""  # between two labelled powers of 10: not
 
 
 def test_memory_marks_the_exact_largest_context(tmp_path):
@@ -153,7 +212,16 @@ def test_memory_marks_the_exact_largest_context(tmp_path):
     (ax,) = fig.axes
     star = [line for line in ax.lines if line.get_marker() == "*"][0]
     assert star.get_xdata()[0] == exact
-    assert f"largest context that fits: {exact:,} tokens" in legend_texts(ax.get_legend())[6]
+    assert f"largest context that fits: {exact:,} tokens" in star_label(ax)
+    assert ax.get_title().endswith(f"\nlargest context within 40 GB: {exact:,} tokens (exact step model)")
+    assert "swept" not in ax.get_title()
+    # swept only above it: no star, the title still gives the exact context and says where it lies
+    above = medium[medium["context"] > exact]
+    _, fig = plots.plot_memory_vs_context(above, tmp_path / "a", model="gpt2-medium", budget_bytes=budget,
+                                          budget_label="40 GB", return_fig=True)
+    (ax,) = fig.axes
+    assert not any(line.get_marker() == "*" for line in ax.lines)
+    assert ax.get_title().endswith(f": {exact:,} tokens (exact step model), below the swept contexts")
 
 
 def test_memory_budget_label_and_errors(wide, tmp_path):
@@ -178,6 +246,9 @@ def test_predicted_vs_measured(frame, tmp_path):
         assert len(legend_texts(ax.get_legend())) == len(MODELS)
         assert "max |Δ| 1.00%" in legend_texts(ax.get_legend())[0]
     assert "no measurements" not in fig._suptitle.get_text()
+    flops, memory = fig.axes
+    assert flops.get_title() == "forward FLOPs: analytic vs FlopCounterMode (live model)"
+    assert memory.get_title() == "peak memory: analytic vs measured (live model on meta)"
 
 
 def test_predicted_vs_measured_without_measurements(wide, tmp_path):
@@ -185,6 +256,7 @@ def test_predicted_vs_measured_without_measurements(wide, tmp_path):
     bare["measured:flops"] = None  # a missing column, None or NaN all count as not measured
     _, fig = plots.plot_predicted_vs_measured(bare, tmp_path / "none", return_fig=True)
     assert "no measurements" in fig._suptitle.get_text()
+    assert fig.axes[1].get_title() == "peak memory: analytic vs measured (live model)"  # no measured:device
     for ax in fig.axes:
         assert sum(len(line.get_xdata()) > 0 for line in ax.lines) == 3  # the curves are still drawn
         assert all("not measured" in t for t in legend_texts(ax.get_legend()))
@@ -206,6 +278,50 @@ def test_model_comparison(frame, tmp_path):
     assert legend_texts(fig.legends[0]) == list(plots.GROUPS)
     with pytest.raises(ValueError, match="context 1000 not in the sweep"):
         plots.plot_model_comparison(frame, tmp_path / "bad", context=1000)
+
+
+def test_model_comparison_labels_fit_their_segments(tmp_path):
+    # gpt2-xl at 1k: the LM head is 3.6% (too narrow for its label); at 128 the attention matmuls are 1%
+    xl = sweep_frame(models=("gpt2-xl",), contexts=(128, 1024), measured_at=())
+    for context, outside in ((1024, {"lm head"}), (128, {"attention matmuls", "lm head"})):
+        _, fig = plots.plot_model_comparison(xl, tmp_path / "cmp", context=context, return_fig=True)
+        (ax,) = fig.axes
+        renderer = FigureCanvasAgg(fig).get_renderer()
+        fig.draw(renderer)
+        row = xl[xl["context"] == context].iloc[0]
+        for bar, group in zip(ax.patches, plots.GROUPS):
+            (label,) = [t for t in ax.texts if t.get_text() == f"{100 * row[f'share:{group}']:.1f}%"]
+            box, text = bar.get_window_extent(renderer), label.get_window_extent(renderer)
+            if group in outside:  # written next to the bar: right of its end, or under it
+                assert text.x0 >= box.x1 if group == plots.GROUPS[-1] else text.y1 <= box.y0
+                assert label.get_color() != "white"
+            else:  # inside, with room to spare
+                assert box.x0 < text.x0 and text.x1 < box.x1 and label.get_color() == "white"
+        assert all(fig.bbox.x0 <= t.get_window_extent(renderer).x0 and t.get_window_extent(renderer).x1
+                   <= fig.bbox.x1 for t in ax.texts)  # the layout made room for a label right of the axes
+
+
+BIG_COLUMNS = ("flops:total", "flops:linear", "flops:quadratic", "mem:peak", "mem:parameters", "mem:gradients",
+               "mem:optimizer", "mem:activations", "mem:step_temporaries", "params", "measured:flops", "measured:peak")
+
+
+@pytest.mark.parametrize("columns", [("flops:total", "measured:flops"), BIG_COLUMNS], ids=["flops", "all"])
+def test_plots_take_ints_beyond_int64(tmp_path, columns):
+    # exact Python ints past int64 make pandas store object columns, which matplotlib cannot plot
+    big = sweep_frame(models=("gpt2-small",), contexts=(512, 2048), measured_at=(512,))
+    for col in columns:
+        big[col] = pd.Series([None if v != v else int(v) * 10**12 for v in big[col]], dtype=object, index=big.index)
+    assert big["flops:total"].dtype == object and big["flops:total"].iloc[0] > 2**63
+    paths = plots.plot_all(big, tmp_path / "big", budget_bytes=80 * 10**21, budget_label="80 ZB")
+    assert len(paths) == 10
+    _, fig = plots.plot_predicted_vs_measured(big, tmp_path / "pvm", return_fig=True)
+    assert all("max |Δ| 1.00%" in legend_texts(ax.get_legend())[0] for ax in fig.axes)
+
+
+def test_output_is_byte_reproducible(frame, tmp_path):
+    first = plots.plot_memory_vs_context(frame, tmp_path / "a", model="gpt2-small")
+    second = plots.plot_memory_vs_context(frame, tmp_path / "b", model="gpt2-small")
+    assert [p.read_bytes() for p in first] == [p.read_bytes() for p in second]
 
 
 def test_plot_all(tmp_path):

@@ -4,7 +4,9 @@ Each ``plot_*`` writes ``<stem>.png`` and ``<stem>.svg`` atomically and returns 
 (``return_fig=True``: ``(paths, figure)``).  Figures are ``matplotlib.figure.Figure`` objects saved
 through the non-interactive Agg (PNG) and SVG canvases: pyplot is never imported, so no GUI backend
 is needed, no global backend is switched and no figure is left open.  FLOPs are matmul-only forward
-FLOPs; GB = 10^9 bytes; on context axes 1k = 1,024 tokens.
+FLOPs; GB = 10^9 bytes; on context axes 1k = 1,024 tokens.  Every plot works on a float copy of
+the numeric columns it uses (exact Python ints beyond int64 arrive as object columns, which matplotlib
+cannot draw).
 """
 
 from __future__ import annotations
@@ -22,14 +24,18 @@ from .files import write_with
 
 GROUPS = ("attention projections", "attention matmuls", "ffn", "lm head")
 MEMORY = ("parameters", "gradients", "optimizer", "activations")
+TEMPORARIES = "AdamW step temporaries"  # foreach AdamW's extra copy of v; 0 (not drawn) for fused AdamW
+MEMORY_COLUMNS = {**{m: f"mem:{m}" for m in MEMORY}, TEMPORARIES: "mem:step_temporaries"}
 PALETTE = {  # one color per FLOPs group and memory component, shared by every figure
     "attention projections": "#4C72B0", "attention matmuls": "#DD8452", "ffn": "#55A868", "lm head": "#8172B3",
     "parameters": "#4C72B0", "gradients": "#937860", "optimizer": "#8172B3", "activations": "#DD8452",
-    "peak": "#222222", "budget": "#C44E52",
+    TEMPORARIES: "#DA8BC3", "peak": "#222222", "budget": "#C44E52",
 }
-# (marker, line style); gradients are dashed because they often equal the parameters exactly
+# (marker, line style); components equal on every row share one line (see _memory_parts)
 MEMORY_STYLE = {"parameters": ("o", "-"), "gradients": ("x", (0, (4, 3))), "optimizer": ("^", "-"),
-                "activations": ("o", "-")}
+                "activations": ("o", "-"), TEMPORARIES: ("v", "-.")}
+TEXT_COLUMNS = {"model", "measured:device"}
+OPTIONAL_NUMERIC = ("measured:flops", "measured:peak", "mem:step_temporaries", "mem:budget", "mem:max_context")
 MODEL_COLORS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666")
 FLOPS_LABEL = "forward FLOPs (matmuls)"
 GB_LABEL = "memory (GB = 10⁹ bytes)"
@@ -57,12 +63,18 @@ def _context_axis(ax, contexts) -> None:
 
 
 def _log_y(ax, fmt) -> None:
-    """Log y axis labelled by ``fmt``; on a short range (< 2 decades) the 2× and 5× ticks are labelled too."""
+    """Log y axis labelled by ``fmt``; the 2× and 5× ticks are labelled too on a short range (< 2 decades)
+    and outside the powers of 10 in view (so neither end of the axis is left unlabelled)."""
     ax.set_yscale("log")
     ax.yaxis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))
     ax.yaxis.set_major_formatter(fmt)
-    short = lambda: math.log10(ax.get_ylim()[1] / ax.get_ylim()[0]) < 2  # noqa: E731
-    ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _: fmt(y) if short() else ""))
+
+    def minor(y, _=None) -> str:
+        lo, hi = ax.get_ylim()
+        outside = not 10 ** math.ceil(math.log10(lo)) < y < 10 ** math.floor(math.log10(hi))
+        return fmt(y) if math.log10(hi / lo) < 2 or outside else ""
+
+    ax.yaxis.set_minor_formatter(FuncFormatter(minor))
     ax.grid(True, which="major", alpha=0.3)
 
 
@@ -79,10 +91,13 @@ def _rows(frame, model):
     return frame[frame["model"] == model].sort_values("context")
 
 
-def _require(frame, columns) -> None:
+def _require(frame, columns):
+    """``frame`` with ``columns`` (and the optional numeric ones present) as float; ValueError names the missing."""
     missing = [c for c in columns if c not in frame.columns]
     if missing or frame.empty:
         raise ValueError(f"sweep frame lacks columns: {', '.join(missing)}" if missing else "sweep frame has no rows")
+    numeric = dict.fromkeys(c for c in (*columns, *OPTIONAL_NUMERIC) if c in frame.columns and c not in TEXT_COLUMNS)
+    return frame.assign(**{c: frame[c].astype(float) for c in numeric})  # None -> NaN; ints beyond int64 -> float
 
 
 def _batch_note(frame) -> str:
@@ -107,7 +122,7 @@ def _save(fig: Figure, stem, return_fig: bool):
 # ---------------------------------------------------------------- 1. shares vs context
 def plot_flops_shares(frame, path_stem, *, ncols: int = 4, return_fig: bool = False):
     """Stacked area of each group's share of forward FLOPs against context, one panel per model."""
-    _require(frame, ["model", "context", "params", "batch", *(f"share:{g}" for g in GROUPS)])
+    frame = _require(frame, ["model", "context", "params", "batch", *(f"share:{g}" for g in GROUPS)])
     models = _models(frame)
     ncols = min(ncols, len(models))
     nrows = math.ceil(len(models) / ncols)
@@ -144,7 +159,8 @@ def plot_flops_vs_context(frame, path_stem, *, return_fig: bool = False):
     The parts are drawn from l·S and q·S² over the whole x range, which is widened (the unswept
     part shaded and its powers of 2 ticked) when an S* falls outside the sweep.
     """
-    _require(frame, ["model", "context", "params", "batch", "flops:total", "flops:linear", "flops:quadratic"])
+    frame = _require(frame, ["model", "context", "params", "batch", "flops:total", "flops:linear",
+                             "flops:quadratic"])
     fig = Figure(figsize=(10.5, 5.5), layout="constrained")
     ax = fig.subplots()
     lo, hi = frame["context"].min(), frame["context"].max()
@@ -200,55 +216,103 @@ def max_fitting_context(rows, budget_bytes) -> tuple[int | None, float | None]:
 
 def _exact_max_context(rows, budget_bytes) -> int | None:
     """The sweep's exact largest fitting context (column ``mem:max_context``), if computed for this budget."""
-    if "mem:max_context" not in rows or "mem:budget" not in rows or rows["mem:budget"].iloc[0] != budget_bytes:
+    if "mem:max_context" not in rows or "mem:budget" not in rows or \
+            float(rows["mem:budget"].iloc[0]) != float(budget_bytes):
         return None
     value = rows["mem:max_context"].iloc[0]
     return None if value is None or value != value else int(value)
 
 
+def _memory_parts(rows) -> list[list[str]]:
+    """The memory components to draw, in groups equal on every row (one line each: parameters =
+    gradients whenever the gradients have the parameters' dtype); the AdamW step temporaries only
+    where the frame has them (older frames do not) and they are nonzero."""
+    names = list(MEMORY)
+    temporaries = rows.get(MEMORY_COLUMNS[TEMPORARIES])
+    if temporaries is not None and temporaries.fillna(0).any():
+        names.insert(MEMORY.index("optimizer") + 1, TEMPORARIES)
+    parts: dict[str, list[str]] = {}  # first component of a group -> the group
+    for name in names:
+        values = rows[MEMORY_COLUMNS[name]]
+        first = next((f for f in parts if np.array_equal(rows[MEMORY_COLUMNS[f]], values)), name)
+        parts.setdefault(first, []).append(name)
+    return list(parts.values())
+
+
+def _equal_label(names: list[str]) -> str:
+    """'parameters = gradients', two names a line."""
+    pairs = [" = ".join(names[i:i + 2]) for i in range(0, len(names), 2)]
+    return " =\n".join(pairs)
+
+
+def _fit_verdict(rows, budget_label: str, largest, crossing, exact) -> str:
+    """The title's second line: the exact largest context if the sweep computed it, else the swept one."""
+    if exact:
+        where = ", above the swept contexts" if exact > rows["context"].max() else \
+            ", below the swept contexts" if exact < rows["context"].min() else ""
+        return f"largest context within {budget_label}: {exact:,} tokens (exact step model){where}"
+    if largest is None:
+        return f"no swept context fits in {budget_label} ({_fmt_tokens(rows['context'].iloc[0])} tokens: " \
+               f"{rows['mem:peak'].iloc[0] / 1e9:,.1f} GB)"
+    return f"largest swept context within {budget_label}: {_fmt_tokens(largest)}" + \
+        (" (all fit)" if crossing is None else "")
+
+
+def _mark_fit(ax, budget: float, crossing, exact) -> None:
+    """A star where the peak meets the budget inside the sweep: the exact context, else the interpolation."""
+    if crossing is None:
+        return
+    where, how = (exact, f"largest context that fits: {exact:,} tokens\n(exact step model)") if exact else \
+        (crossing, f"peak = budget at ≈{crossing:,.0f} tokens\n(log-log interpolation)")
+    ax.axvline(where, color=PALETTE["budget"], ls=":", lw=1.2)
+    ax.plot([where], [budget], "*", color=PALETTE["budget"], ms=14, mec="black", label=how)
+
+
 def plot_memory_vs_context(frame, path_stem, *, model: str, budget_bytes: float = 80 * 10**9,
                            budget_label: str = "80 GB", return_fig: bool = False):
     """One training step's memory components and peak (log-log, GB) against a budget line."""
-    _require(frame, ["model", "context", "batch", "mem:peak", *(f"mem:{m}" for m in MEMORY)])
+    frame = _require(frame, ["model", "context", "batch", "mem:peak", *(f"mem:{m}" for m in MEMORY)])
     rows = _rows(frame, model)
     if rows.empty:
         raise ValueError(f"model {model!r} not in the frame; have {', '.join(_models(frame))}")
     fig = Figure(figsize=(9.5, 5.2), layout="constrained")
     ax = fig.subplots()
     x, budget = rows["context"], budget_bytes / 1e9
-    for name in MEMORY:
-        marker, style = MEMORY_STYLE[name]
-        ax.plot(x, rows[f"mem:{name}"] / 1e9, marker=marker, ls=style, ms=5, lw=1.6, color=PALETTE[name], label=name)
+    for part in _memory_parts(rows):
+        marker, style = MEMORY_STYLE[part[0]]
+        ax.plot(x, rows[MEMORY_COLUMNS[part[0]]] / 1e9, marker=marker, ls=style, ms=5, lw=1.6,
+                color=PALETTE[part[0]], label=_equal_label(part))
     ax.plot(x, rows["mem:peak"] / 1e9, "s-", ms=4, lw=2.6, color=PALETTE["peak"], label="peak of the step")
     in_gb = "" if budget_label.strip().endswith(" GB") else f" = {budget:,.4g} GB"
     ax.axhline(budget, color=PALETTE["budget"], ls="--", lw=1.5, label=f"budget {budget_label}{in_gb}")
     largest, crossing = max_fitting_context(rows, budget_bytes)
     exact = _exact_max_context(rows, budget_bytes)
-    if crossing is not None:
-        where, how = (exact, f"largest context that fits: {exact:,} tokens\n(exact step model)") if exact else \
-            (crossing, f"peak = budget at ≈{crossing:,.0f} tokens\n(log-log interpolation)")
-        ax.axvline(where, color=PALETTE["budget"], ls=":", lw=1.2)
-        ax.plot([where], [budget], "*", color=PALETTE["budget"], ms=14, mec="black", label=how)
-    if largest is None:
-        verdict = f"no swept context fits in {budget_label} ({_fmt_tokens(x.iloc[0])} tokens: " \
-                  f"{rows['mem:peak'].iloc[0] / 1e9:,.1f} GB)"
-    else:
-        verdict = f"largest swept context within {budget_label}: {_fmt_tokens(largest)}" + \
-                  (" (all fit)" if crossing is None else "")
+    _mark_fit(ax, budget, crossing, exact)
     _log_y(ax, GB_FMT)
     ax.set_ylabel(GB_LABEL)
     _context_axis(ax, x)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+    verdict = _fit_verdict(rows, budget_label, largest, crossing, exact)
     ax.set_title(f"{model}: memory of one training step vs context ({_batch_note(rows)})\n{verdict}")
     return _save(fig, path_stem, return_fig)
 
 
 # ---------------------------------------------------------------- 4. predicted vs measured
+def _measured_on(frame) -> str:
+    """'live model on meta' from the ``measured:device`` column ('live model' without one)."""
+    devices = sorted({d for d in frame.get("measured:device", ()) if isinstance(d, str)})
+    return f"live model on {'/'.join(devices)}" if devices else "live model"
+
+
 def plot_predicted_vs_measured(frame, path_stem, *, return_fig: bool = False):
-    """Analytic FLOPs and peak memory (lines) with measured values (markers; NaN = not measured)."""
-    _require(frame, ["model", "context", "batch", "params", "flops:total", "mem:peak"])
+    """Analytic FLOPs and peak memory (lines) with measured values (markers; NaN = not measured).
+
+    "Measured" is FlopCounterMode on the live model and one training step of the live model under
+    the storage tracker (meta, cpu) or the CUDA allocator, as the column ``measured:device`` says.
+    """
+    frame = _require(frame, ["model", "context", "batch", "params", "flops:total", "mem:peak"])
     measured = ("measured:flops", "measured:peak")  # absent, None or NaN: not measured
-    frame = frame.assign(**{c: frame[c].astype(float) if c in frame else np.nan for c in measured})
+    frame = frame.assign(**{c: np.nan for c in measured if c not in frame})
     fig = Figure(figsize=(11, 4.8), layout="constrained")
     panels = fig.subplots(1, 2)
     specs = (("flops:total", "measured:flops", FLOPS_LABEL, 1.0, ENG),
@@ -266,18 +330,34 @@ def plot_predicted_vs_measured(frame, path_stem, *, return_fig: bool = False):
         ax.set_ylabel(ylabel)
         _context_axis(ax, frame["context"])
         ax.legend(fontsize=8, loc="upper left", title="analytic: line · measured: ●", title_fontsize=8)
-    panels[0].set_title("forward FLOPs: analytic vs counted")
-    panels[1].set_title("peak memory of a training step: analytic vs measured")
+    panels[0].set_title("forward FLOPs: analytic vs FlopCounterMode (live model)", fontsize=10.5)
+    panels[1].set_title(f"peak memory: analytic vs measured ({_measured_on(frame)})", fontsize=10.5)
     note = "" if n_measured else " (no measurements)"
     fig.suptitle(f"Predicted vs measured ({_batch_note(frame)}){note}")
     return _save(fig, path_stem, return_fig)
 
 
 # ---------------------------------------------------------------- 5. model comparison
+def _label_bars(ax, bars, share, min_label: float, last: bool) -> None:
+    """Each segment's share: inside (white) where it fits, else outside in dark text: right of the
+    bar's end for the last segment, under the bar for one in the middle; none for an empty one."""
+    ax.bar_label(bars, labels=[f"{100 * s:.1f}%" if s >= min_label else "" for s in share],
+                 label_type="center", fontsize=8, color="white")
+    for bar, s in zip(bars, share):
+        if not 0 < s < min_label:
+            continue
+        x, y, w, h = bar.get_x(), bar.get_y(), bar.get_width(), bar.get_height()
+        where = dict(xy=(x + w, y + h / 2), xytext=(3, 0), ha="left", va="center") if last else \
+            dict(xy=(x + w / 2, y), xytext=(0, -1), ha="center", va="top")
+        ax.annotate(f"{100 * s:.1f}%", textcoords="offset points", fontsize=8, color="0.2",
+                    annotation_clip=False, **where)
+
+
 def plot_model_comparison(frame, path_stem, *, context: int = 1024, min_label: float = 0.04,
                           return_fig: bool = False):
-    """Horizontal stacked bars of group shares at one context, smallest model on top."""
-    _require(frame, ["model", "context", "params", "batch", *(f"share:{g}" for g in GROUPS)])
+    """Horizontal stacked bars of group shares at one context, smallest model on top; a segment
+    narrower than ``min_label`` has its share written outside the bar."""
+    frame = _require(frame, ["model", "context", "params", "batch", *(f"share:{g}" for g in GROUPS)])
     at = frame[frame["context"] == context]
     if at.empty:
         have = ", ".join(_fmt_tokens(c) for c in sorted(frame["context"].unique()))
@@ -289,8 +369,7 @@ def plot_model_comparison(frame, path_stem, *, context: int = 1024, min_label: f
     for g in GROUPS:
         share = at[f"share:{g}"].to_numpy(float)
         bars = ax.barh(ypos, 100 * share, left=100 * left, color=PALETTE[g], label=g, height=0.7)
-        labels = [f"{100 * s:.1f}%" if s >= min_label else "" for s in share]  # only where it fits
-        ax.bar_label(bars, labels=labels, label_type="center", fontsize=8, color="white")
+        _label_bars(ax, bars, share, min_label, last=g == GROUPS[-1])
         left += share
     ax.set_yticks(ypos, [f"{m}\n{_fmt_count(p)} params" for m, p in zip(at.index, at["params"])])
     ax.set(xlim=(0, 100), xlabel="share of forward FLOPs (matmuls only)")
