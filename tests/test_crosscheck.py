@@ -117,3 +117,20 @@ def test_cuda_crosscheck_small_preset():
     cfg = load_config("gpt2-small").with_context(512)
     cc = crosscheck(cfg, seq=512, batch=2, device="cuda", backward=True)
     assert cc.mismatches() == []
+
+
+def test_run_that_cannot_fit_is_refused(run_cli, monkeypatch):
+    from lm_accounting.measure import devices
+
+    monkeypatch.setattr(devices, "available_bytes", lambda device: 10**9)  # pretend 1 GB is free
+    r = run_cli("crosscheck", "gpt2-small", "--device", "cpu")
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1
+    assert "needs" in r.err and "only 1.000 GB" in r.err and "use meta" in r.err
+    need = devices.counting_run_bytes(load_config("gpt2-small"), 1024, 1, backward=False)
+    assert need > 4 * 190_460_160  # at least the fp32 weights
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
+def test_cuda_crosscheck_refused_without_gpu(run_cli):
+    r = run_cli("crosscheck", "gpt2-small", "--device", "cuda")
+    assert r.code == 2 and "no CUDA GPU" in r.err
