@@ -16,6 +16,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 SCENARIOS = {  # name -> (arguments, runs)
@@ -23,6 +24,7 @@ SCENARIOS = {  # name -> (arguments, runs)
     "crosscheck-16k": (["crosscheck", "gpt2-xl", "--context", "16384"], 3),
     "crosscheck-16k-backward": (["crosscheck", "gpt2-xl", "--context", "16384", "--backward"], 1),
     "memory-16k-meta": (["memory", "gpt2-xl", "--context", "16384", "--measure", "meta"], 3),
+    "report": (["report", "--out", os.path.join(tempfile.gettempdir(), "lm-accounting-bench-report")], 1),
 }
 
 
