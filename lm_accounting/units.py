@@ -44,14 +44,6 @@ def size_label(text: str) -> str:
     return f"{match.group(1)} {unit}"
 
 
-def gb(n_bytes: int) -> float:
-    return n_bytes / 10**9
-
-
-def gib(n_bytes: int) -> float:
-    return n_bytes / 2**30
-
-
 BYTE_UNITS = ((10**6, "MB", 2**20, "MiB"), (10**9, "GB", 2**30, "GiB"), (10**12, "TB", 2**40, "TiB"),
               (10**15, "PB", 2**50, "PiB"))
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..account import Account, account
 from ..analytic.capacity import LinearPeak, max_batch_that_fits, peak_linear_in_batch
-from ..analytic.course import course_activation_breakdown, course_linear_in_batch, course_peak, max_batch
+from ..analytic.course import course_linear_in_batch, max_batch
 from ..analytic.params import parameter_breakdown
 from ..analytic.replay import StepPrediction, predict_training_step
 from ..analytic.training import (
@@ -131,8 +131,3 @@ def collect(live: bool = True, progress: bool = False) -> Answers:
                for c in ADAMW_FLOPS_ALTERNATIVES],
         training=training_rows(xl),
     )
-
-
-def course_components(cfg: ModelConfig):
-    """adamwAccounting (a) activation components for GPT-2 XL at B = 1, S = 1024, and the peak."""
-    return course_activation_breakdown(cfg, 1024, 1), course_peak(cfg, 1024, 1)

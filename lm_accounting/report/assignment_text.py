@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ..analytic.course import COURSE_BYTES
+from ..analytic.course import COURSE_BYTES, course_activation_breakdown, course_peak
 from ..units import fmt_bytes, fmt_share
 from .account_view import breakdown_table
-from .answers import BUDGETS, LONG, TRAIN, Answers, course_components
+from .answers import BUDGETS, LONG, TRAIN, Answers
 from .answer_tables import (
     _md,
     adamw_table,
@@ -50,7 +50,7 @@ def assignment_markdown(ans: Answers, live: bool) -> str:
     xl, long, L = ans.at_1024, ans.at_long, ans.xl.num_layers
     fwd, groups = xl.forward, xl.forward.groups()
     n = xl.params.total
-    acts, peak = course_components(ans.xl)
+    acts, peak = course_activation_breakdown(ans.xl, 1024, 1), course_peak(ans.xl, 1024, 1)
     a, b = ans.course_conventions[0]["a"], ans.course_conventions[0]["b"]
     days = ans.training[0]["days"]
     growth = long.forward.total / fwd.total
