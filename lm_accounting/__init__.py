@@ -15,10 +15,11 @@ from .account import Account, account
 from .analytic import forward_flops, nonmatmul_flops, parameter_breakdown, training_flops
 from .analytic.activations import saved_activation_breakdown
 from .analytic.memory_report import MemoryAccount, memory_account
-from .analytic.replay import StepPrediction, predict_training_step
+from .analytic.replay import predict_training_step
 from .breakdown import Breakdown, Item
+from .phases import PhaseBytes, StepMemory
 from .config import AccountingError, ConfigError, ModelConfig, apply_overrides, load_config, preset_names
-from .report.sweep import Sweep, sweep
+from .sweep import Sweep, sweep
 
 __version__ = "0.1.0"
 
@@ -47,7 +48,8 @@ __all__ = [
     "Item",
     "MemoryAccount",
     "ModelConfig",
-    "StepPrediction",
+    "PhaseBytes",
+    "StepMemory",
     "Sweep",
     "account",
     "apply_overrides",

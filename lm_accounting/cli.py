@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 import click
 
 from .config import MAX_SIZE, AccountingError, ModelConfig, apply_overrides, load_config, parse_override, preset_names
-from .report.tables import Table, render_csv, render_markdown, render_records_csv, render_text
+from .views.tables import Table, render_csv, render_markdown, render_records_csv, render_text
 
 FORMATS = ("table", "markdown", "csv", "json")
 SHAPE_FLAGS = {  # dedicated flags for common overrides: option name -> ModelConfig field
@@ -130,7 +130,7 @@ def cli() -> None:
 def account_cmd(cfg: ModelConfig, preset_context: int, batch: int, fmt: str) -> None:
     """Parameters, forward FLOPs per component with shares, training FLOPs, KV cache (analytic)."""
     from .account import account
-    from .report.account_view import account_tables
+    from .views.account import account_tables
 
     acc = account(cfg, cfg.context_length, batch)
     header, tables, footer = account_tables(acc, preset_context)
@@ -142,7 +142,7 @@ def account_cmd(cfg: ModelConfig, preset_context: int, batch: int, fmt: str) -> 
 def presets_cmd(fmt: str) -> None:
     """List the presets with their key dimensions and parameter counts."""
     from .analytic.params import parameter_breakdown
-    from .report.tables import Column
+    from .views.tables import Column
 
     cols = [Column(n, "int") for n in ("layers", "d_model", "heads", "kv_heads", "head_dim", "d_ff", "vocab", "context")]
     columns = [Column("preset"), *cols, Column("tied"), Column("qk_norm"), Column("parameters", "int")]
@@ -168,7 +168,7 @@ def crosscheck_cmd(cfg: ModelConfig, preset_context: int, batch: int, fmt: str, 
     """
     from .measure.crosscheck import crosscheck
     from .measure.devices import check_device_fits, counting_run_bytes
-    from .report.crosscheck_view import crosscheck_tables
+    from .views.crosscheck import crosscheck_tables
 
     if device != "meta":
         check_device_fits(device, counting_run_bytes(cfg, cfg.context_length, batch, backward), "this cross-check")
@@ -191,7 +191,7 @@ def memory_cmd(cfg: ModelConfig, preset_context: int, batch: int, fmt: str, dtyp
                budget: str, measure: str) -> None:
     """Training memory: model states, activations, peak per phase (predicted vs measured), capacity."""
     from .analytic.memory_report import memory_account
-    from .report.memory_view import memory_records, memory_tables
+    from .views.memory import memory_records, memory_tables
     from .units import parse_size
 
     m = memory_account(cfg, cfg.context_length, batch, dtype, optimizer, parse_size(budget))
@@ -205,8 +205,7 @@ def memory_cmd(cfg: ModelConfig, preset_context: int, batch: int, fmt: str, dtyp
     header, tables, footer = memory_tables(m, measured, measure if measured else "not measured")
     data = m.to_dict()
     if measured:
-        data["measured"] = {"device": measure, "baseline": measured["baseline"],
-                            **{k: {"peak": v.peak, "end": v.end} for k, v in measured.items() if k != "baseline"}}
+        data["measured"] = {"device": measure, **measured.to_dict()}
     emit(fmt, data, tables, header, footer, records=memory_records(m, measured))
 
 
@@ -223,7 +222,7 @@ def train_time_cmd(cfg: ModelConfig, preset_context: int, batch: int, fmt: str, 
                    peak_flops: float | None, mfu: float, method: str) -> None:
     """Days to train: step FLOPs × steps / (GPU peak × MFU), plus AdamW step FLOPs."""
     from .analytic.training import gpu_peak_flops
-    from .report.training_view import training_report
+    from .views.training import training_report
 
     if peak_flops is not None:
         peak, label = peak_flops, "custom peak"
@@ -255,8 +254,8 @@ def sweep_cmd(presets: Sequence[str], contexts: str, batch: int, dtype: str, opt
     """Context-length sweep of one or more models: tables (CSV, markdown, JSON) and plots in --out."""
     from pathlib import Path
 
-    from .report.sweep import parse_contexts, sweep
-    from .report.sweep_view import sweep_tables, write_sweep
+    from .sweep import parse_contexts, sweep
+    from .views.sweep import sweep_tables, write_sweep
     from .units import parse_size, size_label
 
     budget_bytes = parse_size(budget)
@@ -280,7 +279,7 @@ def report_cmd(out: str, no_live: bool, no_plots: bool) -> int:
     """Regenerate the course answers (assignment.md), their tables, the sweep and the plots."""
     from pathlib import Path
 
-    from .report.assignment import write_report
+    from .course.assignment import write_report
 
     answers, paths = write_report(Path(out), live=not no_live, plots=not no_plots, progress=True)
     click.echo(f"wrote {len(paths)} files under {out}/")

@@ -6,7 +6,7 @@ left as ``None``; the resolved values are the properties ``kv_heads`` and
 raw ``None`` means ``dataclasses.replace(cfg, d_model=...)`` re-derives the head
 size instead of silently keeping a stale one.
 
-Presets are TOML files in ``lm_accounting/presets/``; a user's own TOML file has
+Presets are TOML files in the top-level ``presets/`` folder; a user's own TOML file has
 the same flat keys.  This module imports nothing heavy (no torch, no pandas).
 """
 
@@ -14,13 +14,25 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib.util
 import math
 import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping
 
-PRESET_DIR = Path(__file__).parent / "presets"
+def _preset_dir() -> Path:
+    """The shipped presets: top-level ``presets/`` in a checkout, ``lm_accounting/presets`` in a wheel.
+
+    pyproject.toml maps the data package ``lm_accounting.presets`` onto ``presets/``, so the import
+    system knows where it is in both cases (editable or not)."""
+    spec = importlib.util.find_spec("lm_accounting.presets")
+    if spec is not None and spec.submodule_search_locations:
+        return Path(list(spec.submodule_search_locations)[0])
+    return Path(__file__).resolve().parent.parent / "presets"  # a bare checkout on sys.path
+
+
+PRESET_DIR = _preset_dir()
 MAX_SIZE = 10**18
 """Largest accepted dimension, context, batch or step count: far beyond any real model, and small
 enough that every derived figure (up to ~10^90) still converts to a float for printing."""

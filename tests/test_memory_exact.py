@@ -24,9 +24,9 @@ VARIANTS = {
 
 
 def assert_same(measured, pred):
-    assert measured["baseline"] == pred.baseline
+    assert measured.baseline == pred.baseline
     for name, phase in pred.phases().items():
-        assert (measured[name].peak, measured[name].end) == (phase.peak, phase.end), name
+        assert (measured.phase(name).peak, measured.phase(name).end) == (phase.peak, phase.end), name
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
@@ -72,7 +72,7 @@ def test_presets_within_two_percent_on_meta(name, seq, batch):
     measured = measure_step(cfg, seq, batch, "fp32", "meta", "foreach")
     pred = predict_training_step(cfg, seq, batch, "fp32", "foreach")
     for phase, p in pred.phases().items():
-        assert abs(p.peak - measured[phase].peak) <= 0.02 * measured[phase].peak, phase
+        assert abs(p.peak - measured.phase(phase).peak) <= 0.02 * measured.phase(phase).peak, phase
     assert_same(measured, pred)  # in fact exact
 
 
@@ -88,7 +88,7 @@ def test_tracker_agrees_on_real_cpu_tensors_and_meta():
     # AdamW keeps its per-tensor 'step' counters on the CPU (not on meta): 4 bytes each.
     counters = 4 * len(list(build_model(cfg).parameters()))
     for phase in ("forward", "backward", "optimizer_step"):
-        assert results["cpu"][phase].peak - results["meta"][phase].peak == counters, phase
+        assert results["cpu"].phase(phase).peak - results["meta"].phase(phase).peak == counters, phase
 
 
 def test_capacity_searches_are_tight():
@@ -142,4 +142,4 @@ def test_cuda_peak_within_five_percent(name, seq, batch):
     measured = measure_step(cfg, seq, batch, "fp32", "cuda", "foreach")
     pred = predict_training_step(cfg, seq, batch, "fp32", "foreach")
     for phase, p in pred.phases().items():
-        assert abs(p.peak - measured[phase].peak) <= 0.05 * measured[phase].peak, phase
+        assert abs(p.peak - measured.phase(phase).peak) <= 0.05 * measured.phase(phase).peak, phase

@@ -28,7 +28,12 @@ def test_ci_runs_the_readme_test_command_after_cpu_torch():
 
 def test_presets_are_package_data():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    assert "presets/*.toml" in project["tool"]["setuptools"]["package-data"]["lm_accounting"]
-    assert PRESET_DIR.is_relative_to(ROOT / "lm_accounting")
+    assert project["tool"]["setuptools"]["package-dir"]["lm_accounting.presets"] == "presets"
+    assert "*.toml" in project["tool"]["setuptools"]["package-data"]["lm_accounting.presets"]
+    assert PRESET_DIR.resolve() == (ROOT / "presets").resolve()  # the editable install maps the top-level folder
+    assert len(list(PRESET_DIR.glob("*.toml"))) >= 6
+    packages = set(project["tool"]["setuptools"]["packages"])
+    folders = {"lm_accounting", *("lm_accounting." + p.parent.name for p in (ROOT / "lm_accounting").glob("*/__init__.py"))}
+    assert folders | {"lm_accounting.presets"} == packages
     for path in PRESET_DIR.glob("*.toml"):
         assert path.read_text().startswith("#"), f"{path.name} must open with a comment citing its source"

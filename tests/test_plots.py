@@ -15,8 +15,8 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from lm_accounting.analytic.memory import adamw_step_temporary_bytes  # noqa: E402
 from lm_accounting.config import load_config  # noqa: E402
-from lm_accounting.report import plots  # noqa: E402
-from lm_accounting.report.sweep import sweep  # noqa: E402
+from lm_accounting.views import plots  # noqa: E402
+from lm_accounting.sweep import sweep  # noqa: E402
 
 MODELS = ("gpt2-small", "gpt2-medium")
 CONTEXTS = (256, 512, 1024, 2048, 4096)

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from lm_accounting import account, load_config, memory_account, sweep
-from lm_accounting.report import plots
-from lm_accounting.report.assignment import write_report
+from lm_accounting.views import plots
+from lm_accounting.course.assignment import write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORTS = ROOT / "reports"

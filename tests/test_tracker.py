@@ -8,7 +8,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from lm_accounting.measure.tracker import (
-    PhaseMemory,
+    PhaseBytes,
     StorageTracker,
     cuda_rounding,
     measure_forward,
@@ -113,7 +113,7 @@ def test_temporary_in_expression(device):
         a = torch.empty(1000, device=device)
         with tr.phase("expr"):
             b = (a * 2) + 1  # a*2 (4000 B) lives until + returns
-    assert tr.phases["expr"][dev] == PhaseMemory(peak=12000, end=8000)
+    assert tr.phases["expr"][dev] == PhaseBytes(peak=12000, end=8000)
     assert tr.phase_table(device)["expr"] == (12000, 8000)
     del b
     assert tr.current[dev] == 4000
@@ -224,21 +224,21 @@ def test_mlp_phases_by_hand_foreach_false():
     model, x, y = tiny_mlp("meta")
     r = measure_training_step(model, x, y, F.cross_entropy, optimizer_kwargs={"foreach": False})
     base = P + 2 * P + INPUTS  # params, exp_avg, exp_avg_sq, inputs (step counters live on cpu)
-    assert r["baseline"] == base
+    assert r.baseline == base
     # forward: addmm -> h (1024), relu -> a (1024) while h is alive; then h dies
     # (relu saves its output).  End: a (saved by addmm2), log_softmax output
     # (saved by nll), loss and total_weight; the logits died after log_softmax.
-    assert r["forward"] == (base + 2 * ACT, base + ACT + LOGITS + 2 * SCALAR)
-    assert r["forward"].peak >= P + INPUTS
+    assert r.forward == (base + 2 * ACT, base + ACT + LOGITS + 2 * SCALAR)
+    assert r.forward.peak >= P + INPUTS
     # backward: peak at the bias-1 grad: all four grads, grad of h (1024), the
     # loss and the ones seed.  End: the grads only (the loss was deleted).
-    assert r["backward"] == (base + P + ACT + 2 * SCALAR, base + P)
+    assert r.backward == (base + P + ACT + 2 * SCALAR, base + P)
     # for-loop AdamW: per parameter, sqrt(v) and sqrt(v)/c are two temporaries,
     # while the previous parameter's denom is still referenced; largest at w1.
     sizes = [D_IN * H * F32, H * F32, H * C * F32, C * F32]
     extra = max(prev + 2 * cur for prev, cur in zip([0] + sizes, sizes))
     assert extra == 2 * D_IN * H * F32
-    assert r["optimizer_step"] == (base + P + extra, base)  # zero_grad frees grads
+    assert r.optimizer_step == (base + P + extra, base)  # zero_grad frees grads
 
 
 def test_mlp_optimizer_variants_by_hand():
@@ -247,14 +247,14 @@ def test_mlp_optimizer_variants_by_hand():
     foreach = measure_training_step(model, x, y, F.cross_entropy, optimizer_kwargs={"foreach": True})
     base = 3 * P + INPUTS
     # _multi_tensor_adamw: _foreach_sqrt(exp_avg_sqs) copies all v at once: +4 B/param.
-    assert foreach["optimizer_step"] == (base + P + P, base)
+    assert foreach.optimizer_step == (base + P + P, base)
     default = measure_training_step(*tiny_mlp("meta"), F.cross_entropy)
     loop = measure_training_step(*tiny_mlp("meta"), F.cross_entropy, optimizer_kwargs={"foreach": False})
     assert default == loop  # foreach is the default only when all params are on cuda-like devices
     model, x, y = tiny_mlp("cpu")  # fused AdamW has no meta kernel; run it on cpu
     fused = measure_training_step(model, x, y, F.cross_entropy, optimizer_kwargs={"fused": True})
     steps = MLP_PARAM_TENSORS * F32  # fp32 0-d `step` per parameter, on the model's device
-    assert fused["optimizer_step"] == (base + steps + P, base + steps)  # no temporaries
+    assert fused.optimizer_step == (base + steps + P, base + steps)  # no temporaries
     with pytest.raises(RuntimeError):
         measure_training_step(*tiny_mlp("meta"), F.cross_entropy, optimizer_kwargs={"fused": True})
 
@@ -262,11 +262,11 @@ def test_mlp_optimizer_variants_by_hand():
 @pytest.mark.parametrize("grad", [False, True])
 def test_measure_forward_by_hand(grad):
     model, x, _ = tiny_mlp("meta")
-    r = measure_forward(model, x, grad=grad)
+    baseline, forward = measure_forward(model, x, grad=grad)
     base = P + B * D_IN * F32
-    assert r["baseline"] == base
+    assert baseline == base
     # peak: h and relu(h); end: the logits, plus relu(h) saved by addmm when grad.
-    assert r["forward"] == (base + 2 * ACT, base + LOGITS + (ACT if grad else 0))
+    assert forward == (base + 2 * ACT, base + LOGITS + (ACT if grad else 0))
 
 
 # --------------------------------------------------------------------------
@@ -286,21 +286,21 @@ def test_meta_matches_cpu(make, loss, kw):
     model, x, y = make("cpu")
     cpu = measure_training_step(model, x, y, loss, optimizer_kwargs=kw)
     steps = 4 * len(list(model.parameters()))
-    assert cpu["baseline"] - meta["baseline"] == steps
+    assert cpu.baseline - meta.baseline == steps
     for name in ("forward", "backward", "optimizer_step"):
-        assert cpu[name].peak - meta[name].peak == steps, name
-        assert cpu[name].end - meta[name].end == steps, name
-    assert meta["optimizer_step"].end == meta["baseline"]
+        assert cpu.phase(name).peak - meta.phase(name).peak == steps, name
+        assert cpu.phase(name).end - meta.phase(name).end == steps, name
+    assert meta.optimizer_step.end == meta.baseline
 
 
 def test_lm_phase_invariants():
     model, x, y = tiny_lm("meta")
     r = measure_training_step(model, x, y, lm_loss, optimizer_kwargs={"foreach": True})
     p = nbytes(*model.parameters())
-    assert r["baseline"] == 3 * p + nbytes(x, y, model.causal)
-    assert r["forward"].peak >= p + nbytes(x, y)
-    assert r["backward"].end == r["baseline"] + p  # activations gone, grads alive
-    assert r["optimizer_step"].peak == r["baseline"] + 2 * p  # grads + sqrt(v) copies
+    assert r.baseline == 3 * p + nbytes(x, y, model.causal)
+    assert r.forward.peak >= p + nbytes(x, y)
+    assert r.backward.end == r.baseline + p  # activations gone, grads alive
+    assert r.optimizer_step.peak == r.baseline + 2 * p  # grads + sqrt(v) copies
 
 
 def test_live_model_state_counted_after_backward():
@@ -340,7 +340,7 @@ def test_against_torch_memtracker(kw):
         step()
     theirs = mt.get_tracker_snapshot("peak")[torch.device("meta")]["Total"]
     ours = measure_training_step(model, x, y, lm_loss, optimizer=opt, warmup_steps=0)
-    assert max(ours[n].peak for n in ("forward", "backward", "optimizer_step")) == theirs
+    assert ours.peak == theirs
 
 
 # --------------------------------------------------------------------------
@@ -357,10 +357,10 @@ def test_cuda_allocator_matches_meta_tracker():
     meta = measure_training_step(*tiny_lm("meta", **kw), lm_loss, optimizer_kwargs=opt_kw,
                                  rounding=cuda_rounding)
     # The cuda baseline also holds e.g. the cuBLAS workspaces (allocated during warm-up).
-    assert cuda["baseline"] >= meta["baseline"]
+    assert cuda.baseline >= meta.baseline
     for name in ("forward", "backward", "optimizer_step"):
         for field in ("peak", "end"):
-            c = getattr(cuda[name], field) - cuda["baseline"]
-            m = getattr(meta[name], field) - meta["baseline"]
-            assert abs(c - m) <= 0.03 * max(m, meta[name].peak - meta["baseline"]), (name, field, c, m)
-    assert meta["forward"].peak - meta["baseline"] > 1_000_000  # the comparison is not vacuous
+            c = getattr(cuda.phase(name), field) - cuda.baseline
+            m = getattr(meta.phase(name), field) - meta.baseline
+            assert abs(c - m) <= 0.03 * max(m, meta.phase(name).peak - meta.baseline), (name, field, c, m)
+    assert meta.forward.peak - meta.baseline > 1_000_000  # the comparison is not vacuous

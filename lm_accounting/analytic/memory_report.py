@@ -11,7 +11,8 @@ from .activations import saved_activation_breakdown
 from .capacity import LinearPeak, max_batch_that_fits, max_context_that_fits, peak_linear_in_batch
 from .course import CoursePeak, course_linear_in_batch, course_peak, korthikanti_activation_bytes, max_batch
 from .memory import adamw_step_temporary_bytes, kv_cache_bytes, model_state_breakdown
-from .replay import StepPrediction, predict_training_step
+from ..phases import StepMemory
+from .replay import predict_training_step
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,7 @@ class MemoryAccount:
     states: Breakdown
     step_temporaries: int
     saved: Breakdown
-    step: StepPrediction
+    step: StepMemory
     linear: LinearPeak
     max_batch: int
     max_context: int

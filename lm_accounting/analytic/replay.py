@@ -14,11 +14,10 @@ fp32 (4 bytes) and, for a 16-bit model, keeps fp32 copies instead of its input.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from typing import Callable
 
 from ..config import ModelConfig
+from ..phases import PhaseBytes, StepMemory
 from ..units import DTYPE_BYTES
 from .activations import Sizes
 from .flops import check_batch_seq
@@ -164,32 +163,11 @@ def _layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool) -> None
     _norm_backward(r, z, T, c.d_model, residual=True)  # ln1
 
 
-@dataclass(frozen=True)
-class PhaseBytes:
-    peak: int
-    end: int
-
-
-@dataclass(frozen=True)
-class StepPrediction:
-    """Predicted device bytes of one steady-state training step (AdamW state exists)."""
-
-    baseline: int  # parameters, AdamW m and v, RoPE tables, input and target token ids
-    forward: PhaseBytes  # model(tokens) and the cross-entropy loss
-    backward: PhaseBytes  # loss.backward()
-    optimizer_step: PhaseBytes  # AdamW step, then zero_grad(set_to_none=True)
-
-    def phases(self) -> dict[str, PhaseBytes]:
-        return {"forward": self.forward, "backward": self.backward, "optimizer_step": self.optimizer_step}
-
-    @property
-    def peak(self) -> int:
-        return max(p.peak for p in self.phases().values())
-
-
 def predict_training_step(cfg: ModelConfig, seq: int, batch: int = 1, dtype: str = "fp32",
-                          optimizer: str = "for-loop") -> StepPrediction:
-    """Replay one training step of the live model (see the module docstring)."""
+                          optimizer: str = "for-loop") -> StepMemory:
+    """Replay one training step of the live model (see the module docstring).
+
+    The baseline is the parameters, AdamW m and v, the RoPE tables and the input and target ids."""
     from .memory import adamw_step_temporary_bytes
 
     check_batch_seq(batch, seq)
@@ -230,4 +208,4 @@ def predict_training_step(cfg: ModelConfig, seq: int, batch: int = 1, dtype: str
 
     extra = adamw_step_temporary_bytes(cfg, dtype, optimizer)
     step = PhaseBytes(backward.end + extra, backward.end - params)
-    return StepPrediction(baseline, forward, backward, step)
+    return StepMemory(baseline, forward, backward, step)

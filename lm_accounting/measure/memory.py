@@ -11,7 +11,7 @@ TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 def measure_step(cfg: ModelConfig, seq: int, batch: int = 1, dtype: str = "fp32", device: str = "meta",
                  optimizer: str = "for-loop") -> dict:
-    """``{"baseline": bytes, "forward" | "backward" | "optimizer_step": PhaseMemory(peak, end)}``.
+    """The measured ``StepMemory`` of one steady-state training step of the live model.
 
     The model is built from ``cfg`` on ``device``; inputs and targets are random token ids;
     the loss is the model's own cross-entropy; one warm-up step creates the AdamW state.

@@ -17,10 +17,12 @@ import contextlib
 import gc
 import weakref
 from collections import OrderedDict
-from typing import Callable, NamedTuple
+from typing import Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from ..phases import PhaseBytes, StepMemory
 
 CUDA_MIN_BLOCK = 512  # c10/cuda/CUDACachingAllocator.cpp: kMinBlockSize = 512
 
@@ -38,11 +40,6 @@ def cuda_rounding(nbytes: int) -> int:
     return -(-nbytes // CUDA_MIN_BLOCK) * CUDA_MIN_BLOCK
 
 
-class PhaseMemory(NamedTuple):
-    peak: int  # highest live bytes reached inside the phase
-    end: int  # live bytes when the phase ended
-
-
 class StorageTracker(TorchDispatchMode):
     """Live storage bytes per device: ``current[dev]``, ``peak[dev]`` (exact ints).
 
@@ -57,7 +54,7 @@ class StorageTracker(TorchDispatchMode):
         self.rounding = rounding
         self.current: dict[torch.device, int] = {}
         self.peak: dict[torch.device, int] = {}
-        self.phases: OrderedDict[str, dict[torch.device, PhaseMemory]] = OrderedDict()
+        self.phases: OrderedDict[str, dict[torch.device, PhaseBytes]] = OrderedDict()
         self._live: dict[int, list] = {}  # id(storage) -> [weakref, bytes, device]
         self._fresh: dict = {}  # op -> per-return flag: True unless it aliases an input
 
@@ -146,14 +143,14 @@ class StorageTracker(TorchDispatchMode):
             yield self
         finally:
             self.phases[name] = {
-                dev: PhaseMemory(max(self.peak.get(dev, 0), cur), cur)
+                dev: PhaseBytes(max(self.peak.get(dev, 0), cur), cur)
                 for dev, cur in self.current.items()
             }
 
-    def phase_table(self, device) -> OrderedDict[str, PhaseMemory]:
-        """name -> PhaseMemory(peak, end) for one device (0 where never used)."""
+    def phase_table(self, device) -> OrderedDict[str, PhaseBytes]:
+        """name -> PhaseBytes(peak, end) for one device (0 where never used)."""
         dev = _norm_device(device)
-        return OrderedDict((n, d.get(dev, PhaseMemory(0, 0))) for n, d in self.phases.items())
+        return OrderedDict((n, d.get(dev, PhaseBytes(0, 0))) for n, d in self.phases.items())
 
     def live_bytes(self, device) -> int:
         return self.current.get(_norm_device(device), 0)
@@ -197,10 +194,9 @@ def measure_training_step(model, inputs, targets, loss_fn, *, optimizer="adamw",
     Runs ``warmup_steps`` full steps (so the optimizer state exists), then
     measures one: forward (model and loss), backward (``loss.backward()``, then
     the loss is dropped), optimizer_step (``step()`` then
-    ``zero_grad(set_to_none=True)``).  Returns ``{"baseline": bytes live when
-    the step starts (params, optimizer state, inputs, targets), "forward":
-    PhaseMemory(peak, end), "backward": ..., "optimizer_step": ...}`` for the
-    device of the model's first parameter.  ``optimizer``: "adamw" or an
+    ``zero_grad(set_to_none=True)``).  Returns a ``StepMemory``: the bytes live
+    when the step starts (params, optimizer state, inputs, targets) and each
+    phase's ``PhaseBytes(peak, end)``, for the device of the model's first parameter.  ``optimizer``: "adamw" or an
     optimizer instance.  Note: non-fused AdamW keeps ``step`` on the cpu.
     """
     opt, dev = _warm_up(model, inputs, targets, loss_fn, optimizer, optimizer_kwargs, warmup_steps)
@@ -209,13 +205,13 @@ def measure_training_step(model, inputs, targets, loss_fn, *, optimizer="adamw",
     baseline = tracker.live_bytes(dev)
     with tracker:
         _train_step(model, inputs, targets, loss_fn, opt, tracker.phase)
-    return {"baseline": baseline, **tracker.phase_table(dev)}
+    return StepMemory(baseline, **tracker.phase_table(dev))
 
 
-def measure_forward(model, inputs, *, grad: bool = False, rounding=None) -> dict:
+def measure_forward(model, inputs, *, grad: bool = False, rounding=None) -> tuple[int, PhaseBytes]:
     """Memory of ``model(inputs)``; with ``grad=True`` autograd saves activations.
 
-    Returns ``{"baseline": int, "forward": PhaseMemory}``; ``end`` includes the
+    Returns ``(baseline bytes, PhaseBytes(peak, end))``; ``end`` includes the
     output (and, with grad, everything saved for backward).
     """
     gc.collect()
@@ -224,7 +220,7 @@ def measure_forward(model, inputs, *, grad: bool = False, rounding=None) -> dict
     baseline = tracker.live_bytes(dev)
     with tracker, torch.set_grad_enabled(grad), tracker.phase("forward"):
         out = model(inputs)  # noqa: F841  (kept alive until the phase ends)
-    return {"baseline": baseline, **tracker.phase_table(dev)}
+    return baseline, tracker.phase_table(dev)["forward"]
 
 
 def measure_training_step_cuda(model, inputs, targets, loss_fn, *, optimizer="adamw",
@@ -238,7 +234,7 @@ def measure_training_step_cuda(model, inputs, targets, loss_fn, *, optimizer="ad
     AdamW is foreach on cuda but the for-loop on cpu and meta.
     """
     opt, dev = _warm_up(model, inputs, targets, loss_fn, optimizer, optimizer_kwargs, warmup_steps)
-    table: OrderedDict[str, PhaseMemory] = OrderedDict()
+    table: OrderedDict[str, PhaseBytes] = OrderedDict()
 
     @contextlib.contextmanager
     def phase(name):
@@ -246,10 +242,10 @@ def measure_training_step_cuda(model, inputs, targets, loss_fn, *, optimizer="ad
         torch.cuda.reset_peak_memory_stats(dev)  # peak := current
         yield
         torch.cuda.synchronize(dev)
-        table[name] = PhaseMemory(torch.cuda.max_memory_allocated(dev),
+        table[name] = PhaseBytes(torch.cuda.max_memory_allocated(dev),
                                   torch.cuda.memory_allocated(dev))
 
     torch.cuda.synchronize(dev)
     baseline = torch.cuda.memory_allocated(dev)
     _train_step(model, inputs, targets, loss_fn, opt, phase)
-    return {"baseline": baseline, **table}
+    return StepMemory(baseline, **table)

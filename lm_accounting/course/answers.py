@@ -11,17 +11,18 @@ from ..account import Account, account
 from ..analytic.capacity import LinearPeak, max_batch_that_fits, peak_linear_in_batch
 from ..analytic.course import course_linear_in_batch, max_batch
 from ..analytic.params import parameter_breakdown
-from ..analytic.replay import StepPrediction, predict_training_step
+from ..analytic.replay import predict_training_step
 from ..analytic.training import (
     ADAMW_FLOPS_ALTERNATIVES,
     ADAMW_FLOPS_PER_PARAM,
     adamw_step_flops,
-     gpu_peak_flops,
+    gpu_peak_flops,
     step_flops,
     training_time,
 )
 from ..config import ModelConfig, load_config
-from .sweep import Sweep, sweep
+from ..phases import StepMemory
+from ..sweep import Sweep, sweep
 
 SIZES = ("gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl")
 CONTEXTS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
@@ -41,8 +42,8 @@ class Answers:
     course_conventions: list[dict[str, Any]]
     exact_linear: LinearPeak
     exact_max_batch: int
-    exact_step: StepPrediction
-    measured_step: dict[str, Any] | None
+    exact_step: StepMemory
+    measured_step: StepMemory | None
     adamw: list[dict[str, Any]]
     training: list[dict[str, Any]]
 
@@ -57,7 +58,7 @@ class Answers:
             out += [f"gpt2-xl @ {seq}: {m}" for m in cc.mismatches()]
         if self.measured_step is not None:
             for phase, p in self.exact_step.phases().items():
-                if (self.measured_step[phase].peak, self.measured_step[phase].end) != (p.peak, p.end):
+                if self.measured_step.phase(phase) != p:
                     out.append(f"memory: gpt2-xl {phase}: measured on meta differs from the exact prediction")
         return out
 

@@ -8,8 +8,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..config import AccountingError
-from .tables import Table, render_csv, render_markdown, render_records_csv
+from .config import AccountingError
+from .views.tables import Table, render_csv, render_markdown, render_records_csv
 
 
 def write_atomic(path: Path, data: str | bytes) -> Path:

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..analytic.memory_report import MemoryAccount
 from ..units import fmt_bytes
-from .account_view import BREAKDOWN_COLUMNS, breakdown_table, describe_config
+from .account import BREAKDOWN_COLUMNS, breakdown_table, describe_config
 from .tables import Column, Table
 
 PHASE_LABELS = {
@@ -23,9 +23,9 @@ def _rel(measured: int | None, predicted: int) -> float | None:
 def phase_table(m: MemoryAccount, measured: dict[str, Any] | None, where: str) -> Table:
     step = m.step
     rows = [("baseline: params, AdamW m/v, RoPE tables, tokens", step.baseline,
-             measured and measured["baseline"], _rel(measured and measured["baseline"], step.baseline), None, None)]
+             measured and measured.baseline, _rel(measured and measured.baseline, step.baseline), None, None)]
     for name, pred in step.phases().items():
-        got = measured[name] if measured else None
+        got = measured.phase(name) if measured else None
         rows.append((f"{PHASE_LABELS[name]}: peak", pred.peak, got and got.peak, _rel(got and got.peak, pred.peak), None, None))
         rows.append((f"{PHASE_LABELS[name]}: end", pred.end, got and got.end, _rel(got and got.end, pred.end), None, None))
     rows = [(label, p, g, r, fmt_bytes(p), None if g is None else fmt_bytes(g)) for label, p, g, r, _, _ in rows]
@@ -102,9 +102,9 @@ def memory_records(m: MemoryAccount, measured: dict[str, Any] | None = None) -> 
     rows += [("activations_exact", it.key, it.label, it.total) for it in m.saved]
     out = [dict(section=s, key=k, label=label, predicted=v, measured=None) for s, k, label, v in rows]
     out.append(dict(section="step", key="baseline", label="baseline", predicted=m.step.baseline,
-                    measured=measured and measured["baseline"]))
+                    measured=measured and measured.baseline))
     for name, p in m.step.phases().items():
-        got = measured[name] if measured else None
+        got = measured.phase(name) if measured else None
         out.append(dict(section="step", key=f"{name}.peak", label=f"{name} peak", predicted=p.peak, measured=got and got.peak))
         out.append(dict(section="step", key=f"{name}.end", label=f"{name} end", predicted=p.end, measured=got and got.end))
     a, b = m.course_linear

@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import EngFormatter, FixedLocator, FuncFormatter, LogLocator, NullLocator
 
-from .files import write_with
+from ..output import write_with
 
 GROUPS = ("attention projections", "attention matmuls", "ffn", "lm head")
 MEMORY = ("parameters", "gradients", "optimizer", "activations")

@@ -14,7 +14,7 @@ from ..analytic.training import (
     training_time,
 )
 from ..config import ModelConfig
-from .account_view import describe_config
+from .account import describe_config
 from .tables import Column, Table
 
 METHOD_LABELS = {"3x": "3 × forward (backward = 2 × forward)", "6nd": "6·N·D", "palm": "PaLM 6·N_matmul·D + 12·L·h·d_head·S·D"}

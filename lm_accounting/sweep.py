@@ -11,12 +11,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from ..account import account
-from ..analytic.activations import saved_activation_breakdown
-from ..analytic.capacity import max_context_that_fits
-from ..analytic.memory import adamw_step_temporary_bytes, model_state_breakdown
-from ..analytic.replay import predict_training_step
-from ..config import AccountingError, ModelConfig
+from .account import account
+from .analytic.activations import saved_activation_breakdown
+from .analytic.capacity import max_context_that_fits
+from .analytic.memory import adamw_step_temporary_bytes, model_state_breakdown
+from .analytic.replay import predict_training_step
+from .config import AccountingError, ModelConfig
 
 GROUPS = ("attention projections", "attention matmuls", "ffn", "lm head")
 MAX_POINTS = 10_000  # a sweep is a table and a plot, not a scan
@@ -118,7 +118,7 @@ def sweep(configs: Sequence[ModelConfig], contexts: Iterable[int], batch: int = 
                               "use fewer --contexts (e.g. 128:16384:x2)")
     points = [(cfg, seq) for cfg in configs for seq in contexts]
     if measure:
-        from ..measure.devices import available_bytes
+        from .measure.devices import available_bytes
 
         available_bytes(measure)  # fails early, before any work, if the device is missing
     live = crosscheck or measure
@@ -131,18 +131,18 @@ def sweep(configs: Sequence[ModelConfig], contexts: Iterable[int], batch: int = 
     for cfg, seq in points:
         row = analytic_row(cfg, seq, batch, dtype, optimizer, budget, fitting[cfg.name])
         if crosscheck:
-            from ..measure.crosscheck import crosscheck as run_crosscheck
+            from .measure.crosscheck import crosscheck as run_crosscheck
 
             cc = run_crosscheck(cfg.with_context(seq), seq, batch)
             row["measured:flops"] = cc.flop_counter.total
             result.mismatches += [f"{cfg.name} @ {seq}: {m}" for m in cc.mismatches()]
         if measure:
-            from ..measure.devices import check_device_fits
-            from ..measure.memory import measure_step
+            from .measure.devices import check_device_fits
+            from .measure.memory import measure_step
 
             check_device_fits(measure, row["mem:peak"], f"the training step of {cfg.name} at context {seq:,}")
             measured = measure_step(cfg.with_context(seq), seq, batch, dtype, measure, optimizer)
-            row["measured:peak"] = max(measured[p].peak for p in ("forward", "backward", "optimizer_step"))
+            row["measured:peak"] = measured.peak
             row["measured:device"] = measure
         result.rows.append(row)
         if bar is not None:

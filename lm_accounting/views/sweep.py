@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .files import write_atomic, write_json
-from .sweep import GROUPS, Sweep
+from ..output import write_atomic, write_json
+from ..sweep import GROUPS, Sweep
 from .tables import Column, Table, render_markdown, render_records_csv
 
 SUMMARY = [Column("context", "int"), Column("forward FLOPs", "int"), *[Column(g, "share") for g in GROUPS],

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .account_view import breakdown_table
+from ..views.account import breakdown_table
 from .answer_tables import (
     adamw_table,
     convention_table,
@@ -16,9 +16,9 @@ from .answer_tables import (
 )
 from .answers import BUDGETS, LONG, SIZES, Answers, collect
 from .assignment_text import assignment_markdown
-from .crosscheck_view import crosscheck_tables
-from .files import write_atomic, write_json, write_table_files
-from .sweep_view import write_sweep
+from ..views.crosscheck import crosscheck_tables
+from ..output import write_atomic, write_json, write_table_files
+from ..views.sweep import write_sweep
 
 
 def write_report(out: Path, live: bool = True, plots: bool = True, progress: bool = False) -> tuple[Answers, list[Path]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..analytic.course import COURSE_BYTES, course_activation_breakdown, course_peak
 from ..units import fmt_bytes, fmt_share
-from .account_view import breakdown_table
+from ..views.account import breakdown_table
 from .answers import BUDGETS, LONG, TRAIN, Answers
 from .answer_tables import (
     _md,
@@ -15,8 +15,8 @@ from .answer_tables import (
     size_table,
     training_table,
 )
-from .crosscheck_view import crosscheck_tables
-from .sweep import GROUPS
+from ..views.crosscheck import crosscheck_tables
+from ..sweep import GROUPS
 
 
 GROUP_NAMES = {"attention projections": "Q/K/V/O projections", "attention matmuls": "attention matmuls QKᵀ and AV",

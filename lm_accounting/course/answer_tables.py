@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from .answers import BUDGETS, LONG, TRAIN, Answers
-from .sweep import GROUPS
-from .tables import Column, Table, render_markdown
+from ..sweep import GROUPS
+from ..views.tables import Column, Table, render_markdown
 
 
 def _md(*tables: Table) -> str:
@@ -58,8 +58,8 @@ def training_table(ans: Answers) -> Table:
 
 def exact_memory_table(ans: Answers) -> Table:
     step, got = ans.exact_step, ans.measured_step
-    rows = [("baseline", step.baseline, got and got["baseline"])]
+    rows = [("baseline", step.baseline, got and got.baseline)]
     for phase, p in step.phases().items():
-        rows.append((f"{phase} peak", p.peak, got and got[phase].peak))
+        rows.append((f"{phase} peak", p.peak, got and got.phase(phase).peak))
     return Table("Our live model, GPT-2 XL, B = 1, S = 1,024, fp32, AdamW foreach: exact prediction vs meta",
                  [Column("phase"), Column("predicted bytes", "int"), Column("measured on meta", "int")], rows)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 
 from ..measure.crosscheck import CrossCheck
-from .account_view import describe_config
+from .account import describe_config
 from .tables import Column, Table
 
 
