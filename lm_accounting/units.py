@@ -6,8 +6,7 @@ import re
 
 from .config import AccountingError
 
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "int8": 1}
-"""Bytes per element of each storage type we account for."""
+from .names import DTYPE_BYTES  # noqa: F401  (re-exported: the byte sizes live in names.py)
 
 UNIT_BYTES = {
     "B": 1,

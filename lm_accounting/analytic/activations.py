@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ..breakdown import Breakdown, Item
 from ..config import ModelConfig
-from ..units import DTYPE_BYTES
+from ..names import DTYPE_BYTES
 from .flops import check_batch_seq
 
 

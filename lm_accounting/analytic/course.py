@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ..breakdown import Breakdown, Item
 from ..config import AccountingError, ModelConfig
-from ..units import DTYPE_BYTES
+from ..names import DTYPE_BYTES
 from .flops import check_batch_seq
 from .params import ffn_matrix_params, parameter_breakdown
 

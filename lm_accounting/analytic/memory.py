@@ -2,7 +2,7 @@
 
 Every figure is an exact int of bytes.  Sources, by section:
 
-* bytes per element: IEEE 754 binary32/binary16 and bfloat16 storage sizes (``units.DTYPE_BYTES``);
+* bytes per element: IEEE 754 binary32/binary16 and bfloat16 storage sizes (``names.DTYPE_BYTES``);
 * KV cache: one key and one value vector of ``kv_heads * d_head`` per layer per cached token:
   2 · layers · n_kv · head_dim · S · batch · bytes;
 * model states and the optimizer step: torch 2.13, ``torch/optim/adamw.py`` (``AdamW`` is
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from ..breakdown import Breakdown, Item
 from ..config import AccountingError, ModelConfig
-from ..units import DTYPE_BYTES
+from ..names import ADAMW_IMPLS, DTYPE_BYTES, TRAINING_DTYPES
 from .params import parameter_breakdown
 
 
@@ -31,12 +31,6 @@ def kv_cache_bytes(cfg: ModelConfig, seq: int, batch: int, dtype: str) -> int:
 
 
 # -- model states and the AdamW step -------------------------------------------
-TRAINING_DTYPES = ("fp32", "bf16", "fp16")
-"""Floating-point storage types a parameter (and so its gradient and AdamW moments) can have."""
-
-ADAMW_IMPLS = ("foreach", "for-loop", "fused")
-"""torch.optim.AdamW implementations: ``foreach=True``, ``foreach=False`` and ``fused=True``."""
-
 
 def _training_dtype_bytes(dtype: str) -> int:
     if dtype not in TRAINING_DTYPES:

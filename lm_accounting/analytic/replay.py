@@ -18,7 +18,7 @@ from typing import Callable
 
 from ..config import ModelConfig
 from ..phases import PhaseBytes, StepMemory
-from ..units import DTYPE_BYTES
+from ..names import DTYPE_BYTES
 from .activations import Sizes
 from .flops import check_batch_seq
 from .params import parameter_breakdown

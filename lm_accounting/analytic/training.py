@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass
 
 from ..config import AccountingError, ModelConfig, check_positive_int
+from ..names import STEP_FLOPS_METHODS
 from .flops import check_batch_seq, training_flops
 
 # -- peak dense throughput, FLOP/s --------------------------------------------
@@ -141,7 +142,6 @@ def adamw_step_flops(n_params: int, flops_per_param: int = ADAMW_FLOPS_PER_PARAM
 
 
 # -- step FLOPs and training time -------------------------------------------------
-STEP_FLOPS_METHODS = ("3x", "6nd", "palm")
 
 
 def step_flops(cfg: ModelConfig, seq: int, batch: int, method: str = "3x") -> int:

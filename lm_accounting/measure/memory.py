@@ -4,9 +4,8 @@ tracker, on CUDA with the caching allocator's statistics."""
 from __future__ import annotations
 
 from ..config import AccountingError, ModelConfig
+from ..names import ADAMW_KWARGS, TORCH_DTYPES
 
-OPTIMIZER_KWARGS = {"for-loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
-TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 def measure_step(cfg: ModelConfig, seq: int, batch: int = 1, dtype: str = "fp32", device: str = "meta",
@@ -27,7 +26,7 @@ def measure_step(cfg: ModelConfig, seq: int, batch: int = 1, dtype: str = "fp32"
     model = build_model(cfg, device=device, dtype=getattr(torch, TORCH_DTYPES[dtype]))
     inputs = random_tokens(cfg, batch, seq, device=device, seed=0)
     targets = random_tokens(cfg, batch, seq, device=device, seed=1)
-    kwargs = {"optimizer_kwargs": OPTIMIZER_KWARGS[optimizer]}
+    kwargs = {"optimizer_kwargs": ADAMW_KWARGS[optimizer]}
     if device == "cuda":
         return measure_training_step_cuda(model, inputs, targets, cross_entropy, **kwargs)
     return measure_training_step(model, inputs, targets, cross_entropy, **kwargs)

@@ -28,6 +28,15 @@ class Table:
     notes: list[str] = field(default_factory=list)
 
 
+@dataclass
+class View:
+    """What a result looks like on screen: header lines, tables, footer lines."""
+
+    header: list[str]
+    tables: list[Table]
+    footer: list[str] = field(default_factory=list)
+
+
 def fmt_cell(value: Any, kind: str) -> str:
     if value is None:
         return "-"
@@ -48,7 +57,8 @@ def _cells(table: Table) -> list[list[str]]:
     return [[fmt_cell(v, c.kind) for v, c in zip(row, table.columns)] for row in table.rows]
 
 
-def render_text(tables: Sequence[Table], header: Sequence[str] = (), footer: Sequence[str] = ()) -> str:
+def render_text(tables: Sequence[Table], header: Sequence[str] = (), footer: Sequence[str] = (),
+                width: int | None = None) -> str:
     out = list(header)
     for table in tables:
         cells = _cells(table)
