@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..breakdown import Breakdown, Item
-from ..config import ModelConfig, check_positive_int
+from ..breakdown import Breakdown
+from ..config import ModelConfig
 from .params import matmul_params, parameter_breakdown
+from .sizes import Sizes, check_batch_seq  # noqa: F401  (check_batch_seq re-exported)
 
 
 def matmul_flops(m: int, n: int, p: int) -> int:
@@ -65,34 +66,15 @@ def lm_head_flops(cfg: ModelConfig, tokens: int) -> int:
     return matmul_flops(tokens, cfg.d_model, cfg.vocab_size)
 
 
-def check_batch_seq(batch: int, seq: int) -> None:
-    check_positive_int("batch", batch)
-    check_positive_int("context", seq)
-
-
 def forward_flops(cfg: ModelConfig, seq: int, batch: int = 1) -> Breakdown:
     """Matmul FLOPs of one forward pass over B sequences of S tokens, per component.
 
-    Keys match the live model's module paths; ``layers.*.attn.qk`` and
-    ``layers.*.attn.av`` are the two attention matmuls (parameter-free modules).
+    Keys match the live model's module paths; ``layers.*.attn.qk`` and ``layers.*.attn.av``
+    are the two attention matmuls (parameter-free modules).  Built from ``components.REGISTRY``.
     """
-    check_batch_seq(batch, seq)
-    T, L = batch * seq, cfg.num_layers
-    layer = [
-        ("attn.q_proj", "Q projection", "attention projections", q_proj_flops(cfg, T), "2·T·d·h·d_head"),
-        ("attn.k_proj", "K projection", "attention projections", kv_proj_flops(cfg, T), "2·T·d·kv·d_head"),
-        ("attn.v_proj", "V projection", "attention projections", kv_proj_flops(cfg, T), "2·T·d·kv·d_head"),
-        ("attn.qk", "attention QKᵀ", "attention matmuls", attention_scores_flops(cfg, batch, seq), "2·B·h·S²·d_head"),
-        ("attn.av", "attention AV", "attention matmuls", attention_values_flops(cfg, batch, seq), "2·B·h·S²·d_head"),
-        ("attn.output_proj", "output projection", "attention projections", output_proj_flops(cfg, T), "2·T·h·d_head·d"),
-        ("ffn.w1", "FFN W1 (gate)", "ffn", ffn_matrix_flops(cfg, T), "2·T·d·d_ff"),
-        ("ffn.w3", "FFN W3 (up)", "ffn", ffn_matrix_flops(cfg, T), "2·T·d·d_ff"),
-        ("ffn.w2", "FFN W2 (down)", "ffn", ffn_matrix_flops(cfg, T), "2·T·d_ff·d"),
-    ]
-    items = tuple(
-        Item(f"layers.*.{key}", label, group, n * L, n, f"L·{formula}") for key, label, group, n, formula in layer
-    ) + (Item("lm_head", "LM head", "lm head", lm_head_flops(cfg, T), None, "2·T·d·V"),)
-    return Breakdown("forward FLOPs (matmul)", "FLOPs", items)
+    from ..components import breakdown
+
+    return breakdown("flops", Sizes.of(cfg, seq, batch))
 
 
 def causal_attention_flops(cfg: ModelConfig, seq: int, batch: int = 1) -> int:
@@ -105,40 +87,59 @@ def causal_attention_flops(cfg: ModelConfig, seq: int, batch: int = 1) -> int:
     return cfg.num_layers * full // 2
 
 
-# Elementwise FLOPs per element, by our stated convention: one FLOP per arithmetic
-# operation, exp / rsqrt / sigmoid / max-compare counted as one each.  Counters
-# disagree here (fvcore counts 0, DeepSpeed 1 per softmax/activation element).
-RMSNORM_PER_ELEMENT = 4  # square, accumulate, scale by 1/rms, scale by gain
-ROPE_PER_ELEMENT = 3  # x_e·cos − x_o·sin: two multiplies, one add
-SCALE_PER_SCORE = 1  # QKᵀ / sqrt(d_head)
-SOFTMAX_PER_SCORE = 5  # max-compare, subtract, exp, sum, divide
-SILU_PER_ELEMENT = 4  # negate-exp, add 1, divide, multiply by x
-GATE_PER_ELEMENT = 1  # SiLU(W1 x) ⊙ W3 x
-RESIDUAL_PER_ELEMENT = 1  # x + f(x)
+# -- elementwise (non-matmul) FLOPs ----------------------------------------------------
+# Our stated convention: one FLOP per arithmetic operation on one element; exp, rsqrt, sigmoid
+# and a max-compare count one each.  Counters disagree here (fvcore counts 0, DeepSpeed 1 per
+# softmax or activation element), so these are never added to the matmul totals.
+RMSNORM_PER_ELEMENT = 4  # 1. square, 2. accumulate into the mean, 3. scale by 1/rms, 4. scale by the gain
+ROPE_PER_ELEMENT = 3  # per output element: x_e·cos − x_o·sin = 1. multiply, 2. multiply, 3. add
+SCALE_PER_SCORE = 1  # QKᵀ / sqrt(d_head): one multiply per score
+SOFTMAX_PER_SCORE = 5  # 1. max-compare, 2. subtract the max, 3. exp, 4. add into the sum, 5. divide
+SILU_PER_ELEMENT = 4  # x·σ(x) = x / (1 + exp(−x)): 1. negate-exp, 2. add 1, 3. divide, 4. multiply by x
+GATE_PER_ELEMENT = 1  # SiLU(W1 x) ⊙ W3 x: one multiply
+RESIDUAL_PER_ELEMENT = 1  # x + f(x): one add
+
+
+def rmsnorm_flops(rows: int, width: int) -> int:
+    """RMSNorm over ``rows`` vectors of ``width``: 4 per element."""
+    return RMSNORM_PER_ELEMENT * rows * width
+
+
+def rope_flops(tokens: int, width: int) -> int:
+    """RoPE on a (T x width) projection (Q: h·d_head, K: kv·d_head): 3 per element."""
+    return ROPE_PER_ELEMENT * tokens * width
+
+
+def score_scale_flops(scores: int) -> int:
+    """Scaling every attention score by 1/√d_head: 1 each."""
+    return SCALE_PER_SCORE * scores
+
+
+def softmax_flops(scores: int) -> int:
+    """Softmax over the scores (max, subtract, exp, sum, divide): 5 each."""
+    return SOFTMAX_PER_SCORE * scores
+
+
+def silu_flops(tokens: int, d_ff: int) -> int:
+    """SiLU on the (T x d_ff) gate projection: 4 per element."""
+    return SILU_PER_ELEMENT * tokens * d_ff
+
+
+def gate_flops(tokens: int, d_ff: int) -> int:
+    """The gating product SiLU(W1 x) ⊙ W3 x: 1 per element."""
+    return GATE_PER_ELEMENT * tokens * d_ff
+
+
+def residual_add_flops(tokens: int, d_model: int) -> int:
+    """One residual add x + f(x) on the (T x d) stream: 1 per element."""
+    return RESIDUAL_PER_ELEMENT * tokens * d_model
 
 
 def nonmatmul_flops(cfg: ModelConfig, seq: int, batch: int = 1) -> Breakdown:
     """Elementwise FLOPs of one forward pass (convention above), per component, all layers."""
-    check_batch_seq(batch, seq)
-    T, L, d, scores = batch * seq, cfg.num_layers, cfg.d_model, batch * cfg.num_heads * seq * seq
-    layer = [
-        ("ln1", "RMSNorm before attention", RMSNORM_PER_ELEMENT * T * d, "4·T·d"),
-        ("attn.rope", "RoPE on Q and K", ROPE_PER_ELEMENT * T * (cfg.q_dim + cfg.kv_dim), "3·T·(h+kv)·d_head"),
-        ("attn.scale", "score scaling 1/√d_head", SCALE_PER_SCORE * scores, "B·h·S²"),
-        ("attn.softmax", "softmax", SOFTMAX_PER_SCORE * scores, "5·B·h·S²"),
-        ("residual.attn", "residual add (attention)", RESIDUAL_PER_ELEMENT * T * d, "T·d"),
-        ("ln2", "RMSNorm before FFN", RMSNORM_PER_ELEMENT * T * d, "4·T·d"),
-        ("ffn.silu", "SiLU", SILU_PER_ELEMENT * T * cfg.d_ff, "4·T·d_ff"),
-        ("ffn.gate", "gating product", GATE_PER_ELEMENT * T * cfg.d_ff, "T·d_ff"),
-        ("residual.ffn", "residual add (FFN)", RESIDUAL_PER_ELEMENT * T * d, "T·d"),
-    ]
-    if cfg.qk_norm:
-        qk = RMSNORM_PER_ELEMENT * T * (cfg.q_dim + cfg.kv_dim)
-        layer.insert(1, ("attn.qk_norm", "qk-norm on Q and K", qk, "4·T·(h+kv)·d_head"))
-    items = tuple(
-        Item(f"layers.*.{key}", label, "elementwise", n * L, n, f"L·{formula}") for key, label, n, formula in layer
-    ) + (Item("ln_final", "final RMSNorm", "elementwise", RMSNORM_PER_ELEMENT * T * d, None, "4·T·d"),)
-    return Breakdown("forward FLOPs (non-matmul, estimate)", "FLOPs", items)
+    from ..components import breakdown
+
+    return breakdown("elementwise", Sizes.of(cfg, seq, batch))
 
 
 @dataclass(frozen=True)

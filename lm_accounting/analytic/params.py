@@ -9,7 +9,7 @@ for Q and K; tied embeddings (Press & Wolf 2017) make the LM head free.
 
 from __future__ import annotations
 
-from ..breakdown import Breakdown, Item
+from ..breakdown import Breakdown
 from ..config import ModelConfig
 
 
@@ -49,37 +49,13 @@ def lm_head_params(cfg: ModelConfig) -> int:
 
 
 def parameter_breakdown(cfg: ModelConfig) -> Breakdown:
-    """Exact parameter count per component; ``total`` equals ``sum(p.numel())`` of the live model."""
-    L, d, hd = cfg.num_layers, cfg.d_model, cfg.d_head
-    layer: list[tuple[str, str, str, int, str]] = [
-        ("ln1", "RMSNorm before attention", "norms", rmsnorm_params(d), "d"),
-        ("attn.q_proj", "Q projection", "attention projections", q_proj_params(cfg), "d·h·d_head"),
-        ("attn.k_proj", "K projection", "attention projections", kv_proj_params(cfg), "d·kv·d_head"),
-        ("attn.v_proj", "V projection", "attention projections", kv_proj_params(cfg), "d·kv·d_head"),
-        ("attn.output_proj", "output projection", "attention projections", output_proj_params(cfg), "h·d_head·d"),
-    ]
-    if cfg.qk_norm:
-        layer += [
-            ("attn.q_norm", "Q norm (per head)", "norms", rmsnorm_params(hd), "d_head"),
-            ("attn.k_norm", "K norm (per head)", "norms", rmsnorm_params(hd), "d_head"),
-        ]
-    layer += [
-        ("ln2", "RMSNorm before FFN", "norms", rmsnorm_params(d), "d"),
-        ("ffn.w1", "FFN W1 (gate)", "ffn", ffn_matrix_params(cfg), "d·d_ff"),
-        ("ffn.w2", "FFN W2 (down)", "ffn", ffn_matrix_params(cfg), "d_ff·d"),
-        ("ffn.w3", "FFN W3 (up)", "ffn", ffn_matrix_params(cfg), "d·d_ff"),
-    ]
-    head_label = "LM head (tied: shares token_embeddings)" if cfg.tie_embeddings else "LM head"
-    items = (
-        Item("token_embeddings", "token embedding", "embedding", embedding_params(cfg), None, "V·d"),
-        *(
-            Item(f"layers.*.{key}", label, group, n * L, n, f"L·{formula}")
-            for key, label, group, n, formula in layer
-        ),
-        Item("ln_final", "final RMSNorm", "norms", rmsnorm_params(d), None, "d"),
-        Item("lm_head", head_label, "lm head", lm_head_params(cfg), None, "0 (tied)" if cfg.tie_embeddings else "d·V"),
-    )
-    return Breakdown("parameters", "params", items)
+    """Exact parameter count per component; ``total`` equals ``sum(p.numel())`` of the live model.
+
+    Built from ``components.REGISTRY``, in the live model's ``named_parameters()`` order."""
+    from ..components import breakdown
+    from .sizes import Sizes
+
+    return breakdown("params", Sizes(cfg))
 
 
 def matmul_params(cfg: ModelConfig) -> int:

@@ -1,0 +1,61 @@
+"""The shapes of one run (config, batch, sequence length, dtype), in elements and bytes.
+
+Every per-component formula takes a ``Sizes``: parameter formulas read only ``cfg``, FLOP
+formulas add B and S, activation formulas add the element size ``e``.  Notation: T = B·S tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config import ModelConfig, check_positive_int
+from ..names import DTYPE_BYTES
+
+
+def check_batch_seq(batch: int, seq: int) -> None:
+    check_positive_int("batch", batch)
+    check_positive_int("context", seq)
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Bytes of every tensor shape the live model creates, for one (cfg, B, S, dtype)."""
+
+    cfg: ModelConfig
+    batch: int = 1
+    seq: int = 1
+    e: int = 4  # bytes per element of the model dtype
+
+    @classmethod
+    def of(cls, cfg: ModelConfig, seq: int, batch: int = 1, dtype: str = "fp32") -> "Sizes":
+        check_batch_seq(batch, seq)
+        return cls(cfg, batch, seq, DTYPE_BYTES[dtype])
+
+    @property
+    def T(self) -> int:
+        """Tokens in the batch, B·S."""
+        return self.batch * self.seq
+
+    def act(self, width: int, rows: int | None = None) -> int:
+        """A (rows x width) activation in the model dtype; rows default to T."""
+        return (self.T if rows is None else rows) * width * self.e
+
+    @property
+    def score_count(self) -> int:
+        """Elements of one (B, h, S, S) attention tensor."""
+        return self.batch * self.cfg.num_heads * self.seq * self.seq
+
+    @property
+    def scores(self) -> int:
+        """Bytes of one (B, h, S, S) attention tensor."""
+        return self.score_count * self.e
+
+    @property
+    def score_rows(self) -> int:
+        """One (B, h, S, 1) softmax row statistic."""
+        return self.batch * self.cfg.num_heads * self.seq * self.e
+
+    @property
+    def rope_table(self) -> int:
+        """cos or sin rows gathered for the S positions: S x d_head/2, cast to the model dtype."""
+        return self.seq * (self.cfg.d_head // 2) * self.e
