@@ -5,18 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .analytic.flops import (
-    TrainingFlops,
-    causal_attention_flops,
-    check_batch_seq,
-    forward_flops,
-    nonmatmul_flops,
-    training_flops,
-)
+from .analytic.flops import TrainingFlops, causal_attention_flops, forward_flops, nonmatmul_flops, training_flops
 from .analytic.memory import kv_cache_bytes, weight_bytes
 from .analytic.params import parameter_breakdown
+from .analytic.sizes import at_context, check_batch_seq
 from .breakdown import Breakdown
 from .config import ModelConfig
+from .names import KV_CACHE_DTYPES, WEIGHT_DTYPES
+from .result import Result
 
 CONVENTIONS = (
     "FLOPs: (m×n)@(n×p) = 2·m·n·p; matmuls only in the totals (CS336 A1 transformer_accounting).",
@@ -29,14 +25,25 @@ CONVENTIONS = (
     "Keys are the live model's module paths; layers.* is summed over all layers.",
 )
 
+TRAINING_ROWS = (  # key, label, attribute of TrainingFlops
+    ("forward", "forward (matmuls)", "forward"),
+    ("backward", "backward = 2 × forward", "backward"),
+    ("step", "step = 3 × forward", "step"),
+    ("six_n_d", "6·N·D, N = all params", "six_nd"),
+    ("palm", "PaLM (6·N_matmul + 12·L·h·d_head·S)·D", "palm"),
+)
+
 
 @dataclass(frozen=True)
-class Account:
+class Account(Result):
     """Analytic accounting of one model shape at batch B and sequence length S."""
+
+    SCHEMA = "lm-accounting/account/2"
 
     config: ModelConfig
     batch: int
     seq: int
+    preset_context: int  # the context length the preset or file gives (the run may differ)
     params: Breakdown
     forward: Breakdown
     nonmatmul: Breakdown
@@ -49,74 +56,66 @@ class Account:
         return self.forward.groups()["attention matmuls"]
 
     def weight_bytes(self) -> dict[str, int]:
-        return {dt: weight_bytes(self.params.total, dt) for dt in ("fp32", "bf16", "int8")}
+        return {dt: weight_bytes(self.params.total, dt) for dt in WEIGHT_DTYPES}
 
     def kv_cache_bytes(self) -> dict[str, int]:
-        return {dt: kv_cache_bytes(self.config, self.seq, self.batch, dt) for dt in ("fp32", "bf16")}
+        return {dt: kv_cache_bytes(self.config, self.seq, self.batch, dt) for dt in KV_CACHE_DTYPES}
+
+    def training_rows(self) -> list[tuple[str, str, int]]:
+        return [(key, label, getattr(self.training, attr)) for key, label, attr in TRAINING_ROWS]
 
     def records(self) -> list[dict[str, Any]]:
         """Tidy rows (section, key, label, group, per_layer, total, share, unit): the CSV form."""
         rows = []
-        for section, bd in (("parameters", self.params), ("forward_flops", self.forward), ("non_matmul_flops", self.nonmatmul)):
+        for section, bd in (("parameters", self.params), ("forward_flops", self.forward),
+                            ("non_matmul_flops", self.nonmatmul)):
             for it in bd:
-                share = it.total / bd.total if bd.total else 0.0
-                rows.append(dict(section=section, key=it.key, label=it.label, group=it.group,
-                                 per_layer=it.per_layer, total=it.total, share=share, unit=bd.unit))
-        t = self.training
-        for key, label, value in (
-            ("forward", "forward (matmuls)", t.forward), ("backward", "backward = 2 × forward", t.backward),
-            ("step", "step = 3 × forward", t.step), ("six_n_d", "6·N·D, N = all params", t.six_nd),
-            ("palm", "PaLM 6·N_matmul·D + 12·L·h·d_head·S·D", t.palm),
-            ("attention_causal_halved", "QKᵀ+AV, causal half", self.causal_attention),
-        ):
+                rows.append(dict(section=section, key=it.key, label=it.label, group=it.group, per_layer=it.per_layer,
+                                 total=it.total, share=bd.share(it.key), unit=bd.unit))
+        step = self.training.step
+        extra = [("attention_causal_halved", "QKᵀ+AV, causal half", self.causal_attention)]
+        for key, label, value in [*self.training_rows(), *extra]:
             rows.append(dict(section="training_step_flops", key=key, label=label, group="", per_layer=None,
-                             total=value, share=value / t.step, unit="FLOPs"))
+                             total=value, share=value / step, unit="FLOPs"))
         for prefix, sizes in (("weights", self.weight_bytes()), ("kv_cache", self.kv_cache_bytes())):
             for dtype, n in sizes.items():
                 rows.append(dict(section="memory", key=f"{prefix}.{dtype}", label=f"{prefix} in {dtype}", group="",
                                  per_layer=None, total=n, share=None, unit="bytes"))
         return rows
 
-    def to_frame(self):
-        """Long format, one row per component of every section (pandas imported here)."""
-        import pandas as pd
-
-        return pd.DataFrame(self.records())
-
     def to_dict(self) -> dict[str, Any]:
-        t = self.training
         return {
-            "schema": "lm-accounting/account/1",
+            "schema": self.SCHEMA,
             "config": self.config.resolved(),
             "batch": self.batch,
             "context": self.seq,
+            "preset_context": self.preset_context,
             "parameters": {**self.params.to_dict(), "weight_bytes": self.weight_bytes()},
             "forward_flops": {**self.forward.to_dict(), "per_layer_total": self.forward.per_layer_total},
             "attention_matmul_flops": {"full": self.attention_matmuls, "causal_halved": self.causal_attention},
             "non_matmul_flops": self.nonmatmul.to_dict(),
-            "training_step_flops": {
-                "forward": t.forward,
-                "backward": t.backward,
-                "step_3x_forward": t.step,
-                "six_n_d": t.six_nd,
-                "palm": t.palm,
-            },
+            "training_step_flops": {key: value for key, _, value in self.training_rows()},
             "kv_cache_bytes": self.kv_cache_bytes(),
             "conventions": list(CONVENTIONS),
         }
 
 
 def account(cfg: ModelConfig, seq: int | None = None, batch: int = 1) -> Account:
-    """Everything analytic about ``cfg`` at ``seq`` tokens (default: its context length)."""
-    seq = cfg.context_length if seq is None else seq
+    """Everything analytic about ``cfg`` at ``seq`` tokens (default: its context length).
+
+    A ``seq`` other than ``cfg.context_length`` analyses the model built for that context
+    (``analytic.sizes.at_context``); ``preset_context`` keeps the config's own."""
+    run = at_context(cfg, seq)
+    seq = run.context_length
     check_batch_seq(batch, seq)
     return Account(
-        config=cfg,
+        config=run,
         batch=batch,
         seq=seq,
-        params=parameter_breakdown(cfg),
-        forward=forward_flops(cfg, seq, batch),
-        nonmatmul=nonmatmul_flops(cfg, seq, batch),
-        causal_attention=causal_attention_flops(cfg, seq, batch),
-        training=training_flops(cfg, seq, batch),
+        preset_context=cfg.context_length,
+        params=parameter_breakdown(run),
+        forward=forward_flops(run, seq, batch),
+        nonmatmul=nonmatmul_flops(run, seq, batch),
+        causal_attention=causal_attention_flops(run, seq, batch),
+        training=training_flops(run, seq, batch),
     )

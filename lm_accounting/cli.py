@@ -1,25 +1,27 @@
-"""``lm-account``: a thin click layer.  Heavy libraries (torch, pandas, matplotlib) are
-imported inside the commands that need them, never at module import.
+"""``lm-account``: a thin click layer.  Each command parses its options, calls one library
+function that returns one result, and renders it with ``views.render``.  Heavy libraries (torch,
+pandas, matplotlib) are imported inside the commands that need them, never at module import.
 
-Bad input of any kind is reported on one line with exit code 2; a cross-check
-mismatch exits 1.
+Bad input of any kind is reported on one line with exit code 2; a cross-check mismatch exits 1.
 """
 
 from __future__ import annotations
 
 import contextlib
+import difflib
 import functools
-import json
 import os
+import shutil
 import sys
 from typing import Any, Callable, Sequence
 
 import click
 
 from .config import MAX_SIZE, AccountingError, ModelConfig, apply_overrides, load_config, parse_override, preset_names
-from .views.tables import Table, render_csv, render_markdown, render_records_csv, render_text
+from .names import ADAMW_IMPLS, CLI_TRAINING_DTYPES, DEFAULT_ADAMW, DEFAULT_BUDGET, DEVICES, FORMATS, STEP_FLOPS_METHODS
 
-FORMATS = ("table", "markdown", "csv", "json")
+PROG = "lm-account"
+COMPLETE_VAR = "_LM_ACCOUNT_COMPLETE"  # click's shell-completion variable for the prog name
 SHAPE_FLAGS = {  # dedicated flags for common overrides: option name -> ModelConfig field
     "layers": "num_layers",
     "d_model": "d_model",
@@ -32,15 +34,22 @@ SHAPE_FLAGS = {  # dedicated flags for common overrides: option name -> ModelCon
 
 
 class PositiveInt(click.ParamType):
-    """An integer >= 1, with a plain message for anything else."""
+    """An integer >= 1 and <= 10^18, with a plain message (and no echo of a huge number) otherwise."""
 
     name = "integer"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        try:
-            number = int(str(value).replace("_", ""))
-        except ValueError:
-            self.fail(f"must be a positive integer, got {value!r}", param, ctx)
+        if isinstance(value, int) and not isinstance(value, bool):
+            text = str(value)
+        else:
+            text = str(value).strip().replace("_", "")
+        digits = text.lstrip("+")
+        if not digits.isdigit():
+            shown = text if len(text) <= 40 else text[:20] + f"…({len(text)} characters)"
+            self.fail(f"must be a positive integer, got {shown!r}", param, ctx)
+        if len(digits.lstrip("0")) > len(str(MAX_SIZE)):  # compared as text: no int() of a huge string
+            self.fail(f"a {len(digits.lstrip('0'))}-digit number is beyond the supported 10^18", param, ctx)
+        number = int(digits)
         if number < 1:
             self.fail(f"must be a positive integer, got {number}", param, ctx)
         if number > MAX_SIZE:
@@ -51,30 +60,61 @@ class PositiveInt(click.ParamType):
 POSITIVE = PositiveInt()
 
 
+def looks_like_path(arg: str) -> bool:
+    """The rule for PRESET_OR_FILE: a path has a separator or a .toml/.json suffix; anything else is
+    a preset name, so a file in the current directory never replaces a preset."""
+    return os.sep in arg or "/" in arg or arg.endswith((".toml", ".json"))
+
+
+def _complete_models(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    from click.shell_completion import CompletionItem
+
+    if looks_like_path(incomplete):
+        return [CompletionItem(incomplete, type="file")]
+    return [CompletionItem(name) for name in preset_names() if name.startswith(incomplete)]
+
+
 class DefaultGroup(click.Group):
-    """``lm-account gpt2-xl ...`` runs the ``account`` command when no subcommand is named."""
+    """``lm-account gpt2-xl ...`` runs ``account`` when the first word is a preset or a path.
+
+    Any other first word is a mistyped command or preset: exit 2 with a "did you mean" that
+    considers both."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
+        if args and not args[0].startswith("-") and args[0] not in self.commands:
+            word = args[0]
+            if word not in preset_names() and not looks_like_path(word):
+                choices = [*self.commands, *preset_names()]
+                close = difflib.get_close_matches(word, choices, n=1, cutoff=0.5)
+                hint = f"; did you mean '{close[0]}'?" if close else ""
+                shown = word if len(word) <= 60 else word[:60] + "…"
+                raise click.UsageError(
+                    f"'{shown}' is neither a command nor a preset{hint} (commands: {', '.join(self.commands)}; "
+                    f"presets: {', '.join(preset_names())}; a file path needs a '/' or a .toml suffix)")
             args = ["account", *args]
         return super().parse_args(ctx, args)
+
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[Any]:
+        """Complete the first word with the commands and the presets."""
+        return [*super().shell_complete(ctx, incomplete), *_complete_models(ctx, None, incomplete)]  # type: ignore[arg-type]
 
 
 def model_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """PRESET_OR_FILE plus --context/--batch/--set/shape flags/--format, resolved to ``cfg``."""
 
-    @click.argument("preset_or_file", metavar="PRESET_OR_FILE")
+    @click.argument("preset_or_file", metavar="PRESET_OR_FILE", shell_complete=_complete_models)
     @click.option("--context", "-S", type=POSITIVE, help="Sequence length S (default: the preset's context_length).")
     @click.option("--batch", "-B", type=POSITIVE, default=1, show_default=True, help="Batch size B.")
-    @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override any config field, e.g. --set d_ff=4288 (repeatable).")
-    @click.option("--layers", type=int, help="Override num_layers.")
-    @click.option("--d-model", type=int, help="Override d_model.")
-    @click.option("--heads", type=int, help="Override num_heads.")
-    @click.option("--kv-heads", type=int, help="Override num_kv_heads (GQA).")
-    @click.option("--head-dim", type=int, help="Override head_dim.")
-    @click.option("--d-ff", type=int, help="Override d_ff.")
-    @click.option("--vocab-size", type=int, help="Override vocab_size.")
-    @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True, help="Output format.")
+    @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+                  help="Override any config field, e.g. --set d_ff=4288 (repeatable).")
+    @click.option("--layers", type=POSITIVE, help="Override num_layers.")
+    @click.option("--d-model", type=POSITIVE, help="Override d_model.")
+    @click.option("--heads", type=POSITIVE, help="Override num_heads.")
+    @click.option("--kv-heads", type=POSITIVE, help="Override num_kv_heads (GQA).")
+    @click.option("--head-dim", type=POSITIVE, help="Override head_dim.")
+    @click.option("--d-ff", type=POSITIVE, help="Override d_ff.")
+    @click.option("--vocab-size", type=POSITIVE, help="Override vocab_size.")
+    @format_option
     @functools.wraps(func)
     def wrapper(preset_or_file: str, context: int | None, overrides: Sequence[str], **kw: Any) -> Any:
         cfg = load_config(preset_or_file)
@@ -85,194 +125,161 @@ def model_options(func: Callable[..., Any]) -> Callable[..., Any]:
                 changes[field] = value
         if changes and "name" not in changes:
             changes["name"] = f"{cfg.name} (modified: {', '.join(f'{k}={v}' for k, v in changes.items())})"
-        cfg = apply_overrides(cfg, changes)
-        preset_context = cfg.context_length
-        if context is not None:
-            cfg = cfg.with_context(context)
-        return func(cfg=cfg, preset_context=preset_context, **kw)
+        return func(cfg=apply_overrides(cfg, changes), context=context, **kw)
 
     return wrapper
 
 
-def emit(
-    fmt: str,
-    data: dict[str, Any],
-    tables: list[Table],
-    header: Sequence[str] = (),
-    footer: Sequence[str] = (),
-    records: list[dict[str, Any]] | None = None,
-) -> None:
-    """Print in the chosen format; ``records`` (tidy rows), when given, is the CSV form."""
-    if fmt == "json":
-        click.echo(json.dumps(data, indent=2, ensure_ascii=False))
-    elif fmt == "csv":
-        click.echo(render_records_csv(records) if records is not None else render_csv(tables), nl=False)
-    elif fmt == "markdown":
-        click.echo(render_markdown(tables, header, footer), nl=False)
-    else:
-        click.echo(render_text(tables, header, footer), nl=False)
+def format_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
+                        help="table (fits the terminal), markdown, csv (tidy records) or json.")(func)
+
+
+def budget_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--budget", default=DEFAULT_BUDGET, show_default=True,
+                        help="Memory budget with an explicit unit: 80GB (10^9) or 80GiB (2^30).")(func)
+
+
+def emit(result: Any, fmt: str) -> None:
+    """Render ``result`` on stdout; a terminal table is fitted to the terminal's width."""
+    from .views import render
+
+    width = shutil.get_terminal_size().columns if fmt == "table" and sys.stdout.isatty() else None
+    click.echo(render(result, fmt, width=width), nl=False)
 
 
 @click.group(cls=DefaultGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="lm-accounting")
+@click.version_option(package_name="lm-accounting", prog_name=PROG)
 def cli() -> None:
     """Exact parameter, FLOP and memory accounting for Transformer LMs.
 
     \b
     lm-account gpt2-xl --context 16384     the headline answer for a preset
-    lm-account my_model.toml --set d_ff=4288
+    lm-account ./my_model.toml --set d_ff=4288
     lm-account presets                     list the presets
     """
 
 
-@cli.command("account")
+@cli.command("account", short_help="Parameters, FLOPs per component, training FLOPs, KV cache (the default).")
 @model_options
-def account_cmd(cfg: ModelConfig, preset_context: int, batch: int, fmt: str) -> None:
-    """Parameters, forward FLOPs per component with shares, training FLOPs, KV cache (analytic)."""
+def account_cmd(cfg: ModelConfig, context: int | None, batch: int, fmt: str) -> None:
+    """Parameters, forward FLOPs per component with shares, training FLOPs and the KV cache
+    (analytic, exact; no torch)."""
     from .account import account
-    from .views.account import account_tables
 
-    acc = account(cfg, cfg.context_length, batch)
-    header, tables, footer = account_tables(acc, preset_context)
-    emit(fmt, acc.to_dict(), tables, header, footer, records=acc.records())
+    emit(account(cfg, context, batch), fmt)
 
 
-@cli.command("presets")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@cli.command("presets", short_help="List the presets with their dimensions and parameter counts.")
+@format_option
 def presets_cmd(fmt: str) -> None:
-    """List the presets with their key dimensions and parameter counts."""
-    from .analytic.params import parameter_breakdown
-    from .views.tables import Column
+    """List the presets (presets/*.toml) with their key dimensions and exact parameter counts."""
+    from .catalog import list_presets
 
-    cols = [Column(n, "int") for n in ("layers", "d_model", "heads", "kv_heads", "head_dim", "d_ff", "vocab", "context")]
-    columns = [Column("preset"), *cols, Column("tied"), Column("qk_norm"), Column("parameters", "int")]
-    rows, data = [], []
-    configs = [load_config(name) for name in preset_names()]
-    for c in sorted(configs, key=lambda c: parameter_breakdown(c).total):
-        name, n = c.name, parameter_breakdown(c).total
-        dims = (c.num_layers, c.d_model, c.num_heads, c.kv_heads, c.d_head, c.d_ff, c.vocab_size, c.context_length)
-        rows.append((name, *dims, "yes" if c.tie_embeddings else "no", "yes" if c.qk_norm else "no", n))
-        data.append({**c.resolved(), "parameters": n})
-    emit(fmt, {"presets": data}, [Table("Presets (lm_accounting/presets/*.toml)", columns, rows)])
+    emit(list_presets(), fmt)
 
 
-@cli.command("crosscheck")
+@cli.command("crosscheck", short_help="Prove the FLOPs and parameters on the live model (fvcore, FlopCounterMode).")
 @model_options
-@click.option("--device", type=click.Choice(["meta", "cpu", "cuda"]), default="meta", show_default=True,
+@click.option("--device", type=click.Choice(DEVICES), default="meta", show_default=True,
               help="Where to build the live model (meta holds no memory).")
 @click.option("--backward", is_flag=True, help="Also count forward+backward with FlopCounterMode.")
-def crosscheck_cmd(cfg: ModelConfig, preset_context: int, batch: int, fmt: str, device: str, backward: bool) -> int:
+def crosscheck_cmd(cfg: ModelConfig, context: int | None, batch: int, fmt: str, device: str, backward: bool) -> int:
     """Build the live model and prove the analytic FLOPs and parameters with fvcore and FlopCounterMode.
 
     Exits 1 and names the component if any matmul FLOP count or parameter count differs.
     """
     from .measure.crosscheck import crosscheck
-    from .measure.devices import check_device_fits, counting_run_bytes
-    from .views.crosscheck import crosscheck_tables
 
-    if device != "meta":
-        check_device_fits(device, counting_run_bytes(cfg, cfg.context_length, batch, backward), "this cross-check")
-    cc = crosscheck(cfg, cfg.context_length, batch, device=device, backward=backward)
-    header, tables, footer = crosscheck_tables(cc)
-    emit(fmt, cc.to_dict(), tables, header, footer, records=cc.records())
+    cc = crosscheck(cfg, context, batch, device=device, backward=backward)
+    emit(cc, fmt)
     return 1 if cc.mismatches() else 0
 
 
-@cli.command("memory")
+@cli.command("memory", short_help="Training memory per phase, predicted (and measured), and capacity.")
 @model_options
-@click.option("--dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True,
+@click.option("--dtype", type=click.Choice(CLI_TRAINING_DTYPES), default="fp32", show_default=True,
               help="Parameter/activation dtype (gradients and AdamW moments follow it).")
-@click.option("--optimizer", type=click.Choice(["foreach", "for-loop", "fused"]), default="foreach", show_default=True,
+@click.option("--optimizer", type=click.Choice(ADAMW_IMPLS), default=DEFAULT_ADAMW, show_default=True,
               help="torch.optim.AdamW implementation (foreach is torch's default on CUDA).")
-@click.option("--budget", default="80GB", show_default=True, help="Memory budget with an explicit unit: 80GB or 80GiB.")
-@click.option("--measure", type=click.Choice(["none", "meta", "cpu", "cuda"]), default="none", show_default=True,
+@budget_option
+@click.option("--measure", type=click.Choice(("none", *DEVICES)), default="none", show_default=True,
               help="Also measure one training step of the live model.")
-def memory_cmd(cfg: ModelConfig, preset_context: int, batch: int, fmt: str, dtype: str, optimizer: str,
+def memory_cmd(cfg: ModelConfig, context: int | None, batch: int, fmt: str, dtype: str, optimizer: str,
                budget: str, measure: str) -> None:
     """Training memory: model states, activations, peak per phase (predicted vs measured), capacity."""
     from .analytic.memory_report import memory_account
-    from .views.memory import memory_records, memory_tables
+    from .analytic.sizes import at_context
     from .units import parse_size
 
-    m = memory_account(cfg, cfg.context_length, batch, dtype, optimizer, parse_size(budget))
-    measured = None
+    run = at_context(cfg, context)
+    m = memory_account(run, run.context_length, batch, dtype, optimizer, parse_size(budget))
     if measure != "none":
-        from .measure.devices import check_device_fits
         from .measure.memory import measure_step
 
-        check_device_fits(measure, m.step.peak, "this training step")
-        measured = measure_step(cfg, cfg.context_length, batch, dtype, measure, optimizer)
-    header, tables, footer = memory_tables(m, measured, measure if measured else "not measured")
-    data = m.to_dict()
-    if measured:
-        data["measured"] = {"device": measure, **measured.to_dict()}
-    emit(fmt, data, tables, header, footer, records=memory_records(m, measured))
+        m = m.with_measurement(measure_step(run, run.context_length, batch, dtype, measure, optimizer), device=measure)
+    emit(m, fmt)
 
 
-@cli.command("train-time")
+@cli.command("train-time", short_help="Days to train on one GPU, and AdamW step FLOPs.")
 @model_options
 @click.option("--steps", type=POSITIVE, default=400_000, show_default=True, help="Optimizer steps.")
 @click.option("--gpu", default="a100", show_default=True, help="GPU from the built-in table (a100, h100-sxm, ...).")
-@click.option("--gpu-dtype", default="fp32", show_default=True, help="Matmul dtype for the GPU's peak: fp32, tf32, bf16, fp16.")
+@click.option("--gpu-dtype", default="fp32", show_default=True,
+              help="Matmul dtype for the GPU's peak: fp32, tf32, bf16, fp16.")
 @click.option("--peak-flops", type=float, help="Override the peak FLOP/s (e.g. 19.5e12).")
 @click.option("--mfu", type=float, default=0.5, show_default=True, help="Model FLOPs utilisation in (0, 1].")
-@click.option("--method", type=click.Choice(["3x", "6nd", "palm"]), default="3x", show_default=True,
+@click.option("--method", type=click.Choice(STEP_FLOPS_METHODS), default="3x", show_default=True,
               help="Step FLOPs: 3 × forward, 6·N·D, or the PaLM formula.")
-def train_time_cmd(cfg: ModelConfig, preset_context: int, batch: int, fmt: str, steps: int, gpu: str, gpu_dtype: str,
-                   peak_flops: float | None, mfu: float, method: str) -> None:
+def train_time_cmd(cfg: ModelConfig, context: int | None, batch: int, fmt: str, steps: int, gpu: str,
+                   gpu_dtype: str, peak_flops: float | None, mfu: float, method: str) -> None:
     """Days to train: step FLOPs × steps / (GPU peak × MFU), plus AdamW step FLOPs."""
-    from .analytic.training import gpu_peak_flops
-    from .views.training import training_report
+    from .train_time import train_time
 
-    if peak_flops is not None:
-        peak, label = peak_flops, "custom peak"
-    else:
-        peak, label = gpu_peak_flops(gpu, gpu_dtype), f"{gpu} {gpu_dtype}"
-    data, header, tables, footer = training_report(cfg, cfg.context_length, batch, steps, peak, mfu, method, label)
-    records = [{"section": "training_time", "key": k, **v} for k, v in data["methods"].items()]
-    records += [{"section": "adamw_step_flops", "key": k, "flops_per_step": v} for k, v in data["adamw_step_flops"].items()]
-    emit(fmt, data, tables, header, footer, records=records)
+    emit(train_time(cfg, context, batch, steps, gpu=gpu, gpu_dtype=gpu_dtype, peak_flops=peak_flops, mfu=mfu,
+                    method=method), fmt)
 
 
-@cli.command("sweep")
-@click.argument("presets", nargs=-1, required=True, metavar="PRESET_OR_FILE...")
+@cli.command("sweep", short_help="Context-length sweep: tables and plots written to --out.")
+@click.argument("presets", nargs=-1, required=True, metavar="PRESET_OR_FILE...", shell_complete=_complete_models)
 @click.option("--contexts", default="128:16384:x2", show_default=True,
               help="Context lengths: a list (128,256,512) or a range (128:16384:x2, 256:2048:+256).")
 @click.option("--batch", "-B", type=POSITIVE, default=1, show_default=True, help="Batch size B.")
-@click.option("--dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True)
-@click.option("--optimizer", type=click.Choice(["foreach", "for-loop", "fused"]), default="foreach", show_default=True)
-@click.option("--budget", default="80GB", show_default=True, help="Memory budget for the memory plot (80GB or 80GiB).")
+@click.option("--dtype", type=click.Choice(CLI_TRAINING_DTYPES), default="fp32", show_default=True)
+@click.option("--optimizer", type=click.Choice(ADAMW_IMPLS), default=DEFAULT_ADAMW, show_default=True)
+@budget_option
 @click.option("--crosscheck", is_flag=True, help="Count every point's FLOPs on the live model (meta) too.")
-@click.option("--measure-memory", type=click.Choice(["meta", "cpu", "cuda"]), help="Measure every point's training step.")
-@click.option("--out", type=click.Path(file_okay=False), default="reports/sweep", show_default=True,
-              help="Directory for the tables and plots.")
+@click.option("--measure-memory", type=click.Choice(DEVICES), help="Measure every point's training step.")
+@click.option("--allow-long", is_flag=True, help="Run live sweeps estimated to take longer than the default bound.")
+@click.option("--out", type=click.Path(file_okay=False), default="lm-account-sweep", show_default=True,
+              help="Directory for the tables and plots (replaced as a whole, atomically).")
 @click.option("--no-plots", is_flag=True, help="Write the tables only.")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
-              help="Format of the summary printed to stdout.")
+@format_option
 def sweep_cmd(presets: Sequence[str], contexts: str, batch: int, dtype: str, optimizer: str, budget: str,
-              crosscheck: bool, measure_memory: str | None, out: str, no_plots: bool, fmt: str) -> int:
+              crosscheck: bool, measure_memory: str | None, allow_long: bool, out: str, no_plots: bool,
+              fmt: str) -> int:
     """Context-length sweep of one or more models: tables (CSV, markdown, JSON) and plots in --out."""
     from pathlib import Path
 
     from .sweep import parse_contexts, sweep
-    from .views.sweep import sweep_tables, write_sweep
     from .units import parse_size, size_label
+    from .views.sweep import write_sweep
 
     budget_bytes = parse_size(budget)
     configs = [load_config(p) for p in presets]
     result = sweep(configs, parse_contexts(contexts), batch, dtype=dtype, optimizer=optimizer, budget=budget_bytes,
-                   crosscheck=crosscheck, measure=measure_memory, progress=True)
+                   crosscheck=crosscheck, measure=measure_memory, progress=True, allow_long=allow_long)
     paths = write_sweep(result, Path(out), budget_bytes, size_label(budget), plots=not no_plots)
-    footer = [f"wrote {len(paths)} files to {out}/: " + ", ".join(p.name for p in paths)]
-    if result.mismatches:
-        footer += ["CROSS-CHECK MISMATCHES:", *[f"  - {m}" for m in result.mismatches]]
-    emit(fmt, result.to_dict(), sweep_tables(result), [], footer)
+    emit(result, fmt)
+    click.echo(f"wrote {len(paths)} files to {out}/: " + ", ".join(p.name for p in paths), err=True)
+    for problem in result.mismatches:
+        click.echo(f"MISMATCH: {problem}", err=True)
     return 1 if result.mismatches else 0
 
 
-@cli.command("report")
+@cli.command("report", short_help="Regenerate reports/ (the course answers, tables and plots) from code.")
 @click.option("--out", type=click.Path(file_okay=False), default="reports", show_default=True,
-              help="Directory to (re)generate.")
+              help="Directory to (re)generate, replaced as a whole, atomically.")
 @click.option("--no-live", is_flag=True, help="Skip the live cross-checks and meta measurements (faster).")
 @click.option("--no-plots", is_flag=True, help="Skip the figures.")
 def report_cmd(out: str, no_live: bool, no_plots: bool) -> int:
@@ -291,17 +298,20 @@ def report_cmd(out: str, no_live: bool, no_plots: bool) -> int:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point: one-line errors with exit code 2, never a traceback, for bad input."""
+    if COMPLETE_VAR in os.environ:  # shell completion: click answers and exits (argv is empty then)
+        cli.main(prog_name=PROG, complete_var=COMPLETE_VAR)
+        return
     args = sys.argv[1:] if argv is None else list(argv)
     if not args:
-        click.echo(cli.get_help(click.Context(cli, info_name="lm-account")))
+        click.echo(cli.get_help(click.Context(cli, info_name=PROG)))
         sys.exit(0)
     try:
-        code = cli.main(args=args, prog_name="lm-account", standalone_mode=False)
+        code = cli.main(args=args, prog_name=PROG, standalone_mode=False)
     except click.UsageError as err:  # includes BadParameter, NoSuchOption, MissingParameter
         _fail(err.format_message())
     except AccountingError as err:
         _fail(str(err))
-    except click.Abort:
+    except (click.Abort, KeyboardInterrupt):
         _fail("aborted")
     except BrokenPipeError:
         sys.exit(0)
@@ -317,5 +327,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def _fail(message: str) -> None:
-    click.echo("lm-account: error: " + " ".join(message.split()), err=True)
+    text = " ".join(message.split())
+    if len(text) > 1000:  # one readable line, whatever the input echoed into it
+        text = text[:1000] + "…"
+    click.echo("lm-account: error: " + text, err=True)
     sys.exit(2)

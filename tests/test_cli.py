@@ -30,7 +30,7 @@ def test_json_is_exact(run_cli):
     assert data["forward_flops"]["per_layer_total"] == 90_596_966_400
     by_key = {c["key"]: c for c in data["forward_flops"]["components"]}
     assert by_key["lm_head"]["total"] == 164_682_137_600
-    assert data["training_step_flops"]["step_3x_forward"] == 3 * 4_513_336_524_800
+    assert data["training_step_flops"]["step"] == 3 * 4_513_336_524_800
     assert data["config"]["head_dim"] == 64 and data["config"]["num_kv_heads"] == 25
 
 
@@ -89,7 +89,9 @@ def write(tmp_path, text, name="model.toml"):
 GOOD = "vocab_size = 100\ncontext_length = 16\nnum_layers = 2\nd_model = 8\nnum_heads = 2\nd_ff = 16\n"
 
 BAD_INPUTS = [
-    (["gpt2-xll"], ["unknown preset 'gpt2-xll'", "did you mean 'gpt2-xl'", "gpt2-small", "qwen3-0.6b"]),
+    (["gpt2-xll"], ["'gpt2-xll' is neither a command nor a preset", "did you mean 'gpt2-xl'", "gpt2-small", "qwen3-0.6b"]),
+    (["memroy", "gpt2-xl"], ["'memroy' is neither a command nor a preset", "did you mean 'memory'"]),
+    (["account", "gpt2-xll"], ["unknown preset 'gpt2-xll'", "did you mean 'gpt2-xl'"]),
     (["gpt2-xl", "--context", "0"], ["--context", "positive integer"]),
     (["gpt2-xl", "--context", "-5"], ["--context", "positive integer"]),
     (["gpt2-xl", "--context", "1.5"], ["--context", "positive integer"]),
@@ -99,7 +101,7 @@ BAD_INPUTS = [
     (["gpt2-xl", "--heads", "7"], ["d_model=1600 is not divisible by num_heads=7", "head_dim"]),
     (["gpt2-xl", "--kv-heads", "7"], ["num_heads=25 is not divisible by num_kv_heads=7"]),
     (["gpt2-xl", "--set", "head_dim=63"], ["head_dim=63 is odd", "RoPE"]),
-    (["gpt2-xl", "--d-ff", "0"], ["d_ff must be positive"]),
+    (["gpt2-xl", "--d-ff", "0"], ["--d-ff", "must be a positive integer"]),
     (["gpt2-xl", "--set", "num_layers=-3"], ["num_layers must be positive"]),
     (["gpt2-xl", "--set", "bogus=3"], ["unknown key 'bogus'"]),
     (["gpt2-xl", "--set", "d_ff"], ["key=value"]),

@@ -17,6 +17,18 @@ def check_batch_seq(batch: int, seq: int) -> None:
     check_positive_int("context", seq)
 
 
+def at_context(cfg: ModelConfig, seq: int | None) -> ModelConfig:
+    """The one rule for the sequence length: the model analysed is built for the context it runs at.
+
+    ``seq=None`` keeps ``cfg.context_length``; any other value becomes the config's context length
+    (it sizes the live model's RoPE tables, so ``account(cfg, seq=S)`` and
+    ``account(cfg.with_context(S))`` are the same question and give the same answer)."""
+    if seq is None:
+        return cfg
+    check_positive_int("context", seq)
+    return cfg if seq == cfg.context_length else cfg.with_context(seq)
+
+
 @dataclass(frozen=True)
 class Sizes:
     """Bytes of every tensor shape the live model creates, for one (cfg, B, S, dtype)."""

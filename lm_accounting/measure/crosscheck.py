@@ -7,14 +7,16 @@ outside the known components.
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..analytic.flops import forward_flops
 from ..analytic.params import parameter_breakdown
+from ..analytic.sizes import at_context, check_batch_seq
 from ..breakdown import Breakdown
-from ..config import ModelConfig
+from ..config import AccountingError, ModelConfig
+from ..names import COUNTERS, DEVICES
+from ..result import Result
 from .flops import CounterResult, analytic_key, count_flop_counter, count_fvcore
 
 
@@ -51,8 +53,12 @@ def compare(analytic: Breakdown, counted: dict[str, int], per_layer: dict[str, d
     return problems
 
 
-@dataclass
-class CrossCheck:
+@dataclass(frozen=True)
+class CrossCheck(Result):
+    """Analytic vs the live model: parameters from ``named_parameters()``, FLOPs from each counter."""
+
+    SCHEMA = "lm-accounting/crosscheck/2"
+
     config: ModelConfig
     batch: int
     seq: int
@@ -63,7 +69,6 @@ class CrossCheck:
     forward: Breakdown
     counters: list[CounterResult]
     backward: CounterResult | None = None
-    seconds: dict[str, float] = field(default_factory=dict)
 
     def mismatches(self) -> list[str]:
         L = self.config.num_layers
@@ -84,22 +89,26 @@ class CrossCheck:
         return next(c for c in self.counters if c.counter == "FlopCounterMode")
 
     def records(self) -> list[dict[str, Any]]:
-        """Tidy rows (section, key, analytic, each counter, live): the CSV form."""
-        names = [c.counter for c in self.counters]
-        rows = [{"section": "forward_flops", **row, "live": None} for row in self.to_dict()["forward_flops"]]
-        rows += [{"section": "parameters", "key": it.key, "analytic": it.total, **dict.fromkeys(names),
-                  "live": self.live_params.get(it.key, 0)} for it in self.params]
+        """Tidy rows, one per (quantity, component, source): section, key, source, value, analytic, agrees."""
+        rows = []
+        for it in self.forward:
+            for c in self.counters:
+                value = c.by_key.get(it.key, 0)
+                rows.append(dict(section="forward_flops", key=it.key, source=c.counter, value=value,
+                                 analytic=it.total, agrees=value == it.total))
+        for it in self.params:
+            value = self.live_params.get(it.key, 0)
+            rows.append(dict(section="parameters", key=it.key, source="named_parameters", value=value,
+                             analytic=it.total, agrees=value == it.total))
+        if self.backward is not None:
+            value = self.backward.total - self.flop_counter.total
+            rows.append(dict(section="backward_flops", key="total", source=self.backward.counter, value=value,
+                             analytic=2 * self.forward.total, agrees=value == 2 * self.forward.total))
         return rows
-
-    def to_frame(self):
-        """One row per matmul component: analytic and each counter's FLOPs (pandas imported here)."""
-        import pandas as pd
-
-        return pd.DataFrame(self.to_dict()["forward_flops"]).set_index("key")
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "schema": "lm-accounting/crosscheck/1",
+            "schema": self.SCHEMA,
             "config": self.config.resolved(),
             "batch": self.batch,
             "context": self.seq,
@@ -117,41 +126,43 @@ class CrossCheck:
                 "flop_counter": self.backward.total - self.flop_counter.total,
             },
             "skipped_ops": {c.counter: c.skipped_ops for c in self.counters},
-            "seconds": self.seconds,
             "mismatches": self.mismatches(),
         }
 
 
-def crosscheck(cfg: ModelConfig, seq: int, batch: int = 1, device: str = "meta", backward: bool = False,
-               counters: tuple[str, ...] = ("fvcore", "flop_counter")) -> CrossCheck:
-    """Build the live model for ``cfg`` on ``device`` and count it every way we can."""
+def crosscheck(cfg: ModelConfig, seq: int | None = None, batch: int = 1, device: str = "meta",
+               backward: bool = False, counters: tuple[str, ...] = COUNTERS) -> CrossCheck:
+    """Build the live model for ``cfg`` at ``seq`` tokens on ``device`` and count it with ``counters``.
+
+    ``counters`` names any of ``names.COUNTERS`` ("fvcore", "flop_counter"); ``backward`` adds a
+    forward + backward FlopCounterMode pass.  The run is refused (``AccountingError``) before
+    anything is built if it cannot exist or fit (``measure.devices.check_live_run``)."""
+    run = at_context(cfg, seq)
+    seq = run.context_length
+    check_batch_seq(batch, seq)
+    if device not in DEVICES:
+        raise AccountingError(f"unknown device '{device}' (valid: {', '.join(DEVICES)})")
+    unknown = [name for name in counters if name not in COUNTERS]
+    if unknown or not counters:
+        raise AccountingError(f"unknown counter '{unknown[0] if unknown else ''}' (valid: {', '.join(COUNTERS)})")
+    from . import devices
+
+    if hasattr(devices, "check_live_run"):  # TEMPORARY until the guard lands (remove this line)
+        devices.check_live_run(run, seq, batch, device, "this cross-check", backward=backward)
     import torch
 
     from ..model import build_model, random_tokens
 
     if backward and "flop_counter" not in counters:
         counters = (*counters, "flop_counter")
-    seconds: dict[str, float] = {}
-    start = time.perf_counter()
     if device == "cpu":
         torch.manual_seed(0)
-    model = build_model(cfg, device=device)
-    tokens = random_tokens(cfg, batch, seq, device=device)
-    seconds["build"] = time.perf_counter() - start
+    model = build_model(run, device=device)
+    tokens = random_tokens(run, batch, seq, device=device)
     live, live_per_layer = live_parameter_counts(model)
-    fwd = forward_flops(cfg, seq, batch)
+    fwd = forward_flops(run, seq, batch)
     keys = list(fwd.totals())
-    results = []
-    for name in counters:
-        start = time.perf_counter()
-        if name == "fvcore":
-            results.append(count_fvcore(model, tokens, keys))
-        else:
-            results.append(count_flop_counter(model, tokens, keys))
-        seconds[name] = time.perf_counter() - start
-    bwd = None
-    if backward:
-        start = time.perf_counter()
-        bwd = count_flop_counter(model, tokens, keys, backward=True)
-        seconds["flop_counter_backward"] = time.perf_counter() - start
-    return CrossCheck(cfg, batch, seq, device, parameter_breakdown(cfg), live, live_per_layer, fwd, results, bwd, seconds)
+    count = {"fvcore": count_fvcore, "flop_counter": count_flop_counter}
+    results = [count[name](model, tokens, keys) for name in counters]
+    bwd = count_flop_counter(model, tokens, keys, backward=True) if backward else None
+    return CrossCheck(run, batch, seq, device, parameter_breakdown(run), live, live_per_layer, fwd, results, bwd)

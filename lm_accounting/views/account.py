@@ -1,4 +1,4 @@
-"""Turn an ``Account`` into printable tables (the headline command's output)."""
+"""The view of an ``Account``: the headline command's tables."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from ..account import CONVENTIONS, Account
 from ..breakdown import Breakdown
 from ..config import ModelConfig
 from ..units import fmt_bytes, fmt_sci, fmt_share
-from .tables import Column, Table
+from .tables import Column, Table, View
 
 BREAKDOWN_COLUMNS = (
     Column("key"),
@@ -37,18 +37,17 @@ def describe_config(cfg: ModelConfig) -> str:
     )
 
 
-def account_tables(acc: Account, preset_context: int | None = None) -> tuple[list[str], list[Table], list[str]]:
+def account_view(acc: Account) -> View:
     cfg, L = acc.config, acc.config.num_layers
     ctx = f"context {acc.seq:,} tokens"
-    if preset_context is not None and preset_context != acc.seq:
-        ctx += f" (preset context_length {preset_context:,})"
-    groups = acc.forward.groups()
+    if acc.preset_context != acc.seq:
+        ctx += f" (preset context_length {acc.preset_context:,})"
     header = [
         describe_config(cfg),
         f"{ctx} · batch {acc.batch:,}",
         f"parameters {acc.params.total:,} ({acc.params.total / 1e9:.3f} billion) · forward FLOPs "
         f"{acc.forward.total:,} ({fmt_sci(acc.forward.total)}) · attention QKᵀ+AV "
-        f"{fmt_share(groups['attention matmuls'] / acc.forward.total)}",
+        f"{fmt_share(acc.attention_matmuls / acc.forward.total)}",
     ]
 
     params = breakdown_table("Parameters (exact count per component)", acc.params, L)
@@ -70,26 +69,19 @@ def account_tables(acc: Account, preset_context: int | None = None) -> tuple[lis
         f"= {fmt_share(acc.nonmatmul.total / acc.forward.total)} of the matmul total",
     ]
 
-    t = acc.training
-    step = t.step
+    step = acc.training.step
     train = Table(
         "Training step FLOPs (one optimizer step on B·S tokens)",
         (Column("estimate"), Column("FLOPs", "int"), Column("vs 3×forward", "share")),
-        [
-            ("forward (matmuls)", t.forward, t.forward / step),
-            ("backward = 2 × forward", t.backward, t.backward / step),
-            ("step = 3 × forward", step, 1.0),
-            ("6·N·D, N = all params", t.six_nd, t.six_nd / step),
-            ("PaLM (6·N_matmul + 12·L·h·d_head·S)·D", t.palm, t.palm / step),
-        ],
+        [(label, value, value / step) for _, label, value in acc.training_rows()],
     )
     kv = Table(
         "Memory basics",
         (Column("item"), Column("bytes", "int"), Column("size", "str")),
         [(f"weights, {dt}", b, fmt_bytes(b)) for dt, b in acc.weight_bytes().items()]
-        + [(f"KV cache at S={acc.seq:,}, B={acc.batch:,}, {dt}", b, fmt_bytes(b)) for dt, b in acc.kv_cache_bytes().items()],
+        + [(f"KV cache at S={acc.seq:,}, B={acc.batch:,}, {dt}", b, fmt_bytes(b))
+           for dt, b in acc.kv_cache_bytes().items()],
         ["KV cache = 2 · L · kv_heads · d_head · S · B · bytes (inference)"],
     )
     footer = ["Conventions:", *[f"  - {c}" for c in CONVENTIONS]]
-    return header, [params, fwd, nonmm, train, kv], footer
-
+    return View(header, [params, fwd, nonmm, train, kv], footer)

@@ -1,4 +1,4 @@
-"""Printable tables for a ``CrossCheck``: analytic vs fvcore vs FlopCounterMode."""
+"""The view of a ``CrossCheck``: analytic vs fvcore vs FlopCounterMode, component by component."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import textwrap
 
 from ..measure.crosscheck import CrossCheck
 from .account import describe_config
-from .tables import Column, Table
+from .tables import Column, Table, View
 
 
 # Views and metadata ops move no data and do no arithmetic; listing them would bury the rest.
@@ -20,11 +20,10 @@ def _status(diff: int) -> str:
     return "ok" if diff == 0 else "MISMATCH"
 
 
-def crosscheck_tables(cc: CrossCheck) -> tuple[list[str], list[Table], list[str]]:
+def crosscheck_view(cc: CrossCheck) -> View:
     header = [
         describe_config(cc.config),
-        f"context {cc.seq:,} · batch {cc.batch:,} · live model on '{cc.device}' · "
-        + " · ".join(f"{k} {v:.2f} s" for k, v in cc.seconds.items()),
+        f"context {cc.seq:,} · batch {cc.batch:,} · live model on '{cc.device}'",
     ]
     names = [c.counter for c in cc.counters]
     flop_cols = [Column("component"), Column("analytic", "int"), *[Column(n, "int") for n in names],
@@ -77,4 +76,9 @@ def crosscheck_tables(cc: CrossCheck) -> tuple[list[str], list[Table], list[str]
     problems = cc.mismatches()
     footer = ["RESULT: all matmul FLOPs and parameters agree exactly."] if not problems else [
         f"RESULT: {len(problems)} mismatch(es):", *[f"  - {p}" for p in problems]]
-    return header, tables, footer
+    return View(header, tables, footer)
+
+
+def crosscheck_tables(cc: CrossCheck) -> tuple[list[str], list[Table], list[str]]:  # TEMPORARY: callers move to crosscheck_view
+    view = crosscheck_view(cc)
+    return view.header, view.tables, view.footer

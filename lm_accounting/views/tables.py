@@ -59,22 +59,38 @@ def _cells(table: Table) -> list[list[str]]:
 
 def render_text(tables: Sequence[Table], header: Sequence[str] = (), footer: Sequence[str] = (),
                 width: int | None = None) -> str:
-    out = list(header)
-    for table in tables:
-        cells = _cells(table)
-        widths = [max([len(c.name)] + [len(r[i]) for r in cells]) for i, c in enumerate(table.columns)]
-        right = [c.kind != "str" for c in table.columns]
+    """Aligned plain-text tables (rich, no colour, no borders).  With ``width`` (a terminal's
+    columns), text columns wrap and headers and notes fold so that no line is wider; without it
+    (a pipe or a file) nothing wraps, one row per line, for grep and diff."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table as RichTable
 
-        def line(values: Sequence[str]) -> str:
-            parts = [v.rjust(w) if r else v.ljust(w) for v, w, r in zip(values, widths, right)]
-            return "  " + "  ".join(parts).rstrip()
-
-        out += ["", table.title, line([c.name for c in table.columns]), "  " + "  ".join("-" * w for w in widths)]
-        out += [line(r) for r in cells]
-        out += [f"  {note}" for note in table.notes]
+    console = Console(file=io.StringIO(), width=width or 100_000, color_system=None, highlight=False,
+                      emoji=False, markup=False, soft_wrap=width is None)
+    for line in header:
+        console.print(line)
+    for i, table in enumerate(tables):
+        if header or i:
+            console.print()
+        console.print(table.title)
+        grid = RichTable(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 1),
+                         collapse_padding=True)
+        for i, column in enumerate(table.columns):
+            numeric = column.kind != "str"
+            grid.add_column(column.name, justify="right" if numeric else "left",  # numbers and row keys never wrap
+                            no_wrap=numeric or i == 0 or width is None, overflow="fold")
+        for row in _cells(table):
+            grid.add_row(*row)
+        console.print(grid)
+        for note in table.notes:
+            console.print(f"  {note}")
     if footer:
-        out += ["", *footer]
-    return "\n".join(out) + "\n"
+        console.print()
+        for line in footer:
+            console.print(line)
+    text = console.file.getvalue()
+    return "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
 
 
 def render_markdown(tables: Sequence[Table], header: Sequence[str] = (), footer: Sequence[str] = (),

@@ -1,0 +1,31 @@
+"""The ``presets`` result: every shipped preset with its dimensions and parameter count."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .analytic.params import parameter_breakdown
+from .config import ModelConfig, load_config, preset_names
+from .result import Result
+
+
+@dataclass(frozen=True)
+class PresetList(Result):
+    """The presets, smallest first, each with its exact parameter count."""
+
+    SCHEMA = "lm-accounting/presets/2"
+
+    presets: tuple[tuple[ModelConfig, int], ...]  # (config, parameters)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": self.SCHEMA, "presets": self.records()}
+
+    def records(self) -> list[dict[str, Any]]:
+        return [{**cfg.resolved(), "parameters": n} for cfg, n in self.presets]
+
+
+def list_presets() -> PresetList:
+    configs = [load_config(name) for name in preset_names()]
+    counted = [(cfg, parameter_breakdown(cfg).total) for cfg in configs]
+    return PresetList(tuple(sorted(counted, key=lambda pair: pair[1])))

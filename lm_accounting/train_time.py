@@ -1,0 +1,89 @@
+"""The ``train-time`` result: days to train under each step-FLOPs convention, and AdamW's FLOPs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .analytic.params import parameter_breakdown
+from .analytic.sizes import at_context
+from .analytic.training import (
+    ADAMW_FLOPS_ALTERNATIVES,
+    AdamWFlopsConvention,
+    TrainingTime,
+    adamw_step_flops,
+    gpu_peak_flops,
+    step_flops,
+    training_time,
+)
+from .config import AccountingError, ModelConfig
+from .names import STEP_FLOPS_METHODS
+from .result import Result
+
+METHOD_LABELS = {"3x": "3 × forward (backward = 2 × forward)", "6nd": "6·N·D",
+                 "palm": "PaLM 6·N_matmul·D + 12·L·h·d_head·S·D"}
+
+
+@dataclass(frozen=True)
+class TrainTime(Result):
+    """Training time of ``steps`` steps at ``peak_flops`` × ``mfu``, for every step-FLOPs method."""
+
+    SCHEMA = "lm-accounting/train-time/2"
+
+    config: ModelConfig
+    seq: int
+    batch: int
+    steps: int
+    device: str  # "a100 fp32", or "custom peak"
+    peak_flops: float
+    mfu: float
+    method: str  # the chosen step-FLOPs method
+    estimates: dict[str, TrainingTime]  # method -> time
+    n_params: int
+
+    @property
+    def chosen(self) -> TrainingTime:
+        return self.estimates[self.method]
+
+    def adamw(self) -> list[tuple[AdamWFlopsConvention, int]]:
+        """Each AdamW FLOPs convention and its FLOPs per step for this model."""
+        return [(c, adamw_step_flops(self.n_params, c.flops_per_param)) for c in ADAMW_FLOPS_ALTERNATIVES]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": self.SCHEMA, "config": self.config.resolved(), "context": self.seq, "batch": self.batch,
+            "steps": self.steps, "device": self.device, "peak_flops": self.peak_flops, "mfu": self.mfu,
+            "method": self.method,
+            "methods": {m: {"flops_per_step": t.flops_per_step, "total_flops": t.total_flops, "seconds": t.seconds,
+                            "hours": t.hours, "days": t.days} for m, t in self.estimates.items()},
+            "adamw_step_flops": {c.name: flops for c, flops in self.adamw()},
+        }
+
+    def records(self) -> list[dict[str, Any]]:
+        """Tidy rows: one per (method, quantity) and one per AdamW convention."""
+        rows = []
+        for m, t in self.estimates.items():
+            for quantity, value in (("flops_per_step", t.flops_per_step), ("total_flops", t.total_flops),
+                                    ("hours", t.hours), ("days", t.days)):
+                rows.append(dict(section="training_time", key=m, quantity=quantity, value=value, chosen=m == self.method))
+        rows += [dict(section="adamw_step_flops", key=c.name, quantity="flops_per_step", value=flops, chosen=None)
+                 for c, flops in self.adamw()]
+        return rows
+
+
+def train_time(cfg: ModelConfig, seq: int | None = None, batch: int = 1, steps: int = 400_000, *,
+               gpu: str = "a100", gpu_dtype: str = "fp32", peak_flops: float | None = None, mfu: float = 0.5,
+               method: str = "3x") -> TrainTime:
+    """Days to train ``cfg`` for ``steps`` steps of ``batch`` × ``seq`` tokens on one ``gpu``
+    (peak from ``analytic.training.GPUS`` for ``gpu_dtype``, or ``peak_flops``) at ``mfu``."""
+    run = at_context(cfg, seq)
+    if method not in STEP_FLOPS_METHODS:
+        raise AccountingError(f"unknown step FLOPs method '{method}' (valid: {', '.join(STEP_FLOPS_METHODS)})")
+    if peak_flops is None:
+        peak, device = gpu_peak_flops(gpu, gpu_dtype), f"{gpu} {gpu_dtype}"
+    else:
+        peak, device = peak_flops, "custom peak"
+    estimates = {m: training_time(step_flops(run, run.context_length, batch, m), steps, peak, mfu)
+                 for m in STEP_FLOPS_METHODS}
+    return TrainTime(run, run.context_length, batch, steps, device, peak, mfu, method, estimates,
+                     parameter_breakdown(run).total)
