@@ -1,0 +1,129 @@
+"""One result type per command, rendered by one view layer: JSON (schema id, strict, key sets pinned
+by a snapshot), CSV (tidy records), terminal tables fitted to a width, and the CLI conventions
+(completion, --version, did-you-mean, help lines)."""
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lm_accounting.account import account
+from lm_accounting.config import load_config
+from lm_accounting.views import render
+
+SNAPSHOT = Path(__file__).parent / "snapshots" / "json_keys.json"
+COMMANDS = {  # name -> CLI arguments (analytic and fast; memory and crosscheck have their own tests)
+    "account": ["qwen3-0.6b", "--context", "2048"],
+    "presets": ["presets"],
+    "train-time": ["train-time", "gpt2-small"],
+}
+
+
+def key_paths(value, prefix=""):
+    """Every key path of a JSON document; list items are merged under '[]', component keys under '{}'."""
+    paths = set()
+    if isinstance(value, dict):
+        for k, v in value.items():
+            name = "{}" if prefix.endswith(("groups", "weight_bytes", "kv_cache_bytes", "skipped_ops")) else k
+            paths.add(f"{prefix}.{name}")
+            paths |= key_paths(v, f"{prefix}.{name}")
+    elif isinstance(value, list):
+        for item in value:
+            paths |= key_paths(item, f"{prefix}[]")
+    return paths
+
+
+def cli_json(run_cli, args):
+    r = run_cli(*args, "--format", "json")
+    assert r.code == 0, r.err
+    return json.loads(r.out, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_json_has_a_schema_and_the_pinned_key_set(run_cli, command):
+    data = cli_json(run_cli, COMMANDS[command])
+    assert data["schema"].startswith("lm-accounting/") and data["schema"].rsplit("/", 1)[1].isdigit()
+    pinned = json.loads(SNAPSHOT.read_text())[command]
+    got = sorted(key_paths(data))
+    assert got == pinned, f"the JSON key set of '{command}' changed: bump its schema id and update {SNAPSHOT.name}"
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_csv_is_tidy_records(run_cli, command):
+    r = run_cli(*COMMANDS[command], "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(r.out)))
+    assert len(rows) > 3
+    header = r.out.splitlines()[0].split(",")
+    assert all(len(row) == len(header) and None not in row for row in rows)  # every row has every column
+
+
+def test_json_never_writes_nan_or_infinity():
+    from lm_accounting.views import to_json
+    from lm_accounting.config import AccountingError
+
+    assert to_json({"x": 1.5}) == '{\n  "x": 1.5\n}'
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        with pytest.raises(ValueError):
+            to_json({"x": bad})
+    with pytest.raises(AccountingError):
+        render(account(load_config("gpt2-small")), "xml")
+
+
+def test_account_csv_sums_to_the_reference_totals(run_cli):
+    rows = list(csv.DictReader(io.StringIO(run_cli("gpt2-xl", "--format", "csv").out)))
+    fwd = sum(int(r["total"]) for r in rows if r["section"] == "forward_flops")
+    assert fwd == 4_513_336_524_800  # the course's GPT-2 XL forward FLOPs at 1,024 tokens
+
+
+@pytest.mark.parametrize("width", [60, 80, 120])
+def test_terminal_tables_fit_the_width(width):
+    text = render(account(load_config("llama-3-8b")), "table", width=width)
+    assert max(len(line) for line in text.splitlines()) <= width
+    assert "8,030,261,248" in text  # numbers never wrap
+
+
+def test_piped_tables_do_not_wrap():
+    text = render(account(load_config("llama-3-8b")), "table")
+    line = next(line for line in text.splitlines() if line.startswith("layers.*.attn.output_proj"))
+    assert line.split()[-2:] == ["536,870,912", "6.69%"]  # 32 · 4096 · 4096 and its share, on one line
+
+
+def test_api_has_one_source_for_the_sequence_length():
+    cfg = load_config("gpt2-xl")
+    a, b = account(cfg, seq=16384).to_dict(), account(cfg.with_context(16384)).to_dict()
+    assert a.pop("preset_context") == 1024 and b.pop("preset_context") == 16384
+    assert a == b
+    assert a["forward_flops"]["total"] == 149_522_795_724_800
+
+
+def test_version_and_help_lines(run_cli):
+    r = run_cli("--version")
+    assert r.code == 0 and r.out.startswith("lm-account, version ")
+    help_text = run_cli("--help").out
+    for command in ("account", "crosscheck", "memory", "train-time", "sweep", "report", "presets"):
+        line = next(line for line in help_text.splitlines() if line.strip().startswith(command + " "))
+        assert len(line.split(None, 1)[1]) > 20, f"{command} has no short help"
+
+
+def complete(shell_var: str, words: str, cword: str) -> str:
+    env = {**os.environ, "_LM_ACCOUNT_COMPLETE": shell_var, "COMP_WORDS": words, "COMP_CWORD": cword}
+    proc = subprocess.run([sys.executable, "-m", "lm_accounting"], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+def test_shell_completion_scripts_and_answers(shell):
+    script = complete(f"{shell}_source", "", "")
+    assert "_LM_ACCOUNT_COMPLETE" in script  # the source script, not the empty-argv help page
+    cword = "gpt" if shell == "fish" else "1"
+    answer = complete(f"{shell}_complete", "lm-account gpt", cword)
+    assert "gpt2-xl" in answer and "Usage" not in answer
+    answer = complete(f"{shell}_complete", "lm-account mem", "mem" if shell == "fish" else "1")
+    assert "memory" in answer
