@@ -16,6 +16,9 @@ import dataclasses
 import difflib
 import importlib.util
 import math
+import os
+import re
+import stat
 import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -38,6 +41,13 @@ MAX_SIZE = 10**18
 enough that every derived figure (up to ~10^90) still converts to a float for printing."""
 
 
+MAX_CONFIG_BYTES = 1 << 20
+"""Largest config file read (1 MiB): a preset is under 1 KiB; anything bigger is refused unread."""
+
+MAX_NAME_CHARS = 200
+"""Longest model name: it is printed in titles and (sanitised) in file names."""
+
+
 class AccountingError(ValueError):
     """Bad input from the user.  The CLI prints ``str(err)`` on one line and exits 2."""
 
@@ -46,13 +56,42 @@ class ConfigError(AccountingError):
     """An impossible or malformed model description."""
 
 
-@dataclass(frozen=True)
+def short_repr(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` for an error message, never longer than about ``limit`` characters.
+
+    Integers too long to print are shown by their first digits and their length,
+    ``1234…(5000 digits)``; this never converts the int to a string beyond Python's
+    4,300-digit limit, nor to a float (an int beyond ~1.8e308 overflows a float)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        digits = _digit_count(value)
+        if digits <= 30:
+            return str(value)
+        sign = "-" if value < 0 else ""
+        lead = abs(value) // 10 ** (digits - 4)
+        return f"{sign}{lead}…({digits:,} digits)"
+    text = repr(value) if not isinstance(value, str) else repr(value)
+    if len(text) > limit:
+        text = text[: limit - 1] + f"…({len(text):,} characters)"
+    return text
+
+
+def _digit_count(value: int) -> int:
+    """Decimal digits of ``abs(value)`` without ``str()`` (which refuses ints over 4,300 digits)."""
+    value = abs(value)
+    if value == 0:
+        return 1
+    digits = int(value.bit_length() * 0.30102999566398114) + 1  # log10(2); may overshoot by 1
+    return digits if value >= 10 ** (digits - 1) else digits - 1
+
+
+@dataclass(frozen=True, kw_only=True)
 class ModelConfig:
     """Shape of a pre-norm decoder-only Transformer LM (the CS336 course architecture).
 
     Field names follow the course's ``TransformerLM`` constructor; ``num_kv_heads``
     (grouped-query attention), ``head_dim`` (Qwen3-style explicit head size),
     ``tie_embeddings`` and ``qk_norm`` cover the Llama-3 and Qwen3 variants.
+    Every field is keyword-only, and a wrong type or value for any of them raises ``ConfigError``.
     """
 
     vocab_size: int
@@ -77,13 +116,23 @@ class ModelConfig:
                 check_positive_int(key, getattr(self, key), ConfigError)
         for key in ("rope_theta", "norm_eps"):
             value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-                raise ConfigError(f"{key} must be a positive finite number, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigError(f"{key} must be a positive finite number, got {short_repr(value)}")
+            try:
+                finite = 0 < float(value) < math.inf
+            except OverflowError:  # an int beyond the float range
+                finite = False
+            if not finite:
+                raise ConfigError(f"{key} must be a positive finite number, got {short_repr(value)}")
         for key in ("tie_embeddings", "qk_norm"):
             if not isinstance(getattr(self, key), bool):
-                raise ConfigError(f"{key} must be true or false, got {getattr(self, key)!r}")
-        if not isinstance(self.name, str) or not self.name:
-            raise ConfigError(f"name must be a non-empty string, got {self.name!r}")
+                raise ConfigError(f"{key} must be true or false, got {short_repr(getattr(self, key))}")
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ConfigError(f"name must be a non-empty string, got {short_repr(self.name)}")
+        if len(self.name) > MAX_NAME_CHARS:
+            raise ConfigError(f"name is {len(self.name):,} characters long; at most {MAX_NAME_CHARS} are allowed")
+        if any(ord(ch) < 32 or ord(ch) == 127 for ch in self.name):
+            raise ConfigError(f"name must not contain control characters, got {short_repr(self.name)}")
         if self.head_dim is None and self.d_model % self.num_heads:
             raise ConfigError(
                 f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}; "
@@ -144,22 +193,37 @@ FIELD_TYPES: dict[str, type] = {
 
 def check_positive_int(name: str, value: Any, error: type[AccountingError] = AccountingError,
                        limit: int | None = MAX_SIZE) -> None:
-    """The one check for every count the user gives: an int, >= 1 and (by default) <= 10^18."""
+    """The one check for every count the user gives: an int, >= 1 and (by default) <= 10^18.
+
+    Safe for ints of any length: the message shows at most a few digits (``short_repr``)."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise error(f"{name} must be an integer, got {value!r}")
+        raise error(f"{name} must be an integer, got {short_repr(value)}")
     if value <= 0:
-        raise error(f"{name} must be positive, got {value}")
+        raise error(f"{name} must be positive, got {short_repr(value)}")
     if limit is not None and value > limit:
-        raise error(f"{name} = {value:.3e} is beyond the supported 10^18")
+        raise error(f"{name} = {_sci(value)} is beyond the supported {_sci(limit)}")
+
+
+def _sci(value: int) -> str:
+    """``1e+18`` or ``1.234e+4999``: an int of any length in short scientific notation, no float."""
+    if value == 10**18:
+        return "10^18"
+    digits = _digit_count(value)
+    if digits <= 4:
+        return str(value)
+    lead = value // 10 ** (digits - 4)
+    return f"{lead // 1000}.{lead % 1000:03d}e+{digits - 1}"
 
 
 # -- building configs from TOML and overrides --------------------------------
 def config_from_mapping(data: Mapping[str, Any], source: str) -> ModelConfig:
     """Build a config from flat ``key = value`` pairs; ``source`` names the file in errors."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{source}: expected key = value pairs, got {type(data).__name__}")
     unknown = [k for k in data if k not in FIELD_TYPES]
     if unknown:
         valid = ", ".join(FIELD_TYPES)
-        raise ConfigError(f"{source}: unknown key '{unknown[0]}' (valid keys: {valid})")
+        raise ConfigError(f"{source}: unknown key {short_repr(unknown[0])} (valid keys: {valid})")
     missing = [f.name for f in fields(ModelConfig) if f.default is dataclasses.MISSING and f.name not in data]
     if missing:
         raise ConfigError(f"{source}: missing key '{missing[0]}'")
@@ -170,7 +234,7 @@ def config_from_mapping(data: Mapping[str, Any], source: str) -> ModelConfig:
         if want is float and isinstance(value, int) and not isinstance(value, bool):
             value, ok = float(value), True
         if not ok:
-            raise ConfigError(f"{source}: key '{key}' must be {want.__name__}, got {value!r}")
+            raise ConfigError(f"{source}: key '{key}' must be {want.__name__}, got {short_repr(value)}")
         clean[key] = value
     try:
         return ModelConfig(**clean)
@@ -179,38 +243,122 @@ def config_from_mapping(data: Mapping[str, Any], source: str) -> ModelConfig:
 
 
 def read_toml(path: Path) -> dict[str, Any]:
+    """Parse a TOML config file, refusing anything that is not a small regular file.
+
+    The file is opened non-blocking (a FIFO cannot hang the open) and checked with ``fstat``
+    before a byte is read: a directory, FIFO, socket or device (``/dev/zero``) is refused, and so
+    is a file over ``MAX_CONFIG_BYTES`` (1 MiB).  Every failure is a one-line ``ConfigError``."""
     try:
-        with open(path, "rb") as fh:
-            return tomllib.load(fh)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file") from None
-    except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"{path}: malformed TOML: {err}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not a UTF-8 text file") from None
     except IsADirectoryError:
         raise ConfigError(f"{path}: is a directory, not a TOML file") from None
+    except PermissionError:
+        raise ConfigError(f"{path}: cannot read: permission denied") from None
+    except (OSError, ValueError) as err:  # ValueError: a NUL byte in the path
+        raise ConfigError(f"{path}: cannot read: {getattr(err, 'strerror', None) or err}") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise ConfigError(f"{path}: is a directory, not a TOML file")
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError(f"{path}: not a regular file ({_file_kind(info.st_mode)}); give a TOML file")
+        if info.st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{path}: {info.st_size:,} bytes is too large for a config file "
+                              f"(at most {MAX_CONFIG_BYTES:,} bytes)")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as fh:
+            fd = -1
+            raw = fh.read(MAX_CONFIG_BYTES + 1)
     except OSError as err:
-        raise ConfigError(f"{path}: cannot read: {err.strerror}") from None
+        raise ConfigError(f"{path}: cannot read: {err.strerror or err}") from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    if len(raw) > MAX_CONFIG_BYTES:  # it grew after the check
+        raise ConfigError(f"{path}: too large for a config file (at most {MAX_CONFIG_BYTES:,} bytes)")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a UTF-8 text file") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: malformed TOML: {err}") from None
+    except ValueError:  # tomllib passes on int()'s refusal of integers over 4,300 digits
+        raise ConfigError(f"{path}: an integer has more than 4,300 digits "
+                          "(every count must be at most 10^18)") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: malformed TOML: nested too deeply") from None
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "not a regular file"
 
 
 def preset_names() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
 
 
-def load_config(name_or_path: str) -> ModelConfig:
-    """A preset by name (``gpt2-xl``) or a user's TOML file (any path ending in ``.toml``)."""
-    path = Path(name_or_path)
-    if name_or_path.endswith(".toml") or path.is_file() or path.is_dir():
+CONFIG_SUFFIXES = (".toml",)
+"""File name endings that make an argument a file path (``.json`` will join when JSON configs do)."""
+
+
+def is_config_path(name_or_path: str | os.PathLike) -> bool:
+    """The preset-name vs file-path rule (see ``load_config``)."""
+    if isinstance(name_or_path, os.PathLike):
+        return True
+    seps = {"/", os.sep} | ({os.altsep} if os.altsep else set())
+    return any(sep in name_or_path for sep in seps) or name_or_path.lower().endswith(CONFIG_SUFFIXES)
+
+
+def load_config(name_or_path: str | os.PathLike) -> ModelConfig:
+    """A preset by name (``gpt2-xl``) or a user's TOML file.
+
+    The rule, decided from the argument alone, never from what happens to exist on disk:
+
+    - a ``pathlib.Path`` (any ``os.PathLike``) is a file path;
+    - a ``str`` is a file path if it contains a path separator (``/``) or ends in ``.toml``
+      (``./gpt2-xl``, ``configs/big.toml``, ``big.toml``);
+    - any other ``str`` is a preset name (``gpt2-xl``).  A file or folder in the current
+      directory never replaces a preset: a bare name that is not a preset but exists as a
+      local file is refused with a hint to write ``./name``.
+
+    A config file must be a regular, UTF-8 TOML file of at most 1 MiB (``read_toml``)."""
+    if isinstance(name_or_path, os.PathLike):
+        path = Path(name_or_path)
+    elif isinstance(name_or_path, str):
+        path = None
+    else:
+        raise ConfigError(f"load_config expects a preset name or a path (str or pathlib.Path), "
+                          f"got {type(name_or_path).__name__} {short_repr(name_or_path)}")
+    if path is not None or is_config_path(name_or_path):
+        path = path if path is not None else Path(name_or_path)
         data = read_toml(path)
-        data.setdefault("name", path.stem)
+        data.setdefault("name", path.stem or "custom")
         return config_from_mapping(data, str(path))
-    if name_or_path not in preset_names():
-        names = preset_names()
+    if not name_or_path.strip():
+        raise ConfigError("empty preset name; give a preset (see `lm-account presets`) or a path to a .toml file")
+    names = preset_names()
+    if name_or_path not in names:
+        shown = short_repr(name_or_path)
+        try:
+            local = os.path.lexists(name_or_path)
+        except (OSError, ValueError):
+            local = False
+        if local:
+            raise ConfigError(
+                f"{shown} is not a preset (valid presets: {', '.join(names)}); to read the local file, "
+                f"write it as a path: ./{name_or_path}")
         close = difflib.get_close_matches(name_or_path, names, n=1, cutoff=0.4)
         hint = f"; did you mean '{close[0]}'?" if close else ""
         raise ConfigError(
-            f"unknown preset '{name_or_path}'{hint} (valid presets: {', '.join(names)}; "
+            f"unknown preset {shown}{hint} (valid presets: {', '.join(names)}; "
             "or give a path to a .toml file)"
         )
     preset = PRESET_DIR / f"{name_or_path}.toml"
@@ -219,14 +367,22 @@ def load_config(name_or_path: str) -> ModelConfig:
     return config_from_mapping(data, str(preset))
 
 
+_INT_TEXT = re.compile(r"[+-]?[0-9][0-9_]*")
+
+
 def parse_override(text: str) -> tuple[str, Any]:
-    """``key=value`` from the command line, typed by the field it sets."""
+    """``key=value`` from the command line, typed by the field it sets.
+
+    Integers of any length are handled: more than 30 digits is refused without ``int()``
+    (whose 4,300-digit limit would raise) and echoed shortened."""
+    if not isinstance(text, str):
+        raise ConfigError(f"--set expects key=value, got {short_repr(text)}")
     key, sep, raw = text.partition("=")
     key, raw = key.strip(), raw.strip()
     if not sep or not key:
-        raise ConfigError(f"--set expects key=value, got '{text}'")
+        raise ConfigError(f"--set expects key=value, got {short_repr(text)}")
     if key not in FIELD_TYPES:
-        raise ConfigError(f"--set: unknown key '{key}' (valid keys: {', '.join(FIELD_TYPES)})")
+        raise ConfigError(f"--set: unknown key {short_repr(key)} (valid keys: {', '.join(FIELD_TYPES)})")
     want = FIELD_TYPES[key]
     try:
         if want is bool:
@@ -234,21 +390,39 @@ def parse_override(text: str) -> tuple[str, Any]:
                 raise ValueError
             return key, raw.lower() in ("true", "1", "yes")
         if want is int:
+            if not _INT_TEXT.fullmatch(raw):
+                raise ValueError
+            digits = raw.lstrip("+-").replace("_", "").lstrip("0")
+            if len(digits) > 30:
+                raise ConfigError(f"--set: {key} = {digits[:4]}…({len(digits):,} digits) is beyond the supported 10^18")
             return key, int(raw.replace("_", ""))
         if want is float:
-            return key, float(raw)
+            value = float(raw)
+            if not 0 < value < math.inf:
+                raise ConfigError(f"--set: {key} must be a positive finite number, got {short_repr(raw)}")
+            return key, value
         return key, raw
-    except ValueError:
-        raise ConfigError(f"--set: key '{key}' must be {want.__name__}, got '{raw}'") from None
+    except ValueError as err:
+        if isinstance(err, ConfigError):
+            raise
+        raise ConfigError(f"--set: key '{key}' must be {want.__name__}, got {short_repr(raw)}") from None
 
 
 def apply_overrides(cfg: ModelConfig, overrides: Mapping[str, Any]) -> ModelConfig:
     """Replace fields; re-runs validation so an override cannot produce an impossible shape."""
     if not overrides:
         return cfg
+    if not isinstance(cfg, ModelConfig):
+        raise ConfigError(f"apply_overrides expects a ModelConfig, got {type(cfg).__name__}")
+    if not isinstance(overrides, Mapping):
+        raise ConfigError(f"overrides must be a mapping of field names to values, got {type(overrides).__name__}")
+    unknown = [k for k in overrides if k not in FIELD_TYPES]
+    if unknown:
+        raise ConfigError(f"unknown field {short_repr(unknown[0])} (valid keys: {', '.join(FIELD_TYPES)})")
     data = {f.name: getattr(cfg, f.name) for f in fields(ModelConfig)}
     data.update(overrides)
     try:
         return ModelConfig(**data)
     except ConfigError as err:
-        raise ConfigError(f"after overrides {dict(overrides)}: {err}") from None
+        shown = ", ".join(f"{k}={short_repr(v)}" for k, v in overrides.items())
+        raise ConfigError(f"after overrides {{{shown}}}: {err}") from None
