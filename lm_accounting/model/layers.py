@@ -27,11 +27,12 @@ class Linear(nn.Module):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         self.weight = nn.Parameter(torch.empty(out_features, in_features, device=device, dtype=dtype))
+        # 1. σ² = 2 / (d_in + d_out) (handout 3.4.1, Glorot-style fan average); 2. clip at ±3σ.
         std = math.sqrt(2.0 / (in_features + out_features))
         nn.init.trunc_normal_(self.weight, mean=0.0, std=std, a=-3 * std, b=3 * std)
 
     def forward(self, x: Tensor) -> Tensor:
-        return torch.matmul(x, self.weight.t())
+        return torch.matmul(x, self.weight.t())  # (..., in) @ (in, out) -> (..., out)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}"
@@ -68,7 +69,7 @@ class RMSNorm(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         in_dtype = x.dtype
         x32 = x.to(torch.float32)
-        y = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        y = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)  # mean over d: (..., d) -> (..., 1)
         return (y * self.weight.to(torch.float32)).to(in_dtype)
 
     def extra_repr(self) -> str:
@@ -111,8 +112,8 @@ class RotaryPositionalEmbedding(nn.Module):
             cos, sin = (torch.empty(max_seq_len, d_k // 2, device="meta") for _ in "cs")
         else:  # computed on the CPU and moved: the same values on every device
             k = torch.arange(0, d_k, 2, dtype=torch.float32)
-            inv_freq = 1.0 / (theta ** (k / d_k))
-            angles = torch.outer(torch.arange(max_seq_len, dtype=torch.float32), inv_freq)
+            inv_freq = 1.0 / (theta ** (k / d_k))  # Θ^(-2k/d) for pair k = 0 .. d/2-1: (d_k/2,)
+            angles = torch.outer(torch.arange(max_seq_len, dtype=torch.float32), inv_freq)  # (max_seq_len, d_k/2)
             cos, sin = angles.cos().to(device), angles.sin().to(device)
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
@@ -120,10 +121,11 @@ class RotaryPositionalEmbedding(nn.Module):
     def forward(self, x: Tensor, token_positions: Tensor) -> Tensor:
         """x: (..., seq, d_k); token_positions: integer, broadcastable to (..., seq)."""
         cos = self.cos[token_positions].to(x.dtype)  # (*positions.shape, d_k/2)
-        sin = self.sin[token_positions].to(x.dtype)
-        x_even, x_odd = x[..., 0::2], x[..., 1::2]
+        sin = self.sin[token_positions].to(x.dtype)  # (*positions.shape, d_k/2)
+        x_even, x_odd = x[..., 0::2], x[..., 1::2]  # (..., seq, d_k) -> two strided (..., seq, d_k/2) views
         out_even = x_even * cos - x_odd * sin
         out_odd = x_even * sin + x_odd * cos
+        # (..., seq, d_k/2) x 2 -> (..., seq, d_k/2, 2) -> (..., seq, d_k): pairs interleaved back
         return torch.stack((out_even, out_odd), dim=-1).flatten(-2)
 
     def extra_repr(self) -> str:
@@ -173,14 +175,16 @@ def scaled_dot_product_attention(
     kv, s_k = key.shape[-3], key.shape[-2]
     if h % kv:
         raise ValueError(f"{h} query heads cannot be grouped over {kv} key/value heads")
-    q = query.reshape(*lead, kv, (h // kv) * s_q, d_k)
+    q = query.reshape(*lead, kv, (h // kv) * s_q, d_k)  # (..., h, S_q, d_k) -> (..., kv, g·S_q, d_k)
+    # (..., kv, g·S_q, d_k) @ (..., kv, d_k, S_k) -> (..., kv, g·S_q, S_k); 1/√d_k keeps the logits' variance ~1
     scores = qk(q, key.transpose(-2, -1)) * (1.0 / math.sqrt(d_k))
-    scores = scores.reshape(*scores.shape[:-3], h, s_q, s_k)
+    scores = scores.reshape(*scores.shape[:-3], h, s_q, s_k)  # -> (..., h, S_q, S_k), a view
     if mask is not None:
         scores = torch.where(mask, scores, float("-inf"))
     probs = softmax(scores, -1)
+    # (..., h, S_q, S_k) -> (..., kv, g·S_q, S_k); @ (..., kv, S_k, d_v) -> (..., kv, g·S_q, d_v)
     out = av(probs.reshape(*probs.shape[:-3], kv, (h // kv) * s_q, s_k), value)
-    return out.reshape(*out.shape[:-3], h, s_q, out.shape[-1])
+    return out.reshape(*out.shape[:-3], h, s_q, out.shape[-1])  # -> (..., h, S_q, d_v), a view
 
 
 def cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:
@@ -190,5 +194,5 @@ def cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:
     """
     z = logits - logits.detach().amax(-1, keepdim=True)
     log_sum_exp = z.exp().sum(-1).log()
-    picked = z.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    picked = z.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (..., V) at (..., 1) -> (...)
     return (log_sum_exp - picked).mean()

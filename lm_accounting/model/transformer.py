@@ -59,15 +59,16 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x: Tensor, rope: RotaryPositionalEmbedding, token_positions: Tensor,
                 mask: Tensor | None) -> Tensor:
         """x: (..., S, d_model); token_positions: (S,) or (..., S); mask: bool (S, S), True = keep."""
-        q = self._heads(self.q_proj(x), self.num_heads)
-        k = self._heads(self.k_proj(x), self.num_kv_heads)
-        v = self._heads(self.v_proj(x), self.num_kv_heads)
+        q = self._heads(self.q_proj(x), self.num_heads)  # (..., S, d) -> (..., h, S, head_dim)
+        k = self._heads(self.k_proj(x), self.num_kv_heads)  # (..., S, d) -> (..., kv, S, head_dim)
+        v = self._heads(self.v_proj(x), self.num_kv_heads)  # (..., S, d) -> (..., kv, S, head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if token_positions.dim() > 1:  # (..., S) -> (..., 1, S): broadcast over heads
-            token_positions = token_positions.unsqueeze(-2)
+            token_positions = token_positions.unsqueeze(-2)  # (..., S) -> (..., 1, S)
         q, k = rope(q, token_positions), rope(k, token_positions)
         out = scaled_dot_product_attention(q, k, v, mask, qk=self.qk, av=self.av)
+        # (..., h, S, head_dim) -> (..., S, h, head_dim) -> (..., S, h·head_dim): heads merged (a copy)
         out = out.transpose(-3, -2).reshape(*x.shape[:-1], self.num_heads * self.head_dim)
         return self.output_proj(out)
 
