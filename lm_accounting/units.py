@@ -15,12 +15,30 @@ UNIT_BYTES = {
 }
 
 
+_SIZE = re.compile(r"\s*([0-9]{1,30}(?:\.[0-9]{1,30})?|\.[0-9]{1,30})\s*([A-Za-z]{1,3})\s*")
+
+
 def parse_size(text: str) -> int:
-    """'80GB' -> 80·10^9, '80GiB' -> 80·2^30, '1.5TB' -> 1.5·10^12 bytes.  A unit is required."""
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]+)\s*", text or "")
+    """'80GB' -> 80·10^9, '80GiB' -> 80·2^30, '1.5TB' -> 1.5·10^12 bytes.  A unit is required.
+
+    The rule: a number (at most 30 digits each side of the point), optional spaces, then one of
+    B, KB, MB, GB, TB (powers of 10) or KiB, MiB, GiB, TiB (powers of 2).  The unit's letters are
+    case-insensitive (``80gB``, ``80GIB``) except the final ``B``: a lower-case final ``b`` means
+    *bits* in networking (``80Gb`` is 10 GB), so any unit ending in ``b`` (``80Gb``, ``80gb``,
+    ``80Mb``, ``80gib``) is refused with a message that shows ``80GB``/``80GiB``.  The value is
+    exact (decimal arithmetic, no float) and must be at least one byte."""
+    if not isinstance(text, str):
+        raise AccountingError(f"size must be a string such as '80GB', got {type(text).__name__}")
+    shown = text if len(text) <= 40 else text[:39] + f"…({len(text):,} characters)"
+    match = _SIZE.fullmatch(text)
+    if match and match.group(2).endswith("b") and match.group(2).upper() in UNIT_BYTES:
+        raise AccountingError(
+            f"size '{shown}': a lower-case 'b' means bits; give bytes with a capital B, "
+            "e.g. 80GB (10^9 bytes) or 80GiB (2^30 bytes)"
+        )
     if not match or match.group(2).upper() not in UNIT_BYTES:
         raise AccountingError(
-            f"size '{text}' needs a number and a unit: B, KB, MB, GB, TB (powers of 10) "
+            f"size '{shown}' needs a number and a unit: B, KB, MB, GB, TB (powers of 10) "
             "or KiB, MiB, GiB, TiB (powers of 2), e.g. 80GB or 80GiB"
         )
     number, unit = match.group(1), match.group(2).upper()
@@ -29,14 +47,14 @@ def parse_size(text: str) -> int:
     # exact decimal arithmetic: '1.5' -> 15 / 10
     value = (int(whole or "0") * 10 ** len(frac) + int(frac or "0")) * scale // 10 ** len(frac)
     if value <= 0:
-        raise AccountingError(f"size '{text}' must be positive")
+        raise AccountingError(f"size '{shown}' must be at least one byte")
     return value
 
 
 def size_label(text: str) -> str:
-    """'80gb' -> '80 GB', '80GiB' -> '80 GiB': the budget as the user gave it, tidied for titles."""
+    """'80gB' -> '80 GB', '80GiB' -> '80 GiB': the budget as the user gave it, tidied for titles."""
     parse_size(text)
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]+)\s*", text)
+    match = _SIZE.fullmatch(text)
     unit = match.group(2).upper()
     if unit.endswith("IB"):  # KiB, MiB, GiB, TiB
         unit = unit[0] + "iB"

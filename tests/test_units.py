@@ -27,7 +27,22 @@ def test_parse_size_is_exact_and_needs_a_unit():
     assert parse_size("80 GiB") == 80 * 2**30
     assert parse_size("1.5TB") == 1_500_000_000_000
     assert parse_size("0.5KiB") == 512
-    assert size_label("80gib") == "80 GiB" and size_label("1.5TB") == "1.5 TB"
-    for bad in ("80", "GB", "", "-1GB", "0GB", "80 parsecs"):
-        with pytest.raises(AccountingError):
+    assert parse_size("80 GB") == 80_000_000_000 and parse_size("80TB") == 80 * 10**12
+    assert parse_size("80gB") == parse_size("80GB") and parse_size("80GIB") == 85_899_345_920  # 80 · 1,073,741,824
+    assert size_label("80giB") == "80 GiB" and size_label("1.5TB") == "1.5 TB"
+    for bad in ("80", "GB", "", "-1GB", "0GB", "0.0001B", "80 parsecs", "1e3GB", "80 G B", "9" * 5000 + "GB"):
+        with pytest.raises(AccountingError, match="needs a number and a unit|at least one byte"):
             parse_size(bad)
+
+
+@pytest.mark.parametrize("bits", ["80Gb", "80gb", "80Mb", "80 kb", "80gib", "80GiB".replace("B", "b"), "1.5Tb", "8b"])
+def test_parse_size_refuses_bits(bits):
+    with pytest.raises(AccountingError, match="lower-case 'b' means bits") as err:
+        parse_size(bits)
+    assert "80GB" in str(err.value) and "80GiB" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_parse_size_message_never_echoes_a_huge_input():
+    with pytest.raises(AccountingError) as err:
+        parse_size("7" * 100_000 + "GB")
+    assert len(str(err.value)) < 300
