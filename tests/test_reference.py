@@ -32,8 +32,14 @@ def test_gpt2_xl_forward_flops_match_seed_at_1024():
 
 def test_gpt2_xl_at_16k_context():
     # published solution (e): ~1.495e14 FLOPs (33.1x), attention matmuls ~55%.
+    # Hand count at S = 16,384 (d = 1,600, d_ff = 6,400, V = 50,257, L = 48), per layer:
+    #   projections 8·S·d² = 335,544,320,000;  QKᵀ + AV 4·S²·d = 1,717,986,918,400;
+    #   SwiGLU 6·S·d·d_ff = 1,006,632,960,000;  sum 3,060,164,198,400;  × 48 = 146,887,881,523,200
+    #   LM head 2·S·d·V = 2,634,914,201,600;  total 149,522,795,724,800
+    #   attention share 48 · 1,717,986,918,400 / 149,522,795,724,800 = 0.5515
     acc = account(load_config("gpt2-xl"), seq=16384)
     assert acc.forward.total == 149_522_795_724_800
+    assert acc.attention_matmuls == 48 * 1_717_986_918_400
     assert round(acc.forward.total / 4_513_336_524_800, 1) == 33.1
     share = acc.attention_matmuls / acc.forward.total
     assert 0.545 < share < 0.555
@@ -48,7 +54,12 @@ def test_gpt2_xl_hand_formula():
 
 def test_gpt2_family_parameters_closed_form():
     # Untied, d_ff = 4d, MHA: N = 2·V·d + L·(4d² + 3·d·4d + 2d) + d = 2Vd + L(16d² + 2d) + d.
-    for name, L, d in (("gpt2-small", 12, 768), ("gpt2-medium", 24, 1024), ("gpt2-large", 36, 1280), ("gpt2-xl", 48, 1600)):
+    for name, L, d in (
+        ("gpt2-small", 12, 768),
+        ("gpt2-medium", 24, 1024),
+        ("gpt2-large", 36, 1280),
+        ("gpt2-xl", 48, 1600),
+    ):
         V = 50257
         assert parameter_breakdown(load_config(name)).total == 2 * V * d + L * (16 * d * d + 2 * d) + d, name
 
