@@ -8,11 +8,23 @@ from lm_accounting.analytic import flops as analytic_flops
 from lm_accounting.measure.crosscheck import compare, crosscheck
 from lm_accounting.measure.flops import count_flop_counter, count_fvcore, exact_einsum_macs, exact_matmul_macs
 
-TINY = ModelConfig(vocab_size=97, context_length=32, num_layers=2, d_model=24, num_heads=4,
-                   num_kv_heads=2, head_dim=8, d_ff=40, qk_norm=True)
+TINY = ModelConfig(
+    vocab_size=97,
+    context_length=32,
+    num_layers=2,
+    d_model=24,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=8,
+    d_ff=40,
+    qk_norm=True,
+)
 
 
-@pytest.mark.parametrize("name", preset_names())
+# gpt2-small stays in the quick loop; the larger presets take 2.5-5.5 s each on a 2-core machine.
+@pytest.mark.parametrize(
+    "name", [n if n == "gpt2-small" else pytest.param(n, marks=pytest.mark.slow) for n in preset_names()]
+)
 def test_every_preset_on_meta_at_1024(name):
     cfg = load_config(name).with_context(1024)
     cc = crosscheck(cfg, seq=1024, batch=1)
@@ -24,6 +36,7 @@ def test_every_preset_on_meta_at_1024(name):
     assert sum(cc.live_params.values()) == cc.params.total
 
 
+@pytest.mark.slow
 def test_gpt2_xl_at_16k_on_meta():
     cfg = load_config("gpt2-xl").with_context(16384)
     cc = crosscheck(cfg, seq=16384)
@@ -33,6 +46,7 @@ def test_gpt2_xl_at_16k_on_meta():
     assert fvcore.total == 149_522_795_724_800
 
 
+@pytest.mark.slow
 def test_backward_is_twice_forward_for_matmuls():
     cfg = load_config("gpt2-small").with_context(256)
     cc = crosscheck(cfg, seq=256, batch=2, backward=True)
@@ -55,7 +69,9 @@ def test_tied_model_counts_lm_head_flops_once_and_params_zero():
 
 
 def test_mismatch_is_reported_by_component(monkeypatch):
-    monkeypatch.setattr(analytic_flops, "lm_head_flops", lambda cfg, tokens: 2 * tokens * cfg.d_model * (cfg.vocab_size + 1))
+    monkeypatch.setattr(
+        analytic_flops, "lm_head_flops", lambda cfg, tokens: 2 * tokens * cfg.d_model * (cfg.vocab_size + 1)
+    )
     cc = crosscheck(TINY, seq=16, counters=("flop_counter",))
     problems = cc.mismatches()
     assert problems and all("lm_head" in p for p in problems)
@@ -76,9 +92,11 @@ def test_compare_names_the_layer():
 
 def test_exact_matmul_handle_broadcasts_either_operand():
     a, b = torch.randn(3, 1, 5, 7), torch.randn(4, 7, 2)
+
     class M(torch.nn.Module):
         def forward(self, x):
             return torch.matmul(x, b) + torch.matmul(b.transpose(-1, -2)[:1], x.transpose(-1, -2)).sum()
+
     counted = count_flop_counter(M(), a, [])
     fv = count_fvcore(M(), a, [])
     # written out: (3,1,5,7)@(4,7,2) has batch 3x4; (1,2,7)@(3,1,7,5) has batch 3x1 (fvcore's own
@@ -88,18 +106,23 @@ def test_exact_matmul_handle_broadcasts_either_operand():
     assert counted.total == fv.total == expected
 
 
-@pytest.mark.parametrize("equation,shapes", [
-    ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),
-    ("bhqd,bhkd->bhqk", [(2, 3, 5, 8), (2, 3, 7, 8)]),
-    ("...id,...jd->...ij", [(2, 3, 5, 8), (2, 3, 7, 8)]),
-    ("ij,jk,kl->il", [(3, 4), (4, 5), (5, 6)]),
-    ("bi,oi->bo", [(6, 9), (4, 9)]),
-])
+@pytest.mark.parametrize(
+    "equation,shapes",
+    [
+        ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),
+        ("bhqd,bhkd->bhqk", [(2, 3, 5, 8), (2, 3, 7, 8)]),
+        ("...id,...jd->...ij", [(2, 3, 5, 8), (2, 3, 7, 8)]),
+        ("ij,jk,kl->il", [(3, 4), (4, 5), (5, 6)]),
+        ("bi,oi->bo", [(6, 9), (4, 9)]),
+    ],
+)
 def test_exact_einsum_handle_matches_flop_counter(equation, shapes):
     ops = [torch.randn(*s) for s in shapes]
+
     class E(torch.nn.Module):
         def forward(self, x):
             return torch.einsum(equation, x, *ops[1:])
+
     fcm = count_flop_counter(E(), ops[0], []).total
     fv = count_fvcore(E(), ops[0], [])
     assert fv.total == fcm == 2 * exact_einsum_macs(equation, [list(s) for s in shapes])
@@ -112,6 +135,7 @@ def test_einsum_handle_needs_no_memory_at_16k():
     assert macs == 25 * 16384 * 16384 * 64
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_crosscheck_small_preset():
     cfg = load_config("gpt2-small").with_context(512)

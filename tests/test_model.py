@@ -21,16 +21,35 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from lm_accounting.config import ModelConfig
 from lm_accounting.model import (
-    Embedding, Linear, MatMul, RMSNorm, RotaryPositionalEmbedding, SwiGLU, TransformerLM,
-    build_model, cross_entropy, random_tokens, scaled_dot_product_attention, silu, softmax,
+    Embedding,
+    Linear,
+    MatMul,
+    RMSNorm,
+    RotaryPositionalEmbedding,
+    SwiGLU,
+    TransformerLM,
+    build_model,
+    cross_entropy,
+    random_tokens,
+    scaled_dot_product_attention,
+    silu,
+    softmax,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ModelConfig(vocab_size=97, context_length=16, num_layers=2, d_model=32, num_heads=4, d_ff=64,
-                   name="tiny")
+TINY = ModelConfig(vocab_size=97, context_length=16, num_layers=2, d_model=32, num_heads=4, d_ff=64, name="tiny")
 # Llama-3 / Qwen3 flavour: GQA, explicit head_dim (q_dim 48 != d_model 32), qk-norm, tied.
-TINY_GQA = dataclasses.replace(TINY, num_heads=6, num_kv_heads=2, head_dim=8, qk_norm=True,
-                               tie_embeddings=True, rope_theta=500.0, norm_eps=1e-6, name="tiny-gqa")
+TINY_GQA = dataclasses.replace(
+    TINY,
+    num_heads=6,
+    num_kv_heads=2,
+    head_dim=8,
+    qk_norm=True,
+    tie_embeddings=True,
+    rope_theta=500.0,
+    norm_eps=1e-6,
+    name="tiny-gqa",
+)
 
 
 def gen(seed: int = 0) -> torch.Generator:
@@ -98,8 +117,9 @@ def test_softmax_matches_torch(scale):
         assert torch.isfinite(ours).all()
         torch.testing.assert_close(ours, ref)
         upstream = randn(*ours.shape, seed=6)
-        torch.testing.assert_close(torch.autograd.grad(ours, x, upstream)[0],
-                                   torch.autograd.grad(ref, ref_x, upstream)[0])
+        torch.testing.assert_close(
+            torch.autograd.grad(ours, x, upstream)[0], torch.autograd.grad(ref, ref_x, upstream)[0]
+        )
 
 
 def test_cross_entropy_matches_torch():
@@ -122,8 +142,7 @@ def test_sdpa_causal_matches_torch(heads, kv_heads):
     mask = torch.ones(7, 7, dtype=torch.bool).tril()
     ours = scaled_dot_product_attention(q, k, v, mask, qk=MatMul(), av=MatMul())
     g = heads // kv_heads
-    ref = F.scaled_dot_product_attention(q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1),
-                                         is_causal=True)
+    ref = F.scaled_dot_product_attention(q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1), is_causal=True)
     torch.testing.assert_close(ours, ref)
     ref_gqa = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
     torch.testing.assert_close(ours, ref_gqa)
@@ -139,8 +158,10 @@ def test_sdpa_arbitrary_mask_and_cross_lengths():
     torch.testing.assert_close(ours, ref)
     head_mask = torch.rand(3, 4, 5, 9, generator=gen(5)) > 0.3  # per batch and head
     head_mask[..., 0] = True
-    torch.testing.assert_close(scaled_dot_product_attention(q, k, v, head_mask),
-                               F.scaled_dot_product_attention(q, k, v, attn_mask=head_mask, enable_gqa=True))
+    torch.testing.assert_close(
+        scaled_dot_product_attention(q, k, v, head_mask),
+        F.scaled_dot_product_attention(q, k, v, attn_mask=head_mask, enable_gqa=True),
+    )
 
 
 class OpLog(TorchDispatchMode):
@@ -208,7 +229,7 @@ def reference_lm(model: TransformerLM, ids: torch.Tensor) -> torch.Tensor:
     pos = torch.arange(S)
     x = F.embedding(ids, sd["token_embeddings.weight"])
     for i in range(cfg.num_layers):
-        w = {k[len(f"layers.{i}."):]: t for k, t in sd.items() if k.startswith(f"layers.{i}.")}
+        w = {k[len(f"layers.{i}.") :]: t for k, t in sd.items() if k.startswith(f"layers.{i}.")}
         a = F.rms_norm(x, (cfg.d_model,), w["ln1.weight"], eps)
         q = F.linear(a, w["attn.q_proj.weight"]).view(B, S, h, hd).transpose(1, 2)
         k = F.linear(a, w["attn.k_proj.weight"]).view(B, S, kv, hd).transpose(1, 2)
@@ -220,8 +241,7 @@ def reference_lm(model: TransformerLM, ids: torch.Tensor) -> torch.Tensor:
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         x = x + F.linear(o.transpose(1, 2).reshape(B, S, h * hd), w["attn.output_proj.weight"])
         a = F.rms_norm(x, (cfg.d_model,), w["ln2.weight"], eps)
-        x = x + F.linear(F.silu(F.linear(a, w["ffn.w1.weight"])) * F.linear(a, w["ffn.w3.weight"]),
-                         w["ffn.w2.weight"])
+        x = x + F.linear(F.silu(F.linear(a, w["ffn.w1.weight"])) * F.linear(a, w["ffn.w3.weight"]), w["ffn.w2.weight"])
     return F.linear(F.rms_norm(x, (cfg.d_model,), sd["ln_final.weight"], eps), sd["lm_head.weight"])
 
 
@@ -256,8 +276,12 @@ def expected_names(cfg: ModelConfig) -> list[str]:
         attn = [f"layers.{i}.attn.{p}.weight" for p in ("q_proj", "k_proj", "v_proj", "output_proj")]
         if cfg.qk_norm:
             attn += [f"layers.{i}.attn.q_norm.weight", f"layers.{i}.attn.k_norm.weight"]
-        names += [f"layers.{i}.ln1.weight", *attn, f"layers.{i}.ln2.weight",
-                  *(f"layers.{i}.ffn.{w}.weight" for w in ("w1", "w2", "w3"))]
+        names += [
+            f"layers.{i}.ln1.weight",
+            *attn,
+            f"layers.{i}.ln2.weight",
+            *(f"layers.{i}.ffn.{w}.weight" for w in ("w1", "w2", "w3")),
+        ]
     return names + ["ln_final.weight", "lm_head.weight"]
 
 
@@ -269,7 +293,8 @@ def test_names_shapes_and_buffers(cfg):
     assert params == expected_names(cfg)[:-1] if cfg.tie_embeddings else params == expected_names(cfg)
     assert {n for n, _ in model.named_buffers()} == {"rope.cos", "rope.sin"}
     assert {n for n, m in model.named_modules() if isinstance(m, MatMul)} == {
-        f"layers.{i}.attn.{p}" for i in range(cfg.num_layers) for p in ("qk", "av")}
+        f"layers.{i}.attn.{p}" for i in range(cfg.num_layers) for p in ("qk", "av")
+    }
     attn = model.layers[0].attn
     assert attn.q_proj.weight.shape == (cfg.q_dim, cfg.d_model)
     assert attn.k_proj.weight.shape == attn.v_proj.weight.shape == (cfg.kv_dim, cfg.d_model)
@@ -330,15 +355,25 @@ def test_no_builtin_layers_are_dispatched():
     with OpLog() as ops, FunctionLog() as funcs:
         cross_entropy(model(ids), ids).backward()
     assert {"mm", "bmm", "matmul"} <= ops.names | funcs.names
-    banned = ("linear", "addmm", "embedding", "_softmax", "_log_softmax", "_scaled_dot_product",
-              "scaled_dot_product_attention", "einsum", "repeat_interleave", "cross_entropy", "softmax")
+    banned = (
+        "linear",
+        "addmm",
+        "embedding",
+        "_softmax",
+        "_log_softmax",
+        "_scaled_dot_product",
+        "scaled_dot_product_attention",
+        "einsum",
+        "repeat_interleave",
+        "cross_entropy",
+        "softmax",
+    )
     used = sorted(n for n in ops.names | funcs.names if n.startswith(banned))
     assert not used, used
 
 
 def test_forward_backward_on_meta():
-    cfg = dataclasses.replace(TINY_GQA, vocab_size=50_000, d_model=1024, d_ff=4096, head_dim=128,
-                              context_length=4096)
+    cfg = dataclasses.replace(TINY_GQA, vocab_size=50_000, d_model=1024, d_ff=4096, head_dim=128, context_length=4096)
     model = build_model(cfg)
     ids = random_tokens(cfg, 2, 4096)
     loss = cross_entropy(model(ids), ids)
@@ -383,8 +418,9 @@ print(json.dumps(out))
 
 def test_big_presets_build_on_meta_cheaply():
     """Fresh interpreter, so nothing earlier in the session has warmed torch up."""
-    proc = subprocess.run([sys.executable, "-c", BIG_BUILD], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", BIG_BUILD], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True
+    )
     res = json.loads(proc.stdout)
     # Published / handout reference counts, not computed by the code under test.
     assert res["gpt2-xl"]["params"] == 2_127_057_600

@@ -7,16 +7,16 @@ import sys
 
 PYPLOT_BEFORE = "matplotlib.pyplot" in sys.modules  # before this module imports matplotlib and plots
 
-import pandas as pd  # noqa: E402
-import pytest  # noqa: E402
-from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
-from matplotlib.colors import to_hex  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import pandas as pd
+import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import to_hex
+from matplotlib.figure import Figure
 
-from lm_accounting.analytic.memory import adamw_step_temporary_bytes  # noqa: E402
-from lm_accounting.config import load_config  # noqa: E402
-from lm_accounting.views import plots  # noqa: E402
-from lm_accounting.sweep import sweep  # noqa: E402
+from lm_accounting.analytic.memory import adamw_step_temporary_bytes
+from lm_accounting.config import load_config
+from lm_accounting.sweep import sweep
+from lm_accounting.views import plots
 
 MODELS = ("gpt2-small", "gpt2-medium")
 CONTEXTS = (256, 512, 1024, 2048, 4096)
@@ -28,8 +28,9 @@ def sweep_frame(models=MODELS, contexts=CONTEXTS, batch=1, measured_at=MEASURED_
     at ``measured_at``."""
     frame = sweep([load_config(name) for name in models], contexts, batch).to_frame()
     if "mem:step_temporaries" not in frame:  # sweeps before the column existed
-        frame["mem:step_temporaries"] = [adamw_step_temporary_bytes(load_config(m), "fp32", "foreach")
-                                         for m in frame["model"]]
+        frame["mem:step_temporaries"] = [
+            adamw_step_temporary_bytes(load_config(m), "fp32", "foreach") for m in frame["model"]
+        ]
     sign = frame["context"].rank(method="dense").map(lambda r: 1 if int(r) % 2 == 0 else -1)
     hit = frame["context"].isin(measured_at)
     frame["measured:flops"] = (frame["flops:total"] * (1 + 0.01 * sign)).where(hit, math.nan)
@@ -117,7 +118,7 @@ def test_flops_vs_context(frame, tmp_path):
     marker = ax.lines[3]
     assert marker.get_xdata()[0] == pytest.approx(stars[0])
     labels = legend_texts(ax.get_legend())
-    assert labels[: len(MODELS)] == [f"{m}: S* = {s:,.0f} (outside sweep)" for m, s in zip(MODELS, stars)]
+    assert labels[: len(MODELS)] == [f"{m}: S* = {s:,.0f} (outside sweep)" for m, s in zip(MODELS, stars, strict=True)]
     assert ax.get_xlim()[1] > max(stars)  # x range widened to show S* beyond 4k
     assert any("outside the sweep" in t for t in labels)
     assert all(label.get_text() for label in ax.get_yticklabels() if 1e9 <= label.get_position()[1] <= 1e14)
@@ -142,8 +143,9 @@ def test_max_fitting_context():
 
 
 def test_memory_vs_context(frame, tmp_path):
-    paths, fig = plots.plot_memory_vs_context(frame, tmp_path / "mem", model="gpt2-medium", budget_bytes=40 * 10**9,
-                                              budget_label="40 GB", return_fig=True)
+    paths, fig = plots.plot_memory_vs_context(
+        frame, tmp_path / "mem", model="gpt2-medium", budget_bytes=40 * 10**9, budget_label="40 GB", return_fig=True
+    )
     check_files(paths, tmp_path / "mem")
     (ax,) = fig.axes
     labels = legend_texts(ax.get_legend())
@@ -157,7 +159,7 @@ def test_memory_vs_context(frame, tmp_path):
     assert list(peak.get_ydata()) == pytest.approx(list(medium["mem:peak"] / 1e9))
     largest, crossing = plots.max_fitting_context(medium, 40e9)
     assert largest == 2048 and 2048 < crossing < 4096
-    star = [line for line in ax.lines if line.get_marker() == "*"][0]
+    star = next(line for line in ax.lines if line.get_marker() == "*")
     assert star.get_xdata()[0] == pytest.approx(crossing) and star.get_ydata()[0] == 40
     assert "largest swept context within 40 GB: 2k" in ax.get_title()  # mem:max_context is for 80 GB
     assert ax.get_ylabel() == "memory (GB = 10⁹ bytes)"
@@ -181,8 +183,11 @@ def test_memory_draws_distinct_components_apart(frame, tmp_path):
 @pytest.mark.parametrize("temporaries", ["absent", "zero"])  # older frames; fused AdamW
 def test_memory_without_step_temporaries(frame, tmp_path, temporaries):
     small = frame[frame["model"] == "gpt2-small"]
-    small = small.drop(columns=["mem:step_temporaries"]) if temporaries == "absent" else \
-        small.assign(**{"mem:step_temporaries": 0})
+    small = (
+        small.drop(columns=["mem:step_temporaries"])
+        if temporaries == "absent"
+        else small.assign(**{"mem:step_temporaries": 0})
+    )
     _, fig = plots.plot_memory_vs_context(small, tmp_path / "m", model="gpt2-small", return_fig=True)
     (ax,) = fig.axes
     assert legend_texts(ax.get_legend())[:3] == ["parameters = gradients", "optimizer", "activations"]
@@ -190,13 +195,15 @@ def test_memory_without_step_temporaries(frame, tmp_path, temporaries):
 
 def test_memory_labels_both_ends_of_a_long_log_axis(frame, tmp_path):
     # gpt2-small's activations at 256 tokens are ~0.5 GB: the part below 1 GB gets its 2x/5x labels
-    _, fig = plots.plot_memory_vs_context(frame, tmp_path / "m", model="gpt2-small", budget_bytes=40 * 10**9,
-                                          budget_label="40 GB", return_fig=True)
+    _, fig = plots.plot_memory_vs_context(
+        frame, tmp_path / "m", model="gpt2-small", budget_bytes=40 * 10**9, budget_label="40 GB", return_fig=True
+    )
     (ax,) = fig.axes
     lo, hi = ax.get_ylim()
     assert lo < 0.5 and 10 < hi < 100 and hi / lo > 100
-    shown = {t.get_position()[1]: t.get_text() for t in ax.get_yticklabels(minor=True)
-             if lo <= t.get_position()[1] <= hi}
+    shown = {
+        t.get_position()[1]: t.get_text() for t in ax.get_yticklabels(minor=True) if lo <= t.get_position()[1] <= hi
+    }
     assert shown[0.5] == "0.5" and shown[20] == "20"  # below 1 and above 10: labelled
     assert shown[2] == shown[5] == ""  # between two labelled powers of 10: not
 
@@ -207,26 +214,29 @@ def test_memory_marks_the_exact_largest_context(tmp_path):
     medium = sweep([load_config("gpt2-medium")], CONTEXTS, budget=budget).to_frame()
     exact = int(medium["mem:max_context"].iloc[0])
     assert 2048 < exact < 4096
-    _, fig = plots.plot_memory_vs_context(medium, tmp_path / "m", model="gpt2-medium", budget_bytes=budget,
-                                          budget_label="40 GB", return_fig=True)
+    _, fig = plots.plot_memory_vs_context(
+        medium, tmp_path / "m", model="gpt2-medium", budget_bytes=budget, budget_label="40 GB", return_fig=True
+    )
     (ax,) = fig.axes
-    star = [line for line in ax.lines if line.get_marker() == "*"][0]
+    star = next(line for line in ax.lines if line.get_marker() == "*")
     assert star.get_xdata()[0] == exact
     assert f"largest context that fits: {exact:,} tokens" in star_label(ax)
     assert ax.get_title().endswith(f"\nlargest context within 40 GB: {exact:,} tokens (exact step model)")
     assert "swept" not in ax.get_title()
     # swept only above it: no star, the title still gives the exact context and says where it lies
     above = medium[medium["context"] > exact]
-    _, fig = plots.plot_memory_vs_context(above, tmp_path / "a", model="gpt2-medium", budget_bytes=budget,
-                                          budget_label="40 GB", return_fig=True)
+    _, fig = plots.plot_memory_vs_context(
+        above, tmp_path / "a", model="gpt2-medium", budget_bytes=budget, budget_label="40 GB", return_fig=True
+    )
     (ax,) = fig.axes
     assert not any(line.get_marker() == "*" for line in ax.lines)
     assert ax.get_title().endswith(f": {exact:,} tokens (exact step model), below the swept contexts")
 
 
 def test_memory_budget_label_and_errors(wide, tmp_path):
-    _, fig = plots.plot_memory_vs_context(wide, tmp_path / "m", model="gpt2-small", budget_bytes=2**30,
-                                          budget_label="1 GiB", return_fig=True)
+    _, fig = plots.plot_memory_vs_context(
+        wide, tmp_path / "m", model="gpt2-small", budget_bytes=2**30, budget_label="1 GiB", return_fig=True
+    )
     (ax,) = fig.axes
     assert "budget 1 GiB = 1.074 GB" in legend_texts(ax.get_legend())
     assert "no swept context fits in 1 GiB" in ax.get_title()
@@ -239,7 +249,7 @@ def test_predicted_vs_measured(frame, tmp_path):
     paths, fig = plots.plot_predicted_vs_measured(frame, tmp_path / "pvm", return_fig=True)
     check_files(paths, tmp_path / "pvm")
     assert len(fig.axes) == 2
-    for ax, col in zip(fig.axes, ("measured:flops", "measured:peak")):
+    for ax in fig.axes:  # measured:flops, measured:peak
         assert len(ax.lines) == 2 * len(MODELS)  # analytic line + measured markers per model
         markers = ax.lines[1]
         assert list(markers.get_xdata()) == list(MEASURED_AT)
@@ -289,7 +299,7 @@ def test_model_comparison_labels_fit_their_segments(tmp_path):
         renderer = FigureCanvasAgg(fig).get_renderer()
         fig.draw(renderer)
         row = xl[xl["context"] == context].iloc[0]
-        for bar, group in zip(ax.patches, plots.GROUPS):
+        for bar, group in zip(ax.patches, plots.GROUPS, strict=True):
             (label,) = [t for t in ax.texts if t.get_text() == f"{100 * row[f'share:{group}']:.1f}%"]
             box, text = bar.get_window_extent(renderer), label.get_window_extent(renderer)
             if group in outside:  # written next to the bar: right of its end, or under it
@@ -297,20 +307,35 @@ def test_model_comparison_labels_fit_their_segments(tmp_path):
                 assert label.get_color() != "white"
             else:  # inside, with room to spare
                 assert box.x0 < text.x0 and text.x1 < box.x1 and label.get_color() == "white"
-        assert all(fig.bbox.x0 <= t.get_window_extent(renderer).x0 and t.get_window_extent(renderer).x1
-                   <= fig.bbox.x1 for t in ax.texts)  # the layout made room for a label right of the axes
+        assert all(
+            fig.bbox.x0 <= t.get_window_extent(renderer).x0 and t.get_window_extent(renderer).x1 <= fig.bbox.x1
+            for t in ax.texts
+        )  # the layout made room for a label right of the axes
 
 
-BIG_COLUMNS = ("flops:total", "flops:linear", "flops:quadratic", "mem:peak", "mem:parameters", "mem:gradients",
-               "mem:optimizer", "mem:activations", "mem:step_temporaries", "params", "measured:flops", "measured:peak")
+BIG_COLUMNS = (
+    "flops:total",
+    "flops:linear",
+    "flops:quadratic",
+    "mem:peak",
+    "mem:parameters",
+    "mem:gradients",
+    "mem:optimizer",
+    "mem:activations",
+    "mem:step_temporaries",
+    "params",
+    "measured:flops",
+    "measured:peak",
+)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("columns", [("flops:total", "measured:flops"), BIG_COLUMNS], ids=["flops", "all"])
 def test_plots_take_ints_beyond_int64(tmp_path, columns):
     # exact Python ints past int64 make pandas store object columns, which matplotlib cannot plot
     big = sweep_frame(models=("gpt2-small",), contexts=(512, 2048), measured_at=(512,))
     for col in columns:
-        big[col] = pd.Series([None if v != v else int(v) * 10**12 for v in big[col]], dtype=object, index=big.index)
+        big[col] = pd.Series([None if pd.isna(v) else int(v) * 10**12 for v in big[col]], dtype=object, index=big.index)
     assert big["flops:total"].dtype == object and big["flops:total"].iloc[0] > 2**63
     paths = plots.plot_all(big, tmp_path / "big", budget_bytes=80 * 10**21, budget_label="80 ZB")
     assert len(paths) == 10
@@ -327,8 +352,13 @@ def test_output_is_byte_reproducible(frame, tmp_path):
 def test_plot_all(tmp_path):
     tiny = sweep_frame(models=("gpt2-small",), contexts=(512, 2048), measured_at=(512,))
     paths = plots.plot_all(tiny, tmp_path / "out")  # context 1024 is not swept: the nearest one is used
-    stems = ["flops_shares", "flops_vs_context", "memory_vs_context_gpt2-small", "model_comparison",
-             "predicted_vs_measured"]
+    stems = [
+        "flops_shares",
+        "flops_vs_context",
+        "memory_vs_context_gpt2-small",
+        "model_comparison",
+        "predicted_vs_measured",
+    ]
     expected = sorted(f"{stem}.{ext}" for stem in stems for ext in ("png", "svg"))
     assert sorted(p.name for p in paths) == expected
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == expected  # and no temp files

@@ -11,13 +11,18 @@ import pandas as pd
 import pytest
 
 from lm_accounting import account, load_config, memory_account, sweep
-from lm_accounting.views import plots
 from lm_accounting.course.assignment import write_report
+from lm_accounting.views import plots
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORTS = ROOT / "reports"
-PLOT_STEMS = ["flops_shares", "flops_vs_context", "predicted_vs_measured", "model_comparison",
-              *[f"memory_vs_context_gpt2-{s}" for s in ("small", "medium", "large", "xl")]]
+PLOT_STEMS = [
+    "flops_shares",
+    "flops_vs_context",
+    "predicted_vs_measured",
+    "model_comparison",
+    *[f"memory_vs_context_gpt2-{s}" for s in ("small", "medium", "large", "xl")],
+]
 
 
 @pytest.fixture(scope="module")
@@ -27,18 +32,21 @@ def regenerated(tmp_path_factory):
     return out, answers, paths
 
 
+@pytest.mark.slow  # the regenerated fixture rebuilds reports/ live: ~27 s
 def test_committed_tables_match_regenerated(regenerated):
-    out, answers, paths = regenerated
+    out, answers, _paths = regenerated
     assert answers.mismatches() == []
     generated = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
     assert generated and all(p.suffix in (".md", ".csv", ".json") for p in generated)
-    stale = [str(p) for p in generated if not (REPORTS / p).is_file()
-             or (REPORTS / p).read_bytes() != (out / p).read_bytes()]
+    stale = [
+        str(p) for p in generated if not (REPORTS / p).is_file() or (REPORTS / p).read_bytes() != (out / p).read_bytes()
+    ]
     assert stale == [], f"reports/ is stale; run `lm-account report`: {stale}"
     committed = sorted(p.relative_to(REPORTS) for p in REPORTS.rglob("*") if p.suffix in (".md", ".csv", ".json"))
     assert committed == generated  # nothing left over from an older layout
 
 
+@pytest.mark.slow
 def test_committed_plots_exist_with_their_series(tmp_path):
     for stem in PLOT_STEMS:
         png, svg = REPORTS / "sweep" / f"{stem}.png", REPORTS / "sweep" / f"{stem}.svg"
@@ -57,8 +65,9 @@ def test_committed_plots_exist_with_their_series(tmp_path):
     assert len(fig.axes[0].patches) == 4 * 4
 
 
+@pytest.mark.slow
 def test_report_numbers_are_the_calculators(regenerated):
-    out, answers, _ = regenerated
+    out, _answers, _ = regenerated
     data = json.loads((out / "answers.json").read_text())
     ta = data["transformer_accounting"]
     xl = account(load_config("gpt2-xl"), 1024)
@@ -80,6 +89,7 @@ def test_report_numbers_are_the_calculators(regenerated):
         assert needle in md
 
 
+@pytest.mark.slow
 def test_adamw_answers_hand_computed(regenerated):
     _, answers, _ = regenerated
     N, L, S, d, h, V = 2_127_057_600, 48, 1024, 1600, 25, 50257
@@ -94,12 +104,14 @@ def test_adamw_answers_hand_computed(regenerated):
     assert answers.training[0]["days"] == pytest.approx(days, rel=1e-12)
 
 
+@pytest.mark.slow
 def test_sweep_cli_writes_tables_and_plots(run_cli, tmp_path):
     r = run_cli("sweep", "gpt2-small", "gpt2-medium", "--contexts", "256:1024:x2", "--out", tmp_path)
     assert r.code == 0, r.err
     rows = list(csv.DictReader(io.StringIO((tmp_path / "sweep.csv").read_text())))
     assert [(x["model"], int(x["context"])) for x in rows] == [
-        (m, s) for m in ("gpt2-small", "gpt2-medium") for s in (256, 512, 1024)]
+        (m, s) for m in ("gpt2-small", "gpt2-medium") for s in (256, 512, 1024)
+    ]
     for x in rows:
         acc = account(load_config(x["model"]).with_context(int(x["context"])), int(x["context"]))
         assert int(x["flops:total"]) == acc.forward.total
@@ -112,8 +124,20 @@ def test_sweep_cli_writes_tables_and_plots(run_cli, tmp_path):
 def test_sweep_cli_live_points_agree(run_cli, tmp_path):
     cfg = tmp_path / "tiny.toml"
     cfg.write_text("vocab_size = 97\ncontext_length = 64\nnum_layers = 2\nd_model = 24\nnum_heads = 4\nd_ff = 40\n")
-    r = run_cli("sweep", cfg, "--contexts", "16,32", "--crosscheck", "--measure-memory", "meta",
-                "--out", tmp_path / "out", "--no-plots", "--format", "json")
+    r = run_cli(
+        "sweep",
+        cfg,
+        "--contexts",
+        "16,32",
+        "--crosscheck",
+        "--measure-memory",
+        "meta",
+        "--out",
+        tmp_path / "out",
+        "--no-plots",
+        "--format",
+        "json",
+    )
     assert r.code == 0, r.err
     data = json.loads(r.out)
     assert data["mismatches"] == []
