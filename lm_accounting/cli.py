@@ -17,7 +17,16 @@ from typing import Any, Callable, Sequence
 
 import click
 
-from .config import MAX_SIZE, AccountingError, ModelConfig, apply_overrides, load_config, parse_override, preset_names
+from .config import (
+    MAX_SIZE,
+    AccountingError,
+    ModelConfig,
+    apply_overrides,
+    is_config_path,
+    load_config,
+    parse_override,
+    preset_names,
+)
 from .names import ADAMW_IMPLS, CLI_TRAINING_DTYPES, DEFAULT_ADAMW, DEFAULT_BUDGET, DEVICES, FORMATS, STEP_FLOPS_METHODS
 
 PROG = "lm-account"
@@ -60,16 +69,10 @@ class PositiveInt(click.ParamType):
 POSITIVE = PositiveInt()
 
 
-def looks_like_path(arg: str) -> bool:
-    """The rule for PRESET_OR_FILE: a path has a separator or a .toml/.json suffix; anything else is
-    a preset name, so a file in the current directory never replaces a preset."""
-    return os.sep in arg or "/" in arg or arg.endswith((".toml", ".json"))
-
-
 def _complete_models(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
     from click.shell_completion import CompletionItem
 
-    if looks_like_path(incomplete):
+    if is_config_path(incomplete):
         return [CompletionItem(incomplete, type="file")]
     return [CompletionItem(name) for name in preset_names() if name.startswith(incomplete)]
 
@@ -83,7 +86,7 @@ class DefaultGroup(click.Group):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if args and not args[0].startswith("-") and args[0] not in self.commands:
             word = args[0]
-            if word not in preset_names() and not looks_like_path(word):
+            if word not in preset_names() and not is_config_path(word):
                 choices = [*self.commands, *preset_names()]
                 close = difflib.get_close_matches(word, choices, n=1, cutoff=0.5)
                 hint = f"; did you mean '{close[0]}'?" if close else ""
