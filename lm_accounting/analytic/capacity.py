@@ -1,44 +1,163 @@
-"""Capacity planning from the implementation-exact step model: a·B + b, max batch, max context.
+"""Capacity planning from the implementation-exact step model: the peak of each phase as lines
+in the batch B, the largest batch and the largest context that fit a budget.
 
-Every figure comes from ``predict_training_step`` (exact for our live model), so the
-searches are exact too: memory grows monotonically with the batch and the context.
+Why one line per phase, and why a phase can need more than one
+----------------------------------------------------------------
+1. Every tensor of a training step has a size a·B + b: activations grow with B (b = 0); the
+   weights, gradients, AdamW state, RoPE tables and causal mask do not (a = 0).
+2. So the live bytes at each point of the replay are one line a_j·B + b_j, and the peak of a
+   phase is the highest of its points: peak_i(B) = max_j (a_j·B + b_j), convex in B.
+3. A single line is exact only while one point stays the highest.  Backward is the case where
+   it is not: early in backward all activations are live (large a, small b); late in backward
+   most gradients exist (small a, large b).  At a small batch the late point can be the
+   highest, at a large batch the early one.
+4. ``replay_training_step`` keeps every candidate line (per slope, the highest intercept), so
+   ``phase_peak_lines`` turns that envelope into consecutive integer ranges of B, each with
+   the one line that equals the phase's peak there; the last range is open-ended: no other
+   candidate line can overtake it, so it is exact for every larger B (a proof, not a test).
+5. The step's peak is max over phases of those lines.  The largest batch within a budget is
+   then closed-form: the smallest floor((budget − b)/a) over all lines of all phases.
+
+Every figure comes from the replay (exact for our live model, byte for byte against the
+storage tracker), so these are exact too.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..config import AccountingError, ModelConfig
-from .replay import predict_training_step
+from ..phases import PHASES
+from .replay import PeakEnvelope, predict_training_step, replay_training_step
 
-MAX_SEARCH = 1 << 40  # far beyond any real batch or context; keeps the searches finite
+MAX_SEARCH = 1 << 40  # far beyond any real context; keeps the context search finite
 
 
 @dataclass(frozen=True)
-class LinearPeak:
-    """peak(B) = a·B + b, fitted through B = 1 and B = 2; ``exact_to`` is the largest
-    batch among {3, 4, 8, 64} where the line still equals the replayed peak exactly."""
+class PeakLine:
+    """peak = a·B + b bytes, exactly, for every batch B from ``first`` to ``last`` (None: no end)."""
 
-    a: int
-    b: int
-    exact_to: int
+    a: int  # bytes per sequence
+    b: int  # bytes
+    first: int
+    last: int | None
 
     def at(self, batch: int) -> int:
         return self.a * batch + self.b
 
+    def covers(self, batch: int) -> bool:
+        return self.first <= batch and (self.last is None or batch <= self.last)
 
-def peak_linear_in_batch(cfg: ModelConfig, seq: int, dtype: str = "fp32", optimizer: str = "for-loop") -> LinearPeak:
-    def peak(batch: int) -> int:
-        return predict_training_step(cfg, seq, batch, dtype, optimizer).peak
+    def to_dict(self) -> dict[str, Any]:
+        return {"a": self.a, "b": self.b, "from_batch": self.first, "to_batch": self.last}
 
-    one, two = peak(1), peak(2)
-    a, b = two - one, 2 * one - two
-    exact_to = 2
-    for batch in (3, 4, 8, 64):
-        if peak(batch) != a * batch + b:
-            break
-        exact_to = batch
-    return LinearPeak(a, b, exact_to)
+
+def envelope_lines(lines: tuple[tuple[int, int], ...], start: int = 1) -> tuple[PeakLine, ...]:
+    """The pieces of max over ``lines`` of a·B + b on the integers B >= ``start``.
+
+    From ``start`` on, the highest line (the steeper one on a tie) holds until a steeper line
+    is strictly higher: for a line with a > a₀ that is at B = ⌊(b₀ − b)/(a − a₀)⌋ + 1.  The
+    earliest such B starts the next piece, with the highest line there.  Lines with a smaller
+    slope than the current one never come back (they were not higher at the piece's start)."""
+
+    def best_at(batch: int, candidates) -> tuple[int, int]:
+        return max(candidates, key=lambda ab: (ab[0] * batch + ab[1], ab[0]))
+
+    a0, b0 = best_at(start, lines)
+    first, out = start, []
+    while True:
+        steeper = [(a, b) for a, b in lines if a > a0]
+        if not steeper:
+            out.append(PeakLine(a0, b0, first, None))
+            return tuple(out)
+        switch = min(max(first + 1, (b0 - b) // (a - a0) + 1) for a, b in steeper)
+        out.append(PeakLine(a0, b0, first, switch - 1))
+        (a0, b0), first = best_at(switch, steeper), switch
+
+
+@dataclass(frozen=True)
+class PhasePeakLines:
+    """One phase's peak as a function of the batch: consecutive lines from B = 1, the last open-ended."""
+
+    phase: str
+    lines: tuple[PeakLine, ...]
+    candidates: tuple[tuple[int, int], ...]  # every (a, b) the replay reached; the peak is their max
+
+    def line_at(self, batch: int) -> PeakLine:
+        return next(line for line in self.lines if line.covers(batch))
+
+    def at(self, batch: int) -> int:
+        return self.line_at(batch).at(batch)
+
+    @property
+    def final(self) -> PeakLine:
+        """The line that holds for every batch from its ``first`` on."""
+        return self.lines[-1]
+
+    def max_batch(self, budget: int) -> int:
+        """Largest B with this phase's peak <= budget (0 if none): min over candidates of ⌊(budget − b)/a⌋."""
+        return _max_batch(self.candidates, budget)
+
+
+def _max_batch(candidates, budget: int) -> int:
+    """Largest B >= 0 with a·B + b <= budget for every candidate; a line with a = 0 (none in a
+    real step: the token ids grow with B) either bounds nothing or rules out every batch."""
+    if any(a == 0 and b > budget for a, b in candidates):
+        return 0
+    return max(0, min((budget - b) // a for a, b in candidates if a))
+
+
+@dataclass(frozen=True)
+class StepPeakLines:
+    """peak(B) = max over phases i of the phase's line at B: the whole training step, exact for every B >= 1."""
+
+    forward: PhasePeakLines
+    backward: PhasePeakLines
+    optimizer_step: PhasePeakLines
+
+    def phases(self) -> dict[str, PhasePeakLines]:
+        return {name: getattr(self, name) for name in PHASES}
+
+    def at(self, batch: int) -> int:
+        return max(p.at(batch) for p in self.phases().values())
+
+    def phase_at(self, batch: int) -> str:
+        """The phase that sets the step's peak at ``batch`` (the first one, on a tie)."""
+        return max(PHASES, key=lambda name: (self.phase(name).at(batch), -PHASES.index(name)))
+
+    def phase(self, name: str) -> PhasePeakLines:
+        return getattr(self, name)
+
+    def max_batch(self, budget: int) -> int:
+        """Largest batch whose step peak is within ``budget`` bytes (0 if none), closed-form."""
+        return min(p.max_batch(budget) for p in self.phases().values())
+
+    def step_lines(self) -> list[tuple[str, PeakLine]]:
+        """The step's peak as consecutive pieces over B, each with the phase whose line it is."""
+        owner = {}
+        for name, phase in reversed(self.phases().items()):  # an earlier phase wins a tie
+            for line in phase.lines:
+                owner[(line.a, line.b)] = name
+        return [(owner[(p.a, p.b)], p) for p in envelope_lines(tuple(owner))]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **{name: [line.to_dict() for line in p.lines] for name, p in self.phases().items()},
+            "step": [{"phase": name, **line.to_dict()} for name, line in self.step_lines()],
+        }
+
+
+def phase_peak_lines(name: str, envelope: PeakEnvelope) -> PhasePeakLines:
+    return PhasePeakLines(name, envelope_lines(envelope.lines), envelope.lines)
+
+
+def peak_lines_in_batch(
+    cfg: ModelConfig, seq: int, dtype: str = "fp32", optimizer: str = "for-loop", device: str = "meta"
+) -> StepPeakLines:
+    """Each phase's peak as exact lines in the batch (see the module docstring)."""
+    step = replay_training_step(cfg, seq, dtype, optimizer, device)
+    return StepPeakLines(*(phase_peak_lines(name, p.peak) for name, p in step.phases().items()))
 
 
 def _largest(fits, start: int = 1) -> int:
@@ -56,17 +175,34 @@ def _largest(fits, start: int = 1) -> int:
     return low
 
 
-def max_batch_that_fits(cfg: ModelConfig, seq: int, budget: int, dtype: str = "fp32", optimizer: str = "for-loop") -> int:
-    """Largest batch whose training-step peak is within ``budget`` bytes (0 if none)."""
-    return _largest(lambda b: predict_training_step(cfg, seq, b, dtype, optimizer).peak <= budget)
+def max_batch_that_fits(
+    cfg: ModelConfig, seq: int, budget: int, dtype: str = "fp32", optimizer: str = "for-loop", device: str = "meta"
+) -> int:
+    """Largest batch whose training-step peak is within ``budget`` bytes (0 if none), from the
+    per-phase lines (exact for every batch, so no search is needed)."""
+    return peak_lines_in_batch(cfg, seq, dtype, optimizer, device).max_batch(budget)
 
 
-def max_context_that_fits(cfg: ModelConfig, budget: int, batch: int = 1, dtype: str = "fp32",
-                          optimizer: str = "for-loop") -> int:
+def max_context_that_fits(
+    cfg: ModelConfig,
+    budget: int,
+    batch: int = 1,
+    dtype: str = "fp32",
+    optimizer: str = "for-loop",
+    device: str = "meta",
+) -> int:
     """Largest context (tokens) whose training-step peak at ``batch`` fits ``budget`` (0 if none).
 
-    The model is rebuilt at each context (its RoPE tables grow with it)."""
+    The model is rebuilt at each context (its RoPE tables grow with it); the peak is not
+    linear in the context (S² attention terms), so this one is a search."""
+
     def fits(seq: int) -> bool:
-        return predict_training_step(cfg.with_context(seq), seq, batch, dtype, optimizer).peak <= budget
+        return predict_training_step(cfg.with_context(seq), seq, batch, dtype, optimizer, device).peak <= budget
 
     return _largest(fits)
+
+
+def peak_linear_in_batch(cfg: ModelConfig, seq: int, dtype: str = "fp32", optimizer: str = "for-loop") -> StepPeakLines:
+    """Deprecated alias of ``peak_lines_in_batch`` (its ``at(B)`` is the exact step peak), kept only
+    while ``tests/test_memory_exact.py`` imports this name."""
+    return peak_lines_in_batch(cfg, seq, dtype, optimizer)

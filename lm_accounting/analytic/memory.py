@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from ..breakdown import Breakdown, Item
 from ..config import AccountingError, ModelConfig
-from ..names import ADAMW_IMPLS, DTYPE_BYTES, TRAINING_DTYPES
+from ..names import ADAMW_IMPLS, DEVICES, DTYPE_BYTES, TRAINING_DTYPES
 from .params import parameter_breakdown
 
 
@@ -31,6 +31,7 @@ def kv_cache_bytes(cfg: ModelConfig, seq: int, batch: int, dtype: str) -> int:
 
 
 # -- model states and the AdamW step -------------------------------------------
+
 
 def _training_dtype_bytes(dtype: str) -> int:
     if dtype not in TRAINING_DTYPES:
@@ -61,10 +62,10 @@ def model_state_breakdown(cfg: ModelConfig, dtype: str = "fp32") -> Breakdown:
     Assumption: pure-dtype training as ``torch.optim.AdamW`` does it.  ``p.grad`` has the
     parameter's dtype, and ``Adam._init_group`` creates ``exp_avg`` and ``exp_avg_sq`` with
     ``torch.zeros_like(p)``, so both moments have it too (no fp32 master copy: that is
-    mixed precision, a different recipe).  The per-parameter ``step`` counter is a 0-dim
-    CPU tensor unless ``capturable`` or ``fused`` is set (then 4 bytes per tensor on the
-    device), so it is not counted.  A tied weight is one parameter, with one gradient
-    and one pair of moments.
+    mixed precision, a different recipe).  AdamW's per-tensor ``step`` counters are not
+    model states of N; they are ``adamw_step_counter_bytes``, and they count only on the
+    device that holds them.  A tied weight is one parameter, with one gradient and one
+    pair of moments.
 
     * ``parameters``        N · bytes
     * ``gradients``         N · bytes
@@ -82,6 +83,49 @@ def model_state_breakdown(cfg: ModelConfig, dtype: str = "fp32") -> Breakdown:
         Item("adamw.exp_avg_sq", f"AdamW second moment v ({dtype})", "optimizer", per, None, formula),
     )
     return Breakdown(f"model states ({dtype}, AdamW)", "bytes", items)
+
+
+def parameter_tensor_count(cfg: ModelConfig) -> int:
+    """Tensors ``model.parameters()`` yields: ``len(parameter_tensor_sizes(cfg))``, in O(1)."""
+    items = list(parameter_breakdown(cfg))
+    per_layer = sum(1 for it in items if it.per_layer is not None)
+    once = sum(1 for it in items if it.per_layer is None and it.total)  # embedding, ln_final, untied lm_head
+    return once + per_layer * cfg.num_layers
+
+
+ADAMW_STEP_COUNTER_BYTES = 4
+"""One 0-dim float32 ``step`` tensor per parameter tensor.  torch 2.13 ``torch/optim/adam.py``
+``Adam._init_group``: ``torch.tensor(0.0, dtype=_get_scalar_dtype(), device="cpu")``, or with
+``fused``/``capturable`` ``torch.zeros((), dtype=_get_scalar_dtype(is_fused=...), device=p.device)``;
+``torch/optim/optimizer.py`` ``_get_scalar_dtype`` is float32 (4 bytes) for fused and whenever
+the default dtype is not float64 (we never change it)."""
+
+
+def adamw_step_counter_bytes(cfg: ModelConfig, impl: str = "foreach", device: str = "meta") -> int:
+    """Bytes of AdamW's ``step`` counters that live on ``device`` (the device holding the model).
+
+    Rule (torch 2.13 ``Adam._init_group``, "special device hosting for step"): the for-loop
+    and foreach implementations keep every counter on the CPU, whatever the parameters'
+    device; fused (and capturable) keeps it on the parameter's device.  So, with n =
+    ``parameter_tensor_count(cfg)``:
+
+    * ``cpu``: 4·n for every implementation (the counters sit beside the parameters);
+    * ``meta`` and ``cuda``: 4·n for fused, 0 for for-loop and foreach (their counters are on
+      the CPU, which the device's tracker or allocator does not see).
+
+    The counters exist from the first step on and are only updated in place
+    (``step_t += 1``; ``_foreach_add_``), so they add 4·n to the baseline and to every phase.
+    Foreach on the CPU also makes a 4-byte ``torch.tensor(1.0)`` for ``_foreach_add_`` and
+    drops it at once; it never sets the step's peak (the sqrt copy of v is >= 4 bytes).
+    On CUDA the caching allocator rounds each counter up to 512 bytes; like every other
+    tensor here, the counter is counted at its own size.
+    """
+    if impl not in ADAMW_IMPLS:
+        raise AccountingError(f"unknown AdamW implementation '{impl}' (valid: {', '.join(ADAMW_IMPLS)})")
+    if device not in DEVICES:
+        raise AccountingError(f"unknown device '{device}' (valid: {', '.join(DEVICES)})")
+    on_device = impl == "fused" or device == "cpu"
+    return ADAMW_STEP_COUNTER_BYTES * parameter_tensor_count(cfg) if on_device else 0
 
 
 def adamw_step_temporary_bytes(cfg: ModelConfig, dtype: str = "fp32", impl: str = "foreach") -> int:
@@ -110,4 +154,4 @@ def adamw_step_temporary_bytes(cfg: ModelConfig, dtype: str = "fp32", impl: str 
         return 0
     sizes = parameter_tensor_sizes(cfg, max_layers=2)  # every adjacent pair occurs within two layers
     previous = [0] + sizes[:-1]
-    return max(prev + 2 * cur for prev, cur in zip(previous, sizes)) * nbytes
+    return max(prev + 2 * cur for prev, cur in zip(previous, sizes, strict=True)) * nbytes

@@ -2,11 +2,18 @@
 
 ``predict_training_step`` gives the peak and end-of-phase bytes of one steady-state
 training step (forward + cross-entropy, backward, AdamW step), by replaying the
-allocation and free sequence of our model's ops in order (pure Python integers).  Each ``r(...)`` line below
-  follows one op of ``lm_accounting.model`` (forward) or one autograd formula of torch 2.13
-  (backward: ``tools/autograd/derivatives.yaml``); the engine frees a node's saved tensors
-  right after it runs.  The sequence was derived op by op and is checked byte for byte
-  against the storage tracker on meta and CPU tensors in ``tests/test_memory_exact.py``.
+allocation and free sequence of our model's ops in order (pure Python integers).  Each
+``r(...)`` line below follows one op of ``lm_accounting.model`` (forward) or one autograd
+formula of torch 2.13 (backward: ``tools/autograd/derivatives.yaml``); the engine frees a
+node's saved tensors right after it runs.  The sequence was derived op by op and is checked
+byte for byte against the storage tracker on meta and CPU tensors in
+``tests/test_memory_exact.py`` and ``tests/test_memory_result.py``.
+
+The replay runs once with the batch B kept as a symbol: every tensor it allocates has a
+size a·B + b (``Affine``; a is 0 for the weights, the gradients, the RoPE tables and the
+mask, and b is 0 for every activation), so the live bytes at each point are a line in B,
+and a phase's peak is the highest of those lines, ``PeakEnvelope``.  ``replay_training_step``
+returns that exact function of B; ``predict_training_step`` evaluates it at one batch.
 
 Notation: T = B·S tokens; e = bytes per element of the model dtype; RMSNorm computes in
 fp32 (4 bytes) and, for a 16-bit model, keeps fp32 copies instead of its input.
@@ -14,39 +21,134 @@ fp32 (4 bytes) and, for a 16-bit model, keeps fp32 copies instead of its input.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from ..config import ModelConfig
-from ..phases import PhaseBytes, StepMemory
-from ..names import DTYPE_BYTES
-from .activations import Sizes
-from .flops import check_batch_seq
+from ..config import AccountingError, ModelConfig
+from ..names import DEVICES, DTYPE_BYTES
+from ..phases import PHASES, PhaseBytes, StepMemory
 from .params import parameter_breakdown
+from .sizes import Sizes, check_batch_seq
+
+
+class Affine:
+    """a·B + b bytes, exact ints: a tensor size (or a sum of them) as a function of the batch B."""
+
+    __slots__ = ("a", "b")
+
+    def __init__(self, a: int, b: int = 0):
+        self.a, self.b = a, b
+
+    def at(self, batch: int) -> int:
+        return self.a * batch + self.b
+
+    def __add__(self, other: Affine | int) -> Affine:
+        if isinstance(other, Affine):
+            return Affine(self.a + other.a, self.b + other.b)
+        return Affine(self.a, self.b + other)
+
+    __radd__ = __add__
+
+    def __neg__(self) -> Affine:
+        return Affine(-self.a, -self.b)
+
+    def __pos__(self) -> Affine:
+        return self
+
+    def __sub__(self, other: Affine | int) -> Affine:
+        return self + (-other)
+
+    def __rsub__(self, other: int) -> Affine:
+        return -self + other
+
+    def __mul__(self, k: int) -> Affine:
+        if isinstance(k, Affine):
+            raise TypeError("a size is never quadratic in the batch")
+        return Affine(self.a * k, self.b * k)
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, k: int) -> Affine:
+        """Exact division only (e.g. half a (B, h, S, d_head) tensor: d_head·e is even)."""
+        if self.a % k or self.b % k:
+            raise ArithmeticError(f"{self!r} is not divisible by {k}")
+        return Affine(self.a // k, self.b // k)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Affine) and (self.a, self.b) == (other.a, other.b)
+
+    def __hash__(self) -> int:
+        return hash((self.a, self.b))
+
+    def __repr__(self) -> str:
+        return f"Affine({self.a}, {self.b})"
+
+
+@dataclass(frozen=True)
+class PeakEnvelope:
+    """max over candidate lines of a·B + b: a phase's peak as an exact function of the batch.
+
+    ``lines`` maps each slope a to the highest intercept b seen with it (a lower one can never
+    be the maximum).  Every slope is >= 0 (a live byte count never shrinks when B grows), so
+    the peak is convex and non-decreasing in B."""
+
+    lines: tuple[tuple[int, int], ...]  # (a, b), sorted by a
+
+    def at(self, batch: int) -> int:
+        return max(a * batch + b for a, b in self.lines)
+
+    @classmethod
+    def of(cls, best: dict[int, int]) -> PeakEnvelope:
+        return cls(tuple(sorted(best.items())))
 
 
 class _Replay:
-    """Running live bytes and the peak, fed with signed allocation sizes in program order."""
+    """Running live bytes a·B + b and, per slope a, the highest intercept b reached: fed with
+    signed allocation sizes (ints, or ``Affine`` for sizes that grow with B) in program order."""
 
-    def __init__(self, live: int):
-        self.live = self.peak = live
+    def __init__(self, live: Affine):
+        self.a, self.b = live.a, live.b
+        self.best: dict[int, int] = {live.a: live.b}
 
-    def __call__(self, *deltas: int) -> None:
+    @property
+    def live(self) -> Affine:
+        return Affine(self.a, self.b)
+
+    def __call__(self, *deltas: Affine | int) -> None:
+        a, b, best = self.a, self.b, self.best
         for delta in deltas:
-            self.live += delta
-            if self.live > self.peak:
-                self.peak = self.live
+            if type(delta) is int:
+                b += delta
+            else:
+                a, b = a + delta.a, b + delta.b
+            if b > best.get(a, b - 1):
+                best[a] = b
+        self.a, self.b = a, b
+
+    def peak(self) -> PeakEnvelope:
+        return PeakEnvelope.of(self.best)
 
 
 def _repeat(r: _Replay, times: int, body: Callable[[_Replay], None]) -> None:
-    """Replay ``body`` (one layer) ``times`` times in O(1): identical layers move the live bytes
-    by the same amount each time, so the highest point is in the first or the last run."""
+    """Replay ``body`` (one layer) ``times`` times in O(1).
+
+    1. Identical layers move the live bytes by the same ``step`` each time, so run k (k = 0 ..
+       times−1) reaches live + k·step + h at each of the body's candidate points h.
+    2. For any fixed B that is linear in k, so its maximum over k is at k = 0 or k = times−1:
+       the candidates of the first and the last run are the only ones that can be the peak."""
     if times <= 0:
         return
-    probe = _Replay(0)
+    probe = _Replay(Affine(0))
     body(probe)
-    step, high = probe.live, probe.peak  # net change; highest point above the run's start
-    r.peak = max(r.peak, r.live + high, r.live + (times - 1) * step + high)
-    r.live += times * step
+    step_a, step_b = probe.a, probe.b  # net change of one layer
+    best = r.best
+    for run in {0, times - 1}:
+        base_a, base_b = r.a + run * step_a, r.b + run * step_b
+        for a, b in probe.best.items():
+            a, b = base_a + a, base_b + b
+            if b > best.get(a, b - 1):
+                best[a] = b
+    r.a, r.b = r.a + times * step_a, r.b + times * step_b
 
 
 def _norm_forward(r: _Replay, z: Sizes, rows: int, width: int) -> None:
@@ -163,21 +265,57 @@ def _layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool) -> None
     _norm_backward(r, z, T, c.d_model, residual=True)  # ln1
 
 
-def predict_training_step(cfg: ModelConfig, seq: int, batch: int = 1, dtype: str = "fp32",
-                          optimizer: str = "for-loop") -> StepMemory:
-    """Replay one training step of the live model (see the module docstring).
+@dataclass(frozen=True)
+class PhaseInBatch:
+    """One phase as a function of the batch B: its peak (an envelope of lines) and its end (a line)."""
 
-    The baseline is the parameters, AdamW m and v, the RoPE tables and the input and target ids."""
-    from .memory import adamw_step_temporary_bytes
+    peak: PeakEnvelope
+    end: Affine
 
-    check_batch_seq(batch, seq)
-    z = Sizes(cfg, batch, seq, DTYPE_BYTES[dtype])
+    def at(self, batch: int) -> PhaseBytes:
+        return PhaseBytes(self.peak.at(batch), self.end.at(batch))
+
+
+@dataclass(frozen=True)
+class StepInBatch:
+    """A training step with the batch B as a variable: ``at(B)`` is the ``StepMemory`` at B."""
+
+    baseline: Affine
+    forward: PhaseInBatch
+    backward: PhaseInBatch
+    optimizer_step: PhaseInBatch
+
+    def phases(self) -> dict[str, PhaseInBatch]:
+        return {name: getattr(self, name) for name in PHASES}
+
+    def at(self, batch: int) -> StepMemory:
+        return StepMemory(self.baseline.at(batch), *(p.at(batch) for p in self.phases().values()))
+
+
+def check_device(device: str) -> None:
+    if device not in DEVICES:
+        raise AccountingError(f"unknown device '{device}' (valid: {', '.join(DEVICES)})")
+
+
+def replay_training_step(
+    cfg: ModelConfig, seq: int, dtype: str = "fp32", optimizer: str = "for-loop", device: str = "meta"
+) -> StepInBatch:
+    """Replay one training step with the batch B as a variable (see the module docstring).
+
+    The baseline is the parameters, AdamW m and v, the RoPE tables and the input and target
+    ids, plus the AdamW step counters that live on ``device`` (``adamw_step_counter_bytes``)."""
+    from .memory import adamw_step_counter_bytes, adamw_step_temporary_bytes
+
+    check_batch_seq(1, seq)
+    check_device(device)
+    z = Sizes(cfg, Affine(1), seq, DTYPE_BYTES[dtype])  # the batch B, symbolic
     c, e, T = cfg, z.e, z.T
     pb = parameter_breakdown(cfg)
     params = pb.total * e
     p = {it.key.removeprefix("layers.*."): it.per_layer * e for it in pb if it.per_layer is not None}  # gradients
     rope_buffers = 2 * c.context_length * (c.d_head // 2) * 4  # fp32 cos and sin tables
-    baseline = 3 * params + rope_buffers + 2 * 8 * T  # params, exp_avg, exp_avg_sq; int64 token ids
+    counters = adamw_step_counter_bytes(cfg, optimizer, device)
+    baseline = 3 * params + rope_buffers + counters + 2 * 8 * T  # params, exp_avg, exp_avg_sq; int64 token ids
     Td, TV, Tr, emb = z.act(c.d_model), z.act(c.vocab_size), z.act(1), pb["token_embeddings"].total * e
 
     r = _Replay(baseline)
@@ -191,7 +329,7 @@ def predict_training_step(cfg: ModelConfig, seq: int, batch: int = 1, dtype: str
     r(+Tr, +TV, -Tr)  # cross-entropy: z = logits − max
     r(+TV, +Tr, +Tr, +Tr, +Tr, +e)  # exp (saved); Σ (saved); log; gather; subtract; mean
     r(-Tr, -TV, -Tr, -Tr)  # logits die (gather keeps z)
-    forward = PhaseBytes(r.peak, r.live)
+    forward = PhaseInBatch(r.peak(), r.live)
 
     r = _Replay(r.live)
     r(+e, +Tr, +Tr, +TV, +TV, -TV, -Tr, -TV)  # d loss; mean and gather backward; z released
@@ -204,8 +342,22 @@ def predict_training_step(cfg: ModelConfig, seq: int, batch: int = 1, dtype: str
     if c.tie_embeddings:
         r(+emb, -emb, -emb)  # accumulated onto the LM head's gradient
     r(-e, -e)  # the loss and its gradient seed
-    backward = PhaseBytes(r.peak, r.live)
+    backward = PhaseInBatch(r.peak(), r.live)
 
+    # AdamW step: its temporaries on top of the gradients, then zero_grad frees the gradients.
     extra = adamw_step_temporary_bytes(cfg, dtype, optimizer)
-    step = PhaseBytes(backward.end + extra, backward.end - params)
-    return StepMemory(baseline, forward, backward, step)
+    top = backward.end + extra
+    step = PhaseInBatch(PeakEnvelope(((top.a, top.b),)), backward.end - params)
+    return StepInBatch(baseline, forward, backward, step)
+
+
+def predict_training_step(
+    cfg: ModelConfig, seq: int, batch: int = 1, dtype: str = "fp32", optimizer: str = "for-loop", device: str = "meta"
+) -> StepMemory:
+    """Bytes of one training step at ``batch`` on ``device``, exactly as the storage tracker
+    counts them there (``replay_training_step`` evaluated at one batch).
+
+    ``device`` matters only for the AdamW step counters (``adamw_step_counter_bytes``): on
+    ``cpu`` the for-loop and foreach implementations keep them on the CPU, with the model."""
+    check_batch_seq(batch, seq)
+    return replay_training_step(cfg, seq, dtype, optimizer, device).at(batch)

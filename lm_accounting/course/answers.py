@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..account import Account, account
-from ..analytic.capacity import LinearPeak, max_batch_that_fits, peak_linear_in_batch
+from ..analytic.capacity import PeakLine, StepPeakLines, peak_lines_in_batch
 from ..analytic.course import course_linear_in_batch, max_batch
 from ..analytic.params import parameter_breakdown
 from ..analytic.replay import predict_training_step
@@ -40,12 +40,19 @@ class Answers:
     sweep: Sweep
     crosschecks: dict[int, Any]  # context -> CrossCheck (live model on meta)
     course_conventions: list[dict[str, Any]]
-    exact_linear: LinearPeak
+    exact_lines: StepPeakLines  # our live model: each phase's peak as exact lines in B
     exact_max_batch: int
     exact_step: StepMemory
     measured_step: StepMemory | None
     adamw: list[dict[str, Any]]
     training: list[dict[str, Any]]
+
+    @property
+    def exact_linear(self) -> PeakLine:
+        """Deprecated (until ``course/assignment.py`` reads ``exact_lines``): the line that sets
+        the step's peak at the largest batch that fits 80 GB."""
+        batch = max(self.exact_max_batch, 1)
+        return self.exact_lines.phase(self.exact_lines.phase_at(batch)).line_at(batch)
 
     @property
     def adamw_default(self) -> dict[str, Any]:
@@ -69,8 +76,12 @@ def course_convention_rows(cfg: ModelConfig, seq: int) -> list[dict[str, Any]]:
     for logits_twice in (True, False):
         for ffn_matrices in (3, 2):
             a, b = course_linear_in_batch(cfg, seq, logits_twice=logits_twice, ffn_matrices=ffn_matrices)
-            row = {"logits": "twice (logits + cross-entropy)" if logits_twice else "once",
-                   "ffn_matrices": ffn_matrices, "a": a, "b": b}
+            row = {
+                "logits": "twice (logits + cross-entropy)" if logits_twice else "once",
+                "ffn_matrices": ffn_matrices,
+                "a": a,
+                "b": b,
+            }
             row.update({f"max batch ({unit})": max_batch(a, b, budget) for unit, budget in BUDGETS.items()})
             rows.append(row)
     return rows
@@ -92,8 +103,15 @@ def training_rows(cfg: ModelConfig) -> list[dict[str, Any]]:
     rows = []
     for label, per_step, peak_flops in variants:
         tt = training_time(per_step, t["steps"], peak_flops, t["mfu"])
-        rows.append({"convention": label, "flops_per_step": per_step, "total_flops": tt.total_flops,
-                     "peak_flops": peak_flops, "days": tt.days})
+        rows.append(
+            {
+                "convention": label,
+                "flops_per_step": per_step,
+                "total_flops": tt.total_flops,
+                "peak_flops": peak_flops,
+                "days": tt.days,
+            }
+        )
     return rows
 
 
@@ -103,8 +121,9 @@ def collect(live: bool = True, progress: bool = False) -> Answers:
     configs = [load_config(name) for name in SIZES]
     small, *rest = configs
     budget = BUDGETS["80 GB"]
-    measured = sweep([small], CONTEXTS, budget=budget, crosscheck=live, measure="meta" if live else None,
-                     progress=progress)
+    measured = sweep(
+        [small], CONTEXTS, budget=budget, crosscheck=live, measure="meta" if live else None, progress=progress
+    )
     analytic = sweep(rest, CONTEXTS, budget=budget)
     measured.rows += analytic.rows
     crosschecks, measured_step = {}, None
@@ -115,6 +134,7 @@ def collect(live: bool = True, progress: bool = False) -> Answers:
         crosschecks = {seq: crosscheck(xl.with_context(seq), seq) for seq in (1024, LONG)}
         measured_step = measure_step(xl, 1024, 1, "fp32", "meta", "foreach")
     n = parameter_breakdown(xl).total
+    exact_lines = peak_lines_in_batch(xl, 1024, "fp32", "foreach")
     return Answers(
         xl=xl,
         at_1024=account(xl, 1024),
@@ -123,12 +143,18 @@ def collect(live: bool = True, progress: bool = False) -> Answers:
         sweep=measured,
         crosschecks=crosschecks,
         course_conventions=course_convention_rows(xl, 1024),
-        exact_linear=peak_linear_in_batch(xl, 1024, "fp32", "foreach"),
-        exact_max_batch=max_batch_that_fits(xl, 1024, BUDGETS["80 GB"], "fp32", "foreach"),
+        exact_lines=exact_lines,
+        exact_max_batch=exact_lines.max_batch(BUDGETS["80 GB"]),
         exact_step=predict_training_step(xl, 1024, 1, "fp32", "foreach"),
         measured_step=measured_step,
-        adamw=[{"convention": c.name, "flops_per_param": c.flops_per_param,
-                "flops_per_step": adamw_step_flops(n, c.flops_per_param), "derivation": c.derivation}
-               for c in ADAMW_FLOPS_ALTERNATIVES],
+        adamw=[
+            {
+                "convention": c.name,
+                "flops_per_param": c.flops_per_param,
+                "flops_per_step": adamw_step_flops(n, c.flops_per_param),
+                "derivation": c.derivation,
+            }
+            for c in ADAMW_FLOPS_ALTERNATIVES
+        ],
         training=training_rows(xl),
     )

@@ -1,122 +1,247 @@
-"""Printable tables for the ``memory`` command: predicted vs measured, capacity, conventions."""
+"""The ``memory`` command's view: the course answer first, then this implementation, labelled apart.
+
+A student copying a number for CS336 adamwAccounting takes it from the first table, titled
+"Course answer"; every table of the implementation-exact model is titled "This implementation".
+"""
 
 from __future__ import annotations
 
-from typing import Any
-
-from ..analytic.memory_report import MemoryAccount
+from ..analytic.memory_report import MemoryAccount, _span
+from ..phases import PHASE_LABELS
 from ..units import fmt_bytes
 from .account import BREAKDOWN_COLUMNS, breakdown_table, describe_config
-from .tables import Column, Table
+from .tables import Column, Table, View
 
-PHASE_LABELS = {
-    "forward": "forward (model + cross-entropy)",
-    "backward": "backward",
-    "optimizer_step": "AdamW step",
-}
+COURSE = "Course answer (CS336 adamwAccounting convention)"
+EXACT = "This implementation (our live model, exact)"
 
 
 def _rel(measured: int | None, predicted: int) -> float | None:
     return None if not measured else (predicted - measured) / measured
 
 
-def phase_table(m: MemoryAccount, measured: dict[str, Any] | None, where: str) -> Table:
-    step = m.step
-    rows = [("baseline: params, AdamW m/v, RoPE tables, tokens", step.baseline,
-             measured and measured.baseline, _rel(measured and measured.baseline, step.baseline), None, None)]
-    for name, pred in step.phases().items():
-        got = measured.phase(name) if measured else None
-        rows.append((f"{PHASE_LABELS[name]}: peak", pred.peak, got and got.peak, _rel(got and got.peak, pred.peak), None, None))
-        rows.append((f"{PHASE_LABELS[name]}: end", pred.end, got and got.end, _rel(got and got.end, pred.end), None, None))
-    rows = [(label, p, g, r, fmt_bytes(p), None if g is None else fmt_bytes(g)) for label, p, g, r, _, _ in rows]
-    return Table(
-        f"Training step by phase: predicted (implementation-exact) vs measured ({where})",
-        [Column("phase"), Column("predicted bytes", "int"), Column("measured bytes", "int"),
-         Column("rel. error", "pct"), Column("predicted"), Column("measured")],
-        rows,
-        [f"step peak {fmt_bytes(step.peak)}; steady state (AdamW state exists), optimizer '{m.optimizer}', "
-         "the step's gradients are freed by zero_grad(set_to_none=True)"],
-    )
-
-
-def memory_tables(m: MemoryAccount, measured: dict[str, Any] | None = None,
-                  where: str = "not measured") -> tuple[list[str], list[Table], list[str]]:
-    cfg = m.config
-    header = [describe_config(cfg),
-              f"context {m.seq:,} · batch {m.batch:,} · {m.dtype} · AdamW ({m.optimizer}) · budget {fmt_bytes(m.budget)}"]
-    states = Table(
-        f"Model states ({m.dtype}; gradients and AdamW moments in the parameter dtype, as torch.optim.AdamW)",
-        [Column("component"), Column("bytes", "int"), Column("size")],
-        [(it.label, it.total, fmt_bytes(it.total)) for it in m.states]
-        + [(f"AdamW step temporaries ({m.optimizer})", m.step_temporaries, fmt_bytes(m.step_temporaries))],
-    )
-    saved = breakdown_table("Activations saved for backward, implementation-exact (bytes)", m.saved, cfg.num_layers)
-    saved.columns = [*BREAKDOWN_COLUMNS[:2], Column("per layer", "int"), Column("bytes", "int"), Column("share", "share")]
+def course_table(m: MemoryAccount) -> Table:
     a, b = m.course_linear
-    compare = Table(
-        "Other activation models (same B and S; for comparison, not predictions of this model)",
-        [Column("model"), Column("activation bytes", "int"), Column("size")],
+    c = m.course
+    rows = [
+        ("parameters (fp32)", "4·N", c.parameters, fmt_bytes(c.parameters)),
+        ("gradients (fp32)", "4·N", c.gradients, fmt_bytes(c.gradients)),
+        ("AdamW m and v (fp32)", "8·N", c.optimizer, fmt_bytes(c.optimizer)),
+        (f"activations at B = {m.batch:,} (the handout's list, fp32)", "a·B", c.activations, fmt_bytes(c.activations)),
+        (f"peak at B = {m.batch:,}", "a·B + b", c.total, fmt_bytes(c.total)),
+        ("a: bytes per sequence", "a", a, fmt_bytes(a)),
+        ("b: model states", "b = 16·N", b, fmt_bytes(b)),
+        (f"largest batch in {fmt_bytes(m.budget)}", "⌊(budget − b) / a⌋", m.course_max_batch, "sequences"),
+    ]
+    return Table(
+        f"{COURSE}: peak = a·B + b",
+        [Column("quantity"), Column("formula"), Column("value", "int"), Column("size")],
+        rows,
         [
-            ("implementation-exact (this model, saved for backward)", m.saved.total, fmt_bytes(m.saved.total)),
-            ("course convention (CS336 adamwAccounting, fp32, logits twice)", m.course.activations,
-             fmt_bytes(m.course.activations)),
-            ("Korthikanti et al. 2022, sbh(34 + 5as/h) (16-bit, dropout)", m.korthikanti, fmt_bytes(m.korthikanti)),
+            (
+                "The answer to adamwAccounting (a) and (b): a bookkeeping convention (every tensor fp32, the "
+                "handout's activations), not a measurement of any model."
+            )
         ],
-        [f"course peak = 16·N + activations = {fmt_bytes(m.course.total)}"],
     )
-    cap = Table(
-        f"Capacity for a budget of {fmt_bytes(m.budget)}",
+
+
+def states_table(m: MemoryAccount) -> Table:
+    rows = [(it.label, it.total, fmt_bytes(it.total)) for it in m.states]
+    rows.append(
+        (
+            f"AdamW step temporaries ({m.optimizer}, during the step only)",
+            m.step_temporaries,
+            fmt_bytes(m.step_temporaries),
+        )
+    )
+    rows.append(
+        (
+            f"AdamW step counters on {m.device} (4 bytes per parameter tensor)",
+            m.step_counters,
+            fmt_bytes(m.step_counters),
+        )
+    )
+    return Table(
+        f"{EXACT}: model states ({m.dtype}; gradients and AdamW moments in the parameter dtype, as torch.optim.AdamW)",
+        [Column("component"), Column("bytes", "int"), Column("size")],
+        rows,
+    )
+
+
+def saved_table(m: MemoryAccount) -> Table:
+    table = breakdown_table(
+        f"{EXACT}: activations saved for backward at B = {m.batch:,} (bytes)", m.saved, m.config.num_layers
+    )
+    table.columns = [
+        *BREAKDOWN_COLUMNS[:2],
+        Column("per layer", "int"),
+        Column("bytes", "int"),
+        Column("share", "share"),
+    ]
+    return table
+
+
+def phase_table(m: MemoryAccount) -> Table:
+    step, got = m.step, m.measured
+    where = f"measured on {m.measured_on}" if got else "not measured"
+    rows = [
+        ("baseline: params, AdamW m/v (and step counters), RoPE tables, tokens", step.baseline, got and got.baseline)
+    ]
+    for name, pred in step.phases().items():
+        g = got.phase(name) if got else None
+        rows.append((f"{PHASE_LABELS[name]}: peak", pred.peak, g and g.peak))
+        rows.append((f"{PHASE_LABELS[name]}: end", pred.end, g and g.end))
+    rows = [(label, p, g, _rel(g, p), fmt_bytes(p), None if g is None else fmt_bytes(g)) for label, p, g in rows]
+    return Table(
+        f"{EXACT}: training step by phase at B = {m.batch:,}, predicted for {m.device} vs {where}",
+        [
+            Column("phase"),
+            Column("predicted bytes", "int"),
+            Column("measured bytes", "int"),
+            Column("rel. error", "pct"),
+            Column("predicted"),
+            Column("measured"),
+        ],
+        rows,
+        [
+            (
+                f"step peak {fmt_bytes(step.peak)} ({step.peak_phase}); steady state (AdamW state exists), "
+                f"optimizer '{m.optimizer}', the step's gradients are freed by zero_grad(set_to_none=True)"
+            )
+        ],
+    )
+
+
+def lines_table(m: MemoryAccount) -> Table:
+    rows = []
+    for name, phase in m.peak_lines.phases().items():
+        for line in phase.lines:
+            rows.append((name, _span(line), line.a, line.b, fmt_bytes(line.a), fmt_bytes(line.b)))
+    for name, line in m.peak_lines.step_lines():
+        rows.append((f"step (set by {name})", _span(line), line.a, line.b, fmt_bytes(line.a), fmt_bytes(line.b)))
+    at = m.peak_lines.phase_at(m.batch)
+    return Table(
+        f"{EXACT}: peak(B) = max over phases of a_i·B + b_i, at context {m.seq:,}",
+        [
+            Column("phase"),
+            Column("batches"),
+            Column("a (bytes per sequence)", "int"),
+            Column("b (bytes)", "int"),
+            Column("a"),
+            Column("b"),
+        ],
+        rows,
+        [
+            (
+                "Each line equals the replayed peak exactly for its batches; an open range (B ≥ n) holds for "
+                "every larger batch (no other candidate line of the replay overtakes it)."
+            ),
+            f"At B = {m.batch:,} the {at} phase sets the peak: {fmt_bytes(m.peak_lines.at(m.batch))}.",
+        ],
+    )
+
+
+def capacity_table(m: MemoryAccount) -> Table:
+    return Table(
+        f"{EXACT}: capacity for a budget of {fmt_bytes(m.budget)}",
         [Column("quantity"), Column("value", "int"), Column("note")],
         [
-            ("peak = a·B + b: a (bytes per sequence)", m.linear.a, fmt_bytes(m.linear.a)),
-            ("peak = a·B + b: b (bytes)", m.linear.b, f"{fmt_bytes(m.linear.b)}; exact up to B={m.linear.exact_to} at least"),
-            ("largest batch that fits (exact model)", m.max_batch, f"at context {m.seq:,}"),
-            ("largest context that fits at batch 1 (exact model)", m.max_context, "tokens"),
-            ("course convention: a", a, fmt_bytes(a)),
-            ("course convention: b = 16·N", b, fmt_bytes(b)),
-            ("course convention: largest batch", m.course_max_batch, "floor((budget − b) / a)"),
+            ("largest batch that fits", m.max_batch, f"at context {m.seq:,}; smallest ⌊(budget − b_i) / a_i⌋"),
+            ("largest context that fits at batch 1", m.max_context, "tokens (exact search over the replay)"),
         ],
     )
+
+
+def compare_table(m: MemoryAccount) -> Table:
+    return Table(
+        f"Activation models at B = {m.batch:,}, S = {m.seq:,} (for comparison)",
+        [Column("model"), Column("activation bytes", "int"), Column("size")],
+        [
+            ("this implementation (saved for backward)", m.saved.total, fmt_bytes(m.saved.total)),
+            (
+                "course convention (CS336 adamwAccounting, fp32, logits twice)",
+                m.course.activations,
+                fmt_bytes(m.course.activations),
+            ),
+            ("Korthikanti et al. 2022, sbh(34 + 5as/h) (16-bit, dropout)", m.korthikanti, fmt_bytes(m.korthikanti)),
+        ],
+    )
+
+
+def inference_table(m: MemoryAccount) -> Table:
     weights = m.states["parameters"].total
-    infer = Table(
+    return Table(
         "Inference (no gradients or optimizer)",
         [Column("item"), Column("bytes", "int"), Column("size")],
-        [(f"weights ({m.dtype})", weights, fmt_bytes(weights)),
-         (f"KV cache at S={m.seq:,}, B={m.batch} ({m.dtype})", m.kv_cache, fmt_bytes(m.kv_cache)),
-         ("total", weights + m.kv_cache, fmt_bytes(weights + m.kv_cache))],
+        [
+            (f"weights ({m.dtype})", weights, fmt_bytes(weights)),
+            (f"KV cache at S={m.seq:,}, B={m.batch} ({m.dtype})", m.kv_cache, fmt_bytes(m.kv_cache)),
+            ("total", weights + m.kv_cache, fmt_bytes(weights + m.kv_cache)),
+        ],
     )
+
+
+def difference_note(m: MemoryAccount) -> str:
+    """Why the course's a and this implementation's a_i differ, in one note."""
+    a = m.course_linear[0]
+    batch = max(m.max_batch, 1)
+    phase = m.peak_lines.phase_at(batch)
+    line = m.peak_lines.phase(phase).line_at(batch)
+    return (
+        f"Note: the course's a = {fmt_bytes(a)} per sequence is a convention (the handout's list of "
+        f"activations, fp32); this implementation's a = {fmt_bytes(line.a)} per sequence (the {phase} "
+        f"line at B = {batch:,}) "
+        "is what our live model allocates: it also keeps the softmax's exp and probabilities, five d_ff "
+        "tensors for SwiGLU, the norms' fp32 intermediates and the cross-entropy's z and exp(z), and counts "
+        "the transient tensors at each phase's highest point.  Copy the course answer for the assignment; "
+        "use this implementation's lines to plan a run of this model."
+    )
+
+
+def memory_view(m: MemoryAccount) -> View:
+    header = [
+        describe_config(m.config),
+        (
+            f"context {m.seq:,} · batch {m.batch:,} · {m.dtype} · AdamW ({m.optimizer}) · "
+            f"budget {fmt_bytes(m.budget)} · exact prediction for {m.device}"
+        ),
+    ]
+    tables = [
+        course_table(m),
+        states_table(m),
+        saved_table(m),
+        phase_table(m),
+        lines_table(m),
+        capacity_table(m),
+        compare_table(m),
+        inference_table(m),
+    ]
     footer = [
+        difference_note(m),
+        "",
         "Conventions:",
-        "  - implementation-exact: the allocation sequence of our live model's ops, replayed; "
-        "equal to the storage tracker's count on meta byte for byte (torch 2.13).",
+        (
+            "  - implementation-exact: the allocation sequence of our live model's ops, replayed; "
+            "equal to the storage tracker's count on meta and CPU byte for byte (torch 2.13)."
+        ),
+        (
+            "  - AdamW's step counters count on the device that holds them: on the CPU for the for-loop and "
+            "foreach implementations, on the parameters' device for fused."
+        ),
         "  - CUDA adds allocator rounding (512-byte blocks) and cuBLAS workspaces; meta and CPU do not.",
         "  - GB = 10^9 bytes, GiB = 2^30 bytes.",
     ]
-    return header, [states, saved, phase_table(m, measured, where), compare, cap, infer], footer
+    return View(header, tables, footer)
 
 
-def memory_records(m: MemoryAccount, measured: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Tidy rows (section, key, label, predicted, measured), all in bytes except the counts: the CSV form."""
-    rows = [("model_states", it.key, it.label, it.total) for it in m.states]
-    rows.append(("model_states", "adamw.step_temporaries", f"AdamW step temporaries ({m.optimizer})", m.step_temporaries))
-    rows += [("activations_exact", it.key, it.label, it.total) for it in m.saved]
-    out = [dict(section=s, key=k, label=label, predicted=v, measured=None) for s, k, label, v in rows]
-    out.append(dict(section="step", key="baseline", label="baseline", predicted=m.step.baseline,
-                    measured=measured and measured.baseline))
-    for name, p in m.step.phases().items():
-        got = measured.phase(name) if measured else None
-        out.append(dict(section="step", key=f"{name}.peak", label=f"{name} peak", predicted=p.peak, measured=got and got.peak))
-        out.append(dict(section="step", key=f"{name}.end", label=f"{name} end", predicted=p.end, measured=got and got.end))
-    a, b = m.course_linear
-    for key, label, value in (
-        ("a", "peak = a·B + b: a (bytes)", m.linear.a), ("b", "peak = a·B + b: b (bytes)", m.linear.b),
-        ("max_batch", "largest batch that fits (count)", m.max_batch),
-        ("max_context", "largest context at batch 1 (tokens)", m.max_context),
-        ("course.a", "course convention a (bytes)", a), ("course.b", "course convention b (bytes)", b),
-        ("course.max_batch", "course convention largest batch (count)", m.course_max_batch),
-        ("course.activations", "course convention activations (bytes)", m.course.activations),
-        ("korthikanti.activations", "Korthikanti et al. activations (bytes)", m.korthikanti),
-        ("inference.kv_cache", f"KV cache ({m.dtype}, bytes)", m.kv_cache),
-    ):
-        out.append(dict(section="capacity", key=key, label=label, predicted=value, measured=None))
-    return out
+# -- kept only until cli.py calls memory_view / records (remove then) -------------
+def memory_tables(m: MemoryAccount, measured=None, where: str = "not measured"):
+    """Deprecated: ``views.render(m.with_measurement(measured, where), fmt)``."""
+    view = memory_view(m.with_measurement(measured, where) if measured is not None else m)
+    return view.header, view.tables, view.footer
+
+
+def memory_records(m: MemoryAccount, measured=None):
+    """Deprecated: ``m.with_measurement(measured, device).records()``."""
+    return (m.with_measurement(measured, m.device) if measured is not None else m).records()
