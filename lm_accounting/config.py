@@ -20,9 +20,11 @@ import os
 import re
 import stat
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
+
 
 def _preset_dir() -> Path:
     """The shipped presets: top-level ``presets/`` in a checkout, ``lm_accounting/presets`` in a wheel.
@@ -69,7 +71,7 @@ def short_repr(value: Any, limit: int = 60) -> str:
         sign = "-" if value < 0 else ""
         lead = abs(value) // 10 ** (digits - 4)
         return f"{sign}{lead}…({digits:,} digits)"
-    text = repr(value) if not isinstance(value, str) else repr(value)
+    text = repr(value)
     if len(text) > limit:
         text = text[: limit - 1] + f"…({len(text):,} characters)"
     return text
@@ -178,7 +180,7 @@ class ModelConfig:
         out["head_dim"] = self.d_head
         return out
 
-    def with_context(self, context_length: int) -> "ModelConfig":
+    def with_context(self, context_length: int) -> ModelConfig:
         return dataclasses.replace(self, context_length=context_length)
 
 

@@ -8,43 +8,63 @@ same number the other commands print.  ``Sweep.to_frame()`` gives a pandas DataF
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from .account import account
 from .analytic.activations import saved_activation_breakdown
 from .analytic.capacity import max_context_that_fits
 from .analytic.memory import adamw_step_temporary_bytes, model_state_breakdown
 from .analytic.replay import predict_training_step
-from .config import AccountingError, ModelConfig
+from .config import AccountingError, ModelConfig, check_positive_int
 
 GROUPS = ("attention projections", "attention matmuls", "ffn", "lm head")
 MAX_POINTS = 10_000  # a sweep is a table and a plot, not a scan
+MAX_LIVE_SECONDS = 15 * 60
+"""A sweep whose live points (cross-check, measured steps) are estimated to take longer than this
+(15 minutes) is refused unless ``allow_long=True`` (the CLI's ``--allow-long``)."""
 
 
 def parse_contexts(text: str) -> list[int]:
-    """'128,256,1024' or '128:16384:x2' (geometric) or '256:2048:+256' (arithmetic)."""
+    """'128,256,1024' or '128:16384:x2' (geometric) or '256:2048:+256' (arithmetic).
+
+    Every context is checked like any other count (1 to 10^18); a number of any length is refused
+    without converting it (and echoed shortened), and a sweep has at most ``MAX_POINTS`` contexts."""
+    if not isinstance(text, str):
+        raise AccountingError(f"--contexts must be a string such as '128:16384:x2', got {type(text).__name__}")
     text = text.strip()
-    match = re.fullmatch(r"(\d+):(\d+):([x+])(\d+)", text)
-    usage = (f"--contexts '{text}' must be positive integers like 128,256,512 or a range like "
+    shown = text if len(text) <= 60 else text[:59] + f"…({len(text):,} characters)"
+    usage = (f"--contexts '{shown}' must be positive integers like 128,256,512 or a range like "
              "128:16384:x2 (doubling) or 256:2048:+256")
+    long = re.search(r"[0-9_]{31,}", text)
+    if long:
+        digits = long[0].replace("_", "").lstrip("0")
+        raise AccountingError(f"--contexts: {digits[:4]}…({len(digits):,} digits) is beyond the supported 10^18")
+    match = re.fullmatch(r"(\d+):(\d+):([x+])(\d+)", text)
     if match:
         start, stop, op, step = int(match[1]), int(match[2]), match[3], int(match[4])
         if start < 1 or stop < start or step < (2 if op == "x" else 1):
             raise AccountingError(usage)
+        check_positive_int("--contexts: the last context", stop)
         out, value = [], start
         while value <= stop:
             out.append(value)
             value = value * step if op == "x" else value + step
             if len(out) > MAX_POINTS:
-                raise AccountingError(f"--contexts '{text}' gives more than {MAX_POINTS:,} contexts")
+                raise AccountingError(f"--contexts '{shown}' gives more than {MAX_POINTS:,} contexts")
         return out
+    parts = text.split(",")
+    if len(parts) > MAX_POINTS:
+        raise AccountingError(f"--contexts '{shown}' gives more than {MAX_POINTS:,} contexts")
     try:
-        values = [int(v) for v in text.split(",")]
+        values = [int(v) for v in parts]
     except ValueError:
         raise AccountingError(usage) from None
     if not values or min(values) < 1:
         raise AccountingError(usage)
+    for value in values:
+        check_positive_int("--contexts: a context", value)
     return sorted(set(values))
 
 
@@ -103,25 +123,50 @@ class Sweep:
 
 def sweep(configs: Sequence[ModelConfig], contexts: Iterable[int], batch: int = 1, *, dtype: str = "fp32",
           optimizer: str = "foreach", budget: int = 80 * 10**9, crosscheck: bool = False,
-          measure: str | None = None, progress: bool = False) -> Sweep:
+          measure: str | None = None, progress: bool = False, allow_long: bool = False) -> Sweep:
     """Analytic rows for every (config, context) (``budget`` sets ``mem:max_context``); with ``crosscheck`` the live model's
     FlopCounterMode and fvcore totals are checked against them, and with ``measure``
-    ('meta', 'cpu' or 'cuda') one training step is measured at each point."""
+    ('meta', 'cpu' or 'cuda') one training step is measured at each point.
+
+    Before any live work every point is checked (``measure.devices.check_live_run``: tensors that
+    cannot exist, deep models, memory, a missing GPU) and the live run time is estimated
+    (``estimate_live_seconds``); above ``MAX_LIVE_SECONDS`` the sweep is refused unless ``allow_long``."""
+    from .names import ADAMW_KWARGS, DEVICES, TRAINING_DTYPES
+
+    if isinstance(configs, ModelConfig) or not isinstance(configs, Sequence) or not configs:
+        raise AccountingError("sweep expects a non-empty list of ModelConfig")
+    for cfg in configs:
+        if not isinstance(cfg, ModelConfig):
+            raise AccountingError(f"sweep expects ModelConfig items, got {type(cfg).__name__}")
+    check_positive_int("batch", batch)
+    check_positive_int("budget", budget, limit=None)
+    if dtype not in TRAINING_DTYPES:
+        raise AccountingError(f"unknown dtype {dtype!r:.40} (choose from {', '.join(TRAINING_DTYPES)})")
+    if optimizer not in ADAMW_KWARGS:
+        raise AccountingError(f"unknown optimizer {optimizer!r:.40} (choose from {', '.join(ADAMW_KWARGS)})")
+    if measure is not None and measure not in DEVICES:
+        raise AccountingError(f"unknown measure device {measure!r:.40} (choose from {', '.join(DEVICES)})")
     result = Sweep(batch, dtype, optimizer)
     names = [cfg.name for cfg in configs]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise AccountingError(f"two models are named '{twice[0]}'; give each TOML file a distinct 'name'")
-    contexts = list(contexts)
-    if len(configs) * len(contexts) > MAX_POINTS:
-        raise AccountingError(f"{len(configs) * len(contexts):,} sweep points is more than {MAX_POINTS:,}; "
-                              "use fewer --contexts (e.g. 128:16384:x2)")
+    if isinstance(contexts, (str, bytes)):
+        raise AccountingError("contexts must be a list of integers (parse a string with parse_contexts)")
+    seen: list[int] = []
+    for seq in contexts:
+        check_positive_int("context", seq)
+        seen.append(seq)
+        if len(seen) * len(configs) > MAX_POINTS:
+            raise AccountingError(f"more than {MAX_POINTS:,} sweep points; use fewer contexts (e.g. 128:16384:x2) "
+                                  "or fewer models")
+    contexts = seen
+    if not contexts:
+        raise AccountingError("sweep needs at least one context")
     points = [(cfg, seq) for cfg in configs for seq in contexts]
-    if measure:
-        from .measure.devices import available_bytes
-
-        available_bytes(measure)  # fails early, before any work, if the device is missing
-    live = crosscheck or measure
+    live = bool(crosscheck or measure)
+    if live:
+        check_live_points(points, batch, dtype, optimizer, crosscheck, measure, allow_long)
     bar = None
     if live and progress:
         from tqdm import tqdm
@@ -137,10 +182,8 @@ def sweep(configs: Sequence[ModelConfig], contexts: Iterable[int], batch: int = 
             row["measured:flops"] = cc.flop_counter.total
             result.mismatches += [f"{cfg.name} @ {seq}: {m}" for m in cc.mismatches()]
         if measure:
-            from .measure.devices import check_device_fits
             from .measure.memory import measure_step
 
-            check_device_fits(measure, row["mem:peak"], f"the training step of {cfg.name} at context {seq:,}")
             measured = measure_step(cfg.with_context(seq), seq, batch, dtype, measure, optimizer)
             row["measured:peak"] = measured.peak
             row["measured:device"] = measure
@@ -150,3 +193,32 @@ def sweep(configs: Sequence[ModelConfig], contexts: Iterable[int], batch: int = 
     if bar is not None:
         bar.close()
     return result
+
+
+def check_live_points(points: Sequence[tuple[ModelConfig, int]], batch: int, dtype: str, optimizer: str,
+                      crosscheck: bool, measure: str | None, allow_long: bool) -> float:
+    """Check every live point before any is run; return the estimated seconds of the live work.
+
+    Each point goes through ``check_live_run`` (the cross-check runs on meta; a measured step on
+    ``measure``).  The estimate is the sum of ``estimate_live_seconds``; above ``MAX_LIVE_SECONDS``
+    without ``allow_long`` the sweep is refused, with the estimate in the message."""
+    from .measure.devices import _fmt_seconds, check_live_run, estimate_live_seconds
+
+    total = 0.0
+    for cfg, seq in points:
+        at = cfg.with_context(seq)
+        where = f"{cfg.name} at context {seq:,}"
+        if crosscheck:
+            check_live_run(at, seq, batch, "meta", f"the cross-check of {where}")
+            total += estimate_live_seconds(at, seq, batch, "meta", counting=True)
+        if measure:
+            check_live_run(at, seq, batch, measure, f"the training step of {where}", training=True,
+                           dtype=dtype, optimizer=optimizer)
+            total += estimate_live_seconds(at, seq, batch, measure, training=True)
+    if total > MAX_LIVE_SECONDS and not allow_long:
+        raise AccountingError(
+            f"this sweep's {len(points):,} live points would take about {_fmt_seconds(total)} "
+            f"(estimated; the limit without --allow-long is {_fmt_seconds(MAX_LIVE_SECONDS)}); "
+            "pass --allow-long (allow_long=True) to run it, or use fewer contexts or models"
+        )
+    return total

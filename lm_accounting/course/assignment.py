@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
+from ..output import SAFE_NAME, atomic_dir, write_atomic, write_json, write_table_files
 from ..views.account import breakdown_table
+from ..views.crosscheck import crosscheck_tables
+from ..views.sweep import SWEEP_FILES, write_sweep
 from .answer_tables import (
     adamw_table,
     convention_table,
@@ -16,15 +20,36 @@ from .answer_tables import (
 )
 from .answers import BUDGETS, LONG, SIZES, Answers, collect
 from .assignment_text import assignment_markdown
-from ..views.crosscheck import crosscheck_tables
-from ..output import write_atomic, write_json, write_table_files
-from ..views.sweep import write_sweep
+
+REPORT_FILES = re.compile(rf"answers\.json|assignment\.md|tables/{SAFE_NAME}\.(md|csv)|sweep/({SWEEP_FILES})"
+                          r"|\.[A-Za-z0-9._+-]+\.[a-z0-9_]{8}\.(json|md)")
+"""Every file a report writes (and the temporary files a killed older version could leave)."""
+
+
+def is_report_file(rel: str) -> bool:
+    """True for a path (relative to the report folder) that ``write_report`` writes."""
+    return REPORT_FILES.fullmatch(rel) is not None
+
+
+def _is_report_figure(rel: str) -> bool:
+    return rel.startswith("sweep/") and rel.endswith((".png", ".svg")) and is_report_file(rel)
 
 
 def write_report(out: Path, live: bool = True, plots: bool = True, progress: bool = False) -> tuple[Answers, list[Path]]:
-    """Compute everything first, then write each file atomically."""
-    ans = collect(live=live, progress=progress)
+    """Compute everything, write the whole set into a temporary folder beside ``out``, swap it in.
+
+    ``out`` must be new, empty, or an earlier report (every file in it one that a report writes,
+    ``is_report_file``); anything else is refused before any work.  A second run on the same ``out``
+    fails at once (lock); a killed run leaves the earlier set as it was (``output.atomic_dir``).
+    Without ``plots`` the earlier figures are kept.  The paths returned are the final ones."""
     out = Path(out)
+    with atomic_dir(out, owns=is_report_file, keep=None if plots else _is_report_figure) as tmp:
+        ans, written = _write_report_files(tmp, live, plots, progress)
+    return ans, [out / p.relative_to(tmp) for p in written]
+
+
+def _write_report_files(out: Path, live: bool, plots: bool, progress: bool) -> tuple[Answers, list[Path]]:
+    ans = collect(live=live, progress=progress)
     tables = out / "tables"
     paths: list[Path] = []
     L = ans.xl.num_layers
@@ -40,7 +65,7 @@ def write_report(out: Path, live: bool = True, plots: bool = True, progress: boo
     for seq, cc in ans.crosschecks.items():
         _, cc_tables, _ = crosscheck_tables(cc)
         paths += write_table_files(tables / f"xl_crosscheck_{seq}", cc_tables[:2])
-    paths += write_sweep(ans.sweep, out / "sweep", BUDGETS["80 GB"], "80 GB", plots=plots)
+    paths += write_sweep(ans.sweep, out / "sweep", BUDGETS["80 GB"], "80 GB", plots=plots, atomic=False)
     paths.append(write_json(out / "answers.json", answers_json(ans)))
     paths.append(write_atomic(out / "assignment.md", assignment_markdown(ans, live)))
     return ans, paths

@@ -47,3 +47,174 @@ def check_device_fits(device: str, need: int, what: str) -> None:
             f"{what} on {device} needs {fmt_bytes(need)} but only {fmt_bytes(free)} is free; "
             "use meta (counts with no memory) or a smaller --context/--batch"
         )
+
+
+# ---------------------------------------------------------------- refusing impossible live runs
+TORCH_STORAGE_LIMIT = 2**63
+"""torch computes a tensor's storage size in bytes as a signed 64-bit int: ``numel × element size``
+must stay below 2^63 (checked on torch 2.13: ``torch.empty(2**61, device="meta")`` in fp32 raises
+"Storage size calculation overflowed", ``2**61 - 1`` elements do not)."""
+
+COUNTING_HOST_BYTES_PER_LAYER = 3 * 10**6
+"""Real host memory per layer of a FLOP-counting run (``crosscheck``), on any device, meta included:
+the modules, fvcore's traced graph and FlopCounterMode's autograd graph are Python objects.
+Measured (peak RSS growth from ``resource.getrusage``, torch 2.13, this 2-core machine):
+~1.9 MB/layer (forward) and ~2.3 MB/layer (with ``--backward``) for d_model 64 and 1,600 at
+100-1,000 layers, after a ~90 MB fixed cost for fvcore.  3 MB leaves a 30 % margin."""
+
+TRAINING_HOST_BYTES_PER_LAYER = 10**6
+"""Real host memory per layer of a measured training step (``measure_step``), any device.
+Measured as above: 0.2-0.64 MB/layer (d_model 64 and 1,600, 100-1,000 layers; the meta model
+itself ``build_model(cfg, "meta")`` is ~40 KB/layer).  1 MB leaves a margin of 1.5x."""
+
+MAX_HOST_BYTES = 10**9
+"""Largest host memory a live run's per-layer objects may need (1 GB): 333 layers for a
+cross-check, 1,000 for a measured step.  Llama-3-405B has 126 layers."""
+
+CPU_MEMORY_FRACTION = 0.8
+"""A CPU run may use at most this fraction of MemAvailable (the rest is the OS and other programs)."""
+
+COUNTING_SECONDS = (1.5, 0.12, 0.30)
+"""Seconds of a meta cross-check: fixed, per layer forward, per layer forward + backward (measured
+on this 2-core machine: 1.4 s for 1 layer; 11.6 s / 28.4 s for 100 layers of GPT-2 XL width)."""
+
+TRAINING_SECONDS = (3.0, 0.18)
+"""Seconds of a measured meta training step: fixed, per layer (measured: 2.8 s for 1 layer, 18 s for
+100 layers of GPT-2 XL width; 0.07-0.08 s/layer at d_model 64)."""
+
+CPU_FLOPS_PER_SECOND = 2 * 10**10
+"""Assumed sustained fp32 matmul rate of the CPU for time estimates (20 GFLOP/s: a low figure for a
+few cores, so the estimate errs long)."""
+
+GPU_FLOPS_PER_SECOND = 10**13
+"""Assumed sustained rate of a GPU for time estimates (10 TFLOP/s)."""
+
+
+def _tensor_sizes(cfg: ModelConfig, seq: int, batch: int, element: int) -> list[tuple[str, str, int, int]]:
+    """(name, formula, elements, bytes per element) of the largest tensors a live run creates."""
+    B, S, d, V = batch, seq, cfg.d_model, cfg.vocab_size
+    act = max(element, 4)  # softmax and cross-entropy may work in fp32
+    return [
+        ("the attention scores", "B·heads·S²", B * cfg.num_heads * S * S, act),
+        ("the causal mask", "S²", S * S, 1),
+        ("the logits", "B·S·vocab", B * S * V, act),
+        ("the FFN activations", "B·S·d_ff", B * S * cfg.d_ff, act),
+        ("the query activations", "B·S·heads·head_dim", B * S * cfg.q_dim, act),
+        ("the residual stream", "B·S·d_model", B * S * d, act),
+        ("the token ids", "B·S", B * S, 8),
+        ("the token embedding", "vocab·d_model", V * d, element),
+        ("an FFN weight", "d_ff·d_model", cfg.d_ff * d, element),
+        ("the query projection", "heads·head_dim·d_model", cfg.q_dim * d, element),
+        ("the RoPE tables", "context_length·head_dim/2", cfg.context_length * (cfg.d_head // 2), 4),
+    ]
+
+
+def _fmt_seconds(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:,.0f} days"
+
+
+def estimate_live_seconds(cfg: ModelConfig, seq: int, batch: int, device: str, *, counting: bool = False,
+                          backward: bool = False, training: bool = False) -> float:
+    """Rough wall time of one live point: a cross-check (``counting``) and/or a measured step
+    (``training``), from the per-layer costs above plus, off meta, the FLOPs at an assumed rate."""
+    from ..analytic.flops import forward_flops
+
+    seconds = 0.0
+    flops = 0
+    if counting:
+        fixed, fwd, fwd_bwd = COUNTING_SECONDS
+        seconds += fixed + cfg.num_layers * (fwd_bwd if backward else fwd)
+        flops += (6 if backward else 2) * forward_flops(cfg, seq, batch).total  # fvcore + FlopCounterMode (+ bwd)
+    if training:
+        fixed, per_layer = TRAINING_SECONDS
+        seconds += fixed + cfg.num_layers * per_layer
+        flops += 2 * 3 * forward_flops(cfg, seq, batch).total  # warm-up step + measured step
+    if device == "cpu":
+        seconds += flops / CPU_FLOPS_PER_SECOND
+    elif device == "cuda":
+        seconds += flops / GPU_FLOPS_PER_SECOND
+    return seconds
+
+
+def check_live_run(cfg: ModelConfig, seq: int, batch: int, device: str, what: str, *, backward: bool = False,
+                   training: bool = False, dtype: str = "fp32", optimizer: str = "foreach") -> None:
+    """Refuse, before any torch model is built, a live run that cannot exist or would blow up.
+
+    ``training`` is a measured training step (``measure_step``); otherwise a FLOP-counting run
+    (``crosscheck``; ``backward`` adds its backward pass).  ``what`` names the run in the message.
+    Raises ``AccountingError`` when
+
+    (a) any tensor of the run would reach torch's storage limit (numel × element size ≥ 2^63);
+    (b) the run's per-layer Python objects would need more than ``MAX_HOST_BYTES`` of real host
+        memory (any device, meta included; see the measured per-layer figures above);
+    (c) on ``cpu``, the predicted peak (``predict_training_step(...).peak`` for a training step,
+        ``counting_run_bytes`` for a counting run) exceeds ``CPU_MEMORY_FRACTION`` of MemAvailable;
+        on ``cuda``, it exceeds the GPU's free memory;
+    (d) ``cuda`` is asked for without a CUDA GPU.
+
+    Also refuses bad arguments (an unknown device, dtype or optimizer, a non-positive or absurd
+    ``seq``/``batch``, ``seq`` beyond ``cfg.context_length``, fused AdamW on meta).  Imports torch
+    only for ``cuda``."""
+    from ..config import check_positive_int
+    from ..names import ADAMW_KWARGS, DEVICES, TORCH_DTYPES
+
+    if not isinstance(cfg, ModelConfig):
+        raise AccountingError(f"{what}: expected a ModelConfig, got {type(cfg).__name__}")
+    check_positive_int("seq", seq)
+    check_positive_int("batch", batch)
+    if device not in DEVICES:
+        raise AccountingError(f"{what}: unknown device {device!r:.40} (choose from {', '.join(DEVICES)})")
+    if dtype not in TORCH_DTYPES:
+        raise AccountingError(f"{what}: unknown dtype {dtype!r:.40} (choose from {', '.join(TORCH_DTYPES)})")
+    if optimizer not in ADAMW_KWARGS:
+        raise AccountingError(f"{what}: unknown optimizer {optimizer!r:.40} (choose from {', '.join(ADAMW_KWARGS)})")
+    if seq > cfg.context_length:
+        raise AccountingError(f"{what}: sequence length {seq:,} exceeds the model's context_length "
+                              f"{cfg.context_length:,}; use cfg.with_context({seq})")
+    if training and optimizer == "fused" and device == "meta":
+        raise AccountingError("fused AdamW has no meta kernels; use --optimizer for-loop or foreach with meta")
+    # (a) tensors that cannot exist
+    from ..names import DTYPE_BYTES
+    from ..units import fmt_sci
+
+    for name, formula, numel, size in _tensor_sizes(cfg, seq, batch, DTYPE_BYTES[dtype]):
+        if numel * size >= TORCH_STORAGE_LIMIT:
+            raise AccountingError(
+                f"{what} cannot run: {name} ({formula} = {fmt_sci(numel)} elements × {size} bytes) would exceed "
+                "torch's 2^63-byte limit for one tensor on any device; the analytic commands still count it"
+            )
+    # (b) real host memory of a deep model's Python objects (meta included)
+    per_layer = TRAINING_HOST_BYTES_PER_LAYER if training else COUNTING_HOST_BYTES_PER_LAYER
+    host = cfg.num_layers * per_layer
+    if host > MAX_HOST_BYTES:
+        raise AccountingError(
+            f"{what} would build {cfg.num_layers:,} live layers, about {fmt_bytes(host)} of host memory even on "
+            f"{device} ({per_layer // 1000:,} KB per layer); the limit is {fmt_bytes(MAX_HOST_BYTES)} "
+            f"({MAX_HOST_BYTES // per_layer:,} layers); the analytic commands still count it"
+        )
+    # (d) and (c): the device
+    if device == "meta":
+        return
+    if training:
+        from ..analytic.replay import predict_training_step
+
+        need = predict_training_step(cfg, seq, batch, dtype, optimizer).peak
+    else:
+        need = counting_run_bytes(cfg, seq, batch, backward)
+    free = available_bytes(device)  # raises for cuda without a GPU
+    if free is None:
+        return
+    allowed = int(free * CPU_MEMORY_FRACTION) if device == "cpu" else free
+    if need > allowed:
+        share = f"{CPU_MEMORY_FRACTION:.0%} of the {fmt_bytes(free)} available" if device == "cpu" else \
+            f"the {fmt_bytes(free)} free"
+        raise AccountingError(
+            f"{what} on {device} needs {fmt_bytes(need)}, more than {share}; "
+            "use meta (counts with no memory) or a smaller context or batch"
+        )

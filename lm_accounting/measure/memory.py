@@ -3,9 +3,8 @@ tracker, on CUDA with the caching allocator's statistics."""
 
 from __future__ import annotations
 
-from ..config import AccountingError, ModelConfig
+from ..config import ModelConfig
 from ..names import ADAMW_KWARGS, TORCH_DTYPES
-
 
 
 def measure_step(cfg: ModelConfig, seq: int, batch: int = 1, dtype: str = "fp32", device: str = "meta",
@@ -15,13 +14,17 @@ def measure_step(cfg: ModelConfig, seq: int, batch: int = 1, dtype: str = "fp32"
     The model is built from ``cfg`` on ``device``; inputs and targets are random token ids;
     the loss is the model's own cross-entropy; one warm-up step creates the AdamW state.
     """
+    from .devices import check_live_run
+
+    # Refused before torch builds anything: impossible tensors, deep models beyond the host-memory
+    # bound, CPU runs over 80 % of MemAvailable, cuda without a GPU, bad names (see check_live_run).
+    check_live_run(cfg, seq, batch, device, "this training step", training=True, dtype=dtype, optimizer=optimizer)
+
     import torch
 
     from ..model import build_model, cross_entropy, random_tokens
     from .tracker import measure_training_step, measure_training_step_cuda
 
-    if optimizer == "fused" and device == "meta":
-        raise AccountingError("fused AdamW has no meta kernels; use --optimizer for-loop or foreach with --measure meta")
     torch.manual_seed(0)
     model = build_model(cfg, device=device, dtype=getattr(torch, TORCH_DTYPES[dtype]))
     inputs = random_tokens(cfg, batch, seq, device=device, seed=0)

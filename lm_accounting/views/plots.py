@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import EngFormatter, FixedLocator, FuncFormatter, LogLocator, NullLocator
 
-from ..output import write_with
+from ..output import safe_filename, write_with
 
 GROUPS = ("attention projections", "attention matmuls", "ffn", "lm head")
 MEMORY = ("parameters", "gradients", "optimizer", "activations")
@@ -387,7 +387,8 @@ def plot_all(frame, out_dir, *, context: int = 1024, memory_models=None, **memor
     paths = plot_flops_shares(frame, out / "flops_shares")
     paths += plot_flops_vs_context(frame, out / "flops_vs_context")
     for model in memory_models or _models(frame):
-        paths += plot_memory_vs_context(frame, out / f"memory_vs_context_{model}", model=model, **memory_options)
+        stem = f"memory_vs_context_{safe_filename(str(model))}"  # a name never becomes a path
+        paths += plot_memory_vs_context(frame, out / stem, model=model, **memory_options)
     paths += plot_predicted_vs_measured(frame, out / "predicted_vs_measured")
     if context not in set(frame["context"]):
         context = int(min(frame["context"], key=lambda c: abs(math.log(c / context))))
