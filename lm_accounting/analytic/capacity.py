@@ -7,10 +7,12 @@ Why one line per phase, and why a phase can need more than one
    weights, gradients, AdamW state, RoPE tables and causal mask do not (a = 0).
 2. So the live bytes at each point of the replay are one line a_j·B + b_j, and the peak of a
    phase is the highest of its points: peak_i(B) = max_j (a_j·B + b_j), convex in B.
-3. A single line is exact only while one point stays the highest.  Backward is the case where
-   it is not: early in backward all activations are live (large a, small b); late in backward
-   most gradients exist (small a, large b).  At a small batch the late point can be the
-   highest, at a large batch the early one.
+3. A single line is exact only while one point stays the highest.  Backward is where that
+   fails in practice (every preset at short contexts, Llama-3-8B at 1,024): early in backward
+   all activations are live (large a, small b); late in backward, while the embedding's
+   gradient is built, nearly all gradients exist (small a, large b).  At a small batch the
+   late point is the highest, at a large batch the early one.  Across phases the same happens:
+   the optimizer step (a = the token ids only) sets the step's peak at small batches.
 4. ``replay_training_step`` keeps every candidate line (per slope, the highest intercept), so
    ``phase_peak_lines`` turns that envelope into consecutive integer ranges of B, each with
    the one line that equals the phase's peak there; the last range is open-ended: no other

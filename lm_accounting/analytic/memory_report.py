@@ -163,7 +163,7 @@ class MemoryAccount(Result):
         pieces = [(name, i, line) for name, p in self.peak_lines.phases().items() for i, line in enumerate(p.lines, 1)]
         pieces += [("step", i, line) for i, (_, line) in enumerate(self.peak_lines.step_lines(), 1)]
         for name, i, line in pieces:
-            key, span = f"{name}.{i}", _span(line)
+            key, span = f"{name}.{i}", batch_span(line)
             add(sec, key, f"{name} peak = a·B + b for {span}: a", "a", line.a, "bytes/sequence")
             add(sec, key, f"{name} peak = a·B + b for {span}: b", "b", line.b)
             add(sec, key, f"{name}: first batch of this line", "from_batch", line.first, "sequences")
@@ -186,7 +186,7 @@ class MemoryAccount(Result):
         return rows
 
 
-def _span(line) -> str:
+def batch_span(line) -> str:
     """'B = 1', 'B = 1..2' or 'B ≥ 3'."""
     if line.last is None:
         return f"B ≥ {line.first:,}"

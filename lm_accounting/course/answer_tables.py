@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..analytic.memory_report import _span
+from ..analytic.memory_report import batch_span
 from ..sweep import GROUPS
 from ..views.memory import COURSE, EXACT
 from ..views.tables import Column, Table, render_markdown
@@ -115,8 +115,8 @@ def exact_memory_table(ans: Answers) -> Table:
 def exact_lines_table(ans: Answers) -> Table:
     """Each phase's peak as exact lines in B, and which phase sets the step's peak where."""
     lines = ans.exact_lines
-    rows = [(name, _span(line), line.a, line.b) for name, phase in lines.phases().items() for line in phase.lines]
-    rows += [(f"step (set by {name})", _span(line), line.a, line.b) for name, line in lines.step_lines()]
+    rows = [(name, batch_span(line), line.a, line.b) for name, phase in lines.phases().items() for line in phase.lines]
+    rows += [(f"step (set by {name})", batch_span(line), line.a, line.b) for name, line in lines.step_lines()]
     return Table(
         f"{EXACT}: GPT-2 XL, S = 1,024, fp32, AdamW foreach: peak(B) = max over phases of a_i·B + b_i",
         [Column("phase"), Column("batches"), Column("a (bytes per sequence)", "int"), Column("b (bytes)", "int")],

@@ -6,7 +6,7 @@ A student copying a number for CS336 adamwAccounting takes it from the first tab
 
 from __future__ import annotations
 
-from ..analytic.memory_report import MemoryAccount, _span
+from ..analytic.memory_report import MemoryAccount, batch_span
 from ..phases import PHASE_LABELS
 from ..units import fmt_bytes
 from .account import BREAKDOWN_COLUMNS, breakdown_table, describe_config
@@ -117,9 +117,9 @@ def lines_table(m: MemoryAccount) -> Table:
     rows = []
     for name, phase in m.peak_lines.phases().items():
         for line in phase.lines:
-            rows.append((name, _span(line), line.a, line.b, fmt_bytes(line.a), fmt_bytes(line.b)))
+            rows.append((name, batch_span(line), line.a, line.b, fmt_bytes(line.a), fmt_bytes(line.b)))
     for name, line in m.peak_lines.step_lines():
-        rows.append((f"step (set by {name})", _span(line), line.a, line.b, fmt_bytes(line.a), fmt_bytes(line.b)))
+        rows.append((f"step (set by {name})", batch_span(line), line.a, line.b, fmt_bytes(line.a), fmt_bytes(line.b)))
     at = m.peak_lines.phase_at(m.batch)
     return Table(
         f"{EXACT}: peak(B) = max over phases of a_i·B + b_i, at context {m.seq:,}",
