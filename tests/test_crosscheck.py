@@ -149,7 +149,7 @@ def test_run_that_cannot_fit_is_refused(run_cli, monkeypatch):
     monkeypatch.setattr(devices, "available_bytes", lambda device: 10**9)  # pretend 1 GB is free
     r = run_cli("crosscheck", "gpt2-small", "--device", "cpu")
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1
-    assert "needs" in r.err and "only 1.000 GB" in r.err and "use meta" in r.err
+    assert "needs" in r.err and "of the 1.000 GB" in r.err and "available" in r.err and "use meta" in r.err
     need = devices.counting_run_bytes(load_config("gpt2-small"), 1024, 1, backward=False)
     assert need > 4 * 190_460_160  # at least the fp32 weights
 
