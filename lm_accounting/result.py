@@ -27,7 +27,8 @@ class Result:
         raise NotImplementedError
 
     def to_frame(self):
-        """The tidy records as a pandas DataFrame, one row per record."""
+        """The tidy records as a pandas DataFrame, one row per record.  Columns stay ``object``:
+        a column of ints with a ``None`` would become float64, inexact above 2^53."""
         import pandas as pd
 
-        return pd.DataFrame(self.records())
+        return pd.DataFrame(self.records(), dtype=object)
