@@ -2,6 +2,7 @@
 
 from lm_accounting.model.layers import (
     Embedding,
+    FusedAttention,
     Linear,
     MatMul,
     RMSNorm,
@@ -23,6 +24,7 @@ from lm_accounting.model.transformer import (
 __all__ = [
     "CausalSelfAttention",
     "Embedding",
+    "FusedAttention",
     "Linear",
     "MatMul",
     "RMSNorm",

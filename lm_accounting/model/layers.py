@@ -1,8 +1,10 @@
 """Building blocks of the CS336 assignment-1 Transformer LM, written from scratch.
 
-Every matrix product goes through ``torch.matmul`` (never ``nn.Linear``, ``F.linear``,
-``einsum`` or a fused attention kernel), so FLOP counters see plain ``mm``/``bmm`` calls
-that can be matched one for one with the analytic counts.  Section numbers refer to the
+Every matrix product goes through ``torch.matmul`` (never ``nn.Linear``, ``F.linear`` or
+``einsum``), so FLOP counters see plain ``mm``/``bmm`` calls that can be matched one for one
+with the analytic counts.  The one exception is opt-in: ``FusedAttention`` (the ``sdpa``
+training setup) calls torch's fused attention kernel, whose FLOP formulas
+``lm_accounting.measure.attention_flops`` registers.  Section numbers refer to the
 CS336 (Spring 2025) assignment-1 handout, "Transformer LM Architecture" (section 3).
 """
 
@@ -12,6 +14,7 @@ import math
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 Tensor = torch.Tensor
@@ -185,6 +188,35 @@ def scaled_dot_product_attention(
     # (..., h, S_q, S_k) -> (..., kv, g·S_q, S_k); @ (..., kv, S_k, d_v) -> (..., kv, g·S_q, d_v)
     out = av(probs.reshape(*probs.shape[:-3], kv, (h // kv) * s_q, s_k), value)
     return out.reshape(*out.shape[:-3], h, s_q, out.shape[-1])  # -> (..., h, S_q, d_v), a view
+
+
+class FusedAttention(nn.Module):
+    """Causal ``softmax(QKᵀ/√d_k) V`` in one fused kernel; a module so that FLOP counters attribute
+    its QKᵀ and AV to one path (``layers.*.attn.sdpa``).
+
+    q (B, h, S, d); k, v (B, kv, S, d) with h % kv == 0, passed with their kv heads: both kernels
+    broadcast them over the h/kv query heads of a group, so no K/V copy expanded to h heads is made
+    or saved.  Returns (B, h, S, d).
+
+    * meta and cpu: ``aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, is_causal=True)``
+      (torch/_C/_VariableFunctions, aten/src/ATen/native/transformers/attention.cpp), called
+      explicitly because ``F.scaled_dot_product_attention`` may take the math path there, which
+      materialises S×S.  It returns the output (B, h, S, d) contiguous in the input dtype and the
+      logsumexp (B, h, S) in fp32 (stored as (B, S, h)); autograd saves q, k, v, output and
+      logsumexp for ``_scaled_dot_product_flash_attention_for_cpu_backward``.
+    * cuda: ``F.scaled_dot_product_attention(..., is_causal=True, enable_gqa=kv < h)`` limited to
+      the flash and memory-efficient backends (flash needs fp16/bf16; fp32 takes memory-efficient).
+    """
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        if q.device.type == "cuda":
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+
+            with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                      enable_gqa=k.shape[-3] != q.shape[-3])
+        out, _logsumexp = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, True)
+        return out
 
 
 def cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:

@@ -1,0 +1,65 @@
+"""Model FLOPs and hardware FLOPs of one training step under a ``TrainingSetup`` (no torch).
+
+Model FLOPs are the work the model needs, whatever the implementation: forward + backward
+= 3 × forward (matmuls only, full S×S square; ``training_flops``).  Hardware FLOPs are the matmul
+FLOPs the step really executes, which is what FlopCounterMode counts over a whole step:
+
+1. forward F = ``forward_flops(cfg, seq, batch).total``;
+2. backward 2·F: one matmul for the input gradient and one for the weight gradient per forward
+   matmul (for QKᵀ and AV: dQ, dK and dP, dV);
+3. + recompute, by checkpoint mode:
+   * ``none``: 0;
+   * ``full``: each block's forward again, *except its last matmul* ``ffn.w2``.  Non-reentrant
+     ``torch.utils.checkpoint`` stops the recompute as soon as the last tensor the block saved has
+     been re-saved (early stop, ``torch.utils.checkpoint.set_checkpoint_early_stop``, default on);
+     the last saves are w2's inputs, packed before w2's matmul runs, and the residual add after it
+     saves nothing.  So recompute = Σ ``layers.*`` − ``layers.*.ffn.w2``.  Embedding, final norm and
+     LM head are not checkpointed;
+   * ``selective``: 0 matmul FLOPs: the policy keeps every mm/bmm/fused-attention output, so the
+     recompute runs only elementwise ops (norms, RoPE, casts, softmax, SiLU, gating), which have no
+     FLOP formula in FlopCounterMode and are outside the matmul convention;
+4. + with ``sdpa``: the fused backward recomputes the scores QKᵀ (FlashAttention backward, torch's
+   ``sdpa_backward_flop_count``: 5 matmuls, 10·b·h·s²·d, instead of autograd's 4, 8·b·h·s²·d), i.e.
+   one more ``layers.*.attn.qk`` per backward (and a full-checkpoint recompute runs the fused
+   forward, 4·b·h·s²·d, counted in step 3 as ``attn.qk`` + ``attn.av``).
+
+Precision and the AdamW implementation change no matmul FLOPs (AdamW's are elementwise).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config import ModelConfig
+from ..setup import TrainingSetup
+from .flops import forward_flops
+
+LAST_BLOCK_MATMUL = "layers.*.ffn.w2"
+"""The block's last matmul, which the early-stopping full-checkpoint recompute never reaches."""
+
+
+@dataclass(frozen=True)
+class StepFlops:
+    """Matmul FLOPs of one training step: ``model`` = 3 × forward, ``hardware`` = what runs."""
+
+    forward: int
+    recompute: int  # step 3
+    attention_recompute: int  # step 4: the fused backward's extra QKᵀ
+
+    @property
+    def model(self) -> int:
+        return 3 * self.forward  # steps 1 + 2
+
+    @property
+    def hardware(self) -> int:
+        return self.model + self.recompute + self.attention_recompute
+
+
+def step_flops(cfg: ModelConfig, seq: int, batch: int = 1, setup: TrainingSetup | None = None) -> StepFlops:
+    """Model and hardware FLOPs of one training step over B sequences of S tokens (derivation above)."""
+    setup = setup or TrainingSetup()
+    fwd = forward_flops(cfg, seq, batch)
+    blocks = sum(item.total for item in fwd if item.key.startswith("layers.*."))
+    recompute = {"none": 0, "full": blocks - fwd[LAST_BLOCK_MATMUL].total, "selective": 0}[setup.checkpoint]
+    attention = fwd["layers.*.attn.qk"].total if setup.attention == "sdpa" else 0
+    return StepFlops(forward=fwd.total, recompute=recompute, attention_recompute=attention)
