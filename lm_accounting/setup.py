@@ -8,9 +8,9 @@ meta, cpu and cuda.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import product
-from typing import Iterator
 
 from .config import AccountingError
 from .names import ADAMW_IMPLS
@@ -56,8 +56,12 @@ class TrainingSetup:
     optimizer: str = "foreach"
 
     def __post_init__(self) -> None:
-        for name, choices in (("attention", ATTENTIONS), ("checkpoint", CHECKPOINTS),
-                              ("precision", PRECISIONS), ("optimizer", OPTIMIZERS)):
+        for name, choices in (
+            ("attention", ATTENTIONS),
+            ("checkpoint", CHECKPOINTS),
+            ("precision", PRECISIONS),
+            ("optimizer", OPTIMIZERS),
+        ):
             value = getattr(self, name)
             if value not in choices:
                 raise AccountingError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
@@ -74,7 +78,7 @@ class TrainingSetup:
     @property
     def label(self) -> str:
         """``sdpa+full+amp-bf16+foreach``: one short name for tables and test ids."""
-        return "+".join((self.attention, self.checkpoint, self.precision, self.optimizer))
+        return f"{self.attention}+{self.checkpoint}+{self.precision}+{self.optimizer}"
 
 
 def every_setup(optimizers: tuple[str, ...] = ("foreach",)) -> Iterator[TrainingSetup]:

@@ -37,8 +37,9 @@ def _cpu_flash_flop(query_shape, key_shape, value_shape, *args, out_shape=None, 
     return sdpa_flop_count(query_shape, key_shape, value_shape)
 
 
-def _cpu_flash_backward_flop(grad_out_shape, query_shape, key_shape, value_shape, *args,
-                             out_shape=None, **kwargs) -> int:
+def _cpu_flash_backward_flop(
+    grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs
+) -> int:
     """(dO, q, k, v, out, logsumexp, ...) -> 10·b·h·s_q·s_k·d (torch's ``sdpa_backward_flop_count``)."""
     return sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
 

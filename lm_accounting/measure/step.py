@@ -26,8 +26,9 @@ def build_step(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, dev
     return model, inputs, targets, optimizer
 
 
-def training_step(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor,
-                  optimizer: torch.optim.Optimizer | None = None) -> torch.Tensor:
+def training_step(
+    model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor, optimizer: torch.optim.Optimizer | None = None
+) -> torch.Tensor:
     """Forward, cross-entropy, backward and (if given) the optimizer step; returns the loss."""
     from ..model import cross_entropy
 
@@ -39,8 +40,9 @@ def training_step(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.T
     return loss.detach()
 
 
-def step_flops(cfg: ModelConfig, seq: int, batch: int = 1, setup: TrainingSetup | None = None,
-               device: str = "meta") -> int:
+def step_flops(
+    cfg: ModelConfig, seq: int, batch: int = 1, setup: TrainingSetup | None = None, device: str = "meta"
+) -> int:
     """FlopCounterMode's total over one whole training step (with the fused-attention formulas).
 
     AdamW's elementwise ops have no formula there, so this is forward + backward (+ recompute)."""

@@ -26,25 +26,32 @@ import functools
 import torch
 from torch.overrides import TorchFunctionMode
 
+
+def _names(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
 # torch/include/ATen/autocast_mode.h (torch 2.13), the CUDA lists, names only.
-LOWER_PRECISION_FP = frozenset(
+LOWER_PRECISION_FP = _names(  # AT_FORALL_LOWER_PRECISION_FP: cast to bf16
     "_convolution conv1d conv2d conv3d conv_tbc conv_transpose1d conv_transpose2d conv_transpose3d "
     "convolution prelu addmm addmv addr matmul einsum mm mv linalg_vecdot linear addbmm baddbmm bmm "
     "chain_matmul linalg_multi_dot lstm_cell gru_cell rnn_tanh_cell rnn_relu_cell "
-    "_scaled_dot_product_flash_attention scaled_dot_product_attention".split()
+    "_scaled_dot_product_flash_attention scaled_dot_product_attention"
 )
-FP32 = frozenset(
+FP32 = _names(  # AT_FORALL_FP32: cast to fp32
     "acos asin cosh erfinv exp expm1 log log10 log2 log1p reciprocal rsqrt sinh tan pow softplus "
     "layer_norm native_layer_norm rms_norm group_norm frobenius_norm nuclear_norm cosine_similarity "
     "poisson_nll_loss cosine_embedding_loss nll_loss nll_loss2d hinge_embedding_loss kl_div l1_loss "
     "smooth_l1_loss huber_loss mse_loss margin_ranking_loss multilabel_margin_loss soft_margin_loss "
     "triplet_margin_loss multi_margin_loss binary_cross_entropy_with_logits dist pdist cdist renorm "
-    "logsumexp".split()
+    "logsumexp"
 )
-FP32_SET_OPT_DTYPE = frozenset(
-    "prod softmax log_softmax cumprod cumsum linalg_vector_norm linalg_matrix_norm sum".split()
+FP32_SET_OPT_DTYPE = _names(  # AT_FORALL_FP32_SET_OPT_DTYPE: dtype=float32 unless given
+    "prod softmax log_softmax cumprod cumsum linalg_vector_norm linalg_matrix_norm sum"
 )
-PROMOTE = frozenset("addcdiv addcmul atan2 bilinear cross dot vdot grid_sampler index_put tensordot scatter_add".split())
+PROMOTE = _names(  # AT_FORALL_PROMOTE: to the widest input type
+    "addcdiv addcmul atan2 bilinear cross dot vdot grid_sampler index_put tensordot scatter_add"
+)
 _DUNDER = {"__matmul__": "matmul", "__rmatmul__": "matmul", "__pow__": "pow", "__rpow__": "pow"}
 
 
@@ -62,27 +69,46 @@ def _cast(value, dtype: torch.dtype):
     return value
 
 
-class CudaAutocast(TorchFunctionMode):
-    """``with CudaAutocast(torch.bfloat16): model(x)`` runs ``model`` as CUDA autocast would."""
+def _cast_args(args: tuple, dtype: torch.dtype) -> tuple:
+    """The positional arguments cast *last first*: autocast's wrapper casts them inside one C++
+    call's argument list, which GCC (torch's Linux wheels) evaluates right to left; the order fixes
+    which copy is allocated first (checked against ``torch.autocast("cpu")`` in the tests)."""
+    return tuple(reversed([_cast(a, dtype) for a in reversed(args)]))
 
-    def __init__(self, dtype: torch.dtype = torch.bfloat16):
+
+class CudaAutocast(TorchFunctionMode):
+    """``with CudaAutocast(torch.bfloat16): model(x)`` runs ``model`` as CUDA autocast would.
+
+    The op lists can be replaced (the tests check the mechanism against ``torch.autocast("cpu")``
+    with the CPU lists)."""
+
+    def __init__(
+        self,
+        dtype: torch.dtype = torch.bfloat16,
+        *,
+        lower=LOWER_PRECISION_FP,
+        fp32=FP32,
+        fp32_set_opt_dtype=FP32_SET_OPT_DTYPE,
+        promote=PROMOTE,
+    ):
         super().__init__()
         self.dtype = dtype
+        self.lower, self.fp32, self.fp32_set_opt_dtype, self.promote = lower, fp32, fp32_set_opt_dtype, promote
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
         name = getattr(func, "__name__", "")
         name = _DUNDER.get(name, name)
-        if name in LOWER_PRECISION_FP:
-            args, kwargs = _cast(args, self.dtype), {k: _cast(v, self.dtype) for k, v in kwargs.items()}
-        elif name in FP32:
-            args, kwargs = _cast(args, torch.float32), {k: _cast(v, torch.float32) for k, v in kwargs.items()}
-        elif name in FP32_SET_OPT_DTYPE:
+        if name in self.lower:
+            args, kwargs = _cast_args(args, self.dtype), {k: _cast(v, self.dtype) for k, v in kwargs.items()}
+        elif name in self.fp32:
+            args, kwargs = _cast_args(args, torch.float32), {k: _cast(v, torch.float32) for k, v in kwargs.items()}
+        elif name in self.fp32_set_opt_dtype:
             # fp32_set_opt_dtype: an eligible first argument gets dtype=float32 unless one is given
             if args and _eligible(args[0]) and kwargs.get("dtype") is None:
                 kwargs["dtype"] = torch.float32
-        elif name in PROMOTE:
+        elif name in self.promote:
             dtypes = [a.dtype for a in args if _eligible(a)]
             if dtypes:  # promote: every eligible argument to the widest floating type among them
-                args = _cast(args, functools.reduce(torch.promote_types, dtypes))
+                args = _cast_args(args, functools.reduce(torch.promote_types, dtypes))
         return func(*args, **kwargs)

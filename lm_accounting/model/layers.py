@@ -11,7 +11,7 @@ CS336 (Spring 2025) assignment-1 handout, "Transformer LM Architecture" (section
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -213,8 +213,7 @@ class FusedAttention(nn.Module):
             from torch.nn.attention import SDPBackend, sdpa_kernel
 
             with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                                      enable_gqa=k.shape[-3] != q.shape[-3])
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=k.shape[-3] != q.shape[-3])
         out, _logsumexp = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, True)
         return out
 

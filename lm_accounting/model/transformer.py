@@ -19,8 +19,6 @@ from torch import nn
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
 from lm_accounting.config import AccountingError, ModelConfig
-from lm_accounting.names import TORCH_DTYPES
-from lm_accounting.setup import TrainingSetup
 from lm_accounting.model.autocast import CudaAutocast
 from lm_accounting.model.layers import (
     Embedding,
@@ -32,17 +30,24 @@ from lm_accounting.model.layers import (
     SwiGLU,
     scaled_dot_product_attention,
 )
+from lm_accounting.names import TORCH_DTYPES
+from lm_accounting.setup import TrainingSetup
 
 Tensor = torch.Tensor
 aten = torch.ops.aten
 
-SELECTIVE_SAVED_OPS = frozenset({
-    aten.mm.default, aten.bmm.default, aten.addmm.default,  # every matmul of the model
-    aten._scaled_dot_product_flash_attention_for_cpu.default,  # fused attention (meta, cpu)
-    aten._scaled_dot_product_flash_attention.default,  # fused attention (cuda)
-    aten._scaled_dot_product_efficient_attention.default,
-    aten._scaled_dot_product_cudnn_attention.default,
-})
+SELECTIVE_SAVED_OPS = frozenset(
+    {
+        # every matmul of the model (Linear: mm; QKᵀ and AV: bmm)
+        aten.mm.default,
+        aten.bmm.default,
+        aten.addmm.default,
+        aten._scaled_dot_product_flash_attention_for_cpu.default,  # fused attention (meta, cpu)
+        aten._scaled_dot_product_flash_attention.default,  # fused attention (cuda)
+        aten._scaled_dot_product_efficient_attention.default,
+        aten._scaled_dot_product_cudnn_attention.default,
+    }
+)
 """Ops whose outputs selective checkpointing keeps; every other op of a block is recomputed."""
 
 
@@ -61,9 +66,18 @@ class CausalSelfAttention(nn.Module):
     ``attention="sdpa"`` one ``sdpa`` module (``FusedAttention``) replaces them.
     """
 
-    def __init__(self, d_model: int, num_heads: int, num_kv_heads: int, head_dim: int,
-                 qk_norm: bool = False, eps: float = 1e-5, device=None, dtype=None,
-                 attention: str = "naive"):
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        qk_norm: bool = False,
+        eps: float = 1e-5,
+        device=None,
+        dtype=None,
+        attention: str = "naive",
+    ):
         super().__init__()
         if num_heads % num_kv_heads:
             raise ValueError(f"num_heads={num_heads} not divisible by num_kv_heads={num_kv_heads}")
@@ -87,8 +101,9 @@ class CausalSelfAttention(nn.Module):
         """(..., S, n·head_dim) -> (..., n, S, head_dim), a view."""
         return t.view(*t.shape[:-1], n, self.head_dim).transpose(-3, -2)
 
-    def forward(self, x: Tensor, rope: RotaryPositionalEmbedding, token_positions: Tensor,
-                mask: Tensor | None) -> Tensor:
+    def forward(
+        self, x: Tensor, rope: RotaryPositionalEmbedding, token_positions: Tensor, mask: Tensor | None
+    ) -> Tensor:
         """x: (..., S, d_model); token_positions: (S,) or (..., S); mask: bool (S, S), True = keep."""
         q = self._heads(self.q_proj(x), self.num_heads)  # (..., S, d) -> (..., h, S, head_dim)
         k = self._heads(self.k_proj(x), self.num_kv_heads)  # (..., S, d) -> (..., kv, S, head_dim)
@@ -113,14 +128,23 @@ class TransformerBlock(nn.Module):
     def __init__(self, cfg: ModelConfig, device=None, dtype=None, attention: str = "naive"):
         super().__init__()
         self.ln1 = RMSNorm(cfg.d_model, eps=cfg.norm_eps, device=device, dtype=dtype)
-        self.attn = CausalSelfAttention(cfg.d_model, cfg.num_heads, cfg.kv_heads, cfg.d_head,
-                                        cfg.qk_norm, cfg.norm_eps, device=device, dtype=dtype,
-                                        attention=attention)
+        self.attn = CausalSelfAttention(
+            cfg.d_model,
+            cfg.num_heads,
+            cfg.kv_heads,
+            cfg.d_head,
+            cfg.qk_norm,
+            cfg.norm_eps,
+            device=device,
+            dtype=dtype,
+            attention=attention,
+        )
         self.ln2 = RMSNorm(cfg.d_model, eps=cfg.norm_eps, device=device, dtype=dtype)
         self.ffn = SwiGLU(cfg.d_model, cfg.d_ff, device=device, dtype=dtype)
 
-    def forward(self, x: Tensor, rope: RotaryPositionalEmbedding, token_positions: Tensor,
-                mask: Tensor | None) -> Tensor:
+    def forward(
+        self, x: Tensor, rope: RotaryPositionalEmbedding, token_positions: Tensor, mask: Tensor | None
+    ) -> Tensor:
         x = x + self.attn(self.ln1(x), rope, token_positions, mask)
         return x + self.ffn(self.ln2(x))
 
@@ -147,8 +171,7 @@ class TransformerLM(nn.Module):
         self.lm_head = Linear(cfg.d_model, cfg.vocab_size, device=device, dtype=dtype)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.token_embeddings.weight
-        self.rope = RotaryPositionalEmbedding(cfg.rope_theta, cfg.d_head, cfg.context_length,
-                                              device=device)
+        self.rope = RotaryPositionalEmbedding(cfg.rope_theta, cfg.d_head, cfg.context_length, device=device)
 
     def forward(self, token_ids: Tensor) -> Tensor:
         """token_ids (B, S) integer -> logits (B, S, vocab_size) in the parameters' dtype
@@ -192,8 +215,12 @@ class TransformerLM(nn.Module):
         return checkpoint(run, x, use_reentrant=False, preserve_rng_state=False, **context)
 
 
-def build_model(cfg: ModelConfig, device: str | torch.device = "meta", dtype: torch.dtype | None = None,
-                setup: TrainingSetup | None = None) -> TransformerLM:
+def build_model(
+    cfg: ModelConfig,
+    device: str | torch.device = "meta",
+    dtype: torch.dtype | None = None,
+    setup: TrainingSetup | None = None,
+) -> TransformerLM:
     """The live model for ``cfg``; on ``meta`` (the default) it holds no real memory.
 
     ``dtype`` is the parameters' dtype; left out, it is the setup's (bf16 for ``precision="bf16"``,
@@ -206,8 +233,7 @@ def build_model(cfg: ModelConfig, device: str | torch.device = "meta", dtype: to
     return TransformerLM(cfg, device=device, dtype=dtype or torch.float32, setup=setup)
 
 
-def random_tokens(cfg: ModelConfig, batch: int, seq: int, device: str | torch.device = "meta",
-                  seed: int = 0) -> Tensor:
+def random_tokens(cfg: ModelConfig, batch: int, seq: int, device: str | torch.device = "meta", seed: int = 0) -> Tensor:
     """A (batch, seq) LongTensor of token ids; uninitialised on ``meta``, seeded elsewhere."""
     if torch.device(device).type == "meta":
         return torch.empty(batch, seq, dtype=torch.long, device="meta")
