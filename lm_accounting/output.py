@@ -247,11 +247,40 @@ def _lock(target: Path, shown: Path | str) -> Iterator[None]:
                 f"{shown} is being written by another lm-account run (lock {lock_path} is held); "
                 "wait for it to finish or choose another --out"
             ) from None
-        yield
-        with contextlib.suppress(OSError):
-            os.unlink(lock_path)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(lock_path)  # still holding the lock, so no other writer is between
     finally:
         os.close(fd)
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived while an output set was being written (cleaned up, then exit 143)."""
+
+
+@contextlib.contextmanager
+def _sigterm_cleans_up() -> Iterator[None]:
+    """Turn SIGTERM into an exception while writing, so ``atomic_dir`` removes its temporary folder
+    (``timeout`` and most process managers send SIGTERM).  Main thread only; SIGKILL cannot be caught."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    except Terminated:
+        raise SystemExit(128 + signal.SIGTERM) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager
@@ -279,13 +308,13 @@ def atomic_dir(target: Path | str, owns: Callable[[str], bool] | None = None,
       ``rename`` calls, the only window in which ``target`` is missing.  The old set is then deleted.
     - ``keep(rel)``: files of the old set that this run did not write but should carry over
       (e.g. the figures of a ``--no-plots`` run) are copied into the new set before the swap.
-    - On any exception (including Ctrl-C) the temporary directory is removed and ``target`` is
-      untouched.  A SIGKILL leaves ``target`` untouched and the temporary directory behind, for
+    - On any exception (including Ctrl-C, and SIGTERM, which exits 143) the temporary directory
+      and the lock file are removed and ``target`` is untouched.  A SIGKILL leaves ``target`` untouched and the temporary directory behind, for
       the next run to remove.
     """
     shown = target
     path = check_output_dir(target, owns)
-    with _lock(path, shown):
+    with _sigterm_cleans_up(), _lock(path, shown):
         stale_tmp, stale_old = _stale_side_dirs(path)
         if stale_old and not os.path.lexists(path):
             newest = max(stale_old, key=lambda p: p.stat().st_mtime)

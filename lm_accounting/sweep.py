@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from .account import account
 from .analytic.activations import saved_activation_breakdown
@@ -18,9 +18,16 @@ from .analytic.capacity import max_context_that_fits
 from .analytic.memory import adamw_step_temporary_bytes, model_state_breakdown
 from .analytic.replay import predict_training_step
 from .config import AccountingError, ModelConfig, check_positive_int
+from .result import Result
 
 GROUPS = ("attention projections", "attention matmuls", "ffn", "lm head")
-MAX_POINTS = 10_000  # a sweep is a table and a plot, not a scan
+MAX_POINTS = 1_000
+"""A sweep is a table and a plot, not a scan.  The old cap of 10,000 points ran over 10 minutes
+(analytic rows ~4 ms each, then SVG figures of ~10 MB each); 2,000 points of gpt2-small took
+117 s and 0.24 GB RSS (`lm-account sweep gpt2-small --contexts 1:2000:+1`, 2-core machine), so
+1,000 points stay near one minute."""
+MAX_MODELS = 16
+"""At most this many models in one sweep: each gets its own memory figure (about 2 s each)."""
 MAX_LIVE_SECONDS = 15 * 60
 """A sweep whose live points (cross-check, measured steps) are estimated to take longer than this
 (15 minutes) is refused unless ``allow_long=True`` (the CLI's ``--allow-long``)."""
@@ -103,21 +110,30 @@ def analytic_row(cfg: ModelConfig, seq: int, batch: int, dtype: str, optimizer: 
 
 
 @dataclass
-class Sweep:
+class Sweep(Result):
+    """One row per (model, context): ``to_dict()`` (JSON), ``records()`` (the rows: CSV), ``to_frame()``."""
+
+    SCHEMA: ClassVar[str] = "lm-accounting/sweep/1"
+
     batch: int
     dtype: str
     optimizer: str
     rows: list[dict[str, Any]] = field(default_factory=list)
     mismatches: list[str] = field(default_factory=list)
 
+    def records(self) -> list[dict[str, Any]]:
+        """The rows themselves: one tidy record per (model, context)."""
+        return list(self.rows)
+
     def to_frame(self):
-        """One row per (model, context); columns as in ``analytic_row`` (pandas imported here)."""
+        """One row per (model, context); columns as in ``analytic_row`` (pandas imported here).
+        Numeric columns keep pandas' numeric dtypes, for plotting."""
         import pandas as pd
 
         return pd.DataFrame(self.rows)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": "lm-accounting/sweep/1", "batch": self.batch, "dtype": self.dtype,
+        return {"schema": self.SCHEMA, "batch": self.batch, "dtype": self.dtype,
                 "optimizer": self.optimizer, "rows": self.rows, "mismatches": self.mismatches}
 
 
@@ -138,6 +154,9 @@ def sweep(configs: Sequence[ModelConfig], contexts: Iterable[int], batch: int = 
     for cfg in configs:
         if not isinstance(cfg, ModelConfig):
             raise AccountingError(f"sweep expects ModelConfig items, got {type(cfg).__name__}")
+    if len(configs) > MAX_MODELS:
+        raise AccountingError(f"{len(configs):,} models is more than {MAX_MODELS} in one sweep (one memory "
+                              "figure each); split them into several sweeps")
     check_positive_int("batch", batch)
     check_positive_int("budget", budget, limit=None)
     if dtype not in TRAINING_DTYPES:

@@ -8,11 +8,17 @@ from pathlib import Path
 from ..config import AccountingError
 from ..output import SAFE_NAME, atomic_dir, check_output_dir, write_atomic, write_json
 from ..sweep import GROUPS, Sweep
-from .tables import Column, Table, render_markdown, render_records_csv
+from .tables import Column, Table, View, render_markdown, render_records_csv
 
 SUMMARY = [Column("context", "int"), Column("forward FLOPs", "int"), *[Column(g, "share") for g in GROUPS],
            Column("train step FLOPs", "int"), Column("step peak bytes", "int"),
            Column("measured FLOPs", "int"), Column("measured peak", "int")]
+
+
+def sweep_view(s: Sweep) -> View:
+    """The sweep on screen: one table per model; cross-check mismatches, if any, in the footer."""
+    footer = ["CROSS-CHECK MISMATCHES:", *[f"  - {m}" for m in s.mismatches]] if s.mismatches else []
+    return View([], sweep_tables(s), footer)
 
 
 def sweep_tables(s: Sweep) -> list[Table]:
