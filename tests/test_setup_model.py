@@ -96,7 +96,7 @@ def test_every_setup_trains_one_step(setup, device):
         model, inputs, targets, opt = build_step(cfg, S, B, setup, device)
         for _ in range(2):  # the second step has AdamW state
             loss = training_step(model, inputs, targets, opt)
-        assert loss.shape == () and loss.dtype == torch.float32 or setup.precision == "bf16"
+        assert loss.shape == () and loss.dtype == (torch.bfloat16 if setup.precision == "bf16" else torch.float32)
         if device == "cpu":
             assert torch.isfinite(loss)
             assert all(torch.isfinite(p).all() for p in model.parameters())
