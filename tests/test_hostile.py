@@ -36,7 +36,7 @@ def cli(*args, timeout=60, cwd=None):
     """``lm-account ARGS`` in a fresh process: (exit code, stderr, wall seconds, peak child RSS bytes)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "lm_accounting", *map(str, args)], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "lm_accounting", *map(str, args)], capture_output=True, text=True, check=False,
                           timeout=timeout, cwd=cwd)
     seconds = time.perf_counter() - start
     rss = max(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, before) * 1024
@@ -98,7 +98,7 @@ def test_every_field_refuses_a_wrong_type(field):
 
 def test_model_config_is_keyword_only_and_names_are_plain():
     with pytest.raises(TypeError):
-        ModelConfig(97, 32, 2, 16, 2, 32)  # noqa: the point of the test
+        ModelConfig(97, 32, 2, 16, 2, 32)  # positional: the point of the test
     for name in ("", "a\nb", "x\x1b[31m", "n" * 201):
         with pytest.raises(ConfigError, match="name"):
             ModelConfig(**TINY, name=name)
@@ -250,7 +250,7 @@ def test_host_memory_bound_and_cpu_fraction(monkeypatch):
 
 def test_measure_step_refuses_before_torch_builds(monkeypatch):
     pytest.importorskip("torch")
-    import lm_accounting.model as model
+    from lm_accounting import model
 
     monkeypatch.setattr(model, "build_model", lambda *a, **k: pytest.fail("built a model"))
     from lm_accounting.measure.memory import measure_step
@@ -270,7 +270,7 @@ def test_measure_step_refuses_before_torch_builds(monkeypatch):
 def test_per_layer_host_memory_constant_holds(training, layers):
     """The per-layer bound of check_live_run against a real run's peak RSS growth (fresh processes)."""
     code = ("import resource,sys;from lm_accounting import ModelConfig;"
-            f"c=ModelConfig(vocab_size=97,context_length=32,num_layers=int(sys.argv[1]),d_model=64,num_heads=4,d_ff=256);"
+            "c=ModelConfig(vocab_size=97,context_length=32,num_layers=int(sys.argv[1]),d_model=64,num_heads=4,d_ff=256);"
             + ("from lm_accounting.measure.memory import measure_step as f;" if training else
                "from lm_accounting.measure.crosscheck import crosscheck as f;")
             + "import torch;b=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss;"
