@@ -1,121 +1,101 @@
-"""Time StorageTracker on a GPT-2-XL-shaped forward+backward on the meta device.
+"""StorageTracker vs torch's MemTracker on the same training step, in one process.
 
-48 pre-norm blocks (d_model 1600, 25 heads, d_ff 6400, GELU MLP, causal softmax
-attention written with matmul), vocab 50257, seq 16384, batch 1, fp32.  Prints
-wall time, the peak found, peak process RSS and the machine.
+The live model of a preset (GPT-2 XL at 16,384 tokens by default) on ``meta``, its inputs and
+AdamW as ``lm-account memory --measure meta`` builds them; the optimizer state is created
+before any timing (warm-up excluded for every tracker alike).  Then, interleaved, ``--runs``
+times each: the step untracked (the floor), under ``StorageTracker`` and under ``MemTracker``.
+Prints the machine, median wall and CPU seconds, the ratios, both trackers' peaks (they must
+agree) and the process's peak RSS.
 
-    /work/venv/bin/python benchmarks/bench_tracker.py [--layers N] [--seq S] [--memtracker]
-
-``--memtracker`` also times torch's private MemTracker on the same workload.
+    python benchmarks/bench_tracker.py [--preset gpt2-xl] [--context 16384] [--runs 3]
+                                       [--optimizer foreach|for-loop] [--mem-tracker-runs 1]
 """
+
+from __future__ import annotations
+
 import argparse
 import os
-import platform
 import resource
+import statistics
 import sys
 import time
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
+from torch.distributed._tools.mem_tracker import MemTracker
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from lm_accounting.measure.tracker import StorageTracker  # noqa: E402
+from bench_cli import machine  # noqa: E402
+
+from lm_accounting.config import load_config  # noqa: E402
+from lm_accounting.measure.tracker import StorageTracker, _train_step, init_optimizer_state  # noqa: E402
+from lm_accounting.model import build_model, cross_entropy, random_tokens  # noqa: E402
+from lm_accounting.names import ADAMW_KWARGS  # noqa: E402
 
 
-class Block(nn.Module):
-    def __init__(self, d, heads):
-        super().__init__()
-        self.heads = heads
-        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
-        self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-
-    def forward(self, x, causal):
-        b, s, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        att = (q @ k.transpose(-2, -1)) * (d // self.heads) ** -0.5
-        att = att.masked_fill(~causal[:s, :s], float("-inf")).softmax(-1)
-        x = x + self.proj((att @ v).transpose(1, 2).reshape(b, s, d))
-        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+def timed(fn) -> tuple[float, float]:
+    """Wall and CPU seconds of ``fn()``."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - wall, time.process_time() - cpu
 
 
-class LM(nn.Module):
-    def __init__(self, layers, d, heads, vocab, seq):
-        super().__init__()
-        self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(seq, d)
-        self.blocks = nn.ModuleList(Block(d, heads) for _ in range(layers))
-        self.ln_f, self.head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
-        self.register_buffer("causal", torch.ones(seq, seq, dtype=torch.bool).tril())
-
-    def forward(self, idx):
-        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
-        for blk in self.blocks:
-            x = blk(x, self.causal)
-        return self.head(self.ln_f(x))
-
-
-def step(model, idx, tgt):
-    loss = F.cross_entropy(model(idx).flatten(0, 1), tgt.flatten())
-    loss.backward()
-
-
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--layers", type=int, default=48)
-    ap.add_argument("--d-model", type=int, default=1600)
-    ap.add_argument("--heads", type=int, default=25)
-    ap.add_argument("--seq", type=int, default=16384)
-    ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--vocab", type=int, default=50257)
-    ap.add_argument("--memtracker", action="store_true", help="also time torch's MemTracker")
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--preset", default="gpt2-xl")
+    ap.add_argument("--context", type=int, default=16384)
+    ap.add_argument("--optimizer", choices=["foreach", "for-loop"], default="foreach")
+    ap.add_argument("--runs", type=int, default=3, help="untracked and StorageTracker steps")
+    ap.add_argument("--mem-tracker-runs", type=int, default=1, help="MemTracker steps (~30 s each at 16k)")
     a = ap.parse_args()
 
-    with torch.device("meta"):
-        model = LM(a.layers, a.d_model, a.heads, a.vocab, a.seq)
-        idx = torch.randint(0, a.vocab, (a.batch, a.seq))
-        tgt = torch.randint(0, a.vocab, (a.batch, a.seq))
-    n_params = sum(p.numel() for p in model.parameters())
-    print(f"machine: {platform.platform()}, {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} cpus, python {platform.python_version()}, torch {torch.__version__}")
-    print(f"workload: {a.layers} layers, d_model {a.d_model}, {a.heads} heads, seq {a.seq}, "
-          f"batch {a.batch}, vocab {a.vocab}, {n_params:,} params, fp32, meta device")
+    cfg = load_config(a.preset).with_context(a.context)
+    model = build_model(cfg, device="meta")
+    inputs = random_tokens(cfg, 1, a.context, device="meta", seed=0)
+    targets = random_tokens(cfg, 1, a.context, device="meta", seed=1)
+    opt = torch.optim.AdamW(model.parameters(), **ADAMW_KWARGS[a.optimizer])
+    init_optimizer_state(opt)
+    print(machine())
+    print(f"workload: {a.preset} live model on meta, context {a.context}, batch 1, fp32, "
+          f"{a.optimizer} AdamW; one training step (forward, backward, optimizer step)")
 
-    step(model, idx, tgt)  # warm-up: loads meta kernels / decompositions (untimed)
-    model.zero_grad(set_to_none=True)
-    t0 = time.perf_counter()
-    step(model, idx, tgt)
-    print(f"untracked forward+backward on meta: {time.perf_counter() - t0:.2f} s wall")
-    model.zero_grad(set_to_none=True)
+    def step():
+        _train_step(model, inputs, targets, cross_entropy, opt)
 
-    tr = StorageTracker().track_module(model).track(idx, tgt)
-    t0 = time.perf_counter()
-    with tr:
-        with tr.phase("forward"):
-            loss = F.cross_entropy(model(idx).flatten(0, 1), tgt.flatten())
-        with tr.phase("backward"):
-            loss.backward()
-            del loss
-    wall = time.perf_counter() - t0
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
-    print(f"StorageTracker forward+backward: {wall:.2f} s wall")
-    for name, (peak, end) in tr.phase_table("meta").items():
-        print(f"  {name:9s} peak {peak:,} B = {peak / 2**30:.2f} GiB = {peak / 1e9:.2f} GB;"
-              f" end {end:,} B")
-    print(f"  live storages tracked at the end: {len(tr._live):,}")
-    print(f"peak process RSS: {rss / 2**20:.0f} MiB")
+    peaks: dict[str, int] = {}
 
-    if a.memtracker:
-        from torch.distributed._tools.mem_tracker import MemTracker
-        model.zero_grad(set_to_none=True)
-        mt = MemTracker()
-        mt.track_external(model, idx, tgt)
-        t0 = time.perf_counter()
-        with mt:
-            step(model, idx, tgt)
-        wall = time.perf_counter() - t0
-        peak = mt.get_tracker_snapshot("peak")[torch.device("meta")]["Total"]
-        print(f"torch MemTracker forward+backward: {wall:.2f} s wall, peak {peak:,} B")
+    def storage_tracker():
+        tracker = StorageTracker().track_module(model).track_optimizer(opt).track(inputs, targets)
+        with tracker:
+            _train_step(model, inputs, targets, cross_entropy, opt, tracker.phase)
+        peaks["StorageTracker"] = max(p.peak for p in tracker.phase_table("meta").values())
+
+    def mem_tracker():
+        tracker = MemTracker()
+        tracker.track_external(model, opt, inputs, targets)
+        with tracker:
+            step()
+        peaks["MemTracker"] = tracker.get_tracker_snapshot("peak")[torch.device("meta")]["Total"]
+
+    step()  # first-call costs (lazy imports, meta kernels) are paid here, untimed
+    times: dict[str, list[tuple[float, float]]] = {"untracked": [], "StorageTracker": [], "MemTracker": []}
+    for i in range(max(a.runs, a.mem_tracker_runs)):
+        if i < a.runs:
+            times["untracked"].append(timed(step))
+            times["StorageTracker"].append(timed(storage_tracker))
+        if i < a.mem_tracker_runs:
+            times["MemTracker"].append(timed(mem_tracker))
+    medians = {}
+    for name, runs in times.items():
+        walls, cpus = zip(*runs)
+        medians[name] = statistics.median(walls), statistics.median(cpus)
+        print(f"{name:15s} median {medians[name][0]:6.2f} s wall (min {min(walls):.2f}, max {max(walls):.2f}) · "
+              f"{medians[name][1]:6.2f} s CPU · {len(runs)} runs")
+    ours, theirs, floor = medians["StorageTracker"], medians["MemTracker"], medians["untracked"]
+    print(f"MemTracker / StorageTracker: {theirs[0] / ours[0]:.1f}x wall, {theirs[1] / ours[1]:.1f}x CPU; "
+          f"StorageTracker / untracked: {ours[0] / floor[0]:.2f}x wall, {ours[1] / floor[1]:.2f}x CPU")
+    agree = "agree" if peaks["StorageTracker"] == peaks["MemTracker"] else "DIFFER"
+    print(f"peak bytes: StorageTracker {peaks['StorageTracker']:,} · MemTracker {peaks['MemTracker']:,} ({agree})")
+    print(f"peak process RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
 
 
 if __name__ == "__main__":
