@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 
 from .config import AccountingError
-
 from .names import DTYPE_BYTES  # noqa: F401  (re-exported: the byte sizes live in names.py)
 
 UNIT_BYTES = {
