@@ -81,12 +81,13 @@ class DefaultGroup(click.Group):
     """``lm-account gpt2-xl ...`` runs ``account`` when the first word is a preset or a path.
 
     Any other first word is a mistyped command or preset: exit 2 with a "did you mean" that
-    considers both."""
+    considers both (a bare name that exists on disk goes on to ``load_config``, which asks for
+    ``./name``)."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if args and not args[0].startswith("-") and args[0] not in self.commands:
             word = args[0]
-            if word not in preset_names() and not is_config_path(word):
+            if word not in preset_names() and not is_config_path(word) and not os.path.lexists(word):
                 choices = [*self.commands, *preset_names()]
                 close = difflib.get_close_matches(word, choices, n=1, cutoff=0.5)
                 hint = f"; did you mean '{close[0]}'?" if close else ""
@@ -266,8 +267,9 @@ def sweep_cmd(presets: Sequence[str], contexts: str, batch: int, dtype: str, opt
 
     from .sweep import parse_contexts, sweep
     from .units import parse_size, size_label
-    from .views.sweep import write_sweep
+    from .views.sweep import check_sweep_out, write_sweep
 
+    check_sweep_out(out)  # a bad --out fails before any computation
     budget_bytes = parse_size(budget)
     configs = [load_config(p) for p in presets]
     result = sweep(configs, parse_contexts(contexts), batch, dtype=dtype, optimizer=optimizer, budget=budget_bytes,

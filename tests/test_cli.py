@@ -193,7 +193,7 @@ def test_binary_and_directory_paths(run_cli, tmp_path):
     (["train-time", "gpt2-xl", "--mfu", "nan"], "mfu must be in (0, 1]"),
     (["train-time", "gpt2-xl", "--gpu", "a10"], "unknown GPU 'a10'; did you mean 'a100'?"),
     (["sweep", "gpt2-small", "gpt2-small", "--contexts", "256"], "two models are named 'gpt2-small'"),
-    (["sweep", "gpt2-small", "--contexts", "1:100000000:+1"], "more than 10,000 contexts"),
+    (["sweep", "gpt2-small", "--contexts", "1:100000000:+1"], "more than 1,000 contexts"),
 ])
 def test_absurd_input_is_refused_on_one_line(run_cli, tmp_path, args, needle):
     r = run_cli(*args, *(["--out", tmp_path] if args[0] == "sweep" else []))

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..account import Account, account
-from ..analytic.capacity import PeakLine, StepPeakLines, peak_lines_in_batch
+from ..analytic.capacity import StepPeakLines, peak_lines_in_batch
 from ..analytic.course import course_linear_in_batch, max_batch
 from ..analytic.params import parameter_breakdown
 from ..analytic.replay import predict_training_step
@@ -46,13 +46,6 @@ class Answers:
     measured_step: StepMemory | None
     adamw: list[dict[str, Any]]
     training: list[dict[str, Any]]
-
-    @property
-    def exact_linear(self) -> PeakLine:
-        """Deprecated (until ``course/assignment.py`` reads ``exact_lines``): the line that sets
-        the step's peak at the largest batch that fits 80 GB."""
-        batch = max(self.exact_max_batch, 1)
-        return self.exact_lines.phase(self.exact_lines.phase_at(batch)).line_at(batch)
 
     @property
     def adamw_default(self) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..output import SAFE_NAME, atomic_dir, write_atomic, write_json, write_table_files
 from ..views.account import breakdown_table
-from ..views.crosscheck import crosscheck_tables
+from ..views.crosscheck import crosscheck_view
 from ..views.sweep import SWEEP_FILES, write_sweep
 from .answer_tables import (
     adamw_table,
@@ -63,7 +63,7 @@ def _write_report_files(out: Path, live: bool, plots: bool, progress: bool) -> t
     paths += write_table_files(tables / "training_days", [training_table(ans)], ans.training)
     paths += write_table_files(tables / "exact_memory_xl", [exact_memory_table(ans)])
     for seq, cc in ans.crosschecks.items():
-        _, cc_tables, _ = crosscheck_tables(cc)
+        cc_tables = crosscheck_view(cc).tables
         paths += write_table_files(tables / f"xl_crosscheck_{seq}", cc_tables[:2])
     paths += write_sweep(ans.sweep, out / "sweep", BUDGETS["80 GB"], "80 GB", plots=plots, atomic=False)
     paths.append(write_json(out / "answers.json", answers_json(ans)))
@@ -91,8 +91,7 @@ def answers_json(ans: Answers) -> dict[str, Any]:
             "c": {**ans.adamw_default, "alternatives": ans.adamw},
             "d": {"days": ans.training[0]["days"], "alternatives": ans.training},
         },
-        "exact_memory": {"a_bytes": ans.exact_linear.a, "b_bytes": ans.exact_linear.b,
-                         "max_batch_80GB": ans.exact_max_batch},
+        "exact_memory": {"peak_lines": ans.exact_lines.to_dict(), "max_batch_80GB": ans.exact_max_batch},
         "sizes": list(SIZES),
     }
 

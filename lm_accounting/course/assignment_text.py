@@ -6,7 +6,7 @@ from ..analytic.course import COURSE_BYTES, course_activation_breakdown, course_
 from ..sweep import GROUPS
 from ..units import fmt_bytes, fmt_share
 from ..views.account import breakdown_table
-from ..views.crosscheck import crosscheck_tables
+from ..views.crosscheck import crosscheck_view
 from .answer_tables import (
     _md,
     adamw_table,
@@ -46,7 +46,8 @@ def _verdicts(ans: Answers) -> str:
 def _crosscheck(ans: Answers, seq: int) -> str:
     if seq not in ans.crosschecks:
         return "_Live cross-check skipped (`--no-live`)._"
-    _, tables, footer = crosscheck_tables(ans.crosschecks[seq])
+    view = crosscheck_view(ans.crosschecks[seq])
+    tables, footer = view.tables, view.footer
     return _md(tables[0]) + "\n\n" + footer[0]
 
 

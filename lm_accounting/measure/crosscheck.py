@@ -145,10 +145,9 @@ def crosscheck(cfg: ModelConfig, seq: int | None = None, batch: int = 1, device:
     unknown = [name for name in counters if name not in COUNTERS]
     if unknown or not counters:
         raise AccountingError(f"unknown counter '{unknown[0] if unknown else ''}' (valid: {', '.join(COUNTERS)})")
-    from . import devices
+    from .devices import check_live_run
 
-    if hasattr(devices, "check_live_run"):  # TEMPORARY until the guard lands (remove this line)
-        devices.check_live_run(run, seq, batch, device, "this cross-check", backward=backward)
+    check_live_run(run, seq, batch, device, "this cross-check", backward=backward)
     import torch
 
     from ..model import build_model, random_tokens

@@ -78,7 +78,3 @@ def crosscheck_view(cc: CrossCheck) -> View:
         f"RESULT: {len(problems)} mismatch(es):", *[f"  - {p}" for p in problems]]
     return View(header, tables, footer)
 
-
-def crosscheck_tables(cc: CrossCheck) -> tuple[list[str], list[Table], list[str]]:  # TEMPORARY: callers move to crosscheck_view
-    view = crosscheck_view(cc)
-    return view.header, view.tables, view.footer
