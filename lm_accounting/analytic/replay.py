@@ -28,6 +28,7 @@ from ..config import AccountingError, ModelConfig
 from ..names import DEVICES, DTYPE_BYTES
 from ..phases import PHASES, PhaseBytes, StepMemory
 from .params import parameter_breakdown
+from ..setup import TrainingSetup
 from .sizes import Sizes, check_batch_seq
 
 
@@ -165,13 +166,25 @@ def _norm_forward(r: _Replay, z: Sizes, rows: int, width: int) -> None:
         r(+rows * width * z.e, -X)  # cast back to the model dtype
 
 
-def _norm_backward(r: _Replay, z: Sizes, rows: int, width: int, residual: bool) -> None:
-    """RMSNorm backward; with ``residual`` the input's gradient joins the residual stream's."""
+def _norm_backward(
+    r: _Replay, z: Sizes, rows: int, width: int, residual: bool, frame: tuple[int, ...] = (), rerun: bool = False
+) -> None:
+    """RMSNorm backward; with ``residual`` the input's gradient joins the residual stream's.
+    ``frame``: bytes a checkpoint frame releases when this norm's saved input (the block input) goes.
+    ``rerun``: the norm ran again inside a checkpoint; its saved tensors are only unpacked (held by
+    no ``SavedVariable``), so they die as soon as the node's formula returns."""
     X, R, Xe = rows * width * 4, rows * 4, rows * width * z.e
-    if z.e != 4:
+    if z.e != 4 and rerun:
+        r(+X, -Xe)  # grad to fp32
+        # grad·g; grad·y; the rerun's y and g copy die with the node (only unpacked, never kept); Σ -> dg
+        r(+X, +X, -X, -width * 4, +width * 4, -X, -X)
+        r(+width * z.e, -width * 4)  # dg to the parameter dtype
+    elif z.e != 4:
         r(+X, -Xe)  # grad to fp32
         r(+X, +X, +width * 4, -X, -X, -width * 4, -X)  # grad·g; grad·y; Σ -> dg (fp32)
         r(+width * z.e, -width * 4)  # dg to the parameter dtype
+    elif rerun:
+        r(+X, +X, -X, +width * 4, -X, -X)  # grad·g; grad·y; the rerun's y dies first; Σ -> dg (kept)
     else:
         r(+X, +X, +width * 4, -X, -X, -X)  # grad·g; grad·y; Σ -> dg (kept); y released
     r(+X, +X, +R, -X, -X)  # d(x·r)/dx = grad_y·r; grad_y·x; Σ -> d rsqrt
@@ -179,7 +192,7 @@ def _norm_backward(r: _Replay, z: Sizes, rows: int, width: int, residual: bool) 
         r(+X, -X, -X)  # first part joins the residual stream's gradient
     r(+R, +R, +R, -R, -R, -R, -R)  # rsqrt backward: -½·r³·grad; rsqrt released
     r(+X, -R)  # mean backward: expand / width
-    r(+X, +X, +X, -X, -X, -X, -X)  # pow backward: 2·x·grad; x released
+    r(+X, +X, +X, -X, -X, -X, *(-b for b in frame), -X)  # pow backward: 2·x·grad; x released (and a checkpoint frame)
     r(+X, -X, -X)  # sum of the two paths
     if z.e != 4:
         r(+Xe, -X)  # back to the model dtype
@@ -207,7 +220,9 @@ def _rope_backward(r: _Replay, z: Sizes, width: int) -> None:
     r(+2 * H, -H, +2 * H, -H, +2 * H, -2 * H, -2 * H)  # scatter back into the strided halves
 
 
-def _layer_forward(r: _Replay, z: Sizes) -> None:
+def _layer_forward(r: _Replay, z: Sizes, recompute: bool = False) -> None:
+    """One block, autograd saving what its formulas need.  ``recompute``: the backward-time rerun of
+    a fully checkpointed block, which stops once its last saved tensor is packed again."""
     c, T, Td, Tq, Tkv, Tf = z.cfg, z.T, z.act(z.cfg.d_model), z.act(z.cfg.q_dim), z.act(z.cfg.kv_dim), z.act(z.cfg.d_ff)
     Sc, Sr = z.scores, z.score_rows
     _norm_forward(r, z, T, c.d_model)  # ln1
@@ -220,49 +235,140 @@ def _layer_forward(r: _Replay, z: Sizes) -> None:
     _rope_forward(r, z, c.q_dim)
     _rope_forward(r, z, c.kv_dim)
     r(-Tkv, -Tq)  # un-rotated q, k die (RoPE saves only its tables)
-    r(+Sc, +Sc, -Sc)  # QKᵀ; · 1/√d_head; raw scores die
-    r(+z.e, +Sc, -z.e, -Sc)  # where(mask, scores, -inf)
-    r(+Sr, +Sc, -Sr)  # softmax: z = x − max(x)
-    r(+Sc, +Sr, +Sc, -Sc)  # exp (saved); Σ (saved); divide (saved by AV)
-    r(+Tkv, +Tq, -Sc)  # V made contiguous (saved); AV; masked scores die
-    r(+Tq, -Tq)  # merge heads (saved by output_proj)
-    r(+Td, -Tkv, +Td, -Td)  # output projection; v dies; residual add
+    if z.sdpa:
+        r(+Tq, +z.lse)  # flash kernel: output (B, h, S, d_head) and logsumexp (B, h, S) fp32, both saved
+        r(+Tq)  # merge heads: the transposed output copied (saved by output_proj)
+        r(+Td, +Td, -Td)  # output projection; residual add; the projection's output dies
+    else:
+        r(+Sc, +Sc, -Sc)  # QKᵀ; · 1/√d_head; raw scores die
+        r(+z.e, +Sc, -z.e, -Sc)  # where(mask, scores, -inf)
+        r(+Sr, +Sc, -Sr)  # softmax: z = x − max(x)
+        r(+Sc, +Sr, +Sc, -Sc)  # exp (saved); Σ (saved); divide (saved by AV)
+        r(+Tkv, +Tq, -Sc)  # V made contiguous (saved); AV; masked scores die
+        r(+Tq, -Tq)  # merge heads (saved by output_proj)
+        r(+Td, -Tkv, +Td, -Td)  # output projection; v dies; residual add
     _norm_forward(r, z, T, c.d_model)  # ln2
-    r(+Tf, +Tf, +Tf, +Tf, +Tf, +Td)  # w1, sigmoid, silu, w3, gate (all saved), w2
+    r(+Tf, +Tf, +Tf, +Tf, +Tf)  # w1, sigmoid, silu, w3, gate (all saved)
+    if recompute:  # checkpoint's early stop: w2's inputs were the block's last saved tensors
+        if z.e != 4:
+            r(-Td)  # 16-bit: the middle stream (unsaved: ln2 kept an fp32 copy) dies as the rerun unwinds
+        return
+    r(+Td)  # w2
     r(+Td, -Td)  # residual add
     if z.e != 4:
         r(-Td, -Td)  # 16-bit: the block's input and middle stream die (norms kept fp32 copies)
 
 
-def _layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool) -> None:
+def _norm_forward_unsaved(r: _Replay, z: Sizes, rows: int, width: int) -> None:
+    """RMSNorm forward where autograd keeps nothing (inside a full checkpoint): every tensor lives
+    as long as Python holds it (the locals die when ``RMSNorm.forward`` returns)."""
+    X, R = rows * width * 4, rows * 4
+    if z.e == 4:
+        r(+X, +R, -X, +R, -R, +R, -R)  # pow; mean; square dies; + eps; mean dies; rsqrt; sum dies
+        r(+X, -R, +X, -X)  # y = x·rsqrt; rsqrt dies; y·g; y dies on return
+    else:
+        r(+X, +X, +R, -X, +R, -R, +R, -R)  # x.to(fp32); pow; mean; square dies; + eps; rsqrt
+        r(+X, -R, +width * 4, +X, -width * 4)  # y; rsqrt dies; g.to(fp32); y·g; g copy dies
+        r(+rows * width * z.e, -X, -X, -X)  # cast back; y·g, y and the fp32 input die on return
+
+
+def _rope_forward_unsaved(r: _Replay, z: Sizes, width: int) -> None:
+    """RoPE where autograd keeps nothing: the cos/sin rows and both halves die on return."""
+    H, cs = z.act(width) // 2, z.rope_table
+    for _ in ("cos", "sin"):
+        if z.e == 4:
+            r(+cs)  # table rows
+        else:
+            r(+cs * 4 // z.e, +cs, -cs * 4 // z.e)  # fp32 rows, cast
+    r(+H, +H, +H, -H, -H)  # x_even·cos − x_odd·sin
+    r(+H, +H, +H, -H, -H)  # x_even·sin + x_odd·cos
+    r(+2 * H, -cs, -cs, -H, -H)  # stack + flatten; cos, sin and the two halves die on return
+
+
+def _layer_forward_unsaved(r: _Replay, z: Sizes) -> None:
+    """One block inside ``torch.utils.checkpoint`` (full): autograd saves nothing, only the block's
+    input is kept (by the checkpoint); every other tensor dies when Python drops it."""
     c, T, Td, Tq, Tkv, Tf = z.cfg, z.T, z.act(z.cfg.d_model), z.act(z.cfg.q_dim), z.act(z.cfg.kv_dim), z.act(z.cfg.d_ff)
     Sc, Sr = z.scores, z.score_rows
+    _norm_forward_unsaved(r, z, T, c.d_model)  # ln1
+    r(+Tq, +Tkv, +Tkv)  # q, k, v projections
+    if c.qk_norm:
+        _norm_forward_unsaved(r, z, T * c.num_heads, c.d_head)
+        _norm_forward_unsaved(r, z, T * c.kv_heads, c.d_head)
+        r(-Tq, -Tkv)  # the projections die (q, k rebound to the normed heads)
+    _rope_forward_unsaved(r, z, c.q_dim)
+    _rope_forward_unsaved(r, z, c.kv_dim)
+    r(-Tkv, -Tq)  # un-rotated q, k die
+    if z.sdpa:
+        r(+Tq, +z.lse, -z.lse)  # flash kernel: output; the logsumexp dies on return
+        r(+Tq, -Tq)  # merge heads (a copy); the kernel's output dies
+    else:
+        r(+Sc, +Sc, -Sc)  # QKᵀ; · 1/√d_head; raw scores die
+        r(+z.e, +Sc, -z.e, -Sc)  # where(mask, scores, -inf); scaled scores die
+        r(+Sr, +Sc, -Sr, +Sc, +Sr, +Sc, -Sr, -Sc, -Sc)  # softmax; z and exp die on return
+        r(+Tkv, +Tq, -Tkv, -Sc, -Sc)  # V contiguous; AV; V copy, masked scores and probs die
+        r(+Tq, -Tq)  # merge heads (a copy); AV output dies
+    r(+Td, -Tq, -Tkv, -Tkv, -Tq, -Td)  # output projection; q, k, v, merged heads and ln1 output die
+    r(+Td, -Td)  # residual add; attention output dies
+    _norm_forward_unsaved(r, z, T, c.d_model)  # ln2
+    r(+Tf, +Tf, +Tf, -Tf, -Tf)  # w1; sigmoid; silu; sigmoid and w1 output die
+    r(+Tf, +Tf, -Tf, -Tf)  # w3; gate; silu and w3 output die
+    r(+Td, -Tf, -Td)  # w2; gate and ln2 output die
+    r(+Td, -Td, -Td)  # residual add; FFN output and middle stream die
+
+
+def _layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool) -> None:
+    """One block's backward (layer 0 is ``last``).  Under full checkpointing the block is first
+    rerun (``_layer_forward(recompute=True)``), and the last frame to die, layer 0's, releases the
+    positions and the causal mask that every block's recompute closure held."""
+    c, T, Td, Tq, Tkv, Tf = z.cfg, z.T, z.act(z.cfg.d_model), z.act(z.cfg.q_dim), z.act(z.cfg.kv_dim), z.act(z.cfg.d_ff)
+    Sc, Sr = z.scores, z.score_rows
+    checkpointed = z.setup.checkpoint != "none"
+    rerun = z.setup.checkpoint == "full"
+    if rerun:
+        _layer_forward(r, z, recompute=True)
+    frame: tuple = ()  # what a checkpoint frame holds, released with the block input's last saved holder
+    if checkpointed and last:
+        frame = (8 * z.seq,) if z.sdpa else (8 * z.seq, z.seq * z.seq)  # positions (and mask), shared by all
+    if checkpointed and z.e != 4:
+        frame += (Td,)  # 16-bit: the block input itself (fp32: it is ln1's saved input, released there)
     r(+p["ffn.w2"], +Tf, -Tf)  # w2: dW, d(gate); gate product released
     r(+Tf, +Tf, -Tf, -Tf, -Tf)  # gate: d silu, d(w3 out)
     r(+p["ffn.w3"], +Td, -Tf)  # w3: dW, dx
     r(+Tf, +Tf, -Tf, -Tf)  # silu = a·σ(a)
     r(+Tf, -Tf, -Tf, +Tf, -Tf, -Tf)  # sigmoid backward; sum of the two paths
     r(+p["ffn.w1"], +Td, -Tf, -Td, +Td, -Td, -Td)  # w1: dW, dx; ln2 output released; dx summed
-    _norm_backward(r, z, T, c.d_model, residual=True)  # ln2
-    r(+p["attn.output_proj"], +Tq, -Tq, +Tq, -Tq)  # output_proj: dW, d(heads); contiguous copy
-    r(+Tkv, +Sc, -Tq, -Tkv, -Sc)  # AV: dV, d(probs); V and probs released
-    r(+Sc, +Sc, +Sc, +Sc, -Sc, -Sc, -Sc)  # divide backward
-    r(+Sc, +Sr, -Sc, -Sc, -Sr, +Sc, -Sc, -Sr)  # Σ backward; paths summed
-    r(+Sc, -Sc, -Sc)  # exp backward; exp released
-    r(+z.e, +Sc, -z.e, -Sc)  # where backward
-    if last:
-        r(-z.seq * z.seq)  # the shared causal mask dies with the last where node
-    r(+Sc, -Sc)  # scale backward
-    r(+Tkv, +Tq, -Sc, -Tkv, -Tq)  # QKᵀ: dK, dQ; rotated k, q released
+    _norm_backward(r, z, T, c.d_model, residual=True, rerun=rerun)  # ln2
+    if z.sdpa:
+        r(+p["attn.output_proj"], +Tq, -Tq)  # output_proj: dW, d(heads); merged heads released
+        # flash backward: dQ, dK, dV; then d(out), q, k, out, v, logsumexp and the output released
+        r(+Tq, +Tkv, +Tkv, -Tq, -Tkv, -Tq, -Tkv, -z.lse, -Tq)
+    else:
+        r(+p["attn.output_proj"], +Tq, -Tq, +Tq, -Tq)  # output_proj: dW, d(heads); contiguous copy
+        r(+Tkv, +Sc, -Tq, -Tkv, -Sc)  # AV: dV, d(probs); V and probs released
+        r(+Sc, +Sc, +Sc, +Sc, -Sc, -Sc, -Sc, +Sc)  # divide backward: d e, d Σ
+        if rerun:  # the rerun's Σ, only unpacked, dies with the divide node, before its grad is summed
+            r(-Sr, +Sr, -Sc, -Sc, +Sc, -Sc, -Sr)  # Σ backward; paths summed
+        else:
+            r(+Sr, -Sc, -Sc, -Sr, +Sc, -Sc, -Sr)  # Σ backward; paths summed
+        r(+Sc, -Sc, -Sc)  # exp backward; exp released
+        r(+z.e, +Sc, -z.e, -Sc)  # where backward
+        if last and not checkpointed:
+            r(-z.seq * z.seq)  # the shared causal mask dies with the last where node
+        r(+Sc, -Sc)  # scale backward
+        r(+Tkv, +Tq, -Sc, -Tkv, -Tq)  # QKᵀ: dK, dQ; rotated k, q released
     _rope_backward(r, z, c.kv_dim)
     _rope_backward(r, z, c.q_dim)
     if c.qk_norm:
-        _norm_backward(r, z, T * c.kv_heads, c.d_head, residual=False)
-        _norm_backward(r, z, T * c.num_heads, c.d_head, residual=False)
-    r(+Tkv, -Tkv, +p["attn.v_proj"], +Td, -Tkv)  # v_proj (contiguous grad)
+        _norm_backward(r, z, T * c.kv_heads, c.d_head, residual=False, rerun=rerun)
+        _norm_backward(r, z, T * c.num_heads, c.d_head, residual=False, rerun=rerun)
+    if z.sdpa:  # the fused kernel's dV has v's strides, the (B, S, kv, d_head) layout of v_proj's output
+        r(+p["attn.v_proj"], +Td, -Tkv)  # v_proj: dW, dx; dV released
+    else:
+        r(+Tkv, -Tkv, +p["attn.v_proj"], +Td, -Tkv)  # v_proj (contiguous grad)
     r(+Tkv, -Tkv, +p["attn.k_proj"], +Td, -Tkv, +Td, -Td, -Td)  # k_proj; sum into d(ln1 output)
     r(+Tq, -Tq, +p["attn.q_proj"], +Td, -Tq, -Td, +Td, -Td, -Td)  # q_proj; ln1 output released
-    _norm_backward(r, z, T, c.d_model, residual=True)  # ln1
+    _norm_backward(r, z, T, c.d_model, residual=True, frame=frame, rerun=rerun)  # ln1
 
 
 @dataclass(frozen=True)
@@ -292,23 +398,71 @@ class StepInBatch:
         return StepMemory(self.baseline.at(batch), *(p.at(batch) for p in self.phases().values()))
 
 
+MODES = ("plain", "traced")
+"""``plain``: a run with no Python dispatch mode on cpu or cuda (what a user gets); ``traced``: what
+the storage tracker sees (under any dispatch mode, and on meta, autograd picks out-of-place variants
+of three backward ops)."""
+
+
+def check_mode(mode: str) -> None:
+    if mode not in MODES:
+        raise AccountingError(f"unknown mode '{mode}' (valid: {', '.join(MODES)})")
+
+
 def check_device(device: str) -> None:
     if device not in DEVICES:
         raise AccountingError(f"unknown device '{device}' (valid: {', '.join(DEVICES)})")
 
 
+def as_setup(
+    setup: TrainingSetup | None, dtype: str | None = None, optimizer: str | None = None, default_optimizer: str = "for-loop"
+) -> tuple[TrainingSetup, str]:
+    """One ``TrainingSetup`` (and the dtype name of its parameters) from either a setup or the older
+    ``dtype``/``optimizer`` arguments (``dtype`` "fp32" or a 16-bit dtype = precision "fp32"/"bf16").
+    Given both, they must agree."""
+    if setup is None:
+        dtype = dtype or "fp32"
+        if dtype not in DTYPE_BYTES:
+            raise AccountingError(f"unknown dtype '{dtype}'")
+        precision = "fp32" if DTYPE_BYTES[dtype] == 4 else "bf16"
+        return TrainingSetup(precision=precision, optimizer=optimizer or default_optimizer), dtype
+    if dtype is not None and DTYPE_BYTES.get(dtype) != DTYPE_BYTES[setup.param_dtype]:
+        raise AccountingError(f"dtype {dtype!r} contradicts precision {setup.precision!r}")
+    if optimizer is not None and optimizer != setup.optimizer:
+        raise AccountingError(f"optimizer {optimizer!r} contradicts the setup's {setup.optimizer!r}")
+    return setup, dtype or setup.param_dtype
+
+
 def replay_training_step(
-    cfg: ModelConfig, seq: int, dtype: str = "fp32", optimizer: str = "for-loop", device: str = "meta"
+    cfg: ModelConfig,
+    seq: int,
+    dtype: str | None = None,
+    optimizer: str | None = None,
+    device: str = "meta",
+    *,
+    setup: TrainingSetup | None = None,
+    mode: str = "traced",
 ) -> StepInBatch:
     """Replay one training step with the batch B as a variable (see the module docstring).
+
+    ``setup`` picks attention, checkpointing, precision and AdamW (or, as before, ``dtype`` and
+    ``optimizer``: pure fp32/bf16, naive attention, no checkpointing).  ``mode``: "traced" is
+    what the storage tracker (any Python dispatch mode, and every meta run) sees; "plain" is a
+    run with no dispatch mode on cpu/cuda, where autograd does three backward ops in place
+    (``plain_run_savings``).
 
     The baseline is the parameters, AdamW m and v, the RoPE tables and the input and target
     ids, plus the AdamW step counters that live on ``device`` (``adamw_step_counter_bytes``)."""
     from .memory import adamw_step_counter_bytes, adamw_step_temporary_bytes
 
+    setup, dtype = as_setup(setup, dtype, optimizer)
+    optimizer = setup.optimizer
+    if setup.checkpoint == "selective" or setup.precision == "amp-bf16":
+        raise AccountingError(f"the exact replay does not cover {setup.label} yet")
+    check_mode(mode)
     check_batch_seq(1, seq)
     check_device(device)
-    z = Sizes(cfg, Affine(1), seq, DTYPE_BYTES[dtype])  # the batch B, symbolic
+    z = Sizes(cfg, Affine(1), seq, DTYPE_BYTES[dtype], setup)  # the batch B, symbolic
     c, e, T = cfg, z.e, z.T
     pb = parameter_breakdown(cfg)
     params = pb.total * e
@@ -319,11 +473,18 @@ def replay_training_step(
     Td, TV, Tr, emb = z.act(c.d_model), z.act(c.vocab_size), z.act(1), pb["token_embeddings"].total * e
 
     r = _Replay(baseline)
-    r(+8 * seq, +seq * seq, +seq * seq, -seq * seq)  # positions; ones(S, S).tril() (the mask)
+    r(+8 * seq)  # positions
+    if not z.sdpa:
+        r(+seq * seq, +seq * seq, -seq * seq)  # ones(S, S).tril(): the causal mask (the fused kernel needs none)
     r(+Td)  # embedding lookup
-    _repeat(r, c.num_layers, lambda q: _layer_forward(q, z))
+    if z.setup.checkpoint == "full":
+        _repeat(r, c.num_layers, lambda q: _layer_forward_unsaved(q, z))
+    else:
+        _repeat(r, c.num_layers, lambda q: _layer_forward(q, z))
     _norm_forward(r, z, T, c.d_model)  # ln_final
-    r(+TV, -8 * seq)  # logits; positions die
+    r(+TV)  # logits
+    if z.setup.checkpoint == "none":
+        r(-8 * seq)  # positions die with forward's locals (a checkpoint's recompute closure keeps them)
     if e != 4:
         r(-Td)  # 16-bit: the last residual stream dies (ln_final kept an fp32 copy)
     r(+Tr, +TV, -Tr)  # cross-entropy: z = logits − max
@@ -352,12 +513,21 @@ def replay_training_step(
 
 
 def predict_training_step(
-    cfg: ModelConfig, seq: int, batch: int = 1, dtype: str = "fp32", optimizer: str = "for-loop", device: str = "meta"
+    cfg: ModelConfig,
+    seq: int,
+    batch: int = 1,
+    dtype: str | None = None,
+    optimizer: str | None = None,
+    device: str = "meta",
+    *,
+    setup: TrainingSetup | None = None,
+    mode: str = "traced",
 ) -> StepMemory:
-    """Bytes of one training step at ``batch`` on ``device``, exactly as the storage tracker
-    counts them there (``replay_training_step`` evaluated at one batch).
+    """Bytes of one training step at ``batch`` on ``device`` (``replay_training_step`` at one batch).
 
+    ``mode="traced"`` (the default: this function's meaning since it exists) is exactly what the
+    storage tracker counts; ``mode="plain"`` is a run with no dispatch mode (what a GPU user gets).
     ``device`` matters only for the AdamW step counters (``adamw_step_counter_bytes``): on
     ``cpu`` the for-loop and foreach implementations keep them on the CPU, with the model."""
     check_batch_seq(batch, seq)
-    return replay_training_step(cfg, seq, dtype, optimizer, device).at(batch)
+    return replay_training_step(cfg, seq, dtype, optimizer, device, setup=setup, mode=mode).at(batch)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from ..config import ModelConfig, check_positive_int
 from ..names import DTYPE_BYTES
+from ..setup import TrainingSetup
 
 
 def check_batch_seq(batch: int, seq: int) -> None:
@@ -36,12 +37,29 @@ class Sizes:
     cfg: ModelConfig
     batch: int = 1
     seq: int = 1
-    e: int = 4  # bytes per element of the model dtype
+    e: int = 4  # bytes per element of the model dtype (the parameters' dtype)
+    setup: TrainingSetup = TrainingSetup()  # attention kernel, checkpointing, precision
 
     @classmethod
-    def of(cls, cfg: ModelConfig, seq: int, batch: int = 1, dtype: str = "fp32") -> "Sizes":
+    def of(
+        cls, cfg: ModelConfig, seq: int, batch: int = 1, dtype: str = "fp32", setup: TrainingSetup | None = None
+    ) -> "Sizes":
+        """Sizes of one run; with ``setup`` the element size is the setup's parameter dtype."""
         check_batch_seq(batch, seq)
-        return cls(cfg, batch, seq, DTYPE_BYTES[dtype])
+        if setup is not None:
+            dtype = setup.param_dtype
+        else:
+            setup = TrainingSetup(precision="bf16" if DTYPE_BYTES[dtype] == 2 else "fp32")
+        return cls(cfg, batch, seq, DTYPE_BYTES[dtype], setup)
+
+    @property
+    def sdpa(self) -> bool:
+        return self.setup.attention == "sdpa"
+
+    @property
+    def lse(self) -> int:
+        """The fused kernel's logsumexp, (B, h, S) fp32 whatever the model dtype."""
+        return self.batch * self.cfg.num_heads * self.seq * 4
 
     @property
     def T(self) -> int:
