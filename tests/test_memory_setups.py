@@ -26,7 +26,7 @@ VARIANTS = {
     "gqa+tied": {"tie_embeddings": True},
     "mha": {"num_kv_heads": None, "head_dim": None, "d_model": 24},
 }
-ATTENTIONS, CHECKPOINTS, PRECISIONS = ("naive", "sdpa"), ("none", "full"), ("fp32", "bf16")
+ATTENTIONS, CHECKPOINTS, PRECISIONS = ("naive", "sdpa"), ("none", "full", "selective"), ("fp32", "bf16")
 SETUPS = [
     TrainingSetup(attention=a, checkpoint=c, precision=p, optimizer=o)
     for a, c, p, o in product(ATTENTIONS, CHECKPOINTS, PRECISIONS, ("for-loop", "foreach"))

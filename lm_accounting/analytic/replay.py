@@ -220,13 +220,16 @@ def _rope_backward(r: _Replay, z: Sizes, width: int) -> None:
     r(+2 * H, -H, +2 * H, -H, +2 * H, -2 * H, -2 * H)  # scatter back into the strided halves
 
 
-def _layer_forward(r: _Replay, z: Sizes, recompute: bool = False) -> None:
+def _layer_forward(r: _Replay, z: Sizes, recompute: bool = False, cached: bool = False) -> None:
     """One block, autograd saving what its formulas need.  ``recompute``: the backward-time rerun of
-    a fully checkpointed block, which stops once its last saved tensor is packed again."""
+    a checkpointed block, which stops once its last saved tensor is packed again (w2's inputs).
+    ``cached`` (selective): the rerun takes mm, bmm and fused-attention outputs from the SAC cache
+    instead of computing them, so ``n = 0`` drops those allocations."""
     c, T, Td, Tq, Tkv, Tf = z.cfg, z.T, z.act(z.cfg.d_model), z.act(z.cfg.q_dim), z.act(z.cfg.kv_dim), z.act(z.cfg.d_ff)
     Sc, Sr = z.scores, z.score_rows
+    n = 0 if cached else 1  # 0: a matmul output handed back by the SAC cache
     _norm_forward(r, z, T, c.d_model)  # ln1
-    r(+Tq, +Tkv, +Tkv)  # q, k, v projections
+    r(+Tq * n, +Tkv * n, +Tkv * n)  # q, k, v projections
     if c.qk_norm:
         _norm_forward(r, z, T * c.num_heads, c.d_head)
         _norm_forward(r, z, T * c.kv_heads, c.d_head)
@@ -236,19 +239,19 @@ def _layer_forward(r: _Replay, z: Sizes, recompute: bool = False) -> None:
     _rope_forward(r, z, c.kv_dim)
     r(-Tkv, -Tq)  # un-rotated q, k die (RoPE saves only its tables)
     if z.sdpa:
-        r(+Tq, +z.lse)  # flash kernel: output (B, h, S, d_head) and logsumexp (B, h, S) fp32, both saved
+        r(+Tq * n, +z.lse * n)  # flash kernel: output (B, h, S, d_head) and logsumexp (B, h, S) fp32, both saved
         r(+Tq)  # merge heads: the transposed output copied (saved by output_proj)
-        r(+Td, +Td, -Td)  # output projection; residual add; the projection's output dies
+        r(+Td * n, +Td, -Td)  # output projection; residual add; the projection's output dies
     else:
-        r(+Sc, +Sc, -Sc)  # QKᵀ; · 1/√d_head; raw scores die
+        r(+Sc * n, +Sc, -Sc)  # QKᵀ; · 1/√d_head; raw scores die
         r(+z.e, +Sc, -z.e, -Sc)  # where(mask, scores, -inf)
         r(+Sr, +Sc, -Sr)  # softmax: z = x − max(x)
         r(+Sc, +Sr, +Sc, -Sc)  # exp (saved); Σ (saved); divide (saved by AV)
-        r(+Tkv, +Tq, -Sc)  # V made contiguous (saved); AV; masked scores die
+        r(+Tkv, +Tq * n, -Sc)  # V made contiguous (saved); AV; masked scores die
         r(+Tq, -Tq)  # merge heads (saved by output_proj)
-        r(+Td, -Tkv, +Td, -Td)  # output projection; v dies; residual add
+        r(+Td * n, -Tkv, +Td, -Td)  # output projection; v dies; residual add
     _norm_forward(r, z, T, c.d_model)  # ln2
-    r(+Tf, +Tf, +Tf, +Tf, +Tf)  # w1, sigmoid, silu, w3, gate (all saved)
+    r(+Tf * n, +Tf, +Tf, +Tf * n, +Tf)  # w1, sigmoid, silu, w3, gate (all saved)
     if recompute:  # checkpoint's early stop: w2's inputs were the block's last saved tensors
         if z.e != 4:
             r(-Td)  # 16-bit: the middle stream (unsaved: ln2 kept an fp32 copy) dies as the rerun unwinds
@@ -285,36 +288,41 @@ def _rope_forward_unsaved(r: _Replay, z: Sizes, width: int) -> None:
     r(+2 * H, -cs, -cs, -H, -H)  # stack + flatten; cos, sin and the two halves die on return
 
 
-def _layer_forward_unsaved(r: _Replay, z: Sizes) -> None:
-    """One block inside ``torch.utils.checkpoint`` (full): autograd saves nothing, only the block's
-    input is kept (by the checkpoint); every other tensor dies when Python drops it."""
+def _layer_forward_unsaved(r: _Replay, z: Sizes, cached: bool = False) -> None:
+    """One block inside ``torch.utils.checkpoint``: autograd saves nothing, only the block's input is
+    kept (by the checkpoint); every other tensor dies when Python drops it.  ``cached`` (selective
+    checkpointing): the outputs of mm, bmm and the fused kernel are also kept, in the SAC cache
+    (``torch.utils.checkpoint`` ``_CachingTorchDispatchMode``), until the backward's rerun takes them.
+    ``k = 0`` marks a free that the cache prevents."""
     c, T, Td, Tq, Tkv, Tf = z.cfg, z.T, z.act(z.cfg.d_model), z.act(z.cfg.q_dim), z.act(z.cfg.kv_dim), z.act(z.cfg.d_ff)
     Sc, Sr = z.scores, z.score_rows
+    k = 0 if cached else 1  # 0: a matmul output the SAC cache keeps alive
     _norm_forward_unsaved(r, z, T, c.d_model)  # ln1
     r(+Tq, +Tkv, +Tkv)  # q, k, v projections
     if c.qk_norm:
         _norm_forward_unsaved(r, z, T * c.num_heads, c.d_head)
         _norm_forward_unsaved(r, z, T * c.kv_heads, c.d_head)
-        r(-Tq, -Tkv)  # the projections die (q, k rebound to the normed heads)
+        r(-Tq * k, -Tkv * k)  # the projections die (q, k rebound to the normed heads)
     _rope_forward_unsaved(r, z, c.q_dim)
     _rope_forward_unsaved(r, z, c.kv_dim)
-    r(-Tkv, -Tq)  # un-rotated q, k die
+    unrotated = 1 if c.qk_norm else k  # the normed heads always die; bare projections only uncached
+    r(-Tkv * unrotated, -Tq * unrotated)  # un-rotated q, k die
     if z.sdpa:
-        r(+Tq, +z.lse, -z.lse)  # flash kernel: output; the logsumexp dies on return
-        r(+Tq, -Tq)  # merge heads (a copy); the kernel's output dies
+        r(+Tq, +z.lse, -z.lse * k)  # flash kernel: output; the logsumexp dies on return
+        r(+Tq, -Tq * k)  # merge heads (a copy); the kernel's output dies
     else:
-        r(+Sc, +Sc, -Sc)  # QKᵀ; · 1/√d_head; raw scores die
+        r(+Sc, +Sc, -Sc * k)  # QKᵀ; · 1/√d_head; raw scores die
         r(+z.e, +Sc, -z.e, -Sc)  # where(mask, scores, -inf); scaled scores die
         r(+Sr, +Sc, -Sr, +Sc, +Sr, +Sc, -Sr, -Sc, -Sc)  # softmax; z and exp die on return
         r(+Tkv, +Tq, -Tkv, -Sc, -Sc)  # V contiguous; AV; V copy, masked scores and probs die
-        r(+Tq, -Tq)  # merge heads (a copy); AV output dies
-    r(+Td, -Tq, -Tkv, -Tkv, -Tq, -Td)  # output projection; q, k, v, merged heads and ln1 output die
-    r(+Td, -Td)  # residual add; attention output dies
+        r(+Tq, -Tq * k)  # merge heads (a copy); AV output dies
+    r(+Td, -Tq, -Tkv, -Tkv * k, -Tq, -Td)  # output projection; q, k, v, merged heads and ln1 output die
+    r(+Td, -Td * k)  # residual add; attention output dies
     _norm_forward_unsaved(r, z, T, c.d_model)  # ln2
-    r(+Tf, +Tf, +Tf, -Tf, -Tf)  # w1; sigmoid; silu; sigmoid and w1 output die
-    r(+Tf, +Tf, -Tf, -Tf)  # w3; gate; silu and w3 output die
+    r(+Tf, +Tf, +Tf, -Tf, -Tf * k)  # w1; sigmoid; silu; sigmoid and w1 output die
+    r(+Tf, +Tf, -Tf, -Tf * k)  # w3; gate; silu and w3 output die
     r(+Td, -Tf, -Td)  # w2; gate and ln2 output die
-    r(+Td, -Td, -Td)  # residual add; FFN output and middle stream die
+    r(+Td, -Td * k, -Td)  # residual add; FFN output and middle stream die
 
 
 def _layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool) -> None:
@@ -324,12 +332,14 @@ def _layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool) -> None
     c, T, Td, Tq, Tkv, Tf = z.cfg, z.T, z.act(z.cfg.d_model), z.act(z.cfg.q_dim), z.act(z.cfg.kv_dim), z.act(z.cfg.d_ff)
     Sc, Sr = z.scores, z.score_rows
     checkpointed = z.setup.checkpoint != "none"
-    rerun = z.setup.checkpoint == "full"
+    rerun = checkpointed
     if rerun:
-        _layer_forward(r, z, recompute=True)
+        _layer_forward(r, z, recompute=True, cached=z.setup.checkpoint == "selective")
     frame: tuple = ()  # what a checkpoint frame holds, released with the block input's last saved holder
     if checkpointed and last:
         frame = (8 * z.seq,) if z.sdpa else (8 * z.seq, z.seq * z.seq)  # positions (and mask), shared by all
+    if z.setup.checkpoint == "selective":
+        frame += (Td,)  # w2's output, left in the SAC cache by the early-stopping rerun
     if checkpointed and z.e != 4:
         frame += (Td,)  # 16-bit: the block input itself (fp32: it is ln1's saved input, released there)
     r(+p["ffn.w2"], +Tf, -Tf)  # w2: dW, d(gate); gate product released
@@ -457,7 +467,7 @@ def replay_training_step(
 
     setup, dtype = as_setup(setup, dtype, optimizer)
     optimizer = setup.optimizer
-    if setup.checkpoint == "selective" or setup.precision == "amp-bf16":
+    if setup.precision == "amp-bf16":
         raise AccountingError(f"the exact replay does not cover {setup.label} yet")
     check_mode(mode)
     check_batch_seq(1, seq)
@@ -477,8 +487,8 @@ def replay_training_step(
     if not z.sdpa:
         r(+seq * seq, +seq * seq, -seq * seq)  # ones(S, S).tril(): the causal mask (the fused kernel needs none)
     r(+Td)  # embedding lookup
-    if z.setup.checkpoint == "full":
-        _repeat(r, c.num_layers, lambda q: _layer_forward_unsaved(q, z))
+    if z.setup.checkpoint != "none":
+        _repeat(r, c.num_layers, lambda q: _layer_forward_unsaved(q, z, cached=z.setup.checkpoint == "selective"))
     else:
         _repeat(r, c.num_layers, lambda q: _layer_forward(q, z))
     _norm_forward(r, z, T, c.d_model)  # ln_final
