@@ -139,6 +139,28 @@ def format_option(func: Callable[..., Any]) -> Callable[..., Any]:
                         help="table (fits the terminal), markdown, csv (tidy records) or json.")(func)
 
 
+def setup_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--attention/--checkpoint/--precision, resolved to ``setup`` (a ``TrainingSetup``) with ``--optimizer``
+    when the command has one."""
+    from .setup import ATTENTIONS, CHECKPOINTS, PRECISIONS
+
+    @click.option("--attention", type=click.Choice(ATTENTIONS), default="naive", show_default=True,
+                  help="naive: S×S scores kept (the course model); sdpa: torch's fused attention kernel.")
+    @click.option("--checkpoint", type=click.Choice(CHECKPOINTS), default="none", show_default=True,
+                  help="Activation checkpointing per block: none, full, or selective (matmul outputs kept).")
+    @click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True,
+                  help="fp32, pure bf16, or amp-bf16 (fp32 master weights, bf16 autocast compute).")
+    @functools.wraps(func)
+    def wrapper(attention: str, checkpoint: str, precision: str, **kw: Any) -> Any:
+        from .setup import TrainingSetup
+
+        optimizer = kw.get("optimizer", DEFAULT_ADAMW)
+        setup = TrainingSetup(attention=attention, checkpoint=checkpoint, precision=precision, optimizer=optimizer)
+        return func(setup=setup, **kw)
+
+    return wrapper
+
+
 def budget_option(func: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--budget", default=DEFAULT_BUDGET, show_default=True,
                         help="Memory budget with an explicit unit: 80GB (10^9) or 80GiB (2^30).")(func)
@@ -188,14 +210,16 @@ def presets_cmd(fmt: str) -> None:
 @click.option("--device", type=click.Choice(DEVICES), default="meta", show_default=True,
               help="Where to build the live model (meta holds no memory).")
 @click.option("--backward", is_flag=True, help="Also count forward+backward with FlopCounterMode.")
-def crosscheck_cmd(cfg: ModelConfig, context: int | None, batch: int, fmt: str, device: str, backward: bool) -> int:
+@setup_options
+def crosscheck_cmd(cfg: ModelConfig, context: int | None, batch: int, fmt: str, device: str, backward: bool,
+                   setup: Any) -> int:
     """Build the live model and prove the analytic FLOPs and parameters with fvcore and FlopCounterMode.
 
     Exits 1 and names the component if any matmul FLOP count or parameter count differs.
     """
     from .measure.crosscheck import crosscheck
 
-    cc = crosscheck(cfg, context, batch, device=device, backward=backward)
+    cc = crosscheck(cfg, context, batch, device=device, backward=backward, setup=setup)
     emit(cc, fmt)
     return 1 if cc.mismatches() else 0
 
@@ -235,13 +259,14 @@ def memory_cmd(cfg: ModelConfig, context: int | None, batch: int, fmt: str, dtyp
 @click.option("--mfu", type=float, default=0.5, show_default=True, help="Model FLOPs utilisation in (0, 1].")
 @click.option("--method", type=click.Choice(STEP_FLOPS_METHODS), default="3x", show_default=True,
               help="Step FLOPs: 3 × forward, 6·N·D, or the PaLM formula.")
+@setup_options
 def train_time_cmd(cfg: ModelConfig, context: int | None, batch: int, fmt: str, steps: int, gpu: str,
-                   gpu_dtype: str, peak_flops: float | None, mfu: float, method: str) -> None:
+                   gpu_dtype: str, peak_flops: float | None, mfu: float, method: str, setup: Any) -> None:
     """Days to train: step FLOPs × steps / (GPU peak × MFU), plus AdamW step FLOPs."""
     from .train_time import train_time
 
     emit(train_time(cfg, context, batch, steps, gpu=gpu, gpu_dtype=gpu_dtype, peak_flops=peak_flops, mfu=mfu,
-                    method=method), fmt)
+                    method=method, setup=setup), fmt)
 
 
 @cli.command("sweep", short_help="Context-length sweep: tables and plots written to --out.")

@@ -75,6 +75,10 @@ class TrainingSetup:
     def autocast(self) -> bool:
         return self.precision == "amp-bf16"
 
+    def to_dict(self) -> dict[str, str]:
+        return {"attention": self.attention, "checkpoint": self.checkpoint, "precision": self.precision,
+                "optimizer": self.optimizer}
+
     @property
     def label(self) -> str:
         """``sdpa+full+amp-bf16+foreach``: one short name for tables and test ids."""

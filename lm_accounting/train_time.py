@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .analytic.hardware_flops import StepFlops, step_flops as hardware_step_flops
 from .analytic.params import parameter_breakdown
 from .analytic.sizes import at_context
 from .analytic.training import (
@@ -19,6 +20,7 @@ from .analytic.training import (
 from .config import AccountingError, ModelConfig
 from .names import STEP_FLOPS_METHODS
 from .result import Result
+from .setup import TrainingSetup
 
 METHOD_LABELS = {"3x": "3 × forward (backward = 2 × forward)", "6nd": "6·N·D",
                  "palm": "PaLM 6·N_matmul·D + 12·L·h·d_head·S·D"}
@@ -40,10 +42,18 @@ class TrainTime(Result):
     method: str  # the chosen step-FLOPs method
     estimates: dict[str, TrainingTime]  # method -> time
     n_params: int
+    setup: TrainingSetup
+    matmul_flops: StepFlops  # model (3 × forward) and hardware (with the setup's recompute) FLOPs of a step
 
     @property
     def chosen(self) -> TrainingTime:
         return self.estimates[self.method]
+
+    @property
+    def hfu(self) -> float:
+        """Hardware FLOPs utilisation at the given MFU: MFU × hardware / model FLOPs of a step
+        (the GPU also runs the recompute of checkpointing and of the fused attention backward)."""
+        return self.mfu * self.matmul_flops.hardware / self.matmul_flops.model
 
     def adamw(self) -> list[tuple[AdamWFlopsConvention, int]]:
         """Each AdamW FLOPs convention and its FLOPs per step for this model."""
@@ -53,7 +63,8 @@ class TrainTime(Result):
         return {
             "schema": self.SCHEMA, "config": self.config.resolved(), "context": self.seq, "batch": self.batch,
             "steps": self.steps, "device": self.device, "peak_flops": self.peak_flops, "mfu": self.mfu,
-            "method": self.method,
+            "method": self.method, "setup": self.setup.to_dict(),
+            "model_flops": self.matmul_flops.model, "hardware_flops": self.matmul_flops.hardware, "hfu": self.hfu,
             "methods": {m: {"flops_per_step": t.flops_per_step, "total_flops": t.total_flops, "seconds": t.seconds,
                             "hours": t.hours, "days": t.days} for m, t in self.estimates.items()},
             "adamw_step_flops": {c.name: flops for c, flops in self.adamw()},
@@ -68,14 +79,19 @@ class TrainTime(Result):
                 rows.append(dict(section="training_time", key=m, quantity=quantity, value=value, chosen=m == self.method))
         rows += [dict(section="adamw_step_flops", key=c.name, quantity="flops_per_step", value=flops, chosen=None)
                  for c, flops in self.adamw()]
+        rows += [dict(section="utilisation", key=key, quantity=key, value=value, chosen=None)
+                 for key, value in (("model_flops", self.matmul_flops.model),
+                                    ("hardware_flops", self.matmul_flops.hardware), ("mfu", self.mfu),
+                                    ("hfu", self.hfu))]
         return rows
 
 
 def train_time(cfg: ModelConfig, seq: int | None = None, batch: int = 1, steps: int = 400_000, *,
                gpu: str = "a100", gpu_dtype: str = "fp32", peak_flops: float | None = None, mfu: float = 0.5,
-               method: str = "3x") -> TrainTime:
+               method: str = "3x", setup: TrainingSetup | None = None) -> TrainTime:
     """Days to train ``cfg`` for ``steps`` steps of ``batch`` × ``seq`` tokens on one ``gpu``
-    (peak from ``analytic.training.GPUS`` for ``gpu_dtype``, or ``peak_flops``) at ``mfu``."""
+    (peak from ``analytic.training.GPUS`` for ``gpu_dtype``, or ``peak_flops``) at ``mfu``.
+    The time counts model FLOPs; ``setup`` gives the hardware FLOPs and so the HFU."""
     run = at_context(cfg, seq)
     if method not in STEP_FLOPS_METHODS:
         raise AccountingError(f"unknown step FLOPs method '{method}' (valid: {', '.join(STEP_FLOPS_METHODS)})")
@@ -85,5 +101,7 @@ def train_time(cfg: ModelConfig, seq: int | None = None, batch: int = 1, steps: 
         peak, device = peak_flops, "custom peak"
     estimates = {m: training_time(step_flops(run, run.context_length, batch, m), steps, peak, mfu)
                  for m in STEP_FLOPS_METHODS}
+    setup = setup or TrainingSetup()
     return TrainTime(run, run.context_length, batch, steps, device, peak, mfu, method, estimates,
-                     parameter_breakdown(run).total)
+                     parameter_breakdown(run).total, setup,
+                     hardware_step_flops(run, run.context_length, batch, setup))

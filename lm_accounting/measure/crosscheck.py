@@ -12,11 +12,13 @@ from typing import Any
 
 from ..analytic.flops import forward_flops
 from ..analytic.params import parameter_breakdown
+from ..analytic.hardware_flops import step_flops
 from ..analytic.sizes import at_context, check_batch_seq
-from ..breakdown import Breakdown
+from ..breakdown import Breakdown, Item
 from ..config import AccountingError, ModelConfig
 from ..names import COUNTERS, DEVICES
 from ..result import Result
+from ..setup import TrainingSetup
 from .flops import CounterResult, analytic_key, count_flop_counter, count_fvcore
 
 
@@ -68,7 +70,14 @@ class CrossCheck(Result):
     live_params_per_layer: dict[str, dict[int, int]]
     forward: Breakdown
     counters: list[CounterResult]
+    setup: TrainingSetup = TrainingSetup()
     backward: CounterResult | None = None
+
+    @property
+    def expected_backward(self) -> int:
+        """Backward matmul FLOPs the step really runs: 2 × forward, plus the setup's recompute
+        (``analytic.hardware_flops``: full checkpointing, the fused-attention backward)."""
+        return step_flops(self.config, self.seq, self.batch, self.setup).hardware - self.forward.total
 
     def mismatches(self) -> list[str]:
         L = self.config.num_layers
@@ -80,8 +89,8 @@ class CrossCheck(Result):
                 out.append(f"{c.counter}: {c.unattributed(keys):,} FLOPs counted outside the known components")
         if self.backward is not None:
             bwd = self.backward.total - self.flop_counter.total
-            if bwd != 2 * self.forward.total:
-                out.append(f"backward: FlopCounterMode {bwd:,} != 2 × analytic forward {2 * self.forward.total:,}")
+            if bwd != self.expected_backward:
+                out.append(f"backward: FlopCounterMode {bwd:,} != analytic {self.expected_backward:,}")
         return out
 
     @property
@@ -103,7 +112,7 @@ class CrossCheck(Result):
         if self.backward is not None:
             value = self.backward.total - self.flop_counter.total
             rows.append(dict(section="backward_flops", key="total", source=self.backward.counter, value=value,
-                             analytic=2 * self.forward.total, agrees=value == 2 * self.forward.total))
+                             analytic=self.expected_backward, agrees=value == self.expected_backward))
         return rows
 
     def to_dict(self) -> dict[str, Any]:
@@ -113,6 +122,7 @@ class CrossCheck(Result):
             "batch": self.batch,
             "context": self.seq,
             "device": self.device,
+            "setup": self.setup.to_dict(),
             "parameters": [
                 {"key": it.key, "analytic": it.total, "live": self.live_params.get(it.key, 0)} for it in self.params
             ],
@@ -122,7 +132,7 @@ class CrossCheck(Result):
             ],
             "totals": {"analytic": self.forward.total, **{c.counter: c.total for c in self.counters}},
             "backward": None if self.backward is None else {
-                "analytic_2x_forward": 2 * self.forward.total,
+                "analytic": self.expected_backward,
                 "flop_counter": self.backward.total - self.flop_counter.total,
             },
             "skipped_ops": {c.counter: c.skipped_ops for c in self.counters},
@@ -130,12 +140,24 @@ class CrossCheck(Result):
         }
 
 
+def fused_attention_view(fwd: Breakdown) -> Breakdown:
+    """The forward breakdown as a fused-attention model's modules show it: QKᵀ and AV are one
+    ``layers.*.attn.sdpa`` kernel (4·B·h·S²·d_head, the same FLOPs), so they compare as one."""
+    qk, av = fwd["layers.*.attn.qk"], fwd["layers.*.attn.av"]
+    fused = Item("layers.*.attn.sdpa", "fused attention QKᵀ + AV", qk.group, qk.total + av.total,
+                 qk.per_layer + av.per_layer, "L·(4·B·h·S²·d_head)")
+    items = [fused if it is qk else it for it in fwd if it is not av]
+    return Breakdown(fwd.quantity, fwd.unit, tuple(items))
+
+
 def crosscheck(cfg: ModelConfig, seq: int | None = None, batch: int = 1, device: str = "meta",
-               backward: bool = False, counters: tuple[str, ...] = COUNTERS) -> CrossCheck:
+               backward: bool = False, counters: tuple[str, ...] = COUNTERS,
+               setup: TrainingSetup | None = None) -> CrossCheck:
     """Build the live model for ``cfg`` at ``seq`` tokens on ``device`` and count it with ``counters``.
 
     ``counters`` names any of ``names.COUNTERS`` ("fvcore", "flop_counter"); ``backward`` adds a
-    forward + backward FlopCounterMode pass.  The run is refused (``AccountingError``) before
+    forward + backward FlopCounterMode pass, compared with the step's hardware FLOPs under
+    ``setup`` (recompute included).  The run is refused (``AccountingError``) before
     anything is built if it cannot exist or fit (``measure.devices.check_live_run``)."""
     run = at_context(cfg, seq)
     seq = run.context_length
@@ -156,12 +178,16 @@ def crosscheck(cfg: ModelConfig, seq: int | None = None, batch: int = 1, device:
         counters = (*counters, "flop_counter")
     if device == "cpu":
         torch.manual_seed(0)
-    model = build_model(run, device=device)
+    setup = setup or TrainingSetup()
+    model = build_model(run, device=device, setup=setup)
     tokens = random_tokens(run, batch, seq, device=device)
     live, live_per_layer = live_parameter_counts(model)
     fwd = forward_flops(run, seq, batch)
+    if setup.attention == "sdpa":
+        fwd = fused_attention_view(fwd)
     keys = list(fwd.totals())
     count = {"fvcore": count_fvcore, "flop_counter": count_flop_counter}
     results = [count[name](model, tokens, keys) for name in counters]
     bwd = count_flop_counter(model, tokens, keys, backward=True) if backward else None
-    return CrossCheck(run, batch, seq, device, parameter_breakdown(run), live, live_per_layer, fwd, results, bwd)
+    return CrossCheck(run, batch, seq, device, parameter_breakdown(run), live, live_per_layer, fwd, results, setup,
+                      bwd)

@@ -127,9 +127,12 @@ def count_fvcore(model: torch.nn.Module, tokens: torch.Tensor, keys: Iterable[st
     """Forward FLOPs (2 × fvcore MACs) per component, with fvcore's unsupported ops."""
     from fvcore.nn import FlopCountAnalysis
 
+    from .attention_flops import FVCORE_HANDLES
+
     analysis = FlopCountAnalysis(model, (tokens,))
     analysis.set_op_handle("aten::matmul", _fvcore_matmul, "aten::mm", _fvcore_matmul,
                            "aten::bmm", _fvcore_matmul, "aten::einsum", _fvcore_einsum)
+    analysis.set_op_handle(**FVCORE_HANDLES)  # fused attention, which fvcore counts as 0
     analysis.unsupported_ops_warnings(False).uncalled_modules_warnings(False).tracer_warnings("none")
     with torch.no_grad():
         by_module = analysis.by_module()
@@ -137,7 +140,7 @@ def count_fvcore(model: torch.nn.Module, tokens: torch.Tensor, keys: Iterable[st
     by_key, per_layer = _collect(leaf, keys)
     return CounterResult(
         "fvcore", by_key, per_layer, 2 * int(analysis.total()), dict(analysis.unsupported_ops()),
-        "2 × MACs; exact matmul/einsum handles registered",
+        "2 × MACs; exact matmul/einsum/fused-attention handles registered",
     )
 
 
@@ -164,7 +167,9 @@ def _flop_counter_run(model: torch.nn.Module, tokens: torch.Tensor, backward: bo
     from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
     from ..model import cross_entropy
+    from .attention_flops import install
 
+    install()  # the CPU flash kernel's formulas; before FlopCounterMode copies the registry
     recorder = _OpRecorder()
     with FlopCounterMode(display=False, depth=None) as counter, recorder:
         if backward:

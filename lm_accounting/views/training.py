@@ -28,4 +28,11 @@ def train_time_view(r: TrainTime) -> View:
         [(c.name + (" (default)" if c.name == "torch-ops" and c.flops_per_param == ADAMW_FLOPS_PER_PARAM else ""),
           c.flops_per_param, flops, c.derivation) for c, flops in r.adamw()],
     )
-    return View(header, [time_table, adam], ["GPU peaks are dense datasheet figures (no 2:4 sparsity)."])
+    f = r.matmul_flops
+    use = Table(
+        f"Utilisation with setup {r.setup.label} (matmul FLOPs of one step)",
+        [Column("quantity"), Column("FLOPs per step", "int"), Column("utilisation", "share")],
+        [("model FLOPs = 3 × forward (MFU)", f.model, r.mfu),
+         ("hardware FLOPs = model + recompute (HFU = MFU × hardware / model)", f.hardware, r.hfu)],
+    )
+    return View(header, [time_table, use, adam], ["GPU peaks are dense datasheet figures (no 2:4 sparsity)."])
