@@ -26,7 +26,7 @@ VARIANTS = {
     "gqa+tied": {"tie_embeddings": True},
     "mha": {"num_kv_heads": None, "head_dim": None, "d_model": 24},
 }
-ATTENTIONS, CHECKPOINTS, PRECISIONS = ("naive", "sdpa"), ("none", "full", "selective"), ("fp32", "bf16")
+ATTENTIONS, CHECKPOINTS, PRECISIONS = ("naive", "sdpa"), ("none", "full", "selective"), ("fp32", "bf16", "amp-bf16")
 SETUPS = [
     TrainingSetup(attention=a, checkpoint=c, precision=p, optimizer=o)
     for a, c, p, o in product(ATTENTIONS, CHECKPOINTS, PRECISIONS, ("for-loop", "foreach"))
@@ -73,7 +73,9 @@ QUICK = [  # (preset, layers, seq, batch): 2 layers keep each meta step under a 
     ("gpt2-medium", 2, 1024, 2),
     ("qwen3-0.6b", 2, 1024, 2),
 ]
-QUICK_SETUPS = [TrainingSetup(attention=a, checkpoint=c, precision=p) for a, c, p in product(ATTENTIONS, CHECKPOINTS, PRECISIONS)]
+QUICK_SETUPS = [
+    TrainingSetup(attention=a, checkpoint=c, precision=p) for a, c, p in product(ATTENTIONS, CHECKPOINTS, PRECISIONS)
+]
 
 
 @pytest.mark.parametrize("setup", QUICK_SETUPS, ids=lambda s: s.label)

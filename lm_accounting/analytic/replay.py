@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from ..config import AccountingError, ModelConfig
 from ..names import DEVICES, DTYPE_BYTES
 from ..phases import PHASES, PhaseBytes, StepMemory
-from .params import parameter_breakdown
 from ..setup import TrainingSetup
+from .params import parameter_breakdown
 from .sizes import Sizes, check_batch_seq
 
 
@@ -152,35 +152,49 @@ def _repeat(r: _Replay, times: int, body: Callable[[_Replay], None]) -> None:
     r.a, r.b = r.a + times * step_a, r.b + times * step_b
 
 
-def _norm_forward(r: _Replay, z: Sizes, rows: int, width: int) -> None:
-    """RMSNorm forward (model/layers.py RMSNorm.forward) over ``rows`` vectors of ``width``."""
+def _norm_forward(r: _Replay, z: Sizes, rows: int, width: int, xe: int | None = None) -> None:
+    """RMSNorm forward (model/layers.py RMSNorm.forward) over ``rows`` vectors of ``width``.
+
+    ``xe``: bytes per element of the input (default: the model dtype's; 2 for a qk-norm under
+    amp-bf16, whose parameters stay fp32).  A 16-bit input is copied to fp32 (saved) and the result
+    cast back; a 16-bit gain is copied to fp32 (saved) too."""
+    xe = z.e if xe is None else xe
     X, R = rows * width * 4, rows * 4
-    if z.e == 4:
+    gain = width * 4 if z.e != 4 else 0  # g.to(fp32): a copy only for 16-bit parameters
+    if xe == 4:
         r(+X, +R, -X)  # pow(x, 2); mean; the square dies
         r(+R, -R, +R, -R)  # + eps; rsqrt (saved)
         r(+X, +X)  # y = x·rsqrt (saved); out = y·g
     else:
         r(+X, +X, +R, -X)  # x.to(fp32) (saved); pow; mean
         r(+R, -R, +R, -R)  # + eps; rsqrt (saved)
-        r(+X, +width * 4, +X)  # y (saved); g.to(fp32) (saved); y·g
-        r(+rows * width * z.e, -X)  # cast back to the model dtype
+        r(+X, +gain, +X)  # y (saved); g.to(fp32) (saved); y·g
+        r(+rows * width * xe, -X)  # cast back to the input dtype
 
 
 def _norm_backward(
-    r: _Replay, z: Sizes, rows: int, width: int, residual: bool, frame: tuple[int, ...] = (), rerun: bool = False
+    r: _Replay,
+    z: Sizes,
+    rows: int,
+    width: int,
+    residual: bool,
+    frame: tuple[int, ...] = (),
+    rerun: bool = False,
+    xe: int | None = None,
 ) -> None:
     """RMSNorm backward; with ``residual`` the input's gradient joins the residual stream's.
     ``frame``: bytes a checkpoint frame releases when this norm's saved input (the block input) goes.
     ``rerun``: the norm ran again inside a checkpoint; its saved tensors are only unpacked (held by
-    no ``SavedVariable``), so they die as soon as the node's formula returns."""
-    X, R, Xe = rows * width * 4, rows * 4, rows * width * z.e
-    if z.e != 4 and rerun:
+    no ``SavedVariable``), so they die as soon as the node's formula returns.  ``xe``: as forward."""
+    xe = z.e if xe is None else xe
+    X, R, Xe = rows * width * 4, rows * 4, rows * width * xe
+    if xe != 4:
         r(+X, -Xe)  # grad to fp32
+    if z.e != 4 and rerun:
         # grad·g; grad·y; the rerun's y and g copy die with the node (only unpacked, never kept); Σ -> dg
         r(+X, +X, -X, -width * 4, +width * 4, -X, -X)
         r(+width * z.e, -width * 4)  # dg to the parameter dtype
     elif z.e != 4:
-        r(+X, -Xe)  # grad to fp32
         r(+X, +X, +width * 4, -X, -X, -width * 4, -X)  # grad·g; grad·y; Σ -> dg (fp32)
         r(+width * z.e, -width * 4)  # dg to the parameter dtype
     elif rerun:
@@ -188,14 +202,14 @@ def _norm_backward(
     else:
         r(+X, +X, +width * 4, -X, -X, -X)  # grad·g; grad·y; Σ -> dg (kept); y released
     r(+X, +X, +R, -X, -X)  # d(x·r)/dx = grad_y·r; grad_y·x; Σ -> d rsqrt
-    if residual and z.e == 4:
+    if residual and xe == 4:
         r(+X, -X, -X)  # first part joins the residual stream's gradient
     r(+R, +R, +R, -R, -R, -R, -R)  # rsqrt backward: -½·r³·grad; rsqrt released
     r(+X, -R)  # mean backward: expand / width
     r(+X, +X, +X, -X, -X, -X, *(-b for b in frame), -X)  # pow backward: 2·x·grad; x released (and a checkpoint frame)
     r(+X, -X, -X)  # sum of the two paths
-    if z.e != 4:
-        r(+Xe, -X)  # back to the model dtype
+    if xe != 4:
+        r(+Xe, -X)  # back to the input dtype
         if residual:
             r(+Xe, -Xe, -Xe)  # join the residual stream's gradient
 
@@ -262,17 +276,19 @@ def _layer_forward(r: _Replay, z: Sizes, recompute: bool = False, cached: bool =
         r(-Td, -Td)  # 16-bit: the block's input and middle stream die (norms kept fp32 copies)
 
 
-def _norm_forward_unsaved(r: _Replay, z: Sizes, rows: int, width: int) -> None:
-    """RMSNorm forward where autograd keeps nothing (inside a full checkpoint): every tensor lives
+def _norm_forward_unsaved(r: _Replay, z: Sizes, rows: int, width: int, xe: int | None = None) -> None:
+    """RMSNorm forward where autograd keeps nothing (inside a checkpoint): every tensor lives
     as long as Python holds it (the locals die when ``RMSNorm.forward`` returns)."""
+    xe = z.e if xe is None else xe
     X, R = rows * width * 4, rows * 4
-    if z.e == 4:
+    gain = width * 4 if z.e != 4 else 0  # g.to(fp32): a copy only for 16-bit parameters
+    if xe == 4:
         r(+X, +R, -X, +R, -R, +R, -R)  # pow; mean; square dies; + eps; mean dies; rsqrt; sum dies
         r(+X, -R, +X, -X)  # y = x·rsqrt; rsqrt dies; y·g; y dies on return
     else:
         r(+X, +X, +R, -X, +R, -R, +R, -R)  # x.to(fp32); pow; mean; square dies; + eps; rsqrt
-        r(+X, -R, +width * 4, +X, -width * 4)  # y; rsqrt dies; g.to(fp32); y·g; g copy dies
-        r(+rows * width * z.e, -X, -X, -X)  # cast back; y·g, y and the fp32 input die on return
+        r(+X, -R, +gain, +X, -gain)  # y; rsqrt dies; g.to(fp32); y·g; g copy dies
+        r(+rows * width * xe, -X, -X, -X)  # cast back; y·g, y and the fp32 input die on return
 
 
 def _rope_forward_unsaved(r: _Replay, z: Sizes, width: int) -> None:
@@ -381,6 +397,156 @@ def _layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool) -> None
     _norm_backward(r, z, T, c.d_model, residual=True, frame=frame, rerun=rerun)  # ln1
 
 
+def _amp_sizes(z: Sizes, p: dict[str, int]):
+    """amp-bf16 sizes: (fp32 d-wide activation, bf16 views of q, kv, d, d_ff activations, bf16 scores
+    and row statistics, fp32 scores and rows, bf16 weight copies per matmul = half the fp32 gradient)."""
+    b, c = z.bf16, z.cfg
+    w = {k: v // 2 for k, v in p.items()}  # autocast's bf16 copy of each (transposed) weight
+    return z.act(c.d_model), b.act(c.d_model), b.act(c.q_dim), b.act(c.kv_dim), b.act(c.d_ff), w
+
+
+def _amp_layer_forward(r: _Replay, z: Sizes, p: dict[str, int], recompute: bool = False, cached: bool = False) -> None:
+    """One block under bf16 autocast (CUDA's lists, ``model/autocast.py``), autograd saving.
+
+    The residual stream and ln1/ln2 stay fp32 (``e`` = 4).  Each matmul casts its arguments last
+    first: the weight's transposed view to a bf16 copy (saved: ``w``), then an fp32 input to a bf16
+    copy (saved; one per projection: autocast caches only leaf tensors), and returns bf16.  RoPE,
+    the scores, softmax's max-shift, SiLU and the gate run in bf16; ``exp`` is on CUDA's fp32 list,
+    so exp, Σ and the probabilities are fp32, and AV takes a bf16 copy of the probabilities.
+    ``recompute``/``cached``: as ``_layer_forward``."""
+    c, T, b = z.cfg, z.T, z.bf16
+    Td, Td2, Tq, Tkv, Tf, w = _amp_sizes(z, p)
+    Sc, Sr, Sc4, Sr4 = b.scores, b.score_rows, z.scores, z.score_rows
+    n = 0 if cached else 1  # 0: a matmul output handed back by the SAC cache
+    _norm_forward(r, z, T, c.d_model)  # ln1 (fp32)
+    r(+w["attn.q_proj"], +Td2, +Tq * n)  # q: weight copy, input copy (both saved), bf16 output
+    r(+w["attn.k_proj"], +Td2, +Tkv * n)  # k
+    r(+w["attn.v_proj"], +Td2, +Tkv * n)  # v
+    if c.qk_norm:
+        _norm_forward(r, z, T * c.num_heads, c.d_head, xe=2)
+        _norm_forward(r, z, T * c.kv_heads, c.d_head, xe=2)
+        r(-Tq, -Tkv)  # the projections die (the norms kept fp32 copies)
+    _rope_forward(r, b, c.q_dim)
+    _rope_forward(r, b, c.kv_dim)
+    r(-Tkv, -Tq)  # un-rotated q, k die
+    if z.sdpa:  # the CPU flash op is on no autocast list: bf16 q, k, v in, bf16 output, fp32 logsumexp
+        r(+Tq * n, +z.lse * n)  # flash kernel (both saved)
+        r(+Tq)  # merge heads (saved by output_proj)
+        r(+w["attn.output_proj"], +Td2 * n, -Td, +Td, -Td2)  # output proj; ln1 output dies; residual add (fp32)
+    else:
+        r(+Sc * n, +Sc, -Sc)  # QKᵀ; · 1/√d_head; raw scores die
+        r(+b.e, +Sc, -b.e, -Sc)  # where(mask, scores, -inf)
+        r(+Sr, +Sc, -Sr)  # softmax: z = x − max(x) (bf16)
+        r(+Sc4, +Sc4, -Sc4, +Sr4, +Sc4, -Sc)  # exp: fp32 copy, exp (saved), copy dies; Σ (saved); divide; z dies
+        r(+Sc, +Tkv, +Tq * n, -Sc, -Sc4)  # probs to bf16, V contiguous (both saved); AV; masked scores, fp32 probs die
+        r(+Tq, -Tq)  # merge heads (saved by output_proj)
+        r(+w["attn.output_proj"], +Td2 * n, -Tkv, -Td, +Td, -Td2)  # output proj; v, ln1 output die; residual add
+    _norm_forward(r, z, T, c.d_model)  # ln2 (fp32)
+    r(+w["ffn.w1"], +Td2, +Tf * n, +Tf, +Tf)  # w1 (copies saved); sigmoid; silu
+    r(+w["ffn.w3"], +Td2, +Tf * n, +Tf)  # w3 (copies saved); gate
+    r(+w["ffn.w2"])  # w2's weight copy (the gate is bf16 already)
+    if recompute:  # early stop: w2's saved inputs are packed
+        r(-Td)  # ln2's fp32 output (only its bf16 copies were saved) dies as the rerun unwinds
+        return
+    r(+Td2, -Td, +Td, -Td2)  # w2; ln2 output dies; residual add (fp32); FFN output dies
+
+
+def _amp_layer_forward_unsaved(r: _Replay, z: Sizes, p: dict[str, int], cached: bool = False) -> None:
+    """``_amp_layer_forward`` inside a checkpoint: nothing saved, Python lifetimes (see
+    ``_layer_forward_unsaved``)."""
+    c, T, b = z.cfg, z.T, z.bf16
+    Td, Td2, Tq, Tkv, Tf, w = _amp_sizes(z, p)
+    Sc, Sr, Sc4, Sr4 = b.scores, b.score_rows, z.scores, z.score_rows
+    k = 0 if cached else 1  # 0: a matmul output the SAC cache keeps alive
+    _norm_forward_unsaved(r, z, T, c.d_model)  # ln1
+    for name, out in (("attn.q_proj", Tq), ("attn.k_proj", Tkv), ("attn.v_proj", Tkv)):
+        r(+w[name], +Td2, +out, -Td2, -w[name])  # weight and input copies die with the matmul
+    if c.qk_norm:
+        _norm_forward_unsaved(r, z, T * c.num_heads, c.d_head, xe=2)
+        _norm_forward_unsaved(r, z, T * c.kv_heads, c.d_head, xe=2)
+        r(-Tq * k, -Tkv * k)
+    _rope_forward_unsaved(r, b, c.q_dim)
+    _rope_forward_unsaved(r, b, c.kv_dim)
+    unrotated = 1 if c.qk_norm else k
+    r(-Tkv * unrotated, -Tq * unrotated)
+    if z.sdpa:
+        r(+Tq, +z.lse, -z.lse * k)  # flash; logsumexp dies on return
+        r(+Tq, -Tq * k)  # merge heads; kernel output dies
+    else:
+        r(+Sc, +Sc, -Sc * k)  # QKᵀ; scale
+        r(+b.e, +Sc, -b.e, -Sc)  # where
+        r(+Sr, +Sc, -Sr, +Sc4, +Sc4, -Sc4, +Sr4, +Sc4, -Sr4, -Sc, -Sc4)  # softmax; z and exp die on return
+        r(+Sc, +Tkv, +Tq, -Tkv, -Sc, -Sc, -Sc4)  # probs copy; V contiguous; AV; copies, scores, probs die
+        r(+Tq, -Tq * k)  # merge heads
+    r(+w["attn.output_proj"], +Td2, -w["attn.output_proj"])  # output projection; weight copy dies
+    r(-Tq, -Tkv, -Tkv * k, -Tq, -Td)  # q, k, v, merged heads and ln1 output die
+    r(+Td, -Td2 * k)  # residual add; attention output dies
+    _norm_forward_unsaved(r, z, T, c.d_model)  # ln2
+    r(+w["ffn.w1"], +Td2, +Tf, -Td2, -w["ffn.w1"], +Tf, +Tf, -Tf, -Tf * k)  # w1; sigmoid; silu
+    r(+w["ffn.w3"], +Td2, +Tf, -Td2, -w["ffn.w3"], +Tf, -Tf, -Tf * k)  # w3; gate
+    r(+w["ffn.w2"], +Td2, -w["ffn.w2"], -Tf, -Td)  # w2; gate and ln2 output die
+    r(+Td, -Td2 * k, -Td)  # residual add; FFN output and middle stream die
+
+
+def _amp_layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool) -> None:
+    """One block's backward under amp-bf16: each matmul's gradients come out bf16 and are cast back
+    through autocast's copies (``_to_copy`` backward): dx to fp32 for an fp32 input, dW to fp32
+    (the parameter's dtype); the fp32 residual gradient is cast to bf16 where it enters a matmul."""
+    c, T, b = z.cfg, z.T, z.bf16
+    Td, Td2, Tq, Tkv, Tf, w = _amp_sizes(z, p)
+    Sc, Sc4, Sr4 = b.scores, z.scores, z.score_rows
+    checkpointed = z.setup.checkpoint != "none"
+    rerun = checkpointed
+    r(+Td2)  # the residual add's backward casts the fp32 gradient to the FFN output's bf16
+    if rerun:  # ... before w2's node unpacks its saved tensors, which starts the rerun
+        _amp_layer_forward(r, z, p, recompute=True, cached=z.setup.checkpoint == "selective")
+    frame: tuple = ()
+    if checkpointed and last:
+        frame = (8 * z.seq,) if z.sdpa else (8 * z.seq, z.seq * z.seq)
+    if z.setup.checkpoint == "selective":
+        frame += (Td2,)  # w2's output, left in the SAC cache
+
+    # w2 (its input, the gate, is bf16: no dx cast)
+    r(+w["ffn.w2"], +Tf, -Td2, -w["ffn.w2"], -Tf, +p["ffn.w2"], -w["ffn.w2"])
+    r(+Tf, +Tf, -Tf, -Tf, -Tf)  # gate: d silu, d(w3 out)
+    r(+w["ffn.w3"], +Td2, -Tf, -w["ffn.w3"], -Td2, +Td, -Td2, +p["ffn.w3"], -w["ffn.w3"])  # w3
+    r(+Tf, +Tf, -Tf, -Tf)  # silu = a·σ(a)
+    r(+Tf, -Tf, -Tf, +Tf, -Tf, -Tf)  # sigmoid backward; sum of the two paths
+    r(+w["ffn.w1"], +Td2, -Tf, -w["ffn.w1"], -Td2, +Td, -Td2, +Td, -Td, -Td, +p["ffn.w1"], -w["ffn.w1"])  # w1
+    _norm_backward(r, z, T, c.d_model, residual=True, rerun=rerun)  # ln2
+    o = "attn.output_proj"
+    r(+Td2, +w[o], +Tq, -Td2, -w[o], -Tq, +p[o], -w[o])  # output_proj: grad to bf16; dW, d(heads)
+    if z.sdpa:
+        r(+Tq, +Tkv, +Tkv, -Tq, -Tkv, -Tq, -Tkv, -z.lse, -Tq)  # flash backward (bf16 grads)
+    else:
+        r(+Tq, -Tq)  # contiguous d(heads)
+        r(+Tkv, +Sc, -Tq, -Tkv, -Sc, +Sc4, -Sc)  # AV: dV, d(probs) bf16; released; d(probs) to fp32
+        r(+Sc4, +Sc4, +Sc4, +Sc4, -Sc4, -Sc4, -Sc4, +Sc4)  # divide backward (fp32)
+        if rerun:
+            r(-Sr4, +Sr4, -Sc4, -Sc4, +Sc4, -Sc4, -Sr4)  # Σ backward; paths summed
+        else:
+            r(+Sr4, -Sc4, -Sc4, -Sr4, +Sc4, -Sc4, -Sr4)  # Σ backward; paths summed
+        r(+Sc4, -Sc4, -Sc4)  # exp backward; exp released
+        r(+Sc, -Sc4)  # back through exp's fp32 cast
+        r(+b.e, +Sc, -b.e, -Sc)  # where backward
+        if last and not checkpointed:
+            r(-z.seq * z.seq)  # the shared causal mask dies with the last where node
+        r(+Sc, -Sc)  # scale backward
+        r(+Tkv, +Tq, -Sc, -Tkv, -Tq)  # QKᵀ: dK, dQ
+    _rope_backward(r, b, c.kv_dim)
+    _rope_backward(r, b, c.q_dim)
+    if c.qk_norm:
+        _norm_backward(r, z, T * c.kv_heads, c.d_head, residual=False, rerun=rerun, xe=2)
+        _norm_backward(r, z, T * c.num_heads, c.d_head, residual=False, rerun=rerun, xe=2)
+    v, k, q = "attn.v_proj", "attn.k_proj", "attn.q_proj"
+    if not z.sdpa:
+        r(+Tkv, -Tkv)  # contiguous dV
+    r(+w[v], +Td2, -Tkv, -w[v], -Td2, +Td, -Td2, +p[v], -w[v])  # v_proj
+    r(+Tkv, -Tkv, +w[k], +Td2, -Tkv, -w[k], -Td2, +Td, -Td2, +Td, -Td, -Td, +p[k], -w[k])  # k_proj; joins v's
+    r(+Tq, -Tq, +w[q], +Td2, -Tq, -w[q], -Td2, +Td, -Td2, +Td, -Td, -Td, +p[q], -w[q])  # q_proj; joins
+    _norm_backward(r, z, T, c.d_model, residual=True, frame=frame, rerun=rerun)  # ln1
+
+
 @dataclass(frozen=True)
 class PhaseInBatch:
     """One phase as a function of the batch B: its peak (an envelope of lines) and its end (a line)."""
@@ -425,7 +591,10 @@ def check_device(device: str) -> None:
 
 
 def as_setup(
-    setup: TrainingSetup | None, dtype: str | None = None, optimizer: str | None = None, default_optimizer: str = "for-loop"
+    setup: TrainingSetup | None,
+    dtype: str | None = None,
+    optimizer: str | None = None,
+    default_optimizer: str = "for-loop",
 ) -> tuple[TrainingSetup, str]:
     """One ``TrainingSetup`` (and the dtype name of its parameters) from either a setup or the older
     ``dtype``/``optimizer`` arguments (``dtype`` "fp32" or a 16-bit dtype = precision "fp32"/"bf16").
@@ -467,8 +636,6 @@ def replay_training_step(
 
     setup, dtype = as_setup(setup, dtype, optimizer)
     optimizer = setup.optimizer
-    if setup.precision == "amp-bf16":
-        raise AccountingError(f"the exact replay does not cover {setup.label} yet")
     check_mode(mode)
     check_batch_seq(1, seq)
     check_device(device)
@@ -487,14 +654,25 @@ def replay_training_step(
     if not z.sdpa:
         r(+seq * seq, +seq * seq, -seq * seq)  # ones(S, S).tril(): the causal mask (the fused kernel needs none)
     r(+Td)  # embedding lookup
-    if z.setup.checkpoint != "none":
-        _repeat(r, c.num_layers, lambda q: _layer_forward_unsaved(q, z, cached=z.setup.checkpoint == "selective"))
+    cached = z.setup.checkpoint == "selective"
+    if z.amp and z.setup.checkpoint != "none":
+        _repeat(r, c.num_layers, lambda q: _amp_layer_forward_unsaved(q, z, p, cached=cached))
+    elif z.amp:
+        _repeat(r, c.num_layers, lambda q: _amp_layer_forward(q, z, p))
+    elif z.setup.checkpoint != "none":
+        _repeat(r, c.num_layers, lambda q: _layer_forward_unsaved(q, z, cached=cached))
     else:
         _repeat(r, c.num_layers, lambda q: _layer_forward(q, z))
+    layer_backward = _amp_layer_backward if z.amp else _layer_backward
     _norm_forward(r, z, T, c.d_model)  # ln_final
-    r(+TV)  # logits
+    head2 = emb // 2  # amp: autocast's bf16 copy of the LM head's weight (the embedding's when tied)
+    if z.amp:  # weight copy, input copy (saved), bf16 logits; ln_final's fp32 output dies
+        r(+head2, +z.bf16.act(c.d_model), +z.bf16.act(c.vocab_size), -Td)
+    r(+TV)  # logits (amp: logits.float(), an fp32 copy)
     if z.setup.checkpoint == "none":
         r(-8 * seq)  # positions die with forward's locals (a checkpoint's recompute closure keeps them)
+    if z.amp:
+        r(-z.bf16.act(c.vocab_size))  # the bf16 logits die with forward's locals
     if e != 4:
         r(-Td)  # 16-bit: the last residual stream dies (ln_final kept an fp32 copy)
     r(+Tr, +TV, -Tr)  # cross-entropy: z = logits − max
@@ -505,10 +683,16 @@ def replay_training_step(
     r = _Replay(r.live)
     r(+e, +Tr, +Tr, +TV, +TV, -TV, -Tr, -TV)  # d loss; mean and gather backward; z released
     r(+Tr, -Tr, -Tr, +TV, -Tr, -TV, +TV, -TV, -TV)  # log and exp backward; paths summed
-    r(+emb, +Td, -TV, -Td)  # lm_head: dW, dx; ln_final output released
+    if z.amp:
+        TV2, Td2 = z.bf16.act(c.vocab_size), z.bf16.act(c.d_model)
+        r(+TV2, -TV)  # logits.float() backward: the gradient to bf16
+        # lm_head: dW, dx (bf16); grad, weight and input copies released; dx and dW cast to fp32
+        r(+head2, +Td2, -TV2, -head2, -Td2, +Td, -Td2, +emb, -head2)
+    else:
+        r(+emb, +Td, -TV, -Td)  # lm_head: dW, dx; ln_final output released
     _norm_backward(r, z, T, c.d_model, residual=False)  # ln_final
-    _repeat(r, c.num_layers - 1, lambda q: _layer_backward(q, z, p, last=False))  # layers L-1 .. 1
-    _layer_backward(r, z, p, last=True)  # layer 0 also releases the shared mask
+    _repeat(r, c.num_layers - 1, lambda q: layer_backward(q, z, p, last=False))  # layers L-1 .. 1
+    layer_backward(r, z, p, last=True)  # layer 0 also releases the shared mask
     r(+emb, +emb, -emb, -Td)  # embedding backward: zeros, index_put
     if c.tie_embeddings:
         r(+emb, -emb, -emb)  # accumulated onto the LM head's gradient

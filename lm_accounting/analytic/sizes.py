@@ -6,11 +6,14 @@ formulas add B and S, activation formulas add the element size ``e``.  Notation:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from ..config import ModelConfig, check_positive_int
 from ..names import DTYPE_BYTES
 from ..setup import TrainingSetup
+
+DEFAULT_SETUP = TrainingSetup()
 
 
 def check_batch_seq(batch: int, seq: int) -> None:
@@ -38,12 +41,12 @@ class Sizes:
     batch: int = 1
     seq: int = 1
     e: int = 4  # bytes per element of the model dtype (the parameters' dtype)
-    setup: TrainingSetup = TrainingSetup()  # attention kernel, checkpointing, precision
+    setup: TrainingSetup = DEFAULT_SETUP  # attention kernel, checkpointing, precision
 
     @classmethod
     def of(
         cls, cfg: ModelConfig, seq: int, batch: int = 1, dtype: str = "fp32", setup: TrainingSetup | None = None
-    ) -> "Sizes":
+    ) -> Sizes:
         """Sizes of one run; with ``setup`` the element size is the setup's parameter dtype."""
         check_batch_seq(batch, seq)
         if setup is not None:
@@ -51,6 +54,16 @@ class Sizes:
         else:
             setup = TrainingSetup(precision="bf16" if DTYPE_BYTES[dtype] == 2 else "fp32")
         return cls(cfg, batch, seq, DTYPE_BYTES[dtype], setup)
+
+    @property
+    def amp(self) -> bool:
+        """amp-bf16: fp32 parameters (``e`` = 4), matmuls and what follows them in bf16."""
+        return self.setup.precision == "amp-bf16"
+
+    @property
+    def bf16(self) -> Sizes:
+        """The same run with 2-byte elements: the sizes of autocast's bf16 activations."""
+        return dataclasses.replace(self, e=2)
 
     @property
     def sdpa(self) -> bool:

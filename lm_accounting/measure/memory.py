@@ -4,7 +4,6 @@ tracker, on CUDA with the caching allocator's statistics."""
 from __future__ import annotations
 
 from ..config import ModelConfig
-from ..names import ADAMW_KWARGS
 from ..setup import TrainingSetup
 
 
