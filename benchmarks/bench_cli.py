@@ -88,9 +88,11 @@ def machine() -> str:
     except (OSError, StopIteration):
         pass
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    load = " · load %.1f %.1f %.1f" % os.getloadavg() if hasattr(os, "getloadavg") else ""
-    return (f"machine: {cpu} · {os.cpu_count()} CPUs ({usable} usable){load} · {platform.system()} "
-            f"{platform.release()} · Python {platform.python_version()} · torch {importlib.metadata.version('torch')}")
+    load = " · load {:.1f} {:.1f} {:.1f}".format(*os.getloadavg()) if hasattr(os, "getloadavg") else ""
+    return (
+        f"machine: {cpu} · {os.cpu_count()} CPUs ({usable} usable){load} · {platform.system()} "
+        f"{platform.release()} · Python {platform.python_version()} · torch {importlib.metadata.version('torch')}"
+    )
 
 
 def command(name: str) -> list[str]:
@@ -129,16 +131,20 @@ def main() -> None:
             for member in group:
                 results.setdefault(member, []).append(run_once(command(member)))
         for member in group:
-            walls, cpus, rss = zip(*results[member])
+            walls, cpus, rss = zip(*results[member], strict=False)
             label = " ".join(command(member)[1:]) if SCENARIOS[member][0] == CLI else "(peer, python -c)"
-            print(f"{member:24s} median {statistics.median(walls):6.2f} s wall (min {min(walls):.2f}, "
-                  f"max {max(walls):.2f}) · {statistics.median(cpus):6.2f} s CPU · peak RSS "
-                  f"{max(rss):4.0f} MB · {len(walls)} runs · {label}")
+            print(
+                f"{member:24s} median {statistics.median(walls):6.2f} s wall (min {min(walls):.2f}, "
+                f"max {max(walls):.2f}) · {statistics.median(cpus):6.2f} s CPU · peak RSS "
+                f"{max(rss):4.0f} MB · {len(walls)} runs · {label}"
+            )
         for peer in GROUPS.get(name, []):
             wall = statistics.median(r[0] for r in results[name]) / statistics.median(r[0] for r in results[peer])
             cpu = statistics.median(r[1] for r in results[name]) / statistics.median(r[1] for r in results[peer])
-            print(f"{'':24s} {name} / {peer}: {wall:.2f}x wall, {cpu:.2f}x CPU "
-                  f"({peer} / {name}: {1 / wall:.2f}x wall, {1 / cpu:.2f}x CPU)")
+            print(
+                f"{'':24s} {name} / {peer}: {wall:.2f}x wall, {cpu:.2f}x CPU "
+                f"({peer} / {name}: {1 / wall:.2f}x wall, {1 / cpu:.2f}x CPU)"
+            )
 
 
 if __name__ == "__main__":

@@ -24,12 +24,12 @@ import torch
 from torch.distributed._tools.mem_tracker import MemTracker
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from bench_cli import machine  # noqa: E402
+from bench_cli import machine
 
-from lm_accounting.config import load_config  # noqa: E402
-from lm_accounting.measure.tracker import StorageTracker, _train_step, init_optimizer_state  # noqa: E402
-from lm_accounting.model import build_model, cross_entropy, random_tokens  # noqa: E402
-from lm_accounting.names import ADAMW_KWARGS  # noqa: E402
+from lm_accounting.config import load_config
+from lm_accounting.measure.tracker import StorageTracker, _train_step, init_optimizer_state
+from lm_accounting.model import build_model, cross_entropy, random_tokens
+from lm_accounting.names import ADAMW_KWARGS
 
 
 def timed(fn) -> tuple[float, float]:
@@ -55,8 +55,10 @@ def main() -> None:
     opt = torch.optim.AdamW(model.parameters(), **ADAMW_KWARGS[a.optimizer])
     init_optimizer_state(opt)
     print(machine())
-    print(f"workload: {a.preset} live model on meta, context {a.context}, batch 1, fp32, "
-          f"{a.optimizer} AdamW; one training step (forward, backward, optimizer step)")
+    print(
+        f"workload: {a.preset} live model on meta, context {a.context}, batch 1, fp32, "
+        f"{a.optimizer} AdamW; one training step (forward, backward, optimizer step)"
+    )
 
     def step():
         _train_step(model, inputs, targets, cross_entropy, opt)
@@ -86,13 +88,17 @@ def main() -> None:
             times["MemTracker"].append(timed(mem_tracker))
     medians = {}
     for name, runs in times.items():
-        walls, cpus = zip(*runs)
+        walls, cpus = zip(*runs, strict=False)
         medians[name] = statistics.median(walls), statistics.median(cpus)
-        print(f"{name:15s} median {medians[name][0]:6.2f} s wall (min {min(walls):.2f}, max {max(walls):.2f}) · "
-              f"{medians[name][1]:6.2f} s CPU · {len(runs)} runs")
+        print(
+            f"{name:15s} median {medians[name][0]:6.2f} s wall (min {min(walls):.2f}, max {max(walls):.2f}) · "
+            f"{medians[name][1]:6.2f} s CPU · {len(runs)} runs"
+        )
     ours, theirs, floor = medians["StorageTracker"], medians["MemTracker"], medians["untracked"]
-    print(f"MemTracker / StorageTracker: {theirs[0] / ours[0]:.1f}x wall, {theirs[1] / ours[1]:.1f}x CPU; "
-          f"StorageTracker / untracked: {ours[0] / floor[0]:.2f}x wall, {ours[1] / floor[1]:.2f}x CPU")
+    print(
+        f"MemTracker / StorageTracker: {theirs[0] / ours[0]:.1f}x wall, {theirs[1] / ours[1]:.1f}x CPU; "
+        f"StorageTracker / untracked: {ours[0] / floor[0]:.2f}x wall, {ours[1] / floor[1]:.2f}x CPU"
+    )
     agree = "agree" if peaks["StorageTracker"] == peaks["MemTracker"] else "DIFFER"
     print(f"peak bytes: StorageTracker {peaks['StorageTracker']:,} · MemTracker {peaks['MemTracker']:,} ({agree})")
     print(f"peak process RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")

@@ -17,8 +17,8 @@ from .analytic.activations import saved_activation_breakdown
 from .analytic.memory_report import MemoryAccount, memory_account
 from .analytic.replay import predict_training_step
 from .breakdown import Breakdown, Item
-from .phases import PhaseBytes, StepMemory
 from .config import AccountingError, ConfigError, ModelConfig, apply_overrides, load_config, preset_names
+from .phases import PhaseBytes, StepMemory
 from .sweep import Sweep, sweep
 
 __version__ = "0.1.0"

@@ -16,10 +16,14 @@ from .result import Result
 
 CONVENTIONS = (
     "FLOPs: (m×n)@(n×p) = 2·m·n·p; matmuls only in the totals (CS336 A1 transformer_accounting).",
-    "Attention QKᵀ and AV count the full S×S square (as the course, fvcore and FlopCounterMode do); "
-    "the causal half is shown separately.",
-    "Backward = 2 × forward for matmuls, so a training step = 3 × forward; 6·N·D and the PaLM "
-    "form are shown for comparison.",
+    (
+        "Attention QKᵀ and AV count the full S×S square (as the course, fvcore and FlopCounterMode do); "
+        "the causal half is shown separately."
+    ),
+    (
+        "Backward = 2 × forward for matmuls, so a training step = 3 × forward; 6·N·D and the PaLM "
+        "form are shown for comparison."
+    ),
     "Non-matmul FLOPs are an estimate under a stated per-element convention, never added to the totals.",
     "GB = 10^9 bytes, GiB = 2^30 bytes.",
     "Keys are the live model's module paths; layers.* is summed over all layers.",
@@ -67,20 +71,53 @@ class Account(Result):
     def records(self) -> list[dict[str, Any]]:
         """Tidy rows (section, key, label, group, per_layer, total, share, unit): the CSV form."""
         rows = []
-        for section, bd in (("parameters", self.params), ("forward_flops", self.forward),
-                            ("non_matmul_flops", self.nonmatmul)):
+        for section, bd in (
+            ("parameters", self.params),
+            ("forward_flops", self.forward),
+            ("non_matmul_flops", self.nonmatmul),
+        ):
             for it in bd:
-                rows.append(dict(section=section, key=it.key, label=it.label, group=it.group, per_layer=it.per_layer,
-                                 total=it.total, share=bd.share(it.key), unit=bd.unit))
+                rows.append(
+                    dict(
+                        section=section,
+                        key=it.key,
+                        label=it.label,
+                        group=it.group,
+                        per_layer=it.per_layer,
+                        total=it.total,
+                        share=bd.share(it.key),
+                        unit=bd.unit,
+                    )
+                )
         step = self.training.step
         extra = [("attention_causal_halved", "QKᵀ+AV, causal half", self.causal_attention)]
         for key, label, value in [*self.training_rows(), *extra]:
-            rows.append(dict(section="training_step_flops", key=key, label=label, group="", per_layer=None,
-                             total=value, share=value / step, unit="FLOPs"))
+            rows.append(
+                dict(
+                    section="training_step_flops",
+                    key=key,
+                    label=label,
+                    group="",
+                    per_layer=None,
+                    total=value,
+                    share=value / step,
+                    unit="FLOPs",
+                )
+            )
         for prefix, sizes in (("weights", self.weight_bytes()), ("kv_cache", self.kv_cache_bytes())):
             for dtype, n in sizes.items():
-                rows.append(dict(section="memory", key=f"{prefix}.{dtype}", label=f"{prefix} in {dtype}", group="",
-                                 per_layer=None, total=n, share=None, unit="bytes"))
+                rows.append(
+                    dict(
+                        section="memory",
+                        key=f"{prefix}.{dtype}",
+                        label=f"{prefix} in {dtype}",
+                        group="",
+                        per_layer=None,
+                        total=n,
+                        share=None,
+                        unit="bytes",
+                    )
+                )
         return rows
 
     def to_dict(self) -> dict[str, Any]:

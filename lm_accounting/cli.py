@@ -13,7 +13,8 @@ import functools
 import os
 import shutil
 import sys
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import click
 
@@ -94,7 +95,8 @@ class DefaultGroup(click.Group):
                 shown = word if len(word) <= 60 else word[:60] + "…"
                 raise click.UsageError(
                     f"'{shown}' is neither a command nor a preset{hint} (commands: {', '.join(self.commands)}; "
-                    f"presets: {', '.join(preset_names())}; a file path needs a '/' or a .toml suffix)")
+                    f"presets: {', '.join(preset_names())}; a file path needs a '/' or a .toml suffix)"
+                )
             args = ["account", *args]
         return super().parse_args(ctx, args)
 
@@ -109,8 +111,13 @@ def model_options(func: Callable[..., Any]) -> Callable[..., Any]:
     @click.argument("preset_or_file", metavar="PRESET_OR_FILE", shell_complete=_complete_models)
     @click.option("--context", "-S", type=POSITIVE, help="Sequence length S (default: the preset's context_length).")
     @click.option("--batch", "-B", type=POSITIVE, default=1, show_default=True, help="Batch size B.")
-    @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-                  help="Override any config field, e.g. --set d_ff=4288 (repeatable).")
+    @click.option(
+        "--set",
+        "overrides",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Override any config field, e.g. --set d_ff=4288 (repeatable).",
+    )
     @click.option("--layers", type=POSITIVE, help="Override num_layers.")
     @click.option("--d-model", type=POSITIVE, help="Override d_model.")
     @click.option("--heads", type=POSITIVE, help="Override num_heads.")
@@ -135,8 +142,14 @@ def model_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def format_option(func: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
-                        help="table (fits the terminal), markdown, csv (tidy records) or json.")(func)
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(FORMATS),
+        default="table",
+        show_default=True,
+        help="table (fits the terminal), markdown, csv (tidy records) or json.",
+    )(func)
 
 
 def setup_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -144,12 +157,27 @@ def setup_options(func: Callable[..., Any]) -> Callable[..., Any]:
     when the command has one."""
     from .setup import ATTENTIONS, CHECKPOINTS, PRECISIONS
 
-    @click.option("--attention", type=click.Choice(ATTENTIONS), default="naive", show_default=True,
-                  help="naive: S×S scores kept (the course model); sdpa: torch's fused attention kernel.")
-    @click.option("--checkpoint", type=click.Choice(CHECKPOINTS), default="none", show_default=True,
-                  help="Activation checkpointing per block: none, full, or selective (matmul outputs kept).")
-    @click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True,
-                  help="fp32, pure bf16, or amp-bf16 (fp32 master weights, bf16 autocast compute).")
+    @click.option(
+        "--attention",
+        type=click.Choice(ATTENTIONS),
+        default="naive",
+        show_default=True,
+        help="naive: S×S scores kept (the course model); sdpa: torch's fused attention kernel.",
+    )
+    @click.option(
+        "--checkpoint",
+        type=click.Choice(CHECKPOINTS),
+        default="none",
+        show_default=True,
+        help="Activation checkpointing per block: none, full, or selective (matmul outputs kept).",
+    )
+    @click.option(
+        "--precision",
+        type=click.Choice(PRECISIONS),
+        default="fp32",
+        show_default=True,
+        help="fp32, pure bf16, or amp-bf16 (fp32 master weights, bf16 autocast compute).",
+    )
     @functools.wraps(func)
     def wrapper(attention: str, checkpoint: str, precision: str, **kw: Any) -> Any:
         from .setup import TrainingSetup
@@ -162,8 +190,12 @@ def setup_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def budget_option(func: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option("--budget", default=DEFAULT_BUDGET, show_default=True,
-                        help="Memory budget with an explicit unit: 80GB (10^9) or 80GiB (2^30).")(func)
+    return click.option(
+        "--budget",
+        default=DEFAULT_BUDGET,
+        show_default=True,
+        help="Memory budget with an explicit unit: 80GB (10^9) or 80GiB (2^30).",
+    )(func)
 
 
 def emit(result: Any, fmt: str) -> None:
@@ -207,12 +239,18 @@ def presets_cmd(fmt: str) -> None:
 
 @cli.command("crosscheck", short_help="Prove the FLOPs and parameters on the live model (fvcore, FlopCounterMode).")
 @model_options
-@click.option("--device", type=click.Choice(DEVICES), default="meta", show_default=True,
-              help="Where to build the live model (meta holds no memory).")
+@click.option(
+    "--device",
+    type=click.Choice(DEVICES),
+    default="meta",
+    show_default=True,
+    help="Where to build the live model (meta holds no memory).",
+)
 @click.option("--backward", is_flag=True, help="Also count forward+backward with FlopCounterMode.")
 @setup_options
-def crosscheck_cmd(cfg: ModelConfig, context: int | None, batch: int, fmt: str, device: str, backward: bool,
-                   setup: Any) -> int:
+def crosscheck_cmd(
+    cfg: ModelConfig, context: int | None, batch: int, fmt: str, device: str, backward: bool, setup: Any
+) -> int:
     """Build the live model and prove the analytic FLOPs and parameters with fvcore and FlopCounterMode.
 
     Exits 1 and names the component if any matmul FLOP count or parameter count differs.
@@ -226,15 +264,31 @@ def crosscheck_cmd(cfg: ModelConfig, context: int | None, batch: int, fmt: str, 
 
 @cli.command("memory", short_help="Training memory per phase, predicted (and measured), and capacity.")
 @model_options
-@click.option("--dtype", type=click.Choice(CLI_TRAINING_DTYPES), default="fp32", show_default=True,
-              help="Parameter/activation dtype (gradients and AdamW moments follow it).")
-@click.option("--optimizer", type=click.Choice(ADAMW_IMPLS), default=DEFAULT_ADAMW, show_default=True,
-              help="torch.optim.AdamW implementation (foreach is torch's default on CUDA).")
+@click.option(
+    "--dtype",
+    type=click.Choice(CLI_TRAINING_DTYPES),
+    default="fp32",
+    show_default=True,
+    help="Parameter/activation dtype (gradients and AdamW moments follow it).",
+)
+@click.option(
+    "--optimizer",
+    type=click.Choice(ADAMW_IMPLS),
+    default=DEFAULT_ADAMW,
+    show_default=True,
+    help="torch.optim.AdamW implementation (foreach is torch's default on CUDA).",
+)
 @budget_option
-@click.option("--measure", type=click.Choice(("none", *DEVICES)), default="none", show_default=True,
-              help="Also measure one training step of the live model.")
-def memory_cmd(cfg: ModelConfig, context: int | None, batch: int, fmt: str, dtype: str, optimizer: str,
-               budget: str, measure: str) -> None:
+@click.option(
+    "--measure",
+    type=click.Choice(("none", *DEVICES)),
+    default="none",
+    show_default=True,
+    help="Also measure one training step of the live model.",
+)
+def memory_cmd(
+    cfg: ModelConfig, context: int | None, batch: int, fmt: str, dtype: str, optimizer: str, budget: str, measure: str
+) -> None:
     """Training memory: model states, activations, peak per phase (predicted vs measured), capacity."""
     from .analytic.memory_report import memory_account
     from .analytic.sizes import at_context
@@ -253,26 +307,60 @@ def memory_cmd(cfg: ModelConfig, context: int | None, batch: int, fmt: str, dtyp
 @model_options
 @click.option("--steps", type=POSITIVE, default=400_000, show_default=True, help="Optimizer steps.")
 @click.option("--gpu", default="a100", show_default=True, help="GPU from the built-in table (a100, h100-sxm, ...).")
-@click.option("--gpu-dtype", default="fp32", show_default=True,
-              help="Matmul dtype for the GPU's peak: fp32, tf32, bf16, fp16.")
+@click.option(
+    "--gpu-dtype", default="fp32", show_default=True, help="Matmul dtype for the GPU's peak: fp32, tf32, bf16, fp16."
+)
 @click.option("--peak-flops", type=float, help="Override the peak FLOP/s (e.g. 19.5e12).")
 @click.option("--mfu", type=float, default=0.5, show_default=True, help="Model FLOPs utilisation in (0, 1].")
-@click.option("--method", type=click.Choice(STEP_FLOPS_METHODS), default="3x", show_default=True,
-              help="Step FLOPs: 3 × forward, 6·N·D, or the PaLM formula.")
+@click.option(
+    "--method",
+    type=click.Choice(STEP_FLOPS_METHODS),
+    default="3x",
+    show_default=True,
+    help="Step FLOPs: 3 × forward, 6·N·D, or the PaLM formula.",
+)
 @setup_options
-def train_time_cmd(cfg: ModelConfig, context: int | None, batch: int, fmt: str, steps: int, gpu: str,
-                   gpu_dtype: str, peak_flops: float | None, mfu: float, method: str, setup: Any) -> None:
+def train_time_cmd(
+    cfg: ModelConfig,
+    context: int | None,
+    batch: int,
+    fmt: str,
+    steps: int,
+    gpu: str,
+    gpu_dtype: str,
+    peak_flops: float | None,
+    mfu: float,
+    method: str,
+    setup: Any,
+) -> None:
     """Days to train: step FLOPs × steps / (GPU peak × MFU), plus AdamW step FLOPs."""
     from .train_time import train_time
 
-    emit(train_time(cfg, context, batch, steps, gpu=gpu, gpu_dtype=gpu_dtype, peak_flops=peak_flops, mfu=mfu,
-                    method=method, setup=setup), fmt)
+    emit(
+        train_time(
+            cfg,
+            context,
+            batch,
+            steps,
+            gpu=gpu,
+            gpu_dtype=gpu_dtype,
+            peak_flops=peak_flops,
+            mfu=mfu,
+            method=method,
+            setup=setup,
+        ),
+        fmt,
+    )
 
 
 @cli.command("sweep", short_help="Context-length sweep: tables and plots written to --out.")
 @click.argument("presets", nargs=-1, required=True, metavar="PRESET_OR_FILE...", shell_complete=_complete_models)
-@click.option("--contexts", default="128:16384:x2", show_default=True,
-              help="Context lengths: a list (128,256,512) or a range (128:16384:x2, 256:2048:+256).")
+@click.option(
+    "--contexts",
+    default="128:16384:x2",
+    show_default=True,
+    help="Context lengths: a list (128,256,512) or a range (128:16384:x2, 256:2048:+256).",
+)
 @click.option("--batch", "-B", type=POSITIVE, default=1, show_default=True, help="Batch size B.")
 @click.option("--dtype", type=click.Choice(CLI_TRAINING_DTYPES), default="fp32", show_default=True)
 @click.option("--optimizer", type=click.Choice(ADAMW_IMPLS), default=DEFAULT_ADAMW, show_default=True)
@@ -280,13 +368,29 @@ def train_time_cmd(cfg: ModelConfig, context: int | None, batch: int, fmt: str, 
 @click.option("--crosscheck", is_flag=True, help="Count every point's FLOPs on the live model (meta) too.")
 @click.option("--measure-memory", type=click.Choice(DEVICES), help="Measure every point's training step.")
 @click.option("--allow-long", is_flag=True, help="Run live sweeps estimated to take longer than the default bound.")
-@click.option("--out", type=click.Path(file_okay=False), default="lm-account-sweep", show_default=True,
-              help="Directory for the tables and plots (replaced as a whole, atomically).")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    default="lm-account-sweep",
+    show_default=True,
+    help="Directory for the tables and plots (replaced as a whole, atomically).",
+)
 @click.option("--no-plots", is_flag=True, help="Write the tables only.")
 @format_option
-def sweep_cmd(presets: Sequence[str], contexts: str, batch: int, dtype: str, optimizer: str, budget: str,
-              crosscheck: bool, measure_memory: str | None, allow_long: bool, out: str, no_plots: bool,
-              fmt: str) -> int:
+def sweep_cmd(
+    presets: Sequence[str],
+    contexts: str,
+    batch: int,
+    dtype: str,
+    optimizer: str,
+    budget: str,
+    crosscheck: bool,
+    measure_memory: str | None,
+    allow_long: bool,
+    out: str,
+    no_plots: bool,
+    fmt: str,
+) -> int:
     """Context-length sweep of one or more models: tables (CSV, markdown, JSON) and plots in --out."""
     from pathlib import Path
 
@@ -297,8 +401,18 @@ def sweep_cmd(presets: Sequence[str], contexts: str, batch: int, dtype: str, opt
     check_sweep_out(out)  # a bad --out fails before any computation
     budget_bytes = parse_size(budget)
     configs = [load_config(p) for p in presets]
-    result = sweep(configs, parse_contexts(contexts), batch, dtype=dtype, optimizer=optimizer, budget=budget_bytes,
-                   crosscheck=crosscheck, measure=measure_memory, progress=True, allow_long=allow_long)
+    result = sweep(
+        configs,
+        parse_contexts(contexts),
+        batch,
+        dtype=dtype,
+        optimizer=optimizer,
+        budget=budget_bytes,
+        crosscheck=crosscheck,
+        measure=measure_memory,
+        progress=True,
+        allow_long=allow_long,
+    )
     paths = write_sweep(result, Path(out), budget_bytes, size_label(budget), plots=not no_plots)
     emit(result, fmt)
     click.echo(f"wrote {len(paths)} files to {out}/: " + ", ".join(p.name for p in paths), err=True)
@@ -308,8 +422,13 @@ def sweep_cmd(presets: Sequence[str], contexts: str, batch: int, dtype: str, opt
 
 
 @cli.command("report", short_help="Regenerate reports/ (the course answers, tables and plots) from code.")
-@click.option("--out", type=click.Path(file_okay=False), default="reports", show_default=True,
-              help="Directory to (re)generate, replaced as a whole, atomically.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    default="reports",
+    show_default=True,
+    help="Directory to (re)generate, replaced as a whole, atomically.",
+)
 @click.option("--no-live", is_flag=True, help="Skip the live cross-checks and meta measurements (faster).")
 @click.option("--no-plots", is_flag=True, help="Skip the figures.")
 def report_cmd(out: str, no_live: bool, no_plots: bool) -> int:

@@ -83,8 +83,10 @@ def write_json(path: Path, data: dict[str, Any]) -> Path:
 def write_table_files(stem: Path, tables: Sequence[Table], records: list[dict[str, Any]] | None = None) -> list[Path]:
     """``<stem>.md`` and ``<stem>.csv`` for a list of tables (CSV from ``records`` when given)."""
     csv_text = render_records_csv(records) if records is not None else render_csv(tables)
-    return [write_atomic(stem.with_suffix(".md"), render_markdown(tables)),
-            write_atomic(stem.with_suffix(".csv"), csv_text)]
+    return [
+        write_atomic(stem.with_suffix(".md"), render_markdown(tables)),
+        write_atomic(stem.with_suffix(".csv"), csv_text),
+    ]
 
 
 # ----------------------------------------------------------------- names -> file names
@@ -284,8 +286,9 @@ def _sigterm_cleans_up() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def atomic_dir(target: Path | str, owns: Callable[[str], bool] | None = None,
-               keep: Callable[[str], bool] | None = None) -> Iterator[Path]:
+def atomic_dir(
+    target: Path | str, owns: Callable[[str], bool] | None = None, keep: Callable[[str], bool] | None = None
+) -> Iterator[Path]:
     """Build an output set in a temporary directory and swap it in for ``target`` at the end.
 
     Usage::

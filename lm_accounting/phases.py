@@ -56,5 +56,8 @@ class StepMemory:
         return max(PHASES, key=lambda name: (self.phase(name).peak, -PHASES.index(name)))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"baseline": self.baseline, "peak": self.peak,
-                **{name: {"peak": p.peak, "end": p.end} for name, p in self.phases().items()}}
+        return {
+            "baseline": self.baseline,
+            "peak": self.peak,
+            **{name: {"peak": p.peak, "end": p.end} for name, p in self.phases().items()},
+        }

@@ -76,8 +76,12 @@ class TrainingSetup:
         return self.precision == "amp-bf16"
 
     def to_dict(self) -> dict[str, str]:
-        return {"attention": self.attention, "checkpoint": self.checkpoint, "precision": self.precision,
-                "optimizer": self.optimizer}
+        return {
+            "attention": self.attention,
+            "checkpoint": self.checkpoint,
+            "precision": self.precision,
+            "optimizer": self.optimizer,
+        }
 
     @property
     def label(self) -> str:

@@ -42,8 +42,10 @@ def parse_contexts(text: str) -> list[int]:
         raise AccountingError(f"--contexts must be a string such as '128:16384:x2', got {type(text).__name__}")
     text = text.strip()
     shown = text if len(text) <= 60 else text[:59] + f"…({len(text):,} characters)"
-    usage = (f"--contexts '{shown}' must be positive integers like 128,256,512 or a range like "
-             "128:16384:x2 (doubling) or 256:2048:+256")
+    usage = (
+        f"--contexts '{shown}' must be positive integers like 128,256,512 or a range like "
+        "128:16384:x2 (doubling) or 256:2048:+256"
+    )
     long = re.search(r"[0-9_]{31,}", text)
     if long:
         digits = long[0].replace("_", "").lstrip("0")
@@ -75,8 +77,9 @@ def parse_contexts(text: str) -> list[int]:
     return sorted(set(values))
 
 
-def analytic_row(cfg: ModelConfig, seq: int, batch: int, dtype: str, optimizer: str, budget: int,
-                 max_context: int) -> dict[str, Any]:
+def analytic_row(
+    cfg: ModelConfig, seq: int, batch: int, dtype: str, optimizer: str, budget: int, max_context: int
+) -> dict[str, Any]:
     """Every analytic column of one (model, context) row."""
     cfg = cfg.with_context(seq)
     acc = account(cfg, seq, batch)
@@ -133,13 +136,29 @@ class Sweep(Result):
         return pd.DataFrame(self.rows)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": self.SCHEMA, "batch": self.batch, "dtype": self.dtype,
-                "optimizer": self.optimizer, "rows": self.rows, "mismatches": self.mismatches}
+        return {
+            "schema": self.SCHEMA,
+            "batch": self.batch,
+            "dtype": self.dtype,
+            "optimizer": self.optimizer,
+            "rows": self.rows,
+            "mismatches": self.mismatches,
+        }
 
 
-def sweep(configs: Sequence[ModelConfig], contexts: Iterable[int], batch: int = 1, *, dtype: str = "fp32",
-          optimizer: str = "foreach", budget: int = 80 * 10**9, crosscheck: bool = False,
-          measure: str | None = None, progress: bool = False, allow_long: bool = False) -> Sweep:
+def sweep(
+    configs: Sequence[ModelConfig],
+    contexts: Iterable[int],
+    batch: int = 1,
+    *,
+    dtype: str = "fp32",
+    optimizer: str = "foreach",
+    budget: int = 80 * 10**9,
+    crosscheck: bool = False,
+    measure: str | None = None,
+    progress: bool = False,
+    allow_long: bool = False,
+) -> Sweep:
     """Analytic rows for every (config, context) (``budget`` sets ``mem:max_context``); with ``crosscheck`` the live model's
     FlopCounterMode and fvcore totals are checked against them, and with ``measure``
     ('meta', 'cpu' or 'cuda') one training step is measured at each point.
@@ -155,8 +174,10 @@ def sweep(configs: Sequence[ModelConfig], contexts: Iterable[int], batch: int = 
         if not isinstance(cfg, ModelConfig):
             raise AccountingError(f"sweep expects ModelConfig items, got {type(cfg).__name__}")
     if len(configs) > MAX_MODELS:
-        raise AccountingError(f"{len(configs):,} models is more than {MAX_MODELS} in one sweep (one memory "
-                              "figure each); split them into several sweeps")
+        raise AccountingError(
+            f"{len(configs):,} models is more than {MAX_MODELS} in one sweep (one memory "
+            "figure each); split them into several sweeps"
+        )
     check_positive_int("batch", batch)
     check_positive_int("budget", budget, limit=None)
     if dtype not in TRAINING_DTYPES:
@@ -177,8 +198,9 @@ def sweep(configs: Sequence[ModelConfig], contexts: Iterable[int], batch: int = 
         check_positive_int("context", seq)
         seen.append(seq)
         if len(seen) * len(configs) > MAX_POINTS:
-            raise AccountingError(f"more than {MAX_POINTS:,} sweep points; use fewer contexts (e.g. 128:16384:x2) "
-                                  "or fewer models")
+            raise AccountingError(
+                f"more than {MAX_POINTS:,} sweep points; use fewer contexts (e.g. 128:16384:x2) or fewer models"
+            )
     contexts = seen
     if not contexts:
         raise AccountingError("sweep needs at least one context")
@@ -214,8 +236,15 @@ def sweep(configs: Sequence[ModelConfig], contexts: Iterable[int], batch: int = 
     return result
 
 
-def check_live_points(points: Sequence[tuple[ModelConfig, int]], batch: int, dtype: str, optimizer: str,
-                      crosscheck: bool, measure: str | None, allow_long: bool) -> float:
+def check_live_points(
+    points: Sequence[tuple[ModelConfig, int]],
+    batch: int,
+    dtype: str,
+    optimizer: str,
+    crosscheck: bool,
+    measure: str | None,
+    allow_long: bool,
+) -> float:
     """Check every live point before any is run; return the estimated seconds of the live work.
 
     Each point goes through ``check_live_run`` (the cross-check runs on meta; a measured step on
@@ -231,8 +260,16 @@ def check_live_points(points: Sequence[tuple[ModelConfig, int]], batch: int, dty
             check_live_run(at, seq, batch, "meta", f"the cross-check of {where}")
             total += estimate_live_seconds(at, seq, batch, "meta", counting=True)
         if measure:
-            check_live_run(at, seq, batch, measure, f"the training step of {where}", training=True,
-                           dtype=dtype, optimizer=optimizer)
+            check_live_run(
+                at,
+                seq,
+                batch,
+                measure,
+                f"the training step of {where}",
+                training=True,
+                dtype=dtype,
+                optimizer=optimizer,
+            )
             total += estimate_live_seconds(at, seq, batch, measure, training=True)
     if total > MAX_LIVE_SECONDS and not allow_long:
         raise AccountingError(

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .analytic.hardware_flops import StepFlops, step_flops as hardware_step_flops
+from .analytic.hardware_flops import StepFlops
+from .analytic.hardware_flops import step_flops as hardware_step_flops
 from .analytic.params import parameter_breakdown
 from .analytic.sizes import at_context
 from .analytic.training import (
@@ -22,8 +23,11 @@ from .names import STEP_FLOPS_METHODS
 from .result import Result
 from .setup import TrainingSetup
 
-METHOD_LABELS = {"3x": "3 × forward (backward = 2 × forward)", "6nd": "6·N·D",
-                 "palm": "PaLM 6·N_matmul·D + 12·L·h·d_head·S·D"}
+METHOD_LABELS = {
+    "3x": "3 × forward (backward = 2 × forward)",
+    "6nd": "6·N·D",
+    "palm": "PaLM 6·N_matmul·D + 12·L·h·d_head·S·D",
+}
 
 
 @dataclass(frozen=True)
@@ -61,12 +65,29 @@ class TrainTime(Result):
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "schema": self.SCHEMA, "config": self.config.resolved(), "context": self.seq, "batch": self.batch,
-            "steps": self.steps, "device": self.device, "peak_flops": self.peak_flops, "mfu": self.mfu,
-            "method": self.method, "setup": self.setup.to_dict(),
-            "model_flops": self.matmul_flops.model, "hardware_flops": self.matmul_flops.hardware, "hfu": self.hfu,
-            "methods": {m: {"flops_per_step": t.flops_per_step, "total_flops": t.total_flops, "seconds": t.seconds,
-                            "hours": t.hours, "days": t.days} for m, t in self.estimates.items()},
+            "schema": self.SCHEMA,
+            "config": self.config.resolved(),
+            "context": self.seq,
+            "batch": self.batch,
+            "steps": self.steps,
+            "device": self.device,
+            "peak_flops": self.peak_flops,
+            "mfu": self.mfu,
+            "method": self.method,
+            "setup": self.setup.to_dict(),
+            "model_flops": self.matmul_flops.model,
+            "hardware_flops": self.matmul_flops.hardware,
+            "hfu": self.hfu,
+            "methods": {
+                m: {
+                    "flops_per_step": t.flops_per_step,
+                    "total_flops": t.total_flops,
+                    "seconds": t.seconds,
+                    "hours": t.hours,
+                    "days": t.days,
+                }
+                for m, t in self.estimates.items()
+            },
             "adamw_step_flops": {c.name: flops for c, flops in self.adamw()},
         }
 
@@ -74,21 +95,44 @@ class TrainTime(Result):
         """Tidy rows: one per (method, quantity) and one per AdamW convention."""
         rows = []
         for m, t in self.estimates.items():
-            for quantity, value in (("flops_per_step", t.flops_per_step), ("total_flops", t.total_flops),
-                                    ("hours", t.hours), ("days", t.days)):
-                rows.append(dict(section="training_time", key=m, quantity=quantity, value=value, chosen=m == self.method))
-        rows += [dict(section="adamw_step_flops", key=c.name, quantity="flops_per_step", value=flops, chosen=None)
-                 for c, flops in self.adamw()]
-        rows += [dict(section="utilisation", key=key, quantity=key, value=value, chosen=None)
-                 for key, value in (("model_flops", self.matmul_flops.model),
-                                    ("hardware_flops", self.matmul_flops.hardware), ("mfu", self.mfu),
-                                    ("hfu", self.hfu))]
+            for quantity, value in (
+                ("flops_per_step", t.flops_per_step),
+                ("total_flops", t.total_flops),
+                ("hours", t.hours),
+                ("days", t.days),
+            ):
+                rows.append(
+                    dict(section="training_time", key=m, quantity=quantity, value=value, chosen=m == self.method)
+                )
+        rows += [
+            dict(section="adamw_step_flops", key=c.name, quantity="flops_per_step", value=flops, chosen=None)
+            for c, flops in self.adamw()
+        ]
+        rows += [
+            dict(section="utilisation", key=key, quantity=key, value=value, chosen=None)
+            for key, value in (
+                ("model_flops", self.matmul_flops.model),
+                ("hardware_flops", self.matmul_flops.hardware),
+                ("mfu", self.mfu),
+                ("hfu", self.hfu),
+            )
+        ]
         return rows
 
 
-def train_time(cfg: ModelConfig, seq: int | None = None, batch: int = 1, steps: int = 400_000, *,
-               gpu: str = "a100", gpu_dtype: str = "fp32", peak_flops: float | None = None, mfu: float = 0.5,
-               method: str = "3x", setup: TrainingSetup | None = None) -> TrainTime:
+def train_time(
+    cfg: ModelConfig,
+    seq: int | None = None,
+    batch: int = 1,
+    steps: int = 400_000,
+    *,
+    gpu: str = "a100",
+    gpu_dtype: str = "fp32",
+    peak_flops: float | None = None,
+    mfu: float = 0.5,
+    method: str = "3x",
+    setup: TrainingSetup | None = None,
+) -> TrainTime:
     """Days to train ``cfg`` for ``steps`` steps of ``batch`` × ``seq`` tokens on one ``gpu``
     (peak from ``analytic.training.GPUS`` for ``gpu_dtype``, or ``peak_flops``) at ``mfu``.
     The time counts model FLOPs; ``setup`` gives the hardware FLOPs and so the HFU."""
@@ -99,9 +143,21 @@ def train_time(cfg: ModelConfig, seq: int | None = None, batch: int = 1, steps: 
         peak, device = gpu_peak_flops(gpu, gpu_dtype), f"{gpu} {gpu_dtype}"
     else:
         peak, device = peak_flops, "custom peak"
-    estimates = {m: training_time(step_flops(run, run.context_length, batch, m), steps, peak, mfu)
-                 for m in STEP_FLOPS_METHODS}
+    estimates = {
+        m: training_time(step_flops(run, run.context_length, batch, m), steps, peak, mfu) for m in STEP_FLOPS_METHODS
+    }
     setup = setup or TrainingSetup()
-    return TrainTime(run, run.context_length, batch, steps, device, peak, mfu, method, estimates,
-                     parameter_breakdown(run).total, setup,
-                     hardware_step_flops(run, run.context_length, batch, setup))
+    return TrainTime(
+        run,
+        run.context_length,
+        batch,
+        steps,
+        device,
+        peak,
+        mfu,
+        method,
+        estimates,
+        parameter_breakdown(run).total,
+        setup,
+        hardware_step_flops(run, run.context_length, batch, setup),
+    )

@@ -9,8 +9,14 @@ from .names import DTYPE_BYTES  # noqa: F401  (re-exported: the byte sizes live 
 
 UNIT_BYTES = {
     "B": 1,
-    "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-    "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+    "TIB": 2**40,
 }
 
 
@@ -60,8 +66,12 @@ def size_label(text: str) -> str:
     return f"{match.group(1)} {unit}"
 
 
-BYTE_UNITS = ((10**6, "MB", 2**20, "MiB"), (10**9, "GB", 2**30, "GiB"), (10**12, "TB", 2**40, "TiB"),
-              (10**15, "PB", 2**50, "PiB"))
+BYTE_UNITS = (
+    (10**6, "MB", 2**20, "MiB"),
+    (10**9, "GB", 2**30, "GiB"),
+    (10**12, "TB", 2**40, "TiB"),
+    (10**15, "PB", 2**50, "PiB"),
+)
 
 
 def fmt_bytes(n_bytes: int) -> str:

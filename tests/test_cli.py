@@ -48,7 +48,9 @@ def test_csv_and_markdown(run_cli):
     params = [r for r in rows if r["section"] == "parameters"]
     assert sum(int(r["total"]) for r in params) == 2_127_057_600
     md = run_cli("gpt2-xl", "--format", "markdown").out
-    assert "| key | component | per layer | total | share |" in md and "| lm_head | LM head | - | 164,682,137,600 |" in md
+    assert (
+        "| key | component | per layer | total | share |" in md and "| lm_head | LM head | - | 164,682,137,600 |" in md
+    )
 
 
 def test_llama_headline(run_cli):
@@ -58,11 +60,23 @@ def test_llama_headline(run_cli):
 
 def test_presets_listing(run_cli):
     out = run_cli("presets").out
-    for name, n in (("gpt2-small", "190,460,160"), ("gpt2-xl", "2,127,057,600"), ("llama-3-8b", "8,030,261,248"), ("qwen3-0.6b", "596,049,920")):
+    for name, n in (
+        ("gpt2-small", "190,460,160"),
+        ("gpt2-xl", "2,127,057,600"),
+        ("llama-3-8b", "8,030,261,248"),
+        ("qwen3-0.6b", "596,049,920"),
+    ):
         line = next(l for l in out.splitlines() if l.strip().startswith(name))
         assert line.rstrip().endswith(n)
     data = json.loads(run_cli("presets", "--format", "json").out)
-    assert {p["name"] for p in data["presets"]} == {"gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl", "llama-3-8b", "qwen3-0.6b"}
+    assert {p["name"] for p in data["presets"]} == {
+        "gpt2-small",
+        "gpt2-medium",
+        "gpt2-large",
+        "gpt2-xl",
+        "llama-3-8b",
+        "qwen3-0.6b",
+    }
 
 
 def test_overrides_and_user_file(run_cli, tmp_path):
@@ -89,7 +103,10 @@ def write(tmp_path, text, name="model.toml"):
 GOOD = "vocab_size = 100\ncontext_length = 16\nnum_layers = 2\nd_model = 8\nnum_heads = 2\nd_ff = 16\n"
 
 BAD_INPUTS = [
-    (["gpt2-xll"], ["'gpt2-xll' is neither a command nor a preset", "did you mean 'gpt2-xl'", "gpt2-small", "qwen3-0.6b"]),
+    (
+        ["gpt2-xll"],
+        ["'gpt2-xll' is neither a command nor a preset", "did you mean 'gpt2-xl'", "gpt2-small", "qwen3-0.6b"],
+    ),
     (["memroy", "gpt2-xl"], ["'memroy' is neither a command nor a preset", "did you mean 'memory'"]),
     (["account", "gpt2-xll"], ["unknown preset 'gpt2-xll'", "did you mean 'gpt2-xl'"]),
     (["gpt2-xl", "--context", "0"], ["--context", "positive integer"]),
@@ -146,7 +163,9 @@ def test_bad_file_names_file_and_key(run_cli, tmp_path, text, needles):
 
 def test_no_traceback_from_real_process(tmp_path):
     path = write(tmp_path, "vocab_size = [\n")
-    proc = subprocess.run([sys.executable, "-m", "lm_accounting", str(path)], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "lm_accounting", str(path)], capture_output=True, text=True, check=False
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and str(path) in proc.stderr
 
 
@@ -182,19 +201,22 @@ def test_binary_and_directory_paths(run_cli, tmp_path):
     assert r.code == 2 and "is a directory" in r.err
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["gpt2-xl", "--context", str(10**160)], "beyond the supported 10^18"),
-    (["gpt2-xl", "--set", f"d_model={10**19}"], "beyond the supported 10^18"),
-    (["train-time", "gpt2-xl", "--steps", str(10**300)], "beyond the supported 10^18"),
-    (["gpt2-xl", "--set", "rope_theta=inf"], "positive finite number"),
-    (["gpt2-xl", "--set", "norm_eps=nan"], "positive finite number"),
-    (["train-time", "gpt2-xl", "--peak-flops", "1e-300"], "finite number >= 1"),
-    (["train-time", "gpt2-xl", "--peak-flops", "inf"], "finite number >= 1"),
-    (["train-time", "gpt2-xl", "--mfu", "nan"], "mfu must be in (0, 1]"),
-    (["train-time", "gpt2-xl", "--gpu", "a10"], "unknown GPU 'a10'; did you mean 'a100'?"),
-    (["sweep", "gpt2-small", "gpt2-small", "--contexts", "256"], "two models are named 'gpt2-small'"),
-    (["sweep", "gpt2-small", "--contexts", "1:100000000:+1"], "more than 1,000 contexts"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["gpt2-xl", "--context", str(10**160)], "beyond the supported 10^18"),
+        (["gpt2-xl", "--set", f"d_model={10**19}"], "beyond the supported 10^18"),
+        (["train-time", "gpt2-xl", "--steps", str(10**300)], "beyond the supported 10^18"),
+        (["gpt2-xl", "--set", "rope_theta=inf"], "positive finite number"),
+        (["gpt2-xl", "--set", "norm_eps=nan"], "positive finite number"),
+        (["train-time", "gpt2-xl", "--peak-flops", "1e-300"], "finite number >= 1"),
+        (["train-time", "gpt2-xl", "--peak-flops", "inf"], "finite number >= 1"),
+        (["train-time", "gpt2-xl", "--mfu", "nan"], "mfu must be in (0, 1]"),
+        (["train-time", "gpt2-xl", "--gpu", "a10"], "unknown GPU 'a10'; did you mean 'a100'?"),
+        (["sweep", "gpt2-small", "gpt2-small", "--contexts", "256"], "two models are named 'gpt2-small'"),
+        (["sweep", "gpt2-small", "--contexts", "1:100000000:+1"], "more than 1,000 contexts"),
+    ],
+)
 def test_absurd_input_is_refused_on_one_line(run_cli, tmp_path, args, needle):
     r = run_cli(*args, *(["--out", tmp_path] if args[0] == "sweep" else []))
     assert r.code == 2 and needle in r.err and len(r.err.strip().splitlines()) == 1

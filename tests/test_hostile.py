@@ -36,32 +36,42 @@ def cli(*args, timeout=60, cwd=None):
     """``lm-account ARGS`` in a fresh process: (exit code, stderr, wall seconds, peak child RSS bytes)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "lm_accounting", *map(str, args)], capture_output=True, text=True, check=False,
-                          timeout=timeout, cwd=cwd)
+    proc = subprocess.run(
+        [sys.executable, "-m", "lm_accounting", *map(str, args)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=timeout,
+        cwd=cwd,
+    )
     seconds = time.perf_counter() - start
     rss = max(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, before) * 1024
     return proc.returncode, proc.stderr, seconds, rss
 
 
 # ------------------------------------------------------------------ 1. integers of any length
-@pytest.mark.parametrize("args, needle", [
-    (["gpt2-xl", "--set", f"num_layers={BIG}"], "(5,000 digits)"),
-    (["gpt2-xl", "--set", f"rope_theta={BIG}"], "positive finite"),
-    (["gpt2-xl", "--set", f"num_layers={'1' * 40}"], "digits) is beyond the supported 10^18"),
-    (["gpt2-xl", "--set", "num_layers=10000000000000000000"], "1.000e+19 is beyond the supported 10^18"),
-    (["sweep", "gpt2-small", "--contexts", BIG, "--no-plots"], "(5,000 digits)"),
-    (["sweep", "gpt2-small", "--contexts", f"1:{BIG}:x2", "--no-plots"], "(5,000 digits)"),
-    (["sweep", "gpt2-small", "--contexts", "128,10000000000000000000", "--no-plots"], "beyond the supported 10^18"),
-    (["gpt2-xl", "--context", BIG], "beyond the supported 10^18"),
-    (["gpt2-xl", "--layers", BIG], "beyond the supported 10^18"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["gpt2-xl", "--set", f"num_layers={BIG}"], "(5,000 digits)"),
+        (["gpt2-xl", "--set", f"rope_theta={BIG}"], "positive finite"),
+        (["gpt2-xl", "--set", f"num_layers={'1' * 40}"], "digits) is beyond the supported 10^18"),
+        (["gpt2-xl", "--set", "num_layers=10000000000000000000"], "1.000e+19 is beyond the supported 10^18"),
+        (["sweep", "gpt2-small", "--contexts", BIG, "--no-plots"], "(5,000 digits)"),
+        (["sweep", "gpt2-small", "--contexts", f"1:{BIG}:x2", "--no-plots"], "(5,000 digits)"),
+        (["sweep", "gpt2-small", "--contexts", "128,10000000000000000000", "--no-plots"], "beyond the supported 10^18"),
+        (["gpt2-xl", "--context", BIG], "beyond the supported 10^18"),
+        (["gpt2-xl", "--layers", BIG], "beyond the supported 10^18"),
+    ],
+)
 def test_long_integers_on_the_command_line(run_cli, args, needle):
     r = run_cli(*args)
     one_line_error(r.code, r.err, needle)
 
 
-@pytest.mark.parametrize("digits, needle", [(5000, "more than 4,300 digits"), (4000, "7.777e+3999 is beyond"),
-                                            (400, "7.777e+399 is beyond")])
+@pytest.mark.parametrize(
+    "digits, needle", [(5000, "more than 4,300 digits"), (4000, "7.777e+3999 is beyond"), (400, "7.777e+399 is beyond")]
+)
 def test_long_integers_in_toml(run_cli, tmp_path, digits, needle):
     f = tmp_path / "big.toml"
     f.write_text(TINY_TOML.format(layers="7" * digits))
@@ -85,9 +95,21 @@ def test_long_integers_in_the_api():
 
 
 # ------------------------------------------------------------------ 2. API types, keyword-only
-WRONG = {"vocab_size": "97", "context_length": 32.0, "num_layers": True, "d_model": None, "num_heads": [2],
-         "d_ff": 1.5, "num_kv_heads": "2", "head_dim": 8.0, "rope_theta": "1e4", "norm_eps": False,
-         "tie_embeddings": 1, "qk_norm": "yes", "name": 7}
+WRONG = {
+    "vocab_size": "97",
+    "context_length": 32.0,
+    "num_layers": True,
+    "d_model": None,
+    "num_heads": [2],
+    "d_ff": 1.5,
+    "num_kv_heads": "2",
+    "head_dim": 8.0,
+    "rope_theta": "1e4",
+    "norm_eps": False,
+    "tie_embeddings": 1,
+    "qk_norm": "yes",
+    "name": 7,
+}
 
 
 @pytest.mark.parametrize("field", sorted(WRONG))
@@ -182,9 +204,15 @@ def _ce(r):
 
 
 # ------------------------------------------------------------------ 5. live runs that cannot exist or would blow up
-@pytest.mark.parametrize("args", [["crosscheck", "{f}"], ["crosscheck", "{f}", "--backward"],
-                                  ["memory", "{f}", "--measure", "meta"],
-                                  ["sweep", "{f}", "--contexts", "32", "--crosscheck", "--no-plots", "--out", "{o}"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["crosscheck", "{f}"],
+        ["crosscheck", "{f}", "--backward"],
+        ["memory", "{f}", "--measure", "meta"],
+        ["sweep", "{f}", "--contexts", "32", "--crosscheck", "--no-plots", "--out", "{o}"],
+    ],
+)
 def test_deep_models_are_refused_before_building(tmp_path, args):
     f = tmp_path / "deep.toml"
     f.write_text(TINY_TOML.format(layers=100_000))
@@ -208,13 +236,16 @@ def test_tensors_beyond_torch_storage_limit_are_refused():
         torch.empty(2, 1, S, S, device="meta")
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["crosscheck", "gpt2-xl", "--context", 10**10], "2^63-byte limit"),
-    (["memory", "gpt2-xl", "--context", 10**10, "--measure", "meta"], "2^63-byte limit"),
-    (["crosscheck", "gpt2-small", "--batch", 10**18], "2^63-byte limit"),
-    (["memory", "gpt2-xl", "--context", 2**20, "--measure", "cpu"], "80% of the"),
-    (["crosscheck", "gpt2-xl", "--context", 2**20, "--device", "cpu"], "80% of the"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["crosscheck", "gpt2-xl", "--context", 10**10], "2^63-byte limit"),
+        (["memory", "gpt2-xl", "--context", 10**10, "--measure", "meta"], "2^63-byte limit"),
+        (["crosscheck", "gpt2-small", "--batch", 10**18], "2^63-byte limit"),
+        (["memory", "gpt2-xl", "--context", 2**20, "--measure", "cpu"], "80% of the"),
+        (["crosscheck", "gpt2-xl", "--context", 2**20, "--device", "cpu"], "80% of the"),
+    ],
+)
 def test_impossible_live_runs_fail_fast(args, needle):
     code, err, seconds, rss = cli(*args)
     one_line_error(code, err, needle)
@@ -269,15 +300,26 @@ def test_measure_step_refuses_before_torch_builds(monkeypatch):
 @pytest.mark.parametrize("training, layers", [(False, 40), (True, 40)])
 def test_per_layer_host_memory_constant_holds(training, layers):
     """The per-layer bound of check_live_run against a real run's peak RSS growth (fresh processes)."""
-    code = ("import resource,sys;from lm_accounting import ModelConfig;"
-            "c=ModelConfig(vocab_size=97,context_length=32,num_layers=int(sys.argv[1]),d_model=64,num_heads=4,d_ff=256);"
-            + ("from lm_accounting.measure.memory import measure_step as f;" if training else
-               "from lm_accounting.measure.crosscheck import crosscheck as f;")
-            + "import torch;b=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss;"
-            + ("f(c,32,1,'fp32','meta','foreach')" if training else "f(c,32,1,backward=True)")
-            + ";print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss-b)*1024)")
-    grow = [int(subprocess.run([sys.executable, "-c", code, str(n)], capture_output=True, text=True,
-                               timeout=300, check=True).stdout) for n in (2, layers)]
+    code = (
+        "import resource,sys;from lm_accounting import ModelConfig;"
+        "c=ModelConfig(vocab_size=97,context_length=32,num_layers=int(sys.argv[1]),d_model=64,num_heads=4,d_ff=256);"
+        + (
+            "from lm_accounting.measure.memory import measure_step as f;"
+            if training
+            else "from lm_accounting.measure.crosscheck import crosscheck as f;"
+        )
+        + "import torch;b=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss;"
+        + ("f(c,32,1,'fp32','meta','foreach')" if training else "f(c,32,1,backward=True)")
+        + ";print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss-b)*1024)"
+    )
+    grow = [
+        int(
+            subprocess.run(
+                [sys.executable, "-c", code, str(n)], capture_output=True, text=True, timeout=300, check=True
+            ).stdout
+        )
+        for n in (2, layers)
+    ]
     per_layer = (grow[1] - grow[0]) / (layers - 2)
     bound = devices.TRAINING_HOST_BYTES_PER_LAYER if training else devices.COUNTING_HOST_BYTES_PER_LAYER
     assert per_layer < bound, (per_layer, bound)
@@ -285,8 +327,18 @@ def test_per_layer_host_memory_constant_holds(training, layers):
 
 # ------------------------------------------------------------------ 6. sweeps that would run for hours
 def test_long_live_sweeps_need_allow_long(run_cli, tmp_path):
-    r = run_cli("sweep", "gpt2-xl", "--contexts", "1:1000:+1", "--crosscheck", "--measure-memory", "meta",
-                "--no-plots", "--out", tmp_path / "s")
+    r = run_cli(
+        "sweep",
+        "gpt2-xl",
+        "--contexts",
+        "1:1000:+1",
+        "--crosscheck",
+        "--measure-memory",
+        "meta",
+        "--no-plots",
+        "--out",
+        tmp_path / "s",
+    )
     one_line_error(r.code, r.err, "--allow-long")
     assert not (tmp_path / "s").exists()
     xl = load_config("gpt2-xl")
@@ -308,8 +360,9 @@ def test_analytic_sweeps_are_capped(run_cli):
 @pytest.mark.slow
 def test_largest_analytic_sweep_is_bounded(tmp_path):
     """The worst analytic sweep (MAX_POINTS contexts, all plots) finishes in a bounded time."""
-    code, err, seconds, rss = cli("sweep", "gpt2-small", "--contexts", f"1:{MAX_POINTS}:+1", "--out",
-                                  tmp_path / "s", timeout=300)
+    code, err, seconds, rss = cli(
+        "sweep", "gpt2-small", "--contexts", f"1:{MAX_POINTS}:+1", "--out", tmp_path / "s", timeout=300
+    )
     assert code == 0, err
     assert seconds < 150 and rss < 1.5e9
 
@@ -363,8 +416,20 @@ def test_permission_denied_for_real(run_cli, tmp_path):
 # ------------------------------------------------------------------ 8. a name never becomes a path
 def test_safe_filename():
     assert safe_filename("gpt2-xl") == "gpt2-xl" and safe_filename("qwen3-0.6b") == "qwen3-0.6b"
-    hostile = ["../../etc/passwd", "a/b", "a\\b", "a\x00b", "..", ".", "", ".hidden", "a..b", "x" * 500,
-               "gpt2-xl (modified: d_ff=4288)", "名前"]
+    hostile = [
+        "../../etc/passwd",
+        "a/b",
+        "a\\b",
+        "a\x00b",
+        "..",
+        ".",
+        "",
+        ".hidden",
+        "a..b",
+        "x" * 500,
+        "gpt2-xl (modified: d_ff=4288)",
+        "名前",
+    ]
     names = [safe_filename(n) for n in hostile]
     for name in names:
         assert name and "/" not in name and "\\" not in name and "\x00" not in name and ".." not in name
@@ -387,7 +452,15 @@ def test_a_hostile_model_name_stays_inside_out(tmp_path):
 
 
 # ------------------------------------------------------------------ 9. units
-@pytest.mark.parametrize("budget, needle", [("80Gb", "bits"), ("80gb", "bits"), ("80", "needs a number and a unit"),
-                                            ("80 parsecs", "needs a number and a unit"), (f"{BIG}GB", "characters")])
+@pytest.mark.parametrize(
+    "budget, needle",
+    [
+        ("80Gb", "bits"),
+        ("80gb", "bits"),
+        ("80", "needs a number and a unit"),
+        ("80 parsecs", "needs a number and a unit"),
+        (f"{BIG}GB", "characters"),
+    ],
+)
 def test_budget_units_on_the_command_line(run_cli, budget, needle):
     one_line_error(*_ce(run_cli("memory", "gpt2-small", "--budget", budget)), needle)

@@ -132,9 +132,24 @@ def test_a_second_writer_fails_fast(tmp_path):
     with atomic_dir(out, owns=is_sweep_file) as tmp:
         write_atomic(tmp / "sweep.csv", "first writer")
         start = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "lm_accounting", "sweep", "gpt2-small", "--contexts", "128",
-                               "--no-plots", "--out", str(out)], capture_output=True, text=True, timeout=60,
-                              check=False)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "lm_accounting",
+                "sweep",
+                "gpt2-small",
+                "--contexts",
+                "128",
+                "--no-plots",
+                "--out",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert time.perf_counter() - start < 30
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
         assert "being written by another lm-account run" in proc.stderr
@@ -162,8 +177,11 @@ def test_report_killed_midway_leaves_the_previous_set(tmp_path):
     previous = tmp_path / "reports"
     shutil.copytree(REPORTS, previous)
     before = snapshot(previous)
-    proc = subprocess.Popen([sys.executable, "-m", "lm_accounting", "report", "--out", str(previous), "--no-live"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lm_accounting", "report", "--out", str(previous), "--no-live"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         tmp = _wait_for_writing(tmp_path, "reports", proc, timeout=120)
         proc.send_signal(signal.SIGKILL)
@@ -175,20 +193,39 @@ def test_report_killed_midway_leaves_the_previous_set(tmp_path):
     assert snapshot(previous) == before  # byte-identical
     assert not filecmp.dircmp(REPORTS, previous).diff_files
     assert tmp.exists()  # SIGKILL cannot be caught: the next run removes it
-    done = subprocess.run([sys.executable, "-m", "lm_accounting", "report", "--out", str(previous), "--no-live",
-                           "--no-plots"], capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "lm_accounting", "report", "--out", str(previous), "--no-live", "--no-plots"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode in (0, 1), done.stderr
     assert side_entries(tmp_path, "reports") == []  # no temporary folder, no lock
-    assert {p for p in snapshot(previous) if p.endswith((".png", ".svg"))} == \
-        {p for p in before if p.endswith((".png", ".svg"))}  # --no-plots kept the figures
+    assert {p for p in snapshot(previous) if p.endswith((".png", ".svg"))} == {
+        p for p in before if p.endswith((".png", ".svg"))
+    }  # --no-plots kept the figures
 
 
 def test_sigterm_cleans_up(tmp_path):
     out = tmp_path / "s"
     make_set(out, {"sweep.csv": "previous"})
-    proc = subprocess.Popen([sys.executable, "-m", "lm_accounting", "sweep", "gpt2-small", "gpt2-medium",
-                             "--contexts", "128:16384:x2", "--out", str(out)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "lm_accounting",
+            "sweep",
+            "gpt2-small",
+            "gpt2-medium",
+            "--contexts",
+            "128:16384:x2",
+            "--out",
+            str(out),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         _wait_for_writing(tmp_path, "s", proc, timeout=120)
         proc.send_signal(signal.SIGTERM)

@@ -63,8 +63,8 @@ def test_csv_is_tidy_records(run_cli, command):
 
 
 def test_json_never_writes_nan_or_infinity():
-    from lm_accounting.views import to_json
     from lm_accounting.config import AccountingError
+    from lm_accounting.views import to_json
 
     assert to_json({"x": 1.5}) == '{\n  "x": 1.5\n}'
     for bad in (float("nan"), float("inf"), -float("inf")):
@@ -112,8 +112,9 @@ def test_version_and_help_lines(run_cli):
 
 def complete(shell_var: str, words: str, cword: str) -> str:
     env = {**os.environ, "_LM_ACCOUNT_COMPLETE": shell_var, "COMP_WORDS": words, "COMP_CWORD": cword}
-    proc = subprocess.run([sys.executable, "-m", "lm_accounting"], env=env, capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "lm_accounting"], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 

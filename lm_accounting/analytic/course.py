@@ -20,7 +20,6 @@ from ..names import DTYPE_BYTES
 from .flops import check_batch_seq
 from .params import ffn_matrix_params, parameter_breakdown
 
-
 # -- course-convention activations (CS336 assignment 1, adamwAccounting (a)) ---
 COURSE_BYTES = DTYPE_BYTES["fp32"]
 """The course question has every tensor in fp32: 4 bytes per element."""
@@ -62,7 +61,13 @@ def course_activation_breakdown(cfg: ModelConfig, seq: int, batch: int = 1, logi
     c = COURSE_BYTES
     layer = [
         ("norms", "RMSNorms ln1 + ln2", "norms", c * 2 * B * S * d, "4·2·B·S·d"),
-        ("attn.qkv", "Q, K, V projections", "attention", c * B * S * (cfg.q_dim + 2 * cfg.kv_dim), "4·B·S·(q_dim+2·kv_dim)"),
+        (
+            "attn.qkv",
+            "Q, K, V projections",
+            "attention",
+            c * B * S * (cfg.q_dim + 2 * cfg.kv_dim),
+            "4·B·S·(q_dim+2·kv_dim)",
+        ),
         ("attn.scores", "QᵀK scores", "attention", c * B * h * S * S, "4·B·h·S²"),
         ("attn.softmax", "softmax", "attention", c * B * h * S * S, "4·B·h·S²"),
         ("attn.weighted_sum", "weighted sum of V", "attention", c * B * S * cfg.q_dim, "4·B·S·q_dim"),

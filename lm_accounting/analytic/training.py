@@ -32,21 +32,37 @@ from .flops import check_batch_seq, training_flops
 GPUS: dict[str, dict[str, int]] = {
     # NVIDIA A100 Tensor Core GPU datasheet (SXM and PCIe, 40/80 GB): FP32 19.5 TFLOPS,
     # TF32 156 (312 sparse), BF16 312 (624 sparse), FP16 312 (624 sparse).
-    "a100": {"fp32": 19_500_000_000_000, "tf32": 156_000_000_000_000,
-             "bf16": 312_000_000_000_000, "fp16": 312_000_000_000_000},
+    "a100": {
+        "fp32": 19_500_000_000_000,
+        "tf32": 156_000_000_000_000,
+        "bf16": 312_000_000_000_000,
+        "fp16": 312_000_000_000_000,
+    },
     # NVIDIA H100 datasheet, H100 SXM: FP32 67 TFLOPS, TF32 989 / BF16 1,979 / FP16 1,979
     # with sparsity; dense values from the Hopper architecture whitepaper: TF32 494.7,
     # BF16 989.4, FP16 989.4.
-    "h100-sxm": {"fp32": 67_000_000_000_000, "tf32": 494_700_000_000_000,
-                 "bf16": 989_400_000_000_000, "fp16": 989_400_000_000_000},
+    "h100-sxm": {
+        "fp32": 67_000_000_000_000,
+        "tf32": 494_700_000_000_000,
+        "bf16": 989_400_000_000_000,
+        "fp16": 989_400_000_000_000,
+    },
     # NVIDIA H100 datasheet, H100 PCIe: FP32 51 TFLOPS, TF32 756 / BF16 1,513 / FP16 1,513
     # with sparsity; dense = half: 378, 756 (1,513 / 2 = 756.5, rounded down), 756.
-    "h100-pcie": {"fp32": 51_000_000_000_000, "tf32": 378_000_000_000_000,
-                  "bf16": 756_000_000_000_000, "fp16": 756_000_000_000_000},
+    "h100-pcie": {
+        "fp32": 51_000_000_000_000,
+        "tf32": 378_000_000_000_000,
+        "bf16": 756_000_000_000_000,
+        "fp16": 756_000_000_000_000,
+    },
     # NVIDIA H200 datasheet, H200 SXM: FP32 67 TFLOPS, TF32 989 / BF16 1,979 / FP16 1,979
     # with sparsity: the same compute as H100 SXM (more and faster HBM3e only).
-    "h200": {"fp32": 67_000_000_000_000, "tf32": 494_700_000_000_000,
-             "bf16": 989_400_000_000_000, "fp16": 989_400_000_000_000},
+    "h200": {
+        "fp32": 67_000_000_000_000,
+        "tf32": 494_700_000_000_000,
+        "bf16": 989_400_000_000_000,
+        "fp16": 989_400_000_000_000,
+    },
     # NVIDIA Tesla V100 datasheet, V100 SXM2: single precision 15.7 TFLOPS, tensor
     # performance 125 TFLOPS (fp16 inputs, fp32 accumulate).  No tf32, no bf16.
     "v100": {"fp32": 15_700_000_000_000, "fp16": 125_000_000_000_000},
@@ -54,12 +70,20 @@ GPUS: dict[str, dict[str, int]] = {
     # FP32 82.6 TFLOPS; TF32 tensor 82.6 dense (165.2 sparse); BF16 and FP16 tensor with
     # FP32 accumulate 165.2 dense (330.4 sparse).  FP16 with FP16 accumulate is 330.3,
     # but training accumulates in fp32, so 165.2 is used for fp16.
-    "rtx-4090": {"fp32": 82_600_000_000_000, "tf32": 82_600_000_000_000,
-                 "bf16": 165_200_000_000_000, "fp16": 165_200_000_000_000},
+    "rtx-4090": {
+        "fp32": 82_600_000_000_000,
+        "tf32": 82_600_000_000_000,
+        "bf16": 165_200_000_000_000,
+        "fp16": 165_200_000_000_000,
+    },
     # NVIDIA L4 Tensor Core GPU datasheet: FP32 30.3 TFLOPS; TF32 120, BF16 242, FP16 242
     # with sparsity; dense = half: 60, 121, 121.
-    "l4": {"fp32": 30_300_000_000_000, "tf32": 60_000_000_000_000,
-           "bf16": 121_000_000_000_000, "fp16": 121_000_000_000_000},
+    "l4": {
+        "fp32": 30_300_000_000_000,
+        "tf32": 60_000_000_000_000,
+        "bf16": 121_000_000_000_000,
+        "fp16": 121_000_000_000_000,
+    },
 }
 """gpu -> compute dtype -> peak dense FLOP/s (exact int)."""
 
@@ -113,23 +137,27 @@ class AdamWFlopsConvention:
 
 ADAMW_FLOPS_ALTERNATIVES: tuple[AdamWFlopsConvention, ...] = (
     AdamWFlopsConvention(
-        "fma-as-one", 10,
+        "fma-as-one",
+        10,
         "a fused multiply-add counts 1: m 2 ((1-β1)·g, fma), v 3 (g·g, ·(1-β2), fma), "
-        "update 4 (sqrt, +ε, divide, fma), decay 1"),
+        "update 4 (sqrt, +ε, divide, fma), decay 1",
+    ),
     AdamWFlopsConvention(
-        "no-weight-decay", 12,
+        "no-weight-decay",
+        12,
         "plain Adam: the handout's count 3 + 4 + 5 without its decay term θ -= α·λ·θ (2); "
-        "by torch's ops the decay is one multiply, which would give 13"),
+        "by torch's ops the decay is one multiply, which would give 13",
+    ),
     AdamWFlopsConvention(
-        "torch-ops", ADAMW_FLOPS_PER_PARAM,
-        "default: torch's ops one by one, = the handout's algorithm (3 + 4 + 5 + 2)"),
+        "torch-ops", ADAMW_FLOPS_PER_PARAM, "default: torch's ops one by one, = the handout's algorithm (3 + 4 + 5 + 2)"
+    ),
     AdamWFlopsConvention(
-        "per-element-bias-correction", 15,
+        "per-element-bias-correction",
+        15,
         "Kingma & Ba's algorithm as written: m 3, v 4, m̂ = m/(1-β1^t) 1, v̂ = v/(1-β2^t) 1, "
-        "sqrt 1, +ε 1, divide 1, ·lr 1, subtract 1, decay as one multiply θ·(1-lr·λ) 1"),
-    AdamWFlopsConvention(
-        "per-element-bias-correction-unfolded-decay", 16,
-        "as above but decay as θ - (lr·λ)·θ: 2"),
+        "sqrt 1, +ε 1, divide 1, ·lr 1, subtract 1, decay as one multiply θ·(1-lr·λ) 1",
+    ),
+    AdamWFlopsConvention("per-element-bias-correction-unfolded-decay", 16, "as above but decay as θ - (lr·λ)·θ: 2"),
 )
 """Other per-parameter counts; published answers to adamwAccounting (c) use 10 to 15."""
 

@@ -21,8 +21,10 @@ from .answer_tables import (
 from .answers import BUDGETS, LONG, SIZES, Answers, collect
 from .assignment_text import assignment_markdown
 
-REPORT_FILES = re.compile(rf"answers\.json|assignment\.md|tables/{SAFE_NAME}\.(md|csv)|sweep/({SWEEP_FILES})"
-                          r"|\.[A-Za-z0-9._+-]+\.[a-z0-9_]{8}\.(json|md)")
+REPORT_FILES = re.compile(
+    rf"answers\.json|assignment\.md|tables/{SAFE_NAME}\.(md|csv)|sweep/({SWEEP_FILES})"
+    r"|\.[A-Za-z0-9._+-]+\.[a-z0-9_]{8}\.(json|md)"
+)
 """Every file a report writes (and the temporary files a killed older version could leave)."""
 
 
@@ -35,7 +37,9 @@ def _is_report_figure(rel: str) -> bool:
     return rel.startswith("sweep/") and rel.endswith((".png", ".svg")) and is_report_file(rel)
 
 
-def write_report(out: Path, live: bool = True, plots: bool = True, progress: bool = False) -> tuple[Answers, list[Path]]:
+def write_report(
+    out: Path, live: bool = True, plots: bool = True, progress: bool = False
+) -> tuple[Answers, list[Path]]:
     """Compute everything, write the whole set into a temporary folder beside ``out``, swap it in.
 
     ``out`` must be new, empty, or an earlier report (every file in it one that a report writes,
@@ -53,9 +57,12 @@ def _write_report_files(out: Path, live: bool, plots: bool, progress: bool) -> t
     tables = out / "tables"
     paths: list[Path] = []
     L = ans.xl.num_layers
-    paths += write_table_files(tables / "xl_parameters", [breakdown_table("GPT-2 XL parameters", ans.at_1024.params, L)])
-    paths += write_table_files(tables / "xl_forward_1024", [breakdown_table("GPT-2 XL forward FLOPs, S = 1,024",
-                                                                            ans.at_1024.forward, L)])
+    paths += write_table_files(
+        tables / "xl_parameters", [breakdown_table("GPT-2 XL parameters", ans.at_1024.params, L)]
+    )
+    paths += write_table_files(
+        tables / "xl_forward_1024", [breakdown_table("GPT-2 XL forward FLOPs, S = 1,024", ans.at_1024.forward, L)]
+    )
     paths += write_table_files(tables / "model_sizes_1024", [size_table(ans)])
     paths += write_table_files(tables / f"xl_forward_{LONG}", [long_context_table(ans)])
     paths += write_table_files(tables / "adamw_conventions", [convention_table(ans)], ans.course_conventions)
@@ -78,13 +85,21 @@ def answers_json(ans: Answers) -> dict[str, Any]:
         "schema": "lm-accounting/answers/1",
         "transformer_accounting": {
             "a": {"parameters": xl.params.total, "fp32_bytes": 4 * xl.params.total},
-            "b": {"per_layer_flops": xl.forward.per_layer_total, "forward_flops": xl.forward.total,
-                  "lm_head_flops": xl.forward["lm_head"].total},
+            "b": {
+                "per_layer_flops": xl.forward.per_layer_total,
+                "forward_flops": xl.forward.total,
+                "lm_head_flops": xl.forward["lm_head"].total,
+            },
             "c": {g: v / xl.forward.total for g, v in xl.forward.groups().items()},
-            "d": {name: {g: v / acc.forward.total for g, v in acc.forward.groups().items()}
-                  for name, acc in ans.sizes.items()},
-            "e": {"forward_flops": long.forward.total, "growth": long.forward.total / xl.forward.total,
-                  "shares": {g: v / long.forward.total for g, v in long.forward.groups().items()}},
+            "d": {
+                name: {g: v / acc.forward.total for g, v in acc.forward.groups().items()}
+                for name, acc in ans.sizes.items()
+            },
+            "e": {
+                "forward_flops": long.forward.total,
+                "growth": long.forward.total / xl.forward.total,
+                "shares": {g: v / long.forward.total for g, v in long.forward.groups().items()},
+            },
         },
         "adamwAccounting": {
             "b": {"a_bytes": a, "b_bytes": b, "conventions": ans.course_conventions},
@@ -94,4 +109,3 @@ def answers_json(ans: Answers) -> dict[str, Any]:
         "exact_memory": {"peak_lines": ans.exact_lines.to_dict(), "max_batch_80GB": ans.exact_max_batch},
         "sizes": list(SIZES),
     }
-

@@ -7,12 +7,12 @@ outside the known components.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..analytic.flops import forward_flops
-from ..analytic.params import parameter_breakdown
 from ..analytic.hardware_flops import step_flops
+from ..analytic.params import parameter_breakdown
 from ..analytic.sizes import at_context, check_batch_seq
 from ..breakdown import Breakdown, Item
 from ..config import AccountingError, ModelConfig
@@ -34,8 +34,9 @@ def live_parameter_counts(model: Any) -> tuple[dict[str, int], dict[str, dict[in
     return by_key, per_layer
 
 
-def compare(analytic: Breakdown, counted: dict[str, int], per_layer: dict[str, dict[int, int]],
-            layers: int, what: str) -> list[str]:
+def compare(
+    analytic: Breakdown, counted: dict[str, int], per_layer: dict[str, dict[int, int]], layers: int, what: str
+) -> list[str]:
     """Every disagreement, as one readable line naming the component (and layer)."""
     problems = []
     for item in analytic:
@@ -70,7 +71,7 @@ class CrossCheck(Result):
     live_params_per_layer: dict[str, dict[int, int]]
     forward: Breakdown
     counters: list[CounterResult]
-    setup: TrainingSetup = TrainingSetup()
+    setup: TrainingSetup = field(default_factory=TrainingSetup)
     backward: CounterResult | None = None
 
     @property
@@ -103,16 +104,40 @@ class CrossCheck(Result):
         for it in self.forward:
             for c in self.counters:
                 value = c.by_key.get(it.key, 0)
-                rows.append(dict(section="forward_flops", key=it.key, source=c.counter, value=value,
-                                 analytic=it.total, agrees=value == it.total))
+                rows.append(
+                    dict(
+                        section="forward_flops",
+                        key=it.key,
+                        source=c.counter,
+                        value=value,
+                        analytic=it.total,
+                        agrees=value == it.total,
+                    )
+                )
         for it in self.params:
             value = self.live_params.get(it.key, 0)
-            rows.append(dict(section="parameters", key=it.key, source="named_parameters", value=value,
-                             analytic=it.total, agrees=value == it.total))
+            rows.append(
+                dict(
+                    section="parameters",
+                    key=it.key,
+                    source="named_parameters",
+                    value=value,
+                    analytic=it.total,
+                    agrees=value == it.total,
+                )
+            )
         if self.backward is not None:
             value = self.backward.total - self.flop_counter.total
-            rows.append(dict(section="backward_flops", key="total", source=self.backward.counter, value=value,
-                             analytic=self.expected_backward, agrees=value == self.expected_backward))
+            rows.append(
+                dict(
+                    section="backward_flops",
+                    key="total",
+                    source=self.backward.counter,
+                    value=value,
+                    analytic=self.expected_backward,
+                    agrees=value == self.expected_backward,
+                )
+            )
         return rows
 
     def to_dict(self) -> dict[str, Any]:
@@ -131,7 +156,9 @@ class CrossCheck(Result):
                 for it in self.forward
             ],
             "totals": {"analytic": self.forward.total, **{c.counter: c.total for c in self.counters}},
-            "backward": None if self.backward is None else {
+            "backward": None
+            if self.backward is None
+            else {
                 "analytic": self.expected_backward,
                 "flop_counter": self.backward.total - self.flop_counter.total,
             },
@@ -144,15 +171,27 @@ def fused_attention_view(fwd: Breakdown) -> Breakdown:
     """The forward breakdown as a fused-attention model's modules show it: QKᵀ and AV are one
     ``layers.*.attn.sdpa`` kernel (4·B·h·S²·d_head, the same FLOPs), so they compare as one."""
     qk, av = fwd["layers.*.attn.qk"], fwd["layers.*.attn.av"]
-    fused = Item("layers.*.attn.sdpa", "fused attention QKᵀ + AV", qk.group, qk.total + av.total,
-                 qk.per_layer + av.per_layer, "L·(4·B·h·S²·d_head)")
+    fused = Item(
+        "layers.*.attn.sdpa",
+        "fused attention QKᵀ + AV",
+        qk.group,
+        qk.total + av.total,
+        qk.per_layer + av.per_layer,
+        "L·(4·B·h·S²·d_head)",
+    )
     items = [fused if it is qk else it for it in fwd if it is not av]
     return Breakdown(fwd.quantity, fwd.unit, tuple(items))
 
 
-def crosscheck(cfg: ModelConfig, seq: int | None = None, batch: int = 1, device: str = "meta",
-               backward: bool = False, counters: tuple[str, ...] = COUNTERS,
-               setup: TrainingSetup | None = None) -> CrossCheck:
+def crosscheck(
+    cfg: ModelConfig,
+    seq: int | None = None,
+    batch: int = 1,
+    device: str = "meta",
+    backward: bool = False,
+    counters: tuple[str, ...] = COUNTERS,
+    setup: TrainingSetup | None = None,
+) -> CrossCheck:
     """Build the live model for ``cfg`` at ``seq`` tokens on ``device`` and count it with ``counters``.
 
     ``counters`` names any of ``names.COUNTERS`` ("fvcore", "flop_counter"); ``backward`` adds a
@@ -189,5 +228,4 @@ def crosscheck(cfg: ModelConfig, seq: int | None = None, batch: int = 1, device:
     count = {"fvcore": count_fvcore, "flop_counter": count_flop_counter}
     results = [count[name](model, tokens, keys) for name in counters]
     bwd = count_flop_counter(model, tokens, keys, backward=True) if backward else None
-    return CrossCheck(run, batch, seq, device, parameter_breakdown(run), live, live_per_layer, fwd, results, setup,
-                      bwd)
+    return CrossCheck(run, batch, seq, device, parameter_breakdown(run), live, live_per_layer, fwd, results, setup, bwd)

@@ -119,8 +119,16 @@ def _fmt_seconds(seconds: float) -> str:
     return f"{seconds / 86400:,.0f} days"
 
 
-def estimate_live_seconds(cfg: ModelConfig, seq: int, batch: int, device: str, *, counting: bool = False,
-                          backward: bool = False, training: bool = False) -> float:
+def estimate_live_seconds(
+    cfg: ModelConfig,
+    seq: int,
+    batch: int,
+    device: str,
+    *,
+    counting: bool = False,
+    backward: bool = False,
+    training: bool = False,
+) -> float:
     """Rough wall time of one live point: a cross-check (``counting``) and/or a measured step
     (``training``), from the per-layer costs above plus, off meta, the FLOPs at an assumed rate."""
     from ..analytic.flops import forward_flops
@@ -142,8 +150,18 @@ def estimate_live_seconds(cfg: ModelConfig, seq: int, batch: int, device: str, *
     return seconds
 
 
-def check_live_run(cfg: ModelConfig, seq: int, batch: int, device: str, what: str, *, backward: bool = False,
-                   training: bool = False, dtype: str = "fp32", optimizer: str = "foreach") -> None:
+def check_live_run(
+    cfg: ModelConfig,
+    seq: int,
+    batch: int,
+    device: str,
+    what: str,
+    *,
+    backward: bool = False,
+    training: bool = False,
+    dtype: str = "fp32",
+    optimizer: str = "foreach",
+) -> None:
     """Refuse, before any torch model is built, a live run that cannot exist or would blow up.
 
     ``training`` is a measured training step (``measure_step``); otherwise a FLOP-counting run
@@ -175,8 +193,10 @@ def check_live_run(cfg: ModelConfig, seq: int, batch: int, device: str, what: st
     if optimizer not in ADAMW_KWARGS:
         raise AccountingError(f"{what}: unknown optimizer {optimizer!r:.40} (choose from {', '.join(ADAMW_KWARGS)})")
     if seq > cfg.context_length:
-        raise AccountingError(f"{what}: sequence length {seq:,} exceeds the model's context_length "
-                              f"{cfg.context_length:,}; use cfg.with_context({seq})")
+        raise AccountingError(
+            f"{what}: sequence length {seq:,} exceeds the model's context_length "
+            f"{cfg.context_length:,}; use cfg.with_context({seq})"
+        )
     if training and optimizer == "fused" and device == "meta":
         raise AccountingError("fused AdamW has no meta kernels; use --optimizer for-loop or foreach with meta")
     # (a) tensors that cannot exist
@@ -212,8 +232,11 @@ def check_live_run(cfg: ModelConfig, seq: int, batch: int, device: str, what: st
         return
     allowed = int(free * CPU_MEMORY_FRACTION) if device == "cpu" else free
     if need > allowed:
-        share = f"{CPU_MEMORY_FRACTION:.0%} of the {fmt_bytes(free)} available" if device == "cpu" else \
-            f"the {fmt_bytes(free)} free"
+        share = (
+            f"{CPU_MEMORY_FRACTION:.0%} of the {fmt_bytes(free)} available"
+            if device == "cpu"
+            else f"the {fmt_bytes(free)} free"
+        )
         raise AccountingError(
             f"{what} on {device} needs {fmt_bytes(need)}, more than {share}; "
             "use meta (counts with no memory) or a smaller context or batch"

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from math import prod
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -92,12 +93,12 @@ def exact_einsum_macs(equation: str, shapes: list[list[int]]) -> int:
     terms = lhs.split(",")
     sizes: dict[str, int] = {}
     expanded = []
-    for term, shape in zip(terms, shapes):
+    for term, shape in zip(terms, shapes, strict=False):
         if "..." in term:  # name broadcast dims with upper-case letters, aligned from the right
             n = len(shape) - (len(term) - 3)
             term = term.replace("...", "".join(chr(ord("Z") - i) for i in reversed(range(n))))
         expanded.append(term)
-        for letter, size in zip(term, shape):
+        for letter, size in zip(term, shape, strict=False):
             sizes[letter] = max(sizes.get(letter, 1), size)
     if not out:  # implicit output: letters seen once, sorted
         seen = Counter("".join(expanded))
@@ -130,8 +131,16 @@ def count_fvcore(model: torch.nn.Module, tokens: torch.Tensor, keys: Iterable[st
     from .attention_flops import FVCORE_HANDLES
 
     analysis = FlopCountAnalysis(model, (tokens,))
-    analysis.set_op_handle("aten::matmul", _fvcore_matmul, "aten::mm", _fvcore_matmul,
-                           "aten::bmm", _fvcore_matmul, "aten::einsum", _fvcore_einsum)
+    analysis.set_op_handle(
+        "aten::matmul",
+        _fvcore_matmul,
+        "aten::mm",
+        _fvcore_matmul,
+        "aten::bmm",
+        _fvcore_matmul,
+        "aten::einsum",
+        _fvcore_einsum,
+    )
     analysis.set_op_handle(**FVCORE_HANDLES)  # fused attention, which fvcore counts as 0
     analysis.unsupported_ops_warnings(False).uncalled_modules_warnings(False).tracer_warnings("none")
     with torch.no_grad():
@@ -139,7 +148,11 @@ def count_fvcore(model: torch.nn.Module, tokens: torch.Tensor, keys: Iterable[st
     leaf = {path: 2 * int(macs) for path, macs in by_module.items() if path}
     by_key, per_layer = _collect(leaf, keys)
     return CounterResult(
-        "fvcore", by_key, per_layer, 2 * int(analysis.total()), dict(analysis.unsupported_ops()),
+        "fvcore",
+        by_key,
+        per_layer,
+        2 * int(analysis.total()),
+        dict(analysis.unsupported_ops()),
         "2 × MACs; exact matmul/einsum/fused-attention handles registered",
     )
 
@@ -188,8 +201,9 @@ def _flop_counter_run(model: torch.nn.Module, tokens: torch.Tensor, backward: bo
     return leaf, int(counter.get_total_flops()), skipped
 
 
-def count_flop_counter(model: torch.nn.Module, tokens: torch.Tensor, keys: Iterable[str],
-                       backward: bool = False) -> CounterResult:
+def count_flop_counter(
+    model: torch.nn.Module, tokens: torch.Tensor, keys: Iterable[str], backward: bool = False
+) -> CounterResult:
     """FLOPs per component from FlopCounterMode: forward, or forward + backward (cross-entropy loss)."""
     leaf, total, skipped = _flop_counter_run(model, tokens, backward)
     by_key, per_layer = _collect(leaf, keys)

@@ -11,13 +11,14 @@ without its per-module hooks and snapshots: one dict lookup per op output.
 On ``meta`` nothing is allocated, so GPT-2-XL at 16k context takes seconds.
 ``measure_training_step_cuda`` reads the CUDA caching allocator's counters.
 """
+
 from __future__ import annotations
 
 import contextlib
 import gc
 import weakref
 from collections import OrderedDict
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -114,24 +115,24 @@ class StorageTracker(TorchDispatchMode):
         if len(flags) == 1:  # one Tensor, or one Tensor[] return
             self._visit(out, flags[0])
         else:
-            for o, fresh in zip(out, flags):
+            for o, fresh in zip(out, flags, strict=False):
                 self._visit(o, fresh)
         return out
 
     # -- registering pre-existing tensors ----------------------------------
-    def track(self, *tensors) -> "StorageTracker":
+    def track(self, *tensors) -> StorageTracker:
         """Count tensors that were created outside the mode (None is ignored)."""
         for t in tensors:
             self._visit(t)
         return self
 
-    def track_module(self, module: torch.nn.Module) -> "StorageTracker":
+    def track_module(self, module: torch.nn.Module) -> StorageTracker:
         """Count a module's parameters, their ``.grad`` if any, and buffers."""
         for p in module.parameters():
             self.track(p, p.grad)
         return self.track(*module.buffers())
 
-    def track_optimizer(self, optimizer: torch.optim.Optimizer) -> "StorageTracker":
+    def track_optimizer(self, optimizer: torch.optim.Optimizer) -> StorageTracker:
         """Count optimizer state tensors (AdamW exp_avg, exp_avg_sq, step)."""
         for state in optimizer.state.values():
             self.track(*(v for v in state.values() if isinstance(v, torch.Tensor)))
@@ -150,8 +151,7 @@ class StorageTracker(TorchDispatchMode):
             yield self
         finally:
             self.phases[name] = {
-                dev: PhaseBytes(max(self.peak.get(dev, 0), cur), cur)
-                for dev, cur in self.current.items()
+                dev: PhaseBytes(max(self.peak.get(dev, 0), cur), cur) for dev, cur in self.current.items()
             }
 
     def phase_table(self, device) -> OrderedDict[str, PhaseBytes]:
@@ -188,8 +188,9 @@ def init_optimizer_state(opt: torch.optim.Optimizer) -> None:
     a first training step, without its forward and backward: the tracker counts storages,
     not values.  The gradients are then dropped, as ``zero_grad(set_to_none=True)`` does.
     """
-    params = [p for group in opt.param_groups for p in group["params"]
-              if p.requires_grad and p not in opt.state]  # a frozen parameter never gets a grad
+    params = [
+        p for group in opt.param_groups for p in group["params"] if p.requires_grad and p not in opt.state
+    ]  # a frozen parameter never gets a grad
     if not params:
         return
     for p in params:
@@ -213,8 +214,9 @@ def _warm_up(model, inputs, targets, loss_fn, optimizer, optimizer_kwargs, steps
     return opt, next(model.parameters()).device
 
 
-def measure_training_step(model, inputs, targets, loss_fn, *, optimizer="adamw",
-                          optimizer_kwargs=None, warmup_steps=0, rounding=None) -> dict:
+def measure_training_step(
+    model, inputs, targets, loss_fn, *, optimizer="adamw", optimizer_kwargs=None, warmup_steps=0, rounding=None
+) -> dict:
     """Steady-state memory of one training step, via ``StorageTracker``.
 
     Runs ``warmup_steps`` full steps, creates any missing optimizer state
@@ -250,8 +252,9 @@ def measure_forward(model, inputs, *, grad: bool = False, rounding=None) -> tupl
     return baseline, tracker.phase_table(dev)["forward"]
 
 
-def measure_training_step_cuda(model, inputs, targets, loss_fn, *, optimizer="adamw",
-                               optimizer_kwargs=None, warmup_steps=1) -> dict:
+def measure_training_step_cuda(
+    model, inputs, targets, loss_fn, *, optimizer="adamw", optimizer_kwargs=None, warmup_steps=1
+) -> dict:
     """``measure_training_step`` from the CUDA caching allocator's counters.
 
     Figures are ``max_memory_allocated`` / ``memory_allocated``: every block
@@ -269,8 +272,7 @@ def measure_training_step_cuda(model, inputs, targets, loss_fn, *, optimizer="ad
         torch.cuda.reset_peak_memory_stats(dev)  # peak := current
         yield
         torch.cuda.synchronize(dev)
-        table[name] = PhaseBytes(torch.cuda.max_memory_allocated(dev),
-                                  torch.cuda.memory_allocated(dev))
+        table[name] = PhaseBytes(torch.cuda.max_memory_allocated(dev), torch.cuda.memory_allocated(dev))
 
     torch.cuda.synchronize(dev)
     baseline = torch.cuda.memory_allocated(dev)

@@ -27,13 +27,26 @@ MEMORY = ("parameters", "gradients", "optimizer", "activations")
 TEMPORARIES = "AdamW step temporaries"  # foreach AdamW's extra copy of v; 0 (not drawn) for fused AdamW
 MEMORY_COLUMNS = {**{m: f"mem:{m}" for m in MEMORY}, TEMPORARIES: "mem:step_temporaries"}
 PALETTE = {  # one color per FLOPs group and memory component, shared by every figure
-    "attention projections": "#4C72B0", "attention matmuls": "#DD8452", "ffn": "#55A868", "lm head": "#8172B3",
-    "parameters": "#4C72B0", "gradients": "#937860", "optimizer": "#8172B3", "activations": "#DD8452",
-    TEMPORARIES: "#DA8BC3", "peak": "#222222", "budget": "#C44E52",
+    "attention projections": "#4C72B0",
+    "attention matmuls": "#DD8452",
+    "ffn": "#55A868",
+    "lm head": "#8172B3",
+    "parameters": "#4C72B0",
+    "gradients": "#937860",
+    "optimizer": "#8172B3",
+    "activations": "#DD8452",
+    TEMPORARIES: "#DA8BC3",
+    "peak": "#222222",
+    "budget": "#C44E52",
 }
 # (marker, line style); components equal on every row share one line (see _memory_parts)
-MEMORY_STYLE = {"parameters": ("o", "-"), "gradients": ("x", (0, (4, 3))), "optimizer": ("^", "-"),
-                "activations": ("o", "-"), TEMPORARIES: ("v", "-.")}
+MEMORY_STYLE = {
+    "parameters": ("o", "-"),
+    "gradients": ("x", (0, (4, 3))),
+    "optimizer": ("^", "-"),
+    "activations": ("o", "-"),
+    TEMPORARIES: ("v", "-."),
+}
 TEXT_COLUMNS = {"model", "measured:device"}
 OPTIONAL_NUMERIC = ("measured:flops", "measured:peak", "mem:step_temporaries", "mem:budget", "mem:max_context")
 MODEL_COLORS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666")
@@ -45,7 +58,7 @@ GB_FMT = FuncFormatter(lambda x, _=None: f"{x:,.0f}" if x >= 1 else f"{x:g}")
 
 # ---------------------------------------------------------------- helpers
 def _fmt_tokens(n: float) -> str:
-    n = int(round(n))
+    n = round(n)
     return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else f"{n:,}"
 
 
@@ -109,6 +122,7 @@ def _save(fig: Figure, stem, return_fig: bool):
     stem = Path(stem)
     paths, engine = [], fig.get_layout_engine()
     for ext, meta in (("png", {"Software": None}), ("svg", {"Date": None})):
+
         def save(tmp: str, ext: str = ext, meta: dict = meta) -> None:
             with rc_context({"svg.hashsalt": "lm-accounting"}):
                 fig.savefig(tmp, format=ext, dpi=150, metadata=meta)
@@ -129,17 +143,20 @@ def plot_flops_shares(frame, path_stem, *, ncols: int = 4, return_fig: bool = Fa
     fig = Figure(figsize=(3.5 * ncols, 3.0 * nrows + 0.9), layout="constrained")
     fig.get_layout_engine().set(wspace=0.06)  # keep "16k" and the next panel's "128" apart
     axes = fig.subplots(nrows, ncols, sharey=True, squeeze=False).ravel()
-    for ax, model in zip(axes, models):
+    for ax, model in zip(axes, models, strict=False):
         rows = _rows(frame, model)
         shares = [100 * rows[f"share:{g}"].to_numpy(float) for g in GROUPS]
         ax.stackplot(rows["context"], shares, labels=GROUPS, colors=[PALETTE[g] for g in GROUPS], alpha=0.9)
         _context_axis(ax, rows["context"])
-        ax.set(title=f"{model} ({_fmt_count(rows['params'].iloc[0])} params)", ylim=(0, 100),
-               xlim=(rows["context"].min(), rows["context"].max()))
+        ax.set(
+            title=f"{model} ({_fmt_count(rows['params'].iloc[0])} params)",
+            ylim=(0, 100),
+            xlim=(rows["context"].min(), rows["context"].max()),
+        )
         ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:.0f}%"))
     for ax in axes[: len(models)][::ncols]:
         ax.set_ylabel("share of forward FLOPs (matmuls only)")
-    for ax in axes[len(models):]:
+    for ax in axes[len(models) :]:
         ax.set_visible(False)
     fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=len(GROUPS))
     fig.suptitle(f"Where the forward FLOPs go as context grows ({_batch_note(frame)})")
@@ -159,8 +176,7 @@ def plot_flops_vs_context(frame, path_stem, *, return_fig: bool = False):
     The parts are drawn from l·S and q·S² over the whole x range, which is widened (the unswept
     part shaded and its powers of 2 ticked) when an S* falls outside the sweep.
     """
-    frame = _require(frame, ["model", "context", "params", "batch", "flops:total", "flops:linear",
-                             "flops:quadratic"])
+    frame = _require(frame, ["model", "context", "params", "batch", "flops:total", "flops:linear", "flops:quadratic"])
     fig = Figure(figsize=(10.5, 5.5), layout="constrained")
     ax = fig.subplots()
     lo, hi = frame["context"].min(), frame["context"].max()
@@ -176,10 +192,19 @@ def plot_flops_vs_context(frame, path_stem, *, return_fig: bool = False):
         ax.plot(grid, quad * grid**2, ":", color=color, lw=1.5)
         ax.plot([s_star], [lin * s_star], "D", color=color, mec="black", ms=7, zorder=5)
         y_star.append(lin * s_star)
-        ax.annotate(f"S* ≈ {s_star:,.0f}", (s_star, lin * s_star), xytext=(s_star, 0.02),
-                    textcoords=("data", "axes fraction"), rotation=90, ha="center", va="bottom", fontsize=8,
-                    color=color, bbox=dict(fc="white", ec="none", alpha=0.85, pad=1),
-                    arrowprops=dict(arrowstyle="-", color=color, lw=0.8, ls=(0, (1, 2))))
+        ax.annotate(
+            f"S* ≈ {s_star:,.0f}",
+            (s_star, lin * s_star),
+            xytext=(s_star, 0.02),
+            textcoords=("data", "axes fraction"),
+            rotation=90,
+            ha="center",
+            va="bottom",
+            fontsize=8,
+            color=color,
+            bbox=dict(fc="white", ec="none", alpha=0.85, pad=1),
+            arrowprops=dict(arrowstyle="-", color=color, lw=0.8, ls=(0, (1, 2))),
+        )
     for a, b in ((x_lo, lo), (hi, x_hi)):
         if b / a > 1.3:
             ax.axvspan(a, b, color="0.93", zorder=0, label="outside the sweep (extrapolated)")
@@ -189,12 +214,20 @@ def plot_flops_vs_context(frame, path_stem, *, return_fig: bool = False):
     powers = {2**k for k in range(math.ceil(math.log2(x_lo)), math.floor(math.log2(x_hi)) + 1)} if extended else set()
     _context_axis(ax, set(frame["context"]) | powers)
     ax.set_xlim(x_lo, x_hi)
-    outside = lambda m: "" if lo <= stars[m] <= hi else " (outside sweep)"  # noqa: E731
-    handles = [Line2D([], [], color=c, lw=2, label=f"{m}: S* = {stars[m]:,.0f}{outside(m)}")
-               for m, c in _model_colors(frame).items()]
-    handles += [Line2D([], [], color="gray", ls=ls, marker=mk, label=lab) for ls, mk, lab in (
-        ("-", "o", "total"), ("--", "", "linear part (∝ S)"), (":", "", "quadratic part (∝ S², QKᵀ+AV)"),
-        ("", "D", "crossover S*:\nquadratic = linear"))]
+    outside = lambda m: "" if lo <= stars[m] <= hi else " (outside sweep)"
+    handles = [
+        Line2D([], [], color=c, lw=2, label=f"{m}: S* = {stars[m]:,.0f}{outside(m)}")
+        for m, c in _model_colors(frame).items()
+    ]
+    handles += [
+        Line2D([], [], color="gray", ls=ls, marker=mk, label=lab)
+        for ls, mk, lab in (
+            ("-", "o", "total"),
+            ("--", "", "linear part (∝ S)"),
+            (":", "", "quadratic part (∝ S², QKᵀ+AV)"),
+            ("", "D", "crossover S*:\nquadratic = linear"),
+        )
+    ]
     handles += ax.get_legend_handles_labels()[0][:1]  # the shaded span, if any
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
     ax.set_title(f"Forward FLOPs vs context: linear and quadratic parts ({_batch_note(frame)})")
@@ -216,11 +249,14 @@ def max_fitting_context(rows, budget_bytes) -> tuple[int | None, float | None]:
 
 def _exact_max_context(rows, budget_bytes) -> int | None:
     """The sweep's exact largest fitting context (column ``mem:max_context``), if computed for this budget."""
-    if "mem:max_context" not in rows or "mem:budget" not in rows or \
-            float(rows["mem:budget"].iloc[0]) != float(budget_bytes):
+    if (
+        "mem:max_context" not in rows
+        or "mem:budget" not in rows
+        or float(rows["mem:budget"].iloc[0]) != float(budget_bytes)
+    ):
         return None
     value = rows["mem:max_context"].iloc[0]
-    return None if value is None or value != value else int(value)
+    return None if value is None or math.isnan(value) else int(value)
 
 
 def _memory_parts(rows) -> list[list[str]]:
@@ -241,35 +277,53 @@ def _memory_parts(rows) -> list[list[str]]:
 
 def _equal_label(names: list[str]) -> str:
     """'parameters = gradients', two names a line."""
-    pairs = [" = ".join(names[i:i + 2]) for i in range(0, len(names), 2)]
+    pairs = [" = ".join(names[i : i + 2]) for i in range(0, len(names), 2)]
     return " =\n".join(pairs)
 
 
 def _fit_verdict(rows, budget_label: str, largest, crossing, exact) -> str:
     """The title's second line: the exact largest context if the sweep computed it, else the swept one."""
     if exact:
-        where = ", above the swept contexts" if exact > rows["context"].max() else \
-            ", below the swept contexts" if exact < rows["context"].min() else ""
+        where = (
+            ", above the swept contexts"
+            if exact > rows["context"].max()
+            else ", below the swept contexts"
+            if exact < rows["context"].min()
+            else ""
+        )
         return f"largest context within {budget_label}: {exact:,} tokens (exact step model){where}"
     if largest is None:
-        return f"no swept context fits in {budget_label} ({_fmt_tokens(rows['context'].iloc[0])} tokens: " \
-               f"{rows['mem:peak'].iloc[0] / 1e9:,.1f} GB)"
-    return f"largest swept context within {budget_label}: {_fmt_tokens(largest)}" + \
-        (" (all fit)" if crossing is None else "")
+        return (
+            f"no swept context fits in {budget_label} ({_fmt_tokens(rows['context'].iloc[0])} tokens: "
+            f"{rows['mem:peak'].iloc[0] / 1e9:,.1f} GB)"
+        )
+    return f"largest swept context within {budget_label}: {_fmt_tokens(largest)}" + (
+        " (all fit)" if crossing is None else ""
+    )
 
 
 def _mark_fit(ax, budget: float, crossing, exact) -> None:
     """A star where the peak meets the budget inside the sweep: the exact context, else the interpolation."""
     if crossing is None:
         return
-    where, how = (exact, f"largest context that fits: {exact:,} tokens\n(exact step model)") if exact else \
-        (crossing, f"peak = budget at ≈{crossing:,.0f} tokens\n(log-log interpolation)")
+    where, how = (
+        (exact, f"largest context that fits: {exact:,} tokens\n(exact step model)")
+        if exact
+        else (crossing, f"peak = budget at ≈{crossing:,.0f} tokens\n(log-log interpolation)")
+    )
     ax.axvline(where, color=PALETTE["budget"], ls=":", lw=1.2)
     ax.plot([where], [budget], "*", color=PALETTE["budget"], ms=14, mec="black", label=how)
 
 
-def plot_memory_vs_context(frame, path_stem, *, model: str, budget_bytes: float = 80 * 10**9,
-                           budget_label: str = "80 GB", return_fig: bool = False):
+def plot_memory_vs_context(
+    frame,
+    path_stem,
+    *,
+    model: str,
+    budget_bytes: float = 80 * 10**9,
+    budget_label: str = "80 GB",
+    return_fig: bool = False,
+):
     """One training step's memory components and peak (log-log, GB) against a budget line."""
     frame = _require(frame, ["model", "context", "batch", "mem:peak", *(f"mem:{m}" for m in MEMORY)])
     rows = _rows(frame, model)
@@ -280,8 +334,16 @@ def plot_memory_vs_context(frame, path_stem, *, model: str, budget_bytes: float 
     x, budget = rows["context"], budget_bytes / 1e9
     for part in _memory_parts(rows):
         marker, style = MEMORY_STYLE[part[0]]
-        ax.plot(x, rows[MEMORY_COLUMNS[part[0]]] / 1e9, marker=marker, ls=style, ms=5, lw=1.6,
-                color=PALETTE[part[0]], label=_equal_label(part))
+        ax.plot(
+            x,
+            rows[MEMORY_COLUMNS[part[0]]] / 1e9,
+            marker=marker,
+            ls=style,
+            ms=5,
+            lw=1.6,
+            color=PALETTE[part[0]],
+            label=_equal_label(part),
+        )
     ax.plot(x, rows["mem:peak"] / 1e9, "s-", ms=4, lw=2.6, color=PALETTE["peak"], label="peak of the step")
     in_gb = "" if budget_label.strip().endswith(" GB") else f" = {budget:,.4g} GB"
     ax.axhline(budget, color=PALETTE["budget"], ls="--", lw=1.5, label=f"budget {budget_label}{in_gb}")
@@ -315,10 +377,12 @@ def plot_predicted_vs_measured(frame, path_stem, *, return_fig: bool = False):
     frame = frame.assign(**{c: np.nan for c in measured if c not in frame})
     fig = Figure(figsize=(11, 4.8), layout="constrained")
     panels = fig.subplots(1, 2)
-    specs = (("flops:total", "measured:flops", FLOPS_LABEL, 1.0, ENG),
-             ("mem:peak", "measured:peak", f"peak {GB_LABEL}", 1e9, GB_FMT))
+    specs = (
+        ("flops:total", "measured:flops", FLOPS_LABEL, 1.0, ENG),
+        ("mem:peak", "measured:peak", f"peak {GB_LABEL}", 1e9, GB_FMT),
+    )
     n_measured = 0
-    for ax, (col, mcol, ylabel, scale, fmt) in zip(panels, specs):
+    for ax, (col, mcol, ylabel, scale, fmt) in zip(panels, specs, strict=False):
         for model, color in _model_colors(frame).items():
             rows = _rows(frame, model)
             got = rows[rows[mcol].notna()]
@@ -341,20 +405,28 @@ def plot_predicted_vs_measured(frame, path_stem, *, return_fig: bool = False):
 def _label_bars(ax, bars, share, min_label: float, last: bool) -> None:
     """Each segment's share: inside (white) where it fits, else outside in dark text: right of the
     bar's end for the last segment, under the bar for one in the middle; none for an empty one."""
-    ax.bar_label(bars, labels=[f"{100 * s:.1f}%" if s >= min_label else "" for s in share],
-                 label_type="center", fontsize=8, color="white")
-    for bar, s in zip(bars, share):
+    ax.bar_label(
+        bars,
+        labels=[f"{100 * s:.1f}%" if s >= min_label else "" for s in share],
+        label_type="center",
+        fontsize=8,
+        color="white",
+    )
+    for bar, s in zip(bars, share, strict=False):
         if not 0 < s < min_label:
             continue
         x, y, w, h = bar.get_x(), bar.get_y(), bar.get_width(), bar.get_height()
-        where = dict(xy=(x + w, y + h / 2), xytext=(3, 0), ha="left", va="center") if last else \
-            dict(xy=(x + w / 2, y), xytext=(0, -1), ha="center", va="top")
-        ax.annotate(f"{100 * s:.1f}%", textcoords="offset points", fontsize=8, color="0.2",
-                    annotation_clip=False, **where)
+        where = (
+            dict(xy=(x + w, y + h / 2), xytext=(3, 0), ha="left", va="center")
+            if last
+            else dict(xy=(x + w / 2, y), xytext=(0, -1), ha="center", va="top")
+        )
+        ax.annotate(
+            f"{100 * s:.1f}%", textcoords="offset points", fontsize=8, color="0.2", annotation_clip=False, **where
+        )
 
 
-def plot_model_comparison(frame, path_stem, *, context: int = 1024, min_label: float = 0.04,
-                          return_fig: bool = False):
+def plot_model_comparison(frame, path_stem, *, context: int = 1024, min_label: float = 0.04, return_fig: bool = False):
     """Horizontal stacked bars of group shares at one context, smallest model on top; a segment
     narrower than ``min_label`` has its share written outside the bar."""
     frame = _require(frame, ["model", "context", "params", "batch", *(f"share:{g}" for g in GROUPS)])
@@ -371,7 +443,7 @@ def plot_model_comparison(frame, path_stem, *, context: int = 1024, min_label: f
         bars = ax.barh(ypos, 100 * share, left=100 * left, color=PALETTE[g], label=g, height=0.7)
         _label_bars(ax, bars, share, min_label, last=g == GROUPS[-1])
         left += share
-    ax.set_yticks(ypos, [f"{m}\n{_fmt_count(p)} params" for m, p in zip(at.index, at["params"])])
+    ax.set_yticks(ypos, [f"{m}\n{_fmt_count(p)} params" for m, p in zip(at.index, at["params"], strict=False)])
     ax.set(xlim=(0, 100), xlabel="share of forward FLOPs (matmuls only)")
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.0f}%"))
     fig.legend(loc="outside lower center", ncols=len(GROUPS))

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from ..units import fmt_bytes, fmt_share
 
@@ -54,11 +55,12 @@ def fmt_cell(value: Any, kind: str) -> str:
 
 
 def _cells(table: Table) -> list[list[str]]:
-    return [[fmt_cell(v, c.kind) for v, c in zip(row, table.columns)] for row in table.rows]
+    return [[fmt_cell(v, c.kind) for v, c in zip(row, table.columns, strict=False)] for row in table.rows]
 
 
-def render_text(tables: Sequence[Table], header: Sequence[str] = (), footer: Sequence[str] = (),
-                width: int | None = None) -> str:
+def render_text(
+    tables: Sequence[Table], header: Sequence[str] = (), footer: Sequence[str] = (), width: int | None = None
+) -> str:
     """Aligned plain-text tables (rich, no colour, no borders).  With ``width`` (a terminal's
     columns), text columns wrap and headers and notes fold so that no line is wider; without it
     (a pipe or a file) nothing wraps, one row per line, for grep and diff."""
@@ -66,20 +68,32 @@ def render_text(tables: Sequence[Table], header: Sequence[str] = (), footer: Seq
     from rich.console import Console
     from rich.table import Table as RichTable
 
-    console = Console(file=io.StringIO(), width=width or 100_000, color_system=None, highlight=False,
-                      emoji=False, markup=False, soft_wrap=width is None)
+    console = Console(
+        file=io.StringIO(),
+        width=width or 100_000,
+        color_system=None,
+        highlight=False,
+        emoji=False,
+        markup=False,
+        soft_wrap=width is None,
+    )
     for line in header:
         console.print(line)
     for i, table in enumerate(tables):
         if header or i:
             console.print()
         console.print(table.title)
-        grid = RichTable(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 1),
-                         collapse_padding=True)
+        grid = RichTable(
+            box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 1), collapse_padding=True
+        )
         for i, column in enumerate(table.columns):
             numeric = column.kind != "str"
-            grid.add_column(column.name, justify="right" if numeric else "left",  # numbers and row keys never wrap
-                            no_wrap=numeric or i == 0 or width is None, overflow="fold")
+            grid.add_column(
+                column.name,
+                justify="right" if numeric else "left",  # numbers and row keys never wrap
+                no_wrap=numeric or i == 0 or width is None,
+                overflow="fold",
+            )
         for row in _cells(table):
             grid.add_row(*row)
         console.print(grid)
@@ -93,8 +107,9 @@ def render_text(tables: Sequence[Table], header: Sequence[str] = (), footer: Seq
     return "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
 
 
-def render_markdown(tables: Sequence[Table], header: Sequence[str] = (), footer: Sequence[str] = (),
-                    caption: bool = False) -> str:
+def render_markdown(
+    tables: Sequence[Table], header: Sequence[str] = (), footer: Sequence[str] = (), caption: bool = False
+) -> str:
     """Markdown tables, each under a ``###`` heading, or (``caption``) a bold caption line."""
     out = ["  \n".join(header)] if header else []
     for table in tables:
@@ -125,7 +140,9 @@ def render_csv(tables: Sequence[Table]) -> str:
     for table in tables:
         index = {c.name: i for i, c in enumerate(table.columns)}
         for row in table.rows:
-            writer.writerow([table.title, *("" if n not in index or row[index[n]] is None else row[index[n]] for n in names)])
+            writer.writerow(
+                [table.title, *("" if n not in index or row[index[n]] is None else row[index[n]] for n in names)]
+            )
     return buf.getvalue()
 
 
