@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 from typing import Any
 
+from ..config import load_config
 from ..output import SAFE_NAME, atomic_dir, write_atomic, write_json, write_table_files
 from ..views.account import breakdown_table
 from ..views.crosscheck import crosscheck_view
+from ..views.setups import plot_setups, setup_rows, setup_table
 from ..views.sweep import SWEEP_FILES, write_sweep
 from .answer_tables import (
     adamw_table,
@@ -23,9 +26,11 @@ from .assignment_text import assignment_markdown
 
 REPORT_FILES = re.compile(
     rf"answers\.json|assignment\.md|tables/{SAFE_NAME}\.(md|csv)|sweep/({SWEEP_FILES})"
+    r"|setups/peak_vs_context\.(md|csv|png|svg)"
     r"|\.[A-Za-z0-9._+-]+\.[a-z0-9_]{8}\.(json|md)"
 )
 """Every file a report writes (and the temporary files a killed older version could leave)."""
+SETUP_CONTEXTS = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 
 
 def is_report_file(rel: str) -> bool:
@@ -34,7 +39,7 @@ def is_report_file(rel: str) -> bool:
 
 
 def _is_report_figure(rel: str) -> bool:
-    return rel.startswith("sweep/") and rel.endswith((".png", ".svg")) and is_report_file(rel)
+    return rel.startswith(("sweep/", "setups/")) and rel.endswith((".png", ".svg")) and is_report_file(rel)
 
 
 def write_report(
@@ -73,9 +78,19 @@ def _write_report_files(out: Path, live: bool, plots: bool, progress: bool) -> t
         cc_tables = crosscheck_view(cc).tables
         paths += write_table_files(tables / f"xl_crosscheck_{seq}", cc_tables[:2])
     paths += write_sweep(ans.sweep, out / "sweep", BUDGETS["80 GB"], "80 GB", plots=plots, atomic=False)
+    paths += write_setups(out / "setups" / "peak_vs_context", plots)
     paths.append(write_json(out / "answers.json", answers_json(ans)))
     paths.append(write_atomic(out / "assignment.md", assignment_markdown(ans, live)))
     return ans, paths
+
+
+def write_setups(stem: Path, plots: bool) -> list[Path]:
+    """Peak memory vs context for naive, sdpa, sdpa + full and sdpa + selective checkpointing, for
+    GPT-2 XL and Llama-3-8B, with the largest context that fits 80 GB (issue: real training setups)."""
+    rows = setup_rows([load_config("gpt2-xl"), load_config("llama-3-8b")], list(SETUP_CONTEXTS), BUDGETS["80 GB"])
+    records = [dataclasses.asdict(r) for r in rows]
+    paths = write_table_files(stem, [setup_table(rows, "80 GB")], records)
+    return paths + (plot_setups(rows, stem, BUDGETS["80 GB"], "80 GB") if plots else [])
 
 
 def answers_json(ans: Answers) -> dict[str, Any]:
