@@ -1,4 +1,4 @@
-"""The ``presets`` result: every shipped preset with its dimensions and parameter count."""
+"""The ``presets`` result: every shipped preset with its dimensions, architecture family and parameter count."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from .result import Result
 class PresetList(Result):
     """The presets, smallest first, each with its exact parameter count."""
 
-    SCHEMA = "lm-accounting/presets/2"
+    SCHEMA = "lm-accounting/presets/3"
 
     presets: tuple[tuple[ModelConfig, int], ...]  # (config, parameters)
 
@@ -22,7 +22,8 @@ class PresetList(Result):
         return {"schema": self.SCHEMA, "presets": self.records()}
 
     def records(self) -> list[dict[str, Any]]:
-        return [{**cfg.resolved(), "parameters": n} for cfg, n in self.presets]
+        return [{**cfg.resolved(), "family": cfg.family, "architecture": cfg.architecture, "parameters": n}
+                for cfg, n in self.presets]
 
 
 def list_presets() -> PresetList:

@@ -33,7 +33,7 @@ class Formula(NamedTuple):
     """One quantity of one component: ``fn(z)`` per occurrence (per layer for ``layers.*``)."""
 
     fn: Callable[[Sizes], int]
-    text: str  # the closed form, per occurrence
+    text: str | Callable[[ModelConfig], str]  # the closed form, per occurrence (may depend on the config)
     label: str = ""  # overrides the component's label for this quantity
 
 
@@ -69,39 +69,129 @@ def _lm_head_label(cfg: ModelConfig) -> str:
     return "LM head (tied: shares token_embeddings)" if cfg.tie_embeddings else "LM head"
 
 
+# -- architecture options (config.ARCHITECTURE_CHOICES): which components exist, and their texts --
+def _norm_name(cfg: ModelConfig) -> str:
+    return "LayerNorm" if cfg.norm == "layernorm" else "RMSNorm"
+
+
+def _norm_label(where: str) -> Callable[[ModelConfig], str]:
+    return lambda cfg: f"{_norm_name(cfg)} {where}"
+
+
+def _norm_params_text(cfg: ModelConfig) -> str:
+    return "2·d (gain and bias)" if cfg.norm == "layernorm" else "d"
+
+
+def _norm_flops_text(cfg: ModelConfig) -> str:
+    return "7·T·d" if cfg.norm == "layernorm" else "4·T·d"
+
+
+def _norm(width: Callable[[Sizes], int]) -> tuple[Formula, Formula]:
+    """params and elementwise formulas of one block-width norm of the config's kind."""
+    return (Formula(lambda z: pa.norm_params(z.cfg, width(z)), _norm_params_text),
+            Formula(lambda z: fl.norm_flops(z.cfg, z.T, width(z)), _norm_flops_text))
+
+
+def _qk_norm_label(which: str) -> Callable[[ModelConfig], str]:
+    return lambda cfg: f"{which} norm ({'per head' if cfg.qk_norm_scope == 'head' else 'whole projection'})"
+
+
+def _qk_norm_text(heads: str) -> Callable[[ModelConfig], str]:
+    return lambda cfg: "d_head" if cfg.qk_norm_scope == "head" else f"{heads}·d_head"
+
+
+def _bias(key: str, label: str, group: str, width: Callable[[ModelConfig], int], text: str,
+          present: Callable[[ModelConfig], bool]) -> Component:
+    """A projection's bias (``key`` = the projection's path + ``.bias``): ``width`` parameters, and one add
+    per output element, an elementwise FLOP (``fl.BIAS_PER_ELEMENT``) that no counter calls a matmul."""
+    return Component(key, label, group, present=present,
+                     params=Formula(lambda z: pa.bias_params(width(z.cfg)), text),
+                     elementwise=Formula(lambda z: fl.bias_add_flops(z.T, width(z.cfg)), f"T·{text}"))
+
+
+def _pre_norms(cfg: ModelConfig) -> bool:
+    return cfg.pre_norms
+
+
+def _post_norms(cfg: ModelConfig) -> bool:
+    return cfg.post_norms
+
+
+def _rope(cfg: ModelConfig) -> bool:
+    return cfg.positions == "rope"
+
+
+def _gated(cfg: ModelConfig) -> bool:
+    return cfg.gated_mlp
+
+
+def _gelu_mlp(cfg: ModelConfig) -> bool:
+    return cfg.mlp == "gelu"
+
+
+def _qkv_bias(cfg: ModelConfig) -> bool:
+    return cfg.qkv_bias
+
+
+def _gated_bias(cfg: ModelConfig) -> bool:
+    return cfg.gated_mlp and cfg.mlp_bias
+
+
+def _gelu_bias(cfg: ModelConfig) -> bool:
+    return cfg.mlp == "gelu" and cfg.mlp_bias
+
+
+_LN1, _LN2, _LN_FINAL, _POST = (_norm(lambda z: z.cfg.d_model) for _ in range(4))
+
+
 REGISTRY: tuple[Component, ...] = (
     Component("token_embeddings", "token embedding", "embedding",
               params=Formula(lambda z: pa.embedding_params(z.cfg), "V·d")),
+    Component("token_embeddings.scale", "embedding scaling ×√d (Gemma)", "embedding",
+              present=lambda cfg: cfg.scale_embeddings,
+              elementwise=Formula(lambda z: fl.embedding_scale_flops(z.T, z.cfg.d_model), "T·d")),
+    Component("position_embeddings", "learned position embedding", "embedding",
+              present=lambda cfg: cfg.positions == "learned",
+              params=Formula(lambda z: pa.position_embedding_params(z.cfg), "P·d (P = max_position_embeddings)"),
+              elementwise=Formula(lambda z: fl.position_add_flops(z.T, z.cfg.d_model), "T·d", "position add")),
     Component("mask", "causal mask (bool, shared)", "attention",
               saved=Formula(lambda z: z.seq * z.seq, "S²")),
     Component("layers.*.residual", "residual stream", "residual",
               saved=Formula(act.residual_saved_bytes, "fp32: 2·T·d·4; 16-bit: 0", "residual stream kept by the norms")),
-    Component("layers.*.ln1", "RMSNorm before attention", "norms",
-              params=Formula(lambda z: pa.rmsnorm_params(z.cfg.d_model), "d"),
-              elementwise=Formula(lambda z: fl.rmsnorm_flops(z.T, z.cfg.d_model), "4·T·d"),
+    Component("layers.*.ln1", _norm_label("before attention"), "norms", present=_pre_norms,
+              params=_LN1[0],
+              elementwise=_LN1[1],
               saved=Formula(act.block_norm_saved_bytes, "T·4 + T·d·4 + T·d·e [+ T·d·4 + d·4]")),
     Component("layers.*.attn.q_proj", "Q projection", "attention projections",
               params=Formula(lambda z: pa.q_proj_params(z.cfg), "d·h·d_head"),
               flops=Formula(lambda z: fl.q_proj_flops(z.cfg, z.T), "2·T·d·h·d_head")),
+    _bias("layers.*.attn.q_proj.bias", "Q projection bias", "attention projections", lambda cfg: cfg.q_dim,
+          "h·d_head", _qkv_bias),
     Component("layers.*.attn.k_proj", "K projection", "attention projections",
               params=Formula(lambda z: pa.kv_proj_params(z.cfg), "d·kv·d_head"),
               flops=Formula(lambda z: fl.kv_proj_flops(z.cfg, z.T), "2·T·d·kv·d_head")),
+    _bias("layers.*.attn.k_proj.bias", "K projection bias", "attention projections", lambda cfg: cfg.kv_dim,
+          "kv·d_head", _qkv_bias),
     Component("layers.*.attn.v_proj", "V projection", "attention projections",
               params=Formula(lambda z: pa.kv_proj_params(z.cfg), "d·kv·d_head"),
               flops=Formula(lambda z: fl.kv_proj_flops(z.cfg, z.T), "2·T·d·kv·d_head")),
+    _bias("layers.*.attn.v_proj.bias", "V projection bias", "attention projections", lambda cfg: cfg.kv_dim,
+          "kv·d_head", _qkv_bias),
     Component("layers.*.attn.output_proj", "output projection", "attention projections",
               params=Formula(lambda z: pa.output_proj_params(z.cfg), "h·d_head·d"),
               flops=Formula(lambda z: fl.output_proj_flops(z.cfg, z.T), "2·T·h·d_head·d"),
               saved=Formula(lambda z: z.act(z.cfg.q_dim), "T·h·d_head·e", "merged heads")),
-    Component("layers.*.attn.q_norm", "Q norm (per head)", "norms", present=_qk_norm,
-              params=Formula(lambda z: pa.rmsnorm_params(z.cfg.d_head), "d_head"),
+    _bias("layers.*.attn.output_proj.bias", "output projection bias", "attention projections",
+          lambda cfg: cfg.d_model, "d", lambda cfg: cfg.output_bias),
+    Component("layers.*.attn.q_norm", _qk_norm_label("Q"), "norms", present=_qk_norm,
+              params=Formula(lambda z: pa.qk_norm_params(z.cfg, z.cfg.num_heads), _qk_norm_text("h")),
               elementwise=Formula(lambda z: fl.rmsnorm_flops(z.T * z.cfg.num_heads, z.cfg.d_head), "4·T·h·d_head"),
               saved=Formula(lambda z: act.qk_norm_saved_bytes(z, z.cfg.num_heads), "as RMSNorm, per head")),
-    Component("layers.*.attn.k_norm", "K norm (per head)", "norms", present=_qk_norm,
-              params=Formula(lambda z: pa.rmsnorm_params(z.cfg.d_head), "d_head"),
+    Component("layers.*.attn.k_norm", _qk_norm_label("K"), "norms", present=_qk_norm,
+              params=Formula(lambda z: pa.qk_norm_params(z.cfg, z.cfg.kv_heads), _qk_norm_text("kv")),
               elementwise=Formula(lambda z: fl.rmsnorm_flops(z.T * z.cfg.kv_heads, z.cfg.d_head), "4·T·kv·d_head"),
               saved=Formula(lambda z: act.qk_norm_saved_bytes(z, z.cfg.kv_heads), "as RMSNorm, per head")),
-    Component("layers.*.attn.rope", "RoPE on Q and K", "attention",
+    Component("layers.*.attn.rope", "RoPE on Q and K", "attention", present=_rope,
               elementwise=Formula(lambda z: fl.rope_flops(z.T, z.cfg.q_dim + z.cfg.kv_dim), "3·T·(h+kv)·d_head"),
               saved=Formula(act.rope_saved_bytes, "T·(h+kv)·d_head·e + 2·S·d_head·e", "rotated Q, K and cos/sin rows")),
     Component("layers.*.attn.qk", "attention QKᵀ", "attention matmuls",
@@ -114,34 +204,51 @@ REGISTRY: tuple[Component, ...] = (
     Component("layers.*.attn.av", "attention AV", "attention matmuls",
               flops=Formula(lambda z: fl.attention_values_flops(z.cfg, z.batch, z.seq), "2·B·h·S²·d_head"),
               saved=Formula(act.av_saved_bytes, "B·h·S²·e + T·kv·d_head·e", "AV: probabilities and V")),
+    Component("layers.*.post_attn_norm", _norm_label("after attention (sandwich/post)"), "norms",
+              present=_post_norms, params=_POST[0], elementwise=_POST[1]),
     Component("layers.*.residual.attn", "residual add (attention)", "residual",
               elementwise=Formula(lambda z: fl.residual_add_flops(z.T, z.cfg.d_model), "T·d")),
-    Component("layers.*.ln2", "RMSNorm before FFN", "norms",
-              params=Formula(lambda z: pa.rmsnorm_params(z.cfg.d_model), "d"),
-              elementwise=Formula(lambda z: fl.rmsnorm_flops(z.T, z.cfg.d_model), "4·T·d"),
+    Component("layers.*.ln2", _norm_label("before FFN"), "norms", present=_pre_norms,
+              params=_LN2[0],
+              elementwise=_LN2[1],
               saved=Formula(act.block_norm_saved_bytes, "as ln1")),
-    Component("layers.*.ffn.w1", "FFN W1 (gate)", "ffn",
+    Component("layers.*.ffn.w1", "FFN W1 (gate)", "ffn", present=_gated,
               params=Formula(lambda z: pa.ffn_matrix_params(z.cfg), "d·d_ff"),
               flops=Formula(lambda z: fl.ffn_matrix_flops(z.cfg, z.T), "2·T·d·d_ff"),
               saved=Formula(lambda z: z.act(z.cfg.d_ff), "T·d_ff·e", "FFN W1 output")),
-    Component("layers.*.ffn.w2", "FFN W2 (down)", "ffn",
+    _bias("layers.*.ffn.w1.bias", "FFN W1 bias", "ffn", lambda cfg: cfg.d_ff, "d_ff", _gated_bias),
+    Component("layers.*.ffn.w2", "FFN W2 (down)", "ffn", present=_gated,
               params=Formula(lambda z: pa.ffn_matrix_params(z.cfg), "d_ff·d"),
               flops=Formula(lambda z: fl.ffn_matrix_flops(z.cfg, z.T), "2·T·d_ff·d")),
-    Component("layers.*.ffn.w3", "FFN W3 (up)", "ffn",
+    _bias("layers.*.ffn.w2.bias", "FFN W2 bias", "ffn", lambda cfg: cfg.d_model, "d", _gated_bias),
+    Component("layers.*.ffn.w3", "FFN W3 (up)", "ffn", present=_gated,
               params=Formula(lambda z: pa.ffn_matrix_params(z.cfg), "d·d_ff"),
               flops=Formula(lambda z: fl.ffn_matrix_flops(z.cfg, z.T), "2·T·d·d_ff"),
               saved=Formula(lambda z: z.act(z.cfg.d_ff), "T·d_ff·e", "FFN W3 output")),
-    Component("layers.*.ffn.silu", "SiLU", "ffn",
+    _bias("layers.*.ffn.w3.bias", "FFN W3 bias", "ffn", lambda cfg: cfg.d_ff, "d_ff", _gated_bias),
+    Component("layers.*.ffn.fc", "FFN fc (up, GELU MLP)", "ffn", present=_gelu_mlp,
+              params=Formula(lambda z: pa.ffn_matrix_params(z.cfg), "d·d_ff"),
+              flops=Formula(lambda z: fl.ffn_matrix_flops(z.cfg, z.T), "2·T·d·d_ff")),
+    _bias("layers.*.ffn.fc.bias", "FFN fc bias", "ffn", lambda cfg: cfg.d_ff, "d_ff", _gelu_bias),
+    Component("layers.*.ffn.proj", "FFN proj (down, GELU MLP)", "ffn", present=_gelu_mlp,
+              params=Formula(lambda z: pa.ffn_matrix_params(z.cfg), "d_ff·d"),
+              flops=Formula(lambda z: fl.ffn_matrix_flops(z.cfg, z.T), "2·T·d_ff·d")),
+    _bias("layers.*.ffn.proj.bias", "FFN proj bias", "ffn", lambda cfg: cfg.d_model, "d", _gelu_bias),
+    Component("layers.*.ffn.silu", "SiLU", "ffn", present=lambda cfg: cfg.mlp == "swiglu",
               elementwise=Formula(lambda z: fl.silu_flops(z.T, z.cfg.d_ff), "4·T·d_ff"),
               saved=Formula(lambda z: 2 * z.act(z.cfg.d_ff), "2·T·d_ff·e", "sigmoid and SiLU outputs")),
-    Component("layers.*.ffn.gate", "gating product", "ffn",
+    Component("layers.*.ffn.gelu", "GELU (tanh approximation)", "ffn", present=lambda cfg: cfg.mlp != "swiglu",
+              elementwise=Formula(lambda z: fl.gelu_flops(z.T, z.cfg.d_ff), "9·T·d_ff")),
+    Component("layers.*.ffn.gate", "gating product", "ffn", present=_gated,
               elementwise=Formula(lambda z: fl.gate_flops(z.T, z.cfg.d_ff), "T·d_ff"),
               saved=Formula(lambda z: z.act(z.cfg.d_ff), "T·d_ff·e", "gated product")),
+    Component("layers.*.post_ffn_norm", _norm_label("after FFN (sandwich/post)"), "norms",
+              present=_post_norms, params=_POST[0], elementwise=_POST[1]),
     Component("layers.*.residual.ffn", "residual add (FFN)", "residual",
               elementwise=Formula(lambda z: fl.residual_add_flops(z.T, z.cfg.d_model), "T·d")),
-    Component("ln_final", "final RMSNorm", "norms",
-              params=Formula(lambda z: pa.rmsnorm_params(z.cfg.d_model), "d"),
-              elementwise=Formula(lambda z: fl.rmsnorm_flops(z.T, z.cfg.d_model), "4·T·d"),
+    Component("ln_final", lambda cfg: f"final {_norm_name(cfg)}", "norms",
+              params=_LN_FINAL[0],
+              elementwise=_LN_FINAL[1],
               saved=Formula(act.final_norm_saved_bytes, "as ln1 (+ its input)")),
     Component("lm_head", _lm_head_label, "lm head",
               params=Formula(lambda z: pa.lm_head_params(z.cfg), "d·V (0 when tied)"),
@@ -169,8 +276,9 @@ def breakdown(quantity: str, z: Sizes) -> Breakdown:
         formula: Formula = getattr(c, quantity)
         n = formula.fn(z)
         label = formula.label or (c.label(z.cfg) if callable(c.label) else c.label)
+        text = formula.text(z.cfg) if callable(formula.text) else formula.text
         if c.per_layer:
-            items.append(Item(c.key, label, c.group, n * L, n, f"L·({formula.text})"))
+            items.append(Item(c.key, label, c.group, n * L, n, f"L·({text})"))
         else:
-            items.append(Item(c.key, label, c.group, n, None, formula.text))
+            items.append(Item(c.key, label, c.group, n, None, text))
     return Breakdown(title, unit, tuple(items))

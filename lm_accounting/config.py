@@ -92,7 +92,10 @@ class ModelConfig:
 
     Field names follow the course's ``TransformerLM`` constructor; ``num_kv_heads``
     (grouped-query attention), ``head_dim`` (Qwen3-style explicit head size),
-    ``tie_embeddings`` and ``qk_norm`` cover the Llama-3 and Qwen3 variants.
+    ``tie_embeddings`` and ``qk_norm`` cover the Llama-3 and Qwen3 variants.  The architecture
+    options (``norm`` ... ``scale_embeddings``, see ``ARCHITECTURE_CHOICES``) default to the course
+    architecture, so a config that leaves them out is the course model; set, they describe the
+    original GPT-2, Qwen2, Mistral, Phi-3, Gemma 2/3 and OLMo-2 (``hf_config`` reads their config.json).
     Every field is keyword-only, and a wrong type or value for any of them raises ``ConfigError``.
     """
 
@@ -108,7 +111,23 @@ class ModelConfig:
     norm_eps: float = 1e-5
     tie_embeddings: bool = False
     qk_norm: bool = False
+    # -- architecture options (defaults: the course architecture; see ARCHITECTURE_OPTIONS) --
+    norm: str = "rmsnorm"
+    norm_placement: str = "pre"
+    qkv_bias: bool = False
+    output_bias: bool = False
+    mlp_bias: bool = False
+    mlp: str = "swiglu"
+    positions: str = "rope"
+    max_position_embeddings: int | None = None
+    qk_norm_scope: str = "head"
+    sliding_window: int | None = None
+    full_attention_every: int | None = None
+    scale_embeddings: bool = False
     name: str = "custom"
+    ignored_fields: tuple[str, ...] = dataclasses.field(default=(), compare=False)
+    """Fields of a Hugging Face config.json that were read and ignored because they change no count
+    (dropout, soft-capping, rope scaling, token ids, ...): provenance, not shape (``hf_config``)."""
 
     def __post_init__(self) -> None:
         for key in ("vocab_size", "context_length", "num_layers", "d_model", "num_heads", "d_ff"):
@@ -126,9 +145,18 @@ class ModelConfig:
                 finite = False
             if not finite:
                 raise ConfigError(f"{key} must be a positive finite number, got {short_repr(value)}")
-        for key in ("tie_embeddings", "qk_norm"):
+        for key in ("tie_embeddings", "qk_norm", "qkv_bias", "output_bias", "mlp_bias", "scale_embeddings"):
             if not isinstance(getattr(self, key), bool):
                 raise ConfigError(f"{key} must be true or false, got {short_repr(getattr(self, key))}")
+        for key, allowed in ARCHITECTURE_CHOICES.items():
+            if getattr(self, key) not in allowed:
+                raise ConfigError(f"{key} must be one of {', '.join(allowed)}, got {short_repr(getattr(self, key))}")
+        for key in ("max_position_embeddings", "sliding_window", "full_attention_every"):
+            if getattr(self, key) is not None:
+                check_positive_int(key, getattr(self, key), ConfigError)
+        if not isinstance(self.ignored_fields, tuple) or not all(isinstance(f, str) for f in self.ignored_fields):
+            raise ConfigError(f"ignored_fields must be a tuple of field names, got {short_repr(self.ignored_fields)}")
+        self._check_architecture()
         if not isinstance(self.name, str) or not self.name.strip():
             raise ConfigError(f"name must be a non-empty string, got {short_repr(self.name)}")
         if len(self.name) > MAX_NAME_CHARS:
@@ -144,8 +172,25 @@ class ModelConfig:
             raise ConfigError(
                 f"num_heads={self.num_heads} is not divisible by num_kv_heads={self.kv_heads}"
             )
-        if self.d_head % 2:
+        if self.positions == "rope" and self.d_head % 2:
             raise ConfigError(f"head_dim={self.d_head} is odd; RoPE rotates pairs of dimensions")
+
+    def _check_architecture(self) -> None:
+        """The options that only make sense together (one line each)."""
+        if self.max_position_embeddings is not None and self.positions != "learned":
+            raise ConfigError("max_position_embeddings sizes the learned position table; "
+                              "it applies only with positions = learned")
+        if self.positions == "learned" and self.context_length > self.position_rows:
+            raise ConfigError(f"context {self.context_length:,} exceeds the {self.position_rows:,} learned positions "
+                              "(max_position_embeddings)")
+        if self.qk_norm_scope != "head" and not self.qk_norm:
+            raise ConfigError(f"qk_norm_scope = {self.qk_norm_scope} applies only with qk_norm = true")
+        if self.full_attention_every is not None:
+            if self.sliding_window is None:
+                raise ConfigError("full_attention_every applies only with a sliding_window")
+            if self.full_attention_every < 2:
+                raise ConfigError("full_attention_every must be at least 2 (1 would make every layer full attention; "
+                                  "leave sliding_window out instead)")
 
     # -- resolved dimensions -------------------------------------------------
     @property
@@ -173,11 +218,115 @@ class ModelConfig:
         """Query heads sharing one key/value head (1 for plain MHA)."""
         return self.num_heads // self.kv_heads
 
+    @property
+    def position_rows(self) -> int:
+        """Rows of the learned position table: ``max_position_embeddings``, default ``context_length``."""
+        return self.context_length if self.max_position_embeddings is None else self.max_position_embeddings
+
+    @property
+    def gated_mlp(self) -> bool:
+        """Three FFN matrices (w1 gate, w3 up, w2 down) for SwiGLU/GeGLU; two (fc, proj) for the GELU MLP."""
+        return self.mlp in ("swiglu", "geglu")
+
+    @property
+    def pre_norms(self) -> bool:
+        """``ln1``/``ln2`` before each sublayer (pre-norm and sandwich; not OLMo-2's post-norm)."""
+        return self.norm_placement in ("pre", "sandwich")
+
+    @property
+    def post_norms(self) -> bool:
+        """``post_attn_norm``/``post_ffn_norm`` on each sublayer's output (sandwich and post)."""
+        return self.norm_placement in ("sandwich", "post")
+
+    def layer_windowed(self, layer: int) -> bool:
+        """Whether layer ``layer`` (0-based) attends over a sliding window of ``sliding_window`` keys.
+
+        Every layer is windowed when ``full_attention_every`` is None (Mistral, Phi-3); otherwise
+        layers ``n-1, 2n-1, ...`` keep full attention (Gemma 2: n = 2; Gemma 3: n = 6), the rule of
+        transformers' ``layer_types``: ``"sliding_attention" if (i + 1) % n else "full_attention"``."""
+        if self.sliding_window is None:
+            return False
+        return self.full_attention_every is None or (layer + 1) % self.full_attention_every != 0
+
+    @property
+    def windowed_layers(self) -> int:
+        """How many layers attend over a sliding window (0 without one)."""
+        if self.sliding_window is None:
+            return 0
+        if self.full_attention_every is None:
+            return self.num_layers
+        return self.num_layers - self.num_layers // self.full_attention_every
+
+    def unsupported_for_replay(self) -> list[str]:
+        """The architecture options the implementation-exact memory replay does not model yet
+        (it covers the course architecture: pre-RMSNorm, SwiGLU, RoPE, no biases; with GQA,
+        head_dim, per-head qk-norm and tied embeddings).  Empty for the course architecture."""
+        out = []
+        if self.norm != "rmsnorm":
+            out.append("LayerNorm")
+        if self.norm_placement != "pre":
+            out.append(f"{self.norm_placement} norms")
+        if self.qkv_bias or self.output_bias or self.mlp_bias:
+            out.append("biases")
+        if self.mlp != "swiglu":
+            out.append(f"{self.mlp} MLP")
+        if self.positions != "rope":
+            out.append("learned positions")
+        if self.qk_norm and self.qk_norm_scope != "head":
+            out.append("whole-projection qk-norm")
+        if self.sliding_window is not None:
+            out.append("sliding-window attention")
+        if self.scale_embeddings:
+            out.append("scaled embeddings")
+        return out
+
+    @property
+    def course_architecture(self) -> bool:
+        """True when every architecture option is the course's (``unsupported_for_replay()`` is empty)."""
+        return not self.unsupported_for_replay()
+
+    @property
+    def architecture(self) -> str:
+        """One short line naming the architecture options, e.g. ``pre-RMSNorm · SwiGLU · RoPE``."""
+        norm = {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}[self.norm]
+        parts = [{"pre": f"pre-{norm}", "sandwich": f"sandwich {norm}", "post": f"post-{norm}"}[self.norm_placement],
+                 {"swiglu": "SwiGLU", "geglu": "GeGLU", "gelu": "GELU MLP"}[self.mlp],
+                 "RoPE" if self.positions == "rope" else "learned positions"]
+        biases = [n for n, on in (("qkv", self.qkv_bias), ("out", self.output_bias), ("mlp", self.mlp_bias)) if on]
+        if biases:
+            parts.append("biases " + "/".join(biases))
+        if self.qk_norm:
+            parts.append("qk-norm" + ("" if self.qk_norm_scope == "head" else " (whole projection)"))
+        if self.sliding_window is not None:
+            every = "all layers" if self.full_attention_every is None else f"full every {self.full_attention_every}"
+            parts.append(f"window {self.sliding_window:,} ({every})")
+        if self.scale_embeddings:
+            parts.append("embeddings ×√d")
+        return " · ".join(parts)
+
+    @property
+    def family(self) -> str:
+        """The architecture family in words: which published model these options describe."""
+        if self.course_architecture:
+            return "course (Llama-style)" if not self.qk_norm else "course + qk-norm (Qwen3-style)"
+        if self.positions == "learned" and self.norm == "layernorm" and self.mlp == "gelu":
+            return "GPT-2"
+        if self.norm_placement == "sandwich":
+            return "Gemma 2/3-style"
+        if self.norm_placement == "post":
+            return "OLMo-2-style"
+        if self.sliding_window is not None and self.unsupported_for_replay() == ["sliding-window attention"]:
+            return "Mistral-style (sliding window)"
+        if self.qkv_bias and not self.output_bias and self.unsupported_for_replay() == ["biases"]:
+            return "Qwen2-style (QKV bias)"
+        return "custom"
+
     def resolved(self) -> dict[str, Any]:
         """All fields with ``num_kv_heads``/``head_dim`` filled in (for printing and JSON)."""
         out = dataclasses.asdict(self)
         out["num_kv_heads"] = self.kv_heads
         out["head_dim"] = self.d_head
+        out["ignored_fields"] = list(self.ignored_fields)
         return out
 
     def with_context(self, context_length: int) -> ModelConfig:
@@ -188,9 +337,38 @@ FIELD_TYPES: dict[str, type] = {
     "vocab_size": int, "context_length": int, "num_layers": int, "d_model": int,
     "num_heads": int, "d_ff": int, "num_kv_heads": int, "head_dim": int,
     "rope_theta": float, "norm_eps": float, "tie_embeddings": bool, "qk_norm": bool,
+    "norm": str, "norm_placement": str, "qkv_bias": bool, "output_bias": bool, "mlp_bias": bool,
+    "mlp": str, "positions": str, "max_position_embeddings": int, "qk_norm_scope": str,
+    "sliding_window": int, "full_attention_every": int, "scale_embeddings": bool,
     "name": str,
 }
-"""Type of each ``ModelConfig`` field as written in TOML or ``--set`` (one entry per field)."""
+"""Type of each ``ModelConfig`` field as written in TOML or ``--set`` (one entry per field;
+``ignored_fields`` is provenance from a config.json, not a key)."""
+
+ARCHITECTURE_CHOICES: dict[str, tuple[str, ...]] = {
+    "norm": ("rmsnorm", "layernorm"),
+    "norm_placement": ("pre", "sandwich", "post"),
+    "mlp": ("swiglu", "geglu", "gelu"),
+    "positions": ("rope", "learned"),
+    "qk_norm_scope": ("head", "projection"),
+}
+"""The allowed values of the string architecture options; the first is the course's.
+
+* ``norm``: RMSNorm (Zhang & Sennrich 2019; gain only) or LayerNorm (Ba et al. 2016; gain and bias).
+* ``norm_placement``: ``pre`` = ``x + f(norm(x))`` (the course, Llama); ``sandwich`` = pre-norm plus a norm
+  on each sublayer's output, ``x + norm(f(norm(x)))`` (Gemma 2/3); ``post`` = ``x + norm(f(x))``, no pre-norm
+  (OLMo-2).
+* ``mlp``: ``swiglu`` = ``W2(SiLU(W1 x) ⊙ W3 x)``; ``geglu`` = the same with GELU (tanh approximation,
+  Gemma's ``gelu_pytorch_tanh``); ``gelu`` = the 2-matrix ``proj(GELU(fc x))`` of GPT-2.
+* ``positions``: ``rope`` (no parameters) or ``learned`` (a ``max_position_embeddings x d_model`` table added
+  to the token embeddings, GPT-2).
+* ``qk_norm_scope``: ``head`` = one RMSNorm of ``head_dim`` on every Q and K head (Qwen3, Gemma 3);
+  ``projection`` = one RMSNorm over the whole Q (``h·head_dim``) and K (``kv·head_dim``) projection (OLMo-2).
+
+Booleans: ``qkv_bias`` (Q, K and V projections), ``output_bias`` (attention output projection),
+``mlp_bias`` (every FFN matrix), ``scale_embeddings`` (Gemma: token embeddings × √d_model).
+``sliding_window`` (keys a windowed query sees, itself included) with ``full_attention_every`` (None:
+every layer windowed, Mistral; n: every n-th layer full, Gemma 2 n = 2, Gemma 3 n = 6)."""
 
 
 def check_positive_int(name: str, value: Any, error: type[AccountingError] = AccountingError,
@@ -245,17 +423,33 @@ def config_from_mapping(data: Mapping[str, Any], source: str) -> ModelConfig:
 
 
 def read_toml(path: Path) -> dict[str, Any]:
-    """Parse a TOML config file, refusing anything that is not a small regular file.
+    """Parse a TOML config file, refusing anything that is not a small regular UTF-8 file
+    (``read_config_text``).  Every failure is a one-line ``ConfigError``."""
+    text = read_config_text(path, "TOML")
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: malformed TOML: {err}") from None
+    except ValueError:  # tomllib passes on int()'s refusal of integers over 4,300 digits
+        raise ConfigError(f"{path}: an integer has more than 4,300 digits "
+                          "(every count must be at most 10^18)") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: malformed TOML: nested too deeply") from None
+
+
+def read_config_text(path: Path, kind: str = "TOML") -> str:
+    """The text of a config file, refusing anything that is not a small regular UTF-8 file.
 
     The file is opened non-blocking (a FIFO cannot hang the open) and checked with ``fstat``
     before a byte is read: a directory, FIFO, socket or device (``/dev/zero``) is refused, and so
-    is a file over ``MAX_CONFIG_BYTES`` (1 MiB).  Every failure is a one-line ``ConfigError``."""
+    is a file over ``MAX_CONFIG_BYTES`` (1 MiB).  ``kind`` names the expected format in errors.
+    Every failure is a one-line ``ConfigError``."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file") from None
     except IsADirectoryError:
-        raise ConfigError(f"{path}: is a directory, not a TOML file") from None
+        raise ConfigError(f"{path}: is a directory, not a {kind} file") from None
     except PermissionError:
         raise ConfigError(f"{path}: cannot read: permission denied") from None
     except (OSError, ValueError) as err:  # ValueError: a NUL byte in the path
@@ -263,9 +457,9 @@ def read_toml(path: Path) -> dict[str, Any]:
     try:
         info = os.fstat(fd)
         if stat.S_ISDIR(info.st_mode):
-            raise ConfigError(f"{path}: is a directory, not a TOML file")
+            raise ConfigError(f"{path}: is a directory, not a {kind} file")
         if not stat.S_ISREG(info.st_mode):
-            raise ConfigError(f"{path}: not a regular file ({_file_kind(info.st_mode)}); give a TOML file")
+            raise ConfigError(f"{path}: not a regular file ({_file_kind(info.st_mode)}); give a {kind} file")
         if info.st_size > MAX_CONFIG_BYTES:
             raise ConfigError(f"{path}: {info.st_size:,} bytes is too large for a config file "
                               f"(at most {MAX_CONFIG_BYTES:,} bytes)")
@@ -281,18 +475,9 @@ def read_toml(path: Path) -> dict[str, Any]:
     if len(raw) > MAX_CONFIG_BYTES:  # it grew after the check
         raise ConfigError(f"{path}: too large for a config file (at most {MAX_CONFIG_BYTES:,} bytes)")
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not a UTF-8 text file") from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"{path}: malformed TOML: {err}") from None
-    except ValueError:  # tomllib passes on int()'s refusal of integers over 4,300 digits
-        raise ConfigError(f"{path}: an integer has more than 4,300 digits "
-                          "(every count must be at most 10^18)") from None
-    except RecursionError:
-        raise ConfigError(f"{path}: malformed TOML: nested too deeply") from None
 
 
 def _file_kind(mode: int) -> str:
@@ -307,8 +492,8 @@ def preset_names() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
 
 
-CONFIG_SUFFIXES = (".toml",)
-"""File name endings that make an argument a file path (``.json`` will join when JSON configs do)."""
+CONFIG_SUFFIXES = (".toml", ".json")
+"""File name endings that make an argument a file path: a TOML config or a Hugging Face config.json."""
 
 
 def is_config_path(name_or_path: str | os.PathLike) -> bool:
@@ -325,13 +510,15 @@ def load_config(name_or_path: str | os.PathLike) -> ModelConfig:
     The rule, decided from the argument alone, never from what happens to exist on disk:
 
     - a ``pathlib.Path`` (any ``os.PathLike``) is a file path;
-    - a ``str`` is a file path if it contains a path separator (``/``) or ends in ``.toml``
-      (``./gpt2-xl``, ``configs/big.toml``, ``big.toml``);
+    - a ``str`` is a file path if it contains a path separator (``/``) or ends in ``.toml`` or
+      ``.json`` (``./gpt2-xl``, ``configs/big.toml``, ``big.toml``, ``config.json``);
+    - a path ending in ``.json`` is a Hugging Face config.json (``hf_config.load_hf_config``); any
+      other path is a TOML file;
     - any other ``str`` is a preset name (``gpt2-xl``).  A file or folder in the current
       directory never replaces a preset: a bare name that is not a preset but exists as a
       local file is refused with a hint to write ``./name``.
 
-    A config file must be a regular, UTF-8 TOML file of at most 1 MiB (``read_toml``)."""
+    A config file must be a regular, UTF-8 file of at most 1 MiB (``read_config_text``)."""
     if isinstance(name_or_path, os.PathLike):
         path = Path(name_or_path)
     elif isinstance(name_or_path, str):
@@ -341,6 +528,10 @@ def load_config(name_or_path: str | os.PathLike) -> ModelConfig:
                           f"got {type(name_or_path).__name__} {short_repr(name_or_path)}")
     if path is not None or is_config_path(name_or_path):
         path = path if path is not None else Path(name_or_path)
+        if path.name.lower().endswith(".json"):  # a Hugging Face config.json (lm_accounting.hf_config)
+            from .hf_config import load_hf_config
+
+            return load_hf_config(path)
         data = read_toml(path)
         data.setdefault("name", path.stem or "custom")
         return config_from_mapping(data, str(path))

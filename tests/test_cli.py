@@ -76,6 +76,16 @@ def test_presets_listing(run_cli):
         "gpt2-xl",
         "llama-3-8b",
         "qwen3-0.6b",
+        "openai-gpt2",
+        "openai-gpt2-medium",
+        "openai-gpt2-large",
+        "openai-gpt2-xl",
+        "llama-3.1-8b",
+        "llama-3.1-70b",
+        "llama-3.1-405b",
+        "qwen3-8b",
+        "qwen3-32b",
+        "mistral-7b",
     }
 
 

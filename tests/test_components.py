@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from lm_accounting.components import FLOP_GROUPS, REGISTRY, components
-from lm_accounting.config import load_config
+from lm_accounting.config import ModelConfig, load_config
 from lm_accounting.measure.flops import analytic_key
 from lm_accounting.model import build_model
 
@@ -29,6 +29,30 @@ def test_registry_keys_and_order_are_the_live_modules(preset):
     module_keys = [c.key for c in REGISTRY if (c.params or c.flops) and c.present(cfg)]
     if cfg.tie_embeddings:  # a tied LM head is the embedding's Parameter: named_modules still has lm_head
         assert "lm_head" in module_keys
+    assert module_keys == live_module_keys(cfg)
+
+
+TINY = dict(vocab_size=97, context_length=64, num_layers=2, d_model=32, num_heads=4, d_ff=48)
+VARIANTS = {  # every architecture option at least once, in the combinations real models use
+    "openai-gpt2": dict(norm="layernorm", qkv_bias=True, output_bias=True, mlp_bias=True, mlp="gelu",
+                        positions="learned", max_position_embeddings=80, tie_embeddings=True),
+    "gelu-mlp-no-bias": dict(mlp="gelu"),
+    "qwen2": dict(qkv_bias=True, num_kv_heads=2),
+    "llama-mlp-bias": dict(mlp_bias=True, output_bias=True),
+    "gemma2": dict(norm_placement="sandwich", mlp="geglu", sliding_window=16, full_attention_every=2,
+                   scale_embeddings=True, num_kv_heads=2, head_dim=16, tie_embeddings=True),
+    "gemma3": dict(norm_placement="sandwich", mlp="geglu", sliding_window=8, full_attention_every=6,
+                   scale_embeddings=True, qk_norm=True, num_kv_heads=1, head_dim=16, tie_embeddings=True),
+    "olmo2": dict(norm_placement="post", qk_norm=True, qk_norm_scope="projection", num_kv_heads=2),
+    "mistral": dict(sliding_window=8, num_kv_heads=2),
+    "layernorm-sandwich-geglu-bias": dict(norm="layernorm", norm_placement="sandwich", mlp="geglu", mlp_bias=True),
+}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_registry_keys_and_order_are_the_live_modules_for_every_architecture_option(variant):
+    cfg = ModelConfig(**TINY, **VARIANTS[variant], name=variant)
+    module_keys = [c.key for c in REGISTRY if (c.params or c.flops) and c.present(cfg)]
     assert module_keys == live_module_keys(cfg)
 
 

@@ -57,7 +57,7 @@ def attention_values_flops(cfg: ModelConfig, batch: int, seq: int) -> int:
 
 
 def ffn_matrix_flops(cfg: ModelConfig, tokens: int) -> int:
-    """One SwiGLU matrix: (T x d) @ (d x d_ff) for W1 and W3, (T x d_ff) @ (d_ff x d) for W2."""
+    """One FFN matrix: (T x d) @ (d x d_ff) for W1, W3 and GELU's fc; (T x d_ff) @ (d_ff x d) for W2 and proj."""
     return matmul_flops(tokens, cfg.d_model, cfg.d_ff)
 
 
@@ -87,6 +87,26 @@ def causal_attention_flops(cfg: ModelConfig, seq: int, batch: int = 1) -> int:
     return cfg.num_layers * full // 2
 
 
+def attended_pairs(seq: int, window: int | None) -> int:
+    """Query-key pairs of one causal sequence of S tokens in which query i sees the last ``window`` keys,
+    itself included (transformers' ``sliding_window_causal_mask_function``: i - w < j <= i):
+    Σ_{i=0}^{S-1} min(i+1, w) = w(w+1)/2 + (S-w)·w for S > w, else S(S+1)/2 (the causal triangle)."""
+    if window is None or seq <= window:
+        return seq * (seq + 1) // 2
+    return window * (window + 1) // 2 + (seq - window) * window
+
+
+def windowed_attention_flops(cfg: ModelConfig, seq: int, batch: int = 1) -> int:
+    """QKᵀ + AV over all layers if each windowed layer computed only its sliding-window band of
+    query-key pairs (``attended_pairs``): 4·B·h·pairs·d_head per windowed layer; full-attention layers
+    keep the full S x S square.  A labelled extra: the totals count the full square on every layer,
+    as transformers' eager attention and every counter do (the mask zeroes the rest, it does not skip it)."""
+    full = attention_scores_flops(cfg, batch, seq) + attention_values_flops(cfg, batch, seq)
+    band = 2 * batch * cfg.num_heads * matmul_flops(1, cfg.d_head, 1) * attended_pairs(seq, cfg.sliding_window)
+    windowed = cfg.windowed_layers
+    return (cfg.num_layers - windowed) * full + windowed * band
+
+
 # -- elementwise (non-matmul) FLOPs ----------------------------------------------------
 # Our stated convention: one FLOP per arithmetic operation on one element; exp, rsqrt, sigmoid
 # and a max-compare count one each.  Counters disagree here (fvcore counts 0, DeepSpeed 1 per
@@ -98,11 +118,48 @@ SOFTMAX_PER_SCORE = 5  # 1. max-compare, 2. subtract the max, 3. exp, 4. add int
 SILU_PER_ELEMENT = 4  # x·σ(x) = x / (1 + exp(−x)): 1. negate-exp, 2. add 1, 3. divide, 4. multiply by x
 GATE_PER_ELEMENT = 1  # SiLU(W1 x) ⊙ W3 x: one multiply
 RESIDUAL_PER_ELEMENT = 1  # x + f(x): one add
+LAYERNORM_PER_ELEMENT = 7  # 1. add into the mean, 2. subtract it, 3. square, 4. add into the variance,
+#                            5. scale by 1/σ, 6. scale by the gain, 7. add the bias
+BIAS_PER_ELEMENT = 1  # a projection's bias: one add per output element (not a matmul FLOP: counters skip it)
+GELU_PER_ELEMENT = 9  # tanh form 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))): 1-2. x³, 3. ·0.044715,
+#                       4. + x, 5. ·√(2/π), 6. tanh, 7. + 1, 8. · x, 9. · 0.5
+EMBED_SCALE_PER_ELEMENT = 1  # Gemma: token embeddings × √d_model, one multiply
+POSITION_ADD_PER_ELEMENT = 1  # learned positions: token + position embedding, one add
 
 
 def rmsnorm_flops(rows: int, width: int) -> int:
     """RMSNorm over ``rows`` vectors of ``width``: 4 per element."""
     return RMSNORM_PER_ELEMENT * rows * width
+
+
+def layernorm_flops(rows: int, width: int) -> int:
+    """LayerNorm over ``rows`` vectors of ``width``: 7 per element."""
+    return LAYERNORM_PER_ELEMENT * rows * width
+
+
+def norm_flops(cfg: ModelConfig, rows: int, width: int) -> int:
+    """The config's norm (``cfg.norm``) over ``rows`` vectors of ``width``."""
+    return layernorm_flops(rows, width) if cfg.norm == "layernorm" else rmsnorm_flops(rows, width)
+
+
+def bias_add_flops(tokens: int, width: int) -> int:
+    """Adding a bias to a (T x width) projection output: 1 per element."""
+    return BIAS_PER_ELEMENT * tokens * width
+
+
+def gelu_flops(tokens: int, width: int) -> int:
+    """GELU (tanh approximation) on a (T x width) activation: 9 per element."""
+    return GELU_PER_ELEMENT * tokens * width
+
+
+def embedding_scale_flops(tokens: int, d_model: int) -> int:
+    """Gemma's embedding scaling by √d_model: 1 per element."""
+    return EMBED_SCALE_PER_ELEMENT * tokens * d_model
+
+
+def position_add_flops(tokens: int, d_model: int) -> int:
+    """Adding the learned position embedding to the token embedding: 1 per element."""
+    return POSITION_ADD_PER_ELEMENT * tokens * d_model
 
 
 def rope_flops(tokens: int, width: int) -> int:

@@ -38,6 +38,15 @@ LAST_BLOCK_MATMUL = "layers.*.ffn.w2"
 """The block's last matmul, which the early-stopping full-checkpoint recompute never reaches."""
 
 
+def _early_stopped_matmul(cfg: ModelConfig, fwd) -> int:
+    """FLOPs of the block's last matmul, which the early-stopping recompute skips: ``ffn.w2`` (``ffn.proj``
+    for the 2-matrix GELU MLP); a bias add after it saves nothing.  With a norm after the FFN
+    (``cfg.post_norms``: sandwich, post) that norm saves the matmul's output, so the matmul is rerun: 0."""
+    if cfg.post_norms:
+        return 0
+    return fwd[LAST_BLOCK_MATMUL if cfg.gated_mlp else "layers.*.ffn.proj"].total
+
+
 @dataclass(frozen=True)
 class StepFlops:
     """Matmul FLOPs of one training step: ``model`` = 3 × forward, ``hardware`` = what runs."""
@@ -60,6 +69,8 @@ def step_flops(cfg: ModelConfig, seq: int, batch: int = 1, setup: TrainingSetup 
     setup = setup or TrainingSetup()
     fwd = forward_flops(cfg, seq, batch)
     blocks = sum(item.total for item in fwd if item.key.startswith("layers.*."))
-    recompute = {"none": 0, "full": blocks - fwd[LAST_BLOCK_MATMUL].total, "selective": 0}[setup.checkpoint]
+    recompute = 0
+    if setup.checkpoint == "full":
+        recompute = blocks - _early_stopped_matmul(cfg, fwd)
     attention = fwd["layers.*.attn.qk"].total if setup.attention == "sdpa" else 0
     return StepFlops(forward=fwd.total, recompute=recompute, attention_recompute=attention)

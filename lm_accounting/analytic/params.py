@@ -5,6 +5,14 @@ Source: the CS336 (Stanford, spring 2025) assignment-1 architecture, handout sec
 no position table (RoPE has no parameters).  GQA (Ainslie et al. 2023) shrinks
 K/V to ``kv_heads * d_head`` outputs; Qwen3's qk-norm adds one ``d_head`` gain each
 for Q and K; tied embeddings (Press & Wolf 2017) make the LM head free.
+
+Architecture options (``ModelConfig``; checked against transformers' own modules in
+tests/test_transformers_truth.py): LayerNorm has a gain and a bias per feature (Ba et al. 2016;
+``torch.nn.LayerNorm``, GPT-2's ``ln_1``/``ln_2``/``ln_f``); a projection bias has one entry per
+output feature (``nn.Linear(bias=True)``, GPT-2's ``Conv1D``, Qwen2's q/k/v); GPT-2's learned
+position table is ``n_positions x d`` (``wpe``); the 2-matrix GELU MLP is ``fc`` (d -> d_ff) and
+``proj`` (d_ff -> d); OLMo-2's qk-norm is one RMSNorm over the whole Q (``h·d_head``) and K
+(``kv·d_head``) projection; sandwich and post norms (Gemma 2/3, OLMo-2) are RMSNorms of d.
 """
 
 from __future__ import annotations
@@ -43,6 +51,32 @@ def rmsnorm_params(width: int) -> int:
     return width
 
 
+def layernorm_params(width: int) -> int:
+    """LayerNorm gain and bias: two per feature."""
+    return 2 * width
+
+
+def norm_params(cfg: ModelConfig, width: int) -> int:
+    """The config's norm (``cfg.norm``) over ``width`` features: RMSNorm ``width``, LayerNorm ``2·width``."""
+    return layernorm_params(width) if cfg.norm == "layernorm" else rmsnorm_params(width)
+
+
+def qk_norm_params(cfg: ModelConfig, heads: int) -> int:
+    """Q norm (``heads`` = h) or K norm (``heads`` = kv): an RMSNorm of ``d_head`` per head shared by every
+    head (Qwen3, Gemma 3), or over the whole projection, ``heads·d_head`` (OLMo-2)."""
+    return cfg.d_head if cfg.qk_norm_scope == "head" else heads * cfg.d_head
+
+
+def bias_params(width: int) -> int:
+    """A projection's bias: one per output feature."""
+    return width
+
+
+def position_embedding_params(cfg: ModelConfig) -> int:
+    """Learned absolute positions (GPT-2's ``wpe``): max_position_embeddings x d_model."""
+    return cfg.position_rows * cfg.d_model
+
+
 def lm_head_params(cfg: ModelConfig) -> int:
     """Output projection d_model -> vocab_size; zero extra when tied to the embedding."""
     return 0 if cfg.tie_embeddings else cfg.vocab_size * cfg.d_model
@@ -61,8 +95,10 @@ def parameter_breakdown(cfg: ModelConfig) -> Breakdown:
 def matmul_params(cfg: ModelConfig) -> int:
     """Parameters that take part in a matmul: every weight matrix, plus the LM head even when tied.
 
-    This is the N of the PaLM estimate (Chowdhery et al. 2022, appendix B): the embedding lookup
-    does no matmul, and norm gains are elementwise.
+    This is the N of the PaLM estimate (Chowdhery et al. 2022, appendix B): the embedding lookups
+    (tokens and learned positions) do no matmul, and norm gains and biases are elementwise.
     """
-    per_layer = q_proj_params(cfg) + 2 * kv_proj_params(cfg) + output_proj_params(cfg) + 3 * ffn_matrix_params(cfg)
+    ffn_matrices = 3 if cfg.gated_mlp else 2
+    per_layer = (q_proj_params(cfg) + 2 * kv_proj_params(cfg) + output_proj_params(cfg)
+                 + ffn_matrices * ffn_matrix_params(cfg))
     return cfg.num_layers * per_layer + cfg.vocab_size * cfg.d_model

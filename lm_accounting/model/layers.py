@@ -20,22 +20,40 @@ from torch import nn
 Tensor = torch.Tensor
 
 
+class Bias(nn.Module):
+    """A projection's bias, ``y + b`` (one per output feature; initialised to zeros, as GPT-2 does).
+
+    A child module of its ``Linear`` (path ``<projection>.bias``, parameter ``<projection>.bias.bias``)
+    so that the registry can account for it as its own component: the add is elementwise work,
+    never a matmul FLOP (fvcore and FlopCounterMode count a plain ``add`` as 0)."""
+
+    def __init__(self, features: int, device=None, dtype=None):
+        super().__init__()
+        self.bias = nn.Parameter(torch.zeros(features, device=device, dtype=dtype))
+
+    def forward(self, y: Tensor) -> Tensor:
+        return y + self.bias
+
+
 class Linear(nn.Module):
-    """``y = x Wᵀ`` without bias; ``W`` is stored as (out, in) (handout 3.4.2).
+    """``y = x Wᵀ`` (+ ``b`` with ``bias=True``); ``W`` is stored as (out, in) (handout 3.4.2).
 
     Init (handout 3.4.1): truncated normal, mean 0, σ² = 2 / (d_in + d_out), clipped at ±3σ.
+    Without a bias (the course) the forward is the one ``matmul``.
     """
 
-    def __init__(self, in_features: int, out_features: int, device=None, dtype=None):
+    def __init__(self, in_features: int, out_features: int, device=None, dtype=None, bias: bool = False):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         self.weight = nn.Parameter(torch.empty(out_features, in_features, device=device, dtype=dtype))
         # 1. σ² = 2 / (d_in + d_out) (handout 3.4.1, Glorot-style fan average); 2. clip at ±3σ.
         std = math.sqrt(2.0 / (in_features + out_features))
         nn.init.trunc_normal_(self.weight, mean=0.0, std=std, a=-3 * std, b=3 * std)
+        self.bias = Bias(out_features, device=device, dtype=dtype) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
-        return torch.matmul(x, self.weight.t())  # (..., in) @ (in, out) -> (..., out)
+        y = torch.matmul(x, self.weight.t())  # (..., in) @ (in, out) -> (..., out)
+        return y if self.bias is None else self.bias(y)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}"
@@ -79,6 +97,40 @@ class RMSNorm(nn.Module):
         return f"{self.d}, eps={self.eps}"
 
 
+class LayerNorm(nn.Module):
+    """``(x - mean) / sqrt(var + eps) * g + b`` over the last dim (Ba et al. 2016; GPT-2's ln_1/ln_2/ln_f).
+
+    Computed in float32 and cast back, as our RMSNorm; gain ones, bias zeros.  Written out op by op
+    (mean, centre, variance, rsqrt) rather than ``F.layer_norm``: fvcore's ``aten::layer_norm`` handle
+    counts 5 MACs per element, which would put non-matmul FLOPs into the matmul cross-check."""
+
+    def __init__(self, d: int, eps: float = 1e-5, device=None, dtype=None):
+        super().__init__()
+        self.d, self.eps = d, eps
+        self.weight = nn.Parameter(torch.ones(d, device=device, dtype=dtype))
+        self.bias = nn.Parameter(torch.zeros(d, device=device, dtype=dtype))
+
+    def forward(self, x: Tensor) -> Tensor:
+        in_dtype = x.dtype
+        x32 = x.to(torch.float32)
+        centred = x32 - x32.mean(-1, keepdim=True)  # (..., d) - (..., 1)
+        y = centred * torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + self.eps)  # biased variance, as torch
+        return (y * self.weight.to(torch.float32) + self.bias.to(torch.float32)).to(in_dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.d}, eps={self.eps}"
+
+
+def make_norm(kind: str, d: int, eps: float, device=None, dtype=None) -> nn.Module:
+    """``kind`` = ``ModelConfig.norm``: ``"rmsnorm"`` or ``"layernorm"``."""
+    return (LayerNorm if kind == "layernorm" else RMSNorm)(d, eps=eps, device=device, dtype=dtype)
+
+
+def gelu_tanh(x: Tensor) -> Tensor:
+    """GELU, tanh approximation (Hendrycks & Gimpel 2016): GPT-2's ``gelu_new``, Gemma's ``gelu_pytorch_tanh``."""
+    return F.gelu(x, approximate="tanh")
+
+
 def silu(x: Tensor) -> Tensor:
     """SiLU / swish, ``x · σ(x)`` (handout 3.5.2)."""
     return x * torch.sigmoid(x)
@@ -87,14 +139,34 @@ def silu(x: Tensor) -> Tensor:
 class SwiGLU(nn.Module):
     """``W2(SiLU(W1 x) ⊙ W3 x)`` (Shazeer 2020, "GLU Variants Improve Transformer"; handout 3.5.2)."""
 
-    def __init__(self, d_model: int, d_ff: int, device=None, dtype=None):
+    def __init__(self, d_model: int, d_ff: int, device=None, dtype=None, bias: bool = False):
         super().__init__()
-        self.w1 = Linear(d_model, d_ff, device=device, dtype=dtype)
-        self.w2 = Linear(d_ff, d_model, device=device, dtype=dtype)
-        self.w3 = Linear(d_model, d_ff, device=device, dtype=dtype)
+        self.w1 = Linear(d_model, d_ff, device=device, dtype=dtype, bias=bias)
+        self.w2 = Linear(d_ff, d_model, device=device, dtype=dtype, bias=bias)
+        self.w3 = Linear(d_model, d_ff, device=device, dtype=dtype, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.w2(silu(self.w1(x)) * self.w3(x))
+
+
+class GeGLU(SwiGLU):
+    """``W2(GELU(W1 x) ⊙ W3 x)`` (Shazeer 2020), GELU in its tanh form: Gemma's MLP
+    (gate_proj = W1, up_proj = W3, down_proj = W2)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w2(gelu_tanh(self.w1(x)) * self.w3(x))
+
+
+class GeluMLP(nn.Module):
+    """``proj(GELU(fc x))``, the 2-matrix MLP of GPT-2 (``c_fc``, ``c_proj``; Radford et al. 2019)."""
+
+    def __init__(self, d_model: int, d_ff: int, device=None, dtype=None, bias: bool = False):
+        super().__init__()
+        self.fc = Linear(d_model, d_ff, device=device, dtype=dtype, bias=bias)
+        self.proj = Linear(d_ff, d_model, device=device, dtype=dtype, bias=bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.proj(gelu_tanh(self.fc(x)))
 
 
 class RotaryPositionalEmbedding(nn.Module):

@@ -5,6 +5,25 @@ calculator uses as keys: ``token_embeddings``, ``layers.{i}.{ln1,attn,ln2,ffn}``
 ``ln_final``, ``lm_head``.  Variants: grouped-query attention (Ainslie et al. 2023,
 Llama 3), an explicit ``head_dim`` and per-head qk-norm (Qwen3), tied embeddings.
 
+Architecture options (``ModelConfig``, ``config.ARCHITECTURE_CHOICES``), each adding modules at
+these paths and nothing to the course model (whose ops are unchanged, op for op):
+
+* ``norm="layernorm"``: every norm is a ``LayerNorm`` (gain and bias);
+* ``qkv_bias``/``output_bias``/``mlp_bias``: ``<projection>.bias`` (a ``Bias`` child of the ``Linear``);
+* ``mlp="geglu"``: ``ffn.w1/w2/w3`` with GELU; ``mlp="gelu"``: ``ffn.fc``, ``ffn.proj`` (GPT-2);
+* ``positions="learned"``: ``position_embeddings`` (after ``token_embeddings``), no RoPE table;
+* ``norm_placement="sandwich"``: ``post_attn_norm`` after ``attn``, ``post_ffn_norm`` after ``ffn``
+  (Gemma 2/3); ``"post"``: the same two and no ``ln1``/``ln2`` (OLMo-2);
+* ``qk_norm_scope="projection"``: ``attn.q_norm``/``k_norm`` over the whole projection (OLMo-2);
+* ``sliding_window``: windowed layers get a banded causal mask (the matmuls are unchanged: the full
+  square is computed and masked, as transformers' eager attention does);
+* ``scale_embeddings``: token embeddings × √d_model (Gemma).
+
+How transformers' fused projections map onto these paths: Phi-3's ``qkv_proj`` is our
+``q_proj`` + ``k_proj`` + ``v_proj`` (rows [0, h·d_head), then kv·d_head each) and its ``gate_up_proj``
+is ``w1`` + ``w3`` (gate rows first); GPT-2's ``c_attn`` is q/k/v the same way.  The matmuls are the
+same multiply-adds, split: the parameters and 2·m·n·p FLOPs sum to the fused ones exactly.
+
 A ``TrainingSetup`` (lm_accounting.setup) picks the attention kernel, activation
 checkpointing and autocast; the default setup runs exactly the course model's ops.
 """
@@ -23,11 +42,14 @@ from lm_accounting.model.autocast import CudaAutocast
 from lm_accounting.model.layers import (
     Embedding,
     FusedAttention,
+    GeGLU,
+    GeluMLP,
     Linear,
     MatMul,
     RMSNorm,
     RotaryPositionalEmbedding,
     SwiGLU,
+    make_norm,
     scaled_dot_product_attention,
 )
 from lm_accounting.names import TORCH_DTYPES
@@ -77,18 +99,23 @@ class CausalSelfAttention(nn.Module):
         device=None,
         dtype=None,
         attention: str = "naive",
+        qkv_bias: bool = False,
+        output_bias: bool = False,
+        qk_norm_scope: str = "head",
     ):
         super().__init__()
         if num_heads % num_kv_heads:
             raise ValueError(f"num_heads={num_heads} not divisible by num_kv_heads={num_kv_heads}")
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
-        self.q_proj = Linear(d_model, num_heads * head_dim, device=device, dtype=dtype)
-        self.k_proj = Linear(d_model, num_kv_heads * head_dim, device=device, dtype=dtype)
-        self.v_proj = Linear(d_model, num_kv_heads * head_dim, device=device, dtype=dtype)
-        self.output_proj = Linear(num_heads * head_dim, d_model, device=device, dtype=dtype)
-        if qk_norm:
-            self.q_norm = RMSNorm(head_dim, eps=eps, device=device, dtype=dtype)
-            self.k_norm = RMSNorm(head_dim, eps=eps, device=device, dtype=dtype)
+        self.q_proj = Linear(d_model, num_heads * head_dim, device=device, dtype=dtype, bias=qkv_bias)
+        self.k_proj = Linear(d_model, num_kv_heads * head_dim, device=device, dtype=dtype, bias=qkv_bias)
+        self.v_proj = Linear(d_model, num_kv_heads * head_dim, device=device, dtype=dtype, bias=qkv_bias)
+        self.output_proj = Linear(num_heads * head_dim, d_model, device=device, dtype=dtype, bias=output_bias)
+        self.qk_norm_whole = qk_norm and qk_norm_scope == "projection"
+        if qk_norm:  # per head (Qwen3): head_dim; whole projection (OLMo-2): h·head_dim and kv·head_dim
+            q_width, k_width = (num_heads * head_dim, num_kv_heads * head_dim) if self.qk_norm_whole else (head_dim,) * 2
+            self.q_norm = RMSNorm(q_width, eps=eps, device=device, dtype=dtype)
+            self.k_norm = RMSNorm(k_width, eps=eps, device=device, dtype=dtype)
         else:
             self.q_norm = self.k_norm = None
         if attention == "sdpa":
@@ -102,17 +129,23 @@ class CausalSelfAttention(nn.Module):
         return t.view(*t.shape[:-1], n, self.head_dim).transpose(-3, -2)
 
     def forward(
-        self, x: Tensor, rope: RotaryPositionalEmbedding, token_positions: Tensor, mask: Tensor | None
+        self, x: Tensor, rope: RotaryPositionalEmbedding | None, token_positions: Tensor, mask: Tensor | None
     ) -> Tensor:
-        """x: (..., S, d_model); token_positions: (S,) or (..., S); mask: bool (S, S), True = keep."""
-        q = self._heads(self.q_proj(x), self.num_heads)  # (..., S, d) -> (..., h, S, head_dim)
-        k = self._heads(self.k_proj(x), self.num_kv_heads)  # (..., S, d) -> (..., kv, S, head_dim)
+        """x: (..., S, d_model); token_positions: (S,) or (..., S); mask: bool (S, S), True = keep.
+        ``rope`` None: no rotation (learned absolute positions were added to the embeddings)."""
+        if self.qk_norm_whole:  # OLMo-2: normalise the whole projections, then split into heads
+            q = self._heads(self.q_norm(self.q_proj(x)), self.num_heads)  # (..., S, h·hd) -> (..., h, S, hd)
+            k = self._heads(self.k_norm(self.k_proj(x)), self.num_kv_heads)  # (..., S, kv·hd) -> (..., kv, S, hd)
+        else:
+            q = self._heads(self.q_proj(x), self.num_heads)  # (..., S, d) -> (..., h, S, head_dim)
+            k = self._heads(self.k_proj(x), self.num_kv_heads)  # (..., S, d) -> (..., kv, S, head_dim)
         v = self._heads(self.v_proj(x), self.num_kv_heads)  # (..., S, d) -> (..., kv, S, head_dim)
-        if self.q_norm is not None:
+        if self.q_norm is not None and not self.qk_norm_whole:
             q, k = self.q_norm(q), self.k_norm(k)
-        if token_positions.dim() > 1:  # (..., S) -> (..., 1, S): broadcast over heads
-            token_positions = token_positions.unsqueeze(-2)  # (..., S) -> (..., 1, S)
-        q, k = rope(q, token_positions), rope(k, token_positions)
+        if rope is not None:
+            if token_positions.dim() > 1:  # (..., S) -> (..., 1, S): broadcast over heads
+                token_positions = token_positions.unsqueeze(-2)  # (..., S) -> (..., 1, S)
+            q, k = rope(q, token_positions), rope(k, token_positions)
         if hasattr(self, "sdpa"):  # causal by construction: mask is None
             out = self.sdpa(q, k, v)  # (..., h, S, head_dim)
         else:
@@ -122,12 +155,23 @@ class CausalSelfAttention(nn.Module):
         return self.output_proj(out)
 
 
+FFN_CLASSES = {"swiglu": SwiGLU, "geglu": GeGLU, "gelu": GeluMLP}
+
+
 class TransformerBlock(nn.Module):
-    """Pre-norm block (handout 3.5): ``x + Attn(RMSNorm(x))``, then ``x + FFN(RMSNorm(x))``."""
+    """Pre-norm block (handout 3.5): ``x + Attn(RMSNorm(x))``, then ``x + FFN(RMSNorm(x))``.
+
+    ``cfg.norm_placement``: ``"sandwich"`` adds a norm on each sublayer's output,
+    ``x + post_attn_norm(Attn(ln1(x)))`` (Gemma 2/3); ``"post"`` keeps only that one,
+    ``x + post_attn_norm(Attn(x))`` (OLMo-2).  Modules are registered in execution order."""
 
     def __init__(self, cfg: ModelConfig, device=None, dtype=None, attention: str = "naive"):
         super().__init__()
-        self.ln1 = RMSNorm(cfg.d_model, eps=cfg.norm_eps, device=device, dtype=dtype)
+
+        def norm():
+            return make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, device=device, dtype=dtype)
+
+        self.ln1 = norm() if cfg.pre_norms else None
         self.attn = CausalSelfAttention(
             cfg.d_model,
             cfg.num_heads,
@@ -138,15 +182,25 @@ class TransformerBlock(nn.Module):
             device=device,
             dtype=dtype,
             attention=attention,
+            qkv_bias=cfg.qkv_bias,
+            output_bias=cfg.output_bias,
+            qk_norm_scope=cfg.qk_norm_scope,
         )
-        self.ln2 = RMSNorm(cfg.d_model, eps=cfg.norm_eps, device=device, dtype=dtype)
-        self.ffn = SwiGLU(cfg.d_model, cfg.d_ff, device=device, dtype=dtype)
+        self.post_attn_norm = norm() if cfg.post_norms else None
+        self.ln2 = norm() if cfg.pre_norms else None
+        self.ffn = FFN_CLASSES[cfg.mlp](cfg.d_model, cfg.d_ff, device=device, dtype=dtype, bias=cfg.mlp_bias)
+        self.post_ffn_norm = norm() if cfg.post_norms else None
 
     def forward(
-        self, x: Tensor, rope: RotaryPositionalEmbedding, token_positions: Tensor, mask: Tensor | None
+        self, x: Tensor, rope: RotaryPositionalEmbedding | None, token_positions: Tensor, mask: Tensor | None
     ) -> Tensor:
-        x = x + self.attn(self.ln1(x), rope, token_positions, mask)
-        return x + self.ffn(self.ln2(x))
+        if self.post_attn_norm is None:  # pre-norm (the course): exactly its ops
+            x = x + self.attn(self.ln1(x), rope, token_positions, mask)
+            return x + self.ffn(self.ln2(x))
+        h = x if self.ln1 is None else self.ln1(x)
+        x = x + self.post_attn_norm(self.attn(h, rope, token_positions, mask))
+        h = x if self.ln2 is None else self.ln2(x)
+        return x + self.post_ffn_norm(self.ffn(h))
 
 
 class TransformerLM(nn.Module):
@@ -162,16 +216,23 @@ class TransformerLM(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.setup = setup if setup is not None else TrainingSetup()
+        if cfg.sliding_window is not None and self.setup.attention != "naive":
+            raise AccountingError("sliding-window attention runs with attention=naive only "
+                                  "(the fused kernel is called with is_causal=True and no window)")
         self.token_embeddings = Embedding(cfg.vocab_size, cfg.d_model, device=device, dtype=dtype)
+        if cfg.positions == "learned":  # GPT-2's wpe: one learned vector per position
+            self.position_embeddings = Embedding(cfg.position_rows, cfg.d_model, device=device, dtype=dtype)
         self.layers = nn.ModuleList(
             TransformerBlock(cfg, device=device, dtype=dtype, attention=self.setup.attention)
             for _ in range(cfg.num_layers)
         )
-        self.ln_final = RMSNorm(cfg.d_model, eps=cfg.norm_eps, device=device, dtype=dtype)
+        self.ln_final = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, device=device, dtype=dtype)
         self.lm_head = Linear(cfg.d_model, cfg.vocab_size, device=device, dtype=dtype)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.token_embeddings.weight
-        self.rope = RotaryPositionalEmbedding(cfg.rope_theta, cfg.d_head, cfg.context_length, device=device)
+        self.rope = None
+        if cfg.positions == "rope":
+            self.rope = RotaryPositionalEmbedding(cfg.rope_theta, cfg.d_head, cfg.context_length, device=device)
 
     def forward(self, token_ids: Tensor) -> Tensor:
         """token_ids (B, S) integer -> logits (B, S, vocab_size) in the parameters' dtype
@@ -180,13 +241,19 @@ class TransformerLM(nn.Module):
         if seq > self.cfg.context_length:
             raise ValueError(f"sequence length {seq} exceeds context_length={self.cfg.context_length}")
         positions = torch.arange(seq, device=token_ids.device)
-        mask = None  # the fused kernel is causal by itself
+        mask = window_mask = None  # the fused kernel is causal by itself
         if self.setup.attention == "naive":
             mask = torch.ones(seq, seq, dtype=torch.bool, device=token_ids.device).tril()
+            if self.cfg.sliding_window is not None:  # key j visible from query i iff i - w < j <= i
+                window_mask = mask & ~torch.ones_like(mask).tril(-self.cfg.sliding_window)
         with self._autocast(token_ids.device):
             x = self.token_embeddings(token_ids)
-            for block in self.layers:
-                x = self._run_block(block, x, positions, mask)
+            if self.cfg.scale_embeddings:  # Gemma: × √d_model
+                x = x * (self.cfg.d_model**0.5)
+            if self.cfg.positions == "learned":
+                x = x + self.position_embeddings(positions)
+            for i, block in enumerate(self.layers):
+                x = self._run_block(block, x, positions, window_mask if self.cfg.layer_windowed(i) else mask)
             logits = self.lm_head(self.ln_final(x))
             return logits.float() if self.setup.autocast else logits
 

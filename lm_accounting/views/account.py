@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..account import CONVENTIONS, Account
+from ..analytic.flops import windowed_attention_flops
 from ..breakdown import Breakdown
 from ..config import ModelConfig
 from ..units import fmt_bytes, fmt_sci, fmt_share
@@ -37,6 +38,19 @@ def describe_config(cfg: ModelConfig) -> str:
     )
 
 
+COURSE_GPT2_SHAPES = {"gpt2-small": "openai-gpt2", "gpt2-medium": "openai-gpt2-medium",
+                      "gpt2-large": "openai-gpt2-large", "gpt2-xl": "openai-gpt2-xl"}
+"""The course presets at GPT-2 shapes -> the preset of the original GPT-2 at the same size."""
+
+
+def describe_architecture(cfg: ModelConfig) -> str:
+    """One line: the architecture family and options, naming the original-GPT-2 preset for the course ones."""
+    if cfg.course_architecture and cfg.name in COURSE_GPT2_SHAPES:
+        return (f"architecture: course (CS336 A1: {cfg.architecture}, no biases) at GPT-2 shapes; the original "
+                f"GPT-2 (LayerNorm, biases, GELU MLP, learned positions) is preset {COURSE_GPT2_SHAPES[cfg.name]}")
+    return f"architecture: {cfg.family}: {cfg.architecture}"
+
+
 def account_view(acc: Account) -> View:
     cfg, L = acc.config, acc.config.num_layers
     ctx = f"context {acc.seq:,} tokens"
@@ -44,6 +58,7 @@ def account_view(acc: Account) -> View:
         ctx += f" (preset context_length {acc.preset_context:,})"
     header = [
         describe_config(cfg),
+        describe_architecture(cfg),
         f"{ctx} · batch {acc.batch:,}",
         f"parameters {acc.params.total:,} ({acc.params.total / 1e9:.3f} billion) · forward FLOPs "
         f"{acc.forward.total:,} ({fmt_sci(acc.forward.total)}) · attention QKᵀ+AV "
@@ -61,6 +76,11 @@ def account_view(acc: Account) -> View:
         "by group: " + " · ".join(f"{g} {fmt_share(v / acc.forward.total)}" for g, v in acc.forward.groups().items()),
         f"attention QKᵀ+AV, causal half only (labelled extra, not in the total): {acc.causal_attention:,}",
     ]
+    if cfg.sliding_window is not None:
+        fwd.notes.append(
+            f"attention QKᵀ+AV with only the sliding-window band on the {cfg.windowed_layers} windowed layers "
+            f"(window {cfg.sliding_window:,}; labelled extra, not in the total): "
+            f"{windowed_attention_flops(cfg, acc.seq, acc.batch):,}")
 
     nonmm = breakdown_table("Non-matmul FLOPs (estimate, NOT in the totals above)", acc.nonmatmul, L)
     nonmm.notes = [
@@ -81,7 +101,8 @@ def account_view(acc: Account) -> View:
         [(f"weights, {dt}", b, fmt_bytes(b)) for dt, b in acc.weight_bytes().items()]
         + [(f"KV cache at S={acc.seq:,}, B={acc.batch:,}, {dt}", b, fmt_bytes(b))
            for dt, b in acc.kv_cache_bytes().items()],
-        ["KV cache = 2 · L · kv_heads · d_head · S · B · bytes (inference)"],
+        ["KV cache = 2 · L · kv_heads · d_head · S · B · bytes (inference)"
+         + ("; a sliding-window layer caches min(S, window) tokens" if cfg.sliding_window is not None else "")],
     )
     footer = ["Conventions:", *[f"  - {c}" for c in CONVENTIONS]]
     return View(header, [params, fwd, nonmm, train, kv], footer)

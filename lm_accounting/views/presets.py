@@ -10,8 +10,15 @@ DIMENSIONS = (("layers", "num_layers"), ("d_model", "d_model"), ("heads", "num_h
 
 
 def presets_view(p: PresetList) -> View:
-    columns = [Column("preset"), *[Column(name, "int") for name, _ in DIMENSIONS], Column("tied"), Column("qk_norm"),
-               Column("parameters", "int")]
-    rows = [(c.name, *[getattr(c, attr) for _, attr in DIMENSIONS], "yes" if c.tie_embeddings else "no",
+    columns = [Column("preset"), Column("family"), *[Column(name, "int") for name, _ in DIMENSIONS], Column("tied"),
+               Column("qk_norm"), Column("parameters", "int")]
+    rows = [(c.name, c.family, *[getattr(c, attr) for _, attr in DIMENSIONS], "yes" if c.tie_embeddings else "no",
              "yes" if c.qk_norm else "no", n) for c, n in p.presets]
-    return View([], [Table("Presets (presets/*.toml; pass a name to any command)", columns, rows)])
+    notes = [
+        (
+            "family: the architecture options (norm, MLP, positions, biases, extra norms, windows); "
+            "course = pre-RMSNorm, SwiGLU, RoPE, no biases (CS336 A1). `--format json` gives each preset's full "
+            "architecture line."
+        )
+    ]
+    return View([], [Table("Presets (presets/*.toml; pass a name to any command)", columns, rows, notes)])
