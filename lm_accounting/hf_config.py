@@ -398,6 +398,7 @@ def _qwen_window(f: _Fields) -> dict[str, Any]:
 
 
 def _qwen2(f: _Fields) -> dict[str, Any]:
+    f.only("use_mrope", (False,), "one RoPE over the sequence (multimodal M-RoPE is Qwen2-VL's)")
     return {
         **_common(f, tie_default=False),
         "qkv_bias": True,
@@ -439,6 +440,7 @@ def _gemma(f: _Fields, *, every: int, qk_norm: bool) -> dict[str, Any]:
 
 def _phi3(f: _Fields) -> dict[str, Any]:
     out = _common(f, tie_default=False)
+    f.only("attention_bias", (False,), "Phi-3's qkv_proj and o_proj have no bias")
     partial = f.raw("partial_rotary_factor", 1.0)
     if partial not in (None, 1, 1.0):
         raise f.error(

@@ -1,0 +1,562 @@
+"""Ground truth from transformers: the same config.json, built as transformers' own model on meta.
+
+For every new preset and every supported ``model_type``, the config.json values (written out below from
+the published Hugging Face files; this machine is offline) go two ways:
+
+* ``hf_config.config_from_hf`` -> our ``ModelConfig`` -> the analytic counts;
+* ``AutoConfig.for_model`` -> ``AutoModelForCausalLM.from_config(..., attn_implementation="eager")`` on
+  the meta device -> ``parameters()`` and ``FlopCounterMode`` over one forward of 1,024 and 4,096 tokens.
+
+They must agree exactly: the parameter total and every component whose name maps (fused projections
+map to the sum of ours: GPT-2's ``c_attn`` and Phi-3's ``qkv_proj`` = q + k + v, Phi-3's ``gate_up_proj`` =
+w1 + w3), and the forward FLOPs in total and per component (the attention core = the attention module's
+own FLOPs minus its projections = our QKᵀ + AV, full square; the LM head over every position).
+
+Traps handled: transformers' packed-sequence mask helper calls ``.item()`` on a meta tensor, so it is
+patched to return None (one unpacked sequence); CPU SDPA counts 0 FLOPs, so attention is eager.
+transformers is a test-only dependency (the ``dev`` extra); lm_accounting never imports it.
+"""
+
+import re
+import time
+from collections import defaultdict
+
+import pytest
+
+from lm_accounting.analytic.flops import forward_flops
+from lm_accounting.analytic.params import parameter_breakdown
+from lm_accounting.config import load_config
+from lm_accounting.hf_config import SUPPORTED_MODEL_TYPES, config_from_hf
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+GPT2 = {
+    "model_type": "gpt2",
+    "activation_function": "gelu_new",
+    "architectures": ["GPT2LMHeadModel"],
+    "attn_pdrop": 0.1,
+    "bos_token_id": 50256,
+    "embd_pdrop": 0.1,
+    "eos_token_id": 50256,
+    "initializer_range": 0.02,
+    "layer_norm_epsilon": 1e-05,
+    "n_ctx": 1024,
+    "n_positions": 1024,
+    "resid_pdrop": 0.1,
+    "summary_activation": None,
+    "summary_first_dropout": 0.1,
+    "summary_proj_to_labels": True,
+    "summary_type": "cls_index",
+    "summary_use_proj": True,
+    "vocab_size": 50257,
+}
+LLAMA_31 = {
+    "model_type": "llama",
+    "architectures": ["LlamaForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 128000,
+    "eos_token_id": 128001,
+    "hidden_act": "silu",
+    "initializer_range": 0.02,
+    "max_position_embeddings": 131072,
+    "mlp_bias": False,
+    "num_key_value_heads": 8,
+    "pretraining_tp": 1,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": {
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+        "rope_type": "llama3",
+    },
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.43.0.dev0",
+    "use_cache": True,
+    "vocab_size": 128256,
+}
+QWEN3 = {
+    "model_type": "qwen3",
+    "architectures": ["Qwen3ForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 151643,
+    "eos_token_id": 151645,
+    "head_dim": 128,
+    "hidden_act": "silu",
+    "initializer_range": 0.02,
+    "max_position_embeddings": 40960,
+    "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": None,
+    "rope_theta": 1000000,
+    "sliding_window": None,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.51.0",
+    "use_cache": True,
+    "use_sliding_window": False,
+    "vocab_size": 151936,
+}
+
+CONFIGS = {  # name -> (config.json values, published parameter count of the full model)
+    "openai-gpt2": ({**GPT2, "n_embd": 768, "n_layer": 12, "n_head": 12}, 124_439_808),
+    "openai-gpt2-medium": ({**GPT2, "n_embd": 1024, "n_layer": 24, "n_head": 16}, 354_823_168),
+    "openai-gpt2-large": ({**GPT2, "n_embd": 1280, "n_layer": 36, "n_head": 20}, 774_030_080),
+    "openai-gpt2-xl": ({**GPT2, "n_embd": 1600, "n_layer": 48, "n_head": 25}, 1_557_611_200),
+    "llama-3.1-8b": (
+        {
+            **LLAMA_31,
+            "hidden_size": 4096,
+            "intermediate_size": 14336,
+            "num_attention_heads": 32,
+            "num_hidden_layers": 32,
+        },
+        8_030_261_248,
+    ),
+    "llama-3.1-70b": (
+        {
+            **LLAMA_31,
+            "hidden_size": 8192,
+            "intermediate_size": 28672,
+            "num_attention_heads": 64,
+            "num_hidden_layers": 80,
+        },
+        70_553_706_496,
+    ),
+    "llama-3.1-405b": (
+        {
+            **LLAMA_31,
+            "hidden_size": 16384,
+            "intermediate_size": 53248,
+            "num_attention_heads": 128,
+            "num_hidden_layers": 126,
+        },
+        405_853_388_800,
+    ),
+    "qwen3-8b": (
+        {
+            **QWEN3,
+            "hidden_size": 4096,
+            "intermediate_size": 12288,
+            "num_attention_heads": 32,
+            "num_hidden_layers": 36,
+            "max_window_layers": 36,
+        },
+        8_190_735_360,
+    ),
+    "qwen3-32b": (
+        {
+            **QWEN3,
+            "hidden_size": 5120,
+            "intermediate_size": 25600,
+            "num_attention_heads": 64,
+            "num_hidden_layers": 64,
+            "max_window_layers": 64,
+        },
+        32_762_123_264,
+    ),
+    "mistral-7b": (
+        {
+            "model_type": "mistral",
+            "architectures": ["MistralForCausalLM"],
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "hidden_act": "silu",
+            "hidden_size": 4096,
+            "initializer_range": 0.02,
+            "intermediate_size": 14336,
+            "max_position_embeddings": 32768,
+            "num_attention_heads": 32,
+            "num_hidden_layers": 32,
+            "num_key_value_heads": 8,
+            "rms_norm_eps": 1e-05,
+            "rope_theta": 10000.0,
+            "sliding_window": 4096,
+            "tie_word_embeddings": False,
+            "torch_dtype": "bfloat16",
+            "transformers_version": "4.34.0.dev0",
+            "use_cache": True,
+            "vocab_size": 32000,
+        },
+        7_241_732_096,
+    ),
+    # model types without a preset: the published config of one released model each
+    "qwen2.5-0.5b": (
+        {
+            "model_type": "qwen2",
+            "architectures": ["Qwen2ForCausalLM"],
+            "attention_dropout": 0.0,
+            "bos_token_id": 151643,
+            "eos_token_id": 151643,
+            "hidden_act": "silu",
+            "hidden_size": 896,
+            "initializer_range": 0.02,
+            "intermediate_size": 4864,
+            "max_position_embeddings": 32768,
+            "max_window_layers": 24,
+            "num_attention_heads": 14,
+            "num_hidden_layers": 24,
+            "num_key_value_heads": 2,
+            "rms_norm_eps": 1e-06,
+            "rope_theta": 1000000.0,
+            "sliding_window": 32768,
+            "tie_word_embeddings": True,
+            "torch_dtype": "bfloat16",
+            "transformers_version": "4.40.1",
+            "use_cache": True,
+            "use_mrope": False,
+            "use_sliding_window": False,
+            "vocab_size": 151936,
+        },
+        494_032_768,
+    ),
+    "gemma-2-2b": (
+        {
+            "model_type": "gemma2",
+            "architectures": ["Gemma2ForCausalLM"],
+            "attention_bias": False,
+            "attention_dropout": 0.0,
+            "attn_logit_softcapping": 50.0,
+            "bos_token_id": 2,
+            "cache_implementation": "hybrid",
+            "eos_token_id": 1,
+            "final_logit_softcapping": 30.0,
+            "head_dim": 256,
+            "hidden_act": "gelu_pytorch_tanh",
+            "hidden_activation": "gelu_pytorch_tanh",
+            "hidden_size": 2304,
+            "initializer_range": 0.02,
+            "intermediate_size": 9216,
+            "max_position_embeddings": 8192,
+            "num_attention_heads": 8,
+            "num_hidden_layers": 26,
+            "num_key_value_heads": 4,
+            "pad_token_id": 0,
+            "query_pre_attn_scalar": 256,
+            "rms_norm_eps": 1e-06,
+            "rope_theta": 10000.0,
+            "sliding_window": 4096,
+            "torch_dtype": "float32",
+            "transformers_version": "4.42.4",
+            "use_cache": True,
+            "vocab_size": 256000,
+        },
+        2_614_341_888,
+    ),
+    "gemma-3-1b": (
+        {
+            "model_type": "gemma3_text",
+            "architectures": ["Gemma3ForCausalLM"],
+            "attention_bias": False,
+            "attention_dropout": 0.0,
+            "attn_logit_softcapping": None,
+            "bos_token_id": 2,
+            "cache_implementation": "hybrid",
+            "eos_token_id": 1,
+            "final_logit_softcapping": None,
+            "head_dim": 256,
+            "hidden_activation": "gelu_pytorch_tanh",
+            "hidden_size": 1152,
+            "initializer_range": 0.02,
+            "intermediate_size": 6912,
+            "max_position_embeddings": 32768,
+            "num_attention_heads": 4,
+            "num_hidden_layers": 26,
+            "num_key_value_heads": 1,
+            "pad_token_id": 0,
+            "query_pre_attn_scalar": 256,
+            "rms_norm_eps": 1e-06,
+            "rope_local_base_freq": 10000,
+            "rope_scaling": None,
+            "rope_theta": 1000000,
+            "sliding_window": 512,
+            "sliding_window_pattern": 6,
+            "torch_dtype": "bfloat16",
+            "transformers_version": "4.50.0.dev0",
+            "use_cache": True,
+            "vocab_size": 262144,
+        },
+        999_885_952,
+    ),
+    "phi-3-mini-4k": (
+        {
+            "model_type": "phi3",
+            "architectures": ["Phi3ForCausalLM"],
+            "attention_bias": False,
+            "attention_dropout": 0.0,
+            "bos_token_id": 1,
+            "embd_pdrop": 0.0,
+            "eos_token_id": 32000,
+            "hidden_act": "silu",
+            "hidden_size": 3072,
+            "initializer_range": 0.02,
+            "intermediate_size": 8192,
+            "max_position_embeddings": 4096,
+            "num_attention_heads": 32,
+            "num_hidden_layers": 32,
+            "num_key_value_heads": 32,
+            "original_max_position_embeddings": 4096,
+            "pad_token_id": 32000,
+            "resid_pdrop": 0.0,
+            "rms_norm_eps": 1e-05,
+            "rope_scaling": None,
+            "rope_theta": 10000.0,
+            "sliding_window": 2047,
+            "tie_word_embeddings": False,
+            "torch_dtype": "bfloat16",
+            "transformers_version": "4.40.2",
+            "use_cache": True,
+            "vocab_size": 32064,
+        },
+        3_821_079_552,
+    ),
+    "olmo-2-7b": (
+        {
+            "model_type": "olmo2",
+            "architectures": ["Olmo2ForCausalLM"],
+            "attention_bias": False,
+            "attention_dropout": 0.0,
+            "eos_token_id": 100257,
+            "hidden_act": "silu",
+            "hidden_size": 4096,
+            "initializer_range": 0.02,
+            "intermediate_size": 11008,
+            "max_position_embeddings": 4096,
+            "num_attention_heads": 32,
+            "num_hidden_layers": 32,
+            "num_key_value_heads": 32,
+            "pad_token_id": 100277,
+            "rms_norm_eps": 1e-06,
+            "rope_scaling": None,
+            "rope_theta": 500000,
+            "tie_word_embeddings": False,
+            "torch_dtype": "float32",
+            "transformers_version": "4.47.0.dev0",
+            "use_cache": True,
+            "vocab_size": 100352,
+        },
+        7_298_617_344,
+    ),
+}
+REDUCED = {"llama-3.1-70b", "llama-3.1-405b"}  # built with num_hidden_layers = 2 (meta builds stay fast)
+
+
+def test_every_supported_model_type_is_covered():
+    assert {c["model_type"] for c, _ in CONFIGS.values()} == set(SUPPORTED_MODEL_TYPES)
+
+
+def hf_values(name: str) -> dict:
+    values = dict(CONFIGS[name][0])
+    if name in REDUCED:
+        values["num_hidden_layers"] = 2
+    return values
+
+
+def build_hf(values: dict):
+    values = dict(values)
+    config = transformers.AutoConfig.for_model(values.pop("model_type"), **values)
+    with torch.device("meta"):
+        return transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+
+
+# -- name maps: transformers' module path -> our component keys (a fused module maps to several) ----------
+QKV, GATE_UP = ("attn.q_proj", "attn.k_proj", "attn.v_proj"), ("ffn.w1", "ffn.w3")
+LLAMA_MODULES = {
+    "self_attn.q_proj": ("attn.q_proj",),
+    "self_attn.k_proj": ("attn.k_proj",),
+    "self_attn.v_proj": ("attn.v_proj",),
+    "self_attn.o_proj": ("attn.output_proj",),
+    "self_attn.qkv_proj": QKV,
+    "self_attn.q_norm": ("attn.q_norm",),
+    "self_attn.k_norm": ("attn.k_norm",),
+    "mlp.gate_proj": ("ffn.w1",),
+    "mlp.up_proj": ("ffn.w3",),
+    "mlp.down_proj": ("ffn.w2",),
+    "mlp.gate_up_proj": GATE_UP,
+    "input_layernorm": ("ln1",),
+    "post_attention_layernorm": ("ln2",),
+    "pre_feedforward_layernorm": ("ln2",),
+    "post_feedforward_layernorm": ("post_ffn_norm",),
+}
+GEMMA_OLMO_NORMS = {"post_attention_layernorm": ("post_attn_norm",)}  # after attention there, not before the FFN
+GPT2_MODULES = {
+    "attn.c_attn": QKV,
+    "attn.c_proj": ("attn.output_proj",),
+    "mlp.c_fc": ("ffn.fc",),
+    "mlp.c_proj": ("ffn.proj",),
+    "ln_1": ("ln1",),
+    "ln_2": ("ln2",),
+}
+TOP = {
+    "model.embed_tokens": "token_embeddings",
+    "transformer.wte": "token_embeddings",
+    "transformer.wpe": "position_embeddings",
+    "model.norm": "ln_final",
+    "transformer.ln_f": "ln_final",
+    "lm_head": "lm_head",
+}
+LAYER = re.compile(r"^(?:model\.layers|transformer\.h)\.\d+\.(.+)$")
+
+
+def our_keys(model_type: str, module: str, suffix: str = "") -> tuple[str, ...]:
+    """Our component keys for transformers' module path (``suffix`` ".bias" for a projection's bias)."""
+    if module in TOP:
+        return (TOP[module],)
+    match = LAYER.match(module)
+    assert match, module
+    table = (
+        GPT2_MODULES
+        if model_type == "gpt2"
+        else {**LLAMA_MODULES, **(GEMMA_OLMO_NORMS if model_type in ("gemma2", "gemma3_text", "olmo2") else {})}
+    )
+    inner = table[match.group(1)]
+    bias = suffix if not inner[0].startswith(("ln", "post_")) else ""  # a norm's bias is part of the norm
+    return tuple(f"layers.*.{k}{bias}" for k in inner)
+
+
+def hf_parameters_by_component(model, model_type: str) -> dict[tuple[str, ...], int]:
+    out: dict[tuple[str, ...], int] = defaultdict(int)
+    for name, param in model.named_parameters():  # a tied weight is listed once
+        module, _, kind = name.rpartition(".")
+        out[our_keys(model_type, module, ".bias" if kind == "bias" else "")] += param.numel()
+    return dict(out)
+
+
+# -- parameters ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", CONFIGS)
+def test_parameters_equal_transformers(name):
+    values, published = CONFIGS[name]
+    ours = config_from_hf(values, name=name)
+    assert parameter_breakdown(ours).total == published  # the full model, analytic
+    values = hf_values(name)
+    cfg = config_from_hf(values, name=name)
+    model = build_hf(values)
+    hf_total = sum(p.numel() for p in model.parameters())
+    bd = parameter_breakdown(cfg)
+    assert bd.total == hf_total
+    L = cfg.num_layers
+    for keys, count in hf_parameters_by_component(model, values["model_type"]).items():
+        analytic = sum(bd[k].total for k in keys)
+        assert analytic == count, (keys, analytic, count)
+    assert "lm_head" in bd.totals() and (bd["lm_head"].total == 0) == cfg.tie_embeddings
+    if name in REDUCED:  # the full model = 2 layers + (L - 2) more of the same
+        full = config_from_hf(CONFIGS[name][0])
+        per_layer = bd.per_layer_total
+        assert parameter_breakdown(full).total == bd.total + (full.num_layers - L) * per_layer
+
+
+def test_presets_are_their_config_json():
+    """Each new preset TOML says the same as its config.json (every field but the name and the ignored list)."""
+    for name, (values, _) in CONFIGS.items():
+        if name in ("qwen2.5-0.5b", "gemma-2-2b", "gemma-3-1b", "phi-3-mini-4k", "olmo-2-7b"):
+            continue
+        from_json = config_from_hf(values, name=name).resolved()
+        preset = load_config(name).resolved()
+        assert {**from_json, "ignored_fields": []} == preset, name
+
+
+# -- forward FLOPs ------------------------------------------------------------------------------------
+@pytest.fixture
+def meta_masks(monkeypatch):
+    """transformers' packed-sequence detection calls .item() on a meta tensor: one unpacked sequence here."""
+    import transformers.masking_utils as masking
+
+    monkeypatch.setattr(masking, "find_packed_sequence_indices", lambda *args, **kwargs: None)
+
+
+def hf_forward_flops(model, seq: int) -> dict[str, int]:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    tokens = torch.zeros(1, seq, dtype=torch.long, device="meta")
+    with FlopCounterMode(display=False, depth=None) as counter, torch.no_grad():
+        model(input_ids=tokens, use_cache=False)
+    root = type(model).__name__ + "."
+    flops = {k.removeprefix(root): int(sum(v.values())) for k, v in counter.get_flop_counts().items()}
+    flops["total"] = int(counter.get_total_flops())
+    return flops
+
+
+def compare_flops(name: str, seq: int) -> None:
+    values = hf_values(name)
+    cfg = (
+        config_from_hf(values, name=name).with_context(seq)
+        if seq <= values.get("max_position_embeddings", values.get("n_positions", seq))
+        else None
+    )
+    assert cfg is not None
+    model = build_hf(values)
+    counted = hf_forward_flops(model, seq)
+    fwd = forward_flops(cfg, seq)
+    assert counted["total"] == fwd.total, (counted["total"], fwd.total)
+    model_type = values["model_type"]
+    by_keys: dict[tuple[str, ...], int] = defaultdict(int)
+    attention_core = 0
+    for module, flops in counted.items():
+        if module in TOP:
+            by_keys[our_keys(model_type, module)] += flops
+            continue
+        match = LAYER.match(module)
+        if not match:
+            continue
+        inner = match.group(1)
+        if inner in ("self_attn", "attn"):  # eager attention: QKᵀ and AV run in the module itself
+            children = sum(
+                v for k, v in counted.items() if k.startswith(module + ".") and k.count(".") == module.count(".") + 1
+            )
+            attention_core += flops - children
+        elif (
+            "." in inner
+            and not inner.endswith(("_norm", "layernorm"))
+            and inner.split(".")[0] in ("self_attn", "attn", "mlp")
+        ):
+            by_keys[our_keys(model_type, module)] += flops
+    assert {k for keys in by_keys for k in keys} == {it.key for it in fwd} - {"layers.*.attn.qk", "layers.*.attn.av"}
+    for keys, flops in by_keys.items():
+        assert sum(fwd[k].total for k in keys) == flops, (keys, flops)
+    assert attention_core == fwd["layers.*.attn.qk"].total + fwd["layers.*.attn.av"].total
+    assert fwd["layers.*.attn.qk"].total == cfg.num_layers * 2 * cfg.num_heads * seq * seq * cfg.d_head
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+@pytest.mark.parametrize("seq", [1024, 4096])
+def test_forward_flops_equal_transformers(name, seq, meta_masks):
+    """Each case takes 0.1-1.2 s on meta (2 cores), so none is marked slow."""
+    if name.startswith("openai-gpt2") and seq > 1024:
+        pytest.skip("GPT-2 has 1,024 learned positions")
+    compare_flops(name, seq)
+
+
+def test_gpt2_beyond_its_positions_is_refused_both_ways(meta_masks):
+    from lm_accounting.config import ConfigError
+
+    with pytest.raises(ConfigError, match="exceeds the 1,024 learned positions"):
+        config_from_hf(hf_values("openai-gpt2")).with_context(4096)
+
+
+def test_reading_a_config_is_fast_and_imports_no_torch(tmp_path):
+    """The analytic answer for a config.json, in a fresh process: no torch, no transformers, well under 0.2 s
+    of our own work (the interpreter start-up is measured apart)."""
+    import json
+    import subprocess
+    import sys
+
+    path = tmp_path / "Llama-3.1-8B" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(CONFIGS["llama-3.1-8b"][0]))
+    code = (
+        "import sys, time; t = time.perf_counter()\n"
+        "from lm_accounting import load_config, account\n"
+        f"a = account(load_config({str(path)!r}), seq=8192)\n"
+        "dt = time.perf_counter() - t\n"
+        "print(a.params.total, a.config.name, 'torch' in sys.modules, 'transformers' in sys.modules, dt)\n"
+    )
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert time.perf_counter() - start < 10
+    assert out[:4] == ["8030261248", "Llama-3.1-8B", "False", "False"]
+    assert float(out[4]) < 0.2
