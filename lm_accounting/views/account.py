@@ -101,8 +101,7 @@ def account_view(acc: Account) -> View:
         [(f"weights, {dt}", b, fmt_bytes(b)) for dt, b in acc.weight_bytes().items()]
         + [(f"KV cache at S={acc.seq:,}, B={acc.batch:,}, {dt}", b, fmt_bytes(b))
            for dt, b in acc.kv_cache_bytes().items()],
-        ["KV cache = 2 · L · kv_heads · d_head · S · B · bytes (inference)"
-         + ("; a sliding-window layer caches min(S, window) tokens" if cfg.sliding_window is not None else "")],
+        ["KV cache = 2 · L · kv_heads · d_head · S · B · bytes (inference)"],
     )
     footer = ["Conventions:", *[f"  - {c}" for c in CONVENTIONS]]
     return View(header, [params, fwd, nonmm, train, kv], footer)
