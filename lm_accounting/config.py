@@ -165,32 +165,34 @@ class ModelConfig:
             raise ConfigError(f"name must not contain control characters, got {short_repr(self.name)}")
         if self.head_dim is None and self.d_model % self.num_heads:
             raise ConfigError(
-                f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}; "
-                "give head_dim explicitly"
+                f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}; give head_dim explicitly"
             )
         if self.num_heads % self.kv_heads:
-            raise ConfigError(
-                f"num_heads={self.num_heads} is not divisible by num_kv_heads={self.kv_heads}"
-            )
+            raise ConfigError(f"num_heads={self.num_heads} is not divisible by num_kv_heads={self.kv_heads}")
         if self.positions == "rope" and self.d_head % 2:
             raise ConfigError(f"head_dim={self.d_head} is odd; RoPE rotates pairs of dimensions")
 
     def _check_architecture(self) -> None:
         """The options that only make sense together (one line each)."""
         if self.max_position_embeddings is not None and self.positions != "learned":
-            raise ConfigError("max_position_embeddings sizes the learned position table; "
-                              "it applies only with positions = learned")
+            raise ConfigError(
+                "max_position_embeddings sizes the learned position table; it applies only with positions = learned"
+            )
         if self.positions == "learned" and self.context_length > self.position_rows:
-            raise ConfigError(f"context {self.context_length:,} exceeds the {self.position_rows:,} learned positions "
-                              "(max_position_embeddings)")
+            raise ConfigError(
+                f"context {self.context_length:,} exceeds the {self.position_rows:,} learned positions "
+                "(max_position_embeddings)"
+            )
         if self.qk_norm_scope != "head" and not self.qk_norm:
             raise ConfigError(f"qk_norm_scope = {self.qk_norm_scope} applies only with qk_norm = true")
         if self.full_attention_every is not None:
             if self.sliding_window is None:
                 raise ConfigError("full_attention_every applies only with a sliding_window")
             if self.full_attention_every < 2:
-                raise ConfigError("full_attention_every must be at least 2 (1 would make every layer full attention; "
-                                  "leave sliding_window out instead)")
+                raise ConfigError(
+                    "full_attention_every must be at least 2 (1 would make every layer full attention; "
+                    "leave sliding_window out instead)"
+                )
 
     # -- resolved dimensions -------------------------------------------------
     @property
@@ -280,6 +282,26 @@ class ModelConfig:
             out.append("scaled embeddings")
         return out
 
+    def course_twin(self) -> "ModelConfig":
+        """The course architecture at this config's shapes (every architecture option at its default):
+        what the memory replay can model, used to bound a live run of a variant before it is built."""
+        arch = (
+            "norm",
+            "norm_placement",
+            "qkv_bias",
+            "output_bias",
+            "mlp_bias",
+            "mlp",
+            "positions",
+            "max_position_embeddings",
+            "qk_norm_scope",
+            "sliding_window",
+            "full_attention_every",
+            "scale_embeddings",
+        )
+        defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig) if f.name in arch}
+        return dataclasses.replace(self, **defaults)
+
     @property
     def course_architecture(self) -> bool:
         """True when every architecture option is the course's (``unsupported_for_replay()`` is empty)."""
@@ -289,9 +311,11 @@ class ModelConfig:
     def architecture(self) -> str:
         """One short line naming the architecture options, e.g. ``pre-RMSNorm · SwiGLU · RoPE``."""
         norm = {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}[self.norm]
-        parts = [{"pre": f"pre-{norm}", "sandwich": f"sandwich {norm}", "post": f"post-{norm}"}[self.norm_placement],
-                 {"swiglu": "SwiGLU", "geglu": "GeGLU", "gelu": "GELU MLP"}[self.mlp],
-                 "RoPE" if self.positions == "rope" else "learned positions"]
+        parts = [
+            {"pre": f"pre-{norm}", "sandwich": f"sandwich {norm}", "post": f"post-{norm}"}[self.norm_placement],
+            {"swiglu": "SwiGLU", "geglu": "GeGLU", "gelu": "GELU MLP"}[self.mlp],
+            "RoPE" if self.positions == "rope" else "learned positions",
+        ]
         biases = [n for n, on in (("qkv", self.qkv_bias), ("out", self.output_bias), ("mlp", self.mlp_bias)) if on]
         if biases:
             parts.append("biases " + "/".join(biases))
@@ -334,12 +358,30 @@ class ModelConfig:
 
 
 FIELD_TYPES: dict[str, type] = {
-    "vocab_size": int, "context_length": int, "num_layers": int, "d_model": int,
-    "num_heads": int, "d_ff": int, "num_kv_heads": int, "head_dim": int,
-    "rope_theta": float, "norm_eps": float, "tie_embeddings": bool, "qk_norm": bool,
-    "norm": str, "norm_placement": str, "qkv_bias": bool, "output_bias": bool, "mlp_bias": bool,
-    "mlp": str, "positions": str, "max_position_embeddings": int, "qk_norm_scope": str,
-    "sliding_window": int, "full_attention_every": int, "scale_embeddings": bool,
+    "vocab_size": int,
+    "context_length": int,
+    "num_layers": int,
+    "d_model": int,
+    "num_heads": int,
+    "d_ff": int,
+    "num_kv_heads": int,
+    "head_dim": int,
+    "rope_theta": float,
+    "norm_eps": float,
+    "tie_embeddings": bool,
+    "qk_norm": bool,
+    "norm": str,
+    "norm_placement": str,
+    "qkv_bias": bool,
+    "output_bias": bool,
+    "mlp_bias": bool,
+    "mlp": str,
+    "positions": str,
+    "max_position_embeddings": int,
+    "qk_norm_scope": str,
+    "sliding_window": int,
+    "full_attention_every": int,
+    "scale_embeddings": bool,
     "name": str,
 }
 """Type of each ``ModelConfig`` field as written in TOML or ``--set`` (one entry per field;
@@ -371,8 +413,9 @@ Booleans: ``qkv_bias`` (Q, K and V projections), ``output_bias`` (attention outp
 every layer windowed, Mistral; n: every n-th layer full, Gemma 2 n = 2, Gemma 3 n = 6)."""
 
 
-def check_positive_int(name: str, value: Any, error: type[AccountingError] = AccountingError,
-                       limit: int | None = MAX_SIZE) -> None:
+def check_positive_int(
+    name: str, value: Any, error: type[AccountingError] = AccountingError, limit: int | None = MAX_SIZE
+) -> None:
     """The one check for every count the user gives: an int, >= 1 and (by default) <= 10^18.
 
     Safe for ints of any length: the message shows at most a few digits (``short_repr``)."""
@@ -431,8 +474,9 @@ def read_toml(path: Path) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{path}: malformed TOML: {err}") from None
     except ValueError:  # tomllib passes on int()'s refusal of integers over 4,300 digits
-        raise ConfigError(f"{path}: an integer has more than 4,300 digits "
-                          "(every count must be at most 10^18)") from None
+        raise ConfigError(
+            f"{path}: an integer has more than 4,300 digits (every count must be at most 10^18)"
+        ) from None
     except RecursionError:
         raise ConfigError(f"{path}: malformed TOML: nested too deeply") from None
 
@@ -461,8 +505,9 @@ def read_config_text(path: Path, kind: str = "TOML") -> str:
         if not stat.S_ISREG(info.st_mode):
             raise ConfigError(f"{path}: not a regular file ({_file_kind(info.st_mode)}); give a {kind} file")
         if info.st_size > MAX_CONFIG_BYTES:
-            raise ConfigError(f"{path}: {info.st_size:,} bytes is too large for a config file "
-                              f"(at most {MAX_CONFIG_BYTES:,} bytes)")
+            raise ConfigError(
+                f"{path}: {info.st_size:,} bytes is too large for a config file (at most {MAX_CONFIG_BYTES:,} bytes)"
+            )
         os.set_blocking(fd, True)
         with os.fdopen(fd, "rb") as fh:
             fd = -1
@@ -481,8 +526,12 @@ def read_config_text(path: Path, kind: str = "TOML") -> str:
 
 
 def _file_kind(mode: int) -> str:
-    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+    for test, kind in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
         if test(mode):
             return kind
     return "not a regular file"
@@ -524,8 +573,10 @@ def load_config(name_or_path: str | os.PathLike) -> ModelConfig:
     elif isinstance(name_or_path, str):
         path = None
     else:
-        raise ConfigError(f"load_config expects a preset name or a path (str or pathlib.Path), "
-                          f"got {type(name_or_path).__name__} {short_repr(name_or_path)}")
+        raise ConfigError(
+            f"load_config expects a preset name or a path (str or pathlib.Path), "
+            f"got {type(name_or_path).__name__} {short_repr(name_or_path)}"
+        )
     if path is not None or is_config_path(name_or_path):
         path = path if path is not None else Path(name_or_path)
         if path.name.lower().endswith(".json"):  # a Hugging Face config.json (lm_accounting.hf_config)
@@ -547,12 +598,12 @@ def load_config(name_or_path: str | os.PathLike) -> ModelConfig:
         if local:
             raise ConfigError(
                 f"{shown} is not a preset (valid presets: {', '.join(names)}); to read the local file, "
-                f"write it as a path: ./{name_or_path}")
+                f"write it as a path: ./{name_or_path}"
+            )
         close = difflib.get_close_matches(name_or_path, names, n=1, cutoff=0.4)
         hint = f"; did you mean '{close[0]}'?" if close else ""
         raise ConfigError(
-            f"unknown preset {shown}{hint} (valid presets: {', '.join(names)}; "
-            "or give a path to a .toml file)"
+            f"unknown preset {shown}{hint} (valid presets: {', '.join(names)}; or give a path to a .toml file)"
         )
     preset = PRESET_DIR / f"{name_or_path}.toml"
     data = read_toml(preset)

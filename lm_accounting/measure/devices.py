@@ -28,15 +28,19 @@ def available_bytes(device: str) -> int | None:
 
 
 def counting_run_bytes(cfg: ModelConfig, seq: int, batch: int, backward: bool) -> int:
-    """Upper bound for a FLOP-counting run (forward, or forward + backward, no optimizer):
-    the exact training-step peak of ``predict_training_step`` minus the AdamW moments."""
+    """Upper bound for a FLOP-counting run (forward, or forward + backward, no optimizer): the exact
+    training-step peak of ``predict_training_step`` minus the AdamW moments.  The replay models the
+    course architecture only; a variant is bounded by its course twin (same shapes) × 3/2, an
+    estimate with room for LayerNorm's extra saved tensors, biases and position tables."""
     from ..analytic.memory import model_state_breakdown
     from ..analytic.replay import predict_training_step
 
-    step = predict_training_step(cfg, seq, batch)
+    twin = cfg if cfg.course_architecture else cfg.course_twin()
+    step = predict_training_step(twin, seq, batch)
     peak = max(step.forward.peak, step.backward.peak) if backward else step.forward.peak
-    states = model_state_breakdown(cfg)
-    return peak - states["adamw.exp_avg"].total - states["adamw.exp_avg_sq"].total
+    states = model_state_breakdown(twin)
+    exact = peak - states["adamw.exp_avg"].total - states["adamw.exp_avg_sq"].total
+    return exact if twin is cfg else exact * 3 // 2
 
 
 def check_device_fits(device: str, need: int, what: str) -> None:
