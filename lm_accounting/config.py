@@ -33,7 +33,7 @@ def _preset_dir() -> Path:
     system knows where it is in both cases (editable or not)."""
     spec = importlib.util.find_spec("lm_accounting.presets")
     if spec is not None and spec.submodule_search_locations:
-        return Path(list(spec.submodule_search_locations)[0])
+        return Path(next(iter(spec.submodule_search_locations)))
     return Path(__file__).resolve().parent.parent / "presets"  # a bare checkout on sys.path
 
 
@@ -282,7 +282,7 @@ class ModelConfig:
             out.append("scaled embeddings")
         return out
 
-    def course_twin(self) -> "ModelConfig":
+    def course_twin(self) -> ModelConfig:
         """The course architecture at this config's shapes (every architecture option at its default):
         what the memory replay can model, used to bound a live run of a variant before it is built."""
         arch = (
