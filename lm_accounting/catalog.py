@@ -22,8 +22,10 @@ class PresetList(Result):
         return {"schema": self.SCHEMA, "presets": self.records()}
 
     def records(self) -> list[dict[str, Any]]:
-        return [{**cfg.resolved(), "family": cfg.family, "architecture": cfg.architecture, "parameters": n}
-                for cfg, n in self.presets]
+        return [
+            {**cfg.resolved(), "family": cfg.family, "architecture": cfg.architecture, "parameters": n}
+            for cfg, n in self.presets
+        ]
 
 
 def list_presets() -> PresetList:

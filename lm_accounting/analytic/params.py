@@ -99,6 +99,7 @@ def matmul_params(cfg: ModelConfig) -> int:
     (tokens and learned positions) do no matmul, and norm gains and biases are elementwise.
     """
     ffn_matrices = 3 if cfg.gated_mlp else 2
-    per_layer = (q_proj_params(cfg) + 2 * kv_proj_params(cfg) + output_proj_params(cfg)
-                 + ffn_matrices * ffn_matrix_params(cfg))
+    per_layer = (
+        q_proj_params(cfg) + 2 * kv_proj_params(cfg) + output_proj_params(cfg) + ffn_matrices * ffn_matrix_params(cfg)
+    )
     return cfg.num_layers * per_layer + cfg.vocab_size * cfg.d_model

@@ -113,7 +113,9 @@ class CausalSelfAttention(nn.Module):
         self.output_proj = Linear(num_heads * head_dim, d_model, device=device, dtype=dtype, bias=output_bias)
         self.qk_norm_whole = qk_norm and qk_norm_scope == "projection"
         if qk_norm:  # per head (Qwen3): head_dim; whole projection (OLMo-2): h·head_dim and kv·head_dim
-            q_width, k_width = (num_heads * head_dim, num_kv_heads * head_dim) if self.qk_norm_whole else (head_dim,) * 2
+            q_width, k_width = (
+                (num_heads * head_dim, num_kv_heads * head_dim) if self.qk_norm_whole else (head_dim,) * 2
+            )
             self.q_norm = RMSNorm(q_width, eps=eps, device=device, dtype=dtype)
             self.k_norm = RMSNorm(k_width, eps=eps, device=device, dtype=dtype)
         else:
@@ -217,8 +219,10 @@ class TransformerLM(nn.Module):
         self.cfg = cfg
         self.setup = setup if setup is not None else TrainingSetup()
         if cfg.sliding_window is not None and self.setup.attention != "naive":
-            raise AccountingError("sliding-window attention runs with attention=naive only "
-                                  "(the fused kernel is called with is_causal=True and no window)")
+            raise AccountingError(
+                "sliding-window attention runs with attention=naive only "
+                "(the fused kernel is called with is_causal=True and no window)"
+            )
         self.token_embeddings = Embedding(cfg.vocab_size, cfg.d_model, device=device, dtype=dtype)
         if cfg.positions == "learned":  # GPT-2's wpe: one learned vector per position
             self.position_embeddings = Embedding(cfg.position_rows, cfg.d_model, device=device, dtype=dtype)

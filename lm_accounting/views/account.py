@@ -38,16 +38,22 @@ def describe_config(cfg: ModelConfig) -> str:
     )
 
 
-COURSE_GPT2_SHAPES = {"gpt2-small": "openai-gpt2", "gpt2-medium": "openai-gpt2-medium",
-                      "gpt2-large": "openai-gpt2-large", "gpt2-xl": "openai-gpt2-xl"}
+COURSE_GPT2_SHAPES = {
+    "gpt2-small": "openai-gpt2",
+    "gpt2-medium": "openai-gpt2-medium",
+    "gpt2-large": "openai-gpt2-large",
+    "gpt2-xl": "openai-gpt2-xl",
+}
 """The course presets at GPT-2 shapes -> the preset of the original GPT-2 at the same size."""
 
 
 def describe_architecture(cfg: ModelConfig) -> str:
     """One line: the architecture family and options, naming the original-GPT-2 preset for the course ones."""
     if cfg.course_architecture and cfg.name in COURSE_GPT2_SHAPES:
-        return (f"architecture: course (CS336 A1: {cfg.architecture}, no biases) at GPT-2 shapes; the original "
-                f"GPT-2 (LayerNorm, biases, GELU MLP, learned positions) is preset {COURSE_GPT2_SHAPES[cfg.name]}")
+        return (
+            f"architecture: course (CS336 A1: {cfg.architecture}, no biases) at GPT-2 shapes; the original "
+            f"GPT-2 (LayerNorm, biases, GELU MLP, learned positions) is preset {COURSE_GPT2_SHAPES[cfg.name]}"
+        )
     return f"architecture: {cfg.family}: {cfg.architecture}"
 
 
@@ -60,14 +66,17 @@ def account_view(acc: Account) -> View:
         describe_config(cfg),
         describe_architecture(cfg),
         f"{ctx} · batch {acc.batch:,}",
-        f"parameters {acc.params.total:,} ({acc.params.total / 1e9:.3f} billion) · forward FLOPs "
-        f"{acc.forward.total:,} ({fmt_sci(acc.forward.total)}) · attention QKᵀ+AV "
-        f"{fmt_share(acc.attention_matmuls / acc.forward.total)}",
+        (
+            f"parameters {acc.params.total:,} ({acc.params.total / 1e9:.3f} billion) · forward FLOPs "
+            f"{acc.forward.total:,} ({fmt_sci(acc.forward.total)}) · attention QKᵀ+AV "
+            f"{fmt_share(acc.attention_matmuls / acc.forward.total)}"
+        ),
     ]
 
     params = breakdown_table("Parameters (exact count per component)", acc.params, L)
     params.notes = [
-        "weights: " + " · ".join(f"{dt} {fmt_bytes(b)}" for dt, b in acc.weight_bytes().items())
+        "weights: "
+        + " · ".join(f"{dt} {fmt_bytes(b)}" for dt, b in acc.weight_bytes().items())
         + " (bf16 and fp16 are the same size)"
     ]
 
@@ -80,12 +89,15 @@ def account_view(acc: Account) -> View:
         fwd.notes.append(
             f"attention QKᵀ+AV with only the sliding-window band on the {cfg.windowed_layers} windowed layers "
             f"(window {cfg.sliding_window:,}; labelled extra, not in the total): "
-            f"{windowed_attention_flops(cfg, acc.seq, acc.batch):,}")
+            f"{windowed_attention_flops(cfg, acc.seq, acc.batch):,}"
+        )
 
     nonmm = breakdown_table("Non-matmul FLOPs (estimate, NOT in the totals above)", acc.nonmatmul, L)
     nonmm.notes = [
-        "convention: 1 FLOP per elementwise op; RMSNorm 4/elem, RoPE 3/elem, softmax 5/score, "
-        "scaling 1/score, SiLU 4/elem, gate 1/elem, residual 1/elem. fvcore counts these as 0.",
+        (
+            "convention: 1 FLOP per elementwise op; RMSNorm 4/elem, RoPE 3/elem, softmax 5/score, "
+            "scaling 1/score, SiLU 4/elem, gate 1/elem, residual 1/elem. fvcore counts these as 0."
+        ),
         f"= {fmt_share(acc.nonmatmul.total / acc.forward.total)} of the matmul total",
     ]
 
@@ -99,8 +111,10 @@ def account_view(acc: Account) -> View:
         "Memory basics",
         (Column("item"), Column("bytes", "int"), Column("size", "str")),
         [(f"weights, {dt}", b, fmt_bytes(b)) for dt, b in acc.weight_bytes().items()]
-        + [(f"KV cache at S={acc.seq:,}, B={acc.batch:,}, {dt}", b, fmt_bytes(b))
-           for dt, b in acc.kv_cache_bytes().items()],
+        + [
+            (f"KV cache at S={acc.seq:,}, B={acc.batch:,}, {dt}", b, fmt_bytes(b))
+            for dt, b in acc.kv_cache_bytes().items()
+        ],
         ["KV cache = 2 · L · kv_heads · d_head · S · B · bytes (inference)"],
     )
     footer = ["Conventions:", *[f"  - {c}" for c in CONVENTIONS]]

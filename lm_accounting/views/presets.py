@@ -5,15 +5,38 @@ from __future__ import annotations
 from ..catalog import PresetList
 from .tables import Column, Table, View
 
-DIMENSIONS = (("layers", "num_layers"), ("d_model", "d_model"), ("heads", "num_heads"), ("kv_heads", "kv_heads"),
-              ("head_dim", "d_head"), ("d_ff", "d_ff"), ("vocab", "vocab_size"), ("context", "context_length"))
+DIMENSIONS = (
+    ("layers", "num_layers"),
+    ("d_model", "d_model"),
+    ("heads", "num_heads"),
+    ("kv_heads", "kv_heads"),
+    ("head_dim", "d_head"),
+    ("d_ff", "d_ff"),
+    ("vocab", "vocab_size"),
+    ("context", "context_length"),
+)
 
 
 def presets_view(p: PresetList) -> View:
-    columns = [Column("preset"), Column("family"), *[Column(name, "int") for name, _ in DIMENSIONS], Column("tied"),
-               Column("qk_norm"), Column("parameters", "int")]
-    rows = [(c.name, c.family, *[getattr(c, attr) for _, attr in DIMENSIONS], "yes" if c.tie_embeddings else "no",
-             "yes" if c.qk_norm else "no", n) for c, n in p.presets]
+    columns = [
+        Column("preset"),
+        Column("family"),
+        *[Column(name, "int") for name, _ in DIMENSIONS],
+        Column("tied"),
+        Column("qk_norm"),
+        Column("parameters", "int"),
+    ]
+    rows = [
+        (
+            c.name,
+            c.family,
+            *[getattr(c, attr) for _, attr in DIMENSIONS],
+            "yes" if c.tie_embeddings else "no",
+            "yes" if c.qk_norm else "no",
+            n,
+        )
+        for c, n in p.presets
+    ]
     notes = [
         (
             "family: the architecture options (norm, MLP, positions, biases, extra norms, windows); "
