@@ -5,7 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .analytic.flops import TrainingFlops, causal_attention_flops, forward_flops, nonmatmul_flops, training_flops
+from .analytic.flops import (
+    TrainingFlops,
+    causal_attention_flops,
+    forward_flops,
+    nonmatmul_flops,
+    training_flops,
+    windowed_attention_flops,
+)
 from .analytic.memory import kv_cache_bytes, weight_bytes
 from .analytic.params import parameter_breakdown
 from .analytic.sizes import at_context, check_batch_seq
@@ -52,6 +59,7 @@ class Account(Result):
     forward: Breakdown
     nonmatmul: Breakdown
     causal_attention: int
+    windowed_attention: int | None  # QKᵀ + AV with only the sliding-window band on windowed layers (None: no window)
     training: TrainingFlops
 
     @property
@@ -129,7 +137,11 @@ class Account(Result):
             "preset_context": self.preset_context,
             "parameters": {**self.params.to_dict(), "weight_bytes": self.weight_bytes()},
             "forward_flops": {**self.forward.to_dict(), "per_layer_total": self.forward.per_layer_total},
-            "attention_matmul_flops": {"full": self.attention_matmuls, "causal_halved": self.causal_attention},
+            "attention_matmul_flops": {
+                "full": self.attention_matmuls,
+                "causal_halved": self.causal_attention,
+                "windowed_band": self.windowed_attention,
+            },
             "non_matmul_flops": self.nonmatmul.to_dict(),
             "training_step_flops": {key: value for key, _, value in self.training_rows()},
             "kv_cache_bytes": self.kv_cache_bytes(),
@@ -154,5 +166,6 @@ def account(cfg: ModelConfig, seq: int | None = None, batch: int = 1) -> Account
         forward=forward_flops(run, seq, batch),
         nonmatmul=nonmatmul_flops(run, seq, batch),
         causal_attention=causal_attention_flops(run, seq, batch),
+        windowed_attention=None if run.sliding_window is None else windowed_attention_flops(run, seq, batch),
         training=training_flops(run, seq, batch),
     )

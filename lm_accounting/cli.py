@@ -125,10 +125,14 @@ def model_options(func: Callable[..., Any]) -> Callable[..., Any]:
     @click.option("--head-dim", type=POSITIVE, help="Override head_dim.")
     @click.option("--d-ff", type=POSITIVE, help="Override d_ff.")
     @click.option("--vocab-size", type=POSITIVE, help="Override vocab_size.")
+    @click.option("--verbose", "-v", is_flag=True, help="List the config.json fields that were ignored (on stderr).")
     @format_option
     @functools.wraps(func)
-    def wrapper(preset_or_file: str, context: int | None, overrides: Sequence[str], **kw: Any) -> Any:
+    def wrapper(preset_or_file: str, context: int | None, overrides: Sequence[str], verbose: bool, **kw: Any) -> Any:
         cfg = load_config(preset_or_file)
+        if verbose:
+            ignored = ", ".join(cfg.ignored_fields) or "none"
+            click.echo(f"ignored config fields (they change no count): {ignored}", err=True)
         changes = dict(parse_override(o) for o in overrides)
         for flag, field in SHAPE_FLAGS.items():
             value = kw.pop(flag)

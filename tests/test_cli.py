@@ -255,3 +255,17 @@ def test_gpu_names_are_case_insensitive_with_aliases(run_cli):
 def test_overridden_config_is_labelled(run_cli):
     r = run_cli("gpt2-xl", "--layers", 126)
     assert r.out.startswith("gpt2-xl (modified: num_layers=126):")
+
+
+def test_verbose_lists_the_ignored_config_json_fields(run_cli, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(
+        '{"model_type": "llama", "vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336,'
+        ' "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,'
+        ' "max_position_embeddings": 8192, "rope_theta": 500000.0, "rms_norm_eps": 1e-5,'
+        ' "tie_word_embeddings": false, "attention_dropout": 0.0, "bos_token_id": 128000}'
+    )
+    r = run_cli(path, "--verbose")
+    assert r.code == 0 and "8,030,261,248" in r.out  # Llama-3-8B's published count
+    assert "ignored config fields" in r.err and "attention_dropout" in r.err and "bos_token_id" in r.err
+    assert "ignored" not in run_cli(path).err

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from ..account import CONVENTIONS, Account
-from ..analytic.flops import windowed_attention_flops
 from ..breakdown import Breakdown
 from ..config import ModelConfig
 from ..units import fmt_bytes, fmt_sci, fmt_share
@@ -89,7 +88,7 @@ def account_view(acc: Account) -> View:
         fwd.notes.append(
             f"attention QKᵀ+AV with only the sliding-window band on the {cfg.windowed_layers} windowed layers "
             f"(window {cfg.sliding_window:,}; labelled extra, not in the total): "
-            f"{windowed_attention_flops(cfg, acc.seq, acc.batch):,}"
+            f"{acc.windowed_attention:,}"
         )
 
     nonmm = breakdown_table("Non-matmul FLOPs (estimate, NOT in the totals above)", acc.nonmatmul, L)
