@@ -103,23 +103,48 @@ class PeakEnvelope:
         return cls(tuple(sorted(best.items())))
 
 
+class _Copy:
+    """An out-of-place copy that only a traced run makes: where a plain run works in place
+    (``InputBuffer::accumulate``, ``gather_backward``, ``index_backward``), a traced run allocates a
+    result of ``size`` and frees the old tensor right after, a transient spike of ``size`` bytes."""
+
+    __slots__ = ("size",)
+
+    def __init__(self, size: Affine | int):
+        self.size = size
+
+
 class _Replay:
     """Running live bytes a·B + b and, per slope a, the highest intercept b reached: fed with
-    signed allocation sizes (ints, or ``Affine`` for sizes that grow with B) in program order."""
+    signed allocation sizes (ints, or ``Affine`` for sizes that grow with B) in program order.
 
-    def __init__(self, live: Affine):
+    ``traced``: a ``_Copy`` is replayed (+size, −size); otherwise (a plain run) it allocates nothing
+    and its would-be peak, live + size, is kept apart in ``copies``: the traced run's extra candidates."""
+
+    def __init__(self, live: Affine, traced: bool = True):
         self.a, self.b = live.a, live.b
         self.best: dict[int, int] = {live.a: live.b}
+        self.traced = traced
+        self.copies: dict[int, int] = {}
 
     @property
     def live(self) -> Affine:
         return Affine(self.a, self.b)
 
-    def __call__(self, *deltas: Affine | int) -> None:
+    def __call__(self, *deltas: Affine | int | _Copy) -> None:
         a, b, best = self.a, self.b, self.best
         for delta in deltas:
             if type(delta) is int:
                 b += delta
+            elif type(delta) is _Copy:
+                size = delta.size
+                sa, sb = (0, size) if type(size) is int else (size.a, size.b)
+                if self.traced:
+                    if b + sb > best.get(a + sa, b + sb - 1):
+                        best[a + sa] = b + sb
+                elif b + sb > self.copies.get(a + sa, b + sb - 1):
+                    self.copies[a + sa] = b + sb
+                continue
             else:
                 a, b = a + delta.a, b + delta.b
             if b > best.get(a, b - 1):
@@ -128,6 +153,10 @@ class _Replay:
 
     def peak(self) -> PeakEnvelope:
         return PeakEnvelope.of(self.best)
+
+    def copy_peak(self) -> PeakEnvelope | None:
+        """Plain run: the highest live + copy over the traced run's out-of-place copies (None: none)."""
+        return PeakEnvelope.of(self.copies) if self.copies else None
 
 
 def _repeat(r: _Replay, times: int, body: Callable[[_Replay], None]) -> None:
@@ -139,16 +168,16 @@ def _repeat(r: _Replay, times: int, body: Callable[[_Replay], None]) -> None:
        the candidates of the first and the last run are the only ones that can be the peak."""
     if times <= 0:
         return
-    probe = _Replay(Affine(0))
+    probe = _Replay(Affine(0), r.traced)
     body(probe)
     step_a, step_b = probe.a, probe.b  # net change of one layer
-    best = r.best
     for run in {0, times - 1}:
         base_a, base_b = r.a + run * step_a, r.b + run * step_b
-        for a, b in probe.best.items():
-            a, b = base_a + a, base_b + b
-            if b > best.get(a, b - 1):
-                best[a] = b
+        for best, seen in ((r.best, probe.best), (r.copies, probe.copies)):
+            for a, b in seen.items():
+                a, b = base_a + a, base_b + b
+                if b > best.get(a, b - 1):
+                    best[a] = b
     r.a, r.b = r.a + times * step_a, r.b + times * step_b
 
 
@@ -161,13 +190,14 @@ def _norm_forward(r: _Replay, z: Sizes, rows: int, width: int, xe: int | None = 
     xe = z.e if xe is None else xe
     X, R = rows * width * 4, rows * 4
     gain = width * 4 if z.e != 4 else 0  # g.to(fp32): a copy only for 16-bit parameters
+    w8, w4 = z.wrap()  # CPU only: mean's "/ width" and "+ eps" wrap a Python number
+    if xe != 4:
+        r(+X)  # x.to(fp32) (saved)
+    r(+X, +R, +w8, +w4, -w4, -w8, -X)  # pow(x, 2); mean; the square dies
+    r(+w8, +w4, +R, -w4, -w8, -R, +R, -R)  # + eps; rsqrt (saved)
     if xe == 4:
-        r(+X, +R, -X)  # pow(x, 2); mean; the square dies
-        r(+R, -R, +R, -R)  # + eps; rsqrt (saved)
         r(+X, +X)  # y = x·rsqrt (saved); out = y·g
     else:
-        r(+X, +X, +R, -X)  # x.to(fp32) (saved); pow; mean
-        r(+R, -R, +R, -R)  # + eps; rsqrt (saved)
         r(+X, +gain, +X)  # y (saved); g.to(fp32) (saved); y·g
         r(+rows * width * xe, -X)  # cast back to the input dtype
 
@@ -203,15 +233,17 @@ def _norm_backward(
         r(+X, +X, +width * 4, -X, -X, -X)  # grad·g; grad·y; Σ -> dg (kept); y released
     r(+X, +X, +R, -X, -X)  # d(x·r)/dx = grad_y·r; grad_y·x; Σ -> d rsqrt
     if residual and xe == 4:
-        r(+X, -X, -X)  # first part joins the residual stream's gradient
-    r(+R, +R, +R, -R, -R, -R, -R)  # rsqrt backward: -½·r³·grad; rsqrt released
-    r(+X, -R)  # mean backward: expand / width
-    r(+X, +X, +X, -X, -X, -X, *(-b for b in frame), -X)  # pow backward: 2·x·grad; x released (and a checkpoint frame)
-    r(+X, -X, -X)  # sum of the two paths
+        r(_Copy(X), -X)  # first part joins the residual stream's gradient
+    w8, w4 = z.wrap()  # CPU only: "· -½", "/ width" and "· 2" wrap Python numbers
+    r(+R, +w8, +w4, +R, -w4, -w8, +R, -R, -R, -R, -R)  # rsqrt backward: -½·r³·grad; rsqrt released
+    r(+w8, +w4, +X, -w4, -w8, -R)  # mean backward: expand / width
+    # pow backward: 2·x·grad; x released (and a checkpoint frame)
+    r(+X, +w8, +w4, +X, -w4, -w8, +X, -X, -X, -X, *(-b for b in frame), -X)
+    r(_Copy(X), -X)  # sum of the two paths
     if xe != 4:
         r(+Xe, -X)  # back to the input dtype
         if residual:
-            r(+Xe, -Xe, -Xe)  # join the residual stream's gradient
+            r(_Copy(Xe), -Xe)  # join the residual stream's gradient
 
 
 def _rope_forward(r: _Replay, z: Sizes, width: int) -> None:
@@ -229,9 +261,9 @@ def _rope_forward(r: _Replay, z: Sizes, width: int) -> None:
 
 def _rope_backward(r: _Replay, z: Sizes, width: int) -> None:
     H, cs = z.act(width) // 2, z.rope_table
-    r(+H, +H, +H, +H, -H, -cs, +H, -H, -H)  # grads of out_odd and out_even through the products
-    r(+H, -2 * H, -cs, +H, -H, -H)  # the rotated tensor and the tables are released
-    r(+2 * H, -H, +2 * H, -H, +2 * H, -2 * H, -2 * H)  # scatter back into the strided halves
+    r(+H, +H, +H, +H, -H, -cs, _Copy(H), -H)  # grads of out_odd and out_even through the products
+    r(+H, -2 * H, -cs, _Copy(H), -H)  # the rotated tensor and the tables are released; paths summed
+    r(+2 * H, -H, +2 * H, -H, _Copy(2 * H), -2 * H)  # scatter back into the strided halves; summed
 
 
 def _layer_forward(r: _Replay, z: Sizes, recompute: bool = False, cached: bool = False) -> None:
@@ -253,11 +285,14 @@ def _layer_forward(r: _Replay, z: Sizes, recompute: bool = False, cached: bool =
     _rope_forward(r, z, c.kv_dim)
     r(-Tkv, -Tq)  # un-rotated q, k die (RoPE saves only its tables)
     if z.sdpa:
-        r(+Tq * n, +z.lse * n)  # flash kernel: output (B, h, S, d_head) and logsumexp (B, h, S) fp32, both saved
+        f1, f2 = z.flash_scratch_forward(z.e)  # CPU only
+        # flash kernel: output (B, h, S, d_head) and logsumexp (B, h, S) fp32, both saved (CPU: its scratch)
+        r(+Tq * n, +z.lse * n, +f1 * n, +f2 * n, -f2 * n, -f1 * n)
         r(+Tq)  # merge heads: the transposed output copied (saved by output_proj)
         r(+Td * n, +Td, -Td)  # output projection; residual add; the projection's output dies
     else:
-        r(+Sc * n, +Sc, -Sc)  # QKᵀ; · 1/√d_head; raw scores die
+        w8, we = z.wrap(z.e)  # CPU: the wrapped 1/√d_head, saved until the scale's backward (a rerun's dies at once)
+        r(+Sc * n, +w8, +we, +Sc, -we, -w8 * recompute, -Sc)  # QKᵀ; · 1/√d_head; raw scores die
         r(+z.e, +Sc, -z.e, -Sc)  # where(mask, scores, -inf)
         r(+Sr, +Sc, -Sr)  # softmax: z = x − max(x)
         r(+Sc, +Sr, +Sc, -Sc)  # exp (saved); Σ (saved); divide (saved by AV)
@@ -282,11 +317,14 @@ def _norm_forward_unsaved(r: _Replay, z: Sizes, rows: int, width: int, xe: int |
     xe = z.e if xe is None else xe
     X, R = rows * width * 4, rows * 4
     gain = width * 4 if z.e != 4 else 0  # g.to(fp32): a copy only for 16-bit parameters
+    w8, w4 = z.wrap()  # CPU only: mean's "/ width" and "+ eps" wrap a Python number
+    if xe != 4:
+        r(+X)  # x.to(fp32)
+    r(+X, +R, +w8, +w4, -w4, -w8, -X)  # pow; mean; square dies
+    r(+w8, +w4, +R, -w4, -w8, -R, +R, -R)  # + eps; mean dies; rsqrt; sum dies
     if xe == 4:
-        r(+X, +R, -X, +R, -R, +R, -R)  # pow; mean; square dies; + eps; mean dies; rsqrt; sum dies
         r(+X, -R, +X, -X)  # y = x·rsqrt; rsqrt dies; y·g; y dies on return
     else:
-        r(+X, +X, +R, -X, +R, -R, +R, -R)  # x.to(fp32); pow; mean; square dies; + eps; rsqrt
         r(+X, -R, +gain, +X, -gain)  # y; rsqrt dies; g.to(fp32); y·g; g copy dies
         r(+rows * width * xe, -X, -X, -X)  # cast back; y·g, y and the fp32 input die on return
 
@@ -324,10 +362,13 @@ def _layer_forward_unsaved(r: _Replay, z: Sizes, cached: bool = False) -> None:
     unrotated = 1 if c.qk_norm else k  # the normed heads always die; bare projections only uncached
     r(-Tkv * unrotated, -Tq * unrotated)  # un-rotated q, k die
     if z.sdpa:
-        r(+Tq, +z.lse, -z.lse * k)  # flash kernel: output; the logsumexp dies on return
+        f1, f2 = z.flash_scratch_forward(z.e)  # CPU only
+        r(+Tq, +z.lse, +f1, +f2, -f2, -f1, -z.lse * k)  # flash kernel: output; the logsumexp dies on return
         r(+Tq, -Tq * k)  # merge heads (a copy); the kernel's output dies
     else:
-        r(+Sc, +Sc, -Sc * k)  # QKᵀ; · 1/√d_head; raw scores die
+        # QKᵀ; · 1/√d_head (CPU: its wrapped 8 bytes stay: autograd keeps a wrapped number itself, not via
+        # the checkpoint's pack hook, until the scale's backward); raw scores die
+        r(+Sc, +z.wrap(z.e)[0], +z.wrap(z.e)[1], +Sc, -z.wrap(z.e)[1], -Sc * k)
         r(+z.e, +Sc, -z.e, -Sc)  # where(mask, scores, -inf); scaled scores die
         r(+Sr, +Sc, -Sr, +Sc, +Sr, +Sc, -Sr, -Sc, -Sc)  # softmax; z and exp die on return
         r(+Tkv, +Tq, -Tkv, -Sc, -Sc)  # V contiguous; AV; V copy, masked scores and probs die
@@ -362,26 +403,29 @@ def _layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool) -> None
     r(+Tf, +Tf, -Tf, -Tf, -Tf)  # gate: d silu, d(w3 out)
     r(+p["ffn.w3"], +Td, -Tf)  # w3: dW, dx
     r(+Tf, +Tf, -Tf, -Tf)  # silu = a·σ(a)
-    r(+Tf, -Tf, -Tf, +Tf, -Tf, -Tf)  # sigmoid backward; sum of the two paths
-    r(+p["ffn.w1"], +Td, -Tf, -Td, +Td, -Td, -Td)  # w1: dW, dx; ln2 output released; dx summed
+    r(+Tf, -Tf, -Tf, _Copy(Tf), -Tf)  # sigmoid backward; sum of the two paths
+    r(+p["ffn.w1"], +Td, -Tf, -Td, +Td, -Td, -Td)  # w1: dW, dx; ln2 output released; dx summed (a view: never in place)
     _norm_backward(r, z, T, c.d_model, residual=True, rerun=rerun)  # ln2
     if z.sdpa:
         r(+p["attn.output_proj"], +Tq, -Tq)  # output_proj: dW, d(heads); merged heads released
         # flash backward: dQ, dK, dV; then d(out), q, k, out, v, logsumexp and the output released
-        r(+Tq, +Tkv, +Tkv, -Tq, -Tkv, -Tq, -Tkv, -z.lse, -Tq)
+        g1, g2, g3 = z.flash_scratch_backward(z.e)  # CPU only
+        r(+Tq, +Tkv, +Tkv, +g1, +g2, +g3, -g3, -g2, -g1, -Tq, -Tkv, -Tq, -Tkv, -z.lse, -Tq)
     else:
         r(+p["attn.output_proj"], +Tq, -Tq, +Tq, -Tq)  # output_proj: dW, d(heads); contiguous copy
         r(+Tkv, +Sc, -Tq, -Tkv, -Sc)  # AV: dV, d(probs); V and probs released
         r(+Sc, +Sc, +Sc, +Sc, -Sc, -Sc, -Sc, +Sc)  # divide backward: d e, d Σ
         if rerun:  # the rerun's Σ, only unpacked, dies with the divide node, before its grad is summed
-            r(-Sr, +Sr, -Sc, -Sc, +Sc, -Sc, -Sr)  # Σ backward; paths summed
+            r(-Sr, +Sr, -Sc, -Sc, _Copy(Sc), -Sr)  # Σ backward; paths summed
         else:
-            r(+Sr, -Sc, -Sc, -Sr, +Sc, -Sc, -Sr)  # Σ backward; paths summed
+            r(+Sr, -Sc, -Sc, -Sr, _Copy(Sc), -Sr)  # Σ backward; paths summed
         r(+Sc, -Sc, -Sc)  # exp backward; exp released
         r(+z.e, +Sc, -z.e, -Sc)  # where backward
         if last and not checkpointed:
             r(-z.seq * z.seq)  # the shared causal mask dies with the last where node
-        r(+Sc, -Sc)  # scale backward
+        r(
+            +z.wrap(z.e)[1], +Sc, -z.wrap(z.e)[1], -Sc, -z.wrap(z.e)[0]
+        )  # scale backward (CPU: the saved scalar, cast, then released)
         r(+Tkv, +Tq, -Sc, -Tkv, -Tq)  # QKᵀ: dK, dQ; rotated k, q released
     _rope_backward(r, z, c.kv_dim)
     _rope_backward(r, z, c.q_dim)
@@ -392,8 +436,9 @@ def _layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool) -> None
         r(+p["attn.v_proj"], +Td, -Tkv)  # v_proj: dW, dx; dV released
     else:
         r(+Tkv, -Tkv, +p["attn.v_proj"], +Td, -Tkv)  # v_proj (contiguous grad)
-    r(+Tkv, -Tkv, +p["attn.k_proj"], +Td, -Tkv, +Td, -Td, -Td)  # k_proj; sum into d(ln1 output)
-    r(+Tq, -Tq, +p["attn.q_proj"], +Td, -Tq, -Td, +Td, -Td, -Td)  # q_proj; ln1 output released
+    r(+Tkv, -Tkv, +p["attn.k_proj"], +Td, -Tkv, +Td, -Td, -Td)  # k_proj; sum into d(ln1 output) (views: out of place)
+    # q_proj; ln1 output released; summed into the k + v sum (a fresh tensor: in place when plain)
+    r(+Tq, -Tq, +p["attn.q_proj"], +Td, -Tq, -Td, _Copy(Td), -Td)
     _norm_backward(r, z, T, c.d_model, residual=True, frame=frame, rerun=rerun)  # ln1
 
 
@@ -418,6 +463,7 @@ def _amp_layer_forward(r: _Replay, z: Sizes, p: dict[str, int], recompute: bool 
     Td, Td2, Tq, Tkv, Tf, w = _amp_sizes(z, p)
     Sc, Sr, Sc4, Sr4 = b.scores, b.score_rows, z.scores, z.score_rows
     n = 0 if cached else 1  # 0: a matmul output handed back by the SAC cache
+    mix = z.mixed_add_temp(c.d_model)  # CPU only: the bf16 operand of fp32 + bf16, copied to fp32
     _norm_forward(r, z, T, c.d_model)  # ln1 (fp32)
     r(+w["attn.q_proj"], +Td2, +Tq * n)  # q: weight copy, input copy (both saved), bf16 output
     r(+w["attn.k_proj"], +Td2, +Tkv * n)  # k
@@ -430,17 +476,19 @@ def _amp_layer_forward(r: _Replay, z: Sizes, p: dict[str, int], recompute: bool 
     _rope_forward(r, b, c.kv_dim)
     r(-Tkv, -Tq)  # un-rotated q, k die
     if z.sdpa:  # the CPU flash op is on no autocast list: bf16 q, k, v in, bf16 output, fp32 logsumexp
-        r(+Tq * n, +z.lse * n)  # flash kernel (both saved)
+        f1, f2 = z.flash_scratch_forward(2)  # CPU only
+        r(+Tq * n, +z.lse * n, +f1 * n, +f2 * n, -f2 * n, -f1 * n)  # flash kernel (both saved)
         r(+Tq)  # merge heads (saved by output_proj)
-        r(+w["attn.output_proj"], +Td2 * n, -Td, +Td, -Td2)  # output proj; ln1 output dies; residual add (fp32)
+        r(+w["attn.output_proj"], +Td2 * n, -Td, +mix, +Td, -mix, -Td2)  # output proj; ln1 output dies; residual add
     else:
-        r(+Sc * n, +Sc, -Sc)  # QKᵀ; · 1/√d_head; raw scores die
+        w8, we = z.wrap(2)  # CPU: the wrapped 1/√d_head, saved until the scale's backward (a rerun's dies at once)
+        r(+Sc * n, +w8, +we, +Sc, -we, -w8 * recompute, -Sc)  # QKᵀ; · 1/√d_head; raw scores die
         r(+b.e, +Sc, -b.e, -Sc)  # where(mask, scores, -inf)
         r(+Sr, +Sc, -Sr)  # softmax: z = x − max(x) (bf16)
         r(+Sc4, +Sc4, -Sc4, +Sr4, +Sc4, -Sc)  # exp: fp32 copy, exp (saved), copy dies; Σ (saved); divide; z dies
         r(+Sc, +Tkv, +Tq * n, -Sc, -Sc4)  # probs to bf16, V contiguous (both saved); AV; masked scores, fp32 probs die
         r(+Tq, -Tq)  # merge heads (saved by output_proj)
-        r(+w["attn.output_proj"], +Td2 * n, -Tkv, -Td, +Td, -Td2)  # output proj; v, ln1 output die; residual add
+        r(+w["attn.output_proj"], +Td2 * n, -Tkv, -Td, +mix, +Td, -mix, -Td2)  # output proj; v, ln1 output die; add
     _norm_forward(r, z, T, c.d_model)  # ln2 (fp32)
     r(+w["ffn.w1"], +Td2, +Tf * n, +Tf, +Tf)  # w1 (copies saved); sigmoid; silu
     r(+w["ffn.w3"], +Td2, +Tf * n, +Tf)  # w3 (copies saved); gate
@@ -448,7 +496,7 @@ def _amp_layer_forward(r: _Replay, z: Sizes, p: dict[str, int], recompute: bool 
     if recompute:  # early stop: w2's saved inputs are packed
         r(-Td)  # ln2's fp32 output (only its bf16 copies were saved) dies as the rerun unwinds
         return
-    r(+Td2, -Td, +Td, -Td2)  # w2; ln2 output dies; residual add (fp32); FFN output dies
+    r(+Td2, -Td, +mix, +Td, -mix, -Td2)  # w2; ln2 output dies; residual add (fp32); FFN output dies
 
 
 def _amp_layer_forward_unsaved(r: _Replay, z: Sizes, p: dict[str, int], cached: bool = False) -> None:
@@ -458,6 +506,7 @@ def _amp_layer_forward_unsaved(r: _Replay, z: Sizes, p: dict[str, int], cached: 
     Td, Td2, Tq, Tkv, Tf, w = _amp_sizes(z, p)
     Sc, Sr, Sc4, Sr4 = b.scores, b.score_rows, z.scores, z.score_rows
     k = 0 if cached else 1  # 0: a matmul output the SAC cache keeps alive
+    mix = z.mixed_add_temp(c.d_model)  # CPU only: the bf16 operand of fp32 + bf16, copied to fp32
     _norm_forward_unsaved(r, z, T, c.d_model)  # ln1
     for name, out in (("attn.q_proj", Tq), ("attn.k_proj", Tkv), ("attn.v_proj", Tkv)):
         r(+w[name], +Td2, +out, -Td2, -w[name])  # weight and input copies die with the matmul
@@ -470,22 +519,23 @@ def _amp_layer_forward_unsaved(r: _Replay, z: Sizes, p: dict[str, int], cached: 
     unrotated = 1 if c.qk_norm else k
     r(-Tkv * unrotated, -Tq * unrotated)
     if z.sdpa:
-        r(+Tq, +z.lse, -z.lse * k)  # flash; logsumexp dies on return
+        f1, f2 = z.flash_scratch_forward(2)  # CPU only
+        r(+Tq, +z.lse, +f1, +f2, -f2, -f1, -z.lse * k)  # flash; logsumexp dies on return
         r(+Tq, -Tq * k)  # merge heads; kernel output dies
     else:
-        r(+Sc, +Sc, -Sc * k)  # QKᵀ; scale
+        r(+Sc, +z.wrap(2)[0], +z.wrap(2)[1], +Sc, -z.wrap(2)[1], -Sc * k)  # QKᵀ; scale (CPU: the 8 bytes stay)
         r(+b.e, +Sc, -b.e, -Sc)  # where
         r(+Sr, +Sc, -Sr, +Sc4, +Sc4, -Sc4, +Sr4, +Sc4, -Sr4, -Sc, -Sc4)  # softmax; z and exp die on return
         r(+Sc, +Tkv, +Tq, -Tkv, -Sc, -Sc, -Sc4)  # probs copy; V contiguous; AV; copies, scores, probs die
         r(+Tq, -Tq * k)  # merge heads
     r(+w["attn.output_proj"], +Td2, -w["attn.output_proj"])  # output projection; weight copy dies
     r(-Tq, -Tkv, -Tkv * k, -Tq, -Td)  # q, k, v, merged heads and ln1 output die
-    r(+Td, -Td2 * k)  # residual add; attention output dies
+    r(+mix, +Td, -mix, -Td2 * k)  # residual add; attention output dies
     _norm_forward_unsaved(r, z, T, c.d_model)  # ln2
     r(+w["ffn.w1"], +Td2, +Tf, -Td2, -w["ffn.w1"], +Tf, +Tf, -Tf, -Tf * k)  # w1; sigmoid; silu
     r(+w["ffn.w3"], +Td2, +Tf, -Td2, -w["ffn.w3"], +Tf, -Tf, -Tf * k)  # w3; gate
     r(+w["ffn.w2"], +Td2, -w["ffn.w2"], -Tf, -Td)  # w2; gate and ln2 output die
-    r(+Td, -Td2 * k, -Td)  # residual add; FFN output and middle stream die
+    r(+mix, +Td, -mix, -Td2 * k, -Td)  # residual add; FFN output and middle stream die
 
 
 def _amp_layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool) -> None:
@@ -511,27 +561,28 @@ def _amp_layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool) -> 
     r(+Tf, +Tf, -Tf, -Tf, -Tf)  # gate: d silu, d(w3 out)
     r(+w["ffn.w3"], +Td2, -Tf, -w["ffn.w3"], -Td2, +Td, -Td2, +p["ffn.w3"], -w["ffn.w3"])  # w3
     r(+Tf, +Tf, -Tf, -Tf)  # silu = a·σ(a)
-    r(+Tf, -Tf, -Tf, +Tf, -Tf, -Tf)  # sigmoid backward; sum of the two paths
-    r(+w["ffn.w1"], +Td2, -Tf, -w["ffn.w1"], -Td2, +Td, -Td2, +Td, -Td, -Td, +p["ffn.w1"], -w["ffn.w1"])  # w1
+    r(+Tf, -Tf, -Tf, _Copy(Tf), -Tf)  # sigmoid backward; sum of the two paths
+    r(+w["ffn.w1"], +Td2, -Tf, -w["ffn.w1"], -Td2, +Td, -Td2, _Copy(Td), -Td, +p["ffn.w1"], -w["ffn.w1"])  # w1
     _norm_backward(r, z, T, c.d_model, residual=True, rerun=rerun)  # ln2
-    o = "attn.output_proj"
-    r(+Td2, +w[o], +Tq, -Td2, -w[o], -Tq, +p[o], -w[o])  # output_proj: grad to bf16; dW, d(heads)
+    out = "attn.output_proj"
+    r(+Td2, +w[out], +Tq, -Td2, -w[out], -Tq, +p[out], -w[out])  # output_proj: grad to bf16; dW, d(heads)
     if z.sdpa:
-        r(+Tq, +Tkv, +Tkv, -Tq, -Tkv, -Tq, -Tkv, -z.lse, -Tq)  # flash backward (bf16 grads)
+        g1, g2, g3 = z.flash_scratch_backward(2)  # CPU only
+        r(+Tq, +Tkv, +Tkv, +g1, +g2, +g3, -g3, -g2, -g1, -Tq, -Tkv, -Tq, -Tkv, -z.lse, -Tq)  # flash backward
     else:
         r(+Tq, -Tq)  # contiguous d(heads)
         r(+Tkv, +Sc, -Tq, -Tkv, -Sc, +Sc4, -Sc)  # AV: dV, d(probs) bf16; released; d(probs) to fp32
         r(+Sc4, +Sc4, +Sc4, +Sc4, -Sc4, -Sc4, -Sc4, +Sc4)  # divide backward (fp32)
         if rerun:
-            r(-Sr4, +Sr4, -Sc4, -Sc4, +Sc4, -Sc4, -Sr4)  # Σ backward; paths summed
+            r(-Sr4, +Sr4, -Sc4, -Sc4, _Copy(Sc4), -Sr4)  # Σ backward; paths summed
         else:
-            r(+Sr4, -Sc4, -Sc4, -Sr4, +Sc4, -Sc4, -Sr4)  # Σ backward; paths summed
+            r(+Sr4, -Sc4, -Sc4, -Sr4, _Copy(Sc4), -Sr4)  # Σ backward; paths summed
         r(+Sc4, -Sc4, -Sc4)  # exp backward; exp released
         r(+Sc, -Sc4)  # back through exp's fp32 cast
         r(+b.e, +Sc, -b.e, -Sc)  # where backward
         if last and not checkpointed:
             r(-z.seq * z.seq)  # the shared causal mask dies with the last where node
-        r(+Sc, -Sc)  # scale backward
+        r(+z.wrap(2)[1], +Sc, -z.wrap(2)[1], -Sc, -z.wrap(2)[0])  # scale backward
         r(+Tkv, +Tq, -Sc, -Tkv, -Tq)  # QKᵀ: dK, dQ
     _rope_backward(r, b, c.kv_dim)
     _rope_backward(r, b, c.q_dim)
@@ -542,8 +593,8 @@ def _amp_layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool) -> 
     if not z.sdpa:
         r(+Tkv, -Tkv)  # contiguous dV
     r(+w[v], +Td2, -Tkv, -w[v], -Td2, +Td, -Td2, +p[v], -w[v])  # v_proj
-    r(+Tkv, -Tkv, +w[k], +Td2, -Tkv, -w[k], -Td2, +Td, -Td2, +Td, -Td, -Td, +p[k], -w[k])  # k_proj; joins v's
-    r(+Tq, -Tq, +w[q], +Td2, -Tq, -w[q], -Td2, +Td, -Td2, +Td, -Td, -Td, +p[q], -w[q])  # q_proj; joins
+    r(+Tkv, -Tkv, +w[k], +Td2, -Tkv, -w[k], -Td2, +Td, -Td2, _Copy(Td), -Td, +p[k], -w[k])  # k_proj; joins v's
+    r(+Tq, -Tq, +w[q], +Td2, -Tq, -w[q], -Td2, +Td, -Td2, _Copy(Td), -Td, +p[q], -w[q])  # q_proj; joins
     _norm_backward(r, z, T, c.d_model, residual=True, frame=frame, rerun=rerun)  # ln1
 
 
@@ -553,9 +604,17 @@ class PhaseInBatch:
 
     peak: PeakEnvelope
     end: Affine
+    copies: PeakEnvelope | None = None  # plain replay only: live + each out-of-place copy a traced run makes
 
     def at(self, batch: int) -> PhaseBytes:
         return PhaseBytes(self.peak.at(batch), self.end.at(batch))
+
+    def traced_excess(self, batch: int) -> int:
+        """(traced − plain) peak of this phase, from the plain replay: max(0, max over the copies of
+        (live before the copy + its size) − the plain peak)."""
+        if self.copies is None:
+            return 0
+        return max(0, self.copies.at(batch) - self.peak.at(batch))
 
 
 @dataclass(frozen=True)
@@ -621,6 +680,7 @@ def replay_training_step(
     *,
     setup: TrainingSetup | None = None,
     mode: str = "traced",
+    cpu_threads: int = 1,
 ) -> StepInBatch:
     """Replay one training step with the batch B as a variable (see the module docstring).
 
@@ -639,7 +699,8 @@ def replay_training_step(
     check_mode(mode)
     check_batch_seq(1, seq)
     check_device(device)
-    z = Sizes(cfg, Affine(1), seq, DTYPE_BYTES[dtype], setup)  # the batch B, symbolic
+    plain = mode == "plain"
+    z = Sizes(cfg, Affine(1), seq, DTYPE_BYTES[dtype], setup, plain, plain and device == "cpu", cpu_threads)
     c, e, T = cfg, z.e, z.T
     pb = parameter_breakdown(cfg)
     params = pb.total * e
@@ -649,7 +710,7 @@ def replay_training_step(
     baseline = 3 * params + rope_buffers + counters + 2 * 8 * T  # params, exp_avg, exp_avg_sq; int64 token ids
     Td, TV, Tr, emb = z.act(c.d_model), z.act(c.vocab_size), z.act(1), pb["token_embeddings"].total * e
 
-    r = _Replay(baseline)
+    r = _Replay(baseline, traced=not plain)
     r(+8 * seq)  # positions
     if not z.sdpa:
         r(+seq * seq, +seq * seq, -seq * seq)  # ones(S, S).tril(): the causal mask (the fused kernel needs none)
@@ -676,13 +737,21 @@ def replay_training_step(
     if e != 4:
         r(-Td)  # 16-bit: the last residual stream dies (ln_final kept an fp32 copy)
     r(+Tr, +TV, -Tr)  # cross-entropy: z = logits − max
-    r(+TV, +Tr, +Tr, +Tr, +Tr, +e)  # exp (saved); Σ (saved); log; gather; subtract; mean
+    # CPU-only kernel internals of a 16-bit cross-entropy (``k16``): gather's T·4-byte scratch; mean
+    # sums an fp32 copy of its input into an fp32 result (T·4 and 4 bytes) before casting back
+    k16 = 1 if (z.cpu and e != 4) else 0
+    w8, w4 = z.wrap(4 if k16 else e)  # CPU only: mean's "/ T" wraps a Python number
+    r(+TV, +Tr, +Tr, +Tr, +k16 * 4 * T, -k16 * 4 * T, +Tr)  # exp (saved); Σ (saved); log; gather; subtract
+    r(+e, +k16 * 4, +k16 * 4 * T, -k16 * 4 * T, +w8, +w4, -w4, -w8, -k16 * 4)  # mean (the loss)
     r(-Tr, -TV, -Tr, -Tr)  # logits die (gather keeps z)
-    forward = PhaseInBatch(r.peak(), r.live)
+    forward = PhaseInBatch(r.peak(), r.live, r.copy_peak())
 
-    r = _Replay(r.live)
-    r(+e, +Tr, +Tr, +TV, +TV, -TV, -Tr, -TV)  # d loss; mean and gather backward; z released
-    r(+Tr, -Tr, -Tr, +TV, -Tr, -TV, +TV, -TV, -TV)  # log and exp backward; paths summed
+    r = _Replay(r.live, traced=not plain)
+    # d loss; mean backward; gather backward: zeros, scatter_add into them (a copy when traced); z released
+    w8, we = z.wrap(e)  # CPU only: mean backward's "/ T" wraps a Python number
+    # CPU only: a 16-bit scatter_add_ accumulates in an fp32 copy of its output (T·V·4 bytes)
+    r(+e, +w8, +we, +Tr, -we, -w8, +Tr, +TV, +k16 * 2 * TV, -k16 * 2 * TV, _Copy(TV), -Tr, -TV)
+    r(+Tr, -Tr, -Tr, +TV, -Tr, -TV, _Copy(TV), -TV)  # log and exp backward; paths summed
     if z.amp:
         TV2, Td2 = z.bf16.act(c.vocab_size), z.bf16.act(c.d_model)
         r(+TV2, -TV)  # logits.float() backward: the gradient to bf16
@@ -693,14 +762,17 @@ def replay_training_step(
     _norm_backward(r, z, T, c.d_model, residual=False)  # ln_final
     _repeat(r, c.num_layers - 1, lambda q: layer_backward(q, z, p, last=False))  # layers L-1 .. 1
     layer_backward(r, z, p, last=True)  # layer 0 also releases the shared mask
-    r(+emb, +emb, -emb, -Td)  # embedding backward: zeros, index_put
+    r(+emb, _Copy(emb), -Td)  # embedding backward: zeros, index_put (in place when plain)
     if c.tie_embeddings:
-        r(+emb, -emb, -emb)  # accumulated onto the LM head's gradient
+        r(_Copy(emb), -emb)  # accumulated onto the LM head's gradient
     r(-e, -e)  # the loss and its gradient seed
-    backward = PhaseInBatch(r.peak(), r.live)
+    backward = PhaseInBatch(r.peak(), r.live, r.copy_peak())
 
     # AdamW step: its temporaries on top of the gradients, then zero_grad frees the gradients.
     extra = adamw_step_temporary_bytes(cfg, dtype, optimizer)
+    # CPU only: at the step's highest point a Python number is wrapped (8 bytes) and copied to the
+    # parameters' dtype (for-loop and foreach: "sqrt(v) / bias_correction2_sqrt"; fused: a scalar argument)
+    extra += sum(z.wrap(4 if optimizer == "fused" else e))  # fused takes its scalars as fp32
     top = backward.end + extra
     step = PhaseInBatch(PeakEnvelope(((top.a, top.b),)), backward.end - params)
     return StepInBatch(baseline, forward, backward, step)
@@ -716,12 +788,48 @@ def predict_training_step(
     *,
     setup: TrainingSetup | None = None,
     mode: str = "traced",
+    cpu_threads: int = 1,
 ) -> StepMemory:
     """Bytes of one training step at ``batch`` on ``device`` (``replay_training_step`` at one batch).
 
     ``mode="traced"`` (the default: this function's meaning since it exists) is exactly what the
     storage tracker counts; ``mode="plain"`` is a run with no dispatch mode (what a GPU user gets).
+    ``cpu_threads`` (``torch.get_num_threads()`` of the run) matters only for a plain CPU run with
+    sdpa: the CPU flash kernel's scratch is per thread.
     ``device`` matters only for the AdamW step counters (``adamw_step_counter_bytes``): on
     ``cpu`` the for-loop and foreach implementations keep them on the CPU, with the model."""
     check_batch_seq(batch, seq)
-    return replay_training_step(cfg, seq, dtype, optimizer, device, setup=setup, mode=mode).at(batch)
+    return replay_training_step(cfg, seq, dtype, optimizer, device, setup=setup, mode=mode, cpu_threads=cpu_threads).at(
+        batch
+    )
+
+
+def traced_minus_plain(
+    cfg: ModelConfig, seq: int, batch: int = 1, *, setup: TrainingSetup | None = None, device: str = "meta"
+) -> dict[str, int]:
+    """How much higher each phase peaks under a dispatch mode (or on meta) than in a plain run, per phase.
+
+    Derivation.  A traced run is the plain run plus, at each backward op that autograd does out of
+    place only when ``isTensorSubclassLike`` is true (aten/src/ATen/TensorSubclassLikeUtils.h), one
+    transient tensor that a plain run never allocates; before and after the op the two runs hold the
+    same bytes:
+
+    1. ``InputBuffer::accumulate`` (torch/csrc/autograd/input_buffer.cpp): two gradients into one
+       tensor.  Plain: ``old.add_(new)`` when ``old`` is a dense, non-view tensor nobody else holds;
+       traced: ``old + new``, a copy of X bytes.  Sites: the residual stream joining ln1/ln2's input
+       gradient (T·d·e), RMSNorm's two paths to x (T·d·4), RoPE's two paths to each half
+       (T·(h|kv)·d_head·e/2) and the two strided halves (T·(h|kv)·d_head·e), softmax's Σ and division
+       paths (B·h·S²·e), SiLU's two paths (T·d_ff·e), q_proj's dx into the k + v sum (T·d·e; the v + k
+       and w1 + w3 sums take views, so both runs copy), the cross-entropy's z (T·V·e) and, tied, the
+       LM head's gradient into the embedding's (V·d·e);
+    2. ``gather_backward`` (torch/csrc/autograd/FunctionsManual.cpp): ``zeros.scatter_add_`` vs
+       ``zeros.scatter_add``, a copy of T·V·e (e of the loss: 4 under amp-bf16);
+    3. ``index_backward``: ``zeros.index_put_`` vs ``index_put``, a copy of V·d·e (the embedding).
+
+    So with L_k the plain run's live bytes just before copy k of size X_k, and P the plain peak:
+    traced − plain = max(0, max_k (L_k + X_k) − P).  The optimizer step has no such op (0).  Evaluated
+    from the plain replay (``PhaseInBatch.traced_excess``); ``tests/test_plain_run.py`` checks it
+    against the traced replay and the tracker."""
+    step = replay_training_step(cfg, seq, device=device, setup=setup, mode="plain")
+    check_batch_seq(batch, seq)
+    return {name: phase.traced_excess(batch) for name, phase in step.phases().items()}

@@ -42,6 +42,9 @@ class Sizes:
     seq: int = 1
     e: int = 4  # bytes per element of the model dtype (the parameters' dtype)
     setup: TrainingSetup = DEFAULT_SETUP  # attention kernel, checkpointing, precision
+    plain: bool = False  # a run with no dispatch mode on cpu/cuda (``replay._Copy``)
+    cpu: bool = False  # a plain run on the CPU: the CPU allocator's own extras count (``wrap``)
+    cpu_threads: int = 1  # at::get_num_threads() of that run: the CPU flash kernel's scratch scales with it
 
     @classmethod
     def of(
@@ -54,6 +57,46 @@ class Sizes:
         else:
             setup = TrainingSetup(precision="bf16" if DTYPE_BYTES[dtype] == 2 else "fp32")
         return cls(cfg, batch, seq, DTYPE_BYTES[dtype], setup)
+
+    def wrap(self, e: int = 4) -> tuple[int, int]:
+        """CPU only: an op with a Python-number operand (``x + eps``, ``x * 2``, ``mean``'s ``/ n``)
+        wraps it in a 0-dim float64 CPU tensor (8 bytes, ``scalar_to_tensor``) and TensorIterator
+        copies that to the op's dtype (``e`` bytes), both freed when the op returns.  On CUDA both
+        live in host memory, so a GPU prediction has (0, 0)."""
+        return (8, e) if self.cpu else (0, 0)
+
+    def _flash_splits(self) -> tuple[int, int]:
+        """The CPU flash kernels' block sizes (aten/src/ATen/native/cpu/FlashAttentionKernel.cpp,
+        ``flash_attention_kernel_impl`` and its backward): q blocks of 256 from S = 768 on, 64 from 192,
+        else 32; kv blocks of 512; each at most S."""
+        q = 256 if self.seq >= 768 else 64 if self.seq >= 192 else 32
+        return min(q, self.seq), min(512, self.seq)
+
+    def flash_scratch_forward(self, e: int) -> tuple[int, int]:
+        """CPU only: ``cpu_flash_attention``'s per-thread buffers, made after its outputs and freed
+        before it returns: fp32 ``buf`` of n·(qs·ks + 2·qs + qs·d_head) and, for a 16-bit input
+        (``e`` = 2), ``buf_reduced`` of n·qs·ks elements (n threads, qs/ks the block sizes).  Exact
+        while the kernel does not pack K/V with oneDNN (head_dim a multiple of 64, >= 4 heads and
+        S >= 64 on a CPU whose oneDNN packs bf16): packing pads qs·ks and d_head to 64."""
+        if not self.cpu:
+            return 0, 0
+        qs, ks, n = *self._flash_splits(), self.cpu_threads
+        return n * (qs * ks + 2 * qs + qs * self.cfg.d_head) * 4, (n * qs * ks * 2 if e == 2 else 0)
+
+    def flash_scratch_backward(self, e: int) -> tuple[int, int, int]:
+        """CPU only: ``cpu_flash_attention_backward``'s buffers after dQ, dK, dV: fp32 ``buf`` of
+        n·2·qs·ks (attn and grad_attn), ``buf_reduced`` of n·2·qs·ks 16-bit elements for a 16-bit
+        input, and the calling thread's ``dsum`` of qs fp32 (worker threads' copies are made on
+        threads the profiler does not record)."""
+        if not self.cpu:
+            return 0, 0, 0
+        qs, ks, n = *self._flash_splits(), self.cpu_threads
+        return n * 2 * qs * ks * 4, (n * 2 * qs * ks * 2 if e == 2 else 0), qs * 4
+
+    def mixed_add_temp(self, width: int) -> int:
+        """CPU only: fp32 + bf16 (amp's residual adds): the CPU TensorIterator copies the bf16 operand
+        to fp32 (T·width·4 bytes) for the op; CUDA casts inside the kernel."""
+        return self.T * width * 4 if self.cpu else 0
 
     @property
     def amp(self) -> bool:
