@@ -177,12 +177,22 @@ REGISTRY: tuple[Component, ...] = (
         params=Formula(lambda z: pa.position_embedding_params(z.cfg), "P·d (P = max_position_embeddings)"),
         elementwise=Formula(lambda z: fl.position_add_flops(z.T, z.cfg.d_model), "T·d", "position add"),
     ),
-    Component("mask", "causal mask (bool, shared)", "attention", saved=Formula(lambda z: z.seq * z.seq, "S²")),
+    Component(
+        "positions",
+        "token positions (int64, shared)",
+        "attention",
+        saved=Formula(act.positions_saved_bytes, "checkpointed: 8·S; none: 0", "positions kept by the checkpoints"),
+    ),
+    Component("mask", "causal mask (bool, shared)", "attention", saved=Formula(act.mask_saved_bytes, "naive: S²")),
     Component(
         "layers.*.residual",
         "residual stream",
         "residual",
-        saved=Formula(act.residual_saved_bytes, "fp32: 2·T·d·4; 16-bit: 0", "residual stream kept by the norms"),
+        saved=Formula(
+            act.residual_saved_bytes,
+            "none: 2·T·d·4 (fp32, amp), 0 (bf16); checkpointed: T·d·e",
+            "residual stream (none: kept by the norms; checkpointed: the block input)",
+        ),
     ),
     Component(
         "layers.*.ln1",
@@ -191,7 +201,7 @@ REGISTRY: tuple[Component, ...] = (
         present=_pre_norms,
         params=_LN1[0],
         elementwise=_LN1[1],
-        saved=Formula(act.block_norm_saved_bytes, "T·4 + T·d·4 + T·d·e [+ T·d·4 + d·4]"),
+        saved=Formula(act.block_norm_saved_bytes, "none: T·4 + T·d·4 + T·d·e [+ T·d·4 + d·4] (amp: T·4 + T·d·4)"),
     ),
     Component(
         "layers.*.attn.q_proj",
@@ -199,6 +209,11 @@ REGISTRY: tuple[Component, ...] = (
         "attention projections",
         params=Formula(lambda z: pa.q_proj_params(z.cfg), "d·h·d_head"),
         flops=Formula(lambda z: fl.q_proj_flops(z.cfg, z.T), "2·T·d·h·d_head"),
+        saved=Formula(
+            lambda z: act.projection_saved_bytes(z, "layers.*.attn.q_proj", z.cfg.q_dim),
+            "amp: n_W·2 + T·d·2; selective: T·h·d_head·h",
+            "Q projection (amp copies; SAC cache)",
+        ),
     ),
     _bias(
         "layers.*.attn.q_proj.bias",
@@ -214,6 +229,11 @@ REGISTRY: tuple[Component, ...] = (
         "attention projections",
         params=Formula(lambda z: pa.kv_proj_params(z.cfg), "d·kv·d_head"),
         flops=Formula(lambda z: fl.kv_proj_flops(z.cfg, z.T), "2·T·d·kv·d_head"),
+        saved=Formula(
+            lambda z: act.projection_saved_bytes(z, "layers.*.attn.k_proj", z.cfg.kv_dim),
+            "amp: n_W·2 + T·d·2; selective: T·kv·d_head·h",
+            "K projection (amp copies; SAC cache)",
+        ),
     ),
     _bias(
         "layers.*.attn.k_proj.bias",
@@ -229,6 +249,11 @@ REGISTRY: tuple[Component, ...] = (
         "attention projections",
         params=Formula(lambda z: pa.kv_proj_params(z.cfg), "d·kv·d_head"),
         flops=Formula(lambda z: fl.kv_proj_flops(z.cfg, z.T), "2·T·d·kv·d_head"),
+        saved=Formula(
+            lambda z: act.projection_saved_bytes(z, "layers.*.attn.v_proj", z.cfg.kv_dim),
+            "amp: n_W·2 + T·d·2; selective: T·kv·d_head·h",
+            "V projection (amp copies; SAC cache)",
+        ),
     ),
     _bias(
         "layers.*.attn.v_proj.bias",
@@ -244,7 +269,9 @@ REGISTRY: tuple[Component, ...] = (
         "attention projections",
         params=Formula(lambda z: pa.output_proj_params(z.cfg), "h·d_head·d"),
         flops=Formula(lambda z: fl.output_proj_flops(z.cfg, z.T), "2·T·h·d_head·d"),
-        saved=Formula(lambda z: z.act(z.cfg.q_dim), "T·h·d_head·e", "merged heads"),
+        saved=Formula(
+            act.output_proj_saved_bytes, "none: T·h·d_head·h (+ amp: n_W·2); selective: T·d·h", "output projection"
+        ),
     ),
     _bias(
         "layers.*.attn.output_proj.bias",
@@ -278,13 +305,14 @@ REGISTRY: tuple[Component, ...] = (
         "attention",
         present=_rope,
         elementwise=Formula(lambda z: fl.rope_flops(z.T, z.cfg.q_dim + z.cfg.kv_dim), "3·T·(h+kv)·d_head"),
-        saved=Formula(act.rope_saved_bytes, "T·(h+kv)·d_head·e + 2·S·d_head·e", "rotated Q, K and cos/sin rows"),
+        saved=Formula(act.rope_saved_bytes, "none: T·(h+kv)·d_head·h + 2·S·d_head·h", "rotated Q, K and cos/sin rows"),
     ),
     Component(
         "layers.*.attn.qk",
         "attention QKᵀ",
         "attention matmuls",
         flops=Formula(lambda z: fl.attention_scores_flops(z.cfg, z.batch, z.seq), "2·B·h·S²·d_head"),
+        saved=Formula(act.qk_saved_bytes, "selective, naive: B·h·S²·h", "QKᵀ scores (SAC cache)"),
     ),
     Component(
         "layers.*.attn.scale",
@@ -297,14 +325,26 @@ REGISTRY: tuple[Component, ...] = (
         "softmax",
         "attention",
         elementwise=Formula(lambda z: fl.softmax_flops(z.score_count), "5·B·h·S²"),
-        saved=Formula(act.softmax_saved_bytes, "B·h·S²·e + B·h·S·e", "softmax: exp and row sums"),
+        saved=Formula(act.softmax_saved_bytes, "none, naive: B·h·S²·e + B·h·S·e", "softmax: exp and row sums"),
     ),
     Component(
         "layers.*.attn.av",
         "attention AV",
         "attention matmuls",
         flops=Formula(lambda z: fl.attention_values_flops(z.cfg, z.batch, z.seq), "2·B·h·S²·d_head"),
-        saved=Formula(act.av_saved_bytes, "B·h·S²·e + T·kv·d_head·e", "AV: probabilities and V"),
+        saved=Formula(
+            act.av_saved_bytes, "none: B·h·S²·h + T·kv·d_head·h; selective: T·h·d_head·h", "AV: probabilities and V"
+        ),
+    ),
+    Component(
+        "layers.*.attn.sdpa",
+        "fused attention (sdpa)",
+        "attention",
+        saved=Formula(
+            act.sdpa_saved_bytes,
+            "none: T·h·d_head·h + B·h·S·4 + T·kv·d_head·h; selective: T·h·d_head·h + B·h·S·4",
+            "fused attention: output, logsumexp (and V)",
+        ),
     ),
     Component(
         "layers.*.post_attn_norm",
@@ -336,7 +376,7 @@ REGISTRY: tuple[Component, ...] = (
         present=_gated,
         params=Formula(lambda z: pa.ffn_matrix_params(z.cfg), "d·d_ff"),
         flops=Formula(lambda z: fl.ffn_matrix_flops(z.cfg, z.T), "2·T·d·d_ff"),
-        saved=Formula(lambda z: z.act(z.cfg.d_ff), "T·d_ff·e", "FFN W1 output"),
+        saved=Formula(lambda z: act.ffn_saved_bytes(z, "w1"), "T·d_ff·h (+ amp: n_W·2 + T·d·2)", "FFN W1"),
     ),
     _bias("layers.*.ffn.w1.bias", "FFN W1 bias", "ffn", lambda cfg: cfg.d_ff, "d_ff", _gated_bias),
     Component(
@@ -346,6 +386,7 @@ REGISTRY: tuple[Component, ...] = (
         present=_gated,
         params=Formula(lambda z: pa.ffn_matrix_params(z.cfg), "d_ff·d"),
         flops=Formula(lambda z: fl.ffn_matrix_flops(z.cfg, z.T), "2·T·d_ff·d"),
+        saved=Formula(lambda z: act.ffn_saved_bytes(z, "w2"), "amp: n_W·2; selective: T·d·h", "FFN W2"),
     ),
     _bias("layers.*.ffn.w2.bias", "FFN W2 bias", "ffn", lambda cfg: cfg.d_model, "d", _gated_bias),
     Component(
@@ -355,7 +396,7 @@ REGISTRY: tuple[Component, ...] = (
         present=_gated,
         params=Formula(lambda z: pa.ffn_matrix_params(z.cfg), "d·d_ff"),
         flops=Formula(lambda z: fl.ffn_matrix_flops(z.cfg, z.T), "2·T·d·d_ff"),
-        saved=Formula(lambda z: z.act(z.cfg.d_ff), "T·d_ff·e", "FFN W3 output"),
+        saved=Formula(lambda z: act.ffn_saved_bytes(z, "w3"), "T·d_ff·h (+ amp: n_W·2 + T·d·2)", "FFN W3"),
     ),
     _bias("layers.*.ffn.w3.bias", "FFN W3 bias", "ffn", lambda cfg: cfg.d_ff, "d_ff", _gated_bias),
     Component(
@@ -382,7 +423,7 @@ REGISTRY: tuple[Component, ...] = (
         "ffn",
         present=lambda cfg: cfg.mlp == "swiglu",
         elementwise=Formula(lambda z: fl.silu_flops(z.T, z.cfg.d_ff), "4·T·d_ff"),
-        saved=Formula(lambda z: 2 * z.act(z.cfg.d_ff), "2·T·d_ff·e", "sigmoid and SiLU outputs"),
+        saved=Formula(lambda z: act.ffn_saved_bytes(z, "silu"), "none: 2·T·d_ff·h", "sigmoid and SiLU outputs"),
     ),
     Component(
         "layers.*.ffn.gelu",
@@ -397,7 +438,7 @@ REGISTRY: tuple[Component, ...] = (
         "ffn",
         present=_gated,
         elementwise=Formula(lambda z: fl.gate_flops(z.T, z.cfg.d_ff), "T·d_ff"),
-        saved=Formula(lambda z: z.act(z.cfg.d_ff), "T·d_ff·e", "gated product"),
+        saved=Formula(lambda z: act.ffn_saved_bytes(z, "gate"), "none: T·d_ff·h", "gated product"),
     ),
     Component(
         "layers.*.post_ffn_norm",
@@ -419,7 +460,7 @@ REGISTRY: tuple[Component, ...] = (
         "norms",
         params=_LN_FINAL[0],
         elementwise=_LN_FINAL[1],
-        saved=Formula(act.final_norm_saved_bytes, "as ln1 (+ its input)"),
+        saved=Formula(act.final_norm_saved_bytes, "as ln1 under none (+ its fp32 input)"),
     ),
     Component(
         "lm_head",
@@ -427,6 +468,7 @@ REGISTRY: tuple[Component, ...] = (
         "lm head",
         params=Formula(lambda z: pa.lm_head_params(z.cfg), "d·V (0 when tied)"),
         flops=Formula(lambda z: fl.lm_head_flops(z.cfg, z.T), "2·T·d·V"),
+        saved=Formula(act.lm_head_saved_bytes, "amp: V·d·2 + T·d·2", "LM head (amp copies)"),
     ),
     Component(
         "cross_entropy",
@@ -454,6 +496,8 @@ def breakdown(quantity: str, z: Sizes) -> Breakdown:
     for c in components(z.cfg, quantity):
         formula: Formula = getattr(c, quantity)
         n = formula.fn(z)
+        if quantity == "saved" and n == 0:
+            continue  # kept nothing under this setup (e.g. the mask with sdpa, every norm when checkpointed)
         label = formula.label or (c.label(z.cfg) if callable(c.label) else c.label)
         text = formula.text(z.cfg) if callable(formula.text) else formula.text
         if c.per_layer:

@@ -31,6 +31,7 @@ from typing import Any
 
 from ..config import AccountingError, ModelConfig
 from ..phases import PHASES
+from ..setup import TrainingSetup
 from .replay import PeakEnvelope, predict_training_step, replay_training_step
 
 MAX_SEARCH = 1 << 40  # far beyond any real context; keeps the context search finite
@@ -155,10 +156,18 @@ def phase_peak_lines(name: str, envelope: PeakEnvelope) -> PhasePeakLines:
 
 
 def peak_lines_in_batch(
-    cfg: ModelConfig, seq: int, dtype: str = "fp32", optimizer: str = "for-loop", device: str = "meta"
+    cfg: ModelConfig,
+    seq: int,
+    dtype: str | None = None,
+    optimizer: str | None = None,
+    device: str = "meta",
+    *,
+    setup: TrainingSetup | None = None,
+    mode: str = "traced",
 ) -> StepPeakLines:
-    """Each phase's peak as exact lines in the batch (see the module docstring)."""
-    step = replay_training_step(cfg, seq, dtype, optimizer, device)
+    """Each phase's peak as exact lines in the batch (see the module docstring), for ``setup`` (or the
+    older ``dtype``/``optimizer``) and ``mode`` ("plain" or "traced", as ``predict_training_step``)."""
+    step = replay_training_step(cfg, seq, dtype, optimizer, device, setup=setup, mode=mode)
     return StepPeakLines(*(phase_peak_lines(name, p.peak) for name, p in step.phases().items()))
 
 
@@ -178,20 +187,31 @@ def _largest(fits, start: int = 1) -> int:
 
 
 def max_batch_that_fits(
-    cfg: ModelConfig, seq: int, budget: int, dtype: str = "fp32", optimizer: str = "for-loop", device: str = "meta"
+    cfg: ModelConfig,
+    seq: int,
+    budget: int,
+    dtype: str | None = None,
+    optimizer: str | None = None,
+    device: str = "meta",
+    *,
+    setup: TrainingSetup | None = None,
+    mode: str = "traced",
 ) -> int:
     """Largest batch whose training-step peak is within ``budget`` bytes (0 if none), from the
     per-phase lines (exact for every batch, so no search is needed)."""
-    return peak_lines_in_batch(cfg, seq, dtype, optimizer, device).max_batch(budget)
+    return peak_lines_in_batch(cfg, seq, dtype, optimizer, device, setup=setup, mode=mode).max_batch(budget)
 
 
 def max_context_that_fits(
     cfg: ModelConfig,
     budget: int,
     batch: int = 1,
-    dtype: str = "fp32",
-    optimizer: str = "for-loop",
+    dtype: str | None = None,
+    optimizer: str | None = None,
     device: str = "meta",
+    *,
+    setup: TrainingSetup | None = None,
+    mode: str = "traced",
 ) -> int:
     """Largest context (tokens) whose training-step peak at ``batch`` fits ``budget`` (0 if none).
 
@@ -199,7 +219,10 @@ def max_context_that_fits(
     linear in the context (S² attention terms), so this one is a search."""
 
     def fits(seq: int) -> bool:
-        return predict_training_step(cfg.with_context(seq), seq, batch, dtype, optimizer, device).peak <= budget
+        step = predict_training_step(
+            cfg.with_context(seq), seq, batch, dtype, optimizer, device, setup=setup, mode=mode
+        )
+        return step.peak <= budget
 
     return _largest(fits)
 

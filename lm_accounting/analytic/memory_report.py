@@ -4,9 +4,15 @@ Two answers to "how much memory does training take", kept apart on purpose:
 
 * ``course_convention``: the CS336 adamwAccounting bookkeeping (fp32, the handout's list of
   activations, peak = 16·N + activations).  This is what the assignment asks for.
-* ``implementation_exact``: what our live model allocates, replayed op by op (equal to the
-  storage tracker byte for byte): model states, saved activations, each phase's peak, and
-  each phase's peak as exact lines a_i·B + b_i in the batch.  This is what a real run needs.
+* ``implementation_exact``: what our live model allocates under a ``TrainingSetup`` (attention,
+  checkpointing, precision, AdamW), replayed op by op: model states, saved activations, each
+  phase's peak, and each phase's peak as exact lines a_i·B + b_i in the batch.  This is what a real
+  run needs.  Two runs are predicted, labelled apart:
+
+  - ``step``: the *plain* run, no dispatch mode (what a user gets on a GPU; on ``cpu`` it equals the
+    CPU allocator's own events, ``measure.allocator``);
+  - ``step_traced``: the *traced* run, what the storage tracker (or any dispatch mode, or meta) sees;
+    ``traced_minus_plain`` gives the gap per phase (``replay.traced_minus_plain``).
 """
 
 from __future__ import annotations
@@ -18,11 +24,14 @@ from ..breakdown import Breakdown
 from ..config import ModelConfig
 from ..phases import PHASE_LABELS, StepMemory
 from ..result import Result
+from ..setup import TrainingSetup
 from .activations import saved_activation_breakdown
 from .capacity import StepPeakLines, max_context_that_fits, peak_lines_in_batch
 from .course import CoursePeak, course_linear_in_batch, course_peak, korthikanti_activation_bytes, max_batch
+from .hardware_flops import StepFlops, step_flops
 from .memory import adamw_step_counter_bytes, adamw_step_temporary_bytes, kv_cache_bytes, model_state_breakdown
-from .replay import check_device, predict_training_step
+from .replay import as_setup, check_device, predict_training_step, traced_minus_plain
+from .sizes import DEFAULT_SETUP
 
 COURSE_SOURCE = "CS336 (Stanford, spring 2025) assignment 1, adamwAccounting (a) and (b)"
 COURSE_ASSUMPTIONS = (
@@ -30,19 +39,22 @@ COURSE_ASSUMPTIONS = (
     "+ the handout's list of activations (logits counted twice)"
 )
 EXACT_ASSUMPTIONS = (
-    "our live model's ops replayed in order (torch 2.13), equal to the storage tracker "
-    "byte for byte; steady-state step, the AdamW state already exists"
+    "our live model's ops under the training setup, replayed in order (torch 2.13); step: the plain run "
+    "(no dispatch mode: equal to the CPU allocator's own events on cpu), step_traced: what the storage "
+    "tracker sees (equal to it byte for byte); steady-state step, the AdamW state already exists"
 )
+MEASURE_METHODS = {"tracker": "traced", "allocator": "plain", "cuda": "plain"}
+"""How a measurement was taken -> which prediction it compares with."""
 
 
 @dataclass(frozen=True)
 class MemoryAccount(Result):
-    SCHEMA: ClassVar[str] = "lm-accounting/memory/2"
+    SCHEMA: ClassVar[str] = "lm-accounting/memory/3"
 
     config: ModelConfig
     seq: int
     batch: int
-    dtype: str
+    dtype: str  # the parameters' dtype (fp32 under amp-bf16)
     optimizer: str
     budget: int
     device: str  # the device the implementation-exact prediction is for
@@ -55,29 +67,64 @@ class MemoryAccount(Result):
     step_temporaries: int
     step_counters: int
     saved: Breakdown
-    step: StepMemory
-    peak_lines: StepPeakLines
+    step: StepMemory  # the plain run
+    peak_lines: StepPeakLines  # of the plain run
     max_batch: int
     max_context: int
     # for comparison, and inference
     korthikanti: int
     kv_cache: int
+    setup: TrainingSetup = DEFAULT_SETUP
+    step_traced: StepMemory | None = None  # what the storage tracker sees
+    gap: dict[str, int] | None = None  # traced − plain peak per phase (replay.traced_minus_plain)
+    flops: StepFlops | None = None
+    cpu_threads: int = 1
     measured: StepMemory | None = None
     measured_on: str | None = None
+    measured_method: str | None = None  # tracker (traced), allocator (plain, cpu) or cuda (plain)
 
-    def with_measurement(self, step: StepMemory, device: str) -> MemoryAccount:
-        """This account with a measured step attached.  The prediction is redone for ``device``
-        when it differs (on the CPU, AdamW's step counters sit beside the model), so the two
-        compare byte for byte."""
+    @property
+    def compared(self) -> StepMemory:
+        """The prediction a measurement compares with: traced for the tracker, plain otherwise."""
+        if self.measured_method == "tracker" and self.step_traced is not None:
+            return self.step_traced
+        return self.step
+
+    def with_measurement(self, step: StepMemory, device: str, method: str | None = None) -> MemoryAccount:
+        """This account with a measured step attached.  ``method``: "tracker" (the storage tracker on
+        meta or cpu: compares with ``step_traced``), "allocator" (cpu, no dispatch mode: compares with
+        ``step``) or "cuda" (the caching allocator: ``step``, up to its rounding); default: cuda on
+        cuda, else tracker.  The prediction is redone for ``device`` when it differs (on the CPU,
+        AdamW's step counters sit beside the model)."""
+        method = method or ("cuda" if device == "cuda" else "tracker")
+        if method not in MEASURE_METHODS:
+            raise ValueError(f"unknown measurement method {method!r} ({', '.join(MEASURE_METHODS)})")
         base = (
             self
             if device == self.device
-            else memory_account(self.config, self.seq, self.batch, self.dtype, self.optimizer, self.budget, device)
+            else memory_account(
+                self.config,
+                self.seq,
+                self.batch,
+                budget=self.budget,
+                device=device,
+                setup=self.setup,
+                cpu_threads=self.cpu_threads,
+            )
         )
-        return replace(base, measured=step, measured_on=device)
+        return replace(base, measured=step, measured_on=device, measured_method=method)
 
     def to_dict(self) -> dict[str, Any]:
         a, b = self.course_linear
+        setup = self.setup
+        measured = None
+        if self.measured is not None:
+            measured = {
+                "device": self.measured_on,
+                "method": self.measured_method,
+                "compared_with": "step_traced" if MEASURE_METHODS[self.measured_method] == "traced" else "step",
+                **self.measured.to_dict(),
+            }
         return {
             "schema": self.SCHEMA,
             "config": self.config.resolved(),
@@ -85,7 +132,16 @@ class MemoryAccount(Result):
             "batch": self.batch,
             "dtype": self.dtype,
             "optimizer": self.optimizer,
+            "setup": {
+                "attention": setup.attention,
+                "checkpoint": setup.checkpoint,
+                "precision": setup.precision,
+                "optimizer": setup.optimizer,
+                "label": setup.label,
+            },
             "budget_bytes": self.budget,
+            "model_flops": self.flops.model if self.flops else None,
+            "hardware_flops": self.flops.hardware if self.flops else None,
             "course_convention": {
                 "source": COURSE_SOURCE,
                 "assumptions": COURSE_ASSUMPTIONS,
@@ -101,14 +157,18 @@ class MemoryAccount(Result):
                 "adamw_step_temporaries": self.step_temporaries,
                 "adamw_step_counters": self.step_counters,
                 "activations": self.saved.to_dict(),
-                "step": {**self.step.to_dict(), "peak_phase": self.step.peak_phase},
+                "step": {**self.step.to_dict(), "peak_phase": self.step.peak_phase, "run": "plain"},
+                "step_traced": None
+                if self.step_traced is None
+                else {**self.step_traced.to_dict(), "peak_phase": self.step_traced.peak_phase, "run": "traced"},
+                "traced_minus_plain": self.gap,
                 "peak_lines": self.peak_lines.to_dict(),
                 "max_batch": self.max_batch,
                 "max_context_at_batch_1": self.max_context,
             },
             "korthikanti_activations": self.korthikanti,
             "inference": {"weights": self.states["parameters"].total, "kv_cache": self.kv_cache},
-            "measured": None if self.measured is None else {"device": self.measured_on, **self.measured.to_dict()},
+            "measured": measured,
         }
 
     def records(self) -> list[dict[str, Any]]:
@@ -152,12 +212,43 @@ class MemoryAccount(Result):
         for it in self.saved:
             add("implementation_exact.activations", it.key, it.label, "bytes", it.total)
 
-        sec, got = "implementation_exact.step", self.measured
-        add(sec, "baseline", "live when the step starts", "bytes", self.step.baseline, measured=got and got.baseline)
-        for name, p in self.step.phases().items():
-            m = got.phase(name) if got else None
-            add(sec, name, f"{PHASE_LABELS[name]}: peak", "peak", p.peak, measured=m and m.peak)
-            add(sec, name, f"{PHASE_LABELS[name]}: end", "end", p.end, measured=m and m.end)
+        got = self.measured
+        runs = [("implementation_exact.step", self.step, "plain run")]
+        if self.step_traced is not None:
+            runs.append(("implementation_exact.step_traced", self.step_traced, "traced run (storage tracker)"))
+        for sec, step, run in runs:
+            mine = got is not None and step is self.compared
+            m0 = got if mine else None
+            add(
+                sec,
+                "baseline",
+                f"live when the step starts ({run})",
+                "bytes",
+                step.baseline,
+                measured=m0 and m0.baseline,
+            )
+            for name, p in step.phases().items():
+                m = m0.phase(name) if m0 else None
+                add(sec, name, f"{PHASE_LABELS[name]}: peak ({run})", "peak", p.peak, measured=m and m.peak)
+                add(sec, name, f"{PHASE_LABELS[name]}: end ({run})", "end", p.end, measured=m and m.end)
+        for name, extra in (self.gap or {}).items():
+            add(
+                "implementation_exact.traced_minus_plain",
+                name,
+                f"{PHASE_LABELS[name]}: traced − plain peak",
+                "bytes",
+                extra,
+            )
+        if self.flops is not None:
+            add("flops", "model_flops", "model FLOPs of the step (3 × forward)", "flops", self.flops.model, "FLOPs")
+            add(
+                "flops",
+                "hardware_flops",
+                "hardware FLOPs of the step (with recompute)",
+                "flops",
+                self.flops.hardware,
+                "FLOPs",
+            )
 
         sec = "implementation_exact.peak_lines"
         pieces = [(name, i, line) for name, p in self.peak_lines.phases().items() for i, line in enumerate(p.lines, 1)]
@@ -197,17 +288,25 @@ def memory_account(
     cfg: ModelConfig,
     seq: int,
     batch: int,
-    dtype: str = "fp32",
-    optimizer: str = "foreach",
+    dtype: str | None = None,
+    optimizer: str | None = None,
     budget: int = 80 * 10**9,
     device: str = "meta",
+    *,
+    setup: TrainingSetup | None = None,
+    cpu_threads: int = 1,
 ) -> MemoryAccount:
-    """The memory account of a training step at (seq, batch); the implementation-exact part is
-    predicted for ``device`` ("meta" and "cuda" agree; "cpu" adds the AdamW step counters of
-    the for-loop and foreach implementations, see ``adamw_step_counter_bytes``)."""
+    """The memory account of a training step at (seq, batch) under ``setup`` (or, as before, pure
+    ``dtype`` with AdamW ``optimizer``, default foreach); the implementation-exact part is predicted
+    for ``device`` ("meta" and "cuda" agree; "cpu" adds the AdamW step counters of the for-loop and
+    foreach implementations, and the CPU allocator's own extras to the plain run, see
+    ``replay``).  The capacity figures (lines, largest batch and context) are for the plain run."""
     check_device(device)
+    setup, dtype = as_setup(setup, dtype, optimizer, default_optimizer="foreach")
+    optimizer = setup.optimizer
     a, b = course_linear_in_batch(cfg, seq)
-    lines = peak_lines_in_batch(cfg, seq, dtype, optimizer, device)
+    kw = dict(setup=setup)
+    lines = peak_lines_in_batch(cfg, seq, device=device, mode="plain", **kw)
     return MemoryAccount(
         config=cfg,
         seq=seq,
@@ -222,11 +321,16 @@ def memory_account(
         states=model_state_breakdown(cfg, dtype),
         step_temporaries=adamw_step_temporary_bytes(cfg, dtype, optimizer),
         step_counters=adamw_step_counter_bytes(cfg, optimizer, device),
-        saved=saved_activation_breakdown(cfg, seq, batch, dtype),
-        step=predict_training_step(cfg, seq, batch, dtype, optimizer, device),
+        saved=saved_activation_breakdown(cfg, seq, batch, setup=setup),
+        step=predict_training_step(cfg, seq, batch, device=device, mode="plain", cpu_threads=cpu_threads, **kw),
         peak_lines=lines,
         max_batch=lines.max_batch(budget),
-        max_context=max_context_that_fits(cfg, budget, 1, dtype, optimizer, device),
+        max_context=max_context_that_fits(cfg, budget, 1, device=device, mode="plain", **kw),
         korthikanti=korthikanti_activation_bytes(cfg, seq, batch),
         kv_cache=kv_cache_bytes(cfg, seq, batch, dtype),
+        setup=setup,
+        step_traced=predict_training_step(cfg, seq, batch, device=device, mode="traced", **kw),
+        gap=traced_minus_plain(cfg, seq, batch, setup=setup, device="meta" if device == "cpu" else device),
+        flops=step_flops(cfg, seq, batch, setup),
+        cpu_threads=cpu_threads,
     )

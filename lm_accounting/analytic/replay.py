@@ -696,6 +696,11 @@ def replay_training_step(
 
     setup, dtype = as_setup(setup, dtype, optimizer)
     optimizer = setup.optimizer
+    unsupported = cfg.unsupported_for_replay()
+    if unsupported:
+        raise AccountingError(
+            f"the implementation-exact memory replay covers the course architecture only, not {', '.join(unsupported)}"
+        )
     check_mode(mode)
     check_batch_seq(1, seq)
     check_device(device)

@@ -83,33 +83,54 @@ def saved_table(m: MemoryAccount) -> Table:
 
 
 def phase_table(m: MemoryAccount) -> Table:
-    step, got = m.step, m.measured
-    where = f"measured on {m.measured_on}" if got else "not measured"
+    """Each phase: the plain run (what a user gets), the traced run (what the storage tracker sees),
+    and, if measured, the measurement beside the prediction it compares with."""
+    plain, traced, got = m.step, m.step_traced or m.step, m.measured
+    where = f"measured on {m.measured_on} ({m.measured_method})" if got else "not measured"
+    ref = m.compared if got else plain
     rows = [
-        ("baseline: params, AdamW m/v (and step counters), RoPE tables, tokens", step.baseline, got and got.baseline)
+        (
+            "baseline: params, AdamW m/v (and step counters), RoPE tables, tokens",
+            plain.baseline,
+            traced.baseline,
+            got and got.baseline,
+            ref.baseline,
+        )
     ]
-    for name, pred in step.phases().items():
-        g = got.phase(name) if got else None
-        rows.append((f"{PHASE_LABELS[name]}: peak", pred.peak, g and g.peak))
-        rows.append((f"{PHASE_LABELS[name]}: end", pred.end, g and g.end))
-    rows = [(label, p, g, _rel(g, p), fmt_bytes(p), None if g is None else fmt_bytes(g)) for label, p, g in rows]
+    for name in plain.phases():
+        p, t, g = plain.phase(name), traced.phase(name), got.phase(name) if got else None
+        r = ref.phase(name)
+        rows.append((f"{PHASE_LABELS[name]}: peak", p.peak, t.peak, g and g.peak, r.peak))
+        rows.append((f"{PHASE_LABELS[name]}: end", p.end, t.end, g and g.end, r.end))
+    rows = [(label, p, t, g, _rel(g, r), fmt_bytes(p), fmt_bytes(t)) for label, p, t, g, r in rows]
+    compared = "the traced run" if m.measured_method == "tracker" else "the plain run"
+    notes = [
+        (
+            f"step peak {fmt_bytes(plain.peak)} ({plain.peak_phase}), plain run; steady state (AdamW state exists), "
+            f"{m.setup.label}, the step's gradients are freed by zero_grad(set_to_none=True)"
+        ),
+        (
+            "plain: no dispatch mode (a GPU run; on cpu, the CPU allocator's own events); traced: under any "
+            "dispatch mode or on meta, autograd copies where a plain run works in place (gradient "
+            "accumulation, gather and index backward): traced − plain = "
+            + ", ".join(f"{n} {fmt_bytes(v)}" for n, v in (m.gap or {}).items())
+        ),
+    ]
+    if got:
+        notes.append(f"rel. error: the measurement against {compared}")
     return Table(
         f"{EXACT}: training step by phase at B = {m.batch:,}, predicted for {m.device} vs {where}",
         [
             Column("phase"),
-            Column("predicted bytes", "int"),
+            Column("plain bytes", "int"),
+            Column("traced bytes", "int"),
             Column("measured bytes", "int"),
             Column("rel. error", "pct"),
-            Column("predicted"),
-            Column("measured"),
+            Column("plain"),
+            Column("traced"),
         ],
         rows,
-        [
-            (
-                f"step peak {fmt_bytes(step.peak)} ({step.peak_phase}); steady state (AdamW state exists), "
-                f"optimizer '{m.optimizer}', the step's gradients are freed by zero_grad(set_to_none=True)"
-            )
-        ],
+        notes,
     )
 
 
@@ -203,10 +224,16 @@ def memory_view(m: MemoryAccount) -> View:
     header = [
         describe_config(m.config),
         (
-            f"context {m.seq:,} · batch {m.batch:,} · {m.dtype} · AdamW ({m.optimizer}) · "
+            f"context {m.seq:,} · batch {m.batch:,} · attention {m.setup.attention} · checkpoint "
+            f"{m.setup.checkpoint} · {m.setup.precision} · AdamW ({m.optimizer}) · "
             f"budget {fmt_bytes(m.budget)} · exact prediction for {m.device}"
         ),
     ]
+    if m.flops is not None:
+        header.append(
+            f"step FLOPs: model {m.flops.model:,} (3 × forward) · hardware {m.flops.hardware:,} "
+            "(+ checkpoint recompute and the fused backward's extra QKᵀ)"
+        )
     tables = [
         course_table(m),
         states_table(m),
