@@ -110,3 +110,14 @@ def test_gpu_plain_prediction_has_no_cpu_extras(attention, checkpoint, precision
     cpu = predict_training_step(cfg, 7, 3, setup=setup, device="cpu", mode="plain")
     assert gpu == meta
     assert cpu.optimizer_step.peak > gpu.optimizer_step.peak
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("setup", EVERY, ids=lambda s: s.label)
+def test_plain_prediction_mid_size(setup):
+    # head_dim 64 and 4 heads (the flash kernel's blocks: qs = 32 < S = 96 = ks), qk-norm, untied
+    cfg = ModelConfig(
+        vocab_size=1000, context_length=96, num_layers=2, d_model=256, num_heads=4, d_ff=1024, qk_norm=True
+    )
+    measured = measure_step(cfg, 96, 2, device="cpu", setup=setup, method="allocator")
+    assert_same(measured, plain_cpu(cfg, 96, 2, setup))
