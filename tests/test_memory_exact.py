@@ -146,7 +146,7 @@ def test_memory_cli_measures_and_reports(run_cli, tmp_path):
     assert r.code == 0, r.err
     data = json.loads(r.out)
     for phase in ("forward", "backward", "optimizer_step"):
-        assert data["measured"][phase] == data["implementation_exact"]["step"][phase]
+        assert data["measured"][phase] == data["implementation_exact"]["step_traced"][phase]
     text = run_cli("memory", path, "-S", 7, "--measure", "meta").out
     assert "+0.0000%" in text and "largest batch that fits" in text
 
