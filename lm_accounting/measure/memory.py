@@ -7,8 +7,17 @@ from ..config import ModelConfig
 from ..setup import TrainingSetup
 
 
-def measure_step(cfg: ModelConfig, seq: int, batch: int = 1, dtype: str | None = None, device: str = "meta",
-                 optimizer: str | None = None, *, setup: TrainingSetup | None = None, method: str = "tracker"):
+def measure_step(
+    cfg: ModelConfig,
+    seq: int,
+    batch: int = 1,
+    dtype: str | None = None,
+    device: str = "meta",
+    optimizer: str | None = None,
+    *,
+    setup: TrainingSetup | None = None,
+    method: str = "tracker",
+):
     """The measured ``StepMemory`` of one steady-state training step of the live model.
 
     The model is built from ``cfg`` on ``device`` with ``setup`` (or, as before, ``dtype`` and
@@ -29,8 +38,7 @@ def measure_step(cfg: ModelConfig, seq: int, batch: int = 1, dtype: str | None =
         raise ValueError("the allocator measurement reads the CPU allocator: device must be 'cpu'")
     # Refused before torch builds anything: impossible tensors, deep models beyond the host-memory
     # bound, CPU runs over 80 % of MemAvailable, cuda without a GPU, bad names (see check_live_run).
-    check_live_run(cfg, seq, batch, device, "this training step", training=True, dtype=dtype,
-                   optimizer=setup.optimizer)
+    check_live_run(cfg, seq, batch, device, "this training step", training=True, dtype=dtype, optimizer=setup.optimizer)
 
     from ..model import cross_entropy
     from .step import build_step
