@@ -8,6 +8,7 @@ Bad input of any kind is reported on one line with exit code 2; a cross-check mi
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import difflib
 import functools
 import os
@@ -271,9 +272,8 @@ def crosscheck_cmd(
 @click.option(
     "--dtype",
     type=click.Choice(CLI_TRAINING_DTYPES),
-    default="fp32",
-    show_default=True,
-    help="Parameter/activation dtype (gradients and AdamW moments follow it).",
+    default=None,
+    help="Shorthand for --precision fp32|bf16 (pure; gradients and AdamW moments follow it).",
 )
 @click.option(
     "--optimizer",
@@ -290,20 +290,35 @@ def crosscheck_cmd(
     show_default=True,
     help="Also measure one training step of the live model.",
 )
+@setup_options
 def memory_cmd(
-    cfg: ModelConfig, context: int | None, batch: int, fmt: str, dtype: str, optimizer: str, budget: str, measure: str
+    cfg: ModelConfig,
+    context: int | None,
+    batch: int,
+    fmt: str,
+    dtype: str | None,
+    optimizer: str,
+    budget: str,
+    measure: str,
+    setup: Any,
 ) -> None:
     """Training memory: model states, activations, peak per phase (predicted vs measured), capacity."""
     from .analytic.memory_report import memory_account
     from .analytic.sizes import at_context
     from .units import parse_size
 
+    if dtype is not None and dtype != setup.param_dtype:
+        if dtype == "bf16" and setup.precision == "fp32":
+            setup = dataclasses.replace(setup, precision="bf16")
+        else:
+            raise AccountingError(f"--dtype {dtype} contradicts --precision {setup.precision}")
     run = at_context(cfg, context)
-    m = memory_account(run, run.context_length, batch, dtype, optimizer, parse_size(budget))
+    m = memory_account(run, run.context_length, batch, budget=parse_size(budget), setup=setup)
     if measure != "none":
         from .measure.memory import measure_step
 
-        m = m.with_measurement(measure_step(run, run.context_length, batch, dtype, measure, optimizer), device=measure)
+        got = measure_step(run, run.context_length, batch, device=measure, setup=setup)
+        m = m.with_measurement(got, device=measure)
     emit(m, fmt)
 
 
