@@ -1,6 +1,6 @@
 """One place for every name and default the tool accepts; the CLI's choices derive from here.
 
-No torch, no pandas.  The GPU table (with a source per figure) is ``analytic.training.GPUS``;
+No torch, no pandas.  The GPU table (with a source per figure) is ``gpus.GPUS``;
 component keys, labels and groups are ``components.REGISTRY``.
 """
 

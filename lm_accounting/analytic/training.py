@@ -16,92 +16,34 @@ Conventions:
 
 from __future__ import annotations
 
-import difflib
 import math
 from dataclasses import dataclass
 
 from ..config import AccountingError, ModelConfig, check_positive_int
+from ..gpus import ALIASES, gpu
+from ..gpus import GPUS as ALL_GPUS
 from ..names import STEP_FLOPS_METHODS
 from .flops import check_batch_seq, training_flops
 
 # -- peak dense throughput, FLOP/s --------------------------------------------
-# Exact ints in FLOP/s.  NVIDIA datasheets quote tensor-core figures "with sparsity"
-# (2:4 structured); the dense figure, used here, is half of that.  "fp32" is the
-# non-tensor-core FP32 rate; "tf32" is FP32 inputs on tensor cores (what
-# torch.backends.cuda.matmul.allow_tf32 enables); "bf16"/"fp16" accumulate in fp32.
+# The one GPU table is ``lm_accounting.gpus`` (memory, bandwidth, dense FLOP/s per dtype and the
+# interconnect, each figure with its datasheet).  ``GPUS`` here is its peak-FLOP/s view under the
+# names ``train-time`` has always accepted (a100 = the A100 80GB SXM, h100-sxm = the H100 SXM 80GB;
+# the 40 GB A100 has the same compute), plus every other GPU of the table under its own name.
+TRAINING_GPU_NAMES = ("a100", "h100-sxm", "h100-pcie", "h200", "v100", "rtx-4090", "l4")
 GPUS: dict[str, dict[str, int]] = {
-    # NVIDIA A100 Tensor Core GPU datasheet (SXM and PCIe, 40/80 GB): FP32 19.5 TFLOPS,
-    # TF32 156 (312 sparse), BF16 312 (624 sparse), FP16 312 (624 sparse).
-    "a100": {
-        "fp32": 19_500_000_000_000,
-        "tf32": 156_000_000_000_000,
-        "bf16": 312_000_000_000_000,
-        "fp16": 312_000_000_000_000,
-    },
-    # NVIDIA H100 datasheet, H100 SXM: FP32 67 TFLOPS, TF32 989 / BF16 1,979 / FP16 1,979
-    # with sparsity; dense values from the Hopper architecture whitepaper: TF32 494.7,
-    # BF16 989.4, FP16 989.4.
-    "h100-sxm": {
-        "fp32": 67_000_000_000_000,
-        "tf32": 494_700_000_000_000,
-        "bf16": 989_400_000_000_000,
-        "fp16": 989_400_000_000_000,
-    },
-    # NVIDIA H100 datasheet, H100 PCIe: FP32 51 TFLOPS, TF32 756 / BF16 1,513 / FP16 1,513
-    # with sparsity; dense = half: 378, 756 (1,513 / 2 = 756.5, rounded down), 756.
-    "h100-pcie": {
-        "fp32": 51_000_000_000_000,
-        "tf32": 378_000_000_000_000,
-        "bf16": 756_000_000_000_000,
-        "fp16": 756_000_000_000_000,
-    },
-    # NVIDIA H200 datasheet, H200 SXM: FP32 67 TFLOPS, TF32 989 / BF16 1,979 / FP16 1,979
-    # with sparsity: the same compute as H100 SXM (more and faster HBM3e only).
-    "h200": {
-        "fp32": 67_000_000_000_000,
-        "tf32": 494_700_000_000_000,
-        "bf16": 989_400_000_000_000,
-        "fp16": 989_400_000_000_000,
-    },
-    # NVIDIA Tesla V100 datasheet, V100 SXM2: single precision 15.7 TFLOPS, tensor
-    # performance 125 TFLOPS (fp16 inputs, fp32 accumulate).  No tf32, no bf16.
-    "v100": {"fp32": 15_700_000_000_000, "fp16": 125_000_000_000_000},
-    # NVIDIA Ada Lovelace architecture whitepaper, appendix table for GeForce RTX 4090:
-    # FP32 82.6 TFLOPS; TF32 tensor 82.6 dense (165.2 sparse); BF16 and FP16 tensor with
-    # FP32 accumulate 165.2 dense (330.4 sparse).  FP16 with FP16 accumulate is 330.3,
-    # but training accumulates in fp32, so 165.2 is used for fp16.
-    "rtx-4090": {
-        "fp32": 82_600_000_000_000,
-        "tf32": 82_600_000_000_000,
-        "bf16": 165_200_000_000_000,
-        "fp16": 165_200_000_000_000,
-    },
-    # NVIDIA L4 Tensor Core GPU datasheet: FP32 30.3 TFLOPS; TF32 120, BF16 242, FP16 242
-    # with sparsity; dense = half: 60, 121, 121.
-    "l4": {
-        "fp32": 30_300_000_000_000,
-        "tf32": 60_000_000_000_000,
-        "bf16": 121_000_000_000_000,
-        "fp16": 121_000_000_000_000,
-    },
+    **{name: dict(gpu(name).peak) for name in TRAINING_GPU_NAMES},
+    **{name: dict(g.peak) for name, g in ALL_GPUS.items() if name not in TRAINING_GPU_NAMES},
 }
-"""gpu -> compute dtype -> peak dense FLOP/s (exact int)."""
+"""gpu -> compute dtype -> peak dense FLOP/s (exact int), from ``lm_accounting.gpus``."""
+
+GPU_ALIASES = dict(ALIASES)
+"""Common short names (case does not matter): ``gpus.ALIASES``."""
 
 
-GPU_ALIASES = {"h100": "h100-sxm", "4090": "rtx-4090"}
-"""Common short names (case does not matter)."""
-
-
-def gpu_peak_flops(gpu: str, dtype: str) -> int:
-    """Peak dense FLOP/s of ``gpu`` for matmuls in ``dtype`` (see ``GPUS``)."""
-    gpu = GPU_ALIASES.get(gpu.lower(), gpu.lower())
-    if gpu not in GPUS:
-        close = difflib.get_close_matches(gpu, GPUS, n=1, cutoff=0.5)
-        hint = f"; did you mean '{close[0]}'?" if close else ""
-        raise AccountingError(f"unknown GPU '{gpu}'{hint} (valid: {', '.join(GPUS)})")
-    if dtype not in GPUS[gpu]:
-        raise AccountingError(f"GPU '{gpu}' has no '{dtype}' figure (valid: {', '.join(GPUS[gpu])})")
-    return GPUS[gpu][dtype]
+def gpu_peak_flops(gpu_name: str, dtype: str) -> int:
+    """Peak dense FLOP/s of ``gpu_name`` for matmuls in ``dtype`` (``gpus.gpu``; unknown: exit 2)."""
+    return gpu(gpu_name).peak_flops(dtype)
 
 
 # -- AdamW step FLOPs -----------------------------------------------------------
