@@ -17,6 +17,7 @@ from __future__ import annotations
 from ..breakdown import Breakdown, Item
 from ..config import AccountingError, ModelConfig
 from ..names import ADAMW_IMPLS, DEVICES, DTYPE_BYTES, TRAINING_DTYPES
+from .kv_cache import windowed_kv_cache_bytes
 from .params import parameter_breakdown
 
 
@@ -26,8 +27,9 @@ def weight_bytes(n_params: int, dtype: str) -> int:
 
 
 def kv_cache_bytes(cfg: ModelConfig, seq: int, batch: int, dtype: str) -> int:
-    """K and V for every layer and cached token: 2 · L · kv_heads · d_head · S · B · bytes."""
-    return 2 * cfg.num_layers * cfg.kv_dim * seq * batch * DTYPE_BYTES[dtype]
+    """K and V for every layer and cached token: 2 · L · kv_heads · d_head · S · B · bytes, a windowed
+    layer keeping only its window (``kv_cache.windowed_kv_cache_bytes``)."""
+    return windowed_kv_cache_bytes(cfg, seq, batch, dtype)
 
 
 # -- model states and the AdamW step -------------------------------------------
