@@ -14,7 +14,7 @@ from .analytic.flops import (
     windowed_attention_flops,
 )
 from .analytic.memory import kv_cache_bytes, weight_bytes
-from .analytic.params import parameter_breakdown
+from .analytic.params import active_parameter_count, parameter_breakdown
 from .analytic.sizes import at_context, check_batch_seq
 from .breakdown import Breakdown
 from .config import ModelConfig
@@ -40,8 +40,8 @@ TRAINING_ROWS = (  # key, label, attribute of TrainingFlops
     ("forward", "forward (matmuls)", "forward"),
     ("backward", "backward = 2 × forward", "backward"),
     ("step", "step = 3 × forward", "step"),
-    ("six_n_d", "6·N·D, N = all params", "six_nd"),
-    ("palm", "PaLM (6·N_matmul + 12·L·h·d_head·S)·D", "palm"),
+    ("six_n_d", "6·N·D, N = all params (active ones for MoE)", "six_nd"),
+    ("palm", "PaLM (6·N_matmul + 6·L·h·(d_head + d_v)·S)·D", "palm"),
 )
 
 
@@ -56,6 +56,7 @@ class Account(Result):
     seq: int
     preset_context: int  # the context length the preset or file gives (the run may differ)
     params: Breakdown
+    active_params: int  # parameters one token uses (= params.total unless a mixture of experts)
     forward: Breakdown
     nonmatmul: Breakdown
     causal_attention: int
@@ -135,7 +136,11 @@ class Account(Result):
             "batch": self.batch,
             "context": self.seq,
             "preset_context": self.preset_context,
-            "parameters": {**self.params.to_dict(), "weight_bytes": self.weight_bytes()},
+            "parameters": {
+                **self.params.to_dict(),
+                "active": self.active_params,
+                "weight_bytes": self.weight_bytes(),
+            },
             "forward_flops": {**self.forward.to_dict(), "per_layer_total": self.forward.per_layer_total},
             "attention_matmul_flops": {
                 "full": self.attention_matmuls,
@@ -163,6 +168,7 @@ def account(cfg: ModelConfig, seq: int | None = None, batch: int = 1) -> Account
         seq=seq,
         preset_context=cfg.context_length,
         params=parameter_breakdown(run),
+        active_params=active_parameter_count(run),
         forward=forward_flops(run, seq, batch),
         nonmatmul=nonmatmul_flops(run, seq, batch),
         causal_attention=causal_attention_flops(run, seq, batch),

@@ -30,6 +30,19 @@ from .breakdown import Breakdown, Item
 from .config import ModelConfig
 
 
+class Layers(NamedTuple):
+    """Which blocks a ``layers.*`` component occurs in: ``has(cfg, i)``, counted by ``count(cfg)``."""
+
+    symbol: str  # in the formula text: L·(...), L_moe·(...), L_dense·(...)
+    count: Callable[[ModelConfig], int]
+    has: Callable[[ModelConfig, int], bool]
+
+
+EVERY_LAYER = Layers("L", lambda cfg: cfg.num_layers, lambda cfg, i: True)
+DENSE_LAYERS = Layers("L_dense", lambda cfg: cfg.dense_layers, lambda cfg, i: not cfg.layer_moe(i))
+MOE_LAYERS = Layers("L_moe", lambda cfg: cfg.moe_layers, lambda cfg, i: cfg.layer_moe(i))
+
+
 class Formula(NamedTuple):
     """One quantity of one component: ``fn(z)`` per occurrence (per layer for ``layers.*``)."""
 
@@ -48,10 +61,15 @@ class Component:
     elementwise: Formula | None = None
     saved: Formula | None = None
     present: Callable[[ModelConfig], bool] = lambda cfg: True
+    layers: Layers = EVERY_LAYER  # for ``layers.*`` keys: the blocks it occurs in
 
     @property
     def per_layer(self) -> bool:
         return self.key.startswith("layers.*.")
+
+    def in_layer(self, cfg: ModelConfig, layer: int) -> bool:
+        """Whether block ``layer`` has this component (always False for a component outside the blocks)."""
+        return self.per_layer and self.present(cfg) and self.layers.has(cfg, layer)
 
 
 QUANTITIES = {  # quantity -> (breakdown title, unit)
@@ -110,6 +128,7 @@ def _bias(
     width: Callable[[ModelConfig], int],
     text: str,
     present: Callable[[ModelConfig], bool],
+    layers: Layers = EVERY_LAYER,
 ) -> Component:
     """A projection's bias (``key`` = the projection's path + ``.bias``): ``width`` parameters, and one add
     per output element, an elementwise FLOP (``fl.BIAS_PER_ELEMENT``) that no counter calls a matmul."""
@@ -118,6 +137,7 @@ def _bias(
         label,
         group,
         present=present,
+        layers=layers,
         params=Formula(lambda z: pa.bias_params(width(z.cfg)), text),
         elementwise=Formula(lambda z: fl.bias_add_flops(z.T, width(z.cfg)), f"T·{text}"),
     )
@@ -145,6 +165,102 @@ def _gelu_mlp(cfg: ModelConfig) -> bool:
 
 def _qkv_bias(cfg: ModelConfig) -> bool:
     return cfg.qkv_bias
+
+
+def _moe(cfg: ModelConfig) -> bool:
+    return cfg.moe
+
+
+def _not_mla(cfg: ModelConfig) -> bool:
+    return not cfg.mla
+
+
+def _q_lora(cfg: ModelConfig) -> bool:
+    return cfg.q_lora_rank is not None
+
+
+def _mla(cfg: ModelConfig) -> bool:
+    return cfg.mla
+
+
+def _projection(key: str, label: str, group: str, params: Callable[[ModelConfig], int], text: str, **kw) -> Component:
+    """A bias-free linear map on every token: ``params(cfg)`` weights and 2·T·params FLOPs."""
+    return Component(
+        key,
+        label,
+        group,
+        params=Formula(lambda z: params(z.cfg), text),
+        flops=Formula(lambda z: fl.projection_flops(z.T, params(z.cfg)), f"2·T·{text}"),
+        **kw,
+    )
+
+
+def _rmsnorm(key: str, label: str, width: Callable[[ModelConfig], int], text: str, **kw) -> Component:
+    """An RMSNorm gain of ``width(cfg)`` over every token (MLA's latent norms)."""
+    return Component(
+        key,
+        label,
+        "norms",
+        params=Formula(lambda z: pa.rmsnorm_params(width(z.cfg)), text),
+        elementwise=Formula(lambda z: fl.rmsnorm_flops(z.T, width(z.cfg)), f"4·T·{text}"),
+        **kw,
+    )
+
+
+def _rope_width(cfg: ModelConfig) -> int:
+    """Elements RoPE rotates per token: every Q and K head's d_head, (h + kv)·d_head; under latent
+    attention the RoPE part of each Q head and the one shared RoPE key, (h + 1)·qk_rope_head_dim."""
+    if cfg.mla:
+        return (cfg.num_heads + 1) * cfg.rope_dim
+    return cfg.q_dim + cfg.kv_dim
+
+
+def _expert_swiglu(
+    prefix: str,
+    label: str,
+    width: Callable[[ModelConfig], int],
+    rows: Callable[[Sizes], int],
+    text: str,
+    rows_text: str,
+    present: Callable[[ModelConfig], bool],
+    count: Callable[[ModelConfig], int],
+    count_text: str,
+) -> tuple[Component, ...]:
+    """W1, W2, W3, SiLU and gate of a SwiGLU of hidden ``width`` run on ``rows(z)`` token rows, with
+    ``count(cfg)`` copies of its weights (E routed experts; 1 for the shared experts' one MLP)."""
+
+    def matrix(name: str, what: str) -> Component:
+        return Component(
+            f"{prefix}.{name}",
+            f"{label} {name.upper()} ({what})",
+            "ffn",
+            present=present,
+            layers=MOE_LAYERS,
+            params=Formula(lambda z: count(z.cfg) * z.cfg.d_model * width(z.cfg), f"{count_text}d·{text}"),
+            flops=Formula(lambda z: fl.matmul_flops(rows(z), z.cfg.d_model, width(z.cfg)), f"2·{rows_text}·d·{text}"),
+        )
+
+    return (
+        matrix("w1", "gate"),
+        matrix("w2", "down"),
+        matrix("w3", "up"),
+        Component(
+            f"{prefix}.silu",
+            f"{label} SiLU",
+            "ffn",
+            present=present,
+            layers=MOE_LAYERS,
+            elementwise=Formula(lambda z: fl.silu_flops(rows(z), width(z.cfg)), f"4·{rows_text}·{text}"),
+        ),
+        Component(
+            f"{prefix}.gate",
+            f"{label} gating product",
+            "ffn",
+            present=present,
+            layers=MOE_LAYERS,
+            elementwise=Formula(lambda z: fl.gate_flops(rows(z), width(z.cfg)), f"{rows_text}·{text}"),
+        ),
+    )
 
 
 def _gated_bias(cfg: ModelConfig) -> bool:
@@ -207,6 +323,7 @@ REGISTRY: tuple[Component, ...] = (
         "layers.*.attn.q_proj",
         "Q projection",
         "attention projections",
+        present=lambda cfg: cfg.q_lora_rank is None,
         params=Formula(lambda z: pa.q_proj_params(z.cfg), "d·h·d_head"),
         flops=Formula(lambda z: fl.q_proj_flops(z.cfg, z.T), "2·T·d·h·d_head"),
         saved=Formula(
@@ -227,6 +344,7 @@ REGISTRY: tuple[Component, ...] = (
         "layers.*.attn.k_proj",
         "K projection",
         "attention projections",
+        present=_not_mla,
         params=Formula(lambda z: pa.kv_proj_params(z.cfg), "d·kv·d_head"),
         flops=Formula(lambda z: fl.kv_proj_flops(z.cfg, z.T), "2·T·d·kv·d_head"),
         saved=Formula(
@@ -247,6 +365,7 @@ REGISTRY: tuple[Component, ...] = (
         "layers.*.attn.v_proj",
         "V projection",
         "attention projections",
+        present=_not_mla,
         params=Formula(lambda z: pa.kv_proj_params(z.cfg), "d·kv·d_head"),
         flops=Formula(lambda z: fl.kv_proj_flops(z.cfg, z.T), "2·T·d·kv·d_head"),
         saved=Formula(
@@ -262,6 +381,40 @@ REGISTRY: tuple[Component, ...] = (
         lambda cfg: cfg.kv_dim,
         "kv·d_head",
         _qkv_bias,
+    ),
+    _projection(
+        "layers.*.attn.q_a_proj",
+        "Q down-projection (MLA)",
+        "attention projections",
+        pa.q_a_proj_params,
+        "d·r_q",
+        present=_q_lora,
+    ),
+    _rmsnorm("layers.*.attn.q_a_norm", "Q latent RMSNorm (MLA)", lambda cfg: cfg.q_lora_rank, "r_q", present=_q_lora),
+    _projection(
+        "layers.*.attn.q_b_proj",
+        "Q up-projection (MLA)",
+        "attention projections",
+        pa.q_b_proj_params,
+        "r_q·h·(d_nope + d_rope)",
+        present=_q_lora,
+    ),
+    _projection(
+        "layers.*.attn.kv_a_proj",
+        "KV down-projection + RoPE key (MLA)",
+        "attention projections",
+        pa.kv_a_proj_params,
+        "d·(r_kv + d_rope)",
+        present=_mla,
+    ),
+    _rmsnorm("layers.*.attn.kv_a_norm", "KV latent RMSNorm (MLA)", lambda cfg: cfg.kv_lora_rank, "r_kv", present=_mla),
+    _projection(
+        "layers.*.attn.kv_b_proj",
+        "KV up-projection (MLA)",
+        "attention projections",
+        pa.kv_b_proj_params,
+        "r_kv·h·(d_nope + d_v)",
+        present=_mla,
     ),
     Component(
         "layers.*.attn.output_proj",
@@ -304,7 +457,10 @@ REGISTRY: tuple[Component, ...] = (
         "RoPE on Q and K",
         "attention",
         present=_rope,
-        elementwise=Formula(lambda z: fl.rope_flops(z.T, z.cfg.q_dim + z.cfg.kv_dim), "3·T·(h+kv)·d_head"),
+        elementwise=Formula(
+            lambda z: fl.rope_flops(z.T, _rope_width(z.cfg)),
+            lambda cfg: "3·T·(h+1)·d_rope" if cfg.mla else "3·T·(h+kv)·d_head",
+        ),
         saved=Formula(act.rope_saved_bytes, "none: T·(h+kv)·d_head·h + 2·S·d_head·h", "rotated Q, K and cos/sin rows"),
     ),
     Component(
@@ -373,54 +529,60 @@ REGISTRY: tuple[Component, ...] = (
         "layers.*.ffn.w1",
         "FFN W1 (gate)",
         "ffn",
+        layers=DENSE_LAYERS,
         present=_gated,
         params=Formula(lambda z: pa.ffn_matrix_params(z.cfg), "d·d_ff"),
         flops=Formula(lambda z: fl.ffn_matrix_flops(z.cfg, z.T), "2·T·d·d_ff"),
         saved=Formula(lambda z: act.ffn_saved_bytes(z, "w1"), "T·d_ff·h (+ amp: n_W·2 + T·d·2)", "FFN W1"),
     ),
-    _bias("layers.*.ffn.w1.bias", "FFN W1 bias", "ffn", lambda cfg: cfg.d_ff, "d_ff", _gated_bias),
+    _bias("layers.*.ffn.w1.bias", "FFN W1 bias", "ffn", lambda cfg: cfg.d_ff, "d_ff", _gated_bias, DENSE_LAYERS),
     Component(
         "layers.*.ffn.w2",
         "FFN W2 (down)",
         "ffn",
+        layers=DENSE_LAYERS,
         present=_gated,
         params=Formula(lambda z: pa.ffn_matrix_params(z.cfg), "d_ff·d"),
         flops=Formula(lambda z: fl.ffn_matrix_flops(z.cfg, z.T), "2·T·d_ff·d"),
         saved=Formula(lambda z: act.ffn_saved_bytes(z, "w2"), "amp: n_W·2; selective: T·d·h", "FFN W2"),
     ),
-    _bias("layers.*.ffn.w2.bias", "FFN W2 bias", "ffn", lambda cfg: cfg.d_model, "d", _gated_bias),
+    _bias("layers.*.ffn.w2.bias", "FFN W2 bias", "ffn", lambda cfg: cfg.d_model, "d", _gated_bias, DENSE_LAYERS),
     Component(
         "layers.*.ffn.w3",
         "FFN W3 (up)",
         "ffn",
+        layers=DENSE_LAYERS,
         present=_gated,
         params=Formula(lambda z: pa.ffn_matrix_params(z.cfg), "d·d_ff"),
         flops=Formula(lambda z: fl.ffn_matrix_flops(z.cfg, z.T), "2·T·d·d_ff"),
         saved=Formula(lambda z: act.ffn_saved_bytes(z, "w3"), "T·d_ff·h (+ amp: n_W·2 + T·d·2)", "FFN W3"),
     ),
-    _bias("layers.*.ffn.w3.bias", "FFN W3 bias", "ffn", lambda cfg: cfg.d_ff, "d_ff", _gated_bias),
+    _bias("layers.*.ffn.w3.bias", "FFN W3 bias", "ffn", lambda cfg: cfg.d_ff, "d_ff", _gated_bias, DENSE_LAYERS),
     Component(
         "layers.*.ffn.fc",
         "FFN fc (up, GELU MLP)",
         "ffn",
+        layers=DENSE_LAYERS,
         present=_gelu_mlp,
         params=Formula(lambda z: pa.ffn_matrix_params(z.cfg), "d·d_ff"),
         flops=Formula(lambda z: fl.ffn_matrix_flops(z.cfg, z.T), "2·T·d·d_ff"),
     ),
-    _bias("layers.*.ffn.fc.bias", "FFN fc bias", "ffn", lambda cfg: cfg.d_ff, "d_ff", _gelu_bias),
+    _bias("layers.*.ffn.fc.bias", "FFN fc bias", "ffn", lambda cfg: cfg.d_ff, "d_ff", _gelu_bias, DENSE_LAYERS),
     Component(
         "layers.*.ffn.proj",
         "FFN proj (down, GELU MLP)",
         "ffn",
+        layers=DENSE_LAYERS,
         present=_gelu_mlp,
         params=Formula(lambda z: pa.ffn_matrix_params(z.cfg), "d_ff·d"),
         flops=Formula(lambda z: fl.ffn_matrix_flops(z.cfg, z.T), "2·T·d_ff·d"),
     ),
-    _bias("layers.*.ffn.proj.bias", "FFN proj bias", "ffn", lambda cfg: cfg.d_model, "d", _gelu_bias),
+    _bias("layers.*.ffn.proj.bias", "FFN proj bias", "ffn", lambda cfg: cfg.d_model, "d", _gelu_bias, DENSE_LAYERS),
     Component(
         "layers.*.ffn.silu",
         "SiLU",
         "ffn",
+        layers=DENSE_LAYERS,
         present=lambda cfg: cfg.mlp == "swiglu",
         elementwise=Formula(lambda z: fl.silu_flops(z.T, z.cfg.d_ff), "4·T·d_ff"),
         saved=Formula(lambda z: act.ffn_saved_bytes(z, "silu"), "none: 2·T·d_ff·h", "sigmoid and SiLU outputs"),
@@ -429,6 +591,7 @@ REGISTRY: tuple[Component, ...] = (
         "layers.*.ffn.gelu",
         "GELU (tanh approximation)",
         "ffn",
+        layers=DENSE_LAYERS,
         present=lambda cfg: cfg.mlp != "swiglu",
         elementwise=Formula(lambda z: fl.gelu_flops(z.T, z.cfg.d_ff), "9·T·d_ff"),
     ),
@@ -436,9 +599,52 @@ REGISTRY: tuple[Component, ...] = (
         "layers.*.ffn.gate",
         "gating product",
         "ffn",
+        layers=DENSE_LAYERS,
         present=_gated,
         elementwise=Formula(lambda z: fl.gate_flops(z.T, z.cfg.d_ff), "T·d_ff"),
         saved=Formula(lambda z: act.ffn_saved_bytes(z, "gate"), "none: T·d_ff·h", "gated product"),
+    ),
+    _projection("layers.*.moe.router", "MoE router", "ffn", pa.router_params, "d·E", present=_moe, layers=MOE_LAYERS),
+    Component(
+        "layers.*.moe.router.scores",
+        "router scores (softmax over E)",
+        "ffn",
+        present=_moe,
+        layers=MOE_LAYERS,
+        elementwise=Formula(lambda z: fl.softmax_flops(z.T * z.cfg.num_experts), "5·T·E"),
+    ),
+    *_expert_swiglu(
+        "layers.*.moe.experts",
+        "routed experts",
+        lambda cfg: cfg.expert_width,
+        lambda z: z.T * z.cfg.experts_per_token,
+        "d_e",
+        "T·k",
+        _moe,
+        lambda cfg: cfg.num_experts,
+        "E·",
+    ),
+    *_expert_swiglu(
+        "layers.*.moe.shared",
+        "shared experts",
+        lambda cfg: cfg.shared_width,
+        lambda z: z.T,
+        "n_s·d_s",
+        "T",
+        lambda cfg: cfg.moe and cfg.shared_experts > 0,
+        lambda cfg: 1,
+        "",
+    ),
+    Component(
+        "layers.*.moe.combine",
+        "expert outputs × router weights, summed",
+        "ffn",
+        present=_moe,
+        layers=MOE_LAYERS,
+        elementwise=Formula(
+            lambda z: fl.expert_combine_flops(z.T, z.cfg),
+            lambda cfg: "2·T·k·d + T·d" if cfg.shared_experts else "2·T·k·d",
+        ),
     ),
     Component(
         "layers.*.post_ffn_norm",
@@ -483,6 +689,14 @@ FLOP_GROUPS = tuple(dict.fromkeys(c.group for c in REGISTRY if c.flops))
 """The groups of the forward matmul FLOPs, in order: attention projections, attention matmuls, ffn, lm head."""
 
 
+def component(key: str) -> Component:
+    """The registry entry with this key."""
+    for c in REGISTRY:
+        if c.key == key:
+            return c
+    raise KeyError(key)
+
+
 def components(cfg: ModelConfig, quantity: str) -> list[Component]:
     """The components of ``cfg`` that contribute to ``quantity``, in registry order."""
     return [c for c in REGISTRY if getattr(c, quantity) is not None and c.present(cfg)]
@@ -491,17 +705,20 @@ def components(cfg: ModelConfig, quantity: str) -> list[Component]:
 def breakdown(quantity: str, z: Sizes) -> Breakdown:
     """One quantity, per component: a per-layer component's total is L × its per-layer value."""
     title, unit = QUANTITIES[quantity]
-    L = z.cfg.num_layers
     items = []
     for c in components(z.cfg, quantity):
         formula: Formula = getattr(c, quantity)
+        L = c.layers.count(z.cfg)
+        if c.per_layer and not L:
+            continue  # e.g. the dense FFN of a model whose every layer is a mixture of experts
         n = formula.fn(z)
         if quantity == "saved" and n == 0:
             continue  # kept nothing under this setup (e.g. the mask with sdpa, every norm when checkpointed)
         label = formula.label or (c.label(z.cfg) if callable(c.label) else c.label)
         text = formula.text(z.cfg) if callable(formula.text) else formula.text
         if c.per_layer:
-            items.append(Item(c.key, label, c.group, n * L, n, f"L·({text})"))
+            symbol = "L" if L == z.cfg.num_layers else c.layers.symbol
+            items.append(Item(c.key, label, c.group, n * L, n, f"{symbol}·({text})"))
         else:
             items.append(Item(c.key, label, c.group, n, None, text))
     return Breakdown(title, unit, tuple(items))

@@ -124,6 +124,20 @@ class ModelConfig:
     sliding_window: int | None = None
     full_attention_every: int | None = None
     scale_embeddings: bool = False
+    # -- mixture of experts (None: a dense FFN in every layer; see MOE_FIELDS) --
+    num_experts: int | None = None
+    experts_per_token: int | None = None
+    expert_d_ff: int | None = None
+    shared_experts: int = 0
+    shared_expert_d_ff: int | None = None
+    dense_layers_first: int = 0
+    moe_every: int = 1
+    # -- multi-head latent attention, DeepSeek-V2/V3 (None: Q/K/V projections; see MLA_FIELDS) --
+    kv_lora_rank: int | None = None
+    q_lora_rank: int | None = None
+    qk_nope_head_dim: int | None = None
+    qk_rope_head_dim: int | None = None
+    v_head_dim: int | None = None
     name: str = "custom"
     ignored_fields: tuple[str, ...] = dataclasses.field(default=(), compare=False)
     """Fields of a Hugging Face config.json that were read and ignored because they change no count
@@ -151,7 +165,10 @@ class ModelConfig:
         for key, allowed in ARCHITECTURE_CHOICES.items():
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"{key} must be one of {', '.join(allowed)}, got {short_repr(getattr(self, key))}")
-        for key in ("max_position_embeddings", "sliding_window", "full_attention_every"):
+        for key in ("max_position_embeddings", "sliding_window", "full_attention_every", *MOE_FIELDS, *MLA_FIELDS):
+            if key in ("shared_experts", "dense_layers_first"):
+                check_nonnegative_int(key, getattr(self, key))
+                continue
             if getattr(self, key) is not None:
                 check_positive_int(key, getattr(self, key), ConfigError)
         if not isinstance(self.ignored_fields, tuple) or not all(isinstance(f, str) for f in self.ignored_fields):
@@ -163,14 +180,59 @@ class ModelConfig:
             raise ConfigError(f"name is {len(self.name):,} characters long; at most {MAX_NAME_CHARS} are allowed")
         if any(ord(ch) < 32 or ord(ch) == 127 for ch in self.name):
             raise ConfigError(f"name must not contain control characters, got {short_repr(self.name)}")
-        if self.head_dim is None and self.d_model % self.num_heads:
+        if self.head_dim is None and not self.mla and self.d_model % self.num_heads:
             raise ConfigError(
                 f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}; give head_dim explicitly"
             )
         if self.num_heads % self.kv_heads:
             raise ConfigError(f"num_heads={self.num_heads} is not divisible by num_kv_heads={self.kv_heads}")
-        if self.positions == "rope" and self.d_head % 2:
-            raise ConfigError(f"head_dim={self.d_head} is odd; RoPE rotates pairs of dimensions")
+        if self.positions == "rope" and self.rope_dim % 2:
+            raise ConfigError(f"the RoPE dimension {self.rope_dim} is odd; RoPE rotates pairs of dimensions")
+        self._check_moe()
+        self._check_mla()
+
+    def _check_moe(self) -> None:
+        moe = [k for k in MOE_FIELDS if getattr(self, k) != MOE_DEFAULTS[k]]
+        if self.num_experts is None:
+            if moe:
+                raise ConfigError(f"{moe[0]} applies only to a mixture of experts (set num_experts)")
+            return
+        if self.experts_per_token is None:
+            raise ConfigError("a mixture of experts needs experts_per_token (top-k)")
+        if self.experts_per_token > self.num_experts:
+            raise ConfigError(f"experts_per_token={self.experts_per_token} exceeds num_experts={self.num_experts}")
+        if self.shared_expert_d_ff is not None and not self.shared_experts:
+            raise ConfigError("shared_expert_d_ff applies only with shared_experts >= 1")
+        if self.mlp != "swiglu":
+            raise ConfigError("a mixture of experts is modelled with SwiGLU experts only (mlp = swiglu)")
+        if self.mlp_bias:
+            raise ConfigError("a mixture of experts is modelled without MLP biases")
+        if not self.moe_layers:
+            raise ConfigError(
+                f"no layer is a mixture of experts (num_layers={self.num_layers}, "
+                f"dense_layers_first={self.dense_layers_first}, moe_every={self.moe_every})"
+            )
+
+    def _check_mla(self) -> None:
+        mla = [k for k in MLA_FIELDS if getattr(self, k) is not None]
+        if self.kv_lora_rank is None:
+            if mla:
+                raise ConfigError(f"{mla[0]} applies only to latent attention (set kv_lora_rank)")
+            return
+        for key in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+            if getattr(self, key) is None:
+                raise ConfigError(f"latent attention (kv_lora_rank) needs {key}")
+        if self.head_dim is not None:
+            raise ConfigError(
+                "latent attention sizes its heads with qk_nope_head_dim, qk_rope_head_dim and v_head_dim; "
+                "leave head_dim out"
+            )
+        if self.kv_heads != self.num_heads:
+            raise ConfigError("latent attention has one key/value head per query head (leave num_kv_heads out)")
+        if self.positions != "rope" or self.qk_norm or self.qkv_bias or self.sliding_window is not None:
+            raise ConfigError(
+                "latent attention is modelled as DeepSeek's: RoPE, no qk-norm, no Q/K/V biases, no sliding window"
+            )
 
     def _check_architecture(self) -> None:
         """The options that only make sense together (one line each)."""
@@ -202,8 +264,77 @@ class ModelConfig:
 
     @property
     def d_head(self) -> int:
-        """Size of one attention head (``head_dim``, default ``d_model // num_heads``)."""
+        """Size of one query/key head (``head_dim``, default ``d_model // num_heads``; with latent attention
+        ``qk_nope_head_dim + qk_rope_head_dim``)."""
+        if self.mla:
+            return self.qk_nope_head_dim + self.qk_rope_head_dim
         return self.d_model // self.num_heads if self.head_dim is None else self.head_dim
+
+    @property
+    def v_head(self) -> int:
+        """Size of one value head: ``d_head``, or ``v_head_dim`` with latent attention."""
+        return self.v_head_dim if self.mla else self.d_head
+
+    @property
+    def o_dim(self) -> int:
+        """Width of the attention output (the output projection's input), ``num_heads * v_head``."""
+        return self.num_heads * self.v_head
+
+    @property
+    def rope_dim(self) -> int:
+        """Dimensions of a head that RoPE rotates: ``d_head``, or ``qk_rope_head_dim`` with latent attention."""
+        return self.qk_rope_head_dim if self.mla else self.d_head
+
+    @property
+    def mla(self) -> bool:
+        """Multi-head latent attention (DeepSeek-V2/V3): ``kv_lora_rank`` is set."""
+        return self.kv_lora_rank is not None
+
+    @property
+    def kv_cache_width(self) -> int:
+        """Elements cached per token per layer at inference: K and V, ``2 · kv_heads · d_head``; with latent
+        attention the compressed latent and the shared RoPE key, ``kv_lora_rank + qk_rope_head_dim``
+        (DeepSeek-V2 §2.1.2; transformers v5 caches exactly these, before ``kv_b_proj``)."""
+        if self.mla:
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * self.kv_dim
+
+    # -- mixture of experts --------------------------------------------------
+    @property
+    def moe(self) -> bool:
+        return self.num_experts is not None
+
+    def layer_moe(self, layer: int) -> bool:
+        """Whether layer ``layer`` (0-based) has the mixture of experts instead of a dense FFN: from
+        ``dense_layers_first`` on (DeepSeek's ``first_k_dense_replace``), every ``moe_every``-th layer
+        (Qwen's ``decoder_sparse_step``: ``(i + 1) % step == 0``)."""
+        return self.moe and layer >= self.dense_layers_first and (layer + 1) % self.moe_every == 0
+
+    @property
+    def moe_layers(self) -> int:
+        """How many layers ``layer_moe``: the i in [first, L) with (i + 1) % n == 0, counted as
+        ⌊L/n⌋ − ⌊first/n⌋ (0 for a dense model)."""
+        if not self.moe:
+            return 0
+        first = min(self.dense_layers_first, self.num_layers)
+        return self.num_layers // self.moe_every - first // self.moe_every
+
+    @property
+    def dense_layers(self) -> int:
+        """Layers with a dense FFN: ``num_layers - moe_layers``."""
+        return self.num_layers - self.moe_layers
+
+    @property
+    def expert_width(self) -> int:
+        """Hidden width of one routed expert (``expert_d_ff``, default ``d_ff``)."""
+        return self.d_ff if self.expert_d_ff is None else self.expert_d_ff
+
+    @property
+    def shared_width(self) -> int:
+        """Hidden width of all shared experts together, ``shared_experts · shared_expert_d_ff`` (each
+        defaulting to ``expert_width``): DeepSeek runs them as one MLP of that width."""
+        each = self.expert_width if self.shared_expert_d_ff is None else self.shared_expert_d_ff
+        return self.shared_experts * each
 
     @property
     def q_dim(self) -> int:
@@ -280,6 +411,10 @@ class ModelConfig:
             out.append("sliding-window attention")
         if self.scale_embeddings:
             out.append("scaled embeddings")
+        if self.moe:
+            out.append("mixture of experts")
+        if self.mla:
+            out.append("latent attention (MLA)")
         return out
 
     def course_twin(self) -> ModelConfig:
@@ -298,6 +433,8 @@ class ModelConfig:
             "sliding_window",
             "full_attention_every",
             "scale_embeddings",
+            *MOE_FIELDS,
+            *MLA_FIELDS,
         )
         defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig) if f.name in arch}
         return dataclasses.replace(self, **defaults)
@@ -326,11 +463,21 @@ class ModelConfig:
             parts.append(f"window {self.sliding_window:,} ({every})")
         if self.scale_embeddings:
             parts.append("embeddings ×√d")
+        if self.mla:
+            q = f"q rank {self.q_lora_rank:,}, " if self.q_lora_rank else ""
+            parts.append(f"MLA ({q}kv rank {self.kv_lora_rank:,})")
+        if self.moe:
+            shared = f" + {self.shared_experts} shared" if self.shared_experts else ""
+            parts.append(f"MoE {self.num_experts} experts, top-{self.experts_per_token}{shared}")
         return " · ".join(parts)
 
     @property
     def family(self) -> str:
         """The architecture family in words: which published model these options describe."""
+        if self.mla:
+            return "DeepSeek-style (MLA + MoE)" if self.moe else "DeepSeek-style (MLA)"
+        if self.moe and self.unsupported_for_replay() == ["mixture of experts"]:
+            return "MoE (Mixtral-style)" if not self.qk_norm else "MoE (Qwen3-MoE-style)"
         if self.course_architecture:
             return "course (Llama-style)" if not self.qk_norm else "course + qk-norm (Qwen3-style)"
         if self.positions == "learned" and self.norm == "layernorm" and self.mlp == "gelu":
@@ -382,6 +529,18 @@ FIELD_TYPES: dict[str, type] = {
     "sliding_window": int,
     "full_attention_every": int,
     "scale_embeddings": bool,
+    "num_experts": int,
+    "experts_per_token": int,
+    "expert_d_ff": int,
+    "shared_experts": int,
+    "shared_expert_d_ff": int,
+    "dense_layers_first": int,
+    "moe_every": int,
+    "kv_lora_rank": int,
+    "q_lora_rank": int,
+    "qk_nope_head_dim": int,
+    "qk_rope_head_dim": int,
+    "v_head_dim": int,
     "name": str,
 }
 """Type of each ``ModelConfig`` field as written in TOML or ``--set`` (one entry per field;
@@ -411,6 +570,40 @@ Booleans: ``qkv_bias`` (Q, K and V projections), ``output_bias`` (attention outp
 ``mlp_bias`` (every FFN matrix), ``scale_embeddings`` (Gemma: token embeddings × √d_model).
 ``sliding_window`` (keys a windowed query sees, itself included) with ``full_attention_every`` (None:
 every layer windowed, Mistral; n: every n-th layer full, Gemma 2 n = 2, Gemma 3 n = 6)."""
+
+
+MOE_DEFAULTS: dict[str, Any] = {
+    "num_experts": None,
+    "experts_per_token": None,
+    "expert_d_ff": None,
+    "shared_experts": 0,
+    "shared_expert_d_ff": None,
+    "dense_layers_first": 0,
+    "moe_every": 1,
+}
+"""The mixture-of-experts options and their defaults (a dense model).  ``num_experts`` routed experts, each a
+SwiGLU of width ``expert_d_ff`` (default ``d_ff``); a router (a d -> E linear map on every token) picks
+``experts_per_token`` (top-k) of them per token; ``shared_experts`` run on every token (together one SwiGLU of
+width ``shared_experts · shared_expert_d_ff``, as DeepSeek builds them); the first ``dense_layers_first``
+layers keep a dense FFN of width ``d_ff`` (DeepSeek's ``first_k_dense_replace``), and from there every
+``moe_every``-th layer is sparse (Qwen's ``decoder_sparse_step``)."""
+MOE_FIELDS = tuple(MOE_DEFAULTS)
+
+MLA_FIELDS = ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+"""Multi-head latent attention (DeepSeek-V2, arXiv:2405.04434 §2.1): queries through an optional low-rank
+``q_lora_rank`` bottleneck (with an RMSNorm), keys and values from one ``kv_lora_rank`` latent (with an
+RMSNorm) plus one shared RoPE key of ``qk_rope_head_dim``; per head, Q and K have
+``qk_nope_head_dim + qk_rope_head_dim`` dimensions and V has ``v_head_dim``."""
+
+
+def check_nonnegative_int(name: str, value: Any, error: type[AccountingError] = ConfigError) -> None:
+    """An int in [0, 10^18]."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise error(f"{name} must be an integer, got {short_repr(value)}")
+    if value < 0:
+        raise error(f"{name} must be zero or positive, got {short_repr(value)}")
+    if value > MAX_SIZE:
+        raise error(f"{name} = {_sci(value)} is beyond the supported {_sci(MAX_SIZE)}")
 
 
 def check_positive_int(

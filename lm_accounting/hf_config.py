@@ -41,15 +41,25 @@ from typing import Any
 
 from .config import MAX_SIZE, ConfigError, ModelConfig, read_config_text, short_repr
 
-SUPPORTED_MODEL_TYPES = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3", "olmo2")
+SUPPORTED_MODEL_TYPES = (
+    "gpt2",
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen3",
+    "qwen3_moe",
+    "gemma2",
+    "gemma3_text",
+    "phi3",
+    "olmo2",
+    "deepseek_v2",
+    "deepseek_v3",
+)
 LATER_MODEL_TYPES = {
-    "mixtral": "mixture of experts",
-    "qwen3_moe": "mixture of experts",
-    "qwen2_moe": "mixture of experts",
-    "deepseek_v2": "mixture of experts and multi-head latent attention (MLA)",
-    "deepseek_v3": "mixture of experts and multi-head latent attention (MLA)",
+    "qwen2_moe": "a shared expert behind its own sigmoid gate (shared_expert_gate)",
 }
-"""Known model types that need the MoE/MLA architecture options (issue 10, slice 2)."""
+"""Known model types with a piece not modelled yet, refused with a line saying what."""
 
 IGNORED_EVERYWHERE = frozenset(
     [
@@ -132,6 +142,27 @@ generation settings, initialisation, dropout (off in a forward count), RoPE scal
 not the shapes), tensor-parallel hints, and the storage format of weights (``quantization_config``: the
 parameter count is the same; bytes per parameter are the memory commands' ``--dtype``)."""
 
+_DEEPSEEK_ROUTING = (
+    "n_group",
+    "topk_group",
+    "topk_method",
+    "routed_scaling_factor",
+    "norm_topk_prob",
+    "scoring_func",
+    "aux_loss_alpha",
+    "seq_aux",
+    "output_router_logits",
+    "router_aux_loss_coef",
+    "ep_size",
+    "rope_interleave",
+    "num_nextn_predict_layers",
+    "num_mtp_layers",
+)
+"""DeepSeek fields that change which experts a token picks, or how their outputs are scaled, but not how many
+(group-limited routing, scaling factors, auxiliary losses, expert-parallel hints, the interleaved RoPE layout),
+and the multi-token-prediction module, which transformers does not build (so neither do we: DeepSeek-V3's
+671B excludes its 14B MTP layer)."""
+
 IGNORED_BY_TYPE = {
     "gpt2": frozenset(
         [
@@ -150,6 +181,10 @@ IGNORED_BY_TYPE = {
     "gemma3_text": frozenset(
         ["attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar", "rope_local_base_freq"]
     ),
+    "mixtral": frozenset(["router_jitter_noise", "output_router_logits", "router_aux_loss_coef"]),
+    "qwen3_moe": frozenset(["norm_topk_prob", "output_router_logits", "router_aux_loss_coef"]),
+    "deepseek_v2": frozenset(_DEEPSEEK_ROUTING),
+    "deepseek_v3": frozenset(_DEEPSEEK_ROUTING),
 }
 """Per model type: soft-capping (a tanh on logits), the attention scale (a different constant), GPT-2's
 alternative scalings and its sequence-summary head (used only by GPT2DoubleHeadsModel)."""
@@ -462,16 +497,94 @@ def _olmo2(f: _Fields) -> dict[str, Any]:
     }
 
 
+def _experts(f: _Fields, count: str, width: str | None) -> dict[str, Any]:
+    """The routed experts: ``count`` of them (the field's name differs by family), top-k from
+    ``num_experts_per_tok``, each of width ``width`` (absent for Mixtral, whose experts have the dense
+    ``intermediate_size``)."""
+    return {
+        "num_experts": f.int(count),
+        "experts_per_token": f.int("num_experts_per_tok"),
+        "expert_d_ff": None if width is None else f.int(width),
+    }
+
+
+def _mixtral(f: _Fields) -> dict[str, Any]:
+    return {
+        **_common(f, tie_default=False),
+        "mlp": _only_swiglu(f, "hidden_act"),
+        **_experts(f, "num_local_experts", None),
+        **_window(f, default_every=None),
+    }
+
+
+def _qwen3_moe(f: _Fields) -> dict[str, Any]:
+    """Qwen3-MoE: Qwen3 attention; layer i is sparse when (i + 1) % decoder_sparse_step == 0 and i is
+    not in mlp_only_layers (only an empty list is modelled); a dense layer has ``intermediate_size``."""
+    only = f.raw("mlp_only_layers")
+    if only not in (None, []):
+        raise f.error("field 'mlp_only_layers' is not supported: only an empty list (every sparse step a MoE layer)")
+    return {
+        **_qwen3(f),
+        **_experts(f, "num_experts", "moe_intermediate_size"),
+        "moe_every": f.int("decoder_sparse_step", 1),
+    }
+
+
+def _deepseek(f: _Fields, version: int) -> dict[str, Any]:
+    """DeepSeek-V2/V3: latent attention and a mixture of experts with shared experts after
+    ``first_k_dense_replace`` dense layers.  Traps: ``head_dim`` here is the RoPE part of a head only
+    (transformers sets it to ``qk_rope_head_dim``); ``n_routed_experts`` (alias ``num_local_experts``)."""
+    out = _common(f, tie_default=False)
+    heads = out["num_heads"]
+    if out["num_kv_heads"] not in (None, heads):
+        raise f.error("field 'num_key_value_heads' must equal num_attention_heads for latent attention")
+    rope = f.int("qk_rope_head_dim", 64)
+    if out["head_dim"] not in (None, rope):
+        raise f.error(f"field 'head_dim' = {out['head_dim']} must be qk_rope_head_dim ({rope}) for DeepSeek")
+    f.only("attention_bias", (False,), "DeepSeek's projections without biases")
+    f.only("mlp_bias", (False,), "DeepSeek's MLPs without biases")
+    f.only("moe_layer_freq", (1,), "every layer from first_k_dense_replace on a mixture of experts")
+    count = "n_routed_experts" if f.has("n_routed_experts") or not f.has("num_local_experts") else "num_local_experts"
+    return {
+        **out,
+        "num_kv_heads": None,
+        "head_dim": None,
+        "mlp": _only_swiglu(f, "hidden_act"),
+        **_experts(f, count, "moe_intermediate_size"),
+        "shared_experts": f.int("n_shared_experts", 1 if version == 3 else 2),
+        "dense_layers_first": _count(f, "first_k_dense_replace", 3 if version == 3 else 0),
+        "kv_lora_rank": f.int("kv_lora_rank", 512),
+        "q_lora_rank": f.int("q_lora_rank", 1536, allow_none=True),
+        "qk_nope_head_dim": f.int("qk_nope_head_dim", 128),
+        "qk_rope_head_dim": rope,
+        "v_head_dim": f.int("v_head_dim", 128),
+    }
+
+
+def _count(f: _Fields, key: str, default: int) -> int:
+    """A count that may be 0 (``first_k_dense_replace``)."""
+    value = f.raw(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SIZE:
+        raise f.error(f"field '{key}' must be an integer >= 0, got {short_repr(value)}")
+    return value
+
+
 MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "gpt2": _gpt2,
     "llama": _llama,
     "mistral": _mistral,
+    "mixtral": _mixtral,
     "qwen2": _qwen2,
     "qwen3": _qwen3,
+    "qwen3_moe": _qwen3_moe,
     "gemma2": lambda f: _gemma(f, every=2, qk_norm=False),
     "gemma3_text": lambda f: _gemma(f, every=6, qk_norm=True),
     "phi3": _phi3,
     "olmo2": _olmo2,
+    "deepseek_v2": lambda f: _deepseek(f, 2),
+    "deepseek_v3": lambda f: _deepseek(f, 3),
 }
 assert tuple(MAPPINGS) == SUPPORTED_MODEL_TYPES
 
@@ -489,8 +602,8 @@ def config_from_hf(data: Any, source: str = "config.json", name: str = "custom")
         raise ConfigError(f"{source}: field 'model_type' must be a string, got {short_repr(model_type)}")
     if model_type in LATER_MODEL_TYPES:
         raise ConfigError(
-            f"{source}: model_type '{model_type}' needs {LATER_MODEL_TYPES[model_type]}, "
-            "which lm-accounting does not support yet"
+            f"{source}: model_type '{model_type}' has {LATER_MODEL_TYPES[model_type]}, "
+            f"which lm-accounting does not model yet (supported: {', '.join(SUPPORTED_MODEL_TYPES)})"
         )
     if model_type not in MAPPINGS:
         raise ConfigError(
@@ -504,7 +617,8 @@ def config_from_hf(data: Any, source: str = "config.json", name: str = "custom")
             f"{source}: field {short_repr(unknown[0])} is not understood for model_type "
             f"'{model_type}' (lm-accounting cannot tell whether it changes the counts)"
         )
-    fields = {k: v for k, v in fields.items() if v is not None or k in ("num_kv_heads", "head_dim")}
+    keep_none = ("num_kv_heads", "head_dim", "expert_d_ff", "q_lora_rank")
+    fields = {k: v for k, v in fields.items() if v is not None or k in keep_none}
     try:
         return ModelConfig(**fields, name=name, ignored_fields=f.ignored())
     except ConfigError as err:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from ..breakdown import Breakdown
 from ..config import ModelConfig
-from .params import matmul_params, parameter_breakdown
+from .params import active_parameter_count, matmul_params
 from .sizes import Sizes, check_batch_seq  # noqa: F401  (check_batch_seq re-exported)
 
 
@@ -38,8 +38,20 @@ def kv_proj_flops(cfg: ModelConfig, tokens: int) -> int:
 
 
 def output_proj_flops(cfg: ModelConfig, tokens: int) -> int:
-    """Concatenated heads (T x h·d_head) @ W_Oᵀ (h·d_head x d)."""
-    return matmul_flops(tokens, cfg.q_dim, cfg.d_model)
+    """Concatenated heads (T x h·v_head) @ W_Oᵀ (h·v_head x d)."""
+    return matmul_flops(tokens, cfg.o_dim, cfg.d_model)
+
+
+def projection_flops(tokens: int, params: int) -> int:
+    """Any bias-free linear map applied to every token: 2·T·(in·out) = 2·T·params (MLA's
+    low-rank projections, the router, the shared experts)."""
+    return 2 * tokens * params
+
+
+def routed_expert_flops(cfg: ModelConfig, tokens: int) -> int:
+    """One matrix (W1, W2 or W3) of the routed experts: each token goes to k experts,
+    (T·k x d) @ (d x d_e) in all; the E − k others do nothing for it."""
+    return matmul_flops(tokens * cfg.experts_per_token, cfg.d_model, cfg.expert_width)
 
 
 def attention_scores_flops(cfg: ModelConfig, batch: int, seq: int) -> int:
@@ -52,8 +64,9 @@ def attention_scores_flops(cfg: ModelConfig, batch: int, seq: int) -> int:
 
 
 def attention_values_flops(cfg: ModelConfig, batch: int, seq: int) -> int:
-    """AV: per sequence and query head, probabilities (S x S) @ V (S x d_head)."""
-    return batch * cfg.num_heads * matmul_flops(seq, seq, cfg.d_head)
+    """AV: per sequence and query head, probabilities (S x S) @ V (S x v_head; v_head = d_head but
+    under latent attention)."""
+    return batch * cfg.num_heads * matmul_flops(seq, seq, cfg.v_head)
 
 
 def ffn_matrix_flops(cfg: ModelConfig, tokens: int) -> int:
@@ -102,7 +115,7 @@ def windowed_attention_flops(cfg: ModelConfig, seq: int, batch: int = 1) -> int:
     keep the full S x S square.  A labelled extra: the totals count the full square on every layer,
     as transformers' eager attention and every counter do (the mask zeroes the rest, it does not skip it)."""
     full = attention_scores_flops(cfg, batch, seq) + attention_values_flops(cfg, batch, seq)
-    band = 2 * batch * cfg.num_heads * matmul_flops(1, cfg.d_head, 1) * attended_pairs(seq, cfg.sliding_window)
+    band = batch * cfg.num_heads * matmul_flops(1, cfg.d_head + cfg.v_head, 1) * attended_pairs(seq, cfg.sliding_window)
     windowed = cfg.windowed_layers
     return (cfg.num_layers - windowed) * full + windowed * band
 
@@ -187,6 +200,13 @@ def gate_flops(tokens: int, d_ff: int) -> int:
     return GATE_PER_ELEMENT * tokens * d_ff
 
 
+def expert_combine_flops(tokens: int, cfg: ModelConfig) -> int:
+    """Combining a mixture of experts' outputs: each of the T·k expert outputs (d wide) is scaled by its
+    router weight and summed into its token, 2·T·k·d; the shared experts' output is one more add, T·d."""
+    routed = 2 * tokens * cfg.experts_per_token * cfg.d_model
+    return routed + (tokens * cfg.d_model if cfg.shared_experts else 0)
+
+
 def residual_add_flops(tokens: int, d_model: int) -> int:
     """One residual add x + f(x) on the (T x d) stream: 1 per element."""
     return RESIDUAL_PER_ELEMENT * tokens * d_model
@@ -206,11 +226,13 @@ class TrainingFlops:
     * ``step`` = forward + backward, with backward = 2 x forward (one matmul for the
       input gradient and one for the weight gradient per forward matmul); this is
       what FlopCounterMode measures on the live model.
-    * ``six_nd`` = 6·N·D with N = all trainable parameters and D = B·S tokens
-      (Kaplan et al. 2020 use non-embedding N; the embedding lookup does no matmul,
-      and the attention S² term is ignored, so this is an approximation).
-    * ``palm`` = (6·N_matmul + 12·L·h·d_head·S)·D (Chowdhery et al. 2022, app. B) with
-      N_matmul = the weights that take part in matmuls; it equals ``step`` exactly.
+    * ``six_nd`` = 6·N·D with N = all trainable parameters, the active ones for a mixture of
+      experts (``active_parameter_count``), and D = B·S tokens (Kaplan et al. 2020 use
+      non-embedding N; the embedding lookup does no matmul, and the attention S² term is
+      ignored, so this is an approximation).
+    * ``palm`` = (6·N_matmul + 6·L·h·(d_head + v_head)·S)·D (Chowdhery et al. 2022, app. B, whose
+      12·L·h·d_head·S assumes v_head = d_head) with N_matmul = the weights one token multiplies by
+      (``matmul_params``); it equals ``step`` exactly.
     """
 
     forward: int
@@ -226,8 +248,8 @@ class TrainingFlops:
 def training_flops(cfg: ModelConfig, seq: int, batch: int = 1) -> TrainingFlops:
     forward = forward_flops(cfg, seq, batch).total
     tokens = batch * seq
-    n_params = parameter_breakdown(cfg).total
-    attention_term = 12 * cfg.num_layers * cfg.num_heads * cfg.d_head * seq
+    n_params = active_parameter_count(cfg)
+    attention_term = 6 * cfg.num_layers * cfg.num_heads * (cfg.d_head + cfg.v_head) * seq
     return TrainingFlops(
         forward=forward,
         backward=2 * forward,

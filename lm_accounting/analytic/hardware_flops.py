@@ -13,8 +13,10 @@ FLOPs the step really executes, which is what FlopCounterMode counts over a whol
      ``torch.utils.checkpoint`` stops the recompute as soon as the last tensor the block saved has
      been re-saved (early stop, ``torch.utils.checkpoint.set_checkpoint_early_stop``, default on);
      the last saves are w2's inputs, packed before w2's matmul runs, and the residual add after it
-     saves nothing.  So recompute = Σ ``layers.*`` − ``layers.*.ffn.w2``.  Embedding, final norm and
-     LM head are not checkpointed;
+     saves nothing.  So recompute = Σ ``layers.*`` − ``layers.*.ffn.w2``.  A mixture-of-experts layer
+     ends the same way with shared experts (``moe.shared.w2``, its output only added); without them
+     its last matmul, the routed ``experts.w2``, is rerun: the router-weight multiply saves its output.
+     Embedding, final norm and LM head are not checkpointed;
    * ``selective``: 0 matmul FLOPs: the policy keeps every mm/bmm/fused-attention output, so the
      recompute runs only elementwise ops (norms, RoPE, casts, softmax, SiLU, gating), which have no
      FLOP formula in FlopCounterMode and are outside the matmul convention;
@@ -39,12 +41,14 @@ LAST_BLOCK_MATMUL = "layers.*.ffn.w2"
 
 
 def _early_stopped_matmul(cfg: ModelConfig, fwd) -> int:
-    """FLOPs of the block's last matmul, which the early-stopping recompute skips: ``ffn.w2`` (``ffn.proj``
-    for the 2-matrix GELU MLP); a bias add after it saves nothing.  With a norm after the FFN
-    (``cfg.post_norms``: sandwich, post) that norm saves the matmul's output, so the matmul is rerun: 0."""
+    """FLOPs of the blocks' last matmuls, which the early-stopping recompute skips: ``ffn.w2`` (``ffn.proj``
+    for the 2-matrix GELU MLP) of every dense block, ``moe.shared.w2`` of every mixture-of-experts block
+    with shared experts; a bias add after it saves nothing.  With a norm after the FFN (``cfg.post_norms``:
+    sandwich, post) that norm saves the matmul's output, so the matmul is rerun: 0."""
     if cfg.post_norms:
         return 0
-    return fwd[LAST_BLOCK_MATMUL if cfg.gated_mlp else "layers.*.ffn.proj"].total
+    last = (LAST_BLOCK_MATMUL if cfg.gated_mlp else "layers.*.ffn.proj", "layers.*.moe.shared.w2")
+    return sum(fwd[key].total for key in last if key in fwd)
 
 
 @dataclass(frozen=True)

@@ -37,8 +37,56 @@ def kv_proj_params(cfg: ModelConfig) -> int:
 
 
 def output_proj_params(cfg: ModelConfig) -> int:
-    """W_O: num_heads * d_head -> d_model."""
-    return cfg.q_dim * cfg.d_model
+    """W_O: num_heads * v_head -> d_model (v_head = d_head except under latent attention)."""
+    return cfg.o_dim * cfg.d_model
+
+
+# -- multi-head latent attention (DeepSeek-V2 §2.1; transformers' DeepseekV3Attention) --
+def q_a_proj_params(cfg: ModelConfig) -> int:
+    """W_DQ, the query down-projection: d_model -> q_lora_rank."""
+    return cfg.d_model * cfg.q_lora_rank
+
+
+def q_b_proj_params(cfg: ModelConfig) -> int:
+    """W_UQ (with W_QR), the query up-projection: q_lora_rank -> num_heads·(qk_nope + qk_rope)."""
+    return cfg.q_lora_rank * cfg.q_dim
+
+
+def kv_a_proj_params(cfg: ModelConfig) -> int:
+    """W_DKV with W_KR: d_model -> kv_lora_rank + qk_rope_head_dim (the latent and the shared RoPE key)."""
+    return cfg.d_model * cfg.kv_cache_width
+
+
+def kv_b_proj_params(cfg: ModelConfig) -> int:
+    """W_UK and W_UV: kv_lora_rank -> num_heads·(qk_nope_head_dim + v_head_dim)."""
+    return cfg.kv_lora_rank * cfg.num_heads * (cfg.qk_nope_head_dim + cfg.v_head_dim)
+
+
+# -- mixture of experts (Mixtral, Qwen3-MoE, DeepSeek; transformers' *Experts, *TopKRouter) --
+def router_params(cfg: ModelConfig) -> int:
+    """The router: d_model -> num_experts, no bias (DeepSeek-V3's score-correction bias is a buffer)."""
+    return cfg.d_model * cfg.num_experts
+
+
+def expert_matrix_params(cfg: ModelConfig) -> int:
+    """One matrix (W1, W2 or W3) of every routed expert together: num_experts x d_model x expert_d_ff."""
+    return cfg.num_experts * cfg.d_model * cfg.expert_width
+
+
+def shared_matrix_params(cfg: ModelConfig) -> int:
+    """One matrix of the shared experts (run as one SwiGLU): d_model x shared_experts·shared_expert_d_ff."""
+    return cfg.d_model * cfg.shared_width
+
+
+def active_parameter_count(cfg: ModelConfig) -> int:
+    """Parameters one token uses: every parameter except the routed experts it is not sent to,
+    total − L_moe·(E − k)·3·d·d_e (3 SwiGLU matrices per expert).  Embeddings, router and shared
+    experts count as active; equal to the total for a dense model."""
+    total = parameter_breakdown(cfg).total
+    if not cfg.moe:
+        return total
+    idle = cfg.num_experts - cfg.experts_per_token
+    return total - cfg.moe_layers * idle * 3 * cfg.d_model * cfg.expert_width
 
 
 def ffn_matrix_params(cfg: ModelConfig) -> int:
@@ -93,13 +141,15 @@ def parameter_breakdown(cfg: ModelConfig) -> Breakdown:
 
 
 def matmul_params(cfg: ModelConfig) -> int:
-    """Parameters that take part in a matmul: every weight matrix, plus the LM head even when tied.
+    """Parameters one token multiplies by: every weight matrix (the LM head even when tied; the
+    router; for a mixture of experts only the top-k routed experts), i.e. the weight matmul FLOPs of
+    one token / 2, read from the component registry (every ``flops`` entry but the attention matmuls).
 
     This is the N of the PaLM estimate (Chowdhery et al. 2022, appendix B): the embedding lookups
     (tokens and learned positions) do no matmul, and norm gains and biases are elementwise.
     """
-    ffn_matrices = 3 if cfg.gated_mlp else 2
-    per_layer = (
-        q_proj_params(cfg) + 2 * kv_proj_params(cfg) + output_proj_params(cfg) + ffn_matrices * ffn_matrix_params(cfg)
-    )
-    return cfg.num_layers * per_layer + cfg.vocab_size * cfg.d_model
+    from ..components import breakdown
+    from .sizes import Sizes
+
+    one_token = breakdown("flops", Sizes(cfg, 1, 1))
+    return sum(it.total for it in one_token if it.group != "attention matmuls") // 2

@@ -35,20 +35,31 @@ def live_parameter_counts(model: Any) -> tuple[dict[str, int], dict[str, dict[in
 
 
 def compare(
-    analytic: Breakdown, counted: dict[str, int], per_layer: dict[str, dict[int, int]], layers: int, what: str
+    analytic: Breakdown,
+    counted: dict[str, int],
+    per_layer: dict[str, dict[int, int]],
+    layers: int,
+    what: str,
+    cfg: ModelConfig | None = None,
 ) -> list[str]:
-    """Every disagreement, as one readable line naming the component (and layer)."""
+    """Every disagreement, as one readable line naming the component (and layer).  With ``cfg`` a
+    component expected in some blocks only (a dense FFN or a mixture of experts, ``Component.layers``)
+    must count 0 in the others."""
+    from ..components import component
+
     problems = []
     for item in analytic:
         got = counted.get(item.key, 0)
         if got != item.total:
             problems.append(f"{what}: {item.key}: analytic {item.total:,} != counted {got:,}")
         if item.per_layer is not None and item.total:
+            entry = component(item.key) if cfg is not None else None
             for layer in range(layers):
                 value = per_layer.get(item.key, {}).get(layer, 0)
-                if value != item.per_layer:
+                expected = item.per_layer if entry is None or entry.in_layer(cfg, layer) else 0
+                if value != expected:
                     name = item.key.replace("*", str(layer))
-                    problems.append(f"{what}: {name}: analytic {item.per_layer:,} != counted {value:,}")
+                    problems.append(f"{what}: {name}: analytic {expected:,} != counted {value:,}")
                     break
     for key in counted.keys() - set(analytic.totals()):
         if counted[key]:
@@ -82,10 +93,11 @@ class CrossCheck(Result):
 
     def mismatches(self) -> list[str]:
         L = self.config.num_layers
-        out = compare(self.params, self.live_params, self.live_params_per_layer, L, "parameters")
+        cfg = self.config
+        out = compare(self.params, self.live_params, self.live_params_per_layer, L, "parameters", cfg)
         keys = list(self.forward.totals())
         for c in self.counters:
-            out += compare(self.forward, c.by_key, c.per_layer, L, c.counter)
+            out += compare(self.forward, c.by_key, c.per_layer, L, c.counter, cfg)
             if c.unattributed(keys):
                 out.append(f"{c.counter}: {c.unattributed(keys):,} FLOPs counted outside the known components")
         if self.backward is not None:

@@ -52,6 +52,8 @@ from lm_accounting.model.layers import (
     make_norm,
     scaled_dot_product_attention,
 )
+from lm_accounting.model.mla import LatentAttention
+from lm_accounting.model.moe import MixtureOfExperts
 from lm_accounting.names import TORCH_DTYPES
 from lm_accounting.setup import TrainingSetup
 
@@ -167,30 +169,37 @@ class TransformerBlock(nn.Module):
     ``x + post_attn_norm(Attn(ln1(x)))`` (Gemma 2/3); ``"post"`` keeps only that one,
     ``x + post_attn_norm(Attn(x))`` (OLMo-2).  Modules are registered in execution order."""
 
-    def __init__(self, cfg: ModelConfig, device=None, dtype=None, attention: str = "naive"):
+    def __init__(self, cfg: ModelConfig, device=None, dtype=None, attention: str = "naive", layer: int = 0):
         super().__init__()
 
         def norm():
             return make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, device=device, dtype=dtype)
 
         self.ln1 = norm() if cfg.pre_norms else None
-        self.attn = CausalSelfAttention(
-            cfg.d_model,
-            cfg.num_heads,
-            cfg.kv_heads,
-            cfg.d_head,
-            cfg.qk_norm,
-            cfg.norm_eps,
-            device=device,
-            dtype=dtype,
-            attention=attention,
-            qkv_bias=cfg.qkv_bias,
-            output_bias=cfg.output_bias,
-            qk_norm_scope=cfg.qk_norm_scope,
+        self.attn = (
+            LatentAttention(cfg, device, dtype, attention)
+            if cfg.mla
+            else CausalSelfAttention(
+                cfg.d_model,
+                cfg.num_heads,
+                cfg.kv_heads,
+                cfg.d_head,
+                cfg.qk_norm,
+                cfg.norm_eps,
+                device=device,
+                dtype=dtype,
+                attention=attention,
+                qkv_bias=cfg.qkv_bias,
+                output_bias=cfg.output_bias,
+                qk_norm_scope=cfg.qk_norm_scope,
+            )
         )
         self.post_attn_norm = norm() if cfg.post_norms else None
         self.ln2 = norm() if cfg.pre_norms else None
-        self.ffn = FFN_CLASSES[cfg.mlp](cfg.d_model, cfg.d_ff, device=device, dtype=dtype, bias=cfg.mlp_bias)
+        if cfg.layer_moe(layer):  # a mixture of experts (``moe``) instead of the dense FFN (``ffn``)
+            self.moe, self.ffn = MixtureOfExperts(cfg, device, dtype), None
+        else:
+            self.ffn = FFN_CLASSES[cfg.mlp](cfg.d_model, cfg.d_ff, device=device, dtype=dtype, bias=cfg.mlp_bias)
         self.post_ffn_norm = norm() if cfg.post_norms else None
 
     def forward(
@@ -198,11 +207,11 @@ class TransformerBlock(nn.Module):
     ) -> Tensor:
         if self.post_attn_norm is None:  # pre-norm (the course): exactly its ops
             x = x + self.attn(self.ln1(x), rope, token_positions, mask)
-            return x + self.ffn(self.ln2(x))
+            return x + (self.ffn or self.moe)(self.ln2(x))
         h = x if self.ln1 is None else self.ln1(x)
         x = x + self.post_attn_norm(self.attn(h, rope, token_positions, mask))
         h = x if self.ln2 is None else self.ln2(x)
-        return x + self.post_ffn_norm(self.ffn(h))
+        return x + self.post_ffn_norm((self.ffn or self.moe)(h))
 
 
 class TransformerLM(nn.Module):
@@ -227,8 +236,8 @@ class TransformerLM(nn.Module):
         if cfg.positions == "learned":  # GPT-2's wpe: one learned vector per position
             self.position_embeddings = Embedding(cfg.position_rows, cfg.d_model, device=device, dtype=dtype)
         self.layers = nn.ModuleList(
-            TransformerBlock(cfg, device=device, dtype=dtype, attention=self.setup.attention)
-            for _ in range(cfg.num_layers)
+            TransformerBlock(cfg, device=device, dtype=dtype, attention=self.setup.attention, layer=i)
+            for i in range(cfg.num_layers)
         )
         self.ln_final = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, device=device, dtype=dtype)
         self.lm_head = Linear(cfg.d_model, cfg.vocab_size, device=device, dtype=dtype)
@@ -236,7 +245,7 @@ class TransformerLM(nn.Module):
             self.lm_head.weight = self.token_embeddings.weight
         self.rope = None
         if cfg.positions == "rope":
-            self.rope = RotaryPositionalEmbedding(cfg.rope_theta, cfg.d_head, cfg.context_length, device=device)
+            self.rope = RotaryPositionalEmbedding(cfg.rope_theta, cfg.rope_dim, cfg.context_length, device=device)
 
     def forward(self, token_ids: Tensor) -> Tensor:
         """token_ids (B, S) integer -> logits (B, S, vocab_size) in the parameters' dtype

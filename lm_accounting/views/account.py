@@ -66,8 +66,9 @@ def account_view(acc: Account) -> View:
         describe_architecture(cfg),
         f"{ctx} · batch {acc.batch:,}",
         (
-            f"parameters {acc.params.total:,} ({acc.params.total / 1e9:.3f} billion) · forward FLOPs "
-            f"{acc.forward.total:,} ({fmt_sci(acc.forward.total)}) · attention QKᵀ+AV "
+            f"parameters {acc.params.total:,} ({acc.params.total / 1e9:.3f} billion)"
+            + (f", {acc.active_params:,} active per token" if acc.active_params != acc.params.total else "")
+            + f" · forward FLOPs {acc.forward.total:,} ({fmt_sci(acc.forward.total)}) · attention QKᵀ+AV "
             f"{fmt_share(acc.attention_matmuls / acc.forward.total)}"
         ),
     ]

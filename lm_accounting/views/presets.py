@@ -25,6 +25,7 @@ def presets_view(p: PresetList) -> View:
         Column("tied"),
         Column("qk_norm"),
         Column("parameters", "int"),
+        Column("active", "int"),
     ]
     rows = [
         (
@@ -34,13 +35,15 @@ def presets_view(p: PresetList) -> View:
             "yes" if c.tie_embeddings else "no",
             "yes" if c.qk_norm else "no",
             n,
+            active,
         )
-        for c, n in p.presets
+        for c, n, active in p.presets
     ]
     notes = [
         (
             "family: the architecture options (norm, MLP, positions, biases, extra norms, windows); "
-            "course = pre-RMSNorm, SwiGLU, RoPE, no biases (CS336 A1). `--format json` gives each preset's full "
+            "course = pre-RMSNorm, SwiGLU, RoPE, no biases (CS336 A1). active: the parameters one token uses "
+            "(a mixture of experts: all but the routed experts it is not sent to). `--format json` gives each preset's full "
             "architecture line."
         )
     ]

@@ -1,0 +1,84 @@
+"""Multi-head latent attention (DeepSeek-V2, arXiv:2405.04434 §2.1; DeepSeek-V3), as transformers v5's
+``DeepseekV3Attention`` computes it, under the component registry's module paths.
+
+Queries: ``q_proj`` (d -> h·(d_nope + d_rope)), or with ``q_lora_rank`` the low-rank pair
+``q_a_proj`` (d -> r_q), ``q_a_norm`` (RMSNorm r_q), ``q_b_proj`` (r_q -> h·(d_nope + d_rope)).
+Keys and values: ``kv_a_proj`` (d -> r_kv + d_rope: the latent and one RoPE key shared by every head),
+``kv_a_norm`` (RMSNorm r_kv), ``kv_b_proj`` (r_kv -> h·(d_nope + d_v)).  RoPE rotates the last d_rope
+dimensions of each query head and the shared key; the attention is ordinary multi-head attention with
+q/k heads of d_nope + d_rope and value heads of d_v, scaled by 1/√(d_nope + d_rope) (the yarn mscale of
+DeepSeek-V3's long-context RoPE changes this constant, not the counts), then ``output_proj``
+(h·d_v -> d).  This is the training-time form: keys and values are expanded from the latent (the
+"absorbed" inference form multiplies W_UK into the queries instead; same cache, other FLOPs).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from lm_accounting.config import ModelConfig
+from lm_accounting.model.layers import (
+    FusedAttention,
+    Linear,
+    MatMul,
+    RMSNorm,
+    RotaryPositionalEmbedding,
+    scaled_dot_product_attention,
+)
+
+Tensor = torch.Tensor
+
+
+class LatentAttention(nn.Module):
+    def __init__(self, cfg: ModelConfig, device=None, dtype=None, attention: str = "naive"):
+        super().__init__()
+        h, d = cfg.num_heads, cfg.d_model
+        self.h, self.d_nope, self.d_rope, self.d_v = h, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
+        self.r_kv = cfg.kv_lora_rank
+        kw = dict(device=device, dtype=dtype)
+        if cfg.q_lora_rank is None:
+            self.q_proj = Linear(d, cfg.q_dim, **kw)
+        else:
+            self.q_a_proj = Linear(d, cfg.q_lora_rank, **kw)
+            self.q_a_norm = RMSNorm(cfg.q_lora_rank, eps=cfg.norm_eps, **kw)
+            self.q_b_proj = Linear(cfg.q_lora_rank, cfg.q_dim, **kw)
+        self.kv_a_proj = Linear(d, self.r_kv + self.d_rope, **kw)
+        self.kv_a_norm = RMSNorm(self.r_kv, eps=cfg.norm_eps, **kw)
+        self.kv_b_proj = Linear(self.r_kv, h * (self.d_nope + self.d_v), **kw)
+        self.output_proj = Linear(h * self.d_v, d, **kw)
+        if attention == "sdpa":
+            self.sdpa = FusedAttention()
+        else:
+            self.qk = MatMul()
+            self.av = MatMul()
+
+    def _queries(self, x: Tensor) -> Tensor:
+        if hasattr(self, "q_proj"):
+            return self.q_proj(x)
+        return self.q_b_proj(self.q_a_norm(self.q_a_proj(x)))
+
+    def forward(
+        self, x: Tensor, rope: RotaryPositionalEmbedding, token_positions: Tensor, mask: Tensor | None
+    ) -> Tensor:
+        """x (..., S, d); token_positions (S,) or (..., S); mask bool (S, S), True = keep."""
+        *lead, s, _ = x.shape
+        h, dn, dr, dv = self.h, self.d_nope, self.d_rope, self.d_v
+        q = self._queries(x).view(*lead, s, h, dn + dr).transpose(-3, -2)  # (..., S, h·(dn+dr)) -> (..., h, S, dn+dr)
+        q_nope, q_rope = q.split([dn, dr], dim=-1)  # (..., h, S, dn), (..., h, S, dr)
+        latent, k_rope = self.kv_a_proj(x).split([self.r_kv, dr], dim=-1)  # (..., S, r_kv), (..., S, dr)
+        kv = self.kv_b_proj(self.kv_a_norm(latent))  # (..., S, r_kv) -> (..., S, h·(dn+dv))
+        kv = kv.view(*lead, s, h, dn + dv).transpose(-3, -2)  # -> (..., h, S, dn+dv)
+        k_nope, v = kv.split([dn, dv], dim=-1)  # (..., h, S, dn), (..., h, S, dv)
+        if token_positions.dim() > 1:
+            token_positions = token_positions.unsqueeze(-2)  # (..., S) -> (..., 1, S): broadcast over heads
+        q_rope = rope(q_rope, token_positions)
+        k_rope = rope(k_rope.unsqueeze(-3), token_positions)  # (..., S, dr) -> (..., 1, S, dr): one shared head
+        q = torch.cat([q_nope, q_rope], dim=-1)  # (..., h, S, dn+dr)
+        k = torch.cat([k_nope, k_rope.expand(*k_nope.shape[:-1], dr)], dim=-1)  # (..., h, S, dn+dr)
+        if hasattr(self, "sdpa"):
+            out = self.sdpa(q, k, v)  # (..., h, S, dv)
+        else:
+            out = scaled_dot_product_attention(q, k, v, mask, qk=self.qk, av=self.av)  # (..., h, S, dv)
+        out = out.transpose(-3, -2).reshape(*lead, s, h * dv)  # (..., h, S, dv) -> (..., S, h·dv)
+        return self.output_proj(out)

@@ -1,0 +1,90 @@
+"""A mixture-of-experts FFN (Mixtral, Qwen3-MoE, DeepSeek) with a deterministic, balanced routing.
+
+Module paths (the component registry's keys): ``moe.router`` (d -> E, no bias), ``moe.experts.w1``,
+``.w2``, ``.w3`` (the routed experts' SwiGLU matrices, each stacked over the E experts, as transformers
+v5 stores ``gate_up_proj``/``down_proj``), and ``moe.shared.w1/w2/w3`` (the shared experts as one SwiGLU
+of width ``shared_experts · shared_expert_d_ff``, as DeepSeek builds them).
+
+Routing.  Which experts a token picks depends on the router's values, which a ``meta`` tensor does not
+have, and a data-dependent split cannot be traced.  So every token is sent to exactly ``k`` experts by
+a fixed, balanced rule that does not look at the scores: slot ``s = t·k + j`` (token t's j-th choice)
+goes to expert ``s mod E``.  Each token then reaches k distinct experts (k <= E), every expert gets
+⌊T·k/E⌋ or ⌈T·k/E⌉ tokens, and the expert matmuls do exactly the top-k convention's work, 2·(T·k)·d·d_e
+per matrix, on any device.  The router still runs on every token (its 2·T·d·E FLOPs are real), and its
+top-k *values* weight the expert outputs, so the arithmetic (and autograd's graph) is the real one;
+only the choice of experts is fixed.  Trained routers are not balanced: per-expert work on a real batch
+varies, its sum does not.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from lm_accounting.model.layers import Linear, SwiGLU, silu, softmax
+
+Tensor = torch.Tensor
+
+
+class ExpertLinear(nn.Module):
+    """E stacked bias-free linear maps, ``weight`` (E, out, in): one batched matmul over the experts."""
+
+    def __init__(self, experts: int, in_features: int, out_features: int, device=None, dtype=None):
+        super().__init__()
+        std = (2 / (in_features + out_features)) ** 0.5
+        weight = torch.empty(experts, out_features, in_features, device=device, dtype=dtype)
+        self.weight = nn.Parameter(nn.init.trunc_normal_(weight, std=std, a=-3 * std, b=3 * std))
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x (G, n, in), rows of experts 0..G-1 (G <= E) -> (G, n, out)."""
+        w = self.weight[: x.shape[0]]  # (G, out, in)
+        return torch.bmm(x, w.transpose(1, 2))  # (G, n, in) @ (G, in, out) -> (G, n, out)
+
+    def extra_repr(self) -> str:
+        e, out, inp = self.weight.shape
+        return f"experts={e}, in_features={inp}, out_features={out}"
+
+
+class Experts(nn.Module):
+    """The routed experts' SwiGLU, ``w2(SiLU(w1 x) ⊙ w3 x)`` per expert."""
+
+    def __init__(self, experts: int, d_model: int, d_ff: int, device=None, dtype=None):
+        super().__init__()
+        self.w1 = ExpertLinear(experts, d_model, d_ff, device, dtype)
+        self.w2 = ExpertLinear(experts, d_ff, d_model, device, dtype)
+        self.w3 = ExpertLinear(experts, d_model, d_ff, device, dtype)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x (G, n, d): n token rows for each of experts 0..G-1 -> (G, n, d)."""
+        return self.w2(silu(self.w1(x)) * self.w3(x))
+
+
+class MixtureOfExperts(nn.Module):
+    """Router, top-k routed experts (balanced, see the module docstring) and optional shared experts."""
+
+    def __init__(self, cfg, device=None, dtype=None):
+        super().__init__()
+        self.num_experts, self.top_k = cfg.num_experts, cfg.experts_per_token
+        self.router = Linear(cfg.d_model, cfg.num_experts, device=device, dtype=dtype)
+        self.experts = Experts(cfg.num_experts, cfg.d_model, cfg.expert_width, device, dtype)
+        self.shared = SwiGLU(cfg.d_model, cfg.shared_width, device=device, dtype=dtype) if cfg.shared_experts else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x (..., S, d) -> (..., S, d)."""
+        d, E, k = int(x.shape[-1]), self.num_experts, self.top_k
+        flat = x.reshape(-1, d)  # (..., S, d) -> (T, d)
+        T = int(flat.shape[0])  # a Python int also under the jit trace (fvcore): the split is static
+        weights = softmax(self.router(flat), -1).topk(k, dim=-1).values  # (T, E) -> (T, k): the top-k scores
+        slots = flat.repeat_interleave(k, dim=0)  # (T, d) -> (T·k, d): slot s = t·k + j
+        q, r = divmod(T * k, E)  # experts 0..r-1 get q + 1 slots, the others q
+        parts = []
+        if q:  # slot a·E + e -> expert e: (q·E, d) -> (q, E, d) -> (E, q, d)
+            full = self.experts(slots[: q * E].view(q, E, d).transpose(0, 1))
+            parts.append(full.transpose(0, 1).reshape(q * E, d))  # (E, q, d) -> (q·E, d), slot order
+        if r:  # the last r slots, one each to experts 0..r-1: (r, d) -> (r, 1, d)
+            parts.append(self.experts(slots[q * E :].unsqueeze(1)).squeeze(1))  # (r, 1, d) -> (r, d)
+        routed = torch.cat(parts) if len(parts) > 1 else parts[0]  # (T·k, d)
+        out = (routed * weights.reshape(T * k, 1)).view(T, k, d).sum(1)  # weighted sum over each token's k
+        if self.shared is not None:
+            out = out + self.shared(flat)
+        return out.view(x.shape)
