@@ -133,10 +133,17 @@ class CausalSelfAttention(nn.Module):
         return t.view(*t.shape[:-1], n, self.head_dim).transpose(-3, -2)
 
     def forward(
-        self, x: Tensor, rope: RotaryPositionalEmbedding | None, token_positions: Tensor, mask: Tensor | None
+        self,
+        x: Tensor,
+        rope: RotaryPositionalEmbedding | None,
+        token_positions: Tensor,
+        mask: Tensor | None,
+        cache=None,
     ) -> Tensor:
         """x: (..., S, d_model); token_positions: (S,) or (..., S); mask: bool (S, S), True = keep.
-        ``rope`` None: no rotation (learned absolute positions were added to the embeddings)."""
+        ``rope`` None: no rotation (learned absolute positions were added to the embeddings).
+        ``cache``: a ``model.kv_cache.LayerCache`` (inference): K and V are written to it and the
+        step attends over the keys it returns."""
         if self.qk_norm_whole:  # OLMo-2: normalise the whole projections, then split into heads
             q = self._heads(self.q_norm(self.q_proj(x)), self.num_heads)  # (..., S, h·hd) -> (..., h, S, hd)
             k = self._heads(self.k_norm(self.k_proj(x)), self.num_kv_heads)  # (..., S, kv·hd) -> (..., kv, S, hd)
@@ -150,6 +157,8 @@ class CausalSelfAttention(nn.Module):
             if token_positions.dim() > 1:  # (..., S) -> (..., 1, S): broadcast over heads
                 token_positions = token_positions.unsqueeze(-2)  # (..., S) -> (..., 1, S)
             q, k = rope(q, token_positions), rope(k, token_positions)
+        if cache is not None:  # inference: store K, V; attend over the cached keys (model/kv_cache.py)
+            k, v, mask = cache.update(k, v, mask)
         if hasattr(self, "sdpa"):  # causal by construction: mask is None
             out = self.sdpa(q, k, v)  # (..., h, S, head_dim)
         else:
@@ -202,14 +211,25 @@ class TransformerBlock(nn.Module):
             self.ffn = FFN_CLASSES[cfg.mlp](cfg.d_model, cfg.d_ff, device=device, dtype=dtype, bias=cfg.mlp_bias)
         self.post_ffn_norm = norm() if cfg.post_norms else None
 
+    def _attend(self, h: Tensor, rope, token_positions: Tensor, mask: Tensor | None, cache) -> Tensor:
+        """The attention sublayer; ``cache`` (inference, model/kv_cache.py) is passed only when given."""
+        if cache is None:
+            return self.attn(h, rope, token_positions, mask)
+        return self.attn(h, rope, token_positions, mask, cache)
+
     def forward(
-        self, x: Tensor, rope: RotaryPositionalEmbedding | None, token_positions: Tensor, mask: Tensor | None
+        self,
+        x: Tensor,
+        rope: RotaryPositionalEmbedding | None,
+        token_positions: Tensor,
+        mask: Tensor | None,
+        cache=None,
     ) -> Tensor:
         if self.post_attn_norm is None:  # pre-norm (the course): exactly its ops
-            x = x + self.attn(self.ln1(x), rope, token_positions, mask)
+            x = x + self._attend(self.ln1(x), rope, token_positions, mask, cache)
             return x + (self.ffn or self.moe)(self.ln2(x))
         h = x if self.ln1 is None else self.ln1(x)
-        x = x + self.post_attn_norm(self.attn(h, rope, token_positions, mask))
+        x = x + self.post_attn_norm(self._attend(h, rope, token_positions, mask, cache))
         h = x if self.ln2 is None else self.ln2(x)
         return x + self.post_ffn_norm((self.ffn or self.moe)(h))
 
