@@ -49,7 +49,7 @@ TRAINING_ROWS = (  # key, label, attribute of TrainingFlops
 class Account(Result):
     """Analytic accounting of one model shape at batch B and sequence length S."""
 
-    SCHEMA = "lm-accounting/account/2"
+    SCHEMA = "lm-accounting/account/3"
 
     config: ModelConfig
     batch: int

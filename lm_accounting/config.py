@@ -187,7 +187,8 @@ class ModelConfig:
         if self.num_heads % self.kv_heads:
             raise ConfigError(f"num_heads={self.num_heads} is not divisible by num_kv_heads={self.kv_heads}")
         if self.positions == "rope" and self.rope_dim % 2:
-            raise ConfigError(f"the RoPE dimension {self.rope_dim} is odd; RoPE rotates pairs of dimensions")
+            which = "qk_rope_head_dim" if self.mla else "head_dim"
+            raise ConfigError(f"{which}={self.rope_dim} is odd; RoPE rotates pairs of dimensions")
         self._check_moe()
         self._check_mla()
 

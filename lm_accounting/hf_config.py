@@ -497,14 +497,14 @@ def _olmo2(f: _Fields) -> dict[str, Any]:
     }
 
 
-def _experts(f: _Fields, count: str, width: str | None) -> dict[str, Any]:
+def _experts(f: _Fields, count: str, width: str | None, defaults: tuple = (..., ..., ...)) -> dict[str, Any]:
     """The routed experts: ``count`` of them (the field's name differs by family), top-k from
     ``num_experts_per_tok``, each of width ``width`` (absent for Mixtral, whose experts have the dense
-    ``intermediate_size``)."""
+    ``intermediate_size``); ``defaults`` (count, top-k, width) are the config class's, ``...`` = required."""
     return {
-        "num_experts": f.int(count),
-        "experts_per_token": f.int("num_experts_per_tok"),
-        "expert_d_ff": None if width is None else f.int(width),
+        "num_experts": f.int(count, defaults[0]),
+        "experts_per_token": f.int("num_experts_per_tok", defaults[1]),
+        "expert_d_ff": None if width is None else f.int(width, defaults[2]),
     }
 
 
@@ -550,7 +550,7 @@ def _deepseek(f: _Fields, version: int) -> dict[str, Any]:
         "num_kv_heads": None,
         "head_dim": None,
         "mlp": _only_swiglu(f, "hidden_act"),
-        **_experts(f, count, "moe_intermediate_size"),
+        **_experts(f, count, "moe_intermediate_size", (256, 8, 2048) if version == 3 else (64, ..., 1407)),
         "shared_experts": f.int("n_shared_experts", 1 if version == 3 else 2),
         "dense_layers_first": _count(f, "first_k_dense_replace", 3 if version == 3 else 0),
         "kv_lora_rank": f.int("kv_lora_rank", 512),

@@ -34,7 +34,7 @@ METHOD_LABELS = {
 class TrainTime(Result):
     """Training time of ``steps`` steps at ``peak_flops`` × ``mfu``, for every step-FLOPs method."""
 
-    SCHEMA = "lm-accounting/train-time/2"
+    SCHEMA = "lm-accounting/train-time/3"
 
     config: ModelConfig
     seq: int

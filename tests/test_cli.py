@@ -86,7 +86,18 @@ def test_presets_listing(run_cli):
         "qwen3-8b",
         "qwen3-32b",
         "mistral-7b",
+        "mixtral-8x7b",
+        "deepseek-v3",
     }
+    by_name = {p["name"]: p for p in data["presets"]}
+    # Mixtral: 32·(8·3·4096·14336 experts + 4096·8 router + 2·4096²·(1 + 1/4) attention + 2·4096 norms)
+    #          + 2·32000·4096 + 4096; active: 6 of the 8 experts idle per token
+    experts = 3 * 4096 * 14336
+    attention = 2 * 4096 * 4096 + 2 * 4096 * 1024
+    mixtral = 32 * (8 * experts + 4096 * 8 + attention + 2 * 4096) + 2 * 32000 * 4096 + 4096
+    assert by_name["mixtral-8x7b"]["parameters"] == mixtral == 46_702_792_704
+    assert by_name["mixtral-8x7b"]["active_parameters"] == mixtral - 32 * 6 * experts == 12_879_925_248
+    assert by_name["gpt2-xl"]["active_parameters"] == 2_127_057_600
 
 
 def test_overrides_and_user_file(run_cli, tmp_path):

@@ -108,9 +108,30 @@ def test_layer_types_follow_the_window_rule():
     ("data", "message"),
     [
         ({**LLAMA, "model_type": "bert"}, "unsupported model_type 'bert' (supported: gpt2, llama, mistral"),
-        ({**LLAMA, "model_type": "mixtral"}, "model_type 'mixtral' needs mixture of experts"),
-        ({**LLAMA, "model_type": "deepseek_v3"}, "needs mixture of experts and multi-head latent attention"),
-        ({**LLAMA, "model_type": "qwen3_moe"}, "model_type 'qwen3_moe' needs mixture of experts"),
+        ({**LLAMA, "model_type": "mixtral"}, "missing required field 'num_local_experts' (model_type 'mixtral')"),
+        ({**LLAMA, "model_type": "qwen3_moe"}, "missing required field 'num_experts' (model_type 'qwen3_moe')"),
+        ({**LLAMA, "model_type": "qwen2_moe"}, "model_type 'qwen2_moe' has a shared expert behind its own sigmoid"),
+        ({**LLAMA, "model_type": "deepseek_v3"}, "'num_key_value_heads' must equal num_attention_heads"),
+        (
+            {**LLAMA, "model_type": "mixtral", "num_local_experts": 2, "num_experts_per_tok": 3},
+            "experts_per_token=3 exceeds num_experts=2",
+        ),
+        (
+            {**LLAMA, "model_type": "qwen3_moe", "num_experts": 8, "num_experts_per_tok": 2, "mlp_only_layers": [0]},
+            "field 'mlp_only_layers' is not supported",
+        ),
+        (
+            {**LLAMA, "model_type": "deepseek_v3", "num_key_value_heads": 32, "head_dim": 128},
+            "field 'head_dim' = 128 must be qk_rope_head_dim (64)",
+        ),
+        (
+            {**LLAMA, "model_type": "deepseek_v3", "num_key_value_heads": 32, "first_k_dense_replace": -1},
+            "field 'first_k_dense_replace' must be an integer >= 0",
+        ),
+        (
+            {**LLAMA, "model_type": "deepseek_v2", "num_key_value_heads": 32},
+            "missing required field 'num_experts_per_tok' (model_type 'deepseek_v2')",  # its class default: None
+        ),
         ({k: v for k, v in LLAMA.items() if k != "model_type"}, "missing required field 'model_type'"),
         ({k: v for k, v in LLAMA.items() if k != "hidden_size"}, "missing required field 'hidden_size'"),
         ({**LLAMA, "model_type": 3}, "field 'model_type' must be a string"),
@@ -150,14 +171,18 @@ def test_every_supported_type_and_the_later_ones_are_listed():
         "gpt2",
         "llama",
         "mistral",
+        "mixtral",
         "qwen2",
         "qwen3",
+        "qwen3_moe",
         "gemma2",
         "gemma3_text",
         "phi3",
         "olmo2",
+        "deepseek_v2",
+        "deepseek_v3",
     }
-    assert {"mixtral", "qwen3_moe", "deepseek_v2", "deepseek_v3"} <= set(LATER_MODEL_TYPES)
+    assert set(LATER_MODEL_TYPES) == {"qwen2_moe"}
 
 
 @pytest.mark.parametrize(

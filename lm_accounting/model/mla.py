@@ -59,23 +59,35 @@ class LatentAttention(nn.Module):
         return self.q_b_proj(self.q_a_norm(self.q_a_proj(x)))
 
     def forward(
-        self, x: Tensor, rope: RotaryPositionalEmbedding, token_positions: Tensor, mask: Tensor | None
+        self,
+        x: Tensor,
+        rope: RotaryPositionalEmbedding,
+        token_positions: Tensor,
+        mask: Tensor | None,
+        cache=None,
     ) -> Tensor:
-        """x (..., S, d); token_positions (S,) or (..., S); mask bool (S, S), True = keep."""
+        """x (..., S, d); token_positions (S,) or (..., S); mask bool (S, S), True = keep.  ``cache`` (inference,
+        ``model.kv_cache.LayerCache``): the normed latent (..., 1, S, r_kv) and the rotated RoPE key
+        (..., 1, S, d_rope) are what is cached, as transformers v5 does; keys and values are expanded from
+        every cached position by ``kv_b_proj`` at each step."""
         *lead, s, _ = x.shape
         h, dn, dr, dv = self.h, self.d_nope, self.d_rope, self.d_v
         q = self._queries(x).view(*lead, s, h, dn + dr).transpose(-3, -2)  # (..., S, h·(dn+dr)) -> (..., h, S, dn+dr)
         q_nope, q_rope = q.split([dn, dr], dim=-1)  # (..., h, S, dn), (..., h, S, dr)
         latent, k_rope = self.kv_a_proj(x).split([self.r_kv, dr], dim=-1)  # (..., S, r_kv), (..., S, dr)
-        kv = self.kv_b_proj(self.kv_a_norm(latent))  # (..., S, r_kv) -> (..., S, h·(dn+dv))
-        kv = kv.view(*lead, s, h, dn + dv).transpose(-3, -2)  # -> (..., h, S, dn+dv)
-        k_nope, v = kv.split([dn, dv], dim=-1)  # (..., h, S, dn), (..., h, S, dv)
         if token_positions.dim() > 1:
             token_positions = token_positions.unsqueeze(-2)  # (..., S) -> (..., 1, S): broadcast over heads
         q_rope = rope(q_rope, token_positions)
+        latent = self.kv_a_norm(latent).unsqueeze(-3)  # (..., S, r_kv) -> (..., 1, S, r_kv): one "head"
         k_rope = rope(k_rope.unsqueeze(-3), token_positions)  # (..., S, dr) -> (..., 1, S, dr): one shared head
+        if cache is not None:  # inference: store this step's latents, attend over every cached one
+            latent, k_rope, mask = cache.update(latent, k_rope, mask)
+        n = latent.shape[-2]  # keys attended over: S, or the cached positions
+        kv = self.kv_b_proj(latent.squeeze(-3))  # (..., n, r_kv) -> (..., n, h·(dn+dv))
+        kv = kv.view(*lead, n, h, dn + dv).transpose(-3, -2)  # -> (..., h, n, dn+dv)
+        k_nope, v = kv.split([dn, dv], dim=-1)  # (..., h, n, dn), (..., h, n, dv)
         q = torch.cat([q_nope, q_rope], dim=-1)  # (..., h, S, dn+dr)
-        k = torch.cat([k_nope, k_rope.expand(*k_nope.shape[:-1], dr)], dim=-1)  # (..., h, S, dn+dr)
+        k = torch.cat([k_nope, k_rope.expand(*k_nope.shape[:-1], dr)], dim=-1)  # (..., h, n, dn+dr)
         if hasattr(self, "sdpa"):
             out = self.sdpa(q, k, v)  # (..., h, S, dv)
         else:
