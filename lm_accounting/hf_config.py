@@ -554,7 +554,7 @@ def _deepseek(f: _Fields, version: int) -> dict[str, Any]:
         "shared_experts": f.int("n_shared_experts", 1 if version == 3 else 2),
         "dense_layers_first": _count(f, "first_k_dense_replace", 3 if version == 3 else 0),
         "kv_lora_rank": f.int("kv_lora_rank", 512),
-        "q_lora_rank": f.int("q_lora_rank", 1536, allow_none=True),
+        "q_lora_rank": None if f.raw("q_lora_rank", 1536) is None else f.int("q_lora_rank", 1536),  # null: q_proj
         "qk_nope_head_dim": f.int("qk_nope_head_dim", 128),
         "qk_rope_head_dim": rope,
         "v_head_dim": f.int("v_head_dim", 128),

@@ -103,7 +103,7 @@ QWEN3 = {
     "vocab_size": 151936,
 }
 
-CONFIGS = {  # name -> (config.json values, published parameter count of the full model)
+CONFIGS = {  # name -> (config.json values, published parameter count of the full model, exact or "46.7B")
     "openai-gpt2": ({**GPT2, "n_embd": 768, "n_layer": 12, "n_head": 12}, 124_439_808),
     "openai-gpt2-medium": ({**GPT2, "n_embd": 1024, "n_layer": 24, "n_head": 16}, 354_823_168),
     "openai-gpt2-large": ({**GPT2, "n_embd": 1280, "n_layer": 36, "n_head": 20}, 774_030_080),
@@ -185,7 +185,177 @@ CONFIGS = {  # name -> (config.json values, published parameter count of the ful
         },
         7_241_732_096,
     ),
+    "mixtral-8x7b": (
+        {
+            "model_type": "mixtral",
+            "architectures": ["MixtralForCausalLM"],
+            "attention_dropout": 0.0,
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "hidden_act": "silu",
+            "hidden_size": 4096,
+            "initializer_range": 0.02,
+            "intermediate_size": 14336,
+            "max_position_embeddings": 32768,
+            "num_attention_heads": 32,
+            "num_experts_per_tok": 2,
+            "num_hidden_layers": 32,
+            "num_key_value_heads": 8,
+            "num_local_experts": 8,
+            "output_router_logits": False,
+            "rms_norm_eps": 1e-05,
+            "rope_theta": 1000000.0,
+            "router_aux_loss_coef": 0.02,
+            "sliding_window": None,
+            "tie_word_embeddings": False,
+            "torch_dtype": "bfloat16",
+            "transformers_version": "4.36.0.dev0",
+            "use_cache": True,
+            "vocab_size": 32000,
+        },
+        "46.7B",  # the model card's safetensors total (Jiang et al. 2024: "47B")
+    ),
+    "deepseek-v3": (
+        {
+            "model_type": "deepseek_v3",
+            "architectures": ["DeepseekV3ForCausalLM"],
+            "attention_bias": False,
+            "attention_dropout": 0.0,
+            "bos_token_id": 0,
+            "eos_token_id": 1,
+            "ep_size": 1,
+            "first_k_dense_replace": 3,
+            "hidden_act": "silu",
+            "hidden_size": 7168,
+            "initializer_range": 0.02,
+            "intermediate_size": 18432,
+            "kv_lora_rank": 512,
+            "max_position_embeddings": 163840,
+            "moe_intermediate_size": 2048,
+            "moe_layer_freq": 1,
+            "n_group": 8,
+            "n_routed_experts": 256,
+            "n_shared_experts": 1,
+            "norm_topk_prob": True,
+            "num_attention_heads": 128,
+            "num_experts_per_tok": 8,
+            "num_hidden_layers": 61,
+            "num_key_value_heads": 128,
+            "num_nextn_predict_layers": 1,
+            "q_lora_rank": 1536,
+            "qk_nope_head_dim": 128,
+            "qk_rope_head_dim": 64,
+            "rms_norm_eps": 1e-06,
+            "rope_scaling": {
+                "beta_fast": 32,
+                "beta_slow": 1,
+                "factor": 40,
+                "mscale": 1.0,
+                "mscale_all_dim": 1.0,
+                "original_max_position_embeddings": 4096,
+                "type": "yarn",
+            },
+            "rope_theta": 10000,
+            "routed_scaling_factor": 2.5,
+            "scoring_func": "sigmoid",
+            "tie_word_embeddings": False,
+            "topk_group": 4,
+            "topk_method": "noaux_tc",
+            "torch_dtype": "bfloat16",
+            "transformers_version": "4.33.1",
+            "use_cache": True,
+            "v_head_dim": 128,
+            "vocab_size": 129280,
+        },
+        # DeepSeek-AI 2024 (arXiv:2412.19437): 671B; the model card's 685B adds the 14B multi-token-prediction
+        # module, which transformers does not build (nor do we)
+        "671B",
+    ),
     # model types without a preset: the published config of one released model each
+    "qwen3-30b-a3b": (
+        {
+            "model_type": "qwen3_moe",
+            "architectures": ["Qwen3MoeForCausalLM"],
+            "attention_bias": False,
+            "attention_dropout": 0.0,
+            "bos_token_id": 151643,
+            "decoder_sparse_step": 1,
+            "eos_token_id": 151645,
+            "head_dim": 128,
+            "hidden_act": "silu",
+            "hidden_size": 2048,
+            "initializer_range": 0.02,
+            "intermediate_size": 6144,
+            "max_position_embeddings": 40960,
+            "max_window_layers": 48,
+            "mlp_only_layers": [],
+            "moe_intermediate_size": 768,
+            "norm_topk_prob": True,
+            "num_attention_heads": 32,
+            "num_experts": 128,
+            "num_experts_per_tok": 8,
+            "num_hidden_layers": 48,
+            "num_key_value_heads": 4,
+            "output_router_logits": False,
+            "rms_norm_eps": 1e-06,
+            "rope_scaling": None,
+            "rope_theta": 1000000.0,
+            "router_aux_loss_coef": 0.001,
+            "sliding_window": None,
+            "tie_word_embeddings": False,
+            "torch_dtype": "bfloat16",
+            "transformers_version": "4.51.0",
+            "use_cache": True,
+            "use_sliding_window": False,
+            "vocab_size": 151936,
+        },
+        "30.5B",  # "30.5B in total and 3.3B activated" (Qwen3 model card)
+    ),
+    "deepseek-v2-lite": (
+        {
+            "model_type": "deepseek_v2",
+            "architectures": ["DeepseekV2ForCausalLM"],
+            "attention_bias": False,
+            "attention_dropout": 0.0,
+            "aux_loss_alpha": 0.001,
+            "bos_token_id": 100000,
+            "eos_token_id": 100001,
+            "first_k_dense_replace": 1,
+            "hidden_act": "silu",
+            "hidden_size": 2048,
+            "initializer_range": 0.02,
+            "intermediate_size": 10944,
+            "kv_lora_rank": 512,
+            "max_position_embeddings": 163840,
+            "moe_intermediate_size": 1408,
+            "moe_layer_freq": 1,
+            "n_group": 1,
+            "n_routed_experts": 64,
+            "n_shared_experts": 2,
+            "norm_topk_prob": False,
+            "num_attention_heads": 16,
+            "num_experts_per_tok": 6,
+            "num_hidden_layers": 27,
+            "num_key_value_heads": 16,
+            "q_lora_rank": None,
+            "qk_nope_head_dim": 128,
+            "qk_rope_head_dim": 64,
+            "rms_norm_eps": 1e-06,
+            "rope_theta": 10000,
+            "routed_scaling_factor": 1.0,
+            "scoring_func": "softmax",
+            "seq_aux": True,
+            "tie_word_embeddings": False,
+            "topk_group": 1,
+            "topk_method": "greedy",
+            "torch_dtype": "bfloat16",
+            "transformers_version": "4.33.1",
+            "use_cache": True,
+            "v_head_dim": 128,
+            "vocab_size": 102400,
+        },
+        "15.7B",  # "15.7B total parameters, 2.4B activated" (DeepSeek-V2-Lite model card)
+    ),
     "qwen2.5-0.5b": (
         {
             "model_type": "qwen2",
@@ -343,6 +513,7 @@ CONFIGS = {  # name -> (config.json values, published parameter count of the ful
         7_298_617_344,
     ),
 }
+OTHER = {"qwen3-30b-a3b", "deepseek-v2-lite"}  # no preset
 REDUCED = {"llama-3.1-70b", "llama-3.1-405b"}  # built with num_hidden_layers = 2 (meta builds stay fast)
 
 
@@ -360,8 +531,10 @@ def hf_values(name: str) -> dict:
 def build_hf(values: dict):
     values = dict(values)
     config = transformers.AutoConfig.for_model(values.pop("model_type"), **values)
+    # experts: batched_mm counts the selected experts' matmuls (the default grouped_mm counts 0 FLOPs)
+    moe = {"experts_implementation": "batched_mm"} if hasattr(config, "num_experts_per_tok") else {}
     with torch.device("meta"):
-        return transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+        return transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager", **moe)
 
 
 # -- name maps: transformers' module path -> our component keys (a fused module maps to several) ----------
@@ -382,6 +555,21 @@ LLAMA_MODULES = {
     "post_attention_layernorm": ("ln2",),
     "pre_feedforward_layernorm": ("ln2",),
     "post_feedforward_layernorm": ("post_ffn_norm",),
+    # mixture of experts (transformers v5: experts stacked in two 3-D parameters, named by parameter)
+    "mlp.gate": ("moe.router",),
+    "mlp.experts": ("moe.experts.w1", "moe.experts.w3", "moe.experts.w2"),  # FLOPs: one module
+    "mlp.experts.gate_up_proj": ("moe.experts.w1", "moe.experts.w3"),  # parameters: by name
+    "mlp.experts.down_proj": ("moe.experts.w2",),
+    "mlp.shared_experts.gate_proj": ("moe.shared.w1",),
+    "mlp.shared_experts.up_proj": ("moe.shared.w3",),
+    "mlp.shared_experts.down_proj": ("moe.shared.w2",),
+    # multi-head latent attention
+    "self_attn.q_a_proj": ("attn.q_a_proj",),
+    "self_attn.q_a_layernorm": ("attn.q_a_norm",),
+    "self_attn.q_b_proj": ("attn.q_b_proj",),
+    "self_attn.kv_a_proj_with_mqa": ("attn.kv_a_proj",),
+    "self_attn.kv_a_layernorm": ("attn.kv_a_norm",),
+    "self_attn.kv_b_proj": ("attn.kv_b_proj",),
 }
 GEMMA_OLMO_NORMS = {"post_attention_layernorm": ("post_attn_norm",)}  # after attention there, not before the FFN
 GPT2_MODULES = {
@@ -423,6 +611,8 @@ def hf_parameters_by_component(model, model_type: str) -> dict[tuple[str, ...], 
     out: dict[tuple[str, ...], int] = defaultdict(int)
     for name, param in model.named_parameters():  # a tied weight is listed once
         module, _, kind = name.rpartition(".")
+        if kind not in ("weight", "bias"):  # stacked experts: named by parameter
+            module, kind = name, "weight"
         out[our_keys(model_type, module, ".bias" if kind == "bias" else "")] += param.numel()
     return dict(out)
 
@@ -432,7 +622,12 @@ def hf_parameters_by_component(model, model_type: str) -> dict[tuple[str, ...], 
 def test_parameters_equal_transformers(name):
     values, published = CONFIGS[name]
     ours = config_from_hf(values, name=name)
-    assert parameter_breakdown(ours).total == published  # the full model, analytic
+    total = parameter_breakdown(ours).total  # the full model, analytic
+    if isinstance(published, str):  # published to the digits shown ("46.7B")
+        digits = len(published.rstrip("B").partition(".")[2])
+        assert f"{total / 1e9:.{digits}f}B" == published
+    else:
+        assert total == published
     values = hf_values(name)
     cfg = config_from_hf(values, name=name)
     model = build_hf(values)
@@ -453,7 +648,7 @@ def test_parameters_equal_transformers(name):
 def test_presets_are_their_config_json():
     """Each new preset TOML says the same as its config.json (every field but the name and the ignored list)."""
     for name, (values, _) in CONFIGS.items():
-        if name in ("qwen2.5-0.5b", "gemma-2-2b", "gemma-3-1b", "phi-3-mini-4k", "olmo-2-7b"):
+        if name in ("qwen2.5-0.5b", "gemma-2-2b", "gemma-3-1b", "phi-3-mini-4k", "olmo-2-7b") or name in OTHER:
             continue
         from_json = config_from_hf(values, name=name).resolved()
         preset = load_config(name).resolved()
@@ -513,6 +708,7 @@ def compare_flops(name: str, seq: int) -> None:
             "." in inner
             and not inner.endswith(("_norm", "layernorm"))
             and inner.split(".")[0] in ("self_attn", "attn", "mlp")
+            and not any(k.startswith(module + ".") for k in counted)  # a leaf (not mlp.shared_experts)
         ):
             by_keys[our_keys(model_type, module)] += flops
     assert {k for keys in by_keys for k in keys} == {it.key for it in fwd} - {"layers.*.attn.qk", "layers.*.attn.av"}
