@@ -116,7 +116,7 @@ class StaticKVCache:
             seen = (j <= q) | (q >= slots)  # a full ring: every slot holds one of the last `slots` tokens
             if window is not None:
                 seen = seen & ((q >= slots) | (j > q - window))
-            self._masks = {key: seen}  # one step's mask at a time
+            self._masks[key] = seen  # kept for the step's other layers of this size (cleared after it)
         return self._masks[key]
 
 

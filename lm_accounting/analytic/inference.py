@@ -1,0 +1,210 @@
+"""Inference FLOPs and memory: prefill, decode at position p, the generation's total, KV cache, weights.
+
+Exact ints, no torch.  Conventions (stated in every output):
+
+* **Steps.**  Prefill runs the prompt of P tokens and yields the first generated token; then G − 1
+  decode steps at positions p = P, ..., P + G − 2 each feed one token and yield the next.  The cache
+  is allocated for C = P + G positions (what transformers' ``generate`` allocates for a static cache,
+  ``max_cache_len = P + max_new_tokens``).
+* **Prefill FLOPs** are the forward at S = P (``components.breakdown`` via ``forward_flops``): the
+  full P × P attention square, as the live model and every counter compute it; the causal half
+  (what a causal fused kernel computes) and the sliding-window band are labelled extras.
+* **Decode FLOPs** at position p are the registry's forward at T = B tokens with each attention
+  matmul against the cached keys: a new token at position p attends over n = p + 1 keys (min(p + 1, w)
+  on a windowed layer).  QKᵀ and AV are c·S² at S queries × S keys (``flops.attention_scores_flops``:
+  2·B·h·S·d_head·S), so one query against n keys is c·n, c = the formula at S = 1.  For the course
+  architecture this is 2·B·N_matmul + 4·L·B·(p + 1)·h·d_head.
+* **Cache semantics** (``SEMANTICS``): ``filled`` attends over the filled positions (above);
+  ``static`` attends over every slot of the capacity-C cache, masked, as transformers' ``StaticCache``
+  does with eager attention: n = C (min(C, w) windowed) at every decode step, and prefill attends
+  over C keys too (P × C; a windowed ring shorter than the prompt attends over the prompt itself).
+* **KV cache**: ``memory.kv_cache_bytes`` at C tokens (windowed layers keep min(C, w)).
+"""
+
+from __future__ import annotations
+
+from ..breakdown import Breakdown, Item
+from ..config import AccountingError, ModelConfig
+from .flops import causal_attention_flops, forward_flops, windowed_attention_flops
+from .memory import kv_cache_bytes
+from .params import parameter_breakdown
+from .sizes import Sizes
+
+SEMANTICS = ("filled", "static")
+WEIGHT_BYTES = {"fp32": (4, 1), "bf16": (2, 1), "fp8": (1, 1), "int8": (1, 1), "int4": (1, 2)}
+"""Weight storage: bytes per parameter as a fraction (num, den).  int4 = 1/2 byte per parameter
+(two weights per byte, rounded up per tensor); the group scales and zero-points of GPTQ/AWQ-style
+formats (e.g. one fp16 scale per 128 weights: +2/128 byte per parameter) are **not** counted."""
+KV_DTYPES = {"fp32": "fp32", "bf16": "bf16", "fp8": "int8"}
+"""KV-cache dtypes -> the storage type ``kv_cache_bytes`` prices them as (fp8 e4m3/e5m2: 1 byte, as int8)."""
+ATTENTION = "attention matmuls"
+
+
+def check_semantics(semantics: str) -> None:
+    if semantics not in SEMANTICS:
+        raise AccountingError(f"unknown cache semantics '{semantics}' (valid: {', '.join(SEMANTICS)})")
+
+
+def check_lengths(cfg: ModelConfig, prompt: int, generate: int) -> None:
+    """P + G must fit the model's context (the last decode step runs at position P + G − 2)."""
+    if prompt + generate > cfg.context_length:
+        raise AccountingError(
+            f"prompt {prompt:,} + generate {generate:,} = {prompt + generate:,} tokens exceeds {cfg.name}'s "
+            f"context of {cfg.context_length:,} tokens (use --context to analyse a longer one)"
+        )
+
+
+def check_supported(cfg: ModelConfig) -> None:
+    if getattr(cfg, "mla", False):
+        raise AccountingError(
+            "inference accounting does not model latent attention (MLA) yet: its cache holds the latent, "
+            "so decode re-projects every cached token (or absorbs kv_b_proj), which the registry does not count"
+        )
+
+
+def layer_slots(cfg: ModelConfig, capacity: int) -> list[int]:
+    """Cache slots per layer: C on a full-attention layer, min(C, w) on a windowed one."""
+    w = cfg.sliding_window
+    return [min(capacity, w) if cfg.layer_windowed(i) else capacity for i in range(cfg.num_layers)]
+
+
+def attention_per_key(cfg: ModelConfig, batch: int) -> list[tuple[str, str, int]]:
+    """(key, label, c) per attention matmul: c = its FLOPs for one query against one key, per layer,
+    read from the registry at S = 1 (the formulas are c·S²: checked at S = 2)."""
+    from ..components import breakdown
+
+    one, two = breakdown("flops", Sizes.of(cfg, 1, batch)), breakdown("flops", Sizes.of(cfg, 2, batch))
+    out = []
+    for it in one:
+        if it.group == ATTENTION:
+            if two[it.key].per_layer != 4 * it.per_layer:
+                raise AccountingError(f"{it.key}: not quadratic in S; decode FLOPs cannot be derived from it")
+            out.append((it.key, it.label, it.per_layer))
+    return out
+
+
+def _with_attention(
+    base: Breakdown, cfg: ModelConfig, batch: int, keys: list[int], queries: int, text: str
+) -> Breakdown:
+    """``base`` with each attention matmul replaced by Σ_layers c·queries·keys[layer]."""
+    per = {key: c for key, _, c in attention_per_key(cfg, batch)}
+    uniform = len(set(keys)) == 1
+    items = []
+    for it in base:
+        if it.key in per:
+            c = per[it.key]
+            total = c * queries * sum(keys)
+            per_layer = c * queries * keys[0] if uniform else None
+            items.append(Item(it.key, it.label, it.group, total, per_layer, text))
+        else:
+            items.append(it)
+    return Breakdown(base.quantity, base.unit, tuple(items))
+
+
+def prefill_flops(cfg: ModelConfig, prompt: int, batch: int, capacity: int, semantics: str = "filled") -> Breakdown:
+    """Matmul FLOPs of the prefill, per component (filled: the forward at S = P)."""
+    check_semantics(semantics)
+    base = forward_flops(cfg, prompt, batch)
+    if semantics == "filled":
+        return base
+    keys = [max(n, prompt) for n in layer_slots(cfg, capacity)]
+    return _with_attention(base, cfg, batch, keys, prompt, "static: 2·B·h·P·C·d_head per layer")
+
+
+def prefill_extras(cfg: ModelConfig, prompt: int, batch: int) -> dict[str, int | None]:
+    """The labelled alternatives to the full square: causal half, sliding-window band (None: no window)."""
+    return {
+        "attention_full_square": sum(it.total for it in forward_flops(cfg, prompt, batch) if it.group == ATTENTION),
+        "attention_causal_half": causal_attention_flops(cfg, prompt, batch),
+        "attention_windowed_band": None if cfg.sliding_window is None else windowed_attention_flops(cfg, prompt, batch),
+    }
+
+
+def decode_keys(cfg: ModelConfig, position: int, capacity: int, semantics: str = "filled") -> list[int]:
+    """Keys each layer's attention reads at a decode step at ``position``."""
+    slots = layer_slots(cfg, capacity)
+    if semantics == "static":
+        return slots
+    return [min(position + 1, n) for n in slots]
+
+
+def decode_flops(cfg: ModelConfig, position: int, batch: int, capacity: int, semantics: str = "filled") -> Breakdown:
+    """Matmul FLOPs of one decode step (B tokens) at ``position``, per component."""
+    check_semantics(semantics)
+    from ..components import breakdown
+
+    base = breakdown("flops", Sizes.of(cfg, 1, batch))
+    text = "2·B·h·n·d_head per layer, n = " + ("C slots" if semantics == "static" else "p + 1 keys")
+    return _with_attention(base, cfg, batch, decode_keys(cfg, position, capacity, semantics), 1, text)
+
+
+def sum_min(lo: int, hi: int, cap: int | None) -> int:
+    """Σ_{k=lo}^{hi} min(k, cap) in closed form (cap None: no cap); 0 for an empty range."""
+    if hi < lo:
+        return 0
+
+    def tri(a: int, b: int) -> int:  # Σ_{k=a}^{b} k
+        return (a + b) * (b - a + 1) // 2 if b >= a else 0
+
+    if cap is None or hi <= cap:
+        return tri(lo, hi)
+    if lo > cap:
+        return cap * (hi - lo + 1)
+    return tri(lo, cap) + cap * (hi - cap)
+
+
+def generation_flops(cfg: ModelConfig, prompt: int, generate: int, batch: int, semantics: str = "filled") -> int:
+    """Matmul FLOPs of the G − 1 decode steps, in closed form: (G − 1)·(non-attention per step) +
+    Σ_layers c·Σ_{p=P}^{P+G−2} n_layer(p) (filled: n = min(p + 1, w); static: n = slots)."""
+    steps, capacity = generate - 1, prompt + generate
+    if steps <= 0:
+        return 0
+    step = decode_flops(cfg, prompt, batch, capacity, semantics)
+    other = sum(it.total for it in step if it.group != ATTENTION)
+    c = sum(c for _, _, c in attention_per_key(cfg, batch))
+    if semantics == "static":
+        keys = sum(layer_slots(cfg, capacity)) * steps
+    else:
+        keys = sum(sum_min(prompt + 1, prompt + generate - 1, n) for n in layer_slots(cfg, capacity))
+    return other * steps + c * keys
+
+
+# -- memory ------------------------------------------------------------------------
+
+
+def _replicated(key: str, group: str) -> bool:
+    """Tensor parallelism keeps a full copy of norm gains, row-parallel biases and the router on every rank."""
+    return group == "norms" or key.endswith(("output_proj.bias", "w2.bias", "proj.bias")) or "router" in key
+
+
+def weights_bytes(cfg: ModelConfig, dtype: str, tp: int = 1) -> int:
+    """Bytes of the weights on one rank: every parameter in ``dtype`` (``WEIGHT_BYTES``), matrices and
+    embeddings split over ``tp`` ranks (rounded up per tensor: the worst rank), norms and row-parallel
+    biases replicated."""
+    if dtype not in WEIGHT_BYTES:
+        raise AccountingError(f"unknown weight dtype '{dtype}' (valid: {', '.join(WEIGHT_BYTES)})")
+    num, den = WEIGHT_BYTES[dtype]
+    total = 0
+    for it in parameter_breakdown(cfg):
+        per = it.total if not it.per_layer else it.per_layer
+        count = it.total // per if per else 0  # layers holding it (a subset for MoE components)
+        shard = per if _replicated(it.key, it.group) else -(-per // tp)
+        total += count * -(-shard * num // den)
+    return total
+
+
+def kv_bytes(cfg: ModelConfig, tokens: int, batch: int, dtype: str, tp: int = 1) -> int:
+    """KV cache on one rank: ``kv_cache_bytes`` at ``tokens`` positions in ``dtype`` / tp (KV heads split)."""
+    if dtype not in KV_DTYPES:
+        raise AccountingError(f"unknown KV-cache dtype '{dtype}' (valid: {', '.join(KV_DTYPES)})")
+    return kv_cache_bytes(cfg, tokens, batch, KV_DTYPES[dtype]) // tp
+
+
+def check_tp(cfg: ModelConfig, tp: int) -> None:
+    """Tensor parallelism splits heads: the KV heads (and query heads) must divide evenly."""
+    if cfg.kv_heads % tp or cfg.num_heads % tp:
+        raise AccountingError(
+            f"--tp {tp} does not divide the {cfg.kv_heads} KV heads"
+            + ("" if cfg.num_heads % tp == 0 else f" and {cfg.num_heads} query heads")
+            + f" of {cfg.name} (valid: {', '.join(str(t) for t in range(1, cfg.kv_heads + 1) if cfg.kv_heads % t == 0)})"
+        )
