@@ -180,6 +180,8 @@ class ModelConfig:
             raise ConfigError(f"name is {len(self.name):,} characters long; at most {MAX_NAME_CHARS} are allowed")
         if any(ord(ch) < 32 or ord(ch) == 127 for ch in self.name):
             raise ConfigError(f"name must not contain control characters, got {short_repr(self.name)}")
+        self._check_moe()
+        self._check_mla()  # before d_head and rope_dim, which read the latent-attention fields
         if self.head_dim is None and not self.mla and self.d_model % self.num_heads:
             raise ConfigError(
                 f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}; give head_dim explicitly"
@@ -189,8 +191,6 @@ class ModelConfig:
         if self.positions == "rope" and self.rope_dim % 2:
             which = "qk_rope_head_dim" if self.mla else "head_dim"
             raise ConfigError(f"{which}={self.rope_dim} is odd; RoPE rotates pairs of dimensions")
-        self._check_moe()
-        self._check_mla()
 
     def _check_moe(self) -> None:
         moe = [k for k in MOE_FIELDS if getattr(self, k) != MOE_DEFAULTS[k]]

@@ -8,7 +8,8 @@ window rule of transformers' ``sliding_window_causal_mask_function``, i - w < j 
     KV cache = 2 · kv_heads · d_head · B · bytes · Σ_layers cached(layer),
     cached(layer) = min(S, w) on a windowed layer, S otherwise.
 
-Without a window this is the plain 2 · L · kv_heads · d_head · S · B · bytes.  transformers'
+Without a window this is the plain 2 · L · kv_heads · d_head · S · B · bytes; latent attention caches
+(kv_lora_rank + qk_rope_head_dim) per token per layer instead of 2 · kv_heads · d_head.  transformers'
 ``DynamicSlidingWindowLayer`` (cache_utils.py, v5) keeps ``w - 1`` tokens between decode steps and
 concatenates the new token's key and value for the step, so ``w`` is the size during a step (its peak).
 """
@@ -28,5 +29,7 @@ def cached_tokens(cfg: ModelConfig, seq: int) -> int:
 
 def windowed_kv_cache_bytes(cfg: ModelConfig, seq: int, batch: int, dtype: str) -> int:
     """K and V for every layer and cached token, windowed layers keeping only their window:
-    2 · kv_heads · d_head · B · bytes · ``cached_tokens(cfg, S)``."""
-    return 2 * cfg.kv_dim * cached_tokens(cfg, seq) * batch * DTYPE_BYTES[dtype]
+    2 · kv_heads · d_head · B · bytes · ``cached_tokens(cfg, S)``.  Under latent attention (MLA) a token's
+    entry is the latent and the shared RoPE key, (kv_lora_rank + qk_rope_head_dim) elements instead of
+    2 · kv_heads · d_head (``ModelConfig.kv_cache_width``; DeepSeek-V2 §2.1.2, transformers v5's cache)."""
+    return cfg.kv_cache_width * cached_tokens(cfg, seq) * batch * DTYPE_BYTES[dtype]

@@ -56,6 +56,13 @@ def describe_architecture(cfg: ModelConfig) -> str:
     return f"architecture: {cfg.family}: {cfg.architecture}"
 
 
+def kv_cache_formula(cfg) -> str:
+    """The KV-cache closed form that applies to ``cfg`` (latent attention, sliding windows)."""
+    entry = "(r_kv + d_rope) (MLA: the latent and the shared RoPE key)" if cfg.mla else "2 · kv_heads · d_head"
+    tokens = "S" if cfg.sliding_window is None else "Σ_layers min(S, w) on windowed layers, S on the others"
+    return f"KV cache = {entry} · L · {tokens} · B · bytes (inference)".replace(" · L · Σ_layers", " · Σ_layers")
+
+
 def account_view(acc: Account) -> View:
     cfg, L = acc.config, acc.config.num_layers
     ctx = f"context {acc.seq:,} tokens"
@@ -115,7 +122,7 @@ def account_view(acc: Account) -> View:
             (f"KV cache at S={acc.seq:,}, B={acc.batch:,}, {dt}", b, fmt_bytes(b))
             for dt, b in acc.kv_cache_bytes().items()
         ],
-        ["KV cache = 2 · L · kv_heads · d_head · S · B · bytes (inference)"],
+        [kv_cache_formula(cfg)],
     )
     footer = ["Conventions:", *[f"  - {c}" for c in CONVENTIONS]]
     return View(header, [params, fwd, nonmm, train, kv], footer)
