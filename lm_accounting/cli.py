@@ -31,6 +31,8 @@ from .config import (
 )
 from .names import ADAMW_IMPLS, CLI_TRAINING_DTYPES, DEFAULT_ADAMW, DEFAULT_BUDGET, DEVICES, FORMATS, STEP_FLOPS_METHODS
 
+INFER_WEIGHTS = ("fp32", "bf16", "fp8", "int8", "int4")  # analytic.inference.WEIGHT_BYTES
+INFER_KV = ("fp32", "bf16", "fp8")  # analytic.inference.KV_DTYPES
 PROG = "lm-account"
 COMPLETE_VAR = "_LM_ACCOUNT_COMPLETE"  # click's shell-completion variable for the prog name
 SHAPE_FLAGS = {  # dedicated flags for common overrides: option name -> ModelConfig field
@@ -194,6 +196,26 @@ def setup_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def with_dtype(setup: Any, dtype: str | None) -> Any:
+    """``setup`` with ``--dtype`` applied: the shorthand for pure precision (``--dtype bf16`` is
+    ``--precision bf16``; ``--dtype fp32`` keeps fp32 parameters).  A ``--dtype`` that contradicts an
+    explicit ``--precision`` (``--dtype bf16 --precision amp-bf16``) is an ``AccountingError``."""
+    if dtype is not None and dtype != setup.param_dtype:
+        if dtype == "bf16" and setup.precision == "fp32":
+            return dataclasses.replace(setup, precision="bf16")
+        raise AccountingError(f"--dtype {dtype} contradicts --precision {setup.precision}")
+    return setup
+
+
+def dtype_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--dtype",
+        type=click.Choice(CLI_TRAINING_DTYPES),
+        default=None,
+        help="Shorthand for --precision fp32|bf16 (pure; gradients and AdamW moments follow it).",
+    )(func)
+
+
 def budget_option(func: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--budget",
@@ -269,12 +291,7 @@ def crosscheck_cmd(
 
 @cli.command("memory", short_help="Training memory per phase, predicted (and measured), and capacity.")
 @model_options
-@click.option(
-    "--dtype",
-    type=click.Choice(CLI_TRAINING_DTYPES),
-    default=None,
-    help="Shorthand for --precision fp32|bf16 (pure; gradients and AdamW moments follow it).",
-)
+@dtype_option
 @click.option(
     "--optimizer",
     type=click.Choice(ADAMW_IMPLS),
@@ -307,11 +324,7 @@ def memory_cmd(
     from .analytic.sizes import at_context
     from .units import parse_size
 
-    if dtype is not None and dtype != setup.param_dtype:
-        if dtype == "bf16" and setup.precision == "fp32":
-            setup = dataclasses.replace(setup, precision="bf16")
-        else:
-            raise AccountingError(f"--dtype {dtype} contradicts --precision {setup.precision}")
+    setup = with_dtype(setup, dtype)
     run = at_context(cfg, context)
     m = memory_account(run, run.context_length, batch, budget=parse_size(budget), setup=setup)
     if measure != "none":
@@ -381,7 +394,7 @@ def train_time_cmd(
     help="Context lengths: a list (128,256,512) or a range (128:16384:x2, 256:2048:+256).",
 )
 @click.option("--batch", "-B", type=POSITIVE, default=1, show_default=True, help="Batch size B.")
-@click.option("--dtype", type=click.Choice(CLI_TRAINING_DTYPES), default="fp32", show_default=True)
+@dtype_option
 @click.option("--optimizer", type=click.Choice(ADAMW_IMPLS), default=DEFAULT_ADAMW, show_default=True)
 @budget_option
 @click.option("--crosscheck", is_flag=True, help="Count every point's FLOPs on the live model (meta) too.")
@@ -396,11 +409,12 @@ def train_time_cmd(
 )
 @click.option("--no-plots", is_flag=True, help="Write the tables only.")
 @format_option
+@setup_options
 def sweep_cmd(
     presets: Sequence[str],
     contexts: str,
     batch: int,
-    dtype: str,
+    dtype: str | None,
     optimizer: str,
     budget: str,
     crosscheck: bool,
@@ -409,6 +423,7 @@ def sweep_cmd(
     out: str,
     no_plots: bool,
     fmt: str,
+    setup: Any,
 ) -> int:
     """Context-length sweep of one or more models: tables (CSV, markdown, JSON) and plots in --out."""
     from pathlib import Path
@@ -418,14 +433,14 @@ def sweep_cmd(
     from .views.sweep import check_sweep_out, write_sweep
 
     check_sweep_out(out)  # a bad --out fails before any computation
+    setup = with_dtype(setup, dtype)
     budget_bytes = parse_size(budget)
     configs = [load_config(p) for p in presets]
     result = sweep(
         configs,
         parse_contexts(contexts),
         batch,
-        dtype=dtype,
-        optimizer=optimizer,
+        setup=setup,
         budget=budget_bytes,
         crosscheck=crosscheck,
         measure=measure_memory,
@@ -438,6 +453,59 @@ def sweep_cmd(
     for problem in result.mismatches:
         click.echo(f"MISMATCH: {problem}", err=True)
     return 1 if result.mismatches else 0
+
+
+@cli.command("infer", short_help="Serving: prefill/decode FLOPs, KV cache, memory, capacity and roofline.")
+@model_options
+@click.option("--prompt", "-P", type=POSITIVE, required=True, help="Prompt tokens per sequence.")
+@click.option("--generate", "-G", type=POSITIVE, required=True, help="Tokens generated per sequence.")
+@click.option("--weights", type=click.Choice(INFER_WEIGHTS), default="bf16", show_default=True, help="Weight storage.")
+@click.option("--kv-dtype", type=click.Choice(INFER_KV), default="bf16", show_default=True, help="KV-cache storage.")
+@click.option("--gpu", default="h100-80gb", show_default=True, help="GPU from the table (lm_accounting.gpus).")
+@click.option("--tp", type=POSITIVE, default=1, show_default=True, help="Tensor-parallel degree.")
+@click.option("--budget", default=None, help="Memory budget per GPU, e.g. 80GB (default: the GPU's memory).")
+@click.option(
+    "--cache",
+    "semantics",
+    type=click.Choice(("filled", "static")),
+    default="filled",
+    show_default=True,
+    help="filled: attend over filled positions; static: over all slots (transformers' StaticCache).",
+)
+@click.option(
+    "--measure",
+    type=click.Choice(("none", *DEVICES)),
+    default="none",
+    show_default=True,
+    help="Also run the live model with a static KV cache and compare FLOPs, cache bytes and memory.",
+)
+def infer_cmd(
+    cfg: ModelConfig,
+    context: int | None,
+    batch: int,
+    fmt: str,
+    prompt: int,
+    generate: int,
+    weights: str,
+    kv_dtype: str,
+    gpu: str,
+    tp: int,
+    budget: str | None,
+    semantics: str,
+    measure: str,
+) -> None:
+    """Inference: prefill and decode FLOPs, KV cache, memory per GPU, concurrent sequences, roofline
+    (analytic, exact; no torch unless --measure)."""
+    from .analytic.inference_report import infer
+    from .units import parse_size
+
+    kw = dict(weights=weights, kv_dtype=kv_dtype, gpu=gpu, tp=tp, semantics=semantics, context=context)
+    result = infer(cfg, prompt, generate, batch, budget=None if budget is None else parse_size(budget), **kw)
+    if measure != "none":
+        from .measure.inference import measure_inference
+
+        result = result.with_measurement(measure_inference(result, device=measure))
+    emit(result, fmt)
 
 
 @cli.command("report", short_help="Regenerate reports/ (the course answers, tables and plots) from code.")

@@ -15,10 +15,12 @@ from typing import Any, ClassVar
 from .account import account
 from .analytic.activations import saved_activation_breakdown
 from .analytic.capacity import max_context_that_fits
+from .analytic.hardware_flops import step_flops
 from .analytic.memory import adamw_step_temporary_bytes, model_state_breakdown
-from .analytic.replay import predict_training_step
+from .analytic.replay import as_setup, predict_training_step
 from .config import AccountingError, ModelConfig, check_positive_int
 from .result import Result
+from .setup import TrainingSetup
 
 GROUPS = ("attention projections", "attention matmuls", "ffn", "lm head")
 MAX_POINTS = 1_000
@@ -78,16 +80,34 @@ def parse_contexts(text: str) -> list[int]:
 
 
 def analytic_row(
-    cfg: ModelConfig, seq: int, batch: int, dtype: str, optimizer: str, budget: int, max_context: int
+    cfg: ModelConfig,
+    seq: int,
+    batch: int,
+    dtype: str | None,
+    optimizer: str | None,
+    budget: int,
+    max_context: int,
+    *,
+    setup: TrainingSetup | None = None,
 ) -> dict[str, Any]:
-    """Every analytic column of one (model, context) row."""
+    """Every analytic column of one (model, context) row under ``setup`` (or, as before, pure ``dtype``
+    with AdamW ``optimizer``).  The memory columns are the ``memory`` command's: model states in the
+    parameters' dtype, the activations saved for backward under the setup, and the step peak of the
+    *plain* run (``mem:peak``, as ``memory_account(...).step``); ``mem:peak_traced`` is what the storage
+    tracker sees (``replay.traced_minus_plain`` gives the gap).  ``flops:model_step`` is 3 × forward,
+    ``flops:hardware_step`` adds the checkpoint and fused-attention recompute (``hardware_flops.step_flops``)."""
+    setup, dtype = as_setup(setup, dtype, optimizer, default_optimizer="foreach")
+    optimizer = setup.optimizer
     cfg = cfg.with_context(seq)
     acc = account(cfg, seq, batch)
     groups = acc.forward.groups()
     total = acc.forward.total
     states = model_state_breakdown(cfg, dtype)
-    step = predict_training_step(cfg, seq, batch, dtype, optimizer)
+    step = predict_training_step(cfg, seq, batch, setup=setup, mode="plain")
+    traced = predict_training_step(cfg, seq, batch, setup=setup, mode="traced")
+    flops = step_flops(cfg, seq, batch, setup)
     row: dict[str, Any] = {"model": cfg.name, "context": seq, "batch": batch, "params": acc.params.total}
+    row["setup"] = setup.label
     row.update({f"flops:{k}": v for k, v in acc.forward.totals().items()})
     row["flops:total"] = total
     row.update({f"group:{g}": groups.get(g, 0) for g in GROUPS})
@@ -96,19 +116,23 @@ def analytic_row(
     row["flops:linear"] = total - groups["attention matmuls"]
     row["flops:nonmatmul"] = acc.nonmatmul.total
     row["flops:train_step"] = acc.training.step
+    row["flops:model_step"] = flops.model
+    row["flops:hardware_step"] = flops.hardware
     row["mem:parameters"] = states["parameters"].total
     row["mem:gradients"] = states["gradients"].total
     row["mem:optimizer"] = states["adamw.exp_avg"].total + states["adamw.exp_avg_sq"].total
-    row["mem:activations"] = saved_activation_breakdown(cfg, seq, batch, dtype).total
+    row["mem:activations"] = saved_activation_breakdown(cfg, seq, batch, setup=setup).total
     row["mem:step_temporaries"] = adamw_step_temporary_bytes(cfg, dtype, optimizer)
     row["mem:peak"] = step.peak
     row.update({f"mem:peak.{name}": p.peak for name, p in step.phases().items()})
+    row["mem:peak_traced"] = traced.peak
     row["mem:kv_cache"] = acc.kv_cache_bytes()["bf16" if dtype != "fp32" else "fp32"]
     row["mem:budget"] = budget
-    row["mem:max_context"] = max_context  # largest context whose step fits the budget (exact)
+    row["mem:max_context"] = max_context  # largest context whose plain step fits the budget (exact)
     row["measured:flops"] = None
     row["measured:peak"] = None
     row["measured:device"] = None
+    row["measured:run"] = None  # "traced" (the storage tracker: compare mem:peak_traced) or "plain" (cuda)
     return row
 
 
@@ -116,13 +140,14 @@ def analytic_row(
 class Sweep(Result):
     """One row per (model, context): ``to_dict()`` (JSON), ``records()`` (the rows: CSV), ``to_frame()``."""
 
-    SCHEMA: ClassVar[str] = "lm-accounting/sweep/1"
+    SCHEMA: ClassVar[str] = "lm-accounting/sweep/2"
 
     batch: int
-    dtype: str
+    dtype: str  # the parameters' dtype (fp32 under amp-bf16)
     optimizer: str
     rows: list[dict[str, Any]] = field(default_factory=list)
     mismatches: list[str] = field(default_factory=list)
+    setup: TrainingSetup = field(default_factory=TrainingSetup)
 
     def records(self) -> list[dict[str, Any]]:
         """The rows themselves: one tidy record per (model, context)."""
@@ -141,6 +166,7 @@ class Sweep(Result):
             "batch": self.batch,
             "dtype": self.dtype,
             "optimizer": self.optimizer,
+            "setup": {**self.setup.to_dict(), "label": self.setup.label},
             "rows": self.rows,
             "mismatches": self.mismatches,
         }
@@ -151,17 +177,20 @@ def sweep(
     contexts: Iterable[int],
     batch: int = 1,
     *,
-    dtype: str = "fp32",
-    optimizer: str = "foreach",
+    dtype: str | None = None,
+    optimizer: str | None = None,
+    setup: TrainingSetup | None = None,
     budget: int = 80 * 10**9,
     crosscheck: bool = False,
     measure: str | None = None,
     progress: bool = False,
     allow_long: bool = False,
 ) -> Sweep:
-    """Analytic rows for every (config, context) (``budget`` sets ``mem:max_context``); with ``crosscheck`` the live model's
-    FlopCounterMode and fvcore totals are checked against them, and with ``measure``
-    ('meta', 'cpu' or 'cuda') one training step is measured at each point.
+    """Analytic rows for every (config, context) under ``setup`` (or, as before, pure ``dtype``, default
+    fp32, with AdamW ``optimizer``, default foreach; ``budget`` sets ``mem:max_context``); with
+    ``crosscheck`` the live model's FlopCounterMode and fvcore totals are checked against them, and with
+    ``measure`` ('meta', 'cpu' or 'cuda') one training step is measured at each point under the same setup
+    (the storage tracker on meta/cpu: the traced run, ``mem:peak_traced``; cuda: the plain run, ``mem:peak``).
 
     Before any live work every point is checked (``measure.devices.check_live_run``: tensors that
     cannot exist, deep models, memory, a missing GPU) and the live run time is estimated
@@ -180,13 +209,17 @@ def sweep(
         )
     check_positive_int("batch", batch)
     check_positive_int("budget", budget, limit=None)
-    if dtype not in TRAINING_DTYPES:
+    if dtype is not None and dtype not in TRAINING_DTYPES:
         raise AccountingError(f"unknown dtype {dtype!r:.40} (choose from {', '.join(TRAINING_DTYPES)})")
-    if optimizer not in ADAMW_KWARGS:
+    if optimizer is not None and optimizer not in ADAMW_KWARGS:
         raise AccountingError(f"unknown optimizer {optimizer!r:.40} (choose from {', '.join(ADAMW_KWARGS)})")
+    if setup is not None and not isinstance(setup, TrainingSetup):
+        raise AccountingError(f"setup must be a TrainingSetup, got {type(setup).__name__}")
+    setup, dtype = as_setup(setup, dtype, optimizer, default_optimizer="foreach")
+    optimizer = setup.optimizer
     if measure is not None and measure not in DEVICES:
         raise AccountingError(f"unknown measure device {measure!r:.40} (choose from {', '.join(DEVICES)})")
-    result = Sweep(batch, dtype, optimizer)
+    result = Sweep(batch, dtype, optimizer, setup=setup)
     names = [cfg.name for cfg in configs]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
@@ -213,21 +246,22 @@ def sweep(
         from tqdm import tqdm
 
         bar = tqdm(total=len(points), unit="point", desc="sweep (live models)", leave=False)
-    fitting = {cfg.name: max_context_that_fits(cfg, budget, batch, dtype, optimizer) for cfg in configs}
+    fitting = {cfg.name: max_context_that_fits(cfg, budget, batch, setup=setup, mode="plain") for cfg in configs}
     for cfg, seq in points:
-        row = analytic_row(cfg, seq, batch, dtype, optimizer, budget, fitting[cfg.name])
+        row = analytic_row(cfg, seq, batch, None, None, budget, fitting[cfg.name], setup=setup)
         if crosscheck:
             from .measure.crosscheck import crosscheck as run_crosscheck
 
-            cc = run_crosscheck(cfg.with_context(seq), seq, batch)
+            cc = run_crosscheck(cfg.with_context(seq), seq, batch, setup=setup)
             row["measured:flops"] = cc.flop_counter.total
             result.mismatches += [f"{cfg.name} @ {seq}: {m}" for m in cc.mismatches()]
         if measure:
             from .measure.memory import measure_step
 
-            measured = measure_step(cfg.with_context(seq), seq, batch, dtype, measure, optimizer)
+            measured = measure_step(cfg.with_context(seq), seq, batch, device=measure, setup=setup)
             row["measured:peak"] = measured.peak
             row["measured:device"] = measure
+            row["measured:run"] = "plain" if measure == "cuda" else "traced"
         result.rows.append(row)
         if bar is not None:
             bar.update()

@@ -47,8 +47,15 @@ MEMORY_STYLE = {
     "activations": ("o", "-"),
     TEMPORARIES: ("v", "-."),
 }
-TEXT_COLUMNS = {"model", "measured:device"}
-OPTIONAL_NUMERIC = ("measured:flops", "measured:peak", "mem:step_temporaries", "mem:budget", "mem:max_context")
+TEXT_COLUMNS = {"model", "setup", "measured:device", "measured:run"}
+OPTIONAL_NUMERIC = (
+    "measured:flops",
+    "measured:peak",
+    "mem:peak_traced",
+    "mem:step_temporaries",
+    "mem:budget",
+    "mem:max_context",
+)
 MODEL_COLORS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666")
 FLOPS_LABEL = "forward FLOPs (matmuls)"
 GB_LABEL = "memory (GB = 10⁹ bytes)"
@@ -115,6 +122,28 @@ def _require(frame, columns):
 
 def _batch_note(frame) -> str:
     return "batch " + "/".join(str(b) for b in sorted({int(b) for b in frame["batch"]}))
+
+
+CHECKPOINT_WORDS = {"none": "no checkpointing", "full": "full checkpointing", "selective": "selective checkpointing"}
+
+
+def _setup_note(frame) -> str:
+    """'sdpa attention, full checkpointing, amp-bf16, AdamW foreach' from the ``setup`` column (a
+    ``TrainingSetup.label``, attention+checkpoint+precision+optimizer); '' for a frame without one.
+    The memory figures name it; forward FLOPs do not depend on it."""
+    notes = []
+    for label in sorted({x for x in frame.get("setup", ()) if isinstance(x, str)}):
+        attention, checkpoint, precision, optimizer = label.split("+")
+        notes.append(
+            f"{attention} attention, {CHECKPOINT_WORDS.get(checkpoint, checkpoint)}, {precision}, AdamW {optimizer}"
+        )
+    return " / ".join(notes)
+
+
+def _run_note(frame) -> str:
+    """'batch 1 · naive attention, no checkpointing, fp32, AdamW foreach' (the setup when the frame has one)."""
+    setup = _setup_note(frame)
+    return _batch_note(frame) + (f" · {setup}" if setup else "")
 
 
 def _save(fig: Figure, stem, return_fig: bool):
@@ -355,7 +384,7 @@ def plot_memory_vs_context(
     _context_axis(ax, x)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
     verdict = _fit_verdict(rows, budget_label, largest, crossing, exact)
-    ax.set_title(f"{model}: memory of one training step vs context ({_batch_note(rows)})\n{verdict}")
+    ax.set_title(f"{model}: memory of one training step vs context\n{_run_note(rows)}\n{verdict}")
     return _save(fig, path_stem, return_fig)
 
 
@@ -371,15 +400,20 @@ def plot_predicted_vs_measured(frame, path_stem, *, return_fig: bool = False):
 
     "Measured" is FlopCounterMode on the live model and one training step of the live model under
     the storage tracker (meta, cpu) or the CUDA allocator, as the column ``measured:device`` says.
+    The tracker sees the traced run, so when every measurement is the tracker's (``measured:run``) the
+    analytic line is ``mem:peak_traced``; otherwise ``mem:peak`` (the plain run).
     """
     frame = _require(frame, ["model", "context", "batch", "params", "flops:total", "mem:peak"])
     measured = ("measured:flops", "measured:peak")  # absent, None or NaN: not measured
     frame = frame.assign(**{c: np.nan for c in measured if c not in frame})
+    runs = {r for r in frame.get("measured:run", ()) if isinstance(r, str)}
+    traced = runs == {"traced"} and "mem:peak_traced" in frame  # the storage tracker sees the traced run
+    peak, run = ("mem:peak_traced", "traced-run ") if traced else ("mem:peak", "")
     fig = Figure(figsize=(11, 4.8), layout="constrained")
     panels = fig.subplots(1, 2)
     specs = (
         ("flops:total", "measured:flops", FLOPS_LABEL, 1.0, ENG),
-        ("mem:peak", "measured:peak", f"peak {GB_LABEL}", 1e9, GB_FMT),
+        (peak, "measured:peak", f"{run}peak {GB_LABEL}", 1e9, GB_FMT),
     )
     n_measured = 0
     for ax, (col, mcol, ylabel, scale, fmt) in zip(panels, specs, strict=False):
@@ -397,7 +431,7 @@ def plot_predicted_vs_measured(frame, path_stem, *, return_fig: bool = False):
     panels[0].set_title("forward FLOPs: analytic vs FlopCounterMode (live model)", fontsize=10.5)
     panels[1].set_title(f"peak memory: analytic vs measured ({_measured_on(frame)})", fontsize=10.5)
     note = "" if n_measured else " (no measurements)"
-    fig.suptitle(f"Predicted vs measured ({_batch_note(frame)}){note}")
+    fig.suptitle(f"Predicted vs measured ({_run_note(frame)}){note}")
     return _save(fig, path_stem, return_fig)
 
 
