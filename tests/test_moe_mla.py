@@ -161,3 +161,25 @@ def test_checkpointed_step_runs_the_predicted_hardware_flops(setup, shared):
     blocks = sum(it.total for it in fwd if it.key.startswith("layers.*."))
     skipped = fwd["layers.*.ffn.w2"].total + (fwd["layers.*.moe.shared.w2"].total if shared else 0)
     assert step_flops(cfg.with_context(37), 37, 2, setup).recompute == blocks - skipped
+
+
+def test_a_mixtral_config_json_gives_total_and_active_parameters(run_cli, tmp_path):
+    import json
+
+    from test_transformers_truth import CONFIGS
+
+    path = tmp_path / "Mixtral-8x7B-v0.1" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(CONFIGS["mixtral-8x7b"][0]))
+    r = run_cli(path, "--context", "1024")
+    assert r.code == 0, r.err
+    assert "parameters 46,702,792,704 (46.703 billion), 12,879,925,248 active per token" in r.out
+    data = json.loads(run_cli(path, "--format", "json").out)
+    assert (data["parameters"]["total"], data["parameters"]["active"]) == (46_702_792_704, 12_879_925_248)
+    assert "router_aux_loss_coef" in data["config"]["ignored_fields"]
+    # each component apart: the router, the routed experts (top-2 of 8: T·k rows) and no shared experts
+    forward = json.loads(run_cli(path, "-S", "1024", "--format", "json").out)["forward_flops"]["components"]
+    rows = {it["key"]: it["total"] for it in forward}
+    assert rows["layers.*.moe.router"] == 32 * 2 * 1024 * 4096 * 8
+    assert rows["layers.*.moe.experts.w1"] == 32 * 2 * (1024 * 2) * 4096 * 14336
+    assert "layers.*.moe.shared.w1" not in rows
