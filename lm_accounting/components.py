@@ -62,6 +62,7 @@ class Component:
     saved: Formula | None = None
     present: Callable[[ModelConfig], bool] = lambda cfg: True
     layers: Layers = EVERY_LAYER  # for ``layers.*`` keys: the blocks it occurs in
+    tensors: Callable[[ModelConfig], int] = lambda cfg: 1  # parameter tensors of equal size (LayerNorm: 2)
 
     @property
     def per_layer(self) -> bool:
@@ -103,6 +104,11 @@ def _norm_params_text(cfg: ModelConfig) -> str:
 
 def _norm_flops_text(cfg: ModelConfig) -> str:
     return "7·T·d" if cfg.norm == "layernorm" else "4·T·d"
+
+
+def _norm_tensors(cfg: ModelConfig) -> int:
+    """A block-width norm's parameter tensors: LayerNorm's gain and bias, or RMSNorm's gain."""
+    return 2 if cfg.norm == "layernorm" else 1
 
 
 def _norm(width: Callable[[Sizes], int]) -> tuple[Formula, Formula]:
@@ -317,6 +323,7 @@ REGISTRY: tuple[Component, ...] = (
         present=_pre_norms,
         params=_LN1[0],
         elementwise=_LN1[1],
+        tensors=_norm_tensors,
         saved=Formula(act.block_norm_saved_bytes, "none: T·4 + T·d·4 + T·d·e [+ T·d·4 + d·4] (amp: T·4 + T·d·4)"),
     ),
     Component(
@@ -509,6 +516,7 @@ REGISTRY: tuple[Component, ...] = (
         present=_post_norms,
         params=_POST[0],
         elementwise=_POST[1],
+        tensors=_norm_tensors,
     ),
     Component(
         "layers.*.residual.attn",
@@ -523,6 +531,7 @@ REGISTRY: tuple[Component, ...] = (
         present=_pre_norms,
         params=_LN2[0],
         elementwise=_LN2[1],
+        tensors=_norm_tensors,
         saved=Formula(act.block_norm_saved_bytes, "as ln1"),
     ),
     Component(
@@ -653,6 +662,7 @@ REGISTRY: tuple[Component, ...] = (
         present=_post_norms,
         params=_POST[0],
         elementwise=_POST[1],
+        tensors=_norm_tensors,
     ),
     Component(
         "layers.*.residual.ffn",
@@ -666,6 +676,7 @@ REGISTRY: tuple[Component, ...] = (
         "norms",
         params=_LN_FINAL[0],
         elementwise=_LN_FINAL[1],
+        tensors=_norm_tensors,
         saved=Formula(act.final_norm_saved_bytes, "as ln1 under none (+ its fp32 input)"),
     ),
     Component(

@@ -183,3 +183,30 @@ def test_a_mixtral_config_json_gives_total_and_active_parameters(run_cli, tmp_pa
     assert rows["layers.*.moe.router"] == 32 * 2 * 1024 * 4096 * 8
     assert rows["layers.*.moe.experts.w1"] == 32 * 2 * (1024 * 2) * 4096 * 14336
     assert "layers.*.moe.shared.w1" not in rows
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [MOE, DEEPSEEK, MLA_ONLY, dataclasses.replace(MOE, moe_every=2, dense_layers_first=0), load_config("openai-gpt2")],
+    ids=lambda c: f"{c.name}-{c.moe_every}",
+)
+def test_parameter_tensors_are_the_live_models(cfg):
+    """The AdamW step counters (one per tensor) and the for-loop temporaries read this list."""
+    from lm_accounting.analytic.memory import parameter_tensor_count, parameter_tensor_sizes
+    from lm_accounting.model import build_model
+
+    live = [p.numel() for p in build_model(cfg, device="meta").parameters()]
+    assert parameter_tensor_sizes(cfg) == live
+    assert parameter_tensor_count(cfg) == len(live)
+
+
+@pytest.mark.parametrize(("layers", "first", "every"), [(1000, 3, 1), (1001, 5, 3), (777, 0, 2), (300, 299, 1)])
+def test_the_pair_scan_of_a_deep_model_sees_every_adjacent_pair(layers, first, every):
+    from lm_accounting.analytic.memory import parameter_tensor_sizes, scan_layers
+
+    cfg = dataclasses.replace(MOE, num_layers=layers, dense_layers_first=first, moe_every=every)
+
+    def pairs(sizes):
+        return {(a, b) for a, b in zip([0, *sizes], sizes, strict=False)}
+
+    assert pairs(parameter_tensor_sizes(cfg, scan_layers(cfg))) == pairs(parameter_tensor_sizes(cfg))

@@ -14,6 +14,8 @@ Every figure is an exact int of bytes.  Sources, by section:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from ..breakdown import Breakdown, Item
 from ..config import AccountingError, ModelConfig
 from ..names import ADAMW_IMPLS, DEVICES, DTYPE_BYTES, TRAINING_DTYPES
@@ -41,21 +43,52 @@ def _training_dtype_bytes(dtype: str) -> int:
     return DTYPE_BYTES[dtype]
 
 
-def parameter_tensor_sizes(cfg: ModelConfig, max_layers: int | None = None) -> list[int]:
+def parameter_tensor_sizes(cfg: ModelConfig, layers: Iterable[int] | None = None) -> list[int]:
     """numel of each parameter tensor, in the live model's ``model.parameters()`` order.
 
-    ``parameter_breakdown`` lists the components in the model's registration order
-    (token_embeddings; per layer ln1, q/k/v/output projections, [q_norm, k_norm], ln2,
-    w1, w2, w3; ln_final; lm_head), one tensor each; a layer's tensors repeat L times.
-    A tied lm_head is the embedding's tensor, which ``parameters()`` yields once.
-    ``max_layers`` lists at most that many layers (for pairwise scans of huge models).
+    ``parameter_breakdown`` lists the components in the model's registration order (token_embeddings
+    [, position_embeddings]; per layer ln1, attention projections [and biases, qk norms], ln2, the FFN or
+    the mixture of experts; ln_final; lm_head); each is one tensor (a LayerNorm two: gain and bias,
+    ``Component.tensors``), and block ``i`` holds the components with ``Component.in_layer(cfg, i)``.
+    A tied lm_head is the embedding's tensor, which ``parameters()`` yields once.  ``layers`` lists
+    only those blocks (default: all; ``scan_layers`` for huge models).
     """
+    from ..components import component
+
     items = list(parameter_breakdown(cfg))
-    layer = [it.per_layer for it in items if it.per_layer is not None]
-    before = [it.total for it in items[:1]]
-    after = [it.total for it in items if it.per_layer is None][1:]
-    layers = cfg.num_layers if max_layers is None else min(cfg.num_layers, max_layers)
-    return before + layer * layers + [n for n in after if n]
+    entries = [(it, component(it.key)) for it in items]
+
+    def tensors(it, c, n):
+        k = c.tensors(cfg)
+        return [n // k] * k
+
+    first = next((i for i, (it, _) in enumerate(entries) if it.per_layer is not None), len(entries))
+    sizes = [n for it, c in entries[:first] for n in tensors(it, c, it.total)]
+    for i in range(cfg.num_layers) if layers is None else layers:
+        sizes += [
+            n
+            for it, c in entries
+            if it.per_layer is not None and c.in_layer(cfg, i)
+            for n in tensors(it, c, it.per_layer)
+        ]
+    sizes += [n for it, c in entries[first:] if it.per_layer is None and it.total for n in tensors(it, c, it.total)]
+    return sizes
+
+
+def scan_layers(cfg: ModelConfig) -> list[int]:
+    """Blocks that contain every adjacent pair of parameter tensors the model has (for a scan over pairs
+    without listing 10^18 layers): all layers of a model of at most 256; else the first m and the last t,
+    where block kinds (dense or mixture of experts) repeat with period ``moe_every`` from
+    ``dense_layers_first`` on, and the last part starts in the same phase as block m, so the one false
+    neighbour pair (m − 1, L − t) has the kinds of the real pair (m − 1, m)."""
+    L = cfg.num_layers
+    if L <= 256:
+        return list(range(L))
+    every = cfg.moe_every if cfg.moe else 1
+    m = min(cfg.dense_layers_first, L) + 2 * every + 2
+    t = 2 * every + 2
+    t += (L - t - m) % every  # L − t ≡ m (mod every)
+    return list(range(m)) + list(range(L - t, L))
 
 
 def model_state_breakdown(cfg: ModelConfig, dtype: str = "fp32") -> Breakdown:
@@ -88,11 +121,18 @@ def model_state_breakdown(cfg: ModelConfig, dtype: str = "fp32") -> Breakdown:
 
 
 def parameter_tensor_count(cfg: ModelConfig) -> int:
-    """Tensors ``model.parameters()`` yields: ``len(parameter_tensor_sizes(cfg))``, in O(1)."""
-    items = list(parameter_breakdown(cfg))
-    per_layer = sum(1 for it in items if it.per_layer is not None)
-    once = sum(1 for it in items if it.per_layer is None and it.total)  # embedding, ln_final, untied lm_head
-    return once + per_layer * cfg.num_layers
+    """Tensors ``model.parameters()`` yields: ``len(parameter_tensor_sizes(cfg))``, without listing the
+    layers: a per-layer component occurs in total / per_layer blocks."""
+    from ..components import component
+
+    count = 0
+    for it in parameter_breakdown(cfg):
+        k = component(it.key).tensors(cfg)
+        if it.per_layer is not None:
+            count += k * (it.total // it.per_layer) if it.per_layer else 0
+        elif it.total:  # embedding, position table, ln_final, untied lm_head
+            count += k
+    return count
 
 
 ADAMW_STEP_COUNTER_BYTES = 4
@@ -154,6 +194,6 @@ def adamw_step_temporary_bytes(cfg: ModelConfig, dtype: str = "fp32", impl: str 
         return parameter_breakdown(cfg).total * nbytes
     if impl == "fused":
         return 0
-    sizes = parameter_tensor_sizes(cfg, max_layers=2)  # every adjacent pair occurs within two layers
+    sizes = parameter_tensor_sizes(cfg, scan_layers(cfg))  # every adjacent pair of tensors occurs here
     previous = [0] + sizes[:-1]
     return max(prev + 2 * cur for prev, cur in zip(previous, sizes, strict=True)) * nbytes
