@@ -173,6 +173,7 @@ TOP_KEYS = [
 ]
 COURSE_KEYS = {"source", "assumptions", "peak_at_batch", "a_bytes_per_sequence", "b_bytes", "max_batch"}
 EXACT_KEYS = {
+    "not_modelled",
     "device",
     "assumptions",
     "model_states",
@@ -200,7 +201,7 @@ def test_json_keys_and_strictness(tiny_measured):
     m, cpu = tiny_measured
     for result in (m, cpu):
         data = json.loads(json.dumps(result.to_dict(), allow_nan=False))
-        assert list(data) == TOP_KEYS and data["schema"] == "lm-accounting/memory/3"
+        assert list(data) == TOP_KEYS and data["schema"] == "lm-accounting/memory/4"
         assert set(data["course_convention"]) == COURSE_KEYS
         assert set(data["implementation_exact"]) == EXACT_KEYS
         lines = data["implementation_exact"]["peak_lines"]

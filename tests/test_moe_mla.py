@@ -210,3 +210,26 @@ def test_the_pair_scan_of_a_deep_model_sees_every_adjacent_pair(layers, first, e
         return {(a, b) for a, b in zip([0, *sizes], sizes, strict=False)}
 
     assert pairs(parameter_tensor_sizes(cfg, scan_layers(cfg))) == pairs(parameter_tensor_sizes(cfg))
+
+
+def test_memory_of_a_mixture_of_experts_is_its_exact_model_states(run_cli):
+    """Every expert's weights, gradients and AdamW moments: 4·N·4 bytes in fp32 (N = all 46.7B), and the
+    parts the step replay does not model are absent, not guessed."""
+    import json
+
+    r = run_cli("memory", "mixtral-8x7b", "-S", "4096", "--optimizer", "fused", "--format", "json")
+    assert r.code == 0, r.err
+    data = json.loads(r.out)
+    exact = data["implementation_exact"]
+    states = {it["key"]: it["total"] for it in exact["model_states"]["components"]}
+    n = 46_702_792_704
+    assert states == {"parameters": 4 * n, "gradients": 4 * n, "adamw.exp_avg": 4 * n, "adamw.exp_avg_sq": 4 * n}
+    assert exact["adamw_step_temporaries"] == 0  # fused AdamW
+    # fused: one 4-byte step counter per parameter tensor on the device: per layer ln1, q, k, v, o, ln2,
+    # router, 3 stacked expert matrices (10); embedding, final norm, LM head (3)
+    assert exact["adamw_step_counters"] == 4 * (32 * 10 + 3)
+    assert exact["not_modelled"] == ["mixture of experts"] and exact["step"] is None
+    assert data["course_convention"] is None
+    assert data["inference"]["kv_cache"] == 2 * 8 * 128 * 32 * 4096 * 4  # K and V, fp32
+    refused = run_cli("memory", "deepseek-v3", "--measure", "meta")
+    assert refused.code == 2 and "does not model mixture of experts, latent attention (MLA)" in refused.err

@@ -49,7 +49,7 @@ MEASURE_METHODS = {"tracker": "traced", "allocator": "plain", "cuda": "plain"}
 
 @dataclass(frozen=True)
 class MemoryAccount(Result):
-    SCHEMA: ClassVar[str] = "lm-accounting/memory/3"
+    SCHEMA: ClassVar[str] = "lm-accounting/memory/4"
 
     config: ModelConfig
     seq: int
@@ -58,21 +58,22 @@ class MemoryAccount(Result):
     optimizer: str
     budget: int
     device: str  # the device the implementation-exact prediction is for
-    # course convention (CS336 adamwAccounting)
-    course: CoursePeak
-    course_linear: tuple[int, int]  # (a, b): peak = a·B + b under the course convention
-    course_max_batch: int
-    # implementation-exact (our live model)
+    # course convention (CS336 adamwAccounting; None for an architecture other than the course's)
+    course: CoursePeak | None
+    course_linear: tuple[int, int] | None  # (a, b): peak = a·B + b under the course convention
+    course_max_batch: int | None
+    # implementation-exact (our live model); the replayed parts are None where the replay does not
+    # model the architecture (``ModelConfig.unsupported_for_replay``): then only model states are exact
     states: Breakdown
     step_temporaries: int
     step_counters: int
-    saved: Breakdown
-    step: StepMemory  # the plain run
-    peak_lines: StepPeakLines  # of the plain run
-    max_batch: int
-    max_context: int
+    saved: Breakdown | None
+    step: StepMemory | None  # the plain run
+    peak_lines: StepPeakLines | None  # of the plain run
+    max_batch: int | None
+    max_context: int | None
     # for comparison, and inference
-    korthikanti: int
+    korthikanti: int | None
     kv_cache: int
     setup: TrainingSetup = DEFAULT_SETUP
     step_traced: StepMemory | None = None  # what the storage tracker sees
@@ -114,8 +115,12 @@ class MemoryAccount(Result):
         )
         return replace(base, measured=step, measured_on=device, measured_method=method)
 
+    @property
+    def not_modelled(self) -> list[str]:
+        """The architecture options the step replay does not model (empty: everything is predicted)."""
+        return self.config.unsupported_for_replay()
+
     def to_dict(self) -> dict[str, Any]:
-        a, b = self.course_linear
         setup = self.setup
         measured = None
         if self.measured is not None:
@@ -142,12 +147,14 @@ class MemoryAccount(Result):
             "budget_bytes": self.budget,
             "model_flops": self.flops.model if self.flops else None,
             "hardware_flops": self.flops.hardware if self.flops else None,
-            "course_convention": {
+            "course_convention": None
+            if self.course is None
+            else {
                 "source": COURSE_SOURCE,
                 "assumptions": COURSE_ASSUMPTIONS,
                 "peak_at_batch": self.course.to_dict(),
-                "a_bytes_per_sequence": a,
-                "b_bytes": b,
+                "a_bytes_per_sequence": self.course_linear[0],
+                "b_bytes": self.course_linear[1],
                 "max_batch": self.course_max_batch,
             },
             "implementation_exact": {
@@ -156,13 +163,16 @@ class MemoryAccount(Result):
                 "model_states": self.states.to_dict(),
                 "adamw_step_temporaries": self.step_temporaries,
                 "adamw_step_counters": self.step_counters,
-                "activations": self.saved.to_dict(),
-                "step": {**self.step.to_dict(), "peak_phase": self.step.peak_phase, "run": "plain"},
+                "not_modelled": self.not_modelled,
+                "activations": None if self.saved is None else self.saved.to_dict(),
+                "step": None
+                if self.step is None
+                else {**self.step.to_dict(), "peak_phase": self.step.peak_phase, "run": "plain"},
                 "step_traced": None
                 if self.step_traced is None
                 else {**self.step_traced.to_dict(), "peak_phase": self.step_traced.peak_phase, "run": "traced"},
                 "traced_minus_plain": self.gap,
-                "peak_lines": self.peak_lines.to_dict(),
+                "peak_lines": None if self.peak_lines is None else self.peak_lines.to_dict(),
                 "max_batch": self.max_batch,
                 "max_context_at_batch_1": self.max_context,
             },
@@ -189,31 +199,32 @@ class MemoryAccount(Result):
                 )
             )
 
-        a, b = self.course_linear
         sec = "course_convention"
-        for key, value in self.course.to_dict().items():
+        a, b = self.course_linear or (None, None)
+        for key, value in (self.course.to_dict() if self.course else {}).items():
             add(sec, key, f"{key} at batch {self.batch} (course convention)", "bytes", value)
-        add(sec, "a", "peak = a·B + b: a, bytes per sequence (course convention)", "a", a, "bytes/sequence")
-        add(sec, "b", "peak = a·B + b: b = 16·N (course convention)", "b", b)
-        add(
-            sec,
-            "max_batch",
-            "largest batch within the budget (course convention)",
-            "max_batch",
-            self.course_max_batch,
-            "sequences",
-        )
+        if self.course is not None:
+            add(sec, "a", "peak = a·B + b: a, bytes per sequence (course convention)", "a", a, "bytes/sequence")
+            add(sec, "b", "peak = a·B + b: b = 16·N (course convention)", "b", b)
+            add(
+                sec,
+                "max_batch",
+                "largest batch within the budget (course convention)",
+                "max_batch",
+                self.course_max_batch,
+                "sequences",
+            )
 
         sec = "implementation_exact.model_states"
         for it in self.states:
             add(sec, it.key, it.label, "bytes", it.total)
         add(sec, "adamw.step_temporaries", f"AdamW step temporaries ({self.optimizer})", "bytes", self.step_temporaries)
         add(sec, "adamw.step_counters", f"AdamW step counters on {self.device}", "bytes", self.step_counters)
-        for it in self.saved:
+        for it in self.saved or ():
             add("implementation_exact.activations", it.key, it.label, "bytes", it.total)
 
         got = self.measured
-        runs = [("implementation_exact.step", self.step, "plain run")]
+        runs = [("implementation_exact.step", self.step, "plain run")] if self.step is not None else []
         if self.step_traced is not None:
             runs.append(("implementation_exact.step_traced", self.step_traced, "traced run (storage tracker)"))
         for sec, step, run in runs:
@@ -251,8 +262,13 @@ class MemoryAccount(Result):
             )
 
         sec = "implementation_exact.peak_lines"
-        pieces = [(name, i, line) for name, p in self.peak_lines.phases().items() for i, line in enumerate(p.lines, 1)]
-        pieces += [("step", i, line) for i, (_, line) in enumerate(self.peak_lines.step_lines(), 1)]
+        lines = self.peak_lines
+        pieces = (
+            [(name, i, line) for name, p in lines.phases().items() for i, line in enumerate(p.lines, 1)]
+            if lines
+            else []
+        )
+        pieces += [("step", i, line) for i, (_, line) in enumerate(lines.step_lines(), 1)] if lines else []
         for name, i, line in pieces:
             key, span = f"{name}.{i}", batch_span(line)
             add(sec, key, f"{name} peak = a·B + b for {span}: a", "a", line.a, "bytes/sequence")
@@ -260,18 +276,33 @@ class MemoryAccount(Result):
             add(sec, key, f"{name}: first batch of this line", "from_batch", line.first, "sequences")
             add(sec, key, f"{name}: last batch of this line (empty: no end)", "to_batch", line.last, "sequences")
 
-        sec = "implementation_exact.capacity"
-        add(
-            sec,
-            "max_batch",
-            f"largest batch that fits (context {self.seq:,})",
-            "max_batch",
-            self.max_batch,
-            "sequences",
-        )
-        add(sec, "max_context", "largest context that fits at batch 1", "max_context", self.max_context, "tokens")
-
-        add("comparison", "korthikanti.activations", "Korthikanti et al. 2022 activations", "bytes", self.korthikanti)
+        if self.not_modelled:
+            add(
+                "implementation_exact.not_modelled",
+                "not_modelled",
+                "architecture options the step replay does not model (no activations, peaks or capacity)",
+                "options",
+                ", ".join(self.not_modelled),
+                "",
+            )
+        else:
+            sec = "implementation_exact.capacity"
+            add(
+                sec,
+                "max_batch",
+                f"largest batch that fits (context {self.seq:,})",
+                "max_batch",
+                self.max_batch,
+                "sequences",
+            )
+            add(sec, "max_context", "largest context that fits at batch 1", "max_context", self.max_context, "tokens")
+            add(
+                "comparison",
+                "korthikanti.activations",
+                "Korthikanti et al. 2022 activations",
+                "bytes",
+                self.korthikanti,
+            )
         add("inference", "weights", f"weights ({self.dtype})", "bytes", self.states["parameters"].total)
         add("inference", "kv_cache", f"KV cache ({self.dtype})", "bytes", self.kv_cache)
         return rows
@@ -304,6 +335,8 @@ def memory_account(
     check_device(device)
     setup, dtype = as_setup(setup, dtype, optimizer, default_optimizer="foreach")
     optimizer = setup.optimizer
+    if cfg.unsupported_for_replay():
+        return states_only_account(cfg, seq, batch, dtype, setup, budget, device, cpu_threads)
     a, b = course_linear_in_batch(cfg, seq)
     kw = dict(setup=setup)
     lines = peak_lines_in_batch(cfg, seq, device=device, mode="plain", **kw)
@@ -331,6 +364,47 @@ def memory_account(
         setup=setup,
         step_traced=predict_training_step(cfg, seq, batch, device=device, mode="traced", **kw),
         gap=traced_minus_plain(cfg, seq, batch, setup=setup, device="meta" if device == "cpu" else device),
+        flops=step_flops(cfg, seq, batch, setup),
+        cpu_threads=cpu_threads,
+    )
+
+
+def states_only_account(
+    cfg: ModelConfig,
+    seq: int,
+    batch: int,
+    dtype: str,
+    setup: TrainingSetup,
+    budget: int,
+    device: str,
+    cpu_threads: int,
+) -> MemoryAccount:
+    """The account of an architecture the step replay does not model (MoE, MLA, GPT-2, Gemma, ...):
+    exact model states (every expert's weights, gradients and AdamW moments), AdamW step temporaries and
+    counters, the KV cache and the step FLOPs; no activations, phase peaks or capacity (None), and no
+    course convention, which describes the course model only."""
+    return MemoryAccount(
+        config=cfg,
+        seq=seq,
+        batch=batch,
+        dtype=dtype,
+        optimizer=setup.optimizer,
+        budget=budget,
+        device=device,
+        course=None,
+        course_linear=None,
+        course_max_batch=None,
+        states=model_state_breakdown(cfg, dtype),
+        step_temporaries=adamw_step_temporary_bytes(cfg, dtype, setup.optimizer),
+        step_counters=adamw_step_counter_bytes(cfg, setup.optimizer, device),
+        saved=None,
+        step=None,
+        peak_lines=None,
+        max_batch=None,
+        max_context=None,
+        korthikanti=None,
+        kv_cache=kv_cache_bytes(cfg, seq, batch, dtype),
+        setup=setup,
         flops=step_flops(cfg, seq, batch, setup),
         cpu_threads=cpu_threads,
     )

@@ -234,19 +234,32 @@ def memory_view(m: MemoryAccount) -> View:
             f"step FLOPs: model {m.flops.model:,} (3 × forward) · hardware {m.flops.hardware:,} "
             "(+ checkpoint recompute and the fused backward's extra QKᵀ)"
         )
-    tables = [
-        course_table(m),
-        states_table(m),
-        saved_table(m),
-        phase_table(m),
-        lines_table(m),
-        capacity_table(m),
-        compare_table(m),
-        inference_table(m),
-    ]
+    if m.step is None:  # an architecture the replay does not model: the exact model states only
+        missing = ", ".join(m.not_modelled)
+        tables = [states_table(m), inference_table(m)]
+        notes = [
+            (
+                f"The implementation-exact step replay covers the course architecture, not {missing}: "
+                "activations, phase peaks and capacity are not predicted for this model (and the course "
+                "convention describes the course model only). The model states above are exact for it, "
+                "every expert included."
+            ),
+            "",
+        ]
+    else:
+        tables = [
+            course_table(m),
+            states_table(m),
+            saved_table(m),
+            phase_table(m),
+            lines_table(m),
+            capacity_table(m),
+            compare_table(m),
+            inference_table(m),
+        ]
+        notes = [difference_note(m), ""]
     footer = [
-        difference_note(m),
-        "",
+        *notes,
         "Conventions:",
         (
             "  - implementation-exact: the allocation sequence of our live model's ops, replayed; "
