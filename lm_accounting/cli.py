@@ -307,6 +307,14 @@ def crosscheck_cmd(
     show_default=True,
     help="Also measure one training step of the live model.",
 )
+@click.option(
+    "--measure-method",
+    type=click.Choice(("tracker", "allocator")),
+    default=None,
+    help="tracker (default on meta/cpu): the storage tracker, a dispatch mode (the traced run); "
+    "allocator (--measure cpu only): the CPU allocator's own events, no dispatch mode (the plain run). "
+    "--measure cuda reads the caching allocator.",
+)
 @setup_options
 def memory_cmd(
     cfg: ModelConfig,
@@ -317,6 +325,7 @@ def memory_cmd(
     optimizer: str,
     budget: str,
     measure: str,
+    measure_method: str | None,
     setup: Any,
 ) -> None:
     """Training memory: model states, activations, peak per phase (predicted vs measured), capacity."""
@@ -325,14 +334,46 @@ def memory_cmd(
     from .units import parse_size
 
     setup = with_dtype(setup, dtype)
+    method = measure_method_for(measure, measure_method)
     run = at_context(cfg, context)
-    m = memory_account(run, run.context_length, batch, budget=parse_size(budget), setup=setup)
-    if measure != "none":
+    threads = 1
+    if method == "allocator":  # the CPU flash kernel's scratch is per thread (a plain CPU run only)
+        import torch
+
+        threads = torch.get_num_threads()
+    m = memory_account(run, run.context_length, batch, budget=parse_size(budget), setup=setup, cpu_threads=threads)
+    if method is not None:
         from .measure.memory import measure_step
 
-        got = measure_step(run, run.context_length, batch, device=measure, setup=setup)
-        m = m.with_measurement(got, device=measure)
+        if m.step is None:  # nothing to compare a measurement with
+            raise AccountingError(
+                f"--measure needs the step replay, which does not model {', '.join(m.not_modelled)} yet"
+            )
+
+        how = "allocator" if method == "allocator" else "tracker"
+        got = measure_step(run, run.context_length, batch, device=measure, setup=setup, method=how)
+        m = m.with_measurement(got, device=measure, method=method)
     emit(m, fmt)
+
+
+def measure_method_for(measure: str, method: str | None) -> str | None:
+    """How ``--measure`` is taken (``MemoryAccount.with_measurement``'s method), None for no measurement:
+    the tracker on meta/cpu (default), the CPU allocator with ``--measure cpu`` only, the caching
+    allocator on cuda.  Any other combination is an ``AccountingError``."""
+    if measure == "none":
+        if method is not None:
+            where = "cpu" if method == "allocator" else "meta or --measure cpu"
+            raise AccountingError(f"--measure-method {method} needs a measurement: add --measure {where}")
+        return None
+    if method == "allocator" and measure != "cpu":
+        raise AccountingError(
+            f"--measure-method allocator reads the CPU allocator (the plain run): it needs --measure cpu, not {measure}"
+        )
+    if measure == "cuda":
+        if method == "tracker":
+            raise AccountingError("--measure cuda reads the caching allocator's counters; leave out --measure-method")
+        return "cuda"
+    return method or "tracker"
 
 
 @cli.command("train-time", short_help="Days to train on one GPU, and AdamW step FLOPs.")

@@ -71,8 +71,18 @@ def allocation_deltas(prof) -> list[int]:
     return [size for _, _, size in events]
 
 
+KINETO_QUIET = "6"
+"""``KINETO_LOG_LEVEL`` above kineto's USDT level: without it every profiler start and stop writes a
+``USDT: ... profiler_start`` line on stderr (torch 2.13, CPU build), noise on a successful command.
+Read when the profiler starts, so setting it here (unless the user set it) is enough."""
+
+
 def _profile(fn) -> list[int]:
+    import os
+
     from torch.profiler import ProfilerActivity, profile
+
+    os.environ.setdefault("KINETO_LOG_LEVEL", KINETO_QUIET)
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=False) as prof:
         fn()
