@@ -16,7 +16,7 @@ e = bytes per element of the model dtype; masks are bool (1 byte), positions int
 from __future__ import annotations
 
 from ..config import ModelConfig
-from .replay import Affine, _norm_forward_unsaved, _Replay, _rope_forward_unsaved
+from .replay import Affine, _norm_forward_unsaved, _repeat, _Replay, _rope_forward_unsaved
 from .sizes import Sizes
 
 
@@ -98,15 +98,22 @@ def step_temporaries(
             r(+s * s, +s * s, -s * s, +s * s, -s * s, +s * s, -s * s)
     r(+Td)  # token embeddings
     made: set[int] = set()
+    runs: list[list] = []  # [signature, count]: consecutive identical layers replay once (``_repeat``)
     for i in range(cfg.num_layers):
-        n = keys[i]
-        if semantics == "static" and not (prefill and s > slots[i]):
-            if slots[i] not in made:  # the first layer of this cache size builds the slot mask
-                made.add(slots[i])
-                _slot_mask(r, s, slots[i], cfg.sliding_window if cfg.layer_windowed(i) else None)
-            _layer(r, z, n, fresh_keys=False, masked=True)
+        static = semantics == "static" and not (prefill and s > slots[i])
+        build = None
+        if static and slots[i] not in made:  # the first layer of this cache size builds the slot mask
+            made.add(slots[i])
+            build = (slots[i], cfg.sliding_window if cfg.layer_windowed(i) else None)
+        sig = (keys[i], not static and prefill, static or prefill, build)
+        if runs and runs[-1][0] == sig and build is None:
+            runs[-1][1] += 1
         else:
-            _layer(r, z, n, fresh_keys=prefill, masked=prefill)
+            runs.append([sig, 1])
+    for (n, fresh, masked, build), count in runs:
+        if build is not None:
+            _slot_mask(r, s, *build)
+        _repeat(r, count, lambda q, n=n, fresh=fresh, masked=masked: _layer(q, z, n, fresh_keys=fresh, masked=masked))
     _norm_forward_unsaved(r, z, z.T, cfg.d_model)  # ln_final
     r(+z.T * cfg.vocab_size * e, -Td)  # logits (the step's output); ln_final output dies
     return r.peak().at(1)

@@ -121,20 +121,30 @@ class StaticKVCache:
 
 
 def _run(model, token_ids: Tensor, cache: StaticKVCache, mask: Tensor | None, window_mask: Tensor | None) -> Tensor:
-    """``TransformerLM.forward``'s body at positions cache.length .. + S, each block given its layer's cache."""
+    """``TransformerLM.forward``'s body at positions cache.length .. + S, each block given its layer's cache.
+    Called through ``model(...)`` (the body stands in for ``forward`` for the call), so module hooks, and
+    the FLOP counter's module names (``TransformerLM.layers.0.attn.qk``), see the root module."""
     cfg, start, seq = model.cfg, cache.length, token_ids.shape[-1]
     if start + seq > cache.capacity:
         raise AccountingError(f"{start + seq} tokens exceed the cache's capacity of {cache.capacity}")
-    positions = torch.arange(start, start + seq, device=token_ids.device)
-    x = model.token_embeddings(token_ids)
-    if cfg.scale_embeddings:
-        x = x * (cfg.d_model**0.5)
-    if cfg.positions == "learned":
-        x = x + model.position_embeddings(positions)
-    for i, block in enumerate(model.layers):
-        layer_mask = window_mask if cfg.layer_windowed(i) else mask
-        x = block(x, model.rope, positions, layer_mask, cache=cache.layers[i])
-    logits = model.lm_head(model.ln_final(x))
+
+    def body(token_ids: Tensor) -> Tensor:
+        positions = torch.arange(start, start + seq, device=token_ids.device)
+        x = model.token_embeddings(token_ids)
+        if cfg.scale_embeddings:
+            x = x * (cfg.d_model**0.5)
+        if cfg.positions == "learned":
+            x = x + model.position_embeddings(positions)
+        for i, block in enumerate(model.layers):
+            layer_mask = window_mask if cfg.layer_windowed(i) else mask
+            x = block(x, model.rope, positions, layer_mask, cache=cache.layers[i])
+        return model.lm_head(model.ln_final(x))
+
+    model.forward = body
+    try:
+        logits = model(token_ids)
+    finally:
+        del model.forward
     cache.length += seq
     cache._masks.clear()
     return logits

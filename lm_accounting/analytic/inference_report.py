@@ -1,0 +1,340 @@
+"""``lm-account infer``: one ``Inference`` result: FLOPs, memory, capacity and roofline of serving.
+
+No torch.  The formulas are in ``inference.py`` (FLOPs, weights, KV cache), ``inference_memory.py``
+(the step's temporaries) and ``roofline.py`` (times); this file assembles them for one question.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..breakdown import Breakdown
+from ..config import AccountingError, ModelConfig, check_positive_int
+from ..gpus import GPU
+from ..gpus import gpu as lookup_gpu
+from ..result import Result
+from ..units import fmt_bytes
+from . import inference as inf
+from .inference_memory import exact_for, step_temporaries
+from .roofline import Phase, allreduce_seconds, knee_batch, routed_fraction
+from .sizes import at_context
+
+ACT_BYTES = {"fp32": 4, "bf16": 2}
+CONVENTIONS = (
+    (
+        "Steps: prefill (P tokens) yields the first token; G − 1 decode steps at p = P … P+G−2 yield the rest; "
+        "the static cache holds C = P + G positions."
+    ),
+    (
+        "FLOPs: matmuls, 2·m·n·p.  Prefill = the forward at S = P, full P×P square (the causal half and the "
+        "window band are labelled extras).  Decode at p: the new token attends over p + 1 keys (filled)."
+    ),
+    (
+        "Cache semantics 'filled' attends over the filled positions; 'static' over all C slots, masked, as "
+        "transformers' StaticCache with eager attention (cost grows with C, not p)."
+    ),
+    (
+        "KV cache = 2·kv_heads·d_head·bytes·Σ_layers min(C, w)·B; fp8 = 1 byte.  int4 weights = ½ byte per "
+        "parameter, group scales not counted.  Norms and row-parallel biases are replicated under --tp."
+    ),
+    (
+        "Roofline: max(FLOPs/peak, bytes/bandwidth) per rank at 100 % of the datasheet's dense peak (bf16; fp32 "
+        "for fp32 weights) and HBM bandwidth; bytes = weights read once + KV written/read; prefill FLOPs as a "
+        "causal kernel does them (masked half skipped); TP all-reduces added, not overlapped."
+    ),
+    (
+        "Temporaries: exact for our live model (no-grad step, activations in the weights' dtype or bf16), "
+        "computed for the whole model even under --tp (an upper bound per rank)."
+    ),
+    "GB = 10^9 bytes, GiB = 2^30 bytes.",
+)
+
+
+@dataclass(frozen=True)
+class Inference(Result):
+    """Inference accounting of one model for P prompt tokens, G generated, B concurrent sequences."""
+
+    SCHEMA = "lm-accounting/infer/1"
+
+    config: ModelConfig
+    prompt: int
+    generate: int
+    batch: int
+    semantics: str
+    weights: str
+    kv_dtype: str
+    gpu: GPU
+    tp: int
+    budget: int
+    prefill: Breakdown
+    prefill_extras: dict[str, int | None]
+    decode: Breakdown  # one step at p = P
+    decode_last: int  # FLOPs of the last step (p = P + G − 2)
+    generation_flops: int  # all G − 1 decode steps
+    memory: dict[str, int]
+    memory_exact: bool
+    max_batch: int  # all B prefilled together, then decoded
+    max_batch_serving: int  # prefilled one at a time (continuous batching), decoded together
+    roofline: dict[str, Any]
+    measured: dict[str, Any] | None = field(default=None)
+
+    @property
+    def capacity(self) -> int:
+        return self.prompt + self.generate
+
+    def with_measurement(self, measured: dict[str, Any]) -> Inference:
+        from dataclasses import replace
+
+        return replace(self, measured=measured)
+
+    def records(self) -> list[dict[str, Any]]:
+        rows = []
+        for section, bd in (("prefill_flops", self.prefill), ("decode_flops_first_step", self.decode)):
+            for it in bd:
+                rows.append(dict(section=section, key=it.key, label=it.label, value=it.total, unit="FLOPs"))
+        for key, value in self.prefill_extras.items():
+            rows.append(dict(section="prefill_extras", key=key, label=key, value=value, unit="FLOPs"))
+        rows.append(dict(section="decode", key="last_step", label="last step", value=self.decode_last, unit="FLOPs"))
+        rows.append(
+            dict(section="decode", key="all_steps", label="G − 1 steps", value=self.generation_flops, unit="FLOPs")
+        )
+        for key, value in self.memory.items():
+            rows.append(dict(section="memory", key=key, label=key, value=value, unit="bytes"))
+        for key, value in (("max_batch", self.max_batch), ("max_batch_serving", self.max_batch_serving)):
+            rows.append(dict(section="capacity", key=key, label=key, value=value, unit="sequences"))
+        for phase in ("prefill", "decode_first", "decode_last"):
+            for key, value in self.roofline[phase].items():
+                rows.append(dict(section=f"roofline.{phase}", key=key, label=key, value=value, unit=""))
+        for key in ("decode_mean_seconds", "tokens_per_s", "tokens_per_s_per_sequence", "decode_bound"):
+            rows.append(dict(section="roofline", key=key, label=key, value=self.roofline[key], unit=""))
+        for key in ("knee_batch_first", "knee_batch_last", "knee_batch_weights_only"):
+            rows.append(dict(section="roofline", key=key, label=key, value=self.roofline[key], unit="sequences"))
+        for key, value in (self.measured or {}).items():
+            if isinstance(value, (int, float, str)):
+                rows.append(dict(section="measured", key=key, label=key, value=value, unit=""))
+        return rows
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": self.SCHEMA,
+            "config": self.config.resolved(),
+            "prompt": self.prompt,
+            "generate": self.generate,
+            "batch": self.batch,
+            "capacity": self.capacity,
+            "cache_semantics": self.semantics,
+            "weights": self.weights,
+            "kv_dtype": self.kv_dtype,
+            "gpu": {"name": self.gpu.name, "label": self.gpu.label, "source": self.gpu.source},
+            "tp": self.tp,
+            "budget": self.budget,
+            "prefill_flops": self.prefill.to_dict(),
+            "prefill_extras": self.prefill_extras,
+            "decode_flops": {
+                "first_step": self.decode.to_dict(),
+                "last_step": self.decode_last,
+                "all_steps": self.generation_flops,
+            },
+            "memory": {**self.memory, "exact_for_live_model": self.memory_exact},
+            "max_batch": self.max_batch,
+            "max_batch_prefill_one_at_a_time": self.max_batch_serving,
+            "roofline": self.roofline,
+            "measured": self.measured,
+            "conventions": list(CONVENTIONS),
+        }
+
+
+def _act(weights: str) -> str:
+    return "fp32" if weights == "fp32" else "bf16"
+
+
+def _memory(cfg, prompt, generate, batch, weights, kv_dtype, tp, semantics, prefill_batch=None) -> dict[str, int]:
+    """Bytes on one rank: weights, cache, RoPE tables, ids, and each phase's peak (prefill, last decode step).
+    ``prefill_batch``: sequences prefilled together (default: all B at once; 1 = one at a time, as a
+    continuous-batching server admits them)."""
+    pb = batch if prefill_batch is None else prefill_batch
+    e, C = ACT_BYTES[_act(weights)], prompt + generate
+    slots = inf.layer_slots(cfg, C)
+    pre_keys = [prompt] * cfg.num_layers if semantics == "filled" else [max(n, prompt) for n in slots]
+    last = prompt + max(generate - 2, 0)
+    dec_keys = inf.decode_keys(cfg, last, C, semantics)
+    kw = dict(semantics=semantics, slots=slots)
+    rope = 2 * cfg.context_length * (cfg.d_head // 2) * 4 if cfg.positions == "rope" else 0
+    out = {
+        "weights": inf.weights_bytes(cfg, weights, tp),
+        "kv_cache_per_sequence": inf.kv_bytes(cfg, C, 1, kv_dtype, tp),
+        "kv_cache": inf.kv_bytes(cfg, C, batch, kv_dtype, tp),
+        "rope_tables": rope,
+        "prefill_input_ids": pb * prompt * 8,
+        "prefill_temporaries": step_temporaries(cfg, pb, prompt, pre_keys, e, prefill=True, **kw),
+        "decode_input_ids": batch * 8,
+        "decode_temporaries": step_temporaries(cfg, batch, 1, dec_keys, e, prefill=False, **kw),
+    }
+    base = out["weights"] + out["kv_cache"] + rope
+    out["prefill_peak"] = base + out["prefill_input_ids"] + out["prefill_temporaries"]
+    out["decode_peak"] = base + out["decode_input_ids"] + out["decode_temporaries"]
+    out["peak"] = max(out["prefill_peak"], out["decode_peak"])
+    return out
+
+
+def max_batch(cfg, prompt, generate, weights, kv_dtype, tp, semantics, budget, prefill_batch=None) -> int:
+    """The largest B whose peak fits ``budget`` (0: not even one sequence); the peak grows with B.
+    ``prefill_batch`` 1: sequences are prefilled one at a time (only the decode step runs at B)."""
+
+    def peak(b: int) -> int:
+        return _memory(cfg, prompt, generate, b, weights, kv_dtype, tp, semantics, prefill_batch)["peak"]
+
+    if peak(1) > budget:
+        return 0
+    lo, hi = 1, 2
+    while peak(hi) <= budget:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if peak(mid) <= budget else (lo, mid)
+    return lo
+
+
+def _decode_series(cfg, prompt, generate, batch, semantics, w_read, g: GPU, peak: int, tp: int, kv_dtype: str):
+    """The roofline over the G − 1 decode steps: (first step, last step, mean seconds, bounds seen, the
+    first position whose bound differs from the first step's).  A step at p reads keys(p) = Σ_layers n
+    cached tokens; its FLOPs are the non-attention part + c·keys(p) and its bytes the weights read +
+    2·kv_dim·B·bytes per cached token (the new token's K and V among them), both O(1) per step."""
+    C, steps = prompt + generate, generate - 1
+    per_key = sum(c for _, _, c in inf.attention_per_key(cfg, batch))
+    other = sum(it.total for it in inf.decode_flops(cfg, prompt, batch, C, semantics) if it.group != inf.ATTENTION)
+    kv_token = inf.kv_bytes(cfg, 1, batch, kv_dtype, 1) // cfg.num_layers  # 2·kv_dim·B·bytes per layer-token
+    comm = allreduce_seconds(cfg, batch, g, tp)
+    slots: dict[int, int] = {}
+    for n in inf.layer_slots(cfg, C):
+        slots[n] = slots.get(n, 0) + 1
+
+    def phase(p: int) -> Phase:
+        keys = sum(count * (n if semantics == "static" else min(p + 1, n)) for n, count in slots.items())
+        return Phase(-(-(other + per_key * keys) // tp), w_read + kv_token * keys // tp, peak, g.bandwidth, comm)
+
+    total, bounds, turn = 0.0, [], None
+    for p in range(prompt, prompt + steps):
+        ph = phase(p)
+        total += ph.seconds
+        if ph.bound not in bounds:
+            bounds.append(ph.bound)
+            turn = p if len(bounds) > 1 else None
+    last = prompt + max(steps - 1, 0)
+    return phase(prompt), phase(last), total / max(steps, 1), bounds, turn
+
+
+def infer(
+    cfg: ModelConfig,
+    prompt: int,
+    generate: int,
+    batch: int = 1,
+    *,
+    weights: str = "bf16",
+    kv_dtype: str = "bf16",
+    gpu: str = "h100-80gb",
+    tp: int = 1,
+    budget: int | None = None,
+    semantics: str = "filled",
+    context: int | None = None,
+) -> Inference:
+    """Everything analytic about serving ``cfg`` (see the module docstring and ``CONVENTIONS``)."""
+    cfg = at_context(cfg, context)
+    for name, value in (("prompt", prompt), ("generate", generate), ("batch", batch), ("tp", tp)):
+        check_positive_int(name, value)
+    inf.check_supported(cfg)
+    inf.check_semantics(semantics)
+    inf.check_lengths(cfg, prompt, generate)
+    inf.check_tp(cfg, tp)
+    if weights not in inf.WEIGHT_BYTES:
+        raise AccountingError(f"unknown weight dtype '{weights}' (valid: {', '.join(inf.WEIGHT_BYTES)})")
+    if kv_dtype not in inf.KV_DTYPES:
+        raise AccountingError(f"unknown KV-cache dtype '{kv_dtype}' (valid: {', '.join(inf.KV_DTYPES)})")
+    g = lookup_gpu(gpu)
+    budget = g.memory_bytes if budget is None else budget
+    C = prompt + generate
+    memory = _memory(cfg, prompt, generate, batch, weights, kv_dtype, tp, semantics)
+    if memory["peak"] > budget:
+        best = max_batch(cfg, prompt, generate, weights, kv_dtype, tp, semantics, budget)
+        serving = max_batch(cfg, prompt, generate, weights, kv_dtype, tp, semantics, budget, 1)
+        tail = (
+            f"the largest batch that fits is {best:,} ({serving:,} if the prompts are prefilled one at a time)"
+            if best
+            else f"not even one sequence fits (weights alone: {fmt_bytes(memory['weights'])})"
+        )
+        raise AccountingError(
+            f"batch {batch:,} needs {fmt_bytes(memory['peak'])} per GPU, over the {fmt_bytes(budget)} budget "
+            f"({g.name}, P + G = {C:,}, --tp {tp}); {tail}"
+        )
+    peak = g.peak_flops(_act(weights))
+    prefill = inf.prefill_flops(cfg, prompt, batch, C, semantics)
+    extras = inf.prefill_extras(cfg, prompt, batch)
+    pre_hw = prefill.total
+    if semantics == "filled":  # a causal kernel skips the masked half
+        pre_hw += extras["attention_causal_half"] - extras["attention_full_square"]
+    w_gpu = memory["weights"]
+    routed, touched = routed_fraction(cfg, batch)
+    w_read = w_gpu - -(-(routed - touched) * inf.WEIGHT_BYTES[weights][0] // (inf.WEIGHT_BYTES[weights][1] * tp))
+    pre = Phase(
+        -(-pre_hw // tp),
+        w_gpu + inf.kv_bytes(cfg, prompt, batch, kv_dtype, tp),
+        peak,
+        g.bandwidth,
+        allreduce_seconds(cfg, batch * prompt, g, tp),
+    )
+    first, last, mean, bounds, turn = _decode_series(
+        cfg, prompt, generate, batch, semantics, w_read, g, peak, tp, kv_dtype
+    )
+    if len(bounds) <= 1:
+        decode_bound = bounds[0] if bounds else "no decode step"
+    else:
+        decode_bound = f"{bounds[0]} until p = {turn - 1:,}, then {bounds[1]}"
+    knees, last_p = {}, prompt + max(generate - 2, 0)
+    for name, p in (("first", prompt), ("last", last_p)):
+        f = inf.decode_flops(cfg, p, 1, C, semantics).total  # one sequence's FLOPs at p
+        k = inf.kv_bytes(cfg, 1, 1, kv_dtype, 1) // cfg.num_layers * sum(inf.decode_keys(cfg, p, C, semantics))
+        knees[name] = knee_batch(f, k, tp * w_gpu, peak, g.bandwidth)
+    f_first = inf.decode_flops(cfg, prompt, 1, C, semantics).total
+    knees["weights_only"] = knee_batch(f_first, 0, tp * w_gpu, peak, g.bandwidth)  # as if no KV were read
+    decode_steps = generate - 1
+    roofline = {
+        "peak_flops": peak,
+        "bandwidth": g.bandwidth,
+        "ridge_intensity": peak / g.bandwidth,
+        "prefill": pre.to_dict(),
+        "time_to_first_token_seconds": pre.seconds,
+        "decode_first": first.to_dict(),
+        "decode_last": last.to_dict(),
+        "decode_steps": decode_steps,
+        "decode_mean_seconds": mean if decode_steps else 0.0,
+        "tokens_per_s": batch / mean if decode_steps else 0.0,
+        "tokens_per_s_per_sequence": 1 / mean if decode_steps else 0.0,
+        "decode_bound": decode_bound,
+        "knee_batch_first": knees["first"],
+        "knee_batch_last": knees["last"],
+        "knee_batch_weights_only": knees["weights_only"],
+        "moe_weights_read_bound": bool(routed),
+    }
+    return Inference(
+        config=cfg,
+        prompt=prompt,
+        generate=generate,
+        batch=batch,
+        semantics=semantics,
+        weights=weights,
+        kv_dtype=kv_dtype,
+        gpu=g,
+        tp=tp,
+        budget=budget,
+        prefill=prefill,
+        prefill_extras=extras,
+        decode=inf.decode_flops(cfg, prompt, batch, C, semantics),
+        decode_last=inf.decode_flops(cfg, last_p, batch, C, semantics).total,
+        generation_flops=inf.generation_flops(cfg, prompt, generate, batch, semantics),
+        memory=memory,
+        memory_exact=exact_for(cfg) and weights in ACT_BYTES and kv_dtype == _act(weights),
+        max_batch=max_batch(cfg, prompt, generate, weights, kv_dtype, tp, semantics, budget),
+        max_batch_serving=max_batch(cfg, prompt, generate, weights, kv_dtype, tp, semantics, budget, 1),
+        roofline=roofline,
+    )

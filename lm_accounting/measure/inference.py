@@ -1,0 +1,113 @@
+"""Measure inference on the live model with a static KV cache: FLOPs, cache bytes and step memory.
+
+``measure_inference(result, device)`` builds the live model of an ``Inference`` result, allocates
+its ``StaticKVCache`` (C = P + G slots, the result's semantics), runs the prefill and decode steps
+under ``torch.no_grad``, and returns predicted-vs-measured rows:
+
+* FlopCounterMode over the prefill and over decode steps at p = P and at the last p = P + G − 2
+  (the cache's fill level is set to p directly: FLOPs and memory depend on the position, not on the
+  cached values), total and per component;
+* the cache tensors' bytes against ``kv_cache_bytes``;
+* the storage tracker's peak during the prefill and the last decode step against the predicted
+  peaks (weights + cache + RoPE tables + ids + the step's temporaries) on meta and cpu; on cuda
+  the caching allocator's ``max_memory_allocated`` (blocks rounded to 512 bytes, plus cuBLAS
+  workspaces: close, not equal).
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+from ..analytic import inference as inf
+from ..config import AccountingError
+from ..names import TORCH_DTYPES
+
+
+def _flops_by_key(run, keys) -> tuple[int, dict[str, int]]:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from .flops import _collect
+
+    with FlopCounterMode(display=False, depth=None) as counter:
+        run()
+    root = "TransformerLM."
+    leaf = {
+        name.removeprefix(root): int(sum(ops.values()))
+        for name, ops in counter.get_flop_counts().items()
+        if name.startswith(root)
+    }
+    by_key, _ = _collect(leaf, keys)
+    return int(counter.get_total_flops()), dict(by_key)
+
+
+def _peak(run, model, cache, ids, device: str) -> int:
+    import torch
+
+    from .tracker import StorageTracker
+
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        run()
+        torch.cuda.synchronize()
+        return int(torch.cuda.max_memory_allocated())
+    tracker = StorageTracker().track_module(model).track(*cache.tensors()).track(ids)
+    with tracker, tracker.phase("step"):
+        run()
+    return tracker.phase_table(device)["step"].peak
+
+
+def measure_inference(result, device: str = "meta") -> dict[str, Any]:
+    """Predicted-vs-measured rows for ``result`` (an ``Inference``) on ``device`` (module docstring)."""
+    import torch
+
+    from ..model import build_model
+    from ..model.kv_cache import StaticKVCache, decode, prefill
+    from .devices import check_device_fits
+
+    if result.weights not in ("fp32", "bf16") or result.kv_dtype != result.weights:
+        raise AccountingError(
+            "--measure runs the live model in one dtype: use --weights bf16 --kv-dtype bf16 (or fp32 for both)"
+        )
+    if result.tp != 1:
+        raise AccountingError("--measure runs one GPU's model: leave --tp at 1")
+    if not result.memory_exact:
+        raise AccountingError(f"--measure covers the course architecture; {result.config.name} is not one")
+    cfg, B, P, C, sem = result.config, result.batch, result.prompt, result.capacity, result.semantics
+    if device != "meta":
+        check_device_fits(device, result.memory["peak"], f"inference of {cfg.name} at B = {B}")
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    dtype = getattr(torch, TORCH_DTYPES[result.weights])
+    rows: list[tuple[str, int, int]] = []
+    with torch.no_grad():
+        model = build_model(cfg, device, dtype)
+        cache = StaticKVCache(cfg, B, C, device, dtype, sem)
+        rows.append(("KV cache bytes (cache tensors)", result.memory["kv_cache"], cache.nbytes))
+        keys = [it.key for it in result.prefill]
+        ids = torch.zeros(B, P, dtype=torch.long, device=device)
+        total, by_key = _flops_by_key(lambda: prefill(model, ids, cache), keys)
+        rows.append(("prefill FLOPs (FlopCounterMode)", result.prefill.total, total))
+        rows += [(f"  prefill {it.key}", it.total, by_key.get(it.key, 0)) for it in result.prefill]
+        cache.length = 0
+        rows.append(
+            (
+                "prefill peak bytes",
+                result.memory["prefill_peak"],
+                _peak(lambda: prefill(model, ids, cache), model, cache, ids, device),
+            )
+        )
+        last = P + max(result.generate - 2, 0)
+        one = torch.zeros(B, 1, dtype=torch.long, device=device)
+        for p in sorted({P, (P + last) // 2, last}):
+            predicted = inf.decode_flops(cfg, p, B, C, sem)
+            cache.length = p
+            total, by_key = _flops_by_key(lambda: decode(model, one, cache), keys)
+            rows.append((f"decode FLOPs at p = {p:,}", predicted.total, total))
+            rows += [(f"  decode p = {p:,} {it.key}", it.total, by_key.get(it.key, 0)) for it in predicted]
+        cache.length = last
+        measured = _peak(lambda: decode(model, one, cache), model, cache, one, device)
+        rows.append((f"decode peak bytes at p = {last:,}", result.memory["decode_peak"], measured))
+    return {"device": device, "dtype": result.weights, "rows": rows}

@@ -1,0 +1,111 @@
+"""The view of an ``Inference``: FLOPs per phase, memory per rank, capacity and the roofline."""
+
+from __future__ import annotations
+
+from ..analytic.inference_report import CONVENTIONS, Inference
+from ..units import fmt_bytes
+from .account import describe_config
+from .tables import Column, Table, View
+
+
+def _ms(seconds: float) -> str:
+    return f"{1e3 * seconds:,.3f} ms"
+
+
+def infer_view(r: Inference) -> View:
+    cfg, ro, m = r.config, r.roofline, r.memory
+    g = r.gpu
+    header = [
+        describe_config(cfg),
+        (
+            f"prompt P = {r.prompt:,} · generate G = {r.generate:,} · batch B = {r.batch:,} · cache C = P + G = "
+            f"{r.capacity:,} ({r.semantics} semantics) · weights {r.weights} · KV {r.kv_dtype} · "
+            f"{g.label} × tp {r.tp} · budget {fmt_bytes(r.budget)}"
+        ),
+    ]
+    flops = Table(
+        "Matmul FLOPs (2·m·n·p), per component",
+        [Column("component"), Column("prefill (S = P)", "int"), Column("decode step at p = P", "int")],
+        [(it.label, it.total, r.decode[it.key].total) for it in r.prefill]
+        + [("total", r.prefill.total, r.decode.total)],
+    )
+    ex = r.prefill_extras
+    flops.notes = [
+        f"prefill attention: full square {ex['attention_full_square']:,}; causal half "
+        f"{ex['attention_causal_half']:,} (labelled extra)"
+        + ("" if ex["attention_windowed_band"] is None else f"; sliding-window band {ex['attention_windowed_band']:,}"),
+        (
+            f"decode: last step (p = {r.prompt + max(r.generate - 2, 0):,}) {r.decode_last:,}; all {r.generate - 1:,} steps "
+            f"{r.generation_flops:,} (closed form); prefill + decode {r.prefill.total + r.generation_flops:,}"
+        ),
+    ]
+    exact = "exact for our live model" if r.memory_exact else "estimate (course twin / live dtype differs)"
+    mem = Table(
+        f"Memory per GPU ({exact})",
+        [Column("item"), Column("bytes", "int"), Column("size", "bytes")],
+        [
+            (f"weights ({r.weights}{', 1/' + str(r.tp) if r.tp > 1 else ''})", m["weights"], m["weights"]),
+            (
+                f"KV cache per sequence (C = {r.capacity:,}, {r.kv_dtype})",
+                m["kv_cache_per_sequence"],
+                m["kv_cache_per_sequence"],
+            ),
+            (f"KV cache, B = {r.batch:,}", m["kv_cache"], m["kv_cache"]),
+            ("RoPE tables (fp32 buffers)", m["rope_tables"], m["rope_tables"]),
+            ("prefill temporaries (incl. logits)", m["prefill_temporaries"], m["prefill_temporaries"]),
+            ("decode temporaries, last step (incl. logits)", m["decode_temporaries"], m["decode_temporaries"]),
+            ("prefill peak", m["prefill_peak"], m["prefill_peak"]),
+            ("decode peak", m["decode_peak"], m["decode_peak"]),
+        ],
+        [
+            (
+                f"largest batch in {fmt_bytes(r.budget)}: {r.max_batch:,} (all prefilled together); "
+                f"{r.max_batch_serving:,} (prefilled one at a time, decoded together)"
+            )
+        ],
+    )
+    phases = [
+        ("prefill (TTFT)", ro["prefill"]),
+        ("decode, p = P", ro["decode_first"]),
+        ("decode, last p", ro["decode_last"]),
+    ]
+    roof = Table(
+        (
+            f"Roofline on {g.name}: peak {ro['peak_flops'] / 1e12:,.1f} TFLOP/s, HBM {g.bandwidth / 1e12:,.2f} TB/s, "
+            f"ridge {ro['ridge_intensity']:,.1f} FLOP/byte (per GPU)"
+        ),
+        [
+            Column("phase"),
+            Column("FLOPs", "int"),
+            Column("bytes", "int"),
+            Column("FLOP/byte", "float"),
+            Column("time"),
+            Column("bound"),
+        ],
+        [(name, p["flops"], p["bytes"], p["intensity"], _ms(p["seconds"]), p["bound"]) for name, p in phases],
+    )
+
+    def knee(b):
+        return "never (KV reads grow with B as fast as FLOPs)" if b is None else f"B = {b:,}"
+
+    roof.notes = [
+        (
+            f"time to first token {_ms(ro['time_to_first_token_seconds'])}; decode {_ms(ro['decode_mean_seconds'])} per "
+            f"token (mean of {ro['decode_steps']:,} steps, {ro['decode_bound']}): {ro['tokens_per_s']:,.0f} tokens/s "
+            f"({ro['tokens_per_s_per_sequence']:,.1f} per sequence)"
+        ),
+        (
+            f"decode turns compute-bound at: p = P {knee(ro['knee_batch_first'])}; last p {knee(ro['knee_batch_last'])}; "
+            f"weights only (no KV reads) {knee(ro['knee_batch_weights_only'])}"
+        ),
+    ]
+    tables = [flops, mem, roof]
+    if r.measured:
+        tables.append(
+            Table(
+                f"Predicted vs measured on {r.measured['device']} (live model, {r.measured['dtype']})",
+                [Column("quantity"), Column("predicted", "int"), Column("measured", "int"), Column("equal")],
+                [(k, p, q, "yes" if p == q else "NO") for k, p, q in r.measured["rows"]],
+            )
+        )
+    return View(header, tables, list(CONVENTIONS))
