@@ -1,0 +1,139 @@
+"""How a training job is spread over GPUs, beside the ``TrainingSetup`` (how each GPU trains).
+
+No torch import.  ``ParallelLayout`` names the degrees; ``check(cfg)`` refuses a layout the model
+cannot take, with one line.  The layouts map onto torch.distributed (torch 2.13) as follows:
+
+* ``zero=0``: DDP (``DistributedDataParallel``) over ``dp`` ranks: every rank holds every parameter,
+  gradient and optimizer state; gradients are all-reduced.
+* ``zero=1``: DDP plus ``ZeroRedundancyOptimizer`` (AdamW): whole parameters are assigned to ranks
+  (largest first, to the least-loaded rank) and each rank keeps the AdamW state of its own only;
+  updated parameters are broadcast from their owner.
+* ``zero=2``: FSDP2 ``fully_shard(..., reshard_after_forward=False)`` on every block and the root:
+  parameters, gradients and optimizer state sharded on dim 0 over ``dp``; a block's parameters
+  stay unsharded from its forward to its backward.
+* ``zero=3``: FSDP2 full shard (``reshard_after_forward=True``), with ``MixedPrecisionPolicy(
+  param_dtype=bf16, reduce_dtype=fp32)`` under ``precision="amp-bf16"``.
+* ``tp``: Megatron tensor parallel (``parallelize_module``): q/k/v and w1/w3 column-wise (dim 0 of
+  the (out, in) weight split), output_proj and w2 row-wise (dim 1 split); norms replicated.
+  ``sequence_parallel``: norms and residual stream split along the sequence between the blocks.
+  ``vocab_parallel``: the embedding split row-wise and the LM head column-wise over the vocabulary.
+* ``pp`` stages with ``micro_batches`` per step under 1F1B (analytic only).
+* ``ep``: expert parallel for a mixture of experts (refused until the MoE accounting covers it).
+
+``world = dp · tp · pp`` GPUs.  With ZeRO/FSDP the sharding degree is ``dp``, never the world.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .config import AccountingError, ModelConfig
+
+ZERO_STAGES = (0, 1, 2, 3)
+ZERO_NAMES = {0: "DDP", 1: "ZeRO-1", 2: "FSDP2 (ZeRO-2)", 3: "FSDP2 (ZeRO-3)"}
+
+
+def _positive(name: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise AccountingError(f"{name} must be a positive integer, got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParallelLayout:
+    """One parallel layout (see the module docstring).  The default is one GPU."""
+
+    dp: int = 1
+    zero: int = 0
+    tp: int = 1
+    sequence_parallel: bool = False
+    vocab_parallel: bool = False
+    pp: int = 1
+    micro_batches: int = 1
+    ep: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("dp", "tp", "pp", "micro_batches", "ep"):
+            _positive(name, getattr(self, name))
+        if self.zero not in ZERO_STAGES:
+            raise AccountingError(f"zero stage must be 0, 1, 2 or 3, got {self.zero!r}")
+        if self.sequence_parallel and self.tp == 1:
+            raise AccountingError("sequence parallel needs tp > 1")
+        if self.vocab_parallel and self.tp == 1:
+            raise AccountingError("vocab parallel needs tp > 1")
+        if self.pp > 1 and self.micro_batches < self.pp:
+            raise AccountingError(
+                f"1F1B with pp={self.pp} needs at least {self.pp} micro-batches, got {self.micro_batches}"
+            )
+        if self.ep > 1:
+            raise AccountingError(
+                "expert parallel is not accounted yet (it needs the MoE memory and all-to-all accounting)"
+            )
+
+    @property
+    def world(self) -> int:
+        """GPUs in the job: dp · tp · pp."""
+        return self.dp * self.tp * self.pp
+
+    @property
+    def fsdp(self) -> bool:
+        """FSDP2 shards parameters and gradients (ZeRO-2 and ZeRO-3)."""
+        return self.zero >= 2
+
+    @property
+    def single(self) -> bool:
+        return self.world == 1
+
+    def check(self, cfg: ModelConfig) -> None:
+        """Refuse, with one line, a layout that ``cfg`` cannot take."""
+        unsupported = cfg.unsupported_for_replay()
+        if unsupported and not self.single:
+            raise AccountingError(
+                f"parallel layouts cover the course architecture (GQA, head_dim, qk-norm, tied embeddings); "
+                f"{cfg.name} has {', '.join(unsupported)}"
+            )
+        m = self.tp
+        for what, n in (("heads", cfg.num_heads), ("kv heads", cfg.kv_heads), ("d_ff", cfg.d_ff)):
+            if n % m:
+                raise AccountingError(f"tp={m} does not divide the {what} ({n})")
+        if self.vocab_parallel and cfg.tie_embeddings:
+            raise AccountingError("vocab parallel with tied embeddings is not accounted (untie them or drop it)")
+        if self.pp > cfg.num_layers:
+            raise AccountingError(f"pp={self.pp} exceeds the {cfg.num_layers} layers")
+
+    @property
+    def label(self) -> str:
+        """``dp8·zero3·tp2+sp``: one short name for tables and test ids."""
+        parts = [f"dp{self.dp}", f"zero{self.zero}"]
+        if self.tp > 1:
+            parts.append(
+                f"tp{self.tp}" + ("+sp" if self.sequence_parallel else "") + ("+vp" if self.vocab_parallel else "")
+            )
+        if self.pp > 1:
+            parts.append(f"pp{self.pp}x{self.micro_batches}")
+        return "·".join(parts)
+
+    def to_dict(self) -> dict[str, int | bool | str]:
+        return {
+            "dp": self.dp,
+            "zero": self.zero,
+            "tp": self.tp,
+            "sequence_parallel": self.sequence_parallel,
+            "vocab_parallel": self.vocab_parallel,
+            "pp": self.pp,
+            "micro_batches": self.micro_batches,
+            "ep": self.ep,
+            "world": self.world,
+            "data_parallel": ZERO_NAMES[self.zero],
+        }
+
+
+def parse_gpu_count(text: str) -> tuple[int, int]:
+    """``"8..1024"`` -> (8, 1024); ``"64"`` -> (64, 64)."""
+    low, sep, high = text.partition("..")
+    try:
+        lo, hi = int(low), int(high if sep else low)
+    except ValueError:
+        raise AccountingError(f"GPU count must be N or LOW..HIGH, got {text!r}") from None
+    if lo < 1 or hi < lo:
+        raise AccountingError(f"GPU range {text!r} must satisfy 1 <= LOW <= HIGH")
+    return lo, hi
