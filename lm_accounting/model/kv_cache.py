@@ -150,8 +150,10 @@ def _run(model, token_ids: Tensor, cache: StaticKVCache, mask: Tensor | None, wi
     return logits
 
 
+@torch.no_grad()
 def prefill(model, token_ids: Tensor, cache: StaticKVCache) -> Tensor:
-    """The prompt (B, P) through the model, filling slots 0 .. P−1; returns the logits (B, P, V)."""
+    """The prompt (B, P) through the model, filling slots 0 .. P−1; returns the logits (B, P, V).
+    Inference: no autograd (``torch.no_grad``)."""
     if cache.length:
         raise AccountingError("prefill needs an empty cache")
     if model.setup.attention != "naive" or model.setup.checkpoint != "none" or model.setup.autocast:
@@ -164,6 +166,7 @@ def prefill(model, token_ids: Tensor, cache: StaticKVCache) -> Tensor:
     return _run(model, token_ids, cache, mask, window_mask)
 
 
+@torch.no_grad()
 def decode(model, token_ids: Tensor, cache: StaticKVCache) -> Tensor:
     """One decode step: token_ids (B, 1) at position cache.length; returns the logits (B, 1, V)."""
     if token_ids.shape[-1] != 1:

@@ -1,0 +1,190 @@
+"""lm-account infer, analytic: hand computations written out from the shapes and the datasheets.
+
+Llama-3-8B (public config): vocab 128,256, 32 layers, d 4,096, 32 heads, 8 KV heads, head_dim 128,
+d_ff 14,336, untied.  H100 SXM 80GB (NVIDIA H100 datasheet; Hopper whitepaper): dense BF16 989.4
+TFLOP/s, HBM3 3.35 TB/s, 80 GB.
+"""
+
+import subprocess
+import sys
+
+import pytest
+
+from lm_accounting.analytic.inference import (
+    decode_flops,
+    generation_flops,
+    kv_bytes,
+    prefill_flops,
+    sum_min,
+    weights_bytes,
+)
+from lm_accounting.analytic.inference_report import infer
+from lm_accounting.config import AccountingError, ModelConfig, load_config
+
+L, D, H, KV, HD, FF, V = 32, 4096, 32, 8, 128, 14336, 128256
+# weights one token multiplies by: per layer Q (d·h·hd), K and V (d·kv·hd each), O (h·hd·d), W1 W2 W3 (d·d_ff)
+N_MATMUL = L * (D * H * HD + 2 * D * KV * HD + H * HD * D + 3 * D * FF) + D * V
+N_PARAMS = N_MATMUL + V * D + (2 * L + 1) * D  # + the embedding table + 65 RMSNorm gains
+PEAK, BW = 989_400_000_000_000, 3_350_000_000_000  # H100 SXM: BF16 989.4 TFLOP/s dense, 3.35 TB/s
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return load_config("llama-3-8b")
+
+
+def test_hand_counts_of_the_shapes(llama):
+    assert N_PARAMS == 8_030_261_248  # the public Llama-3-8B parameter count
+    assert weights_bytes(llama, "bf16") == 2 * N_PARAMS
+    assert weights_bytes(llama, "int4") == N_PARAMS // 2  # ½ byte per parameter, every tensor even-sized
+    assert weights_bytes(llama, "fp8") == weights_bytes(llama, "int8") == N_PARAMS
+    # TP 2: the 65 norm gains (d each) stay whole on both ranks; everything else halves
+    assert weights_bytes(llama, "bf16", tp=2) == 2 * ((N_PARAMS - 65 * D) // 2 + 65 * D)
+    # KV cache: K and V, kv·hd each, per layer, per token, 2 bytes
+    assert kv_bytes(llama, 2560, 1, "bf16") == 2 * L * KV * HD * 2560 * 2 == 335_544_320
+    assert kv_bytes(llama, 2560, 32, "fp8") == 2 * L * KV * HD * 2560 * 32 * 1
+    assert kv_bytes(llama, 2560, 32, "bf16", tp=4) == 2 * L * KV * HD * 2560 * 32 * 2 // 4
+
+
+@pytest.mark.parametrize("p", [0, 1, 2047, 2048, 4000])
+def test_decode_flops_closed_form(llama, p):
+    """DESIGN §10: decode at position p = 2·b·P_matmul + 4·L·b·(p+1)·H·hd."""
+    b = 3
+    got = decode_flops(llama, p, b, capacity=8192)
+    assert got.total == 2 * b * N_MATMUL + 4 * L * b * (p + 1) * H * HD
+    assert got["layers.*.attn.qk"].total == 2 * L * b * H * (p + 1) * HD
+
+
+def test_prefill_is_the_forward_and_static_attends_over_the_capacity(llama):
+    b, P, C = 2, 1000, 1500
+    assert prefill_flops(llama, P, b, C).total == 2 * b * P * N_MATMUL + 4 * L * b * P * P * H * HD
+    static = prefill_flops(llama, P, b, C, "static")
+    assert static.total == 2 * b * P * N_MATMUL + 4 * L * b * P * C * H * HD
+    # static decode costs the same at every position: all C slots
+    assert decode_flops(llama, 1000, b, C, "static").total == decode_flops(llama, 1400, b, C, "static").total
+    assert decode_flops(llama, 1000, b, C, "static").total == 2 * b * N_MATMUL + 4 * L * b * C * H * HD
+
+
+def test_generation_total_is_the_sum_over_steps(llama):
+    P, G, b = 2048, 512, 32
+    # G − 1 decode steps at p = P .. P+G−2 attend over p + 1 = P+1 .. P+G−1 keys
+    keys = sum(range(P + 1, P + G))
+    assert generation_flops(llama, P, G, b) == (G - 1) * 2 * b * N_MATMUL + 4 * L * b * keys * H * HD
+    assert generation_flops(llama, P, G, b, "static") == (G - 1) * (2 * b * N_MATMUL + 4 * L * b * (P + G) * H * HD)
+
+
+def test_sliding_window_decode_reads_only_the_window():
+    mistral = load_config("mistral-7b")  # every layer windowed, w = 4096
+    w, b = 4096, 1
+    n_matmul = 32 * (4096 * 4096 * 2 + 2 * 4096 * 1024 + 3 * 4096 * 14336) + 4096 * 32000
+    for p in (100, 4095, 5000, 9000):
+        keys = min(p + 1, w)
+        assert decode_flops(mistral, p, b, 16384).total == 2 * b * n_matmul + 4 * 32 * b * keys * 32 * 128
+    # KV cache: a windowed layer keeps min(C, w) tokens
+    assert kv_bytes(mistral, 10_000, 1, "bf16") == 2 * 32 * 8 * 128 * 4096 * 2
+    assert generation_flops(mistral, 4000, 200, 1) == 199 * 2 * n_matmul + 4 * 32 * 32 * 128 * (
+        sum(min(k, w) for k in range(4001, 4200))
+    )
+
+
+def test_sum_min():
+    for lo, hi, cap in [(1, 10, 4), (5, 9, 3), (2, 3, 10), (7, 6, 2), (1, 1, None), (3, 8, None)]:
+        assert sum_min(lo, hi, cap) == sum(k if cap is None else min(k, cap) for k in range(lo, hi + 1))
+
+
+def test_roofline_reproduces_the_hand_computation(llama):
+    """llama-3-8b, P = 2048, G = 512, B = 32, bf16 weights and KV, one H100 SXM 80GB."""
+    P, G, B = 2048, 512, 32
+    r = infer(llama, P, G, B, gpu="h100-80gb")
+    W = 2 * N_PARAMS  # 16,060,522,496 bytes of bf16 weights
+    kv_token = 2 * L * KV * HD * 2  # 131,072 bytes of K and V per token per sequence
+    # 1. prefill: 2·B·P·N_matmul + the causal half of 4·L·B·P²·h·hd; bytes: weights read + KV written
+    pre_flops = 2 * B * P * N_MATMUL + 4 * L * B * P * P * H * HD // 2
+    pre_bytes = W + kv_token * P * B
+    assert r.roofline["prefill"]["flops"] == pre_flops == 1_018_834_962_087_936
+    assert r.roofline["prefill"]["bytes"] == pre_bytes
+    ttft = max(pre_flops / PEAK, pre_bytes / BW)  # 1.0298 s compute vs 0.0074 s memory
+    assert r.roofline["time_to_first_token_seconds"] == pytest.approx(ttft, rel=1e-12)
+    assert r.roofline["prefill"]["bound"] == "compute-bound"
+    # 2. decode at p = P: 2·B·N_matmul + 4·L·B·(P+1)·h·hd FLOPs; weights + KV of P+1 tokens read
+    f = 2 * B * N_MATMUL + 4 * L * B * (P + 1) * H * HD
+    by = W + kv_token * (P + 1) * B
+    assert (r.roofline["decode_first"]["flops"], r.roofline["decode_first"]["bytes"]) == (f, by)
+    assert f / by < PEAK / BW  # intensity 20.9 < ridge 295.3
+    assert r.roofline["decode_first"]["bound"] == "memory-bound"
+    assert r.roofline["decode_first"]["seconds"] == pytest.approx(by / BW, rel=1e-12)  # 7.36 ms
+    # 3. every step memory-bound: mean latency = Σ_p (W + kv·(p+1)·B) / BW / (G−1)
+    steps = G - 1
+    mean = (steps * W + kv_token * B * sum(range(P + 1, P + G))) / BW / steps
+    assert r.roofline["decode_mean_seconds"] == pytest.approx(mean, rel=1e-9)
+    assert r.roofline["tokens_per_s"] == pytest.approx(B / mean, rel=1e-9)  # ~4,167 tokens/s
+    assert r.roofline["decode_bound"] == "memory-bound"
+    # 4. knee: B·f1·BW >= PEAK·(W + B·k1) has no solution when f1·BW <= PEAK·k1 (f1, k1 per sequence)
+    f1, k1 = 2 * N_MATMUL + 4 * L * (P + 1) * H * HD, kv_token * (P + 1)
+    assert f1 * BW < PEAK * k1 and r.roofline["knee_batch_first"] is None
+    # without KV reads the knee is B = ⌈PEAK·W / (f1·BW)⌉ = 295 (≈ the ridge: 2 FLOPs per 2-byte weight)
+    assert r.roofline["knee_batch_weights_only"] == -(-PEAK * W // (f1 * BW)) == 295
+
+
+def test_knee_at_a_short_context(llama):
+    """At P = 16 the per-sequence intensity clears the ridge: B* = ⌈PEAK·W / (f1·BW − PEAK·k1)⌉."""
+    P, W, kv_token = 16, 2 * N_PARAMS, 2 * L * KV * HD * 2
+    r = infer(llama, P, 2, 1)
+    f1, k1 = 2 * N_MATMUL + 4 * L * (P + 1) * H * HD, kv_token * (P + 1)
+    assert r.roofline["knee_batch_first"] == -(-PEAK * W // (f1 * BW - PEAK * k1))
+
+
+def test_max_batch_is_the_largest_that_fits(llama):
+    r = infer(llama, 2048, 512, 1)
+    for prefill_batch, best in ((None, r.max_batch), (1, r.max_batch_serving)):
+        from lm_accounting.analytic.inference_report import _memory
+
+        def peak(b, pb=prefill_batch):
+            return _memory(llama, 2048, 512, b, "bf16", "bf16", 1, "filled", pb)["peak"]
+
+        assert peak(best) <= 80_000_000_000 < peak(best + 1)
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--prompt", "8000", "--generate", "512"], "exceeds llama-3-8b's context of 8,192"),
+        (["--prompt", "20", "--generate", "5", "--tp", "3"], "--tp 3 does not divide the 8 KV heads"),
+        (["--prompt", "20", "--generate", "5", "--gpu", "h100-80"], "did you mean 'h100-80gb'"),
+        (["--prompt", "2048", "--generate", "512", "--batch", "512"], "the largest batch that fits is 43"),
+        (["--prompt", "20", "--generate", "5", "--weights", "int3"], "int3"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(run_cli, args, needle):
+    r = run_cli("infer", "llama-3-8b", *args)
+    assert r.code == 2 and r.out == ""
+    assert r.err.count("\n") == 1 and needle in r.err
+
+
+def test_the_headline_command_imports_no_heavy_library():
+    code = (
+        "import sys, io, contextlib\n"
+        "from lm_accounting.cli import main\n"
+        "args = ['infer', 'llama-3-8b', '--prompt', '2048', '--generate', '512', '--batch', '32', '--gpu', 'h100-80gb']\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try: main(args)\n"
+        "    except SystemExit as e: assert e.code == 0, e.code\n"
+        "print(','.join(m for m in ('torch', 'matplotlib', 'pandas', 'numpy', 'fvcore') if m in sys.modules))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == ""
+
+
+def test_mla_is_refused_in_one_line(run_cli):
+    r = run_cli("infer", "deepseek-v3", "--prompt", "16", "--generate", "4")
+    assert r.code == 2 and "latent attention" in r.err
+
+
+def test_tiny_config_records_and_frame():
+    cfg = ModelConfig(vocab_size=64, context_length=64, num_layers=2, d_model=32, num_heads=4, d_ff=64)
+    r = infer(cfg, 8, 4, 2)
+    assert r.to_dict()["schema"] == "lm-accounting/infer/1"
+    rows = r.records()
+    assert {"section", "key", "label", "value", "unit"} == set(rows[0])
+    with pytest.raises(AccountingError):
+        infer(cfg, 8, 4, 2, semantics="dynamic")
