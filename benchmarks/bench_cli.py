@@ -15,7 +15,8 @@ Peers (issue 8, item 10):
   as ``measure_step``, creates the optimizer state the same way, then runs the same training
   step under torch's ``MemTracker``.  Target: MemTracker >= 6 x ``memory --measure meta``.
   ``bench_tracker.py`` compares the two trackers on the tracked step alone, in one process.
-Other targets on a 2-core machine: headline < 0.6 s, report < 60 s.
+Other targets on a 2-core machine: headline < 0.6 s, report < 60 s, infer (issue 12: Llama-3-8B,
+P = 2048, G = 512, B = 32 on an H100) < 0.3 s without importing torch.
 """
 
 from __future__ import annotations
@@ -72,6 +73,11 @@ SCENARIOS = {  # name -> (kind, arguments, runs); kind is CLI or a peer's source
     "crosscheck-16k-backward": (CLI, ["crosscheck", "gpt2-xl", "--context", str(CONTEXT), "--backward"], 1),
     "memory-16k-meta": (CLI, ["memory", "gpt2-xl", "--context", str(CONTEXT), "--measure", "meta"], 5),
     "mem_tracker": (MEM_TRACKER, [], 3),
+    "infer": (
+        CLI,
+        ["infer", "llama-3-8b", "--prompt", "2048", "--generate", "512", "--batch", "32", "--gpu", "h100-80gb"],
+        15,
+    ),
     "report": (CLI, ["report", "--out", os.path.join(tempfile.gettempdir(), "lm-accounting-bench-report")], 1),
 }
 GROUPS = {  # a scenario and the peers it is compared with; run interleaved

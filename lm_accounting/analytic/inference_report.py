@@ -6,6 +6,7 @@ No torch.  The formulas are in ``inference.py`` (FLOPs, weights, KV cache), ``in
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -149,6 +150,12 @@ def _act(weights: str) -> str:
     return "fp32" if weights == "fp32" else "bf16"
 
 
+@functools.lru_cache(maxsize=32)
+def _weights(cfg: ModelConfig, weights: str, tp: int) -> int:
+    """``inference.weights_bytes``, kept: ``max_batch`` asks for it at every batch it tries."""
+    return inf.weights_bytes(cfg, weights, tp)
+
+
 def _memory(cfg, prompt, generate, batch, weights, kv_dtype, tp, semantics, prefill_batch=None) -> dict[str, int]:
     """Bytes on one rank: weights, cache, RoPE tables, ids, and each phase's peak (prefill, last decode step).
     ``prefill_batch``: sequences prefilled together (default: all B at once; 1 = one at a time, as a
@@ -162,7 +169,7 @@ def _memory(cfg, prompt, generate, batch, weights, kv_dtype, tp, semantics, pref
     kw = dict(semantics=semantics, slots=slots)
     rope = 2 * cfg.context_length * (cfg.d_head // 2) * 4 if cfg.positions == "rope" else 0
     out = {
-        "weights": inf.weights_bytes(cfg, weights, tp),
+        "weights": _weights(cfg, weights, tp),
         "kv_cache_per_sequence": inf.kv_bytes(cfg, C, 1, kv_dtype, tp),
         "kv_cache": inf.kv_bytes(cfg, C, batch, kv_dtype, tp),
         "rope_tables": rope,
