@@ -271,7 +271,7 @@ def test_host_memory_bound_and_cpu_fraction(monkeypatch):
     cfg = load_config("gpt2-small")
     from lm_accounting.analytic.replay import predict_training_step
 
-    need = predict_training_step(cfg, 1024, 1, "fp32", "foreach").peak
+    need = predict_training_step(cfg, 1024, 1, "fp32", "foreach", mode="traced").peak
     monkeypatch.setattr(devices, "available_bytes", lambda device: need * 5 // 4)  # need = 80 % exactly
     check_live_run(cfg, 1024, 1, "cpu", "x", training=True)
     monkeypatch.setattr(devices, "available_bytes", lambda device: need * 5 // 4 - 2)

@@ -7,7 +7,7 @@ import torch
 
 from lm_accounting import ModelConfig, load_config
 from lm_accounting.analytic.activations import saved_activation_breakdown
-from lm_accounting.analytic.capacity import max_batch_that_fits, max_context_that_fits, peak_linear_in_batch
+from lm_accounting.analytic.capacity import max_batch_that_fits, max_context_that_fits, peak_lines_in_batch
 from lm_accounting.analytic.replay import predict_training_step
 from lm_accounting.measure.memory import measure_step
 from lm_accounting.measure.tracker import measure_training_step
@@ -38,7 +38,7 @@ def test_replay_equals_tracker_byte_for_byte(variant, dtype, optimizer):
     cfg = ModelConfig(**{**BASE, **VARIANTS[variant]})
     for batch, seq in ((3, 7), (1, 16)):
         measured = measure_step(cfg, seq, batch, dtype, "meta", optimizer)
-        assert_same(measured, predict_training_step(cfg, seq, batch, dtype, optimizer))
+        assert_same(measured, predict_training_step(cfg, seq, batch, dtype, optimizer, mode="traced"))
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
@@ -88,7 +88,7 @@ GRID = [
 def test_presets_within_two_percent_on_meta(name, seq, batch):
     cfg = load_config(name).with_context(seq)
     measured = measure_step(cfg, seq, batch, "fp32", "meta", "foreach")
-    pred = predict_training_step(cfg, seq, batch, "fp32", "foreach")
+    pred = predict_training_step(cfg, seq, batch, "fp32", "foreach", mode="traced")
     for phase, p in pred.phases().items():
         assert abs(p.peak - measured.phase(phase).peak) <= 0.02 * measured.phase(phase).peak, phase
     assert_same(measured, pred)  # in fact exact
@@ -119,7 +119,7 @@ def test_capacity_searches_are_tight():
     s = max_context_that_fits(cfg, budget)
     assert predict_training_step(cfg.with_context(s), s, 1).peak <= budget
     assert predict_training_step(cfg.with_context(s + 1), s + 1, 1).peak > budget
-    line = peak_linear_in_batch(cfg, 1024)
+    line = peak_lines_in_batch(cfg, 1024)
     for batch in (1, 2, 5, 17):
         assert line.at(batch) == predict_training_step(cfg, 1024, batch).peak
     # not even the weights fit: GPT-2 medium's fp32 weights alone are 4 · 505,629,696 B > 10⁶
@@ -134,9 +134,9 @@ def test_capacity_against_measured_peaks():
     peak3 = measure_step(cfg, 7, 3, "fp32", "meta", "for-loop").peak
     peak4 = measure_step(cfg, 7, 4, "fp32", "meta", "for-loop").peak
     assert peak3 < peak4
-    assert max_batch_that_fits(cfg, 7, peak3) == 3
-    assert max_batch_that_fits(cfg, 7, peak3 - 1) == 2
-    assert max_batch_that_fits(cfg, 7, peak4 - 1) == 3
+    assert max_batch_that_fits(cfg, 7, peak3, mode="traced") == 3
+    assert max_batch_that_fits(cfg, 7, peak3 - 1, mode="traced") == 2
+    assert max_batch_that_fits(cfg, 7, peak4 - 1, mode="traced") == 3
 
 
 def test_memory_cli_measures_and_reports(run_cli, tmp_path):

@@ -49,7 +49,7 @@ def test_gpt2_small_backward_needs_two_lines_hand_computed():
     N = 190_460_160  # gpt2-small with SwiGLU (3 FFN matrices, d_ff = 4·d) and an untied head
     assert N == 2 * V * d + 12 * (4 * d * d + 3 * d * 4 * d + 2 * d) + d
     rope = 2 * S * (d_head // 2) * 4  # fp32 cos and sin tables, context S
-    lines = peak_lines_in_batch(cfg, S, "fp32", "foreach")
+    lines = peak_lines_in_batch(cfg, S, "fp32", "foreach", mode="traced")  # the tracker's run
     # Late backward, the embedding's gradient being built (zeros + index_put, out of place):
     #   params, m, v (3·4N) + every other gradient (4N − 4·V·d) + 2 embedding-sized tensors (2·4·V·d)
     #   + RoPE tables + the loss and its seed (2·4), and per sequence the int64 inputs and targets
@@ -66,7 +66,7 @@ def test_gpt2_small_backward_needs_two_lines_hand_computed():
         ("backward", 6, None),
     ]
     for batch in range(1, 12):
-        step = predict_training_step(cfg, S, batch, "fp32", "foreach")
+        step = predict_training_step(cfg, S, batch, "fp32", "foreach", mode="traced")
         assert lines.backward.at(batch) == step.backward.peak
         assert lines.phase_at(batch) == step.peak_phase == ("optimizer_step" if batch <= 5 else "backward")
 
@@ -115,7 +115,7 @@ def test_largest_batch_equals_brute_force(cfg, seq, dtype, optimizer):
 
 def test_gpt2_xl_at_1024_one_line_from_batch_1():
     """GPT-2 XL, S = 1,024, fp32, foreach: every phase is one line for every B >= 1; backward sets the peak."""
-    lines = peak_lines_in_batch(load_config("gpt2-xl"), 1024, "fp32", "foreach")
+    lines = peak_lines_in_batch(load_config("gpt2-xl"), 1024, "fp32", "foreach", mode="traced")
     assert [len(p.lines) for p in lines.phases().values()] == [1, 1, 1]
     assert [(n, p.a, p.b, p.first, p.last) for n, p in lines.step_lines()] == [
         ("backward", 20_351_926_272, 25_551_167_752, 1, None)
@@ -142,11 +142,11 @@ def test_step_counter_rule():
 def test_cpu_prediction_equals_tracker_on_real_tensors(optimizer, dtype):
     for cfg, seq, batch in ((ModelConfig(**BASE), 7, 3), (ModelConfig(**BASE, tie_embeddings=True), 16, 1)):
         measured = measure_step(cfg, seq, batch, dtype, "cpu", optimizer)
-        predicted = predict_training_step(cfg, seq, batch, dtype, optimizer, device="cpu")
+        predicted = predict_training_step(cfg, seq, batch, dtype, optimizer, device="cpu", mode="traced")
         assert measured.baseline == predicted.baseline
         for name in PHASES:
             assert measured.phase(name) == predicted.phase(name), name
-        on_meta = predict_training_step(cfg, seq, batch, dtype, optimizer, device="meta")
+        on_meta = predict_training_step(cfg, seq, batch, dtype, optimizer, device="meta", mode="traced")
         counters = 4 * (BASE_TENSORS - cfg.tie_embeddings)
         if optimizer != "fused":  # the meta tracker does not see the CPU counters
             assert predicted.baseline - on_meta.baseline == predicted.peak - on_meta.peak == counters

@@ -45,7 +45,7 @@ def test_tiny_every_setup_byte_for_byte(variant, setup):
     cfg = ModelConfig(**{**BASE, **VARIANTS[variant]})
     for batch, seq in ((3, 7), (1, 16)):
         measured = measure_step(cfg, seq, batch, device="meta", setup=setup)
-        assert_same(measured, predict_training_step(cfg, seq, batch, setup=setup), (batch, seq))
+        assert_same(measured, predict_training_step(cfg, seq, batch, setup=setup, mode="traced"), (batch, seq))
 
 
 @pytest.mark.parametrize("setup", [s for s in SETUPS if s.optimizer == "foreach"], ids=lambda s: s.label)
@@ -54,7 +54,7 @@ def test_fused_adamw_on_cpu_tensors(setup):
     setup = TrainingSetup(**{**setup.__dict__, "optimizer": "fused"})
     cfg = ModelConfig(**BASE, tie_embeddings=True)
     measured = measure_step(cfg, 7, 2, device="cpu", setup=setup)
-    assert_same(measured, predict_training_step(cfg, 7, 2, setup=setup, device="cpu"))
+    assert_same(measured, predict_training_step(cfg, 7, 2, setup=setup, device="cpu", mode="traced"))
 
 
 def preset(name, seq, layers=None):
@@ -83,7 +83,7 @@ QUICK_SETUPS = [
 def test_presets_every_setup_byte_for_byte(name, layers, seq, batch, setup):
     cfg = preset(name, seq, layers)
     measured = measure_step(cfg, seq, batch, device="meta", setup=setup)
-    assert_same(measured, predict_training_step(cfg, seq, batch, setup=setup))
+    assert_same(measured, predict_training_step(cfg, seq, batch, setup=setup, mode="traced"))
 
 
 FULL_DEPTH = [("gpt2-small", 2048, 4), ("gpt2-medium", 1024, 2), ("qwen3-0.6b", 2048, 1)]
@@ -95,7 +95,7 @@ FULL_DEPTH = [("gpt2-small", 2048, 4), ("gpt2-medium", 1024, 2), ("qwen3-0.6b", 
 def test_presets_full_depth(name, seq, batch, setup):
     cfg = preset(name, seq)
     measured = measure_step(cfg, seq, batch, device="meta", setup=setup)
-    assert_same(measured, predict_training_step(cfg, seq, batch, setup=setup))
+    assert_same(measured, predict_training_step(cfg, seq, batch, setup=setup, mode="traced"))
 
 
 # -- an independent implementation: torch's MemTracker --------------------------------------------
@@ -141,7 +141,7 @@ def test_tracker_agrees_with_torch_memtracker(setup):
         step()
     theirs = mt.get_tracker_snapshot("peak")[torch.device("meta")]["Total"]
     ours = measure_training_step(model, inputs, targets, cross_entropy, optimizer=opt)
-    predicted = predict_training_step(cfg, 7, 3, setup=setup)
+    predicted = predict_training_step(cfg, 7, 3, setup=setup, mode="traced")
     assert theirs == ours.peak == predicted.peak
 
 

@@ -163,10 +163,11 @@ def peak_lines_in_batch(
     device: str = "meta",
     *,
     setup: TrainingSetup | None = None,
-    mode: str = "traced",
+    mode: str = "plain",
 ) -> StepPeakLines:
     """Each phase's peak as exact lines in the batch (see the module docstring), for ``setup`` (or the
-    older ``dtype``/``optimizer``) and ``mode`` ("plain" or "traced", as ``predict_training_step``)."""
+    older ``dtype``/``optimizer``) and ``mode``: "plain" (the default: a run with no dispatch mode, what a
+    GPU user gets) or "traced" (what the storage tracker sees), as ``predict_training_step``."""
     step = replay_training_step(cfg, seq, dtype, optimizer, device, setup=setup, mode=mode)
     return StepPeakLines(*(phase_peak_lines(name, p.peak) for name, p in step.phases().items()))
 
@@ -195,7 +196,7 @@ def max_batch_that_fits(
     device: str = "meta",
     *,
     setup: TrainingSetup | None = None,
-    mode: str = "traced",
+    mode: str = "plain",
 ) -> int:
     """Largest batch whose training-step peak is within ``budget`` bytes (0 if none), from the
     per-phase lines (exact for every batch, so no search is needed)."""
@@ -211,7 +212,7 @@ def max_context_that_fits(
     device: str = "meta",
     *,
     setup: TrainingSetup | None = None,
-    mode: str = "traced",
+    mode: str = "plain",
 ) -> int:
     """Largest context (tokens) whose training-step peak at ``batch`` fits ``budget`` (0 if none).
 
@@ -228,6 +229,6 @@ def max_context_that_fits(
 
 
 def peak_linear_in_batch(cfg: ModelConfig, seq: int, dtype: str = "fp32", optimizer: str = "for-loop") -> StepPeakLines:
-    """Deprecated alias of ``peak_lines_in_batch`` (its ``at(B)`` is the exact step peak), kept only
-    while ``tests/test_memory_exact.py`` imports this name."""
-    return peak_lines_in_batch(cfg, seq, dtype, optimizer)
+    """Deprecated alias of ``peak_lines_in_batch`` (its ``at(B)`` is the exact step peak of the traced
+    run, as before), kept only while a caller imports this name."""
+    return peak_lines_in_batch(cfg, seq, dtype, optimizer, mode="traced")

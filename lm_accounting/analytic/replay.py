@@ -15,6 +15,11 @@ mask, and b is 0 for every activation), so the live bytes at each point are a li
 and a phase's peak is the highest of those lines, ``PeakEnvelope``.  ``replay_training_step``
 returns that exact function of B; ``predict_training_step`` evaluates it at one batch.
 
+Two runs are replayed (``MODES``): ``mode="plain"``, the default of every public function, is a run
+with no Python dispatch mode (what a GPU user gets; on CPU, what the allocator's own events show);
+``mode="traced"`` is what the storage tracker (any dispatch mode, every meta run) sees.  Callers that
+compare with the tracker pass ``mode="traced"``.
+
 Notation: T = B·S tokens; e = bytes per element of the model dtype; RMSNorm computes in
 fp32 (4 bytes) and, for a 16-bit model, keeps fp32 copies instead of its input.
 """
@@ -679,7 +684,7 @@ def replay_training_step(
     device: str = "meta",
     *,
     setup: TrainingSetup | None = None,
-    mode: str = "traced",
+    mode: str = "plain",
     cpu_threads: int = 1,
 ) -> StepInBatch:
     """Replay one training step with the batch B as a variable (see the module docstring).
@@ -792,13 +797,14 @@ def predict_training_step(
     device: str = "meta",
     *,
     setup: TrainingSetup | None = None,
-    mode: str = "traced",
+    mode: str = "plain",
     cpu_threads: int = 1,
 ) -> StepMemory:
     """Bytes of one training step at ``batch`` on ``device`` (``replay_training_step`` at one batch).
 
-    ``mode="traced"`` (the default: this function's meaning since it exists) is exactly what the
-    storage tracker counts; ``mode="plain"`` is a run with no dispatch mode (what a GPU user gets).
+    ``mode="plain"`` (the default) is a run with no dispatch mode: what a GPU user gets, and on ``cpu``
+    what the CPU allocator's own events show; ``mode="traced"`` is exactly what the storage tracker
+    counts (pass it when comparing with the tracker, or with any run under a dispatch mode or on meta).
     ``cpu_threads`` (``torch.get_num_threads()`` of the run) matters only for a plain CPU run with
     sdpa: the CPU flash kernel's scratch is per thread.
     ``device`` matters only for the AdamW step counters (``adamw_step_counter_bytes``): on

@@ -127,7 +127,8 @@ def collect(live: bool = True, progress: bool = False) -> Answers:
         crosschecks = {seq: crosscheck(xl.with_context(seq), seq) for seq in (1024, LONG)}
         measured_step = measure_step(xl, 1024, 1, "fp32", "meta", "foreach")
     n = parameter_breakdown(xl).total
-    exact_lines = peak_lines_in_batch(xl, 1024, "fp32", "foreach")
+    # traced: the report sets these beside the storage tracker on meta (measured_step)
+    exact_lines = peak_lines_in_batch(xl, 1024, "fp32", "foreach", mode="traced")
     return Answers(
         xl=xl,
         at_1024=account(xl, 1024),
@@ -138,7 +139,7 @@ def collect(live: bool = True, progress: bool = False) -> Answers:
         course_conventions=course_convention_rows(xl, 1024),
         exact_lines=exact_lines,
         exact_max_batch=exact_lines.max_batch(BUDGETS["80 GB"]),
-        exact_step=predict_training_step(xl, 1024, 1, "fp32", "foreach"),
+        exact_step=predict_training_step(xl, 1024, 1, "fp32", "foreach", mode="traced"),
         measured_step=measured_step,
         adamw=[
             {

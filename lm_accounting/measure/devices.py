@@ -36,7 +36,7 @@ def counting_run_bytes(cfg: ModelConfig, seq: int, batch: int, backward: bool) -
     from ..analytic.replay import predict_training_step
 
     twin = cfg if cfg.course_architecture else cfg.course_twin()
-    step = predict_training_step(twin, seq, batch)
+    step = predict_training_step(twin, seq, batch, mode="traced")  # the tracker's run: the higher one
     peak = max(step.forward.peak, step.backward.peak) if backward else step.forward.peak
     states = model_state_breakdown(twin)
     exact = peak - states["adamw.exp_avg"].total - states["adamw.exp_avg_sq"].total
@@ -228,7 +228,7 @@ def check_live_run(
     if training:
         from ..analytic.replay import predict_training_step
 
-        need = predict_training_step(cfg, seq, batch, dtype, optimizer).peak
+        need = predict_training_step(cfg, seq, batch, dtype, optimizer, mode="traced").peak  # as the tracker
     else:
         need = counting_run_bytes(cfg, seq, batch, backward)
     free = available_bytes(device)  # raises for cuda without a GPU
