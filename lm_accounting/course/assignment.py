@@ -11,6 +11,7 @@ from ..config import load_config
 from ..output import SAFE_NAME, atomic_dir, write_atomic, write_json, write_table_files
 from ..views.account import breakdown_table
 from ..views.crosscheck import crosscheck_view
+from ..views.infer_report import write_inference
 from ..views.setups import plot_setups, setup_rows, setup_table
 from ..views.sweep import SWEEP_FILES, write_sweep
 from .answer_tables import (
@@ -27,6 +28,7 @@ from .assignment_text import assignment_markdown
 REPORT_FILES = re.compile(
     rf"answers\.json|assignment\.md|tables/{SAFE_NAME}\.(md|csv)|sweep/({SWEEP_FILES})"
     r"|setups/peak_vs_context\.(md|csv|png|svg)"
+    r"|inference/(serving\.(md|csv)|(decode_tokens_per_s|memory_vs_sequences)\.(png|svg))"
     r"|\.[A-Za-z0-9._+-]+\.[a-z0-9_]{8}\.(json|md)"
 )
 """Every file a report writes (and the temporary files a killed older version could leave)."""
@@ -39,7 +41,9 @@ def is_report_file(rel: str) -> bool:
 
 
 def _is_report_figure(rel: str) -> bool:
-    return rel.startswith(("sweep/", "setups/")) and rel.endswith((".png", ".svg")) and is_report_file(rel)
+    return (
+        rel.startswith(("sweep/", "setups/", "inference/")) and rel.endswith((".png", ".svg")) and is_report_file(rel)
+    )
 
 
 def write_report(
@@ -79,6 +83,7 @@ def _write_report_files(out: Path, live: bool, plots: bool, progress: bool) -> t
         paths += write_table_files(tables / f"xl_crosscheck_{seq}", cc_tables[:2])
     paths += write_sweep(ans.sweep, out / "sweep", BUDGETS["80 GB"], "80 GB", plots=plots, atomic=False)
     paths += write_setups(out / "setups" / "peak_vs_context", plots)
+    paths += write_inference(out / "inference", plots)  # issue 12: serving Llama-3-8B and an MoE on an H100
     paths.append(write_json(out / "answers.json", answers_json(ans)))
     paths.append(write_atomic(out / "assignment.md", assignment_markdown(ans, live)))
     return ans, paths

@@ -1,0 +1,278 @@
+"""The inference report (``reports/inference/``): serving Llama-3-8B and a Qwen3-30B-A3B-style mixture
+of experts on one H100 SXM 80GB, bf16 weights and KV cache, from ``analytic.inference_report.infer``.
+
+* ``serving.md``/``.csv``: a table at three prompt/generation lengths;
+* ``decode_tokens_per_s.png``/``.svg``: decode tokens/s against the batch, the roofline knee marked;
+* ``memory_vs_sequences.png``/``.svg``: peak memory against concurrent sequences, with the budget line.
+
+Sequences are prefilled one at a time and decoded together (continuous batching), so the memory is
+the decode step's at B plus one prompt's prefill temporaries, whichever is larger.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..analytic.inference_report import _memory, infer, max_batch
+from ..config import ModelConfig, load_config
+from ..gpus import gpu
+from ..output import write_table_files
+from .tables import Column, Table
+
+GPU = "h100-80gb"
+LENGTHS = ((128, 128), (2048, 512), (4096, 1024))  # (prompt P, generated G)
+BATCHES = tuple(2**i for i in range(11))  # 1 .. 1,024 sequences
+TABLE_BATCH = 32
+UNBOUNDED = 10**18  # the curves go past the budget (drawn dashed there)
+FILES = (
+    "serving.md",
+    "serving.csv",
+    *(f"{s}.{e}" for s in ("decode_tokens_per_s", "memory_vs_sequences") for e in ("png", "svg")),
+)
+
+
+def qwen3_30b_a3b_style() -> ModelConfig:
+    """Qwen3-30B-A3B's shapes (Hugging Face Qwen/Qwen3-30B-A3B config.json: 48 layers, hidden 2,048,
+    32 heads, 4 KV heads, head_dim 128, 128 experts, 8 per token, moe_intermediate_size 768, vocab
+    151,936, qk-norm, untied, 40,960 positions, rope θ 1e6, eps 1e-6): 30.53 B parameters, 3.35 B active."""
+    return ModelConfig(
+        name="qwen3-30b-a3b-style",
+        vocab_size=151_936,
+        context_length=40_960,
+        num_layers=48,
+        d_model=2_048,
+        num_heads=32,
+        num_kv_heads=4,
+        head_dim=128,
+        d_ff=6_144,
+        qk_norm=True,
+        rope_theta=1_000_000.0,
+        norm_eps=1e-6,
+        num_experts=128,
+        experts_per_token=8,
+        expert_d_ff=768,
+    )
+
+
+def models() -> list[ModelConfig]:
+    return [load_config("llama-3-8b"), qwen3_30b_a3b_style()]
+
+
+def _serving_peak(cfg: ModelConfig, P: int, G: int, B: int) -> int:
+    return _memory(cfg, P, G, B, "bf16", "bf16", 1, "filled", 1)["peak"]
+
+
+def rows(cfgs: list[ModelConfig]) -> list[dict[str, Any]]:
+    """One record per model × length × batch: tokens/s, bound, serving peak, and the length's knee and fit."""
+    budget = gpu(GPU).memory_bytes
+    out = []
+    for cfg in cfgs:
+        for P, G in LENGTHS:
+            fit = max_batch(cfg, P, G, "bf16", "bf16", 1, "filled", budget, 1)
+            knee = infer(cfg, P, G, 1, gpu=GPU, budget=UNBOUNDED).roofline["knee_batch_first"]
+            at_knee = None
+            if knee is not None and knee <= BATCHES[-1]:
+                at_knee = infer(cfg, P, G, knee, gpu=GPU, budget=UNBOUNDED).roofline["tokens_per_s"]
+            for B in BATCHES:
+                r = infer(cfg, P, G, B, gpu=GPU, budget=UNBOUNDED)
+                ro = r.roofline
+                out.append(
+                    dict(
+                        model=cfg.name,
+                        prompt=P,
+                        generate=G,
+                        batch=B,
+                        tokens_per_s=ro["tokens_per_s"],
+                        decode_ms_per_token=1e3 * ro["decode_mean_seconds"],
+                        decode_bound=ro["decode_bound"],
+                        ttft_ms=1e3 * ro["time_to_first_token_seconds"],
+                        serving_peak_bytes=_serving_peak(cfg, P, G, B),
+                        kv_cache_per_sequence=r.memory["kv_cache_per_sequence"],
+                        knee_batch=ro["knee_batch_first"],
+                        knee_batch_weights_only=ro["knee_batch_weights_only"],
+                        max_batch_80gb=fit,
+                        knee_tokens_per_s=at_knee,
+                    )
+                )
+    return out
+
+
+def serving_table(records: list[dict[str, Any]]) -> Table:
+    picked = [r for r in records if r["batch"] in (1, TABLE_BATCH)]
+    table_rows = []
+    for r1 in (r for r in picked if r["batch"] == 1):
+        rb = next(
+            r for r in picked if r["batch"] == TABLE_BATCH and r["model"] == r1["model"] and r["prompt"] == r1["prompt"]
+        )
+        fits = TABLE_BATCH <= r1["max_batch_80gb"]
+        table_rows.append(
+            (
+                r1["model"],
+                r1["prompt"],
+                r1["generate"],
+                r1["kv_cache_per_sequence"],
+                r1["max_batch_80gb"],
+                r1["ttft_ms"],
+                r1["decode_ms_per_token"],
+                r1["tokens_per_s"],
+                rb["tokens_per_s"] if fits else None,
+                rb["decode_bound"] if fits else f"B = {TABLE_BATCH} does not fit",
+                "never" if r1["knee_batch"] is None else f"{r1['knee_batch']:,}",
+                r1["knee_batch_weights_only"],
+            )
+        )
+    g = gpu(GPU)
+    return Table(
+        f"Serving on one {g.label} (bf16 weights and KV cache, roofline at 100 % of the datasheet)",
+        [
+            Column("model"),
+            Column("prompt P", "int"),
+            Column("generate G", "int"),
+            Column("KV cache per sequence", "bytes"),
+            Column("max sequences in 80 GB", "int"),
+            Column("TTFT at B = 1 (ms)", "float"),
+            Column("decode ms/token at B = 1", "float"),
+            Column("tokens/s at B = 1", "float"),
+            Column(f"tokens/s at B = {TABLE_BATCH}", "float"),
+            Column(f"bound at B = {TABLE_BATCH}"),
+            Column("knee batch (decode compute-bound at p = P)"),
+            Column("knee without KV reads", "int"),
+        ],
+        table_rows,
+        [
+            (
+                "Roofline: time = max(FLOPs / 989.4 TFLOP/s, bytes / 3.35 TB/s); decode bytes = the weights read once per "
+                "step (MoE: the experts of B·k routed tokens, at most all E) + the KV cache read; prefill FLOPs skip the "
+                "causal half."
+            ),
+            (
+                "Max sequences: prompts prefilled one at a time, decoded together; peak = weights + KV(C = P + G) + the "
+                "larger of one prefill's and the decode step's temporaries (our live model; for the MoE its course twin's, "
+                "an estimate)."
+            ),
+            (
+                "knee: the smallest B at which a decode step at p = P is compute-bound; 'never' when each sequence's KV "
+                "reads grow as fast as its FLOPs (intensity per sequence below the ridge of 295 FLOP/byte)."
+            ),
+        ],
+    )
+
+
+def plot_tokens_per_s(records: list[dict[str, Any]], stem: Path) -> list[Path]:
+    from matplotlib.figure import Figure
+
+    from .plots import _save
+
+    cfgs = list(dict.fromkeys(r["model"] for r in records))
+    fig = Figure(figsize=(6.4 * len(cfgs), 5.6), layout="constrained")
+    axes = fig.subplots(1, len(cfgs), squeeze=False)[0]
+    colors = ("#4C72B0", "#DD8452", "#55A868")
+    for ax, model in zip(axes, cfgs, strict=True):
+        for (P, G), color in zip(LENGTHS, colors, strict=True):
+            mine = [r for r in records if r["model"] == model and r["prompt"] == P]
+            fit, knee = mine[0]["max_batch_80gb"], mine[0]["knee_batch"]
+            inside = [r for r in mine if r["batch"] <= fit]
+            if knee is None:
+                label = f"P = {P:,}, G = {G:,}: no knee (memory-bound at every B)"
+            else:
+                beyond = "" if knee <= BATCHES[-1] else ", beyond the axis"
+                label = f"P = {P:,}, G = {G:,}: knee at B = {knee:,}{beyond}"
+            label += f"; ≤ {fit:,} fit in 80 GB"
+            ax.plot(
+                [r["batch"] for r in mine], [r["tokens_per_s"] for r in mine], ls="--", lw=1, color=color, alpha=0.6
+            )
+            ax.plot(
+                [r["batch"] for r in inside],
+                [r["tokens_per_s"] for r in inside],
+                marker="o",
+                ms=3,
+                color=color,
+                label=label,
+            )
+            if mine[0]["knee_tokens_per_s"] is not None:
+                ax.plot(
+                    [knee],
+                    [mine[0]["knee_tokens_per_s"]],
+                    marker="D",
+                    ms=8,
+                    color=color,
+                    mec="black",
+                    mew=0.7,
+                    zorder=5,
+                )
+            if fit <= BATCHES[-1]:
+                ax.axvline(fit, color=color, lw=0.8, ls=":")
+        ax.set(
+            xscale="log",
+            yscale="log",
+            title=model,
+            xlabel="concurrent sequences B (log)",
+            ylabel="decode tokens/s, all sequences (roofline)",
+        )
+        ax.set_xticks(BATCHES, [f"{b:,}" for b in BATCHES])
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(
+            fontsize=8,
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.13),
+            title="◆ knee · dotted: most sequences in 80 GB · dashed: beyond it",
+            title_fontsize=7.5,
+        )
+    fig.suptitle("Decode throughput on one H100 SXM 80GB (bf16): mean over the G − 1 steps", fontsize=11)
+    return _save(fig, stem, return_fig=False)
+
+
+def plot_memory(records: list[dict[str, Any]], stem: Path) -> list[Path]:
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter
+
+    from .plots import _save
+
+    budget = gpu(GPU).memory_bytes
+    cfgs = list(dict.fromkeys(r["model"] for r in records))
+    fig = Figure(figsize=(6.4 * len(cfgs), 4.9), layout="constrained")
+    axes = fig.subplots(1, len(cfgs), squeeze=False)[0]
+    colors = ("#4C72B0", "#DD8452", "#55A868")
+    for ax, model in zip(axes, cfgs, strict=True):
+        for (P, G), color in zip(LENGTHS, colors, strict=True):
+            mine = [r for r in records if r["model"] == model and r["prompt"] == P]
+            fit = mine[0]["max_batch_80gb"]
+            ax.plot(
+                [r["batch"] for r in mine],
+                [r["serving_peak_bytes"] / 1e9 for r in mine],
+                marker="o",
+                ms=3,
+                color=color,
+                label=f"P + G = {P + G:,}: at most {fit:,} sequences",
+            )
+            if fit:
+                ax.plot([fit], [budget / 1e9], marker="*", ms=13, color=color, mec="black", mew=0.6, zorder=5)
+        ax.axhline(budget / 1e9, color="black", lw=1, ls="--", label="budget: 80 GB (H100 SXM)")
+        ax.set(
+            xscale="log",
+            yscale="log",
+            title=model,
+            xlabel="concurrent sequences B (log)",
+            ylabel="peak memory (GB = 10⁹ bytes, log)",
+        )
+        ax.set_xticks(BATCHES, [f"{b:,}" for b in BATCHES])
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _=None: f"{y:,.0f}"))
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _=None: f"{y:,.0f}" if f"{y:.0e}"[0] in "123568" else ""))
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(fontsize=8, loc="upper left")
+    fig.suptitle(
+        "Serving memory vs concurrent sequences (weights + KV cache + step temporaries; ★ = most that fit)", fontsize=11
+    )
+    return _save(fig, stem, return_fig=False)
+
+
+def write_inference(out: Path, plots: bool = True) -> list[Path]:
+    """Write the inference report into ``out`` (created if needed); returns the paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    records = rows(models())
+    paths = write_table_files(out / "serving", [serving_table(records)], records)
+    if plots:
+        paths += plot_tokens_per_s(records, out / "decode_tokens_per_s")
+        paths += plot_memory(records, out / "memory_vs_sequences")
+    return paths
