@@ -226,9 +226,3 @@ def max_context_that_fits(
         return step.peak <= budget
 
     return _largest(fits)
-
-
-def peak_linear_in_batch(cfg: ModelConfig, seq: int, dtype: str = "fp32", optimizer: str = "for-loop") -> StepPeakLines:
-    """Deprecated alias of ``peak_lines_in_batch`` (its ``at(B)`` is the exact step peak of the traced
-    run, as before), kept only while a caller imports this name."""
-    return peak_lines_in_batch(cfg, seq, dtype, optimizer, mode="traced")

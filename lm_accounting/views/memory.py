@@ -273,15 +273,3 @@ def memory_view(m: MemoryAccount) -> View:
         "  - GB = 10^9 bytes, GiB = 2^30 bytes.",
     ]
     return View(header, tables, footer)
-
-
-# -- kept only until cli.py calls memory_view / records (remove then) -------------
-def memory_tables(m: MemoryAccount, measured=None, where: str = "not measured"):
-    """Deprecated: ``views.render(m.with_measurement(measured, where), fmt)``."""
-    view = memory_view(m.with_measurement(measured, where) if measured is not None else m)
-    return view.header, view.tables, view.footer
-
-
-def memory_records(m: MemoryAccount, measured=None):
-    """Deprecated: ``m.with_measurement(measured, device).records()``."""
-    return (m.with_measurement(measured, m.device) if measured is not None else m).records()
