@@ -175,9 +175,29 @@ def test_the_headline_command_imports_no_heavy_library():
     assert proc.stdout.strip() == ""
 
 
-def test_mla_is_refused_in_one_line(run_cli):
-    r = run_cli("infer", "deepseek-v3", "--prompt", "16", "--generate", "4")
-    assert r.code == 2 and "latent attention" in r.err
+def test_latent_attention_decode_expands_every_cached_position():
+    """MLA (transformers v5's cache: the normed latent and the RoPE key): a decode step at p runs kv_b_proj
+    over the p + 1 cached latents and attends with h heads of d_nope + d_rope (QKᵀ) and d_v (AV)."""
+    h, d, r_kv, dn, dr, dv, L, V, ff = 4, 32, 16, 8, 4, 6, 2, 96, 64
+    cfg = ModelConfig(
+        vocab_size=V, context_length=64, num_layers=L, d_model=d, num_heads=h, d_ff=ff,
+        kv_lora_rank=r_kv, qk_nope_head_dim=dn, qk_rope_head_dim=dr, v_head_dim=dv,
+    )  # fmt: skip
+    b, p = 3, 20
+    per_token = L * (d * h * (dn + dr) + d * (r_kv + dr) + h * dv * d + 3 * d * ff) + d * V  # q, kv_a, o, FFN; head
+    expand = L * r_kv * h * (dn + dv)  # kv_b_proj weights, applied to every cached position
+    attention = L * h * ((dn + dr) + dv)  # QKᵀ and AV per query-key pair
+    n = p + 1
+    assert decode_flops(cfg, p, b, 40).total == 2 * b * (per_token + expand * n + attention * n)
+    assert kv_bytes(cfg, 40, b, "bf16") == L * (r_kv + dr) * 40 * b * 2
+    assert kv_bytes(cfg, 40, b, "bf16", tp=4) == kv_bytes(cfg, 40, b, "bf16")  # the latent is replicated
+
+
+def test_deepseek_v3_answers(run_cli):
+    r = run_cli("infer", "deepseek-v3", "--prompt", "2048", "--generate", "512", "--batch", "8",
+                "--weights", "fp8", "--gpu", "h200", "--tp", "8")  # fmt: skip
+    assert r.code == 0, r.err
+    assert "estimate" in r.out  # MoE + MLA step temporaries: the course twin's
 
 
 def test_tiny_config_records_and_frame():

@@ -21,6 +21,19 @@ CONFIGS = {
     "windowed": {"num_kv_heads": 2, "sliding_window": 6},
     "windowed-mixed": {"sliding_window": 5, "full_attention_every": 2},
 }
+MLA = {"kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 6}
+OTHER = {  # FLOPs and cache bytes only (the step replay covers the course architecture)
+    "mla": MLA,
+    "mla-q-lora": {**MLA, "q_lora_rank": 12},
+    "moe": {"num_kv_heads": 2, "num_experts": 4, "experts_per_token": 2, "expert_d_ff": 16},
+    "gpt2-style": {
+        "norm": "layernorm",
+        "mlp": "gelu",
+        "positions": "learned",
+        "qkv_bias": True,
+        "tie_embeddings": True,
+    },
+}
 
 
 def tiny(name):
@@ -39,6 +52,31 @@ def test_prediction_equals_the_live_model_on_meta(name, semantics):
     assert "KV cache bytes (cache tensors)" in labels and "prefill peak bytes" in labels
     assert sum(k.startswith("decode FLOPs at p = ") for k in labels) == 3  # p = P, a middle one, the last
     assert any(k.startswith("  decode") and k.endswith("layers.*.attn.qk") for k in labels)  # per component too
+
+
+@pytest.mark.parametrize("semantics", ["filled", "static"])
+@pytest.mark.parametrize("name", OTHER)
+def test_flops_and_cache_of_other_architectures_on_meta(name, semantics):
+    cfg = ModelConfig(**BASE, **OTHER[name], name=name)
+    rows = measure_inference(infer(cfg, 9, 7, 3, semantics=semantics), "meta")["rows"]
+    assert all(p == m for _, p, m in rows), [row for row in rows if row[1] != row[2]]
+    assert not any("peak" in k for k, _, _ in rows)  # not claimed outside the replay's scope
+
+
+@pytest.mark.parametrize("name", ["mla", "mla-q-lora"])
+def test_latent_cache_decode_reproduces_the_full_forward(name):
+    cfg = ModelConfig(**BASE, **OTHER[name], name=name)
+    torch.manual_seed(0)
+    model = build_model(cfg, "cpu")
+    ids = torch.randint(0, cfg.vocab_size, (2, 12))
+    with torch.no_grad():
+        full = model(ids)
+        for semantics in ("filled", "static"):
+            cache = StaticKVCache(cfg, 2, 12, "cpu", torch.float32, semantics)
+            steps = [prefill(model, ids[:, :5], cache)] + [
+                decode(model, ids[:, t : t + 1], cache) for t in range(5, 12)
+            ]
+            torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", ["gqa", "windowed-mixed"])

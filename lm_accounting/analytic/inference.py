@@ -54,12 +54,18 @@ def check_lengths(cfg: ModelConfig, prompt: int, generate: int) -> None:
         )
 
 
+LATENT_EXPANSION = "layers.*.attn.kv_b_proj"
+"""Latent attention (MLA) caches the normed latent and the rotated RoPE key (transformers v5); each step
+expands keys and values from every cached position with ``kv_b_proj``, so its FLOPs grow with the keys."""
+
+
 def check_supported(cfg: ModelConfig) -> None:
-    if getattr(cfg, "mla", False):
-        raise AccountingError(
-            "inference accounting does not model latent attention (MLA) yet: its cache holds the latent, "
-            "so decode re-projects every cached token (or absorbs kv_b_proj), which the registry does not count"
-        )
+    """Every architecture the registry describes is supported (MLA in transformers v5's cache form)."""
+
+
+def kv_split(cfg: ModelConfig, tp: int) -> int:
+    """Ranks the KV cache is split over: tp (KV heads split), or 1 for MLA (the latent is replicated)."""
+    return 1 if cfg.mla else tp
 
 
 def layer_slots(cfg: ModelConfig, capacity: int) -> list[int]:
@@ -68,33 +74,38 @@ def layer_slots(cfg: ModelConfig, capacity: int) -> list[int]:
     return [min(capacity, w) if cfg.layer_windowed(i) else capacity for i in range(cfg.num_layers)]
 
 
-def attention_per_key(cfg: ModelConfig, batch: int) -> list[tuple[str, str, int]]:
-    """(key, label, c) per attention matmul: c = its FLOPs for one query against one key, per layer,
-    read from the registry at S = 1 (the formulas are c·S²: checked at S = 2)."""
+def attention_per_key(cfg: ModelConfig, batch: int) -> list[tuple[str, str, int, bool]]:
+    """(key, label, c, per_query) per component whose FLOPs grow with the keys attended: the attention
+    matmuls, c = FLOPs of one query against one key per layer (the formulas are c·S²: checked at S = 2),
+    and under MLA ``kv_b_proj``, c = FLOPs of expanding one cached position (linear in S), read from the
+    registry at S = 1."""
     from ..components import breakdown
 
     one, two = breakdown("flops", Sizes.of(cfg, 1, batch)), breakdown("flops", Sizes.of(cfg, 2, batch))
     out = []
     for it in one:
-        if it.group == ATTENTION:
-            if two[it.key].per_layer != 4 * it.per_layer:
-                raise AccountingError(f"{it.key}: not quadratic in S; decode FLOPs cannot be derived from it")
-            out.append((it.key, it.label, it.per_layer))
+        if it.group == ATTENTION or (cfg.mla and it.key == LATENT_EXPANSION):
+            power = 4 if it.group == ATTENTION else 2
+            if two[it.key].per_layer != power * it.per_layer:
+                raise AccountingError(f"{it.key}: not c·S^{power // 2}; decode FLOPs cannot be derived from it")
+            out.append((it.key, it.label, it.per_layer, it.group == ATTENTION))
     return out
 
 
 def _with_attention(
     base: Breakdown, cfg: ModelConfig, batch: int, keys: list[int], queries: int, text: str
 ) -> Breakdown:
-    """``base`` with each attention matmul replaced by Σ_layers c·queries·keys[layer]."""
-    per = {key: c for key, _, c in attention_per_key(cfg, batch)}
+    """``base`` with each attention matmul replaced by Σ_layers c·queries·keys[layer] (MLA's kv_b_proj:
+    Σ_layers c·keys[layer], the cached positions it expands)."""
+    per = {key: (c, q) for key, _, c, q in attention_per_key(cfg, batch)}
     uniform = len(set(keys)) == 1
     items = []
     for it in base:
         if it.key in per:
-            c = per[it.key]
-            total = c * queries * sum(keys)
-            per_layer = c * queries * keys[0] if uniform else None
+            c, per_query = per[it.key]
+            c = c * queries if per_query else c
+            total = c * sum(keys)
+            per_layer = c * keys[0] if uniform else None
             items.append(Item(it.key, it.label, it.group, total, per_layer, text))
         else:
             items.append(it)
@@ -160,8 +171,9 @@ def generation_flops(cfg: ModelConfig, prompt: int, generate: int, batch: int, s
     if steps <= 0:
         return 0
     step = decode_flops(cfg, prompt, batch, capacity, semantics)
-    other = sum(it.total for it in step if it.group != ATTENTION)
-    c = sum(c for _, _, c in attention_per_key(cfg, batch))
+    grows = attention_per_key(cfg, batch)
+    other = sum(it.total for it in step if it.key not in {key for key, *_ in grows})
+    c = sum(c for _, _, c, _ in grows)
     if semantics == "static":
         keys = sum(layer_slots(cfg, capacity)) * steps
     else:
@@ -173,8 +185,13 @@ def generation_flops(cfg: ModelConfig, prompt: int, generate: int, batch: int, s
 
 
 def _replicated(key: str, group: str) -> bool:
-    """Tensor parallelism keeps a full copy of norm gains, row-parallel biases and the router on every rank."""
-    return group == "norms" or key.endswith(("output_proj.bias", "w2.bias", "proj.bias")) or "router" in key
+    """Tensor parallelism keeps a full copy of norm gains, row-parallel biases, the router and MLA's down
+    projections (``q_a_proj``, ``kv_a_proj``: replicated linears, as vLLM shards DeepSeek) on every rank."""
+    return (
+        group == "norms"
+        or key.endswith(("output_proj.bias", "w2.bias", "proj.bias", "attn.q_a_proj", "attn.kv_a_proj"))
+        or "router" in key
+    )
 
 
 def weights_bytes(cfg: ModelConfig, dtype: str, tp: int = 1) -> int:
@@ -194,10 +211,11 @@ def weights_bytes(cfg: ModelConfig, dtype: str, tp: int = 1) -> int:
 
 
 def kv_bytes(cfg: ModelConfig, tokens: int, batch: int, dtype: str, tp: int = 1) -> int:
-    """KV cache on one rank: ``kv_cache_bytes`` at ``tokens`` positions in ``dtype`` / tp (KV heads split)."""
+    """KV cache on one rank: ``kv_cache_bytes`` at ``tokens`` positions in ``dtype`` / tp (KV heads split;
+    an MLA latent cache is replicated on every rank)."""
     if dtype not in KV_DTYPES:
         raise AccountingError(f"unknown KV-cache dtype '{dtype}' (valid: {', '.join(KV_DTYPES)})")
-    return kv_cache_bytes(cfg, tokens, batch, KV_DTYPES[dtype]) // tp
+    return kv_cache_bytes(cfg, tokens, batch, KV_DTYPES[dtype]) // kv_split(cfg, tp)
 
 
 def check_tp(cfg: ModelConfig, tp: int) -> None:

@@ -36,8 +36,10 @@ CONVENTIONS = (
         "transformers' StaticCache with eager attention (cost grows with C, not p)."
     ),
     (
-        "KV cache = 2·kv_heads·d_head·bytes·Σ_layers min(C, w)·B; fp8 = 1 byte.  int4 weights = ½ byte per "
-        "parameter, group scales not counted.  Norms and row-parallel biases are replicated under --tp."
+        "KV cache = 2·kv_heads·d_head·bytes·Σ_layers min(C, w)·B (MLA: the latent and RoPE key, "
+        "(kv_lora_rank + qk_rope_head_dim)·bytes per token and layer, expanded by kv_b_proj at every step, "
+        "replicated under --tp); fp8 = 1 byte.  int4 weights = ½ byte per parameter, group scales not "
+        "counted.  Norms, row-parallel biases and MLA's down projections are replicated under --tp."
     ),
     (
         "Roofline: max(FLOPs/peak, bytes/bandwidth) per rank at 100 % of the datasheet's dense peak (bf16; fp32 "
@@ -209,8 +211,10 @@ def _decode_series(cfg, prompt, generate, batch, semantics, w_read, g: GPU, peak
     cached tokens; its FLOPs are the non-attention part + c·keys(p) and its bytes the weights read +
     2·kv_dim·B·bytes per cached token (the new token's K and V among them), both O(1) per step."""
     C, steps = prompt + generate, generate - 1
-    per_key = sum(c for _, _, c in inf.attention_per_key(cfg, batch))
-    other = sum(it.total for it in inf.decode_flops(cfg, prompt, batch, C, semantics) if it.group != inf.ATTENTION)
+    grows = inf.attention_per_key(cfg, batch)
+    per_key = sum(c for _, _, c, _ in grows)
+    grown = {key for key, *_ in grows}
+    other = sum(it.total for it in inf.decode_flops(cfg, prompt, batch, C, semantics) if it.key not in grown)
     kv_token = inf.kv_bytes(cfg, 1, batch, kv_dtype, 1) // cfg.num_layers  # 2·kv_dim·B·bytes per layer-token
     comm = allreduce_seconds(cfg, batch, g, tp)
     slots: dict[int, int] = {}
@@ -219,7 +223,8 @@ def _decode_series(cfg, prompt, generate, batch, semantics, w_read, g: GPU, peak
 
     def phase(p: int) -> Phase:
         keys = sum(count * (n if semantics == "static" else min(p + 1, n)) for n, count in slots.items())
-        return Phase(-(-(other + per_key * keys) // tp), w_read + kv_token * keys // tp, peak, g.bandwidth, comm)
+        kv_read = kv_token * keys // inf.kv_split(cfg, tp)
+        return Phase(-(-(other + per_key * keys) // tp), w_read + kv_read, peak, g.bandwidth, comm)
 
     total, bounds, turn = 0.0, [], None
     for p in range(prompt, prompt + steps):
@@ -301,7 +306,7 @@ def infer(
     for name, p in (("first", prompt), ("last", last_p)):
         f = inf.decode_flops(cfg, p, 1, C, semantics).total  # one sequence's FLOPs at p
         k = inf.kv_bytes(cfg, 1, 1, kv_dtype, 1) // cfg.num_layers * sum(inf.decode_keys(cfg, p, C, semantics))
-        knees[name] = knee_batch(f, k, tp * w_gpu, peak, g.bandwidth)
+        knees[name] = knee_batch(f, k * tp // inf.kv_split(cfg, tp), tp * w_gpu, peak, g.bandwidth)
     f_first = inf.decode_flops(cfg, prompt, 1, C, semantics).total
     knees["weights_only"] = knee_batch(f_first, 0, tp * w_gpu, peak, g.bandwidth)  # as if no KV were read
     decode_steps = generate - 1

@@ -5,7 +5,9 @@ them); ``prefill`` and ``decode`` below replace only ``TransformerLM.forward``'s
 block's attention one ``LayerCache`` (the optional ``cache`` argument of ``CausalSelfAttention``).
 
 The cache holds K and V after RoPE, per layer, as (B, kv_heads, slots, d_head) tensors allocated
-once: ``slots`` = the capacity C on a full-attention layer, min(C, w) on a sliding-window layer (a
+once (latent attention: the normed latent (B, 1, slots, kv_lora_rank) and the rotated RoPE key
+(B, 1, slots, qk_rope_head_dim), from which each step expands keys and values, transformers v5's
+form): ``slots`` = the capacity C on a full-attention layer, min(C, w) on a sliding-window layer (a
 ring: position p lives in slot p mod slots; attention does not care about the order of its keys).
 
 Two semantics for which keys a step attends over (``SEMANTICS``):
@@ -90,9 +92,12 @@ class StaticKVCache:
         for i in range(cfg.num_layers):
             window = cfg.sliding_window if cfg.layer_windowed(i) else None
             slots = capacity if window is None else min(capacity, window)
-            shape = (batch, cfg.kv_heads, slots, cfg.d_head)
-            k = torch.zeros(shape, device=device, dtype=dtype)
-            v = torch.zeros(shape, device=device, dtype=dtype)
+            if cfg.mla:  # latent attention: the normed latent and the rotated shared RoPE key (one "head" each)
+                k_shape, v_shape = (batch, 1, slots, cfg.kv_lora_rank), (batch, 1, slots, cfg.qk_rope_head_dim)
+            else:
+                k_shape = v_shape = (batch, cfg.kv_heads, slots, cfg.d_head)
+            k = torch.zeros(k_shape, device=device, dtype=dtype)
+            v = torch.zeros(v_shape, device=device, dtype=dtype)
             self.layers.append(LayerCache(k, v, window, semantics, self))
         self._masks: dict[tuple, Tensor] = {}
 
