@@ -19,6 +19,7 @@ from .analytic.hardware_flops import step_flops
 from .analytic.memory import adamw_step_temporary_bytes, model_state_breakdown
 from .analytic.replay import as_setup, predict_training_step
 from .config import AccountingError, ModelConfig, check_positive_int
+from .phases import PHASES
 from .result import Result
 from .setup import TrainingSetup
 
@@ -86,7 +87,7 @@ def analytic_row(
     dtype: str | None,
     optimizer: str | None,
     budget: int,
-    max_context: int,
+    max_context: int | None,
     *,
     setup: TrainingSetup | None = None,
 ) -> dict[str, Any]:
@@ -103,8 +104,9 @@ def analytic_row(
     groups = acc.forward.groups()
     total = acc.forward.total
     states = model_state_breakdown(cfg, dtype)
-    step = predict_training_step(cfg, seq, batch, setup=setup, mode="plain")
-    traced = predict_training_step(cfg, seq, batch, setup=setup, mode="traced")
+    replayed = not cfg.unsupported_for_replay()  # else the step columns are None (as the memory command)
+    step = predict_training_step(cfg, seq, batch, setup=setup, mode="plain") if replayed else None
+    traced = predict_training_step(cfg, seq, batch, setup=setup, mode="traced") if replayed else None
     flops = step_flops(cfg, seq, batch, setup)
     row: dict[str, Any] = {"model": cfg.name, "context": seq, "batch": batch, "params": acc.params.total}
     row["setup"] = setup.label
@@ -121,11 +123,11 @@ def analytic_row(
     row["mem:parameters"] = states["parameters"].total
     row["mem:gradients"] = states["gradients"].total
     row["mem:optimizer"] = states["adamw.exp_avg"].total + states["adamw.exp_avg_sq"].total
-    row["mem:activations"] = saved_activation_breakdown(cfg, seq, batch, setup=setup).total
+    row["mem:activations"] = saved_activation_breakdown(cfg, seq, batch, setup=setup).total if replayed else None
     row["mem:step_temporaries"] = adamw_step_temporary_bytes(cfg, dtype, optimizer)
-    row["mem:peak"] = step.peak
-    row.update({f"mem:peak.{name}": p.peak for name, p in step.phases().items()})
-    row["mem:peak_traced"] = traced.peak
+    row["mem:peak"] = step.peak if replayed else None
+    row.update({f"mem:peak.{name}": step.phase(name).peak if replayed else None for name in PHASES})
+    row["mem:peak_traced"] = traced.peak if replayed else None
     row["mem:kv_cache"] = acc.kv_cache_bytes()["bf16" if dtype != "fp32" else "fp32"]
     row["mem:budget"] = budget
     row["mem:max_context"] = max_context  # largest context whose plain step fits the budget (exact)
@@ -246,7 +248,12 @@ def sweep(
         from tqdm import tqdm
 
         bar = tqdm(total=len(points), unit="point", desc="sweep (live models)", leave=False)
-    fitting = {cfg.name: max_context_that_fits(cfg, budget, batch, setup=setup, mode="plain") for cfg in configs}
+    fitting = {
+        cfg.name: None
+        if cfg.unsupported_for_replay()
+        else max_context_that_fits(cfg, budget, batch, setup=setup, mode="plain")
+        for cfg in configs
+    }
     for cfg, seq in points:
         row = analytic_row(cfg, seq, batch, None, None, budget, fitting[cfg.name], setup=setup)
         if crosscheck:

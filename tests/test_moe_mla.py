@@ -233,3 +233,18 @@ def test_memory_of_a_mixture_of_experts_is_its_exact_model_states(run_cli):
     assert data["inference"]["kv_cache"] == 2 * 8 * 128 * 32 * 4096 * 4  # K and V, fp32
     refused = run_cli("memory", "deepseek-v3", "--measure", "meta")
     assert refused.code == 2 and "does not model mixture of experts, latent attention (MLA)" in refused.err
+
+
+def test_a_sweep_over_a_mixture_of_experts_leaves_the_unmodelled_columns_empty(tmp_path):
+    from lm_accounting.sweep import sweep
+    from lm_accounting.views.sweep import write_sweep
+
+    result = sweep([load_config("mixtral-8x7b"), load_config("gpt2-small")], [256, 1024])
+    rows = {(r["model"], r["context"]): r for r in result.rows}
+    moe, dense = rows["mixtral-8x7b", 1024], rows["gpt2-small", 1024]
+    assert moe["mem:parameters"] == 4 * 46_702_792_704 and moe["params"] == 46_702_792_704
+    assert moe["mem:peak"] is None and moe["mem:activations"] is None and moe["mem:max_context"] is None
+    assert moe["flops:total"] == 26_658_862_006_272
+    assert isinstance(dense["mem:peak"], int) and dense["mem:max_context"] > 1024
+    paths = write_sweep(result, tmp_path / "out", 80 * 10**9, "80 GB", plots=True)
+    assert any(p.name == "memory_vs_context_mixtral-8x7b.png" for p in paths)

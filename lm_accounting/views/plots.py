@@ -361,7 +361,10 @@ def plot_memory_vs_context(
     fig = Figure(figsize=(9.5, 5.2), layout="constrained")
     ax = fig.subplots()
     x, budget = rows["context"], budget_bytes / 1e9
+    modelled = bool(rows["mem:peak"].notna().any())  # else: an architecture the step replay does not model
     for part in _memory_parts(rows):
+        if rows[MEMORY_COLUMNS[part[0]]].isna().all():
+            continue  # activations of such an architecture
         marker, style = MEMORY_STYLE[part[0]]
         ax.plot(
             x,
@@ -373,17 +376,23 @@ def plot_memory_vs_context(
             color=PALETTE[part[0]],
             label=_equal_label(part),
         )
-    ax.plot(x, rows["mem:peak"] / 1e9, "s-", ms=4, lw=2.6, color=PALETTE["peak"], label="peak of the step")
+    if modelled:
+        ax.plot(x, rows["mem:peak"] / 1e9, "s-", ms=4, lw=2.6, color=PALETTE["peak"], label="peak of the step")
     in_gb = "" if budget_label.strip().endswith(" GB") else f" = {budget:,.4g} GB"
     ax.axhline(budget, color=PALETTE["budget"], ls="--", lw=1.5, label=f"budget {budget_label}{in_gb}")
-    largest, crossing = max_fitting_context(rows, budget_bytes)
-    exact = _exact_max_context(rows, budget_bytes)
-    _mark_fit(ax, budget, crossing, exact)
+    if modelled:
+        largest, crossing = max_fitting_context(rows, budget_bytes)
+        exact = _exact_max_context(rows, budget_bytes)
+        _mark_fit(ax, budget, crossing, exact)
     _log_y(ax, GB_FMT)
     ax.set_ylabel(GB_LABEL)
     _context_axis(ax, x)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
-    verdict = _fit_verdict(rows, budget_label, largest, crossing, exact)
+    verdict = (
+        _fit_verdict(rows, budget_label, largest, crossing, exact)
+        if modelled
+        else "model states only: the step replay does not model this architecture (no activations, no peak)"
+    )
     ax.set_title(f"{model}: memory of one training step vs context\n{_run_note(rows)}\n{verdict}")
     return _save(fig, path_stem, return_fig)
 
