@@ -149,3 +149,20 @@ def test_memory_capacity_follows_the_setup(run_cli, tiny):
         return max(got.phase(name).peak - gap[name] for name in gap)
 
     assert plain_peak(fused[0]) <= 6_000_000 < plain_peak(fused[0] + 1)
+
+
+@pytest.mark.slow  # two figures written as PNG and SVG: ~10 s on a loaded 2-core machine
+def test_plots_name_the_setup_and_compare_the_tracker_with_the_traced_run(tiny, tmp_path):
+    from lm_accounting.views import plots
+
+    cfg = load_config(tiny)
+    frame = sweep([cfg], [16, 32], 4, setup=SDPA_FULL, measure="meta").to_frame()
+    _, fig = plots.plot_memory_vs_context(frame, tmp_path / "m", model=cfg.name, return_fig=True)
+    assert "sdpa attention, full checkpointing, fp32, AdamW foreach" in fig.axes[0].get_title()
+    _, fig = plots.plot_predicted_vs_measured(frame, tmp_path / "p", return_fig=True)
+    assert "sdpa attention, full checkpointing" in fig.get_suptitle()
+    memory = fig.axes[1]
+    line, dots = memory.lines[0], memory.lines[1]  # the analytic line, then the measured markers
+    assert list(line.get_ydata()) == pytest.approx(list(frame["mem:peak_traced"] / 1e9))
+    assert list(dots.get_ydata()) == pytest.approx(list(frame["measured:peak"] / 1e9))
+    assert "traced-run" in memory.get_ylabel()
