@@ -6,9 +6,10 @@ file, ``config.read_config_text``), parsed as strict JSON, and mapped field by f
 
 The rules:
 
-* ``model_type`` picks the mapping.  Supported: ``SUPPORTED_MODEL_TYPES``.  The mixture-of-experts and
-  latent-attention types (``LATER_MODEL_TYPES``) are refused with a line saying so; any other type is
-  refused naming it and listing the supported ones.
+* ``model_type`` picks the mapping.  Supported: ``SUPPORTED_MODEL_TYPES``, mixture-of-experts (mixtral,
+  qwen3_moe) and latent-attention (deepseek_v2, deepseek_v3) types included.  A known type with a piece
+  not modelled (``LATER_MODEL_TYPES``) is refused with a line saying what; any other type is refused
+  naming it and listing the supported ones.
 * Every field is one of: *read* (it sets a ``ModelConfig`` field, or is checked to have the one value we
   model, e.g. ``add_cross_attention = false``), *ignored* (it changes no parameter or FLOP count: dropout,
   soft-capping, rope scaling, token ids, generation settings, ...; listed in ``ModelConfig.ignored_fields``
@@ -27,7 +28,13 @@ and no output bias; Qwen3 and Gemma 3 normalise Q and K per head, OLMo-2 over th
 Gemma 2/3 use sandwich norms, a GeGLU MLP and scale the embeddings by √d; OLMo-2 puts its norms after the
 sublayers.  Gemma's ``(1 + w)`` RMSNorm gain has the same parameter count as ``w`` and is not modelled
 otherwise.  Phi-3's fused ``qkv_proj`` and ``gate_up_proj`` are read as our separate ``q/k/v_proj`` and
-``w1``/``w3`` (the same matmuls, split; see ``model.transformer``).
+``w1``/``w3`` (the same matmuls, split; see ``model.transformer``).  Mixture of experts: Mixtral's experts have
+the dense ``intermediate_size`` (``num_local_experts``), Qwen3-MoE's ``moe_intermediate_size``
+(``num_experts``; ``decoder_sparse_step``), DeepSeek's ``moe_intermediate_size`` with ``n_shared_experts``
+after ``first_k_dense_replace`` dense layers of ``intermediate_size``; routing details (group-limited top-k,
+scaling, auxiliary losses) change which experts, not how many, and are ignored.  DeepSeek's ``head_dim`` is
+the RoPE part of a head only (checked to equal ``qk_rope_head_dim``), and ``q_lora_rank: null`` means a plain
+query projection.
 """
 
 from __future__ import annotations
