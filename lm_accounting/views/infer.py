@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..analytic.inference_memory import exact_for
 from ..analytic.inference_report import CONVENTIONS, Inference
 from ..units import fmt_bytes
 from .account import describe_config
@@ -39,7 +40,14 @@ def infer_view(r: Inference) -> View:
             f"{r.generation_flops:,} (closed form); prefill + decode {r.prefill.total + r.generation_flops:,}"
         ),
     ]
-    exact = "exact for our live model" if r.memory_exact else "estimate (course twin / live dtype differs)"
+    if r.memory_exact:
+        exact = "exact for our live model"
+    elif not exact_for(cfg):
+        exact = f"temporaries estimated from the course twin: the step replay does not cover {cfg.family}"
+    else:
+        exact = (
+            f"temporaries of the live model in {'fp32' if r.weights == 'fp32' else 'bf16'}, weights and KV as stored"
+        )
     mem = Table(
         f"Memory per GPU ({exact})",
         [Column("item"), Column("bytes", "int"), Column("size", "bytes")],
@@ -99,6 +107,11 @@ def infer_view(r: Inference) -> View:
             f"weights only (no KV reads) {knee(ro['knee_batch_weights_only'])}"
         ),
     ]
+    if ro["moe_weights_read_bound"]:
+        roof.notes.append(
+            "mixture of experts: a decode step reads the experts its B·k routed tokens reach, at most "
+            "min(E, B·k) per layer (a bound: the bytes are an upper bound, the tokens/s a lower bound)"
+        )
     tables = [flops, mem, roof]
     if r.measured:
         tables.append(
