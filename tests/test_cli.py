@@ -88,6 +88,7 @@ def test_presets_listing(run_cli):
         "mistral-7b",
         "mixtral-8x7b",
         "deepseek-v3",
+        "qwen3-30b-a3b",
     }
     by_name = {p["name"]: p for p in data["presets"]}
     # Mixtral: 32·(8·3·4096·14336 experts + 4096·8 router + 2·4096²·(1 + 1/4) attention + 2·4096 norms)

@@ -513,7 +513,7 @@ CONFIGS = {  # name -> (config.json values, published parameter count of the ful
         7_298_617_344,
     ),
 }
-OTHER = {"qwen3-30b-a3b", "deepseek-v2-lite"}  # no preset
+OTHER = {"deepseek-v2-lite"}  # no preset
 REDUCED = {"llama-3.1-70b", "llama-3.1-405b"}  # built with num_hidden_layers = 2 (meta builds stay fast)
 
 

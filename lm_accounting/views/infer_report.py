@@ -32,31 +32,8 @@ FILES = (
 )
 
 
-def qwen3_30b_a3b_style() -> ModelConfig:
-    """Qwen3-30B-A3B's shapes (Hugging Face Qwen/Qwen3-30B-A3B config.json: 48 layers, hidden 2,048,
-    32 heads, 4 KV heads, head_dim 128, 128 experts, 8 per token, moe_intermediate_size 768, vocab
-    151,936, qk-norm, untied, 40,960 positions, rope θ 1e6, eps 1e-6): 30.53 B parameters, 3.35 B active."""
-    return ModelConfig(
-        name="qwen3-30b-a3b-style",
-        vocab_size=151_936,
-        context_length=40_960,
-        num_layers=48,
-        d_model=2_048,
-        num_heads=32,
-        num_kv_heads=4,
-        head_dim=128,
-        d_ff=6_144,
-        qk_norm=True,
-        rope_theta=1_000_000.0,
-        norm_eps=1e-6,
-        num_experts=128,
-        experts_per_token=8,
-        expert_d_ff=768,
-    )
-
-
 def models() -> list[ModelConfig]:
-    return [load_config("llama-3-8b"), qwen3_30b_a3b_style()]
+    return [load_config("llama-3-8b"), load_config("qwen3-30b-a3b")]
 
 
 def _serving_peak(cfg: ModelConfig, P: int, G: int, B: int) -> int:
