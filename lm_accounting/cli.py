@@ -216,6 +216,42 @@ def dtype_option(func: Callable[..., Any]) -> Callable[..., Any]:
     )(func)
 
 
+def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--dp/--zero/--tp/--sp/--vocab-parallel/--pp/--micro-batches, resolved to ``layout`` (None when
+    no layout flag is given: the single-GPU command, unchanged), plus --allowance and --rank."""
+
+    @click.option("--dp", type=POSITIVE, help="Data-parallel degree (layout: world = dp·tp·pp).")
+    @click.option("--zero", type=click.IntRange(0, 3), help="0 DDP, 1 ZeRO-1, 2 FSDP2 no reshard, 3 FSDP2 full shard.")
+    @click.option("--tp", type=POSITIVE, help="Tensor-parallel degree (Megatron column/row splits).")
+    @click.option("--sp", is_flag=True, help="Sequence parallel (with --tp).")
+    @click.option("--vocab-parallel", is_flag=True, help="Vocab-parallel embedding and LM head (with --tp; analytic).")
+    @click.option("--pp", type=POSITIVE, help="Pipeline stages, 1F1B (analytic only).")
+    @click.option("--micro-batches", type=POSITIVE, help="Micro-batches per step under --pp (default: pp).")
+    @click.option("--allowance", default="3GB", show_default=True, help="Per-GPU CUDA context + NCCL + fragmentation.")
+    @click.option("--rank", type=click.IntRange(0), default=0, show_default=True, help="Rank to measure (--measure).")
+    @functools.wraps(func)
+    def wrapper(**kw: Any) -> Any:
+        from .layout import ParallelLayout
+
+        flags = [kw.pop(k) for k in ("dp", "zero", "tp", "sp", "vocab_parallel", "pp", "micro_batches")]
+        dp, zero, tp, sp, vocab, pp, micro = flags
+        layout = None
+        if any(f not in (None, False) for f in flags):
+            pp = pp or 1
+            layout = ParallelLayout(
+                dp=dp or 1,
+                zero=zero or 0,
+                tp=tp or 1,
+                sequence_parallel=sp,
+                vocab_parallel=vocab,
+                pp=pp,
+                micro_batches=micro or pp,
+            )
+        return func(layout=layout, **kw)
+
+    return wrapper
+
+
 def budget_option(func: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--budget",
@@ -316,6 +352,7 @@ def crosscheck_cmd(
     "--measure cuda reads the caching allocator.",
 )
 @setup_options
+@layout_options
 def memory_cmd(
     cfg: ModelConfig,
     context: int | None,
@@ -327,15 +364,34 @@ def memory_cmd(
     measure: str,
     measure_method: str | None,
     setup: Any,
+    layout: Any = None,
+    allowance: str = "3GB",
+    rank: int = 0,
 ) -> None:
-    """Training memory: model states, activations, peak per phase (predicted vs measured), capacity."""
+    """Training memory: model states, activations, peak per phase (predicted vs measured), capacity.
+    With a parallel layout (--dp/--zero/--tp/--sp/--pp): the worst rank's per-GPU memory, FLOPs and
+    collectives; --measure meta runs one rank of the real job on torch's fake process group."""
     from .analytic.memory_report import memory_account
     from .analytic.sizes import at_context
     from .units import parse_size
 
     setup = with_dtype(setup, dtype)
-    method = measure_method_for(measure, measure_method)
     run = at_context(cfg, context)
+    if layout is not None:
+        from .analytic.parallel_report import parallel_memory
+
+        m = parallel_memory(
+            run, run.context_length, batch, setup, layout, allowance=parse_size(allowance), budget=parse_size(budget)
+        )
+        if measure == "cuda":
+            raise AccountingError("a parallel layout is measured on the fake process group: use --measure meta")
+        if measure != "none":
+            from .measure.distributed import measure_rank
+
+            m = m.with_measurement(measure_rank(run, run.context_length, batch, setup, layout, rank=rank))
+        emit(m, fmt)
+        return
+    method = measure_method_for(measure, measure_method)
     threads = 1
     if method == "allocator":  # the CPU flash kernel's scratch is per thread (a plain CPU run only)
         import torch

@@ -23,6 +23,7 @@ VIEWS = {  # result class name -> "module:function" returning a View (imported o
     "TrainTime": "lm_accounting.views.training:train_time_view",
     "Sweep": "lm_accounting.views.sweep:sweep_view",
     "PresetList": "lm_accounting.views.presets:presets_view",
+    "ParallelMemory": "lm_accounting.views.parallel:parallel_view",
     "Inference": "lm_accounting.views.infer:infer_view",
 }
 

@@ -1,0 +1,144 @@
+"""Collectives of one training step on one rank, per kind and phase, with their payload bytes.  No torch.
+
+The payload of a collective is the bytes of its largest tensor: the unsharded buffer of an
+all-gather or reduce-scatter, the tensor of an all-reduce or broadcast (what ``CommDebugMode`` and
+``measure.distributed.CollectiveRecorder`` see).  The bytes a rank sends over the wire with a ring
+algorithm, for a group of n ranks: all-gather and reduce-scatter (n−1)/n · payload, all-reduce
+2·(n−1)/n · payload, broadcast and point-to-point 1 · payload (``wire_bytes``).
+
+Notation: L layers; T = B·S tokens of the rank's micro-batch; d = d_model; e = bytes per parameter
+element (fp32 and amp-bf16: 4, bf16: 2); a = bytes of a matmul output (amp-bf16: 2, else e);
+G = every FSDP unit (the root: embedding, final norm, LM head; each block) all-gathered, padded,
+in the all-gather dtype (bf16 under amp-bf16's MixedPrecisionPolicy); R = the same in the reduce
+dtype (fp32 under amp-bf16).  Per layout (checked against the fake-PG run in tests):
+
+1. FSDP2 zero 3: all-gather 2·(L+1) units, 2·G bytes (each unit before its forward and again
+   before its backward; the root too); zero 2: L+1, G.  Reduce-scatter L+1, R.
+2. DDP / ZeRO-1 (dp > 1): all-reduce of each gradient bucket (25 MiB, the first 1 MiB; torch's
+   ``_DEFAULT_FIRST_BUCKET_BYTES``), Σ n·e; one broadcast of the module buffers (the RoPE tables)
+   per forward.  ZeRO-1 adds one broadcast per parameter tensor from its owner after the step, Σ n·e.
+3. TP without SP: forward 2·L all-reduces (after output_proj and w2) of T·d·a; backward 5·L
+   all-reduces of T·d·e (the input gradients of q, k, v, w1 and w3, each module's own); a
+   checkpointed recompute (full or selective) adds L (output_proj's; the early stop skips w2's).
+4. TP with SP: forward 2L+1 all-gathers of T·d·e (the two block inputs, the LM head's input) and 2L
+   reduce-scatters of T·d·a; backward 2L all-gathers of T·d·a, one of T·d·e and 2L reduce-scatters
+   of T·d·e; recompute adds 2L all-gathers of T·d·e and L reduce-scatters of T·d·a; the optimizer
+   step all-reduces each sequence-parallel norm's Partial gradient once per foreach op that reads
+   it, 3·(2L+1) all-reduces of d·e (under FSDP2: once each in backward, (2L+1) of d·g, g the
+   all-gather dtype's bytes).
+5. FSDP2 with amp-bf16: the parameters the forward sees are bf16 (MixedPrecisionPolicy), so the
+   embedding output and the residual stream are bf16: the T·d·e tensors of rules 3–4 are T·d·2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config import ModelConfig
+from ..layout import ParallelLayout
+from ..setup import TrainingSetup
+from .parallel import local_shape, model_states, parameter_shapes
+
+DDP_FIRST_BUCKET = 1024 * 1024  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
+DDP_BUCKET = 25 * 1024 * 1024  # DistributedDataParallel(bucket_cap_mb=25)
+
+
+@dataclass(frozen=True)
+class Collective:
+    kind: str  # all_gather, reduce_scatter, all_reduce, broadcast, send_recv
+    phase: str  # forward, backward, optimizer_step
+    group: str  # dp, tp, pp
+    count: int
+    payload: int  # bytes, summed over the calls
+    formula: str
+
+
+def wire_bytes(c: Collective, n: int) -> int:
+    """Bytes one rank sends for ``c`` in a ring over n ranks (module docstring)."""
+    if n <= 1:
+        return 0
+    if c.kind in ("all_gather", "reduce_scatter"):
+        return c.payload * (n - 1) // n
+    if c.kind == "all_reduce":
+        return 2 * c.payload * (n - 1) // n
+    return c.payload
+
+
+def ddp_bucket_count(sizes: list[int]) -> int:
+    """Buckets of DDP's reducer: parameters in reverse order, a bucket closed once it reaches its cap
+    (the first 1 MiB, then 25 MiB)."""
+    buckets, current, cap = 0, 0, DDP_FIRST_BUCKET
+    for size in reversed(sizes):
+        current += size
+        if current >= cap:
+            buckets, current, cap = buckets + 1, 0, DDP_BUCKET
+    return buckets + (1 if current else 0)
+
+
+def step_collectives(
+    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout
+) -> list[Collective]:
+    """Every collective of one step on one rank (rules 1–4 of the module docstring)."""
+    out: list[Collective] = []
+    e = 2 if setup.param_dtype == "bf16" else 4
+    a = 2 if setup.autocast else e
+    L, T, d = cfg.num_layers, batch * seq, cfg.d_model
+    if layout.dp > 1:
+        st = model_states(cfg, setup, layout)
+        if layout.fsdp:
+            g = st.unsharded_all
+            r = g // (2 if setup.autocast else e) * e
+            k = 2 if layout.zero == 3 else 1
+            out.append(Collective("all_gather", "forward", "dp", L + 1, g, "every unit, padded (G)"))
+            if k == 2:
+                out.append(Collective("all_gather", "backward", "dp", L + 1, g, "every unit again (G)"))
+            out.append(Collective("reduce_scatter", "backward", "dp", L + 1, r, "every unit's gradients (R)"))
+        else:
+            sizes = [x * y * e for x, y in (local_shape(p, layout) for p in parameter_shapes(cfg))]
+            n = ddp_bucket_count(sizes)
+            out.append(Collective("all_reduce", "backward", "dp", n, sum(sizes), "gradient buckets, Σ n·e"))
+            if cfg.positions == "rope":
+                rope = 2 * cfg.context_length * (cfg.rope_dim // 2) * 4
+                out.append(Collective("broadcast", "forward", "dp", 1, rope, "module buffers (RoPE tables)"))
+            if layout.zero == 1:
+                out.append(
+                    Collective("broadcast", "optimizer_step", "dp", len(sizes), sum(sizes), "updated parameters, Σ n·e")
+                )
+    if layout.tp > 1:
+        recompute = setup.checkpoint != "none"
+        act, full = T * d * a, T * d * e
+        if layout.fsdp and setup.autocast:  # rule 5: bf16 parameters, so a bf16 residual stream
+            full = T * d * 2
+        if not layout.sequence_parallel:
+            out.append(Collective("all_reduce", "forward", "tp", 2 * L, 2 * L * act, "2L × T·d·a"))
+            n = 5 * L + (L if recompute else 0)
+            out.append(Collective("all_reduce", "backward", "tp", n, 5 * L * full + (L * act if recompute else 0), ""))
+        else:
+            out.append(Collective("all_gather", "forward", "tp", 2 * L + 1, (2 * L + 1) * full, "(2L+1) × T·d·e"))
+            out.append(Collective("reduce_scatter", "forward", "tp", 2 * L, 2 * L * act, "2L × T·d·a"))
+            ag = 2 * L * act + full + (2 * L * full if recompute else 0)
+            rs = 2 * L * full + (L * act if recompute else 0)
+            out.append(Collective("all_gather", "backward", "tp", 2 * L + 1 + (2 * L if recompute else 0), ag, ""))
+            out.append(Collective("reduce_scatter", "backward", "tp", 2 * L + (L if recompute else 0), rs, ""))
+            norms = 2 * L + 1
+            if layout.fsdp:  # FSDP2 reduces each Partial norm gradient once, in its post-backward
+                g = 2 if setup.autocast else e
+                out.append(Collective("all_reduce", "backward", "tp", norms, norms * d * g, "(2L+1) × d·g"))
+            else:
+                out.append(
+                    Collective("all_reduce", "optimizer_step", "tp", 3 * norms, 3 * norms * d * e, "3(2L+1) × d·e")
+                )
+    if layout.pp > 1:
+        m = layout.micro_batches
+        out.append(Collective("send_recv", "forward", "pp", m, m * T * d * a, "m micro-batches × T·d·a"))
+        out.append(Collective("send_recv", "backward", "pp", m, m * T * d * a, "m micro-batches × T·d·a"))
+    return out
+
+
+def totals(collectives: list[Collective]) -> dict[str, tuple[int, int]]:
+    """kind -> (count, payload bytes), summed over phases (``CollectiveRecorder.totals``'s shape)."""
+    out: dict[str, tuple[int, int]] = {}
+    for c in collectives:
+        n, b = out.get(c.kind, (0, 0))
+        out[c.kind] = (n + c.count, b + c.payload)
+    return out

@@ -1,0 +1,385 @@
+"""Per-GPU memory, FLOPs and communication of one rank of a multi-GPU training job.  No torch.
+
+The layout is ``layout.ParallelLayout``; the per-GPU figures are for the worst rank.  Sources:
+torch 2.13's FSDP2 (``torch/distributed/fsdp/_fully_shard/_fsdp_param.py``: dim-0 chunks of
+``ceil(rows / dp)``, padded storage), ``ZeroRedundancyOptimizer._partition_parameters`` (whole
+tensors, largest first, to the least-loaded rank), DDP's reducer (flat bucket buffers beside
+``p.grad``, ``gradient_as_bucket_view=False``), DTensor's redistribution rules (Megatron splits).
+Every figure below is checked against one rank of the real job on the fake process group
+(``measure.distributed``) in ``tests/test_parallel_measured.py``.
+
+Notation: D = dp, M = tp, P = pp, L = layers, T = B·S tokens of the rank's micro-batch, d = d_model,
+e = bytes per parameter element (4: fp32 and amp-bf16; 2: bf16), a = bytes per activation element
+of a matmul output (2 under amp-bf16, else e).  A parameter is (rows, cols) as stored, (out, in)
+for a projection; "local" means after the TP split.
+
+1. TP split (column-wise: rows/M; row-wise: cols/M; norms, embedding and LM head replicated unless
+   vocab parallel: rows/M).  The TP-local model is the model with h/M heads, kv/M kv heads and
+   d_ff/M, so its parameters, FLOPs and saved activations are the single-GPU formulas of
+   ``local_config(cfg, layout)`` (the embedding, norms and LM head stay whole).
+2. FSDP2 (zero 2, 3) shards each local parameter on dim 0: chunk c = ceil(rows / D); storage
+   c·cols·e on every rank (padded); rank r holds min(c, max(0, rows − r·c)) real rows, and AdamW's
+   moments (``zeros_like`` of that shard) follow the real rows, not the padding.  Gradients are
+   padded like the parameters.  Rank 0 (every chunk full) is the worst.
+3. ZeRO-1: parameters and gradients whole; AdamW's moments only for the tensors the rank owns.
+4. DDP (zero 0, 1; D > 1): bucket buffers holding a copy of every gradient, Σ n·e, from construction.
+5. Sequence parallel: the residual stream and the norms' own tensors are split along the sequence
+   (÷M); the projections keep the all-gathered norm output (whole).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from ..config import AccountingError, ModelConfig
+from ..layout import ParallelLayout
+from ..names import DTYPE_BYTES
+from ..phases import PhaseBytes, StepMemory
+from ..setup import TrainingSetup
+from .activations import norm_saved_bytes, saved_activation_breakdown
+from .sizes import Sizes
+
+COL, ROW, VOCAB, REPLICATED = "column", "row", "vocab", "replicated"
+
+
+@dataclass(frozen=True)
+class ParamShape:
+    """One parameter tensor as stored: (rows, cols); ``split`` says how TP cuts it."""
+
+    name: str
+    rows: int
+    cols: int
+    split: str
+    unit: int  # FSDP unit: 0 = the root (embedding, final norm, LM head), i + 1 = block i
+
+
+def parameter_shapes(cfg: ModelConfig) -> list[ParamShape]:
+    """The course architecture's parameters in ``model.parameters()`` order (a tied LM head is the
+    embedding: listed once)."""
+    d, q, kv, f, v = cfg.d_model, cfg.q_dim, cfg.kv_dim, cfg.d_ff, cfg.vocab_size
+    out = [ParamShape("token_embeddings", v, d, VOCAB, 0)]
+    for i in range(cfg.num_layers):
+        p = f"layers.{i}."
+        layer = [
+            (f"{p}ln1", d, 1, REPLICATED),
+            (f"{p}attn.q_proj", q, d, COL),
+            (f"{p}attn.k_proj", kv, d, COL),
+            (f"{p}attn.v_proj", kv, d, COL),
+            (f"{p}attn.output_proj", d, q, ROW),
+        ]
+        if cfg.qk_norm:
+            layer += [(f"{p}attn.q_norm", cfg.d_head, 1, REPLICATED), (f"{p}attn.k_norm", cfg.d_head, 1, REPLICATED)]
+        layer += [
+            (f"{p}ln2", d, 1, REPLICATED),
+            (f"{p}ffn.w1", f, d, COL),
+            (f"{p}ffn.w2", d, f, ROW),
+            (f"{p}ffn.w3", f, d, COL),
+        ]
+        out += [ParamShape(n, r, c, s, i + 1) for n, r, c, s in layer]
+    out.append(ParamShape("ln_final", d, 1, REPLICATED, 0))
+    if not cfg.tie_embeddings:
+        out.append(ParamShape("lm_head", v, d, VOCAB, 0))
+    return out
+
+
+def local_shape(p: ParamShape, layout: ParallelLayout) -> tuple[int, int]:
+    """(rows, cols) on one TP rank (rule 1; a vocabulary split is ceil(V/M) rows on the first ranks)."""
+    m = layout.tp
+    if p.split == COL:
+        return p.rows // m, p.cols
+    if p.split == ROW:
+        return p.rows, p.cols // m
+    if p.split == VOCAB and layout.vocab_parallel:
+        return -(-p.rows // m), p.cols
+    return p.rows, p.cols
+
+
+def local_config(cfg: ModelConfig, layout: ParallelLayout) -> ModelConfig:
+    """The TP-local model: h/M heads, kv/M kv heads, d_ff/M, head_dim kept (rule 1)."""
+    if layout.tp == 1:
+        return cfg
+    m = layout.tp
+    return dataclasses.replace(
+        cfg, num_heads=cfg.num_heads // m, num_kv_heads=cfg.kv_heads // m, head_dim=cfg.d_head, d_ff=cfg.d_ff // m
+    )
+
+
+def fsdp_chunk_rows(rows: int, shards: int) -> int:
+    """FSDP2's dim-0 chunk, ceil(rows / D): every rank's padded storage rows."""
+    return -(-rows // shards)
+
+
+def fsdp_rank_rows(rows: int, shards: int, rank: int) -> int:
+    """Real rows of rank ``rank``'s shard: min(c, max(0, rows − rank·c)), c = ceil(rows / D)."""
+    c = fsdp_chunk_rows(rows, shards)
+    return min(c, max(0, rows - rank * c))
+
+
+def zero1_owners(numels: list[int], shards: int) -> list[int]:
+    """``ZeroRedundancyOptimizer``'s partition: tensors sorted by numel, largest first (stable),
+    each to the rank with the smallest total so far (the lowest index on a tie)."""
+    sizes, owner = [0] * shards, [0] * len(numels)
+    for i in sorted(range(len(numels)), key=lambda j: -numels[j]):
+        rank = min(range(shards), key=lambda r: (sizes[r], r))
+        owner[i] = rank
+        sizes[rank] += numels[i]
+    return owner
+
+
+@dataclass(frozen=True)
+class ModelStates:
+    """Bytes of one rank's model states (rules 2–4), and which data-parallel rank it is."""
+
+    rank: int
+    parameters: int
+    gradients: int
+    optimizer: int  # AdamW exp_avg + exp_avg_sq
+    ddp_buckets: int
+    unsharded_all: int  # every local parameter unsharded, padded (FSDP all-gather outputs)
+    unsharded_unit_max: int  # the largest FSDP unit unsharded
+    owned_elements: int  # elements whose optimizer state this rank keeps
+
+    @property
+    def total(self) -> int:
+        return self.parameters + self.gradients + self.optimizer + self.ddp_buckets
+
+
+def _element_bytes(setup: TrainingSetup) -> int:
+    return DTYPE_BYTES[setup.param_dtype]
+
+
+def model_states(
+    cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, rank: int | None = None
+) -> ModelStates:
+    """Model states of data-parallel rank ``rank`` (default: the worst, i.e. the one with the most
+    optimizer state).  AdamW's 0-d ``step`` counters are left out (foreach/for-loop keep them on the CPU)."""
+    e, d = _element_bytes(setup), layout.dp
+    shapes = [local_shape(p, layout) for p in parameter_shapes(cfg)]
+    units = [p.unit for p in parameter_shapes(cfg)]
+    numels = [r * c for r, c in shapes]
+    full = sum(numels) * e
+    if layout.fsdp:
+        padded = [fsdp_chunk_rows(r, d) * c for r, c in shapes]
+        if rank is None:
+            rank = 0  # rank 0's chunks are all full (rule 2)
+        owned = sum(fsdp_rank_rows(r, d, rank) * c for r, c in shapes)
+        per_unit: dict[int, int] = {}
+        for u, (r, c) in zip(units, shapes, strict=True):
+            per_unit[u] = per_unit.get(u, 0) + fsdp_chunk_rows(r, d) * d * c
+        unsharded = sum(per_unit.values())
+        gather_e = 2 if setup.autocast else e  # MixedPrecisionPolicy(param_dtype=bf16) under amp-bf16
+        return ModelStates(
+            rank,
+            sum(padded) * e,
+            sum(padded) * e,
+            2 * owned * e,
+            0,
+            unsharded * gather_e,
+            max(per_unit.values()) * gather_e,
+            owned,
+        )
+    buckets = full if d > 1 else 0
+    if layout.zero == 1 and d > 1:
+        owner = zero1_owners(numels, d)
+        totals = [sum(n for n, o in zip(numels, owner, strict=True) if o == r) for r in range(d)]
+        if rank is None:
+            rank = max(range(d), key=lambda r: (totals[r], -r))
+        owned = totals[rank]
+    else:
+        rank, owned = rank or 0, sum(numels)
+    return ModelStates(rank, full, full, 2 * owned * e, buckets, 0, 0, owned)
+
+
+def fsdp_compute_setup(setup: TrainingSetup, layout: ParallelLayout) -> TrainingSetup:
+    """The setup the forward really runs: under FSDP2 with amp-bf16 the MixedPrecisionPolicy hands
+    the forward bf16 parameters, so autocast copies nothing and the residual stream is bf16: the
+    pure-bf16 model (plus ``fsdp_amp_extra``)."""
+    if layout.fsdp and setup.autocast and layout.dp > 1:
+        return dataclasses.replace(setup, precision="bf16")
+    return setup
+
+
+def fsdp_amp_extra(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup) -> int:
+    """What FSDP2 + amp-bf16 saves beyond the pure-bf16 model: 1. the cross-entropy on fp32 logits
+    (``logits.float()``): 2·T·V·(4−2) + T·(4−2) + (4−2); 2. naive attention without checkpointing:
+    exp and its row sums in fp32 (exp is on CUDA autocast's fp32 list), L·(B·h·S² + B·h·S)·(4−2)."""
+    t = batch * seq
+    extra = 2 * t * cfg.vocab_size * 2 + t * 2 + 2
+    if setup.attention == "naive" and setup.checkpoint == "none":
+        extra += cfg.num_layers * batch * cfg.num_heads * (seq * seq + seq) * 2
+    return extra
+
+
+def saved_activations(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout) -> int:
+    """Bytes saved for backward on one rank: the TP-local model's (rule 1), less what sequence
+    parallel splits (rule 5): the residual stream, and the norms' own tensors (rsqrt, the fp32
+    normalised input, under ``none``), ÷M.  Vocab parallel splits the LM head's and the
+    cross-entropy's tensors ÷M (analytic only)."""
+    local = local_config(cfg, layout)
+    mp = layout.fsdp and setup.autocast and layout.dp > 1
+    saved = saved_activation_breakdown(local, seq, batch, setup=fsdp_compute_setup(setup, layout))
+    total = saved.total + (fsdp_amp_extra(local, seq, batch, setup) if mp else 0)
+    m = layout.tp
+    if layout.vocab_parallel:
+        for key in ("lm_head", "cross_entropy"):
+            if key in saved:
+                total -= saved[key].total - saved[key].total // m
+    if not layout.sequence_parallel:
+        return total
+    if (batch * seq) % m:
+        raise AccountingError(f"sequence parallel needs the {batch * seq} tokens divisible by tp={m}")
+    z = Sizes.of(local, seq, batch, setup=fsdp_compute_setup(setup, layout))
+    split = saved["layers.*.residual"].total if "layers.*.residual" in saved else 0
+    # a norm's own saved tensors, less the fp32 copy of a 16-bit gain (d·4: whole on every rank)
+    own = norm_saved_bytes(z, z.T, cfg.d_model) - (cfg.d_model * 4 if z.e != 4 else 0)
+    if setup.checkpoint == "none":
+        split += 2 * cfg.num_layers * own  # ln1 and ln2
+    split += own + (z.act(cfg.d_model) if z.e == 4 else 0)  # ln_final and its fp32 input
+    return total - split + split // m
+
+
+def single_rank_step(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, mode: str):
+    """The single-GPU replay of the TP-local model (exact for one GPU; ``analytic.replay``)."""
+    from .replay import predict_training_step
+
+    run = fsdp_compute_setup(setup, layout)
+    return predict_training_step(local_config(cfg, layout), seq, batch, setup=run, mode=mode)
+
+
+def adamw_temporary(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, st: ModelStates) -> int:
+    """The AdamW step's temporary (``analytic.memory.adamw_step_temporary_bytes``) for the moments
+    this rank holds.  foreach: one copy of v per parameter group (``torch._foreach_sqrt``; the
+    measured TP rank has two groups, DTensor and plain, because foreach refuses to mix them: the
+    larger counts); fused: 0; for-loop: a bound, one copy of v."""
+    e = _element_bytes(setup)
+    if setup.optimizer == "fused":
+        return 0
+    if setup.optimizer == "foreach" and layout.tp > 1 and not layout.fsdp:
+        dtensor = plain = 0
+        for p in parameter_shapes(cfg):
+            rows, cols = local_shape(p, layout)
+            split = p.split in (COL, ROW) or (p.split == REPLICATED and layout.sequence_parallel)
+            split = split or (p.split == VOCAB and layout.vocab_parallel)
+            if split:
+                dtensor += rows * cols
+            else:
+                plain += rows * cols
+        return max(dtensor, plain) * e
+    return st.owned_elements * e
+
+
+def rank_step(
+    cfg: ModelConfig,
+    seq: int,
+    batch: int,
+    setup: TrainingSetup,
+    layout: ParallelLayout,
+    mode: str = "plain",
+    rank: int | None = None,
+) -> tuple[StepMemory, ModelStates, int]:
+    """(per-phase bytes, model states, saved activations) of data-parallel rank ``rank`` (default:
+    the worst).
+
+    From the TP-local single-GPU replay R (exact for DDP and TP; checked), with
+    n = the local parameter bytes, o = 2n (AdamW moments):
+
+    * baseline = R.baseline − n − o + parameters + optimizer + DDP buckets;
+    * forward: end = baseline + saved activations (+ every unit unsharded under zero 2, which keeps
+      them from forward to backward); peak = end + (R.forward.peak − R.forward.end);
+    * backward: end = baseline + gradients; peak = R's backward transient above its forward end,
+      on top of this rank's forward end, with R's whole local gradients replaced by this rank's;
+    * optimizer step: peak = baseline + gradients + ``adamw_temporary``; end = baseline.
+
+    Exact (byte for byte against the fake-PG run) for DDP, ZeRO-1 and TP (with or without SP).
+    FSDP2 peaks are ESTIMATES (the ends are exact): with U = the largest unit unsharded, forward
+    peak + 2·U (zero 3: the unit's unsharded copy and its all-gather output) or + U (zero 2);
+    backward peak = forward end + R's backward transient less R's local gradients, + this rank's
+    gradients (+ 3·U under zero 3: the unit, the prefetched next one and its unsharded gradients).  The measured residual is in
+    ``tests/test_parallel_measured.py``.
+    """
+    layout.check(cfg)
+    r = single_rank_step(cfg, seq, batch, setup, layout, mode)
+    st = model_states(cfg, setup, layout, rank=rank)
+    act = saved_activations(cfg, seq, batch, setup, layout)
+    e = _element_bytes(setup)
+    n = sum(a * b for a, b in (local_shape(p, layout) for p in parameter_shapes(cfg))) * e
+    n_run = n * DTYPE_BYTES[fsdp_compute_setup(setup, layout).param_dtype] // e  # the replay's parameter bytes
+    base = r.baseline - 3 * n_run + st.parameters + st.optimizer + st.ddp_buckets
+    u = st.unsharded_unit_max
+    keep = st.unsharded_all if layout.zero == 2 else 0
+    fwd_end = base + act + keep
+    fwd_extra = {3: 2 * u, 2: u}.get(layout.zero, 0)
+    fwd = PhaseBytes(fwd_end + (r.forward.peak - r.forward.end) + fwd_extra, fwd_end)
+    bwd_transient = r.backward.peak - r.forward.end
+    if layout.fsdp:  # estimate: R's transient without its whole-model gradients, plus the unit buffers
+        bwd_peak = fwd_end + max(bwd_transient - n_run, 0) + st.gradients + (3 * u if layout.zero == 3 else 0)
+    else:
+        bwd_peak = fwd_end + bwd_transient - n + st.gradients
+    bwd = PhaseBytes(bwd_peak, base + st.gradients)
+    opt = PhaseBytes(base + st.gradients + adamw_temporary(cfg, setup, layout, st), base)
+    return StepMemory(base, fwd, bwd, opt), st, act
+
+
+def stage_layers(layers: int, stages: int, stage: int) -> range:
+    """The blocks of pipeline stage ``stage``: L // P each, the first L mod P stages one more."""
+    base, extra = divmod(layers, stages)
+    start = stage * base + min(stage, extra)
+    return range(start, start + base + (1 if stage < extra else 0))
+
+
+def stage_parameters(cfg: ModelConfig, layout: ParallelLayout, stage: int) -> list[ParamShape]:
+    """Stage 0 holds the embedding, the last stage the final norm and the LM head (a tied head is
+    a second copy there), each its own blocks."""
+    blocks = {i + 1 for i in stage_layers(cfg.num_layers, layout.pp, stage)}
+    out = [p for p in parameter_shapes(cfg) if p.unit in blocks]
+    if stage == 0:
+        out.insert(0, parameter_shapes(cfg)[0])
+    if stage == layout.pp - 1:
+        head = [p for p in parameter_shapes(cfg) if p.unit == 0 and p.name != "token_embeddings"]
+        if cfg.tie_embeddings:
+            head.append(ParamShape("lm_head", cfg.vocab_size, cfg.d_model, VOCAB, 0))
+        out += head
+    return out
+
+
+def pipeline_stages(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout):
+    """1F1B over P stages and m micro-batches (analytic only: torch.distributed.pipelining is not run
+    on the fake process group here).  Stage s keeps the saved activations of k = min(P − s, m)
+    micro-batches at once (1F1B's warm-up depth); one micro-batch saves its blocks' share of the
+    per-layer activations, plus on the last stage the final norm's, LM head's and cross-entropy's.
+    Peak ESTIMATE per stage: baseline (its model states, ``model_states`` over its parameters) +
+    k × its activations + the last stage's cross-entropy transient (the single-GPU replay's forward
+    peak above its forward end).  Returns (stage, plain step, traced step, states, activations) of
+    the stage with the highest peak."""
+    flat = ParallelLayout(
+        dp=layout.dp, zero=layout.zero, tp=layout.tp, sequence_parallel=layout.sequence_parallel,
+        vocab_parallel=layout.vocab_parallel,
+    )  # fmt: skip
+    per_layer, head = _activation_split(cfg, seq, batch, setup, flat)
+    r = single_rank_step(cfg, seq, batch, setup, flat, "plain")
+    best = None
+    for s in range(layout.pp):
+        st = model_states(cfg, setup, flat, params=stage_parameters(cfg, layout, s))
+        last = s == layout.pp - 1
+        one = len(stage_layers(cfg.num_layers, layout.pp, s)) * per_layer + (head if last else 0)
+        k = min(layout.pp - s, layout.micro_batches)
+        base = st.total + 2 * 8 * batch * seq
+        act = k * one
+        transient = (r.forward.peak - r.forward.end) if last else 0
+        fwd = PhaseBytes(base + act + transient, base + act)
+        bwd = PhaseBytes(base + act + st.gradients + transient, base + st.gradients)
+        opt = PhaseBytes(base + st.gradients + st.owned_elements * _element_bytes(setup), base)
+        step = StepMemory(base, fwd, bwd, opt)
+        if best is None or step.peak > best[1].peak:
+            best = (s, step, step, st, act)
+    return best
+
+
+def _activation_split(cfg, seq, batch, setup, layout) -> tuple[int, int]:
+    """(saved bytes per block, saved bytes of everything else) of one micro-batch on one rank."""
+    total = saved_activations(cfg, seq, batch, setup, layout)
+    one = dataclasses.replace(cfg, num_layers=1)
+    two = dataclasses.replace(cfg, num_layers=2)
+    per_layer = saved_activations(two, seq, batch, setup, layout) - saved_activations(one, seq, batch, setup, layout)
+    return per_layer, total - cfg.num_layers * per_layer

@@ -1,0 +1,177 @@
+"""``memory`` with a parallel layout: the worst rank's per-GPU memory, FLOPs and collectives.  No torch.
+
+``parallel_memory(cfg, seq, batch, setup, layout)`` returns a ``ParallelMemory`` (schema
+``lm-accounting/parallel-memory/1``).  ``batch`` is the micro-batch of one data-parallel rank.
+The allowance (CUDA context, NCCL buffers, allocator fragmentation) is a separate, labelled figure,
+never folded into the others; ``DEFAULT_ALLOWANCE`` is its default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
+
+from ..config import ModelConfig
+from ..layout import ParallelLayout
+from ..phases import PHASES, StepMemory
+from ..result import Result
+from ..setup import TrainingSetup
+from .collectives import Collective, step_collectives, wire_bytes
+from .hardware_flops import StepFlops, step_flops
+from .parallel import ModelStates, local_config, pipeline_stages, rank_step
+
+DEFAULT_ALLOWANCE = 3 * 10**9
+"""3 GB per GPU: the CUDA context and cuBLAS workspaces (about 0.5–1 GB on an H100), NCCL's
+communicator buffers (its default NCCL_BUFFSIZE is 4 MiB per channel and peer; a few hundred MB at
+scale) and the caching allocator's fragmentation (a few % of the peak).  A round, stated figure: set
+your own with ``--allowance``."""
+
+
+@dataclass(frozen=True)
+class ParallelMemory(Result):
+    SCHEMA: ClassVar[str] = "lm-accounting/parallel-memory/1"
+
+    config: ModelConfig
+    seq: int
+    batch: int  # micro-batch per data-parallel rank
+    setup: TrainingSetup
+    layout: ParallelLayout
+    states: ModelStates
+    activations: int
+    step: StepMemory  # plain run (what a GPU user gets)
+    step_traced: StepMemory  # what a dispatch-mode tracker sees (the fake-PG measurement)
+    flops: StepFlops
+    collectives: tuple[Collective, ...]
+    allowance: int
+    budget: int
+    peaks_exact: bool  # False for FSDP2, PP and TP with checkpointing (peak estimates; ends exact)
+    stage: int | None = None  # pipeline stage of the worst rank (pp > 1)
+    measured: Any = None  # measure.distributed.RankMeasurement
+
+    @property
+    def peak(self) -> int:
+        return self.step.peak
+
+    @property
+    def total(self) -> int:
+        """The peak plus the allowance: what the GPU must hold."""
+        return self.peak + self.allowance
+
+    @property
+    def fits(self) -> bool:
+        return self.total <= self.budget
+
+    def with_measurement(self, measured) -> ParallelMemory:
+        return replace(self, measured=measured)
+
+    def group_size(self, group: str) -> int:
+        return {"dp": self.layout.dp, "tp": self.layout.tp, "pp": 2}[group]
+
+    def to_dict(self) -> dict[str, Any]:
+        st = self.states
+        out: dict[str, Any] = {
+            "schema": self.SCHEMA,
+            "model": self.config.name,
+            "context": self.seq,
+            "micro_batch": self.batch,
+            "setup": self.setup.to_dict(),
+            "layout": self.layout.to_dict(),
+            "worst_rank": {"data_parallel_rank": st.rank, "pipeline_stage": self.stage},
+            "per_gpu": {
+                "parameters": st.parameters,
+                "gradients": st.gradients,
+                "optimizer_state": st.optimizer,
+                "ddp_buckets": st.ddp_buckets,
+                "fsdp_unsharded_all_units": st.unsharded_all,
+                "fsdp_largest_unit_unsharded": st.unsharded_unit_max,
+                "saved_activations": self.activations,
+            },
+            "step": self.step.to_dict(),
+            "step_traced": self.step_traced.to_dict(),
+            "peaks_exact": self.peaks_exact,
+            "peak": self.peak,
+            "allowance": self.allowance,
+            "peak_with_allowance": self.total,
+            "budget": self.budget,
+            "fits": self.fits,
+            "flops": {
+                "forward": self.flops.forward,
+                "model": self.flops.model,
+                "hardware": self.flops.hardware,
+            },
+            "collectives": [
+                {
+                    "kind": c.kind,
+                    "phase": c.phase,
+                    "group": c.group,
+                    "count": c.count,
+                    "payload_bytes": c.payload,
+                    "wire_bytes": wire_bytes(c, self.group_size(c.group)),
+                    "formula": c.formula,
+                }
+                for c in self.collectives
+            ],
+            "measured": None,
+        }
+        m = self.measured
+        if m is not None:
+            out["measured"] = {
+                "rank": m.rank,
+                "parameters": m.params,
+                "gradients": m.gradients,
+                "optimizer_state": m.optimizer,
+                "step": m.step.to_dict(),
+                "collectives": {k: {"count": c, "payload_bytes": b} for k, (c, b) in m.collectives.items()},
+                "local_matmul_flops": m.local_flops,
+            }
+        return out
+
+    def records(self) -> list[dict[str, Any]]:
+        rows = [{"quantity": k, "phase": "", "bytes": v} for k, v in self.to_dict()["per_gpu"].items()]
+        for name in PHASES:
+            ph = self.step.phase(name)
+            rows += [
+                {"quantity": "peak", "phase": name, "bytes": ph.peak},
+                {"quantity": "end", "phase": name, "bytes": ph.end},
+            ]
+        rows.append({"quantity": "allowance", "phase": "", "bytes": self.allowance})
+        rows += [{"quantity": f"{c.kind} ({c.group})", "phase": c.phase, "bytes": c.payload} for c in self.collectives]
+        return rows
+
+
+def parallel_memory(
+    cfg: ModelConfig,
+    seq: int,
+    batch: int,
+    setup: TrainingSetup,
+    layout: ParallelLayout,
+    *,
+    allowance: int = DEFAULT_ALLOWANCE,
+    budget: int = 80 * 10**9,
+) -> ParallelMemory:
+    """The worst rank of ``layout`` (see ``analytic.parallel``; pipeline stages: ``pipeline_stages``)."""
+    layout.check(cfg)
+    stage = None
+    if layout.pp > 1:
+        stage, step, traced, st, act = pipeline_stages(cfg, seq, batch, setup, layout)
+    else:
+        step, st, act = rank_step(cfg, seq, batch, setup, layout, mode="plain")
+        traced = rank_step(cfg, seq, batch, setup, layout, mode="traced")[0]
+    flops = step_flops(local_config(cfg, layout), seq, batch, setup)
+    return ParallelMemory(
+        cfg,
+        seq,
+        batch,
+        setup,
+        layout,
+        st,
+        act,
+        step,
+        traced,
+        flops,
+        tuple(step_collectives(cfg, seq, batch, setup, layout)),
+        allowance,
+        budget,
+        not layout.fsdp and layout.pp == 1 and (layout.tp == 1 or setup.checkpoint == "none"),
+        stage,
+    )

@@ -1,0 +1,459 @@
+"""One rank of an N-rank training job, run in this process on torch's fake process group.
+
+The job is the real torch.distributed code: ``init_process_group("fake", store=FakeStore())``,
+device meshes, FSDP2 ``fully_shard`` (with its ``MixedPrecisionPolicy`` under amp-bf16),
+``parallelize_module`` with Megatron column/row splits (sequence parallel optional), DDP with an
+all-reduce comm hook, ``ZeroRedundancyOptimizer``.  Collectives return at once (the fake backend
+moves no data), so every rank sees exactly the allocations it would see in the real job.
+
+Tensors are real CPU tensors (tiny configs): FSDP2 and DDP need a real device, and the storage
+tracker needs real storages.  ``RankTracker`` is ``StorageTracker`` plus two things the distributed
+code needs: ``UntypedStorage.resize_`` (FSDP2 frees and re-allocates its unsharded parameters that
+way; it is not an op, so no dispatch mode sees it) and DTensor calls passed on to DTensor (the local
+ops it runs are what allocate).  ``CollectiveRecorder`` records every collective with the bytes of
+its largest tensor (the unsharded buffer); ``LocalFlops`` counts matmul FLOPs of local tensors only.
+
+Pipeline parallel is not run here: analytic only (``analytic.parallel``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import partial
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ..config import AccountingError, ModelConfig
+from ..layout import ParallelLayout
+from ..names import ADAMW_KWARGS
+from ..phases import StepMemory
+from ..setup import TrainingSetup
+from .tracker import StorageTracker, init_optimizer_state
+
+COLLECTIVES = {  # op name -> collective kind (c10d ops and functional collectives)
+    "_allgather_base_": "all_gather",
+    "allgather_": "all_gather",
+    "allgather_into_tensor_coalesced_": "all_gather",
+    "all_gather_into_tensor": "all_gather",
+    "all_gather_into_tensor_coalesced": "all_gather",
+    "_reduce_scatter_base_": "reduce_scatter",
+    "reduce_scatter_": "reduce_scatter",
+    "reduce_scatter_tensor_coalesced_": "reduce_scatter",
+    "reduce_scatter_tensor": "reduce_scatter",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter",
+    "allreduce_": "all_reduce",
+    "allreduce_coalesced_": "all_reduce",
+    "all_reduce": "all_reduce",
+    "all_reduce_coalesced": "all_reduce",
+    "alltoall_": "all_to_all",
+    "alltoall_base_": "all_to_all",
+    "all_to_all_single": "all_to_all",
+    "broadcast_": "broadcast",
+    "broadcast": "broadcast",
+}
+
+
+def _is_dtensor_call(types) -> bool:
+    from torch.distributed.tensor import DTensor
+
+    return any(issubclass(t, DTensor) for t in types)
+
+
+def _tensors(x):
+    if isinstance(x, torch.Tensor):
+        yield x
+    elif isinstance(x, (list, tuple)):
+        for y in x:
+            yield from _tensors(y)
+
+
+class RankTracker(StorageTracker):
+    """``StorageTracker`` that sees ``UntypedStorage.resize_`` and lets DTensor run its local ops."""
+
+    def __enter__(self):
+        self._resize = orig = torch.UntypedStorage.resize_
+
+        def resize_(st, size):
+            orig(st, size)
+            self._resized(st)
+
+        torch.UntypedStorage.resize_ = resize_
+        return super().__enter__()
+
+    def __exit__(self, *args):
+        torch.UntypedStorage.resize_ = self._resize
+        return super().__exit__(*args)
+
+    def _resized(self, st) -> None:
+        key, nbytes = id(st), st.nbytes()
+        entry = self._live.get(key)
+        if entry is None:
+            if not nbytes:
+                return
+            dev, delta = st.device, nbytes
+            self._live[key] = [weakref.ref(st, lambda r, k=key: self._on_free(k, r)), nbytes, dev]
+        else:
+            dev, delta = entry[2], nbytes - entry[1]
+            entry[1] = nbytes
+        cur = self.current.get(dev, 0) + delta
+        self.current[dev] = cur
+        if cur > self.peak.get(dev, 0):
+            self.peak[dev] = cur
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if _is_dtensor_call(types):
+            return NotImplemented
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+
+@dataclass
+class CollectiveRecorder(TorchDispatchMode):
+    """Each collective op: (kind, bytes of its largest tensor), in call order."""
+
+    calls: list = field(default_factory=list)
+    phase: str = "forward"
+
+    def __post_init__(self):
+        super().__init__()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if _is_dtensor_call(types):
+            return NotImplemented
+        out = func(*args, **(kwargs or {}))
+        kind = COLLECTIVES.get(func._overloadpacket.__name__)
+        if kind is not None and func.namespace in ("c10d", "_c10d_functional", "c10d_functional"):
+            tensors = [*_tensors(args), *_tensors(list((kwargs or {}).values())), *_tensors(out)]
+            self.calls.append((kind, max(t.numel() * t.element_size() for t in tensors), self.phase))
+        return out
+
+    def totals(self) -> dict[str, tuple[int, int]]:
+        """kind -> (count, bytes)."""
+        out: dict[str, list[int]] = {}
+        for kind, nbytes, _ in self.calls:
+            entry = out.setdefault(kind, [0, 0])
+            entry[0] += 1
+            entry[1] += nbytes
+        return {k: (c, b) for k, (c, b) in out.items()}
+
+
+class LocalFlops(TorchDispatchMode):
+    """Matmul FLOPs (torch's ``flop_registry`` formulas) of ops on plain local tensors only: DTensor
+    calls are passed on (their local ops are counted) and ops on meta tensors (the sharding
+    propagator's global-shape re-runs) are skipped."""
+
+    def __init__(self):
+        super().__init__()
+        from torch.utils.flop_counter import flop_registry
+
+        self.registry = flop_registry
+        self.total = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if _is_dtensor_call(types):
+            return NotImplemented
+        from torch._subclasses.fake_tensor import is_fake
+
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        formula = self.registry.get(func._overloadpacket)
+        if formula is not None and not any(t.is_meta or is_fake(t) for t in _tensors(args)):
+            self.total += formula(*args, **kwargs, out_val=out)
+        return out
+
+
+@dataclass(frozen=True)
+class RankMeasurement:
+    """What one rank of the job held and did during one training step."""
+
+    rank: int
+    params: int  # bytes of the rank's parameter storages (padded FSDP2 shards)
+    gradients: int  # bytes of the rank's .grad storages after backward
+    optimizer: int  # bytes of the AdamW state it keeps (exp_avg, exp_avg_sq, step)
+    step: StepMemory
+    collectives: dict[str, tuple[int, int]]  # kind -> (count, bytes)
+    local_flops: int  # forward + backward matmul FLOPs of its local ops
+    calls: tuple = ()  # (kind, bytes, phase) of every collective, in order
+    comm_debug_counts: dict | None = None  # torch's CommDebugMode: op name -> count (comm_debug=True)
+
+
+def _storage_bytes(tensors) -> int:
+    seen, total = set(), 0
+    for t in tensors:
+        if t is None:
+            continue
+        local = t.to_local() if hasattr(t, "to_local") else t
+        st = local.untyped_storage()
+        if id(st) not in seen:
+            seen.add(id(st))
+            total += st.nbytes()
+    return total
+
+
+def _init_fake_group(world: int, rank: int) -> None:
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    _clear_dtensor_caches()
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
+
+
+def _clear_dtensor_caches() -> None:
+    """DTensor caches redistribution plans and sharding decisions keyed by specs that compare equal
+    across process groups of the same shape: a second job in this process would reuse the first's
+    (destroyed) group names.  Clear them before each job."""
+    from torch.distributed.tensor import DTensor, _collective_utils, _redistribute
+
+    for fn in (
+        getattr(_redistribute, "_gen_transform_infos", None),
+        getattr(getattr(_collective_utils, "MeshTopoInfo", None), "build_from_mesh", None),
+        getattr(DTensor._op_dispatcher.sharding_propagator, "_propagate_tensor_meta_cached", None),
+        getattr(getattr(DTensor._op_dispatcher.sharding_propagator, "propagate_op_sharding", None), "cache", None),
+    ):
+        if hasattr(fn, "cache_clear"):
+            fn.cache_clear()
+
+
+_JOBS = [0]
+
+
+def _meshes(layout: ParallelLayout):
+    from torch.distributed.device_mesh import init_device_mesh
+
+    # names unique per job: DTensor's caches compare meshes by shape and names, and would hand a
+    # second job in this process the first one's (destroyed) process groups
+    _JOBS[0] += 1
+    dp, tp = f"dp{_JOBS[0]}", f"tp{_JOBS[0]}"
+    if layout.tp > 1 and layout.dp > 1:
+        mesh = init_device_mesh("cpu", (layout.dp, layout.tp), mesh_dim_names=(dp, tp))
+        return mesh[dp], mesh[tp]
+    one = init_device_mesh("cpu", (layout.world,), mesh_dim_names=(dp if layout.tp == 1 else tp,))
+    return (one, None) if layout.tp == 1 else (None, one)
+
+
+def _styles():
+    """Column/row-wise styles that accept the course's ``Linear`` (torch's accept only nn.Linear)."""
+    from torch.distributed.tensor import distribute_module
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+    from torch.distributed.tensor.placement_types import Shard
+
+    class Colwise(ColwiseParallel):
+        def _apply(self, module, mesh):
+            return distribute_module(
+                module,
+                mesh,
+                self._partition_linear_fn,
+                partial(self._prepare_input_fn, self.input_layouts, self.desired_input_layouts),
+                partial(self._prepare_output_fn, self.output_layouts, self.use_local_output),
+            )
+
+    class Rowwise(RowwiseParallel):
+        def _apply(self, module, mesh):
+            self.desired_input_layouts = (Shard(-1),)
+            return distribute_module(
+                module,
+                mesh,
+                self._partition_linear_fn,
+                partial(self._prepare_input_fn, self.input_layouts, self.desired_input_layouts),
+                partial(self._prepare_output_fn, self.output_layouts, self.use_local_output),
+            )
+
+    return Colwise, Rowwise
+
+
+def apply_tensor_parallel(model, mesh, layout: ParallelLayout) -> None:
+    """Megatron splits of every block (torchtitan's plan): q/k/v, w1, w3 column-wise; output_proj and
+    w2 row-wise; with sequence parallel the norms run on sequence shards and the embedding output is
+    split along the sequence (and gathered again before the LM head)."""
+    from torch.distributed.tensor.parallel import (
+        PrepareModuleInput,
+        PrepareModuleOutput,
+        SequenceParallel,
+        parallelize_module,
+    )
+    from torch.distributed.tensor.placement_types import Replicate, Shard
+
+    if layout.vocab_parallel:
+        raise AccountingError("vocab parallel is analytic only (the course cross-entropy is not loss_parallel)")
+    Colwise, Rowwise = _styles()
+    sp = layout.sequence_parallel
+    for block in model.layers:
+        plan = {
+            "attn.q_proj": Colwise(),
+            "attn.k_proj": Colwise(),
+            "attn.v_proj": Colwise(),
+            "attn.output_proj": Rowwise(output_layouts=Shard(1)) if sp else Rowwise(),
+            "ffn.w1": Colwise(),
+            "ffn.w3": Colwise(),
+            "ffn.w2": Rowwise(output_layouts=Shard(1)) if sp else Rowwise(),
+        }
+        if sp:
+            plan["ln1"] = SequenceParallel()
+            plan["ln2"] = SequenceParallel()
+            plan["attn"] = PrepareModuleInput(
+                input_layouts=(Shard(1), None, None, None), desired_input_layouts=(Replicate(), None, None, None)
+            )
+            plan["ffn"] = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+        parallelize_module(block, mesh, plan)
+        block.attn.num_heads //= layout.tp  # the local heads: q/k/v hold h/tp and kv/tp heads per rank
+        block.attn.num_kv_heads //= layout.tp
+    if sp:
+        parallelize_module(
+            model,
+            mesh,
+            {
+                "token_embeddings": PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=Shard(1)),
+                "ln_final": SequenceParallel(),
+                "lm_head": PrepareModuleInput(
+                    input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=True
+                ),
+            },
+        )
+
+
+def param_groups(model) -> list[dict]:
+    """DTensor and plain parameters in separate groups: foreach AdamW runs one group at a time and
+    refuses to mix the two (TP leaves the embedding, norms and LM head plain)."""
+    from torch.distributed.tensor import DTensor
+
+    params = list(model.parameters())
+    split = [[p for p in params if isinstance(p, DTensor)], [p for p in params if not isinstance(p, DTensor)]]
+    return [{"params": g} for g in split if g]
+
+
+def build_rank(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout):
+    """(model, optimizer) of this rank, built on meta and parallelized; not yet materialised."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    from ..model import build_model
+
+    dp_mesh, tp_mesh = _meshes(layout)
+    model = build_model(cfg, "meta", setup=setup)
+    if tp_mesh is not None:
+        apply_tensor_parallel(model, tp_mesh, layout)
+    if layout.fsdp and dp_mesh is not None:
+        mp = MixedPrecisionPolicy()
+        if setup.autocast:
+            mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        reshard = layout.zero == 3
+        for block in model.layers:
+            fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp)
+        fully_shard(model, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp)
+    return model, dp_mesh
+
+
+def _all_reduce_hook(group, bucket):
+    """DDP comm hook for the fake group: all-reduce the bucket (a no-op there), return it done."""
+    import torch.distributed as dist
+
+    buffer = bucket.buffer()
+    dist.all_reduce(buffer, group=group)
+    fut = torch.futures.Future()
+    fut.set_result(buffer)
+    return fut
+
+
+def measure_rank(
+    cfg: ModelConfig,
+    seq: int,
+    batch: int,
+    setup: TrainingSetup,
+    layout: ParallelLayout,
+    rank: int = 0,
+    comm_debug: bool = False,
+) -> RankMeasurement:
+    """Build rank ``rank`` of the job on the fake process group, run one training step (the first:
+    FSDP2's lazy initialisation and DDP's buckets are part of it) under ``RankTracker``, and report
+    its model states, per-phase memory, collectives and local matmul FLOPs.  ``batch`` is the
+    rank's micro-batch."""
+    from ..model import cross_entropy, random_tokens
+
+    layout.check(cfg)
+    if layout.pp > 1:
+        raise AccountingError("pipeline parallel is analytic only (not run on the fake process group)")
+    if not 0 <= rank < layout.world:
+        raise AccountingError(f"rank {rank} is outside the world of {layout.world}")
+    _init_fake_group(layout.world, rank)
+    torch.manual_seed(0)
+    model, dp_mesh = build_rank(cfg, setup, layout)
+    tracker, dev = RankTracker(), torch.device("cpu")
+    kwargs = ADAMW_KWARGS[setup.optimizer]
+    with tracker:
+        model.to_empty(device="cpu")
+        if model.rope is not None:  # non-persistent buffers: recompute the tables on the device
+            model.rope = type(model.rope)(cfg.rope_theta, cfg.rope_dim, cfg.context_length, device="cpu")
+        train = model
+        if not layout.fsdp and layout.dp > 1:
+            from torch.nn.parallel import DistributedDataParallel
+
+            train = DistributedDataParallel(model, process_group=dp_mesh.get_group())
+            train.register_comm_hook(dp_mesh.get_group(), _all_reduce_hook)
+        if layout.zero == 1 and layout.dp > 1:
+            from torch.distributed.optim import ZeroRedundancyOptimizer
+
+            opt = ZeroRedundancyOptimizer(
+                param_groups(model), optimizer_class=torch.optim.AdamW, process_group=dp_mesh.get_group(), **kwargs
+            )
+        else:
+            opt = torch.optim.AdamW(param_groups(model), **kwargs)
+        init_optimizer_state(opt)
+        inputs = random_tokens(cfg, batch, seq, device="cpu", seed=0)
+        targets = random_tokens(cfg, batch, seq, device="cpu", seed=1)
+    state = opt.optim.state if hasattr(opt, "optim") else opt.state
+    params = _storage_bytes(model.parameters())
+    optimizer = _storage_bytes(v for s in state.values() for k, v in s.items() if k != "step")
+    baseline = tracker.live_bytes(dev)
+    from .attention_flops import install
+
+    install()  # FLOP formulas for the CPU flash kernels (FlopCounterMode's registry counts them as 0)
+    comms, flops = CollectiveRecorder(), LocalFlops()
+    debug = comm_debug_mode() if comm_debug else contextlib.nullcontext()
+    grads = 0
+    with tracker, comms, flops, debug:
+        with tracker.phase("forward"):
+            loss = cross_entropy(train(inputs), targets)
+        comms.phase = "backward"
+        with tracker.phase("backward"):
+            loss.backward()
+            del loss
+            grads = _storage_bytes(p.grad for p in model.parameters())
+        comms.phase = "optimizer_step"
+        with flops_off(flops), tracker.phase("optimizer_step"):
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    step = StepMemory(baseline, **tracker.phase_table(dev))
+    counts = dict(Counter({str(k): v for k, v in debug.comm_counts.items()})) if comm_debug else None
+    return RankMeasurement(
+        rank, params, grads, optimizer, step, comms.totals(), flops.total, tuple(comms.calls), counts
+    )
+
+
+@contextlib.contextmanager
+def flops_off(counter: LocalFlops):
+    """The optimizer step has no matmuls; keep its elementwise ops out of the count anyway."""
+    before = counter.total
+    yield
+    counter.total = before
+
+
+def comm_debug_mode():
+    """torch's ``CommDebugMode`` without its module tracker, which fails on a module called twice in
+    one parent (the shared RoPE is): it still counts every collective op (``comm_counts``)."""
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    class Counting(CommDebugMode):
+        def __enter__(self):
+            self.comm_counts.clear()
+            self.advanced_module_tracker.module_parents_dict[""] = []
+            TorchDispatchMode.__enter__(self)
+            return self
+
+        def __exit__(self, *args):
+            TorchDispatchMode.__exit__(self, *args)
+
+    return Counting()

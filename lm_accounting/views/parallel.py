@@ -1,0 +1,119 @@
+"""The view of a ``ParallelMemory``: the worst rank's memory, phases (predicted vs measured),
+collectives and FLOPs."""
+
+from __future__ import annotations
+
+from ..analytic.collectives import totals, wire_bytes
+from ..analytic.parallel_report import ParallelMemory
+from ..phases import PHASE_LABELS, PHASES
+from .account import describe_config
+from .tables import Column, Table, View
+
+
+def parallel_view(r: ParallelMemory) -> View:
+    lay, st = r.layout, r.states
+    where = f"data-parallel rank {st.rank}" + (f", pipeline stage {r.stage}" if r.stage is not None else "")
+    header = [
+        describe_config(r.config),
+        (
+            f"layout {lay.label} on {lay.world:,} GPUs · setup {r.setup.label} · context {r.seq:,} · "
+            f"micro-batch {r.batch:,} per rank · worst rank: {where}"
+        ),
+    ]
+    per_gpu = Table(
+        "Per-GPU memory of the worst rank (model states sharded by the data-parallel degree, never the world)",
+        [Column("quantity"), Column("bytes", "bytes"), Column("note")],
+        [
+            ("parameters", st.parameters, "FSDP2: padded dim-0 shards" if lay.fsdp else "TP-local"),
+            ("gradients", st.gradients, "as the parameters"),
+            ("optimizer state (AdamW m, v)", st.optimizer, "FSDP2: the real rows; ZeRO-1: owned tensors"),
+            ("DDP gradient buckets", st.ddp_buckets, "gradient_as_bucket_view=False"),
+            ("FSDP2: every unit unsharded", st.unsharded_all, "held forward→backward under zero 2"),
+            ("FSDP2: largest unit unsharded", st.unsharded_unit_max, "all-gather dtype"),
+            ("saved activations", r.activations, "TP/SP split per component"),
+        ],
+    )
+    measured = r.measured
+    rows = []
+    for name in PHASES:
+        p, t = r.step.phase(name), r.step_traced.phase(name)
+        m = measured.step.phase(name) if measured is not None else None
+        rows.append((PHASE_LABELS[name], p.peak, t.peak, m.peak if m else None, t.end, m.end if m else None))
+    base = measured.step.baseline if measured is not None else None
+    rows.insert(0, ("baseline (step start)", r.step.baseline, r.step_traced.baseline, base, None, None))
+    phases = Table(
+        "Peak and end of each phase: plain run (a GPU), traced run (what the fake-PG tracker sees), measured"
+        + ("" if r.peaks_exact else "  [peaks are estimates here (FSDP2, PP, TP with checkpointing); ends exact]"),
+        [
+            Column("phase"),
+            Column("peak, plain", "bytes"),
+            Column("peak, traced", "bytes"),
+            Column("peak, measured", "bytes"),
+            Column("end, predicted", "bytes"),
+            Column("end, measured", "bytes"),
+        ],
+        rows,
+    )
+    fit = Table(
+        "Does it fit?",
+        [Column("quantity"), Column("bytes", "bytes")],
+        [
+            ("peak (plain run)", r.peak),
+            ("allowance: CUDA context + NCCL + fragmentation (--allowance)", r.allowance),
+            ("peak + allowance", r.total),
+            ("budget", r.budget),
+        ],
+        [f"{'fits' if r.fits else 'does NOT fit'} the budget"],
+    )
+    comm = Table(
+        "Collectives of one step on this rank (payload = the unsharded buffer; wire = ring bytes sent)",
+        [
+            Column("collective"),
+            Column("group"),
+            Column("phase"),
+            Column("count", "int"),
+            Column("payload", "bytes"),
+            Column("wire", "bytes"),
+            Column("rule"),
+        ],
+        [
+            (c.kind, c.group, c.phase, c.count, c.payload, wire_bytes(c, r.group_size(c.group)), c.formula)
+            for c in r.collectives
+        ],
+    )
+    tables = [per_gpu, phases, fit, comm]
+    if measured is not None:
+        want = totals(list(r.collectives))
+        kinds = sorted(set(want) | set(measured.collectives))
+        tables.append(
+            Table(
+                f"Collectives: predicted vs measured on rank {measured.rank} (fake process group)",
+                [Column("collective"), Column("count", "int"), Column("measured", "int"), Column("bytes", "bytes")]
+                + [Column("measured bytes", "bytes")],
+                [
+                    (
+                        k,
+                        *want.get(k, (0, 0))[:1],
+                        measured.collectives.get(k, (0, 0))[0],
+                        want.get(k, (0, 0))[1],
+                        measured.collectives.get(k, (0, 0))[1],
+                    )
+                    for k in kinds
+                ],
+            )
+        )
+    f = r.flops
+    flops = [("model FLOPs (3 × local forward)", f.model), ("hardware FLOPs (+ recompute)", f.hardware)]
+    if measured is not None:
+        flops.append(("measured: local matmul FLOPs (forward + backward, LocalFlops)", measured.local_flops))
+    tables.append(
+        Table("Per-rank matmul FLOPs of one step (local ops only)", [Column("quantity"), Column("FLOPs", "int")], flops)
+    )
+    footer = [
+        (
+            "Exact against one rank of the real job on the fake process group: model states, ends of phases,"
+            " collectives; peaks too for DDP, ZeRO-1 and TP (+SP) without checkpointing.  Pipeline parallel:"
+            " analytic only."
+        ),
+    ]
+    return View(header, tables, footer)
