@@ -432,6 +432,59 @@ def measure_method_for(measure: str, method: str | None) -> str | None:
     return method or "tracker"
 
 
+@cli.command("plan", short_help="Which parallel layout trains MODEL on N GPUs, and how long it takes.")
+@click.argument("preset_or_file", metavar="PRESET_OR_FILE", shell_complete=_complete_models)
+@click.option("--gpu", "gpu_name", default="h100-80gb", show_default=True, help="GPU from the GPU table.")
+@click.option("--gpus", default="8..1024", show_default=True, help="GPU count or range LOW..HIGH.")
+@click.option("--context", "-S", type=POSITIVE, help="Sequence length (default: the preset's context_length).")
+@click.option("--global-batch-tokens", type=POSITIVE, default=4 * 1024 * 1024, show_default=True)
+@click.option("--tokens", type=POSITIVE, required=True, help="Training tokens D.")
+@click.option("--price-per-gpu-hour", type=float, help="Price per GPU-hour, for the cost column.")
+@click.option("--mfu", type=float, default=0.4, show_default=True, help="Utilisation of the peak (hardware FLOPs).")
+@click.option("--interconnect-bw", default="50GB", show_default=True, help="Inter-node bytes/s per GPU (e.g. 50GB).")
+@click.option("--allowance", default="3GB", show_default=True, help="Per-GPU CUDA context + NCCL + fragmentation.")
+@click.option("--top", type=POSITIVE, default=10, show_default=True, help="Layouts to print.")
+@format_option
+def plan_cmd(
+    preset_or_file: str,
+    gpu_name: str,
+    gpus: str,
+    context: int | None,
+    global_batch_tokens: int,
+    tokens: int,
+    price_per_gpu_hour: float | None,
+    mfu: float,
+    interconnect_bw: str,
+    allowance: str,
+    top: int,
+    fmt: str,
+) -> None:
+    """Enumerate layouts (ZeRO stage, TP, SP, PP, checkpointing, micro-batch), keep those that fit,
+    rank them by GPU-hours (analytic; no torch)."""
+    from .analytic.sizes import at_context
+    from .layout import parse_gpu_count
+    from .plan import plan
+    from .units import parse_size
+
+    run = at_context(load_config(preset_or_file), context)
+    emit(
+        plan(
+            run,
+            gpu_name,
+            parse_gpu_count(gpus),
+            run.context_length,
+            global_batch_tokens,
+            tokens,
+            mfu=mfu,
+            internode_bw=parse_size(interconnect_bw),
+            allowance=parse_size(allowance),
+            price_per_gpu_hour=price_per_gpu_hour,
+            top=top,
+        ),
+        fmt,
+    )
+
+
 @cli.command("train-time", short_help="Days to train on one GPU, and AdamW step FLOPs.")
 @model_options
 @click.option("--steps", type=POSITIVE, default=400_000, show_default=True, help="Optimizer steps.")

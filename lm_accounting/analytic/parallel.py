@@ -30,7 +30,9 @@ for a projection; "local" means after the TP split.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..config import AccountingError, ModelConfig
 from ..layout import ParallelLayout
@@ -54,7 +56,8 @@ class ParamShape:
     unit: int  # FSDP unit: 0 = the root (embedding, final norm, LM head), i + 1 = block i
 
 
-def parameter_shapes(cfg: ModelConfig) -> list[ParamShape]:
+@lru_cache(maxsize=64)
+def parameter_shapes(cfg: ModelConfig) -> tuple[ParamShape, ...]:
     """The course architecture's parameters in ``model.parameters()`` order (a tied LM head is the
     embedding: listed once)."""
     d, q, kv, f, v = cfg.d_model, cfg.q_dim, cfg.kv_dim, cfg.d_ff, cfg.vocab_size
@@ -80,7 +83,7 @@ def parameter_shapes(cfg: ModelConfig) -> list[ParamShape]:
     out.append(ParamShape("ln_final", d, 1, REPLICATED, 0))
     if not cfg.tie_embeddings:
         out.append(ParamShape("lm_head", v, d, VOCAB, 0))
-    return out
+    return tuple(out)
 
 
 def local_shape(p: ParamShape, layout: ParallelLayout) -> tuple[int, int]:
@@ -119,11 +122,12 @@ def fsdp_rank_rows(rows: int, shards: int, rank: int) -> int:
 def zero1_owners(numels: list[int], shards: int) -> list[int]:
     """``ZeroRedundancyOptimizer``'s partition: tensors sorted by numel, largest first (stable),
     each to the rank with the smallest total so far (the lowest index on a tie)."""
-    sizes, owner = [0] * shards, [0] * len(numels)
+    heap = [(0, r) for r in range(shards)]  # (total, rank): the least-loaded, lowest rank on top
+    owner = [0] * len(numels)
     for i in sorted(range(len(numels)), key=lambda j: -numels[j]):
-        rank = min(range(shards), key=lambda r: (sizes[r], r))
+        total, rank = heapq.heappop(heap)
         owner[i] = rank
-        sizes[rank] += numels[i]
+        heapq.heappush(heap, (total + numels[i], rank))
     return owner
 
 
@@ -149,30 +153,38 @@ def _element_bytes(setup: TrainingSetup) -> int:
     return DTYPE_BYTES[setup.param_dtype]
 
 
+@lru_cache(maxsize=4096)
 def model_states(
-    cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, rank: int | None = None
+    cfg: ModelConfig,
+    setup: TrainingSetup,
+    layout: ParallelLayout,
+    rank: int | None = None,
+    stage: int | None = None,
 ) -> ModelStates:
     """Model states of data-parallel rank ``rank`` (default: the worst, i.e. the one with the most
-    optimizer state).  AdamW's 0-d ``step`` counters are left out (foreach/for-loop keep them on the CPU)."""
+    optimizer state), over the whole model or, with ``stage``, pipeline stage ``stage``'s parameters.
+    AdamW's 0-d ``step`` counters are left out (foreach/for-loop keep them on the CPU)."""
     e, d = _element_bytes(setup), layout.dp
-    shapes = [local_shape(p, layout) for p in parameter_shapes(cfg)]
-    units = [p.unit for p in parameter_shapes(cfg)]
-    numels = [r * c for r, c in shapes]
-    full = sum(numels) * e
+    params = parameter_shapes(cfg) if stage is None else stage_parameters(cfg, layout.pp, stage)
+    groups = _grouped(cfg, layout.tp, layout.vocab_parallel, None if stage is None else (layout.pp, stage))
+    full = sum(n * r * c for (r, c, _), n in groups) * e
     if layout.fsdp:
-        padded = [fsdp_chunk_rows(r, d) * c for r, c in shapes]
+        padded = sum(n * fsdp_chunk_rows(r, d) * c for (r, c, _), n in groups)
         if rank is None:
             rank = 0  # rank 0's chunks are all full (rule 2)
-        owned = sum(fsdp_rank_rows(r, d, rank) * c for r, c in shapes)
-        per_unit: dict[int, int] = {}
-        for u, (r, c) in zip(units, shapes, strict=True):
-            per_unit[u] = per_unit.get(u, 0) + fsdp_chunk_rows(r, d) * d * c
+        owned = sum(n * fsdp_rank_rows(r, d, rank) * c for (r, c, _), n in groups)
+        per_unit: dict[int, int] = {}  # unit 0: the root; 1: one block (every block is the same)
+        for (r, c, u), n in groups:
+            per_unit[u] = per_unit.get(u, 0) + n * fsdp_chunk_rows(r, d) * d * c
+        blocks = _blocks(cfg, None if stage is None else (layout.pp, stage))
         unsharded = sum(per_unit.values())
+        if blocks:
+            per_unit[1] //= blocks
         gather_e = 2 if setup.autocast else e  # MixedPrecisionPolicy(param_dtype=bf16) under amp-bf16
         return ModelStates(
             rank,
-            sum(padded) * e,
-            sum(padded) * e,
+            padded * e,
+            padded * e,
             2 * owned * e,
             0,
             unsharded * gather_e,
@@ -181,14 +193,40 @@ def model_states(
         )
     buckets = full if d > 1 else 0
     if layout.zero == 1 and d > 1:
+        tp = ParallelLayout(tp=layout.tp, vocab_parallel=layout.vocab_parallel)
+        numels = [a * b for a, b in (local_shape(p, tp) for p in params)]
         owner = zero1_owners(numels, d)
-        totals = [sum(n for n, o in zip(numels, owner, strict=True) if o == r) for r in range(d)]
+        totals = [0] * d
+        for n, o in zip(numels, owner, strict=True):
+            totals[o] += n
         if rank is None:
             rank = max(range(d), key=lambda r: (totals[r], -r))
         owned = totals[rank]
     else:
-        rank, owned = rank or 0, sum(numels)
+        rank, owned = rank or 0, full // e
     return ModelStates(rank, full, full, 2 * owned * e, buckets, 0, 0, owned)
+
+
+def _params(cfg: ModelConfig, stage: tuple[int, int] | None) -> tuple[ParamShape, ...]:
+    return parameter_shapes(cfg) if stage is None else stage_parameters(cfg, *stage)
+
+
+@lru_cache(maxsize=1024)
+def _blocks(cfg: ModelConfig, stage: tuple[int, int] | None) -> int:
+    return len({p.unit for p in _params(cfg, stage) if p.unit})
+
+
+@lru_cache(maxsize=1024)
+def _grouped(
+    cfg: ModelConfig, tp: int, vocab_parallel: bool, stage: tuple[int, int] | None
+) -> tuple[tuple[tuple[int, int, int], int], ...]:
+    """The local (rows, cols) of each parameter with its FSDP unit kind (0 root, 1 block), counted."""
+    layout = ParallelLayout(tp=tp, vocab_parallel=vocab_parallel)
+    counts: dict[tuple[int, int, int], int] = {}
+    for p in _params(cfg, stage):
+        key = (*local_shape(p, layout), 1 if p.unit else 0)
+        counts[key] = counts.get(key, 0) + 1
+    return tuple(counts.items())
 
 
 def fsdp_compute_setup(setup: TrainingSetup, layout: ParallelLayout) -> TrainingSetup:
@@ -212,6 +250,17 @@ def fsdp_amp_extra(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup)
 
 
 def saved_activations(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout) -> int:
+    """Bytes saved for backward on one rank (``_saved_activations``)."""
+    mp = layout.fsdp and setup.autocast and layout.dp > 1
+    key = ParallelLayout(
+        dp=2 if mp else 1, zero=3 if mp else 0, tp=layout.tp,
+        sequence_parallel=layout.sequence_parallel, vocab_parallel=layout.vocab_parallel,
+    )  # fmt: skip
+    return _saved_activations(cfg, seq, batch, setup, key)
+
+
+@lru_cache(maxsize=4096)
+def _saved_activations(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout) -> int:
     """Bytes saved for backward on one rank: the TP-local model's (rule 1), less what sequence
     parallel splits (rule 5): the residual stream, and the norms' own tensors (rsqrt, the fp32
     normalised input, under ``none``), ÷M.  Vocab parallel splits the LM head's and the
@@ -241,10 +290,19 @@ def saved_activations(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSet
 
 def single_rank_step(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, mode: str):
     """The single-GPU replay of the TP-local model (exact for one GPU; ``analytic.replay``)."""
-    from .replay import predict_training_step
+    return _replay_at(local_config(cfg, layout), seq, batch, fsdp_compute_setup(setup, layout), mode)
 
-    run = fsdp_compute_setup(setup, layout)
-    return predict_training_step(local_config(cfg, layout), seq, batch, setup=run, mode=mode)
+
+@lru_cache(maxsize=4096)
+def _replay_at(local: ModelConfig, seq: int, batch: int, setup: TrainingSetup, mode: str):
+    return _replay(local, seq, setup, mode).at(batch)
+
+
+@lru_cache(maxsize=256)
+def _replay(local: ModelConfig, seq: int, setup: TrainingSetup, mode: str):
+    from .replay import replay_training_step
+
+    return replay_training_step(local, seq, setup=setup, mode=mode)
 
 
 def adamw_temporary(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, st: ModelStates) -> int:
@@ -328,19 +386,20 @@ def stage_layers(layers: int, stages: int, stage: int) -> range:
     return range(start, start + base + (1 if stage < extra else 0))
 
 
-def stage_parameters(cfg: ModelConfig, layout: ParallelLayout, stage: int) -> list[ParamShape]:
+@lru_cache(maxsize=1024)
+def stage_parameters(cfg: ModelConfig, stages: int, stage: int) -> tuple[ParamShape, ...]:
     """Stage 0 holds the embedding, the last stage the final norm and the LM head (a tied head is
     a second copy there), each its own blocks."""
-    blocks = {i + 1 for i in stage_layers(cfg.num_layers, layout.pp, stage)}
+    blocks = {i + 1 for i in stage_layers(cfg.num_layers, stages, stage)}
     out = [p for p in parameter_shapes(cfg) if p.unit in blocks]
     if stage == 0:
         out.insert(0, parameter_shapes(cfg)[0])
-    if stage == layout.pp - 1:
+    if stage == stages - 1:
         head = [p for p in parameter_shapes(cfg) if p.unit == 0 and p.name != "token_embeddings"]
         if cfg.tie_embeddings:
             head.append(ParamShape("lm_head", cfg.vocab_size, cfg.d_model, VOCAB, 0))
         out += head
-    return out
+    return tuple(out)
 
 
 def pipeline_stages(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout):
@@ -351,7 +410,8 @@ def pipeline_stages(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup
     Peak ESTIMATE per stage: baseline (its model states, ``model_states`` over its parameters) +
     k × its activations + the last stage's cross-entropy transient (the single-GPU replay's forward
     peak above its forward end).  Returns (stage, plain step, traced step, states, activations) of
-    the stage with the highest peak."""
+    the stage with the highest peak: stage 0 (the most micro-batches in flight, the first L mod P
+    stages one block more) or the last (the head); a middle stage has fewer of both."""
     flat = ParallelLayout(
         dp=layout.dp, zero=layout.zero, tp=layout.tp, sequence_parallel=layout.sequence_parallel,
         vocab_parallel=layout.vocab_parallel,
@@ -359,8 +419,8 @@ def pipeline_stages(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup
     per_layer, head = _activation_split(cfg, seq, batch, setup, flat)
     r = single_rank_step(cfg, seq, batch, setup, flat, "plain")
     best = None
-    for s in range(layout.pp):
-        st = model_states(cfg, setup, flat, params=stage_parameters(cfg, layout, s))
+    for s in sorted({0, layout.pp - 1}):  # stage 0 keeps the most micro-batches; the last, the head
+        st = model_states(cfg, setup, layout, stage=s)
         last = s == layout.pp - 1
         one = len(stage_layers(cfg.num_layers, layout.pp, s)) * per_layer + (head if last else 0)
         k = min(layout.pp - s, layout.micro_batches)
@@ -376,6 +436,7 @@ def pipeline_stages(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup
     return best
 
 
+@lru_cache(maxsize=1024)
 def _activation_split(cfg, seq, batch, setup, layout) -> tuple[int, int]:
     """(saved bytes per block, saved bytes of everything else) of one micro-batch on one rank."""
     total = saved_activations(cfg, seq, batch, setup, layout)

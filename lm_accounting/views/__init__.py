@@ -24,6 +24,7 @@ VIEWS = {  # result class name -> "module:function" returning a View (imported o
     "Sweep": "lm_accounting.views.sweep:sweep_view",
     "PresetList": "lm_accounting.views.presets:presets_view",
     "ParallelMemory": "lm_accounting.views.parallel:parallel_view",
+    "Plan": "lm_accounting.views.plan:plan_view",
     "Inference": "lm_accounting.views.infer:infer_view",
 }
 

@@ -1,0 +1,243 @@
+"""``plan``: which parallel layout trains this model on N GPUs, and how long it takes.  No torch.
+
+Candidates: every GPU count W in the range that is a power of two (and the range's ends), every
+tp in {1, 2, 4, 8} (within one 8-GPU node, dividing the heads, kv heads and d_ff), pp a power of
+two up to 8 and the layers, dp = W / (tp·pp), ZeRO stage 0–3, sequence parallel with tp, checkpointing
+none/full/selective, micro-batch b a power of two dividing the sequences per data-parallel rank.
+Setup: fused attention (sdpa), amp-bf16, foreach AdamW.  Memory per GPU is ``analytic.parallel``
+(the worst rank, plain run) plus the allowance; a candidate fits when that is <= the GPU's memory.
+
+Step time (one optimizer step, k = sequences per dp rank / b micro-batches):
+
+1. compute = k · hardware FLOPs per micro-batch per GPU (recompute included) / (peak bf16 · u),
+   with u the stated utilisation (``--mfu``, applied to the FLOPs that run); under pp the 1F1B
+   bubble multiplies it by (k + pp − 1) / k;
+2. TP/SP collectives (per micro-batch, on the critical path, NOT overlapped): wire bytes / the
+   GPU's NVLink bandwidth one way;
+3. data-parallel collectives: FSDP2 all-gathers per micro-batch, gradient reduction (reduce-scatter
+   or all-reduce) once per step (accumulation without sync), wire bytes / the data-parallel link
+   (NVLink within one node, W <= 8; else ``--interconnect-bw``, default 50 GB/s per GPU, one
+   400 Gb/s InfiniBand NIC per GPU).  ASSUMED fully overlapped with compute: step = max(compute,
+   dp comm) + tp comm + pp point-to-point.
+
+Training: steps = tokens / global batch tokens; tokens/s, days, GPU-hours = W · hours, cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from .analytic.collectives import step_collectives, wire_bytes
+from .analytic.hardware_flops import step_flops
+from .analytic.parallel import local_config, pipeline_stages, rank_step
+from .config import AccountingError, ModelConfig
+from .gpus import GPU, gpu
+from .layout import ParallelLayout
+from .result import Result
+from .setup import CHECKPOINTS, TrainingSetup
+
+GPUS_PER_NODE = 8
+MAX_PP = 8  # pipeline stages tried: 1, 2, 4, 8
+DEFAULT_INTERNODE = 50 * 10**9  # bytes/s per GPU: one 400 Gb/s NIC per GPU (DGX H100: 8 × ConnectX-7)
+SECONDS_PER_HOUR = 3600
+
+
+@dataclass(frozen=True)
+class Candidate:
+    layout: ParallelLayout
+    checkpoint: str
+    micro_batch: int
+    accumulation: int  # micro-batches per optimizer step per data-parallel rank
+    per_gpu: int  # peak bytes + allowance
+    compute_s: float
+    dp_comm_s: float
+    tp_comm_s: float
+    pp_comm_s: float
+
+    @property
+    def step_s(self) -> float:
+        return max(self.compute_s, self.dp_comm_s) + self.tp_comm_s + self.pp_comm_s
+
+
+@dataclass(frozen=True)
+class Plan(Result):
+    SCHEMA: ClassVar[str] = "lm-accounting/plan/1"
+
+    config: ModelConfig
+    gpu: GPU
+    seq: int
+    global_batch_tokens: int
+    tokens: int
+    mfu: float
+    internode_bw: int
+    allowance: int
+    price_per_gpu_hour: float | None
+    evaluated: int
+    ranked: tuple[Candidate, ...]  # fitting candidates, best (fewest GPU-hours) first
+    top: int = 10
+
+    def steps(self) -> int:
+        return -(-self.tokens // self.global_batch_tokens)
+
+    def row(self, c: Candidate) -> dict[str, Any]:
+        hours = self.steps() * c.step_s / SECONDS_PER_HOUR
+        gpu_hours = hours * c.layout.world
+        return {
+            "layout": c.layout.label,
+            "gpus": c.layout.world,
+            "checkpoint": c.checkpoint,
+            "micro_batch": c.micro_batch,
+            "accumulation": c.accumulation,
+            "per_gpu_bytes": c.per_gpu,
+            "step_seconds": c.step_s,
+            "compute_seconds": c.compute_s,
+            "dp_comm_seconds": c.dp_comm_s,
+            "tp_comm_seconds": c.tp_comm_s,
+            "tokens_per_s": self.global_batch_tokens / c.step_s,
+            "days": hours / 24,
+            "gpu_hours": gpu_hours,
+            "cost": None if self.price_per_gpu_hour is None else gpu_hours * self.price_per_gpu_hour,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": self.SCHEMA,
+            "model": self.config.name,
+            "gpu": self.gpu.name,
+            "context": self.seq,
+            "global_batch_tokens": self.global_batch_tokens,
+            "tokens": self.tokens,
+            "steps": self.steps(),
+            "mfu": self.mfu,
+            "internode_bytes_per_s": self.internode_bw,
+            "nvlink_bytes_per_s_one_way": self.gpu.interconnect_one_way,
+            "allowance": self.allowance,
+            "price_per_gpu_hour": self.price_per_gpu_hour,
+            "candidates_evaluated": self.evaluated,
+            "candidates_fitting": len(self.ranked),
+            "best": [self.row(c) for c in self.ranked[: self.top]],
+            "assumptions": __doc__.split("Step time", 1)[1].strip(),
+        }
+
+    def records(self) -> list[dict[str, Any]]:
+        return [self.row(c) for c in self.ranked[: self.top]]
+
+
+def _powers(lo: int, hi: int) -> list[int]:
+    out, p = {lo, hi}, 1
+    while p <= hi:
+        if p >= lo:
+            out.add(p)
+        p *= 2
+    return sorted(out)
+
+
+def _seconds(bytes_: int, bw: int) -> float:
+    return bytes_ / bw if bytes_ else 0.0
+
+
+def _peak(cfg, seq, b, setup, lay) -> int:
+    if lay.pp > 1:
+        return pipeline_stages(cfg, seq, b, setup, lay)[1].peak
+    return rank_step(cfg, seq, b, setup, lay, mode="plain")[0].peak
+
+
+def _evaluate(cfg, seq, b, k, setup, lay, g: GPU, mfu, internode, allowance) -> tuple[Candidate | None, int]:
+    per_gpu = _peak(cfg, seq, b, setup, lay) + allowance
+    if per_gpu > g.memory_bytes:
+        return None, per_gpu
+    flops = step_flops(local_config(cfg, lay), seq, b, setup).hardware
+    if lay.pp > 1:  # the busiest stage: ceil(L / pp) of the L blocks (the LM head's share ignored)
+        flops = flops * -(-cfg.num_layers // lay.pp) // cfg.num_layers
+    compute = k * flops / (g.peak_flops("bf16") * mfu)
+    if lay.pp > 1:
+        compute *= (k + lay.pp - 1) / k
+    nvlink = g.interconnect_one_way
+    dp_link = nvlink if lay.world <= GPUS_PER_NODE else internode
+    dp = tp = pp = 0
+    for c in step_collectives(cfg, seq, b, setup, lay):
+        if c.group == "tp":
+            tp += k * wire_bytes(c, lay.tp)
+        elif c.group == "pp":
+            pp += k * wire_bytes(c, 2)
+        elif c.kind == "all_gather":
+            dp += k * wire_bytes(c, lay.dp)
+        else:
+            dp += wire_bytes(c, lay.dp)
+    return Candidate(
+        lay, setup.checkpoint, b, k, per_gpu,
+        compute, _seconds(dp, dp_link), _seconds(tp, nvlink), _seconds(pp, dp_link),
+    ), per_gpu  # fmt: skip
+
+
+def plan(
+    cfg: ModelConfig,
+    gpu_name: str,
+    gpus: tuple[int, int],
+    seq: int,
+    global_batch_tokens: int,
+    tokens: int,
+    *,
+    mfu: float = 0.4,
+    internode_bw: int = DEFAULT_INTERNODE,
+    allowance: int = 3 * 10**9,
+    price_per_gpu_hour: float | None = None,
+    top: int = 10,
+) -> Plan:
+    """Every candidate layout (module docstring), the fitting ones ranked by GPU-hours."""
+    g = gpu(gpu_name)
+    if not 0 < mfu <= 1:
+        raise AccountingError(f"--mfu must be in (0, 1], got {mfu}")
+    if global_batch_tokens % seq:
+        raise AccountingError(
+            f"the global batch of {global_batch_tokens:,} tokens is not a whole number of {seq:,}-token sequences"
+        )
+    sequences = global_batch_tokens // seq
+    evaluated, fitting, smallest = 0, [], None
+    for w in _powers(*gpus):
+        for tp in (1, 2, 4, 8):
+            if w % tp or tp > GPUS_PER_NODE or cfg.num_heads % tp or cfg.kv_heads % tp or cfg.d_ff % tp:
+                continue
+            pp = 1
+            while pp <= min(MAX_PP, cfg.num_layers) and w % (tp * pp) == 0:
+                dp = w // (tp * pp)
+                if sequences % dp == 0:
+                    per_rank = sequences // dp
+                    for zero in (0, 1, 2, 3) if dp > 1 else (0,):
+                        for sp in (False, True) if tp > 1 else (False,):
+                            b, full = 1, set()  # checkpoint modes that no longer fit (memory grows with b)
+                            while b <= per_rank:
+                                k = per_rank // b
+                                if per_rank % b == 0 and k >= pp and (not sp or (b * seq) % tp == 0):
+                                    lay = ParallelLayout(
+                                        dp=dp, zero=zero, tp=tp, sequence_parallel=sp, pp=pp, micro_batches=k
+                                    )
+                                    for ck in (c for c in CHECKPOINTS if c not in full):
+                                        setup = TrainingSetup(attention="sdpa", checkpoint=ck, precision="amp-bf16")
+                                        evaluated += 1
+                                        c, need = _evaluate(cfg, seq, b, k, setup, lay, g, mfu, internode_bw, allowance)
+                                        if c is not None:
+                                            fitting.append(c)
+                                        else:
+                                            full.add(ck)
+                                            if smallest is None or need < smallest[0]:
+                                                smallest = (need, lay.label, ck, b)
+                                b *= 2
+                pp *= 2
+    if evaluated == 0:
+        raise AccountingError(
+            f"no layout of {gpus[0]}..{gpus[1]} GPUs splits {sequences:,} sequences evenly over its data-parallel ranks"
+        )
+    if not fitting:
+        need, label, ck, b = smallest
+        raise AccountingError(
+            f"{cfg.name} at context {seq:,} fits no layout on {gpus[0]}..{gpus[1]} {g.name} "
+            f"({g.memory_bytes / 1e9:.0f} GB): the smallest need is {need / 1e9:.1f} GB per GPU "
+            f"({label}, checkpoint {ck}, micro-batch {b}, allowance included); use more GPUs or a larger GPU"
+        )
+    fitting.sort(key=lambda c: (c.step_s * c.layout.world, c.step_s))
+    return Plan(
+        cfg, g, seq, global_batch_tokens, tokens, mfu, internode_bw, allowance, price_per_gpu_hour,
+        evaluated, tuple(fitting), top,
+    )  # fmt: skip

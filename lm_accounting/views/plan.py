@@ -1,0 +1,66 @@
+"""The view of a ``Plan``: the best layouts, ranked by GPU-hours, and the assumptions behind them."""
+
+from __future__ import annotations
+
+from ..plan import Plan
+from .account import describe_config
+from .tables import Column, Table, View
+
+
+def plan_view(p: Plan) -> View:
+    g = p.gpu
+    header = [
+        describe_config(p.config),
+        (
+            f"{g.label}: {g.memory_bytes / 1e9:,.0f} GB, {g.peak_flops('bf16') / 1e12:,.1f} TFLOP/s bf16 dense, "
+            f"{g.interconnect} {g.interconnect_one_way / 1e9:,.0f} GB/s one way · inter-node "
+            f"{p.internode_bw / 1e9:,.0f} GB/s per GPU · utilisation {100 * p.mfu:g}% of peak"
+        ),
+        (
+            f"context {p.seq:,} · global batch {p.global_batch_tokens:,} tokens · {p.tokens:,} tokens = "
+            f"{p.steps():,} steps · allowance {p.allowance / 1e9:g} GB per GPU · "
+            f"{p.evaluated:,} layouts evaluated, {len(p.ranked):,} fit"
+        ),
+    ]
+    columns = [
+        Column("layout"),
+        Column("GPUs", "int"),
+        Column("ckpt"),
+        Column("micro-batch", "int"),
+        Column("accum", "int"),
+        Column("per-GPU peak + allowance", "bytes"),
+        Column("step s", "float"),
+        Column("tokens/s", "int"),
+        Column("days", "float"),
+        Column("GPU-hours", "int"),
+    ]
+    if p.price_per_gpu_hour is not None:
+        columns.append(Column("cost", "int"))
+    rows = []
+    for c in p.ranked[: p.top]:
+        r = p.row(c)
+        row = [
+            r["layout"],
+            r["gpus"],
+            r["checkpoint"],
+            r["micro_batch"],
+            r["accumulation"],
+            r["per_gpu_bytes"],
+            r["step_seconds"],
+            round(r["tokens_per_s"]),
+            r["days"],
+            round(r["gpu_hours"]),
+        ]
+        if p.price_per_gpu_hour is not None:
+            row.append(round(r["cost"]))
+        rows.append(tuple(row))
+    table = Table(f"Best {len(rows)} layouts by GPU-hours (sdpa, amp-bf16, foreach AdamW)", columns, rows)
+    footer = [
+        (
+            "step = max(compute, data-parallel comm) + TP comm + pipeline point-to-point: data-parallel"
+            " collectives ASSUMED overlapped with compute, TP/SP collectives not; compute = hardware FLOPs"
+            " (recompute included) / (peak × utilisation), × the 1F1B bubble (k + pp − 1)/k."
+        ),
+        "Per-GPU memory: the worst rank (analytic.parallel); FSDP2 and pipeline peaks are estimates.",
+    ]
+    return View(header, [table], footer)

@@ -1,0 +1,81 @@
+"""``plan``: enumeration speed without torch, one candidate's step time written out by hand, and
+the one-line errors."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from lm_accounting.config import ModelConfig
+from lm_accounting.gpus import gpu
+from lm_accounting.plan import plan
+
+SMALL = ModelConfig(vocab_size=64, context_length=32, num_layers=2, d_model=16, num_heads=2, d_ff=32, name="small")
+
+
+def test_one_candidate_by_hand():
+    p = plan(SMALL, "h100-80gb", (8, 8), 32, 512, 512 * 10, mfu=0.4)
+    (c,) = [c for c in p.ranked if c.layout.label == "dp8·zero3" and c.checkpoint == "none" and c.micro_batch == 2]
+    # 512 tokens = 16 sequences of 32; dp 8 → 2 per rank: micro-batch 2, one micro-batch (k = 1).
+    assert c.accumulation == 1
+    # Forward matmul FLOPs at B = 2, S = 32 (T = 64), h = 2, d_head = 8, d_ff = 32, V = 64:
+    #   q, k, v, o: 4 · 2·64·16·16 = 131,072 per layer; QKᵀ and AV: 2 · 2·2·2·32²·8 = 131,072;
+    #   SwiGLU: 6·64·16·32 = 196,608 → 458,752 per layer, 917,504 for 2; LM head 2·64·16·64 = 131,072.
+    forward = 917_504 + 131_072
+    # Hardware FLOPs: 3 × forward + the fused backward's QKᵀ recompute, 2·2·2·32²·8 per layer.
+    hardware = 3 * forward + 2 * 65_536
+    h100 = gpu("h100-80gb")
+    assert c.compute_s == pytest.approx(hardware / (h100.peak_flops("bf16") * 0.4), rel=1e-12)
+    # FSDP2 zero 3 over 8 ranks, no padding (16, 32 and 64 rows all divide by 8).  Parameters:
+    # 2·64·16 + 2·(16 + 4·16·16 + 16 + 3·16·32) + 16 = 7,248.  All-gathers in bf16 (2 bytes), twice
+    # (forward and backward): 2 · 14,496 · 7/8; reduce-scatter in fp32 once: 28,992 · 7/8.
+    wire = 2 * (14_496 * 7 // 8) + 28_992 * 7 // 8
+    assert c.dp_comm_s == pytest.approx(wire / h100.interconnect_one_way, rel=1e-12)  # one node: NVLink
+    assert c.tp_comm_s == 0 and c.step_s == max(c.compute_s, c.dp_comm_s)
+    row = p.row(c)
+    assert row["tokens_per_s"] == pytest.approx(512 / c.step_s)
+    assert row["gpu_hours"] == pytest.approx(10 * c.step_s / 3600 * 8)
+
+
+def test_plan_over_a_thousand_layouts_is_fast_and_imports_no_torch():
+    code = (
+        "import sys, time, json\n"
+        "t = time.perf_counter()\n"
+        "from lm_accounting.config import load_config\n"
+        "from lm_accounting.plan import plan\n"
+        "cfg = load_config('llama-3.1-70b').with_context(8192)\n"
+        "p = plan(cfg, 'h100-80gb', (8, 1024), 8192, 4 * 1024 * 1024, 15 * 10**12)\n"
+        "print(json.dumps([time.perf_counter() - t, p.evaluated, len(p.ranked),"
+        " sorted({'torch', 'pandas', 'matplotlib'} & set(sys.modules))]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    seconds, evaluated, fitting, heavy = json.loads(out)
+    assert evaluated >= 1000 and fitting > 0 and heavy == []
+    assert seconds < 2.0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["llama-3.1-405b", "--gpus", "8..16", "--tokens", "10"], "fits no layout on 8..16 h100-80gb"),
+        (["llama-3-8b", "--gpu", "h100x", "--tokens", "10"], "unknown GPU 'h100x'"),
+        (["llama-3-8b", "--gpus", "16..8", "--tokens", "10"], "must satisfy 1 <= LOW <= HIGH"),
+        (["llama-3-8b", "--global-batch-tokens", "1000", "--tokens", "10"], "not a whole number"),
+        (["llama-3-8b", "--mfu", "1.5", "--tokens", "10"], "--mfu must be in (0, 1]"),
+    ],
+)
+def test_bad_plans_exit_2_with_one_line(run_cli, args, message):
+    r = run_cli("plan", *args)
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and message in r.err
+
+
+def test_plan_json(run_cli):
+    r = run_cli(
+        "plan", "llama-3-8b", "--gpus", "8..64", "--context", "8192", "--tokens", "1000000000000", "--format", "json"
+    )
+    assert r.code == 0, r.err
+    data = json.loads(r.out)
+    assert data["schema"] == "lm-accounting/plan/1" and data["candidates_fitting"] > 0
+    best = data["best"][0]
+    assert best["per_gpu_bytes"] <= 80 * 10**9 and best["gpus"] <= 64
