@@ -4,6 +4,7 @@ the one-line errors."""
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -72,10 +73,35 @@ def test_bad_plans_exit_2_with_one_line(run_cli, args, message):
 
 def test_plan_json(run_cli):
     r = run_cli(
-        "plan", "llama-3-8b", "--gpus", "8..64", "--context", "8192", "--tokens", "1000000000000", "--format", "json"
+        "plan",
+        "llama-3-8b",
+        "--gpus",
+        "8..64",
+        "--context",
+        "8192",
+        "--tokens",
+        "1000000000000",
+        "--price-per-gpu-hour",
+        "2",
+        "--format",
+        "json",
     )
     assert r.code == 0, r.err
     data = json.loads(r.out)
     assert data["schema"] == "lm-accounting/plan/1" and data["candidates_fitting"] > 0
     best = data["best"][0]
     assert best["per_gpu_bytes"] <= 80 * 10**9 and best["gpus"] <= 64
+    pinned = json.loads((Path(__file__).parent / "snapshots" / "json_keys.json").read_text())["plan"]
+    assert sorted(_key_paths(data)) == pinned
+
+
+def _key_paths(value, prefix=""):
+    paths = set()
+    if isinstance(value, dict):
+        for k, v in value.items():
+            paths.add(f"{prefix}.{k}")
+            paths |= _key_paths(v, f"{prefix}.{k}")
+    elif isinstance(value, list):
+        for item in value:
+            paths |= _key_paths(item, f"{prefix}[]")
+    return paths
