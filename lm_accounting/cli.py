@@ -388,7 +388,8 @@ def memory_cmd(
         if measure != "none":
             from .measure.distributed import measure_rank
 
-            m = m.with_measurement(measure_rank(run, run.context_length, batch, setup, layout, rank=rank))
+            fake = layout.fsdp and layout.tp == 1  # FakeTensors: exact for FSDP2 alone, any size
+            m = m.with_measurement(measure_rank(run, run.context_length, batch, setup, layout, rank=rank, fake=fake))
         emit(m, fmt)
         return
     method = measure_method_for(measure, measure_method)

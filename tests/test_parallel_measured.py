@@ -110,3 +110,35 @@ def test_tp_rank_counts_local_matmul_flops(setup):
     m = measure_rank(TINY, S, 1, setup, lay)
     assert m.local_flops == step_flops(local_config(TINY, lay), S, 1, setup).hardware
     assert m.local_flops < step_flops(TINY, S, 1, setup).hardware
+
+
+@pytest.mark.parametrize("name", ["zero2", "zero3"])
+def test_fake_tensors_measure_what_real_tensors_do_under_fsdp2(name):
+    """The FakeTensor run (any size, no data) sees the same bytes, collectives and FLOPs as the real one."""
+    setup = TrainingSetup(attention="sdpa", checkpoint="full", precision="amp-bf16")
+    real = measure_rank(TINY, S, 1, setup, LAYOUTS[name])
+    fake = measure_rank(TINY, S, 1, setup, LAYOUTS[name], fake=True)
+    assert fake.step == real.step and fake.collectives == real.collectives
+    assert (fake.params, fake.gradients, fake.optimizer, fake.local_flops) == (
+        real.params,
+        real.gradients,
+        real.optimizer,
+        real.local_flops,
+    )
+
+
+@pytest.mark.slow
+def test_llama_3_8b_over_64_gpus():
+    """The issue's scale: the worst rank of Llama-3-8B over 64 GPUs (FSDP2, amp-bf16, full
+    checkpointing, S = 8,192) simulated in ~15 s: states, phase ends and collectives exact."""
+    from lm_accounting.config import load_config
+
+    cfg = load_config("llama-3-8b").with_context(8192)
+    setup = TrainingSetup(attention="sdpa", checkpoint="full", precision="amp-bf16")
+    lay = ParallelLayout(dp=64, zero=3)
+    m = measure_rank(cfg, 8192, 1, setup, lay, fake=True)
+    pred, st, _ = rank_step(cfg, 8192, 1, setup, lay, mode="traced")
+    assert (m.params, m.gradients, m.optimizer) == (st.parameters, st.gradients, st.optimizer)
+    assert m.step.baseline == pred.baseline
+    assert all(m.step.phase(p).end == pred.phase(p).end for p in ("forward", "backward", "optimizer_step"))
+    assert m.collectives == totals(step_collectives(cfg, 8192, 1, setup, lay))

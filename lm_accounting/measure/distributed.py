@@ -145,12 +145,13 @@ class LocalFlops(TorchDispatchMode):
     calls are passed on (their local ops are counted) and ops on meta tensors (the sharding
     propagator's global-shape re-runs) are skipped."""
 
-    def __init__(self):
+    def __init__(self, fake_mode=None):
         super().__init__()
         from torch.utils.flop_counter import flop_registry
 
         self.registry = flop_registry
         self.total = 0
+        self.fake_mode = fake_mode  # the run's own FakeTensorMode: its tensors are local work
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if _is_dtensor_call(types):
@@ -160,7 +161,9 @@ class LocalFlops(TorchDispatchMode):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         formula = self.registry.get(func._overloadpacket)
-        if formula is not None and not any(t.is_meta or is_fake(t) for t in _tensors(args)):
+        if formula is not None and not any(
+            t.is_meta or (is_fake(t) and t.fake_mode is not self.fake_mode) for t in _tensors(args)
+        ):
             self.total += formula(*args, **kwargs, out_val=out)
         return out
 
@@ -220,6 +223,13 @@ def _clear_dtensor_caches() -> None:
 
 
 _JOBS = [0]
+REAL_RUN_PARAMS = 200_000_000  # a real-tensor run holds ~16 bytes per parameter on this CPU
+
+
+def parameter_count(cfg: ModelConfig) -> int:
+    from ..analytic.params import parameter_breakdown
+
+    return parameter_breakdown(cfg).total
 
 
 def _meshes(layout: ParallelLayout):
@@ -366,12 +376,14 @@ def measure_rank(
     layout: ParallelLayout,
     rank: int = 0,
     comm_debug: bool = False,
+    fake: bool = False,
 ) -> RankMeasurement:
     """Build rank ``rank`` of the job on the fake process group, run one training step (the first:
     FSDP2's lazy initialisation and DDP's buckets are part of it) under ``RankTracker``, and report
     its model states, per-phase memory, collectives and local matmul FLOPs.  ``batch`` is the
-    rank's micro-batch."""
-    from ..model import cross_entropy, random_tokens
+    rank's micro-batch.  ``fake``: the tensors are FakeTensors (no data; their storages are on meta),
+    materialised by ``to_empty`` under ``FakeTensorMode(allow_non_fake_inputs=True)`` after the
+    sharding (FSDP2 + TP fails inside the mode): large shapes in seconds.  DDP needs real tensors."""
 
     layout.check(cfg)
     if layout.pp > 1:
@@ -381,8 +393,28 @@ def measure_rank(
     _init_fake_group(layout.world, rank)
     torch.manual_seed(0)
     model, dp_mesh = build_rank(cfg, setup, layout)
-    tracker, dev = RankTracker(), torch.device("cpu")
+    if not fake and parameter_count(cfg) > REAL_RUN_PARAMS:
+        raise AccountingError(
+            f"{cfg.name} has {parameter_count(cfg):,} parameters: a real-tensor run of this layout is limited to "
+            f"{REAL_RUN_PARAMS:,} (FakeTensors serve FSDP2 without TP)"
+        )
+    if fake and not layout.fsdp and layout.dp > 1:
+        raise AccountingError("DDP and ZeRO-1 run on real tensors only (DDP's reducer needs data): drop fake")
+    tracker, dev = RankTracker(), torch.device("meta" if fake else "cpu")
     kwargs = ADAMW_KWARGS[setup.optimizer]
+    mode = contextlib.nullcontext()
+    if fake:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        mode = FakeTensorMode(allow_non_fake_inputs=True)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(mode)
+        return _run_rank(cfg, seq, batch, setup, layout, rank, comm_debug, model, dp_mesh, tracker, dev, kwargs, mode)
+
+
+def _run_rank(cfg, seq, batch, setup, layout, rank, comm_debug, model, dp_mesh, tracker, dev, kwargs, mode):
+    from ..model import cross_entropy, random_tokens
+
     with tracker:
         model.to_empty(device="cpu")
         if model.rope is not None:  # non-persistent buffers: recompute the tables on the device
@@ -411,7 +443,7 @@ def measure_rank(
     from .attention_flops import install
 
     install()  # FLOP formulas for the CPU flash kernels (FlopCounterMode's registry counts them as 0)
-    comms, flops = CollectiveRecorder(), LocalFlops()
+    comms, flops = CollectiveRecorder(), LocalFlops(mode if not isinstance(mode, contextlib.nullcontext) else None)
     debug = comm_debug_mode() if comm_debug else contextlib.nullcontext()
     grads = 0
     with tracker, comms, flops, debug:
