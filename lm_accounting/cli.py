@@ -445,6 +445,7 @@ def measure_method_for(measure: str, method: str | None) -> str | None:
 @click.option("--interconnect-bw", default="50GB", show_default=True, help="Inter-node bytes/s per GPU (e.g. 50GB).")
 @click.option("--allowance", default="3GB", show_default=True, help="Per-GPU CUDA context + NCCL + fragmentation.")
 @click.option("--top", type=POSITIVE, default=10, show_default=True, help="Layouts to print.")
+@click.option("--plot", "plot_stem", metavar="PATH_STEM", help="Also write PATH_STEM.png/.svg: memory vs GPUs.")
 @format_option
 def plan_cmd(
     preset_or_file: str,
@@ -459,6 +460,7 @@ def plan_cmd(
     allowance: str,
     top: int,
     fmt: str,
+    plot_stem: str | None = None,
 ) -> None:
     """Enumerate layouts (ZeRO stage, TP, SP, PP, checkpointing, micro-batch), keep those that fit,
     rank them by GPU-hours (analytic; no torch)."""
@@ -484,6 +486,16 @@ def plan_cmd(
         ),
         fmt,
     )
+    if plot_stem:
+        from .gpus import gpu
+        from .plan import memory_vs_gpus
+        from .views.plan import plot_memory_vs_gpus
+
+        g, span = gpu(gpu_name), parse_gpu_count(gpus)
+        curves = memory_vs_gpus(run, run.context_length, span, allowance=parse_size(allowance))
+        title = f"{run.name} at S = {run.context_length:,}: sdpa, amp-bf16, full checkpointing, micro-batch 1"
+        for path in plot_memory_vs_gpus(curves, g.memory_bytes, title, plot_stem):
+            click.echo(f"wrote {path}", err=True)
 
 
 @cli.command("train-time", short_help="Days to train on one GPU, and AdamW step FLOPs.")

@@ -241,3 +241,32 @@ def plan(
         cfg, g, seq, global_batch_tokens, tokens, mfu, internode_bw, allowance, price_per_gpu_hour,
         evaluated, tuple(fitting), top,
     )  # fmt: skip
+
+
+MAIN_LAYOUTS = (  # label -> (zero, tp): the curves of ``memory_vs_gpus``
+    ("DDP", 0, 1),
+    ("ZeRO-1", 1, 1),
+    ("FSDP2 ZeRO-2", 2, 1),
+    ("FSDP2 ZeRO-3", 3, 1),
+    ("FSDP2 ZeRO-3 × TP 8 + SP", 3, 8),
+)
+
+
+def memory_vs_gpus(
+    cfg: ModelConfig, seq: int, gpus: tuple[int, int], *, checkpoint: str = "full", allowance: int = 3 * 10**9
+) -> dict[str, list[tuple[int, int]]]:
+    """Per-GPU peak + allowance (micro-batch 1, sdpa, amp-bf16, ``checkpoint``) of the worst rank
+    for each of ``MAIN_LAYOUTS`` at every power-of-two GPU count in the range (where it applies)."""
+    setup = TrainingSetup(attention="sdpa", checkpoint=checkpoint, precision="amp-bf16")
+    out: dict[str, list[tuple[int, int]]] = {}
+    for label, zero, tp in MAIN_LAYOUTS:
+        if cfg.num_heads % tp or cfg.kv_heads % tp or cfg.d_ff % tp:
+            continue
+        points = []
+        for w in _powers(*gpus):
+            if w % tp or w // tp < 2:
+                continue
+            lay = ParallelLayout(dp=w // tp, zero=zero, tp=tp, sequence_parallel=tp > 1)
+            points.append((w, _peak(cfg, seq, 1, setup, lay) + allowance))
+        out[label] = points
+    return out

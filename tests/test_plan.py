@@ -105,3 +105,19 @@ def _key_paths(value, prefix=""):
         for item in value:
             paths |= _key_paths(item, f"{prefix}[]")
     return paths
+
+
+def test_memory_vs_gpus_and_its_plot(tmp_path):
+    from lm_accounting.config import load_config
+    from lm_accounting.plan import memory_vs_gpus
+    from lm_accounting.views.plan import plot_memory_vs_gpus
+
+    cfg = load_config("llama-3-8b").with_context(8192)
+    curves = memory_vs_gpus(cfg, 8192, (8, 64))
+    zero3 = [b for _, b in curves["FSDP2 ZeRO-3"]]
+    ddp = [b for _, b in curves["DDP"]]
+    assert zero3 == sorted(zero3, reverse=True) and len(set(ddp)) == 1  # sharding helps; DDP replicates
+    assert all(z < d for z, d in zip(zero3, ddp, strict=True))
+    paths = plot_memory_vs_gpus(curves, 80 * 10**9, "test", tmp_path / "mem")
+    assert [p.rsplit(".", 1)[1] for p in paths] == ["png", "svg"]
+    assert all((tmp_path / f"mem.{ext}").stat().st_size > 1000 for ext in ("png", "svg"))

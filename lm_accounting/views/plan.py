@@ -64,3 +64,30 @@ def plan_view(p: Plan) -> View:
         "Per-GPU memory: the worst rank (analytic.parallel); FSDP2 and pipeline peaks are estimates.",
     ]
     return View(header, [table], footer)
+
+
+def plot_memory_vs_gpus(curves: dict, memory_bytes: int, title: str, path_stem) -> list[str]:
+    """Per-GPU memory against GPU count for the main layouts (``plan.memory_vs_gpus``), the GPU's
+    memory as a line; written as PNG and SVG.  matplotlib is imported here only."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7.5, 4.5))
+    ax = fig.add_subplot()
+    for label, points in curves.items():
+        if points:
+            ax.plot([w for w, _ in points], [b / 1e9 for _, b in points], marker="o", label=label)
+    ax.axhline(memory_bytes / 1e9, color="black", linestyle="--", linewidth=1, label="GPU memory")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("GPUs")
+    ax.set_ylabel("per-GPU peak + allowance (GB, 10⁹ bytes)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    paths = []
+    for ext in ("png", "svg"):
+        path = f"{path_stem}.{ext}"
+        fig.savefig(path, format=ext, dpi=150, metadata={"Date": None} if ext == "svg" else None)
+        paths.append(path)
+    return paths
