@@ -88,7 +88,7 @@ def test_uneven_zero1_every_rank():
 def test_collectives_equal_the_recorded_and_comm_debug_mode(name, setup):
     lay = LAYOUTS[name]
     m = measure_rank(TINY, S, 1, setup, lay, comm_debug=True)
-    want = step_collectives(TINY, S, 1, setup, lay)
+    want = step_collectives(TINY, S, 1, setup, lay, first_step=True)
     assert m.collectives == totals(want)
     by_phase = {}
     for kind, nbytes, phase in m.calls:
@@ -141,4 +141,17 @@ def test_llama_3_8b_over_64_gpus():
     assert (m.params, m.gradients, m.optimizer) == (st.parameters, st.gradients, st.optimizer)
     assert m.step.baseline == pred.baseline
     assert all(m.step.phase(p).end == pred.phase(p).end for p in ("forward", "backward", "optimizer_step"))
-    assert m.collectives == totals(step_collectives(cfg, 8192, 1, setup, lay))
+    assert m.collectives == totals(step_collectives(cfg, 8192, 1, setup, lay, first_step=True))
+
+
+def test_ddp_first_step_has_one_bucket_whatever_the_size():
+    """27 MB of gradients: one all-reduce in the first step (DDP buckets only from the second on)."""
+    cfg = ModelConfig(vocab_size=5000, context_length=64, num_layers=4, d_model=256, num_heads=4, d_ff=1024)
+    setup, lay = TrainingSetup(attention="sdpa"), ParallelLayout(dp=2)
+    m = measure_rank(cfg, 64, 1, setup, lay)
+    assert m.collectives["all_reduce"] == (1, 27_026_432)
+    assert m.collectives == totals(step_collectives(cfg, 64, 1, setup, lay, first_step=True))
+    steady = totals(step_collectives(cfg, 64, 1, setup, lay))["all_reduce"]
+    # rebuilt, in reverse order: the LM head's 5000·256·4 = 5,120,000 bytes close the first bucket
+    # (>= 1 MiB); the other 21,906,432 bytes stay under 25 MiB: a second bucket
+    assert steady == (2, 27_026_432)

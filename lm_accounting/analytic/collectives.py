@@ -14,9 +14,12 @@ dtype (fp32 under amp-bf16).  Per layout (checked against the fake-PG run in tes
 
 1. FSDP2 zero 3: all-gather 2·(L+1) units, 2·G bytes (each unit before its forward and again
    before its backward; the root too); zero 2: L+1, G.  Reduce-scatter L+1, R.
-2. DDP / ZeRO-1 (dp > 1): all-reduce of each gradient bucket (25 MiB, the first 1 MiB; torch's
-   ``_DEFAULT_FIRST_BUCKET_BYTES``), Σ n·e; one broadcast of the module buffers (the RoPE tables)
-   per forward.  ZeRO-1 adds one broadcast per parameter tensor from its owner after the step, Σ n·e.
+2. DDP / ZeRO-1 (dp > 1): all-reduce of each gradient bucket, Σ n·e.  The first step has one
+   bucket (torch 2.13 ``BucketCapacityConfig.compute_bucket_size_limits``: ``[sys.maxsize]`` unless
+   ``find_unused_parameters``); the reducer then rebuilds them in gradient-ready order, 1 MiB for
+   the first (``_DEFAULT_FIRST_BUCKET_BYTES``) and 25 MiB after: the steady-state count, taken here
+   as the parameters in reverse order (not measured: the fake-PG run measures the first step).  One
+   broadcast of the module buffers (the RoPE tables) per forward.  ZeRO-1 adds one broadcast per parameter tensor from its owner after the step, Σ n·e.
 3. TP without SP: forward 2·L all-reduces (after output_proj and w2) of T·d·a; backward 5·L
    all-reduces of T·d·e (the input gradients of q, k, v, w1 and w3, each module's own); a
    checkpointed recompute (full or selective) adds L (output_proj's; the early stop skips w2's).
@@ -76,9 +79,10 @@ def ddp_bucket_count(sizes: list[int]) -> int:
 
 
 def step_collectives(
-    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout
+    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, first_step: bool = False
 ) -> list[Collective]:
-    """Every collective of one step on one rank (rules 1–4 of the module docstring)."""
+    """Every collective of one step on one rank (rules of the module docstring); ``first_step``:
+    DDP's first step, with its single bucket."""
     out: list[Collective] = []
     e = 2 if setup.param_dtype == "bf16" else 4
     a = 2 if setup.autocast else e
@@ -95,7 +99,7 @@ def step_collectives(
             out.append(Collective("reduce_scatter", "backward", "dp", L + 1, r, "every unit's gradients (R)"))
         else:
             sizes = [x * y * e for x, y in (local_shape(p, layout) for p in parameter_shapes(cfg))]
-            n = ddp_bucket_count(sizes)
+            n = 1 if first_step else ddp_bucket_count(sizes)
             out.append(Collective("all_reduce", "backward", "dp", n, sum(sizes), "gradient buckets, Σ n·e"))
             if cfg.positions == "rope":
                 rope = 2 * cfg.context_length * (cfg.rope_dim // 2) * 4

@@ -3,7 +3,7 @@ collectives and FLOPs."""
 
 from __future__ import annotations
 
-from ..analytic.collectives import totals, wire_bytes
+from ..analytic.collectives import step_collectives, totals, wire_bytes
 from ..analytic.parallel_report import ParallelMemory
 from ..phases import PHASE_LABELS, PHASES
 from .account import describe_config
@@ -83,11 +83,11 @@ def parallel_view(r: ParallelMemory) -> View:
     )
     tables = [per_gpu, phases, fit, comm]
     if measured is not None:
-        want = totals(list(r.collectives))
+        want = totals(step_collectives(r.config, r.seq, r.batch, r.setup, r.layout, first_step=True))
         kinds = sorted(set(want) | set(measured.collectives))
         tables.append(
             Table(
-                f"Collectives: predicted vs measured on rank {measured.rank} (fake process group)",
+                f"Collectives of the first step: predicted vs measured on rank {measured.rank} (fake process group)",
                 [Column("collective"), Column("count", "int"), Column("measured", "int"), Column("bytes", "bytes")]
                 + [Column("measured bytes", "bytes")],
                 [
