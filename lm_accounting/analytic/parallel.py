@@ -352,8 +352,9 @@ def rank_step(
     Exact (byte for byte against the fake-PG run) for DDP, ZeRO-1 and TP (with or without SP).
     FSDP2 peaks are ESTIMATES (the ends are exact): with U = the largest unit unsharded, forward
     peak + 2·U (zero 3: the unit's unsharded copy and its all-gather output) or + U (zero 2);
-    backward peak = forward end + R's backward transient less R's local gradients, + this rank's
-    gradients (+ 3·U under zero 3: the unit, the prefetched next one and its unsharded gradients).  The measured residual is in
+    backward peak = forward end + R's backward transient (zero 3: or, if larger, R's transient less
+    R's whole-model gradients + this rank's gradients + 3·U: the unit, the prefetched next one and
+    its unsharded gradients).  The measured residual is in
     ``tests/test_parallel_measured.py``.
     """
     layout.check(cfg)
@@ -370,8 +371,10 @@ def rank_step(
     fwd_extra = {3: 2 * u, 2: u}.get(layout.zero, 0)
     fwd = PhaseBytes(fwd_end + (r.forward.peak - r.forward.end) + fwd_extra, fwd_end)
     bwd_transient = r.backward.peak - r.forward.end
-    if layout.fsdp:  # estimate: R's transient without its whole-model gradients, plus the unit buffers
-        bwd_peak = fwd_end + max(bwd_transient - n_run, 0) + st.gradients + (3 * u if layout.zero == 3 else 0)
+    if layout.zero == 2:  # estimate: R's backward transient on top of this rank's forward end
+        bwd_peak = fwd_end + bwd_transient
+    elif layout.zero == 3:  # estimate: the larger of that and the unit buffers with sharded gradients
+        bwd_peak = fwd_end + max(bwd_transient, max(bwd_transient - n_run, 0) + st.gradients + 3 * u)
     else:
         bwd_peak = fwd_end + bwd_transient - n + st.gradients
     bwd = PhaseBytes(bwd_peak, base + st.gradients)
