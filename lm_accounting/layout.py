@@ -86,6 +86,10 @@ class ParallelLayout:
     def check(self, cfg: ModelConfig) -> None:
         """Refuse, with one line, a layout that ``cfg`` cannot take."""
         unsupported = cfg.unsupported_for_replay()
+        if cfg.moe and "mixture of experts" not in unsupported:  # the parameter shapes here are dense
+            unsupported.append("mixture of experts")
+        if cfg.mla and "latent attention (MLA)" not in unsupported:
+            unsupported.append("latent attention (MLA)")
         if unsupported and not self.single:
             raise AccountingError(
                 f"parallel layouts cover the course architecture (GQA, head_dim, qk-norm, tied embeddings); "

@@ -152,3 +152,9 @@ def test_memory_with_a_layout_imports_no_torch():
         "assert not {'torch','pandas','matplotlib'} & set(sys.modules), sorted(sys.modules)"
     )
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+
+@pytest.mark.parametrize("preset", ["mixtral-8x7b", "deepseek-v3"])
+def test_moe_and_mla_are_refused_with_one_line(run_cli, preset):
+    r = run_cli("memory", preset, "--dp", "8", "--zero", "3")
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "course architecture" in r.err
