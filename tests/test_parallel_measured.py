@@ -155,3 +155,32 @@ def test_ddp_first_step_has_one_bucket_whatever_the_size():
     # rebuilt, in reverse order: the LM head's 5000·256·4 = 5,120,000 bytes close the first bucket
     # (>= 1 MiB); the other 21,906,432 bytes stay under 25 MiB: a second bucket
     assert steady == (2, 27_026_432)
+
+
+@pytest.mark.parametrize(
+    "lay",
+    [
+        ParallelLayout(dp=8, zero=3),
+        ParallelLayout(dp=16, zero=2),
+        ParallelLayout(dp=64, zero=3),
+        ParallelLayout(dp=4, zero=3, tp=2),
+        ParallelLayout(dp=2, zero=2, tp=4, sequence_parallel=True),
+    ],
+    ids=lambda lay: lay.label,
+)
+def test_world_sizes_up_to_64(lay):
+    """Uneven shards at scale: over 64 ranks the 101-row embedding is 2 rows per rank and ranks 51-63
+    hold none; the first and the last rank are measured."""
+    cfg = ModelConfig(
+        vocab_size=101, context_length=16, num_layers=2, d_model=32, num_heads=8, num_kv_heads=4, d_ff=64, name="t"
+    )
+    setup = TrainingSetup(attention="sdpa", precision="amp-bf16")
+    for rank in (0, lay.world - 1):
+        m = measure_rank(cfg, S, 1, setup, lay, rank=rank, fake=lay.tp == 1)
+        dp_rank = rank // lay.tp
+        st = model_states(cfg, setup, lay, rank=dp_rank)
+        assert (m.params, m.gradients, m.optimizer) == (st.parameters, st.gradients, st.optimizer)
+        pred = rank_step(cfg, S, 1, setup, lay, mode="traced", rank=dp_rank)[0]
+        assert m.step.baseline == pred.baseline
+        assert all(m.step.phase(p).end == pred.phase(p).end for p in ("forward", "backward", "optimizer_step"))
+        assert m.collectives == totals(step_collectives(cfg, S, 1, setup, lay, first_step=True))
