@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from ..config import ModelConfig
 from ..layout import ParallelLayout
 from ..setup import TrainingSetup
-from .parallel import local_shape, model_states, parameter_shapes
+from .parallel import local_numels, model_states
 
 DDP_FIRST_BUCKET = 1024 * 1024  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
 DDP_BUCKET = 25 * 1024 * 1024  # DistributedDataParallel(bucket_cap_mb=25)
@@ -98,7 +98,7 @@ def step_collectives(
                 out.append(Collective("all_gather", "backward", "dp", L + 1, g, "every unit again (G)"))
             out.append(Collective("reduce_scatter", "backward", "dp", L + 1, r, "every unit's gradients (R)"))
         else:
-            sizes = [x * y * e for x, y in (local_shape(p, layout) for p in parameter_shapes(cfg))]
+            sizes = [n * e for n in local_numels(cfg, layout.tp, layout.vocab_parallel)]
             n = 1 if first_step else ddp_bucket_count(sizes)
             out.append(Collective("all_reduce", "backward", "dp", n, sum(sizes), "gradient buckets, Σ n·e"))
             if cfg.positions == "rope":

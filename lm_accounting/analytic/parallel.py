@@ -100,9 +100,11 @@ def local_shape(p: ParamShape, layout: ParallelLayout) -> tuple[int, int]:
 
 def local_config(cfg: ModelConfig, layout: ParallelLayout) -> ModelConfig:
     """The TP-local model: h/M heads, kv/M kv heads, d_ff/M, head_dim kept (rule 1)."""
-    if layout.tp == 1:
-        return cfg
-    m = layout.tp
+    return cfg if layout.tp == 1 else _local_config(cfg, layout.tp)
+
+
+@lru_cache(maxsize=256)
+def _local_config(cfg: ModelConfig, m: int) -> ModelConfig:
     return dataclasses.replace(
         cfg, num_heads=cfg.num_heads // m, num_kv_heads=cfg.kv_heads // m, head_dim=cfg.d_head, d_ff=cfg.d_ff // m
     )
@@ -165,7 +167,6 @@ def model_states(
     optimizer state), over the whole model or, with ``stage``, pipeline stage ``stage``'s parameters.
     AdamW's 0-d ``step`` counters are left out (foreach/for-loop keep them on the CPU)."""
     e, d = _element_bytes(setup), layout.dp
-    params = parameter_shapes(cfg) if stage is None else stage_parameters(cfg, layout.pp, stage)
     groups = _grouped(cfg, layout.tp, layout.vocab_parallel, None if stage is None else (layout.pp, stage))
     full = sum(n * r * c for (r, c, _), n in groups) * e
     if layout.fsdp:
@@ -193,18 +194,31 @@ def model_states(
         )
     buckets = full if d > 1 else 0
     if layout.zero == 1 and d > 1:
-        tp = ParallelLayout(tp=layout.tp, vocab_parallel=layout.vocab_parallel)
-        numels = [a * b for a, b in (local_shape(p, tp) for p in params)]
-        owner = zero1_owners(numels, d)
-        totals = [0] * d
-        for n, o in zip(numels, owner, strict=True):
-            totals[o] += n
+        where = None if stage is None else (layout.pp, stage)
+        totals = _zero1_totals(local_numels(cfg, layout.tp, layout.vocab_parallel, where), d)
         if rank is None:
             rank = max(range(d), key=lambda r: (totals[r], -r))
         owned = totals[rank]
     else:
         rank, owned = rank or 0, full // e
     return ModelStates(rank, full, full, 2 * owned * e, buckets, 0, 0, owned)
+
+
+@lru_cache(maxsize=1024)
+def local_numels(
+    cfg: ModelConfig, tp: int, vocab_parallel: bool, stage: tuple[int, int] | None = None
+) -> tuple[int, ...]:
+    """Elements of each parameter on one TP rank, in ``model.parameters()`` order (``stage``: (P, s))."""
+    layout = ParallelLayout(tp=tp, vocab_parallel=vocab_parallel)
+    return tuple(a * b for a, b in (local_shape(p, layout) for p in _params(cfg, stage)))
+
+
+@lru_cache(maxsize=1024)
+def _zero1_totals(numels: tuple[int, ...], shards: int) -> list[int]:
+    totals = [0] * shards
+    for n, o in zip(numels, zero1_owners(list(numels), shards), strict=True):
+        totals[o] += n
+    return totals
 
 
 def _params(cfg: ModelConfig, stage: tuple[int, int] | None) -> tuple[ParamShape, ...]:
@@ -362,7 +376,7 @@ def rank_step(
     st = model_states(cfg, setup, layout, rank=rank)
     act = saved_activations(cfg, seq, batch, setup, layout)
     e = _element_bytes(setup)
-    n = sum(a * b for a, b in (local_shape(p, layout) for p in parameter_shapes(cfg))) * e
+    n = sum(local_numels(cfg, layout.tp, layout.vocab_parallel)) * e
     n_run = n * DTYPE_BYTES[fsdp_compute_setup(setup, layout).param_dtype] // e  # the replay's parameter bytes
     base = r.baseline - 3 * n_run + st.parameters + st.optimizer + st.ddp_buckets
     u = st.unsharded_unit_max
