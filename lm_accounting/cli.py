@@ -228,7 +228,7 @@ def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
     @click.option("--pp", type=POSITIVE, help="Pipeline stages, 1F1B (analytic only).")
     @click.option("--micro-batches", type=POSITIVE, help="Micro-batches per step under --pp (default: pp).")
     @click.option("--allowance", default="3GB", show_default=True, help="Per-GPU CUDA context + NCCL + fragmentation.")
-    @click.option("--rank", type=click.IntRange(0), default=0, show_default=True, help="Rank to measure (--measure).")
+    @click.option("--rank", type=click.IntRange(0), help="Rank to predict and measure (default: the worst).")
     @functools.wraps(func)
     def wrapper(**kw: Any) -> Any:
         from .layout import ParallelLayout
@@ -366,7 +366,7 @@ def memory_cmd(
     setup: Any,
     layout: Any = None,
     allowance: str = "3GB",
-    rank: int = 0,
+    rank: int | None = None,
 ) -> None:
     """Training memory: model states, activations, peak per phase (predicted vs measured), capacity.
     With a parallel layout (--dp/--zero/--tp/--sp/--pp): the worst rank's per-GPU memory, FLOPs and
@@ -380,8 +380,17 @@ def memory_cmd(
     if layout is not None:
         from .analytic.parallel_report import parallel_memory
 
+        if rank is not None and rank >= layout.world:
+            raise AccountingError(f"--rank {rank} is outside the world of {layout.world}")
         m = parallel_memory(
-            run, run.context_length, batch, setup, layout, allowance=parse_size(allowance), budget=parse_size(budget)
+            run,
+            run.context_length,
+            batch,
+            setup,
+            layout,
+            allowance=parse_size(allowance),
+            budget=parse_size(budget),
+            rank=rank,
         )
         if measure == "cuda":
             raise AccountingError("a parallel layout is measured on the fake process group: use --measure meta")
@@ -389,7 +398,8 @@ def memory_cmd(
             from .measure.distributed import measure_rank
 
             fake = layout.fsdp and layout.tp == 1  # FakeTensors: exact for FSDP2 alone, any size
-            m = m.with_measurement(measure_rank(run, run.context_length, batch, setup, layout, rank=rank, fake=fake))
+            who = m.states.rank * layout.tp if rank is None else rank  # the worst rank unless told
+            m = m.with_measurement(measure_rank(run, run.context_length, batch, setup, layout, rank=who, fake=fake))
         emit(m, fmt)
         return
     method = measure_method_for(measure, measure_method)

@@ -184,3 +184,18 @@ def test_world_sizes_up_to_64(lay):
         assert m.step.baseline == pred.baseline
         assert all(m.step.phase(p).end == pred.phase(p).end for p in ("forward", "backward", "optimizer_step"))
         assert m.collectives == totals(step_collectives(cfg, S, 1, setup, lay, first_step=True))
+
+
+def test_cli_measures_the_worst_rank(run_cli):
+    """``memory --dp 4 --zero 1 --measure meta``: the rank measured is the one predicted (the ZeRO-1
+    rank owning the most AdamW state), and the JSON carries both."""
+    import json
+
+    args = ["memory", "gpt2-small", "--layers", "1", "--context", "32", "--dp", "4", "--zero", "1"]
+    r = run_cli(*args, "--measure", "meta", "--format", "json")
+    assert r.code == 0, r.err
+    d = json.loads(r.out)
+    worst = d["worst_rank"]["data_parallel_rank"]
+    assert d["measured"]["rank"] == worst
+    assert d["measured"]["optimizer_state"] == d["per_gpu"]["optimizer_state"]
+    assert d["measured"]["step"] == d["step_traced"]

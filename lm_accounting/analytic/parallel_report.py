@@ -148,15 +148,18 @@ def parallel_memory(
     *,
     allowance: int = DEFAULT_ALLOWANCE,
     budget: int = 80 * 10**9,
+    rank: int | None = None,
 ) -> ParallelMemory:
-    """The worst rank of ``layout`` (see ``analytic.parallel``; pipeline stages: ``pipeline_stages``)."""
+    """The worst rank of ``layout`` (see ``analytic.parallel``; pipeline stages: ``pipeline_stages``),
+    or global rank ``rank`` (its data-parallel rank is rank // tp)."""
     layout.check(cfg)
     stage = None
     if layout.pp > 1:
         stage, step, traced, st, act = pipeline_stages(cfg, seq, batch, setup, layout)
     else:
-        step, st, act = rank_step(cfg, seq, batch, setup, layout, mode="plain")
-        traced = rank_step(cfg, seq, batch, setup, layout, mode="traced")[0]
+        dp_rank = None if rank is None else rank // layout.tp
+        step, st, act = rank_step(cfg, seq, batch, setup, layout, mode="plain", rank=dp_rank)
+        traced = rank_step(cfg, seq, batch, setup, layout, mode="traced", rank=dp_rank)[0]
     flops = step_flops(local_config(cfg, layout), seq, batch, setup)
     return ParallelMemory(
         cfg,
