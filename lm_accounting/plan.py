@@ -30,7 +30,8 @@ from typing import Any, ClassVar
 
 from .analytic.collectives import step_collectives, wire_bytes
 from .analytic.hardware_flops import step_flops
-from .analytic.parallel import local_config, pipeline_stages, rank_step
+from .analytic.parallel import local_config, rank_step
+from .analytic.pipeline import pipeline_stages
 from .config import AccountingError, ModelConfig
 from .gpus import GPU, gpu
 from .layout import ParallelLayout

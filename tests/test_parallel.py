@@ -158,3 +158,29 @@ def test_memory_with_a_layout_imports_no_torch():
 def test_moe_and_mla_are_refused_with_one_line(run_cli, preset):
     r = run_cli("memory", preset, "--dp", "8", "--zero", "3")
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "course architecture" in r.err
+
+
+def test_pipeline_stages_by_hand():
+    """pp = 2 over the 2-layer tiny model, 4 micro-batches, fp32, one GPU per stage."""
+    from lm_accounting.analytic.parallel import stage_layers
+    from lm_accounting.analytic.pipeline import pipeline_stages
+
+    lay = ParallelLayout(pp=2, micro_batches=4)
+    assert list(stage_layers(5, 2, 0)) == [0, 1, 2] and list(stage_layers(5, 2, 1)) == [3, 4]
+    # Stage 0: embedding 101·24 + one block (24 + 4·24·24 + 24 + 3·40·24 = 5,232): 7,656 parameters.
+    # Stage 1: one block + final norm 24 + LM head 101·24: 7,680.
+    assert model_states(TINY, TrainingSetup(), lay, stage=0).parameters == 7_656 * 4
+    assert model_states(TINY, TrainingSetup(), lay, stage=1).parameters == 7_680 * 4
+    stage, step, _, st, act = pipeline_stages(TINY, 16, 1, TrainingSetup(), lay)
+    # 1F1B: stage 0 holds min(P, m) = 2 micro-batches of one block's saved activations.
+    one_block = parallel_memory(TINY.with_context(16), 16, 1, TrainingSetup(), ParallelLayout()).activations
+    two_blocks_minus_one = parallel_memory(
+        ModelConfig(vocab_size=101, context_length=16, num_layers=1, d_model=24, num_heads=4, d_ff=40),
+        16,
+        1,
+        TrainingSetup(),
+        ParallelLayout(),
+    ).activations
+    per_block = one_block - two_blocks_minus_one  # the 2-layer model's saved bytes less the 1-layer's
+    assert stage == 0 and act == 2 * per_block  # stage 1 holds 1 block + the head for 1 micro-batch: less
+    assert step.peak >= st.total

@@ -151,7 +151,7 @@ class ModelStates:
         return self.parameters + self.gradients + self.optimizer + self.ddp_buckets
 
 
-def _element_bytes(setup: TrainingSetup) -> int:
+def element_bytes(setup: TrainingSetup) -> int:
     return DTYPE_BYTES[setup.param_dtype]
 
 
@@ -166,7 +166,7 @@ def model_states(
     """Model states of data-parallel rank ``rank`` (default: the worst, i.e. the one with the most
     optimizer state), over the whole model or, with ``stage``, pipeline stage ``stage``'s parameters.
     AdamW's 0-d ``step`` counters are left out (foreach/for-loop keep them on the CPU)."""
-    e, d = _element_bytes(setup), layout.dp
+    e, d = element_bytes(setup), layout.dp
     groups = _grouped(cfg, layout.tp, layout.vocab_parallel, None if stage is None else (layout.pp, stage))
     full = sum(n * r * c for (r, c, _), n in groups) * e
     if layout.fsdp:
@@ -324,7 +324,7 @@ def adamw_temporary(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayo
     this rank holds.  foreach: one copy of v per parameter group (``torch._foreach_sqrt``; the
     measured TP rank has two groups, DTensor and plain, because foreach refuses to mix them: the
     larger counts); fused: 0; for-loop: a bound, one copy of v."""
-    e = _element_bytes(setup)
+    e = element_bytes(setup)
     if setup.optimizer == "fused":
         return 0
     if setup.optimizer == "foreach" and layout.tp > 1 and not layout.fsdp:
@@ -375,7 +375,7 @@ def rank_step(
     r = single_rank_step(cfg, seq, batch, setup, layout, mode)
     st = model_states(cfg, setup, layout, rank=rank)
     act = saved_activations(cfg, seq, batch, setup, layout)
-    e = _element_bytes(setup)
+    e = element_bytes(setup)
     n = sum(local_numels(cfg, layout.tp, layout.vocab_parallel)) * e
     n_run = n * DTYPE_BYTES[fsdp_compute_setup(setup, layout).param_dtype] // e  # the replay's parameter bytes
     base = r.baseline - 3 * n_run + st.parameters + st.optimizer + st.ddp_buckets
@@ -417,47 +417,3 @@ def stage_parameters(cfg: ModelConfig, stages: int, stage: int) -> tuple[ParamSh
             head.append(ParamShape("lm_head", cfg.vocab_size, cfg.d_model, VOCAB, 0))
         out += head
     return tuple(out)
-
-
-def pipeline_stages(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout):
-    """1F1B over P stages and m micro-batches (analytic only: torch.distributed.pipelining is not run
-    on the fake process group here).  Stage s keeps the saved activations of k = min(P − s, m)
-    micro-batches at once (1F1B's warm-up depth); one micro-batch saves its blocks' share of the
-    per-layer activations, plus on the last stage the final norm's, LM head's and cross-entropy's.
-    Peak ESTIMATE per stage: baseline (its model states, ``model_states`` over its parameters) +
-    k × its activations + the last stage's cross-entropy transient (the single-GPU replay's forward
-    peak above its forward end).  Returns (stage, plain step, traced step, states, activations) of
-    the stage with the highest peak: stage 0 (the most micro-batches in flight, the first L mod P
-    stages one block more) or the last (the head); a middle stage has fewer of both."""
-    flat = ParallelLayout(
-        dp=layout.dp, zero=layout.zero, tp=layout.tp, sequence_parallel=layout.sequence_parallel,
-        vocab_parallel=layout.vocab_parallel,
-    )  # fmt: skip
-    per_layer, head = _activation_split(cfg, seq, batch, setup, flat)
-    r = single_rank_step(cfg, seq, batch, setup, flat, "plain")
-    best = None
-    for s in sorted({0, layout.pp - 1}):  # stage 0 keeps the most micro-batches; the last, the head
-        st = model_states(cfg, setup, layout, stage=s)
-        last = s == layout.pp - 1
-        one = len(stage_layers(cfg.num_layers, layout.pp, s)) * per_layer + (head if last else 0)
-        k = min(layout.pp - s, layout.micro_batches)
-        base = st.total + 2 * 8 * batch * seq
-        act = k * one
-        transient = (r.forward.peak - r.forward.end) if last else 0
-        fwd = PhaseBytes(base + act + transient, base + act)
-        bwd = PhaseBytes(base + act + st.gradients + transient, base + st.gradients)
-        opt = PhaseBytes(base + st.gradients + st.owned_elements * _element_bytes(setup), base)
-        step = StepMemory(base, fwd, bwd, opt)
-        if best is None or step.peak > best[1].peak:
-            best = (s, step, step, st, act)
-    return best
-
-
-@lru_cache(maxsize=1024)
-def _activation_split(cfg, seq, batch, setup, layout) -> tuple[int, int]:
-    """(saved bytes per block, saved bytes of everything else) of one micro-batch on one rank."""
-    total = saved_activations(cfg, seq, batch, setup, layout)
-    one = dataclasses.replace(cfg, num_layers=1)
-    two = dataclasses.replace(cfg, num_layers=2)
-    per_layer = saved_activations(two, seq, batch, setup, layout) - saved_activations(one, seq, batch, setup, layout)
-    return per_layer, total - cfg.num_layers * per_layer

@@ -18,7 +18,8 @@ from ..result import Result
 from ..setup import TrainingSetup
 from .collectives import Collective, step_collectives, wire_bytes
 from .hardware_flops import StepFlops, step_flops
-from .parallel import ModelStates, local_config, pipeline_stages, rank_step
+from .parallel import ModelStates, local_config, rank_step
+from .pipeline import pipeline_stages
 
 DEFAULT_ALLOWANCE = 3 * 10**9
 """3 GB per GPU: the CUDA context and cuBLAS workspaces (about 0.5–1 GB on an H100), NCCL's

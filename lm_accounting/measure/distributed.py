@@ -22,7 +22,6 @@ import contextlib
 import weakref
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import partial
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -32,6 +31,7 @@ from ..layout import ParallelLayout
 from ..names import ADAMW_KWARGS
 from ..phases import StepMemory
 from ..setup import TrainingSetup
+from .parallelize import all_reduce_hook, build_rank, param_groups
 from .tracker import StorageTracker, init_optimizer_state
 
 COLLECTIVES = {  # op name -> collective kind (c10d ops and functional collectives)
@@ -222,7 +222,6 @@ def _clear_dtensor_caches() -> None:
             fn.cache_clear()
 
 
-_JOBS = [0]
 REAL_RUN_PARAMS = 200_000_000  # a real-tensor run holds ~16 bytes per parameter on this CPU
 
 
@@ -230,142 +229,6 @@ def parameter_count(cfg: ModelConfig) -> int:
     from ..analytic.params import parameter_breakdown
 
     return parameter_breakdown(cfg).total
-
-
-def _meshes(layout: ParallelLayout):
-    from torch.distributed.device_mesh import init_device_mesh
-
-    # names unique per job: DTensor's caches compare meshes by shape and names, and would hand a
-    # second job in this process the first one's (destroyed) process groups
-    _JOBS[0] += 1
-    dp, tp = f"dp{_JOBS[0]}", f"tp{_JOBS[0]}"
-    if layout.tp > 1 and layout.dp > 1:
-        mesh = init_device_mesh("cpu", (layout.dp, layout.tp), mesh_dim_names=(dp, tp))
-        return mesh[dp], mesh[tp]
-    one = init_device_mesh("cpu", (layout.world,), mesh_dim_names=(dp if layout.tp == 1 else tp,))
-    return (one, None) if layout.tp == 1 else (None, one)
-
-
-def _styles():
-    """Column/row-wise styles that accept the course's ``Linear`` (torch's accept only nn.Linear)."""
-    from torch.distributed.tensor import distribute_module
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
-    from torch.distributed.tensor.placement_types import Shard
-
-    class Colwise(ColwiseParallel):
-        def _apply(self, module, mesh):
-            return distribute_module(
-                module,
-                mesh,
-                self._partition_linear_fn,
-                partial(self._prepare_input_fn, self.input_layouts, self.desired_input_layouts),
-                partial(self._prepare_output_fn, self.output_layouts, self.use_local_output),
-            )
-
-    class Rowwise(RowwiseParallel):
-        def _apply(self, module, mesh):
-            self.desired_input_layouts = (Shard(-1),)
-            return distribute_module(
-                module,
-                mesh,
-                self._partition_linear_fn,
-                partial(self._prepare_input_fn, self.input_layouts, self.desired_input_layouts),
-                partial(self._prepare_output_fn, self.output_layouts, self.use_local_output),
-            )
-
-    return Colwise, Rowwise
-
-
-def apply_tensor_parallel(model, mesh, layout: ParallelLayout) -> None:
-    """Megatron splits of every block (torchtitan's plan): q/k/v, w1, w3 column-wise; output_proj and
-    w2 row-wise; with sequence parallel the norms run on sequence shards and the embedding output is
-    split along the sequence (and gathered again before the LM head)."""
-    from torch.distributed.tensor.parallel import (
-        PrepareModuleInput,
-        PrepareModuleOutput,
-        SequenceParallel,
-        parallelize_module,
-    )
-    from torch.distributed.tensor.placement_types import Replicate, Shard
-
-    if layout.vocab_parallel:
-        raise AccountingError("vocab parallel is analytic only (the course cross-entropy is not loss_parallel)")
-    Colwise, Rowwise = _styles()
-    sp = layout.sequence_parallel
-    for block in model.layers:
-        plan = {
-            "attn.q_proj": Colwise(),
-            "attn.k_proj": Colwise(),
-            "attn.v_proj": Colwise(),
-            "attn.output_proj": Rowwise(output_layouts=Shard(1)) if sp else Rowwise(),
-            "ffn.w1": Colwise(),
-            "ffn.w3": Colwise(),
-            "ffn.w2": Rowwise(output_layouts=Shard(1)) if sp else Rowwise(),
-        }
-        if sp:
-            plan["ln1"] = SequenceParallel()
-            plan["ln2"] = SequenceParallel()
-            plan["attn"] = PrepareModuleInput(
-                input_layouts=(Shard(1), None, None, None), desired_input_layouts=(Replicate(), None, None, None)
-            )
-            plan["ffn"] = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
-        parallelize_module(block, mesh, plan)
-        block.attn.num_heads //= layout.tp  # the local heads: q/k/v hold h/tp and kv/tp heads per rank
-        block.attn.num_kv_heads //= layout.tp
-    if sp:
-        parallelize_module(
-            model,
-            mesh,
-            {
-                "token_embeddings": PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=Shard(1)),
-                "ln_final": SequenceParallel(),
-                "lm_head": PrepareModuleInput(
-                    input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=True
-                ),
-            },
-        )
-
-
-def param_groups(model) -> list[dict]:
-    """DTensor and plain parameters in separate groups: foreach AdamW runs one group at a time and
-    refuses to mix the two (TP leaves the embedding, norms and LM head plain)."""
-    from torch.distributed.tensor import DTensor
-
-    params = list(model.parameters())
-    split = [[p for p in params if isinstance(p, DTensor)], [p for p in params if not isinstance(p, DTensor)]]
-    return [{"params": g} for g in split if g]
-
-
-def build_rank(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout):
-    """(model, optimizer) of this rank, built on meta and parallelized; not yet materialised."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-    from ..model import build_model
-
-    dp_mesh, tp_mesh = _meshes(layout)
-    model = build_model(cfg, "meta", setup=setup)
-    if tp_mesh is not None:
-        apply_tensor_parallel(model, tp_mesh, layout)
-    if layout.fsdp and dp_mesh is not None:
-        mp = MixedPrecisionPolicy()
-        if setup.autocast:
-            mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-        reshard = layout.zero == 3
-        for block in model.layers:
-            fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp)
-        fully_shard(model, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp)
-    return model, dp_mesh
-
-
-def _all_reduce_hook(group, bucket):
-    """DDP comm hook for the fake group: all-reduce the bucket (a no-op there), return it done."""
-    import torch.distributed as dist
-
-    buffer = bucket.buffer()
-    dist.all_reduce(buffer, group=group)
-    fut = torch.futures.Future()
-    fut.set_result(buffer)
-    return fut
 
 
 def measure_rank(
@@ -424,7 +287,7 @@ def _run_rank(cfg, seq, batch, setup, layout, rank, comm_debug, model, dp_mesh, 
             from torch.nn.parallel import DistributedDataParallel
 
             train = DistributedDataParallel(model, process_group=dp_mesh.get_group())
-            train.register_comm_hook(dp_mesh.get_group(), _all_reduce_hook)
+            train.register_comm_hook(dp_mesh.get_group(), all_reduce_hook)
         if layout.zero == 1 and layout.dp > 1:
             from torch.distributed.optim import ZeroRedundancyOptimizer
 
