@@ -12,6 +12,7 @@ from ..output import SAFE_NAME, atomic_dir, write_atomic, write_json, write_tabl
 from ..views.account import breakdown_table
 from ..views.crosscheck import crosscheck_view
 from ..views.infer_report import write_inference
+from ..views.plan import write_parallel
 from ..views.setups import plot_setups, setup_rows, setup_table
 from ..views.sweep import SWEEP_FILES, write_sweep
 from .answer_tables import (
@@ -29,6 +30,7 @@ REPORT_FILES = re.compile(
     rf"answers\.json|assignment\.md|tables/{SAFE_NAME}\.(md|csv)|sweep/({SWEEP_FILES})"
     r"|setups/peak_vs_context\.(md|csv|png|svg)"
     r"|inference/(serving\.(md|csv)|(decode_tokens_per_s|memory_vs_sequences)\.(png|svg))"
+    r"|parallel/(llama-3-8b|llama-3\.1-70b)-8k-(plan\.md|memory-vs-gpus\.(png|svg))"
     r"|\.[A-Za-z0-9._+-]+\.[a-z0-9_]{8}\.(json|md)"
 )
 """Every file a report writes (and the temporary files a killed older version could leave)."""
@@ -42,7 +44,9 @@ def is_report_file(rel: str) -> bool:
 
 def _is_report_figure(rel: str) -> bool:
     return (
-        rel.startswith(("sweep/", "setups/", "inference/")) and rel.endswith((".png", ".svg")) and is_report_file(rel)
+        rel.startswith(("sweep/", "setups/", "inference/", "parallel/"))
+        and rel.endswith((".png", ".svg"))
+        and is_report_file(rel)
     )
 
 
@@ -84,6 +88,7 @@ def _write_report_files(out: Path, live: bool, plots: bool, progress: bool) -> t
     paths += write_sweep(ans.sweep, out / "sweep", BUDGETS["80 GB"], "80 GB", plots=plots, atomic=False)
     paths += write_setups(out / "setups" / "peak_vs_context", plots)
     paths += write_inference(out / "inference", plots)  # issue 12: serving Llama-3-8B and an MoE on an H100
+    paths += write_parallel(out / "parallel", plots)  # issue 11: the planner for Llama-3-8B and -70B at 8k
     paths.append(write_json(out / "answers.json", answers_json(ans)))
     paths.append(write_atomic(out / "assignment.md", assignment_markdown(ans, live)))
     return ans, paths

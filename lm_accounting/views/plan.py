@@ -91,3 +91,34 @@ def plot_memory_vs_gpus(curves: dict, memory_bytes: int, title: str, path_stem) 
         fig.savefig(path, format=ext, dpi=150, metadata={"Date": None} if ext == "svg" else None)
         paths.append(path)
     return paths
+
+
+REPORT_MODELS = ("llama-3-8b", "llama-3.1-70b")
+"""The committed planner examples (``reports/parallel/``): 8k context on 8..1024 H100s, 15T tokens."""
+
+
+def write_parallel(out, plots: bool = True) -> list:
+    """``reports/parallel/``: for each of ``REPORT_MODELS``, the planner's best layouts (markdown) and,
+    with ``plots``, per-GPU memory against GPU count (PNG, SVG).  Returns the paths written."""
+    from pathlib import Path
+
+    from ..analytic.sizes import at_context
+    from ..config import load_config
+    from ..gpus import gpu
+    from ..output import write_atomic
+    from ..plan import memory_vs_gpus, plan
+    from . import render
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name in REPORT_MODELS:
+        cfg = at_context(load_config(name), 8192)
+        result = plan(cfg, "h100-80gb", (8, 1024), 8192, 4 * 1024 * 1024, 15 * 10**12, price_per_gpu_hour=2.0)
+        paths.append(write_atomic(out / f"{name}-8k-plan.md", render(result, "markdown")))
+        if plots:
+            curves = memory_vs_gpus(cfg, 8192, (8, 1024))
+            title = f"{cfg.name} at S = 8,192: sdpa, amp-bf16, full checkpointing, micro-batch 1"
+            stem = out / f"{name}-8k-memory-vs-gpus"
+            paths += [Path(p) for p in plot_memory_vs_gpus(curves, gpu("h100-80gb").memory_bytes, title, stem)]
+    return paths
