@@ -98,6 +98,22 @@ class Account(Result):
                         unit=bd.unit,
                     )
                 )
+        for key, label, value in (
+            ("total", "all parameters", self.params.total),
+            ("active", "parameters one token uses (MoE: its top-k experts only)", self.active_params),
+        ):
+            rows.append(
+                dict(
+                    section="parameter_totals",
+                    key=key,
+                    label=label,
+                    group="",
+                    per_layer=None,
+                    total=value,
+                    share=value / self.params.total,
+                    unit="params",
+                )
+            )
         step = self.training.step
         extra = [("attention_causal_halved", "QKᵀ+AV, causal half", self.causal_attention)]
         for key, label, value in [*self.training_rows(), *extra]:

@@ -213,6 +213,11 @@ def _rmsnorm(key: str, label: str, width: Callable[[ModelConfig], int], text: st
     )
 
 
+def _v(cfg: ModelConfig) -> str:
+    """The value head's symbol: d_v under latent attention (narrower than d_head), else d_head."""
+    return "d_v" if cfg.mla else "d_head"
+
+
 def _rope_width(cfg: ModelConfig) -> int:
     """Elements RoPE rotates per token: every Q and K head's d_head, (h + kv)·d_head; under latent
     attention the RoPE part of each Q head and the one shared RoPE key, (h + 1)·qk_rope_head_dim."""
@@ -231,9 +236,15 @@ def _expert_swiglu(
     present: Callable[[ModelConfig], bool],
     count: Callable[[ModelConfig], int],
     count_text: str,
+    saved: Callable[[Sizes, str], int],
+    saved_text: dict[str, str],
 ) -> tuple[Component, ...]:
     """W1, W2, W3, SiLU and gate of a SwiGLU of hidden ``width`` run on ``rows(z)`` token rows, with
-    ``count(cfg)`` copies of its weights (E routed experts; 1 for the shared experts' one MLP)."""
+    ``count(cfg)`` copies of its weights (E routed experts; 1 for the shared experts' one MLP);
+    ``saved(z, part)``: the bytes each part keeps for backward, described by ``saved_text[part]``."""
+
+    def kept(part: str) -> Formula:
+        return Formula(lambda z: saved(z, part), saved_text[part])
 
     def matrix(name: str, what: str) -> Component:
         return Component(
@@ -244,6 +255,7 @@ def _expert_swiglu(
             layers=MOE_LAYERS,
             params=Formula(lambda z: count(z.cfg) * z.cfg.d_model * width(z.cfg), f"{count_text}d·{text}"),
             flops=Formula(lambda z: fl.matmul_flops(rows(z), z.cfg.d_model, width(z.cfg)), f"2·{rows_text}·d·{text}"),
+            saved=kept(name),
         )
 
     return (
@@ -257,6 +269,7 @@ def _expert_swiglu(
             present=present,
             layers=MOE_LAYERS,
             elementwise=Formula(lambda z: fl.silu_flops(rows(z), width(z.cfg)), f"4·{rows_text}·{text}"),
+            saved=kept("silu"),
         ),
         Component(
             f"{prefix}.gate",
@@ -265,6 +278,7 @@ def _expert_swiglu(
             present=present,
             layers=MOE_LAYERS,
             elementwise=Formula(lambda z: fl.gate_flops(rows(z), width(z.cfg)), f"{rows_text}·{text}"),
+            saved=kept("gate"),
         ),
     )
 
@@ -427,8 +441,8 @@ REGISTRY: tuple[Component, ...] = (
         "layers.*.attn.output_proj",
         "output projection",
         "attention projections",
-        params=Formula(lambda z: pa.output_proj_params(z.cfg), "h·d_head·d"),
-        flops=Formula(lambda z: fl.output_proj_flops(z.cfg, z.T), "2·T·h·d_head·d"),
+        params=Formula(lambda z: pa.output_proj_params(z.cfg), lambda cfg: f"h·{_v(cfg)}·d"),
+        flops=Formula(lambda z: fl.output_proj_flops(z.cfg, z.T), lambda cfg: f"2·T·h·{_v(cfg)}·d"),
         saved=Formula(
             act.output_proj_saved_bytes, "none: T·h·d_head·h (+ amp: n_W·2); selective: T·d·h", "output projection"
         ),
@@ -494,7 +508,7 @@ REGISTRY: tuple[Component, ...] = (
         "layers.*.attn.av",
         "attention AV",
         "attention matmuls",
-        flops=Formula(lambda z: fl.attention_values_flops(z.cfg, z.batch, z.seq), "2·B·h·S²·d_head"),
+        flops=Formula(lambda z: fl.attention_values_flops(z.cfg, z.batch, z.seq), lambda cfg: f"2·B·h·S²·{_v(cfg)}"),
         saved=Formula(
             act.av_saved_bytes, "none: B·h·S²·h + T·kv·d_head·h; selective: T·h·d_head·h", "AV: probabilities and V"
         ),
@@ -613,14 +627,28 @@ REGISTRY: tuple[Component, ...] = (
         elementwise=Formula(lambda z: fl.gate_flops(z.T, z.cfg.d_ff), "T·d_ff"),
         saved=Formula(lambda z: act.ffn_saved_bytes(z, "gate"), "none: T·d_ff·h", "gated product"),
     ),
-    _projection("layers.*.moe.router", "MoE router", "ffn", pa.router_params, "d·E", present=_moe, layers=MOE_LAYERS),
+    _projection(
+        "layers.*.moe.router",
+        "MoE router",
+        "ffn",
+        pa.router_params,
+        "d·E",
+        present=_moe,
+        layers=MOE_LAYERS,
+        saved=Formula(
+            act.moe_router_saved_bytes, "amp: E·d·2 + T·d·2; selective: T·E·h", "MoE router (amp copies; SAC cache)"
+        ),
+    ),
     Component(
         "layers.*.moe.router.scores",
-        "router scores (softmax over E)",
+        "router scores (softmax or sigmoid over E)",
         "ffn",
         present=_moe,
         layers=MOE_LAYERS,
         elementwise=Formula(lambda z: fl.softmax_flops(z.T * z.cfg.num_experts), "5·T·E"),
+        saved=Formula(
+            act.moe_scores_saved_bytes, "none: T·E·e + T·e + T·k·8", "router softmax (exp, row sums) and top-k indices"
+        ),
     ),
     *_expert_swiglu(
         "layers.*.moe.experts",
@@ -632,6 +660,14 @@ REGISTRY: tuple[Component, ...] = (
         _moe,
         lambda cfg: cfg.num_experts,
         "E·",
+        act.moe_experts_saved_bytes,
+        {
+            "w1": "none: T·k·d_e·h + T·k·d·e (the repeated rows; amp: T·k·d·2 + n_W·2); selective: T·k·d_e·h",
+            "w3": "none: T·k·d_e·h (+ amp: T·k·d·2 + n_W·2); selective: T·k·d_e·h",
+            "w2": "amp: n_W·2 (n_W: the experts that ran); selective: T·k·d·h",
+            "silu": "none: 2·T·k·d_e·h",
+            "gate": "none: T·k·d_e·h",
+        },
     ),
     *_expert_swiglu(
         "layers.*.moe.shared",
@@ -643,6 +679,14 @@ REGISTRY: tuple[Component, ...] = (
         lambda cfg: cfg.moe and cfg.shared_experts > 0,
         lambda cfg: 1,
         "",
+        act.moe_shared_saved_bytes,
+        {
+            "w1": "none: T·n_s·d_s·h (+ amp: n_W·2 + T·d·2); selective: T·n_s·d_s·h",
+            "w3": "none: T·n_s·d_s·h (+ amp: n_W·2 + T·d·2); selective: T·n_s·d_s·h",
+            "w2": "amp: n_W·2; selective: T·d·h",
+            "silu": "none: 2·T·n_s·d_s·h",
+            "gate": "none: T·n_s·d_s·h",
+        },
     ),
     Component(
         "layers.*.moe.combine",
@@ -654,6 +698,7 @@ REGISTRY: tuple[Component, ...] = (
             lambda z: fl.expert_combine_flops(z.T, z.cfg),
             lambda cfg: "2·T·k·d + T·d" if cfg.shared_experts else "2·T·k·d",
         ),
+        saved=Formula(act.moe_combine_saved_bytes, "none: T·k·d·h + T·k·e", "routed outputs and top-k weights"),
     ),
     Component(
         "layers.*.post_ffn_norm",

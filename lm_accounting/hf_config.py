@@ -218,15 +218,16 @@ class _Fields:
         self.used.add(key)
         return self.data.get(key, default)
 
-    def int(self, key: str, default: Any = ..., *, allow_none: bool = False) -> int | None:
-        """An integer field in [1, 10^18]; ``default=...`` makes it required."""
+    def int(self, key: str, default: Any = ..., *, allow_none: bool = False, null: bool = True) -> int | None:
+        """An integer field in [1, 10^18]; ``default=...`` makes it required.  ``null=False``: an explicit
+        null is refused rather than read as the default (a count whose absence changes the model)."""
         if key not in self.data:
             if default is ...:
                 raise self.error(f"missing required field '{key}' (model_type '{self.model_type}')")
             self.used.add(key)
             return default
         value = self.raw(key)
-        if value is None and (allow_none or default is not ...):
+        if value is None and null and (allow_none or default is not ...):
             return default if default is not ... else None
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.error(f"field '{key}' must be an integer, got {short_repr(value)}")
@@ -509,9 +510,9 @@ def _experts(f: _Fields, count: str, width: str | None, defaults: tuple = (..., 
     ``num_experts_per_tok``, each of width ``width`` (absent for Mixtral, whose experts have the dense
     ``intermediate_size``); ``defaults`` (count, top-k, width) are the config class's, ``...`` = required."""
     return {
-        "num_experts": f.int(count, defaults[0]),
-        "experts_per_token": f.int("num_experts_per_tok", defaults[1]),
-        "expert_d_ff": None if width is None else f.int(width, defaults[2]),
+        "num_experts": f.int(count, defaults[0], null=False),
+        "experts_per_token": f.int("num_experts_per_tok", defaults[1], null=False),
+        "expert_d_ff": None if width is None else f.int(width, defaults[2], null=False),
     }
 
 
@@ -545,7 +546,7 @@ def _deepseek(f: _Fields, version: int) -> dict[str, Any]:
     heads = out["num_heads"]
     if out["num_kv_heads"] not in (None, heads):
         raise f.error("field 'num_key_value_heads' must equal num_attention_heads for latent attention")
-    rope = f.int("qk_rope_head_dim", 64)
+    rope = f.int("qk_rope_head_dim", 64, null=False)
     if out["head_dim"] not in (None, rope):
         raise f.error(f"field 'head_dim' = {out['head_dim']} must be qk_rope_head_dim ({rope}) for DeepSeek")
     f.only("attention_bias", (False,), "DeepSeek's projections without biases")
@@ -558,21 +559,19 @@ def _deepseek(f: _Fields, version: int) -> dict[str, Any]:
         "head_dim": None,
         "mlp": _only_swiglu(f, "hidden_act"),
         **_experts(f, count, "moe_intermediate_size", (256, 8, 2048) if version == 3 else (64, ..., 1407)),
-        "shared_experts": f.int("n_shared_experts", 1 if version == 3 else 2),
+        "shared_experts": _count(f, "n_shared_experts", 1 if version == 3 else 2),
         "dense_layers_first": _count(f, "first_k_dense_replace", 3 if version == 3 else 0),
-        "kv_lora_rank": f.int("kv_lora_rank", 512),
+        "kv_lora_rank": f.int("kv_lora_rank", 512, null=False),
         "q_lora_rank": None if f.raw("q_lora_rank", 1536) is None else f.int("q_lora_rank", 1536),  # null: q_proj
-        "qk_nope_head_dim": f.int("qk_nope_head_dim", 128),
+        "qk_nope_head_dim": f.int("qk_nope_head_dim", 128, null=False),
         "qk_rope_head_dim": rope,
-        "v_head_dim": f.int("v_head_dim", 128),
+        "v_head_dim": f.int("v_head_dim", 128, null=False),
     }
 
 
 def _count(f: _Fields, key: str, default: int) -> int:
     """A count that may be 0 (``first_k_dense_replace``)."""
     value = f.raw(key, default)
-    if value is None:
-        return default
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SIZE:
         raise f.error(f"field '{key}' must be an integer >= 0, got {short_repr(value)}")
     return value

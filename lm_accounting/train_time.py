@@ -26,7 +26,7 @@ from .setup import TrainingSetup
 METHOD_LABELS = {
     "3x": "3 × forward (backward = 2 × forward)",
     "6nd": "6·N·D",
-    "palm": "PaLM 6·N_matmul·D + 12·L·h·d_head·S·D",
+    "palm": "PaLM 6·N_matmul·D + 6·L·h·(d_head + d_v)·S·D",
 }
 
 

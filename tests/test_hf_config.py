@@ -111,6 +111,19 @@ def test_layer_types_follow_the_window_rule():
         ({**LLAMA, "model_type": "mixtral"}, "missing required field 'num_local_experts' (model_type 'mixtral')"),
         ({**LLAMA, "model_type": "qwen3_moe"}, "missing required field 'num_experts' (model_type 'qwen3_moe')"),
         ({**LLAMA, "model_type": "qwen2_moe"}, "model_type 'qwen2_moe' has a shared expert behind its own sigmoid"),
+        ({**LLAMA, "model_type": "mixtral", "num_local_experts": None}, "'num_local_experts' must be an integer"),
+        (
+            {**LLAMA, "model_type": "deepseek_v3", "num_key_value_heads": 32, "n_routed_experts": None},
+            "field 'n_routed_experts' must be an integer, got None",  # not silently V3's 256
+        ),
+        (
+            {**LLAMA, "model_type": "deepseek_v3", "num_key_value_heads": 32, "kv_lora_rank": None},
+            "field 'kv_lora_rank' must be an integer, got None",
+        ),
+        (
+            {**LLAMA, "model_type": "deepseek_v3", "num_key_value_heads": 32, "n_shared_experts": None},
+            "field 'n_shared_experts' must be an integer >= 0, got None",
+        ),
         ({**LLAMA, "model_type": "deepseek_v3"}, "'num_key_value_heads' must equal num_attention_heads"),
         (
             {**LLAMA, "model_type": "mixtral", "num_local_experts": 2, "num_experts_per_tok": 3},

@@ -154,7 +154,8 @@ def test_checkpointed_step_runs_the_predicted_hardware_flops(setup, shared):
     the routed experts' w2 is rerun (its output is saved by the router-weight multiply)."""
     from lm_accounting.measure.crosscheck import crosscheck
 
-    cfg = dataclasses.replace(DEEPSEEK, shared_experts=shared)
+    base = DEEPSEEK if setup.attention == "naive" else MOE  # latent attention runs with naive attention only
+    cfg = dataclasses.replace(base, shared_experts=shared)
     cc = crosscheck(cfg, 37, 2, device="meta", setup=setup, backward=True)
     assert cc.mismatches() == []
     fwd = forward_flops(cfg.with_context(37), 37, 2)
@@ -213,8 +214,9 @@ def test_the_pair_scan_of_a_deep_model_sees_every_adjacent_pair(layers, first, e
 
 
 def test_memory_of_a_mixture_of_experts_is_its_exact_model_states(run_cli):
-    """Every expert's weights, gradients and AdamW moments: 4·N·4 bytes in fp32 (N = all 46.7B), and the
-    parts the step replay does not model are absent, not guessed."""
+    """Every expert's weights, gradients and AdamW moments: 4·N·4 bytes in fp32 (N = all 46.7B); the step
+    is replayed (tests/test_moe_replay.py checks it against the tracker), the course convention is not
+    shown, and what the replay does not model (latent attention) is refused, not guessed."""
     import json
 
     r = run_cli("memory", "mixtral-8x7b", "-S", "4096", "--optimizer", "fused", "--format", "json")
@@ -228,14 +230,14 @@ def test_memory_of_a_mixture_of_experts_is_its_exact_model_states(run_cli):
     # fused: one 4-byte step counter per parameter tensor on the device: per layer ln1, q, k, v, o, ln2,
     # router, 3 stacked expert matrices (10); embedding, final norm, LM head (3)
     assert exact["adamw_step_counters"] == 4 * (32 * 10 + 3)
-    assert exact["not_modelled"] == ["mixture of experts"] and exact["step"] is None
+    assert exact["not_modelled"] == [] and exact["step"] is not None
     assert data["course_convention"] is None
     assert data["inference"]["kv_cache"] == 2 * 8 * 128 * 32 * 4096 * 4  # K and V, fp32
     refused = run_cli("memory", "deepseek-v3", "--measure", "meta")
-    assert refused.code == 2 and "does not model mixture of experts, latent attention (MLA)" in refused.err
+    assert refused.code == 2 and "does not model latent attention (MLA)" in refused.err
 
 
-def test_a_sweep_over_a_mixture_of_experts_leaves_the_unmodelled_columns_empty(tmp_path):
+def test_a_sweep_over_a_mixture_of_experts_fills_the_step_columns(tmp_path):
     from lm_accounting.sweep import sweep
     from lm_accounting.views.sweep import write_sweep
 
@@ -243,8 +245,47 @@ def test_a_sweep_over_a_mixture_of_experts_leaves_the_unmodelled_columns_empty(t
     rows = {(r["model"], r["context"]): r for r in result.rows}
     moe, dense = rows["mixtral-8x7b", 1024], rows["gpt2-small", 1024]
     assert moe["mem:parameters"] == 4 * 46_702_792_704 and moe["params"] == 46_702_792_704
-    assert moe["mem:peak"] is None and moe["mem:activations"] is None and moe["mem:max_context"] is None
+    assert isinstance(moe["mem:peak"], int) and moe["mem:activations"] > 0 and moe["mem:max_context"] == 0
     assert moe["flops:total"] == 26_658_862_006_272
     assert isinstance(dense["mem:peak"], int) and dense["mem:max_context"] > 1024
     paths = write_sweep(result, tmp_path / "out", 80 * 10**9, "80 GB", plots=True)
     assert any(p.name == "memory_vs_context_mixtral-8x7b.png" for p in paths)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["crosscheck", "deepseek-v3", "-S", "64", "--attention", "sdpa"],
+            "latent attention runs with attention=naive",
+        ),
+        (
+            ["crosscheck", "mixtral-8x7b", "--set", "num_experts=100000000000", "-S", "8"],
+            "a stacked expert matrix (experts·d_model·expert_d_ff",
+        ),
+        (
+            ["crosscheck", "deepseek-v3", "--set", "kv_lora_rank=1000000000000000", "-S", "8"],
+            "the KV up-projection",
+        ),
+        (
+            ["infer", "deepseek-v3", "--prompt", "16", "--generate", "4", "--tp", "3"],
+            "does not divide the 128 attention",
+        ),
+    ],
+)
+def test_impossible_live_runs_of_moe_and_mla_are_one_line(run_cli, args, message):
+    r = run_cli(*args)
+    assert r.code == 2 and message in r.err and r.err.count("\n") == 1
+
+
+def test_a_mixed_model_has_no_single_per_layer_total_and_the_csv_has_active_parameters(run_cli):
+    import csv
+    import io
+
+    table = run_cli("deepseek-v3", "-S", "1024").out
+    total = next(line for line in table.splitlines() if line.startswith("total"))
+    assert " - " in total  # 3 dense + 58 MoE blocks: no block has the sum of both
+    assert "dense d_ff 18,432 in first 3 layers" in table and "256 experts × d_e 2,048, top-8" in table
+    rows = list(csv.DictReader(io.StringIO(run_cli("deepseek-v3", "--format", "csv").out)))
+    totals = {r["key"]: int(r["total"]) for r in rows if r["section"] == "parameter_totals"}
+    assert totals == {"total": 671_026_404_352, "active": 37_552_282_624}

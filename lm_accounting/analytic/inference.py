@@ -220,7 +220,12 @@ def kv_bytes(cfg: ModelConfig, tokens: int, batch: int, dtype: str, tp: int = 1)
 
 def check_tp(cfg: ModelConfig, tp: int) -> None:
     """Tensor parallelism splits heads: the KV heads (and query heads) must divide evenly."""
-    if cfg.kv_heads % tp or cfg.num_heads % tp:
+    if cfg.mla and cfg.num_heads % tp:  # latent attention: the heads split, the latent is replicated
+        valid = ", ".join(str(t) for t in range(1, min(cfg.num_heads, 64) + 1) if cfg.num_heads % t == 0)
+        raise AccountingError(
+            f"--tp {tp} does not divide the {cfg.num_heads} attention heads of {cfg.name} (valid: {valid})"
+        )
+    if not cfg.mla and (cfg.kv_heads % tp or cfg.num_heads % tp):
         raise AccountingError(
             f"--tp {tp} does not divide the {cfg.kv_heads} KV heads"
             + ("" if cfg.num_heads % tp == 0 else f" and {cfg.num_heads} query heads")

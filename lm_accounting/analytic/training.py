@@ -5,7 +5,7 @@ Conventions:
 * a training step's model FLOPs come from ``analytic.flops.training_flops``: ``"3x"``
   = forward + backward with backward = 2 x forward (the course's assumption, and what
   FlopCounterMode measures on the live model), ``"6nd"`` = 6·N·D (Kaplan et al. 2020),
-  ``"palm"`` = (6·N_matmul + 12·L·h·d_head·S)·D (Chowdhery et al. 2022, app. B; equal
+  ``"palm"`` = (6·N_matmul + 6·L·h·(d_head + d_v)·S)·D (Chowdhery et al. 2022, app. B, with d_v = d_head; equal
   to "3x" for this architecture);
 * the optimizer's FLOPs (``adamw_step_flops``) are reported on their own; for GPT-2 XL
   they are ~2·10⁻⁶ of a batch-1024 step, so ``training_time`` leaves them out unless the
@@ -118,8 +118,8 @@ def step_flops(cfg: ModelConfig, seq: int, batch: int, method: str = "3x") -> in
     """Model FLOPs of one training step on ``batch`` sequences of ``seq`` tokens.
 
     ``"3x"``: 3 x the matmul forward FLOPs (backward = 2 x forward);
-    ``"6nd"``: 6 · N · batch · seq with N = all trainable parameters;
-    ``"palm"``: (6·N_matmul + 12·L·h·d_head·S) · batch · seq.
+    ``"6nd"``: 6 · N · batch · seq with N = the active parameters (all of them for a dense model);
+    ``"palm"``: (6·N_matmul + 6·L·h·(d_head + d_v)·S) · batch · seq.
     """
     if method not in STEP_FLOPS_METHODS:
         raise AccountingError(f"unknown step FLOPs method '{method}' (valid: {', '.join(STEP_FLOPS_METHODS)})")

@@ -109,8 +109,31 @@ def _tensor_sizes(cfg: ModelConfig, seq: int, batch: int, element: int) -> list[
         ("the token embedding", "vocab·d_model", V * d, element),
         ("an FFN weight", "d_ff·d_model", cfg.d_ff * d, element),
         ("the query projection", "heads·head_dim·d_model", cfg.q_dim * d, element),
-        ("the RoPE tables", "context_length·head_dim/2", cfg.context_length * (cfg.d_head // 2), 4),
+        ("the RoPE tables", "context_length·head_dim/2", cfg.context_length * (cfg.rope_dim // 2), 4),
+        *_moe_and_mla_tensors(cfg, B * S, element, act),
     ]
+
+
+def _moe_and_mla_tensors(cfg: ModelConfig, tokens: int, element: int, act: int) -> list[tuple[str, str, int, int]]:
+    """The stacked expert weights and their token rows; the latent-attention projections."""
+    out = []
+    if cfg.moe:
+        k, E, f = cfg.experts_per_token, cfg.num_experts, cfg.expert_width
+        out += [
+            ("a stacked expert matrix", "experts·d_model·expert_d_ff", E * cfg.d_model * f, element),
+            ("the routed token rows", "B·S·k·expert_d_ff", tokens * k * f, act),
+            ("the shared experts' weight", "d_model·shared width", cfg.d_model * cfg.shared_width, element),
+        ]
+    if cfg.mla:
+        kv_up = cfg.num_heads * (cfg.qk_nope_head_dim + cfg.v_head_dim)
+        out += [
+            ("the KV up-projection", "kv_lora_rank·heads·(d_nope + d_v)", cfg.kv_lora_rank * kv_up, element),
+            ("the expanded keys and values", "B·S·heads·(d_nope + d_v)", tokens * kv_up, act),
+            ("the KV down-projection", "d_model·(kv_lora_rank + d_rope)", cfg.d_model * cfg.kv_cache_width, element),
+        ]
+        if cfg.q_lora_rank is not None:
+            out.append(("the Q up-projection", "q_lora_rank·heads·head_dim", cfg.q_lora_rank * cfg.q_dim, element))
+    return out
 
 
 def _fmt_seconds(seconds: float) -> str:

@@ -252,6 +252,12 @@ class TransformerLM(nn.Module):
                 "sliding-window attention runs with attention=naive only "
                 "(the fused kernel is called with is_causal=True and no window)"
             )
+        if cfg.mla and self.setup.attention != "naive":
+            raise AccountingError(
+                "latent attention runs with attention=naive in the live model: its value heads "
+                f"({cfg.v_head}) are narrower than its query/key heads ({cfg.d_head}), which torch's CPU flash "
+                "kernel refuses (and its meta kernel mis-shapes)"
+            )
         self.token_embeddings = Embedding(cfg.vocab_size, cfg.d_model, device=device, dtype=dtype)
         if cfg.positions == "learned":  # GPT-2's wpe: one learned vector per position
             self.position_embeddings = Embedding(cfg.position_rows, cfg.d_model, device=device, dtype=dtype)

@@ -20,21 +20,45 @@ BREAKDOWN_COLUMNS = (
 def breakdown_table(title: str, bd: Breakdown, layers: int) -> Table:
     total = bd.total
     rows = [(it.key, it.label, it.per_layer, it.total, it.total / total if total else 0.0) for it in bd]
-    rows.append(("total", f"all {layers} layers + the rest", bd.per_layer_total, total, 1.0 if total else 0.0))
-    return Table(title, BREAKDOWN_COLUMNS, rows)
+    # one block's total only when every block is the same (not a dense/MoE mix: no such block exists)
+    uniform = all(it.total == it.per_layer * layers for it in bd if it.per_layer)
+    per_layer = bd.per_layer_total if uniform else None
+    rows.append(("total", f"all {layers} layers + the rest", per_layer, total, 1.0 if total else 0.0))
+    notes = [] if uniform else ["per layer: the value in each block that has the component (blocks differ)"]
+    return Table(title, BREAKDOWN_COLUMNS, rows, notes)
 
 
 def describe_config(cfg: ModelConfig) -> str:
     heads = f"{cfg.num_heads} heads"
     if cfg.kv_heads != cfg.num_heads:
         heads += f" ({cfg.kv_heads} KV heads, GQA)"
-    extras = [f"head_dim {cfg.d_head}", f"d_ff {cfg.d_ff:,}", "tied" if cfg.tie_embeddings else "untied"]
+    if cfg.mla:
+        head = f"head_dim {cfg.d_head} (Q/K: {cfg.qk_nope_head_dim} + {cfg.qk_rope_head_dim} RoPE; V: {cfg.v_head})"
+    else:
+        head = f"head_dim {cfg.d_head}"
+    extras = [head, *_ffn_widths(cfg), "tied" if cfg.tie_embeddings else "untied"]
     if cfg.qk_norm:
         extras.append("qk-norm")
     return (
         f"{cfg.name}: vocab {cfg.vocab_size:,} · {cfg.num_layers} layers · d_model {cfg.d_model:,} · "
         f"{heads} · " + " · ".join(extras)
     )
+
+
+def _ffn_widths(cfg: ModelConfig) -> list[str]:
+    """The FFN widths a block really has: d_ff for dense blocks, the routed and shared experts' widths
+    for mixture-of-experts blocks, and which blocks are which."""
+    if not cfg.moe:
+        return [f"d_ff {cfg.d_ff:,}"]
+    out = [f"{cfg.num_experts} experts × d_e {cfg.expert_width:,}, top-{cfg.experts_per_token}"]
+    if cfg.shared_experts:
+        out.append(f"{cfg.shared_experts} shared × {cfg.shared_width // cfg.shared_experts:,}")
+    if cfg.dense_layers:
+        where = f"first {cfg.dense_layers_first}" if cfg.moe_every == 1 else f"{cfg.dense_layers} of {cfg.num_layers}"
+        out.append(f"dense d_ff {cfg.d_ff:,} in {where} layers")
+    else:
+        out.append("every layer MoE (d_ff unused)" if cfg.expert_d_ff is not None else "every layer MoE")
+    return out
 
 
 COURSE_GPT2_SHAPES = {
@@ -67,7 +91,7 @@ def account_view(acc: Account) -> View:
     cfg, L = acc.config, acc.config.num_layers
     ctx = f"context {acc.seq:,} tokens"
     if acc.preset_context != acc.seq:
-        ctx += f" (preset context_length {acc.preset_context:,})"
+        ctx += f" (config context_length {acc.preset_context:,})"
     header = [
         describe_config(cfg),
         describe_architecture(cfg),

@@ -81,6 +81,12 @@ def infer_view(r: Inference) -> View:
         (
             f"Roofline on {g.name}: peak {ro['peak_flops'] / 1e12:,.1f} TFLOP/s, HBM {g.bandwidth / 1e12:,.2f} TB/s, "
             f"ridge {ro['ridge_intensity']:,.1f} FLOP/byte (per GPU)"
+            + (
+                "; MLA in transformers v5's non-absorbed form (kv_b_proj re-expands every cached position at "
+                "each decode step; serving engines that absorb it into the queries do fewer FLOPs)"
+                if cfg.mla
+                else ""
+            )
         ),
         [
             Column("phase"),
