@@ -17,7 +17,7 @@ from .analytic.activations import saved_activation_breakdown
 from .analytic.capacity import max_context_that_fits
 from .analytic.hardware_flops import step_flops
 from .analytic.memory import adamw_step_temporary_bytes, model_state_breakdown
-from .analytic.replay import as_setup, predict_training_step
+from .analytic.replay import as_setup, predict_training_step, replay_supported
 from .config import AccountingError, ModelConfig, check_positive_int
 from .phases import PHASES
 from .result import Result
@@ -104,7 +104,7 @@ def analytic_row(
     groups = acc.forward.groups()
     total = acc.forward.total
     states = model_state_breakdown(cfg, dtype)
-    replayed = not cfg.unsupported_for_replay()  # else the step columns are None (as the memory command)
+    replayed = replay_supported(cfg, setup)  # else the step columns are None (as the memory command)
     step = predict_training_step(cfg, seq, batch, setup=setup, mode="plain") if replayed else None
     traced = predict_training_step(cfg, seq, batch, setup=setup, mode="traced") if replayed else None
     flops = step_flops(cfg, seq, batch, setup)
@@ -250,7 +250,7 @@ def sweep(
         bar = tqdm(total=len(points), unit="point", desc="sweep (live models)", leave=False)
     fitting = {
         cfg.name: None
-        if cfg.unsupported_for_replay()
+        if not replay_supported(cfg, setup)
         else max_context_that_fits(cfg, budget, batch, setup=setup, mode="plain")
         for cfg in configs
     }

@@ -200,6 +200,80 @@ def ffn_saved_bytes(z: Sizes, part: str) -> int:
     return out
 
 
+def _moe_rows(z: Sizes) -> int:
+    """T·k: the routed slot rows of a mixture-of-experts layer (every token's k experts)."""
+    return z.T * z.cfg.experts_per_token
+
+
+def moe_router_saved_bytes(z: Sizes) -> int:
+    """The router (a mixture of experts; its fp32 input, ln2's output, is counted under ln2): amp-bf16
+    (none): autocast's bf16 weight and input copies, E·d·2 + T·d·2; selective: its logits in the SAC
+    cache, T·E·h; else 0."""
+    return projection_saved_bytes(z, "layers.*.moe.router", z.cfg.num_experts)
+
+
+def _moe_weight_copies(z: Sizes) -> int:
+    """amp-bf16: autocast's bf16 copy of one expert matrix for each bmm that ran: the full part's E experts
+    (when T·k >= E) and the remainder's T·k mod E, (E·[q > 0] + rem)·d·d_e·2 (``MixtureOfExperts``)."""
+    c = z.cfg
+    q, rem = divmod(_moe_rows(z), c.num_experts)
+    return ((c.num_experts if q else 0) + rem) * c.d_model * c.expert_width * 2
+
+
+def moe_scores_saved_bytes(z: Sizes) -> int:
+    """Router softmax and top-k (none): exp and its row sums, kept by the division (T·E·e + T·e), and
+    top-k's int64 indices (T·k·8); checkpointed: 0."""
+    if _ck(z) != "none":
+        return 0
+    return z.act(z.cfg.num_experts) + z.act(1) + _moe_rows(z) * 8
+
+
+def moe_experts_saved_bytes(z: Sizes, part: str) -> int:
+    """The routed experts' SwiGLU over the T·k slot rows (none): as ``ffn_saved_bytes`` with T·k rows of
+    d_e (T·k·d_e·h each), and under ``w1`` the repeated token rows (T·k·d·e, kept as views by every
+    expert bmm); amp-bf16 instead: each of w1 and w3 keeps its bf16 input copy (T·k·d·2) and each of w1,
+    w3, w2 its bf16 weight copies (``_moe_weight_copies``); selective: the w1, w3 and w2 bmm outputs in the
+    SAC cache (T·k·d_e·h, T·k·d_e·h, T·k·d·h); full: 0."""
+    ck, rows, de, d = _ck(z), _moe_rows(z), z.cfg.expert_width, z.cfg.d_model
+    if ck == "full":
+        return 0
+    if ck == "selective":
+        return {"w1": rows * de * _h(z), "w3": rows * de * _h(z), "w2": rows * d * _h(z)}.get(part, 0)
+    per = {"w1": 1, "w3": 1, "silu": 2, "gate": 1, "w2": 0}[part] * rows * de * _h(z)
+    if z.amp:
+        return (
+            per
+            + (_moe_weight_copies(z) if part in ("w1", "w2", "w3") else 0)
+            + (rows * d * 2 if part in ("w1", "w3") else 0)
+        )
+    return per + (rows * d * z.e if part == "w1" else 0)
+
+
+def moe_shared_saved_bytes(z: Sizes, part: str) -> int:
+    """The shared experts' SwiGLU on every token, width n_s·d_s: as ``ffn_saved_bytes`` (its fp32 input
+    is ln2's output, counted there; amp-bf16: w1 and w3 keep bf16 weight and input copies, w2 its weight
+    copy)."""
+    ck, width = _ck(z), z.cfg.shared_width
+    if ck == "full":
+        return 0
+    if ck == "selective":
+        return {"w1": _hact(z, width), "w3": _hact(z, width), "w2": _hact(z, z.cfg.d_model)}.get(part, 0)
+    out = {"w1": 1, "w3": 1, "silu": 2, "gate": 1, "w2": 0}[part] * _hact(z, width)
+    if part in ("w1", "w3"):
+        out += projection_saved_bytes(z, f"layers.*.moe.shared.{part}", width)
+    if part == "w2":
+        out += _weight_copy(z, "layers.*.moe.shared.w2")
+    return out
+
+
+def moe_combine_saved_bytes(z: Sizes) -> int:
+    """The weighting of the expert outputs (none): the routed outputs in slot order (T·k·d·h) and the
+    top-k weights (T·k·e; fp32 under amp-bf16), both kept by the product; checkpointed: 0."""
+    if _ck(z) != "none":
+        return 0
+    return _moe_rows(z) * (z.cfg.d_model * _h(z) + z.e)
+
+
 def lm_head_saved_bytes(z: Sizes) -> int:
     """amp-bf16: autocast's bf16 copies of the LM head's weight (V·d·2) and input (T·d·2); else 0
     (the fp32/bf16 LM head keeps ln_final's output, counted there)."""

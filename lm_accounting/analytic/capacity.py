@@ -32,7 +32,7 @@ from typing import Any
 from ..config import AccountingError, ModelConfig
 from ..phases import PHASES
 from ..setup import TrainingSetup
-from .replay import PeakEnvelope, predict_training_step, replay_training_step
+from .replay import PeakEnvelope, moe_lines_in_batch, predict_training_step, replay_training_step
 
 MAX_SEARCH = 1 << 40  # far beyond any real context; keeps the context search finite
 
@@ -168,6 +168,11 @@ def peak_lines_in_batch(
     """Each phase's peak as exact lines in the batch (see the module docstring), for ``setup`` (or the
     older ``dtype``/``optimizer``) and ``mode``: "plain" (the default: a run with no dispatch mode, what a
     GPU user gets) or "traced" (what the storage tracker sees), as ``predict_training_step``."""
+    if not moe_lines_in_batch(cfg, seq):
+        raise AccountingError(
+            f"at context {seq} the mixture of experts splits its slots differently for different batches "
+            "(S·k not a multiple of E, or below 2·E): its peaks are no lines in B; use predict_training_step"
+        )
     step = replay_training_step(cfg, seq, dtype, optimizer, device, setup=setup, mode=mode)
     return StepPeakLines(*(phase_peak_lines(name, p.peak) for name, p in step.phases().items()))
 

@@ -30,7 +30,7 @@ from .capacity import StepPeakLines, max_context_that_fits, peak_lines_in_batch
 from .course import CoursePeak, course_linear_in_batch, course_peak, korthikanti_activation_bytes, max_batch
 from .hardware_flops import StepFlops, step_flops
 from .memory import adamw_step_counter_bytes, adamw_step_temporary_bytes, kv_cache_bytes, model_state_breakdown
-from .replay import as_setup, check_device, predict_training_step, traced_minus_plain
+from .replay import as_setup, check_device, predict_training_step, replay_unsupported, traced_minus_plain
 from .sizes import DEFAULT_SETUP
 
 COURSE_SOURCE = "CS336 (Stanford, spring 2025) assignment 1, adamwAccounting (a) and (b)"
@@ -117,8 +117,9 @@ class MemoryAccount(Result):
 
     @property
     def not_modelled(self) -> list[str]:
-        """The architecture options the step replay does not model (empty: everything is predicted)."""
-        return self.config.unsupported_for_replay()
+        """The architecture options the step replay does not model under this setup and context (empty:
+        everything is predicted; ``replay.replay_unsupported``)."""
+        return replay_unsupported(self.config, self.setup, self.seq)
 
     def to_dict(self) -> dict[str, Any]:
         setup = self.setup
@@ -335,9 +336,10 @@ def memory_account(
     check_device(device)
     setup, dtype = as_setup(setup, dtype, optimizer, default_optimizer="foreach")
     optimizer = setup.optimizer
-    if cfg.unsupported_for_replay():
+    if replay_unsupported(cfg, setup, seq):
         return states_only_account(cfg, seq, batch, dtype, setup, budget, device, cpu_threads)
-    a, b = course_linear_in_batch(cfg, seq)
+    course = cfg.course_architecture  # the course convention describes the course model only (not MoE)
+    a, b = course_linear_in_batch(cfg, seq) if course else (None, None)
     kw = dict(setup=setup)
     lines = peak_lines_in_batch(cfg, seq, device=device, mode="plain", **kw)
     return MemoryAccount(
@@ -348,9 +350,9 @@ def memory_account(
         optimizer=optimizer,
         budget=budget,
         device=device,
-        course=course_peak(cfg, seq, batch),
-        course_linear=(a, b),
-        course_max_batch=max_batch(a, b, budget),
+        course=course_peak(cfg, seq, batch) if course else None,
+        course_linear=(a, b) if course else None,
+        course_max_batch=max_batch(a, b, budget) if course else None,
         states=model_state_breakdown(cfg, dtype),
         step_temporaries=adamw_step_temporary_bytes(cfg, dtype, optimizer),
         step_counters=adamw_step_counter_bytes(cfg, optimizer, device),
@@ -359,7 +361,7 @@ def memory_account(
         peak_lines=lines,
         max_batch=lines.max_batch(budget),
         max_context=max_context_that_fits(cfg, budget, 1, device=device, mode="plain", **kw),
-        korthikanti=korthikanti_activation_bytes(cfg, seq, batch),
+        korthikanti=korthikanti_activation_bytes(cfg, seq, batch) if course else None,
         kv_cache=kv_cache_bytes(cfg, seq, batch, dtype),
         setup=setup,
         step_traced=predict_training_step(cfg, seq, batch, device=device, mode="traced", **kw),

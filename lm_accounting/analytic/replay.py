@@ -20,6 +20,13 @@ with no Python dispatch mode (what a GPU user gets; on CPU, what the allocator's
 ``mode="traced"`` is what the storage tracker (any dispatch mode, every meta run) sees.  Callers that
 compare with the tracker pass ``mode="traced"``.
 
+Mixture-of-experts blocks (``model/moe.py``) replace the FFN part of a block (``_moe_forward``,
+``_moe_backward`` and their unsaved and amp-bf16 forms), for every setup; the blocks are replayed in
+runs of equal kind (``_layer_runs``: dense_layers_first, moe_every).  How the T·k routed slots split
+over the E experts (q = ⌊T·k/E⌋ per expert in one batched part, T·k mod E in a remainder) decides which
+ops run, and it depends on B; so ``replay_training_step`` takes a ``batch`` hint and its lines in B
+hold for the batches that split alike (every B when E divides S·k and S·k >= 2·E: ``moe_lines_in_batch``).
+
 Notation: T = B·S tokens; e = bytes per element of the model dtype; RMSNorm computes in
 fp32 (4 bytes) and, for a 16-bit model, keeps fp32 copies instead of its input.
 """
@@ -271,8 +278,224 @@ def _rope_backward(r: _Replay, z: Sizes, width: int) -> None:
     r(+2 * H, -H, +2 * H, -H, _Copy(2 * H), -2 * H)  # scatter back into the strided halves; summed
 
 
-def _layer_forward(r: _Replay, z: Sizes, recompute: bool = False, cached: bool = False) -> None:
-    """One block, autograd saving what its formulas need.  ``recompute``: the backward-time rerun of
+class _MoeSplit:
+    """How ``MixtureOfExperts.forward`` splits the T·k routed slots at one batch: q = ⌊T·k/E⌋ slots per
+    expert in one (E, q, d) batch ("full") and the last ``rem`` = T·k mod E slots one each to experts
+    0..rem−1 ("remainder").  Which parts exist (and whether the full part's reshape copies: q > 1)
+    depends on B through T·k mod E, so the replay takes the batch as a hint: its sizes are exact lines
+    in B for every batch with the same ``rem`` and the same parts (B ≡ batch modulo E / gcd(S·k, E))."""
+
+    __slots__ = ("q", "rem")
+
+    def __init__(self, cfg: ModelConfig, seq: int, batch: int):
+        self.q, self.rem = divmod(batch * seq * cfg.experts_per_token, cfg.num_experts)
+
+    def full_rows(self, z: Sizes) -> Affine | int:
+        """q·E = T·k − rem slots, a line in B (0 without a full part)."""
+        return z.T * z.cfg.experts_per_token - self.rem if self.q else 0
+
+
+def _moe_forward(r: _Replay, z: Sizes, m: _MoeSplit, recompute: bool = False, cached: bool = False) -> None:
+    """``MixtureOfExperts.forward`` (model/moe.py) on ln2's output ``flat`` (T, d), autograd saving; ends
+    with its output (T, d) live.  E experts, top-k, expert width d_e; F = q·E and R = rem slot rows.
+    ``recompute``: a checkpoint's rerun, which stops once the block's last saved tensors are packed (the
+    weighting mul's inputs; with shared experts, their w2's) and drops the unsaved locals as it unwinds.
+    ``cached`` (selective): the rerun takes the mm and bmm outputs from the SAC cache (``n = 0``)."""
+    c, e = z.cfg, z.e
+    n = 0 if cached else 1
+    d, E, k, de = c.d_model, c.num_experts, c.experts_per_token, c.expert_width
+    Td, TE, Tr, Tkd = z.act(d), z.act(E), z.act(1), z.act(d) * k
+    F = m.full_rows(z)
+    Fde, Fd, Rde, Rd = F * de * e, F * d * e, m.rem * de * e, m.rem * d * e
+    r(+TE * n)  # router: flat (T, d) @ (d, E) -> logits T·E·e (mm saves flat and the weight)
+    r(+Tr, +TE, -Tr)  # softmax: max over E (detached, T·e); z = logits − max (T·E·e); the max dies
+    r(+TE, +Tr, +TE, -TE, -TE)  # exp (saved), Σ (saved, T·e), divide (T·E·e); z and the logits die on return
+    r(+z.T * k * e, +z.T * k * 8, -TE)  # topk: values T·k·e (saved by the weighting), int64 indices (saved); probs die
+    r(+Tkd)  # repeat_interleave: (T, d) -> (T·k, d), a copy T·k·d·e (saved, as views, by every expert bmm)
+    if m.q:  # (q·E, d) -> (E, q, d): bmm w1, sigmoid, silu, bmm w3, gate (all saved, F·d_e·e each); bmm w2 (F·d·e)
+        r(+Fde * n, +Fde, +Fde, +Fde * n, +Fde, +Fd * n)
+        if m.q > 1:
+            r(+Fd)  # (E, q, d) -> (q, E, d) -> (q·E, d) in slot order: transpose + reshape, a copy F·d·e
+    if m.rem:  # (R, 1, d): the same five saved R·d_e·e tensors and the bmm w2 output R·d·e
+        r(+Rde * n, +Rde, +Rde, +Rde * n, +Rde, +Rd * n)
+    if m.q and m.rem:
+        r(+Tkd)  # cat of the two parts -> routed (T·k, d) (saved by the weighting mul)
+    if recompute and not c.shared_experts:
+        r(*_moe_unsaved_parts(z, m))  # early stop at the weighting mul: its output is never made
+        return
+    r(+Tkd, +Td, -Tkd)  # routed · weights (T·k, d); sum over each token's k -> (T, d); the product dies
+    if c.shared_experts:
+        Sf = z.act(c.shared_width)  # the shared SwiGLU on flat: w1, sigmoid, silu, w3, gate (saved), w2
+        r(+Sf * n, +Sf, +Sf, +Sf * n, +Sf)
+        if recompute:  # early stop at the shared w2; the routed sum and the unsaved parts die
+            r(-Td, *_moe_unsaved_parts(z, m))
+            return
+        r(+Td)
+        r(+Td, -Td, -Td)  # routed + shared; both summands die
+    r(*_moe_unsaved_parts(z, m))  # on return
+
+
+def _moe_unsaved_parts(z: Sizes, m: _MoeSplit) -> tuple:
+    """The expert outputs that are not ``routed`` (so saved by nothing), freed when the forward returns:
+    with a cat both parts' w2 outputs (and the full part's reshape copy); without, the full part's w2
+    output when the reshape copied it."""
+    c, e = z.cfg, z.e
+    Fd, Rd = m.full_rows(z) * c.d_model * e, m.rem * c.d_model * e
+    if m.q and m.rem:
+        return (-Rd, -Fd, -(Fd if m.q > 1 else 0))
+    return (-Fd,) if m.q > 1 else ()
+
+
+def _moe_forward_unsaved(r: _Replay, z: Sizes, m: _MoeSplit, cached: bool = False) -> None:
+    """``MixtureOfExperts.forward`` inside a checkpoint: autograd saves nothing, every tensor lives as long
+    as Python holds it (locals die when the forward returns); ends with its output (T, d) live.
+    ``cached`` (selective): the SAC cache keeps every mm and bmm output (``k = 0``: a free it prevents)."""
+    k0 = 0 if cached else 1
+    c, e = z.cfg, z.e
+    d, E, k, de = c.d_model, c.num_experts, c.experts_per_token, c.expert_width
+    Td, TE, Tr, Tkd, Tk, Ti = z.act(d), z.act(E), z.act(1), z.act(d) * k, z.T * k * e, z.T * k * 8
+    F = m.full_rows(z)
+    Fde, Fd, Rde, Rd = F * de * e, F * d * e, m.rem * de * e, m.rem * d * e
+    r(+TE)  # router logits
+    r(+Tr, +TE, -Tr, +TE, +Tr, +TE)  # softmax: max (dies at once), z, exp, Σ, divide
+    r(-TE, -TE, -Tr, -TE * k0)  # on return z, exp, Σ and the logits die
+    r(+Tk, +Ti, -TE, -Ti)  # topk: values, indices; the probabilities and the indices die
+    r(+Tkd)  # repeat_interleave (a copy)
+    for rows_de, rows_d, present in ((Fde, Fd, m.q), (Rde, Rd, m.rem)):
+        if present:  # bmm w1; sigmoid; silu (sigmoid, w1 output die); bmm w3; gate (silu, w3 output die); bmm w2
+            r(+rows_de, +rows_de, +rows_de, -rows_de, -rows_de * k0, +rows_de, +rows_de, -rows_de, -rows_de * k0)
+            r(+rows_d, -rows_de)  # bmm w2; the gate dies
+            if rows_d is Fd and m.q > 1:
+                r(+Fd)  # transpose + reshape to slot order, a copy
+    if m.q and m.rem:
+        r(+Tkd)  # cat
+    r(+Tkd, +Td, -Tkd)  # routed · weights; sum over k; the product dies
+    if c.shared_experts:
+        Sf = z.act(c.shared_width)
+        r(+Sf, +Sf, +Sf, -Sf, -Sf * k0)  # shared w1; sigmoid; silu; sigmoid and w1 output die
+        r(+Sf, +Sf, -Sf, -Sf * k0)  # w3; gate; silu and w3 output die
+        r(+Td, -Sf, +Td, -Td * k0, -Td)  # w2; gate dies; routed + shared; both summands die
+    # on return: the weights, the slots, both parts' w2 outputs (kept by the SAC cache), the reshape copy
+    # and the cat
+    full_copy = Fd if m.q > 1 else 0
+    r(-Tk, -Tkd, -Fd * k0, -Rd * k0, -full_copy, -(Tkd if m.q and m.rem else 0))
+
+
+def _expert_branch_backward(
+    r: _Replay, z: Sizes, p: dict[str, int], rows: Affine | int, experts: int, last: bool, join: bool
+) -> None:
+    """Backward of one ``Experts`` call on (experts, rows/experts, d) inputs: each bmm gives dW for its
+    ``experts`` weight rows, which ``weight[:G]``'s slice backward copies into zeros (E, out, in); ``join``:
+    the other part's gradient of each weight waits in its AccumulateGrad buffer and this one joins it;
+    ``last``: the last part run, whose bmms release d(routed) and the repeated slots (T·k·d·e each)."""
+    c, e = z.cfg, z.e
+    d, de, k = c.d_model, c.expert_width, c.experts_per_token
+    Tkd = z.act(d) * k
+    Rde, Rd, W = rows * de * e, rows * d * e, experts * de * d * e
+    last_of = (-Tkd,) if last else ()
+
+    def weight(name: str) -> None:
+        full = p[f"moe.experts.{name}"]
+        r(+full, -W)  # slice backward: zeros (E, out, in), G rows copied in; the bmm's dW dies
+        if join:
+            r(_Copy(full), -full)  # summed with the other part's (a fresh tensor: in place when plain)
+
+    r(+W, +Rde, *last_of, -Rde)  # w2 bmm: dW, d(gate); [d(routed) dies]; the gate released
+    weight("w2")
+    r(+Rde, +Rde, -Rde, -Rde, -Rde)  # gate: d silu, d(w3 out)
+    r(+W, +Rd, -Rde)  # w3 bmm: dW, dx
+    weight("w3")
+    r(+Rde, +Rde, -Rde, -Rde)  # silu = a·σ(a)
+    r(+Rde, -Rde, -Rde, _Copy(Rde), -Rde)  # sigmoid backward; sum of the two paths
+    r(+W, +Rd, -Rde, *last_of, _Copy(Rd), -Rd)  # w1 bmm: dW, dx; [the slots die]; dx joins w3's (fresh: in place)
+    weight("w1")
+
+
+def _moe_grad_copy(z: Sizes, m: _MoeSplit | None) -> Affine | int:
+    """T·k·d·e when the MoE backward's first node to unpack saved tensors comes after the sum's backward
+    copy (no shared experts), else 0."""
+    if m is None or z.cfg.shared_experts:
+        return 0
+    return z.act(z.cfg.d_model) * z.cfg.experts_per_token
+
+
+def _moe_backward(
+    r: _Replay, z: Sizes, p: dict[str, int], m: _MoeSplit, copied: bool = False, rerun: bool = False
+) -> None:
+    """``MixtureOfExperts`` backward (autograd runs the later-created nodes first: the shared experts,
+    then the remainder part, the full part, repeat_interleave, topk, softmax, the router); ends with
+    d(flat) (T, d) live and flat (ln2's output) released."""
+    c, e = z.cfg, z.e
+    d, E, k = c.d_model, c.num_experts, c.experts_per_token
+    Td, TE, Tr, Tkd, Tk = z.act(d), z.act(E), z.act(1), z.act(d) * k, z.T * k * e
+    if c.shared_experts:
+        Sf = z.act(c.shared_width)
+        r(+p["moe.shared.w2"], +Sf, -Sf)  # shared w2: dW, d(gate); gate product released
+        r(+Sf, +Sf, -Sf, -Sf, -Sf)  # gate: d silu, d(w3 out)
+        r(+p["moe.shared.w3"], +Td, -Sf)  # w3: dW, dx
+        r(+Sf, +Sf, -Sf, -Sf)  # silu = a·σ(a)
+        r(+Sf, -Sf, -Sf, _Copy(Sf), -Sf)  # sigmoid backward; sum of the two paths
+        r(+p["moe.shared.w1"], +Td, -Sf, _Copy(Td), -Td)  # w1: dW, dx; dx joins w3's (fresh mm outputs: in place)
+    if not copied:  # (``copied``: done before a checkpoint's rerun)
+        r(+Tkd)  # sum over k backward: d(out) expanded to (T, k, d) and viewed as (T·k, d), a copy
+    if rerun:  # weighting mul: d(routed), g·routed; the rerun's routed and weights die with the node (only
+        # unpacked), before the engine sums g·routed to d(weights) (T·k·e); the product and g die
+        r(+Tkd, +Tkd, -Tkd, -Tk, +Tk, -Tkd, -Tkd)
+    else:  # weighting mul: d(routed) = g·weights; g·routed summed to d(weights) (T·k·e); the product, g, the
+        # saved weights and routed die
+        r(+Tkd, +Tkd, +Tk, -Tkd, -Tkd, -Tk, -Tkd)
+    F = m.full_rows(z)
+    if m.rem:  # created last, run first: the remainder's (R, 1, d) bmms over experts 0..R-1
+        _expert_branch_backward(r, z, p, m.rem, m.rem, last=not m.q, join=False)
+        r(+Tkd, -m.rem * d * e)  # slots[q·E:] slice backward: zeros (T·k, d); the (R, 1, d) grad dies
+    if m.q:
+        _expert_branch_backward(r, z, p, F, E, last=True, join=bool(m.rem))
+        if m.q > 1:
+            r(+F * d * e, -F * d * e)  # (E, q, d) -> (q, E, d) -> (q·E, d) through the transpose: a copy
+        r(+Tkd, -F * d * e)  # slots[:q·E] slice backward: zeros (T·k, d); the part's grad dies
+        if m.rem:
+            r(_Copy(Tkd), -Tkd)  # the two slice backwards summed (fresh: in place when plain)
+    r(+Td, -Tkd)  # repeat_interleave backward: sum over the k copies -> (T, d)
+    if c.shared_experts:
+        r(_Copy(Td), -Td)  # joins the shared experts' d(flat)
+    # topk backward: zeros (T, E), scatter into them (in place when plain); d(weights) and the indices die
+    r(+TE, _Copy(TE), -Tk, -z.T * k * 8)
+    r(+TE, +TE, +TE, +TE, -TE, -TE, -TE, +TE)  # softmax's divide backward: d e, d Σ
+    if rerun:  # the rerun's Σ, only unpacked, dies with the divide node, before its grad is summed
+        r(-Tr, +Tr, -TE, -TE, _Copy(TE), -Tr)  # Σ backward; paths summed
+    else:
+        r(+Tr, -TE, -TE, -Tr, _Copy(TE), -Tr)  # Σ backward; paths summed
+    r(+TE, -TE, -TE)  # exp backward; exp released
+    # router mm: dW (E·d·e), dx; d(logits) and flat (ln2's output) released; dx joins d(flat) (in place when plain)
+    r(+p["moe.router"], +Td, -TE, -Td, _Copy(Td), -Td)
+
+
+def _layer_runs(
+    r: _Replay,
+    c: ModelConfig,
+    split: _MoeSplit | None,
+    backward: bool,
+    body: Callable[[_Replay, _MoeSplit | None], None],
+) -> None:
+    """Replay the blocks in runs of equal kind (dense or mixture of experts), each run with ``_repeat``:
+    forward layers 0 .. L−1, backward L−1 .. 1 (layer 0, the ``last``, is replayed apart)."""
+    kinds = [c.layer_moe(i) for i in range(c.num_layers)]
+    if backward:
+        kinds = kinds[1:][::-1]
+    start = 0
+    while start < len(kinds):
+        end = start
+        while end < len(kinds) and kinds[end] == kinds[start]:
+            end += 1
+        moe = split if kinds[start] else None
+        _repeat(r, end - start, lambda q, m=moe: body(q, m))
+        start = end
+
+
+def _layer_forward(
+    r: _Replay, z: Sizes, recompute: bool = False, cached: bool = False, moe: _MoeSplit | None = None
+) -> None:
+    """One block, autograd saving what its formulas need (``moe``: a mixture-of-experts block).  ``recompute``: the backward-time rerun of
     a checkpointed block, which stops once its last saved tensor is packed again (w2's inputs).
     ``cached`` (selective): the rerun takes mm, bmm and fused-attention outputs from the SAC cache
     instead of computing them, so ``n = 0`` drops those allocations."""
@@ -305,6 +528,16 @@ def _layer_forward(r: _Replay, z: Sizes, recompute: bool = False, cached: bool =
         r(+Tq, -Tq)  # merge heads (saved by output_proj)
         r(+Td * n, -Tkv, +Td, -Td)  # output projection; v dies; residual add
     _norm_forward(r, z, T, c.d_model)  # ln2
+    if moe is not None:
+        _moe_forward(r, z, moe, recompute, cached)
+        if recompute:  # early stop (see ``_moe_forward``)
+            if z.e != 4:
+                r(-Td)  # 16-bit: the middle stream (unsaved: ln2 kept an fp32 copy) dies as the rerun unwinds
+            return
+        r(+Td, -Td)  # residual add; the MoE output dies
+        if z.e != 4:
+            r(-Td, -Td)  # 16-bit: the block's input and middle stream die (norms kept fp32 copies)
+        return
     r(+Tf * n, +Tf, +Tf, +Tf * n, +Tf)  # w1, sigmoid, silu, w3, gate (all saved)
     if recompute:  # checkpoint's early stop: w2's inputs were the block's last saved tensors
         if z.e != 4:
@@ -347,7 +580,7 @@ def _rope_forward_unsaved(r: _Replay, z: Sizes, width: int) -> None:
     r(+2 * H, -cs, -cs, -H, -H)  # stack + flatten; cos, sin and the two halves die on return
 
 
-def _layer_forward_unsaved(r: _Replay, z: Sizes, cached: bool = False) -> None:
+def _layer_forward_unsaved(r: _Replay, z: Sizes, cached: bool = False, moe: _MoeSplit | None = None) -> None:
     """One block inside ``torch.utils.checkpoint``: autograd saves nothing, only the block's input is
     kept (by the checkpoint); every other tensor dies when Python drops it.  ``cached`` (selective
     checkpointing): the outputs of mm, bmm and the fused kernel are also kept, in the SAC cache
@@ -381,13 +614,17 @@ def _layer_forward_unsaved(r: _Replay, z: Sizes, cached: bool = False) -> None:
     r(+Td, -Tq, -Tkv, -Tkv * k, -Tq, -Td)  # output projection; q, k, v, merged heads and ln1 output die
     r(+Td, -Td * k)  # residual add; attention output dies
     _norm_forward_unsaved(r, z, T, c.d_model)  # ln2
+    if moe is not None:
+        _moe_forward_unsaved(r, z, moe, cached)
+        r(-Td, +Td, -Td, -Td)  # ln2 output dies; residual add; the MoE output and the middle stream die
+        return
     r(+Tf, +Tf, +Tf, -Tf, -Tf * k)  # w1; sigmoid; silu; sigmoid and w1 output die
     r(+Tf, +Tf, -Tf, -Tf * k)  # w3; gate; silu and w3 output die
     r(+Td, -Tf, -Td)  # w2; gate and ln2 output die
     r(+Td, -Td * k, -Td)  # residual add; FFN output and middle stream die
 
 
-def _layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool) -> None:
+def _layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool, moe: _MoeSplit | None = None) -> None:
     """One block's backward (layer 0 is ``last``).  Under full checkpointing the block is first
     rerun (``_layer_forward(recompute=True)``), and the last frame to die, layer 0's, releases the
     positions and the causal mask that every block's recompute closure held."""
@@ -395,21 +632,29 @@ def _layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool) -> None
     Sc, Sr = z.scores, z.score_rows
     checkpointed = z.setup.checkpoint != "none"
     rerun = checkpointed
+    early = _moe_grad_copy(z, moe) if rerun else 0
     if rerun:
-        _layer_forward(r, z, recompute=True, cached=z.setup.checkpoint == "selective")
+        # (MoE without shared experts: the sum's backward copies d(out) before the first node that needs
+        # saved tensors, the weighting mul, starts the rerun)
+        r(+early)
+        _layer_forward(r, z, recompute=True, cached=z.setup.checkpoint == "selective", moe=moe)
     frame: tuple = ()  # what a checkpoint frame holds, released with the block input's last saved holder
     if checkpointed and last:
         frame = (8 * z.seq,) if z.sdpa else (8 * z.seq, z.seq * z.seq)  # positions (and mask), shared by all
-    if z.setup.checkpoint == "selective":
-        frame += (Td,)  # w2's output, left in the SAC cache by the early-stopping rerun
+    if z.setup.checkpoint == "selective" and (moe is None or c.shared_experts):
+        frame += (Td,)  # w2's output (MoE: the shared experts'), left in the SAC cache by the early-stopping rerun
     if checkpointed and z.e != 4:
         frame += (Td,)  # 16-bit: the block input itself (fp32: it is ln1's saved input, released there)
-    r(+p["ffn.w2"], +Tf, -Tf)  # w2: dW, d(gate); gate product released
-    r(+Tf, +Tf, -Tf, -Tf, -Tf)  # gate: d silu, d(w3 out)
-    r(+p["ffn.w3"], +Td, -Tf)  # w3: dW, dx
-    r(+Tf, +Tf, -Tf, -Tf)  # silu = a·σ(a)
-    r(+Tf, -Tf, -Tf, _Copy(Tf), -Tf)  # sigmoid backward; sum of the two paths
-    r(+p["ffn.w1"], +Td, -Tf, -Td, +Td, -Td, -Td)  # w1: dW, dx; ln2 output released; dx summed (a view: never in place)
+    if moe is not None:
+        _moe_backward(r, z, p, moe, copied=bool(early), rerun=rerun)
+    else:
+        r(+p["ffn.w2"], +Tf, -Tf)  # w2: dW, d(gate); gate product released
+        r(+Tf, +Tf, -Tf, -Tf, -Tf)  # gate: d silu, d(w3 out)
+        r(+p["ffn.w3"], +Td, -Tf)  # w3: dW, dx
+        r(+Tf, +Tf, -Tf, -Tf)  # silu = a·σ(a)
+        r(+Tf, -Tf, -Tf, _Copy(Tf), -Tf)  # sigmoid backward; sum of the two paths
+        # w1: dW, dx; ln2 output released; dx summed (a view: never in place)
+        r(+p["ffn.w1"], +Td, -Tf, -Td, +Td, -Td, -Td)
     _norm_backward(r, z, T, c.d_model, residual=True, rerun=rerun)  # ln2
     if z.sdpa:
         r(+p["attn.output_proj"], +Tq, -Tq)  # output_proj: dW, d(heads); merged heads released
@@ -455,7 +700,158 @@ def _amp_sizes(z: Sizes, p: dict[str, int]):
     return z.act(c.d_model), b.act(c.d_model), b.act(c.q_dim), b.act(c.kv_dim), b.act(c.d_ff), w
 
 
-def _amp_layer_forward(r: _Replay, z: Sizes, p: dict[str, int], recompute: bool = False, cached: bool = False) -> None:
+def _amp_moe_sizes(z: Sizes, m: _MoeSplit):
+    """amp-bf16 sizes of one MoE layer: the bf16 ``Sizes`` and, for the full and the remainder part (None
+    when absent), (rows·d_e·2, rows·d·2, G·d·d_e·2): bf16 slot rows of d_e and of d, and the G experts'
+    bf16 weight copy of one matrix."""
+    c, b = z.cfg, z.bf16
+    d, E, de = c.d_model, c.num_experts, c.expert_width
+    F = m.full_rows(z)
+    full = (F * de * 2, F * d * 2, E * d * de * 2) if m.q else None
+    rem = (m.rem * de * 2, m.rem * d * 2, m.rem * d * de * 2) if m.rem else None
+    return b, full, rem
+
+
+def _amp_moe_forward(
+    r: _Replay, z: Sizes, p: dict[str, int], m: _MoeSplit, recompute: bool = False, cached: bool = False
+) -> None:
+    """``MixtureOfExperts.forward`` under bf16 autocast (CUDA's lists, ``model/autocast.py``), autograd
+    saving; ends with its fp32 output (T, d) live.  Each matmul (router mm, expert bmm, shared mm) casts
+    its weight, then an fp32 input, to saved bf16 copies (the w2s take the bf16 gate as it is); softmax
+    runs in bf16 up to ``exp`` (CUDA's fp32 list: exp, Σ and the probabilities are fp32); top-k returns
+    fp32 weights; routed (bf16) · weights (fp32) promotes to fp32.  The fp32 repeated slots are saved by
+    nothing here (the bmms keep their own bf16 copies) and die with the forward's locals, as does
+    ln2's output (the block's caller drops it).  ``recompute``/``cached``: as ``_moe_forward``."""
+    c = z.cfg
+    d, E, k = c.d_model, c.num_experts, c.experts_per_token
+    b, full, rem = _amp_moe_sizes(z, m)
+    n = 0 if cached else 1
+    Td, Td2, TE2, TE4, Tr2, Tr4 = z.act(d), b.act(d), b.act(E), z.act(E), b.act(1), z.act(1)
+    Tkd4, Tkd2 = z.act(d) * k, b.act(d) * k
+    r(+p["moe.router"] // 2, +Td2, +TE2 * n)  # router: bf16 weight copy d·E·2 and input copy T·d·2 (saved); logits
+    r(+Tr2, +TE2, -Tr2)  # softmax (bf16): max (dies at once); z = logits − max
+    # exp: fp32 copy of z, exp (saved), the copy dies; Σ (fp32, saved); divide (fp32); z and the logits die
+    r(+TE4, +TE4, -TE4, +Tr4, +TE4, -TE2, -TE2)
+    r(+z.T * k * 4, +z.T * k * 8, -TE4)  # topk: fp32 values (saved by the weighting), int64 indices; probs die
+    r(+Tkd4)  # repeat_interleave: fp32 slots (T·k·d·4)
+    for part in (full, rem):
+        if part is None:
+            continue
+        Rde, Rd, W = part
+        r(+W, +Rd, +Rde * n, +Rde, +Rde)  # w1: weight and input copies (saved), output; sigmoid; silu
+        r(+W, +Rd, +Rde * n, +Rde)  # w3: weight and input copies (saved), output; gate
+        r(+W, +Rd * n)  # w2: weight copy (saved; the gate is bf16 already); output (bf16)
+        if part is full and m.q > 1:
+            r(+Rd)  # transpose + reshape to slot order, a copy
+    parts = _moe_unsaved_parts(b, m)  # the bf16 expert outputs saved by nothing
+    if m.q and m.rem:
+        r(+Tkd2)  # cat -> routed (bf16, saved by the weighting mul)
+    if recompute and not c.shared_experts:
+        r(-Tkd4, *parts)  # early stop at the weighting mul; the fp32 slots and unsaved outputs die
+        return
+    r(+Tkd4, +Td, -Tkd4)  # routed · weights (fp32 by type promotion); sum over k (fp32); the product dies
+    if c.shared_experts:
+        Sf, ws = b.act(c.shared_width), {x: p[f"moe.shared.{x}"] // 2 for x in ("w1", "w2", "w3")}
+        r(+ws["w1"], +Td2, +Sf * n, +Sf, +Sf)  # shared w1 (copies saved); sigmoid; silu
+        r(+ws["w3"], +Td2, +Sf * n, +Sf)  # w3 (copies saved); gate
+        r(+ws["w2"])  # w2's weight copy
+        if recompute:  # early stop at the shared w2: the routed sum, the slots and the unsaved outputs die
+            r(-Td, -Tkd4, *parts)
+            return
+        mix = z.mixed_add_temp(d)  # CPU only: the bf16 operand of fp32 + bf16, copied to fp32
+        r(+Td2 * n, +mix, +Td, -mix, -Td2, -Td)  # w2 (bf16); routed + shared (fp32); both summands die
+    r(-Tkd4, *parts)  # on return: the fp32 slots and the unsaved expert outputs
+
+
+def _amp_expert_branch_backward(r: _Replay, z: Sizes, p: dict[str, int], part: tuple, last: bool, join: bool) -> None:
+    """``_expert_branch_backward`` under amp-bf16: each bmm gives bf16 dW and dx, releases its saved bf16
+    weight and input copies, and autocast's ``_to_copy`` backward casts dx (the input copy's, run first: it
+    was made last) and dW to fp32 before the slice backward; ``last`` releases the bf16 d(routed)."""
+    Rde, Rd, W = part
+    Tkd2 = z.bf16.act(z.cfg.d_model) * z.cfg.experts_per_token
+    W4, Rd4 = 2 * W, 2 * Rd  # fp32 dW of G experts, fp32 dx
+    last_of = (-Tkd2,) if last else ()
+
+    def weight(name: str) -> None:
+        full = p[f"moe.experts.{name}"]
+        r(+W4, -W, +full, -W4)  # dW to fp32; slice backward: zeros (E, out, in), G rows copied in
+        if join:
+            r(_Copy(full), -full)  # summed with the other part's (in place when plain)
+
+    r(+W, +Rde, *last_of, -W, -Rde)  # w2 bmm: dW, d(gate) (bf16); [d(routed) dies]; weight copy, gate released
+    weight("w2")
+    r(+Rde, +Rde, -Rde, -Rde, -Rde)  # gate: d silu, d(w3 out)
+    r(+W, +Rd, -Rde, -W, -Rd, +Rd4, -Rd)  # w3 bmm: dW, dx; copies released; dx to fp32
+    weight("w3")
+    r(+Rde, +Rde, -Rde, -Rde)  # silu = a·σ(a)
+    r(+Rde, -Rde, -Rde, _Copy(Rde), -Rde)  # sigmoid backward; sum of the two paths
+    r(+W, +Rd, -Rde, -W, -Rd, +Rd4, -Rd, _Copy(Rd4), -Rd4)  # w1 bmm: dW, dx; copies released; dx fp32, joins w3's
+    weight("w1")
+
+
+def _amp_moe_backward(
+    r: _Replay, z: Sizes, p: dict[str, int], m: _MoeSplit, copied: bool = False, rerun: bool = False
+) -> None:
+    """``_moe_backward`` under amp-bf16 (see ``_amp_moe_forward`` for the dtypes): the shared experts as
+    the dense amp FFN, then the experts' parts, repeat_interleave, topk, softmax (fp32 from exp on), the
+    router; ends with d(flat) (T, d, fp32) live."""
+    c = z.cfg
+    d, E, k = c.d_model, c.num_experts, c.experts_per_token
+    b, full, rem = _amp_moe_sizes(z, m)
+    Td, Td2, TE2, TE4, Tr4 = z.act(d), b.act(d), b.act(E), z.act(E), z.act(1)
+    Tkd4, Tkd2, Tk4 = z.act(d) * k, b.act(d) * k, z.T * k * 4
+    if c.shared_experts:  # (the add's backward cast d(out) to bf16 for them first: ``_amp_layer_backward``)
+        Sf, x = b.act(c.shared_width), "moe.shared."
+        w = {n: p[x + n] // 2 for n in ("w1", "w2", "w3")}
+        r(+w["w2"], +Sf, -Td2, -w["w2"], -Sf, +p[x + "w2"], -w["w2"])  # w2: dW, d gate; dW to fp32
+        r(+Sf, +Sf, -Sf, -Sf, -Sf)  # gate: d silu, d(w3 out)
+        r(+w["w3"], +Td2, -Sf, -w["w3"], -Td2, +Td, -Td2, +p[x + "w3"], -w["w3"])  # w3
+        r(+Sf, +Sf, -Sf, -Sf)  # silu = a·σ(a)
+        r(+Sf, -Sf, -Sf, _Copy(Sf), -Sf)  # sigmoid backward; sum of the two paths
+        r(+w["w1"], +Td2, -Sf, -w["w1"], -Td2, +Td, -Td2, _Copy(Td), -Td, +p[x + "w1"], -w["w1"])  # w1
+    if not copied:
+        r(+Tkd4)  # sum over k backward: d(out) expanded and viewed as (T·k, d), a copy (fp32)
+    # weighting mul: g·weights (fp32), g·routed (fp32); d(routed) cast to routed's bf16 (the fp32 one dies);
+    # g·routed summed to d(weights); the product, g, the saved weights and routed die
+    if rerun:  # the rerun's routed and weights, only unpacked, die before the engine's cast and sum
+        r(+Tkd4, +Tkd4, -Tkd2, -Tk4, +Tkd2, -Tkd4, +Tk4, -Tkd4, -Tkd4)
+    else:
+        r(+Tkd4, +Tkd4, +Tkd2, -Tkd4, +Tk4, -Tkd4, -Tkd4, -Tk4, -Tkd2)
+    if rem is not None:
+        _amp_expert_branch_backward(r, z, p, rem, last=full is None, join=False)
+        r(+Tkd4, -2 * rem[1])  # slots[q·E:] slice backward: zeros (T·k, d) fp32; the (R, 1, d) grad dies
+    if full is not None:
+        _amp_expert_branch_backward(r, z, p, full, last=True, join=rem is not None)
+        Fd4 = 2 * full[1]
+        if m.q > 1:
+            r(+Fd4, -Fd4)  # (E, q, d) -> (q·E, d) through the transpose: a copy
+        r(+Tkd4, -Fd4)  # slots[:q·E] slice backward: zeros (T·k, d); the part's grad dies
+        if rem is not None:
+            r(_Copy(Tkd4), -Tkd4)  # the two slice backwards summed (in place when plain)
+    r(+Td, -Tkd4)  # repeat_interleave backward: sum over the k copies -> (T, d)
+    if c.shared_experts:
+        r(_Copy(Td), -Td)  # joins the shared experts' d(flat)
+    r(+TE4, _Copy(TE4), -Tk4, -z.T * k * 8)  # topk backward: zeros, scatter; d weights, indices die
+    r(+TE4, +TE4, +TE4, +TE4, -TE4, -TE4, -TE4, +TE4)  # softmax's divide backward (fp32): d e, d Σ
+    if rerun:
+        r(-Tr4, +Tr4, -TE4, -TE4, _Copy(TE4), -Tr4)  # Σ backward; paths summed
+    else:
+        r(+Tr4, -TE4, -TE4, -Tr4, _Copy(TE4), -Tr4)  # Σ backward; paths summed
+    r(+TE4, -TE4, -TE4)  # exp backward; exp released
+    r(+TE2, -TE4)  # back through exp's fp32 cast
+    wr = p["moe.router"] // 2
+    # router mm: dW, dx (bf16); d(logits), weight and input copies released; dx to fp32 joins d(flat); dW to fp32
+    r(+wr, +Td2, -TE2, -wr, -Td2, +Td, -Td2, _Copy(Td), -Td, +p["moe.router"], -wr)
+
+
+def _amp_layer_forward(
+    r: _Replay,
+    z: Sizes,
+    p: dict[str, int],
+    recompute: bool = False,
+    cached: bool = False,
+    moe: _MoeSplit | None = None,
+) -> None:
     """One block under bf16 autocast (CUDA's lists, ``model/autocast.py``), autograd saving.
 
     The residual stream and ln1/ln2 stay fp32 (``e`` = 4).  Each matmul casts its arguments last
@@ -495,6 +891,13 @@ def _amp_layer_forward(r: _Replay, z: Sizes, p: dict[str, int], recompute: bool 
         r(+Tq, -Tq)  # merge heads (saved by output_proj)
         r(+w["attn.output_proj"], +Td2 * n, -Tkv, -Td, +mix, +Td, -mix, -Td2)  # output proj; v, ln1 output die; add
     _norm_forward(r, z, T, c.d_model)  # ln2 (fp32)
+    if moe is not None:
+        _amp_moe_forward(r, z, p, moe, recompute, cached)
+        if recompute:  # early stop (see ``_amp_moe_forward``)
+            r(-Td)  # ln2's fp32 output (only its bf16 copies were saved) dies as the rerun unwinds
+            return
+        r(-Td, +Td, -Td)  # ln2's output dies; residual add (fp32 + fp32); the MoE output dies
+        return
     r(+w["ffn.w1"], +Td2, +Tf * n, +Tf, +Tf)  # w1 (copies saved); sigmoid; silu
     r(+w["ffn.w3"], +Td2, +Tf * n, +Tf)  # w3 (copies saved); gate
     r(+w["ffn.w2"])  # w2's weight copy (the gate is bf16 already)
@@ -504,7 +907,48 @@ def _amp_layer_forward(r: _Replay, z: Sizes, p: dict[str, int], recompute: bool 
     r(+Td2, -Td, +mix, +Td, -mix, -Td2)  # w2; ln2 output dies; residual add (fp32); FFN output dies
 
 
-def _amp_layer_forward_unsaved(r: _Replay, z: Sizes, p: dict[str, int], cached: bool = False) -> None:
+def _amp_moe_forward_unsaved(r: _Replay, z: Sizes, p: dict[str, int], m: _MoeSplit, cached: bool = False) -> None:
+    """``_amp_moe_forward`` inside a checkpoint: nothing saved, Python lifetimes (autocast's copies die
+    with their matmul); ``cached``: the SAC cache keeps every mm and bmm output (``k0 = 0``)."""
+    c = z.cfg
+    d, E, k = c.d_model, c.num_experts, c.experts_per_token
+    b, full, rem = _amp_moe_sizes(z, m)
+    k0 = 0 if cached else 1
+    Td, Td2, TE2, TE4, Tr2, Tr4 = z.act(d), b.act(d), b.act(E), z.act(E), b.act(1), z.act(1)
+    Tkd4, Tkd2, Tk4 = z.act(d) * k, b.act(d) * k, z.T * k * 4
+    wr = p["moe.router"] // 2
+    r(+wr, +Td2, +TE2, -Td2, -wr)  # router; the weight and input copies die with the matmul
+    r(+Tr2, +TE2, -Tr2, +TE4, +TE4, -TE4, +Tr4, +TE4)  # softmax: max, z; exp's fp32 copy (dies), exp; Σ; divide
+    r(-TE2, -TE4, -Tr4, -TE2 * k0)  # on return z, exp, Σ and the logits die
+    r(+Tk4, +z.T * k * 8, -TE4, -z.T * k * 8)  # topk: values, indices; the probabilities and the indices die
+    r(+Tkd4)  # repeat_interleave: fp32 slots
+    for part in (full, rem):
+        if part is None:
+            continue
+        Rde, Rd, W = part
+        r(+W, +Rd, +Rde, -Rd, -W, +Rde, +Rde, -Rde, -Rde * k0)  # w1 (copies die); sigmoid; silu; σ, w1 out die
+        r(+W, +Rd, +Rde, -Rd, -W, +Rde, -Rde, -Rde * k0)  # w3 (copies die); gate; silu, w3 out die
+        r(+W, +Rd, -W, -Rde)  # w2 (its weight copy dies); the gate dies
+        if part is full and m.q > 1:
+            r(+Rd)  # transpose + reshape to slot order, a copy
+    if m.q and m.rem:
+        r(+Tkd2)  # cat
+    r(+Tkd4, +Td, -Tkd4)  # routed · weights (fp32); sum over k; the product dies
+    if c.shared_experts:
+        Sf, ws = b.act(c.shared_width), {x: p[f"moe.shared.{x}"] // 2 for x in ("w1", "w2", "w3")}
+        mix = z.mixed_add_temp(d)  # CPU only: the bf16 operand of fp32 + bf16, copied to fp32
+        r(+ws["w1"], +Td2, +Sf, -Td2, -ws["w1"], +Sf, +Sf, -Sf, -Sf * k0)  # shared w1; sigmoid; silu
+        r(+ws["w3"], +Td2, +Sf, -Td2, -ws["w3"], +Sf, -Sf, -Sf * k0)  # w3; gate
+        r(+ws["w2"], +Td2, -ws["w2"], -Sf)  # w2; the gate dies
+        r(+mix, +Td, -mix, -Td2 * k0, -Td)  # routed + shared (fp32); both summands die
+    Fd, Rd = (full[1] if full else 0), (rem[1] if rem else 0)
+    # on return: the weights, the fp32 slots, both parts' w2 outputs (kept by the SAC cache), the reshape copy, the cat
+    r(-Tk4, -Tkd4, -Fd * k0, -Rd * k0, -(Fd if m.q > 1 else 0), -(Tkd2 if m.q and m.rem else 0))
+
+
+def _amp_layer_forward_unsaved(
+    r: _Replay, z: Sizes, p: dict[str, int], cached: bool = False, moe: _MoeSplit | None = None
+) -> None:
     """``_amp_layer_forward`` inside a checkpoint: nothing saved, Python lifetimes (see
     ``_layer_forward_unsaved``)."""
     c, T, b = z.cfg, z.T, z.bf16
@@ -537,13 +981,17 @@ def _amp_layer_forward_unsaved(r: _Replay, z: Sizes, p: dict[str, int], cached: 
     r(-Tq, -Tkv, -Tkv * k, -Tq, -Td)  # q, k, v, merged heads and ln1 output die
     r(+mix, +Td, -mix, -Td2 * k)  # residual add; attention output dies
     _norm_forward_unsaved(r, z, T, c.d_model)  # ln2
+    if moe is not None:
+        _amp_moe_forward_unsaved(r, z, p, moe, cached)
+        r(-Td, +Td, -Td, -Td)  # ln2 output dies; residual add (fp32); the MoE output and the middle stream die
+        return
     r(+w["ffn.w1"], +Td2, +Tf, -Td2, -w["ffn.w1"], +Tf, +Tf, -Tf, -Tf * k)  # w1; sigmoid; silu
     r(+w["ffn.w3"], +Td2, +Tf, -Td2, -w["ffn.w3"], +Tf, -Tf, -Tf * k)  # w3; gate
     r(+w["ffn.w2"], +Td2, -w["ffn.w2"], -Tf, -Td)  # w2; gate and ln2 output die
     r(+mix, +Td, -mix, -Td2 * k, -Td)  # residual add; FFN output and middle stream die
 
 
-def _amp_layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool) -> None:
+def _amp_layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool, moe: _MoeSplit | None = None) -> None:
     """One block's backward under amp-bf16: each matmul's gradients come out bf16 and are cast back
     through autocast's copies (``_to_copy`` backward): dx to fp32 for an fp32 input, dW to fp32
     (the parameter's dtype); the fp32 residual gradient is cast to bf16 where it enters a matmul."""
@@ -552,22 +1000,28 @@ def _amp_layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool) -> 
     Sc, Sc4, Sr4 = b.scores, z.scores, z.score_rows
     checkpointed = z.setup.checkpoint != "none"
     rerun = checkpointed
-    r(+Td2)  # the residual add's backward casts the fp32 gradient to the FFN output's bf16
+    # the residual add's backward casts the fp32 gradient to the FFN output's bf16 (MoE: the shared experts'
+    # output's; without them the MoE output is fp32, and the sum's backward copies d(out) first)
+    early = _moe_grad_copy(z, moe)  # fp32 (T·k·d·4): the MoE output is fp32
+    r(+Td2 if not early else early)
     if rerun:  # ... before w2's node unpacks its saved tensors, which starts the rerun
-        _amp_layer_forward(r, z, p, recompute=True, cached=z.setup.checkpoint == "selective")
+        _amp_layer_forward(r, z, p, recompute=True, cached=z.setup.checkpoint == "selective", moe=moe)
     frame: tuple = ()
     if checkpointed and last:
         frame = (8 * z.seq,) if z.sdpa else (8 * z.seq, z.seq * z.seq)
-    if z.setup.checkpoint == "selective":
-        frame += (Td2,)  # w2's output, left in the SAC cache
+    if z.setup.checkpoint == "selective" and (moe is None or c.shared_experts):
+        frame += (Td2,)  # w2's output (MoE: the shared experts'), left in the SAC cache
 
-    # w2 (its input, the gate, is bf16: no dx cast)
-    r(+w["ffn.w2"], +Tf, -Td2, -w["ffn.w2"], -Tf, +p["ffn.w2"], -w["ffn.w2"])
-    r(+Tf, +Tf, -Tf, -Tf, -Tf)  # gate: d silu, d(w3 out)
-    r(+w["ffn.w3"], +Td2, -Tf, -w["ffn.w3"], -Td2, +Td, -Td2, +p["ffn.w3"], -w["ffn.w3"])  # w3
-    r(+Tf, +Tf, -Tf, -Tf)  # silu = a·σ(a)
-    r(+Tf, -Tf, -Tf, _Copy(Tf), -Tf)  # sigmoid backward; sum of the two paths
-    r(+w["ffn.w1"], +Td2, -Tf, -w["ffn.w1"], -Td2, +Td, -Td2, _Copy(Td), -Td, +p["ffn.w1"], -w["ffn.w1"])  # w1
+    if moe is not None:
+        _amp_moe_backward(r, z, p, moe, copied=bool(early), rerun=rerun)
+    else:
+        # w2 (its input, the gate, is bf16: no dx cast)
+        r(+w["ffn.w2"], +Tf, -Td2, -w["ffn.w2"], -Tf, +p["ffn.w2"], -w["ffn.w2"])
+        r(+Tf, +Tf, -Tf, -Tf, -Tf)  # gate: d silu, d(w3 out)
+        r(+w["ffn.w3"], +Td2, -Tf, -w["ffn.w3"], -Td2, +Td, -Td2, +p["ffn.w3"], -w["ffn.w3"])  # w3
+        r(+Tf, +Tf, -Tf, -Tf)  # silu = a·σ(a)
+        r(+Tf, -Tf, -Tf, _Copy(Tf), -Tf)  # sigmoid backward; sum of the two paths
+        r(+w["ffn.w1"], +Td2, -Tf, -w["ffn.w1"], -Td2, +Td, -Td2, _Copy(Td), -Td, +p["ffn.w1"], -w["ffn.w1"])  # w1
     _norm_backward(r, z, T, c.d_model, residual=True, rerun=rerun)  # ln2
     out = "attn.output_proj"
     r(+Td2, +w[out], +Tq, -Td2, -w[out], -Tq, +p[out], -w[out])  # output_proj: grad to bf16; dW, d(heads)
@@ -644,6 +1098,42 @@ the storage tracker sees (under any dispatch mode, and on meta, autograd picks o
 of three backward ops)."""
 
 
+def replay_unsupported(cfg: ModelConfig, setup: TrainingSetup | None = None, seq: int | None = None) -> list[str]:
+    """What the replay does not model for ``cfg``: the architecture options of ``unsupported_for_replay``
+    except the mixture of experts, which the replay models under every setup (the ``_moe_*`` functions;
+    ``setup`` is accepted for the callers that pass it).  Empty: ``predict_training_step`` is exact.
+    With ``seq``, also whether the peaks are exact lines in the batch (``moe_lines_in_batch``), which
+    the capacity figures need."""
+    del setup  # every attention × checkpoint × precision × AdamW combination is modelled
+    out = [u for u in cfg.unsupported_for_replay() if u != "mixture of experts"]
+    if seq is not None and not moe_lines_in_batch(cfg, seq):
+        out.append(f"mixture of experts at context {seq} (S·k not a multiple of E, or below 2·E)")
+    return out
+
+
+def moe_lines_in_batch(cfg: ModelConfig, seq: int) -> bool:
+    """Whether a mixture of experts' step is one replay for every batch (always, for a dense model): when
+    E divides S·k and S·k >= 2·E, every batch puts q = B·S·k/E >= 2 slots on each expert and none in a
+    remainder, so the MoE ops and their sizes (lines in B) are the same for all B (``_MoeSplit``)."""
+    if not cfg.moe:
+        return True
+    slots = seq * cfg.experts_per_token
+    return slots % cfg.num_experts == 0 and slots >= 2 * cfg.num_experts
+
+
+def replay_supported(cfg: ModelConfig, setup: TrainingSetup | None = None) -> bool:
+    """Whether the implementation-exact replay models ``cfg`` under ``setup`` (``replay_unsupported``)."""
+    return not replay_unsupported(cfg, setup)
+
+
+def check_replay_supported(cfg: ModelConfig, setup: TrainingSetup | None = None) -> None:
+    unsupported = replay_unsupported(cfg, setup)
+    if unsupported:
+        raise AccountingError(
+            f"the implementation-exact memory replay covers the course architecture only, not {', '.join(unsupported)}"
+        )
+
+
 def check_mode(mode: str) -> None:
     if mode not in MODES:
         raise AccountingError(f"unknown mode '{mode}' (valid: {', '.join(MODES)})")
@@ -686,6 +1176,7 @@ def replay_training_step(
     setup: TrainingSetup | None = None,
     mode: str = "plain",
     cpu_threads: int = 1,
+    batch: int = 1,
 ) -> StepInBatch:
     """Replay one training step with the batch B as a variable (see the module docstring).
 
@@ -696,19 +1187,18 @@ def replay_training_step(
     (``plain_run_savings``).
 
     The baseline is the parameters, AdamW m and v, the RoPE tables and the input and target
-    ids, plus the AdamW step counters that live on ``device`` (``adamw_step_counter_bytes``)."""
+    ids, plus the AdamW step counters that live on ``device`` (``adamw_step_counter_bytes``).
+    ``batch`` (a mixture of experts only): the batch whose split of the routed slots is replayed; the
+    result is exact for every batch that splits alike (``_MoeSplit``, ``moe_lines_in_batch``)."""
     from .memory import adamw_step_counter_bytes, adamw_step_temporary_bytes
 
     setup, dtype = as_setup(setup, dtype, optimizer)
     optimizer = setup.optimizer
-    unsupported = cfg.unsupported_for_replay()
-    if unsupported:
-        raise AccountingError(
-            f"the implementation-exact memory replay covers the course architecture only, not {', '.join(unsupported)}"
-        )
+    check_replay_supported(cfg, setup)
     check_mode(mode)
-    check_batch_seq(1, seq)
+    check_batch_seq(batch, seq)
     check_device(device)
+    split = _MoeSplit(cfg, seq, batch) if cfg.moe else None
     plain = mode == "plain"
     z = Sizes(cfg, Affine(1), seq, DTYPE_BYTES[dtype], setup, plain, plain and device == "cpu", cpu_threads)
     c, e, T = cfg, z.e, z.T
@@ -727,13 +1217,13 @@ def replay_training_step(
     r(+Td)  # embedding lookup
     cached = z.setup.checkpoint == "selective"
     if z.amp and z.setup.checkpoint != "none":
-        _repeat(r, c.num_layers, lambda q: _amp_layer_forward_unsaved(q, z, p, cached=cached))
+        _layer_runs(r, c, split, False, lambda q, m: _amp_layer_forward_unsaved(q, z, p, cached=cached, moe=m))
     elif z.amp:
-        _repeat(r, c.num_layers, lambda q: _amp_layer_forward(q, z, p))
+        _layer_runs(r, c, split, False, lambda q, m: _amp_layer_forward(q, z, p, moe=m))
     elif z.setup.checkpoint != "none":
-        _repeat(r, c.num_layers, lambda q: _layer_forward_unsaved(q, z, cached=cached))
+        _layer_runs(r, c, split, False, lambda q, m: _layer_forward_unsaved(q, z, cached=cached, moe=m))
     else:
-        _repeat(r, c.num_layers, lambda q: _layer_forward(q, z))
+        _layer_runs(r, c, split, False, lambda q, m: _layer_forward(q, z, moe=m))
     layer_backward = _amp_layer_backward if z.amp else _layer_backward
     _norm_forward(r, z, T, c.d_model)  # ln_final
     head2 = emb // 2  # amp: autocast's bf16 copy of the LM head's weight (the embedding's when tied)
@@ -770,8 +1260,9 @@ def replay_training_step(
     else:
         r(+emb, +Td, -TV, -Td)  # lm_head: dW, dx; ln_final output released
     _norm_backward(r, z, T, c.d_model, residual=False)  # ln_final
-    _repeat(r, c.num_layers - 1, lambda q: layer_backward(q, z, p, last=False))  # layers L-1 .. 1
-    layer_backward(r, z, p, last=True)  # layer 0 also releases the shared mask
+    # layers L-1 .. 1, then layer 0, which also releases the shared mask
+    _layer_runs(r, c, split, True, lambda q, m: layer_backward(q, z, p, last=False, moe=m))
+    layer_backward(r, z, p, last=True, moe=split if c.layer_moe(0) else None)
     r(+emb, _Copy(emb), -Td)  # embedding backward: zeros, index_put (in place when plain)
     if c.tie_embeddings:
         r(_Copy(emb), -emb)  # accumulated onto the LM head's gradient
@@ -810,9 +1301,10 @@ def predict_training_step(
     ``device`` matters only for the AdamW step counters (``adamw_step_counter_bytes``): on
     ``cpu`` the for-loop and foreach implementations keep them on the CPU, with the model."""
     check_batch_seq(batch, seq)
-    return replay_training_step(cfg, seq, dtype, optimizer, device, setup=setup, mode=mode, cpu_threads=cpu_threads).at(
-        batch
+    step = replay_training_step(
+        cfg, seq, dtype, optimizer, device, setup=setup, mode=mode, cpu_threads=cpu_threads, batch=batch
     )
+    return step.at(batch)
 
 
 def traced_minus_plain(
@@ -841,6 +1333,6 @@ def traced_minus_plain(
     traced − plain = max(0, max_k (L_k + X_k) − P).  The optimizer step has no such op (0).  Evaluated
     from the plain replay (``PhaseInBatch.traced_excess``); ``tests/test_plain_run.py`` checks it
     against the traced replay and the tracker."""
-    step = replay_training_step(cfg, seq, device=device, setup=setup, mode="plain")
     check_batch_seq(batch, seq)
+    step = replay_training_step(cfg, seq, device=device, setup=setup, mode="plain", batch=batch)
     return {name: phase.traced_excess(batch) for name, phase in step.phases().items()}

@@ -246,6 +246,16 @@ def memory_view(m: MemoryAccount) -> View:
             ),
             "",
         ]
+    elif m.course is None:  # replayed, but not the course architecture (a mixture of experts)
+        tables = [
+            states_table(m),
+            saved_table(m),
+            phase_table(m),
+            lines_table(m),
+            capacity_table(m),
+            inference_table(m),
+        ]
+        notes = ["The course convention (CS336 adamwAccounting) describes the course model only: not shown.", ""]
     else:
         tables = [
             course_table(m),
