@@ -120,7 +120,7 @@ def test_other_adamw_equals_the_tracker(precision, optimizer):
     ],
     ids=lambda s: s.label,
 )
-@pytest.mark.parametrize("variant", ["moe", "shared+dense-first"])
+@pytest.mark.parametrize("variant", ["moe", "shared+dense-first", "tied+1-shared"])
 def test_plain_prediction_equals_the_cpu_allocator(variant, setup):
     """The plain run (no dispatch mode: autograd accumulates the experts' weight gradients, their dx and
     the router's in place, and scatters top-k's gradient in place) against the CPU allocator's events."""
@@ -131,6 +131,18 @@ def test_plain_prediction_equals_the_cpu_allocator(variant, setup):
             cfg, seq, batch, setup=setup, device="cpu", mode="plain", cpu_threads=torch.get_num_threads()
         )
         assert_same(measured, predicted, (variant, seq, batch))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_tied_plain_run_copies_the_embedding_gradient(precision):
+    """Tied embeddings, V·d > T·d: the embedding's gradient joins the LM head's, a transposed view, out
+    of place also in a plain run (a dense model, so the replay's course path is checked as well)."""
+    cfg = ModelConfig(
+        **{**BASE, "num_experts": None, "experts_per_token": None, "expert_d_ff": None}, tie_embeddings=True
+    )
+    setup = TrainingSetup(precision=precision)
+    measured = measure_step(cfg, 7, 2, device="cpu", setup=setup, method="allocator")
+    assert_same(measured, predict_training_step(cfg, 7, 2, setup=setup, device="cpu", mode="plain"))
 
 
 def test_the_plain_run_is_lower_than_the_traced_one():

@@ -1265,7 +1265,8 @@ def replay_training_step(
     layer_backward(r, z, p, last=True, moe=split if c.layer_moe(0) else None)
     r(+emb, _Copy(emb), -Td)  # embedding backward: zeros, index_put (in place when plain)
     if c.tie_embeddings:
-        r(_Copy(emb), -emb)  # accumulated onto the LM head's gradient
+        # accumulated onto the LM head's gradient, a transposed view (TBackward): out of place in both runs
+        r(+emb, -emb, -emb)
     r(-e, -e)  # the loss and its gradient seed
     backward = PhaseInBatch(r.peak(), r.live, r.copy_peak())
 
@@ -1323,8 +1324,11 @@ def traced_minus_plain(
        gradient (T·d·e), RMSNorm's two paths to x (T·d·4), RoPE's two paths to each half
        (T·(h|kv)·d_head·e/2) and the two strided halves (T·(h|kv)·d_head·e), softmax's Σ and division
        paths (B·h·S²·e), SiLU's two paths (T·d_ff·e), q_proj's dx into the k + v sum (T·d·e; the v + k
-       and w1 + w3 sums take views, so both runs copy), the cross-entropy's z (T·V·e) and, tied, the
-       LM head's gradient into the embedding's (V·d·e);
+       and w1 + w3 sums take views, so both runs copy), the cross-entropy's z (T·V·e) (tied, the
+       embedding's gradient joins the LM head's, a transposed view: both runs copy); a mixture of
+       experts adds each expert matrix's two parts (E·out·in·e), each part's w1 + w3 dx, the two slot
+       slices (T·k·d·e), the shared experts' w1 + w3 dx, the router's dx (T·d·e) and top-k's scatter
+       into zeros (T·E·e, ``value_selecting_reduction_backward``);
     2. ``gather_backward`` (torch/csrc/autograd/FunctionsManual.cpp): ``zeros.scatter_add_`` vs
        ``zeros.scatter_add``, a copy of T·V·e (e of the loss: 4 under amp-bf16);
     3. ``index_backward``: ``zeros.index_put_`` vs ``index_put``, a copy of V·d·e (the embedding).
