@@ -301,6 +301,14 @@ def check_live_points(
             check_live_run(at, seq, batch, "meta", f"the cross-check of {where}")
             total += estimate_live_seconds(at, seq, batch, "meta", counting=True)
         if measure:
+            from .analytic.replay import replay_unsupported
+
+            missing = replay_unsupported(at, None, seq)
+            if missing:  # as the memory command: a measurement needs a prediction to compare with
+                raise AccountingError(
+                    f"--measure-memory needs the step replay, which does not model {', '.join(missing)} "
+                    f"({cfg.name}) yet; leave it out for the analytic columns"
+                )
             check_live_run(
                 at,
                 seq,

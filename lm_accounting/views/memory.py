@@ -226,7 +226,8 @@ def memory_view(m: MemoryAccount) -> View:
         (
             f"context {m.seq:,} · batch {m.batch:,} · attention {m.setup.attention} · checkpoint "
             f"{m.setup.checkpoint} · {m.setup.precision} · AdamW ({m.optimizer}) · "
-            f"budget {fmt_bytes(m.budget)} · exact prediction for {m.device}"
+            f"budget {fmt_bytes(m.budget)} · "
+            + (f"exact prediction for {m.device}" if m.step is not None else "model states only (see the note)")
         ),
     ]
     if m.flops is not None:
