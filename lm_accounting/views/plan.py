@@ -85,12 +85,9 @@ def plot_memory_vs_gpus(curves: dict, memory_bytes: int, title: str, path_stem) 
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    paths = []
-    for ext in ("png", "svg"):
-        path = f"{path_stem}.{ext}"
-        fig.savefig(path, format=ext, dpi=150, metadata={"Date": None} if ext == "svg" else None)
-        paths.append(path)
-    return paths
+    from .plots import _save  # atomic, byte-reproducible PNG and SVG (fixed SVG hash salt, no dates)
+
+    return [str(p) for p in _save(fig, path_stem, False)]
 
 
 REPORT_MODELS = ("llama-3-8b", "llama-3.1-70b")
