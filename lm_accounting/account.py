@@ -98,51 +98,26 @@ class Account(Result):
                         unit=bd.unit,
                     )
                 )
-        for key, label, value in (
-            ("total", "all parameters", self.params.total),
-            ("active", "parameters one token uses (MoE: its top-k experts only)", self.active_params),
-        ):
+
+        def whole(section: str, key: str, label: str, total: int, share: float | None, unit: str) -> None:
+            """A row that is not a per-component item: no group, no per-layer value."""
             rows.append(
                 dict(
-                    section="parameter_totals",
-                    key=key,
-                    label=label,
-                    group="",
-                    per_layer=None,
-                    total=value,
-                    share=value / self.params.total,
-                    unit="params",
+                    section=section, key=key, label=label, group="", per_layer=None, total=total, share=share, unit=unit
                 )
             )
+
+        n = self.params.total
+        whole("parameter_totals", "total", "all parameters", n, 1.0, "params")
+        label = "parameters one token uses (MoE: its top-k experts only)"
+        whole("parameter_totals", "active", label, self.active_params, self.active_params / n, "params")
         step = self.training.step
         extra = [("attention_causal_halved", "QKᵀ+AV, causal half", self.causal_attention)]
         for key, label, value in [*self.training_rows(), *extra]:
-            rows.append(
-                dict(
-                    section="training_step_flops",
-                    key=key,
-                    label=label,
-                    group="",
-                    per_layer=None,
-                    total=value,
-                    share=value / step,
-                    unit="FLOPs",
-                )
-            )
+            whole("training_step_flops", key, label, value, value / step, "FLOPs")
         for prefix, sizes in (("weights", self.weight_bytes()), ("kv_cache", self.kv_cache_bytes())):
-            for dtype, n in sizes.items():
-                rows.append(
-                    dict(
-                        section="memory",
-                        key=f"{prefix}.{dtype}",
-                        label=f"{prefix} in {dtype}",
-                        group="",
-                        per_layer=None,
-                        total=n,
-                        share=None,
-                        unit="bytes",
-                    )
-                )
+            for dtype, size in sizes.items():
+                whole("memory", f"{prefix}.{dtype}", f"{prefix} in {dtype}", size, None, "bytes")
         return rows
 
     def to_dict(self) -> dict[str, Any]:
