@@ -14,6 +14,7 @@ import itertools
 
 import pytest
 import torch
+from test_memory_setups import assert_same
 
 from lm_accounting import AccountingError, ModelConfig
 from lm_accounting.analytic.activations import saved_activation_breakdown
@@ -64,12 +65,6 @@ SUPPORTED = [
 
 def cfg_of(variant: str, **extra) -> ModelConfig:
     return ModelConfig(**{**BASE, **VARIANTS[variant], **extra})
-
-
-def assert_same(measured, predicted, where=""):
-    assert measured.baseline == predicted.baseline, where
-    for name in PHASES:
-        assert measured.phase(name) == predicted.phase(name), (where, name)
 
 
 def check_traced(cfg, seq, batch, setup):

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_views import key_paths
 
 from lm_accounting.analytic.parallel import (
     fsdp_chunk_rows,
@@ -107,18 +108,6 @@ def test_allowance_is_its_own_figure():
     assert d["peak"] == max(d["step"][p]["peak"] for p in ("forward", "backward", "optimizer_step"))
 
 
-def _key_paths(value, prefix=""):
-    paths = set()
-    if isinstance(value, dict):
-        for k, v in value.items():
-            paths.add(f"{prefix}.{k}")
-            paths |= _key_paths(v, f"{prefix}.{k}")
-    elif isinstance(value, list):
-        for item in value:
-            paths |= _key_paths(item, f"{prefix}[]")
-    return paths
-
-
 def test_json_schema_and_pinned_keys(run_cli):
     r = run_cli(
         "memory", "llama-3-8b", "--context", "8192", "--dp", "8", "--zero", "3", "--tp", "2", "--format", "json"
@@ -127,7 +116,7 @@ def test_json_schema_and_pinned_keys(run_cli):
     data = json.loads(r.out)
     assert data["schema"] == "lm-accounting/parallel-memory/1"
     pinned = json.loads(SNAPSHOT.read_text())["memory-parallel"]
-    assert sorted(_key_paths(data)) == pinned
+    assert sorted(key_paths(data)) == pinned
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from itertools import product
 
 import pytest
 import torch
+from test_memory_setups import assert_same
 
 from lm_accounting import ModelConfig, load_config
 from lm_accounting.analytic.replay import predict_training_step, traced_minus_plain
@@ -37,12 +38,6 @@ def plain_cpu(cfg, seq, batch, setup):
     return predict_training_step(
         cfg, seq, batch, setup=setup, device="cpu", mode="plain", cpu_threads=torch.get_num_threads()
     )
-
-
-def assert_same(measured, predicted, where=""):
-    assert measured.baseline == predicted.baseline, where
-    for name in PHASES:
-        assert measured.phase(name) == predicted.phase(name), (where, name)
 
 
 @pytest.mark.parametrize("setup", EVERY, ids=lambda s: s.label)

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_views import key_paths
 
 from lm_accounting.config import ModelConfig
 from lm_accounting.gpus import gpu
@@ -92,19 +93,7 @@ def test_plan_json(run_cli):
     best = data["best"][0]
     assert best["per_gpu_bytes"] <= 80 * 10**9 and best["gpus"] <= 64
     pinned = json.loads((Path(__file__).parent / "snapshots" / "json_keys.json").read_text())["plan"]
-    assert sorted(_key_paths(data)) == pinned
-
-
-def _key_paths(value, prefix=""):
-    paths = set()
-    if isinstance(value, dict):
-        for k, v in value.items():
-            paths.add(f"{prefix}.{k}")
-            paths |= _key_paths(v, f"{prefix}.{k}")
-    elif isinstance(value, list):
-        for item in value:
-            paths |= _key_paths(item, f"{prefix}[]")
-    return paths
+    assert sorted(key_paths(data)) == pinned
 
 
 def test_memory_vs_gpus_and_its_plot(tmp_path):
