@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -43,47 +44,130 @@ from .activations import norm_saved_bytes, saved_activation_breakdown
 from .sizes import Sizes
 
 COL, ROW, VOCAB, REPLICATED = "column", "row", "vocab", "replicated"
+EXPERT_COL, EXPERT_ROW = "expert column", "expert row"  # a routed-expert stack (E, out, in): out/M, in/M
 
 
 @dataclass(frozen=True)
 class ParamShape:
-    """One parameter tensor as stored: (rows, cols); ``split`` says how TP cuts it."""
+    """One parameter tensor: its ``named_parameters()`` name, its shape as stored, how TP cuts it
+    (``split``) and its FSDP unit (0: the root: embeddings, final norm, LM head; i + 1: block i).
+    FSDP2 shards dim 0, so the tensor counts as (rows, cols) = (dim 0, the product of the others)."""
 
     name: str
-    rows: int
-    cols: int
+    shape: tuple[int, ...]
     split: str
-    unit: int  # FSDP unit: 0 = the root (embedding, final norm, LM head), i + 1 = block i
+    unit: int
+
+    @property
+    def rows(self) -> int:
+        return self.shape[0]
+
+    @property
+    def cols(self) -> int:
+        out = 1
+        for n in self.shape[1:]:
+            out *= n
+        return out
+
+    @property
+    def expert(self) -> bool:
+        """A routed-expert stack, (E, out, in): expert parallel splits its dim 0."""
+        return self.split in (EXPERT_COL, EXPERT_ROW)
+
+
+def _shape(*dims) -> Callable[[ModelConfig], tuple[int, ...]]:
+    """A stored shape from config fields (names of ``ModelConfig`` attributes)."""
+    return lambda cfg: tuple(getattr(cfg, n) for n in dims)
+
+
+def _kv_b_rows(cfg: ModelConfig) -> int:
+    return cfg.num_heads * (cfg.qk_nope_head_dim + cfg.v_head_dim)
+
+
+def _qk_norm_width(heads: str) -> Callable[[ModelConfig], tuple[int, ...]]:
+    """Per head: (d_head,); whole projection (OLMo-2): (heads·d_head,)."""
+    return lambda cfg: (cfg.d_head if cfg.qk_norm_scope == "head" else getattr(cfg, heads) * cfg.d_head,)
+
+
+_D = _shape("d_model")
+PARAMETER_SHAPES: dict[str, tuple[Callable[[ModelConfig], tuple[int, ...]], str]] = {
+    # component registry key -> (the stored shape of each of its tensors, the TP split): the live
+    # model's modules (model/transformer.py, mla.py, moe.py); Linear stores (out, in), a norm (width,)
+    "token_embeddings": (_shape("vocab_size", "d_model"), VOCAB),
+    "position_embeddings": (_shape("position_rows", "d_model"), REPLICATED),
+    "layers.*.ln1": (_D, REPLICATED),
+    "layers.*.attn.q_proj": (_shape("q_dim", "d_model"), COL),
+    "layers.*.attn.q_proj.bias": (_shape("q_dim"), COL),
+    "layers.*.attn.k_proj": (_shape("kv_dim", "d_model"), COL),
+    "layers.*.attn.k_proj.bias": (_shape("kv_dim"), COL),
+    "layers.*.attn.v_proj": (_shape("kv_dim", "d_model"), COL),
+    "layers.*.attn.v_proj.bias": (_shape("kv_dim"), COL),
+    "layers.*.attn.q_a_proj": (_shape("q_lora_rank", "d_model"), REPLICATED),
+    "layers.*.attn.q_a_norm": (_shape("q_lora_rank"), REPLICATED),
+    "layers.*.attn.q_b_proj": (_shape("q_dim", "q_lora_rank"), COL),
+    "layers.*.attn.kv_a_proj": (_shape("kv_cache_width", "d_model"), REPLICATED),
+    "layers.*.attn.kv_a_norm": (_shape("kv_lora_rank"), REPLICATED),
+    "layers.*.attn.kv_b_proj": (lambda cfg: (_kv_b_rows(cfg), cfg.kv_lora_rank), COL),
+    "layers.*.attn.output_proj": (_shape("d_model", "o_dim"), ROW),
+    "layers.*.attn.output_proj.bias": (_D, REPLICATED),
+    "layers.*.attn.q_norm": (_qk_norm_width("num_heads"), REPLICATED),
+    "layers.*.attn.k_norm": (_qk_norm_width("kv_heads"), REPLICATED),
+    "layers.*.post_attn_norm": (_D, REPLICATED),
+    "layers.*.ln2": (_D, REPLICATED),
+    "layers.*.ffn.w1": (_shape("d_ff", "d_model"), COL),
+    "layers.*.ffn.w1.bias": (_shape("d_ff"), COL),
+    "layers.*.ffn.w2": (_shape("d_model", "d_ff"), ROW),
+    "layers.*.ffn.w2.bias": (_D, REPLICATED),
+    "layers.*.ffn.w3": (_shape("d_ff", "d_model"), COL),
+    "layers.*.ffn.w3.bias": (_shape("d_ff"), COL),
+    "layers.*.ffn.fc": (_shape("d_ff", "d_model"), COL),
+    "layers.*.ffn.fc.bias": (_shape("d_ff"), COL),
+    "layers.*.ffn.proj": (_shape("d_model", "d_ff"), ROW),
+    "layers.*.ffn.proj.bias": (_D, REPLICATED),
+    "layers.*.moe.router": (_shape("num_experts", "d_model"), REPLICATED),
+    "layers.*.moe.experts.w1": (_shape("num_experts", "expert_width", "d_model"), EXPERT_COL),
+    "layers.*.moe.experts.w2": (_shape("num_experts", "d_model", "expert_width"), EXPERT_ROW),
+    "layers.*.moe.experts.w3": (_shape("num_experts", "expert_width", "d_model"), EXPERT_COL),
+    "layers.*.moe.shared.w1": (_shape("shared_width", "d_model"), COL),
+    "layers.*.moe.shared.w2": (_shape("d_model", "shared_width"), ROW),
+    "layers.*.moe.shared.w3": (_shape("shared_width", "d_model"), COL),
+    "layers.*.post_ffn_norm": (_D, REPLICATED),
+    "ln_final": (_D, REPLICATED),
+    "lm_head": (_shape("vocab_size", "d_model"), VOCAB),
+}
+
+
+def _tensor_names(key: str, tensors: int) -> tuple[str, ...]:
+    """The parameter names under a registry key: a bias component is a ``Bias`` module holding ``bias``;
+    a LayerNorm (2 tensors) holds ``weight`` and ``bias``; every other one ``weight``."""
+    if key.endswith(".bias"):
+        return (f"{key}.bias",)
+    return (f"{key}.weight", f"{key}.bias")[:tensors]
 
 
 @lru_cache(maxsize=64)
 def parameter_shapes(cfg: ModelConfig) -> tuple[ParamShape, ...]:
-    """The course architecture's parameters in ``model.parameters()`` order (a tied LM head is the
-    embedding: listed once)."""
-    d, q, kv, f, v = cfg.d_model, cfg.q_dim, cfg.kv_dim, cfg.d_ff, cfg.vocab_size
-    out = [ParamShape("token_embeddings", v, d, VOCAB, 0)]
-    for i in range(cfg.num_layers):
-        p = f"layers.{i}."
-        layer = [
-            (f"{p}ln1", d, 1, REPLICATED),
-            (f"{p}attn.q_proj", q, d, COL),
-            (f"{p}attn.k_proj", kv, d, COL),
-            (f"{p}attn.v_proj", kv, d, COL),
-            (f"{p}attn.output_proj", d, q, ROW),
-        ]
-        if cfg.qk_norm:
-            layer += [(f"{p}attn.q_norm", cfg.d_head, 1, REPLICATED), (f"{p}attn.k_norm", cfg.d_head, 1, REPLICATED)]
-        layer += [
-            (f"{p}ln2", d, 1, REPLICATED),
-            (f"{p}ffn.w1", f, d, COL),
-            (f"{p}ffn.w2", d, f, ROW),
-            (f"{p}ffn.w3", f, d, COL),
-        ]
-        out += [ParamShape(n, r, c, s, i + 1) for n, r, c, s in layer]
-    out.append(ParamShape("ln_final", d, 1, REPLICATED, 0))
-    if not cfg.tie_embeddings:
-        out.append(ParamShape("lm_head", v, d, VOCAB, 0))
-    return tuple(out)
+    """Every parameter of the live model in ``model.parameters()`` order, read off the component
+    registry (its order is the modules' registration order; ``present`` and ``layers`` say which
+    exist in which block) with the stored shapes of ``PARAMETER_SHAPES``.  A tied LM head is the
+    embedding: listed once."""
+    from ..components import components
+
+    before: list[ParamShape] = []  # the root's tensors registered before the blocks (embeddings)
+    after: list[ParamShape] = []  # and after them (final norm, LM head)
+    blocks: list[list[ParamShape]] = [[] for _ in range(cfg.num_layers)]
+    for c in components(cfg, "params"):
+        if c.key == "lm_head" and cfg.tie_embeddings:
+            continue
+        shape_of, split = PARAMETER_SHAPES[c.key]
+        shape, names = shape_of(cfg), _tensor_names(c.key, c.tensors(cfg))
+        if c.per_layer:
+            for i in range(cfg.num_layers):
+                if c.layers.has(cfg, i):
+                    blocks[i] += [ParamShape(n.replace("*", str(i), 1), shape, split, i + 1) for n in names]
+        else:
+            (after if any(blocks) else before).extend(ParamShape(n, shape, split, 0) for n in names)
+    return (*before, *(p for b in blocks for p in b), *after)
 
 
 def local_shape(p: ParamShape, layout: ParallelLayout) -> tuple[int, int]:
@@ -408,12 +492,13 @@ def stage_parameters(cfg: ModelConfig, stages: int, stage: int) -> tuple[ParamSh
     """Stage 0 holds the embedding, the last stage the final norm and the LM head (a tied head is
     a second copy there), each its own blocks."""
     blocks = {i + 1 for i in stage_layers(cfg.num_layers, stages, stage)}
-    out = [p for p in parameter_shapes(cfg) if p.unit in blocks]
+    params = parameter_shapes(cfg)
+    first_block = next((i for i, p in enumerate(params) if p.unit), len(params))
+    out = [p for p in params if p.unit in blocks]
     if stage == 0:
-        out.insert(0, parameter_shapes(cfg)[0])
+        out[:0] = params[:first_block]  # the embeddings
     if stage == stages - 1:
-        head = [p for p in parameter_shapes(cfg) if p.unit == 0 and p.name != "token_embeddings"]
+        out += [p for p in params[first_block:] if p.unit == 0]  # final norm, LM head
         if cfg.tie_embeddings:
-            head.append(ParamShape("lm_head", cfg.vocab_size, cfg.d_model, VOCAB, 0))
-        out += head
+            out.append(ParamShape("lm_head.weight", (cfg.vocab_size, cfg.d_model), VOCAB, 0))
     return tuple(out)
