@@ -41,6 +41,7 @@ from ..names import DTYPE_BYTES
 from ..phases import PhaseBytes, StepMemory
 from ..setup import TrainingSetup
 from .activations import norm_saved_bytes, saved_activation_breakdown
+from .fsdp import fsdp_units
 from .sizes import Sizes
 
 COL, ROW, VOCAB, REPLICATED = "column", "row", "vocab", "replicated"
@@ -386,21 +387,24 @@ def _saved_activations(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSe
     return total - split + split // m
 
 
-def single_rank_step(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, mode: str):
-    """The single-GPU replay of the TP-local model (exact for one GPU; ``analytic.replay``)."""
-    return _replay_at(local_config(cfg, layout), seq, batch, fsdp_compute_setup(setup, layout), mode)
+def single_rank_step(
+    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, mode: str, units=None
+):
+    """The single-GPU replay of the TP-local model (exact for one GPU; ``analytic.replay``), with
+    FSDP2's unit events when ``units`` (``analytic.fsdp.FsdpUnits``) is given."""
+    return _replay_at(local_config(cfg, layout), seq, batch, fsdp_compute_setup(setup, layout), mode, units)
 
 
 @lru_cache(maxsize=4096)
-def _replay_at(local: ModelConfig, seq: int, batch: int, setup: TrainingSetup, mode: str):
-    return _replay(local, seq, setup, mode).at(batch)
+def _replay_at(local: ModelConfig, seq: int, batch: int, setup: TrainingSetup, mode: str, units=None):
+    return _replay(local, seq, setup, mode, units, batch if local.moe else 1).at(batch)
 
 
 @lru_cache(maxsize=256)
-def _replay(local: ModelConfig, seq: int, setup: TrainingSetup, mode: str):
+def _replay(local: ModelConfig, seq: int, setup: TrainingSetup, mode: str, units, batch: int):
     from .replay import replay_training_step
 
-    return replay_training_step(local, seq, setup=setup, mode=mode)
+    return replay_training_step(local, seq, setup=setup, mode=mode, units=units, batch=batch)
 
 
 def adamw_temporary(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, st: ModelStates) -> int:
@@ -447,35 +451,31 @@ def rank_step(
       on top of this rank's forward end, with R's whole local gradients replaced by this rank's;
     * optimizer step: peak = baseline + gradients + ``adamw_temporary``; end = baseline.
 
-    Exact (byte for byte against the fake-PG run) for DDP, ZeRO-1 and TP (with or without SP).
-    FSDP2 peaks are ESTIMATES (the ends are exact): with U = the largest unit unsharded, forward
-    peak + 2·U (zero 3: the unit's unsharded copy and its all-gather output) or + U (zero 2);
-    backward peak = forward end + R's backward transient (zero 3: or, if larger, R's transient less
-    R's whole-model gradients + this rank's gradients + 3·U: the unit, the prefetched next one and
-    its unsharded gradients).  The measured residual is in
-    ``tests/test_parallel_measured.py``.
+    FSDP2 (zero 2, 3; D > 1): R is replayed with FSDP2's own events at every unit boundary (all-gather
+    output and unsharded parameters, reshard, prefetch, reduce-scatter input and output:
+    ``analytic.fsdp``), and its forward and backward are shifted by the same baseline change.
+
+    Exact (byte for byte against the fake-PG run) for DDP, ZeRO-1, TP (with or without SP) and
+    FSDP2 (``tests/test_parallel_measured.py``).
     """
     layout.check(cfg)
-    r = single_rank_step(cfg, seq, batch, setup, layout, mode)
+    units = fsdp_units(cfg, setup, layout) if layout.fsdp and layout.dp > 1 else None
+    r = single_rank_step(cfg, seq, batch, setup, layout, mode, units)
     st = model_states(cfg, setup, layout, rank=rank)
     act = saved_activations(cfg, seq, batch, setup, layout)
     e = element_bytes(setup)
     n = sum(local_numels(cfg, layout.tp, layout.vocab_parallel)) * e
     n_run = n * DTYPE_BYTES[fsdp_compute_setup(setup, layout).param_dtype] // e  # the replay's parameter bytes
-    base = r.baseline - 3 * n_run + st.parameters + st.optimizer + st.ddp_buckets
-    u = st.unsharded_unit_max
-    keep = st.unsharded_all if layout.zero == 2 else 0
-    fwd_end = base + act + keep
-    fwd_extra = {3: 2 * u, 2: u}.get(layout.zero, 0)
-    fwd = PhaseBytes(fwd_end + (r.forward.peak - r.forward.end) + fwd_extra, fwd_end)
-    bwd_transient = r.backward.peak - r.forward.end
-    if layout.zero == 2:  # estimate: R's backward transient on top of this rank's forward end
-        bwd_peak = fwd_end + bwd_transient
-    elif layout.zero == 3:  # estimate: the larger of that and the unit buffers with sharded gradients
-        bwd_peak = fwd_end + max(bwd_transient, max(bwd_transient - n_run, 0) + st.gradients + 3 * u)
+    shift = st.parameters + st.optimizer + st.ddp_buckets - 3 * n_run
+    base = r.baseline + shift
+    if units is not None:  # less what sequence parallel splits (rule 5), which R keeps whole
+        sp = saved_activations(cfg, seq, batch, setup, dataclasses.replace(layout, sequence_parallel=False)) - act
+        fwd = PhaseBytes(r.forward.peak + shift - sp, r.forward.end + shift - sp)
+        bwd = PhaseBytes(r.backward.peak + shift - sp, r.backward.end + shift)
     else:
-        bwd_peak = fwd_end + bwd_transient - n + st.gradients
-    bwd = PhaseBytes(bwd_peak, base + st.gradients)
+        fwd_end = base + act
+        fwd = PhaseBytes(fwd_end + (r.forward.peak - r.forward.end), fwd_end)
+        bwd = PhaseBytes(fwd_end + r.backward.peak - r.forward.end - n + st.gradients, base + st.gradients)
     opt = PhaseBytes(base + st.gradients + adamw_temporary(cfg, setup, layout, st), base)
     return StepMemory(base, fwd, bwd, opt), st, act
 

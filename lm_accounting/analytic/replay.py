@@ -40,6 +40,7 @@ from ..config import AccountingError, ModelConfig
 from ..names import DEVICES, DTYPE_BYTES
 from ..phases import PHASES, PhaseBytes, StepMemory
 from ..setup import TrainingSetup
+from .fsdp import FsdpEvents, FsdpUnits
 from .params import parameter_breakdown
 from .sizes import Sizes, check_batch_seq
 
@@ -476,20 +477,35 @@ def _layer_runs(
     split: _MoeSplit | None,
     backward: bool,
     body: Callable[[_Replay, _MoeSplit | None], None],
+    units: FsdpEvents | None = None,
 ) -> None:
     """Replay the blocks in runs of equal kind (dense or mixture of experts), each run with ``_repeat``:
-    forward layers 0 .. L−1, backward L−1 .. 1 (layer 0, the ``last``, is replayed apart)."""
-    kinds = [c.layer_moe(i) for i in range(c.num_layers)]
-    if backward:
-        kinds = kinds[1:][::-1]
+    forward layers 0 .. L−1, backward L−1 .. 1 (layer 0, the ``last``, is replayed apart).  ``units``:
+    FSDP2's events around each block (``analytic.fsdp``); a run then also needs equal neighbours."""
+    order = range(c.num_layers - 1, 0, -1) if backward else range(c.num_layers)
+    keys = [(c.layer_moe(i), units.key(i, backward) if units else None) for i in order]
     start = 0
-    while start < len(kinds):
+    while start < len(keys):
         end = start
-        while end < len(kinds) and kinds[end] == kinds[start]:
+        while end < len(keys) and keys[end] == keys[start]:
             end += 1
-        moe = split if kinds[start] else None
-        _repeat(r, end - start, lambda q, m=moe: body(q, m))
+        moe, i = split if keys[start][0] else None, order[start]
+        _repeat(r, end - start, lambda q, m=moe, i=i: _block(q, m, i, body, units, backward))
         start = end
+
+
+def _block(q: _Replay, m, i: int, body, units: FsdpEvents | None, backward: bool) -> None:
+    """One block, between FSDP2's pre- and post- hooks of its unit (if sharded)."""
+    if units is None:
+        body(q, m)
+    elif backward:
+        units.block_pre_backward(q, i)
+        body(q, m)
+        units.block_post_backward(q, i)
+    else:
+        units.block_pre_forward(q, i)
+        body(q, m)
+        units.block_post_forward(q, i)
 
 
 def _layer_forward(
@@ -1177,6 +1193,7 @@ def replay_training_step(
     mode: str = "plain",
     cpu_threads: int = 1,
     batch: int = 1,
+    units: FsdpUnits | None = None,
 ) -> StepInBatch:
     """Replay one training step with the batch B as a variable (see the module docstring).
 
@@ -1189,7 +1206,10 @@ def replay_training_step(
     The baseline is the parameters, AdamW m and v, the RoPE tables and the input and target
     ids, plus the AdamW step counters that live on ``device`` (``adamw_step_counter_bytes``).
     ``batch`` (a mixture of experts only): the batch whose split of the routed slots is replayed; the
-    result is exact for every batch that splits alike (``_MoeSplit``, ``moe_lines_in_batch``)."""
+    result is exact for every batch that splits alike (``_MoeSplit``, ``moe_lines_in_batch``).
+    ``units``: one rank of an FSDP2 job; its all-gather, reshard and reduce-scatter events are
+    replayed at the unit boundaries (``analytic.fsdp``).  The baseline stays the single-GPU one
+    (whole parameters and AdamW state): the caller shifts it to the rank's shards."""
     from .memory import adamw_step_counter_bytes, adamw_step_temporary_bytes
 
     setup, dtype = as_setup(setup, dtype, optimizer)
@@ -1210,32 +1230,42 @@ def replay_training_step(
     baseline = 3 * params + rope_buffers + counters + 2 * 8 * T  # params, exp_avg, exp_avg_sq; int64 token ids
     Td, TV, Tr, emb = z.act(c.d_model), z.act(c.vocab_size), z.act(1), pb["token_embeddings"].total * e
 
+    ev = FsdpEvents(cfg, units) if units is not None else None
     r = _Replay(baseline, traced=not plain)
+    if ev:
+        ev.root_pre_forward(r)
     r(+8 * seq)  # positions
     if not z.sdpa:
         r(+seq * seq, +seq * seq, -seq * seq)  # ones(S, S).tril(): the causal mask (the fused kernel needs none)
     r(+Td)  # embedding lookup
     cached = z.setup.checkpoint == "selective"
     if z.amp and z.setup.checkpoint != "none":
-        _layer_runs(r, c, split, False, lambda q, m: _amp_layer_forward_unsaved(q, z, p, cached=cached, moe=m))
+        _layer_runs(r, c, split, False, lambda q, m: _amp_layer_forward_unsaved(q, z, p, cached=cached, moe=m), ev)
     elif z.amp:
-        _layer_runs(r, c, split, False, lambda q, m: _amp_layer_forward(q, z, p, moe=m))
+        _layer_runs(r, c, split, False, lambda q, m: _amp_layer_forward(q, z, p, moe=m), ev)
     elif z.setup.checkpoint != "none":
-        _layer_runs(r, c, split, False, lambda q, m: _layer_forward_unsaved(q, z, cached=cached, moe=m))
+        _layer_runs(r, c, split, False, lambda q, m: _layer_forward_unsaved(q, z, cached=cached, moe=m), ev)
     else:
-        _layer_runs(r, c, split, False, lambda q, m: _layer_forward(q, z, moe=m))
+        _layer_runs(r, c, split, False, lambda q, m: _layer_forward(q, z, moe=m), ev)
     layer_backward = _amp_layer_backward if z.amp else _layer_backward
     _norm_forward(r, z, T, c.d_model)  # ln_final
     head2 = emb // 2  # amp: autocast's bf16 copy of the LM head's weight (the embedding's when tied)
     if z.amp:  # weight copy, input copy (saved), bf16 logits; ln_final's fp32 output dies
         r(+head2, +z.bf16.act(c.d_model), +z.bf16.act(c.vocab_size), -Td)
     r(+TV)  # logits (amp: logits.float(), an fp32 copy)
+    fl = ev is not None and ev.units.float_logits  # FSDP2's bf16 parameters under autocast
+    if fl:
+        r(+4 * T * c.vocab_size)  # logits.float()
     if z.setup.checkpoint == "none":
         r(-8 * seq)  # positions die with forward's locals (a checkpoint's recompute closure keeps them)
-    if z.amp:
+    if z.amp or fl:
         r(-z.bf16.act(c.vocab_size))  # the bf16 logits die with forward's locals
     if e != 4:
         r(-Td)  # 16-bit: the last residual stream dies (ln_final kept an fp32 copy)
+    if ev:
+        ev.root_post_forward(r)
+    if fl:  # the loss reads the fp32 logits: its tensors are fp32
+        e, Tr, TV = 4, 4 * T, 4 * T * c.vocab_size
     r(+Tr, +TV, -Tr)  # cross-entropy: z = logits − max
     # CPU-only kernel internals of a 16-bit cross-entropy (``k16``): gather's T·4-byte scratch; mean
     # sums an fp32 copy of its input into an fp32 result (T·4 and 4 bytes) before casting back
@@ -1252,21 +1282,26 @@ def replay_training_step(
     # CPU only: a 16-bit scatter_add_ accumulates in an fp32 copy of its output (T·V·4 bytes)
     r(+e, +w8, +we, +Tr, -we, -w8, +Tr, +TV, +k16 * 2 * TV, -k16 * 2 * TV, _Copy(TV), -Tr, -TV)
     r(+Tr, -Tr, -Tr, +TV, -Tr, -TV, _Copy(TV), -TV)  # log and exp backward; paths summed
-    if z.amp:
-        TV2, Td2 = z.bf16.act(c.vocab_size), z.bf16.act(c.d_model)
+    if ev:
+        ev.root_pre_backward(r)
+    TV2, Td2 = z.bf16.act(c.vocab_size), z.bf16.act(c.d_model)
+    if z.amp or fl:
         r(+TV2, -TV)  # logits.float() backward: the gradient to bf16
+    if z.amp:
         # lm_head: dW, dx (bf16); grad, weight and input copies released; dx and dW cast to fp32
         r(+head2, +Td2, -TV2, -head2, -Td2, +Td, -Td2, +emb, -head2)
     else:
-        r(+emb, +Td, -TV, -Td)  # lm_head: dW, dx; ln_final output released
+        r(+emb, +Td, -(TV2 if fl else TV), -Td)  # lm_head: dW, dx; ln_final output released
     _norm_backward(r, z, T, c.d_model, residual=False)  # ln_final
     # layers L-1 .. 1, then layer 0, which also releases the shared mask
-    _layer_runs(r, c, split, True, lambda q, m: layer_backward(q, z, p, last=False, moe=m))
-    layer_backward(r, z, p, last=True, moe=split if c.layer_moe(0) else None)
+    _layer_runs(r, c, split, True, lambda q, m: layer_backward(q, z, p, last=False, moe=m), ev)
+    _block(r, split if c.layer_moe(0) else None, 0, lambda q, m: layer_backward(q, z, p, last=True, moe=m), ev, True)
     r(+emb, _Copy(emb), -Td)  # embedding backward: zeros, index_put (in place when plain)
     if c.tie_embeddings:
         # accumulated onto the LM head's gradient, a transposed view (TBackward): out of place in both runs
         r(+emb, -emb, -emb)
+    if ev:
+        ev.root_post_backward(r)
     r(-e, -e)  # the loss and its gradient seed
     backward = PhaseInBatch(r.peak(), r.live, r.copy_peak())
 
@@ -1274,7 +1309,7 @@ def replay_training_step(
     extra = adamw_step_temporary_bytes(cfg, dtype, optimizer)
     # CPU only: at the step's highest point a Python number is wrapped (8 bytes) and copied to the
     # parameters' dtype (for-loop and foreach: "sqrt(v) / bias_correction2_sqrt"; fused: a scalar argument)
-    extra += sum(z.wrap(4 if optimizer == "fused" else e))  # fused takes its scalars as fp32
+    extra += sum(z.wrap(4 if optimizer == "fused" else z.e))  # fused takes its scalars as fp32
     top = backward.end + extra
     step = PhaseInBatch(PeakEnvelope(((top.a, top.b),)), backward.end - params)
     return StepInBatch(baseline, forward, backward, step)

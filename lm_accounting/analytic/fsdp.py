@@ -1,0 +1,163 @@
+"""FSDP2's own allocations in one training step, as events in the memory replay.  No torch.
+
+``fully_shard`` (torch 2.13, ``torch/distributed/fsdp/_fully_shard/``) wraps each block and the root
+(embedding, final norm, LM head) as one unit.  What each unit allocates and frees, in program order,
+read from ``_fsdp_param_group.py`` and ``_fsdp_collectives.py`` and checked byte for byte against the
+real job on the fake process group (``tests/test_fsdp_replay.py``):
+
+1. Unshard (``foreach_all_gather`` + ``foreach_all_gather_copy_out``): under a MixedPrecisionPolicy
+   with ``param_dtype``, a flat bf16 copy of this rank's shards (``_get_param_all_gather_inputs``),
+   then the all-gather output (the padded unit × D), the copy freed; then each parameter's unsharded
+   storage (padded, resized back from 0) and the copy-out.
+2. In forward the all-gather output is kept in ``comm_ctx.all_gather_state`` until the *next*
+   unit's copy-out (so two units' outputs are live across a block boundary, and each block runs
+   with its own); the root's post-forward frees the last one.  In backward it is freed at once.
+3. Post-forward (``reshard_after_forward=True``, zero 3, the root too): the unsharded storages are
+   resized to 0.  Zero 2 keeps them until the unit's post-backward.
+4. Pre-backward (zero 3): the unit is unsharded, unless prefetched, and the next unit in reverse
+   post-forward order is prefetched (its all-gather output allocated; copied out at its own
+   pre-backward).  The root's pre-backward fires on the logits' gradient.
+5. Post-backward (``foreach_reduce``): reshard; the previous unit's reduce-scatter input
+   (``comm_ctx.reduce_scatter_state``) is freed; the reduce-scatter input (padded, reduce dtype) is
+   allocated and the unsharded gradients are copied in and freed, except the unit's last
+   parameter's, which the loop variable ``unsharded_grad`` of the dim-0 check holds (D > 1) until
+   ``foreach_reduce`` returns: after the reduce-scatter output (the padded shard, which becomes the
+   sharded gradients' storage) is allocated.  The end of backward frees the last reduce-scatter input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config import ModelConfig
+
+
+@dataclass(frozen=True)
+class Unit:
+    """Bytes of one FSDP unit's buffers on one rank."""
+
+    gathered: int  # the all-gather output = the unsharded parameters (padded; all-gather dtype)
+    copy_in: int  # the flat bf16 copy of this rank's shards (mixed precision only, else 0)
+    grads: int  # the unsharded gradients autograd computes (unpadded; compute dtype)
+    last_grad: int  # the unit's last parameter's gradient, freed after the reduce-scatter output
+    reduce_in: int  # the reduce-scatter input (padded; reduce dtype)
+    reduce_out: int  # the reduce-scatter output: this rank's sharded gradients
+
+    def unshard(self, r) -> None:
+        """Rule 1: copy-in, all-gather output, unsharded storages."""
+        r(+self.copy_in, +self.gathered, -self.copy_in, +self.gathered)
+
+
+@dataclass(frozen=True)
+class FsdpUnits:
+    """The root unit and one block unit per block kind (dense, mixture of experts) of a rank."""
+
+    reshard_after_forward: bool  # zero 3
+    float_logits: bool  # amp-bf16: the parameters are bf16, so the model's ``logits.float()`` copies
+    root: Unit
+    dense: Unit | None
+    moe: Unit | None
+
+
+class FsdpEvents:
+    """The events of rules 1–5 at the replay's unit boundaries.  Each block's events depend only on
+    its kind and its neighbours' (``key``), so the replay can still repeat equal blocks in O(1)."""
+
+    def __init__(self, cfg: ModelConfig, units: FsdpUnits):
+        self.cfg, self.units = cfg, units
+        self.zero3 = units.reshard_after_forward
+
+    def block(self, i: int) -> Unit:
+        unit = self.units.moe if self.cfg.layer_moe(i) else self.units.dense
+        assert unit is not None
+        return unit
+
+    def _before(self, i: int) -> Unit:
+        """The unit whose forward ran just before block i's (the root's pre-forward for block 0)."""
+        return self.units.root if i == 0 else self.block(i - 1)
+
+    def key(self, i: int, backward: bool) -> tuple:
+        after = self.block(i + 1) if i + 1 < self.cfg.num_layers else None
+        return (self._before(i), after) if backward else (self._before(i),)
+
+    # forward
+    def root_pre_forward(self, r) -> None:
+        self.units.root.unshard(r)
+
+    def block_pre_forward(self, r, i: int) -> None:
+        unit = self.block(i)
+        unit.unshard(r)
+        r(-self._before(i).gathered)  # rule 2: the previous unit's all-gather output
+
+    def block_post_forward(self, r, i: int) -> None:
+        if self.zero3:
+            r(-self.block(i).gathered)  # rule 3
+
+    def root_post_forward(self, r) -> None:
+        if self.zero3:
+            r(-self.units.root.gathered)
+        r(-self.block(self.cfg.num_layers - 1).gathered)  # rule 2: the last block's all-gather output
+
+    # backward
+    def root_pre_backward(self, r) -> None:
+        if self.zero3:  # rule 4: unshard the root, prefetch the last block
+            root, last = self.units.root, self.block(self.cfg.num_layers - 1)
+            root.unshard(r)
+            r(-root.gathered)
+            r(+last.copy_in, +last.gathered, -last.copy_in)
+
+    def block_pre_backward(self, r, i: int) -> None:
+        if self.zero3:  # rule 4: copy out the prefetched unit, prefetch the next one
+            unit = self.block(i)
+            r(+unit.gathered, -unit.gathered)
+            if i > 0:
+                nxt = self.block(i - 1)
+                r(+nxt.copy_in, +nxt.gathered, -nxt.copy_in)
+
+    def _reduce(self, r, unit: Unit, previous: Unit | None) -> None:
+        """Rule 5."""
+        r(-unit.gathered)  # reshard
+        if previous is not None:
+            r(-previous.reduce_in)
+        r(+unit.reduce_in, -(unit.grads - unit.last_grad), +unit.reduce_out, -unit.last_grad)
+
+    def block_post_backward(self, r, i: int) -> None:
+        after = self.block(i + 1) if i + 1 < self.cfg.num_layers else None
+        self._reduce(r, self.block(i), after)
+
+    def root_post_backward(self, r) -> None:
+        self._reduce(r, self.units.root, self.block(0))
+        r(-self.units.root.reduce_in)  # the end of backward
+
+
+def fsdp_units(cfg: ModelConfig, setup, layout) -> FsdpUnits:
+    """The units of one rank (``layout.dp`` shards, TP-local shapes): every rank's buffers are the
+    padded ones, so the rank does not matter.  Under amp-bf16 the MixedPrecisionPolicy gathers and
+    computes in bf16 and reduces in fp32; otherwise everything is in the parameters' dtype."""
+    from .parallel import element_bytes, fsdp_chunk_rows, local_shape, parameter_shapes
+
+    d, e = layout.dp, element_bytes(setup)
+    gather_e = 2 if setup.autocast else e  # the gradients of bf16 unsharded parameters are bf16 too
+    reduce_e = 4 if setup.autocast else e
+
+    def unit(n: int) -> Unit:
+        shapes = [local_shape(p, layout) for p in parameter_shapes(cfg) if p.unit == n]
+        padded = sum(fsdp_chunk_rows(rows, d) * cols for rows, cols in shapes)  # one shard
+        rows, cols = shapes[-1]
+        return Unit(
+            gathered=padded * d * gather_e,
+            copy_in=padded * gather_e if setup.autocast else 0,
+            grads=sum(rows * cols for rows, cols in shapes) * gather_e,
+            last_grad=rows * cols * gather_e if d > 1 else 0,
+            reduce_in=padded * d * reduce_e,
+            reduce_out=padded * reduce_e,
+        )
+
+    kinds = {cfg.layer_moe(i): i for i in reversed(range(cfg.num_layers))}  # kind -> its first block
+    return FsdpUnits(
+        reshard_after_forward=layout.zero == 3,
+        float_logits=setup.autocast,
+        root=unit(0),
+        dense=unit(kinds[False] + 1) if False in kinds else None,
+        moe=unit(kinds[True] + 1) if True in kinds else None,
+    )
