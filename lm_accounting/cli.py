@@ -673,6 +673,9 @@ def infer_cmd(
     from .units import parse_size
 
     kw = dict(weights=weights, kv_dtype=kv_dtype, gpu=gpu, tp=tp, semantics=semantics, context=context)
+    # meta allocates nothing and cpu is bounded by the host's memory (measure.devices): the GPU budget
+    # does not stop them; the output says the batch is over budget
+    kw["allow_over_budget"] = measure in ("meta", "cpu")
     result = infer(cfg, prompt, generate, batch, budget=None if budget is None else parse_size(budget), **kw)
     if measure != "none":
         from .measure.inference import measure_inference

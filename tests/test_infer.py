@@ -5,6 +5,8 @@ d_ff 14,336, untied.  H100 SXM 80GB (NVIDIA H100 datasheet; Hopper whitepaper): 
 TFLOP/s, HBM3 3.35 TB/s, 80 GB.
 """
 
+import csv
+import io
 import subprocess
 import sys
 
@@ -208,3 +210,34 @@ def test_tiny_config_records_and_frame():
     assert {"section", "key", "label", "value", "unit"} == set(rows[0])
     with pytest.raises(AccountingError):
         infer(cfg, 8, 4, 2, semantics="dynamic")
+
+
+def test_measure_meta_runs_over_budget_and_says_so(run_cli):
+    """A meta run allocates nothing, so the GPU budget does not stop it: the batch is measured and the
+    output says it is over budget.  gpt2-small has 190,460,160 parameters: bf16 weights alone are
+    2 · 190,460,160 = 380,920,320 bytes, over a 100 MB budget.  Analytic and cuda runs are still refused."""
+    weights = 2 * 190_460_160
+    args = ("infer", "gpt2-small", "--prompt", "24", "--generate", "5", "--budget", "100MB")
+    for refused in (run_cli(*args), run_cli(*args, "--measure", "cuda")):  # refused before any GPU is looked for
+        assert refused.code == 2 and refused.out == "" and "over the 100.000 MB" in refused.err
+    r = run_cli(*args, "--measure", "meta")
+    assert r.code == 0, r.err
+    assert "OVER BUDGET: batch 1 needs" in r.out and "not even one sequence fits" in r.out
+    assert "Predicted vs measured on meta" in r.out and " NO" not in r.out
+    rows = list(csv.DictReader(io.StringIO(run_cli(*args, "--measure", "meta", "--format", "csv").out)))
+    value = {(x["section"], x["key"]): x["value"] for x in rows}
+    assert int(value["memory", "weights"]) == weights
+    assert int(value["capacity", "budget"]) == 100_000_000 < int(value["memory", "peak"])
+    assert int(value["capacity", "max_batch"]) == 0
+
+
+def test_over_budget_is_refused_unless_allowed():
+    """The boundary: a budget of exactly the peak fits; one byte less is over (refused, or with
+    ``allow_over_budget`` reported by ``over_budget``)."""
+    cfg = ModelConfig(vocab_size=64, context_length=64, num_layers=2, d_model=32, num_heads=4, d_ff=64)
+    peak = infer(cfg, 8, 4, 2).memory["peak"]
+    assert infer(cfg, 8, 4, 2, budget=peak).over_budget is None
+    with pytest.raises(AccountingError, match="over the"):
+        infer(cfg, 8, 4, 2, budget=peak - 1)
+    over = infer(cfg, 8, 4, 2, budget=peak - 1, allow_over_budget=True)
+    assert over.over_budget.startswith("batch 2 needs") and over.max_batch == 1

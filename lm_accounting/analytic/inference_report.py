@@ -86,6 +86,12 @@ class Inference(Result):
     def capacity(self) -> int:
         return self.prompt + self.generate
 
+    @property
+    def over_budget(self) -> str | None:
+        """Why batch B does not fit the budget on one GPU, or None when it does."""
+        fits = (self.max_batch, self.max_batch_serving)
+        return budget_problem(self.batch, self.memory, self.budget, self.gpu, self.capacity, self.tp, *fits)
+
     def with_measurement(self, measured: dict[str, Any]) -> Inference:
         from dataclasses import replace
 
@@ -104,6 +110,7 @@ class Inference(Result):
         )
         for key, value in self.memory.items():
             rows.append(dict(section="memory", key=key, label=key, value=value, unit="bytes"))
+        rows.append(dict(section="capacity", key="budget", label="budget per GPU", value=self.budget, unit="bytes"))
         for key, value in (("max_batch", self.max_batch), ("max_batch_serving", self.max_batch_serving)):
             rows.append(dict(section="capacity", key=key, label=key, value=value, unit="sequences"))
         for phase in ("prefill", "decode_first", "decode_last"):
@@ -205,6 +212,22 @@ def max_batch(cfg, prompt, generate, weights, kv_dtype, tp, semantics, budget, p
     return lo
 
 
+def budget_problem(batch, memory, budget, g: GPU, capacity, tp, best, serving) -> str | None:
+    """None when the peak of ``memory`` (``_memory``) fits ``budget``; else what it needs and what fits
+    (``best``, ``serving``: ``max_batch`` all prefilled together and one at a time)."""
+    if memory["peak"] <= budget:
+        return None
+    tail = (
+        f"the largest batch that fits is {best:,} ({serving:,} if the prompts are prefilled one at a time)"
+        if best
+        else f"not even one sequence fits (weights alone: {fmt_bytes(memory['weights'])})"
+    )
+    return (
+        f"batch {batch:,} needs {fmt_bytes(memory['peak'])} per GPU, over the {fmt_bytes(budget)} budget "
+        f"({g.name}, P + G = {capacity:,}, --tp {tp}); {tail}"
+    )
+
+
 def _decode_series(cfg, prompt, generate, batch, semantics, w_read, g: GPU, peak: int, tp: int, kv_dtype: str):
     """The roofline over the G − 1 decode steps: (first step, last step, mean seconds, bounds seen, the
     first position whose bound differs from the first step's).  A step at p reads keys(p) = Σ_layers n
@@ -250,8 +273,11 @@ def infer(
     budget: int | None = None,
     semantics: str = "filled",
     context: int | None = None,
+    allow_over_budget: bool = False,
 ) -> Inference:
-    """Everything analytic about serving ``cfg`` (see the module docstring and ``CONVENTIONS``)."""
+    """Everything analytic about serving ``cfg`` (see the module docstring and ``CONVENTIONS``).
+    A batch whose peak exceeds ``budget`` is refused, unless ``allow_over_budget`` (a live run that
+    does not use the GPU: ``Inference.over_budget`` says why it would not fit)."""
     cfg = at_context(cfg, context)
     for name, value in (("prompt", prompt), ("generate", generate), ("batch", batch), ("tp", tp)):
         check_positive_int(name, value)
@@ -267,18 +293,11 @@ def infer(
     budget = g.memory_bytes if budget is None else budget
     C = prompt + generate
     memory = _memory(cfg, prompt, generate, batch, weights, kv_dtype, tp, semantics)
-    if memory["peak"] > budget:
-        best = max_batch(cfg, prompt, generate, weights, kv_dtype, tp, semantics, budget)
-        serving = max_batch(cfg, prompt, generate, weights, kv_dtype, tp, semantics, budget, 1)
-        tail = (
-            f"the largest batch that fits is {best:,} ({serving:,} if the prompts are prefilled one at a time)"
-            if best
-            else f"not even one sequence fits (weights alone: {fmt_bytes(memory['weights'])})"
-        )
-        raise AccountingError(
-            f"batch {batch:,} needs {fmt_bytes(memory['peak'])} per GPU, over the {fmt_bytes(budget)} budget "
-            f"({g.name}, P + G = {C:,}, --tp {tp}); {tail}"
-        )
+    best = max_batch(cfg, prompt, generate, weights, kv_dtype, tp, semantics, budget)
+    serving = max_batch(cfg, prompt, generate, weights, kv_dtype, tp, semantics, budget, 1)
+    problem = budget_problem(batch, memory, budget, g, C, tp, best, serving)
+    if problem and not allow_over_budget:
+        raise AccountingError(problem)
     peak = g.peak_flops(_act(weights))
     prefill = inf.prefill_flops(cfg, prompt, batch, C, semantics)
     extras = inf.prefill_extras(cfg, prompt, batch)
@@ -346,7 +365,7 @@ def infer(
         generation_flops=inf.generation_flops(cfg, prompt, generate, batch, semantics),
         memory=memory,
         memory_exact=exact_for(cfg) and weights in ACT_BYTES and kv_dtype == _act(weights),
-        max_batch=max_batch(cfg, prompt, generate, weights, kv_dtype, tp, semantics, budget),
-        max_batch_serving=max_batch(cfg, prompt, generate, weights, kv_dtype, tp, semantics, budget, 1),
+        max_batch=best,
+        max_batch_serving=serving,
         roofline=roofline,
     )

@@ -24,6 +24,9 @@ def infer_view(r: Inference) -> View:
             f"{g.label} × tp {r.tp} · budget {fmt_bytes(r.budget)}"
         ),
     ]
+    if r.over_budget:
+        why = f" (measured anyway: a {r.measured['device']} run does not use the GPU)" if r.measured else ""
+        header.append(f"OVER BUDGET: {r.over_budget}{why}")
     flops = Table(
         "Matmul FLOPs (2·m·n·p), per component",
         [Column("component"), Column("prefill (S = P)", "int"), Column("decode step at p = P", "int")],
