@@ -129,3 +129,52 @@ def test_shell_completion_scripts_and_answers(shell):
     assert "gpt2-xl" in answer and "Usage" not in answer
     answer = complete(f"{shell}_complete", "lm-account mem", "mem" if shell == "fish" else "1")
     assert "memory" in answer
+
+
+def test_list_fields_are_one_semicolon_joined_csv_cell(run_cli, tmp_path):
+    """A list-valued field is one CSV cell, its items joined by ';' (items may hold commas), never a
+    Python list literal; JSON keeps the list."""
+    from lm_accounting.analytic.memory_report import memory_account
+    from lm_accounting.catalog import PresetList
+    from lm_accounting.config import ModelConfig
+
+    rows = list(csv.DictReader(io.StringIO(run_cli("presets", "--format", "csv").out)))
+    assert rows and {r["ignored_fields"] for r in rows} == {""}  # TOML presets ignore nothing: empty, not "[]"
+    path = tmp_path / "config.json"
+    path.write_text(
+        '{"model_type": "llama", "vocab_size": 256, "hidden_size": 64, "intermediate_size": 128,'
+        ' "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 64,'
+        ' "attention_dropout": 0.0, "bos_token_id": 1}'
+    )
+    listed = PresetList(((load_config(str(path)), 0, 0),))
+    (row,) = csv.DictReader(io.StringIO(render(listed, "csv")))
+    assert row["ignored_fields"] == "attention_dropout;bos_token_id"
+    assert json.loads(render(listed, "json"))["presets"][0]["ignored_fields"] == ["attention_dropout", "bos_token_id"]
+    # memory's not_modelled: two options, the second with commas in it
+    cfg = ModelConfig(
+        vocab_size=64, context_length=64, num_layers=2, d_model=32, num_heads=4, d_ff=64, norm="layernorm",
+        num_experts=4, experts_per_token=2, expert_d_ff=16,
+    )  # fmt: skip
+    rows = list(csv.DictReader(io.StringIO(render(memory_account(cfg, 7, 1), "csv"))))
+    (cell,) = [r["predicted"] for r in rows if r["key"] == "not_modelled"]
+    assert cell.split(";") == ["LayerNorm", "mixture of experts at context 7 (S·k not a multiple of E, or below 2·E)"]
+
+
+def test_each_table_keeps_its_own_notes():
+    """Blocks that differ (one dense block, then two mixture-of-experts blocks) give each breakdown table
+    the 'per layer' note; the table's own notes (weights, groups, the non-matmul convention) come beside
+    it, never in its place.  Uniform blocks (gpt2-small) have no such note."""
+    from lm_accounting.config import ModelConfig
+    from lm_accounting.views import view_of
+
+    mixed = ModelConfig(
+        vocab_size=64, context_length=64, num_layers=3, d_model=32, num_heads=4, d_ff=64,
+        num_experts=4, experts_per_token=2, expert_d_ff=16, dense_layers_first=1,
+    )  # fmt: skip
+    for cfg, differ in ((mixed, True), (load_config("gpt2-small"), False)):
+        tables = view_of(account(cfg)).tables[:3]
+        assert [t.title.split()[0] for t in tables] == ["Parameters", "Forward", "Non-matmul"]
+        for table, own in zip(tables, ("weights:", "by group:", "convention:"), strict=True):
+            assert any(n.startswith(own) for n in table.notes), table.title
+            assert any(n.startswith("per layer:") for n in table.notes) is differ, table.title
+    assert render(account(mixed), "table").count("per layer: the value in each block") == 3

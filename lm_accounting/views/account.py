@@ -105,14 +105,14 @@ def account_view(acc: Account) -> View:
     ]
 
     params = breakdown_table("Parameters (exact count per component)", acc.params, L)
-    params.notes = [
+    params.notes += [
         "weights: "
         + " · ".join(f"{dt} {fmt_bytes(b)}" for dt, b in acc.weight_bytes().items())
         + " (bf16 and fp16 are the same size)"
     ]
 
     fwd = breakdown_table(f"Forward FLOPs, matmuls only (B={acc.batch:,}, S={acc.seq:,})", acc.forward, L)
-    fwd.notes = [
+    fwd.notes += [
         "by group: " + " · ".join(f"{g} {fmt_share(v / acc.forward.total)}" for g, v in acc.forward.groups().items()),
         f"attention QKᵀ+AV, causal half only (labelled extra, not in the total): {acc.causal_attention:,}",
     ]
@@ -124,7 +124,7 @@ def account_view(acc: Account) -> View:
         )
 
     nonmm = breakdown_table("Non-matmul FLOPs (estimate, NOT in the totals above)", acc.nonmatmul, L)
-    nonmm.notes = [
+    nonmm.notes += [
         (
             "convention: 1 FLOP per elementwise op; RMSNorm 4/elem, RoPE 3/elem, softmax 5/score, "
             "scaling 1/score, SiLU 4/elem, gate 1/elem, residual 1/elem. fvcore counts these as 0."

@@ -146,12 +146,26 @@ def render_csv(tables: Sequence[Table]) -> str:
     return buf.getvalue()
 
 
+LIST_SEPARATOR = ";"
+"""A list-valued field (a config's ``ignored_fields``, the options ``memory`` does not model) is one CSV
+cell: its items joined by ';' (items hold commas, never semicolons; an empty list is an empty cell)."""
+
+
+def _csv_cell(value: Any) -> Any:
+    """A record's value as one CSV cell: None -> empty, a list or tuple -> 'a;b', anything else as is."""
+    if value is None:
+        return ""
+    if isinstance(value, (list, tuple)):
+        return LIST_SEPARATOR.join(str(v) for v in value)
+    return value
+
+
 def render_records_csv(records: Sequence[dict[str, Any]]) -> str:
-    """Tidy rows -> CSV; the header is the union of their keys in first-seen order (None -> empty)."""
+    """Tidy rows -> CSV; the header is the union of their keys in first-seen order (cells: ``_csv_cell``)."""
     buf = io.StringIO()
     if records:
         names = list(dict.fromkeys(k for r in records for k in r))
         writer = csv.DictWriter(buf, fieldnames=names, restval="", lineterminator="\n")
         writer.writeheader()
-        writer.writerows({k: ("" if v is None else v) for k, v in r.items()} for r in records)
+        writer.writerows({k: _csv_cell(v) for k, v in r.items()} for r in records)
     return buf.getvalue()
