@@ -1,0 +1,83 @@
+"""FSDP2's own buffers replayed at the unit boundaries (``analytic.fsdp``), against one rank of the
+real job (``fully_shard``, torch 2.13) on the fake process group: every phase's peak and end, byte
+for byte."""
+
+import itertools
+
+import pytest
+
+from lm_accounting.analytic.fsdp import Unit, fsdp_units
+from lm_accounting.config import ModelConfig
+from lm_accounting.layout import ParallelLayout
+from lm_accounting.setup import TrainingSetup
+
+# vocab 101: the root's 101-row embedding and LM head shard unevenly over 4 ranks (26, 26, 26, 23 rows)
+TINY = ModelConfig(
+    vocab_size=101, context_length=16, num_layers=2, d_model=24, num_heads=4, num_kv_heads=2, d_ff=40, name="tiny"
+)
+S = 16
+SETUPS = [
+    TrainingSetup(attention=a, checkpoint=c, precision=p)
+    for a, c, p in itertools.product(("naive", "sdpa"), ("none", "full", "selective"), ("fp32", "bf16", "amp-bf16"))
+    if not (a == "naive" and p == "amp-bf16")  # autocast's fp32 softmax under bf16 parameters: not replayed
+]
+
+
+def test_unit_buffers_written_out_by_hand():
+    """dp = 4, fp32.  A block: ln1 24 + q 24·24 + k 12·24 + v 12·24 + o 24·24 + ln2 24 + w1, w2, w3
+    3·40·24 = 4,656 elements, no padding (every dim 0 divides by 4): 18,624 bytes gathered and reduced,
+    4,656 a shard; the last parameter, w3, 40·24·4 = 3,840.  The root: embedding and LM head
+    ceil(101/4) = 26 rows each, padded to 104 · 24 = 2,496, + ln_final 24: 5,016 · 4 = 20,064
+    gathered; the unpadded gradients (101·24·2 + 24)·4 = 19,488; the last parameter, the LM head, 9,696."""
+    units = fsdp_units(TINY, TrainingSetup(), ParallelLayout(dp=4, zero=3))
+    assert units.dense == Unit(18_624, 0, 18_624, 3_840, 18_624, 4_656)
+    assert units.root == Unit(20_064, 0, 19_488, 9_696, 20_064, 5_016)
+    assert units.moe is None and units.reshard_after_forward and not units.float_logits
+    # amp-bf16: gathered and computed in bf16 (the flat copy-in is one bf16 shard), reduced in fp32
+    amp = fsdp_units(TINY, TrainingSetup(precision="amp-bf16"), ParallelLayout(dp=4, zero=2))
+    assert amp.dense == Unit(9_312, 2_328, 9_312, 1_920, 18_624, 4_656)
+    assert not amp.reshard_after_forward and amp.float_logits
+
+
+@pytest.mark.parametrize("setup", SETUPS, ids=lambda s: s.label)
+@pytest.mark.parametrize("zero", [2, 3])
+def test_fsdp2_step_is_byte_exact(zero, setup):
+    pytest.importorskip("torch")
+    from lm_accounting.analytic.parallel import rank_step
+    from lm_accounting.measure.distributed import measure_rank
+
+    lay = ParallelLayout(dp=4, zero=zero)
+    measured = measure_rank(TINY, S, 1, setup, lay)
+    assert measured.step == rank_step(TINY, S, 1, setup, lay, mode="traced")[0]
+
+
+@pytest.mark.parametrize(
+    "lay", [ParallelLayout(dp=8, zero=3), ParallelLayout(dp=16, zero=2), ParallelLayout(dp=64, zero=3)], ids=str
+)
+def test_every_rank_at_larger_worlds(lay):
+    """Over 64 ranks the 101-row embedding is 2 rows a rank and ranks 51-63 hold none: the buffers are
+    the padded ones on every rank, the AdamW state follows the real rows (first and last rank)."""
+    pytest.importorskip("torch")
+    from lm_accounting.analytic.parallel import rank_step
+    from lm_accounting.measure.distributed import measure_rank
+
+    setup = TrainingSetup(attention="sdpa", checkpoint="full", precision="amp-bf16")
+    for rank in (0, lay.world - 1):
+        measured = measure_rank(TINY, S, 2, setup, lay, rank=rank, fake=True)
+        assert measured.step == rank_step(TINY, S, 2, setup, lay, mode="traced", rank=rank)[0], rank
+
+
+@pytest.mark.slow
+def test_llama_3_8b_over_64_gpus_is_byte_exact():
+    """The issue's scale: the worst rank of Llama-3-8B over 64 GPUs (FSDP2 full shard, amp-bf16, full
+    checkpointing, S = 8,192), simulated on FakeTensors: every phase equal to the byte."""
+    pytest.importorskip("torch")
+    from lm_accounting.analytic.parallel import rank_step
+    from lm_accounting.config import load_config
+    from lm_accounting.measure.distributed import measure_rank
+
+    cfg = load_config("llama-3-8b").with_context(8192)
+    setup = TrainingSetup(attention="sdpa", checkpoint="full", precision="amp-bf16")
+    lay = ParallelLayout(dp=64, zero=3)
+    measured = measure_rank(cfg, 8192, 1, setup, lay, fake=True)
+    assert measured.step == rank_step(cfg, 8192, 1, setup, lay, mode="traced")[0]
