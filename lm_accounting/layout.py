@@ -18,7 +18,12 @@ cannot take, with one line.  The layouts map onto torch.distributed (torch 2.13)
   ``sequence_parallel``: norms and residual stream split along the sequence between the blocks.
   ``vocab_parallel``: the embedding split row-wise and the LM head column-wise over the vocabulary.
 * ``pp`` stages with ``micro_batches`` per step under 1F1B (analytic only).
-* ``ep``: expert parallel for a mixture of experts (refused until the MoE accounting covers it).
+* ``ep``: expert parallel for a mixture of experts, torchtitan's convention
+  (``torchtitan/distributed/expert_parallel.py`` ``ExpertParallel``; ``apply_fsdp`` in
+  ``torchtitan/models/*/infra/parallelize.py``): the ep ranks are borrowed from the data-parallel ones
+  (ep divides dp and E), each holds E/ep routed experts, and tokens reach them by an all-to-all
+  dispatch and combine; FSDP2 (zero 2 or 3) shards the expert stacks over the dp/ep ranks that hold
+  the same experts (their own unit per MoE block) and everything else over dp.
 
 ``world = dp · tp · pp`` GPUs.  With ZeRO/FSDP the sharding degree is ``dp``, never the world.
 """
@@ -64,9 +69,10 @@ class ParallelLayout:
             raise AccountingError(
                 f"1F1B with pp={self.pp} needs at least {self.pp} micro-batches, got {self.micro_batches}"
             )
-        if self.ep > 1:
+        if self.ep > 1 and (self.dp % self.ep or not self.fsdp):
             raise AccountingError(
-                "expert parallel is not accounted yet (it needs the MoE memory and all-to-all accounting)"
+                f"ep={self.ep} needs FSDP2 (zero 2 or 3) over a data-parallel degree it divides (dp={self.dp}, "
+                f"zero {self.zero}): expert parallel borrows its ranks from dp, as torchtitan does"
             )
 
     @property
@@ -85,15 +91,21 @@ class ParallelLayout:
 
     def check(self, cfg: ModelConfig) -> None:
         """Refuse, with one line, a layout that ``cfg`` cannot take."""
-        unsupported = cfg.unsupported_for_replay()
-        if cfg.moe and "mixture of experts" not in unsupported:  # the parameter shapes here are dense
-            unsupported.append("mixture of experts")
-        if cfg.mla and "latent attention (MLA)" not in unsupported:
-            unsupported.append("latent attention (MLA)")
+        moe_mla = [u for u in ("mixture of experts", "latent attention (MLA)") if u in cfg.unsupported_for_replay()]
+        unsupported = [u for u in cfg.unsupported_for_replay() if u not in moe_mla]
         if unsupported and not self.single:
             raise AccountingError(
-                f"parallel layouts cover the course architecture (GQA, head_dim, qk-norm, tied embeddings); "
-                f"{cfg.name} has {', '.join(unsupported)}"
+                f"parallel layouts cover the course architecture (GQA, head_dim, qk-norm, tied embeddings), "
+                f"mixture of experts and latent attention; {cfg.name} has {', '.join(unsupported)}"
+            )
+        if self.ep > 1 and not cfg.moe:
+            raise AccountingError(f"ep={self.ep}: expert parallel needs a mixture of experts; {cfg.name} is dense")
+        if self.ep > 1 and cfg.num_experts % self.ep:
+            raise AccountingError(f"ep={self.ep} does not divide the {cfg.num_experts} experts")
+        if moe_mla and (self.tp > 1 or self.pp > 1):
+            raise AccountingError(
+                f"{cfg.name} has {' and '.join(moe_mla)}: covered are data parallel (DDP, ZeRO-1, FSDP2) "
+                "and expert parallel; tensor and pipeline parallel are not (tp = pp = 1)"
             )
         m = self.tp
         for what, n in (("heads", cfg.num_heads), ("kv heads", cfg.kv_heads), ("d_ff", cfg.d_ff)):
@@ -112,6 +124,8 @@ class ParallelLayout:
             parts.append(
                 f"tp{self.tp}" + ("+sp" if self.sequence_parallel else "") + ("+vp" if self.vocab_parallel else "")
             )
+        if self.ep > 1:
+            parts.append(f"ep{self.ep}")
         if self.pp > 1:
             parts.append(f"pp{self.pp}x{self.micro_batches}")
         return "·".join(parts)

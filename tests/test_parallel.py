@@ -33,7 +33,8 @@ SNAPSHOT = Path(__file__).parent / "snapshots" / "json_keys.json"
         (dict(sequence_parallel=True), "sequence parallel needs tp > 1"),
         (dict(vocab_parallel=True), "vocab parallel needs tp > 1"),
         (dict(pp=4, micro_batches=2), "needs at least 4 micro-batches"),
-        (dict(ep=2), "expert parallel is not accounted yet"),
+        (dict(ep=2), "ep=2 needs FSDP2"),
+        (dict(dp=6, zero=3, ep=4), "ep=4 needs FSDP2 .* over a data-parallel degree it divides"),
     ],
 )
 def test_bad_layouts_are_refused_with_one_line(kwargs, message):
@@ -114,7 +115,7 @@ def test_json_schema_and_pinned_keys(run_cli):
     )
     assert r.code == 0, r.err
     data = json.loads(r.out)
-    assert data["schema"] == "lm-accounting/parallel-memory/1"
+    assert data["schema"] == "lm-accounting/parallel-memory/2"
     pinned = json.loads(SNAPSHOT.read_text())["memory-parallel"]
     assert sorted(key_paths(data)) == pinned
 
@@ -143,10 +144,17 @@ def test_memory_with_a_layout_imports_no_torch():
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
 
 
-@pytest.mark.parametrize("preset", ["mixtral-8x7b", "deepseek-v3"])
-def test_moe_and_mla_are_refused_with_one_line(run_cli, preset):
-    r = run_cli("memory", preset, "--dp", "8", "--zero", "3")
-    assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "course architecture" in r.err
+@pytest.mark.parametrize(
+    ("preset", "args", "message"),
+    [
+        ("openai-gpt2", [], "course architecture"),
+        ("mixtral-8x7b", ["--tp", "2"], "tensor and pipeline parallel are not"),
+        ("deepseek-v3", ["--pp", "2"], "tensor and pipeline parallel are not"),
+    ],
+)
+def test_uncovered_architectures_are_refused_with_one_line(run_cli, preset, args, message):
+    r = run_cli("memory", preset, "--dp", "8", "--zero", "3", *args)
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and message in r.err
 
 
 def test_pipeline_stages_by_hand():

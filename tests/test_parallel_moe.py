@@ -3,11 +3,16 @@ the live model, DDP / ZeRO-1 / FSDP2 model states and collectives against one ra
 torch's fake process group, and expert parallel."""
 
 import dataclasses
+import json
 
 import pytest
 
-from lm_accounting.analytic.parallel import parameter_shapes, stage_parameters
+from lm_accounting.analytic.collectives import step_collectives, totals
+from lm_accounting.analytic.parallel import model_states, parameter_shapes, rank_step, stage_parameters
+from lm_accounting.analytic.parallel_report import parallel_memory
 from lm_accounting.config import ModelConfig, load_config
+from lm_accounting.layout import ParallelLayout
+from lm_accounting.setup import TrainingSetup
 
 TINY = dict(vocab_size=101, context_length=16, d_model=24, num_heads=4, d_ff=40)
 MIXTRAL = ModelConfig(**TINY, num_layers=2, num_kv_heads=2, num_experts=4, experts_per_token=2, name="tiny-mixtral")
@@ -67,3 +72,132 @@ def test_pipeline_stages_keep_every_parameter_once():
     first, last = stage_parameters(QWEN3_MOE, 2, 0), stage_parameters(QWEN3_MOE, 2, 1)
     assert first[0].name == "token_embeddings.weight" and {p.unit for p in first[1:]} == {1, 2}
     assert [p.name for p in last[-2:]] == ["ln_final.weight", "lm_head.weight"] and {p.unit for p in last[:-2]} == {3}
+
+
+# -- data parallel (DDP, ZeRO-1, FSDP2) on the fake process group --------------------------------
+S = 16  # S·k = 32 slots: a multiple of E = 4 (Mixtral-like), so the MoE step replay is exact in B
+DP = {z: ParallelLayout(dp=4, zero=z) for z in (0, 1, 2, 3)}
+
+
+def test_fsdp_shards_of_a_mixture_of_experts_by_hand():
+    """Tiny Mixtral over dp = 4, FSDP2, fp32: dim-0 chunks ceil(rows / 4).  Per block: ln1, ln2 24 -> 6
+    each; q, o (24, 24) -> 6·24 = 144 each; k, v (12, 24) -> 3·24 = 72 each; router (4, 24) -> 24; each
+    expert stack (4, 40, 24) or (4, 24, 40) -> one expert, 960: 2·6 + 2·144 + 2·72 + 24 + 3·960 = 3,348.
+    Root: embedding and LM head (101, 24) -> 26·24 = 624 each, ln_final 6.  2·3,348 + 1,254 = 7,950."""
+    st = model_states(MIXTRAL, TrainingSetup(), DP[3])
+    assert st.parameters == st.gradients == 7_950 * 4 and st.optimizer == 2 * 7_950 * 4
+    # rank 3: the embedding and the LM head hold 101 − 78 = 23 rows: 2·(26 − 23)·24 = 144 elements fewer
+    assert model_states(MIXTRAL, TrainingSetup(), DP[3], rank=3).optimizer == 2 * (7_950 - 144) * 4
+    # the largest unit is a block, all-gathered whole: 3,348·4 elements (the root: 1,254·4)
+    assert st.unsharded_unit_max == 3_348 * 4 * 4 and st.unsharded_all == 7_950 * 4 * 4
+
+
+def test_fsdp_units_of_unequal_blocks_by_hand():
+    """Tiny DeepSeek over dp = 4, FSDP2, fp32: block 0 is dense, blocks 1-2 MoE; the largest unit is an
+    MoE block.  Per block, every tensor padded to 4 chunks: ln1, ln2 24·2; q_a (12, 24) 12·24; q_a_norm
+    12; q_b (4·10, 12) 40·12; kv_a (20, 24) 20·24; kv_a_norm 16; kv_b (4·11, 16) 44·16; output (24, 20)
+    24·20.  Dense FFN: w1, w3 (40, 24), w2 (24, 40): 3·960.  MoE: router (5, 24) -> 8·24; 3 expert
+    stacks of 5 experts -> 8 (chunk 2) × 8·24 each; shared (16, 24), (24, 16), (16, 24): 3·384."""
+    attn = 48 + 288 + 12 + 480 + 480 + 16 + 704 + 480
+    dense, moe = attn + 3 * 960, attn + 8 * 24 + 3 * 8 * 192 + 3 * 384
+    root = 2 * 104 * 24 + 24
+    st = model_states(DEEPSEEK, TrainingSetup(), DP[3])
+    assert st.unsharded_all == (root + dense + 2 * moe) * 4 and st.unsharded_unit_max == moe * 4
+    # rank 3 holds no expert (rows 6-7 of the padded 8) and 23 embedding and LM head rows
+    owned3 = (root + dense + 2 * moe) // 4 - 2 * 3 * 24 - 2 * (8 * 24 + 3 * 8 * 192) // 4
+    assert model_states(DEEPSEEK, TrainingSetup(), DP[3], rank=3).owned_elements == owned3
+
+
+@pytest.mark.parametrize("zero", DP)
+@pytest.mark.parametrize("cfg", [MIXTRAL, QWEN3_MOE, DEEPSEEK], ids=lambda c: c.name)
+def test_states_and_collectives_equal_the_fake_pg_run(cfg, zero):
+    """Every rank's parameters, gradients and AdamW state (uneven shards: 6 and 5 experts and 101 rows over
+    4 ranks; ZeRO-1's whole-tensor partition) and every collective of the first step, byte for byte."""
+    pytest.importorskip("torch")
+    from lm_accounting.measure.distributed import measure_rank
+
+    setup, lay = TrainingSetup(), DP[zero]
+    for rank in (0, 3):
+        m = measure_rank(cfg, S, 1, setup, lay, rank=rank)
+        st = model_states(cfg, setup, lay, rank=rank)
+        assert (m.params, m.gradients, m.optimizer) == (st.parameters, st.gradients, st.optimizer)
+        assert m.collectives == totals(step_collectives(cfg, S, 1, setup, lay, first_step=True))
+
+
+@pytest.mark.parametrize("cfg", [MIXTRAL, DEEPSEEK], ids=lambda c: c.name)
+def test_fsdp_mixed_precision_states_and_collectives(cfg):
+    """amp-bf16 under FSDP2 (bf16 all-gathers, fp32 reduce-scatters) with full checkpointing."""
+    pytest.importorskip("torch")
+    from lm_accounting.measure.distributed import measure_rank
+
+    setup = TrainingSetup(checkpoint="full", precision="amp-bf16")
+    m = measure_rank(cfg, S, 1, setup, DP[3])
+    st = model_states(cfg, setup, DP[3])
+    assert (m.params, m.gradients, m.optimizer) == (st.parameters, st.gradients, st.optimizer)
+    assert m.collectives == totals(step_collectives(cfg, S, 1, setup, DP[3], first_step=True))
+
+
+@pytest.mark.parametrize("zero", [0, 1])
+@pytest.mark.parametrize(
+    "setup",
+    [TrainingSetup(), TrainingSetup(checkpoint="full", precision="amp-bf16"), TrainingSetup(checkpoint="selective")],
+    ids=lambda s: s.label,
+)
+def test_moe_ddp_and_zero1_steps_are_exact(setup, zero):
+    """A mixture of experts is replayed exactly on one GPU, so DDP's and ZeRO-1's every phase (peaks
+    included) equal the fake-PG run byte for byte, on the first and the last rank."""
+    pytest.importorskip("torch")
+    from lm_accounting.measure.distributed import measure_rank
+
+    for rank in (0, 3):
+        m = measure_rank(MIXTRAL, S, 1, setup, DP[zero], rank=rank)
+        assert m.step == rank_step(MIXTRAL, S, 1, setup, DP[zero], mode="traced", rank=rank)[0]
+        r = parallel_memory(MIXTRAL, S, 1, setup, DP[zero], rank=rank)
+        assert r.not_modelled == () and r.peaks_exact and r.step.peak >= r.states.total
+
+
+@pytest.mark.parametrize("zero", [2, 3])
+@pytest.mark.parametrize(
+    "setup", [TrainingSetup(), TrainingSetup(checkpoint="selective", precision="bf16")], ids=lambda s: s.label
+)
+def test_moe_fsdp_steps_are_exact_without_mixed_precision(setup, zero):
+    """FSDP2's unit events around the MoE blocks (``analytic.fsdp``) with the MoE replay: every phase
+    byte for byte on the first and the last rank (amp-bf16 is not modelled: see below)."""
+    pytest.importorskip("torch")
+    from lm_accounting.measure.distributed import measure_rank
+
+    for rank in (0, 3):
+        m = measure_rank(MIXTRAL, S, 1, setup, DP[zero], rank=rank)
+        assert m.step == rank_step(MIXTRAL, S, 1, setup, DP[zero], mode="traced", rank=rank)[0]
+
+
+@pytest.mark.parametrize(
+    ("cfg", "setup", "missing"),
+    [
+        (DEEPSEEK, TrainingSetup(), "latent attention (MLA)"),
+        (QWEN3_MOE, TrainingSetup(), "mixture of experts at context 16"),  # S·k = 32 slots over 6 experts
+        (MIXTRAL, TrainingSetup(precision="amp-bf16"), "FSDP2 mixed precision with a mixture of experts"),
+    ],
+    ids=["mla", "moe-split", "moe-fsdp-amp"],
+)
+def test_what_the_replay_does_not_model_is_said_not_made_up(cfg, setup, missing):
+    """Model states and collectives are given; activations, phases and peaks are None, and say why."""
+    r = parallel_memory(cfg, S, 1, setup, DP[3])
+    assert any(missing in m for m in r.not_modelled), r.not_modelled
+    assert r.step is None and r.activations is None and r.peak is None and r.fits is None
+    d = r.to_dict()
+    assert d["step"] is None and d["peak"] is None and d["per_gpu"]["parameters"] == r.states.parameters
+    assert d["collectives"] and not r.peaks_exact
+
+
+@pytest.mark.parametrize("preset", ["deepseek-v3", "qwen3-30b-a3b", "mixtral-8x7b"])
+def test_cli_memory_with_a_layout_for_the_moe_presets(run_cli, preset):
+    r = run_cli("memory", preset, "--context", "4096", "--dp", "8", "--zero", "3", "--format", "json")
+    assert r.code == 0, r.err
+    d = json.loads(r.out)
+    lay = ParallelLayout(dp=8, zero=3)
+    assert (
+        d["per_gpu"]["parameters"]
+        == model_states(load_config(preset).with_context(4096), TrainingSetup(), lay).parameters
+    )
+    assert d["not_modelled"] == ([] if preset == "mixtral-8x7b" else d["not_modelled"])

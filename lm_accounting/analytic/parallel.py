@@ -180,6 +180,8 @@ def local_shape(p: ParamShape, layout: ParallelLayout) -> tuple[int, int]:
         return p.rows, p.cols // m
     if p.split == VOCAB and layout.vocab_parallel:
         return -(-p.rows // m), p.cols
+    if p.expert:  # expert parallel: E/ep experts on each rank (rule 6); TP: out/M or in/M
+        return p.rows // layout.ep, p.cols // m
     return p.rows, p.cols
 
 
@@ -230,6 +232,7 @@ class ModelStates:
     unsharded_all: int  # every local parameter unsharded, padded (FSDP all-gather outputs)
     unsharded_unit_max: int  # the largest FSDP unit unsharded
     owned_elements: int  # elements whose optimizer state this rank keeps
+    unsharded_experts: int = 0  # of ``unsharded_all``: the expert units (expert parallel, over dp/ep)
 
     @property
     def total(self) -> int:
@@ -252,20 +255,22 @@ def model_states(
     optimizer state), over the whole model or, with ``stage``, pipeline stage ``stage``'s parameters.
     AdamW's 0-d ``step`` counters are left out (foreach/for-loop keep them on the CPU)."""
     e, d = element_bytes(setup), layout.dp
-    groups = _grouped(cfg, layout.tp, layout.vocab_parallel, None if stage is None else (layout.pp, stage))
+    where = None if stage is None else (layout.pp, stage)
+    groups = _grouped(cfg, layout.tp, layout.vocab_parallel, where, layout.ep, _experts_on_dim1(cfg, layout))
     full = sum(n * r * c for (r, c, _), n in groups) * e
     if layout.fsdp:
-        padded = sum(n * fsdp_chunk_rows(r, d) * c for (r, c, _), n in groups)
         if rank is None:
             rank = 0  # rank 0's chunks are all full (rule 2)
-        owned = sum(n * fsdp_rank_rows(r, d, rank) * c for (r, c, _), n in groups)
-        per_unit: dict[int, int] = {}  # unit 0: the root; 1: one block (every block is the same)
-        for (r, c, u), n in groups:
-            per_unit[u] = per_unit.get(u, 0) + n * fsdp_chunk_rows(r, d) * d * c
-        blocks = _blocks(cfg, None if stage is None else (layout.pp, stage))
-        unsharded = sum(per_unit.values())
-        if blocks:
-            per_unit[1] //= blocks
+        shards = {EXPERT_UNIT: d // layout.ep}  # rule 6: the expert stacks over dp/ep, the rest over dp
+        group_rank = {EXPERT_UNIT: rank // layout.ep}
+        padded = owned = 0
+        per_kind: dict[int, int] = {}  # unit kind -> its units' unsharded elements (padded)
+        for (r, c, k), n in groups:
+            m = shards.get(k, d)
+            padded += n * fsdp_chunk_rows(r, m) * c
+            owned += n * fsdp_rank_rows(r, m, group_rank.get(k, rank)) * c
+            per_kind[k] = per_kind.get(k, 0) + n * fsdp_chunk_rows(r, m) * m * c
+        units = _unit_counts(cfg, where, layout.ep)
         gather_e = 2 if setup.autocast else e  # MixedPrecisionPolicy(param_dtype=bf16) under amp-bf16
         return ModelStates(
             rank,
@@ -273,9 +278,10 @@ def model_states(
             padded * e,
             2 * owned * e,
             0,
-            unsharded * gather_e,
-            max(per_unit.values()) * gather_e,
+            sum(per_kind.values()) * gather_e,
+            max(v // units.get(k, 1) for k, v in per_kind.items()) * gather_e,
             owned,
+            per_kind.get(EXPERT_UNIT, 0) * gather_e,
         )
     buckets = full if d > 1 else 0
     if layout.zero == 1 and d > 1:
@@ -310,20 +316,48 @@ def _params(cfg: ModelConfig, stage: tuple[int, int] | None) -> tuple[ParamShape
     return parameter_shapes(cfg) if stage is None else stage_parameters(cfg, *stage)
 
 
+ROOT_UNIT, DENSE_UNIT, MOE_UNIT, EXPERT_UNIT = 0, 1, 2, 3
+"""FSDP unit kinds: the root; a dense block; a mixture-of-experts block; under expert parallel, the
+routed experts of an MoE block, their own unit over dp/ep (rule 6)."""
+
+
+def _unit_kind(cfg: ModelConfig, p: ParamShape, ep: int) -> int:
+    if not p.unit:
+        return ROOT_UNIT
+    if ep > 1 and p.expert:
+        return EXPERT_UNIT
+    return MOE_UNIT if cfg.layer_moe(p.unit - 1) else DENSE_UNIT
+
+
 @lru_cache(maxsize=1024)
-def _blocks(cfg: ModelConfig, stage: tuple[int, int] | None) -> int:
-    return len({p.unit for p in _params(cfg, stage) if p.unit})
+def _unit_counts(cfg: ModelConfig, stage: tuple[int, int] | None, ep: int = 1) -> dict[int, int]:
+    """How many FSDP units of each kind (the root counts once)."""
+    units = {(_unit_kind(cfg, p, ep), p.unit) for p in _params(cfg, stage)}
+    out: dict[int, int] = {}
+    for kind, _ in units:
+        out[kind] = out.get(kind, 0) + 1
+    return out
+
+
+def _experts_on_dim1(cfg: ModelConfig, layout: ParallelLayout) -> bool:
+    """torchtitan shards the expert stacks on dim 1 when (dp/ep)·ep > E, i.e. dp > E (rule 6)."""
+    return layout.ep > 1 and layout.fsdp and layout.dp > (cfg.num_experts or 0)
 
 
 @lru_cache(maxsize=1024)
 def _grouped(
-    cfg: ModelConfig, tp: int, vocab_parallel: bool, stage: tuple[int, int] | None
+    cfg: ModelConfig, tp: int, vocab_parallel: bool, stage: tuple[int, int] | None, ep: int = 1, dim1: bool = False
 ) -> tuple[tuple[tuple[int, int, int], int], ...]:
-    """The local (rows, cols) of each parameter with its FSDP unit kind (0 root, 1 block), counted."""
-    layout = ParallelLayout(tp=tp, vocab_parallel=vocab_parallel)
+    """Each parameter's local (rows, cols) with its FSDP unit kind, counted: rows is the dim FSDP2
+    shards, dim 0, or for the expert stacks with ``dim1`` dim 1 ((E/ep, out, in) -> (out, E/ep·in))."""
+    layout = ParallelLayout(tp=tp, vocab_parallel=vocab_parallel, dp=ep, zero=3, ep=ep)
     counts: dict[tuple[int, int, int], int] = {}
     for p in _params(cfg, stage):
-        key = (*local_shape(p, layout), 1 if p.unit else 0)
+        kind = _unit_kind(cfg, p, ep)
+        rows, cols = local_shape(p, layout)
+        if dim1 and kind == EXPERT_UNIT:
+            rows, cols = p.shape[1], rows * cols // p.shape[1]
+        key = (rows, cols, kind)
         counts[key] = counts.get(key, 0) + 1
     return tuple(counts.items())
 

@@ -1,8 +1,11 @@
 """``memory`` with a parallel layout: the worst rank's per-GPU memory, FLOPs and collectives.  No torch.
 
 ``parallel_memory(cfg, seq, batch, setup, layout)`` returns a ``ParallelMemory`` (schema
-``lm-accounting/parallel-memory/1``).  ``batch`` is the micro-batch of one data-parallel rank.
-The allowance (CUDA context, NCCL buffers, allocator fragmentation) is a separate, labelled figure,
+``lm-accounting/parallel-memory/2``).  Where the step replay does not model the architecture (latent
+attention; a mixture of experts at a context whose slot split varies with the batch) or the layout
+(expert parallel), the model states and the collectives are exact and the activations, phases and peaks
+are None, named in ``not_modelled`` (as the single-GPU ``memory`` does).  ``batch`` is the micro-batch
+of one data-parallel rank.  The allowance (CUDA context, NCCL buffers, allocator fragmentation) is a separate, labelled figure,
 never folded into the others; ``DEFAULT_ALLOWANCE`` is its default.
 """
 
@@ -18,8 +21,9 @@ from ..result import Result
 from ..setup import TrainingSetup
 from .collectives import Collective, step_collectives, wire_bytes
 from .hardware_flops import StepFlops, step_flops
-from .parallel import ModelStates, local_config, rank_step
+from .parallel import ModelStates, local_config, model_states, rank_step
 from .pipeline import pipeline_stages
+from .replay import replay_unsupported
 
 DEFAULT_ALLOWANCE = 3 * 10**9
 """3 GB per GPU: the CUDA context and cuBLAS workspaces (about 0.5–1 GB on an H100), NCCL's
@@ -30,7 +34,7 @@ your own with ``--allowance``."""
 
 @dataclass(frozen=True)
 class ParallelMemory(Result):
-    SCHEMA: ClassVar[str] = "lm-accounting/parallel-memory/1"
+    SCHEMA: ClassVar[str] = "lm-accounting/parallel-memory/2"
 
     config: ModelConfig
     seq: int
@@ -38,9 +42,9 @@ class ParallelMemory(Result):
     setup: TrainingSetup
     layout: ParallelLayout
     states: ModelStates
-    activations: int
-    step: StepMemory  # plain run (what a GPU user gets)
-    step_traced: StepMemory  # what a dispatch-mode tracker sees (the fake-PG measurement)
+    activations: int | None  # None: not modelled (``not_modelled``)
+    step: StepMemory | None  # plain run (what a GPU user gets); None: not modelled
+    step_traced: StepMemory | None  # what a dispatch-mode tracker sees (the fake-PG measurement)
     flops: StepFlops
     collectives: tuple[Collective, ...]
     allowance: int
@@ -48,25 +52,27 @@ class ParallelMemory(Result):
     peaks_exact: bool  # False for FSDP2, PP and TP with checkpointing (peak estimates; ends exact)
     stage: int | None = None  # pipeline stage of the worst rank (pp > 1)
     measured: Any = None  # measure.distributed.RankMeasurement
+    not_modelled: tuple[str, ...] = ()  # what the replay leaves out: then only states and collectives
 
     @property
-    def peak(self) -> int:
-        return self.step.peak
+    def peak(self) -> int | None:
+        return None if self.step is None else self.step.peak
 
     @property
-    def total(self) -> int:
+    def total(self) -> int | None:
         """The peak plus the allowance: what the GPU must hold."""
-        return self.peak + self.allowance
+        return None if self.peak is None else self.peak + self.allowance
 
     @property
-    def fits(self) -> bool:
-        return self.total <= self.budget
+    def fits(self) -> bool | None:
+        return None if self.total is None else self.total <= self.budget
 
     def with_measurement(self, measured) -> ParallelMemory:
         return replace(self, measured=measured)
 
     def group_size(self, group: str) -> int:
-        return {"dp": self.layout.dp, "tp": self.layout.tp, "pp": 2}[group]
+        lay = self.layout
+        return {"dp": lay.dp, "tp": lay.tp, "pp": 2, "ep": lay.ep, "dp/ep": lay.dp // lay.ep}[group]
 
     def to_dict(self) -> dict[str, Any]:
         st = self.states
@@ -87,8 +93,9 @@ class ParallelMemory(Result):
                 "fsdp_largest_unit_unsharded": st.unsharded_unit_max,
                 "saved_activations": self.activations,
             },
-            "step": self.step.to_dict(),
-            "step_traced": self.step_traced.to_dict(),
+            "step": None if self.step is None else self.step.to_dict(),
+            "step_traced": None if self.step_traced is None else self.step_traced.to_dict(),
+            "not_modelled": list(self.not_modelled),
             "peaks_exact": self.peaks_exact,
             "peak": self.peak,
             "allowance": self.allowance,
@@ -129,7 +136,7 @@ class ParallelMemory(Result):
 
     def records(self) -> list[dict[str, Any]]:
         rows = [{"quantity": k, "phase": "", "bytes": v} for k, v in self.to_dict()["per_gpu"].items()]
-        for name in PHASES:
+        for name in PHASES if self.step is not None else ():
             ph = self.step.phase(name)
             rows += [
                 {"quantity": "peak", "phase": name, "bytes": ph.peak},
@@ -154,8 +161,11 @@ def parallel_memory(
     """The worst rank of ``layout`` (see ``analytic.parallel``; pipeline stages: ``pipeline_stages``),
     or global rank ``rank`` (its data-parallel rank is rank // tp)."""
     layout.check(cfg)
-    stage = None
-    if layout.pp > 1:
+    stage, missing = None, not_modelled(cfg, seq, setup, layout)
+    if missing:
+        st = model_states(cfg, setup, layout, rank=None if rank is None else rank // layout.tp)
+        step = traced = act = None
+    elif layout.pp > 1:
         stage, step, traced, st, act = pipeline_stages(cfg, seq, batch, setup, layout)
     else:
         dp_rank = None if rank is None else rank // layout.tp
@@ -176,6 +186,22 @@ def parallel_memory(
         tuple(step_collectives(cfg, seq, batch, setup, layout)),
         allowance,
         budget,
-        not layout.fsdp and layout.pp == 1 and (layout.tp == 1 or setup.checkpoint == "none"),
+        not missing and not layout.fsdp and layout.pp == 1 and (layout.tp == 1 or setup.checkpoint == "none"),
         stage,
+        not_modelled=tuple(missing),
     )
+
+
+def not_modelled(cfg: ModelConfig, seq: int, setup: TrainingSetup, layout: ParallelLayout) -> list[str]:
+    """What the per-rank step replay leaves out: the single-GPU replay's gaps (``replay_unsupported``,
+    as ``memory`` reports them), a mixture of experts under FSDP2's bf16 MixedPrecisionPolicy (the
+    pure-bf16 model of ``fsdp_compute_setup`` is not what runs), and expert parallel's own buffers (the
+    dispatched and combined token rows, the all-to-all outputs)."""
+    out = replay_unsupported(cfg, setup, seq)
+    if cfg.moe and layout.fsdp and setup.autocast and layout.dp > 1:
+        # measured: under MixedPrecisionPolicy(bf16) the routed outputs (bf16) times the fp32 top-k
+        # weights are fp32, and so is the residual stream after the first MoE block
+        out.append("FSDP2 mixed precision with a mixture of experts (the residual stream turns fp32)")
+    if layout.ep > 1:
+        out.append("expert parallel (the all-to-all dispatch and combine buffers)")
+    return out

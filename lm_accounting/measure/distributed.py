@@ -280,6 +280,8 @@ def _run_rank(cfg, seq, batch, setup, layout, rank, comm_debug, model, dp_mesh, 
 
     with tracker:
         model.to_empty(device="cpu")
+        if cfg.tie_embeddings and not layout.fsdp:  # to_empty makes a new Parameter per module: tie again
+            model.lm_head.weight = model.token_embeddings.weight
         if model.rope is not None:  # non-persistent buffers: recompute the tables on the device
             model.rope = type(model.rope)(cfg.rope_theta, cfg.rope_dim, cfg.context_length, device="cpu")
         train = model

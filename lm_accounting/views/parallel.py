@@ -30,30 +30,10 @@ def parallel_view(r: ParallelMemory) -> View:
             ("DDP gradient buckets", st.ddp_buckets, "gradient_as_bucket_view=False"),
             ("FSDP2: every unit unsharded", st.unsharded_all, "held forward→backward under zero 2"),
             ("FSDP2: largest unit unsharded", st.unsharded_unit_max, "all-gather dtype"),
-            ("saved activations", r.activations, "TP/SP split per component"),
+            ("saved activations", r.activations, "TP/SP split per component" if r.step else "NOT MODELLED"),
         ],
     )
     measured = r.measured
-    rows = []
-    for name in PHASES:
-        p, t = r.step.phase(name), r.step_traced.phase(name)
-        m = measured.step.phase(name) if measured is not None else None
-        rows.append((PHASE_LABELS[name], p.peak, t.peak, m.peak if m else None, t.end, m.end if m else None))
-    base = measured.step.baseline if measured is not None else None
-    rows.insert(0, ("baseline (step start)", r.step.baseline, r.step_traced.baseline, base, None, None))
-    phases = Table(
-        "Peak and end of each phase: plain run (a GPU), traced run (what the fake-PG tracker sees), measured"
-        + ("" if r.peaks_exact else "  [peaks are estimates here (FSDP2, PP, TP with checkpointing); ends exact]"),
-        [
-            Column("phase"),
-            Column("peak, plain", "bytes"),
-            Column("peak, traced", "bytes"),
-            Column("peak, measured", "bytes"),
-            Column("end, predicted", "bytes"),
-            Column("end, measured", "bytes"),
-        ],
-        rows,
-    )
     fit = Table(
         "Does it fit?",
         [Column("quantity"), Column("bytes", "bytes")],
@@ -63,7 +43,15 @@ def parallel_view(r: ParallelMemory) -> View:
             ("peak + allowance", r.total),
             ("budget", r.budget),
         ],
-        [f"{'fits' if r.fits else 'does NOT fit'} the budget"],
+        [f"{'fits' if r.fits else 'does NOT fit'} the budget"]
+        if r.step is not None
+        else [
+            (
+                f"activations, phases and peaks NOT MODELLED ({'; '.join(r.not_modelled)}); the model states "
+                f"alone (exact) are {st.total:,} bytes"
+                + (": with the allowance, over the budget" if st.total + r.allowance > r.budget else "")
+            )
+        ],
     )
     comm = Table(
         "Collectives of one step on this rank (payload = the unsharded buffer; wire = ring bytes sent)",
@@ -81,7 +69,7 @@ def parallel_view(r: ParallelMemory) -> View:
             for c in r.collectives
         ],
     )
-    tables = [per_gpu, phases, fit, comm]
+    tables = [per_gpu, *([_phases(r)] if r.step is not None else []), fit, comm]
     if measured is not None:
         want = totals(step_collectives(r.config, r.seq, r.batch, r.setup, r.layout, first_step=True))
         kinds = sorted(set(want) | set(measured.collectives))
@@ -117,3 +105,29 @@ def parallel_view(r: ParallelMemory) -> View:
         ),
     ]
     return View(header, tables, footer)
+
+
+def _phases(r: ParallelMemory) -> Table:
+    """Predicted (plain and traced) and measured peak and end of each phase."""
+    measured = r.measured
+    rows = []
+    for name in PHASES:
+        p, t = r.step.phase(name), r.step_traced.phase(name)
+        m = measured.step.phase(name) if measured is not None else None
+        rows.append((PHASE_LABELS[name], p.peak, t.peak, m.peak if m else None, t.end, m.end if m else None))
+    base = measured.step.baseline if measured is not None else None
+    rows.insert(0, ("baseline (step start)", r.step.baseline, r.step_traced.baseline, base, None, None))
+    phases = Table(
+        "Peak and end of each phase: plain run (a GPU), traced run (what the fake-PG tracker sees), measured"
+        + ("" if r.peaks_exact else "  [peaks are estimates here (FSDP2, PP, TP with checkpointing); ends exact]"),
+        [
+            Column("phase"),
+            Column("peak, plain", "bytes"),
+            Column("peak, traced", "bytes"),
+            Column("peak, measured", "bytes"),
+            Column("end, predicted", "bytes"),
+            Column("end, measured", "bytes"),
+        ],
+        rows,
+    )
+    return phases
