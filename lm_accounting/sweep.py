@@ -138,9 +138,22 @@ def analytic_row(
     return row
 
 
+POINT = ("model", "context", "batch", "setup")
+"""The columns of ``analytic_row`` that name a sweep point; every other column is one fact about it."""
+UNITS = {"params": "params", "mem:max_context": "tokens", "measured:peak": "bytes", "measured:flops": "FLOPs"}
+UNITS |= {"measured:device": "", "measured:run": ""}
+PREFIX_UNITS = {"flops": "FLOPs", "group": "FLOPs", "share": "share", "mem": "bytes"}
+
+
+def unit_of(column: str) -> str:
+    """The unit of an ``analytic_row`` column: 'FLOPs', 'bytes', 'share', 'tokens', 'params' or '' (a label)."""
+    return UNITS[column] if column in UNITS else PREFIX_UNITS[column.split(":", 1)[0]]
+
+
 @dataclass
 class Sweep(Result):
-    """One row per (model, context): ``to_dict()`` (JSON), ``records()`` (the rows: CSV), ``to_frame()``."""
+    """One row per (model, context): ``to_dict()`` (JSON, the rows), ``records()`` (tidy: CSV), ``to_frame()``
+    (the rows, wide, for plotting)."""
 
     SCHEMA: ClassVar[str] = "lm-accounting/sweep/2"
 
@@ -152,8 +165,15 @@ class Sweep(Result):
     setup: TrainingSetup = field(default_factory=TrainingSetup)
 
     def records(self) -> list[dict[str, Any]]:
-        """The rows themselves: one tidy record per (model, context)."""
-        return list(self.rows)
+        """Tidy rows, one fact each, the same keys on every row: model, context, batch, setup (the point),
+        quantity (an ``analytic_row`` column), value (empty: not measured or not modelled), unit."""
+        out = []
+        for row in self.rows:
+            point = {k: row[k] for k in POINT}
+            for key, value in row.items():
+                if key not in POINT:
+                    out.append({**point, "quantity": key, "value": value, "unit": unit_of(key)})
+        return out
 
     def to_frame(self):
         """One row per (model, context); columns as in ``analytic_row`` (pandas imported here).

@@ -77,7 +77,7 @@ def test_report_numbers_are_the_calculators(regenerated):
     assert ta["e"]["forward_flops"] == 149_522_795_724_800
     # the sweep's shares are the calculator's shares
     rows = list(csv.DictReader(io.StringIO((out / "sweep" / "sweep.csv").read_text())))
-    row = next(r for r in rows if r["model"] == "gpt2-xl" and r["context"] == "16384")
+    row = {r["quantity"]: r["value"] for r in rows if r["model"] == "gpt2-xl" and r["context"] == "16384"}
     at_16k = account(load_config("gpt2-xl").with_context(16384), 16384)
     assert float(row["share:attention matmuls"]) == at_16k.attention_matmuls / at_16k.forward.total
     assert int(row["mem:peak"]) == memory_account(load_config("gpt2-xl").with_context(16384), 16384, 1).step.peak
@@ -108,14 +108,16 @@ def test_adamw_answers_hand_computed(regenerated):
 def test_sweep_cli_writes_tables_and_plots(run_cli, tmp_path):
     r = run_cli("sweep", "gpt2-small", "gpt2-medium", "--contexts", "256:1024:x2", "--out", tmp_path)
     assert r.code == 0, r.err
-    rows = list(csv.DictReader(io.StringIO((tmp_path / "sweep.csv").read_text())))
-    assert [(x["model"], int(x["context"])) for x in rows] == [
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "sweep.csv").read_text())))  # tidy: one fact per row
+    assert list(dict.fromkeys((x["model"], int(x["context"])) for x in rows)) == [
         (m, s) for m in ("gpt2-small", "gpt2-medium") for s in (256, 512, 1024)
     ]
-    for x in rows:
+    checked = [x for x in rows if x["quantity"] in ("flops:total", "flops:layers.*.attn.qk")]
+    assert len(checked) == 2 * 6
+    for x in checked:
         acc = account(load_config(x["model"]).with_context(int(x["context"])), int(x["context"]))
-        assert int(x["flops:total"]) == acc.forward.total
-        assert int(x["flops:layers.*.attn.qk"]) == acc.forward["layers.*.attn.qk"].total
+        counted = acc.forward if x["quantity"] == "flops:total" else acc.forward["layers.*.attn.qk"]
+        assert int(x["value"]) == counted.total
     names = {p.name for p in tmp_path.iterdir()}
     assert {"sweep.md", "sweep.json", "flops_shares.png", "memory_vs_context_gpt2-medium.svg"} <= names
     assert not [n for n in names if n.startswith(".")]  # no temp files left

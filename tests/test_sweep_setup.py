@@ -4,6 +4,8 @@ CLI flags reach the rows."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 
 import pytest
@@ -166,3 +168,34 @@ def test_plots_name_the_setup_and_compare_the_tracker_with_the_traced_run(tiny, 
     assert list(line.get_ydata()) == pytest.approx(list(frame["mem:peak_traced"] / 1e9))
     assert list(dots.get_ydata()) == pytest.approx(list(frame["measured:peak"] / 1e9))
     assert "traced-run" in memory.get_ylabel()
+
+
+def test_sweep_csv_is_tidy_records(run_cli, tiny, tmp_path):
+    """sweep.csv (and --format csv) is tidy like every other command's CSV: one fact per row, the same
+    columns on every row, each value with its unit; every sweep.json column is a row.  Hand counts for
+    the tiny model (V 2,000, d 24, 2 layers, 4 heads, d_ff 40, untied, no biases):
+    parameters = 2·V·d + L·(4·d² + 3·d·d_ff + 2·d) + d = 96,000 + 2·5,232 + 24 = 106,488;
+    forward FLOPs at S = 16 = 2·S·(L·(4·d² + 3·d·d_ff) + d·V) + L·4·S²·d = 1,867,776 + 49,152."""
+    out = tmp_path / "o"
+    r = run_cli("sweep", tiny, "gpt2-small", "--contexts", "16,32", "--out", out, "--no-plots", "--format", "csv")
+    assert r.code == 0, r.err
+    text = (out / "sweep.csv").read_text()
+    assert r.out == text
+    assert text.splitlines()[0] == "model,context,batch,setup,quantity,value,unit"
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert all(len(row) == 7 and None not in row and None not in row.values() for row in rows)
+    fact = {(x["model"], int(x["context"]), x["quantity"]): (x["value"], x["unit"]) for x in rows}
+    assert len(fact) == len(rows)  # one row per (point, quantity)
+    wide = json.loads((out / "sweep.json").read_text())["rows"]
+    points = [(w["model"], w["context"]) for w in wide]
+    assert points == [(m, s) for m in ("tiny", "gpt2-small") for s in (16, 32)]
+    for w in wide:
+        quantities = {q for (m, s, q) in fact if (m, s) == (w["model"], w["context"])}
+        assert quantities == set(w) - {"model", "context", "batch", "setup"}
+    assert fact["tiny", 16, "params"] == ("106488", "params")
+    assert fact["tiny", 16, "flops:total"] == (str(1_867_776 + 49_152), "FLOPs")
+    for name, seq in points:
+        cfg = load_config(tiny if name == "tiny" else name).with_context(seq)
+        assert fact[name, seq, "mem:peak"] == (str(memory_account(cfg, seq, 1).step.peak), "bytes")
+        assert fact[name, seq, "share:ffn"][1] == "share" and fact[name, seq, "mem:max_context"][1] == "tokens"
+        assert fact[name, seq, "measured:peak"] == ("", "bytes")  # not measured: an empty value, not a missing row
