@@ -539,8 +539,12 @@ def _layer_forward(
         r(+Sc * n, +w8, +we, +Sc, -we, -w8 * recompute, -Sc)  # QKᵀ; · 1/√d_head; raw scores die
         r(+z.e, +Sc, -z.e, -Sc)  # where(mask, scores, -inf)
         r(+Sr, +Sc, -Sr)  # softmax: z = x − max(x)
-        r(+Sc, +Sr, +Sc, -Sc)  # exp (saved); Σ (saved); divide (saved by AV)
-        r(+Tkv, +Tq * n, -Sc)  # V made contiguous (saved); AV; masked scores die
+        if z.softmax32:  # z.float(), exp (saved), the copy dies, Σ (saved), divide, z dies, to bf16 (saved by AV)
+            r(+2 * Sc, +2 * Sc, -2 * Sc, +2 * Sr, +2 * Sc, -Sc, +Sc)
+            r(+Tkv, +Tq * n, -Sc, -2 * Sc)  # V made contiguous (saved); AV; masked scores die; fp32 probs die
+        else:
+            r(+Sc, +Sr, +Sc, -Sc)  # exp (saved); Σ (saved); divide (saved by AV)
+            r(+Tkv, +Tq * n, -Sc)  # V made contiguous (saved); AV; masked scores die
         r(+Tq, -Tq)  # merge heads (saved by output_proj)
         r(+Td * n, -Tkv, +Td, -Td)  # output projection; v dies; residual add
     _norm_forward(r, z, T, c.d_model)  # ln2
@@ -624,8 +628,13 @@ def _layer_forward_unsaved(r: _Replay, z: Sizes, cached: bool = False, moe: _Moe
         # the checkpoint's pack hook, until the scale's backward); raw scores die
         r(+Sc, +z.wrap(z.e)[0], +z.wrap(z.e)[1], +Sc, -z.wrap(z.e)[1], -Sc * k)
         r(+z.e, +Sc, -z.e, -Sc)  # where(mask, scores, -inf); scaled scores die
-        r(+Sr, +Sc, -Sr, +Sc, +Sr, +Sc, -Sr, -Sc, -Sc)  # softmax; z and exp die on return
+        if z.softmax32:  # z.float(), exp, the copy dies, Σ, divide; Σ, z, exp die; probs to bf16
+            r(+Sr, +Sc, -Sr, +2 * Sc, +2 * Sc, -2 * Sc, +2 * Sr, +2 * Sc, -2 * Sr, -Sc, -2 * Sc, +Sc)
+        else:
+            r(+Sr, +Sc, -Sr, +Sc, +Sr, +Sc, -Sr, -Sc, -Sc)  # softmax; z and exp die on return
         r(+Tkv, +Tq, -Tkv, -Sc, -Sc)  # V contiguous; AV; V copy, masked scores and probs die
+        if z.softmax32:
+            r(-2 * Sc)  # the fp32 probs die
         r(+Tq, -Tq * k)  # merge heads (a copy); AV output dies
     r(+Td, -Tq, -Tkv, -Tkv * k, -Tq, -Td)  # output projection; q, k, v, merged heads and ln1 output die
     r(+Td, -Td * k)  # residual add; attention output dies
@@ -680,12 +689,19 @@ def _layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool, moe: _M
     else:
         r(+p["attn.output_proj"], +Tq, -Tq, +Tq, -Tq)  # output_proj: dW, d(heads); contiguous copy
         r(+Tkv, +Sc, -Tq, -Tkv, -Sc)  # AV: dV, d(probs); V and probs released
+        s, f = Sc, 2 if z.softmax32 else 1  # s: the bf16 scores; f: 2 when the softmax runs in fp32
+        Sc, Sr = f * Sc, f * Sr
+        if z.softmax32:
+            r(+Sc, -s)  # d(probs) to fp32
         r(+Sc, +Sc, +Sc, +Sc, -Sc, -Sc, -Sc, +Sc)  # divide backward: d e, d Σ
         if rerun:  # the rerun's Σ, only unpacked, dies with the divide node, before its grad is summed
             r(-Sr, +Sr, -Sc, -Sc, _Copy(Sc), -Sr)  # Σ backward; paths summed
         else:
             r(+Sr, -Sc, -Sc, -Sr, _Copy(Sc), -Sr)  # Σ backward; paths summed
         r(+Sc, -Sc, -Sc)  # exp backward; exp released
+        if z.softmax32:
+            r(+s, -Sc)  # z.float() backward: to bf16
+        Sc = s
         r(+z.e, +Sc, -z.e, -Sc)  # where backward
         if last and not checkpointed:
             r(-z.seq * z.seq)  # the shared causal mask dies with the last where node
@@ -1220,7 +1236,8 @@ def replay_training_step(
     check_device(device)
     split = _MoeSplit(cfg, seq, batch) if cfg.moe else None
     plain = mode == "plain"
-    z = Sizes(cfg, Affine(1), seq, DTYPE_BYTES[dtype], setup, plain, plain and device == "cpu", cpu_threads)
+    softmax32 = units is not None and units.float_logits
+    z = Sizes(cfg, Affine(1), seq, DTYPE_BYTES[dtype], setup, plain, plain and device == "cpu", cpu_threads, softmax32)
     c, e, T = cfg, z.e, z.T
     pb = parameter_breakdown(cfg)
     params = pb.total * e

@@ -45,6 +45,7 @@ class Sizes:
     plain: bool = False  # a run with no dispatch mode on cpu/cuda (``replay._Copy``)
     cpu: bool = False  # a plain run on the CPU: the CPU allocator's own extras count (``wrap``)
     cpu_threads: int = 1  # at::get_num_threads() of that run: the CPU flash kernel's scratch scales with it
+    softmax32: bool = False  # bf16 scores under autocast (FSDP2's bf16 parameters): exp and Σ run in fp32
 
     @classmethod
     def of(
