@@ -217,7 +217,7 @@ def dtype_option(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """--dp/--zero/--tp/--sp/--vocab-parallel/--pp/--micro-batches, resolved to ``layout`` (None when
+    """--dp/--zero/--tp/--sp/--vocab-parallel/--pp/--ep/--micro-batches, resolved to ``layout`` (None when
     no layout flag is given: the single-GPU command, unchanged), plus --allowance and --rank."""
 
     @click.option("--dp", type=POSITIVE, help="Data-parallel degree (layout: world = dp·tp·pp).")
@@ -226,6 +226,7 @@ def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
     @click.option("--sp", is_flag=True, help="Sequence parallel (with --tp).")
     @click.option("--vocab-parallel", is_flag=True, help="Vocab-parallel embedding and LM head (with --tp; analytic).")
     @click.option("--pp", type=POSITIVE, help="Pipeline stages, 1F1B (analytic only).")
+    @click.option("--ep", type=POSITIVE, help="Expert parallel over the dp ranks (MoE, FSDP2; torchtitan's rules).")
     @click.option("--micro-batches", type=POSITIVE, help="Micro-batches per step under --pp (default: pp).")
     @click.option("--allowance", default="3GB", show_default=True, help="Per-GPU CUDA context + NCCL + fragmentation.")
     @click.option("--rank", type=click.IntRange(0), help="Rank to predict and measure (default: the worst).")
@@ -233,8 +234,8 @@ def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(**kw: Any) -> Any:
         from .layout import ParallelLayout
 
-        flags = [kw.pop(k) for k in ("dp", "zero", "tp", "sp", "vocab_parallel", "pp", "micro_batches")]
-        dp, zero, tp, sp, vocab, pp, micro = flags
+        flags = [kw.pop(k) for k in ("dp", "zero", "tp", "sp", "vocab_parallel", "pp", "micro_batches", "ep")]
+        dp, zero, tp, sp, vocab, pp, micro, ep = flags
         layout = None
         if any(f not in (None, False) for f in flags):
             pp = pp or 1
@@ -246,6 +247,7 @@ def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
                 vocab_parallel=vocab,
                 pp=pp,
                 micro_batches=micro or pp,
+                ep=ep or 1,
             )
         return func(layout=layout, **kw)
 

@@ -8,7 +8,14 @@ import json
 import pytest
 
 from lm_accounting.analytic.collectives import step_collectives, totals
-from lm_accounting.analytic.parallel import model_states, parameter_shapes, rank_step, stage_parameters
+from lm_accounting.analytic.parallel import (
+    expert_rows,
+    model_states,
+    parameter_shapes,
+    rank_flops,
+    rank_step,
+    stage_parameters,
+)
 from lm_accounting.analytic.parallel_report import parallel_memory
 from lm_accounting.config import ModelConfig, load_config
 from lm_accounting.layout import ParallelLayout
@@ -201,3 +208,114 @@ def test_cli_memory_with_a_layout_for_the_moe_presets(run_cli, preset):
         == model_states(load_config(preset).with_context(4096), TrainingSetup(), lay).parameters
     )
     assert d["not_modelled"] == ([] if preset == "mixtral-8x7b" else d["not_modelled"])
+
+
+# -- expert parallel --------------------------------------------------------------------------------
+def test_expert_parallel_shards_by_hand():
+    """Tiny Mixtral (E = 4) over dp = 8 with ep = 2 (FSDP2 zero 3, fp32).  Each rank keeps E/ep = 2
+    experts; the expert stacks are sharded over dp/ep = 4 ranks, on dim 1 since dp > E (torchtitan):
+    w1, w3 (2, 40, 24) -> (2, 10, 24) = 480; w2 (2, 24, 40) -> (2, 6, 40) = 480.  The rest over dp = 8:
+    per block ln1, ln2 3 each, q and o 3·24 = 72 each, k and v 2·24 = 48 each, router 1·24 = 24: 270;
+    root: embedding and LM head ceil(101/8) = 13 rows -> 312 each, ln_final 3: 627.
+    627 + 2·(270 + 3·480) = 4,047 elements."""
+    lay = ParallelLayout(dp=8, zero=3, ep=2)
+    st = model_states(MIXTRAL, TrainingSetup(), lay)
+    assert st.parameters == 4_047 * 4
+    # the expert units, gathered over 4 ranks: 2 blocks × 4 × 1,440 elements
+    assert st.unsharded_experts == 2 * 4 * 1_440 * 4
+    # without expert parallel each rank stores a padded chunk of one whole expert per stack: 3·960 per block
+    assert (
+        model_states(MIXTRAL, TrainingSetup(), ParallelLayout(dp=8, zero=3)).parameters == (627 + 2 * (270 + 2_880)) * 4
+    )
+
+
+def test_expert_rows_and_all_to_alls_by_hand():
+    """Tiny Qwen3-MoE (E = 6, k = 2) at S = 16: T·k = 32 slots per rank, c_e = 6 for experts 0, 1 and 5 for
+    2-5.  ep = 3: ep rank 0 (experts 0, 1) receives 6 + 6 rows from each of 3 ranks: 36; ep ranks 1 and 2
+    (experts 2, 3 and 4, 5): 5 + 5 from each, 30.  Each all-to-all moves max(32, R) rows of d = 24 fp32: 3,456 bytes on rank 0 and
+    32·24·4 = 3,072 on rank 5; the one MoE layer runs 2 in forward and 2 in backward."""
+    lay = ParallelLayout(dp=6, zero=3, ep=3)
+    assert [expert_rows(QWEN3_MOE, S, 1, lay, r) for r in range(6)] == [36, 30, 30, 36, 30, 30]
+    for rank, payload in ((0, 3_456), (5, 3_072)):
+        a2a = [c for c in step_collectives(QWEN3_MOE, S, 1, TrainingSetup(), lay, rank=rank) if c.kind == "all_to_all"]
+        assert [(c.phase, c.count, c.payload) for c in a2a] == [
+            ("forward", 2, 2 * payload),
+            ("backward", 2, 2 * payload),
+        ]
+    # rank 0's experts run 36 rows instead of 32: 3 matrices × 2·4·24·12 more FLOPs per forward
+    extra = (
+        rank_flops(QWEN3_MOE, S, 1, TrainingSetup(), lay, 0).forward
+        - rank_flops(QWEN3_MOE, S, 1, TrainingSetup(), ParallelLayout(dp=6, zero=3)).forward
+    )
+    assert extra == 3 * 2 * 4 * 24 * 12
+
+
+EP_CASES = [
+    (MIXTRAL, ParallelLayout(dp=4, zero=3, ep=2), TrainingSetup()),
+    (MIXTRAL, ParallelLayout(dp=4, zero=2, ep=4), TrainingSetup()),  # dp/ep = 1: no expert all-gathers
+    (MIXTRAL, ParallelLayout(dp=8, zero=3, ep=2), TrainingSetup()),  # dp > E: experts sharded on dim 1
+    (MIXTRAL, ParallelLayout(dp=4, zero=3, ep=2), TrainingSetup(checkpoint="full", precision="amp-bf16")),
+    (
+        MIXTRAL,
+        ParallelLayout(dp=4, zero=3, ep=2),
+        TrainingSetup(attention="sdpa", checkpoint="selective", precision="bf16"),
+    ),
+    (QWEN3_MOE, ParallelLayout(dp=6, zero=3, ep=3), TrainingSetup(checkpoint="full")),  # uneven rows and shards
+    (DEEPSEEK, ParallelLayout(dp=5, zero=3, ep=5), TrainingSetup(checkpoint="full", precision="amp-bf16")),
+]
+
+
+@pytest.mark.parametrize(("cfg", "lay", "setup"), EP_CASES, ids=lambda x: getattr(x, "label", getattr(x, "name", None)))
+def test_expert_parallel_equals_the_fake_pg_run(cfg, lay, setup):
+    """The EP job on the fake process group (each rank's E/ep experts, all_to_all_single dispatch and
+    combine, the experts' own FSDP2 unit over dp/ep): the first and the last rank's model states, every
+    collective (all-to-alls included) and the local matmul FLOPs (the rows its experts ran), exact."""
+    pytest.importorskip("torch")
+    from lm_accounting.measure.distributed import measure_rank
+
+    for rank in (0, lay.world - 1):
+        m = measure_rank(cfg, S, 1, setup, lay, rank=rank)
+        st = model_states(cfg, setup, lay, rank=rank)
+        assert (m.params, m.gradients, m.optimizer) == (st.parameters, st.gradients, st.optimizer)
+        assert m.collectives == totals(step_collectives(cfg, S, 1, setup, lay, first_step=True, rank=rank))
+        assert m.local_flops == rank_flops(cfg, S, 1, setup, lay, rank).hardware
+
+
+def test_expert_parallel_reports_states_and_says_what_is_not_modelled():
+    r = parallel_memory(MIXTRAL, S, 1, TrainingSetup(), ParallelLayout(dp=4, zero=3, ep=2))
+    assert r.step is None and any("expert parallel" in m for m in r.not_modelled)
+    assert r.experts() == {"local_experts": 2, "slots_per_moe_layer": 32, "rows_per_moe_layer": 32}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--dp", "6", "--zero", "3", "--ep", "3"], "ep=3 does not divide the 8 experts"),
+        (["--dp", "8", "--zero", "3", "--ep", "3"], "over a data-parallel degree it divides"),
+        (["--dp", "8", "--zero", "1", "--ep", "2"], "needs FSDP2"),
+    ],
+)
+def test_cli_bad_expert_parallel_exits_2_with_one_line(run_cli, args, message):
+    r = run_cli("memory", "mixtral-8x7b", *args)
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and message in r.err, r.err
+
+
+def test_expert_parallel_on_a_dense_model_is_refused(run_cli):
+    r = run_cli("memory", "llama-3-8b", "--dp", "8", "--zero", "3", "--ep", "2")
+    assert r.code == 2 and "needs a mixture of experts" in r.err
+
+
+def test_cli_expert_parallel_json(run_cli):
+    r = run_cli(
+        "memory", "qwen3-30b-a3b", "--context", "4096", "--dp", "16", "--zero", "3", "--ep", "8", "--format", "json"
+    )
+    assert r.code == 0, r.err
+    d = json.loads(r.out)
+    # 128 experts / 8 = 16 per rank; T·k = 4,096·8 = 32,768 slots, and 128 divides them: 32,768 rows
+    assert d["experts"] == {"local_experts": 16, "slots_per_moe_layer": 32_768, "rows_per_moe_layer": 32_768}
+    a2a = [c for c in d["collectives"] if c["kind"] == "all_to_all"]
+    # 48 MoE layers × (dispatch + combine) of 32,768 × 2,048 fp32 = 268,435,456 bytes each; ring: 7/8 leaves the rank
+    assert [(c["phase"], c["count"], c["payload_bytes"], c["wire_bytes"]) for c in a2a] == [
+        ("forward", 96, 96 * 268_435_456, 96 * 268_435_456 * 7 // 8),
+        ("backward", 96, 96 * 268_435_456, 96 * 268_435_456 * 7 // 8),
+    ]

@@ -4,7 +4,8 @@ The payload of a collective is the bytes of its largest tensor: the unsharded bu
 all-gather or reduce-scatter, the tensor of an all-reduce or broadcast (what ``CommDebugMode`` and
 ``measure.distributed.CollectiveRecorder`` see).  The bytes a rank sends over the wire with a ring
 algorithm, for a group of n ranks: all-gather and reduce-scatter (n−1)/n · payload, all-reduce
-2·(n−1)/n · payload, broadcast and point-to-point 1 · payload (``wire_bytes``).
+2·(n−1)/n · payload, broadcast and point-to-point 1 · payload; an all-to-all keeps its own 1/n of the
+rows and sends (n−1)/n · payload (balanced routing) (``wire_bytes``).
 
 Notation: L layers; T = B·S tokens of the rank's micro-batch; d = d_model; e = bytes per parameter
 element (fp32 and amp-bf16: 4, bf16: 2); a = bytes of a matmul output (amp-bf16: 2, else e);
@@ -31,6 +32,15 @@ dtype (fp32 under amp-bf16).  Per layout (checked against the fake-PG run in tes
    all-gather dtype's bytes).
 5. FSDP2 with amp-bf16: the parameters the forward sees are bf16 (MixedPrecisionPolicy), so the
    embedding output and the residual stream are bf16: the T·d·e tensors of rules 3–4 are T·d·2.
+6. Expert parallel (ep; ``analytic.parallel`` rules 6–7; measured on the fake process group): the
+   expert units are gathered and reduced over the dp/ep ranks (group "dp/ep": L_moe units, G_e and
+   R_e bytes, as rule 1; none when dp = ep: FSDP2 skips a one-rank mesh), the other units over dp.
+   Each MoE layer runs two all-to-alls over the ep ranks in forward (dispatch, combine), their two
+   gradients in backward, and the two again in a checkpointed recompute (full, and selective, whose
+   policy keeps matmul outputs only).  Payload: the larger of the T·k rows sent and the R_j received
+   (rule 7), × d × the compute dtype's bytes (2 under FSDP2's bf16 policy with amp-bf16, else e): with
+   balanced routing and E dividing T·k, T·k·d·bytes each way per rank (DeepSpeed-MoE, Rajbhandari et
+   al. 2022, §5; torchtitan ``ExpertParallel._token_dispatch``/``_token_combine``).
 """
 
 from __future__ import annotations
@@ -39,8 +49,9 @@ from dataclasses import dataclass
 
 from ..config import ModelConfig
 from ..layout import ParallelLayout
+from ..names import DTYPE_BYTES
 from ..setup import TrainingSetup
-from .parallel import local_numels, model_states
+from .parallel import expert_rows, local_numels, model_states
 
 DDP_FIRST_BUCKET = 1024 * 1024  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
 DDP_BUCKET = 25 * 1024 * 1024  # DistributedDataParallel(bucket_cap_mb=25)
@@ -60,7 +71,7 @@ def wire_bytes(c: Collective, n: int) -> int:
     """Bytes one rank sends for ``c`` in a ring over n ranks (module docstring)."""
     if n <= 1:
         return 0
-    if c.kind in ("all_gather", "reduce_scatter"):
+    if c.kind in ("all_gather", "reduce_scatter", "all_to_all"):
         return c.payload * (n - 1) // n
     if c.kind == "all_reduce":
         return 2 * c.payload * (n - 1) // n
@@ -79,10 +90,17 @@ def ddp_bucket_count(sizes: list[int]) -> int:
 
 
 def step_collectives(
-    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, first_step: bool = False
+    cfg: ModelConfig,
+    seq: int,
+    batch: int,
+    setup: TrainingSetup,
+    layout: ParallelLayout,
+    first_step: bool = False,
+    rank: int = 0,
 ) -> list[Collective]:
-    """Every collective of one step on one rank (rules of the module docstring); ``first_step``:
-    DDP's first step, with its single bucket."""
+    """Every collective of one step on data-parallel rank ``rank`` (rules of the module docstring; only
+    expert parallel's all-to-alls depend on the rank, the first is the worst); ``first_step``: DDP's
+    first step, with its single bucket."""
     out: list[Collective] = []
     e = 2 if setup.param_dtype == "bf16" else 4
     a = 2 if setup.autocast else e
@@ -90,13 +108,11 @@ def step_collectives(
     if layout.dp > 1:
         st = model_states(cfg, setup, layout)
         if layout.fsdp:
-            g = st.unsharded_all
-            r = g // (2 if setup.autocast else e) * e
-            k = 2 if layout.zero == 3 else 1
-            out.append(Collective("all_gather", "forward", "dp", L + 1, g, "every unit, padded (G)"))
-            if k == 2:
-                out.append(Collective("all_gather", "backward", "dp", L + 1, g, "every unit again (G)"))
-            out.append(Collective("reduce_scatter", "backward", "dp", L + 1, r, "every unit's gradients (R)"))
+            out += _fsdp_collectives(L + 1, st.unsharded_all - st.unsharded_experts, "dp", "", setup, layout)
+            if layout.dp > layout.ep:  # rule 6: the expert units over dp/ep
+                out += _fsdp_collectives(cfg.moe_layers, st.unsharded_experts, "dp/ep", " (experts)", setup, layout)
+            if layout.ep > 1:
+                out += _all_to_alls(cfg, seq, batch, setup, layout, rank)
         else:
             sizes = [n * e for n in local_numels(cfg, layout.tp, layout.vocab_parallel)]
             n = 1 if first_step else ddp_bucket_count(sizes)
@@ -136,6 +152,34 @@ def step_collectives(
         m = layout.micro_batches
         out.append(Collective("send_recv", "forward", "pp", m, m * T * d * a, "m micro-batches × T·d·a"))
         out.append(Collective("send_recv", "backward", "pp", m, m * T * d * a, "m micro-batches × T·d·a"))
+    return out
+
+
+def _fsdp_collectives(
+    units: int, gathered: int, group: str, what: str, setup: TrainingSetup, layout: ParallelLayout
+) -> list[Collective]:
+    """Rule 1 for ``units`` FSDP2 units of ``gathered`` unsharded bytes (all-gather dtype) in total."""
+    e = 2 if setup.param_dtype == "bf16" else 4
+    g, r = gathered, gathered // (2 if setup.autocast else e) * e
+    out = [Collective("all_gather", "forward", group, units, g, f"every unit{what}, padded (G)")]
+    if layout.zero == 3:
+        out.append(Collective("all_gather", "backward", group, units, g, f"every unit{what} again (G)"))
+    out.append(Collective("reduce_scatter", "backward", group, units, r, f"every unit{what}'s gradients (R)"))
+    return out
+
+
+def _all_to_alls(
+    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, rank: int
+) -> list[Collective]:
+    """Rule 6: dispatch and combine per MoE layer, forward, backward and a checkpointed recompute."""
+    sent = batch * seq * cfg.experts_per_token
+    rows = max(sent, expert_rows(cfg, seq, batch, layout, rank))
+    nbytes = rows * cfg.d_model * (2 if setup.autocast else DTYPE_BYTES[setup.param_dtype])
+    n = 2 * cfg.moe_layers
+    text = "dispatch + combine per MoE layer, max(T·k, R)·d·bytes"
+    out = [Collective("all_to_all", "forward", "ep", n, n * nbytes, text)]
+    k = 2 if setup.checkpoint != "none" else 1  # their gradients; the recompute's
+    out.append(Collective("all_to_all", "backward", "ep", k * n, k * n * nbytes, text))
     return out
 
 

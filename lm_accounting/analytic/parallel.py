@@ -25,6 +25,15 @@ for a projection; "local" means after the TP split.
 4. DDP (zero 0, 1; D > 1): bucket buffers holding a copy of every gradient, Σ n·e, from construction.
 5. Sequence parallel: the residual stream and the norms' own tensors are split along the sequence
    (÷M); the projections keep the all-gathered norm output (whole).
+6. Expert parallel (ep; torchtitan's convention, ``layout``): a routed-expert stack (E, out, in) is
+   (E/ep, out, in) on each rank; under FSDP2 it is its own unit per MoE block, sharded over the dp/ep
+   ranks that hold the same experts (dim 0, or dim 1 when dp > E: (E/ep, ceil(out/(dp/ep)), in)); every
+   other parameter is sharded over dp as in rule 2.  Rank r's index among the dp/ep ranks is r // ep.
+7. Expert rows (balanced routing, ``model/moe.py``): each rank routes T·k slots, c_e = ⌊T·k/E⌋ +
+   [e < T·k mod E] to expert e; under ep the experts of ep rank j = r mod ep run on the rows of every
+   rank, R_j = ep · Σ_{e of j} c_e per MoE layer (T·k when E divides T·k; ep rank 0 has the most).
+   Each routed matrix costs 2·R·d·d_e FLOPs on the rank, so its FLOPs change by 3·2·(R − T·k)·d·d_e
+   per MoE layer and forward (a full-checkpoint recompute reruns all three).
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ from ..phases import PhaseBytes, StepMemory
 from ..setup import TrainingSetup
 from .activations import norm_saved_bytes, saved_activation_breakdown
 from .fsdp import fsdp_units
+from .hardware_flops import StepFlops, step_flops
 from .sizes import Sizes
 
 COL, ROW, VOCAB, REPLICATED = "column", "row", "vocab", "replicated"
@@ -512,6 +522,31 @@ def rank_step(
         bwd = PhaseBytes(fwd_end + r.backward.peak - r.forward.end - n + st.gradients, base + st.gradients)
     opt = PhaseBytes(base + st.gradients + adamw_temporary(cfg, setup, layout, st), base)
     return StepMemory(base, fwd, bwd, opt), st, act
+
+
+def expert_rows(cfg: ModelConfig, seq: int, batch: int, layout: ParallelLayout, rank: int = 0) -> int:
+    """Token rows the routed experts of data-parallel rank ``rank`` process per MoE layer (rule 7)."""
+    slots = batch * seq * cfg.experts_per_token
+    if layout.ep == 1:
+        return slots
+    q, rem = divmod(slots, cfg.num_experts)
+    g = cfg.num_experts // layout.ep
+    first = (rank % layout.ep) * g
+    return layout.ep * sum(q + (e < rem) for e in range(first, first + g))
+
+
+def rank_flops(
+    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, rank: int = 0
+) -> StepFlops:
+    """Matmul FLOPs of one step on data-parallel rank ``rank``: the TP-local model's, with the routed
+    experts' rows of rule 7 under expert parallel."""
+    flops = step_flops(local_config(cfg, layout), seq, batch, setup)
+    if layout.ep == 1:
+        return flops
+    rows = expert_rows(cfg, seq, batch, layout, rank) - batch * seq * cfg.experts_per_token
+    extra = cfg.moe_layers * 3 * 2 * rows * cfg.d_model * cfg.expert_width  # rule 7, per forward
+    recompute = flops.recompute + (extra if setup.checkpoint == "full" else 0)
+    return dataclasses.replace(flops, forward=flops.forward + extra, recompute=recompute)
 
 
 def stage_layers(layers: int, stages: int, stage: int) -> range:

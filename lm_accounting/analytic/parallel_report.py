@@ -20,8 +20,8 @@ from ..phases import PHASES, StepMemory
 from ..result import Result
 from ..setup import TrainingSetup
 from .collectives import Collective, step_collectives, wire_bytes
-from .hardware_flops import StepFlops, step_flops
-from .parallel import ModelStates, local_config, model_states, rank_step
+from .hardware_flops import StepFlops
+from .parallel import ModelStates, expert_rows, model_states, rank_flops, rank_step
 from .pipeline import pipeline_stages
 from .replay import replay_unsupported
 
@@ -70,6 +70,17 @@ class ParallelMemory(Result):
     def with_measurement(self, measured) -> ParallelMemory:
         return replace(self, measured=measured)
 
+    def experts(self) -> dict[str, int] | None:
+        """The routed experts on the worst rank (``analytic.parallel`` rule 7); None for a dense model."""
+        cfg = self.config
+        if not cfg.moe:
+            return None
+        return {
+            "local_experts": cfg.num_experts // self.layout.ep,
+            "slots_per_moe_layer": self.batch * self.seq * cfg.experts_per_token,
+            "rows_per_moe_layer": expert_rows(cfg, self.seq, self.batch, self.layout, self.states.rank),
+        }
+
     def group_size(self, group: str) -> int:
         lay = self.layout
         return {"dp": lay.dp, "tp": lay.tp, "pp": 2, "ep": lay.ep, "dp/ep": lay.dp // lay.ep}[group]
@@ -96,6 +107,7 @@ class ParallelMemory(Result):
             "step": None if self.step is None else self.step.to_dict(),
             "step_traced": None if self.step_traced is None else self.step_traced.to_dict(),
             "not_modelled": list(self.not_modelled),
+            "experts": self.experts(),
             "peaks_exact": self.peaks_exact,
             "peak": self.peak,
             "allowance": self.allowance,
@@ -171,7 +183,7 @@ def parallel_memory(
         dp_rank = None if rank is None else rank // layout.tp
         step, st, act = rank_step(cfg, seq, batch, setup, layout, mode="plain", rank=dp_rank)
         traced = rank_step(cfg, seq, batch, setup, layout, mode="traced", rank=dp_rank)[0]
-    flops = step_flops(local_config(cfg, layout), seq, batch, setup)
+    flops = rank_flops(cfg, seq, batch, setup, layout, st.rank)
     return ParallelMemory(
         cfg,
         seq,
@@ -183,7 +195,7 @@ def parallel_memory(
         step,
         traced,
         flops,
-        tuple(step_collectives(cfg, seq, batch, setup, layout)),
+        tuple(step_collectives(cfg, seq, batch, setup, layout, rank=st.rank)),
         allowance,
         budget,
         not missing and not layout.fsdp and layout.pp == 1 and (layout.tp == 1 or setup.checkpoint == "none"),

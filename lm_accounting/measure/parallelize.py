@@ -110,6 +110,22 @@ def apply_tensor_parallel(model, mesh, layout: ParallelLayout) -> None:
         )
 
 
+def apply_expert_parallel(model, layout: ParallelLayout):
+    """torchtitan's expert parallel (``layout``'s docstring): the ranks as a (dp/ep, ep) mesh, ep
+    ranks side by side; each MoE block keeps its E/ep experts and routes through all-to-alls over
+    its ep group (``MixtureOfExperts.expert_parallel``).  Returns the dp/ep mesh (the ranks holding the
+    same experts), over which FSDP2 shards the expert stacks."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    outer, inner = f"dp_mod_ep{_JOBS[0]}", f"ep{_JOBS[0]}"
+    mesh = init_device_mesh("cpu", (layout.dp // layout.ep, layout.ep), mesh_dim_names=(outer, inner))
+    ep = mesh[inner]
+    for block in model.layers:
+        if block.ffn is None:  # a mixture-of-experts block
+            block.moe.expert_parallel(ep.get_group(), layout.ep, ep.get_local_rank())
+    return mesh[outer]
+
+
 def param_groups(model) -> list[dict]:
     """DTensor and plain parameters in separate groups: foreach AdamW runs one group at a time and
     refuses to mix the two (TP leaves the embedding, norms and LM head plain)."""
@@ -130,15 +146,30 @@ def build_rank(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout):
     model = build_model(cfg, "meta", setup=setup)
     if tp_mesh is not None:
         apply_tensor_parallel(model, tp_mesh, layout)
+    expert_mesh = apply_expert_parallel(model, layout) if layout.ep > 1 else None
     if layout.fsdp and dp_mesh is not None:
         mp = MixedPrecisionPolicy()
         if setup.autocast:
             mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
         reshard = layout.zero == 3
         for block in model.layers:
+            if expert_mesh is not None and block.ffn is None:  # the experts: their own unit over dp/ep
+                fully_shard(
+                    block.moe.experts, mesh=expert_mesh, reshard_after_forward=reshard, mp_policy=mp,
+                    shard_placement_fn=_expert_placement(cfg, layout),
+                )  # fmt: skip
             fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp)
         fully_shard(model, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp)
     return model, dp_mesh
+
+
+def _expert_placement(cfg: ModelConfig, layout: ParallelLayout):
+    """torchtitan's rule: shard the expert stacks on dim 1 when (dp/ep)·ep > E, else FSDP2's dim 0."""
+    if layout.dp <= cfg.num_experts:
+        return None
+    from torch.distributed.tensor.placement_types import Shard
+
+    return lambda param: Shard(1)
 
 
 def all_reduce_hook(group, bucket):

@@ -14,9 +14,19 @@ per matrix, on any device.  The router still runs on every token (its 2·T·d·E
 top-k *values* weight the expert outputs, so the arithmetic (and autograd's graph) is the real one;
 only the choice of experts is fixed.  Trained routers are not balanced: per-expert work on a real batch
 varies, its sum does not.
+
+Expert parallel (``expert_parallel``; torchtitan's ``ExpertParallel``, ``torchtitan/distributed/
+expert_parallel.py``): rank j of an ep-rank group keeps experts j·E/ep … (j+1)·E/ep − 1.  Its T·k slots,
+sorted by expert, go to the experts' ranks in one ``all_to_all_single`` (dispatch); each rank runs its
+experts on the rows it received from every rank and sends them back in a second one (combine).  The
+routing is the same balanced rule, so the splits are known without exchanging counts (torchtitan
+exchanges them in a first, small all-to-all): expert e gets n_e = ⌊T·k/E⌋ + [e < T·k mod E] slots from
+every rank, and rank j receives ep · Σ_{e of j} n_e rows.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -54,9 +64,12 @@ class Experts(nn.Module):
         self.w2 = ExpertLinear(experts, d_ff, d_model, device, dtype)
         self.w3 = ExpertLinear(experts, d_model, d_ff, device, dtype)
 
-    def forward(self, x: Tensor) -> Tensor:
-        """x (G, n, d): n token rows for each of experts 0..G-1 -> (G, n, d)."""
-        return self.w2(silu(self.w1(x)) * self.w3(x))
+    def forward(self, x: Tensor, *more: Tensor) -> Tensor | tuple[Tensor, ...]:
+        """x (G, n, d): n token rows for each of experts 0..G-1 -> (G, n, d).  With ``more`` parts (each
+        (G', n', d)), every part in turn, in one call (one FSDP2 unit pass under expert parallel)."""
+        if not more:
+            return self.w2(silu(self.w1(x)) * self.w3(x))
+        return tuple(self.w2(silu(self.w1(p)) * self.w3(p)) for p in (x, *more))
 
 
 class MixtureOfExperts(nn.Module):
@@ -68,23 +81,97 @@ class MixtureOfExperts(nn.Module):
         self.router = Linear(cfg.d_model, cfg.num_experts, device=device, dtype=dtype)
         self.experts = Experts(cfg.num_experts, cfg.d_model, cfg.expert_width, device, dtype)
         self.shared = SwiGLU(cfg.d_model, cfg.shared_width, device=device, dtype=dtype) if cfg.shared_experts else None
+        self.ep = None  # (group, ranks, rank) under expert parallel
+
+    def expert_parallel(self, group, ranks: int, rank: int) -> None:
+        """Keep only this rank's E/ranks experts (fresh stacks on the same device) and route the slots to
+        their ranks over ``group`` (module docstring)."""
+        local = self.num_experts // ranks
+        for w in (self.experts.w1, self.experts.w2, self.experts.w3):
+            shape = (local, *w.weight.shape[1:])
+            w.weight = nn.Parameter(torch.empty(shape, device=w.weight.device, dtype=w.weight.dtype))
+        self.ep = (group, ranks, rank)
 
     def forward(self, x: Tensor) -> Tensor:
         """x (..., S, d) -> (..., S, d)."""
-        d, E, k = int(x.shape[-1]), self.num_experts, self.top_k
+        d, k = int(x.shape[-1]), self.top_k
         flat = x.reshape(-1, d)  # (..., S, d) -> (T, d)
         T = int(flat.shape[0])  # a Python int also under the jit trace (fvcore): the split is static
         weights = softmax(self.router(flat), -1).topk(k, dim=-1).values  # (T, E) -> (T, k): the top-k scores
         slots = flat.repeat_interleave(k, dim=0)  # (T, d) -> (T·k, d): slot s = t·k + j
-        q, r = divmod(T * k, E)  # experts 0..r-1 get q + 1 slots, the others q
+        routed = self._routed(slots) if self.ep is None else self._routed_expert_parallel(slots)  # (T·k, d)
+        out = (routed * weights.reshape(T * k, 1)).view(T, k, d).sum(1)  # weighted sum over each token's k
+        if self.shared is not None:
+            out = out + self.shared(flat)
+        return out.view(x.shape)
+
+    def _routed(self, slots: Tensor) -> Tensor:
+        """(T·k, d) slots -> the routed experts' outputs, slot s by expert s mod E (every expert here)."""
+        n, d = int(slots.shape[0]), int(slots.shape[1])
+        E = self.num_experts
+        q, r = divmod(n, E)  # experts 0..r-1 get q + 1 slots, the others q
         parts = []
         if q:  # slot a·E + e -> expert e: (q·E, d) -> (q, E, d) -> (E, q, d)
             full = self.experts(slots[: q * E].view(q, E, d).transpose(0, 1))
             parts.append(full.transpose(0, 1).reshape(q * E, d))  # (E, q, d) -> (q·E, d), slot order
         if r:  # the last r slots, one each to experts 0..r-1: (r, d) -> (r, 1, d)
             parts.append(self.experts(slots[q * E :].unsqueeze(1)).squeeze(1))  # (r, 1, d) -> (r, d)
-        routed = torch.cat(parts) if len(parts) > 1 else parts[0]  # (T·k, d)
-        out = (routed * weights.reshape(T * k, 1)).view(T, k, d).sum(1)  # weighted sum over each token's k
-        if self.shared is not None:
-            out = out + self.shared(flat)
-        return out.view(x.shape)
+        return torch.cat(parts) if len(parts) > 1 else parts[0]
+
+    def _routed_expert_parallel(self, slots: Tensor) -> Tensor:
+        """Dispatch the slots to their experts' ranks, run this rank's experts, combine (module docstring)."""
+        from torch.distributed._functional_collectives import all_to_all_single_autograd
+
+        group, ranks, rank = self.ep
+        d = int(slots.shape[1])
+        plan = expert_parallel_plan(int(slots.shape[0]), self.num_experts, ranks, rank)
+        index = lambda rows: torch.tensor(rows, device=slots.device)
+        send = slots.index_select(0, index(plan.by_expert))  # (T·k, d), sorted by expert
+        got = all_to_all_single_autograd(send, plan.received, plan.sent, group)  # (ranks·c, d), by source
+        local = got.index_select(0, index(plan.local_order))  # by local expert, then source
+        G, per, extra = self.num_experts // ranks, plan.full_rows, plan.extra_experts
+        parts = []
+        if per:  # every local expert's first ranks·q rows: (G·per, d) -> (G, per, d)
+            parts.append(local[: G * per].view(G, per, d))
+        if extra:  # one more row from every source for local experts 0..extra-1: (extra, ranks, d)
+            parts.append(local[G * per :].view(extra, ranks, d))
+        outs = self.experts(*parts)  # one call: the experts' FSDP2 unit is gathered once per pass
+        outs = (outs,) if len(parts) == 1 else outs
+        out = torch.cat([o.reshape(-1, d) for o in outs]) if len(outs) > 1 else outs[0].reshape(-1, d)
+        back = out.index_select(0, index(_inverse(plan.local_order)))  # by source again
+        returned = all_to_all_single_autograd(back, plan.sent, plan.received, group)  # (T·k, d), by expert
+        return returned.index_select(0, index(_inverse(plan.by_expert)))  # slot order
+
+
+def _inverse(perm: list[int]) -> list[int]:
+    out = [0] * len(perm)
+    for i, p in enumerate(perm):
+        out[p] = i
+    return out
+
+
+class ExpertParallelPlan(NamedTuple):
+    by_expert: list[int]  # the slots sorted by expert (stable): what is sent, in order
+    sent: list[int]  # rows sent to each rank
+    received: list[int]  # rows received from each rank
+    local_order: list[int]  # the received rows, expert-major (see ``expert_parallel_plan``)
+    full_rows: int  # rows of every local expert in the batched part: ranks·⌊n/E⌋
+    extra_experts: int  # local experts with one more row from every source (a prefix)
+
+
+def expert_parallel_plan(n: int, experts: int, ranks: int, rank: int) -> ExpertParallelPlan:
+    """The static splits of one rank's n = T·k slots (slot s to expert s mod E): expert e has
+    c_e = q + [e < n mod E] of them on every rank, q = ⌊n/E⌋; rank j holds experts j·G … j·G + G − 1
+    (G = E/ep) and receives Σ_{e of j} c_e rows from every rank, source-major, then by expert.
+    ``local_order`` puts them expert-major: for each local expert, q rows from every source (a batched
+    (G, ranks·q, d) part), then for the experts with c_e = q + 1 (a prefix) one more from every source."""
+    G = experts // ranks
+    q, rem = divmod(n, experts)
+    count = [q + (e < rem) for e in range(experts)]
+    by_expert = [a * experts + e for e in range(experts) for a in range(count[e])]
+    sent = [sum(count[j * G : (j + 1) * G]) for j in range(ranks)]
+    mine = count[rank * G : (rank + 1) * G]
+    start = [sum(mine[:i]) for i in range(G)]  # local expert i's first row in each source's block
+    full = [s * sent[rank] + start[i] + a for i in range(G) for s in range(ranks) for a in range(q)]
+    extra = [s * sent[rank] + start[i] + q for i in range(G) if mine[i] > q for s in range(ranks)]
+    return ExpertParallelPlan(by_expert, sent, [sent[rank]] * ranks, full + extra, ranks * q, sum(c > q for c in mine))

@@ -20,6 +20,13 @@ def parallel_view(r: ParallelMemory) -> View:
             f"micro-batch {r.batch:,} per rank · worst rank: {where}"
         ),
     ]
+    ex = r.experts()
+    if ex is not None:
+        header.append(
+            f"routed experts on this rank: {ex['local_experts']:,} of {r.config.num_experts:,}, running "
+            f"{ex['rows_per_moe_layer']:,} token rows per MoE layer ({ex['slots_per_moe_layer']:,} slots T·k routed "
+            "from this rank; balanced routing)"
+        )
     per_gpu = Table(
         "Per-GPU memory of the worst rank (model states sharded by the data-parallel degree, never the world)",
         [Column("quantity"), Column("bytes", "bytes"), Column("note")],
@@ -71,7 +78,8 @@ def parallel_view(r: ParallelMemory) -> View:
     )
     tables = [per_gpu, *([_phases(r)] if r.step is not None else []), fit, comm]
     if measured is not None:
-        want = totals(step_collectives(r.config, r.seq, r.batch, r.setup, r.layout, first_step=True))
+        dp_rank = measured.rank // r.layout.tp
+        want = totals(step_collectives(r.config, r.seq, r.batch, r.setup, r.layout, first_step=True, rank=dp_rank))
         kinds = sorted(set(want) | set(measured.collectives))
         tables.append(
             Table(
@@ -104,6 +112,12 @@ def parallel_view(r: ParallelMemory) -> View:
             " analytic only."
         ),
     ]
+    if lay.ep > 1:
+        footer.append(
+            "Expert parallel: model states, collectives (the all-to-alls included) and per-rank FLOPs are exact"
+            " against the fake-PG job (model/moe.py's all_to_all_single path); activations and peaks are not"
+            " modelled."
+        )
     return View(header, tables, footer)
 
 
