@@ -7,11 +7,13 @@ all-reduce comm hook, ``ZeroRedundancyOptimizer``.  Collectives return at once (
 moves no data), so every rank sees exactly the allocations it would see in the real job.
 
 Tensors are real CPU tensors (tiny configs): FSDP2 and DDP need a real device, and the storage
-tracker needs real storages.  ``RankTracker`` is ``StorageTracker`` plus two things the distributed
-code needs: ``UntypedStorage.resize_`` (FSDP2 frees and re-allocates its unsharded parameters that
-way; it is not an op, so no dispatch mode sees it) and DTensor calls passed on to DTensor (the local
-ops it runs are what allocate).  ``CollectiveRecorder`` records every collective with the bytes of
-its largest tensor (the unsharded buffer); ``LocalFlops`` counts matmul FLOPs of local tensors only.
+tracker needs real storages.  ``RankTracker`` is ``StorageTracker`` plus what the distributed code
+needs: ``UntypedStorage.resize_`` (FSDP2 frees and re-allocates its unsharded parameters that way; it
+is not an op, so no dispatch mode sees it), DTensor calls passed on to DTensor (the local ops it runs
+are what allocate), and the functional collectives' ``AsyncCollectiveTensor`` wrappers left uncounted
+(each wraps its collective's output and holds no memory of its own).  ``CollectiveRecorder`` records
+every collective with the bytes of its largest tensor (the unsharded buffer); ``LocalFlops`` counts
+matmul FLOPs of local tensors only.
 
 Pipeline parallel is not run here: analytic only (``analytic.parallel``).
 """
@@ -107,6 +109,12 @@ class RankTracker(StorageTracker):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if _is_dtensor_call(types):
             return NotImplemented
+        if func._overloadpacket.__name__ == "_wrap_tensor_autograd":
+            # functional collectives (DTensor's all-reduce, all-gather, reduce-scatter) return their
+            # output wrapped in an ``AsyncCollectiveTensor`` (torch/distributed/_functional_collectives.py,
+            # ``_maybe_wrap_tensor``): a ``_make_wrapper_subclass`` around the output, whose storage reports
+            # the output's nbytes but holds no memory (its data pointer is invalid).  Not an allocation.
+            return func(*args, **(kwargs or {}))
         return super().__torch_dispatch__(func, types, args, kwargs)
 
 
