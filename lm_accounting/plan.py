@@ -21,6 +21,12 @@ Step time (one optimizer step, k = sequences per dp rank / b micro-batches):
    dp comm) + tp comm + pp point-to-point.
 
 Training: steps = tokens / global batch tokens; tokens/s, days, GPU-hours = W · hours, cost.
+
+A mixture of experts is planned over data-parallel layouts only (tp = pp = 1, ``layout.check``); its
+FSDP2 peaks under amp-bf16 are ESTIMATES (the pure-bf16 replay: the residual stream, fp32 after the
+first MoE block in the real job, is counted bf16).  Expert parallel is not enumerated: its activations
+are not modelled (``memory --ep`` gives its states, all-to-alls and FLOPs).  Latent attention (MLA)
+is refused: the replay does not model it.
 """
 
 from __future__ import annotations
@@ -188,6 +194,8 @@ def plan(
 ) -> Plan:
     """Every candidate layout (module docstring), the fitting ones ranked by GPU-hours."""
     g = gpu(gpu_name)
+    _check_plannable(cfg, seq)
+    dense = not (cfg.moe or cfg.mla)  # a mixture of experts or MLA: data parallel only (layout.check)
     if not 0 < mfu <= 1:
         raise AccountingError(f"--mfu must be in (0, 1], got {mfu}")
     if global_batch_tokens % seq:
@@ -197,11 +205,11 @@ def plan(
     sequences = global_batch_tokens // seq
     evaluated, fitting, smallest = 0, [], None
     for w in _powers(*gpus):
-        for tp in (1, 2, 4, 8):
+        for tp in (1, 2, 4, 8) if dense else (1,):
             if w % tp or tp > GPUS_PER_NODE or cfg.num_heads % tp or cfg.kv_heads % tp or cfg.d_ff % tp:
                 continue
             pp = 1
-            while pp <= min(MAX_PP, cfg.num_layers) and w % (tp * pp) == 0:
+            while pp <= min(MAX_PP if dense else 1, cfg.num_layers) and w % (tp * pp) == 0:
                 dp = w // (tp * pp)
                 if sequences % dp == 0:
                     per_rank = sequences // dp
@@ -235,13 +243,32 @@ def plan(
         raise AccountingError(
             f"{cfg.name} at context {seq:,} fits no layout on {gpus[0]}..{gpus[1]} {g.name} "
             f"({g.memory_bytes / 1e9:.0f} GB): the smallest need is {need / 1e9:.1f} GB per GPU "
-            f"({label}, checkpoint {ck}, micro-batch {b}, allowance included); use more GPUs or a larger GPU"
+            f"({label}, checkpoint {ck}, micro-batch {b}, allowance included); "
+            + (
+                f"FSDP2's dim-0 shards of the {cfg.num_experts}-expert stacks stop shrinking past dp = "
+                f"{cfg.num_experts}, and expert parallel (memory --ep) is not planned"
+                if cfg.moe
+                else "use more GPUs or a larger GPU"
+            )
         )
     fitting.sort(key=lambda c: (c.step_s * c.layout.world, c.step_s))
     return Plan(
         cfg, g, seq, global_batch_tokens, tokens, mfu, internode_bw, allowance, price_per_gpu_hour,
         evaluated, tuple(fitting), top,
     )  # fmt: skip
+
+
+def _check_plannable(cfg: ModelConfig, seq: int) -> None:
+    """The planner ranks layouts by their per-GPU peak: refuse, in one line, a model whose step the
+    replay does not model (``replay_unsupported``: then ``memory --dp`` gives its states and collectives)."""
+    from .analytic.replay import replay_unsupported
+
+    missing = replay_unsupported(cfg, TrainingSetup(attention="sdpa", precision="amp-bf16"), seq)
+    if missing:
+        raise AccountingError(
+            f"plan needs per-GPU peaks, which the step replay does not model for {cfg.name} ({', '.join(missing)}); "
+            f"memory {cfg.name} --dp N --zero Z gives its exact model states and collectives"
+        )
 
 
 MAIN_LAYOUTS = (  # label -> (zero, tp): the curves of ``memory_vs_gpus``

@@ -17,7 +17,7 @@ from lm_accounting.analytic.parallel import (
     stage_parameters,
 )
 from lm_accounting.analytic.parallel_report import parallel_memory
-from lm_accounting.config import ModelConfig, load_config
+from lm_accounting.config import AccountingError, ModelConfig, load_config
 from lm_accounting.layout import ParallelLayout
 from lm_accounting.setup import TrainingSetup
 
@@ -319,3 +319,26 @@ def test_cli_expert_parallel_json(run_cli):
         ("forward", 96, 96 * 268_435_456, 96 * 268_435_456 * 7 // 8),
         ("backward", 96, 96 * 268_435_456, 96 * 268_435_456 * 7 // 8),
     ]
+
+
+# -- plan ------------------------------------------------------------------------------------------
+def test_plan_enumerates_data_parallel_layouts_for_a_mixture_of_experts():
+    from lm_accounting.plan import plan
+
+    p = plan(load_config("qwen3-30b-a3b"), "h100-80gb", (8, 128), 4096, 4096 * 1024, 10**12)
+    assert p.ranked and all(c.layout.tp == c.layout.pp == c.layout.ep == 1 for c in p.ranked)
+
+
+def test_plan_says_why_mixtral_fits_nothing():
+    """Mixtral's 8 experts: FSDP2's dim-0 chunks hold at least one whole expert per rank whatever dp, so
+    with fp32 states every layout needs more than 80 GB (32 layers × 3 × 14,336·4,096 × 16 bytes ≈ 90 GB)."""
+    from lm_accounting.plan import plan
+
+    with pytest.raises(AccountingError, match="dim-0 shards of the 8-expert stacks stop shrinking past dp = 8"):
+        plan(load_config("mixtral-8x7b"), "h100-80gb", (8, 1024), 4096, 4096 * 1024, 10**12)
+    assert 32 * 3 * 14_336 * 4_096 * 16 > 80 * 10**9
+
+
+def test_plan_refuses_latent_attention_in_one_line(run_cli):
+    r = run_cli("plan", "deepseek-v3", "--tokens", "1000000000000", "--context", "4096")
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "does not model" in r.err

@@ -109,7 +109,7 @@ def step_collectives(
         st = model_states(cfg, setup, layout)
         if layout.fsdp:
             out += _fsdp_collectives(L + 1, st.unsharded_all - st.unsharded_experts, "dp", "", setup, layout)
-            if layout.dp > layout.ep:  # rule 6: the expert units over dp/ep
+            if 1 < layout.ep < layout.dp:  # rule 6: the expert units over dp/ep
                 out += _fsdp_collectives(cfg.moe_layers, st.unsharded_experts, "dp/ep", " (experts)", setup, layout)
             if layout.ep > 1:
                 out += _all_to_alls(cfg, seq, batch, setup, layout, rank)

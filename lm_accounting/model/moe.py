@@ -99,24 +99,27 @@ class MixtureOfExperts(nn.Module):
         T = int(flat.shape[0])  # a Python int also under the jit trace (fvcore): the split is static
         weights = softmax(self.router(flat), -1).topk(k, dim=-1).values  # (T, E) -> (T, k): the top-k scores
         slots = flat.repeat_interleave(k, dim=0)  # (T, d) -> (T·k, d): slot s = t·k + j
-        routed = self._routed(slots) if self.ep is None else self._routed_expert_parallel(slots)  # (T·k, d)
-        out = (routed * weights.reshape(T * k, 1)).view(T, k, d).sum(1)  # weighted sum over each token's k
-        if self.shared is not None:
-            out = out + self.shared(flat)
-        return out.view(x.shape)
-
-    def _routed(self, slots: Tensor) -> Tensor:
-        """(T·k, d) slots -> the routed experts' outputs, slot s by expert s mod E (every expert here)."""
-        n, d = int(slots.shape[0]), int(slots.shape[1])
+        if self.ep is not None:
+            return self._finish(self._routed_expert_parallel(slots), weights, flat, x)
         E = self.num_experts
-        q, r = divmod(n, E)  # experts 0..r-1 get q + 1 slots, the others q
-        parts = []
+        q, r = divmod(T * k, E)  # experts 0..r-1 get q + 1 slots, the others q
+        parts = []  # (the locals live to the return, as the memory replay has it)
         if q:  # slot a·E + e -> expert e: (q·E, d) -> (q, E, d) -> (E, q, d)
             full = self.experts(slots[: q * E].view(q, E, d).transpose(0, 1))
             parts.append(full.transpose(0, 1).reshape(q * E, d))  # (E, q, d) -> (q·E, d), slot order
         if r:  # the last r slots, one each to experts 0..r-1: (r, d) -> (r, 1, d)
             parts.append(self.experts(slots[q * E :].unsqueeze(1)).squeeze(1))  # (r, 1, d) -> (r, d)
-        return torch.cat(parts) if len(parts) > 1 else parts[0]
+        routed = torch.cat(parts) if len(parts) > 1 else parts[0]  # (T·k, d)
+        return self._finish(routed, weights, flat, x)
+
+    def _finish(self, routed: Tensor, weights: Tensor, flat: Tensor, x: Tensor) -> Tensor:
+        """The routed outputs (T·k, d) weighted by the top-k scores and summed per token, plus the shared
+        experts on every token (T, d) -> x's shape."""
+        T, d, k = int(flat.shape[0]), int(flat.shape[1]), self.top_k
+        out = (routed * weights.reshape(T * k, 1)).view(T, k, d).sum(1)  # weighted sum over each token's k
+        if self.shared is not None:
+            out = out + self.shared(flat)
+        return out.view(x.shape)
 
     def _routed_expert_parallel(self, slots: Tensor) -> Tensor:
         """Dispatch the slots to their experts' ranks, run this rank's experts, combine (module docstring)."""
