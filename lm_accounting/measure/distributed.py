@@ -10,8 +10,9 @@ Tensors are real CPU tensors (tiny configs): FSDP2 and DDP need a real device, a
 tracker needs real storages.  ``RankTracker`` is ``StorageTracker`` plus what the distributed code
 needs: ``UntypedStorage.resize_`` (FSDP2 frees and re-allocates its unsharded parameters that way; it
 is not an op, so no dispatch mode sees it), DTensor calls passed on to DTensor (the local ops it runs
-are what allocate), and the functional collectives' ``AsyncCollectiveTensor`` wrappers left uncounted
-(each wraps its collective's output and holds no memory of its own).  ``CollectiveRecorder`` records
+are what allocate), the copies ``aten.to`` makes inside DTensor's handlers counted (its schema says
+alias), and the functional collectives' ``AsyncCollectiveTensor`` wrappers left uncounted (each wraps
+its collective's output and holds no memory of its own).  ``CollectiveRecorder`` records
 every collective with the bytes of its largest tensor (the unsharded buffer); ``LocalFlops`` counts
 matmul FLOPs of local tensors only.
 
@@ -115,7 +116,22 @@ class RankTracker(StorageTracker):
             # ``_maybe_wrap_tensor``): a ``_make_wrapper_subclass`` around the output, whose storage reports
             # the output's nbytes but holds no memory (its data pointer is invalid).  Not an allocation.
             return func(*args, **(kwargs or {}))
-        return super().__torch_dispatch__(func, types, args, kwargs)
+        out = super().__torch_dispatch__(func, types, args, kwargs)
+        if func._overloadpacket is torch.ops.aten.to:
+            self._see_copies(args, out)
+        return out
+
+    def _see_copies(self, args, out) -> None:
+        """An op whose schema says its output may alias its input (``aten.to``: ``Tensor(a)``) returns a
+        new tensor when it converts.  Outside DTensor the dispatcher decomposes ``Tensor.to`` into
+        ``_to_copy`` before any mode sees it; DTensor's own handlers (``loss_parallel``'s log-softmax:
+        ``x.to(fp32)``, the result's ``.to(bf16)``, the gradient's ``.to(input dtype)``) run below that
+        decomposition, so the mode sees ``aten.to`` itself.  Count each output whose storage is none of
+        the inputs'."""
+        inputs = {id(t.untyped_storage()) for t in _tensors(args)}
+        for t in _tensors(out):
+            if id(t.untyped_storage()) not in inputs:
+                self._see(t)
 
 
 @dataclass
@@ -284,6 +300,8 @@ def measure_rank(
 
 
 def _run_rank(cfg, seq, batch, setup, layout, rank, comm_debug, model, dp_mesh, tracker, dev, kwargs, mode):
+    from torch.distributed.tensor.parallel import loss_parallel
+
     from ..model import cross_entropy, random_tokens
 
     with tracker:
@@ -320,10 +338,12 @@ def _run_rank(cfg, seq, batch, setup, layout, rank, comm_debug, model, dp_mesh, 
     debug = comm_debug_mode() if comm_debug else contextlib.nullcontext()
     grads = 0
     with tracker, comms, flops, debug:
-        with tracker.phase("forward"):
-            loss = cross_entropy(train(inputs), targets)
+        vp = layout.vocab_parallel
+        loss_fn = vocab_parallel_cross_entropy if vp else cross_entropy
+        with tracker.phase("forward"), loss_parallel() if vp else contextlib.nullcontext():
+            loss = loss_fn(train(inputs), targets)
         comms.phase = "backward"
-        with tracker.phase("backward"):
+        with tracker.phase("backward"), loss_parallel() if vp else contextlib.nullcontext():
             loss.backward()
             del loss
             grads = _storage_bytes(p.grad for p in model.parameters())
@@ -336,6 +356,18 @@ def _run_rank(cfg, seq, batch, setup, layout, rank, comm_debug, model, dp_mesh, 
     return RankMeasurement(
         rank, params, grads, optimizer, step, comms.totals(), flops.total, tuple(comms.calls), counts
     )
+
+
+def vocab_parallel_cross_entropy(logits, targets):
+    """The vocab-parallel job's loss, as torchtitan computes it (``torchtitan/components/loss.py``):
+    ``F.cross_entropy`` (mean) over the (B·S, V) logits, here sharded on V, inside torch's
+    ``loss_parallel()`` (``torch/distributed/tensor/parallel/loss.py``: a log-softmax and an NLL whose
+    max, sum of exponentials and target logit are all-reduced over the TP ranks; no logits gathered).
+    It replaces the course's ``cross_entropy``, which DTensor cannot run on vocabulary shards without
+    gathering them."""
+    import torch.nn.functional as F
+
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(0, 1))
 
 
 @contextlib.contextmanager
