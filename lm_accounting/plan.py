@@ -246,7 +246,8 @@ def plan(
             f"({label}, checkpoint {ck}, micro-batch {b}, allowance included); "
             + (
                 f"FSDP2's dim-0 shards of the {cfg.num_experts}-expert stacks stop shrinking past dp = "
-                f"{cfg.num_experts}, and expert parallel (memory --ep) is not planned"
+                f"{cfg.num_experts} (their padded all-gathers grow with dp), and expert parallel (memory --ep) "
+                "is not planned"
                 if cfg.moe
                 else "use more GPUs or a larger GPU"
             )
