@@ -4,8 +4,9 @@ the storage tracker, against ``analytic.parallel`` / ``analytic.collectives``.
 
 What is exact (byte for byte): every rank's parameters, gradients and AdamW state; the bytes at
 the start and end of every phase; every collective's count and payload (and CommDebugMode's
-counts); the TP rank's local matmul FLOPs; the peaks of DDP, ZeRO-1 and TP (with and without SP)
-without checkpointing.  What is an estimate: FSDP2's forward and backward peaks (the residual is
+counts); the TP rank's local matmul FLOPs; the peaks of DDP, ZeRO-1 and TP in every setup, and of
+TP+SP except a checkpointed backward whose peak is in a recomputed block (an upper bound,
+``sp_recompute_residual``).  What is an estimate: FSDP2's forward and backward peaks (the residual is
 bounded below, with its cause).
 """
 
@@ -33,6 +34,7 @@ LAYOUTS = {
     "zero3": ParallelLayout(dp=4, zero=3),
     "tp": ParallelLayout(tp=2),
     "tp+sp": ParallelLayout(tp=2, sequence_parallel=True),
+    "tp+vp": ParallelLayout(tp=2, vocab_parallel=True),
     "fsdp×tp": ParallelLayout(dp=2, zero=3, tp=2),
 }
 SETUPS = [
@@ -40,11 +42,28 @@ SETUPS = [
     TrainingSetup(attention="sdpa", checkpoint="full", precision="amp-bf16"),
     TrainingSetup(attention="sdpa", checkpoint="selective", precision="bf16"),
 ]
-EXACT_PEAKS = {"ddp", "zero1", "tp", "tp+sp"}  # without checkpointing (tp: any setup of SETUPS[0])
+EXACT_PEAKS = {"ddp", "zero1", "tp", "tp+sp", "tp+vp"}  # every setup, but see sp_recompute_residual
+
+
+def sp_recompute_residual(lay: ParallelLayout, setup: TrainingSetup) -> bool:
+    """TP+SP with checkpointing where a recomputed block sets the backward peak (on this grid, at B = 1:
+    the bf16 setups): predicted high, an upper bound (tests/test_tensor_parallel_measured.py).  The
+    prediction replays the TP-local block's recompute, whose norms and residual stream are whole where
+    the sequence-parallel rank's are T/M."""
+    return lay.sequence_parallel and setup.checkpoint != "none" and setup.param_dtype == "bf16"
+
+
+def tp_all_reduce_residual(lay: ParallelLayout, setup: TrainingSetup) -> bool:
+    """TP + vocab parallel, sdpa, amp-bf16, checkpointed: the backward peak is a column-parallel input
+    gradient's all-reduce inside a recomputed block, whose output (T·d·4 = 1,536 bytes on this grid) the
+    TP-local replay does not hold: predicted 160 bytes low (tests/test_tensor_parallel_measured.py)."""
+    return lay.vocab_parallel and setup.attention == "sdpa" and setup.autocast and setup.checkpoint != "none"
 
 
 def _ranks(name):
     lay = LAYOUTS[name]
+    if lay.vocab_parallel:  # the prediction is TP rank 0's, the worst: ceil(101/2) = 51 vocabulary rows
+        return [0]
     return sorted({0, lay.world - 1})
 
 
@@ -62,8 +81,14 @@ def test_model_states_and_phase_ends_are_exact(name, setup):
         for phase in ("forward", "backward", "optimizer_step"):
             assert m.step.phase(phase).end == pred.phase(phase).end, phase
         assert m.step.optimizer_step.peak == pred.optimizer_step.peak
-        if name in EXACT_PEAKS and (setup.checkpoint == "none" or lay.tp == 1):
+        if name in EXACT_PEAKS and not sp_recompute_residual(lay, setup) and not tp_all_reduce_residual(lay, setup):
             assert m.step == pred
+        elif tp_all_reduce_residual(lay, setup):
+            assert m.step.forward == pred.forward
+            assert 0 < m.step.backward.peak - pred.backward.peak < 0.01 * m.step.backward.peak
+        elif name in EXACT_PEAKS:
+            assert m.step.forward == pred.forward
+            assert 0 < pred.backward.peak - m.step.backward.peak < 0.05 * m.step.backward.peak
         elif lay.fsdp:
             # FSDP2 peaks are estimates: the unit buffers (unsharded copy, all-gather output,
             # prefetch, unsharded gradients, reduce-scatter input) are added as whole multiples of the

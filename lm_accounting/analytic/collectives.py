@@ -41,6 +41,12 @@ dtype (fp32 under amp-bf16).  Per layout (checked against the fake-PG run in tes
    (rule 7), × d × the compute dtype's bytes (2 under FSDP2's bf16 policy with amp-bf16, else e): with
    balanced routing and E dividing T·k, T·k·d·bytes each way per rank (DeepSpeed-MoE, Rajbhandari et
    al. 2022, §5; torchtitan ``ExpertParallel._token_dispatch``/``_token_combine``).
+7. Vocab parallel (TP, ``measure.parallelize.apply_vocab_parallel``): the row-wise embedding's
+   partial output all-reduced (reduce-scattered along the sequence under SP), T·d·e; the loss under
+   ``loss_parallel`` all-reduces the row max and the sum of exponentials (fp32: T·4 each) and the
+   target logit (T·xe, xe the bytes of the logits the loss reads: 2 in bf16, else 4) in forward; the LM
+   head's column-wise input gradient all-reduced (SP: reduce-scattered) in backward, T·d·e.  The
+   embedding's backward and the loss's backward communicate nothing.
 """
 
 from __future__ import annotations
@@ -148,6 +154,8 @@ def step_collectives(
                 out.append(
                     Collective("all_reduce", "optimizer_step", "tp", 3 * norms, 3 * norms * d * e, "3(2L+1) × d·e")
                 )
+    if layout.tp > 1 and layout.vocab_parallel:
+        out += _vocab_parallel_collectives(T, d, e, setup, layout)
     if layout.pp > 1:
         m = layout.micro_batches
         out.append(Collective("send_recv", "forward", "pp", m, m * T * d * a, "m micro-batches × T·d·a"))
@@ -181,6 +189,19 @@ def _all_to_alls(
     k = 2 if setup.checkpoint != "none" else 1  # their gradients; the recompute's
     out.append(Collective("all_to_all", "backward", "ep", k * n, k * n * nbytes, text))
     return out
+
+
+def _vocab_parallel_collectives(
+    T: int, d: int, e: int, setup: TrainingSetup, layout: ParallelLayout
+) -> list[Collective]:
+    """Rule 7: the row-wise embedding's output, the loss's three all-reduces, the LM head's input gradient."""
+    xe = 2 if setup.param_dtype == "bf16" else 4  # the logits the loss reads (amp-bf16: ``logits.float()``)
+    kind = "reduce_scatter" if layout.sequence_parallel else "all_reduce"
+    return [
+        Collective(kind, "forward", "tp", 1, T * d * e, "embedding output, T·d·e"),
+        Collective("all_reduce", "forward", "tp", 3, T * (8 + xe), "loss: row max, Σ exp, target logit"),
+        Collective(kind, "backward", "tp", 1, T * d * e, "LM head input gradient, T·d·e"),
+    ]
 
 
 def totals(collectives: list[Collective]) -> dict[str, tuple[int, int]]:

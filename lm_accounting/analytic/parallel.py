@@ -53,6 +53,12 @@ from .activations import norm_saved_bytes, saved_activation_breakdown
 from .fsdp import fsdp_units
 from .hardware_flops import StepFlops, step_flops
 from .sizes import Sizes
+from .tensor_parallel import (
+    embedding_backward_peak,
+    vocab_parallel_gradient_extra,
+    vocab_parallel_head_saved,
+    vocab_parallel_step,
+)
 
 COL, ROW, VOCAB, REPLICATED = "column", "row", "vocab", "replicated"
 EXPERT_COL, EXPERT_ROW = "expert column", "expert row"  # a routed-expert stack (E, out, in): out/M, in/M
@@ -302,7 +308,8 @@ def model_states(
         owned = totals[rank]
     else:
         rank, owned = rank or 0, full // e
-    return ModelStates(rank, full, full, 2 * owned * e, buckets, 0, 0, owned)
+    grads = full + vocab_parallel_gradient_extra(cfg, setup, layout)
+    return ModelStates(rank, full, grads, 2 * owned * e, buckets, 0, 0, owned)
 
 
 @lru_cache(maxsize=1024)
@@ -406,17 +413,16 @@ def saved_activations(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSet
 def _saved_activations(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout) -> int:
     """Bytes saved for backward on one rank: the TP-local model's (rule 1), less what sequence
     parallel splits (rule 5): the residual stream, and the norms' own tensors (rsqrt, the fp32
-    normalised input, under ``none``), ÷M.  Vocab parallel splits the LM head's and the
-    cross-entropy's tensors ÷M (analytic only)."""
+    normalised input, under ``none``), ÷M.  Vocab parallel: the LM head's and the course loss's
+    tensors replaced by the vocab-parallel head's (``vocab_parallel_head_saved``)."""
     local = local_config(cfg, layout)
     mp = layout.fsdp and setup.autocast and layout.dp > 1
     saved = saved_activation_breakdown(local, seq, batch, setup=fsdp_compute_setup(setup, layout))
     total = saved.total + (fsdp_amp_extra(local, seq, batch, setup) if mp else 0)
     m = layout.tp
-    if layout.vocab_parallel:
-        for key in ("lm_head", "cross_entropy"):
-            if key in saved:
-                total -= saved[key].total - saved[key].total // m
+    if layout.vocab_parallel:  # the job's own head and loss (analytic.tensor_parallel)
+        total -= sum(saved[key].total for key in ("lm_head", "cross_entropy") if key in saved)
+        total += vocab_parallel_head_saved(cfg, seq, batch, setup, m)
     if not layout.sequence_parallel:
         return total
     if (batch * seq) % m:
@@ -435,7 +441,10 @@ def single_rank_step(
     cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, mode: str, units=None
 ):
     """The single-GPU replay of the TP-local model (exact for one GPU; ``analytic.replay``), with
-    FSDP2's unit events when ``units`` (``analytic.fsdp.FsdpUnits``) is given."""
+    FSDP2's unit events when ``units`` (``analytic.fsdp.FsdpUnits``) is given; vocab parallel: the job's
+    own embedding, head and loss (``analytic.tensor_parallel.vocab_parallel_replay``)."""
+    if layout.vocab_parallel and units is None:
+        return vocab_parallel_step(local_config(cfg, layout), seq, batch, setup, mode, layout.tp)
     return _replay_at(local_config(cfg, layout), seq, batch, fsdp_compute_setup(setup, layout), mode, units)
 
 
@@ -519,7 +528,9 @@ def rank_step(
     else:
         fwd_end = base + act
         fwd = PhaseBytes(fwd_end + (r.forward.peak - r.forward.end), fwd_end)
-        bwd = PhaseBytes(fwd_end + r.backward.peak - r.forward.end - n + st.gradients, base + st.gradients)
+        bwd_peak = fwd_end + r.backward.peak - r.forward.end  # R's gradients are the rank's (whole local tensors)
+        emb = embedding_backward_peak(cfg, seq, batch, setup, layout, base + st.gradients, mode)  # not lowered by SP
+        bwd = PhaseBytes(max(bwd_peak, emb), base + st.gradients)
     opt = PhaseBytes(base + st.gradients + adamw_temporary(cfg, setup, layout, st), base)
     return StepMemory(base, fwd, bwd, opt), st, act
 
@@ -538,9 +549,12 @@ def expert_rows(cfg: ModelConfig, seq: int, batch: int, layout: ParallelLayout, 
 def rank_flops(
     cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, rank: int = 0
 ) -> StepFlops:
-    """Matmul FLOPs of one step on data-parallel rank ``rank``: the TP-local model's, with the routed
-    experts' rows of rule 7 under expert parallel."""
+    """Matmul FLOPs of one step on data-parallel rank ``rank``: the TP-local model's (vocab parallel: its
+    LM head's local rows), with the routed experts' rows of rule 7 under expert parallel."""
     flops = step_flops(local_config(cfg, layout), seq, batch, setup)
+    if layout.vocab_parallel:  # the LM head's Vl = ceil(V/M) rows on rank 0: 2·T·d·(V − Vl) fewer forward
+        cut = 2 * batch * seq * cfg.d_model * (cfg.vocab_size - -(-cfg.vocab_size // layout.tp))
+        flops = dataclasses.replace(flops, forward=flops.forward - cut)
     if layout.ep == 1:
         return flops
     rows = expert_rows(cfg, seq, batch, layout, rank) - batch * seq * cfg.experts_per_token

@@ -24,6 +24,7 @@ from .hardware_flops import StepFlops
 from .parallel import ModelStates, expert_rows, model_states, rank_flops, rank_step
 from .pipeline import pipeline_stages
 from .replay import replay_unsupported
+from .tensor_parallel import tp_peaks_exact
 
 DEFAULT_ALLOWANCE = 3 * 10**9
 """3 GB per GPU: the CUDA context and cuBLAS workspaces (about 0.5–1 GB on an H100), NCCL's
@@ -49,7 +50,7 @@ class ParallelMemory(Result):
     collectives: tuple[Collective, ...]
     allowance: int
     budget: int
-    peaks_exact: bool  # False for FSDP2, PP and TP with checkpointing (peak estimates; ends exact)
+    peaks_exact: bool  # False for FSDP2, PP and some TP layouts (``tp_peaks_exact``; peak estimates, ends exact)
     stage: int | None = None  # pipeline stage of the worst rank (pp > 1)
     measured: Any = None  # measure.distributed.RankMeasurement
     not_modelled: tuple[str, ...] = ()  # what the replay leaves out: then only states and collectives
@@ -198,7 +199,7 @@ def parallel_memory(
         tuple(step_collectives(cfg, seq, batch, setup, layout, rank=st.rank)),
         allowance,
         budget,
-        not missing and not layout.fsdp and layout.pp == 1 and (layout.tp == 1 or setup.checkpoint == "none"),
+        not missing and not layout.fsdp and layout.pp == 1 and tp_peaks_exact(layout, setup),
         stage,
         not_modelled=tuple(missing),
     )

@@ -18,6 +18,8 @@ saved activations, so that point often sets the phase's peak (the tiny grid of
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from ..config import ModelConfig
 from ..layout import ParallelLayout
 from ..names import DTYPE_BYTES
@@ -28,7 +30,7 @@ def embedding_backward_peak(
     cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, end: int, mode: str
 ) -> int:
     """Live bytes at the embedding's backward on a TP rank whose backward ends at ``end`` (its
-    baseline + gradients); 0 where the point is not modelled here (vocab parallel: a split table).
+    baseline + gradients).
 
     Derivation (the replay's last backward lines, ``analytic.replay``; T = B·S, e = bytes of the
     parameter dtype, which is also the residual stream's and the loss's: amp-bf16 keeps both fp32):
@@ -46,12 +48,224 @@ def embedding_backward_peak(
        higher.  So, with emb = V·d·e and td = T·d·e:
        untied: end + td + 2e + emb·[traced];
        tied: end + td + 2e + emb + max(emb·[traced], emb − td).
+    5. Vocab parallel: ``embedding_dense_backward`` allocates the whole (V, d) gradient (no zeros and
+       no copy), so end + td + 2e (the loss and the total weight, e each, die after it).
     """
-    if layout.vocab_parallel:
-        return 0
     e = DTYPE_BYTES[setup.param_dtype]
     emb, td = cfg.vocab_size * cfg.d_model * e, batch * seq * cfg.d_model * e
+    if layout.vocab_parallel:  # 5. one out-of-place (V, d) gradient (``_vocab_embedding_backward``)
+        return end + td + 2 * e
     traced = emb if mode == "traced" else 0
     if cfg.tie_embeddings:
         return end + td + 2 * e + emb + max(traced, emb - td)
     return end + td + 2 * e + traced
+
+
+def vocab_parallel_replay(local: ModelConfig, seq: int, setup: TrainingSetup, mode: str, tp: int):
+    """The replay (``analytic.replay``, a ``StepInBatch``) of TP rank 0 of the vocab-parallel job
+    (``measure.parallelize.apply_vocab_parallel``, ``measure.distributed.vocab_parallel_cross_entropy``),
+    without sequence parallel (``rank_step`` splits that off as for any TP rank).  The blocks are the
+    TP-local model's (``local``: h/M heads, d_ff/M); rank 0 holds Vl = ceil(V/M) rows of the embedding
+    and of the LM head (DTensor's ``Shard(0)``: ``torch.chunk``, the first ranks one row more).  What
+    differs from ``replay_training_step``, in program order:
+
+    1. embedding forward (``_vocab_embedding_forward``): a masked lookup in the local rows and an
+       all-reduce of the (B, S, d) output;
+    2. LM head: logits T·Vl (the replay's head sequence with Vl rows);
+    3. the loss is ``loss_parallel``'s (``_loss_parallel_forward``/``_backward``), not the course's;
+    4. LM head backward: its input gradient is all-reduced (column-wise input, Replicate);
+    5. embedding backward (``_vocab_embedding_backward``): the whole (V, d) gradient.
+    """
+    from .memory import adamw_step_counter_bytes
+    from .params import parameter_breakdown
+    from .replay import (
+        Affine,
+        PeakEnvelope,
+        PhaseInBatch,
+        StepInBatch,
+        _amp_layer_backward,
+        _amp_layer_forward,
+        _amp_layer_forward_unsaved,
+        _layer_backward,
+        _layer_forward,
+        _layer_forward_unsaved,
+        _layer_runs,
+        _norm_backward,
+        _norm_forward,
+        _Replay,
+    )
+    from .sizes import Sizes
+
+    if local.moe or local.mla or local.tie_embeddings or local.positions != "rope":
+        raise ValueError("vocab parallel is replayed for the dense, untied course architecture only")
+    plain = mode == "plain"
+    c = local
+    z = Sizes(c, Affine(1), seq, DTYPE_BYTES[setup.param_dtype], setup, plain, False, 1)
+    e, T, d = z.e, z.T, c.d_model
+    vl = -(-c.vocab_size // tp)
+    pb = parameter_breakdown(c)
+    params = (pb.total - 2 * (c.vocab_size - vl) * d) * e  # the embedding and the LM head: Vl rows each
+    p = {it.key.removeprefix("layers.*."): it.per_layer * e for it in pb if it.per_layer is not None}
+    rope_buffers = 2 * c.context_length * (c.d_head // 2) * 4
+    baseline = 3 * params + rope_buffers + adamw_step_counter_bytes(c, setup.optimizer, "meta") + 2 * 8 * T
+    Td, head = z.act(d), vl * d * e  # head: the LM head's local weight (its gradient, in the parameter dtype)
+    xe = 4 if (e == 4 or z.amp) else 2  # the logits the loss reads: fp32 (amp: ``logits.float()``) or bf16
+    TV = T * vl * xe
+
+    r = _Replay(baseline, traced=not plain)
+    r(+8 * seq)  # positions
+    if not z.sdpa:
+        r(+seq * seq, +seq * seq, -seq * seq)  # the causal mask
+    _vocab_embedding_forward(r, T, Td)
+    cached = setup.checkpoint == "selective"
+    if z.amp and setup.checkpoint != "none":
+        _layer_runs(r, c, None, False, lambda q, m: _amp_layer_forward_unsaved(q, z, p, cached=cached))
+    elif z.amp:
+        _layer_runs(r, c, None, False, lambda q, m: _amp_layer_forward(q, z, p))
+    elif setup.checkpoint != "none":
+        _layer_runs(r, c, None, False, lambda q, m: _layer_forward_unsaved(q, z, cached=cached))
+    else:
+        _layer_runs(r, c, None, False, lambda q, m: _layer_forward(q, z))
+    _norm_forward(r, z, T, d)  # ln_final
+    TV2, Td2, head2 = T * vl * 2, z.bf16.act(d), vl * d * 2
+    if z.amp:  # the LM head's bf16 weight and input copies, bf16 logits; ln_final's fp32 output dies
+        r(+head2, +Td2, +TV2, -Td)
+    r(+TV)  # logits (amp: ``logits.float()``)
+    if setup.checkpoint == "none":
+        r(-8 * seq)  # positions die with forward's locals
+    if z.amp:
+        r(-TV2)  # the bf16 logits die
+    if e != 4:
+        r(-Td)  # 16-bit: the last residual stream dies (ln_final kept an fp32 copy)
+    _loss_parallel_forward(r, T, vl, xe)
+    forward = PhaseInBatch(r.peak(), r.live, r.copy_peak())
+
+    r = _Replay(r.live, traced=not plain)
+    _loss_parallel_backward(r, T, vl, xe)
+    if z.amp:  # logits.float() backward; the LM head: dW, dx (bf16), copies released, dx and dW to fp32
+        r(+TV2, -TV)
+        r(+head2, +Td2, -TV2, -head2, -Td2, +Td, -Td2, +head, -head2)
+    else:
+        r(+head, +Td, -TV, -Td)  # LM head: dW, dx; ln_final's output released
+    r(+Td, -Td)  # rule 4: dx all-reduced; the partial dies
+    _norm_backward(r, z, T, d, residual=False)  # ln_final
+    layer_backward = _amp_layer_backward if z.amp else _layer_backward
+    _layer_runs(r, c, None, True, lambda q, m: layer_backward(q, z, p, last=False))
+    layer_backward(r, z, p, last=True)
+    _vocab_embedding_backward(r, c.vocab_size * d * e, Td)
+    r(-xe, -xe)  # the loss and its total weight (``nll_loss``'s saved divisor)
+    backward = PhaseInBatch(r.peak(), r.live, r.copy_peak())
+    # the AdamW step is rank_step's (``adamw_temporary``: DTensor and plain groups); here its end only
+    step = PhaseInBatch(PeakEnvelope(((r.live.a, r.live.b),)), baseline)
+    return StepInBatch(baseline, forward, backward, step)
+
+
+@lru_cache(maxsize=1024)
+def vocab_parallel_step(local: ModelConfig, seq: int, batch: int, setup: TrainingSetup, mode: str, tp: int):
+    """``vocab_parallel_replay`` at one batch (a ``StepMemory``)."""
+    return vocab_parallel_replay(local, seq, setup, mode, tp).at(batch)
+
+
+def vocab_parallel_head_saved(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, tp: int) -> int:
+    """What the vocab-parallel head saves for backward on rank 0, in place of the course LM head's and
+    cross-entropy's (``_loss_parallel_forward``): the log-softmax output T·Vl·xe, the loss and the total
+    weight (xe each); under amp-bf16 the LM head's bf16 weight copy (Vl·d·2) and input copy (T·d·2),
+    which autocast saves for its matmul."""
+    vl, t, d = -(-cfg.vocab_size // tp), batch * seq, cfg.d_model
+    xe = 2 if setup.param_dtype == "bf16" else 4
+    amp = (vl * d + t * d) * 2 if setup.autocast else 0
+    return t * vl * xe + 2 * xe + amp
+
+
+def _vocab_embedding_forward(r, T, Td) -> None:
+    """Row-wise embedding (DTensor's ``embedding`` strategy: ``_MaskPartial``,
+    torch/distributed/tensor/placement_types.py ``_partition_value``/``_reduce_value``): the mask of the
+    ids outside this rank's rows (bool, T bytes: ``lt``, ``ge``, ``or``), the local ids (int64, 8T: a
+    clone, minus the offset, the clone dies; masked ids set to 0 in place), the lookup (T·d·e), the
+    local ids die, the masked rows zeroed in place and the mask dies, then the all-reduce's output
+    (T·d·e) replaces the partial."""
+    r(+T, +T, +T, -T, -T)  # lt, ge, or; the two comparisons die
+    r(+8 * T, +8 * T, -8 * T)  # local ids
+    r(+Td, -8 * T, -T)  # lookup; the local ids and the mask die
+    r(+Td, -Td)  # all-reduce
+
+
+def _loss_parallel_forward(r, T, vl, xe) -> None:
+    """``F.cross_entropy`` on (T, Vl) logits under ``loss_parallel`` (torch/distributed/tensor/parallel/
+    loss.py): ``_log_softmax`` then ``_nll_loss_forward``, each one DTensor op whose handler runs local
+    ops (autograd saves only the op's outputs: the log-softmax result, the loss and the total weight).
+    X = T·Vl·xe the logits (xe: 4, or 2 for bf16 logits), X4 = T·Vl·4, R = a (T, 1) fp32 column.
+
+    1. log-softmax: computed in fp32 (``elementwise_dtypes``: bf16 logits are copied, X4); the row max
+       (R) and its all-reduce (R; the partial dies); shifted = x − max (X4); exp (X4) summed (R), exp
+       dies, all-reduced (R; the partial dies); log (R); result = shifted − log (X4), cast back (X) for
+       bf16; then the fp32 temporaries and the three columns die: the result (X) is saved.
+    2. NLL: ``target != -100`` (bool T) and the safe target (int64 8T); the target's mask (bool T: lt,
+       ge, or) and local index (int64: clone, minus the offset); gather (T·xe); the mask dies; the
+       all-reduce (T·xe); negated (T·xe); ``where`` (T·xe, with another bool T); the total weight: a
+       bool T, its int64 sum (8), cast (xe); the sum (xe) and the mean (xe, the loss); then every
+       temporary and the logits die."""
+    X, X4, R = T * vl * xe, T * vl * 4, T * 4
+    copy = X4 if xe != 4 else 0
+    r(+copy, +R, +R, -R)  # fp32 copy; row max; all-reduce
+    r(+X4, +X4, +R, -X4, +R, -R, +R, +X4)  # shifted; exp; Σ; exp dies; all-reduce; log; result
+    if xe != 4:
+        r(+X, -X4)  # cast back; the fp32 result dies
+    r(-X4, -copy, -R, -R, -R)  # shifted, the copy and the three columns die
+    Tx = T * xe
+    r(+T, +8 * T, -T)  # target != -100; safe target
+    r(+T, +T, +T, -T, -T, +8 * T, +8 * T, -8 * T)  # mask; local index
+    r(+Tx, -T, +Tx, +Tx)  # gather; the mask dies; all-reduce; negated
+    r(+T, +Tx, -T, -Tx)  # where; its mask and the negation die
+    r(+T, +8, -T, +xe, -8, +xe, +xe, -xe)  # total weight; sum; mean (the loss)
+    r(-Tx, -8 * T, -8 * T, -Tx, -Tx, -X)  # where's output, safe target, local index, gather, all-reduce; logits
+
+
+def _loss_parallel_backward(r, T, vl, xe) -> None:
+    """``_nll_loss_and_log_softmax_backward`` (loss.py), the fused NLL + log-softmax backward, then the
+    log-softmax node's ``grad.to(input dtype)`` (no copy: the gradient has that dtype already).
+
+    The seed (xe) and its division by the total weight (xe); the safe target (bool T, int64 8T);
+    zeros like the logits (X); the target's mask and local index (as forward); the update
+    ``mask.to(dtype) − 1`` (T·xe twice, the cast dies); ``arange`` (int64 8T); the update put in place;
+    ``where`` on the divided seed (T·xe, with a bool T); the divided seed dies; exp(log-softmax) (X),
+    + zeros (X), exp dies, × grad (X), the sum dies; then the temporaries, the seed and the saved
+    log-softmax output die: the gradient of the logits (X) is left."""
+    X, Tx = T * vl * xe, T * xe
+    r(+xe, +xe, +T, +8 * T, -T, +X)  # seed; divided; safe target; zeros
+    r(+T, +T, +T, -T, -T, +8 * T, +8 * T, -8 * T)  # mask; local index
+    r(+Tx, +Tx, -Tx, +8 * T, +T, +Tx, -T, -xe)  # update; arange; where; the divided seed dies
+    r(+X, +X, -X, +X, -X)  # exp; + zeros; exp dies; × grad; the sum dies
+    r(-Tx, -8 * T, -X, -T, -8 * T, -Tx, -8 * T, -xe, -X)  # temporaries, zeros, mask, seed; saved output
+
+
+def _vocab_embedding_backward(r, emb_whole, Td) -> None:
+    """``embedding_dense_backward`` on DTensor (torch/distributed/tensor/_ops/_embedding_ops.py): it
+    has no row-wise strategy, so with the replicated output gradient it computes the whole (V, d)
+    gradient on every rank and leaves it ``Replicate`` as the parameter's ``.grad`` (the optimizer
+    redistributes it to the rows); the output gradient dies."""
+    r(+emb_whole, -Td)
+
+
+def vocab_parallel_gradient_extra(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout) -> int:
+    """Gradient bytes a vocab-parallel rank holds beyond its parameters' (``_vocab_embedding_backward``):
+    the embedding's gradient is the whole (V, d), not its Vl rows: (V − Vl)·d·e.  Not FSDP2 (it reduces
+    and shards each gradient itself)."""
+    if not layout.vocab_parallel or layout.fsdp or cfg.tie_embeddings:
+        return 0
+    vl = -(-cfg.vocab_size // layout.tp)
+    return (cfg.vocab_size - vl) * cfg.d_model * DTYPE_BYTES[setup.param_dtype]
+
+
+def tp_peaks_exact(layout: ParallelLayout, setup: TrainingSetup) -> bool:
+    """Whether ``rank_step``'s forward and backward peaks of a TP rank are byte-exact against the fake-PG
+    job (``tests/test_tensor_parallel_measured.py``).  TP: every setup.  Without checkpointing: also
+    sequence parallel and vocab parallel, but not both together.  What is not replayed, and where it
+    shows: (1) sequence parallel: the TP-local replay keeps a recomputed block's norms and residual
+    stream whole where the rank's are T/M (a checkpointed block sets the peak; with vocab parallel the
+    head's too); (2) the all-reduce output of a row-parallel output or a column-parallel input gradient
+    (T·d·a), live beside its partial for one op (seen where a recomputed block sets the peak under vocab
+    parallel, whose embedding backward is lower)."""
+    if layout.tp == 1 or not (layout.sequence_parallel or layout.vocab_parallel):
+        return True
+    return setup.checkpoint == "none" and not (layout.sequence_parallel and layout.vocab_parallel)

@@ -275,6 +275,8 @@ def measure_rank(
     layout.check(cfg)
     if layout.pp > 1:
         raise AccountingError("pipeline parallel is analytic only (not run on the fake process group)")
+    if layout.vocab_parallel and layout.dp > 1:
+        raise AccountingError("vocab parallel is measured with tensor parallel alone (dp 1); here analytic only")
     if not 0 <= rank < layout.world:
         raise AccountingError(f"rank {rank} is outside the world of {layout.world}")
     _init_fake_group(layout.world, rank)

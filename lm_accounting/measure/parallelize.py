@@ -72,8 +72,6 @@ def apply_tensor_parallel(model, mesh, layout: ParallelLayout) -> None:
     )
     from torch.distributed.tensor.placement_types import Replicate, Shard
 
-    if layout.vocab_parallel:
-        raise AccountingError("vocab parallel is analytic only (the course cross-entropy is not loss_parallel)")
     Colwise, Rowwise = _styles()
     sp = layout.sequence_parallel
     for block in model.layers:
@@ -96,7 +94,9 @@ def apply_tensor_parallel(model, mesh, layout: ParallelLayout) -> None:
         parallelize_module(block, mesh, plan)
         block.attn.num_heads //= layout.tp  # the local heads: q/k/v hold h/tp and kv/tp heads per rank
         block.attn.num_kv_heads //= layout.tp
-    if sp:
+    if layout.vocab_parallel:
+        apply_vocab_parallel(model, mesh, sp)
+    elif sp:
         parallelize_module(
             model,
             mesh,
@@ -108,6 +108,51 @@ def apply_tensor_parallel(model, mesh, layout: ParallelLayout) -> None:
                 ),
             },
         )
+
+
+def apply_vocab_parallel(model, mesh, sp: bool) -> None:
+    """torchtitan's vocab-parallel plan (``torchtitan/models/llama3/infra/parallelize.py``
+    ``apply_tp`` with loss parallel): the embedding row-wise over the vocabulary
+    (``RowwiseParallel(input_layouts=Replicate())``, output all-reduced, or reduce-scattered along the
+    sequence under SP), the LM head column-wise with its logits left sharded on the vocabulary
+    (``ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)``) for
+    ``loss_parallel`` (``vocab_parallel_cross_entropy``).  The embedding looks tokens up with
+    ``F.embedding``, what ``nn.Embedding`` (the only embedding torch's ``RowwiseParallel`` takes) runs:
+    DTensor shards ``aten.embedding`` row-wise with a masked partial output, while the course's
+    ``weight[ids]`` (``aten.index``) would all-gather the table."""
+    import types
+
+    import torch.nn.functional as F
+    from torch.distributed.tensor import distribute_module
+    from torch.distributed.tensor.parallel import RowwiseParallel, SequenceParallel, parallelize_module
+    from torch.distributed.tensor.placement_types import Replicate, Shard
+
+    if model.lm_head.weight is model.token_embeddings.weight:
+        raise AccountingError("vocab parallel with tied embeddings is analytic only (the measured job unties them)")
+
+    class RowwiseEmbedding(RowwiseParallel):
+        def _apply(self, module, device_mesh):
+            self.desired_input_layouts = (Replicate(),)
+            return distribute_module(
+                module,
+                device_mesh,
+                self._partition_embedding_fn,
+                partial(self._prepare_input_fn, self.input_layouts, self.desired_input_layouts),
+                partial(self._prepare_output_fn, self.output_layouts, self.use_local_output),
+            )
+
+    emb = model.token_embeddings
+    emb.forward = types.MethodType(lambda self, ids: F.embedding(ids, self.weight), emb)
+    Colwise, _ = _styles()
+    plan = {
+        "token_embeddings": RowwiseEmbedding(input_layouts=Replicate(), output_layouts=Shard(1) if sp else Replicate()),
+        "lm_head": Colwise(
+            input_layouts=Shard(1) if sp else Replicate(), output_layouts=Shard(-1), use_local_output=False
+        ),
+    }
+    if sp:
+        plan["ln_final"] = SequenceParallel()
+    parallelize_module(model, mesh, plan)
 
 
 def apply_expert_parallel(model, layout: ParallelLayout):
