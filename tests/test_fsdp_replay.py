@@ -80,3 +80,27 @@ def test_llama_3_8b_over_64_gpus_is_byte_exact():
     lay = ParallelLayout(dp=64, zero=3)
     measured = measure_rank(cfg, 8192, 1, setup, lay, fake=True)
     assert measured.step == rank_step(cfg, 8192, 1, setup, lay, mode="traced")[0]
+
+
+@pytest.mark.parametrize(
+    "args, exact",
+    [
+        (["--dp", "8", "--zero", "3"], True),
+        (["--dp", "8", "--zero", "2", "--tp", "2"], True),
+        (["--dp", "8", "--zero", "3", "--tp", "2", "--sp", "--checkpoint", "full"], False),
+    ],
+)
+def test_memory_says_whether_fsdp_peaks_are_exact(run_cli, args, exact):
+    """The JSON's peaks_exact follows what the grid above proves (``fsdp_peaks_exact``)."""
+    import json
+
+    r = run_cli("memory", "llama-3-8b", "--context", "4096", *args, "--format", "json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["peaks_exact"] is exact
+
+
+def test_ddp_with_tp_is_not_measured_and_says_why_in_one_line(run_cli):
+    """torch 2.13's DDP refuses parallelize_module's DTensor parameters (a traceback before)."""
+    r = run_cli("memory", "gpt2-small", "--layers", "1", "--context", "32", "--dp", "2", "--tp", "2", "--zero", "1",
+                "--measure", "meta")  # fmt: skip
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "analytic only" in r.err

@@ -161,3 +161,16 @@ def fsdp_units(cfg: ModelConfig, setup, layout) -> FsdpUnits:
         dense=unit(kinds[False] + 1) if False in kinds else None,
         moe=unit(kinds[True] + 1) if True in kinds else None,
     )
+
+
+def fsdp_peaks_exact(layout, setup) -> bool:
+    """Whether ``rank_step``'s FSDP2 peaks are byte-exact against the fake-PG job
+    (``tests/test_fsdp_replay.py``): without TP, every setup; FSDP2 × TP, every setup but zero 3 with
+    selective checkpointing in fp32, where a row-parallel all-reduce output, live beside its partial
+    for one op (not replayed), sets the forward peak.  Not sequence or vocab parallel, whose split
+    tensors the replay keeps whole (their peaks are estimates; the ends stay exact)."""
+    if layout.tp == 1:
+        return True
+    if layout.sequence_parallel or layout.vocab_parallel:
+        return False
+    return not (layout.zero == 3 and setup.checkpoint == "selective" and setup.precision == "fp32")

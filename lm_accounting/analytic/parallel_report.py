@@ -20,6 +20,7 @@ from ..phases import PHASES, StepMemory
 from ..result import Result
 from ..setup import TrainingSetup
 from .collectives import Collective, step_collectives, wire_bytes
+from .fsdp import fsdp_peaks_exact
 from .hardware_flops import StepFlops
 from .parallel import ModelStates, expert_rows, model_states, rank_flops, rank_step
 from .pipeline import pipeline_stages
@@ -50,7 +51,7 @@ class ParallelMemory(Result):
     collectives: tuple[Collective, ...]
     allowance: int
     budget: int
-    peaks_exact: bool  # False for FSDP2, PP and some TP layouts (``tp_peaks_exact``; peak estimates, ends exact)
+    peaks_exact: bool  # False for PP, sequence/vocab parallel with checkpointing or FSDP2 (``tp_peaks_exact``, ``fsdp_peaks_exact``; peak estimates, ends exact)
     stage: int | None = None  # pipeline stage of the worst rank (pp > 1)
     measured: Any = None  # measure.distributed.RankMeasurement
     not_modelled: tuple[str, ...] = ()  # what the replay leaves out: then only states and collectives
@@ -199,7 +200,9 @@ def parallel_memory(
         tuple(step_collectives(cfg, seq, batch, setup, layout, rank=st.rank)),
         allowance,
         budget,
-        not missing and not layout.fsdp and layout.pp == 1 and tp_peaks_exact(layout, setup),
+        not missing
+        and layout.pp == 1
+        and (fsdp_peaks_exact(layout, setup) if layout.fsdp else tp_peaks_exact(layout, setup)),
         stage,
         not_modelled=tuple(missing),
     )

@@ -277,6 +277,11 @@ def measure_rank(
         raise AccountingError("pipeline parallel is analytic only (not run on the fake process group)")
     if layout.vocab_parallel and layout.dp > 1:
         raise AccountingError("vocab parallel is measured with tensor parallel alone (dp 1); here analytic only")
+    if layout.tp > 1 and layout.dp > 1 and not layout.fsdp:
+        raise AccountingError(
+            "DDP and ZeRO-1 with tensor parallel are analytic only: torch 2.13's DDP does not take the DTensor "
+            "parameters of parallelize_module (measure FSDP2 x TP, --zero 2 or 3)"
+        )
     if not 0 <= rank < layout.world:
         raise AccountingError(f"rank {rank} is outside the world of {layout.world}")
     _init_fake_group(layout.world, rank)

@@ -133,7 +133,7 @@ def _phases(r: ParallelMemory) -> Table:
     rows.insert(0, ("baseline (step start)", r.step.baseline, r.step_traced.baseline, base, None, None))
     phases = Table(
         "Peak and end of each phase: plain run (a GPU), traced run (what the fake-PG tracker sees), measured"
-        + ("" if r.peaks_exact else "  [peaks are estimates here (FSDP2, PP, some TP layouts); ends exact]"),
+        + ("" if r.peaks_exact else "  [peaks are estimates here (pipeline stages; sequence or vocab parallel with checkpointing or FSDP2); ends exact]"),
         [
             Column("phase"),
             Column("peak, plain", "bytes"),

@@ -61,7 +61,11 @@ def plan_view(p: Plan) -> View:
             " collectives ASSUMED overlapped with compute, TP/SP collectives not; compute = hardware FLOPs"
             " (recompute included) / (peak × utilisation), × the 1F1B bubble (k + pp − 1)/k."
         ),
-        "Per-GPU memory: the worst rank (analytic.parallel); FSDP2 and pipeline peaks are estimates.",
+        (
+            "Per-GPU memory: the worst rank (analytic.parallel): byte-exact against one rank of the real job on the"
+            " fake process group for DDP, ZeRO-1, FSDP2 and TP; sequence parallel with checkpointing or FSDP2, and"
+            " pipeline stages, are estimates."
+        ),
     ]
     return View(header, [table], footer)
 
