@@ -108,8 +108,8 @@ def parallel_view(r: ParallelMemory) -> View:
     footer = [
         (
             "Exact against one rank of the real job on the fake process group: model states, ends of phases,"
-            " collectives; peaks too for DDP, ZeRO-1 and TP, and TP with SP or vocab parallel without"
-            " checkpointing.  Pipeline parallel: analytic only."
+            " collectives; peaks too for DDP, ZeRO-1, TP and FSDP2 (with TP too, but ZeRO-3 + selective + fp32),"
+            " and sequence or vocab parallel without checkpointing or FSDP2.  Pipeline parallel: analytic only."
         ),
     ]
     if lay.ep > 1:
@@ -133,7 +133,7 @@ def _phases(r: ParallelMemory) -> Table:
     rows.insert(0, ("baseline (step start)", r.step.baseline, r.step_traced.baseline, base, None, None))
     phases = Table(
         "Peak and end of each phase: plain run (a GPU), traced run (what the fake-PG tracker sees), measured"
-        + ("" if r.peaks_exact else "  [peaks are estimates here (pipeline stages; sequence or vocab parallel with checkpointing or FSDP2); ends exact]"),
+        + ("" if r.peaks_exact else "  [peaks are estimates for this layout (see the note below); ends exact]"),
         [
             Column("phase"),
             Column("peak, plain", "bytes"),
