@@ -74,8 +74,9 @@ def plot_memory_vs_gpus(curves: dict, memory_bytes: int, title: str, path_stem) 
     """Per-GPU memory against GPU count for the main layouts (``plan.memory_vs_gpus``), the GPU's
     memory as a line; written as PNG and SVG.  matplotlib is imported here only."""
     from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter, LogLocator
 
-    fig = Figure(figsize=(7.5, 4.5))
+    fig = Figure(figsize=(9, 4.5))
     ax = fig.add_subplot()
     for label, points in curves.items():
         if points:
@@ -83,11 +84,17 @@ def plot_memory_vs_gpus(curves: dict, memory_bytes: int, title: str, path_stem) 
     ax.axhline(memory_bytes / 1e9, color="black", linestyle="--", linewidth=1, label="GPU memory")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    plain = FuncFormatter(lambda v, _: f"{v:g}")  # 8, 1024 GPUs; 20, 50, 100 GB rather than 2³, 2×10¹, 10²
+    ax.yaxis.set_minor_locator(LogLocator(subs=(2, 3, 5)))
+    ax.yaxis.set_minor_formatter(plain)
+    ax.yaxis.set_major_formatter(plain)
+    ax.xaxis.set_major_formatter(plain)
+    ax.tick_params(axis="both", which="both", labelsize=8)
     ax.set_xlabel("GPUs")
     ax.set_ylabel("per-GPU peak + allowance (GB, 10⁹ bytes)")
     ax.set_title(title, fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))  # beside the axes: no curve hidden
     fig.tight_layout()
     from .plots import _save  # atomic, byte-reproducible PNG and SVG (fixed SVG hash salt, no dates)
 
