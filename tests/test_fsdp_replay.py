@@ -104,3 +104,20 @@ def test_ddp_with_tp_is_not_measured_and_says_why_in_one_line(run_cli):
     r = run_cli("memory", "gpt2-small", "--layers", "1", "--context", "32", "--dp", "2", "--tp", "2", "--zero", "1",
                 "--measure", "meta")  # fmt: skip
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "analytic only" in r.err
+
+
+@pytest.mark.parametrize("setup", SETUPS, ids=lambda s: s.label)
+@pytest.mark.parametrize("zero", [2, 3])
+def test_the_plain_run_equals_the_cpu_allocator(zero, setup):
+    """What a GPU user gets is the plain run (no dispatch mode: autograd works in place where a traced
+    run copies).  Rank 0 of the FSDP2 job on real CPU tensors, with no mode at all, read from the CPU
+    allocator's own events, equals the plain prediction for a CPU run (the CPU allocator's extras:
+    wrapped scalars, AdamW's step counters, the flash kernel's per-thread scratch) byte for byte."""
+    torch = pytest.importorskip("torch")
+    from lm_accounting.analytic.parallel import rank_step
+    from lm_accounting.measure.distributed import measure_rank_plain
+
+    lay = ParallelLayout(dp=4, zero=zero)
+    measured = measure_rank_plain(TINY, S, 1, setup, lay)
+    threads = torch.get_num_threads()
+    assert measured == rank_step(TINY, S, 1, setup, lay, mode="plain", device="cpu", cpu_threads=threads)[0]

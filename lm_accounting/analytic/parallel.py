@@ -52,6 +52,7 @@ from ..setup import TrainingSetup
 from .activations import norm_saved_bytes, saved_activation_breakdown
 from .fsdp import fsdp_units
 from .hardware_flops import StepFlops, step_flops
+from .replay import adamw_step_scalar_bytes
 from .sizes import Sizes
 from .tensor_parallel import (
     embedding_backward_peak,
@@ -438,26 +439,38 @@ def _saved_activations(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSe
 
 
 def single_rank_step(
-    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, mode: str, units=None
+    cfg: ModelConfig,
+    seq: int,
+    batch: int,
+    setup: TrainingSetup,
+    layout: ParallelLayout,
+    mode: str,
+    units=None,
+    device: str = "meta",
+    cpu_threads: int = 1,
 ):
     """The single-GPU replay of the TP-local model (exact for one GPU; ``analytic.replay``), with
     FSDP2's unit events when ``units`` (``analytic.fsdp.FsdpUnits``) is given; vocab parallel: the job's
     own embedding, head and loss (``analytic.tensor_parallel.vocab_parallel_replay``)."""
     if layout.vocab_parallel and units is None:
         return vocab_parallel_step(local_config(cfg, layout), seq, batch, setup, mode, layout.tp)
-    return _replay_at(local_config(cfg, layout), seq, batch, fsdp_compute_setup(setup, layout), mode, units)
+    where = (device, cpu_threads)  # a plain CPU run (device "cpu") adds the CPU allocator's own extras
+    return _replay_at(local_config(cfg, layout), seq, batch, fsdp_compute_setup(setup, layout), mode, units, where)
 
 
 @lru_cache(maxsize=4096)
-def _replay_at(local: ModelConfig, seq: int, batch: int, setup: TrainingSetup, mode: str, units=None):
-    return _replay(local, seq, setup, mode, units, batch if local.moe else 1).at(batch)
+def _replay_at(local: ModelConfig, seq: int, batch: int, setup: TrainingSetup, mode: str, units, where):
+    return _replay(local, seq, setup, mode, units, batch if local.moe else 1, where).at(batch)
 
 
-@lru_cache(maxsize=256)
-def _replay(local: ModelConfig, seq: int, setup: TrainingSetup, mode: str, units, batch: int):
+@lru_cache(maxsize=1024)
+def _replay(local: ModelConfig, seq: int, setup: TrainingSetup, mode: str, units, batch: int, where):
     from .replay import replay_training_step
 
-    return replay_training_step(local, seq, setup=setup, mode=mode, units=units, batch=batch)
+    device, threads = where
+    return replay_training_step(
+        local, seq, setup=setup, mode=mode, units=units, batch=batch, device=device, cpu_threads=threads
+    )
 
 
 def adamw_temporary(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, st: ModelStates) -> int:
@@ -490,9 +503,12 @@ def rank_step(
     layout: ParallelLayout,
     mode: str = "plain",
     rank: int | None = None,
+    device: str = "meta",
+    cpu_threads: int = 1,
 ) -> tuple[StepMemory, ModelStates, int]:
     """(per-phase bytes, model states, saved activations) of data-parallel rank ``rank`` (default:
-    the worst).
+    the worst).  ``device="cpu"`` with ``mode="plain"``: what the CPU allocator's own events show
+    (``analytic.replay``; measured by ``measure.distributed.measure_rank_plain``).
 
     From the TP-local single-GPU replay R (exact for DDP and TP; checked), with
     n = the local parameter bytes, o = 2n (AdamW moments):
@@ -513,7 +529,7 @@ def rank_step(
     """
     layout.check(cfg)
     units = fsdp_units(cfg, setup, layout) if layout.fsdp and layout.dp > 1 else None
-    r = single_rank_step(cfg, seq, batch, setup, layout, mode, units)
+    r = single_rank_step(cfg, seq, batch, setup, layout, mode, units, device, cpu_threads)
     st = model_states(cfg, setup, layout, rank=rank)
     act = saved_activations(cfg, seq, batch, setup, layout)
     e = element_bytes(setup)
@@ -531,7 +547,8 @@ def rank_step(
         bwd_peak = fwd_end + r.backward.peak - r.forward.end  # R's gradients are the rank's (whole local tensors)
         emb = embedding_backward_peak(cfg, seq, batch, setup, layout, base + st.gradients, mode)  # not lowered by SP
         bwd = PhaseBytes(max(bwd_peak, emb), base + st.gradients)
-    opt = PhaseBytes(base + st.gradients + adamw_temporary(cfg, setup, layout, st), base)
+    z = Sizes(cfg, e=e, setup=setup, plain=mode == "plain", cpu=mode == "plain" and device == "cpu")
+    opt = PhaseBytes(base + st.gradients + adamw_temporary(cfg, setup, layout, st) + adamw_step_scalar_bytes(z), base)
     return StepMemory(base, fwd, bwd, opt), st, act
 
 

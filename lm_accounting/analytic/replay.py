@@ -1198,6 +1198,13 @@ def as_setup(
     return setup, dtype or setup.param_dtype
 
 
+def adamw_step_scalar_bytes(z: Sizes) -> int:
+    """CPU only: at the AdamW step's highest point a Python number is wrapped (8 bytes) and copied to
+    the parameters' dtype (for-loop and foreach: "sqrt(v) / bias_correction2_sqrt"; fused: a scalar
+    argument, fp32)."""
+    return sum(z.wrap(4 if z.setup.optimizer == "fused" else z.e))
+
+
 def replay_training_step(
     cfg: ModelConfig,
     seq: int,
@@ -1323,10 +1330,7 @@ def replay_training_step(
     backward = PhaseInBatch(r.peak(), r.live, r.copy_peak())
 
     # AdamW step: its temporaries on top of the gradients, then zero_grad frees the gradients.
-    extra = adamw_step_temporary_bytes(cfg, dtype, optimizer)
-    # CPU only: at the step's highest point a Python number is wrapped (8 bytes) and copied to the
-    # parameters' dtype (for-loop and foreach: "sqrt(v) / bias_correction2_sqrt"; fused: a scalar argument)
-    extra += sum(z.wrap(4 if optimizer == "fused" else z.e))  # fused takes its scalars as fp32
+    extra = adamw_step_temporary_bytes(cfg, dtype, optimizer) + adamw_step_scalar_bytes(z)
     top = backward.end + extra
     step = PhaseInBatch(PeakEnvelope(((top.a, top.b),)), backward.end - params)
     return StepInBatch(baseline, forward, backward, step)

@@ -35,6 +35,8 @@ from ..phases import PHASES, PhaseBytes, StepMemory
 def _storages_bytes(*tensors) -> dict[int, int]:
     out = {}
     for t in tensors:
+        if hasattr(t, "to_local"):  # a DTensor (FSDP2's sharded parameters): its local shard's storage
+            t = t.to_local()
         if isinstance(t, torch.Tensor) and t.device.type == "cpu":
             st = t.untyped_storage()
             out[st.data_ptr()] = st.nbytes()

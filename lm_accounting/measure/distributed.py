@@ -306,17 +306,50 @@ def measure_rank(
         return _run_rank(cfg, seq, batch, setup, layout, rank, comm_debug, model, dp_mesh, tracker, dev, kwargs, mode)
 
 
+def _materialise(model, cfg: ModelConfig, layout: ParallelLayout) -> None:
+    """Allocate the rank's (sharded) parameters on the CPU."""
+    model.to_empty(device="cpu")
+    if cfg.tie_embeddings and not layout.fsdp:  # to_empty makes a new Parameter per module: tie again
+        model.lm_head.weight = model.token_embeddings.weight
+    if model.rope is not None:  # non-persistent buffers: recompute the tables on the device
+        model.rope = type(model.rope)(cfg.rope_theta, cfg.rope_dim, cfg.context_length, device="cpu")
+
+
+def measure_rank_plain(
+    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, rank: int = 0
+) -> StepMemory:
+    """The *plain* run of rank ``rank`` of an FSDP2 job (zero 2 or 3, no TP): no dispatch mode at all,
+    the step read from the CPU allocator's own events (``measure.allocator``), on real CPU tensors.
+    Compare with ``analytic.parallel.rank_step(..., mode="plain", device="cpu",
+    cpu_threads=torch.get_num_threads())``."""
+    from ..model import cross_entropy, random_tokens
+    from .allocator import measure_training_step_plain
+
+    layout.check(cfg)
+    if not layout.fsdp or layout.tp > 1 or layout.dp == 1:
+        raise AccountingError("the allocator measurement of a layout covers FSDP2 (--zero 2 or 3, dp > 1) without TP")
+    if not 0 <= rank < layout.world:
+        raise AccountingError(f"rank {rank} is outside the world of {layout.world}")
+    if parameter_count(cfg) > REAL_RUN_PARAMS:
+        raise AccountingError(f"a real-tensor run is limited to {REAL_RUN_PARAMS:,} parameters")
+    _init_fake_group(layout.world, rank)
+    torch.manual_seed(0)
+    model, _ = build_rank(cfg, setup, layout)
+    _materialise(model, cfg, layout)
+    opt = torch.optim.AdamW(param_groups(model), **ADAMW_KWARGS[setup.optimizer])
+    init_optimizer_state(opt)
+    inputs = random_tokens(cfg, batch, seq, device="cpu", seed=0)
+    targets = random_tokens(cfg, batch, seq, device="cpu", seed=1)
+    return measure_training_step_plain(model, inputs, targets, cross_entropy, opt)
+
+
 def _run_rank(cfg, seq, batch, setup, layout, rank, comm_debug, model, dp_mesh, tracker, dev, kwargs, mode):
     from torch.distributed.tensor.parallel import loss_parallel
 
     from ..model import cross_entropy, random_tokens
 
     with tracker:
-        model.to_empty(device="cpu")
-        if cfg.tie_embeddings and not layout.fsdp:  # to_empty makes a new Parameter per module: tie again
-            model.lm_head.weight = model.token_embeddings.weight
-        if model.rope is not None:  # non-persistent buffers: recompute the tables on the device
-            model.rope = type(model.rope)(cfg.rope_theta, cfg.rope_dim, cfg.context_length, device="cpu")
+        _materialise(model, cfg, layout)
         train = model
         if not layout.fsdp and layout.dp > 1:
             from torch.nn.parallel import DistributedDataParallel
