@@ -396,11 +396,21 @@ def memory_cmd(
         )
         if measure == "cuda":
             raise AccountingError("a parallel layout is measured on the fake process group: use --measure meta")
-        if measure != "none":
+        who = m.states.rank * layout.tp if rank is None else rank  # the worst rank unless told
+        if measure_method_for(measure, measure_method) == "allocator":  # the plain run, no dispatch mode
+            import torch
+
+            from .analytic.parallel import rank_step
+            from .measure.distributed import measure_rank_plain
+
+            got = measure_rank_plain(run, run.context_length, batch, setup, layout, rank=who)
+            threads = torch.get_num_threads()  # the CPU flash kernel's scratch is per thread
+            want = rank_step(run, run.context_length, batch, setup, layout, "plain", who // layout.tp, "cpu", threads)
+            m = m.with_plain_measurement(want[0], got)
+        elif measure != "none":
             from .measure.distributed import measure_rank
 
             fake = layout.fsdp and layout.tp == 1  # FakeTensors: exact for FSDP2 alone, any size
-            who = m.states.rank * layout.tp if rank is None else rank  # the worst rank unless told
             m = m.with_measurement(measure_rank(run, run.context_length, batch, setup, layout, rank=who, fake=fake))
         emit(m, fmt)
         return

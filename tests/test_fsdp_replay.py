@@ -27,14 +27,16 @@ def test_unit_buffers_written_out_by_hand():
     3·40·24 = 4,656 elements, no padding (every dim 0 divides by 4): 18,624 bytes gathered and reduced,
     4,656 a shard; the last parameter, w3, 40·24·4 = 3,840.  The root: embedding and LM head
     ceil(101/4) = 26 rows each, padded to 104 · 24 = 2,496, + ln_final 24: 5,016 · 4 = 20,064
-    gathered; the unpadded gradients (101·24·2 + 24)·4 = 19,488; the last parameter, the LM head, 9,696."""
+    gathered; the unpadded gradients (101·24·2 + 24)·4 = 19,488; the last parameter, the LM head, 9,696.
+    A plain CPU run's copy-in pads the two 101-row gradients: 2 · 104·24·4 = 19,968 (rule 6; no block
+    gradient needs it); its largest (padded) cast temporary: 9,984 (a block's: w1, w2, w3, 3,840)."""
     units = fsdp_units(TINY, TrainingSetup(), ParallelLayout(dp=4, zero=3))
-    assert units.dense == Unit(18_624, 0, 18_624, 3_840, 18_624, 4_656)
-    assert units.root == Unit(20_064, 0, 19_488, 9_696, 20_064, 5_016)
+    assert units.dense == Unit(18_624, 0, 18_624, 3_840, 18_624, 4_656, 0, 3_840)
+    assert units.root == Unit(20_064, 0, 19_488, 9_696, 20_064, 5_016, 19_968, 9_984)
     assert units.moe is None and units.reshard_after_forward and not units.float_logits
     # amp-bf16: gathered and computed in bf16 (the flat copy-in is one bf16 shard), reduced in fp32
     amp = fsdp_units(TINY, TrainingSetup(precision="amp-bf16"), ParallelLayout(dp=4, zero=2))
-    assert amp.dense == Unit(9_312, 2_328, 9_312, 1_920, 18_624, 4_656)
+    assert amp.dense == Unit(9_312, 2_328, 9_312, 1_920, 18_624, 4_656, 0, 1_920)
     assert not amp.reshard_after_forward and amp.float_logits
 
 
@@ -121,3 +123,35 @@ def test_the_plain_run_equals_the_cpu_allocator(zero, setup):
     measured = measure_rank_plain(TINY, S, 1, setup, lay)
     threads = torch.get_num_threads()
     assert measured == rank_step(TINY, S, 1, setup, lay, mode="plain", device="cpu", cpu_threads=threads)[0]
+
+
+def test_the_plain_cpu_run_holds_a_cast_temporary_in_the_copy_in():
+    """Rule 6 of ``analytic.fsdp``: under amp-bf16 the CPU ``_chunk_cat`` casts each bf16 gradient into
+    the fp32 reduce-scatter input through a temporary; with a 5,000-row LM head (5,000·24·2 = 240,000
+    bytes, the largest gradient) that temporary sets the backward peak of the plain CPU run."""
+    import dataclasses
+
+    torch = pytest.importorskip("torch")
+    from lm_accounting.analytic.parallel import rank_step
+    from lm_accounting.measure.distributed import measure_rank_plain
+
+    cfg = dataclasses.replace(TINY, vocab_size=5000, name="v5000")
+    setup = TrainingSetup(attention="sdpa", checkpoint="full", precision="amp-bf16")
+    lay = ParallelLayout(dp=4, zero=3)
+    threads = torch.get_num_threads()
+    want = rank_step(cfg, S, 1, setup, lay, mode="plain", device="cpu", cpu_threads=threads)[0]
+    assert measure_rank_plain(cfg, S, 1, setup, lay) == want
+    traced = rank_step(cfg, S, 1, setup, lay, mode="traced")[0]  # no CPU kernel internals there
+    assert want.backward.peak - traced.backward.peak >= 5000 * 24 * 2 - 1000
+
+
+def test_memory_measures_the_plain_fsdp2_run_with_the_cpu_allocator(run_cli):
+    import json
+
+    args = ["memory", "gpt2-small", "--layers", "1", "--context", "32", "--dp", "4", "--zero", "3"]
+    r = run_cli(*args, "--measure", "cpu", "--measure-method", "allocator", "--format", "json")
+    assert r.code == 0, r.err
+    plain = json.loads(r.out)["plain_cpu"]
+    assert plain["predicted"] == plain["measured"]
+    r = run_cli(*args, "--tp", "2", "--measure", "cpu", "--measure-method", "allocator")
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1

@@ -115,7 +115,7 @@ def test_json_schema_and_pinned_keys(run_cli):
     )
     assert r.code == 0, r.err
     data = json.loads(r.out)
-    assert data["schema"] == "lm-accounting/parallel-memory/2"
+    assert data["schema"] == "lm-accounting/parallel-memory/3"
     pinned = json.loads(SNAPSHOT.read_text())["memory-parallel"]
     assert sorted(key_paths(data)) == pinned
 

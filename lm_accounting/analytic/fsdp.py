@@ -23,6 +23,12 @@ real job on the fake process group (``tests/test_fsdp_replay.py``):
    parameter's, which the loop variable ``unsharded_grad`` of the dim-0 check holds (D > 1) until
    ``foreach_reduce`` returns: after the reduce-scatter output (the padded shard, which becomes the
    sharded gradients' storage) is allocated.  The end of backward frees the last reduce-scatter input.
+6. A plain CPU run only (the CPU allocator's own events): the copy-in ``torch._chunk_cat`` runs
+   its CPU fallback, which first makes a padded copy of every gradient whose rows D does not divide
+   (held to the end of the copy-in) and, under mixed precision (bf16 gradients into the fp32 input),
+   goes through an ``aten::cat`` temporary of each (padded) gradient, freed at once.  No dispatch
+   mode sees them (they are inside one CPU kernel).  A GPU runs torch's fused CUDA ``_chunk_cat``
+   instead (not measured here: no GPU), so GPU predictions leave them out.
 """
 
 from __future__ import annotations
@@ -42,6 +48,8 @@ class Unit:
     last_grad: int  # the unit's last parameter's gradient, freed after the reduce-scatter output
     reduce_in: int  # the reduce-scatter input (padded; reduce dtype)
     reduce_out: int  # the reduce-scatter output: this rank's sharded gradients
+    cpu_padded: int  # rule 6: the CPU copy-in's padded copies of the gradients whose rows D does not divide
+    cpu_cast: int  # rule 6: its largest cast temporary (mixed precision)
 
     def unshard(self, r) -> None:
         """Rule 1: copy-in, all-gather output, unsharded storages."""
@@ -63,9 +71,10 @@ class FsdpEvents:
     """The events of rules 1–5 at the replay's unit boundaries.  Each block's events depend only on
     its kind and its neighbours' (``key``), so the replay can still repeat equal blocks in O(1)."""
 
-    def __init__(self, cfg: ModelConfig, units: FsdpUnits):
+    def __init__(self, cfg: ModelConfig, units: FsdpUnits, cpu: bool = False):
         self.cfg, self.units = cfg, units
         self.zero3 = units.reshard_after_forward
+        self.cpu = cpu  # rule 6: a plain run on the CPU
 
     def block(self, i: int) -> Unit:
         unit = self.units.moe if self.cfg.layer_moe(i) else self.units.dense
@@ -119,7 +128,10 @@ class FsdpEvents:
         r(-unit.gathered)  # reshard
         if previous is not None:
             r(-previous.reduce_in)
-        r(+unit.reduce_in, -(unit.grads - unit.last_grad), +unit.reduce_out, -unit.last_grad)
+        pad = unit.cpu_padded if self.cpu else 0  # rule 6
+        tmp = unit.cpu_cast if self.cpu and self.units.float_logits else 0
+        r(+unit.reduce_in, +pad, +tmp, -tmp, -pad)
+        r(-(unit.grads - unit.last_grad), +unit.reduce_out, -unit.last_grad)
 
     def block_post_backward(self, r, i: int) -> None:
         after = self.block(i + 1) if i + 1 < self.cfg.num_layers else None
@@ -151,6 +163,8 @@ def fsdp_units(cfg: ModelConfig, setup, layout) -> FsdpUnits:
             last_grad=rows * cols * gather_e if d > 1 else 0,
             reduce_in=padded * d * reduce_e,
             reduce_out=padded * reduce_e,
+            cpu_padded=sum(fsdp_chunk_rows(r, d) * d * c for r, c in shapes if r % d) * gather_e,
+            cpu_cast=max(fsdp_chunk_rows(r, d) * d * c for r, c in shapes) * gather_e,
         )
 
     kinds = {cfg.layer_moe(i): i for i in reversed(range(cfg.num_layers))}  # kind -> its first block

@@ -1,7 +1,7 @@
 """``memory`` with a parallel layout: the worst rank's per-GPU memory, FLOPs and collectives.  No torch.
 
 ``parallel_memory(cfg, seq, batch, setup, layout)`` returns a ``ParallelMemory`` (schema
-``lm-accounting/parallel-memory/2``).  Where the step replay does not model the architecture (latent
+``lm-accounting/parallel-memory/3``).  Where the step replay does not model the architecture (latent
 attention; a mixture of experts at a context whose slot split varies with the batch) or the layout
 (expert parallel), the model states and the collectives are exact and the activations, phases and peaks
 are None, named in ``not_modelled`` (as the single-GPU ``memory`` does).  ``batch`` is the micro-batch
@@ -36,7 +36,7 @@ your own with ``--allowance``."""
 
 @dataclass(frozen=True)
 class ParallelMemory(Result):
-    SCHEMA: ClassVar[str] = "lm-accounting/parallel-memory/2"
+    SCHEMA: ClassVar[str] = "lm-accounting/parallel-memory/3"
 
     config: ModelConfig
     seq: int
@@ -54,6 +54,7 @@ class ParallelMemory(Result):
     peaks_exact: bool  # False for PP, sequence/vocab parallel with checkpointing or FSDP2 (``tp_peaks_exact``, ``fsdp_peaks_exact``; peak estimates, ends exact)
     stage: int | None = None  # pipeline stage of the worst rank (pp > 1)
     measured: Any = None  # measure.distributed.RankMeasurement
+    plain_cpu: tuple[StepMemory, StepMemory] | None = None  # (predicted, measured): the plain run, CPU allocator
     not_modelled: tuple[str, ...] = ()  # what the replay leaves out: then only states and collectives
 
     @property
@@ -71,6 +72,11 @@ class ParallelMemory(Result):
 
     def with_measurement(self, measured) -> ParallelMemory:
         return replace(self, measured=measured)
+
+    def with_plain_measurement(self, predicted: StepMemory, measured: StepMemory) -> ParallelMemory:
+        """The plain run (no dispatch mode) on CPU tensors read from the CPU allocator, beside its
+        prediction for a CPU run (``rank_step(mode="plain", device="cpu")``)."""
+        return replace(self, plain_cpu=(predicted, measured))
 
     def experts(self) -> dict[str, int] | None:
         """The routed experts on the worst rank (``analytic.parallel`` rule 7); None for a dense model."""
@@ -134,6 +140,9 @@ class ParallelMemory(Result):
                 for c in self.collectives
             ],
             "measured": None,
+            "plain_cpu": None
+            if self.plain_cpu is None
+            else {"predicted": self.plain_cpu[0].to_dict(), "measured": self.plain_cpu[1].to_dict()},
         }
         m = self.measured
         if m is not None:

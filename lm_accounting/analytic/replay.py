@@ -1254,7 +1254,7 @@ def replay_training_step(
     baseline = 3 * params + rope_buffers + counters + 2 * 8 * T  # params, exp_avg, exp_avg_sq; int64 token ids
     Td, TV, Tr, emb = z.act(c.d_model), z.act(c.vocab_size), z.act(1), pb["token_embeddings"].total * e
 
-    ev = FsdpEvents(cfg, units) if units is not None else None
+    ev = FsdpEvents(cfg, units, z.cpu) if units is not None else None
     r = _Replay(baseline, traced=not plain)
     if ev:
         ev.root_pre_forward(r)

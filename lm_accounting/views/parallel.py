@@ -76,7 +76,7 @@ def parallel_view(r: ParallelMemory) -> View:
             for c in r.collectives
         ],
     )
-    tables = [per_gpu, *([_phases(r)] if r.step is not None else []), fit, comm]
+    tables = [per_gpu, *([_phases(r)] if r.step is not None else []), *_plain_cpu(r), fit, comm]
     if measured is not None:
         dp_rank = measured.rank // r.layout.tp
         want = totals(step_collectives(r.config, r.seq, r.batch, r.setup, r.layout, first_step=True, rank=dp_rank))
@@ -119,6 +119,21 @@ def parallel_view(r: ParallelMemory) -> View:
             " modelled."
         )
     return View(header, tables, footer)
+
+
+def _plain_cpu(r: ParallelMemory) -> list[Table]:
+    """``--measure cpu --measure-method allocator``: the plain run, predicted for CPU tensors, beside the
+    CPU allocator's own events (no dispatch mode)."""
+    if r.plain_cpu is None:
+        return []
+    want, got = r.plain_cpu
+    rows = [("baseline (step start)", want.baseline, got.baseline, None, None)]
+    for name in PHASES:
+        p, m = want.phase(name), got.phase(name)
+        rows.append((PHASE_LABELS[name], p.peak, m.peak, p.end, m.end))
+    title = "The plain run (no dispatch mode) on CPU tensors: predicted vs the CPU allocator's own events"
+    columns = [Column("phase")] + [Column(c, "bytes") for c in ("peak", "measured", "end", "measured end")]
+    return [Table(title, columns, rows, ["equal" if want == got else "DIFFERS"])]
 
 
 def _phases(r: ParallelMemory) -> Table:
