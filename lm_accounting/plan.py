@@ -32,6 +32,7 @@ is refused: the replay does not model it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, ClassVar
 
 from .analytic.collectives import step_collectives, wire_bytes
@@ -144,6 +145,12 @@ def _seconds(bytes_: int, bw: int) -> float:
     return bytes_ / bw if bytes_ else 0.0
 
 
+@lru_cache(maxsize=4096)
+def _hardware_flops(local: ModelConfig, seq: int, b: int, setup: TrainingSetup) -> int:
+    """One rank's step FLOPs: the TP-local model's, the same for every data-parallel degree and stage."""
+    return step_flops(local, seq, b, setup).hardware
+
+
 def _peak(cfg, seq, b, setup, lay) -> int:
     if lay.pp > 1:
         return pipeline_stages(cfg, seq, b, setup, lay)[1].peak
@@ -154,7 +161,7 @@ def _evaluate(cfg, seq, b, k, setup, lay, g: GPU, mfu, internode, allowance) -> 
     per_gpu = _peak(cfg, seq, b, setup, lay) + allowance
     if per_gpu > g.memory_bytes:
         return None, per_gpu
-    flops = step_flops(local_config(cfg, lay), seq, b, setup).hardware
+    flops = _hardware_flops(local_config(cfg, lay), seq, b, setup)
     if lay.pp > 1:  # the busiest stage: ceil(L / pp) of the L blocks (the LM head's share ignored)
         flops = flops * -(-cfg.num_layers // lay.pp) // cfg.num_layers
     compute = k * flops / (g.peak_flops("bf16") * mfu)

@@ -54,7 +54,7 @@ def test_plan_over_a_thousand_layouts_is_fast_and_imports_no_torch():
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     seconds, evaluated, fitting, heavy = json.loads(out)
     assert evaluated >= 1000 and fitting > 0 and heavy == []
-    assert seconds < 1.5  # about 0.6 s here: well under a second, with headroom for a loaded machine
+    assert seconds < 2.0  # the bound; about 1.0 s here (the FSDP2 replay runs once per data-parallel degree)
 
 
 @pytest.mark.parametrize(

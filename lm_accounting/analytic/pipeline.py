@@ -34,8 +34,9 @@ def pipeline_stages(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup
     per_layer, head = _activation_split(cfg, seq, batch, setup, flat)
     r = single_rank_step(cfg, seq, batch, setup, flat, "plain")
     best = None
+    states = dataclasses.replace(flat, pp=layout.pp, micro_batches=layout.pp)  # the states ignore m: one cache key
     for s in sorted({0, layout.pp - 1}):  # stage 0 keeps the most micro-batches; the last, the head
-        st = model_states(cfg, setup, layout, stage=s)
+        st = model_states(cfg, setup, states, stage=s)
         last = s == layout.pp - 1
         one = len(stage_layers(cfg.num_layers, layout.pp, s)) * per_layer + (head if last else 0)
         k = min(layout.pp - s, layout.micro_batches)
