@@ -148,7 +148,9 @@ def test_the_plain_cpu_run_holds_a_cast_temporary_in_the_copy_in():
 def test_memory_measures_the_plain_fsdp2_run_with_the_cpu_allocator(run_cli):
     import json
 
-    args = ["memory", "gpt2-small", "--layers", "1", "--context", "32", "--dp", "4", "--zero", "3"]
+    # a 1,001-row vocabulary: uneven over 4 ranks (rule 6's padded copies), and small (the test process stays small)
+    args = ["memory", "gpt2-small", "--layers", "1", "--context", "32", "--set", "vocab_size=1001", "--dp", "4"]
+    args += ["--zero", "3"]
     r = run_cli(*args, "--measure", "cpu", "--measure-method", "allocator", "--format", "json")
     assert r.code == 0, r.err
     plain = json.loads(r.out)["plain_cpu"]

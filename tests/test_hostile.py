@@ -3,9 +3,9 @@ traceback, a hang or a memory blow-up, whether through the CLI or the Python API
 
 import errno
 import os
-import resource
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -33,20 +33,35 @@ def one_line_error(code, err, needle=""):
 
 
 def cli(*args, timeout=60, cwd=None):
-    """``lm-account ARGS`` in a fresh process: (exit code, stderr, wall seconds, peak child RSS bytes)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    """``lm-account ARGS`` in a fresh process: (exit code, stderr, wall seconds, peak RSS bytes of that
+    process).  The RSS is the child's own (``os.wait4``): ``RUSAGE_CHILDREN`` is the largest of every
+    child this test session has waited for, so one big run earlier would be charged to every later one."""
     start = time.perf_counter()
-    proc = subprocess.run(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "lm_accounting", *map(str, args)],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        check=False,
-        timeout=timeout,
         cwd=cwd,
     )
+    streams = {}
+    readers = [
+        threading.Thread(target=lambda k=k, f=f: streams.__setitem__(k, f.read()))
+        for k, f in (("out", proc.stdout), ("err", proc.stderr))
+    ]
+    for t in readers:
+        t.start()
+    killer = threading.Timer(timeout, proc.kill)
+    killer.start()
+    _, status, usage = os.wait4(proc.pid, 0)
+    killer.cancel()
+    for t in readers:
+        t.join()
+    proc.returncode = os.waitstatus_to_exitcode(status)
     seconds = time.perf_counter() - start
-    rss = max(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, before) * 1024
-    return proc.returncode, proc.stderr, seconds, rss
+    if seconds >= timeout:
+        raise subprocess.TimeoutExpired(proc.args, timeout)
+    return proc.returncode, streams["err"], seconds, usage.ru_maxrss * 1024
 
 
 # ------------------------------------------------------------------ 1. integers of any length
