@@ -36,6 +36,9 @@ class StepMemory:
     forward: PhaseBytes
     backward: PhaseBytes
     optimizer_step: PhaseBytes
+    # measured on CUDA only: device bytes held beside the program's tensors, each labelled (the cuBLAS
+    # workspaces; the caching allocator's rounding and unsplit blocks at the step's peak)
+    overheads: tuple[tuple[str, int], ...] = ()
 
     def phases(self) -> dict[str, PhaseBytes]:
         return {name: getattr(self, name) for name in PHASES}
@@ -56,8 +59,11 @@ class StepMemory:
         return max(PHASES, key=lambda name: (self.phase(name).peak, -PHASES.index(name)))
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "baseline": self.baseline,
             "peak": self.peak,
             **{name: {"peak": p.peak, "end": p.end} for name, p in self.phases().items()},
         }
+        if self.overheads:
+            d["overheads"] = dict(self.overheads)
+        return d

@@ -10,8 +10,9 @@ from lm_accounting.analytic.activations import saved_activation_breakdown
 from lm_accounting.analytic.capacity import max_batch_that_fits, max_context_that_fits, peak_lines_in_batch
 from lm_accounting.analytic.replay import predict_training_step
 from lm_accounting.measure.memory import measure_step
-from lm_accounting.measure.tracker import measure_training_step
+from lm_accounting.measure.tracker import ALLOCATOR_ROUNDING, CUBLAS_WORKSPACES, measure_training_step
 from lm_accounting.model import build_model, cross_entropy, random_tokens
+from lm_accounting.setup import TrainingSetup
 
 BASE = dict(
     vocab_size=31, context_length=16, num_layers=2, d_model=18, num_heads=6, num_kv_heads=2, head_dim=10, d_ff=22
@@ -174,9 +175,17 @@ def test_cuda_refused_cleanly_without_gpu(run_cli):
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("name,seq,batch", [("gpt2-small", 512, 2), ("gpt2-medium", 1024, 1)])
-def test_cuda_peak_within_five_percent(name, seq, batch):
+@pytest.mark.parametrize("attention", ["naive", "sdpa"])
+def test_cuda_plain_run_equals_prediction(name, seq, batch, attention):
+    # The bytes the tensors requested from the caching allocator, less the cuBLAS workspaces, equal the
+    # plain prediction for cuda byte for byte (measured so on an H100, torch 2.11: reports/cuda); the
+    # workspaces and the allocator's rounding come back beside, labelled, and are not in the figures.
     cfg = load_config(name).with_context(seq)
-    measured = measure_step(cfg, seq, batch, "fp32", "cuda", "foreach")
-    pred = predict_training_step(cfg, seq, batch, "fp32", "foreach")
+    setup = TrainingSetup(attention=attention, checkpoint="none", precision="fp32", optimizer="foreach")
+    measured = measure_step(cfg, seq, batch, device="cuda", setup=setup)
+    pred = predict_training_step(cfg, seq, batch, setup=setup, device="cuda", mode="plain")
+    assert measured.baseline == pred.baseline
     for phase, p in pred.phases().items():
-        assert abs(p.peak - measured.phase(phase).peak) <= 0.05 * measured.phase(phase).peak, phase
+        assert measured.phase(phase) == p, phase
+    overheads = dict(measured.overheads)
+    assert overheads[CUBLAS_WORKSPACES] > 0 and overheads[ALLOCATOR_ROUNDING] >= 0

@@ -9,6 +9,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from lm_accounting.measure.tracker import (
+    ALLOCATOR_ROUNDING,
+    CUBLAS_WORKSPACES,
     PhaseBytes,
     StorageTracker,
     cuda_rounding,
@@ -350,18 +352,19 @@ def test_against_torch_memtracker(kw):
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_allocator_matches_meta_tracker():
-    # Every tensor <= 1 MiB, so the caching allocator charges exactly cuda_rounding(n).
+    # The plain CUDA run (requested bytes less the cuBLAS workspaces) against the tracker's traced run
+    # on meta: what each phase leaves live is the same tensors; the plain run's peaks can only be lower
+    # (a dispatch mode makes autograd pick out-of-place variants: measure.allocator).
     kw = dict(batch=4, seq=128, vocab=512, d=128, heads=4)
     opt_kw = {"foreach": True}  # cuda's default; meta would default to the for-loop
     model, x, y = tiny_lm("cpu", **kw)
     cuda_model = copy.deepcopy(model).cuda()
     cuda = measure_training_step_cuda(cuda_model, x.cuda(), y.cuda(), lm_loss, optimizer_kwargs=opt_kw)
-    meta = measure_training_step(*tiny_lm("meta", **kw), lm_loss, optimizer_kwargs=opt_kw, rounding=cuda_rounding)
-    # The cuda baseline also holds e.g. the cuBLAS workspaces (allocated during warm-up).
-    assert cuda.baseline >= meta.baseline
+    meta = measure_training_step(*tiny_lm("meta", **kw), lm_loss, optimizer_kwargs=opt_kw)
+    assert cuda.baseline == meta.baseline
     for name in ("forward", "backward", "optimizer_step"):
-        for field in ("peak", "end"):
-            c = getattr(cuda.phase(name), field) - cuda.baseline
-            m = getattr(meta.phase(name), field) - meta.baseline
-            assert abs(c - m) <= 0.03 * max(m, meta.phase(name).peak - meta.baseline), (name, field, c, m)
+        assert cuda.phase(name).end == meta.phase(name).end, name
+        assert cuda.phase(name).peak <= meta.phase(name).peak, name
+    overheads = dict(cuda.overheads)
+    assert overheads[CUBLAS_WORKSPACES] > 0 and overheads[ALLOCATOR_ROUNDING] >= 0
     assert meta.forward.peak - meta.baseline > 1_000_000  # the comparison is not vacuous

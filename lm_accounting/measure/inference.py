@@ -9,9 +9,10 @@ under ``torch.no_grad``, and returns predicted-vs-measured rows:
   cached values), total and per component;
 * the cache tensors' bytes against ``kv_cache_bytes``;
 * for the course architecture (the step replay's scope), the storage tracker's peak during the
-  prefill and the last decode step against the predicted peaks (weights + cache + RoPE tables + ids + the step's temporaries) on meta and cpu; on cuda
-  the caching allocator's ``max_memory_allocated`` (blocks rounded to 512 bytes, plus cuBLAS
-  workspaces: close, not equal).
+  prefill and the last decode step against the predicted peaks (weights + cache + RoPE tables + ids +
+  the step's temporaries) on meta and cpu; on cuda the bytes the tensors requested from the caching
+  allocator, less the cuBLAS workspaces; those and the allocator's rounding are reported beside, in
+  ``overheads`` (measured, labelled).
 """
 
 from __future__ import annotations
@@ -41,18 +42,24 @@ def _flops_by_key(run, keys) -> tuple[int, dict[str, int]]:
     return int(counter.get_total_flops()), dict(by_key)
 
 
-def _peak(run, model, cache, ids, device: str) -> int:
+def _peak(run, model, cache, ids, device: str, overheads: dict[str, int]) -> int:
+    """The step's peak: the storage tracker on meta/cpu; on cuda the bytes the tensors requested
+    (``requested_bytes``) less the cuBLAS workspaces, which go to ``overheads`` with the allocator's
+    own rounding (both measured, labelled; ``tracker.measure_training_step_cuda``)."""
     import torch
 
-    from .tracker import StorageTracker
+    from .tracker import ALLOCATOR_ROUNDING, CUBLAS_WORKSPACES, StorageTracker, cublas_workspace_bytes, cuda_counters
 
     gc.collect()
     if device == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         run()
-        torch.cuda.synchronize()
-        return int(torch.cuda.max_memory_allocated())
+        _, peak, _, allocated = cuda_counters(None)
+        ws = cublas_workspace_bytes(None)
+        overheads[CUBLAS_WORKSPACES] = max(overheads.get(CUBLAS_WORKSPACES, 0), ws)
+        overheads[ALLOCATOR_ROUNDING] = max(overheads.get(ALLOCATOR_ROUNDING, 0), allocated - peak)
+        return peak - ws
     tracker = StorageTracker().track_module(model).track(*cache.tensors()).track(ids)
     with tracker, tracker.phase("step"):
         run()
@@ -81,6 +88,7 @@ def measure_inference(result, device: str = "meta") -> dict[str, Any]:
         torch.cuda.reset_peak_memory_stats()
     dtype = getattr(torch, TORCH_DTYPES[result.weights])
     rows: list[tuple[str, int, int]] = []
+    overheads: dict[str, int] = {}
     with torch.no_grad():
         model = build_model(cfg, device, dtype)
         cache = StaticKVCache(cfg, B, C, device, dtype, sem)
@@ -92,7 +100,7 @@ def measure_inference(result, device: str = "meta") -> dict[str, Any]:
         rows += [(f"  prefill {it.key}", it.total, by_key.get(it.key, 0)) for it in result.prefill]
         cache.length = 0
         if peaks:
-            measured = _peak(lambda: prefill(model, ids, cache), model, cache, ids, device)
+            measured = _peak(lambda: prefill(model, ids, cache), model, cache, ids, device, overheads)
             rows.append(("prefill peak bytes", result.memory["prefill_peak"], measured))
         last = P + max(result.generate - 2, 0)
         one = torch.zeros(B, 1, dtype=torch.long, device=device)
@@ -104,6 +112,9 @@ def measure_inference(result, device: str = "meta") -> dict[str, Any]:
             rows += [(f"  decode p = {p:,} {it.key}", it.total, by_key.get(it.key, 0)) for it in predicted]
         cache.length = last
         if peaks:
-            measured = _peak(lambda: decode(model, one, cache), model, cache, one, device)
+            measured = _peak(lambda: decode(model, one, cache), model, cache, one, device, overheads)
             rows.append((f"decode peak bytes at p = {last:,}", result.memory["decode_peak"], measured))
-    return {"device": device, "dtype": result.weights, "rows": rows}
+    out = {"device": device, "dtype": result.weights, "rows": rows}
+    if overheads:
+        out["overheads"] = overheads
+    return out

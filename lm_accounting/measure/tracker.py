@@ -252,29 +252,67 @@ def measure_forward(model, inputs, *, grad: bool = False, rounding=None) -> tupl
     return baseline, tracker.phase_table(dev)["forward"]
 
 
+CUBLAS_WORKSPACES = "cuBLAS/cuBLASLt workspaces (measured)"
+ALLOCATOR_ROUNDING = (
+    "caching allocator: 512-byte rounding and unsplit blocks (peak allocated − peak requested, measured)"
+)
+
+
+def cuda_counters(dev) -> tuple[int, int, int, int]:
+    """(requested current, requested peak, allocated current, allocated peak) bytes of the caching
+    allocator on ``dev``: ``requested_bytes`` is what the program asked for (a storage's nbytes),
+    ``allocated_bytes`` what the allocator charged (``memory_allocated``)."""
+    import torch
+
+    torch.cuda.synchronize(dev)
+    s = torch.cuda.memory_stats(dev)
+    return (
+        s["requested_bytes.all.current"],
+        s["requested_bytes.all.peak"],
+        s["allocated_bytes.all.current"],
+        s["allocated_bytes.all.peak"],
+    )
+
+
+def cublas_workspace_bytes(dev) -> int:
+    """Bytes the cuBLAS/cuBLASLt workspaces hold on ``dev`` (torch allocates them through the caching
+    allocator at a thread's first matmul on a stream); measured by freeing them
+    (``torch._C._cuda_clearCublasWorkspaces``: they are allocated again at the next matmul)."""
+    before = cuda_counters(dev)[0]
+    torch._C._cuda_clearCublasWorkspaces()
+    return before - cuda_counters(dev)[0]
+
+
 def measure_training_step_cuda(
     model, inputs, targets, loss_fn, *, optimizer="adamw", optimizer_kwargs=None, warmup_steps=1
-) -> dict:
-    """``measure_training_step`` from the CUDA caching allocator's counters.
+) -> StepMemory:
+    """``measure_training_step`` from the CUDA caching allocator's counters: a plain run.
 
-    Figures are ``max_memory_allocated`` / ``memory_allocated``: every block
-    rounded (see ``cuda_rounding``), plus anything else on the device, e.g. the
-    cuBLAS workspaces, allocated by the first matmul of each thread during
-    warm-up and part of ``baseline`` from then on.  Note that torch's default
-    AdamW is foreach on cuda but the for-loop on cpu and meta.
+    Figures are the bytes the program's tensors requested (``requested_bytes``, comparable byte for
+    byte with the storage tracker and the replay's plain run) less the cuBLAS workspaces, which the
+    warm-up step allocates (each thread's first matmul: the forward's and autograd's) and which stay
+    live from then on.  What the device really holds beyond them is in ``overheads``, labelled and
+    measured: the workspaces, and allocated − requested at the step's peak (``memory_allocated``
+    charges each block rounded up to 512 bytes, and a whole cached block when less than 1 MiB would
+    remain after a split: c10/cuda/CUDACachingAllocator.cpp, ``round_size``, ``should_split``).  Note
+    that torch's default AdamW is foreach on cuda but the for-loop on cpu and meta.
     """
     opt, dev = _warm_up(model, inputs, targets, loss_fn, optimizer, optimizer_kwargs, warmup_steps)
     table: OrderedDict[str, PhaseBytes] = OrderedDict()
+    allocated = [0]  # the step's peak of allocated_bytes
 
     @contextlib.contextmanager
     def phase(name):
         torch.cuda.synchronize(dev)
         torch.cuda.reset_peak_memory_stats(dev)  # peak := current
         yield
-        torch.cuda.synchronize(dev)
-        table[name] = PhaseBytes(torch.cuda.max_memory_allocated(dev), torch.cuda.memory_allocated(dev))
+        requested, peak, _allocated, allocated_peak = cuda_counters(dev)
+        table[name] = PhaseBytes(peak, requested)
+        allocated[0] = max(allocated[0], allocated_peak)
 
-    torch.cuda.synchronize(dev)
-    baseline = torch.cuda.memory_allocated(dev)
+    baseline = cuda_counters(dev)[0]
     _train_step(model, inputs, targets, loss_fn, opt, phase)
-    return StepMemory(baseline, **table)
+    ws = cublas_workspace_bytes(dev)
+    less = {name: PhaseBytes(p.peak - ws, p.end - ws) for name, p in table.items()}
+    rounding = allocated[0] - max(p.peak for p in table.values())
+    return StepMemory(baseline - ws, **less, overheads=((CUBLAS_WORKSPACES, ws), (ALLOCATOR_ROUNDING, rounding)))

@@ -128,6 +128,7 @@ def infer_view(r: Inference) -> View:
                 f"Predicted vs measured on {r.measured['device']} (live model, {r.measured['dtype']})",
                 [Column("quantity"), Column("predicted", "int"), Column("measured", "int"), Column("equal")],
                 [(k, p, q, "yes" if p == q else "NO") for k, p, q in r.measured["rows"]],
+                [f"also held on the device: {k}: {fmt_bytes(v)}" for k, v in r.measured.get("overheads", {}).items()],
             )
         )
     return View(header, tables, list(CONVENTIONS))

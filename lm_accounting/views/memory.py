@@ -118,6 +118,12 @@ def phase_table(m: MemoryAccount) -> Table:
     ]
     if got:
         notes.append(f"rel. error: the measurement against {compared}")
+    if got and got.overheads:
+        notes.append(
+            "measured on cuda: the bytes the step's tensors requested from the caching allocator (requested_bytes), "
+            "less the cuBLAS workspaces; also held on the device, not in the figures: "
+            + "; ".join(f"{k}: {fmt_bytes(v)}" for k, v in got.overheads)
+        )
     return Table(
         f"{EXACT}: training step by phase at B = {m.batch:,}, predicted for {m.device} vs {where}",
         [
