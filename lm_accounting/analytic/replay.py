@@ -532,7 +532,7 @@ def _layer_forward(
         f1, f2 = z.flash_scratch_forward(z.e)  # CPU only
         # flash kernel: output (B, h, S, d_head) and logsumexp (B, h, S) fp32, both saved (CPU: its scratch)
         r(+Tq * n, +z.lse * n, +f1 * n, +f2 * n, -f2 * n, -f1 * n)
-        r(+Tq)  # merge heads: the transposed output copied (saved by output_proj)
+        r(+Tq * z.merge_copy)  # merge heads: the transposed output copied (saved by output_proj)
         r(+Td * n, +Td, -Td)  # output projection; residual add; the projection's output dies
     else:
         w8, we = z.wrap(z.e)  # CPU: the wrapped 1/√d_head, saved until the scale's backward (a rerun's dies at once)
@@ -622,7 +622,7 @@ def _layer_forward_unsaved(r: _Replay, z: Sizes, cached: bool = False, moe: _Moe
     if z.sdpa:
         f1, f2 = z.flash_scratch_forward(z.e)  # CPU only
         r(+Tq, +z.lse, +f1, +f2, -f2, -f1, -z.lse * k)  # flash kernel: output; the logsumexp dies on return
-        r(+Tq, -Tq * k)  # merge heads (a copy); the kernel's output dies
+        r(+Tq * z.merge_copy, -Tq * k * z.merge_copy)  # merge heads (a copy); the kernel's output dies
     else:
         # QKᵀ; · 1/√d_head (CPU: its wrapped 8 bytes stay: autograd keeps a wrapped number itself, not via
         # the checkpoint's pack hook, until the scale's backward); raw scores die
@@ -636,7 +636,8 @@ def _layer_forward_unsaved(r: _Replay, z: Sizes, cached: bool = False, moe: _Moe
         if z.softmax32:
             r(-2 * Sc)  # the fp32 probs die
         r(+Tq, -Tq * k)  # merge heads (a copy); AV output dies
-    r(+Td, -Tq, -Tkv, -Tkv * k, -Tq, -Td)  # output projection; q, k, v, merged heads and ln1 output die
+    heads = z.merge_copy or k  # merged heads: a copy dies; a view of the kernel's output dies with it
+    r(+Td, -Tq, -Tkv, -Tkv * k, -Tq * heads, -Td)  # output projection; q, k, v, merged heads and ln1 output die
     r(+Td, -Td * k)  # residual add; attention output dies
     _norm_forward_unsaved(r, z, T, c.d_model)  # ln2
     if moe is not None:
@@ -682,7 +683,7 @@ def _layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool, moe: _M
         r(+p["ffn.w1"], +Td, -Tf, -Td, +Td, -Td, -Td)
     _norm_backward(r, z, T, c.d_model, residual=True, rerun=rerun)  # ln2
     if z.sdpa:
-        r(+p["attn.output_proj"], +Tq, -Tq)  # output_proj: dW, d(heads); merged heads released
+        r(+p["attn.output_proj"], +Tq, -Tq * z.merge_copy)  # output_proj: dW, d(heads); merged heads released
         # flash backward: dQ, dK, dV; then d(out), q, k, out, v, logsumexp and the output released
         g1, g2, g3 = z.flash_scratch_backward(z.e)  # CPU only
         r(+Tq, +Tkv, +Tkv, +g1, +g2, +g3, -g3, -g2, -g1, -Tq, -Tkv, -Tq, -Tkv, -z.lse, -Tq)
@@ -1244,7 +1245,8 @@ def replay_training_step(
     split = _MoeSplit(cfg, seq, batch) if cfg.moe else None
     plain = mode == "plain"
     softmax32 = units is not None and units.float_logits
-    z = Sizes(cfg, Affine(1), seq, DTYPE_BYTES[dtype], setup, plain, plain and device == "cpu", cpu_threads, softmax32)
+    cpu, cuda = plain and device == "cpu", device == "cuda"
+    z = Sizes(cfg, Affine(1), seq, DTYPE_BYTES[dtype], setup, plain, cpu, cpu_threads, softmax32, cuda)
     c, e, T = cfg, z.e, z.T
     pb = parameter_breakdown(cfg)
     params = pb.total * e

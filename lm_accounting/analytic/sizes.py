@@ -46,6 +46,7 @@ class Sizes:
     cpu: bool = False  # a plain run on the CPU: the CPU allocator's own extras count (``wrap``)
     cpu_threads: int = 1  # at::get_num_threads() of that run: the CPU flash kernel's scratch scales with it
     softmax32: bool = False  # bf16 scores under autocast (FSDP2's bf16 parameters): exp and Σ run in fp32
+    cuda: bool = False  # on a CUDA GPU: the fused attention is CUDA's flash or memory-efficient kernel
 
     @classmethod
     def of(
@@ -114,9 +115,31 @@ class Sizes:
         return self.setup.attention == "sdpa"
 
     @property
+    def efficient(self) -> bool:
+        """CUDA's memory-efficient kernel runs the fused attention: fp32 inputs (flash needs 16-bit)."""
+        return self.cuda and self.sdpa and self.e == 4 and not self.amp
+
+    @property
+    def merge_copy(self) -> int:
+        """1 when merging the heads copies the kernel's output, 0 when it is a view.  The CPU flash kernel
+        and CUDA's flash (its output is ``empty_like`` the (B, h, S, d)-ordered query) give a
+        (B, h, S, d)-ordered output, so the transpose to (B, S, h·d) copies; the memory-efficient kernel
+        allocates its output (B, S, h, d)-ordered, so the merge is a view (measured on an H100)."""
+        return 0 if self.efficient else 1
+
+    @property
     def lse(self) -> int:
-        """The fused kernel's logsumexp, (B, h, S) fp32 whatever the model dtype."""
-        return self.batch * self.cfg.num_heads * self.seq * 4
+        """The fused kernel's logsumexp, fp32 whatever the model dtype, with what it saves beside:
+
+        1. CPU flash: (B, h, S);
+        2. CUDA flash: (B, h, S), plus its ``rng_state`` (2 uint64) and ``unused`` (1 uint64) outputs,
+           saved for the backward: 24 bytes per call (flash_api.cpp ``mha_fwd``; measured: +24 B per
+           layer at the forward's end on an H100);
+        3. CUDA memory-efficient: (B, h, ⌈S/32⌉·32) (``kAlignLSE`` = 32, attention.cu
+           ``_efficient_attention_forward``); its seed and offset are empty when dropout is 0."""
+        rows = -(-self.seq // 32) * 32 if self.efficient else self.seq
+        rng = 24 if self.cuda and self.sdpa and not self.efficient else 0
+        return self.batch * self.cfg.num_heads * rows * 4 + rng
 
     @property
     def T(self) -> int:

@@ -277,15 +277,25 @@ class FusedAttention(nn.Module):
       logsumexp (B, h, S) in fp32 (stored as (B, S, h)); autograd saves q, k, v, output and
       logsumexp for ``_scaled_dot_product_flash_attention_for_cpu_backward``.
     * cuda: ``F.scaled_dot_product_attention(..., is_causal=True, enable_gqa=kv < h)`` limited to
-      the flash and memory-efficient backends (flash needs fp16/bf16; fp32 takes memory-efficient).
+      the flash and memory-efficient backends (flash needs fp16/bf16; fp32 takes memory-efficient,
+      which takes no GQA: fp32 with kv < h is refused, measured on an H100 with torch 2.11).
     """
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         if q.device.type == "cuda":
             from torch.nn.attention import SDPBackend, sdpa_kernel
 
+            gqa = int(k.shape[-3]) != int(q.shape[-3])  # ints: jit tracing (fvcore) makes shape comparisons tensors
+            if q.dtype == torch.float32 and gqa:
+                from ..config import AccountingError
+
+                raise AccountingError(
+                    "fused attention in fp32 with grouped KV heads has no CUDA kernel in torch (flash needs "
+                    "bf16/fp16, the memory-efficient kernel takes no GQA; F.scaled_dot_product_attention "
+                    "would fall back to the math path, S×S): use --precision bf16 or amp-bf16, or --attention naive"
+                )
             with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=k.shape[-3] != q.shape[-3])
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
         out, _logsumexp = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, True)
         return out
 
