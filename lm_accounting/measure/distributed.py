@@ -306,24 +306,32 @@ def measure_rank(
         return _run_rank(cfg, seq, batch, setup, layout, rank, comm_debug, model, dp_mesh, tracker, dev, kwargs, mode)
 
 
-def _materialise(model, cfg: ModelConfig, layout: ParallelLayout) -> None:
-    """Allocate the rank's (sharded) parameters on the CPU."""
-    model.to_empty(device="cpu")
+def _materialise(model, cfg: ModelConfig, layout: ParallelLayout, device: str = "cpu") -> None:
+    """Allocate the rank's (sharded) parameters on ``device``."""
+    model.to_empty(device=device)
     if cfg.tie_embeddings and not layout.fsdp:  # to_empty makes a new Parameter per module: tie again
         model.lm_head.weight = model.token_embeddings.weight
     if model.rope is not None:  # non-persistent buffers: recompute the tables on the device
-        model.rope = type(model.rope)(cfg.rope_theta, cfg.rope_dim, cfg.context_length, device="cpu")
+        model.rope = type(model.rope)(cfg.rope_theta, cfg.rope_dim, cfg.context_length, device=device)
 
 
 def measure_rank_plain(
-    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, rank: int = 0
+    cfg: ModelConfig,
+    seq: int,
+    batch: int,
+    setup: TrainingSetup,
+    layout: ParallelLayout,
+    rank: int = 0,
+    device: str = "cpu",
 ) -> StepMemory:
-    """The *plain* run of rank ``rank`` of an FSDP2 job (zero 2 or 3, no TP): no dispatch mode at all,
-    the step read from the CPU allocator's own events (``measure.allocator``), on real CPU tensors.
-    Compare with ``analytic.parallel.rank_step(..., mode="plain", device="cpu",
-    cpu_threads=torch.get_num_threads())``."""
+    """The *plain* run of rank ``rank`` of an FSDP2 job (zero 2 or 3, no TP): no dispatch mode at all.
+    On ``cpu`` the step is read from the CPU allocator's own events (``measure.allocator``); on
+    ``cuda`` from the caching allocator's counters after one warm-up step (FSDP2's lazy
+    initialisation and the cuBLAS workspaces land there).  Compare with
+    ``analytic.parallel.rank_step(..., mode="plain", device=device, cpu_threads=torch.get_num_threads())``."""
     from ..model import cross_entropy, random_tokens
     from .allocator import measure_training_step_plain
+    from .tracker import measure_training_step_cuda
 
     layout.check(cfg)
     if not layout.fsdp or layout.tp > 1 or layout.dp == 1:
@@ -334,12 +342,14 @@ def measure_rank_plain(
         raise AccountingError(f"a real-tensor run is limited to {REAL_RUN_PARAMS:,} parameters")
     _init_fake_group(layout.world, rank)
     torch.manual_seed(0)
-    model, _ = build_rank(cfg, setup, layout)
-    _materialise(model, cfg, layout)
+    model, _ = build_rank(cfg, setup, layout, device)
+    _materialise(model, cfg, layout, device)
     opt = torch.optim.AdamW(param_groups(model), **ADAMW_KWARGS[setup.optimizer])
     init_optimizer_state(opt)
-    inputs = random_tokens(cfg, batch, seq, device="cpu", seed=0)
-    targets = random_tokens(cfg, batch, seq, device="cpu", seed=1)
+    inputs = random_tokens(cfg, batch, seq, device=device, seed=0)
+    targets = random_tokens(cfg, batch, seq, device=device, seed=1)
+    if device == "cuda":
+        return measure_training_step_cuda(model, inputs, targets, cross_entropy, optimizer=opt)
     return measure_training_step_plain(model, inputs, targets, cross_entropy, opt)
 
 

@@ -16,7 +16,7 @@ from ..setup import TrainingSetup
 _JOBS = [0]
 
 
-def _meshes(layout: ParallelLayout):
+def _meshes(layout: ParallelLayout, device_type: str = "cpu"):
     from torch.distributed.device_mesh import init_device_mesh
 
     # names unique per job: DTensor's caches compare meshes by shape and names, and would hand a
@@ -24,9 +24,9 @@ def _meshes(layout: ParallelLayout):
     _JOBS[0] += 1
     dp, tp = f"dp{_JOBS[0]}", f"tp{_JOBS[0]}"
     if layout.tp > 1 and layout.dp > 1:
-        mesh = init_device_mesh("cpu", (layout.dp, layout.tp), mesh_dim_names=(dp, tp))
+        mesh = init_device_mesh(device_type, (layout.dp, layout.tp), mesh_dim_names=(dp, tp))
         return mesh[dp], mesh[tp]
-    one = init_device_mesh("cpu", (layout.world,), mesh_dim_names=(dp if layout.tp == 1 else tp,))
+    one = init_device_mesh(device_type, (layout.world,), mesh_dim_names=(dp if layout.tp == 1 else tp,))
     return (one, None) if layout.tp == 1 else (None, one)
 
 
@@ -181,13 +181,14 @@ def param_groups(model) -> list[dict]:
     return [{"params": g} for g in split if g]
 
 
-def build_rank(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout):
-    """(model, optimizer) of this rank, built on meta and parallelized; not yet materialised."""
+def build_rank(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, device_type: str = "cpu"):
+    """(model, data-parallel mesh) of this rank, built on meta and parallelized over meshes of
+    ``device_type`` ("cpu", or "cuda" for the plain run on a GPU); not yet materialised."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     from ..model import build_model
 
-    dp_mesh, tp_mesh = _meshes(layout)
+    dp_mesh, tp_mesh = _meshes(layout, device_type)
     model = build_model(cfg, "meta", setup=setup)
     if tp_mesh is not None:
         apply_tensor_parallel(model, tp_mesh, layout)
