@@ -1,0 +1,382 @@
+"""Predicted vs measured on a real CUDA GPU: what a user's plain run allocates, FLOPs and step time.
+
+    python benchmarks/cuda_validation.py [--out reports/cuda] [--quick]
+
+Needs a CUDA GPU (one line and exit 2 without one).  Every prediction is the *plain* run (no
+dispatch mode: ``mode="plain"``, ``device="cuda"``); every memory measurement is the bytes the
+program's tensors requested from the caching allocator (``requested_bytes``) less the cuBLAS/cuBLASLt
+workspaces, which are measured on their own (``torch._C._cuda_clearCublasWorkspaces()``) and shown in
+a separate column with the allocator's rounding (peak allocated − peak requested), never folded in:
+
+1. ``memory.csv``: one training step per model × setup: ``memory_account(..., device="cuda").step``
+   against ``measure_training_step_cuda`` per phase (peak and end).
+2. ``flops.csv``: ``crosscheck(..., device="cuda", backward=True, setup=...)``: fvcore and
+   FlopCounterMode on the CUDA model (flash / memory-efficient attention kernels) against the analytic
+   forward and the setup's hardware FLOPs.
+3. ``inference.csv``: ``measure_inference(infer(...), "cuda")``: prefill/decode FLOPs, KV-cache bytes
+   and peaks.
+4. ``fsdp.csv``: rank 0 of an FSDP2 job on the fake process group with CUDA tensors (the real
+   ``fully_shard`` code on CUDA streams) against ``rank_step(..., "plain", device="cuda")``.
+5. ``timing.csv``: measured step time, tokens/s and model-FLOPs utilisation (MFU) against the GPU
+   table's dense bf16 peak: what the planner's ``--mfu`` assumption looks like on this GPU.
+
+``README.md`` summarises the tables (points equal, every residual in bytes) under the GPU, driver,
+CUDA and torch versions (``env.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import gc
+import json
+import platform
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from lm_accounting.config import load_config
+from lm_accounting.layout import ParallelLayout
+from lm_accounting.measure.tracker import ALLOCATOR_ROUNDING, CUBLAS_WORKSPACES
+from lm_accounting.phases import PHASES
+from lm_accounting.setup import TrainingSetup, every_setup
+
+MODELS = (  # (preset, layers override, context, batch): each fits one 80 GB GPU in every setup
+    ("gpt2-small", None, 1024, 4),  # the course model (SwiGLU, RoPE, untied)
+    ("qwen3-0.6b", None, 2048, 2),  # GQA, qk-norm, tied embeddings
+    ("llama-3-8b", 2, 4096, 1),  # Llama-3-8B's blocks and vocabulary, 2 layers
+    ("qwen3-30b-a3b", 2, 1024, 2),  # mixture of experts (128 experts, top-8), 2 layers
+    ("gpt2-small", 2, 8192, 2, 512),  # attention-bound: long context, 512-token vocabulary (the peak is in attention)
+)
+QUICK = (("gpt2-small", 2, 256, 2),)
+
+
+def config(name: str, layers: int | None, vocab: int | None = None):
+    cfg = load_config(name)
+    cfg = dataclasses.replace(cfg, num_layers=layers) if layers else cfg
+    return dataclasses.replace(cfg, vocab_size=vocab) if vocab else cfg
+
+
+def at(cfg, seq: int):
+    """The config at context ``seq`` (the RoPE tables are built for it), as ``lm-account --context`` does."""
+    return cfg.with_context(seq)
+
+
+def label(name: str, layers: int | None, vocab: int | None = None) -> str:
+    return name + (f" ({layers} layers)" if layers else "") + (f" (vocab {vocab})" if vocab else "")
+
+
+def env() -> dict:
+    import torch
+
+    smi = subprocess.run(
+        ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    return {
+        "gpu": torch.cuda.get_device_name(),
+        "nvidia_smi": smi,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "date": time.strftime("%Y-%m-%d"),
+    }
+
+
+SHORT = {CUBLAS_WORKSPACES: "cublas_workspaces", ALLOCATOR_ROUNDING: "allocator_rounding"}
+
+
+def overheads(step) -> dict[str, int]:
+    """The measured step's labelled device overheads, as CSV columns."""
+    return {SHORT[k]: v for k, v in step.overheads}
+
+
+def fresh() -> None:
+    import torch
+
+    gc.collect()
+    torch._C._cuda_clearCublasWorkspaces()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+
+
+def memory_rows(models, setups):
+    from lm_accounting.analytic.memory_report import memory_account
+    from lm_accounting.measure.step import build_step
+    from lm_accounting.measure.tracker import measure_training_step_cuda
+    from lm_accounting.model import cross_entropy
+
+    for name, layers, seq, batch, *vocab in models:
+        cfg = at(config(name, layers, *vocab), seq)
+        for setup in setups:
+            row = {"model": label(name, layers, *vocab), "context": seq, "batch": batch, "setup": setup.label}
+            try:
+                want = memory_account(cfg, seq, batch, device="cuda", setup=setup).step
+                fresh()
+                model, inputs, targets, opt = build_step(cfg, seq, batch, setup, "cuda")
+                got = measure_training_step_cuda(model, inputs, targets, cross_entropy, optimizer=opt)
+                del model, inputs, targets, opt
+            except Exception as exc:  # noqa: BLE001 - recorded in the table, the sweep goes on
+                yield {**row, "error": f"{type(exc).__name__}: {exc}"[:300]}
+                continue
+            row.update(overheads(got), baseline_predicted=want.baseline, baseline_measured=got.baseline)
+            for phase in PHASES:
+                p, m = want.phase(phase), got.phase(phase)
+                row.update({f"{phase}_peak_predicted": p.peak, f"{phase}_peak_measured": m.peak})
+                row.update({f"{phase}_end_predicted": p.end, f"{phase}_end_measured": m.end})
+            yield row
+
+
+def flops_setups(setups):
+    """Attention x checkpointing under amp-bf16 (flash attention), and fp32 without checkpointing
+    (the memory-efficient kernel): precision changes no matmul FLOPs, the kernels do."""
+    return [s for s in setups if s.precision == "amp-bf16" or (s.precision == "fp32" and s.checkpoint == "none")]
+
+
+def flops_rows(models, setups):
+    from lm_accounting.measure.crosscheck import crosscheck
+
+    for name, layers, seq, batch, *vocab in models:
+        cfg = at(config(name, layers, *vocab), seq)
+        for setup in setups:
+            row = {"model": label(name, layers, *vocab), "context": seq, "batch": batch, "setup": setup.label}
+            try:
+                fresh()
+                cc = crosscheck(cfg, seq, batch, device="cuda", backward=True, setup=setup)
+            except Exception as exc:  # noqa: BLE001
+                yield {**row, "error": f"{type(exc).__name__}: {exc}"[:300]}
+                continue
+            row["forward_analytic"] = cc.forward.total
+            for counter in cc.counters:
+                row[f"forward_{counter.counter}"] = counter.total
+            row["fwd_bwd_analytic"] = cc.forward.total + cc.expected_backward
+            row["fwd_bwd_FlopCounterMode"] = cc.backward.total
+            row["mismatches"] = "; ".join(cc.mismatches())
+            yield row
+
+
+def inference_rows(quick: bool):
+    from lm_accounting.analytic.inference_report import infer
+    from lm_accounting.measure.inference import measure_inference
+
+    cases = [("gpt2-small", None, 512, 64, 4, "bf16")]
+    if not quick:
+        cases += [("qwen3-0.6b", None, 1024, 128, 8, "bf16"), ("llama-3-8b", 2, 2048, 64, 4, "bf16")]
+    for name, layers, prompt, gen, batch, w in cases:
+        cfg = config(name, layers)
+        base = {"model": label(name, layers), "prompt": prompt, "generate": gen, "batch": batch, "weights": w}
+        try:
+            fresh()
+            got = measure_inference(infer(cfg, prompt, gen, batch, weights=w, kv_dtype=w), "cuda")
+        except Exception as exc:  # noqa: BLE001
+            yield {**base, "error": f"{type(exc).__name__}: {exc}"[:300]}
+            continue
+        extra = {SHORT[k]: v for k, v in got.get("overheads", {}).items()}
+        for key, predicted, measured in got["rows"]:
+            if not key.startswith("  "):
+                yield {**base, "quantity": key, "predicted": predicted, "measured": measured, **extra}
+
+
+def fsdp_rows(quick: bool):
+    import torch
+
+    from lm_accounting.analytic.parallel import rank_step
+    from lm_accounting.measure.distributed import measure_rank_plain
+
+    cfg = config("gpt2-small", 2)
+    seq, batch = (128, 2) if quick else (512, 2)
+    setups = [
+        TrainingSetup(precision=p, checkpoint=c, attention="sdpa")
+        for p in ("fp32", "amp-bf16")
+        for c in ("none", "full")
+    ]
+    setups += [TrainingSetup(precision="bf16"), TrainingSetup(precision="fp32", checkpoint="selective")]
+    for dp in (4,) if quick else (4, 8):
+        for zero in (2, 3):
+            layout = ParallelLayout(dp=dp, zero=zero)
+            for setup in setups:
+                row = {"model": label("gpt2-small", 2), "context": seq, "batch": batch, "dp": dp, "zero": zero}
+                row["setup"] = setup.label
+                try:
+                    want = rank_step(cfg, seq, batch, setup, layout, "plain", 0, "cuda")[0]
+                    fresh()
+                    got = measure_rank_plain(cfg, seq, batch, setup, layout, rank=0, device="cuda")
+                except Exception as exc:  # noqa: BLE001
+                    yield {**row, "error": f"{type(exc).__name__}: {exc}"[:300]}
+                    continue
+                finally:
+                    if torch.distributed.is_initialized():
+                        torch.distributed.destroy_process_group()
+                row.update(overheads(got), baseline_predicted=want.baseline, baseline_measured=got.baseline)
+                for phase in PHASES:
+                    row[f"{phase}_peak_predicted"] = want.phase(phase).peak
+                    row[f"{phase}_peak_measured"] = got.phase(phase).peak
+                    row[f"{phase}_end_predicted"] = want.phase(phase).end
+                    row[f"{phase}_end_measured"] = got.phase(phase).end
+                yield row
+
+
+def timing_rows(quick: bool):
+    import torch
+
+    from lm_accounting.analytic.hardware_flops import step_flops
+    from lm_accounting.gpus import gpu
+    from lm_accounting.measure.step import build_step, training_step
+
+    peak = gpu("h100-80gb").peak_flops("bf16")
+    cases = (
+        [("gpt2-small", 2, 256, 2, "amp-bf16", "none")]
+        if quick
+        else [
+            ("gpt2-small", None, 1024, 16, "amp-bf16", "none"),
+            ("gpt2-small", None, 1024, 16, "bf16", "none"),
+            ("qwen3-0.6b", None, 2048, 8, "amp-bf16", "none"),
+            ("qwen3-0.6b", None, 2048, 8, "amp-bf16", "full"),
+            ("llama-3-8b", 2, 8192, 2, "amp-bf16", "none"),
+            ("llama-3-8b", 2, 8192, 2, "bf16", "full"),
+        ]
+    )
+    for name, layers, seq, batch, precision, ckpt in cases:
+        setup = TrainingSetup(attention="sdpa", precision=precision, checkpoint=ckpt, optimizer="fused")
+        row = {"model": label(name, layers), "context": seq, "batch": batch, "setup": setup.label}
+        try:
+            fresh()
+            cfg = config(name, layers)
+            model, inputs, targets, opt = build_step(cfg, seq, batch, setup, "cuda")
+            for _ in range(3):
+                training_step(model, inputs, targets, opt)
+            steps, start, end = 10, torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            start.record()
+            for _ in range(steps):
+                training_step(model, inputs, targets, opt)
+            end.record()
+            torch.cuda.synchronize()
+            seconds = start.elapsed_time(end) / 1000 / steps
+            del model, inputs, targets, opt
+        except Exception as exc:  # noqa: BLE001
+            yield {**row, "error": f"{type(exc).__name__}: {exc}"[:300]}
+            continue
+        f = step_flops(cfg, seq, batch, setup)
+        row.update(step_seconds=round(seconds, 6), tokens_per_second=round(seq * batch / seconds))
+        row.update(model_flops=f.model, hardware_flops=f.hardware, bf16_peak=peak)
+        row.update(mfu=round(f.model / seconds / peak, 4), hfu=round(f.hardware / seconds / peak, 4))
+        yield row
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, keys)
+        w.writeheader()
+        w.writerows(rows)
+
+
+def residuals(rows: list[dict]) -> tuple[int, int, list[str]]:
+    """(points, points equal, one line per unequal point) over every ``*_predicted``/``*_measured`` pair."""
+    points, equal, lines = 0, 0, []
+    for r in rows:
+        if r.get("error"):
+            lines.append(f"{r['model']} {r.get('setup', '')}: not run ({r['error'][:120]})")
+            continue
+        for key in [k for k in r if k.endswith("_predicted")]:
+            base = key.removesuffix("_predicted")
+            want, got = int(r[key]), int(r[base + "_measured"])
+            points += 1
+            if want == got:
+                equal += 1
+            else:
+                where = " ".join(str(r[k]) for k in ("model", "setup", "dp", "zero", "quantity") if r.get(k))
+                lines.append(f"{where}: {base} measured − predicted = {got - want:+,} B")
+    return points, equal, lines
+
+
+def write_readme(out: Path, info: dict, tables: dict[str, list[dict]]) -> None:
+    """``README.md``: the machine, then per section the points that are equal and each residual."""
+    text = [
+        "# Predicted vs measured on a CUDA GPU",
+        "",
+        f"Generated by `python benchmarks/cuda_validation.py --out {out}` on {info['date']}.",
+        (
+            f"GPU: {info['nvidia_smi']} (name, driver, memory); torch {info['torch']}, CUDA {info['cuda']}, "
+            f"Python {info['python']}."
+        ),
+        "",
+        (
+            "Memory figures are the bytes the tensors requested from the caching allocator less the cuBLAS "
+            "workspaces (columns `cublas_workspaces`, `allocator_rounding`: also held on the device, measured)."
+        ),
+    ]
+    for name, rows in tables.items():
+        text += ["", f"## {name}.csv: {len(rows)} rows"]
+        if name == "timing":
+            text += [
+                f"- {r['model']} S={r['context']} B={r['batch']} {r['setup']}: "
+                + (
+                    r["error"]
+                    if r.get("error")
+                    else f"{r['step_seconds']} s/step, MFU {r['mfu']:.1%}, HFU {r['hfu']:.1%}"
+                )
+                for r in rows
+            ]
+            continue
+        if name == "flops":
+            text += [
+                f"- {r['model']} {r['setup']}: {r.get('error') or r['mismatches'] or 'every count equal'}" for r in rows
+            ]
+            continue
+        points, equal, lines = residuals(rows)
+        text += [f"{equal:,} of {points:,} figures equal byte for byte.", *[f"- {line}" for line in lines]]
+    (out / "README.md").write_text("\n".join(text) + "\n")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="reports/cuda", help="folder for the CSV files and env.json")
+    ap.add_argument("--quick", action="store_true", help="one tiny model, a few setups (a smoke run)")
+    ap.add_argument("--only", default="memory,flops,inference,fsdp,timing", help="comma-separated sections")
+    args = ap.parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available():
+        print("cuda_validation: no CUDA GPU is available on this machine", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    info = env()
+    (out / "env.json").write_text(json.dumps(info, indent=1) + "\n")
+    print(json.dumps(info))
+    models = QUICK if args.quick else MODELS
+    setups = list(every_setup())
+    setups = [s for s in setups if s.optimizer == "foreach"]  # torch's default AdamW on cuda
+    if args.quick:
+        setups = setups[:4]
+    sections = {
+        "memory": lambda: memory_rows(models, setups),
+        "flops": lambda: flops_rows(models, flops_setups(setups)),
+        "inference": lambda: inference_rows(args.quick),
+        "fsdp": lambda: fsdp_rows(args.quick),
+        "timing": lambda: timing_rows(args.quick),
+    }
+    tables: dict[str, list[dict]] = {}
+    for name in args.only.split(","):
+        t0, rows = time.perf_counter(), tables.setdefault(name, [])
+        try:
+            for row in sections[name]():
+                rows.append(row)
+                print(name, json.dumps(row), flush=True)
+        except Exception:  # noqa: BLE001 - keep what was measured
+            traceback.print_exc()
+        write_csv(out / f"{name}.csv", rows)
+        print(f"{name}: {len(rows)} rows in {time.perf_counter() - t0:.1f} s", flush=True)
+    write_readme(out, info, tables)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
