@@ -420,7 +420,10 @@ def memory_cmd(
         import torch
 
         threads = torch.get_num_threads()
-    m = memory_account(run, run.context_length, batch, budget=parse_size(budget), setup=setup, cpu_threads=threads)
+    device = "cuda" if measure == "none" else measure  # what a GPU run allocates, or the measured device's run
+    m = memory_account(
+        run, run.context_length, batch, budget=parse_size(budget), setup=setup, device=device, cpu_threads=threads
+    )
     if method is not None:
         from .measure.memory import measure_step
 

@@ -93,3 +93,16 @@ def every_setup(optimizers: tuple[str, ...] = ("foreach",)) -> Iterator[Training
     """Every attention × checkpoint × precision combination (× the given optimizers)."""
     for a, c, p, o in product(ATTENTIONS, CHECKPOINTS, PRECISIONS, optimizers):
         yield TrainingSetup(attention=a, checkpoint=c, precision=p, optimizer=o)
+
+
+def check_cuda_fused_attention(grouped_kv: bool, fp32: bool) -> None:
+    """Refuse the fused attention that CUDA cannot fuse: fp32 with grouped KV heads.  Flash needs
+    bf16/fp16 and the memory-efficient kernel takes no GQA, so ``F.scaled_dot_product_attention``
+    would fall back to the math path, which holds the S×S scores (measured on an H100, torch 2.11:
+    "No available kernel" with the math backend disabled)."""
+    if grouped_kv and fp32:
+        raise AccountingError(
+            "fused attention in fp32 with grouped KV heads has no CUDA kernel in torch (flash needs bf16/fp16, "
+            "the memory-efficient kernel takes no GQA; F.scaled_dot_product_attention would fall back to the "
+            "math path, S×S): use --precision bf16 or amp-bf16, or --attention naive"
+        )

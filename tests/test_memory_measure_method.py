@@ -85,3 +85,26 @@ def test_table_labels_the_method(run_cli, tiny):
 def test_other_combinations_are_one_line_exit_2(run_cli, tiny, flags):
     r = run_cli("memory", tiny, "--context", "7", *flags)
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and r.out == ""
+
+
+MHA = TINY.replace("num_kv_heads = 2\n", "").replace("d_model = 18", "d_model = 60")
+
+
+def test_without_measure_the_prediction_is_for_a_cuda_gpu(run_cli, tmp_path):
+    """fp32 sdpa on CUDA runs the memory-efficient kernel: its logsumexp rows are padded to 32 and its
+    output is (B, S, h, d)-ordered, so merging the heads is a view (measured on an H100, torch 2.11).
+    Hand count per layer at B = 3, S = 7, h = 6, d_head = 10 against the CPU kernel's run (--measure
+    meta): + B·h·(32 − S)·4 = 1,800 bytes of logsumexp, − B·S·h·d_head·4 = 5,040 bytes of merged heads."""
+    path = tmp_path / "mha.toml"
+    path.write_text(MHA)
+    cuda = memory_json(run_cli, path, "--attention", "sdpa")["implementation_exact"]
+    meta = memory_json(run_cli, path, "--attention", "sdpa", "--measure", "meta")["implementation_exact"]
+    assert cuda["device"] == "cuda" and meta["device"] == "meta"
+    assert cuda["step"]["baseline"] == meta["step"]["baseline"]
+    assert cuda["step"]["forward"]["end"] - meta["step"]["forward"]["end"] == 2 * (1_800 - 5_040)
+
+
+def test_fp32_fused_attention_with_grouped_kv_is_refused_for_cuda(run_cli, tiny):
+    r = run_cli("memory", tiny, "--context", "7", "--attention", "sdpa")
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "no CUDA kernel" in r.err
+    assert memory_json(run_cli, tiny, "--attention", "sdpa", "--precision", "bf16")["implementation_exact"]

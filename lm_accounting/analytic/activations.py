@@ -24,6 +24,8 @@ bytes); n_W = the elements of weight W.  Per setup:
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..breakdown import Breakdown
 from ..config import ModelConfig
 from ..setup import TrainingSetup
@@ -118,12 +120,14 @@ def projection_saved_bytes(z: Sizes, key: str, width: int, input_copy: bool = Tr
 
 
 def output_proj_saved_bytes(z: Sizes) -> int:
-    """none: the merged heads (T·h·d_head·h) [+ amp: the weight copy]; selective: the output, T·d·h."""
+    """none: the merged heads (T·h·d_head·h; none of its own where they are a view of the fused
+    kernel's output: CUDA's memory-efficient kernel, ``Sizes.merge_copy``) [+ amp: the weight copy];
+    selective: the output, T·d·h."""
     if _ck(z) == "selective":
         return _hact(z, z.cfg.d_model)
     if _ck(z) == "full":
         return 0
-    return _hact(z, z.cfg.q_dim) + _weight_copy(z, "layers.*.attn.output_proj")
+    return _hact(z, z.cfg.q_dim) * z.merge_copy + _weight_copy(z, "layers.*.attn.output_proj")
 
 
 def qk_norm_saved_bytes(z: Sizes, heads: int) -> int:
@@ -289,11 +293,18 @@ def cross_entropy_saved_bytes(z: Sizes) -> int:
 
 
 def saved_activation_breakdown(
-    cfg: ModelConfig, seq: int, batch: int = 1, dtype: str = "fp32", setup: TrainingSetup | None = None
+    cfg: ModelConfig,
+    seq: int,
+    batch: int = 1,
+    dtype: str = "fp32",
+    setup: TrainingSetup | None = None,
+    device: str = "meta",
 ) -> Breakdown:
     """Bytes saved for backward after ``loss = cross_entropy(model(tokens), targets)``, per component,
     for ``setup`` (or, as before, pure ``dtype`` with the default setup).  Components that keep
-    nothing under the setup are left out."""
+    nothing under the setup are left out.  ``device="cuda"``: the fused attention is CUDA's kernel
+    (``Sizes.lse``, ``Sizes.merge_copy``); meta and cpu run the CPU flash kernel's layout."""
     from ..components import breakdown
 
-    return breakdown("saved", Sizes.of(cfg, seq, batch, dtype, setup))
+    z = Sizes.of(cfg, seq, batch, dtype, setup)
+    return breakdown("saved", dataclasses.replace(z, cuda=True) if device == "cuda" else z)

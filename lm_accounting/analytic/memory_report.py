@@ -24,7 +24,7 @@ from ..breakdown import Breakdown
 from ..config import ModelConfig
 from ..phases import PHASE_LABELS, StepMemory
 from ..result import Result
-from ..setup import TrainingSetup
+from ..setup import TrainingSetup, check_cuda_fused_attention
 from .activations import saved_activation_breakdown
 from .capacity import StepPeakLines, max_context_that_fits, peak_lines_in_batch
 from .course import CoursePeak, course_linear_in_batch, course_peak, korthikanti_activation_bytes, max_batch
@@ -330,11 +330,15 @@ def memory_account(
 ) -> MemoryAccount:
     """The memory account of a training step at (seq, batch) under ``setup`` (or, as before, pure
     ``dtype`` with AdamW ``optimizer``, default foreach); the implementation-exact part is predicted
-    for ``device`` ("meta" and "cuda" agree; "cpu" adds the AdamW step counters of the for-loop and
-    foreach implementations, and the CPU allocator's own extras to the plain run, see
-    ``replay``).  The capacity figures (lines, largest batch and context) are for the plain run."""
+    for ``device``: "cuda" runs CUDA's fused attention kernels (``analytic.sizes.Sizes.lse``,
+    ``merge_copy``; fp32 with grouped KV heads has none: refused), "meta" the CPU flash kernel's
+    layout; "cpu" adds the AdamW step counters of the for-loop and foreach implementations, and the
+    CPU allocator's own extras to the plain run, see ``replay``.  The capacity figures (lines,
+    largest batch and context) are for the plain run."""
     check_device(device)
     setup, dtype = as_setup(setup, dtype, optimizer, default_optimizer="foreach")
+    if device == "cuda" and setup.attention == "sdpa":
+        check_cuda_fused_attention(cfg.kv_heads < cfg.num_heads, setup.precision == "fp32")
     optimizer = setup.optimizer
     if replay_unsupported(cfg, setup, seq):
         return states_only_account(cfg, seq, batch, dtype, setup, budget, device, cpu_threads)
@@ -356,7 +360,7 @@ def memory_account(
         states=model_state_breakdown(cfg, dtype),
         step_temporaries=adamw_step_temporary_bytes(cfg, dtype, optimizer),
         step_counters=adamw_step_counter_bytes(cfg, optimizer, device),
-        saved=saved_activation_breakdown(cfg, seq, batch, setup=setup),
+        saved=saved_activation_breakdown(cfg, seq, batch, setup=setup, device=device),
         step=predict_training_step(cfg, seq, batch, device=device, mode="plain", cpu_threads=cpu_threads, **kw),
         peak_lines=lines,
         max_batch=lines.max_batch(budget),

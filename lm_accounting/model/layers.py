@@ -285,15 +285,10 @@ class FusedAttention(nn.Module):
         if q.device.type == "cuda":
             from torch.nn.attention import SDPBackend, sdpa_kernel
 
-            gqa = int(k.shape[-3]) != int(q.shape[-3])  # ints: jit tracing (fvcore) makes shape comparisons tensors
-            if q.dtype == torch.float32 and gqa:
-                from ..config import AccountingError
+            from ..setup import check_cuda_fused_attention
 
-                raise AccountingError(
-                    "fused attention in fp32 with grouped KV heads has no CUDA kernel in torch (flash needs "
-                    "bf16/fp16, the memory-efficient kernel takes no GQA; F.scaled_dot_product_attention "
-                    "would fall back to the math path, S×S): use --precision bf16 or amp-bf16, or --attention naive"
-                )
+            gqa = int(k.shape[-3]) != int(q.shape[-3])  # ints: jit tracing (fvcore) makes shape comparisons tensors
+            check_cuda_fused_attention(gqa, q.dtype == torch.float32)
             with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
         out, _logsumexp = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, True)
