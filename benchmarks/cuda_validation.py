@@ -341,6 +341,10 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="one tiny model, a few setups (a smoke run)")
     ap.add_argument("--only", default="memory,flops,inference,fsdp,timing", help="comma-separated sections")
     args = ap.parse_args(argv)
+    unknown = sorted(set(args.only.split(",")) - {"memory", "flops", "inference", "fsdp", "timing"})
+    if unknown:
+        print(f"cuda_validation: unknown section(s) {', '.join(unknown)}", file=sys.stderr)
+        return 2
     import torch
 
     if not torch.cuda.is_available():
