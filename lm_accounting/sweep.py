@@ -21,7 +21,7 @@ from .analytic.replay import as_setup, predict_training_step, replay_supported
 from .config import AccountingError, ModelConfig, check_positive_int
 from .phases import PHASES
 from .result import Result
-from .setup import TrainingSetup
+from .setup import TrainingSetup, check_cuda_fused_attention
 
 GROUPS = ("attention projections", "attention matmuls", "ffn", "lm head")
 MAX_POINTS = 1_000
@@ -90,12 +90,14 @@ def analytic_row(
     max_context: int | None,
     *,
     setup: TrainingSetup | None = None,
+    device: str = "cuda",
 ) -> dict[str, Any]:
     """Every analytic column of one (model, context) row under ``setup`` (or, as before, pure ``dtype``
     with AdamW ``optimizer``).  The memory columns are the ``memory`` command's: model states in the
     parameters' dtype, the activations saved for backward under the setup, and the step peak of the
-    *plain* run (``mem:peak``, as ``memory_account(...).step``); ``mem:peak_traced`` is what the storage
-    tracker sees (``replay.traced_minus_plain`` gives the gap).  ``flops:model_step`` is 3 × forward,
+    *plain* run on ``device`` (``mem:peak``, as ``memory_account(..., device=device).step``: cuda, or
+    meta where the sweep measures on meta or cpu); ``mem:peak_traced`` is what the storage tracker sees
+    on meta (``replay.traced_minus_plain`` gives the gap).  ``flops:model_step`` is 3 × forward,
     ``flops:hardware_step`` adds the checkpoint and fused-attention recompute (``hardware_flops.step_flops``)."""
     setup, dtype = as_setup(setup, dtype, optimizer, default_optimizer="foreach")
     optimizer = setup.optimizer
@@ -105,7 +107,7 @@ def analytic_row(
     total = acc.forward.total
     states = model_state_breakdown(cfg, dtype)
     replayed = replay_supported(cfg, setup)  # else the step columns are None (as the memory command)
-    step = predict_training_step(cfg, seq, batch, setup=setup, mode="plain") if replayed else None
+    step = predict_training_step(cfg, seq, batch, setup=setup, device=device, mode="plain") if replayed else None
     traced = predict_training_step(cfg, seq, batch, setup=setup, mode="traced") if replayed else None
     flops = step_flops(cfg, seq, batch, setup)
     row: dict[str, Any] = {"model": cfg.name, "context": seq, "batch": batch, "params": acc.params.total}
@@ -123,7 +125,9 @@ def analytic_row(
     row["mem:parameters"] = states["parameters"].total
     row["mem:gradients"] = states["gradients"].total
     row["mem:optimizer"] = states["adamw.exp_avg"].total + states["adamw.exp_avg_sq"].total
-    row["mem:activations"] = saved_activation_breakdown(cfg, seq, batch, setup=setup).total if replayed else None
+    row["mem:activations"] = (
+        saved_activation_breakdown(cfg, seq, batch, setup=setup, device=device).total if replayed else None
+    )
     row["mem:step_temporaries"] = adamw_step_temporary_bytes(cfg, dtype, optimizer)
     row["mem:peak"] = step.peak if replayed else None
     row.update({f"mem:peak.{name}": step.phase(name).peak if replayed else None for name in PHASES})
@@ -241,6 +245,10 @@ def sweep(
     optimizer = setup.optimizer
     if measure is not None and measure not in DEVICES:
         raise AccountingError(f"unknown measure device {measure!r:.40} (choose from {', '.join(DEVICES)})")
+    device = "meta" if measure in ("meta", "cpu") else "cuda"  # the plain run predicted, as the memory command's
+    if device == "cuda" and setup.attention == "sdpa":
+        for cfg in configs:
+            check_cuda_fused_attention(cfg.kv_heads < cfg.num_heads, setup.precision == "fp32")
     result = Sweep(batch, dtype, optimizer, setup=setup)
     names = [cfg.name for cfg in configs]
     twice = sorted({n for n in names if names.count(n) > 1})
@@ -271,11 +279,11 @@ def sweep(
     fitting = {
         cfg.name: None
         if not replay_supported(cfg, setup)
-        else max_context_that_fits(cfg, budget, batch, setup=setup, mode="plain")
+        else max_context_that_fits(cfg, budget, batch, setup=setup, device=device, mode="plain")
         for cfg in configs
     }
     for cfg, seq in points:
-        row = analytic_row(cfg, seq, batch, None, None, budget, fitting[cfg.name], setup=setup)
+        row = analytic_row(cfg, seq, batch, None, None, budget, fitting[cfg.name], setup=setup, device=device)
         if crosscheck:
             from .measure.crosscheck import crosscheck as run_crosscheck
 

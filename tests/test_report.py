@@ -42,8 +42,25 @@ def test_committed_tables_match_regenerated(regenerated):
         str(p) for p in generated if not (REPORTS / p).is_file() or (REPORTS / p).read_bytes() != (out / p).read_bytes()
     ]
     assert stale == [], f"reports/ is stale; run `lm-account report`: {stale}"
-    committed = sorted(p.relative_to(REPORTS) for p in REPORTS.rglob("*") if p.suffix in (".md", ".csv", ".json"))
+    committed = sorted(
+        p.relative_to(REPORTS)
+        for p in REPORTS.rglob("*")
+        if p.suffix in (".md", ".csv", ".json") and p.relative_to(REPORTS).parts[0] != "cuda"  # measured on a GPU
+    )
     assert committed == generated  # nothing left over from an older layout
+
+
+def test_a_report_carries_the_gpu_validation_over(tmp_path):
+    """reports/cuda/ is written by benchmarks/cuda_validation.py on a GPU: `lm-account report` (here
+    without live runs and plots) keeps it byte for byte and refuses nothing because of it."""
+    from lm_accounting.course.assignment import is_report_file
+
+    (tmp_path / "cuda").mkdir()
+    (tmp_path / "cuda" / "memory.csv").write_text("model,setup\ngpt2-small,naive\n")
+    assert is_report_file("cuda/memory.csv") and not is_report_file("cuda/other.csv")
+    write_report(tmp_path, live=False, plots=False)
+    assert (tmp_path / "cuda" / "memory.csv").read_text() == "model,setup\ngpt2-small,naive\n"
+    assert (tmp_path / "answers.json").is_file()
 
 
 @pytest.mark.slow

@@ -199,3 +199,18 @@ def test_sweep_csv_is_tidy_records(run_cli, tiny, tmp_path):
         assert fact[name, seq, "mem:peak"] == (str(memory_account(cfg, seq, 1).step.peak), "bytes")
         assert fact[name, seq, "share:ffn"][1] == "share" and fact[name, seq, "mem:max_context"][1] == "tokens"
         assert fact[name, seq, "measured:peak"] == ("", "bytes")  # not measured: an empty value, not a missing row
+
+
+def test_sweep_predicts_for_cuda_unless_it_measures_on_meta(tiny):
+    """The plain columns are the memory command's: for a CUDA GPU by default (fp32 sdpa: the
+    memory-efficient kernel, whose merged heads are a view), for meta when the sweep measures there;
+    fp32 fused attention with grouped KV heads has no CUDA kernel and is refused."""
+    cfg = load_config(tiny)
+    setup = TrainingSetup(attention="sdpa")
+    (cuda,) = sweep([cfg], [32], 4, setup=setup).rows
+    assert cuda["mem:peak"] == memory_account(cfg.with_context(32), 32, 4, setup=setup, device="cuda").step.peak
+    assert cuda["mem:peak"] != memory_account(cfg.with_context(32), 32, 4, setup=setup).step.peak
+    gqa = apply_overrides(cfg, {"num_kv_heads": 2})
+    with pytest.raises(AccountingError, match="no CUDA kernel"):
+        sweep([gqa], [32], 1, setup=setup)
+    assert sweep([gqa], [32], 1, setup=setup, measure="meta").rows[0]["mem:peak"] > 0

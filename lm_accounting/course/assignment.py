@@ -26,20 +26,28 @@ from .answer_tables import (
 from .answers import BUDGETS, LONG, SIZES, Answers, collect
 from .assignment_text import assignment_markdown
 
+CUDA_FILES = r"cuda/(README\.md|env\.json|(memory|flops|inference|fsdp|timing)\.csv)"
 REPORT_FILES = re.compile(
     rf"answers\.json|assignment\.md|tables/{SAFE_NAME}\.(md|csv)|sweep/({SWEEP_FILES})"
     r"|setups/peak_vs_context\.(md|csv|png|svg)"
     r"|inference/(serving\.(md|csv)|(decode_tokens_per_s|memory_vs_sequences)\.(png|svg))"
     r"|parallel/(llama-3-8b|llama-3\.1-70b)-8k-(plan\.md|memory-vs-gpus\.(png|svg))"
     r"|\.[A-Za-z0-9._+-]+\.[a-z0-9_]{8}\.(json|md)"
+    rf"|{CUDA_FILES}"
 )
-"""Every file a report writes (and the temporary files a killed older version could leave)."""
+"""Every file a report writes (and the temporary files a killed older version could leave), and the GPU
+validation's files (``benchmarks/cuda_validation.py``), which a report carries over unchanged."""
 SETUP_CONTEXTS = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 
 
 def is_report_file(rel: str) -> bool:
     """True for a path (relative to the report folder) that ``write_report`` writes."""
     return REPORT_FILES.fullmatch(rel) is not None
+
+
+def _is_gpu_validation(rel: str) -> bool:
+    """A file of ``benchmarks/cuda_validation.py --out reports/cuda``: measured on a GPU, never rewritten here."""
+    return re.fullmatch(CUDA_FILES, rel) is not None
 
 
 def _is_report_figure(rel: str) -> bool:
@@ -60,7 +68,8 @@ def write_report(
     fails at once (lock); a killed run leaves the earlier set as it was (``output.atomic_dir``).
     Without ``plots`` the earlier figures are kept.  The paths returned are the final ones."""
     out = Path(out)
-    with atomic_dir(out, owns=is_report_file, keep=None if plots else _is_report_figure) as tmp:
+    keep = (lambda rel: _is_gpu_validation(rel) or _is_report_figure(rel)) if not plots else _is_gpu_validation
+    with atomic_dir(out, owns=is_report_file, keep=keep) as tmp:
         ans, written = _write_report_files(tmp, live, plots, progress)
     return ans, [out / p.relative_to(tmp) for p in written]
 

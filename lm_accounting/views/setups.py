@@ -1,8 +1,9 @@
 """Peak training memory against context for the training setups engineers use, and the largest
 context that fits a budget: a table and a figure (``reports/setups/``).
 
-Every figure is the exact replay's prediction of the plain run (``analytic.replay.predict_training_step``,
-what a user gets on a GPU, no allocator rounding), for one sequence per step with foreach AdamW.
+Every figure is the exact replay's prediction of the plain run on a CUDA GPU
+(``analytic.replay.predict_training_step(..., device="cuda")``: CUDA's flash kernel, no allocator
+rounding, no cuBLAS workspaces), for one sequence per step with foreach AdamW.
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ class SetupRow:
 
 
 def peak_bytes(cfg: ModelConfig, seq: int, setup: TrainingSetup) -> int:
-    """The plain-run step peak of ``cfg`` rebuilt for ``seq`` tokens (its RoPE tables grow with it)."""
-    return predict_training_step(cfg.with_context(seq), seq, 1, setup=setup, mode="plain").peak
+    """The plain-run step peak on a CUDA GPU of ``cfg`` rebuilt for ``seq`` tokens (its RoPE tables grow
+    with it)."""
+    return predict_training_step(cfg.with_context(seq), seq, 1, setup=setup, device="cuda", mode="plain").peak
 
 
 def largest_context(cfg: ModelConfig, setup: TrainingSetup, budget: int) -> int:
@@ -77,13 +79,14 @@ def setup_table(rows: list[SetupRow], budget_label: str) -> Table:
             first = next(iter(mine.values()))
             body.append((model, label, *[mine[s].peak for s in contexts], first.max_context))
     return Table(
-        "Peak memory of one training step (batch 1, amp-bf16 unless naive, foreach AdamW), plain run",
+        "Peak memory of one training step (batch 1, amp-bf16 unless naive, foreach AdamW), plain run on a CUDA GPU",
         columns,
         body,
         [
             (
                 "amp-bf16: fp32 weights, gradients and AdamW state, bf16 autocast compute; 'naive' keeps the S×S "
-                "scores; sdpa is torch's fused flash kernel; the prediction is exact for our live model"
+                "scores; sdpa is CUDA's flash kernel; the prediction is exact for our live model (the caching allocator's "
+                "rounding and the cuBLAS workspaces, tens of MB, come on top)"
             )
         ],
     )
