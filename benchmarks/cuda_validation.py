@@ -105,31 +105,52 @@ def fresh() -> None:
     torch.cuda.reset_peak_memory_stats()
 
 
+def points(models, setups):
+    """(cfg, seq, batch, setup, row) for every model × setup; ``row`` starts the CSV row."""
+    for name, layers, seq, batch, *vocab in models:
+        cfg = at(config(name, layers, *vocab), seq)
+        for setup in setups:
+            yield (
+                cfg,
+                seq,
+                batch,
+                setup,
+                {"model": label(name, layers, *vocab), "context": seq, "batch": batch, "setup": setup.label},
+            )
+
+
+def failed(row: dict, exc: Exception) -> dict:
+    """The row with the error that stopped it (recorded in the table; the sweep goes on)."""
+    return {**row, "error": f"{type(exc).__name__}: {exc}"[:300]}
+
+
+def step_columns(want, got) -> dict:
+    """Predicted and measured baseline and per-phase peak and end, with the measured overheads."""
+    row = {**overheads(got), "baseline_predicted": want.baseline, "baseline_measured": got.baseline}
+    for phase in PHASES:
+        p, m = want.phase(phase), got.phase(phase)
+        row.update({f"{phase}_peak_predicted": p.peak, f"{phase}_peak_measured": m.peak})
+        row.update({f"{phase}_end_predicted": p.end, f"{phase}_end_measured": m.end})
+    return row
+
+
 def memory_rows(models, setups):
     from lm_accounting.analytic.memory_report import memory_account
     from lm_accounting.measure.step import build_step
     from lm_accounting.measure.tracker import measure_training_step_cuda
     from lm_accounting.model import cross_entropy
 
-    for name, layers, seq, batch, *vocab in models:
-        cfg = at(config(name, layers, *vocab), seq)
-        for setup in setups:
-            row = {"model": label(name, layers, *vocab), "context": seq, "batch": batch, "setup": setup.label}
-            try:
-                want = memory_account(cfg, seq, batch, device="cuda", setup=setup).step
-                fresh()
-                model, inputs, targets, opt = build_step(cfg, seq, batch, setup, "cuda")
-                got = measure_training_step_cuda(model, inputs, targets, cross_entropy, optimizer=opt)
-                del model, inputs, targets, opt
-            except Exception as exc:  # noqa: BLE001 - recorded in the table, the sweep goes on
-                yield {**row, "error": f"{type(exc).__name__}: {exc}"[:300]}
-                continue
-            row.update(overheads(got), baseline_predicted=want.baseline, baseline_measured=got.baseline)
-            for phase in PHASES:
-                p, m = want.phase(phase), got.phase(phase)
-                row.update({f"{phase}_peak_predicted": p.peak, f"{phase}_peak_measured": m.peak})
-                row.update({f"{phase}_end_predicted": p.end, f"{phase}_end_measured": m.end})
-            yield row
+    for cfg, seq, batch, setup, row in points(models, setups):
+        try:
+            want = memory_account(cfg, seq, batch, device="cuda", setup=setup).step
+            fresh()
+            model, inputs, targets, opt = build_step(cfg, seq, batch, setup, "cuda")
+            got = measure_training_step_cuda(model, inputs, targets, cross_entropy, optimizer=opt)
+            del model, inputs, targets, opt
+        except Exception as exc:  # noqa: BLE001 - recorded in the table, the sweep goes on
+            yield failed(row, exc)
+            continue
+        yield {**row, **step_columns(want, got)}
 
 
 def flops_setups(setups):
@@ -141,23 +162,20 @@ def flops_setups(setups):
 def flops_rows(models, setups):
     from lm_accounting.measure.crosscheck import crosscheck
 
-    for name, layers, seq, batch, *vocab in models:
-        cfg = at(config(name, layers, *vocab), seq)
-        for setup in setups:
-            row = {"model": label(name, layers, *vocab), "context": seq, "batch": batch, "setup": setup.label}
-            try:
-                fresh()
-                cc = crosscheck(cfg, seq, batch, device="cuda", backward=True, setup=setup)
-            except Exception as exc:  # noqa: BLE001
-                yield {**row, "error": f"{type(exc).__name__}: {exc}"[:300]}
-                continue
-            row["forward_analytic"] = cc.forward.total
-            for counter in cc.counters:
-                row[f"forward_{counter.counter}"] = counter.total
-            row["fwd_bwd_analytic"] = cc.forward.total + cc.expected_backward
-            row["fwd_bwd_FlopCounterMode"] = cc.backward.total
-            row["mismatches"] = "; ".join(cc.mismatches())
-            yield row
+    for cfg, seq, batch, setup, row in points(models, setups):
+        try:
+            fresh()
+            cc = crosscheck(cfg, seq, batch, device="cuda", backward=True, setup=setup)
+        except Exception as exc:  # noqa: BLE001
+            yield failed(row, exc)
+            continue
+        row["forward_analytic"] = cc.forward.total
+        for counter in cc.counters:
+            row[f"forward_{counter.counter}"] = counter.total
+        row["fwd_bwd_analytic"] = cc.forward.total + cc.expected_backward
+        row["fwd_bwd_FlopCounterMode"] = cc.backward.total
+        row["mismatches"] = "; ".join(cc.mismatches())
+        yield row
 
 
 def inference_rows(quick: bool):
@@ -174,7 +192,7 @@ def inference_rows(quick: bool):
             fresh()
             got = measure_inference(infer(cfg, prompt, gen, batch, weights=w, kv_dtype=w), "cuda")
         except Exception as exc:  # noqa: BLE001
-            yield {**base, "error": f"{type(exc).__name__}: {exc}"[:300]}
+            yield failed(base, exc)
             continue
         extra = {SHORT[k]: v for k, v in got.get("overheads", {}).items()}
         for key, predicted, measured in got["rows"]:
@@ -207,18 +225,12 @@ def fsdp_rows(quick: bool):
                     fresh()
                     got = measure_rank_plain(cfg, seq, batch, setup, layout, rank=0, device="cuda")
                 except Exception as exc:  # noqa: BLE001
-                    yield {**row, "error": f"{type(exc).__name__}: {exc}"[:300]}
+                    yield failed(row, exc)
                     continue
                 finally:
                     if torch.distributed.is_initialized():
                         torch.distributed.destroy_process_group()
-                row.update(overheads(got), baseline_predicted=want.baseline, baseline_measured=got.baseline)
-                for phase in PHASES:
-                    row[f"{phase}_peak_predicted"] = want.phase(phase).peak
-                    row[f"{phase}_peak_measured"] = got.phase(phase).peak
-                    row[f"{phase}_end_predicted"] = want.phase(phase).end
-                    row[f"{phase}_end_measured"] = got.phase(phase).end
-                yield row
+                yield {**row, **step_columns(want, got)}
 
 
 def timing_rows(quick: bool):
@@ -260,7 +272,7 @@ def timing_rows(quick: bool):
             seconds = start.elapsed_time(end) / 1000 / steps
             del model, inputs, targets, opt
         except Exception as exc:  # noqa: BLE001
-            yield {**row, "error": f"{type(exc).__name__}: {exc}"[:300]}
+            yield failed(row, exc)
             continue
         f = step_flops(cfg, seq, batch, setup)
         row.update(step_seconds=round(seconds, 6), tokens_per_second=round(seq * batch / seconds))
