@@ -263,3 +263,27 @@ def test_table_separates_course_answer_from_this_implementation():
     md = render(m, "markdown")
     assert f"### {course_title}" in md and f"### {exact_title}" in md
     assert "Copy the course answer" in text
+
+
+def test_a_cuda_measurement_shows_its_overheads_apart(tiny_measured):
+    """A CUDA measurement's overheads (cuBLAS workspaces, the allocator's rounding) are reported beside
+    the figures, labelled, in the table and in JSON; the phase figures themselves stay the tensors'."""
+    from lm_accounting.measure.tracker import ALLOCATOR_ROUNDING, CUBLAS_WORKSPACES
+    from lm_accounting.phases import StepMemory
+    from lm_accounting.views import render
+
+    m, _ = tiny_measured
+    p = m.with_measurement(m.step, device="cuda").step  # the prediction for cuda
+    got = StepMemory(
+        p.baseline,
+        p.forward,
+        p.backward,
+        p.optimizer_step,
+        ((CUBLAS_WORKSPACES, 67_108_864), (ALLOCATOR_ROUNDING, 3_584)),
+    )
+    cuda = m.with_measurement(got, device="cuda")
+    data = json.loads(json.dumps(cuda.to_dict()))
+    assert data["measured"]["overheads"] == {CUBLAS_WORKSPACES: 67_108_864, ALLOCATOR_ROUNDING: 3_584}
+    assert data["measured"]["forward"] == data["implementation_exact"]["step"]["forward"]
+    text = render(cuda, "table", width=400)
+    assert "less the cuBLAS workspaces" in text and "67.109 MB" in text
