@@ -126,3 +126,15 @@ def test_plain_prediction_mid_size(setup):
     )
     measured = measure_step(cfg, 96, 2, device="cpu", setup=setup, method="allocator")
     assert_same(measured, plain_cpu(cfg, 96, 2, setup))
+
+
+@pytest.mark.parametrize("setup", [s for s in EVERY if s.attention == "sdpa"], ids=lambda s: s.label)
+def test_one_head_merges_by_a_view(setup):
+    """With one head (a TP rank's h/M = 1) the fused kernel's (B, 1, S, d) output and the merged
+    (B, S, d) are the same memory: no merge copy (T·d_head·e per layer less than with h > 1).  Both the
+    traced run (the tracker on meta) and the plain run (the CPU allocator) equal the prediction."""
+    cfg = ModelConfig(vocab_size=31, context_length=16, num_layers=2, d_model=12, num_heads=1, d_ff=22, qk_norm=True)
+    traced = predict_training_step(cfg, 7, 3, setup=setup, mode="traced")
+    assert_same(measure_step(cfg, 7, 3, device="meta", setup=setup), traced)
+    measured = measure_step(cfg, 7, 3, device="cpu", setup=setup, method="allocator")
+    assert_same(measured, plain_cpu(cfg, 7, 3, setup))

@@ -127,3 +127,18 @@ def test_vocab_parallel_head_saves_the_log_softmax_not_the_course_tensors():
     from lm_accounting.analytic.tensor_parallel import vocab_parallel_head_saved
 
     assert vocab_parallel_head_saved(TINY, S, 1, TrainingSetup(), 2) == 3_264 + 8
+
+
+@pytest.mark.parametrize(
+    "case", [("none", "fp32"), ("none", "amp-bf16"), ("full", "bf16"), ("selective", "bf16")], ids="+".join
+)
+def test_one_local_head_is_exact(case):
+    """h = 2 over tp = 2: one head per rank, whose fused-attention output merges by a view (no copy:
+    ``Sizes.merge_copy``); every phase byte for byte (before: T·d_head·e per layer high without
+    checkpointing, one layer's under checkpointing in bf16)."""
+    from lm_accounting.config import ModelConfig
+
+    checkpoint, precision = case
+    cfg = ModelConfig(vocab_size=101, context_length=16, num_layers=2, d_model=24, num_heads=2, d_ff=40, name="h2")
+    setup = TrainingSetup(attention="sdpa", checkpoint=checkpoint, precision=precision)
+    assert measure_rank(cfg, S, 1, setup, TP).step == rank_step(cfg, S, 1, setup, TP, mode="traced")[0]

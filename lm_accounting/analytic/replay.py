@@ -912,7 +912,7 @@ def _amp_layer_forward(
     if z.sdpa:  # the CPU flash op is on no autocast list: bf16 q, k, v in, bf16 output, fp32 logsumexp
         f1, f2 = z.flash_scratch_forward(2)  # CPU only
         r(+Tq * n, +z.lse * n, +f1 * n, +f2 * n, -f2 * n, -f1 * n)  # flash kernel (both saved)
-        r(+Tq)  # merge heads (saved by output_proj)
+        r(+Tq * z.merge_copy)  # merge heads (saved by output_proj; a view: ``Sizes.merge_copy``)
         r(+w["attn.output_proj"], +Td2 * n, -Td, +mix, +Td, -mix, -Td2)  # output proj; ln1 output dies; residual add
     else:
         w8, we = z.wrap(2)  # CPU: the wrapped 1/√d_head, saved until the scale's backward (a rerun's dies at once)
@@ -1003,7 +1003,7 @@ def _amp_layer_forward_unsaved(
     if z.sdpa:
         f1, f2 = z.flash_scratch_forward(2)  # CPU only
         r(+Tq, +z.lse, +f1, +f2, -f2, -f1, -z.lse * k)  # flash; logsumexp dies on return
-        r(+Tq, -Tq * k)  # merge heads; kernel output dies
+        r(+Tq * z.merge_copy, -Tq * k * z.merge_copy)  # merge heads; kernel output dies
     else:
         r(+Sc, +z.wrap(2)[0], +z.wrap(2)[1], +Sc, -z.wrap(2)[1], -Sc * k)  # QKᵀ; scale (CPU: the 8 bytes stay)
         r(+b.e, +Sc, -b.e, -Sc)  # where
@@ -1011,7 +1011,8 @@ def _amp_layer_forward_unsaved(
         r(+Sc, +Tkv, +Tq, -Tkv, -Sc, -Sc, -Sc4)  # probs copy; V contiguous; AV; copies, scores, probs die
         r(+Tq, -Tq * k)  # merge heads
     r(+w["attn.output_proj"], +Td2, -w["attn.output_proj"])  # output projection; weight copy dies
-    r(-Tq, -Tkv, -Tkv * k, -Tq, -Td)  # q, k, v, merged heads and ln1 output die
+    heads = z.merge_copy or k  # merged heads: a copy dies; a view of the kernel's output dies with it
+    r(-Tq, -Tkv, -Tkv * k, -Tq * heads, -Td)  # q, k, v, merged heads and ln1 output die
     r(+mix, +Td, -mix, -Td2 * k)  # residual add; attention output dies
     _norm_forward_unsaved(r, z, T, c.d_model)  # ln2
     if moe is not None:
@@ -1057,7 +1058,8 @@ def _amp_layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool, moe
         r(+w["ffn.w1"], +Td2, -Tf, -w["ffn.w1"], -Td2, +Td, -Td2, _Copy(Td), -Td, +p["ffn.w1"], -w["ffn.w1"])  # w1
     _norm_backward(r, z, T, c.d_model, residual=True, rerun=rerun)  # ln2
     out = "attn.output_proj"
-    r(+Td2, +w[out], +Tq, -Td2, -w[out], -Tq, +p[out], -w[out])  # output_proj: grad to bf16; dW, d(heads)
+    # output_proj: grad to bf16; dW, d(heads); merged heads released (a view: with the kernel's output)
+    r(+Td2, +w[out], +Tq, -Td2, -w[out], -Tq * z.merge_copy, +p[out], -w[out])
     if z.sdpa:
         g1, g2, g3 = z.flash_scratch_backward(2)  # CPU only
         r(+Tq, +Tkv, +Tkv, +g1, +g2, +g3, -g3, -g2, -g1, -Tq, -Tkv, -Tq, -Tkv, -z.lse, -Tq)  # flash backward

@@ -121,11 +121,13 @@ class Sizes:
 
     @property
     def merge_copy(self) -> int:
-        """1 when merging the heads copies the kernel's output, 0 when it is a view.  The CPU flash kernel
-        and CUDA's flash (its output is ``empty_like`` the (B, h, S, d)-ordered query) give a
+        """1 when merging the heads copies the fused kernel's output, 0 when it is a view.  The CPU flash
+        kernel and CUDA's flash (its output is ``empty_like`` the (B, h, S, d)-ordered query) give a
         (B, h, S, d)-ordered output, so the transpose to (B, S, h·d) copies; the memory-efficient kernel
-        allocates its output (B, S, h, d)-ordered, so the merge is a view (measured on an H100)."""
-        return 0 if self.efficient else 1
+        allocates its output (B, S, h, d)-ordered, so the merge is a view (measured on an H100).  With
+        one head (a TP rank's h/M = 1) both orders are the same memory: a view (measured on the fake
+        process group: T·d_head·e per layer less without checkpointing)."""
+        return 0 if self.efficient or (self.sdpa and self.cfg.num_heads == 1) else 1
 
     @property
     def lse(self) -> int:
