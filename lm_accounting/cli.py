@@ -384,6 +384,10 @@ def memory_cmd(
 
         if rank is not None and rank >= layout.world:
             raise AccountingError(f"--rank {rank} is outside the world of {layout.world}")
+        if measure == "none" and setup.attention == "sdpa":  # a GPU job: CUDA must have the fused kernel
+            from .setup import check_cuda_fused_attention
+
+            check_cuda_fused_attention(run.kv_heads < run.num_heads, setup.precision == "fp32")
         m = parallel_memory(
             run,
             run.context_length,

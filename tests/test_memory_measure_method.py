@@ -108,3 +108,10 @@ def test_fp32_fused_attention_with_grouped_kv_is_refused_for_cuda(run_cli, tiny)
     r = run_cli("memory", tiny, "--context", "7", "--attention", "sdpa")
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "no CUDA kernel" in r.err
     assert memory_json(run_cli, tiny, "--attention", "sdpa", "--precision", "bf16")["implementation_exact"]
+
+
+def test_a_layout_is_refused_the_same_way_unless_measured_on_meta(run_cli, tiny):
+    r = run_cli("memory", tiny, "--context", "8", "--attention", "sdpa", "--dp", "2", "--zero", "3")
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "no CUDA kernel" in r.err
+    flags = ("--context", "8", "--attention", "sdpa", "--dp", "2", "--zero", "3", "--measure", "meta")
+    assert run_cli("memory", tiny, *flags).code == 0
