@@ -12,6 +12,7 @@ import dataclasses
 import difflib
 import functools
 import os
+import re
 import shutil
 import sys
 from collections.abc import Callable, Sequence
@@ -46,8 +47,24 @@ SHAPE_FLAGS = {  # dedicated flags for common overrides: option name -> ModelCon
 }
 
 
+SCIENTIFIC = re.compile(r"(\d+)(?:\.(\d+))?[eE]\+?(\d{1,2})")  # 1e12, 1.5E+13: an exact integer, exponent < 100
+
+
+def scientific_digits(text: str) -> str:
+    """The decimal digits of ``text`` written as m·10^k (``15e12``, ``1.5e13``) when that is a whole
+    number; ``text`` itself otherwise (left to the integer check).  Built as text: no float rounding."""
+    match = SCIENTIFIC.fullmatch(text)
+    if match is None:
+        return text
+    whole, frac, exp = match.group(1), (match.group(2) or "").rstrip("0"), int(match.group(3))
+    if len(frac) > exp:
+        return text  # a fraction: not an integer
+    return whole + frac + "0" * (exp - len(frac))
+
+
 class PositiveInt(click.ParamType):
-    """An integer >= 1 and <= 10^18, with a plain message (and no echo of a huge number) otherwise."""
+    """An integer >= 1 and <= 10^18 (also written 1e12 or 1.5e13), with a plain message (and no echo of
+    a huge number) otherwise."""
 
     name = "integer"
 
@@ -56,7 +73,7 @@ class PositiveInt(click.ParamType):
             text = str(value)
         else:
             text = str(value).strip().replace("_", "")
-        digits = text.lstrip("+")
+        digits = scientific_digits(text.lstrip("+"))
         if not digits.isdigit():
             shown = text if len(text) <= 40 else text[:20] + f"…({len(text)} characters)"
             self.fail(f"must be a positive integer, got {shown!r}", param, ctx)

@@ -281,3 +281,29 @@ def test_verbose_lists_the_ignored_config_json_fields(run_cli, tmp_path):
     assert r.code == 0 and "8,030,261,248" in r.out  # Llama-3-8B's published count
     assert "ignored config fields" in r.err and "attention_dropout" in r.err and "bos_token_id" in r.err
     assert "ignored" not in run_cli(path).err
+
+
+@pytest.mark.parametrize(
+    "text,value",
+    [("1e12", 10**12), ("15E12", 15 * 10**12), ("1.5e3", 1_500), ("2.50e2", 250), ("+1e1", 10), ("1_024", 1_024)],
+)
+def test_counts_take_exact_scientific_notation(text, value):
+    from lm_accounting.cli import POSITIVE
+
+    assert POSITIVE.convert(text, None, None) == value
+
+
+@pytest.mark.parametrize("text", ["1.25e1", "1e99", "1e999", "1e-3", "1.5", "e12", "nan", "inf"])
+def test_counts_refuse_what_is_not_a_whole_number_in_range(text):
+    import click
+
+    from lm_accounting.cli import POSITIVE
+
+    with pytest.raises(click.BadParameter):
+        POSITIVE.convert(text, None, None)
+
+
+def test_plan_takes_tokens_as_1e12(run_cli):
+    r = run_cli("plan", "llama-3-8b", "--gpus", "8..16", "--context", "8192", "--tokens", "1e12", "--top", "1")
+    assert r.code == 0, r.err
+    assert "1,000,000,000,000 tokens" in r.out
