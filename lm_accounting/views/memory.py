@@ -280,13 +280,18 @@ def memory_view(m: MemoryAccount) -> View:
         "Conventions:",
         (
             "  - implementation-exact: the allocation sequence of our live model's ops, replayed; "
-            "equal to the storage tracker's count on meta and CPU byte for byte (torch 2.13)."
+            "equal to the storage tracker's count on meta and CPU byte for byte (torch 2.13); for cuda with "
+            "CUDA's fused-attention kernels, equal to the bytes the tensors requested from the caching allocator "
+            "(measured on an H100, torch 2.11)."
         ),
         (
             "  - AdamW's step counters count on the device that holds them: on the CPU for the for-loop and "
             "foreach implementations, on the parameters' device for fused."
         ),
-        "  - CUDA adds allocator rounding (512-byte blocks) and cuBLAS workspaces; meta and CPU do not.",
+        (
+            "  - CUDA adds allocator rounding (512-byte blocks, unsplit blocks) and cuBLAS workspaces (64 MiB with a "
+            "backward on an H100), not in these figures; meta and CPU do not."
+        ),
         "  - GB = 10^9 bytes, GiB = 2^30 bytes.",
     ]
     return View(header, tables, footer)
