@@ -17,6 +17,7 @@ pytest.importorskip("torch")
 from lm_accounting.analytic.collectives import step_collectives, totals
 from lm_accounting.analytic.hardware_flops import step_flops
 from lm_accounting.analytic.parallel import local_config, model_states, rank_step
+from lm_accounting.analytic.parallel_report import parallel_memory
 from lm_accounting.config import ModelConfig
 from lm_accounting.layout import ParallelLayout
 from lm_accounting.measure.distributed import measure_rank
@@ -182,6 +183,8 @@ def test_world_sizes_up_to_64(lay):
         assert m.step.baseline == pred.baseline
         assert all(m.step.phase(p).end == pred.phase(p).end for p in ("forward", "backward", "optimizer_step"))
         assert m.collectives == totals(step_collectives(cfg, S, 1, setup, lay, first_step=True))
+        if parallel_memory(cfg, S, 1, setup, lay, rank=rank).peaks_exact:  # what the output calls exact is
+            assert m.step == pred
 
 
 def test_cli_measures_the_worst_rank(run_cli):

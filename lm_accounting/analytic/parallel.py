@@ -473,6 +473,39 @@ def _replay(local: ModelConfig, seq: int, setup: TrainingSetup, mode: str, units
     )
 
 
+def sp_peaks_exact_here(
+    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, steps: dict
+) -> bool:
+    """Whether ``rank_step``'s peaks of a sequence-parallel rank (no vocab parallel, no pipeline) are exact
+    at this shape, ``steps`` being its StepMemory per mode ("plain", "traced").
+
+    The TP-local replay R keeps the norms and residual stream whole; ``rank_step`` shifts R by the whole
+    sequence-parallel saving (rule 5).  That is exact where every split tensor is live (saved for the
+    backward) and nothing split is being computed: after ln_final's forward (the LM head and the loss),
+    and in the backward before ln_final's (the loss and the LM head), or at the embedding's backward
+    (``embedding_backward_peak``, without FSDP2); inside the blocks and the final norm R is an upper
+    bound (whole norm temporaries and residual stream against T/M; measured, tests).  So the peaks are
+    exact when R's forward peak lies beyond its blocks (strictly above ``forward_blocks``) and its
+    backward peak is reached in the head (``backward_head``) or at the embedding, in both modes."""
+    if not layout.sequence_parallel or layout.vocab_parallel or layout.pp > 1:
+        return False
+    if layout.fsdp and layout.zero == 3 and setup.checkpoint == "selective" and setup.precision == "fp32":
+        return False  # a row-parallel all-reduce output R does not hold (``fsdp_peaks_exact``)
+    units = fsdp_units(cfg, setup, layout) if layout.fsdp and layout.dp > 1 else None
+    local, run_setup = local_config(cfg, layout), fsdp_compute_setup(setup, layout)
+    for mode, step in steps.items():
+        r = _replay(local, seq, run_setup, mode, units, 1, ("meta", 1))
+        if r.forward.peak.at(batch) <= r.forward_blocks.at(batch):
+            return False
+        head = r.backward_head.at(batch) == r.backward.peak.at(batch)
+        emb = units is None and step.backward.peak == embedding_backward_peak(
+            cfg, seq, batch, setup, layout, step.backward.end, mode
+        )
+        if not (head or emb):
+            return False
+    return True
+
+
 def adamw_temporary(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, st: ModelStates) -> int:
     """The AdamW step's temporary (``analytic.memory.adamw_step_temporary_bytes``) for the moments
     this rank holds.  foreach: one copy of v per parameter group (``torch._foreach_sqrt``; the

@@ -22,7 +22,7 @@ from ..setup import TrainingSetup
 from .collectives import Collective, step_collectives, wire_bytes
 from .fsdp import fsdp_peaks_exact
 from .hardware_flops import StepFlops
-from .parallel import ModelStates, expert_rows, model_states, rank_flops, rank_step
+from .parallel import ModelStates, expert_rows, model_states, rank_flops, rank_step, sp_peaks_exact_here
 from .pipeline import pipeline_stages
 from .replay import replay_unsupported
 from .tensor_parallel import tp_peaks_exact
@@ -211,7 +211,10 @@ def parallel_memory(
         budget,
         not missing
         and layout.pp == 1
-        and (fsdp_peaks_exact(layout, setup) if layout.fsdp else tp_peaks_exact(layout, setup)),
+        and (
+            (fsdp_peaks_exact(layout, setup) if layout.fsdp else tp_peaks_exact(layout, setup))
+            or sp_peaks_exact_here(cfg, seq, batch, setup, layout, {"plain": step, "traced": traced})
+        ),
         stage,
         not_modelled=tuple(missing),
     )

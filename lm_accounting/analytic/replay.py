@@ -1119,6 +1119,11 @@ class StepInBatch:
     forward: PhaseInBatch
     backward: PhaseInBatch
     optimizer_step: PhaseInBatch
+    # the forward's peak up to ln_final's forward, and the backward's before ln_final's backward: what the
+    # blocks can set.  A phase whose peak lies beyond them (the head and the loss) is set where no
+    # sequence-parallel split is live but the saved activations (``analytic.parallel.sp_peaks_exact_here``)
+    forward_blocks: PeakEnvelope | None = None
+    backward_head: PeakEnvelope | None = None
 
     def phases(self) -> dict[str, PhaseInBatch]:
         return {name: getattr(self, name) for name in PHASES}
@@ -1277,6 +1282,7 @@ def replay_training_step(
         _layer_runs(r, c, split, False, lambda q, m: _layer_forward(q, z, moe=m), ev)
     layer_backward = _amp_layer_backward if z.amp else _layer_backward
     _norm_forward(r, z, T, c.d_model)  # ln_final
+    forward_blocks = r.peak()
     head2 = emb // 2  # amp: autocast's bf16 copy of the LM head's weight (the embedding's when tied)
     if z.amp:  # weight copy, input copy (saved), bf16 logits; ln_final's fp32 output dies
         r(+head2, +z.bf16.act(c.d_model), +z.bf16.act(c.vocab_size), -Td)
@@ -1320,6 +1326,7 @@ def replay_training_step(
         r(+head2, +Td2, -TV2, -head2, -Td2, +Td, -Td2, +emb, -head2)
     else:
         r(+emb, +Td, -(TV2 if fl else TV), -Td)  # lm_head: dW, dx; ln_final output released
+    backward_head = r.peak()
     _norm_backward(r, z, T, c.d_model, residual=False)  # ln_final
     # layers L-1 .. 1, then layer 0, which also releases the shared mask
     _layer_runs(r, c, split, True, lambda q, m: layer_backward(q, z, p, last=False, moe=m), ev)
@@ -1337,7 +1344,7 @@ def replay_training_step(
     extra = adamw_step_temporary_bytes(cfg, dtype, optimizer) + adamw_step_scalar_bytes(z)
     top = backward.end + extra
     step = PhaseInBatch(PeakEnvelope(((top.a, top.b),)), backward.end - params)
-    return StepInBatch(baseline, forward, backward, step)
+    return StepInBatch(baseline, forward, backward, step, forward_blocks, backward_head)
 
 
 def predict_training_step(

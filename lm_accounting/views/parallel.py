@@ -109,7 +109,10 @@ def parallel_view(r: ParallelMemory) -> View:
         (
             "Exact against one rank of the real job on the fake process group: model states, ends of phases,"
             " collectives; peaks too for DDP, ZeRO-1, TP and FSDP2 (with TP too, but ZeRO-3 + selective + fp32),"
-            " and sequence or vocab parallel without checkpointing or FSDP2.  Pipeline parallel: analytic only."
+            " and sequence or vocab parallel without checkpointing or FSDP2; with them, sequence parallel where the"
+            " LM head, the loss or the embedding's backward sets both peaks (checked per layout; elsewhere the"
+            " recomputed blocks' norms and residual stream are counted whole: an upper bound)."
+            "  Pipeline parallel: analytic only."
         ),
     ]
     if lay.ep > 1:
