@@ -89,8 +89,8 @@ class ParallelLayout:
     def single(self) -> bool:
         return self.world == 1
 
-    def check(self, cfg: ModelConfig) -> None:
-        """Refuse, with one line, a layout that ``cfg`` cannot take."""
+    def check(self, cfg: ModelConfig, seq: int | None = None) -> None:
+        """Refuse, with one line, a layout that ``cfg`` (at ``seq`` tokens a sequence) cannot take."""
         moe_mla = [u for u in ("mixture of experts", "latent attention (MLA)") if u in cfg.unsupported_for_replay()]
         unsupported = [u for u in cfg.unsupported_for_replay() if u not in moe_mla]
         if unsupported and not self.single:
@@ -111,6 +111,9 @@ class ParallelLayout:
         for what, n in (("heads", cfg.num_heads), ("kv heads", cfg.kv_heads), ("d_ff", cfg.d_ff)):
             if n % m:
                 raise AccountingError(f"tp={m} does not divide the {what} ({n})")
+        if self.sequence_parallel and seq is not None and seq % m:
+            # the job's ``Shard(1)`` of (B, S, d): the positions split evenly (Megatron splits S too)
+            raise AccountingError(f"sequence parallel splits the {seq:,} positions over tp={m}: use a multiple of {m}")
         if self.vocab_parallel and cfg.tie_embeddings:
             raise AccountingError("vocab parallel with tied embeddings is not accounted (untie them or drop it)")
         if self.pp > cfg.num_layers:

@@ -225,7 +225,7 @@ def plan(
                             b, full = 1, set()  # checkpoint modes that no longer fit (memory grows with b)
                             while b <= per_rank:
                                 k = per_rank // b
-                                if per_rank % b == 0 and k >= pp and (not sp or (b * seq) % tp == 0):
+                                if per_rank % b == 0 and k >= pp and (not sp or seq % tp == 0):
                                     lay = ParallelLayout(
                                         dp=dp, zero=zero, tp=tp, sequence_parallel=sp, pp=pp, micro_batches=k
                                     )

@@ -52,6 +52,23 @@ def test_fsdp2_step_is_byte_exact(zero, setup):
     assert measured.step == rank_step(TINY, S, 1, setup, lay, mode="traced")[0]
 
 
+@pytest.mark.parametrize("setup", SETUPS, ids=lambda s: s.label)
+@pytest.mark.parametrize("zero", [2, 3])
+def test_fsdp2_tp_sp_step_is_byte_exact(zero, setup):
+    """FSDP2 × TP + sequence parallel (dp 2, tp 2): the replay runs the sequence-parallel rank (norms and
+    residual stream at T/M rows, all-gathers and reduce-scatters around the projections) with FSDP2's unit
+    events: every phase byte for byte, and the output says so (``fsdp_peaks_exact``)."""
+    pytest.importorskip("torch")
+    from lm_accounting.analytic.fsdp import fsdp_peaks_exact
+    from lm_accounting.analytic.parallel import rank_step
+    from lm_accounting.measure.distributed import measure_rank
+
+    lay = ParallelLayout(dp=2, zero=zero, tp=2, sequence_parallel=True)
+    measured = measure_rank(TINY, S, 1, setup, lay)
+    assert measured.step == rank_step(TINY, S, 1, setup, lay, mode="traced")[0]
+    assert fsdp_peaks_exact(lay, setup)
+
+
 @pytest.mark.parametrize(
     "lay", [ParallelLayout(dp=8, zero=3), ParallelLayout(dp=16, zero=2), ParallelLayout(dp=64, zero=3)], ids=str
 )
@@ -89,7 +106,8 @@ def test_llama_3_8b_over_64_gpus_is_byte_exact():
     [
         (["--dp", "8", "--zero", "3"], True),
         (["--dp", "8", "--zero", "2", "--tp", "2"], True),
-        (["--dp", "8", "--zero", "3", "--tp", "2", "--sp", "--checkpoint", "full"], False),
+        (["--dp", "8", "--zero", "3", "--tp", "2", "--sp", "--checkpoint", "full"], True),
+        (["--dp", "8", "--zero", "3", "--tp", "2", "--checkpoint", "selective", "--precision", "fp32"], False),
     ],
 )
 def test_memory_says_whether_fsdp_peaks_are_exact(run_cli, args, exact):

@@ -56,6 +56,17 @@ def test_tp_must_divide_heads_kv_heads_and_d_ff(cfg, tp, message):
         ParallelLayout(tp=tp).check(cfg)
 
 
+def test_sequence_parallel_needs_positions_that_split_evenly(run_cli):
+    """The job shards (B, S, d) along S (``Shard(1)``); at S = 15 over tp = 2 the live job itself fails
+    (a 16- against a 15-position tensor inside attention), so the layout is refused up front, in one line."""
+    with pytest.raises(AccountingError, match="splits the 15 positions over tp=2"):
+        ParallelLayout(tp=2, sequence_parallel=True).check(TINY, 15)
+    ParallelLayout(tp=2, sequence_parallel=True).check(TINY, 16)
+    ParallelLayout(tp=2).check(TINY, 15)  # without sequence parallel S is whole on every rank
+    r = run_cli("memory", "llama-3-8b", "--context", "4095", "--dp", "8", "--zero", "3", "--tp", "2", "--sp")
+    assert r.code == 2 and r.err.strip().count("\n") == 0 and "use a multiple of 2" in r.err
+
+
 def test_world_is_the_product_of_the_degrees():
     lay = ParallelLayout(dp=8, zero=3, tp=4, sequence_parallel=True, pp=2, micro_batches=8)
     assert lay.world == 64 and lay.label == "dp8·zero3·tp4+sp·pp2x8"

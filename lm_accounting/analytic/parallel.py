@@ -24,7 +24,15 @@ for a projection; "local" means after the TP split.
 3. ZeRO-1: parameters and gradients whole; AdamW's moments only for the tensors the rank owns.
 4. DDP (zero 0, 1; D > 1): bucket buffers holding a copy of every gradient, Σ n·e, from construction.
 5. Sequence parallel: the residual stream and the norms' own tensors are split along the sequence
-   (÷M); the projections keep the all-gathered norm output (whole).
+   (÷M); the projections keep the all-gathered norm output (whole).  The replay runs the rank itself
+   (``sp_replayed``: fp32 and bf16, and amp-bf16 under FSDP2, S divisible by M): norms and residual
+   stream at T/M rows; before each column-parallel projection the norm's output all-gathered (T·d);
+   each row-parallel output a whole partial sum reduce-scattered to T/M rows (through a T·d ``cat``);
+   in the backward the mirror images (the gradient of a reduce-scattered output all-gathered, of an
+   all-gathered input reduce-scattered), in the forward, the recompute and the backward alike
+   (``replay._sp_all_gather``, ``_sp_reduce_scatter``).  Otherwise (amp-bf16 without FSDP2) the
+   TP-local replay is shifted by the saving (``_saved_activations``): peaks an estimate inside the
+   blocks (``sp_peaks_exact_here``).
 6. Expert parallel (ep; torchtitan's convention, ``layout``): a routed-expert stack (E, out, in) is
    (E/ep, out, in) on each rank; under FSDP2 it is its own unit per MoE block, sharded over the dp/ep
    ranks that hold the same experts (dim 0, or dim 1 when dp > E: (E/ep, ceil(out/(dp/ep)), in)); every
@@ -50,12 +58,13 @@ from ..names import DTYPE_BYTES
 from ..phases import PhaseBytes, StepMemory
 from ..setup import TrainingSetup
 from .activations import norm_saved_bytes, saved_activation_breakdown
-from .fsdp import fsdp_units
+from .fsdp import fsdp_peaks_exact, fsdp_units
 from .hardware_flops import StepFlops, step_flops
 from .replay import adamw_step_scalar_bytes
 from .sizes import Sizes
 from .tensor_parallel import (
     embedding_backward_peak,
+    tp_peaks_exact,
     vocab_parallel_gradient_extra,
     vocab_parallel_head_saved,
     vocab_parallel_step,
@@ -414,7 +423,8 @@ def saved_activations(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSet
 def _saved_activations(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout) -> int:
     """Bytes saved for backward on one rank: the TP-local model's (rule 1), less what sequence
     parallel splits (rule 5): the residual stream, and the norms' own tensors (rsqrt, the fp32
-    normalised input, under ``none``), ÷M.  Vocab parallel: the LM head's and the course loss's
+    normalised input, under ``none``), ÷M (equal to the sequence-parallel replay's forward end less
+    its baseline: checked by the measured tests, whose forward ends come from this).  Vocab parallel: the LM head's and the course loss's
     tensors replaced by the vocab-parallel head's (``vocab_parallel_head_saved``)."""
     local = local_config(cfg, layout)
     mp = layout.fsdp and setup.autocast and layout.dp > 1
@@ -453,31 +463,47 @@ def single_rank_step(
     FSDP2's unit events when ``units`` (``analytic.fsdp.FsdpUnits``) is given; vocab parallel: the job's
     own embedding, head and loss (``analytic.tensor_parallel.vocab_parallel_replay``)."""
     if layout.vocab_parallel and units is None:
-        return vocab_parallel_step(local_config(cfg, layout), seq, batch, setup, mode, layout.tp)
+        sp = sp_replayed(setup, layout)
+        return vocab_parallel_step(local_config(cfg, layout), seq, batch, setup, mode, layout.tp, sp)
     where = (device, cpu_threads)  # a plain CPU run (device "cpu") adds the CPU allocator's own extras
-    return _replay_at(local_config(cfg, layout), seq, batch, fsdp_compute_setup(setup, layout), mode, units, where)
+    run_setup = fsdp_compute_setup(setup, layout)
+    sp = sp_replayed(run_setup, layout)
+    return _replay_at(local_config(cfg, layout), seq, batch, run_setup, mode, units, where, sp)
 
 
 @lru_cache(maxsize=4096)
-def _replay_at(local: ModelConfig, seq: int, batch: int, setup: TrainingSetup, mode: str, units, where):
-    return _replay(local, seq, setup, mode, units, batch if local.moe else 1, where).at(batch)
+def _replay_at(local: ModelConfig, seq: int, batch: int, setup: TrainingSetup, mode: str, units, where, sp: int = 1):
+    return _replay(local, seq, setup, mode, units, batch if local.moe else 1, where, sp).at(batch)
 
 
 @lru_cache(maxsize=1024)
-def _replay(local: ModelConfig, seq: int, setup: TrainingSetup, mode: str, units, batch: int, where):
+def _replay(local: ModelConfig, seq: int, setup: TrainingSetup, mode: str, units, batch: int, where, sp: int = 1):
     from .replay import replay_training_step
 
     device, threads = where
     return replay_training_step(
-        local, seq, setup=setup, mode=mode, units=units, batch=batch, device=device, cpu_threads=threads
+        local, seq, setup=setup, mode=mode, units=units, batch=batch, device=device, cpu_threads=threads, sp=sp
     )
+
+
+def sp_replayed(setup: TrainingSetup, layout: ParallelLayout) -> int:
+    """The sequence-parallel degree the replay itself models (rule 5: ``replay_training_step(sp=M)``), or 1
+    where ``rank_step`` shifts the TP-local replay by the sequence-parallel saving instead (amp-bf16).
+    ``layout.check`` admits sequence parallel for dense models whose S splits evenly over the M ranks
+    (``Shard(1)`` chunks of S/M positions)."""
+    m = layout.tp
+    if not layout.sequence_parallel or m == 1 or setup.autocast:
+        return 1
+    return m
 
 
 def sp_peaks_exact_here(
     cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, steps: dict
 ) -> bool:
-    """Whether ``rank_step``'s peaks of a sequence-parallel rank (no vocab parallel, no pipeline) are exact
-    at this shape, ``steps`` being its StepMemory per mode ("plain", "traced").
+    """Whether ``rank_step``'s peaks of a sequence-parallel rank (no vocab parallel, no pipeline) that the
+    replay does not run as such (``sp_replayed`` is 1: amp-bf16 without FSDP2; the others are exact
+    everywhere, ``tp_peaks_exact``, ``fsdp_peaks_exact``) are exact at this shape, ``steps`` being its
+    StepMemory per mode ("plain", "traced").
 
     The TP-local replay R keeps the norms and residual stream whole; ``rank_step`` shifts R by the whole
     sequence-parallel saving (rule 5).  That is exact where every split tensor is live (saved for the
@@ -489,10 +515,10 @@ def sp_peaks_exact_here(
     backward peak is reached in the head (``backward_head``) or at the embedding, in both modes."""
     if not layout.sequence_parallel or layout.vocab_parallel or layout.pp > 1:
         return False
-    if layout.fsdp and layout.zero == 3 and setup.checkpoint == "selective" and setup.precision == "fp32":
-        return False  # a row-parallel all-reduce output R does not hold (``fsdp_peaks_exact``)
-    units = fsdp_units(cfg, setup, layout) if layout.fsdp and layout.dp > 1 else None
     local, run_setup = local_config(cfg, layout), fsdp_compute_setup(setup, layout)
+    if sp_replayed(run_setup, layout) > 1:
+        return False  # replayed as such: exact wherever ``tp_peaks_exact`` / ``fsdp_peaks_exact`` say so
+    units = fsdp_units(cfg, setup, layout) if layout.fsdp and layout.dp > 1 else None
     for mode, step in steps.items():
         r = _replay(local, seq, run_setup, mode, units, 1, ("meta", 1))
         if r.forward.peak.at(batch) <= r.forward_blocks.at(batch):
@@ -504,6 +530,20 @@ def sp_peaks_exact_here(
         if not (head or emb):
             return False
     return True
+
+
+def peaks_exact(
+    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, steps: dict
+) -> bool:
+    """Whether ``rank_step``'s forward and backward peaks (``steps``: its StepMemory per mode, "plain"
+    and "traced") are byte-exact against the fake-PG job: by layout and setup (``fsdp_peaks_exact``,
+    ``tp_peaks_exact``), else at this shape (``sp_peaks_exact_here``).  Pipeline stages: never
+    (analytic only)."""
+    if layout.pp > 1:
+        return False
+    if fsdp_peaks_exact(layout, setup) if layout.fsdp else tp_peaks_exact(layout, setup):
+        return True
+    return sp_peaks_exact_here(cfg, seq, batch, setup, layout, steps)
 
 
 def adamw_temporary(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, st: ModelStates) -> int:
@@ -557,10 +597,14 @@ def rank_step(
     output and unsharded parameters, reshard, prefetch, reduce-scatter input and output:
     ``analytic.fsdp``), and its forward and backward are shifted by the same baseline change.
 
-    Exact (byte for byte against the fake-PG run) for DDP, ZeRO-1, TP (with or without SP) and
-    FSDP2 (``tests/test_parallel_measured.py``).
+    Sequence parallel: R is the sequence-parallel rank's own replay where ``sp_replayed`` (rule 5),
+    else R shifted by the saving.
+
+    Exact (byte for byte against the fake-PG run) for DDP, ZeRO-1, TP, TP + SP in fp32 and bf16 (with
+    or without vocab parallel) and FSDP2, with TP and SP too (``tests/test_parallel_measured.py``;
+    what is left: ``tp_peaks_exact``, ``fsdp_peaks_exact``).
     """
-    layout.check(cfg)
+    layout.check(cfg, seq)
     units = fsdp_units(cfg, setup, layout) if layout.fsdp and layout.dp > 1 else None
     r = single_rank_step(cfg, seq, batch, setup, layout, mode, units, device, cpu_threads)
     st = model_states(cfg, setup, layout, rank=rank)
@@ -570,8 +614,10 @@ def rank_step(
     n_run = n * DTYPE_BYTES[fsdp_compute_setup(setup, layout).param_dtype] // e  # the replay's parameter bytes
     shift = st.parameters + st.optimizer + st.ddp_buckets - 3 * n_run
     base = r.baseline + shift
-    if units is not None:  # less what sequence parallel splits (rule 5), which R keeps whole
-        sp = saved_activations(cfg, seq, batch, setup, dataclasses.replace(layout, sequence_parallel=False)) - act
+    if units is not None:  # less what sequence parallel splits (rule 5), where R keeps it whole
+        sp = 0
+        if layout.sequence_parallel and sp_replayed(fsdp_compute_setup(setup, layout), layout) == 1:
+            sp = saved_activations(cfg, seq, batch, setup, dataclasses.replace(layout, sequence_parallel=False)) - act
         fwd = PhaseBytes(r.forward.peak + shift - sp, r.forward.end + shift - sp)
         bwd = PhaseBytes(r.backward.peak + shift - sp, r.backward.end + shift)
     else:

@@ -20,12 +20,10 @@ from ..phases import PHASES, StepMemory
 from ..result import Result
 from ..setup import TrainingSetup
 from .collectives import Collective, step_collectives, wire_bytes
-from .fsdp import fsdp_peaks_exact
 from .hardware_flops import StepFlops
-from .parallel import ModelStates, expert_rows, model_states, rank_flops, rank_step, sp_peaks_exact_here
+from .parallel import ModelStates, expert_rows, model_states, peaks_exact, rank_flops, rank_step
 from .pipeline import pipeline_stages
 from .replay import replay_unsupported
-from .tensor_parallel import tp_peaks_exact
 
 DEFAULT_ALLOWANCE = 3 * 10**9
 """3 GB per GPU: the CUDA context and cuBLAS workspaces (about 0.5–1 GB on an H100), NCCL's
@@ -183,7 +181,7 @@ def parallel_memory(
 ) -> ParallelMemory:
     """The worst rank of ``layout`` (see ``analytic.parallel``; pipeline stages: ``pipeline_stages``),
     or global rank ``rank`` (its data-parallel rank is rank // tp)."""
-    layout.check(cfg)
+    layout.check(cfg, seq)
     stage, missing = None, not_modelled(cfg, seq, setup, layout)
     if missing:
         st = model_states(cfg, setup, layout, rank=None if rank is None else rank // layout.tp)
@@ -209,12 +207,7 @@ def parallel_memory(
         tuple(step_collectives(cfg, seq, batch, setup, layout, rank=st.rank)),
         allowance,
         budget,
-        not missing
-        and layout.pp == 1
-        and (
-            (fsdp_peaks_exact(layout, setup) if layout.fsdp else tp_peaks_exact(layout, setup))
-            or sp_peaks_exact_here(cfg, seq, batch, setup, layout, {"plain": step, "traced": traced})
-        ),
+        not missing and peaks_exact(cfg, seq, batch, setup, layout, {"plain": step, "traced": traced}),
         stage,
         not_modelled=tuple(missing),
     )

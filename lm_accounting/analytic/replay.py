@@ -259,6 +259,25 @@ def _norm_backward(
             r(_Copy(Xe), -Xe)  # join the residual stream's gradient
 
 
+def _sp_all_gather(r: _Replay, z: Sizes) -> None:
+    """Sequence parallel (``PrepareModuleInput``'s Shard(1) -> Replicate, and the backward of a
+    reduce-scatter): a T/M-row tensor all-gathered to the whole (T x d) one in the model dtype: a
+    norm's output before the column-parallel projections (then saved by them), the gradient of a
+    row-parallel output before its backward, the embedding output's gradient.  Nothing without
+    sequence parallel."""
+    if z.sp > 1:
+        r(+z.act(z.cfg.d_model))
+
+
+def _sp_reduce_scatter(r: _Replay, z: Sizes, partial: Affine | int) -> None:
+    """Sequence parallel: a whole (T x d) partial sum (a row-parallel projection's output, or the gradient
+    of an all-gathered input) summed over the M ranks and split along the sequence: ``cat`` of its M
+    sequence chunks (T·d: the collective scatters dim 0), the T/M-row output (``Sizes.residual``), then
+    the cat and the ``partial`` (its bytes; 0 where the SAC cache still holds it) die."""
+    whole = z.act(z.cfg.d_model)
+    r(+whole, +z.residual, -whole, -partial)
+
+
 def _rope_forward(r: _Replay, z: Sizes, width: int) -> None:
     """RoPE on (B, heads, S, d_head): gathers cos/sin rows, rotates adjacent pairs, interleaves."""
     H, cs = z.act(width) // 2, z.rope_table
@@ -518,7 +537,9 @@ def _layer_forward(
     c, T, Td, Tq, Tkv, Tf = z.cfg, z.T, z.act(z.cfg.d_model), z.act(z.cfg.q_dim), z.act(z.cfg.kv_dim), z.act(z.cfg.d_ff)
     Sc, Sr = z.scores, z.score_rows
     n = 0 if cached else 1  # 0: a matmul output handed back by the SAC cache
-    _norm_forward(r, z, T, c.d_model)  # ln1
+    sp, Tr = z.sp > 1, z.residual  # Tr: the residual stream (T/M rows under sequence parallel)
+    _norm_forward(r, z, z.rows, c.d_model)  # ln1
+    _sp_all_gather(r, z)  # its output gathered (saved by q, k, v)
     r(+Tq * n, +Tkv * n, +Tkv * n)  # q, k, v projections
     if c.qk_norm:
         _norm_forward(r, z, T * c.num_heads, c.d_head)
@@ -533,7 +554,12 @@ def _layer_forward(
         # flash kernel: output (B, h, S, d_head) and logsumexp (B, h, S) fp32, both saved (CPU: its scratch)
         r(+Tq * n, +z.lse * n, +f1 * n, +f2 * n, -f2 * n, -f1 * n)
         r(+Tq * z.merge_copy)  # merge heads: the transposed output copied (saved by output_proj)
-        r(+Td * n, +Td, -Td)  # output projection; residual add; the projection's output dies
+        if sp:  # output projection (a partial sum), reduce-scattered; ln1's own output dies; residual add
+            r(+Td * n)
+            _sp_reduce_scatter(r, z, Td)
+            r(-Tr, +Tr, -Tr)
+        else:
+            r(+Td * n, +Td, -Td)  # output projection; residual add; the projection's output dies
     else:
         w8, we = z.wrap(z.e)  # CPU: the wrapped 1/√d_head, saved until the scale's backward (a rerun's dies at once)
         r(+Sc * n, +w8, +we, +Sc, -we, -w8 * recompute, -Sc)  # QKᵀ; · 1/√d_head; raw scores die
@@ -546,8 +572,15 @@ def _layer_forward(
             r(+Sc, +Sr, +Sc, -Sc)  # exp (saved); Σ (saved); divide (saved by AV)
             r(+Tkv, +Tq * n, -Sc)  # V made contiguous (saved); AV; masked scores die
         r(+Tq, -Tq)  # merge heads (saved by output_proj)
-        r(+Td * n, -Tkv, +Td, -Td)  # output projection; v dies; residual add
-    _norm_forward(r, z, T, c.d_model)  # ln2
+        if sp:  # output projection (a partial sum); v dies; reduce-scattered; ln1's own output dies; residual add
+            r(+Td * n, -Tkv)
+            _sp_reduce_scatter(r, z, Td)
+            r(-Tr, +Tr, -Tr)
+        else:
+            r(+Td * n, -Tkv, +Td, -Td)  # output projection; v dies; residual add
+    _norm_forward(r, z, z.rows, c.d_model)  # ln2
+    if moe is None:
+        _sp_all_gather(r, z)  # its output gathered (saved by w1, w3)
     if moe is not None:
         _moe_forward(r, z, moe, recompute, cached)
         if recompute:  # early stop (see ``_moe_forward``)
@@ -560,13 +593,18 @@ def _layer_forward(
         return
     r(+Tf * n, +Tf, +Tf, +Tf * n, +Tf)  # w1, sigmoid, silu, w3, gate (all saved)
     if recompute:  # checkpoint's early stop: w2's inputs were the block's last saved tensors
+        if sp:
+            r(-Tr)  # ln2's own output (w1, w3 saved the gathered one) dies as the rerun unwinds
         if z.e != 4:
-            r(-Td)  # 16-bit: the middle stream (unsaved: ln2 kept an fp32 copy) dies as the rerun unwinds
+            r(-Tr)  # 16-bit: the middle stream (unsaved: ln2 kept an fp32 copy) dies as the rerun unwinds
         return
     r(+Td)  # w2
-    r(+Td, -Td)  # residual add
+    if sp:  # reduce-scattered; ln2's own output dies
+        _sp_reduce_scatter(r, z, Td)
+        r(-Tr)
+    r(+Tr, -Tr)  # residual add
     if z.e != 4:
-        r(-Td, -Td)  # 16-bit: the block's input and middle stream die (norms kept fp32 copies)
+        r(-Tr, -Tr)  # 16-bit: the block's input and middle stream die (norms kept fp32 copies)
 
 
 def _norm_forward_unsaved(r: _Replay, z: Sizes, rows: int, width: int, xe: int | None = None) -> None:
@@ -609,7 +647,9 @@ def _layer_forward_unsaved(r: _Replay, z: Sizes, cached: bool = False, moe: _Moe
     c, T, Td, Tq, Tkv, Tf = z.cfg, z.T, z.act(z.cfg.d_model), z.act(z.cfg.q_dim), z.act(z.cfg.kv_dim), z.act(z.cfg.d_ff)
     Sc, Sr = z.scores, z.score_rows
     k = 0 if cached else 1  # 0: a matmul output the SAC cache keeps alive
-    _norm_forward_unsaved(r, z, T, c.d_model)  # ln1
+    sp, Tr = z.sp > 1, z.residual  # Tr: the residual stream (T/M rows under sequence parallel)
+    _norm_forward_unsaved(r, z, z.rows, c.d_model)  # ln1
+    _sp_all_gather(r, z)  # its output gathered
     r(+Tq, +Tkv, +Tkv)  # q, k, v projections
     if c.qk_norm:
         _norm_forward_unsaved(r, z, T * c.num_heads, c.d_head)
@@ -637,17 +677,31 @@ def _layer_forward_unsaved(r: _Replay, z: Sizes, cached: bool = False, moe: _Moe
             r(-2 * Sc)  # the fp32 probs die
         r(+Tq, -Tq * k)  # merge heads (a copy); AV output dies
     heads = z.merge_copy or k  # merged heads: a copy dies; a view of the kernel's output dies with it
-    r(+Td, -Tq, -Tkv, -Tkv * k, -Tq * heads, -Td)  # output projection; q, k, v, merged heads and ln1 output die
-    r(+Td, -Td * k)  # residual add; attention output dies
-    _norm_forward_unsaved(r, z, T, c.d_model)  # ln2
+    if sp:  # output projection (a partial sum), reduce-scattered; q, k, v, merged heads, ln1's outputs die
+        r(+Td)
+        _sp_reduce_scatter(r, z, Td * k)
+        r(-Tq, -Tkv, -Tkv * k, -Tq * heads, -Td, -Tr)
+        r(+Tr, -Tr)  # residual add; attention output dies
+    else:
+        r(+Td, -Tq, -Tkv, -Tkv * k, -Tq * heads, -Td)  # output projection; q, k, v, merged heads and ln1 output die
+        r(+Td, -Td * k)  # residual add; attention output dies
+    _norm_forward_unsaved(r, z, z.rows, c.d_model)  # ln2
+    if moe is None:
+        _sp_all_gather(r, z)  # its output gathered
     if moe is not None:
         _moe_forward_unsaved(r, z, moe, cached)
         r(-Td, +Td, -Td, -Td)  # ln2 output dies; residual add; the MoE output and the middle stream die
         return
     r(+Tf, +Tf, +Tf, -Tf, -Tf * k)  # w1; sigmoid; silu; sigmoid and w1 output die
     r(+Tf, +Tf, -Tf, -Tf * k)  # w3; gate; silu and w3 output die
-    r(+Td, -Tf, -Td)  # w2; gate and ln2 output die
-    r(+Td, -Td * k, -Td)  # residual add; FFN output and middle stream die
+    if sp:  # w2 (a partial sum), reduce-scattered; the gate and ln2's two outputs die
+        r(+Td)
+        _sp_reduce_scatter(r, z, Td * k)
+        r(-Tf, -Td, -Tr)
+        r(+Tr, -Tr, -Tr)  # residual add; FFN output and middle stream die
+    else:
+        r(+Td, -Tf, -Td)  # w2; gate and ln2 output die
+        r(+Td, -Td * k, -Td)  # residual add; FFN output and middle stream die
 
 
 def _layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool, moe: _MoeSplit | None = None) -> None:
@@ -659,6 +713,8 @@ def _layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool, moe: _M
     checkpointed = z.setup.checkpoint != "none"
     rerun = checkpointed
     early = _moe_grad_copy(z, moe) if rerun else 0
+    if moe is None:
+        _sp_all_gather(r, z)  # sequence parallel: w2's reduce-scatter backward gathers d(out), before any rerun
     if rerun:
         # (MoE without shared experts: the sum's backward copies d(out) before the first node that needs
         # saved tensors, the weighting mul, starts the rerun)
@@ -670,25 +726,31 @@ def _layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool, moe: _M
     if z.setup.checkpoint == "selective" and (moe is None or c.shared_experts):
         frame += (Td,)  # w2's output (MoE: the shared experts'), left in the SAC cache by the early-stopping rerun
     if checkpointed and z.e != 4:
-        frame += (Td,)  # 16-bit: the block input itself (fp32: it is ln1's saved input, released there)
+        frame += (z.residual,)  # 16-bit: the block input itself (fp32: it is ln1's saved input, released there)
+    sp = z.sp > 1
     if moe is not None:
         _moe_backward(r, z, p, moe, copied=bool(early), rerun=rerun)
     else:
-        r(+p["ffn.w2"], +Tf, -Tf)  # w2: dW, d(gate); gate product released
+        r(+p["ffn.w2"], +Tf, -Tf, -Td * sp)  # w2: dW, d(gate); gate product released; (SP) the gathered d(out) too
         r(+Tf, +Tf, -Tf, -Tf, -Tf)  # gate: d silu, d(w3 out)
         r(+p["ffn.w3"], +Td, -Tf)  # w3: dW, dx
         r(+Tf, +Tf, -Tf, -Tf)  # silu = a·σ(a)
         r(+Tf, -Tf, -Tf, _Copy(Tf), -Tf)  # sigmoid backward; sum of the two paths
         # w1: dW, dx; ln2 output released; dx summed (a view: never in place)
         r(+p["ffn.w1"], +Td, -Tf, -Td, +Td, -Td, -Td)
-    _norm_backward(r, z, T, c.d_model, residual=True, rerun=rerun)  # ln2
+        if sp:
+            _sp_reduce_scatter(r, z, Td)  # d(gathered ln2 output) to ln2's T/M rows
+    _norm_backward(r, z, z.rows, c.d_model, residual=True, rerun=rerun)  # ln2
+    _sp_all_gather(r, z)  # the output projection's reduce-scatter backward gathers d(attention output)
     if z.sdpa:
-        r(+p["attn.output_proj"], +Tq, -Tq * z.merge_copy)  # output_proj: dW, d(heads); merged heads released
+        # output_proj: dW, d(heads); merged heads released; (SP) the gathered d(output) too
+        r(+p["attn.output_proj"], +Tq, -Tq * z.merge_copy, -Td * sp)
         # flash backward: dQ, dK, dV; then d(out), q, k, out, v, logsumexp and the output released
         g1, g2, g3 = z.flash_scratch_backward(z.e)  # CPU only
         r(+Tq, +Tkv, +Tkv, +g1, +g2, +g3, -g3, -g2, -g1, -Tq, -Tkv, -Tq, -Tkv, -z.lse, -Tq)
     else:
-        r(+p["attn.output_proj"], +Tq, -Tq, +Tq, -Tq)  # output_proj: dW, d(heads); contiguous copy
+        # output_proj: dW, d(heads); (SP) the gathered d(output) released; contiguous copy
+        r(+p["attn.output_proj"], +Tq, -Tq, -Td * sp, +Tq, -Tq)
         r(+Tkv, +Sc, -Tq, -Tkv, -Sc)  # AV: dV, d(probs); V and probs released
         s, f = Sc, 2 if z.softmax32 else 1  # s: the bf16 scores; f: 2 when the softmax runs in fp32
         Sc, Sr = f * Sc, f * Sr
@@ -722,7 +784,9 @@ def _layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool, moe: _M
     r(+Tkv, -Tkv, +p["attn.k_proj"], +Td, -Tkv, +Td, -Td, -Td)  # k_proj; sum into d(ln1 output) (views: out of place)
     # q_proj; ln1 output released; summed into the k + v sum (a fresh tensor: in place when plain)
     r(+Tq, -Tq, +p["attn.q_proj"], +Td, -Tq, -Td, _Copy(Td), -Td)
-    _norm_backward(r, z, T, c.d_model, residual=True, frame=frame, rerun=rerun)  # ln1
+    if sp:
+        _sp_reduce_scatter(r, z, Td)  # d(gathered ln1 output) to ln1's T/M rows
+    _norm_backward(r, z, z.rows, c.d_model, residual=True, frame=frame, rerun=rerun)  # ln1
 
 
 def _amp_sizes(z: Sizes, p: dict[str, int]):
@@ -1225,6 +1289,7 @@ def replay_training_step(
     cpu_threads: int = 1,
     batch: int = 1,
     units: FsdpUnits | None = None,
+    sp: int = 1,
 ) -> StepInBatch:
     """Replay one training step with the batch B as a variable (see the module docstring).
 
@@ -1240,7 +1305,10 @@ def replay_training_step(
     result is exact for every batch that splits alike (``_MoeSplit``, ``moe_lines_in_batch``).
     ``units``: one rank of an FSDP2 job; its all-gather, reshard and reduce-scatter events are
     replayed at the unit boundaries (``analytic.fsdp``).  The baseline stays the single-GPU one
-    (whole parameters and AdamW state): the caller shifts it to the rank's shards."""
+    (whole parameters and AdamW state): the caller shifts it to the rank's shards.  ``sp``: a
+    sequence-parallel rank of ``sp`` ranks (``cfg`` the TP-local model, dense blocks): the residual
+    stream and the norms at T/M rows, with the all-gathers and reduce-scatters around the projections
+    (``_sp_all_gather``, ``_sp_reduce_scatter``)."""
     from .memory import adamw_step_counter_bytes, adamw_step_temporary_bytes
 
     setup, dtype = as_setup(setup, dtype, optimizer)
@@ -1249,11 +1317,13 @@ def replay_training_step(
     check_mode(mode)
     check_batch_seq(batch, seq)
     check_device(device)
+    if sp > 1 and (cfg.moe or setup.autocast or seq % sp):
+        raise ValueError("sequence parallel is replayed for dense blocks in fp32 or bf16, S divisible by M")
     split = _MoeSplit(cfg, seq, batch) if cfg.moe else None
     plain = mode == "plain"
     softmax32 = units is not None and units.float_logits
     cpu, cuda = plain and device == "cpu", device == "cuda"
-    z = Sizes(cfg, Affine(1), seq, DTYPE_BYTES[dtype], setup, plain, cpu, cpu_threads, softmax32, cuda)
+    z = Sizes(cfg, Affine(1), seq, DTYPE_BYTES[dtype], setup, plain, cpu, cpu_threads, softmax32, cuda, sp)
     c, e, T = cfg, z.e, z.T
     pb = parameter_breakdown(cfg)
     params = pb.total * e
@@ -1271,6 +1341,9 @@ def replay_training_step(
     if not z.sdpa:
         r(+seq * seq, +seq * seq, -seq * seq)  # ones(S, S).tril(): the causal mask (the fused kernel needs none)
     r(+Td)  # embedding lookup
+    sp, Tres = z.sp > 1, z.residual  # the residual stream (T/M rows under sequence parallel)
+    if sp:  # sequence parallel (Replicate -> Shard(1)): this rank's S/M positions copied; the lookup dies
+        r(+Tres, -Td)
     cached = z.setup.checkpoint == "selective"
     if z.amp and z.setup.checkpoint != "none":
         _layer_runs(r, c, split, False, lambda q, m: _amp_layer_forward_unsaved(q, z, p, cached=cached, moe=m), ev)
@@ -1281,12 +1354,15 @@ def replay_training_step(
     else:
         _layer_runs(r, c, split, False, lambda q, m: _layer_forward(q, z, moe=m), ev)
     layer_backward = _amp_layer_backward if z.amp else _layer_backward
-    _norm_forward(r, z, T, c.d_model)  # ln_final
+    _norm_forward(r, z, z.rows, c.d_model)  # ln_final
     forward_blocks = r.peak()
+    _sp_all_gather(r, z)  # its output gathered for the LM head (saved by it)
     head2 = emb // 2  # amp: autocast's bf16 copy of the LM head's weight (the embedding's when tied)
     if z.amp:  # weight copy, input copy (saved), bf16 logits; ln_final's fp32 output dies
         r(+head2, +z.bf16.act(c.d_model), +z.bf16.act(c.vocab_size), -Td)
     r(+TV)  # logits (amp: logits.float(), an fp32 copy)
+    if sp and not z.amp:
+        r(-Tres)  # ln_final's own output dies
     fl = ev is not None and ev.units.float_logits  # FSDP2's bf16 parameters under autocast
     if fl:
         r(+4 * T * c.vocab_size)  # logits.float()
@@ -1295,7 +1371,7 @@ def replay_training_step(
     if z.amp or fl:
         r(-z.bf16.act(c.vocab_size))  # the bf16 logits die with forward's locals
     if e != 4:
-        r(-Td)  # 16-bit: the last residual stream dies (ln_final kept an fp32 copy)
+        r(-Tres)  # 16-bit: the last residual stream dies (ln_final kept an fp32 copy)
     if ev:
         ev.root_post_forward(r)
     if fl:  # the loss reads the fp32 logits: its tensors are fp32
@@ -1326,11 +1402,16 @@ def replay_training_step(
         r(+head2, +Td2, -TV2, -head2, -Td2, +Td, -Td2, +emb, -head2)
     else:
         r(+emb, +Td, -(TV2 if fl else TV), -Td)  # lm_head: dW, dx; ln_final output released
+    if sp:  # dx split along the sequence (the backward of Shard(1) -> Replicate: a chunk copied); dx dies
+        r(+Tres, -Td)
     backward_head = r.peak()
-    _norm_backward(r, z, T, c.d_model, residual=False)  # ln_final
+    _norm_backward(r, z, z.rows, c.d_model, residual=False)  # ln_final
     # layers L-1 .. 1, then layer 0, which also releases the shared mask
     _layer_runs(r, c, split, True, lambda q, m: layer_backward(q, z, p, last=False, moe=m), ev)
     _block(r, split if c.layer_moe(0) else None, 0, lambda q, m: layer_backward(q, z, p, last=True, moe=m), ev, True)
+    if sp:  # the gradient of this rank's S/M positions gathered to the whole output's; the local one dies
+        _sp_all_gather(r, z)
+        r(-Tres)
     r(+emb, _Copy(emb), -Td)  # embedding backward: zeros, index_put (in place when plain)
     if c.tie_embeddings:
         # accumulated onto the LM head's gradient, a transposed view (TBackward): out of place in both runs

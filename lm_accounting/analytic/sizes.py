@@ -47,6 +47,7 @@ class Sizes:
     cpu_threads: int = 1  # at::get_num_threads() of that run: the CPU flash kernel's scratch scales with it
     softmax32: bool = False  # bf16 scores under autocast (FSDP2's bf16 parameters): exp and Σ run in fp32
     cuda: bool = False  # on a CUDA GPU: the fused attention is CUDA's flash or memory-efficient kernel
+    sp: int = 1  # a sequence-parallel rank of M = sp: the residual stream and the norms hold T/M rows
 
     @classmethod
     def of(
@@ -147,6 +148,17 @@ class Sizes:
     def T(self) -> int:
         """Tokens in the batch, B·S."""
         return self.batch * self.seq
+
+    @property
+    def rows(self) -> int:
+        """Rows of the residual stream and of the norms: T, or T/M on a sequence-parallel rank
+        (``Shard(1)``: S/M positions of each sequence)."""
+        return self.T if self.sp == 1 else self.T // self.sp
+
+    @property
+    def residual(self) -> int:
+        """Bytes of one residual-stream tensor, (rows x d_model) in the model dtype."""
+        return self.act(self.cfg.d_model, self.rows)
 
     def act(self, width: int, rows: int | None = None) -> int:
         """A (rows x width) activation in the model dtype; rows default to T."""

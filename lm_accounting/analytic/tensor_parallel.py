@@ -5,6 +5,11 @@
 real job on the fake process group (torch 2.13, ``parallelize_module``; ``measure.distributed``),
 that is byte-exact for TP in every setup; the functions here are what it misses.
 
+Sequence parallel in fp32 and bf16 is replayed as such (``replay_training_step(sp=M)``: the norms and
+the residual stream at T/M rows, the all-gathers and reduce-scatters around the projections, in the
+forward, the recompute and the backward), and so is vocab parallel with it (``vocab_parallel_replay``'s
+``sp``).  Under amp-bf16 R stays the TP-local replay, shifted as follows.
+
 Embedding backward under sequence parallel (``embedding_backward_peak``).  R's backward peak is
 shifted down by the whole sequence-parallel saving (rule 5 of ``analytic.parallel``: the residual
 stream and the norms' tensors ÷M), which is right while those tensors are live.  They are gone by the
@@ -61,10 +66,11 @@ def embedding_backward_peak(
     return end + td + 2 * e + traced
 
 
-def vocab_parallel_replay(local: ModelConfig, seq: int, setup: TrainingSetup, mode: str, tp: int):
+def vocab_parallel_replay(local: ModelConfig, seq: int, setup: TrainingSetup, mode: str, tp: int, sp: int = 1):
     """The replay (``analytic.replay``, a ``StepInBatch``) of TP rank 0 of the vocab-parallel job
     (``measure.parallelize.apply_vocab_parallel``, ``measure.distributed.vocab_parallel_cross_entropy``),
-    without sequence parallel (``rank_step`` splits that off as for any TP rank).  The blocks are the
+    with sequence parallel when ``sp`` = M (``replay_training_step``'s ``sp``; else ``rank_step`` splits it
+    off as for any TP rank).  The blocks are the
     TP-local model's (``local``: h/M heads, d_ff/M); rank 0 holds Vl = ceil(V/M) rows of the embedding
     and of the LM head (DTensor's ``Shard(0)``: ``torch.chunk``, the first ranks one row more).  What
     differs from ``replay_training_step``, in program order:
@@ -75,6 +81,11 @@ def vocab_parallel_replay(local: ModelConfig, seq: int, setup: TrainingSetup, mo
     3. the loss is ``loss_parallel``'s (``_loss_parallel_forward``/``_backward``), not the course's;
     4. LM head backward: its input gradient is all-reduced (column-wise input, Replicate);
     5. embedding backward (``_vocab_embedding_backward``): the whole (V, d) gradient.
+
+    Sequence parallel: the embedding's partial output is reduce-scattered to T/M rows instead of
+    all-reduced (1, ``_sp_reduce_scatter``), ln_final's output all-gathered for the LM head, and in the
+    backward the LM head's input gradient reduce-scattered (4) and the embedding's output gradient
+    all-gathered back to the whole (B, S, d) (5).
     """
     from .memory import adamw_step_counter_bytes
     from .params import parameter_breakdown
@@ -93,6 +104,8 @@ def vocab_parallel_replay(local: ModelConfig, seq: int, setup: TrainingSetup, mo
         _norm_backward,
         _norm_forward,
         _Replay,
+        _sp_all_gather,
+        _sp_reduce_scatter,
     )
     from .sizes import Sizes
 
@@ -100,7 +113,7 @@ def vocab_parallel_replay(local: ModelConfig, seq: int, setup: TrainingSetup, mo
         raise ValueError("vocab parallel is replayed for the dense, untied course architecture only")
     plain = mode == "plain"
     c = local
-    z = Sizes(c, Affine(1), seq, DTYPE_BYTES[setup.param_dtype], setup, plain, False, 1)
+    z = Sizes(c, Affine(1), seq, DTYPE_BYTES[setup.param_dtype], setup, plain, False, 1, sp=sp)
     e, T, d = z.e, z.T, c.d_model
     vl = -(-c.vocab_size // tp)
     pb = parameter_breakdown(c)
@@ -116,7 +129,7 @@ def vocab_parallel_replay(local: ModelConfig, seq: int, setup: TrainingSetup, mo
     r(+8 * seq)  # positions
     if not z.sdpa:
         r(+seq * seq, +seq * seq, -seq * seq)  # the causal mask
-    _vocab_embedding_forward(r, T, Td)
+    _vocab_embedding_forward(r, z, T, Td)
     cached = setup.checkpoint == "selective"
     if z.amp and setup.checkpoint != "none":
         _layer_runs(r, c, None, False, lambda q, m: _amp_layer_forward_unsaved(q, z, p, cached=cached))
@@ -126,17 +139,20 @@ def vocab_parallel_replay(local: ModelConfig, seq: int, setup: TrainingSetup, mo
         _layer_runs(r, c, None, False, lambda q, m: _layer_forward_unsaved(q, z, cached=cached))
     else:
         _layer_runs(r, c, None, False, lambda q, m: _layer_forward(q, z))
-    _norm_forward(r, z, T, d)  # ln_final
+    _norm_forward(r, z, z.rows, d)  # ln_final
+    _sp_all_gather(r, z)  # its output gathered for the LM head (saved by it)
     TV2, Td2, head2 = T * vl * 2, z.bf16.act(d), vl * d * 2
     if z.amp:  # the LM head's bf16 weight and input copies, bf16 logits; ln_final's fp32 output dies
         r(+head2, +Td2, +TV2, -Td)
     r(+TV)  # logits (amp: ``logits.float()``)
+    if sp > 1 and not z.amp:
+        r(-z.residual)  # ln_final's own output dies
     if setup.checkpoint == "none":
         r(-8 * seq)  # positions die with forward's locals
     if z.amp:
         r(-TV2)  # the bf16 logits die
     if e != 4:
-        r(-Td)  # 16-bit: the last residual stream dies (ln_final kept an fp32 copy)
+        r(-z.residual)  # 16-bit: the last residual stream dies (ln_final kept an fp32 copy)
     _loss_parallel_forward(r, T, vl, xe)
     forward = PhaseInBatch(r.peak(), r.live, r.copy_peak())
 
@@ -147,11 +163,17 @@ def vocab_parallel_replay(local: ModelConfig, seq: int, setup: TrainingSetup, mo
         r(+head2, +Td2, -TV2, -head2, -Td2, +Td, -Td2, +head, -head2)
     else:
         r(+head, +Td, -TV, -Td)  # LM head: dW, dx; ln_final's output released
-    r(+Td, -Td)  # rule 4: dx all-reduced; the partial dies
-    _norm_backward(r, z, T, d, residual=False)  # ln_final
+    if sp > 1:
+        _sp_reduce_scatter(r, z, Td)  # dx reduce-scattered to ln_final's T/M rows; the partial dies
+    else:
+        r(+Td, -Td)  # rule 4: dx all-reduced; the partial dies
+    _norm_backward(r, z, z.rows, d, residual=False)  # ln_final
     layer_backward = _amp_layer_backward if z.amp else _layer_backward
     _layer_runs(r, c, None, True, lambda q, m: layer_backward(q, z, p, last=False))
     layer_backward(r, z, p, last=True)
+    if sp > 1:  # the output gradient of this rank's S/M positions gathered to the whole; the local one dies
+        _sp_all_gather(r, z)
+        r(-z.residual)
     _vocab_embedding_backward(r, c.vocab_size * d * e, Td)
     r(-xe, -xe)  # the loss and its total weight (``nll_loss``'s saved divisor)
     backward = PhaseInBatch(r.peak(), r.live, r.copy_peak())
@@ -161,9 +183,11 @@ def vocab_parallel_replay(local: ModelConfig, seq: int, setup: TrainingSetup, mo
 
 
 @lru_cache(maxsize=1024)
-def vocab_parallel_step(local: ModelConfig, seq: int, batch: int, setup: TrainingSetup, mode: str, tp: int):
+def vocab_parallel_step(
+    local: ModelConfig, seq: int, batch: int, setup: TrainingSetup, mode: str, tp: int, sp: int = 1
+):
     """``vocab_parallel_replay`` at one batch (a ``StepMemory``)."""
-    return vocab_parallel_replay(local, seq, setup, mode, tp).at(batch)
+    return vocab_parallel_replay(local, seq, setup, mode, tp, sp).at(batch)
 
 
 def vocab_parallel_head_saved(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, tp: int) -> int:
@@ -177,17 +201,22 @@ def vocab_parallel_head_saved(cfg: ModelConfig, seq: int, batch: int, setup: Tra
     return t * vl * xe + 2 * xe + amp
 
 
-def _vocab_embedding_forward(r, T, Td) -> None:
+def _vocab_embedding_forward(r, z, T, Td) -> None:
     """Row-wise embedding (DTensor's ``embedding`` strategy: ``_MaskPartial``,
     torch/distributed/tensor/placement_types.py ``_partition_value``/``_reduce_value``): the mask of the
     ids outside this rank's rows (bool, T bytes: ``lt``, ``ge``, ``or``), the local ids (int64, 8T: a
     clone, minus the offset, the clone dies; masked ids set to 0 in place), the lookup (T·d·e), the
     local ids die, the masked rows zeroed in place and the mask dies, then the all-reduce's output
-    (T·d·e) replaces the partial."""
+    (T·d·e) replaces the partial (sequence parallel: the reduce-scatter's T/M rows)."""
+    from .replay import _sp_reduce_scatter
+
     r(+T, +T, +T, -T, -T)  # lt, ge, or; the two comparisons die
     r(+8 * T, +8 * T, -8 * T)  # local ids
     r(+Td, -8 * T, -T)  # lookup; the local ids and the mask die
-    r(+Td, -Td)  # all-reduce
+    if z.sp > 1:
+        _sp_reduce_scatter(r, z, Td)
+    else:
+        r(+Td, -Td)  # all-reduce
 
 
 def _loss_parallel_forward(r, T, vl, xe) -> None:
@@ -259,13 +288,24 @@ def vocab_parallel_gradient_extra(cfg: ModelConfig, setup: TrainingSetup, layout
 
 def tp_peaks_exact(layout: ParallelLayout, setup: TrainingSetup) -> bool:
     """Whether ``rank_step``'s forward and backward peaks of a TP rank are byte-exact against the fake-PG
-    job (``tests/test_tensor_parallel_measured.py``).  TP: every setup.  Without checkpointing: also
-    sequence parallel and vocab parallel, but not both together.  What is not replayed, and where it
-    shows: (1) sequence parallel: the TP-local replay keeps a recomputed block's norms and residual
-    stream whole where the rank's are T/M (a checkpointed block sets the peak; with vocab parallel the
-    head's too); (2) the all-reduce output of a row-parallel output or a column-parallel input gradient
-    (T·d·a), live beside its partial for one op (seen where a recomputed block sets the peak under vocab
-    parallel, whose embedding backward is lower)."""
+    job (``tests/test_tensor_parallel_measured.py``, ``tests/test_parallel_measured.py``).
+
+    Exact: TP, every setup; sequence parallel (with or without vocab parallel) in fp32 and bf16, every
+    attention kernel and checkpointing (the replay runs the sequence-parallel rank itself:
+    ``replay_training_step(sp=M)``, ``analytic.parallel.sp_replayed``; S divisible by M); without
+    checkpointing also vocab parallel alone, and sequence parallel alone under amp-bf16.
+
+    Not exact, because not replayed:
+    (1) sequence parallel under amp-bf16 (the TP-local replay, shifted by the sequence-parallel saving,
+        keeps a recomputed block's norms and residual stream whole, and has no all-gather or
+        reduce-scatter): with vocab parallel and checkpointing the tiny grid's backward peak is off by
+        up to 768 bytes low (naive) and 512 high (sdpa); alone it is exact on that grid (the
+        embedding's backward sets the peak) and ``sp_peaks_exact_here`` decides per shape;
+    (2) the all-reduce output of a row-parallel output or a column-parallel input gradient (T·d·a), live
+        beside its partial for one op (vocab parallel alone, sdpa, amp-bf16, checkpointed: 160 bytes low
+        on the tiny grid)."""
     if layout.tp == 1 or not (layout.sequence_parallel or layout.vocab_parallel):
+        return True
+    if layout.sequence_parallel and not setup.autocast:
         return True
     return setup.checkpoint == "none" and not (layout.sequence_parallel and layout.vocab_parallel)

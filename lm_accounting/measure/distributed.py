@@ -272,7 +272,7 @@ def measure_rank(
     materialised by ``to_empty`` under ``FakeTensorMode(allow_non_fake_inputs=True)`` after the
     sharding (FSDP2 + TP fails inside the mode): large shapes in seconds.  DDP needs real tensors."""
 
-    layout.check(cfg)
+    layout.check(cfg, seq)
     if layout.pp > 1:
         raise AccountingError("pipeline parallel is analytic only (not run on the fake process group)")
     if layout.vocab_parallel and layout.dp > 1:
@@ -333,7 +333,7 @@ def measure_rank_plain(
     from .allocator import measure_training_step_plain
     from .tracker import measure_training_step_cuda
 
-    layout.check(cfg)
+    layout.check(cfg, seq)
     if not layout.fsdp or layout.tp > 1 or layout.dp == 1:
         raise AccountingError("the allocator measurement of a layout covers FSDP2 (--zero 2 or 3, dp > 1) without TP")
     if not 0 <= rank < layout.world:
