@@ -284,7 +284,7 @@ MAIN_LAYOUTS = (  # label -> (zero, tp): the curves of ``memory_vs_gpus``
     ("ZeRO-1", 1, 1),
     ("FSDP2 ZeRO-2", 2, 1),
     ("FSDP2 ZeRO-3", 3, 1),
-    ("FSDP2 ZeRO-3 × TP 8 + SP (peak an estimate)", 3, 8),
+    ("FSDP2 ZeRO-3 × TP 8 + SP", 3, 8),
 )
 
 
