@@ -39,6 +39,9 @@ def _preset_dir() -> Path:
 
 PRESET_DIR = _preset_dir()
 MAX_SIZE = 10**18
+MAX_LAYERS = 10_000
+"""The deepest model taken: the step replay, the KV cache and the FSDP units walk the layers one by one
+(a billion layers would take minutes and gigabytes); the deepest published models have about 130."""
 """Largest accepted dimension, context, batch or step count: far beyond any real model, and small
 enough that every derived figure (up to ~10^90) still converts to a float for printing."""
 
@@ -146,6 +149,11 @@ class ModelConfig:
     def __post_init__(self) -> None:
         for key in ("vocab_size", "context_length", "num_layers", "d_model", "num_heads", "d_ff"):
             check_positive_int(key, getattr(self, key), ConfigError)
+        if self.num_layers > MAX_LAYERS:
+            raise ConfigError(
+                f"num_layers = {self.num_layers:,} is beyond the supported {MAX_LAYERS:,} "
+                "(the step replay walks the layers; the deepest published models have about 130)"
+            )
         for key in ("num_kv_heads", "head_dim"):
             if getattr(self, key) is not None:
                 check_positive_int(key, getattr(self, key), ConfigError)

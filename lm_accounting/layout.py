@@ -32,15 +32,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .config import AccountingError, ModelConfig
+from .config import AccountingError, ModelConfig, check_positive_int, short_repr
 
 ZERO_STAGES = (0, 1, 2, 3)
 ZERO_NAMES = {0: "DDP", 1: "ZeRO-1", 2: "FSDP2 (ZeRO-2)", 3: "FSDP2 (ZeRO-3)"}
 
 
+MAX_WORLD = 2**20
+"""The most GPUs a layout takes (1,048,576: beyond any cluster built; ZeRO-1's owner assignment and
+the worst-rank search are linear in the ranks)."""
+
+
 def _positive(name: str, value: object) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise AccountingError(f"{name} must be a positive integer, got {value!r}")
+        raise AccountingError(f"{name} must be a positive integer, got {short_repr(value)}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,6 +64,13 @@ class ParallelLayout:
     def __post_init__(self) -> None:
         for name in ("dp", "tp", "pp", "micro_batches", "ep"):
             _positive(name, getattr(self, name))
+        check_positive_int("micro_batches", self.micro_batches)
+        if self.world > MAX_WORLD or self.ep > MAX_WORLD:
+            raise AccountingError(
+                f"dp·tp·pp = {self.dp:,}·{self.tp:,}·{self.pp:,} GPUs is beyond the supported {MAX_WORLD:,}"
+                if self.ep <= MAX_WORLD
+                else f"ep = {self.ep:,} is beyond the supported {MAX_WORLD:,} GPUs"
+            )
         if self.zero not in ZERO_STAGES:
             raise AccountingError(f"zero stage must be 0, 1, 2 or 3, got {self.zero!r}")
         if self.sequence_parallel and self.tp == 1:

@@ -224,14 +224,16 @@ def _ce(r):
         ["crosscheck", "{f}"],
         ["crosscheck", "{f}", "--backward"],
         ["memory", "{f}", "--measure", "meta"],
+        ["memory", "{f}", "--dp", "4", "--zero", "3", "--measure", "meta"],
+        ["memory", "{f}", "--tp", "2", "--measure", "meta"],
         ["sweep", "{f}", "--contexts", "32", "--crosscheck", "--no-plots", "--out", "{o}"],
     ],
 )
 def test_deep_models_are_refused_before_building(tmp_path, args):
     f = tmp_path / "deep.toml"
-    f.write_text(TINY_TOML.format(layers=100_000))
+    f.write_text(TINY_TOML.format(layers=5_000))  # under the 10,000-layer model bound, over the live ones
     code, err, seconds, rss = cli(*[a.format(f=f, o=tmp_path / "out") for a in args])
-    one_line_error(code, err, "100,000 live layers")
+    one_line_error(code, err, "5,000 live layers")
     assert seconds < 5 and rss < 1e9  # the meta build would need ~100-300 GB of host memory
     assert not (tmp_path / "out").exists()
 
@@ -258,6 +260,25 @@ def test_tensors_beyond_torch_storage_limit_are_refused():
         (["crosscheck", "gpt2-small", "--batch", 10**18], "2^63-byte limit"),
         (["memory", "gpt2-xl", "--context", 2**20, "--measure", "cpu"], "80% of the"),
         (["crosscheck", "gpt2-xl", "--context", 2**20, "--device", "cpu"], "80% of the"),
+        # one rank of a layout: the same guards (before: a traceback, or 21.9 GB allocated first)
+        (["memory", "gpt2-small", "--dp", 2, "--zero", 3, "--measure", "meta", "--context", 10**12], "2^63-byte"),
+        (
+            [
+                "memory",
+                "gpt2-small",
+                "--dp",
+                2,
+                "--zero",
+                3,
+                "--measure",
+                "cpu",
+                "--measure-method",
+                "allocator",
+                "--context",
+                100_000,
+            ],
+            "80% of the",
+        ),
     ],
 )
 def test_impossible_live_runs_fail_fast(args, needle):
@@ -273,6 +294,37 @@ def test_cuda_without_a_gpu(run_cli):
     one_line_error(*_ce(run_cli("memory", "gpt2-small", "--measure", "cuda")), "no CUDA GPU")
     with pytest.raises(AccountingError, match="no CUDA GPU"):
         check_live_run(load_config("gpt2-small"), 1024, 1, "cuda", "x")
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["memory", "gpt2-small", "--layers", 10**9], "num_layers = 1,000,000,000 is beyond the supported 10,000"),
+        (["memory", "gpt2-small", "--layers", 10**9, "--tp", 2], "beyond the supported 10,000"),
+        (["infer", "gpt2-small", "--prompt", 100, "--generate", 10, "--layers", 10**9], "supported 10,000"),
+        (["memory", "llama-3-8b", "--dp", 10**8, "--zero", 1], "beyond the supported 1,048,576"),
+        (["memory", "llama-3-8b", "--dp", 10**12, "--zero", 1], "beyond the supported 1,048,576"),
+        (["memory", "mixtral-8x7b", "--dp", 8, "--ep", 2**21, "--zero", 3], "ep = 2,097,152 is beyond"),
+    ],
+)
+def test_walked_sizes_are_bounded(args, needle):
+    """The step replay, the KV cache and FSDP2's units walk the layers, and ZeRO-1's owners the ranks:
+    before, a billion layers hung at 14.5 GB (MemoryError with --tp and in infer), and dp 10^8 took
+    42 s and 11 GB (dp 10^12: MemoryError)."""
+    code, err, seconds, rss = cli(*args)
+    one_line_error(code, err, needle)
+    assert seconds < 5 and rss < 5e8
+
+
+def test_the_bounds_themselves_answer_fast():
+    """At the bounds, an answer: 10,000 layers with TP, and 2^20 GPUs of ZeRO-1 (measured 0.5 s each)."""
+    for args in (
+        ["memory", "gpt2-small", "--layers", 10_000, "--tp", 2],
+        ["memory", "llama-3-8b", "--dp", 2**20, "--zero", 1],
+    ):
+        code, err, seconds, rss = cli(*args)
+        assert code == 0, err
+        assert seconds < 10 and rss < 5e8
 
 
 def test_host_memory_bound_and_cpu_fraction(monkeypatch):
@@ -302,7 +354,7 @@ def test_measure_step_refuses_before_torch_builds(monkeypatch):
 
     start = time.perf_counter()
     with pytest.raises(AccountingError, match="live layers"):
-        measure_step(ModelConfig(**{**TINY, "num_layers": 100_000}), 32, 1, "fp32", "meta", "foreach")
+        measure_step(ModelConfig(**{**TINY, "num_layers": 5_000}), 32, 1, "fp32", "meta", "foreach")
     with pytest.raises(AccountingError, match="exceeds the model's context_length"):
         measure_step(ModelConfig(**TINY), 64)
     with pytest.raises(AccountingError, match="fused AdamW has no meta kernels"):

@@ -188,6 +188,7 @@ def check_live_run(
     training: bool = False,
     dtype: str = "fp32",
     optimizer: str = "foreach",
+    need: int | None = None,
 ) -> None:
     """Refuse, before any torch model is built, a live run that cannot exist or would blow up.
 
@@ -200,7 +201,8 @@ def check_live_run(
         memory (any device, meta included; see the measured per-layer figures above);
     (c) on ``cpu``, the predicted peak (``predict_training_step(...).peak`` for a training step,
         ``counting_run_bytes`` for a counting run) exceeds ``CPU_MEMORY_FRACTION`` of MemAvailable;
-        on ``cuda``, it exceeds the GPU's free memory;
+        on ``cuda``, it exceeds the GPU's free memory (``need``: that peak given, as for one rank of a
+        parallel layout, ``analytic.parallel.rank_step``);
     (d) ``cuda`` is asked for without a CUDA GPU.
 
     Also refuses bad arguments (an unknown device, dtype or optimizer, a non-positive or absurd
@@ -248,7 +250,9 @@ def check_live_run(
     # (d) and (c): the device
     if device == "meta":
         return
-    if training:
+    if need is not None:
+        pass
+    elif training:
         from ..analytic.replay import predict_training_step
 
         need = predict_training_step(cfg, seq, batch, dtype, optimizer, mode="traced").peak  # as the tracker

@@ -34,6 +34,7 @@ from ..layout import ParallelLayout
 from ..names import ADAMW_KWARGS
 from ..phases import StepMemory
 from ..setup import TrainingSetup
+from .devices import check_live_run
 from .parallelize import all_reduce_hook, build_rank, param_groups
 from .tracker import StorageTracker, init_optimizer_state
 
@@ -284,6 +285,8 @@ def measure_rank(
         )
     if not 0 <= rank < layout.world:
         raise AccountingError(f"rank {rank} is outside the world of {layout.world}")
+    # impossible tensors and deep models, refused before anything is built (the whole model's, a bound)
+    check_live_run(cfg, seq, batch, "meta", "this rank's step", training=True, dtype=setup.param_dtype)
     _init_fake_group(layout.world, rank)
     torch.manual_seed(0)
     model, dp_mesh = build_rank(cfg, setup, layout)
@@ -340,6 +343,11 @@ def measure_rank_plain(
         raise AccountingError(f"rank {rank} is outside the world of {layout.world}")
     if parameter_count(cfg) > REAL_RUN_PARAMS:
         raise AccountingError(f"a real-tensor run is limited to {REAL_RUN_PARAMS:,} parameters")
+    from ..analytic.parallel import rank_step
+
+    threads = torch.get_num_threads() if device == "cpu" else 1
+    need = rank_step(cfg, seq, batch, setup, layout, "plain", rank // layout.tp, device, threads)[0].peak
+    check_live_run(cfg, seq, batch, device, "this rank's step", training=True, dtype=setup.param_dtype, need=need)
     _init_fake_group(layout.world, rank)
     torch.manual_seed(0)
     model, _ = build_rank(cfg, setup, layout, device)
