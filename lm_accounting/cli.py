@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import difflib
 import functools
+import math
 import os
 import re
 import shutil
@@ -48,6 +49,7 @@ SHAPE_FLAGS = {  # dedicated flags for common overrides: option name -> ModelCon
 
 
 SCIENTIFIC = re.compile(r"(\d+)(?:\.(\d+))?[eE]\+?(\d{1,2})")  # 1e12, 1.5E+13: an exact integer, exponent < 100
+HUGE_EXPONENT = re.compile(r"\d+(?:\.\d+)?[eE]\+?\d{3,}")  # 1e100: beyond any bound, said so
 
 
 def scientific_digits(text: str) -> str:
@@ -74,7 +76,11 @@ class PositiveInt(click.ParamType):
         else:
             text = str(value).strip().replace("_", "")
         digits = scientific_digits(text.lstrip("+"))
-        if not digits.isdigit():
+        if HUGE_EXPONENT.fullmatch(text.lstrip("+")) or (
+            SCIENTIFIC.fullmatch(text.lstrip("+")) and digits.isdigit() and len(digits.lstrip("0")) > len(str(MAX_SIZE))
+        ):
+            self.fail(f"{text[:40]!r} is beyond the supported 10^18", param, ctx)
+        if not (digits.isascii() and digits.isdigit()):  # ASCII digits only: int() would take '١٠٢٤'
             shown = text if len(text) <= 40 else text[:20] + f"…({len(text)} characters)"
             self.fail(f"must be a positive integer, got {shown!r}", param, ctx)
         if len(digits.lstrip("0")) > len(str(MAX_SIZE)):  # compared as text: no int() of a huge string
@@ -88,6 +94,34 @@ class PositiveInt(click.ParamType):
 
 
 POSITIVE = PositiveInt()
+
+
+class BoundedFloat(click.ParamType):
+    """A finite number in (low, high] (``low`` itself allowed when ``closed``), given in plain or
+    scientific notation: nan, inf and values that would make a result overflow are refused in one line."""
+
+    name = "number"
+
+    def __init__(self, low: float, high: float, closed: bool = False, what: str = "") -> None:
+        self.low, self.high, self.closed, self.what = low, high, closed, what
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        text = str(value).strip()
+        try:
+            number = float(text) if text.isascii() else math.nan
+        except ValueError:
+            self.fail(f"must be a number, got {text[:40]!r}", param, ctx)
+        above = number > self.low or (self.closed and number == self.low)
+        if not (math.isfinite(number) and above and number <= self.high):
+            bracket = "[" if self.closed else "("
+            self.fail(f"must be a finite number in {bracket}{self.low:,.10g}, {self.high:,.10g}]{self.what}, got {text[:40]!r}",
+                      param, ctx)  # fmt: skip
+        return number
+
+
+MFU = BoundedFloat(1e-4, 1.0, closed=True, what=" (a fraction of the peak: 0.4 is 40 %)")
+PRICE = BoundedFloat(0.0, 1e6, closed=True, what=" (currency units per GPU-hour)")
+PEAK_FLOPS = BoundedFloat(1.0, 1e20, closed=True, what=" FLOP/s")
 
 
 def _complete_models(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
@@ -486,8 +520,8 @@ def measure_method_for(measure: str, method: str | None) -> str | None:
 @click.option("--context", "-S", type=POSITIVE, help="Sequence length (default: the preset's context_length).")
 @click.option("--global-batch-tokens", type=POSITIVE, default=4 * 1024 * 1024, show_default=True)
 @click.option("--tokens", type=POSITIVE, required=True, help="Training tokens D.")
-@click.option("--price-per-gpu-hour", type=float, help="Price per GPU-hour, for the cost column.")
-@click.option("--mfu", type=float, default=0.4, show_default=True, help="Utilisation of the peak (hardware FLOPs).")
+@click.option("--price-per-gpu-hour", type=PRICE, help="Price per GPU-hour, for the cost column.")
+@click.option("--mfu", type=MFU, default=0.4, show_default=True, help="Utilisation of the peak (hardware FLOPs).")
 @click.option("--interconnect-bw", default="50GB", show_default=True, help="Inter-node bytes/s per GPU (e.g. 50GB).")
 @click.option("--allowance", default="3GB", show_default=True, help="Per-GPU CUDA context + NCCL + fragmentation.")
 @click.option("--top", type=POSITIVE, default=10, show_default=True, help="Layouts to print.")
@@ -515,6 +549,10 @@ def plan_cmd(
     from .plan import plan
     from .units import parse_size
 
+    if plot_stem is not None:
+        from .output import check_output_stem
+
+        check_output_stem(plot_stem)
     run = at_context(load_config(preset_or_file), context)
     emit(
         plan(
@@ -551,8 +589,8 @@ def plan_cmd(
 @click.option(
     "--gpu-dtype", default="fp32", show_default=True, help="Matmul dtype for the GPU's peak: fp32, tf32, bf16, fp16."
 )
-@click.option("--peak-flops", type=float, help="Override the peak FLOP/s (e.g. 19.5e12).")
-@click.option("--mfu", type=float, default=0.5, show_default=True, help="Model FLOPs utilisation in (0, 1].")
+@click.option("--peak-flops", type=PEAK_FLOPS, help="Override the peak FLOP/s (e.g. 19.5e12).")
+@click.option("--mfu", type=MFU, default=0.5, show_default=True, help="Model FLOPs utilisation in [0.0001, 1].")
 @click.option(
     "--method",
     type=click.Choice(STEP_FLOPS_METHODS),

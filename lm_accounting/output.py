@@ -200,6 +200,8 @@ def check_output_dir(target: Path | str, owns: Callable[[str], bool] | None = No
     else (a user's files, the repository root, ``reports/`` for a sweep), is an ``AccountingError``."""
     if not isinstance(target, (str, os.PathLike)):
         raise AccountingError(f"output folder must be a path, got {type(target).__name__}")
+    if not str(target).strip():
+        raise AccountingError("the output folder is empty: give one, e.g. --out results/ (the current folder is ./)")
     try:
         path = Path(os.path.realpath(target))
     except (OSError, ValueError) as err:
@@ -224,6 +226,21 @@ def check_output_dir(target: Path | str, owns: Callable[[str], bool] | None = No
                 "choose an empty or new --out folder"
             )
     return path
+
+
+def check_output_stem(stem: str) -> None:
+    """Refuse, before any work, a ``PATH_STEM`` for ``STEM.png``/``STEM.svg`` that cannot be written: an
+    empty name, a name ending in a separator, a folder in its path that is a file, or a file name taken
+    by a directory (``check_output_dir`` checks the folder)."""
+    if not stem.strip() or stem.endswith(("/", os.sep)):
+        raise AccountingError(
+            f"plot path '{stem[:60]}': give a file name stem, e.g. plots/memory (writes .png and .svg)"
+        )
+    path = Path(stem)
+    check_output_dir(path.parent if str(path.parent) else ".")
+    for ext in ("png", "svg"):
+        if os.path.isdir(f"{stem}.{ext}"):
+            raise AccountingError(f"cannot write {stem}.{ext}: it is a directory")
 
 
 @contextlib.contextmanager

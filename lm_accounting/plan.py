@@ -44,6 +44,7 @@ from .gpus import GPU, gpu
 from .layout import ParallelLayout
 from .result import Result
 from .setup import CHECKPOINTS, TrainingSetup
+from .units import fmt_bytes
 
 GPUS_PER_NODE = 8
 MAX_PP = 8  # pipeline stages tried: 1, 2, 4, 8
@@ -205,6 +206,11 @@ def plan(
     dense = not (cfg.moe or cfg.mla)  # a mixture of experts or MLA: data parallel only (layout.check)
     if not 0 < mfu <= 1:
         raise AccountingError(f"--mfu must be in (0, 1], got {mfu}")
+    if allowance >= g.memory_bytes:
+        raise AccountingError(
+            f"the allowance of {fmt_bytes(allowance)} leaves nothing of the {g.name}'s {fmt_bytes(g.memory_bytes)} "
+            "for the model: give a smaller --allowance (it covers CUDA context, NCCL buffers and fragmentation)"
+        )
     if global_batch_tokens % seq:
         raise AccountingError(
             f"the global batch of {global_batch_tokens:,} tokens is not a whole number of {seq:,}-token sequences"

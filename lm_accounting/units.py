@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from .config import AccountingError
+from .config import MAX_SIZE, AccountingError
 from .names import DTYPE_BYTES  # noqa: F401  (re-exported: the byte sizes live in names.py)
 
 UNIT_BYTES = {
@@ -20,6 +20,7 @@ UNIT_BYTES = {
 }
 
 
+_NOT_PLAIN = re.compile(r"\s*[+-]?(?:inf(?:inity)?|nan|[0-9.]+[eE][+-]?[0-9]+)\s*[A-Za-z]{1,3}\s*", re.IGNORECASE)
 _SIZE = re.compile(r"\s*([0-9]{1,30}(?:\.[0-9]{1,30})?|\.[0-9]{1,30})\s*([A-Za-z]{1,3})\s*")
 
 
@@ -41,6 +42,10 @@ def parse_size(text: str) -> int:
             f"size '{shown}': a lower-case 'b' means bits; give bytes with a capital B, "
             "e.g. 80GB (10^9 bytes) or 80GiB (2^30 bytes)"
         )
+    if not match and _NOT_PLAIN.fullmatch(text):
+        raise AccountingError(
+            f"size '{shown}': give the number in plain digits, e.g. 80GB or 1.5TB (no exponent, inf or nan)"
+        )
     if not match or match.group(2).upper() not in UNIT_BYTES:
         raise AccountingError(
             f"size '{shown}' needs a number and a unit: B, KB, MB, GB, TB (powers of 10) "
@@ -53,6 +58,8 @@ def parse_size(text: str) -> int:
     value = (int(whole or "0") * 10 ** len(frac) + int(frac or "0")) * scale // 10 ** len(frac)
     if value <= 0:
         raise AccountingError(f"size '{shown}' must be at least one byte")
+    if value > MAX_SIZE:
+        raise AccountingError(f"size '{shown}' is beyond the supported 10^18 bytes (1,000,000 TB)")
     return value
 
 

@@ -530,3 +530,37 @@ def test_a_hostile_model_name_stays_inside_out(tmp_path):
 )
 def test_budget_units_on_the_command_line(run_cli, budget, needle):
     one_line_error(*_ce(run_cli("memory", "gpt2-small", "--budget", budget)), needle)
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        # prices and utilisations: finite and sane (before: tracebacks on inf, nan and 1e308 with JSON)
+        (["plan", "llama-3-8b", "--tokens", "1e12", "--price-per-gpu-hour", "inf"], "finite number in [0, 1,000,000]"),
+        (["plan", "llama-3-8b", "--tokens", "1e12", "--price-per-gpu-hour", "nan"], "got 'nan'"),
+        (["plan", "llama-3-8b", "--tokens", "1e12", "--price-per-gpu-hour", "-2"], "got '-2'"),
+        (["plan", "llama-3-8b", "--tokens", "1e12", "--price-per-gpu-hour", "1e308", "--format", "json"], "1e308"),
+        (["train-time", "gpt2-xl", "--mfu", "5e-324", "--format", "json"], "in [0.0001, 1]"),
+        (["train-time", "gpt2-xl", "--peak-flops", "inf"], "in [1, 1e+20] FLOP/s"),
+        # counts: ASCII digits; the right reason for a huge exponent
+        (["memory", "gpt2-small", "--batch", "١٠٢٤"], "must be a positive integer"),
+        (["memory", "gpt2-small", "--context", "1e100"], "'1e100' is beyond the supported 10^18"),
+        # sizes: the right reason
+        (["memory", "gpt2-small", "--budget", "1e30GB"], "plain digits"),
+        (["memory", "gpt2-small", "--budget", "infGB"], "plain digits"),
+        (["memory", "gpt2-small", "--budget", "1000000000TB"], "beyond the supported 10^18 bytes"),
+        (["plan", "llama-3-8b", "--tokens", "1e12", "--allowance", "100GB"], "leaves nothing of the h100-80gb"),
+        # output paths, checked before any work
+        (["sweep", "gpt2-small", "--out", ""], "the output folder is empty"),
+        (["plan", "llama-3-8b", "--tokens", "1e12", "--plot", ""], "give a file name stem"),
+    ],
+)
+def test_numbers_and_paths_get_the_right_reason(run_cli, args, needle):
+    one_line_error(*_ce(run_cli(*args)), needle)
+
+
+def test_a_plot_under_a_file_is_refused_before_the_plan(tmp_path):
+    (tmp_path / "afile").write_text("mine")
+    code, err, seconds, _ = cli("plan", "llama-3-8b", "--tokens", "1e12", "--plot", tmp_path / "afile" / "sub")
+    one_line_error(code, err, "exists and is not a directory")
+    assert (tmp_path / "afile").read_text() == "mine"

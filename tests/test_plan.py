@@ -64,7 +64,7 @@ def test_plan_over_a_thousand_layouts_is_fast_and_imports_no_torch():
         (["llama-3-8b", "--gpu", "h100x", "--tokens", "10"], "unknown GPU 'h100x'"),
         (["llama-3-8b", "--gpus", "16..8", "--tokens", "10"], "must satisfy 1 <= LOW <= HIGH"),
         (["llama-3-8b", "--global-batch-tokens", "1000", "--tokens", "10"], "not a whole number"),
-        (["llama-3-8b", "--mfu", "1.5", "--tokens", "10"], "--mfu must be in (0, 1]"),
+        (["llama-3-8b", "--mfu", "1.5", "--tokens", "10"], "finite number in [0.0001, 1]"),
     ],
 )
 def test_bad_plans_exit_2_with_one_line(run_cli, args, message):
