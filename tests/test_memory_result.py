@@ -174,6 +174,7 @@ TOP_KEYS = [
 COURSE_KEYS = {"source", "assumptions", "peak_at_batch", "a_bytes_per_sequence", "b_bytes", "max_batch"}
 EXACT_KEYS = {
     "not_modelled",
+    "fits_budget",
     "device",
     "assumptions",
     "model_states",
@@ -201,7 +202,7 @@ def test_json_keys_and_strictness(tiny_measured):
     m, cpu = tiny_measured
     for result in (m, cpu):
         data = json.loads(json.dumps(result.to_dict(), allow_nan=False))
-        assert list(data) == TOP_KEYS and data["schema"] == "lm-accounting/memory/4"
+        assert list(data) == TOP_KEYS and data["schema"] == "lm-accounting/memory/5"
         assert set(data["course_convention"]) == COURSE_KEYS
         assert set(data["implementation_exact"]) == EXACT_KEYS
         lines = data["implementation_exact"]["peak_lines"]
@@ -287,3 +288,48 @@ def test_a_cuda_measurement_shows_its_overheads_apart(tiny_measured):
     assert data["measured"]["forward"] == data["implementation_exact"]["step"]["forward"]
     text = render(cuda, "table", width=400)
     assert "less the cuBLAS workspaces" in text and "67.109 MB" in text
+
+
+def test_memory_says_whether_the_requested_batch_fits(run_cli):
+    """The header's verdict agrees with the capacity search at its edge: gpt2-small at 1,024 has a
+    largest batch of 26 (an 80 GB budget): batch 26 fits, 27 does NOT, and the JSON says the same."""
+    import json
+
+    ok = run_cli("memory", "gpt2-small", "--batch", "26")
+    over = run_cli("memory", "gpt2-small", "--batch", "27")
+    assert ok.code == over.code == 0
+    assert "largest batch that fits: 26" in ok.out and "fits the budget" in ok.out and "to spare" in ok.out
+    assert "does NOT fit the budget" in over.out and " over" in over.out
+    for batch, verdict in (("26", True), ("27", False)):
+        d = json.loads(run_cli("memory", "gpt2-small", "--batch", batch, "--format", "json").out)
+        assert d["implementation_exact"]["fits_budget"] is verdict
+        assert d["implementation_exact"]["max_batch"] == 26
+
+
+def test_the_note_describes_the_requested_batch_and_setup(run_cli):
+    """The note's per-sequence a is the forward or backward line at the requested batch (not the
+    optimizer step's slope, not the capacity batch), and the kept tensors follow the setup."""
+    naive = run_cli("memory", "gpt2-xl", "--context", "4096", "--batch", "2").out
+    assert "(the backward line at B = 2)" in naive and "softmax's exp and probabilities" in naive
+    fused = run_cli("memory", "gpt2-xl", "--attention", "sdpa", "--checkpoint", "full").out
+    note = fused[fused.index("Note:") :].split("\n")[0]
+    assert "fused kernel's output and logsumexp" in note and "softmax" not in note
+    assert "keeps only each block's input between blocks" in note
+
+
+def test_memory_and_sweep_agree_on_a_moe_context_without_lines(run_cli, tmp_path):
+    """qwen3-30b-a3b at S = 1,000 (S·k = 8,000 is not a multiple of the 128 experts): the step is exact
+    at each batch, not a line in B.  memory gave no step there while sweep printed one; now both give the
+    same step peak, and memory says why it has no lines and no largest batch."""
+    import json
+
+    m = json.loads(run_cli("memory", "qwen3-30b-a3b", "--context", "1000", "--format", "json").out)
+    exact = m["implementation_exact"]
+    assert exact["step"]["peak"] > 0 and exact["peak_lines"] is None and exact["max_batch"] is None
+    r = run_cli("sweep", "qwen3-30b-a3b", "--contexts", "1000", "--no-plots", "--out", str(tmp_path / "s"))
+    assert r.code == 0, r.err
+    rows = json.loads((tmp_path / "s" / "sweep.json").read_text())
+    rows = rows["rows"] if isinstance(rows, dict) else rows
+    assert rows[0]["mem:peak"] == exact["step"]["peak"]
+    text = run_cli("memory", "qwen3-30b-a3b", "--context", "1000").out
+    assert "exact at B = 1 only" in text and "model states only" not in text

@@ -165,8 +165,10 @@ def test_a_context_whose_split_varies_with_the_batch_has_no_lines():
     with pytest.raises(AccountingError, match="no lines in B"):
         peak_lines_in_batch(cfg, 7)
     m = memory_account(cfg, 7, 2)
-    assert m.step is None and "mixture of experts at context 7" in m.not_modelled[0]
-    # ... while one batch is still predicted exactly (test_default_setup_equals_the_tracker)
+    assert m.not_modelled == [] and "mixture of experts at context 7" in m.no_lines
+    assert m.peak_lines is None and m.max_batch is None
+    # ... while the step at that one batch is predicted, and exactly: the tracker's count
+    assert m.step_traced == measure_step(cfg, 7, 2, "fp32", "meta", "foreach")
 
 
 def test_what_is_still_not_modelled_is_refused_in_one_line():

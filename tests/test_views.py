@@ -150,14 +150,14 @@ def test_list_fields_are_one_semicolon_joined_csv_cell(run_cli, tmp_path):
     (row,) = csv.DictReader(io.StringIO(render(listed, "csv")))
     assert row["ignored_fields"] == "attention_dropout;bos_token_id"
     assert json.loads(render(listed, "json"))["presets"][0]["ignored_fields"] == ["attention_dropout", "bos_token_id"]
-    # memory's not_modelled: two options, the second with commas in it
+    # memory's not_modelled: two options
     cfg = ModelConfig(
         vocab_size=64, context_length=64, num_layers=2, d_model=32, num_heads=4, d_ff=64, norm="layernorm",
-        num_experts=4, experts_per_token=2, expert_d_ff=16,
+        mlp_bias=True,
     )  # fmt: skip
     rows = list(csv.DictReader(io.StringIO(render(memory_account(cfg, 7, 1), "csv"))))
     (cell,) = [r["predicted"] for r in rows if r["key"] == "not_modelled"]
-    assert cell.split(";") == ["LayerNorm", "mixture of experts at context 7 (S·k not a multiple of E, or below 2·E)"]
+    assert cell.split(";") == ["LayerNorm", "biases"]
 
 
 def test_each_table_keeps_its_own_notes():

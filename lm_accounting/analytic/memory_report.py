@@ -30,7 +30,14 @@ from .capacity import StepPeakLines, max_context_that_fits, peak_lines_in_batch
 from .course import CoursePeak, course_linear_in_batch, course_peak, korthikanti_activation_bytes, max_batch
 from .hardware_flops import StepFlops, step_flops
 from .memory import adamw_step_counter_bytes, adamw_step_temporary_bytes, kv_cache_bytes, model_state_breakdown
-from .replay import as_setup, check_device, predict_training_step, replay_unsupported, traced_minus_plain
+from .replay import (
+    as_setup,
+    check_device,
+    moe_lines_in_batch,
+    predict_training_step,
+    replay_unsupported,
+    traced_minus_plain,
+)
 from .sizes import DEFAULT_SETUP
 
 COURSE_SOURCE = "CS336 (Stanford, spring 2025) assignment 1, adamwAccounting (a) and (b)"
@@ -49,7 +56,7 @@ MEASURE_METHODS = {"tracker": "traced", "allocator": "plain", "cuda": "plain"}
 
 @dataclass(frozen=True)
 class MemoryAccount(Result):
-    SCHEMA: ClassVar[str] = "lm-accounting/memory/4"
+    SCHEMA: ClassVar[str] = "lm-accounting/memory/5"
 
     config: ModelConfig
     seq: int
@@ -85,6 +92,13 @@ class MemoryAccount(Result):
     measured_method: str | None = None  # tracker (traced), allocator (plain, cpu) or cuda (plain)
 
     @property
+    def fits(self) -> bool | None:
+        """Whether the requested batch's step peak (plain run) is within the budget; nothing else is
+        added (no allowance for the CUDA context, NCCL buffers or fragmentation: a layout adds
+        ``--allowance``).  None where the replay does not model the step."""
+        return None if self.step is None else self.step.peak <= self.budget
+
+    @property
     def compared(self) -> StepMemory:
         """The prediction a measurement compares with: traced for the tracker, plain otherwise."""
         if self.measured_method == "tracker" and self.step_traced is not None:
@@ -117,9 +131,15 @@ class MemoryAccount(Result):
 
     @property
     def not_modelled(self) -> list[str]:
-        """The architecture options the step replay does not model under this setup and context (empty:
-        everything is predicted; ``replay.replay_unsupported``)."""
-        return replay_unsupported(self.config, self.setup, self.seq)
+        """The architecture options the step replay does not model under this setup (empty: the step is
+        predicted; ``replay.replay_unsupported``)."""
+        return replay_unsupported(self.config, self.setup)
+
+    @property
+    def no_lines(self) -> str | None:
+        """Why the peak is not given as lines in the batch (the step itself is exact), or None."""
+        missing = replay_unsupported(self.config, self.setup, self.seq)[len(self.not_modelled) :]
+        return missing[0] if self.step is not None and missing else None
 
     def to_dict(self) -> dict[str, Any]:
         setup = self.setup
@@ -174,6 +194,7 @@ class MemoryAccount(Result):
                 else {**self.step_traced.to_dict(), "peak_phase": self.step_traced.peak_phase, "run": "traced"},
                 "traced_minus_plain": self.gap,
                 "peak_lines": None if self.peak_lines is None else self.peak_lines.to_dict(),
+                "fits_budget": self.fits,
                 "max_batch": self.max_batch,
                 "max_context_at_batch_1": self.max_context,
             },
@@ -288,6 +309,7 @@ class MemoryAccount(Result):
             )
         else:
             sec = "implementation_exact.capacity"
+            add(sec, "fits", f"the step peak at batch {self.batch:,} fits the budget", "fits", self.fits, "")
             add(
                 sec,
                 "max_batch",
@@ -340,12 +362,13 @@ def memory_account(
     if device == "cuda" and setup.attention == "sdpa":
         check_cuda_fused_attention(cfg.kv_heads < cfg.num_heads, setup.precision == "fp32")
     optimizer = setup.optimizer
-    if replay_unsupported(cfg, setup, seq):
+    if replay_unsupported(cfg, setup):
         return states_only_account(cfg, seq, batch, dtype, setup, budget, device, cpu_threads)
     course = cfg.course_architecture  # the course convention describes the course model only (not MoE)
     a, b = course_linear_in_batch(cfg, seq) if course else (None, None)
     kw = dict(setup=setup)
-    lines = peak_lines_in_batch(cfg, seq, device=device, mode="plain", **kw)
+    # a mixture of experts whose split differs by batch: the step is exact at this batch, without lines in B
+    lines = peak_lines_in_batch(cfg, seq, device=device, mode="plain", **kw) if moe_lines_in_batch(cfg, seq) else None
     return MemoryAccount(
         config=cfg,
         seq=seq,
@@ -363,7 +386,7 @@ def memory_account(
         saved=saved_activation_breakdown(cfg, seq, batch, setup=setup, device=device),
         step=predict_training_step(cfg, seq, batch, device=device, mode="plain", cpu_threads=cpu_threads, **kw),
         peak_lines=lines,
-        max_batch=lines.max_batch(budget),
+        max_batch=lines.max_batch(budget) if lines else None,
         max_context=max_context_that_fits(cfg, budget, 1, device=device, mode="plain", **kw),
         korthikanti=korthikanti_activation_bytes(cfg, seq, batch) if course else None,
         kv_cache=kv_cache_bytes(cfg, seq, batch, dtype),

@@ -209,20 +209,34 @@ def inference_table(m: MemoryAccount) -> Table:
     )
 
 
+def _kept(setup) -> str:
+    """What our live model keeps for backward beyond the course's list, under ``setup``."""
+    attention = (
+        "the fused kernel's output and logsumexp"
+        if setup.attention == "sdpa"
+        else "the softmax's exp and probabilities"
+    )
+    blocks = f"{attention}, five d_ff tensors for SwiGLU, the norms' fp32 intermediates"
+    if setup.checkpoint == "full":
+        return (f"keeps only each block's input between blocks and reruns one block at a time in backward "
+                f"(with {blocks}), plus the cross-entropy's z and exp(z)")  # fmt: skip
+    if setup.checkpoint == "selective":
+        return f"keeps each block's matmul outputs and reruns the rest in backward ({blocks}), plus the cross-entropy's z and exp(z)"
+    return f"also keeps {blocks} and the cross-entropy's z and exp(z)"
+
+
 def difference_note(m: MemoryAccount) -> str:
-    """Why the course's a and this implementation's a_i differ, in one note."""
+    """Why the course's a and this implementation's a_i differ, in one note: the per-sequence slope of
+    the forward or backward line (whichever grows faster) at the requested batch."""
     a = m.course_linear[0]
-    batch = max(m.max_batch, 1)
-    phase = m.peak_lines.phase_at(batch)
-    line = m.peak_lines.phase(phase).line_at(batch)
+    phase, line = max(((p, m.peak_lines.phase(p).line_at(m.batch)) for p in ("forward", "backward")),
+                      key=lambda pl: pl[1].a)  # fmt: skip
     return (
         f"Note: the course's a = {fmt_bytes(a)} per sequence is a convention (the handout's list of "
         f"activations, fp32); this implementation's a = {fmt_bytes(line.a)} per sequence (the {phase} "
-        f"line at B = {batch:,}) "
-        "is what our live model allocates: it also keeps the softmax's exp and probabilities, five d_ff "
-        "tensors for SwiGLU, the norms' fp32 intermediates and the cross-entropy's z and exp(z), and counts "
-        "the transient tensors at each phase's highest point.  Copy the course answer for the assignment; "
-        "use this implementation's lines to plan a run of this model."
+        f"line at B = {m.batch:,}) is what our live model allocates under {m.setup.label}: it "
+        f"{_kept(m.setup)}, and counts the transient tensors at each phase's highest point.  Copy the course "
+        "answer for the assignment; use this implementation's lines to plan a run of this model."
     )
 
 
@@ -236,6 +250,14 @@ def memory_view(m: MemoryAccount) -> View:
             + (f"exact prediction for {m.device}" if m.step is not None else "model states only (see the note)")
         ),
     ]
+    if m.step is not None:
+        peak, spare = m.step.peak, m.budget - m.step.peak
+        header.append(
+            f"batch {m.batch:,}: step peak {fmt_bytes(peak)} ({m.step.peak_phase}) "
+            + (f"fits the budget, {fmt_bytes(spare)} to spare" if m.fits else f"does NOT fit the budget: {fmt_bytes(-spare)} over")
+            + ("" if m.max_batch is None else f"; largest batch that fits: {m.max_batch:,}")
+            + " (no allowance added for the CUDA context, NCCL or fragmentation)"
+        )  # fmt: skip
     if m.flops is not None:
         header.append(
             f"step FLOPs: model {m.flops.model:,} (3 × forward) · hardware {m.flops.hardware:,} "
@@ -258,11 +280,19 @@ def memory_view(m: MemoryAccount) -> View:
             states_table(m),
             saved_table(m),
             phase_table(m),
-            lines_table(m),
+            *([lines_table(m)] if m.peak_lines else []),
             capacity_table(m),
             inference_table(m),
         ]
         notes = ["The course convention (CS336 adamwAccounting) describes the course model only: not shown.", ""]
+        if m.no_lines:
+            notes[1:1] = [
+                (
+                    f"No peak lines in the batch for {m.no_lines}: the experts' split differs from batch to batch,"
+                    f" so the step above is exact at B = {m.batch:,} only (and no largest batch is given)."
+                ),
+                "",
+            ]
     else:
         tables = [
             course_table(m),
