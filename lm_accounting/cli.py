@@ -159,12 +159,10 @@ class DefaultGroup(click.Group):
         return [*super().shell_complete(ctx, incomplete), *_complete_models(ctx, None, incomplete)]  # type: ignore[arg-type]
 
 
-def model_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """PRESET_OR_FILE plus --context/--batch/--set/shape flags/--format, resolved to ``cfg``."""
+def override_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--set KEY=VALUE and the shape flags (--layers, --d-model, ...), passed on as ``changes``: a dict
+    of config fields for ``modified``."""
 
-    @click.argument("preset_or_file", metavar="PRESET_OR_FILE", shell_complete=_complete_models)
-    @click.option("--context", "-S", type=POSITIVE, help="Sequence length S (default: the preset's context_length).")
-    @click.option("--batch", "-B", type=POSITIVE, default=1, show_default=True, help="Batch size B.")
     @click.option(
         "--set",
         "overrides",
@@ -179,22 +177,41 @@ def model_options(func: Callable[..., Any]) -> Callable[..., Any]:
     @click.option("--head-dim", type=POSITIVE, help="Override head_dim.")
     @click.option("--d-ff", type=POSITIVE, help="Override d_ff.")
     @click.option("--vocab-size", type=POSITIVE, help="Override vocab_size.")
-    @click.option("--verbose", "-v", is_flag=True, help="List the config.json fields that were ignored (on stderr).")
-    @format_option
     @functools.wraps(func)
-    def wrapper(preset_or_file: str, context: int | None, overrides: Sequence[str], verbose: bool, **kw: Any) -> Any:
-        cfg = load_config(preset_or_file)
-        if verbose:
-            ignored = ", ".join(cfg.ignored_fields) or "none"
-            click.echo(f"ignored config fields (they change no count): {ignored}", err=True)
+    def wrapper(*args: Any, overrides: Sequence[str], **kw: Any) -> Any:
         changes = dict(parse_override(o) for o in overrides)
         for flag, field in SHAPE_FLAGS.items():
             value = kw.pop(flag)
             if value is not None:
                 changes[field] = value
-        if changes and "name" not in changes:
-            changes["name"] = f"{cfg.name} (modified: {', '.join(f'{k}={v}' for k, v in changes.items())})"
-        return func(cfg=apply_overrides(cfg, changes), context=context, **kw)
+        return func(*args, changes=changes, **kw)
+
+    return wrapper
+
+
+def modified(cfg: ModelConfig, changes: dict[str, Any]) -> ModelConfig:
+    """``cfg`` with the command line's ``changes``, renamed to say so unless a name is given."""
+    if changes and "name" not in changes:
+        changes = {**changes, "name": f"{cfg.name} (modified: {', '.join(f'{k}={v}' for k, v in changes.items())})"}
+    return apply_overrides(cfg, changes)
+
+
+def model_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """PRESET_OR_FILE plus --context/--batch/--set/shape flags/--format, resolved to ``cfg``."""
+
+    @click.argument("preset_or_file", metavar="PRESET_OR_FILE", shell_complete=_complete_models)
+    @click.option("--context", "-S", type=POSITIVE, help="Sequence length S (default: the preset's context_length).")
+    @click.option("--batch", "-B", type=POSITIVE, default=1, show_default=True, help="Batch size B.")
+    @override_options
+    @click.option("--verbose", "-v", is_flag=True, help="List the config.json fields that were ignored (on stderr).")
+    @format_option
+    @functools.wraps(func)
+    def wrapper(preset_or_file: str, context: int | None, changes: dict, verbose: bool, **kw: Any) -> Any:
+        cfg = load_config(preset_or_file)
+        if verbose:
+            ignored = ", ".join(cfg.ignored_fields) or "none"
+            click.echo(f"ignored config fields (they change no count): {ignored}", err=True)
+        return func(cfg=modified(cfg, changes), context=context, **kw)
 
     return wrapper
 
@@ -526,9 +543,11 @@ def measure_method_for(measure: str, method: str | None) -> str | None:
 @click.option("--allowance", default="3GB", show_default=True, help="Per-GPU CUDA context + NCCL + fragmentation.")
 @click.option("--top", type=POSITIVE, default=10, show_default=True, help="Layouts to print.")
 @click.option("--plot", "plot_stem", metavar="PATH_STEM", help="Also write PATH_STEM.png/.svg: memory vs GPUs.")
+@override_options
 @format_option
 def plan_cmd(
     preset_or_file: str,
+    changes: dict,
     gpu_name: str,
     gpus: str,
     context: int | None,
@@ -553,7 +572,7 @@ def plan_cmd(
         from .output import check_output_stem
 
         check_output_stem(plot_stem)
-    run = at_context(load_config(preset_or_file), context)
+    run = at_context(modified(load_config(preset_or_file), changes), context)
     emit(
         plan(
             run,
@@ -655,10 +674,12 @@ def train_time_cmd(
     help="Directory for the tables and plots (replaced as a whole, atomically).",
 )
 @click.option("--no-plots", is_flag=True, help="Write the tables only.")
+@override_options
 @format_option
 @setup_options
 def sweep_cmd(
     presets: Sequence[str],
+    changes: dict,
     contexts: str,
     batch: int,
     dtype: str | None,
@@ -682,7 +703,7 @@ def sweep_cmd(
     check_sweep_out(out)  # a bad --out fails before any computation
     setup = with_dtype(setup, dtype)
     budget_bytes = parse_size(budget)
-    configs = [load_config(p) for p in presets]
+    configs = [modified(load_config(p), changes) for p in presets]
     result = sweep(
         configs,
         parse_contexts(contexts),

@@ -307,3 +307,23 @@ def test_plan_takes_tokens_as_1e12(run_cli):
     r = run_cli("plan", "llama-3-8b", "--gpus", "8..16", "--context", "8192", "--tokens", "1e12", "--top", "1")
     assert r.code == 0, r.err
     assert "1,000,000,000,000 tokens" in r.out
+
+
+def test_plan_and_sweep_take_the_model_overrides(run_cli, tmp_path):
+    """README promises --set and the shape flags on every command that takes a model: plan and sweep
+    lacked them.  The override reaches the numbers: plan names the modified model and answers
+    differently, and gpt2-small's sweep at 2 layers reports the 2-layer parameter count, by hand."""
+    import json
+
+    full = json.loads(run_cli("plan", "llama-3-8b", "--tokens", "1e12", "--format", "json").out)
+    cut = json.loads(run_cli("plan", "llama-3-8b", "--tokens", "1e12", "--layers", "16", "--format", "json").out)
+    assert "num_layers=16" in cut["model"]
+    out = tmp_path / "s"
+    r = run_cli("sweep", "gpt2-small", "--set", "num_layers=2", "--contexts", "128", "--no-plots", "--out", str(out))
+    assert r.code == 0, r.err
+    rows = json.loads((out / "sweep.json").read_text())
+    rows = rows["rows"] if isinstance(rows, dict) else rows
+    d, v, f = 768, 50_257, 3_072  # gpt2-small as the course model: untied embedding and head, SwiGLU
+    block = 4 * d * d + 3 * d * f + 2 * d
+    assert rows[0]["params"] == 2 * v * d + 2 * block + d
+    assert full != cut

@@ -496,15 +496,18 @@ def plot_model_comparison(frame, path_stem, *, context: int = 1024, min_label: f
 
 # ---------------------------------------------------------------- all of them
 def plot_all(frame, out_dir, *, context: int = 1024, memory_models=None, **memory_options) -> list[Path]:
-    """Write every figure into ``out_dir``: the memory one per model (default: all), the comparison
-    at ``context`` or, if that was not swept, the nearest swept context (on a log scale)."""
+    """Write every figure into ``out_dir``: the memory one per model (default: all), predicted against
+    measured where anything was measured, the comparison at ``context`` or, if that was not swept,
+    the nearest swept context (on a log scale)."""
     out = Path(out_dir)
     paths = plot_flops_shares(frame, out / "flops_shares")
     paths += plot_flops_vs_context(frame, out / "flops_vs_context")
     for model in memory_models or _models(frame):
         stem = f"memory_vs_context_{safe_filename(str(model))}"  # a name never becomes a path
         paths += plot_memory_vs_context(frame, out / stem, model=model, **memory_options)
-    paths += plot_predicted_vs_measured(frame, out / "predicted_vs_measured")
+    measured = [c for c in ("measured:flops", "measured:peak") if c in frame]
+    if measured and frame[measured].notna().any(axis=None):  # nothing measured: no such plot
+        paths += plot_predicted_vs_measured(frame, out / "predicted_vs_measured")
     if context not in set(frame["context"]):
         context = int(min(frame["context"], key=lambda c: abs(math.log(c / context))))
     return paths + plot_model_comparison(frame, out / "model_comparison", context=context)

@@ -55,9 +55,17 @@ def sweep_tables(s: Sweep) -> list[Table]:
                     )
                     for r in rows
                 ],
+                _largest_context(rows[0]["mem:max_context"], s.batch),
             )
         )
     return tables
+
+
+def _largest_context(tokens: int | None, batch: int) -> list[str]:
+    """The table's note: the largest context whose plain step fits the budget (``mem:max_context``)."""
+    if tokens is None:
+        return ["largest context that fits the budget: not predicted (the step replay does not model this model)"]
+    return [f"largest context whose step peak fits the budget (--budget) at batch {batch:,}: {tokens:,} tokens"]
 
 
 PLOT_STEMS = ("flops_shares", "flops_vs_context", "predicted_vs_measured", "model_comparison")
