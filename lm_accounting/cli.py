@@ -144,7 +144,7 @@ class DefaultGroup(click.Group):
             word = args[0]
             if word not in preset_names() and not is_config_path(word) and not os.path.lexists(word):
                 choices = [*self.commands, *preset_names()]
-                close = difflib.get_close_matches(word, choices, n=1, cutoff=0.5)
+                close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)  # 0.5 took nosuch for crosscheck
                 hint = f"; did you mean '{close[0]}'?" if close else ""
                 shown = word if len(word) <= 60 else word[:60] + "…"
                 raise click.UsageError(
@@ -768,10 +768,9 @@ def infer_cmd(
     from .units import parse_size
 
     kw = dict(weights=weights, kv_dtype=kv_dtype, gpu=gpu, tp=tp, semantics=semantics, context=context)
-    # meta allocates nothing and cpu is bounded by the host's memory (measure.devices): the GPU budget
-    # does not stop them; the output says the batch is over budget
-    kw["allow_over_budget"] = measure in ("meta", "cpu")
     result = infer(cfg, prompt, generate, batch, budget=None if budget is None else parse_size(budget), **kw)
+    if measure == "cuda" and result.over_budget:  # meta allocates nothing; cpu is bounded by measure.devices
+        raise AccountingError(f"not measured on cuda: {result.over_budget}")
     if measure != "none":
         from .measure.inference import measure_inference
 

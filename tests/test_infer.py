@@ -153,7 +153,6 @@ def test_max_batch_is_the_largest_that_fits(llama):
         (["--prompt", "8000", "--generate", "512"], "exceeds llama-3-8b's context of 8,192"),
         (["--prompt", "20", "--generate", "5", "--tp", "3"], "--tp 3 does not divide the 8 KV heads"),
         (["--prompt", "20", "--generate", "5", "--gpu", "h100-80"], "did you mean 'h100-80gb'"),
-        (["--prompt", "2048", "--generate", "512", "--batch", "512"], "the largest batch that fits is 43"),
         (["--prompt", "20", "--generate", "5", "--weights", "int3"], "int3"),
     ],
 )
@@ -205,21 +204,28 @@ def test_deepseek_v3_answers(run_cli):
 def test_tiny_config_records_and_frame():
     cfg = ModelConfig(vocab_size=64, context_length=64, num_layers=2, d_model=32, num_heads=4, d_ff=64)
     r = infer(cfg, 8, 4, 2)
-    assert r.to_dict()["schema"] == "lm-accounting/infer/1"
+    assert r.to_dict()["schema"] == "lm-accounting/infer/2"
     rows = r.records()
     assert {"section", "key", "label", "value", "unit"} == set(rows[0])
     with pytest.raises(AccountingError):
         infer(cfg, 8, 4, 2, semantics="dynamic")
 
 
-def test_measure_meta_runs_over_budget_and_says_so(run_cli):
-    """A meta run allocates nothing, so the GPU budget does not stop it: the batch is measured and the
-    output says it is over budget.  gpt2-small has 190,460,160 parameters: bf16 weights alone are
-    2 · 190,460,160 = 380,920,320 bytes, over a 100 MB budget.  Analytic and cuda runs are still refused."""
+def test_over_budget_is_an_answer_and_meta_measures_it(run_cli):
+    """A query that does not fit the budget is an answer (exit 0, the whole analysis, "OVER BUDGET" and
+    what fits), not bad input; a meta run allocates nothing, so it is measured too.  gpt2-small has
+    190,460,160 parameters: bf16 weights alone are 2 · 190,460,160 = 380,920,320 bytes, over a 100 MB
+    budget.  Only a cuda run is refused (it would run out of the GPU's memory)."""
+    import json
+
     weights = 2 * 190_460_160
     args = ("infer", "gpt2-small", "--prompt", "24", "--generate", "5", "--budget", "100MB")
-    for refused in (run_cli(*args), run_cli(*args, "--measure", "cuda")):  # refused before any GPU is looked for
-        assert refused.code == 2 and refused.out == "" and "over the 100.000 MB" in refused.err
+    plain = run_cli(*args)
+    assert plain.code == 0 and "OVER BUDGET: batch 1 needs" in plain.out and "not even one sequence fits" in plain.out
+    d = json.loads(run_cli(*args, "--format", "json").out)
+    assert d["fits_budget"] is False and d["max_batch"] == 0 and d["memory"]["weights"] == weights
+    refused = run_cli(*args, "--measure", "cuda")  # refused before any GPU is looked for
+    assert refused.code == 2 and refused.out == "" and "over the 100.000 MB" in refused.err
     r = run_cli(*args, "--measure", "meta")
     assert r.code == 0, r.err
     assert "OVER BUDGET: batch 1 needs" in r.out and "not even one sequence fits" in r.out
@@ -231,13 +237,18 @@ def test_measure_meta_runs_over_budget_and_says_so(run_cli):
     assert int(value["capacity", "max_batch"]) == 0
 
 
-def test_over_budget_is_refused_unless_allowed():
-    """The boundary: a budget of exactly the peak fits; one byte less is over (refused, or with
-    ``allow_over_budget`` reported by ``over_budget``)."""
+def test_a_batch_over_the_budget_is_analysed(run_cli):
+    """llama-3-8b, P 2,048 + G 512 at batch 512 on an H100 does not fit: the analysis is printed (exit 0)
+    with what fits (was exit 2)."""
+    r = run_cli("infer", "llama-3-8b", "--prompt", "2048", "--generate", "512", "--batch", "512")
+    assert r.code == 0 and "OVER BUDGET" in r.out and "the largest batch that fits is 43" in r.out
+
+
+def test_over_budget_at_the_boundary():
+    """The boundary: a budget of exactly the peak fits; one byte less is over, and ``over_budget``
+    says so (with the batch that does fit)."""
     cfg = ModelConfig(vocab_size=64, context_length=64, num_layers=2, d_model=32, num_heads=4, d_ff=64)
     peak = infer(cfg, 8, 4, 2).memory["peak"]
     assert infer(cfg, 8, 4, 2, budget=peak).over_budget is None
-    with pytest.raises(AccountingError, match="over the"):
-        infer(cfg, 8, 4, 2, budget=peak - 1)
-    over = infer(cfg, 8, 4, 2, budget=peak - 1, allow_over_budget=True)
+    over = infer(cfg, 8, 4, 2, budget=peak - 1)
     assert over.over_budget.startswith("batch 2 needs") and over.max_batch == 1

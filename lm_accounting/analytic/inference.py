@@ -48,9 +48,15 @@ def check_semantics(semantics: str) -> None:
 def check_lengths(cfg: ModelConfig, prompt: int, generate: int) -> None:
     """P + G must fit the model's context (the last decode step runs at position P + G − 2)."""
     if prompt + generate > cfg.context_length:
+        total = f"prompt {prompt:,} + generate {generate:,} = {prompt + generate:,} tokens"
+        if cfg.positions == "learned" and prompt + generate > cfg.position_rows:  # no longer context exists
+            raise AccountingError(
+                f"{total} exceeds {cfg.name}'s {cfg.position_rows:,} learned positions: prompt + generate "
+                f"must be at most {cfg.position_rows:,}"
+            )
         raise AccountingError(
-            f"prompt {prompt:,} + generate {generate:,} = {prompt + generate:,} tokens exceeds {cfg.name}'s "
-            f"context of {cfg.context_length:,} tokens (use --context to analyse a longer one)"
+            f"{total} exceeds {cfg.name}'s context of {cfg.context_length:,} tokens "
+            f"(--context {prompt + generate} analyses a longer one)"
         )
 
 

@@ -58,7 +58,7 @@ CONVENTIONS = (
 class Inference(Result):
     """Inference accounting of one model for P prompt tokens, G generated, B concurrent sequences."""
 
-    SCHEMA = "lm-accounting/infer/1"
+    SCHEMA = "lm-accounting/infer/2"
 
     config: ModelConfig
     prompt: int
@@ -147,6 +147,8 @@ class Inference(Result):
                 "all_steps": self.generation_flops,
             },
             "memory": {**self.memory, "exact_for_live_model": self.memory_exact},
+            "fits_budget": self.over_budget is None,
+            "over_budget": self.over_budget,
             "max_batch": self.max_batch,
             "max_batch_prefill_one_at_a_time": self.max_batch_serving,
             "roofline": self.roofline,
@@ -273,11 +275,10 @@ def infer(
     budget: int | None = None,
     semantics: str = "filled",
     context: int | None = None,
-    allow_over_budget: bool = False,
 ) -> Inference:
     """Everything analytic about serving ``cfg`` (see the module docstring and ``CONVENTIONS``).
-    A batch whose peak exceeds ``budget`` is refused, unless ``allow_over_budget`` (a live run that
-    does not use the GPU: ``Inference.over_budget`` says why it would not fit)."""
+    A batch whose peak exceeds ``budget`` is still analysed: ``Inference.over_budget`` says by how much
+    and what fits (an answer, not bad input)."""
     cfg = at_context(cfg, context)
     for name, value in (("prompt", prompt), ("generate", generate), ("batch", batch), ("tp", tp)):
         check_positive_int(name, value)
@@ -295,9 +296,6 @@ def infer(
     memory = _memory(cfg, prompt, generate, batch, weights, kv_dtype, tp, semantics)
     best = max_batch(cfg, prompt, generate, weights, kv_dtype, tp, semantics, budget)
     serving = max_batch(cfg, prompt, generate, weights, kv_dtype, tp, semantics, budget, 1)
-    problem = budget_problem(batch, memory, budget, g, C, tp, best, serving)
-    if problem and not allow_over_budget:
-        raise AccountingError(problem)
     peak = g.peak_flops(_act(weights))
     prefill = inf.prefill_flops(cfg, prompt, batch, C, semantics)
     extras = inf.prefill_extras(cfg, prompt, batch)
