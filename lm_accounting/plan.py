@@ -130,7 +130,9 @@ class Plan(Result):
         }
 
     def records(self) -> list[dict[str, Any]]:
-        return [self.row(c) for c in self.ranked[: self.top]]
+        """CSV rows: the ranked layouts, each naming the model, GPU and context (CSVs concatenate)."""
+        point = {"model": self.config.name, "gpu": self.gpu.name, "context": self.seq}
+        return [{**point, **self.row(c)} for c in self.ranked[: self.top]]
 
 
 def _powers(lo: int, hi: int) -> list[int]:

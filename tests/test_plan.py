@@ -110,3 +110,12 @@ def test_memory_vs_gpus_and_its_plot(tmp_path):
     paths = plot_memory_vs_gpus(curves, 80 * 10**9, "test", tmp_path / "mem")
     assert [p.rsplit(".", 1)[1] for p in paths] == ["png", "svg"]
     assert all((tmp_path / f"mem.{ext}").stat().st_size > 1000 for ext in ("png", "svg"))
+
+
+def test_plan_csv_rows_name_the_model(run_cli):
+    """Each CSV row names its model, GPU and context, so plans of several models concatenate."""
+    import csv
+    import io
+
+    rows = list(csv.DictReader(io.StringIO(run_cli("plan", "llama-3-8b", "--tokens", "1e12", "--format", "csv").out)))
+    assert rows and all((r["model"], r["gpu"], r["context"]) == ("llama-3-8b", "h100-80gb", "8192") for r in rows)

@@ -35,7 +35,11 @@ def parallel_view(r: ParallelMemory) -> View:
             ("gradients", st.gradients, "as the parameters"),
             ("optimizer state (AdamW m, v)", st.optimizer, "FSDP2: the real rows; ZeRO-1: owned tensors"),
             ("DDP gradient buckets", st.ddp_buckets, "gradient_as_bucket_view=False"),
-            ("FSDP2: every unit unsharded", st.unsharded_all, "held forward→backward under zero 2"),
+            (
+                "FSDP2: every unit unsharded",
+                st.unsharded_all,
+                "held forward→backward (zero 2)" if lay.zero == 2 else "what zero 2 would hold (zero 3 reshards)",
+            ),
             ("FSDP2: largest unit unsharded", st.unsharded_unit_max, "all-gather dtype"),
             ("saved activations", r.activations, "TP/SP split per component" if r.step else "NOT MODELLED"),
         ],
