@@ -69,6 +69,24 @@ def test_fsdp2_tp_sp_step_is_byte_exact(zero, setup):
     assert fsdp_peaks_exact(lay, setup)
 
 
+BLOCKS = ModelConfig(
+    vocab_size=64, context_length=64, num_layers=2, d_model=128, num_heads=8, num_kv_heads=4, d_ff=512, name="blocks"
+)
+
+
+@pytest.mark.parametrize("setup", SETUPS, ids=lambda s: s.label)
+def test_fsdp2_tp_sp_where_the_blocks_set_the_peaks_at_batch_2(setup):
+    """FSDP2 ZeRO-3 × TP 2 + SP on a model whose blocks set the peaks (vocab 64 < d_model 128, S 64), at
+    B = 2, where every sequence all-gather ends in a cat of its chunks (``Sizes.gather_cat``): every phase
+    byte for byte."""
+    pytest.importorskip("torch")
+    from lm_accounting.analytic.parallel import rank_step
+    from lm_accounting.measure.distributed import measure_rank
+
+    lay = ParallelLayout(dp=2, zero=3, tp=2, sequence_parallel=True)
+    assert measure_rank(BLOCKS, 64, 2, setup, lay).step == rank_step(BLOCKS, 64, 2, setup, lay, mode="traced")[0]
+
+
 @pytest.mark.parametrize(
     "lay", [ParallelLayout(dp=8, zero=3), ParallelLayout(dp=16, zero=2), ParallelLayout(dp=64, zero=3)], ids=str
 )

@@ -234,7 +234,7 @@ def test_deep_models_are_refused_before_building(tmp_path, args):
     f.write_text(TINY_TOML.format(layers=5_000))  # under the 10,000-layer model bound, over the live ones
     code, err, seconds, rss = cli(*[a.format(f=f, o=tmp_path / "out") for a in args])
     one_line_error(code, err, "5,000 live layers")
-    assert seconds < 5 and rss < 1e9  # the meta build would need ~100-300 GB of host memory
+    assert seconds < 15 and rss < 1e9  # a meta build: ~5 GB (1 MB a layer); 15 s on a loaded box
     assert not (tmp_path / "out").exists()
 
 

@@ -181,7 +181,8 @@ def fsdp_peaks_exact(layout, setup) -> bool:
     """Whether ``rank_step``'s FSDP2 peaks are byte-exact against the fake-PG job
     (``tests/test_fsdp_replay.py``): without TP, every setup; FSDP2 × TP with sequence parallel, every
     setup (the replay runs the sequence-parallel rank, ``replay_training_step(sp=M)``, S divisible by
-    M; FSDP2's bf16 parameters make amp-bf16 the bf16 model there); FSDP2 × TP, every setup but zero 3
+    M; FSDP2's bf16 parameters make amp-bf16 the bf16 model there, and at dp 1 no FSDP2 runs: the TP +
+    SP rank's own amp-bf16 replay); FSDP2 × TP, every setup but zero 3
     with selective checkpointing in fp32, where a row-parallel all-reduce output, live beside its
     partial for one op (not replayed), sets the forward peak (sequence parallel has a reduce-scatter
     there instead, replayed).  Not vocab parallel (not measured with FSDP2)."""
@@ -190,5 +191,5 @@ def fsdp_peaks_exact(layout, setup) -> bool:
     if layout.vocab_parallel:
         return False
     if layout.sequence_parallel:
-        return layout.dp > 1 or not setup.autocast
+        return True
     return not (layout.zero == 3 and setup.checkpoint == "selective" and setup.precision == "fp32")

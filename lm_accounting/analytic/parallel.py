@@ -25,14 +25,13 @@ for a projection; "local" means after the TP split.
 4. DDP (zero 0, 1; D > 1): bucket buffers holding a copy of every gradient, Σ n·e, from construction.
 5. Sequence parallel: the residual stream and the norms' own tensors are split along the sequence
    (÷M); the projections keep the all-gathered norm output (whole).  The replay runs the rank itself
-   (``sp_replayed``: fp32 and bf16, and amp-bf16 under FSDP2, S divisible by M): norms and residual
-   stream at T/M rows; before each column-parallel projection the norm's output all-gathered (T·d);
-   each row-parallel output a whole partial sum reduce-scattered to T/M rows (through a T·d ``cat``);
-   in the backward the mirror images (the gradient of a reduce-scattered output all-gathered, of an
+   (``sp_replayed``, every precision, S divisible by M): norms and residual stream at T/M rows;
+   before each column-parallel projection the norm's output all-gathered (T·d; fp32 under amp-bf16,
+   whose norms run in fp32; at B > 1 then ``cat`` into (B, S, d)); each row-parallel output a whole
+   partial sum (bf16 under amp-bf16) reduce-scattered to T/M rows (through a T·d ``cat``); in the
+   backward the mirror images (the gradient of a reduce-scattered output all-gathered, of an
    all-gathered input reduce-scattered), in the forward, the recompute and the backward alike
-   (``replay._sp_all_gather``, ``_sp_reduce_scatter``).  Otherwise (amp-bf16 without FSDP2) the
-   TP-local replay is shifted by the saving (``_saved_activations``): peaks an estimate inside the
-   blocks (``sp_peaks_exact_here``).
+   (``replay._sp_all_gather``, ``_sp_reduce_scatter``).
 6. Expert parallel (ep; torchtitan's convention, ``layout``): a routed-expert stack (E, out, in) is
    (E/ep, out, in) on each rank; under FSDP2 it is its own unit per MoE block, sharded over the dp/ep
    ranks that hold the same experts (dim 0, or dim 1 when dp > E: (E/ep, ceil(out/(dp/ep)), in)); every
@@ -63,7 +62,6 @@ from .hardware_flops import StepFlops, step_flops
 from .replay import adamw_step_scalar_bytes
 from .sizes import Sizes
 from .tensor_parallel import (
-    embedding_backward_peak,
     tp_peaks_exact,
     vocab_parallel_gradient_extra,
     vocab_parallel_head_saved,
@@ -462,18 +460,19 @@ def single_rank_step(
     """The single-GPU replay of the TP-local model (exact for one GPU; ``analytic.replay``), with
     FSDP2's unit events when ``units`` (``analytic.fsdp.FsdpUnits``) is given; vocab parallel: the job's
     own embedding, head and loss (``analytic.tensor_parallel.vocab_parallel_replay``)."""
+    sp = sp_replayed(layout)
     if layout.vocab_parallel and units is None:
-        sp = sp_replayed(setup, layout)
         return vocab_parallel_step(local_config(cfg, layout), seq, batch, setup, mode, layout.tp, sp)
     where = (device, cpu_threads)  # a plain CPU run (device "cpu") adds the CPU allocator's own extras
     run_setup = fsdp_compute_setup(setup, layout)
-    sp = sp_replayed(run_setup, layout)
     return _replay_at(local_config(cfg, layout), seq, batch, run_setup, mode, units, where, sp)
 
 
 @lru_cache(maxsize=4096)
 def _replay_at(local: ModelConfig, seq: int, batch: int, setup: TrainingSetup, mode: str, units, where, sp: int = 1):
-    return _replay(local, seq, setup, mode, units, batch if local.moe else 1, where, sp).at(batch)
+    # the batch whose lines the replay gives (``replay_training_step``): MoE's split, SP's all-gather cat at B > 1
+    hint = batch if local.moe else min(batch, 2) if sp > 1 else 1
+    return _replay(local, seq, setup, mode, units, hint, where, sp).at(batch)
 
 
 @lru_cache(maxsize=1024)
@@ -486,64 +485,21 @@ def _replay(local: ModelConfig, seq: int, setup: TrainingSetup, mode: str, units
     )
 
 
-def sp_replayed(setup: TrainingSetup, layout: ParallelLayout) -> int:
-    """The sequence-parallel degree the replay itself models (rule 5: ``replay_training_step(sp=M)``), or 1
-    where ``rank_step`` shifts the TP-local replay by the sequence-parallel saving instead (amp-bf16).
-    ``layout.check`` admits sequence parallel for dense models whose S splits evenly over the M ranks
-    (``Shard(1)`` chunks of S/M positions)."""
+def sp_replayed(layout: ParallelLayout) -> int:
+    """The sequence-parallel degree the replay models (rule 5: ``replay_training_step(sp=M)``): M under
+    sequence parallel, in every precision, else 1.  ``layout.check`` admits sequence parallel for dense
+    models whose S splits evenly over the M ranks (``Shard(1)`` chunks of S/M positions)."""
     m = layout.tp
-    if not layout.sequence_parallel or m == 1 or setup.autocast:
-        return 1
-    return m
+    return m if layout.sequence_parallel and m > 1 else 1
 
 
-def sp_peaks_exact_here(
-    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, steps: dict
-) -> bool:
-    """Whether ``rank_step``'s peaks of a sequence-parallel rank (no vocab parallel, no pipeline) that the
-    replay does not run as such (``sp_replayed`` is 1: amp-bf16 without FSDP2; the others are exact
-    everywhere, ``tp_peaks_exact``, ``fsdp_peaks_exact``) are exact at this shape, ``steps`` being its
-    StepMemory per mode ("plain", "traced").
-
-    The TP-local replay R keeps the norms and residual stream whole; ``rank_step`` shifts R by the whole
-    sequence-parallel saving (rule 5).  That is exact where every split tensor is live (saved for the
-    backward) and nothing split is being computed: after ln_final's forward (the LM head and the loss),
-    and in the backward before ln_final's (the loss and the LM head), or at the embedding's backward
-    (``embedding_backward_peak``, without FSDP2); inside the blocks and the final norm R is an upper
-    bound (whole norm temporaries and residual stream against T/M; measured, tests).  So the peaks are
-    exact when R's forward peak lies beyond its blocks (strictly above ``forward_blocks``) and its
-    backward peak is reached in the head (``backward_head``) or at the embedding, in both modes."""
-    if not layout.sequence_parallel or layout.vocab_parallel or layout.pp > 1:
-        return False
-    local, run_setup = local_config(cfg, layout), fsdp_compute_setup(setup, layout)
-    if sp_replayed(run_setup, layout) > 1:
-        return False  # replayed as such: exact wherever ``tp_peaks_exact`` / ``fsdp_peaks_exact`` say so
-    units = fsdp_units(cfg, setup, layout) if layout.fsdp and layout.dp > 1 else None
-    for mode, step in steps.items():
-        r = _replay(local, seq, run_setup, mode, units, 1, ("meta", 1))
-        if r.forward.peak.at(batch) <= r.forward_blocks.at(batch):
-            return False
-        head = r.backward_head.at(batch) == r.backward.peak.at(batch)
-        emb = units is None and step.backward.peak == embedding_backward_peak(
-            cfg, seq, batch, setup, layout, step.backward.end, mode
-        )
-        if not (head or emb):
-            return False
-    return True
-
-
-def peaks_exact(
-    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, steps: dict
-) -> bool:
-    """Whether ``rank_step``'s forward and backward peaks (``steps``: its StepMemory per mode, "plain"
-    and "traced") are byte-exact against the fake-PG job: by layout and setup (``fsdp_peaks_exact``,
-    ``tp_peaks_exact``), else at this shape (``sp_peaks_exact_here``).  Pipeline stages: never
-    (analytic only)."""
+def peaks_exact(setup: TrainingSetup, layout: ParallelLayout) -> bool:
+    """Whether ``rank_step``'s forward and backward peaks are byte-exact against the fake-PG job, by
+    layout and setup (``fsdp_peaks_exact``, ``tp_peaks_exact``).  Pipeline stages: never (analytic
+    only)."""
     if layout.pp > 1:
         return False
-    if fsdp_peaks_exact(layout, setup) if layout.fsdp else tp_peaks_exact(layout, setup):
-        return True
-    return sp_peaks_exact_here(cfg, seq, batch, setup, layout, steps)
+    return fsdp_peaks_exact(layout, setup) if layout.fsdp else tp_peaks_exact(layout, setup)
 
 
 def adamw_temporary(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, st: ModelStates) -> int:
@@ -597,12 +553,11 @@ def rank_step(
     output and unsharded parameters, reshard, prefetch, reduce-scatter input and output:
     ``analytic.fsdp``), and its forward and backward are shifted by the same baseline change.
 
-    Sequence parallel: R is the sequence-parallel rank's own replay where ``sp_replayed`` (rule 5),
-    else R shifted by the saving.
+    Sequence parallel: R is the sequence-parallel rank's own replay (rule 5, ``sp_replayed``).
 
-    Exact (byte for byte against the fake-PG run) for DDP, ZeRO-1, TP, TP + SP in fp32 and bf16 (with
-    or without vocab parallel) and FSDP2, with TP and SP too (``tests/test_parallel_measured.py``;
-    what is left: ``tp_peaks_exact``, ``fsdp_peaks_exact``).
+    Exact (byte for byte against the fake-PG run) for DDP, ZeRO-1, TP, TP + SP in every precision (with
+    or without vocab parallel) and FSDP2, with TP and SP too (``tests/test_parallel_measured.py``,
+    ``tests/test_tensor_parallel_measured.py``; what is left: ``tp_peaks_exact``, ``fsdp_peaks_exact``).
     """
     layout.check(cfg, seq)
     units = fsdp_units(cfg, setup, layout) if layout.fsdp and layout.dp > 1 else None
@@ -614,18 +569,14 @@ def rank_step(
     n_run = n * DTYPE_BYTES[fsdp_compute_setup(setup, layout).param_dtype] // e  # the replay's parameter bytes
     shift = st.parameters + st.optimizer + st.ddp_buckets - 3 * n_run
     base = r.baseline + shift
-    if units is not None:  # less what sequence parallel splits (rule 5), where R keeps it whole
-        sp = 0
-        if layout.sequence_parallel and sp_replayed(fsdp_compute_setup(setup, layout), layout) == 1:
-            sp = saved_activations(cfg, seq, batch, setup, dataclasses.replace(layout, sequence_parallel=False)) - act
-        fwd = PhaseBytes(r.forward.peak + shift - sp, r.forward.end + shift - sp)
-        bwd = PhaseBytes(r.backward.peak + shift - sp, r.backward.end + shift)
+    if units is not None:
+        fwd = PhaseBytes(r.forward.peak + shift, r.forward.end + shift)
+        bwd = PhaseBytes(r.backward.peak + shift, r.backward.end + shift)
     else:
         fwd_end = base + act
         fwd = PhaseBytes(fwd_end + (r.forward.peak - r.forward.end), fwd_end)
         bwd_peak = fwd_end + r.backward.peak - r.forward.end  # R's gradients are the rank's (whole local tensors)
-        emb = embedding_backward_peak(cfg, seq, batch, setup, layout, base + st.gradients, mode)  # not lowered by SP
-        bwd = PhaseBytes(max(bwd_peak, emb), base + st.gradients)
+        bwd = PhaseBytes(bwd_peak, base + st.gradients)
     z = Sizes(cfg, e=e, setup=setup, plain=mode == "plain", cpu=mode == "plain" and device == "cpu")
     opt = PhaseBytes(base + st.gradients + adamw_temporary(cfg, setup, layout, st) + adamw_step_scalar_bytes(z), base)
     return StepMemory(base, fwd, bwd, opt), st, act

@@ -224,11 +224,16 @@ def _norm_backward(
     frame: tuple[int, ...] = (),
     rerun: bool = False,
     xe: int | None = None,
+    sp: bool = False,
 ) -> None:
     """RMSNorm backward; with ``residual`` the input's gradient joins the residual stream's.
     ``frame``: bytes a checkpoint frame releases when this norm's saved input (the block input) goes.
     ``rerun``: the norm ran again inside a checkpoint; its saved tensors are only unpacked (held by
-    no ``SavedVariable``), so they die as soon as the node's formula returns.  ``xe``: as forward."""
+    no ``SavedVariable``), so they die as soon as the node's formula returns.  ``xe``: as forward.
+    ``sp``: a sequence-parallel norm (``SequenceParallel``), which runs on a DTensor made from the local
+    input: its two paths to x meet in that DTensor's gradient, a tensor subclass, so they are summed out
+    of place in both runs, and only that sum joins the residual stream's gradient (an fp32 input's first
+    part does not join it early)."""
     xe = z.e if xe is None else xe
     X, R, Xe = rows * width * 4, rows * 4, rows * width * xe
     if xe != 4:
@@ -245,28 +250,42 @@ def _norm_backward(
     else:
         r(+X, +X, +width * 4, -X, -X, -X)  # grad·g; grad·y; Σ -> dg (kept); y released
     r(+X, +X, +R, -X, -X)  # d(x·r)/dx = grad_y·r; grad_y·x; Σ -> d rsqrt
-    if residual and xe == 4:
+    if residual and xe == 4 and not sp:
         r(_Copy(X), -X)  # first part joins the residual stream's gradient
     w8, w4 = z.wrap()  # CPU only: "· -½", "/ width" and "· 2" wrap Python numbers
     r(+R, +w8, +w4, +R, -w4, -w8, +R, -R, -R, -R, -R)  # rsqrt backward: -½·r³·grad; rsqrt released
     r(+w8, +w4, +X, -w4, -w8, -R)  # mean backward: expand / width
     # pow backward: 2·x·grad; x released (and a checkpoint frame)
     r(+X, +w8, +w4, +X, -w4, -w8, +X, -X, -X, -X, *(-b for b in frame), -X)
-    r(_Copy(X), -X)  # sum of the two paths
+    r(+X, -X, -X) if sp else r(_Copy(X), -X)  # sum of the two paths
+    if residual and xe == 4 and sp:
+        r(_Copy(X), -X)  # the sum joins the residual stream's gradient
     if xe != 4:
         r(+Xe, -X)  # back to the input dtype
         if residual:
             r(_Copy(Xe), -Xe)  # join the residual stream's gradient
 
 
+def _join(size: Affine | int, dtensor: bool) -> tuple:
+    """Two gradients of one tensor summed (``InputBuffer::accumulate``): in place in a plain run, an
+    out-of-place copy when traced (``_Copy``), then the incoming one dies; the input of the projections
+    under sequence parallel is the all-gathered DTensor (``PrepareModuleInput``), a tensor subclass, so its
+    gradients are summed out of place in both runs."""
+    return (+size, -size, -size) if dtensor else (_Copy(size), -size)
+
+
 def _sp_all_gather(r: _Replay, z: Sizes) -> None:
     """Sequence parallel (``PrepareModuleInput``'s Shard(1) -> Replicate, and the backward of a
     reduce-scatter): a T/M-row tensor all-gathered to the whole (T x d) one in the model dtype: a
     norm's output before the column-parallel projections (then saved by them), the gradient of a
-    row-parallel output before its backward, the embedding output's gradient.  Nothing without
-    sequence parallel."""
+    row-parallel output before its backward, the embedding output's gradient.  The collective gathers
+    along dim 0, (M·B, S/M, d); at B > 1 (``Sizes.gather_cat``) the M chunks are then cat along the
+    sequence into a fresh (B, S, d) and the gathered buffer dies.  Nothing without sequence parallel."""
     if z.sp > 1:
-        r(+z.act(z.cfg.d_model))
+        whole = z.act(z.cfg.d_model)
+        r(+whole)
+        if z.gather_cat:
+            r(+whole, -whole)
 
 
 def _sp_reduce_scatter(r: _Replay, z: Sizes, partial: Affine | int) -> None:
@@ -572,10 +591,10 @@ def _layer_forward(
             r(+Sc, +Sr, +Sc, -Sc)  # exp (saved); Σ (saved); divide (saved by AV)
             r(+Tkv, +Tq * n, -Sc)  # V made contiguous (saved); AV; masked scores die
         r(+Tq, -Tq)  # merge heads (saved by output_proj)
-        if sp:  # output projection (a partial sum); v dies; reduce-scattered; ln1's own output dies; residual add
-            r(+Td * n, -Tkv)
+        if sp:  # output projection (a partial sum), reduce-scattered (in its hook); then v and ln1's own output die
+            r(+Td * n)  # (attention's locals die with its return); residual add
             _sp_reduce_scatter(r, z, Td)
-            r(-Tr, +Tr, -Tr)
+            r(-Tkv, -Tr, +Tr, -Tr)
         else:
             r(+Td * n, -Tkv, +Td, -Td)  # output projection; v dies; residual add
     _norm_forward(r, z, z.rows, c.d_model)  # ln2
@@ -740,7 +759,7 @@ def _layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool, moe: _M
         r(+p["ffn.w1"], +Td, -Tf, -Td, +Td, -Td, -Td)
         if sp:
             _sp_reduce_scatter(r, z, Td)  # d(gathered ln2 output) to ln2's T/M rows
-    _norm_backward(r, z, z.rows, c.d_model, residual=True, rerun=rerun)  # ln2
+    _norm_backward(r, z, z.rows, c.d_model, residual=True, rerun=rerun, sp=sp)  # ln2
     _sp_all_gather(r, z)  # the output projection's reduce-scatter backward gathers d(attention output)
     if z.sdpa:
         # output_proj: dW, d(heads); merged heads released; (SP) the gathered d(output) too
@@ -782,11 +801,12 @@ def _layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool, moe: _M
     else:
         r(+Tkv, -Tkv, +p["attn.v_proj"], +Td, -Tkv)  # v_proj (contiguous grad)
     r(+Tkv, -Tkv, +p["attn.k_proj"], +Td, -Tkv, +Td, -Td, -Td)  # k_proj; sum into d(ln1 output) (views: out of place)
-    # q_proj; ln1 output released; summed into the k + v sum (a fresh tensor: in place when plain)
-    r(+Tq, -Tq, +p["attn.q_proj"], +Td, -Tq, -Td, _Copy(Td), -Td)
+    # q_proj; ln1 output released; summed into the k + v sum (a fresh tensor: in place when plain; under
+    # sequence parallel the gathered input is a DTensor, a tensor subclass: out of place in both runs)
+    r(+Tq, -Tq, +p["attn.q_proj"], +Td, -Tq, -Td, *_join(Td, sp))
     if sp:
         _sp_reduce_scatter(r, z, Td)  # d(gathered ln1 output) to ln1's T/M rows
-    _norm_backward(r, z, z.rows, c.d_model, residual=True, frame=frame, rerun=rerun)  # ln1
+    _norm_backward(r, z, z.rows, c.d_model, residual=True, frame=frame, rerun=rerun, sp=sp)  # ln1
 
 
 def _amp_sizes(z: Sizes, p: dict[str, int]):
@@ -956,13 +976,20 @@ def _amp_layer_forward(
     copy (saved; one per projection: autocast caches only leaf tensors), and returns bf16.  RoPE,
     the scores, softmax's max-shift, SiLU and the gate run in bf16; ``exp`` is on CUDA's fp32 list,
     so exp, Σ and the probabilities are fp32, and AV takes a bf16 copy of the probabilities.
-    ``recompute``/``cached``: as ``_layer_forward``."""
+    ``recompute``/``cached``: as ``_layer_forward``.
+
+    Sequence parallel (``z.sp``): ln1, ln2 and the residual stream at T/M rows (fp32); each norm's fp32
+    output all-gathered (T·d·4), from which each projection takes its bf16 copy; each row-parallel
+    output a bf16 partial sum, reduce-scattered in bf16 (``_sp_reduce_scatter`` on ``z.bf16``), then
+    added to the fp32 residual stream; the gathered and the norm's own output die before the add."""
     c, T, b = z.cfg, z.T, z.bf16
     Td, Td2, Tq, Tkv, Tf, w = _amp_sizes(z, p)
     Sc, Sr, Sc4, Sr4 = b.scores, b.score_rows, z.scores, z.score_rows
     n = 0 if cached else 1  # 0: a matmul output handed back by the SAC cache
     mix = z.mixed_add_temp(c.d_model)  # CPU only: the bf16 operand of fp32 + bf16, copied to fp32
-    _norm_forward(r, z, T, c.d_model)  # ln1 (fp32)
+    sp, Tr, Tr2 = z.sp > 1, z.residual, b.residual  # the residual stream (fp32) and its bf16 twin, T/M rows
+    _norm_forward(r, z, z.rows, c.d_model)  # ln1 (fp32)
+    _sp_all_gather(r, z)  # its fp32 output gathered (the projections take their bf16 copies of it)
     r(+w["attn.q_proj"], +Td2, +Tq * n)  # q: weight copy, input copy (both saved), bf16 output
     r(+w["attn.k_proj"], +Td2, +Tkv * n)  # k
     r(+w["attn.v_proj"], +Td2, +Tkv * n)  # v
@@ -977,7 +1004,12 @@ def _amp_layer_forward(
         f1, f2 = z.flash_scratch_forward(2)  # CPU only
         r(+Tq * n, +z.lse * n, +f1 * n, +f2 * n, -f2 * n, -f1 * n)  # flash kernel (both saved)
         r(+Tq * z.merge_copy)  # merge heads (saved by output_proj; a view: ``Sizes.merge_copy``)
-        r(+w["attn.output_proj"], +Td2 * n, -Td, +mix, +Td, -mix, -Td2)  # output proj; ln1 output dies; residual add
+        if sp:  # output proj (a bf16 partial sum), reduce-scattered; ln1's two outputs die; residual add
+            r(+w["attn.output_proj"], +Td2 * n)
+            _sp_reduce_scatter(r, b, Td2)
+            r(-Td, -Tr, +mix, +Tr, -mix, -Tr2)
+        else:
+            r(+w["attn.output_proj"], +Td2 * n, -Td, +mix, +Td, -mix, -Td2)  # output proj; ln1 output dies; add
     else:
         w8, we = z.wrap(2)  # CPU: the wrapped 1/√d_head, saved until the scale's backward (a rerun's dies at once)
         r(+Sc * n, +w8, +we, +Sc, -we, -w8 * recompute, -Sc)  # QKᵀ; · 1/√d_head; raw scores die
@@ -986,8 +1018,15 @@ def _amp_layer_forward(
         r(+Sc4, +Sc4, -Sc4, +Sr4, +Sc4, -Sc)  # exp: fp32 copy, exp (saved), copy dies; Σ (saved); divide; z dies
         r(+Sc, +Tkv, +Tq * n, -Sc, -Sc4)  # probs to bf16, V contiguous (both saved); AV; masked scores, fp32 probs die
         r(+Tq, -Tq)  # merge heads (saved by output_proj)
-        r(+w["attn.output_proj"], +Td2 * n, -Tkv, -Td, +mix, +Td, -mix, -Td2)  # output proj; v, ln1 output die; add
-    _norm_forward(r, z, T, c.d_model)  # ln2 (fp32)
+        if sp:  # output proj (a bf16 partial sum), reduce-scattered (in its hook); then v (attention's local)
+            r(+w["attn.output_proj"], +Td2 * n)  # and ln1's two outputs die; residual add
+            _sp_reduce_scatter(r, b, Td2)
+            r(-Tkv, -Td, -Tr, +mix, +Tr, -mix, -Tr2)
+        else:
+            r(+w["attn.output_proj"], +Td2 * n, -Tkv, -Td, +mix, +Td, -mix, -Td2)  # output proj; v, ln1 output die; add
+    _norm_forward(r, z, z.rows, c.d_model)  # ln2 (fp32)
+    if moe is None:
+        _sp_all_gather(r, z)  # its fp32 output gathered
     if moe is not None:
         _amp_moe_forward(r, z, p, moe, recompute, cached)
         if recompute:  # early stop (see ``_amp_moe_forward``)
@@ -999,9 +1038,14 @@ def _amp_layer_forward(
     r(+w["ffn.w3"], +Td2, +Tf * n, +Tf)  # w3 (copies saved); gate
     r(+w["ffn.w2"])  # w2's weight copy (the gate is bf16 already)
     if recompute:  # early stop: w2's saved inputs are packed
-        r(-Td)  # ln2's fp32 output (only its bf16 copies were saved) dies as the rerun unwinds
+        r(-Td, -Tr * sp)  # ln2's fp32 output(s) (only bf16 copies were saved) die as the rerun unwinds
         return
-    r(+Td2, -Td, +mix, +Td, -mix, -Td2)  # w2; ln2 output dies; residual add (fp32); FFN output dies
+    if sp:  # w2 (a bf16 partial sum), reduce-scattered; ln2's two outputs die; residual add (fp32)
+        r(+Td2)
+        _sp_reduce_scatter(r, b, Td2)
+        r(-Td, -Tr, +mix, +Tr, -mix, -Tr2)
+    else:
+        r(+Td2, -Td, +mix, +Td, -mix, -Td2)  # w2; ln2 output dies; residual add (fp32); FFN output dies
 
 
 def _amp_moe_forward_unsaved(r: _Replay, z: Sizes, p: dict[str, int], m: _MoeSplit, cached: bool = False) -> None:
@@ -1053,7 +1097,9 @@ def _amp_layer_forward_unsaved(
     Sc, Sr, Sc4, Sr4 = b.scores, b.score_rows, z.scores, z.score_rows
     k = 0 if cached else 1  # 0: a matmul output the SAC cache keeps alive
     mix = z.mixed_add_temp(c.d_model)  # CPU only: the bf16 operand of fp32 + bf16, copied to fp32
-    _norm_forward_unsaved(r, z, T, c.d_model)  # ln1
+    sp, Tr, Tr2 = z.sp > 1, z.residual, b.residual  # sequence parallel: T/M rows (see ``_amp_layer_forward``)
+    _norm_forward_unsaved(r, z, z.rows, c.d_model)  # ln1
+    _sp_all_gather(r, z)  # its fp32 output gathered
     for name, out in (("attn.q_proj", Tq), ("attn.k_proj", Tkv), ("attn.v_proj", Tkv)):
         r(+w[name], +Td2, +out, -Td2, -w[name])  # weight and input copies die with the matmul
     if c.qk_norm:
@@ -1076,23 +1122,39 @@ def _amp_layer_forward_unsaved(
         r(+Tq, -Tq * k)  # merge heads
     r(+w["attn.output_proj"], +Td2, -w["attn.output_proj"])  # output projection; weight copy dies
     heads = z.merge_copy or k  # merged heads: a copy dies; a view of the kernel's output dies with it
-    r(-Tq, -Tkv, -Tkv * k, -Tq * heads, -Td)  # q, k, v, merged heads and ln1 output die
-    r(+mix, +Td, -mix, -Td2 * k)  # residual add; attention output dies
-    _norm_forward_unsaved(r, z, T, c.d_model)  # ln2
+    if sp:  # the bf16 partial sum reduce-scattered; q, k, v, merged heads, ln1's two outputs die; add
+        _sp_reduce_scatter(r, b, Td2 * k)
+        r(-Tq, -Tkv, -Tkv * k, -Tq * heads, -Td, -Tr)
+        r(+mix, +Tr, -mix, -Tr2)
+    else:
+        r(-Tq, -Tkv, -Tkv * k, -Tq * heads, -Td)  # q, k, v, merged heads and ln1 output die
+        r(+mix, +Td, -mix, -Td2 * k)  # residual add; attention output dies
+    _norm_forward_unsaved(r, z, z.rows, c.d_model)  # ln2
+    if moe is None:
+        _sp_all_gather(r, z)  # its fp32 output gathered
     if moe is not None:
         _amp_moe_forward_unsaved(r, z, p, moe, cached)
         r(-Td, +Td, -Td, -Td)  # ln2 output dies; residual add (fp32); the MoE output and the middle stream die
         return
     r(+w["ffn.w1"], +Td2, +Tf, -Td2, -w["ffn.w1"], +Tf, +Tf, -Tf, -Tf * k)  # w1; sigmoid; silu
     r(+w["ffn.w3"], +Td2, +Tf, -Td2, -w["ffn.w3"], +Tf, -Tf, -Tf * k)  # w3; gate
-    r(+w["ffn.w2"], +Td2, -w["ffn.w2"], -Tf, -Td)  # w2; gate and ln2 output die
-    r(+mix, +Td, -mix, -Td2 * k, -Td)  # residual add; FFN output and middle stream die
+    if sp:  # w2 (a bf16 partial sum), reduce-scattered; the gate and ln2's two outputs die; add
+        r(+w["ffn.w2"], +Td2, -w["ffn.w2"])
+        _sp_reduce_scatter(r, b, Td2 * k)
+        r(-Tf, -Td, -Tr)
+        r(+mix, +Tr, -mix, -Tr2, -Tr)  # residual add; FFN output and middle stream die
+    else:
+        r(+w["ffn.w2"], +Td2, -w["ffn.w2"], -Tf, -Td)  # w2; gate and ln2 output die
+        r(+mix, +Td, -mix, -Td2 * k, -Td)  # residual add; FFN output and middle stream die
 
 
 def _amp_layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool, moe: _MoeSplit | None = None) -> None:
     """One block's backward under amp-bf16: each matmul's gradients come out bf16 and are cast back
     through autocast's copies (``_to_copy`` backward): dx to fp32 for an fp32 input, dW to fp32
-    (the parameter's dtype); the fp32 residual gradient is cast to bf16 where it enters a matmul."""
+    (the parameter's dtype); the fp32 residual gradient is cast to bf16 where it enters a matmul.
+    Sequence parallel: that cast is of the T/M rows, then all-gathered in bf16 (the backward of the bf16
+    reduce-scatter), before the rerun; an fp32 input gradient of the projections is reduce-scattered in
+    fp32 to the norm's T/M rows; the norms' backward as ``_norm_backward``'s ``sp``."""
     c, T, b = z.cfg, z.T, z.bf16
     Td, Td2, Tq, Tkv, Tf, w = _amp_sizes(z, p)
     Sc, Sc4, Sr4 = b.scores, z.scores, z.score_rows
@@ -1101,7 +1163,13 @@ def _amp_layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool, moe
     # the residual add's backward casts the fp32 gradient to the FFN output's bf16 (MoE: the shared experts'
     # output's; without them the MoE output is fp32, and the sum's backward copies d(out) first)
     early = _moe_grad_copy(z, moe)  # fp32 (T·k·d·4): the MoE output is fp32
-    r(+Td2 if not early else early)
+    sp, Tr2 = z.sp > 1, b.residual  # sequence parallel: the cast is of T/M rows, then all-gathered (bf16)
+    if sp:
+        r(+Tr2)
+        _sp_all_gather(r, b)
+        r(-Tr2)
+    else:
+        r(+Td2 if not early else early)
     if rerun:  # ... before w2's node unpacks its saved tensors, which starts the rerun
         _amp_layer_forward(r, z, p, recompute=True, cached=z.setup.checkpoint == "selective", moe=moe)
     frame: tuple = ()
@@ -1119,11 +1187,20 @@ def _amp_layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool, moe
         r(+w["ffn.w3"], +Td2, -Tf, -w["ffn.w3"], -Td2, +Td, -Td2, +p["ffn.w3"], -w["ffn.w3"])  # w3
         r(+Tf, +Tf, -Tf, -Tf)  # silu = a·σ(a)
         r(+Tf, -Tf, -Tf, _Copy(Tf), -Tf)  # sigmoid backward; sum of the two paths
-        r(+w["ffn.w1"], +Td2, -Tf, -w["ffn.w1"], -Td2, +Td, -Td2, _Copy(Td), -Td, +p["ffn.w1"], -w["ffn.w1"])  # w1
-    _norm_backward(r, z, T, c.d_model, residual=True, rerun=rerun)  # ln2
+        # w1; its fp32 dx joins w3's (in place when plain; out of place under sequence parallel: ``_join``)
+        r(+w["ffn.w1"], +Td2, -Tf, -w["ffn.w1"], -Td2, +Td, -Td2, *_join(Td, sp), +p["ffn.w1"], -w["ffn.w1"])
+        if sp:
+            _sp_reduce_scatter(r, z, Td)  # d(gathered ln2 output), fp32, to ln2's T/M rows
+    _norm_backward(r, z, z.rows, c.d_model, residual=True, rerun=rerun, sp=sp)  # ln2
     out = "attn.output_proj"
-    # output_proj: grad to bf16; dW, d(heads); merged heads released (a view: with the kernel's output)
-    r(+Td2, +w[out], +Tq, -Td2, -w[out], -Tq * z.merge_copy, +p[out], -w[out])
+    if sp:  # the grad cast to bf16 at T/M rows, all-gathered
+        r(+Tr2)
+        _sp_all_gather(r, b)
+        r(-Tr2)
+    else:
+        r(+Td2)  # the grad to bf16
+    # output_proj: dW, d(heads); merged heads released (a view: with the kernel's output)
+    r(+w[out], +Tq, -Td2, -w[out], -Tq * z.merge_copy, +p[out], -w[out])
     if z.sdpa:
         g1, g2, g3 = z.flash_scratch_backward(2)  # CPU only
         r(+Tq, +Tkv, +Tkv, +g1, +g2, +g3, -g3, -g2, -g1, -Tq, -Tkv, -Tq, -Tkv, -z.lse, -Tq)  # flash backward
@@ -1151,9 +1228,11 @@ def _amp_layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool, moe
     if not z.sdpa:
         r(+Tkv, -Tkv)  # contiguous dV
     r(+w[v], +Td2, -Tkv, -w[v], -Td2, +Td, -Td2, +p[v], -w[v])  # v_proj
-    r(+Tkv, -Tkv, +w[k], +Td2, -Tkv, -w[k], -Td2, +Td, -Td2, _Copy(Td), -Td, +p[k], -w[k])  # k_proj; joins v's
-    r(+Tq, -Tq, +w[q], +Td2, -Tq, -w[q], -Td2, +Td, -Td2, _Copy(Td), -Td, +p[q], -w[q])  # q_proj; joins
-    _norm_backward(r, z, T, c.d_model, residual=True, frame=frame, rerun=rerun)  # ln1
+    r(+Tkv, -Tkv, +w[k], +Td2, -Tkv, -w[k], -Td2, +Td, -Td2, *_join(Td, sp), +p[k], -w[k])  # k_proj; joins v's
+    r(+Tq, -Tq, +w[q], +Td2, -Tq, -w[q], -Td2, +Td, -Td2, *_join(Td, sp), +p[q], -w[q])  # q_proj; joins
+    if sp:
+        _sp_reduce_scatter(r, z, Td)  # d(gathered ln1 output), fp32, to ln1's T/M rows
+    _norm_backward(r, z, z.rows, c.d_model, residual=True, frame=frame, rerun=rerun, sp=sp)  # ln1
 
 
 @dataclass(frozen=True)
@@ -1183,11 +1262,6 @@ class StepInBatch:
     forward: PhaseInBatch
     backward: PhaseInBatch
     optimizer_step: PhaseInBatch
-    # the forward's peak up to ln_final's forward, and the backward's before ln_final's backward: what the
-    # blocks can set.  A phase whose peak lies beyond them (the head and the loss) is set where no
-    # sequence-parallel split is live but the saved activations (``analytic.parallel.sp_peaks_exact_here``)
-    forward_blocks: PeakEnvelope | None = None
-    backward_head: PeakEnvelope | None = None
 
     def phases(self) -> dict[str, PhaseInBatch]:
         return {name: getattr(self, name) for name in PHASES}
@@ -1301,8 +1375,10 @@ def replay_training_step(
 
     The baseline is the parameters, AdamW m and v, the RoPE tables and the input and target
     ids, plus the AdamW step counters that live on ``device`` (``adamw_step_counter_bytes``).
-    ``batch`` (a mixture of experts only): the batch whose split of the routed slots is replayed; the
-    result is exact for every batch that splits alike (``_MoeSplit``, ``moe_lines_in_batch``).
+    ``batch`` (a mixture of experts, and sequence parallel): the batch whose split of the routed slots is
+    replayed, the result exact for every batch that splits alike (``_MoeSplit``, ``moe_lines_in_batch``);
+    under sequence parallel the result holds for B = 1 if ``batch`` is 1, else for every B > 1 (the
+    all-gathers' ``cat``: ``Sizes.gather_cat``).
     ``units``: one rank of an FSDP2 job; its all-gather, reshard and reduce-scatter events are
     replayed at the unit boundaries (``analytic.fsdp``).  The baseline stays the single-GPU one
     (whole parameters and AdamW state): the caller shifts it to the rank's shards.  ``sp``: a
@@ -1317,13 +1393,14 @@ def replay_training_step(
     check_mode(mode)
     check_batch_seq(batch, seq)
     check_device(device)
-    if sp > 1 and (cfg.moe or setup.autocast or seq % sp):
-        raise ValueError("sequence parallel is replayed for dense blocks in fp32 or bf16, S divisible by M")
+    if sp > 1 and (cfg.moe or seq % sp):
+        raise ValueError("sequence parallel is replayed for dense blocks, S divisible by M")
     split = _MoeSplit(cfg, seq, batch) if cfg.moe else None
     plain = mode == "plain"
     softmax32 = units is not None and units.float_logits
     cpu, cuda = plain and device == "cpu", device == "cuda"
-    z = Sizes(cfg, Affine(1), seq, DTYPE_BYTES[dtype], setup, plain, cpu, cpu_threads, softmax32, cuda, sp)
+    cat = sp > 1 and batch > 1  # ``Sizes.gather_cat``
+    z = Sizes(cfg, Affine(1), seq, DTYPE_BYTES[dtype], setup, plain, cpu, cpu_threads, softmax32, cuda, sp, cat)
     c, e, T = cfg, z.e, z.T
     pb = parameter_breakdown(cfg)
     params = pb.total * e
@@ -1355,11 +1432,10 @@ def replay_training_step(
         _layer_runs(r, c, split, False, lambda q, m: _layer_forward(q, z, moe=m), ev)
     layer_backward = _amp_layer_backward if z.amp else _layer_backward
     _norm_forward(r, z, z.rows, c.d_model)  # ln_final
-    forward_blocks = r.peak()
     _sp_all_gather(r, z)  # its output gathered for the LM head (saved by it)
     head2 = emb // 2  # amp: autocast's bf16 copy of the LM head's weight (the embedding's when tied)
-    if z.amp:  # weight copy, input copy (saved), bf16 logits; ln_final's fp32 output dies
-        r(+head2, +z.bf16.act(c.d_model), +z.bf16.act(c.vocab_size), -Td)
+    if z.amp:  # weight copy, input copy (saved), bf16 logits; ln_final's fp32 output(s) die
+        r(+head2, +z.bf16.act(c.d_model), +z.bf16.act(c.vocab_size), -Td, -Tres * sp)
     r(+TV)  # logits (amp: logits.float(), an fp32 copy)
     if sp and not z.amp:
         r(-Tres)  # ln_final's own output dies
@@ -1404,8 +1480,7 @@ def replay_training_step(
         r(+emb, +Td, -(TV2 if fl else TV), -Td)  # lm_head: dW, dx; ln_final output released
     if sp:  # dx split along the sequence (the backward of Shard(1) -> Replicate: a chunk copied); dx dies
         r(+Tres, -Td)
-    backward_head = r.peak()
-    _norm_backward(r, z, z.rows, c.d_model, residual=False)  # ln_final
+    _norm_backward(r, z, z.rows, c.d_model, residual=False, sp=sp)  # ln_final
     # layers L-1 .. 1, then layer 0, which also releases the shared mask
     _layer_runs(r, c, split, True, lambda q, m: layer_backward(q, z, p, last=False, moe=m), ev)
     _block(r, split if c.layer_moe(0) else None, 0, lambda q, m: layer_backward(q, z, p, last=True, moe=m), ev, True)
@@ -1425,7 +1500,7 @@ def replay_training_step(
     extra = adamw_step_temporary_bytes(cfg, dtype, optimizer) + adamw_step_scalar_bytes(z)
     top = backward.end + extra
     step = PhaseInBatch(PeakEnvelope(((top.a, top.b),)), backward.end - params)
-    return StepInBatch(baseline, forward, backward, step, forward_blocks, backward_head)
+    return StepInBatch(baseline, forward, backward, step)
 
 
 def predict_training_step(

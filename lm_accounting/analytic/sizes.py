@@ -48,6 +48,9 @@ class Sizes:
     softmax32: bool = False  # bf16 scores under autocast (FSDP2's bf16 parameters): exp and Σ run in fp32
     cuda: bool = False  # on a CUDA GPU: the fused attention is CUDA's flash or memory-efficient kernel
     sp: int = 1  # a sequence-parallel rank of M = sp: the residual stream and the norms hold T/M rows
+    # sequence parallel at B > 1: an all-gather along the sequence ends in a cat of its M chunks (torch 2.13's
+    # ``_maybe_view_chunk_cat`` takes a view only when the gathered dim 0 is M, i.e. B = 1)
+    gather_cat: bool = False
 
     @classmethod
     def of(
@@ -98,8 +101,9 @@ class Sizes:
 
     def mixed_add_temp(self, width: int) -> int:
         """CPU only: fp32 + bf16 (amp's residual adds): the CPU TensorIterator copies the bf16 operand
-        to fp32 (T·width·4 bytes) for the op; CUDA casts inside the kernel."""
-        return self.T * width * 4 if self.cpu else 0
+        to fp32 (rows·width·4 bytes: T, or T/M on a sequence-parallel rank) for the op; CUDA casts inside
+        the kernel."""
+        return self.rows * width * 4 if self.cpu else 0
 
     @property
     def amp(self) -> bool:

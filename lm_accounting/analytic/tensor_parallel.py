@@ -5,20 +5,10 @@
 real job on the fake process group (torch 2.13, ``parallelize_module``; ``measure.distributed``),
 that is byte-exact for TP in every setup; the functions here are what it misses.
 
-Sequence parallel in fp32 and bf16 is replayed as such (``replay_training_step(sp=M)``: the norms and
-the residual stream at T/M rows, the all-gathers and reduce-scatters around the projections, in the
+Sequence parallel is replayed as such, in every precision (``replay_training_step(sp=M)``: the norms
+and the residual stream at T/M rows, the all-gathers and reduce-scatters around the projections, in the
 forward, the recompute and the backward), and so is vocab parallel with it (``vocab_parallel_replay``'s
-``sp``).  Under amp-bf16 R stays the TP-local replay, shifted as follows.
-
-Embedding backward under sequence parallel (``embedding_backward_peak``).  R's backward peak is
-shifted down by the whole sequence-parallel saving (rule 5 of ``analytic.parallel``: the residual
-stream and the norms' tensors ÷M), which is right while those tensors are live.  They are gone by the
-embedding's backward, the last allocations of the phase, where a sequence-parallel rank holds exactly
-what a TP rank holds: the sequence-split gradient of the embedding output is all-gathered back to the
-whole (B, S, d) tensor (``PrepareModuleOutput``'s Replicate -> Shard(1), whose backward is an
-all-gather), and the embedding itself is replicated.  With checkpointing the block inputs are the only
-saved activations, so that point often sets the phase's peak (the tiny grid of
-``tests/test_parallel_measured.py``: every fp32 and amp-bf16 setup).
+``sp``).
 """
 
 from __future__ import annotations
@@ -31,49 +21,16 @@ from ..names import DTYPE_BYTES
 from ..setup import TrainingSetup
 
 
-def embedding_backward_peak(
-    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, end: int, mode: str
-) -> int:
-    """Live bytes at the embedding's backward on a TP rank whose backward ends at ``end`` (its
-    baseline + gradients).
-
-    Derivation (the replay's last backward lines, ``analytic.replay``; T = B·S, e = bytes of the
-    parameter dtype, which is also the residual stream's and the loss's: amp-bf16 keeps both fp32):
-
-    1. Before the embedding's backward the rank holds X = every gradient but the embedding's, the
-       gradient of the embedding output (T·d·e, whole under sequence parallel: see the module
-       docstring), the loss and its gradient seed (e each).
-    2. ``index_backward``: zeros (V·d·e), then ``index_put_`` into them: in place in a plain run, an
-       out-of-place copy (V·d·e more, for one op) under a dispatch mode (``mode="traced"``).  The
-       output gradient is released.  Untied, the zeros are the embedding's gradient, so
-       end = X + V·d·e − T·d·e − 2e.
-    3. Tied, the embedding's gradient then joins the LM head's (a transposed view: out of place in
-       both runs): +V·d·e, −V·d·e, −V·d·e, so end = X − T·d·e − 2e.
-    4. Highest point: X + V·d·e (+ V·d·e traced); tied and plain, X + 2·V·d·e − T·d·e at step 3 can be
-       higher.  So, with emb = V·d·e and td = T·d·e:
-       untied: end + td + 2e + emb·[traced];
-       tied: end + td + 2e + emb + max(emb·[traced], emb − td).
-    5. Vocab parallel: ``embedding_dense_backward`` allocates the whole (V, d) gradient (no zeros and
-       no copy), so end + td + 2e (the loss and the total weight, e each, die after it).
-    """
-    e = DTYPE_BYTES[setup.param_dtype]
-    emb, td = cfg.vocab_size * cfg.d_model * e, batch * seq * cfg.d_model * e
-    if layout.vocab_parallel:  # 5. one out-of-place (V, d) gradient (``_vocab_embedding_backward``)
-        return end + td + 2 * e
-    traced = emb if mode == "traced" else 0
-    if cfg.tie_embeddings:
-        return end + td + 2 * e + emb + max(traced, emb - td)
-    return end + td + 2 * e + traced
-
-
-def vocab_parallel_replay(local: ModelConfig, seq: int, setup: TrainingSetup, mode: str, tp: int, sp: int = 1):
+def vocab_parallel_replay(
+    local: ModelConfig, seq: int, setup: TrainingSetup, mode: str, tp: int, sp: int = 1, batch: int = 1
+):
     """The replay (``analytic.replay``, a ``StepInBatch``) of TP rank 0 of the vocab-parallel job
     (``measure.parallelize.apply_vocab_parallel``, ``measure.distributed.vocab_parallel_cross_entropy``),
-    with sequence parallel when ``sp`` = M (``replay_training_step``'s ``sp``; else ``rank_step`` splits it
-    off as for any TP rank).  The blocks are the
-    TP-local model's (``local``: h/M heads, d_ff/M); rank 0 holds Vl = ceil(V/M) rows of the embedding
-    and of the LM head (DTensor's ``Shard(0)``: ``torch.chunk``, the first ranks one row more).  What
-    differs from ``replay_training_step``, in program order:
+    with sequence parallel when ``sp`` = M (``replay_training_step``'s ``sp``; ``batch``: its hint, the
+    result holds for B = 1 if it is 1, else for every B > 1).  The blocks are the TP-local model's
+    (``local``: h/M heads, d_ff/M); rank 0 holds Vl = ceil(V/M) rows of the embedding and of the LM head
+    (DTensor's ``Shard(0)``: ``torch.chunk``, the first ranks one row more).  What differs from
+    ``replay_training_step``, in program order:
 
     1. embedding forward (``_vocab_embedding_forward``): a masked lookup in the local rows and an
        all-reduce of the (B, S, d) output;
@@ -113,7 +70,8 @@ def vocab_parallel_replay(local: ModelConfig, seq: int, setup: TrainingSetup, mo
         raise ValueError("vocab parallel is replayed for the dense, untied course architecture only")
     plain = mode == "plain"
     c = local
-    z = Sizes(c, Affine(1), seq, DTYPE_BYTES[setup.param_dtype], setup, plain, False, 1, sp=sp)
+    cat = sp > 1 and batch > 1  # ``Sizes.gather_cat``
+    z = Sizes(c, Affine(1), seq, DTYPE_BYTES[setup.param_dtype], setup, plain, False, 1, sp=sp, gather_cat=cat)
     e, T, d = z.e, z.T, c.d_model
     vl = -(-c.vocab_size // tp)
     pb = parameter_breakdown(c)
@@ -142,8 +100,8 @@ def vocab_parallel_replay(local: ModelConfig, seq: int, setup: TrainingSetup, mo
     _norm_forward(r, z, z.rows, d)  # ln_final
     _sp_all_gather(r, z)  # its output gathered for the LM head (saved by it)
     TV2, Td2, head2 = T * vl * 2, z.bf16.act(d), vl * d * 2
-    if z.amp:  # the LM head's bf16 weight and input copies, bf16 logits; ln_final's fp32 output dies
-        r(+head2, +Td2, +TV2, -Td)
+    if z.amp:  # the LM head's bf16 weight and input copies, bf16 logits; ln_final's fp32 output(s) die
+        r(+head2, +Td2, +TV2, -Td, -z.residual * (sp > 1))
     r(+TV)  # logits (amp: ``logits.float()``)
     if sp > 1 and not z.amp:
         r(-z.residual)  # ln_final's own output dies
@@ -167,7 +125,7 @@ def vocab_parallel_replay(local: ModelConfig, seq: int, setup: TrainingSetup, mo
         _sp_reduce_scatter(r, z, Td)  # dx reduce-scattered to ln_final's T/M rows; the partial dies
     else:
         r(+Td, -Td)  # rule 4: dx all-reduced; the partial dies
-    _norm_backward(r, z, z.rows, d, residual=False)  # ln_final
+    _norm_backward(r, z, z.rows, d, residual=False, sp=sp > 1)  # ln_final
     layer_backward = _amp_layer_backward if z.amp else _layer_backward
     _layer_runs(r, c, None, True, lambda q, m: layer_backward(q, z, p, last=False))
     layer_backward(r, z, p, last=True)
@@ -187,7 +145,7 @@ def vocab_parallel_step(
     local: ModelConfig, seq: int, batch: int, setup: TrainingSetup, mode: str, tp: int, sp: int = 1
 ):
     """``vocab_parallel_replay`` at one batch (a ``StepMemory``)."""
-    return vocab_parallel_replay(local, seq, setup, mode, tp, sp).at(batch)
+    return vocab_parallel_replay(local, seq, setup, mode, tp, sp, min(batch, 2)).at(batch)
 
 
 def vocab_parallel_head_saved(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, tp: int) -> int:
@@ -290,22 +248,17 @@ def tp_peaks_exact(layout: ParallelLayout, setup: TrainingSetup) -> bool:
     """Whether ``rank_step``'s forward and backward peaks of a TP rank are byte-exact against the fake-PG
     job (``tests/test_tensor_parallel_measured.py``, ``tests/test_parallel_measured.py``).
 
-    Exact: TP, every setup; sequence parallel (with or without vocab parallel) in fp32 and bf16, every
+    Exact: TP, every setup; sequence parallel (with or without vocab parallel) in every precision,
     attention kernel and checkpointing (the replay runs the sequence-parallel rank itself:
-    ``replay_training_step(sp=M)``, ``analytic.parallel.sp_replayed``; S divisible by M); without
-    checkpointing also vocab parallel alone, and sequence parallel alone under amp-bf16.
+    ``replay_training_step(sp=M)``, ``analytic.parallel.sp_replayed``; S divisible by M); vocab parallel
+    alone without checkpointing.
 
-    Not exact, because not replayed:
-    (1) sequence parallel under amp-bf16 (the TP-local replay, shifted by the sequence-parallel saving,
-        keeps a recomputed block's norms and residual stream whole, and has no all-gather or
-        reduce-scatter): with vocab parallel and checkpointing the tiny grid's backward peak is off by
-        up to 768 bytes low (naive) and 512 high (sdpa); alone it is exact on that grid (the
-        embedding's backward sets the peak) and ``sp_peaks_exact_here`` decides per shape;
-    (2) the all-reduce output of a row-parallel output or a column-parallel input gradient (T·d·a), live
-        beside its partial for one op (vocab parallel alone, sdpa, amp-bf16, checkpointed: 160 bytes low
-        on the tiny grid)."""
+    Not exact, because not replayed: the all-reduce output of a row-parallel output or a column-parallel
+    input gradient (T·d·a), live beside its partial for one op (vocab parallel alone, checkpointed: sdpa,
+    amp-bf16, 160 bytes low on the tiny grid).  Sequence parallel has a reduce-scatter there instead,
+    replayed."""
     if layout.tp == 1 or not (layout.sequence_parallel or layout.vocab_parallel):
         return True
-    if layout.sequence_parallel and not setup.autocast:
+    if layout.sequence_parallel:
         return True
-    return setup.checkpoint == "none" and not (layout.sequence_parallel and layout.vocab_parallel)
+    return setup.checkpoint == "none"

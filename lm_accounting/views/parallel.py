@@ -112,12 +112,10 @@ def parallel_view(r: ParallelMemory) -> View:
     footer = [
         (
             "Exact against one rank of the real job on the fake process group: model states, ends of phases,"
-            " collectives; peaks too for DDP, ZeRO-1, TP and FSDP2 (with TP too, but ZeRO-3 + selective + fp32),"
-            " sequence parallel in fp32 and bf16 and under FSDP2 (the sequence-parallel rank itself is replayed),"
-            " and vocab parallel, or sequence parallel under amp-bf16 without FSDP2, without checkpointing; with"
-            " it, those are exact where the LM head, the loss or the embedding's backward sets both peaks (checked"
-            " per layout; elsewhere an estimate: the recomputed blocks' norms and residual stream counted whole)."
-            "  Pipeline parallel: analytic only."
+            " collectives; peaks too for DDP, ZeRO-1, TP, sequence parallel (with or without vocab parallel or"
+            " FSDP2, every precision and checkpointing) and FSDP2 (with TP too, but ZeRO-3 + selective + fp32),"
+            " and vocab parallel without sequence parallel when nothing is checkpointed (checkpointed: within 1 %,"
+            " an all-reduce output not replayed).  Pipeline parallel: analytic only."
         ),
     ]
     if lay.ep > 1:

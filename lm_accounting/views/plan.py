@@ -63,9 +63,8 @@ def plan_view(p: Plan) -> View:
         ),
         (
             "Per-GPU memory: the worst rank (analytic.parallel): byte-exact against one rank of the real job on the"
-            " fake process group for DDP, ZeRO-1, FSDP2, TP, and TP + SP under FSDP2; TP + SP under DDP or ZeRO-1"
-            " with checkpointing is an upper bound where a recomputed block sets the peak (`memory` with the layout"
-            " says whether it is exact), and pipeline stages are estimates."
+            " fake process group for DDP, ZeRO-1, FSDP2, TP and sequence parallel (`memory` with the layout says"
+            " whether a layout's peaks are exact); pipeline stages are estimates."
         ),
     ]
     return View(header, [table], footer)
