@@ -333,3 +333,41 @@ def test_memory_and_sweep_agree_on_a_moe_context_without_lines(run_cli, tmp_path
     assert rows[0]["mem:peak"] == exact["step"]["peak"]
     text = run_cli("memory", "qwen3-30b-a3b", "--context", "1000").out
     assert "exact at B = 1 only" in text and "model states only" not in text
+
+
+def test_single_gpu_memory_refuses_the_layout_only_flags(run_cli):
+    """--allowance and --rank belong to a layout; single-GPU memory adds no allowance, and took both
+    silently (--allowance 10GB left 'fits, 1.4 GB to spare' unchanged).  Now one line, exit 2; with a
+    layout (--dp 1) the allowance is added to the peak, and the header says which does what."""
+    args = ("memory", "gpt2-xl", "--context", "5376", "--attention", "sdpa")
+    for flag, value, message in (("--allowance", "10GB", "adds no allowance"), ("--rank", "1", "one GPU has one rank")):
+        r = run_cli(*args, flag, value)
+        assert r.code == 2 and r.out == "" and message in r.err and f"{flag} needs a parallel layout" in r.err
+    single = run_cli(*args)
+    assert single.code == 0 and "fits the budget" in single.out
+    assert "no allowance for the CUDA context, NCCL or fragmentation is added" in single.out
+    assert "memory with a layout, e.g. --dp 1, adds --allowance" in single.out
+    layout = run_cli(*args, "--dp", "1", "--allowance", "10GB")
+    assert layout.code == 0 and "10.000 GB" in layout.out and "does NOT fit the budget" in layout.out
+
+
+def test_memory_of_an_unmodelled_model_says_whether_its_states_alone_fit(run_cli):
+    """No step replay (latent attention): the verdict comes from the exact model states, a lower bound of
+    the peak (all live at the end of backward).  deepseek-v3's 10.7 TB cannot fit 80 GB: said, and JSON
+    fits_budget is false; under a budget above the states the answer is 'not known' (null), not a guess."""
+    import json
+
+    from lm_accounting import load_config, memory_account
+
+    m = memory_account(load_config("deepseek-v3"), 1024, 1)
+    assert m.step is None and m.fits is False and m.states.total > m.budget
+    over = run_cli("memory", "deepseek-v3", "--context", "1024")
+    assert over.code == 0
+    verdict = over.out.splitlines()[2]
+    assert verdict.startswith("batch 1: does NOT fit the budget: the model states alone")
+    assert "10.656 TB (9.692 TiB) over" in verdict  # 10,736,422,469,632 − 80·10⁹ bytes
+    d = json.loads(run_cli("memory", "deepseek-v3", "--context", "1024", "--format", "json").out)
+    assert d["implementation_exact"]["fits_budget"] is False
+    big = json.loads(run_cli("memory", "deepseek-v3", "-S", "1024", "--budget", "20TB", "--format", "json").out)
+    assert big["implementation_exact"]["fits_budget"] is None
+    assert "whether it fits the budget is not known" in run_cli("memory", "deepseek-v3", "--budget", "20TB").out

@@ -240,6 +240,36 @@ def difference_note(m: MemoryAccount) -> str:
     )
 
 
+NO_ALLOWANCE = (
+    "(the step's tensors only: no allowance for the CUDA context, NCCL or fragmentation is added; "
+    "memory with a layout, e.g. --dp 1, adds --allowance)"
+)
+
+
+def fit_line(m: MemoryAccount) -> str:
+    """The header's verdict on the requested batch against --budget, in the layout view's words ("fits
+    the budget" / "does NOT fit the budget"), with the margin; where the step is not modelled, what the
+    exact model states alone say (``MemoryAccount.fits``)."""
+    if m.step is not None:
+        peak, spare = m.step.peak, m.budget - m.step.peak
+        return (
+            f"batch {m.batch:,}: step peak {fmt_bytes(peak)} ({m.step.peak_phase}) "
+            + (f"fits the budget, {fmt_bytes(spare)} to spare" if m.fits else f"does NOT fit the budget: {fmt_bytes(-spare)} over")
+            + ("" if m.max_batch is None else f"; largest batch that fits: {m.max_batch:,}")
+            + f" {NO_ALLOWANCE}"
+        )  # fmt: skip
+    states, spare = m.states.total, m.budget - m.states.total
+    if m.fits is False:
+        return (
+            f"batch {m.batch:,}: does NOT fit the budget: the model states alone (parameters, gradients, AdamW m "
+            f"and v; exact) are {fmt_bytes(states)}, {fmt_bytes(-spare)} over; the step peak is not predicted"
+        )
+    return (
+        f"batch {m.batch:,}: whether it fits the budget is not known: the step peak is not predicted (see the "
+        f"note); the model states alone (exact) are {fmt_bytes(states)}, {fmt_bytes(spare)} under it"
+    )
+
+
 def memory_view(m: MemoryAccount) -> View:
     header = [
         describe_config(m.config),
@@ -250,14 +280,7 @@ def memory_view(m: MemoryAccount) -> View:
             + (f"exact prediction for {m.device}" if m.step is not None else "model states only (see the note)")
         ),
     ]
-    if m.step is not None:
-        peak, spare = m.step.peak, m.budget - m.step.peak
-        header.append(
-            f"batch {m.batch:,}: step peak {fmt_bytes(peak)} ({m.step.peak_phase}) "
-            + (f"fits the budget, {fmt_bytes(spare)} to spare" if m.fits else f"does NOT fit the budget: {fmt_bytes(-spare)} over")
-            + ("" if m.max_batch is None else f"; largest batch that fits: {m.max_batch:,}")
-            + " (no allowance added for the CUDA context, NCCL or fragmentation)"
-        )  # fmt: skip
+    header.append(fit_line(m))
     if m.flops is not None:
         header.append(
             f"step FLOPs: model {m.flops.model:,} (3 × forward) · hardware {m.flops.hardware:,} "
