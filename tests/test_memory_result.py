@@ -307,14 +307,41 @@ def test_memory_says_whether_the_requested_batch_fits(run_cli):
 
 
 def test_the_note_describes_the_requested_batch_and_setup(run_cli):
-    """The note's per-sequence a is the forward or backward line at the requested batch (not the
-    optimizer step's slope, not the capacity batch), and the kept tensors follow the setup."""
-    naive = run_cli("memory", "gpt2-xl", "--context", "4096", "--batch", "2").out
-    assert "(the backward line at B = 2)" in naive and "softmax's exp and probabilities" in naive
-    fused = run_cli("memory", "gpt2-xl", "--attention", "sdpa", "--checkpoint", "full").out
-    note = fused[fused.index("Note:") :].split("\n")[0]
-    assert "fused kernel's output and logsumexp" in note and "softmax" not in note
-    assert "keeps only each block's input between blocks" in note
+    """The note is built from the result at the requested batch and setup: its per-sequence a is the
+    forward or backward line there (it was the capacity batch's phase: 'a = 32,768 B per sequence (the
+    optimizer_step line at B = 1)' for llama-3-8b amp-bf16), and the tensors it names are the largest
+    saved components (it said 'the softmax's exp and probabilities' under sdpa + full checkpointing,
+    where neither is kept)."""
+    from lm_accounting import load_config, memory_account
+    from lm_accounting.setup import TrainingSetup
+    from lm_accounting.units import fmt_bytes
+
+    def note(*args):
+        out = run_cli("memory", *args).out
+        return out[out.index("Note:") :].split("\n")[0]
+
+    naive = note("gpt2-xl", "--context", "4096", "--batch", "2")
+    assert "(the backward line at B = 2)" in naive and "no checkpointing" in naive
+    cases = [
+        ("llama-3-8b", 2048, 1, TrainingSetup(attention="sdpa", precision="amp-bf16", optimizer="foreach")),
+        ("gpt2-xl", 1024, 1, TrainingSetup(attention="sdpa", checkpoint="full", optimizer="foreach")),
+        ("gpt2-small", 1024, 3, TrainingSetup(checkpoint="selective", precision="bf16", optimizer="foreach")),
+    ]
+    for name, seq, batch, setup in cases:
+        m = memory_account(load_config(name), seq, batch, setup=setup, device="cuda")
+        text = note(name, "-S", seq, "-B", batch, "--attention", setup.attention, "--checkpoint",
+                    setup.checkpoint, "--precision", setup.precision)  # fmt: skip
+        slope = max(m.peak_lines.phase(p).line_at(batch).a for p in ("forward", "backward"))
+        assert f"a = {fmt_bytes(slope)} per sequence" in text and f"line at B = {batch:,})" in text
+        assert "optimizer_step" not in text
+        assert f"of the {fmt_bytes(m.saved.total)} it saves for backward at B = {batch:,}" in text
+        top = sorted(m.saved, key=lambda it: -it.total)[:3]
+        assert all(f"{it.label} {it.total / m.saved.total:.1%}" in text for it in top)
+        assert f"{setup.checkpoint} checkpointing" in text or setup.checkpoint == "none"
+        kept = {it.label for it in m.saved}
+        assert ("softmax: exp and row sums" in text) == ("softmax: exp and row sums" in kept)
+    full = note("gpt2-xl", "--attention", "sdpa", "--checkpoint", "full")
+    assert "softmax" not in full and "keeps each block's input only" in full
 
 
 def test_memory_and_sweep_agree_on_a_moe_context_without_lines(run_cli, tmp_path):
