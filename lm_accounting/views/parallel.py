@@ -9,7 +9,6 @@ from ..phases import PHASE_LABELS, PHASES
 from .account import describe_config
 from .tables import Column, Table, View
 
-
 UNSHARDED_ALL = {
     0: "none: DDP, no FSDP2",
     1: "none: ZeRO-1, no FSDP2",
