@@ -251,23 +251,33 @@ NO_ALLOWANCE = (
 )
 
 
+def budget_verdict(need: int, budget: int) -> str:
+    """'fits the budget, X to spare' or 'does NOT fit the budget: X over': the one wording of memory's
+    verdict, with and without a layout."""
+    spare = budget - need
+    return (
+        f"fits the budget, {fmt_bytes(spare)} to spare"
+        if spare >= 0
+        else f"does NOT fit the budget: {fmt_bytes(-spare)} over"
+    )
+
+
 def fit_line(m: MemoryAccount) -> str:
     """The header's verdict on the requested batch against --budget, in the layout view's words ("fits
     the budget" / "does NOT fit the budget"), with the margin; where the step is not modelled, what the
     exact model states alone say (``MemoryAccount.fits``)."""
     if m.step is not None:
-        peak, spare = m.step.peak, m.budget - m.step.peak
         return (
-            f"batch {m.batch:,}: step peak {fmt_bytes(peak)} ({m.step.peak_phase}) "
-            + (f"fits the budget, {fmt_bytes(spare)} to spare" if m.fits else f"does NOT fit the budget: {fmt_bytes(-spare)} over")
+            f"batch {m.batch:,}: step peak {fmt_bytes(m.step.peak)} ({m.step.peak_phase}) "
+            + budget_verdict(m.step.peak, m.budget)
             + ("" if m.max_batch is None else f"; largest batch that fits: {m.max_batch:,}")
             + f" {NO_ALLOWANCE}"
         )  # fmt: skip
     states, spare = m.states.total, m.budget - m.states.total
     if m.fits is False:
         return (
-            f"batch {m.batch:,}: does NOT fit the budget: the model states alone (parameters, gradients, AdamW m "
-            f"and v; exact) are {fmt_bytes(states)}, {fmt_bytes(-spare)} over; the step peak is not predicted"
+            f"batch {m.batch:,}: the model states alone (parameters, gradients, AdamW m and v; exact) are "
+            f"{fmt_bytes(states)}: {budget_verdict(states, m.budget)}; the step peak is not predicted"
         )
     return (
         f"batch {m.batch:,}: whether it fits the budget is not known: the step peak is not predicted (see the "

@@ -7,6 +7,7 @@ from ..analytic.collectives import step_collectives, totals, wire_bytes
 from ..analytic.parallel_report import ParallelMemory
 from ..phases import PHASE_LABELS, PHASES
 from .account import describe_config
+from .memory import budget_verdict
 from .tables import Column, Table, View
 
 UNSHARDED_ALL = {
@@ -62,13 +63,17 @@ def parallel_view(r: ParallelMemory) -> View:
             ("peak + allowance", r.total),
             ("budget", r.budget),
         ],
-        [f"{'fits' if r.fits else 'does NOT fit'} the budget"]
+        [f"peak + allowance {budget_verdict(r.total, r.budget)}"]
         if r.step is not None
         else [
             (
                 f"activations, phases and peaks NOT MODELLED ({'; '.join(r.not_modelled)}); the model states "
                 f"alone (exact) are {st.total:,} bytes"
-                + (": with the allowance, over the budget" if st.total + r.allowance > r.budget else "")
+                + (
+                    f": with the allowance, {budget_verdict(st.total + r.allowance, r.budget)}"
+                    if st.total + r.allowance > r.budget
+                    else ""
+                )
             )
         ],
     )
