@@ -36,6 +36,7 @@ from .names import ADAMW_IMPLS, CLI_TRAINING_DTYPES, DEFAULT_ADAMW, DEFAULT_BUDG
 INFER_WEIGHTS = ("fp32", "bf16", "fp8", "int8", "int4")  # analytic.inference.WEIGHT_BYTES
 INFER_KV = ("fp32", "bf16", "fp8")  # analytic.inference.KV_DTYPES
 PROG = "lm-account"
+LAYOUT_ALLOWANCE = "3GB"  # analytic.parallel_report.DEFAULT_ALLOWANCE, as --allowance is written
 COMPLETE_VAR = "_LM_ACCOUNT_COMPLETE"  # click's shell-completion variable for the prog name
 SHAPE_FLAGS = {  # dedicated flags for common overrides: option name -> ModelConfig field
     "layers": "num_layers",
@@ -296,7 +297,12 @@ def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
     @click.option("--pp", type=POSITIVE, help="Pipeline stages, 1F1B (analytic only).")
     @click.option("--ep", type=POSITIVE, help="Expert parallel over the dp ranks (MoE, FSDP2; torchtitan's rules).")
     @click.option("--micro-batches", type=POSITIVE, help="Micro-batches per step under --pp (default: pp).")
-    @click.option("--allowance", default="3GB", show_default=True, help="Per-GPU CUDA context + NCCL + fragmentation.")
+    @click.option(
+        "--allowance",
+        default=None,
+        help=f"Per-GPU CUDA context + NCCL + fragmentation, added to a layout's peak (layouts only; default "
+        f"{LAYOUT_ALLOWANCE}).",
+    )
     @click.option("--rank", type=click.IntRange(0), help="Rank to predict and measure (default: the worst).")
     @functools.wraps(func)
     def wrapper(**kw: Any) -> Any:
@@ -317,6 +323,14 @@ def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
                 micro_batches=micro or pp,
                 ep=ep or 1,
             )
+        elif kw["allowance"] is not None:  # neither is silently ignored
+            raise AccountingError(
+                "--allowance needs a parallel layout (--dp, --tp, --pp, ...; one GPU is --dp 1): single-GPU memory "
+                "compares the step peak alone with --budget and adds no allowance (lower --budget to leave room)"
+            )
+        elif kw["rank"] is not None:
+            raise AccountingError("--rank needs a parallel layout (--dp, --tp, --pp, ...): one GPU has one rank")
+        kw["allowance"] = kw["allowance"] or LAYOUT_ALLOWANCE
         return func(layout=layout, **kw)
 
     return wrapper
@@ -435,7 +449,7 @@ def memory_cmd(
     measure_method: str | None,
     setup: Any,
     layout: Any = None,
-    allowance: str = "3GB",
+    allowance: str = LAYOUT_ALLOWANCE,
     rank: int | None = None,
 ) -> None:
     """Training memory: model states, activations, peak per phase (predicted vs measured), capacity.
@@ -540,7 +554,9 @@ def measure_method_for(measure: str, method: str | None) -> str | None:
 @click.option("--price-per-gpu-hour", type=PRICE, help="Price per GPU-hour, for the cost column.")
 @click.option("--mfu", type=MFU, default=0.4, show_default=True, help="Utilisation of the peak (hardware FLOPs).")
 @click.option("--interconnect-bw", default="50GB", show_default=True, help="Inter-node bytes/s per GPU (e.g. 50GB).")
-@click.option("--allowance", default="3GB", show_default=True, help="Per-GPU CUDA context + NCCL + fragmentation.")
+@click.option(
+    "--allowance", default=LAYOUT_ALLOWANCE, show_default=True, help="Per-GPU CUDA context + NCCL + fragmentation."
+)
 @click.option("--top", type=POSITIVE, default=10, show_default=True, help="Layouts to print.")
 @click.option("--plot", "plot_stem", metavar="PATH_STEM", help="Also write PATH_STEM.png/.svg: memory vs GPUs.")
 @override_options

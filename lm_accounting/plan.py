@@ -204,7 +204,7 @@ def plan(
 ) -> Plan:
     """Every candidate layout (module docstring), the fitting ones ranked by GPU-hours."""
     g = gpu(gpu_name)
-    _check_plannable(cfg, seq)
+    _check_plannable(cfg)
     dense = not (cfg.moe or cfg.mla)  # a mixture of experts or MLA: data parallel only (layout.check)
     if not 0 < mfu <= 1:
         raise AccountingError(f"--mfu must be in (0, 1], got {mfu}")
@@ -274,12 +274,12 @@ def plan(
     )  # fmt: skip
 
 
-def _check_plannable(cfg: ModelConfig, seq: int) -> None:
+def _check_plannable(cfg: ModelConfig) -> None:
     """The planner ranks layouts by their per-GPU peak: refuse, in one line, a model whose step the
     replay does not model (``replay_unsupported``: then ``memory --dp`` gives its states and collectives)."""
     from .analytic.replay import replay_unsupported
 
-    missing = replay_unsupported(cfg, TrainingSetup(attention="sdpa", precision="amp-bf16"), seq)
+    missing = replay_unsupported(cfg, TrainingSetup(attention="sdpa", precision="amp-bf16"))  # any MoE split
     if missing:
         raise AccountingError(
             f"plan needs per-GPU peaks, which the step replay does not model for {cfg.name} ({', '.join(missing)}); "

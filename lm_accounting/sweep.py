@@ -331,7 +331,7 @@ def check_live_points(
         if measure:
             from .analytic.replay import replay_unsupported
 
-            missing = replay_unsupported(at, None, seq)
+            missing = replay_unsupported(at)  # a step at one batch: any MoE split is replayed
             if missing:  # as the memory command: a measurement needs a prediction to compare with
                 raise AccountingError(
                     f"--measure-memory needs the step replay, which does not model {', '.join(missing)} "

@@ -307,14 +307,41 @@ def test_memory_says_whether_the_requested_batch_fits(run_cli):
 
 
 def test_the_note_describes_the_requested_batch_and_setup(run_cli):
-    """The note's per-sequence a is the forward or backward line at the requested batch (not the
-    optimizer step's slope, not the capacity batch), and the kept tensors follow the setup."""
-    naive = run_cli("memory", "gpt2-xl", "--context", "4096", "--batch", "2").out
-    assert "(the backward line at B = 2)" in naive and "softmax's exp and probabilities" in naive
-    fused = run_cli("memory", "gpt2-xl", "--attention", "sdpa", "--checkpoint", "full").out
-    note = fused[fused.index("Note:") :].split("\n")[0]
-    assert "fused kernel's output and logsumexp" in note and "softmax" not in note
-    assert "keeps only each block's input between blocks" in note
+    """The note is built from the result at the requested batch and setup: its per-sequence a is the
+    forward or backward line there (it was the capacity batch's phase: 'a = 32,768 B per sequence (the
+    optimizer_step line at B = 1)' for llama-3-8b amp-bf16), and the tensors it names are the largest
+    saved components (it said 'the softmax's exp and probabilities' under sdpa + full checkpointing,
+    where neither is kept)."""
+    from lm_accounting import load_config, memory_account
+    from lm_accounting.setup import TrainingSetup
+    from lm_accounting.units import fmt_bytes
+
+    def note(*args):
+        out = run_cli("memory", *args).out
+        return out[out.index("Note:") :].split("\n")[0]
+
+    naive = note("gpt2-xl", "--context", "4096", "--batch", "2")
+    assert "(the backward line at B = 2)" in naive and "no checkpointing" in naive
+    cases = [
+        ("llama-3-8b", 2048, 1, TrainingSetup(attention="sdpa", precision="amp-bf16", optimizer="foreach")),
+        ("gpt2-xl", 1024, 1, TrainingSetup(attention="sdpa", checkpoint="full", optimizer="foreach")),
+        ("gpt2-small", 1024, 3, TrainingSetup(checkpoint="selective", precision="bf16", optimizer="foreach")),
+    ]
+    for name, seq, batch, setup in cases:
+        m = memory_account(load_config(name), seq, batch, setup=setup, device="cuda")
+        text = note(name, "-S", seq, "-B", batch, "--attention", setup.attention, "--checkpoint",
+                    setup.checkpoint, "--precision", setup.precision)  # fmt: skip
+        slope = max(m.peak_lines.phase(p).line_at(batch).a for p in ("forward", "backward"))
+        assert f"a = {fmt_bytes(slope)} per sequence" in text and f"line at B = {batch:,})" in text
+        assert "optimizer_step" not in text
+        assert f"of the {fmt_bytes(m.saved.total)} it saves for backward at B = {batch:,}" in text
+        top = sorted(m.saved, key=lambda it: -it.total)[:3]
+        assert all(f"{it.label} {it.total / m.saved.total:.1%}" in text for it in top)
+        assert f"{setup.checkpoint} checkpointing" in text or setup.checkpoint == "none"
+        kept = {it.label for it in m.saved}
+        assert ("softmax: exp and row sums" in text) == ("softmax: exp and row sums" in kept)
+    full = note("gpt2-xl", "--attention", "sdpa", "--checkpoint", "full")
+    assert "softmax" not in full and "keeps each block's input only" in full
 
 
 def test_memory_and_sweep_agree_on_a_moe_context_without_lines(run_cli, tmp_path):
@@ -333,3 +360,44 @@ def test_memory_and_sweep_agree_on_a_moe_context_without_lines(run_cli, tmp_path
     assert rows[0]["mem:peak"] == exact["step"]["peak"]
     text = run_cli("memory", "qwen3-30b-a3b", "--context", "1000").out
     assert "exact at B = 1 only" in text and "model states only" not in text
+
+
+def test_single_gpu_memory_refuses_the_layout_only_flags(run_cli):
+    """--allowance and --rank belong to a layout; single-GPU memory adds no allowance, and took both
+    silently (--allowance 10GB left 'fits, 1.4 GB to spare' unchanged).  Now one line, exit 2; with a
+    layout (--dp 1) the allowance is added to the peak, and the header says which does what."""
+    args = ("memory", "gpt2-xl", "--context", "5376", "--attention", "sdpa")
+    for flag, value, message in (("--allowance", "10GB", "adds no allowance"), ("--rank", "1", "one GPU has one rank")):
+        r = run_cli(*args, flag, value)
+        assert r.code == 2 and r.out == "" and message in r.err and f"{flag} needs a parallel layout" in r.err
+    single = run_cli(*args)
+    assert single.code == 0 and "fits the budget" in single.out
+    assert "no allowance for the CUDA context, NCCL or fragmentation is added" in single.out
+    assert "memory with a layout, e.g. --dp 1, adds --allowance" in single.out
+    layout = run_cli(*args, "--dp", "1", "--allowance", "10GB")
+    assert layout.code == 0 and "10.000 GB" in layout.out
+    # the layout's verdict in the same words, with its margin: 80.228 GB peak (the CPU flash kernel's
+    # tensors, as the layout models sdpa) + 10 GB − 80 GB
+    assert "peak + allowance does NOT fit the budget: 10.228 GB (9.526 GiB) over" in layout.out
+
+
+def test_memory_of_an_unmodelled_model_says_whether_its_states_alone_fit(run_cli):
+    """No step replay (latent attention): the verdict comes from the exact model states, a lower bound of
+    the peak (all live at the end of backward).  deepseek-v3's 10.7 TB cannot fit 80 GB: said, and JSON
+    fits_budget is false; under a budget above the states the answer is 'not known' (null), not a guess."""
+    import json
+
+    from lm_accounting import load_config, memory_account
+
+    m = memory_account(load_config("deepseek-v3"), 1024, 1)
+    assert m.step is None and m.fits is False and m.states.total > m.budget
+    over = run_cli("memory", "deepseek-v3", "--context", "1024")
+    assert over.code == 0
+    verdict = over.out.splitlines()[2]
+    assert verdict.startswith("batch 1: the model states alone") and "the step peak is not predicted" in verdict
+    assert "does NOT fit the budget: 10.656 TB (9.692 TiB) over" in verdict  # 10,736,422,469,632 − 80·10⁹ bytes
+    d = json.loads(run_cli("memory", "deepseek-v3", "--context", "1024", "--format", "json").out)
+    assert d["implementation_exact"]["fits_budget"] is False
+    big = json.loads(run_cli("memory", "deepseek-v3", "-S", "1024", "--budget", "20TB", "--format", "json").out)
+    assert big["implementation_exact"]["fits_budget"] is None
+    assert "whether it fits the budget is not known" in run_cli("memory", "deepseek-v3", "--budget", "20TB").out

@@ -365,6 +365,18 @@ def test_plot_all(tmp_path):
     assert all(p.stat().st_size > 20_000 for p in paths)
 
 
+def test_plot_all_skips_predicted_vs_measured_when_nothing_was_measured(tmp_path, run_cli):
+    """Nothing measured: no predicted-vs-measured figure (it was written empty and listed), in plot_all
+    and in what `sweep` says it wrote."""
+    tiny = sweep_frame(models=("gpt2-small",), contexts=(512, 2048), measured_at=())
+    paths = plots.plot_all(tiny, tmp_path / "out")
+    assert paths and not any("predicted_vs_measured" in p.name for p in paths)
+    assert not any("predicted_vs_measured" in p.name for p in (tmp_path / "out").iterdir())
+    r = run_cli("sweep", "gpt2-small", "--contexts", "512,2048", "--out", tmp_path / "s")
+    assert r.code == 0 and "wrote 11 files" in r.err and "predicted_vs_measured" not in r.err
+    assert "largest context whose step peak fits the budget (--budget) at batch 1:" in r.out
+
+
 @pytest.mark.skipif(PYPLOT_BEFORE, reason="another module imported pyplot before these tests")
 def test_pyplot_never_imported(frame, tmp_path):
     plots.plot_model_comparison(frame, tmp_path / "cmp")  # figures render headless, no GUI backend

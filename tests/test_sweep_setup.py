@@ -214,3 +214,18 @@ def test_sweep_predicts_for_cuda_unless_it_measures_on_meta(tiny):
     with pytest.raises(AccountingError, match="no CUDA kernel"):
         sweep([gqa], [32], 1, setup=setup)
     assert sweep([gqa], [32], 1, setup=setup, measure="meta").rows[0]["mem:peak"] > 0
+
+
+def test_sweep_measures_a_moe_context_whose_split_varies_with_the_batch():
+    """E = 6, k = 2 at S = 7: 14 slots, no lines in B.  The sweep printed the peak there but refused
+    --measure-memory ('needs the step replay'), though memory --measure takes it; now the measured
+    step is the tracker's, equal to mem:peak_traced, and memory_account agrees on the plain peak."""
+    from lm_accounting.config import ModelConfig
+
+    cfg = ModelConfig(
+        vocab_size=1000, context_length=64, num_layers=3, d_model=64, num_heads=4, num_kv_heads=2, d_ff=96,
+        num_experts=6, experts_per_token=2, expert_d_ff=32, name="tiny-moe",
+    )  # fmt: skip
+    (row,) = sweep([cfg], [7], 2, measure="meta").rows
+    assert row["measured:peak"] == row["mem:peak_traced"] and row["measured:run"] == "traced"
+    assert row["mem:peak"] == memory_account(cfg.with_context(7), 7, 2, device="meta").step.peak

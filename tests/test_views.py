@@ -178,3 +178,24 @@ def test_each_table_keeps_its_own_notes():
             assert any(n.startswith(own) for n in table.notes), table.title
             assert any(n.startswith("per layer:") for n in table.notes) is differ, table.title
     assert render(account(mixed), "table").count("per layer: the value in each block") == 3
+
+
+@pytest.mark.parametrize(
+    ("zero", "note"),
+    [
+        (0, "none: DDP, no FSDP2"),
+        (1, "none: ZeRO-1, no FSDP2"),
+        (2, "held forward→backward (zero 2)"),
+        (3, "not held: zero 3 reshards each unit after its forward"),
+    ],
+)
+def test_the_layout_views_unsharded_row_says_what_each_zero_stage_holds(run_cli, zero, note):
+    """The 'FSDP2: every unit unsharded' row was labelled 'held forward→backward under zero 2' on every
+    layout, a ZeRO-3 rank (which reshards) and DDP (no FSDP2, 0 B) included."""
+    r = run_cli("memory", "llama-3-8b", "-S", "2048", "--dp", "8", "--zero", zero, "--precision", "amp-bf16")
+    assert r.code == 0, r.err
+    (row,) = [line for line in r.out.splitlines() if line.startswith("FSDP2: every unit unsharded")]
+    assert row.endswith(note) or note in row
+    assert ("held forward→backward" in row) == (zero == 2)
+    if zero < 2:
+        assert " 0 B " in row

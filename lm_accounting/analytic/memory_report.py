@@ -95,8 +95,12 @@ class MemoryAccount(Result):
     def fits(self) -> bool | None:
         """Whether the requested batch's step peak (plain run) is within the budget; nothing else is
         added (no allowance for the CUDA context, NCCL buffers or fragmentation: a layout adds
-        ``--allowance``).  None where the replay does not model the step."""
-        return None if self.step is None else self.step.peak <= self.budget
+        ``--allowance``).  Where the replay does not model the step: False when the model states alone
+        (parameters, gradients, AdamW m and v, all live at the end of backward) exceed the budget, else
+        None (not known)."""
+        if self.step is None:
+            return False if self.states.total > self.budget else None
+        return self.step.peak <= self.budget
 
     @property
     def compared(self) -> StepMemory:
@@ -305,6 +309,14 @@ class MemoryAccount(Result):
                 "architecture options the step replay does not model (no activations, peaks or capacity)",
                 "options",
                 list(self.not_modelled),  # one CSV cell, joined by ";" (views.tables._csv_cell)
+                "",
+            )
+            add(
+                "implementation_exact.capacity",
+                "fits",
+                "the model states alone exceed the budget (False), else not known (empty)",
+                "fits",
+                self.fits,
                 "",
             )
         else:

@@ -2,8 +2,7 @@
 
 ``parallel_memory(cfg, seq, batch, setup, layout)`` returns a ``ParallelMemory`` (schema
 ``lm-accounting/parallel-memory/3``).  Where the step replay does not model the architecture (latent
-attention; a mixture of experts at a context whose slot split varies with the batch) or the layout
-(expert parallel), the model states and the collectives are exact and the activations, phases and peaks
+attention) or the layout (expert parallel), the model states and the collectives are exact and the activations, phases and peaks
 are None, named in ``not_modelled`` (as the single-GPU ``memory`` does).  ``batch`` is the micro-batch
 of one data-parallel rank.  The allowance (CUDA context, NCCL buffers, allocator fragmentation) is a separate, labelled figure,
 never folded into the others; ``DEFAULT_ALLOWANCE`` is its default.
@@ -218,7 +217,7 @@ def not_modelled(cfg: ModelConfig, seq: int, setup: TrainingSetup, layout: Paral
     as ``memory`` reports them), a mixture of experts under FSDP2's bf16 MixedPrecisionPolicy (the
     pure-bf16 model of ``fsdp_compute_setup`` is not what runs), and expert parallel's own buffers (the
     dispatched and combined token rows, the all-to-all outputs)."""
-    out = replay_unsupported(cfg, setup, seq)
+    out = replay_unsupported(cfg, setup)  # without seq: one micro-batch needs no lines in B (any MoE split)
     if cfg.moe and layout.fsdp and setup.autocast and layout.dp > 1:
         # measured: under MixedPrecisionPolicy(bf16) the routed outputs (bf16) times the fp32 top-k
         # weights are fp32, and so is the residual stream after the first MoE block

@@ -209,34 +209,79 @@ def inference_table(m: MemoryAccount) -> Table:
     )
 
 
-def _kept(setup) -> str:
-    """What our live model keeps for backward beyond the course's list, under ``setup``."""
-    attention = (
-        "the fused kernel's output and logsumexp"
-        if setup.attention == "sdpa"
-        else "the softmax's exp and probabilities"
-    )
-    blocks = f"{attention}, five d_ff tensors for SwiGLU, the norms' fp32 intermediates"
-    if setup.checkpoint == "full":
-        return (f"keeps only each block's input between blocks and reruns one block at a time in backward "
-                f"(with {blocks}), plus the cross-entropy's z and exp(z)")  # fmt: skip
-    if setup.checkpoint == "selective":
-        return f"keeps each block's matmul outputs and reruns the rest in backward ({blocks}), plus the cross-entropy's z and exp(z)"
-    return f"also keeps {blocks} and the cross-entropy's z and exp(z)"
+RECOMPUTE = {
+    "none": "no checkpointing: every block's tensors are kept until its backward",
+    "selective": "selective checkpointing keeps each block's matmul outputs and recomputes the rest in backward",
+    "full": (
+        "full checkpointing keeps each block's input only and reruns one block at a time in backward, so a "
+        "block's own tensors are in the backward transient, not in that table"
+    ),
+}
+
+
+def largest_saved(m: MemoryAccount, n: int = 3) -> str:
+    """The ``n`` largest components of the activations saved for backward (``m.saved``), with their
+    shares, in the words of the saved-activations table."""
+    total = m.saved.total
+    parts = sorted(m.saved, key=lambda it: -it.total)[:n]
+    return ", ".join(f"{it.label} {it.total / total:.1%}" for it in parts)
 
 
 def difference_note(m: MemoryAccount) -> str:
-    """Why the course's a and this implementation's a_i differ, in one note: the per-sequence slope of
-    the forward or backward line (whichever grows faster) at the requested batch."""
+    """Why the course's a and this implementation's a_i differ, in one note built from the result: the
+    per-sequence slope of the forward or backward line (whichever grows faster) at the requested batch,
+    the largest saved components at that batch (``m.saved``), and what the setup's checkpointing keeps."""
     a = m.course_linear[0]
     phase, line = max(((p, m.peak_lines.phase(p).line_at(m.batch)) for p in ("forward", "backward")),
                       key=lambda pl: pl[1].a)  # fmt: skip
     return (
         f"Note: the course's a = {fmt_bytes(a)} per sequence is a convention (the handout's list of "
         f"activations, fp32); this implementation's a = {fmt_bytes(line.a)} per sequence (the {phase} "
-        f"line at B = {m.batch:,}) is what our live model allocates under {m.setup.label}: it "
-        f"{_kept(m.setup)}, and counts the transient tensors at each phase's highest point.  Copy the course "
-        "answer for the assignment; use this implementation's lines to plan a run of this model."
+        f"line at B = {m.batch:,}) is what our live model allocates under {m.setup.label}: of the "
+        f"{fmt_bytes(m.saved.total)} it saves for backward at B = {m.batch:,}, the largest parts are "
+        f"{largest_saved(m)} (the saved-activations table); {RECOMPUTE[m.setup.checkpoint]}; and the line also "
+        f"counts the transient tensors at the {phase} phase's highest point.  Copy the course answer for the "
+        "assignment; use this implementation's lines to plan a run of this model."
+    )
+
+
+NO_ALLOWANCE = (
+    "(the step's tensors only: no allowance for the CUDA context, NCCL or fragmentation is added; "
+    "memory with a layout, e.g. --dp 1, adds --allowance)"
+)
+
+
+def budget_verdict(need: int, budget: int) -> str:
+    """'fits the budget, X to spare' or 'does NOT fit the budget: X over': the one wording of memory's
+    verdict, with and without a layout."""
+    spare = budget - need
+    return (
+        f"fits the budget, {fmt_bytes(spare)} to spare"
+        if spare >= 0
+        else f"does NOT fit the budget: {fmt_bytes(-spare)} over"
+    )
+
+
+def fit_line(m: MemoryAccount) -> str:
+    """The header's verdict on the requested batch against --budget, in the layout view's words ("fits
+    the budget" / "does NOT fit the budget"), with the margin; where the step is not modelled, what the
+    exact model states alone say (``MemoryAccount.fits``)."""
+    if m.step is not None:
+        return (
+            f"batch {m.batch:,}: step peak {fmt_bytes(m.step.peak)} ({m.step.peak_phase}) "
+            + budget_verdict(m.step.peak, m.budget)
+            + ("" if m.max_batch is None else f"; largest batch that fits: {m.max_batch:,}")
+            + f" {NO_ALLOWANCE}"
+        )  # fmt: skip
+    states, spare = m.states.total, m.budget - m.states.total
+    if m.fits is False:
+        return (
+            f"batch {m.batch:,}: the model states alone (parameters, gradients, AdamW m and v; exact) are "
+            f"{fmt_bytes(states)}: {budget_verdict(states, m.budget)}; the step peak is not predicted"
+        )
+    return (
+        f"batch {m.batch:,}: whether it fits the budget is not known: the step peak is not predicted (see the "
+        f"note); the model states alone (exact) are {fmt_bytes(states)}, {fmt_bytes(spare)} under it"
     )
 
 
@@ -250,14 +295,7 @@ def memory_view(m: MemoryAccount) -> View:
             + (f"exact prediction for {m.device}" if m.step is not None else "model states only (see the note)")
         ),
     ]
-    if m.step is not None:
-        peak, spare = m.step.peak, m.budget - m.step.peak
-        header.append(
-            f"batch {m.batch:,}: step peak {fmt_bytes(peak)} ({m.step.peak_phase}) "
-            + (f"fits the budget, {fmt_bytes(spare)} to spare" if m.fits else f"does NOT fit the budget: {fmt_bytes(-spare)} over")
-            + ("" if m.max_batch is None else f"; largest batch that fits: {m.max_batch:,}")
-            + " (no allowance added for the CUDA context, NCCL or fragmentation)"
-        )  # fmt: skip
+    header.append(fit_line(m))
     if m.flops is not None:
         header.append(
             f"step FLOPs: model {m.flops.model:,} (3 × forward) · hardware {m.flops.hardware:,} "

@@ -7,7 +7,16 @@ from ..analytic.collectives import step_collectives, totals, wire_bytes
 from ..analytic.parallel_report import ParallelMemory
 from ..phases import PHASE_LABELS, PHASES
 from .account import describe_config
+from .memory import budget_verdict
 from .tables import Column, Table, View
+
+UNSHARDED_ALL = {
+    0: "none: DDP, no FSDP2",
+    1: "none: ZeRO-1, no FSDP2",
+    2: "held forward→backward (zero 2)",
+    3: "not held: zero 3 reshards each unit after its forward (what zero 2 would hold)",
+}
+"""The note of the layout view's 'every unit unsharded' row, by ZeRO stage."""
 
 
 def parallel_view(r: ParallelMemory) -> View:
@@ -35,12 +44,12 @@ def parallel_view(r: ParallelMemory) -> View:
             ("gradients", st.gradients, "as the parameters"),
             ("optimizer state (AdamW m, v)", st.optimizer, "FSDP2: the real rows; ZeRO-1: owned tensors"),
             ("DDP gradient buckets", st.ddp_buckets, "gradient_as_bucket_view=False"),
+            ("FSDP2: every unit unsharded", st.unsharded_all, UNSHARDED_ALL[lay.zero]),
             (
-                "FSDP2: every unit unsharded",
-                st.unsharded_all,
-                "held forward→backward (zero 2)" if lay.zero == 2 else "what zero 2 would hold (zero 3 reshards)",
+                "FSDP2: largest unit unsharded",
+                st.unsharded_unit_max,
+                "all-gather dtype" if lay.fsdp else UNSHARDED_ALL[lay.zero],
             ),
-            ("FSDP2: largest unit unsharded", st.unsharded_unit_max, "all-gather dtype"),
             ("saved activations", r.activations, "TP/SP split per component" if r.step else "NOT MODELLED"),
         ],
     )
@@ -54,13 +63,17 @@ def parallel_view(r: ParallelMemory) -> View:
             ("peak + allowance", r.total),
             ("budget", r.budget),
         ],
-        [f"{'fits' if r.fits else 'does NOT fit'} the budget"]
+        [f"peak + allowance {budget_verdict(r.total, r.budget)}"]
         if r.step is not None
         else [
             (
                 f"activations, phases and peaks NOT MODELLED ({'; '.join(r.not_modelled)}); the model states "
                 f"alone (exact) are {st.total:,} bytes"
-                + (": with the allowance, over the budget" if st.total + r.allowance > r.budget else "")
+                + (
+                    f": with the allowance, {budget_verdict(st.total + r.allowance, r.budget)}"
+                    if st.total + r.allowance > r.budget
+                    else ""
+                )
             )
         ],
     )
