@@ -18,15 +18,19 @@ Step time (one optimizer step, k = sequences per dp rank / b micro-batches):
    or all-reduce) once per step (accumulation without sync), wire bytes / the data-parallel link
    (NVLink within one node, W <= 8; else ``--interconnect-bw``, default 50 GB/s per GPU, one
    400 Gb/s InfiniBand NIC per GPU).  ASSUMED fully overlapped with compute: step = max(compute,
-   dp comm) + tp comm + pp point-to-point.
+   dp comm) + tp comm + ep comm + pp point-to-point;
+4. expert parallel's all-to-alls (dispatch and combine per MoE layer, per micro-batch, on the
+   critical path like TP's): wire bytes / NVLink when the ep group fits one node (its ranks are
+   consecutive), else ``--interconnect-bw``; the expert units' FSDP2 collectives run over the dp/ep
+   ranks (rule 3).
 
 Training: steps = tokens / global batch tokens; tokens/s, days, GPU-hours = W · hours, cost.
 
-A mixture of experts is planned over data-parallel layouts only (tp = pp = 1, ``layout.check``); its
-FSDP2 peaks under amp-bf16 are ESTIMATES (the pure-bf16 replay: the residual stream, fp32 after the
-first MoE block in the real job, is counted bf16).  Expert parallel is not enumerated: its activations
-are not modelled (``memory --ep`` gives its states, all-to-alls and FLOPs).  Latent attention (MLA)
-is refused: the replay does not model it.
+A mixture of experts is planned over data- and expert-parallel layouts (tp = pp = 1,
+``layout.check``; ep a power of two dividing dp and E, under FSDP2); its FSDP2 peaks under amp-bf16
+are ESTIMATES where ``parallel_report.not_modelled`` says the replay does not run that job, and expert
+parallel is enumerated only where it does.  Latent attention (MLA) is refused: the replay does not
+model it.
 """
 
 from __future__ import annotations
@@ -37,7 +41,8 @@ from typing import Any, ClassVar
 
 from .analytic.collectives import step_collectives, wire_bytes
 from .analytic.hardware_flops import step_flops
-from .analytic.parallel import local_config, rank_step
+from .analytic.parallel import local_config, peaks_exact, rank_step
+from .analytic.parallel_report import not_modelled
 from .analytic.pipeline import pipeline_stages
 from .config import AccountingError, ModelConfig
 from .gpus import GPU, gpu
@@ -63,15 +68,17 @@ class Candidate:
     dp_comm_s: float
     tp_comm_s: float
     pp_comm_s: float
+    ep_comm_s: float
+    peak_exact: bool  # the per-GPU peak is byte-exact against the fake-PG job (else an estimate)
 
     @property
     def step_s(self) -> float:
-        return max(self.compute_s, self.dp_comm_s) + self.tp_comm_s + self.pp_comm_s
+        return max(self.compute_s, self.dp_comm_s) + self.tp_comm_s + self.ep_comm_s + self.pp_comm_s
 
 
 @dataclass(frozen=True)
 class Plan(Result):
-    SCHEMA: ClassVar[str] = "lm-accounting/plan/1"
+    SCHEMA: ClassVar[str] = "lm-accounting/plan/2"
 
     config: ModelConfig
     gpu: GPU
@@ -99,10 +106,12 @@ class Plan(Result):
             "micro_batch": c.micro_batch,
             "accumulation": c.accumulation,
             "per_gpu_bytes": c.per_gpu,
+            "peak_exact": c.peak_exact,
             "step_seconds": c.step_s,
             "compute_seconds": c.compute_s,
             "dp_comm_seconds": c.dp_comm_s,
             "tp_comm_seconds": c.tp_comm_s,
+            "ep_comm_seconds": c.ep_comm_s,
             "tokens_per_s": self.global_batch_tokens / c.step_s,
             "days": hours / 24,
             "gpu_hours": gpu_hours,
@@ -172,19 +181,21 @@ def _evaluate(cfg, seq, b, k, setup, lay, g: GPU, mfu, internode, allowance) -> 
         compute *= (k + lay.pp - 1) / k
     nvlink = g.interconnect_one_way
     dp_link = nvlink if lay.world <= GPUS_PER_NODE else internode
-    dp = tp = pp = 0
+    ep_link = nvlink if lay.ep <= GPUS_PER_NODE else internode  # an ep group: consecutive ranks
+    dp = tp = pp = ep = 0
     for c in step_collectives(cfg, seq, b, setup, lay):
         if c.group == "tp":
             tp += k * wire_bytes(c, lay.tp)
         elif c.group == "pp":
             pp += k * wire_bytes(c, 2)
-        elif c.kind == "all_gather":
-            dp += k * wire_bytes(c, lay.dp)
-        else:
-            dp += wire_bytes(c, lay.dp)
+        elif c.group == "ep":
+            ep += k * wire_bytes(c, lay.ep)
+        else:  # "dp", or "dp/ep" (the expert units): all-gathers per micro-batch, the reduction once
+            n = lay.dp // lay.ep if c.group == "dp/ep" else lay.dp
+            dp += (k if c.kind == "all_gather" else 1) * wire_bytes(c, n)
     return Candidate(
-        lay, setup.checkpoint, b, k, per_gpu,
-        compute, _seconds(dp, dp_link), _seconds(tp, nvlink), _seconds(pp, dp_link),
+        lay, setup.checkpoint, b, k, per_gpu, compute, _seconds(dp, dp_link), _seconds(tp, nvlink),
+        _seconds(pp, dp_link), _seconds(ep, ep_link), peaks_exact(setup, lay) and not not_modelled(cfg, seq, setup, lay),
     ), per_gpu  # fmt: skip
 
 
@@ -205,7 +216,6 @@ def plan(
     """Every candidate layout (module docstring), the fitting ones ranked by GPU-hours."""
     g = gpu(gpu_name)
     _check_plannable(cfg)
-    dense = not (cfg.moe or cfg.mla)  # a mixture of experts or MLA: data parallel only (layout.check)
     if not 0 < mfu <= 1:
         raise AccountingError(f"--mfu must be in (0, 1], got {mfu}")
     if allowance >= g.memory_bytes:
@@ -218,37 +228,23 @@ def plan(
             f"the global batch of {global_batch_tokens:,} tokens is not a whole number of {seq:,}-token sequences"
         )
     sequences = global_batch_tokens // seq
-    evaluated, fitting, smallest = 0, [], None
-    for w in _powers(*gpus):
-        for tp in (1, 2, 4, 8) if dense else (1,):
-            if w % tp or tp > GPUS_PER_NODE or cfg.num_heads % tp or cfg.kv_heads % tp or cfg.d_ff % tp:
-                continue
-            pp = 1
-            while pp <= min(MAX_PP if dense else 1, cfg.num_layers) and w % (tp * pp) == 0:
-                dp = w // (tp * pp)
-                if sequences % dp == 0:
-                    per_rank = sequences // dp
-                    for zero in (0, 1, 2, 3) if dp > 1 else (0,):
-                        for sp in (False, True) if tp > 1 else (False,):
-                            b, full = 1, set()  # checkpoint modes that no longer fit (memory grows with b)
-                            while b <= per_rank:
-                                k = per_rank // b
-                                if per_rank % b == 0 and k >= pp and (not sp or seq % tp == 0):
-                                    lay = ParallelLayout(
-                                        dp=dp, zero=zero, tp=tp, sequence_parallel=sp, pp=pp, micro_batches=k
-                                    )
-                                    for ck in (c for c in CHECKPOINTS if c not in full):
-                                        setup = TrainingSetup(attention="sdpa", checkpoint=ck, precision="amp-bf16")
-                                        evaluated += 1
-                                        c, need = _evaluate(cfg, seq, b, k, setup, lay, g, mfu, internode_bw, allowance)
-                                        if c is not None:
-                                            fitting.append(c)
-                                        else:
-                                            full.add(ck)
-                                            if smallest is None or need < smallest[0]:
-                                                smallest = (need, lay.label, ck, b)
-                                b *= 2
-                pp *= 2
+    evaluated, fitting, smallest, evaluated_ep = 0, [], None, False
+    for family in _families(cfg, seq, gpus, sequences):
+        per_rank, full = sequences // family["dp"], set()  # full: checkpoint modes that no longer fit (grow with b)
+        for b in _micro_batches(per_rank, family["pp"]):
+            lay = ParallelLayout(**family, micro_batches=per_rank // b)
+            for ck in (c for c in CHECKPOINTS if c not in full):
+                setup = TrainingSetup(attention="sdpa", checkpoint=ck, precision="amp-bf16")
+                if lay.ep > 1 and not_modelled(cfg, seq, setup, lay):
+                    continue  # expert parallel is planned where the replay models it
+                evaluated, evaluated_ep = evaluated + 1, evaluated_ep or lay.ep > 1
+                c, need = _evaluate(cfg, seq, b, lay.micro_batches, setup, lay, g, mfu, internode_bw, allowance)
+                if c is not None:
+                    fitting.append(c)
+                else:
+                    full.add(ck)
+                    if smallest is None or need < smallest[0]:
+                        smallest = (need, lay.label, ck, b)
     if evaluated == 0:
         raise AccountingError(
             f"no layout of {gpus[0]}..{gpus[1]} GPUs splits {sequences:,} sequences evenly over its data-parallel ranks"
@@ -261,8 +257,12 @@ def plan(
             f"({label}, checkpoint {ck}, micro-batch {b}, allowance included); "
             + (
                 f"FSDP2's dim-0 shards of the {cfg.num_experts}-expert stacks stop shrinking past dp = "
-                f"{cfg.num_experts} (their padded all-gathers grow with dp), and expert parallel (memory --ep) "
-                "is not planned"
+                f"{cfg.num_experts} (their padded all-gathers grow with dp)"
+                + (
+                    ""
+                    if evaluated_ep
+                    else "; expert parallel (memory --ep) is not planned for it: its replay does not model it"
+                )
                 if cfg.moe
                 else "use more GPUs or a larger GPU"
             )
@@ -272,6 +272,39 @@ def plan(
         cfg, g, seq, global_batch_tokens, tokens, mfu, internode_bw, allowance, price_per_gpu_hour,
         evaluated, tuple(fitting), top,
     )  # fmt: skip
+
+
+def _families(cfg: ModelConfig, seq: int, gpus: tuple[int, int], sequences: int):
+    """The ``ParallelLayout`` fields of every candidate of the module docstring but its micro-batch count:
+    for each GPU count W, tp, pp, dp = W / (tp·pp) splitting the sequences evenly, ZeRO stage, sequence
+    parallel and ep."""
+    dense = not (cfg.moe or cfg.mla)  # a mixture of experts or MLA: data (and expert) parallel only
+    for w in _powers(*gpus):
+        for tp in (1, 2, 4, 8) if dense else (1,):
+            if w % tp or tp > GPUS_PER_NODE or cfg.num_heads % tp or cfg.kv_heads % tp or cfg.d_ff % tp:
+                continue
+            pp = 1
+            while pp <= min(MAX_PP if dense else 1, cfg.num_layers) and w % (tp * pp) == 0:
+                dp = w // (tp * pp)
+                for zero in ((0, 1, 2, 3) if dp > 1 else (0,)) if sequences % dp == 0 else ():
+                    for sp in (False, True) if tp > 1 and seq % tp == 0 else (False,):
+                        for ep in _expert_degrees(cfg, dp, zero):
+                            yield {"dp": dp, "zero": zero, "tp": tp, "sequence_parallel": sp, "pp": pp, "ep": ep}
+                pp *= 2
+
+
+def _expert_degrees(cfg: ModelConfig, dp: int, zero: int) -> list[int]:
+    """ep = 1, and for a mixture of experts under FSDP2 every power of two above 1 dividing dp and E
+    (``ParallelLayout``: expert parallel borrows its ranks from dp)."""
+    if not cfg.moe or zero < 2:
+        return [1]
+    return [1] + [ep for ep in _powers(2, dp) if ep & (ep - 1) == 0 and dp % ep == 0 and cfg.num_experts % ep == 0]
+
+
+def _micro_batches(per_rank: int, pp: int) -> list[int]:
+    """Micro-batch sizes b: powers of two dividing the sequences per data-parallel rank, with at least
+    pp micro-batches (1F1B)."""
+    return [b for b in _powers(1, per_rank) if b & (b - 1) == 0 and per_rank % b == 0 and per_rank // b >= pp]
 
 
 def _check_plannable(cfg: ModelConfig) -> None:

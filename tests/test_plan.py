@@ -1,6 +1,7 @@
 """``plan``: enumeration speed without torch, one candidate's step time written out by hand, and
 the one-line errors."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -89,7 +90,7 @@ def test_plan_json(run_cli):
     )
     assert r.code == 0, r.err
     data = json.loads(r.out)
-    assert data["schema"] == "lm-accounting/plan/1" and data["candidates_fitting"] > 0
+    assert data["schema"] == "lm-accounting/plan/2" and data["candidates_fitting"] > 0
     best = data["best"][0]
     assert best["per_gpu_bytes"] <= 80 * 10**9 and best["gpus"] <= 64
     pinned = json.loads((Path(__file__).parent / "snapshots" / "json_keys.json").read_text())["plan"]
@@ -119,3 +120,21 @@ def test_plan_csv_rows_name_the_model(run_cli):
 
     rows = list(csv.DictReader(io.StringIO(run_cli("plan", "llama-3-8b", "--tokens", "1e12", "--format", "csv").out)))
     assert rows and all((r["model"], r["gpu"], r["context"]) == ("llama-3-8b", "h100-80gb", "8192") for r in rows)
+
+
+def test_plan_says_which_peaks_are_exact():
+    """The peak column: exact where one rank of the fake-PG job has been shown to match (DDP, ZeRO, FSDP2,
+    TP, SP under amp-bf16 + sdpa: tests/test_parallel_measured.py), an estimate for pipeline stages
+    (analytic only) and for a mixture of experts under FSDP2's bf16 policy while the replay leaves it out."""
+    p = plan(SMALL, "h100-80gb", (8, 8), 32, 512, 512 * 10, top=10**6)
+    flags = {(c.layout.pp > 1, c.peak_exact) for c in p.ranked}
+    assert flags == {(False, True), (True, False)}
+    assert all(r["peak_exact"] == (r["layout"].find("pp") < 0) for r in p.to_dict()["best"])
+    moe = dataclasses.replace(SMALL, num_experts=4, experts_per_token=2, name="small-moe")
+    m = plan(moe, "h100-80gb", (8, 8), 32, 512, 512 * 10, top=10**6)
+    assert {(c.layout.zero, c.peak_exact) for c in m.ranked if c.layout.ep == 1} == {
+        (0, True),
+        (1, True),
+        (2, False),
+        (3, False),
+    }

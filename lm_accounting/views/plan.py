@@ -29,6 +29,7 @@ def plan_view(p: Plan) -> View:
         Column("micro-batch", "int"),
         Column("accum", "int"),
         Column("per-GPU peak + allowance", "bytes"),
+        Column("peak"),
         Column("step s", "float"),
         Column("tokens/s", "int"),
         Column("days", "float"),
@@ -46,6 +47,7 @@ def plan_view(p: Plan) -> View:
             r["micro_batch"],
             r["accumulation"],
             r["per_gpu_bytes"],
+            "exact" if r["peak_exact"] else "estimate",
             r["step_seconds"],
             round(r["tokens_per_s"]),
             r["days"],
@@ -57,14 +59,14 @@ def plan_view(p: Plan) -> View:
     table = Table(f"Best {len(rows)} layouts by GPU-hours (sdpa, amp-bf16, foreach AdamW)", columns, rows)
     footer = [
         (
-            "step = max(compute, data-parallel comm) + TP comm + pipeline point-to-point: data-parallel"
-            " collectives ASSUMED overlapped with compute, TP/SP collectives not; compute = hardware FLOPs"
+            "step = max(compute, data-parallel comm) + TP comm + EP all-to-alls + pipeline point-to-point:"
+            " data-parallel collectives ASSUMED overlapped with compute, TP/SP and EP collectives not; compute = hardware FLOPs"
             " (recompute included) / (peak × utilisation), × the 1F1B bubble (k + pp − 1)/k."
         ),
         (
             "Per-GPU memory: the worst rank (analytic.parallel): byte-exact against one rank of the real job on the"
-            " fake process group for DDP, ZeRO-1, FSDP2, TP and sequence parallel (`memory` with the layout says"
-            " whether a layout's peaks are exact); pipeline stages are estimates."
+            " fake process group where the peak column says exact (`memory` with the layout says why a peak is"
+            " an estimate); pipeline stages are estimates."
         ),
     ]
     return View(header, [table], footer)
