@@ -124,12 +124,16 @@ def test_plan_csv_rows_name_the_model(run_cli):
 
 def test_plan_says_which_peaks_are_exact():
     """The peak column: exact where one rank of the fake-PG job has been shown to match (DDP, ZeRO, FSDP2,
-    TP, SP under amp-bf16 + sdpa: tests/test_parallel_measured.py), an estimate for pipeline stages
-    (analytic only) and for a mixture of experts under FSDP2's bf16 policy while the replay leaves it out."""
+    TP, SP, FSDP2 × TP under amp-bf16 + sdpa: tests/test_parallel_measured.py); an estimate for pipeline
+    stages and DDP / ZeRO-1 × TP (neither runs on the fake process group) and for a mixture of experts
+    under FSDP2's bf16 policy while the replay leaves it out."""
     p = plan(SMALL, "h100-80gb", (8, 8), 32, 512, 512 * 10, top=10**6)
-    flags = {(c.layout.pp > 1, c.peak_exact) for c in p.ranked}
-    assert flags == {(False, True), (True, False)}
-    assert all(r["peak_exact"] == (r["layout"].find("pp") < 0) for r in p.to_dict()["best"])
+    for c in p.ranked:
+        lay = c.layout
+        assert c.peak_exact == (lay.pp == 1 and (lay.tp == 1 or lay.dp == 1 or lay.fsdp)), lay.label
+    assert {c.peak_exact for c in p.ranked} == {True, False}
+    best = p.to_dict()["best"]
+    assert [r["peak_exact"] for r in best] == [c.peak_exact for c in p.ranked[: len(best)]]
     moe = dataclasses.replace(SMALL, num_experts=4, experts_per_token=2, name="small-moe")
     m = plan(moe, "h100-80gb", (8, 8), 32, 512, 512 * 10, top=10**6)
     assert {(c.layout.zero, c.peak_exact) for c in m.ranked if c.layout.ep == 1} == {

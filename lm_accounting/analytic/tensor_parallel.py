@@ -253,10 +253,16 @@ def tp_peaks_exact(layout: ParallelLayout, setup: TrainingSetup) -> bool:
     ``replay_training_step(sp=M)``, ``analytic.parallel.sp_replayed``; S divisible by M); vocab parallel
     alone without checkpointing.
 
+    Not measured, so estimates: DDP and ZeRO-1 with TP (dp > 1 without FSDP2), which the fake-PG job
+    cannot run (torch 2.13's DDP takes no DTensor parameters); composed from the DDP and TP replays,
+    each exact alone.
+
     Not exact, because not replayed: the all-reduce output of a row-parallel output or a column-parallel
     input gradient (T·d·a), live beside its partial for one op (vocab parallel alone, checkpointed: sdpa,
     amp-bf16, 160 bytes low on the tiny grid).  Sequence parallel has a reduce-scatter there instead,
     replayed."""
+    if layout.tp > 1 and layout.dp > 1:  # DDP / ZeRO-1 × TP: not run (torch 2.13's DDP takes no DTensor)
+        return False
     if layout.tp == 1 or not (layout.sequence_parallel or layout.vocab_parallel):
         return True
     if layout.sequence_parallel:

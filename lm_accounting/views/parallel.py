@@ -131,6 +131,12 @@ def parallel_view(r: ParallelMemory) -> View:
             " an all-reduce output not replayed).  Pipeline parallel: analytic only."
         ),
     ]
+    if lay.tp > 1 and lay.dp > 1 and not lay.fsdp:
+        footer.append(
+            f"{lay.label}: DDP and ZeRO-1 with TP are not run on the fake process group (torch 2.13's DDP takes no"
+            " DTensor parameters): every figure here is composed from the DDP and TP rules, each exact alone, and"
+            " the peaks are estimates."
+        )
     if lay.ep > 1:
         footer.append(
             "Expert parallel: model states, collectives (the all-to-alls included) and per-rank FLOPs are exact"
