@@ -7,6 +7,7 @@ TFLOP/s, HBM3 3.35 TB/s, 80 GB.
 
 import csv
 import io
+import re
 import subprocess
 import sys
 
@@ -252,3 +253,40 @@ def test_over_budget_at_the_boundary():
     assert infer(cfg, 8, 4, 2, budget=peak).over_budget is None
     over = infer(cfg, 8, 4, 2, budget=peak - 1)
     assert over.over_budget.startswith("batch 2 needs") and over.max_batch == 1
+
+
+def _suggested_runs(message):
+    """The command lines a length refusal suggests: each "--prompt P --generate G" example, and the
+    --context / --set flags it names, in order."""
+    runs = [m.split() for m in re.findall(r"--prompt \d+ --generate \d+", message)]
+    flags = re.findall(r"--context \d+|--set \w+=\d+", message)
+    return runs, [f.split() for f in flags]
+
+
+@pytest.mark.parametrize(
+    "model,args",
+    [
+        ("openai-gpt2", ["--prompt", "1000", "--generate", "100"]),  # learned positions, 1,024 rows
+        ("openai-gpt2", ["--prompt", "5000", "--generate", "3000"]),  # both longer than the table
+        ("openai-gpt2", ["--prompt", "500", "--generate", "100", "--context", "512"]),  # context below the table
+        ("llama-3-8b", ["--prompt", "10000", "--generate", "100"]),  # RoPE: any context
+    ],
+)
+def test_a_length_refusal_leads_somewhere_valid(run_cli, model, args):
+    """Issue 12: openai-gpt2 refused P + G > 1,024 with "use --context", which a learned position table
+    refuses in turn.  Every way out the message names must run: its --prompt/--generate examples (at the
+    model's own context) and its --context/--set flags (on the original prompt and generation)."""
+    refused = run_cli("infer", model, *args)
+    assert refused.code == 2 and refused.out == ""
+    message = refused.err
+    examples, flags = _suggested_runs(message)
+    assert examples or flags, message
+    base = [a for a in args if a not in ("--context", "512")] if "--context" in args else args
+    for example in examples:
+        assert run_cli("infer", model, *example).code == 0, example
+    if flags:
+        r = run_cli("infer", model, *base, *(x for f in flags for x in f))
+        assert r.code == 0, (flags, r.err)
+    if model == "openai-gpt2" and "--context" not in args:
+        assert "no --context can go past" in message and "1,024 learned positions" in message
+        assert run_cli("infer", model, *args, "--context", str(int(args[1]) + int(args[3]))).code == 2
