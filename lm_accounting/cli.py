@@ -763,6 +763,13 @@ def sweep_cmd(
     help="filled: attend over filled positions; static: over all slots (transformers' StaticCache).",
 )
 @click.option(
+    "--attention",
+    type=click.Choice(("naive", "sdpa")),  # analytic.inference.ATTENTIONS
+    default=None,
+    help="sdpa: a fused kernel, no P×P scores (default with --cache filled: what serving runs); "
+    "naive: the S×S scores kept (default, and the only choice, with --cache static).",
+)
+@click.option(
     "--measure",
     type=click.Choice(("none", *DEVICES)),
     default="none",
@@ -782,14 +789,18 @@ def infer_cmd(
     tp: int,
     budget: str | None,
     semantics: str,
+    attention: str | None,
     measure: str,
 ) -> None:
     """Inference: prefill and decode FLOPs, KV cache, memory per GPU, concurrent sequences, roofline
-    (analytic, exact; no torch unless --measure)."""
+    (analytic, exact; no torch unless --measure).  A batch over the budget is an answer (exit 0): the
+    output says OVER BUDGET and how many sequences fit."""
     from .analytic.inference_report import infer
     from .units import parse_size
 
     kw = dict(weights=weights, kv_dtype=kv_dtype, gpu=gpu, tp=tp, semantics=semantics, context=context)
+    kw["attention"] = attention
+    kw["device"] = measure if measure in ("meta", "cpu") else "cuda"  # whose fused kernels the temporaries are
     result = infer(cfg, prompt, generate, batch, budget=None if budget is None else parse_size(budget), **kw)
     if measure == "cuda" and result.over_budget:  # meta allocates nothing; cpu is bounded by measure.devices
         raise AccountingError(f"not measured on cuda: {result.over_budget}")

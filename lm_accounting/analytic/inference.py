@@ -73,6 +73,28 @@ def check_lengths(cfg: ModelConfig, prompt: int, generate: int) -> None:
     )
 
 
+ATTENTIONS = ("naive", "sdpa")
+"""``naive``: the course's attention, the (B, h, S, keys) scores and probabilities materialised; ``sdpa``:
+a fused kernel (flash / memory-efficient), which keeps only its output and the fp32 logsumexp
+(``setup.ATTENTIONS``).  The matmul FLOPs are the same (the full square; ``attention_flops``)."""
+
+
+def default_attention(semantics: str) -> str:
+    """``sdpa`` (what a serving engine runs), except under 'static' semantics, which model transformers'
+    ``StaticCache`` with eager attention (a mask over every slot): ``naive``."""
+    return "naive" if semantics == "static" else "sdpa"
+
+
+def check_attention(attention: str, semantics: str) -> None:
+    if attention not in ATTENTIONS:
+        raise AccountingError(f"unknown attention '{attention}' (valid: {', '.join(ATTENTIONS)})")
+    if attention == "sdpa" and semantics == "static":
+        raise AccountingError(
+            "--cache static models transformers' StaticCache with eager attention (every slot, masked): "
+            "use --attention naive with it, or --cache filled with --attention sdpa"
+        )
+
+
 LATENT_EXPANSION = "layers.*.attn.kv_b_proj"
 """Latent attention (MLA) caches the normed latent and the rotated RoPE key (transformers v5); each step
 expands keys and values from every cached position with ``kv_b_proj``, so its FLOPs grow with the keys."""
