@@ -776,6 +776,11 @@ def sweep_cmd(
     show_default=True,
     help="Also run the live model with a static KV cache and compare FLOPs, cache bytes and memory.",
 )
+@click.option(
+    "--allow-long",
+    is_flag=True,
+    help="Run a --measure estimated past 15 minutes (measure.devices.MAX_LIVE_SECONDS); the estimate is printed first.",
+)
 def infer_cmd(
     cfg: ModelConfig,
     context: int | None,
@@ -791,6 +796,7 @@ def infer_cmd(
     semantics: str,
     attention: str | None,
     measure: str,
+    allow_long: bool,
 ) -> None:
     """Inference: prefill and decode FLOPs, KV cache, memory per GPU, concurrent sequences, roofline
     (analytic, exact; no torch unless --measure).  A batch over the budget is an answer (exit 0): the
@@ -805,8 +811,9 @@ def infer_cmd(
     if measure == "cuda" and result.over_budget:  # meta allocates nothing; cpu is bounded by measure.devices
         raise AccountingError(f"not measured on cuda: {result.over_budget}")
     if measure != "none":
-        from .measure.inference import measure_inference
+        from .measure.inference import check_measure_time, measure_inference
 
+        click.echo(check_measure_time(result, measure, allow_long), err=True)
         result = result.with_measurement(measure_inference(result, device=measure))
     emit(result, fmt)
 

@@ -11,7 +11,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from lm_accounting.analytic.inference import decode_flops, kv_bytes
 from lm_accounting.analytic.inference_report import infer
-from lm_accounting.config import AccountingError, ModelConfig
+from lm_accounting.config import AccountingError, ModelConfig, load_config
 from lm_accounting.measure.inference import measure_inference
 from lm_accounting.measure.tracker import CUBLAS_WORKSPACES
 from lm_accounting.model import build_model
@@ -217,6 +217,27 @@ def test_cli_measure_meta(run_cli, attention):
     assert r.code == 0, r.err
     assert f"Predicted vs measured on meta (live model, bf16, {attention} attention)" in r.out
     assert not re.search(r"\bNO\b", r.out)  # every row equal
+    assert r.err.startswith("measuring gpt2-small on meta: about ") and r.err.count("\n") == 1  # the estimate, up front
+
+
+def test_a_long_measurement_is_refused_unless_allowed(run_cli, monkeypatch):
+    """llama-3-8b on the CPU: 8.03 billion parameters to initialise at 2e-7 s each is ~27 min before any
+    FLOP, past the 15-minute bound (the sweep's --allow-long bound): refused up front with the estimate,
+    unless --allow-long.  The host is made to look big enough, so the time check is what refuses."""
+    from lm_accounting.measure import devices
+    from lm_accounting.measure.inference import check_measure_time
+
+    monkeypatch.setattr(devices, "available_bytes", lambda device: 10**12)
+    args = ("infer", "llama-3-8b", "--prompt", "16", "--generate", "4", "--measure", "cpu")
+    r = run_cli(*args)
+    assert r.code == 2 and r.out == "" and r.err.count("\n") == 1
+    assert "would take about" in r.err and "--allow-long" in r.err and "--measure meta" in r.err
+    result = infer(load_config("llama-3-8b"), 16, 4, 1, device="cpu")
+    seconds = devices.estimate_inference_seconds(result, "cpu")
+    assert seconds > devices.MAX_LIVE_SECONDS and seconds > 8_030_261_248 * devices.CPU_INIT_SECONDS_PER_PARAMETER
+    line = check_measure_time(result, "cpu", allow_long=True)
+    assert line.startswith("measuring llama-3-8b on cpu: about ") and "16.072 GB" in line  # the predicted peak
+    assert check_measure_time(result, "meta").startswith("measuring llama-3-8b on meta: about ")  # quick: no init
 
 
 @pytest.mark.cuda

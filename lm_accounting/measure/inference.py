@@ -68,6 +68,29 @@ def _peak(run, model, cache, ids, device: str, overheads: dict[str, int]) -> int
     return tracker.phase_table(device)["step"].peak
 
 
+def check_measure_time(result, device: str, allow_long: bool = False) -> str:
+    """Before any torch work: refuse a measurement that cannot fit ``device`` (``check_device_fits``) or
+    is estimated to run past ``MAX_LIVE_SECONDS`` without ``allow_long``; else return one line with the
+    estimated time and memory (the CLI prints it on stderr)."""
+    from ..units import fmt_bytes
+    from .devices import MAX_LIVE_SECONDS, _fmt_seconds, check_device_fits, estimate_inference_seconds
+
+    cfg, need = result.config, result.memory["peak"]
+    if device != "meta":
+        check_device_fits(device, need, f"inference of {cfg.name} at B = {result.batch}")
+    seconds = estimate_inference_seconds(result, device)
+    if seconds > MAX_LIVE_SECONDS and not allow_long:
+        quick = _fmt_seconds(estimate_inference_seconds(result, "meta"))
+        raise AccountingError(
+            f"--measure {device} of {cfg.name} would take about {_fmt_seconds(seconds)} (estimated: building the "
+            f"model and running the prefill twice and four decode steps); the limit without --allow-long is "
+            f"{_fmt_seconds(MAX_LIVE_SECONDS)}: pass --allow-long to run it, or use --measure meta (FLOPs and "
+            f"peaks, no memory held, about {quick}), a smaller model or a shorter --prompt"
+        )
+    where = "nothing held (meta)" if device == "meta" else f"{fmt_bytes(need)} of {device} memory at the peak"
+    return f"measuring {cfg.name} on {device}: about {_fmt_seconds(seconds)} and {where} (estimated)"
+
+
 def measure_inference(result, device: str = "meta") -> dict[str, Any]:
     """Predicted-vs-measured rows for ``result`` (an ``Inference``) on ``device`` (module docstring)."""
     import torch
