@@ -22,7 +22,7 @@ def _memory_label(r: Inference) -> str:
         kernels = (
             " with torch's CPU flash kernel"
             if r.device != "cuda"
-            else " with CUDA's fused kernels (sdpa inference not yet measured on a GPU)"
+            else " with CUDA's fused kernels (proven with torch's CPU kernel; not yet measured on a GPU)"
         )
     if r.memory_exact:
         return f"exact for our live model{kernels}"
