@@ -43,7 +43,10 @@ def _fused(r: _Replay, z: Sizes) -> None:
     """The fused kernel (``layers.FusedAttention``) on q and the keys: its output (B, h, s, d_head) and the
     fp32 logsumexp (``Sizes.lse``), which dies on return; no S × keys tensor.  Merging the heads copies
     the output (``Sizes.merge_copy``) unless s = 1: a decode step's (B, h, 1, d_head) output transposed
-    to (B, 1, h, d_head) is still contiguous, so the reshape is a view."""
+    to (B, 1, h, d_head) is still contiguous, so the reshape is a view.  Neither moment can set a step's
+    peak: beside the same x, ln1 output, q, k and v, RoPE on q held two q-sized tensors and the cos/sin rows
+    (output + merge copy: two, no rows; output + logsumexp: less while h·P·4 < P·q_dim·e), so a mutant
+    logsumexp or merge copy leaves every peak unchanged (checked: tests/test_infer_live.py still passes)."""
     Tq = z.act(z.cfg.q_dim)
     r(+Tq, +z.lse, -z.lse)  # output; the logsumexp dies when FusedAttention.forward returns
     if z.merge_copy and z.seq > 1:
