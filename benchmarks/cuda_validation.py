@@ -30,6 +30,7 @@ import argparse
 import csv
 import dataclasses
 import gc
+import itertools
 import json
 import platform
 import subprocess
@@ -185,12 +186,14 @@ def inference_rows(quick: bool):
     cases = [("gpt2-small", None, 512, 64, 4, "bf16")]
     if not quick:
         cases += [("qwen3-0.6b", None, 1024, 128, 8, "bf16"), ("llama-3-8b", 2, 2048, 64, 4, "bf16")]
-    for name, layers, prompt, gen, batch, w in cases:
+    for (name, layers, prompt, gen, batch, w), attention in itertools.product(cases, ("naive", "sdpa")):
         cfg = config(name, layers)
         base = {"model": label(name, layers), "prompt": prompt, "generate": gen, "batch": batch, "weights": w}
+        base["attention"] = attention  # sdpa: CUDA's flash kernel in the prefill and in each decode step
         try:
             fresh()
-            got = measure_inference(infer(cfg, prompt, gen, batch, weights=w, kv_dtype=w), "cuda")
+            result = infer(cfg, prompt, gen, batch, weights=w, kv_dtype=w, attention=attention)
+            got = measure_inference(result, "cuda")
         except Exception as exc:  # noqa: BLE001
             yield failed(base, exc)
             continue

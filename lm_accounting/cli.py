@@ -133,25 +133,47 @@ def _complete_models(ctx: click.Context, param: click.Parameter, incomplete: str
     return [CompletionItem(name) for name in preset_names() if name.startswith(incomplete)]
 
 
+COMMAND_CUTOFF = 0.7
+"""How close (difflib's ratio) a first word must be to a command name to be called a typo of it:
+``memroy``/``memory`` 0.83, ``infr``/``infer`` 0.89; ``nosuch``/``crosscheck`` 0.5 is not."""
+
+
+def unknown_first_word(word: str, commands: list[str]) -> str:
+    """The message for a first word that is neither a command, a preset nor a config path."""
+    shown = word if len(word) <= 60 else word[:60] + "…"
+    low = word.lower()
+    presets = difflib.get_close_matches(low, preset_names(), n=3, cutoff=0.5)
+    command = difflib.get_close_matches(low, commands, n=1, cutoff=COMMAND_CUTOFF)
+
+    def ratio(name: str) -> float:
+        return difflib.SequenceMatcher(None, low, name).ratio()
+
+    if command and (not presets or ratio(command[0]) > ratio(presets[0])):
+        hint = f"; did you mean '{command[0]}' (a command)?"
+    elif presets:
+        hint = "; did you mean " + " or ".join(f"'{p}'" for p in presets) + "?"
+    else:
+        hint = ""
+    return (
+        f"'{shown}' is neither a command nor a preset{hint} (presets: {', '.join(preset_names())}; a model of "
+        "your own: a path to its Hugging Face config.json or a .toml file, e.g. ./config.json (a bare name "
+        f"needs a '/' or a .json/.toml suffix); commands: {', '.join(commands)})"
+    )
+
+
 class DefaultGroup(click.Group):
     """``lm-account gpt2-xl ...`` runs ``account`` when the first word is a preset or a path.
 
-    Any other first word is a mistyped command or preset: exit 2 with a "did you mean" that
-    considers both (a bare name that exists on disk goes on to ``load_config``, which asks for
-    ``./name``)."""
+    Any other first word is a mistyped command or an unknown model: exit 2 with a "did you mean" (the
+    close presets, or a command only when the word is close to one: ``memroy``), the presets, and how to
+    pass a model of one's own (a bare name that exists on disk goes on to ``load_config``, which asks
+    for ``./name``)."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if args and not args[0].startswith("-") and args[0] not in self.commands:
             word = args[0]
             if word not in preset_names() and not is_config_path(word) and not os.path.lexists(word):
-                choices = [*self.commands, *preset_names()]
-                close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)  # 0.5 took nosuch for crosscheck
-                hint = f"; did you mean '{close[0]}'?" if close else ""
-                shown = word if len(word) <= 60 else word[:60] + "…"
-                raise click.UsageError(
-                    f"'{shown}' is neither a command nor a preset{hint} (commands: {', '.join(self.commands)}; "
-                    f"presets: {', '.join(preset_names())}; a file path needs a '/' or a .toml suffix)"
-                )
+                raise click.UsageError(unknown_first_word(word, list(self.commands)))
             args = ["account", *args]
         return super().parse_args(ctx, args)
 
@@ -757,11 +779,23 @@ def sweep_cmd(
     help="filled: attend over filled positions; static: over all slots (transformers' StaticCache).",
 )
 @click.option(
+    "--attention",
+    type=click.Choice(("naive", "sdpa")),  # analytic.inference.ATTENTIONS
+    default=None,
+    help="sdpa: a fused kernel, no P×P scores (default with --cache filled: what serving runs); "
+    "naive: the S×S scores kept (default, and the only choice, with --cache static).",
+)
+@click.option(
     "--measure",
     type=click.Choice(("none", *DEVICES)),
     default="none",
     show_default=True,
     help="Also run the live model with a static KV cache and compare FLOPs, cache bytes and memory.",
+)
+@click.option(
+    "--allow-long",
+    is_flag=True,
+    help="Run a --measure estimated past 15 minutes (measure.devices.MAX_LIVE_SECONDS); the estimate is printed first.",
 )
 def infer_cmd(
     cfg: ModelConfig,
@@ -776,20 +810,26 @@ def infer_cmd(
     tp: int,
     budget: str | None,
     semantics: str,
+    attention: str | None,
     measure: str,
+    allow_long: bool,
 ) -> None:
     """Inference: prefill and decode FLOPs, KV cache, memory per GPU, concurrent sequences, roofline
-    (analytic, exact; no torch unless --measure)."""
+    (analytic, exact; no torch unless --measure).  A batch over the budget is an answer (exit 0): the
+    output says OVER BUDGET and how many sequences fit."""
     from .analytic.inference_report import infer
     from .units import parse_size
 
     kw = dict(weights=weights, kv_dtype=kv_dtype, gpu=gpu, tp=tp, semantics=semantics, context=context)
+    kw["attention"] = attention
+    kw["device"] = measure if measure in ("meta", "cpu") else "cuda"  # whose fused kernels the temporaries are
     result = infer(cfg, prompt, generate, batch, budget=None if budget is None else parse_size(budget), **kw)
     if measure == "cuda" and result.over_budget:  # meta allocates nothing; cpu is bounded by measure.devices
         raise AccountingError(f"not measured on cuda: {result.over_budget}")
     if measure != "none":
-        from .measure.inference import measure_inference
+        from .measure.inference import check_measure_time, measure_inference
 
+        click.echo(check_measure_time(result, measure, allow_long), err=True)
         result = result.with_measurement(measure_inference(result, device=measure))
     emit(result, fmt)
 

@@ -252,7 +252,9 @@ class ModelConfig:
         if self.positions == "learned" and self.context_length > self.position_rows:
             raise ConfigError(
                 f"context {self.context_length:,} exceeds the {self.position_rows:,} learned positions "
-                "(max_position_embeddings)"
+                f"(max_position_embeddings): the model cannot run past its position table; a context up to "
+                f"{self.position_rows:,} runs, or a variant with a longer table (a different model) needs "
+                f"max_position_embeddings = {self.context_length} too"
             )
         if self.qk_norm_scope != "head" and not self.qk_norm:
             raise ConfigError(f"qk_norm_scope = {self.qk_norm_scope} applies only with qk_norm = true")
@@ -805,7 +807,8 @@ def load_config(name_or_path: str | os.PathLike) -> ModelConfig:
         close = difflib.get_close_matches(name_or_path, names, n=1, cutoff=0.4)
         hint = f"; did you mean '{close[0]}'?" if close else ""
         raise ConfigError(
-            f"unknown preset {shown}{hint} (valid presets: {', '.join(names)}; or give a path to a .toml file)"
+            f"unknown preset {shown}{hint} (valid presets: {', '.join(names)}; or give a path to a Hugging Face "
+            "config.json or a .toml file, e.g. ./config.json)"
         )
     preset = PRESET_DIR / f"{name_or_path}.toml"
     data = read_toml(preset)

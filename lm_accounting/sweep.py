@@ -19,6 +19,7 @@ from .analytic.hardware_flops import step_flops
 from .analytic.memory import adamw_step_temporary_bytes, model_state_breakdown
 from .analytic.replay import as_setup, predict_training_step, replay_supported
 from .config import AccountingError, ModelConfig, check_positive_int
+from .measure.devices import MAX_LIVE_SECONDS  # 15 minutes: the bound --allow-long lifts
 from .phases import PHASES
 from .result import Result
 from .setup import TrainingSetup, check_cuda_fused_attention
@@ -31,9 +32,6 @@ MAX_POINTS = 1_000
 1,000 points stay near one minute."""
 MAX_MODELS = 16
 """At most this many models in one sweep: each gets its own memory figure (about 2 s each)."""
-MAX_LIVE_SECONDS = 15 * 60
-"""A sweep whose live points (cross-check, measured steps) are estimated to take longer than this
-(15 minutes) is refused unless ``allow_long=True`` (the CLI's ``--allow-long``)."""
 
 
 def parse_contexts(text: str) -> list[int]:

@@ -1,6 +1,7 @@
 """The CLI as a user types it: headline numbers, formats, overrides, and every bad input."""
 
 import csv
+import difflib
 import io
 import json
 import subprocess
@@ -130,6 +131,12 @@ BAD_INPUTS = [
         ["'gpt2-xll' is neither a command nor a preset", "did you mean 'gpt2-xl'", "gpt2-small", "qwen3-0.6b"],
     ),
     (["memroy", "gpt2-xl"], ["'memroy' is neither a command nor a preset", "did you mean 'memory'"]),
+    (
+        ["nosuch"],
+        ["'nosuch' is neither a command nor a preset (presets: ", "Hugging Face config.json", "./config.json"],
+    ),
+    (["llama3-8b"], ["did you mean 'llama-3-8b'", "config.json"]),
+    (["infer", "nosuch", "-P", "5", "-G", "5"], ["unknown preset 'nosuch'", "config.json"]),
     (["account", "gpt2-xll"], ["unknown preset 'gpt2-xll'", "did you mean 'gpt2-xl'"]),
     (["gpt2-xl", "--context", "0"], ["--context", "positive integer"]),
     (["gpt2-xl", "--context", "-5"], ["--context", "positive integer"]),
@@ -327,3 +334,21 @@ def test_plan_and_sweep_take_the_model_overrides(run_cli, tmp_path):
     block = 4 * d * d + 3 * d * f + 2 * d
     assert rows[0]["params"] == 2 * v * d + 2 * block + d
     assert full != cut
+
+
+@pytest.mark.parametrize("word", ["nosuch", "foo", "my-model", "mymodel"])
+def test_an_unknown_model_name_is_not_called_a_command(run_cli, word):
+    """`lm-account nosuch` suggested the `crosscheck` command (difflib over commands and presets at
+    cutoff 0.5).  A command is suggested only for a near miss of one (ratio >= 0.7); otherwise the close
+    presets, the preset list and how to pass one's own config.json."""
+    from lm_accounting.cli import COMMAND_CUTOFF, cli
+
+    err = run_cli(word).err
+    near = [c for c in cli.commands if difflib.SequenceMatcher(None, word, c).ratio() >= COMMAND_CUTOFF]
+    assert not near and "(a command)" not in err and "did you mean 'crosscheck'" not in err
+    assert "a path to its Hugging Face config.json or a .toml file, e.g. ./config.json" in err
+
+
+def test_a_near_miss_of_a_command_still_names_it(run_cli):
+    assert "did you mean 'infer' (a command)?" in run_cli("infr").err
+    assert "did you mean 'account' (a command)?" in run_cli("acount").err

@@ -7,6 +7,8 @@ TFLOP/s, HBM3 3.35 TB/s, 80 GB.
 
 import csv
 import io
+import json
+import re
 import subprocess
 import sys
 
@@ -153,6 +155,8 @@ def test_max_batch_is_the_largest_that_fits(llama):
         (["--prompt", "8000", "--generate", "512"], "exceeds llama-3-8b's context of 8,192"),
         (["--prompt", "20", "--generate", "5", "--tp", "3"], "--tp 3 does not divide the 8 KV heads"),
         (["--prompt", "20", "--generate", "5", "--gpu", "h100-80"], "did you mean 'h100-80gb'"),
+        (["--prompt", "20", "--generate", "5", "--cache", "static", "--attention", "sdpa"], "use --attention naive"),
+        (["--prompt", "20", "--generate", "5", "--weights", "fp32"], "no CUDA kernel"),  # sdpa, fp32, GQA
         (["--prompt", "20", "--generate", "5", "--weights", "int3"], "int3"),
     ],
 )
@@ -216,8 +220,6 @@ def test_over_budget_is_an_answer_and_meta_measures_it(run_cli):
     what fits), not bad input; a meta run allocates nothing, so it is measured too.  gpt2-small has
     190,460,160 parameters: bf16 weights alone are 2 · 190,460,160 = 380,920,320 bytes, over a 100 MB
     budget.  Only a cuda run is refused (it would run out of the GPU's memory)."""
-    import json
-
     weights = 2 * 190_460_160
     args = ("infer", "gpt2-small", "--prompt", "24", "--generate", "5", "--budget", "100MB")
     plain = run_cli(*args)
@@ -229,19 +231,13 @@ def test_over_budget_is_an_answer_and_meta_measures_it(run_cli):
     r = run_cli(*args, "--measure", "meta")
     assert r.code == 0, r.err
     assert "OVER BUDGET: batch 1 needs" in r.out and "not even one sequence fits" in r.out
-    assert "Predicted vs measured on meta" in r.out and " NO" not in r.out
+    assert "measured anyway: a meta run does not use the GPU" in r.out
+    assert "Predicted vs measured on meta" in r.out and not re.search(r"\bNO\b", r.out)  # every row equal
     rows = list(csv.DictReader(io.StringIO(run_cli(*args, "--measure", "meta", "--format", "csv").out)))
     value = {(x["section"], x["key"]): x["value"] for x in rows}
     assert int(value["memory", "weights"]) == weights
     assert int(value["capacity", "budget"]) == 100_000_000 < int(value["memory", "peak"])
     assert int(value["capacity", "max_batch"]) == 0
-
-
-def test_a_batch_over_the_budget_is_analysed(run_cli):
-    """llama-3-8b, P 2,048 + G 512 at batch 512 on an H100 does not fit: the analysis is printed (exit 0)
-    with what fits (was exit 2)."""
-    r = run_cli("infer", "llama-3-8b", "--prompt", "2048", "--generate", "512", "--batch", "512")
-    assert r.code == 0 and "OVER BUDGET" in r.out and "the largest batch that fits is 43" in r.out
 
 
 def test_over_budget_at_the_boundary():
@@ -252,3 +248,123 @@ def test_over_budget_at_the_boundary():
     assert infer(cfg, 8, 4, 2, budget=peak).over_budget is None
     over = infer(cfg, 8, 4, 2, budget=peak - 1)
     assert over.over_budget.startswith("batch 2 needs") and over.max_batch == 1
+
+
+def test_a_batch_over_the_budget_is_analysed_per_attention(run_cli, llama):
+    """Llama-3-8B, P 2,048, G 512, B 512 on an 80 GB H100 does not fit: the analysis is printed (exit 0,
+    was exit 2) with the largest batch that fits, checked by its definition peak(b) <= budget <
+    peak(b + 1), prefilled together and one at a time.  With naive attention (the B·h·P² scores of the
+    prefill) it is 43, with the fused kernel (sdpa, the default) 71."""
+    from lm_accounting.analytic.inference_report import _memory
+
+    budget = 80_000_000_000
+    args = ("infer", "llama-3-8b", "--prompt", "2048", "--generate", "512", "--batch", "512")
+    r = run_cli(*args)
+    assert r.code == 0 and r.err == "" and "attention sdpa" in r.out
+    assert "OVER BUDGET: batch 512 needs" in r.out and "Roofline on h100-80gb" in r.out
+    for attention, best in (("sdpa", 71), ("naive", 43)):
+        got = json.loads(run_cli(*args, "--attention", attention, "--format", "json").out)
+        assert got["attention"] == attention and got["max_batch"] == best and got["fits_budget"] is False
+
+        def peak_at(b, pb=None, attention=attention):
+            return _memory(llama, 2048, 512, b, "bf16", "bf16", 1, "filled", pb, attention)["peak"]
+
+        assert peak_at(best) <= budget < peak_at(best + 1)
+        serving = got["max_batch_prefill_one_at_a_time"]
+        assert peak_at(serving, 1) <= budget < peak_at(serving + 1, 1)
+        assert f"the largest batch that fits is {best}" in got["over_budget"]
+
+
+def test_attention_default_and_choices(llama):
+    """sdpa by default (filled semantics: what a serving engine runs); naive under 'static' (transformers'
+    StaticCache with eager attention), where sdpa is refused.  The FLOPs do not depend on it; the prefill
+    temporaries do: naive holds the B·h·P² scores (bf16) of a layer, sdpa never does."""
+    sdpa, naive = infer(llama, 8000, 100), infer(llama, 8000, 100, attention="naive")
+    assert (sdpa.attention, naive.attention) == ("sdpa", "naive")
+    assert infer(llama, 20, 5, semantics="static").attention == "naive"
+    with pytest.raises(AccountingError, match="--attention naive"):
+        infer(llama, 20, 5, semantics="static", attention="sdpa")
+    with pytest.raises(AccountingError, match="unknown attention"):
+        infer(llama, 20, 5, attention="flash")
+    assert sdpa.prefill.total == naive.prefill.total and sdpa.generation_flops == naive.generation_flops
+    scores = 32 * 8000 * 8000 * 2  # one layer's (B, h, P, P) bf16 scores: 4.096 GB
+    assert naive.memory["prefill_temporaries"] - sdpa.memory["prefill_temporaries"] >= 2 * scores
+    assert sdpa.memory["prefill_temporaries"] < scores
+    assert sdpa.to_dict()["attention"] == "sdpa" and any(
+        "Attention (--attention)" in c for c in sdpa.to_dict()["conventions"]
+    )
+
+
+def test_sdpa_prefill_memory_by_hand(llama):
+    """--attention sdpa (the default), Llama-3-8B, P 2,048, G 512, bf16 weights and KV on an 80 GB H100.
+    The fused kernel holds no P×P scores: inside a layer's attention at most x, ln1's output, q, k, v, the
+    kernel's output, its merge copy and the fp32 logsumexp (B·h·P·4 + flash's 24-byte RNG state) are live;
+    in the FFN x, ln2's output and three d_ff tensors.  Both are below the LM head's moment, so the prefill
+    temporaries are 8·P position ids (int64, not per sequence) + B·P·(2·d + V)·2: the residual stream,
+    ln_final's output and the logits.  peak(B) = weights + RoPE tables (cos and sin, fp32, 8,192 × 64 each)
+    + input ids (B·P·8) + KV cache (B·2·L·kv·hd·C·2) + the prefill temporaries, and the largest B with
+    peak(B) <= 80 GB is 71 (naive attention: 43, test_a_batch_over_the_budget_is_analysed_per_attention)."""
+    P, G, e = 2048, 512, 2
+    C, W, rope = P + G, 2 * N_PARAMS, 2 * 8192 * (HD // 2) * 4
+    assert W == 16_060_522_496
+
+    def temps(b):
+        return 8 * P + b * P * (2 * D + V) * e
+
+    def peak(b):
+        return W + rope + b * P * 8 + b * 2 * L * KV * HD * C * e + temps(b)
+
+    attention = 8 * P + P * e * (2 * D + 3 * H * HD + 2 * KV * HD) + H * P * 4 + 24  # per sequence, B = 1
+    ffn = 8 * P + P * e * (2 * D + 3 * FF)
+    assert max(attention, ffn) < temps(1) == 558_907_392
+    for device in ("cuda", "meta"):  # CUDA's flash and the CPU kernel differ only inside the attention
+        one = infer(llama, P, G, 1, device=device)
+        assert one.attention == "sdpa" and one.memory["prefill_temporaries"] == temps(1)
+    r = infer(llama, P, G, 71)
+    assert r.memory["prefill_temporaries"] == temps(71) and r.memory["prefill_peak"] == r.memory["peak"] == peak(71)
+    assert peak(71) <= 80_000_000_000 < peak(72) and r.max_batch == 71
+
+
+def test_fp32_gqa_fused_attention_is_refused_only_for_cuda(llama):
+    """No CUDA kernel fuses fp32 with grouped KV heads; torch's CPU flash kernel does (a meta/cpu run)."""
+    with pytest.raises(AccountingError, match="no CUDA kernel"):
+        infer(llama, 20, 5, weights="fp32", kv_dtype="fp32")
+    assert infer(llama, 20, 5, weights="fp32", kv_dtype="fp32", device="meta").attention == "sdpa"
+    assert infer(llama, 20, 5, weights="fp32", kv_dtype="fp32", attention="naive").attention == "naive"
+
+
+def _suggested_runs(message):
+    """The command lines a length refusal suggests: each "--prompt P --generate G" example, and the
+    --context / --set flags it names, in order."""
+    runs = [m.split() for m in re.findall(r"--prompt \d+ --generate \d+", message)]
+    flags = re.findall(r"--context \d+|--set \w+=\d+", message)
+    return runs, [f.split() for f in flags]
+
+
+@pytest.mark.parametrize(
+    "model,args",
+    [
+        ("openai-gpt2", ["--prompt", "1000", "--generate", "100"]),  # learned positions, 1,024 rows
+        ("openai-gpt2", ["--prompt", "5000", "--generate", "3000"]),  # both longer than the table
+        ("openai-gpt2", ["--prompt", "500", "--generate", "100", "--context", "512"]),  # context below the table
+        ("llama-3-8b", ["--prompt", "10000", "--generate", "100"]),  # RoPE: any context
+    ],
+)
+def test_a_length_refusal_leads_somewhere_valid(run_cli, model, args):
+    """Issue 12: openai-gpt2 refused P + G > 1,024 with "use --context", which a learned position table
+    refuses in turn.  Every way out the message names must run: its --prompt/--generate examples (at the
+    model's own context) and its --context/--set flags (on the original prompt and generation)."""
+    refused = run_cli("infer", model, *args)
+    assert refused.code == 2 and refused.out == ""
+    message = refused.err
+    examples, flags = _suggested_runs(message)
+    assert examples or flags, message
+    base = [a for a in args if a not in ("--context", "512")] if "--context" in args else args
+    for example in examples:
+        assert run_cli("infer", model, *example).code == 0, example
+    if flags:
+        r = run_cli("infer", model, *base, *(x for f in flags for x in f))
+        assert r.code == 0, (flags, r.err)
+    if model == "openai-gpt2" and "--context" not in args:
+        assert "no --context can go past" in message and "1,024 learned positions" in message
+        assert run_cli("infer", model, *args, "--context", str(int(args[1]) + int(args[3]))).code == 2

@@ -46,17 +46,52 @@ def check_semantics(semantics: str) -> None:
 
 
 def check_lengths(cfg: ModelConfig, prompt: int, generate: int) -> None:
-    """P + G must fit the model's context (the last decode step runs at position P + G − 2)."""
-    if prompt + generate > cfg.context_length:
-        total = f"prompt {prompt:,} + generate {generate:,} = {prompt + generate:,} tokens"
-        if cfg.positions == "learned" and prompt + generate > cfg.position_rows:  # no longer context exists
-            raise AccountingError(
-                f"{total} exceeds {cfg.name}'s {cfg.position_rows:,} learned positions: prompt + generate "
-                f"must be at most {cfg.position_rows:,}"
-            )
+    """P + G must fit the model's context (the cache holds C = P + G positions).  The message says what
+    does run: a RoPE model is analysed at any context (``--context P+G``); a model with learned positions
+    runs at most ``position_rows`` positions, so ``--context`` helps only up to its table."""
+    need = prompt + generate
+    if need <= cfg.context_length:
+        return
+    head = f"prompt {prompt:,} + generate {generate:,} = {need:,} tokens exceeds {cfg.name}'s context of {cfg.context_length:,} tokens"
+    if cfg.positions != "learned":
+        raise AccountingError(f"{head}; to analyse the longer context, add --context {need}")
+    rows = cfg.position_rows
+    if need <= rows:  # the context was set below the position table
         raise AccountingError(
-            f"{total} exceeds {cfg.name}'s context of {cfg.context_length:,} tokens "
-            f"(--context {prompt + generate} analyses a longer one)"
+            f"{head}; its {rows:,} learned positions allow a context up to {rows:,}: add --context {need}"
+        )
+    fits = [
+        f"--prompt {p} --generate {g}" for p, g in ((rows - generate, generate), (prompt, rows - prompt)) if p > 0 < g
+    ]
+    fits = fits or [f"--prompt {rows - rows // 2} --generate {rows // 2}"]
+    extra = (need - rows) * cfg.d_model
+    raise AccountingError(
+        f"{head}: it has {rows:,} learned positions (max_position_embeddings), and no --context can go past "
+        f"that table, so prompt + generate must be at most {rows:,} (e.g. {' or '.join(dict.fromkeys(fits))}); "
+        f"a variant with a longer table is a different model ({extra:,} more parameters): "
+        f"--set max_position_embeddings={need} --context {need}"
+    )
+
+
+ATTENTIONS = ("naive", "sdpa")
+"""``naive``: the course's attention, the (B, h, S, keys) scores and probabilities materialised; ``sdpa``:
+a fused kernel (flash / memory-efficient), which keeps only its output and the fp32 logsumexp
+(``setup.ATTENTIONS``).  The matmul FLOPs are the same (the full square; ``attention_flops``)."""
+
+
+def default_attention(semantics: str) -> str:
+    """``sdpa`` (what a serving engine runs), except under 'static' semantics, which model transformers'
+    ``StaticCache`` with eager attention (a mask over every slot): ``naive``."""
+    return "naive" if semantics == "static" else "sdpa"
+
+
+def check_attention(attention: str, semantics: str) -> None:
+    if attention not in ATTENTIONS:
+        raise AccountingError(f"unknown attention '{attention}' (valid: {', '.join(ATTENTIONS)})")
+    if attention == "sdpa" and semantics == "static":
+        raise AccountingError(
+            "--cache static models transformers' StaticCache with eager attention (every slot, masked): "
+            "use --attention naive with it, or --cache filled with --attention sdpa"
         )
 
 

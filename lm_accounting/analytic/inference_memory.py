@@ -9,6 +9,9 @@ CPU tensors agrees byte for byte, ``tests/test_infer_live.py``) for the course a
 RMSNorm, SwiGLU, RoPE, no biases, with GQA, head_dim, per-head qk-norm, tied embeddings and sliding
 windows; another architecture gets its course twin's figure, labelled an estimate.
 
+With ``attention="sdpa"`` the block's attention is the fused kernel (``_fused``): no mask and no
+S × keys scores, its output and logsumexp only, as ``model.kv_cache`` runs it (filled semantics).
+
 Notation: s = tokens per sequence in the step (P, or 1), n = keys a layer attends over, T = B·s,
 e = bytes per element of the model dtype; masks are bool (1 byte), positions int64 (8 bytes).
 """
@@ -16,6 +19,7 @@ e = bytes per element of the model dtype; masks are bool (1 byte), positions int
 from __future__ import annotations
 
 from ..config import ModelConfig
+from ..setup import TrainingSetup
 from .replay import Affine, _norm_forward_unsaved, _repeat, _Replay, _rope_forward_unsaved
 from .sizes import Sizes
 
@@ -33,6 +37,20 @@ def _slot_mask(r: _Replay, s: int, slots: int, window: int | None) -> None:
     if window is not None:
         r(+s, +8 * s, +M, -8 * s, +M, -s, -M, +M, -M, -M)  # q >= slots; q − w; j > ·; "|"; "&"; temps die
     r(-8 * s, -8 * slots)  # the two aranges die when the function returns
+
+
+def _fused(r: _Replay, z: Sizes) -> None:
+    """The fused kernel (``layers.FusedAttention``) on q and the keys: its output (B, h, s, d_head) and the
+    fp32 logsumexp (``Sizes.lse``), which dies on return; no S × keys tensor.  Merging the heads copies
+    the output (``Sizes.merge_copy``) unless s = 1: a decode step's (B, h, 1, d_head) output transposed
+    to (B, 1, h, d_head) is still contiguous, so the reshape is a view.  Neither moment can set a step's
+    peak: beside the same x, ln1 output, q, k and v, RoPE on q held two q-sized tensors and the cos/sin rows
+    (output + merge copy: two, no rows; output + logsumexp: less while h·P·4 < P·q_dim·e), so a mutant
+    logsumexp or merge copy leaves every peak unchanged (checked: tests/test_infer_live.py still passes)."""
+    Tq = z.act(z.cfg.q_dim)
+    r(+Tq, +z.lse, -z.lse)  # output; the logsumexp dies when FusedAttention.forward returns
+    if z.merge_copy and z.seq > 1:
+        r(+Tq, -Tq)  # merge heads (a copy); the kernel's output dies
 
 
 def _layer(r: _Replay, z: Sizes, n: int, *, fresh_keys: bool, masked: bool) -> None:
@@ -54,13 +72,16 @@ def _layer(r: _Replay, z: Sizes, n: int, *, fresh_keys: bool, masked: bool) -> N
     r(-Tkv, -Tq)  # un-rotated q, k die
     if not fresh_keys:
         r(-Tkv, -Tkv)  # cache.update wrote K and V in place; the fresh ones die (attention reads the cache)
-    r(+Sc, +w8, +w4, +Sc, -w4, -w8, -Sc)  # QKᵀ; · 1/√d_head (CPU: a wrapped scalar); raw scores die
-    if masked:
-        r(+z.e, +Sc, -z.e, -Sc)  # where(mask, scores, -inf): the -inf scalar tensor; scaled scores die
-    r(+Sr, +Sc, -Sr, +Sc, +Sr, +Sc, -Sr, -Sc, -Sc)  # softmax: max, subtract, exp, sum, divide; temps die
-    v_copy = Tkv if fresh_keys else 0  # this step's V is a transposed view: matmul copies it; the cache's is not
-    r(+v_copy, +Tq, -v_copy, -Sc, -Sc)  # AV; the V copy, the scores and the probabilities die
-    r(+Tq, -Tq)  # merge heads (a copy); AV output dies
+    if z.sdpa:
+        _fused(r, z)  # reads the strided V as it is: no copy
+    else:
+        r(+Sc, +w8, +w4, +Sc, -w4, -w8, -Sc)  # QKᵀ; · 1/√d_head (CPU: a wrapped scalar); raw scores die
+        if masked:
+            r(+z.e, +Sc, -z.e, -Sc)  # where(mask, scores, -inf): the -inf scalar tensor; scaled scores die
+        r(+Sr, +Sc, -Sr, +Sc, +Sr, +Sc, -Sr, -Sc, -Sc)  # softmax: max, subtract, exp, sum, divide; temps die
+        v_copy = Tkv if fresh_keys else 0  # this step's V is a transposed view: matmul copies it; the cache's is not
+        r(+v_copy, +Tq, -v_copy, -Sc, -Sc)  # AV; the V copy, the scores and the probabilities die
+        r(+Tq, -Tq)  # merge heads (a copy); AV output dies
     kv_fresh = Tkv if fresh_keys else 0
     r(+Td, -Tq, -kv_fresh, -kv_fresh, -Tq, -Td)  # output projection; q, k, v, merged heads, ln1 output die
     r(+Td, -Td)  # residual add; attention output dies
@@ -83,16 +104,21 @@ def step_temporaries(
     semantics: str = "filled",
     slots: list[int] | None = None,
     cpu: bool = False,
+    attention: str = "naive",
+    cuda: bool = False,
 ) -> int:
     """Peak bytes above the pre-step baseline during one prefill (``seq`` = P) or decode (``seq`` = 1)
-    step, ``keys[i]`` = keys layer i attends over, ``slots[i]`` = its cache slots (static semantics)."""
+    step, ``keys[i]`` = keys layer i attends over, ``slots[i]`` = its cache slots (static semantics).
+    ``attention`` ``sdpa``: the fused kernel (filled semantics; no mask is built, a windowed layer's
+    window is the kernel's); ``cuda``: the CUDA kernels' logsumexp and output layout (``Sizes.lse``,
+    ``Sizes.merge_copy``), else the CPU flash kernel's (meta and cpu)."""
     if not exact_for(cfg):
         cfg = cfg.course_twin()
-    z = Sizes(cfg, batch, seq, e, cpu=cpu)
+    z = Sizes(cfg, batch, seq, e, setup=TrainingSetup(attention=attention), cpu=cpu, cuda=cuda)
     s, Td = seq, z.act(cfg.d_model)
     r = _Replay(Affine(0))
     r(+8 * s)  # token positions (int64)
-    if prefill:
+    if prefill and not z.sdpa:
         r(+s * s, +s * s, -s * s)  # causal mask: ones, tril; ones dies
         if cfg.sliding_window is not None:  # window mask: ones_like, tril(−w), "~", "&"; temps die
             r(+s * s, +s * s, -s * s, +s * s, -s * s, +s * s, -s * s)

@@ -47,7 +47,16 @@ CONVENTIONS = (
         "causal kernel does them (masked half skipped); TP all-reduces added, not overlapped."
     ),
     (
-        "Temporaries: exact for our live model (no-grad step, activations in the weights' dtype or bf16), "
+        "Attention (--attention): sdpa (default with filled semantics: what serving engines run) is a fused "
+        "kernel that keeps only its output and an fp32 logsumexp, no P×P scores; naive (default, and the only "
+        "choice, with --cache static) materialises the B·h·P×keys scores and probabilities.  The matmul FLOPs "
+        "are the same; only the temporaries differ.  A sliding-window model under sdpa is modelled as a fused "
+        "windowed kernel (no mask), which our live model does not have: not proven."
+    ),
+    (
+        "Temporaries: exact for our live model (no-grad step, activations in the weights' dtype or bf16) on a "
+        "CUDA GPU (sdpa: flash, or memory-efficient for fp32, as Sizes.lse), proven against the storage "
+        "tracker on meta and cpu (tests/test_infer_live.py; the sdpa path on CUDA is not measured yet); "
         "computed for the whole model even under --tp (an upper bound per rank)."
     ),
     "GB = 10^9 bytes, GiB = 2^30 bytes.",
@@ -65,6 +74,8 @@ class Inference(Result):
     generate: int
     batch: int
     semantics: str
+    attention: str
+    device: str  # whose kernels the temporaries are: cuda, or meta/cpu (the CPU flash kernel) for a measurement
     weights: str
     kv_dtype: str
     gpu: GPU
@@ -134,6 +145,8 @@ class Inference(Result):
             "batch": self.batch,
             "capacity": self.capacity,
             "cache_semantics": self.semantics,
+            "attention": self.attention,
+            "temporaries_for_device": self.device,
             "weights": self.weights,
             "kv_dtype": self.kv_dtype,
             "gpu": {"name": self.gpu.name, "label": self.gpu.label, "source": self.gpu.source},
@@ -157,6 +170,14 @@ class Inference(Result):
         }
 
 
+def memory_exact(cfg: ModelConfig, weights: str, kv_dtype: str, attention: str) -> bool:
+    """Whether the memory figures are our live model's, exactly: the step replay's architecture, one dtype
+    for weights, cache and activations, and not a sliding window under the fused kernel (which the live
+    model does not have: ``sdpa`` there models a fused windowed kernel)."""
+    windowed_fused = attention == "sdpa" and cfg.sliding_window is not None
+    return exact_for(cfg) and weights in ACT_BYTES and kv_dtype == _act(weights) and not windowed_fused
+
+
 def _act(weights: str) -> str:
     return "fp32" if weights == "fp32" else "bf16"
 
@@ -167,17 +188,20 @@ def _weights(cfg: ModelConfig, weights: str, tp: int) -> int:
     return inf.weights_bytes(cfg, weights, tp)
 
 
-def _memory(cfg, prompt, generate, batch, weights, kv_dtype, tp, semantics, prefill_batch=None) -> dict[str, int]:
+def _memory(
+    cfg, prompt, generate, batch, weights, kv_dtype, tp, semantics, prefill_batch=None, attention="sdpa", cuda=True
+) -> dict[str, int]:
     """Bytes on one rank: weights, cache, RoPE tables, ids, and each phase's peak (prefill, last decode step).
     ``prefill_batch``: sequences prefilled together (default: all B at once; 1 = one at a time, as a
-    continuous-batching server admits them)."""
+    continuous-batching server admits them).  ``attention``: the kernel (``inference.ATTENTIONS``);
+    ``cuda``: the temporaries of a CUDA GPU's fused kernels, else the CPU flash kernel's (meta, cpu)."""
     pb = batch if prefill_batch is None else prefill_batch
     e, C = ACT_BYTES[_act(weights)], prompt + generate
     slots = inf.layer_slots(cfg, C)
     pre_keys = [prompt] * cfg.num_layers if semantics == "filled" else [max(n, prompt) for n in slots]
     last = prompt + max(generate - 2, 0)
     dec_keys = inf.decode_keys(cfg, last, C, semantics)
-    kw = dict(semantics=semantics, slots=slots)
+    kw = dict(semantics=semantics, slots=slots, attention=attention, cuda=cuda)
     rope = 2 * cfg.context_length * (cfg.d_head // 2) * 4 if cfg.positions == "rope" else 0
     out = {
         "weights": _weights(cfg, weights, tp),
@@ -196,12 +220,15 @@ def _memory(cfg, prompt, generate, batch, weights, kv_dtype, tp, semantics, pref
     return out
 
 
-def max_batch(cfg, prompt, generate, weights, kv_dtype, tp, semantics, budget, prefill_batch=None) -> int:
+def max_batch(
+    cfg, prompt, generate, weights, kv_dtype, tp, semantics, budget, prefill_batch=None, attention="sdpa", cuda=True
+) -> int:
     """The largest B whose peak fits ``budget`` (0: not even one sequence); the peak grows with B.
     ``prefill_batch`` 1: sequences are prefilled one at a time (only the decode step runs at B)."""
 
     def peak(b: int) -> int:
-        return _memory(cfg, prompt, generate, b, weights, kv_dtype, tp, semantics, prefill_batch)["peak"]
+        args = (cfg, prompt, generate, b, weights, kv_dtype, tp, semantics, prefill_batch, attention, cuda)
+        return _memory(*args)["peak"]
 
     if peak(1) > budget:
         return 0
@@ -275,8 +302,13 @@ def infer(
     budget: int | None = None,
     semantics: str = "filled",
     context: int | None = None,
+    attention: str | None = None,
+    device: str = "cuda",
 ) -> Inference:
     """Everything analytic about serving ``cfg`` (see the module docstring and ``CONVENTIONS``).
+    ``attention`` None: ``inference.default_attention(semantics)`` (sdpa, naive under 'static').
+    ``device``: whose kernels the temporaries are (cuda, the default: what a GPU allocates; meta or cpu:
+    torch's CPU flash kernel, for a measurement there).
     A batch whose peak exceeds ``budget`` is still analysed: ``Inference.over_budget`` says by how much
     and what fits (an answer, not bad input)."""
     cfg = at_context(cfg, context)
@@ -284,18 +316,29 @@ def infer(
         check_positive_int(name, value)
     inf.check_supported(cfg)
     inf.check_semantics(semantics)
+    attention = inf.default_attention(semantics) if attention is None else attention
+    inf.check_attention(attention, semantics)
     inf.check_lengths(cfg, prompt, generate)
     inf.check_tp(cfg, tp)
     if weights not in inf.WEIGHT_BYTES:
         raise AccountingError(f"unknown weight dtype '{weights}' (valid: {', '.join(inf.WEIGHT_BYTES)})")
     if kv_dtype not in inf.KV_DTYPES:
         raise AccountingError(f"unknown KV-cache dtype '{kv_dtype}' (valid: {', '.join(inf.KV_DTYPES)})")
+    if device not in ("meta", "cpu", "cuda"):
+        raise AccountingError(f"unknown device '{device}' (valid: meta, cpu, cuda)")
+    cuda = device == "cuda"
+    if cuda and attention == "sdpa" and weights == "fp32" and not cfg.mla and cfg.kv_heads < cfg.num_heads:
+        raise AccountingError(
+            "fused attention in fp32 with grouped KV heads has no CUDA kernel in torch (flash needs bf16/fp16, the "
+            "memory-efficient kernel takes no GQA; SDPA would fall back to the math path, S×S): use --weights bf16 "
+            "(or fp8/int8/int4: bf16 activations), or --attention naive, or --measure meta|cpu (the CPU kernel)"
+        )
     g = lookup_gpu(gpu)
     budget = g.memory_bytes if budget is None else budget
     C = prompt + generate
-    memory = _memory(cfg, prompt, generate, batch, weights, kv_dtype, tp, semantics)
-    best = max_batch(cfg, prompt, generate, weights, kv_dtype, tp, semantics, budget)
-    serving = max_batch(cfg, prompt, generate, weights, kv_dtype, tp, semantics, budget, 1)
+    memory = _memory(cfg, prompt, generate, batch, weights, kv_dtype, tp, semantics, None, attention, cuda)
+    best = max_batch(cfg, prompt, generate, weights, kv_dtype, tp, semantics, budget, None, attention, cuda)
+    serving = max_batch(cfg, prompt, generate, weights, kv_dtype, tp, semantics, budget, 1, attention, cuda)
     peak = g.peak_flops(_act(weights))
     prefill = inf.prefill_flops(cfg, prompt, batch, C, semantics)
     extras = inf.prefill_extras(cfg, prompt, batch)
@@ -351,6 +394,8 @@ def infer(
         generate=generate,
         batch=batch,
         semantics=semantics,
+        attention=attention,
+        device=device,
         weights=weights,
         kv_dtype=kv_dtype,
         gpu=g,
@@ -362,7 +407,7 @@ def infer(
         decode_last=inf.decode_flops(cfg, last_p, batch, C, semantics).total,
         generation_flops=inf.generation_flops(cfg, prompt, generate, batch, semantics),
         memory=memory,
-        memory_exact=exact_for(cfg) and weights in ACT_BYTES and kv_dtype == _act(weights),
+        memory_exact=memory_exact(cfg, weights, kv_dtype, attention),
         max_batch=best,
         max_batch_serving=serving,
         roofline=roofline,

@@ -4,6 +4,8 @@
 its ``StaticKVCache`` (C = P + G slots, the result's semantics), runs the prefill and decode steps
 under ``torch.no_grad``, and returns predicted-vs-measured rows:
 
+* the live model runs the result's attention (``naive``, or ``sdpa``: the fused kernel, whose QKᵀ + AV
+  FLOPs compare as one ``layers.*.attn.sdpa`` component, ``crosscheck.fused_attention_view``);
 * FlopCounterMode over the prefill and over decode steps at p = P and at the last p = P + G − 2
   (the cache's fill level is set to p directly: FLOPs and memory depend on the position, not on the
   cached values), total and per component;
@@ -66,12 +68,38 @@ def _peak(run, model, cache, ids, device: str, overheads: dict[str, int]) -> int
     return tracker.phase_table(device)["step"].peak
 
 
+def check_measure_time(result, device: str, allow_long: bool = False) -> str:
+    """Before any torch work: refuse a measurement that cannot fit ``device`` (``check_device_fits``) or
+    is estimated to run past ``MAX_LIVE_SECONDS`` without ``allow_long``; else return one line with the
+    estimated time and memory (the CLI prints it on stderr)."""
+    from ..units import fmt_bytes
+    from .devices import MAX_LIVE_SECONDS, _fmt_seconds, check_device_fits, estimate_inference_seconds
+
+    cfg, need = result.config, result.memory["peak"]
+    if device != "meta":
+        check_device_fits(device, need, f"inference of {cfg.name} at B = {result.batch}")
+    seconds = estimate_inference_seconds(result, device)
+    if seconds > MAX_LIVE_SECONDS and not allow_long:
+        quick = _fmt_seconds(estimate_inference_seconds(result, "meta"))
+        raise AccountingError(
+            f"--measure {device} of {cfg.name} would take about {_fmt_seconds(seconds)} (estimated: building the "
+            f"model and running the prefill twice and four decode steps); the limit without --allow-long is "
+            f"{_fmt_seconds(MAX_LIVE_SECONDS)}: pass --allow-long to run it, or use --measure meta (FLOPs and "
+            f"peaks, no memory held, about {quick}), a smaller model or a shorter --prompt"
+        )
+    where = "nothing held (meta)" if device == "meta" else f"{fmt_bytes(need)} of {device} memory at the peak"
+    return f"measuring {cfg.name} on {device}: about {_fmt_seconds(seconds)} and {where} (estimated)"
+
+
 def measure_inference(result, device: str = "meta") -> dict[str, Any]:
     """Predicted-vs-measured rows for ``result`` (an ``Inference``) on ``device`` (module docstring)."""
     import torch
 
     from ..model import build_model
     from ..model.kv_cache import StaticKVCache, decode, prefill
+    from ..setup import TrainingSetup
+    from .attention_flops import install
+    from .crosscheck import fused_attention_view
     from .devices import check_device_fits
 
     if result.weights not in ("fp32", "bf16") or result.kv_dtype != result.weights:
@@ -80,8 +108,20 @@ def measure_inference(result, device: str = "meta") -> dict[str, Any]:
         )
     if result.tp != 1:
         raise AccountingError("--measure runs one GPU's model: leave --tp at 1")
-    peaks = result.memory_exact  # the step replay covers the course architecture; others: FLOPs and cache only
-    cfg, B, P, C, sem = result.config, result.batch, result.prompt, result.capacity, result.semantics
+    cfg = result.config
+    if result.attention == "sdpa" and (cfg.sliding_window is not None or cfg.mla):
+        what = "sliding window" if cfg.sliding_window is not None else "latent attention (MLA: narrower value heads)"
+        raise AccountingError(
+            f"--measure: the live model's fused attention has no {what}; measure with --attention naive "
+            "(the FLOPs are the same; the memory figures are then naive attention's)"
+        )
+    peaks = result.memory_exact  # peaks compared: the step replay's scope (else FLOPs and cache only)
+    if peaks and result.attention == "sdpa" and (device == "cuda") != (result.device == "cuda"):
+        raise AccountingError(  # meta and cpu run torch's CPU flash kernel, cuda its flash/efficient kernels
+            f"the prediction is for the fused kernel on {result.device}, the measurement on {device}: "
+            f"predict with infer(..., device={device!r})"
+        )
+    B, P, C, sem = result.batch, result.prompt, result.capacity, result.semantics
     if device != "meta":
         check_device_fits(device, result.memory["peak"], f"inference of {cfg.name} at B = {B}")
     if device == "cuda":
@@ -89,15 +129,23 @@ def measure_inference(result, device: str = "meta") -> dict[str, Any]:
     dtype = getattr(torch, TORCH_DTYPES[result.weights])
     rows: list[tuple[str, int, int]] = []
     overheads: dict[str, int] = {}
+    sdpa = result.attention == "sdpa"
+    install()  # FlopCounterMode's formula for the CPU flash kernel (it counts it 0 on torch 2.13)
+
+    def as_live(bd):  # the fused kernel is one module, layers.*.attn.sdpa: QKᵀ + AV compare as one
+        return fused_attention_view(bd) if sdpa else bd
+
     with torch.no_grad():
-        model = build_model(cfg, device, dtype)
+        setup = TrainingSetup(attention=result.attention, precision=result.weights)  # pure fp32 or bf16
+        model = build_model(cfg, device, dtype, setup=setup)
         cache = StaticKVCache(cfg, B, C, device, dtype, sem)
         rows.append(("KV cache bytes (cache tensors)", result.memory["kv_cache"], cache.nbytes))
-        keys = [it.key for it in result.prefill]
+        predicted_prefill = as_live(result.prefill)
+        keys = [it.key for it in predicted_prefill]
         ids = torch.zeros(B, P, dtype=torch.long, device=device)
         total, by_key = _flops_by_key(lambda: prefill(model, ids, cache), keys)
         rows.append(("prefill FLOPs (FlopCounterMode)", result.prefill.total, total))
-        rows += [(f"  prefill {it.key}", it.total, by_key.get(it.key, 0)) for it in result.prefill]
+        rows += [(f"  prefill {it.key}", it.total, by_key.get(it.key, 0)) for it in predicted_prefill]
         cache.length = 0
         if peaks:
             measured = _peak(lambda: prefill(model, ids, cache), model, cache, ids, device, overheads)
@@ -105,7 +153,7 @@ def measure_inference(result, device: str = "meta") -> dict[str, Any]:
         last = P + max(result.generate - 2, 0)
         one = torch.zeros(B, 1, dtype=torch.long, device=device)
         for p in sorted({P, (P + last) // 2, last}):
-            predicted = inf.decode_flops(cfg, p, B, C, sem)
+            predicted = as_live(inf.decode_flops(cfg, p, B, C, sem))
             cache.length = p
             total, by_key = _flops_by_key(lambda: decode(model, one, cache), keys)
             rows.append((f"decode FLOPs at p = {p:,}", predicted.total, total))
@@ -114,7 +162,7 @@ def measure_inference(result, device: str = "meta") -> dict[str, Any]:
         if peaks:
             measured = _peak(lambda: decode(model, one, cache), model, cache, one, device, overheads)
             rows.append((f"decode peak bytes at p = {last:,}", result.memory["decode_peak"], measured))
-    out = {"device": device, "dtype": result.weights, "rows": rows}
+    out = {"device": device, "dtype": result.weights, "attention": result.attention, "rows": rows}
     if overheads:
         out["overheads"] = overheads
     return out

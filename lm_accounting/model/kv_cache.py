@@ -14,12 +14,15 @@ Two semantics for which keys a step attends over (``SEMANTICS``):
 
 * ``"filled"``: the filled positions only.  Prefill is the plain forward at S = P (full P × P
   square, causal mask); a decode step at position p attends over p + 1 keys (min(p + 1, w) on a
-  windowed layer), with no mask.
+  windowed layer), with no mask.  With ``attention="sdpa"`` (the model's ``TrainingSetup``) the fused
+  kernel runs instead: causal over the prompt's own keys in the prefill, no mask is built, and a
+  decode step's one query per sequence sees every key it is given (``is_causal=False``).
 * ``"static"``: every slot, masked, as transformers' ``StaticCache`` with eager attention does: a
   decode step attends over all C slots (min(C, w) windowed), so its cost grows with the capacity,
   not the position; prefill attends over the C slots too (P × C), except on a windowed layer whose
   ring is shorter than the prompt, which attends over the prompt itself (P × P, banded), as
-  transformers' ``StaticSlidingWindowLayer`` returns the full states then.
+  transformers' ``StaticSlidingWindowLayer`` returns the full states then.  Naive attention only
+  (the slot mask needs a masked kernel; torch's CPU flash kernel takes no boolean mask).
 """
 
 from __future__ import annotations
@@ -161,8 +164,15 @@ def prefill(model, token_ids: Tensor, cache: StaticKVCache) -> Tensor:
     Inference: no autograd (``torch.no_grad``)."""
     if cache.length:
         raise AccountingError("prefill needs an empty cache")
-    if model.setup.attention != "naive" or model.setup.checkpoint != "none" or model.setup.autocast:
-        raise AccountingError("inference runs the model with naive attention, no checkpointing and no autocast")
+    if model.setup.checkpoint != "none" or model.setup.autocast:
+        raise AccountingError("inference runs the model with no checkpointing and no autocast")
+    if model.setup.attention == "sdpa":  # the fused kernel: causal by itself, no mask is built
+        if cache.semantics != "filled":
+            raise AccountingError(
+                "static cache semantics attend over every slot through a mask (transformers' StaticCache with "
+                "eager attention): they run with naive attention only"
+            )
+        return _run(model, token_ids, cache, None, None)
     seq = token_ids.shape[-1]
     mask = torch.ones(seq, seq, dtype=torch.bool, device=token_ids.device).tril()
     window_mask = None

@@ -281,7 +281,9 @@ class FusedAttention(nn.Module):
       which takes no GQA: fp32 with kv < h is refused, measured on an H100 with torch 2.11).
     """
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, causal: bool = True) -> Tensor:
+        """``causal`` False: every query sees every key (an inference decode step: one new token per
+        sequence against the cached keys, ``model.kv_cache``)."""
         if q.device.type == "cuda":
             from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -290,8 +292,8 @@ class FusedAttention(nn.Module):
             gqa = int(k.shape[-3]) != int(q.shape[-3])  # ints: jit tracing (fvcore) makes shape comparisons tensors
             check_cuda_fused_attention(gqa, q.dtype == torch.float32)
             with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
-        out, _logsumexp = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, True)
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
+        out, _logsumexp = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal)
         return out
 
 

@@ -160,7 +160,10 @@ class CausalSelfAttention(nn.Module):
         if cache is not None:  # inference: store K, V; attend over the cached keys (model/kv_cache.py)
             k, v, mask = cache.update(k, v, mask)
         if hasattr(self, "sdpa"):  # causal by construction: mask is None
-            out = self.sdpa(q, k, v)  # (..., h, S, head_dim)
+            # inference (model/kv_cache.py, filled semantics): a prefill attends over its own S keys, causally;
+            # a decode step's one query per sequence sees every cached key (no mask)
+            causal = cache is None or int(q.shape[-2]) > 1
+            out = self.sdpa(q, k, v, causal)  # (..., h, S, head_dim)
         else:
             out = scaled_dot_product_attention(q, k, v, mask, qk=self.qk, av=self.av)
         # (..., h, S, head_dim) -> (..., S, h, head_dim) -> (..., S, h·head_dim): heads merged (a copy)

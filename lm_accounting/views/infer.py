@@ -13,6 +13,26 @@ def _ms(seconds: float) -> str:
     return f"{1e3 * seconds:,.3f} ms"
 
 
+def _memory_label(r: Inference) -> str:
+    """What the memory figures are: exact for our live model (with whose fused kernels), the course twin's
+    estimate, a fused windowed kernel the live model lacks, or the live model's with weights as stored."""
+    cfg = r.config
+    kernels = ""
+    if r.attention == "sdpa":
+        kernels = (
+            " with torch's CPU flash kernel"
+            if r.device != "cuda"
+            else " with CUDA's fused kernels (proven with torch's CPU kernel; not yet measured on a GPU)"
+        )
+    if r.memory_exact:
+        return f"exact for our live model{kernels}"
+    if not exact_for(cfg):
+        return f"temporaries estimated from the course twin: the step replay does not cover {cfg.family}"
+    if r.attention == "sdpa" and cfg.sliding_window is not None:
+        return "temporaries of a fused windowed kernel (no mask); our live model has none: not proven"
+    return f"temporaries of the live model in {'fp32' if r.weights == 'fp32' else 'bf16'}, weights and KV as stored"
+
+
 def infer_view(r: Inference) -> View:
     cfg, ro, m = r.config, r.roofline, r.memory
     g = r.gpu
@@ -20,8 +40,8 @@ def infer_view(r: Inference) -> View:
         describe_config(cfg),
         (
             f"prompt P = {r.prompt:,} · generate G = {r.generate:,} · batch B = {r.batch:,} · cache C = P + G = "
-            f"{r.capacity:,} ({r.semantics} semantics) · weights {r.weights} · KV {r.kv_dtype} · "
-            f"{g.label} × tp {r.tp} · budget {fmt_bytes(r.budget)}"
+            f"{r.capacity:,} ({r.semantics} semantics) · attention {r.attention} · weights {r.weights} · "
+            f"KV {r.kv_dtype} · {g.label} × tp {r.tp} · budget {fmt_bytes(r.budget)}"
         ),
     ]
     if r.over_budget:
@@ -43,16 +63,8 @@ def infer_view(r: Inference) -> View:
             f"{r.generation_flops:,} (closed form); prefill + decode {r.prefill.total + r.generation_flops:,}"
         ),
     ]
-    if r.memory_exact:
-        exact = "exact for our live model"
-    elif not exact_for(cfg):
-        exact = f"temporaries estimated from the course twin: the step replay does not cover {cfg.family}"
-    else:
-        exact = (
-            f"temporaries of the live model in {'fp32' if r.weights == 'fp32' else 'bf16'}, weights and KV as stored"
-        )
     mem = Table(
-        f"Memory per GPU ({exact})",
+        f"Memory per GPU ({_memory_label(r)})",
         [Column("item"), Column("bytes", "int"), Column("size", "bytes")],
         [
             (f"weights ({r.weights}{', 1/' + str(r.tp) if r.tp > 1 else ''})", m["weights"], m["weights"]),
@@ -125,7 +137,8 @@ def infer_view(r: Inference) -> View:
     if r.measured:
         tables.append(
             Table(
-                f"Predicted vs measured on {r.measured['device']} (live model, {r.measured['dtype']})",
+                f"Predicted vs measured on {r.measured['device']} (live model, {r.measured['dtype']}, "
+                f"{r.measured.get('attention', 'naive')} attention)",
                 [Column("quantity"), Column("predicted", "int"), Column("measured", "int"), Column("equal")],
                 [(k, p, q, "yes" if p == q else "NO") for k, p, q in r.measured["rows"]],
                 [f"also held on the device: {k}: {fmt_bytes(v)}" for k, v in r.measured.get("overheads", {}).items()],

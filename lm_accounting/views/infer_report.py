@@ -6,7 +6,8 @@ of experts on one H100 SXM 80GB, bf16 weights and KV cache, from ``analytic.infe
 * ``memory_vs_sequences.png``/``.svg``: peak memory against concurrent sequences, with the budget line.
 
 Sequences are prefilled one at a time and decoded together (continuous batching), so the memory is
-the decode step's at B plus one prompt's prefill temporaries, whichever is larger.
+the decode step's at B plus one prompt's prefill temporaries, whichever is larger.  Attention is the
+fused kernel (``--attention sdpa``, ``infer``'s default): no P×P scores are held.
 """
 
 from __future__ import annotations
@@ -36,8 +37,11 @@ def models() -> list[ModelConfig]:
     return [load_config("llama-3-8b"), load_config("qwen3-30b-a3b")]
 
 
+ATTENTION = "sdpa"
+
+
 def _serving_peak(cfg: ModelConfig, P: int, G: int, B: int) -> int:
-    return _memory(cfg, P, G, B, "bf16", "bf16", 1, "filled", 1)["peak"]
+    return _memory(cfg, P, G, B, "bf16", "bf16", 1, "filled", 1, ATTENTION)["peak"]
 
 
 def rows(cfgs: list[ModelConfig]) -> list[dict[str, Any]]:
@@ -46,13 +50,15 @@ def rows(cfgs: list[ModelConfig]) -> list[dict[str, Any]]:
     out = []
     for cfg in cfgs:
         for P, G in LENGTHS:
-            fit = max_batch(cfg, P, G, "bf16", "bf16", 1, "filled", budget, 1)
-            knee = infer(cfg, P, G, 1, gpu=GPU, budget=UNBOUNDED).roofline["knee_batch_first"]
+            fit = max_batch(cfg, P, G, "bf16", "bf16", 1, "filled", budget, 1, ATTENTION)
+            knee = infer(cfg, P, G, 1, gpu=GPU, budget=UNBOUNDED, attention=ATTENTION).roofline["knee_batch_first"]
             at_knee = None
             if knee is not None and knee <= BATCHES[-1]:
-                at_knee = infer(cfg, P, G, knee, gpu=GPU, budget=UNBOUNDED).roofline["tokens_per_s"]
+                at_knee = infer(cfg, P, G, knee, gpu=GPU, budget=UNBOUNDED, attention=ATTENTION).roofline[
+                    "tokens_per_s"
+                ]
             for B in BATCHES:
-                r = infer(cfg, P, G, B, gpu=GPU, budget=UNBOUNDED)
+                r = infer(cfg, P, G, B, gpu=GPU, budget=UNBOUNDED, attention=ATTENTION)
                 ro = r.roofline
                 out.append(
                     dict(
@@ -125,8 +131,8 @@ def serving_table(records: list[dict[str, Any]]) -> Table:
             ),
             (
                 "Max sequences: prompts prefilled one at a time, decoded together; peak = weights + KV(C = P + G) + the "
-                "larger of one prefill's and the decode step's temporaries (our live model; for the MoE its course twin's, "
-                "an estimate)."
+                "larger of one prefill's and the decode step's temporaries (our live model with fused attention, sdpa: no "
+                "P×P scores; for the MoE its course twin's, an estimate)."
             ),
             (
                 "knee: the smallest B at which a decode step at p = P is compute-bound; 'never' when each sequence's KV "
