@@ -404,14 +404,15 @@ class ModelConfig:
     def unsupported_for_replay(self) -> list[str]:
         """The architecture options the implementation-exact memory replay does not model yet
         (it covers the course architecture: pre-RMSNorm, SwiGLU, RoPE, no biases; with GQA,
-        head_dim, per-head qk-norm and tied embeddings).  Empty for the course architecture."""
+        head_dim, per-head qk-norm, tied embeddings and Qwen2's q/k/v biases).  Empty for the course
+        architecture."""
         out = []
         if self.norm != "rmsnorm":
             out.append("LayerNorm")
         if self.norm_placement != "pre":
             out.append(f"{self.norm_placement} norms")
-        if self.qkv_bias or self.output_bias or self.mlp_bias:
-            out.append("biases")
+        if self.output_bias or self.mlp_bias:
+            out.append("output or MLP biases")
         if self.mlp != "swiglu":
             out.append(f"{self.mlp} MLP")
         if self.positions != "rope":
@@ -452,8 +453,9 @@ class ModelConfig:
 
     @property
     def course_architecture(self) -> bool:
-        """True when every architecture option is the course's (``unsupported_for_replay()`` is empty)."""
-        return not self.unsupported_for_replay()
+        """True when every architecture option is the course's (nothing ``unsupported_for_replay()``, and no
+        q/k/v biases, which the replay models too)."""
+        return not self.unsupported_for_replay() and not self.qkv_bias
 
     @property
     def architecture(self) -> str:
@@ -489,6 +491,8 @@ class ModelConfig:
             return "DeepSeek-style (MLA + MoE)" if self.moe else "DeepSeek-style (MLA)"
         if self.moe and self.unsupported_for_replay() == ["mixture of experts"]:
             return "MoE (Mixtral-style)" if not self.qk_norm else "MoE (Qwen3-MoE-style)"
+        if self.qkv_bias and not self.unsupported_for_replay():
+            return "Qwen2-style (QKV bias)"
         if self.course_architecture:
             return "course (Llama-style)" if not self.qk_norm else "course + qk-norm (Qwen3-style)"
         if self.positions == "learned" and self.norm == "layernorm" and self.mlp == "gelu":
@@ -499,8 +503,6 @@ class ModelConfig:
             return "OLMo-2-style"
         if self.sliding_window is not None and self.unsupported_for_replay() == ["sliding-window attention"]:
             return "Mistral-style (sliding window)"
-        if self.qkv_bias and not self.output_bias and self.unsupported_for_replay() == ["biases"]:
-            return "Qwen2-style (QKV bias)"
         return "custom"
 
     def resolved(self) -> dict[str, Any]:

@@ -25,6 +25,7 @@ CONFIGS = {
     "gqa-qk-norm": {"num_kv_heads": 2, "qk_norm": True, "head_dim": 16},
     "windowed": {"num_kv_heads": 2, "sliding_window": 6},
     "windowed-mixed": {"sliding_window": 5, "full_attention_every": 2},
+    "gqa-qkv-bias": {"num_kv_heads": 2, "qkv_bias": True},  # Qwen2
 }
 MLA = {"kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 6}
 OTHER = {  # FLOPs and cache bytes only (the step replay covers the course architecture)

@@ -22,6 +22,7 @@ VARIANTS = {
     "gqa+qk_norm": {"qk_norm": True},
     "gqa+tied": {"tie_embeddings": True},
     "mha": {"num_kv_heads": None, "head_dim": None, "d_model": 24},
+    "gqa+qkv_bias": {"qkv_bias": True},  # Qwen2: q/k/v biases (fp32 q, k, v under amp-bf16)
 }
 
 

@@ -25,6 +25,7 @@ VARIANTS = {
     "gqa+qk_norm": {"qk_norm": True},
     "gqa+tied": {"tie_embeddings": True},
     "mha": {"num_kv_heads": None, "head_dim": None, "d_model": 24},
+    "gqa+qkv_bias": {"qkv_bias": True},  # Qwen2: q/k/v biases (fp32 q, k, v under amp-bf16)
 }
 ATTENTIONS, CHECKPOINTS, PRECISIONS = ("naive", "sdpa"), ("none", "full", "selective"), ("fp32", "bf16", "amp-bf16")
 SETUPS = [

@@ -157,7 +157,7 @@ def test_list_fields_are_one_semicolon_joined_csv_cell(run_cli, tmp_path):
     )  # fmt: skip
     rows = list(csv.DictReader(io.StringIO(render(memory_account(cfg, 7, 1), "csv"))))
     (cell,) = [r["predicted"] for r in rows if r["key"] == "not_modelled"]
-    assert cell.split(";") == ["LayerNorm", "biases"]
+    assert cell.split(";") == ["LayerNorm", "output or MLP biases"]
 
 
 def test_each_table_keeps_its_own_notes():

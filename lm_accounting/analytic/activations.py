@@ -141,11 +141,18 @@ def qk_norm_saved_bytes(z: Sizes, heads: int) -> int:
 
 
 def rope_saved_bytes(z: Sizes) -> int:
-    """none: rotated Q and K (kept by QKᵀ or the fused kernel), T·(h+kv)·d_head·h, and the gathered
-    cos and sin rows of both rotations, 4·S·(d_head/2)·h; checkpointed: 0."""
+    """none: rotated Q and K (kept by QKᵀ or the fused kernel; under amp-bf16 with q/k/v biases their bf16
+    copies), T·(h+kv)·d_head·h, and the gathered cos and sin rows of both rotations, 4·S·(d_head/2)·r in
+    RoPE's dtype r (``_rope_bytes``); checkpointed: 0."""
     if _ck(z) != "none":
         return 0
-    return _hact(z, z.cfg.q_dim) + _hact(z, z.cfg.kv_dim) + 4 * z.seq * (z.cfg.d_head // 2) * _h(z)
+    return _hact(z, z.cfg.q_dim) + _hact(z, z.cfg.kv_dim) + 4 * z.seq * (z.cfg.d_head // 2) * _rope_bytes(z)
+
+
+def _rope_bytes(z: Sizes) -> int:
+    """Bytes per element RoPE runs in: the matmul outputs' (``_h``), but 4 under amp-bf16 with q/k/v biases,
+    where the fp32 bias promotes q and k to fp32 (``analytic.replay._amp_attention_sizes``)."""
+    return 4 if z.amp and z.cfg.qkv_bias else _h(z)
 
 
 def qk_saved_bytes(z: Sizes) -> int:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from ..config import ModelConfig
 from ..setup import TrainingSetup
-from .replay import Affine, _norm_forward_unsaved, _repeat, _Replay, _rope_forward_unsaved
+from .replay import Affine, _norm_forward_unsaved, _qkv_forward, _repeat, _Replay, _rope_forward_unsaved
 from .sizes import Sizes
 
 
@@ -62,7 +62,7 @@ def _layer(r: _Replay, z: Sizes, n: int, *, fresh_keys: bool, masked: bool) -> N
     Sc, Sr = z.batch * c.num_heads * z.seq * n * z.e, z.score_rows
     w8, w4 = z.wrap(z.e)
     _norm_forward_unsaved(r, z, T, c.d_model)  # ln1
-    r(+Tq, +Tkv, +Tkv)  # q, k, v projections
+    _qkv_forward(r, z)  # q, k, v projections (and their biases)
     if c.qk_norm:
         _norm_forward_unsaved(r, z, T * c.num_heads, c.d_head)
         _norm_forward_unsaved(r, z, T * c.kv_heads, c.d_head)

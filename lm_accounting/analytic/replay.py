@@ -274,6 +274,32 @@ def _join(size: Affine | int, dtensor: bool) -> tuple:
     return (+size, -size, -size) if dtensor else (_Copy(size), -size)
 
 
+def _qkv_forward(r: _Replay, z: Sizes, n: int = 1, kept: int = 1) -> None:
+    """The q, k and v projections (model/layers.py ``Linear``): each matmul's output (``n`` = 0: handed
+    back by the SAC cache); with ``qkv_bias`` (Qwen2) the ``Bias`` add ``y + b`` makes a fresh tensor of
+    the same size (saved by nothing: its backward needs no input), and the matmul's output dies
+    (``kept`` = 0: the SAC cache keeps it)."""
+    for width in (z.cfg.q_dim, z.cfg.kv_dim, z.cfg.kv_dim):
+        X = z.act(width)
+        r(+X * n)
+        if z.cfg.qkv_bias:
+            r(+X, -X * kept)
+
+
+def _proj_grad(r: _Replay, z: Sizes, p: dict[str, int], proj: str, width: int, contiguous: bool) -> None:
+    """The gradient of a q/k/v head view made ready for its projection's matmul, left live: ``contiguous``
+    copies it out of the heads' layout.  With ``qkv_bias`` the ``Bias`` add's backward hands it on to the
+    matmul and sums it over the tokens for the bias (``sum_to`` in the engine's ``validate_outputs``: a
+    fresh gradient of the bias's size, kept by its AccumulateGrad); under amp-bf16, where it is fp32
+    (``_amp_attention_sizes``), it is first cast to the bf16 matmul output's dtype, then the fp32 one dies."""
+    X = (_amp_attention_sizes(z)[0] if z.amp else z).act(width)
+    if contiguous:
+        r(+X, -X)
+    if z.cfg.qkv_bias:
+        cast = z.bf16.act(width) if z.amp else 0
+        r(+cast, +p[f"attn.{proj}.bias"], -X if cast else 0)
+
+
 def _sp_all_gather(r: _Replay, z: Sizes) -> None:
     """Sequence parallel (``PrepareModuleInput``'s Shard(1) -> Replicate, and the backward of a
     reduce-scatter): a T/M-row tensor all-gathered to the whole (T x d) one in the model dtype: a
@@ -559,7 +585,7 @@ def _layer_forward(
     sp, Tr = z.sp > 1, z.residual  # Tr: the residual stream (T/M rows under sequence parallel)
     _norm_forward(r, z, z.rows, c.d_model)  # ln1
     _sp_all_gather(r, z)  # its output gathered (saved by q, k, v)
-    r(+Tq * n, +Tkv * n, +Tkv * n)  # q, k, v projections
+    _qkv_forward(r, z, n)
     if c.qk_norm:
         _norm_forward(r, z, T * c.num_heads, c.d_head)
         _norm_forward(r, z, T * c.kv_heads, c.d_head)
@@ -669,14 +695,15 @@ def _layer_forward_unsaved(r: _Replay, z: Sizes, cached: bool = False, moe: _Moe
     sp, Tr = z.sp > 1, z.residual  # Tr: the residual stream (T/M rows under sequence parallel)
     _norm_forward_unsaved(r, z, z.rows, c.d_model)  # ln1
     _sp_all_gather(r, z)  # its output gathered
-    r(+Tq, +Tkv, +Tkv)  # q, k, v projections
+    _qkv_forward(r, z, kept=k)
+    proj = 1 if c.qkv_bias else k  # q, k, v: a bias add's output is in no cache
     if c.qk_norm:
         _norm_forward_unsaved(r, z, T * c.num_heads, c.d_head)
         _norm_forward_unsaved(r, z, T * c.kv_heads, c.d_head)
-        r(-Tq * k, -Tkv * k)  # the projections die (q, k rebound to the normed heads)
+        r(-Tq * proj, -Tkv * proj)  # the projections die (q, k rebound to the normed heads)
     _rope_forward_unsaved(r, z, c.q_dim)
     _rope_forward_unsaved(r, z, c.kv_dim)
-    unrotated = 1 if c.qk_norm else k  # the normed heads always die; bare projections only uncached
+    unrotated = 1 if c.qk_norm else proj  # the normed heads always die; bare projections only uncached
     r(-Tkv * unrotated, -Tq * unrotated)  # un-rotated q, k die
     if z.sdpa:
         f1, f2 = z.flash_scratch_forward(z.e)  # CPU only
@@ -699,10 +726,10 @@ def _layer_forward_unsaved(r: _Replay, z: Sizes, cached: bool = False, moe: _Moe
     if sp:  # output projection (a partial sum), reduce-scattered; q, k, v, merged heads, ln1's outputs die
         r(+Td)
         _sp_reduce_scatter(r, z, Td * k)
-        r(-Tq, -Tkv, -Tkv * k, -Tq * heads, -Td, -Tr)
+        r(-Tq, -Tkv, -Tkv * proj, -Tq * heads, -Td, -Tr)
         r(+Tr, -Tr)  # residual add; attention output dies
     else:
-        r(+Td, -Tq, -Tkv, -Tkv * k, -Tq * heads, -Td)  # output projection; q, k, v, merged heads and ln1 output die
+        r(+Td, -Tq, -Tkv, -Tkv * proj, -Tq * heads, -Td)  # output projection; q, k, v, merged heads, ln1 output die
         r(+Td, -Td * k)  # residual add; attention output dies
     _norm_forward_unsaved(r, z, z.rows, c.d_model)  # ln2
     if moe is None:
@@ -796,14 +823,15 @@ def _layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool, moe: _M
     if c.qk_norm:
         _norm_backward(r, z, T * c.kv_heads, c.d_head, residual=False, rerun=rerun)
         _norm_backward(r, z, T * c.num_heads, c.d_head, residual=False, rerun=rerun)
-    if z.sdpa:  # the fused kernel's dV has v's strides, the (B, S, kv, d_head) layout of v_proj's output
-        r(+p["attn.v_proj"], +Td, -Tkv)  # v_proj: dW, dx; dV released
-    else:
-        r(+Tkv, -Tkv, +p["attn.v_proj"], +Td, -Tkv)  # v_proj (contiguous grad)
-    r(+Tkv, -Tkv, +p["attn.k_proj"], +Td, -Tkv, +Td, -Td, -Td)  # k_proj; sum into d(ln1 output) (views: out of place)
+    # the fused kernel's dV has v's strides, the (B, S, kv, d_head) layout of v_proj's output: no copy
+    _proj_grad(r, z, p, "v_proj", c.kv_dim, contiguous=not z.sdpa)
+    r(+p["attn.v_proj"], +Td, -Tkv)  # v_proj: dW, dx; dV released
+    _proj_grad(r, z, p, "k_proj", c.kv_dim, contiguous=True)
+    r(+p["attn.k_proj"], +Td, -Tkv, +Td, -Td, -Td)  # k_proj; sum into d(ln1 output) (views: out of place)
+    _proj_grad(r, z, p, "q_proj", c.q_dim, contiguous=True)
     # q_proj; ln1 output released; summed into the k + v sum (a fresh tensor: in place when plain; under
     # sequence parallel the gathered input is a DTensor, a tensor subclass: out of place in both runs)
-    r(+Tq, -Tq, +p["attn.q_proj"], +Td, -Tq, -Td, *_join(Td, sp))
+    r(+p["attn.q_proj"], +Td, -Tq, -Td, *_join(Td, sp))
     if sp:
         _sp_reduce_scatter(r, z, Td)  # d(gathered ln1 output) to ln1's T/M rows
     _norm_backward(r, z, z.rows, c.d_model, residual=True, frame=frame, rerun=rerun, sp=sp)  # ln1
@@ -815,6 +843,32 @@ def _amp_sizes(z: Sizes, p: dict[str, int]):
     b, c = z.bf16, z.cfg
     w = {k: v // 2 for k, v in p.items()}  # autocast's bf16 copy of each (transposed) weight
     return z.act(c.d_model), b.act(c.d_model), b.act(c.q_dim), b.act(c.kv_dim), b.act(c.d_ff), w
+
+
+def _amp_attention_sizes(z: Sizes) -> tuple[Sizes, int, int, int]:
+    """amp-bf16: the ``Sizes`` of q, k and v from their projections on (bf16; with ``qkv_bias`` fp32: the
+    ``Bias`` add of a bf16 matmul output and an fp32 bias promotes to fp32), their q and kv bytes, and
+    ``casts``: 1 when the attention matmuls (and the fused kernel) take bf16 copies of fp32 q, k, v."""
+    a = z if z.cfg.qkv_bias else z.bf16
+    return a, a.act(z.cfg.q_dim), a.act(z.cfg.kv_dim), int(z.cfg.qkv_bias)
+
+
+def _amp_qkv_forward(r: _Replay, z: Sizes, w: dict[str, int], n: int = 1, kept: int = 1, saved: bool = True) -> None:
+    """The q, k and v projections under amp-bf16: each matmul casts its weight, then the fp32 input, to
+    bf16 copies (both saved; ``saved`` False, inside a checkpoint: they die with the matmul) and returns
+    bf16 (``n`` = 0: handed back by the SAC cache).  With ``qkv_bias`` the add of the fp32 bias (on no
+    autocast list) promotes to an fp32 output (CPU: the bf16 operand first copied to fp32, as
+    ``Sizes.mixed_add_temp``) and the bf16 matmul output dies (``kept`` = 0: the SAC cache keeps it)."""
+    c, b = z.cfg, z.bf16
+    Td2 = b.act(c.d_model)
+    for name, width in (("q_proj", c.q_dim), ("k_proj", c.kv_dim), ("v_proj", c.kv_dim)):
+        W, X2, X4 = w[f"attn.{name}"], b.act(width), z.act(width)
+        r(+W, +Td2, +X2 * n)
+        if not saved:
+            r(-Td2, -W)
+        if c.qkv_bias:
+            mix = X4 if z.cpu else 0
+            r(+mix, +X4, -mix, -X2 * kept)
 
 
 def _amp_moe_sizes(z: Sizes, m: _MoeSplit):
@@ -990,40 +1044,47 @@ def _amp_layer_forward(
     sp, Tr, Tr2 = z.sp > 1, z.residual, b.residual  # the residual stream (fp32) and its bf16 twin, T/M rows
     _norm_forward(r, z, z.rows, c.d_model)  # ln1 (fp32)
     _sp_all_gather(r, z)  # its fp32 output gathered (the projections take their bf16 copies of it)
-    r(+w["attn.q_proj"], +Td2, +Tq * n)  # q: weight copy, input copy (both saved), bf16 output
-    r(+w["attn.k_proj"], +Td2, +Tkv * n)  # k
-    r(+w["attn.v_proj"], +Td2, +Tkv * n)  # v
+    _amp_qkv_forward(r, z, w, n)
+    a, Qa, KVa, casts = _amp_attention_sizes(z)  # q, k, v: bf16, or fp32 with q/k/v biases
     if c.qk_norm:
-        _norm_forward(r, z, T * c.num_heads, c.d_head, xe=2)
-        _norm_forward(r, z, T * c.kv_heads, c.d_head, xe=2)
-        r(-Tq, -Tkv)  # the projections die (the norms kept fp32 copies)
-    _rope_forward(r, b, c.q_dim)
-    _rope_forward(r, b, c.kv_dim)
-    r(-Tkv, -Tq)  # un-rotated q, k die
-    if z.sdpa:  # the CPU flash op is on no autocast list: bf16 q, k, v in, bf16 output, fp32 logsumexp
+        _norm_forward(r, z, T * c.num_heads, c.d_head, xe=a.e)
+        _norm_forward(r, z, T * c.kv_heads, c.d_head, xe=a.e)
+        if not casts:
+            r(-Tq, -Tkv)  # the bf16 projections die (the norms kept fp32 copies)
+    _rope_forward(r, a, c.q_dim)
+    _rope_forward(r, a, c.kv_dim)
+    r(-KVa, -Qa)  # un-rotated q, k die
+    if z.sdpa:  # the CPU flash op stands in for CUDA's (``CPU_STAND_INS``): bf16 q, k, v in (fp32: copies made
+        # last first, saved), bf16 output, fp32 logsumexp; fp32 q, k, v die with attention's return
+        r(*casts * (+Tkv, +Tkv, +Tq))
         f1, f2 = z.flash_scratch_forward(2)  # CPU only
         r(+Tq * n, +z.lse * n, +f1 * n, +f2 * n, -f2 * n, -f1 * n)  # flash kernel (both saved)
         r(+Tq * z.merge_copy)  # merge heads (saved by output_proj; a view: ``Sizes.merge_copy``)
+        gone = casts * (Qa + 2 * KVa)
         if sp:  # output proj (a bf16 partial sum), reduce-scattered; ln1's two outputs die; residual add
             r(+w["attn.output_proj"], +Td2 * n)
             _sp_reduce_scatter(r, b, Td2)
-            r(-Td, -Tr, +mix, +Tr, -mix, -Tr2)
-        else:
-            r(+w["attn.output_proj"], +Td2 * n, -Td, +mix, +Td, -mix, -Td2)  # output proj; ln1 output dies; add
+            r(-gone, -Td, -Tr, +mix, +Tr, -mix, -Tr2)
+        else:  # output proj; ln1 output dies; add
+            r(+w["attn.output_proj"], +Td2 * n, -gone, -Td, +mix, +Td, -mix, -Td2)
     else:
         w8, we = z.wrap(2)  # CPU: the wrapped 1/√d_head, saved until the scale's backward (a rerun's dies at once)
+        r(*casts * (+Tkv, +Tq))  # fp32 q, k: bf16 copies of kᵀ, then q (saved)
         r(+Sc * n, +w8, +we, +Sc, -we, -w8 * recompute, -Sc)  # QKᵀ; · 1/√d_head; raw scores die
         r(+b.e, +Sc, -b.e, -Sc)  # where(mask, scores, -inf)
         r(+Sr, +Sc, -Sr)  # softmax: z = x − max(x) (bf16)
         r(+Sc4, +Sc4, -Sc4, +Sr4, +Sc4, -Sc)  # exp: fp32 copy, exp (saved), copy dies; Σ (saved); divide; z dies
+        r(*casts * (+Tkv,))  # fp32 v: its bf16 copy (cast first: the last argument)
         r(+Sc, +Tkv, +Tq * n, -Sc, -Sc4)  # probs to bf16, V contiguous (both saved); AV; masked scores, fp32 probs die
+        r(*casts * (-Tkv,))  # the strided bf16 copy of v dies with the matmul
         r(+Tq, -Tq)  # merge heads (saved by output_proj)
+        gone = KVa + casts * (Qa + KVa)  # v; fp32 q, k (only their bf16 copies are saved)
         if sp:  # output proj (a bf16 partial sum), reduce-scattered (in its hook); then v (attention's local)
             r(+w["attn.output_proj"], +Td2 * n)  # and ln1's two outputs die; residual add
             _sp_reduce_scatter(r, b, Td2)
-            r(-Tkv, -Td, -Tr, +mix, +Tr, -mix, -Tr2)
-        else:
-            r(+w["attn.output_proj"], +Td2 * n, -Tkv, -Td, +mix, +Td, -mix, -Td2)  # output proj; v, ln1 output die; add
+            r(-gone, -Td, -Tr, +mix, +Tr, -mix, -Tr2)
+        else:  # output proj; v, ln1 output die; add
+            r(+w["attn.output_proj"], +Td2 * n, -gone, -Td, +mix, +Td, -mix, -Td2)
     _norm_forward(r, z, z.rows, c.d_model)  # ln2 (fp32)
     if moe is None:
         _sp_all_gather(r, z)  # its fp32 output gathered
@@ -1100,34 +1161,40 @@ def _amp_layer_forward_unsaved(
     sp, Tr, Tr2 = z.sp > 1, z.residual, b.residual  # sequence parallel: T/M rows (see ``_amp_layer_forward``)
     _norm_forward_unsaved(r, z, z.rows, c.d_model)  # ln1
     _sp_all_gather(r, z)  # its fp32 output gathered
-    for name, out in (("attn.q_proj", Tq), ("attn.k_proj", Tkv), ("attn.v_proj", Tkv)):
-        r(+w[name], +Td2, +out, -Td2, -w[name])  # weight and input copies die with the matmul
+    _amp_qkv_forward(r, z, w, kept=k, saved=False)
+    a, Qa, KVa, casts = _amp_attention_sizes(z)  # q, k, v: bf16, or fp32 with q/k/v biases
+    proj = 1 if casts else k  # q, k, v: a bias add's output is in no cache
     if c.qk_norm:
-        _norm_forward_unsaved(r, z, T * c.num_heads, c.d_head, xe=2)
-        _norm_forward_unsaved(r, z, T * c.kv_heads, c.d_head, xe=2)
-        r(-Tq * k, -Tkv * k)
-    _rope_forward_unsaved(r, b, c.q_dim)
-    _rope_forward_unsaved(r, b, c.kv_dim)
-    unrotated = 1 if c.qk_norm else k
-    r(-Tkv * unrotated, -Tq * unrotated)
+        _norm_forward_unsaved(r, z, T * c.num_heads, c.d_head, xe=a.e)
+        _norm_forward_unsaved(r, z, T * c.kv_heads, c.d_head, xe=a.e)
+        r(-Qa * proj, -KVa * proj)
+    _rope_forward_unsaved(r, a, c.q_dim)
+    _rope_forward_unsaved(r, a, c.kv_dim)
+    unrotated = 1 if c.qk_norm else proj
+    r(-KVa * unrotated, -Qa * unrotated)
     if z.sdpa:
         f1, f2 = z.flash_scratch_forward(2)  # CPU only
-        r(+Tq, +z.lse, +f1, +f2, -f2, -f1, -z.lse * k)  # flash; logsumexp dies on return
+        r(*casts * (+Tkv, +Tkv, +Tq))  # fp32 q, k, v: bf16 copies (v, k, q), which die with the kernel
+        r(+Tq, +z.lse, +f1, +f2, -f2, -f1, *casts * (-Tq, -Tkv, -Tkv), -z.lse * k)  # flash; logsumexp dies on return
         r(+Tq * z.merge_copy, -Tq * k * z.merge_copy)  # merge heads; kernel output dies
     else:
-        r(+Sc, +z.wrap(2)[0], +z.wrap(2)[1], +Sc, -z.wrap(2)[1], -Sc * k)  # QKᵀ; scale (CPU: the 8 bytes stay)
+        r(*casts * (+Tkv, +Tq))  # fp32 q, k: bf16 copies of kᵀ, then q
+        r(+Sc, *casts * (-Tq, -Tkv))  # QKᵀ; the copies die with it
+        r(+z.wrap(2)[0], +z.wrap(2)[1], +Sc, -z.wrap(2)[1], -Sc * k)  # scale (CPU: the 8 bytes stay)
         r(+b.e, +Sc, -b.e, -Sc)  # where
         r(+Sr, +Sc, -Sr, +Sc4, +Sc4, -Sc4, +Sr4, +Sc4, -Sr4, -Sc, -Sc4)  # softmax; z and exp die on return
-        r(+Sc, +Tkv, +Tq, -Tkv, -Sc, -Sc, -Sc4)  # probs copy; V contiguous; AV; copies, scores, probs die
+        r(*casts * (+Tkv,))  # fp32 v: its bf16 copy (cast first: the last argument)
+        # probs copy; V contiguous; AV; the copies (v's too), scores and probs die
+        r(+Sc, +Tkv, +Tq, -Tkv, -Sc, *casts * (-Tkv,), -Sc, -Sc4)
         r(+Tq, -Tq * k)  # merge heads
     r(+w["attn.output_proj"], +Td2, -w["attn.output_proj"])  # output projection; weight copy dies
     heads = z.merge_copy or k  # merged heads: a copy dies; a view of the kernel's output dies with it
     if sp:  # the bf16 partial sum reduce-scattered; q, k, v, merged heads, ln1's two outputs die; add
         _sp_reduce_scatter(r, b, Td2 * k)
-        r(-Tq, -Tkv, -Tkv * k, -Tq * heads, -Td, -Tr)
+        r(-Qa, -KVa, -KVa * proj, -Tq * heads, -Td, -Tr)
         r(+mix, +Tr, -mix, -Tr2)
     else:
-        r(-Tq, -Tkv, -Tkv * k, -Tq * heads, -Td)  # q, k, v, merged heads and ln1 output die
+        r(-Qa, -KVa, -KVa * proj, -Tq * heads, -Td)  # q, k, v, merged heads and ln1 output die
         r(+mix, +Td, -mix, -Td2 * k)  # residual add; attention output dies
     _norm_forward_unsaved(r, z, z.rows, c.d_model)  # ln2
     if moe is None:
@@ -1157,6 +1224,7 @@ def _amp_layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool, moe
     fp32 to the norm's T/M rows; the norms' backward as ``_norm_backward``'s ``sp``."""
     c, T, b = z.cfg, z.T, z.bf16
     Td, Td2, Tq, Tkv, Tf, w = _amp_sizes(z, p)
+    a, Qa, KVa, casts = _amp_attention_sizes(z)  # q, k, v: bf16, or fp32 with q/k/v biases
     Sc, Sc4, Sr4 = b.scores, z.scores, z.score_rows
     checkpointed = z.setup.checkpoint != "none"
     rerun = checkpointed
@@ -1204,9 +1272,11 @@ def _amp_layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool, moe
     if z.sdpa:
         g1, g2, g3 = z.flash_scratch_backward(2)  # CPU only
         r(+Tq, +Tkv, +Tkv, +g1, +g2, +g3, -g3, -g2, -g1, -Tq, -Tkv, -Tq, -Tkv, -z.lse, -Tq)  # flash backward
+        r(*casts * (+Qa, -Tq, +KVa, -Tkv, +KVa, -Tkv))  # fp32 q, k, v: dQ, dK, dV cast back (q's copy was last)
     else:
         r(+Tq, -Tq)  # contiguous d(heads)
         r(+Tkv, +Sc, -Tq, -Tkv, -Sc, +Sc4, -Sc)  # AV: dV, d(probs) bf16; released; d(probs) to fp32
+        r(*casts * (+KVa, -Tkv))  # fp32 v: dV cast back (v's copy came after the scores' ops)
         r(+Sc4, +Sc4, +Sc4, +Sc4, -Sc4, -Sc4, -Sc4, +Sc4)  # divide backward (fp32)
         if rerun:
             r(-Sr4, +Sr4, -Sc4, -Sc4, _Copy(Sc4), -Sr4)  # Σ backward; paths summed
@@ -1219,17 +1289,19 @@ def _amp_layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool, moe
             r(-z.seq * z.seq)  # the shared causal mask dies with the last where node
         r(+z.wrap(2)[1], +Sc, -z.wrap(2)[1], -Sc, -z.wrap(2)[0])  # scale backward
         r(+Tkv, +Tq, -Sc, -Tkv, -Tq)  # QKᵀ: dK, dQ
-    _rope_backward(r, b, c.kv_dim)
-    _rope_backward(r, b, c.q_dim)
+        r(*casts * (+Qa, -Tq, +KVa, -Tkv))  # fp32 q, k: dQ, dK cast back (q's copy was made last)
+    _rope_backward(r, a, c.kv_dim)
+    _rope_backward(r, a, c.q_dim)
     if c.qk_norm:
-        _norm_backward(r, z, T * c.kv_heads, c.d_head, residual=False, rerun=rerun, xe=2)
-        _norm_backward(r, z, T * c.num_heads, c.d_head, residual=False, rerun=rerun, xe=2)
+        _norm_backward(r, z, T * c.kv_heads, c.d_head, residual=False, rerun=rerun, xe=a.e)
+        _norm_backward(r, z, T * c.num_heads, c.d_head, residual=False, rerun=rerun, xe=a.e)
     v, k, q = "attn.v_proj", "attn.k_proj", "attn.q_proj"
-    if not z.sdpa:
-        r(+Tkv, -Tkv)  # contiguous dV
+    _proj_grad(r, z, p, "v_proj", c.kv_dim, contiguous=not z.sdpa)
     r(+w[v], +Td2, -Tkv, -w[v], -Td2, +Td, -Td2, +p[v], -w[v])  # v_proj
-    r(+Tkv, -Tkv, +w[k], +Td2, -Tkv, -w[k], -Td2, +Td, -Td2, *_join(Td, sp), +p[k], -w[k])  # k_proj; joins v's
-    r(+Tq, -Tq, +w[q], +Td2, -Tq, -w[q], -Td2, +Td, -Td2, *_join(Td, sp), +p[q], -w[q])  # q_proj; joins
+    _proj_grad(r, z, p, "k_proj", c.kv_dim, contiguous=True)
+    r(+w[k], +Td2, -Tkv, -w[k], -Td2, +Td, -Td2, *_join(Td, sp), +p[k], -w[k])  # k_proj; joins v's
+    _proj_grad(r, z, p, "q_proj", c.q_dim, contiguous=True)
+    r(+w[q], +Td2, -Tq, -w[q], -Td2, +Td, -Td2, *_join(Td, sp), +p[q], -w[q])  # q_proj; joins
     if sp:
         _sp_reduce_scatter(r, z, Td)  # d(gathered ln1 output), fp32, to ln1's T/M rows
     _norm_backward(r, z, z.rows, c.d_model, residual=True, frame=frame, rerun=rerun, sp=sp)  # ln1

@@ -32,11 +32,20 @@ def _meshes(layout: ParallelLayout, device_type: str = "cpu"):
 
 def _styles():
     """Column/row-wise styles that accept the course's ``Linear`` (torch's accept only nn.Linear)."""
-    from torch.distributed.tensor import distribute_module
+    from torch import nn
+    from torch.distributed.tensor import distribute_module, distribute_tensor
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
     from torch.distributed.tensor.placement_types import Shard
 
     class Colwise(ColwiseParallel):
+        def _partition_linear_fn(self, name, module, device_mesh):
+            # every module's own parameters: a ``Linear``'s weight, its ``Bias`` child's bias (Shard(0) each;
+            # torch's recursive walk would register "bias.bias" on the Linear)
+            for key, param in module.named_parameters(recurse=False):
+                module.register_parameter(
+                    key, nn.Parameter(distribute_tensor(param, device_mesh, [Shard(0)]), param.requires_grad)
+                )
+
         def _apply(self, module, mesh):
             return distribute_module(
                 module,

@@ -52,6 +52,11 @@ FP32_SET_OPT_DTYPE = _names(  # AT_FORALL_FP32_SET_OPT_DTYPE: dtype=float32 unle
 PROMOTE = _names(  # AT_FORALL_PROMOTE: to the widest input type
     "addcdiv addcmul atan2 bilinear cross dot vdot grid_sampler index_put tensordot scatter_add"
 )
+CPU_STAND_INS = _names(  # the CPU kernel ``FusedAttention`` calls where CUDA calls scaled_dot_product_attention
+    "_scaled_dot_product_flash_attention_for_cpu"
+)
+"""Cast to bf16 like the CUDA op they stand in for: with fp32 q, k, v (Qwen2's q/k/v biases add in
+fp32) a CUDA run's fused attention gets bf16 copies, so the emulation gives the CPU kernel the same."""
 _DUNDER = {"__matmul__": "matmul", "__rmatmul__": "matmul", "__pow__": "pow", "__rpow__": "pow"}
 
 
@@ -86,7 +91,7 @@ class CudaAutocast(TorchFunctionMode):
         self,
         dtype: torch.dtype = torch.bfloat16,
         *,
-        lower=LOWER_PRECISION_FP,
+        lower=LOWER_PRECISION_FP | CPU_STAND_INS,
         fp32=FP32,
         fp32_set_opt_dtype=FP32_SET_OPT_DTYPE,
         promote=PROMOTE,

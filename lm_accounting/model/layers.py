@@ -290,7 +290,8 @@ class FusedAttention(nn.Module):
             from ..setup import check_cuda_fused_attention
 
             gqa = int(k.shape[-3]) != int(q.shape[-3])  # ints: jit tracing (fvcore) makes shape comparisons tensors
-            check_cuda_fused_attention(gqa, q.dtype == torch.float32)
+            # under autocast the kernel gets bf16 copies even of fp32 q, k, v (Qwen2's biases add in fp32)
+            check_cuda_fused_attention(gqa, q.dtype == torch.float32 and not torch.is_autocast_enabled("cuda"))
             with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
         out, _logsumexp = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal)
