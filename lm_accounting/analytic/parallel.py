@@ -495,8 +495,8 @@ def sp_replayed(layout: ParallelLayout) -> int:
 
 def peaks_exact(setup: TrainingSetup, layout: ParallelLayout) -> bool:
     """Whether ``rank_step``'s forward and backward peaks are byte-exact against the fake-PG job, by
-    layout and setup (``fsdp_peaks_exact``, ``tp_peaks_exact``).  Pipeline stages: never (analytic
-    only)."""
+    layout and setup (``fsdp_peaks_exact``, ``tp_peaks_exact``).  Pipeline stages: never (estimates;
+    ``analytic.pipeline``)."""
     if layout.pp > 1:
         return False
     return fsdp_peaks_exact(layout, setup) if layout.fsdp else tp_peaks_exact(layout, setup)

@@ -16,7 +16,8 @@ its collective's output and holds no memory of its own).  ``CollectiveRecorder``
 every collective with the bytes of its largest tensor (the unsharded buffer); ``LocalFlops`` counts
 matmul FLOPs of local tensors only.
 
-Pipeline parallel is not run here: analytic only (``analytic.parallel``).
+Pipeline parallel is run stage by stage in ``measure.pipeline.measure_stage`` (torch's ``PipelineStage``
++ ``Schedule1F1B``), not here.
 """
 
 from __future__ import annotations
@@ -275,7 +276,9 @@ def measure_rank(
 
     layout.check(cfg, seq)
     if layout.pp > 1:
-        raise AccountingError("pipeline parallel is analytic only (not run on the fake process group)")
+        raise AccountingError(
+            "a pipeline stage is measured by measure.pipeline.measure_stage (pipeline parallel alone)"
+        )
     if layout.vocab_parallel and layout.dp > 1:
         raise AccountingError("vocab parallel is measured with tensor parallel alone (dp 1); here analytic only")
     if layout.tp > 1 and layout.dp > 1 and not layout.fsdp:

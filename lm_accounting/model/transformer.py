@@ -276,10 +276,16 @@ class TransformerLM(nn.Module):
         if cfg.positions == "rope":
             self.rope = RotaryPositionalEmbedding(cfg.rope_theta, cfg.rope_dim, cfg.context_length, device=device)
 
+    first_layer = 0  # a pipeline stage's first block (``measure.pipeline.stage_module``)
+
     def forward(self, token_ids: Tensor) -> Tensor:
         """token_ids (B, S) integer -> logits (B, S, vocab_size) in the parameters' dtype
-        (fp32 under amp-bf16: the bf16 logits are upcast, as transformers' ForCausalLMLoss does)."""
-        seq = token_ids.shape[-1]
+        (fp32 under amp-bf16: the bf16 logits are upcast, as transformers' ForCausalLMLoss does).
+        A pipeline stage (the model pruned to its blocks, torchtitan's way): without
+        ``token_embeddings`` the input is the previous stage's hidden states (B, S, d); without
+        ``lm_head`` the output is this stage's hidden states."""
+        first = self.token_embeddings is not None
+        seq = token_ids.shape[-1] if first else token_ids.shape[-2]
         if seq > self.cfg.context_length:
             raise ValueError(f"sequence length {seq} exceeds context_length={self.cfg.context_length}")
         positions = torch.arange(seq, device=token_ids.device)
@@ -289,15 +295,21 @@ class TransformerLM(nn.Module):
             if self.cfg.sliding_window is not None:  # key j visible from query i iff i - w < j <= i
                 window_mask = mask & ~torch.ones_like(mask).tril(-self.cfg.sliding_window)
         with self._autocast(token_ids.device):
-            x = self.token_embeddings(token_ids)
-            if self.cfg.scale_embeddings:  # Gemma: × √d_model
-                x = x * (self.cfg.d_model**0.5)
-            if self.cfg.positions == "learned":
-                x = x + self.position_embeddings(positions)
-            for i, block in enumerate(self.layers):
+            x = self._embed(token_ids, positions) if first else token_ids
+            for i, block in enumerate(self.layers, self.first_layer):
                 x = self._run_block(block, x, positions, window_mask if self.cfg.layer_windowed(i) else mask)
+            if self.lm_head is None:
+                return x
             logits = self.lm_head(self.ln_final(x))
             return logits.float() if self.setup.autocast else logits
+
+    def _embed(self, token_ids: Tensor, positions: Tensor) -> Tensor:
+        x = self.token_embeddings(token_ids)
+        if self.cfg.scale_embeddings:  # Gemma: × √d_model
+            x = x * (self.cfg.d_model**0.5)
+        if self.cfg.positions == "learned":
+            x = x + self.position_embeddings(positions)
+        return x
 
     def _autocast(self, device: torch.device):
         """bf16 autocast for amp-bf16: torch's own on cuda, CUDA's lists emulated on meta/cpu."""

@@ -1,0 +1,178 @@
+"""One stage of a pipeline-parallel (1F1B) job, run in this process on torch's fake process group.
+
+The job is torch 2.13's own ``torch.distributed.pipelining``: a ``PipelineStage`` around the live
+model pruned to the stage's blocks (torchtitan's way: stage 0 keeps the embedding, the last stage
+the final norm and LM head; ``analytic.parallel.stage_layers`` splits the blocks), driven by
+``Schedule1F1B`` with its real receive buffers, sends, forwards and backwards in 1F1B order.
+
+One intervention, version-guarded (``_PEER_VOTE_TORCH``).  The stage is built *static*: its input and
+output metadata are given (B, S, d hidden states; the first stage's (B, S) token ids, the last stage's
+(B, S, V) logits), so no pickled metadata is exchanged.  But before the first step every stage votes
+on static vs dynamic inference (``PipelineStage._warmup_forward_vote`` / ``_warmup_backward_result``:
+an int32 tensor passed stage to stage with ``dist.recv``/``dist.send``), and the fake process group
+leaves a received tensor as it was allocated (zeros): the vote would read "dynamic" and fall back to
+metadata inference over ``send_object_list``/``recv_object_list``, which the fake backend cannot
+serve.  ``StaticPeerStage`` runs the vote's real sends and receives and then holds what every peer
+sends, which is statically known: every stage of this job is built by ``_stage`` with complete
+metadata and no DTensors, so each votes static (1) and the product is 1.  Everything else is torch's.
+
+The contents of received activations and gradients are meaningless (never written), their buffers
+are real: the memory is what the rank holds in the real job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from ..config import AccountingError, ModelConfig
+from ..layout import ParallelLayout
+from ..names import ADAMW_KWARGS, TORCH_DTYPES
+from ..phases import StepMemory
+from ..setup import TrainingSetup
+from .devices import check_live_run
+from .distributed import REAL_RUN_PARAMS, RankTracker, _init_fake_group, _materialise, parameter_count
+from .tracker import init_optimizer_state
+
+_PEER_VOTE_TORCH = ("2.13",)  # torch versions whose PipelineStage has the warm-up vote read here
+
+
+def stage_module(model, cfg: ModelConfig, stages: int, stage: int):
+    """Prune the live model (built on meta) to pipeline stage ``stage`` of ``stages``, in place."""
+    from torch import nn
+
+    from ..analytic.parallel import stage_layers
+
+    blocks = stage_layers(cfg.num_layers, stages, stage)
+    model.layers = nn.ModuleList(model.layers[i] for i in blocks)
+    model.first_layer = blocks.start
+    if stage > 0:
+        model.token_embeddings = None
+        if hasattr(model, "position_embeddings"):
+            model.position_embeddings = None
+    if stage < stages - 1:
+        model.ln_final = model.lm_head = None
+    return model
+
+
+def _static_peer_stage():
+    from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.pipelining._utils import InferenceMode
+
+    if not torch.__version__.startswith(_PEER_VOTE_TORCH):
+        raise AccountingError(
+            f"pipeline stages are measured on torch {', '.join(_PEER_VOTE_TORCH)} (its PipelineStage warm-up vote); "
+            f"this is torch {torch.__version__}"
+        )
+
+    class StaticPeerStage(PipelineStage):
+        """``PipelineStage`` whose warm-up vote holds what the peers send on a real process group: the
+        vote of a stage built with complete metadata (every stage of this job), 1 = static."""
+
+        def _vote(self, has_backward: bool) -> int:
+            return 0 if InferenceMode.needs_dynamic(self._user_meta, has_backward) else 1
+
+        def _warmup_forward_vote(self, has_backward, received_acc=None):
+            self._has_backward_vote = has_backward
+            return super()._warmup_forward_vote(has_backward, received_acc).fill_(self._vote(has_backward))
+
+        def _warmup_backward_result(self, received_result=None):
+            result = super()._warmup_backward_result(received_result)
+            return result.fill_(self._vote(self._has_backward_vote))
+
+    return StaticPeerStage
+
+
+def _stage_metas(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, stages: int, stage: int):
+    """(input, output) example tensors on meta: token ids or hidden states in, hidden states or
+    logits out (the residual stream and the logits are in the parameters' dtype in every precision)."""
+    dtype = getattr(torch, TORCH_DTYPES[setup.param_dtype])
+    hidden = torch.empty(batch, seq, cfg.d_model, dtype=dtype, device="meta", requires_grad=True)
+    tokens = torch.empty(batch, seq, dtype=torch.long, device="meta")
+    logits = torch.empty(batch, seq, cfg.vocab_size, dtype=dtype, device="meta", requires_grad=True)
+    return (tokens if stage == 0 else hidden), (logits if stage == stages - 1 else hidden)
+
+
+def measure_stage(
+    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, stage: int = 0
+) -> StepMemory:
+    """Stage ``stage`` of ``layout`` (pp > 1, nothing else parallel) run by torch's ``Schedule1F1B``
+    over ``layout.micro_batches`` micro-batches of ``batch`` sequences, then AdamW, under
+    ``RankTracker``.  Phases: "forward" from the step's start to the stage's first backward (its 1F1B
+    warm-up forwards), "backward" the rest of the schedule (steady state and cool-down, the gradient
+    scaling by 1/m), "optimizer_step" AdamW + zero_grad.  The baseline holds the stage's parameters,
+    AdamW state and the step's token ids (stage 0) or targets (the last stage), m·B·S each."""
+    from ..model import build_model
+
+    _check(cfg, seq, batch, setup, layout, stage)
+    _init_fake_group(layout.pp, stage)
+    torch.manual_seed(0)
+    model = stage_module(build_model(cfg, "meta", setup=setup), cfg, layout.pp, stage)
+    tracker = RankTracker()
+    with tracker:
+        _materialise(model, cfg, ParallelLayout())
+        opt = torch.optim.AdamW(model.parameters(), **ADAMW_KWARGS[setup.optimizer])
+        init_optimizer_state(opt)
+        args, target = _step_inputs(cfg, seq, batch * layout.micro_batches, layout.pp, stage)
+    baseline = tracker.live_bytes("cpu")
+    schedule = _schedule(model, cfg, seq, batch, setup, layout, stage)
+    with tracker:
+        with _phases(schedule._stage, tracker) as step:
+            schedule.step(*args, target=target, return_outputs=False)
+            step.close()
+        with tracker.phase("optimizer_step"):
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    return StepMemory(baseline, **tracker.phase_table("cpu"))
+
+
+def _check(cfg, seq, batch, setup, layout, stage) -> None:
+    layout.check(cfg, seq)
+    if layout.pp == 1 or layout.world != layout.pp:
+        raise AccountingError("a pipeline stage is measured with pipeline parallel alone (pp > 1, dp = tp = 1)")
+    if not 0 <= stage < layout.pp:
+        raise AccountingError(f"stage {stage} is outside the {layout.pp} stages")
+    if cfg.tie_embeddings:
+        raise AccountingError("a pipeline stage is measured with untied embeddings (the head is not on stage 0)")
+    if parameter_count(cfg) > REAL_RUN_PARAMS:
+        raise AccountingError(f"a real-tensor run is limited to {REAL_RUN_PARAMS:,} parameters")
+    check_live_run(cfg, seq, batch, "meta", "this stage's step", training=True, dtype=setup.param_dtype)
+
+
+def _step_inputs(cfg: ModelConfig, seq: int, rows: int, stages: int, stage: int):
+    """The whole step's token ids for stage 0, its targets for the last stage (torchtitan hands the
+    first stage the inputs and the last the labels)."""
+    from ..model import random_tokens
+
+    args = (random_tokens(cfg, rows, seq, device="cpu", seed=0),) if stage == 0 else ()
+    target = random_tokens(cfg, rows, seq, device="cpu", seed=1) if stage == stages - 1 else None
+    return args, target
+
+
+def _schedule(model, cfg, seq, batch, setup, layout, stage):
+    from torch.distributed.pipelining import Schedule1F1B
+
+    from ..model import cross_entropy
+
+    inputs, outputs = _stage_metas(cfg, seq, batch, setup, layout.pp, stage)
+    st = _static_peer_stage()(model, stage, layout.pp, torch.device("cpu"), input_args=inputs, output_args=outputs)
+    return Schedule1F1B(st, layout.micro_batches, loss_fn=cross_entropy)
+
+
+@contextlib.contextmanager
+def _phases(stage, tracker):
+    """Tracker phase "forward" until the stage's first ``backward_one_chunk``, then "backward"; the
+    yielded stack closes the last phase."""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(tracker.phase("forward"))
+        run = stage.backward_one_chunk
+
+        def first_backward(*args, **kwargs):
+            stage.backward_one_chunk = run
+            stack.close()
+            stack.enter_context(tracker.phase("backward"))
+            return run(*args, **kwargs)
+
+        stage.backward_one_chunk = first_backward
+        yield stack
