@@ -277,7 +277,8 @@ def measure_rank(
     layout.check(cfg, seq)
     if layout.pp > 1:
         raise AccountingError(
-            "a pipeline stage is measured by measure.pipeline.measure_stage (pipeline parallel alone)"
+            "--measure with --pp: the CLI predicts pipeline stages only; one stage is measured from Python"
+            " (lm_accounting.measure.pipeline.measure_stage, pipeline parallel alone)"
         )
     if layout.vocab_parallel and layout.dp > 1:
         raise AccountingError("vocab parallel is measured with tensor parallel alone (dp 1); here analytic only")
