@@ -35,7 +35,10 @@ real job on the fake process group (``tests/test_fsdp_replay.py``):
    (rule 3).  In backward the block's pre-backward prefetches its experts (the next unit in reverse
    post-forward order), whose pre-backward prefetches block i − 1; the experts are reduced (rule 5)
    before their block.  With dp = ep each expert unit's mesh has one rank: FSDP2 all-gathers nothing
-   (no all-gather output; each shard is copied straight into its unsharded storage).  The replay calls these events from the MoE block (``replay._MoeSplit.events``).
+   (no all-gather output; each shard is copied straight into its unsharded storage).  With dp > E the
+   stacks are sharded on dim 1 (torchtitan), and the copy-out goes through a temporary of each stack's
+   unsharded size, all freed when it ends.  The replay calls these events from the MoE block
+   (``replay._MoeSplit.events``).
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ class Unit:
     cpu_padded: int  # rule 6: the CPU copy-in's padded copies of the gradients whose rows D does not divide
     cpu_cast: int  # rule 6: its largest cast temporary (mixed precision)
     alone: bool = False  # rule 7: a mesh of one rank (dp = ep): no all-gather output
+    dim1: int = 0  # rule 7: the unsharded bytes of the parameters sharded on dim 1 (the copy-out's temporaries)
 
     @property
     def output(self) -> int:
@@ -67,7 +71,13 @@ class Unit:
 
     def unshard(self, r) -> None:
         """Rule 1: copy-in, all-gather output, unsharded storages."""
-        r(+self.copy_in, +self.output, -self.copy_in, +self.gathered)
+        r(+self.copy_in, +self.output, -self.copy_in)
+        self.copy_out(r)
+
+    def copy_out(self, r) -> None:
+        """Rule 1's copy-out into the unsharded storages; a dim-1 shard goes through a temporary of its
+        unsharded size (``empty_like``), all freed together when the copy-out's ``cat`` ends (rule 7)."""
+        r(+self.gathered, +self.dim1, -self.dim1)
 
 
 @dataclass(frozen=True)
@@ -150,7 +160,8 @@ class FsdpEvents:
     def block_pre_backward(self, r, i: int) -> None:
         if self.zero3:  # rule 4: copy out the prefetched unit, prefetch the next one
             unit = self.block(i)
-            r(+unit.gathered, -unit.output)
+            unit.copy_out(r)
+            r(-unit.output)
             nxt = self.experts(i) or (self.block(i - 1) if i > 0 else None)  # rule 7: the block's experts first
             if nxt is not None:
                 r(+nxt.copy_in, +nxt.output, -nxt.copy_in)
@@ -159,7 +170,7 @@ class FsdpEvents:
         """Rule 7, a checkpoint's rerun in backward (zero 3): the experts' pre-forward copies out the unit
         their block prefetched; the all-gather output stays until their post-forward."""
         if self.zero3:
-            r(+self.experts(i).gathered)
+            self.experts(i).copy_out(r)
 
     def experts_post_rerun(self, r, i: int) -> None:
         """Rule 7: the rerun's post-forward frees the all-gather output and reshards nothing (zero 3)."""
@@ -172,7 +183,8 @@ class FsdpEvents:
         if self.zero3:
             unit = self.experts(i)
             if not rerun:
-                r(+unit.gathered, -unit.output)
+                unit.copy_out(r)
+                r(-unit.output)
             if i > 0:
                 nxt = self.block(i - 1)
                 r(+nxt.copy_in, +nxt.output, -nxt.copy_in)
@@ -182,14 +194,26 @@ class FsdpEvents:
         self._reduce(r, self.experts(i), self.block(i + 1) if i + 1 < self.cfg.num_layers else None)
 
     def _reduce(self, r, unit: Unit, previous: Unit | None) -> None:
-        """Rule 5."""
+        """Rule 5 (and rule 7's dim-1 gradients: ``_dim1_regrid``)."""
         r(-unit.gathered)  # reshard
         if previous is not None:
             r(-previous.reduce_in)
+        self._dim1_regrid(r, unit)
         pad = unit.cpu_padded if self.cpu else 0  # rule 6
         tmp = unit.cpu_cast if self.cpu and self.units.float_logits else 0
         r(+unit.reduce_in, +pad, +tmp, -tmp, -pad)
-        r(-(unit.grads - unit.last_grad), +unit.reduce_out, -unit.last_grad)
+        copied = unit.grads if unit.dim1 else unit.grads - unit.last_grad  # what the copy-in frees
+        r(-copied, +unit.reduce_out, -unit.last_grad)
+
+    @staticmethod
+    def _dim1_regrid(r, unit: Unit) -> None:
+        """Rule 7, dim-1 shards (the expert unit's three stacks, each s = G·d·d_e elements): before the
+        copy-in ``foreach_reduce`` re-lays each gradient as its dim-1 chunks cat along dim 0 (s each); the
+        first two originals die after the second re-laid one, the last one's is held to the end by the
+        loop (``last_grad``), and the copy-in then frees all three re-laid ones."""
+        if unit.dim1:
+            s = unit.last_grad
+            r(+s, +s, -s, -s, +s)
 
     def block_post_backward(self, r, i: int) -> None:
         after = self.block(i + 1) if i + 1 < self.cfg.num_layers else None
@@ -233,6 +257,7 @@ def fsdp_units(cfg: ModelConfig, setup, layout) -> FsdpUnits:
             cpu_padded=sum(fsdp_chunk_rows(r, d) * d * c for r, c in shapes if r % d) * gather_e,
             cpu_cast=max(fsdp_chunk_rows(r, d) * d * c for r, c in shapes) * gather_e,
             alone=d == 1,
+            dim1=sum(fsdp_chunk_rows(r, d) * d * c for r, c in shapes) * gather_e if experts and dim1 else 0,
         )
 
     kinds = {cfg.layer_moe(i): i for i in reversed(range(cfg.num_layers))}  # kind -> its first block

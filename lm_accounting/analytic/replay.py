@@ -329,17 +329,20 @@ class _MoeSplit:
     depends on B through T·k mod E, so the replay takes the batch as a hint: its sizes are exact lines
     in B for every batch with the same ``rem`` and the same parts (B ≡ batch modulo E / gcd(S·k, E)).
 
-    Expert parallel (``ranks`` > 1; ``_ep_routed_forward``): ep rank ``rank``'s counts
-    (``analytic.expert_parallel``): its E/ep experts run a batched part of ``ranks``·q rows per expert
-    and a part of ``ranks`` rows for each of its first ``extra`` experts; ``events``: FSDP2's expert-unit
-    events and the block's index (``FsdpEvents.experts_*``), bound per block by ``_block``."""
+    Expert parallel (``ranks`` > 1; ``_ep_routed_forward``): none of those parts runs (q = rem = 0);
+    ep rank ``rank``'s experts (``analytic.expert_parallel``) run a batched part of ``ranks``·⌊T·k/E⌋
+    rows per expert and a part of ``ranks`` rows for each of its first ``extra`` experts (``ep_parts``);
+    ``events``: FSDP2's expert-unit events and the block's index (``FsdpEvents.experts_*``), bound per
+    block by ``_block``."""
 
-    __slots__ = ("events", "extra", "q", "ranks", "rem")
+    __slots__ = ("ep_q", "ep_rem", "events", "extra", "q", "ranks", "rem")
 
     def __init__(self, cfg: ModelConfig, seq: int, batch: int, ep: tuple[int, int] = (1, 0)):
         slots = batch * seq * cfg.experts_per_token
-        self.q, self.rem = divmod(slots, cfg.num_experts)
         self.ranks = ep[0]
+        split = divmod(slots, cfg.num_experts)
+        self.q, self.rem = split if self.ranks == 1 else (0, 0)
+        self.ep_q, self.ep_rem = split if self.ranks > 1 else (0, 0)
         self.extra = expert_parallel_split(slots, cfg.num_experts, *ep).extra_experts if self.ranks > 1 else 0
         self.events: tuple[FsdpEvents, int] | None = None
 
@@ -351,7 +354,8 @@ class _MoeSplit:
         """Expert parallel: (rows, experts) of each part this rank's experts run, in call order: the
         batched one, G·ranks·q = E·q rows over the G = E/ep local experts; the extra one, ranks rows
         for each of ``extra`` experts (``analytic.expert_parallel`` item 3)."""
-        full = ((self.full_rows(z), z.cfg.num_experts // self.ranks),) if self.q else ()
+        batched = z.T * z.cfg.experts_per_token - self.ep_rem  # E·⌊T·k/E⌋ = T·k − T·k mod E, a line in B
+        full = ((batched, z.cfg.num_experts // self.ranks),) if self.ep_q else ()
         return full + (((self.ranks * self.extra, self.extra),) if self.extra else ())
 
     def received(self, z: Sizes) -> Affine | int:
@@ -392,13 +396,13 @@ def _moe_forward(r: _Replay, z: Sizes, m: _MoeSplit, recompute: bool = False, ca
     r(+Tkd)  # repeat_interleave: (T, d) -> (T·k, d), a copy T·k·d·e (saved, as views, by every expert bmm)
     if m.ranks > 1:
         _ep_routed_forward(r, z, m, n, recompute)
-    if m.ranks == 1 and m.q:  # (q·E, d) -> (E, q, d): bmm w1, sigmoid, silu, bmm w3, gate (saved, F·d_e·e each); w2
+    if m.q:  # (q·E, d) -> (E, q, d): bmm w1, sigmoid, silu, bmm w3, gate (all saved, F·d_e·e each); bmm w2 (F·d·e)
         r(+Fde * n, +Fde, +Fde, +Fde * n, +Fde, +Fd * n)
         if m.q > 1:
             r(+Fd)  # (E, q, d) -> (q, E, d) -> (q·E, d) in slot order: transpose + reshape, a copy F·d·e
-    if m.ranks == 1 and m.rem:  # (R, 1, d): the same five saved R·d_e·e tensors and the bmm w2 output R·d·e
+    if m.rem:  # (R, 1, d): the same five saved R·d_e·e tensors and the bmm w2 output R·d·e
         r(+Rde * n, +Rde, +Rde, +Rde * n, +Rde, +Rd * n)
-    if m.ranks == 1 and m.q and m.rem:
+    if m.q and m.rem:
         r(+Tkd)  # cat of the two parts -> routed (T·k, d) (saved by the weighting mul)
     if recompute and not c.shared_experts:
         r(*_moe_unsaved_parts(z, m))  # early stop at the weighting mul: its output is never made
@@ -446,13 +450,13 @@ def _moe_forward_unsaved(r: _Replay, z: Sizes, m: _MoeSplit, cached: bool = Fals
     r(+Tkd)  # repeat_interleave (a copy)
     if m.ranks > 1:
         _ep_routed_forward_unsaved(r, z, m, k0)
-    for rows_de, rows_d, present in ((Fde, Fd, m.q), (Rde, Rd, m.rem)) if m.ranks == 1 else ():
+    for rows_de, rows_d, present in ((Fde, Fd, m.q), (Rde, Rd, m.rem)):
         if present:  # bmm w1; sigmoid; silu (sigmoid, w1 output die); bmm w3; gate (silu, w3 output die); bmm w2
             r(+rows_de, +rows_de, +rows_de, -rows_de, -rows_de * k0, +rows_de, +rows_de, -rows_de, -rows_de * k0)
             r(+rows_d, -rows_de)  # bmm w2; the gate dies
             if rows_d is Fd and m.q > 1:
                 r(+Fd)  # transpose + reshape to slot order, a copy
-    if m.ranks == 1 and m.q and m.rem:
+    if m.q and m.rem:
         r(+Tkd)  # cat
     r(+Tkd, +Td, -Tkd)  # routed · weights; sum over k; the product dies
     if c.shared_experts:
@@ -462,9 +466,8 @@ def _moe_forward_unsaved(r: _Replay, z: Sizes, m: _MoeSplit, cached: bool = Fals
         r(+Td, -Sf, +Td, -Td * k0, -Td)  # w2; gate dies; routed + shared; both summands die
     # on return: the weights, the slots, both parts' w2 outputs (kept by the SAC cache), the reshape copy
     # and the cat
-    if m.ranks > 1:  # expert parallel: the routed outputs (``_ep_routed_forward_unsaved``)
-        r(-Tk, -Tkd, -Tkd)
-        return
+    if m.ranks > 1:
+        r(-Tkd)  # expert parallel: ``routed`` (``_ep_routed_forward_unsaved``'s last index_select)
     full_copy = Fd if m.q > 1 else 0
     r(-Tk, -Tkd, -Fd * k0, -Rd * k0, -full_copy, -(Tkd if m.q and m.rem else 0))
 
@@ -624,10 +627,10 @@ def _moe_backward(
     F = m.full_rows(z)
     if m.ranks > 1:
         _ep_routed_backward(r, z, p, m, rerun)
-    if m.ranks == 1 and m.rem:  # created last, run first: the remainder's (R, 1, d) bmms over experts 0..R-1
+    if m.rem:  # created last, run first: the remainder's (R, 1, d) bmms over experts 0..R-1
         _expert_branch_backward(r, z, p, m.rem, m.rem, last=not m.q, join=False)
         r(+Tkd, -m.rem * d * e)  # slots[q·E:] slice backward: zeros (T·k, d); the (R, 1, d) grad dies
-    if m.ranks == 1 and m.q:
+    if m.q:
         _expert_branch_backward(r, z, p, F, E, last=True, join=bool(m.rem))
         if m.q > 1:
             r(+F * d * e, -F * d * e)  # (E, q, d) -> (q, E, d) -> (q·E, d) through the transpose: a copy
