@@ -573,7 +573,9 @@ def rank_step(
     units = fsdp_units(cfg, setup, layout) if layout.fsdp and layout.dp > 1 else None
     st = model_states(cfg, setup, layout, rank=rank)
     r = single_rank_step(cfg, seq, batch, setup, layout, mode, units, device, cpu_threads, st.rank)
-    act = saved_activations(cfg, seq, batch, setup, layout)
+    act = saved_activations(cfg, seq, batch, setup, layout) + expert_parallel_saved_shift(
+        cfg, seq, batch, setup, layout, mode, st.rank
+    )
     e = element_bytes(setup)
     n = sum(local_numels(cfg, layout.tp, layout.vocab_parallel)) * e
     n_run = n * DTYPE_BYTES[fsdp_compute_setup(setup, layout).param_dtype] // e  # the replay's parameter bytes
@@ -590,6 +592,21 @@ def rank_step(
     z = Sizes(cfg, e=e, setup=setup, plain=mode == "plain", cpu=mode == "plain" and device == "cpu")
     opt = PhaseBytes(base + st.gradients + adamw_temporary(cfg, setup, layout, st) + adamw_step_scalar_bytes(z), base)
     return StepMemory(base, fwd, bwd, opt), st, act
+
+
+def expert_parallel_saved_shift(
+    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, mode: str, rank: int
+) -> int:
+    """What data-parallel rank ``rank`` saves for backward beyond the single-GPU model under expert parallel
+    (rule 7; 0 without): the replay's forward end with the rank's own dispatch and combine less the one
+    without, both with no FSDP2 events (each end is the baseline plus what is saved): the received rows
+    (R·d) saved by the experts instead of the slots (T·k·d), the experts' tensors on R rows instead of
+    T·k, and in a plain run the dispatch's int64 indices (``replay._ep_index_bytes``)."""
+    if layout.ep == 1:
+        return 0
+    local, run, where = local_config(cfg, layout), fsdp_compute_setup(setup, layout), ("meta", 1)
+    own = _replay_at(local, seq, batch, run, mode, None, where, 1, (layout.ep, rank % layout.ep))
+    return own.forward.end - _replay_at(local, seq, batch, run, mode, None, where).forward.end
 
 
 def expert_rows(cfg: ModelConfig, seq: int, batch: int, layout: ParallelLayout, rank: int = 0) -> int:
