@@ -566,8 +566,9 @@ def rank_step(
     Sequence parallel: R is the sequence-parallel rank's own replay (rule 5, ``sp_replayed``).
 
     Exact (byte for byte against the fake-PG run) for DDP, ZeRO-1, TP, TP + SP in every precision (with
-    or without vocab parallel) and FSDP2, with TP and SP too, or expert parallel (fp32, bf16) (``tests/test_parallel_measured.py``,
-    ``tests/test_tensor_parallel_measured.py``; what is left: ``tp_peaks_exact``, ``fsdp_peaks_exact``).
+    or without vocab parallel) and FSDP2, with TP and SP too, or expert parallel in fp32 and bf16
+    (``tests/test_parallel_measured.py``, ``tests/test_tensor_parallel_measured.py``,
+    ``tests/test_parallel_moe.py``; what is left: ``tp_peaks_exact``, ``fsdp_peaks_exact``).
     """
     layout.check(cfg, seq)
     units = fsdp_units(cfg, setup, layout) if layout.fsdp and layout.dp > 1 else None

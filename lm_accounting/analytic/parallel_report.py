@@ -3,8 +3,8 @@
 ``parallel_memory(cfg, seq, batch, setup, layout)`` returns a ``ParallelMemory`` (schema
 ``lm-accounting/parallel-memory/3``).  Where the step replay does not model the architecture (latent
 attention; a mixture of experts at a context whose slot split varies with the batch) or the layout
-(expert parallel under amp-bf16), the model states and the collectives are exact and the activations, phases and peaks
-are None, named in ``not_modelled`` (as the single-GPU ``memory`` does).  ``batch`` is the micro-batch
+(expert parallel under amp-bf16), the model states and the collectives are exact and the activations,
+phases and peaks are None, named in ``not_modelled`` (as the single-GPU ``memory`` does).  ``batch`` is the micro-batch
 of one data-parallel rank.  The allowance (CUDA context, NCCL buffers, allocator fragmentation) is a separate, labelled figure,
 never folded into the others; ``DEFAULT_ALLOWANCE`` is its default.
 """
