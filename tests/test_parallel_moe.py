@@ -8,6 +8,8 @@ import json
 import pytest
 
 from lm_accounting.analytic.collectives import step_collectives, totals
+from lm_accounting.analytic.expert_parallel import ExpertParallelSplit, expert_parallel_plan, expert_parallel_split
+from lm_accounting.analytic.fsdp import Unit, fsdp_units
 from lm_accounting.analytic.parallel import (
     expert_rows,
     model_states,
@@ -310,9 +312,117 @@ def test_expert_parallel_equals_the_fake_pg_run(cfg, lay, setup):
 
 
 def test_expert_parallel_reports_states_and_says_what_is_not_modelled():
-    r = parallel_memory(MIXTRAL, S, 1, TrainingSetup(), ParallelLayout(dp=4, zero=3, ep=2))
-    assert r.step is None and any("expert parallel" in m for m in r.not_modelled)
+    """fp32: the step is replayed (every phase, ``test_expert_parallel_steps_equal_the_fake_pg_run``);
+    amp-bf16 under FSDP2 with a mixture of experts is not, and says so."""
+    lay = ParallelLayout(dp=4, zero=3, ep=2)
+    r = parallel_memory(MIXTRAL, S, 1, TrainingSetup(), lay)
+    assert r.not_modelled == () and r.peaks_exact and r.step.peak >= r.states.total
     assert r.experts() == {"local_experts": 2, "slots_per_moe_layer": 32, "rows_per_moe_layer": 32}
+    amp = parallel_memory(MIXTRAL, S, 1, TrainingSetup(precision="amp-bf16"), lay)
+    assert amp.step is None and any("expert parallel under amp-bf16" in m for m in amp.not_modelled)
+
+
+def test_expert_parallel_split_by_hand():
+    """Tiny Qwen3-MoE's T·k = 32 slots over E = 6 (q = 5, 32 mod 6 = 2: experts 0 and 1 get 6, 2-5 get 5)
+    at ep = 2 (G = 3).  ep rank 0 (experts 0-2) is sent 6 + 6 + 5 = 17 rows by each rank and receives
+    2·17 = 34: a batched part of 2·5 = 10 rows per expert, and 2 more (one per source) for each of its
+    2 experts with 6; ep rank 1 (experts 3-5) receives 2·15 = 30, batched only (no extra expert)."""
+    assert expert_parallel_split(32, 6, 2, 0) == ExpertParallelSplit((17, 15), 34, 10, 2)
+    assert expert_parallel_split(32, 6, 2, 1) == ExpertParallelSplit((17, 15), 30, 10, 0)
+    plan = expert_parallel_plan(32, 6, 2, 0)  # the live model's index lists: its counts are the same
+    assert (plan.sent, plan.received, plan.full_rows, plan.extra_experts) == ([17, 15], [17, 17], 10, 2)
+    assert sorted(plan.local_order) == list(range(34)) and sorted(plan.by_expert) == list(range(32))
+
+
+def test_expert_unit_buffers_by_hand():
+    """Tiny Mixtral, dp = 4, ep = 2, FSDP2, fp32.  The MoE block's unit without its experts: ln1, ln2 24
+    each, q, o 24·24, k, v 12·24, router 4·24: 1,872 elements, 7,488 bytes gathered.  The experts' unit: 2
+    local experts × (w1, w3 (40, 24), w2 (24, 40)) = 2·3·960 = 5,760 elements, 23,040 bytes, over dp/ep = 2
+    ranks: a shard of 1 expert per stack, 11,520 bytes; the last parameter, w3, 2·40·24·4 = 7,680.  At
+    dp = ep = 4 the experts' mesh has one rank: no all-gather output (``Unit.output`` 0)."""
+    units = fsdp_units(MIXTRAL, TrainingSetup(), ParallelLayout(dp=4, zero=3, ep=2))
+    assert units.moe.gathered == 7_488 and units.dense is None
+    assert units.experts == Unit(23_040, 0, 23_040, 7_680, 23_040, 11_520, 0, 7_680)
+    assert units.experts.output == 23_040
+    alone = fsdp_units(MIXTRAL, TrainingSetup(), ParallelLayout(dp=4, zero=3, ep=4)).experts
+    assert alone.gathered == 11_520 and alone.output == 0 and alone.last_grad == 0
+    # dp = 8 > E = 4: the stacks sharded on dim 1 over dp/ep = 4 ranks (w1 (2, 40, 24): 10 of the 40 rows
+    # of every expert); the copy-out goes through one temporary per stack, 2·40·24·4 = 7,680 each
+    dim1 = fsdp_units(MIXTRAL, TrainingSetup(), ParallelLayout(dp=8, zero=3, ep=2)).experts
+    assert dim1.gathered == dim1.dim1 == 3 * 7_680 and dim1.reduce_out == 3 * 7_680 // 4
+
+
+# DeepSeek's MoE (shared experts, a dense first block) with attention without MLA, which the replay lacks
+TINY_DEEPSEEK_MHA = ModelConfig(
+    **TINY, num_layers=3, num_kv_heads=2, num_experts=4, experts_per_token=3, expert_d_ff=8, shared_experts=2,
+    dense_layers_first=1, name="tiny-deepseek-mha",
+)  # fmt: skip
+
+
+def _setup(attention, checkpoint, precision):
+    return TrainingSetup(attention=attention, checkpoint=checkpoint, precision=precision)
+
+
+EP_STEP_CASES = [
+    (MIXTRAL, S, 1, ParallelLayout(dp=2, zero=3, ep=2), _setup("naive", "none", "fp32")),
+    (MIXTRAL, S, 2, ParallelLayout(dp=4, zero=3, ep=2), _setup("sdpa", "selective", "bf16")),
+    (MIXTRAL, S, 1, ParallelLayout(dp=4, zero=2, ep=4), _setup("naive", "full", "fp32")),  # one-rank expert mesh
+    # 30 slots over 4 experts: 8, 8, 7, 7; ep rank 0's expert runs two parts, ep rank 3's one
+    (MIXTRAL, 15, 1, ParallelLayout(dp=4, zero=3, ep=4), _setup("naive", "full", "bf16")),
+    (QWEN3_MOE, S, 1, ParallelLayout(dp=2, zero=3, ep=2), _setup("sdpa", "full", "fp32")),  # rank 0: two parts
+    (QWEN3_MOE, S, 2, ParallelLayout(dp=4, zero=2, ep=2), _setup("naive", "selective", "bf16")),
+    (TINY_DEEPSEEK_MHA, S, 2, ParallelLayout(dp=4, zero=3, ep=2), _setup("naive", "selective", "fp32")),
+    (TINY_DEEPSEEK_MHA, S, 1, ParallelLayout(dp=2, zero=2, ep=2), _setup("sdpa", "none", "bf16")),
+    (TINY_DEEPSEEK_MHA, S, 1, ParallelLayout(dp=4, zero=3, ep=4), _setup("sdpa", "full", "fp32")),
+    (MIXTRAL, S, 2, ParallelLayout(dp=8, zero=3, ep=2), _setup("sdpa", "full", "fp32")),  # dp > E: dim-1 shards
+    (QWEN3_MOE, S, 1, ParallelLayout(dp=8, zero=2, ep=2), _setup("naive", "selective", "bf16")),
+]
+
+
+@pytest.mark.parametrize(
+    ("cfg", "seq", "batch", "lay", "setup"),
+    EP_STEP_CASES,
+    ids=lambda x: getattr(x, "label", getattr(x, "name", None)) if not isinstance(x, int) else f"{x}",
+)
+def test_expert_parallel_steps_equal_the_fake_pg_run(cfg, seq, batch, lay, setup):
+    """The EP rank's own step replayed (``replay._ep_routed_forward``/``_ep_routed_backward``: the slots
+    sorted for the dispatch all-to-all, the received rows in local expert order, the experts' one or two
+    parts, the combine all-to-all and the slot order again, and the experts' own FSDP2 unit over dp/ep,
+    on dim 1 when dp > E, ``analytic.fsdp`` rule 7) against the fake-PG job: every phase's peak and end,
+    byte for byte, on the first rank and the last (another ep rank, with other row counts when T·k is not
+    a multiple of E).
+    Under zero 3 (everything resharded) the measured forward ends on the saved activations alone, which
+    the reported figure equals (``expert_parallel_saved_shift``)."""
+    pytest.importorskip("torch")
+    from lm_accounting.measure.distributed import measure_rank
+
+    for rank in (0, lay.dp - 1):
+        m = measure_rank(cfg, seq, batch, setup, lay, rank=rank)
+        step, _, saved = rank_step(cfg, seq, batch, setup, lay, mode="traced", rank=rank)
+        assert m.step == step, rank
+        assert lay.zero == 2 or m.step.forward.end - m.step.baseline == saved, rank
+
+
+@pytest.mark.parametrize(
+    ("cfg", "lay", "setup", "batch"),
+    [
+        (MIXTRAL, ParallelLayout(dp=4, zero=3, ep=2), _setup("naive", "full", "fp32"), 1),
+        (QWEN3_MOE, ParallelLayout(dp=2, zero=2, ep=2), _setup("sdpa", "none", "bf16"), 2),
+    ],
+    ids=["mixtral-full", "qwen3-uneven"],
+)
+def test_expert_parallel_plain_run_equals_the_cpu_allocator(cfg, lay, setup, batch):
+    """The plain run (no dispatch mode) of the EP rank against the CPU allocator's own events: besides the
+    traced run's tensors, the dispatch's int64 indices (``torch.tensor`` of the plan's lists: T·k·8 and
+    R·8 bytes each, unseen by a dispatch mode) and a naive rerun's wrapped 1/√d_head held to its early
+    stop, which the rerun's dispatch peak includes."""
+    torch = pytest.importorskip("torch")
+    from lm_accounting.measure.distributed import measure_rank_plain
+
+    for rank in (0, lay.dp - 1):
+        measured = measure_rank_plain(cfg, S, batch, setup, lay, rank=rank)
+        predicted = rank_step(cfg, S, batch, setup, lay, "plain", rank, "cpu", torch.get_num_threads())[0]
+        assert measured == predicted, rank
 
 
 @pytest.mark.parametrize(

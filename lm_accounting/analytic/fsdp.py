@@ -29,6 +29,16 @@ real job on the fake process group (``tests/test_fsdp_replay.py``):
    goes through an ``aten::cat`` temporary of each (padded) gradient, freed at once.  No dispatch
    mode sees them (they are inside one CPU kernel).  A GPU runs torch's fused CUDA ``_chunk_cat``
    instead (not measured here: no GPU), so GPU predictions leave them out.
+7. Expert parallel (``layout``): each MoE block's expert stacks are their own unit inside the block's
+   (``fully_shard(block.moe.experts)`` over the dp/ep ranks holding the same experts), unsharded when
+   the experts run (rule 1; freeing the block's all-gather output, rule 2) and resharded after them
+   (rule 3).  In backward the block's pre-backward prefetches its experts (the next unit in reverse
+   post-forward order), whose pre-backward prefetches block i − 1; the experts are reduced (rule 5)
+   before their block.  With dp = ep each expert unit's mesh has one rank: FSDP2 all-gathers nothing
+   (no all-gather output; each shard is copied straight into its unsharded storage).  With dp > E the
+   stacks are sharded on dim 1 (torchtitan), and the copy-out goes through a temporary of each stack's
+   unsharded size, all freed when it ends.  The replay calls these events from the MoE block
+   (``replay._MoeSplit.events``).
 """
 
 from __future__ import annotations
@@ -50,10 +60,24 @@ class Unit:
     reduce_out: int  # the reduce-scatter output: this rank's sharded gradients
     cpu_padded: int  # rule 6: the CPU copy-in's padded copies of the gradients whose rows D does not divide
     cpu_cast: int  # rule 6: its largest cast temporary (mixed precision)
+    alone: bool = False  # rule 7: a mesh of one rank (dp = ep): no all-gather output
+    dim1: int = 0  # rule 7: the unsharded bytes of the parameters sharded on dim 1 (the copy-out's temporaries)
+
+    @property
+    def output(self) -> int:
+        """The all-gather output's bytes: the unsharded parameters', or 0 on a one-rank mesh, where FSDP2
+        copies each shard straight into its unsharded storage (rule 7)."""
+        return 0 if self.alone else self.gathered
 
     def unshard(self, r) -> None:
         """Rule 1: copy-in, all-gather output, unsharded storages."""
-        r(+self.copy_in, +self.gathered, -self.copy_in, +self.gathered)
+        r(+self.copy_in, +self.output, -self.copy_in)
+        self.copy_out(r)
+
+    def copy_out(self, r) -> None:
+        """Rule 1's copy-out into the unsharded storages; a dim-1 shard goes through a temporary of its
+        unsharded size (``empty_like``), all freed together when the copy-out's ``cat`` ends (rule 7)."""
+        r(+self.gathered, +self.dim1, -self.dim1)
 
 
 @dataclass(frozen=True)
@@ -65,6 +89,7 @@ class FsdpUnits:
     root: Unit
     dense: Unit | None
     moe: Unit | None
+    experts: Unit | None = None  # expert parallel: each MoE block's expert stacks, their own unit (rule 7)
 
 
 class FsdpEvents:
@@ -81,9 +106,17 @@ class FsdpEvents:
         assert unit is not None
         return unit
 
+    def experts(self, i: int) -> Unit | None:
+        """Block i's expert unit (rule 7; None: a dense block, or no expert parallel)."""
+        return self.units.experts if self.cfg.layer_moe(i) else None
+
+    def _last_in(self, i: int) -> Unit:
+        """The unit whose forward runs last in block i: its experts' (rule 7), else the block's."""
+        return self.experts(i) or self.block(i)
+
     def _before(self, i: int) -> Unit:
         """The unit whose forward ran just before block i's (the root's pre-forward for block 0)."""
-        return self.units.root if i == 0 else self.block(i - 1)
+        return self.units.root if i == 0 else self._last_in(i - 1)
 
     def key(self, i: int, backward: bool) -> tuple:
         after = self.block(i + 1) if i + 1 < self.cfg.num_layers else None
@@ -96,7 +129,7 @@ class FsdpEvents:
     def block_pre_forward(self, r, i: int) -> None:
         unit = self.block(i)
         unit.unshard(r)
-        r(-self._before(i).gathered)  # rule 2: the previous unit's all-gather output
+        r(-self._before(i).output)  # rule 2: the previous unit's all-gather output
 
     def block_post_forward(self, r, i: int) -> None:
         if self.zero3:
@@ -105,37 +138,86 @@ class FsdpEvents:
     def root_post_forward(self, r) -> None:
         if self.zero3:
             r(-self.units.root.gathered)
-        r(-self.block(self.cfg.num_layers - 1).gathered)  # rule 2: the last block's all-gather output
+        r(-self._last_in(self.cfg.num_layers - 1).output)  # rule 2: the last unit's all-gather output
+
+    def experts_pre_forward(self, r, i: int) -> None:
+        """Rule 7: the expert unit unsharded inside block i, whose all-gather output it frees (rule 2)."""
+        self.experts(i).unshard(r)
+        r(-self.block(i).output)
+
+    def experts_post_forward(self, r, i: int) -> None:
+        if self.zero3:
+            r(-self.experts(i).gathered)  # rule 3
 
     # backward
     def root_pre_backward(self, r) -> None:
         if self.zero3:  # rule 4: unshard the root, prefetch the last block
             root, last = self.units.root, self.block(self.cfg.num_layers - 1)
             root.unshard(r)
-            r(-root.gathered)
-            r(+last.copy_in, +last.gathered, -last.copy_in)
+            r(-root.output)
+            r(+last.copy_in, +last.output, -last.copy_in)
 
     def block_pre_backward(self, r, i: int) -> None:
         if self.zero3:  # rule 4: copy out the prefetched unit, prefetch the next one
             unit = self.block(i)
-            r(+unit.gathered, -unit.gathered)
+            unit.copy_out(r)
+            r(-unit.output)
+            nxt = self.experts(i) or (self.block(i - 1) if i > 0 else None)  # rule 7: the block's experts first
+            if nxt is not None:
+                r(+nxt.copy_in, +nxt.output, -nxt.copy_in)
+
+    def experts_pre_rerun(self, r, i: int) -> None:
+        """Rule 7, a checkpoint's rerun in backward (zero 3): the experts' pre-forward copies out the unit
+        their block prefetched; the all-gather output stays until their post-forward."""
+        if self.zero3:
+            self.experts(i).copy_out(r)
+
+    def experts_post_rerun(self, r, i: int) -> None:
+        """Rule 7: the rerun's post-forward frees the all-gather output and reshards nothing (zero 3)."""
+        if self.zero3:
+            r(-self.experts(i).output)
+
+    def experts_pre_backward(self, r, i: int, rerun: bool = False) -> None:
+        """Rules 4 and 7 (zero 3): copy out the prefetched expert unit (unless a checkpoint's rerun did),
+        prefetch block i − 1."""
+        if self.zero3:
+            unit = self.experts(i)
+            if not rerun:
+                unit.copy_out(r)
+                r(-unit.output)
             if i > 0:
                 nxt = self.block(i - 1)
-                r(+nxt.copy_in, +nxt.gathered, -nxt.copy_in)
+                r(+nxt.copy_in, +nxt.output, -nxt.copy_in)
+
+    def experts_post_backward(self, r, i: int) -> None:
+        """Rules 5 and 7: reduced before their block, after block i + 1."""
+        self._reduce(r, self.experts(i), self.block(i + 1) if i + 1 < self.cfg.num_layers else None)
 
     def _reduce(self, r, unit: Unit, previous: Unit | None) -> None:
-        """Rule 5."""
+        """Rule 5 (and rule 7's dim-1 gradients: ``_dim1_regrid``)."""
         r(-unit.gathered)  # reshard
         if previous is not None:
             r(-previous.reduce_in)
+        self._dim1_regrid(r, unit)
         pad = unit.cpu_padded if self.cpu else 0  # rule 6
         tmp = unit.cpu_cast if self.cpu and self.units.float_logits else 0
         r(+unit.reduce_in, +pad, +tmp, -tmp, -pad)
-        r(-(unit.grads - unit.last_grad), +unit.reduce_out, -unit.last_grad)
+        copied = unit.grads if unit.dim1 else unit.grads - unit.last_grad  # what the copy-in frees
+        r(-copied, +unit.reduce_out, -unit.last_grad)
+
+    @staticmethod
+    def _dim1_regrid(r, unit: Unit) -> None:
+        """Rule 7, dim-1 shards (the expert unit's three stacks, each s = G·d·d_e elements): before the
+        copy-in ``foreach_reduce`` re-lays each gradient as its dim-1 chunks cat along dim 0 (s each); the
+        first two originals die after the second re-laid one, the last one's is held to the end by the
+        loop (``last_grad``), and the copy-in then frees all three re-laid ones."""
+        if unit.dim1:
+            s = unit.last_grad
+            r(+s, +s, -s, -s, +s)
 
     def block_post_backward(self, r, i: int) -> None:
         after = self.block(i + 1) if i + 1 < self.cfg.num_layers else None
-        self._reduce(r, self.block(i), after)
+        self._reduce(r, self.block(i), self.experts(i) or after)  # rule 7: the block's experts reduced just before
 
     def root_post_backward(self, r) -> None:
         self._reduce(r, self.units.root, self.block(0))
@@ -145,15 +227,24 @@ class FsdpEvents:
 def fsdp_units(cfg: ModelConfig, setup, layout) -> FsdpUnits:
     """The units of one rank (``layout.dp`` shards, TP-local shapes): every rank's buffers are the
     padded ones, so the rank does not matter.  Under amp-bf16 the MixedPrecisionPolicy gathers and
-    computes in bf16 and reduces in fp32; otherwise everything is in the parameters' dtype."""
-    from .parallel import element_bytes, fsdp_chunk_rows, local_shape, parameter_shapes
+    computes in bf16 and reduces in fp32; otherwise everything is in the parameters' dtype.  Expert
+    parallel (rule 7): an MoE block's unit without its expert stacks, and the stacks' own unit over the
+    dp/ep ranks holding the same experts (``analytic.parallel`` rule 6: dim 0, or dim 1 when dp > E)."""
+    from .parallel import _experts_on_dim1, element_bytes, fsdp_chunk_rows, local_shape, parameter_shapes
 
-    d, e = layout.dp, element_bytes(setup)
+    e = element_bytes(setup)
     gather_e = 2 if setup.autocast else e  # the gradients of bf16 unsharded parameters are bf16 too
     reduce_e = 4 if setup.autocast else e
+    ep, dim1 = layout.ep, _experts_on_dim1(cfg, layout)
 
-    def unit(n: int) -> Unit:
-        shapes = [local_shape(p, layout) for p in parameter_shapes(cfg) if p.unit == n]
+    def shape(p) -> tuple[int, int]:
+        """(the rows FSDP2 shards, the rest): dim 0, or an expert stack's dim 1 ((G, out, in) -> (out, G·in))."""
+        rows, cols = local_shape(p, layout)
+        return (p.shape[1], rows * cols // p.shape[1]) if dim1 and p.expert else (rows, cols)
+
+    def unit(n: int, experts: bool = False) -> Unit:
+        d = layout.dp // ep if experts else layout.dp
+        shapes = [shape(p) for p in parameter_shapes(cfg) if p.unit == n and (p.expert and ep > 1) == experts]
         padded = sum(fsdp_chunk_rows(rows, d) * cols for rows, cols in shapes)  # one shard
         rows, cols = shapes[-1]
         return Unit(
@@ -165,6 +256,8 @@ def fsdp_units(cfg: ModelConfig, setup, layout) -> FsdpUnits:
             reduce_out=padded * reduce_e,
             cpu_padded=sum(fsdp_chunk_rows(r, d) * d * c for r, c in shapes if r % d) * gather_e,
             cpu_cast=max(fsdp_chunk_rows(r, d) * d * c for r, c in shapes) * gather_e,
+            alone=d == 1,
+            dim1=sum(fsdp_chunk_rows(r, d) * d * c for r, c in shapes) * gather_e if experts and dim1 else 0,
         )
 
     kinds = {cfg.layer_moe(i): i for i in reversed(range(cfg.num_layers))}  # kind -> its first block
@@ -174,6 +267,7 @@ def fsdp_units(cfg: ModelConfig, setup, layout) -> FsdpUnits:
         root=unit(0),
         dense=unit(kinds[False] + 1) if False in kinds else None,
         moe=unit(kinds[True] + 1) if True in kinds else None,
+        experts=unit(kinds[True] + 1, experts=True) if True in kinds and ep > 1 else None,
     )
 
 

@@ -40,7 +40,9 @@ for a projection; "local" means after the TP split.
    [e < T·k mod E] to expert e; under ep the experts of ep rank j = r mod ep run on the rows of every
    rank, R_j = ep · Σ_{e of j} c_e per MoE layer (T·k when E divides T·k; ep rank 0 has the most).
    Each routed matrix costs 2·R·d·d_e FLOPs on the rank, so its FLOPs change by 3·2·(R − T·k)·d·d_e
-   per MoE layer and forward (a full-checkpoint recompute reruns all three).
+   per MoE layer and forward (a full-checkpoint recompute reruns all three).  The counts are
+   ``analytic.expert_parallel``'s; the step replay runs ep rank r mod ep's own dispatch, experts and
+   combine (``replay._ep_routed_forward``) with the experts' FSDP2 unit (``analytic.fsdp`` rule 7).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from ..names import DTYPE_BYTES
 from ..phases import PhaseBytes, StepMemory
 from ..setup import TrainingSetup
 from .activations import norm_saved_bytes, saved_activation_breakdown
+from .expert_parallel import expert_parallel_split
 from .fsdp import fsdp_peaks_exact, fsdp_units
 from .hardware_flops import StepFlops, step_flops
 from .replay import adamw_step_scalar_bytes
@@ -456,32 +459,39 @@ def single_rank_step(
     units=None,
     device: str = "meta",
     cpu_threads: int = 1,
+    rank: int = 0,
 ):
     """The single-GPU replay of the TP-local model (exact for one GPU; ``analytic.replay``), with
     FSDP2's unit events when ``units`` (``analytic.fsdp.FsdpUnits``) is given; vocab parallel: the job's
-    own embedding, head and loss (``analytic.tensor_parallel.vocab_parallel_replay``)."""
+    own embedding, head and loss (``analytic.tensor_parallel.vocab_parallel_replay``); expert parallel:
+    data-parallel rank ``rank``'s own dispatch and combine (rule 7, ep rank ``rank mod ep``)."""
     sp = sp_replayed(layout)
     if layout.vocab_parallel and units is None:
         return vocab_parallel_step(local_config(cfg, layout), seq, batch, setup, mode, layout.tp, sp)
     where = (device, cpu_threads)  # a plain CPU run (device "cpu") adds the CPU allocator's own extras
     run_setup = fsdp_compute_setup(setup, layout)
-    return _replay_at(local_config(cfg, layout), seq, batch, run_setup, mode, units, where, sp)
+    ep = (layout.ep, rank % layout.ep)
+    return _replay_at(local_config(cfg, layout), seq, batch, run_setup, mode, units, where, sp, ep)
 
 
 @lru_cache(maxsize=4096)
-def _replay_at(local: ModelConfig, seq: int, batch: int, setup: TrainingSetup, mode: str, units, where, sp: int = 1):
+def _replay_at(
+    local: ModelConfig, seq: int, batch: int, setup: TrainingSetup, mode: str, units, where, sp: int = 1, ep=(1, 0)
+):
     # the batch whose lines the replay gives (``replay_training_step``): MoE's split, SP's all-gather cat at B > 1
     hint = batch if local.moe else min(batch, 2) if sp > 1 else 1
-    return _replay(local, seq, setup, mode, units, hint, where, sp).at(batch)
+    return _replay(local, seq, setup, mode, units, hint, where, sp, ep).at(batch)
 
 
 @lru_cache(maxsize=1024)
-def _replay(local: ModelConfig, seq: int, setup: TrainingSetup, mode: str, units, batch: int, where, sp: int = 1):
+def _replay(
+    local: ModelConfig, seq: int, setup: TrainingSetup, mode: str, units, batch: int, where, sp: int = 1, ep=(1, 0)
+):
     from .replay import replay_training_step
 
     device, threads = where
     return replay_training_step(
-        local, seq, setup=setup, mode=mode, units=units, batch=batch, device=device, cpu_threads=threads, sp=sp
+        local, seq, setup=setup, mode=mode, units=units, batch=batch, device=device, cpu_threads=threads, sp=sp, ep=ep
     )
 
 
@@ -556,14 +566,17 @@ def rank_step(
     Sequence parallel: R is the sequence-parallel rank's own replay (rule 5, ``sp_replayed``).
 
     Exact (byte for byte against the fake-PG run) for DDP, ZeRO-1, TP, TP + SP in every precision (with
-    or without vocab parallel) and FSDP2, with TP and SP too (``tests/test_parallel_measured.py``,
-    ``tests/test_tensor_parallel_measured.py``; what is left: ``tp_peaks_exact``, ``fsdp_peaks_exact``).
+    or without vocab parallel) and FSDP2, with TP and SP too, or expert parallel in fp32 and bf16
+    (``tests/test_parallel_measured.py``, ``tests/test_tensor_parallel_measured.py``,
+    ``tests/test_parallel_moe.py``; what is left: ``tp_peaks_exact``, ``fsdp_peaks_exact``).
     """
     layout.check(cfg, seq)
     units = fsdp_units(cfg, setup, layout) if layout.fsdp and layout.dp > 1 else None
-    r = single_rank_step(cfg, seq, batch, setup, layout, mode, units, device, cpu_threads)
     st = model_states(cfg, setup, layout, rank=rank)
-    act = saved_activations(cfg, seq, batch, setup, layout)
+    r = single_rank_step(cfg, seq, batch, setup, layout, mode, units, device, cpu_threads, st.rank)
+    act = saved_activations(cfg, seq, batch, setup, layout) + expert_parallel_saved_shift(
+        cfg, seq, batch, setup, layout, mode, st.rank
+    )
     e = element_bytes(setup)
     n = sum(local_numels(cfg, layout.tp, layout.vocab_parallel)) * e
     n_run = n * DTYPE_BYTES[fsdp_compute_setup(setup, layout).param_dtype] // e  # the replay's parameter bytes
@@ -582,15 +595,27 @@ def rank_step(
     return StepMemory(base, fwd, bwd, opt), st, act
 
 
+def expert_parallel_saved_shift(
+    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, mode: str, rank: int
+) -> int:
+    """What data-parallel rank ``rank`` saves for backward beyond the single-GPU model under expert parallel
+    (rule 7; 0 without): the replay's forward end with the rank's own dispatch and combine less the one
+    without, both with no FSDP2 events (each end is the baseline plus what is saved): the received rows
+    (R·d) saved by the experts instead of the slots (T·k·d), the experts' tensors on R rows instead of
+    T·k, and in a plain run the dispatch's int64 indices (``replay._ep_index_bytes``)."""
+    if layout.ep == 1:
+        return 0
+    local, run, where = local_config(cfg, layout), fsdp_compute_setup(setup, layout), ("meta", 1)
+    own = _replay_at(local, seq, batch, run, mode, None, where, 1, (layout.ep, rank % layout.ep))
+    return own.forward.end - _replay_at(local, seq, batch, run, mode, None, where).forward.end
+
+
 def expert_rows(cfg: ModelConfig, seq: int, batch: int, layout: ParallelLayout, rank: int = 0) -> int:
     """Token rows the routed experts of data-parallel rank ``rank`` process per MoE layer (rule 7)."""
     slots = batch * seq * cfg.experts_per_token
     if layout.ep == 1:
         return slots
-    q, rem = divmod(slots, cfg.num_experts)
-    g = cfg.num_experts // layout.ep
-    first = (rank % layout.ep) * g
-    return layout.ep * sum(q + (e < rem) for e in range(first, first + g))
+    return expert_parallel_split(slots, cfg.num_experts, layout.ep, rank % layout.ep).received
 
 
 def rank_flops(

@@ -26,6 +26,9 @@ runs of equal kind (``_layer_runs``: dense_layers_first, moe_every).  How the T�
 over the E experts (q = ⌊T·k/E⌋ per expert in one batched part, T·k mod E in a remainder) decides which
 ops run, and it depends on B; so ``replay_training_step`` takes a ``batch`` hint and its lines in B
 hold for the batches that split alike (every B when E divides S·k and S·k >= 2·E: ``moe_lines_in_batch``).
+Under expert parallel (``replay_training_step(ep=...)``, fp32 and bf16) one rank's dispatch, experts and
+combine replace the routed part (``_ep_routed_forward``, ``_ep_routed_backward``), with the row counts of
+``analytic.expert_parallel`` and FSDP2's expert-unit events (``analytic.fsdp`` rule 7).
 
 Notation: T = B·S tokens; e = bytes per element of the model dtype; RMSNorm computes in
 fp32 (4 bytes) and, for a 16-bit model, keeps fp32 copies instead of its input.
@@ -33,6 +36,7 @@ fp32 (4 bytes) and, for a 16-bit model, keeps fp32 copies instead of its input.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -40,6 +44,7 @@ from ..config import AccountingError, ModelConfig
 from ..names import DEVICES, DTYPE_BYTES
 from ..phases import PHASES, PhaseBytes, StepMemory
 from ..setup import TrainingSetup
+from .expert_parallel import expert_parallel_split
 from .fsdp import FsdpEvents, FsdpUnits
 from .params import parameter_breakdown
 from .sizes import Sizes, check_batch_seq
@@ -348,16 +353,54 @@ class _MoeSplit:
     expert in one (E, q, d) batch ("full") and the last ``rem`` = T·k mod E slots one each to experts
     0..rem−1 ("remainder").  Which parts exist (and whether the full part's reshape copies: q > 1)
     depends on B through T·k mod E, so the replay takes the batch as a hint: its sizes are exact lines
-    in B for every batch with the same ``rem`` and the same parts (B ≡ batch modulo E / gcd(S·k, E))."""
+    in B for every batch with the same ``rem`` and the same parts (B ≡ batch modulo E / gcd(S·k, E)).
 
-    __slots__ = ("q", "rem")
+    Expert parallel (``ranks`` > 1; ``_ep_routed_forward``): none of those parts runs (q = rem = 0);
+    ep rank ``rank``'s experts (``analytic.expert_parallel``) run a batched part of ``ranks``·⌊T·k/E⌋
+    rows per expert and a part of ``ranks`` rows for each of its first ``extra`` experts (``ep_parts``);
+    ``events``: FSDP2's expert-unit events and the block's index (``FsdpEvents.experts_*``), bound per
+    block by ``_block``."""
 
-    def __init__(self, cfg: ModelConfig, seq: int, batch: int):
-        self.q, self.rem = divmod(batch * seq * cfg.experts_per_token, cfg.num_experts)
+    __slots__ = ("ep_q", "ep_rem", "events", "extra", "q", "ranks", "rem")
+
+    def __init__(self, cfg: ModelConfig, seq: int, batch: int, ep: tuple[int, int] = (1, 0)):
+        slots = batch * seq * cfg.experts_per_token
+        self.ranks = ep[0]
+        split = divmod(slots, cfg.num_experts)
+        self.q, self.rem = split if self.ranks == 1 else (0, 0)
+        self.ep_q, self.ep_rem = split if self.ranks > 1 else (0, 0)
+        self.extra = expert_parallel_split(slots, cfg.num_experts, *ep).extra_experts if self.ranks > 1 else 0
+        self.events: tuple[FsdpEvents, int] | None = None
 
     def full_rows(self, z: Sizes) -> Affine | int:
         """q·E = T·k − rem slots, a line in B (0 without a full part)."""
         return z.T * z.cfg.experts_per_token - self.rem if self.q else 0
+
+    def ep_parts(self, z: Sizes) -> tuple[tuple[Affine | int, int], ...]:
+        """Expert parallel: (rows, experts) of each part this rank's experts run, in call order: the
+        batched one, G·ranks·q = E·q rows over the G = E/ep local experts; the extra one, ranks rows
+        for each of ``extra`` experts (``analytic.expert_parallel`` item 3)."""
+        batched = z.T * z.cfg.experts_per_token - self.ep_rem  # E·⌊T·k/E⌋ = T·k − T·k mod E, a line in B
+        full = ((batched, z.cfg.num_experts // self.ranks),) if self.ep_q else ()
+        return full + (((self.ranks * self.extra, self.extra),) if self.extra else ())
+
+    def received(self, z: Sizes) -> Affine | int:
+        """Rows this rank's experts receive: E·q + ranks·extra (the parts' sum), a line in B."""
+        return sum((rows for rows, _ in self.ep_parts(z)), 0)
+
+    def in_block(self, units: FsdpEvents | None, i: int) -> _MoeSplit:
+        """This split with block i's expert-unit events bound (expert parallel under FSDP2), else itself."""
+        if self.ranks == 1 or units is None or units.experts(i) is None:
+            return self
+        out = copy.copy(self)
+        out.events = (units, i)
+        return out
+
+    def unit(self, r: _Replay, event: str, *args) -> None:
+        """FSDP2's expert-unit ``event`` (``FsdpEvents.experts_<event>``), if bound."""
+        if self.events is not None:
+            units, i = self.events
+            getattr(units, f"experts_{event}")(r, i, *args)
 
 
 def _moe_forward(r: _Replay, z: Sizes, m: _MoeSplit, recompute: bool = False, cached: bool = False) -> None:
@@ -377,6 +420,8 @@ def _moe_forward(r: _Replay, z: Sizes, m: _MoeSplit, recompute: bool = False, ca
     r(+TE, +Tr, +TE, -TE, -TE)  # exp (saved), Σ (saved, T·e), divide (T·E·e); z and the logits die on return
     r(+z.T * k * e, +z.T * k * 8, -TE)  # topk: values T·k·e (saved by the weighting), int64 indices (saved); probs die
     r(+Tkd)  # repeat_interleave: (T, d) -> (T·k, d), a copy T·k·d·e (saved, as views, by every expert bmm)
+    if m.ranks > 1:
+        _ep_routed_forward(r, z, m, n, recompute)
     if m.q:  # (q·E, d) -> (E, q, d): bmm w1, sigmoid, silu, bmm w3, gate (all saved, F·d_e·e each); bmm w2 (F·d·e)
         r(+Fde * n, +Fde, +Fde, +Fde * n, +Fde, +Fd * n)
         if m.q > 1:
@@ -403,8 +448,11 @@ def _moe_forward(r: _Replay, z: Sizes, m: _MoeSplit, recompute: bool = False, ca
 def _moe_unsaved_parts(z: Sizes, m: _MoeSplit) -> tuple:
     """The expert outputs that are not ``routed`` (so saved by nothing), freed when the forward returns:
     with a cat both parts' w2 outputs (and the full part's reshape copy); without, the full part's w2
-    output when the reshape copied it."""
+    output when the reshape copied it.  Expert parallel (``_ep_routed_forward`` frees its own locals): the
+    repeated slots, which the dispatch's index_select does not save (it keeps only the index)."""
     c, e = z.cfg, z.e
+    if m.ranks > 1:
+        return (-z.act(c.d_model) * c.experts_per_token,)
     Fd, Rd = m.full_rows(z) * c.d_model * e, m.rem * c.d_model * e
     if m.q and m.rem:
         return (-Rd, -Fd, -(Fd if m.q > 1 else 0))
@@ -426,6 +474,8 @@ def _moe_forward_unsaved(r: _Replay, z: Sizes, m: _MoeSplit, cached: bool = Fals
     r(-TE, -TE, -Tr, -TE * k0)  # on return z, exp, Σ and the logits die
     r(+Tk, +Ti, -TE, -Ti)  # topk: values, indices; the probabilities and the indices die
     r(+Tkd)  # repeat_interleave (a copy)
+    if m.ranks > 1:
+        _ep_routed_forward_unsaved(r, z, m, k0)
     for rows_de, rows_d, present in ((Fde, Fd, m.q), (Rde, Rd, m.rem)):
         if present:  # bmm w1; sigmoid; silu (sigmoid, w1 output die); bmm w3; gate (silu, w3 output die); bmm w2
             r(+rows_de, +rows_de, +rows_de, -rows_de, -rows_de * k0, +rows_de, +rows_de, -rows_de, -rows_de * k0)
@@ -442,22 +492,86 @@ def _moe_forward_unsaved(r: _Replay, z: Sizes, m: _MoeSplit, cached: bool = Fals
         r(+Td, -Sf, +Td, -Td * k0, -Td)  # w2; gate dies; routed + shared; both summands die
     # on return: the weights, the slots, both parts' w2 outputs (kept by the SAC cache), the reshape copy
     # and the cat
+    if m.ranks > 1:
+        r(-Tkd)  # expert parallel: ``routed`` (``_ep_routed_forward_unsaved``'s last index_select)
     full_copy = Fd if m.q > 1 else 0
     r(-Tk, -Tkd, -Fd * k0, -Rd * k0, -full_copy, -(Tkd if m.q and m.rem else 0))
 
 
+def _ep_routed_forward(r: _Replay, z: Sizes, m: _MoeSplit, n: int, recompute: bool = False) -> None:
+    """``MixtureOfExperts._routed_expert_parallel`` (model/moe.py), autograd saving, on the repeated slots
+    (T·k, d): ends with ``routed`` (T·k, d, slot order) live, and the dispatched rows (R, d, local order:
+    R = ``m.received``) saved, as views, by the experts' bmms.  ``n``, ``recompute``: as ``_moe_forward``
+    (a rerun's expert-unit events are FSDP2's in backward: ``FsdpEvents.experts_pre_rerun``)."""
+    c, e = z.cfg, z.e
+    d, de = c.d_model, c.expert_width
+    Tkd, Rd = z.act(d) * c.experts_per_token, m.received(z) * d * e
+    Ti, Ri = _ep_index_bytes(z, m)  # each index_select saves its index
+    r(+Ti, +Tkd)  # index_select of the slots by expert: what is sent (T·k, d)
+    r(+Rd)  # dispatch all_to_all: (R, d) received, by source
+    r(+Ri, +Rd)  # index_select to local expert order (saved by the bmms)
+    m.unit(r, "pre_rerun" if recompute else "pre_forward")
+    outs = 0  # the parts' w2 outputs, saved by nothing (a rerun's taken from the SAC cache die too)
+    for rows, _ in m.ep_parts(z):  # bmm w1, sigmoid, silu, bmm w3, gate (saved, rows·d_e·e each); bmm w2
+        Pde = rows * de * e
+        r(+Pde * n, +Pde, +Pde, +Pde * n, +Pde, +rows * d * e * n)
+        outs = outs + rows * d * e
+    m.unit(r, "post_rerun" if recompute else "post_forward")
+    cat = Rd if len(m.ep_parts(z)) > 1 else 0  # two parts: their (rows, d) views cat; one: a view
+    r(+cat, +Ri, +Rd, +Tkd, +Ti, +Tkd)  # index_select back to source order; combine all_to_all; to slot order
+    r(-Tkd, -Rd, -outs, -cat, -Rd, -Tkd)  # on return: the sent slots, the received, the w2 outputs, cat, back, combined
+
+
+def _ep_index_bytes(z: Sizes, m: _MoeSplit) -> tuple[Affine | int, Affine | int]:
+    """The int64 indices of the dispatch's index_selects, T·k·8 (slots) and R·8 (received rows) bytes:
+    ``torch.tensor`` of a Python list, made outside any dispatch mode, so a plain run allocates them
+    and the storage tracker (traced) does not see them (0, 0)."""
+    if not z.plain:
+        return 0, 0
+    return z.T * z.cfg.experts_per_token * 8, m.received(z) * 8
+
+
+def _ep_routed_forward_unsaved(r: _Replay, z: Sizes, m: _MoeSplit, k0: int) -> None:
+    """``_ep_routed_forward`` inside a checkpoint: nothing saved; the locals die as Python drops them
+    (the dispatched rows on return); ends with ``routed`` live.  ``k0``: as ``_moe_forward_unsaved``."""
+    c, e = z.cfg, z.e
+    d, de = c.d_model, c.expert_width
+    Tkd, Rd = z.act(d) * c.experts_per_token, m.received(z) * d * e
+    Ti, Ri = _ep_index_bytes(z, m)  # each dies with its index_select
+    r(+Ti, +Tkd, -Ti, +Rd, +Ri, +Rd, -Ri)  # index_select by expert; dispatch all_to_all; index_select to local order
+    m.unit(r, "pre_forward")
+    outs = 0
+    for rows, _ in m.ep_parts(z):  # bmm w1; sigmoid; silu (sigmoid, w1 output die); bmm w3; gate (silu, w3 die)
+        Pde = rows * de * e
+        r(+Pde, +Pde, +Pde, -Pde, -Pde * k0, +Pde, +Pde, -Pde, -Pde * k0)
+        r(+rows * d * e, -Pde)  # bmm w2; the gate dies
+        outs = outs + rows * d * e * k0
+    m.unit(r, "post_forward")
+    cat = Rd if len(m.ep_parts(z)) > 1 else 0
+    r(+cat, +Ri, +Rd, -Ri, +Tkd, +Ti, +Tkd, -Ti)  # cat; index_select back; combine all_to_all; to slot order
+    r(-Tkd, -Rd, -Rd, -outs, -cat, -Rd, -Tkd)  # on return: sent, received, local rows, w2 outputs, cat, back, combined
+
+
 def _expert_branch_backward(
-    r: _Replay, z: Sizes, p: dict[str, int], rows: Affine | int, experts: int, last: bool, join: bool
+    r: _Replay,
+    z: Sizes,
+    p: dict[str, int],
+    rows: Affine | int,
+    experts: int,
+    last: bool,
+    join: bool,
+    held: Affine | int | None = None,
 ) -> None:
     """Backward of one ``Experts`` call on (experts, rows/experts, d) inputs: each bmm gives dW for its
     ``experts`` weight rows, which ``weight[:G]``'s slice backward copies into zeros (E, out, in); ``join``:
     the other part's gradient of each weight waits in its AccumulateGrad buffer and this one joins it;
-    ``last``: the last part run, whose bmms release d(routed) and the repeated slots (T·k·d·e each)."""
+    ``last``: the last part run, whose bmms release d(routed) and the repeated slots (``held`` bytes each:
+    T·k·d·e; expert parallel: the received rows' gradient and the rows themselves, R·d·e)."""
     c, e = z.cfg, z.e
     d, de, k = c.d_model, c.expert_width, c.experts_per_token
-    Tkd = z.act(d) * k
+    held = z.act(d) * k if held is None else held
     Rde, Rd, W = rows * de * e, rows * d * e, experts * de * d * e
-    last_of = (-Tkd,) if last else ()
+    last_of = (-held,) if last else ()
 
     def weight(name: str) -> None:
         full = p[f"moe.experts.{name}"]
@@ -474,6 +588,33 @@ def _expert_branch_backward(
     r(+Rde, -Rde, -Rde, _Copy(Rde), -Rde)  # sigmoid backward; sum of the two paths
     r(+W, +Rd, -Rde, *last_of, _Copy(Rd), -Rd)  # w1 bmm: dW, dx; [the slots die]; dx joins w3's (fresh: in place)
     weight("w1")
+
+
+def _ep_routed_backward(r: _Replay, z: Sizes, p: dict[str, int], m: _MoeSplit, rerun: bool = False) -> None:
+    """Backward of ``_ep_routed_forward``: from d(routed) (T·k, d) to d(slots) (T·k, d), both live
+    (the caller's repeat_interleave backward sums the latter).  Each index_select backward is zeros and
+    an ``index_add_`` into them (out of place when traced: ``_Copy``); each all-to-all's backward is the
+    reverse all-to-all of the gradient; the parts run last-created first, the batched part last.
+    ``rerun``: a checkpoint's rerun has unsharded the experts (``FsdpEvents.experts_pre_backward``)."""
+    c, e = z.cfg, z.e
+    d = c.d_model
+    Tkd, Rd = z.act(d) * c.experts_per_token, m.received(z) * d * e
+    Ti, Ri = _ep_index_bytes(z, m)  # each released by its index_select's backward
+    r(+Tkd, _Copy(Tkd), -Tkd, -Ti)  # index_select (slot order) backward; d(routed) dies
+    r(+Rd, -Tkd)  # combine all_to_all backward: (R, d) back from every rank; its input dies
+    r(+Rd, _Copy(Rd), -Rd, -Ri)  # index_select (source order) backward: d(cat), viewed by every part
+    m.unit(r, "pre_backward", rerun)
+    parts = m.ep_parts(z)
+    for j, (rows, experts) in reversed(list(enumerate(parts))):
+        _expert_branch_backward(r, z, p, rows, experts, last=j == 0, join=j == 0 and len(parts) > 1, held=Rd)
+    m.unit(r, "post_backward")
+    for rows, _ in reversed(parts):
+        r(+Rd, -rows * d * e)  # the part's slice of the local rows, backward: zeros (R, d); its grad dies
+    if len(parts) > 1:
+        r(_Copy(Rd), -Rd)  # the two slice backwards summed (fresh: in place when plain)
+    r(+Rd, _Copy(Rd), -Rd, -Ri)  # index_select (local order) backward
+    r(+Tkd, -Rd)  # dispatch all_to_all backward: (T·k, d) back to the slots' ranks; its input dies
+    r(+Tkd, _Copy(Tkd), -Tkd, -Ti)  # index_select (by expert) backward: d(slots)
 
 
 def _moe_grad_copy(z: Sizes, m: _MoeSplit | None) -> Affine | int:
@@ -510,6 +651,8 @@ def _moe_backward(
         # saved weights and routed die
         r(+Tkd, +Tkd, +Tk, -Tkd, -Tkd, -Tk, -Tkd)
     F = m.full_rows(z)
+    if m.ranks > 1:
+        _ep_routed_backward(r, z, p, m, rerun)
     if m.rem:  # created last, run first: the remainder's (R, 1, d) bmms over experts 0..R-1
         _expert_branch_backward(r, z, p, m.rem, m.rem, last=not m.q, join=False)
         r(+Tkd, -m.rem * d * e)  # slots[q·E:] slice backward: zeros (T·k, d); the (R, 1, d) grad dies
@@ -560,6 +703,7 @@ def _layer_runs(
 
 def _block(q: _Replay, m, i: int, body, units: FsdpEvents | None, backward: bool) -> None:
     """One block, between FSDP2's pre- and post- hooks of its unit (if sharded)."""
+    m = m.in_block(units, i) if m is not None else None
     if units is None:
         body(q, m)
     elif backward:
@@ -583,6 +727,8 @@ def _layer_forward(
     Sc, Sr = z.scores, z.score_rows
     n = 0 if cached else 1  # 0: a matmul output handed back by the SAC cache
     sp, Tr = z.sp > 1, z.residual  # Tr: the residual stream (T/M rows under sequence parallel)
+    # CPU, naive: the wrapped 1/√d_head a rerun's scale node holds until the rerun's graph dies, at its early stop
+    unwound = z.wrap(z.e)[0] if recompute and not z.sdpa else 0
     _norm_forward(r, z, z.rows, c.d_model)  # ln1
     _sp_all_gather(r, z)  # its output gathered (saved by q, k, v)
     _qkv_forward(r, z, n)
@@ -606,8 +752,8 @@ def _layer_forward(
         else:
             r(+Td * n, +Td, -Td)  # output projection; residual add; the projection's output dies
     else:
-        w8, we = z.wrap(z.e)  # CPU: the wrapped 1/√d_head, saved until the scale's backward (a rerun's dies at once)
-        r(+Sc * n, +w8, +we, +Sc, -we, -w8 * recompute, -Sc)  # QKᵀ; · 1/√d_head; raw scores die
+        w8, we = z.wrap(z.e)  # CPU: the wrapped 1/√d_head, saved until the scale's backward (a rerun's: ``unwound``)
+        r(+Sc * n, +w8, +we, +Sc, -we, -Sc)  # QKᵀ; · 1/√d_head; raw scores die
         r(+z.e, +Sc, -z.e, -Sc)  # where(mask, scores, -inf)
         r(+Sr, +Sc, -Sr)  # softmax: z = x − max(x)
         if z.softmax32:  # z.float(), exp (saved), the copy dies, Σ (saved), divide, z dies, to bf16 (saved by AV)
@@ -629,6 +775,7 @@ def _layer_forward(
     if moe is not None:
         _moe_forward(r, z, moe, recompute, cached)
         if recompute:  # early stop (see ``_moe_forward``)
+            r(-unwound)
             if z.e != 4:
                 r(-Td)  # 16-bit: the middle stream (unsaved: ln2 kept an fp32 copy) dies as the rerun unwinds
             return
@@ -638,6 +785,7 @@ def _layer_forward(
         return
     r(+Tf * n, +Tf, +Tf, +Tf * n, +Tf)  # w1, sigmoid, silu, w3, gate (all saved)
     if recompute:  # checkpoint's early stop: w2's inputs were the block's last saved tensors
+        r(-unwound)
         if sp:
             r(-Tr)  # ln2's own output (w1, w3 saved the gathered one) dies as the rerun unwinds
         if z.e != 4:
@@ -1436,6 +1584,7 @@ def replay_training_step(
     batch: int = 1,
     units: FsdpUnits | None = None,
     sp: int = 1,
+    ep: tuple[int, int] = (1, 0),
 ) -> StepInBatch:
     """Replay one training step with the batch B as a variable (see the module docstring).
 
@@ -1456,7 +1605,10 @@ def replay_training_step(
     (whole parameters and AdamW state): the caller shifts it to the rank's shards.  ``sp``: a
     sequence-parallel rank of ``sp`` ranks (``cfg`` the TP-local model, dense blocks): the residual
     stream and the norms at T/M rows, with the all-gathers and reduce-scatters around the projections
-    (``_sp_all_gather``, ``_sp_reduce_scatter``)."""
+    (``_sp_all_gather``, ``_sp_reduce_scatter``).  ``ep``: (ranks, rank): ep rank ``rank`` of an
+    expert-parallel job (``cfg`` the whole model; ``units`` with the experts' own unit): its E/ep experts'
+    gradients, its dispatch and combine (``_ep_routed_forward``, ``_ep_routed_backward``); the
+    baseline stays the whole model's, as with ``units``."""
     from .memory import adamw_step_counter_bytes, adamw_step_temporary_bytes
 
     setup, dtype = as_setup(setup, dtype, optimizer)
@@ -1467,7 +1619,11 @@ def replay_training_step(
     check_device(device)
     if sp > 1 and (cfg.moe or seq % sp):
         raise ValueError("sequence parallel is replayed for dense blocks, S divisible by M")
-    split = _MoeSplit(cfg, seq, batch) if cfg.moe else None
+    if ep[0] > 1 and (not cfg.moe or setup.autocast):
+        raise ValueError(
+            "expert parallel is replayed for a mixture of experts in fp32 and bf16 (the amp blocks lack it)"
+        )
+    split = _MoeSplit(cfg, seq, batch, ep) if cfg.moe else None
     plain = mode == "plain"
     softmax32 = units is not None and units.float_logits
     cpu, cuda = plain and device == "cpu", device == "cuda"
@@ -1477,6 +1633,8 @@ def replay_training_step(
     pb = parameter_breakdown(cfg)
     params = pb.total * e
     p = {it.key.removeprefix("layers.*."): it.per_layer * e for it in pb if it.per_layer is not None}  # gradients
+    for key in ("moe.experts.w1", "moe.experts.w2", "moe.experts.w3") if ep[0] > 1 else ():
+        p[key] //= ep[0]  # expert parallel: the rank's E/ep experts' gradients
     rope_buffers = 2 * c.context_length * (c.d_head // 2) * 4  # fp32 cos and sin tables
     counters = adamw_step_counter_bytes(cfg, optimizer, device)
     baseline = 3 * params + rope_buffers + counters + 2 * 8 * T  # params, exp_avg, exp_avg_sq; int64 token ids
@@ -1623,7 +1781,9 @@ def traced_minus_plain(
        embedding's gradient joins the LM head's, a transposed view: both runs copy); a mixture of
        experts adds each expert matrix's two parts (E·out·in·e), each part's w1 + w3 dx, the two slot
        slices (T·k·d·e), the shared experts' w1 + w3 dx, the router's dx (T·d·e) and top-k's scatter
-       into zeros (T·E·e, ``value_selecting_reduction_backward``);
+       into zeros (T·E·e, ``value_selecting_reduction_backward``); expert parallel's index_selects
+       (``index_select_backward``: ``index_add_`` into zeros, T·k·d·e and R·d·e) and the two parts' slices
+       of the received rows (R·d·e);
     2. ``gather_backward`` (torch/csrc/autograd/FunctionsManual.cpp): ``zeros.scatter_add_`` vs
        ``zeros.scatter_add``, a copy of T·V·e (e of the loss: 4 under amp-bf16);
     3. ``index_backward``: ``zeros.index_put_`` vs ``index_put``, a copy of V·d·e (the embedding).

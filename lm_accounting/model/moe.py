@@ -21,16 +21,15 @@ sorted by expert, go to the experts' ranks in one ``all_to_all_single`` (dispatc
 experts on the rows it received from every rank and sends them back in a second one (combine).  The
 routing is the same balanced rule, so the splits are known without exchanging counts (torchtitan
 exchanges them in a first, small all-to-all): expert e gets n_e = ⌊T·k/E⌋ + [e < T·k mod E] slots from
-every rank, and rank j receives ep · Σ_{e of j} n_e rows.
+every rank, and rank j receives ep · Σ_{e of j} n_e rows (``analytic.expert_parallel``).
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 from torch import nn
 
+from lm_accounting.analytic.expert_parallel import expert_parallel_plan
 from lm_accounting.model.layers import Linear, SwiGLU, silu, softmax
 
 Tensor = torch.Tensor
@@ -151,30 +150,3 @@ def _inverse(perm: list[int]) -> list[int]:
     for i, p in enumerate(perm):
         out[p] = i
     return out
-
-
-class ExpertParallelPlan(NamedTuple):
-    by_expert: list[int]  # the slots sorted by expert (stable): what is sent, in order
-    sent: list[int]  # rows sent to each rank
-    received: list[int]  # rows received from each rank
-    local_order: list[int]  # the received rows, expert-major (see ``expert_parallel_plan``)
-    full_rows: int  # rows of every local expert in the batched part: ranks·⌊n/E⌋
-    extra_experts: int  # local experts with one more row from every source (a prefix)
-
-
-def expert_parallel_plan(n: int, experts: int, ranks: int, rank: int) -> ExpertParallelPlan:
-    """The static splits of one rank's n = T·k slots (slot s to expert s mod E): expert e has
-    c_e = q + [e < n mod E] of them on every rank, q = ⌊n/E⌋; rank j holds experts j·G … j·G + G − 1
-    (G = E/ep) and receives Σ_{e of j} c_e rows from every rank, source-major, then by expert.
-    ``local_order`` puts them expert-major: for each local expert, q rows from every source (a batched
-    (G, ranks·q, d) part), then for the experts with c_e = q + 1 (a prefix) one more from every source."""
-    G = experts // ranks
-    q, rem = divmod(n, experts)
-    count = [q + (e < rem) for e in range(experts)]
-    by_expert = [a * experts + e for e in range(experts) for a in range(count[e])]
-    sent = [sum(count[j * G : (j + 1) * G]) for j in range(ranks)]
-    mine = count[rank * G : (rank + 1) * G]
-    start = [sum(mine[:i]) for i in range(G)]  # local expert i's first row in each source's block
-    full = [s * sent[rank] + start[i] + a for i in range(G) for s in range(ranks) for a in range(q)]
-    extra = [s * sent[rank] + start[i] + q for i in range(G) if mine[i] > q for s in range(ranks)]
-    return ExpertParallelPlan(by_expert, sent, [sent[rank]] * ranks, full + extra, ranks * q, sum(c > q for c in mine))
