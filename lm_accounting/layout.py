@@ -82,10 +82,14 @@ class ParallelLayout:
             raise AccountingError(
                 f"1F1B with pp={self.pp} needs at least {self.pp} micro-batches, got {self.micro_batches}"
             )
-        if self.ep > 1 and (self.dp % self.ep or not self.fsdp):
+        if self.ep > 1 and not self.fsdp:
             raise AccountingError(
-                f"ep={self.ep} needs FSDP2 (zero 2 or 3) over a data-parallel degree it divides (dp={self.dp}, "
-                f"zero {self.zero}): expert parallel borrows its ranks from dp, as torchtitan does"
+                f"ep={self.ep} needs FSDP2 (--zero 2 or 3, got {self.zero}): expert parallel borrows its ranks"
+                " from FSDP2's data-parallel ranks, as torchtitan does"
+            )
+        if self.ep > 1 and self.dp % self.ep:
+            raise AccountingError(
+                f"ep={self.ep} does not divide dp={self.dp}: expert parallel borrows its ranks from dp, as torchtitan does"
             )
 
     @property
