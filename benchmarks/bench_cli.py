@@ -16,7 +16,8 @@ Peers (issue 8, item 10):
   step under torch's ``MemTracker``.  Target: MemTracker >= 6 x ``memory --measure meta``.
   ``bench_tracker.py`` compares the two trackers on the tracked step alone, in one process.
 Other targets on a 2-core machine: headline < 0.6 s, report < 60 s, infer (issue 12: Llama-3-8B,
-P = 2048, G = 512, B = 32 on an H100) < 0.3 s without importing torch.
+P = 2048, G = 512, B = 32 on an H100) < 0.3 s without importing torch, plan-70b (issue 11: Llama-3.1-70B
+over 8..1024 GPUs, >= 1,000 candidate layouts) < 2 s without importing torch.
 """
 
 from __future__ import annotations
@@ -77,6 +78,11 @@ SCENARIOS = {  # name -> (kind, arguments, runs); kind is CLI or a peer's source
         CLI,
         ["infer", "llama-3-8b", "--prompt", "2048", "--generate", "512", "--batch", "32", "--gpu", "h100-80gb"],
         15,
+    ),
+    "plan-70b": (  # issue 11: >= 1,000 candidate layouts
+        CLI,
+        ["plan", "llama-3.1-70b", "--gpus", "8..1024", "--context", "8192", "--tokens", str(15 * 10**12)],
+        5,
     ),
     "report": (CLI, ["report", "--out", os.path.join(tempfile.gettempdir(), "lm-accounting-bench-report")], 1),
 }

@@ -428,4 +428,4 @@ def test_big_presets_build_on_meta_cheaply():
     for name, r in res.items():
         assert r["meta"], name
         assert r["grown"] < 200e6, (name, r)
-        assert r["seconds"] < 2.0, (name, r)
+        assert r["seconds"] < 30, (name, r)  # a hang guard only: speed is measured in benchmarks/, not asserted
