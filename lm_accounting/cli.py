@@ -316,7 +316,11 @@ def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
     @click.option("--tp", type=POSITIVE, help="Tensor-parallel degree (Megatron column/row splits).")
     @click.option("--sp", is_flag=True, help="Sequence parallel (with --tp).")
     @click.option("--vocab-parallel", is_flag=True, help="Vocab-parallel embedding, LM head and loss (with --tp).")
-    @click.option("--pp", type=POSITIVE, help="Pipeline stages, 1F1B (estimated peaks).")
+    @click.option(
+        "--pp",
+        type=POSITIVE,
+        help="Pipeline stages, 1F1B (peaks exact for pipeline parallel alone, estimated beside --dp/--tp).",
+    )
     @click.option("--ep", type=POSITIVE, help="Expert parallel over the dp ranks (MoE, FSDP2; torchtitan's rules).")
     @click.option("--micro-batches", type=POSITIVE, help="Micro-batches per step under --pp (default: pp).")
     @click.option(

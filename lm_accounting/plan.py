@@ -195,7 +195,7 @@ def _evaluate(cfg, seq, b, k, setup, lay, g: GPU, mfu, internode, allowance) -> 
             dp += (k if c.kind == "all_gather" else 1) * wire_bytes(c, n)
     return Candidate(
         lay, setup.checkpoint, b, k, per_gpu, compute, _seconds(dp, dp_link), _seconds(tp, nvlink),
-        _seconds(pp, dp_link), _seconds(ep, ep_link), peaks_exact(setup, lay) and not not_modelled(cfg, seq, setup, lay),
+        _seconds(pp, dp_link), _seconds(ep, ep_link), peaks_exact(setup, lay, cfg) and not not_modelled(cfg, seq, setup, lay),
     ), per_gpu  # fmt: skip
 
 

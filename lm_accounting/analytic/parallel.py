@@ -503,12 +503,15 @@ def sp_replayed(layout: ParallelLayout) -> int:
     return m if layout.sequence_parallel and m > 1 else 1
 
 
-def peaks_exact(setup: TrainingSetup, layout: ParallelLayout) -> bool:
+def peaks_exact(setup: TrainingSetup, layout: ParallelLayout, cfg: ModelConfig | None = None) -> bool:
     """Whether ``rank_step``'s forward and backward peaks are byte-exact against the fake-PG job, by
-    layout and setup (``fsdp_peaks_exact``, ``tp_peaks_exact``).  Pipeline stages: never (estimates;
-    ``analytic.pipeline``)."""
+    layout and setup (``fsdp_peaks_exact``, ``tp_peaks_exact``).  Pipeline stages (``cfg`` needed):
+    exact where ``analytic.pipeline.stage_replayed`` (pipeline parallel alone, a dense untied model),
+    else estimates."""
     if layout.pp > 1:
-        return False
+        from .pipeline import stage_replayed
+
+        return cfg is not None and stage_replayed(cfg, setup, layout)
     return fsdp_peaks_exact(layout, setup) if layout.fsdp else tp_peaks_exact(layout, setup)
 
 

@@ -48,7 +48,7 @@ class ParallelMemory(Result):
     collectives: tuple[Collective, ...]
     allowance: int
     budget: int
-    peaks_exact: bool  # False: PP, and where ``tp_peaks_exact`` / ``fsdp_peaks_exact`` say so (ends exact)
+    peaks_exact: bool  # False: PP beside DP/TP (``stage_replayed``), and where ``tp_peaks_exact`` / ``fsdp_peaks_exact`` say so (ends exact)
     stage: int | None = None  # pipeline stage of the worst rank (pp > 1)
     measured: Any = None  # measure.distributed.RankMeasurement
     plain_cpu: tuple[StepMemory, StepMemory] | None = None  # (predicted, measured): the plain run, CPU allocator
@@ -206,7 +206,7 @@ def parallel_memory(
         tuple(step_collectives(cfg, seq, batch, setup, layout, rank=st.rank)),
         allowance,
         budget,
-        not missing and peaks_exact(setup, layout),
+        not missing and peaks_exact(setup, layout, cfg),
         stage,
         not_modelled=tuple(missing),
     )

@@ -1,61 +1,122 @@
 """Pipeline parallel (1F1B): the worst stage's memory.  No torch.
 
-The peaks are ESTIMATES (``pipeline_stages``).  One stage of the real job (torch 2.13's
-``PipelineStage`` + ``Schedule1F1B`` on the fake process group, ``measure.pipeline.measure_stage``)
-is measured in ``tests/test_pipeline_measured.py``: its baseline (``stage_baseline``) and the
-schedule's receive buffers (``schedule_buffers``) are exact; the estimated peaks are within the
-bound stated there, for the reasons given there.
+Pipeline parallel alone (dp = tp = ep = 1; a dense, untied model): each stage's step is REPLAYED
+(``stage_step``, ``stage_replayed``): one micro-batch's forward, loss and backward on the stage's
+blocks (``analytic.replay``'s own block replays) placed in torch 2.13's ``Schedule1F1B`` order with
+the schedule's references to outputs, input gradients and losses (``_schedule``).  Byte-exact
+against one stage of the real job (``PipelineStage`` + ``Schedule1F1B`` on the fake process group,
+``measure.pipeline.measure_stage``): every phase's peak and end on the grid of
+``tests/test_pipeline_measured.py`` (pp 2 and 4, m = P and 2P, stages 0, middle and P − 1, fp32,
+bf16, amp-bf16, no/full/selective checkpointing, naive and sdpa attention, B 1 and 2; AdamW foreach).
+
+Beside data or tensor parallel (``world > pp``), or with a mixture of experts or a tied head, the
+peaks stay an ESTIMATE (``_stage_estimate``): baseline + k × saved activations, the gradients
+counted twice and the receive buffers left out (the bound measured before this replay existed:
+−7 % .. +25 % of the measured peak on the tiny grid, pipeline parallel alone).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from functools import lru_cache
+from typing import NamedTuple
 
 from ..config import ModelConfig
 from ..layout import ParallelLayout
+from ..names import DTYPE_BYTES
 from ..phases import PhaseBytes, StepMemory
 from ..setup import TrainingSetup
-from .parallel import element_bytes, model_states, saved_activations, single_rank_step, stage_layers
+from . import replay as rp
+from .parallel import (
+    adamw_temporary,
+    element_bytes,
+    model_states,
+    saved_activations,
+    single_rank_step,
+    stage_layers,
+)
+from .params import parameter_breakdown
+from .sizes import Sizes
 
 
-def pipeline_stages(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout):
-    """1F1B over P stages and m micro-batches (an ESTIMATE: see the module docstring).  Stage s keeps the saved activations of k = min(P − s, m)
-    micro-batches at once (1F1B's warm-up depth); one micro-batch saves its blocks' share of the
-    per-layer activations, plus on the last stage the final norm's, LM head's and cross-entropy's.
-    Peak ESTIMATE per stage: baseline (its model states, ``model_states`` over its parameters) +
-    k × its activations + the last stage's cross-entropy transient (the single-GPU replay's forward
-    peak above its forward end).  Returns (stage, plain step, traced step, states, activations) of
-    the stage with the highest peak: stage 0 (the most micro-batches in flight, the first L mod P
-    stages one block more) or the last (the head); a middle stage has fewer of both."""
+def pipeline_stages(
+    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout
+) -> tuple[int, StepMemory, StepMemory, object, int]:
+    """1F1B over P stages and m micro-batches: (stage, plain step, traced step, states, activations) of
+    the stage with the highest peak.  Pipeline parallel alone with a dense, untied model
+    (``stage_replayed``): every stage replayed (``stage_step``), exact against the measured stage on
+    ``tests/test_pipeline_measured.py``'s grid (every stage type: 0, middle, P − 1; fp32, bf16,
+    amp-bf16; every checkpointing; naive and sdpa; B 1 and 2).  Otherwise an ESTIMATE
+    (``_stage_estimate``) of stage 0 (the most micro-batches in flight, the first L mod P stages one
+    block more) and the last (the head)."""
+    exact = stage_replayed(cfg, setup, layout)
+    stages = range(layout.pp) if exact else sorted({0, layout.pp - 1})
     best = None
-    for s in sorted({0, layout.pp - 1}):  # stage 0 keeps the most micro-batches; the last, the head
-        step, st, act = stage_step(cfg, seq, batch, setup, layout, s)
+    for s in stages:
+        step, st, act = stage_step(cfg, seq, batch, setup, layout, s, mode="plain")
         if best is None or step.peak > best[1].peak:
-            best = (s, step, step, st, act)
+            traced = stage_step(cfg, seq, batch, setup, layout, s, mode="traced")[0] if exact else step
+            best = (s, step, traced, st, act)
     return best
 
 
-def stage_step(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, stage: int):
-    """(step ESTIMATE, model states, saved activations) of pipeline stage ``stage`` (see ``pipeline_stages``)."""
-    flat = ParallelLayout(
-        dp=layout.dp, zero=layout.zero, tp=layout.tp, sequence_parallel=layout.sequence_parallel,
-        vocab_parallel=layout.vocab_parallel,
-    )  # fmt: skip
-    per_layer, head = _activation_split(cfg, seq, batch, setup, flat)
-    r = single_rank_step(cfg, seq, batch, setup, flat, "plain")
-    states = dataclasses.replace(flat, pp=layout.pp, micro_batches=layout.pp)  # the states ignore m: one cache key
-    st = model_states(cfg, setup, states, stage=stage)
-    last = stage == layout.pp - 1
-    one = len(stage_layers(cfg.num_layers, layout.pp, stage)) * per_layer + (head if last else 0)
-    k = min(layout.pp - stage, layout.micro_batches)
-    base = st.total + 2 * 8 * batch * seq
-    act = k * one
-    transient = (r.forward.peak - r.forward.end) if last else 0
-    fwd = PhaseBytes(base + act + transient, base + act)
-    bwd = PhaseBytes(base + act + st.gradients + transient, base + st.gradients)
-    opt = PhaseBytes(base + st.gradients + st.owned_elements * element_bytes(setup), base)
-    return StepMemory(base, fwd, bwd, opt), st, act
+def stage_replayed(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout) -> bool:
+    """Whether ``stage_step`` replays the stage (exact) rather than estimating it: pipeline parallel
+    alone (the measured job), a dense model (no MoE split in the stage replay) with an untied head (the
+    measured stage; a tied head's second copy is not measured), and a model the single-GPU replay models."""
+    return (
+        layout.pp > 1
+        and layout.world == layout.pp
+        and not cfg.moe
+        and not cfg.tie_embeddings
+        and rp.replay_supported(cfg, setup)
+    )
+
+
+def stage_step(
+    cfg: ModelConfig,
+    seq: int,
+    batch: int,
+    setup: TrainingSetup,
+    layout: ParallelLayout,
+    stage: int,
+    mode: str = "plain",
+) -> tuple[StepMemory, object, int]:
+    """(step, model states, saved activations of the k = min(P − s, m) micro-batches in flight) of
+    pipeline stage ``stage``.  ``mode``: "traced" is what the storage tracker sees (the measured stage);
+    "plain" a run without a dispatch mode (``analytic.replay``'s traced-only copies left out; derived, not
+    measured: the measured stage runs under the storage tracker, a dispatch mode).
+
+    Replayed (``stage_replayed``), in the phases of ``measure.pipeline.measure_stage``:
+
+    1. baseline: ``stage_baseline`` (parameters, AdamW moments, RoPE tables, the step's ids or targets);
+    2. "forward" runs from ``Schedule1F1B.step`` to the stage's first ``backward_one_chunk``: the receive
+       buffers (``schedule_buffers``, allocated by ``_initialize_stage`` before the first forward), then the
+       1F1B warm-up, k = min(P − s, m) forwards (and on the last stage each micro-batch's loss);
+    3. "backward" is the rest of the schedule (steady state: one backward, one forward; cool-down: the
+       remaining backwards) and ``perform_reduce_grad`` (``p.grad.div_(m)``, in place);
+    4. each forward, loss and backward is one micro-batch replayed on the stage's blocks (``_chunks``),
+       placed where ``Schedule1F1B._step_microbatches`` runs it, with the schedule's references
+       (``_schedule``);
+    5. "optimizer_step": AdamW over the stage's gradients (``adamw_temporary``), then ``zero_grad``:
+       the end is the baseline and the receive buffers, which the stage keeps."""
+    rp.check_mode(mode)
+    if not stage_replayed(cfg, setup, layout):
+        return _stage_estimate(cfg, seq, batch, setup, layout, stage)
+    P, m = layout.pp, layout.micro_batches
+    st = model_states(cfg, setup, layout, stage=stage)
+    base = stage_baseline(cfg, seq, batch, setup, layout, stage)
+    buffers = schedule_buffers(cfg, seq, batch, setup, layout, stage)
+    blocks = len(stage_layers(cfg.num_layers, P, stage))
+    chunks = _chunks(cfg, seq, batch, setup, blocks, stage == 0, stage == P - 1, mode == "traced")
+    fwd, bwd = _schedule(P, m, stage, buffers, chunks)
+    z = Sizes(cfg, e=element_bytes(setup), setup=setup, plain=mode == "plain")
+    top = bwd.end + adamw_temporary(cfg, setup, layout, st) + rp.adamw_step_scalar_bytes(z)
+    opt = PhaseBytes(base + top, base + buffers)
+    step = StepMemory(
+        base, PhaseBytes(base + fwd.peak, base + fwd.end), PhaseBytes(base + bwd.peak, base + bwd.end), opt
+    )
+    return step, st, min(P - stage, m) * _stage_saved(cfg, seq, batch, setup, layout, stage)
 
 
 def stage_baseline(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, stage: int):
@@ -75,6 +136,303 @@ def schedule_buffers(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetu
     stage but the last (``_setup_backward_recv_info``), in the parameters' dtype."""
     sides = (stage > 0) + (stage < layout.pp - 1)
     return sides * layout.micro_batches * batch * seq * cfg.d_model * element_bytes(setup)
+
+
+class _Part(NamedTuple):
+    """One micro-batch's forward, loss or backward on the stage: its highest point above the bytes live
+    when it starts, and its net change."""
+
+    peak: int
+    net: int
+
+
+class _Chunks(NamedTuple):
+    forward: _Part
+    loss: _Part | None  # the last stage's cross-entropy
+    first_backward: _Part  # the step's first backward: each gradient kept as ``.grad``
+    later_backward: _Part  # later backwards: each gradient added into ``.grad``, then freed
+    output: int  # bytes of the stage's output (hidden states, or the last stage's logits)
+    input_grad: int  # bytes of the gradient of the stage's input (0 on stage 0: token ids)
+    loss_bytes: int  # the loss scalar each micro-batch leaves in ``_internal_losses`` (last stage)
+
+
+class _StageReplay(rp._Replay):
+    """``analytic.replay``'s running bytes with a pipeline stage's two differences from one GPU.
+
+    * ``accumulate``: the stage's later backwards find ``.grad`` set, so ``AccumulateGrad`` adds each new
+      gradient in place (``variable_grad += new_grad``: torch/csrc/autograd/functions/accumulate_grad.h,
+      grad mode off) and the new one dies with the node that made it: each tagged gradient
+      (``replay._Grad``) is freed at the end of its node's line.
+    * ``keep``: that many residual-stream joins (``replay._Join``) whose old gradient is the receive
+      buffer, which the stage keeps (``_RecvInfo.buffer``): the sum is a fresh tensor (the buffer has other
+      references, so it is out of place in a plain run too) and nothing dies: + its size, where one GPU
+      has a transient copy and the old gradient's release."""
+
+    def __init__(self, live: rp.Affine, traced: bool, accumulate: bool = False):
+        super().__init__(live, traced)
+        self.accumulate, self.keep = accumulate, 0
+
+    def fresh(self) -> _StageReplay:
+        return _StageReplay(rp.Affine(0), self.traced, self.accumulate)
+
+    def __call__(self, *deltas) -> None:
+        if self.keep and any(isinstance(d, rp._Join) for d in deltas):
+            out = []
+            for d in deltas:
+                if self.keep and isinstance(d, rp._Join):
+                    self.keep -= 1
+                    d = d.size
+                out.append(d)
+            deltas = tuple(out)
+        if self.accumulate:
+            deltas += tuple(-int(d) for d in deltas if isinstance(d, rp._Grad))
+        super().__call__(*deltas)
+
+
+def _part(r: _StageReplay, batch: int) -> _Part:
+    return _Part(r.peak().at(batch), r.live.at(batch))
+
+
+@lru_cache(maxsize=1024)
+def _chunks(
+    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, blocks: int, first: bool, last: bool, traced: bool
+) -> _Chunks:
+    """One micro-batch on a stage of ``blocks`` blocks (``first``: it holds the embedding; ``last``: the
+    final norm, LM head and the loss), each line as ``replay.replay_training_step``'s, with what differs:
+
+    1. forward (``PipelineStage.forward_one_chunk`` -> ``TransformerLM.forward`` of the pruned model): the
+       positions and causal mask, then stage 0's embedding lookup; elsewhere the input is the receive
+       buffer (``_retrieve_recv_activations``: the buffer itself, ``requires_grad_``), already counted.
+       A 16-bit model without checkpointing frees block 0's input at the block's end (its norms keep fp32
+       copies): on a later stage that is the buffer, so its bytes come back (+T·d·e).  The output is
+       kept (``fwd_cache``): hidden states, or on the last stage the logits (fp32 under amp-bf16: the
+       bf16 logits die with forward's locals), whose lifetime ``_schedule`` follows;
+    2. loss (last stage, ``_maybe_compute_loss``: ``cross_entropy`` outside autocast): the single-GPU
+       replay's lines, except that the logits do not die (the schedule holds them); the loss scalar
+       stays in ``_internal_losses`` until ``_update_losses`` clears it at the step's end;
+    3. backward (``backward_one_chunk`` -> ``stage_backward``: ``torch.autograd.backward`` from the loss,
+       or from the output with the gradient receive buffer): the last stage replays the loss's, head's and
+       final norm's backward as one GPU does; elsewhere the top block's incoming gradient is the buffer,
+       so its first residual join keeps it (``_StageReplay.keep``).  On a later stage the block-0 input's
+       release (fp32: ln1's saved input; under checkpointing: the frame) frees the buffer, which stays:
+       + T·d·e after the blocks; its gradient (``AccumulateGrad`` on the leaf, read back as
+       ``grads_input``, ``val.grad = None``) stays in ``bwd_cache`` (``_schedule`` follows it); stage 0's
+       embedding backward is one GPU's.  Later backwards accumulate (``_StageReplay.accumulate``).  The
+       gradient seed dies with the backward; the loss stays (2)."""
+    c = dataclasses.replace(cfg, num_layers=blocks)
+    e = DTYPE_BYTES[setup.param_dtype]
+    z = Sizes(c, rp.Affine(1), seq, e, setup, not traced)
+    pb = parameter_breakdown(cfg)
+    p = {it.key.removeprefix("layers.*."): rp._Grad(it.per_layer * e) for it in pb if it.per_layer is not None}
+    Td, TV, Tr, emb = z.act(c.d_model), z.act(c.vocab_size), z.act(1), pb["token_embeddings"].total * e
+    head2, ck = emb // 2, setup.checkpoint  # amp: autocast's bf16 copy of the LM head's weight
+    cached = ck == "selective"
+    rest = dataclasses.replace(c, num_layers=blocks - 1) if blocks > 1 else None  # the blocks but one, in runs
+    at = lambda x: x.at(batch) if isinstance(x, rp.Affine) else x
+
+    r = _StageReplay(rp.Affine(0), traced)
+    r(+8 * seq)  # positions
+    if not z.sdpa:
+        r(+seq * seq, +seq * seq, -seq * seq)  # the causal mask
+    if first:
+        r(+Td)  # embedding lookup
+    if z.amp and ck != "none":
+        body = lambda q, m: rp._amp_layer_forward_unsaved(q, z, p, cached=cached)
+    elif z.amp:
+        body = lambda q, m: rp._amp_layer_forward(q, z, p)
+    elif ck != "none":
+        body = lambda q, m: rp._layer_forward_unsaved(q, z, cached=cached)
+    else:
+        body = lambda q, m: rp._layer_forward(q, z)
+    body(r, None)  # block 0
+    input_back = not first and e != 4 and ck == "none"  # (1) block 0 freed its input, the buffer
+    if input_back:
+        r(+Td)
+    if blocks > 1:
+        rp._layer_runs(r, rest, None, False, body)
+    if last:
+        rp._norm_forward(r, z, z.rows, c.d_model)  # ln_final
+        if z.amp:  # weight copy, input copy (saved), bf16 logits; ln_final's fp32 output dies
+            r(+head2, +z.bf16.act(c.d_model), +z.bf16.act(c.vocab_size), -Td)
+        r(+TV)  # logits (amp: logits.float())
+    if ck == "none":
+        r(-8 * seq)  # positions die with forward's locals (a checkpoint's closure keeps them)
+    if last and z.amp:
+        r(-z.bf16.act(c.vocab_size))  # the bf16 logits die with forward's locals
+    if last and e != 4:
+        r(-Td)  # 16-bit: the last residual stream dies (ln_final kept an fp32 copy)
+    forward = _part(r, batch)
+
+    loss = None
+    if last:  # (2) cross-entropy, as one GPU's, less the logits' release
+        r = _StageReplay(rp.Affine(0), traced)
+        r(+Tr, +TV, -Tr)  # z = logits − max
+        r(+TV, +Tr, +Tr, +Tr, +Tr)  # exp (saved); Σ (saved); log; gather; subtract
+        r(+z.e)  # mean (the loss)
+        r(-Tr, -Tr, -Tr)  # (gather keeps z; the logits stay)
+        loss = _part(r, batch)
+
+    layer_backward = rp._amp_layer_backward if z.amp else rp._layer_backward
+    backward = []
+    for accumulate in (False, True):  # (3)
+        r = _StageReplay(rp.Affine(0), traced, accumulate)
+        if last:  # d loss; mean, gather (a copy when traced), log, exp backward: one GPU's lines
+            r(+z.e, +Tr, +Tr, +TV, rp._Copy(TV), -Tr, -TV)
+            r(+Tr, -Tr, -Tr, +TV, -Tr, -TV, rp._Copy(TV), -TV)
+            TV2, Td2 = z.bf16.act(c.vocab_size), z.bf16.act(c.d_model)
+            if z.amp:
+                r(+TV2, -TV)  # logits.float() backward
+                r(+head2, +Td2, -TV2, -head2, -Td2, +Td, -Td2, +rp._Grad(emb), -head2)  # lm_head
+            else:
+                r(+rp._Grad(emb), +Td, -TV, -Td)  # lm_head: dW, dx; ln_final output released
+            rp._norm_backward(r, z, z.rows, c.d_model, residual=False)  # ln_final
+        r.keep = 0 if last else 1  # the top block's incoming gradient: the buffer
+        layer_backward(r, z, p, last=blocks == 1)
+        r.keep = 0
+        if blocks > 1:
+            rp._layer_runs(r, rest, None, True, lambda q, m: layer_backward(q, z, p, last=False, moe=m))
+            layer_backward(r, z, p, last=True)
+        if first:
+            r(+rp._Grad(emb), rp._Copy(emb), -Td)  # embedding backward: zeros, index_put
+        elif not input_back:
+            r(+Td)  # block 0 released its input, the buffer, which stays
+        if last:
+            r(-z.e)  # the gradient seed (the loss stays in ``_internal_losses``)
+        backward.append(_part(r, batch))
+    output = at(TV if last else Td)
+    return _Chunks(forward, loss, backward[0], backward[1], output, 0 if first else at(Td), z.e if last else 0)
+
+
+def _schedule(P: int, m: int, stage: int, buffers: int, ch: _Chunks) -> tuple[PhaseBytes, PhaseBytes]:
+    """(forward, backward) bytes above the baseline of stage ``stage`` under ``Schedule1F1B._step_microbatches``
+    (torch/distributed/pipelining/schedules.py), followed step by step:
+
+    1. ``_initialize_stage``: the receive buffers (``schedule_buffers``);
+    2. warm-up, w = min(m, P − s) times: ``forward_one_chunk`` (its output in ``fwd_cache`` and in the loop's
+       ``output``), ``fwd_sends = get_fwd_send_ops`` (the output, detached: the same storage), the loss;
+    3. steady state: ``backward_one_chunk`` (pops ``fwd_cache``; the output dies when no other reference
+       is left), ``bwd_sends = get_bwd_send_ops`` (pops ``bwd_cache``: the input gradient stays in the ops
+       list until the next ``get_bwd_send_ops``), then, until the m-th forward, a forward, its loss and
+       ``fwd_sends``; the previous ``output`` and ``fwd_sends`` are dropped as they are rebound;
+    4. cool-down: the remaining backwards, each with its ``bwd_sends``;
+    5. the method returns: ``output``, ``fwd_sends`` and ``bwd_sends`` die, ``_update_losses`` clears the
+       losses; ``perform_reduce_grad`` divides the gradients in place.
+    The "forward" phase ends where the first backward starts (``measure_stage``'s boundary)."""
+    first, last = stage == 0, stage == P - 1
+    live, peak, phase = 0, {"forward": 0, "backward": 0}, ["forward"]
+    fwd_end = 0
+
+    def run(part: _Part) -> None:
+        nonlocal live
+        peak[phase[0]] = max(peak[phase[0]], live + part.peak)
+        live += part.net
+
+    holders: dict[int, set[str]] = {}  # micro-batch -> what holds its output
+    held = {"output": None, "fwd_sends": None, "bwd_sends": None}
+
+    def release(i: int, who: str) -> None:
+        nonlocal live
+        holders[i].discard(who)
+        if not holders[i]:
+            del holders[i]
+            live -= ch.output
+
+    def rebind(who: str, i: int | None) -> None:
+        nonlocal live
+        old, held[who] = held[who], i
+        if who == "bwd_sends":
+            live -= ch.input_grad if old is not None else 0
+        elif old is not None:
+            release(old, who)
+
+    def forward(i: int) -> None:
+        run(ch.forward)
+        holders[i] = {"fwd_cache"}
+        rebind("output", i)
+        holders[i].add("output")
+
+    def fwd_sends(i: int) -> None:
+        if not last:
+            holders[i].add("fwd_sends")
+            rebind("fwd_sends", i)
+
+    def loss(i: int) -> None:
+        if last:
+            run(ch.loss)
+
+    def backward(j: int) -> None:
+        nonlocal fwd_end
+        if j == 0:
+            fwd_end = live
+            phase[0] = "backward"
+            peak["backward"] = live
+        run(ch.first_backward if j == 0 else ch.later_backward)
+        release(j, "fwd_cache")
+        if not first:
+            rebind("bwd_sends", j)
+
+    live += buffers  # 1
+    peak["forward"] = live
+    f = b = 0
+    for _ in range(min(m, P - stage)):  # 2
+        forward(f)
+        fwd_sends(f)
+        loss(f)
+        f += 1
+    while True:  # 3
+        backward(b)
+        b += 1
+        if f == m:
+            break
+        forward(f)
+        loss(f)
+        fwd_sends(f)
+        f += 1
+    while b < m:  # 4
+        backward(b)
+        b += 1
+    for who in held:  # 5
+        rebind(who, None)
+    live -= m * ch.loss_bytes
+    return PhaseBytes(peak["forward"], fwd_end), PhaseBytes(peak["backward"], live)
+
+
+def _stage_saved(cfg, seq, batch, setup, layout, stage) -> int:
+    """Saved activations of one micro-batch on stage ``stage``: its blocks' share, plus on the last stage
+    the final norm's, LM head's and cross-entropy's."""
+    flat = ParallelLayout(
+        dp=layout.dp, zero=layout.zero, tp=layout.tp, sequence_parallel=layout.sequence_parallel,
+        vocab_parallel=layout.vocab_parallel,
+    )  # fmt: skip
+    per_layer, head = _activation_split(cfg, seq, batch, setup, flat)
+    last = stage == layout.pp - 1
+    return len(stage_layers(cfg.num_layers, layout.pp, stage)) * per_layer + (head if last else 0)
+
+
+def _stage_estimate(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, stage: int):
+    """(step ESTIMATE, model states, saved activations) of stage ``stage`` where the stage is not replayed
+    (``stage_replayed``: beside data or tensor parallel, a mixture of experts, a tied head).  Stage s keeps
+    k = min(P − s, m) micro-batches' saved activations (1F1B's warm-up depth); peak: baseline (its model
+    states, ``model_states`` over its parameters, gradients included) + k × its activations + the last
+    stage's cross-entropy transient (the single-GPU replay's forward peak above its forward end).  It
+    counts the gradients twice and leaves out the receive buffers and each backward's transient."""
+    flat = ParallelLayout(
+        dp=layout.dp, zero=layout.zero, tp=layout.tp, sequence_parallel=layout.sequence_parallel,
+        vocab_parallel=layout.vocab_parallel,
+    )  # fmt: skip
+    r = single_rank_step(cfg, seq, batch, setup, flat, "plain")
+    states = dataclasses.replace(flat, pp=layout.pp, micro_batches=layout.pp)  # the states ignore m: one cache key
+    st = model_states(cfg, setup, states, stage=stage)
+    last = stage == layout.pp - 1
+    one = _stage_saved(cfg, seq, batch, setup, layout, stage)
+    k = min(layout.pp - stage, layout.micro_batches)
+    base = st.total + 2 * 8 * batch * seq
+    act = k * one
+    transient = (r.forward.peak - r.forward.end) if last else 0
+    fwd = PhaseBytes(base + act + transient, base + act)
+    bwd = PhaseBytes(base + act + st.gradients + transient, base + st.gradients)
+    opt = PhaseBytes(base + st.gradients + st.owned_elements * element_bytes(setup), base)
+    return StepMemory(base, fwd, bwd, opt), st, act
 
 
 @lru_cache(maxsize=1024)

@@ -132,6 +132,21 @@ class _Copy:
         self.size = size
 
 
+class _Join(_Copy):
+    """A ``_Copy`` where a norm's input gradient joins the residual stream's (``_norm_backward``): the
+    old gradient is the one the block received (a pipeline stage's top block: the receive buffer)."""
+
+    __slots__ = ()
+
+
+class _Grad(int):
+    """A parameter gradient's bytes, tagged (a plain ``int`` to ``_Replay``): a pipeline stage's later
+    micro-batches accumulate each one into ``.grad`` and free it (``analytic.pipeline``)."""
+
+    def __pos__(self) -> _Grad:
+        return self
+
+
 class _Replay:
     """Running live bytes a·B + b and, per slope a, the highest intercept b reached: fed with
     signed allocation sizes (ints, or ``Affine`` for sizes that grow with B) in program order.
@@ -152,9 +167,9 @@ class _Replay:
     def __call__(self, *deltas: Affine | int | _Copy) -> None:
         a, b, best = self.a, self.b, self.best
         for delta in deltas:
-            if type(delta) is int:
+            if type(delta) is int or isinstance(delta, int):
                 b += delta
-            elif type(delta) is _Copy:
+            elif isinstance(delta, _Copy):
                 size = delta.size
                 sa, sb = (0, size) if type(size) is int else (size.a, size.b)
                 if self.traced:
@@ -168,6 +183,10 @@ class _Replay:
             if b > best.get(a, b - 1):
                 best[a] = b
         self.a, self.b = a, b
+
+    def fresh(self) -> _Replay:
+        """An empty replay of the same kind (``_repeat``'s probe of one layer)."""
+        return _Replay(Affine(0), self.traced)
 
     def peak(self) -> PeakEnvelope:
         return PeakEnvelope.of(self.best)
@@ -186,7 +205,7 @@ def _repeat(r: _Replay, times: int, body: Callable[[_Replay], None]) -> None:
        the candidates of the first and the last run are the only ones that can be the peak."""
     if times <= 0:
         return
-    probe = _Replay(Affine(0), r.traced)
+    probe = r.fresh()
     body(probe)
     step_a, step_b = probe.a, probe.b  # net change of one layer
     for run in {0, times - 1}:
@@ -246,17 +265,17 @@ def _norm_backward(
     if z.e != 4 and rerun:
         # grad·g; grad·y; the rerun's y and g copy die with the node (only unpacked, never kept); Σ -> dg
         r(+X, +X, -X, -width * 4, +width * 4, -X, -X)
-        r(+width * z.e, -width * 4)  # dg to the parameter dtype
+        r(+_Grad(width * z.e), -width * 4)  # dg to the parameter dtype
     elif z.e != 4:
         r(+X, +X, +width * 4, -X, -X, -width * 4, -X)  # grad·g; grad·y; Σ -> dg (fp32)
-        r(+width * z.e, -width * 4)  # dg to the parameter dtype
+        r(+_Grad(width * z.e), -width * 4)  # dg to the parameter dtype
     elif rerun:
-        r(+X, +X, -X, +width * 4, -X, -X)  # grad·g; grad·y; the rerun's y dies first; Σ -> dg (kept)
+        r(+X, +X, -X, +_Grad(width * 4), -X, -X)  # grad·g; grad·y; the rerun's y dies first; Σ -> dg (kept)
     else:
-        r(+X, +X, +width * 4, -X, -X, -X)  # grad·g; grad·y; Σ -> dg (kept); y released
+        r(+X, +X, +_Grad(width * 4), -X, -X, -X)  # grad·g; grad·y; Σ -> dg (kept); y released
     r(+X, +X, +R, -X, -X)  # d(x·r)/dx = grad_y·r; grad_y·x; Σ -> d rsqrt
     if residual and xe == 4 and not sp:
-        r(_Copy(X), -X)  # first part joins the residual stream's gradient
+        r(_Join(X), -X)  # first part joins the residual stream's gradient
     w8, w4 = z.wrap()  # CPU only: "· -½", "/ width" and "· 2" wrap Python numbers
     r(+R, +w8, +w4, +R, -w4, -w8, +R, -R, -R, -R, -R)  # rsqrt backward: -½·r³·grad; rsqrt released
     r(+w8, +w4, +X, -w4, -w8, -R)  # mean backward: expand / width
@@ -264,11 +283,11 @@ def _norm_backward(
     r(+X, +w8, +w4, +X, -w4, -w8, +X, -X, -X, -X, *(-b for b in frame), -X)
     r(+X, -X, -X) if sp else r(_Copy(X), -X)  # sum of the two paths
     if residual and xe == 4 and sp:
-        r(_Copy(X), -X)  # the sum joins the residual stream's gradient
+        r(_Join(X), -X)  # the sum joins the residual stream's gradient
     if xe != 4:
         r(+Xe, -X)  # back to the input dtype
         if residual:
-            r(_Copy(Xe), -Xe)  # join the residual stream's gradient
+            r(_Join(Xe), -Xe)  # join the residual stream's gradient
 
 
 def _join(size: Affine | int, dtensor: bool) -> tuple:
