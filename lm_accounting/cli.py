@@ -519,6 +519,12 @@ def memory_cmd(
             threads = torch.get_num_threads()  # the CPU flash kernel's scratch is per thread
             want = rank_step(run, run.context_length, batch, setup, layout, "plain", who // layout.tp, "cpu", threads)
             m = m.with_plain_measurement(want[0], got)
+        elif measure != "none" and layout.pp > 1:  # one stage of torch's Schedule1F1B: the worst, or --rank's
+            from .measure.pipeline import measure_stage_rank
+
+            m = m.with_measurement(
+                measure_stage_rank(run, run.context_length, batch, setup, layout, stage=m.stage or 0)
+            )
         elif measure != "none":
             from .measure.distributed import measure_rank
 

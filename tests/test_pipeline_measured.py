@@ -123,3 +123,28 @@ def test_stage_is_measured_with_pipeline_parallel_alone():
     with pytest.raises(AccountingError, match="outside the 2 stages"):
         measure_stage(TINY4, S, 1, TrainingSetup(), ParallelLayout(pp=2, micro_batches=2), stage=2)
     assert not stage_replayed(TINY4, TrainingSetup(), ParallelLayout(dp=2, zero=3, pp=2, micro_batches=2))
+
+
+@pytest.mark.parametrize("extra", [[], ["--rank", "1"]], ids=["worst", "rank1"])
+def test_cli_measures_the_predicted_stage(run_cli, extra):
+    """``memory --pp 2 --measure meta``: torch's Schedule1F1B runs the stage the output predicts (the
+    worst, or ``--rank``'s under pipeline parallel alone), and its measured states and phases are printed
+    beside the replay's: equal here (an untied 2-block model, 2 micro-batches)."""
+    import json
+
+    args = ["memory", "gpt2-small", "--layers", "2", "--set", "tie_embeddings=false", "--context", "32", "--pp", "2"]
+    r = run_cli(*args, *extra, "--measure", "meta", "--format", "json")
+    assert r.code == 0, r.err
+    d = json.loads(r.out)
+    assert d["measured"]["rank"] == d["worst_rank"]["pipeline_stage"] == (1 if extra else d["measured"]["rank"])
+    assert d["measured"]["collectives"] is None and d["measured"]["local_matmul_flops"] is None
+    assert d["measured"]["step"] == d["step_traced"]
+    per_gpu = d["per_gpu"]
+    assert d["measured"]["parameters"] == per_gpu["parameters"]
+    assert d["measured"]["optimizer_state"] == per_gpu["optimizer_state"]
+    assert d["measured"]["gradients"] == per_gpu["gradients"]
+
+
+def test_cli_rank_with_pipeline_beside_data_parallel_is_refused(run_cli):
+    r = run_cli("memory", "gpt2-small", "--layers", "2", "--context", "32", "--pp", "2", "--dp", "2", "--rank", "1")
+    assert r.code == 2 and r.err.count("\n") == 1 and "--rank with --pp picks a stage" in r.err

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from ..config import ModelConfig
+from ..config import AccountingError, ModelConfig
 from ..layout import ParallelLayout
 from ..phases import PHASES, StepMemory
 from ..result import Result
@@ -149,7 +149,9 @@ class ParallelMemory(Result):
                 "gradients": m.gradients,
                 "optimizer_state": m.optimizer,
                 "step": m.step.to_dict(),
-                "collectives": {k: {"count": c, "payload_bytes": b} for k, (c, b) in m.collectives.items()},
+                "collectives": None
+                if m.collectives is None
+                else {k: {"count": c, "payload_bytes": b} for k, (c, b) in m.collectives.items()},
                 "local_matmul_flops": m.local_flops,
             }
         return out
@@ -179,14 +181,17 @@ def parallel_memory(
     rank: int | None = None,
 ) -> ParallelMemory:
     """The worst rank of ``layout`` (see ``analytic.parallel``; pipeline stages: ``pipeline_stages``),
-    or global rank ``rank`` (its data-parallel rank is rank // tp)."""
+    or global rank ``rank`` (its data-parallel rank is rank // tp; under pipeline parallel alone, its
+    stage)."""
     layout.check(cfg, seq)
+    if rank is not None and layout.pp > 1 and layout.world != layout.pp:
+        raise AccountingError("--rank with --pp picks a stage under pipeline parallel alone (rank = stage)")
     stage, missing = None, not_modelled(cfg, seq, setup, layout)
     if missing:
         st = model_states(cfg, setup, layout, rank=None if rank is None else rank // layout.tp)
         step = traced = act = None
     elif layout.pp > 1:
-        stage, step, traced, st, act = pipeline_stages(cfg, seq, batch, setup, layout)
+        stage, step, traced, st, act = pipeline_stages(cfg, seq, batch, setup, layout, rank)
     else:
         dp_rank = None if rank is None else rank // layout.tp
         step, st, act = rank_step(cfg, seq, batch, setup, layout, mode="plain", rank=dp_rank)

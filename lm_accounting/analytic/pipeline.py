@@ -40,7 +40,7 @@ from .sizes import Sizes
 
 
 def pipeline_stages(
-    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout
+    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, stage: int | None = None
 ) -> tuple[int, StepMemory, StepMemory, object, int]:
     """1F1B over P stages and m micro-batches: (stage, plain step, traced step, states, activations) of
     the stage with the highest peak.  Pipeline parallel alone with a dense, untied model
@@ -48,9 +48,9 @@ def pipeline_stages(
     ``tests/test_pipeline_measured.py``'s grid (every stage type: 0, middle, P − 1; fp32, bf16,
     amp-bf16; every checkpointing; naive and sdpa; B 1 and 2).  Otherwise an ESTIMATE
     (``_stage_estimate``) of stage 0 (the most micro-batches in flight, the first L mod P stages one
-    block more) and the last (the head)."""
+    block more) and the last (the head).  ``stage``: that stage's instead."""
     exact = stage_replayed(cfg, setup, layout)
-    stages = range(layout.pp) if exact else sorted({0, layout.pp - 1})
+    stages = [stage] if stage is not None else range(layout.pp) if exact else sorted({0, layout.pp - 1})
     best = None
     for s in stages:
         step, st, act = stage_step(cfg, seq, batch, setup, layout, s, mode="plain")

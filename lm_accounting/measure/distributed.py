@@ -203,8 +203,8 @@ class RankMeasurement:
     gradients: int  # bytes of the rank's .grad storages after backward
     optimizer: int  # bytes of the AdamW state it keeps (exp_avg, exp_avg_sq, step)
     step: StepMemory
-    collectives: dict[str, tuple[int, int]]  # kind -> (count, bytes)
-    local_flops: int  # forward + backward matmul FLOPs of its local ops
+    collectives: dict[str, tuple[int, int]] | None  # kind -> (count, bytes); None: not recorded (a pipeline stage)
+    local_flops: int | None  # forward + backward matmul FLOPs of its local ops; None: not counted (a pipeline stage)
     calls: tuple = ()  # (kind, bytes, phase) of every collective, in order
     comm_debug_counts: dict | None = None  # torch's CommDebugMode: op name -> count (comm_debug=True)
 
@@ -277,8 +277,7 @@ def measure_rank(
     layout.check(cfg, seq)
     if layout.pp > 1:
         raise AccountingError(
-            "--measure with --pp: the CLI predicts pipeline stages only; one stage is measured from Python"
-            " (lm_accounting.measure.pipeline.measure_stage, pipeline parallel alone)"
+            "a pipeline stage is measured by measure.pipeline.measure_stage_rank (pipeline parallel alone)"
         )
     if layout.vocab_parallel and layout.dp > 1:
         raise AccountingError("vocab parallel is measured with tensor parallel alone (dp 1); here analytic only")

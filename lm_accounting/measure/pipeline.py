@@ -32,7 +32,15 @@ from ..names import ADAMW_KWARGS, TORCH_DTYPES
 from ..phases import StepMemory
 from ..setup import TrainingSetup
 from .devices import check_live_run
-from .distributed import REAL_RUN_PARAMS, RankTracker, _init_fake_group, _materialise, parameter_count
+from .distributed import (
+    REAL_RUN_PARAMS,
+    RankMeasurement,
+    RankTracker,
+    _init_fake_group,
+    _materialise,
+    _storage_bytes,
+    parameter_count,
+)
 from .tracker import init_optimizer_state
 
 _PEER_VOTE_TORCH = ("2.13",)  # torch versions whose PipelineStage has the warm-up vote read here
@@ -97,6 +105,13 @@ def _stage_metas(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, s
 def measure_stage(
     cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, stage: int = 0
 ) -> StepMemory:
+    """The step memory of ``measure_stage_rank``."""
+    return measure_stage_rank(cfg, seq, batch, setup, layout, stage).step
+
+
+def measure_stage_rank(
+    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, stage: int = 0
+) -> RankMeasurement:
     """Stage ``stage`` of ``layout`` (pp > 1, nothing else parallel) run by torch's ``Schedule1F1B``
     over ``layout.micro_batches`` micro-batches of ``batch`` sequences, then AdamW, under
     ``RankTracker``.  Phases: "forward" from the step's start to the stage's first backward (its 1F1B
@@ -121,10 +136,14 @@ def measure_stage(
         with _phases(schedule._stage, tracker) as step:
             schedule.step(*args, target=target, return_outputs=False)
             step.close()
+        grads = _storage_bytes(p.grad for p in model.parameters())
         with tracker.phase("optimizer_step"):
             opt.step()
             opt.zero_grad(set_to_none=True)
-    return StepMemory(baseline, **tracker.phase_table("cpu"))
+    params = _storage_bytes(model.parameters())
+    optimizer = _storage_bytes(v for st in opt.state.values() for k, v in st.items() if k != "step")
+    step = StepMemory(baseline, **tracker.phase_table("cpu"))
+    return RankMeasurement(stage, params, grads, optimizer, step, collectives=None, local_flops=None)
 
 
 def _check(cfg, seq, batch, setup, layout, stage) -> None:

@@ -94,7 +94,7 @@ def parallel_view(r: ParallelMemory) -> View:
         ],
     )
     tables = [per_gpu, *([_phases(r)] if r.step is not None else []), *_plain_cpu(r), fit, comm]
-    if measured is not None:
+    if measured is not None and measured.collectives is not None:
         dp_rank = measured.rank // r.layout.tp
         want = totals(step_collectives(r.config, r.seq, r.batch, r.setup, r.layout, first_step=True, rank=dp_rank))
         kinds = sorted(set(want) | set(measured.collectives))
@@ -117,7 +117,7 @@ def parallel_view(r: ParallelMemory) -> View:
         )
     f = r.flops
     flops = [("model FLOPs (3 × local forward)", f.model), ("hardware FLOPs (+ recompute)", f.hardware)]
-    if measured is not None:
+    if measured is not None and measured.local_flops is not None:
         flops.append(("measured: local matmul FLOPs (forward + backward, LocalFlops)", measured.local_flops))
     tables.append(
         Table("Per-rank matmul FLOPs of one step (local ops only)", [Column("quantity"), Column("FLOPs", "int")], flops)
@@ -139,6 +139,11 @@ def parallel_view(r: ParallelMemory) -> View:
             f"{lay.label}: DDP and ZeRO-1 with TP are not run on the fake process group (torch 2.13's DDP takes no"
             " DTensor parameters): every figure here is composed from the DDP and TP rules, each exact alone, and"
             " the peaks are estimates."
+        )
+    if r.measured is not None and r.measured.collectives is None:
+        footer.append(
+            f"Measured: pipeline stage {r.measured.rank} under torch's PipelineStage + Schedule1F1B on the fake"
+            " process group, its model states and phases; its sends, receives and FLOPs are not counted."
         )
     if lay.ep > 1:
         footer.append(
