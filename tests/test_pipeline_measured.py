@@ -137,7 +137,10 @@ def test_cli_measures_the_predicted_stage(run_cli, extra):
     assert r.code == 0, r.err
     d = json.loads(r.out)
     assert d["measured"]["rank"] == d["worst_rank"]["pipeline_stage"] == (1 if extra else d["measured"]["rank"])
-    assert d["measured"]["collectives"] is None and d["measured"]["local_matmul_flops"] is None
+    assert d["measured"]["local_matmul_flops"] is None
+    # 2 micro-batches of (1, 32, 768) fp32 hidden states: received forward and their gradients sent back
+    # (stage 1), or sent forward and the gradients received (stage 0): 4 transfers of 32·768·4 B
+    assert d["measured"]["collectives"] == {"send_recv": {"count": 4, "payload_bytes": 4 * 32 * 768 * 4}}
     assert d["measured"]["step"] == d["step_traced"]
     per_gpu = d["per_gpu"]
     assert d["measured"]["parameters"] == per_gpu["parameters"]
@@ -148,3 +151,20 @@ def test_cli_measures_the_predicted_stage(run_cli, extra):
 def test_cli_rank_with_pipeline_beside_data_parallel_is_refused(run_cli):
     r = run_cli("memory", "gpt2-small", "--layers", "2", "--context", "32", "--pp", "2", "--dp", "2", "--rank", "1")
     assert r.code == 2 and r.err.count("\n") == 1 and "--rank with --pp picks a stage" in r.err
+
+
+@pytest.mark.parametrize("stage", [0, 1, 3])
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "amp-bf16"])
+def test_point_to_point_bytes_equal_the_schedules(stage, precision):
+    """Rule 8 of analytic/collectives.py against the sends and receives torch's Schedule1F1B posts:
+    m transfers per phase at either end, 2m on a middle stage, in the residual stream's dtype (fp32
+    under amp-bf16: the bf16 block outputs add into the fp32 stream)."""
+    from lm_accounting.analytic.collectives import step_collectives, totals
+    from lm_accounting.measure.pipeline import measure_stage_rank
+
+    setup, lay = TrainingSetup(precision=precision), ParallelLayout(pp=4, micro_batches=8)
+    got = measure_stage_rank(TINY4, S, 1, setup, lay, stage=stage).collectives
+    n = 8 * (1 if stage in (0, 3) else 2) * 2  # transfers: m per neighbour, forward and backward
+    h = 2 if precision == "bf16" else 4
+    assert got == {"send_recv": (n, n * S * TINY4.d_model * h)}  # by hand
+    assert totals(step_collectives(TINY4, S, 1, setup, lay, stage=stage)) == got

@@ -47,6 +47,12 @@ dtype (fp32 under amp-bf16).  Per layout (checked against the fake-PG run in tes
    target logit (T·xe, xe the bytes of the logits the loss reads: 2 in bf16, else 4) in forward; the LM
    head's column-wise input gradient all-reduced (SP: reduce-scattered) in backward, T·d·e.  The
    embedding's backward and the loss's backward communicate nothing.
+8. Pipeline parallel (1F1B, m micro-batches; torch's ``PipelineStage``): each micro-batch's hidden
+   states (B, S, d) cross each stage boundary forward and their gradient backward, in the residual
+   stream's dtype (e: fp32 under amp-bf16, whose block outputs add bf16 into the fp32 stream; 2 under
+   FSDP2's bf16 policy, rule 5).  Stage 0 and the last stage have one neighbour: m transfers of
+   T·d·h per phase; a middle stage has two, 2m (a receive and a send each).  Measured per stage
+   (``measure.pipeline.measure_stage_rank`` records the schedule's ``fwd_*``/``bwd_*`` sends and receives).
 """
 
 from __future__ import annotations
@@ -103,10 +109,11 @@ def step_collectives(
     layout: ParallelLayout,
     first_step: bool = False,
     rank: int = 0,
+    stage: int = 0,
 ) -> list[Collective]:
-    """Every collective of one step on data-parallel rank ``rank`` (rules of the module docstring; only
-    expert parallel's all-to-alls depend on the rank, the first is the worst); ``first_step``: DDP's
-    first step, with its single bucket."""
+    """Every collective of one step on data-parallel rank ``rank`` of pipeline stage ``stage`` (rules of
+    the module docstring; only expert parallel's all-to-alls depend on the rank, the first is the worst;
+    only rule 8 on the stage); ``first_step``: DDP's first step, with its single bucket."""
     out: list[Collective] = []
     e = 2 if setup.param_dtype == "bf16" else 4
     a = 2 if setup.autocast else e
@@ -156,10 +163,12 @@ def step_collectives(
                 )
     if layout.tp > 1 and layout.vocab_parallel:
         out += _vocab_parallel_collectives(T, d, e, setup, layout)
-    if layout.pp > 1:
-        m = layout.micro_batches
-        out.append(Collective("send_recv", "forward", "pp", m, m * T * d * a, "m micro-batches × T·d·a"))
-        out.append(Collective("send_recv", "backward", "pp", m, m * T * d * a, "m micro-batches × T·d·a"))
+    if layout.pp > 1:  # rule 8
+        h = 2 if layout.fsdp and setup.autocast else e  # the residual stream's bytes (rule 5)
+        n = layout.micro_batches * (1 if stage in (0, layout.pp - 1) else 2)  # neighbours: one at either end
+        what = "m" if n == layout.micro_batches else "2m (two neighbours)"
+        out.append(Collective("send_recv", "forward", "pp", n, n * T * d * h, f"{what} × T·d·h, hidden states"))
+        out.append(Collective("send_recv", "backward", "pp", n, n * T * d * h, f"{what} × T·d·h, their gradients"))
     return out
 
 

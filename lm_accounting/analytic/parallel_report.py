@@ -149,9 +149,7 @@ class ParallelMemory(Result):
                 "gradients": m.gradients,
                 "optimizer_state": m.optimizer,
                 "step": m.step.to_dict(),
-                "collectives": None
-                if m.collectives is None
-                else {k: {"count": c, "payload_bytes": b} for k, (c, b) in m.collectives.items()},
+                "collectives": {k: {"count": c, "payload_bytes": b} for k, (c, b) in m.collectives.items()},
                 "local_matmul_flops": m.local_flops,
             }
         return out
@@ -208,7 +206,7 @@ def parallel_memory(
         step,
         traced,
         flops,
-        tuple(step_collectives(cfg, seq, batch, setup, layout, rank=st.rank)),
+        tuple(step_collectives(cfg, seq, batch, setup, layout, rank=st.rank, stage=stage or 0)),
         allowance,
         budget,
         not missing and peaks_exact(setup, layout, cfg),

@@ -203,7 +203,7 @@ class RankMeasurement:
     gradients: int  # bytes of the rank's .grad storages after backward
     optimizer: int  # bytes of the AdamW state it keeps (exp_avg, exp_avg_sq, step)
     step: StepMemory
-    collectives: dict[str, tuple[int, int]] | None  # kind -> (count, bytes); None: not recorded (a pipeline stage)
+    collectives: dict[str, tuple[int, int]]  # kind -> (count, bytes)
     local_flops: int | None  # forward + backward matmul FLOPs of its local ops; None: not counted (a pipeline stage)
     calls: tuple = ()  # (kind, bytes, phase) of every collective, in order
     comm_debug_counts: dict | None = None  # torch's CommDebugMode: op name -> count (comm_debug=True)

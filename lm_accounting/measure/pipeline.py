@@ -132,7 +132,7 @@ def measure_stage_rank(
         args, target = _step_inputs(cfg, seq, batch * layout.micro_batches, layout.pp, stage)
     baseline = tracker.live_bytes("cpu")
     schedule = _schedule(model, cfg, seq, batch, setup, layout, stage)
-    with tracker:
+    with tracker, _recorded_p2p() as p2p:
         with _phases(schedule._stage, tracker) as step:
             schedule.step(*args, target=target, return_outputs=False)
             step.close()
@@ -143,7 +143,28 @@ def measure_stage_rank(
     params = _storage_bytes(model.parameters())
     optimizer = _storage_bytes(v for st in opt.state.values() for k, v in st.items() if k != "step")
     step = StepMemory(baseline, **tracker.phase_table("cpu"))
-    return RankMeasurement(stage, params, grads, optimizer, step, collectives=None, local_flops=None)
+    sent = {"send_recv": (len(p2p), sum(p2p))} if p2p else {}
+    return RankMeasurement(stage, params, grads, optimizer, step, collectives=sent, local_flops=None)
+
+
+@contextlib.contextmanager
+def _recorded_p2p():
+    """The bytes of every send and receive the schedule posts (its ``fwd_*``/``bwd_*`` batches through
+    ``schedules._batch_p2p``; the warm-up vote's, posted without a description, left out)."""
+    from torch.distributed.pipelining import schedules
+
+    real, sizes = schedules._batch_p2p, []
+
+    def batch_p2p(ops, desc=None):
+        if desc is not None:
+            sizes.extend(op.tensor.numel() * op.tensor.element_size() for op in ops)
+        return real(ops, desc)
+
+    schedules._batch_p2p = batch_p2p
+    try:
+        yield sizes
+    finally:
+        schedules._batch_p2p = real
 
 
 def _check(cfg, seq, batch, setup, layout, stage) -> None:

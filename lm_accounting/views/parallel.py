@@ -94,9 +94,13 @@ def parallel_view(r: ParallelMemory) -> View:
         ],
     )
     tables = [per_gpu, *([_phases(r)] if r.step is not None else []), *_plain_cpu(r), fit, comm]
-    if measured is not None and measured.collectives is not None:
+    if measured is not None:
         dp_rank = measured.rank // r.layout.tp
-        want = totals(step_collectives(r.config, r.seq, r.batch, r.setup, r.layout, first_step=True, rank=dp_rank))
+        want = totals(
+            step_collectives(
+                r.config, r.seq, r.batch, r.setup, r.layout, first_step=True, rank=dp_rank, stage=r.stage or 0
+            )
+        )
         kinds = sorted(set(want) | set(measured.collectives))
         tables.append(
             Table(
@@ -140,10 +144,10 @@ def parallel_view(r: ParallelMemory) -> View:
             " DTensor parameters): every figure here is composed from the DDP and TP rules, each exact alone, and"
             " the peaks are estimates."
         )
-    if r.measured is not None and r.measured.collectives is None:
+    if r.measured is not None and r.measured.local_flops is None:
         footer.append(
             f"Measured: pipeline stage {r.measured.rank} under torch's PipelineStage + Schedule1F1B on the fake"
-            " process group, its model states and phases; its sends, receives and FLOPs are not counted."
+            " process group: its model states, phases, sends and receives; its FLOPs are not counted."
         )
     if lay.ep > 1:
         footer.append(
