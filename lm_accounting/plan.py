@@ -29,9 +29,9 @@ Training: steps = tokens / global batch tokens; tokens/s, days, GPU-hours = W ·
 A mixture of experts is planned over data- and expert-parallel layouts (tp = pp = 1,
 ``layout.check``; ep a power of two dividing dp and E, under FSDP2); its FSDP2 steps under amp-bf16
 are replayed as they run (the bf16 model, the routing and the weighted sum in fp32, the sum cast back
-to bf16: ``analytic.replay._moe_mixed``), and expert parallel is enumerated only where
-``parallel_report.not_modelled`` says the replay runs that job.  Latent attention (MLA) is refused: the
-replay does not model it.
+to bf16: ``analytic.replay._moe_mixed``), expert parallel included (the EP rank's dispatch and
+combine, ``analytic.replay._ep_routed_forward``): every such peak is exact.  Latent attention (MLA) is
+refused: the replay does not model it.
 """
 
 from __future__ import annotations

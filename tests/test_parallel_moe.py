@@ -394,15 +394,15 @@ def test_expert_parallel_equals_the_fake_pg_run(cfg, lay, setup):
         assert m.local_flops == rank_flops(cfg, S, 1, setup, lay, rank).hardware
 
 
-def test_expert_parallel_reports_states_and_says_what_is_not_modelled():
-    """fp32: the step is replayed (every phase, ``test_expert_parallel_steps_equal_the_fake_pg_run``);
-    expert parallel under amp-bf16 is not, and says so."""
+def test_expert_parallel_reports_states_and_a_modelled_step():
+    """fp32 and amp-bf16: the step is replayed (every phase, ``test_expert_parallel_steps_equal_the_fake_pg_run``),
+    nothing is left out and the peaks are exact."""
     lay = ParallelLayout(dp=4, zero=3, ep=2)
     r = parallel_memory(MIXTRAL, S, 1, TrainingSetup(), lay)
     assert r.not_modelled == () and r.peaks_exact and r.step.peak >= r.states.total
     assert r.experts() == {"local_experts": 2, "slots_per_moe_layer": 32, "rows_per_moe_layer": 32}
     amp = parallel_memory(MIXTRAL, S, 1, TrainingSetup(precision="amp-bf16"), lay)
-    assert amp.step is None and any("expert parallel under amp-bf16" in m for m in amp.not_modelled)
+    assert amp.not_modelled == () and amp.peaks_exact and amp.step.peak >= amp.states.total
 
 
 def test_expert_parallel_split_by_hand():
@@ -452,6 +452,11 @@ EP_STEP_CASES = [
     (TINY_DEEPSEEK_MHA, S, 1, ParallelLayout(dp=4, zero=3, ep=4), _setup("sdpa", "full", "fp32")),
     (MIXTRAL, S, 2, ParallelLayout(dp=8, zero=3, ep=2), _setup("sdpa", "full", "fp32")),  # dp > E: dim-1 shards
     (QWEN3_MOE, S, 1, ParallelLayout(dp=8, zero=2, ep=2), _setup("naive", "selective", "bf16")),
+    # amp-bf16: FSDP2's bf16 parameters, the routing and the weighted sum in fp32 (``replay._moe_mixed``)
+    (MIXTRAL, S, 1, ParallelLayout(dp=2, zero=3, ep=2), _setup("naive", "none", "amp-bf16")),
+    (MIXTRAL, 15, 2, ParallelLayout(dp=4, zero=2, ep=4), _setup("sdpa", "full", "amp-bf16")),
+    (QWEN3_MOE, S, 2, ParallelLayout(dp=4, zero=3, ep=2), _setup("naive", "selective", "amp-bf16")),
+    (TINY_DEEPSEEK_MHA, S, 1, ParallelLayout(dp=8, zero=3, ep=2), _setup("sdpa", "none", "amp-bf16")),
 ]
 
 
@@ -484,8 +489,9 @@ def test_expert_parallel_steps_equal_the_fake_pg_run(cfg, seq, batch, lay, setup
     [
         (MIXTRAL, ParallelLayout(dp=4, zero=3, ep=2), _setup("naive", "full", "fp32"), 1),
         (QWEN3_MOE, ParallelLayout(dp=2, zero=2, ep=2), _setup("sdpa", "none", "bf16"), 2),
+        (MIXTRAL, ParallelLayout(dp=4, zero=3, ep=2), _setup("naive", "none", "amp-bf16"), 1),
     ],
-    ids=["mixtral-full", "qwen3-uneven"],
+    ids=["mixtral-full", "qwen3-uneven", "mixtral-amp"],
 )
 def test_expert_parallel_plain_run_equals_the_cpu_allocator(cfg, lay, setup, batch):
     """The plain run (no dispatch mode) of the EP rank against the CPU allocator's own events: besides the
@@ -536,22 +542,28 @@ def test_cli_expert_parallel_json(run_cli):
 
 
 # -- plan ------------------------------------------------------------------------------------------
-def test_plan_enumerates_data_parallel_layouts_for_a_mixture_of_experts():
+def test_plan_enumerates_data_and_expert_parallel_layouts_for_a_mixture_of_experts():
+    """tp = pp = 1; expert parallel under FSDP2 (amp-bf16 is replayed, EP included): every ranked peak is
+    exact, not an estimate."""
     from lm_accounting.plan import plan
 
     p = plan(load_config("qwen3-30b-a3b"), "h100-80gb", (8, 128), 4096, 4096 * 1024, 10**12)
-    assert p.ranked and all(c.layout.tp == c.layout.pp == c.layout.ep == 1 for c in p.ranked)
-    # FSDP2 under amp-bf16 with a mixture of experts is replayed: every ranked peak is exact, not an estimate
-    assert all(c.peak_exact for c in p.ranked)
+    assert p.ranked and all(c.layout.tp == c.layout.pp == 1 for c in p.ranked)
+    assert {c.layout.ep > 1 for c in p.ranked} == {True, False} and all(c.peak_exact for c in p.ranked)
 
 
-def test_plan_says_why_mixtral_fits_nothing():
+def test_plan_fits_mixtral_only_with_expert_parallel_and_says_why():
     """Mixtral's 8 experts: FSDP2's dim-0 chunks hold at least one whole expert per rank whatever dp, so
-    with fp32 states every layout needs more than 80 GB (32 layers × 3 × 14,336·4,096 × 16 bytes ≈ 90 GB)."""
+    with fp32 states every layout without expert parallel needs more than 80 GB (32 layers × 3 ×
+    14,336·4,096 × 16 bytes ≈ 90 GB); expert parallel shards the experts over dp/ep ranks again, so on
+    16 GPUs or more every layout that fits has ep > 1.  On 8 GPUs nothing fits, and the refusal says why."""
     from lm_accounting.plan import plan
 
-    with pytest.raises(AccountingError, match="dim-0 shards of the 8-expert stacks stop shrinking past dp = 8"):
-        plan(load_config("mixtral-8x7b"), "h100-80gb", (8, 1024), 4096, 4096 * 1024, 10**12)
+    p = plan(load_config("mixtral-8x7b"), "h100-80gb", (8, 1024), 4096, 4096 * 1024, 10**12)
+    assert p.ranked and all(c.layout.ep > 1 and c.peak_exact for c in p.ranked)
+    with pytest.raises(AccountingError, match="dim-0 shards of the 8-expert stacks stop shrinking past dp = 8") as e:
+        plan(load_config("mixtral-8x7b"), "h100-80gb", (8, 8), 4096, 4096 * 1024, 10**12)
+    assert "not planned" not in str(e.value)  # expert parallel was evaluated
     assert 32 * 3 * 14_336 * 4_096 * 16 > 80 * 10**9
 
 

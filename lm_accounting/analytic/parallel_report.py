@@ -2,7 +2,7 @@
 
 ``parallel_memory(cfg, seq, batch, setup, layout)`` returns a ``ParallelMemory`` (schema
 ``lm-accounting/parallel-memory/3``).  Where the step replay does not model the architecture (latent
-attention) or the layout (expert parallel under amp-bf16), the model states and the collectives are
+attention), the model states and the collectives are
 exact and the activations, phases and peaks are None, named in ``not_modelled`` (as the single-GPU
 ``memory`` does).  ``batch`` is the micro-batch of one data-parallel rank.  The allowance (CUDA context, NCCL buffers, allocator fragmentation) is a separate, labelled figure,
 never folded into the others; ``DEFAULT_ALLOWANCE`` is its default.
@@ -214,11 +214,9 @@ def parallel_memory(
 
 def not_modelled(cfg: ModelConfig, seq: int, setup: TrainingSetup, layout: ParallelLayout) -> list[str]:
     """What the per-rank step replay leaves out: the single-GPU replay's gaps (``replay_unsupported``,
-    as ``memory`` reports them) and expert parallel under amp-bf16 (the replay runs the EP rank's dispatch
-    and combine, ``replay._ep_routed_forward``, in fp32 and bf16 only).  (A mixture of experts under
-    FSDP2's bf16 MixedPrecisionPolicy is replayed: the bf16 model with the routing and the weighted sum in
-    fp32 and the sum cast back to the bf16 residual stream, ``replay._moe_mixed``.)"""
-    out = replay_unsupported(cfg, setup)  # without seq: one micro-batch needs no lines in B (any MoE split)
-    if layout.ep > 1 and setup.autocast:
-        out.append("expert parallel under amp-bf16 (the all-to-all dispatch and combine buffers)")
-    return out
+    as ``memory`` reports them); every layout the replay runs is modelled.  (A mixture of experts under
+    FSDP2's bf16 MixedPrecisionPolicy is replayed, expert parallel included: the bf16 model with the
+    routing and the weighted sum in fp32 and the sum cast back to the bf16 residual stream,
+    ``replay._moe_mixed``; the EP rank's dispatch and combine, ``replay._ep_routed_forward``, carry the
+    bf16 rows.)"""
+    return replay_unsupported(cfg, setup)  # without seq: one micro-batch needs no lines in B (any MoE split)
