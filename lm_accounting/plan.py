@@ -27,10 +27,11 @@ Step time (one optimizer step, k = sequences per dp rank / b micro-batches):
 Training: steps = tokens / global batch tokens; tokens/s, days, GPU-hours = W · hours, cost.
 
 A mixture of experts is planned over data- and expert-parallel layouts (tp = pp = 1,
-``layout.check``; ep a power of two dividing dp and E, under FSDP2); its FSDP2 peaks under amp-bf16
-are ESTIMATES where ``parallel_report.not_modelled`` says the replay does not run that job, and expert
-parallel is enumerated only where it does.  Latent attention (MLA) is refused: the replay does not
-model it.
+``layout.check``; ep a power of two dividing dp and E, under FSDP2); its FSDP2 steps under amp-bf16
+are replayed as they run (the bf16 model, the routing and the weighted sum in fp32, the sum cast back
+to bf16: ``analytic.replay._moe_mixed``), expert parallel included (the EP rank's dispatch and
+combine, ``analytic.replay._ep_routed_forward``): every such peak is exact.  Latent attention (MLA) is
+refused: the replay does not model it.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ the live model, DDP / ZeRO-1 / FSDP2 model states and collectives against one ra
 torch's fake process group, and expert parallel."""
 
 import dataclasses
+import itertools
 import json
 
 import pytest
@@ -35,6 +36,11 @@ DEEPSEEK = ModelConfig(
 )  # fmt: skip
 DEEPSEEK_LITE = dataclasses.replace(DEEPSEEK, q_lora_rank=None, shared_experts=1, name="tiny-deepseek-lite")
 CONFIGS = [MIXTRAL, QWEN3_MOE, DEEPSEEK, DEEPSEEK_LITE]
+# DeepSeek's MoE (shared experts, a dense first block) with attention without MLA, which the replay lacks
+TINY_DEEPSEEK_MHA = ModelConfig(
+    **TINY, num_layers=3, num_kv_heads=2, num_experts=4, experts_per_token=3, expert_d_ff=8, shared_experts=2,
+    dense_layers_first=1, name="tiny-deepseek-mha",
+)  # fmt: skip
 
 
 def _live(cfg):
@@ -171,13 +177,91 @@ def test_moe_ddp_and_zero1_steps_are_exact(setup, zero):
 )
 def test_moe_fsdp_steps_are_exact_without_mixed_precision(setup, zero):
     """FSDP2's unit events around the MoE blocks (``analytic.fsdp``) with the MoE replay: every phase
-    byte for byte on the first and the last rank (amp-bf16 is not modelled: see below)."""
+    byte for byte on the first and the last rank (amp-bf16: ``test_moe_fsdp_mixed_precision_steps_are_exact``)."""
     pytest.importorskip("torch")
     from lm_accounting.measure.distributed import measure_rank
 
     for rank in (0, 3):
         m = measure_rank(MIXTRAL, S, 1, setup, DP[zero], rank=rank)
         assert m.step == rank_step(MIXTRAL, S, 1, setup, DP[zero], mode="traced", rank=rank)[0]
+
+
+CHECKPOINTS = ("none", "full", "selective")
+
+
+def _amp(attention, checkpoint):
+    return TrainingSetup(attention=attention, checkpoint=checkpoint, precision="amp-bf16")
+
+
+AMP_GRID = [  # the three MoE patterns × dp 2, 4 × zero 2, 3 × naive, sdpa × none, full, selective × B 1, 2
+    (cfg, ParallelLayout(dp=dp, zero=zero), _amp(a, c), b)
+    for cfg, dp, zero, a, c, b in itertools.product(
+        (MIXTRAL, QWEN3_MOE, TINY_DEEPSEEK_MHA), (2, 4), (2, 3), ("naive", "sdpa"), CHECKPOINTS, (1, 2)
+    )
+]
+AMP_CASES = [  # the default run's subset: every config, dp, zero, attention, checkpoint and B at least once
+    (MIXTRAL, ParallelLayout(dp=4, zero=3), _amp("naive", "none"), 1),
+    (MIXTRAL, ParallelLayout(dp=2, zero=2), _amp("sdpa", "selective"), 2),
+    (MIXTRAL, ParallelLayout(dp=4, zero=2), _amp("naive", "full"), 2),
+    (QWEN3_MOE, ParallelLayout(dp=4, zero=3), _amp("sdpa", "full"), 1),  # S·k = 32 slots over 6 experts
+    (QWEN3_MOE, ParallelLayout(dp=2, zero=3), _amp("naive", "selective"), 2),
+    (TINY_DEEPSEEK_MHA, ParallelLayout(dp=4, zero=3), _amp("naive", "selective"), 1),  # shared experts
+    (TINY_DEEPSEEK_MHA, ParallelLayout(dp=2, zero=2), _amp("sdpa", "none"), 2),
+]
+_AMP_IDS = dict(ids=lambda x: getattr(x, "label", getattr(x, "name", None)) if not isinstance(x, int) else f"B{x}")
+
+
+def _assert_amp_step_exact(cfg, lay, setup, batch):
+    from lm_accounting.measure.distributed import measure_rank
+
+    for rank in (0, lay.dp - 1):
+        m = measure_rank(cfg, S, batch, setup, lay, rank=rank)
+        step, _, saved = rank_step(cfg, S, batch, setup, lay, mode="traced", rank=rank)
+        assert m.step == step, rank
+        assert lay.zero == 2 or m.step.forward.end - m.step.baseline == saved, rank
+
+
+@pytest.mark.parametrize(("cfg", "lay", "setup", "batch"), AMP_CASES, **_AMP_IDS)
+def test_moe_fsdp_mixed_precision_steps_are_exact(cfg, lay, setup, batch):
+    """FSDP2's MixedPrecisionPolicy(bf16) under amp-bf16: the forward sees bf16 parameters under autocast,
+    so the router's exp, Σ and top-k weights and the weighted sum are fp32, and the sum is cast back to
+    the input's bf16 (model/moe.py, as transformers' Mixtral and Qwen3-MoE blocks return the hidden
+    dtype): the residual stream stays bf16 (``replay._moe_mixed``).  Every phase's peak and end byte for
+    byte against the fake-PG job on the first and the last rank; under zero 3 the forward ends on the
+    saved activations alone.  ``memory`` calls the peaks exact and models everything."""
+    pytest.importorskip("torch")
+    _assert_amp_step_exact(cfg, lay, setup, batch)
+    r = parallel_memory(cfg, S, batch, setup, lay)
+    assert r.not_modelled == () and r.peaks_exact
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("cfg", "lay", "setup", "batch"), AMP_GRID, **_AMP_IDS)
+def test_moe_fsdp_mixed_precision_grid_is_exact(cfg, lay, setup, batch):
+    """The whole grid (144 jobs, 288 ranks measured) of ``test_moe_fsdp_mixed_precision_steps_are_exact``."""
+    pytest.importorskip("torch")
+    _assert_amp_step_exact(cfg, lay, setup, batch)
+
+
+@pytest.mark.parametrize(
+    ("cfg", "lay", "setup", "batch"),
+    [
+        (MIXTRAL, ParallelLayout(dp=4, zero=3), _amp("naive", "none"), 1),
+        (TINY_DEEPSEEK_MHA, ParallelLayout(dp=2, zero=2), _amp("sdpa", "full"), 2),
+    ],
+    **_AMP_IDS,
+)
+def test_moe_fsdp_mixed_precision_plain_run_equals_the_cpu_allocator(cfg, lay, setup, batch):
+    """The plain run (no dispatch mode) of the first and the last rank against the CPU allocator's own
+    events, whose CPU-only extras include the fp32 copy of the bf16 routed outputs that the CPU's
+    bf16 · fp32 products make (forward and backward; a GPU casts inside the kernel)."""
+    torch = pytest.importorskip("torch")
+    from lm_accounting.measure.distributed import measure_rank_plain
+
+    for rank in (0, lay.dp - 1):
+        measured = measure_rank_plain(cfg, S, batch, setup, lay, rank=rank)
+        predicted = rank_step(cfg, S, batch, setup, lay, "plain", rank, "cpu", torch.get_num_threads())[0]
+        assert measured == predicted, rank
 
 
 @pytest.mark.parametrize("zero", [0, 1, 2, 3])
@@ -213,9 +297,8 @@ def test_a_moe_split_that_varies_with_the_batch_is_planned_and_agrees_with_memor
     ("cfg", "setup", "missing"),
     [
         (DEEPSEEK, TrainingSetup(), "latent attention (MLA)"),
-        (MIXTRAL, TrainingSetup(precision="amp-bf16"), "FSDP2 mixed precision with a mixture of experts"),
     ],
-    ids=["mla", "moe-fsdp-amp"],
+    ids=["mla"],
 )
 def test_what_the_replay_does_not_model_is_said_not_made_up(cfg, setup, missing):
     """Model states and collectives are given; activations, phases and peaks are None, and say why."""
@@ -311,15 +394,15 @@ def test_expert_parallel_equals_the_fake_pg_run(cfg, lay, setup):
         assert m.local_flops == rank_flops(cfg, S, 1, setup, lay, rank).hardware
 
 
-def test_expert_parallel_reports_states_and_says_what_is_not_modelled():
-    """fp32: the step is replayed (every phase, ``test_expert_parallel_steps_equal_the_fake_pg_run``);
-    amp-bf16 under FSDP2 with a mixture of experts is not, and says so."""
+def test_expert_parallel_reports_states_and_a_modelled_step():
+    """fp32 and amp-bf16: the step is replayed (every phase, ``test_expert_parallel_steps_equal_the_fake_pg_run``),
+    nothing is left out and the peaks are exact."""
     lay = ParallelLayout(dp=4, zero=3, ep=2)
     r = parallel_memory(MIXTRAL, S, 1, TrainingSetup(), lay)
     assert r.not_modelled == () and r.peaks_exact and r.step.peak >= r.states.total
     assert r.experts() == {"local_experts": 2, "slots_per_moe_layer": 32, "rows_per_moe_layer": 32}
     amp = parallel_memory(MIXTRAL, S, 1, TrainingSetup(precision="amp-bf16"), lay)
-    assert amp.step is None and any("expert parallel under amp-bf16" in m for m in amp.not_modelled)
+    assert amp.not_modelled == () and amp.peaks_exact and amp.step.peak >= amp.states.total
 
 
 def test_expert_parallel_split_by_hand():
@@ -352,13 +435,6 @@ def test_expert_unit_buffers_by_hand():
     assert dim1.gathered == dim1.dim1 == 3 * 7_680 and dim1.reduce_out == 3 * 7_680 // 4
 
 
-# DeepSeek's MoE (shared experts, a dense first block) with attention without MLA, which the replay lacks
-TINY_DEEPSEEK_MHA = ModelConfig(
-    **TINY, num_layers=3, num_kv_heads=2, num_experts=4, experts_per_token=3, expert_d_ff=8, shared_experts=2,
-    dense_layers_first=1, name="tiny-deepseek-mha",
-)  # fmt: skip
-
-
 def _setup(attention, checkpoint, precision):
     return TrainingSetup(attention=attention, checkpoint=checkpoint, precision=precision)
 
@@ -376,6 +452,11 @@ EP_STEP_CASES = [
     (TINY_DEEPSEEK_MHA, S, 1, ParallelLayout(dp=4, zero=3, ep=4), _setup("sdpa", "full", "fp32")),
     (MIXTRAL, S, 2, ParallelLayout(dp=8, zero=3, ep=2), _setup("sdpa", "full", "fp32")),  # dp > E: dim-1 shards
     (QWEN3_MOE, S, 1, ParallelLayout(dp=8, zero=2, ep=2), _setup("naive", "selective", "bf16")),
+    # amp-bf16: FSDP2's bf16 parameters, the routing and the weighted sum in fp32 (``replay._moe_mixed``)
+    (MIXTRAL, S, 1, ParallelLayout(dp=2, zero=3, ep=2), _setup("naive", "none", "amp-bf16")),
+    (MIXTRAL, 15, 2, ParallelLayout(dp=4, zero=2, ep=4), _setup("sdpa", "full", "amp-bf16")),
+    (QWEN3_MOE, S, 2, ParallelLayout(dp=4, zero=3, ep=2), _setup("naive", "selective", "amp-bf16")),
+    (TINY_DEEPSEEK_MHA, S, 1, ParallelLayout(dp=8, zero=3, ep=2), _setup("sdpa", "none", "amp-bf16")),
 ]
 
 
@@ -408,8 +489,9 @@ def test_expert_parallel_steps_equal_the_fake_pg_run(cfg, seq, batch, lay, setup
     [
         (MIXTRAL, ParallelLayout(dp=4, zero=3, ep=2), _setup("naive", "full", "fp32"), 1),
         (QWEN3_MOE, ParallelLayout(dp=2, zero=2, ep=2), _setup("sdpa", "none", "bf16"), 2),
+        (MIXTRAL, ParallelLayout(dp=4, zero=3, ep=2), _setup("naive", "none", "amp-bf16"), 1),
     ],
-    ids=["mixtral-full", "qwen3-uneven"],
+    ids=["mixtral-full", "qwen3-uneven", "mixtral-amp"],
 )
 def test_expert_parallel_plain_run_equals_the_cpu_allocator(cfg, lay, setup, batch):
     """The plain run (no dispatch mode) of the EP rank against the CPU allocator's own events: besides the
@@ -429,7 +511,7 @@ def test_expert_parallel_plain_run_equals_the_cpu_allocator(cfg, lay, setup, bat
     ("args", "message"),
     [
         (["--dp", "6", "--zero", "3", "--ep", "3"], "ep=3 does not divide the 8 experts"),
-        (["--dp", "8", "--zero", "3", "--ep", "3"], "over a data-parallel degree it divides"),
+        (["--dp", "8", "--zero", "3", "--ep", "3"], "ep=3 does not divide dp=8"),
         (["--dp", "8", "--zero", "1", "--ep", "2"], "needs FSDP2"),
     ],
 )
@@ -460,20 +542,28 @@ def test_cli_expert_parallel_json(run_cli):
 
 
 # -- plan ------------------------------------------------------------------------------------------
-def test_plan_enumerates_data_parallel_layouts_for_a_mixture_of_experts():
+def test_plan_enumerates_data_and_expert_parallel_layouts_for_a_mixture_of_experts():
+    """tp = pp = 1; expert parallel under FSDP2 (amp-bf16 is replayed, EP included): every ranked peak is
+    exact, not an estimate."""
     from lm_accounting.plan import plan
 
     p = plan(load_config("qwen3-30b-a3b"), "h100-80gb", (8, 128), 4096, 4096 * 1024, 10**12)
-    assert p.ranked and all(c.layout.tp == c.layout.pp == c.layout.ep == 1 for c in p.ranked)
+    assert p.ranked and all(c.layout.tp == c.layout.pp == 1 for c in p.ranked)
+    assert {c.layout.ep > 1 for c in p.ranked} == {True, False} and all(c.peak_exact for c in p.ranked)
 
 
-def test_plan_says_why_mixtral_fits_nothing():
+def test_plan_fits_mixtral_only_with_expert_parallel_and_says_why():
     """Mixtral's 8 experts: FSDP2's dim-0 chunks hold at least one whole expert per rank whatever dp, so
-    with fp32 states every layout needs more than 80 GB (32 layers × 3 × 14,336·4,096 × 16 bytes ≈ 90 GB)."""
+    with fp32 states every layout without expert parallel needs more than 80 GB (32 layers × 3 ×
+    14,336·4,096 × 16 bytes ≈ 90 GB); expert parallel shards the experts over dp/ep ranks again, so on
+    16 GPUs or more every layout that fits has ep > 1.  On 8 GPUs nothing fits, and the refusal says why."""
     from lm_accounting.plan import plan
 
-    with pytest.raises(AccountingError, match="dim-0 shards of the 8-expert stacks stop shrinking past dp = 8"):
-        plan(load_config("mixtral-8x7b"), "h100-80gb", (8, 1024), 4096, 4096 * 1024, 10**12)
+    p = plan(load_config("mixtral-8x7b"), "h100-80gb", (8, 1024), 4096, 4096 * 1024, 10**12)
+    assert p.ranked and all(c.layout.ep > 1 and c.peak_exact for c in p.ranked)
+    with pytest.raises(AccountingError, match="dim-0 shards of the 8-expert stacks stop shrinking past dp = 8") as e:
+        plan(load_config("mixtral-8x7b"), "h100-80gb", (8, 8), 4096, 4096 * 1024, 10**12)
+    assert "not planned" not in str(e.value)  # expert parallel was evaluated
     assert 32 * 3 * 14_336 * 4_096 * 16 > 80 * 10**9
 
 

@@ -128,8 +128,8 @@ def test_plan_says_which_peaks_are_exact():
     """The peak column: exact where one rank of the fake-PG job has been shown to match (DDP, ZeRO, FSDP2,
     TP, SP, FSDP2 × TP under amp-bf16 + sdpa: tests/test_parallel_measured.py; pipeline parallel alone:
     tests/test_pipeline_measured.py); an estimate for pipeline stages beside data or tensor parallel and
-    DDP / ZeRO-1 × TP (neither runs on the fake process group) and for a mixture of experts under FSDP2's
-    bf16 policy while the replay leaves it out."""
+    DDP / ZeRO-1 × TP (neither runs on the fake process group).  A mixture of experts under FSDP2's bf16
+    policy is replayed (tests/test_parallel_moe.py): exact at every ZeRO stage."""
     p = plan(SMALL, "h100-80gb", (8, 8), 32, 512, 512 * 10, top=10**6)
     for c in p.ranked:
         lay = c.layout
@@ -143,6 +143,6 @@ def test_plan_says_which_peaks_are_exact():
     assert {(c.layout.zero, c.peak_exact) for c in m.ranked if c.layout.ep == 1} == {
         (0, True),
         (1, True),
-        (2, False),
-        (3, False),
+        (2, True),
+        (3, True),
     }

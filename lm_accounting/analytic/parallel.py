@@ -393,7 +393,8 @@ def _grouped(
 def fsdp_compute_setup(setup: TrainingSetup, layout: ParallelLayout) -> TrainingSetup:
     """The setup the forward really runs: under FSDP2 with amp-bf16 the MixedPrecisionPolicy hands
     the forward bf16 parameters, so autocast copies nothing and the residual stream is bf16: the
-    pure-bf16 model (plus ``fsdp_amp_extra``)."""
+    pure-bf16 model (plus ``fsdp_amp_extra``; a mixture of experts keeps its routing from exp on and
+    its weighted sum in fp32, cast back to the bf16 residual stream: ``replay._moe_mixed``)."""
     if layout.fsdp and setup.autocast and layout.dp > 1:
         return dataclasses.replace(setup, precision="bf16")
     return setup
@@ -402,11 +403,16 @@ def fsdp_compute_setup(setup: TrainingSetup, layout: ParallelLayout) -> Training
 def fsdp_amp_extra(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup) -> int:
     """What FSDP2 + amp-bf16 saves beyond the pure-bf16 model: 1. the cross-entropy on fp32 logits
     (``logits.float()``): 2·T·V·(4−2) + T·(4−2) + (4−2); 2. naive attention without checkpointing:
-    exp and its row sums in fp32 (exp is on CUDA autocast's fp32 list), L·(B·h·S² + B·h·S)·(4−2)."""
+    exp and its row sums in fp32 (exp is on CUDA autocast's fp32 list), L·(B·h·S² + B·h·S)·(4−2);
+    3. a mixture of experts without checkpointing: its router's exp (T·E) and row sums (T), and the
+    top-k weights (T·k) the weighting saves, in fp32 for the same reason (``replay._moe_mixed``),
+    L_moe·T·(E + 1 + k)·(4−2)."""
     t = batch * seq
     extra = 2 * t * cfg.vocab_size * 2 + t * 2 + 2
     if setup.attention == "naive" and setup.checkpoint == "none":
         extra += cfg.num_layers * batch * cfg.num_heads * (seq * seq + seq) * 2
+    if cfg.moe and setup.checkpoint == "none":
+        extra += cfg.moe_layers * t * (cfg.num_experts + 1 + cfg.experts_per_token) * 2
     return extra
 
 

@@ -2,7 +2,7 @@
 
 ``parallel_memory(cfg, seq, batch, setup, layout)`` returns a ``ParallelMemory`` (schema
 ``lm-accounting/parallel-memory/3``).  Where the step replay does not model the architecture (latent
-attention) or the layout (expert parallel under amp-bf16), the model states and the collectives are
+attention), the model states and the collectives are
 exact and the activations, phases and peaks are None, named in ``not_modelled`` (as the single-GPU
 ``memory`` does).  ``batch`` is the micro-batch of one data-parallel rank.  The allowance (CUDA context, NCCL buffers, allocator fragmentation) is a separate, labelled figure,
 never folded into the others; ``DEFAULT_ALLOWANCE`` is its default.
@@ -217,14 +217,9 @@ def parallel_memory(
 
 def not_modelled(cfg: ModelConfig, seq: int, setup: TrainingSetup, layout: ParallelLayout) -> list[str]:
     """What the per-rank step replay leaves out: the single-GPU replay's gaps (``replay_unsupported``,
-    as ``memory`` reports them), a mixture of experts under FSDP2's bf16 MixedPrecisionPolicy (the
-    pure-bf16 model of ``fsdp_compute_setup`` is not what runs), and expert parallel under amp-bf16 (the
-    replay runs the EP rank's dispatch and combine, ``replay._ep_routed_forward``, in fp32 and bf16 only)."""
-    out = replay_unsupported(cfg, setup)  # without seq: one micro-batch needs no lines in B (any MoE split)
-    if cfg.moe and layout.fsdp and setup.autocast and layout.dp > 1:
-        # measured: under MixedPrecisionPolicy(bf16) the routed outputs (bf16) times the fp32 top-k
-        # weights are fp32, and so is the residual stream after the first MoE block
-        out.append("FSDP2 mixed precision with a mixture of experts (the residual stream turns fp32)")
-    if layout.ep > 1 and setup.autocast:
-        out.append("expert parallel under amp-bf16 (the all-to-all dispatch and combine buffers)")
-    return out
+    as ``memory`` reports them); every layout the replay runs is modelled.  (A mixture of experts under
+    FSDP2's bf16 MixedPrecisionPolicy is replayed, expert parallel included: the bf16 model with the
+    routing and the weighted sum in fp32 and the sum cast back to the bf16 residual stream,
+    ``replay._moe_mixed``; the EP rank's dispatch and combine, ``replay._ep_routed_forward``, carry the
+    bf16 rows.)"""
+    return replay_unsupported(cfg, setup)  # without seq: one micro-batch needs no lines in B (any MoE split)

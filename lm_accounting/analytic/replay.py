@@ -427,17 +427,24 @@ def _moe_forward(r: _Replay, z: Sizes, m: _MoeSplit, recompute: bool = False, ca
     with its output (T, d) live.  E experts, top-k, expert width d_e; F = q·E and R = rem slot rows.
     ``recompute``: a checkpoint's rerun, which stops once the block's last saved tensors are packed (the
     weighting mul's inputs; with shared experts, their w2's) and drops the unsaved locals as it unwinds.
-    ``cached`` (selective): the rerun takes the mm and bmm outputs from the SAC cache (``n = 0``)."""
+    ``cached`` (selective): the rerun takes the mm and bmm outputs from the SAC cache (``n = 0``).
+    FSDP2's bf16 parameters under autocast (``z.softmax32``, ``_moe_mixed``): the routing in fp32 from
+    exp on, the weighted sum fp32, cast to the bf16 of ``flat``."""
     c, e = z.cfg, z.e
     n = 0 if cached else 1
     d, E, k, de = c.d_model, c.num_experts, c.experts_per_token, c.expert_width
     Td, TE, Tr, Tkd = z.act(d), z.act(E), z.act(1), z.act(d) * k
     F = m.full_rows(z)
     Fde, Fd, Rde, Rd = F * de * e, F * d * e, m.rem * de * e, m.rem * d * e
+    f = _moe_mixed(z)
     r(+TE * n)  # router: flat (T, d) @ (d, E) -> logits T·E·e (mm saves flat and the weight)
     r(+Tr, +TE, -Tr)  # softmax: max over E (detached, T·e); z = logits − max (T·E·e); the max dies
-    r(+TE, +Tr, +TE, -TE, -TE)  # exp (saved), Σ (saved, T·e), divide (T·E·e); z and the logits die on return
-    r(+z.T * k * e, +z.T * k * 8, -TE)  # topk: values T·k·e (saved by the weighting), int64 indices (saved); probs die
+    if f > 1:  # exp: fp32 copy of z, exp (saved), the copy dies; Σ (saved), divide, all fp32; z and the logits die
+        r(+TE * f, +TE * f, -TE * f, +Tr * f, +TE * f, -TE, -TE)
+    else:
+        r(+TE, +Tr, +TE, -TE, -TE)  # exp (saved), Σ (saved, T·e), divide (T·E·e); z and the logits die on return
+    # topk: values T·k·e (fp32: f·e; saved by the weighting), int64 indices (saved); the probabilities die
+    r(+z.T * k * e * f, +z.T * k * 8, -TE * f)
     r(+Tkd)  # repeat_interleave: (T, d) -> (T·k, d), a copy T·k·d·e (saved, as views, by every expert bmm)
     if m.ranks > 1:
         _ep_routed_forward(r, z, m, n, recompute)
@@ -452,7 +459,7 @@ def _moe_forward(r: _Replay, z: Sizes, m: _MoeSplit, recompute: bool = False, ca
     if recompute and not c.shared_experts:
         r(*_moe_unsaved_parts(z, m))  # early stop at the weighting mul: its output is never made
         return
-    r(+Tkd, +Td, -Tkd)  # routed · weights (T·k, d); sum over each token's k -> (T, d); the product dies
+    _moe_weighted_sum(r, z)
     if c.shared_experts:
         Sf = z.act(c.shared_width)  # the shared SwiGLU on flat: w1, sigmoid, silu, w3, gate (saved), w2
         r(+Sf * n, +Sf, +Sf, +Sf * n, +Sf)
@@ -462,6 +469,38 @@ def _moe_forward(r: _Replay, z: Sizes, m: _MoeSplit, recompute: bool = False, ca
         r(+Td)
         r(+Td, -Td, -Td)  # routed + shared; both summands die
     r(*_moe_unsaved_parts(z, m))  # on return
+
+
+def _moe_mixed(z: Sizes) -> int:
+    """2 under FSDP2's MixedPrecisionPolicy(bf16) with autocast (``z.softmax32``: the bf16 model, e = 2,
+    with CUDA autocast's lists), else 1: the factor from the model dtype's bytes to fp32's of the
+    router's exp, Σ, probabilities and top-k weights (exp is on autocast's fp32 list), and of the
+    weighted sum ((bf16 routed) · (fp32 weights) promotes; ``sum`` is on its fp32 list too)."""
+    return 2 if z.softmax32 else 1
+
+
+def _moe_weighted_sum(r: _Replay, z: Sizes) -> None:
+    """``_finish``'s routed · weights (T·k, d), summed over each token's k -> (T, d); the product dies.
+    Under FSDP2's bf16 policy with autocast (``_moe_mixed``: f = 2) both are fp32 (f·e bytes), and the
+    sum is then cast to ``flat``'s bf16 (``.to(flat.dtype)``, model/moe.py; a no-op otherwise), the fp32
+    sum dying at once.  The bf16 · fp32 product on the CPU goes through an fp32 copy of routed (``mix``,
+    as ``_amp_moe_forward``'s)."""
+    f, Td, Tkd = _moe_mixed(z), z.act(z.cfg.d_model), z.act(z.cfg.d_model) * z.cfg.experts_per_token
+    mix = z.mixed_add_temp(z.cfg.d_model) * z.cfg.experts_per_token if f > 1 else 0
+    r(+mix, +Tkd * f, -mix, +Td * f, -Tkd * f)
+    if f > 1:
+        r(+Td, -Td * f)
+
+
+def _moe_sum_backward(r: _Replay, z: Sizes) -> None:
+    """Backward of the weighted sum: d(out) expanded to (T, k, d) and viewed as (T·k, d), a copy.  Under
+    FSDP2's bf16 policy with autocast (f = 2) the cast's backward first makes an fp32 d(out) (T·d·4), which
+    dies once the copy (fp32) is made."""
+    f, Td, Tkd = _moe_mixed(z), z.act(z.cfg.d_model), z.act(z.cfg.d_model) * z.cfg.experts_per_token
+    if f > 1:
+        r(+Td * f, +Tkd * f, -Td * f)
+    else:
+        r(+Tkd)
 
 
 def _moe_unsaved_parts(z: Sizes, m: _MoeSplit) -> tuple:
@@ -488,10 +527,16 @@ def _moe_forward_unsaved(r: _Replay, z: Sizes, m: _MoeSplit, cached: bool = Fals
     Td, TE, Tr, Tkd, Tk, Ti = z.act(d), z.act(E), z.act(1), z.act(d) * k, z.T * k * e, z.T * k * 8
     F = m.full_rows(z)
     Fde, Fd, Rde, Rd = F * de * e, F * d * e, m.rem * de * e, m.rem * d * e
+    f = _moe_mixed(z)  # 2: exp, Σ, the probabilities and the top-k values in fp32 (see ``_moe_forward``)
     r(+TE)  # router logits
-    r(+Tr, +TE, -Tr, +TE, +Tr, +TE)  # softmax: max (dies at once), z, exp, Σ, divide
-    r(-TE, -TE, -Tr, -TE * k0)  # on return z, exp, Σ and the logits die
-    r(+Tk, +Ti, -TE, -Ti)  # topk: values, indices; the probabilities and the indices die
+    if f > 1:  # softmax: max (dies at once), z; exp's fp32 copy of z (dies), exp; Σ; divide
+        r(+Tr, +TE, -Tr, +TE * f, +TE * f, -TE * f, +Tr * f, +TE * f)
+        r(-TE, -TE * f, -Tr * f, -TE * k0)  # on return z, exp, Σ and the logits die
+    else:
+        r(+Tr, +TE, -Tr, +TE, +Tr, +TE)  # softmax: max (dies at once), z, exp, Σ, divide
+        r(-TE, -TE, -Tr, -TE * k0)  # on return z, exp, Σ and the logits die
+    Tk = Tk * f
+    r(+Tk, +Ti, -TE * f, -Ti)  # topk: values, indices; the probabilities and the indices die
     r(+Tkd)  # repeat_interleave (a copy)
     if m.ranks > 1:
         _ep_routed_forward_unsaved(r, z, m, k0)
@@ -503,7 +548,7 @@ def _moe_forward_unsaved(r: _Replay, z: Sizes, m: _MoeSplit, cached: bool = Fals
                 r(+Fd)  # transpose + reshape to slot order, a copy
     if m.q and m.rem:
         r(+Tkd)  # cat
-    r(+Tkd, +Td, -Tkd)  # routed · weights; sum over k; the product dies
+    _moe_weighted_sum(r, z)
     if c.shared_experts:
         Sf = z.act(c.shared_width)
         r(+Sf, +Sf, +Sf, -Sf, -Sf * k0)  # shared w1; sigmoid; silu; sigmoid and w1 output die
@@ -637,11 +682,11 @@ def _ep_routed_backward(r: _Replay, z: Sizes, p: dict[str, int], m: _MoeSplit, r
 
 
 def _moe_grad_copy(z: Sizes, m: _MoeSplit | None) -> Affine | int:
-    """T·k·d·e when the MoE backward's first node to unpack saved tensors comes after the sum's backward
-    copy (no shared experts), else 0."""
+    """T·k·d·e (fp32 under FSDP2's bf16 policy with autocast, ``_moe_mixed``) when the MoE backward's
+    first node to unpack saved tensors comes after the sum's backward copy (no shared experts), else 0."""
     if m is None or z.cfg.shared_experts:
         return 0
-    return z.act(z.cfg.d_model) * z.cfg.experts_per_token
+    return z.act(z.cfg.d_model) * z.cfg.experts_per_token * _moe_mixed(z)
 
 
 def _moe_backward(
@@ -653,6 +698,7 @@ def _moe_backward(
     c, e = z.cfg, z.e
     d, E, k = c.d_model, c.num_experts, c.experts_per_token
     Td, TE, Tr, Tkd, Tk = z.act(d), z.act(E), z.act(1), z.act(d) * k, z.T * k * e
+    f = _moe_mixed(z)  # 2: the weighting and the routing from exp on in fp32 (``_moe_forward``)
     if c.shared_experts:
         Sf = z.act(c.shared_width)
         r(+p["moe.shared.w2"], +Sf, -Sf)  # shared w2: dW, d(gate); gate product released
@@ -662,8 +708,11 @@ def _moe_backward(
         r(+Sf, -Sf, -Sf, _Copy(Sf), -Sf)  # sigmoid backward; sum of the two paths
         r(+p["moe.shared.w1"], +Td, -Sf, _Copy(Td), -Td)  # w1: dW, dx; dx joins w3's (fresh mm outputs: in place)
     if not copied:  # (``copied``: done before a checkpoint's rerun)
-        r(+Tkd)  # sum over k backward: d(out) expanded to (T, k, d) and viewed as (T·k, d), a copy
-    if rerun:  # weighting mul: d(routed), g·routed; the rerun's routed and weights die with the node (only
+        _moe_sum_backward(r, z)
+    Tk = Tk * f
+    if f > 1:  # g and the weights fp32, routed bf16: as amp-bf16's
+        _mixed_weighting_backward(r, Tkd * f, Tkd, Tk, z.mixed_add_temp(d) * k, rerun)
+    elif rerun:  # weighting mul: d(routed), g·routed; the rerun's routed and weights die with the node (only
         # unpacked), before the engine sums g·routed to d(weights) (T·k·e); the product and g die
         r(+Tkd, +Tkd, -Tkd, -Tk, +Tk, -Tkd, -Tkd)
     else:  # weighting mul: d(routed) = g·weights; g·routed summed to d(weights) (T·k·e); the product, g, the
@@ -686,6 +735,7 @@ def _moe_backward(
     if c.shared_experts:
         r(_Copy(Td), -Td)  # joins the shared experts' d(flat)
     # topk backward: zeros (T, E), scatter into them (in place when plain); d(weights) and the indices die
+    TE, Tr, TEe = TE * f, Tr * f, TE  # f = 2: the routing's fp32 (T·E·4, T·4); TEe: the logits' bf16
     r(+TE, _Copy(TE), -Tk, -z.T * k * 8)
     r(+TE, +TE, +TE, +TE, -TE, -TE, -TE, +TE)  # softmax's divide backward: d e, d Σ
     if rerun:  # the rerun's Σ, only unpacked, dies with the divide node, before its grad is summed
@@ -693,6 +743,9 @@ def _moe_backward(
     else:
         r(+Tr, -TE, -TE, -Tr, _Copy(TE), -Tr)  # Σ backward; paths summed
     r(+TE, -TE, -TE)  # exp backward; exp released
+    if f > 1:
+        r(+TEe, -TE)  # back through exp's fp32 cast
+        TE = TEe
     # router mm: dW (E·d·e), dx; d(logits) and flat (ln2's output) released; dx joins d(flat) (in place when plain)
     r(+p["moe.router"], +Td, -TE, -Td, _Copy(Td), -Td)
 
@@ -931,7 +984,8 @@ def _layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool, moe: _M
     if rerun:
         # (MoE without shared experts: the sum's backward copies d(out) before the first node that needs
         # saved tensors, the weighting mul, starts the rerun)
-        r(+early)
+        if early:
+            _moe_sum_backward(r, z)
         _layer_forward(r, z, recompute=True, cached=z.setup.checkpoint == "selective", moe=moe)
     frame: tuple = ()  # what a checkpoint frame holds, released with the block input's last saved holder
     if checkpointed and last:
@@ -1087,7 +1141,10 @@ def _amp_moe_forward(
     if recompute and not c.shared_experts:
         r(-Tkd4, *parts)  # early stop at the weighting mul; the fp32 slots and unsaved outputs die
         return
-    r(+Tkd4, +Td, -Tkd4)  # routed · weights (fp32 by type promotion); sum over k (fp32); the product dies
+    # routed · weights (fp32 by type promotion; on the CPU through an fp32 copy of routed, ``mix``, freed
+    # with the op); sum over k (fp32); the product dies
+    mixk = z.mixed_add_temp(d) * k
+    r(+mixk, +Tkd4, -mixk, +Td, -Tkd4)
     if c.shared_experts:
         Sf, ws = b.act(c.shared_width), {x: p[f"moe.shared.{x}"] // 2 for x in ("w1", "w2", "w3")}
         r(+ws["w1"], +Td2, +Sf * n, +Sf, +Sf)  # shared w1 (copies saved); sigmoid; silu
@@ -1127,6 +1184,20 @@ def _amp_expert_branch_backward(r: _Replay, z: Sizes, p: dict[str, int], part: t
     weight("w1")
 
 
+def _mixed_weighting_backward(r: _Replay, Tkd4, Tkd2, Tk4, mix, rerun: bool) -> None:
+    """The weighting mul's backward when routed is bf16 (T·k·d·2: ``Tkd2``) and the weights and the
+    gradient g are fp32 (amp-bf16; FSDP2's bf16 policy with autocast): g·routed (fp32; on the CPU through
+    an fp32 copy of routed, ``mix``, freed with the op), g·weights (fp32); d(routed) cast to routed's bf16
+    (the fp32 one dies); g·routed summed to d(weights) (``Tk4``); the product, g, the saved weights and
+    routed die.  ``rerun``: the rerun's routed and weights, only unpacked, die before the engine's cast
+    and sum."""
+    r(+mix, +Tkd4, -mix, +Tkd4)
+    if rerun:
+        r(-Tkd2, -Tk4, +Tkd2, -Tkd4, +Tk4, -Tkd4, -Tkd4)
+    else:
+        r(+Tkd2, -Tkd4, +Tk4, -Tkd4, -Tkd4, -Tk4, -Tkd2)
+
+
 def _amp_moe_backward(
     r: _Replay, z: Sizes, p: dict[str, int], m: _MoeSplit, copied: bool = False, rerun: bool = False
 ) -> None:
@@ -1149,12 +1220,7 @@ def _amp_moe_backward(
         r(+w["w1"], +Td2, -Sf, -w["w1"], -Td2, +Td, -Td2, _Copy(Td), -Td, +p[x + "w1"], -w["w1"])  # w1
     if not copied:
         r(+Tkd4)  # sum over k backward: d(out) expanded and viewed as (T·k, d), a copy (fp32)
-    # weighting mul: g·weights (fp32), g·routed (fp32); d(routed) cast to routed's bf16 (the fp32 one dies);
-    # g·routed summed to d(weights); the product, g, the saved weights and routed die
-    if rerun:  # the rerun's routed and weights, only unpacked, die before the engine's cast and sum
-        r(+Tkd4, +Tkd4, -Tkd2, -Tk4, +Tkd2, -Tkd4, +Tk4, -Tkd4, -Tkd4)
-    else:
-        r(+Tkd4, +Tkd4, +Tkd2, -Tkd4, +Tk4, -Tkd4, -Tkd4, -Tk4, -Tkd2)
+    _mixed_weighting_backward(r, Tkd4, Tkd2, Tk4, z.mixed_add_temp(d) * k, rerun)
     if rem is not None:
         _amp_expert_branch_backward(r, z, p, rem, last=full is None, join=False)
         r(+Tkd4, -2 * rem[1])  # slots[q·E:] slice backward: zeros (T·k, d) fp32; the (R, 1, d) grad dies
@@ -1302,7 +1368,8 @@ def _amp_moe_forward_unsaved(r: _Replay, z: Sizes, p: dict[str, int], m: _MoeSpl
             r(+Rd)  # transpose + reshape to slot order, a copy
     if m.q and m.rem:
         r(+Tkd2)  # cat
-    r(+Tkd4, +Td, -Tkd4)  # routed · weights (fp32); sum over k; the product dies
+    mixk = z.mixed_add_temp(d) * k  # CPU only: routed's fp32 copy for the bf16 · fp32 product
+    r(+mixk, +Tkd4, -mixk, +Td, -Tkd4)  # routed · weights (fp32); sum over k; the product dies
     if c.shared_experts:
         Sf, ws = b.act(c.shared_width), {x: p[f"moe.shared.{x}"] // 2 for x in ("w1", "w2", "w3")}
         mix = z.mixed_add_temp(d)  # CPU only: the bf16 operand of fp32 + bf16, copied to fp32

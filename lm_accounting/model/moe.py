@@ -116,6 +116,12 @@ class MixtureOfExperts(nn.Module):
         experts on every token (T, d) -> x's shape."""
         T, d, k = int(flat.shape[0]), int(flat.shape[1]), self.top_k
         out = (routed * weights.reshape(T * k, 1)).view(T, k, d).sum(1)  # weighted sum over each token's k
+        # in the input's dtype, as transformers' MoE blocks return it (Mixtral, Qwen3-MoE, DeepSeek-V3
+        # in transformers 5.24: ``index_add_`` of ``.to(final_hidden_states.dtype)`` into
+        # ``zeros_like(hidden_states)``).  A no-op (no copy) except under autocast with bf16 parameters
+        # (FSDP2's MixedPrecisionPolicy): the top-k weights are fp32 there (exp runs in fp32) and autocast
+        # sums in fp32, and without it the residual stream would turn fp32 after the first MoE block
+        out = out.to(flat.dtype)
         if self.shared is not None:
             out = out + self.shared(flat)
         return out.view(x.shape)

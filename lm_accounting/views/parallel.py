@@ -151,10 +151,10 @@ def parallel_view(r: ParallelMemory) -> View:
         )
     if lay.ep > 1:
         footer.append(
-            "Expert parallel: model states, collectives (the all-to-alls included), per-rank FLOPs and, in fp32"
-            " and bf16, every phase's peak and end (this rank's dispatch and combine buffers and its experts'"
-            " own FSDP2 unit replayed) are exact against the fake-PG job (model/moe.py's all_to_all_single"
-            " path); under amp-bf16 activations and peaks are not modelled."
+            "Expert parallel: model states, collectives (the all-to-alls included), per-rank FLOPs and, in fp32,"
+            " bf16 and amp-bf16, every phase's peak and end (this rank's dispatch and combine buffers and its"
+            " experts' own FSDP2 unit replayed) are exact against the fake-PG job (model/moe.py's"
+            " all_to_all_single path)."
         )
     return View(header, tables, footer)
 
