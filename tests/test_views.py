@@ -199,3 +199,14 @@ def test_the_layout_views_unsharded_row_says_what_each_zero_stage_holds(run_cli,
     assert ("held forward→backward" in row) == (zero == 2)
     if zero < 2:
         assert " 0 B " in row
+
+
+def test_a_pipeline_alone_layout_does_not_call_itself_ddp(run_cli):
+    """Pipeline parallel alone has one data-parallel rank: no DDP buckets and no FSDP2 units, and the
+    parameters are the stage's share (the rows used to read 'none: DDP, no FSDP2' and 'TP-local')."""
+    r = run_cli("memory", "gpt2-small", "--context", "128", "--pp", "2")
+    assert r.code == 0, r.err
+    rows = {line.split("  ")[0]: line for line in r.out.splitlines()}
+    for name in ("DDP gradient buckets", "FSDP2: every unit unsharded", "FSDP2: largest unit unsharded"):
+        assert rows[name].endswith("none: one data-parallel rank"), rows[name]
+    assert rows["parameters"].endswith("this stage's share, whole")

@@ -17,6 +17,12 @@ UNSHARDED_ALL = {
     3: "not held: zero 3 reshards each unit after its forward (what zero 2 would hold)",
 }
 """The note of the layout view's 'every unit unsharded' row, by ZeRO stage."""
+ONE_RANK = "none: one data-parallel rank"
+
+
+def _parameters_note(lay) -> str:
+    where = "FSDP2: padded dim-0 shards" if lay.fsdp else "TP-local" if lay.tp > 1 else "whole"
+    return f"this stage's share, {where}" if lay.pp > 1 else where
 
 
 def parallel_view(r: ParallelMemory) -> View:
@@ -40,15 +46,15 @@ def parallel_view(r: ParallelMemory) -> View:
         "Per-GPU memory of the worst rank (model states sharded by the data-parallel degree, never the world)",
         [Column("quantity"), Column("bytes", "bytes"), Column("note")],
         [
-            ("parameters", st.parameters, "FSDP2: padded dim-0 shards" if lay.fsdp else "TP-local"),
+            ("parameters", st.parameters, _parameters_note(lay)),
             ("gradients", st.gradients, "as the parameters"),
             ("optimizer state (AdamW m, v)", st.optimizer, "FSDP2: the real rows; ZeRO-1: owned tensors"),
-            ("DDP gradient buckets", st.ddp_buckets, "gradient_as_bucket_view=False"),
-            ("FSDP2: every unit unsharded", st.unsharded_all, UNSHARDED_ALL[lay.zero]),
+            ("DDP gradient buckets", st.ddp_buckets, ONE_RANK if lay.dp == 1 else "gradient_as_bucket_view=False"),
+            ("FSDP2: every unit unsharded", st.unsharded_all, ONE_RANK if lay.dp == 1 else UNSHARDED_ALL[lay.zero]),
             (
                 "FSDP2: largest unit unsharded",
                 st.unsharded_unit_max,
-                "all-gather dtype" if lay.fsdp else UNSHARDED_ALL[lay.zero],
+                "all-gather dtype" if lay.fsdp else ONE_RANK if lay.dp == 1 else UNSHARDED_ALL[lay.zero],
             ),
             ("saved activations", r.activations, "TP/SP split per component" if r.step else "NOT MODELLED"),
         ],
