@@ -17,8 +17,8 @@ cannot take, with one line.  The layouts map onto torch.distributed (torch 2.13)
   the (out, in) weight split), output_proj and w2 row-wise (dim 1 split); norms replicated.
   ``sequence_parallel``: norms and residual stream split along the sequence between the blocks.
   ``vocab_parallel``: the embedding split row-wise and the LM head column-wise over the vocabulary.
-* ``pp`` stages with ``micro_batches`` per step under 1F1B (estimated; one stage measured by
-  ``measure.pipeline.measure_stage``).
+* ``pp`` stages with ``micro_batches`` per step under 1F1B (``analytic.pipeline``: replayed exactly
+  alone, estimated beside dp or tp; a stage measured by ``measure.pipeline.measure_stage_rank``).
 * ``ep``: expert parallel for a mixture of experts, torchtitan's convention
   (``torchtitan/distributed/expert_parallel.py`` ``ExpertParallel``; ``apply_fsdp`` in
   ``torchtitan/models/*/infra/parallelize.py``): the ep ranks are borrowed from the data-parallel ones

@@ -136,7 +136,8 @@ def test_cli_measures_the_predicted_stage(run_cli, extra):
     r = run_cli(*args, *extra, "--measure", "meta", "--format", "json")
     assert r.code == 0, r.err
     d = json.loads(r.out)
-    assert d["measured"]["rank"] == d["worst_rank"]["pipeline_stage"] == (1 if extra else d["measured"]["rank"])
+    # stage 1 either way: the worst here (the head and the loss's logits beside the same blocks), or --rank 1
+    assert d["measured"]["rank"] == d["worst_rank"]["pipeline_stage"] == 1
     assert d["measured"]["local_matmul_flops"] is None
     # 2 micro-batches of (1, 32, 768) fp32 hidden states: received forward and their gradients sent back
     # (stage 1), or sent forward and the gradients received (stage 0): 4 transfers of 32·768·4 B
