@@ -117,12 +117,18 @@ def test_stage_replay_sees_the_schedule(measured):
     assert _figures(stage_step(TINY4, S, 1, TrainingSetup(checkpoint="full"), lay, 2, mode="traced")[0]) != step
 
 
-def test_stage_is_measured_with_pipeline_parallel_alone():
-    with pytest.raises(AccountingError, match="pipeline parallel alone"):
-        measure_stage(TINY4, S, 1, TrainingSetup(), ParallelLayout(dp=2, zero=3, pp=2, micro_batches=2))
+def test_stage_is_measured_beside_ddp_or_fsdp2_only():
+    for lay in (
+        ParallelLayout(tp=2, pp=2, micro_batches=2),
+        ParallelLayout(dp=2, zero=1, pp=2, micro_batches=2),
+    ):
+        with pytest.raises(AccountingError, match="beside DDP or FSDP2 only"):
+            measure_stage(TINY4, S, 1, TrainingSetup(), lay)
     with pytest.raises(AccountingError, match="outside the 2 stages"):
         measure_stage(TINY4, S, 1, TrainingSetup(), ParallelLayout(pp=2, micro_batches=2), stage=2)
-    assert not stage_replayed(TINY4, TrainingSetup(), ParallelLayout(dp=2, zero=3, pp=2, micro_batches=2))
+    amp = TrainingSetup(precision="amp-bf16")
+    assert not stage_replayed(TINY4, amp, ParallelLayout(dp=2, zero=3, pp=2, micro_batches=2))
+    assert not stage_replayed(TINY4, TrainingSetup(), ParallelLayout(dp=2, zero=0, pp=2, micro_batches=2))
 
 
 @pytest.mark.parametrize("extra", [[], ["--rank", "1"]], ids=["worst", "rank1"])
@@ -147,11 +153,6 @@ def test_cli_measures_the_predicted_stage(run_cli, extra):
     assert d["measured"]["parameters"] == per_gpu["parameters"]
     assert d["measured"]["optimizer_state"] == per_gpu["optimizer_state"]
     assert d["measured"]["gradients"] == per_gpu["gradients"]
-
-
-def test_cli_rank_with_pipeline_beside_data_parallel_is_refused(run_cli):
-    r = run_cli("memory", "gpt2-small", "--layers", "2", "--context", "32", "--pp", "2", "--dp", "2", "--rank", "1")
-    assert r.code == 2 and r.err.count("\n") == 1 and "--rank with --pp picks a stage" in r.err
 
 
 @pytest.mark.parametrize("stage", [0, 1, 3])

@@ -53,6 +53,13 @@ dtype (fp32 under amp-bf16).  Per layout (checked against the fake-PG run in tes
    FSDP2's bf16 policy, rule 5).  Stage 0 and the last stage have one neighbour: m transfers of
    T·d·h per phase; a middle stage has two, 2m (a receive and a send each).  Measured per stage
    (``measure.pipeline.measure_stage_rank`` records the schedule's ``fwd_*``/``bwd_*`` sends and receives).
+9. FSDP2 beside pipeline parallel: a stage's units (its blocks, and its root where the root holds
+   parameters) over its dp ranks.  ``PipelineStage`` runs every backward without resharding or
+   reducing (``set_reshard_after_backward(False)``, ``set_requires_gradient_sync(False)``) and reduces
+   once, in ``perform_reduce_grad``: one reduce-scatter per unit per step.  A unit is gathered by each
+   forward or backward that finds it sharded (``sharded_passes``): zero 2, once per step; zero 3,
+   m + 1 times (each forward reshards).  DDP's buckets and the DP collectives cover the stage's
+   parameters.  Measured per stage as rule 8.
 """
 
 from __future__ import annotations
@@ -63,7 +70,7 @@ from ..config import ModelConfig
 from ..layout import ParallelLayout
 from ..names import DTYPE_BYTES
 from ..setup import TrainingSetup
-from .parallel import expert_rows, local_numels, model_states
+from .parallel import expert_rows, local_numels, model_states, stage_layers
 
 DDP_FIRST_BUCKET = 1024 * 1024  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
 DDP_BUCKET = 25 * 1024 * 1024  # DistributedDataParallel(bucket_cap_mb=25)
@@ -118,16 +125,21 @@ def step_collectives(
     e = 2 if setup.param_dtype == "bf16" else 4
     a = 2 if setup.autocast else e
     L, T, d = cfg.num_layers, batch * seq, cfg.d_model
+    where = (layout.pp, stage) if layout.pp > 1 else None
     if layout.dp > 1:
-        st = model_states(cfg, setup, layout)
+        st = model_states(cfg, setup, layout, stage=stage if where else None)
         if layout.fsdp:
-            out += _fsdp_collectives(L + 1, st.unsharded_all - st.unsharded_experts, "dp", "", setup, layout)
+            units, passes = L + 1, (1, 1)
+            if where:  # rule 9: the stage's units, gathered as often as the schedule finds them sharded
+                units, passes = stage_units(cfg, layout, stage), sharded_passes(layout, stage)
+            gathered = st.unsharded_all - st.unsharded_experts
+            out += _fsdp_collectives(units, gathered, "dp", "", setup, layout, passes)
             if 1 < layout.ep < layout.dp:  # rule 6: the expert units over dp/ep
                 out += _fsdp_collectives(cfg.moe_layers, st.unsharded_experts, "dp/ep", " (experts)", setup, layout)
             if layout.ep > 1:
                 out += _all_to_alls(cfg, seq, batch, setup, layout, rank)
         else:
-            sizes = [n * e for n in local_numels(cfg, layout.tp, layout.vocab_parallel)]
+            sizes = [n * e for n in local_numels(cfg, layout.tp, layout.vocab_parallel, where)]
             n = 1 if first_step else ddp_bucket_count(sizes)
             out.append(Collective("all_reduce", "backward", "dp", n, sum(sizes), "gradient buckets, Σ n·e"))
             if cfg.positions == "rope":
@@ -173,16 +185,45 @@ def step_collectives(
 
 
 def _fsdp_collectives(
-    units: int, gathered: int, group: str, what: str, setup: TrainingSetup, layout: ParallelLayout
+    units: int,
+    gathered: int,
+    group: str,
+    what: str,
+    setup: TrainingSetup,
+    layout: ParallelLayout,
+    passes: tuple[int, int] = (1, 1),
 ) -> list[Collective]:
-    """Rule 1 for ``units`` FSDP2 units of ``gathered`` unsharded bytes (all-gather dtype) in total."""
+    """Rule 1 for ``units`` FSDP2 units of ``gathered`` unsharded bytes (all-gather dtype) in total;
+    ``passes``: (forwards, backwards) that gather them (rule 9; one each without pipeline parallel)."""
     e = 2 if setup.param_dtype == "bf16" else 4
     g, r = gathered, gathered // (2 if setup.autocast else e) * e
-    out = [Collective("all_gather", "forward", group, units, g, f"every unit{what}, padded (G)")]
-    if layout.zero == 3:
-        out.append(Collective("all_gather", "backward", group, units, g, f"every unit{what} again (G)"))
+    f, b = passes
+    times = lambda k: "" if k == 1 else f", {k} passes"
+    out = [Collective("all_gather", "forward", group, f * units, f * g, f"every unit{what}, padded (G){times(f)}")]
+    if layout.zero == 3 and b:
+        out.append(
+            Collective("all_gather", "backward", group, b * units, b * g, f"every unit{what} again (G){times(b)}")
+        )
     out.append(Collective("reduce_scatter", "backward", group, units, r, f"every unit{what}'s gradients (R)"))
     return out
+
+
+def stage_units(cfg: ModelConfig, layout: ParallelLayout, stage: int) -> int:
+    """FSDP2 units on pipeline stage ``stage``: its blocks, and its root where the root holds parameters
+    (the embedding on stage 0, the final norm and LM head on the last)."""
+    root = stage == 0 or stage == layout.pp - 1
+    return len(stage_layers(cfg.num_layers, layout.pp, stage)) + root
+
+
+def sharded_passes(layout: ParallelLayout, stage: int) -> tuple[int, int]:
+    """Rule 9: (forwards, backwards) of a 1F1B step on stage ``stage`` that find FSDP2's units sharded
+    and gather them.  Zero 2: the first forward only.  Zero 3: each forward reshards, each backward
+    leaves them unsharded, so the w = min(m, P − s) warm-up forwards gather, and so does every backward
+    that follows a forward: the first after the warm-up and the m − w steady-state ones (m + 1 in all)."""
+    if layout.zero == 2:
+        return 1, 0
+    w = min(layout.micro_batches, layout.pp - stage)
+    return w, layout.micro_batches - w + 1
 
 
 def _all_to_alls(

@@ -86,7 +86,7 @@ class FsdpUnits:
 
     reshard_after_forward: bool  # zero 3
     float_logits: bool  # amp-bf16: the parameters are bf16, so the model's ``logits.float()`` copies
-    root: Unit
+    root: Unit | None  # None: a middle pipeline stage's root, which holds no parameter
     dense: Unit | None
     moe: Unit | None
     experts: Unit | None = None  # expert parallel: each MoE block's expert stacks, their own unit (rule 7)
@@ -224,13 +224,14 @@ class FsdpEvents:
         r(-self.units.root.reduce_in)  # the end of backward
 
 
-def fsdp_units(cfg: ModelConfig, setup, layout) -> FsdpUnits:
+def fsdp_units(cfg: ModelConfig, setup, layout, stage: tuple[int, int] | None = None) -> FsdpUnits:
     """The units of one rank (``layout.dp`` shards, TP-local shapes): every rank's buffers are the
     padded ones, so the rank does not matter.  Under amp-bf16 the MixedPrecisionPolicy gathers and
     computes in bf16 and reduces in fp32; otherwise everything is in the parameters' dtype.  Expert
     parallel (rule 7): an MoE block's unit without its expert stacks, and the stacks' own unit over the
-    dp/ep ranks holding the same experts (``analytic.parallel`` rule 6: dim 0, or dim 1 when dp > E)."""
-    from .parallel import _experts_on_dim1, element_bytes, fsdp_chunk_rows, local_shape, parameter_shapes
+    dp/ep ranks holding the same experts (``analytic.parallel`` rule 6: dim 0, or dim 1 when dp > E).
+    ``stage``: (P, s), the root of pipeline stage s's model (None where it holds no parameter)."""
+    from .parallel import _experts_on_dim1, _params, element_bytes, fsdp_chunk_rows, local_shape, parameter_shapes
 
     e = element_bytes(setup)
     gather_e = 2 if setup.autocast else e  # the gradients of bf16 unsharded parameters are bf16 too
@@ -242,9 +243,12 @@ def fsdp_units(cfg: ModelConfig, setup, layout) -> FsdpUnits:
         rows, cols = local_shape(p, layout)
         return (p.shape[1], rows * cols // p.shape[1]) if dim1 and p.expert else (rows, cols)
 
-    def unit(n: int, experts: bool = False) -> Unit:
+    def unit(n: int, experts: bool = False) -> Unit | None:
         d = layout.dp // ep if experts else layout.dp
-        shapes = [shape(p) for p in parameter_shapes(cfg) if p.unit == n and (p.expert and ep > 1) == experts]
+        params = _params(cfg, stage) if n == 0 else parameter_shapes(cfg)
+        shapes = [shape(p) for p in params if p.unit == n and (p.expert and ep > 1) == experts]
+        if not shapes:
+            return None
         padded = sum(fsdp_chunk_rows(rows, d) * cols for rows, cols in shapes)  # one shard
         rows, cols = shapes[-1]
         return Unit(

@@ -512,8 +512,8 @@ def sp_replayed(layout: ParallelLayout) -> int:
 def peaks_exact(setup: TrainingSetup, layout: ParallelLayout, cfg: ModelConfig | None = None) -> bool:
     """Whether ``rank_step``'s forward and backward peaks are byte-exact against the fake-PG job, by
     layout and setup (``fsdp_peaks_exact``, ``tp_peaks_exact``).  Pipeline stages (``cfg`` needed):
-    exact where ``analytic.pipeline.stage_replayed`` (pipeline parallel alone, a dense untied model),
-    else estimates."""
+    exact where ``analytic.pipeline.stage_replayed`` (a dense untied model, pipeline parallel alone or
+    beside FSDP2 in fp32 or bf16), else estimates."""
     if layout.pp > 1:
         from .pipeline import stage_replayed
 

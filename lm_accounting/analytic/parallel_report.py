@@ -179,17 +179,16 @@ def parallel_memory(
     rank: int | None = None,
 ) -> ParallelMemory:
     """The worst rank of ``layout`` (see ``analytic.parallel``; pipeline stages: ``pipeline_stages``),
-    or global rank ``rank`` (its data-parallel rank is rank // tp; under pipeline parallel alone, its
-    stage)."""
+    or global rank ``rank`` (its data-parallel rank is rank // tp; under pipeline parallel its stage is
+    rank // (dp·tp): the stages outermost in the job's mesh, as torchtitan lays them out)."""
     layout.check(cfg, seq)
-    if rank is not None and layout.pp > 1 and layout.world != layout.pp:
-        raise AccountingError("--rank with --pp picks a stage under pipeline parallel alone (rank = stage)")
     stage, missing = None, not_modelled(cfg, seq, setup, layout)
     if missing:
         st = model_states(cfg, setup, layout, rank=None if rank is None else rank // layout.tp)
         step = traced = act = None
     elif layout.pp > 1:
-        stage, step, traced, st, act = pipeline_stages(cfg, seq, batch, setup, layout, rank)
+        at = None if rank is None else rank // (layout.dp * layout.tp)
+        stage, step, traced, st, act = pipeline_stages(cfg, seq, batch, setup, layout, at)
     else:
         dp_rank = None if rank is None else rank // layout.tp
         step, st, act = rank_step(cfg, seq, batch, setup, layout, mode="plain", rank=dp_rank)

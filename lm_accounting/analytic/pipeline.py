@@ -27,6 +27,7 @@ from ..names import DTYPE_BYTES
 from ..phases import PhaseBytes, StepMemory
 from ..setup import TrainingSetup
 from . import replay as rp
+from .fsdp import FsdpEvents, FsdpUnits, Unit, fsdp_units
 from .parallel import (
     adamw_temporary,
     element_bytes,
@@ -64,9 +65,11 @@ def stage_replayed(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayou
     """Whether ``stage_step`` replays the stage (exact) rather than estimating it: pipeline parallel
     alone (the measured job), a dense model (no MoE split in the stage replay) with an untied head (the
     measured stage; a tied head's second copy is not measured), and a model the single-GPU replay models."""
+    fsdp = layout.fsdp and not setup.autocast  # FSDP2 beside: fp32 and bf16
     return (
         layout.pp > 1
-        and layout.world == layout.pp
+        and layout.tp == 1
+        and (layout.dp == 1 or fsdp)
         and not cfg.moe
         and not cfg.tie_embeddings
         and rp.replay_supported(cfg, setup)
@@ -108,8 +111,15 @@ def stage_step(
     base = stage_baseline(cfg, seq, batch, setup, layout, stage)
     buffers = schedule_buffers(cfg, seq, batch, setup, layout, stage)
     blocks = len(stage_layers(cfg.num_layers, P, stage))
-    chunks = _chunks(cfg, seq, batch, setup, blocks, stage == 0, stage == P - 1, mode == "traced")
-    fwd, bwd = _schedule(P, m, stage, buffers, chunks)
+    where = (cfg, seq, batch, setup, blocks, stage == 0, stage == P - 1, mode == "traced")
+    units = _StageUnits.of(cfg, setup, layout, stage)
+    chunks = _chunks(*where, units)
+    fsdp = (
+        (_chunks(*where, units, True), units.zero3, _reduce_grads(cfg, units, blocks, *where[-1:], batch))
+        if units
+        else None
+    )
+    fwd, bwd = _schedule(P, m, stage, buffers, chunks, fsdp)
     z = Sizes(cfg, e=element_bytes(setup), setup=setup, plain=mode == "plain")
     top = bwd.end + adamw_temporary(cfg, setup, layout, st) + rp.adamw_step_scalar_bytes(z)
     opt = PhaseBytes(base + top, base + buffers)
@@ -189,13 +199,119 @@ class _StageReplay(rp._Replay):
         super().__call__(*deltas)
 
 
+class _StageUnits(NamedTuple):
+    """FSDP2's units on one pipeline stage (``analytic.fsdp``'s ``Unit``): the stage's root (its embedding
+    on stage 0, its final norm and LM head on the last; None on a middle stage, whose root holds no
+    parameter) and its blocks' (dense: all alike), over the stage's dp ranks."""
+
+    root: Unit | None
+    block: Unit
+    zero3: bool  # reshard_after_forward
+
+    @staticmethod
+    def of(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, stage: int) -> _StageUnits | None:
+        if not layout.fsdp or layout.dp == 1:
+            return None
+        units = fsdp_units(cfg, setup, layout, stage=(layout.pp, stage))
+        return _StageUnits(units.root, units.dense, layout.zero == 3)
+
+
+class _StageEvents:
+    """FSDP2's events in one forward or backward of a stage (``analytic.fsdp``'s rules, as
+    ``FsdpEvents``), under ``PipelineStage.backward_maybe_with_nosync``: every backward runs with
+    ``set_reshard_after_backward(False)`` and ``set_requires_gradient_sync(False)``, so a unit unsharded in
+    backward stays so, its gradients accumulate unsharded (fp32 and bf16: in ``.grad``, as without FSDP2)
+    and nothing is reduced until ``perform_reduce_grad`` (``_reduce_grads``).  So a unit is gathered by a
+    forward or backward that finds it sharded (``sharded``): the step's first forward; under zero 3 also
+    every forward before the first backward and every backward that follows a forward (each forward
+    reshards, rule 3).  A forward that finds the units unsharded gathers nothing (``FSDPParamGroup.unshard``
+    returns, ``wait_for_unshard`` has no result to free) but still reshards them (zero 3).  ``i``: the
+    block's index on the stage (1 stands for any block above the first: all alike)."""
+
+    NONE: _StageEvents
+
+    def __init__(self, units: _StageUnits | None, sharded: bool, blocks: int, last: bool = False):
+        self.u, self.sharded, self.top, self.last = units, sharded, blocks - 1, last
+
+    def root_pre_forward(self, r) -> None:
+        if self.sharded and self.u.root:
+            self.u.root.unshard(r)
+
+    def block_pre_forward(self, r, i: int) -> None:
+        if self.sharded:
+            self.u.block.unshard(r)
+            before = self.u.block if i else self.u.root  # rule 2: the previous unit's all-gather output
+            r(-(before.output if before else 0))
+
+    def block_post_forward(self, r) -> None:
+        if self.u and self.u.zero3:
+            r(-self.u.block.gathered)  # rule 3
+
+    def root_post_forward(self, r) -> None:
+        if self.u and self.u.zero3 and self.u.root:
+            r(-self.u.root.gathered)
+        if self.sharded:
+            r(-self.u.block.output)  # rule 2: the last block's all-gather output
+
+    def root_pre_backward(self, r) -> None:
+        """Rule 4: the root unsharded; on the last stage, whose output is the root's (the logits), its hook
+        fires first and prefetches the top block.  Stage 0's output is the top block's, which registered
+        its hook on it first: the top block gathered itself and prefetched the one below, and the root's
+        prefetch target (the top block) is unsharded already.  A middle stage's root has no unit."""
+        if self.sharded and self.u.root:
+            root, top = self.u.root, self.u.block
+            root.unshard(r)
+            r(-root.output)
+            if self.last:
+                r(+top.copy_in, +top.output, -top.copy_in)
+
+    def block_pre_backward(self, r, i: int) -> None:
+        """Rule 4: copy out the prefetched unit (or gather it: the top block, unless the last stage's root
+        prefetched it), free its all-gather output, prefetch the block below."""
+        if not self.sharded:
+            return
+        unit = self.u.block
+        if i == self.top and not (self.last and self.u.root):
+            r(+unit.copy_in, +unit.output, -unit.copy_in)
+        unit.copy_out(r)
+        r(-unit.output)
+        if i > 0:
+            r(+unit.copy_in, +unit.output, -unit.copy_in)
+
+
+_StageEvents.NONE = _StageEvents(None, False, 1)
+
+
+def _reduce_grads(cfg: ModelConfig, units: _StageUnits, blocks: int, traced: bool, batch: int) -> _Part:
+    """``perform_reduce_grad`` under FSDP2: ``post_backward`` of every unit in ``all_states`` order (the
+    root, then the blocks in order), each rule 5 (reshard; the previous unit's reduce-scatter input freed;
+    the unsharded gradients copied into this one's and freed; the sharded gradients allocated), then
+    ``_root_post_backward_final_callback`` frees the last reduce-scatter input."""
+    ev = FsdpEvents(cfg, FsdpUnits(units.zero3, False, units.root, units.block, None))
+    r, previous = _StageReplay(rp.Affine(0), traced), None
+    for unit in ([units.root] if units.root else []) + [units.block] * blocks:
+        ev._reduce(r, unit, previous)
+        previous = unit
+    r(-previous.reduce_in)
+    return _part(r, batch)
+
+
 def _part(r: _StageReplay, batch: int) -> _Part:
     return _Part(r.peak().at(batch), r.live.at(batch))
 
 
 @lru_cache(maxsize=1024)
 def _chunks(
-    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, blocks: int, first: bool, last: bool, traced: bool
+    cfg: ModelConfig,
+    seq: int,
+    batch: int,
+    setup: TrainingSetup,
+    blocks: int,
+    first: bool,
+    last: bool,
+    traced: bool,
+    units: _StageUnits | None = None,
+    sharded: bool = False,
 ) -> _Chunks:
     """One micro-batch on a stage of ``blocks`` blocks (``first``: it holds the embedding; ``last``: the
     final norm, LM head and the loss), each line as ``replay.replay_training_step``'s, with what differs:
@@ -218,8 +334,12 @@ def _chunks(
        + T·d·e after the blocks; its gradient (``AccumulateGrad`` on the leaf, read back as
        ``grads_input``, ``val.grad = None``) stays in ``bwd_cache`` (``_schedule`` follows it); stage 0's
        embedding backward is one GPU's.  Later backwards accumulate (``_StageReplay.accumulate``).  The
-       gradient seed dies with the backward; the loss stays (2)."""
+       gradient seed dies with the backward; the loss stays (2).
+
+    ``units``: FSDP2's events on the stage (``_StageUnits``), for a forward or backward that finds the
+    units ``sharded`` (gathering them) or unsharded (``_StageUnits`` says which)."""
     c = dataclasses.replace(cfg, num_layers=blocks)
+    ev = _StageEvents(units, sharded, blocks, last) if units is not None else _StageEvents.NONE
     e = DTYPE_BYTES[setup.param_dtype]
     z = Sizes(c, rp.Affine(1), seq, e, setup, not traced)
     pb = parameter_breakdown(cfg)
@@ -231,6 +351,7 @@ def _chunks(
     at = lambda x: x.at(batch) if isinstance(x, rp.Affine) else x
 
     r = _StageReplay(rp.Affine(0), traced)
+    ev.root_pre_forward(r)
     r(+8 * seq)  # positions
     if not z.sdpa:
         r(+seq * seq, +seq * seq, -seq * seq)  # the causal mask
@@ -244,12 +365,16 @@ def _chunks(
         body = lambda q, m: rp._layer_forward_unsaved(q, z, cached=cached)
     else:
         body = lambda q, m: rp._layer_forward(q, z)
+    ev.block_pre_forward(r, 0)
     body(r, None)  # block 0
     input_back = not first and e != 4 and ck == "none"  # (1) block 0 freed its input, the buffer
     if input_back:
         r(+Td)
+    ev.block_post_forward(r)
     if blocks > 1:
-        rp._layer_runs(r, rest, None, False, body)
+        rp._layer_runs(
+            r, rest, None, False, lambda q, m: (ev.block_pre_forward(q, 1), body(q, m), ev.block_post_forward(q))
+        )
     if last:
         rp._norm_forward(r, z, z.rows, c.d_model)  # ln_final
         if z.amp:  # weight copy, input copy (saved), bf16 logits; ln_final's fp32 output dies
@@ -261,6 +386,7 @@ def _chunks(
         r(-z.bf16.act(c.vocab_size))  # the bf16 logits die with forward's locals
     if last and e != 4:
         r(-Td)  # 16-bit: the last residual stream dies (ln_final kept an fp32 copy)
+    ev.root_post_forward(r)
     forward = _part(r, batch)
 
     loss = None
@@ -279,6 +405,7 @@ def _chunks(
         if last:  # d loss; mean, gather (a copy when traced), log, exp backward: one GPU's lines
             r(+z.e, +Tr, +Tr, +TV, rp._Copy(TV), -Tr, -TV)
             r(+Tr, -Tr, -Tr, +TV, -Tr, -TV, rp._Copy(TV), -TV)
+            ev.root_pre_backward(r)  # on the logits' gradient
             TV2, Td2 = z.bf16.act(c.vocab_size), z.bf16.act(c.d_model)
             if z.amp:
                 r(+TV2, -TV)  # logits.float() backward
@@ -287,10 +414,15 @@ def _chunks(
                 r(+rp._Grad(emb), +Td, -TV, -Td)  # lm_head: dW, dx; ln_final output released
             rp._norm_backward(r, z, z.rows, c.d_model, residual=False)  # ln_final
         r.keep = 0 if last else 1  # the top block's incoming gradient: the buffer
+        ev.block_pre_backward(r, blocks - 1)
+        if not last:  # stage 0's root: its hook on the stage's output, after the top block's
+            ev.root_pre_backward(r)
         layer_backward(r, z, p, last=blocks == 1)
         r.keep = 0
         if blocks > 1:
-            rp._layer_runs(r, rest, None, True, lambda q, m: layer_backward(q, z, p, last=False, moe=m))
+            rest_backward = lambda q, m: (ev.block_pre_backward(q, 1), layer_backward(q, z, p, last=False, moe=m))
+            rp._layer_runs(r, rest, None, True, rest_backward)
+            ev.block_pre_backward(r, 0)
             layer_backward(r, z, p, last=True)
         if first:
             r(+rp._Grad(emb), rp._Copy(emb), -Td)  # embedding backward: zeros, index_put
@@ -303,7 +435,9 @@ def _chunks(
     return _Chunks(forward, loss, backward[0], backward[1], output, 0 if first else at(Td), z.e if last else 0)
 
 
-def _schedule(P: int, m: int, stage: int, buffers: int, ch: _Chunks) -> tuple[PhaseBytes, PhaseBytes]:
+def _schedule(
+    P: int, m: int, stage: int, buffers: int, ch: _Chunks, fsdp: tuple[_Chunks, bool, _Part] | None = None
+) -> tuple[PhaseBytes, PhaseBytes]:
     """(forward, backward) bytes above the baseline of stage ``stage`` under ``Schedule1F1B._step_microbatches``
     (torch/distributed/pipelining/schedules.py), followed step by step:
 
@@ -315,10 +449,17 @@ def _schedule(P: int, m: int, stage: int, buffers: int, ch: _Chunks) -> tuple[Ph
        list until the next ``get_bwd_send_ops``), then, until the m-th forward, a forward, its loss and
        ``fwd_sends``; the previous ``output`` and ``fwd_sends`` are dropped as they are rebound;
     4. cool-down: the remaining backwards, each with its ``bwd_sends``;
-    5. the method returns: ``output``, ``fwd_sends`` and ``bwd_sends`` die, ``_update_losses`` clears the
-       losses; ``perform_reduce_grad`` divides the gradients in place.
-    The "forward" phase ends where the first backward starts (``measure_stage``'s boundary)."""
+    5. ``_update_losses`` clears the losses; ``perform_reduce_grad`` divides the gradients in place; the
+       method returns: ``output``, ``fwd_sends`` and ``bwd_sends`` die.
+    The "forward" phase ends where the first backward starts (``measure_stage``'s boundary).
+
+    ``fsdp``: (the chunks that gather the units, zero 3, ``perform_reduce_grad``'s reductions) beside
+    FSDP2: a forward or backward that finds the units sharded runs the gathering chunk
+    (``_StageEvents``); a forward leaves them sharded under zero 3, a backward leaves them unsharded;
+    the reductions run in (5)."""
     first, last = stage == 0, stage == P - 1
+    gathering, zero3, reduce = fsdp if fsdp else (ch, False, None)
+    sharded = [fsdp is not None]
     live, peak, phase = 0, {"forward": 0, "backward": 0}, ["forward"]
     fwd_end = 0
 
@@ -346,7 +487,8 @@ def _schedule(P: int, m: int, stage: int, buffers: int, ch: _Chunks) -> tuple[Ph
             release(old, who)
 
     def forward(i: int) -> None:
-        run(ch.forward)
+        run((gathering if sharded[0] else ch).forward)
+        sharded[0] = zero3
         holders[i] = {"fwd_cache"}
         rebind("output", i)
         holders[i].add("output")
@@ -366,7 +508,9 @@ def _schedule(P: int, m: int, stage: int, buffers: int, ch: _Chunks) -> tuple[Ph
             fwd_end = live
             phase[0] = "backward"
             peak["backward"] = live
-        run(ch.first_backward if j == 0 else ch.later_backward)
+        part = gathering if sharded[0] else ch
+        run(part.first_backward if j == 0 else part.later_backward)
+        sharded[0] = False
         release(j, "fwd_cache")
         if not first:
             rebind("bwd_sends", j)
@@ -391,9 +535,11 @@ def _schedule(P: int, m: int, stage: int, buffers: int, ch: _Chunks) -> tuple[Ph
     while b < m:  # 4
         backward(b)
         b += 1
-    for who in held:  # 5
+    live -= m * ch.loss_bytes  # 5
+    if reduce is not None:
+        run(reduce)
+    for who in held:
         rebind(who, None)
-    live -= m * ch.loss_bytes
     return PhaseBytes(peak["forward"], fwd_end), PhaseBytes(peak["backward"], live)
 
 

@@ -277,7 +277,7 @@ def measure_rank(
     layout.check(cfg, seq)
     if layout.pp > 1:
         raise AccountingError(
-            "a pipeline stage is measured by measure.pipeline.measure_stage_rank (pipeline parallel alone)"
+            "a pipeline stage is measured by measure.pipeline.measure_stage_rank"
         )
     if layout.vocab_parallel and layout.dp > 1:
         raise AccountingError("vocab parallel is measured with tensor parallel alone (dp 1); here analytic only")
@@ -292,7 +292,8 @@ def measure_rank(
     check_live_run(cfg, seq, batch, "meta", "this rank's step", training=True, dtype=setup.param_dtype)
     _init_fake_group(layout.world, rank)
     torch.manual_seed(0)
-    model, dp_mesh = build_rank(cfg, setup, layout)
+    model, meshes = build_rank(cfg, setup, layout)
+    dp_mesh = meshes.dp
     if not fake and parameter_count(cfg) > REAL_RUN_PARAMS:
         raise AccountingError(
             f"{cfg.name} has {parameter_count(cfg):,} parameters: a real-tensor run of this layout is limited to "
@@ -301,7 +302,6 @@ def measure_rank(
     if fake and not layout.fsdp and layout.dp > 1:
         raise AccountingError("DDP and ZeRO-1 run on real tensors only (DDP's reducer needs data): drop fake")
     tracker, dev = RankTracker(), torch.device("meta" if fake else "cpu")
-    kwargs = ADAMW_KWARGS[setup.optimizer]
     mode = contextlib.nullcontext()
     if fake:
         from torch._subclasses.fake_tensor import FakeTensorMode
@@ -309,7 +309,7 @@ def measure_rank(
         mode = FakeTensorMode(allow_non_fake_inputs=True)
     with contextlib.ExitStack() as stack:
         stack.enter_context(mode)
-        return _run_rank(cfg, seq, batch, setup, layout, rank, comm_debug, model, dp_mesh, tracker, dev, kwargs, mode)
+        return _run_rank(cfg, seq, batch, setup, layout, rank, comm_debug, model, dp_mesh, tracker, dev, mode)
 
 
 def _materialise(model, cfg: ModelConfig, layout: ParallelLayout, device: str = "cpu") -> None:
@@ -364,33 +364,18 @@ def measure_rank_plain(
     return measure_training_step_plain(model, inputs, targets, cross_entropy, opt)
 
 
-def _run_rank(cfg, seq, batch, setup, layout, rank, comm_debug, model, dp_mesh, tracker, dev, kwargs, mode):
+def _run_rank(cfg, seq, batch, setup, layout, rank, comm_debug, model, dp_mesh, tracker, dev, mode):
     from torch.distributed.tensor.parallel import loss_parallel
 
     from ..model import cross_entropy, random_tokens
 
     with tracker:
         _materialise(model, cfg, layout)
-        train = model
-        if not layout.fsdp and layout.dp > 1:
-            from torch.nn.parallel import DistributedDataParallel
-
-            train = DistributedDataParallel(model, process_group=dp_mesh.get_group())
-            train.register_comm_hook(dp_mesh.get_group(), all_reduce_hook)
-        if layout.zero == 1 and layout.dp > 1:
-            from torch.distributed.optim import ZeroRedundancyOptimizer
-
-            opt = ZeroRedundancyOptimizer(
-                param_groups(model), optimizer_class=torch.optim.AdamW, process_group=dp_mesh.get_group(), **kwargs
-            )
-        else:
-            opt = torch.optim.AdamW(param_groups(model), **kwargs)
-        init_optimizer_state(opt)
+        train, opt = data_parallel(model, layout, dp_mesh, setup)
         inputs = random_tokens(cfg, batch, seq, device="cpu", seed=0)
         targets = random_tokens(cfg, batch, seq, device="cpu", seed=1)
-    state = opt.optim.state if hasattr(opt, "optim") else opt.state
     params = _storage_bytes(model.parameters())
-    optimizer = _storage_bytes(v for s in state.values() for k, v in s.items() if k != "step")
+    optimizer = optimizer_state_bytes(opt)
     baseline = tracker.live_bytes(dev)
     from .attention_flops import install
 
@@ -417,6 +402,34 @@ def _run_rank(cfg, seq, batch, setup, layout, rank, comm_debug, model, dp_mesh, 
     return RankMeasurement(
         rank, params, grads, optimizer, step, comms.totals(), flops.total, tuple(comms.calls), counts
     )
+
+
+def data_parallel(model, layout: ParallelLayout, dp_mesh, setup: TrainingSetup):
+    """(the module to train, its optimizer with initialised state): DDP with the fake group's comm hook
+    (zero 0 and 1, dp > 1), ``ZeroRedundancyOptimizer`` over AdamW (zero 1), else AdamW; FSDP2 was applied
+    at build time (``build_rank``)."""
+    kwargs, train = ADAMW_KWARGS[setup.optimizer], model
+    if not layout.fsdp and layout.dp > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        train = DistributedDataParallel(model, process_group=dp_mesh.get_group())
+        train.register_comm_hook(dp_mesh.get_group(), all_reduce_hook)
+    if layout.zero == 1 and layout.dp > 1:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        opt = ZeroRedundancyOptimizer(
+            param_groups(model), optimizer_class=torch.optim.AdamW, process_group=dp_mesh.get_group(), **kwargs
+        )
+    else:
+        opt = torch.optim.AdamW(param_groups(model), **kwargs)
+    init_optimizer_state(opt)
+    return train, opt
+
+
+def optimizer_state_bytes(opt) -> int:
+    """Bytes of the AdamW moments ``opt`` keeps (a ``ZeroRedundancyOptimizer``'s own shard's)."""
+    state = opt.optim.state if hasattr(opt, "optim") else opt.state
+    return _storage_bytes(v for s in state.values() for k, v in s.items() if k != "step")
 
 
 def vocab_parallel_cross_entropy(logits, targets):

@@ -6,6 +6,7 @@ process group, optimizer parameter groups.  Used by ``measure.distributed``."""
 from __future__ import annotations
 
 from functools import partial
+from typing import NamedTuple
 
 import torch
 
@@ -16,18 +17,28 @@ from ..setup import TrainingSetup
 _JOBS = [0]
 
 
-def _meshes(layout: ParallelLayout, device_type: str = "cpu"):
+class Meshes(NamedTuple):
+    """This rank's device meshes: None where the layout has no such dimension."""
+
+    dp: object | None
+    tp: object | None
+    pp: object | None = None
+
+
+def _meshes(layout: ParallelLayout, device_type: str = "cpu") -> Meshes:
+    """The job's mesh, pipeline stages outermost, then data parallel, then tensor parallel (torchtitan's
+    order: a stage's ranks are consecutive).  A data-parallel dimension exists when dp > 1 or tp = 1."""
     from torch.distributed.device_mesh import init_device_mesh
 
     # names unique per job: DTensor's caches compare meshes by shape and names, and would hand a
     # second job in this process the first one's (destroyed) process groups
     _JOBS[0] += 1
-    dp, tp = f"dp{_JOBS[0]}", f"tp{_JOBS[0]}"
-    if layout.tp > 1 and layout.dp > 1:
-        mesh = init_device_mesh(device_type, (layout.dp, layout.tp), mesh_dim_names=(dp, tp))
-        return mesh[dp], mesh[tp]
-    one = init_device_mesh(device_type, (layout.world,), mesh_dim_names=(dp if layout.tp == 1 else tp,))
-    return (one, None) if layout.tp == 1 else (None, one)
+    j = _JOBS[0]
+    sizes = {"pp": layout.pp if layout.pp > 1 else 0, "dp": layout.dp if layout.dp > 1 or layout.tp == 1 else 0}
+    sizes["tp"] = layout.tp if layout.tp > 1 else 0
+    dims = {f"{k}{j}": n for k, n in sizes.items() if n}
+    mesh = init_device_mesh(device_type, tuple(dims.values()), mesh_dim_names=tuple(dims))
+    return Meshes(*(mesh[f"{k}{j}"] if sizes[k] else None for k in ("dp", "tp", "pp")))
 
 
 def _styles():
@@ -190,15 +201,23 @@ def param_groups(model) -> list[dict]:
     return [{"params": g} for g in split if g]
 
 
-def build_rank(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, device_type: str = "cpu"):
-    """(model, data-parallel mesh) of this rank, built on meta and parallelized over meshes of
-    ``device_type`` ("cpu", or "cuda" for the plain run on a GPU); not yet materialised."""
+def build_rank(
+    cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, device_type: str = "cpu", stage: int = 0
+) -> tuple[object, Meshes]:
+    """(model, meshes) of this rank, built on meta and parallelized over meshes of ``device_type``
+    ("cpu", or "cuda" for the plain run on a GPU); not yet materialised.  Under pipeline parallel the
+    model is first pruned to stage ``stage`` (``measure.pipeline.stage_module``), then sharded."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     from ..model import build_model
 
-    dp_mesh, tp_mesh = _meshes(layout, device_type)
+    meshes = _meshes(layout, device_type)
+    dp_mesh, tp_mesh = meshes.dp, meshes.tp
     model = build_model(cfg, "meta", setup=setup)
+    if layout.pp > 1:
+        from .pipeline import stage_module
+
+        stage_module(model, cfg, layout.pp, stage)
     if tp_mesh is not None:
         apply_tensor_parallel(model, tp_mesh, layout)
     expert_mesh = apply_expert_parallel(model, layout) if layout.ep > 1 else None
@@ -215,7 +234,7 @@ def build_rank(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, d
                 )  # fmt: skip
             fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp)
         fully_shard(model, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp)
-    return model, dp_mesh
+    return model, meshes
 
 
 def _expert_placement(cfg: ModelConfig, layout: ParallelLayout):

@@ -28,20 +28,22 @@ import torch
 
 from ..config import AccountingError, ModelConfig
 from ..layout import ParallelLayout
-from ..names import ADAMW_KWARGS, TORCH_DTYPES
+from ..names import TORCH_DTYPES
 from ..phases import StepMemory
 from ..setup import TrainingSetup
 from .devices import check_live_run
 from .distributed import (
     REAL_RUN_PARAMS,
+    CollectiveRecorder,
     RankMeasurement,
     RankTracker,
     _init_fake_group,
     _materialise,
     _storage_bytes,
+    data_parallel,
+    optimizer_state_bytes,
     parameter_count,
 )
-from .tracker import init_optimizer_state
 
 _PEER_VOTE_TORCH = ("2.13",)  # torch versions whose PipelineStage has the warm-up vote read here
 
@@ -92,14 +94,17 @@ def _static_peer_stage():
     return StaticPeerStage
 
 
-def _stage_metas(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, stages: int, stage: int):
+def _stage_metas(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, stage: int):
     """(input, output) example tensors on meta: token ids or hidden states in, hidden states or
-    logits out (the residual stream and the logits are in the parameters' dtype in every precision)."""
+    logits out.  The residual stream is in the parameters' dtype, or bf16 under FSDP2's amp-bf16
+    policy (its bf16 parameters compute it; the stage's root casts its floating inputs to bf16); the
+    logits in the parameters' dtype (the model's ``logits.float()`` under amp)."""
     dtype = getattr(torch, TORCH_DTYPES[setup.param_dtype])
-    hidden = torch.empty(batch, seq, cfg.d_model, dtype=dtype, device="meta", requires_grad=True)
+    stream = torch.bfloat16 if setup.autocast and layout.fsdp else dtype
+    hidden = torch.empty(batch, seq, cfg.d_model, dtype=stream, device="meta", requires_grad=True)
     tokens = torch.empty(batch, seq, dtype=torch.long, device="meta")
     logits = torch.empty(batch, seq, cfg.vocab_size, dtype=dtype, device="meta", requires_grad=True)
-    return (tokens if stage == 0 else hidden), (logits if stage == stages - 1 else hidden)
+    return (tokens if stage == 0 else hidden), (logits if stage == layout.pp - 1 else hidden)
 
 
 def measure_stage(
@@ -112,39 +117,43 @@ def measure_stage(
 def measure_stage_rank(
     cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, stage: int = 0
 ) -> RankMeasurement:
-    """Stage ``stage`` of ``layout`` (pp > 1, nothing else parallel) run by torch's ``Schedule1F1B``
-    over ``layout.micro_batches`` micro-batches of ``batch`` sequences, then AdamW, under
-    ``RankTracker``.  Phases: "forward" from the step's start to the stage's first backward (its 1F1B
-    warm-up forwards), "backward" the rest of the schedule (steady state and cool-down, the gradient
-    scaling by 1/m), "optimizer_step" AdamW + zero_grad.  The baseline holds the stage's parameters,
-    AdamW state and the step's token ids (stage 0) or targets (the last stage), m·B·S each."""
-    from ..model import build_model
+    """The first data-parallel rank of stage ``stage`` of ``layout`` (pp > 1, beside data parallel:
+    DDP or FSDP2; no tensor parallel) run by torch's ``Schedule1F1B`` over ``layout.micro_batches``
+    micro-batches of ``batch`` sequences, then AdamW, under ``RankTracker``.  The job's mesh is
+    (pp, dp), stages outermost (torchtitan's), so the rank is ``stage · dp``; the stage's model is pruned
+    first, then wrapped (``build_rank``: FSDP2 per block and at the stage's root; DDP around it, which
+    ``PipelineStage`` runs without gradient sync until the last backward).  Phases: "forward" from the
+    step's start to the stage's first backward (its 1F1B warm-up forwards), "backward" the rest of the
+    schedule (steady state, cool-down, FSDP2's reduce-scatters, the gradient scaling by 1/m),
+    "optimizer_step" AdamW + zero_grad.  The baseline holds the stage's (sharded) parameters, AdamW
+    state and the step's token ids (stage 0) or targets (the last stage), m·B·S each."""
+    from .parallelize import build_rank
 
     _check(cfg, seq, batch, setup, layout, stage)
-    _init_fake_group(layout.pp, stage)
+    _init_fake_group(layout.world, stage * layout.dp)
     torch.manual_seed(0)
-    model = stage_module(build_model(cfg, "meta", setup=setup), cfg, layout.pp, stage)
+    model, meshes = build_rank(cfg, setup, layout, stage=stage)
     tracker = RankTracker()
     with tracker:
-        _materialise(model, cfg, ParallelLayout())
-        opt = torch.optim.AdamW(model.parameters(), **ADAMW_KWARGS[setup.optimizer])
-        init_optimizer_state(opt)
+        _materialise(model, cfg, layout)
+        train, opt = data_parallel(model, layout, meshes.dp, setup)
         args, target = _step_inputs(cfg, seq, batch * layout.micro_batches, layout.pp, stage)
     baseline = tracker.live_bytes("cpu")
-    schedule = _schedule(model, cfg, seq, batch, setup, layout, stage)
-    with tracker, _recorded_p2p() as p2p:
+    schedule = _schedule(train, cfg, seq, batch, setup, layout, stage, meshes.pp.get_group())
+    comms = CollectiveRecorder(phase="backward")
+    with tracker, comms, _recorded_p2p() as p2p:
         with _phases(schedule._stage, tracker) as step:
             schedule.step(*args, target=target, return_outputs=False)
             step.close()
         grads = _storage_bytes(p.grad for p in model.parameters())
+        comms.phase = "optimizer_step"
         with tracker.phase("optimizer_step"):
             opt.step()
             opt.zero_grad(set_to_none=True)
-    params = _storage_bytes(model.parameters())
-    optimizer = _storage_bytes(v for st in opt.state.values() for k, v in st.items() if k != "step")
     step = StepMemory(baseline, **tracker.phase_table("cpu"))
-    sent = {"send_recv": (len(p2p), sum(p2p))} if p2p else {}
-    return RankMeasurement(stage, params, grads, optimizer, step, collectives=sent, local_flops=None)
+    sent = comms.totals() | ({"send_recv": (len(p2p), sum(p2p))} if p2p else {})
+    params, optimizer = _storage_bytes(model.parameters()), optimizer_state_bytes(opt)
+    return RankMeasurement(stage, params, grads, optimizer, step, sent, local_flops=None, calls=tuple(comms.calls))
 
 
 @contextlib.contextmanager
@@ -169,8 +178,10 @@ def _recorded_p2p():
 
 def _check(cfg, seq, batch, setup, layout, stage) -> None:
     layout.check(cfg, seq)
-    if layout.pp == 1 or layout.world != layout.pp:
-        raise AccountingError("a pipeline stage is measured with pipeline parallel alone (pp > 1, dp = tp = 1)")
+    if layout.pp == 1 or layout.tp > 1 or layout.ep > 1 or layout.zero == 1:
+        raise AccountingError(
+            "a pipeline stage is measured beside DDP or FSDP2 only (pp > 1; no tensor, expert parallel or ZeRO-1)"
+        )
     if not 0 <= stage < layout.pp:
         raise AccountingError(f"stage {stage} is outside the {layout.pp} stages")
     if cfg.tie_embeddings:
@@ -190,13 +201,15 @@ def _step_inputs(cfg: ModelConfig, seq: int, rows: int, stages: int, stage: int)
     return args, target
 
 
-def _schedule(model, cfg, seq, batch, setup, layout, stage):
+def _schedule(train, cfg, seq, batch, setup, layout, stage, group):
     from torch.distributed.pipelining import Schedule1F1B
 
     from ..model import cross_entropy
 
-    inputs, outputs = _stage_metas(cfg, seq, batch, setup, layout.pp, stage)
-    st = _static_peer_stage()(model, stage, layout.pp, torch.device("cpu"), input_args=inputs, output_args=outputs)
+    inputs, outputs = _stage_metas(cfg, seq, batch, setup, layout, stage)
+    st = _static_peer_stage()(
+        train, stage, layout.pp, torch.device("cpu"), input_args=inputs, output_args=outputs, group=group
+    )
     return Schedule1F1B(st, layout.micro_batches, loss_fn=cross_entropy)
 
 

@@ -138,10 +138,11 @@ def parallel_view(r: ParallelMemory) -> View:
             " collectives; peaks too for DDP, ZeRO-1, TP, sequence parallel (with or without vocab parallel or"
             " FSDP2, every precision and checkpointing) and FSDP2 (with TP too, but ZeRO-3 + selective + fp32),"
             " and vocab parallel without sequence parallel when nothing is checkpointed (checkpointed: within 1 %,"
-            " an all-reduce output not replayed).  Pipeline parallel alone (a dense model, untied head): every"
-            " stage replayed, each phase's peak and end exact against one stage of the real PipelineStage +"
-            " Schedule1F1B job on the fake process group (tests/test_pipeline_measured.py); beside data or"
-            " tensor parallel the stage peaks are estimates (gradients counted twice, receive buffers left out)."
+            " an all-reduce output not replayed).  Pipeline parallel (a dense model, untied head) alone or beside"
+            " FSDP2 in fp32 or bf16: every stage replayed, each phase's peak and end exact against one stage of"
+            " the real PipelineStage + Schedule1F1B job on the fake process group (tests/test_pipeline_measured.py,"
+            " tests/test_pipeline_fsdp.py); beside DDP, ZeRO-1, TP or FSDP2 under amp-bf16 the stage peaks are"
+            " estimates (gradients counted twice, receive buffers left out)."
         ),
     ]
     if lay.tp > 1 and lay.dp > 1 and not lay.fsdp:
