@@ -184,7 +184,7 @@ def parallel_memory(
     layout.check(cfg, seq)
     if rank is not None and layout.pp > 1 and layout.world != layout.pp:
         raise AccountingError("--rank with --pp picks a stage under pipeline parallel alone (rank = stage)")
-    stage, missing = None, not_modelled(cfg, seq, setup, layout)
+    stage, missing = None, not_modelled(cfg, seq, setup)
     if missing:
         st = model_states(cfg, setup, layout, rank=None if rank is None else rank // layout.tp)
         step = traced = act = None
@@ -215,7 +215,7 @@ def parallel_memory(
     )
 
 
-def not_modelled(cfg: ModelConfig, seq: int, setup: TrainingSetup, layout: ParallelLayout) -> list[str]:
+def not_modelled(cfg: ModelConfig, seq: int, setup: TrainingSetup) -> list[str]:
     """What the per-rank step replay leaves out: the single-GPU replay's gaps (``replay_unsupported``,
     as ``memory`` reports them); every layout the replay runs is modelled.  (A mixture of experts under
     FSDP2's bf16 MixedPrecisionPolicy is replayed, expert parallel included: the bf16 model with the
