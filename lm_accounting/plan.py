@@ -196,7 +196,7 @@ def _evaluate(cfg, seq, b, k, setup, lay, g: GPU, mfu, internode, allowance) -> 
             dp += (k if c.kind == "all_gather" else 1) * wire_bytes(c, n)
     return Candidate(
         lay, setup.checkpoint, b, k, per_gpu, compute, _seconds(dp, dp_link), _seconds(tp, nvlink),
-        _seconds(pp, dp_link), _seconds(ep, ep_link), peaks_exact(setup, lay, cfg) and not not_modelled(cfg, seq, setup, lay),
+        _seconds(pp, dp_link), _seconds(ep, ep_link), peaks_exact(setup, lay, cfg) and not not_modelled(cfg, seq, setup),
     ), per_gpu  # fmt: skip
 
 
@@ -236,7 +236,7 @@ def plan(
             lay = ParallelLayout(**family, micro_batches=per_rank // b)
             for ck in (c for c in CHECKPOINTS if c not in full):
                 setup = TrainingSetup(attention="sdpa", checkpoint=ck, precision="amp-bf16")
-                if lay.ep > 1 and not_modelled(cfg, seq, setup, lay):
+                if lay.ep > 1 and not_modelled(cfg, seq, setup):
                     continue  # expert parallel is planned where the replay models it
                 evaluated, evaluated_ep = evaluated + 1, evaluated_ep or lay.ep > 1
                 c, need = _evaluate(cfg, seq, b, lay.micro_batches, setup, lay, g, mfu, internode_bw, allowance)

@@ -312,7 +312,6 @@ def model_states(
         )
     buckets = full if d > 1 else 0
     if layout.zero == 1 and d > 1:
-        where = None if stage is None else (layout.pp, stage)
         totals = _zero1_totals(local_numels(cfg, layout.tp, layout.vocab_parallel, where), d)
         if rank is None:
             rank = max(range(d), key=lambda r: (totals[r], -r))

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from ..config import AccountingError, ModelConfig
+from ..config import ModelConfig
 from ..layout import ParallelLayout
 from ..phases import PHASES, StepMemory
 from ..result import Result
@@ -182,7 +182,7 @@ def parallel_memory(
     or global rank ``rank`` (its data-parallel rank is rank // tp; under pipeline parallel its stage is
     rank // (dp·tp): the stages outermost in the job's mesh, as torchtitan lays them out)."""
     layout.check(cfg, seq)
-    stage, missing = None, not_modelled(cfg, seq, setup, layout)
+    stage, missing = None, not_modelled(cfg, seq, setup)
     if missing:
         st = model_states(cfg, setup, layout, rank=None if rank is None else rank // layout.tp)
         step = traced = act = None
@@ -214,7 +214,7 @@ def parallel_memory(
     )
 
 
-def not_modelled(cfg: ModelConfig, seq: int, setup: TrainingSetup, layout: ParallelLayout) -> list[str]:
+def not_modelled(cfg: ModelConfig, seq: int, setup: TrainingSetup) -> list[str]:
     """What the per-rank step replay leaves out: the single-GPU replay's gaps (``replay_unsupported``,
     as ``memory`` reports them); every layout the replay runs is modelled.  (A mixture of experts under
     FSDP2's bf16 MixedPrecisionPolicy is replayed, expert parallel included: the bf16 model with the

@@ -167,7 +167,7 @@ class _Replay:
     def __call__(self, *deltas: Affine | int | _Copy) -> None:
         a, b, best = self.a, self.b, self.best
         for delta in deltas:
-            if type(delta) is int or isinstance(delta, int):
+            if isinstance(delta, int):  # a plain size, a _Grad too (an int subclass)
                 b += delta
             elif isinstance(delta, _Copy):
                 size = delta.size

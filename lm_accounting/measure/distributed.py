@@ -276,9 +276,7 @@ def measure_rank(
 
     layout.check(cfg, seq)
     if layout.pp > 1:
-        raise AccountingError(
-            "a pipeline stage is measured by measure.pipeline.measure_stage_rank"
-        )
+        raise AccountingError("a pipeline stage is measured by measure.pipeline.measure_stage_rank")
     if layout.vocab_parallel and layout.dp > 1:
         raise AccountingError("vocab parallel is measured with tensor parallel alone (dp 1); here analytic only")
     if layout.tp > 1 and layout.dp > 1 and not layout.fsdp:
