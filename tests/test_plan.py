@@ -126,15 +126,15 @@ def test_plan_csv_rows_name_the_model(run_cli):
 
 def test_plan_says_which_peaks_are_exact():
     """The peak column: exact where one rank of the fake-PG job has been shown to match (DDP, ZeRO, FSDP2,
-    TP, SP, FSDP2 × TP under amp-bf16 + sdpa: tests/test_parallel_measured.py; pipeline parallel alone:
-    tests/test_pipeline_measured.py); an estimate for pipeline stages beside data or tensor parallel and
-    DDP / ZeRO-1 × TP (neither runs on the fake process group).  A mixture of experts under FSDP2's bf16
+    TP, SP, FSDP2 × TP under amp-bf16 + sdpa: tests/test_parallel_measured.py; pipeline parallel alone
+    or beside data parallel: tests/test_pipeline_measured.py, tests/test_pipeline_dp.py); an estimate for
+    pipeline stages beside tensor parallel and DDP / ZeRO-1 × TP (neither runs on the fake process group).  A mixture of experts under FSDP2's bf16
     policy is replayed (tests/test_parallel_moe.py): exact at every ZeRO stage."""
     p = plan(SMALL, "h100-80gb", (8, 8), 32, 512, 512 * 10, top=10**6)
     for c in p.ranked:
         lay = c.layout
-        alone = lay.pp > 1 and lay.dp == lay.tp == 1  # pipeline parallel alone (SMALL: dense, untied)
-        assert c.peak_exact == (alone or (lay.pp == 1 and (lay.tp == 1 or lay.dp == 1 or lay.fsdp))), lay.label
+        staged = lay.pp > 1 and lay.tp == 1  # pipeline parallel alone or beside data parallel (SMALL: dense, untied)
+        assert c.peak_exact == (staged or (lay.pp == 1 and (lay.tp == 1 or lay.dp == 1 or lay.fsdp))), lay.label
     assert {c.peak_exact for c in p.ranked} == {True, False}
     best = p.to_dict()["best"]
     assert [r["peak_exact"] for r in best] == [c.peak_exact for c in p.ranked[: len(best)]]

@@ -512,7 +512,7 @@ def peaks_exact(setup: TrainingSetup, layout: ParallelLayout, cfg: ModelConfig |
     """Whether ``rank_step``'s forward and backward peaks are byte-exact against the fake-PG job, by
     layout and setup (``fsdp_peaks_exact``, ``tp_peaks_exact``).  Pipeline stages (``cfg`` needed):
     exact where ``analytic.pipeline.stage_replayed`` (a dense untied model, pipeline parallel alone or
-    beside FSDP2 in fp32 or bf16), else estimates."""
+    beside data parallel, no TP), else estimates."""
     if layout.pp > 1:
         from .pipeline import stage_replayed
 
@@ -627,10 +627,19 @@ def expert_rows(cfg: ModelConfig, seq: int, batch: int, layout: ParallelLayout, 
 
 
 def rank_flops(
-    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, rank: int = 0
+    cfg: ModelConfig,
+    seq: int,
+    batch: int,
+    setup: TrainingSetup,
+    layout: ParallelLayout,
+    rank: int = 0,
+    stage: int | None = None,
 ) -> StepFlops:
     """Matmul FLOPs of one step on data-parallel rank ``rank``: the TP-local model's (vocab parallel: its
-    LM head's local rows), with the routed experts' rows of rule 7 under expert parallel."""
+    LM head's local rows), with the routed experts' rows of rule 7 under expert parallel.  Under pipeline
+    parallel, pipeline stage ``stage``'s (``stage_flops``)."""
+    if layout.pp > 1:
+        return stage_flops(local_config(cfg, layout), seq, batch, setup, layout, stage or 0)
     flops = step_flops(local_config(cfg, layout), seq, batch, setup)
     if layout.vocab_parallel:  # the LM head's Vl = ceil(V/M) rows on rank 0: 2·T·d·(V − Vl) fewer forward
         cut = 2 * batch * seq * cfg.d_model * (cfg.vocab_size - -(-cfg.vocab_size // layout.tp))
@@ -641,6 +650,23 @@ def rank_flops(
     extra = cfg.moe_layers * 3 * 2 * rows * cfg.d_model * cfg.expert_width  # rule 7, per forward
     recompute = flops.recompute + (extra if setup.checkpoint == "full" else 0)
     return dataclasses.replace(flops, forward=flops.forward + extra, recompute=recompute)
+
+
+def stage_flops(
+    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, stage: int
+) -> StepFlops:
+    """Matmul FLOPs of one step on pipeline stage ``stage``: m micro-batches of ``batch`` sequences through
+    its blocks, and on the last stage the LM head (the stage's model: ``step_flops`` of its blocks, less
+    the head elsewhere)."""
+    from .flops import forward_flops
+
+    c = dataclasses.replace(cfg, num_layers=len(stage_layers(cfg.num_layers, layout.pp, stage)))
+    f = step_flops(c, seq, batch, setup)
+    if stage < layout.pp - 1:
+        head = sum(it.total for it in forward_flops(c, seq, batch) if not it.key.startswith("layers.*."))
+        f = dataclasses.replace(f, forward=f.forward - head)
+    m = layout.micro_batches
+    return StepFlops(m * f.forward, m * f.recompute, m * f.attention_recompute)
 
 
 def stage_layers(layers: int, stages: int, stage: int) -> range:

@@ -193,7 +193,7 @@ def parallel_memory(
         dp_rank = None if rank is None else rank // layout.tp
         step, st, act = rank_step(cfg, seq, batch, setup, layout, mode="plain", rank=dp_rank)
         traced = rank_step(cfg, seq, batch, setup, layout, mode="traced", rank=dp_rank)[0]
-    flops = rank_flops(cfg, seq, batch, setup, layout, st.rank)
+    flops = rank_flops(cfg, seq, batch, setup, layout, st.rank, stage)
     return ParallelMemory(
         cfg,
         seq,

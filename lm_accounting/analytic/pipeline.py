@@ -1,18 +1,29 @@
 """Pipeline parallel (1F1B): the worst stage's memory.  No torch.
 
-Pipeline parallel alone (dp = tp = ep = 1; a dense, untied model): each stage's step is REPLAYED
+Pipeline parallel alone or beside data parallel (DDP, ZeRO-1, FSDP2; tp = ep = 1; a dense, untied
+model): each stage's step is REPLAYED
 (``stage_step``, ``stage_replayed``): one micro-batch's forward, loss and backward on the stage's
 blocks (``analytic.replay``'s own block replays) placed in torch 2.13's ``Schedule1F1B`` order with
 the schedule's references to outputs, input gradients and losses (``_schedule``).  Byte-exact
 against one stage of the real job (``PipelineStage`` + ``Schedule1F1B`` on the fake process group,
 ``measure.pipeline.measure_stage``): every phase's peak and end on the grid of
 ``tests/test_pipeline_measured.py`` (pp 2 and 4, m = P and 2P, stages 0, middle and P − 1, fp32,
-bf16, amp-bf16, no/full/selective checkpointing, naive and sdpa attention, B 1 and 2; AdamW foreach).
+bf16, amp-bf16, no/full/selective checkpointing, naive and sdpa attention, B 1 and 2; AdamW foreach)
+and of ``tests/test_pipeline_dp.py`` (the same beside DDP, ZeRO-1 and FSDP2 ZeRO-2/-3 over dp 2 and 4).
 
-Beside data or tensor parallel (``world > pp``), or with a mixture of experts or a tied head, the
-peaks stay an ESTIMATE (``_stage_estimate``): baseline + k × saved activations, the gradients
-counted twice and the receive buffers left out (the bound measured before this replay existed:
-−7 % .. +25 % of the measured peak on the tiny grid, pipeline parallel alone).
+Data parallel beside: DDP's gradient buckets are allocated with the module and the last backward's
+all-reduce copies into and out of them, so DDP and ZeRO-1 shift the baseline only (``stage_baseline``;
+ZeRO-1 its owned moments, the worst dp rank).  FSDP2 adds its events to the replay (``_StageEvents``,
+``_reduce_grads``): ``PipelineStage`` runs every backward without resharding or reducing, so a unit is
+gathered by each forward or backward that finds it sharded, its gradients accumulate unsharded (under
+amp-bf16 folded into fp32 sums after each backward), and ``perform_reduce_grad`` reduce-scatters
+every unit once at the end.  Under FSDP2's amp-bf16 policy the stage runs the bf16 model
+(``fsdp_compute_setup``) with fp32 logits, and the residual stream crossing stages is bf16.
+
+Beside tensor parallel, or with a mixture of experts or a tied head, the peaks stay an ESTIMATE
+(``_stage_estimate``): baseline + k × saved activations, the gradients counted twice and the
+receive buffers left out (measured before the replays existed: −7 % .. +25 % of the peak on the tiny
+grid with pipeline parallel alone, −16 % .. −7 % beside FSDP2).
 """
 
 from __future__ import annotations
@@ -31,6 +42,7 @@ from .fsdp import FsdpEvents, FsdpUnits, Unit, fsdp_units
 from .parallel import (
     adamw_temporary,
     element_bytes,
+    fsdp_compute_setup,
     model_states,
     saved_activations,
     single_rank_step,
@@ -63,16 +75,11 @@ def pipeline_stages(
 
 def stage_replayed(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout) -> bool:
     """Whether ``stage_step`` replays the stage (exact) rather than estimating it: pipeline parallel
-    alone (the measured job), a dense model (no MoE split in the stage replay) with an untied head (the
-    measured stage; a tied head's second copy is not measured), and a model the single-GPU replay models."""
-    fsdp = layout.fsdp and not setup.autocast  # FSDP2 beside: fp32 and bf16
+    alone or beside data parallel (DDP, ZeRO-1, FSDP2; the measured jobs), no tensor parallel, a dense
+    model (no MoE split in the stage replay) with an untied head (the measured stage; a tied head's
+    second copy is not measured), and a model the single-GPU replay models."""
     return (
-        layout.pp > 1
-        and layout.tp == 1
-        and (layout.dp == 1 or fsdp)
-        and not cfg.moe
-        and not cfg.tie_embeddings
-        and rp.replay_supported(cfg, setup)
+        layout.pp > 1 and layout.tp == 1 and not cfg.moe and not cfg.tie_embeddings and rp.replay_supported(cfg, setup)
     )
 
 
@@ -111,7 +118,8 @@ def stage_step(
     base = stage_baseline(cfg, seq, batch, setup, layout, stage)
     buffers = schedule_buffers(cfg, seq, batch, setup, layout, stage)
     blocks = len(stage_layers(cfg.num_layers, P, stage))
-    where = (cfg, seq, batch, setup, blocks, stage == 0, stage == P - 1, mode == "traced")
+    run = fsdp_compute_setup(setup, layout)  # FSDP2's amp-bf16: the bf16 model
+    where = (cfg, seq, batch, run, blocks, stage == 0, stage == P - 1, mode == "traced")
     units = _StageUnits.of(cfg, setup, layout, stage)
     chunks = _chunks(*where, units)
     fsdp = (
@@ -136,16 +144,18 @@ def stage_baseline(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup,
     st = model_states(cfg, setup, layout, stage=stage)
     rope = 2 * cfg.context_length * (cfg.d_head // 2) * 4 if cfg.positions == "rope" else 0  # fp32 cos, sin
     ends = (stage == 0) + (stage == layout.pp - 1)
-    return st.parameters + st.optimizer + rope + ends * 8 * layout.micro_batches * batch * seq
+    return st.parameters + st.optimizer + st.ddp_buckets + rope + ends * 8 * layout.micro_batches * batch * seq
 
 
 def schedule_buffers(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, stage: int):
     """Bytes of the receive buffers torch's ``PipelineStage`` allocates at its first step and keeps
     (exact against the measured stage): one (B, S, d) activation buffer per micro-batch on every stage
     but the first (``_setup_forward_recv_info``), one (B, S, d) gradient buffer per micro-batch on every
-    stage but the last (``_setup_backward_recv_info``), in the parameters' dtype."""
+    stage but the last (``_setup_backward_recv_info``), in the residual stream's dtype: the parameters',
+    or bf16 under FSDP2's amp-bf16 policy (``fsdp_compute_setup``)."""
     sides = (stage > 0) + (stage < layout.pp - 1)
-    return sides * layout.micro_batches * batch * seq * cfg.d_model * element_bytes(setup)
+    e = element_bytes(fsdp_compute_setup(setup, layout))
+    return sides * layout.micro_batches * batch * seq * cfg.d_model * e
 
 
 class _Part(NamedTuple):
@@ -207,13 +217,14 @@ class _StageUnits(NamedTuple):
     root: Unit | None
     block: Unit
     zero3: bool  # reshard_after_forward
+    amp: bool  # amp-bf16: MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)
 
     @staticmethod
     def of(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, stage: int) -> _StageUnits | None:
         if not layout.fsdp or layout.dp == 1:
             return None
         units = fsdp_units(cfg, setup, layout, stage=(layout.pp, stage))
-        return _StageUnits(units.root, units.dense, layout.zero == 3)
+        return _StageUnits(units.root, units.dense, layout.zero == 3, setup.autocast)
 
 
 class _StageEvents:
@@ -232,6 +243,7 @@ class _StageEvents:
 
     def __init__(self, units: _StageUnits | None, sharded: bool, blocks: int, last: bool = False):
         self.u, self.sharded, self.top, self.last = units, sharded, blocks - 1, last
+        self.first_backward = True
 
     def root_pre_forward(self, r) -> None:
         if self.sharded and self.u.root:
@@ -278,6 +290,28 @@ class _StageEvents:
         if i > 0:
             r(+unit.copy_in, +unit.output, -unit.copy_in)
 
+    def block_post_backward(self, r) -> None:
+        self._fold(r, self.u.block if self.u else None)
+
+    def root_post_backward(self, r) -> None:
+        """At the backward's end: the last stage's root hook is on its input (the received hidden states,
+        whose gradient comes last); stage 0's input is token ids, so the final callback runs it."""
+        self._fold(r, self.u.root if self.u else None)
+
+    def _fold(self, r, unit: Unit | None) -> None:
+        """amp-bf16 (``reduce_dtype`` fp32): ``post_backward`` without reducing folds the unit's bf16
+        gradients into fp32 sums.  The first backward: ``to_accumulated_grad_if_needed``, per parameter an
+        fp32 copy (2g), then the bf16 gradient freed (g), the last parameter's copy the highest point; a
+        later one, whose autograd found ``.grad`` None and kept its bf16 gradients: ``accumulate_unsharded_
+        grad_if_needed`` adds them in place into the sums and frees them."""
+        if unit is None or not self.u.amp:
+            return
+        g, last = unit.grads, unit.last_grad
+        if self.first_backward:
+            r(+(g - last), +2 * last, -last)
+        else:
+            r(-g)
+
 
 _StageEvents.NONE = _StageEvents(None, False, 1)
 
@@ -289,7 +323,8 @@ def _reduce_grads(cfg: ModelConfig, units: _StageUnits, blocks: int, traced: boo
     ``_root_post_backward_final_callback`` frees the last reduce-scatter input."""
     ev = FsdpEvents(cfg, FsdpUnits(units.zero3, False, units.root, units.block, None))
     r, previous = _StageReplay(rp.Affine(0), traced), None
-    for unit in ([units.root] if units.root else []) + [units.block] * blocks:
+    fp32 = lambda u: dataclasses.replace(u, grads=2 * u.grads, last_grad=2 * u.last_grad) if units.amp else u
+    for unit in map(fp32, ([units.root] if units.root else []) + [units.block] * blocks):
         ev._reduce(r, unit, previous)
         previous = unit
     r(-previous.reduce_in)
@@ -340,8 +375,9 @@ def _chunks(
     units ``sharded`` (gathering them) or unsharded (``_StageUnits`` says which)."""
     c = dataclasses.replace(cfg, num_layers=blocks)
     ev = _StageEvents(units, sharded, blocks, last) if units is not None else _StageEvents.NONE
+    fl = units is not None and units.amp  # FSDP2's bf16 policy: ``setup`` is the bf16 model it runs
     e = DTYPE_BYTES[setup.param_dtype]
-    z = Sizes(c, rp.Affine(1), seq, e, setup, not traced)
+    z = Sizes(c, rp.Affine(1), seq, e, setup, not traced, softmax32=fl)
     pb = parameter_breakdown(cfg)
     p = {it.key.removeprefix("layers.*."): rp._Grad(it.per_layer * e) for it in pb if it.per_layer is not None}
     Td, TV, Tr, emb = z.act(c.d_model), z.act(c.vocab_size), z.act(1), pb["token_embeddings"].total * e
@@ -380,34 +416,42 @@ def _chunks(
         if z.amp:  # weight copy, input copy (saved), bf16 logits; ln_final's fp32 output dies
             r(+head2, +z.bf16.act(c.d_model), +z.bf16.act(c.vocab_size), -Td)
         r(+TV)  # logits (amp: logits.float())
+        if fl:
+            r(+2 * TV)  # logits.float()
     if ck == "none":
         r(-8 * seq)  # positions die with forward's locals (a checkpoint's closure keeps them)
-    if last and z.amp:
+    if last and (z.amp or fl):
         r(-z.bf16.act(c.vocab_size))  # the bf16 logits die with forward's locals
     if last and e != 4:
         r(-Td)  # 16-bit: the last residual stream dies (ln_final kept an fp32 copy)
     ev.root_post_forward(r)
     forward = _part(r, batch)
+    le = 4 if fl else z.e  # the loss's bytes
+    if fl:  # the loss reads the fp32 logits: its tensors are fp32
+        TV, Tr = 2 * TV, 2 * Tr
 
     loss = None
     if last:  # (2) cross-entropy, as one GPU's, less the logits' release
         r = _StageReplay(rp.Affine(0), traced)
         r(+Tr, +TV, -Tr)  # z = logits − max
         r(+TV, +Tr, +Tr, +Tr, +Tr)  # exp (saved); Σ (saved); log; gather; subtract
-        r(+z.e)  # mean (the loss)
+        r(+le)  # mean (the loss)
         r(-Tr, -Tr, -Tr)  # (gather keeps z; the logits stay)
         loss = _part(r, batch)
 
     layer_backward = rp._amp_layer_backward if z.amp else rp._layer_backward
     backward = []
     for accumulate in (False, True):  # (3)
-        r = _StageReplay(rp.Affine(0), traced, accumulate)
+        r = _StageReplay(rp.Affine(0), traced, accumulate and not fl)  # amp: FSDP2 folds them (_StageEvents)
+        ev.first_backward = not accumulate
         if last:  # d loss; mean, gather (a copy when traced), log, exp backward: one GPU's lines
-            r(+z.e, +Tr, +Tr, +TV, rp._Copy(TV), -Tr, -TV)
+            r(+le, +Tr, +Tr, +TV, rp._Copy(TV), -Tr, -TV)
             r(+Tr, -Tr, -Tr, +TV, -Tr, -TV, rp._Copy(TV), -TV)
             ev.root_pre_backward(r)  # on the logits' gradient
             TV2, Td2 = z.bf16.act(c.vocab_size), z.bf16.act(c.d_model)
-            if z.amp:
+            if fl:
+                r(+TV2, -TV, +rp._Grad(emb), +Td, -TV2, -Td)  # logits.float() backward; lm_head: dW, dx
+            elif z.amp:
                 r(+TV2, -TV)  # logits.float() backward
                 r(+head2, +Td2, -TV2, -head2, -Td2, +Td, -Td2, +rp._Grad(emb), -head2)  # lm_head
             else:
@@ -418,21 +462,28 @@ def _chunks(
         if not last:  # stage 0's root: its hook on the stage's output, after the top block's
             ev.root_pre_backward(r)
         layer_backward(r, z, p, last=blocks == 1)
+        ev.block_post_backward(r)
         r.keep = 0
         if blocks > 1:
-            rest_backward = lambda q, m: (ev.block_pre_backward(q, 1), layer_backward(q, z, p, last=False, moe=m))
+            rest_backward = lambda q, m: (
+                ev.block_pre_backward(q, 1),
+                layer_backward(q, z, p, last=False, moe=m),
+                ev.block_post_backward(q),
+            )
             rp._layer_runs(r, rest, None, True, rest_backward)
             ev.block_pre_backward(r, 0)
             layer_backward(r, z, p, last=True)
+            ev.block_post_backward(r)
         if first:
             r(+rp._Grad(emb), rp._Copy(emb), -Td)  # embedding backward: zeros, index_put
         elif not input_back:
             r(+Td)  # block 0 released its input, the buffer, which stays
+        ev.root_post_backward(r)
         if last:
-            r(-z.e)  # the gradient seed (the loss stays in ``_internal_losses``)
+            r(-le)  # the gradient seed (the loss stays in ``_internal_losses``)
         backward.append(_part(r, batch))
     output = at(TV if last else Td)
-    return _Chunks(forward, loss, backward[0], backward[1], output, 0 if first else at(Td), z.e if last else 0)
+    return _Chunks(forward, loss, backward[0], backward[1], output, 0 if first else at(Td), le if last else 0)
 
 
 def _schedule(
@@ -557,7 +608,7 @@ def _stage_saved(cfg, seq, batch, setup, layout, stage) -> int:
 
 def _stage_estimate(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, stage: int):
     """(step ESTIMATE, model states, saved activations) of stage ``stage`` where the stage is not replayed
-    (``stage_replayed``: beside data or tensor parallel, a mixture of experts, a tied head).  Stage s keeps
+    (``stage_replayed``: beside tensor parallel, a mixture of experts, a tied head).  Stage s keeps
     k = min(P − s, m) micro-batches' saved activations (1F1B's warm-up depth); peak: baseline (its model
     states, ``model_states`` over its parameters, gradients included) + k × its activations + the last
     stage's cross-entropy transient (the single-GPU replay's forward peak above its forward end).  It

@@ -204,7 +204,7 @@ class RankMeasurement:
     optimizer: int  # bytes of the AdamW state it keeps (exp_avg, exp_avg_sq, step)
     step: StepMemory
     collectives: dict[str, tuple[int, int]]  # kind -> (count, bytes)
-    local_flops: int | None  # forward + backward matmul FLOPs of its local ops; None: not counted (a pipeline stage)
+    local_flops: int | None  # forward + backward matmul FLOPs of its local ops (a pipeline stage: its m micro-batches)
     calls: tuple = ()  # (kind, bytes, phase) of every collective, in order
     comm_debug_counts: dict | None = None  # torch's CommDebugMode: op name -> count (comm_debug=True)
 

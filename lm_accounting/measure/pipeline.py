@@ -35,12 +35,14 @@ from .devices import check_live_run
 from .distributed import (
     REAL_RUN_PARAMS,
     CollectiveRecorder,
+    LocalFlops,
     RankMeasurement,
     RankTracker,
     _init_fake_group,
     _materialise,
     _storage_bytes,
     data_parallel,
+    flops_off,
     optimizer_state_bytes,
     parameter_count,
 )
@@ -117,20 +119,22 @@ def measure_stage(
 def measure_stage_rank(
     cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, stage: int = 0
 ) -> RankMeasurement:
-    """The first data-parallel rank of stage ``stage`` of ``layout`` (pp > 1, beside data parallel:
-    DDP or FSDP2; no tensor parallel) run by torch's ``Schedule1F1B`` over ``layout.micro_batches``
+    """Stage ``stage`` of ``layout`` (pp > 1, beside data parallel: DDP, ZeRO-1 or FSDP2; no tensor
+    parallel), its first data-parallel rank (ZeRO-1: the one with the most optimizer state), run by torch's ``Schedule1F1B`` over ``layout.micro_batches``
     micro-batches of ``batch`` sequences, then AdamW, under ``RankTracker``.  The job's mesh is
-    (pp, dp), stages outermost (torchtitan's), so the rank is ``stage · dp``; the stage's model is pruned
+    (pp, dp), stages outermost (torchtitan's), so the rank is ``stage · dp`` + its dp rank; the stage's model is pruned
     first, then wrapped (``build_rank``: FSDP2 per block and at the stage's root; DDP around it, which
     ``PipelineStage`` runs without gradient sync until the last backward).  Phases: "forward" from the
     step's start to the stage's first backward (its 1F1B warm-up forwards), "backward" the rest of the
     schedule (steady state, cool-down, FSDP2's reduce-scatters, the gradient scaling by 1/m),
     "optimizer_step" AdamW + zero_grad.  The baseline holds the stage's (sharded) parameters, AdamW
     state and the step's token ids (stage 0) or targets (the last stage), m·B·S each."""
+    from ..analytic.parallel import model_states
     from .parallelize import build_rank
 
     _check(cfg, seq, batch, setup, layout, stage)
-    _init_fake_group(layout.world, stage * layout.dp)
+    dp_rank = model_states(cfg, setup, layout, stage=stage).rank if layout.zero == 1 else 0  # ZeRO-1: the worst
+    _init_fake_group(layout.world, stage * layout.dp + dp_rank)
     torch.manual_seed(0)
     model, meshes = build_rank(cfg, setup, layout, stage=stage)
     tracker = RankTracker()
@@ -140,20 +144,23 @@ def measure_stage_rank(
         args, target = _step_inputs(cfg, seq, batch * layout.micro_batches, layout.pp, stage)
     baseline = tracker.live_bytes("cpu")
     schedule = _schedule(train, cfg, seq, batch, setup, layout, stage, meshes.pp.get_group())
-    comms = CollectiveRecorder(phase="backward")
-    with tracker, comms, _recorded_p2p() as p2p:
+    from .attention_flops import install
+
+    install()  # FLOP formulas for the CPU flash kernels (FlopCounterMode's registry counts them as 0)
+    comms, flops = CollectiveRecorder(phase="backward"), LocalFlops()
+    with tracker, comms, flops, _recorded_p2p() as p2p:
         with _phases(schedule._stage, tracker) as step:
             schedule.step(*args, target=target, return_outputs=False)
             step.close()
         grads = _storage_bytes(p.grad for p in model.parameters())
         comms.phase = "optimizer_step"
-        with tracker.phase("optimizer_step"):
+        with flops_off(flops), tracker.phase("optimizer_step"):
             opt.step()
             opt.zero_grad(set_to_none=True)
     step = StepMemory(baseline, **tracker.phase_table("cpu"))
     sent = comms.totals() | ({"send_recv": (len(p2p), sum(p2p))} if p2p else {})
     params, optimizer = _storage_bytes(model.parameters()), optimizer_state_bytes(opt)
-    return RankMeasurement(stage, params, grads, optimizer, step, sent, local_flops=None, calls=tuple(comms.calls))
+    return RankMeasurement(stage, params, grads, optimizer, step, sent, flops.total, calls=tuple(comms.calls))
 
 
 @contextlib.contextmanager
@@ -178,9 +185,9 @@ def _recorded_p2p():
 
 def _check(cfg, seq, batch, setup, layout, stage) -> None:
     layout.check(cfg, seq)
-    if layout.pp == 1 or layout.tp > 1 or layout.ep > 1 or layout.zero == 1:
+    if layout.pp == 1 or layout.tp > 1 or layout.ep > 1:
         raise AccountingError(
-            "a pipeline stage is measured beside DDP or FSDP2 only (pp > 1; no tensor, expert parallel or ZeRO-1)"
+            "a pipeline stage is measured beside data parallel only (pp > 1; no tensor or expert parallel)"
         )
     if not 0 <= stage < layout.pp:
         raise AccountingError(f"stage {stage} is outside the {layout.pp} stages")

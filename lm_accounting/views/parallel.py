@@ -17,7 +17,18 @@ UNSHARDED_ALL = {
     3: "not held: zero 3 reshards each unit after its forward (what zero 2 would hold)",
 }
 """The note of the layout view's 'every unit unsharded' row, by ZeRO stage."""
+STAGE_UNSHARDED = {
+    2: "held from the first forward to the step's end (pipeline: no reshard after backward)",
+    3: "held from each backward to the next forward (pipeline: no reshard after backward)",
+}
+"""The same beside pipeline parallel (collectives rule 9)."""
 ONE_RANK = "none: one data-parallel rank"
+
+
+def _unsharded_note(lay) -> str:
+    if lay.dp == 1:
+        return ONE_RANK
+    return STAGE_UNSHARDED[lay.zero] if lay.pp > 1 and lay.fsdp else UNSHARDED_ALL[lay.zero]
 
 
 def _parameters_note(lay) -> str:
@@ -50,7 +61,7 @@ def parallel_view(r: ParallelMemory) -> View:
             ("gradients", st.gradients, "as the parameters"),
             ("optimizer state (AdamW m, v)", st.optimizer, "FSDP2: the real rows; ZeRO-1: owned tensors"),
             ("DDP gradient buckets", st.ddp_buckets, ONE_RANK if lay.dp == 1 else "gradient_as_bucket_view=False"),
-            ("FSDP2: every unit unsharded", st.unsharded_all, ONE_RANK if lay.dp == 1 else UNSHARDED_ALL[lay.zero]),
+            ("FSDP2: every unit unsharded", st.unsharded_all, _unsharded_note(lay)),
             (
                 "FSDP2: largest unit unsharded",
                 st.unsharded_unit_max,
@@ -108,9 +119,10 @@ def parallel_view(r: ParallelMemory) -> View:
             )
         )
         kinds = sorted(set(want) | set(measured.collectives))
+        who = f"pipeline stage {measured.rank}" if r.layout.pp > 1 else f"rank {measured.rank}"
         tables.append(
             Table(
-                f"Collectives of the first step: predicted vs measured on rank {measured.rank} (fake process group)",
+                f"Collectives of the first step: predicted vs measured on {who} (fake process group)",
                 [Column("collective"), Column("count", "int"), Column("measured", "int"), Column("bytes", "bytes")]
                 + [Column("measured bytes", "bytes")],
                 [
@@ -139,10 +151,10 @@ def parallel_view(r: ParallelMemory) -> View:
             " FSDP2, every precision and checkpointing) and FSDP2 (with TP too, but ZeRO-3 + selective + fp32),"
             " and vocab parallel without sequence parallel when nothing is checkpointed (checkpointed: within 1 %,"
             " an all-reduce output not replayed).  Pipeline parallel (a dense model, untied head) alone or beside"
-            " FSDP2 in fp32 or bf16: every stage replayed, each phase's peak and end exact against one stage of"
+            " DDP, ZeRO-1 or FSDP2: every stage replayed, each phase's peak and end exact against one stage of"
             " the real PipelineStage + Schedule1F1B job on the fake process group (tests/test_pipeline_measured.py,"
-            " tests/test_pipeline_fsdp.py); beside DDP, ZeRO-1, TP or FSDP2 under amp-bf16 the stage peaks are"
-            " estimates (gradients counted twice, receive buffers left out)."
+            " tests/test_pipeline_dp.py); beside TP the stage peaks are estimates (gradients counted twice,"
+            " receive buffers left out)."
         ),
     ]
     if lay.tp > 1 and lay.dp > 1 and not lay.fsdp:
@@ -151,10 +163,11 @@ def parallel_view(r: ParallelMemory) -> View:
             " DTensor parameters): every figure here is composed from the DDP and TP rules, each exact alone, and"
             " the peaks are estimates."
         )
-    if r.measured is not None and r.measured.local_flops is None:
+    if r.measured is not None and lay.pp > 1:
         footer.append(
             f"Measured: pipeline stage {r.measured.rank} under torch's PipelineStage + Schedule1F1B on the fake"
-            " process group: its model states, phases, sends and receives; its FLOPs are not counted."
+            " process group: its model states, phases, collectives, sends and receives, and the matmul FLOPs of"
+            " its m micro-batches."
         )
     if lay.ep > 1:
         footer.append(

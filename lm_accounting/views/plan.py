@@ -66,7 +66,7 @@ def plan_view(p: Plan) -> View:
         (
             "Per-GPU memory: the worst rank (analytic.parallel): byte-exact against one rank of the real job on the"
             " fake process group where the peak column says exact (`memory` with the layout says why a peak is"
-            " an estimate); pipeline stages are exact alone or beside FSDP2 in fp32/bf16, estimates beside DDP, ZeRO-1, amp FSDP2 or"
+            " an estimate); pipeline stages are exact alone or beside data parallel, estimates beside"
             " tensor parallel."
         ),
     ]
