@@ -10,15 +10,18 @@ Setup: fused attention (sdpa), amp-bf16, foreach AdamW.  Memory per GPU is ``ana
 Step time (one optimizer step, k = sequences per dp rank / b micro-batches):
 
 1. compute = k · hardware FLOPs per micro-batch per GPU (recompute included) / (peak bf16 · u),
-   with u the stated utilisation (``--mfu``, applied to the FLOPs that run); under pp the 1F1B
-   bubble multiplies it by (k + pp − 1) / k;
+   with u the stated utilisation (``--mfu``, applied to the FLOPs that run); under pp the busiest
+   stage's k micro-batches (``stage_flops``: stage 0, the most blocks, or the last, the LM head), and the
+   1F1B bubble multiplies it by (k + pp − 1) / k;
 2. TP/SP collectives (per micro-batch, on the critical path, NOT overlapped): wire bytes / the
    GPU's NVLink bandwidth one way;
 3. data-parallel collectives: FSDP2 all-gathers per micro-batch, gradient reduction (reduce-scatter
    or all-reduce) once per step (accumulation without sync), wire bytes / the data-parallel link
    (NVLink within one node, W <= 8; else ``--interconnect-bw``, default 50 GB/s per GPU, one
    400 Gb/s InfiniBand NIC per GPU).  ASSUMED fully overlapped with compute: step = max(compute,
-   dp comm) + tp comm + ep comm + pp point-to-point;
+   dp comm) + tp comm + ep comm + pp point-to-point.  Under pp a stage's data-parallel collectives and
+   point-to-point transfers are counted per step (collectives rules 8 and 9: FSDP2 gathers as often as
+   the 1F1B order finds the units sharded), each the busiest stage's (0, a middle one, the last);
 4. expert parallel's all-to-alls (dispatch and combine per MoE layer, per micro-batch, on the
    critical path like TP's): wire bytes / NVLink when the ep group fits one node (its ranks are
    consecutive), else ``--interconnect-bw``; the expert units' FSDP2 collectives run over the dp/ep
@@ -42,7 +45,7 @@ from typing import Any, ClassVar
 
 from .analytic.collectives import step_collectives, wire_bytes
 from .analytic.hardware_flops import step_flops
-from .analytic.parallel import local_config, peaks_exact, rank_step
+from .analytic.parallel import local_config, peaks_exact, rank_step, stage_flops
 from .analytic.parallel_report import not_modelled
 from .analytic.pipeline import pipeline_stages
 from .config import AccountingError, ModelConfig
@@ -166,34 +169,46 @@ def _hardware_flops(local: ModelConfig, seq: int, b: int, setup: TrainingSetup) 
 
 def _peak(cfg, seq, b, setup, lay) -> int:
     if lay.pp > 1:
-        return pipeline_stages(cfg, seq, b, setup, lay)[1].peak
+        return pipeline_stages(cfg, seq, b, setup, lay, with_traced=False)[1].peak
     return rank_step(cfg, seq, b, setup, lay, mode="plain")[0].peak
+
+
+def _wire(cfg, seq, b, setup, lay, k) -> tuple[int, int, int, int]:
+    """Wire bytes of one step by group (dp, tp, pp, ep): TP and EP per micro-batch, k times; without pp the
+    FSDP2 all-gathers k times and the reduction once; under pp a stage's dp and pp collectives per step
+    (rules 8 and 9), each group's the busiest stage's."""
+    stages = sorted({0, min(1, lay.pp - 1), lay.pp - 1})  # a middle stage has two pipeline neighbours
+    best = [0, 0, 0, 0]
+    for s in stages:
+        dp = tp = pp = ep = 0
+        for c in step_collectives(cfg, seq, b, setup, lay, stage=s):
+            if c.group == "tp":
+                tp += k * wire_bytes(c, lay.tp)
+            elif c.group == "pp":
+                pp += wire_bytes(c, 2)
+            elif c.group == "ep":
+                ep += k * wire_bytes(c, lay.ep)
+            else:  # "dp", or "dp/ep" (the expert units)
+                n = lay.dp // lay.ep if c.group == "dp/ep" else lay.dp
+                dp += (k if c.kind == "all_gather" and lay.pp == 1 else 1) * wire_bytes(c, n)
+        best = [max(x, y) for x, y in zip(best, (dp, tp, pp, ep), strict=True)]
+    return tuple(best)
 
 
 def _evaluate(cfg, seq, b, k, setup, lay, g: GPU, mfu, internode, allowance) -> tuple[Candidate | None, int]:
     per_gpu = _peak(cfg, seq, b, setup, lay) + allowance
     if per_gpu > g.memory_bytes:
         return None, per_gpu
-    flops = _hardware_flops(local_config(cfg, lay), seq, b, setup)
-    if lay.pp > 1:  # the busiest stage: ceil(L / pp) of the L blocks (the LM head's share ignored)
-        flops = flops * -(-cfg.num_layers // lay.pp) // cfg.num_layers
-    compute = k * flops / (g.peak_flops("bf16") * mfu)
-    if lay.pp > 1:
-        compute *= (k + lay.pp - 1) / k
+    local, rate = local_config(cfg, lay), g.peak_flops("bf16") * mfu
+    if lay.pp > 1:  # the busiest stage's k micro-batches, times the 1F1B bubble
+        busiest = max(stage_flops(local, seq, b, setup, lay, s).hardware for s in (0, lay.pp - 1))
+        compute = busiest / rate * (k + lay.pp - 1) / k
+    else:
+        compute = k * _hardware_flops(local, seq, b, setup) / rate
     nvlink = g.interconnect_one_way
     dp_link = nvlink if lay.world <= GPUS_PER_NODE else internode
     ep_link = nvlink if lay.ep <= GPUS_PER_NODE else internode  # an ep group: consecutive ranks
-    dp = tp = pp = ep = 0
-    for c in step_collectives(cfg, seq, b, setup, lay):
-        if c.group == "tp":
-            tp += k * wire_bytes(c, lay.tp)
-        elif c.group == "pp":
-            pp += k * wire_bytes(c, 2)
-        elif c.group == "ep":
-            ep += k * wire_bytes(c, lay.ep)
-        else:  # "dp", or "dp/ep" (the expert units): all-gathers per micro-batch, the reduction once
-            n = lay.dp // lay.ep if c.group == "dp/ep" else lay.dp
-            dp += (k if c.kind == "all_gather" else 1) * wire_bytes(c, n)
+    dp, tp, pp, ep = _wire(cfg, seq, b, setup, lay, k)
     return Candidate(
         lay, setup.checkpoint, b, k, per_gpu, compute, _seconds(dp, dp_link), _seconds(tp, nvlink),
         _seconds(pp, dp_link), _seconds(ep, ep_link), peaks_exact(setup, lay, cfg) and not not_modelled(cfg, seq, setup),

@@ -529,17 +529,23 @@ def adamw_temporary(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayo
     if setup.optimizer == "fused":
         return 0
     if setup.optimizer == "foreach" and layout.tp > 1 and not layout.fsdp:
-        dtensor = plain = 0
-        for p in parameter_shapes(cfg):
-            rows, cols = local_shape(p, layout)
-            split = p.split in (COL, ROW) or (p.split == REPLICATED and layout.sequence_parallel)
-            split = split or (p.split == VOCAB and layout.vocab_parallel)
-            if split:
-                dtensor += rows * cols
-            else:
-                plain += rows * cols
-        return max(dtensor, plain) * e
+        return max(_tp_groups(cfg, layout.tp, layout.sequence_parallel, layout.vocab_parallel)) * e
     return st.owned_elements * e
+
+
+@lru_cache(maxsize=1024)
+def _tp_groups(cfg: ModelConfig, tp: int, sp: bool, vp: bool) -> tuple[int, int]:
+    """Elements of a TP rank's (DTensor, plain) parameter groups."""
+    layout = ParallelLayout(tp=tp, sequence_parallel=sp, vocab_parallel=vp)
+    dtensor = plain = 0
+    for p in parameter_shapes(cfg):
+        rows, cols = local_shape(p, layout)
+        split = p.split in (COL, ROW) or (p.split == REPLICATED and sp) or (p.split == VOCAB and vp)
+        if split:
+            dtensor += rows * cols
+        else:
+            plain += rows * cols
+    return dtensor, plain
 
 
 def rank_step(
@@ -658,15 +664,20 @@ def stage_flops(
     """Matmul FLOPs of one step on pipeline stage ``stage``: m micro-batches of ``batch`` sequences through
     its blocks, and on the last stage the LM head (the stage's model: ``step_flops`` of its blocks, less
     the head elsewhere)."""
+    f, m = _micro_batch_flops(cfg, seq, batch, setup, layout.pp, stage), layout.micro_batches
+    return StepFlops(m * f.forward, m * f.recompute, m * f.attention_recompute)
+
+
+@lru_cache(maxsize=4096)
+def _micro_batch_flops(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, stages: int, stage: int):
     from .flops import forward_flops
 
-    c = dataclasses.replace(cfg, num_layers=len(stage_layers(cfg.num_layers, layout.pp, stage)))
+    c = dataclasses.replace(cfg, num_layers=len(stage_layers(cfg.num_layers, stages, stage)))
     f = step_flops(c, seq, batch, setup)
-    if stage < layout.pp - 1:
+    if stage < stages - 1:
         head = sum(it.total for it in forward_flops(c, seq, batch) if not it.key.startswith("layers.*."))
         f = dataclasses.replace(f, forward=f.forward - head)
-    m = layout.micro_batches
-    return StepFlops(m * f.forward, m * f.recompute, m * f.attention_recompute)
+    return f
 
 
 def stage_layers(layers: int, stages: int, stage: int) -> range:

@@ -53,7 +53,13 @@ from .sizes import Sizes
 
 
 def pipeline_stages(
-    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, stage: int | None = None
+    cfg: ModelConfig,
+    seq: int,
+    batch: int,
+    setup: TrainingSetup,
+    layout: ParallelLayout,
+    stage: int | None = None,
+    with_traced: bool = True,
 ) -> tuple[int, StepMemory, StepMemory, object, int]:
     """1F1B over P stages and m micro-batches: (stage, plain step, traced step, states, activations) of
     the stage with the highest peak.  Pipeline parallel alone with a dense, untied model
@@ -61,14 +67,15 @@ def pipeline_stages(
     ``tests/test_pipeline_measured.py``'s grid (every stage type: 0, middle, P − 1; fp32, bf16,
     amp-bf16; every checkpointing; naive and sdpa; B 1 and 2).  Otherwise an ESTIMATE
     (``_stage_estimate``) of stage 0 (the most micro-batches in flight, the first L mod P stages one
-    block more) and the last (the head).  ``stage``: that stage's instead."""
+    block more) and the last (the head).  ``stage``: that stage's instead.  ``with_traced=False`` (the planner):
+    the traced step is the plain one (not replayed)."""
     exact = stage_replayed(cfg, setup, layout)
     stages = [stage] if stage is not None else range(layout.pp) if exact else sorted({0, layout.pp - 1})
     best = None
     for s in stages:
         step, st, act = stage_step(cfg, seq, batch, setup, layout, s, mode="plain")
         if best is None or step.peak > best[1].peak:
-            traced = stage_step(cfg, seq, batch, setup, layout, s, mode="traced")[0] if exact else step
+            traced = stage_step(cfg, seq, batch, setup, layout, s, mode="traced")[0] if exact and with_traced else step
             best = (s, step, traced, st, act)
     return best
 
@@ -114,6 +121,31 @@ def stage_step(
     if not stage_replayed(cfg, setup, layout):
         return _stage_estimate(cfg, seq, batch, setup, layout, stage)
     P, m = layout.pp, layout.micro_batches
+    st, base, buffers, chunks, fsdp, opt_top = _stage_parts(
+        cfg, seq, batch, setup, layout, _like(cfg.num_layers, P, stage), mode
+    )
+    fwd, bwd = _schedule(P, m, stage, buffers, chunks, fsdp)
+    opt = PhaseBytes(base + bwd.end + opt_top, base + buffers)
+    step = StepMemory(
+        base, PhaseBytes(base + fwd.peak, base + fwd.end), PhaseBytes(base + bwd.peak, base + bwd.end), opt
+    )
+    return step, st, min(P - stage, m) * _stage_saved(cfg, seq, batch, setup, _flat(layout), P, stage)
+
+
+def _like(layers: int, stages: int, stage: int) -> int:
+    """The first stage whose model equals stage ``stage``'s (the same ends, as many blocks): only the
+    1F1B schedule tells equal middle stages apart."""
+    if stage in (0, stages - 1):
+        return stage
+    n = len(stage_layers(layers, stages, stage))
+    return next(s for s in range(1, stage + 1) if len(stage_layers(layers, stages, s)) == n)
+
+
+@lru_cache(maxsize=1024)
+def _stage_parts(cfg, seq, batch, setup, layout, stage, mode):
+    """What ``stage_step`` needs of a stage's model: (model states, baseline, receive buffers, chunks,
+    FSDP2's (gathering chunks, zero 3, reductions) or None, the optimizer step above the backward's end)."""
+    P = layout.pp
     st = model_states(cfg, setup, layout, stage=stage)
     base = stage_baseline(cfg, seq, batch, setup, layout, stage)
     buffers = schedule_buffers(cfg, seq, batch, setup, layout, stage)
@@ -122,19 +154,12 @@ def stage_step(
     where = (cfg, seq, batch, run, blocks, stage == 0, stage == P - 1, mode == "traced")
     units = _StageUnits.of(cfg, setup, layout, stage)
     chunks = _chunks(*where, units)
-    fsdp = (
-        (_chunks(*where, units, True), units.zero3, _reduce_grads(cfg, units, blocks, *where[-1:], batch))
-        if units
-        else None
-    )
-    fwd, bwd = _schedule(P, m, stage, buffers, chunks, fsdp)
+    fsdp = None
+    if units:
+        fsdp = (_chunks(*where, units, True), units.zero3, _reduce_grads(cfg, units, blocks, *where[-1:], batch))
     z = Sizes(cfg, e=element_bytes(setup), setup=setup, plain=mode == "plain")
-    top = bwd.end + adamw_temporary(cfg, setup, layout, st) + rp.adamw_step_scalar_bytes(z)
-    opt = PhaseBytes(base + top, base + buffers)
-    step = StepMemory(
-        base, PhaseBytes(base + fwd.peak, base + fwd.end), PhaseBytes(base + bwd.peak, base + bwd.end), opt
-    )
-    return step, st, min(P - stage, m) * _stage_saved(cfg, seq, batch, setup, layout, stage)
+    opt_top = adamw_temporary(cfg, setup, layout, st) + rp.adamw_step_scalar_bytes(z)
+    return st, base, buffers, chunks, fsdp, opt_top
 
 
 def stage_baseline(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, stage: int):
@@ -316,6 +341,45 @@ class _StageEvents:
 _StageEvents.NONE = _StageEvents(None, False, 1)
 
 
+@lru_cache(maxsize=4096)
+def _block_lines(
+    c: ModelConfig, seq: int, setup: TrainingSetup, traced: bool, fl: bool, kind: str, accumulate: bool, keep: int
+) -> _StageReplay:
+    """One block's forward (``kind`` "forward") or backward ("backward"; "backward_block0": block 0's,
+    which also releases the shared mask) replayed from zero as a segment (``replay.apply_segment``), with
+    ``_StageReplay``'s ``accumulate`` and ``keep``: the same for every FSDP2 layout, whose events come
+    between blocks (``_StageEvents``)."""
+    z = Sizes(c, rp.Affine(1), seq, DTYPE_BYTES[setup.param_dtype], setup, not traced, softmax32=fl)
+    p = {
+        it.key.removeprefix("layers.*."): rp._Grad(it.per_layer * z.e)
+        for it in parameter_breakdown(c)
+        if it.per_layer is not None
+    }
+    r = _StageReplay(rp.Affine(0), traced, accumulate)
+    r.keep = keep
+    cached = setup.checkpoint == "selective"
+    if kind == "forward" and setup.checkpoint != "none":
+        (rp._amp_layer_forward_unsaved if z.amp else rp._layer_forward_unsaved)(
+            r, z, *((p,) if z.amp else ()), cached=cached
+        )
+    elif kind == "forward":
+        rp._amp_layer_forward(r, z, p) if z.amp else rp._layer_forward(r, z)
+    else:
+        (rp._amp_layer_backward if z.amp else rp._layer_backward)(r, z, p, last=kind == "backward_block0")
+    r.best, r.copies = _frontier(r.best), _frontier(r.copies)
+    return r
+
+
+def _frontier(points: dict[int, int]) -> dict[int, int]:
+    """The candidate peaks (slope a per sequence, intercept b) that no other one reaches at every B ≥ 0
+    (another with a' ≥ a and b' ≥ b): the envelope's maximum is theirs."""
+    out, top = {}, None
+    for a in sorted(points, reverse=True):
+        if top is None or points[a] > top:
+            out[a] = top = points[a]
+    return out
+
+
 def _reduce_grads(cfg: ModelConfig, units: _StageUnits, blocks: int, traced: bool, batch: int) -> _Part:
     """``perform_reduce_grad`` under FSDP2: ``post_backward`` of every unit in ``all_states`` order (the
     root, then the blocks in order), each rule 5 (reshard; the previous unit's reduce-scatter input freed;
@@ -335,7 +399,6 @@ def _part(r: _StageReplay, batch: int) -> _Part:
     return _Part(r.peak().at(batch), r.live.at(batch))
 
 
-@lru_cache(maxsize=1024)
 def _chunks(
     cfg: ModelConfig,
     seq: int,
@@ -348,7 +411,29 @@ def _chunks(
     units: _StageUnits | None = None,
     sharded: bool = False,
 ) -> _Chunks:
-    """One micro-batch on a stage of ``blocks`` blocks (``first``: it holds the embedding; ``last``: the
+    """``_chunk_lines`` at ``batch`` sequences a micro-batch (its lines are affine in B: one replay
+    serves every micro-batch size)."""
+    ch = _chunk_lines(cfg, seq, setup, blocks, first, last, traced, units, sharded)
+    at = lambda x: x.at(batch) if isinstance(x, rp.Affine) else x
+    part = lambda p: p and _Part(p.peak.at(batch), p.net.at(batch))
+    parts = (part(p) for p in ch[:4])
+    return _Chunks(*parts, at(ch.output), at(ch.input_grad), ch.loss_bytes)
+
+
+@lru_cache(maxsize=1024)
+def _chunk_lines(
+    cfg: ModelConfig,
+    seq: int,
+    setup: TrainingSetup,
+    blocks: int,
+    first: bool,
+    last: bool,
+    traced: bool,
+    units: _StageUnits | None = None,
+    sharded: bool = False,
+) -> _Chunks:
+    """One micro-batch of B sequences (the lines affine in B) on a stage of ``blocks`` blocks (``first``:
+    it holds the embedding; ``last``: the
     final norm, LM head and the loss), each line as ``replay.replay_training_step``'s, with what differs:
 
     1. forward (``PipelineStage.forward_one_chunk`` -> ``TransformerLM.forward`` of the pruned model): the
@@ -379,12 +464,9 @@ def _chunks(
     e = DTYPE_BYTES[setup.param_dtype]
     z = Sizes(c, rp.Affine(1), seq, e, setup, not traced, softmax32=fl)
     pb = parameter_breakdown(cfg)
-    p = {it.key.removeprefix("layers.*."): rp._Grad(it.per_layer * e) for it in pb if it.per_layer is not None}
     Td, TV, Tr, emb = z.act(c.d_model), z.act(c.vocab_size), z.act(1), pb["token_embeddings"].total * e
     head2, ck = emb // 2, setup.checkpoint  # amp: autocast's bf16 copy of the LM head's weight
-    cached = ck == "selective"
     rest = dataclasses.replace(c, num_layers=blocks - 1) if blocks > 1 else None  # the blocks but one, in runs
-    at = lambda x: x.at(batch) if isinstance(x, rp.Affine) else x
 
     r = _StageReplay(rp.Affine(0), traced)
     ev.root_pre_forward(r)
@@ -393,14 +475,8 @@ def _chunks(
         r(+seq * seq, +seq * seq, -seq * seq)  # the causal mask
     if first:
         r(+Td)  # embedding lookup
-    if z.amp and ck != "none":
-        body = lambda q, m: rp._amp_layer_forward_unsaved(q, z, p, cached=cached)
-    elif z.amp:
-        body = lambda q, m: rp._amp_layer_forward(q, z, p)
-    elif ck != "none":
-        body = lambda q, m: rp._layer_forward_unsaved(q, z, cached=cached)
-    else:
-        body = lambda q, m: rp._layer_forward(q, z)
+    block = lambda kind, accumulate=False, keep=0: _block_lines(c, seq, setup, traced, fl, kind, accumulate, keep)
+    body = lambda q, m: rp.apply_segment(q, block("forward"))
     ev.block_pre_forward(r, 0)
     body(r, None)  # block 0
     input_back = not first and e != 4 and ck == "none"  # (1) block 0 freed its input, the buffer
@@ -425,7 +501,7 @@ def _chunks(
     if last and e != 4:
         r(-Td)  # 16-bit: the last residual stream dies (ln_final kept an fp32 copy)
     ev.root_post_forward(r)
-    forward = _part(r, batch)
+    forward = _Part(r.peak(), r.live)
     le = 4 if fl else z.e  # the loss's bytes
     if fl:  # the loss reads the fp32 logits: its tensors are fp32
         TV, Tr = 2 * TV, 2 * Tr
@@ -437,9 +513,8 @@ def _chunks(
         r(+TV, +Tr, +Tr, +Tr, +Tr)  # exp (saved); Σ (saved); log; gather; subtract
         r(+le)  # mean (the loss)
         r(-Tr, -Tr, -Tr)  # (gather keeps z; the logits stay)
-        loss = _part(r, batch)
+        loss = _Part(r.peak(), r.live)
 
-    layer_backward = rp._amp_layer_backward if z.amp else rp._layer_backward
     backward = []
     for accumulate in (False, True):  # (3)
         r = _StageReplay(rp.Affine(0), traced, accumulate and not fl)  # amp: FSDP2 folds them (_StageEvents)
@@ -457,22 +532,22 @@ def _chunks(
             else:
                 r(+rp._Grad(emb), +Td, -TV, -Td)  # lm_head: dW, dx; ln_final output released
             rp._norm_backward(r, z, z.rows, c.d_model, residual=False)  # ln_final
-        r.keep = 0 if last else 1  # the top block's incoming gradient: the buffer
+        acc = accumulate and not fl
         ev.block_pre_backward(r, blocks - 1)
         if not last:  # stage 0's root: its hook on the stage's output, after the top block's
             ev.root_pre_backward(r)
-        layer_backward(r, z, p, last=blocks == 1)
+        # the top block's incoming gradient: the buffer (``keep``), but on the last stage
+        rp.apply_segment(r, block("backward_block0" if blocks == 1 else "backward", acc, 0 if last else 1))
         ev.block_post_backward(r)
-        r.keep = 0
         if blocks > 1:
-            rest_backward = lambda q, m: (
+            rest_backward = lambda q, m, acc=acc: (
                 ev.block_pre_backward(q, 1),
-                layer_backward(q, z, p, last=False, moe=m),
+                rp.apply_segment(q, block("backward", acc)),
                 ev.block_post_backward(q),
             )
             rp._layer_runs(r, rest, None, True, rest_backward)
             ev.block_pre_backward(r, 0)
-            layer_backward(r, z, p, last=True)
+            rp.apply_segment(r, block("backward_block0", acc))
             ev.block_post_backward(r)
         if first:
             r(+rp._Grad(emb), rp._Copy(emb), -Td)  # embedding backward: zeros, index_put
@@ -481,9 +556,9 @@ def _chunks(
         ev.root_post_backward(r)
         if last:
             r(-le)  # the gradient seed (the loss stays in ``_internal_losses``)
-        backward.append(_part(r, batch))
-    output = at(TV if last else Td)
-    return _Chunks(forward, loss, backward[0], backward[1], output, 0 if first else at(Td), le if last else 0)
+        backward.append(_Part(r.peak(), r.live))
+    output = TV if last else Td
+    return _Chunks(forward, loss, backward[0], backward[1], output, 0 if first else Td, le if last else 0)
 
 
 def _schedule(
@@ -502,6 +577,10 @@ def _schedule(
     4. cool-down: the remaining backwards, each with its ``bwd_sends``;
     5. ``_update_losses`` clears the losses; ``perform_reduce_grad`` divides the gradients in place; the
        method returns: ``output``, ``fwd_sends`` and ``bwd_sends`` die.
+    6. The steady state is periodic: once an iteration starts in the state the previous one started in
+       (the same holders of the in-flight outputs, relative to the next backward's micro-batch, and the
+       same FSDP2 state), each later one repeats it, with the same net change and highest point: they
+       are skipped in O(1), all but the last (a 1F1B step of m micro-batches costs O(P) here, not O(m)).
     The "forward" phase ends where the first backward starts (``measure_stage``'s boundary).
 
     ``fsdp``: (the chunks that gather the units, zero 3, ``perform_reduce_grad``'s reductions) beside
@@ -514,9 +593,12 @@ def _schedule(
     live, peak, phase = 0, {"forward": 0, "backward": 0}, ["forward"]
     fwd_end = 0
 
+    top = [0]  # the highest point of the current steady-state iteration
+
     def run(part: _Part) -> None:
         nonlocal live
         peak[phase[0]] = max(peak[phase[0]], live + part.peak)
+        top[0] = max(top[0], live + part.peak)
         live += part.net
 
     holders: dict[int, set[str]] = {}  # micro-batch -> what holds its output
@@ -574,7 +656,10 @@ def _schedule(
         fwd_sends(f)
         loss(f)
         f += 1
+    previous = None
     while True:  # 3
+        state, start = _steady_state(b, holders, held, sharded[0]), live
+        top[0] = live
         backward(b)
         b += 1
         if f == m:
@@ -583,6 +668,14 @@ def _schedule(
         loss(f)
         fwd_sends(f)
         f += 1
+        n = m - f - 1  # iterations left before the last one
+        if state == previous and n > 0:  # (6) periodic: skip n iterations
+            step, high = live - start, top[0] - start
+            peak["backward"] = max(peak["backward"], live + high, live + (n - 1) * step + high)
+            live, f, b = live + n * step, f + n, b + n
+            holders = {i + n: h for i, h in holders.items()}
+            held.update({k: None if i is None else i + n for k, i in held.items()})
+        previous = state
     while b < m:  # 4
         backward(b)
         b += 1
@@ -594,16 +687,24 @@ def _schedule(
     return PhaseBytes(peak["forward"], fwd_end), PhaseBytes(peak["backward"], live)
 
 
-def _stage_saved(cfg, seq, batch, setup, layout, stage) -> int:
-    """Saved activations of one micro-batch on stage ``stage``: its blocks' share, plus on the last stage
-    the final norm's, LM head's and cross-entropy's."""
-    flat = ParallelLayout(
-        dp=layout.dp, zero=layout.zero, tp=layout.tp, sequence_parallel=layout.sequence_parallel,
-        vocab_parallel=layout.vocab_parallel,
-    )  # fmt: skip
+def _steady_state(b: int, holders: dict[int, set[str]], held: dict[str, int | None], sharded: bool) -> tuple:
+    """``_schedule``'s state at a steady-state iteration's start, relative to micro-batch ``b``."""
+    rel = lambda i: None if i is None else i - b
+    return sharded, tuple(sorted((i - b, frozenset(h)) for i, h in holders.items())), tuple(map(rel, held.values()))
+
+
+def _flat(layout: ParallelLayout) -> ParallelLayout:
+    """The layout of one stage's ranks: without the pipeline."""
+    return dataclasses.replace(layout, pp=1, micro_batches=1)
+
+
+@lru_cache(maxsize=4096)
+def _stage_saved(cfg, seq, batch, setup, flat: ParallelLayout, stages: int, stage: int) -> int:
+    """Saved activations of one micro-batch on stage ``stage`` of ``stages`` (``flat``: its ranks' layout):
+    its blocks' share, plus on the last stage the final norm's, LM head's and cross-entropy's."""
     per_layer, head = _activation_split(cfg, seq, batch, setup, flat)
-    last = stage == layout.pp - 1
-    return len(stage_layers(cfg.num_layers, layout.pp, stage)) * per_layer + (head if last else 0)
+    last = stage == stages - 1
+    return len(stage_layers(cfg.num_layers, stages, stage)) * per_layer + (head if last else 0)
 
 
 def _stage_estimate(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, stage: int):
@@ -613,15 +714,12 @@ def _stage_estimate(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup
     states, ``model_states`` over its parameters, gradients included) + k × its activations + the last
     stage's cross-entropy transient (the single-GPU replay's forward peak above its forward end).  It
     counts the gradients twice and leaves out the receive buffers and each backward's transient."""
-    flat = ParallelLayout(
-        dp=layout.dp, zero=layout.zero, tp=layout.tp, sequence_parallel=layout.sequence_parallel,
-        vocab_parallel=layout.vocab_parallel,
-    )  # fmt: skip
+    flat = _flat(layout)
     r = single_rank_step(cfg, seq, batch, setup, flat, "plain")
     states = dataclasses.replace(flat, pp=layout.pp, micro_batches=layout.pp)  # the states ignore m: one cache key
     st = model_states(cfg, setup, states, stage=stage)
     last = stage == layout.pp - 1
-    one = _stage_saved(cfg, seq, batch, setup, layout, stage)
+    one = _stage_saved(cfg, seq, batch, setup, flat, layout.pp, stage)
     k = min(layout.pp - stage, layout.micro_batches)
     base = st.total + 2 * 8 * batch * seq
     act = k * one

@@ -207,6 +207,12 @@ def _repeat(r: _Replay, times: int, body: Callable[[_Replay], None]) -> None:
         return
     probe = r.fresh()
     body(probe)
+    apply_segment(r, probe, times)
+
+
+def apply_segment(r: _Replay, probe: _Replay, times: int = 1) -> None:
+    """Continue ``r`` with ``times`` runs of ``probe``, a replay of one segment from zero (``_repeat``'s
+    steps 1 and 2): its candidate peaks shifted by where each run starts."""
     step_a, step_b = probe.a, probe.b  # net change of one layer
     for run in {0, times - 1}:
         base_a, base_b = r.a + run * step_a, r.b + run * step_b
@@ -762,6 +768,10 @@ def _layer_runs(
     forward layers 0 .. L−1, backward L−1 .. 1 (layer 0, the ``last``, is replayed apart).  ``units``:
     FSDP2's events around each block (``analytic.fsdp``); a run then also needs equal neighbours."""
     order = range(c.num_layers - 1, 0, -1) if backward else range(c.num_layers)
+    if units is None and not c.moe:  # one run of alike dense blocks
+        if order:
+            _repeat(r, len(order), lambda q: _block(q, None, order[0], body, None, backward))
+        return
     keys = [(c.layer_moe(i), units.key(i, backward) if units else None) for i in order]
     start = 0
     while start < len(keys):
