@@ -175,15 +175,15 @@ def _peak(cfg, seq, b, setup, lay) -> int:
 
 def _wire(cfg, seq, b, setup, lay, k) -> tuple[int, int, int, int]:
     """Wire bytes of one step by group (dp, tp, pp, ep): TP and EP per micro-batch, k times; without pp the
-    FSDP2 all-gathers k times and the reduction once; under pp a stage's dp and pp collectives per step
-    (rules 8 and 9), each group's the busiest stage's."""
+    FSDP2 all-gathers k times and the reduction once; under pp a stage's collectives are counted per step
+    (collectives rules 8–10), each group's the busiest stage's."""
     stages = sorted({0, min(1, lay.pp - 1), lay.pp - 1})  # a middle stage has two pipeline neighbours
     best = [0, 0, 0, 0]
     for s in stages:
         dp = tp = pp = ep = 0
         for c in step_collectives(cfg, seq, b, setup, lay, stage=s):
-            if c.group == "tp":
-                tp += k * wire_bytes(c, lay.tp)
+            if c.group == "tp":  # per micro-batch; under pp the step's already (rule 10)
+                tp += (1 if lay.pp > 1 else k) * wire_bytes(c, lay.tp)
             elif c.group == "pp":
                 pp += wire_bytes(c, 2)
             elif c.group == "ep":

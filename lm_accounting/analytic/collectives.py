@@ -53,6 +53,7 @@ dtype (fp32 under amp-bf16).  Per layout (checked against the fake-PG run in tes
    FSDP2's bf16 policy, rule 5).  Stage 0 and the last stage have one neighbour: m transfers of
    T·d·h per phase; a middle stage has two, 2m (a receive and a send each).  Measured per stage
    (``measure.pipeline.measure_stage_rank`` records the schedule's ``fwd_*``/``bwd_*`` sends and receives).
+   Under sequence parallel the stages pass this rank's S/M positions: T/M rows.
 9. FSDP2 beside pipeline parallel: a stage's units (its blocks, and its root where the root holds
    parameters) over its dp ranks.  ``PipelineStage`` runs every backward without resharding or
    reducing (``set_reshard_after_backward(False)``, ``set_requires_gradient_sync(False)``) and reduces
@@ -60,6 +61,11 @@ dtype (fp32 under amp-bf16).  Per layout (checked against the fake-PG run in tes
    forward or backward that finds it sharded (``sharded_passes``): zero 2, once per step; zero 3,
    m + 1 times (each forward reshards).  DDP's buckets and the DP collectives cover the stage's
    parameters.  Measured per stage as rule 8.
+10. Tensor parallel beside pipeline parallel: rules 3–4 over the stage's L_s blocks for each of the m
+   micro-batches (the counts and bytes per step, as rules 8–9), the LM head's input all-gather (SP) on
+   the last stage only, the embedding gradient's on stage 0 only; the norms' all-reduces (SP) once a
+   step, over the stage's norms (ln_final on the last stage), under FSDP2's amp-bf16 policy in fp32
+   (the gradients folded into fp32 sums before the reduction).
 """
 
 from __future__ import annotations
@@ -123,7 +129,6 @@ def step_collectives(
     only rule 8 on the stage); ``first_step``: DDP's first step, with its single bucket."""
     out: list[Collective] = []
     e = 2 if setup.param_dtype == "bf16" else 4
-    a = 2 if setup.autocast else e
     L, T, d = cfg.num_layers, batch * seq, cfg.d_model
     where = (layout.pp, stage) if layout.pp > 1 else None
     if layout.dp > 1:
@@ -150,33 +155,12 @@ def step_collectives(
                     Collective("broadcast", "optimizer_step", "dp", len(sizes), sum(sizes), "updated parameters, Σ n·e")
                 )
     if layout.tp > 1:
-        recompute = setup.checkpoint != "none"
-        act, full = T * d * a, T * d * e
-        if layout.fsdp and setup.autocast:  # rule 5: bf16 parameters, so a bf16 residual stream
-            full = T * d * 2
-        if not layout.sequence_parallel:
-            out.append(Collective("all_reduce", "forward", "tp", 2 * L, 2 * L * act, "2L × T·d·a"))
-            n = 5 * L + (L if recompute else 0)
-            out.append(Collective("all_reduce", "backward", "tp", n, 5 * L * full + (L * act if recompute else 0), ""))
-        else:
-            out.append(Collective("all_gather", "forward", "tp", 2 * L + 1, (2 * L + 1) * full, "(2L+1) × T·d·e"))
-            out.append(Collective("reduce_scatter", "forward", "tp", 2 * L, 2 * L * act, "2L × T·d·a"))
-            ag = 2 * L * act + full + (2 * L * full if recompute else 0)
-            rs = 2 * L * full + (L * act if recompute else 0)
-            out.append(Collective("all_gather", "backward", "tp", 2 * L + 1 + (2 * L if recompute else 0), ag, ""))
-            out.append(Collective("reduce_scatter", "backward", "tp", 2 * L + (L if recompute else 0), rs, ""))
-            norms = 2 * L + 1
-            if layout.fsdp:  # FSDP2 reduces each Partial norm gradient once, in its post-backward
-                g = 2 if setup.autocast else e
-                out.append(Collective("all_reduce", "backward", "tp", norms, norms * d * g, "(2L+1) × d·g"))
-            else:
-                out.append(
-                    Collective("all_reduce", "optimizer_step", "tp", 3 * norms, 3 * norms * d * e, "3(2L+1) × d·e")
-                )
+        out += _tp_collectives(cfg, T, setup, layout, stage)
     if layout.tp > 1 and layout.vocab_parallel:
         out += _vocab_parallel_collectives(T, d, e, setup, layout)
     if layout.pp > 1:  # rule 8
         h = 2 if layout.fsdp and setup.autocast else e  # the residual stream's bytes (rule 5)
+        T = T // layout.tp if layout.sequence_parallel else T  # sequence parallel: S/M positions cross
         n = layout.micro_batches * (1 if stage in (0, layout.pp - 1) else 2)  # neighbours: one at either end
         what = "m" if n == layout.micro_batches else "2m (two neighbours)"
         out.append(Collective("send_recv", "forward", "pp", n, n * T * d * h, f"{what} × T·d·h, hidden states"))
@@ -205,6 +189,44 @@ def _fsdp_collectives(
             Collective("all_gather", "backward", group, b * units, b * g, f"every unit{what} again (G){times(b)}")
         )
     out.append(Collective("reduce_scatter", "backward", group, units, r, f"every unit{what}'s gradients (R)"))
+    return out
+
+
+def _tp_collectives(cfg: ModelConfig, T: int, setup: TrainingSetup, layout: ParallelLayout, stage: int) -> list:
+    """Rules 3 and 4 (rule 10 under pipeline parallel: the stage's blocks, the LM head's input gather on
+    the last stage, the embedding gradient's on stage 0, each micro-batch's; the norms' once a step)."""
+    e = 2 if setup.param_dtype == "bf16" else 4
+    a = 2 if setup.autocast else e
+    d, recompute = cfg.d_model, setup.checkpoint != "none"
+    L, head, emb, m = cfg.num_layers, 1, 1, 1
+    if layout.pp > 1:
+        L = len(stage_layers(cfg.num_layers, layout.pp, stage))
+        head, emb, m = int(stage == layout.pp - 1), int(stage == 0), layout.micro_batches
+    act, full = T * d * a, T * d * e
+    if layout.fsdp and setup.autocast:  # rule 5: bf16 parameters, so a bf16 residual stream
+        full = T * d * 2
+    tp = lambda kind, phase, n, payload, text="": Collective(kind, phase, "tp", m * n, m * payload, text)
+    if not layout.sequence_parallel:
+        n = 5 * L + (L if recompute else 0)
+        return [
+            tp("all_reduce", "forward", 2 * L, 2 * L * act, "2L × T·d·a"),
+            tp("all_reduce", "backward", n, 5 * L * full + (L * act if recompute else 0)),
+        ]
+    ag = 2 * L * act + emb * full + (2 * L * full if recompute else 0)
+    rs = 2 * L * full + (L * act if recompute else 0)
+    out = [
+        tp("all_gather", "forward", 2 * L + head, (2 * L + head) * full, "(2L+1) × T·d·e"),
+        tp("reduce_scatter", "forward", 2 * L, 2 * L * act, "2L × T·d·a"),
+        tp("all_gather", "backward", 2 * L + emb + (2 * L if recompute else 0), ag),
+        tp("reduce_scatter", "backward", 2 * L + (L if recompute else 0), rs),
+    ]
+    norms = 2 * L + head
+    if layout.fsdp:  # FSDP2 reduces each Partial norm gradient once, in its post-backward
+        # in the all-gather dtype; beside pp the gradients it reduces are the fp32 sums (rule 9)
+        g = 2 if setup.autocast and layout.pp == 1 else e
+        out.append(Collective("all_reduce", "backward", "tp", norms, norms * d * g, "(2L+1) × d·g"))
+    else:
+        out.append(Collective("all_reduce", "optimizer_step", "tp", 3 * norms, 3 * norms * d * e, "3(2L+1) × d·e"))
     return out
 
 

@@ -511,34 +511,37 @@ def sp_replayed(layout: ParallelLayout) -> int:
 def peaks_exact(setup: TrainingSetup, layout: ParallelLayout, cfg: ModelConfig | None = None) -> bool:
     """Whether ``rank_step``'s forward and backward peaks are byte-exact against the fake-PG job, by
     layout and setup (``fsdp_peaks_exact``, ``tp_peaks_exact``).  Pipeline stages (``cfg`` needed):
-    exact where ``analytic.pipeline.stage_replayed`` (a dense untied model, pipeline parallel alone or
-    beside data parallel, no TP), else estimates."""
+    exact where ``analytic.pipeline.stage_peaks_exact`` (a dense untied model, pipeline parallel alone
+    or beside data parallel or TP without SP, but TP in fp32), else estimates."""
     if layout.pp > 1:
-        from .pipeline import stage_replayed
+        from .pipeline import stage_peaks_exact
 
-        return cfg is not None and stage_replayed(cfg, setup, layout)
+        return cfg is not None and stage_peaks_exact(cfg, setup, layout)
     return fsdp_peaks_exact(layout, setup) if layout.fsdp else tp_peaks_exact(layout, setup)
 
 
-def adamw_temporary(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, st: ModelStates) -> int:
+def adamw_temporary(
+    cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, st: ModelStates, stage: int | None = None
+) -> int:
     """The AdamW step's temporary (``analytic.memory.adamw_step_temporary_bytes``) for the moments
     this rank holds.  foreach: one copy of v per parameter group (``torch._foreach_sqrt``; the
     measured TP rank has two groups, DTensor and plain, because foreach refuses to mix them: the
-    larger counts); fused: 0; for-loop: a bound, one copy of v."""
+    larger counts); fused: 0; for-loop: a bound, one copy of v.  ``stage``: pipeline stage ``stage``'s."""
     e = element_bytes(setup)
     if setup.optimizer == "fused":
         return 0
     if setup.optimizer == "foreach" and layout.tp > 1 and not layout.fsdp:
-        return max(_tp_groups(cfg, layout.tp, layout.sequence_parallel, layout.vocab_parallel)) * e
+        where = None if stage is None else (layout.pp, stage)
+        return max(_tp_groups(cfg, layout.tp, layout.sequence_parallel, layout.vocab_parallel, where)) * e
     return st.owned_elements * e
 
 
 @lru_cache(maxsize=1024)
-def _tp_groups(cfg: ModelConfig, tp: int, sp: bool, vp: bool) -> tuple[int, int]:
-    """Elements of a TP rank's (DTensor, plain) parameter groups."""
+def _tp_groups(cfg: ModelConfig, tp: int, sp: bool, vp: bool, stage: tuple[int, int] | None) -> tuple[int, int]:
+    """Elements of a TP rank's (DTensor, plain) parameter groups (``stage``: (P, s), that stage's)."""
     layout = ParallelLayout(tp=tp, sequence_parallel=sp, vocab_parallel=vp)
     dtensor = plain = 0
-    for p in parameter_shapes(cfg):
+    for p in _params(cfg, stage):
         rows, cols = local_shape(p, layout)
         split = p.split in (COL, ROW) or (p.split == REPLICATED and sp) or (p.split == VOCAB and vp)
         if split:

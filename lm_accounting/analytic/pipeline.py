@@ -1,7 +1,8 @@
 """Pipeline parallel (1F1B): the worst stage's memory.  No torch.
 
-Pipeline parallel alone or beside data parallel (DDP, ZeRO-1, FSDP2; tp = ep = 1; a dense, untied
-model): each stage's step is REPLAYED
+Pipeline parallel alone or beside data parallel (DDP, ZeRO-1, FSDP2) and tensor parallel (with or
+without sequence parallel; not vocab parallel, not DDP/ZeRO-1 × TP; a dense, untied model): each
+stage's step is REPLAYED
 (``stage_step``, ``stage_replayed``): one micro-batch's forward, loss and backward on the stage's
 blocks (``analytic.replay``'s own block replays) placed in torch 2.13's ``Schedule1F1B`` order with
 the schedule's references to outputs, input gradients and losses (``_schedule``).  Byte-exact
@@ -9,7 +10,9 @@ against one stage of the real job (``PipelineStage`` + ``Schedule1F1B`` on the f
 ``measure.pipeline.measure_stage``): every phase's peak and end on the grid of
 ``tests/test_pipeline_measured.py`` (pp 2 and 4, m = P and 2P, stages 0, middle and P − 1, fp32,
 bf16, amp-bf16, no/full/selective checkpointing, naive and sdpa attention, B 1 and 2; AdamW foreach)
-and of ``tests/test_pipeline_dp.py`` (the same beside DDP, ZeRO-1 and FSDP2 ZeRO-2/-3 over dp 2 and 4).
+and of ``tests/test_pipeline_dp.py`` (the same beside DDP, ZeRO-1 and FSDP2 ZeRO-2/-3 over dp 2 and 4)
+and ``tests/test_pipeline_tp.py`` (beside TP and TP + SP, alone or with FSDP2; ``stage_peaks_exact``:
+TP without SP in fp32 or amp-bf16 is within one all-reduce output).
 
 Data parallel beside: DDP's gradient buckets are allocated with the module and the last backward's
 all-reduce copies into and out of them, so DDP and ZeRO-1 shift the baseline only (``stage_baseline``;
@@ -18,9 +21,12 @@ ZeRO-1 its owned moments, the worst dp rank).  FSDP2 adds its events to the repl
 gathered by each forward or backward that finds it sharded, its gradients accumulate unsharded (under
 amp-bf16 folded into fp32 sums after each backward), and ``perform_reduce_grad`` reduce-scatters
 every unit once at the end.  Under FSDP2's amp-bf16 policy the stage runs the bf16 model
-(``fsdp_compute_setup``) with fp32 logits, and the residual stream crossing stages is bf16.
+(``fsdp_compute_setup``) with fp32 logits, and the residual stream crossing stages is bf16.  Tensor
+parallel: the TP-local model's stage (h/M heads, d_ff/M), as one TP rank replays; under sequence
+parallel its T/M-row residual stream (``Sizes.sp``), which also crosses the stages.
 
-Beside tensor parallel, or with a mixture of experts or a tied head, the peaks stay an ESTIMATE
+Beside vocab parallel or DDP/ZeRO-1 × TP, or with a mixture of experts or a tied head, the peaks stay
+an ESTIMATE
 (``_stage_estimate``): baseline + k × saved activations, the gradients counted twice and the
 receive buffers left out (measured before the replays existed: −7 % .. +25 % of the peak on the tiny
 grid with pipeline parallel alone, −16 % .. −7 % beside FSDP2).
@@ -43,6 +49,7 @@ from .parallel import (
     adamw_temporary,
     element_bytes,
     fsdp_compute_setup,
+    local_config,
     model_states,
     saved_activations,
     single_rank_step,
@@ -81,13 +88,26 @@ def pipeline_stages(
 
 
 def stage_replayed(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout) -> bool:
-    """Whether ``stage_step`` replays the stage (exact) rather than estimating it: pipeline parallel
-    alone or beside data parallel (DDP, ZeRO-1, FSDP2; the measured jobs), no tensor parallel, a dense
-    model (no MoE split in the stage replay) with an untied head (the measured stage; a tied head's
-    second copy is not measured), and a model the single-GPU replay models."""
-    return (
-        layout.pp > 1 and layout.tp == 1 and not cfg.moe and not cfg.tie_embeddings and rp.replay_supported(cfg, setup)
-    )
+    """Whether ``stage_step`` replays the stage rather than estimating it: pipeline parallel alone or
+    beside data parallel (DDP, ZeRO-1, FSDP2), tensor parallel without sequence or vocab parallel (the
+    TP-local model; beside FSDP2, not DDP or ZeRO-1, as measured), a dense model (no MoE split in the
+    stage replay) with an untied head (the measured stage; a tied head's second copy is not measured),
+    and a model the single-GPU replay models.  Exact where ``stage_peaks_exact``."""
+    tp = layout.tp == 1 or not (layout.vocab_parallel or layout.zero in (0, 1) and layout.dp > 1)
+    return layout.pp > 1 and tp and not cfg.moe and not cfg.tie_embeddings and rp.replay_supported(cfg, setup)
+
+
+def stage_peaks_exact(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout) -> bool:
+    """Whether the replayed stage's peaks are byte-exact against the measured stage (tests/
+    test_pipeline_measured.py, tests/test_pipeline_dp.py, tests/test_pipeline_tp.py): every replayed
+    stage but tensor parallel without sequence parallel in fp32 or amp-bf16 (its fp32 parameters; under
+    FSDP2's policy the bf16 model runs), whose forward peak can come from a row-parallel output's
+    all-reduce, live beside its partial for one op and not replayed (``tensor_parallel.tp_peaks_exact``):
+    up to T·d·a low (576 to 3,072 B on the tiny grid, on stages without the LM head, whose own peak
+    hides it on one GPU).  Sequence parallel reduce-scatters there instead, replayed."""
+    run = fsdp_compute_setup(setup, layout)
+    all_reduce = layout.tp > 1 and not layout.sequence_parallel and run.precision != "bf16"
+    return stage_replayed(cfg, setup, layout) and not all_reduce
 
 
 def stage_step(
@@ -151,14 +171,16 @@ def _stage_parts(cfg, seq, batch, setup, layout, stage, mode):
     buffers = schedule_buffers(cfg, seq, batch, setup, layout, stage)
     blocks = len(stage_layers(cfg.num_layers, P, stage))
     run = fsdp_compute_setup(setup, layout)  # FSDP2's amp-bf16: the bf16 model
-    where = (cfg, seq, batch, run, blocks, stage == 0, stage == P - 1, mode == "traced")
+    local = local_config(cfg, layout)  # the TP rank's model: h/M heads, d_ff/M
+    where = (local, seq, batch, run, blocks, stage == 0, stage == P - 1, mode == "traced")
     units = _StageUnits.of(cfg, setup, layout, stage)
-    chunks = _chunks(*where, units)
+    sp = layout.tp if layout.sequence_parallel else 1
+    chunks = _chunks(*where, units, False, sp)
     fsdp = None
     if units:
-        fsdp = (_chunks(*where, units, True), units.zero3, _reduce_grads(cfg, units, blocks, *where[-1:], batch))
+        fsdp = (_chunks(*where, units, True, sp), units.zero3, _reduce_grads(cfg, units, blocks, *where[-1:], batch))
     z = Sizes(cfg, e=element_bytes(setup), setup=setup, plain=mode == "plain")
-    opt_top = adamw_temporary(cfg, setup, layout, st) + rp.adamw_step_scalar_bytes(z)
+    opt_top = adamw_temporary(cfg, setup, layout, st, stage) + rp.adamw_step_scalar_bytes(z)
     return st, base, buffers, chunks, fsdp, opt_top
 
 
@@ -180,7 +202,8 @@ def schedule_buffers(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetu
     or bf16 under FSDP2's amp-bf16 policy (``fsdp_compute_setup``)."""
     sides = (stage > 0) + (stage < layout.pp - 1)
     e = element_bytes(fsdp_compute_setup(setup, layout))
-    return sides * layout.micro_batches * batch * seq * cfg.d_model * e
+    rows = seq // layout.tp if layout.sequence_parallel else seq  # sequence parallel: S/M positions
+    return sides * layout.micro_batches * batch * rows * cfg.d_model * e
 
 
 class _Part(NamedTuple):
@@ -343,13 +366,22 @@ _StageEvents.NONE = _StageEvents(None, False, 1)
 
 @lru_cache(maxsize=4096)
 def _block_lines(
-    c: ModelConfig, seq: int, setup: TrainingSetup, traced: bool, fl: bool, kind: str, accumulate: bool, keep: int
+    c: ModelConfig,
+    seq: int,
+    setup: TrainingSetup,
+    traced: bool,
+    fl: bool,
+    kind: str,
+    accumulate: bool,
+    keep: int,
+    sp: tuple[int, bool] = (1, False),
 ) -> _StageReplay:
     """One block's forward (``kind`` "forward") or backward ("backward"; "backward_block0": block 0's,
     which also releases the shared mask) replayed from zero as a segment (``replay.apply_segment``), with
     ``_StageReplay``'s ``accumulate`` and ``keep``: the same for every FSDP2 layout, whose events come
     between blocks (``_StageEvents``)."""
-    z = Sizes(c, rp.Affine(1), seq, DTYPE_BYTES[setup.param_dtype], setup, not traced, softmax32=fl)
+    e = DTYPE_BYTES[setup.param_dtype]
+    z = Sizes(c, rp.Affine(1), seq, e, setup, not traced, softmax32=fl, sp=sp[0], gather_cat=sp[1])
     p = {
         it.key.removeprefix("layers.*."): rp._Grad(it.per_layer * z.e)
         for it in parameter_breakdown(c)
@@ -410,10 +442,11 @@ def _chunks(
     traced: bool,
     units: _StageUnits | None = None,
     sharded: bool = False,
+    sp: int = 1,
 ) -> _Chunks:
     """``_chunk_lines`` at ``batch`` sequences a micro-batch (its lines are affine in B: one replay
-    serves every micro-batch size)."""
-    ch = _chunk_lines(cfg, seq, setup, blocks, first, last, traced, units, sharded)
+    serves every micro-batch size; under sequence parallel, every B > 1 alike)."""
+    ch = _chunk_lines(cfg, seq, setup, blocks, first, last, traced, units, sharded, (sp, sp > 1 and batch > 1))
     at = lambda x: x.at(batch) if isinstance(x, rp.Affine) else x
     part = lambda p: p and _Part(p.peak.at(batch), p.net.at(batch))
     parts = (part(p) for p in ch[:4])
@@ -431,6 +464,7 @@ def _chunk_lines(
     traced: bool,
     units: _StageUnits | None = None,
     sharded: bool = False,
+    sp: tuple[int, bool] = (1, False),
 ) -> _Chunks:
     """One micro-batch of B sequences (the lines affine in B) on a stage of ``blocks`` blocks (``first``:
     it holds the embedding; ``last``: the
@@ -457,14 +491,19 @@ def _chunk_lines(
        gradient seed dies with the backward; the loss stays (2).
 
     ``units``: FSDP2's events on the stage (``_StageUnits``), for a forward or backward that finds the
-    units ``sharded`` (gathering them) or unsharded (``_StageUnits`` says which)."""
+    units ``sharded`` (gathering them) or unsharded (``_StageUnits`` says which).  ``sp``: (M, B > 1) of a
+    sequence-parallel rank (``cfg`` the TP-local model; ``Sizes.gather_cat``): the residual stream, the
+    stage's input and output at T/M rows; stage 0 splits its embedding output, the last stage gathers
+    its final norm's output for the LM head and splits the head's input gradient (one GPU's lines).
+    Tensor parallel without it is the TP-local model's replay, as one TP rank's."""
     c = dataclasses.replace(cfg, num_layers=blocks)
     ev = _StageEvents(units, sharded, blocks, last) if units is not None else _StageEvents.NONE
     fl = units is not None and units.amp  # FSDP2's bf16 policy: ``setup`` is the bf16 model it runs
     e = DTYPE_BYTES[setup.param_dtype]
-    z = Sizes(c, rp.Affine(1), seq, e, setup, not traced, softmax32=fl)
+    z = Sizes(c, rp.Affine(1), seq, e, setup, not traced, softmax32=fl, sp=sp[0], gather_cat=sp[1])
     pb = parameter_breakdown(cfg)
     Td, TV, Tr, emb = z.act(c.d_model), z.act(c.vocab_size), z.act(1), pb["token_embeddings"].total * e
+    split, Tres = z.sp > 1, z.residual  # sequence parallel: the residual stream's T/M rows
     head2, ck = emb // 2, setup.checkpoint  # amp: autocast's bf16 copy of the LM head's weight
     rest = dataclasses.replace(c, num_layers=blocks - 1) if blocks > 1 else None  # the blocks but one, in runs
 
@@ -475,13 +514,15 @@ def _chunk_lines(
         r(+seq * seq, +seq * seq, -seq * seq)  # the causal mask
     if first:
         r(+Td)  # embedding lookup
-    block = lambda kind, accumulate=False, keep=0: _block_lines(c, seq, setup, traced, fl, kind, accumulate, keep)
+    if first and split:
+        r(+Tres, -Td)  # this rank's S/M positions copied (Replicate -> Shard(1)); the lookup dies
+    block = lambda kind, accumulate=False, keep=0: _block_lines(c, seq, setup, traced, fl, kind, accumulate, keep, sp)
     body = lambda q, m: rp.apply_segment(q, block("forward"))
     ev.block_pre_forward(r, 0)
     body(r, None)  # block 0
     input_back = not first and e != 4 and ck == "none"  # (1) block 0 freed its input, the buffer
     if input_back:
-        r(+Td)
+        r(+Tres)
     ev.block_post_forward(r)
     if blocks > 1:
         rp._layer_runs(
@@ -489,9 +530,12 @@ def _chunk_lines(
         )
     if last:
         rp._norm_forward(r, z, z.rows, c.d_model)  # ln_final
-        if z.amp:  # weight copy, input copy (saved), bf16 logits; ln_final's fp32 output dies
-            r(+head2, +z.bf16.act(c.d_model), +z.bf16.act(c.vocab_size), -Td)
+        rp._sp_all_gather(r, z)  # its output gathered for the LM head (saved by it)
+        if z.amp:  # weight copy, input copy (saved), bf16 logits; ln_final's fp32 output(s) die
+            r(+head2, +z.bf16.act(c.d_model), +z.bf16.act(c.vocab_size), -Td, -Tres * split)
         r(+TV)  # logits (amp: logits.float())
+        if split and not z.amp:
+            r(-Tres)  # ln_final's own output dies
         if fl:
             r(+2 * TV)  # logits.float()
     if ck == "none":
@@ -499,7 +543,7 @@ def _chunk_lines(
     if last and (z.amp or fl):
         r(-z.bf16.act(c.vocab_size))  # the bf16 logits die with forward's locals
     if last and e != 4:
-        r(-Td)  # 16-bit: the last residual stream dies (ln_final kept an fp32 copy)
+        r(-Tres)  # 16-bit: the last residual stream dies (ln_final kept an fp32 copy)
     ev.root_post_forward(r)
     forward = _Part(r.peak(), r.live)
     le = 4 if fl else z.e  # the loss's bytes
@@ -531,7 +575,9 @@ def _chunk_lines(
                 r(+head2, +Td2, -TV2, -head2, -Td2, +Td, -Td2, +rp._Grad(emb), -head2)  # lm_head
             else:
                 r(+rp._Grad(emb), +Td, -TV, -Td)  # lm_head: dW, dx; ln_final output released
-            rp._norm_backward(r, z, z.rows, c.d_model, residual=False)  # ln_final
+            if split:  # dx split along the sequence (the backward of Shard(1) -> Replicate); dx dies
+                r(+Tres, -Td)
+            rp._norm_backward(r, z, z.rows, c.d_model, residual=False, sp=split)  # ln_final
         acc = accumulate and not fl
         ev.block_pre_backward(r, blocks - 1)
         if not last:  # stage 0's root: its hook on the stage's output, after the top block's
@@ -549,16 +595,19 @@ def _chunk_lines(
             ev.block_pre_backward(r, 0)
             rp.apply_segment(r, block("backward_block0", acc))
             ev.block_post_backward(r)
+        if first and split:  # the gradient of this rank's S/M positions gathered; the local one dies
+            rp._sp_all_gather(r, z)
+            r(-Tres)
         if first:
             r(+rp._Grad(emb), rp._Copy(emb), -Td)  # embedding backward: zeros, index_put
         elif not input_back:
-            r(+Td)  # block 0 released its input, the buffer, which stays
+            r(+Tres)  # block 0 released its input, the buffer, which stays
         ev.root_post_backward(r)
         if last:
             r(-le)  # the gradient seed (the loss stays in ``_internal_losses``)
         backward.append(_Part(r.peak(), r.live))
-    output = TV if last else Td
-    return _Chunks(forward, loss, backward[0], backward[1], output, 0 if first else Td, le if last else 0)
+    output = TV if last else Tres
+    return _Chunks(forward, loss, backward[0], backward[1], output, 0 if first else Tres, le if last else 0)
 
 
 def _schedule(
@@ -709,7 +758,7 @@ def _stage_saved(cfg, seq, batch, setup, flat: ParallelLayout, stages: int, stag
 
 def _stage_estimate(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, stage: int):
     """(step ESTIMATE, model states, saved activations) of stage ``stage`` where the stage is not replayed
-    (``stage_replayed``: beside tensor parallel, a mixture of experts, a tied head).  Stage s keeps
+    (``stage_replayed``: beside vocab parallel or DDP/ZeRO-1 × TP, a mixture of experts, a tied head).  Stage s keeps
     k = min(P − s, m) micro-batches' saved activations (1F1B's warm-up depth); peak: baseline (its model
     states, ``model_states`` over its parameters, gradients included) + k × its activations + the last
     stage's cross-entropy transient (the single-GPU replay's forward peak above its forward end).  It

@@ -116,18 +116,15 @@ def apply_tensor_parallel(model, mesh, layout: ParallelLayout) -> None:
         block.attn.num_kv_heads //= layout.tp
     if layout.vocab_parallel:
         apply_vocab_parallel(model, mesh, sp)
-    elif sp:
-        parallelize_module(
-            model,
-            mesh,
-            {
-                "token_embeddings": PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=Shard(1)),
-                "ln_final": SequenceParallel(),
-                "lm_head": PrepareModuleInput(
-                    input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=True
-                ),
-            },
-        )
+    elif sp:  # a pipeline stage holds the embedding (stage 0) or the final norm and head (the last), or neither
+        plan = {
+            "token_embeddings": PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=Shard(1)),
+            "ln_final": SequenceParallel(),
+            "lm_head": PrepareModuleInput(
+                input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=True
+            ),
+        }
+        parallelize_module(model, mesh, {k: v for k, v in plan.items() if getattr(model, k) is not None})
 
 
 def apply_vocab_parallel(model, mesh, sp: bool) -> None:
@@ -218,6 +215,7 @@ def build_rank(
         from .pipeline import stage_module
 
         stage_module(model, cfg, layout.pp, stage)
+        model.sequence_shards = layout.tp if layout.sequence_parallel else 1
     if tp_mesh is not None:
         apply_tensor_parallel(model, tp_mesh, layout)
     expert_mesh = apply_expert_parallel(model, layout) if layout.ep > 1 else None

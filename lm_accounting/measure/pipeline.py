@@ -103,7 +103,8 @@ def _stage_metas(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, l
     logits in the parameters' dtype (the model's ``logits.float()`` under amp)."""
     dtype = getattr(torch, TORCH_DTYPES[setup.param_dtype])
     stream = torch.bfloat16 if setup.autocast and layout.fsdp else dtype
-    hidden = torch.empty(batch, seq, cfg.d_model, dtype=stream, device="meta", requires_grad=True)
+    rows = seq // layout.tp if layout.sequence_parallel else seq  # sequence parallel: this rank's S/M positions
+    hidden = torch.empty(batch, rows, cfg.d_model, dtype=stream, device="meta", requires_grad=True)
     tokens = torch.empty(batch, seq, dtype=torch.long, device="meta")
     logits = torch.empty(batch, seq, cfg.vocab_size, dtype=dtype, device="meta", requires_grad=True)
     return (tokens if stage == 0 else hidden), (logits if stage == layout.pp - 1 else hidden)
@@ -134,7 +135,7 @@ def measure_stage_rank(
 
     _check(cfg, seq, batch, setup, layout, stage)
     dp_rank = model_states(cfg, setup, layout, stage=stage).rank if layout.zero == 1 else 0  # ZeRO-1: the worst
-    _init_fake_group(layout.world, stage * layout.dp + dp_rank)
+    _init_fake_group(layout.world, (stage * layout.dp + dp_rank) * layout.tp)
     torch.manual_seed(0)
     model, meshes = build_rank(cfg, setup, layout, stage=stage)
     tracker = RankTracker()
@@ -185,10 +186,12 @@ def _recorded_p2p():
 
 def _check(cfg, seq, batch, setup, layout, stage) -> None:
     layout.check(cfg, seq)
-    if layout.pp == 1 or layout.tp > 1 or layout.ep > 1:
+    if layout.pp == 1 or layout.ep > 1 or layout.vocab_parallel:
         raise AccountingError(
-            "a pipeline stage is measured beside data parallel only (pp > 1; no tensor or expert parallel)"
+            "a pipeline stage is measured beside data or tensor parallel (pp > 1; no expert or vocab parallel)"
         )
+    if layout.tp > 1 and layout.dp > 1 and not layout.fsdp:
+        raise AccountingError("DDP and ZeRO-1 with tensor parallel are analytic only (torch's DDP takes no DTensor)")
     if not 0 <= stage < layout.pp:
         raise AccountingError(f"stage {stage} is outside the {layout.pp} stages")
     if cfg.tie_embeddings:

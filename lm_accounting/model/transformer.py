@@ -277,15 +277,16 @@ class TransformerLM(nn.Module):
             self.rope = RotaryPositionalEmbedding(cfg.rope_theta, cfg.rope_dim, cfg.context_length, device=device)
 
     first_layer = 0  # a pipeline stage's first block (``measure.pipeline.stage_module``)
+    sequence_shards = 1  # a later stage under sequence parallel: its input holds S/M of the S positions
 
     def forward(self, token_ids: Tensor) -> Tensor:
         """token_ids (B, S) integer -> logits (B, S, vocab_size) in the parameters' dtype
         (fp32 under amp-bf16: the bf16 logits are upcast, as transformers' ForCausalLMLoss does).
         A pipeline stage (the model pruned to its blocks, torchtitan's way): without
         ``token_embeddings`` the input is the previous stage's hidden states (B, S, d); without
-        ``lm_head`` the output is this stage's hidden states."""
+        ``lm_head`` the output is this stage's hidden states (under sequence parallel, S/M positions each)."""
         first = self.token_embeddings is not None
-        seq = token_ids.shape[-1] if first else token_ids.shape[-2]
+        seq = token_ids.shape[-1] if first else token_ids.shape[-2] * self.sequence_shards
         if seq > self.cfg.context_length:
             raise ValueError(f"sequence length {seq} exceeds context_length={self.cfg.context_length}")
         positions = torch.arange(seq, device=token_ids.device)

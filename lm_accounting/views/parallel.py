@@ -36,6 +36,14 @@ def _parameters_note(lay) -> str:
     return f"this stage's share, {where}" if lay.pp > 1 else where
 
 
+def _gradients_note(lay) -> str:
+    if lay.pp > 1 and lay.fsdp and lay.dp > 1:  # collectives rule 9
+        return (
+            "after the step's reduce-scatter; through the backward unsharded (fp32 sums under amp): no sync until then"
+        )
+    return "as the parameters"
+
+
 def parallel_view(r: ParallelMemory) -> View:
     lay, st = r.layout, r.states
     where = f"data-parallel rank {st.rank}" + (f", pipeline stage {r.stage}" if r.stage is not None else "")
@@ -58,7 +66,7 @@ def parallel_view(r: ParallelMemory) -> View:
         [Column("quantity"), Column("bytes", "bytes"), Column("note")],
         [
             ("parameters", st.parameters, _parameters_note(lay)),
-            ("gradients", st.gradients, "as the parameters"),
+            ("gradients", st.gradients, _gradients_note(lay)),
             ("optimizer state (AdamW m, v)", st.optimizer, "FSDP2: the real rows; ZeRO-1: owned tensors"),
             ("DDP gradient buckets", st.ddp_buckets, ONE_RANK if lay.dp == 1 else "gradient_as_bucket_view=False"),
             ("FSDP2: every unit unsharded", st.unsharded_all, _unsharded_note(lay)),
@@ -151,10 +159,12 @@ def parallel_view(r: ParallelMemory) -> View:
             " FSDP2, every precision and checkpointing) and FSDP2 (with TP too, but ZeRO-3 + selective + fp32),"
             " and vocab parallel without sequence parallel when nothing is checkpointed (checkpointed: within 1 %,"
             " an all-reduce output not replayed).  Pipeline parallel (a dense model, untied head) alone or beside"
-            " DDP, ZeRO-1 or FSDP2: every stage replayed, each phase's peak and end exact against one stage of"
-            " the real PipelineStage + Schedule1F1B job on the fake process group (tests/test_pipeline_measured.py,"
-            " tests/test_pipeline_dp.py); beside TP the stage peaks are estimates (gradients counted twice,"
-            " receive buffers left out)."
+            " DDP, ZeRO-1, FSDP2, TP and SP: every stage replayed, each phase's peak and end exact against one"
+            " stage of the real PipelineStage + Schedule1F1B job on the fake process group"
+            " (tests/test_pipeline_measured.py, test_pipeline_dp.py, test_pipeline_tp.py), but TP without SP in"
+            " fp32 or amp-bf16, whose forward peak can be one all-reduce output (T·d·a) low; beside vocab"
+            " parallel or DDP / ZeRO-1 × TP the stage peaks are estimates (gradients counted twice, receive"
+            " buffers left out)."
         ),
     ]
     if lay.tp > 1 and lay.dp > 1 and not lay.fsdp:
