@@ -6,6 +6,9 @@ two up to 8 and the layers, dp = W / (tp·pp), ZeRO stage 0–3, sequence parall
 none/full/selective, micro-batch b a power of two dividing the sequences per data-parallel rank.
 Setup: fused attention (sdpa), amp-bf16, foreach AdamW.  Memory per GPU is ``analytic.parallel``
 (the worst rank, plain run) plus the allowance; a candidate fits when that is <= the GPU's memory.
+A candidate whose floor (``rank_floor``, ``stage_floor``: its model states, receive buffers and saved
+activations, lower bounds of the peak) already exceeds the GPU is not replayed; where nothing fits,
+the floored candidates that might hold the smallest need are replayed for the message.
 
 Step time (one optimizer step, k = sequences per dp rank / b micro-batches):
 
@@ -45,9 +48,9 @@ from typing import Any, ClassVar
 
 from .analytic.collectives import step_collectives, wire_bytes
 from .analytic.hardware_flops import step_flops
-from .analytic.parallel import local_config, peaks_exact, rank_step, stage_flops
+from .analytic.parallel import local_config, peaks_exact, rank_floor, rank_step, stage_flops
 from .analytic.parallel_report import not_modelled
-from .analytic.pipeline import pipeline_stages
+from .analytic.pipeline import pipeline_stages, stage_floor
 from .config import AccountingError, ModelConfig
 from .gpus import GPU, gpu
 from .layout import ParallelLayout
@@ -195,10 +198,19 @@ def _wire(cfg, seq, b, setup, lay, k) -> tuple[int, int, int, int]:
     return tuple(best)
 
 
-def _evaluate(cfg, seq, b, k, setup, lay, g: GPU, mfu, internode, allowance) -> tuple[Candidate | None, int]:
+def _evaluate(
+    cfg, seq, b, k, setup, lay, g: GPU, mfu, internode, allowance, exact: bool = False
+) -> tuple[Candidate | None, int, bool]:
+    """(the candidate or None where it does not fit, its per-GPU need, whether that need is exact).  A
+    layout whose floor (``stage_floor``, ``rank_floor``: lower bounds of the peak) already exceeds the GPU
+    is not replayed unless ``exact``: its need is then that floor."""
+    if not exact:
+        floor = (stage_floor if lay.pp > 1 else rank_floor)(cfg, seq, b, setup, lay) + allowance
+        if floor > g.memory_bytes:
+            return None, floor, False
     per_gpu = _peak(cfg, seq, b, setup, lay) + allowance
     if per_gpu > g.memory_bytes:
-        return None, per_gpu
+        return None, per_gpu, True
     local, rate = local_config(cfg, lay), g.peak_flops("bf16") * mfu
     if lay.pp > 1:  # the busiest stage's k micro-batches, times the 1F1B bubble
         busiest = max(stage_flops(local, seq, b, setup, lay, s).hardware for s in (0, lay.pp - 1))
@@ -212,7 +224,7 @@ def _evaluate(cfg, seq, b, k, setup, lay, g: GPU, mfu, internode, allowance) -> 
     return Candidate(
         lay, setup.checkpoint, b, k, per_gpu, compute, _seconds(dp, dp_link), _seconds(tp, nvlink),
         _seconds(pp, dp_link), _seconds(ep, ep_link), peaks_exact(setup, lay, cfg) and not not_modelled(cfg, seq, setup),
-    ), per_gpu  # fmt: skip
+    ), per_gpu, True  # fmt: skip
 
 
 def plan(
@@ -244,7 +256,7 @@ def plan(
             f"the global batch of {global_batch_tokens:,} tokens is not a whole number of {seq:,}-token sequences"
         )
     sequences = global_batch_tokens // seq
-    evaluated, fitting, smallest, evaluated_ep = 0, [], None, False
+    evaluated, fitting, smallest, evaluated_ep, floors = 0, [], None, False, []
     for family in _families(cfg, seq, gpus, sequences):
         per_rank, full = sequences // family["dp"], set()  # full: checkpoint modes that no longer fit (grow with b)
         for b in _micro_batches(per_rank, family["pp"]):
@@ -254,18 +266,25 @@ def plan(
                 if lay.ep > 1 and not_modelled(cfg, seq, setup):
                     continue  # expert parallel is planned where the replay models it
                 evaluated, evaluated_ep = evaluated + 1, evaluated_ep or lay.ep > 1
-                c, need = _evaluate(cfg, seq, b, lay.micro_batches, setup, lay, g, mfu, internode_bw, allowance)
+                c, need, exact = _evaluate(cfg, seq, b, lay.micro_batches, setup, lay, g, mfu, internode_bw, allowance)
                 if c is not None:
                     fitting.append(c)
                 else:
                     full.add(ck)
-                    if smallest is None or need < smallest[0]:
+                    if exact and (smallest is None or need < smallest[0]):
                         smallest = (need, lay.label, ck, b)
+                    elif not exact:
+                        floors.append((need, b, setup, lay))
     if evaluated == 0:
         raise AccountingError(
             f"no layout of {gpus[0]}..{gpus[1]} GPUs splits {sequences:,} sequences evenly over its data-parallel ranks"
         )
-    if not fitting:
+    if not fitting:  # the smallest need, exact: replay the floored candidates that might have it
+        for floor, b, setup, lay in floors:
+            if smallest is None or floor < smallest[0]:
+                need = _evaluate(cfg, seq, b, lay.micro_batches, setup, lay, g, mfu, internode_bw, allowance, True)[1]
+                if smallest is None or need < smallest[0]:
+                    smallest = (need, lay.label, setup.checkpoint, b)
         need, label, ck, b = smallest
         raise AccountingError(
             f"{cfg.name} at context {seq:,} fits no layout on {gpus[0]}..{gpus[1]} {g.name} "

@@ -126,15 +126,19 @@ def test_plan_csv_rows_name_the_model(run_cli):
 
 def test_plan_says_which_peaks_are_exact():
     """The peak column: exact where one rank of the fake-PG job has been shown to match (DDP, ZeRO, FSDP2,
-    TP, SP, FSDP2 × TP under amp-bf16 + sdpa: tests/test_parallel_measured.py; pipeline parallel alone
-    or beside data parallel: tests/test_pipeline_measured.py, tests/test_pipeline_dp.py); an estimate for
-    pipeline stages beside tensor parallel and DDP / ZeRO-1 × TP (neither runs on the fake process group).  A mixture of experts under FSDP2's bf16
+    TP, SP, FSDP2 × TP under amp-bf16 + sdpa: tests/test_parallel_measured.py; pipeline stages, alone or
+    beside data, tensor and sequence parallel: tests/test_pipeline_*.py); an estimate for DDP / ZeRO-1 ×
+    TP (not run on the fake process group), and for a pipeline stage beside TP without SP under amp-bf16
+    (one all-reduce output not replayed).  A mixture of experts under FSDP2's bf16
     policy is replayed (tests/test_parallel_moe.py): exact at every ZeRO stage."""
     p = plan(SMALL, "h100-80gb", (8, 8), 32, 512, 512 * 10, top=10**6)
     for c in p.ranked:
         lay = c.layout
-        staged = lay.pp > 1 and lay.tp == 1  # pipeline parallel alone or beside data parallel (SMALL: dense, untied)
-        assert c.peak_exact == (staged or (lay.pp == 1 and (lay.tp == 1 or lay.dp == 1 or lay.fsdp))), lay.label
+        ddp_tp = lay.tp > 1 and lay.dp > 1 and not lay.fsdp  # DDP / ZeRO-1 × TP: not run
+        # TP without SP under amp-bf16 keeps fp32 parameters (not under FSDP2's bf16 policy): its all-reduce
+        # outputs are not replayed, and a pipeline stage without the LM head can peak there
+        all_reduce = lay.pp > 1 and lay.tp > 1 and not lay.sequence_parallel and not lay.fsdp
+        assert c.peak_exact == (not ddp_tp and not all_reduce), lay.label
     assert {c.peak_exact for c in p.ranked} == {True, False}
     best = p.to_dict()["best"]
     assert [r["peak_exact"] for r in best] == [c.peak_exact for c in p.ranked[: len(best)]]
@@ -146,3 +150,36 @@ def test_plan_says_which_peaks_are_exact():
         (2, True),
         (3, True),
     }
+
+
+def test_floors_are_lower_bounds_that_change_nothing(monkeypatch):
+    """The planner skips the replay of a layout whose floor (``stage_floor``, ``rank_floor``) already
+    exceeds the GPU.  Each floor is at most the replayed peak, on every candidate (pipeline stages
+    alone and beside DDP, ZeRO, TP and SP, and the estimates beside DDP/ZeRO-1 × TP), and the plan is
+    the same with the floors switched off: the same layouts fit, with the same figures.  The allowance
+    is set so that most candidates do not fit (the floors then matter) and a few do."""
+    import lm_accounting.plan as pl
+    from lm_accounting.analytic.parallel import rank_floor
+    from lm_accounting.analytic.pipeline import stage_floor
+
+    cfg = dataclasses.replace(SMALL, num_layers=4, name="small4")
+    peak, seen = pl._peak, []
+
+    def checked(cfg, seq, b, setup, lay):
+        v = peak(cfg, seq, b, setup, lay)
+        seen.append(((stage_floor if lay.pp > 1 else rank_floor)(cfg, seq, b, setup, lay), v, lay.label))
+        return v
+
+    allowance = 80 * 10**9 - 250_000  # the GPU's memory less 250 kB: most of these tiny peaks do not fit
+    with_floors = plan(cfg, "h100-80gb", (8, 64), 32, 2048, 2048 * 10, top=10**6, allowance=allowance)
+    monkeypatch.setattr(pl, "_peak", checked)
+    monkeypatch.setattr(pl, "stage_floor", lambda *a: 0)
+    monkeypatch.setattr(pl, "rank_floor", lambda *a: 0)
+    without = plan(cfg, "h100-80gb", (8, 64), 32, 2048, 2048 * 10, top=10**6, allowance=allowance)
+    assert len(seen) > 500 and any(label.count("pp") for _, _, label in seen)
+    assert [(f, v, label) for f, v, label in seen if f > v] == []
+    assert 0 < len(with_floors.ranked) < len(seen)
+    assert sum(f > 250_000 for f, _, _ in seen) > 100  # floors that skip the replay
+    assert [(c.layout, c.checkpoint, c.micro_batch, c.per_gpu) for c in with_floors.ranked] == [
+        (c.layout, c.checkpoint, c.micro_batch, c.per_gpu) for c in without.ranked
+    ]

@@ -612,6 +612,15 @@ def rank_step(
     return StepMemory(base, fwd, bwd, opt), st, act
 
 
+def rank_floor(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout) -> int:
+    """A lower bound of ``rank_step``'s peak, without the replay (the planner's first look): the worst
+    rank's model states (parameters, AdamW moments, DDP's buckets) and what its forward saves, all live
+    when the forward ends.  Never above the replayed peak (tests/test_plan.py checks it on every
+    candidate of three plans)."""
+    st = model_states(cfg, setup, layout)
+    return st.parameters + st.optimizer + st.ddp_buckets + saved_activations(cfg, seq, batch, setup, layout)
+
+
 def expert_parallel_saved_shift(
     cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, mode: str, rank: int
 ) -> int:

@@ -1,8 +1,8 @@
 """Pipeline parallel (1F1B): the worst stage's memory.  No torch.
 
 Pipeline parallel alone or beside data parallel (DDP, ZeRO-1, FSDP2) and tensor parallel (with or
-without sequence parallel; not vocab parallel, not DDP/ZeRO-1 × TP; a dense, untied model): each
-stage's step is REPLAYED
+without sequence parallel; not vocab parallel, not DDP/ZeRO-1 × TP; a dense model): each stage's
+step is REPLAYED
 (``stage_step``, ``stage_replayed``): one micro-batch's forward, loss and backward on the stage's
 blocks (``analytic.replay``'s own block replays) placed in torch 2.13's ``Schedule1F1B`` order with
 the schedule's references to outputs, input gradients and losses (``_schedule``).  Byte-exact
@@ -23,13 +23,15 @@ amp-bf16 folded into fp32 sums after each backward), and ``perform_reduce_grad``
 every unit once at the end.  Under FSDP2's amp-bf16 policy the stage runs the bf16 model
 (``fsdp_compute_setup``) with fp32 logits, and the residual stream crossing stages is bf16.  Tensor
 parallel: the TP-local model's stage (h/M heads, d_ff/M), as one TP rank replays; under sequence
-parallel its T/M-row residual stream (``Sizes.sp``), which also crosses the stages.
+parallel its T/M-row residual stream (``Sizes.sp``), which also crosses the stages.  A tied head is
+a second copy of the embedding on the last stage (``stage_parameters``; its gradient its own: nothing
+in ``PipelineStage`` shares it with stage 0's, which the real job would have to synchronise itself).
 
-Beside vocab parallel or DDP/ZeRO-1 × TP, or with a mixture of experts or a tied head, the peaks stay
-an ESTIMATE
-(``_stage_estimate``): baseline + k × saved activations, the gradients counted twice and the
-receive buffers left out (measured before the replays existed: −7 % .. +25 % of the peak on the tiny
-grid with pipeline parallel alone, −16 % .. −7 % beside FSDP2).
+Beside vocab parallel or DDP/ZeRO-1 × TP, or with a mixture of experts, the peaks stay an ESTIMATE
+(``_stage_estimate``): baseline, receive buffers, k × saved activations and the gradients, each
+backward's transient left out (the estimate before the replays, which also counted the gradients twice
+and left the buffers out, was off by −7 % .. +25 % on the tiny grid with pipeline parallel alone,
+−16 % .. −7 % beside FSDP2, and by 26 GB for Llama-3.1-70B on pp 8 at m = 256: the buffers).
 """
 
 from __future__ import annotations
@@ -69,10 +71,8 @@ def pipeline_stages(
     with_traced: bool = True,
 ) -> tuple[int, StepMemory, StepMemory, object, int]:
     """1F1B over P stages and m micro-batches: (stage, plain step, traced step, states, activations) of
-    the stage with the highest peak.  Pipeline parallel alone with a dense, untied model
-    (``stage_replayed``): every stage replayed (``stage_step``), exact against the measured stage on
-    ``tests/test_pipeline_measured.py``'s grid (every stage type: 0, middle, P − 1; fp32, bf16,
-    amp-bf16; every checkpointing; naive and sdpa; B 1 and 2).  Otherwise an ESTIMATE
+    the stage with the highest peak.  Where ``stage_replayed``: every stage replayed (``stage_step``),
+    exact against the measured stage where ``stage_peaks_exact``.  Otherwise an ESTIMATE
     (``_stage_estimate``) of stage 0 (the most micro-batches in flight, the first L mod P stages one
     block more) and the last (the head).  ``stage``: that stage's instead.  ``with_traced=False`` (the planner):
     the traced step is the plain one (not replayed)."""
@@ -87,14 +87,29 @@ def pipeline_stages(
     return best
 
 
+def stage_floor(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout) -> int:
+    """A lower bound of the worst stage's peak, without the replay (the planner's first look): stage 0's
+    or the last stage's baseline, receive buffers and the saved activations of its w = min(m, P − s)
+    warm-up micro-batches, all live when its first backward starts (each forward keeps at least what its
+    blocks and head save).  Never above ``pipeline_stages``' peak (tests/test_plan.py checks it on every
+    pipeline candidate of two plans)."""
+    flat, P = _flat(layout), layout.pp
+    return max(
+        stage_baseline(cfg, seq, batch, setup, layout, s)
+        + schedule_buffers(cfg, seq, batch, setup, layout, s)
+        + min(P - s, layout.micro_batches) * _stage_saved(cfg, seq, batch, setup, flat, P, s)
+        for s in {0, P - 1}
+    )
+
+
 def stage_replayed(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout) -> bool:
     """Whether ``stage_step`` replays the stage rather than estimating it: pipeline parallel alone or
-    beside data parallel (DDP, ZeRO-1, FSDP2), tensor parallel without sequence or vocab parallel (the
-    TP-local model; beside FSDP2, not DDP or ZeRO-1, as measured), a dense model (no MoE split in the
-    stage replay) with an untied head (the measured stage; a tied head's second copy is not measured),
-    and a model the single-GPU replay models.  Exact where ``stage_peaks_exact``."""
+    beside data parallel (DDP, ZeRO-1, FSDP2) and tensor parallel with or without sequence parallel (the
+    TP-local model; not vocab parallel; beside FSDP2, not DDP or ZeRO-1, as measured), a dense model (no
+    MoE split in the stage replay; a tied head a second copy on the last stage), and a model the
+    single-GPU replay models.  Exact where ``stage_peaks_exact``."""
     tp = layout.tp == 1 or not (layout.vocab_parallel or layout.zero in (0, 1) and layout.dp > 1)
-    return layout.pp > 1 and tp and not cfg.moe and not cfg.tie_embeddings and rp.replay_supported(cfg, setup)
+    return layout.pp > 1 and tp and not cfg.moe and rp.replay_supported(cfg, setup)
 
 
 def stage_peaks_exact(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout) -> bool:
@@ -132,7 +147,7 @@ def stage_step(
        1F1B warm-up, k = min(P − s, m) forwards (and on the last stage each micro-batch's loss);
     3. "backward" is the rest of the schedule (steady state: one backward, one forward; cool-down: the
        remaining backwards) and ``perform_reduce_grad`` (``p.grad.div_(m)``, in place);
-    4. each forward, loss and backward is one micro-batch replayed on the stage's blocks (``_chunks``),
+    4. each forward, loss and backward is one micro-batch replayed on the stage's blocks (``_chunk_lines``),
        placed where ``Schedule1F1B._step_microbatches`` runs it, with the schedule's references
        (``_schedule``);
     5. "optimizer_step": AdamW over the stage's gradients (``adamw_temporary``), then ``zero_grad``:
@@ -172,22 +187,25 @@ def _stage_parts(cfg, seq, batch, setup, layout, stage, mode):
     blocks = len(stage_layers(cfg.num_layers, P, stage))
     run = fsdp_compute_setup(setup, layout)  # FSDP2's amp-bf16: the bf16 model
     local = local_config(cfg, layout)  # the TP rank's model: h/M heads, d_ff/M
-    where = (local, seq, batch, run, blocks, stage == 0, stage == P - 1, mode == "traced")
+    where = (local, seq, run, blocks, stage == 0, stage == P - 1, mode == "traced")
     units = _StageUnits.of(cfg, setup, layout, stage)
-    sp = layout.tp if layout.sequence_parallel else 1
-    chunks = _chunks(*where, units, False, sp)
+    m = layout.tp if layout.sequence_parallel else 1
+    sp = (m, m > 1 and batch > 1)  # sequence parallel: (M, ``Sizes.gather_cat``)
+    chunks = _at(_chunk_lines(*where, units and units.held(), False, sp), batch)
     fsdp = None
     if units:
-        fsdp = (_chunks(*where, units, True, sp), units.zero3, _reduce_grads(cfg, units, blocks, *where[-1:], batch))
+        gathering = _at(_chunk_lines(*where, units, True, sp), batch)
+        fsdp = (gathering, units.zero3, _reduce_grads(cfg, units, blocks, mode == "traced"))
     z = Sizes(cfg, e=element_bytes(setup), setup=setup, plain=mode == "plain")
     opt_top = adamw_temporary(cfg, setup, layout, st, stage) + rp.adamw_step_scalar_bytes(z)
     return st, base, buffers, chunks, fsdp, opt_top
 
 
 def stage_baseline(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, stage: int):
-    """Bytes live when stage ``stage``'s step starts (exact against the measured stage, pipeline
-    parallel alone): its parameters and AdamW moments, the RoPE tables, and the whole step's int64
-    token ids (m·B·S, stage 0) or targets (the last stage); a middle stage holds neither."""
+    """Bytes live when stage ``stage``'s step starts (exact against the measured stage): its parameters
+    and AdamW moments (sharded by FSDP2; ZeRO-1's owned ones), DDP's gradient buckets, the RoPE tables,
+    and the whole step's int64 token ids (m·B·S, stage 0) or targets (the last stage); a middle stage
+    holds neither."""
     st = model_states(cfg, setup, layout, stage=stage)
     rope = 2 * cfg.context_length * (cfg.d_head // 2) * 4 if cfg.positions == "rope" else 0  # fp32 cos, sin
     ends = (stage == 0) + (stage == layout.pp - 1)
@@ -266,6 +284,14 @@ class _StageUnits(NamedTuple):
     block: Unit
     zero3: bool  # reshard_after_forward
     amp: bool  # amp-bf16: MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)
+
+    def held(self) -> _StageUnits:
+        """What a pass that finds the units unsharded sees of them: under zero 2 only the gradients amp-bf16
+        folds (``_StageEvents._fold``), the same for every dp (one replay serves them all); zero 3 reshards."""
+        if self.zero3:
+            return self
+        fold = lambda u: u and Unit(0, 0, u.grads, u.last_grad, 0, 0, 0, 0)
+        return self._replace(root=fold(self.root), block=fold(self.block))
 
     @staticmethod
     def of(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, stage: int) -> _StageUnits | None:
@@ -412,48 +438,132 @@ def _frontier(points: dict[int, int]) -> dict[int, int]:
     return out
 
 
-def _reduce_grads(cfg: ModelConfig, units: _StageUnits, blocks: int, traced: bool, batch: int) -> _Part:
+@lru_cache(maxsize=4096)
+def _reduce_grads(cfg: ModelConfig, units: _StageUnits, blocks: int, traced: bool) -> _Part:
     """``perform_reduce_grad`` under FSDP2: ``post_backward`` of every unit in ``all_states`` order (the
-    root, then the blocks in order), each rule 5 (reshard; the previous unit's reduce-scatter input freed;
-    the unsharded gradients copied into this one's and freed; the sharded gradients allocated), then
-    ``_root_post_backward_final_callback`` frees the last reduce-scatter input."""
+    root, then the blocks in order: alike after the first, ``replay._repeat``), each rule 5 (reshard; the
+    previous unit's reduce-scatter input freed; the unsharded gradients copied into this one's and freed;
+    the sharded gradients allocated), then ``_root_post_backward_final_callback`` frees the last
+    reduce-scatter input."""
     ev = FsdpEvents(cfg, FsdpUnits(units.zero3, False, units.root, units.block, None))
-    r, previous = _StageReplay(rp.Affine(0), traced), None
     fp32 = lambda u: dataclasses.replace(u, grads=2 * u.grads, last_grad=2 * u.last_grad) if units.amp else u
-    for unit in map(fp32, ([units.root] if units.root else []) + [units.block] * blocks):
-        ev._reduce(r, unit, previous)
-        previous = unit
-    r(-previous.reduce_in)
-    return _part(r, batch)
+    root, block = fp32(units.root) if units.root else None, fp32(units.block)
+    r = _StageReplay(rp.Affine(0), traced)
+    if root:
+        ev._reduce(r, root, None)
+    ev._reduce(r, block, root)
+    rp._repeat(r, blocks - 1, lambda q: ev._reduce(q, block, block))
+    r(-block.reduce_in)
+    return _part(r, 1)
 
 
 def _part(r: _StageReplay, batch: int) -> _Part:
     return _Part(r.peak().at(batch), r.live.at(batch))
 
 
-def _chunks(
-    cfg: ModelConfig,
-    seq: int,
-    batch: int,
-    setup: TrainingSetup,
-    blocks: int,
-    first: bool,
-    last: bool,
-    traced: bool,
-    units: _StageUnits | None = None,
-    sharded: bool = False,
-    sp: int = 1,
-) -> _Chunks:
+def _at(ch: _Chunks, batch: int) -> _Chunks:
     """``_chunk_lines`` at ``batch`` sequences a micro-batch (its lines are affine in B: one replay
     serves every micro-batch size; under sequence parallel, every B > 1 alike)."""
-    ch = _chunk_lines(cfg, seq, setup, blocks, first, last, traced, units, sharded, (sp, sp > 1 and batch > 1))
     at = lambda x: x.at(batch) if isinstance(x, rp.Affine) else x
     part = lambda p: p and _Part(p.peak.at(batch), p.net.at(batch))
-    parts = (part(p) for p in ch[:4])
-    return _Chunks(*parts, at(ch.output), at(ch.input_grad), ch.loss_bytes)
+    return _Chunks(*(part(p) for p in ch[:4]), at(ch.output), at(ch.input_grad), ch.loss_bytes)
 
 
-@lru_cache(maxsize=1024)
+@lru_cache(maxsize=64)
+def _embedding(cfg: ModelConfig) -> int:
+    return parameter_breakdown(cfg)["token_embeddings"].total
+
+
+def _stage_sizes(c: ModelConfig, seq: int, setup: TrainingSetup, traced: bool, fl: bool, sp: tuple[int, bool]):
+    e = DTYPE_BYTES[setup.param_dtype]
+    return Sizes(c, rp.Affine(1), seq, e, setup, not traced, softmax32=fl, sp=sp[0], gather_cat=sp[1])
+
+
+@lru_cache(maxsize=8192)
+def _end_lines(
+    part: str,
+    c: ModelConfig,
+    seq: int,
+    setup: TrainingSetup,
+    traced: bool,
+    fl: bool,
+    sp: tuple[int, bool],
+    first: bool,
+    last: bool,
+    accumulate: bool,
+) -> _StageReplay:
+    """The stage's lines around its blocks (``_chunk_lines`` (1)–(3)) as segments (``replay.apply_segment``),
+    the same for every FSDP2 layout, whose events come between them: ``part`` "forward_in" (positions,
+    mask, stage 0's embedding), "forward_out" (the last stage's final norm, LM head and logits; forward's
+    locals dying), "loss", "backward_loss" (its backward up to the logits' gradient), "backward_head" (the
+    LM head's and final norm's backward), "backward_out" (stage 0's embedding backward, or the buffer
+    that block 0's backward released)."""
+    e = DTYPE_BYTES[setup.param_dtype]
+    z = _stage_sizes(c, seq, setup, traced, fl, sp)
+    Td, TV, Tr, emb = z.act(c.d_model), z.act(c.vocab_size), z.act(1), _embedding(c) * e
+    split, Tres = z.sp > 1, z.residual  # sequence parallel: the residual stream's T/M rows
+    head2, ck = emb // 2, setup.checkpoint  # amp: autocast's bf16 copy of the LM head's weight
+    TV2, Td2 = z.bf16.act(c.vocab_size), z.bf16.act(c.d_model)
+    le = 4 if fl else z.e  # the loss's bytes
+    if fl and part in ("loss", "backward_loss", "backward_head"):  # the loss reads the fp32 logits
+        TV, Tr = 2 * TV, 2 * Tr
+    r = _StageReplay(rp.Affine(0), traced, accumulate)
+    if part == "forward_in":
+        r(+8 * seq)  # positions
+        if not z.sdpa:
+            r(+seq * seq, +seq * seq, -seq * seq)  # the causal mask
+        if first:
+            r(+Td)  # embedding lookup
+        if first and split:
+            r(+Tres, -Td)  # this rank's S/M positions copied (Replicate -> Shard(1)); the lookup dies
+    elif part == "forward_out":
+        if last:
+            rp._norm_forward(r, z, z.rows, c.d_model)  # ln_final
+            rp._sp_all_gather(r, z)  # its output gathered for the LM head (saved by it)
+            if z.amp:  # weight copy, input copy (saved), bf16 logits; ln_final's fp32 output(s) die
+                r(+head2, +Td2, +TV2, -Td, -Tres * split)
+            r(+TV)  # logits (amp: logits.float())
+            if split and not z.amp:
+                r(-Tres)  # ln_final's own output dies
+            if fl:
+                r(+2 * TV)  # logits.float()
+        if ck == "none":
+            r(-8 * seq)  # positions die with forward's locals (a checkpoint's closure keeps them)
+        if last and (z.amp or fl):
+            r(-TV2)  # the bf16 logits die with forward's locals
+        if last and e != 4:
+            r(-Tres)  # 16-bit: the last residual stream dies (ln_final kept an fp32 copy)
+    elif part == "loss":  # cross-entropy, as one GPU's, less the logits' release
+        r(+Tr, +TV, -Tr)  # z = logits − max
+        r(+TV, +Tr, +Tr, +Tr, +Tr)  # exp (saved); Σ (saved); log; gather; subtract
+        r(+le)  # mean (the loss)
+        r(-Tr, -Tr, -Tr)  # (gather keeps z; the logits stay)
+    elif part == "backward_loss":  # d loss; mean, gather (a copy when traced), log, exp backward: one GPU's
+        r(+le, +Tr, +Tr, +TV, rp._Copy(TV), -Tr, -TV)
+        r(+Tr, -Tr, -Tr, +TV, -Tr, -TV, rp._Copy(TV), -TV)
+    elif part == "backward_head":
+        if fl:
+            r(+TV2, -TV, +rp._Grad(emb), +Td, -TV2, -Td)  # logits.float() backward; lm_head: dW, dx
+        elif z.amp:
+            r(+TV2, -TV)  # logits.float() backward
+            r(+head2, +Td2, -TV2, -head2, -Td2, +Td, -Td2, +rp._Grad(emb), -head2)  # lm_head
+        else:
+            r(+rp._Grad(emb), +Td, -TV, -Td)  # lm_head: dW, dx; ln_final output released
+        if split:  # dx split along the sequence (the backward of Shard(1) -> Replicate); dx dies
+            r(+Tres, -Td)
+        rp._norm_backward(r, z, z.rows, c.d_model, residual=False, sp=split)  # ln_final
+    elif part == "backward_out":
+        if first and split:  # the gradient of this rank's S/M positions gathered; the local one dies
+            rp._sp_all_gather(r, z)
+            r(-Tres)
+        if first:
+            r(+rp._Grad(emb), rp._Copy(emb), -Td)  # embedding backward: zeros, index_put
+        elif not (e != 4 and ck == "none"):
+            r(+Tres)  # block 0 released its input, the buffer, which stays
+    return r
+
+
+@lru_cache(maxsize=8192)
 def _chunk_lines(
     cfg: ModelConfig,
     seq: int,
@@ -500,22 +610,14 @@ def _chunk_lines(
     ev = _StageEvents(units, sharded, blocks, last) if units is not None else _StageEvents.NONE
     fl = units is not None and units.amp  # FSDP2's bf16 policy: ``setup`` is the bf16 model it runs
     e = DTYPE_BYTES[setup.param_dtype]
-    z = Sizes(c, rp.Affine(1), seq, e, setup, not traced, softmax32=fl, sp=sp[0], gather_cat=sp[1])
-    pb = parameter_breakdown(cfg)
-    Td, TV, Tr, emb = z.act(c.d_model), z.act(c.vocab_size), z.act(1), pb["token_embeddings"].total * e
-    split, Tres = z.sp > 1, z.residual  # sequence parallel: the residual stream's T/M rows
-    head2, ck = emb // 2, setup.checkpoint  # amp: autocast's bf16 copy of the LM head's weight
+    z = _stage_sizes(c, seq, setup, traced, fl, sp)
+    Tres, ck = z.residual, setup.checkpoint  # the residual stream (T/M rows under sequence parallel)
     rest = dataclasses.replace(c, num_layers=blocks - 1) if blocks > 1 else None  # the blocks but one, in runs
+    ends = lambda part, accumulate=False: _end_lines(part, c, seq, setup, traced, fl, sp, first, last, accumulate)
 
     r = _StageReplay(rp.Affine(0), traced)
     ev.root_pre_forward(r)
-    r(+8 * seq)  # positions
-    if not z.sdpa:
-        r(+seq * seq, +seq * seq, -seq * seq)  # the causal mask
-    if first:
-        r(+Td)  # embedding lookup
-    if first and split:
-        r(+Tres, -Td)  # this rank's S/M positions copied (Replicate -> Shard(1)); the lookup dies
+    rp.apply_segment(r, ends("forward_in"))
     block = lambda kind, accumulate=False, keep=0: _block_lines(c, seq, setup, traced, fl, kind, accumulate, keep, sp)
     body = lambda q, m: rp.apply_segment(q, block("forward"))
     ev.block_pre_forward(r, 0)
@@ -528,57 +630,21 @@ def _chunk_lines(
         rp._layer_runs(
             r, rest, None, False, lambda q, m: (ev.block_pre_forward(q, 1), body(q, m), ev.block_post_forward(q))
         )
-    if last:
-        rp._norm_forward(r, z, z.rows, c.d_model)  # ln_final
-        rp._sp_all_gather(r, z)  # its output gathered for the LM head (saved by it)
-        if z.amp:  # weight copy, input copy (saved), bf16 logits; ln_final's fp32 output(s) die
-            r(+head2, +z.bf16.act(c.d_model), +z.bf16.act(c.vocab_size), -Td, -Tres * split)
-        r(+TV)  # logits (amp: logits.float())
-        if split and not z.amp:
-            r(-Tres)  # ln_final's own output dies
-        if fl:
-            r(+2 * TV)  # logits.float()
-    if ck == "none":
-        r(-8 * seq)  # positions die with forward's locals (a checkpoint's closure keeps them)
-    if last and (z.amp or fl):
-        r(-z.bf16.act(c.vocab_size))  # the bf16 logits die with forward's locals
-    if last and e != 4:
-        r(-Tres)  # 16-bit: the last residual stream dies (ln_final kept an fp32 copy)
+    rp.apply_segment(r, ends("forward_out"))
     ev.root_post_forward(r)
     forward = _Part(r.peak(), r.live)
-    le = 4 if fl else z.e  # the loss's bytes
-    if fl:  # the loss reads the fp32 logits: its tensors are fp32
-        TV, Tr = 2 * TV, 2 * Tr
+    loss = _Part(ends("loss").peak(), ends("loss").live) if last else None  # (2)
+    le = 4 if fl else z.e  # the loss's bytes (fp32 logits under FSDP2's bf16 policy)
 
-    loss = None
-    if last:  # (2) cross-entropy, as one GPU's, less the logits' release
-        r = _StageReplay(rp.Affine(0), traced)
-        r(+Tr, +TV, -Tr)  # z = logits − max
-        r(+TV, +Tr, +Tr, +Tr, +Tr)  # exp (saved); Σ (saved); log; gather; subtract
-        r(+le)  # mean (the loss)
-        r(-Tr, -Tr, -Tr)  # (gather keeps z; the logits stay)
-        loss = _Part(r.peak(), r.live)
-
-    backward = []
-    for accumulate in (False, True):  # (3)
-        r = _StageReplay(rp.Affine(0), traced, accumulate and not fl)  # amp: FSDP2 folds them (_StageEvents)
+    backward = [None, None]  # zero 2 never finds the units sharded in a backward: none to replay
+    for accumulate in (False, True) if not (sharded and units and not units.zero3) else ():  # (3)
+        acc = accumulate and not fl  # amp: FSDP2 folds them (_StageEvents)
+        r = _StageReplay(rp.Affine(0), traced, acc)
         ev.first_backward = not accumulate
-        if last:  # d loss; mean, gather (a copy when traced), log, exp backward: one GPU's lines
-            r(+le, +Tr, +Tr, +TV, rp._Copy(TV), -Tr, -TV)
-            r(+Tr, -Tr, -Tr, +TV, -Tr, -TV, rp._Copy(TV), -TV)
+        if last:
+            rp.apply_segment(r, ends("backward_loss", acc))
             ev.root_pre_backward(r)  # on the logits' gradient
-            TV2, Td2 = z.bf16.act(c.vocab_size), z.bf16.act(c.d_model)
-            if fl:
-                r(+TV2, -TV, +rp._Grad(emb), +Td, -TV2, -Td)  # logits.float() backward; lm_head: dW, dx
-            elif z.amp:
-                r(+TV2, -TV)  # logits.float() backward
-                r(+head2, +Td2, -TV2, -head2, -Td2, +Td, -Td2, +rp._Grad(emb), -head2)  # lm_head
-            else:
-                r(+rp._Grad(emb), +Td, -TV, -Td)  # lm_head: dW, dx; ln_final output released
-            if split:  # dx split along the sequence (the backward of Shard(1) -> Replicate); dx dies
-                r(+Tres, -Td)
-            rp._norm_backward(r, z, z.rows, c.d_model, residual=False, sp=split)  # ln_final
-        acc = accumulate and not fl
+            rp.apply_segment(r, ends("backward_head", acc))
         ev.block_pre_backward(r, blocks - 1)
         if not last:  # stage 0's root: its hook on the stage's output, after the top block's
             ev.root_pre_backward(r)
@@ -595,17 +661,12 @@ def _chunk_lines(
             ev.block_pre_backward(r, 0)
             rp.apply_segment(r, block("backward_block0", acc))
             ev.block_post_backward(r)
-        if first and split:  # the gradient of this rank's S/M positions gathered; the local one dies
-            rp._sp_all_gather(r, z)
-            r(-Tres)
-        if first:
-            r(+rp._Grad(emb), rp._Copy(emb), -Td)  # embedding backward: zeros, index_put
-        elif not input_back:
-            r(+Tres)  # block 0 released its input, the buffer, which stays
+        rp.apply_segment(r, ends("backward_out", acc))
         ev.root_post_backward(r)
         if last:
             r(-le)  # the gradient seed (the loss stays in ``_internal_losses``)
-        backward.append(_Part(r.peak(), r.live))
+        backward[accumulate] = _Part(r.peak(), r.live)
+    TV = z.act(c.vocab_size) * (2 if fl else 1)  # the logits the stage keeps (fp32 under the bf16 policy)
     output = TV if last else Tres
     return _Chunks(forward, loss, backward[0], backward[1], output, 0 if first else Tres, le if last else 0)
 
@@ -758,24 +819,23 @@ def _stage_saved(cfg, seq, batch, setup, flat: ParallelLayout, stages: int, stag
 
 def _stage_estimate(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, stage: int):
     """(step ESTIMATE, model states, saved activations) of stage ``stage`` where the stage is not replayed
-    (``stage_replayed``: beside vocab parallel or DDP/ZeRO-1 × TP, a mixture of experts, a tied head).  Stage s keeps
-    k = min(P − s, m) micro-batches' saved activations (1F1B's warm-up depth); peak: baseline (its model
-    states, ``model_states`` over its parameters, gradients included) + k × its activations + the last
-    stage's cross-entropy transient (the single-GPU replay's forward peak above its forward end).  It
-    counts the gradients twice and leaves out the receive buffers and each backward's transient."""
+    (``stage_replayed``: beside vocab parallel or DDP/ZeRO-1 × TP, a mixture of experts).  Stage s keeps
+    k = min(P − s, m) micro-batches' saved activations (1F1B's warm-up depth); peak: its baseline
+    (``stage_baseline``) + the receive buffers + k × its activations (the forward's end: ``stage_floor``)
+    + its gradients + the last stage's cross-entropy transient (the single-GPU replay's forward peak
+    above its forward end).  It leaves out each backward's own transient."""
     flat = _flat(layout)
     r = single_rank_step(cfg, seq, batch, setup, flat, "plain")
-    states = dataclasses.replace(flat, pp=layout.pp, micro_batches=layout.pp)  # the states ignore m: one cache key
-    st = model_states(cfg, setup, states, stage=stage)
+    st = model_states(cfg, setup, layout, stage=stage)
     last = stage == layout.pp - 1
     one = _stage_saved(cfg, seq, batch, setup, flat, layout.pp, stage)
-    k = min(layout.pp - stage, layout.micro_batches)
-    base = st.total + 2 * 8 * batch * seq
-    act = k * one
+    base = stage_baseline(cfg, seq, batch, setup, layout, stage)
+    kept = base + schedule_buffers(cfg, seq, batch, setup, layout, stage)  # the receive buffers stay
+    act = min(layout.pp - stage, layout.micro_batches) * one
     transient = (r.forward.peak - r.forward.end) if last else 0
-    fwd = PhaseBytes(base + act + transient, base + act)
-    bwd = PhaseBytes(base + act + st.gradients + transient, base + st.gradients)
-    opt = PhaseBytes(base + st.gradients + st.owned_elements * element_bytes(setup), base)
+    fwd = PhaseBytes(kept + act + transient, kept + act)
+    bwd = PhaseBytes(kept + act + st.gradients + transient, kept + st.gradients)
+    opt = PhaseBytes(kept + st.gradients + st.owned_elements * element_bytes(setup), kept)
     return StepMemory(base, fwd, bwd, opt), st, act
 
 

@@ -313,7 +313,8 @@ def measure_rank(
 def _materialise(model, cfg: ModelConfig, layout: ParallelLayout, device: str = "cpu") -> None:
     """Allocate the rank's (sharded) parameters on ``device``."""
     model.to_empty(device=device)
-    if cfg.tie_embeddings and not layout.fsdp:  # to_empty makes a new Parameter per module: tie again
+    tied = cfg.tie_embeddings and model.lm_head is not None and model.token_embeddings is not None  # (a stage: one)
+    if tied and not layout.fsdp:  # to_empty makes a new Parameter per module: tie again
         model.lm_head.weight = model.token_embeddings.weight
     if model.rope is not None:  # non-persistent buffers: recompute the tables on the device
         model.rope = type(model.rope)(cfg.rope_theta, cfg.rope_dim, cfg.context_length, device=device)

@@ -194,8 +194,6 @@ def _check(cfg, seq, batch, setup, layout, stage) -> None:
         raise AccountingError("DDP and ZeRO-1 with tensor parallel are analytic only (torch's DDP takes no DTensor)")
     if not 0 <= stage < layout.pp:
         raise AccountingError(f"stage {stage} is outside the {layout.pp} stages")
-    if cfg.tie_embeddings:
-        raise AccountingError("a pipeline stage is measured with untied embeddings (the head is not on stage 0)")
     if parameter_count(cfg) > REAL_RUN_PARAMS:
         raise AccountingError(f"a real-tensor run is limited to {REAL_RUN_PARAMS:,} parameters")
     check_live_run(cfg, seq, batch, "meta", "this stage's step", training=True, dtype=setup.param_dtype)
