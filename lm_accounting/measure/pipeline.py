@@ -3,18 +3,20 @@
 The job is torch 2.13's own ``torch.distributed.pipelining``: a ``PipelineStage`` around the live
 model pruned to the stage's blocks (torchtitan's way: stage 0 keeps the embedding, the last stage
 the final norm and LM head; ``analytic.parallel.stage_layers`` splits the blocks), driven by
-``Schedule1F1B`` with its real receive buffers, sends, forwards and backwards in 1F1B order.
+``Schedule1F1B`` with its real receive buffers, sends, forwards and backwards in 1F1B order.  Beside
+data and tensor parallel the job's mesh is (pp, dp, tp), stages outermost: the pruned stage is given to
+``parallelize_module`` (TP, SP), ``fully_shard`` (FSDP2) or DDP (``measure.parallelize.build_rank``).
 
 One intervention, version-guarded (``_PEER_VOTE_TORCH``).  The stage is built *static*: its input and
-output metadata are given (B, S, d hidden states; the first stage's (B, S) token ids, the last stage's
-(B, S, V) logits), so no pickled metadata is exchanged.  But before the first step every stage votes
+output metadata are given ((B, S, d) hidden states, S/M positions under sequence parallel; the first
+stage's (B, S) token ids, the last stage's (B, S, V) logits), so no pickled metadata is exchanged.  But before the first step every stage votes
 on static vs dynamic inference (``PipelineStage._warmup_forward_vote`` / ``_warmup_backward_result``:
 an int32 tensor passed stage to stage with ``dist.recv``/``dist.send``), and the fake process group
 leaves a received tensor as it was allocated (zeros): the vote would read "dynamic" and fall back to
 metadata inference over ``send_object_list``/``recv_object_list``, which the fake backend cannot
 serve.  ``StaticPeerStage`` runs the vote's real sends and receives and then holds what every peer
-sends, which is statically known: every stage of this job is built by ``_stage`` with complete
-metadata and no DTensors, so each votes static (1) and the product is 1.  Everything else is torch's.
+sends, which is statically known: every stage of this job is built by ``_schedule`` with complete
+metadata of plain (local) tensors, so each votes static (1) and the product is 1.  Everything else is torch's.
 
 The contents of received activations and gradients are meaningless (never written), their buffers
 are real: the memory is what the rank holds in the real job.
