@@ -523,7 +523,7 @@ def memory_cmd(
             from .measure.pipeline import measure_stage_rank
 
             m = m.with_measurement(
-                measure_stage_rank(run, run.context_length, batch, setup, layout, stage=m.stage or 0)
+                measure_stage_rank(run, run.context_length, batch, setup, layout, m.stage or 0, m.states.rank)
             )
         elif measure != "none":
             from .measure.distributed import measure_rank

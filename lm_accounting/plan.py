@@ -166,7 +166,7 @@ def _seconds(bytes_: int, bw: int) -> float:
 
 @lru_cache(maxsize=4096)
 def _hardware_flops(local: ModelConfig, seq: int, b: int, setup: TrainingSetup) -> int:
-    """One rank's step FLOPs: the TP-local model's, the same for every data-parallel degree and stage."""
+    """One rank's step FLOPs without pipeline parallel: the TP-local model's, the same for every data-parallel degree."""
     return step_flops(local, seq, b, setup).hardware
 
 
@@ -279,12 +279,13 @@ def plan(
         raise AccountingError(
             f"no layout of {gpus[0]}..{gpus[1]} GPUs splits {sequences:,} sequences evenly over its data-parallel ranks"
         )
-    if not fitting:  # the smallest need, exact: replay the floored candidates that might have it
-        for floor, b, setup, lay in floors:
-            if smallest is None or floor < smallest[0]:
-                need = _evaluate(cfg, seq, b, lay.micro_batches, setup, lay, g, mfu, internode_bw, allowance, True)[1]
-                if smallest is None or need < smallest[0]:
-                    smallest = (need, lay.label, setup.checkpoint, b)
+    if not fitting:  # the smallest need, exact: replay the floored candidates that might have it, lowest first
+        for floor, b, setup, lay in sorted(floors, key=lambda f: f[0]):
+            if smallest is not None and floor >= smallest[0]:
+                break
+            need = _evaluate(cfg, seq, b, lay.micro_batches, setup, lay, g, mfu, internode_bw, allowance, True)[1]
+            if smallest is None or need < smallest[0]:
+                smallest = (need, lay.label, setup.checkpoint, b)
         need, label, ck, b = smallest
         raise AccountingError(
             f"{cfg.name} at context {seq:,} fits no layout on {gpus[0]}..{gpus[1]} {g.name} "

@@ -182,3 +182,19 @@ def test_a_tied_head_is_a_second_copy_on_the_last_stage(stage, lay, setup):
     assert _figures(stage_step(tied, S, 1, setup, lay, stage, mode="traced")[0]) == _figures(got.step)
     untied = measure_stage_rank(TINY4, S, 1, setup, lay, stage)
     assert (got.params, got.gradients, got.optimizer) == (untied.params, untied.gradients, untied.optimizer)
+
+
+def test_a_global_rank_picks_its_stage_and_data_parallel_rank():
+    """ZeRO-1's dp ranks own different AdamW moments: ``--rank R`` under pp (a (pp, dp) mesh, stages
+    outermost) is stage R // dp and data-parallel rank R mod dp, predicted and measured alike."""
+    from lm_accounting.analytic.parallel_report import parallel_memory
+
+    lay, setup = _layout(2, 2, 2, 1), TrainingSetup()
+    got = [measure_stage_rank(TINY4, S, 1, setup, lay, 0, dp_rank) for dp_rank in (0, 1)]
+    assert got[0].optimizer != got[1].optimizer  # the ranks differ: the test can tell them apart
+    for dp_rank, g in enumerate(got):
+        want, st, _ = stage_step(TINY4, S, 1, setup, lay, 0, mode="traced", rank=dp_rank)
+        assert _figures(want) == _figures(g.step) and st.optimizer == g.optimizer
+    for rank in (0, 1):  # stage 0, dp ranks 0 and 1
+        m = parallel_memory(TINY4, S, 1, setup, lay, rank=rank)
+        assert (m.stage, m.states.rank, m.states.optimizer) == (0, rank, got[rank].optimizer)

@@ -126,7 +126,7 @@ def step_collectives(
 ) -> list[Collective]:
     """Every collective of one step on data-parallel rank ``rank`` of pipeline stage ``stage`` (rules of
     the module docstring; only expert parallel's all-to-alls depend on the rank, the first is the worst;
-    only rule 8 on the stage); ``first_step``: DDP's first step, with its single bucket."""
+    rules 8–10 and DDP's buckets on the stage); ``first_step``: DDP's first step, with its single bucket."""
     out: list[Collective] = []
     e = 2 if setup.param_dtype == "bf16" else 4
     L, T, d = cfg.num_layers, batch * seq, cfg.d_model
@@ -215,7 +215,7 @@ def _tp_collectives(cfg: ModelConfig, T: int, setup: TrainingSetup, layout: Para
     ag = 2 * L * act + emb * full + (2 * L * full if recompute else 0)
     rs = 2 * L * full + (L * act if recompute else 0)
     out = [
-        tp("all_gather", "forward", 2 * L + head, (2 * L + head) * full, "(2L+1) × T·d·e"),
+        tp("all_gather", "forward", 2 * L + head, (2 * L + head) * full, f"(2L{'+1' if head else ''}) × T·d·e"),
         tp("reduce_scatter", "forward", 2 * L, 2 * L * act, "2L × T·d·a"),
         tp("all_gather", "backward", 2 * L + emb + (2 * L if recompute else 0), ag),
         tp("reduce_scatter", "backward", 2 * L + (L if recompute else 0), rs),
@@ -224,9 +224,15 @@ def _tp_collectives(cfg: ModelConfig, T: int, setup: TrainingSetup, layout: Para
     if layout.fsdp:  # FSDP2 reduces each Partial norm gradient once, in its post-backward
         # in the all-gather dtype; beside pp the gradients it reduces are the fp32 sums (rule 9)
         g = 2 if setup.autocast and layout.pp == 1 else e
-        out.append(Collective("all_reduce", "backward", "tp", norms, norms * d * g, "(2L+1) × d·g"))
+        out.append(
+            Collective("all_reduce", "backward", "tp", norms, norms * d * g, f"(2L{'+1' if head else ''}) × d·g")
+        )
     else:
-        out.append(Collective("all_reduce", "optimizer_step", "tp", 3 * norms, 3 * norms * d * e, "3(2L+1) × d·e"))
+        out.append(
+            Collective(
+                "all_reduce", "optimizer_step", "tp", 3 * norms, 3 * norms * d * e, f"3(2L{'+1' if head else ''}) × d·e"
+            )
+        )
     return out
 
 

@@ -511,8 +511,8 @@ def sp_replayed(layout: ParallelLayout) -> int:
 def peaks_exact(setup: TrainingSetup, layout: ParallelLayout, cfg: ModelConfig | None = None) -> bool:
     """Whether ``rank_step``'s forward and backward peaks are byte-exact against the fake-PG job, by
     layout and setup (``fsdp_peaks_exact``, ``tp_peaks_exact``).  Pipeline stages (``cfg`` needed):
-    exact where ``analytic.pipeline.stage_peaks_exact`` (a dense untied model, pipeline parallel alone
-    or beside data parallel or TP without SP, but TP in fp32), else estimates."""
+    exact where ``analytic.pipeline.stage_peaks_exact`` (a dense model, pipeline parallel alone or beside
+    data, tensor and sequence parallel, but TP without SP in fp32 or amp-bf16), else estimates."""
     if layout.pp > 1:
         from .pipeline import stage_peaks_exact
 
@@ -657,11 +657,13 @@ def rank_flops(
     LM head's local rows), with the routed experts' rows of rule 7 under expert parallel.  Under pipeline
     parallel, pipeline stage ``stage``'s (``stage_flops``)."""
     if layout.pp > 1:
-        return stage_flops(local_config(cfg, layout), seq, batch, setup, layout, stage or 0)
-    flops = step_flops(local_config(cfg, layout), seq, batch, setup)
-    if layout.vocab_parallel:  # the LM head's Vl = ceil(V/M) rows on rank 0: 2·T·d·(V − Vl) fewer forward
+        flops = stage_flops(local_config(cfg, layout), seq, batch, setup, layout, stage or 0)
+    else:
+        flops = step_flops(local_config(cfg, layout), seq, batch, setup)
+    if layout.vocab_parallel and (stage or 0) == layout.pp - 1:
+        # the LM head's Vl = ceil(V/M) rows on rank 0: 2·T·d·(V − Vl) fewer forward, each micro-batch
         cut = 2 * batch * seq * cfg.d_model * (cfg.vocab_size - -(-cfg.vocab_size // layout.tp))
-        flops = dataclasses.replace(flops, forward=flops.forward - cut)
+        flops = dataclasses.replace(flops, forward=flops.forward - cut * layout.micro_batches)
     if layout.ep == 1:
         return flops
     rows = expert_rows(cfg, seq, batch, layout, rank) - batch * seq * cfg.experts_per_token

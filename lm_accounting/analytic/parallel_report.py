@@ -179,8 +179,9 @@ def parallel_memory(
     rank: int | None = None,
 ) -> ParallelMemory:
     """The worst rank of ``layout`` (see ``analytic.parallel``; pipeline stages: ``pipeline_stages``),
-    or global rank ``rank`` (its data-parallel rank is rank // tp; under pipeline parallel its stage is
-    rank // (dp·tp): the stages outermost in the job's mesh, as torchtitan lays them out)."""
+    or global rank ``rank`` (its data-parallel rank is rank // tp; under pipeline parallel, on a (pp, dp,
+    tp) mesh with the stages outermost as torchtitan lays them out, its stage is rank // (dp·tp) and its
+    data-parallel rank (rank // tp) mod dp)."""
     layout.check(cfg, seq)
     stage, missing = None, not_modelled(cfg, seq, setup)
     if missing:
@@ -188,7 +189,8 @@ def parallel_memory(
         step = traced = act = None
     elif layout.pp > 1:
         at = None if rank is None else rank // (layout.dp * layout.tp)
-        stage, step, traced, st, act = pipeline_stages(cfg, seq, batch, setup, layout, at)
+        dp_rank = None if rank is None else rank // layout.tp % layout.dp
+        stage, step, traced, st, act = pipeline_stages(cfg, seq, batch, setup, layout, at, rank=dp_rank)
     else:
         dp_rank = None if rank is None else rank // layout.tp
         step, st, act = rank_step(cfg, seq, batch, setup, layout, mode="plain", rank=dp_rank)

@@ -69,20 +69,24 @@ def pipeline_stages(
     layout: ParallelLayout,
     stage: int | None = None,
     with_traced: bool = True,
+    rank: int | None = None,
 ) -> tuple[int, StepMemory, StepMemory, object, int]:
     """1F1B over P stages and m micro-batches: (stage, plain step, traced step, states, activations) of
     the stage with the highest peak.  Where ``stage_replayed``: every stage replayed (``stage_step``),
     exact against the measured stage where ``stage_peaks_exact``.  Otherwise an ESTIMATE
     (``_stage_estimate``) of stage 0 (the most micro-batches in flight, the first L mod P stages one
-    block more) and the last (the head).  ``stage``: that stage's instead.  ``with_traced=False`` (the planner):
+    block more) and the last (the head).  ``stage``: that stage's instead; ``rank``: that data-parallel
+    rank's (default: the worst; only ZeRO-1's owned moments differ).  ``with_traced=False`` (the planner):
     the traced step is the plain one (not replayed)."""
     exact = stage_replayed(cfg, setup, layout)
     stages = [stage] if stage is not None else range(layout.pp) if exact else sorted({0, layout.pp - 1})
     best = None
     for s in stages:
-        step, st, act = stage_step(cfg, seq, batch, setup, layout, s, mode="plain")
+        step, st, act = stage_step(cfg, seq, batch, setup, layout, s, mode="plain", rank=rank)
         if best is None or step.peak > best[1].peak:
-            traced = stage_step(cfg, seq, batch, setup, layout, s, mode="traced")[0] if exact and with_traced else step
+            traced = step
+            if exact and with_traced:
+                traced = stage_step(cfg, seq, batch, setup, layout, s, mode="traced", rank=rank)[0]
             best = (s, step, traced, st, act)
     return best
 
@@ -133,9 +137,10 @@ def stage_step(
     layout: ParallelLayout,
     stage: int,
     mode: str = "plain",
+    rank: int | None = None,
 ) -> tuple[StepMemory, object, int]:
     """(step, model states, saved activations of the k = min(P − s, m) micro-batches in flight) of
-    pipeline stage ``stage``.  ``mode``: "traced" is what the storage tracker sees (the measured stage);
+    pipeline stage ``stage`` (``rank``: its data-parallel rank, default the worst).  ``mode``: "traced" is what the storage tracker sees (the measured stage);
     "plain" a run without a dispatch mode (``analytic.replay``'s traced-only copies left out; derived, not
     measured: the measured stage runs under the storage tracker, a dispatch mode).
 
@@ -154,10 +159,10 @@ def stage_step(
        the end is the baseline and the receive buffers, which the stage keeps."""
     rp.check_mode(mode)
     if not stage_replayed(cfg, setup, layout):
-        return _stage_estimate(cfg, seq, batch, setup, layout, stage)
+        return _stage_estimate(cfg, seq, batch, setup, layout, stage, rank)
     P, m = layout.pp, layout.micro_batches
     st, base, buffers, chunks, fsdp, opt_top = _stage_parts(
-        cfg, seq, batch, setup, layout, _like(cfg.num_layers, P, stage), mode
+        cfg, seq, batch, setup, layout, _like(cfg.num_layers, P, stage), mode, rank
     )
     fwd, bwd = _schedule(P, m, stage, buffers, chunks, fsdp)
     opt = PhaseBytes(base + bwd.end + opt_top, base + buffers)
@@ -176,37 +181,53 @@ def _like(layers: int, stages: int, stage: int) -> int:
     return next(s for s in range(1, stage + 1) if len(stage_layers(layers, stages, s)) == n)
 
 
+def _states(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, stage: int, rank: int | None = None):
+    """``model_states`` of pipeline stage ``stage`` (data-parallel rank ``rank``, default the worst); the
+    micro-batch count changes nothing there (one cache key for every m)."""
+    return model_states(cfg, setup, dataclasses.replace(layout, micro_batches=layout.pp), rank=rank, stage=stage)
+
+
 @lru_cache(maxsize=1024)
-def _stage_parts(cfg, seq, batch, setup, layout, stage, mode):
+def _stage_parts(cfg, seq, batch, setup, layout, stage, mode, rank=None):
     """What ``stage_step`` needs of a stage's model: (model states, baseline, receive buffers, chunks,
     FSDP2's (gathering chunks, zero 3, reductions) or None, the optimizer step above the backward's end)."""
     P = layout.pp
-    st = model_states(cfg, setup, layout, stage=stage)
-    base = stage_baseline(cfg, seq, batch, setup, layout, stage)
+    st = _states(cfg, setup, layout, stage, rank)
+    base = stage_baseline(cfg, seq, batch, setup, layout, stage, rank)
     buffers = schedule_buffers(cfg, seq, batch, setup, layout, stage)
     blocks = len(stage_layers(cfg.num_layers, P, stage))
     run = fsdp_compute_setup(setup, layout)  # FSDP2's amp-bf16: the bf16 model
     local = local_config(cfg, layout)  # the TP rank's model: h/M heads, d_ff/M
     where = (local, seq, run, blocks, stage == 0, stage == P - 1, mode == "traced")
     units = _StageUnits.of(cfg, setup, layout, stage)
-    m = layout.tp if layout.sequence_parallel else 1
-    sp = (m, m > 1 and batch > 1)  # sequence parallel: (M, ``Sizes.gather_cat``)
-    chunks = _at(_chunk_lines(*where, units and units.held(), False, sp), batch)
+    shards = layout.tp if layout.sequence_parallel else 1
+    sp = (shards, shards > 1 and batch > 1)  # sequence parallel: (M, ``Sizes.gather_cat``)
+    fwd = _chunk_lines(*where, units and units.held(), False, sp, "forward")
+    bwd = _chunk_lines(*where, units and units.folds(), False, sp, "backward")
+    chunks = _at(fwd._replace(first_backward=bwd.first_backward, later_backward=bwd.later_backward), batch)
     fsdp = None
-    if units:
-        gathering = _at(_chunk_lines(*where, units, True, sp), batch)
+    if units:  # zero 2 never finds the units sharded in a backward: no gathering one to replay
+        gathering = _at(_chunk_lines(*where, units, True, sp, "both" if units.zero3 else "forward"), batch)
         fsdp = (gathering, units.zero3, _reduce_grads(cfg, units, blocks, mode == "traced"))
     z = Sizes(cfg, e=element_bytes(setup), setup=setup, plain=mode == "plain")
     opt_top = adamw_temporary(cfg, setup, layout, st, stage) + rp.adamw_step_scalar_bytes(z)
     return st, base, buffers, chunks, fsdp, opt_top
 
 
-def stage_baseline(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, stage: int):
+def stage_baseline(
+    cfg: ModelConfig,
+    seq: int,
+    batch: int,
+    setup: TrainingSetup,
+    layout: ParallelLayout,
+    stage: int,
+    rank: int | None = None,
+):
     """Bytes live when stage ``stage``'s step starts (exact against the measured stage): its parameters
     and AdamW moments (sharded by FSDP2; ZeRO-1's owned ones), DDP's gradient buckets, the RoPE tables,
     and the whole step's int64 token ids (m·B·S, stage 0) or targets (the last stage); a middle stage
-    holds neither."""
-    st = model_states(cfg, setup, layout, stage=stage)
+    holds neither.  ``rank``: the data-parallel rank (default: the worst)."""
+    st = _states(cfg, setup, layout, stage, rank)
     rope = 2 * cfg.context_length * (cfg.d_head // 2) * 4 if cfg.positions == "rope" else 0  # fp32 cos, sin
     ends = (stage == 0) + (stage == layout.pp - 1)
     return st.parameters + st.optimizer + st.ddp_buckets + rope + ends * 8 * layout.micro_batches * batch * seq
@@ -285,13 +306,17 @@ class _StageUnits(NamedTuple):
     zero3: bool  # reshard_after_forward
     amp: bool  # amp-bf16: MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)
 
-    def held(self) -> _StageUnits:
-        """What a pass that finds the units unsharded sees of them: under zero 2 only the gradients amp-bf16
-        folds (``_StageEvents._fold``), the same for every dp (one replay serves them all); zero 3 reshards."""
-        if self.zero3:
-            return self
+    def folds(self) -> _StageUnits | None:
+        """What a backward that finds the units unsharded sees of them: only the gradients amp-bf16 folds
+        (``_StageEvents._fold``; None without amp), the same for every dp and ZeRO stage (one replay
+        serves them all)."""
         fold = lambda u: u and Unit(0, 0, u.grads, u.last_grad, 0, 0, 0, 0)
-        return self._replace(root=fold(self.root), block=fold(self.block))
+        return _StageUnits(fold(self.root), fold(self.block), False, True) if self.amp else None
+
+    def held(self) -> _StageUnits | None:
+        """What a forward that finds the units unsharded sees of them: zero 3 reshards them; zero 2 does
+        nothing (``folds``)."""
+        return self if self.zero3 else self.folds()
 
     @staticmethod
     def of(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, stage: int) -> _StageUnits | None:
@@ -312,8 +337,6 @@ class _StageEvents:
     reshards, rule 3).  A forward that finds the units unsharded gathers nothing (``FSDPParamGroup.unshard``
     returns, ``wait_for_unshard`` has no result to free) but still reshards them (zero 3).  ``i``: the
     block's index on the stage (1 stands for any block above the first: all alike)."""
-
-    NONE: _StageEvents
 
     def __init__(self, units: _StageUnits | None, sharded: bool, blocks: int, last: bool = False):
         self.u, self.sharded, self.top, self.last = units, sharded, blocks - 1, last
@@ -385,9 +408,6 @@ class _StageEvents:
             r(+(g - last), +2 * last, -last)
         else:
             r(-g)
-
-
-_StageEvents.NONE = _StageEvents(None, False, 1)
 
 
 @lru_cache(maxsize=4096)
@@ -575,6 +595,7 @@ def _chunk_lines(
     units: _StageUnits | None = None,
     sharded: bool = False,
     sp: tuple[int, bool] = (1, False),
+    passes: str = "both",
 ) -> _Chunks:
     """One micro-batch of B sequences (the lines affine in B) on a stage of ``blocks`` blocks (``first``:
     it holds the embedding; ``last``: the
@@ -601,13 +622,14 @@ def _chunk_lines(
        gradient seed dies with the backward; the loss stays (2).
 
     ``units``: FSDP2's events on the stage (``_StageUnits``), for a forward or backward that finds the
-    units ``sharded`` (gathering them) or unsharded (``_StageUnits`` says which).  ``sp``: (M, B > 1) of a
+    units ``sharded`` (gathering them) or unsharded (``_StageUnits`` says which); ``passes``: "forward"
+    (forward and loss), "backward" (the two backwards) or "both".  ``sp``: (M, B > 1) of a
     sequence-parallel rank (``cfg`` the TP-local model; ``Sizes.gather_cat``): the residual stream, the
     stage's input and output at T/M rows; stage 0 splits its embedding output, the last stage gathers
     its final norm's output for the LM head and splits the head's input gradient (one GPU's lines).
     Tensor parallel without it is the TP-local model's replay, as one TP rank's."""
     c = dataclasses.replace(cfg, num_layers=blocks)
-    ev = _StageEvents(units, sharded, blocks, last) if units is not None else _StageEvents.NONE
+    ev = _StageEvents(units, sharded, blocks, last)  # no units: no events
     fl = units is not None and units.amp  # FSDP2's bf16 policy: ``setup`` is the bf16 model it runs
     e = DTYPE_BYTES[setup.param_dtype]
     z = _stage_sizes(c, seq, setup, traced, fl, sp)
@@ -615,29 +637,31 @@ def _chunk_lines(
     rest = dataclasses.replace(c, num_layers=blocks - 1) if blocks > 1 else None  # the blocks but one, in runs
     ends = lambda part, accumulate=False: _end_lines(part, c, seq, setup, traced, fl, sp, first, last, accumulate)
 
-    r = _StageReplay(rp.Affine(0), traced)
-    ev.root_pre_forward(r)
-    rp.apply_segment(r, ends("forward_in"))
-    block = lambda kind, accumulate=False, keep=0: _block_lines(c, seq, setup, traced, fl, kind, accumulate, keep, sp)
+    one = dataclasses.replace(c, num_layers=1)  # a block's segment is any stage's
+    block = lambda kind, accumulate=False, keep=0: _block_lines(one, seq, setup, traced, fl, kind, accumulate, keep, sp)
     body = lambda q, m: rp.apply_segment(q, block("forward"))
-    ev.block_pre_forward(r, 0)
-    body(r, None)  # block 0
     input_back = not first and e != 4 and ck == "none"  # (1) block 0 freed its input, the buffer
-    if input_back:
-        r(+Tres)
-    ev.block_post_forward(r)
-    if blocks > 1:
-        rp._layer_runs(
-            r, rest, None, False, lambda q, m: (ev.block_pre_forward(q, 1), body(q, m), ev.block_post_forward(q))
-        )
-    rp.apply_segment(r, ends("forward_out"))
-    ev.root_post_forward(r)
-    forward = _Part(r.peak(), r.live)
-    loss = _Part(ends("loss").peak(), ends("loss").live) if last else None  # (2)
+    forward = loss = None
+    if passes != "backward":
+        r = _StageReplay(rp.Affine(0), traced)
+        ev.root_pre_forward(r)
+        rp.apply_segment(r, ends("forward_in"))
+        ev.block_pre_forward(r, 0)
+        body(r, None)  # block 0
+        if input_back:
+            r(+Tres)
+        ev.block_post_forward(r)
+        if blocks > 1:
+            run = lambda q, m: (ev.block_pre_forward(q, 1), body(q, m), ev.block_post_forward(q))
+            rp._layer_runs(r, rest, None, False, run)
+        rp.apply_segment(r, ends("forward_out"))
+        ev.root_post_forward(r)
+        forward = _Part(r.peak(), r.live)
+        loss = _Part(ends("loss").peak(), ends("loss").live) if last else None  # (2)
     le = 4 if fl else z.e  # the loss's bytes (fp32 logits under FSDP2's bf16 policy)
 
-    backward = [None, None]  # zero 2 never finds the units sharded in a backward: none to replay
-    for accumulate in (False, True) if not (sharded and units and not units.zero3) else ():  # (3)
+    backward = [None, None]
+    for accumulate in (False, True) if passes != "forward" else ():  # (3)
         acc = accumulate and not fl  # amp: FSDP2 folds them (_StageEvents)
         r = _StageReplay(rp.Affine(0), traced, acc)
         ev.first_backward = not accumulate
@@ -817,7 +841,15 @@ def _stage_saved(cfg, seq, batch, setup, flat: ParallelLayout, stages: int, stag
     return len(stage_layers(cfg.num_layers, stages, stage)) * per_layer + (head if last else 0)
 
 
-def _stage_estimate(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, stage: int):
+def _stage_estimate(
+    cfg: ModelConfig,
+    seq: int,
+    batch: int,
+    setup: TrainingSetup,
+    layout: ParallelLayout,
+    stage: int,
+    rank: int | None = None,
+):
     """(step ESTIMATE, model states, saved activations) of stage ``stage`` where the stage is not replayed
     (``stage_replayed``: beside vocab parallel or DDP/ZeRO-1 × TP, a mixture of experts).  Stage s keeps
     k = min(P − s, m) micro-batches' saved activations (1F1B's warm-up depth); peak: its baseline
@@ -826,10 +858,10 @@ def _stage_estimate(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup
     above its forward end).  It leaves out each backward's own transient."""
     flat = _flat(layout)
     r = single_rank_step(cfg, seq, batch, setup, flat, "plain")
-    st = model_states(cfg, setup, layout, stage=stage)
+    st = _states(cfg, setup, layout, stage, rank)
     last = stage == layout.pp - 1
     one = _stage_saved(cfg, seq, batch, setup, flat, layout.pp, stage)
-    base = stage_baseline(cfg, seq, batch, setup, layout, stage)
+    base = stage_baseline(cfg, seq, batch, setup, layout, stage, rank)
     kept = base + schedule_buffers(cfg, seq, batch, setup, layout, stage)  # the receive buffers stay
     act = min(layout.pp - stage, layout.micro_batches) * one
     transient = (r.forward.peak - r.forward.end) if last else 0

@@ -120,23 +120,35 @@ def measure_stage(
 
 
 def measure_stage_rank(
-    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, stage: int = 0
+    cfg: ModelConfig,
+    seq: int,
+    batch: int,
+    setup: TrainingSetup,
+    layout: ParallelLayout,
+    stage: int = 0,
+    dp_rank: int | None = None,
 ) -> RankMeasurement:
-    """Stage ``stage`` of ``layout`` (pp > 1, beside data parallel: DDP, ZeRO-1 or FSDP2; no tensor
-    parallel), its first data-parallel rank (ZeRO-1: the one with the most optimizer state), run by torch's ``Schedule1F1B`` over ``layout.micro_batches``
-    micro-batches of ``batch`` sequences, then AdamW, under ``RankTracker``.  The job's mesh is
-    (pp, dp), stages outermost (torchtitan's), so the rank is ``stage · dp`` + its dp rank; the stage's model is pruned
-    first, then wrapped (``build_rank``: FSDP2 per block and at the stage's root; DDP around it, which
+    """Stage ``stage`` of ``layout`` (pp > 1, beside data and tensor parallel: DDP, ZeRO-1, FSDP2, TP,
+    TP + SP; not vocab or expert parallel, not DDP/ZeRO-1 × TP), data-parallel rank ``dp_rank`` (default:
+    the one with the most optimizer state, ZeRO-1's worst, else the first; TP rank 0), run by torch's
+    ``Schedule1F1B`` over ``layout.micro_batches`` micro-batches of ``batch`` sequences, then AdamW,
+    under ``RankTracker``.  The job's mesh is (pp, dp, tp), stages outermost (torchtitan's), so the global
+    rank is (stage · dp + dp_rank) · tp; the stage's model is pruned first, then parallelized
+    (``build_rank``: Megatron splits, FSDP2 per block and at the stage's root; DDP around it, which
     ``PipelineStage`` runs without gradient sync until the last backward).  Phases: "forward" from the
     step's start to the stage's first backward (its 1F1B warm-up forwards), "backward" the rest of the
     schedule (steady state, cool-down, FSDP2's reduce-scatters, the gradient scaling by 1/m),
     "optimizer_step" AdamW + zero_grad.  The baseline holds the stage's (sharded) parameters, AdamW
-    state and the step's token ids (stage 0) or targets (the last stage), m·B·S each."""
+    state and the step's token ids (stage 0) or targets (the last stage), m·B·S each.  ``rank`` of the
+    result is the stage."""
     from ..analytic.parallel import model_states
     from .parallelize import build_rank
 
     _check(cfg, seq, batch, setup, layout, stage)
-    dp_rank = model_states(cfg, setup, layout, stage=stage).rank if layout.zero == 1 else 0  # ZeRO-1: the worst
+    if dp_rank is None:
+        dp_rank = model_states(cfg, setup, layout, stage=stage).rank if layout.zero == 1 else 0  # ZeRO-1: the worst
+    if not 0 <= dp_rank < layout.dp:
+        raise AccountingError(f"data-parallel rank {dp_rank} is outside the {layout.dp} ranks")
     _init_fake_group(layout.world, (stage * layout.dp + dp_rank) * layout.tp)
     torch.manual_seed(0)
     model, meshes = build_rank(cfg, setup, layout, stage=stage)
@@ -150,9 +162,9 @@ def measure_stage_rank(
     from .attention_flops import install
 
     install()  # FLOP formulas for the CPU flash kernels (FlopCounterMode's registry counts them as 0)
-    comms, flops = CollectiveRecorder(phase="backward"), LocalFlops()
+    comms, flops = CollectiveRecorder(), LocalFlops()
     with tracker, comms, flops, _recorded_p2p() as p2p:
-        with _phases(schedule._stage, tracker) as step:
+        with _phases(schedule._stage, tracker, comms) as step:
             schedule.step(*args, target=target, return_outputs=False)
             step.close()
         grads = _storage_bytes(p.grad for p in model.parameters())
@@ -224,9 +236,9 @@ def _schedule(train, cfg, seq, batch, setup, layout, stage, group):
 
 
 @contextlib.contextmanager
-def _phases(stage, tracker):
-    """Tracker phase "forward" until the stage's first ``backward_one_chunk``, then "backward"; the
-    yielded stack closes the last phase."""
+def _phases(stage, tracker, comms):
+    """Tracker phase (and the collectives' label) "forward" until the stage's first
+    ``backward_one_chunk``, then "backward"; the yielded stack closes the last phase."""
     with contextlib.ExitStack() as stack:
         stack.enter_context(tracker.phase("forward"))
         run = stage.backward_one_chunk
@@ -235,6 +247,7 @@ def _phases(stage, tracker):
             stage.backward_one_chunk = run
             stack.close()
             stack.enter_context(tracker.phase("backward"))
+            comms.phase = "backward"
             return run(*args, **kwargs)
 
         stage.backward_one_chunk = first_backward
