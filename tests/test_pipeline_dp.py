@@ -17,21 +17,14 @@ import pytest
 
 pytest.importorskip("torch")
 
+from test_pipeline_measured import T5, TINY4, S, _figures  # the same tiny models
+
 from lm_accounting.analytic.collectives import step_collectives, totals
 from lm_accounting.analytic.parallel import model_states
 from lm_accounting.analytic.pipeline import stage_replayed, stage_step
-from lm_accounting.config import ModelConfig
 from lm_accounting.layout import ParallelLayout
 from lm_accounting.measure.pipeline import measure_stage_rank
 from lm_accounting.setup import TrainingSetup
-
-TINY4 = ModelConfig(
-    vocab_size=101, context_length=16, num_layers=4, d_model=24, num_heads=4, num_kv_heads=2, d_ff=40, name="tiny4"
-)
-T5 = ModelConfig(
-    vocab_size=101, context_length=16, num_layers=5, d_model=24, num_heads=4, num_kv_heads=2, d_ff=40, name="t5"
-)
-S = 16
 
 
 def _stages(P):
@@ -57,10 +50,6 @@ GRID += [
 def _id(case):
     P, m, D, zero, stage, B, setup = case
     return f"pp{P}x{m}-dp{D}-zero{zero}-stage{stage}-B{B}-{setup.label}"
-
-
-def _figures(step):
-    return (step.baseline, *(x for phase in step.phases().values() for x in phase))
 
 
 def _layout(P, m, D, zero):

@@ -17,21 +17,15 @@ import pytest
 
 pytest.importorskip("torch")
 
+from test_pipeline_measured import T5, TINY4, S, _figures  # the same tiny models
+
 from lm_accounting.analytic.collectives import step_collectives, totals
 from lm_accounting.analytic.parallel import local_config, model_states, rank_flops
 from lm_accounting.analytic.pipeline import stage_peaks_exact, stage_replayed, stage_step
-from lm_accounting.config import ModelConfig
 from lm_accounting.layout import ParallelLayout
 from lm_accounting.measure.pipeline import measure_stage_rank
 from lm_accounting.setup import TrainingSetup
 
-TINY4 = ModelConfig(
-    vocab_size=101, context_length=16, num_layers=4, d_model=24, num_heads=4, num_kv_heads=2, d_ff=40, name="tiny4"
-)
-T5 = ModelConfig(
-    vocab_size=101, context_length=16, num_layers=5, d_model=24, num_heads=4, num_kv_heads=2, d_ff=40, name="t5"
-)
-S = 16
 PRECISIONS, CHECKPOINTS = ("fp32", "bf16", "amp-bf16"), ("none", "full", "selective")
 DATA = ((1, 0), (2, 2), (2, 3))  # (dp, zero): TP alone, beside FSDP2 ZeRO-2 and ZeRO-3
 
@@ -47,10 +41,6 @@ GRID = [
 def _id(case):
     P, m, D, zero, sp, stage, B, setup = case
     return f"pp{P}x{m}-dp{D}-zero{zero}-tp2{'+sp' if sp else ''}-stage{stage}-B{B}-{setup.label}"
-
-
-def _figures(step):
-    return (step.baseline, *(x for phase in step.phases().values() for x in phase))
 
 
 @pytest.mark.parametrize("case", GRID, ids=_id)

@@ -474,11 +474,7 @@ def _reduce_grads(cfg: ModelConfig, units: _StageUnits, blocks: int, traced: boo
     ev._reduce(r, block, root)
     rp._repeat(r, blocks - 1, lambda q: ev._reduce(q, block, block))
     r(-block.reduce_in)
-    return _part(r, 1)
-
-
-def _part(r: _StageReplay, batch: int) -> _Part:
-    return _Part(r.peak().at(batch), r.live.at(batch))
+    return _Part(r.peak().at(1), r.live.at(1))  # no term in B: the units' bytes
 
 
 def _at(ch: _Chunks, batch: int) -> _Chunks:
