@@ -16,8 +16,9 @@ Peers (issue 8, item 10):
   step under torch's ``MemTracker``.  Target: MemTracker >= 6 x ``memory --measure meta``.
   ``bench_tracker.py`` compares the two trackers on the tracked step alone, in one process.
 Other targets on a 2-core machine: headline < 0.6 s, report < 60 s, infer (issue 12: Llama-3-8B,
-P = 2048, G = 512, B = 32 on an H100) < 0.3 s without importing torch, plan-70b (issue 11: Llama-3.1-70B
-over 8..1024 GPUs, >= 1,000 candidate layouts) < 2 s without importing torch.
+P = 2048, G = 512, B = 32 on an H100) < 0.3 s without importing torch, plan-70b and plan-8b (issue 11:
+Llama-3.1-70B and Llama-3-8B over 8..1024 GPUs, >= 1,000 candidate layouts) < 2 s without importing
+torch.  plan-8b-every checks every candidate (``--top`` past their number): no target.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ with tracker:
     _train_step(model, inputs, targets, cross_entropy, opt)
 """
 CLI = "cli"
+PLAN_8B = ["plan", "llama-3-8b", "--gpus", "8..1024", "--context", "8192", "--tokens", str(15 * 10**12)]
 SCENARIOS = {  # name -> (kind, arguments, runs); kind is CLI or a peer's source
     "headline": (CLI, ["gpt2-xl", "--context", str(CONTEXT)], 15),
     "crosscheck-16k": (CLI, ["crosscheck", "gpt2-xl", "--context", str(CONTEXT)], 5),
@@ -84,6 +86,8 @@ SCENARIOS = {  # name -> (kind, arguments, runs); kind is CLI or a peer's source
         ["plan", "llama-3.1-70b", "--gpus", "8..1024", "--context", "8192", "--tokens", str(15 * 10**12)],
         5,
     ),
+    "plan-8b": (CLI, PLAN_8B, 5),
+    "plan-8b-every": (CLI, [*PLAN_8B, "--top", "100000", "--format", "json"], 3),  # every candidate checked
     "report": (CLI, ["report", "--out", os.path.join(tempfile.gettempdir(), "lm-accounting-bench-report")], 1),
 }
 GROUPS = {  # a scenario and the peers it is compared with; run interleaved

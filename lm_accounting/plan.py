@@ -6,8 +6,15 @@ two up to 8 and the layers, dp = W / (tp·pp), ZeRO stage 0–3, sequence parall
 none/full/selective, micro-batch b a power of two dividing the sequences per data-parallel rank.
 Setup: fused attention (sdpa), amp-bf16, foreach AdamW.  Memory per GPU is ``analytic.parallel``
 (the worst rank, plain run) plus the allowance; a candidate fits when that is <= the GPU's memory.
-A candidate whose floor (``rank_floor``, ``stage_floor``: its model states, receive buffers and saved
-activations, lower bounds of the peak) already exceeds the GPU is not replayed; where nothing fits,
+
+Order of work: every candidate's step time (below) is computed first, without its peak, and the
+candidates are ranked by GPU-hours (then step time, then enumeration order).  They are then checked
+against the GPU in that order until ``top`` fit: the result is the first ``top`` of the ranking of
+every fitting candidate, the same as checking them all (``top`` at least their number checks all,
+and only then is their number known).  A check: a candidate whose floor (``rank_floor``,
+``stage_floor``: its model states, receive buffers and saved activations, lower bounds of the peak)
+already exceeds the GPU is not replayed, nor is a larger micro-batch of a layout and checkpointing
+whose smaller one does not fit (the peak grows with b); the rest are replayed.  Where nothing fits,
 the floored candidates that might hold the smallest need are replayed for the message.
 
 Step time (one optimizer step, k = sequences per dp rank / b micro-batches):
@@ -80,12 +87,17 @@ class Candidate:
 
     @property
     def step_s(self) -> float:
-        return max(self.compute_s, self.dp_comm_s) + self.tp_comm_s + self.ep_comm_s + self.pp_comm_s
+        return step_seconds(self.compute_s, self.dp_comm_s, self.tp_comm_s, self.pp_comm_s, self.ep_comm_s)
+
+
+def step_seconds(compute: float, dp: float, tp: float, pp: float, ep: float) -> float:
+    """One step (module docstring): data-parallel collectives overlapped with compute, the rest not."""
+    return max(compute, dp) + tp + ep + pp
 
 
 @dataclass(frozen=True)
 class Plan(Result):
-    SCHEMA: ClassVar[str] = "lm-accounting/plan/2"
+    SCHEMA: ClassVar[str] = "lm-accounting/plan/3"
 
     config: ModelConfig
     gpu: GPU
@@ -96,9 +108,15 @@ class Plan(Result):
     internode_bw: int
     allowance: int
     price_per_gpu_hour: float | None
-    evaluated: int
-    ranked: tuple[Candidate, ...]  # fitting candidates, best (fewest GPU-hours) first
+    evaluated: int  # candidate layouts, each with its step time
+    checked: int  # candidates checked against the GPU, best first, until ``top`` fit
+    ranked: tuple[Candidate, ...]  # the best ``top`` fitting candidates (fewest GPU-hours first)
     top: int = 10
+
+    @property
+    def complete(self) -> bool:
+        """Whether every candidate was checked: then ``ranked`` holds every one that fits."""
+        return self.checked == self.evaluated
 
     def steps(self) -> int:
         return -(-self.tokens // self.global_batch_tokens)
@@ -140,7 +158,8 @@ class Plan(Result):
             "allowance": self.allowance,
             "price_per_gpu_hour": self.price_per_gpu_hour,
             "candidates_evaluated": self.evaluated,
-            "candidates_fitting": len(self.ranked),
+            "candidates_checked": self.checked,
+            "candidates_fitting": len(self.ranked) if self.complete else None,
             "best": [self.row(c) for c in self.ranked[: self.top]],
             "assumptions": __doc__.split("Step time", 1)[1].strip(),
         }
@@ -198,19 +217,9 @@ def _wire(cfg, seq, b, setup, lay, k) -> tuple[int, int, int, int]:
     return tuple(best)
 
 
-def _evaluate(
-    cfg, seq, b, k, setup, lay, g: GPU, mfu, internode, allowance, exact: bool = False
-) -> tuple[Candidate | None, int, bool]:
-    """(the candidate or None where it does not fit, its per-GPU need, whether that need is exact).  A
-    layout whose floor (``stage_floor``, ``rank_floor``: lower bounds of the peak) already exceeds the GPU
-    is not replayed unless ``exact``: its need is then that floor."""
-    if not exact:
-        floor = (stage_floor if lay.pp > 1 else rank_floor)(cfg, seq, b, setup, lay) + allowance
-        if floor > g.memory_bytes:
-            return None, floor, False
-    per_gpu = _peak(cfg, seq, b, setup, lay) + allowance
-    if per_gpu > g.memory_bytes:
-        return None, per_gpu, True
+def _step_times(cfg, seq, b, k, setup, lay, g: GPU, mfu, internode) -> tuple[float, float, float, float, float]:
+    """(compute, data-parallel, tensor-parallel, pipeline, expert-parallel) seconds of one step (the module
+    docstring's steps 1–4); none needs the per-GPU peak."""
     local, rate = local_config(cfg, lay), g.peak_flops("bf16") * mfu
     if lay.pp > 1:  # the busiest stage's k micro-batches, times the 1F1B bubble
         busiest = max(stage_flops(local, seq, b, setup, lay, s).hardware for s in (0, lay.pp - 1))
@@ -221,10 +230,18 @@ def _evaluate(
     dp_link = nvlink if lay.world <= GPUS_PER_NODE else internode
     ep_link = nvlink if lay.ep <= GPUS_PER_NODE else internode  # an ep group: consecutive ranks
     dp, tp, pp, ep = _wire(cfg, seq, b, setup, lay, k)
-    return Candidate(
-        lay, setup.checkpoint, b, k, per_gpu, compute, _seconds(dp, dp_link), _seconds(tp, nvlink),
-        _seconds(pp, dp_link), _seconds(ep, ep_link), peaks_exact(setup, lay, cfg) and not not_modelled(cfg, seq, setup),
-    ), per_gpu, True  # fmt: skip
+    return compute, _seconds(dp, dp_link), _seconds(tp, nvlink), _seconds(pp, dp_link), _seconds(ep, ep_link)
+
+
+def _need(cfg, seq, b, setup, lay, g: GPU, allowance, exact: bool = False) -> tuple[int, bool]:
+    """(the per-GPU need, peak + allowance, whether it is exact).  A layout whose floor (``stage_floor``,
+    ``rank_floor``: lower bounds of the peak) already exceeds the GPU is not replayed unless ``exact``:
+    its need is then that floor."""
+    if not exact:
+        floor = (stage_floor if lay.pp > 1 else rank_floor)(cfg, seq, b, setup, lay) + allowance
+        if floor > g.memory_bytes:
+            return floor, False
+    return _peak(cfg, seq, b, setup, lay) + allowance, True
 
 
 def plan(
@@ -256,34 +273,47 @@ def plan(
             f"the global batch of {global_batch_tokens:,} tokens is not a whole number of {seq:,}-token sequences"
         )
     sequences = global_batch_tokens // seq
-    evaluated, fitting, smallest, evaluated_ep, floors = 0, [], None, False, []
+    pending, evaluated_ep = [], False  # every candidate, with its step times: ranked before any replay
     for family in _families(cfg, seq, gpus, sequences):
-        per_rank, full = sequences // family["dp"], set()  # full: checkpoint modes that no longer fit (grow with b)
+        per_rank = sequences // family["dp"]
         for b in _micro_batches(per_rank, family["pp"]):
             lay = ParallelLayout(**family, micro_batches=per_rank // b)
-            for ck in (c for c in CHECKPOINTS if c not in full):
+            for ck in CHECKPOINTS:
                 setup = TrainingSetup(attention="sdpa", checkpoint=ck, precision="amp-bf16")
                 if lay.ep > 1 and not_modelled(cfg, seq, setup):
                     continue  # expert parallel is planned where the replay models it
-                evaluated, evaluated_ep = evaluated + 1, evaluated_ep or lay.ep > 1
-                c, need, exact = _evaluate(cfg, seq, b, lay.micro_batches, setup, lay, g, mfu, internode_bw, allowance)
-                if c is not None:
-                    fitting.append(c)
-                else:
-                    full.add(ck)
-                    if exact and (smallest is None or need < smallest[0]):
-                        smallest = (need, lay.label, ck, b)
-                    elif not exact:
-                        floors.append((need, b, setup, lay))
-    if evaluated == 0:
+                evaluated_ep = evaluated_ep or lay.ep > 1
+                times = _step_times(cfg, seq, b, lay.micro_batches, setup, lay, g, mfu, internode_bw)
+                step = step_seconds(*times)
+                pending.append((step * lay.world, step, len(pending), b, setup, lay, times))
+    if not pending:
         raise AccountingError(
             f"no layout of {gpus[0]}..{gpus[1]} GPUs splits {sequences:,} sequences evenly over its data-parallel ranks"
         )
+    pending.sort(key=lambda c: c[:3])  # by GPU-hours, then step time, then enumeration order
+    fitting, failed, smallest, floors, checked = [], {}, None, [], 0
+    for _, _, _, b, setup, lay, times in pending:
+        if len(fitting) == top:
+            break
+        checked += 1
+        chain = (lay.dp, lay.zero, lay.tp, lay.sequence_parallel, lay.pp, lay.ep, setup.checkpoint)
+        if b >= failed.get(chain, b + 1):
+            continue  # a smaller micro-batch of the same layout does not fit: the peak grows with b
+        need, exact = _need(cfg, seq, b, setup, lay, g, allowance)
+        if need <= g.memory_bytes:
+            peak_exact = peaks_exact(setup, lay, cfg) and not not_modelled(cfg, seq, setup)
+            fitting.append(Candidate(lay, setup.checkpoint, b, lay.micro_batches, need, *times, peak_exact))
+            continue
+        failed[chain] = min(b, failed.get(chain, b))
+        if exact and (smallest is None or need < smallest[0]):
+            smallest = (need, lay.label, setup.checkpoint, b)
+        elif not exact:
+            floors.append((need, b, setup, lay))
     if not fitting:  # the smallest need, exact: replay the floored candidates that might have it, lowest first
         for floor, b, setup, lay in sorted(floors, key=lambda f: f[0]):
             if smallest is not None and floor >= smallest[0]:
                 break
-            need = _evaluate(cfg, seq, b, lay.micro_batches, setup, lay, g, mfu, internode_bw, allowance, True)[1]
+            need = _need(cfg, seq, b, setup, lay, g, allowance, True)[0]
             if smallest is None or need < smallest[0]:
                 smallest = (need, lay.label, setup.checkpoint, b)
         need, label, ck, b = smallest
@@ -303,10 +333,9 @@ def plan(
                 else "use more GPUs or a larger GPU"
             )
         )
-    fitting.sort(key=lambda c: (c.step_s * c.layout.world, c.step_s))
     return Plan(
         cfg, g, seq, global_batch_tokens, tokens, mfu, internode_bw, allowance, price_per_gpu_hour,
-        evaluated, tuple(fitting), top,
+        len(pending), checked, tuple(fitting), top,
     )  # fmt: skip
 
 

@@ -547,7 +547,7 @@ def test_plan_enumerates_data_and_expert_parallel_layouts_for_a_mixture_of_exper
     exact, not an estimate."""
     from lm_accounting.plan import plan
 
-    p = plan(load_config("qwen3-30b-a3b"), "h100-80gb", (8, 128), 4096, 4096 * 1024, 10**12)
+    p = plan(load_config("qwen3-30b-a3b"), "h100-80gb", (8, 128), 4096, 4096 * 1024, 10**12, top=10**6)
     assert p.ranked and all(c.layout.tp == c.layout.pp == 1 for c in p.ranked)
     assert {c.layout.ep > 1 for c in p.ranked} == {True, False} and all(c.peak_exact for c in p.ranked)
 
@@ -559,7 +559,7 @@ def test_plan_fits_mixtral_only_with_expert_parallel_and_says_why():
     16 GPUs or more every layout that fits has ep > 1.  On 8 GPUs nothing fits, and the refusal says why."""
     from lm_accounting.plan import plan
 
-    p = plan(load_config("mixtral-8x7b"), "h100-80gb", (8, 1024), 4096, 4096 * 1024, 10**12)
+    p = plan(load_config("mixtral-8x7b"), "h100-80gb", (8, 1024), 4096, 4096 * 1024, 10**12, top=10**6)
     assert p.ranked and all(c.layout.ep > 1 and c.peak_exact for c in p.ranked)
     with pytest.raises(AccountingError, match="dim-0 shards of the 8-expert stacks stop shrinking past dp = 8") as e:
         plan(load_config("mixtral-8x7b"), "h100-80gb", (8, 8), 4096, 4096 * 1024, 10**12)

@@ -18,7 +18,7 @@ SMALL = ModelConfig(vocab_size=64, context_length=32, num_layers=2, d_model=16, 
 
 
 def test_one_candidate_by_hand():
-    p = plan(SMALL, "h100-80gb", (8, 8), 32, 512, 512 * 10, mfu=0.4)
+    p = plan(SMALL, "h100-80gb", (8, 8), 32, 512, 512 * 10, mfu=0.4, top=10**6)
     (c,) = [c for c in p.ranked if c.layout.label == "dp8·zero3" and c.checkpoint == "none" and c.micro_batch == 2]
     # 512 tokens = 16 sequences of 32; dp 8 → 2 per rank: micro-batch 2, one micro-batch (k = 1).
     assert c.accumulation == 1
@@ -92,7 +92,9 @@ def test_plan_json(run_cli):
     )
     assert r.code == 0, r.err
     data = json.loads(r.out)
-    assert data["schema"] == "lm-accounting/plan/2" and data["candidates_fitting"] > 0
+    assert data["schema"] == "lm-accounting/plan/3" and len(data["best"]) == 10
+    # the best 10 found before every candidate was checked: how many fit in all is not known
+    assert data["candidates_checked"] < data["candidates_evaluated"] and data["candidates_fitting"] is None
     best = data["best"][0]
     assert best["per_gpu_bytes"] <= 80 * 10**9 and best["gpus"] <= 64
     pinned = json.loads((Path(__file__).parent / "snapshots" / "json_keys.json").read_text())["plan"]
@@ -183,3 +185,21 @@ def test_floors_are_lower_bounds_that_change_nothing(monkeypatch):
     assert [(c.layout, c.checkpoint, c.micro_batch, c.per_gpu) for c in with_floors.ranked] == [
         (c.layout, c.checkpoint, c.micro_batch, c.per_gpu) for c in without.ranked
     ]
+
+
+def test_the_best_found_first_are_the_best_of_all():
+    """``plan`` ranks every candidate by its step time first and checks them against the GPU in that
+    order until ``top`` fit: its answer is the first ``top`` of the ranking of every fitting candidate
+    (``top`` at least their number checks them all).  The allowance leaves 120 kB of the GPU, so most of
+    the best-ranked candidates do not fit and the search has to pass them."""
+    cfg = dataclasses.replace(SMALL, num_layers=4, name="small4")
+    args = (cfg, "h100-80gb", (8, 64), 32, 2048, 2048 * 10)
+    allowance = 80 * 10**9 - 120_000
+    every = plan(*args, top=10**6, allowance=allowance)
+    assert every.complete and every.checked == every.evaluated and 10 < len(every.ranked) < every.evaluated
+    for top in (1, 3, 10):
+        best = plan(*args, top=top, allowance=allowance)
+        assert not best.complete and best.evaluated == every.evaluated
+        assert best.ranked == every.ranked[:top] and best.checked > 100  # it passed candidates that do not fit
+    hours = [(c.step_s * c.layout.world, c.step_s) for c in every.ranked]
+    assert hours == sorted(hours)

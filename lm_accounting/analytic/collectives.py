@@ -71,6 +71,7 @@ dtype (fp32 under amp-bf16).  Per layout (checked against the fake-PG run in tes
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..config import ModelConfig
 from ..layout import ParallelLayout
@@ -114,6 +115,13 @@ def ddp_bucket_count(sizes: list[int]) -> int:
     return buckets + (1 if current else 0)
 
 
+@lru_cache(maxsize=1024)
+def _ddp_buckets(cfg: ModelConfig, tp: int, vocab_parallel: bool, where, e: int) -> tuple[int, int, int]:
+    """(parameters, DDP's buckets, gradient bytes) of one rank (``where``: (P, s), a pipeline stage's)."""
+    sizes = [n * e for n in local_numels(cfg, tp, vocab_parallel, where)]
+    return len(sizes), ddp_bucket_count(sizes), sum(sizes)
+
+
 def step_collectives(
     cfg: ModelConfig,
     seq: int,
@@ -144,16 +152,14 @@ def step_collectives(
             if layout.ep > 1:
                 out += _all_to_alls(cfg, seq, batch, setup, layout, rank)
         else:
-            sizes = [n * e for n in local_numels(cfg, layout.tp, layout.vocab_parallel, where)]
-            n = 1 if first_step else ddp_bucket_count(sizes)
-            out.append(Collective("all_reduce", "backward", "dp", n, sum(sizes), "gradient buckets, Σ n·e"))
+            params, buckets, total = _ddp_buckets(cfg, layout.tp, layout.vocab_parallel, where, e)
+            n = 1 if first_step else buckets
+            out.append(Collective("all_reduce", "backward", "dp", n, total, "gradient buckets, Σ n·e"))
             if cfg.positions == "rope":
                 rope = 2 * cfg.context_length * (cfg.rope_dim // 2) * 4
                 out.append(Collective("broadcast", "forward", "dp", 1, rope, "module buffers (RoPE tables)"))
             if layout.zero == 1:
-                out.append(
-                    Collective("broadcast", "optimizer_step", "dp", len(sizes), sum(sizes), "updated parameters, Σ n·e")
-                )
+                out.append(Collective("broadcast", "optimizer_step", "dp", params, total, "updated parameters, Σ n·e"))
     if layout.tp > 1:
         out += _tp_collectives(cfg, T, setup, layout, stage)
     if layout.tp > 1 and layout.vocab_parallel:

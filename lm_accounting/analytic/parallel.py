@@ -270,7 +270,6 @@ def element_bytes(setup: TrainingSetup) -> int:
     return DTYPE_BYTES[setup.param_dtype]
 
 
-@lru_cache(maxsize=4096)
 def model_states(
     cfg: ModelConfig,
     setup: TrainingSetup,
@@ -280,7 +279,17 @@ def model_states(
 ) -> ModelStates:
     """Model states of data-parallel rank ``rank`` (default: the worst, i.e. the one with the most
     optimizer state), over the whole model or, with ``stage``, pipeline stage ``stage``'s parameters.
-    AdamW's 0-d ``step`` counters are left out (foreach/for-loop keep them on the CPU)."""
+    AdamW's 0-d ``step`` counters are left out (foreach/for-loop keep them on the CPU).  Cached on what
+    they depend on: the precision and the layout's degrees (not the checkpointing or micro-batches)."""
+    degrees = (layout.dp, layout.zero, layout.tp, layout.vocab_parallel, layout.pp, layout.ep)
+    return _model_states(cfg, setup.precision, degrees, rank, stage)
+
+
+@lru_cache(maxsize=16384)
+def _model_states(cfg: ModelConfig, precision: str, degrees: tuple, rank: int | None, stage: int | None):
+    dp, zero, tp, vocab_parallel, pp, ep = degrees
+    setup = TrainingSetup(precision=precision)
+    layout = ParallelLayout(dp=dp, zero=zero, tp=tp, vocab_parallel=vocab_parallel, pp=pp, ep=ep, micro_batches=pp)
     e, d = element_bytes(setup), layout.dp
     where = None if stage is None else (layout.pp, stage)
     groups = _grouped(cfg, layout.tp, layout.vocab_parallel, where, layout.ep, _experts_on_dim1(cfg, layout))

@@ -181,6 +181,7 @@ def _like(layers: int, stages: int, stage: int) -> int:
     return next(s for s in range(1, stage + 1) if len(stage_layers(layers, stages, s)) == n)
 
 
+@lru_cache(maxsize=16384)
 def _states(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, stage: int, rank: int | None = None):
     """``model_states`` of pipeline stage ``stage`` (data-parallel rank ``rank``, default the worst); the
     micro-batch count changes nothing there (one cache key for every m)."""
@@ -828,7 +829,7 @@ def _flat(layout: ParallelLayout) -> ParallelLayout:
     return dataclasses.replace(layout, pp=1, micro_batches=1)
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=16384)
 def _stage_saved(cfg, seq, batch, setup, flat: ParallelLayout, stages: int, stage: int) -> int:
     """Saved activations of one micro-batch on stage ``stage`` of ``stages`` (``flat``: its ranks' layout):
     its blocks' share, plus on the last stage the final norm's, LM head's and cross-entropy's."""

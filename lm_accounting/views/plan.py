@@ -19,7 +19,12 @@ def plan_view(p: Plan) -> View:
         (
             f"context {p.seq:,} · global batch {p.global_batch_tokens:,} tokens · {p.tokens:,} tokens = "
             f"{p.steps():,} steps · allowance {p.allowance / 1e9:g} GB per GPU · "
-            f"{p.evaluated:,} layouts evaluated, {len(p.ranked):,} fit"
+            + (
+                f"{p.evaluated:,} layouts evaluated, {len(p.ranked):,} fit"
+                if p.complete
+                else f"{p.evaluated:,} layouts ranked by GPU-hours, the first {p.checked:,} checked against the GPU "
+                f"to find the best {len(p.ranked):,} that fit (--top N for more)"
+            )
         ),
     ]
     columns = [
