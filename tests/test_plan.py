@@ -128,19 +128,15 @@ def test_plan_csv_rows_name_the_model(run_cli):
 
 def test_plan_says_which_peaks_are_exact():
     """The peak column: exact where one rank of the fake-PG job has been shown to match (DDP, ZeRO, FSDP2,
-    TP, SP, FSDP2 × TP under amp-bf16 + sdpa: tests/test_parallel_measured.py; pipeline stages, alone or
+    TP, SP, FSDP2 × TP: tests/test_parallel_measured.py, test_fsdp_replay.py; pipeline stages, alone or
     beside data, tensor and sequence parallel: tests/test_pipeline_*.py); an estimate for DDP / ZeRO-1 ×
-    TP (not run on the fake process group), and for a pipeline stage beside TP without SP under amp-bf16
-    (one all-reduce output not replayed).  A mixture of experts under FSDP2's bf16
-    policy is replayed (tests/test_parallel_moe.py): exact at every ZeRO stage."""
+    TP, with or without pipeline parallel (not run on the fake process group).  A mixture of experts under
+    FSDP2's bf16 policy is replayed (tests/test_parallel_moe.py): exact at every ZeRO stage."""
     p = plan(SMALL, "h100-80gb", (8, 8), 32, 512, 512 * 10, top=10**6)
     for c in p.ranked:
         lay = c.layout
         ddp_tp = lay.tp > 1 and lay.dp > 1 and not lay.fsdp  # DDP / ZeRO-1 × TP: not run
-        # TP without SP under amp-bf16 keeps fp32 parameters (not under FSDP2's bf16 policy): its all-reduce
-        # outputs are not replayed, and a pipeline stage without the LM head can peak there
-        all_reduce = lay.pp > 1 and lay.tp > 1 and not lay.sequence_parallel and not lay.fsdp
-        assert c.peak_exact == (not ddp_tp and not all_reduce), lay.label
+        assert c.peak_exact == (not ddp_tp), lay.label
     assert {c.peak_exact for c in p.ranked} == {True, False}
     best = p.to_dict()["best"]
     assert [r["peak_exact"] for r in best] == [c.peak_exact for c in p.ranked[: len(best)]]

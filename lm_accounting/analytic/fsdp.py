@@ -273,21 +273,3 @@ def fsdp_units(cfg: ModelConfig, setup, layout, stage: tuple[int, int] | None = 
         moe=unit(kinds[True] + 1) if True in kinds else None,
         experts=unit(kinds[True] + 1, experts=True) if True in kinds and ep > 1 else None,
     )
-
-
-def fsdp_peaks_exact(layout, setup) -> bool:
-    """Whether ``rank_step``'s FSDP2 peaks are byte-exact against the fake-PG job
-    (``tests/test_fsdp_replay.py``): without TP, every setup; FSDP2 × TP with sequence parallel, every
-    setup (the replay runs the sequence-parallel rank, ``replay_training_step(sp=M)``, S divisible by
-    M; FSDP2's bf16 parameters make amp-bf16 the bf16 model there, and at dp 1 no FSDP2 runs: the TP +
-    SP rank's own amp-bf16 replay); FSDP2 × TP, every setup but zero 3
-    with selective checkpointing in fp32, where a row-parallel all-reduce output, live beside its
-    partial for one op (not replayed), sets the forward peak (sequence parallel has a reduce-scatter
-    there instead, replayed).  Not vocab parallel (not measured with FSDP2)."""
-    if layout.tp == 1:
-        return True
-    if layout.vocab_parallel:
-        return False
-    if layout.sequence_parallel:
-        return True
-    return not (layout.zero == 3 and setup.checkpoint == "selective" and setup.precision == "fp32")

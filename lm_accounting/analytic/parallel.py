@@ -60,12 +60,11 @@ from ..phases import PhaseBytes, StepMemory
 from ..setup import TrainingSetup
 from .activations import norm_saved_bytes, saved_activation_breakdown
 from .expert_parallel import expert_parallel_split
-from .fsdp import fsdp_peaks_exact, fsdp_units
+from .fsdp import fsdp_units
 from .hardware_flops import StepFlops, step_flops
 from .replay import adamw_step_scalar_bytes
 from .sizes import Sizes
 from .tensor_parallel import (
-    tp_peaks_exact,
     vocab_parallel_gradient_extra,
     vocab_parallel_head_saved,
     vocab_parallel_step,
@@ -484,29 +483,30 @@ def single_rank_step(
         return vocab_parallel_step(local_config(cfg, layout), seq, batch, setup, mode, layout.tp, sp)
     where = (device, cpu_threads)  # a plain CPU run (device "cpu") adds the CPU allocator's own extras
     run_setup = fsdp_compute_setup(setup, layout)
-    ep = (layout.ep, rank % layout.ep)
-    return _replay_at(local_config(cfg, layout), seq, batch, run_setup, mode, units, where, sp, ep)
+    ep, ar = (layout.ep, rank % layout.ep), layout.tp > 1 and sp == 1  # ar: TP's all-reduces (rules 3, 4)
+    return _replay_at(local_config(cfg, layout), seq, batch, run_setup, mode, units, where, sp, ep, ar)
 
 
 @lru_cache(maxsize=4096)
 def _replay_at(
-    local: ModelConfig, seq: int, batch: int, setup: TrainingSetup, mode: str, units, where, sp: int = 1, ep=(1, 0)
+    local: ModelConfig, seq: int, batch: int, setup: TrainingSetup, mode: str, units, where, sp=1, ep=(1, 0), ar=False
 ):
     # the batch whose lines the replay gives (``replay_training_step``): MoE's split, SP's all-gather cat at B > 1
     hint = batch if local.moe else min(batch, 2) if sp > 1 else 1
-    return _replay(local, seq, setup, mode, units, hint, where, sp, ep).at(batch)
+    return _replay(local, seq, setup, mode, units, hint, where, sp, ep, ar).at(batch)
 
 
 @lru_cache(maxsize=1024)
 def _replay(
-    local: ModelConfig, seq: int, setup: TrainingSetup, mode: str, units, batch: int, where, sp: int = 1, ep=(1, 0)
+    local: ModelConfig, seq: int, setup: TrainingSetup, mode: str, units, batch: int, where, sp=1, ep=(1, 0), ar=False
 ):
     from .replay import replay_training_step
 
     device, threads = where
     return replay_training_step(
-        local, seq, setup=setup, mode=mode, units=units, batch=batch, device=device, cpu_threads=threads, sp=sp, ep=ep
-    )
+        local, seq, setup=setup, mode=mode, units=units, batch=batch, device=device, cpu_threads=threads, sp=sp, ep=ep,
+        all_reduce=ar,
+    )  # fmt: skip
 
 
 def sp_replayed(layout: ParallelLayout) -> int:
@@ -518,15 +518,20 @@ def sp_replayed(layout: ParallelLayout) -> int:
 
 
 def peaks_exact(setup: TrainingSetup, layout: ParallelLayout, cfg: ModelConfig | None = None) -> bool:
-    """Whether ``rank_step``'s forward and backward peaks are byte-exact against the fake-PG job, by
-    layout and setup (``fsdp_peaks_exact``, ``tp_peaks_exact``).  Pipeline stages (``cfg`` needed):
-    exact where ``analytic.pipeline.stage_peaks_exact`` (a dense model, pipeline parallel alone or beside
-    data, tensor and sequence parallel, but TP without SP in fp32 or amp-bf16), else estimates."""
+    """Whether ``rank_step``'s forward and backward peaks are byte-exact against the fake-PG job: every
+    layout that job runs, in every setup (DDP, ZeRO-1, FSDP2 ZeRO-2/3, TP, TP + SP, TP + vocab parallel,
+    FSDP2 × TP with or without SP: tests/test_parallel_measured.py, test_tensor_parallel_measured.py,
+    test_fsdp_replay.py; TP's all-reduces replayed, ``replay._tp_all_reduce``).  Estimates: DDP and
+    ZeRO-1 with TP (dp > 1 without FSDP2: torch 2.13's DDP takes no DTensor parameters, so the job cannot
+    run; composed from the DDP and TP replays, each exact alone) and FSDP2 with vocab parallel (not
+    measured).  Pipeline stages (``cfg`` needed): exact where ``analytic.pipeline.stage_replayed``."""
     if layout.pp > 1:
-        from .pipeline import stage_peaks_exact
+        from .pipeline import stage_replayed
 
-        return cfg is not None and stage_peaks_exact(cfg, setup, layout)
-    return fsdp_peaks_exact(layout, setup) if layout.fsdp else tp_peaks_exact(layout, setup)
+        return cfg is not None and stage_replayed(cfg, setup, layout)
+    if layout.tp > 1 and layout.dp > 1:
+        return layout.fsdp and not layout.vocab_parallel
+    return True
 
 
 def adamw_temporary(
@@ -594,7 +599,7 @@ def rank_step(
     Exact (byte for byte against the fake-PG run) for DDP, ZeRO-1, TP, TP + SP in every precision (with
     or without vocab parallel) and FSDP2, with TP and SP too, or expert parallel in fp32 and bf16
     (``tests/test_parallel_measured.py``, ``tests/test_tensor_parallel_measured.py``,
-    ``tests/test_parallel_moe.py``; what is left: ``tp_peaks_exact``, ``fsdp_peaks_exact``).
+    ``tests/test_parallel_moe.py``; what is left: ``peaks_exact``).
     """
     layout.check(cfg, seq)
     units = fsdp_units(cfg, setup, layout) if layout.fsdp and layout.dp > 1 else None

@@ -48,7 +48,7 @@ class ParallelMemory(Result):
     collectives: tuple[Collective, ...]
     allowance: int
     budget: int
-    peaks_exact: bool  # False: PP beside DP/TP (``stage_replayed``), and where ``tp_peaks_exact`` / ``fsdp_peaks_exact`` say so (ends exact)
+    peaks_exact: bool  # False where ``analytic.parallel.peaks_exact`` says so (the ends are exact)
     stage: int | None = None  # pipeline stage of the worst rank (pp > 1)
     measured: Any = None  # measure.distributed.RankMeasurement
     plain_cpu: tuple[StepMemory, StepMemory] | None = None  # (predicted, measured): the plain run, CPU allocator

@@ -11,8 +11,8 @@ against one stage of the real job (``PipelineStage`` + ``Schedule1F1B`` on the f
 ``tests/test_pipeline_measured.py`` (pp 2 and 4, m = P and 2P, stages 0, middle and P − 1, fp32,
 bf16, amp-bf16, no/full/selective checkpointing, naive and sdpa attention, B 1 and 2; AdamW foreach)
 and of ``tests/test_pipeline_dp.py`` (the same beside DDP, ZeRO-1 and FSDP2 ZeRO-2/-3 over dp 2 and 4)
-and ``tests/test_pipeline_tp.py`` (beside TP and TP + SP, alone or with FSDP2; ``stage_peaks_exact``:
-TP without SP in fp32 or amp-bf16 is within one all-reduce output).
+and ``tests/test_pipeline_tp.py`` (beside TP and TP + SP, alone or with FSDP2: TP's all-reduces replayed,
+``replay._tp_all_reduce``).
 
 Data parallel beside: DDP's gradient buckets are allocated with the module and the last backward's
 all-reduce copies into and out of them, so DDP and ZeRO-1 shift the baseline only (``stage_baseline``;
@@ -73,7 +73,7 @@ def pipeline_stages(
 ) -> tuple[int, StepMemory, StepMemory, object, int]:
     """1F1B over P stages and m micro-batches: (stage, plain step, traced step, states, activations) of
     the stage with the highest peak.  Where ``stage_replayed``: every stage replayed (``stage_step``),
-    exact against the measured stage where ``stage_peaks_exact``.  Otherwise an ESTIMATE
+    exact against the measured stage.  Otherwise an ESTIMATE
     (``_stage_estimate``) of stage 0 (the most micro-batches in flight, the first L mod P stages one
     block more) and the last (the head).  ``stage``: that stage's instead; ``rank``: that data-parallel
     rank's (default: the worst; only ZeRO-1's owned moments differ).  ``with_traced=False`` (the planner):
@@ -111,22 +111,10 @@ def stage_replayed(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayou
     beside data parallel (DDP, ZeRO-1, FSDP2) and tensor parallel with or without sequence parallel (the
     TP-local model; not vocab parallel; beside FSDP2, not DDP or ZeRO-1, as measured), a dense model (no
     MoE split in the stage replay; a tied head a second copy on the last stage), and a model the
-    single-GPU replay models.  Exact where ``stage_peaks_exact``."""
+    single-GPU replay models.  Byte-exact against the measured stage (the test files of the module
+    docstring)."""
     tp = layout.tp == 1 or not (layout.vocab_parallel or layout.zero in (0, 1) and layout.dp > 1)
     return layout.pp > 1 and tp and not cfg.moe and rp.replay_supported(cfg, setup)
-
-
-def stage_peaks_exact(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout) -> bool:
-    """Whether the replayed stage's peaks are byte-exact against the measured stage (tests/
-    test_pipeline_measured.py, tests/test_pipeline_dp.py, tests/test_pipeline_tp.py): every replayed
-    stage but tensor parallel without sequence parallel in fp32 or amp-bf16 (its fp32 parameters; under
-    FSDP2's policy the bf16 model runs), whose forward peak can come from a row-parallel output's
-    all-reduce, live beside its partial for one op and not replayed (``tensor_parallel.tp_peaks_exact``):
-    up to T·d·a low (576 to 3,072 B on the tiny grid, on stages without the LM head, whose own peak
-    hides it on one GPU).  Sequence parallel reduce-scatters there instead, replayed."""
-    run = fsdp_compute_setup(setup, layout)
-    all_reduce = layout.tp > 1 and not layout.sequence_parallel and run.precision != "bf16"
-    return stage_replayed(cfg, setup, layout) and not all_reduce
 
 
 def stage_step(
@@ -202,7 +190,8 @@ def _stage_parts(cfg, seq, batch, setup, layout, stage, mode, rank=None):
     where = (local, seq, run, blocks, stage == 0, stage == P - 1, mode == "traced")
     units = _StageUnits.of(cfg, setup, layout, stage)
     shards = layout.tp if layout.sequence_parallel else 1
-    sp = (shards, shards > 1 and batch > 1)  # sequence parallel: (M, ``Sizes.gather_cat``)
+    # (M, ``Sizes.gather_cat``) under sequence parallel; TP without it all-reduces (``Sizes.all_reduce``)
+    sp = (shards, shards > 1 and batch > 1, layout.tp > 1 and shards == 1)
     fwd = _chunk_lines(*where, units and units.held(), False, sp, "forward")
     bwd = _chunk_lines(*where, units and units.folds(), False, sp, "backward")
     chunks = _at(fwd._replace(first_backward=bwd.first_backward, later_backward=bwd.later_backward), batch)
@@ -421,14 +410,13 @@ def _block_lines(
     kind: str,
     accumulate: bool,
     keep: int,
-    sp: tuple[int, bool] = (1, False),
+    sp: tuple[int, bool, bool] = (1, False, False),
 ) -> _StageReplay:
     """One block's forward (``kind`` "forward") or backward ("backward"; "backward_block0": block 0's,
     which also releases the shared mask) replayed from zero as a segment (``replay.apply_segment``), with
     ``_StageReplay``'s ``accumulate`` and ``keep``: the same for every FSDP2 layout, whose events come
     between blocks (``_StageEvents``)."""
-    e = DTYPE_BYTES[setup.param_dtype]
-    z = Sizes(c, rp.Affine(1), seq, e, setup, not traced, softmax32=fl, sp=sp[0], gather_cat=sp[1])
+    z = _stage_sizes(c, seq, setup, traced, fl, sp)
     p = {
         it.key.removeprefix("layers.*."): rp._Grad(it.per_layer * z.e)
         for it in parameter_breakdown(c)
@@ -491,9 +479,9 @@ def _embedding(cfg: ModelConfig) -> int:
     return parameter_breakdown(cfg)["token_embeddings"].total
 
 
-def _stage_sizes(c: ModelConfig, seq: int, setup: TrainingSetup, traced: bool, fl: bool, sp: tuple[int, bool]):
+def _stage_sizes(c: ModelConfig, seq: int, setup: TrainingSetup, traced: bool, fl: bool, sp: tuple[int, bool, bool]):
     e = DTYPE_BYTES[setup.param_dtype]
-    return Sizes(c, rp.Affine(1), seq, e, setup, not traced, softmax32=fl, sp=sp[0], gather_cat=sp[1])
+    return Sizes(c, rp.Affine(1), seq, e, setup, not traced, softmax32=fl, sp=sp[0], gather_cat=sp[1], all_reduce=sp[2])
 
 
 @lru_cache(maxsize=8192)
@@ -591,7 +579,7 @@ def _chunk_lines(
     traced: bool,
     units: _StageUnits | None = None,
     sharded: bool = False,
-    sp: tuple[int, bool] = (1, False),
+    sp: tuple[int, bool, bool] = (1, False, False),
     passes: str = "both",
 ) -> _Chunks:
     """One micro-batch of B sequences (the lines affine in B) on a stage of ``blocks`` blocks (``first``:

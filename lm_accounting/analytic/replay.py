@@ -304,6 +304,12 @@ def _join(size: Affine | int, dtensor: bool) -> tuple:
     return (+size, -size, -size) if dtensor else (_Copy(size), -size)
 
 
+def _summed(z: Sizes, size: Affine | int) -> tuple:
+    """Two input gradients of a norm's output summed where each is a view (a 3-D linear's dx): out of place
+    in both runs; a TP rank's are its all-reduces' fresh outputs: ``_join`` (in place when plain)."""
+    return _join(size, False) if z.all_reduce else (+size, -size, -size)
+
+
 def _qkv_forward(r: _Replay, z: Sizes, n: int = 1, kept: int = 1) -> None:
     """The q, k and v projections (model/layers.py ``Linear``): each matmul's output (``n`` = 0: handed
     back by the SAC cache); with ``qkv_bias`` (Qwen2) the ``Bias`` add ``y + b`` makes a fresh tensor of
@@ -351,6 +357,17 @@ def _sp_reduce_scatter(r: _Replay, z: Sizes, partial: Affine | int) -> None:
     the cat and the ``partial`` (its bytes; 0 where the SAC cache still holds it) die."""
     whole = z.act(z.cfg.d_model)
     r(+whole, +z.residual, -whole, -partial)
+
+
+def _tp_all_reduce(r: _Replay, z: Sizes, whole: Affine | int, partial: Affine | int | None = None) -> None:
+    """Tensor parallel without sequence parallel (``z.all_reduce``): a (T x d) partial sum of ``whole``
+    bytes, a row-parallel projection's output (``RowwiseParallel``'s Partial -> Replicate) or a
+    column-parallel input's gradient (the backward of ``ColwiseParallel``'s ``DTensor.from_local`` of a
+    Replicate input), all-reduced by DTensor's functional ``all_reduce``, which clones it first
+    (``_c10d_functional.all_reduce``: out of place), then the partial dies (``partial``: its bytes, default
+    ``whole``; 0 where the SAC cache still holds it).  Nothing otherwise."""
+    if z.all_reduce:
+        r(+whole, -(whole if partial is None else partial))
 
 
 def _rope_forward(r: _Replay, z: Sizes, width: int) -> None:
@@ -831,8 +848,10 @@ def _layer_forward(
             r(+Td * n)
             _sp_reduce_scatter(r, z, Td)
             r(-Tr, +Tr, -Tr)
-        else:
-            r(+Td * n, +Td, -Td)  # output projection; residual add; the projection's output dies
+        else:  # output projection (TP: all-reduced); residual add; the projection's output dies
+            r(+Td * n)
+            _tp_all_reduce(r, z, Td)
+            r(+Td, -Td)
     else:
         w8, we = z.wrap(z.e)  # CPU: the wrapped 1/√d_head, saved until the scale's backward (a rerun's: ``unwound``)
         r(+Sc * n, +w8, +we, +Sc, -we, -Sc)  # QKᵀ; · 1/√d_head; raw scores die
@@ -849,8 +868,10 @@ def _layer_forward(
             r(+Td * n)  # (attention's locals die with its return); residual add
             _sp_reduce_scatter(r, z, Td)
             r(-Tkv, -Tr, +Tr, -Tr)
-        else:
-            r(+Td * n, -Tkv, +Td, -Td)  # output projection; v dies; residual add
+        else:  # output projection (TP: all-reduced); v dies; residual add
+            r(+Td * n)
+            _tp_all_reduce(r, z, Td)
+            r(-Tkv, +Td, -Td)
     _norm_forward(r, z, z.rows, c.d_model)  # ln2
     if moe is None:
         _sp_all_gather(r, z)  # its output gathered (saved by w1, w3)
@@ -874,6 +895,7 @@ def _layer_forward(
             r(-Tr)  # 16-bit: the middle stream (unsaved: ln2 kept an fp32 copy) dies as the rerun unwinds
         return
     r(+Td)  # w2
+    _tp_all_reduce(r, z, Td)
     if sp:  # reduce-scattered; ln2's own output dies
         _sp_reduce_scatter(r, z, Td)
         r(-Tr)
@@ -922,6 +944,7 @@ def _layer_forward_unsaved(r: _Replay, z: Sizes, cached: bool = False, moe: _Moe
     c, T, Td, Tq, Tkv, Tf = z.cfg, z.T, z.act(z.cfg.d_model), z.act(z.cfg.q_dim), z.act(z.cfg.kv_dim), z.act(z.cfg.d_ff)
     Sc, Sr = z.scores, z.score_rows
     k = 0 if cached else 1  # 0: a matmul output the SAC cache keeps alive
+    out = 1 if z.all_reduce else k  # a projection's output handed on: TP's all-reduced one is in no cache
     sp, Tr = z.sp > 1, z.residual  # Tr: the residual stream (T/M rows under sequence parallel)
     _norm_forward_unsaved(r, z, z.rows, c.d_model)  # ln1
     _sp_all_gather(r, z)  # its output gathered
@@ -958,9 +981,11 @@ def _layer_forward_unsaved(r: _Replay, z: Sizes, cached: bool = False, moe: _Moe
         _sp_reduce_scatter(r, z, Td * k)
         r(-Tq, -Tkv, -Tkv * proj, -Tq * heads, -Td, -Tr)
         r(+Tr, -Tr)  # residual add; attention output dies
-    else:
-        r(+Td, -Tq, -Tkv, -Tkv * proj, -Tq * heads, -Td)  # output projection; q, k, v, merged heads, ln1 output die
-        r(+Td, -Td * k)  # residual add; attention output dies
+    else:  # output projection (TP: all-reduced; the SAC cache keeps the partial); q, k, v, merged heads, ln1 output die
+        r(+Td)
+        _tp_all_reduce(r, z, Td, Td * k)
+        r(-Tq, -Tkv, -Tkv * proj, -Tq * heads, -Td)
+        r(+Td, -Td * out)  # residual add; attention output dies
     _norm_forward_unsaved(r, z, z.rows, c.d_model)  # ln2
     if moe is None:
         _sp_all_gather(r, z)  # its output gathered
@@ -975,9 +1000,11 @@ def _layer_forward_unsaved(r: _Replay, z: Sizes, cached: bool = False, moe: _Moe
         _sp_reduce_scatter(r, z, Td * k)
         r(-Tf, -Td, -Tr)
         r(+Tr, -Tr, -Tr)  # residual add; FFN output and middle stream die
-    else:
-        r(+Td, -Tf, -Td)  # w2; gate and ln2 output die
-        r(+Td, -Td * k, -Td)  # residual add; FFN output and middle stream die
+    else:  # w2 (TP: all-reduced); gate and ln2 output die
+        r(+Td)
+        _tp_all_reduce(r, z, Td, Td * k)
+        r(-Tf, -Td)
+        r(+Td, -Td * out, -Td)  # residual add; FFN output and middle stream die
 
 
 def _layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool, moe: _MoeSplit | None = None) -> None:
@@ -1011,10 +1038,12 @@ def _layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool, moe: _M
         r(+p["ffn.w2"], +Tf, -Tf, -Td * sp)  # w2: dW, d(gate); gate product released; (SP) the gathered d(out) too
         r(+Tf, +Tf, -Tf, -Tf, -Tf)  # gate: d silu, d(w3 out)
         r(+p["ffn.w3"], +Td, -Tf)  # w3: dW, dx
+        _tp_all_reduce(r, z, Td)
         r(+Tf, +Tf, -Tf, -Tf)  # silu = a·σ(a)
         r(+Tf, -Tf, -Tf, _Copy(Tf), -Tf)  # sigmoid backward; sum of the two paths
-        # w1: dW, dx; ln2 output released; dx summed (a view: never in place)
-        r(+p["ffn.w1"], +Td, -Tf, -Td, +Td, -Td, -Td)
+        r(+p["ffn.w1"], +Td, -Tf, -Td)  # w1: dW, dx; ln2 output released
+        _tp_all_reduce(r, z, Td)
+        r(*_summed(z, Td))  # dx summed into w3's
         if sp:
             _sp_reduce_scatter(r, z, Td)  # d(gathered ln2 output) to ln2's T/M rows
     _norm_backward(r, z, z.rows, c.d_model, residual=True, rerun=rerun, sp=sp)  # ln2
@@ -1057,12 +1086,17 @@ def _layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool, moe: _M
     # the fused kernel's dV has v's strides, the (B, S, kv, d_head) layout of v_proj's output: no copy
     _proj_grad(r, z, p, "v_proj", c.kv_dim, contiguous=not z.sdpa)
     r(+p["attn.v_proj"], +Td, -Tkv)  # v_proj: dW, dx; dV released
+    _tp_all_reduce(r, z, Td)
     _proj_grad(r, z, p, "k_proj", c.kv_dim, contiguous=True)
-    r(+p["attn.k_proj"], +Td, -Tkv, +Td, -Td, -Td)  # k_proj; sum into d(ln1 output) (views: out of place)
+    r(+p["attn.k_proj"], +Td, -Tkv)  # k_proj
+    _tp_all_reduce(r, z, Td)
+    r(*_summed(z, Td))  # summed into v's
     _proj_grad(r, z, p, "q_proj", c.q_dim, contiguous=True)
     # q_proj; ln1 output released; summed into the k + v sum (a fresh tensor: in place when plain; under
     # sequence parallel the gathered input is a DTensor, a tensor subclass: out of place in both runs)
-    r(+p["attn.q_proj"], +Td, -Tq, -Td, *_join(Td, sp))
+    r(+p["attn.q_proj"], +Td, -Tq, -Td)
+    _tp_all_reduce(r, z, Td)
+    r(*_join(Td, sp))
     if sp:
         _sp_reduce_scatter(r, z, Td)  # d(gathered ln1 output) to ln1's T/M rows
     _norm_backward(r, z, z.rows, c.d_model, residual=True, frame=frame, rerun=rerun, sp=sp)  # ln1
@@ -1308,8 +1342,10 @@ def _amp_layer_forward(
             r(+w["attn.output_proj"], +Td2 * n)
             _sp_reduce_scatter(r, b, Td2)
             r(-gone, -Td, -Tr, +mix, +Tr, -mix, -Tr2)
-        else:  # output proj; ln1 output dies; add
-            r(+w["attn.output_proj"], +Td2 * n, -gone, -Td, +mix, +Td, -mix, -Td2)
+        else:  # output proj (TP: all-reduced); ln1 output dies; add
+            r(+w["attn.output_proj"], +Td2 * n)
+            _tp_all_reduce(r, z, Td2)
+            r(-gone, -Td, +mix, +Td, -mix, -Td2)
     else:
         w8, we = z.wrap(2)  # CPU: the wrapped 1/√d_head, saved until the scale's backward (a rerun's dies at once)
         r(*casts * (+Tkv, +Tq))  # fp32 q, k: bf16 copies of kᵀ, then q (saved)
@@ -1326,8 +1362,10 @@ def _amp_layer_forward(
             r(+w["attn.output_proj"], +Td2 * n)  # and ln1's two outputs die; residual add
             _sp_reduce_scatter(r, b, Td2)
             r(-gone, -Td, -Tr, +mix, +Tr, -mix, -Tr2)
-        else:  # output proj; v, ln1 output die; add
-            r(+w["attn.output_proj"], +Td2 * n, -gone, -Td, +mix, +Td, -mix, -Td2)
+        else:  # output proj (TP: all-reduced); v, ln1 output die; add
+            r(+w["attn.output_proj"], +Td2 * n)
+            _tp_all_reduce(r, z, Td2)
+            r(-gone, -Td, +mix, +Td, -mix, -Td2)
     _norm_forward(r, z, z.rows, c.d_model)  # ln2 (fp32)
     if moe is None:
         _sp_all_gather(r, z)  # its fp32 output gathered
@@ -1348,8 +1386,10 @@ def _amp_layer_forward(
         r(+Td2)
         _sp_reduce_scatter(r, b, Td2)
         r(-Td, -Tr, +mix, +Tr, -mix, -Tr2)
-    else:
-        r(+Td2, -Td, +mix, +Td, -mix, -Td2)  # w2; ln2 output dies; residual add (fp32); FFN output dies
+    else:  # w2 (TP: all-reduced); ln2 output dies; residual add (fp32); FFN output dies
+        r(+Td2)
+        _tp_all_reduce(r, z, Td2)
+        r(-Td, +mix, +Td, -mix, -Td2)
 
 
 def _amp_moe_forward_unsaved(r: _Replay, z: Sizes, p: dict[str, int], m: _MoeSplit, cached: bool = False) -> None:
@@ -1401,6 +1441,7 @@ def _amp_layer_forward_unsaved(
     Td, Td2, Tq, Tkv, Tf, w = _amp_sizes(z, p)
     Sc, Sr, Sc4, Sr4 = b.scores, b.score_rows, z.scores, z.score_rows
     k = 0 if cached else 1  # 0: a matmul output the SAC cache keeps alive
+    out = 1 if z.all_reduce else k  # a projection's output handed on: TP's all-reduced one is in no cache
     mix = z.mixed_add_temp(c.d_model)  # CPU only: the bf16 operand of fp32 + bf16, copied to fp32
     sp, Tr, Tr2 = z.sp > 1, z.residual, b.residual  # sequence parallel: T/M rows (see ``_amp_layer_forward``)
     _norm_forward_unsaved(r, z, z.rows, c.d_model)  # ln1
@@ -1432,6 +1473,7 @@ def _amp_layer_forward_unsaved(
         r(+Sc, +Tkv, +Tq, -Tkv, -Sc, *casts * (-Tkv,), -Sc, -Sc4)
         r(+Tq, -Tq * k)  # merge heads
     r(+w["attn.output_proj"], +Td2, -w["attn.output_proj"])  # output projection; weight copy dies
+    _tp_all_reduce(r, z, Td2, Td2 * k)  # (TP: all-reduced; the SAC cache keeps the partial)
     heads = z.merge_copy or k  # merged heads: a copy dies; a view of the kernel's output dies with it
     if sp:  # the bf16 partial sum reduce-scattered; q, k, v, merged heads, ln1's two outputs die; add
         _sp_reduce_scatter(r, b, Td2 * k)
@@ -1439,7 +1481,7 @@ def _amp_layer_forward_unsaved(
         r(+mix, +Tr, -mix, -Tr2)
     else:
         r(-Qa, -KVa, -KVa * proj, -Tq * heads, -Td)  # q, k, v, merged heads and ln1 output die
-        r(+mix, +Td, -mix, -Td2 * k)  # residual add; attention output dies
+        r(+mix, +Td, -mix, -Td2 * out)  # residual add; attention output dies
     _norm_forward_unsaved(r, z, z.rows, c.d_model)  # ln2
     if moe is None:
         _sp_all_gather(r, z)  # its fp32 output gathered
@@ -1454,9 +1496,11 @@ def _amp_layer_forward_unsaved(
         _sp_reduce_scatter(r, b, Td2 * k)
         r(-Tf, -Td, -Tr)
         r(+mix, +Tr, -mix, -Tr2, -Tr)  # residual add; FFN output and middle stream die
-    else:
-        r(+w["ffn.w2"], +Td2, -w["ffn.w2"], -Tf, -Td)  # w2; gate and ln2 output die
-        r(+mix, +Td, -mix, -Td2 * k, -Td)  # residual add; FFN output and middle stream die
+    else:  # w2 (TP: all-reduced); gate and ln2 output die
+        r(+w["ffn.w2"], +Td2, -w["ffn.w2"])
+        _tp_all_reduce(r, z, Td2, Td2 * k)
+        r(-Tf, -Td)
+        r(+mix, +Td, -mix, -Td2 * out, -Td)  # residual add; FFN output and middle stream die
 
 
 def _amp_layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool, moe: _MoeSplit | None = None) -> None:
@@ -1476,6 +1520,17 @@ def _amp_layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool, moe
     # output's; without them the MoE output is fp32, and the sum's backward copies d(out) first)
     early = _moe_grad_copy(z, moe)  # fp32 (T·k·d·4): the MoE output is fp32
     sp, Tr2 = z.sp > 1, b.residual  # sequence parallel: the cast is of T/M rows, then all-gathered (bf16)
+
+    def joined(key: str) -> None:
+        """A projection's fp32 dx joins the other path's, then its dW is cast back to fp32; under TP the dx
+        goes to ``from_local``'s backward first, which runs after the cast (an earlier node): all-reduced."""
+        if z.all_reduce:
+            r(+p[key], -w[key])
+            _tp_all_reduce(r, z, Td)
+            r(*_join(Td, False))
+        else:
+            r(*_join(Td, sp), +p[key], -w[key])
+
     if sp:
         r(+Tr2)
         _sp_all_gather(r, b)
@@ -1497,10 +1552,12 @@ def _amp_layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool, moe
         r(+w["ffn.w2"], +Tf, -Td2, -w["ffn.w2"], -Tf, +p["ffn.w2"], -w["ffn.w2"])
         r(+Tf, +Tf, -Tf, -Tf, -Tf)  # gate: d silu, d(w3 out)
         r(+w["ffn.w3"], +Td2, -Tf, -w["ffn.w3"], -Td2, +Td, -Td2, +p["ffn.w3"], -w["ffn.w3"])  # w3
+        _tp_all_reduce(r, z, Td)
         r(+Tf, +Tf, -Tf, -Tf)  # silu = a·σ(a)
         r(+Tf, -Tf, -Tf, _Copy(Tf), -Tf)  # sigmoid backward; sum of the two paths
         # w1; its fp32 dx joins w3's (in place when plain; out of place under sequence parallel: ``_join``)
-        r(+w["ffn.w1"], +Td2, -Tf, -w["ffn.w1"], -Td2, +Td, -Td2, *_join(Td, sp), +p["ffn.w1"], -w["ffn.w1"])
+        r(+w["ffn.w1"], +Td2, -Tf, -w["ffn.w1"], -Td2, +Td, -Td2)
+        joined("ffn.w1")
         if sp:
             _sp_reduce_scatter(r, z, Td)  # d(gathered ln2 output), fp32, to ln2's T/M rows
     _norm_backward(r, z, z.rows, c.d_model, residual=True, rerun=rerun, sp=sp)  # ln2
@@ -1542,10 +1599,13 @@ def _amp_layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool, moe
     v, k, q = "attn.v_proj", "attn.k_proj", "attn.q_proj"
     _proj_grad(r, z, p, "v_proj", c.kv_dim, contiguous=not z.sdpa)
     r(+w[v], +Td2, -Tkv, -w[v], -Td2, +Td, -Td2, +p[v], -w[v])  # v_proj
+    _tp_all_reduce(r, z, Td)
     _proj_grad(r, z, p, "k_proj", c.kv_dim, contiguous=True)
-    r(+w[k], +Td2, -Tkv, -w[k], -Td2, +Td, -Td2, *_join(Td, sp), +p[k], -w[k])  # k_proj; joins v's
+    r(+w[k], +Td2, -Tkv, -w[k], -Td2, +Td, -Td2)  # k_proj; joins v's
+    joined(k)
     _proj_grad(r, z, p, "q_proj", c.q_dim, contiguous=True)
-    r(+w[q], +Td2, -Tq, -w[q], -Td2, +Td, -Td2, *_join(Td, sp), +p[q], -w[q])  # q_proj; joins
+    r(+w[q], +Td2, -Tq, -w[q], -Td2, +Td, -Td2)  # q_proj; joins
+    joined(q)
     if sp:
         _sp_reduce_scatter(r, z, Td)  # d(gathered ln1 output), fp32, to ln1's T/M rows
     _norm_backward(r, z, z.rows, c.d_model, residual=True, frame=frame, rerun=rerun, sp=sp)  # ln1
@@ -1681,6 +1741,7 @@ def replay_training_step(
     units: FsdpUnits | None = None,
     sp: int = 1,
     ep: tuple[int, int] = (1, 0),
+    all_reduce: bool = False,
 ) -> StepInBatch:
     """Replay one training step with the batch B as a variable (see the module docstring).
 
@@ -1701,7 +1762,9 @@ def replay_training_step(
     (whole parameters and AdamW state): the caller shifts it to the rank's shards.  ``sp``: a
     sequence-parallel rank of ``sp`` ranks (``cfg`` the TP-local model, dense blocks): the residual
     stream and the norms at T/M rows, with the all-gathers and reduce-scatters around the projections
-    (``_sp_all_gather``, ``_sp_reduce_scatter``).  ``ep``: (ranks, rank): ep rank ``rank`` of an
+    (``_sp_all_gather``, ``_sp_reduce_scatter``); ``all_reduce``: a tensor-parallel rank without it (``cfg``
+    the TP-local model): the row-parallel outputs and the column-parallel inputs' gradients all-reduced
+    out of place (``_tp_all_reduce``).  ``ep``: (ranks, rank): ep rank ``rank`` of an
     expert-parallel job (``cfg`` the whole model; ``units`` with the experts' own unit): its E/ep experts'
     gradients, its dispatch and combine (``_ep_routed_forward``, ``_ep_routed_backward``); the
     baseline stays the whole model's, as with ``units``."""
@@ -1724,7 +1787,9 @@ def replay_training_step(
     softmax32 = units is not None and units.float_logits
     cpu, cuda = plain and device == "cpu", device == "cuda"
     cat = sp > 1 and batch > 1  # ``Sizes.gather_cat``
-    z = Sizes(cfg, Affine(1), seq, DTYPE_BYTES[dtype], setup, plain, cpu, cpu_threads, softmax32, cuda, sp, cat)
+    z = Sizes(
+        cfg, Affine(1), seq, DTYPE_BYTES[dtype], setup, plain, cpu, cpu_threads, softmax32, cuda, sp, cat, all_reduce
+    )
     c, e, T = cfg, z.e, z.T
     pb = parameter_breakdown(cfg)
     params = pb.total * e

@@ -51,6 +51,9 @@ class Sizes:
     # sequence parallel at B > 1: an all-gather along the sequence ends in a cat of its M chunks (torch 2.13's
     # ``_maybe_view_chunk_cat`` takes a view only when the gathered dim 0 is M, i.e. B = 1)
     gather_cat: bool = False
+    # a tensor-parallel rank without sequence parallel: each row-parallel output and each column-parallel input's
+    # gradient is a partial sum all-reduced out of place (``replay._tp_all_reduce``)
+    all_reduce: bool = False
 
     @classmethod
     def of(

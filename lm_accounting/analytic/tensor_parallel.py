@@ -1,9 +1,12 @@
 """What a tensor-parallel rank allocates beyond the TP-local single-GPU replay.  No torch.
 
 ``analytic.parallel.rank_step`` predicts one rank from the single-GPU replay R of the TP-local model
-(``local_config``), shifted by the rank's model states and saved activations.  Measured against the
-real job on the fake process group (torch 2.13, ``parallelize_module``; ``measure.distributed``),
-that is byte-exact for TP in every setup; the functions here are what it misses.
+(``local_config``) with TP's all-reduces (``Sizes.all_reduce``, ``replay._tp_all_reduce``: each
+row-parallel output and column-parallel input gradient cloned by the functional all-reduce beside its
+partial), shifted by the rank's model states and saved activations.  Measured against the real job on
+the fake process group (torch 2.13, ``parallelize_module``; ``measure.distributed``), that is
+byte-exact for TP in every setup, also where those all-reduces set the peaks (the narrow model of
+``tests/test_tensor_parallel_measured.py``); the functions here are what a vocab-parallel rank adds.
 
 Sequence parallel is replayed as such, in every precision (``replay_training_step(sp=M)``: the norms
 and the residual stream at T/M rows, the all-gathers and reduce-scatters around the projections, in the
@@ -71,7 +74,8 @@ def vocab_parallel_replay(
     plain = mode == "plain"
     c = local
     cat = sp > 1 and batch > 1  # ``Sizes.gather_cat``
-    z = Sizes(c, Affine(1), seq, DTYPE_BYTES[setup.param_dtype], setup, plain, False, 1, sp=sp, gather_cat=cat)
+    e, ar = DTYPE_BYTES[setup.param_dtype], sp == 1  # ar: the blocks' all-reduces (``replay._tp_all_reduce``)
+    z = Sizes(c, Affine(1), seq, e, setup, plain, False, 1, sp=sp, gather_cat=cat, all_reduce=ar)
     e, T, d = z.e, z.T, c.d_model
     vl = -(-c.vocab_size // tp)
     pb = parameter_breakdown(c)
@@ -242,29 +246,3 @@ def vocab_parallel_gradient_extra(cfg: ModelConfig, setup: TrainingSetup, layout
         return 0
     vl = -(-cfg.vocab_size // layout.tp)
     return (cfg.vocab_size - vl) * cfg.d_model * DTYPE_BYTES[setup.param_dtype]
-
-
-def tp_peaks_exact(layout: ParallelLayout, setup: TrainingSetup) -> bool:
-    """Whether ``rank_step``'s forward and backward peaks of a TP rank are byte-exact against the fake-PG
-    job (``tests/test_tensor_parallel_measured.py``, ``tests/test_parallel_measured.py``).
-
-    Exact: TP, every setup; sequence parallel (with or without vocab parallel) in every precision,
-    attention kernel and checkpointing (the replay runs the sequence-parallel rank itself:
-    ``replay_training_step(sp=M)``, ``analytic.parallel.sp_replayed``; S divisible by M); vocab parallel
-    alone without checkpointing.
-
-    Not measured, so estimates: DDP and ZeRO-1 with TP (dp > 1 without FSDP2), which the fake-PG job
-    cannot run (torch 2.13's DDP takes no DTensor parameters); composed from the DDP and TP replays,
-    each exact alone.
-
-    Not exact, because not replayed: the all-reduce output of a row-parallel output or a column-parallel
-    input gradient (T·d·a), live beside its partial for one op (vocab parallel alone, checkpointed: sdpa,
-    amp-bf16, 160 bytes low on the tiny grid).  Sequence parallel has a reduce-scatter there instead,
-    replayed."""
-    if layout.tp > 1 and layout.dp > 1:  # DDP / ZeRO-1 × TP: not run (torch 2.13's DDP takes no DTensor)
-        return False
-    if layout.tp == 1 or not (layout.sequence_parallel or layout.vocab_parallel):
-        return True
-    if layout.sequence_parallel:
-        return True
-    return setup.checkpoint == "none"

@@ -155,16 +155,14 @@ def parallel_view(r: ParallelMemory) -> View:
     footer = [
         (
             "Exact against one rank of the real job on the fake process group: model states, ends of phases,"
-            " collectives; peaks too for DDP, ZeRO-1, TP, sequence parallel (with or without vocab parallel or"
-            " FSDP2, every precision and checkpointing) and FSDP2 (with TP too, but ZeRO-3 + selective + fp32),"
-            " and vocab parallel without sequence parallel when nothing is checkpointed (checkpointed: within 1 %,"
-            " an all-reduce output not replayed).  Pipeline parallel (a dense model; a tied head copied) alone or beside"
-            " DDP, ZeRO-1, FSDP2, TP and SP: every stage replayed, each phase's peak and end exact against one"
-            " stage of the real PipelineStage + Schedule1F1B job on the fake process group"
-            " (tests/test_pipeline_measured.py, test_pipeline_dp.py, test_pipeline_tp.py), but TP without SP in"
-            " fp32 or amp-bf16, whose forward peak can be one all-reduce output (T·d·a) low; beside vocab"
-            " parallel or DDP / ZeRO-1 × TP the stage peaks are estimates (baseline, receive buffers, k saved"
-            " micro-batches and the gradients; each backward's transient left out)."
+            " collectives; peaks too for DDP, ZeRO-1, TP, sequence and vocab parallel and FSDP2 (with TP too),"
+            " every precision and checkpointing (TP's all-reduces replayed: each clone beside its partial sum)."
+            "  Pipeline parallel (a dense model; a tied head copied) alone or beside DDP, ZeRO-1, FSDP2, TP and SP:"
+            " every stage replayed, each phase's peak and end exact against one stage of the real PipelineStage +"
+            " Schedule1F1B job on the fake process group (tests/test_pipeline_measured.py, test_pipeline_dp.py,"
+            " test_pipeline_tp.py); beside vocab parallel or DDP / ZeRO-1 × TP the stage peaks are estimates"
+            " (baseline, receive buffers, k saved micro-batches and the gradients; each backward's transient left"
+            " out)."
         ),
     ]
     if lay.tp > 1 and lay.dp > 1 and not lay.fsdp:

@@ -71,9 +71,8 @@ def plan_view(p: Plan) -> View:
         (
             "Per-GPU memory: the worst rank (analytic.parallel): byte-exact against one rank of the real job on the"
             " fake process group where the peak column says exact (`memory` with the layout says why a peak is"
-            " an estimate); pipeline stages are replayed alone or beside data, tensor and sequence parallel (exact"
-            " but for TP without SP in fp32 or amp-bf16: one all-reduce output low), estimated beside vocab"
-            " parallel or DDP / ZeRO-1 × TP."
+            " an estimate); pipeline stages are replayed alone or beside data, tensor and sequence parallel"
+            " (exact), estimated beside vocab parallel or DDP / ZeRO-1 × TP."
         ),
     ]
     return View(header, [table], footer)
