@@ -192,3 +192,36 @@ def test_pipeline_stages_by_hand():
     per_block = one_block - two_blocks_minus_one  # the 2-layer model's saved bytes less the 1-layer's
     assert stage == 0 and act == 2 * per_block  # stage 1 holds 1 block + the head for 1 micro-batch: less
     assert step.peak >= st.total
+
+
+def test_the_saved_activations_are_the_replays_forward_end():
+    """``rank_step`` takes a rank's forward end from the TP-local replay R (so that a plain CPU run keeps
+    the CPU allocator's extras); ``saved_activations`` says what that end holds above the baseline.  The
+    two are computed independently (the activations' formulas, ``analytic.activations``, and the replay's
+    program-order events) and agree on every non-FSDP2 layout, setup and batch of this grid, on meta."""
+    import itertools
+
+    from lm_accounting.analytic.parallel import saved_activations, single_rank_step
+
+    tiny = ModelConfig(
+        vocab_size=101, context_length=16, num_layers=2, d_model=24, num_heads=4, num_kv_heads=2, d_ff=40, name="tiny"
+    )
+    narrow = ModelConfig(
+        vocab_size=16, context_length=64, num_layers=2, d_model=128, num_heads=8, num_kv_heads=8, d_ff=128, name="n"
+    )
+    layouts = [
+        ParallelLayout(dp=4, zero=0),
+        ParallelLayout(dp=4, zero=1),
+        ParallelLayout(tp=2),
+        ParallelLayout(tp=2, sequence_parallel=True),
+        ParallelLayout(tp=2, vocab_parallel=True),
+        ParallelLayout(tp=2, sequence_parallel=True, vocab_parallel=True),
+        ParallelLayout(dp=2, zero=1, tp=2),
+    ]
+    for (cfg, seq), lay, a, c, p, batch, mode in itertools.product(
+        ((tiny, 16), (narrow, 64)), layouts, ("naive", "sdpa"), ("none", "full", "selective"), ("fp32", "bf16", "amp-bf16"), (1, 2),
+        ("traced", "plain"),
+    ):  # fmt: skip
+        setup = TrainingSetup(attention=a, checkpoint=c, precision=p)
+        r = single_rank_step(cfg, seq, batch, setup, lay, mode)
+        assert r.forward.end - r.baseline == saved_activations(cfg, seq, batch, setup, lay), (lay.label, setup.label)

@@ -226,3 +226,41 @@ def test_tp_all_reduces_where_they_set_the_peaks(case, lay):
     setup = TrainingSetup(attention=attention, checkpoint=checkpoint, precision=precision)
     m = measure_rank(NARROW, 64, batch, setup, lay)
     assert m.step == rank_step(NARROW, 64, batch, setup, lay, mode="traced")[0]
+
+
+@pytest.mark.parametrize(
+    "lay,cases",
+    [
+        (ParallelLayout(tp=4), NARROW_GRID),
+        (ParallelLayout(tp=4, sequence_parallel=True), NARROW_GRID[1::3]),
+        (ParallelLayout(dp=2, zero=3, tp=4), NARROW_GRID[2::3]),
+        (ParallelLayout(dp=2, zero=2, tp=4, sequence_parallel=True), NARROW_GRID[::3]),
+    ],
+    ids=lambda x: x.label if isinstance(x, ParallelLayout) else f"{len(x)} cases",
+)
+def test_the_plain_tp_run_equals_the_cpu_allocator(lay, cases):
+    """What a GPU user gets is the plain run (no dispatch mode: autograd accumulates in place where a
+    traced run copies, e.g. the all-reduced input gradients of q, k, v and w1, w3, contiguous and
+    unshared).  The TP rank on real CPU tensors, with no mode at all, read from the CPU allocator's own
+    events (``measure_rank_plain``), equals the plain prediction for a CPU byte for byte.  Before, the
+    prediction without the all-reduces was up to 54,768 bytes low here (sdpa, full, fp32, B = 2), and
+    rank_step's forward end left out the CPU's wrapped 1/√d_head that naive attention keeps (8 bytes a
+    layer)."""
+    torch = pytest.importorskip("torch")
+    from lm_accounting.measure.distributed import measure_rank_plain
+
+    threads = torch.get_num_threads()
+    for precision, attention, checkpoint, batch in cases:
+        setup = TrainingSetup(attention=attention, checkpoint=checkpoint, precision=precision)
+        got = measure_rank_plain(NARROW, 64, batch, setup, lay)
+        want = rank_step(NARROW, 64, batch, setup, lay, mode="plain", device="cpu", cpu_threads=threads)[0]
+        assert got == want, (setup.label, batch)
+
+
+def test_the_plain_run_refuses_vocab_parallel_in_one_line():
+    pytest.importorskip("torch")
+    from lm_accounting.config import AccountingError
+    from lm_accounting.measure.distributed import measure_rank_plain
+
+    with pytest.raises(AccountingError, match="not DDP, ZeRO-1, vocab or pipeline parallel"):
+        measure_rank_plain(NARROW, 64, 1, TrainingSetup(), ParallelLayout(tp=4, vocab_parallel=True))

@@ -584,15 +584,16 @@ def rank_step(
     n = the local parameter bytes, o = 2n (AdamW moments):
 
     * baseline = R.baseline − n − o + parameters + optimizer + DDP buckets;
-    * forward: end = baseline + saved activations (+ every unit unsharded under zero 2, which keeps
-      them from forward to backward); peak = end + (R.forward.peak − R.forward.end);
-    * backward: end = baseline + gradients; peak = R's backward transient above its forward end,
-      on top of this rank's forward end, with R's whole local gradients replaced by this rank's;
+    * forward and backward: R's, shifted by the same baseline change (R's forward end is its baseline
+      plus the saved activations, ``saved_activations``: checked on a grid in tests/test_parallel.py;
+      under FSDP2 + every unit unsharded under zero 2, which keeps them from forward to backward; in a
+      plain CPU run + the CPU allocator's own extras, e.g. naive attention's wrapped scale);
+    * backward end: baseline + gradients (FSDP2: R's, shifted);
     * optimizer step: peak = baseline + gradients + ``adamw_temporary``; end = baseline.
 
     FSDP2 (zero 2, 3; D > 1): R is replayed with FSDP2's own events at every unit boundary (all-gather
     output and unsharded parameters, reshard, prefetch, reduce-scatter input and output:
-    ``analytic.fsdp``), and its forward and backward are shifted by the same baseline change.
+    ``analytic.fsdp``).
 
     Sequence parallel: R is the sequence-parallel rank's own replay (rule 5, ``sp_replayed``).
 
@@ -613,14 +614,9 @@ def rank_step(
     n_run = n * DTYPE_BYTES[fsdp_compute_setup(setup, layout).param_dtype] // e  # the replay's parameter bytes
     shift = st.parameters + st.optimizer + st.ddp_buckets - 3 * n_run
     base = r.baseline + shift
-    if units is not None:
-        fwd = PhaseBytes(r.forward.peak + shift, r.forward.end + shift)
-        bwd = PhaseBytes(r.backward.peak + shift, r.backward.end + shift)
-    else:
-        fwd_end = base + act
-        fwd = PhaseBytes(fwd_end + (r.forward.peak - r.forward.end), fwd_end)
-        bwd_peak = fwd_end + r.backward.peak - r.forward.end  # R's gradients are the rank's (whole local tensors)
-        bwd = PhaseBytes(bwd_peak, base + st.gradients)
+    fwd = PhaseBytes(r.forward.peak + shift, r.forward.end + shift)  # R's forward end: baseline + ``act``
+    # without FSDP2, R's gradients are the rank's (whole local tensors), but vocab parallel's whole embedding one
+    bwd = PhaseBytes(r.backward.peak + shift, r.backward.end + shift if units else base + st.gradients)
     z = Sizes(cfg, e=e, setup=setup, plain=mode == "plain", cpu=mode == "plain" and device == "cpu")
     opt = PhaseBytes(base + st.gradients + adamw_temporary(cfg, setup, layout, st) + adamw_step_scalar_bytes(z), base)
     return StepMemory(base, fwd, bwd, opt), st, act

@@ -329,7 +329,8 @@ def measure_rank_plain(
     rank: int = 0,
     device: str = "cpu",
 ) -> StepMemory:
-    """The *plain* run of rank ``rank`` of an FSDP2 job (zero 2 or 3, no TP): no dispatch mode at all.
+    """The *plain* run of rank ``rank`` of an FSDP2 job (zero 2 or 3) or a tensor-parallel one (with or
+    without sequence parallel, alone or under FSDP2; not vocab parallel): no dispatch mode at all.
     On ``cpu`` the step is read from the CPU allocator's own events (``measure.allocator``); on
     ``cuda`` from the caching allocator's counters after one warm-up step (FSDP2's lazy
     initialisation and the cuBLAS workspaces land there).  Compare with
@@ -339,8 +340,12 @@ def measure_rank_plain(
     from .tracker import measure_training_step_cuda
 
     layout.check(cfg, seq)
-    if not layout.fsdp or layout.tp > 1 or layout.dp == 1:
-        raise AccountingError("the allocator measurement of a layout covers FSDP2 (--zero 2 or 3, dp > 1) without TP")
+    fsdp, tp = layout.fsdp and layout.dp > 1, layout.tp > 1 and layout.dp == 1
+    if not (fsdp or tp) or layout.vocab_parallel or layout.pp > 1:
+        raise AccountingError(
+            "the allocator measurement of a layout covers FSDP2 (--zero 2 or 3, dp > 1) and tensor parallel (with or "
+            "without --sp, alone or under FSDP2): not DDP, ZeRO-1, vocab or pipeline parallel"
+        )
     if not 0 <= rank < layout.world:
         raise AccountingError(f"rank {rank} is outside the world of {layout.world}")
     if parameter_count(cfg) > REAL_RUN_PARAMS:
