@@ -251,10 +251,13 @@ def fsdp_units(cfg: ModelConfig, setup, layout, stage: tuple[int, int] | None = 
             return None
         padded = sum(fsdp_chunk_rows(rows, d) * cols for rows, cols in shapes)  # one shard
         rows, cols = shapes[-1]
+        # vocab parallel: the embedding's gradient is the whole (V, d) (``tensor_parallel._vocab_embedding_backward``)
+        emb = [p for p in params if p.unit == n and p.name == "token_embeddings.weight" and layout.vocab_parallel]
+        whole = sum(p.rows - local_shape(p, layout)[0] for p in emb)  # the rows beyond this rank's
         return Unit(
             gathered=padded * d * gather_e,
             copy_in=padded * gather_e if setup.autocast else 0,
-            grads=sum(rows * cols for rows, cols in shapes) * gather_e,
+            grads=(sum(rows * cols for rows, cols in shapes) + whole * cfg.d_model) * gather_e,
             last_grad=rows * cols * gather_e if d > 1 else 0,
             reduce_in=padded * d * reduce_e,
             reduce_out=padded * reduce_e,

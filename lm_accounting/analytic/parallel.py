@@ -479,10 +479,10 @@ def single_rank_step(
     own embedding, head and loss (``analytic.tensor_parallel.vocab_parallel_replay``); expert parallel:
     data-parallel rank ``rank``'s own dispatch and combine (rule 7, ep rank ``rank mod ep``)."""
     sp = sp_replayed(layout)
-    if layout.vocab_parallel and units is None:
-        return vocab_parallel_step(local_config(cfg, layout), seq, batch, setup, mode, layout.tp, sp)
-    where = (device, cpu_threads)  # a plain CPU run (device "cpu") adds the CPU allocator's own extras
     run_setup = fsdp_compute_setup(setup, layout)
+    if layout.vocab_parallel:
+        return vocab_parallel_step(local_config(cfg, layout), seq, batch, run_setup, mode, layout.tp, sp, units)
+    where = (device, cpu_threads)  # a plain CPU run (device "cpu") adds the CPU allocator's own extras
     ep, ar = (layout.ep, rank % layout.ep), layout.tp > 1 and sp == 1  # ar: TP's all-reduces (rules 3, 4)
     return _replay_at(local_config(cfg, layout), seq, batch, run_setup, mode, units, where, sp, ep, ar)
 
@@ -520,18 +520,16 @@ def sp_replayed(layout: ParallelLayout) -> int:
 def peaks_exact(setup: TrainingSetup, layout: ParallelLayout, cfg: ModelConfig | None = None) -> bool:
     """Whether ``rank_step``'s forward and backward peaks are byte-exact against the fake-PG job: every
     layout that job runs, in every setup (DDP, ZeRO-1, FSDP2 ZeRO-2/3, TP, TP + SP, TP + vocab parallel,
-    FSDP2 × TP with or without SP: tests/test_parallel_measured.py, test_tensor_parallel_measured.py,
-    test_fsdp_replay.py; TP's all-reduces replayed, ``replay._tp_all_reduce``).  Estimates: DDP and
-    ZeRO-1 with TP (dp > 1 without FSDP2: torch 2.13's DDP takes no DTensor parameters, so the job cannot
-    run; composed from the DDP and TP replays, each exact alone) and FSDP2 with vocab parallel (not
-    measured).  Pipeline stages (``cfg`` needed): exact where ``analytic.pipeline.stage_replayed``."""
+    FSDP2 × TP with or without SP and vocab parallel: tests/test_parallel_measured.py,
+    test_tensor_parallel_measured.py, test_fsdp_replay.py; TP's all-reduces replayed,
+    ``replay._tp_all_reduce``).  Estimates: DDP and ZeRO-1 with TP (dp > 1 without FSDP2: torch 2.13's
+    DDP takes no DTensor parameters, so the job cannot run; composed from the DDP and TP replays, each
+    exact alone).  Pipeline stages (``cfg`` needed): exact where ``analytic.pipeline.stage_replayed``."""
     if layout.pp > 1:
         from .pipeline import stage_replayed
 
         return cfg is not None and stage_replayed(cfg, setup, layout)
-    if layout.tp > 1 and layout.dp > 1:
-        return layout.fsdp and not layout.vocab_parallel
-    return True
+    return layout.fsdp or layout.tp == 1 or layout.dp == 1
 
 
 def adamw_temporary(

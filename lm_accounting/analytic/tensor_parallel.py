@@ -25,7 +25,7 @@ from ..setup import TrainingSetup
 
 
 def vocab_parallel_replay(
-    local: ModelConfig, seq: int, setup: TrainingSetup, mode: str, tp: int, sp: int = 1, batch: int = 1
+    local: ModelConfig, seq: int, setup: TrainingSetup, mode: str, tp: int, sp: int = 1, batch: int = 1, units=None
 ):
     """The replay (``analytic.replay``, a ``StepInBatch``) of TP rank 0 of the vocab-parallel job
     (``measure.parallelize.apply_vocab_parallel``, ``measure.distributed.vocab_parallel_cross_entropy``),
@@ -46,7 +46,12 @@ def vocab_parallel_replay(
     all-reduced (1, ``_sp_reduce_scatter``), ln_final's output all-gathered for the LM head, and in the
     backward the LM head's input gradient reduce-scattered (4) and the embedding's output gradient
     all-gathered back to the whole (B, S, d) (5).
+
+    ``units`` (``analytic.fsdp.FsdpUnits``): a rank of FSDP2 × TP + VP, FSDP2's events at the unit
+    boundaries as in ``replay_training_step``; under its amp-bf16 policy ``setup`` is the bf16 model it
+    runs, whose bf16 logits the model casts to fp32 for the loss (``logits.float()``).
     """
+    from .fsdp import FsdpEvents
     from .memory import adamw_step_counter_bytes
     from .params import parameter_breakdown
     from .replay import (
@@ -57,6 +62,7 @@ def vocab_parallel_replay(
         _amp_layer_backward,
         _amp_layer_forward,
         _amp_layer_forward_unsaved,
+        _block,
         _layer_backward,
         _layer_forward,
         _layer_forward_unsaved,
@@ -74,8 +80,10 @@ def vocab_parallel_replay(
     plain = mode == "plain"
     c = local
     cat = sp > 1 and batch > 1  # ``Sizes.gather_cat``
+    ev = FsdpEvents(c, units) if units is not None else None
+    fl = units is not None and units.float_logits  # FSDP2's bf16 parameters under autocast
     e, ar = DTYPE_BYTES[setup.param_dtype], sp == 1  # ar: the blocks' all-reduces (``replay._tp_all_reduce``)
-    z = Sizes(c, Affine(1), seq, e, setup, plain, False, 1, sp=sp, gather_cat=cat, all_reduce=ar)
+    z = Sizes(c, Affine(1), seq, e, setup, plain, False, 1, fl, sp=sp, gather_cat=cat, all_reduce=ar)
     e, T, d = z.e, z.T, c.d_model
     vl = -(-c.vocab_size // tp)
     pb = parameter_breakdown(c)
@@ -84,59 +92,71 @@ def vocab_parallel_replay(
     rope_buffers = 2 * c.context_length * (c.d_head // 2) * 4
     baseline = 3 * params + rope_buffers + adamw_step_counter_bytes(c, setup.optimizer, "meta") + 2 * 8 * T
     Td, head = z.act(d), vl * d * e  # head: the LM head's local weight (its gradient, in the parameter dtype)
-    xe = 4 if (e == 4 or z.amp) else 2  # the logits the loss reads: fp32 (amp: ``logits.float()``) or bf16
+    xe = 4 if (e == 4 or z.amp or fl) else 2  # the logits the loss reads: fp32 (amp: ``logits.float()``) or bf16
     TV = T * vl * xe
 
     r = _Replay(baseline, traced=not plain)
+    if ev:
+        ev.root_pre_forward(r)
     r(+8 * seq)  # positions
     if not z.sdpa:
         r(+seq * seq, +seq * seq, -seq * seq)  # the causal mask
     _vocab_embedding_forward(r, z, T, Td)
     cached = setup.checkpoint == "selective"
     if z.amp and setup.checkpoint != "none":
-        _layer_runs(r, c, None, False, lambda q, m: _amp_layer_forward_unsaved(q, z, p, cached=cached))
+        _layer_runs(r, c, None, False, lambda q, m: _amp_layer_forward_unsaved(q, z, p, cached=cached), ev)
     elif z.amp:
-        _layer_runs(r, c, None, False, lambda q, m: _amp_layer_forward(q, z, p))
+        _layer_runs(r, c, None, False, lambda q, m: _amp_layer_forward(q, z, p), ev)
     elif setup.checkpoint != "none":
-        _layer_runs(r, c, None, False, lambda q, m: _layer_forward_unsaved(q, z, cached=cached))
+        _layer_runs(r, c, None, False, lambda q, m: _layer_forward_unsaved(q, z, cached=cached), ev)
     else:
-        _layer_runs(r, c, None, False, lambda q, m: _layer_forward(q, z))
+        _layer_runs(r, c, None, False, lambda q, m: _layer_forward(q, z), ev)
     _norm_forward(r, z, z.rows, d)  # ln_final
     _sp_all_gather(r, z)  # its output gathered for the LM head (saved by it)
     TV2, Td2, head2 = T * vl * 2, z.bf16.act(d), vl * d * 2
     if z.amp:  # the LM head's bf16 weight and input copies, bf16 logits; ln_final's fp32 output(s) die
         r(+head2, +Td2, +TV2, -Td, -z.residual * (sp > 1))
-    r(+TV)  # logits (amp: ``logits.float()``)
+    r(+(TV2 if fl else TV))  # logits (amp: ``logits.float()``; FSDP2's bf16 model: bf16, copied below)
     if sp > 1 and not z.amp:
         r(-z.residual)  # ln_final's own output dies
+    if fl:
+        r(+TV)  # ``logits.float()``
     if setup.checkpoint == "none":
         r(-8 * seq)  # positions die with forward's locals
-    if z.amp:
+    if z.amp or fl:
         r(-TV2)  # the bf16 logits die
     if e != 4:
         r(-z.residual)  # 16-bit: the last residual stream dies (ln_final kept an fp32 copy)
+    if ev:
+        ev.root_post_forward(r)
     _loss_parallel_forward(r, T, vl, xe)
     forward = PhaseInBatch(r.peak(), r.live, r.copy_peak())
 
     r = _Replay(r.live, traced=not plain)
     _loss_parallel_backward(r, T, vl, xe)
+    if ev:
+        ev.root_pre_backward(r)
     if z.amp:  # logits.float() backward; the LM head: dW, dx (bf16), copies released, dx and dW to fp32
         r(+TV2, -TV)
         r(+head2, +Td2, -TV2, -head2, -Td2, +Td, -Td2, +head, -head2)
-    else:
-        r(+head, +Td, -TV, -Td)  # LM head: dW, dx; ln_final's output released
+    else:  # (FSDP2's bf16 model: logits.float() backward first); LM head: dW, dx; ln_final's output released
+        if fl:
+            r(+TV2, -TV)
+        r(+head, +Td, -(TV2 if fl else TV), -Td)
     if sp > 1:
         _sp_reduce_scatter(r, z, Td)  # dx reduce-scattered to ln_final's T/M rows; the partial dies
     else:
         r(+Td, -Td)  # rule 4: dx all-reduced; the partial dies
     _norm_backward(r, z, z.rows, d, residual=False, sp=sp > 1)  # ln_final
     layer_backward = _amp_layer_backward if z.amp else _layer_backward
-    _layer_runs(r, c, None, True, lambda q, m: layer_backward(q, z, p, last=False))
-    layer_backward(r, z, p, last=True)
+    _layer_runs(r, c, None, True, lambda q, m: layer_backward(q, z, p, last=False), ev)
+    _block(r, None, 0, lambda q, m: layer_backward(q, z, p, last=True), ev, True)
     if sp > 1:  # the output gradient of this rank's S/M positions gathered to the whole; the local one dies
         _sp_all_gather(r, z)
         r(-z.residual)
     _vocab_embedding_backward(r, c.vocab_size * d * e, Td)
+    if ev:
+        ev.root_post_backward(r)
     r(-xe, -xe)  # the loss and its total weight (``nll_loss``'s saved divisor)
     backward = PhaseInBatch(r.peak(), r.live, r.copy_peak())
     # the AdamW step is rank_step's (``adamw_temporary``: DTensor and plain groups); here its end only
@@ -146,10 +166,10 @@ def vocab_parallel_replay(
 
 @lru_cache(maxsize=1024)
 def vocab_parallel_step(
-    local: ModelConfig, seq: int, batch: int, setup: TrainingSetup, mode: str, tp: int, sp: int = 1
+    local: ModelConfig, seq: int, batch: int, setup: TrainingSetup, mode: str, tp: int, sp: int = 1, units=None
 ):
     """``vocab_parallel_replay`` at one batch (a ``StepMemory``)."""
-    return vocab_parallel_replay(local, seq, setup, mode, tp, sp, min(batch, 2)).at(batch)
+    return vocab_parallel_replay(local, seq, setup, mode, tp, sp, min(batch, 2), units).at(batch)
 
 
 def vocab_parallel_head_saved(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, tp: int) -> int:

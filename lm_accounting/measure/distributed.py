@@ -277,8 +277,6 @@ def measure_rank(
     layout.check(cfg, seq)
     if layout.pp > 1:
         raise AccountingError("a pipeline stage is measured by measure.pipeline.measure_stage_rank")
-    if layout.vocab_parallel and layout.dp > 1:
-        raise AccountingError("vocab parallel is measured with tensor parallel alone (dp 1); here analytic only")
     if layout.tp > 1 and layout.dp > 1 and not layout.fsdp:
         raise AccountingError(
             "DDP and ZeRO-1 with tensor parallel are analytic only: torch 2.13's DDP does not take the DTensor "
