@@ -2,8 +2,10 @@
 
 Candidates: every GPU count W in the range that is a power of two (and the range's ends), every
 tp in {1, 2, 4, 8} (within one 8-GPU node, dividing the heads, kv heads and d_ff), pp a power of
-two up to 8 and the layers, dp = W / (tp·pp), ZeRO stage 0–3, sequence parallel with tp, checkpointing
-none/full/selective, micro-batch b a power of two dividing the sequences per data-parallel rank.
+two up to 8 and the layers, dp = W / (tp·pp), ZeRO stage 0–3, sequence parallel with tp, vocab parallel
+with tp and without pp (an untied model; torchtitan's loss-parallel head: its pipeline stages are not
+replayed), checkpointing none/full/selective, micro-batch b a power of two dividing the sequences per
+data-parallel rank.
 Setup: fused attention (sdpa), amp-bf16, foreach AdamW.  Memory per GPU is ``analytic.parallel``
 (the worst rank, plain run) plus the allowance; a candidate fits when that is <= the GPU's memory.
 
@@ -19,7 +21,8 @@ the floored candidates that might hold the smallest need are replayed for the me
 
 Step time (one optimizer step, k = sequences per dp rank / b micro-batches):
 
-1. compute = k · hardware FLOPs per micro-batch per GPU (recompute included) / (peak bf16 · u),
+1. compute = k · hardware FLOPs per micro-batch per GPU (``rank_flops``: the TP-local model's, the LM
+   head's Vl rows under vocab parallel; recompute included) / (peak bf16 · u),
    with u the stated utilisation (``--mfu``, applied to the FLOPs that run); under pp the busiest
    stage's k micro-batches (``stage_flops``: stage 0, the most blocks, or the last, the LM head), and the
    1F1B bubble multiplies it by (k + pp − 1) / k;
@@ -54,8 +57,7 @@ from functools import lru_cache
 from typing import Any, ClassVar
 
 from .analytic.collectives import step_collectives, wire_bytes
-from .analytic.hardware_flops import step_flops
-from .analytic.parallel import local_config, peaks_exact, rank_floor, rank_step, stage_flops
+from .analytic.parallel import local_config, peaks_exact, rank_floor, rank_flops, rank_step, stage_flops
 from .analytic.parallel_report import not_modelled
 from .analytic.pipeline import pipeline_stages, stage_floor
 from .config import AccountingError, ModelConfig
@@ -184,9 +186,10 @@ def _seconds(bytes_: int, bw: int) -> float:
 
 
 @lru_cache(maxsize=4096)
-def _hardware_flops(local: ModelConfig, seq: int, b: int, setup: TrainingSetup) -> int:
-    """One rank's step FLOPs without pipeline parallel: the TP-local model's, the same for every data-parallel degree."""
-    return step_flops(local, seq, b, setup).hardware
+def _hardware_flops(cfg: ModelConfig, seq: int, b: int, setup: TrainingSetup, tp: int, vp: bool) -> int:
+    """One rank's micro-batch FLOPs without pipeline parallel (``rank_flops``: the TP-local model's, its LM
+    head's Vl rows under vocab parallel), the same for every data-parallel degree."""
+    return rank_flops(cfg, seq, b, setup, ParallelLayout(tp=tp, vocab_parallel=vp)).hardware
 
 
 def _peak(cfg, seq, b, setup, lay) -> int:
@@ -220,12 +223,12 @@ def _wire(cfg, seq, b, setup, lay, k) -> tuple[int, int, int, int]:
 def _step_times(cfg, seq, b, k, setup, lay, g: GPU, mfu, internode) -> tuple[float, float, float, float, float]:
     """(compute, data-parallel, tensor-parallel, pipeline, expert-parallel) seconds of one step (the module
     docstring's steps 1–4); none needs the per-GPU peak."""
-    local, rate = local_config(cfg, lay), g.peak_flops("bf16") * mfu
+    rate = g.peak_flops("bf16") * mfu
     if lay.pp > 1:  # the busiest stage's k micro-batches, times the 1F1B bubble
-        busiest = max(stage_flops(local, seq, b, setup, lay, s).hardware for s in (0, lay.pp - 1))
+        busiest = max(stage_flops(local_config(cfg, lay), seq, b, setup, lay, s).hardware for s in (0, lay.pp - 1))
         compute = busiest / rate * (k + lay.pp - 1) / k
     else:
-        compute = k * _hardware_flops(local, seq, b, setup) / rate
+        compute = k * _hardware_flops(cfg, seq, b, setup, lay.tp, lay.vocab_parallel) / rate
     nvlink = g.interconnect_one_way
     dp_link = nvlink if lay.world <= GPUS_PER_NODE else internode
     ep_link = nvlink if lay.ep <= GPUS_PER_NODE else internode  # an ep group: consecutive ranks
@@ -353,8 +356,12 @@ def _families(cfg: ModelConfig, seq: int, gpus: tuple[int, int], sequences: int)
                 dp = w // (tp * pp)
                 for zero in ((0, 1, 2, 3) if dp > 1 else (0,)) if sequences % dp == 0 else ():
                     for sp in (False, True) if tp > 1 and seq % tp == 0 else (False,):
-                        for ep in _expert_degrees(cfg, dp, zero):
-                            yield {"dp": dp, "zero": zero, "tp": tp, "sequence_parallel": sp, "pp": pp, "ep": ep}
+                        for vp in (False, True) if tp > 1 and pp == 1 and not cfg.tie_embeddings else (False,):
+                            for ep in _expert_degrees(cfg, dp, zero):
+                                yield {
+                                    "dp": dp, "zero": zero, "tp": tp, "sequence_parallel": sp, "vocab_parallel": vp,
+                                    "pp": pp, "ep": ep,
+                                }  # fmt: skip
                 pp *= 2
 
 

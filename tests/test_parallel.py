@@ -225,3 +225,19 @@ def test_the_saved_activations_are_the_replays_forward_end():
         setup = TrainingSetup(attention=a, checkpoint=c, precision=p)
         r = single_rank_step(cfg, seq, batch, setup, lay, mode)
         assert r.forward.end - r.baseline == saved_activations(cfg, seq, batch, setup, lay), (lay.label, setup.label)
+
+
+def test_vocab_parallel_flops_are_one_micro_batchs_without_pipeline_parallel():
+    """Without pipeline parallel ``rank_flops`` is one micro-batch's step, whatever the accumulation count:
+    the vocab-parallel head's cut was taken once per micro-batch (``--micro-batches 4`` gave negative FLOPs).
+    Hand count: TINY untied, T = 16, d = 24, V = 101 over tp 2 (Vl = 51): the head's forward 2·16·24·51."""
+    import dataclasses
+
+    from lm_accounting.analytic.parallel import rank_flops
+
+    cfg = dataclasses.replace(TINY, tie_embeddings=False)
+    one, four = (ParallelLayout(tp=2, vocab_parallel=True, micro_batches=m) for m in (1, 4))
+    setup = TrainingSetup()
+    assert rank_flops(cfg, 16, 1, setup, four) == rank_flops(cfg, 16, 1, setup, one)
+    whole = rank_flops(cfg, 16, 1, setup, ParallelLayout(tp=2))
+    assert whole.forward - rank_flops(cfg, 16, 1, setup, one).forward == 2 * 16 * 24 * (101 - 51)

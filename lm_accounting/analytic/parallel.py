@@ -669,9 +669,10 @@ def rank_flops(
     else:
         flops = step_flops(local_config(cfg, layout), seq, batch, setup)
     if layout.vocab_parallel and (stage or 0) == layout.pp - 1:
-        # the LM head's Vl = ceil(V/M) rows on rank 0: 2·T·d·(V − Vl) fewer forward, each micro-batch
+        # the LM head's Vl = ceil(V/M) rows on rank 0: 2·T·d·(V − Vl) fewer forward, each micro-batch of the
+        # stage's step (without pipeline parallel the figure is one micro-batch's)
         cut = 2 * batch * seq * cfg.d_model * (cfg.vocab_size - -(-cfg.vocab_size // layout.tp))
-        flops = dataclasses.replace(flops, forward=flops.forward - cut * layout.micro_batches)
+        flops = dataclasses.replace(flops, forward=flops.forward - cut * (layout.micro_batches if layout.pp > 1 else 1))
     if layout.ep == 1:
         return flops
     rows = expert_rows(cfg, seq, batch, layout, rank) - batch * seq * cfg.experts_per_token
