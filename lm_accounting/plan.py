@@ -162,14 +162,14 @@ class Plan(Result):
             "candidates_evaluated": self.evaluated,
             "candidates_checked": self.checked,
             "candidates_fitting": len(self.ranked) if self.complete else None,
-            "best": [self.row(c) for c in self.ranked[: self.top]],
+            "best": [self.row(c) for c in self.ranked],
             "assumptions": __doc__.split("Step time", 1)[1].strip(),
         }
 
     def records(self) -> list[dict[str, Any]]:
         """CSV rows: the ranked layouts, each naming the model, GPU and context (CSVs concatenate)."""
         point = {"model": self.config.name, "gpu": self.gpu.name, "context": self.seq}
-        return [{**point, **self.row(c)} for c in self.ranked[: self.top]]
+        return [{**point, **self.row(c)} for c in self.ranked]
 
 
 def _powers(lo: int, hi: int) -> list[int]:
@@ -264,6 +264,8 @@ def plan(
     """Every candidate layout (module docstring), the fitting ones ranked by GPU-hours."""
     g = gpu(gpu_name)
     _check_plannable(cfg)
+    if top < 1:
+        raise AccountingError(f"top must be at least 1, got {top}")
     if not 0 < mfu <= 1:
         raise AccountingError(f"--mfu must be in (0, 1], got {mfu}")
     if allowance >= g.memory_bytes:
@@ -299,7 +301,7 @@ def plan(
         if len(fitting) == top:
             break
         checked += 1
-        chain = (lay.dp, lay.zero, lay.tp, lay.sequence_parallel, lay.pp, lay.ep, setup.checkpoint)
+        chain = (lay.dp, lay.zero, lay.tp, lay.sequence_parallel, lay.vocab_parallel, lay.pp, lay.ep, setup.checkpoint)
         if b >= failed.get(chain, b + 1):
             continue  # a smaller micro-batch of the same layout does not fit: the peak grows with b
         need, exact = _need(cfg, seq, b, setup, lay, g, allowance)

@@ -39,6 +39,10 @@ real job on the fake process group (``tests/test_fsdp_replay.py``):
    stacks are sharded on dim 1 (torchtitan), and the copy-out goes through a temporary of each stack's
    unsharded size, all freed when it ends.  The replay calls these events from the MoE block
    (``replay._MoeSplit.events``).
+8. Vocab parallel (FSDP2 × TP): torch 2.13 leaves the embedding's gradient whole, a (V, d) Replicate
+   DTensor (``tensor_parallel._vocab_embedding_backward``).  The root's post-backward reads it as the
+   parameter's placement (``FSDPParam._get_grad_inner_tensor``: ``redistribute`` to Shard(0), a clone of
+   this rank's Vl rows) and drops ``.grad``, freeing the whole, before it reshards and reduces (rule 5).
 """
 
 from __future__ import annotations
@@ -62,6 +66,8 @@ class Unit:
     cpu_cast: int  # rule 6: its largest cast temporary (mixed precision)
     alone: bool = False  # rule 7: a mesh of one rank (dp = ep): no all-gather output
     dim1: int = 0  # rule 7: the unsharded bytes of the parameters sharded on dim 1 (the copy-out's temporaries)
+    vocab_rows: int = 0  # rule 8: vocab parallel's embedding gradient, this rank's rows (its clone)
+    vocab_extra: int = 0  # rule 8: the rest of that gradient's whole (V, d)
 
     @property
     def output(self) -> int:
@@ -194,7 +200,8 @@ class FsdpEvents:
         self._reduce(r, self.experts(i), self.block(i + 1) if i + 1 < self.cfg.num_layers else None)
 
     def _reduce(self, r, unit: Unit, previous: Unit | None) -> None:
-        """Rule 5 (and rule 7's dim-1 gradients: ``_dim1_regrid``)."""
+        """Rule 5 (and rule 7's dim-1 gradients: ``_dim1_regrid``; rule 8's vocab-parallel embedding)."""
+        r(+unit.vocab_rows, -(unit.vocab_rows + unit.vocab_extra))  # rule 8
         r(-unit.gathered)  # reshard
         if previous is not None:
             r(-previous.reduce_in)
@@ -251,13 +258,11 @@ def fsdp_units(cfg: ModelConfig, setup, layout, stage: tuple[int, int] | None = 
             return None
         padded = sum(fsdp_chunk_rows(rows, d) * cols for rows, cols in shapes)  # one shard
         rows, cols = shapes[-1]
-        # vocab parallel: the embedding's gradient is the whole (V, d) (``tensor_parallel._vocab_embedding_backward``)
         emb = [p for p in params if p.unit == n and p.name == "token_embeddings.weight" and layout.vocab_parallel]
-        whole = sum(p.rows - local_shape(p, layout)[0] for p in emb)  # the rows beyond this rank's
         return Unit(
             gathered=padded * d * gather_e,
             copy_in=padded * gather_e if setup.autocast else 0,
-            grads=(sum(rows * cols for rows, cols in shapes) + whole * cfg.d_model) * gather_e,
+            grads=sum(rows * cols for rows, cols in shapes) * gather_e,
             last_grad=rows * cols * gather_e if d > 1 else 0,
             reduce_in=padded * d * reduce_e,
             reduce_out=padded * reduce_e,
@@ -265,6 +270,8 @@ def fsdp_units(cfg: ModelConfig, setup, layout, stage: tuple[int, int] | None = 
             cpu_cast=max(fsdp_chunk_rows(r, d) * d * c for r, c in shapes) * gather_e,
             alone=d == 1,
             dim1=sum(fsdp_chunk_rows(r, d) * d * c for r, c in shapes) * gather_e if experts and dim1 else 0,
+            vocab_rows=sum(local_shape(p, layout)[0] * cfg.d_model for p in emb) * gather_e,
+            vocab_extra=sum((p.rows - local_shape(p, layout)[0]) * cfg.d_model for p in emb) * gather_e,
         )
 
     kinds = {cfg.layer_moe(i): i for i in reversed(range(cfg.num_layers))}  # kind -> its first block

@@ -82,8 +82,9 @@ def vocab_parallel_replay(
     cat = sp > 1 and batch > 1  # ``Sizes.gather_cat``
     ev = FsdpEvents(c, units) if units is not None else None
     fl = units is not None and units.float_logits  # FSDP2's bf16 parameters under autocast
-    e, ar = DTYPE_BYTES[setup.param_dtype], sp == 1  # ar: the blocks' all-reduces (``replay._tp_all_reduce``)
-    z = Sizes(c, Affine(1), seq, e, setup, plain, False, 1, fl, sp=sp, gather_cat=cat, all_reduce=ar)
+    ar = sp == 1  # the blocks' all-reduces (``replay._tp_all_reduce``)
+    pe = DTYPE_BYTES[setup.param_dtype]  # the parameters' bytes (z.e: the activations')
+    z = Sizes(c, Affine(1), seq, pe, setup, plain, False, 1, fl, sp=sp, gather_cat=cat, all_reduce=ar)
     e, T, d = z.e, z.T, c.d_model
     vl = -(-c.vocab_size // tp)
     pb = parameter_breakdown(c)
@@ -201,7 +202,7 @@ def _vocab_embedding_forward(r, z, T, Td) -> None:
         r(+Td, -Td)  # all-reduce
 
 
-def _loss_parallel_forward(r, T, vl, xe) -> None:
+def _loss_parallel_forward(r, T, vl, xe, keep_logits: bool = False) -> None:
     """``F.cross_entropy`` on (T, Vl) logits under ``loss_parallel`` (torch/distributed/tensor/parallel/
     loss.py): ``_log_softmax`` then ``_nll_loss_forward``, each one DTensor op whose handler runs local
     ops (autograd saves only the op's outputs: the log-softmax result, the loss and the total weight).
@@ -215,7 +216,7 @@ def _loss_parallel_forward(r, T, vl, xe) -> None:
        ge, or) and local index (int64: clone, minus the offset); gather (T·xe); the mask dies; the
        all-reduce (T·xe); negated (T·xe); ``where`` (T·xe, with another bool T); the total weight: a
        bool T, its int64 sum (8), cast (xe); the sum (xe) and the mean (xe, the loss); then every
-       temporary and the logits die."""
+       temporary and the logits die (``keep_logits``: a pipeline stage's schedule still holds them)."""
     X, X4, R = T * vl * xe, T * vl * 4, T * 4
     copy = X4 if xe != 4 else 0
     r(+copy, +R, +R, -R)  # fp32 copy; row max; all-reduce
@@ -229,7 +230,7 @@ def _loss_parallel_forward(r, T, vl, xe) -> None:
     r(+Tx, -T, +Tx, +Tx)  # gather; the mask dies; all-reduce; negated
     r(+T, +Tx, -T, -Tx)  # where; its mask and the negation die
     r(+T, +8, -T, +xe, -8, +xe, +xe, -xe)  # total weight; sum; mean (the loss)
-    r(-Tx, -8 * T, -8 * T, -Tx, -Tx, -X)  # where's output, safe target, local index, gather, all-reduce; logits
+    r(-Tx, -8 * T, -8 * T, -Tx, -Tx, -X * (not keep_logits))  # where's output, safe target, local index, gather, …
 
 
 def _loss_parallel_backward(r, T, vl, xe) -> None:
