@@ -18,8 +18,8 @@ cannot take, with one line.  The layouts map onto torch.distributed (torch 2.13)
   ``sequence_parallel``: norms and residual stream split along the sequence between the blocks.
   ``vocab_parallel``: the embedding split row-wise and the LM head column-wise over the vocabulary.
 * ``pp`` stages with ``micro_batches`` per step under 1F1B (``analytic.pipeline``: replayed exactly
-  alone or beside dp, tp and sp, estimated beside vocab parallel or DDP/ZeRO-1 × tp; a stage measured
-  by ``measure.pipeline.measure_stage_rank``, beside all of them but vocab and expert parallel).  The mesh is (pp, dp, tp), stages
+  alone or beside dp, tp, sp and vocab parallel, estimated beside DDP/ZeRO-1 × tp; a stage measured
+  by ``measure.pipeline.measure_stage_rank``, beside all of them but expert parallel).  The mesh is (pp, dp, tp), stages
   outermost (torchtitan's), so global rank r is on stage r // (dp·tp).
 * ``ep``: expert parallel for a mixture of experts, torchtitan's convention
   (``torchtitan/distributed/expert_parallel.py`` ``ExpertParallel``; ``apply_fsdp`` in

@@ -9,6 +9,8 @@ counts); the TP rank's local matmul FLOPs; the peaks of DDP, ZeRO-1, TP, TP+SP a
 SP (their whole setup grid is in ``tests/test_fsdp_replay.py``).
 """
 
+import dataclasses
+
 import pytest
 
 pytest.importorskip("torch")
@@ -65,6 +67,41 @@ def test_model_states_and_phase_ends_are_exact(name, setup):
         for phase in ("forward", "backward", "optimizer_step"):
             assert m.step.phase(phase).end == pred.phase(phase).end, phase
         assert m.step == pred
+
+
+# 2,000 rows: vocab parallel's embedding-gradient clones in AdamW (1,000 rows a rank) set the step's peak
+BIG_VOCAB = dataclasses.replace(TINY, vocab_size=2000, name="tiny-v2000")
+
+
+ADAMW = [("fused", "fp32"), ("foreach", "fp32"), ("for-loop", "fp32"), ("fused", "amp-bf16"), ("for-loop", "bf16")]
+
+
+@pytest.mark.parametrize("optimizer,precision", ADAMW, ids=[f"{o}-{p}" for o, p in ADAMW])
+@pytest.mark.parametrize("name", LAYOUTS)
+def test_every_adamw_implementation(name, optimizer, precision):
+    """fused AdamW keeps its step counters on the device, 4 bytes a tensor it steps (ZeRO-1: its owned
+    tensors' only); each AdamW op reading a gradient placed unlike its parameter redistributes it first
+    (``adamw_redistributed``: vocab parallel's whole embedding gradient, sequence parallel's Partial
+    norm gradients); the for-loop's step holds a tensor's sqrt and quotient beside the previous one's
+    quotient, within a parameter group (TP: DTensor, then plain).  Every phase exact (the for-loop's
+    step was a bound before, one copy of every v, and was 191,904 B below the job's under TP + SP)."""
+    setup, lay = TrainingSetup(optimizer=optimizer, precision=precision), LAYOUTS[name]
+    got = _figures(measure_rank(BIG_VOCAB, S, 1, setup, lay).step)
+    assert got == _figures(rank_step(BIG_VOCAB, S, 1, setup, lay, mode="traced")[0])
+
+
+def _figures(step):
+    return [step.baseline, *(x for phase in step.phases().values() for x in phase)]
+
+
+def test_vocab_parallel_adamw_clones_its_embedding_rows():
+    """By hand: TP 2 + vocab parallel, V = 2,000 (1,000 rows a rank), d = 24, fp32.  The embedding's
+    gradient is the whole (V, d), replicated, beside the Shard(0) parameter: fused AdamW's step rises one
+    clone of the rank's rows above the backward's end, 1,000·24·4 = 96,000 B (fused has no other
+    temporary).  Before it was modelled, the prediction was the backward's end."""
+    lay, setup = ParallelLayout(tp=2, vocab_parallel=True), TrainingSetup(optimizer="fused")
+    got = measure_rank(BIG_VOCAB, S, 1, setup, lay).step
+    assert got.optimizer_step.peak - got.backward.end == 1000 * 24 * 4
 
 
 def test_uneven_zero1_every_rank():

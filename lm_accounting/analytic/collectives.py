@@ -27,9 +27,10 @@ dtype (fp32 under amp-bf16).  Per layout (checked against the fake-PG run in tes
 4. TP with SP: forward 2L+1 all-gathers of T·d·e (the two block inputs, the LM head's input) and 2L
    reduce-scatters of T·d·a; backward 2L all-gathers of T·d·a, one of T·d·e and 2L reduce-scatters
    of T·d·e; recompute adds 2L all-gathers of T·d·e and L reduce-scatters of T·d·a; the optimizer
-   step all-reduces each sequence-parallel norm's Partial gradient once per foreach op that reads
-   it, 3·(2L+1) all-reduces of d·e (under FSDP2: once each in backward, (2L+1) of d·g, g the
-   all-gather dtype's bytes).
+   step all-reduces each sequence-parallel norm's Partial gradient once per AdamW op that reads
+   it, 3·(2L+1) all-reduces of d·e (foreach and for-loop: ``lerp_(m, g)``, ``addcmul_(v, g, g)``;
+   fused: one op, 2L+1; under FSDP2: once each in backward, (2L+1) of d·g, g the all-gather dtype's
+   bytes).
 5. FSDP2 with amp-bf16: the parameters the forward sees are bf16 (MixedPrecisionPolicy), so the
    embedding output and the residual stream are bf16: the T·d·e tensors of rules 3–4 are T·d·2.
 6. Expert parallel (ep; ``analytic.parallel`` rules 6–7; measured on the fake process group): the
@@ -163,7 +164,7 @@ def step_collectives(
     if layout.tp > 1:
         out += _tp_collectives(cfg, T, setup, layout, stage)
     if layout.tp > 1 and layout.vocab_parallel:
-        out += _vocab_parallel_collectives(T, d, e, setup, layout)
+        out += _vocab_parallel_collectives(T, d, e, setup, layout, stage)
     if layout.pp > 1:  # rule 8
         h = 2 if layout.fsdp and setup.autocast else e  # the residual stream's bytes (rule 5)
         T = T // layout.tp if layout.sequence_parallel else T  # sequence parallel: S/M positions cross
@@ -233,12 +234,10 @@ def _tp_collectives(cfg: ModelConfig, T: int, setup: TrainingSetup, layout: Para
         out.append(
             Collective("all_reduce", "backward", "tp", norms, norms * d * g, f"(2L{'+1' if head else ''}) × d·g")
         )
-    else:
-        out.append(
-            Collective(
-                "all_reduce", "optimizer_step", "tp", 3 * norms, 3 * norms * d * e, f"3(2L{'+1' if head else ''}) × d·e"
-            )
-        )
+    else:  # AdamW redistributes each Partial gradient where it reads it: lerp_(m, g), addcmul_(v, g, g); fused once
+        k = 1 if setup.optimizer == "fused" else 3
+        label = f"{k}(2L{'+1' if head else ''}) × d·e"
+        out.append(Collective("all_reduce", "optimizer_step", "tp", k * norms, k * norms * d * e, label))
     return out
 
 
@@ -276,16 +275,22 @@ def _all_to_alls(
 
 
 def _vocab_parallel_collectives(
-    T: int, d: int, e: int, setup: TrainingSetup, layout: ParallelLayout
+    T: int, d: int, e: int, setup: TrainingSetup, layout: ParallelLayout, stage: int = 0
 ) -> list[Collective]:
-    """Rule 7: the row-wise embedding's output, the loss's three all-reduces, the LM head's input gradient."""
+    """Rule 7: the row-wise embedding's output, the loss's three all-reduces, the LM head's input gradient
+    (in the residual stream's dtype: bf16 under FSDP2's amp-bf16 policy, rule 5); beside pipeline parallel
+    each micro-batch's, the embedding's on stage 0, the loss's and the head's on the last (rule 10)."""
     xe = 2 if setup.param_dtype == "bf16" else 4  # the logits the loss reads (amp-bf16: ``logits.float()``)
+    h = 2 if layout.fsdp and setup.autocast else e
     kind = "reduce_scatter" if layout.sequence_parallel else "all_reduce"
-    return [
-        Collective(kind, "forward", "tp", 1, T * d * e, "embedding output, T·d·e"),
-        Collective("all_reduce", "forward", "tp", 3, T * (8 + xe), "loss: row max, Σ exp, target logit"),
-        Collective(kind, "backward", "tp", 1, T * d * e, "LM head input gradient, T·d·e"),
-    ]
+    m, first, last = (layout.micro_batches, stage == 0, stage == layout.pp - 1) if layout.pp > 1 else (1, True, True)
+    out = [Collective(kind, "forward", "tp", m, m * T * d * h, "embedding output, T·d·h")] if first else []
+    if last:
+        out.append(
+            Collective("all_reduce", "forward", "tp", 3 * m, m * T * (8 + xe), "loss: row max, Σ exp, target logit")
+        )
+        out.append(Collective(kind, "backward", "tp", m, m * T * d * h, "LM head input gradient, T·d·h"))
+    return out
 
 
 def totals(collectives: list[Collective]) -> dict[str, tuple[int, int]]:

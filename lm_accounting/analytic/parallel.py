@@ -62,6 +62,7 @@ from .activations import norm_saved_bytes, saved_activation_breakdown
 from .expert_parallel import expert_parallel_split
 from .fsdp import fsdp_units
 from .hardware_flops import StepFlops, step_flops
+from .memory import adamw_step_counter_bytes
 from .replay import adamw_step_scalar_bytes
 from .sizes import Sizes
 from .tensor_parallel import (
@@ -326,7 +327,8 @@ def _model_states(cfg: ModelConfig, precision: str, degrees: tuple, rank: int | 
         owned = totals[rank]
     else:
         rank, owned = rank or 0, full // e
-    grads = full + vocab_parallel_gradient_extra(cfg, setup, layout)
+    holds_embedding = stage is None or stage == 0  # vocab parallel's whole embedding gradient: stage 0's
+    grads = full + vocab_parallel_gradient_extra(cfg, setup, layout) * holds_embedding
     return ModelStates(rank, full, grads, 2 * owned * e, buckets, 0, 0, owned)
 
 
@@ -535,17 +537,91 @@ def peaks_exact(setup: TrainingSetup, layout: ParallelLayout, cfg: ModelConfig |
 def adamw_temporary(
     cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, st: ModelStates, stage: int | None = None
 ) -> int:
-    """The AdamW step's temporary (``analytic.memory.adamw_step_temporary_bytes``) for the moments
-    this rank holds.  foreach: one copy of v per parameter group (``torch._foreach_sqrt``; the
-    measured TP rank has two groups, DTensor and plain, because foreach refuses to mix them: the
-    larger counts); fused: 0; for-loop: a bound, one copy of v.  ``stage``: pipeline stage ``stage``'s."""
-    e = element_bytes(setup)
+    """The AdamW step's temporary (``analytic.memory.adamw_step_temporary_bytes``) for the tensors this
+    rank steps (``stage``: pipeline stage ``stage``'s), with the gradients it redistributes first
+    (``adamw_redistributed``, R).  foreach: one copy of v per parameter group (``torch._foreach_sqrt``;
+    the measured TP rank has two groups, DTensor and plain, because foreach refuses to mix them: the
+    larger counts), or 2R, which die before it; fused: R; for-loop: the single-GPU rule over the
+    rank's own tensors (``_for_loop_numels``; R's tensors are among them, one at a time)."""
+    e, redistributed = element_bytes(setup), adamw_redistributed(cfg, setup, layout, stage)
     if setup.optimizer == "fused":
-        return 0
+        return redistributed
+    if setup.optimizer == "for-loop" and not cfg.moe:
+        groups = _for_loop_numels(cfg, layout, st.rank, stage)
+        return max((a + 2 * b for g in groups for a, b in zip((0, *g), g, strict=False)), default=0) * e
     if setup.optimizer == "foreach" and layout.tp > 1 and not layout.fsdp:
         where = None if stage is None else (layout.pp, stage)
-        return max(_tp_groups(cfg, layout.tp, layout.sequence_parallel, layout.vocab_parallel, where)) * e
-    return st.owned_elements * e
+        groups = _tp_groups(cfg, layout.tp, layout.sequence_parallel, layout.vocab_parallel, where)
+        return max(max(groups) * e, 2 * redistributed)
+    return max(st.owned_elements * e, 2 * redistributed)  # for-loop with experts: a bound (one copy of v)
+
+
+def adamw_redistributed(
+    cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, stage: int | None = None
+) -> int:
+    """Bytes of the gradients placed unlike their parameters, without FSDP2 (which reduces and shards
+    each gradient itself): each AdamW op that reads one redistributes it first, a new local tensor freed
+    after the op (``lerp_(m, g)`` one, ``addcmul_(v, g, g)`` two at once; fused: one op, one each).
+    * Vocab parallel, on the rank or stage 0 holding the embedding: its gradient is the whole (V, d),
+      Replicate (``tensor_parallel._vocab_embedding_backward``), beside a Shard(0) parameter:
+      ``Shard._select_split_tensor`` clones this rank's Vl rows, Vl·d·e.
+    * Sequence parallel: each norm's gradient is Partial beside a Replicate parameter, all-reduced
+      (``collectives`` rule 4): d·e a norm, the stage's 2L (+1 with the final norm).
+    Measured: tests/test_parallel_measured.py, tests/test_pipeline_tp.py."""
+    if layout.fsdp or layout.tp == 1:
+        return 0
+    first, last = (stage == 0, stage == layout.pp - 1) if stage is not None else (True, True)
+    rows = 0
+    if layout.vocab_parallel and not cfg.tie_embeddings and first:
+        rows += -(-cfg.vocab_size // layout.tp)  # TP rank 0's, the most
+    if layout.sequence_parallel:
+        blocks = len(stage_layers(cfg.num_layers, layout.pp, stage)) if stage is not None else cfg.num_layers
+        rows += 2 * blocks + last
+    return rows * cfg.d_model * element_bytes(setup)
+
+
+def _for_loop_numels(cfg: ModelConfig, layout: ParallelLayout, rank: int, stage: int | None):
+    """The tensors the for-loop AdamW of data-parallel rank ``rank`` steps, per parameter group in its
+    order (one group's loop ends before the next, its last ``denom`` with it): the TP-local ones in
+    ``model.parameters()`` order, DTensor then plain under TP (``measure.parallelize.param_groups``;
+    FSDP2: one group, the rank's dim-0 rows of each); ZeRO-1: the owned ones, largest first
+    (``ZeroRedundancyOptimizer._partition_parameters`` sorts them so)."""
+    where = None if stage is None else (layout.pp, stage)
+    params = _params(cfg, where)
+    shapes = [local_shape(p, layout) for p in params]
+    if layout.fsdp and layout.dp > 1:
+        return (tuple(fsdp_rank_rows(r, layout.dp, rank) * c for r, c in shapes),)
+    numels = [r * c for r, c in shapes]
+    if layout.zero == 1 and layout.dp > 1:
+        owners = zero1_owners(numels, layout.dp)
+        return (tuple(sorted((n for n, o in zip(numels, owners, strict=True) if o == rank), reverse=True)),)
+    kinds = [_is_dtensor(p, layout) for p in params]
+    return tuple(tuple(n for n, k in zip(numels, kinds, strict=True) if k == kind) for kind in (True, False))
+
+
+def _is_dtensor(p: ParamShape, layout: ParallelLayout) -> bool:
+    """Whether TP makes ``p`` a DTensor (split, or replicated under sequence parallel) or leaves it plain."""
+    sp, vp = layout.tp > 1 and layout.sequence_parallel, layout.tp > 1 and layout.vocab_parallel
+    return p.split in (COL, ROW) and layout.tp > 1 or (p.split == REPLICATED and sp) or (p.split == VOCAB and vp)
+
+
+def step_counter_bytes(
+    cfg: ModelConfig,
+    setup: TrainingSetup,
+    layout: ParallelLayout,
+    st: ModelStates,
+    stage: int | None = None,
+    device: str = "meta",
+) -> int:
+    """AdamW's 0-d fp32 ``step`` counters on this rank's device (``analytic.memory.adamw_step_counter_bytes``:
+    fused only, or every implementation on the CPU): 4 bytes for each parameter tensor its optimizer
+    steps, the stage's (``stage``), under ZeRO-1 only the tensors it owns (``zero1_owners``)."""
+    if setup.optimizer != "fused" and device != "cpu":
+        return 0
+    numels = local_numels(cfg, layout.tp, layout.vocab_parallel, None if stage is None else (layout.pp, stage))
+    if layout.zero == 1 and layout.dp > 1:
+        return 4 * zero1_owners(list(numels), layout.dp).count(st.rank)
+    return 4 * len(numels)
 
 
 @lru_cache(maxsize=1024)
@@ -555,8 +631,7 @@ def _tp_groups(cfg: ModelConfig, tp: int, sp: bool, vp: bool, stage: tuple[int, 
     dtensor = plain = 0
     for p in _params(cfg, stage):
         rows, cols = local_shape(p, layout)
-        split = p.split in (COL, ROW) or (p.split == REPLICATED and sp) or (p.split == VOCAB and vp)
-        if split:
+        if _is_dtensor(p, layout):
             dtensor += rows * cols
         else:
             plain += rows * cols
@@ -610,7 +685,11 @@ def rank_step(
     e = element_bytes(setup)
     n = sum(local_numels(cfg, layout.tp, layout.vocab_parallel)) * e
     n_run = n * DTYPE_BYTES[fsdp_compute_setup(setup, layout).param_dtype] // e  # the replay's parameter bytes
-    shift = st.parameters + st.optimizer + st.ddp_buckets - 3 * n_run
+    # the replay's AdamW step counters are the whole model's; ZeRO-1's rank keeps its owned tensors' only
+    counters = step_counter_bytes(cfg, setup, layout, st, device=device) - adamw_step_counter_bytes(
+        cfg, setup.optimizer, device
+    )
+    shift = st.parameters + st.optimizer + st.ddp_buckets + counters - 3 * n_run
     base = r.baseline + shift
     fwd = PhaseBytes(r.forward.peak + shift, r.forward.end + shift)  # R's forward end: baseline + ``act``
     # without FSDP2, R's gradients are the rank's (whole local tensors), but vocab parallel's whole embedding one

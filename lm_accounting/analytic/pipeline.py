@@ -1,8 +1,8 @@
 """Pipeline parallel (1F1B): the worst stage's memory.  No torch.
 
 Pipeline parallel alone or beside data parallel (DDP, ZeRO-1, FSDP2) and tensor parallel (with or
-without sequence parallel; not vocab parallel, not DDP/ZeRO-1 × TP; a dense model): each stage's
-step is REPLAYED
+without sequence parallel, with or without vocab parallel; not DDP/ZeRO-1 × TP; a dense model): each
+stage's step is REPLAYED
 (``stage_step``, ``stage_replayed``): one micro-batch's forward, loss and backward on the stage's
 blocks (``analytic.replay``'s own block replays) placed in torch 2.13's ``Schedule1F1B`` order with
 the schedule's references to outputs, input gradients and losses (``_schedule``).  Byte-exact
@@ -12,7 +12,7 @@ against one stage of the real job (``PipelineStage`` + ``Schedule1F1B`` on the f
 bf16, amp-bf16, no/full/selective checkpointing, naive and sdpa attention, B 1 and 2; AdamW foreach)
 and of ``tests/test_pipeline_dp.py`` (the same beside DDP, ZeRO-1 and FSDP2 ZeRO-2/-3 over dp 2 and 4)
 and ``tests/test_pipeline_tp.py`` (beside TP and TP + SP, alone or with FSDP2: TP's all-reduces replayed,
-``replay._tp_all_reduce``).
+``replay._tp_all_reduce``; with vocab parallel too).
 
 Data parallel beside: DDP's gradient buckets are allocated with the module and the last backward's
 all-reduce copies into and out of them, so DDP and ZeRO-1 shift the baseline only (``stage_baseline``;
@@ -23,11 +23,14 @@ amp-bf16 folded into fp32 sums after each backward), and ``perform_reduce_grad``
 every unit once at the end.  Under FSDP2's amp-bf16 policy the stage runs the bf16 model
 (``fsdp_compute_setup``) with fp32 logits, and the residual stream crossing stages is bf16.  Tensor
 parallel: the TP-local model's stage (h/M heads, d_ff/M), as one TP rank replays; under sequence
-parallel its T/M-row residual stream (``Sizes.sp``), which also crosses the stages.  A tied head is
+parallel its T/M-row residual stream (``Sizes.sp``), which also crosses the stages.  Vocab parallel:
+stage 0's row-wise embedding and the last stage's column-wise head with ``loss_parallel``, as the
+single-GPU vocab-parallel replay has them (``analytic.tensor_parallel``; the logits stay the schedule's,
+the embedding's gradient is the whole (V, d) under FSDP2 too: ``fsdp`` rule 8).  A tied head is
 a second copy of the embedding on the last stage (``stage_parameters``; its gradient its own: nothing
 in ``PipelineStage`` shares it with stage 0's, which the real job would have to synchronise itself).
 
-Beside vocab parallel or DDP/ZeRO-1 × TP, or with a mixture of experts, the peaks stay an ESTIMATE
+Beside DDP/ZeRO-1 × TP, or with a mixture of experts, the peaks stay an ESTIMATE
 (``_stage_estimate``): baseline, receive buffers, k × saved activations and the gradients, each
 backward's transient left out (the estimate before the replays, which also counted the gradients twice
 and left the buffers out, was off by −7 % .. +25 % on the tiny grid with pipeline parallel alone,
@@ -56,9 +59,11 @@ from .parallel import (
     saved_activations,
     single_rank_step,
     stage_layers,
+    step_counter_bytes,
 )
 from .params import parameter_breakdown
 from .sizes import Sizes
+from .tensor_parallel import _loss_parallel_backward, _loss_parallel_forward, _vocab_embedding_forward
 
 
 def pipeline_stages(
@@ -109,11 +114,12 @@ def stage_floor(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, la
 def stage_replayed(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout) -> bool:
     """Whether ``stage_step`` replays the stage rather than estimating it: pipeline parallel alone or
     beside data parallel (DDP, ZeRO-1, FSDP2) and tensor parallel with or without sequence parallel (the
-    TP-local model; not vocab parallel; beside FSDP2, not DDP or ZeRO-1, as measured), a dense model (no
+    TP-local model, with or without vocab parallel; beside FSDP2, not DDP or ZeRO-1, as measured), a dense
+    model (no
     MoE split in the stage replay; a tied head a second copy on the last stage), and a model the
     single-GPU replay models.  Byte-exact against the measured stage (the test files of the module
     docstring)."""
-    tp = layout.tp == 1 or not (layout.vocab_parallel or layout.zero in (0, 1) and layout.dp > 1)
+    tp = layout.tp == 1 or not (layout.zero in (0, 1) and layout.dp > 1)
     return layout.pp > 1 and tp and not cfg.moe and rp.replay_supported(cfg, setup)
 
 
@@ -192,12 +198,13 @@ def _stage_parts(cfg, seq, batch, setup, layout, stage, mode, rank=None):
     shards = layout.tp if layout.sequence_parallel else 1
     # (M, ``Sizes.gather_cat``) under sequence parallel; TP without it all-reduces (``Sizes.all_reduce``)
     sp = (shards, shards > 1 and batch > 1, layout.tp > 1 and shards == 1)
-    fwd = _chunk_lines(*where, units and units.held(), False, sp, "forward")
-    bwd = _chunk_lines(*where, units and units.folds(), False, sp, "backward")
+    vl = -(-cfg.vocab_size // layout.tp) if layout.vocab_parallel else 0  # TP rank 0's vocabulary rows
+    fwd = _chunk_lines(*where, units and units.held(), False, sp, "forward", vl)
+    bwd = _chunk_lines(*where, units and units.folds(), False, sp, "backward", vl)
     chunks = _at(fwd._replace(first_backward=bwd.first_backward, later_backward=bwd.later_backward), batch)
     fsdp = None
     if units:  # zero 2 never finds the units sharded in a backward: no gathering one to replay
-        gathering = _at(_chunk_lines(*where, units, True, sp, "both" if units.zero3 else "forward"), batch)
+        gathering = _at(_chunk_lines(*where, units, True, sp, "both" if units.zero3 else "forward", vl), batch)
         fsdp = (gathering, units.zero3, _reduce_grads(cfg, units, blocks, mode == "traced"))
     z = Sizes(cfg, e=element_bytes(setup), setup=setup, plain=mode == "plain")
     opt_top = adamw_temporary(cfg, setup, layout, st, stage) + rp.adamw_step_scalar_bytes(z)
@@ -215,12 +222,15 @@ def stage_baseline(
 ):
     """Bytes live when stage ``stage``'s step starts (exact against the measured stage): its parameters
     and AdamW moments (sharded by FSDP2; ZeRO-1's owned ones), DDP's gradient buckets, the RoPE tables,
-    and the whole step's int64 token ids (m·B·S, stage 0) or targets (the last stage); a middle stage
+    AdamW's step counters on the device (fused), and the whole step's int64 token ids (m·B·S, stage 0) or targets (the last stage); a middle stage
     holds neither.  ``rank``: the data-parallel rank (default: the worst)."""
     st = _states(cfg, setup, layout, stage, rank)
     rope = 2 * cfg.context_length * (cfg.d_head // 2) * 4 if cfg.positions == "rope" else 0  # fp32 cos, sin
     ends = (stage == 0) + (stage == layout.pp - 1)
-    return st.parameters + st.optimizer + st.ddp_buckets + rope + ends * 8 * layout.micro_batches * batch * seq
+    counters = step_counter_bytes(cfg, setup, layout, st, stage)  # fused AdamW's, on the device
+    return (
+        st.parameters + st.optimizer + st.ddp_buckets + counters + rope + ends * 8 * layout.micro_batches * batch * seq
+    )
 
 
 def schedule_buffers(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, stage: int):
@@ -300,7 +310,7 @@ class _StageUnits(NamedTuple):
         """What a backward that finds the units unsharded sees of them: only the gradients amp-bf16 folds
         (``_StageEvents._fold``; None without amp), the same for every dp and ZeRO stage (one replay
         serves them all)."""
-        fold = lambda u: u and Unit(0, 0, u.grads, u.last_grad, 0, 0, 0, 0)
+        fold = lambda u: u and Unit(0, 0, u.grads, u.last_grad, 0, 0, 0, 0, vocab_extra=u.vocab_extra)
         return _StageUnits(fold(self.root), fold(self.block), False, True) if self.amp else None
 
     def held(self) -> _StageUnits | None:
@@ -393,7 +403,8 @@ class _StageEvents:
         grad_if_needed`` adds them in place into the sums and frees them."""
         if unit is None or not self.u.amp:
             return
-        g, last = unit.grads, unit.last_grad
+        # vocab parallel: the embedding's whole gradient (``fsdp`` rule 8), stage 0's root's only parameter
+        g, last = unit.grads + unit.vocab_extra, unit.last_grad + unit.vocab_extra
         if self.first_backward:
             r(+(g - last), +2 * last, -last)
         else:
@@ -455,7 +466,13 @@ def _reduce_grads(cfg: ModelConfig, units: _StageUnits, blocks: int, traced: boo
     the sharded gradients allocated), then ``_root_post_backward_final_callback`` frees the last
     reduce-scatter input."""
     ev = FsdpEvents(cfg, FsdpUnits(units.zero3, False, units.root, units.block, None))
-    fp32 = lambda u: dataclasses.replace(u, grads=2 * u.grads, last_grad=2 * u.last_grad) if units.amp else u
+    fp32 = lambda u: (
+        dataclasses.replace(
+            u, grads=2 * u.grads, last_grad=2 * u.last_grad, vocab_rows=2 * u.vocab_rows, vocab_extra=2 * u.vocab_extra
+        )
+        if units.amp
+        else u
+    )
     root, block = fp32(units.root) if units.root else None, fp32(units.block)
     r = _StageReplay(rp.Affine(0), traced)
     if root:
@@ -496,20 +513,26 @@ def _end_lines(
     first: bool,
     last: bool,
     accumulate: bool,
+    vl: int = 0,
 ) -> _StageReplay:
     """The stage's lines around its blocks (``_chunk_lines`` (1)–(3)) as segments (``replay.apply_segment``),
     the same for every FSDP2 layout, whose events come between them: ``part`` "forward_in" (positions,
     mask, stage 0's embedding), "forward_out" (the last stage's final norm, LM head and logits; forward's
     locals dying), "loss", "backward_loss" (its backward up to the logits' gradient), "backward_head" (the
     LM head's and final norm's backward), "backward_out" (stage 0's embedding backward, or the buffer
-    that block 0's backward released)."""
+    that block 0's backward released).  ``vl``: vocab parallel's rows of the embedding and the LM head on
+    this rank (0: none), the single-GPU vocab-parallel replay's lines (``tensor_parallel``: the masked
+    lookup, the T·Vl logits, ``loss_parallel``, the whole embedding gradient)."""
     e = DTYPE_BYTES[setup.param_dtype]
     z = _stage_sizes(c, seq, setup, traced, fl, sp)
-    Td, TV, Tr, emb = z.act(c.d_model), z.act(c.vocab_size), z.act(1), _embedding(c) * e
+    V = vl or c.vocab_size  # the logits' columns
+    Td, TV, Tr, emb = z.act(c.d_model), z.act(V), z.act(1), _embedding(c) * e
+    head = V * c.d_model * e  # the LM head's weight (its gradient): the embedding's unless vocab parallel
     split, Tres = z.sp > 1, z.residual  # sequence parallel: the residual stream's T/M rows
-    head2, ck = emb // 2, setup.checkpoint  # amp: autocast's bf16 copy of the LM head's weight
-    TV2, Td2 = z.bf16.act(c.vocab_size), z.bf16.act(c.d_model)
+    head2, ck = head // 2, setup.checkpoint  # amp: autocast's bf16 copy of the LM head's weight
+    TV2, Td2 = z.bf16.act(V), z.bf16.act(c.d_model)
     le = 4 if fl else z.e  # the loss's bytes
+    xe = 4 if (e == 4 or z.amp or fl) else 2  # vocab parallel: the logits its loss reads
     if fl and part in ("loss", "backward_loss", "backward_head"):  # the loss reads the fp32 logits
         TV, Tr = 2 * TV, 2 * Tr
     r = _StageReplay(rp.Affine(0), traced, accumulate)
@@ -517,9 +540,11 @@ def _end_lines(
         r(+8 * seq)  # positions
         if not z.sdpa:
             r(+seq * seq, +seq * seq, -seq * seq)  # the causal mask
-        if first:
+        if first and vl:
+            _vocab_embedding_forward(r, z, z.T, Td)  # a masked lookup in the rank's rows, all-reduced (SP: scattered)
+        elif first:
             r(+Td)  # embedding lookup
-        if first and split:
+        if first and split and not vl:
             r(+Tres, -Td)  # this rank's S/M positions copied (Replicate -> Shard(1)); the lookup dies
     elif part == "forward_out":
         if last:
@@ -538,30 +563,40 @@ def _end_lines(
             r(-TV2)  # the bf16 logits die with forward's locals
         if last and e != 4:
             r(-Tres)  # 16-bit: the last residual stream dies (ln_final kept an fp32 copy)
+    elif part == "loss" and vl:  # ``loss_parallel``'s, less the logits' release
+        _loss_parallel_forward(r, z.T, vl, xe, keep_logits=True)
     elif part == "loss":  # cross-entropy, as one GPU's, less the logits' release
         r(+Tr, +TV, -Tr)  # z = logits − max
         r(+TV, +Tr, +Tr, +Tr, +Tr)  # exp (saved); Σ (saved); log; gather; subtract
         r(+le)  # mean (the loss)
         r(-Tr, -Tr, -Tr)  # (gather keeps z; the logits stay)
+    elif part == "backward_loss" and vl:  # the seed, ``loss_parallel``'s backward: the logits' gradient left
+        _loss_parallel_backward(r, z.T, vl, xe)
     elif part == "backward_loss":  # d loss; mean, gather (a copy when traced), log, exp backward: one GPU's
         r(+le, +Tr, +Tr, +TV, rp._Copy(TV), -Tr, -TV)
         r(+Tr, -Tr, -Tr, +TV, -Tr, -TV, rp._Copy(TV), -TV)
     elif part == "backward_head":
         if fl:
-            r(+TV2, -TV, +rp._Grad(emb), +Td, -TV2, -Td)  # logits.float() backward; lm_head: dW, dx
+            r(+TV2, -TV, +rp._Grad(head), +Td, -TV2, -Td)  # logits.float() backward; lm_head: dW, dx
         elif z.amp:
             r(+TV2, -TV)  # logits.float() backward
-            r(+head2, +Td2, -TV2, -head2, -Td2, +Td, -Td2, +rp._Grad(emb), -head2)  # lm_head
+            r(+head2, +Td2, -TV2, -head2, -Td2, +Td, -Td2, +rp._Grad(head), -head2)  # lm_head
         else:
-            r(+rp._Grad(emb), +Td, -TV, -Td)  # lm_head: dW, dx; ln_final output released
-        if split:  # dx split along the sequence (the backward of Shard(1) -> Replicate); dx dies
+            r(+rp._Grad(head), +Td, -TV, -Td)  # lm_head: dW, dx; ln_final output released
+        if split and vl:  # vocab parallel's column-wise head: dx reduce-scattered (no SP: all-reduced)
+            rp._sp_reduce_scatter(r, z, Td)
+        elif vl:
+            r(+Td, -Td)
+        elif split:  # dx split along the sequence (the backward of Shard(1) -> Replicate); dx dies
             r(+Tres, -Td)
         rp._norm_backward(r, z, z.rows, c.d_model, residual=False, sp=split)  # ln_final
     elif part == "backward_out":
         if first and split:  # the gradient of this rank's S/M positions gathered; the local one dies
             rp._sp_all_gather(r, z)
             r(-Tres)
-        if first:
+        if first and vl:  # DTensor's embedding backward: the whole (V, d) gradient (``_vocab_embedding_backward``)
+            r(+rp._Grad(emb), -Td)
+        elif first:
             r(+rp._Grad(emb), rp._Copy(emb), -Td)  # embedding backward: zeros, index_put
         elif not (e != 4 and ck == "none"):
             r(+Tres)  # block 0 released its input, the buffer, which stays
@@ -581,6 +616,7 @@ def _chunk_lines(
     sharded: bool = False,
     sp: tuple[int, bool, bool] = (1, False, False),
     passes: str = "both",
+    vl: int = 0,
 ) -> _Chunks:
     """One micro-batch of B sequences (the lines affine in B) on a stage of ``blocks`` blocks (``first``:
     it holds the embedding; ``last``: the
@@ -620,7 +656,7 @@ def _chunk_lines(
     z = _stage_sizes(c, seq, setup, traced, fl, sp)
     Tres, ck = z.residual, setup.checkpoint  # the residual stream (T/M rows under sequence parallel)
     rest = dataclasses.replace(c, num_layers=blocks - 1) if blocks > 1 else None  # the blocks but one, in runs
-    ends = lambda part, accumulate=False: _end_lines(part, c, seq, setup, traced, fl, sp, first, last, accumulate)
+    ends = lambda part, accumulate=False: _end_lines(part, c, seq, setup, traced, fl, sp, first, last, accumulate, vl)
 
     one = dataclasses.replace(c, num_layers=1)  # a block's segment is any stage's
     block = lambda kind, accumulate=False, keep=0: _block_lines(one, seq, setup, traced, fl, kind, accumulate, keep, sp)
@@ -644,6 +680,8 @@ def _chunk_lines(
         forward = _Part(r.peak(), r.live)
         loss = _Part(ends("loss").peak(), ends("loss").live) if last else None  # (2)
     le = 4 if fl else z.e  # the loss's bytes (fp32 logits under FSDP2's bf16 policy)
+    if vl:  # ``loss_parallel``'s loss: in the logits' dtype (fp32 but in pure bf16)
+        le = 4 if (e == 4 or z.amp or fl) else 2
 
     backward = [None, None]
     for accumulate in (False, True) if passes != "forward" else ():  # (3)
@@ -673,9 +711,9 @@ def _chunk_lines(
         rp.apply_segment(r, ends("backward_out", acc))
         ev.root_post_backward(r)
         if last:
-            r(-le)  # the gradient seed (the loss stays in ``_internal_losses``)
+            r(-le)  # the gradient seed (vl: its backward freed it; ``nll_loss``'s total weight dies with the graph)
         backward[accumulate] = _Part(r.peak(), r.live)
-    TV = z.act(c.vocab_size) * (2 if fl else 1)  # the logits the stage keeps (fp32 under the bf16 policy)
+    TV = z.act(vl or c.vocab_size) * (2 if fl else 1)  # the logits the stage keeps (fp32 under the bf16 policy)
     output = TV if last else Tres
     return _Chunks(forward, loss, backward[0], backward[1], output, 0 if first else Tres, le if last else 0)
 
@@ -836,7 +874,7 @@ def _stage_estimate(
     rank: int | None = None,
 ):
     """(step ESTIMATE, model states, saved activations) of stage ``stage`` where the stage is not replayed
-    (``stage_replayed``: beside vocab parallel or DDP/ZeRO-1 × TP, a mixture of experts).  Stage s keeps
+    (``stage_replayed``: beside DDP/ZeRO-1 × TP, a mixture of experts).  Stage s keeps
     k = min(P − s, m) micro-batches' saved activations (1F1B's warm-up depth); peak: its baseline
     (``stage_baseline``) + the receive buffers + k × its activations (the forward's end: ``stage_floor``)
     + its gradients + the last stage's cross-entropy transient (the single-GPU replay's forward peak

@@ -144,7 +144,8 @@ def apply_vocab_parallel(model, mesh, sp: bool) -> None:
     from torch.distributed.tensor.parallel import RowwiseParallel, SequenceParallel, parallelize_module
     from torch.distributed.tensor.placement_types import Replicate, Shard
 
-    if model.lm_head.weight is model.token_embeddings.weight:
+    emb, head = model.token_embeddings, model.lm_head  # a pipeline stage holds one of them, or neither
+    if emb is not None and head is not None and head.weight is emb.weight:
         raise AccountingError("vocab parallel with tied embeddings is analytic only (the measured job unties them)")
 
     class RowwiseEmbedding(RowwiseParallel):
@@ -158,18 +159,21 @@ def apply_vocab_parallel(model, mesh, sp: bool) -> None:
                 partial(self._prepare_output_fn, self.output_layouts, self.use_local_output),
             )
 
-    emb = model.token_embeddings
-    emb.forward = types.MethodType(lambda self, ids: F.embedding(ids, self.weight), emb)
-    Colwise, _ = _styles()
-    plan = {
-        "token_embeddings": RowwiseEmbedding(input_layouts=Replicate(), output_layouts=Shard(1) if sp else Replicate()),
-        "lm_head": Colwise(
+    plan = {}
+    if emb is not None:
+        emb.forward = types.MethodType(lambda self, ids: F.embedding(ids, self.weight), emb)
+        plan["token_embeddings"] = RowwiseEmbedding(
+            input_layouts=Replicate(), output_layouts=Shard(1) if sp else Replicate()
+        )
+    if head is not None:
+        Colwise, _ = _styles()
+        plan["lm_head"] = Colwise(
             input_layouts=Shard(1) if sp else Replicate(), output_layouts=Shard(-1), use_local_output=False
-        ),
-    }
-    if sp:
-        plan["ln_final"] = SequenceParallel()
-    parallelize_module(model, mesh, plan)
+        )
+        if sp:
+            plan["ln_final"] = SequenceParallel()
+    if plan:
+        parallelize_module(model, mesh, plan)
 
 
 def apply_expert_parallel(model, layout: ParallelLayout):

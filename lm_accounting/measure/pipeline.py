@@ -129,7 +129,7 @@ def measure_stage_rank(
     dp_rank: int | None = None,
 ) -> RankMeasurement:
     """Stage ``stage`` of ``layout`` (pp > 1, beside data and tensor parallel: DDP, ZeRO-1, FSDP2, TP,
-    TP + SP; not vocab or expert parallel, not DDP/ZeRO-1 × TP), data-parallel rank ``dp_rank`` (default:
+    TP + SP, vocab parallel with ``loss_parallel``; not expert parallel, not DDP/ZeRO-1 × TP), data-parallel rank ``dp_rank`` (default:
     the one with the most optimizer state, ZeRO-1's worst, else the first; TP rank 0), run by torch's
     ``Schedule1F1B`` over ``layout.micro_batches`` micro-batches of ``batch`` sequences, then AdamW,
     under ``RankTracker``.  The job's mesh is (pp, dp, tp), stages outermost (torchtitan's), so the global
@@ -164,7 +164,7 @@ def measure_stage_rank(
     install()  # FLOP formulas for the CPU flash kernels (FlopCounterMode's registry counts them as 0)
     comms, flops = CollectiveRecorder(), LocalFlops()
     with tracker, comms, flops, _recorded_p2p() as p2p:
-        with _phases(schedule._stage, tracker, comms) as step:
+        with _phases(schedule._stage, tracker, comms) as step, _loss_parallel(layout):
             schedule.step(*args, target=target, return_outputs=False)
             step.close()
         grads = _storage_bytes(p.grad for p in model.parameters())
@@ -200,9 +200,9 @@ def _recorded_p2p():
 
 def _check(cfg, seq, batch, setup, layout, stage) -> None:
     layout.check(cfg, seq)
-    if layout.pp == 1 or layout.ep > 1 or layout.vocab_parallel:
+    if layout.pp == 1 or layout.ep > 1:
         raise AccountingError(
-            "a pipeline stage is measured beside data or tensor parallel (pp > 1; no expert or vocab parallel)"
+            "a pipeline stage is measured beside data or tensor parallel (pp > 1; no expert parallel)"
         )
     if layout.tp > 1 and layout.dp > 1 and not layout.fsdp:
         raise AccountingError("DDP and ZeRO-1 with tensor parallel are analytic only (torch's DDP takes no DTensor)")
@@ -232,7 +232,17 @@ def _schedule(train, cfg, seq, batch, setup, layout, stage, group):
     st = _static_peer_stage()(
         train, stage, layout.pp, torch.device("cpu"), input_args=inputs, output_args=outputs, group=group
     )
-    return Schedule1F1B(st, layout.micro_batches, loss_fn=cross_entropy)
+    from .distributed import vocab_parallel_cross_entropy
+
+    loss = vocab_parallel_cross_entropy if layout.vocab_parallel else cross_entropy
+    return Schedule1F1B(st, layout.micro_batches, loss_fn=loss)
+
+
+def _loss_parallel(layout: ParallelLayout):
+    """Vocab parallel: the schedule's losses and their backwards under ``loss_parallel()``."""
+    from torch.distributed.tensor.parallel import loss_parallel
+
+    return loss_parallel() if layout.vocab_parallel else contextlib.nullcontext()
 
 
 @contextlib.contextmanager

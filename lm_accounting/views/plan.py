@@ -43,7 +43,7 @@ def plan_view(p: Plan) -> View:
     if p.price_per_gpu_hour is not None:
         columns.append(Column("cost", "int"))
     rows = []
-    for c in p.ranked[: p.top]:
+    for c in p.ranked:
         r = p.row(c)
         row = [
             r["layout"],
@@ -72,7 +72,7 @@ def plan_view(p: Plan) -> View:
             "Per-GPU memory: the worst rank (analytic.parallel): byte-exact against one rank of the real job on the"
             " fake process group where the peak column says exact (`memory` with the layout says why a peak is"
             " an estimate); pipeline stages are replayed alone or beside data, tensor and sequence parallel"
-            " (exact), estimated beside vocab parallel or DDP / ZeRO-1 × TP."
+            " with or without vocab parallel (exact), estimated beside DDP / ZeRO-1 × TP."
         ),
     ]
     return View(header, [table], footer)
