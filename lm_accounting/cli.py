@@ -319,7 +319,7 @@ def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
     @click.option(
         "--pp",
         type=POSITIVE,
-        help="Pipeline stages, 1F1B (stages replayed beside --dp/--tp/--sp; estimated beside --vocab-parallel).",
+        help="Pipeline stages, 1F1B (stages replayed beside --dp/--tp/--sp/--vocab-parallel; estimated beside DDP/ZeRO-1 x --tp).",
     )
     @click.option("--ep", type=POSITIVE, help="Expert parallel over the dp ranks (MoE, FSDP2; torchtitan's rules).")
     @click.option("--micro-batches", type=POSITIVE, help="Micro-batches per step under --pp (default: pp).")

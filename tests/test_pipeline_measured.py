@@ -118,17 +118,14 @@ def test_stage_replay_sees_the_schedule(measured):
 
 
 def test_stage_is_measured_where_the_fake_group_runs_it():
-    with pytest.raises(AccountingError, match="no expert or vocab parallel"):
-        measure_stage(TINY4, S, 1, TrainingSetup(), ParallelLayout(tp=2, vocab_parallel=True, pp=2, micro_batches=2))
+    """DDP and ZeRO-1 beside TP cannot run (torch 2.13's DDP takes no DTensor): refused, and estimated;
+    vocab parallel beside pp runs, and is replayed (tests/test_pipeline_tp.py)."""
     with pytest.raises(AccountingError, match="takes no DTensor"):
         measure_stage(TINY4, S, 1, TrainingSetup(), ParallelLayout(dp=2, tp=2, pp=2, micro_batches=2))
     with pytest.raises(AccountingError, match="outside the 2 stages"):
         measure_stage(TINY4, S, 1, TrainingSetup(), ParallelLayout(pp=2, micro_batches=2), stage=2)
-    for lay in (
-        ParallelLayout(tp=2, vocab_parallel=True, pp=2, micro_batches=2),
-        ParallelLayout(dp=2, zero=1, tp=2, pp=2, micro_batches=2),
-    ):
-        assert not stage_replayed(TINY4, TrainingSetup(), lay)
+    assert not stage_replayed(TINY4, TrainingSetup(), ParallelLayout(dp=2, zero=1, tp=2, pp=2, micro_batches=2))
+    assert stage_replayed(TINY4, TrainingSetup(), ParallelLayout(tp=2, vocab_parallel=True, pp=2, micro_batches=2))
 
 
 @pytest.mark.parametrize("extra", [[], ["--rank", "1"]], ids=["worst", "rank1"])

@@ -110,6 +110,7 @@ def test_vocab_parallel_stages_add_its_collectives():
     for stage in (0, 1):
         a, b = (measure_stage_rank(TINY4, S, 1, TrainingSetup(), lay, stage).collectives for lay in (plain, vp))
         extra.append(tuple(x - y for x, y in zip(b["all_reduce"], a.get("all_reduce", (0, 0)), strict=True)))
+        assert b == totals(step_collectives(TINY4, S, 1, TrainingSetup(), vp, first_step=True, stage=stage))
     assert extra == [(4, 4 * 16 * 24 * 4), (4 * 3 + 4, 4 * 16 * 12 + 4 * 16 * 24 * 4)]
 
 
@@ -142,6 +143,7 @@ def test_stage_zero_adamw_clones_the_vocab_parallel_embedding_rows():
     lay = ParallelLayout(pp=2, micro_batches=2, tp=2, vocab_parallel=True)
     got = measure_stage_rank(BIG_VOCAB, S, 1, TrainingSetup(), lay, 0).step
     assert got.optimizer_step.peak - got.backward.end == 2 * 1000 * 24 * 4
+    assert stage_step(BIG_VOCAB, S, 1, TrainingSetup(), lay, 0, mode="traced")[0].optimizer_step == got.optimizer_step
 
 
 def test_cli_measures_a_tensor_parallel_stage(run_cli):

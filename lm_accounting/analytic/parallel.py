@@ -279,7 +279,8 @@ def model_states(
 ) -> ModelStates:
     """Model states of data-parallel rank ``rank`` (default: the worst, i.e. the one with the most
     optimizer state), over the whole model or, with ``stage``, pipeline stage ``stage``'s parameters.
-    AdamW's 0-d ``step`` counters are left out (foreach/for-loop keep them on the CPU).  Cached on what
+    AdamW's 0-d ``step`` counters are left out (foreach/for-loop keep them on the CPU; fused's, on the
+    device, are ``step_counter_bytes``, in ``rank_step`` and ``stage_baseline``).  Cached on what
     they depend on: the precision and the layout's degrees (not the checkpointing or micro-batches)."""
     degrees = (layout.dp, layout.zero, layout.tp, layout.vocab_parallel, layout.pp, layout.ep)
     return _model_states(cfg, setup.precision, degrees, rank, stage)
@@ -482,9 +483,9 @@ def single_rank_step(
     data-parallel rank ``rank``'s own dispatch and combine (rule 7, ep rank ``rank mod ep``)."""
     sp = sp_replayed(layout)
     run_setup = fsdp_compute_setup(setup, layout)
-    if layout.vocab_parallel:
-        return vocab_parallel_step(local_config(cfg, layout), seq, batch, run_setup, mode, layout.tp, sp, units)
     where = (device, cpu_threads)  # a plain CPU run (device "cpu") adds the CPU allocator's own extras
+    if layout.vocab_parallel:
+        return vocab_parallel_step(local_config(cfg, layout), seq, batch, run_setup, mode, layout.tp, sp, units, where)
     ep, ar = (layout.ep, rank % layout.ep), layout.tp > 1 and sp == 1  # ar: TP's all-reduces (rules 3, 4)
     return _replay_at(local_config(cfg, layout), seq, batch, run_setup, mode, units, where, sp, ep, ar)
 
@@ -572,7 +573,7 @@ def adamw_redistributed(
         return 0
     first, last = (stage == 0, stage == layout.pp - 1) if stage is not None else (True, True)
     rows = 0
-    if layout.vocab_parallel and not cfg.tie_embeddings and first:
+    if layout.vocab_parallel and first:
         rows += -(-cfg.vocab_size // layout.tp)  # TP rank 0's, the most
     if layout.sequence_parallel:
         blocks = len(stage_layers(cfg.num_layers, layout.pp, stage)) if stage is not None else cfg.num_layers
@@ -600,9 +601,16 @@ def _for_loop_numels(cfg: ModelConfig, layout: ParallelLayout, rank: int, stage:
 
 
 def _is_dtensor(p: ParamShape, layout: ParallelLayout) -> bool:
-    """Whether TP makes ``p`` a DTensor (split, or replicated under sequence parallel) or leaves it plain."""
+    """Whether TP makes ``p`` a DTensor (split, or a norm ``SequenceParallel`` wraps under sequence
+    parallel: ln1, ln2, ln_final) or leaves it plain (the embedding and head without vocab parallel, the
+    other norms, qk-norm's among them: each TP rank's gradient of those is its own heads' partial sum,
+    which the measured job, like ``parallelize_module`` given no plan for them, never synchronises)."""
     sp, vp = layout.tp > 1 and layout.sequence_parallel, layout.tp > 1 and layout.vocab_parallel
-    return p.split in (COL, ROW) and layout.tp > 1 or (p.split == REPLICATED and sp) or (p.split == VOCAB and vp)
+    norm = p.split == REPLICATED and p.name.split(".")[-2] in SEQUENCE_PARALLEL_NORMS
+    return p.split in (COL, ROW) and layout.tp > 1 or (norm and sp) or (p.split == VOCAB and vp)
+
+
+SEQUENCE_PARALLEL_NORMS = ("ln1", "ln2", "ln_final")  # ``measure.parallelize``'s SequenceParallel() modules
 
 
 def step_counter_bytes(

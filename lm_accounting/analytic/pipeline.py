@@ -531,8 +531,7 @@ def _end_lines(
     split, Tres = z.sp > 1, z.residual  # sequence parallel: the residual stream's T/M rows
     head2, ck = head // 2, setup.checkpoint  # amp: autocast's bf16 copy of the LM head's weight
     TV2, Td2 = z.bf16.act(V), z.bf16.act(c.d_model)
-    le = 4 if fl else z.e  # the loss's bytes
-    xe = 4 if (e == 4 or z.amp or fl) else 2  # vocab parallel: the logits its loss reads
+    le = 4 if fl else z.e  # the loss's bytes (vocab parallel: the logits' its loss reads too)
     if fl and part in ("loss", "backward_loss", "backward_head"):  # the loss reads the fp32 logits
         TV, Tr = 2 * TV, 2 * Tr
     r = _StageReplay(rp.Affine(0), traced, accumulate)
@@ -564,14 +563,14 @@ def _end_lines(
         if last and e != 4:
             r(-Tres)  # 16-bit: the last residual stream dies (ln_final kept an fp32 copy)
     elif part == "loss" and vl:  # ``loss_parallel``'s, less the logits' release
-        _loss_parallel_forward(r, z.T, vl, xe, keep_logits=True)
+        _loss_parallel_forward(r, z.T, vl, le, keep_logits=True)
     elif part == "loss":  # cross-entropy, as one GPU's, less the logits' release
         r(+Tr, +TV, -Tr)  # z = logits − max
         r(+TV, +Tr, +Tr, +Tr, +Tr)  # exp (saved); Σ (saved); log; gather; subtract
         r(+le)  # mean (the loss)
         r(-Tr, -Tr, -Tr)  # (gather keeps z; the logits stay)
     elif part == "backward_loss" and vl:  # the seed, ``loss_parallel``'s backward: the logits' gradient left
-        _loss_parallel_backward(r, z.T, vl, xe)
+        _loss_parallel_backward(r, z.T, vl, le)
     elif part == "backward_loss":  # d loss; mean, gather (a copy when traced), log, exp backward: one GPU's
         r(+le, +Tr, +Tr, +TV, rp._Copy(TV), -Tr, -TV)
         r(+Tr, -Tr, -Tr, +TV, -Tr, -TV, rp._Copy(TV), -TV)
@@ -679,9 +678,7 @@ def _chunk_lines(
         ev.root_post_forward(r)
         forward = _Part(r.peak(), r.live)
         loss = _Part(ends("loss").peak(), ends("loss").live) if last else None  # (2)
-    le = 4 if fl else z.e  # the loss's bytes (fp32 logits under FSDP2's bf16 policy)
-    if vl:  # ``loss_parallel``'s loss: in the logits' dtype (fp32 but in pure bf16)
-        le = 4 if (e == 4 or z.amp or fl) else 2
+    le = 4 if fl else z.e  # the loss's bytes (fp32 logits under FSDP2's bf16 policy; ``loss_parallel``'s too)
 
     backward = [None, None]
     for accumulate in (False, True) if passes != "forward" else ():  # (3)

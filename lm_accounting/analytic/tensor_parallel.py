@@ -25,7 +25,15 @@ from ..setup import TrainingSetup
 
 
 def vocab_parallel_replay(
-    local: ModelConfig, seq: int, setup: TrainingSetup, mode: str, tp: int, sp: int = 1, batch: int = 1, units=None
+    local: ModelConfig,
+    seq: int,
+    setup: TrainingSetup,
+    mode: str,
+    tp: int,
+    sp: int = 1,
+    batch: int = 1,
+    units=None,
+    where: tuple[str, int] = ("meta", 1),
 ):
     """The replay (``analytic.replay``, a ``StepInBatch``) of TP rank 0 of the vocab-parallel job
     (``measure.parallelize.apply_vocab_parallel``, ``measure.distributed.vocab_parallel_cross_entropy``),
@@ -84,14 +92,15 @@ def vocab_parallel_replay(
     fl = units is not None and units.float_logits  # FSDP2's bf16 parameters under autocast
     ar = sp == 1  # the blocks' all-reduces (``replay._tp_all_reduce``)
     pe = DTYPE_BYTES[setup.param_dtype]  # the parameters' bytes (z.e: the activations')
-    z = Sizes(c, Affine(1), seq, pe, setup, plain, False, 1, fl, sp=sp, gather_cat=cat, all_reduce=ar)
+    cpu = plain and where[0] == "cpu"  # a plain CPU run: the CPU allocator's own extras (``Sizes.cpu``)
+    z = Sizes(c, Affine(1), seq, pe, setup, plain, cpu, where[1], fl, sp=sp, gather_cat=cat, all_reduce=ar)
     e, T, d = z.e, z.T, c.d_model
     vl = -(-c.vocab_size // tp)
     pb = parameter_breakdown(c)
     params = (pb.total - 2 * (c.vocab_size - vl) * d) * e  # the embedding and the LM head: Vl rows each
     p = {it.key.removeprefix("layers.*."): it.per_layer * e for it in pb if it.per_layer is not None}
     rope_buffers = 2 * c.context_length * (c.d_head // 2) * 4
-    baseline = 3 * params + rope_buffers + adamw_step_counter_bytes(c, setup.optimizer, "meta") + 2 * 8 * T
+    baseline = 3 * params + rope_buffers + adamw_step_counter_bytes(c, setup.optimizer, where[0]) + 2 * 8 * T
     Td, head = z.act(d), vl * d * e  # head: the LM head's local weight (its gradient, in the parameter dtype)
     xe = 4 if (e == 4 or z.amp or fl) else 2  # the logits the loss reads: fp32 (amp: ``logits.float()``) or bf16
     TV = T * vl * xe
@@ -130,7 +139,7 @@ def vocab_parallel_replay(
         r(-z.residual)  # 16-bit: the last residual stream dies (ln_final kept an fp32 copy)
     if ev:
         ev.root_post_forward(r)
-    _loss_parallel_forward(r, T, vl, xe)
+    _loss_parallel_forward(r, T, vl, xe, cpu=z.cpu)
     forward = PhaseInBatch(r.peak(), r.live, r.copy_peak())
 
     r = _Replay(r.live, traced=not plain)
@@ -167,10 +176,18 @@ def vocab_parallel_replay(
 
 @lru_cache(maxsize=1024)
 def vocab_parallel_step(
-    local: ModelConfig, seq: int, batch: int, setup: TrainingSetup, mode: str, tp: int, sp: int = 1, units=None
+    local: ModelConfig,
+    seq: int,
+    batch: int,
+    setup: TrainingSetup,
+    mode: str,
+    tp: int,
+    sp=1,
+    units=None,
+    where=("meta", 1),
 ):
     """``vocab_parallel_replay`` at one batch (a ``StepMemory``)."""
-    return vocab_parallel_replay(local, seq, setup, mode, tp, sp, min(batch, 2), units).at(batch)
+    return vocab_parallel_replay(local, seq, setup, mode, tp, sp, min(batch, 2), units, where).at(batch)
 
 
 def vocab_parallel_head_saved(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, tp: int) -> int:
@@ -202,7 +219,7 @@ def _vocab_embedding_forward(r, z, T, Td) -> None:
         r(+Td, -Td)  # all-reduce
 
 
-def _loss_parallel_forward(r, T, vl, xe, keep_logits: bool = False) -> None:
+def _loss_parallel_forward(r, T, vl, xe, keep_logits: bool = False, cpu: bool = False) -> None:
     """``F.cross_entropy`` on (T, Vl) logits under ``loss_parallel`` (torch/distributed/tensor/parallel/
     loss.py): ``_log_softmax`` then ``_nll_loss_forward``, each one DTensor op whose handler runs local
     ops (autograd saves only the op's outputs: the log-softmax result, the loss and the total weight).
@@ -215,8 +232,10 @@ def _loss_parallel_forward(r, T, vl, xe, keep_logits: bool = False) -> None:
     2. NLL: ``target != -100`` (bool T) and the safe target (int64 8T); the target's mask (bool T: lt,
        ge, or) and local index (int64: clone, minus the offset); gather (T·xe); the mask dies; the
        all-reduce (T·xe); negated (T·xe); ``where`` (T·xe, with another bool T); the total weight: a
-       bool T, its int64 sum (8), cast (xe); the sum (xe) and the mean (xe, the loss); then every
-       temporary and the logits die (``keep_logits``: a pipeline stage's schedule still holds them)."""
+       bool T, its int64 sum (8; ``cpu``, a plain CPU run: the CPU reduction first copies the bool
+       mask to int64, 8T, freed when it returns), cast (xe); the sum (xe) and the mean (xe, the loss);
+       then every temporary and the logits die (``keep_logits``: a pipeline stage's schedule still
+       holds them)."""
     X, X4, R = T * vl * xe, T * vl * 4, T * 4
     copy = X4 if xe != 4 else 0
     r(+copy, +R, +R, -R)  # fp32 copy; row max; all-reduce
@@ -229,7 +248,7 @@ def _loss_parallel_forward(r, T, vl, xe, keep_logits: bool = False) -> None:
     r(+T, +T, +T, -T, -T, +8 * T, +8 * T, -8 * T)  # mask; local index
     r(+Tx, -T, +Tx, +Tx)  # gather; the mask dies; all-reduce; negated
     r(+T, +Tx, -T, -Tx)  # where; its mask and the negation die
-    r(+T, +8, -T, +xe, -8, +xe, +xe, -xe)  # total weight; sum; mean (the loss)
+    r(+T, +8, +8 * T * cpu, -8 * T * cpu, -T, +xe, -8, +xe, +xe, -xe)  # total weight; sum; mean (the loss)
     r(-Tx, -8 * T, -8 * T, -Tx, -Tx, -X * (not keep_logits))  # where's output, safe target, local index, gather, …
 
 

@@ -328,7 +328,7 @@ def measure_rank_plain(
     device: str = "cpu",
 ) -> StepMemory:
     """The *plain* run of rank ``rank`` of an FSDP2 job (zero 2 or 3) or a tensor-parallel one (with or
-    without sequence parallel, alone or under FSDP2; not vocab parallel): no dispatch mode at all.
+    without sequence and vocab parallel, alone or under FSDP2): no dispatch mode at all.
     On ``cpu`` the step is read from the CPU allocator's own events (``measure.allocator``); on
     ``cuda`` from the caching allocator's counters after one warm-up step (FSDP2's lazy
     initialisation and the cuBLAS workspaces land there).  Compare with
@@ -339,10 +339,10 @@ def measure_rank_plain(
 
     layout.check(cfg, seq)
     fsdp, tp = layout.fsdp and layout.dp > 1, layout.tp > 1 and layout.dp == 1
-    if not (fsdp or tp) or layout.vocab_parallel or layout.pp > 1:
+    if not (fsdp or tp) or layout.pp > 1:
         raise AccountingError(
             "the allocator measurement of a layout covers FSDP2 (--zero 2 or 3, dp > 1) and tensor parallel (with or "
-            "without --sp, alone or under FSDP2): not DDP, ZeRO-1, vocab or pipeline parallel"
+            "without --sp and --vocab-parallel, alone or under FSDP2): not DDP, ZeRO-1 or pipeline parallel"
         )
     if not 0 <= rank < layout.world:
         raise AccountingError(f"rank {rank} is outside the world of {layout.world}")
@@ -361,9 +361,19 @@ def measure_rank_plain(
     init_optimizer_state(opt)
     inputs = random_tokens(cfg, batch, seq, device=device, seed=0)
     targets = random_tokens(cfg, batch, seq, device=device, seed=1)
-    if device == "cuda":
-        return measure_training_step_cuda(model, inputs, targets, cross_entropy, optimizer=opt)
-    return measure_training_step_plain(model, inputs, targets, cross_entropy, opt)
+    loss_fn = vocab_parallel_cross_entropy if layout.vocab_parallel else cross_entropy
+    with _loss_parallel(layout):
+        if device == "cuda":
+            return measure_training_step_cuda(model, inputs, targets, loss_fn, optimizer=opt)
+        return measure_training_step_plain(model, inputs, targets, loss_fn, opt)
+
+
+def _loss_parallel(layout: ParallelLayout):
+    """Vocab parallel: the loss and its backward under ``loss_parallel()`` (the sharded logits' own
+    cross-entropy); a null context otherwise."""
+    from torch.distributed.tensor.parallel import loss_parallel
+
+    return loss_parallel() if layout.vocab_parallel else contextlib.nullcontext()
 
 
 def _run_rank(cfg, seq, batch, setup, layout, rank, comm_debug, model, dp_mesh, tracker, dev, mode):
