@@ -3,9 +3,8 @@
 Candidates: every GPU count W in the range that is a power of two (and the range's ends), every
 tp in {1, 2, 4, 8} (within one 8-GPU node, dividing the heads, kv heads and d_ff), pp a power of
 two up to 8 and the layers, dp = W / (tp·pp), ZeRO stage 0–3, sequence parallel with tp, vocab parallel
-with tp and without pp (an untied model; torchtitan's loss-parallel head: its pipeline stages are not
-replayed), checkpointing none/full/selective, micro-batch b a power of two dividing the sequences per
-data-parallel rank.
+with tp (an untied model; torchtitan's loss-parallel head), checkpointing none/full/selective,
+micro-batch b a power of two dividing the sequences per data-parallel rank.
 Setup: fused attention (sdpa), amp-bf16, foreach AdamW.  Memory per GPU is ``analytic.parallel``
 (the worst rank, plain run) plus the allowance; a candidate fits when that is <= the GPU's memory.
 
@@ -22,9 +21,10 @@ the floored candidates that might hold the smallest need are replayed for the me
 Step time (one optimizer step, k = sequences per dp rank / b micro-batches):
 
 1. compute = k · hardware FLOPs per micro-batch per GPU (``rank_flops``: the TP-local model's, the LM
-   head's Vl rows under vocab parallel; recompute included) / (peak bf16 · u),
+   head's Vl rows under vocab parallel, the busiest expert-parallel rank's experts; recompute included)
+   / (peak bf16 · u),
    with u the stated utilisation (``--mfu``, applied to the FLOPs that run); under pp the busiest
-   stage's k micro-batches (``stage_flops``: stage 0, the most blocks, or the last, the LM head), and the
+   stage's k micro-batches (``rank_flops`` of stage 0, the most blocks, or the last, the LM head), and the
    1F1B bubble multiplies it by (k + pp − 1) / k;
 2. TP/SP collectives (per micro-batch, on the critical path, NOT overlapped): wire bytes / the
    GPU's NVLink bandwidth one way;
@@ -53,11 +53,15 @@ refused: the replay does not model it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, ClassVar
 
-from .analytic.collectives import step_collectives, wire_bytes
-from .analytic.parallel import local_config, peaks_exact, rank_floor, rank_flops, rank_step, stage_flops
+from .analytic.collectives import (
+    data_parallel_collectives,
+    pipeline_collectives,
+    tensor_parallel_parts,
+    wire_bytes,
+)
+from .analytic.parallel import peaks_exact, rank_floor, rank_flops, rank_step
 from .analytic.parallel_report import not_modelled
 from .analytic.pipeline import pipeline_stages, stage_floor
 from .config import AccountingError, ModelConfig
@@ -185,55 +189,94 @@ def _seconds(bytes_: int, bw: int) -> float:
     return bytes_ / bw if bytes_ else 0.0
 
 
-@lru_cache(maxsize=4096)
-def _hardware_flops(cfg: ModelConfig, seq: int, b: int, setup: TrainingSetup, tp: int, vp: bool) -> int:
-    """One rank's micro-batch FLOPs without pipeline parallel (``rank_flops``: the TP-local model's, its LM
-    head's Vl rows under vocab parallel), the same for every data-parallel degree."""
-    return rank_flops(cfg, seq, b, setup, ParallelLayout(tp=tp, vocab_parallel=vp)).hardware
-
-
 def _peak(cfg, seq, b, setup, lay) -> int:
     if lay.pp > 1:
         return pipeline_stages(cfg, seq, b, setup, lay, with_traced=False)[1].peak
     return rank_step(cfg, seq, b, setup, lay, mode="plain")[0].peak
 
 
-def _wire(cfg, seq, b, setup, lay, k) -> tuple[int, int, int, int]:
-    """Wire bytes of one step by group (dp, tp, pp, ep): TP and EP per micro-batch, k times; without pp the
-    FSDP2 all-gathers k times and the reduction once; under pp a stage's collectives are counted per step
-    (collectives rules 8–10), each group's the busiest stage's."""
-    stages = sorted({0, min(1, lay.pp - 1), lay.pp - 1})  # a middle stage has two pipeline neighbours
-    best = [0, 0, 0, 0]
-    for s in stages:
+class _Pricing:
+    """One plan's step times (module docstring, steps 1–4), none needing the per-GPU peak.  Its model,
+    context, attention kernel and optimizer are fixed, so each part is cached on the few fields it reads:
+    thousands of candidates share them (the compute across dp, ZeRO and SP; TP's collectives across dp,
+    ZeRO and the micro-batch count; dp's across SP, checkpointing and, without pp, the micro-batch count)."""
+
+    def __init__(self, cfg: ModelConfig, seq: int, g: GPU, mfu: float, internode: int):
+        self.cfg, self.seq, self.g, self.rate, self.internode = cfg, seq, g, g.peak_flops("bf16") * mfu, internode
+        self.cache: dict = {}
+
+    def _get(self, key, build, *args):
+        got = self.cache.get(key)
+        if got is None:
+            got = self.cache[key] = build(*args)
+        return got
+
+    def step_times(self, b, setup, lay) -> tuple[float, float, float, float, float]:
+        """(compute, data-parallel, tensor-parallel, pipeline, expert-parallel) seconds of one step."""
+        k, ck = lay.micro_batches, setup.checkpoint
+        key = ("flops", b, setup.precision, ck, lay.tp, lay.vocab_parallel, lay.pp, lay.ep)
+        compute = self._get(key, self._micro_batch_flops, b, setup, lay) * (k + lay.pp - 1) / self.rate
+        nvlink = self.g.interconnect_one_way
+        dp_link = nvlink if lay.world <= GPUS_PER_NODE else self.internode
+        ep_link = nvlink if lay.ep <= GPUS_PER_NODE else self.internode  # an ep group: consecutive ranks
+        dp, tp, pp, ep = self._wire(b, setup, lay)
+        return compute, _seconds(dp, dp_link), _seconds(tp, nvlink), _seconds(pp, dp_link), _seconds(ep, ep_link)
+
+    def _micro_batch_flops(self, b, setup, lay) -> int:
+        """Step 1's FLOPs of one micro-batch (``rank_flops``: the TP-local model's, the head's Vl rows under
+        vocab parallel; the busiest rank's experts under expert parallel); under pp the busiest stage's, whose k
+        micro-batches take k + pp − 1 slots of the 1F1B schedule (its bubble), so the step's compute is
+        (k + pp − 1) times it (k times without pp).  The same for every data-parallel degree."""
+        one = ParallelLayout(tp=lay.tp, vocab_parallel=lay.vocab_parallel, pp=lay.pp, micro_batches=lay.pp)
+        if lay.ep > 1:  # expert parallel borrows its ranks from dp, under FSDP2
+            one = ParallelLayout(dp=lay.ep, zero=3, ep=lay.ep)
+        stages = (0, lay.pp - 1) if lay.pp > 1 else (None,)
+        ranks = range(lay.ep)  # expert parallel: the rank whose experts receive the most rows
+        f = max(rank_flops(self.cfg, self.seq, b, setup, one, r, s).hardware for s in stages for r in ranks)
+        return f // lay.pp
+
+    def _wire(self, b, setup, lay) -> tuple[int, int, int, int]:
+        """Wire bytes of one step by group (dp, tp, pp, ep): TP and EP per micro-batch, k times; without pp
+        the FSDP2 all-gathers k times and the reduction once; under pp a stage's collectives are counted
+        per step (collectives rules 8–10), each group's the busiest stage's."""
+        stages = sorted({0, min(1, lay.pp - 1), lay.pp - 1})  # a middle stage has two pipeline neighbours
+        k, ck = lay.micro_batches, setup.checkpoint
+        m = k if lay.pp > 1 else 1  # the collectives read m under pp only
+        moe = (b, ck) if lay.ep > 1 else None  # the all-to-alls read the micro-batch and the checkpointing
         dp = tp = pp = ep = 0
-        for c in step_collectives(cfg, seq, b, setup, lay, stage=s):
-            if c.group == "tp":  # per micro-batch; under pp the step's already (rule 10)
-                tp += (1 if lay.pp > 1 else k) * wire_bytes(c, lay.tp)
-            elif c.group == "pp":
-                pp += wire_bytes(c, 2)
-            elif c.group == "ep":
-                ep += k * wire_bytes(c, lay.ep)
+        for s in stages:
+            if lay.dp > 1:  # they read neither sequence parallel nor the checkpointing, nor k without pp
+                key = ("dp", setup.precision, lay.dp, lay.zero, lay.tp, lay.vocab_parallel, lay.pp, m, lay.ep, moe, s)
+                d, e = self._get(key + (k,), self._data_parallel_wire, key, b, setup, lay, s)
+                dp, ep = max(dp, d), max(ep, e)
+            if lay.tp > 1:  # they read whether FSDP2 runs, not dp or its ZeRO stage; m scales each micro-batch's
+                key = ("tp", b, setup.precision, ck, lay.tp, lay.sequence_parallel, lay.vocab_parallel, lay.pp)
+                key += (lay.fsdp, s)
+                tp = max(tp, self._get(key + (m,), self._tensor_parallel_wire, key, b, setup, lay, s, m))
+            if lay.pp > 1:
+                key = ("pp", b, setup.precision, lay.tp, lay.sequence_parallel, lay.fsdp, lay.pp, m, s)
+                pp = max(pp, self._get(key, self._pipeline_wire, b, setup, lay, s))
+        return dp, tp * (1 if lay.pp > 1 else k), pp, ep  # TP per micro-batch; under pp the step's already
+
+    def _tensor_parallel_wire(self, key, b, setup, lay, s, m) -> int:
+        """Stage ``s``'s TP wire bytes: one micro-batch's collectives m times, the norms' once."""
+        each, once = self._get(key, tensor_parallel_parts, self.cfg, self.seq, b, setup, lay, s)
+        return sum(wire_bytes(c, lay.tp, m) for c in each) + sum(wire_bytes(c, lay.tp) for c in once)
+
+    def _pipeline_wire(self, b, setup, lay, s) -> int:
+        return sum(wire_bytes(c, 2) for c in pipeline_collectives(self.cfg, self.seq, b, setup, lay, s))
+
+    def _data_parallel_wire(self, key, b, setup, lay, s) -> tuple[int, int]:
+        """(data-parallel, expert-parallel) wire bytes of stage ``s``'s step: without pp the FSDP2
+        all-gathers and the all-to-alls k times."""
+        dp = ep = 0
+        for c in self._get(key, data_parallel_collectives, self.cfg, self.seq, b, setup, lay, False, 0, s):
+            if c.group == "ep":
+                ep += lay.micro_batches * wire_bytes(c, lay.ep)
             else:  # "dp", or "dp/ep" (the expert units)
                 n = lay.dp // lay.ep if c.group == "dp/ep" else lay.dp
-                dp += (k if c.kind == "all_gather" and lay.pp == 1 else 1) * wire_bytes(c, n)
-        best = [max(x, y) for x, y in zip(best, (dp, tp, pp, ep), strict=True)]
-    return tuple(best)
-
-
-def _step_times(cfg, seq, b, k, setup, lay, g: GPU, mfu, internode) -> tuple[float, float, float, float, float]:
-    """(compute, data-parallel, tensor-parallel, pipeline, expert-parallel) seconds of one step (the module
-    docstring's steps 1–4); none needs the per-GPU peak."""
-    rate = g.peak_flops("bf16") * mfu
-    if lay.pp > 1:  # the busiest stage's k micro-batches, times the 1F1B bubble
-        busiest = max(stage_flops(local_config(cfg, lay), seq, b, setup, lay, s).hardware for s in (0, lay.pp - 1))
-        compute = busiest / rate * (k + lay.pp - 1) / k
-    else:
-        compute = k * _hardware_flops(cfg, seq, b, setup, lay.tp, lay.vocab_parallel) / rate
-    nvlink = g.interconnect_one_way
-    dp_link = nvlink if lay.world <= GPUS_PER_NODE else internode
-    ep_link = nvlink if lay.ep <= GPUS_PER_NODE else internode  # an ep group: consecutive ranks
-    dp, tp, pp, ep = _wire(cfg, seq, b, setup, lay, k)
-    return compute, _seconds(dp, dp_link), _seconds(tp, nvlink), _seconds(pp, dp_link), _seconds(ep, ep_link)
+                dp += (lay.micro_batches if c.kind == "all_gather" and lay.pp == 1 else 1) * wire_bytes(c, n)
+        return dp, ep
 
 
 def _need(cfg, seq, b, setup, lay, g: GPU, allowance, exact: bool = False) -> tuple[int, bool]:
@@ -279,16 +322,17 @@ def plan(
         )
     sequences = global_batch_tokens // seq
     pending, evaluated_ep = [], False  # every candidate, with its step times: ranked before any replay
+    pricing = _Pricing(cfg, seq, g, mfu, internode_bw)
+    setups = [TrainingSetup(attention="sdpa", checkpoint=ck, precision="amp-bf16") for ck in CHECKPOINTS]
     for family in _families(cfg, seq, gpus, sequences):
         per_rank = sequences // family["dp"]
         for b in _micro_batches(per_rank, family["pp"]):
             lay = ParallelLayout(**family, micro_batches=per_rank // b)
-            for ck in CHECKPOINTS:
-                setup = TrainingSetup(attention="sdpa", checkpoint=ck, precision="amp-bf16")
+            for setup in setups:
                 if lay.ep > 1 and not_modelled(cfg, seq, setup):
                     continue  # expert parallel is planned where the replay models it
                 evaluated_ep = evaluated_ep or lay.ep > 1
-                times = _step_times(cfg, seq, b, lay.micro_batches, setup, lay, g, mfu, internode_bw)
+                times = pricing.step_times(b, setup, lay)
                 step = step_seconds(*times)
                 pending.append((step * lay.world, step, len(pending), b, setup, lay, times))
     if not pending:
@@ -358,7 +402,7 @@ def _families(cfg: ModelConfig, seq: int, gpus: tuple[int, int], sequences: int)
                 dp = w // (tp * pp)
                 for zero in ((0, 1, 2, 3) if dp > 1 else (0,)) if sequences % dp == 0 else ():
                     for sp in (False, True) if tp > 1 and seq % tp == 0 else (False,):
-                        for vp in (False, True) if tp > 1 and pp == 1 and not cfg.tie_embeddings else (False,):
+                        for vp in (False, True) if tp > 1 and not cfg.tie_embeddings else (False,):
                             for ep in _expert_degrees(cfg, dp, zero):
                                 yield {
                                     "dp": dp, "zero": zero, "tp": tp, "sequence_parallel": sp, "vocab_parallel": vp,

@@ -209,8 +209,30 @@ def test_the_best_found_first_are_the_best_of_all():
             for ck in CHECKPOINTS:
                 setup = TrainingSetup(attention="sdpa", checkpoint=ck, precision="amp-bf16")
                 need = pl._peak(cfg, 32, b, setup, lay) + allowance
-                step = pl.step_seconds(*pl._step_times(cfg, 32, b, lay.micro_batches, setup, lay, h100, 0.4, 50e9))
+                step = pl.step_seconds(*pl._Pricing(cfg, 32, h100, 0.4, 50e9).step_times(b, setup, lay))
                 if need <= h100.memory_bytes:
                     fits.append((step * lay.world, step, len(fits), lay, ck, b, need))
     assert [f[3:] for f in sorted(fits)] == [(c.layout, c.checkpoint, c.micro_batch, c.per_gpu) for c in every.ranked]
     assert any(c.layout.vocab_parallel for c in every.ranked)
+
+
+def test_expert_parallel_compute_is_the_busiest_ranks():
+    """Step 1 under expert parallel: the rank whose experts receive the most rows sets the step (6 experts,
+    2 a token, over 2 ep ranks: the deterministic routing splits the rows unevenly), not the model's even
+    share, which the planner priced before."""
+    from lm_accounting.analytic.parallel import rank_flops
+    from lm_accounting.layout import ParallelLayout
+    from lm_accounting.plan import _Pricing
+    from lm_accounting.setup import TrainingSetup
+
+    moe = dataclasses.replace(SMALL, num_experts=6, experts_per_token=2, name="small-moe")
+    lay, setup, h100 = (
+        ParallelLayout(dp=4, zero=3, ep=2, micro_batches=2),
+        TrainingSetup(precision="amp-bf16"),
+        gpu("h100-80gb"),
+    )
+    per_rank = [rank_flops(moe, 32, 1, setup, lay, r).hardware for r in range(2)]
+    even = rank_flops(moe, 32, 1, setup, ParallelLayout(dp=4, zero=3)).hardware
+    assert min(per_rank) < even < max(per_rank)
+    compute = _Pricing(moe, 32, h100, 0.4, 50e9).step_times(1, setup, lay)[0]
+    assert compute == 2 * max(per_rank) / (h100.peak_flops("bf16") * 0.4)

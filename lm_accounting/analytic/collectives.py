@@ -71,8 +71,8 @@ dtype (fp32 under amp-bf16).  Per layout (checked against the fake-PG run in tes
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 from ..config import ModelConfig
 from ..layout import ParallelLayout
@@ -84,8 +84,7 @@ DDP_FIRST_BUCKET = 1024 * 1024  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
 DDP_BUCKET = 25 * 1024 * 1024  # DistributedDataParallel(bucket_cap_mb=25)
 
 
-@dataclass(frozen=True)
-class Collective:
+class Collective(NamedTuple):  # a tuple: the planner makes tens of thousands
     kind: str  # all_gather, reduce_scatter, all_reduce, broadcast, send_recv
     phase: str  # forward, backward, optimizer_step
     group: str  # dp, tp, pp
@@ -94,15 +93,16 @@ class Collective:
     formula: str
 
 
-def wire_bytes(c: Collective, n: int) -> int:
-    """Bytes one rank sends for ``c`` in a ring over n ranks (module docstring)."""
+def wire_bytes(c: Collective, n: int, times: int = 1) -> int:
+    """Bytes one rank sends for ``c`` repeated ``times`` times (its payload times that) in a ring over n
+    ranks (module docstring)."""
     if n <= 1:
         return 0
     if c.kind in ("all_gather", "reduce_scatter", "all_to_all"):
-        return c.payload * (n - 1) // n
+        return times * c.payload * (n - 1) // n
     if c.kind == "all_reduce":
-        return 2 * c.payload * (n - 1) // n
-    return c.payload
+        return 2 * times * c.payload * (n - 1) // n
+    return times * c.payload
 
 
 def ddp_bucket_count(sizes: list[int]) -> int:
@@ -135,44 +135,91 @@ def step_collectives(
 ) -> list[Collective]:
     """Every collective of one step on data-parallel rank ``rank`` of pipeline stage ``stage`` (rules of
     the module docstring; only expert parallel's all-to-alls depend on the rank, the first is the worst;
-    rules 8–10 and DDP's buckets on the stage); ``first_step``: DDP's first step, with its single bucket."""
+    rules 8–10 and DDP's buckets on the stage); ``first_step``: DDP's first step, with its single bucket.
+    The data-parallel, tensor-parallel and pipeline groups' in turn (``plan`` prices each on its own)."""
+    out = data_parallel_collectives(cfg, seq, batch, setup, layout, first_step, rank, stage) if layout.dp > 1 else []
+    if layout.tp > 1:
+        out += tensor_parallel_collectives(cfg, seq, batch, setup, layout, stage)
+    return out + pipeline_collectives(cfg, seq, batch, setup, layout, stage)
+
+
+def data_parallel_collectives(
+    cfg: ModelConfig,
+    seq: int,
+    batch: int,
+    setup: TrainingSetup,
+    layout: ParallelLayout,
+    first_step: bool = False,
+    rank: int = 0,
+    stage: int = 0,
+) -> list[Collective]:
+    """Rules 1, 2, 6, 7 and 9 (``step_collectives``): over the data-parallel ranks (dp > 1).  They read
+    neither sequence parallel nor (but the all-to-alls) the batch: ``plan`` caches them so."""
     out: list[Collective] = []
     e = 2 if setup.param_dtype == "bf16" else 4
-    L, T, d = cfg.num_layers, batch * seq, cfg.d_model
     where = (layout.pp, stage) if layout.pp > 1 else None
-    if layout.dp > 1:
-        st = model_states(cfg, setup, layout, stage=stage if where else None)
-        if layout.fsdp:
-            units, passes = L + 1, (1, 1)
-            if where:  # rule 9: the stage's units, gathered as often as the schedule finds them sharded
-                units, passes = stage_units(cfg, layout, stage), sharded_passes(layout, stage)
-            gathered = st.unsharded_all - st.unsharded_experts
-            out += _fsdp_collectives(units, gathered, "dp", "", setup, layout, passes)
-            if 1 < layout.ep < layout.dp:  # rule 6: the expert units over dp/ep
-                out += _fsdp_collectives(cfg.moe_layers, st.unsharded_experts, "dp/ep", " (experts)", setup, layout)
-            if layout.ep > 1:
-                out += _all_to_alls(cfg, seq, batch, setup, layout, rank)
-        else:
-            params, buckets, total = _ddp_buckets(cfg, layout.tp, layout.vocab_parallel, where, e)
-            n = 1 if first_step else buckets
-            out.append(Collective("all_reduce", "backward", "dp", n, total, "gradient buckets, Σ n·e"))
-            if cfg.positions == "rope":
-                rope = 2 * cfg.context_length * (cfg.rope_dim // 2) * 4
-                out.append(Collective("broadcast", "forward", "dp", 1, rope, "module buffers (RoPE tables)"))
-            if layout.zero == 1:
-                out.append(Collective("broadcast", "optimizer_step", "dp", params, total, "updated parameters, Σ n·e"))
-    if layout.tp > 1:
-        out += _tp_collectives(cfg, T, setup, layout, stage)
-    if layout.tp > 1 and layout.vocab_parallel:
-        out += _vocab_parallel_collectives(T, d, e, setup, layout, stage)
-    if layout.pp > 1:  # rule 8
-        h = 2 if layout.fsdp and setup.autocast else e  # the residual stream's bytes (rule 5)
-        T = T // layout.tp if layout.sequence_parallel else T  # sequence parallel: S/M positions cross
-        n = layout.micro_batches * (1 if stage in (0, layout.pp - 1) else 2)  # neighbours: one at either end
-        what = "m" if n == layout.micro_batches else "2m (two neighbours)"
-        out.append(Collective("send_recv", "forward", "pp", n, n * T * d * h, f"{what} × T·d·h, hidden states"))
-        out.append(Collective("send_recv", "backward", "pp", n, n * T * d * h, f"{what} × T·d·h, their gradients"))
+    st = model_states(cfg, setup, layout, stage=stage if where else None)
+    if layout.fsdp:
+        units, passes = cfg.num_layers + 1, (1, 1)
+        if where:  # rule 9: the stage's units, gathered as often as the schedule finds them sharded
+            units, passes = stage_units(cfg, layout, stage), sharded_passes(layout, stage)
+        gathered = st.unsharded_all - st.unsharded_experts
+        out += _fsdp_collectives(units, gathered, "dp", "", setup, layout, passes)
+        if 1 < layout.ep < layout.dp:  # rule 6: the expert units over dp/ep
+            out += _fsdp_collectives(cfg.moe_layers, st.unsharded_experts, "dp/ep", " (experts)", setup, layout)
+        if layout.ep > 1:
+            out += _all_to_alls(cfg, seq, batch, setup, layout, rank)
+        return out
+    params, buckets, total = _ddp_buckets(cfg, layout.tp, layout.vocab_parallel, where, e)
+    n = 1 if first_step else buckets
+    out.append(Collective("all_reduce", "backward", "dp", n, total, "gradient buckets, Σ n·e"))
+    if cfg.positions == "rope":
+        rope = 2 * cfg.context_length * (cfg.rope_dim // 2) * 4
+        out.append(Collective("broadcast", "forward", "dp", 1, rope, "module buffers (RoPE tables)"))
+    if layout.zero == 1:
+        out.append(Collective("broadcast", "optimizer_step", "dp", params, total, "updated parameters, Σ n·e"))
     return out
+
+
+def tensor_parallel_collectives(
+    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, stage: int = 0
+) -> list[Collective]:
+    """Rules 3, 4, 7 and 10 (``step_collectives``): over the TP ranks (tp > 1), ``tensor_parallel_parts``
+    with each micro-batch's m times under pipeline parallel (rule 10)."""
+    each, once = tensor_parallel_parts(cfg, seq, batch, setup, layout, stage)
+    m = layout.micro_batches if layout.pp > 1 else 1
+    return [c._replace(count=m * c.count, payload=m * c.payload) for c in each] + once
+
+
+def tensor_parallel_parts(
+    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, stage: int = 0
+) -> tuple[list[Collective], list[Collective]]:
+    """(one micro-batch's, once a step's) TP collectives (rules 3, 4, 7; the norms' once a step).  They read
+    neither the micro-batch count nor the data-parallel layout but whether FSDP2 runs: ``plan`` caches
+    them so."""
+    T = batch * seq
+    each, once = _tp_collectives(cfg, T, setup, layout, stage)
+    if layout.vocab_parallel:
+        e = 2 if setup.param_dtype == "bf16" else 4
+        each += _vocab_parallel_collectives(T, cfg.d_model, e, setup, layout, stage)
+    return each, once
+
+
+def pipeline_collectives(
+    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, stage: int = 0
+) -> list[Collective]:
+    """Rule 8 (``step_collectives``): stage ``stage``'s sends and receives (none without pp)."""
+    if layout.pp == 1:
+        return []
+    e = 2 if setup.param_dtype == "bf16" else 4
+    h = 2 if layout.fsdp and setup.autocast else e  # the residual stream's bytes (rule 5)
+    T, d = batch * seq // (layout.tp if layout.sequence_parallel else 1), cfg.d_model  # SP: S/M positions cross
+    n = layout.micro_batches * (1 if stage in (0, layout.pp - 1) else 2)  # neighbours: one at either end
+    what = "m" if n == layout.micro_batches else "2m (two neighbours)"
+    return [
+        Collective("send_recv", "forward", "pp", n, n * T * d * h, f"{what} × T·d·h, hidden states"),
+        Collective("send_recv", "backward", "pp", n, n * T * d * h, f"{what} × T·d·h, their gradients"),
+    ]
 
 
 def _fsdp_collectives(
@@ -199,29 +246,29 @@ def _fsdp_collectives(
     return out
 
 
-def _tp_collectives(cfg: ModelConfig, T: int, setup: TrainingSetup, layout: ParallelLayout, stage: int) -> list:
-    """Rules 3 and 4 (rule 10 under pipeline parallel: the stage's blocks, the LM head's input gather on
-    the last stage, the embedding gradient's on stage 0, each micro-batch's; the norms' once a step)."""
+def _tp_collectives(cfg: ModelConfig, T: int, setup: TrainingSetup, layout: ParallelLayout, stage: int) -> tuple:
+    """Rules 3 and 4: (one micro-batch's, once a step's: the norms') (rule 10 under pipeline parallel: the
+    stage's blocks, the LM head's input gather on the last stage, the embedding gradient's on stage 0)."""
     e = 2 if setup.param_dtype == "bf16" else 4
     a = 2 if setup.autocast else e
     d, recompute = cfg.d_model, setup.checkpoint != "none"
-    L, head, emb, m = cfg.num_layers, 1, 1, 1
+    L, head, emb = cfg.num_layers, 1, 1
     if layout.pp > 1:
         L = len(stage_layers(cfg.num_layers, layout.pp, stage))
-        head, emb, m = int(stage == layout.pp - 1), int(stage == 0), layout.micro_batches
+        head, emb = int(stage == layout.pp - 1), int(stage == 0)
     act, full = T * d * a, T * d * e
     if layout.fsdp and setup.autocast:  # rule 5: bf16 parameters, so a bf16 residual stream
         full = T * d * 2
-    tp = lambda kind, phase, n, payload, text="": Collective(kind, phase, "tp", m * n, m * payload, text)
+    tp = lambda kind, phase, n, payload, text="": Collective(kind, phase, "tp", n, payload, text)
     if not layout.sequence_parallel:
         n = 5 * L + (L if recompute else 0)
         return [
             tp("all_reduce", "forward", 2 * L, 2 * L * act, "2L × T·d·a"),
             tp("all_reduce", "backward", n, 5 * L * full + (L * act if recompute else 0)),
-        ]
+        ], []
     ag = 2 * L * act + emb * full + (2 * L * full if recompute else 0)
     rs = 2 * L * full + (L * act if recompute else 0)
-    out = [
+    each = [
         tp("all_gather", "forward", 2 * L + head, (2 * L + head) * full, f"(2L{'+1' if head else ''}) × T·d·e"),
         tp("reduce_scatter", "forward", 2 * L, 2 * L * act, "2L × T·d·a"),
         tp("all_gather", "backward", 2 * L + emb + (2 * L if recompute else 0), ag),
@@ -231,14 +278,12 @@ def _tp_collectives(cfg: ModelConfig, T: int, setup: TrainingSetup, layout: Para
     if layout.fsdp:  # FSDP2 reduces each Partial norm gradient once, in its post-backward
         # in the all-gather dtype; beside pp the gradients it reduces are the fp32 sums (rule 9)
         g = 2 if setup.autocast and layout.pp == 1 else e
-        out.append(
-            Collective("all_reduce", "backward", "tp", norms, norms * d * g, f"(2L{'+1' if head else ''}) × d·g")
-        )
-    else:  # AdamW redistributes each Partial gradient where it reads it: lerp_(m, g), addcmul_(v, g, g); fused once
-        k = 1 if setup.optimizer == "fused" else 3
-        label = f"{k}(2L{'+1' if head else ''}) × d·e"
-        out.append(Collective("all_reduce", "optimizer_step", "tp", k * norms, k * norms * d * e, label))
-    return out
+        label = f"(2L{'+1' if head else ''}) × d·g"
+        return each, [Collective("all_reduce", "backward", "tp", norms, norms * d * g, label)]
+    # AdamW redistributes each Partial gradient where it reads it: lerp_(m, g), addcmul_(v, g, g); fused once
+    k = 1 if setup.optimizer == "fused" else 3
+    label = f"{k}(2L{'+1' if head else ''}) × d·e"
+    return each, [Collective("all_reduce", "optimizer_step", "tp", k * norms, k * norms * d * e, label)]
 
 
 def stage_units(cfg: ModelConfig, layout: ParallelLayout, stage: int) -> int:
@@ -277,19 +322,17 @@ def _all_to_alls(
 def _vocab_parallel_collectives(
     T: int, d: int, e: int, setup: TrainingSetup, layout: ParallelLayout, stage: int = 0
 ) -> list[Collective]:
-    """Rule 7: the row-wise embedding's output, the loss's three all-reduces, the LM head's input gradient
-    (in the residual stream's dtype: bf16 under FSDP2's amp-bf16 policy, rule 5); beside pipeline parallel
-    each micro-batch's, the embedding's on stage 0, the loss's and the head's on the last (rule 10)."""
+    """Rule 7, one micro-batch's: the row-wise embedding's output, the loss's three all-reduces, the LM
+    head's input gradient (in the residual stream's dtype: bf16 under FSDP2's amp-bf16 policy, rule 5);
+    beside pipeline parallel the embedding's on stage 0, the loss's and the head's on the last (rule 10)."""
     xe = 2 if setup.param_dtype == "bf16" else 4  # the logits the loss reads (amp-bf16: ``logits.float()``)
     h = 2 if layout.fsdp and setup.autocast else e
     kind = "reduce_scatter" if layout.sequence_parallel else "all_reduce"
-    m, first, last = (layout.micro_batches, stage == 0, stage == layout.pp - 1) if layout.pp > 1 else (1, True, True)
-    out = [Collective(kind, "forward", "tp", m, m * T * d * h, "embedding output, T·d·h")] if first else []
+    first, last = (stage == 0, stage == layout.pp - 1) if layout.pp > 1 else (True, True)
+    out = [Collective(kind, "forward", "tp", 1, T * d * h, "embedding output, T·d·h")] if first else []
     if last:
-        out.append(
-            Collective("all_reduce", "forward", "tp", 3 * m, m * T * (8 + xe), "loss: row max, Σ exp, target logit")
-        )
-        out.append(Collective(kind, "backward", "tp", m, m * T * d * h, "LM head input gradient, T·d·h"))
+        out.append(Collective("all_reduce", "forward", "tp", 3, T * (8 + xe), "loss: row max, Σ exp, target logit"))
+        out.append(Collective(kind, "backward", "tp", 1, T * d * h, "LM head input gradient, T·d·h"))
     return out
 
 
