@@ -596,8 +596,7 @@ def _for_loop_numels(cfg: ModelConfig, layout: ParallelLayout, rank: int, stage:
     if layout.zero == 1 and layout.dp > 1:
         owners = zero1_owners(numels, layout.dp)
         return (tuple(sorted((n for n, o in zip(numels, owners, strict=True) if o == rank), reverse=True)),)
-    kinds = [_is_dtensor(p, layout) for p in params]
-    return tuple(tuple(n for n, k in zip(numels, kinds, strict=True) if k == kind) for kind in (True, False))
+    return _tp_group_numels(layout, params)
 
 
 def _is_dtensor(p: ParamShape, layout: ParallelLayout) -> bool:
@@ -636,14 +635,15 @@ def step_counter_bytes(
 def _tp_groups(cfg: ModelConfig, tp: int, sp: bool, vp: bool, stage: tuple[int, int] | None) -> tuple[int, int]:
     """Elements of a TP rank's (DTensor, plain) parameter groups (``stage``: (P, s), that stage's)."""
     layout = ParallelLayout(tp=tp, sequence_parallel=sp, vocab_parallel=vp)
-    dtensor = plain = 0
-    for p in _params(cfg, stage):
-        rows, cols = local_shape(p, layout)
-        if _is_dtensor(p, layout):
-            dtensor += rows * cols
-        else:
-            plain += rows * cols
-    return dtensor, plain
+    dtensor, plain = _tp_group_numels(layout, _params(cfg, stage))
+    return sum(dtensor), sum(plain)
+
+
+def _tp_group_numels(layout: ParallelLayout, params) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The local elements of each of ``params`` in the TP rank's (DTensor, plain) parameter groups
+    (``measure.parallelize.param_groups``), in ``model.parameters()`` order."""
+    numels = [(r * c, _is_dtensor(p, layout)) for p in params for r, c in (local_shape(p, layout),)]
+    return tuple(n for n, d in numels if d), tuple(n for n, d in numels if not d)
 
 
 def rank_step(
