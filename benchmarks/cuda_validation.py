@@ -1,12 +1,17 @@
 """Predicted vs measured on a real CUDA GPU: what a user's plain run allocates, FLOPs and step time.
 
-    python benchmarks/cuda_validation.py [--out reports/cuda] [--quick]
+    python benchmarks/cuda_validation.py [--out reports/cuda] [--quick] [--only memory,parallel] [--part 0/4]
+    python benchmarks/cuda_validation.py --merge DIR [DIR ...] --out reports/cuda
 
-Needs a CUDA GPU (one line and exit 2 without one).  Every prediction is the *plain* run (no
-dispatch mode: ``mode="plain"``, ``device="cuda"``); every memory measurement is the bytes the
-program's tensors requested from the caching allocator (``requested_bytes``) less the cuBLAS/cuBLASLt
-workspaces, which are measured on their own (``torch._C._cuda_clearCublasWorkspaces()``) and shown in
-a separate column with the allocator's rounding (peak allocated − peak requested), never folded in:
+Needs a CUDA GPU (one line and exit 2 without one).  Sections are independent: each process has its
+own caching allocator and counters, so several can share one GPU (``--only``/``--part``, each with its
+own ``--out``; ``benchmarks/cuda_run.sh`` does so) and ``--merge`` joins their CSVs into one set.  Timing
+runs alone: it is a speed.
+
+Every prediction is the *plain* run (no dispatch mode: ``mode="plain"``, ``device="cuda"``); every
+memory measurement is the bytes the program's tensors requested from the caching allocator
+(``requested_bytes``) less the cuBLAS/cuBLASLt workspaces, which are measured on their own
+(``torch._C._cuda_clearCublasWorkspaces()``) and shown in a separate column with the allocator's rounding (peak allocated − peak requested), never folded in:
 
 1. ``memory.csv``: one training step per model × setup: ``memory_account(..., device="cuda").step``
    against ``measure_training_step_cuda`` per phase (peak and end).
@@ -15,8 +20,9 @@ a separate column with the allocator's rounding (peak allocated − peak request
    forward and the setup's hardware FLOPs.
 3. ``inference.csv``: ``measure_inference(infer(...), "cuda")``: prefill/decode FLOPs, KV-cache bytes
    and peaks.
-4. ``fsdp.csv``: rank 0 of an FSDP2 job on the fake process group with CUDA tensors (the real
-   ``fully_shard`` code on CUDA streams) against ``rank_step(..., "plain", device="cuda")``.
+4. ``parallel.csv``: rank 0 of FSDP2, TP (+SP, +vocab parallel) and FSDP2 x TP jobs on the fake process
+   group with CUDA tensors (the real ``fully_shard`` / ``parallelize_module`` code on CUDA streams)
+   against ``rank_step(..., "plain", device="cuda")``.
 5. ``timing.csv``: measured step time, tokens/s and model-FLOPs utilisation (MFU) against the GPU
    table's dense bf16 peak: what the planner's ``--mfu`` assumption looks like on this GPU.
 
@@ -45,20 +51,23 @@ from lm_accounting.measure.tracker import ALLOCATOR_ROUNDING, CUBLAS_WORKSPACES
 from lm_accounting.phases import PHASES
 from lm_accounting.setup import TrainingSetup, every_setup
 
-MODELS = (  # (preset, layers override, context, batch): each fits one 80 GB GPU in every setup
-    ("gpt2-small", None, 1024, 4),  # the course model (SwiGLU, RoPE, untied)
-    ("qwen3-0.6b", None, 2048, 2),  # GQA, qk-norm, tied embeddings
-    ("llama-3-8b", 2, 4096, 1),  # Llama-3-8B's blocks and vocabulary, 2 layers
-    ("qwen3-30b-a3b", 2, 1024, 2),  # mixture of experts (128 experts, top-8), 2 layers
-    ("gpt2-small", 2, 8192, 2, 512),  # attention-bound: long context, 512-token vocabulary (the peak is in attention)
+SMALL = {"num_layers": 2, "vocab_size": 512, "d_model": 256, "d_ff": 512}
+MODELS = (  # (preset, context, batch, overrides): each fits one 80 GB GPU in every setup
+    ("gpt2-small", 1024, 4, {}),  # the course model (SwiGLU, RoPE, untied)
+    ("qwen3-0.6b", 2048, 2, {}),  # GQA, qk-norm, tied embeddings
+    ("llama-3-8b", 4096, 1, {"num_layers": 2}),  # Llama-3-8B's blocks and vocabulary, 2 layers
+    ("qwen3-30b-a3b", 1024, 2, {"num_layers": 2}),  # mixture of experts (128 experts, top-8), 2 layers
+    ("gpt2-small", 8192, 2, {"num_layers": 2, "vocab_size": 512}),  # long context, small vocabulary
+    # attention-bound: 16 heads of 128 on d_model 256, so the flash backward's scratch sets the peak
+    ("qwen3-0.6b", 8192, 2, SMALL),  # grouped K/V heads: dK, dV expanded to 16 heads inside the kernel
+    ("qwen3-0.6b", 8192, 2, {**SMALL, "num_kv_heads": 16}),  # the same with one K/V head per query head
 )
-QUICK = (("gpt2-small", 2, 256, 2),)
+QUICK = (("gpt2-small", 256, 2, {"num_layers": 2}),)
+SHORT_FIELDS = {"num_layers": "layers", "vocab_size": "vocab", "num_kv_heads": "kv heads"}
 
 
-def config(name: str, layers: int | None, vocab: int | None = None):
-    cfg = load_config(name)
-    cfg = dataclasses.replace(cfg, num_layers=layers) if layers else cfg
-    return dataclasses.replace(cfg, vocab_size=vocab) if vocab else cfg
+def config(name: str, overrides: dict):
+    return dataclasses.replace(load_config(name), **overrides)
 
 
 def at(cfg, seq: int):
@@ -66,8 +75,17 @@ def at(cfg, seq: int):
     return cfg.with_context(seq)
 
 
-def label(name: str, layers: int | None, vocab: int | None = None) -> str:
-    return name + (f" ({layers} layers)" if layers else "") + (f" (vocab {vocab})" if vocab else "")
+def label(name: str, overrides: dict) -> str:
+    """``llama-3-8b (2 layers)``, ``gpt2-small (2 layers, vocab 512)``: the preset and what was changed."""
+    changed = ", ".join(
+        f"{v} {SHORT_FIELDS[k]}" if k == "num_layers" else f"{SHORT_FIELDS.get(k, k)} {v}" for k, v in overrides.items()
+    )
+    return name + (f" ({changed})" if changed else "")
+
+
+def gpu_key(name: str) -> str:
+    """The GPU table's entry for this device (its dense bf16 peak is the MFU's denominator)."""
+    return "h200" if "H200" in name else "h100-80gb"
 
 
 def env() -> dict:
@@ -106,18 +124,20 @@ def fresh() -> None:
     torch.cuda.reset_peak_memory_stats()
 
 
+PART = (0, 1)  # (k, n): this process runs every n-th point of each section from the k-th (--part k/n)
+
+
+def share(items) -> list:
+    """This process's share of a section's points (``PART``): several processes split one GPU's work."""
+    k, n = PART
+    return [x for i, x in enumerate(items) if i % n == k]
+
+
 def points(models, setups):
-    """(cfg, seq, batch, setup, row) for every model × setup; ``row`` starts the CSV row."""
-    for name, layers, seq, batch, *vocab in models:
-        cfg = at(config(name, layers, *vocab), seq)
-        for setup in setups:
-            yield (
-                cfg,
-                seq,
-                batch,
-                setup,
-                {"model": label(name, layers, *vocab), "context": seq, "batch": batch, "setup": setup.label},
-            )
+    """(cfg, seq, batch, setup, row) for this process's share of model × setup; ``row`` starts the CSV row."""
+    for (name, seq, batch, overrides), setup in share(itertools.product(models, setups)):
+        row = {"model": label(name, overrides), "context": seq, "batch": batch, "setup": setup.label}
+        yield at(config(name, overrides), seq), seq, batch, setup, row
 
 
 def failed(row: dict, exc: Exception) -> dict:
@@ -183,12 +203,12 @@ def inference_rows(quick: bool):
     from lm_accounting.analytic.inference_report import infer
     from lm_accounting.measure.inference import measure_inference
 
-    cases = [("gpt2-small", None, 512, 64, 4, "bf16")]
+    cases = [("gpt2-small", {}, 512, 64, 4, "bf16")]
     if not quick:
-        cases += [("qwen3-0.6b", None, 1024, 128, 8, "bf16"), ("llama-3-8b", 2, 2048, 64, 4, "bf16")]
-    for (name, layers, prompt, gen, batch, w), attention in itertools.product(cases, ("naive", "sdpa")):
-        cfg = config(name, layers)
-        base = {"model": label(name, layers), "prompt": prompt, "generate": gen, "batch": batch, "weights": w}
+        cases += [("qwen3-0.6b", {}, 1024, 128, 8, "bf16"), ("llama-3-8b", {"num_layers": 2}, 2048, 64, 4, "bf16")]
+    for (name, overrides, prompt, gen, batch, w), attention in itertools.product(cases, ("naive", "sdpa")):
+        cfg = config(name, overrides)
+        base = {"model": label(name, overrides), "prompt": prompt, "generate": gen, "batch": batch, "weights": w}
         base["attention"] = attention  # sdpa: CUDA's flash kernel in the prefill and in each decode step
         try:
             fresh()
@@ -203,13 +223,29 @@ def inference_rows(quick: bool):
                 yield {**base, "quantity": key, "predicted": predicted, "measured": measured, **extra}
 
 
-def fsdp_rows(quick: bool):
+def parallel_layouts(quick: bool) -> list[ParallelLayout]:
+    """One rank's layouts: FSDP2 at ZeRO-2/3, tensor parallel with SP and vocab parallel, FSDP2 x TP."""
+    fsdp = [ParallelLayout(dp=dp, zero=zero) for dp in ((4,) if quick else (4, 8)) for zero in (2, 3)]
+    tp = [
+        ParallelLayout(tp=2),
+        ParallelLayout(tp=2, sequence_parallel=True),
+        ParallelLayout(tp=2, sequence_parallel=True, vocab_parallel=True),
+        ParallelLayout(dp=2, zero=3, tp=2, sequence_parallel=True),
+        ParallelLayout(dp=2, zero=2, tp=2, sequence_parallel=True, vocab_parallel=True),
+    ]
+    return fsdp + ([] if quick else tp)
+
+
+def parallel_rows(quick: bool):
+    """Rank 0 of each layout on the fake process group with CUDA tensors (the real ``fully_shard`` and
+    ``parallelize_module`` code on CUDA streams) against ``rank_step(..., "plain", device="cuda")``."""
     import torch
 
     from lm_accounting.analytic.parallel import rank_step
     from lm_accounting.measure.distributed import measure_rank_plain
 
-    cfg = config("gpt2-small", 2)
+    two = {"num_layers": 2}
+    cfg = config("gpt2-small", two)
     seq, batch = (128, 2) if quick else (512, 2)
     setups = [
         TrainingSetup(precision=p, checkpoint=c, attention="sdpa")
@@ -217,23 +253,20 @@ def fsdp_rows(quick: bool):
         for c in ("none", "full")
     ]
     setups += [TrainingSetup(precision="bf16"), TrainingSetup(precision="fp32", checkpoint="selective")]
-    for dp in (4,) if quick else (4, 8):
-        for zero in (2, 3):
-            layout = ParallelLayout(dp=dp, zero=zero)
-            for setup in setups:
-                row = {"model": label("gpt2-small", 2), "context": seq, "batch": batch, "dp": dp, "zero": zero}
-                row["setup"] = setup.label
-                try:
-                    want = rank_step(cfg, seq, batch, setup, layout, "plain", 0, "cuda")[0]
-                    fresh()
-                    got = measure_rank_plain(cfg, seq, batch, setup, layout, rank=0, device="cuda")
-                except Exception as exc:  # noqa: BLE001
-                    yield failed(row, exc)
-                    continue
-                finally:
-                    if torch.distributed.is_initialized():
-                        torch.distributed.destroy_process_group()
-                yield {**row, **step_columns(want, got)}
+    for layout, setup in share(itertools.product(parallel_layouts(quick), setups)):
+        row = {"model": label("gpt2-small", two), "context": seq, "batch": batch, "layout": layout.label}
+        row["setup"] = setup.label
+        try:
+            want = rank_step(cfg, seq, batch, setup, layout, "plain", 0, "cuda")[0]
+            fresh()
+            got = measure_rank_plain(cfg, seq, batch, setup, layout, rank=0, device="cuda")
+        except Exception as exc:  # noqa: BLE001
+            yield failed(row, exc)
+            continue
+        finally:
+            if torch.distributed.is_initialized():
+                torch.distributed.destroy_process_group()
+        yield {**row, **step_columns(want, got)}
 
 
 def timing_rows(quick: bool):
@@ -243,25 +276,25 @@ def timing_rows(quick: bool):
     from lm_accounting.gpus import gpu
     from lm_accounting.measure.step import build_step, training_step
 
-    peak = gpu("h100-80gb").peak_flops("bf16")
+    peak = gpu(gpu_key(torch.cuda.get_device_name())).peak_flops("bf16")
     cases = (
-        [("gpt2-small", 2, 256, 2, "amp-bf16", "none")]
+        [("gpt2-small", {"num_layers": 2}, 256, 2, "amp-bf16", "none")]
         if quick
         else [
-            ("gpt2-small", None, 1024, 16, "amp-bf16", "none"),
-            ("gpt2-small", None, 1024, 16, "bf16", "none"),
-            ("qwen3-0.6b", None, 2048, 8, "amp-bf16", "none"),
-            ("qwen3-0.6b", None, 2048, 8, "amp-bf16", "full"),
-            ("llama-3-8b", 2, 8192, 2, "amp-bf16", "none"),
-            ("llama-3-8b", 2, 8192, 2, "bf16", "full"),
+            ("gpt2-small", {}, 1024, 16, "amp-bf16", "none"),
+            ("gpt2-small", {}, 1024, 16, "bf16", "none"),
+            ("qwen3-0.6b", {}, 2048, 8, "amp-bf16", "none"),
+            ("qwen3-0.6b", {}, 2048, 8, "amp-bf16", "full"),
+            ("llama-3-8b", {"num_layers": 2}, 8192, 2, "amp-bf16", "none"),
+            ("llama-3-8b", {"num_layers": 2}, 8192, 2, "bf16", "full"),
         ]
     )
-    for name, layers, seq, batch, precision, ckpt in cases:
+    for name, overrides, seq, batch, precision, ckpt in cases:
         setup = TrainingSetup(attention="sdpa", precision=precision, checkpoint=ckpt, optimizer="fused")
-        row = {"model": label(name, layers), "context": seq, "batch": batch, "setup": setup.label}
+        row = {"model": label(name, overrides), "context": seq, "batch": batch, "setup": setup.label}
         try:
             fresh()
-            cfg = config(name, layers)
+            cfg = config(name, overrides)
             model, inputs, targets, opt = build_step(cfg, seq, batch, setup, "cuda")
             for _ in range(3):
                 training_step(model, inputs, targets, opt)
@@ -299,15 +332,16 @@ def residuals(rows: list[dict]) -> tuple[int, int, list[str]]:
         if r.get("error"):
             lines.append(f"{r['model']} {r.get('setup', '')}: not run ({r['error'][:120]})")
             continue
-        for key in [k for k in r if k.endswith("_predicted")]:
-            base = key.removesuffix("_predicted")
-            want, got = int(r[key]), int(r[base + "_measured"])
+        for key in [k for k in r if k.endswith("predicted")]:  # "predicted" (inference) or "<what>_predicted"
+            base = key.removesuffix("predicted")
+            want, got = int(r[key]), int(r[base + "measured"])
             points += 1
             if want == got:
                 equal += 1
             else:
-                where = " ".join(str(r[k]) for k in ("model", "setup", "dp", "zero", "quantity") if r.get(k))
-                lines.append(f"{where}: {base} measured − predicted = {got - want:+,} B")
+                where = " ".join(str(r[k]) for k in ("model", "layout", "setup", "attention", "quantity") if r.get(k))
+                unit = "" if "FLOPs" in str(r.get("quantity", "")) else " B"
+                lines.append(f"{where}: {base.rstrip('_') or 'measured'} − predicted = {got - want:+,}{unit}")
     return points, equal, lines
 
 
@@ -316,7 +350,10 @@ def write_readme(out: Path, info: dict, tables: dict[str, list[dict]]) -> None:
     text = [
         "# Predicted vs measured on a CUDA GPU",
         "",
-        f"Generated by `python benchmarks/cuda_validation.py --out {out}` on {info['date']}.",
+        (
+            f"Generated by `bash benchmarks/cuda_run.sh {out}` on {info['date']}: `benchmarks/cuda_validation.py`'s "
+            "sections as parallel processes on the one GPU (each with its own caching allocator), timing alone."
+        ),
         (
             f"GPU: {info['nvidia_smi']} (name, driver, memory); torch {info['torch']}, CUDA {info['cuda']}, "
             f"Python {info['python']}."
@@ -342,7 +379,8 @@ def write_readme(out: Path, info: dict, tables: dict[str, list[dict]]) -> None:
             continue
         if name == "flops":
             text += [
-                f"- {r['model']} {r['setup']}: {r.get('error') or r['mismatches'] or 'every count equal'}" for r in rows
+                f"- {r['model']} {r['setup']}: {r.get('error') or r.get('mismatches') or 'every count equal'}"
+                for r in rows
             ]
             continue
         points, equal, lines = residuals(rows)
@@ -350,27 +388,74 @@ def write_readme(out: Path, info: dict, tables: dict[str, list[dict]]) -> None:
     (out / "README.md").write_text("\n".join(text) + "\n")
 
 
+SECTIONS = ("memory", "flops", "inference", "parallel", "timing")
+
+
+def number(text: str):
+    """A CSV cell back as the int or float it was written from (text otherwise)."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def merge(folders: list[Path], out: Path) -> int:
+    """Join the sections' CSVs of several runs (in the order given) into one set under ``out``."""
+    tables: dict[str, list[dict]] = {}
+    for folder in folders:
+        for name in SECTIONS:
+            if (folder / f"{name}.csv").exists():
+                with (folder / f"{name}.csv").open(newline="") as fh:
+                    rows = [{k: number(v) for k, v in r.items() if v != ""} for r in csv.DictReader(fh)]
+                tables.setdefault(name, []).extend(rows)
+    infos = [json.loads((f / "env.json").read_text()) for f in folders if (f / "env.json").exists()]
+    if not infos:
+        print("cuda_validation: no env.json in the folders to merge", file=sys.stderr)
+        return 2
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "env.json").write_text(json.dumps(infos[0], indent=1) + "\n")
+    tables = {name: tables[name] for name in SECTIONS if name in tables}
+    for name, rows in tables.items():
+        write_csv(out / f"{name}.csv", rows)
+    write_readme(out, infos[0], tables)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="reports/cuda", help="folder for the CSV files and env.json")
     ap.add_argument("--quick", action="store_true", help="one tiny model, a few setups (a smoke run)")
-    ap.add_argument("--only", default="memory,flops,inference,fsdp,timing", help="comma-separated sections")
+    ap.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
+    ap.add_argument("--part", default="0/1", help="k/n: run every n-th point of each section from the k-th")
+    ap.add_argument("--merge", nargs="+", type=Path, help="join these runs' folders into --out (no GPU needed)")
     args = ap.parse_args(argv)
-    unknown = sorted(set(args.only.split(",")) - {"memory", "flops", "inference", "fsdp", "timing"})
+    out = Path(args.out)
+    if args.merge:
+        return merge(args.merge, out)
+    unknown = sorted(set(args.only.split(",")) - set(SECTIONS))
     if unknown:
         print(f"cuda_validation: unknown section(s) {', '.join(unknown)}", file=sys.stderr)
         return 2
+    global PART
+    try:
+        k, n = (int(x) for x in args.part.split("/"))
+        assert 0 <= k < n
+    except (ValueError, AssertionError):
+        print(f"cuda_validation: --part takes k/n with 0 <= k < n, not {args.part!r}", file=sys.stderr)
+        return 2
+    PART = (k, n)
+    models = QUICK if args.quick else MODELS
     import torch
 
     if not torch.cuda.is_available():
         print("cuda_validation: no CUDA GPU is available on this machine", file=sys.stderr)
         return 2
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     info = env()
     (out / "env.json").write_text(json.dumps(info, indent=1) + "\n")
     print(json.dumps(info))
-    models = QUICK if args.quick else MODELS
     setups = list(every_setup())
     setups = [s for s in setups if s.optimizer == "foreach"]  # torch's default AdamW on cuda
     if args.quick:
@@ -379,7 +464,7 @@ def main(argv=None) -> int:
         "memory": lambda: memory_rows(models, setups),
         "flops": lambda: flops_rows(models, flops_setups(setups)),
         "inference": lambda: inference_rows(args.quick),
-        "fsdp": lambda: fsdp_rows(args.quick),
+        "parallel": lambda: parallel_rows(args.quick),
         "timing": lambda: timing_rows(args.quick),
     }
     tables: dict[str, list[dict]] = {}
@@ -388,7 +473,8 @@ def main(argv=None) -> int:
         try:
             for row in sections[name]():
                 rows.append(row)
-                print(name, json.dumps(row), flush=True)
+                print(name, f"{time.perf_counter() - t0:.1f}s", json.dumps(row), flush=True)
+                write_csv(out / f"{name}.csv", rows)  # after each row: a run stopped early keeps its rows
         except Exception:  # noqa: BLE001 - keep what was measured
             traceback.print_exc()
         write_csv(out / f"{name}.csv", rows)

@@ -111,3 +111,38 @@ def test_whole_step_at_a_larger_shape():
     cfg = dataclasses.replace(TINY_GQA, num_layers=4, context_length=128)
     setup = TrainingSetup(attention="sdpa", checkpoint="full", precision="amp-bf16", optimizer="for-loop")
     assert measured(cfg, 128, 3, setup) == predicted(cfg, 128, 3, setup).hardware
+
+
+def test_our_formulas_by_hand_with_grouped_heads():
+    """b 3, h 6 query heads over 2 K/V heads, s_q 24, s_k 24, d 16: forward 4·b·h·s_q·s_k·d, backward
+    10·b·h·s_q·s_k·d (K/V broadcast to the 6 query heads), and torch 2.13's own helpers agree."""
+    from torch.utils import flop_counter
+
+    q, kv = (3, 6, 24, 16), (3, 2, 24, 16)
+    assert attention_flops.sdpa_forward_flops(q, kv, kv) == 4 * 3 * 6 * 24 * 24 * 16 == 663_552
+    assert attention_flops.sdpa_backward_flops(q, q, kv, kv) == 10 * 3 * 6 * 24 * 24 * 16
+    if attention_flops.torch_counts_grouped_heads():
+        assert flop_counter.sdpa_flop_count(q, kv, kv) == 663_552
+    with pytest.raises(ValueError):
+        attention_flops.sdpa_forward_flops(q, (3, 4, 24, 16), (3, 4, 24, 16))  # 4 K/V heads do not divide 6
+
+
+def test_install_counts_grouped_heads_on_a_torch_whose_helpers_reject_them(monkeypatch):
+    """torch 2.11's helpers assert on h_kv < h (seen on an H200: "query/key/value shapes are
+    incompatible" for every GQA model's CUDA attention).  Simulated here: after ``install()`` the CUDA
+    flash kernel's registered formula counts the hand figure."""
+    from torch.utils import flop_counter
+
+    def old(query_shape, key_shape, value_shape, *rest):
+        assert query_shape[1] == key_shape[1], "sdpa_flop_count: query/key/value shapes are incompatible"
+        return 4 * query_shape[0] * query_shape[1] * query_shape[2] * key_shape[2] * query_shape[3]
+
+    monkeypatch.setattr(flop_counter, "sdpa_flop_count", old)
+    monkeypatch.setattr(flop_counter, "sdpa_backward_flop_count", lambda g, q, k, v: old(q, k, v))
+    assert not attention_flops.torch_counts_grouped_heads()
+    attention_flops.install()
+    assert attention_flops.torch_counts_grouped_heads()
+    q = torch.empty(3, 6, 24, 16, device="meta")
+    kv = torch.empty(3, 2, 24, 16, device="meta")
+    formula = flop_registry[torch.ops.aten._scaled_dot_product_flash_attention]
+    assert formula(q, kv, kv, out_val=None) == 4 * 3 * 6 * 24 * 24 * 16

@@ -283,3 +283,23 @@ def test_the_plain_run_refuses_pipeline_parallel_in_one_line():
 
     with pytest.raises(AccountingError, match="not DDP, ZeRO-1 or pipeline parallel"):
         measure_rank_plain(NARROW, 64, 1, TrainingSetup(), ParallelLayout(tp=4, pp=2, micro_batches=2))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "amp-bf16"])
+@pytest.mark.parametrize("checkpoint", ["none", "selective"])
+def test_vocab_parallel_ranks_run_cudas_attention_kernels_too(precision, checkpoint):
+    """A TP rank's blocks are the same with or without vocab parallel, so a CUDA prediction moves away from
+    the meta one by the same bytes in both: CUDA's fused kernels (``Sizes.lse``: flash's rng state, the
+    memory-efficient kernel's padded logsumexp; ``merge_copy``: its output merged by a view).  Measured on
+    an H200: tp2+sp+vp sdpa fp32 was 3,145,728 B (the merged heads, T·d/2·4 per layer) above the plain
+    run in the forward, amp-bf16 48 B below (rng state, 24 B per layer), before the vocab-parallel
+    replay was told it runs on CUDA."""
+    setup = TrainingSetup(attention="sdpa", checkpoint=checkpoint, precision=precision)
+
+    def moved(lay):
+        on = {d: rank_step(NARROW, 48, 2, setup, lay, "plain", 0, d)[0] for d in ("cuda", "meta")}  # S ≠ 0 mod 32
+        return on["cuda"].forward.end - on["meta"].forward.end
+
+    for sp in (False, True):
+        tp = moved(ParallelLayout(tp=4, sequence_parallel=sp))
+        assert tp != 0 and moved(ParallelLayout(tp=4, sequence_parallel=sp, vocab_parallel=True)) == tp

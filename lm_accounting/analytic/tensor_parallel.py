@@ -93,7 +93,10 @@ def vocab_parallel_replay(
     ar = sp == 1  # the blocks' all-reduces (``replay._tp_all_reduce``)
     pe = DTYPE_BYTES[setup.param_dtype]  # the parameters' bytes (z.e: the activations')
     cpu = plain and where[0] == "cpu"  # a plain CPU run: the CPU allocator's own extras (``Sizes.cpu``)
-    z = Sizes(c, Affine(1), seq, pe, setup, plain, cpu, where[1], fl, sp=sp, gather_cat=cat, all_reduce=ar)
+    cuda = (
+        where[0] == "cuda"
+    )  # CUDA's fused attention kernels (``Sizes.lse``, ``merge_copy``, ``flash_scratch_backward``)
+    z = Sizes(c, Affine(1), seq, pe, setup, plain, cpu, where[1], fl, cuda, sp=sp, gather_cat=cat, all_reduce=ar)
     e, T, d = z.e, z.T, c.d_model
     vl = -(-c.vocab_size // tp)
     pb = parameter_breakdown(c)
