@@ -23,19 +23,21 @@ part() {  # part NAME ARGS...: one process of the validation, its rows in $work/
 }
 # Phase 1: the CUDA tests, memory, the parallel ranks and inference side by side (peaks far below the GPU's).
 timeout "$limit" python3 -m pytest -q -m cuda -p no:cacheprovider tests >"$work/pytest.log" 2>&1 &
-names=(memory parallel0 parallel1 inference flops timing)
+names=(memory parallel0 parallel1 inference flops kernels timing)
 part memory --only memory &
 part parallel0 --only parallel --part 0/2 &
 part parallel1 --only parallel --part 1/2 &
 part inference --only inference &
 wait
-# Phase 2: the FLOP cross-check (it checks the GPU's free memory before each model), beside the traces
-# asked for in the file $CUDA_TRACES (one line of benchmarks/cuda_trace.py arguments each); then timing.
+# Phase 2: the FLOP cross-check (it checks the GPU's free memory before each model), beside the kernels'
+# scratch and the traces asked for in the file $CUDA_TRACES (one line of benchmarks/cuda_trace.py
+# arguments each); then timing.
 if [ -n "${CUDA_TRACES:-}" ]; then
   while read -r line; do
     [ -n "$line" ] && eval "timeout $limit python3 benchmarks/cuda_trace.py $line"
   done <"$CUDA_TRACES" >"$work/traces.log" 2>&1 &
 fi
+part kernels --only kernels &
 part flops --only flops
 wait
 limit=$((limit / 3)) part timing --only timing

@@ -26,8 +26,8 @@ from lm_accounting.phases import PHASES
 from lm_accounting.setup import every_setup
 
 
-def cuda_events(prof) -> list[tuple[int, int, tuple[str, ...]]]:
-    """(time, ± bytes, ops from the innermost out) of each CUDA allocation and free in ``prof``."""
+def cuda_events(prof) -> list[tuple[int, int, tuple[str, ...], int]]:
+    """(time, ± bytes, ops from the innermost out, address) of each CUDA allocation and free in ``prof``."""
     from torch._C._profiler import _EventType
 
     out, stack = [], [(node, ()) for node in prof.profiler.kineto_results.experimental_event_tree()]
@@ -36,7 +36,8 @@ def cuda_events(prof) -> list[tuple[int, int, tuple[str, ...]]]:
         if node.tag == _EventType.TorchOp:
             ops = (node.name, *ops)
         elif node.tag == _EventType.Allocation and node.extra_fields.device.type == "cuda":
-            out.append((node.start_time_ns, node.extra_fields.alloc_size, ops))
+            f = node.extra_fields
+            out.append((node.start_time_ns, f.alloc_size, ops, f.ptr))
         stack.extend((child, ops) for child in node.children)
     return sorted(out, key=lambda e: e[0])
 
@@ -74,9 +75,10 @@ def short(ops: tuple[str, ...]) -> str:
 
 
 def show(events, window: int) -> None:
+    """The events around the phase's highest point, then what the phase allocated that is live there."""
     live, best, at = 0, 0, -1
     running = []
-    for i, (_, size, _) in enumerate(events):
+    for i, (_, size, _, _) in enumerate(events):
         live += size
         running.append(live)
         if live > best:
@@ -85,6 +87,18 @@ def show(events, window: int) -> None:
     for i in range(max(0, at - window), min(len(events), at + window // 4 + 1)):
         mark = ">>" if i == at else "  "
         print(f"{mark}{i:>6} {running[i]:>15,} {events[i][1]:>+15,}  {short(events[i][2])}")
+    held: dict[int, tuple[int, tuple[str, ...]]] = {}
+    for _, size, ops, ptr in events[: at + 1]:
+        if size > 0:
+            held[ptr] = (size, ops)
+        else:
+            held.pop(ptr, None)
+    groups: dict[tuple[str, int], int] = {}
+    for size, ops in held.values():
+        groups[short(ops), size] = groups.get((short(ops), size), 0) + 1
+    print(f"allocated in this phase and live at its highest point: {sum(s for s, _ in held.values()):,} B")
+    for (ops, size), n in sorted(groups.items(), key=lambda g: -g[0][1] * g[1]):
+        print(f"  {n:>4} x {size:>13,}  {ops}")
 
 
 def main(argv=None) -> int:

@@ -61,9 +61,10 @@ MODELS = (  # (preset, context, batch, overrides): each fits one 80 GB GPU in ev
     # attention-bound: 16 heads of 128 on d_model 256, so the flash backward's scratch sets the peak
     ("qwen3-0.6b", 8192, 2, SMALL),  # grouped K/V heads: dK, dV expanded to 16 heads inside the kernel
     ("qwen3-0.6b", 8192, 2, {**SMALL, "num_kv_heads": 16}),  # the same with one K/V head per query head
+    ("qwen3-0.6b", 8000, 2, {**SMALL, "head_dim": 80}),  # S and d_head off the kernels' 128 and 32 multiples
 )
 QUICK = (("gpt2-small", 256, 2, {"num_layers": 2}),)
-SHORT_FIELDS = {"num_layers": "layers", "vocab_size": "vocab", "num_kv_heads": "kv heads"}
+SHORT_FIELDS = {"num_layers": "layers", "vocab_size": "vocab", "num_kv_heads": "kv heads", "head_dim": "d_head"}
 
 
 def config(name: str, overrides: dict):
@@ -317,6 +318,49 @@ def timing_rows(quick: bool):
         yield row
 
 
+def transient(fn) -> int:
+    """Bytes ``fn`` requested beyond what it leaves allocated: its scratch (peak − end, requested bytes)."""
+    import torch
+
+    from lm_accounting.measure.tracker import cuda_counters
+
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    _, peak, _, _ = cuda_counters(torch.device("cuda"))
+    return peak - cuda_counters(torch.device("cuda"))[0]
+
+
+def kernel_rows(quick: bool):
+    """CUDA-only scratch of the ops the replays met on this GPU, op by op (no prediction: the figures
+    a model of them would have to meet): the embedding's index backward (``index_put_`` with
+    accumulate sorts the token ids: int64 copies and cub's temporary storage) and a sum over the rows
+    of a (rows, width) fp32 tensor (a norm weight's gradient: the reduction's global-memory staging)."""
+    import torch
+
+    tokens = (2048, 8192) if quick else (512, 2048, 4096, 8192, 16384, 65536, 262144)
+    for T in tokens:
+        V, d = 4096, 256
+        w = torch.zeros(V, d, device="cuda", requires_grad=True)
+        ids = torch.randint(V, (T,), device="cuda")
+        out = w[ids]
+        g = torch.ones_like(out)
+
+        def backward(out=out, g=g, w=w):
+            out.backward(g)
+            w.grad = None  # the (V, d) gradient itself is not scratch
+
+        scratch = transient(backward) - V * d * 4  # less the (V, d) fp32 gradient
+        yield {"kernel": "index backward (index_put_ accumulate)", "rows": T, "width": d, "transient_bytes": scratch}
+        del w, ids, out, g
+    widths = (768,) if quick else (256, 768, 1024, 2048, 4096)
+    for rows, width in itertools.product(tokens, widths):
+        x = torch.ones(rows, width, device="cuda")
+        scratch = transient(lambda x=x: x.sum(0)) - width * 4  # less the (width,) result
+        yield {"kernel": "sum over rows (fp32)", "rows": rows, "width": width, "transient_bytes": scratch}
+        del x
+
+
 def write_csv(path: Path, rows: list[dict]) -> None:
     keys = list(dict.fromkeys(k for r in rows for k in r))
     with path.open("w", newline="") as fh:
@@ -330,7 +374,8 @@ def residuals(rows: list[dict]) -> tuple[int, int, list[str]]:
     points, equal, lines = 0, 0, []
     for r in rows:
         if r.get("error"):
-            lines.append(f"{r['model']} {r.get('setup', '')}: not run ({r['error'][:120]})")
+            why = "refused, as the CLI refuses it" if r["error"].startswith("AccountingError") else "not run"
+            lines.append(f"{r['model']} {r.get('setup', '')}: {why} ({r['error'][:120]})")
             continue
         for key in [k for k in r if k.endswith("predicted")]:  # "predicted" (inference) or "<what>_predicted"
             base = key.removesuffix("predicted")
@@ -358,6 +403,13 @@ def write_readme(out: Path, info: dict, tables: dict[str, list[dict]]) -> None:
             f"GPU: {info['nvidia_smi']} (name, driver, memory); torch {info['torch']}, CUDA {info['cuda']}, "
             f"Python {info['python']}."
         ),
+        *(
+            [
+                f"The predicted columns were recomputed by `--repredict` at commit {info['predicted_by']} (no GPU needed)."
+            ]
+            if "predicted_by" in info
+            else []
+        ),
         "",
         (
             "Memory figures are the bytes the tensors requested from the caching allocator less the cuBLAS "
@@ -377,6 +429,13 @@ def write_readme(out: Path, info: dict, tables: dict[str, list[dict]]) -> None:
                 for r in rows
             ]
             continue
+        if name == "kernels":
+            text += [
+                f"- {r['kernel']}, {r['rows']:,} x {r['width']:,}: "
+                + (r["error"] if r.get("error") else f"{r['transient_bytes']:,} B scratch")
+                for r in rows
+            ]
+            continue
         if name == "flops":
             text += [
                 f"- {r['model']} {r['setup']}: {r.get('error') or r.get('mismatches') or 'every count equal'}"
@@ -388,7 +447,7 @@ def write_readme(out: Path, info: dict, tables: dict[str, list[dict]]) -> None:
     (out / "README.md").write_text("\n".join(text) + "\n")
 
 
-SECTIONS = ("memory", "flops", "inference", "parallel", "timing")
+SECTIONS = ("memory", "flops", "inference", "parallel", "timing", "kernels")
 
 
 def number(text: str):
@@ -401,25 +460,71 @@ def number(text: str):
     return text
 
 
+def read_tables(folder: Path) -> dict[str, list[dict]]:
+    """The sections' CSVs in ``folder``, each cell back as the number it was written from."""
+    tables = {}
+    for name in SECTIONS:
+        if (folder / f"{name}.csv").exists():
+            with (folder / f"{name}.csv").open(newline="") as fh:
+                tables[name] = [{k: number(v) for k, v in r.items() if v != ""} for r in csv.DictReader(fh)]
+    return tables
+
+
+def write_tables(out: Path, info: dict, tables: dict[str, list[dict]]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "env.json").write_text(json.dumps(info, indent=1) + "\n")
+    tables = {name: tables[name] for name in SECTIONS if name in tables}
+    for name, rows in tables.items():
+        write_csv(out / f"{name}.csv", rows)
+    write_readme(out, info, tables)
+
+
 def merge(folders: list[Path], out: Path) -> int:
     """Join the sections' CSVs of several runs (in the order given) into one set under ``out``."""
     tables: dict[str, list[dict]] = {}
     for folder in folders:
-        for name in SECTIONS:
-            if (folder / f"{name}.csv").exists():
-                with (folder / f"{name}.csv").open(newline="") as fh:
-                    rows = [{k: number(v) for k, v in r.items() if v != ""} for r in csv.DictReader(fh)]
-                tables.setdefault(name, []).extend(rows)
+        for name, rows in read_tables(folder).items():
+            tables.setdefault(name, []).extend(rows)
     infos = [json.loads((f / "env.json").read_text()) for f in folders if (f / "env.json").exists()]
     if not infos:
         print("cuda_validation: no env.json in the folders to merge", file=sys.stderr)
         return 2
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "env.json").write_text(json.dumps(infos[0], indent=1) + "\n")
-    tables = {name: tables[name] for name in SECTIONS if name in tables}
-    for name, rows in tables.items():
-        write_csv(out / f"{name}.csv", rows)
-    write_readme(out, infos[0], tables)
+    write_tables(out, infos[0], tables)
+    return 0
+
+
+def predicted_columns(want) -> dict[str, int]:
+    return {k: v for k, v in step_columns(want, want).items() if k.endswith("_predicted")}
+
+
+def repredict(folder: Path) -> int:
+    """Recompute the memory and parallel predictions of a measured set with this checkout's code (no GPU:
+    the measured columns stay as the GPU wrote them), then its README; ``env.json`` gains the commit."""
+    from lm_accounting.analytic.memory_report import memory_account
+    from lm_accounting.analytic.parallel import rank_step
+
+    if not (folder / "env.json").exists():
+        print(f"cuda_validation: {folder} holds no measured set (env.json)", file=sys.stderr)
+        return 2
+    tables, info = read_tables(folder), json.loads((folder / "env.json").read_text())
+    setups = {s.label: s for s in every_setup()}
+    models = {label(n, o): (n, seq, o) for n, seq, _, o in MODELS}
+    for r in tables.get("memory", []):
+        if not r.get("error"):
+            name, seq, overrides = models[r["model"]]
+            cfg = at(config(name, overrides), seq)
+            r.update(
+                predicted_columns(memory_account(cfg, seq, r["batch"], device="cuda", setup=setups[r["setup"]]).step)
+            )
+    layouts = {lay.label: lay for lay in parallel_layouts(False)}
+    for r in tables.get("parallel", []):
+        if not r.get("error"):
+            cfg, lay = config("gpt2-small", {"num_layers": 2}), layouts[r["layout"]]
+            want = rank_step(cfg, r["context"], r["batch"], setups[r["setup"]], lay, "plain", 0, "cuda")[0]
+            r.update(predicted_columns(want))
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False)
+    info["predicted_by"] = commit.stdout.strip() or "unknown"
+    write_tables(folder, info, tables)
     return 0
 
 
@@ -430,10 +535,13 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
     ap.add_argument("--part", default="0/1", help="k/n: run every n-th point of each section from the k-th")
     ap.add_argument("--merge", nargs="+", type=Path, help="join these runs' folders into --out (no GPU needed)")
+    ap.add_argument("--repredict", action="store_true", help="recompute --out's predictions with this code (no GPU)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     if args.merge:
         return merge(args.merge, out)
+    if args.repredict:
+        return repredict(out)
     unknown = sorted(set(args.only.split(",")) - set(SECTIONS))
     if unknown:
         print(f"cuda_validation: unknown section(s) {', '.join(unknown)}", file=sys.stderr)
@@ -466,6 +574,7 @@ def main(argv=None) -> int:
         "inference": lambda: inference_rows(args.quick),
         "parallel": lambda: parallel_rows(args.quick),
         "timing": lambda: timing_rows(args.quick),
+        "kernels": lambda: kernel_rows(args.quick),
     }
     tables: dict[str, list[dict]] = {}
     for name in args.only.split(","):

@@ -98,17 +98,20 @@ class Sizes:
         1. CPU (``cpu_flash_attention_backward``): fp32 ``buf`` of n·2·qs·ks (attn and grad_attn),
            ``buf_reduced`` of n·2·qs·ks 16-bit elements for a 16-bit input, and the calling thread's
            ``dsum`` of qs fp32 (worker threads' copies are made on threads the profiler does not record).
-        2. CUDA flash (flash_api.cpp ``mha_bwd``): ``softmax_d`` (B, h, S₁₂₈) fp32, ``dq_accum``
-           (B, S₁₂₈, h, d₃₂) fp32 (S rounded up to 128, d_head to 32), and with grouped KV heads
-           ``dk_expanded``/``dv_expanded`` (B, S, h, d_head) each in ``e`` bytes, summed into dK, dV.
-           Measured on an H200 (torch 2.11): a long-context run's backward peak was 50.4 MB above the
-           prediction without them (reports/cuda).
-        3. CUDA memory-efficient: none modelled (the fp32 points are exact without)."""
+        2. CUDA flash (attention_backward.cu ``_flash_attention_backward``, flash_api.cpp ``mha_bwd``):
+           ``out.contiguous()``, a copy of the kernel's (B, h, S, d_head)-ordered output (T·h·d_head in
+           ``e`` bytes) unless merging the heads was a view (``merge_copy`` 0); ``softmax_d`` (B, h, S₁₂₈)
+           fp32 and ``dq_accum`` (B, S₁₂₈, h, d₃₂) fp32 (S rounded up to 128, d_head to 32); with grouped
+           K/V heads ``dk_expanded`` and ``dv_expanded`` (B, S, h, d_head) in ``e`` bytes, summed into dK,
+           dV.  Measured on an H200 (torch 2.11, reports/cuda): where the attention backward sets the
+           peak (16 heads of 128 on d_model 256) each of these was an allocator event of that size.
+        3. CUDA memory-efficient: none modelled."""
         if self.cuda and self.sdpa and not self.efficient:
             c, up = self.cfg, lambda x, m: -(-x // m) * m
+            q = self.T * c.num_heads * c.d_head * e  # the query, the output, dQ: (B, S, h, d_head)
             rows = self.batch * up(self.seq, 128) * c.num_heads  # B·S₁₂₈·h
-            grouped = 2 * self.T * c.num_heads * c.d_head * e if c.kv_heads != c.num_heads else 0
-            return rows * 4, rows * up(c.d_head, 32) * 4, grouped
+            grouped = 2 * q if c.kv_heads != c.num_heads else 0
+            return q * self.merge_copy + rows * 4, rows * up(c.d_head, 32) * 4, grouped
         if not self.cpu:
             return 0, 0, 0
         qs, ks, n = *self._flash_splits(), self.cpu_threads

@@ -26,7 +26,7 @@ from .answer_tables import (
 from .answers import BUDGETS, LONG, SIZES, Answers, collect
 from .assignment_text import assignment_markdown
 
-CUDA_FILES = r"cuda/(README\.md|env\.json|(memory|flops|inference|parallel|timing)\.csv)"
+CUDA_FILES = r"cuda/(README\.md|env\.json|(memory|flops|inference|parallel|timing|kernels)\.csv)"
 REPORT_FILES = re.compile(
     rf"answers\.json|assignment\.md|tables/{SAFE_NAME}\.(md|csv)|sweep/({SWEEP_FILES})"
     r"|setups/peak_vs_context\.(md|csv|png|svg)"
