@@ -142,23 +142,26 @@ def test_one_head_merges_by_a_view(setup):
 
 
 def test_cuda_flash_backward_scratch_by_hand():
-    """CUDA's flash backward (flash_api.cpp ``mha_bwd``), after dQ, dK, dV and freed on return:
-    1. softmax_d (B, h, S rounded up to 128) fp32; 2. dq_accum (B, S₁₂₈, h, d_head rounded up to 32) fp32;
-    3. with grouped K/V heads, dk_expanded and dv_expanded (B, S, h, d_head) in the input dtype.
-    None for the memory-efficient kernel (fp32) or on meta."""
+    """CUDA's flash backward (attention_backward.cu, flash_api.cpp ``mha_bwd``), after dQ, dK, dV and
+    freed on return: 1. the output's contiguous copy (B, S, h, d_head), the kernel's output being
+    (B, h, S, d_head)-ordered, plus softmax_d (B, h, S rounded up to 128) fp32; 2. dq_accum (B, S₁₂₈, h,
+    d_head rounded up to 32) fp32; 3. with grouped K/V heads, dk_expanded and dv_expanded (B, S, h,
+    d_head) in the input dtype.  Each was an allocator event of that size on an H200 (reports/cuda:
+    qwen3-0.6b blocks on d_model 256 at S 8,000 and 8,192, equal).  None for the memory-efficient kernel
+    (fp32) or on meta."""
     from lm_accounting.analytic.sizes import Sizes
 
     cfg = ModelConfig(**BASE)  # h 6, kv 2, d_head 10
     B, S = 3, 7  # S₁₂₈ = 128, d₃₂ = 32
     bf16 = TrainingSetup(attention="sdpa", precision="bf16")
     assert Sizes(cfg, B, S, 2, bf16, cuda=True).flash_scratch_backward(2) == (
-        3 * 6 * 128 * 4,
+        3 * 7 * 6 * 10 * 2 + 3 * 6 * 128 * 4,
         3 * 128 * 6 * 32 * 4,
         2 * 3 * 7 * 6 * 10 * 2,
     )
     mha = ModelConfig(**{**BASE, **VARIANTS["mha"]})  # h 6 of d_head 4: no expansion
     assert Sizes(mha, B, 130, 2, bf16, cuda=True).flash_scratch_backward(2) == (
-        3 * 6 * 256 * 4,
+        3 * 130 * 6 * 4 * 2 + 3 * 6 * 256 * 4,
         3 * 256 * 6 * 32 * 4,
         0,
     )

@@ -43,6 +43,8 @@ real job on the fake process group (``tests/test_fsdp_replay.py``):
    DTensor (``tensor_parallel._vocab_embedding_backward``).  The root's post-backward reads it as the
    parameter's placement (``FSDPParam._get_grad_inner_tensor``: ``redistribute`` to Shard(0), a clone of
    this rank's Vl rows) and drops ``.grad``, freeing the whole, before it reshards and reduces (rule 5).
+9. CUDA only: the copy-out's and the copy-in's kernels copy their launch metadata to the GPU, freed
+   when they return (``analytic.cuda_kernels``: ``split_copy_metadata``, ``chunk_cat_metadata``).
 """
 
 from __future__ import annotations
@@ -68,6 +70,8 @@ class Unit:
     dim1: int = 0  # rule 7: the unsharded bytes of the parameters sharded on dim 1 (the copy-out's temporaries)
     vocab_rows: int = 0  # rule 8: vocab parallel's embedding gradient, this rank's rows (its clone)
     vocab_extra: int = 0  # rule 8: the rest of that gradient's whole (V, d)
+    gather_meta: int = 0  # rule 9: CUDA's copy-out launch metadata
+    reduce_meta: int = 0  # rule 9: CUDA's copy-in launch metadata
 
     @property
     def output(self) -> int:
@@ -83,7 +87,7 @@ class Unit:
     def copy_out(self, r) -> None:
         """Rule 1's copy-out into the unsharded storages; a dim-1 shard goes through a temporary of its
         unsharded size (``empty_like``), all freed together when the copy-out's ``cat`` ends (rule 7)."""
-        r(+self.gathered, +self.dim1, -self.dim1)
+        r(+self.gathered, +self.dim1, +self.gather_meta, -self.gather_meta, -self.dim1)
 
 
 @dataclass(frozen=True)
@@ -208,7 +212,7 @@ class FsdpEvents:
         self._dim1_regrid(r, unit)
         pad = unit.cpu_padded if self.cpu else 0  # rule 6
         tmp = unit.cpu_cast if self.cpu and self.units.float_logits else 0
-        r(+unit.reduce_in, +pad, +tmp, -tmp, -pad)
+        r(+unit.reduce_in, +pad, +tmp, +unit.reduce_meta, -unit.reduce_meta, -tmp, -pad)
         copied = unit.grads if unit.dim1 else unit.grads - unit.last_grad  # what the copy-in frees
         r(-copied, +unit.reduce_out, -unit.last_grad)
 
@@ -231,13 +235,15 @@ class FsdpEvents:
         r(-self.units.root.reduce_in)  # the end of backward
 
 
-def fsdp_units(cfg: ModelConfig, setup, layout, stage: tuple[int, int] | None = None) -> FsdpUnits:
+def fsdp_units(cfg: ModelConfig, setup, layout, stage: tuple[int, int] | None = None, cuda: bool = False) -> FsdpUnits:
     """The units of one rank (``layout.dp`` shards, TP-local shapes): every rank's buffers are the
     padded ones, so the rank does not matter.  Under amp-bf16 the MixedPrecisionPolicy gathers and
     computes in bf16 and reduces in fp32; otherwise everything is in the parameters' dtype.  Expert
     parallel (rule 7): an MoE block's unit without its expert stacks, and the stacks' own unit over the
     dp/ep ranks holding the same experts (``analytic.parallel`` rule 6: dim 0, or dim 1 when dp > E).
-    ``stage``: (P, s), the root of pipeline stage s's model (None where it holds no parameter)."""
+    ``stage``: (P, s), the root of pipeline stage s's model (None where it holds no parameter).
+    ``cuda``: on a CUDA GPU, with the copy-out's and copy-in's launch metadata (rule 9)."""
+    from .cuda_kernels import chunk_cat_metadata, split_copy_metadata
     from .parallel import _experts_on_dim1, _params, element_bytes, fsdp_chunk_rows, local_shape, parameter_shapes
 
     e = element_bytes(setup)
@@ -259,6 +265,8 @@ def fsdp_units(cfg: ModelConfig, setup, layout, stage: tuple[int, int] | None = 
         padded = sum(fsdp_chunk_rows(rows, d) * cols for rows, cols in shapes)  # one shard
         rows, cols = shapes[-1]
         emb = [p for p in params if p.unit == n and p.name == "token_embeddings.weight" and layout.vocab_parallel]
+        shards = [fsdp_chunk_rows(r, d) * c for r, c in shapes]  # rule 9: on CUDA, a dim-0 unit of D > 1 ranks
+        meta = cuda and d > 1 and not (experts and dim1)
         return Unit(
             gathered=padded * d * gather_e,
             copy_in=padded * gather_e if setup.autocast else 0,
@@ -272,6 +280,8 @@ def fsdp_units(cfg: ModelConfig, setup, layout, stage: tuple[int, int] | None = 
             dim1=sum(fsdp_chunk_rows(r, d) * d * c for r, c in shapes) * gather_e if experts and dim1 else 0,
             vocab_rows=sum(local_shape(p, layout)[0] * cfg.d_model for p in emb) * gather_e,
             vocab_extra=sum((p.rows - local_shape(p, layout)[0]) * cfg.d_model for p in emb) * gather_e,
+            gather_meta=split_copy_metadata([s * gather_e for s in shards], d) if meta else 0,
+            reduce_meta=chunk_cat_metadata([s * reduce_e for s in shards]) if meta else 0,
         )
 
     kinds = {cfg.layer_moe(i): i for i in reversed(range(cfg.num_layers))}  # kind -> its first block

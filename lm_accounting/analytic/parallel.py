@@ -496,19 +496,21 @@ def _replay_at(
 ):
     # the batch whose lines the replay gives (``replay_training_step``): MoE's split, SP's all-gather cat at B > 1
     hint = batch if local.moe else min(batch, 2) if sp > 1 else 1
-    return _replay(local, seq, setup, mode, units, hint, where, sp, ep, ar).at(batch)
+    cuda_batch = batch if where[0] == "cuda" else None  # CUDA's scratch that is no line in B
+    return _replay(local, seq, setup, mode, units, hint, where, sp, ep, ar, cuda_batch).at(batch)
 
 
 @lru_cache(maxsize=1024)
 def _replay(
-    local: ModelConfig, seq: int, setup: TrainingSetup, mode: str, units, batch: int, where, sp=1, ep=(1, 0), ar=False
-):
+    local: ModelConfig, seq: int, setup: TrainingSetup, mode: str, units, batch: int, where, sp=1, ep=(1, 0), ar=False,
+    cuda_batch=None,
+):  # fmt: skip
     from .replay import replay_training_step
 
     device, threads = where
     return replay_training_step(
         local, seq, setup=setup, mode=mode, units=units, batch=batch, device=device, cpu_threads=threads, sp=sp, ep=ep,
-        all_reduce=ar,
+        all_reduce=ar, cuda_batch=cuda_batch,
     )  # fmt: skip
 
 
@@ -684,7 +686,7 @@ def rank_step(
     ``tests/test_parallel_moe.py``; what is left: ``peaks_exact``).
     """
     layout.check(cfg, seq)
-    units = fsdp_units(cfg, setup, layout) if layout.fsdp and layout.dp > 1 else None
+    units = fsdp_units(cfg, setup, layout, cuda=device == "cuda") if layout.fsdp and layout.dp > 1 else None
     st = model_states(cfg, setup, layout, rank=rank)
     r = single_rank_step(cfg, seq, batch, setup, layout, mode, units, device, cpu_threads, st.rank)
     act = saved_activations(cfg, seq, batch, setup, layout) + expert_parallel_saved_shift(

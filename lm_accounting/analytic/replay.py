@@ -266,19 +266,20 @@ def _norm_backward(
     part does not join it early)."""
     xe = z.e if xe is None else xe
     X, R, Xe = rows * width * 4, rows * 4, rows * width * xe
+    G = z.norm_grad_scratch(rows, width)  # CUDA: Σ's staging over the rows, beside dg while it runs
     if xe != 4:
         r(+X, -Xe)  # grad to fp32
     if z.e != 4 and rerun:
         # grad·g; grad·y; the rerun's y and g copy die with the node (only unpacked, never kept); Σ -> dg
-        r(+X, +X, -X, -width * 4, +width * 4, -X, -X)
+        r(+X, +X, -X, -width * 4, +width * 4, +G, -G, -X, -X)
         r(+_Grad(width * z.e), -width * 4)  # dg to the parameter dtype
     elif z.e != 4:
-        r(+X, +X, +width * 4, -X, -X, -width * 4, -X)  # grad·g; grad·y; Σ -> dg (fp32)
+        r(+X, +X, +width * 4, +G, -G, -X, -X, -width * 4, -X)  # grad·g; grad·y; Σ -> dg (fp32)
         r(+_Grad(width * z.e), -width * 4)  # dg to the parameter dtype
     elif rerun:
-        r(+X, +X, -X, +_Grad(width * 4), -X, -X)  # grad·g; grad·y; the rerun's y dies first; Σ -> dg (kept)
+        r(+X, +X, -X, +_Grad(width * 4), +G, -G, -X, -X)  # grad·g; grad·y; the rerun's y dies first; Σ -> dg (kept)
     else:
-        r(+X, +X, +_Grad(width * 4), -X, -X, -X)  # grad·g; grad·y; Σ -> dg (kept); y released
+        r(+X, +X, +_Grad(width * 4), +G, -G, -X, -X, -X)  # grad·g; grad·y; Σ -> dg (kept); y released
     r(+X, +X, +R, -X, -X)  # d(x·r)/dx = grad_y·r; grad_y·x; Σ -> d rsqrt
     if residual and xe == 4 and not sp:
         r(_Join(X), -X)  # first part joins the residual stream's gradient
@@ -1742,6 +1743,7 @@ def replay_training_step(
     sp: int = 1,
     ep: tuple[int, int] = (1, 0),
     all_reduce: bool = False,
+    cuda_batch: int | None = None,
 ) -> StepInBatch:
     """Replay one training step with the batch B as a variable (see the module docstring).
 
@@ -1767,7 +1769,9 @@ def replay_training_step(
     out of place (``_tp_all_reduce``).  ``ep``: (ranks, rank): ep rank ``rank`` of an
     expert-parallel job (``cfg`` the whole model; ``units`` with the experts' own unit): its E/ep experts'
     gradients, its dispatch and combine (``_ep_routed_forward``, ``_ep_routed_backward``); the
-    baseline stays the whole model's, as with ``units``."""
+    baseline stays the whole model's, as with ``units``.  ``cuda_batch`` (device "cuda"): the result
+    holds at that batch only, with CUDA's reduction and sort scratch (``Sizes.cuda_batch``); None: the
+    lines without them."""
     from .memory import adamw_step_counter_bytes, adamw_step_temporary_bytes
 
     setup, dtype = as_setup(setup, dtype, optimizer)
@@ -1788,8 +1792,9 @@ def replay_training_step(
     cpu, cuda = plain and device == "cpu", device == "cuda"
     cat = sp > 1 and batch > 1  # ``Sizes.gather_cat``
     z = Sizes(
-        cfg, Affine(1), seq, DTYPE_BYTES[dtype], setup, plain, cpu, cpu_threads, softmax32, cuda, sp, cat, all_reduce
-    )
+        cfg, Affine(1), seq, DTYPE_BYTES[dtype], setup, plain, cpu, cpu_threads, softmax32, cuda, sp, cat, all_reduce,
+        cuda_batch if cuda else None,
+    )  # fmt: skip
     c, e, T = cfg, z.e, z.T
     pb = parameter_breakdown(cfg)
     params = pb.total * e
@@ -1878,7 +1883,8 @@ def replay_training_step(
     if sp:  # the gradient of this rank's S/M positions gathered to the whole output's; the local one dies
         _sp_all_gather(r, z)
         r(-Tres)
-    r(+emb, _Copy(emb), -Td)  # embedding backward: zeros, index_put (in place when plain)
+    # embedding backward: zeros, index_put (in place when plain; on CUDA with its id copies and sort storage)
+    r(+emb, _Copy(emb), +z.embedding_grad_scratch(), -z.embedding_grad_scratch(), -Td)
     if c.tie_embeddings:
         # accumulated onto the LM head's gradient, a transposed view (TBackward): out of place in both runs
         r(+emb, -emb, -emb)
@@ -1917,8 +1923,9 @@ def predict_training_step(
     ``cpu`` the for-loop and foreach implementations keep them on the CPU, with the model."""
     check_batch_seq(batch, seq)
     step = replay_training_step(
-        cfg, seq, dtype, optimizer, device, setup=setup, mode=mode, cpu_threads=cpu_threads, batch=batch
-    )
+        cfg, seq, dtype, optimizer, device, setup=setup, mode=mode, cpu_threads=cpu_threads, batch=batch,
+        cuda_batch=batch,
+    )  # fmt: skip
     return step.at(batch)
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from ..config import ModelConfig, check_positive_int
 from ..names import DTYPE_BYTES
 from ..setup import TrainingSetup
+from .cuda_kernels import index_put_scratch, sum_rows_scratch
 
 DEFAULT_SETUP = TrainingSetup()
 
@@ -54,6 +55,9 @@ class Sizes:
     # a tensor-parallel rank without sequence parallel: each row-parallel output and each column-parallel input's
     # gradient is a partial sum all-reduced out of place (``replay._tp_all_reduce``)
     all_reduce: bool = False
+    # on CUDA, the one batch B at which to add the kernels' scratch that is no line in B (``cuda_kernels``);
+    # None: left out (the capacity lines, which must hold for every B)
+    cuda_batch: int | None = None
 
     @classmethod
     def of(
@@ -116,6 +120,18 @@ class Sizes:
             return 0, 0, 0
         qs, ks, n = *self._flash_splits(), self.cpu_threads
         return n * 2 * qs * ks * 4, (n * 2 * qs * ks * 2 if e == 2 else 0), qs * 4
+
+    def norm_grad_scratch(self, rows, width: int) -> int:
+        """CUDA at ``cuda_batch`` only: the staging buffer of Σ over ``rows`` (a line in B, or an int) of
+        the fp32 grad·y, a norm weight's gradient (``cuda_kernels.sum_rows_scratch``)."""
+        if not (self.cuda and self.cuda_batch):
+            return 0
+        return sum_rows_scratch(rows.at(self.cuda_batch) if hasattr(rows, "at") else rows, width)
+
+    def embedding_grad_scratch(self) -> int:
+        """CUDA at ``cuda_batch`` only: the embedding backward's id copies and sort storage for its
+        B·S ids (``cuda_kernels.index_put_scratch``)."""
+        return index_put_scratch(self.cuda_batch * self.seq) if self.cuda and self.cuda_batch else 0
 
     def mixed_add_temp(self, width: int) -> int:
         """CPU only: fp32 + bf16 (amp's residual adds): the CPU TensorIterator copies the bf16 operand

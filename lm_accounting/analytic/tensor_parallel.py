@@ -34,6 +34,7 @@ def vocab_parallel_replay(
     batch: int = 1,
     units=None,
     where: tuple[str, int] = ("meta", 1),
+    cuda_batch: int | None = None,
 ):
     """The replay (``analytic.replay``, a ``StepInBatch``) of TP rank 0 of the vocab-parallel job
     (``measure.parallelize.apply_vocab_parallel``, ``measure.distributed.vocab_parallel_cross_entropy``),
@@ -96,7 +97,7 @@ def vocab_parallel_replay(
     cuda = (
         where[0] == "cuda"
     )  # CUDA's fused attention kernels (``Sizes.lse``, ``merge_copy``, ``flash_scratch_backward``)
-    z = Sizes(c, Affine(1), seq, pe, setup, plain, cpu, where[1], fl, cuda, sp=sp, gather_cat=cat, all_reduce=ar)
+    z = Sizes(c, Affine(1), seq, pe, setup, plain, cpu, where[1], fl, cuda, sp, cat, ar, cuda_batch if cuda else None)
     e, T, d = z.e, z.T, c.d_model
     vl = -(-c.vocab_size // tp)
     pb = parameter_breakdown(c)
@@ -189,8 +190,9 @@ def vocab_parallel_step(
     units=None,
     where=("meta", 1),
 ):
-    """``vocab_parallel_replay`` at one batch (a ``StepMemory``)."""
-    return vocab_parallel_replay(local, seq, setup, mode, tp, sp, min(batch, 2), units, where).at(batch)
+    """``vocab_parallel_replay`` at one batch (a ``StepMemory``), with CUDA's scratch at that batch."""
+    cuda_batch = batch if where[0] == "cuda" else None
+    return vocab_parallel_replay(local, seq, setup, mode, tp, sp, min(batch, 2), units, where, cuda_batch).at(batch)
 
 
 def vocab_parallel_head_saved(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, tp: int) -> int:
