@@ -317,8 +317,11 @@ def plan(
             "for the model: give a smaller --allowance (it covers CUDA context, NCCL buffers and fragmentation)"
         )
     if global_batch_tokens % seq:
+        lower = global_batch_tokens // seq * seq
+        near = f"{lower:,} or {lower + seq:,}" if lower else f"{seq:,}"
         raise AccountingError(
-            f"the global batch of {global_batch_tokens:,} tokens is not a whole number of {seq:,}-token sequences"
+            f"the global batch of {global_batch_tokens:,} tokens is not a whole number of {seq:,}-token sequences: "
+            f"give --global-batch-tokens {near}, or a --context that divides it"
         )
     sequences = global_batch_tokens // seq
     pending, evaluated_ep = [], False  # every candidate, with its step times: ranked before any replay

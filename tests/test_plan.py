@@ -67,6 +67,9 @@ def test_plan_over_a_thousand_layouts_imports_no_torch():
         (["llama-3-8b", "--gpu", "h100x", "--tokens", "10"], "unknown GPU 'h100x'"),
         (["llama-3-8b", "--gpus", "16..8", "--tokens", "10"], "must satisfy 1 <= LOW <= HIGH"),
         (["llama-3-8b", "--global-batch-tokens", "1000", "--tokens", "10"], "not a whole number"),
+        # Qwen3's 40,960-token context does not divide the default 4,194,304 (= 102.4 sequences): the two
+        # nearest global batches, 102 and 103 sequences
+        (["qwen3-0.6b", "--tokens", "10"], "give --global-batch-tokens 4,177,920 or 4,218,880, or a --context"),
         (["llama-3-8b", "--mfu", "1.5", "--tokens", "10"], "finite number in [0.0001, 1]"),
     ],
 )
