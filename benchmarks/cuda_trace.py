@@ -125,13 +125,23 @@ def main(argv=None) -> int:
     from lm_accounting.measure.step import build_step
     from lm_accounting.model import cross_entropy
 
+    setups = {s.label: s for s in every_setup()}
+    try:
+        overrides = {k: int(v) for k, v in (item.split("=", 1) for item in args.set)}
+        cfg = dataclasses.replace(load_config(args.model), **overrides).with_context(args.context)
+        layout = ParallelLayout(
+            dp=args.dp, zero=args.zero, tp=args.tp, sequence_parallel=args.sp, vocab_parallel=args.vp
+        )
+        layout.check(cfg, args.context)
+        if args.setup not in setups:
+            raise ValueError(f"unknown setup {args.setup!r}: e.g. {next(iter(setups))}")
+    except Exception as exc:  # noqa: BLE001 - bad input: one line
+        print(f"cuda_trace: {exc}".splitlines()[0], file=sys.stderr)
+        return 2
+    setup = setups[args.setup]
     if not torch.cuda.is_available():
         print("cuda_trace: no CUDA GPU is available on this machine", file=sys.stderr)
         return 2
-    overrides = {k: int(v) for k, v in (item.split("=", 1) for item in args.set)}
-    cfg = dataclasses.replace(load_config(args.model), **overrides).with_context(args.context)
-    setup = {s.label: s for s in every_setup()}[args.setup]
-    layout = ParallelLayout(dp=args.dp, zero=args.zero, tp=args.tp, sequence_parallel=args.sp, vocab_parallel=args.vp)
     captured: dict = {}
     tracker._train_step = profiled_phases(captured)
     S, B = args.context, args.batch
