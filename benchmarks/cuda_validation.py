@@ -417,6 +417,7 @@ def write_readme(out: Path, info: dict, tables: dict[str, list[dict]]) -> None:
             f"GPU: {info['nvidia_smi']} (name, driver, memory); torch {info['torch']}, CUDA {info['cuda']}, "
             f"Python {info['python']}."
         ),
+        *([info["runs"]] if "runs" in info else []),
         *(
             [
                 f"The predicted columns were recomputed by `--repredict` at commit {info['predicted_by']} (no GPU needed)."
