@@ -2,6 +2,7 @@
 
     python benchmarks/cuda_validation.py [--out reports/cuda] [--quick] [--only memory,parallel] [--part 0/4]
     python benchmarks/cuda_validation.py --merge DIR [DIR ...] --out reports/cuda
+    python benchmarks/cuda_validation.py --repredict --out reports/cuda   # no GPU: this code's predictions
 
 Needs a CUDA GPU (one line and exit 2 without one).  Sections are independent: each process has its
 own caching allocator and counters, so several can share one GPU (``--only``/``--part``, each with its
@@ -11,7 +12,8 @@ runs alone: it is a speed.
 Every prediction is the *plain* run (no dispatch mode: ``mode="plain"``, ``device="cuda"``); every
 memory measurement is the bytes the program's tensors requested from the caching allocator
 (``requested_bytes``) less the cuBLAS/cuBLASLt workspaces, which are measured on their own
-(``torch._C._cuda_clearCublasWorkspaces()``) and shown in a separate column with the allocator's rounding (peak allocated − peak requested), never folded in:
+(``torch._C._cuda_clearCublasWorkspaces()``) and shown in a separate column with the allocator's
+rounding (peak allocated − peak requested), never folded in:
 
 1. ``memory.csv``: one training step per model × setup: ``memory_account(..., device="cuda").step``
    against ``measure_training_step_cuda`` per phase (peak and end).
@@ -25,6 +27,8 @@ memory measurement is the bytes the program's tensors requested from the caching
    against ``rank_step(..., "plain", device="cuda")``.
 5. ``timing.csv``: measured step time, tokens/s and model-FLOPs utilisation (MFU) against the GPU
    table's dense bf16 peak: what the planner's ``--mfu`` assumption looks like on this GPU.
+6. ``kernels.csv``: CUDA-only scratch op by op (the embedding's index backward, a sum over rows), the
+   figures ``analytic.cuda_kernels`` must meet (tests/test_cuda_kernels.py reads them).
 
 ``README.md`` summarises the tables (points equal, every residual in bytes) under the GPU, driver,
 CUDA and torch versions (``env.json``).
