@@ -130,7 +130,8 @@ class Sizes:
 
     def embedding_grad_scratch(self) -> int:
         """CUDA at ``cuda_batch`` only: the embedding backward's id copies and sort storage for its
-        B·S ids (``cuda_kernels.index_put_scratch``)."""
+        B·S ids (``cuda_kernels.index_put_scratch``): the course model's ``weight[ids]``.  Vocab parallel's
+        ``F.embedding`` backs through ``embedding_dense_backward``, whose CUDA scratch is not modelled."""
         return index_put_scratch(self.cuda_batch * self.seq) if self.cuda and self.cuda_batch else 0
 
     def mixed_add_temp(self, width: int) -> int:

@@ -94,9 +94,9 @@ def vocab_parallel_replay(
     ar = sp == 1  # the blocks' all-reduces (``replay._tp_all_reduce``)
     pe = DTYPE_BYTES[setup.param_dtype]  # the parameters' bytes (z.e: the activations')
     cpu = plain and where[0] == "cpu"  # a plain CPU run: the CPU allocator's own extras (``Sizes.cpu``)
-    cuda = (
-        where[0] == "cuda"
-    )  # CUDA's fused attention kernels (``Sizes.lse``, ``merge_copy``, ``flash_scratch_backward``)
+    # on CUDA: its fused attention kernels (``Sizes.lse``, ``merge_copy``, ``flash_scratch_backward``) and, at
+    # ``cuda_batch``, the norms' row-sum scratch (``Sizes.norm_grad_scratch``)
+    cuda = where[0] == "cuda"
     z = Sizes(c, Affine(1), seq, pe, setup, plain, cpu, where[1], fl, cuda, sp, cat, ar, cuda_batch if cuda else None)
     e, T, d = z.e, z.T, c.d_model
     vl = -(-c.vocab_size // tp)
