@@ -98,7 +98,7 @@ def every_setup(optimizers: tuple[str, ...] = ("foreach",)) -> Iterator[Training
 def check_cuda_fused_attention(grouped_kv: bool, fp32: bool) -> None:
     """Refuse the fused attention that CUDA cannot fuse: fp32 with grouped KV heads.  Flash needs
     bf16/fp16 and the memory-efficient kernel takes no GQA, so ``F.scaled_dot_product_attention``
-    would fall back to the math path, which holds the S×S scores (measured on an H100, torch 2.11:
+    would fall back to the math path, which holds the S×S scores (measured on an NVIDIA H200, torch 2.11:
     "No available kernel" with the math backend disabled)."""
     if grouped_kv and fp32:
         raise AccountingError(

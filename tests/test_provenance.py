@@ -1,0 +1,77 @@
+"""The measured claims the views print, recounted from the committed GPU tables (reports/cuda), and no
+stale machine named anywhere in the package."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from lm_accounting.provenance import CUDA
+
+ROOT = Path(__file__).resolve().parent.parent
+CUDA_DIR = ROOT / "reports" / "cuda"
+
+
+def rows(section: str) -> list[dict[str, str]]:
+    with (CUDA_DIR / f"{section}.csv").open() as f:
+        return list(csv.DictReader(f))
+
+
+def pairs_equal(section: str) -> tuple[int, int]:
+    """(equal, compared) over every X_predicted / X_measured pair of the rows that ran (no error)."""
+    equal = total = 0
+    for r in rows(section):
+        if r.get("error"):
+            continue
+        for key in (k for k in r if k.endswith("_predicted")):
+            total += 1
+            equal += r[key] == r[key.removesuffix("_predicted") + "_measured"]
+    return equal, total
+
+
+def test_the_gpu_run_is_the_one_committed():
+    env = json.loads((CUDA_DIR / "env.json").read_text())
+    assert (CUDA.gpu, CUDA.torch, CUDA.date) == (env["gpu"], env["torch"], env["date"])
+
+
+@pytest.mark.parametrize("section", ["memory", "parallel"])
+def test_memory_figures_equal_as_the_tables_count_them(section):
+    assert CUDA.equal[section] == pairs_equal(section)
+
+
+def test_flops_points_equal_as_the_table_counts_them():
+    ran = [r for r in rows("flops") if not r.get("error")]
+    counts = [
+        ("forward_analytic", "forward_fvcore", "forward_FlopCounterMode"),
+        ("fwd_bwd_analytic", "fwd_bwd_FlopCounterMode"),
+    ]
+    equal = sum(all(len({r[k] for k in group}) == 1 for group in counts) for r in ran)
+    assert CUDA.equal["flops"] == (equal, len(ran))
+
+
+def test_inference_figures_equal_as_the_table_counts_them():
+    table = rows("inference")
+    assert CUDA.equal["inference"] == (sum(r["predicted"] == r["measured"] for r in table), len(table))
+
+
+def test_the_phrase_names_the_machine_and_the_count():
+    assert CUDA.phrase("memory") == (
+        "measured on NVIDIA H200 with torch 2.11.0+cu130: 1,214 of 1,218 figures equal, reports/cuda/memory.csv"
+    )
+
+
+def test_no_stale_machine_or_claim_in_the_package():
+    """The issue's grep: labels that contradicted reports/cuda (an H100 that was an H200; inference 'not yet
+    measured' after the H200 measured it)."""
+    stale = re.compile(r"H100, torch 2\.11|not yet measured on a GPU|not measured yet")
+    hits = [
+        f"{p.relative_to(ROOT)}:{i}"
+        for p in (ROOT / "lm_accounting").rglob("*.py")
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if stale.search(line)
+    ]
+    assert hits == []
