@@ -49,7 +49,7 @@ TRAINING_ROWS = (  # key, label, attribute of TrainingFlops
 class Account(Result):
     """Analytic accounting of one model shape at batch B and sequence length S."""
 
-    SCHEMA = "lm-accounting/account/3"
+    SCHEMA = "lm-accounting/account/4"
 
     config: ModelConfig
     batch: int
@@ -132,7 +132,7 @@ class Account(Result):
                 "active": self.active_params,
                 "weight_bytes": self.weight_bytes(),
             },
-            "forward_flops": {**self.forward.to_dict(), "per_layer_total": self.forward.per_layer_total},
+            "forward_flops": self.forward.to_dict(),
             "attention_matmul_flops": {
                 "full": self.attention_matmuls,
                 "causal_halved": self.causal_attention,

@@ -74,6 +74,7 @@ class Breakdown:
             "quantity": self.quantity,
             "unit": self.unit,
             "total": total,
+            "per_layer_total": self.per_layer_total,
             "components": [
                 {
                     "key": it.key,

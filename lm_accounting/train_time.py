@@ -34,7 +34,7 @@ METHOD_LABELS = {
 class TrainTime(Result):
     """Training time of ``steps`` steps at ``peak_flops`` × ``mfu``, for every step-FLOPs method."""
 
-    SCHEMA = "lm-accounting/train-time/3"
+    SCHEMA = "lm-accounting/train-time/4"
 
     config: ModelConfig
     seq: int
@@ -88,6 +88,7 @@ class TrainTime(Result):
                 }
                 for m, t in self.estimates.items()
             },
+            "parameters": self.n_params,
             "adamw_step_flops": {c.name: flops for c, flops in self.adamw()},
         }
 
