@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -104,6 +105,12 @@ def render_text(
     return "\n".join(line.rstrip() for line in out) + "\n"
 
 
+KEEP = "\u00a0"  # a no-break space: textwrap breaks at ASCII whitespace only
+BOUND = re.compile(r"(?<=\S) (?=\d[\d,.]*%?(?:$|[ ;,)]))")
+"""A space before a number that ends a phrase ('batch 1', 'd_model 1,600'): kept, so a figure stays beside
+its name; so is the space before a '·' separator, so no line opens with one."""
+
+
 def fold(text: str, width: int | None) -> list[str]:
     """``text`` folded at spaces to ``width``, continuation lines under its first word (a leading ``- ``
     bullet's text): never inside a word, so a number stays whole even on a line of its own."""
@@ -114,8 +121,8 @@ def fold(text: str, width: int | None) -> list[str]:
     body = text.lstrip(" ")
     indent = " " * (len(text) - len(body) + (2 if body.startswith("- ") else 0))
     return [
-        line
-        for paragraph in text.split("\n")
+        line.replace(KEEP, " ")
+        for paragraph in BOUND.sub(KEEP, text.replace(" · ", f"{KEEP}· ")).split("\n")
         for line in textwrap.wrap(
             paragraph,
             width,
