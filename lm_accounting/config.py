@@ -661,7 +661,7 @@ def config_from_mapping(data: Mapping[str, Any], source: str) -> ModelConfig:
         want = FIELD_TYPES[key]
         ok = isinstance(value, want) and not (want is not bool and isinstance(value, bool))
         if want is float and isinstance(value, int) and not isinstance(value, bool):
-            value, ok = float(value), True
+            value, ok = positive_number(value, f"{source}: key '{key}'"), True  # 10^400 overflows a float
         if not ok:
             raise ConfigError(f"{source}: key '{key}' must be {want.__name__}, got {short_repr(value)}")
         clean[key] = value
@@ -743,6 +743,34 @@ def _file_kind(mode: int) -> str:
     return "not a regular file"
 
 
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]+")
+
+
+def file_label(path: Path, stem: str) -> str:
+    """The model name of a config read from the file ``path`` when the file gives none: ``stem`` (the file's,
+    or a config.json's folder's) with control characters (a tab in a folder name) as spaces and at most
+    ``MAX_NAME_CHARS`` long; the path itself when that name is a preset's (a local ``gpt2-xl.toml`` is labelled
+    as the file it is, not as the preset)."""
+    name = _CONTROL_CHARS.sub(" ", stem).strip()[:MAX_NAME_CHARS].strip() or "custom"
+    if name in preset_names():
+        name = _CONTROL_CHARS.sub(" ", str(path)).strip()[-MAX_NAME_CHARS:].strip()
+    return name
+
+
+def positive_number(value: Any, what: str) -> float:
+    """``value`` (an int of any length or a float) as a positive finite float, or a one-line ``ConfigError``
+    naming ``what``: an int past the float range (310+ digits) is refused, never an ``OverflowError``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{what} must be a number, got {short_repr(value)}")
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not 0 < number < math.inf:
+        raise ConfigError(f"{what} must be a positive finite number, got {short_repr(value)}")
+    return number
+
+
 def preset_names() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
 
@@ -790,7 +818,8 @@ def load_config(name_or_path: str | os.PathLike) -> ModelConfig:
 
             return load_hf_config(path)
         data = read_toml(path)
-        data.setdefault("name", path.stem or "custom")
+        if "name" not in data:
+            data["name"] = file_label(path, path.stem)
         return config_from_mapping(data, str(path))
     if not name_or_path.strip():
         raise ConfigError("empty preset name; give a preset (see `lm-account presets`) or a path to a .toml file")

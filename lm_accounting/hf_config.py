@@ -40,13 +40,22 @@ query projection.
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .config import MAX_SIZE, ConfigError, ModelConfig, read_config_text, short_repr
+from .config import (
+    MAX_NAME_CHARS,
+    MAX_SIZE,
+    ConfigError,
+    ModelConfig,
+    file_label,
+    positive_number,
+    read_config_text,
+    short_repr,
+)
+from .hf_fields import ALIASES, CLASS_DEFAULTS, CONFIG_CLASSES, DEFINED_FIELDS, WRAPPED_TEXT_DEFAULTS, WRAPPERS
 
 SUPPORTED_MODEL_TYPES = (
     "gpt2",
@@ -142,6 +151,13 @@ IGNORED_EVERYWHERE = frozenset(
         "rope_scaling",
         "original_max_position_embeddings",
         "pretraining_tp",
+        "_commit_hash",
+        "name_or_path",
+        "experts_implementation",
+        "_experts_implementation",
+        "ignore_keys_at_rope_validation",
+        "allow_global_per_layer_attribute_access",
+        "serialize_explicit_per_layer_config",
     ]
 )
 """Fields that change no parameter or FLOP count in any supported model type: bookkeeping, token ids,
@@ -192,77 +208,111 @@ IGNORED_BY_TYPE = {
     "qwen3_moe": frozenset(["norm_topk_prob", "output_router_logits", "router_aux_loss_coef"]),
     "deepseek_v2": frozenset(_DEEPSEEK_ROUTING),
     "deepseek_v3": frozenset(_DEEPSEEK_ROUTING),
+    "gemma3": frozenset(
+        [
+            "vision_config",
+            "mm_tokens_per_image",
+            "image_token_index",
+            "image_token_id",
+            "boi_token_index",
+            "boi_token_id",
+            "eoi_token_index",
+            "eoi_token_id",
+        ]
+    ),
 }
 """Per model type: soft-capping (a tanh on logits), the attention scale (a different constant), GPT-2's
-alternative scalings and its sequence-summary head (used only by GPT2DoubleHeadsModel)."""
+alternative scalings and its sequence-summary head (used only by GPT2DoubleHeadsModel); a multimodal wrapper's
+vision tower and image-token settings (its text model alone is counted)."""
 
 GELU_ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu_python")
 SILU_ACTIVATIONS = ("silu", "swish")
 
 
 class _Fields:
-    """The config.json object with bookkeeping: what was read, what was ignored, in the file's order."""
+    """The config.json object with bookkeeping: what was read, what was ignored, in the file's order.
 
-    def __init__(self, data: Mapping[str, Any], source: str, model_type: str):
+    ``defaults`` (the configuration class's, ``CLASS_DEFAULTS``) fill an absent field before the reader's own
+    default; a name of the class's ``attribute_map`` finds the field under either spelling (``ALIASES``)."""
+
+    def __init__(self, data: Mapping[str, Any], source: str, model_type: str, defaults: Mapping[str, Any] = ()):
         self.data, self.source, self.model_type = data, source, model_type
+        self.defaults = {**CLASS_DEFAULTS.get(model_type, {}), **dict(defaults)}
+        self.aliases = ALIASES.get(model_type, {})
         self.used: set[str] = {"model_type"}
         self.ignored_parts: list[str] = []  # ignored entries inside a read object (rope_parameters.factor)
+        for alias, target in self.aliases.items():
+            if alias in data and target in data and data[alias] != data[target]:
+                raise self.error(
+                    f"fields '{alias}' and '{target}' are two names for one setting "
+                    f"(transformers' attribute_map) and disagree: {short_repr(data[alias])} vs {short_repr(data[target])}"
+                )
 
     def error(self, message: str) -> ConfigError:
         return ConfigError(f"{self.source}: {message}")
 
+    def key(self, name: str) -> str:
+        """The spelling of ``name`` present in the file (``name`` itself, or its ``attribute_map`` partner)."""
+        if name not in self.data:
+            for alias, target in self.aliases.items():
+                other = target if name == alias else alias if name == target else None
+                if other is not None and other in self.data:
+                    return other
+        return name
+
     def has(self, key: str) -> bool:
-        return key in self.data
+        return self.key(key) in self.data
+
+    def default(self, key: str, default: Any) -> Any:
+        """The class's default for ``key``, else ``default`` (a class default of None is derived: the reader's)."""
+        value = self.defaults.get(key)
+        return default if value is None else value
 
     def raw(self, key: str, default: Any = None) -> Any:
-        self.used.add(key)
-        return self.data.get(key, default)
+        present = self.key(key)
+        self.used |= {key, present, self.aliases.get(key, key)}
+        if present in self.data:
+            return self.data[present]
+        return self.default(key, default)
 
     def int(self, key: str, default: Any = ..., *, allow_none: bool = False, null: bool = True) -> int | None:
-        """An integer field in [1, 10^18]; ``default=...`` makes it required.  ``null=False``: an explicit
-        null is refused rather than read as the default (a count whose absence changes the model)."""
-        if key not in self.data:
+        """An integer field in [1, 10^18]; ``default=...`` makes it required (unless the class has a default).
+        ``null=False``: an explicit null is refused rather than read as the default (a count whose absence
+        changes the model)."""
+        present = self.key(key)
+        if present not in self.data:
+            default = self.default(key, default)
             if default is ...:
                 raise self.error(f"missing required field '{key}' (model_type '{self.model_type}')")
             self.used.add(key)
             return default
         value = self.raw(key)
         if value is None and null and (allow_none or default is not ...):
-            return default if default is not ... else None
+            return default if default is not ... else None  # an explicit null: derived, as transformers does
         if isinstance(value, bool) or not isinstance(value, int):
-            raise self.error(f"field '{key}' must be an integer, got {short_repr(value)}")
+            raise self.error(f"field '{present}' must be an integer, got {short_repr(value)}")
         if not 1 <= value <= MAX_SIZE:
-            raise self.error(f"field '{key}' must be between 1 and 10^18, got {short_repr(value)}")
+            raise self.error(f"field '{present}' must be between 1 and 10^18, got {short_repr(value)}")
         return value
 
     def number(self, key: str, default: float) -> float:
         value = self.raw(key, default)
-        if value is None:
-            return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.error(f"field '{key}' must be a number, got {short_repr(value)}")
-        try:
-            value = float(value)
-        except OverflowError:
-            value = math.inf
-        if not 0 < value < math.inf:
-            raise self.error(f"field '{key}' must be a positive finite number, got {short_repr(self.data[key])}")
-        return value
+        return default if value is None else positive_number(value, f"{self.source}: field '{self.key(key)}'")
 
     def bool(self, key: str, default: bool) -> bool:
         value = self.raw(key, default)
         if value is None:
-            return default
+            return self.default(key, default)
         if not isinstance(value, bool):
-            raise self.error(f"field '{key}' must be true or false, got {short_repr(value)}")
+            raise self.error(f"field '{self.key(key)}' must be true or false, got {short_repr(value)}")
         return value
 
     def str(self, key: str, default: str) -> str:
         value = self.raw(key, default)
         if value is None:
-            return default
+            return self.default(key, default)
         if not isinstance(value, str):
-            raise self.error(f"field '{key}' must be a string, got {short_repr(value)}")
+            raise self.error(f"field '{self.key(key)}' must be a string, got {short_repr(value)}")
         return value
 
     def only(self, key: str, allowed: tuple, what: str) -> None:
@@ -271,20 +321,29 @@ class _Fields:
         if value is None:
             value = allowed[0]
         if type(value) is not type(allowed[0]) or value not in allowed:
-            raise self.error(f"field '{key}' = {short_repr(value)} is not supported: {what}")
+            raise self.error(f"field '{self.key(key)}' = {short_repr(value)} is not supported: {what}")
 
     def not_understood(self) -> list[str]:
+        """Fields the configuration class defines (so they may change what transformers builds) that were
+        neither read nor known to change no count."""
+        defined = DEFINED_FIELDS.get(self.model_type, frozenset())
         known = self.used | IGNORED_EVERYWHERE | IGNORED_BY_TYPE.get(self.model_type, frozenset())
-        return [k for k in self.data if k not in known]
+        return [k for k in self.data if k in defined and k not in known]
 
-    def ignored(self) -> tuple[str, ...]:
-        return tuple(k for k in self.data if k not in self.used) + tuple(self.ignored_parts)
+    def ignored(self, prefix: str = "") -> tuple[str, ...]:
+        """Every field not read, in the file's order: the ones known to change no count, and the ones the
+        configuration class does not define (``n_special``, ``unsloth_version``: nothing reads them)."""
+        return tuple(prefix + k for k in self.data if k not in self.used) + tuple(
+            prefix + k for k in self.ignored_parts
+        )
 
 
 def _rope_theta(f: _Fields) -> float:
     """``rope_theta`` at the top level (transformers v4) or in ``rope_parameters`` (v5; for Gemma 3 the
-    full-attention entry).  RoPE has no parameters: the value only fills the live model's tables."""
+    full-attention entry).  RoPE has no parameters: the value only fills the live model's tables.  A
+    ``partial_rotary_factor`` (at the top level or in ``rope_parameters``) other than 1 is refused."""
     theta = f.number("rope_theta", 10_000.0)
+    _full_rotary(f.raw("partial_rotary_factor"), f"{f.source}: field 'partial_rotary_factor'")
     params = f.raw("rope_parameters")
     if params is None:
         return theta
@@ -295,27 +354,27 @@ def _rope_theta(f: _Fields) -> float:
         f.ignored_parts += [f"{prefix}{k}" for k in params if k != "full_attention"]  # the local layers' theta
         params, prefix = params["full_attention"], f"{prefix}full_attention."
     f.ignored_parts += [f"{prefix}{k}" for k in params if k not in ("rope_theta", "partial_rotary_factor")]
-    partial = params.get("partial_rotary_factor", 1.0)
-    if partial != 1.0:
-        raise f.error(
-            f"field 'rope_parameters.partial_rotary_factor' = {short_repr(partial)} is not supported: "
-            "RoPE on every dimension only"
-        )
+    _full_rotary(params.get("partial_rotary_factor"), f"{f.source}: field '{prefix}partial_rotary_factor'")
     value = params.get("rope_theta", theta)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-        raise f.error(f"field 'rope_parameters.rope_theta' must be a positive finite number, got {short_repr(value)}")
-    return float(value)
+    return positive_number(value, f"{f.source}: field '{prefix}rope_theta'")
 
 
-def _window(f: _Fields, *, default_every: int | None) -> dict[str, Any]:
+def _full_rotary(value: Any, what: str) -> None:
+    """RoPE on every dimension of a head: ``partial_rotary_factor`` absent, null or 1."""
+    if value is not None and (isinstance(value, bool) or value != 1):
+        raise ConfigError(f"{what} = {short_repr(value)} is not supported: RoPE on every dimension only")
+
+
+def _window(f: _Fields, *, default_every: int | None, pattern: bool = False) -> dict[str, Any]:
     """``sliding_window`` and which layers use it: ``layer_types`` if given (it must follow the
-    ``full_attention_every`` rule), else every layer (``default_every`` None) or every n-th layer full."""
+    ``full_attention_every`` rule), else every layer (``default_every`` None) or every n-th layer full
+    (``sliding_window_pattern`` where the class reads it, ``pattern``: Gemma 3).
+
+    The ``layer_types`` check is one pass: the first full-attention layer fixes the only n the rule allows
+    (layer n-1 is the first full one), and every entry is then compared with the rule once."""
     window = f.int("sliding_window", None, allow_none=True)
     layers = f.data.get("num_hidden_layers")
-    every = default_every
-    if f.has("sliding_window_pattern") or f.has("_sliding_window_pattern"):
-        key = "sliding_window_pattern" if f.has("sliding_window_pattern") else "_sliding_window_pattern"
-        every = f.int(key, default_every, allow_none=True)
+    every = f.int("sliding_window_pattern", default_every, allow_none=True) if pattern else default_every
     types = f.raw("layer_types")
     if types is not None:
         if not isinstance(types, list) or not all(t in ("full_attention", "sliding_attention") for t in types):
@@ -326,16 +385,15 @@ def _window(f: _Fields, *, default_every: int | None) -> dict[str, Any]:
             return {}
         if window is None:
             raise f.error("field 'layer_types' has sliding_attention layers but 'sliding_window' is null")
-        for candidate in (None, *range(2, len(types) + 1)):
-            cfg_types = [
-                "sliding_attention" if candidate is None or (i + 1) % candidate else "full_attention"
-                for i in range(len(types))
-            ]
-            if cfg_types == types:
-                return {"sliding_window": window, "full_attention_every": candidate}
-        raise f.error(
-            "field 'layer_types' is not understood: lm-accounting models windowed layers as all, or all but every n-th"
-        )
+        first_full = next((i for i, t in enumerate(types) if t == "full_attention"), None)
+        candidate = None if first_full is None else first_full + 1  # None: every layer windowed
+        for i, t in enumerate(types):
+            if (t == "full_attention") != (candidate is not None and (i + 1) % candidate == 0):
+                raise f.error(
+                    "field 'layer_types' is not understood: lm-accounting models windowed layers as all, "
+                    "or all but every n-th"
+                )
+        return {"sliding_window": window, "full_attention_every": candidate}
     if window is None:
         return {}
     if every == 1:  # a pattern of 1: every layer is full attention
@@ -463,32 +521,26 @@ def _qwen3(f: _Fields) -> dict[str, Any]:
 
 
 def _gemma(f: _Fields, *, every: int, qk_norm: bool) -> dict[str, Any]:
+    """Gemma 2/3: the MLP's activation is ``hidden_activation`` (the classes define no ``hidden_act``, so one
+    in the file is ignored); Gemma 3 alone reads ``sliding_window_pattern``."""
     out = _common(f, tie_default=True)
-    key = "hidden_activation" if f.has("hidden_activation") else "hidden_act"
-    if f.has("hidden_activation") and f.has("hidden_act"):
-        f.raw("hidden_act")  # transformers reads hidden_activation and ignores hidden_act
     bias = f.bool("attention_bias", False)
     f.only("use_bidirectional_attention", (False, None), "a causal LM")
     return {
         **out,
-        "mlp": _activation(f, key, "gelu_pytorch_tanh"),
+        "mlp": _activation(f, "hidden_activation", "gelu_pytorch_tanh"),
         "qkv_bias": bias,
         "output_bias": bias,
         "norm_placement": "sandwich",
         "scale_embeddings": True,
         "qk_norm": qk_norm,
-        **_window(f, default_every=every),
+        **_window(f, default_every=every, pattern=qk_norm),
     }
 
 
 def _phi3(f: _Fields) -> dict[str, Any]:
     out = _common(f, tie_default=False)
     f.only("attention_bias", (False,), "Phi-3's qkv_proj and o_proj have no bias")
-    partial = f.raw("partial_rotary_factor", 1.0)
-    if partial not in (None, 1, 1.0):
-        raise f.error(
-            f"field 'partial_rotary_factor' = {short_repr(partial)} is not supported: RoPE on every dimension only"
-        )
     return {**out, "mlp": _activation(f, "hidden_act", "silu"), **_window(f, default_every=None)}
 
 
@@ -505,14 +557,15 @@ def _olmo2(f: _Fields) -> dict[str, Any]:
     }
 
 
-def _experts(f: _Fields, count: str, width: str | None, defaults: tuple = (..., ..., ...)) -> dict[str, Any]:
-    """The routed experts: ``count`` of them (the field's name differs by family), top-k from
-    ``num_experts_per_tok``, each of width ``width`` (absent for Mixtral, whose experts have the dense
-    ``intermediate_size``); ``defaults`` (count, top-k, width) are the config class's, ``...`` = required."""
+def _experts(f: _Fields, count: str, width: str | None) -> dict[str, Any]:
+    """The routed experts: ``count`` of them (the field's name differs by family; either spelling of the
+    class's ``attribute_map`` is read), top-k from ``num_experts_per_tok``, each of width ``width`` (absent for
+    Mixtral, whose experts have the dense ``intermediate_size``).  Absent: the class's default where
+    ``CLASS_DEFAULTS`` has one (DeepSeek), else refused; an explicit null is refused."""
     return {
-        "num_experts": f.int(count, defaults[0], null=False),
-        "experts_per_token": f.int("num_experts_per_tok", defaults[1], null=False),
-        "expert_d_ff": None if width is None else f.int(width, defaults[2], null=False),
+        "num_experts": f.int(count, null=False),
+        "experts_per_token": f.int("num_experts_per_tok", null=False),
+        "expert_d_ff": None if width is None else f.int(width, null=False),
     }
 
 
@@ -527,7 +580,8 @@ def _mixtral(f: _Fields) -> dict[str, Any]:
 
 def _qwen3_moe(f: _Fields) -> dict[str, Any]:
     """Qwen3-MoE: Qwen3 attention; layer i is sparse when (i + 1) % decoder_sparse_step == 0 and i is
-    not in mlp_only_layers (only an empty list is modelled); a dense layer has ``intermediate_size``."""
+    not in mlp_only_layers (only an empty list is modelled); a dense layer has ``intermediate_size``.
+    The hub writes ``num_experts``, ``save_pretrained`` its ``attribute_map`` target ``num_local_experts``."""
     only = f.raw("mlp_only_layers")
     if only not in (None, []):
         raise f.error("field 'mlp_only_layers' is not supported: only an empty list (every sparse step a MoE layer)")
@@ -538,42 +592,47 @@ def _qwen3_moe(f: _Fields) -> dict[str, Any]:
     }
 
 
-def _deepseek(f: _Fields, version: int) -> dict[str, Any]:
+def _deepseek(f: _Fields) -> dict[str, Any]:
     """DeepSeek-V2/V3: latent attention and a mixture of experts with shared experts after
-    ``first_k_dense_replace`` dense layers.  Traps: ``head_dim`` here is the RoPE part of a head only
-    (transformers sets it to ``qk_rope_head_dim``); ``n_routed_experts`` (alias ``num_local_experts``)."""
+    ``first_k_dense_replace`` dense layers (absent fields: the V2 or V3 class's defaults, ``CLASS_DEFAULTS``).
+    Traps: ``head_dim`` here is the RoPE part of a head only and ``qk_head_dim`` the whole query/key head
+    (transformers sets both, and ``save_pretrained`` writes them: they are checked); ``n_routed_experts`` has
+    the alias ``num_local_experts`` (V3) or ``num_experts`` (V2)."""
     out = _common(f, tie_default=False)
     heads = out["num_heads"]
     if out["num_kv_heads"] not in (None, heads):
         raise f.error("field 'num_key_value_heads' must equal num_attention_heads for latent attention")
-    rope = f.int("qk_rope_head_dim", 64, null=False)
+    rope = f.int("qk_rope_head_dim", null=False)
     if out["head_dim"] not in (None, rope):
         raise f.error(f"field 'head_dim' = {out['head_dim']} must be qk_rope_head_dim ({rope}) for DeepSeek")
     f.only("attention_bias", (False,), "DeepSeek's projections without biases")
     f.only("mlp_bias", (False,), "DeepSeek's MLPs without biases")
     f.only("moe_layer_freq", (1,), "every layer from first_k_dense_replace on a mixture of experts")
-    count = "n_routed_experts" if f.has("n_routed_experts") or not f.has("num_local_experts") else "num_local_experts"
+    nope = f.int("qk_nope_head_dim", null=False)
+    qk_head = f.int("qk_head_dim", nope + rope, null=False)
+    if qk_head != nope + rope:
+        raise f.error(f"field 'qk_head_dim' = {qk_head} must be qk_nope_head_dim + qk_rope_head_dim ({nope + rope})")
     return {
         **out,
         "num_kv_heads": None,
         "head_dim": None,
         "mlp": _only_swiglu(f, "hidden_act"),
-        **_experts(f, count, "moe_intermediate_size", (256, 8, 2048) if version == 3 else (64, ..., 1407)),
-        "shared_experts": _count(f, "n_shared_experts", 1 if version == 3 else 2),
-        "dense_layers_first": _count(f, "first_k_dense_replace", 3 if version == 3 else 0),
-        "kv_lora_rank": f.int("kv_lora_rank", 512, null=False),
-        "q_lora_rank": None if f.raw("q_lora_rank", 1536) is None else f.int("q_lora_rank", 1536),  # null: q_proj
-        "qk_nope_head_dim": f.int("qk_nope_head_dim", 128, null=False),
+        **_experts(f, "n_routed_experts", "moe_intermediate_size"),
+        "shared_experts": _count(f, "n_shared_experts"),
+        "dense_layers_first": _count(f, "first_k_dense_replace"),
+        "kv_lora_rank": f.int("kv_lora_rank", null=False),
+        "q_lora_rank": None if f.raw("q_lora_rank") is None else f.int("q_lora_rank"),  # null: a plain q_proj
+        "qk_nope_head_dim": nope,
         "qk_rope_head_dim": rope,
-        "v_head_dim": f.int("v_head_dim", 128, null=False),
+        "v_head_dim": f.int("v_head_dim", null=False),
     }
 
 
-def _count(f: _Fields, key: str, default: int) -> int:
-    """A count that may be 0 (``first_k_dense_replace``)."""
-    value = f.raw(key, default)
+def _count(f: _Fields, key: str) -> int:
+    """A count that may be 0 (``first_k_dense_replace``); absent: the class's default."""
+    value = f.raw(key)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SIZE:
-        raise f.error(f"field '{key}' must be an integer >= 0, got {short_repr(value)}")
+        raise f.error(f"field '{f.key(key)}' must be an integer >= 0, got {short_repr(value)}")
     return value
 
 
@@ -589,8 +648,8 @@ MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "gemma3_text": lambda f: _gemma(f, every=6, qk_norm=True),
     "phi3": _phi3,
     "olmo2": _olmo2,
-    "deepseek_v2": lambda f: _deepseek(f, 2),
-    "deepseek_v3": lambda f: _deepseek(f, 3),
+    "deepseek_v2": _deepseek,
+    "deepseek_v3": _deepseek,
 }
 assert tuple(MAPPINGS) == SUPPORTED_MODEL_TYPES
 
@@ -611,24 +670,72 @@ def config_from_hf(data: Any, source: str = "config.json", name: str = "custom")
             f"{source}: model_type '{model_type}' has {LATER_MODEL_TYPES[model_type]}, "
             f"which lm-accounting does not model yet (supported: {', '.join(SUPPORTED_MODEL_TYPES)})"
         )
+    if model_type in WRAPPERS:
+        return _wrapped(data, source, name, model_type)
     if model_type not in MAPPINGS:
+        text = data.get("text_config")
+        inner = text.get("model_type") if isinstance(text, Mapping) else None
+        hint = f"; its text_config is a '{inner}', but only a {' or '.join(WRAPPERS)} wrapper is read" if inner else ""
         raise ConfigError(
-            f"{source}: unsupported model_type {short_repr(model_type)} (supported: {', '.join(SUPPORTED_MODEL_TYPES)})"
+            f"{source}: unsupported model_type {short_repr(model_type)} "
+            f"(supported: {', '.join(SUPPORTED_MODEL_TYPES + tuple(WRAPPERS))}){hint}"
         )
     f = _Fields(data, source, model_type)
-    fields = MAPPINGS[model_type](f)
+    fields = _read(f)
+    return _model(fields, source, name, f.ignored())
+
+
+def _read(f: _Fields) -> dict[str, Any]:
+    """The ``ModelConfig`` fields of ``f``'s model type (``_refuse_unknown`` after reading)."""
+    fields = MAPPINGS[f.model_type](f)
+    _refuse_unknown(f)
+    return fields
+
+
+def _refuse_unknown(f: _Fields) -> None:
+    """A field the configuration class defines that was neither read nor known to change no count is refused
+    (the class may build something else with it); a field it does not define is ignored (``f.ignored``)."""
     unknown = f.not_understood()
     if unknown:
-        raise ConfigError(
-            f"{source}: field {short_repr(unknown[0])} is not understood for model_type "
-            f"'{model_type}' (lm-accounting cannot tell whether it changes the counts)"
+        raise f.error(
+            f"field {short_repr(unknown[0])} is not understood for model_type '{f.model_type}' (transformers' "
+            f"{CONFIG_CLASSES[f.model_type]} defines it; lm-accounting cannot tell whether it changes the counts)"
         )
+
+
+def _model(fields: dict[str, Any], source: str, name: str, ignored: tuple[str, ...]) -> ModelConfig:
     keep_none = ("num_kv_heads", "head_dim", "expert_d_ff", "q_lora_rank")
     fields = {k: v for k, v in fields.items() if v is not None or k in keep_none}
     try:
-        return ModelConfig(**fields, name=name, ignored_fields=f.ignored())
+        return ModelConfig(**fields, name=name, ignored_fields=ignored)
     except ConfigError as err:
         raise ConfigError(f"{source}: {err}") from None
+
+
+def _wrapped(data: Mapping[str, Any], source: str, name: str, model_type: str) -> ModelConfig:
+    """A multimodal wrapper (Gemma 3's ``gemma3``): its ``text_config`` read as the text model type, the
+    text class's defaults filling what the published ``text_config`` leaves out (``WRAPPED_TEXT_DEFAULTS``),
+    and the wrapper's ``tie_word_embeddings`` (the flag transformers ties the wrapped LM head by).  The vision
+    tower and the projector are not counted, and the model's name says so."""
+    w = _Fields(data, source, model_type)
+    text_type = WRAPPERS[model_type]
+    text = w.raw("text_config")
+    if not isinstance(text, Mapping):
+        shown = "missing" if text is None else f"not an object ({short_repr(text)})"
+        raise w.error(
+            f"model_type '{model_type}' is a multimodal wrapper and its text model ('text_config') is {shown}; "
+            "lm-accounting counts the text model of a wrapper"
+        )
+    inner = text.get("model_type", text_type)
+    if inner != text_type:
+        raise w.error(f"field 'text_config.model_type' must be '{text_type}', got {short_repr(inner)}")
+    tie = w.bool("tie_word_embeddings", True)
+    _refuse_unknown(w)  # the wrapper's own fields: read, ignored or refused like any other
+    f = _Fields(text, f"{source}: text_config", text_type, WRAPPED_TEXT_DEFAULTS.get(text_type, {}))
+    fields = {**_read(f), "tie_embeddings": tie}
+    f.used.discard("tie_word_embeddings")  # the text_config's own flag is not the one transformers reads
+    note = f" (text model of a {model_type} wrapper; the vision tower is not counted)"
+    return _model(fields, source, name[: MAX_NAME_CHARS - len(note)] + note, w.ignored() + f.ignored("text_config."))
 
 
 def _reject_constant(name: str) -> Any:
@@ -649,5 +756,4 @@ def load_hf_config(path: str | os.PathLike) -> ModelConfig:
     except ValueError as err:  # JSONDecodeError, NaN/Infinity, an int over 4,300 digits
         raise ConfigError(f"{path}: not valid JSON: {str(err).splitlines()[0][:200]}") from None
     stem = path.stem if path.stem.lower() != "config" else (path.resolve().parent.name or "custom")
-    name = stem.strip() or "custom"
-    return config_from_hf(data, str(path), name[:200])
+    return config_from_hf(data, str(path), file_label(path, stem))

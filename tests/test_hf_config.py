@@ -154,9 +154,16 @@ def test_layer_types_follow_the_window_rule():
         ({**LLAMA, "num_hidden_layers": 0}, "field 'num_hidden_layers' must be between 1 and 10^18"),
         ({**LLAMA, "tie_word_embeddings": "no"}, "field 'tie_word_embeddings' must be true or false"),
         ({**LLAMA, "rope_theta": "big"}, "field 'rope_theta' must be a number"),
-        ({**LLAMA, "num_experts": 8}, "field 'num_experts' is not understood for model_type 'llama'"),
+        (
+            {**LLAMA, "per_layer_config": {"0": {"intermediate_size": 8}}},
+            "field 'per_layer_config' is not understood for model_type 'llama' (transformers' LlamaConfig defines it",
+        ),
         ({**LLAMA, "hidden_act": "relu"}, "field 'hidden_act' = 'relu' is not supported"),
-        ({**LLAMA, "model_type": "gpt2", "n_embd": 8}, "missing required field 'n_positions'"),
+        ({"model_type": "gpt2", "n_embd": 8, "n_layer": 2, "n_head": 2}, "missing required field 'n_positions'"),
+        (
+            {"model_type": "gpt2", "n_embd": 8, "hidden_size": 16},
+            "fields 'hidden_size' and 'n_embd' are two names for one setting",
+        ),
         (
             {
                 **LLAMA,

@@ -1,0 +1,362 @@
+"""What transformers' configuration class for each supported ``model_type`` defines (transformers 5.x), as data.
+
+``hf_config`` reads a config.json without importing transformers, so the facts it needs about transformers'
+own ``*Config`` classes are written out here, and tests/test_hf_roundtrip.py derives each table from the
+installed transformers and checks that it is equal (so the two cannot drift apart):
+
+* ``DEFINED_FIELDS``: the names a config class defines, and so the only fields of a config.json that can change
+  what transformers builds.  A name is defined when it is a parameter of the class's ``__init__`` (its dataclass
+  fields), a key or target of its ``attribute_map``, a settable property, a legacy key its ``__post_init__`` or
+  RoPE conversion reads from ``kwargs`` (``rope_theta``, ``sliding_window_pattern``), or a public attribute its
+  ``__post_init__`` sets (DeepSeek's ``qk_head_dim``: a saved value is set back over it on loading).  Any other
+  field is stored on the config object and read by nothing (``n_special``, ``unsloth_version``).
+* ``ALIASES``: the class's ``attribute_map`` (alias -> the name it is stored under, which ``save_pretrained``
+  writes): Qwen3-MoE's ``num_experts`` is saved as ``num_local_experts``.
+* ``CLASS_DEFAULTS``: the class's default for each optional field the reader takes (a ``None`` is derived, e.g.
+  ``num_key_value_heads`` -> ``num_attention_heads``), and ``rope_theta`` from the class's ``default_theta``.
+* ``WRAPPERS``: a multimodal configuration class -> the text model type of its ``text_config``, with the text
+  class's defaults for the shape fields a published ``text_config`` leaves out (``WRAPPED_TEXT_DEFAULTS``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _names(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+COMMON_FIELDS = _names(
+    """
+        _attn_implementation _commit_hash _experts_implementation allow_global_per_layer_attribute_access architectures
+        attn_implementation chunk_size_feed_forward dtype experts_implementation id2label ignore_keys_at_rope_validation
+        initializer_range is_encoder_decoder label2id name_or_path num_labels output_attentions output_hidden_states
+        partial_rotary_factor per_layer_config problem_type return_dict rope_parameters rope_scaling rope_theta
+        serialize_explicit_per_layer_config tie_word_embeddings torch_dtype transformers_version
+    """
+)
+"""Defined by ``PreTrainedConfig`` itself (and its RoPE mixin), so by every class below."""
+
+DEFINED_FIELDS: dict[str, frozenset[str]] = {
+    "gpt2": COMMON_FIELDS
+    | _names(
+        """
+            activation_function add_cross_attention attn_pdrop bos_token_id embd_pdrop eos_token_id hidden_size
+            layer_norm_epsilon max_position_embeddings n_embd n_head n_inner n_layer n_positions num_attention_heads
+            num_hidden_layers pad_token_id reorder_and_upcast_attn resid_pdrop scale_attn_by_inverse_layer_idx
+            scale_attn_weights summary_activation summary_first_dropout summary_proj_to_labels summary_type
+            summary_use_proj use_cache vocab_size
+        """
+    ),
+    "llama": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id eos_token_id head_dim hidden_act hidden_size intermediate_size
+            max_position_embeddings mlp_bias num_attention_heads num_hidden_layers num_key_value_heads pad_token_id
+            pretraining_tp rms_norm_eps use_cache vocab_size
+        """
+    ),
+    "mistral": COMMON_FIELDS
+    | _names(
+        """
+            attention_dropout bos_token_id eos_token_id head_dim hidden_act hidden_size intermediate_size
+            max_position_embeddings num_attention_heads num_hidden_layers num_key_value_heads pad_token_id rms_norm_eps
+            sliding_window use_cache vocab_size
+        """
+    ),
+    "mixtral": COMMON_FIELDS
+    | _names(
+        """
+            attention_dropout bos_token_id eos_token_id head_dim hidden_act hidden_size intermediate_size
+            max_position_embeddings num_attention_heads num_experts num_experts_per_tok num_hidden_layers
+            num_key_value_heads num_local_experts output_router_logits pad_token_id rms_norm_eps router_aux_loss_coef
+            router_jitter_noise sliding_window use_cache vocab_size
+        """
+    ),
+    "qwen2": COMMON_FIELDS
+    | _names(
+        """
+            attention_dropout bos_token_id eos_token_id hidden_act hidden_size intermediate_size layer_types
+            max_position_embeddings max_window_layers num_attention_heads num_hidden_layers num_key_value_heads
+            pad_token_id rms_norm_eps sliding_window use_cache use_sliding_window vocab_size
+        """
+    ),
+    "qwen3": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id eos_token_id head_dim hidden_act hidden_size intermediate_size
+            layer_types max_position_embeddings max_window_layers num_attention_heads num_hidden_layers
+            num_key_value_heads pad_token_id rms_norm_eps sliding_window use_cache use_sliding_window vocab_size
+        """
+    ),
+    "qwen3_moe": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id decoder_sparse_step eos_token_id hidden_act hidden_size
+            intermediate_size max_position_embeddings mlp_only_layers moe_intermediate_size norm_topk_prob
+            num_attention_heads num_experts num_experts_per_tok num_hidden_layers num_key_value_heads num_local_experts
+            output_router_logits pad_token_id rms_norm_eps router_aux_loss_coef sliding_window use_cache
+            use_sliding_window vocab_size
+        """
+    ),
+    "gemma2": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout attn_logit_softcapping bos_token_id eos_token_id final_logit_softcapping
+            head_dim hidden_activation hidden_size intermediate_size layer_types max_position_embeddings
+            num_attention_heads num_hidden_layers num_key_value_heads pad_token_id query_pre_attn_scalar rms_norm_eps
+            sliding_window use_bidirectional_attention use_cache vocab_size
+        """
+    ),
+    "gemma3_text": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout attn_logit_softcapping bos_token_id eos_token_id final_logit_softcapping
+            head_dim hidden_activation hidden_size intermediate_size layer_types max_position_embeddings
+            num_attention_heads num_hidden_layers num_key_value_heads pad_token_id query_pre_attn_scalar rms_norm_eps
+            rope_local_base_freq sliding_window sliding_window_pattern use_bidirectional_attention use_cache vocab_size
+        """
+    ),
+    "phi3": COMMON_FIELDS
+    | _names(
+        """
+            attention_dropout bos_token_id embd_pdrop eos_token_id hidden_act hidden_size intermediate_size
+            max_position_embeddings num_attention_heads num_hidden_layers num_key_value_heads
+            original_max_position_embeddings pad_token_id resid_pdrop rms_norm_eps sliding_window use_cache vocab_size
+        """
+    ),
+    "olmo2": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id eos_token_id hidden_act hidden_size intermediate_size
+            max_position_embeddings num_attention_heads num_hidden_layers num_key_value_heads pad_token_id rms_norm_eps
+            use_cache vocab_size
+        """
+    ),
+    "deepseek_v2": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id eos_token_id first_k_dense_replace head_dim hidden_act
+            hidden_size intermediate_size kv_lora_rank max_position_embeddings mlp_bias moe_intermediate_size n_group
+            n_routed_experts n_shared_experts norm_topk_prob num_attention_heads num_experts num_experts_per_tok
+            num_hidden_layers num_key_value_heads output_router_logits pad_token_id pretraining_tp q_lora_rank
+            qk_head_dim qk_nope_head_dim qk_rope_head_dim rms_norm_eps routed_scaling_factor topk_group topk_method
+            use_cache v_head_dim vocab_size
+        """
+    ),
+    "deepseek_v3": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id eos_token_id first_k_dense_replace head_dim hidden_act
+            hidden_size intermediate_size kv_lora_rank max_position_embeddings moe_intermediate_size n_group
+            n_routed_experts n_shared_experts norm_topk_prob num_attention_heads num_experts_per_tok num_hidden_layers
+            num_key_value_heads num_local_experts num_mtp_layers num_nextn_predict_layers output_router_logits
+            pad_token_id pretraining_tp q_lora_rank qk_head_dim qk_nope_head_dim qk_rope_head_dim rms_norm_eps
+            rope_interleave routed_scaling_factor topk_group use_cache v_head_dim vocab_size
+        """
+    ),
+    "gemma3": COMMON_FIELDS
+    | _names(
+        """
+            boi_token_id boi_token_index eoi_token_id eoi_token_index image_token_id image_token_index
+            mm_tokens_per_image text_config vision_config
+        """
+    ),
+}
+
+CONFIG_CLASSES = {
+    "gpt2": "GPT2Config",
+    "llama": "LlamaConfig",
+    "mistral": "MistralConfig",
+    "mixtral": "MixtralConfig",
+    "qwen2": "Qwen2Config",
+    "qwen3": "Qwen3Config",
+    "qwen3_moe": "Qwen3MoeConfig",
+    "gemma2": "Gemma2Config",
+    "gemma3_text": "Gemma3TextConfig",
+    "phi3": "Phi3Config",
+    "olmo2": "Olmo2Config",
+    "deepseek_v2": "DeepseekV2Config",
+    "deepseek_v3": "DeepseekV3Config",
+    "gemma3": "Gemma3Config",
+}
+ALIASES: dict[str, dict[str, str]] = {
+    "gpt2": {
+        "hidden_size": "n_embd",
+        "max_position_embeddings": "n_positions",
+        "num_attention_heads": "n_head",
+        "num_hidden_layers": "n_layer",
+    },
+    "mixtral": {"num_experts": "num_local_experts"},
+    "qwen3_moe": {"num_experts": "num_local_experts"},
+    "deepseek_v2": {"num_experts": "n_routed_experts"},
+    "deepseek_v3": {"num_local_experts": "n_routed_experts", "num_mtp_layers": "num_nextn_predict_layers"},
+    "gemma3": {
+        "image_token_id": "image_token_index",
+        "boi_token_id": "boi_token_index",
+        "eoi_token_id": "eoi_token_index",
+    },
+}
+CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3": {"tie_word_embeddings": True},
+    "gpt2": {
+        "layer_norm_epsilon": 1e-05,
+        "tie_word_embeddings": True,
+        "activation_function": "gelu_new",
+        "n_inner": None,
+        "add_cross_attention": False,
+    },
+    "llama": {
+        "num_key_value_heads": None,
+        "head_dim": None,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "hidden_act": "silu",
+        "rope_theta": 10000.0,
+    },
+    "mistral": {
+        "num_key_value_heads": 8,
+        "head_dim": None,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": False,
+        "hidden_act": "silu",
+        "sliding_window": 4096,
+        "rope_theta": 10000.0,
+    },
+    "mixtral": {
+        "num_key_value_heads": 8,
+        "head_dim": None,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "hidden_act": "silu",
+        "sliding_window": None,
+        "rope_theta": 1000000.0,
+    },
+    "qwen2": {
+        "num_key_value_heads": 32,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": False,
+        "hidden_act": "silu",
+        "sliding_window": 4096,
+        "use_sliding_window": False,
+        "max_window_layers": 28,
+        "rope_theta": 10000.0,
+    },
+    "qwen3": {
+        "num_key_value_heads": 32,
+        "head_dim": 128,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "hidden_act": "silu",
+        "sliding_window": 4096,
+        "use_sliding_window": False,
+        "max_window_layers": 28,
+        "rope_theta": 10000.0,
+    },
+    "qwen3_moe": {
+        "num_key_value_heads": 4,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "hidden_act": "silu",
+        "sliding_window": 4096,
+        "use_sliding_window": False,
+        "decoder_sparse_step": 1,
+        "rope_theta": 10000.0,
+    },
+    "gemma2": {
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": True,
+        "attention_bias": False,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "sliding_window": 4096,
+        "use_bidirectional_attention": None,
+        "rope_theta": 10000.0,
+    },
+    "gemma3_text": {
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": True,
+        "attention_bias": False,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "sliding_window": 4096,
+        "use_bidirectional_attention": False,
+        "rope_theta": 1000000.0,
+    },
+    "phi3": {
+        "num_key_value_heads": None,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "hidden_act": "silu",
+        "sliding_window": None,
+        "rope_theta": 10000.0,
+    },
+    "olmo2": {
+        "num_key_value_heads": None,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "hidden_act": "silu",
+        "rope_theta": 10000.0,
+    },
+    "deepseek_v2": {
+        "num_key_value_heads": None,
+        "head_dim": None,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "hidden_act": "silu",
+        "qk_rope_head_dim": 64,
+        "qk_nope_head_dim": 128,
+        "v_head_dim": 128,
+        "kv_lora_rank": 512,
+        "q_lora_rank": 1536,
+        "n_shared_experts": 2,
+        "first_k_dense_replace": 0,
+        "n_routed_experts": 64,
+        "moe_intermediate_size": 1407,
+        "rope_theta": 10000.0,
+    },
+    "deepseek_v3": {
+        "num_key_value_heads": 128,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "hidden_act": "silu",
+        "qk_rope_head_dim": 64,
+        "qk_nope_head_dim": 128,
+        "v_head_dim": 128,
+        "kv_lora_rank": 512,
+        "q_lora_rank": 1536,
+        "n_shared_experts": 1,
+        "first_k_dense_replace": 3,
+        "n_routed_experts": 256,
+        "num_experts_per_tok": 8,
+        "moe_intermediate_size": 2048,
+        "rope_theta": 10000.0,
+    },
+}
+
+WRAPPERS = {"gemma3": "gemma3_text"}
+"""Multimodal wrapper ``model_type`` -> the ``model_type`` of its ``text_config`` (``sub_configs_defaults``)."""
+
+WRAPPED_TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3_text": {
+        "vocab_size": 262208,
+        "hidden_size": 2304,
+        "intermediate_size": 9216,
+        "num_hidden_layers": 26,
+        "num_attention_heads": 8,
+        "max_position_embeddings": 131072,
+    },
+}
+"""The text class's defaults for the shape fields: google/gemma-3-4b-it's ``text_config`` gives only
+``hidden_size``, ``intermediate_size``, ``num_hidden_layers`` and ``sliding_window``."""
