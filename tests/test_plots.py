@@ -239,7 +239,7 @@ def test_memory_budget_label_and_errors(wide, tmp_path):
     )
     (ax,) = fig.axes
     assert "budget 1 GiB = 1.074 GB" in legend_texts(ax.get_legend())
-    assert "no swept context fits in 1 GiB" in ax.get_title()
+    assert "largest swept context within 1 GiB: none fits (the shortest, 1k tokens, needs" in ax.get_title()
     assert not any(line.get_marker() == "*" for line in ax.lines)
     with pytest.raises(ValueError, match="gpt2-xl"):
         plots.plot_memory_vs_context(wide, tmp_path / "x", model="gpt2-xl")
@@ -402,3 +402,171 @@ def test_failed_write_leaves_old_file_and_no_temp(frame, tmp_path, monkeypatch):
 def test_missing_columns_are_named(frame, tmp_path):
     with pytest.raises(ValueError, match="share:ffn"):
         plots.plot_flops_shares(frame.drop(columns=["share:ffn"]), tmp_path / "x")
+
+
+# ---------------------------------------------------------------- every figure says what it assumes
+SDPA_SELECTIVE_BF16_FUSED = "sdpa attention, selective checkpointing, bf16, AdamW fused"  # written by hand
+
+
+def titles(fig) -> str:
+    """Every title of a figure (its suptitle and each panel's), one string."""
+    parts = [fig._suptitle.get_text()] if fig._suptitle is not None else []
+    return "\n".join(parts + [ax.get_title() for ax in fig.axes])
+
+
+@pytest.fixture(scope="module")
+def bf16_frame():
+    """A sweep under a setup that differs from the default in all four choices."""
+    from lm_accounting.setup import TrainingSetup
+
+    setup = TrainingSetup(attention="sdpa", checkpoint="selective", precision="bf16", optimizer="fused")
+    return sweep([load_config("gpt2-small")], (256, 1024), setup=setup).to_frame()
+
+
+def test_every_sweep_figure_names_its_setup(bf16_frame, tmp_path):
+    """Each sweep figure's title names the precision, attention, checkpointing and optimizer of the sweep
+    (the FLOPs figures add that forward matmul FLOPs do not depend on them); none says the default's fp32."""
+    frame = bf16_frame.assign(**{"measured:flops": bf16_frame["flops:total"], "measured:device": "meta"})
+    figures = {
+        "shares": plots.plot_flops_shares(frame, tmp_path / "s", return_fig=True)[1],
+        "flops": plots.plot_flops_vs_context(frame, tmp_path / "f", return_fig=True)[1],
+        "memory": plots.plot_memory_vs_context(frame, tmp_path / "m", model="gpt2-small", return_fig=True)[1],
+        "measured": plots.plot_predicted_vs_measured(frame, tmp_path / "p", return_fig=True)[1],
+        "comparison": plots.plot_model_comparison(frame, tmp_path / "c", context=1024, return_fig=True)[1],
+    }
+    for name, fig in figures.items():
+        text = titles(fig)
+        assert SDPA_SELECTIVE_BF16_FUSED in text, name
+        assert "fp32" not in text and "naive" not in text, name
+    for name in ("shares", "flops", "comparison"):
+        assert "forward matmul FLOPs do not depend on it" in titles(figures[name])
+
+
+def test_a_sweep_where_nothing_fits_says_none_fits(tmp_path):
+    """gpt2-medium's fp32 model states alone are 16 bytes × 354,823,168 params > 5 GB: no context fits
+    5 GB, and the figure, the table note and the markdown say "none fits", never "0 tokens"."""
+    from lm_accounting.views.sweep import sweep_tables
+
+    s = sweep([load_config("gpt2-medium")], (256, 512), budget=5 * 10**9)
+    assert s.rows[0]["mem:max_context"] == 0
+    _, fig = plots.plot_memory_vs_context(
+        s.to_frame(), tmp_path / "m", model="gpt2-medium", budget_bytes=5 * 10**9, budget_label="5 GB", return_fig=True
+    )
+    title = fig.axes[0].get_title()
+    assert title.endswith("\nlargest context within 5 GB: none fits (exact step model)")
+    assert not any(line.get_marker() == "*" for line in fig.axes[0].lines)
+    (note,) = sweep_tables(s)[0].notes
+    assert note.endswith(": none fits") and "0 tokens" not in note
+
+
+def test_setups_table_and_figure_are_written_from_the_setups(tmp_path):
+    """The setups comparison names what its rows share (here bf16, fused AdamW) in the title and what
+    tells them apart in each row; a setup where nothing fits says "none fits" in the table and legend."""
+    from lm_accounting.setup import TrainingSetup
+    from lm_accounting.views.setups import SetupRow, plot_setups, setup_table
+
+    naive = TrainingSetup(attention="naive", precision="bf16", optimizer="fused").label
+    full = TrainingSetup(attention="sdpa", checkpoint="full", precision="bf16", optimizer="fused").label
+    rows = [
+        SetupRow("m", naive, 1024, 9 * 10**9, 0),
+        SetupRow("m", naive, 2048, 12 * 10**9, 0),
+        SetupRow("m", full, 1024, 2 * 10**9, 1),
+        SetupRow("m", full, 2048, 3 * 10**9, 1),
+    ]
+    table = setup_table(rows, "8 GB")
+    assert table.title == "Peak memory of one training step (batch 1, bf16, AdamW fused), plain run on a CUDA GPU"
+    assert [(r[1], r[-1]) for r in table.rows] == [
+        ("naive attention, no checkpointing", "none fits"),
+        ("sdpa attention, full checkpointing", "1"),
+    ]
+    assert table.notes[0].startswith("bf16: bf16 weights") and "amp-bf16" not in table.notes[0]
+    _, fig = plot_setups(rows, tmp_path / "s", 8 * 10**9, "8 GB", return_fig=True)
+    assert "batch 1, bf16, AdamW fused" in fig._suptitle.get_text()
+    labels = legend_texts(fig.axes[0].get_legend())
+    assert labels[:2] == ["naive attention, no checkpointing: none fits", "sdpa attention, full checkpointing: 1 token"]
+    assert "budget 8 GB" in labels
+
+
+def serving_records(fits=(93, 1, 0)):
+    """Hand-made inference-report records: one model, the report's three lengths, two batches each."""
+    from lm_accounting.views.infer_report import LENGTHS
+
+    return [
+        dict(
+            model="m",
+            prompt=P,
+            generate=G,
+            batch=b,
+            tokens_per_s=100.0 * b,
+            serving_peak_bytes=(10 + b) * 10**9,
+            knee_batch=None,
+            knee_tokens_per_s=None,
+            max_batch_serving=fit,
+            weights="int8",
+            kv_dtype="fp8",
+            attention="naive",
+            budget_bytes=79_500_000_000,
+        )
+        for (P, G), fit in zip(LENGTHS, fits, strict=True)
+        for b in (1, 2)
+    ]
+
+
+def test_serving_memory_figure_says_which_capacity_and_the_budget(tmp_path):
+    """The inference memory figure: each 'at most N' is the sequences that fit prefilled one at a time and
+    decoded together (in the legend's title), with the number in words ('1 sequence fits', 'none fits');
+    the budget line carries the GPU and its value; the title names the dtypes and attention read from the records."""
+    from lm_accounting.views.infer_report import plot_memory, plot_tokens_per_s
+
+    records = serving_records()
+    _, fig = plot_memory(records, tmp_path / "mem", return_fig=True)
+    legend = fig.axes[0].get_legend()
+    assert (
+        legend.get_title().get_text()
+        == "★ most sequences that fit: prompts prefilled one at a time, then decoded together"
+    )
+    assert legend_texts(legend) == [
+        "P + G = 256: at most 93 sequences fit",
+        "P + G = 2,560: at most 1 sequence fits",
+        "P + G = 5,120: none fits",
+        "NVIDIA H100 SXM 80GB = 79.5 GB budget",
+    ]
+    budget = line(fig.axes[0], "NVIDIA H100 SXM 80GB = 79.5 GB budget")
+    assert budget.get_ydata()[0] == 79.5
+    assert "int8 weights, fp8 KV cache, naive attention (inference: no checkpointing, no optimizer)" in titles(fig)
+    _, fig = plot_tokens_per_s(records, tmp_path / "tok", return_fig=True)
+    assert "int8 weights, fp8 KV cache, naive attention" in titles(fig)
+    assert legend_texts(fig.axes[0].get_legend())[2].endswith("no knee (memory-bound at every B); none fits")
+
+
+def test_serving_capacity_is_the_one_at_a_time_prefill():
+    """The capacity the figure calls 'prefilled one at a time' is infer's max_batch_serving, which for a long
+    prompt is larger than the all-together max_batch (the prefill of B prompts at once holds B prompts' temporaries)."""
+    from lm_accounting.analytic.inference_report import infer
+    from lm_accounting.views.infer_report import GPU, rows
+
+    cfg = load_config("llama-3-8b")
+    record = next(r for r in rows([cfg]) if r["prompt"] == 4096 and r["batch"] == 1)
+    analysed = infer(cfg, 4096, 1024, 1, gpu=GPU, budget=record["budget_bytes"], attention=record["attention"])
+    assert record["max_batch_serving"] == analysed.max_batch_serving > analysed.max_batch
+
+
+def test_memory_vs_gpus_labels_the_gpu_line_with_its_value(tmp_path):
+    """The GPU line carries its value, and the title names the curves' setup (memory_vs_gpus's default)."""
+    from lm_accounting.views.plan import plot_memory_vs_gpus
+
+    curves = {"DDP": [(8, 90 * 10**9), (16, 90 * 10**9)], "FSDP2 ZeRO-3": [(8, 40 * 10**9), (16, 25 * 10**9)]}
+    _, fig = plot_memory_vs_gpus(
+        curves, 84_942_979_645, "m at S = 8,192", tmp_path / "g", memory_label="H100: CUDA total", return_fig=True
+    )
+    (ax,) = fig.axes
+    assert legend_texts(ax.get_legend())[-1] == "H100: CUDA total = 84.9 GB"
+    assert ax.get_title() == "m at S = 8,192\nsdpa attention, full checkpointing, amp-bf16, AdamW foreach"
+
+
+def test_counts_are_in_words_by_number():
+    from lm_accounting.views.words import fits_words, plural
+
+    assert [plural(n, "step") for n in (0, 1, 2, 1000)] == ["0 steps", "1 step", "2 steps", "1,000 steps"]
+    assert plural(1, "KV head") == "1 KV head" and plural(3, "index", "indices") == "3 indices"
+    assert [fits_words(n) for n in (0, None, 1, 7214)] == ["none fits", "none fits", "1 token", "7,214 tokens"]

@@ -7,6 +7,7 @@ from ..breakdown import Breakdown
 from ..config import ModelConfig
 from ..units import fmt_bytes, fmt_sci, fmt_share
 from .tables import Column, Table, View
+from .words import plural
 
 BREAKDOWN_COLUMNS = (
     Column("key"),
@@ -23,15 +24,15 @@ def breakdown_table(title: str, bd: Breakdown, layers: int) -> Table:
     # one block's total only when every block is the same (not a dense/MoE mix: no such block exists)
     uniform = all(it.total == it.per_layer * layers for it in bd if it.per_layer)
     per_layer = bd.per_layer_total if uniform else None
-    rows.append(("total", f"all {layers} layers + the rest", per_layer, total, 1.0 if total else 0.0))
+    rows.append(("total", f"all {plural(layers, 'layer')} + the rest", per_layer, total, 1.0 if total else 0.0))
     notes = [] if uniform else ["per layer: the value in each block that has the component (blocks differ)"]
     return Table(title, BREAKDOWN_COLUMNS, rows, notes)
 
 
 def describe_config(cfg: ModelConfig) -> str:
-    heads = f"{cfg.num_heads} heads"
+    heads = plural(cfg.num_heads, "head")
     if cfg.kv_heads != cfg.num_heads:
-        heads += f" ({cfg.kv_heads} KV heads, GQA)"
+        heads += f" ({plural(cfg.kv_heads, 'KV head')}, GQA)"
     if cfg.mla:
         head = f"head_dim {cfg.d_head} (Q/K: {cfg.qk_nope_head_dim} + {cfg.qk_rope_head_dim} RoPE; V: {cfg.v_head})"
     else:
@@ -40,7 +41,7 @@ def describe_config(cfg: ModelConfig) -> str:
     if cfg.qk_norm:
         extras.append("qk-norm")
     return (
-        f"{cfg.name}: vocab {cfg.vocab_size:,} · {cfg.num_layers} layers · d_model {cfg.d_model:,} · "
+        f"{cfg.name}: vocab {cfg.vocab_size:,} · {plural(cfg.num_layers, 'layer')} · d_model {cfg.d_model:,} · "
         f"{heads} · " + " · ".join(extras)
     )
 

@@ -15,11 +15,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..analytic.inference_report import _memory, infer, max_batch
+from ..analytic.inference_report import _memory, infer
 from ..config import ModelConfig, load_config
 from ..gpus import gpu
 from ..output import write_table_files
 from .tables import Column, Table
+from .words import NONE_FITS, plural
 
 GPU = "h100-80gb"
 LENGTHS = ((128, 128), (2048, 512), (4096, 1024))  # (prompt P, generated G)
@@ -45,12 +46,13 @@ def _serving_peak(cfg: ModelConfig, P: int, G: int, B: int) -> int:
 
 
 def rows(cfgs: list[ModelConfig]) -> list[dict[str, Any]]:
-    """One record per model × length × batch: tokens/s, bound, serving peak, and the length's knee and fit."""
-    budget = gpu(GPU).memory_bytes
+    """One record per model × length × batch: tokens/s, bound, serving peak, and the length's knee and fit
+    (``max_batch_serving`` within ``infer``'s default budget on ``GPU``, which the record carries)."""
     out = []
     for cfg in cfgs:
         for P, G in LENGTHS:
-            fit = max_batch(cfg, P, G, "bf16", "bf16", 1, "filled", budget, 1, ATTENTION)
+            served = infer(cfg, P, G, 1, gpu=GPU, attention=ATTENTION)
+            budget, fit = served.budget, served.max_batch_serving
             knee = infer(cfg, P, G, 1, gpu=GPU, budget=UNBOUNDED, attention=ATTENTION).roofline["knee_batch_first"]
             at_knee = None
             if knee is not None and knee <= BATCHES[-1]:
@@ -74,11 +76,38 @@ def rows(cfgs: list[ModelConfig]) -> list[dict[str, Any]]:
                         kv_cache_per_sequence=r.memory["kv_cache_per_sequence"],
                         knee_batch=ro["knee_batch_first"],
                         knee_batch_weights_only=ro["knee_batch_weights_only"],
-                        max_batch_80gb=fit,
+                        max_batch_serving=fit,
                         knee_tokens_per_s=at_knee,
+                        weights=r.weights,
+                        kv_dtype=r.kv_dtype,
+                        attention=r.attention,
+                        budget_bytes=budget,
                     )
                 )
     return out
+
+
+def serving_words(records: list[dict[str, Any]]) -> str:
+    """'bf16 weights, bf16 KV cache, sdpa attention (inference: no checkpointing, no optimizer)', from the records."""
+    kinds = dict.fromkeys(
+        f"{r['weights']} weights, {r['kv_dtype']} KV cache, {r['attention']} attention" for r in records
+    )
+    return " / ".join(kinds) + " (inference: no checkpointing, no optimizer)"
+
+
+def fit_words(fit: int) -> str:
+    """The serving capacity in a legend: 'at most 93 sequences fit', 'at most 1 sequence fits', 'none fits'."""
+    return f"at most {plural(fit, 'sequence')} {'fits' if fit == 1 else 'fit'}" if fit else NONE_FITS
+
+
+CAPACITY = "prompts prefilled one at a time, then decoded together"
+"""What the capacity ``max_batch_serving`` counts (``max_batch(..., prefill_batch=1)``)."""
+
+
+def budget_words(records: list[dict[str, Any]]) -> str:
+    """'NVIDIA H100 SXM 80GB = 80.0 GB budget': the budget line's label, its value read from the records."""
+    (budget,) = {r["budget_bytes"] for r in records}
+    return f"{gpu(GPU).label} = {budget / 1e9:,.1f} GB budget"
 
 
 def serving_table(records: list[dict[str, Any]]) -> Table:
@@ -88,14 +117,14 @@ def serving_table(records: list[dict[str, Any]]) -> Table:
         rb = next(
             r for r in picked if r["batch"] == TABLE_BATCH and r["model"] == r1["model"] and r["prompt"] == r1["prompt"]
         )
-        fits = TABLE_BATCH <= r1["max_batch_80gb"]
+        fits = TABLE_BATCH <= r1["max_batch_serving"]
         table_rows.append(
             (
                 r1["model"],
                 r1["prompt"],
                 r1["generate"],
                 r1["kv_cache_per_sequence"],
-                r1["max_batch_80gb"],
+                r1["max_batch_serving"],
                 r1["ttft_ms"],
                 r1["decode_ms_per_token"],
                 r1["tokens_per_s"],
@@ -106,14 +135,15 @@ def serving_table(records: list[dict[str, Any]]) -> Table:
             )
         )
     g = gpu(GPU)
+    (budget,) = {r["budget_bytes"] for r in records}
     return Table(
-        f"Serving on one {g.label} (bf16 weights and KV cache, roofline at 100 % of the datasheet)",
+        f"Serving on one {g.label}: {serving_words(records)}, roofline at 100 % of the datasheet",
         [
             Column("model"),
             Column("prompt P", "int"),
             Column("generate G", "int"),
             Column("KV cache per sequence", "bytes"),
-            Column("max sequences in 80 GB", "int"),
+            Column(f"max sequences in {budget / 1e9:,.4g} GB", "int"),
             Column("TTFT at B = 1 (ms)", "float"),
             Column("decode ms/token at B = 1", "float"),
             Column("tokens/s at B = 1", "float"),
@@ -130,7 +160,7 @@ def serving_table(records: list[dict[str, Any]]) -> Table:
                 "causal half."
             ),
             (
-                "Max sequences: prompts prefilled one at a time, decoded together; peak = weights + KV(C = P + G) + the "
+                f"Max sequences: {CAPACITY}, within {budget_words(records)}; peak = weights + KV(C = P + G) + the "
                 "larger of one prefill's and the decode step's temporaries (our live model with fused attention, sdpa: no "
                 "P×P scores; for the MoE its course twin's, an estimate)."
             ),
@@ -142,10 +172,10 @@ def serving_table(records: list[dict[str, Any]]) -> Table:
     )
 
 
-def plot_tokens_per_s(records: list[dict[str, Any]], stem: Path) -> list[Path]:
+def plot_tokens_per_s(records: list[dict[str, Any]], stem: Path, *, return_fig: bool = False):
     from matplotlib.figure import Figure
 
-    from .plots import _save
+    from .plots import save_figure
 
     cfgs = list(dict.fromkeys(r["model"] for r in records))
     fig = Figure(figsize=(6.4 * len(cfgs), 5.6), layout="constrained")
@@ -154,14 +184,14 @@ def plot_tokens_per_s(records: list[dict[str, Any]], stem: Path) -> list[Path]:
     for ax, model in zip(axes, cfgs, strict=True):
         for (P, G), color in zip(LENGTHS, colors, strict=True):
             mine = [r for r in records if r["model"] == model and r["prompt"] == P]
-            fit, knee = mine[0]["max_batch_80gb"], mine[0]["knee_batch"]
+            fit, knee = mine[0]["max_batch_serving"], mine[0]["knee_batch"]
             inside = [r for r in mine if r["batch"] <= fit]
             if knee is None:
                 label = f"P = {P:,}, G = {G:,}: no knee (memory-bound at every B)"
             else:
                 beyond = "" if knee <= BATCHES[-1] else ", beyond the axis"
                 label = f"P = {P:,}, G = {G:,}: knee at B = {knee:,}{beyond}"
-            label += f"; ≤ {fit:,} fit in 80 GB"
+            label += f"; {fit_words(fit)}"
             ax.plot(
                 [r["batch"] for r in mine], [r["tokens_per_s"] for r in mine], ls="--", lw=1, color=color, alpha=0.6
             )
@@ -199,20 +229,23 @@ def plot_tokens_per_s(records: list[dict[str, Any]], stem: Path) -> list[Path]:
             fontsize=8,
             loc="upper center",
             bbox_to_anchor=(0.5, -0.13),
-            title="◆ knee · dotted: most sequences in 80 GB · dashed: beyond it",
+            title=f"◆ knee · dotted: most sequences that fit · dashed: beyond it\n({CAPACITY})",
             title_fontsize=7.5,
         )
-    fig.suptitle("Decode throughput on one H100 SXM 80GB (bf16): mean over the G − 1 steps", fontsize=11)
-    return _save(fig, stem, return_fig=False)
+    fig.suptitle(
+        f"Decode throughput on one {gpu(GPU).label}, mean over the G − 1 steps (roofline)\n{serving_words(records)}",
+        fontsize=11,
+    )
+    return save_figure(fig, stem, return_fig)
 
 
-def plot_memory(records: list[dict[str, Any]], stem: Path) -> list[Path]:
+def plot_memory(records: list[dict[str, Any]], stem: Path, *, return_fig: bool = False):
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter
 
-    from .plots import _save
+    from .plots import save_figure
 
-    budget = gpu(GPU).memory_bytes
+    (budget,) = {r["budget_bytes"] for r in records}
     cfgs = list(dict.fromkeys(r["model"] for r in records))
     fig = Figure(figsize=(6.4 * len(cfgs), 4.9), layout="constrained")
     axes = fig.subplots(1, len(cfgs), squeeze=False)[0]
@@ -220,18 +253,18 @@ def plot_memory(records: list[dict[str, Any]], stem: Path) -> list[Path]:
     for ax, model in zip(axes, cfgs, strict=True):
         for (P, G), color in zip(LENGTHS, colors, strict=True):
             mine = [r for r in records if r["model"] == model and r["prompt"] == P]
-            fit = mine[0]["max_batch_80gb"]
+            fit = mine[0]["max_batch_serving"]
             ax.plot(
                 [r["batch"] for r in mine],
                 [r["serving_peak_bytes"] / 1e9 for r in mine],
                 marker="o",
                 ms=3,
                 color=color,
-                label=f"P + G = {P + G:,}: at most {fit:,} sequences",
+                label=f"P + G = {P + G:,}: {fit_words(fit)}",
             )
             if fit:
                 ax.plot([fit], [budget / 1e9], marker="*", ms=13, color=color, mec="black", mew=0.6, zorder=5)
-        ax.axhline(budget / 1e9, color="black", lw=1, ls="--", label="budget: 80 GB (H100 SXM)")
+        ax.axhline(budget / 1e9, color="black", lw=1, ls="--", label=budget_words(records))
         ax.set(
             xscale="log",
             yscale="log",
@@ -243,11 +276,12 @@ def plot_memory(records: list[dict[str, Any]], stem: Path) -> list[Path]:
         ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _=None: f"{y:,.0f}"))
         ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _=None: f"{y:,.0f}" if f"{y:.0e}"[0] in "123568" else ""))
         ax.grid(True, which="major", alpha=0.3)
-        ax.legend(fontsize=8, loc="upper left")
+        ax.legend(fontsize=8, loc="upper left", title=f"★ most sequences that fit: {CAPACITY}", title_fontsize=8)
     fig.suptitle(
-        "Serving memory vs concurrent sequences (weights + KV cache + step temporaries; ★ = most that fit)", fontsize=11
+        f"Serving memory vs concurrent sequences (weights + KV cache + step temporaries)\n{serving_words(records)}",
+        fontsize=11,
     )
-    return _save(fig, stem, return_fig=False)
+    return save_figure(fig, stem, return_fig)
 
 
 def write_inference(out: Path, plots: bool = True) -> list[Path]:

@@ -21,6 +21,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import EngFormatter, FixedLocator, FuncFormatter, LogLocator, NullLocator
 
 from ..output import safe_filename, write_with
+from .words import NONE_FITS, plural, setup_from_label, setup_words
 
 GROUPS = ("attention projections", "attention matmuls", "ffn", "lm head")
 MEMORY = ("parameters", "gradients", "optimizer", "activations")
@@ -64,7 +65,7 @@ GB_FMT = FuncFormatter(lambda x, _=None: f"{x:,.0f}" if x >= 1 else f"{x:g}")
 
 
 # ---------------------------------------------------------------- helpers
-def _fmt_tokens(n: float) -> str:
+def fmt_tokens(n: float) -> str:
     n = round(n)
     return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else f"{n:,}"
 
@@ -77,7 +78,7 @@ def _context_axis(ax, contexts) -> None:
     """Log-2 x axis with a tick at every given context, labelled 128, 256, …, 16k."""
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_locator(FixedLocator(sorted({int(c) for c in contexts})))
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _fmt_tokens(x)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: fmt_tokens(x)))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xlabel("context length (tokens)")
 
@@ -124,20 +125,11 @@ def _batch_note(frame) -> str:
     return "batch " + "/".join(str(b) for b in sorted({int(b) for b in frame["batch"]}))
 
 
-CHECKPOINT_WORDS = {"none": "no checkpointing", "full": "full checkpointing", "selective": "selective checkpointing"}
-
-
 def _setup_note(frame) -> str:
     """'sdpa attention, full checkpointing, amp-bf16, AdamW foreach' from the ``setup`` column (a
-    ``TrainingSetup.label``, attention+checkpoint+precision+optimizer); '' for a frame without one.
-    The memory figures name it; forward FLOPs do not depend on it."""
-    notes = []
-    for label in sorted({x for x in frame.get("setup", ()) if isinstance(x, str)}):
-        attention, checkpoint, precision, optimizer = label.split("+")
-        notes.append(
-            f"{attention} attention, {CHECKPOINT_WORDS.get(checkpoint, checkpoint)}, {precision}, AdamW {optimizer}"
-        )
-    return " / ".join(notes)
+    ``TrainingSetup.label``); '' for a frame without one."""
+    labels = sorted({x for x in frame.get("setup", ()) if isinstance(x, str)})
+    return " / ".join(setup_words(setup_from_label(label)) for label in labels)
 
 
 def _run_note(frame) -> str:
@@ -146,7 +138,14 @@ def _run_note(frame) -> str:
     return _batch_note(frame) + (f" · {setup}" if setup else "")
 
 
-def _save(fig: Figure, stem, return_fig: bool):
+def _flops_note(frame) -> str:
+    """The FLOPs figures' lines under the title: the batch and the sweep's setup, and (with a setup)
+    that forward matmul FLOPs do not depend on it."""
+    note = _run_note(frame)
+    return f"{note}\n(the sweep's setup; forward matmul FLOPs do not depend on it)" if _setup_note(frame) else note
+
+
+def save_figure(fig: Figure, stem, return_fig: bool):
     """Write <stem>.png and <stem>.svg atomically (``files.write_with``); both byte-reproducible."""
     stem = Path(stem)
     paths, engine = [], fig.get_layout_engine()
@@ -188,8 +187,8 @@ def plot_flops_shares(frame, path_stem, *, ncols: int = 4, return_fig: bool = Fa
     for ax in axes[len(models) :]:
         ax.set_visible(False)
     fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=len(GROUPS))
-    fig.suptitle(f"Where the forward FLOPs go as context grows ({_batch_note(frame)})")
-    return _save(fig, path_stem, return_fig)
+    fig.suptitle(f"Where the forward FLOPs go as context grows\n{_flops_note(frame)}")
+    return save_figure(fig, path_stem, return_fig)
 
 
 # ---------------------------------------------------------------- 2. total, linear, quadratic
@@ -259,8 +258,8 @@ def plot_flops_vs_context(frame, path_stem, *, return_fig: bool = False):
     ]
     handles += ax.get_legend_handles_labels()[0][:1]  # the shaded span, if any
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
-    ax.set_title(f"Forward FLOPs vs context: linear and quadratic parts ({_batch_note(frame)})")
-    return _save(fig, path_stem, return_fig)
+    ax.set_title(f"Forward FLOPs vs context: linear and quadratic parts\n{_flops_note(frame)}", fontsize=10.5)
+    return save_figure(fig, path_stem, return_fig)
 
 
 # ---------------------------------------------------------------- 3. memory vs context
@@ -311,7 +310,9 @@ def _equal_label(names: list[str]) -> str:
 
 
 def _fit_verdict(rows, budget_label: str, largest, crossing, exact) -> str:
-    """The title's second line: the exact largest context if the sweep computed it, else the swept one."""
+    """The title's last line: the exact largest context if the sweep computed it, else the swept one."""
+    if exact == 0:
+        return f"largest context within {budget_label}: {NONE_FITS} (exact step model)"
     if exact:
         where = (
             ", above the swept contexts"
@@ -320,13 +321,14 @@ def _fit_verdict(rows, budget_label: str, largest, crossing, exact) -> str:
             if exact < rows["context"].min()
             else ""
         )
-        return f"largest context within {budget_label}: {exact:,} tokens (exact step model){where}"
+        return f"largest context within {budget_label}: {plural(exact, 'token')} (exact step model){where}"
     if largest is None:
+        first = rows["context"].iloc[0]
         return (
-            f"no swept context fits in {budget_label} ({_fmt_tokens(rows['context'].iloc[0])} tokens: "
-            f"{rows['mem:peak'].iloc[0] / 1e9:,.1f} GB)"
+            f"largest swept context within {budget_label}: {NONE_FITS} (the shortest, {fmt_tokens(first)} "
+            f"{'token' if first == 1 else 'tokens'}, needs {rows['mem:peak'].iloc[0] / 1e9:,.1f} GB)"
         )
-    return f"largest swept context within {budget_label}: {_fmt_tokens(largest)}" + (
+    return f"largest swept context within {budget_label}: {fmt_tokens(largest)}" + (
         " (all fit)" if crossing is None else ""
     )
 
@@ -336,7 +338,7 @@ def _mark_fit(ax, budget: float, crossing, exact) -> None:
     if crossing is None:
         return
     where, how = (
-        (exact, f"largest context that fits: {exact:,} tokens\n(exact step model)")
+        (exact, f"largest context that fits: {plural(exact, 'token')}\n(exact step model)")
         if exact
         else (crossing, f"peak = budget at ≈{crossing:,.0f} tokens\n(log-log interpolation)")
     )
@@ -394,7 +396,7 @@ def plot_memory_vs_context(
         else "model states only: the step replay does not model this architecture (no activations, no peak)"
     )
     ax.set_title(f"{model}: memory of one training step vs context\n{_run_note(rows)}\n{verdict}")
-    return _save(fig, path_stem, return_fig)
+    return save_figure(fig, path_stem, return_fig)
 
 
 # ---------------------------------------------------------------- 4. predicted vs measured
@@ -441,7 +443,7 @@ def plot_predicted_vs_measured(frame, path_stem, *, return_fig: bool = False):
     panels[1].set_title(f"peak memory: analytic vs measured ({_measured_on(frame)})", fontsize=10.5)
     note = "" if n_measured else " (no measurements)"
     fig.suptitle(f"Predicted vs measured ({_run_note(frame)}){note}")
-    return _save(fig, path_stem, return_fig)
+    return save_figure(fig, path_stem, return_fig)
 
 
 # ---------------------------------------------------------------- 5. model comparison
@@ -475,7 +477,7 @@ def plot_model_comparison(frame, path_stem, *, context: int = 1024, min_label: f
     frame = _require(frame, ["model", "context", "params", "batch", *(f"share:{g}" for g in GROUPS)])
     at = frame[frame["context"] == context]
     if at.empty:
-        have = ", ".join(_fmt_tokens(c) for c in sorted(frame["context"].unique()))
+        have = ", ".join(fmt_tokens(c) for c in sorted(frame["context"].unique()))
         raise ValueError(f"context {context} not in the sweep; have {have}")
     at = at.set_index("model").loc[[m for m in _models(frame) if m in set(at["model"])]]
     fig = Figure(figsize=(9, 1.8 + 0.75 * len(at)), layout="constrained")
@@ -490,8 +492,8 @@ def plot_model_comparison(frame, path_stem, *, context: int = 1024, min_label: f
     ax.set(xlim=(0, 100), xlabel="share of forward FLOPs (matmuls only)")
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.0f}%"))
     fig.legend(loc="outside lower center", ncols=len(GROUPS))
-    ax.set_title(f"Forward FLOPs by component at context {context:,} ({_batch_note(frame)})")
-    return _save(fig, path_stem, return_fig)
+    ax.set_title(f"Forward FLOPs by component at context {context:,}\n{_flops_note(frame)}", fontsize=10.5)
+    return save_figure(fig, path_stem, return_fig)
 
 
 # ---------------------------------------------------------------- all of them

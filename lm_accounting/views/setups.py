@@ -15,23 +15,45 @@ from ..analytic.replay import predict_training_step
 from ..config import ModelConfig
 from ..setup import TrainingSetup
 from .tables import Column, Table
+from .words import fits_words, setup_from_label, setup_parts
 
-COMPARED = (  # label -> setup: the four setups of the comparison, all amp-bf16 except the course's naive
-    ("naive attention", TrainingSetup(attention="naive", precision="amp-bf16")),
-    ("sdpa", TrainingSetup(attention="sdpa", precision="amp-bf16")),
-    ("sdpa + full checkpointing", TrainingSetup(attention="sdpa", checkpoint="full", precision="amp-bf16")),
-    ("sdpa + selective checkpointing", TrainingSetup(attention="sdpa", checkpoint="selective", precision="amp-bf16")),
+COMPARED = (  # the four setups of the comparison: naive and sdpa attention, sdpa with each checkpointing
+    TrainingSetup(attention="naive", precision="amp-bf16"),
+    TrainingSetup(attention="sdpa", precision="amp-bf16"),
+    TrainingSetup(attention="sdpa", checkpoint="full", precision="amp-bf16"),
+    TrainingSetup(attention="sdpa", checkpoint="selective", precision="amp-bf16"),
 )
 MAX_CONTEXT = 1 << 24  # 16M tokens: the search bound for the largest fitting context
+PRECISION_MEANING = {
+    "fp32": "fp32 weights, activations, gradients and AdamW state",
+    "bf16": "bf16 weights, activations, gradients and AdamW state (RMSNorm computes in fp32)",
+    "amp-bf16": "fp32 weights, gradients and AdamW state, bf16 autocast compute",
+}
 
 
 @dataclass(frozen=True)
 class SetupRow:
     model: str
-    setup: str
+    setup: str  # TrainingSetup.label: 'sdpa+full+amp-bf16+foreach'
     context: int
     peak: int  # bytes, plain run
     max_context: int  # largest context whose step fits the budget (0: none)
+
+
+def split_words(setups) -> tuple[str, list[str]]:
+    """The setups in words, split into what they share and what tells each apart:
+    ('amp-bf16, AdamW foreach', ['naive attention, no checkpointing', 'sdpa attention, no checkpointing', …])."""
+    parts = [setup_parts(s) for s in setups]
+    same = [all(p[i] == parts[0][i] for p in parts) for i in range(len(parts[0]))]
+    shared = ", ".join(w for w, keep in zip(parts[0], same, strict=True) if keep)
+    return shared, [", ".join(w for w, keep in zip(p, same, strict=True) if not keep) for p in parts]
+
+
+def _by_setup(rows: list[SetupRow]) -> tuple[str, dict[str, str]]:
+    """What the rows' setups share in words, and each setup label's distinguishing words."""
+    labels = list(dict.fromkeys(r.setup for r in rows))
+    shared, apart = split_words([setup_from_label(label) for label in labels])
+    return shared, dict(zip(labels, apart, strict=True))
 
 
 def peak_bytes(cfg: ModelConfig, seq: int, setup: TrainingSetup) -> int:
@@ -57,65 +79,69 @@ def largest_context(cfg: ModelConfig, setup: TrainingSetup, budget: int) -> int:
 def setup_rows(configs: list[ModelConfig], contexts: list[int], budget: int) -> list[SetupRow]:
     rows = []
     for cfg in configs:
-        for label, setup in COMPARED:
+        for setup in COMPARED:
             fit = largest_context(cfg, setup, budget)
-            rows += [SetupRow(cfg.name, label, s, peak_bytes(cfg, s, setup), fit) for s in contexts]
+            rows += [SetupRow(cfg.name, setup.label, s, peak_bytes(cfg, s, setup), fit) for s in contexts]
     return rows
 
 
 def setup_table(rows: list[SetupRow], budget_label: str) -> Table:
     models = list(dict.fromkeys(r.model for r in rows))
     contexts = sorted({r.context for r in rows})
+    shared, words = _by_setup(rows)
     columns = [
         Column("model"),
         Column("setup"),
         *[Column(f"S = {s:,}", "bytes") for s in contexts],
-        Column(f"largest context in {budget_label}", "int"),
+        Column(f"largest context in {budget_label} (tokens)"),
     ]
     body = []
     for model in models:
-        for label, _ in COMPARED:
+        for label, setup in words.items():
             mine = {r.context: r for r in rows if r.model == model and r.setup == label}
             first = next(iter(mine.values()))
-            body.append((model, label, *[mine[s].peak for s in contexts], first.max_context))
+            fit = f"{first.max_context:,}" if first.max_context else fits_words(first.max_context)
+            body.append((model, setup, *[mine[s].peak for s in contexts], fit))
+    precisions = dict.fromkeys(setup_from_label(label).precision for label in words)
     return Table(
-        "Peak memory of one training step (batch 1, amp-bf16 unless naive, foreach AdamW), plain run on a CUDA GPU",
+        f"Peak memory of one training step (batch 1, {shared}), plain run on a CUDA GPU",
         columns,
         body,
         [
-            (
-                "amp-bf16: fp32 weights, gradients and AdamW state, bf16 autocast compute; 'naive' keeps the S×S "
-                "scores; sdpa is CUDA's flash kernel; the prediction is exact for our live model (the caching allocator's "
-                "rounding and the cuBLAS workspaces, tens of MB, come on top)"
+            "; ".join(f"{p}: {PRECISION_MEANING[p]}" for p in precisions)
+            + (
+                "; naive attention keeps the S×S scores; sdpa is CUDA's flash kernel; the prediction is exact for our "
+                "live model (the caching allocator's rounding and the cuBLAS workspaces, tens of MB, come on top)"
             )
         ],
     )
 
 
-def plot_setups(rows: list[SetupRow], path_stem: Path, budget: int, budget_label: str) -> list[Path]:
+def plot_setups(rows: list[SetupRow], path_stem: Path, budget: int, budget_label: str, *, return_fig: bool = False):
     """One panel per model: peak bytes vs context for each setup, the budget line, and a star at
     each setup's largest fitting context."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter, NullLocator
 
-    from .plots import _fmt_tokens, _save
+    from .plots import fmt_tokens, save_figure
 
     models = list(dict.fromkeys(r.model for r in rows))
+    shared, words = _by_setup(rows)
     fig = Figure(figsize=(6.2 * len(models), 4.8), layout="constrained")
     axes = fig.subplots(1, len(models), squeeze=False)[0]
-    colors = ("#C44E52", "#4C72B0", "#55A868", "#8172B3")
+    colors = ("#C44E52", "#4C72B0", "#55A868", "#8172B3", "#937860", "#DA8BC3")
     for ax, model in zip(axes, models, strict=True):
-        for (label, _), color in zip(COMPARED, colors, strict=True):
+        for i, (label, setup) in enumerate(words.items()):
+            color = colors[i % len(colors)]
             mine = [r for r in rows if r.model == model and r.setup == label]
             fit = mine[0].max_context
-            verdict = f"fits up to {fit:,} tokens" if fit else f"does not fit {budget_label} at any context"
             ax.plot(
                 [r.context for r in mine],
                 [r.peak / 1e9 for r in mine],
                 marker="o",
                 ms=3,
                 color=color,
-                label=f"{label}: {verdict}",
+                label=f"{setup}: {fits_words(fit)}",
             )
             if fit:
                 ax.plot([fit], [budget / 1e9], marker="*", ms=13, color=color, mec="black", mew=0.6, zorder=5)
@@ -128,10 +154,10 @@ def plot_setups(rows: list[SetupRow], path_stem: Path, budget: int, budget_label
             xlabel="context (tokens; 1k = 1,024)",
             ylabel="peak memory of a training step (GB = 10⁹ bytes)",
         )
-        ax.set_xticks(contexts, [_fmt_tokens(s) for s in contexts])
+        ax.set_xticks(contexts, [fmt_tokens(s) for s in contexts])
         ax.xaxis.set_minor_locator(NullLocator())
         ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _=None: f"{y:,.0f}" if y >= 1 else f"{y:g}"))
         ax.grid(True, which="major", alpha=0.3)
-        ax.legend(fontsize=8, loc="upper left")
-    fig.suptitle("Training-step peak vs context by setup (batch 1; ★ = largest context that fits)", fontsize=11)
-    return _save(fig, path_stem, return_fig=False)
+        ax.legend(fontsize=8, loc="upper left", title=f"largest context within {budget_label} (★)", title_fontsize=8)
+    fig.suptitle(f"Training-step peak vs context by setup (batch 1, {shared}; plain run on a CUDA GPU)", fontsize=11)
+    return save_figure(fig, path_stem, return_fig)

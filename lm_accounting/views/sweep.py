@@ -9,6 +9,7 @@ from ..config import AccountingError
 from ..output import SAFE_NAME, atomic_dir, check_output_dir, write_atomic, write_json
 from ..sweep import GROUPS, Sweep
 from .tables import Column, Table, View, render_markdown, render_records_csv
+from .words import fits_words
 
 SUMMARY = [
     Column("context", "int"),
@@ -65,7 +66,7 @@ def _largest_context(tokens: int | None, batch: int) -> list[str]:
     """The table's note: the largest context whose plain step fits the budget (``mem:max_context``)."""
     if tokens is None:
         return ["largest context that fits the budget: not predicted (the step replay does not model this model)"]
-    return [f"largest context whose step peak fits the budget (--budget) at batch {batch:,}: {tokens:,} tokens"]
+    return [f"largest context whose step peak fits the budget (--budget) at batch {batch:,}: {fits_words(tokens)}"]
 
 
 PLOT_STEMS = ("flops_shares", "flops_vs_context", "predicted_vs_measured", "model_comparison")
@@ -105,7 +106,7 @@ def check_sweep_out(out: Path | str) -> Path:
 def write_sweep(
     s: Sweep, out: Path, budget: int, budget_label: str, plots: bool = True, atomic: bool = True
 ) -> list[Path]:
-    """sweep.csv, sweep.json, sweep.md and (``plots``) the five figures.
+    """sweep.csv, sweep.json, sweep.md and (``plots``) the figures (``plots.plot_all``).
 
     With ``atomic`` (the default) the set is written into a temporary folder beside ``out`` and
     swapped in at the end (``output.atomic_dir``): ``out`` must be new, empty or an earlier sweep's

@@ -6,6 +6,7 @@ from ..analytic.training import ADAMW_FLOPS_PER_PARAM, adamw_step_flops
 from ..train_time import METHOD_LABELS, TrainTime
 from .account import describe_config
 from .tables import Column, Table, View
+from .words import plural
 
 
 def train_time_view(r: TrainTime) -> View:
@@ -13,7 +14,7 @@ def train_time_view(r: TrainTime) -> View:
     header = [
         describe_config(r.config),
         (
-            f"{r.steps:,} steps · batch {r.batch:,} · context {r.seq:,} · {r.device} at "
+            f"{plural(r.steps, 'step')} · batch {r.batch:,} · context {r.seq:,} · {r.device} at "
             f"{r.peak_flops / 1e12:,.1f} TFLOP/s peak · MFU {100 * r.mfu:g}% · {chosen.days:,.1f} days "
             f"({chosen.hours:,.1f} hours) by {METHOD_LABELS[r.method]}"
         ),
