@@ -1,5 +1,6 @@
-"""``lm-account``: a thin click layer.  Each command parses its options, calls one library
-function that returns one result, and renders it with ``views.render``.  Heavy libraries (torch,
+"""``lm-account``: a thin click layer.  Each command maps its options to a request of the command layer
+(``commands``: the request refuses bad input, ``run`` and ``measure`` compute) and renders the result
+with ``views.render``.  Heavy libraries (torch,
 pandas, matplotlib) are imported inside the commands that need them, never at module import.
 
 Bad input of any kind is reported on one line with exit code 2; a cross-check mismatch exits 1.
@@ -21,6 +22,8 @@ from typing import Any
 
 import click
 
+from .analytic.inference import ATTENTIONS as INFER_ATTENTIONS
+from .analytic.inference import KV_DTYPES, SEMANTICS, WEIGHT_BYTES
 from .config import (
     MAX_SIZE,
     AccountingError,
@@ -31,12 +34,20 @@ from .config import (
     parse_override,
     preset_names,
 )
-from .names import ADAMW_IMPLS, CLI_TRAINING_DTYPES, DEFAULT_ADAMW, DEFAULT_BUDGET, DEVICES, FORMATS, STEP_FLOPS_METHODS
+from .gpus import DEFAULT_ALLOWANCE, DEFAULT_GPU
+from .names import (
+    ADAMW_IMPLS,
+    CLI_TRAINING_DTYPES,
+    DEFAULT_ADAMW,
+    DEFAULT_BUDGET,
+    DEVICES,
+    FORMATS,
+    MEASURE_CHOICES,
+    MEASURE_METHODS,
+    STEP_FLOPS_METHODS,
+)
 
-INFER_WEIGHTS = ("fp32", "bf16", "fp8", "int8", "int4")  # analytic.inference.WEIGHT_BYTES
-INFER_KV = ("fp32", "bf16", "fp8")  # analytic.inference.KV_DTYPES
 PROG = "lm-account"
-LAYOUT_ALLOWANCE = "3GB"  # analytic.parallel_report.DEFAULT_ALLOWANCE, as --allowance is written
 COMPLETE_VAR = "_LM_ACCOUNT_COMPLETE"  # click's shell-completion variable for the prog name
 SHAPE_FLAGS = {  # dedicated flags for common overrides: option name -> ModelConfig field
     "layers": "num_layers",
@@ -309,7 +320,7 @@ def dtype_option(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """--dp/--zero/--tp/--sp/--vocab-parallel/--pp/--ep/--micro-batches, resolved to ``layout`` (None when
-    no layout flag is given: the single-GPU command, unchanged), plus --allowance and --rank."""
+    no layout flag is given: the single-GPU command), plus --rank."""
 
     @click.option("--dp", type=POSITIVE, help="Data-parallel degree (layout: world = dp·tp·pp).")
     @click.option("--zero", type=click.IntRange(0, 3), help="0 DDP, 1 ZeRO-1, 2 FSDP2 no reshard, 3 FSDP2 full shard.")
@@ -323,12 +334,6 @@ def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
     )
     @click.option("--ep", type=POSITIVE, help="Expert parallel over the dp ranks (MoE, FSDP2; torchtitan's rules).")
     @click.option("--micro-batches", type=POSITIVE, help="Micro-batches per step under --pp (default: pp).")
-    @click.option(
-        "--allowance",
-        default=None,
-        help=f"Per-GPU CUDA context + NCCL + fragmentation, added to a layout's peak (layouts only; default "
-        f"{LAYOUT_ALLOWANCE}).",
-    )
     @click.option("--rank", type=click.IntRange(0), help="Rank to predict and measure (default: the worst).")
     @functools.wraps(func)
     def wrapper(**kw: Any) -> Any:
@@ -349,17 +354,43 @@ def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
                 micro_batches=micro or pp,
                 ep=ep or 1,
             )
-        elif kw["allowance"] is not None:  # neither is silently ignored
-            raise AccountingError(
-                "--allowance needs a parallel layout (--dp, --tp, --pp, ...; one GPU is --dp 1): single-GPU memory "
-                "compares the step peak alone with --budget and adds no allowance (lower --budget to leave room)"
-            )
-        elif kw["rank"] is not None:
-            raise AccountingError("--rank needs a parallel layout (--dp, --tp, --pp, ...): one GPU has one rank")
-        kw["allowance"] = kw["allowance"] or LAYOUT_ALLOWANCE
         return func(layout=layout, **kw)
 
     return wrapper
+
+
+def gpu_memory_options(budget: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """--gpu and --allowance (and, with ``budget``, --budget), parsed: the budget per GPU is the GPU's
+    CUDA total less the allowance, or --budget as given (``gpus.memory_budget``)."""
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        @click.option("--gpu", "gpu_name", default=DEFAULT_GPU, show_default=True, help="GPU from the GPU table.")
+        @click.option(
+            "--allowance",
+            default=None,
+            help="Kept back per GPU for the CUDA context, communication buffers and fragmentation (default "
+            f"{DEFAULT_ALLOWANCE / 1e9:g}GB): budget = the GPU's CUDA-reported total − allowance.",
+        )
+        @functools.wraps(func)
+        def wrapper(allowance: str | None, budget: str | None = None, **kw: Any) -> Any:
+            from .units import parse_size
+
+            kw["allowance"] = None if allowance is None else parse_size(allowance)
+            if with_budget:
+                kw["budget"] = None if budget is None else parse_size(budget)
+            return func(**kw)
+
+        with_budget = budget
+        if budget:
+            wrapper = click.option(
+                "--budget",
+                default=None,
+                help="Usable bytes per GPU, taken as given instead of the GPU's CUDA total − allowance "
+                "(an explicit unit: 80GB is 10^9 bytes, 80GiB 2^30).",
+            )(wrapper)
+        return wrapper
+
+    return decorate
 
 
 def budget_option(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -379,6 +410,10 @@ def emit(result: Any, fmt: str) -> None:
     click.echo(render(result, fmt, width=width), nl=False)
 
 
+def echo_err(line: str) -> None:
+    click.echo(line, err=True)
+
+
 @click.group(cls=DefaultGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="lm-accounting", prog_name=PROG)
 def cli() -> None:
@@ -396,18 +431,18 @@ def cli() -> None:
 def account_cmd(cfg: ModelConfig, context: int | None, batch: int, fmt: str) -> None:
     """Parameters, forward FLOPs per component with shares, training FLOPs and the KV cache
     (analytic, exact; no torch)."""
-    from .account import account
+    from .commands import account
 
-    emit(account(cfg, context, batch), fmt)
+    emit(account.run(account.Request(cfg, context, batch)), fmt)
 
 
 @cli.command("presets", short_help="List the presets with their dimensions and parameter counts.")
 @format_option
 def presets_cmd(fmt: str) -> None:
     """List the presets (presets/*.toml) with their key dimensions and exact parameter counts."""
-    from .catalog import list_presets
+    from .commands import presets
 
-    emit(list_presets(), fmt)
+    emit(presets.run(presets.Request()), fmt)
 
 
 @cli.command("crosscheck", short_help="Prove the FLOPs and parameters on the live model (fvcore, FlopCounterMode).")
@@ -428,9 +463,9 @@ def crosscheck_cmd(
 
     Exits 1 and names the component if any matmul FLOP count or parameter count differs.
     """
-    from .measure.crosscheck import crosscheck
+    from .commands import crosscheck
 
-    cc = crosscheck(cfg, context, batch, device=device, backward=backward, setup=setup)
+    cc = crosscheck.run(crosscheck.Request(cfg, context, batch, device=device, backward=backward, setup=setup))
     emit(cc, fmt)
     return 1 if cc.mismatches() else 0
 
@@ -445,17 +480,17 @@ def crosscheck_cmd(
     show_default=True,
     help="torch.optim.AdamW implementation (foreach is torch's default on CUDA).",
 )
-@budget_option
+@gpu_memory_options()
 @click.option(
     "--measure",
-    type=click.Choice(("none", *DEVICES)),
+    type=click.Choice(MEASURE_CHOICES),
     default="none",
     show_default=True,
     help="Also measure one training step of the live model.",
 )
 @click.option(
     "--measure-method",
-    type=click.Choice(("tracker", "allocator")),
+    type=click.Choice(MEASURE_METHODS),
     default=None,
     help="tracker (default on meta/cpu): the storage tracker, a dispatch mode (the traced run); "
     "allocator (--measure cpu only): the CPU allocator's own events, no dispatch mode (the plain run). "
@@ -470,115 +505,31 @@ def memory_cmd(
     fmt: str,
     dtype: str | None,
     optimizer: str,
-    budget: str,
+    gpu_name: str,
+    allowance: int | None,
+    budget: int | None,
     measure: str,
     measure_method: str | None,
     setup: Any,
     layout: Any = None,
-    allowance: str = LAYOUT_ALLOWANCE,
     rank: int | None = None,
 ) -> None:
     """Training memory: model states, activations, peak per phase (predicted vs measured), capacity.
+    The budget per GPU is the GPU's CUDA-reported total less the allowance, or --budget as given.
     With a parallel layout (--dp/--zero/--tp/--sp/--pp): the worst rank's per-GPU memory, FLOPs and
     collectives; --measure meta runs one rank of the real job on torch's fake process group."""
-    from .analytic.memory_report import memory_account
-    from .analytic.sizes import at_context
-    from .units import parse_size
+    from .commands import memory
 
-    setup = with_dtype(setup, dtype)
-    run = at_context(cfg, context)
-    if layout is not None:
-        from .analytic.parallel_report import parallel_memory
-
-        if rank is not None and rank >= layout.world:
-            raise AccountingError(f"--rank {rank} is outside the world of {layout.world}")
-        if measure == "none" and setup.attention == "sdpa":  # a GPU job: CUDA must have the fused kernel
-            from .setup import check_cuda_fused_attention
-
-            check_cuda_fused_attention(run.kv_heads < run.num_heads, setup.precision == "fp32")
-        m = parallel_memory(
-            run,
-            run.context_length,
-            batch,
-            setup,
-            layout,
-            allowance=parse_size(allowance),
-            budget=parse_size(budget),
-            rank=rank,
-        )
-        if measure == "cuda":
-            raise AccountingError("a parallel layout is measured on the fake process group: use --measure meta")
-        who = m.states.rank * layout.tp if rank is None else rank  # the worst rank unless told
-        if measure_method_for(measure, measure_method) == "allocator":  # the plain run, no dispatch mode
-            import torch
-
-            from .analytic.parallel import rank_step
-            from .measure.distributed import measure_rank_plain
-
-            got = measure_rank_plain(run, run.context_length, batch, setup, layout, rank=who)
-            threads = torch.get_num_threads()  # the CPU flash kernel's scratch is per thread
-            want = rank_step(run, run.context_length, batch, setup, layout, "plain", who // layout.tp, "cpu", threads)
-            m = m.with_plain_measurement(want[0], got)
-        elif measure != "none" and layout.pp > 1:  # one stage of torch's Schedule1F1B: the worst, or --rank's
-            from .measure.pipeline import measure_stage_rank
-
-            m = m.with_measurement(
-                measure_stage_rank(run, run.context_length, batch, setup, layout, m.stage or 0, m.states.rank)
-            )
-        elif measure != "none":
-            from .measure.distributed import measure_rank
-
-            fake = layout.fsdp and layout.tp == 1  # FakeTensors: exact for FSDP2 alone, any size
-            m = m.with_measurement(measure_rank(run, run.context_length, batch, setup, layout, rank=who, fake=fake))
-        emit(m, fmt)
-        return
-    method = measure_method_for(measure, measure_method)
-    threads = 1
-    if method == "allocator":  # the CPU flash kernel's scratch is per thread (a plain CPU run only)
-        import torch
-
-        threads = torch.get_num_threads()
-    device = "cuda" if measure == "none" else measure  # what a GPU run allocates, or the measured device's run
-    m = memory_account(
-        run, run.context_length, batch, budget=parse_size(budget), setup=setup, device=device, cpu_threads=threads
-    )
-    if method is not None:
-        from .measure.memory import measure_step
-
-        if m.step is None:  # nothing to compare a measurement with
-            raise AccountingError(
-                f"--measure needs the step replay, which does not model {', '.join(m.not_modelled)} yet"
-            )
-
-        how = "allocator" if method == "allocator" else "tracker"
-        got = measure_step(run, run.context_length, batch, device=measure, setup=setup, method=how)
-        m = m.with_measurement(got, device=measure, method=method)
-    emit(m, fmt)
-
-
-def measure_method_for(measure: str, method: str | None) -> str | None:
-    """How ``--measure`` is taken (``MemoryAccount.with_measurement``'s method), None for no measurement:
-    the tracker on meta/cpu (default), the CPU allocator with ``--measure cpu`` only, the caching
-    allocator on cuda.  Any other combination is an ``AccountingError``."""
-    if measure == "none":
-        if method is not None:
-            where = "cpu" if method == "allocator" else "meta or --measure cpu"
-            raise AccountingError(f"--measure-method {method} needs a measurement: add --measure {where}")
-        return None
-    if method == "allocator" and measure != "cpu":
-        raise AccountingError(
-            f"--measure-method allocator reads the CPU allocator (the plain run): it needs --measure cpu, not {measure}"
-        )
-    if measure == "cuda":
-        if method == "tracker":
-            raise AccountingError("--measure cuda reads the caching allocator's counters; leave out --measure-method")
-        return "cuda"
-    return method or "tracker"
+    request = memory.Request(
+        cfg, context, batch, with_dtype(setup, dtype), layout, gpu=gpu_name, allowance=allowance, budget=budget,
+        rank=rank, measure=measure, measure_method=measure_method,
+    )  # fmt: skip
+    emit(memory.measure(request, memory.run(request)), fmt)
 
 
 @cli.command("plan", short_help="Which parallel layout trains MODEL on N GPUs, and how long it takes.")
 @click.argument("preset_or_file", metavar="PRESET_OR_FILE", shell_complete=_complete_models)
-@click.option("--gpu", "gpu_name", default="h100-80gb", show_default=True, help="GPU from the GPU table.")
+@gpu_memory_options(budget=False)
 @click.option("--gpus", default="8..1024", show_default=True, help="GPU count or range LOW..HIGH.")
 @click.option("--context", "-S", type=POSITIVE, help="Sequence length (default: the preset's context_length).")
 @click.option("--global-batch-tokens", type=POSITIVE, default=4 * 1024 * 1024, show_default=True)
@@ -586,9 +537,6 @@ def measure_method_for(measure: str, method: str | None) -> str | None:
 @click.option("--price-per-gpu-hour", type=PRICE, help="Price per GPU-hour, for the cost column.")
 @click.option("--mfu", type=MFU, default=0.4, show_default=True, help="Utilisation of the peak (hardware FLOPs).")
 @click.option("--interconnect-bw", default="50GB", show_default=True, help="Inter-node bytes/s per GPU (e.g. 50GB).")
-@click.option(
-    "--allowance", default=LAYOUT_ALLOWANCE, show_default=True, help="Per-GPU CUDA context + NCCL + fragmentation."
-)
 @click.option("--top", type=POSITIVE, default=10, show_default=True, help="Layouts to print.")
 @click.option("--plot", "plot_stem", metavar="PATH_STEM", help="Also write PATH_STEM.png/.svg: memory vs GPUs.")
 @override_options
@@ -597,6 +545,7 @@ def plan_cmd(
     preset_or_file: str,
     changes: dict,
     gpu_name: str,
+    allowance: int | None,
     gpus: str,
     context: int | None,
     global_batch_tokens: int,
@@ -604,49 +553,25 @@ def plan_cmd(
     price_per_gpu_hour: float | None,
     mfu: float,
     interconnect_bw: str,
-    allowance: str,
     top: int,
     fmt: str,
     plot_stem: str | None = None,
 ) -> None:
-    """Enumerate layouts (ZeRO stage, TP, SP, PP, checkpointing, micro-batch), keep those that fit,
-    rank them by GPU-hours (analytic; no torch)."""
-    from .analytic.sizes import at_context
+    """Enumerate layouts (ZeRO stage, TP, SP, PP, checkpointing, micro-batch), keep those whose per-GPU
+    peak fits the GPU's CUDA total less the allowance, rank them by GPU-hours (analytic; no torch)."""
+    from .commands import plan
     from .layout import parse_gpu_count
-    from .plan import plan
     from .units import parse_size
 
-    if plot_stem is not None:
-        from .output import check_output_stem
-
-        check_output_stem(plot_stem)
-    run = at_context(modified(load_config(preset_or_file), changes), context)
-    emit(
-        plan(
-            run,
-            gpu_name,
-            parse_gpu_count(gpus),
-            run.context_length,
-            global_batch_tokens,
-            tokens,
-            mfu=mfu,
-            internode_bw=parse_size(interconnect_bw),
-            allowance=parse_size(allowance),
-            price_per_gpu_hour=price_per_gpu_hour,
-            top=top,
-        ),
-        fmt,
-    )
-    if plot_stem:
-        from .gpus import gpu
-        from .plan import memory_vs_gpus
-        from .views.plan import plot_memory_vs_gpus
-
-        g, span = gpu(gpu_name), parse_gpu_count(gpus)
-        curves = memory_vs_gpus(run, run.context_length, span, allowance=parse_size(allowance))
-        title = f"{run.name} at S = {run.context_length:,}: sdpa, amp-bf16, full checkpointing, micro-batch 1"
-        for path in plot_memory_vs_gpus(curves, g.memory_bytes, title, plot_stem):
-            click.echo(f"wrote {path}", err=True)
+    request = plan.Request(
+        modified(load_config(preset_or_file), changes), tokens, gpu=gpu_name, gpus=parse_gpu_count(gpus),
+        context=context, global_batch_tokens=global_batch_tokens, price_per_gpu_hour=price_per_gpu_hour, mfu=mfu,
+        internode_bw=parse_size(interconnect_bw), allowance=allowance, top=top, plot_stem=plot_stem,
+    )  # fmt: skip
+    result = plan.run(request)
+    for path in plan.plot(request, result):  # written before the table: a failure prints nothing
+        echo_err(f"wrote {path}")
+    emit(result, fmt)
 
 
 @cli.command("train-time", short_help="Days to train on one GPU, and AdamW step FLOPs.")
@@ -680,23 +605,13 @@ def train_time_cmd(
     setup: Any,
 ) -> None:
     """Days to train: step FLOPs × steps / (GPU peak × MFU), plus AdamW step FLOPs."""
-    from .train_time import train_time
+    from .commands import train_time
 
-    emit(
-        train_time(
-            cfg,
-            context,
-            batch,
-            steps,
-            gpu=gpu,
-            gpu_dtype=gpu_dtype,
-            peak_flops=peak_flops,
-            mfu=mfu,
-            method=method,
-            setup=setup,
-        ),
-        fmt,
-    )
+    request = train_time.Request(
+        cfg, context, batch, steps, gpu=gpu, gpu_dtype=gpu_dtype, peak_flops=peak_flops, mfu=mfu, method=method,
+        setup=setup,
+    )  # fmt: skip
+    emit(train_time.run(request), fmt)
 
 
 @cli.command("sweep", short_help="Context-length sweep: tables and plots written to --out.")
@@ -742,32 +657,20 @@ def sweep_cmd(
     setup: Any,
 ) -> int:
     """Context-length sweep of one or more models: tables (CSV, markdown, JSON) and plots in --out."""
-    from pathlib import Path
+    from .commands import sweep
+    from .views.sweep import check_sweep_out
 
-    from .sweep import parse_contexts, sweep
-    from .units import parse_size, size_label
-    from .views.sweep import check_sweep_out, write_sweep
-
-    check_sweep_out(out)  # a bad --out fails before any computation
-    setup = with_dtype(setup, dtype)
-    budget_bytes = parse_size(budget)
-    configs = [modified(load_config(p), changes) for p in presets]
-    result = sweep(
-        configs,
-        parse_contexts(contexts),
-        batch,
-        setup=setup,
-        budget=budget_bytes,
-        crosscheck=crosscheck,
-        measure=measure_memory,
-        progress=True,
-        allow_long=allow_long,
-    )
-    paths = write_sweep(result, Path(out), budget_bytes, size_label(budget), plots=not no_plots)
+    check_sweep_out(out)  # a bad --out fails before the models are read
+    request = sweep.Request(
+        tuple(modified(load_config(p), changes) for p in presets), contexts, batch, with_dtype(setup, dtype), budget,
+        crosscheck=crosscheck, measure=measure_memory, allow_long=allow_long, out=out, plots=not no_plots,
+    )  # fmt: skip
+    result = sweep.run(request, progress=True)
+    paths = sweep.write(request, result)
     emit(result, fmt)
-    click.echo(f"wrote {len(paths)} files to {out}/: " + ", ".join(p.name for p in paths), err=True)
+    echo_err(f"wrote {len(paths)} files to {out}/: " + ", ".join(p.name for p in paths))
     for problem in result.mismatches:
-        click.echo(f"MISMATCH: {problem}", err=True)
+        echo_err(f"MISMATCH: {problem}")
     return 1 if result.mismatches else 0
 
 
@@ -775,29 +678,32 @@ def sweep_cmd(
 @model_options
 @click.option("--prompt", "-P", type=POSITIVE, required=True, help="Prompt tokens per sequence.")
 @click.option("--generate", "-G", type=POSITIVE, required=True, help="Tokens generated per sequence.")
-@click.option("--weights", type=click.Choice(INFER_WEIGHTS), default="bf16", show_default=True, help="Weight storage.")
-@click.option("--kv-dtype", type=click.Choice(INFER_KV), default="bf16", show_default=True, help="KV-cache storage.")
-@click.option("--gpu", default="h100-80gb", show_default=True, help="GPU from the table (lm_accounting.gpus).")
+@click.option(
+    "--weights", type=click.Choice(tuple(WEIGHT_BYTES)), default="bf16", show_default=True, help="Weight storage."
+)
+@click.option(
+    "--kv-dtype", type=click.Choice(tuple(KV_DTYPES)), default="bf16", show_default=True, help="KV-cache storage."
+)
+@gpu_memory_options()
 @click.option("--tp", type=POSITIVE, default=1, show_default=True, help="Tensor-parallel degree.")
-@click.option("--budget", default=None, help="Memory budget per GPU, e.g. 80GB (default: the GPU's memory).")
 @click.option(
     "--cache",
     "semantics",
-    type=click.Choice(("filled", "static")),
+    type=click.Choice(SEMANTICS),
     default="filled",
     show_default=True,
     help="filled: attend over filled positions; static: over all slots (transformers' StaticCache).",
 )
 @click.option(
     "--attention",
-    type=click.Choice(("naive", "sdpa")),  # analytic.inference.ATTENTIONS
+    type=click.Choice(INFER_ATTENTIONS),
     default=None,
     help="sdpa: a fused kernel, no P×P scores (default with --cache filled: what serving runs); "
     "naive: the S×S scores kept (default, and the only choice, with --cache static).",
 )
 @click.option(
     "--measure",
-    type=click.Choice(("none", *DEVICES)),
+    type=click.Choice(MEASURE_CHOICES),
     default="none",
     show_default=True,
     help="Also run the live model with a static KV cache and compare FLOPs, cache bytes and memory.",
@@ -816,32 +722,27 @@ def infer_cmd(
     generate: int,
     weights: str,
     kv_dtype: str,
-    gpu: str,
+    gpu_name: str,
+    allowance: int | None,
+    budget: int | None,
     tp: int,
-    budget: str | None,
     semantics: str,
     attention: str | None,
     measure: str,
     allow_long: bool,
 ) -> None:
     """Inference: prefill and decode FLOPs, KV cache, memory per GPU, concurrent sequences, roofline
-    (analytic, exact; no torch unless --measure).  A batch over the budget is an answer (exit 0): the
-    output says OVER BUDGET and how many sequences fit."""
-    from .analytic.inference_report import infer
-    from .units import parse_size
+    (analytic, exact; no torch unless --measure).  The budget per GPU is the GPU's CUDA-reported total
+    less the allowance, or --budget as given.  A batch over the budget is an answer (exit 0): the output
+    says OVER BUDGET and how many sequences fit."""
+    from .commands import infer
 
-    kw = dict(weights=weights, kv_dtype=kv_dtype, gpu=gpu, tp=tp, semantics=semantics, context=context)
-    kw["attention"] = attention
-    kw["device"] = measure if measure in ("meta", "cpu") else "cuda"  # whose fused kernels the temporaries are
-    result = infer(cfg, prompt, generate, batch, budget=None if budget is None else parse_size(budget), **kw)
-    if measure == "cuda" and result.over_budget:  # meta allocates nothing; cpu is bounded by measure.devices
-        raise AccountingError(f"not measured on cuda: {result.over_budget}")
-    if measure != "none":
-        from .measure.inference import check_measure_time, measure_inference
-
-        click.echo(check_measure_time(result, measure, allow_long), err=True)
-        result = result.with_measurement(measure_inference(result, device=measure))
-    emit(result, fmt)
+    request = infer.Request(
+        cfg, prompt, generate, batch, context, weights=weights, kv_dtype=kv_dtype, gpu=gpu_name, tp=tp,
+        allowance=allowance, budget=budget, semantics=semantics, attention=attention, measure=measure,
+        allow_long=allow_long,
+    )  # fmt: skip
+    emit(infer.measure(request, infer.run(request), note=echo_err), fmt)
 
 
 @cli.command("report", short_help="Regenerate reports/ (the course answers, tables and plots) from code.")
@@ -856,15 +757,13 @@ def infer_cmd(
 @click.option("--no-plots", is_flag=True, help="Skip the figures.")
 def report_cmd(out: str, no_live: bool, no_plots: bool) -> int:
     """Regenerate the course answers (assignment.md), their tables, the sweep and the plots."""
-    from pathlib import Path
+    from .commands import report
 
-    from .course.assignment import write_report
-
-    answers, paths = write_report(Path(out), live=not no_live, plots=not no_plots, progress=True)
+    answers, paths = report.run(report.Request(out, live=not no_live, plots=not no_plots), progress=True)
     click.echo(f"wrote {len(paths)} files under {out}/")
     problems = answers.mismatches()
     for problem in problems:
-        click.echo(f"MISMATCH: {problem}", err=True)
+        echo_err(f"MISMATCH: {problem}")
     return 1 if problems else 0
 
 

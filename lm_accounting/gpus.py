@@ -8,9 +8,16 @@ Conventions:
   ``fp32`` is the non-tensor-core FP32 rate (AMD: the matrix FP32 rate), ``tf32`` FP32 inputs on
   tensor cores, ``bf16``/``fp16`` accumulate in fp32, ``int8`` is TOPS.  A dtype the datasheet
   does not list is absent (the A100 has no fp8).
-* ``memory_bytes`` is the datasheet's capacity read as decimal GB (80 GB = 80·10⁹ bytes).  The
-  HBM stacks hold binary GiB (80 GiB on an H100 80GB) and CUDA reports a little less usable
-  (about 79.1 GiB), so the decimal figure is the conservative budget.
+* ``memory_bytes`` is the datasheet's capacity read as decimal GB (80 GB = 80·10⁹ bytes): what the
+  vendor sells.  The HBM stacks hold binary GiB (80 GiB on an H100 80GB).
+* ``cuda_total`` is what CUDA reports as the device's total,
+  ``torch.cuda.get_device_properties(i).total_memory`` (the driver keeps a little of the stacks: an
+  H100 80GB reports 79.11 GiB), from a public record of that figure, cited in ``cuda_total_source``.
+  Where no record was found the rule is the datasheet capacity in decimal bytes (``memory_bytes``),
+  a lower bound: every CUDA total found is above its card's decimal capacity (79.11 GiB = 84.9 GB
+  on an H100 80GB; 23.64 GiB = 25.4 GB on an RTX 4090 24 GB).
+* The budget of one GPU (``memory_budget``) is ``cuda_total`` less an allowance for the CUDA context,
+  communication buffers and fragmentation (``DEFAULT_ALLOWANCE``), or a ``--budget`` given as is.
 * ``bandwidth`` is the peak HBM (or GDDR) bandwidth in bytes/s (decimal TB/s = 10¹² bytes/s).
 * ``interconnect_bytes_per_s`` is the datasheet's GPU-to-GPU figure, **bidirectional aggregate**
   per GPU (NVLink "900 GB/s" on an H100 SXM = 450 GB/s each way); ``interconnect`` names the link.
@@ -26,6 +33,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from .config import AccountingError
+from .units import fmt_bytes
 
 T = 10**12  # tera: TFLOP/s, TB/s
 G = 10**9  # giga: GB, GB/s
@@ -43,6 +51,8 @@ class GPU:
     interconnect: str
     interconnect_bytes_per_s: int  # bidirectional aggregate per GPU
     source: str
+    cuda_total: int = 0  # bytes CUDA reports as total (module docstring); set from CUDA_TOTALS
+    cuda_total_source: str = ""
 
     def peak_flops(self, dtype: str) -> int:
         if dtype not in self.peak:
@@ -55,8 +65,50 @@ class GPU:
         return self.interconnect_bytes_per_s // 2
 
 
+GIB = 2**30
+
+CUDA_TOTALS = {
+    # name -> (total_memory in hundredths of a GiB, as torch prints it, source).  torch's out-of-memory
+    # message prints the device's total: "GPU 0 has a total capacity of 79.11 GiB"; the figure moves by
+    # a few hundredths of a GiB with the driver (79.11 to 79.21 GiB are seen on H100 80GB cards).
+    "h100-80gb": (
+        7911,
+        (
+            "torch OOM message on an H100 80GB HBM3, 'total capacity of 79.11 GiB' (vllm-project/vllm#27508); "
+            "nvidia-smi shows 81,559 MiB (NVIDIA/nccl#1264, modal-labs/modal-client#2797)"
+        ),
+    ),
+    "h200": (
+        13980,
+        (
+            "torch OOM messages on H200 jobs, 'total capacity of 139.80 GiB' (public training logs on GitHub); "
+            "nvidia-smi shows 143,771 MiB (this project's H200, reports/cuda/env.json)"
+        ),
+    ),
+    "a100-80gb": (
+        7925,
+        (
+            "torch OOM message on an A100 80GB, 'total capacity of 79.25 GiB' (HiDream-ai/VAREdit#6, "
+            "levihsu/OOTDiffusion#235); nvidia-smi shows 81,920 MiB (modal-labs/modal-client#2797)"
+        ),
+    ),
+    "rtx-4090": (
+        2364,
+        "torch OOM message on an RTX 4090, 'total capacity of 23.64 GiB' (3DTopia/Phidias-Diffusion#8)",
+    ),
+}
+"""The CUDA-reported totals found on record; a GPU not here falls back to its decimal capacity."""
+
+FALLBACK = (
+    "no public record of the CUDA total found: the datasheet capacity in decimal bytes, a lower bound "
+    "(every CUDA total found is above its card's decimal capacity)"
+)
+
+
 def _gpu(name, label, memory, bandwidth, peak, interconnect, link, source) -> GPU:
-    return GPU(name, label, memory, bandwidth, MappingProxyType(dict(peak)), interconnect, link, source)
+    centi, where = CUDA_TOTALS.get(name, (None, FALLBACK))
+    total = memory if centi is None else centi * GIB // 100
+    return GPU(name, label, memory, bandwidth, MappingProxyType(dict(peak)), interconnect, link, source, total, where)
 
 
 # Tenths of a TFLOP/s as exact ints: 494.7 TFLOP/s = 4947 · 10^11.
@@ -260,3 +312,81 @@ def gpu(name: str) -> GPU:
     hint = f"; did you mean '{close[0]}'?" if close else ""
     shown = key if len(key) <= 40 else key[:40] + "…"
     raise AccountingError(f"unknown GPU '{shown}'{hint} (valid: {', '.join(GPUS)}; aliases: {', '.join(ALIASES)})")
+
+
+DEFAULT_GPU = "h100-80gb"
+"""The GPU of ``memory``, ``infer`` and ``plan`` when none is named."""
+
+DEFAULT_ALLOWANCE = 3 * 10**9
+"""3 GB per GPU: the CUDA context and cuBLAS workspaces (about 0.5–1 GB on an H100), NCCL's
+communicator buffers (its default NCCL_BUFFSIZE is 4 MiB per channel and peer; a few hundred MB at
+scale) and the caching allocator's fragmentation (a few % of the peak).  A round, stated figure: set
+your own with ``--allowance``.  The same for one GPU and for a layout."""
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    """The bytes one GPU offers the step's peak (or a server's weights, KV cache and temporaries), and
+    how they were derived: the GPU's CUDA-reported total less the allowance (``gpu`` and ``allowance``
+    set), or ``--budget`` as given (both None)."""
+
+    usable: int
+    gpu: GPU | None = None
+    allowance: int | None = None
+
+    @property
+    def given(self) -> bool:
+        return self.gpu is None
+
+    @property
+    def rule(self) -> str:
+        """One line: the figures and the rule that gave ``usable``."""
+        if self.gpu is None:
+            return f"budget {fmt_bytes(self.usable)} per GPU: --budget, as given (no allowance subtracted)"
+        return (
+            f"budget {fmt_bytes(self.usable)} per GPU = {self.gpu.name}'s CUDA total {fmt_bytes(self.gpu.cuda_total)} "
+            f"− allowance {fmt_bytes(self.allowance)} (CUDA context, communication buffers, fragmentation; "
+            "--allowance)"
+        )
+
+    def to_dict(self) -> dict:
+        g = self.gpu
+        return {
+            "usable_bytes": self.usable,
+            "rule": "given" if g is None else "cuda_total - allowance",
+            "gpu": None if g is None else g.name,
+            "cuda_total_bytes": None if g is None else g.cuda_total,
+            "cuda_total_source": None if g is None else g.cuda_total_source,
+            "allowance_bytes": self.allowance,
+        }
+
+
+def memory_budget(gpu_name: str = DEFAULT_GPU, allowance: int | None = None, budget: int | None = None) -> MemoryBudget:
+    """The budget per GPU: ``budget`` as given, else ``gpu_name``'s CUDA total less ``allowance``
+    (default ``DEFAULT_ALLOWANCE``).  An allowance beside a given budget, or one that leaves nothing of
+    the GPU, is an ``AccountingError``."""
+    if budget is not None:
+        if allowance is not None:
+            raise AccountingError(
+                "--budget is the usable bytes per GPU, taken as given; --allowance is subtracted from the GPU's "
+                "CUDA total to derive the default budget: give one of them"
+            )
+        return MemoryBudget(budget)
+    g = gpu(gpu_name)
+    allowance = DEFAULT_ALLOWANCE if allowance is None else allowance
+    if allowance >= g.cuda_total:
+        raise AccountingError(
+            f"the allowance of {fmt_bytes(allowance)} leaves nothing of the {g.name}'s CUDA total "
+            f"{fmt_bytes(g.cuda_total)} for the model: give a smaller --allowance (it covers the CUDA context, "
+            "communication buffers and fragmentation)"
+        )
+    return MemoryBudget(g.cuda_total - allowance, g, allowance)
+
+
+def as_budget(budget: int | MemoryBudget | None, allowance: int | None = None) -> MemoryBudget:
+    """``budget`` itself, bytes as given, or (None) the default GPU's budget with ``allowance``."""
+    if isinstance(budget, MemoryBudget):
+        if allowance is not None:
+            raise AccountingError("an allowance beside a MemoryBudget: the budget already holds its allowance")
+        return budget
+    return memory_budget(DEFAULT_GPU, allowance, budget)

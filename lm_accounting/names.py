@@ -36,6 +36,13 @@ ADAMW_KWARGS = {"for-loop": {"foreach": False}, "foreach": {"foreach": True}, "f
 DEVICES = ("meta", "cpu", "cuda")
 """Where the live model can be built: ``meta`` holds no memory."""
 
+MEASURE_CHOICES = ("none", *DEVICES)
+"""``--measure`` of ``memory`` and ``infer``: no measurement, or where the live model runs."""
+
+MEASURE_METHODS = ("tracker", "allocator")
+"""``memory --measure-method``: the storage tracker (a dispatch mode: the traced run) or the CPU
+allocator's own events (no dispatch mode: the plain run; ``--measure cpu`` only)."""
+
 COUNTERS = ("fvcore", "flop_counter")
 """The independent FLOP counters of a cross-check: fvcore's FlopCountAnalysis and torch's FlopCounterMode."""
 
@@ -46,4 +53,5 @@ STEP_FLOPS_METHODS = ("3x", "6nd", "palm")
 """Training-step FLOPs conventions: 3 × forward, 6·N·D (Kaplan) and the PaLM formula."""
 
 DEFAULT_BUDGET = "80GB"
-"""The memory budget when none is given (one 80 GB GPU)."""
+"""``sweep``'s budget for the step peak when none is given (``memory``, ``infer`` and ``plan`` derive theirs
+from the GPU: ``gpus.memory_budget``)."""

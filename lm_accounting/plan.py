@@ -6,7 +6,9 @@ two up to 8 and the layers, dp = W / (tp·pp), ZeRO stage 0–3, sequence parall
 with tp (an untied model; torchtitan's loss-parallel head), checkpointing none/full/selective,
 micro-batch b a power of two dividing the sequences per data-parallel rank.
 Setup: fused attention (sdpa), amp-bf16, foreach AdamW.  Memory per GPU is ``analytic.parallel``
-(the worst rank, plain run) plus the allowance; a candidate fits when that is <= the GPU's memory.
+(the worst rank, plain run); a candidate fits when it is within the budget per GPU, the GPU's CUDA-reported
+total less the allowance (``gpus.memory_budget``, the rule of ``memory`` and ``infer`` too): peak + allowance
+<= CUDA total.
 
 Order of work: every candidate's step time (below) is computed first, without its peak, and the
 candidates are ranked by GPU-hours (then step time, then enumeration order).  They are then checked
@@ -65,7 +67,7 @@ from .analytic.parallel import peaks_exact, rank_floor, rank_flops, rank_step
 from .analytic.parallel_report import not_modelled
 from .analytic.pipeline import pipeline_stages, stage_floor
 from .config import AccountingError, ModelConfig
-from .gpus import GPU, gpu
+from .gpus import DEFAULT_ALLOWANCE, GPU, MemoryBudget, memory_budget
 from .layout import ParallelLayout
 from .result import Result
 from .setup import CHECKPOINTS, TrainingSetup
@@ -83,7 +85,7 @@ class Candidate:
     checkpoint: str
     micro_batch: int
     accumulation: int  # micro-batches per optimizer step per data-parallel rank
-    per_gpu: int  # peak bytes + allowance
+    per_gpu: int  # peak bytes + allowance (fits when <= the GPU's CUDA total)
     compute_s: float
     dp_comm_s: float
     tp_comm_s: float
@@ -103,7 +105,7 @@ def step_seconds(compute: float, dp: float, tp: float, pp: float, ep: float) -> 
 
 @dataclass(frozen=True)
 class Plan(Result):
-    SCHEMA: ClassVar[str] = "lm-accounting/plan/3"
+    SCHEMA: ClassVar[str] = "lm-accounting/plan/4"
 
     config: ModelConfig
     gpu: GPU
@@ -112,12 +114,16 @@ class Plan(Result):
     tokens: int
     mfu: float
     internode_bw: int
-    allowance: int
+    budget_basis: MemoryBudget  # the GPU's CUDA total less the allowance
     price_per_gpu_hour: float | None
     evaluated: int  # candidate layouts, each with its step time
     checked: int  # candidates checked against the GPU, best first, until ``top`` fit
     ranked: tuple[Candidate, ...]  # the best ``top`` fitting candidates (fewest GPU-hours first)
     top: int = 10
+
+    @property
+    def allowance(self) -> int:
+        return self.budget_basis.allowance
 
     @property
     def complete(self) -> bool:
@@ -162,6 +168,7 @@ class Plan(Result):
             "internode_bytes_per_s": self.internode_bw,
             "nvlink_bytes_per_s_one_way": self.gpu.interconnect_one_way,
             "allowance": self.allowance,
+            "budget_basis": self.budget_basis.to_dict(),
             "price_per_gpu_hour": self.price_per_gpu_hour,
             "candidates_evaluated": self.evaluated,
             "candidates_checked": self.checked,
@@ -285,9 +292,36 @@ def _need(cfg, seq, b, setup, lay, g: GPU, allowance, exact: bool = False) -> tu
     its need is then that floor."""
     if not exact:
         floor = (stage_floor if lay.pp > 1 else rank_floor)(cfg, seq, b, setup, lay) + allowance
-        if floor > g.memory_bytes:
+        if floor > g.cuda_total:
             return floor, False
     return _peak(cfg, seq, b, setup, lay) + allowance, True
+
+
+def check_plan(
+    cfg: ModelConfig,
+    gpu_name: str,
+    seq: int,
+    global_batch_tokens: int,
+    *,
+    mfu: float = 0.4,
+    allowance: int | None = None,
+    top: int = 10,
+) -> MemoryBudget:
+    """Every refusal of ``plan``, before any work; returns the budget per GPU (``gpus.memory_budget``)."""
+    basis = memory_budget(gpu_name, allowance)
+    _check_plannable(cfg)
+    if top < 1:
+        raise AccountingError(f"top must be at least 1, got {top}")
+    if not 0 < mfu <= 1:
+        raise AccountingError(f"--mfu must be in (0, 1], got {mfu}")
+    if global_batch_tokens % seq:
+        lower = global_batch_tokens // seq * seq
+        near = f"{lower:,} or {lower + seq:,}" if lower else f"{seq:,}"
+        raise AccountingError(
+            f"the global batch of {global_batch_tokens:,} tokens is not a whole number of {seq:,}-token sequences: "
+            f"give --global-batch-tokens {near}, or a --context that divides it"
+        )
+    return basis
 
 
 def plan(
@@ -300,29 +334,14 @@ def plan(
     *,
     mfu: float = 0.4,
     internode_bw: int = DEFAULT_INTERNODE,
-    allowance: int = 3 * 10**9,
+    allowance: int | None = None,
     price_per_gpu_hour: float | None = None,
     top: int = 10,
 ) -> Plan:
-    """Every candidate layout (module docstring), the fitting ones ranked by GPU-hours."""
-    g = gpu(gpu_name)
-    _check_plannable(cfg)
-    if top < 1:
-        raise AccountingError(f"top must be at least 1, got {top}")
-    if not 0 < mfu <= 1:
-        raise AccountingError(f"--mfu must be in (0, 1], got {mfu}")
-    if allowance >= g.memory_bytes:
-        raise AccountingError(
-            f"the allowance of {fmt_bytes(allowance)} leaves nothing of the {g.name}'s {fmt_bytes(g.memory_bytes)} "
-            "for the model: give a smaller --allowance (it covers CUDA context, NCCL buffers and fragmentation)"
-        )
-    if global_batch_tokens % seq:
-        lower = global_batch_tokens // seq * seq
-        near = f"{lower:,} or {lower + seq:,}" if lower else f"{seq:,}"
-        raise AccountingError(
-            f"the global batch of {global_batch_tokens:,} tokens is not a whole number of {seq:,}-token sequences: "
-            f"give --global-batch-tokens {near}, or a --context that divides it"
-        )
+    """Every candidate layout (module docstring), the fitting ones ranked by GPU-hours.  ``allowance``:
+    kept back from the GPU's CUDA total (default ``gpus.DEFAULT_ALLOWANCE``)."""
+    basis = check_plan(cfg, gpu_name, seq, global_batch_tokens, mfu=mfu, allowance=allowance, top=top)
+    g, allowance = basis.gpu, basis.allowance
     sequences = global_batch_tokens // seq
     pending, evaluated_ep = [], False  # every candidate, with its step times: ranked before any replay
     pricing = _Pricing(cfg, seq, g, mfu, internode_bw)
@@ -352,7 +371,7 @@ def plan(
         if b >= failed.get(chain, b + 1):
             continue  # a smaller micro-batch of the same layout does not fit: the peak grows with b
         need, exact = _need(cfg, seq, b, setup, lay, g, allowance)
-        if need <= g.memory_bytes:
+        if need <= g.cuda_total:
             peak_exact = peaks_exact(setup, lay, cfg) and not not_modelled(cfg, seq, setup)
             fitting.append(Candidate(lay, setup.checkpoint, b, lay.micro_batches, need, *times, peak_exact))
             continue
@@ -371,8 +390,8 @@ def plan(
         need, label, ck, b = smallest
         raise AccountingError(
             f"{cfg.name} at context {seq:,} fits no layout on {gpus[0]}..{gpus[1]} {g.name} "
-            f"({g.memory_bytes / 1e9:.0f} GB): the smallest need is {need / 1e9:.1f} GB per GPU "
-            f"({label}, checkpoint {ck}, micro-batch {b}, allowance included); "
+            f"(CUDA total {fmt_bytes(g.cuda_total)}): the smallest need is {fmt_bytes(need)} per GPU "
+            f"({label}, checkpoint {ck}, micro-batch {b}, allowance {fmt_bytes(allowance)} included); "
             + (
                 f"FSDP2's dim-0 shards of the {cfg.num_experts}-expert stacks stop shrinking past dp = "
                 f"{cfg.num_experts} (their padded all-gathers grow with dp)"
@@ -386,7 +405,7 @@ def plan(
             )
         )
     return Plan(
-        cfg, g, seq, global_batch_tokens, tokens, mfu, internode_bw, allowance, price_per_gpu_hour,
+        cfg, g, seq, global_batch_tokens, tokens, mfu, internode_bw, basis, price_per_gpu_hour,
         len(pending), checked, tuple(fitting), top,
     )  # fmt: skip
 
@@ -450,12 +469,17 @@ MAIN_LAYOUTS = (  # label -> (zero, tp): the curves of ``memory_vs_gpus``
 )
 
 
+def curve_setup(checkpoint: str = "full") -> TrainingSetup:
+    """The training setup of ``memory_vs_gpus``'s curves: sdpa, amp-bf16, foreach AdamW, ``checkpoint``."""
+    return TrainingSetup(attention="sdpa", checkpoint=checkpoint, precision="amp-bf16")
+
+
 def memory_vs_gpus(
-    cfg: ModelConfig, seq: int, gpus: tuple[int, int], *, checkpoint: str = "full", allowance: int = 3 * 10**9
+    cfg: ModelConfig, seq: int, gpus: tuple[int, int], *, checkpoint: str = "full", allowance: int = DEFAULT_ALLOWANCE
 ) -> dict[str, list[tuple[int, int]]]:
     """Per-GPU peak + allowance (micro-batch 1, sdpa, amp-bf16, ``checkpoint``) of the worst rank
     for each of ``MAIN_LAYOUTS`` at every power-of-two GPU count in the range (where it applies)."""
-    setup = TrainingSetup(attention="sdpa", checkpoint=checkpoint, precision="amp-bf16")
+    setup = curve_setup(checkpoint)
     out: dict[str, list[tuple[int, int]]] = {}
     for label, zero, tp in MAIN_LAYOUTS:
         if cfg.num_heads % tp or cfg.kv_heads % tp or cfg.d_ff % tp:

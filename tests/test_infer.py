@@ -139,7 +139,7 @@ def test_knee_at_a_short_context(llama):
 
 
 def test_max_batch_is_the_largest_that_fits(llama):
-    r = infer(llama, 2048, 512, 1)
+    r = infer(llama, 2048, 512, 1, budget=80_000_000_000)
     for prefill_batch, best in ((None, r.max_batch), (1, r.max_batch_serving)):
         from lm_accounting.analytic.inference_report import _memory
 
@@ -208,7 +208,7 @@ def test_deepseek_v3_answers(run_cli):
 def test_tiny_config_records_and_frame():
     cfg = ModelConfig(vocab_size=64, context_length=64, num_layers=2, d_model=32, num_heads=4, d_ff=64)
     r = infer(cfg, 8, 4, 2)
-    assert r.to_dict()["schema"] == "lm-accounting/infer/2"
+    assert r.to_dict()["schema"] == "lm-accounting/infer/3"
     rows = r.records()
     assert {"section", "key", "label", "value", "unit"} == set(rows[0])
     with pytest.raises(AccountingError):
@@ -258,7 +258,7 @@ def test_a_batch_over_the_budget_is_analysed_per_attention(run_cli, llama):
     from lm_accounting.analytic.inference_report import _memory
 
     budget = 80_000_000_000
-    args = ("infer", "llama-3-8b", "--prompt", "2048", "--generate", "512", "--batch", "512")
+    args = ("infer", "llama-3-8b", "--prompt", "2048", "--generate", "512", "--batch", "512", "--budget", "80GB")
     r = run_cli(*args)
     assert r.code == 0 and r.err == "" and "attention sdpa" in r.out
     assert "OVER BUDGET: batch 512 needs" in r.out and "Roofline on h100-80gb" in r.out
@@ -320,9 +320,12 @@ def test_sdpa_prefill_memory_by_hand(llama):
     for device in ("cuda", "meta"):  # CUDA's flash and the CPU kernel differ only inside the attention
         one = infer(llama, P, G, 1, device=device)
         assert one.attention == "sdpa" and one.memory["prefill_temporaries"] == temps(1)
-    r = infer(llama, P, G, 71)
+    r = infer(llama, P, G, 71, budget=80_000_000_000)
     assert r.memory["prefill_temporaries"] == temps(71) and r.memory["prefill_peak"] == r.memory["peak"] == peak(71)
     assert peak(71) <= 80_000_000_000 < peak(72) and r.max_batch == 71
+    # the default budget: the H100's CUDA total, 79.11 GiB = 84,943,715,696 bytes, less the 3 GB allowance
+    default = infer(llama, P, G, 1)
+    assert default.budget == 81_943_715_696 and peak(73) <= 81_943_715_696 < peak(74) and default.max_batch == 73
 
 
 def test_fp32_gqa_fused_attention_is_refused_only_for_cuda(llama):

@@ -163,6 +163,7 @@ TOP_KEYS = [
     "optimizer",
     "setup",
     "budget_bytes",
+    "budget_basis",
     "model_flops",
     "hardware_flops",
     "course_convention",
@@ -202,7 +203,7 @@ def test_json_keys_and_strictness(tiny_measured):
     m, cpu = tiny_measured
     for result in (m, cpu):
         data = json.loads(json.dumps(result.to_dict(), allow_nan=False))
-        assert list(data) == TOP_KEYS and data["schema"] == "lm-accounting/memory/5"
+        assert list(data) == TOP_KEYS and data["schema"] == "lm-accounting/memory/6"
         assert set(data["course_convention"]) == COURSE_KEYS
         assert set(data["implementation_exact"]) == EXACT_KEYS
         lines = data["implementation_exact"]["peak_lines"]
@@ -362,23 +363,23 @@ def test_memory_and_sweep_agree_on_a_moe_context_without_lines(run_cli, tmp_path
     assert "exact at B = 1 only" in text and "model states only" not in text
 
 
-def test_single_gpu_memory_refuses_the_layout_only_flags(run_cli):
-    """--allowance and --rank belong to a layout; single-GPU memory adds no allowance, and took both
-    silently (--allowance 10GB left 'fits, 1.4 GB to spare' unchanged).  Now one line, exit 2; with a
-    layout (--dp 1) the allowance is added to the peak, and the header says which does what."""
+def test_one_budget_rule_with_and_without_a_layout(run_cli):
+    """The budget per GPU is the GPU's CUDA total less --allowance, on one GPU as under a layout (the
+    allowance was a layout's alone, and single-GPU memory compared the peak with 80 GB).  --rank still
+    needs a layout; --budget is taken as given and refuses an --allowance beside it."""
     args = ("memory", "gpt2-xl", "--context", "5376", "--attention", "sdpa")
-    for flag, value, message in (("--allowance", "10GB", "adds no allowance"), ("--rank", "1", "one GPU has one rank")):
-        r = run_cli(*args, flag, value)
-        assert r.code == 2 and r.out == "" and message in r.err and f"{flag} needs a parallel layout" in r.err
-    single = run_cli(*args)
-    assert single.code == 0 and "fits the budget" in single.out
-    assert "no allowance for the CUDA context, NCCL or fragmentation is added" in single.out
-    assert "memory with a layout, e.g. --dp 1, adds --allowance" in single.out
+    r = run_cli(*args, "--rank", "1")
+    assert r.code == 2 and r.out == "" and "--rank needs a parallel layout" in r.err
+    r = run_cli(*args, "--budget", "80GB", "--allowance", "1GB")
+    assert r.code == 2 and r.out == "" and "give one of them" in r.err
+    # the H100's CUDA total 79.11 GiB = 84,943,715,696 bytes; less 10 GB: 74,943,715,696 bytes = 74.944 GB
+    rule = "budget 74.944 GB (69.797 GiB) per GPU = h100-80gb's CUDA total 84.944 GB (79.110 GiB) − allowance 10.000 GB"
+    single = run_cli(*args, "--allowance", "10GB")
     layout = run_cli(*args, "--dp", "1", "--allowance", "10GB")
-    assert layout.code == 0 and "10.000 GB" in layout.out
-    # the layout's verdict in the same words, with its margin: 80.228 GB peak (the CPU flash kernel's
-    # tensors, as the layout models sdpa) + 10 GB − 80 GB
-    assert "peak + allowance does NOT fit the budget: 10.228 GB (9.526 GiB) over" in layout.out
+    assert single.code == 0 and layout.code == 0
+    assert rule in single.out and rule in layout.out
+    given = run_cli(*args, "--budget", "80GB")
+    assert "budget 80.000 GB (74.506 GiB) per GPU: --budget, as given" in given.out
 
 
 def test_memory_of_an_unmodelled_model_says_whether_its_states_alone_fit(run_cli):
@@ -395,7 +396,9 @@ def test_memory_of_an_unmodelled_model_says_whether_its_states_alone_fit(run_cli
     assert over.code == 0
     verdict = over.out.splitlines()[2]
     assert verdict.startswith("batch 1: the model states alone") and "the step peak is not predicted" in verdict
-    assert "does NOT fit the budget: 10.656 TB (9.692 TiB) over" in verdict  # 10,736,422,469,632 − 80·10⁹ bytes
+    # 10,736,422,469,632 − 81,943,715,696 bytes (the H100's CUDA total, 79.11 GiB = 84,943,715,696 bytes,
+    # less the 3 GB allowance) = 10,654,478,753,936 bytes
+    assert "does NOT fit the budget: 10.654 TB (9.690 TiB) over" in verdict
     d = json.loads(run_cli("memory", "deepseek-v3", "--context", "1024", "--format", "json").out)
     assert d["implementation_exact"]["fits_budget"] is False
     big = json.loads(run_cli("memory", "deepseek-v3", "-S", "1024", "--budget", "20TB", "--format", "json").out)

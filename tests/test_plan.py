@@ -95,11 +95,12 @@ def test_plan_json(run_cli):
     )
     assert r.code == 0, r.err
     data = json.loads(r.out)
-    assert data["schema"] == "lm-accounting/plan/3" and len(data["best"]) == 10
+    assert data["schema"] == "lm-accounting/plan/4" and len(data["best"]) == 10
     # the best 10 found before every candidate was checked: how many fit in all is not known
     assert data["candidates_checked"] < data["candidates_evaluated"] and data["candidates_fitting"] is None
     best = data["best"][0]
-    assert best["per_gpu_bytes"] <= 80 * 10**9 and best["gpus"] <= 64
+    assert best["per_gpu_bytes"] <= 84_943_715_696  # the H100 80GB's CUDA total, 79.11 GiB
+    assert best["gpus"] <= 64
     pinned = json.loads((Path(__file__).parent / "snapshots" / "json_keys.json").read_text())["plan"]
     assert sorted(key_paths(data)) == pinned
 
@@ -171,7 +172,8 @@ def test_floors_are_lower_bounds_that_change_nothing(monkeypatch):
         seen.append(((stage_floor if lay.pp > 1 else rank_floor)(cfg, seq, b, setup, lay), v, lay.label))
         return v
 
-    allowance = 80 * 10**9 - 250_000  # the GPU's memory less 250 kB: most of these tiny peaks do not fit
+    # the H100's CUDA total (79.11 GiB = 84,943,715,696 bytes) less 250 kB: most of these tiny peaks do not fit
+    allowance = 84_943_715_696 - 250_000
     with_floors = plan(cfg, "h100-80gb", (8, 64), 32, 2048, 2048 * 10, top=10**6, allowance=allowance)
     monkeypatch.setattr(pl, "_peak", checked)
     monkeypatch.setattr(pl, "stage_floor", lambda *a: 0)
@@ -193,7 +195,7 @@ def test_the_best_found_first_are_the_best_of_all():
     the best-ranked candidates do not fit and the search has to pass them."""
     cfg = dataclasses.replace(SMALL, num_layers=4, name="small4")
     args = (cfg, "h100-80gb", (8, 64), 32, 2048, 2048 * 10)
-    allowance = 80 * 10**9 - 120_000
+    allowance = 84_943_715_696 - 120_000  # the H100's CUDA total, 79.11 GiB, less 120 kB
     every = plan(*args, top=10**6, allowance=allowance)
     assert every.complete and every.checked == every.evaluated and 10 < len(every.ranked) < every.evaluated
     for top in (1, 3, 10):
@@ -213,7 +215,7 @@ def test_the_best_found_first_are_the_best_of_all():
                 setup = TrainingSetup(attention="sdpa", checkpoint=ck, precision="amp-bf16")
                 need = pl._peak(cfg, 32, b, setup, lay) + allowance
                 step = pl.step_seconds(*pl._Pricing(cfg, 32, h100, 0.4, 50e9).step_times(b, setup, lay))
-                if need <= h100.memory_bytes:
+                if need <= h100.cuda_total:
                     fits.append((step * lay.world, step, len(fits), lay, ck, b, need))
     assert [f[3:] for f in sorted(fits)] == [(c.layout, c.checkpoint, c.micro_batch, c.per_gpu) for c in every.ranked]
     assert any(c.layout.vocab_parallel for c in every.ranked)

@@ -13,6 +13,7 @@ from typing import Any
 from ..breakdown import Breakdown
 from ..config import AccountingError, ModelConfig, check_positive_int
 from ..gpus import GPU
+from ..gpus import MemoryBudget, memory_budget
 from ..gpus import gpu as lookup_gpu
 from ..result import Result
 from ..units import fmt_bytes
@@ -67,7 +68,7 @@ CONVENTIONS = (
 class Inference(Result):
     """Inference accounting of one model for P prompt tokens, G generated, B concurrent sequences."""
 
-    SCHEMA = "lm-accounting/infer/2"
+    SCHEMA = "lm-accounting/infer/3"
 
     config: ModelConfig
     prompt: int
@@ -92,6 +93,7 @@ class Inference(Result):
     max_batch_serving: int  # prefilled one at a time (continuous batching), decoded together
     roofline: dict[str, Any]
     measured: dict[str, Any] | None = field(default=None)
+    budget_basis: MemoryBudget | None = None  # how ``budget`` was derived (gpus.memory_budget)
 
     @property
     def capacity(self) -> int:
@@ -152,6 +154,7 @@ class Inference(Result):
             "gpu": {"name": self.gpu.name, "label": self.gpu.label, "source": self.gpu.source},
             "tp": self.tp,
             "budget": self.budget,
+            "budget_basis": None if self.budget_basis is None else self.budget_basis.to_dict(),
             "prefill_flops": self.prefill.to_dict(),
             "prefill_extras": self.prefill_extras,
             "decode_flops": {
@@ -289,29 +292,9 @@ def _decode_series(cfg, prompt, generate, batch, semantics, w_read, g: GPU, peak
     return phase(prompt), phase(last), total / max(steps, 1), bounds, turn
 
 
-def infer(
-    cfg: ModelConfig,
-    prompt: int,
-    generate: int,
-    batch: int = 1,
-    *,
-    weights: str = "bf16",
-    kv_dtype: str = "bf16",
-    gpu: str = "h100-80gb",
-    tp: int = 1,
-    budget: int | None = None,
-    semantics: str = "filled",
-    context: int | None = None,
-    attention: str | None = None,
-    device: str = "cuda",
-) -> Inference:
-    """Everything analytic about serving ``cfg`` (see the module docstring and ``CONVENTIONS``).
-    ``attention`` None: ``inference.default_attention(semantics)`` (sdpa, naive under 'static').
-    ``device``: whose kernels the temporaries are (cuda, the default: what a GPU allocates; meta or cpu:
-    torch's CPU flash kernel, for a measurement there).
-    A batch whose peak exceeds ``budget`` is still analysed: ``Inference.over_budget`` says by how much
-    and what fits (an answer, not bad input)."""
-    cfg = at_context(cfg, context)
+def check_infer(cfg, prompt, generate, batch, weights, kv_dtype, tp, semantics, attention, device) -> str:
+    """Every refusal of ``infer`` for ``cfg`` (at its context), before any work; returns the attention
+    (``attention`` None: ``inference.default_attention(semantics)``)."""
     for name, value in (("prompt", prompt), ("generate", generate), ("batch", batch), ("tp", tp)):
         check_positive_int(name, value)
     inf.check_supported(cfg)
@@ -326,15 +309,45 @@ def infer(
         raise AccountingError(f"unknown KV-cache dtype '{kv_dtype}' (valid: {', '.join(inf.KV_DTYPES)})")
     if device not in ("meta", "cpu", "cuda"):
         raise AccountingError(f"unknown device '{device}' (valid: meta, cpu, cuda)")
-    cuda = device == "cuda"
-    if cuda and attention == "sdpa" and weights == "fp32" and not cfg.mla and cfg.kv_heads < cfg.num_heads:
+    if device == "cuda" and attention == "sdpa" and weights == "fp32" and not cfg.mla and cfg.kv_heads < cfg.num_heads:
         raise AccountingError(
             "fused attention in fp32 with grouped KV heads has no CUDA kernel in torch (flash needs bf16/fp16, the "
             "memory-efficient kernel takes no GQA; SDPA would fall back to the math path, S×S): use --weights bf16 "
             "(or fp8/int8/int4: bf16 activations), or --attention naive, or --measure meta|cpu (the CPU kernel)"
         )
+    return attention
+
+
+def infer(
+    cfg: ModelConfig,
+    prompt: int,
+    generate: int,
+    batch: int = 1,
+    *,
+    weights: str = "bf16",
+    kv_dtype: str = "bf16",
+    gpu: str = "h100-80gb",
+    tp: int = 1,
+    budget: int | MemoryBudget | None = None,
+    allowance: int | None = None,
+    semantics: str = "filled",
+    context: int | None = None,
+    attention: str | None = None,
+    device: str = "cuda",
+) -> Inference:
+    """Everything analytic about serving ``cfg`` (see the module docstring and ``CONVENTIONS``).
+    ``attention`` None: ``inference.default_attention(semantics)`` (sdpa, naive under 'static').
+    ``device``: whose kernels the temporaries are (cuda, the default: what a GPU allocates; meta or cpu:
+    torch's CPU flash kernel, for a measurement there).
+    A batch whose peak exceeds ``budget`` is still analysed: ``Inference.over_budget`` says by how much
+    and what fits (an answer, not bad input).  ``budget`` per GPU: as given, else the GPU's CUDA total less
+    ``allowance`` (``gpus.memory_budget``, default ``gpus.DEFAULT_ALLOWANCE``)."""
+    cfg = at_context(cfg, context)
+    attention = check_infer(cfg, prompt, generate, batch, weights, kv_dtype, tp, semantics, attention, device)
+    cuda = device == "cuda"
     g = lookup_gpu(gpu)
-    budget = g.memory_bytes if budget is None else budget
+    basis = budget if isinstance(budget, MemoryBudget) else memory_budget(g.name, allowance, budget)
+    budget = basis.usable
     C = prompt + generate
     memory = _memory(cfg, prompt, generate, batch, weights, kv_dtype, tp, semantics, None, attention, cuda)
     best = max_batch(cfg, prompt, generate, weights, kv_dtype, tp, semantics, budget, None, attention, cuda)
@@ -411,4 +424,5 @@ def infer(
         max_batch=best,
         max_batch_serving=serving,
         roofline=roofline,
+        budget_basis=basis,
     )

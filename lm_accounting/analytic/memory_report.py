@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 from ..breakdown import Breakdown
 from ..config import ModelConfig
+from ..gpus import MemoryBudget, as_budget
 from ..phases import PHASE_LABELS, StepMemory
 from ..result import Result
 from ..setup import TrainingSetup, check_cuda_fused_attention
@@ -56,14 +57,14 @@ MEASURE_METHODS = {"tracker": "traced", "allocator": "plain", "cuda": "plain"}
 
 @dataclass(frozen=True)
 class MemoryAccount(Result):
-    SCHEMA: ClassVar[str] = "lm-accounting/memory/5"
+    SCHEMA: ClassVar[str] = "lm-accounting/memory/6"
 
     config: ModelConfig
     seq: int
     batch: int
     dtype: str  # the parameters' dtype (fp32 under amp-bf16)
     optimizer: str
-    budget: int
+    budget_basis: MemoryBudget  # the budget per GPU and how it was derived (gpus.memory_budget)
     device: str  # the device the implementation-exact prediction is for
     # course convention (CS336 adamwAccounting; None for an architecture other than the course's)
     course: CoursePeak | None
@@ -92,10 +93,15 @@ class MemoryAccount(Result):
     measured_method: str | None = None  # tracker (traced), allocator (plain, cpu) or cuda (plain)
 
     @property
+    def budget(self) -> int:
+        """The bytes the step peak must fit in: the GPU's CUDA total less the allowance, or as given."""
+        return self.budget_basis.usable
+
+    @property
     def fits(self) -> bool | None:
-        """Whether the requested batch's step peak (plain run) is within the budget; nothing else is
-        added (no allowance for the CUDA context, NCCL buffers or fragmentation: a layout adds
-        ``--allowance``).  Where the replay does not model the step: False when the model states alone
+        """Whether the requested batch's step peak (plain run) is within the budget (the allowance for
+        the CUDA context, communication buffers and fragmentation is already out of it, as under a
+        layout).  Where the replay does not model the step: False when the model states alone
         (parameters, gradients, AdamW m and v, all live at the end of backward) exceed the budget, else
         None (not known)."""
         if self.step is None:
@@ -125,7 +131,7 @@ class MemoryAccount(Result):
                 self.config,
                 self.seq,
                 self.batch,
-                budget=self.budget,
+                budget=self.budget_basis,
                 device=device,
                 setup=self.setup,
                 cpu_threads=self.cpu_threads,
@@ -170,6 +176,7 @@ class MemoryAccount(Result):
                 "label": setup.label,
             },
             "budget_bytes": self.budget,
+            "budget_basis": self.budget_basis.to_dict(),
             "model_flops": self.flops.model if self.flops else None,
             "hardware_flops": self.flops.hardware if self.flops else None,
             "course_convention": None
@@ -203,7 +210,11 @@ class MemoryAccount(Result):
                 "max_context_at_batch_1": self.max_context,
             },
             "korthikanti_activations": self.korthikanti,
-            "inference": {"weights": self.states["parameters"].total, "kv_cache": self.kv_cache},
+            "inference": {
+                "weights": self.states["parameters"].total,
+                "kv_cache": self.kv_cache,
+                "total": self.states["parameters"].total + self.kv_cache,
+            },
             "measured": measured,
         }
 
@@ -356,7 +367,7 @@ def memory_account(
     batch: int,
     dtype: str | None = None,
     optimizer: str | None = None,
-    budget: int = 80 * 10**9,
+    budget: int | MemoryBudget | None = None,
     device: str = "meta",
     *,
     setup: TrainingSetup | None = None,
@@ -368,14 +379,17 @@ def memory_account(
     ``merge_copy``; fp32 with grouped KV heads has none: refused), "meta" the CPU flash kernel's
     layout; "cpu" adds the AdamW step counters of the for-loop and foreach implementations, and the
     CPU allocator's own extras to the plain run, see ``replay``.  The capacity figures (lines,
-    largest batch and context) are for the plain run."""
+    largest batch and context) are for the plain run.  ``budget``: a ``gpus.MemoryBudget``, bytes as
+    given, or (None) the default GPU's CUDA total less the default allowance."""
     check_device(device)
+    basis = as_budget(budget)
+    budget = basis.usable
     setup, dtype = as_setup(setup, dtype, optimizer, default_optimizer="foreach")
     if device == "cuda" and setup.attention == "sdpa":
         check_cuda_fused_attention(cfg.kv_heads < cfg.num_heads, setup.precision == "fp32")
     optimizer = setup.optimizer
     if replay_unsupported(cfg, setup):
-        return states_only_account(cfg, seq, batch, dtype, setup, budget, device, cpu_threads)
+        return states_only_account(cfg, seq, batch, dtype, setup, basis, device, cpu_threads)
     course = cfg.course_architecture  # the course convention describes the course model only (not MoE)
     a, b = course_linear_in_batch(cfg, seq) if course else (None, None)
     kw = dict(setup=setup)
@@ -387,7 +401,7 @@ def memory_account(
         batch=batch,
         dtype=dtype,
         optimizer=optimizer,
-        budget=budget,
+        budget_basis=basis,
         device=device,
         course=course_peak(cfg, seq, batch) if course else None,
         course_linear=(a, b) if course else None,
@@ -416,7 +430,7 @@ def states_only_account(
     batch: int,
     dtype: str,
     setup: TrainingSetup,
-    budget: int,
+    budget: MemoryBudget,
     device: str,
     cpu_threads: int,
 ) -> MemoryAccount:
@@ -430,7 +444,7 @@ def states_only_account(
         batch=batch,
         dtype=dtype,
         optimizer=setup.optimizer,
-        budget=budget,
+        budget_basis=budget,
         device=device,
         course=None,
         course_linear=None,

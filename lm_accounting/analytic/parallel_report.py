@@ -4,8 +4,10 @@
 ``lm-accounting/parallel-memory/3``).  Where the step replay does not model the architecture (latent
 attention), the model states and the collectives are
 exact and the activations, phases and peaks are None, named in ``not_modelled`` (as the single-GPU
-``memory`` does).  ``batch`` is the micro-batch of one data-parallel rank.  The allowance (CUDA context, NCCL buffers, allocator fragmentation) is a separate, labelled figure,
-never folded into the others; ``DEFAULT_ALLOWANCE`` is its default.
+``memory`` does).  ``batch`` is the micro-batch of one data-parallel rank.  The peak is compared with
+the budget per GPU (``gpus.memory_budget``: the GPU's CUDA total less the allowance for the CUDA
+context, NCCL buffers and fragmentation, ``DEFAULT_ALLOWANCE`` by default, or a budget given as is),
+the same rule as single-GPU ``memory``, ``infer`` and ``plan``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from ..config import ModelConfig
+from ..gpus import MemoryBudget, as_budget
 from ..layout import ParallelLayout
 from ..phases import PHASES, StepMemory
 from ..result import Result
@@ -24,16 +27,10 @@ from .parallel import ModelStates, expert_rows, model_states, peaks_exact, rank_
 from .pipeline import pipeline_stages
 from .replay import replay_unsupported
 
-DEFAULT_ALLOWANCE = 3 * 10**9
-"""3 GB per GPU: the CUDA context and cuBLAS workspaces (about 0.5–1 GB on an H100), NCCL's
-communicator buffers (its default NCCL_BUFFSIZE is 4 MiB per channel and peer; a few hundred MB at
-scale) and the caching allocator's fragmentation (a few % of the peak).  A round, stated figure: set
-your own with ``--allowance``."""
-
 
 @dataclass(frozen=True)
 class ParallelMemory(Result):
-    SCHEMA: ClassVar[str] = "lm-accounting/parallel-memory/3"
+    SCHEMA: ClassVar[str] = "lm-accounting/parallel-memory/4"
 
     config: ModelConfig
     seq: int
@@ -46,8 +43,7 @@ class ParallelMemory(Result):
     step_traced: StepMemory | None  # what a dispatch-mode tracker sees (the fake-PG measurement)
     flops: StepFlops
     collectives: tuple[Collective, ...]
-    allowance: int
-    budget: int
+    budget_basis: MemoryBudget  # the budget per GPU and how it was derived
     peaks_exact: bool  # False where ``analytic.parallel.peaks_exact`` says so (the ends are exact)
     stage: int | None = None  # pipeline stage of the worst rank (pp > 1)
     measured: Any = None  # measure.distributed.RankMeasurement
@@ -59,13 +55,18 @@ class ParallelMemory(Result):
         return None if self.step is None else self.step.peak
 
     @property
-    def total(self) -> int | None:
-        """The peak plus the allowance: what the GPU must hold."""
-        return None if self.peak is None else self.peak + self.allowance
+    def budget(self) -> int:
+        """The bytes per GPU the peak must fit in (``budget_basis``)."""
+        return self.budget_basis.usable
+
+    @property
+    def allowance(self) -> int | None:
+        """What was kept back from the GPU's CUDA total; None for a budget given as is."""
+        return self.budget_basis.allowance
 
     @property
     def fits(self) -> bool | None:
-        return None if self.total is None else self.total <= self.budget
+        return None if self.peak is None else self.peak <= self.budget
 
     def with_measurement(self, measured) -> ParallelMemory:
         return replace(self, measured=measured)
@@ -116,8 +117,8 @@ class ParallelMemory(Result):
             "peaks_exact": self.peaks_exact,
             "peak": self.peak,
             "allowance": self.allowance,
-            "peak_with_allowance": self.total,
             "budget": self.budget,
+            "budget_basis": self.budget_basis.to_dict(),
             "fits": self.fits,
             "flops": {
                 "forward": self.flops.forward,
@@ -163,6 +164,7 @@ class ParallelMemory(Result):
                 {"quantity": "end", "phase": name, "bytes": ph.end},
             ]
         rows.append({"quantity": "allowance", "phase": "", "bytes": self.allowance})
+        rows.append({"quantity": "budget", "phase": "", "bytes": self.budget})
         rows += [{"quantity": f"{c.kind} ({c.group})", "phase": c.phase, "bytes": c.payload} for c in self.collectives]
         return rows
 
@@ -174,11 +176,12 @@ def parallel_memory(
     setup: TrainingSetup,
     layout: ParallelLayout,
     *,
-    allowance: int = DEFAULT_ALLOWANCE,
-    budget: int = 80 * 10**9,
+    allowance: int | None = None,
+    budget: int | MemoryBudget | None = None,
     rank: int | None = None,
 ) -> ParallelMemory:
-    """The worst rank of ``layout`` (see ``analytic.parallel``; pipeline stages: ``pipeline_stages``),
+    """``budget``: a ``gpus.MemoryBudget``, or bytes as given; by default the default GPU's CUDA total less
+    ``allowance`` (``DEFAULT_ALLOWANCE``).  The worst rank of ``layout`` (see ``analytic.parallel``; pipeline stages: ``pipeline_stages``),
     or global rank ``rank`` (its data-parallel rank is rank // tp; under pipeline parallel, on a (pp, dp,
     tp) mesh with the stages outermost as torchtitan lays them out, its stage is rank // (dp·tp) and its
     data-parallel rank (rank // tp) mod dp)."""
@@ -208,8 +211,7 @@ def parallel_memory(
         traced,
         flops,
         tuple(step_collectives(cfg, seq, batch, setup, layout, rank=st.rank, stage=stage or 0)),
-        allowance,
-        budget,
+        as_budget(budget, allowance),
         not missing and peaks_exact(setup, layout, cfg),
         stage,
         not_modelled=tuple(missing),

@@ -41,8 +41,9 @@ def infer_view(r: Inference) -> View:
         (
             f"prompt P = {r.prompt:,} · generate G = {r.generate:,} · batch B = {r.batch:,} · cache C = P + G = "
             f"{r.capacity:,} ({r.semantics} semantics) · attention {r.attention} · weights {r.weights} · "
-            f"KV {r.kv_dtype} · {g.label} × tp {r.tp} · budget {fmt_bytes(r.budget)}"
+            f"KV {r.kv_dtype} · {g.label} × tp {r.tp}"
         ),
+        r.budget_basis.rule if r.budget_basis is not None else f"budget {fmt_bytes(r.budget)} per GPU",
     ]
     if r.over_budget:
         why = f" (measured anyway: a {r.measured['device']} run does not use the GPU)" if r.measured else ""

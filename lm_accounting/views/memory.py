@@ -245,12 +245,6 @@ def difference_note(m: MemoryAccount) -> str:
     )
 
 
-NO_ALLOWANCE = (
-    "(the step's tensors only: no allowance for the CUDA context, NCCL or fragmentation is added; "
-    "memory with a layout, e.g. --dp 1, adds --allowance)"
-)
-
-
 def budget_verdict(need: int, budget: int) -> str:
     """'fits the budget, X to spare' or 'does NOT fit the budget: X over': the one wording of memory's
     verdict, with and without a layout."""
@@ -271,7 +265,6 @@ def fit_line(m: MemoryAccount) -> str:
             f"batch {m.batch:,}: step peak {fmt_bytes(m.step.peak)} ({m.step.peak_phase}) "
             + budget_verdict(m.step.peak, m.budget)
             + ("" if m.max_batch is None else f"; largest batch that fits: {m.max_batch:,}")
-            + f" {NO_ALLOWANCE}"
         )  # fmt: skip
     states, spare = m.states.total, m.budget - m.states.total
     if m.fits is False:
@@ -291,11 +284,11 @@ def memory_view(m: MemoryAccount) -> View:
         (
             f"context {m.seq:,} · batch {m.batch:,} · attention {m.setup.attention} · checkpoint "
             f"{m.setup.checkpoint} · {m.setup.precision} · AdamW ({m.optimizer}) · "
-            f"budget {fmt_bytes(m.budget)} · "
             + (f"exact prediction for {m.device}" if m.step is not None else "model states only (see the note)")
         ),
     ]
     header.append(fit_line(m))
+    header.append(m.budget_basis.rule)
     if m.flops is not None:
         header.append(
             f"step FLOPs: model {m.flops.model:,} (3 × forward) · hardware {m.flops.hardware:,} "

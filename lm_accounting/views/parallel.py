@@ -84,23 +84,24 @@ def parallel_view(r: ParallelMemory) -> View:
         [Column("quantity"), Column("bytes", "bytes")],
         [
             ("peak (plain run)", r.peak),
-            ("allowance: CUDA context + NCCL + fragmentation (--allowance)", r.allowance),
-            ("peak + allowance", r.total),
+            *(
+                []
+                if r.budget_basis.given
+                else [(f"{r.budget_basis.gpu.name}: CUDA total", r.budget_basis.gpu.cuda_total)]
+            ),
+            *([] if r.budget_basis.given else [("allowance: CUDA context + NCCL + fragmentation", r.allowance)]),
             ("budget", r.budget),
         ],
-        [f"peak + allowance {budget_verdict(r.total, r.budget)}"]
-        if r.step is not None
-        else [
-            (
+        [r.budget_basis.rule]
+        + (
+            [f"peak {budget_verdict(r.peak, r.budget)}"]
+            if r.step is not None
+            else [
                 f"activations, phases and peaks NOT MODELLED ({'; '.join(r.not_modelled)}); the model states "
                 f"alone (exact) are {st.total:,} bytes"
-                + (
-                    f": with the allowance, {budget_verdict(st.total + r.allowance, r.budget)}"
-                    if st.total + r.allowance > r.budget
-                    else ""
-                )
-            )
-        ],
+                + (f": {budget_verdict(st.total, r.budget)}" if st.total > r.budget else "")
+            ]
+        ),
     )
     comm = Table(
         "Collectives of one step on this rank (payload = the unsharded buffer; wire = ring bytes sent)",

@@ -18,7 +18,7 @@ def plan_view(p: Plan) -> View:
         ),
         (
             f"context {p.seq:,} · global batch {p.global_batch_tokens:,} tokens · {p.tokens:,} tokens = "
-            f"{p.steps():,} steps · allowance {p.allowance / 1e9:g} GB per GPU · "
+            f"{p.steps():,} steps · "
             + (
                 f"{p.evaluated:,} layouts evaluated, {len(p.ranked):,} fit"
                 if p.complete
@@ -26,6 +26,7 @@ def plan_view(p: Plan) -> View:
                 f"to find the best {len(p.ranked):,} that fit (--top N for more)"
             )
         ),
+        p.budget_basis.rule + ": a layout fits when its per-GPU peak + allowance is within the CUDA total",
     ]
     columns = [
         Column("layout"),
@@ -136,5 +137,5 @@ def write_parallel(out, plots: bool = True) -> list:
             curves = memory_vs_gpus(cfg, 8192, (8, 1024))
             title = f"{cfg.name} at S = 8,192: sdpa, amp-bf16, full checkpointing, micro-batch 1"
             stem = out / f"{name}-8k-memory-vs-gpus"
-            paths += [Path(p) for p in plot_memory_vs_gpus(curves, gpu("h100-80gb").memory_bytes, title, stem)]
+            paths += [Path(p) for p in plot_memory_vs_gpus(curves, gpu("h100-80gb").cuda_total, title, stem)]
     return paths

@@ -1,0 +1,155 @@
+"""``memory``: training memory per phase, predicted (and measured), and capacity; with a parallel layout,
+the worst rank's per-GPU memory, FLOPs and collectives.
+
+The budget per GPU is ``gpus.memory_budget``: the GPU's CUDA-reported total less the allowance (CUDA
+context, communication buffers, fragmentation), or ``budget`` as given; the same rule with and without
+a layout, and in ``infer`` and ``plan``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..analytic.memory_report import MemoryAccount, memory_account
+from ..analytic.parallel_report import ParallelMemory, parallel_memory
+from ..analytic.replay import replay_unsupported
+from ..analytic.sizes import at_context, check_batch_seq
+from ..config import AccountingError, ModelConfig
+from ..gpus import DEFAULT_GPU, MemoryBudget, memory_budget
+from ..layout import ParallelLayout
+from ..names import MEASURE_CHOICES, MEASURE_METHODS
+from ..setup import TrainingSetup, check_cuda_fused_attention
+
+
+@dataclass(frozen=True)
+class Request:
+    config: ModelConfig
+    context: int | None = None  # None: the config's context_length
+    batch: int = 1  # per data-parallel rank under a layout
+    setup: TrainingSetup = field(default_factory=TrainingSetup)
+    layout: ParallelLayout | None = None  # None: one GPU
+    gpu: str = DEFAULT_GPU
+    allowance: int | None = None  # default gpus.DEFAULT_ALLOWANCE
+    budget: int | None = None  # the usable bytes per GPU, as given (no allowance subtracted)
+    rank: int | None = None  # a layout's global rank to predict and measure (default: the worst)
+    measure: str = "none"  # none, meta, cpu or cuda
+    measure_method: str | None = None  # tracker or allocator (default: tracker; cuda: the caching allocator)
+    run_config: ModelConfig = field(init=False, repr=False)  # the config at the context
+    budget_basis: MemoryBudget = field(init=False, repr=False)
+    method: str | None = field(init=False, repr=False)  # MemoryAccount's measurement method, None: none
+
+    def __post_init__(self) -> None:
+        run = at_context(self.config, self.context)
+        check_batch_seq(self.batch, run.context_length)
+        object.__setattr__(self, "run_config", run)
+        object.__setattr__(self, "budget_basis", memory_budget(self.gpu, self.allowance, self.budget))
+        object.__setattr__(self, "method", measurement_method(self.measure, self.measure_method))
+        lay = self.layout
+        if self.setup.attention == "sdpa" and self.measure in ("none", "cuda"):  # a GPU run: CUDA's kernels
+            check_cuda_fused_attention(run.kv_heads < run.num_heads, self.setup.precision == "fp32")
+        if lay is None:
+            if self.rank is not None:
+                raise AccountingError("--rank needs a parallel layout (--dp, --tp, --pp, ...): one GPU has one rank")
+            missing = replay_unsupported(run, self.setup)
+            if self.measure != "none" and missing:  # nothing to compare a measurement with
+                raise AccountingError(f"--measure needs the step replay, which does not model {', '.join(missing)} yet")
+            return
+        lay.check(run, run.context_length)
+        if self.rank is not None and self.rank >= lay.world:
+            raise AccountingError(f"--rank {self.rank} is outside the world of {lay.world}")
+        if self.measure == "cuda":
+            raise AccountingError("a parallel layout is measured on the fake process group: use --measure meta")
+
+    @property
+    def device(self) -> str:
+        """Whose kernels the single-GPU prediction is for: a GPU's, or the measured device's."""
+        return "cuda" if self.measure == "none" else self.measure
+
+
+def measurement_method(measure: str, method: str | None) -> str | None:
+    """How ``measure`` is taken (``MemoryAccount.with_measurement``'s method), None for no measurement:
+    the tracker on meta/cpu (default), the CPU allocator with ``measure="cpu"`` only, the caching
+    allocator on cuda.  Any other combination is an ``AccountingError``."""
+    if measure not in MEASURE_CHOICES:
+        raise AccountingError(f"unknown --measure '{measure}' (valid: {', '.join(MEASURE_CHOICES)})")
+    if method is not None and method not in MEASURE_METHODS:
+        raise AccountingError(f"unknown --measure-method '{method}' (valid: {', '.join(MEASURE_METHODS)})")
+    if measure == "none":
+        if method is not None:
+            where = "cpu" if method == "allocator" else "meta or --measure cpu"
+            raise AccountingError(f"--measure-method {method} needs a measurement: add --measure {where}")
+        return None
+    if method == "allocator" and measure != "cpu":
+        raise AccountingError(
+            f"--measure-method allocator reads the CPU allocator (the plain run): it needs --measure cpu, not {measure}"
+        )
+    if measure == "cuda":
+        if method == "tracker":
+            raise AccountingError("--measure cuda reads the caching allocator's counters; leave out --measure-method")
+        return "cuda"
+    return method or "tracker"
+
+
+def cpu_threads(request: Request) -> int:
+    """The threads of a plain CPU run (the CPU flash kernel's scratch is per thread); 1 otherwise, where
+    the scratch does not depend on it.  torch is imported only for the plain CPU run."""
+    if request.method != "allocator":
+        return 1
+    import torch
+
+    return torch.get_num_threads()
+
+
+def run(request: Request) -> MemoryAccount | ParallelMemory:
+    """The prediction (analytic; no torch unless a plain CPU run is to be measured)."""
+    r, cfg = request, request.run_config
+    if r.layout is None:
+        return memory_account(
+            cfg, cfg.context_length, r.batch, budget=r.budget_basis, setup=r.setup, device=r.device,
+            cpu_threads=cpu_threads(r),
+        )  # fmt: skip
+    return parallel_memory(cfg, cfg.context_length, r.batch, r.setup, r.layout, budget=r.budget_basis, rank=r.rank)
+
+
+def measured_rank(request: Request, result: ParallelMemory) -> int:
+    """The global rank measured: ``rank``, else the worst data-parallel rank's first tensor-parallel rank."""
+    return result.states.rank * request.layout.tp if request.rank is None else request.rank
+
+
+def measure(request: Request, result: Any) -> Any:
+    """``result`` with one live training step measured as ``request.measure`` and ``measure_method`` say."""
+    r, cfg = request, request.run_config
+    seq = cfg.context_length
+    if r.method is None:
+        return result
+    if r.layout is None:
+        from ..measure.memory import measure_step
+
+        got = measure_step(
+            cfg,
+            seq,
+            r.batch,
+            device=r.measure,
+            setup=r.setup,
+            method="allocator" if r.method == "allocator" else "tracker",
+        )
+        return result.with_measurement(got, device=r.measure, method=r.method)
+    lay, who = r.layout, measured_rank(r, result)
+    if r.method == "allocator":  # the plain run, no dispatch mode, beside its CPU prediction
+        from ..analytic.parallel import rank_step
+        from ..measure.distributed import measure_rank_plain
+
+        got = measure_rank_plain(cfg, seq, r.batch, r.setup, lay, rank=who)
+        want = rank_step(cfg, seq, r.batch, r.setup, lay, "plain", who // lay.tp, "cpu", cpu_threads(r))
+        return result.with_plain_measurement(want[0], got)
+    if lay.pp > 1:  # one stage of torch's Schedule1F1B: the worst, or the rank's
+        from ..measure.pipeline import measure_stage_rank
+
+        return result.with_measurement(
+            measure_stage_rank(cfg, seq, r.batch, r.setup, lay, result.stage or 0, result.states.rank)
+        )
+    from ..measure.distributed import measure_rank
+
+    fake = lay.fsdp and lay.tp == 1  # FakeTensors: exact for FSDP2 alone, at any size
+    return result.with_measurement(measure_rank(cfg, seq, r.batch, r.setup, lay, rank=who, fake=fake))

@@ -1,0 +1,47 @@
+"""``train-time``: days to train on one GPU at a stated utilisation, and the AdamW step FLOPs (analytic)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..analytic.sizes import at_context, check_batch_seq
+from ..analytic.training import gpu_peak_flops
+from ..config import AccountingError, ModelConfig
+from ..names import STEP_FLOPS_METHODS
+from ..setup import TrainingSetup
+from ..train_time import TrainTime, train_time
+
+
+@dataclass(frozen=True)
+class Request:
+    config: ModelConfig
+    context: int | None = None
+    batch: int = 1
+    steps: int = 400_000
+    gpu: str = "a100"
+    gpu_dtype: str = "fp32"
+    peak_flops: float | None = None  # overrides the GPU's peak for gpu_dtype
+    mfu: float = 0.5
+    method: str = "3x"
+    setup: TrainingSetup = field(default_factory=TrainingSetup)
+
+    def __post_init__(self) -> None:
+        check_batch_seq(self.batch, at_context(self.config, self.context).context_length)
+        if self.method not in STEP_FLOPS_METHODS:
+            raise AccountingError(f"unknown step FLOPs method '{self.method}' (valid: {', '.join(STEP_FLOPS_METHODS)})")
+        if not 0 < self.mfu <= 1:
+            raise AccountingError(f"--mfu must be in (0, 1], got {self.mfu}")
+        if self.peak_flops is None:
+            gpu_peak_flops(self.gpu, self.gpu_dtype)  # an unknown GPU or dtype is refused here
+        elif not 0 < self.peak_flops:
+            raise AccountingError(f"--peak-flops must be positive, got {self.peak_flops}")
+        if not 1 <= self.steps:
+            raise AccountingError(f"--steps must be at least 1, got {self.steps}")
+
+
+def run(request: Request) -> TrainTime:
+    r = request
+    return train_time(
+        r.config, r.context, r.batch, r.steps, gpu=r.gpu, gpu_dtype=r.gpu_dtype, peak_flops=r.peak_flops,
+        mfu=r.mfu, method=r.method, setup=r.setup,
+    )  # fmt: skip
