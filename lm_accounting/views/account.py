@@ -51,12 +51,13 @@ def _ffn_widths(cfg: ModelConfig) -> list[str]:
     for mixture-of-experts blocks, and which blocks are which."""
     if not cfg.moe:
         return [f"d_ff {cfg.d_ff:,}"]
-    out = [f"{cfg.num_experts} experts × d_e {cfg.expert_width:,}, top-{cfg.experts_per_token}"]
+    out = [f"{plural(cfg.num_experts, 'expert')} × d_e {cfg.expert_width:,}, top-{cfg.experts_per_token}"]
     if cfg.shared_experts:
         out.append(f"{cfg.shared_experts} shared × {cfg.shared_width // cfg.shared_experts:,}")
     if cfg.dense_layers:
-        where = f"first {cfg.dense_layers_first}" if cfg.moe_every == 1 else f"{cfg.dense_layers} of {cfg.num_layers}"
-        out.append(f"dense d_ff {cfg.d_ff:,} in {where} layers")
+        n = cfg.dense_layers_first if cfg.moe_every == 1 else cfg.dense_layers
+        where = f"first {plural(n, 'layer')}" if cfg.moe_every == 1 else f"{n} of {plural(cfg.num_layers, 'layer')}"
+        out.append(f"dense d_ff {cfg.d_ff:,} in {where}")
     else:
         out.append("every layer MoE (d_ff unused)" if cfg.expert_d_ff is not None else "every layer MoE")
     return out
@@ -90,7 +91,7 @@ def kv_cache_formula(cfg) -> str:
 
 def account_view(acc: Account) -> View:
     cfg, L = acc.config, acc.config.num_layers
-    ctx = f"context {acc.seq:,} tokens"
+    ctx = f"context {plural(acc.seq, 'token')}"
     if acc.preset_context != acc.seq:
         ctx += f" (config context_length {acc.preset_context:,})"
     header = [
