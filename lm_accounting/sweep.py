@@ -324,7 +324,7 @@ def check_live_points(
         at = cfg.with_context(seq)
         where = f"{cfg.name} at context {seq:,}"
         if crosscheck:
-            check_live_run(at, seq, batch, "meta", f"the cross-check of {where}")
+            check_live_run(at, seq, batch, "meta", f"the cross-check of {where}", allow_long=True)  # the sum, below
             total += estimate_live_seconds(at, seq, batch, "meta", counting=True)
         if measure:
             from .analytic.replay import replay_unsupported
@@ -344,11 +344,13 @@ def check_live_points(
                 training=True,
                 dtype=dtype,
                 optimizer=optimizer,
+                allow_long=True,  # the sweep bounds the sum of its points' estimates, below
             )
             total += estimate_live_seconds(at, seq, batch, measure, training=True)
     if total > MAX_LIVE_SECONDS and not allow_long:
         raise AccountingError(
-            f"this sweep's {len(points):,} live points would take about {_fmt_seconds(total)} "
+            f"this sweep's {len(points):,} live point{'' if len(points) == 1 else 's'} would take about "
+            f"{_fmt_seconds(total)} "
             f"(estimated; the limit without --allow-long is {_fmt_seconds(MAX_LIVE_SECONDS)}); "
             "pass --allow-long (allow_long=True) to run it, or use fewer contexts or models"
         )

@@ -53,7 +53,10 @@ def sum_rows_scratch(rows: int, width: int, sms: int = SMS, threads_per_sm: int 
 
     1. TensorIterator splits the rows in halves while the input's last byte offset, 4·rows·width − 4,
        is past 2³¹ − 2 (``can_use_32bit_indexing``: 1 + Σ (size − 1)·stride <= 2³¹ − 1); the halves
-       reduce one after the other, so the larger one's scratch is the peak;
+       reduce one after the other, so the larger one's scratch is the peak.  The rows are the dimension
+       split (``get_dim_to_split``: the largest (size − 1)·stride, (rows − 1)·4·width >= 4·(width − 1)
+       while rows >= 2); a single row past the limit (width > 2²⁹) is split along the width, and a sum
+       over one row has nothing to reduce across blocks: 0 (at most log₂ rows halvings, never a loop);
     2. the reduction is not along the fastest dimension, so the outputs are vectorised: ``vec`` = 4, 2
        or 1 outputs per thread as ``width`` divides (``get_output_vec_size``), dim0 = width / vec
        outputs, dim1 = rows inputs;
@@ -65,8 +68,10 @@ def sum_rows_scratch(rows: int, width: int, sms: int = SMS, threads_per_sm: int 
        g = ceil(dim0 / w) blocks is at most the target T = SMs · (threads per SM / (w·h)):
        ctas = max(min(ceil(T / g), ceil(v / 16)), ceil(v / 256)) with v = ceil(rows / h);
     6. buffer = 4 · width · ctas · w · vec bytes (``global_memory_size``) and 4 · g (``semaphore_size``)."""
-    while 1 + (rows * width - 1) * 4 > INT32_MAX:  # 1. 32-bit indexing: halves along the rows
+    while rows > 1 and 1 + (rows * width - 1) * 4 > INT32_MAX:  # 1. 32-bit indexing: halves along the rows
         rows = _div_up(rows, 2)
+    if rows == 1:  # one row (or a row alone past 2³¹ bytes, then split along the width): nothing to reduce
+        return 0
     vec = 4 if width % 4 == 0 else 2 if width % 2 == 0 else 1  # 2.
     most = MAX_THREADS // vec
     dim0 = width // vec

@@ -35,13 +35,17 @@ def expert_counts(n: int, experts: int) -> list[int]:
     return [q + (e < rem) for e in range(experts)]
 
 
+def _clamp(x: int, hi: int) -> int:
+    return min(max(x, 0), hi)
+
+
 def expert_parallel_split(n: int, experts: int, ranks: int, rank: int) -> ExpertParallelSplit:
-    """The counts of ep rank ``rank`` (of ``ranks``) routing n slots over ``experts`` (module docstring)."""
-    G, count = experts // ranks, expert_counts(n, experts)
-    sent = tuple(sum(count[j * G : (j + 1) * G]) for j in range(ranks))
-    q = n // experts
-    extra = sum(c > q for c in count[rank * G : (rank + 1) * G])
-    return ExpertParallelSplit(sent, ranks * sent[rank], ranks * q, extra)
+    """The counts of ep rank ``rank`` (of ``ranks``) routing n slots over ``experts`` (module docstring), in
+    closed form (no list of E counts): with q, r = divmod(n, E), rank j's G = E/ep experts are j·G … j·G + G − 1,
+    of which min(max(r − j·G, 0), G) have c_e = q + 1, so it is sent G·q + that many rows."""
+    G, (q, rem) = experts // ranks, divmod(n, experts)
+    sent = tuple(G * q + _clamp(rem - j * G, G) for j in range(ranks))
+    return ExpertParallelSplit(sent, ranks * sent[rank], ranks * q, _clamp(rem - rank * G, G))
 
 
 class ExpertParallelPlan(NamedTuple):

@@ -23,6 +23,8 @@ Exact ints, no torch.  Conventions (stated in every output):
 
 from __future__ import annotations
 
+import math
+
 from ..breakdown import Breakdown, Item
 from ..config import AccountingError, ModelConfig
 from .flops import causal_attention_flops, forward_flops, windowed_attention_flops
@@ -259,16 +261,26 @@ def kv_bytes(cfg: ModelConfig, tokens: int, batch: int, dtype: str, tp: int = 1)
     return kv_cache_bytes(cfg, tokens, batch, KV_DTYPES[dtype]) // kv_split(cfg, tp)
 
 
+TP_LISTED = 64
+"""A refusal lists the valid ``--tp`` degrees up to this many (a bound on the work: never one trial per head)."""
+
+
+def _valid_tp(heads: int) -> str:
+    """The degrees that divide ``heads``, up to ``TP_LISTED`` (at most 64 trials, whatever the head count)."""
+    valid = [str(t) for t in range(1, min(heads, TP_LISTED) + 1) if heads % t == 0]
+    return ", ".join(valid) + (f"; none above {TP_LISTED} listed" if heads > TP_LISTED else "")
+
+
 def check_tp(cfg: ModelConfig, tp: int) -> None:
     """Tensor parallelism splits heads: the KV heads (and query heads) must divide evenly."""
     if cfg.mla and cfg.num_heads % tp:  # latent attention: the heads split, the latent is replicated
-        valid = ", ".join(str(t) for t in range(1, min(cfg.num_heads, 64) + 1) if cfg.num_heads % t == 0)
         raise AccountingError(
-            f"--tp {tp} does not divide the {cfg.num_heads} attention heads of {cfg.name} (valid: {valid})"
+            f"--tp {tp} does not divide the {cfg.num_heads} attention heads of {cfg.name} "
+            f"(valid: {_valid_tp(cfg.num_heads)})"
         )
     if not cfg.mla and (cfg.kv_heads % tp or cfg.num_heads % tp):
         raise AccountingError(
             f"--tp {tp} does not divide the {cfg.kv_heads} KV heads"
             + ("" if cfg.num_heads % tp == 0 else f" and {cfg.num_heads} query heads")
-            + f" of {cfg.name} (valid: {', '.join(str(t) for t in range(1, cfg.kv_heads + 1) if cfg.kv_heads % t == 0)})"
+            + f" of {cfg.name} (valid: {_valid_tp(math.gcd(cfg.kv_heads, cfg.num_heads))})"
         )

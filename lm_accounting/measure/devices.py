@@ -5,9 +5,88 @@ from __future__ import annotations
 from ..config import AccountingError, ModelConfig
 from ..units import fmt_bytes
 
+PROC, CGROUP_ROOT = "/proc", "/sys/fs/cgroup"
+"""Where ``memory_limits`` reads the process's memory and its control groups (tests point them at a fake tree)."""
+
+NO_LIMIT = 2**60
+"""A limit at or above this many bytes is no limit (cgroup v1 writes 2^63 − 4,096 for "unlimited")."""
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _int(text: str | None) -> int | None:
+    text = (text or "").strip()
+    return int(text) if text.isdigit() else None  # "max" (cgroup v2's unlimited), missing or garbled: none
+
+
+def _kib(fields: str | None, key: str) -> int | None:
+    """``key:   123 kB`` of /proc/meminfo or /proc/self/status, in bytes."""
+    for line in (fields or "").splitlines():
+        if line.startswith(key + ":") and len(line.split()) >= 2 and line.split()[1].isdigit():
+            return int(line.split()[1]) * 1024
+    return None
+
+
+def _cgroup_dirs() -> list[tuple[str, str, str, str]]:
+    """(version, folder, limit file, usage file) for this process's memory cgroup and each ancestor up to the
+    mount's root (a cgroup's limit binds its descendants): v2 from the ``0::/path`` line of /proc/self/cgroup
+    (``memory.max``, ``memory.current``), v1 from the ``memory`` controller's line (``memory.limit_in_bytes``,
+    ``memory.usage_in_bytes``)."""
+    out = []
+    for line in (_read(f"{PROC}/self/cgroup") or "").splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        if parts[0] == "0" and parts[1] == "":
+            version, base, files = "v2", CGROUP_ROOT, ("memory.max", "memory.current")
+        elif "memory" in parts[1].split(","):
+            version, base, files = "v1", f"{CGROUP_ROOT}/memory", ("memory.limit_in_bytes", "memory.usage_in_bytes")
+        else:
+            continue
+        rel = [p for p in parts[2].split("/") if p and p not in (".", "..")]
+        for depth in range(len(rel), -1, -1):
+            out.append((version, "/".join([base, *rel[:depth]]), *files))
+    return out
+
+
+def memory_limits() -> dict[str, int]:
+    """Bytes this process may still allocate on the CPU, per limit that applies (the least of them binds):
+
+    * ``MemAvailable`` of /proc/meminfo (the kernel's estimate of what can be allocated without swapping);
+    * ``RLIMIT_AS`` less the address space in use (``VmSize``), ``RLIMIT_DATA`` less the data segment
+      (``VmData``): an allocation past either fails at once, whatever the machine has;
+    * cgroup v2 ``memory.max`` − ``memory.current`` and cgroup v1 ``memory.limit_in_bytes`` −
+      ``memory.usage_in_bytes``, of the process's cgroup and every ancestor (a container's limit):
+      past it the kernel's OOM killer ends the process."""
+    import resource
+
+    limits: dict[str, int] = {}
+    meminfo = _kib(_read(f"{PROC}/meminfo"), "MemAvailable")
+    if meminfo is not None:
+        limits["MemAvailable"] = meminfo
+    status = _read(f"{PROC}/self/status")
+    for name, used_key in (("RLIMIT_AS", "VmSize"), ("RLIMIT_DATA", "VmData")):
+        soft, _hard = resource.getrlimit(getattr(resource, name))
+        if soft != resource.RLIM_INFINITY and 0 <= soft < NO_LIMIT:
+            limits[name] = max(soft - (_kib(status, used_key) or 0), 0)
+    for version, folder, limit_file, usage_file in _cgroup_dirs():
+        limit = _int(_read(f"{folder}/{limit_file}"))
+        if limit is not None and limit < NO_LIMIT:
+            key = f"cgroup {version} {limit_file}"
+            left = max(limit - (_int(_read(f"{folder}/{usage_file}")) or 0), 0)
+            limits[key] = min(left, limits.get(key, left))
+    return limits
+
 
 def available_bytes(device: str) -> int | None:
-    """Free memory on ``device``: CUDA from the driver, CPU from /proc/meminfo; None for meta."""
+    """Free memory on ``device``: CUDA from the driver; CPU the least of ``memory_limits`` (MemAvailable,
+    the rlimits' and the cgroups' headroom); None for meta, or where nothing can be read."""
     if device == "meta":
         return None
     if device == "cuda":
@@ -17,14 +96,8 @@ def available_bytes(device: str) -> int | None:
             raise AccountingError("cuda: no CUDA GPU is available on this machine (use meta)")
         free, _total = torch.cuda.mem_get_info()
         return int(free)
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
+    limits = memory_limits()
+    return min(limits.values()) if limits else None
 
 
 def counting_run_bytes(cfg: ModelConfig, seq: int, batch: int, backward: bool) -> int:
@@ -43,13 +116,23 @@ def counting_run_bytes(cfg: ModelConfig, seq: int, batch: int, backward: bool) -
     return exact if twin is cfg else exact * 3 // 2
 
 
-def check_device_fits(device: str, need: int, what: str) -> None:
-    """Raise a one-line error when ``need`` bytes exceed what ``device`` has free."""
-    free = available_bytes(device)
-    if free is not None and need > free:
+def check_device_fits(device: str, need: int, what: str, hint: str = "a smaller --context/--batch") -> None:
+    """Raise a one-line error when ``need`` bytes exceed what a live run may take on ``device``: on the CPU
+    ``CPU_MEMORY_FRACTION`` of ``available_bytes`` (the least of MemAvailable, the rlimits and the cgroups),
+    on a GPU its free memory.  The one rule of every live run (``check_live_run``, ``infer --measure``)."""
+    free = available_bytes(device)  # raises for cuda without a GPU
+    if free is None:
+        return
+    allowed = int(free * CPU_MEMORY_FRACTION) if device == "cpu" else free
+    if need > allowed:
+        share = (
+            f"{CPU_MEMORY_FRACTION:.0%} of the {fmt_bytes(free)} available (the least of MemAvailable, "
+            "the rlimits and the cgroup limits)"
+            if device == "cpu"
+            else f"the {fmt_bytes(free)} free"
+        )
         raise AccountingError(
-            f"{what} on {device} needs {fmt_bytes(need)} but only {fmt_bytes(free)} is free; "
-            "use meta (counts with no memory) or a smaller --context/--batch"
+            f"{what} on {device} needs {fmt_bytes(need)}, more than {share}; use meta (counts with no memory) or {hint}"
         )
 
 
@@ -76,7 +159,7 @@ MAX_HOST_BYTES = 10**9
 cross-check, 1,000 for a measured step.  Llama-3-405B has 126 layers."""
 
 CPU_MEMORY_FRACTION = 0.8
-"""A CPU run may use at most this fraction of MemAvailable (the rest is the OS and other programs)."""
+"""A CPU run may use at most this fraction of ``available_bytes`` (the rest is the OS and other programs)."""
 
 COUNTING_SECONDS = (1.5, 0.12, 0.30)
 """Seconds of a meta cross-check: fixed, per layer forward, per layer forward + backward (measured
@@ -132,6 +215,20 @@ def _tensor_sizes(cfg: ModelConfig, seq: int, batch: int, element: int) -> list[
     ]
 
 
+def inference_tensors(cfg: ModelConfig, prompt: int, capacity: int, batch: int, element: int):
+    """(name, formula, elements, bytes per element) of the largest tensors of a measured inference
+    (``measure.inference``): the training step's at S = P (``_tensor_sizes``: scores, logits, weights...) and
+    the static cache's: one layer's K (or MLA latent) for C = P + G slots, the prefill's scores over the
+    cache and the slot mask (P × C)."""
+    B, P, C = batch, prompt, capacity
+    width = cfg.kv_cache_width if cfg.mla else cfg.kv_dim
+    return _tensor_sizes(cfg, P, B, element) + [
+        ("a layer's KV cache", "B·C·kv width", B * C * width, element),
+        ("the scores over the cache", "B·heads·P·C", B * cfg.num_heads * P * C, max(element, 4)),
+        ("the slot mask", "P·C", P * C, 1),
+    ]
+
+
 def _moe_and_mla_tensors(cfg: ModelConfig, tokens: int, element: int, act: int) -> list[tuple[str, str, int, int]]:
     """The stacked expert weights and their token rows; the latent-attention projections."""
     out = []
@@ -154,7 +251,8 @@ def _moe_and_mla_tensors(cfg: ModelConfig, tokens: int, element: int, act: int) 
     return out
 
 
-def _fmt_seconds(seconds: float) -> str:
+def fmt_seconds(seconds: float) -> str:
+    """A rough duration for an estimate: 45 s, 12 min, 3.5 h, 12 days."""
     if seconds < 120:
         return f"{seconds:.0f} s"
     if seconds < 7200:
@@ -162,6 +260,9 @@ def _fmt_seconds(seconds: float) -> str:
     if seconds < 2 * 86400:
         return f"{seconds / 3600:.1f} h"
     return f"{seconds / 86400:,.0f} days"
+
+
+_fmt_seconds = fmt_seconds  # the name sweep.py imports
 
 
 def estimate_live_seconds(
@@ -213,6 +314,41 @@ def estimate_inference_seconds(result, device: str) -> float:
     return seconds
 
 
+def check_tensors(what: str, sizes: list[tuple[str, str, int, int]]) -> None:
+    """Refuse a run one of whose tensors, (name, formula, elements, bytes per element), would reach torch's
+    storage limit (``TORCH_STORAGE_LIMIT``) on any device, meta included."""
+    from ..units import fmt_sci
+
+    for name, formula, numel, size in sizes:
+        if numel * size >= TORCH_STORAGE_LIMIT:
+            raise AccountingError(
+                f"{what} cannot run: {name} ({formula} = {fmt_sci(numel)} elements × {size} bytes) would exceed "
+                "torch's 2^63-byte limit for one tensor on any device; the analytic commands still count it"
+            )
+
+
+def check_host_layers(what: str, layers: int, per_layer: int, device: str) -> None:
+    """Refuse a run whose ``layers`` live layers' Python objects would need more than ``MAX_HOST_BYTES`` of real
+    host memory at ``per_layer`` bytes each (any device, meta included)."""
+    host = layers * per_layer
+    if host > MAX_HOST_BYTES:
+        raise AccountingError(
+            f"{what} would build {layers:,} live layers, about {fmt_bytes(host)} of host memory even on "
+            f"{device} ({per_layer // 1000:,} KB per layer); the limit is {fmt_bytes(MAX_HOST_BYTES)} "
+            f"({MAX_HOST_BYTES // per_layer:,} layers); the analytic commands still count it"
+        )
+
+
+def check_live_seconds(what: str, seconds: float, allow_long: bool, advice: str) -> None:
+    """Refuse a live run estimated past ``MAX_LIVE_SECONDS`` unless ``allow_long``."""
+    if seconds > MAX_LIVE_SECONDS and not allow_long:
+        raise AccountingError(
+            f"{what} would take about {fmt_seconds(seconds)} (estimated); the limit is "
+            f"{fmt_seconds(MAX_LIVE_SECONDS)} (allow_long=True, --allow-long where the command has it, lifts "
+            f"it); {advice}"
+        )
+
+
 def check_live_run(
     cfg: ModelConfig,
     seq: int,
@@ -225,6 +361,8 @@ def check_live_run(
     dtype: str = "fp32",
     optimizer: str = "foreach",
     need: int | None = None,
+    allow_long: bool = False,
+    extra_tensors: tuple[tuple[str, str, int, int], ...] = (),
 ) -> None:
     """Refuse, before any torch model is built, a live run that cannot exist or would blow up.
 
@@ -232,20 +370,22 @@ def check_live_run(
     (``crosscheck``; ``backward`` adds its backward pass).  ``what`` names the run in the message.
     Raises ``AccountingError`` when
 
-    (a) any tensor of the run would reach torch's storage limit (numel × element size ≥ 2^63);
+    (a) any tensor of the run (and of ``extra_tensors``) would reach torch's storage limit (numel ×
+        element size ≥ 2^63);
     (b) the run's per-layer Python objects would need more than ``MAX_HOST_BYTES`` of real host
         memory (any device, meta included; see the measured per-layer figures above);
     (c) on ``cpu``, the predicted peak (``predict_training_step(...).peak`` for a training step,
-        ``counting_run_bytes`` for a counting run) exceeds ``CPU_MEMORY_FRACTION`` of MemAvailable;
-        on ``cuda``, it exceeds the GPU's free memory (``need``: that peak given, as for one rank of a
-        parallel layout, ``analytic.parallel.rank_step``);
-    (d) ``cuda`` is asked for without a CUDA GPU.
+        ``counting_run_bytes`` for a counting run, ``need`` where given: one rank of a parallel layout)
+        exceeds ``CPU_MEMORY_FRACTION`` of ``available_bytes`` (the least of MemAvailable, the rlimits
+        and the cgroups' limits); on ``cuda``, it exceeds the GPU's free memory (``check_device_fits``);
+    (d) ``cuda`` is asked for without a CUDA GPU;
+    (e) it is estimated (``estimate_live_seconds``) to run past ``MAX_LIVE_SECONDS``, unless ``allow_long``.
 
     Also refuses bad arguments (an unknown device, dtype or optimizer, a non-positive or absurd
     ``seq``/``batch``, ``seq`` beyond ``cfg.context_length``, fused AdamW on meta).  Imports torch
     only for ``cuda``."""
     from ..config import check_positive_int
-    from ..names import ADAMW_KWARGS, DEVICES, TORCH_DTYPES
+    from ..names import ADAMW_KWARGS, DEVICES, DTYPE_BYTES, TORCH_DTYPES
 
     if not isinstance(cfg, ModelConfig):
         raise AccountingError(f"{what}: expected a ModelConfig, got {type(cfg).__name__}")
@@ -264,47 +404,20 @@ def check_live_run(
         )
     if training and optimizer == "fused" and device == "meta":
         raise AccountingError("fused AdamW has no meta kernels; use --optimizer for-loop or foreach with meta")
-    # (a) tensors that cannot exist
-    from ..names import DTYPE_BYTES
-    from ..units import fmt_sci
-
-    for name, formula, numel, size in _tensor_sizes(cfg, seq, batch, DTYPE_BYTES[dtype]):
-        if numel * size >= TORCH_STORAGE_LIMIT:
-            raise AccountingError(
-                f"{what} cannot run: {name} ({formula} = {fmt_sci(numel)} elements × {size} bytes) would exceed "
-                "torch's 2^63-byte limit for one tensor on any device; the analytic commands still count it"
-            )
-    # (b) real host memory of a deep model's Python objects (meta included)
+    check_tensors(what, _tensor_sizes(cfg, seq, batch, DTYPE_BYTES[dtype]) + list(extra_tensors))  # (a)
     per_layer = TRAINING_HOST_BYTES_PER_LAYER if training else COUNTING_HOST_BYTES_PER_LAYER
-    host = cfg.num_layers * per_layer
-    if host > MAX_HOST_BYTES:
-        raise AccountingError(
-            f"{what} would build {cfg.num_layers:,} live layers, about {fmt_bytes(host)} of host memory even on "
-            f"{device} ({per_layer // 1000:,} KB per layer); the limit is {fmt_bytes(MAX_HOST_BYTES)} "
-            f"({MAX_HOST_BYTES // per_layer:,} layers); the analytic commands still count it"
-        )
-    # (d) and (c): the device
+    check_host_layers(what, cfg.num_layers, per_layer, device)  # (b)
+    seconds = estimate_live_seconds(
+        cfg, seq, batch, device, counting=not training, backward=backward, training=training
+    )
+    advice = "use meta, fewer layers or a smaller context or batch; the analytic commands still count it"
+    check_live_seconds(what, seconds, allow_long, advice)  # (e)
     if device == "meta":
         return
-    if need is not None:
-        pass
-    elif training:
+    if need is None and training:
         from ..analytic.replay import predict_training_step
 
         need = predict_training_step(cfg, seq, batch, dtype, optimizer, mode="traced").peak  # as the tracker
-    else:
+    elif need is None:
         need = counting_run_bytes(cfg, seq, batch, backward)
-    free = available_bytes(device)  # raises for cuda without a GPU
-    if free is None:
-        return
-    allowed = int(free * CPU_MEMORY_FRACTION) if device == "cpu" else free
-    if need > allowed:
-        share = (
-            f"{CPU_MEMORY_FRACTION:.0%} of the {fmt_bytes(free)} available"
-            if device == "cpu"
-            else f"the {fmt_bytes(free)} free"
-        )
-        raise AccountingError(
-            f"{what} on {device} needs {fmt_bytes(need)}, more than {share}; "
-            "use meta (counts with no memory) or a smaller context or batch"
-        )
+    check_device_fits(device, need, what, "a smaller context or batch")  # (c), (d)

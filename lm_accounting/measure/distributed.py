@@ -284,19 +284,13 @@ def measure_rank(
         )
     if not 0 <= rank < layout.world:
         raise AccountingError(f"rank {rank} is outside the world of {layout.world}")
-    # impossible tensors and deep models, refused before anything is built (the whole model's, a bound)
-    check_live_run(cfg, seq, batch, "meta", "this rank's step", training=True, dtype=setup.param_dtype)
+    if fake and not layout.fsdp and layout.dp > 1:
+        raise AccountingError("DDP and ZeRO-1 run on real tensors only (DDP's reducer needs data): drop fake")
+    check_rank_fits(cfg, seq, batch, setup, layout, rank, fake)
     _init_fake_group(layout.world, rank)
     torch.manual_seed(0)
     model, meshes = build_rank(cfg, setup, layout)
     dp_mesh = meshes.dp
-    if not fake and parameter_count(cfg) > REAL_RUN_PARAMS:
-        raise AccountingError(
-            f"{cfg.name} has {parameter_count(cfg):,} parameters: a real-tensor run of this layout is limited to "
-            f"{REAL_RUN_PARAMS:,} (FakeTensors serve FSDP2 without TP)"
-        )
-    if fake and not layout.fsdp and layout.dp > 1:
-        raise AccountingError("DDP and ZeRO-1 run on real tensors only (DDP's reducer needs data): drop fake")
     tracker, dev = RankTracker(), torch.device("meta" if fake else "cpu")
     mode = contextlib.nullcontext()
     if fake:
@@ -306,6 +300,35 @@ def measure_rank(
     with contextlib.ExitStack() as stack:
         stack.enter_context(mode)
         return _run_rank(cfg, seq, batch, setup, layout, rank, comm_debug, model, dp_mesh, tracker, dev, mode)
+
+
+def check_rank_fits(
+    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, rank: int, fake: bool
+) -> None:
+    """Refuse, before anything is built, a rank that cannot run here (``devices.check_live_run``): tensors past
+    torch's limit, too many live layers, a run estimated past the time bound; and without ``fake`` (real
+    CPU tensors: DDP, ZeRO-1, TP) more than ``REAL_RUN_PARAMS`` parameters, or the rank's predicted peak
+    (``analytic.parallel.rank_step``, the tracker's run) over what the CPU allows, the single-GPU step's
+    rule (80 % of the least of MemAvailable, the rlimits and the cgroups)."""
+    what = "this rank's step"
+    if fake:  # FakeTensors: no storage, whatever the shapes
+        check_live_run(cfg, seq, batch, "meta", what, training=True, dtype=setup.param_dtype)
+        return
+    if parameter_count(cfg) > REAL_RUN_PARAMS:
+        raise AccountingError(
+            f"{cfg.name} has {parameter_count(cfg):,} parameters: a real-tensor run of this layout is limited to "
+            f"{REAL_RUN_PARAMS:,} (FakeTensors serve FSDP2 without TP)"
+        )
+    from ..analytic.parallel import rank_step
+
+    check_live_run(cfg, seq, batch, "meta", what, training=True, dtype=setup.param_dtype)  # before the replay
+    try:
+        need = rank_step(cfg, seq, batch, setup, layout, "traced", rank // layout.tp, "cpu")[0].peak
+    except AccountingError:  # an architecture the replay does not model: its course twin's, × 3/2 (a bound)
+        need = rank_step(cfg.course_twin(), seq, batch, setup, layout, "traced", rank // layout.tp, "cpu")[0].peak
+        need = need * 3 // 2
+    what += " (real CPU tensors)"
+    check_live_run(cfg, seq, batch, "cpu", what, training=True, dtype=setup.param_dtype, need=need)
 
 
 def _materialise(model, cfg: ModelConfig, layout: ParallelLayout, device: str = "cpu") -> None:

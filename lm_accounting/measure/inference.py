@@ -68,27 +68,48 @@ def _peak(run, model, cache, ids, device: str, overheads: dict[str, int]) -> int
     return tracker.phase_table(device)["step"].peak
 
 
+def check_inference_run(result, device: str) -> None:
+    """Refuse, before torch builds anything, a measurement of ``result`` that cannot run on ``device``: a tensor
+    past torch's 2^63-byte limit (any device, meta included: ``devices.inference_tensors``), more live layers
+    than the host holds (``devices.check_host_layers``), or a predicted peak over what the device allows
+    (``devices.check_device_fits``: the same rule as a training step's, 80 % of the CPU's available memory)."""
+    from .devices import (
+        TRAINING_HOST_BYTES_PER_LAYER,
+        check_device_fits,
+        check_host_layers,
+        check_tensors,
+        inference_tensors,
+    )
+
+    cfg, what = result.config, f"--measure {device} of {result.config.name}"
+    e = 4 if result.weights == "fp32" else 2
+    check_tensors(what, inference_tensors(cfg, result.prompt, result.capacity, result.batch, e))
+    check_host_layers(what, cfg.num_layers, TRAINING_HOST_BYTES_PER_LAYER, device)
+    if device != "meta":
+        what = f"inference of {cfg.name} at B = {result.batch}"
+        check_device_fits(device, result.memory["peak"], what, "a smaller --batch, --prompt or --generate")
+
+
 def check_measure_time(result, device: str, allow_long: bool = False) -> str:
-    """Before any torch work: refuse a measurement that cannot fit ``device`` (``check_device_fits``) or
-    is estimated to run past ``MAX_LIVE_SECONDS`` without ``allow_long``; else return one line with the
-    estimated time and memory (the CLI prints it on stderr)."""
+    """Before any torch work: refuse a measurement that cannot run (``check_inference_run``) or is estimated
+    to run past ``MAX_LIVE_SECONDS`` without ``allow_long``; else return one line with the estimated time and
+    memory (the CLI prints it on stderr)."""
     from ..units import fmt_bytes
-    from .devices import MAX_LIVE_SECONDS, _fmt_seconds, check_device_fits, estimate_inference_seconds
+    from .devices import MAX_LIVE_SECONDS, estimate_inference_seconds, fmt_seconds
 
     cfg, need = result.config, result.memory["peak"]
-    if device != "meta":
-        check_device_fits(device, need, f"inference of {cfg.name} at B = {result.batch}")
+    check_inference_run(result, device)
     seconds = estimate_inference_seconds(result, device)
     if seconds > MAX_LIVE_SECONDS and not allow_long:
-        quick = _fmt_seconds(estimate_inference_seconds(result, "meta"))
+        quick = fmt_seconds(estimate_inference_seconds(result, "meta"))
         raise AccountingError(
-            f"--measure {device} of {cfg.name} would take about {_fmt_seconds(seconds)} (estimated: building the "
+            f"--measure {device} of {cfg.name} would take about {fmt_seconds(seconds)} (estimated: building the "
             f"model and running the prefill twice and four decode steps); the limit without --allow-long is "
-            f"{_fmt_seconds(MAX_LIVE_SECONDS)}: pass --allow-long to run it, or use --measure meta (FLOPs and "
+            f"{fmt_seconds(MAX_LIVE_SECONDS)}: pass --allow-long to run it, or use --measure meta (FLOPs and "
             f"peaks, no memory held, about {quick}), a smaller model or a shorter --prompt"
         )
     where = "nothing held (meta)" if device == "meta" else f"{fmt_bytes(need)} of {device} memory at the peak"
-    return f"measuring {cfg.name} on {device}: about {_fmt_seconds(seconds)} and {where} (estimated)"
+    return f"measuring {cfg.name} on {device}: about {fmt_seconds(seconds)} and {where} (estimated)"
 
 
 def measure_inference(result, device: str = "meta") -> dict[str, Any]:
@@ -100,7 +121,6 @@ def measure_inference(result, device: str = "meta") -> dict[str, Any]:
     from ..setup import TrainingSetup
     from .attention_flops import install
     from .crosscheck import fused_attention_view
-    from .devices import check_device_fits
 
     if result.weights not in ("fp32", "bf16") or result.kv_dtype != result.weights:
         raise AccountingError(
@@ -122,8 +142,7 @@ def measure_inference(result, device: str = "meta") -> dict[str, Any]:
             f"predict with infer(..., device={device!r})"
         )
     B, P, C, sem = result.batch, result.prompt, result.capacity, result.semantics
-    if device != "meta":
-        check_device_fits(device, result.memory["peak"], f"inference of {cfg.name} at B = {B}")
+    check_inference_run(result, device)
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     dtype = getattr(torch, TORCH_DTYPES[result.weights])

@@ -210,7 +210,15 @@ def _check(cfg, seq, batch, setup, layout, stage) -> None:
         raise AccountingError(f"stage {stage} is outside the {layout.pp} stages")
     if parameter_count(cfg) > REAL_RUN_PARAMS:
         raise AccountingError(f"a real-tensor run is limited to {REAL_RUN_PARAMS:,} parameters")
-    check_live_run(cfg, seq, batch, "meta", "this stage's step", training=True, dtype=setup.param_dtype)
+    # real CPU tensors: the whole step's ids (m·B·S) must exist, and the stage's predicted peak (the tracker's
+    # run, the worst data-parallel rank) must fit the CPU, the single-GPU step's rule
+    ids = (("the step's token ids", "micro-batches·B·S", layout.micro_batches * batch * seq, 8),)
+    what = "this stage's step (real CPU tensors)"
+    check_live_run(cfg, seq, batch, "meta", what, training=True, dtype=setup.param_dtype, extra_tensors=ids)
+    from ..analytic.pipeline import stage_step
+
+    need = stage_step(cfg, seq, batch, setup, layout, stage, mode="traced")[0].peak
+    check_live_run(cfg, seq, batch, "cpu", what, training=True, dtype=setup.param_dtype, need=need)
 
 
 def _step_inputs(cfg: ModelConfig, seq: int, rows: int, stages: int, stage: int):
