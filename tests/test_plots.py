@@ -570,3 +570,21 @@ def test_counts_are_in_words_by_number():
     assert [plural(n, "step") for n in (0, 1, 2, 1000)] == ["0 steps", "1 step", "2 steps", "1,000 steps"]
     assert plural(1, "KV head") == "1 KV head" and plural(3, "index", "indices") == "3 indices"
     assert [fits_words(n) for n in (0, None, 1, 7214)] == ["none fits", "none fits", "1 token", "7,214 tokens"]
+
+
+def test_views_count_by_number(run_cli, tmp_path):
+    """A one-layer model with one KV head, trained one step at a one-token context: every count is singular."""
+    cfg = tmp_path / "one.toml"
+    cfg.write_text(
+        "vocab_size = 97\ncontext_length = 64\nnum_layers = 1\nd_model = 24\nnum_heads = 4\nnum_kv_heads = 1\nd_ff = 40\n"
+    )
+    r = run_cli("account", cfg, "--context", "1")
+    assert r.code == 0, r.err
+    assert "· 1 layer ·" in r.out and "4 heads (1 KV head, GQA)" in r.out and "context 1 token" in r.out
+    assert "all 1 layer + the rest" in r.out
+    r = run_cli("train-time", cfg, "--steps", "1")
+    assert r.code == 0, r.err
+    assert "1 step ·" in r.out and "1 steps" not in r.out
+    r = run_cli("infer", cfg, "--prompt", "4", "--generate", "2")  # one decode step
+    assert r.code == 0, r.err
+    assert "all 1 step " in r.out and "mean of 1 step," in r.out and "1 steps" not in r.out
