@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from ..breakdown import Breakdown
@@ -262,34 +263,64 @@ def budget_problem(batch, memory, budget, g: GPU, capacity, tp, best, serving) -
 
 def _decode_series(cfg, prompt, generate, batch, semantics, w_read, g: GPU, peak: int, tp: int, kv_dtype: str):
     """The roofline over the G − 1 decode steps: (first step, last step, mean seconds, bounds seen, the
-    first position whose bound differs from the first step's).  A step at p reads keys(p) = Σ_layers n
-    cached tokens; its FLOPs are the non-attention part + c·keys(p) and its bytes the weights read +
-    2·kv_dim·B·bytes per cached token (the new token's K and V among them), both O(1) per step."""
+    first position whose bound differs from the first step's), in closed form: O(layers + log G), not O(G).
+
+    A step at p reads K(p) = Σ_layers n cached tokens (n = min(p + 1, slots), or the slots under 'static'):
+    FLOPs F = ⌈other / tp⌉ + (c / tp)·K (c, the attention FLOPs per key, holds the heads, which tp divides)
+    and bytes W + b·K (b = 2·kv_dim·B·bytes per cached token / the KV split, exact: tp divides the KV heads).
+    Its time is max(F/peak, bytes/bandwidth) + the all-reduces: compute-bound iff F·bandwidth >= peak·bytes,
+    linear in K, and K never decreases with p, so the bound turns at most once (found by bisection); each
+    side's Σ F or Σ bytes is linear in Σ_p K(p), a sum of Σ min(p + 1, n) (``inference.sum_min``).  The mean is
+    that exact rational sum over steps (the same figure as adding the G − 1 steps one by one, without its
+    rounding)."""
     C, steps = prompt + generate, generate - 1
     grows = inf.attention_per_key(cfg, batch)
     per_key = sum(c for _, _, c, _ in grows)
     grown = {key for key, *_ in grows}
     other = sum(it.total for it in inf.decode_flops(cfg, prompt, batch, C, semantics) if it.key not in grown)
     kv_token = inf.kv_bytes(cfg, 1, batch, kv_dtype, 1) // cfg.num_layers  # 2·kv_dim·B·bytes per layer-token
+    split = inf.kv_split(cfg, tp)
+    if per_key % tp or kv_token % split:
+        raise AccountingError(f"--tp {tp}: the attention FLOPs or KV bytes per key do not split evenly")
+    f0, f, b = -(-other // tp), per_key // tp, kv_token // split  # F = f0 + f·K, bytes = w_read + b·K
     comm = allreduce_seconds(cfg, batch, g, tp)
     slots: dict[int, int] = {}
     for n in inf.layer_slots(cfg, C):
         slots[n] = slots.get(n, 0) + 1
 
-    def phase(p: int) -> Phase:
-        keys = sum(count * (n if semantics == "static" else min(p + 1, n)) for n, count in slots.items())
-        kv_read = kv_token * keys // inf.kv_split(cfg, tp)
-        return Phase(-(-(other + per_key * keys) // tp), w_read + kv_read, peak, g.bandwidth, comm)
+    def keys(p: int) -> int:
+        return sum(count * (n if semantics == "static" else min(p + 1, n)) for n, count in slots.items())
 
-    total, bounds, turn = 0.0, [], None
-    for p in range(prompt, prompt + steps):
-        ph = phase(p)
-        total += ph.seconds
-        if ph.bound not in bounds:
-            bounds.append(ph.bound)
-            turn = p if len(bounds) > 1 else None
-    last = prompt + max(steps - 1, 0)
-    return phase(prompt), phase(last), total / max(steps, 1), bounds, turn
+    def keys_sum(lo: int, hi: int) -> int:  # Σ_{p=lo}^{hi} K(p)
+        if semantics == "static":
+            return (hi - lo + 1) * keys(lo) if hi >= lo else 0
+        return sum(count * inf.sum_min(lo + 1, hi + 1, n) for n, count in slots.items())
+
+    def phase(p: int) -> Phase:
+        return Phase(f0 + f * keys(p), w_read + b * keys(p), peak, g.bandwidth, comm)
+
+    first_p, end = prompt, prompt + steps  # the steps are p = P … end − 1
+    if steps <= 0:
+        return phase(prompt), phase(prompt), 0.0, [], None
+    first = phase(first_p).bound
+    lo, hi = first_p + 1, end  # the first p whose bound differs (end: none), by bisection (monotone)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if phase(mid).bound != first else (mid + 1, hi)
+    turn = lo if lo < end else None
+
+    def cost(a: int, z: int, bound: str) -> int:  # Σ_{p=a}^{z} max(F·bandwidth, bytes·peak)
+        count, total_keys = z - a + 1, keys_sum(a, z)
+        if bound == "compute-bound":
+            return g.bandwidth * (count * f0 + f * total_keys)
+        return peak * (count * w_read + b * total_keys)
+
+    second = "memory-bound" if first == "compute-bound" else "compute-bound"
+    split_at = end if turn is None else turn
+    total = cost(first_p, split_at - 1, first) + (cost(split_at, end - 1, second) if turn is not None else 0)
+    mean = float(Fraction(total, peak * g.bandwidth * steps)) + comm
+    bounds = [first] if turn is None else [first, second]
+    return phase(prompt), phase(end - 1), mean, bounds, turn
 
 
 def check_infer(cfg, prompt, generate, batch, weights, kv_dtype, tp, semantics, attention, device) -> str:
