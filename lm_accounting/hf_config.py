@@ -7,23 +7,36 @@ file, ``config.read_config_text``), parsed as strict JSON, and mapped field by f
 The rules:
 
 * ``model_type`` picks the mapping.  Supported: ``SUPPORTED_MODEL_TYPES``, mixture-of-experts (mixtral,
-  qwen3_moe) and latent-attention (deepseek_v2, deepseek_v3) types included.  A known type with a piece
-  not modelled (``LATER_MODEL_TYPES``) is refused with a line saying what; any other type is refused
-  naming it and listing the supported ones.
+  qwen3_moe) and latent-attention (deepseek_v2, deepseek_v3) types included.  A multimodal wrapper with a
+  ``text_config`` (``WRAPPERS``: Gemma 3's ``gemma3``) is read through its text model, and the model's name
+  says so: "(text model of a gemma3 wrapper; the vision tower is not counted)".  A known type with a piece
+  not modelled (``LATER_MODEL_TYPES``) is refused with a line saying what; any other type is refused naming
+  it and listing the supported ones.
 * Every field is one of: *read* (it sets a ``ModelConfig`` field, or is checked to have the one value we
-  model, e.g. ``add_cross_attention = false``), *ignored* (it changes no parameter or FLOP count: dropout,
-  soft-capping, rope scaling, token ids, generation settings, ...; listed in ``ModelConfig.ignored_fields``
-  and so in every JSON result), or *not understood*, which is refused naming the field: we cannot tell
-  whether it changes the counts.
-* A wrong type (a string where a count goes, a float for an int, ``true`` for a number) or a missing shape
-  field is a one-line ``ConfigError`` naming the field.
+  model, e.g. ``add_cross_attention = false``), *ignored*, or *not understood*, which is refused naming the
+  field.  Ignored are the fields that change no parameter or FLOP count (dropout, soft-capping, rope scaling,
+  token ids, generation settings, ...) and the fields transformers' configuration class for the type does
+  not define (``hf_fields.DEFINED_FIELDS``: GPT-2's ``n_special``, a fine-tuning tool's ``unsloth_version``),
+  which nothing in transformers reads; they are listed in ``ModelConfig.ignored_fields`` (every JSON result,
+  and ``--verbose``).  Not understood is a field the class defines that we neither read nor know to be
+  harmless: we cannot tell whether it changes the counts.
+* Both the hub's spelling and what ``save_pretrained`` writes with transformers 5.x are read: either name
+  of the class's ``attribute_map`` (Qwen3-MoE's ``num_experts`` / ``num_local_experts``; two that disagree
+  are refused), ``rope_parameters``, and the values ``__post_init__`` derives (DeepSeek's ``qk_head_dim``
+  and ``head_dim``, checked).
+* A wrong type (a string where a count goes, a float for an int, ``true`` for a number), a number past the
+  float range, or a missing shape field is a one-line ``ConfigError`` naming the field.
 
-Defaults when a field is absent are transformers' own (the ``*Config`` class defaults of transformers 5.x,
-checked by tests/test_transformers_truth.py): ``num_key_value_heads`` -> ``num_attention_heads``;
-``head_dim`` -> ``hidden_size / num_attention_heads``; ``tie_word_embeddings`` -> the class default, True for
-gpt2, gemma2 and gemma3_text (and for ``PretrainedConfig`` itself) but False for llama, mistral, qwen2,
-qwen3, phi3 and olmo2, whose config classes set it; ``rope_theta`` -> 10,000 (transformers v5 nests it in
-``rope_parameters``; both places are read).  Model-type facts that are not fields: Qwen2 has Q/K/V biases
+Defaults when a field is absent are transformers' own: the ``*Config`` class defaults of transformers 5.x,
+committed as ``hf_fields.CLASS_DEFAULTS`` (tied to the classes by tests/test_hf_roundtrip.py), e.g.
+``num_key_value_heads`` -> ``num_attention_heads`` (Llama; but 8 for Mistral, 32 for Qwen2/3, 4 for Gemma);
+``head_dim`` -> ``hidden_size / num_attention_heads`` (but 128 for Qwen3, 256 for Gemma); ``sliding_window`` ->
+4,096 for Mistral and Gemma; ``tie_word_embeddings`` -> True for gpt2, gemma2 and gemma3_text, False for the
+others; ``rope_theta`` -> the class's ``default_theta`` (10,000; 1,000,000 for Mixtral and Gemma 3;
+transformers v5 nests it in ``rope_parameters``; both places are read).  The shape fields (sizes, layers,
+heads, vocabulary, positions) and Mixtral's and Qwen3-MoE's expert counts are required: a file without them
+is refused, except in a wrapper's ``text_config``, where the text class's defaults fill them
+(``hf_fields.WRAPPED_TEXT_DEFAULTS``).  Model-type facts that are not fields: Qwen2 has Q/K/V biases
 and no output bias; Qwen3 and Gemma 3 normalise Q and K per head, OLMo-2 over the whole projection;
 Gemma 2/3 use sandwich norms, a GeGLU MLP and scale the embeddings by √d; OLMo-2 puts its norms after the
 sublayers.  Gemma's ``(1 + w)`` RMSNorm gain has the same parameter count as ``w`` and is not modelled
