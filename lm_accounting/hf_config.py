@@ -254,8 +254,9 @@ class _Fields:
         self.aliases = ALIASES.get(model_type, {})
         self.used: set[str] = {"model_type"}
         self.ignored_parts: list[str] = []  # ignored entries inside a read object (rope_parameters.factor)
+        harmless = IGNORED_EVERYWHERE | IGNORED_BY_TYPE.get(model_type, frozenset())
         for alias, target in self.aliases.items():
-            if alias in data and target in data and data[alias] != data[target]:
+            if alias in data and target in data and data[alias] != data[target] and alias not in harmless:
                 raise self.error(
                     f"fields '{alias}' and '{target}' are two names for one setting "
                     f"(transformers' attribute_map) and disagree: {short_repr(data[alias])} vs {short_repr(data[target])}"
@@ -283,7 +284,7 @@ class _Fields:
 
     def raw(self, key: str, default: Any = None) -> Any:
         present = self.key(key)
-        self.used |= {key, present, self.aliases.get(key, key)}
+        self.used |= {key, present} | {n for pair in self.aliases.items() if key in pair for n in pair}
         if present in self.data:
             return self.data[present]
         return self.default(key, default)

@@ -234,6 +234,11 @@ def test_what_save_pretrained_writes_is_read():
     assert config_from_hf(saved).num_experts == 128 == config_from_hf(hub).num_experts
     with pytest.raises(ConfigError, match="'num_experts' and 'num_local_experts' are two names for one setting"):
         config_from_hf({**hub, "num_local_experts": 64})
+    mixtral = CONFIGS["mixtral-8x7b"][0]
+    both = config_from_hf({**mixtral, "num_experts": 8})  # both spellings, agreeing: read once, neither refused
+    assert both.num_experts == 8 and "num_experts" not in both.ignored_fields
+    image_ids = {**GEMMA3_4B, "image_token_id": 5}  # two spellings of a setting that changes no count
+    assert "image_token_id" in config_from_hf(image_ids).ignored_fields
     v3_alias = {k: v for k, v in CONFIGS["deepseek-v3"][0].items() if k != "n_routed_experts"}
     assert config_from_hf({**v3_alias, "num_local_experts": 256}).num_experts == 256
 
