@@ -214,3 +214,24 @@ def test_command_modules_import_no_heavy_library():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == ""
+
+
+def test_the_cli_shows_the_rule_and_its_figures(run_cli):
+    """memory --gpu, infer --allowance and plan print the one rule with its figures, worked by hand."""
+    # the H200's 139.80 GiB = 150,109,106,995 bytes, less 3 GB: 147,109,106,995 bytes = 147.109 GB
+    r = run_cli("memory", "gpt2-small", "--context", "256", "--gpu", "h200")
+    assert r.code == 0 and "budget 147.109 GB" in r.out and "h200's CUDA total 150.109 GB" in r.out
+    # the H100's 84,943,715,696 bytes less 1 GB: 83,943,715,696 bytes = 83.944 GB
+    r = run_cli("infer", "gpt2-small", "--prompt", "16", "--generate", "4", "--allowance", "1GB")
+    assert r.code == 0 and "budget 83.944 GB" in r.out and "allowance 1.000 GB" in r.out
+    r = run_cli("infer", "gpt2-small", "--prompt", "16", "--generate", "4", "--budget", "2GB", "--format", "json")
+    assert json.loads(r.out)["budget_basis"] == {
+        "usable_bytes": 2 * 10**9,
+        "rule": "given",
+        "gpu": None,
+        "cuda_total_bytes": None,
+        "cuda_total_source": None,
+        "allowance_bytes": None,
+    }
+    r = run_cli("plan", "gpt2-small", "--tokens", "1e9", "--gpus", "8", "--top", "1")
+    assert r.code == 0 and "budget 81.944 GB" in r.out and "within the CUDA total" in r.out
