@@ -13,8 +13,7 @@ from typing import Any
 
 from ..breakdown import Breakdown
 from ..config import AccountingError, ModelConfig, check_positive_int
-from ..gpus import GPU
-from ..gpus import MemoryBudget, memory_budget
+from ..gpus import GPU, MemoryBudget, memory_budget
 from ..gpus import gpu as lookup_gpu
 from ..result import Result
 from ..units import fmt_bytes
