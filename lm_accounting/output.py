@@ -178,18 +178,90 @@ def _remove(path: Path) -> None:
 MAX_OWNED_ENTRIES = 10_000
 """An existing output folder with more entries than this is not one of ours (an output set has ~60)."""
 
+MARKER = ".lm-account.json"
+"""Written at the top of every output set (``atomic_dir``): a non-empty folder without it was not written by
+lm-account and is never replaced, whatever its files are called (a user's own ``sweep.md``)."""
+MARKER_TEXT = '{"written_by": "lm-account", "note": "an output set: the next run with this --out replaces it"}\n'
+
+NAME_MAX, PATH_MAX = 255, 4096
+"""Linux's limits: bytes in one path component (``NAME_MAX``), in a whole path with its NUL (``PATH_MAX``)."""
+SIDE_EXTRA = 32
+"""Bytes the temporary and lock entries beside an output folder add to its name (``.NAME.tmp-PID-HEX8``)."""
+
+
+def _short(path: Path | str) -> str:
+    text = str(path)
+    return text if len(text) <= 80 else text[:40] + "…" + text[-30:]
+
+
+def check_path_names(target: Path | str, extra: int = SIDE_EXTRA) -> None:
+    """Refuse a path the file system cannot hold before anything is written: a component over ``NAME_MAX``
+    bytes, a last component that leaves no room for the ``extra`` bytes of the entries made beside it, or a
+    whole path over ``PATH_MAX``."""
+    raw = os.fsencode(os.path.abspath(target))
+    if len(raw) + extra >= PATH_MAX:
+        raise AccountingError(f"{_short(target)}: the path is {len(raw):,} bytes, over the {PATH_MAX:,}-byte limit")
+    parts = raw.split(b"/")
+    for part in parts:
+        if len(part) > NAME_MAX:
+            raise AccountingError(
+                f"{_short(target)}: a folder or file name of {len(part):,} bytes is over the file system's "
+                f"{NAME_MAX}-byte limit; choose a shorter name"
+            )
+    if len(parts[-1]) + extra > NAME_MAX:
+        raise AccountingError(
+            f"{_short(target)}: the name is {len(parts[-1]):,} bytes; with the {extra} bytes of the temporary "
+            f"entries written beside it that is over the {NAME_MAX}-byte limit; choose a shorter name"
+        )
+
+
+def check_no_dangling_links(target: Path | str) -> None:
+    """Refuse a path with a symbolic link that leads nowhere (a missing target, a loop): following it would
+    create the link's target's folders wherever it points, outside the folder asked for."""
+    path = Path(os.path.abspath(target))
+    for prefix in [*reversed(path.parents), path]:
+        if os.path.islink(prefix) and not os.path.exists(prefix):
+            raise AccountingError(
+                f"{_short(target)}: {_short(prefix)} is a symbolic link to a missing {_short(os.readlink(prefix))}; "
+                "refusing to create folders through it: give a real folder, or create the link's target first"
+            )
+
 
 def foreign_file(target: Path, owns: Callable[[str], bool]) -> str | None:
-    """The first file under ``target`` (relative POSIX path) that ``owns`` does not recognise, or None."""
+    """The first file under ``target`` (relative POSIX path) that ``owns`` does not recognise, or None.
+    The set's ``MARKER`` at the top is its own."""
     seen = 0
     for root, dirs, files in os.walk(target, followlinks=False):
         dirs.sort()
         for name in sorted(files) + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
             seen += 1
             rel = Path(root, name).relative_to(target).as_posix()
-            if seen > MAX_OWNED_ENTRIES or not owns(rel):
+            if seen > MAX_OWNED_ENTRIES or not (owns(rel) or rel == MARKER):
                 return rel
     return None
+
+
+def _adoptable(path: Path, shown: Path | str, owns: Callable[[str], bool]) -> None:
+    """Refuse to replace an existing folder unless lm-account wrote it: empty, or with the ``MARKER`` (a regular
+    file) and every other file one that ``owns`` recognises."""
+    marker = path / MARKER
+    try:
+        with os.scandir(path) as entries:
+            first = min((e.name for e in entries), default=None)  # at most MAX_OWNED_ENTRIES (foreign_file)
+        marked = marker.is_file() and not marker.is_symlink()
+        rel = None if first is None else foreign_file(path, owns)
+    except OSError as err:
+        raise AccountingError(f"cannot read {shown}: {_why(err)}") from None
+    if rel is not None:
+        raise AccountingError(
+            f"refusing to replace {shown}: it holds files lm-account did not write (e.g. {rel}); "
+            "choose an empty or new --out folder"
+        )
+    if first is not None and not marked:
+        raise AccountingError(
+            f"refusing to replace {shown}: it holds files lm-account did not write (e.g. {first}: the folder has "
+            f"no {MARKER}, which every output set of lm-account carries); choose an empty or new --out folder"
+        )
 
 
 def check_output_dir(target: Path | str, owns: Callable[[str], bool] | None = None) -> Path:
@@ -203,28 +275,26 @@ def check_output_dir(target: Path | str, owns: Callable[[str], bool] | None = No
     if not str(target).strip():
         raise AccountingError("the output folder is empty: give one, e.g. --out results/ (the current folder is ./)")
     try:
+        check_path_names(target)
+        check_no_dangling_links(target)
         path = Path(os.path.realpath(target))
+        check_path_names(path)
+        if path.parent == path:
+            raise AccountingError(f"{target}: refusing to write an output set at the root of the file system")
+        if os.path.lexists(path) and not path.is_dir():
+            raise AccountingError(f"cannot write {target}: exists and is not a directory")
+        for parent in path.parents:
+            if os.path.lexists(parent):
+                if not parent.is_dir():
+                    raise AccountingError(f"cannot write {target}: {parent} is not a directory")
+                break
+        is_dir = path.is_dir()
+    except AccountingError:
+        raise
     except (OSError, ValueError) as err:
-        raise AccountingError(f"{target}: not a usable output folder: {_why(err)}") from None
-    if path.parent == path:
-        raise AccountingError(f"{target}: refusing to write an output set at the root of the file system")
-    if os.path.lexists(path) and not path.is_dir():
-        raise AccountingError(f"cannot write {target}: exists and is not a directory")
-    for parent in path.parents:
-        if os.path.lexists(parent):
-            if not parent.is_dir():
-                raise AccountingError(f"cannot write {target}: {parent} is not a directory")
-            break
-    if path.is_dir() and owns is not None:
-        try:
-            rel = foreign_file(path, owns)
-        except OSError as err:
-            raise AccountingError(f"cannot read {target}: {_why(err)}") from None
-        if rel is not None:
-            raise AccountingError(
-                f"refusing to replace {target}: it holds files lm-account did not write (e.g. {rel}); "
-                "choose an empty or new --out folder"
-            )
+        raise AccountingError(f"{_short(target)}: not a usable output folder: {_why(err)}") from None
+    if is_dir and owns is not None:
+        _adoptable(path, target, owns)
     return path
 
 
@@ -237,6 +307,7 @@ def check_output_stem(stem: str) -> None:
             f"plot path '{stem[:60]}': give a file name stem, e.g. plots/memory (writes .png and .svg)"
         )
     path = Path(stem)
+    check_path_names(stem, extra=len(".") + len(".XXXXXXXX.png"))  # mkstemp's ".STEM.XXXXXXXX.png" beside it
     check_output_dir(path.parent if str(path.parent) else ".")
     for ext in ("png", "svg"):
         if os.path.isdir(f"{stem}.{ext}"):
@@ -350,6 +421,7 @@ def atomic_dir(
         except OSError as err:
             raise write_error(shown, err) from None
         try:
+            (tmp / MARKER).write_text(MARKER_TEXT)
             yield tmp
             if keep is not None and path.is_dir():
                 _carry_over(path, tmp, keep)

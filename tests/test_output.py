@@ -23,7 +23,9 @@ REPORTS = ROOT / "reports"
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    """The set's files, less the marker every set carries (``output.MARKER``)."""
+    files = {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {rel: data for rel, data in files.items() if rel != output_module.MARKER}
 
 
 def side_entries(parent: Path, name: str) -> list[str]:
@@ -42,6 +44,8 @@ def owns_csv(rel: str) -> bool:
 
 
 def make_set(folder: Path, files: dict[str, str]) -> None:
+    """An earlier output set: ``files`` and the marker lm-account writes (``output.MARKER``)."""
+    files = {output_module.MARKER: output_module.MARKER_TEXT, **files}
     for rel, text in files.items():
         (folder / rel).parent.mkdir(parents=True, exist_ok=True)
         (folder / rel).write_text(text)

@@ -94,13 +94,13 @@ def check_sweep_out(out: Path | str) -> Path:
     (every file one ``write_sweep`` writes: ``is_sweep_file``).  A sweep folder inside a report set
     (its parent has ``assignment.md`` and ``answers.json``, as ``reports/sweep`` does) is refused
     too: that set is regenerated as a whole by ``lm-account report``."""
-    path = check_output_dir(out, is_sweep_file)
+    path = check_output_dir(out)  # the path itself first; what the folder holds below
     if (path.parent / "assignment.md").is_file() and (path.parent / "answers.json").is_file():
         raise AccountingError(
             f"refusing to write a sweep into {out}: it is part of the report in {path.parent} "
             "(regenerate that with `lm-account report`); choose another --out"
         )
-    return path
+    return check_output_dir(out, is_sweep_file)
 
 
 def write_sweep(
