@@ -767,32 +767,106 @@ def report_cmd(out: str, no_live: bool, no_plots: bool) -> int:
     return 1 if problems else 0
 
 
+INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process ended by Ctrl-C
+
+
+@contextlib.contextmanager
+def _interrupts() -> Any:  # a context manager yielding [seen]
+    """Ctrl-C while ``main`` runs: the first raises ``KeyboardInterrupt`` (cleanups run: ``atomic_dir`` removes
+    its temporary folder) and is remembered (``seen[0]``), so one swallowed by library code (an import's bare
+    ``except``) still ends the run with 130; a second leaves at once.  Installed at the start of ``main``,
+    before any command's heavy imports (torch, pandas, matplotlib)."""
+    import signal
+    import threading
+
+    seen = [False]
+
+    def handler(signum: int, frame: object) -> None:
+        if seen[0]:  # a second Ctrl-C: no more cleanup
+            os.write(2, b"lm-account: interrupted\n")
+            os._exit(INTERRUPTED)
+        seen[0] = True
+        raise KeyboardInterrupt
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, handler) if main_thread else None
+    try:
+        yield seen
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    """Entry point: one-line errors with exit code 2, never a traceback, for bad input."""
+    """Entry point: one-line errors with exit code 2, never a traceback, for bad input; Ctrl-C exits 130
+    with one line; a closed or failing standard output (``> /dev/full``) is one line and exit 2."""
+    real = argv is None  # a process of its own (the console script), not a call from Python
+    with _interrupts() as seen:
+        try:
+            code = _main(argv, real)
+            if seen[0]:  # swallowed on the way: the user still asked to stop
+                raise KeyboardInterrupt
+            _flush_stdout(real)
+        except (click.Abort, KeyboardInterrupt):
+            _leave(real, INTERRUPTED, "interrupted")
+        except OSError as err:  # writing the output: a full disk or device, a closed stream
+            _leave(real, 2, f"error: cannot write {err.filename or 'the output'}: {err.strerror or err}")
+    if "torch" in sys.modules and real:
+        # Tearing down an interpreter that imported torch takes ~0.8 s; everything is
+        # written (reports are closed and renamed atomically), so leave.
+        os._exit(code)
+    sys.exit(code)
+
+
+def _main(argv: Sequence[str] | None, real: bool) -> int:
     if COMPLETE_VAR in os.environ:  # shell completion: click answers and exits (argv is empty then)
         cli.main(prog_name=PROG, complete_var=COMPLETE_VAR)
-        return
+        return 0
+    if sys.stdout is None:  # started with standard output closed (``>&-``): nothing could be printed
+        _fail("standard output is closed: redirect it to a file or to /dev/null instead")
     args = sys.argv[1:] if argv is None else list(argv)
     if not args:
         click.echo(cli.get_help(click.Context(cli, info_name=PROG)))
-        sys.exit(0)
+        return 0
     try:
         code = cli.main(args=args, prog_name=PROG, standalone_mode=False)
     except click.UsageError as err:  # includes BadParameter, NoSuchOption, MissingParameter
         _fail(err.format_message())
     except AccountingError as err:
         _fail(str(err))
-    except (click.Abort, KeyboardInterrupt):
-        _fail("aborted")
-    except BrokenPipeError:
-        sys.exit(0)
-    code = code if isinstance(code, int) else 0
-    if "torch" in sys.modules and argv is None:
-        # Tearing down an interpreter that imported torch takes ~0.8 s; everything is
-        # written (reports are closed and renamed atomically), so flush and leave.
-        with contextlib.suppress(BrokenPipeError):
+    except BrokenPipeError:  # the reader left (``| head``): not an error
+        _silence_stdout(real)
+        return 0
+    return code if isinstance(code, int) else 0
+
+
+def _flush_stdout(real: bool) -> None:
+    try:
+        if sys.stdout is not None:
             sys.stdout.flush()
-            sys.stderr.flush()
+    except BrokenPipeError:
+        _silence_stdout(real)
+
+
+def _silence_stdout(real: bool) -> None:
+    """In a process of its own: point standard output at /dev/null, so the interpreter's flush at exit finds
+    nothing to write (no "Exception ignored" after the one line)."""
+    if real:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _leave(real: bool, code: int, text: str) -> None:
+    """Print ``lm-account: TEXT`` on stderr and exit with ``code``, the unwritten output dropped."""
+    import signal
+
+    if real:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # no second traceback while leaving
+    _silence_stdout(real)
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        click.echo(f"{PROG}: {text}", err=True)
+        sys.stderr.flush()
+    if real:  # the buffered output must not be flushed again at exit
         os._exit(code)
     sys.exit(code)
 
