@@ -407,17 +407,16 @@ def check_live_run(
     check_tensors(what, _tensor_sizes(cfg, seq, batch, DTYPE_BYTES[dtype]) + list(extra_tensors))  # (a)
     per_layer = TRAINING_HOST_BYTES_PER_LAYER if training else COUNTING_HOST_BYTES_PER_LAYER
     check_host_layers(what, cfg.num_layers, per_layer, device)  # (b)
+    if device != "meta":  # (c), (d) first: what cannot fit (no flag lifts it)
+        if need is None and training:
+            from ..analytic.replay import predict_training_step
+
+            need = predict_training_step(cfg, seq, batch, dtype, optimizer, mode="traced").peak  # as the tracker
+        elif need is None:
+            need = counting_run_bytes(cfg, seq, batch, backward)
+        check_device_fits(device, need, what, "a smaller context or batch")
     seconds = estimate_live_seconds(
         cfg, seq, batch, device, counting=not training, backward=backward, training=training
     )
     advice = "use meta, fewer layers or a smaller context or batch; the analytic commands still count it"
     check_live_seconds(what, seconds, allow_long, advice)  # (e)
-    if device == "meta":
-        return
-    if need is None and training:
-        from ..analytic.replay import predict_training_step
-
-        need = predict_training_step(cfg, seq, batch, dtype, optimizer, mode="traced").peak  # as the tracker
-    elif need is None:
-        need = counting_run_bytes(cfg, seq, batch, backward)
-    check_device_fits(device, need, what, "a smaller context or batch")  # (c), (d)
