@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..plan import Plan
 from .account import describe_config
 from .tables import Column, Table, View
+from .words import plural
 
 
 def plan_view(p: Plan) -> View:
@@ -17,12 +18,12 @@ def plan_view(p: Plan) -> View:
             f"{p.internode_bw / 1e9:,.0f} GB/s per GPU · utilisation {100 * p.mfu:g}% of peak"
         ),
         (
-            f"context {p.seq:,} · global batch {p.global_batch_tokens:,} tokens · {p.tokens:,} tokens = "
-            f"{p.steps():,} steps · "
+            f"context {p.seq:,} · global batch {plural(p.global_batch_tokens, 'token')} · {plural(p.tokens, 'token')} = "
+            f"{plural(p.steps(), 'step')} · "
             + (
-                f"{p.evaluated:,} layouts evaluated, {len(p.ranked):,} fit"
+                f"{plural(p.evaluated, 'layout')} evaluated, {len(p.ranked):,} fit"
                 if p.complete
-                else f"{p.evaluated:,} layouts ranked by GPU-hours, the first {p.checked:,} checked against the GPU "
+                else f"{plural(p.evaluated, 'layout')} ranked by GPU-hours, the first {p.checked:,} checked against the GPU "
                 f"to find the best {len(p.ranked):,} that fit (--top N for more)"
             )
         ),
@@ -62,7 +63,7 @@ def plan_view(p: Plan) -> View:
         if p.price_per_gpu_hour is not None:
             row.append(round(r["cost"]))
         rows.append(tuple(row))
-    table = Table(f"Best {len(rows)} layouts by GPU-hours (sdpa, amp-bf16, foreach AdamW)", columns, rows)
+    table = Table(f"Best {plural(len(rows), 'layout')} by GPU-hours (sdpa, amp-bf16, foreach AdamW)", columns, rows)
     footer = [
         (
             "step = max(compute, data-parallel comm) + TP comm + EP all-to-alls + pipeline point-to-point:"
@@ -79,18 +80,34 @@ def plan_view(p: Plan) -> View:
     return View(header, [table], footer)
 
 
-def plot_memory_vs_gpus(curves: dict, memory_bytes: int, title: str, path_stem) -> list[str]:
+def plot_memory_vs_gpus(
+    curves: dict,
+    memory_bytes: int,
+    title: str,
+    path_stem,
+    *,
+    memory_label: str = "GPU memory",
+    setup=None,
+    return_fig: bool = False,
+):
     """Per-GPU memory against GPU count for the main layouts (``plan.memory_vs_gpus``), the GPU's
-    memory as a line; written as PNG and SVG.  matplotlib is imported here only."""
+    memory as a line labelled '``memory_label`` = 84.9 GB'; the title's second line names the curves'
+    training setup (``setup``, default ``plan.curve_setup()``, that of ``memory_vs_gpus``'s default).
+    Written as PNG and SVG (the paths as str; ``return_fig``: and the figure); matplotlib is imported here only."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter, LogLocator
+
+    from ..plan import curve_setup
+    from .plots import save_figure  # atomic, byte-reproducible PNG and SVG (fixed SVG hash salt, no dates)
+    from .words import setup_words
 
     fig = Figure(figsize=(9, 4.5))
     ax = fig.add_subplot()
     for label, points in curves.items():
         if points:
             ax.plot([w for w, _ in points], [b / 1e9 for _, b in points], marker="o", label=label)
-    ax.axhline(memory_bytes / 1e9, color="black", linestyle="--", linewidth=1, label="GPU memory")
+    line = f"{memory_label} = {memory_bytes / 1e9:,.1f} GB"
+    ax.axhline(memory_bytes / 1e9, color="black", linestyle="--", linewidth=1, label=line)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     plain = FuncFormatter(lambda v, _: f"{v:g}")  # 8, 1024 GPUs; 20, 50, 100 GB rather than 2³, 2×10¹, 10²
@@ -101,13 +118,12 @@ def plot_memory_vs_gpus(curves: dict, memory_bytes: int, title: str, path_stem) 
     ax.tick_params(axis="both", which="both", labelsize=8)
     ax.set_xlabel("GPUs")
     ax.set_ylabel("per-GPU peak + allowance (GB, 10⁹ bytes)")
-    ax.set_title(title, fontsize=9)
+    ax.set_title(f"{title}\n{setup_words(setup or curve_setup())}", fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))  # beside the axes: no curve hidden
     fig.tight_layout()
-    from .plots import _save  # atomic, byte-reproducible PNG and SVG (fixed SVG hash salt, no dates)
-
-    return [str(p) for p in _save(fig, path_stem, False)]
+    paths = [str(p) for p in save_figure(fig, path_stem, False)]
+    return (paths, fig) if return_fig else paths
 
 
 REPORT_MODELS = ("llama-3-8b", "llama-3.1-70b")
@@ -135,7 +151,9 @@ def write_parallel(out, plots: bool = True) -> list:
         paths.append(write_atomic(out / f"{name}-8k-plan.md", render(result, "markdown")))
         if plots:
             curves = memory_vs_gpus(cfg, 8192, (8, 1024))
-            title = f"{cfg.name} at S = 8,192: sdpa, amp-bf16, full checkpointing, micro-batch 1"
+            title = f"{cfg.name} at S = 8,192, micro-batch 1"
             stem = out / f"{name}-8k-memory-vs-gpus"
-            paths += [Path(p) for p in plot_memory_vs_gpus(curves, gpu("h100-80gb").cuda_total, title, stem)]
+            g = gpu("h100-80gb")
+            label = f"{g.label}: CUDA total"
+            paths += [Path(p) for p in plot_memory_vs_gpus(curves, g.cuda_total, title, stem, memory_label=label)]
     return paths
