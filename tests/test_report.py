@@ -54,7 +54,9 @@ def test_a_report_carries_the_gpu_validation_over(tmp_path):
     """reports/cuda/ is written by benchmarks/cuda_validation.py on a GPU: `lm-account report` (here
     without live runs and plots) keeps it byte for byte and refuses nothing because of it."""
     from lm_accounting.course.assignment import is_report_file
+    from lm_accounting.output import MARKER, MARKER_TEXT
 
+    (tmp_path / MARKER).write_text(MARKER_TEXT)  # a folder lm-account wrote, as reports/ is
     (tmp_path / "cuda").mkdir()
     (tmp_path / "cuda" / "memory.csv").write_text("model,setup\ngpt2-small,naive\n")
     assert is_report_file("cuda/memory.csv") and not is_report_file("cuda/other.csv")
