@@ -15,6 +15,7 @@ from ..breakdown import Breakdown
 from ..config import AccountingError, ModelConfig, check_positive_int
 from ..gpus import GPU, MemoryBudget, memory_budget
 from ..gpus import gpu as lookup_gpu
+from ..provenance import CPU_TORCH, CUDA
 from ..result import Result
 from ..units import fmt_bytes
 from . import inference as inf
@@ -57,7 +58,7 @@ CONVENTIONS = (
     (
         "Temporaries: exact for our live model (no-grad step, activations in the weights' dtype or bf16) on a "
         "CUDA GPU (sdpa: flash, or memory-efficient for fp32, as Sizes.lse), proven against the storage "
-        "tracker on meta and cpu (tests/test_infer_live.py; the sdpa path on CUDA is not measured yet); "
+        f"tracker on meta and cpu (torch {CPU_TORCH}) and {CUDA.phrase('inference')}; "
         "computed for the whole model even under --tp (an upper bound per rank)."
     ),
     "GB = 10^9 bytes, GiB = 2^30 bytes.",

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from ..analytic.inference_memory import exact_for
 from ..analytic.inference_report import CONVENTIONS, Inference
+from ..provenance import CUDA
 from ..units import fmt_bytes
 from .account import describe_config
 from .tables import Column, Table, View
+from .words import plural
 
 
 def _ms(seconds: float) -> str:
@@ -22,7 +24,7 @@ def _memory_label(r: Inference) -> str:
         kernels = (
             " with torch's CPU flash kernel"
             if r.device != "cuda"
-            else " with CUDA's fused kernels (proven with torch's CPU kernel; not yet measured on a GPU)"
+            else f" with CUDA's fused kernels ({CUDA.phrase('inference')})"
         )
     if r.memory_exact:
         return f"exact for our live model{kernels}"
@@ -60,7 +62,7 @@ def infer_view(r: Inference) -> View:
         f"{ex['attention_causal_half']:,} (labelled extra)"
         + ("" if ex["attention_windowed_band"] is None else f"; sliding-window band {ex['attention_windowed_band']:,}"),
         (
-            f"decode: last step (p = {r.prompt + max(r.generate - 2, 0):,}) {r.decode_last:,}; all {r.generate - 1:,} steps "
+            f"decode: last step (p = {r.prompt + max(r.generate - 2, 0):,}) {r.decode_last:,}; all {plural(r.generate - 1, 'step')} "
             f"{r.generation_flops:,} (closed form); prefill + decode {r.prefill.total + r.generation_flops:,}"
         ),
     ]
@@ -121,7 +123,7 @@ def infer_view(r: Inference) -> View:
     roof.notes = [
         (
             f"time to first token {_ms(ro['time_to_first_token_seconds'])}; decode {_ms(ro['decode_mean_seconds'])} per "
-            f"token (mean of {ro['decode_steps']:,} steps, {ro['decode_bound']}): {ro['tokens_per_s']:,.0f} tokens/s "
+            f"token (mean of {plural(ro['decode_steps'], 'step')}, {ro['decode_bound']}): {ro['tokens_per_s']:,.0f} tokens/s "
             f"({ro['tokens_per_s_per_sequence']:,.1f} per sequence)"
         ),
         (

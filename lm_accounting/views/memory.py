@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from ..analytic.memory_report import MemoryAccount, batch_span
 from ..phases import PHASE_LABELS
+from ..provenance import CPU_TORCH, CUDA
 from ..units import fmt_bytes
 from .account import BREAKDOWN_COLUMNS, breakdown_table, describe_config
 from .tables import Column, Table, View
+from .words import NONE_FITS
 
 COURSE = "Course answer (CS336 adamwAccounting convention)"
 EXACT = "This implementation (our live model, exact)"
@@ -174,8 +176,16 @@ def capacity_table(m: MemoryAccount) -> Table:
         f"{EXACT}: capacity for a budget of {fmt_bytes(m.budget)}",
         [Column("quantity"), Column("value", "int"), Column("note")],
         [
-            ("largest batch that fits", m.max_batch, f"at context {m.seq:,}; smallest ⌊(budget − b_i) / a_i⌋"),
-            ("largest context that fits at batch 1", m.max_context, "tokens (exact search over the replay)"),
+            (
+                "largest batch that fits",
+                m.max_batch,
+                ("" if m.max_batch else f"{NONE_FITS}: ") + f"at context {m.seq:,}; smallest ⌊(budget − b_i) / a_i⌋",
+            ),
+            (
+                "largest context that fits at batch 1",
+                m.max_context,
+                ("tokens" if m.max_context else NONE_FITS) + " (exact search over the replay)",
+            ),
         ],
     )
 
@@ -264,7 +274,7 @@ def fit_line(m: MemoryAccount) -> str:
         return (
             f"batch {m.batch:,}: step peak {fmt_bytes(m.step.peak)} ({m.step.peak_phase}) "
             + budget_verdict(m.step.peak, m.budget)
-            + ("" if m.max_batch is None else f"; largest batch that fits: {m.max_batch:,}")
+            + ("" if m.max_batch is None else f"; largest batch that fits: {f'{m.max_batch:,}' if m.max_batch else NONE_FITS}")
         )  # fmt: skip
     states, spare = m.states.total, m.budget - m.states.total
     if m.fits is False:
@@ -341,9 +351,9 @@ def memory_view(m: MemoryAccount) -> View:
         "Conventions:",
         (
             "  - implementation-exact: the allocation sequence of our live model's ops, replayed; "
-            "equal to the storage tracker's count on meta and CPU byte for byte (torch 2.13); for cuda with "
-            "CUDA's fused-attention kernels, equal to the bytes the tensors requested from the caching allocator "
-            "(measured on an H100, torch 2.11)."
+            f"equal to the storage tracker's count on meta and CPU byte for byte (torch {CPU_TORCH}); for cuda with "
+            "CUDA's fused-attention kernels, the bytes the tensors request from the caching allocator "
+            f"({CUDA.phrase('memory')})."
         ),
         (
             "  - AdamW's step counters count on the device that holds them: on the CPU for the for-loop and "
@@ -351,7 +361,7 @@ def memory_view(m: MemoryAccount) -> View:
         ),
         (
             "  - CUDA adds allocator rounding (512-byte blocks, unsplit blocks) and cuBLAS workspaces (64 MiB with a "
-            "backward on an H100), not in these figures; meta and CPU do not."
+            f"backward on {CUDA.gpu}), not in these figures; meta and CPU do not."
         ),
         "  - GB = 10^9 bytes, GiB = 2^30 bytes.",
     ]

@@ -6,9 +6,11 @@ from __future__ import annotations
 from ..analytic.collectives import step_collectives, totals, wire_bytes
 from ..analytic.parallel_report import ParallelMemory
 from ..phases import PHASE_LABELS, PHASES
+from ..provenance import CPU_TORCH, CUDA
 from .account import describe_config
 from .memory import budget_verdict
 from .tables import Column, Table, View
+from .words import plural
 
 UNSHARDED_ALL = {
     0: "none: DDP, no FSDP2",
@@ -50,7 +52,7 @@ def parallel_view(r: ParallelMemory) -> View:
     header = [
         describe_config(r.config),
         (
-            f"layout {lay.label} on {lay.world:,} GPUs · setup {r.setup.label} · context {r.seq:,} · "
+            f"layout {lay.label} on {plural(lay.world, 'GPU')} · setup {r.setup.label} · context {r.seq:,} · "
             f"micro-batch {r.batch:,} per rank · worst rank: {where}"
         ),
     ]
@@ -155,18 +157,17 @@ def parallel_view(r: ParallelMemory) -> View:
     )
     footer = [
         (
-            "Exact against one rank of the real job on the fake process group: model states, ends of phases,"
-            " collectives; peaks too for DDP, ZeRO-1, TP, sequence and vocab parallel and FSDP2 (with TP too),"
-            " every precision and checkpointing (TP's all-reduces replayed: each clone beside its partial sum)."
-            "  Pipeline parallel (a dense model; a tied head copied) alone or beside DDP, ZeRO-1, FSDP2, TP, SP and"
-            " vocab parallel:"
-            " every stage replayed, each phase's peak and end exact against one stage of the real PipelineStage +"
-            " Schedule1F1B job on the fake process group (tests/test_pipeline_measured.py, test_pipeline_dp.py,"
-            " test_pipeline_tp.py); beside DDP / ZeRO-1 × TP the stage peaks are estimates"
-            " (baseline, receive buffers, k saved micro-batches and the gradients; each backward's transient left"
-            " out)."
+            f"Proof: one rank of the real job (torch {CPU_TORCH}'s FSDP2, DTensor, DDP, PipelineStage) on the fake"
+            " process group; model states, ends of phases and collectives exact"
+            + (", and the peaks too" if r.peaks_exact else "; the peaks are estimates for this layout")
+            + f".  On CUDA streams one rank was {CUDA.phrase('parallel')}."
         ),
     ]
+    if lay.pp > 1 and not r.peaks_exact:
+        footer.append(
+            "The stage peaks are estimates: baseline, receive buffers, k saved micro-batches and the gradients"
+            " (each backward's transient left out)."
+        )
     if lay.tp > 1 and lay.dp > 1 and not lay.fsdp:
         footer.append(
             f"{lay.label}: DDP and ZeRO-1 with TP are not run on the fake process group (torch 2.13's DDP takes no"
