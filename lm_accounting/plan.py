@@ -159,6 +159,7 @@ class Plan(Result):
         return {
             "schema": self.SCHEMA,
             "model": self.config.name,
+            "config": self.config.resolved(),
             "gpu": self.gpu.name,
             "context": self.seq,
             "global_batch_tokens": self.global_batch_tokens,

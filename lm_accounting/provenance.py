@@ -27,6 +27,12 @@ class GpuRun:
     def where(self) -> str:
         return f"{self.gpu} with torch {self.torch}"
 
+    def to_dict(self, section: str) -> dict[str, object]:
+        """The JSON form of one section's claim (what ``phrase`` prints)."""
+        equal, total = self.equal[section]
+        where = f"reports/cuda/{section}.csv"
+        return {"gpu": self.gpu, "torch": self.torch, "equal": equal, "compared": total, "table": where}
+
     def phrase(self, section: str, what: str = "figures") -> str:
         """'measured on NVIDIA H200 with torch 2.11.0+cu130: 1,214 of 1,218 figures equal, reports/cuda/memory.csv'."""
         equal, total = self.equal[section]

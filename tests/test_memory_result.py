@@ -178,6 +178,7 @@ EXACT_KEYS = {
     "fits_budget",
     "device",
     "assumptions",
+    "validated",
     "model_states",
     "adamw_step_temporaries",
     "adamw_step_counters",

@@ -161,8 +161,10 @@ class Inference(Result):
             "decode_flops": {
                 "first_step": self.decode.to_dict(),
                 "last_step": self.decode_last,
+                "last_step_position": self.prompt + max(self.generate - 2, 0),  # p: the tokens it attends over - 1
                 "all_steps": self.generation_flops,
             },
+            "prefill_and_decode_flops": self.prefill.total + self.generation_flops,
             "memory": {**self.memory, "exact_for_live_model": self.memory_exact},
             "fits_budget": self.over_budget is None,
             "over_budget": self.over_budget,
@@ -171,6 +173,7 @@ class Inference(Result):
             "roofline": self.roofline,
             "measured": self.measured,
             "conventions": list(CONVENTIONS),
+            "validated": CUDA.to_dict("inference"),
         }
 
 

@@ -24,6 +24,7 @@ from ..breakdown import Breakdown
 from ..config import ModelConfig
 from ..gpus import MemoryBudget, as_budget
 from ..phases import PHASE_LABELS, StepMemory
+from ..provenance import CUDA
 from ..result import Result
 from ..setup import TrainingSetup, check_cuda_fused_attention
 from .activations import saved_activation_breakdown
@@ -192,6 +193,7 @@ class MemoryAccount(Result):
             "implementation_exact": {
                 "device": self.device,
                 "assumptions": EXACT_ASSUMPTIONS,
+                "validated": CUDA.to_dict("memory"),
                 "model_states": self.states.to_dict(),
                 "adamw_step_temporaries": self.step_temporaries,
                 "adamw_step_counters": self.step_counters,

@@ -96,6 +96,7 @@ class ParallelMemory(Result):
         out: dict[str, Any] = {
             "schema": self.SCHEMA,
             "model": self.config.name,
+            "config": self.config.resolved(),
             "context": self.seq,
             "micro_batch": self.batch,
             "setup": self.setup.to_dict(),
