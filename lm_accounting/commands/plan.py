@@ -89,5 +89,6 @@ def plot(request: Request, result: Plan) -> list[str]:
     if r.plot_stem is None:
         return []
     curves = memory_vs_gpus(cfg, cfg.context_length, r.gpus, allowance=r.budget_basis.allowance)
-    title = f"{cfg.name} at S = {cfg.context_length:,}: sdpa, amp-bf16, full checkpointing, micro-batch 1"
-    return list(plot_memory_vs_gpus(curves, r.budget_basis.gpu.cuda_total, title, r.plot_stem))
+    title = f"{cfg.name} at S = {cfg.context_length:,}, micro-batch 1"  # the setup: plot_memory_vs_gpus adds it
+    g = r.budget_basis.gpu
+    return list(plot_memory_vs_gpus(curves, g.cuda_total, title, r.plot_stem, memory_label=f"{g.label}: CUDA total"))
