@@ -101,6 +101,8 @@ COMMANDS = {
     "plan": ["plan", "llama-3.1-70b", "--tokens", "15e12", "--gpus", "64..256"],
     "train-time": ["train-time", "gpt2-xl"],
     "infer": ["infer", "llama-3-8b", "-P", "4096", "-G", "512"],
+    "crosscheck": ["crosscheck", "gpt2-small", "--layers", "2"],
+    "sweep": ["sweep", "gpt2-small", "--contexts", "128,1024", "--no-plots", "--out", "{out}"],
 }
 WIDTHS = (60, 80, 120, 200)
 
@@ -110,6 +112,7 @@ def run_in_terminal(args: list[str], columns: int) -> str:
     pid, fd = pty.fork()
     if pid == 0:  # the child: stdout is the terminal; its size is what shutil.get_terminal_size reads
         try:  # fd 1 is the terminal (pytest's sys.stdout is its capture, not a file)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 2)  # progress and 'wrote ...' lines: not the result
             fcntl.ioctl(1, termios.TIOCSWINSZ, struct.pack("HHHH", 500, columns, 0, 0))
             env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
             os.execve(sys.executable, [sys.executable, "-m", "lm_accounting", *args], env)
@@ -146,8 +149,8 @@ def json_integers(value) -> set[int]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(COMMANDS))
-def test_every_command_prints_every_number_whole_at_every_width(name, run_cli):
-    args = COMMANDS[name]
+def test_every_command_prints_every_number_whole_at_every_width(name, run_cli, tmp_path):
+    args = [a.format(out=tmp_path / "sweep") for a in COMMANDS[name]]
     result = run_cli(*args, "--format", "json")
     assert result.code == 0, result.err
     truth = json_integers(json.loads(result.out))

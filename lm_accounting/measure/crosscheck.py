@@ -71,7 +71,7 @@ def compare(
 class CrossCheck(Result):
     """Analytic vs the live model: parameters from ``named_parameters()``, FLOPs from each counter."""
 
-    SCHEMA = "lm-accounting/crosscheck/2"
+    SCHEMA = "lm-accounting/crosscheck/3"
 
     config: ModelConfig
     batch: int
@@ -168,6 +168,7 @@ class CrossCheck(Result):
                 for it in self.forward
             ],
             "totals": {"analytic": self.forward.total, **{c.counter: c.total for c in self.counters}},
+            "parameter_totals": {"analytic": self.params.total, "live": sum(self.live_params.values())},
             "backward": None
             if self.backward is None
             else {
