@@ -81,7 +81,8 @@ CUDA_TOTALS = {
     "h200": (
         13980,
         (
-            "torch OOM messages on H200 jobs, 'total capacity of 139.80 GiB' (public training logs on GitHub); "
+            "torch OOM messages on H200 jobs, 'total capacity of 139.80 GiB', the same figure in 10 public GitHub "
+            "files found by exact-string search (2026-11-26; run logs and notes, e.g. SGLang and Megatron jobs); "
             "nvidia-smi shows 143,771 MiB (this project's H200, reports/cuda/env.json)"
         ),
     ),
