@@ -95,6 +95,7 @@ def test_hardware_flops_by_hand():
         assert p.hardware == 3 * forward + recompute + attn
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("setup", list(every_setup()), ids=lambda s: s.label)
 def test_whole_step_counts_the_predicted_hardware_flops(setup):
     """FlopCounterMode over forward + loss + backward (+ recompute) + AdamW on meta = hardware_flops,

@@ -21,10 +21,9 @@ TINY = ModelConfig(
 )
 
 
-# gpt2-small stays in the quick loop; the larger presets take 2.5-5.5 s each on a 2-core machine.
-@pytest.mark.parametrize(
-    "name", [n if n == "gpt2-small" else pytest.param(n, marks=pytest.mark.slow) for n in preset_names()]
-)
+# 0.3-5.5 CPU-s each: a grid, sampled in the default run
+@pytest.mark.grid
+@pytest.mark.parametrize("name", preset_names())
 def test_every_preset_on_meta_at_1024(name):
     cfg = load_config(name).with_context(1024)
     cc = crosscheck(cfg, seq=1024, batch=1)

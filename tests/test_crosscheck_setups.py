@@ -13,6 +13,7 @@ from lm_accounting.train_time import train_time
 TINY_QWEN = dataclasses.replace(load_config("qwen3-0.6b"), num_layers=2)  # GQA, qk-norm, tied
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("setup", list(every_setup()), ids=lambda s: s.label)
 def test_every_setup_crosschecks_exactly(setup):
     cc = crosscheck(TINY_QWEN, 256, 2, backward=True, setup=setup)

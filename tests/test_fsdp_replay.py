@@ -40,6 +40,7 @@ def test_unit_buffers_written_out_by_hand():
     assert not amp.reshard_after_forward and amp.float_logits
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("setup", SETUPS, ids=lambda s: s.label)
 @pytest.mark.parametrize("zero", [2, 3])
 def test_fsdp2_step_is_byte_exact(zero, setup):
@@ -52,6 +53,7 @@ def test_fsdp2_step_is_byte_exact(zero, setup):
     assert measured.step == rank_step(TINY, S, 1, setup, lay, mode="traced")[0]
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("setup", SETUPS, ids=lambda s: s.label)
 @pytest.mark.parametrize("zero", [2, 3])
 def test_fsdp2_tp_sp_step_is_byte_exact(zero, setup):
@@ -75,6 +77,7 @@ NARROW = ModelConfig(
 )
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize(
     "zero,setup,batch",
     [(3, setup, b) for setup in SETUPS for b in (1, 2)]
@@ -103,6 +106,7 @@ BLOCKS = ModelConfig(
 )
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("setup", SETUPS, ids=lambda s: s.label)
 def test_fsdp2_tp_sp_where_the_blocks_set_the_peaks_at_batch_2(setup):
     """FSDP2 ZeRO-3 × TP 2 + SP on a model whose blocks set the peaks (vocab 64 < d_model 128, S 64), at
@@ -116,6 +120,7 @@ def test_fsdp2_tp_sp_where_the_blocks_set_the_peaks_at_batch_2(setup):
     assert measure_rank(BLOCKS, 64, 2, setup, lay).step == rank_step(BLOCKS, 64, 2, setup, lay, mode="traced")[0]
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("setup", SETUPS, ids=lambda s: s.label)
 @pytest.mark.parametrize("zero", [2, 3])
 @pytest.mark.parametrize("sp", [False, True], ids=["tp2+vp", "tp2+sp+vp"])
@@ -137,6 +142,7 @@ def test_fsdp2_tp_vocab_parallel_step_is_byte_exact(sp, zero, setup):
     assert peaks_exact(setup, lay)
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("setup", SETUPS[::4], ids=lambda s: s.label)
 def test_fsdp2_tp_vocab_parallel_where_the_blocks_set_the_peaks(setup):
     """The same on NARROW (tp 4: 13 of its 50 vocabulary rows on TP rank 0) at dp 2, ZeRO-3, B = 2."""
@@ -151,6 +157,7 @@ def test_fsdp2_tp_vocab_parallel_where_the_blocks_set_the_peaks(setup):
     assert measure_rank(cfg, 64, 2, setup, lay).step == rank_step(cfg, 64, 2, setup, lay, mode="traced")[0]
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "amp-bf16"])
 @pytest.mark.parametrize("lay", [ParallelLayout(dp=2, zero=3, tp=2, vocab_parallel=True), ParallelLayout(dp=2, zero=3)])
 def test_a_large_vocabulary_sets_the_backward_peak(lay, precision):
@@ -230,6 +237,7 @@ def test_ddp_with_tp_is_not_measured_and_says_why_in_one_line(run_cli):
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "analytic only" in r.err
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("setup", SETUPS, ids=lambda s: s.label)
 @pytest.mark.parametrize("zero", [2, 3])
 def test_the_plain_run_equals_the_cpu_allocator(zero, setup):

@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -44,12 +43,12 @@ _RSS_WRAPPER = (
 )
 
 
-def cli(*args, timeout=60, cwd=None):
-    """``lm-account ARGS`` in a fresh process: (exit code, stderr, wall seconds, peak RSS bytes of that
-    process alone: ``RUSAGE_CHILDREN`` would be the largest child of the whole session)."""
+def cli(*args, timeout=120, cwd=None):
+    """``lm-account ARGS`` in a fresh process: (exit code, stderr, peak RSS bytes of that process alone:
+    ``RUSAGE_CHILDREN`` would be the largest child of the whole session).  ``timeout`` is a hang guard
+    only: the work is bounded by the RSS, never by wall seconds on a shared machine."""
     with tempfile.TemporaryDirectory() as tmp:
         rss_file = os.path.join(tmp, "rss")
-        start = time.perf_counter()
         proc = subprocess.run(
             [sys.executable, "-c", _RSS_WRAPPER, rss_file, sys.executable, "-m", "lm_accounting", *map(str, args)],
             capture_output=True,
@@ -58,9 +57,8 @@ def cli(*args, timeout=60, cwd=None):
             timeout=timeout,
             cwd=cwd,
         )
-        seconds = time.perf_counter() - start
         rss = int(Path(rss_file).read_text()) * 1024
-    return proc.returncode, proc.stderr, seconds, rss
+    return proc.returncode, proc.stderr, rss
 
 
 # ------------------------------------------------------------------ 1. integers of any length
@@ -171,18 +169,17 @@ def test_a_local_folder_never_replaces_a_preset(run_cli, tmp_path, monkeypatch):
 def test_fifo_is_refused_without_hanging(tmp_path):
     fifo = tmp_path / "model.toml"
     os.mkfifo(fifo)
-    code, err, seconds, _ = cli(fifo, timeout=30)
+    code, err, _ = cli(fifo)  # a read of the FIFO would block until the timeout
     one_line_error(code, err, "not a regular file (a FIFO)")
-    assert seconds < 10
 
 
 @pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom"])
 def test_devices_are_refused_unread(device):
     if not os.path.exists(device):
         pytest.skip(f"no {device}")
-    code, err, seconds, rss = cli(device, timeout=30)
+    code, err, rss = cli(device)
     one_line_error(code, err, "a character device")
-    assert seconds < 10 and rss < 1.5e9
+    assert rss < 1.5e9
 
 
 def test_directory_missing_huge_and_unreadable(run_cli, tmp_path, monkeypatch):
@@ -217,6 +214,20 @@ def _ce(r):
     return r.code, r.err
 
 
+@pytest.fixture
+def modules_built(monkeypatch):
+    """The names of the ``torch.nn.Module`` objects constructed in this process while the test runs."""
+    torch = pytest.importorskip("torch")
+    built, init = [], torch.nn.Module.__init__
+
+    def counting(self, *args, **kwargs):
+        built.append(type(self).__name__)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.Module, "__init__", counting)
+    return built
+
+
 # ------------------------------------------------------------------ 5. live runs that cannot exist or would blow up
 @pytest.mark.parametrize(
     "args",
@@ -229,13 +240,17 @@ def _ce(r):
         ["sweep", "{f}", "--contexts", "32", "--crosscheck", "--no-plots", "--out", "{o}"],
     ],
 )
-def test_deep_models_are_refused_before_building(tmp_path, args):
+def test_deep_models_are_refused_before_building(run_cli, modules_built, tmp_path, args):
     f = tmp_path / "deep.toml"
     f.write_text(TINY_TOML.format(layers=5_000))  # under the 10,000-layer model bound, over the live ones
-    code, err, seconds, rss = cli(*[a.format(f=f, o=tmp_path / "out") for a in args])
-    one_line_error(code, err, "5,000 live layers")
-    assert seconds < 15 and rss < 1e9  # a meta build: ~5 GB (1 MB a layer); 15 s on a loaded box
+    r = run_cli(*[a.format(f=f, o=tmp_path / "out") for a in args])
+    one_line_error(r.code, r.err, "5,000 live layers")
+    assert modules_built == []  # refused before any nn.Module exists (a meta build: ~5 GB, 1 MB a layer)
     assert not (tmp_path / "out").exists()
+    import torch
+
+    torch.nn.Linear(1, 1)  # the counter counts
+    assert modules_built == ["Linear"]
 
 
 def test_tensors_beyond_torch_storage_limit_are_refused():
@@ -282,9 +297,9 @@ def test_tensors_beyond_torch_storage_limit_are_refused():
     ],
 )
 def test_impossible_live_runs_fail_fast(args, needle):
-    code, err, seconds, rss = cli(*args)
+    code, err, rss = cli(*args)
     one_line_error(code, err, needle)
-    assert seconds < 15 and rss < 1.5e9
+    assert rss < 1.5e9
 
 
 def test_cuda_without_a_gpu(run_cli):
@@ -311,9 +326,9 @@ def test_walked_sizes_are_bounded(args, needle):
     """The step replay, the KV cache and FSDP2's units walk the layers, and ZeRO-1's owners the ranks:
     before, a billion layers hung at 14.5 GB (MemoryError with --tp and in infer), and dp 10^8 took
     42 s and 11 GB (dp 10^12: MemoryError)."""
-    code, err, seconds, rss = cli(*args)
+    code, err, rss = cli(*args)
     one_line_error(code, err, needle)
-    assert seconds < 5 and rss < 5e8
+    assert rss < 5e8
 
 
 def test_the_bounds_themselves_answer_fast():
@@ -322,9 +337,9 @@ def test_the_bounds_themselves_answer_fast():
         ["memory", "gpt2-small", "--layers", 10_000, "--tp", 2],
         ["memory", "llama-3-8b", "--dp", 2**20, "--zero", 1],
     ):
-        code, err, seconds, rss = cli(*args)
+        code, err, rss = cli(*args)
         assert code == 0, err
-        assert seconds < 10 and rss < 5e8
+        assert rss < 5e8
 
 
 def test_host_memory_bound_and_cpu_fraction(monkeypatch):
@@ -352,14 +367,12 @@ def test_measure_step_refuses_before_torch_builds(monkeypatch):
     monkeypatch.setattr(model, "build_model", lambda *a, **k: pytest.fail("built a model"))
     from lm_accounting.measure.memory import measure_step
 
-    start = time.perf_counter()
     with pytest.raises(AccountingError, match="live layers"):
         measure_step(ModelConfig(**{**TINY, "num_layers": 5_000}), 32, 1, "fp32", "meta", "foreach")
     with pytest.raises(AccountingError, match="exceeds the model's context_length"):
         measure_step(ModelConfig(**TINY), 64)
     with pytest.raises(AccountingError, match="fused AdamW has no meta kernels"):
         measure_step(ModelConfig(**TINY), 32, optimizer="fused")
-    assert time.perf_counter() - start < 5
 
 
 @pytest.mark.slow
@@ -425,12 +438,13 @@ def test_analytic_sweeps_are_capped(run_cli):
 
 @pytest.mark.slow
 def test_largest_analytic_sweep_is_bounded(tmp_path):
-    """The worst analytic sweep (MAX_POINTS contexts, all plots) finishes in a bounded time."""
-    code, err, seconds, rss = cli(
-        "sweep", "gpt2-small", "--contexts", f"1:{MAX_POINTS}:+1", "--out", tmp_path / "s", timeout=300
+    """The worst analytic sweep (MAX_POINTS contexts, all plots) finishes in bounded memory (its speed is
+    measured in benchmarks/, not asserted)."""
+    code, err, rss = cli(
+        "sweep", "gpt2-small", "--contexts", f"1:{MAX_POINTS}:+1", "--out", tmp_path / "s", timeout=600
     )
     assert code == 0, err
-    assert seconds < 150 and rss < 1.5e9
+    assert rss < 1.5e9
 
 
 # ------------------------------------------------------------------ 7. write errors

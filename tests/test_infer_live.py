@@ -54,6 +54,7 @@ def measurable(cfg, attention):
     return attention == "naive" or (cfg.sliding_window is None and not cfg.mla)
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize(("semantics", "attention"), SETUPS)
 @pytest.mark.parametrize("name", CONFIGS)
 def test_prediction_equals_the_live_model_on_meta(name, semantics, attention):
@@ -90,6 +91,7 @@ WIDE = dict(vocab_size=16, context_length=64, num_layers=2, d_model=16, num_head
 """Attention-heavy: h·d_head = 256 against d_model 16, so the B·h·P×keys scores set naive's peak."""
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("device", ["meta", "cpu"])
 @pytest.mark.parametrize("weights", ["fp32", "bf16"])
 @pytest.mark.parametrize("extra", [{}, {"num_kv_heads": 2}, {"num_heads": 1, "head_dim": 64}], ids=["mha", "gqa", "h1"])

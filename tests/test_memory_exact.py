@@ -32,8 +32,8 @@ def assert_same(measured, pred):
         assert (measured.phase(name).peak, measured.phase(name).end) == (phase.peak, phase.end), name
 
 
-# bf16 runs in the full suite only (-m "not slow" keeps fp32 for every variant and optimizer).
-@pytest.mark.parametrize("dtype", ["fp32", pytest.param("bf16", marks=pytest.mark.slow)])
+@pytest.mark.grid
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("optimizer", ["for-loop", "foreach"])
 def test_replay_equals_tracker_byte_for_byte(variant, dtype, optimizer):

@@ -137,6 +137,7 @@ def test_step_counter_rule():
     assert adamw_step_counter_bytes(tied, "foreach", "cpu") == 4 * (BASE_TENSORS - 1)  # one shared tensor
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 @pytest.mark.parametrize("optimizer", ["for-loop", "foreach", "fused"])
 def test_cpu_prediction_equals_tracker_on_real_tensors(optimizer, dtype):

@@ -40,6 +40,7 @@ def assert_same(measured, predicted, where=""):
         assert measured.phase(name) == predicted.phase(name), (where, name)
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("setup", SETUPS, ids=lambda s: s.label)
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_tiny_every_setup_byte_for_byte(variant, setup):
@@ -49,6 +50,7 @@ def test_tiny_every_setup_byte_for_byte(variant, setup):
         assert_same(measured, predict_training_step(cfg, seq, batch, setup=setup, mode="traced"), (batch, seq))
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("setup", [s for s in SETUPS if s.optimizer == "foreach"], ids=lambda s: s.label)
 def test_fused_adamw_on_cpu_tensors(setup):
     # fused AdamW keeps its step counters on the parameters' device; the other two on the CPU
@@ -79,6 +81,7 @@ QUICK_SETUPS = [
 ]
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("setup", QUICK_SETUPS, ids=lambda s: s.label)
 @pytest.mark.parametrize("name,layers,seq,batch", QUICK)
 def test_presets_every_setup_byte_for_byte(name, layers, seq, batch, setup):
@@ -90,7 +93,7 @@ def test_presets_every_setup_byte_for_byte(name, layers, seq, batch, setup):
 FULL_DEPTH = [("gpt2-small", 2048, 4), ("gpt2-medium", 1024, 2), ("qwen3-0.6b", 2048, 1)]
 
 
-@pytest.mark.slow
+@pytest.mark.grid
 @pytest.mark.parametrize("setup", QUICK_SETUPS, ids=lambda s: s.label)
 @pytest.mark.parametrize("name,seq,batch", FULL_DEPTH)
 def test_presets_full_depth(name, seq, batch, setup):
@@ -136,6 +139,7 @@ def memtracker_hook_residual(cfg: ModelConfig, seq: int, batch: int, setup: Trai
     return batch * seq * (cfg.num_heads + cfg.num_kv_heads) * cfg.d_head * 2
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("qk_norm", [False, True], ids=["plain-attn", "qk-norm"])
 @pytest.mark.parametrize("setup", MEMTRACKER_SETUPS, ids=lambda s: s.label)
 def test_tracker_agrees_with_torch_memtracker(setup, qk_norm, monkeypatch):
@@ -192,6 +196,7 @@ def test_tracker_agrees_with_torch_memtracker(setup, qk_norm, monkeypatch):
     assert memtracker_peak() == ours.peak
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("setup", [s for s in SETUPS if s.optimizer == "foreach"], ids=lambda s: s.label)
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_saved_breakdown_is_what_forward_leaves_alive(variant, setup):

@@ -75,6 +75,7 @@ def check_traced(cfg, seq, batch, setup):
     assert saved.total == measured.forward.end - measured.baseline
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"S{s[0]}B{s[1]}")
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_default_setup_equals_the_tracker(variant, shape):
@@ -83,6 +84,7 @@ def test_default_setup_equals_the_tracker(variant, shape):
     check_traced(cfg_of(variant), *shape, TrainingSetup())
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("setup", SUPPORTED[1:], ids=lambda s: s.label)
 @pytest.mark.parametrize("variant", ["moe", "shared+dense-first"])
 def test_every_supported_setup_equals_the_tracker(variant, setup):
@@ -90,7 +92,7 @@ def test_every_supported_setup_equals_the_tracker(variant, setup):
         check_traced(cfg_of(variant), *shape, setup)
 
 
-@pytest.mark.slow
+@pytest.mark.grid
 @pytest.mark.parametrize("setup", SUPPORTED[1:], ids=lambda s: s.label)
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_supported_setup_grid_equals_the_tracker(variant, setup):
@@ -104,6 +106,7 @@ def test_other_adamw_equals_the_tracker(precision, optimizer):
     check_traced(cfg_of("shared+dense-first"), 7, 2, TrainingSetup(precision=precision, optimizer=optimizer))
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize(
     "setup",
     [

@@ -55,6 +55,7 @@ def _ranks(name):
     return sorted({0, lay.world - 1})
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("setup", SETUPS, ids=lambda s: s.label)
 @pytest.mark.parametrize("name", LAYOUTS)
 def test_model_states_and_phase_ends_are_exact(name, setup):
@@ -78,6 +79,7 @@ BIG_VOCAB = dataclasses.replace(TINY, vocab_size=2000, name="tiny-v2000")
 ADAMW = [("fused", "fp32"), ("foreach", "fp32"), ("for-loop", "fp32"), ("fused", "amp-bf16"), ("for-loop", "bf16")]
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("optimizer,precision", ADAMW, ids=[f"{o}-{p}" for o, p in ADAMW])
 @pytest.mark.parametrize("name", LAYOUTS)
 def test_every_adamw_implementation(name, optimizer, precision):
@@ -125,6 +127,7 @@ def test_uneven_zero1_every_rank():
     assert len(set(got)) > 1  # whole tensors: the ranks differ
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("setup", [*SETUPS[:2], TrainingSetup(optimizer="fused")], ids=lambda s: s.label)
 @pytest.mark.parametrize("name", LAYOUTS)
 def test_collectives_equal_the_recorded_and_comm_debug_mode(name, setup):

@@ -123,6 +123,7 @@ def test_fsdp_units_of_unequal_blocks_by_hand():
     assert model_states(DEEPSEEK, TrainingSetup(), DP[3], rank=3).owned_elements == owned3
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("zero", DP)
 @pytest.mark.parametrize("cfg", [MIXTRAL, QWEN3_MOE, DEEPSEEK], ids=lambda c: c.name)
 def test_states_and_collectives_equal_the_fake_pg_run(cfg, zero):
@@ -235,7 +236,7 @@ def test_moe_fsdp_mixed_precision_steps_are_exact(cfg, lay, setup, batch):
     assert r.not_modelled == () and r.peaks_exact
 
 
-@pytest.mark.slow
+@pytest.mark.grid
 @pytest.mark.parametrize(("cfg", "lay", "setup", "batch"), AMP_GRID, **_AMP_IDS)
 def test_moe_fsdp_mixed_precision_grid_is_exact(cfg, lay, setup, batch):
     """The whole grid (144 jobs, 288 ranks measured) of ``test_moe_fsdp_mixed_precision_steps_are_exact``."""
@@ -378,6 +379,7 @@ EP_CASES = [
 ]
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize(("cfg", "lay", "setup"), EP_CASES, ids=lambda x: getattr(x, "label", getattr(x, "name", None)))
 def test_expert_parallel_equals_the_fake_pg_run(cfg, lay, setup):
     """The EP job on the fake process group (each rank's E/ep experts, all_to_all_single dispatch and
@@ -460,6 +462,7 @@ EP_STEP_CASES = [
 ]
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize(
     ("cfg", "seq", "batch", "lay", "setup"),
     EP_STEP_CASES,

@@ -56,6 +56,7 @@ def _layout(P, m, D, zero):
     return ParallelLayout(pp=P, micro_batches=m, dp=D, zero=zero)
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("case", GRID, ids=_id)
 def test_stage_beside_data_parallel_is_exact(case):
     P, m, D, zero, stage, B, setup = case
@@ -67,6 +68,7 @@ def test_stage_beside_data_parallel_is_exact(case):
     assert (got.params, got.gradients, got.optimizer) == (st.parameters, st.gradients, st.optimizer)
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("stage", range(3))
 @pytest.mark.parametrize("zero,precision", [(1, "bf16"), (2, "fp32"), (3, "amp-bf16")])
 def test_uneven_stages_beside_data_parallel(stage, zero, precision):

@@ -69,6 +69,7 @@ def _figures(step):
     return (step.baseline, *(x for phase in step.phases().values() for x in phase))
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("case", GRID[::3], ids=_id)
 def test_stage_baseline_and_kept_buffers_are_exact(case, measured):
     P, m, stage, B, setup = case
@@ -79,6 +80,7 @@ def test_stage_baseline_and_kept_buffers_are_exact(case, measured):
     assert step.optimizer_step.end == base + schedule_buffers(TINY4, S, B, setup, lay, stage)
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("case", GRID + GRID_SDPA_B2, ids=_id)
 def test_stage_step_is_exact(case, measured):
     """Every phase's peak and end (forward: to the first backward; backward: the rest of the schedule;

@@ -47,6 +47,7 @@ def _id(case, vp=False):
 CASES = [pytest.param(c, vp, id=_id(c, vp)) for vp, cases in ((False, GRID), (True, GRID[1::2])) for c in cases]
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("case,vp", CASES)
 def test_stage_beside_tensor_parallel(case, vp):
     """``vp``: vocab parallel too (the row-wise embedding on stage 0, the column-wise head and
@@ -61,6 +62,7 @@ def test_stage_beside_tensor_parallel(case, vp):
     assert _figures(want) == _figures(got.step)
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("stage", range(3))
 @pytest.mark.parametrize(
     "lay,setup",
@@ -122,6 +124,7 @@ ADAMW_LAYOUTS = [
 ]
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("optimizer", ["fused", "foreach", "for-loop"])
 @pytest.mark.parametrize("stage", [0, 1])
 @pytest.mark.parametrize("lay", ADAMW_LAYOUTS, ids=lambda lay: lay.label)

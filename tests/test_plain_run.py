@@ -41,6 +41,7 @@ def plain_cpu(cfg, seq, batch, setup):
     )
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("setup", EVERY, ids=lambda s: s.label)
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_plain_prediction_equals_cpu_allocator(variant, setup):
@@ -49,6 +50,7 @@ def test_plain_prediction_equals_cpu_allocator(variant, setup):
     assert_same(measured, plain_cpu(cfg, 7, 3, setup), variant)
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("optimizer", ["for-loop", "fused"])
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_plain_prediction_other_adamw(precision, optimizer):
@@ -118,7 +120,7 @@ def test_gpu_plain_prediction_has_no_cpu_extras(attention, checkpoint, precision
     assert gpu.forward.end - meta.forward.end == 2 * saved
 
 
-@pytest.mark.slow
+@pytest.mark.grid
 @pytest.mark.parametrize("setup", EVERY, ids=lambda s: s.label)
 def test_plain_prediction_mid_size(setup):
     # head_dim 64 and 4 heads (the flash kernel's blocks: qs = 32 < S = 96 = ks), qk-norm, untied
@@ -129,6 +131,7 @@ def test_plain_prediction_mid_size(setup):
     assert_same(measured, plain_cpu(cfg, 96, 2, setup))
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("setup", [s for s in EVERY if s.attention == "sdpa"], ids=lambda s: s.label)
 def test_one_head_merges_by_a_view(setup):
     """With one head (a TP rank's h/M = 1) the fused kernel's (B, 1, S, d) output and the merged

@@ -43,21 +43,18 @@ def test_one_candidate_by_hand():
 
 def test_plan_over_a_thousand_layouts_imports_no_torch():
     code = (
-        "import sys, time, json\n"
-        "t = time.perf_counter()\n"
+        "import sys, json\n"
         "from lm_accounting.config import load_config\n"
         "from lm_accounting.plan import plan\n"
         "cfg = load_config('llama-3.1-70b').with_context(8192)\n"
         "p = plan(cfg, 'h100-80gb', (8, 1024), 8192, 4 * 1024 * 1024, 15 * 10**12)\n"
-        "print(json.dumps([time.perf_counter() - t, p.evaluated, len(p.ranked),"
+        "print(json.dumps([p.evaluated, len(p.ranked),"
         " sorted({'torch', 'pandas', 'matplotlib'} & set(sys.modules))]))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
-    seconds, evaluated, fitting, heavy = json.loads(out)
+    # the timeout is a hang guard only: the speed (issue 11: < 2 s) is measured by benchmarks/bench_cli.py plan-70b
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=600).stdout
+    evaluated, fitting, heavy = json.loads(out)
     assert evaluated >= 1000 and fitting > 0 and heavy == []
-    assert (
-        seconds < 60
-    )  # a hang guard only: the speed (issue 11: < 2 s) is measured by benchmarks/bench_cli.py plan-70b
 
 
 @pytest.mark.parametrize(

@@ -88,6 +88,7 @@ DP = {
 }
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("setup", SETUPS, ids=lambda s: s.label)
 @pytest.mark.parametrize("name", DP)
 def test_data_parallel_and_fsdp_ranks_are_exact(name, setup):
@@ -95,6 +96,7 @@ def test_data_parallel_and_fsdp_ranks_are_exact(name, setup):
     assert m.step == rank_step(QWEN2_TINY, S, 1, setup, DP[name], mode="traced")[0]
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize(
     "lay", [ParallelLayout(tp=2), ParallelLayout(tp=2, sequence_parallel=True)], ids=["tp", "tp+sp"]
 )

@@ -89,6 +89,7 @@ def test_module_tree():
 
 
 # -- one full training step everywhere ----------------------------------------------------
+@pytest.mark.grid
 @pytest.mark.parametrize("setup", SETUPS, ids=lambda s: s.label)
 @pytest.mark.parametrize("device", ["meta", "cpu"])
 def test_every_setup_trains_one_step(setup, device):

@@ -58,6 +58,7 @@ def test_a_functional_collective_allocates_its_output_once():
     assert tracker.live_bytes("cpu") == 0 and tracker.peak[torch.device("cpu")] == 1_536
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("lay", [TP, SP], ids=["tp", "tp+sp"])
 @pytest.mark.parametrize("case", GRID, ids=lambda c: "+".join(map(str, c)))
 def test_tp_and_sp_step_is_exact(case, lay):
@@ -86,6 +87,7 @@ SP_GRID = [  # (model, S, precision, attention, checkpoint, batch)
 ]  # fmt: skip
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("lay", [SP, ParallelLayout(tp=2, sequence_parallel=True, vocab_parallel=True)],
                          ids=["tp+sp", "tp+sp+vp"])  # fmt: skip
 @pytest.mark.parametrize("case", SP_GRID, ids=lambda c: "+".join(map(str, c)))
@@ -123,6 +125,7 @@ VP_GRID = [  # (attention, checkpoint, precision)
 ]
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("lay", [VP, SPVP], ids=["tp+vp", "tp+sp+vp"])
 @pytest.mark.parametrize("case", VP_GRID, ids=lambda c: "+".join(c))
 def test_vocab_parallel_rank(case, lay):
@@ -176,7 +179,7 @@ def test_one_local_head_is_exact(case):
 LLAMA_LIKE = dict(num_layers=2, d_model=1024, num_heads=8, num_kv_heads=8, head_dim=128, d_ff=3584, vocab_size=8000)
 
 
-@pytest.mark.slow
+@pytest.mark.grid
 @pytest.mark.parametrize(
     "lay",
     [ParallelLayout(tp=4, sequence_parallel=True), ParallelLayout(dp=2, zero=3, tp=4, sequence_parallel=True)],
@@ -213,6 +216,7 @@ NARROW_GRID = [  # (precision, attention, checkpoint, batch)
 ]
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize(
     "lay", [ParallelLayout(tp=4), ParallelLayout(tp=4, vocab_parallel=True)], ids=["tp4", "tp4+vp"]
 )
@@ -230,19 +234,25 @@ def test_tp_all_reduces_where_they_set_the_peaks(case, lay):
     assert m.step == rank_step(NARROW, 64, batch, setup, lay, mode="traced")[0]
 
 
-@pytest.mark.parametrize(
-    "lay,cases",
-    [
+PLAIN_TP_GRID = [
+    (lay, case)
+    for lay, cases in [
         (ParallelLayout(tp=4), NARROW_GRID),
         (ParallelLayout(tp=4, sequence_parallel=True), NARROW_GRID[1::3]),
         (ParallelLayout(dp=2, zero=3, tp=4), NARROW_GRID[2::3]),
         (ParallelLayout(dp=2, zero=2, tp=4, sequence_parallel=True), NARROW_GRID[::3]),
         (ParallelLayout(tp=4, vocab_parallel=True), NARROW_GRID[1::2]),
         (ParallelLayout(dp=2, zero=3, tp=4, sequence_parallel=True, vocab_parallel=True), NARROW_GRID[::4]),
-    ],
-    ids=lambda x: x.label if isinstance(x, ParallelLayout) else f"{len(x)} cases",
+    ]
+    for case in cases
+]
+
+
+@pytest.mark.grid
+@pytest.mark.parametrize(
+    "lay,case", PLAIN_TP_GRID, ids=lambda x: x.label if isinstance(x, ParallelLayout) else "+".join(map(str, x))
 )
-def test_the_plain_tp_run_equals_the_cpu_allocator(lay, cases):
+def test_the_plain_tp_run_equals_the_cpu_allocator(lay, case):
     """What a GPU user gets is the plain run (no dispatch mode: autograd accumulates in place where a
     traced run copies, e.g. the all-reduced input gradients of q, k, v and w1, w3, contiguous and
     unshared).  The TP rank on real CPU tensors, with no mode at all, read from the CPU allocator's own
@@ -254,12 +264,12 @@ def test_the_plain_tp_run_equals_the_cpu_allocator(lay, cases):
     torch = pytest.importorskip("torch")
     from lm_accounting.measure.distributed import measure_rank_plain
 
+    precision, attention, checkpoint, batch = case
+    setup = TrainingSetup(attention=attention, checkpoint=checkpoint, precision=precision)
+    got = measure_rank_plain(NARROW, 64, batch, setup, lay)
     threads = torch.get_num_threads()
-    for precision, attention, checkpoint, batch in cases:
-        setup = TrainingSetup(attention=attention, checkpoint=checkpoint, precision=precision)
-        got = measure_rank_plain(NARROW, 64, batch, setup, lay)
-        want = rank_step(NARROW, 64, batch, setup, lay, mode="plain", device="cpu", cpu_threads=threads)[0]
-        assert got == want, (setup.label, batch)
+    want = rank_step(NARROW, 64, batch, setup, lay, mode="plain", device="cpu", cpu_threads=threads)[0]
+    assert got == want, (setup.label, batch)
 
 
 def test_the_plain_vocab_parallel_run_at_a_large_vocabulary():

@@ -18,7 +18,6 @@ transformers is a test-only dependency (the ``dev`` extra); lm_accounting never 
 """
 
 import re
-import time
 from collections import defaultdict
 
 import pytest
@@ -735,8 +734,8 @@ def test_gpt2_beyond_its_positions_is_refused_both_ways(meta_masks):
 
 
 def test_reading_a_config_imports_no_torch(tmp_path):
-    """The analytic answer for a config.json, in a fresh process: no torch, no transformers, well under 0.2 s
-    of our own work (the interpreter start-up is measured apart)."""
+    """The analytic answer for a config.json, in a fresh process: no torch, no transformers (the time it
+    takes is measured in benchmarks/, not asserted)."""
     import json
     import subprocess
     import sys
@@ -745,14 +744,10 @@ def test_reading_a_config_imports_no_torch(tmp_path):
     path.parent.mkdir()
     path.write_text(json.dumps(CONFIGS["llama-3.1-8b"][0]))
     code = (
-        "import sys, time; t = time.perf_counter()\n"
+        "import sys\n"
         "from lm_accounting import load_config, account\n"
         f"a = account(load_config({str(path)!r}), seq=8192)\n"
-        "dt = time.perf_counter() - t\n"
-        "print(a.params.total, a.config.name, 'torch' in sys.modules, 'transformers' in sys.modules, dt)\n"
+        "print(a.params.total, a.config.name, 'torch' in sys.modules, 'transformers' in sys.modules)\n"
     )
-    start = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert time.perf_counter() - start < 10
-    assert out[:4] == ["8030261248", "Llama-3.1-8B", "False", "False"]
-    assert float(out[4]) < 10  # a hang guard only: speed is measured in benchmarks/, not asserted
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=600)
+    assert run.stdout.split() == ["8030261248", "Llama-3.1-8B", "False", "False"]
