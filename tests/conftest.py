@@ -15,8 +15,8 @@ Markers (declared in pyproject.toml, --strict-markers):
   a git checkout), or ``LM_GRID_SEED`` when set.  The seed and the sample size are printed after
   collection, so a failing sample can be rerun.  ``--grid=all`` runs every case.  A test without the
   marker is never sampled away, and a grid case is also ``slow``.
-* ``slow``: a test that takes more than ~1 CPU-second (live runs of the larger presets, report
-  regeneration, plots, fresh interpreters).  The quick loop skips them.
+* ``slow``: a test (or a parametrized function, all its cases together) over ~0.7 CPU-second: live
+  runs, report regeneration, plots, fresh interpreters.  The quick loop skips them.
 * ``cuda``: needs a CUDA GPU; each such test also carries ``skipif(not torch.cuda.is_available())``, so
   it skips cleanly on a CPU-only machine and runs for real on a GPU.  ``python -m pytest -m cuda`` runs
   just those.

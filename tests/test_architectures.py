@@ -257,6 +257,7 @@ def test_whole_projection_qk_norm_and_sandwich_norm_parameters_by_hand():
 
 
 # -- the live model ---------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_crosscheck_is_exact_for_every_variant_on_meta(variant):
     cc = crosscheck(tiny(variant), 64, 2, backward=True)

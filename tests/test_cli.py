@@ -316,6 +316,7 @@ def test_plan_takes_tokens_as_1e12(run_cli):
     assert "1,000,000,000,000 tokens" in r.out
 
 
+@pytest.mark.slow
 def test_plan_and_sweep_take_the_model_overrides(run_cli, tmp_path):
     """README promises --set and the shape flags on every command that takes a model: plan and sweep
     lacked them.  The override reaches the numbers: plan names the modified model and answers

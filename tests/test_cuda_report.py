@@ -9,6 +9,8 @@ import importlib.util
 import shutil
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 MEASURED = ROOT / "reports" / "cuda"
 # fp32 fused attention on CUDA (the memory-efficient kernel): its backward's workspace is sized by the
@@ -39,6 +41,7 @@ def unequal(rows: list[dict]) -> set[tuple[str, str, str]]:
     return out
 
 
+@pytest.mark.slow
 def test_every_measured_figure_equals_this_codes_prediction(tmp_path):
     cv = validation()
     shutil.copytree(MEASURED, tmp_path / "cuda")

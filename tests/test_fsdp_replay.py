@@ -178,6 +178,7 @@ def test_a_large_vocabulary_sets_the_backward_peak(lay, precision):
     assert measure_rank(cfg, 32, 1, setup, lay).step == rank_step(cfg, 32, 1, setup, lay, mode="traced")[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "lay", [ParallelLayout(dp=8, zero=3), ParallelLayout(dp=16, zero=2), ParallelLayout(dp=64, zero=3)], ids=str
 )
@@ -275,6 +276,7 @@ def test_the_plain_cpu_run_holds_a_cast_temporary_in_the_copy_in():
     assert want.backward.peak - traced.backward.peak >= 5000 * 24 * 2 - 1000
 
 
+@pytest.mark.slow
 def test_memory_measures_the_plain_fsdp2_run_with_the_cpu_allocator(run_cli):
     import json
 

@@ -267,6 +267,7 @@ def test_tensors_beyond_torch_storage_limit_are_refused():
         torch.empty(2, 1, S, S, device="meta")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, needle",
     [
@@ -311,6 +312,7 @@ def test_cuda_without_a_gpu(run_cli):
         check_live_run(load_config("gpt2-small"), 1024, 1, "cuda", "x")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, needle",
     [
@@ -331,6 +333,7 @@ def test_walked_sizes_are_bounded(args, needle):
     assert rss < 5e8
 
 
+@pytest.mark.slow
 def test_the_bounds_themselves_answer_fast():
     """At the bounds, an answer: 10,000 layers with TP, and 2^20 GPUs of ZeRO-1 (measured 0.5 s each)."""
     for args in (

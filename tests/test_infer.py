@@ -215,6 +215,7 @@ def test_tiny_config_records_and_frame():
         infer(cfg, 8, 4, 2, semantics="dynamic")
 
 
+@pytest.mark.slow
 def test_over_budget_is_an_answer_and_meta_measures_it(run_cli):
     """A query that does not fit the budget is an answer (exit 0, the whole analysis, "OVER BUDGET" and
     what fits), not bad input; a meta run allocates nothing, so it is measured too.  gpt2-small has

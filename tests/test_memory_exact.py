@@ -43,6 +43,7 @@ def test_replay_equals_tracker_byte_for_byte(variant, dtype, optimizer):
         assert_same(measured, predict_training_step(cfg, seq, batch, dtype, optimizer, mode="traced"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_saved_breakdown_is_what_forward_leaves_alive(variant, dtype):

@@ -37,6 +37,7 @@ def assert_measured_equals(measured, step):
         assert measured[name] == step[name], name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "setup",
     [

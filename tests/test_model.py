@@ -416,6 +416,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_big_presets_build_on_meta_cheaply():
     """Fresh interpreter, so nothing earlier in the session has warmed torch up."""
     proc = subprocess.run(

@@ -133,6 +133,7 @@ def test_balanced_routing_sends_every_token_to_k_distinct_experts(seq):
     assert per_expert == [q + 1] * r + [q] * (E - r)  # balanced: ⌈T·k/E⌉ or ⌊T·k/E⌋ each
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cfg", [MOE, DEEPSEEK, MLA_ONLY], ids=lambda c: c.name)
 @pytest.mark.parametrize("device", ["meta", "cpu"])
 def test_crosscheck_is_exact(cfg, device):
@@ -143,6 +144,7 @@ def test_crosscheck_is_exact(cfg, device):
     assert cc.flop_counter.total == forward_flops(cfg.with_context(37), 37, 2).total
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "setup",
     [TrainingSetup(checkpoint="full"), TrainingSetup(attention="sdpa", checkpoint="full", precision="amp-bf16")],
@@ -237,6 +239,7 @@ def test_memory_of_a_mixture_of_experts_is_its_exact_model_states(run_cli):
     assert refused.code == 2 and "does not model latent attention (MLA)" in refused.err
 
 
+@pytest.mark.slow
 def test_a_sweep_over_a_mixture_of_experts_fills_the_step_columns(tmp_path):
     from lm_accounting.sweep import sweep
     from lm_accounting.views.sweep import write_sweep

@@ -100,6 +100,7 @@ def test_supported_setup_grid_equals_the_tracker(variant, setup):
         check_traced(cfg_of(variant), *shape, setup)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("optimizer", ["for-loop", "foreach"])
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "amp-bf16"])
 def test_other_adamw_equals_the_tracker(precision, optimizer):

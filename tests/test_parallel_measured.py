@@ -109,6 +109,7 @@ def test_vocab_parallel_adamw_clones_its_embedding_rows():
     assert rank_step(BIG_VOCAB, S, 1, setup, lay, mode="traced")[0].optimizer_step == got.optimizer_step
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("optimizer", ["foreach", "for-loop", "fused"])
 @pytest.mark.parametrize("name", ["tp+sp", "tp+vp"])
 def test_qk_norms_stay_plain_tensors(name, optimizer):
@@ -148,6 +149,7 @@ def test_collectives_equal_the_recorded_and_comm_debug_mode(name, setup):
     assert sum(m.comm_debug_counts.values()) == sum(c.count for c in want if c.kind != "send_recv")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("setup", SETUPS, ids=lambda s: s.label)
 def test_tp_rank_counts_local_matmul_flops(setup):
     """FlopCounterMode mixes DTensor global shapes with local ones; LocalFlops counts local ops only.
@@ -158,6 +160,7 @@ def test_tp_rank_counts_local_matmul_flops(setup):
     assert m.local_flops < step_flops(TINY, S, 1, setup).hardware
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["zero2", "zero3"])
 def test_fake_tensors_measure_what_real_tensors_do_under_fsdp2(name):
     """The FakeTensor run (any size, no data) sees the same bytes, collectives and FLOPs as the real one."""
@@ -186,6 +189,7 @@ def test_ddp_first_step_has_one_bucket_whatever_the_size():
     assert steady == (2, 27_026_432)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "lay",
     [
@@ -217,6 +221,7 @@ def test_world_sizes_up_to_64(lay):
             assert m.step == pred
 
 
+@pytest.mark.slow
 def test_cli_measures_the_worst_rank(run_cli):
     """``memory --dp 4 --zero 1 --measure meta``: the rank measured is the one predicted (the ZeRO-1
     rank owning the most AdamW state), and the JSON carries both."""

@@ -78,6 +78,7 @@ def test_uneven_stages_beside_data_parallel(stage, zero, precision):
     assert _figures(stage_step(T5, S, 1, setup, lay, stage, mode="traced")[0]) == _figures(got.step)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("zero,m,stage", [(2, 4, 0), (2, 8, 1), (3, 4, 0), (3, 4, 3), (3, 8, 1), (3, 8, 2)])
 def test_collectives_follow_the_schedule(zero, m, stage):
     """Rule 9 against the job's collectives.  By hand: stage s of pp 4 holds one block, plus its root on
@@ -117,6 +118,7 @@ def test_amp_residual_stream_crosses_stages_in_bf16():
     assert totals(step_collectives(TINY4, S, 1, setup, lay, stage=0))["send_recv"] == got
 
 
+@pytest.mark.slow
 def test_cli_measures_the_stage_of_a_global_rank(run_cli):
     """``memory --pp 2 --dp 2 --zero 3 --rank 3 --measure meta``: global rank 3 is on stage 3 // 2 = 1
     (stages outermost in the (pp, dp) mesh); its measured phases equal the prediction, marked exact."""
@@ -134,6 +136,7 @@ def test_cli_measures_the_stage_of_a_global_rank(run_cli):
     assert d["measured"]["collectives"]["all_gather"]["count"] == 6
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stage", range(3))
 @pytest.mark.parametrize(
     "setup,lay",
@@ -158,6 +161,7 @@ def test_stage_flops_equal_the_jobs(stage, setup, lay):
     assert whole == lay.micro_batches * step_flops(T5, S, B, setup).hardware
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stage", [0, 1])
 @pytest.mark.parametrize(
     "lay,setup",

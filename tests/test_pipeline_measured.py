@@ -97,6 +97,7 @@ T5 = ModelConfig(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stage", range(3))
 @pytest.mark.parametrize(
     "setup", [TrainingSetup(), TrainingSetup(precision="amp-bf16", checkpoint="selective", attention="sdpa")]
@@ -130,6 +131,7 @@ def test_stage_is_measured_where_the_fake_group_runs_it():
     assert stage_replayed(TINY4, TrainingSetup(), ParallelLayout(tp=2, vocab_parallel=True, pp=2, micro_batches=2))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra", [[], ["--rank", "1"]], ids=["worst", "rank1"])
 def test_cli_measures_the_predicted_stage(run_cli, extra):
     """``memory --pp 2 --measure meta``: torch's Schedule1F1B runs the stage the output predicts (the
@@ -154,6 +156,7 @@ def test_cli_measures_the_predicted_stage(run_cli, extra):
     assert d["measured"]["gradients"] == per_gpu["gradients"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stage", [0, 1, 3])
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "amp-bf16"])
 def test_point_to_point_bytes_equal_the_schedules(stage, precision):

@@ -101,6 +101,7 @@ def test_sequence_parallel_stages_pass_their_positions_share():
     assert got == (8, 8 * (S // 2) * TINY4.d_model * 4)
 
 
+@pytest.mark.slow
 def test_vocab_parallel_stages_add_its_collectives():
     """Rule 7 beside pipeline parallel, by hand, from the measured jobs with and without vocab parallel
     (pp 2, m = 4 micro-batches of T = 16 positions, d = 24, fp32, TP 2): stage 0 adds the row-wise
@@ -149,6 +150,7 @@ def test_stage_zero_adamw_clones_the_vocab_parallel_embedding_rows():
     assert stage_step(BIG_VOCAB, S, 1, TrainingSetup(), lay, 0, mode="traced")[0].optimizer_step == got.optimizer_step
 
 
+@pytest.mark.slow
 def test_cli_measures_a_tensor_parallel_stage(run_cli):
     """``memory --pp 2 --tp 2 --sp --measure meta --rank 2``: global rank 2 is stage 2 // 2 = 1 (the mesh
     is (pp, tp)); measured equals predicted, marked exact."""

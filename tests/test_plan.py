@@ -151,6 +151,7 @@ def test_plan_says_which_peaks_are_exact():
     }
 
 
+@pytest.mark.slow
 def test_floors_are_lower_bounds_that_change_nothing(monkeypatch):
     """The planner skips the replay of a layout whose floor (``stage_floor``, ``rank_floor``) already
     exceeds the GPU.  Each floor is at most the replayed peak, on every candidate (pipeline stages
@@ -185,6 +186,7 @@ def test_floors_are_lower_bounds_that_change_nothing(monkeypatch):
     ]
 
 
+@pytest.mark.slow
 def test_the_best_found_first_are_the_best_of_all():
     """``plan`` ranks every candidate by its step time first and checks them against the GPU in that
     order until ``top`` fit: its answer is the first ``top`` of the ranking of every fitting candidate

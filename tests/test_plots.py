@@ -290,6 +290,7 @@ def test_model_comparison(frame, tmp_path):
         plots.plot_model_comparison(frame, tmp_path / "bad", context=1000)
 
 
+@pytest.mark.slow
 def test_model_comparison_labels_fit_their_segments(tmp_path):
     # gpt2-xl at 1k: the LM head is 3.6% (too narrow for its label); at 128 the attention matmuls are 1%
     xl = sweep_frame(models=("gpt2-xl",), contexts=(128, 1024), measured_at=())
@@ -349,6 +350,7 @@ def test_output_is_byte_reproducible(frame, tmp_path):
     assert [p.read_bytes() for p in first] == [p.read_bytes() for p in second]
 
 
+@pytest.mark.slow
 def test_plot_all(tmp_path):
     tiny = sweep_frame(models=("gpt2-small",), contexts=(512, 2048), measured_at=(512,))
     paths = plots.plot_all(tiny, tmp_path / "out")  # context 1024 is not swept: the nearest one is used
@@ -365,6 +367,7 @@ def test_plot_all(tmp_path):
     assert all(p.stat().st_size > 20_000 for p in paths)
 
 
+@pytest.mark.slow
 def test_plot_all_skips_predicted_vs_measured_when_nothing_was_measured(tmp_path, run_cli):
     """Nothing measured: no predicted-vs-measured figure (it was written empty and listed), in plot_all
     and in what `sweep` says it wrote."""
@@ -423,6 +426,7 @@ def bf16_frame():
     return sweep([load_config("gpt2-small")], (256, 1024), setup=setup).to_frame()
 
 
+@pytest.mark.slow
 def test_every_sweep_figure_names_its_setup(bf16_frame, tmp_path):
     """Each sweep figure's title names the precision, attention, checkpointing and optimizer of the sweep
     (the FLOPs figures add that forward matmul FLOPs do not depend on them); none says the default's fp32."""

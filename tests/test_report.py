@@ -50,6 +50,7 @@ def test_committed_tables_match_regenerated(regenerated):
     assert committed == generated  # nothing left over from an older layout
 
 
+@pytest.mark.slow
 def test_a_report_carries_the_gpu_validation_over(tmp_path):
     """reports/cuda/ is written by benchmarks/cuda_validation.py on a GPU: `lm-account report` (here
     without live runs and plots) keeps it byte for byte and refuses nothing because of it."""

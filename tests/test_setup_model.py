@@ -129,6 +129,7 @@ SDPA_VS_NAIVE = {"fp32": 1e-5, "bf16": 5e-2, "amp-bf16": 2e-2}
 """Relative error allowed between fused and naive attention: rounding only (bf16: 8-bit mantissa)."""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cfg", [TINY, TINY_GQA], ids=lambda c: c.name)
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_numbers_match_the_course_model(cfg, precision):

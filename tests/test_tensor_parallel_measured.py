@@ -163,6 +163,7 @@ def test_vocab_parallel_head_saves_the_log_softmax_not_the_course_tensors():
     assert vocab_parallel_head_saved(TINY, S, 1, TrainingSetup(), 2) == 3_264 + 8
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "case", [("none", "fp32"), ("none", "amp-bf16"), ("full", "bf16"), ("selective", "bf16")], ids="+".join
 )
@@ -272,6 +273,7 @@ def test_the_plain_tp_run_equals_the_cpu_allocator(lay, case):
     assert got == want, (setup.label, batch)
 
 
+@pytest.mark.slow
 def test_the_plain_vocab_parallel_run_at_a_large_vocabulary():
     """Vocab parallel's own tensors set the peaks at 2,000 rows (500 a rank): the plain run equals the CPU
     allocator in fp32 and amp-bf16, alone and under FSDP2."""

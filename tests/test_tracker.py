@@ -151,6 +151,7 @@ def test_preexisting_tensors_only_counted_when_registered():
     assert tr.live_bytes("cpu") == 0
 
 
+@pytest.mark.slow
 def test_storage_python_object_is_preserved():
     """Dropping every Python reference to a storage object must not count as a free."""
     tr = StorageTracker()
@@ -262,6 +263,7 @@ def test_mlp_optimizer_variants_by_hand():
         measure_training_step(*tiny_mlp("meta"), F.cross_entropy, optimizer_kwargs={"fused": True})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("grad", [False, True])
 def test_measure_forward_by_hand(grad):
     model, x, _ = tiny_mlp("meta")

@@ -617,6 +617,7 @@ def hf_parameters_by_component(model, model_type: str) -> dict[tuple[str, ...], 
 
 
 # -- parameters ---------------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CONFIGS)
 def test_parameters_equal_transformers(name):
     values, published = CONFIGS[name]
@@ -717,6 +718,7 @@ def compare_flops(name: str, seq: int) -> None:
     assert fwd["layers.*.attn.qk"].total == cfg.num_layers * 2 * cfg.num_heads * seq * seq * cfg.d_head
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CONFIGS)
 @pytest.mark.parametrize("seq", [1024, 4096])
 def test_forward_flops_equal_transformers(name, seq, meta_masks):

@@ -120,6 +120,7 @@ def complete(shell_var: str, words: str, cword: str) -> str:
     return proc.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
 def test_shell_completion_scripts_and_answers(shell):
     script = complete(f"{shell}_source", "", "")
