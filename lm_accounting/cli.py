@@ -402,6 +402,14 @@ def budget_option(func: Callable[..., Any]) -> Callable[..., Any]:
     )(func)
 
 
+def allow_long_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--allow-long",
+        is_flag=True,
+        help="Run live work estimated past 15 minutes (measure.devices.MAX_LIVE_SECONDS); refused otherwise.",
+    )(func)
+
+
 def emit(result: Any, fmt: str) -> None:
     """Render ``result`` on stdout; a terminal table is fitted to the terminal's width."""
     from .views import render
@@ -455,9 +463,17 @@ def presets_cmd(fmt: str) -> None:
     help="Where to build the live model (meta holds no memory).",
 )
 @click.option("--backward", is_flag=True, help="Also count forward+backward with FlopCounterMode.")
+@allow_long_option
 @setup_options
 def crosscheck_cmd(
-    cfg: ModelConfig, context: int | None, batch: int, fmt: str, device: str, backward: bool, setup: Any
+    cfg: ModelConfig,
+    context: int | None,
+    batch: int,
+    fmt: str,
+    device: str,
+    backward: bool,
+    allow_long: bool,
+    setup: Any,
 ) -> int:
     """Build the live model and prove the analytic FLOPs and parameters with fvcore and FlopCounterMode.
 
@@ -465,7 +481,10 @@ def crosscheck_cmd(
     """
     from .commands import crosscheck
 
-    cc = crosscheck.run(crosscheck.Request(cfg, context, batch, device=device, backward=backward, setup=setup))
+    request = crosscheck.Request(
+        cfg, context, batch, device=device, backward=backward, setup=setup, allow_long=allow_long
+    )
+    cc = crosscheck.run(request)
     emit(cc, fmt)
     return 1 if cc.mismatches() else 0
 
@@ -496,6 +515,7 @@ def crosscheck_cmd(
     "allocator (--measure cpu only): the CPU allocator's own events, no dispatch mode (the plain run). "
     "--measure cuda reads the caching allocator.",
 )
+@allow_long_option
 @setup_options
 @layout_options
 def memory_cmd(
@@ -510,6 +530,7 @@ def memory_cmd(
     budget: int | None,
     measure: str,
     measure_method: str | None,
+    allow_long: bool,
     setup: Any,
     layout: Any = None,
     rank: int | None = None,
@@ -522,7 +543,7 @@ def memory_cmd(
 
     request = memory.Request(
         cfg, context, batch, with_dtype(setup, dtype), layout, gpu=gpu_name, allowance=allowance, budget=budget,
-        rank=rank, measure=measure, measure_method=measure_method,
+        rank=rank, measure=measure, measure_method=measure_method, allow_long=allow_long,
     )  # fmt: skip
     emit(memory.measure(request, memory.run(request)), fmt)
 
@@ -628,7 +649,7 @@ def train_time_cmd(
 @budget_option
 @click.option("--crosscheck", is_flag=True, help="Count every point's FLOPs on the live model (meta) too.")
 @click.option("--measure-memory", type=click.Choice(DEVICES), help="Measure every point's training step.")
-@click.option("--allow-long", is_flag=True, help="Run live sweeps estimated to take longer than the default bound.")
+@allow_long_option
 @click.option(
     "--out",
     type=click.Path(file_okay=False),
@@ -708,11 +729,7 @@ def sweep_cmd(
     show_default=True,
     help="Also run the live model with a static KV cache and compare FLOPs, cache bytes and memory.",
 )
-@click.option(
-    "--allow-long",
-    is_flag=True,
-    help="Run a --measure estimated past 15 minutes (measure.devices.MAX_LIVE_SECONDS); the estimate is printed first.",
-)
+@allow_long_option
 def infer_cmd(
     cfg: ModelConfig,
     context: int | None,

@@ -235,3 +235,26 @@ def test_the_cli_shows_the_rule_and_its_figures(run_cli):
     }
     r = run_cli("plan", "gpt2-small", "--tokens", "1e9", "--gpus", "8", "--top", "1")
     assert r.code == 0 and "budget 81.944 GB" in r.out and "within the CUDA total" in r.out
+
+
+TINY_ARGS = ("gpt2-small", "--layers", "1", "--d-model", "64", "--heads", "4", "--d-ff", "128", "-S", "32")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("memory", *TINY_ARGS, "--measure", "meta"),
+        ("memory", *TINY_ARGS, "--dp", "2", "--zero", "3", "--measure", "meta"),
+        ("crosscheck", *TINY_ARGS),
+    ],
+)
+def test_allow_long_lifts_the_time_bound_of_every_live_command(run_cli, monkeypatch, args):
+    """With the bound at 0 s every live run is 'too long': refused in one line without --allow-long (before
+    anything is built), run to the end with it."""
+    from lm_accounting.measure import devices
+
+    monkeypatch.setattr(devices, "MAX_LIVE_SECONDS", 0)
+    refused = run_cli(*args)
+    assert refused.code == 2 and "would take about" in refused.err and "--allow-long" in refused.err
+    assert run_cli(*args, "--allow-long").code == 0
+    assert not devices.LONG_RUNS.get()  # the permission ends with the command

@@ -20,6 +20,7 @@ class Request:
     device: str = "meta"
     backward: bool = False
     setup: TrainingSetup = field(default_factory=TrainingSetup)
+    allow_long: bool = False  # a run estimated past measure.devices.MAX_LIVE_SECONDS
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
@@ -30,6 +31,8 @@ class Request:
 def run(request: Request) -> Any:
     """The ``CrossCheck`` (its ``mismatches()`` name any component whose count differs)."""
     from ..measure.crosscheck import crosscheck
+    from ..measure.devices import long_runs_allowed
 
     r = request
-    return crosscheck(r.config, r.context, r.batch, device=r.device, backward=r.backward, setup=r.setup)
+    with long_runs_allowed(r.allow_long):
+        return crosscheck(r.config, r.context, r.batch, device=r.device, backward=r.backward, setup=r.setup)

@@ -35,6 +35,7 @@ class Request:
     rank: int | None = None  # a layout's global rank to predict and measure (default: the worst)
     measure: str = "none"  # none, meta, cpu or cuda
     measure_method: str | None = None  # tracker or allocator (default: tracker; cuda: the caching allocator)
+    allow_long: bool = False  # a measurement estimated past measure.devices.MAX_LIVE_SECONDS
     run_config: ModelConfig = field(init=False, repr=False)  # the config at the context
     budget_basis: MemoryBudget = field(init=False, repr=False)
     method: str | None = field(init=False, repr=False)  # MemoryAccount's measurement method, None: none
@@ -118,11 +119,20 @@ def measured_rank(request: Request, result: ParallelMemory) -> int:
 
 
 def measure(request: Request, result: Any) -> Any:
-    """``result`` with one live training step measured as ``request.measure`` and ``measure_method`` say."""
+    """``result`` with one live training step measured as ``request.measure`` and ``measure_method`` say
+    (refused before anything is built if it cannot fit or, without ``allow_long``, would run too long)."""
+    if request.method is None:
+        return result
+    from ..measure.devices import long_runs_allowed
+
+    with long_runs_allowed(request.allow_long):
+        return measured(request, result)
+
+
+def measured(request: Request, result: Any) -> Any:
+    """``measure``'s work: the live step of one GPU, or of the layout's rank or stage."""
     r, cfg = request, request.run_config
     seq = cfg.context_length
-    if r.method is None:
-        return result
     if r.layout is None:
         from ..measure.memory import measure_step
 

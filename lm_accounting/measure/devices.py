@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
+
 from ..config import AccountingError, ModelConfig
 from ..units import fmt_bytes
 
@@ -339,13 +343,27 @@ def check_host_layers(what: str, layers: int, per_layer: int, device: str) -> No
         )
 
 
+LONG_RUNS: contextvars.ContextVar[bool] = contextvars.ContextVar("lm_accounting_long_runs", default=False)
+"""Whether live runs estimated past ``MAX_LIVE_SECONDS`` may go ahead: set by ``long_runs_allowed``."""
+
+
+@contextlib.contextmanager
+def long_runs_allowed(allowed: bool = True) -> Iterator[None]:
+    """Within the block, every ``check_live_run`` lets a run past the time bound go ahead (a command's
+    ``--allow-long``: its measurement may build several runs, each checked where it is built)."""
+    token = LONG_RUNS.set(allowed)
+    try:
+        yield
+    finally:
+        LONG_RUNS.reset(token)
+
+
 def check_live_seconds(what: str, seconds: float, allow_long: bool, advice: str) -> None:
-    """Refuse a live run estimated past ``MAX_LIVE_SECONDS`` unless ``allow_long``."""
-    if seconds > MAX_LIVE_SECONDS and not allow_long:
+    """Refuse a live run estimated past ``MAX_LIVE_SECONDS`` unless ``allow_long`` (or ``long_runs_allowed``)."""
+    if seconds > MAX_LIVE_SECONDS and not (allow_long or LONG_RUNS.get()):
         raise AccountingError(
             f"{what} would take about {fmt_seconds(seconds)} (estimated); the limit is "
-            f"{fmt_seconds(MAX_LIVE_SECONDS)} (allow_long=True, --allow-long where the command has it, lifts "
-            f"it); {advice}"
+            f"{fmt_seconds(MAX_LIVE_SECONDS)} (--allow-long lifts it); {advice}"
         )
 
 
