@@ -140,7 +140,7 @@ def test_plan_refusals(tmp_path):
     refused(lambda: plan.Request(cfg, 10**12, global_batch_tokens=1000), "whole number")
     refused(lambda: plan.Request(load_config("deepseek-v3"), 10**12), "does not model")
     refused(lambda: plan.Request(cfg, 10**12, gpus=(8, 4)), "LOW <= HIGH")
-    refused(lambda: plan.Request(cfg, 10**12, plot_stem="x" * 300), "over 255 bytes")
+    refused(lambda: plan.Request(cfg, 10**12, plot_stem="x" * 300), "over the file system's 255-byte limit")
     afile = tmp_path / "afile"
     afile.write_text("")
     refused(lambda: plan.Request(cfg, 10**12, plot_stem=str(afile / "memory")), "not a directory")
