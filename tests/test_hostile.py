@@ -578,6 +578,6 @@ def test_numbers_and_paths_get_the_right_reason(run_cli, args, needle):
 
 def test_a_plot_under_a_file_is_refused_before_the_plan(tmp_path):
     (tmp_path / "afile").write_text("mine")
-    code, err, _, _ = cli("plan", "llama-3-8b", "--tokens", "1e12", "--plot", tmp_path / "afile" / "sub")
+    code, err, _ = cli("plan", "llama-3-8b", "--tokens", "1e12", "--plot", tmp_path / "afile" / "sub")
     one_line_error(code, err, "exists and is not a directory")
     assert (tmp_path / "afile").read_text() == "mine"
