@@ -69,7 +69,7 @@ def grid_seed(rootpath) -> str:
 
 def pytest_configure(config):
     config.grid_seed = grid_seed(config.rootpath)
-    config.grid_counts = (0, 0)  # (kept, of)
+    config.grid_total = config.grid_run = 0  # grid cases collected; run after the sample, -m and -k
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m and -k: the sample is the same whatever they select
@@ -79,8 +79,8 @@ def pytest_collection_modifyitems(config, items):
         if item.get_closest_marker("grid"):
             item.add_marker(pytest.mark.slow)
             groups[item.nodeid.split("[")[0]].append(item)
+    config.grid_total = sum(map(len, groups.values()))
     if config.getoption("grid") == "all":
-        config.grid_counts = (sum(map(len, groups.values())),) * 2
         return
     k = max(1, config.getoption("grid_cases"))
     dropped = []
@@ -88,8 +88,6 @@ def pytest_collection_modifyitems(config, items):
         cases = sorted(cases, key=lambda i: i.nodeid)
         keep = random.Random(f"{config.grid_seed}:{key}").sample(cases, min(k, len(cases)))
         dropped += [c for c in cases if c not in keep]
-    total = sum(map(len, groups.values()))
-    config.grid_counts = (total - len(dropped), total)
     if dropped:
         gone = set(map(id, dropped))
         items[:] = [i for i in items if id(i) not in gone]
@@ -97,21 +95,22 @@ def pytest_collection_modifyitems(config, items):
 
 
 def grid_line(config) -> str:
-    kept, of = config.grid_counts
+    run = f"grid: {config.grid_run:,} of {config.grid_total:,} cases run"
     if config.getoption("grid") == "all":
-        return f"grid: all {of:,} cases"
+        return f"{run} (--grid=all)"
     return (
-        f"grid: {kept:,} of {of:,} cases ({config.getoption('grid_cases')} a function), "
-        f"seed {config.grid_seed} (rerun: LM_GRID_SEED={config.grid_seed}; every case: --grid=all)"
+        f"{run} (a sample of {config.getoption('grid_cases')} a grid function), seed {config.grid_seed} "
+        f"(rerun: LM_GRID_SEED={config.grid_seed}; every case: --grid=all)"
     )
 
 
-def pytest_report_collectionfinish(config):
-    return grid_line(config) if config.grid_counts[1] else []
+def pytest_report_collectionfinish(config, items):  # the header line of a -q run; items: after -m and -k
+    config.grid_run = sum(1 for item in items if item.get_closest_marker("grid"))
+    return grid_line(config) if config.grid_total else []
 
 
 def pytest_terminal_summary(terminalreporter, config):
-    if config.grid_counts[1] and (terminalreporter.stats.get("failed") or terminalreporter.stats.get("error")):
+    if config.grid_total and (terminalreporter.stats.get("failed") or terminalreporter.stats.get("error")):
         terminalreporter.write_line(grid_line(config))
 
 

@@ -62,12 +62,15 @@ def test_every_case_and_the_printed_seed(suite, monkeypatch):
     monkeypatch.setenv("LM_GRID_SEED", "s33d")
     out = suite.runpytest("--grid=all")
     out.assert_outcomes(passed=20 + 2 + 7 + 1)
-    out.stdout.fnmatch_lines(["grid: all 22 cases"])
+    out.stdout.fnmatch_lines(["grid: 22 of 22 cases run (--grid=all)"])
     out = suite.runpytest("--grid-cases=5")
     out.assert_outcomes(passed=5 + 2 + 7 + 1, deselected=15)
-    out.stdout.fnmatch_lines(["grid: 7 of 22 cases (5 a function), seed s33d (rerun: LM_GRID_SEED=s33d;*"])
+    out.stdout.fnmatch_lines(
+        ["grid: 7 of 22 cases run (a sample of 5 a grid function), seed s33d (rerun: LM_GRID_SEED=s33d;*"]
+    )
 
 
 def test_grid_cases_are_slow(suite):
     out = suite.runpytest("-m", "not slow")
     out.assert_outcomes(passed=7 + 1, deselected=22)
+    out.stdout.fnmatch_lines(["grid: 0 of 22 cases run *"])
