@@ -42,8 +42,8 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run(name: str, seed: str | None) -> tuple[float, float, str, str]:
-    """Wall seconds, CPU seconds, pytest's summary line and its grid line for one run."""
+def run(name: str, seed: str | None) -> tuple[float, float, list[str]]:
+    """Wall seconds, CPU seconds, and pytest's grid line, failures and summary line for one run."""
     env = dict(os.environ, **({"LM_GRID_SEED": seed} if seed else {}))
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *RUNS[name][0]]
     cpu, wall = children_cpu(), time.perf_counter()
@@ -51,8 +51,8 @@ def run(name: str, seed: str | None) -> tuple[float, float, str, str]:
     wall, cpu = time.perf_counter() - wall, children_cpu() - cpu
     lines = proc.stdout.splitlines()
     summary = next((line for line in reversed(lines) if re.search(r"\d+ (passed|failed|error)", line)), "?")
-    grid = next((line for line in lines if line.startswith("grid: ")), "")
-    return wall, cpu, summary.strip("= "), grid
+    said = [line for line in lines if line.startswith(("grid: ", "FAILED ", "ERROR "))]
+    return wall, cpu, [*dict.fromkeys(said), summary.strip("= ")]
 
 
 def main() -> None:
@@ -65,14 +65,13 @@ def main() -> None:
     print(machine())
     for name in args.runs:
         load = os.getloadavg()[0]
-        wall, cpu, summary, grid = run(name, args.seed)
+        wall, cpu, said = run(name, args.seed)
         command = " ".join(["python -m pytest -q", *(f'"{a}"' if " " in a else a for a in RUNS[name][0])])
         print(f"\n{name}: {command}")
         print(f"  {cpu:,.0f} CPU-seconds ({cpu / 60:.1f} min), {wall:,.0f} wall seconds ({wall / 60:.1f} min)")
         print(f"  load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
-        print(f"  {summary}")
-        if grid:
-            print(f"  {grid}")
+        for line in said:
+            print(f"  {line}")
         budget, unit = RUNS[name][1:]
         if name == "quick":
             print(f"  budget: <= {budget} {unit}: {'met' if cpu <= budget else 'MISSED'}")
