@@ -13,8 +13,10 @@ Markers (declared in pyproject.toml, --strict-markers):
   module).  The default run keeps a seeded sample of ``--grid-cases`` cases (3 unless told) of each
   grid function, drawn again for every commit: the seed is ``git rev-parse HEAD`` (a fixed default outside
   a git checkout), or ``LM_GRID_SEED`` when set.  The seed and the sample size are printed after
-  collection, so a failing sample can be rerun.  ``--grid=all`` runs every case.  A test without the
-  marker is never sampled away, and a grid case is also ``slow``.
+  collection, so a failing sample can be rerun.  ``--grid=all`` runs every case (the sample is drawn
+  before ``-m``/``-k``/node ids select, so a named case outside it needs ``--grid=all``).  A test without
+  the marker is never sampled away, and a grid case is also ``slow``.  Mark every new grid of live runs
+  ``grid``: the default run then grows by 3 cases, not by the grid.
 * ``slow``: a test (or a parametrized function, all its cases together) over ~0.7 CPU-second: live
   runs, report regeneration, plots, fresh interpreters.  The quick loop skips them.
 * ``cuda``: needs a CUDA GPU; each such test also carries ``skipif(not torch.cuda.is_available())``, so
