@@ -403,6 +403,7 @@ main()
 KILL = "os.kill(os.getpid(), signal.SIGINT); time.sleep(1)"
 
 
+@pytest.mark.slow  # two processes that import torch: about 3 CPU-seconds
 @pytest.mark.parametrize(
     "body",
     [KILL, f"try:\n                {KILL}\n            except BaseException:\n                pass"],
