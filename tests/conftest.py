@@ -101,7 +101,7 @@ def grid_line(config) -> str:
     if config.getoption("grid") == "all":
         return f"{run} (--grid=all)"
     return (
-        f"{run} (a sample of {config.getoption('grid_cases')} a grid function), seed {config.grid_seed} "
+        f"{run} (a sample of {config.getoption('grid_cases')} of each grid function), seed {config.grid_seed} "
         f"(rerun: LM_GRID_SEED={config.grid_seed}; every case: --grid=all)"
     )
 

@@ -66,7 +66,7 @@ def test_every_case_and_the_printed_seed(suite, monkeypatch):
     out = suite.runpytest("--grid-cases=5")
     out.assert_outcomes(passed=5 + 2 + 7 + 1, deselected=15)
     out.stdout.fnmatch_lines(
-        ["grid: 7 of 22 cases run (a sample of 5 a grid function), seed s33d (rerun: LM_GRID_SEED=s33d;*"]
+        ["grid: 7 of 22 cases run (a sample of 5 of each grid function), seed s33d (rerun: LM_GRID_SEED=s33d;*"]
     )
 
 
