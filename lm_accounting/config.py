@@ -142,6 +142,12 @@ class ModelConfig:
     qk_rope_head_dim: int | None = None
     v_head_dim: int | None = None
     name: str = "custom"
+    hf_model_type: str | None = dataclasses.field(default=None, compare=False)
+    """The Hugging Face ``model_type`` whose modeling code this config is (``llama``, ``qwen3_moe``,
+    ``gemma3_text`` for a Gemma 3 wrapper's text model), set by ``hf_config`` from a config.json and by the
+    presets of published models; None for the course presets.  It names which transformers class
+    ``--impl transformers`` builds (``hf_config.to_hf_dict``) and changes no parameter or FLOP figure:
+    provenance, like ``ignored_fields``, so it takes no part in equality."""
     ignored_fields: tuple[str, ...] = dataclasses.field(default=(), compare=False)
     """Fields of a Hugging Face config.json that were read and ignored because they change no count
     (dropout, soft-capping, rope scaling, token ids, ...): provenance, not shape (``hf_config``)."""
@@ -179,6 +185,12 @@ class ModelConfig:
                 continue
             if getattr(self, key) is not None:
                 check_positive_int(key, getattr(self, key), ConfigError)
+        if self.hf_model_type is not None and (
+            not isinstance(self.hf_model_type, str) or not re.fullmatch(r"[a-z][a-z0-9_]{0,63}", self.hf_model_type)
+        ):
+            raise ConfigError(
+                f"hf_model_type must be a Hugging Face model_type name, got {short_repr(self.hf_model_type)}"
+            )
         if not isinstance(self.ignored_fields, tuple) or not all(isinstance(f, str) for f in self.ignored_fields):
             raise ConfigError(f"ignored_fields must be a tuple of field names, got {short_repr(self.ignored_fields)}")
         self._check_architecture()
@@ -447,6 +459,7 @@ class ModelConfig:
             "scale_embeddings",
             *MOE_FIELDS,
             *MLA_FIELDS,
+            "hf_model_type",  # the twin is no published model's code
         )
         defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig) if f.name in arch}
         return dataclasses.replace(self, **defaults)
@@ -511,6 +524,7 @@ class ModelConfig:
         out["num_kv_heads"] = self.kv_heads
         out["head_dim"] = self.d_head
         out["ignored_fields"] = list(self.ignored_fields)
+        del out["hf_model_type"]  # provenance kept out of the pinned JSON key set (tests/snapshots/json_keys.json)
         return out
 
     def with_context(self, context_length: int) -> ModelConfig:
@@ -555,9 +569,11 @@ FIELD_TYPES: dict[str, type] = {
     "qk_rope_head_dim": int,
     "v_head_dim": int,
     "name": str,
+    "hf_model_type": str,
 }
 """Type of each ``ModelConfig`` field as written in TOML or ``--set`` (one entry per field;
-``ignored_fields`` is provenance from a config.json, not a key)."""
+``ignored_fields`` is provenance from a config.json, not a key; ``hf_model_type`` is a key, so a preset of a
+published model names its transformers class)."""
 
 ARCHITECTURE_CHOICES: dict[str, tuple[str, ...]] = {
     "norm": ("rmsnorm", "layernorm"),

@@ -701,7 +701,7 @@ def config_from_hf(data: Any, source: str = "config.json", name: str = "custom")
 
 def _read(f: _Fields) -> dict[str, Any]:
     """The ``ModelConfig`` fields of ``f``'s model type (``_refuse_unknown`` after reading)."""
-    fields = MAPPINGS[f.model_type](f)
+    fields = {**MAPPINGS[f.model_type](f), "hf_model_type": f.model_type}
     _refuse_unknown(f)
     return fields
 
@@ -771,3 +771,146 @@ def load_hf_config(path: str | os.PathLike) -> ModelConfig:
         raise ConfigError(f"{path}: not valid JSON: {str(err).splitlines()[0][:200]}") from None
     stem = path.stem if path.stem.lower() != "config" else (path.resolve().parent.name or "custom")
     return config_from_hf(data, str(path), file_label(path, stem))
+
+
+# -- the reverse map: a ModelConfig as the config.json transformers builds its model from ------------------
+def to_hf_dict(cfg: ModelConfig) -> dict[str, Any]:
+    """The config.json of ``cfg`` for transformers' class of ``cfg.hf_model_type``:
+    ``AutoConfig.for_model(**to_hf_dict(cfg))`` builds the model whose parameter count is ours
+    (tests/test_measure_hf.py builds every preset with a type and every config.json of
+    tests/test_transformers_truth.py on meta).  Every count-relevant field is written explicitly, so no class
+    default (Mistral's ``sliding_window`` 4,096, Qwen3's ``head_dim`` 128) fills in for ours.  A config without
+    a type, or with an option the type's class cannot express (a course preset, Llama with a q/k/v bias but no
+    output bias), is a one-line ``ConfigError``."""
+    model_type = cfg.hf_model_type
+    if model_type is None:
+        raise ConfigError(
+            f"{cfg.name} is not a Hugging Face model (no hf_model_type): transformers has no class for it"
+        )
+    if model_type not in WRITERS:
+        raise ConfigError(
+            f"{cfg.name}: hf_model_type '{model_type}' is not one lm-accounting writes "
+            f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})"
+        )
+    expected = config_from_hf({"model_type": model_type, **WRITERS[model_type](cfg)}, f"{cfg.name} ({model_type})")
+    ours, theirs = cfg.resolved(), expected.resolved()
+    differ = [k for k in ours if k not in ("name", "ignored_fields") and ours[k] != theirs[k]]
+    if differ:
+        raise ConfigError(
+            f"{cfg.name}: {differ[0]} = {short_repr(ours[differ[0]])} cannot be written as a "
+            f"{model_type} config.json (transformers' class builds {short_repr(theirs[differ[0]])})"
+        )
+    return {"model_type": model_type, **WRITERS[model_type](cfg)}
+
+
+def _write_common(cfg: ModelConfig, act: str = "hidden_act") -> dict[str, Any]:
+    return {
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model,
+        "num_hidden_layers": cfg.num_layers,
+        "num_attention_heads": cfg.num_heads,
+        "num_key_value_heads": cfg.kv_heads,
+        "head_dim": cfg.d_head,
+        "intermediate_size": cfg.d_ff,
+        "max_position_embeddings": cfg.context_length,
+        "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta},
+        "rms_norm_eps": cfg.norm_eps,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        act: {"swiglu": "silu", "geglu": "gelu_pytorch_tanh", "gelu": "gelu_new"}[cfg.mlp],
+    }
+
+
+def _write_window(cfg: ModelConfig, *, layer_types: bool) -> dict[str, Any]:
+    """``sliding_window`` (null: none), and for the classes that read it ``layer_types`` (the windowed layers)."""
+    out: dict[str, Any] = {"sliding_window": cfg.sliding_window}
+    if layer_types:
+        out["layer_types"] = [
+            "sliding_attention" if cfg.layer_windowed(i) else "full_attention" for i in range(cfg.num_layers)
+        ]
+    return out
+
+
+def _write_gpt2(cfg: ModelConfig) -> dict[str, Any]:
+    return {
+        "vocab_size": cfg.vocab_size,
+        "n_embd": cfg.d_model,
+        "n_layer": cfg.num_layers,
+        "n_head": cfg.num_heads,
+        "n_inner": cfg.d_ff,
+        "n_positions": cfg.position_rows,
+        "layer_norm_epsilon": cfg.norm_eps,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "activation_function": "gelu_new",
+    }
+
+
+def _write_llama(cfg: ModelConfig) -> dict[str, Any]:
+    return {**_write_common(cfg), "attention_bias": cfg.qkv_bias, "mlp_bias": cfg.mlp_bias}
+
+
+def _write_experts(cfg: ModelConfig, count: str) -> dict[str, Any]:
+    return {count: cfg.num_experts, "num_experts_per_tok": cfg.experts_per_token}
+
+
+def _write_qwen3(cfg: ModelConfig) -> dict[str, Any]:
+    return {**_write_common(cfg), "attention_bias": cfg.qkv_bias, "use_sliding_window": False}
+
+
+def _write_gemma(cfg: ModelConfig) -> dict[str, Any]:
+    return {
+        **_write_common(cfg, "hidden_activation"),
+        "attention_bias": cfg.qkv_bias,
+        **_write_window(cfg, layer_types=True),
+    }
+
+
+def _write_deepseek(cfg: ModelConfig) -> dict[str, Any]:
+    out = _write_common(cfg)
+    del out["head_dim"]  # DeepSeek's head_dim is the RoPE part, derived from qk_rope_head_dim
+    shared = cfg.shared_experts
+    if shared and cfg.shared_width % shared == 0:
+        shared_each = cfg.shared_width // shared
+        if shared_each != cfg.expert_width:  # DeepSeek's shared MLP is n_shared_experts experts wide
+            shared = 0  # not expressible: to_hf_dict's round trip names the field
+    return {
+        **out,
+        **_write_experts(cfg, "n_routed_experts"),
+        "moe_intermediate_size": cfg.expert_width,
+        "n_shared_experts": shared,
+        "first_k_dense_replace": cfg.dense_layers_first,
+        "kv_lora_rank": cfg.kv_lora_rank,
+        "q_lora_rank": cfg.q_lora_rank,
+        "qk_nope_head_dim": cfg.qk_nope_head_dim,
+        "qk_rope_head_dim": cfg.qk_rope_head_dim,
+        "v_head_dim": cfg.v_head_dim,
+        "attention_bias": False,
+    }
+
+
+WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
+    "gpt2": _write_gpt2,
+    "llama": _write_llama,
+    "mistral": lambda cfg: {**_write_common(cfg), **_write_window(cfg, layer_types=False)},
+    "mixtral": lambda cfg: {
+        **_write_common(cfg),
+        **_write_experts(cfg, "num_local_experts"),
+        **_write_window(cfg, layer_types=False),
+    },
+    "qwen2": lambda cfg: {**_write_common(cfg), "use_sliding_window": False},
+    "qwen3": _write_qwen3,
+    "qwen3_moe": lambda cfg: {
+        **_write_qwen3(cfg),
+        **_write_experts(cfg, "num_experts"),
+        "moe_intermediate_size": cfg.expert_width,
+        "decoder_sparse_step": cfg.moe_every,
+        "mlp_only_layers": [],
+    },
+    "gemma2": _write_gemma,
+    "gemma3_text": _write_gemma,
+    "phi3": lambda cfg: {**_write_common(cfg), **_write_window(cfg, layer_types=False)},
+    "olmo2": lambda cfg: {**_write_common(cfg), "attention_bias": cfg.qkv_bias},
+    "deepseek_v2": _write_deepseek,
+    "deepseek_v3": _write_deepseek,
+}
+"""Per model type, the config.json fields that fix every count (``to_hf_dict``)."""
+assert tuple(WRITERS) == SUPPORTED_MODEL_TYPES
