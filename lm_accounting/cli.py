@@ -35,6 +35,7 @@ from .config import (
     preset_names,
 )
 from .gpus import DEFAULT_ALLOWANCE, DEFAULT_GPU
+from .implementations import IMPLS, default_impl
 from .names import (
     ADAMW_IMPLS,
     CLI_TRAINING_DTYPES,
@@ -515,6 +516,14 @@ def crosscheck_cmd(
     "allocator (--measure cpu only): the CPU allocator's own events, no dispatch mode (the plain run). "
     "--measure cuda reads the caching allocator.",
 )
+@click.option(
+    "--impl",
+    type=click.Choice(IMPLS),
+    default=None,
+    help="The model code predicted: course (our TransformerLM), transformers (its modeling code, training mode) "
+    "or torchtitan.  Default: transformers for a config.json, course for a preset or a TOML file (and under a "
+    "parallel layout).",
+)
 @allow_long_option
 @setup_options
 @layout_options
@@ -532,6 +541,7 @@ def memory_cmd(
     measure_method: str | None,
     allow_long: bool,
     setup: Any,
+    impl: str | None,
     layout: Any = None,
     rank: int | None = None,
 ) -> None:
@@ -544,6 +554,7 @@ def memory_cmd(
     request = memory.Request(
         cfg, context, batch, with_dtype(setup, dtype), layout, gpu=gpu_name, allowance=allowance, budget=budget,
         rank=rank, measure=measure, measure_method=measure_method, allow_long=allow_long,
+        impl=impl or default_impl(click.get_current_context().params["preset_or_file"], layout is not None),
     )  # fmt: skip
     emit(memory.measure(request, memory.run(request)), fmt)
 

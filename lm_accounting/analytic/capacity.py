@@ -26,11 +26,12 @@ storage tracker), so these are exact too.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ..config import AccountingError, ModelConfig
-from ..phases import PHASES
+from ..phases import PHASES, StepMemory
 from ..setup import TrainingSetup
 from .replay import PeakEnvelope, moe_lines_in_batch, predict_training_step, replay_training_step
 
@@ -218,13 +219,17 @@ def max_context_that_fits(
     *,
     setup: TrainingSetup | None = None,
     mode: str = "plain",
+    predict: Callable[[ModelConfig, int], StepMemory] | None = None,
 ) -> int:
     """Largest context (tokens) whose training-step peak at ``batch`` fits ``budget`` (0 if none).
 
     The model is rebuilt at each context (its RoPE tables grow with it); the peak is not
-    linear in the context (S² attention terms), so this one is a search."""
+    linear in the context (S² attention terms), so this one is a search.  ``predict(cfg, seq)``: the
+    step at ``batch`` of another program (default: the replay's, ``predict_training_step``)."""
 
     def fits(seq: int) -> bool:
+        if predict is not None:
+            return predict(cfg.with_context(seq), seq).peak <= budget
         step = predict_training_step(
             cfg.with_context(seq), seq, batch, dtype, optimizer, device, setup=setup, mode=mode
         )

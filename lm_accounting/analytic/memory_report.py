@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 from ..breakdown import Breakdown
 from ..config import ModelConfig
 from ..gpus import MemoryBudget, as_budget
+from ..implementations import implementation_dict, program_label
 from ..phases import PHASE_LABELS, StepMemory
 from ..provenance import CUDA
 from ..result import Result
@@ -52,13 +53,24 @@ EXACT_ASSUMPTIONS = (
     "(no dispatch mode: equal to the CPU allocator's own events on cpu), step_traced: what the storage "
     "tracker sees (equal to it byte for byte); steady-state step, the AdamW state already exists"
 )
+
+
+def program_assumptions(m: MemoryAccount) -> str:
+    """``EXACT_ASSUMPTIONS`` for a step the op library predicts (``analytic/ops``)."""
+    return (
+        f"{program_label(m.config, m.impl, m.setup)}: its ops under the training setup, simulated tensor by tensor "
+        "with torch's autograd order (analytic/ops, torch 2.13); step: the plain run, step_traced: what the storage "
+        "tracker sees; steady-state step, the AdamW state already exists"
+    )
+
+
 MEASURE_METHODS = {"tracker": "traced", "allocator": "plain", "cuda": "plain"}
 """How a measurement was taken -> which prediction it compares with."""
 
 
 @dataclass(frozen=True)
 class MemoryAccount(Result):
-    SCHEMA: ClassVar[str] = "lm-accounting/memory/6"
+    SCHEMA: ClassVar[str] = "lm-accounting/memory/7"
 
     config: ModelConfig
     seq: int
@@ -92,6 +104,9 @@ class MemoryAccount(Result):
     measured: StepMemory | None = None
     measured_on: str | None = None
     measured_method: str | None = None  # tracker (traced), allocator (plain, cpu) or cuda (plain)
+    impl: str = "course"  # the model code predicted (``implementations``)
+    predicted_by: str | None = "replay"  # the step's source: "replay" (replay.py), "ops" (analytic/ops), None: none
+    unmodelled: tuple[str, ...] | None = None  # what the implementation's program lacks (None: the replay's list)
 
     @property
     def budget(self) -> int:
@@ -125,6 +140,8 @@ class MemoryAccount(Result):
         method = method or ("cuda" if device == "cuda" else "tracker")
         if method not in MEASURE_METHODS:
             raise ValueError(f"unknown measurement method {method!r} ({', '.join(MEASURE_METHODS)})")
+        if device != self.device and self.predicted_by == "ops":
+            raise ValueError(f"predict the {self.impl} program for {device} before attaching its measurement")
         base = (
             self
             if device == self.device
@@ -143,12 +160,16 @@ class MemoryAccount(Result):
     @property
     def not_modelled(self) -> list[str]:
         """The architecture options the step replay does not model under this setup (empty: the step is
-        predicted; ``replay.replay_unsupported``)."""
+        predicted; ``replay.replay_unsupported``, or the implementation program's own list)."""
+        if self.unmodelled is not None or self.predicted_by == "ops":
+            return list(self.unmodelled or ())
         return replay_unsupported(self.config, self.setup)
 
     @property
     def no_lines(self) -> str | None:
         """Why the peak is not given as lines in the batch (the step itself is exact), or None."""
+        if self.predicted_by != "replay":
+            return None
         missing = replay_unsupported(self.config, self.setup, self.seq)[len(self.not_modelled) :]
         return missing[0] if self.step is not None and missing else None
 
@@ -176,6 +197,10 @@ class MemoryAccount(Result):
                 "optimizer": setup.optimizer,
                 "label": setup.label,
             },
+            "implementation": {
+                **implementation_dict(self.config, self.impl, self.setup),
+                "predicted_by": self.predicted_by,
+            },
             "budget_bytes": self.budget,
             "budget_basis": self.budget_basis.to_dict(),
             "model_flops": self.flops.model if self.flops else None,
@@ -192,8 +217,8 @@ class MemoryAccount(Result):
             },
             "implementation_exact": {
                 "device": self.device,
-                "assumptions": EXACT_ASSUMPTIONS,
-                "validated": CUDA.to_dict("memory"),
+                "assumptions": EXACT_ASSUMPTIONS if self.predicted_by != "ops" else program_assumptions(self),
+                "validated": CUDA.to_dict("memory") if self.predicted_by == "replay" else None,
                 "model_states": self.states.to_dict(),
                 "adamw_step_temporaries": self.step_temporaries,
                 "adamw_step_counters": self.step_counters,
@@ -464,4 +489,5 @@ def states_only_account(
         setup=setup,
         flops=step_flops(cfg, seq, batch, setup),
         cpu_threads=cpu_threads,
+        predicted_by=None,
     )

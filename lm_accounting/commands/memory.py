@@ -11,12 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..analytic.memory_report import MemoryAccount, memory_account
+from ..analytic.memory_report import MemoryAccount
 from ..analytic.parallel_report import ParallelMemory, parallel_memory
+from ..analytic.program_report import implementation_account, program_unsupported
 from ..analytic.replay import replay_unsupported
 from ..analytic.sizes import at_context, check_batch_seq
 from ..config import AccountingError, ModelConfig
 from ..gpus import DEFAULT_GPU, MemoryBudget, memory_budget
+from ..implementations import check_impl, check_measurable
 from ..layout import ParallelLayout
 from ..names import MEASURE_CHOICES, MEASURE_METHODS
 from ..setup import TrainingSetup, check_cuda_fused_attention
@@ -36,6 +38,7 @@ class Request:
     measure: str = "none"  # none, meta, cpu or cuda
     measure_method: str | None = None  # tracker or allocator (default: tracker; cuda: the caching allocator)
     allow_long: bool = False  # a measurement estimated past measure.devices.MAX_LIVE_SECONDS
+    impl: str = "course"  # the model code predicted (implementations.IMPLS; the CLI's default: default_impl)
     run_config: ModelConfig = field(init=False, repr=False)  # the config at the context
     budget_basis: MemoryBudget = field(init=False, repr=False)
     method: str | None = field(init=False, repr=False)  # MemoryAccount's measurement method, None: none
@@ -46,15 +49,24 @@ class Request:
         object.__setattr__(self, "run_config", run)
         object.__setattr__(self, "budget_basis", memory_budget(self.gpu, self.allowance, self.budget))
         object.__setattr__(self, "method", measurement_method(self.measure, self.measure_method))
+        check_impl(run, self.impl)
+        if self.layout is not None and self.impl != "course":
+            raise AccountingError(
+                f"--impl {self.impl} with a parallel layout: the {self.impl} program is not modelled under "
+                "--dp/--zero/--tp/--sp/--pp/--ep yet (only --impl course is); leave out the layout or use --impl course"
+            )
+        check_measurable(self.impl, self.measure)
         lay = self.layout
         if self.setup.attention == "sdpa" and self.measure in ("none", "cuda"):  # a GPU run: CUDA's kernels
             check_cuda_fused_attention(run.kv_heads < run.num_heads, self.setup.precision == "fp32")
         if lay is None:
             if self.rank is not None:
                 raise AccountingError("--rank needs a parallel layout (--dp, --tp, --pp, ...): one GPU has one rank")
-            missing = replay_unsupported(run, self.setup)
+            missing = unmodelled(run, self.setup, self.impl)
             if self.measure != "none" and missing:  # nothing to compare a measurement with
-                raise AccountingError(f"--measure needs the step replay, which does not model {', '.join(missing)} yet")
+                raise AccountingError(
+                    f"--measure needs the {self.impl} step prediction, which does not model {', '.join(missing)} yet"
+                )
             return
         lay.check(run, run.context_length)
         if self.rank is not None and self.rank >= lay.world:
@@ -66,6 +78,14 @@ class Request:
     def device(self) -> str:
         """Whose kernels the single-GPU prediction is for: a GPU's, or the measured device's."""
         return "cuda" if self.measure == "none" else self.measure
+
+
+def unmodelled(cfg: ModelConfig, setup: TrainingSetup, impl: str) -> list[str]:
+    """What neither predictor of ``impl`` models for ``cfg`` (empty: the step is predicted): the legacy
+    replay for the course's model where it covers the architecture, else the implementation's program."""
+    if impl == "course" and not replay_unsupported(cfg, setup):
+        return []
+    return program_unsupported(cfg, setup, impl)
 
 
 def measurement_method(measure: str, method: str | None) -> str | None:
@@ -106,8 +126,8 @@ def run(request: Request) -> MemoryAccount | ParallelMemory:
     """The prediction (analytic; no torch unless a plain CPU run is to be measured)."""
     r, cfg = request, request.run_config
     if r.layout is None:
-        return memory_account(
-            cfg, cfg.context_length, r.batch, budget=r.budget_basis, setup=r.setup, device=r.device,
+        return implementation_account(
+            cfg, cfg.context_length, r.batch, impl=r.impl, budget=r.budget_basis, setup=r.setup, device=r.device,
             cpu_threads=cpu_threads(r),
         )  # fmt: skip
     return parallel_memory(cfg, cfg.context_length, r.batch, r.setup, r.layout, budget=r.budget_basis, rank=r.rank)
@@ -116,6 +136,11 @@ def run(request: Request) -> MemoryAccount | ParallelMemory:
 def measured_rank(request: Request, result: ParallelMemory) -> int:
     """The global rank measured: ``rank``, else the worst data-parallel rank's first tensor-parallel rank."""
     return result.states.rank * request.layout.tp if request.rank is None else request.rank
+
+
+def measure_method_name(request: Request) -> str:
+    """The ``method`` argument of the single-GPU measurers: the CPU allocator or the storage tracker."""
+    return "allocator" if request.method == "allocator" else "tracker"
 
 
 def measure(request: Request, result: Any) -> Any:
@@ -133,6 +158,11 @@ def measured(request: Request, result: Any) -> Any:
     """``measure``'s work: the live step of one GPU, or of the layout's rank or stage."""
     r, cfg = request, request.run_config
     seq = cfg.context_length
+    if r.layout is None and r.impl == "transformers":  # transformers' own model class, on meta or cpu
+        from ..measure.hf import measure_hf_step
+
+        got = measure_hf_step(cfg, seq, r.batch, r.setup, device=r.measure, method=measure_method_name(r))
+        return result.with_measurement(got, device=r.measure, method=r.method)
     if r.layout is None:
         from ..measure.memory import measure_step
 
@@ -142,7 +172,7 @@ def measured(request: Request, result: Any) -> Any:
             r.batch,
             device=r.measure,
             setup=r.setup,
-            method="allocator" if r.method == "allocator" else "tracker",
+            method=measure_method_name(r),
         )
         return result.with_measurement(got, device=r.measure, method=r.method)
     lay, who = r.layout, measured_rank(r, result)

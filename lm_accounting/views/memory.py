@@ -7,6 +7,8 @@ A student copying a number for CS336 adamwAccounting takes it from the first tab
 from __future__ import annotations
 
 from ..analytic.memory_report import MemoryAccount, batch_span
+from ..analytic.replay import replay_unsupported
+from ..implementations import model_class, program_label
 from ..phases import PHASE_LABELS
 from ..provenance import CPU_TORCH, CUDA
 from ..units import fmt_bytes
@@ -16,6 +18,11 @@ from .words import NONE_FITS
 
 COURSE = "Course answer (CS336 adamwAccounting convention)"
 EXACT = "This implementation (our live model, exact)"
+
+
+def exact(m: MemoryAccount) -> str:
+    """The title of the implementation-exact tables: ``EXACT`` for our model, else the class predicted."""
+    return EXACT if m.impl == "course" else f"This implementation ({model_class(m.config, m.impl)}, exact)"
 
 
 def _rel(measured: int | None, predicted: int) -> float | None:
@@ -65,7 +72,7 @@ def states_table(m: MemoryAccount) -> Table:
         )
     )
     return Table(
-        f"{EXACT}: model states ({m.dtype}; gradients and AdamW moments in the parameter dtype, as torch.optim.AdamW)",
+        f"{exact(m)}: model states ({m.dtype}; gradients and AdamW moments in the parameter dtype, as torch.optim.AdamW)",
         [Column("component"), Column("bytes", "int"), Column("size")],
         rows,
     )
@@ -73,7 +80,7 @@ def states_table(m: MemoryAccount) -> Table:
 
 def saved_table(m: MemoryAccount) -> Table:
     table = breakdown_table(
-        f"{EXACT}: activations saved for backward at B = {m.batch:,} (bytes)", m.saved, m.config.num_layers
+        f"{exact(m)}: activations saved for backward at B = {m.batch:,} (bytes)", m.saved, m.config.num_layers
     )
     table.columns = [
         *BREAKDOWN_COLUMNS[:2],
@@ -127,7 +134,7 @@ def phase_table(m: MemoryAccount) -> Table:
             + "; ".join(f"{k}: {fmt_bytes(v)}" for k, v in got.overheads)
         )
     return Table(
-        f"{EXACT}: training step by phase at B = {m.batch:,}, predicted for {m.device} vs {where}",
+        f"{exact(m)}: training step by phase at B = {m.batch:,}, predicted for {m.device} vs {where}",
         [
             Column("phase"),
             Column("plain bytes", "int"),
@@ -151,7 +158,7 @@ def lines_table(m: MemoryAccount) -> Table:
         rows.append((f"step (set by {name})", batch_span(line), line.a, line.b, fmt_bytes(line.a), fmt_bytes(line.b)))
     at = m.peak_lines.phase_at(m.batch)
     return Table(
-        f"{EXACT}: peak(B) = max over phases of a_i·B + b_i, at context {m.seq:,}",
+        f"{exact(m)}: peak(B) = max over phases of a_i·B + b_i, at context {m.seq:,}",
         [
             Column("phase"),
             Column("batches"),
@@ -173,7 +180,7 @@ def lines_table(m: MemoryAccount) -> Table:
 
 def capacity_table(m: MemoryAccount) -> Table:
     return Table(
-        f"{EXACT}: capacity for a budget of {fmt_bytes(m.budget)}",
+        f"{exact(m)}: capacity for a budget of {fmt_bytes(m.budget)}",
         [Column("quantity"), Column("value", "int"), Column("note")],
         [
             (
@@ -288,6 +295,43 @@ def fit_line(m: MemoryAccount) -> str:
     )
 
 
+def states_only_note(m: MemoryAccount) -> str:
+    """Why only the model states are given: what the implementation's predictor does not model, and the
+    implementation that does predict the step, if any."""
+    missing = ", ".join(m.not_modelled)
+    who = (
+        f"The implementation-exact step replay covers the course architecture, not {missing}"
+        if m.impl == "course"
+        else f"The {m.impl} program ({model_class(m.config, m.impl)}) does not model {missing} yet"
+    )
+    other = (
+        "  --impl course predicts our own model's step for this config."
+        if m.impl != "course" and not replay_unsupported(m.config, m.setup)
+        else ""
+    )
+    return (
+        f"{who}: activations, phase peaks and capacity are not predicted for this model (and the "
+        "course convention describes the course model only). The model states above are exact for it, every "
+        f"expert included.{other}"
+    )
+
+
+def exact_convention(m: MemoryAccount) -> str:
+    """The footer's line on what 'implementation-exact' means for the predictor used."""
+    if m.predicted_by == "ops":
+        return (
+            f"  - implementation-exact: {program_label(m.config, m.impl, m.setup)}, simulated tensor by tensor with "
+            f"torch {CPU_TORCH}'s autograd order (analytic/ops); --measure meta runs the library's own model under "
+            "the storage tracker beside it.  CUDA's fused-attention kernels are not modelled for it yet."
+        )
+    return (
+        "  - implementation-exact: the allocation sequence of our live model's ops, replayed; "
+        f"equal to the storage tracker's count on meta and CPU byte for byte (torch {CPU_TORCH}); for cuda with "
+        "CUDA's fused-attention kernels, the bytes the tensors request from the caching allocator "
+        f"({CUDA.phrase('memory')})."
+    )
+
+
 def memory_view(m: MemoryAccount) -> View:
     header = [
         describe_config(m.config),
@@ -296,6 +340,7 @@ def memory_view(m: MemoryAccount) -> View:
             f"{m.setup.checkpoint} · {m.setup.precision} · AdamW ({m.optimizer}) · "
             + (f"exact prediction for {m.device}" if m.step is not None else "model states only (see the note)")
         ),
+        f"--impl {m.impl}: {program_label(m.config, m.impl, m.setup)}",
     ]
     header.append(fit_line(m))
     header.append(m.budget_basis.rule)
@@ -304,22 +349,13 @@ def memory_view(m: MemoryAccount) -> View:
             f"step FLOPs: model {m.flops.model:,} (3 × forward) · hardware {m.flops.hardware:,} "
             "(+ checkpoint recompute and the fused backward's extra QKᵀ)"
         )
-    if m.step is None:  # an architecture the replay does not model: the exact model states only
-        missing = ", ".join(m.not_modelled)
+    if m.step is None:  # an architecture the implementation's predictors do not model: the exact model states only
         tables = [states_table(m), inference_table(m)]
-        notes = [
-            (
-                f"The implementation-exact step replay covers the course architecture, not {missing}: "
-                "activations, phase peaks and capacity are not predicted for this model (and the course "
-                "convention describes the course model only). The model states above are exact for it, "
-                "every expert included."
-            ),
-            "",
-        ]
-    elif m.course is None:  # replayed, but not the course architecture (a mixture of experts)
+        notes = [states_only_note(m), ""]
+    elif m.course is None:  # predicted, but not the course architecture (a mixture of experts, GPT-2, ...)
         tables = [
             states_table(m),
-            saved_table(m),
+            *([saved_table(m)] if m.saved is not None else []),
             phase_table(m),
             *([lines_table(m)] if m.peak_lines else []),
             capacity_table(m),
@@ -334,6 +370,17 @@ def memory_view(m: MemoryAccount) -> View:
                 ),
                 "",
             ]
+    elif m.saved is None:  # the op library's program: phase peaks and lines, no per-component activations
+        tables = [course_table(m), states_table(m), phase_table(m), lines_table(m), capacity_table(m)]
+        notes = [
+            (
+                f"Note: the course's a = {fmt_bytes(m.course_linear[0])} per sequence is a convention (the handout's "
+                f"list of activations, fp32); the lines above are what {model_class(m.config, m.impl)} allocates "
+                f"under {m.setup.label}.  Copy the course answer for the assignment; use these lines to plan a run."
+            ),
+            "",
+        ]
+        tables.append(inference_table(m))
     else:
         tables = [
             course_table(m),
@@ -349,12 +396,7 @@ def memory_view(m: MemoryAccount) -> View:
     footer = [
         *notes,
         "Conventions:",
-        (
-            "  - implementation-exact: the allocation sequence of our live model's ops, replayed; "
-            f"equal to the storage tracker's count on meta and CPU byte for byte (torch {CPU_TORCH}); for cuda with "
-            "CUDA's fused-attention kernels, the bytes the tensors request from the caching allocator "
-            f"({CUDA.phrase('memory')})."
-        ),
+        exact_convention(m),
         (
             "  - AdamW's step counters count on the device that holds them: on the CPU for the for-loop and "
             "foreach implementations, on the parameters' device for fused."
