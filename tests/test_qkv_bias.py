@@ -57,7 +57,7 @@ def test_hf_qwen2_config_json_gets_a_measured_peak(run_cli, tmp_path, precision)
     the measured run in every phase; the bias-free twin's prediction is not (the test can fail)."""
     path = tmp_path / "config.json"
     path.write_text(json.dumps(HF_QWEN2))
-    args = ("memory", path, "-S", 16, "-B", 2, "--precision", precision, "--attention", "sdpa")
+    args = ("memory", path, "-S", 16, "-B", 2, "--precision", precision, "--attention", "sdpa", "--impl", "course")
     r = run_cli(*args, "--measure", "meta", "--format", "json")
     assert r.code == 0, r.err
     data = json.loads(r.out)
@@ -70,7 +70,7 @@ def test_hf_qwen2_config_json_gets_a_measured_peak(run_cli, tmp_path, precision)
         dataclasses.replace(cfg, qkv_bias=False), 16, 2, setup=_setup(precision), mode="traced"
     )
     assert data["measured"]["backward"]["peak"] != twin.backward.peak
-    default = run_cli("memory", path)  # naive fp32 for cuda at the config's context (32)
+    default = run_cli("memory", path, "--impl", "course")  # naive fp32 for cuda at the config's context (32)
     assert default.code == 0 and "step peak" in default.out and "exact prediction" in default.out
 
 

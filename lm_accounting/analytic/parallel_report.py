@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 from ..config import ModelConfig
 from ..gpus import MemoryBudget, as_budget
+from ..implementations import implementation_dict
 from ..layout import ParallelLayout
 from ..phases import PHASES, StepMemory
 from ..result import Result
@@ -30,7 +31,7 @@ from .replay import replay_unsupported
 
 @dataclass(frozen=True)
 class ParallelMemory(Result):
-    SCHEMA: ClassVar[str] = "lm-accounting/parallel-memory/4"
+    SCHEMA: ClassVar[str] = "lm-accounting/parallel-memory/5"
 
     config: ModelConfig
     seq: int
@@ -100,6 +101,7 @@ class ParallelMemory(Result):
             "context": self.seq,
             "micro_batch": self.batch,
             "setup": self.setup.to_dict(),
+            "implementation": implementation_dict(self.config, "course", self.setup),  # the one a layout models
             "layout": self.layout.to_dict(),
             "worst_rank": {"data_parallel_rank": st.rank, "pipeline_stage": self.stage},
             "per_gpu": {

@@ -64,9 +64,8 @@ class Request:
                 raise AccountingError("--rank needs a parallel layout (--dp, --tp, --pp, ...): one GPU has one rank")
             missing = unmodelled(run, self.setup, self.impl)
             if self.measure != "none" and missing:  # nothing to compare a measurement with
-                raise AccountingError(
-                    f"--measure needs the {self.impl} step prediction, which does not model {', '.join(missing)} yet"
-                )
+                who = "the step replay" if self.impl == "course" else f"the {self.impl} program"
+                raise AccountingError(f"--measure needs {who}, which does not model {', '.join(missing)} yet")
             return
         lay.check(run, run.context_length)
         if self.rank is not None and self.rank >= lay.world:

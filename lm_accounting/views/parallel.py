@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ..analytic.collectives import step_collectives, totals, wire_bytes
 from ..analytic.parallel_report import ParallelMemory
+from ..implementations import program_label
 from ..phases import PHASE_LABELS, PHASES
 from ..provenance import CPU_TORCH, CUDA
 from .account import describe_config
@@ -55,6 +56,7 @@ def parallel_view(r: ParallelMemory) -> View:
             f"layout {lay.label} on {plural(lay.world, 'GPU')} · setup {r.setup.label} · context {r.seq:,} · "
             f"micro-batch {r.batch:,} per rank · worst rank: {where}"
         ),
+        f"--impl course: {program_label(r.config, 'course', r.setup)} (the one implementation a layout models yet)",
     ]
     ex = r.experts()
     if ex is not None:
