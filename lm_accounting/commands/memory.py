@@ -57,7 +57,9 @@ class Request:
             )
         check_measurable(self.impl, self.measure)
         lay = self.layout
-        if self.setup.attention == "sdpa" and self.measure in ("none", "cuda"):  # a GPU run: CUDA's kernels
+        if (
+            self.setup.attention == "sdpa" and self.measure in ("none", "cuda") and self.impl == "course"
+        ):  # CUDA's kernels
             check_cuda_fused_attention(run.kv_heads < run.num_heads, self.setup.precision == "fp32")
         if lay is None:
             if self.rank is not None:

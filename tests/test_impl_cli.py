@@ -1,0 +1,190 @@
+"""``--impl course|transformers|torchtitan`` on ``memory``: the default for each input, the header and the
+JSON naming the implementation, and every refusal (one line, exit 2, before anything is built)."""
+
+import json
+
+import pytest
+
+from lm_accounting.analytic.program_report import program_unsupported
+from lm_accounting.commands import memory
+from lm_accounting.config import AccountingError, load_config
+from lm_accounting.implementations import default_impl
+from lm_accounting.setup import TrainingSetup
+
+LLAMA_MINI = {  # a Llama config.json as transformers writes one (model_type picks LlamaForCausalLM)
+    "model_type": "llama",
+    "vocab_size": 128,
+    "hidden_size": 64,
+    "intermediate_size": 96,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 64,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": False,
+}
+TOML = "vocab_size = 128\ncontext_length = 64\nnum_layers = 2\nd_model = 64\nnum_heads = 4\nd_ff = 96\n"
+IMPLEMENTATION_KEYS = {"name", "model_class", "library", "extra", "program", "predicted_by"}
+
+
+@pytest.fixture
+def config_json(tmp_path):
+    path = tmp_path / "llama-mini" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(LLAMA_MINI))
+    return path
+
+
+def memory_json(run_cli, *args):
+    r = run_cli("memory", *args, "--format", "json")
+    assert r.code == 0, r.err
+    return json.loads(r.out)
+
+
+def one_line_exit_2(r, message):
+    lines = r.err.strip().splitlines()
+    assert r.code == 2 and len(lines) == 1 and lines[0].startswith("lm-account: error: "), r.err
+    assert message in lines[0] and "Traceback" not in r.err and r.out == "", r.err
+
+
+# -- the default: what a user bringing that input most likely runs ------------------------------------------
+
+
+def test_default_rule_from_the_argument_alone(tmp_path):
+    assert default_impl("gpt2-small") == "course"
+    assert default_impl("llama-3-8b") == "course"  # a preset of a published model is still our preset
+    assert default_impl("configs/big.toml") == "course"
+    assert default_impl("meta-llama/config.json") == "transformers"
+    assert default_impl(tmp_path / "CONFIG.JSON") == "transformers"
+    assert default_impl("meta-llama/config.json", layout=True) == "course"  # the one a layout models
+
+
+def test_a_preset_defaults_to_course_and_a_config_json_to_transformers(run_cli, config_json, tmp_path):
+    preset = memory_json(run_cli, "gpt2-small", "-S", "64")
+    assert preset["schema"] == "lm-accounting/memory/7"
+    assert set(preset["implementation"]) == IMPLEMENTATION_KEYS
+    assert preset["implementation"]["name"] == "course" and preset["implementation"]["library"] is None
+    assert preset["implementation"]["model_class"] == "TransformerLM"
+    assert preset["implementation"]["predicted_by"] == "replay"  # the legacy replay still models the course's model
+    hf = memory_json(run_cli, config_json, "-S", "32")
+    assert hf["implementation"]["name"] == "transformers" and hf["implementation"]["library"] == "transformers"
+    assert hf["implementation"]["model_class"] == "LlamaForCausalLM" and hf["implementation"]["extra"] == "hf"
+    toml = tmp_path / "mini.toml"
+    toml.write_text(TOML)
+    assert memory_json(run_cli, toml)["implementation"]["name"] == "course"
+    # --impl course on the config.json: our model of the same shape, which the legacy replay predicts
+    course = memory_json(run_cli, config_json, "-S", "32", "--impl", "course")
+    assert course["implementation"]["name"] == "course" and course["implementation_exact"]["step"] is not None
+
+
+def test_under_a_layout_the_default_is_course_and_says_so(run_cli, config_json):
+    data = memory_json(run_cli, config_json, "-S", "32", "--dp", "2", "--zero", "3")
+    assert data["schema"] == "lm-accounting/parallel-memory/5" and data["implementation"]["name"] == "course"
+    text = run_cli("memory", config_json, "-S", "32", "--dp", "2", "--zero", "3").out
+    assert "--impl course: our TransformerLM (lm_accounting.model), naive attention" in text
+    assert "the one implementation a layout models yet" in text
+
+
+# -- the header names the implementation and its program -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("attention", "words"),
+    [("naive", "eager attention"), ("sdpa", "sdpa attention")],  # transformers' names: eager is our naive
+)
+def test_the_header_names_transformers_class_and_attention(run_cli, config_json, attention, words):
+    r = run_cli("memory", config_json, "-S", "32", "--attention", attention, "--precision", "bf16")
+    assert r.code == 0, r.err
+    header = r.out.split("\n\n")[0]
+    assert f"--impl transformers: transformers 5.24 LlamaForCausalLM, training mode, {words}" in header
+    program = memory_json(run_cli, config_json, "-S", "32", "--attention", attention)["implementation"]["program"]
+    assert program == f"transformers 5.24 LlamaForCausalLM, training mode, {words}"
+
+
+def test_the_header_names_our_model_for_a_preset(run_cli):
+    r = run_cli("memory", "gpt2-small", "-S", "64")
+    assert r.code == 0, r.err
+    assert "--impl course: our TransformerLM (lm_accounting.model), naive attention" in r.out.split("\n\n")[0]
+
+
+def test_an_input_no_predictor_models_keeps_model_states_only_and_names_the_implementation(run_cli):
+    """deepseek-v3 (latent attention) under --impl transformers: the exact model states, the note naming the
+    transformers program and what it lacks, and JSON not_modelled non-empty."""
+    setup = TrainingSetup()
+    missing = program_unsupported(load_config("deepseek-v3").with_context(1024), setup, "transformers")
+    data = memory_json(run_cli, "deepseek-v3", "-S", "1024", "--impl", "transformers")
+    assert data["implementation"]["model_class"] == "DeepseekV3ForCausalLM"
+    if missing:  # the transformers program for MLA has not landed
+        assert data["implementation_exact"]["step"] is None and data["implementation"]["predicted_by"] is None
+        assert data["implementation_exact"]["not_modelled"] == missing
+        text = run_cli("memory", "deepseek-v3", "-S", "1024", "--impl", "transformers").out
+        assert "model states only" in text and "The transformers program (DeepseekV3ForCausalLM) does not model" in text
+        # 671B parameters' fp32 model states: 16 bytes per parameter, far over the H100's budget
+        assert data["implementation_exact"]["fits_budget"] is False
+    else:
+        assert data["implementation"]["predicted_by"] == "ops" and data["implementation_exact"]["step"] is not None
+
+
+# -- refusals: one line, exit 2, before anything is built ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["gpt2-small", "--impl", "transformers"],
+            "gpt2-small is the course's model; transformers has no class for it",
+        ),
+        (["gpt2-xl", "--impl", "transformers", "--measure", "meta"], "transformers has no class for it"),
+        (["openai-gpt2", "--impl", "torchtitan"], "torchtitan ships deepseek_v3, llama3, qwen3 only"),
+        (["mistral-7b", "--impl", "torchtitan"], "torchtitan ships deepseek_v3, llama3, qwen3 only"),
+        (["gpt2-small", "--impl", "torchtitan"], "gpt2-small is none of them"),
+        (["qwen3-0.6b", "--impl", "torchtitan"], "torchtitan's programs are not written yet"),
+        (["llama-3-8b", "--impl", "transformers", "--dp", "8", "--zero", "3"], "not modelled under --dp"),
+        (["llama-3-8b", "--impl", "transformers", "--tp", "2"], "only --impl course is"),
+        (["gpt2-small", "--impl", "nosuch"], "Invalid value for '--impl'"),
+    ],
+)
+def test_an_implementation_the_input_cannot_have_is_refused(run_cli, args, message):
+    one_line_exit_2(run_cli("memory", *args), message)
+
+
+def test_measure_with_a_library_that_is_not_installed_names_the_extra(run_cli, config_json, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "transformers" else real(name, *a)
+    )
+    r = run_cli("memory", config_json, "-S", "32", "--measure", "meta")
+    one_line_exit_2(r, 'transformers is not installed: pip install "lm-accounting[hf]"')
+    # the analytic prediction needs no library: the same input without --measure answers
+    assert run_cli("memory", config_json, "-S", "32").code == 0
+
+
+def test_refusals_happen_when_the_request_is_made(config_json):
+    """The command layer's contract: ``memory.Request`` refuses before ``run`` or ``measure`` builds anything."""
+    with pytest.raises(AccountingError, match="transformers has no class for it"):
+        memory.Request(load_config("gpt2-small"), 64, impl="transformers")
+    with pytest.raises(AccountingError, match="unknown --impl 'hf'"):
+        memory.Request(load_config("gpt2-small"), 64, impl="hf")
+    request = memory.Request(load_config(config_json), 32, impl="transformers")
+    assert request.impl == "transformers"
+    assert memory.Request(load_config(config_json), 32).impl == "course"  # the Python API names what it wants
+
+
+def test_measure_transformers_compares_every_phase_or_says_what_is_missing(run_cli, config_json):
+    """--measure meta --impl transformers builds transformers' own LlamaForCausalLM on meta and sets it beside
+    the prediction phase by phase; until the transformers program models the config, one line says so."""
+    cfg = load_config(config_json).with_context(16)
+    missing = program_unsupported(cfg, TrainingSetup(), "transformers")
+    r = run_cli("memory", config_json, "-S", "16", "-B", "2", "--measure", "meta", "--format", "json")
+    if missing:
+        one_line_exit_2(r, "--measure needs the transformers program, which does not model")
+        return
+    assert r.code == 0, r.err
+    data = json.loads(r.out)
+    assert data["measured"]["device"] == "meta" and data["measured"]["compared_with"] == "step_traced"
+    for phase in ("forward", "backward", "optimizer_step"):
+        assert data["measured"][phase] == data["implementation_exact"]["step_traced"][phase], phase
