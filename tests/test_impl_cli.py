@@ -188,3 +188,50 @@ def test_measure_transformers_compares_every_phase_or_says_what_is_missing(run_c
     assert data["measured"]["device"] == "meta" and data["measured"]["compared_with"] == "step_traced"
     for phase in ("forward", "backward", "optimizer_step"):
         assert data["measured"][phase] == data["implementation_exact"]["step_traced"][phase], phase
+
+
+# -- the op library's path, with a stand-in program ---------------------------------------------------------
+
+
+@pytest.fixture
+def replay_as_program(monkeypatch):
+    """``ops.predict_step``/``ops.unsupported`` stood in by the legacy replay of our own model (the op library's
+    course program must equal it), so the op-library path of ``memory`` can be checked without the programs."""
+    from lm_accounting.analytic import ops
+    from lm_accounting.analytic.replay import replay_training_step, replay_unsupported
+
+    def predict_step(cfg, seq, setup, *, impl, batch=1, mode="traced", device="meta"):
+        return replay_training_step(cfg, seq, device=device, setup=setup, mode=mode)
+
+    monkeypatch.setattr(ops, "predict_step", predict_step, raising=False)
+    monkeypatch.setattr(ops, "unsupported", lambda cfg, setup, impl: replay_unsupported(cfg, setup), raising=False)
+
+
+@pytest.mark.parametrize("device", ["meta", "cpu"])
+def test_the_op_library_path_gives_the_replays_figures_for_the_same_step(replay_as_program, config_json, device):
+    """Given the same step (the stand-in), the op-library account prints the replay's figures: the step at B,
+    the traced run, the traced − plain gap, the peak lines, the largest batch and context."""
+    from lm_accounting.analytic.memory_report import memory_account
+    from lm_accounting.analytic.program_report import implementation_account
+
+    cfg, setup = load_config(config_json).with_context(32), TrainingSetup(attention="sdpa", precision="amp-bf16")
+    budget = 3_000_000  # bytes: a few sequences of this mini model, so the largest batch and context are small
+    got = implementation_account(cfg, 32, 3, impl="transformers", setup=setup, budget=budget, device=device)
+    want = memory_account(cfg, 32, 3, budget=budget, device=device, setup=setup)
+    assert got.predicted_by == "ops" and got.impl == "transformers" and want.predicted_by == "replay"
+    assert got.step == want.step and got.step_traced == want.step_traced and got.peak_lines == want.peak_lines
+    assert 0 < got.max_batch == want.max_batch and 0 < got.max_context == want.max_context
+    assert got.states == want.states and got.step_counters == want.step_counters
+    assert got.saved is None and got.not_modelled == [] and got.no_lines is None
+    if device == "meta":  # the replay's gap is the meta run's (on cpu it adds the allocator's own extras)
+        assert got.gap == want.gap
+
+
+def test_the_op_library_path_renders_and_names_the_class(replay_as_program, run_cli, config_json):
+    r = run_cli("memory", config_json, "-S", "32", "-B", "2")
+    assert r.code == 0, r.err
+    assert "This implementation (LlamaForCausalLM, exact): training step by phase at B = 2" in r.out
+    assert "analytic/ops" in r.out and "exact prediction for cuda" in r.out
+    data = memory_json(run_cli, config_json, "-S", "32", "-B", "2")
+    assert data["implementation"]["predicted_by"] == "ops" and data["implementation_exact"]["activations"] is None
+    assert "LlamaForCausalLM" in data["implementation_exact"]["assumptions"]
