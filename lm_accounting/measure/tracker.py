@@ -24,6 +24,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..phases import PhaseBytes, StepMemory
+from .meta_memo import MetaMemo
 
 CUDA_MIN_BLOCK = 512  # c10/cuda/CUDACachingAllocator.cpp: kMinBlockSize = 512
 
@@ -48,6 +49,10 @@ class StorageTracker(TorchDispatchMode):
     Storages from before the mode are invisible unless registered with
     ``track`` / ``track_module`` / ``track_optimizer``.  Not seen: direct
     ``UntypedStorage.resize_`` (not an op) and kernel-internal scratch buffers.
+
+    ``listener(phase, op, delta, device)``, if given, hears every charge (+bytes, ``op`` the aten op whose
+    output it is) and every release (−bytes, ``op`` the last op dispatched before the storage died), with
+    the phase running (``"setup"`` before the first): ``measure.trace`` prints them.
     """
 
     @classmethod
@@ -57,20 +62,24 @@ class StorageTracker(TorchDispatchMode):
         # and we never run under torch.compile.
         return False
 
-    def __init__(self, rounding: Callable[[int], int] | None = None):
+    def __init__(self, rounding: Callable[[int], int] | None = None, listener: Callable | None = None):
         super().__init__()
         self.rounding = rounding
+        self.listener, self.phase_name, self.op_name = listener, "setup", ""
         self.current: dict[torch.device, int] = {}
         self.peak: dict[torch.device, int] = {}
         self.phases: OrderedDict[str, dict[torch.device, PhaseBytes]] = OrderedDict()
         self._live: dict[int, list] = {}  # id(storage) -> [weakref, bytes, device]
         self._fresh: dict = {}  # op -> per-return flag: True unless it aliases an input
+        self.memo = MetaMemo()  # meta kernels run once per distinct input (measure.meta_memo)
 
     # -- bookkeeping -------------------------------------------------------
     def _on_free(self, key: int, _ref) -> None:
         entry = self._live.pop(key, None)
         if entry is not None:
             self.current[entry[2]] -= entry[1]
+            if self.listener is not None:
+                self.listener(self.phase_name, self.op_name, -entry[1], entry[2])
 
     def _see(self, t: torch.Tensor, fresh: bool = True) -> None:
         try:
@@ -95,6 +104,8 @@ class StorageTracker(TorchDispatchMode):
             return
         cur = self.current.get(dev, 0) + nbytes
         self.current[dev] = cur
+        if self.listener is not None:
+            self.listener(self.phase_name, self.op_name, nbytes, dev)
         if cur > self.peak.get(dev, 0):
             self.peak[dev] = cur
 
@@ -106,7 +117,9 @@ class StorageTracker(TorchDispatchMode):
                 self._visit(o, fresh)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
+        if self.listener is not None:
+            self.op_name = func.__name__
+        out = self.memo(func, args, kwargs)
         flags = self._fresh.get(func)
         if flags is None:
             schema = getattr(func, "_schema", None)
@@ -147,6 +160,7 @@ class StorageTracker(TorchDispatchMode):
         """
         for dev, cur in self.current.items():
             self.peak[dev] = cur
+        self.phase_name = name
         try:
             yield self
         finally:
@@ -215,7 +229,16 @@ def _warm_up(model, inputs, targets, loss_fn, optimizer, optimizer_kwargs, steps
 
 
 def measure_training_step(
-    model, inputs, targets, loss_fn, *, optimizer="adamw", optimizer_kwargs=None, warmup_steps=0, rounding=None
+    model,
+    inputs,
+    targets,
+    loss_fn,
+    *,
+    optimizer="adamw",
+    optimizer_kwargs=None,
+    warmup_steps=0,
+    rounding=None,
+    listener=None,
 ) -> dict:
     """Steady-state memory of one training step, via ``StorageTracker``.
 
@@ -226,10 +249,11 @@ def measure_training_step(
     Returns a ``StepMemory``: the bytes live when the step starts (params,
     optimizer state, inputs, targets) and each phase's ``PhaseBytes(peak, end)``,
     for the device of the model's first parameter.  ``optimizer``: "adamw" or an
-    optimizer instance.  Note: non-fused AdamW keeps ``step`` on the cpu.
+    optimizer instance.  Note: non-fused AdamW keeps ``step`` on the cpu.  ``listener``: see
+    ``StorageTracker`` (``measure.trace.trace_step`` uses it).
     """
     opt, dev = _warm_up(model, inputs, targets, loss_fn, optimizer, optimizer_kwargs, warmup_steps)
-    tracker = StorageTracker(rounding)
+    tracker = StorageTracker(rounding, listener)
     tracker.track_module(model).track_optimizer(opt).track(inputs, targets)
     baseline = tracker.live_bytes(dev)
     with tracker:

@@ -1,0 +1,316 @@
+"""transformers' own model, one training step measured: the measured side of ``--impl transformers``.
+
+``build_hf_step`` builds the library's class for ``cfg.hf_model_type``, ``AutoModelForCausalLM.from_config(
+AutoConfig.for_model(**hf_config.to_hf_dict(cfg)), attn_implementation=...)``, on meta, cpu or cuda, and
+runs it as transformers' ``Trainer`` does (transformers 5.x, ``trainer.py``):
+
+* ``use_cache = False``: the Trainer sets ``model.config.use_cache = args.use_cache`` (default False,
+  ``training_args.py``) at the end of ``__init__``; no KV cache is built in training.
+* the loss is the model's own, ``model(input_ids=..., labels=...).loss`` (``ForCausalLMLoss``: the logits
+  upcast to fp32 before the cross-entropy), the output object dropped before ``backward()`` as
+  ``Trainer.compute_loss`` returns only the loss.  No ``attention_mask``: one unpadded sequence per row.
+* attention: ``setup.attention`` "naive" -> ``attn_implementation="eager"``, "sdpa" -> ``"sdpa"``.
+* ``setup.checkpoint`` "full" -> ``model.activation_checkpointing_enable()`` with transformers' defaults
+  (``{"use_reentrant": False}``, ``modeling_utils._activation_checkpointing_enable``; every decoder layer,
+  ``GradientCheckpointingLayer``; ``enable_input_require_grads`` on the embeddings).  "selective" is refused:
+  transformers has no selective checkpointing.
+* precision: "fp32" and "bf16" build the model in that dtype (``from_config(..., dtype=...)``); "amp-bf16"
+  keeps fp32 parameters and runs the forward as ``accelerate.Accelerator.prepare_model`` wraps it for
+  ``Trainer(bf16=True)``: ``model.forward = convert_outputs_to_fp32(torch.autocast(device, bf16)(forward))``
+  (accelerate 1.x ``accelerator.py``): autocast over the model's forward *and its loss* (the labels go in),
+  then every bf16 tensor of the output (the logits) copied to fp32 after autocast exits.  On cuda that is
+  ``torch.autocast("cuda")``; on meta and cpu, where torch's autocast casts nothing of CUDA's,
+  ``HFAutocast``: our emulation of CUDA's op lists (``model.autocast.CudaAutocast``) plus autocast's weight
+  cache (``cached_cast``: an fp32 leaf that requires grad and is not a view, i.e. every ``nn.Linear`` weight
+  transformers passes to ``F.linear``, is cast once and its bf16 copy kept until the outermost autocast
+  exits).  With checkpointing, ``torch.utils.checkpoint`` re-enters a real autocast for the recompute by
+  itself; the emulation is re-entered through the checkpoint's ``context_fn`` (meta and cpu only).
+* AdamW of ``setup.optimizer`` (``names.ADAMW_KWARGS``), its state created before the measured step.
+
+Traps (DESIGN.md §8, §11): transformers' packed-sequence detection (``masking_utils.
+find_packed_sequence_indices``) branches on a tensor's value, ``.item()`` on meta; on meta it is replaced, for
+the build and the step only, by the same ops without the branch (its answer for unpacked rows, None).
+Mixture-of-experts routing selects tokens with ``nonzero`` and cannot run on meta: refused there, measured
+on cpu.  transformers is optional (``pip install "lm-accounting[hf]"``); without it every entry point here
+raises a one-line ``AccountingError`` naming the extra.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from ..config import AccountingError, ModelConfig
+from ..hf_config import to_hf_dict
+from ..model.autocast import CudaAutocast
+from ..names import ADAMW_KWARGS
+from ..setup import TrainingSetup
+
+HF_EXTRA = 'pip install "lm-accounting[hf]"'
+ATTN_IMPLEMENTATIONS = {"naive": "eager", "sdpa": "sdpa"}
+"""``TrainingSetup.attention`` -> transformers' ``attn_implementation``."""
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "amp-bf16": torch.float32}
+
+
+def require_transformers():
+    """The ``transformers`` module, or a one-line ``AccountingError`` naming the extra to install."""
+    try:
+        import transformers
+    except ImportError:
+        raise AccountingError(
+            f"--impl transformers needs the transformers library, which is not installed: {HF_EXTRA}"
+        ) from None
+    return transformers
+
+
+def check_hf_setup(cfg: ModelConfig, setup: TrainingSetup, device: str) -> None:
+    """Refuse, before anything is built, what transformers' model cannot run here (one line each)."""
+    if setup.checkpoint == "selective":
+        raise AccountingError(
+            "transformers has no selective activation checkpointing (activation_checkpointing_enable "
+            "recomputes whole decoder layers): use --checkpoint full or none"
+        )
+    if cfg.moe and device == "meta":
+        raise AccountingError(
+            "transformers' mixture-of-experts routing selects tokens with nonzero, which cannot run on meta: "
+            "measure it on cpu at a small shape (--measure cpu)"
+        )
+
+
+class HFAutocast(CudaAutocast):
+    """CUDA's bf16 autocast on meta/cpu tensors, with autocast's weight cache.
+
+    ``cached_cast`` (aten/src/ATen/autocast_mode.cpp, torch 2.13) caches the lower-precision copy of an
+    argument that is fp32, requires grad, is a leaf and not a view, when the op casts to bf16; the cache
+    holds the copy until the outermost autocast region exits (``clear_cache``).  transformers passes each
+    ``nn.Linear`` weight itself to ``F.linear``, so every weight is cast once per region and kept."""
+
+    def __init__(self, dtype: torch.dtype = torch.bfloat16, **lists):
+        super().__init__(dtype, **lists)
+        self.cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def __exit__(self, *exc):
+        self.cache.clear()
+        return super().__exit__(*exc)
+
+    def _cached(self, value):
+        if isinstance(value, (list, tuple)):
+            return type(value)(self._cached(v) for v in value)
+        if (
+            isinstance(value, torch.Tensor)
+            and value.dtype == torch.float32
+            and value.requires_grad
+            and value.is_leaf
+            and not value._is_view()
+        ):
+            hit = self.cache.get(id(value))
+            if hit is None:
+                hit = self.cache[id(value)] = (value, value.to(self.dtype))
+            return hit[1]
+        return value
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in self.lower:
+            args = tuple(reversed([self._cached(a) for a in reversed(args)]))  # autocast's order: last first
+            kwargs = {k: self._cached(v) for k, v in (kwargs or {}).items()}
+        return super().__torch_function__(func, types, args, kwargs)
+
+
+def _autocast(device: str):
+    return torch.autocast("cuda", dtype=torch.bfloat16) if device == "cuda" else HFAutocast(torch.bfloat16)
+
+
+def _fp32_outputs(output):
+    """accelerate's ``convert_outputs_to_fp32``: every fp16/bf16 tensor of the output -> ``.float()``."""
+    for key, value in output.items():
+        if isinstance(value, torch.Tensor) and value.dtype in (torch.float16, torch.bfloat16):
+            output[key] = value.float()
+    return output
+
+
+class HFTrainingStep(torch.nn.Module):
+    """``forward(input_ids)`` -> the loss, as ``Trainer.compute_loss`` gets it from transformers' model
+    ``hf`` (the labels are fixed at construction; ``loss_fn(loss, labels)`` returns the loss)."""
+
+    def __init__(self, hf: torch.nn.Module, labels: torch.Tensor, amp_device: str | None):
+        super().__init__()
+        self.hf, self.labels, self.amp_device = hf, labels, amp_device
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        if self.amp_device is None:
+            return self.hf(input_ids=input_ids, labels=self.labels).loss
+        with _autocast(self.amp_device):
+            output = self.hf(input_ids=input_ids, labels=self.labels)
+        return _fp32_outputs(output).loss
+
+
+def model_loss(loss: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The loss function of an ``HFTrainingStep``: the model computed its loss already."""
+    return loss
+
+
+def _unpacked_rows(position_ids: torch.Tensor) -> None:
+    """``masking_utils.find_packed_sequence_indices`` for meta: its ops (transformers 5.x), not its branch on
+    the result's value (``.item()``); the answer for rows of one sequence each, None (no packing)."""
+    first = position_ids[:, :1] - 1
+    packed = (torch.diff(position_ids, prepend=first, dim=-1) != 1).cumsum(-1)
+    (packed[:, -1] == 0).all()  # the answer for one sequence a row, None, without reading it
+
+
+def _sdpa_as_cpu(sdpa):
+    """``F.scaled_dot_product_attention`` that, on meta tensors, runs the kernel the CPU picks for the call.
+
+    On meta, torch's ``_fused_sdp_choice`` answers "math" (the composite that materialises the S×S scores);
+    on cpu it picks the flash kernel, ``aten._scaled_dot_product_flash_attention_for_cpu`` (K and V keep their
+    kv heads under ``enable_gqa``).  The CPU's choice is asked with stand-ins of one position (batch 1, the
+    same heads, head size and dtype; a 1×1 mask of the mask's dtype if there is one); where it is flash, the
+    meta call runs that kernel, else the call runs as it is.  (A function, not a ``TorchFunctionMode``: a mode
+    is off inside the ``Tensor.backward`` it handles, and the checkpoint recompute runs there.)"""
+
+    def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, **kw):
+        if query.device.type != "meta":
+            return sdpa(query, key, value, attn_mask, dropout_p, is_causal, **kw)
+
+        def one(t):
+            return torch.empty(1, t.shape[1], 1, t.shape[-1], dtype=t.dtype)
+
+        mask = None if attn_mask is None else torch.empty(1, 1, 1, 1, dtype=attn_mask.dtype)
+        choice = torch._fused_sdp_choice(one(query), one(key), one(value), mask, dropout_p, is_causal, **kw)
+        if choice != int(torch.nn.attention.SDPBackend.FLASH_ATTENTION):
+            return sdpa(query, key, value, attn_mask, dropout_p, is_causal, **kw)
+        flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+        return flash(query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=kw.get("scale"))[0]
+
+    return scaled_dot_product_attention
+
+
+@contextlib.contextmanager
+def meta_as_cpu(device: str):
+    """On meta, the two places transformers' model differs from its cpu run, patched for the block: the
+    packed-sequence detection without its ``.item()`` (``_unpacked_rows``), and sdpa's kernel choice
+    (``_sdpa_as_cpu``)."""
+    if device != "meta":
+        yield
+        return
+    import transformers.masking_utils as masking
+
+    functional = torch.nn.functional
+    saved = masking.find_packed_sequence_indices, functional.scaled_dot_product_attention
+    masking.find_packed_sequence_indices = _unpacked_rows
+    functional.scaled_dot_product_attention = _sdpa_as_cpu(saved[1])
+    try:
+        yield
+    finally:
+        masking.find_packed_sequence_indices, functional.scaled_dot_product_attention = saved
+
+
+def hf_pretrained_config(cfg: ModelConfig):
+    """transformers' configuration object for ``cfg`` (``to_hf_dict``), as the Trainer runs it (no KV cache)."""
+    transformers = require_transformers()
+    values = to_hf_dict(cfg)
+    return transformers.AutoConfig.for_model(values.pop("model_type"), **values, use_cache=False)
+
+
+def build_hf_model(cfg: ModelConfig, setup: TrainingSetup, device: str = "meta", seed: int = 0) -> torch.nn.Module:
+    """transformers' ``AutoModelForCausalLM`` for ``cfg`` on ``device`` in training mode, with ``setup``'s
+    attention, dtype and checkpointing (see the module docstring); seeded weights off meta."""
+    transformers = require_transformers()
+    check_hf_setup(cfg, setup, device)
+    config = hf_pretrained_config(cfg)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = transformers.AutoModelForCausalLM.from_config(
+            config, attn_implementation=ATTN_IMPLEMENTATIONS[setup.attention], dtype=DTYPES[setup.precision]
+        )
+    model.train()
+    if setup.checkpoint == "full":
+        kwargs = {"use_reentrant": False}  # transformers' default
+        if setup.autocast and device != "cuda":  # the recompute re-enters the emulated autocast
+            kwargs["context_fn"] = lambda: (contextlib.nullcontext(), _autocast(device))
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    return model
+
+
+def build_hf_step(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, device: str = "meta", seed: int = 0):
+    """(model, inputs, labels, optimizer, loss_fn) for one training step of transformers' model.
+
+    ``model`` is an ``HFTrainingStep`` around transformers' model (``model.hf``): ``loss_fn(model(inputs),
+    labels)`` is the Trainer's loss; the optimizer is AdamW of ``setup.optimizer``."""
+    from ..model import random_tokens
+
+    hf = build_hf_model(cfg, setup, device, seed)
+    inputs = random_tokens(cfg, batch, seq, device=device, seed=seed)
+    labels = random_tokens(cfg, batch, seq, device=device, seed=seed + 1)
+    model = HFTrainingStep(hf, labels, device if setup.autocast else None)
+    optimizer = torch.optim.AdamW(hf.parameters(), **ADAMW_KWARGS[setup.optimizer])
+    return model, inputs, labels, optimizer, model_loss
+
+
+def _checked(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup | None, device: str, method: str):
+    from .devices import check_live_run
+
+    require_transformers()
+    setup = setup or TrainingSetup()
+    if method not in ("tracker", "allocator"):
+        raise AccountingError(f"unknown method {method!r} (tracker or allocator)")
+    if method == "allocator" and device != "cpu":
+        raise AccountingError("the allocator measurement reads the CPU allocator: device must be 'cpu'")
+    check_hf_setup(cfg, setup, device)
+    to_hf_dict(cfg)  # a config transformers has no class for: one line, before torch builds anything
+    check_live_run(
+        cfg, seq, batch, device, "this training step", training=True, dtype=setup.param_dtype, optimizer=setup.optimizer
+    )
+    return setup
+
+
+def measure_hf_step(
+    cfg: ModelConfig,
+    seq: int,
+    batch: int = 1,
+    setup: TrainingSetup | None = None,
+    device: str = "meta",
+    method: str = "tracker",
+):
+    """The measured ``StepMemory`` of one training step of transformers' model (``build_hf_step``), as
+    ``measure.memory.measure_step`` measures ours: ``method`` "tracker" (``StorageTracker``: the traced run,
+    meta or cpu) or "allocator" (cpu only: the CPU allocator's events, the plain run); cuda reads the caching
+    allocator.  Refusals (one line, ``AccountingError``): transformers not installed (naming the extra), a
+    config with no transformers class, selective checkpointing, a mixture of experts on meta, and every
+    live-run guard of ``devices.check_live_run``."""
+    setup = _checked(cfg, seq, batch, setup, device, method)
+    from .tracker import init_optimizer_state, measure_training_step, measure_training_step_cuda
+
+    with meta_as_cpu(device):
+        model, inputs, labels, opt, loss_fn = build_hf_step(cfg, seq, batch, setup, device)
+        if device == "cuda":
+            return measure_training_step_cuda(model, inputs, labels, loss_fn, optimizer=opt)
+        if method == "allocator":
+            from .allocator import measure_training_step_plain
+
+            init_optimizer_state(opt)
+            return measure_training_step_plain(model, inputs, labels, loss_fn, opt)
+        return measure_training_step(model, inputs, labels, loss_fn, optimizer=opt)
+
+
+def trace_hf_step(cfg: ModelConfig, seq: int, batch: int = 1, setup: TrainingSetup | None = None, device="meta"):
+    """(``StepMemory``, every allocation and free in order) of transformers' training step under the
+    tracker: ``measure.trace.trace_step`` on ``build_hf_step``.  For deriving an op sequence::
+
+        from lm_accounting.config import load_config
+        from lm_accounting.measure.hf import trace_hf_step
+        from lm_accounting.measure.trace import format_trace
+        from lm_accounting.setup import TrainingSetup
+
+        cfg = dataclasses.replace(load_config("qwen3-0.6b"), num_layers=1, vocab_size=1000)
+        memory, events = trace_hf_step(cfg, seq=64, setup=TrainingSetup(attention="sdpa", precision="amp-bf16"))
+        print(format_trace(events, device="meta"))
+
+    Each event: phase, aten op, bytes (+ charged, − released), live bytes after it, device."""
+    setup = _checked(cfg, seq, batch, setup, device, "tracker")
+    from .trace import trace_step
+
+    with meta_as_cpu(device):
+        model, inputs, labels, opt, loss_fn = build_hf_step(cfg, seq, batch, setup, device)
+        return trace_step(model, inputs, labels, loss_fn, opt)
