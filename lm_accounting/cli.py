@@ -660,6 +660,13 @@ def train_time_cmd(
 @budget_option
 @click.option("--crosscheck", is_flag=True, help="Count every point's FLOPs on the live model (meta) too.")
 @click.option("--measure-memory", type=click.Choice(DEVICES), help="Measure every point's training step.")
+@click.option(
+    "--impl",
+    type=click.Choice(IMPLS),
+    default=None,
+    help="The model code of the memory columns (as memory's --impl).  Default: transformers for a "
+    "config.json, course for a preset or a TOML file, per model.",
+)
 @allow_long_option
 @click.option(
     "--out",
@@ -682,6 +689,7 @@ def sweep_cmd(
     budget: str,
     crosscheck: bool,
     measure_memory: str | None,
+    impl: str | None,
     allow_long: bool,
     out: str,
     no_plots: bool,
@@ -696,6 +704,7 @@ def sweep_cmd(
     request = sweep.Request(
         tuple(modified(load_config(p), changes) for p in presets), contexts, batch, with_dtype(setup, dtype), budget,
         crosscheck=crosscheck, measure=measure_memory, allow_long=allow_long, out=out, plots=not no_plots,
+        impls=tuple(impl or default_impl(p) for p in presets),
     )  # fmt: skip
     result = sweep.run(request, progress=True)
     paths = sweep.write(request, result)

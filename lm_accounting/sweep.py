@@ -14,11 +14,12 @@ from typing import Any, ClassVar
 
 from .account import account
 from .analytic.activations import saved_activation_breakdown
-from .analytic.capacity import max_context_that_fits
 from .analytic.hardware_flops import step_flops
 from .analytic.memory import adamw_step_temporary_bytes, model_state_breakdown
-from .analytic.replay import as_setup, predict_training_step, replay_supported
+from .analytic.program_report import largest_context, predicted_steps, replayed, step_unmodelled
+from .analytic.replay import as_setup
 from .config import AccountingError, ModelConfig, check_positive_int
+from .implementations import check_impl, check_measurable
 from .measure.devices import MAX_LIVE_SECONDS  # 15 minutes: the bound --allow-long lifts
 from .phases import PHASES
 from .result import Result
@@ -89,6 +90,7 @@ def analytic_row(
     *,
     setup: TrainingSetup | None = None,
     device: str = "cuda",
+    impl: str = "course",
 ) -> dict[str, Any]:
     """Every analytic column of one (model, context) row under ``setup`` (or, as before, pure ``dtype``
     with AdamW ``optimizer``).  The memory columns are the ``memory`` command's: model states in the
@@ -96,7 +98,9 @@ def analytic_row(
     *plain* run on ``device`` (``mem:peak``, as ``memory_account(..., device=device).step``: cuda, or
     meta where the sweep measures on meta or cpu); ``mem:peak_traced`` is what the storage tracker sees
     on meta (``replay.traced_minus_plain`` gives the gap).  ``flops:model_step`` is 3 × forward,
-    ``flops:hardware_step`` adds the checkpoint and fused-attention recompute (``hardware_flops.step_flops``)."""
+    ``flops:hardware_step`` adds the checkpoint and fused-attention recompute (``hardware_flops.step_flops``).
+    ``impl``: the model code whose steps the memory columns are (``program_report.predicted_steps``); the
+    saved-activation column is the replay's only (None for a step of the op library)."""
     setup, dtype = as_setup(setup, dtype, optimizer, default_optimizer="foreach")
     optimizer = setup.optimizer
     cfg = cfg.with_context(seq)
@@ -104,12 +108,12 @@ def analytic_row(
     groups = acc.forward.groups()
     total = acc.forward.total
     states = model_state_breakdown(cfg, dtype)
-    replayed = replay_supported(cfg, setup)  # else the step columns are None (as the memory command)
-    step = predict_training_step(cfg, seq, batch, setup=setup, device=device, mode="plain") if replayed else None
-    traced = predict_training_step(cfg, seq, batch, setup=setup, mode="traced") if replayed else None
+    steps = predicted_steps(cfg, seq, batch, impl=impl, setup=setup, device=device)  # None: as the memory command
+    step, traced = steps or (None, None)
     flops = step_flops(cfg, seq, batch, setup)
     row: dict[str, Any] = {"model": cfg.name, "context": seq, "batch": batch, "params": acc.params.total}
     row["setup"] = setup.label
+    row["impl"] = impl
     row.update({f"flops:{k}": v for k, v in acc.forward.totals().items()})
     row["flops:total"] = total
     row.update({f"group:{g}": groups.get(g, 0) for g in GROUPS})
@@ -124,12 +128,14 @@ def analytic_row(
     row["mem:gradients"] = states["gradients"].total
     row["mem:optimizer"] = states["adamw.exp_avg"].total + states["adamw.exp_avg_sq"].total
     row["mem:activations"] = (
-        saved_activation_breakdown(cfg, seq, batch, setup=setup, device=device).total if replayed else None
+        saved_activation_breakdown(cfg, seq, batch, setup=setup, device=device).total
+        if replayed(cfg, setup, impl)
+        else None
     )
     row["mem:step_temporaries"] = adamw_step_temporary_bytes(cfg, dtype, optimizer)
-    row["mem:peak"] = step.peak if replayed else None
-    row.update({f"mem:peak.{name}": step.phase(name).peak if replayed else None for name in PHASES})
-    row["mem:peak_traced"] = traced.peak if replayed else None
+    row["mem:peak"] = step.peak if steps else None
+    row.update({f"mem:peak.{name}": step.phase(name).peak if steps else None for name in PHASES})
+    row["mem:peak_traced"] = traced.peak if steps else None
     row["mem:kv_cache"] = acc.kv_cache_bytes()["bf16" if dtype != "fp32" else "fp32"]
     row["mem:budget"] = budget
     row["mem:max_context"] = max_context  # largest context whose plain step fits the budget (exact)
@@ -143,7 +149,7 @@ def analytic_row(
 POINT = ("model", "context", "batch", "setup")
 """The columns of ``analytic_row`` that name a sweep point; every other column is one fact about it."""
 UNITS = {"params": "params", "mem:max_context": "tokens", "measured:peak": "bytes", "measured:flops": "FLOPs"}
-UNITS |= {"measured:device": "", "measured:run": ""}
+UNITS |= {"measured:device": "", "measured:run": "", "impl": ""}
 PREFIX_UNITS = {"flops": "FLOPs", "group": "FLOPs", "share": "share", "mem": "bytes"}
 
 
@@ -157,7 +163,7 @@ class Sweep(Result):
     """One row per (model, context): ``to_dict()`` (JSON, the rows), ``records()`` (tidy: CSV), ``to_frame()``
     (the rows, wide, for plotting)."""
 
-    SCHEMA: ClassVar[str] = "lm-accounting/sweep/2"
+    SCHEMA: ClassVar[str] = "lm-accounting/sweep/3"
 
     batch: int
     dtype: str  # the parameters' dtype (fp32 under amp-bf16)
@@ -209,6 +215,7 @@ def sweep(
     measure: str | None = None,
     progress: bool = False,
     allow_long: bool = False,
+    impls: Sequence[str] | None = None,
 ) -> Sweep:
     """Analytic rows for every (config, context) under ``setup`` (or, as before, pure ``dtype``, default
     fp32, with AdamW ``optimizer``, default foreach; ``budget`` sets ``mem:max_context``); with
@@ -218,7 +225,8 @@ def sweep(
 
     Before any live work every point is checked (``measure.devices.check_live_run``: tensors that
     cannot exist, deep models, memory, a missing GPU) and the live run time is estimated
-    (``estimate_live_seconds``); above ``MAX_LIVE_SECONDS`` the sweep is refused unless ``allow_long``."""
+    (``estimate_live_seconds``); above ``MAX_LIVE_SECONDS`` the sweep is refused unless ``allow_long``.
+    ``impls``: each config's implementation (``implementations``; default: course for all)."""
     from .names import ADAMW_KWARGS, DEVICES, TRAINING_DTYPES
 
     if isinstance(configs, ModelConfig) or not isinstance(configs, Sequence) or not configs:
@@ -244,8 +252,13 @@ def sweep(
     if measure is not None and measure not in DEVICES:
         raise AccountingError(f"unknown measure device {measure!r:.40} (choose from {', '.join(DEVICES)})")
     device = "meta" if measure in ("meta", "cpu") else "cuda"  # the plain run predicted, as the memory command's
-    if device == "cuda" and setup.attention == "sdpa":
-        for cfg in configs:
+    impls = tuple(impls or ("course",) * len(configs))
+    if len(impls) != len(configs):
+        raise AccountingError(f"sweep got {len(impls)} implementations for {len(configs)} models")
+    for cfg, impl in zip(configs, impls, strict=True):
+        check_impl(cfg, impl)
+        check_measurable(impl, measure or "none")
+        if device == "cuda" and setup.attention == "sdpa" and impl == "course":  # CUDA's kernels, our model
             check_cuda_fused_attention(cfg.kv_heads < cfg.num_heads, setup.precision == "fp32")
     result = Sweep(batch, dtype, optimizer, setup=setup)
     names = [cfg.name for cfg in configs]
@@ -266,29 +279,35 @@ def sweep(
     if not contexts:
         raise AccountingError("sweep needs at least one context")
     points = [(cfg, seq) for cfg in configs for seq in contexts]
+    impl_of = {cfg.name: impl for cfg, impl in zip(configs, impls, strict=True)}  # names are distinct
     live = bool(crosscheck or measure)
     if live:
-        check_live_points(points, batch, dtype, optimizer, crosscheck, measure, allow_long)
+        check_live_points(points, batch, dtype, optimizer, crosscheck, measure, allow_long, setup, impl_of)
     bar = None
     if live and progress:
         from tqdm import tqdm
 
         bar = tqdm(total=len(points), unit="point", desc="sweep (live models)", leave=False)
     fitting = {
-        cfg.name: None
-        if not replay_supported(cfg, setup)
-        else max_context_that_fits(cfg, budget, batch, setup=setup, device=device, mode="plain")
+        cfg.name: largest_context(cfg, budget, batch, impl=impl_of[cfg.name], setup=setup, device=device)
         for cfg in configs
     }
     for cfg, seq in points:
-        row = analytic_row(cfg, seq, batch, None, None, budget, fitting[cfg.name], setup=setup, device=device)
+        impl = impl_of[cfg.name]
+        row = analytic_row(
+            cfg, seq, batch, None, None, budget, fitting[cfg.name], setup=setup, device=device, impl=impl
+        )  # fmt: skip
         if crosscheck:
             from .measure.crosscheck import crosscheck as run_crosscheck
 
             cc = run_crosscheck(cfg.with_context(seq), seq, batch, setup=setup)
             row["measured:flops"] = cc.flop_counter.total
             result.mismatches += [f"{cfg.name} @ {seq}: {m}" for m in cc.mismatches()]
-        if measure:
+        if measure and impl == "transformers":  # transformers' own model class
+            from .measure.hf import measure_hf_step
+
+            measured = measure_hf_step(cfg.with_context(seq), seq, batch, setup, device=measure)
+        elif measure:
             from .measure.memory import measure_step
 
             measured = measure_step(cfg.with_context(seq), seq, batch, device=measure, setup=setup)
@@ -311,6 +330,8 @@ def check_live_points(
     crosscheck: bool,
     measure: str | None,
     allow_long: bool,
+    setup: TrainingSetup | None = None,
+    impl_of: dict[str, str] | None = None,
 ) -> float:
     """Check every live point before any is run; return the estimated seconds of the live work.
 
@@ -327,12 +348,12 @@ def check_live_points(
             check_live_run(at, seq, batch, "meta", f"the cross-check of {where}", allow_long=True)  # the sum, below
             total += estimate_live_seconds(at, seq, batch, "meta", counting=True)
         if measure:
-            from .analytic.replay import replay_unsupported
-
-            missing = replay_unsupported(at)  # a step at one batch: any MoE split is replayed
+            impl = (impl_of or {}).get(cfg.name, "course")
+            missing = step_unmodelled(at, setup or TrainingSetup(), impl)  # any MoE split is replayed at one batch
             if missing:  # as the memory command: a measurement needs a prediction to compare with
+                who = "the step replay" if impl == "course" else f"the {impl} program"
                 raise AccountingError(
-                    f"--measure-memory needs the step replay, which does not model {', '.join(missing)} "
+                    f"--measure-memory needs {who}, which does not model {', '.join(missing)} "
                     f"({cfg.name}) yet; leave it out for the analytic columns"
                 )
             check_live_run(

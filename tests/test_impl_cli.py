@@ -235,3 +235,58 @@ def test_the_op_library_path_renders_and_names_the_class(replay_as_program, run_
     data = memory_json(run_cli, config_json, "-S", "32", "-B", "2")
     assert data["implementation"]["predicted_by"] == "ops" and data["implementation_exact"]["activations"] is None
     assert "LlamaForCausalLM" in data["implementation_exact"]["assumptions"]
+
+
+# -- sweep: each model's implementation, the same rule ------------------------------------------------------
+
+
+def test_sweep_names_each_models_implementation(run_cli, config_json, tmp_path):
+    out = tmp_path / "sweep"
+    r = run_cli("sweep", "gpt2-small", config_json, "--contexts", "32", "--no-plots", "--out", out)
+    assert r.code == 0, r.err
+    data = json.loads((out / "sweep.json").read_text())
+    assert data["schema"] == "lm-accounting/sweep/3"
+    assert {row["model"]: row["impl"] for row in data["rows"]} == {"gpt2-small": "course", "llama-mini": "transformers"}
+    assert "llama-mini (78,144 parameters), --impl transformers, batch 1" in r.out
+    # 78,144 by hand: embedding and untied head 2·128·64 = 16,384; per layer q, o 2·64·64, k, v 2·64·32, SwiGLU
+    # 3·64·96, two norms 2·64: 30,848, twice 61,696; final norm 64
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["gpt2-small", "--impl", "transformers"], "transformers has no class for it"),
+        (["qwen3-0.6b", "--impl", "torchtitan"], "torchtitan's programs are not written yet"),
+    ],
+)
+def test_sweep_refuses_before_writing(run_cli, tmp_path, args, message):
+    out = tmp_path / "sweep"
+    one_line_exit_2(run_cli("sweep", *args, "--contexts", "32", "--no-plots", "--out", out), message)
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_sweep_measure_without_the_library_names_the_extra(run_cli, config_json, tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "transformers" else real(name, *a)
+    )
+    out = tmp_path / "sweep"
+    r = run_cli("sweep", config_json, "--contexts", "32", "--measure-memory", "meta", "--no-plots", "--out", out)
+    one_line_exit_2(r, 'pip install "lm-accounting[hf]"')
+    assert not out.exists()
+
+
+def test_sweep_memory_columns_come_from_the_implementations_predictor(replay_as_program, config_json, tmp_path):
+    """With the stand-in program (the replay), the transformers row's step columns are that step's figures."""
+    from lm_accounting.analytic.replay import predict_training_step
+    from lm_accounting.sweep import sweep
+
+    cfg = load_config(config_json)
+    got = sweep([cfg], [32], 2, budget=3_000_000, impls=["transformers"]).rows[0]
+    run = cfg.with_context(32)
+    plain = predict_training_step(run, 32, 2, setup=TrainingSetup(optimizer="foreach"), device="cuda")
+    traced = predict_training_step(run, 32, 2, setup=TrainingSetup(optimizer="foreach"), mode="traced")
+    assert got["impl"] == "transformers" and got["mem:peak"] == plain.peak and got["mem:peak_traced"] == traced.peak
+    assert got["mem:activations"] is None and got["mem:max_context"] > 0

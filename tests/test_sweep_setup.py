@@ -106,7 +106,7 @@ def test_sweep_cli_flags_reach_the_rows(run_cli, tiny, tmp_path):
     r = run_cli("sweep", tiny, "--contexts", "32", *args, "--out", tmp_path / "o", "--no-plots", "--format", "json")
     assert r.code == 0, r.err
     data = json.loads(r.out)
-    assert data["schema"] == "lm-accounting/sweep/2"
+    assert data["schema"] == "lm-accounting/sweep/3"
     assert data["setup"]["label"] == "sdpa+full+amp-bf16+foreach" and data["dtype"] == "fp32"
     (row,) = data["rows"]
     assert row["setup"] == "sdpa+full+amp-bf16+foreach"

@@ -17,11 +17,12 @@ from dataclasses import replace
 
 from ..config import ModelConfig
 from ..gpus import MemoryBudget, as_budget
+from ..phases import StepMemory
 from ..setup import TrainingSetup
 from .capacity import StepPeakLines, max_context_that_fits, phase_peak_lines
 from .course import course_linear_in_batch, course_peak, korthikanti_activation_bytes, max_batch
 from .memory_report import MemoryAccount, memory_account, states_only_account
-from .replay import replay_unsupported
+from .replay import predict_training_step, replay_unsupported
 
 
 def program_unsupported(cfg: ModelConfig, setup: TrainingSetup, impl: str) -> list[str]:
@@ -32,6 +33,52 @@ def program_unsupported(cfg: ModelConfig, setup: TrainingSetup, impl: str) -> li
     if not hasattr(ops, "unsupported"):  # the op library's entry point lands with issue 26's programs
         return ["this config (the op library's programs have not landed)"]
     return ops.unsupported(cfg, setup, impl)
+
+
+def replayed(cfg: ModelConfig, setup: TrainingSetup, impl: str) -> bool:
+    """Whether the legacy replay gives ``impl``'s step: our own model, on an architecture it models."""
+    return impl == "course" and not replay_unsupported(cfg, setup)
+
+
+def step_unmodelled(cfg: ModelConfig, setup: TrainingSetup, impl: str) -> list[str]:
+    """What neither predictor of ``impl`` models for ``cfg`` (empty: the step is predicted): the legacy
+    replay for the course's model where it covers the architecture, else the implementation's program."""
+    if replayed(cfg, setup, impl):
+        return []
+    return program_unsupported(cfg, setup, impl)
+
+
+def predicted_steps(
+    cfg: ModelConfig, seq: int, batch: int, *, impl: str, setup: TrainingSetup, device: str
+) -> tuple[StepMemory, StepMemory] | None:
+    """The plain step on ``device`` and the traced step on meta (what the storage tracker sees) at ``batch``,
+    from ``impl``'s predictor (the rule above); None where neither models ``cfg``."""
+    if replayed(cfg, setup, impl):
+        plain = predict_training_step(cfg, seq, batch, setup=setup, device=device, mode="plain")
+        return plain, predict_training_step(cfg, seq, batch, setup=setup, mode="traced")
+    if program_unsupported(cfg, setup, impl):
+        return None
+    from .ops import predict_step
+
+    plain = predict_step(cfg, seq, setup, impl=impl, batch=batch, mode="plain", device=device)
+    return plain.at(batch), predict_step(cfg, seq, setup, impl=impl, batch=batch, mode="traced").at(batch)
+
+
+def largest_context(
+    cfg: ModelConfig, budget: int, batch: int, *, impl: str, setup: TrainingSetup, device: str
+) -> int | None:
+    """The largest context whose plain step at ``batch`` on ``device`` fits ``budget`` (0 if none), from
+    ``impl``'s predictor; None where neither models ``cfg``."""
+    if replayed(cfg, setup, impl):
+        return max_context_that_fits(cfg, budget, batch, setup=setup, device=device, mode="plain")
+    if program_unsupported(cfg, setup, impl):
+        return None
+    from .ops import predict_step
+
+    def at_context(run: ModelConfig, s: int) -> StepMemory:
+        return predict_step(run, s, setup, impl=impl, batch=batch, mode="plain", device=device).at(batch)
+
+    return max_context_that_fits(cfg, budget, batch, predict=at_context)
 
 
 def implementation_account(
@@ -46,7 +93,7 @@ def implementation_account(
     cpu_threads: int = 1,
 ) -> MemoryAccount:
     """The memory account of ``impl``'s training step at (seq, batch) on ``device`` (the rule above)."""
-    if impl == "course" and not replay_unsupported(cfg, setup):
+    if replayed(cfg, setup, impl):
         return memory_account(cfg, seq, batch, budget=budget, device=device, setup=setup, cpu_threads=cpu_threads)
     missing = program_unsupported(cfg, setup, impl)
     if missing:
@@ -79,10 +126,6 @@ def program_account(
     traced = predict_step(cfg, seq, setup, impl=impl, batch=batch, mode="traced", device=device)
     step, step_traced = plain.at(batch), traced.at(batch)
     lines = StepPeakLines(*(phase_peak_lines(name, p.peak) for name, p in plain.phases().items()))
-
-    def at_context(run: ModelConfig, s: int):
-        return predict_step(run, s, setup, impl=impl, batch=1, mode="plain", device=device).at(1)
-
     course = cfg.course_architecture
     a, b = course_linear_in_batch(cfg, seq) if course else (None, None)
     return replace(
@@ -96,7 +139,7 @@ def program_account(
         gap={name: step_traced.phase(name).peak - p.peak for name, p in step.phases().items()},
         peak_lines=lines,
         max_batch=lines.max_batch(basis.usable),
-        max_context=max_context_that_fits(cfg, basis.usable, 1, predict=at_context),
+        max_context=largest_context(cfg, basis.usable, 1, impl=impl, setup=setup, device=device),
         impl=impl,
         predicted_by="ops",
     )

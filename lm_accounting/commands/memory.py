@@ -13,8 +13,7 @@ from typing import Any
 
 from ..analytic.memory_report import MemoryAccount
 from ..analytic.parallel_report import ParallelMemory, parallel_memory
-from ..analytic.program_report import implementation_account, program_unsupported
-from ..analytic.replay import replay_unsupported
+from ..analytic.program_report import implementation_account, step_unmodelled
 from ..analytic.sizes import at_context, check_batch_seq
 from ..config import AccountingError, ModelConfig
 from ..gpus import DEFAULT_GPU, MemoryBudget, memory_budget
@@ -57,14 +56,13 @@ class Request:
             )
         check_measurable(self.impl, self.measure)
         lay = self.layout
-        if (
-            self.setup.attention == "sdpa" and self.measure in ("none", "cuda") and self.impl == "course"
-        ):  # CUDA's kernels
+        gpu_run = self.measure in ("none", "cuda")  # the course model's prediction runs CUDA's kernels
+        if self.setup.attention == "sdpa" and gpu_run and self.impl == "course":
             check_cuda_fused_attention(run.kv_heads < run.num_heads, self.setup.precision == "fp32")
         if lay is None:
             if self.rank is not None:
                 raise AccountingError("--rank needs a parallel layout (--dp, --tp, --pp, ...): one GPU has one rank")
-            missing = unmodelled(run, self.setup, self.impl)
+            missing = step_unmodelled(run, self.setup, self.impl)
             if self.measure != "none" and missing:  # nothing to compare a measurement with
                 who = "the step replay" if self.impl == "course" else f"the {self.impl} program"
                 raise AccountingError(f"--measure needs {who}, which does not model {', '.join(missing)} yet")
@@ -79,14 +77,6 @@ class Request:
     def device(self) -> str:
         """Whose kernels the single-GPU prediction is for: a GPU's, or the measured device's."""
         return "cuda" if self.measure == "none" else self.measure
-
-
-def unmodelled(cfg: ModelConfig, setup: TrainingSetup, impl: str) -> list[str]:
-    """What neither predictor of ``impl`` models for ``cfg`` (empty: the step is predicted): the legacy
-    replay for the course's model where it covers the architecture, else the implementation's program."""
-    if impl == "course" and not replay_unsupported(cfg, setup):
-        return []
-    return program_unsupported(cfg, setup, impl)
 
 
 def measurement_method(measure: str, method: str | None) -> str | None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import AccountingError, ModelConfig, check_positive_int
+from ..implementations import check_impl, check_measurable
 from ..names import DEFAULT_BUDGET, DEVICES
 from ..setup import TrainingSetup
 from ..units import parse_size
@@ -29,6 +30,7 @@ class Request:
     allow_long: bool = False
     out: str = "lm-account-sweep"
     plots: bool = True
+    impls: tuple[str, ...] | None = None  # each config's implementation (None: course for all)
     context_list: tuple[int, ...] = field(init=False, repr=False)
     budget_bytes: int = field(init=False, repr=False)
 
@@ -40,6 +42,12 @@ class Request:
         if not self.configs:
             raise AccountingError("sweep needs at least one model")
         check_positive_int("batch", self.batch)
+        impls = self.impls or ("course",) * len(self.configs)
+        if len(impls) != len(self.configs):
+            raise AccountingError(f"sweep got {len(impls)} implementations for {len(self.configs)} models")
+        for cfg, impl in zip(self.configs, impls, strict=True):  # refused before any point is computed
+            check_impl(cfg, impl)
+            check_measurable(impl, self.measure or "none")
         if self.measure is not None and self.measure not in DEVICES:
             raise AccountingError(f"unknown --measure-memory '{self.measure}' (valid: {', '.join(DEVICES)})")
         given = self.contexts
@@ -55,7 +63,7 @@ def run(request: Request, progress: bool = False) -> Any:
     r = request
     return sweep(
         list(r.configs), list(r.context_list), r.batch, setup=r.setup, budget=r.budget_bytes, crosscheck=r.crosscheck,
-        measure=r.measure, progress=progress, allow_long=r.allow_long,
+        measure=r.measure, progress=progress, allow_long=r.allow_long, impls=r.impls,
     )  # fmt: skip
 
 

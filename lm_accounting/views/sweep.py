@@ -41,7 +41,8 @@ def sweep_tables(s: Sweep) -> list[Table]:
         rows = [r for r in s.rows if r["model"] == model]
         tables.append(
             Table(
-                f"{model} ({rows[0]['params']:,} parameters), batch {s.batch:,}, {setup_words(s.setup)}",
+                f"{model} ({rows[0]['params']:,} parameters), --impl {rows[0]['impl']}, batch {s.batch:,}, "
+                f"{setup_words(s.setup)}",
                 SUMMARY,
                 [
                     (
