@@ -48,7 +48,7 @@ MEMORY_STYLE = {
     "activations": ("o", "-"),
     TEMPORARIES: ("v", "-."),
 }
-TEXT_COLUMNS = {"model", "setup", "measured:device", "measured:run"}
+TEXT_COLUMNS = {"model", "setup", "impl", "measured:device", "measured:run"}
 OPTIONAL_NUMERIC = (
     "measured:flops",
     "measured:peak",
@@ -393,9 +393,10 @@ def plot_memory_vs_context(
     verdict = (
         _fit_verdict(rows, budget_label, largest, crossing, exact)
         if modelled
-        else "model states only: the step replay does not model this architecture (no activations, no peak)"
+        else "model states only: its implementation's predictor does not model it (no activations, no peak)"
     )
-    ax.set_title(f"{model}: memory of one training step vs context\n{_run_note(rows)}\n{verdict}")
+    impl = f" (--impl {rows['impl'].iloc[0]})" if "impl" in rows else ""
+    ax.set_title(f"{model}{impl}: memory of one training step vs context\n{_run_note(rows)}\n{verdict}")
     return save_figure(fig, path_stem, return_fig)
 
 
