@@ -38,6 +38,15 @@ class Layers(NamedTuple):
     has: Callable[[ModelConfig, int], bool]
 
 
+COL, ROW, VOCAB, REPLICATED = "column", "row", "vocab", "replicated"  # how tensor parallelism cuts a parameter
+EXPERT_COL, EXPERT_ROW = "expert column", "expert row"  # a routed-expert stack (E, out, in): out/M, in/M
+
+
+def _shape(*dims: str) -> Callable[[ModelConfig], tuple[int, ...]]:
+    """A stored shape from config fields (names of ``ModelConfig`` attributes)."""
+    return lambda cfg: tuple(getattr(cfg, n) for n in dims)
+
+
 EVERY_LAYER = Layers("L", lambda cfg: cfg.num_layers, lambda cfg, i: True)
 DENSE_LAYERS = Layers("L_dense", lambda cfg: cfg.dense_layers, lambda cfg, i: not cfg.layer_moe(i))
 MOE_LAYERS = Layers("L_moe", lambda cfg: cfg.moe_layers, lambda cfg, i: cfg.layer_moe(i))
@@ -63,6 +72,8 @@ class Component:
     present: Callable[[ModelConfig], bool] = lambda cfg: True
     layers: Layers = EVERY_LAYER  # for ``layers.*`` keys: the blocks it occurs in
     tensors: Callable[[ModelConfig], int] = lambda cfg: 1  # parameter tensors of equal size (LayerNorm: 2)
+    shape: Callable[[ModelConfig], tuple[int, ...]] | None = None  # each one's stored shape (Linear: (out, in))
+    split: str = REPLICATED  # how tensor parallelism cuts them (analytic/parallel.py, rule 1)
 
     @property
     def per_layer(self) -> bool:
@@ -119,6 +130,11 @@ def _norm(width: Callable[[Sizes], int]) -> tuple[Formula, Formula]:
     )
 
 
+def _qk_norm_shape(heads: str) -> Callable[[ModelConfig], tuple[int, ...]]:
+    """Per head: (d_head,); whole projection (OLMo-2): (heads·d_head,)."""
+    return lambda cfg: (cfg.d_head if cfg.qk_norm_scope == "head" else getattr(cfg, heads) * cfg.d_head,)
+
+
 def _qk_norm_label(which: str) -> Callable[[ModelConfig], str]:
     return lambda cfg: f"{which} norm ({'per head' if cfg.qk_norm_scope == 'head' else 'whole projection'})"
 
@@ -135,15 +151,19 @@ def _bias(
     text: str,
     present: Callable[[ModelConfig], bool],
     layers: Layers = EVERY_LAYER,
+    split: str = COL,
 ) -> Component:
     """A projection's bias (``key`` = the projection's path + ``.bias``): ``width`` parameters, and one add
-    per output element, an elementwise FLOP (``fl.BIAS_PER_ELEMENT``) that no counter calls a matmul."""
+    per output element, an elementwise FLOP (``fl.BIAS_PER_ELEMENT``) that no counter calls a matmul.
+    ``split``: a column-parallel projection's bias is cut with it; a row-parallel one's is whole."""
     return Component(
         key,
         label,
         group,
         present=present,
         layers=layers,
+        shape=lambda cfg: (width(cfg),),
+        split=split,
         params=Formula(lambda z: pa.bias_params(width(z.cfg)), text),
         elementwise=Formula(lambda z: fl.bias_add_flops(z.T, width(z.cfg)), f"T·{text}"),
     )
@@ -209,6 +229,7 @@ def _rmsnorm(key: str, label: str, width: Callable[[ModelConfig], int], text: st
         "norms",
         params=Formula(lambda z: pa.rmsnorm_params(width(z.cfg)), text),
         elementwise=Formula(lambda z: fl.rmsnorm_flops(z.T, width(z.cfg)), f"4·T·{text}"),
+        shape=lambda cfg: (width(cfg),),
         **kw,
     )
 
@@ -238,13 +259,27 @@ def _expert_swiglu(
     count_text: str,
     saved: Callable[[Sizes, str], int],
     saved_text: dict[str, str],
+    stacked: bool,
 ) -> tuple[Component, ...]:
     """W1, W2, W3, SiLU and gate of a SwiGLU of hidden ``width`` run on ``rows(z)`` token rows, with
     ``count(cfg)`` copies of its weights (E routed experts; 1 for the shared experts' one MLP);
-    ``saved(z, part)``: the bytes each part keeps for backward, described by ``saved_text[part]``."""
+    ``saved(z, part)``: the bytes each part keeps for backward, described by ``saved_text[part]``.
+    ``stacked``: the weights are one (E, out, in) tensor per matrix (routed), else one (out, in)."""
 
     def kept(part: str) -> Formula:
         return Formula(lambda z: saved(z, part), saved_text[part])
+
+    def shape(name: str) -> Callable[[ModelConfig], tuple[int, ...]]:
+        def of(cfg: ModelConfig) -> tuple[int, ...]:
+            out_in = (cfg.d_model, width(cfg)) if name == "w2" else (width(cfg), cfg.d_model)
+            return (count(cfg), *out_in) if stacked else out_in
+
+        return of
+
+    def split(name: str) -> str:
+        if stacked:
+            return EXPERT_ROW if name == "w2" else EXPERT_COL
+        return ROW if name == "w2" else COL
 
     def matrix(name: str, what: str) -> Component:
         return Component(
@@ -256,6 +291,8 @@ def _expert_swiglu(
             params=Formula(lambda z: count(z.cfg) * z.cfg.d_model * width(z.cfg), f"{count_text}d·{text}"),
             flops=Formula(lambda z: fl.matmul_flops(rows(z), z.cfg.d_model, width(z.cfg)), f"2·{rows_text}·d·{text}"),
             saved=kept(name),
+            shape=shape(name),
+            split=split(name),
         )
 
     return (
@@ -296,7 +333,12 @@ _LN1, _LN2, _LN_FINAL, _POST = (_norm(lambda z: z.cfg.d_model) for _ in range(4)
 
 REGISTRY: tuple[Component, ...] = (
     Component(
-        "token_embeddings", "token embedding", "embedding", params=Formula(lambda z: pa.embedding_params(z.cfg), "V·d")
+        "token_embeddings",
+        "token embedding",
+        "embedding",
+        params=Formula(lambda z: pa.embedding_params(z.cfg), "V·d"),
+        shape=_shape("vocab_size", "d_model"),
+        split=VOCAB,
     ),
     Component(
         "token_embeddings.scale",
@@ -311,6 +353,7 @@ REGISTRY: tuple[Component, ...] = (
         "embedding",
         present=lambda cfg: cfg.positions == "learned",
         params=Formula(lambda z: pa.position_embedding_params(z.cfg), "P·d (P = max_position_embeddings)"),
+        shape=_shape("position_rows", "d_model"),
         elementwise=Formula(lambda z: fl.position_add_flops(z.T, z.cfg.d_model), "T·d", "position add"),
     ),
     Component(
@@ -338,6 +381,7 @@ REGISTRY: tuple[Component, ...] = (
         params=_LN1[0],
         elementwise=_LN1[1],
         tensors=_norm_tensors,
+        shape=_shape("d_model"),
         saved=Formula(act.block_norm_saved_bytes, "none: T·4 + T·d·4 + T·d·e [+ T·d·4 + d·4] (amp: T·4 + T·d·4)"),
     ),
     Component(
@@ -346,6 +390,8 @@ REGISTRY: tuple[Component, ...] = (
         "attention projections",
         present=lambda cfg: cfg.q_lora_rank is None,
         params=Formula(lambda z: pa.q_proj_params(z.cfg), "d·h·d_head"),
+        shape=_shape("q_dim", "d_model"),
+        split=COL,
         flops=Formula(lambda z: fl.q_proj_flops(z.cfg, z.T), "2·T·d·h·d_head"),
         saved=Formula(
             lambda z: act.projection_saved_bytes(z, "layers.*.attn.q_proj", z.cfg.q_dim),
@@ -367,6 +413,8 @@ REGISTRY: tuple[Component, ...] = (
         "attention projections",
         present=_not_mla,
         params=Formula(lambda z: pa.kv_proj_params(z.cfg), "d·kv·d_head"),
+        shape=_shape("kv_dim", "d_model"),
+        split=COL,
         flops=Formula(lambda z: fl.kv_proj_flops(z.cfg, z.T), "2·T·d·kv·d_head"),
         saved=Formula(
             lambda z: act.projection_saved_bytes(z, "layers.*.attn.k_proj", z.cfg.kv_dim),
@@ -388,6 +436,8 @@ REGISTRY: tuple[Component, ...] = (
         "attention projections",
         present=_not_mla,
         params=Formula(lambda z: pa.kv_proj_params(z.cfg), "d·kv·d_head"),
+        shape=_shape("kv_dim", "d_model"),
+        split=COL,
         flops=Formula(lambda z: fl.kv_proj_flops(z.cfg, z.T), "2·T·d·kv·d_head"),
         saved=Formula(
             lambda z: act.projection_saved_bytes(z, "layers.*.attn.v_proj", z.cfg.kv_dim),
@@ -409,6 +459,7 @@ REGISTRY: tuple[Component, ...] = (
         "attention projections",
         pa.q_a_proj_params,
         "d·r_q",
+        shape=_shape("q_lora_rank", "d_model"),
         present=_q_lora,
     ),
     _rmsnorm("layers.*.attn.q_a_norm", "Q latent RMSNorm (MLA)", lambda cfg: cfg.q_lora_rank, "r_q", present=_q_lora),
@@ -418,6 +469,8 @@ REGISTRY: tuple[Component, ...] = (
         "attention projections",
         pa.q_b_proj_params,
         "r_q·h·(d_nope + d_rope)",
+        shape=_shape("q_dim", "q_lora_rank"),
+        split=COL,
         present=_q_lora,
     ),
     _projection(
@@ -426,6 +479,7 @@ REGISTRY: tuple[Component, ...] = (
         "attention projections",
         pa.kv_a_proj_params,
         "d·(r_kv + d_rope)",
+        shape=_shape("kv_cache_width", "d_model"),
         present=_mla,
     ),
     _rmsnorm("layers.*.attn.kv_a_norm", "KV latent RMSNorm (MLA)", lambda cfg: cfg.kv_lora_rank, "r_kv", present=_mla),
@@ -435,6 +489,8 @@ REGISTRY: tuple[Component, ...] = (
         "attention projections",
         pa.kv_b_proj_params,
         "r_kv·h·(d_nope + d_v)",
+        shape=lambda cfg: (cfg.num_heads * (cfg.qk_nope_head_dim + cfg.v_head_dim), cfg.kv_lora_rank),
+        split=COL,
         present=_mla,
     ),
     Component(
@@ -442,6 +498,8 @@ REGISTRY: tuple[Component, ...] = (
         "output projection",
         "attention projections",
         params=Formula(lambda z: pa.output_proj_params(z.cfg), lambda cfg: f"h·{_v(cfg)}·d"),
+        shape=_shape("d_model", "o_dim"),
+        split=ROW,
         flops=Formula(lambda z: fl.output_proj_flops(z.cfg, z.T), lambda cfg: f"2·T·h·{_v(cfg)}·d"),
         saved=Formula(
             act.output_proj_saved_bytes, "none: T·h·d_head·h (+ amp: n_W·2); selective: T·d·h", "output projection"
@@ -454,6 +512,7 @@ REGISTRY: tuple[Component, ...] = (
         lambda cfg: cfg.d_model,
         "d",
         lambda cfg: cfg.output_bias,
+        split=REPLICATED,
     ),
     Component(
         "layers.*.attn.q_norm",
@@ -461,6 +520,7 @@ REGISTRY: tuple[Component, ...] = (
         "norms",
         present=_qk_norm,
         params=Formula(lambda z: pa.qk_norm_params(z.cfg, z.cfg.num_heads), _qk_norm_text("h")),
+        shape=_qk_norm_shape("num_heads"),
         elementwise=Formula(lambda z: fl.rmsnorm_flops(z.T * z.cfg.num_heads, z.cfg.d_head), "4·T·h·d_head"),
         saved=Formula(lambda z: act.qk_norm_saved_bytes(z, z.cfg.num_heads), "as RMSNorm, per head"),
     ),
@@ -470,6 +530,7 @@ REGISTRY: tuple[Component, ...] = (
         "norms",
         present=_qk_norm,
         params=Formula(lambda z: pa.qk_norm_params(z.cfg, z.cfg.kv_heads), _qk_norm_text("kv")),
+        shape=_qk_norm_shape("kv_heads"),
         elementwise=Formula(lambda z: fl.rmsnorm_flops(z.T * z.cfg.kv_heads, z.cfg.d_head), "4·T·kv·d_head"),
         saved=Formula(lambda z: act.qk_norm_saved_bytes(z, z.cfg.kv_heads), "as RMSNorm, per head"),
     ),
@@ -531,6 +592,7 @@ REGISTRY: tuple[Component, ...] = (
         params=_POST[0],
         elementwise=_POST[1],
         tensors=_norm_tensors,
+        shape=_shape("d_model"),
     ),
     Component(
         "layers.*.residual.attn",
@@ -546,6 +608,7 @@ REGISTRY: tuple[Component, ...] = (
         params=_LN2[0],
         elementwise=_LN2[1],
         tensors=_norm_tensors,
+        shape=_shape("d_model"),
         saved=Formula(act.block_norm_saved_bytes, "as ln1"),
     ),
     Component(
@@ -555,6 +618,8 @@ REGISTRY: tuple[Component, ...] = (
         layers=DENSE_LAYERS,
         present=_gated,
         params=Formula(lambda z: pa.ffn_matrix_params(z.cfg), "d·d_ff"),
+        shape=_shape("d_ff", "d_model"),
+        split=COL,
         flops=Formula(lambda z: fl.ffn_matrix_flops(z.cfg, z.T), "2·T·d·d_ff"),
         saved=Formula(lambda z: act.ffn_saved_bytes(z, "w1"), "T·d_ff·h (+ amp: n_W·2 + T·d·2)", "FFN W1"),
     ),
@@ -566,10 +631,21 @@ REGISTRY: tuple[Component, ...] = (
         layers=DENSE_LAYERS,
         present=_gated,
         params=Formula(lambda z: pa.ffn_matrix_params(z.cfg), "d_ff·d"),
+        shape=_shape("d_model", "d_ff"),
+        split=ROW,
         flops=Formula(lambda z: fl.ffn_matrix_flops(z.cfg, z.T), "2·T·d_ff·d"),
         saved=Formula(lambda z: act.ffn_saved_bytes(z, "w2"), "amp: n_W·2; selective: T·d·h", "FFN W2"),
     ),
-    _bias("layers.*.ffn.w2.bias", "FFN W2 bias", "ffn", lambda cfg: cfg.d_model, "d", _gated_bias, DENSE_LAYERS),
+    _bias(
+        "layers.*.ffn.w2.bias",
+        "FFN W2 bias",
+        "ffn",
+        lambda cfg: cfg.d_model,
+        "d",
+        _gated_bias,
+        DENSE_LAYERS,
+        REPLICATED,
+    ),
     Component(
         "layers.*.ffn.w3",
         "FFN W3 (up)",
@@ -577,6 +653,8 @@ REGISTRY: tuple[Component, ...] = (
         layers=DENSE_LAYERS,
         present=_gated,
         params=Formula(lambda z: pa.ffn_matrix_params(z.cfg), "d·d_ff"),
+        shape=_shape("d_ff", "d_model"),
+        split=COL,
         flops=Formula(lambda z: fl.ffn_matrix_flops(z.cfg, z.T), "2·T·d·d_ff"),
         saved=Formula(lambda z: act.ffn_saved_bytes(z, "w3"), "T·d_ff·h (+ amp: n_W·2 + T·d·2)", "FFN W3"),
     ),
@@ -588,6 +666,8 @@ REGISTRY: tuple[Component, ...] = (
         layers=DENSE_LAYERS,
         present=_gelu_mlp,
         params=Formula(lambda z: pa.ffn_matrix_params(z.cfg), "d·d_ff"),
+        shape=_shape("d_ff", "d_model"),
+        split=COL,
         flops=Formula(lambda z: fl.ffn_matrix_flops(z.cfg, z.T), "2·T·d·d_ff"),
     ),
     _bias("layers.*.ffn.fc.bias", "FFN fc bias", "ffn", lambda cfg: cfg.d_ff, "d_ff", _gelu_bias, DENSE_LAYERS),
@@ -598,9 +678,20 @@ REGISTRY: tuple[Component, ...] = (
         layers=DENSE_LAYERS,
         present=_gelu_mlp,
         params=Formula(lambda z: pa.ffn_matrix_params(z.cfg), "d_ff·d"),
+        shape=_shape("d_model", "d_ff"),
+        split=ROW,
         flops=Formula(lambda z: fl.ffn_matrix_flops(z.cfg, z.T), "2·T·d_ff·d"),
     ),
-    _bias("layers.*.ffn.proj.bias", "FFN proj bias", "ffn", lambda cfg: cfg.d_model, "d", _gelu_bias, DENSE_LAYERS),
+    _bias(
+        "layers.*.ffn.proj.bias",
+        "FFN proj bias",
+        "ffn",
+        lambda cfg: cfg.d_model,
+        "d",
+        _gelu_bias,
+        DENSE_LAYERS,
+        REPLICATED,
+    ),
     Component(
         "layers.*.ffn.silu",
         "SiLU",
@@ -633,6 +724,7 @@ REGISTRY: tuple[Component, ...] = (
         "ffn",
         pa.router_params,
         "d·E",
+        shape=_shape("num_experts", "d_model"),
         present=_moe,
         layers=MOE_LAYERS,
         saved=Formula(
@@ -668,6 +760,7 @@ REGISTRY: tuple[Component, ...] = (
             "silu": "none: 2·T·k·d_e·h",
             "gate": "none: T·k·d_e·h",
         },
+        stacked=True,
     ),
     *_expert_swiglu(
         "layers.*.moe.shared",
@@ -687,6 +780,7 @@ REGISTRY: tuple[Component, ...] = (
             "silu": "none: 2·T·n_s·d_s·h",
             "gate": "none: T·n_s·d_s·h",
         },
+        stacked=False,
     ),
     Component(
         "layers.*.moe.combine",
@@ -708,6 +802,7 @@ REGISTRY: tuple[Component, ...] = (
         params=_POST[0],
         elementwise=_POST[1],
         tensors=_norm_tensors,
+        shape=_shape("d_model"),
     ),
     Component(
         "layers.*.residual.ffn",
@@ -722,6 +817,7 @@ REGISTRY: tuple[Component, ...] = (
         params=_LN_FINAL[0],
         elementwise=_LN_FINAL[1],
         tensors=_norm_tensors,
+        shape=_shape("d_model"),
         saved=Formula(act.final_norm_saved_bytes, "as ln1 under none (+ its fp32 input)"),
     ),
     Component(
@@ -729,6 +825,8 @@ REGISTRY: tuple[Component, ...] = (
         _lm_head_label,
         "lm head",
         params=Formula(lambda z: pa.lm_head_params(z.cfg), "d·V (0 when tied)"),
+        shape=_shape("vocab_size", "d_model"),
+        split=VOCAB,
         flops=Formula(lambda z: fl.lm_head_flops(z.cfg, z.T), "2·T·d·V"),
         saved=Formula(act.lm_head_saved_bytes, "amp: V·d·2 + T·d·2", "LM head (amp copies)"),
     ),

@@ -94,3 +94,27 @@ def test_optional_components_follow_the_config():
     plain, qwen = load_config("gpt2-small"), load_config("qwen3-0.6b")
     assert "layers.*.attn.q_norm" not in [c.key for c in components(plain, "params")]
     assert "layers.*.attn.q_norm" in [c.key for c in components(qwen, "params")]
+
+
+@pytest.mark.parametrize("variant", [*VARIANTS, "deepseek-v3", "mixtral-8x7b", "qwen3-30b-a3b"])
+def test_each_parameter_component_lists_its_tensor_shapes(variant):
+    """The registry's stored shapes (what ``analytic.parallel`` shards) hold exactly the parameters its own
+    formulas count: per occurrence, tensors × the product of the shape; and the shapes are the live model's."""
+    from lm_accounting.analytic.sizes import Sizes
+
+    if variant in VARIANTS:
+        cfg = ModelConfig(**TINY, **{**VARIANTS[variant], "tie_embeddings": False}, name=variant)
+    else:
+        cfg = dataclasses.replace(load_config(variant), tie_embeddings=False)
+    z = Sizes(cfg)
+    for c in components(cfg, "params"):
+        assert c.shape is not None, c.key
+        numel = 1
+        for n in c.shape(cfg):
+            numel *= n
+        assert c.tensors(cfg) * numel == c.params.fn(z), c.key
+    # by hand: a GPT-2 style block's LayerNorm is two (d,) tensors, its fc bias (d_ff,) cut with fc
+    gpt2 = ModelConfig(**TINY, **VARIANTS["openai-gpt2"], name="openai-gpt2")
+    ln1, fc_bias = (c for c in REGISTRY if c.key in ("layers.*.ln1", "layers.*.ffn.fc.bias"))
+    assert (ln1.tensors(gpt2), ln1.shape(gpt2), ln1.split) == (2, (32,), "replicated")
+    assert (fc_bias.shape(gpt2), fc_bias.split) == ((48,), "column")

@@ -49,10 +49,10 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
+from ..components import COL, EXPERT_COL, EXPERT_ROW, REPLICATED, ROW, VOCAB, components
 from ..config import AccountingError, ModelConfig
 from ..layout import ParallelLayout
 from ..names import DTYPE_BYTES
@@ -70,9 +70,6 @@ from .tensor_parallel import (
     vocab_parallel_head_saved,
     vocab_parallel_step,
 )
-
-COL, ROW, VOCAB, REPLICATED = "column", "row", "vocab", "replicated"
-EXPERT_COL, EXPERT_ROW = "expert column", "expert row"  # a routed-expert stack (E, out, in): out/M, in/M
 
 
 @dataclass(frozen=True)
@@ -103,68 +100,6 @@ class ParamShape:
         return self.split in (EXPERT_COL, EXPERT_ROW)
 
 
-def _shape(*dims) -> Callable[[ModelConfig], tuple[int, ...]]:
-    """A stored shape from config fields (names of ``ModelConfig`` attributes)."""
-    return lambda cfg: tuple(getattr(cfg, n) for n in dims)
-
-
-def _kv_b_rows(cfg: ModelConfig) -> int:
-    return cfg.num_heads * (cfg.qk_nope_head_dim + cfg.v_head_dim)
-
-
-def _qk_norm_width(heads: str) -> Callable[[ModelConfig], tuple[int, ...]]:
-    """Per head: (d_head,); whole projection (OLMo-2): (heads·d_head,)."""
-    return lambda cfg: (cfg.d_head if cfg.qk_norm_scope == "head" else getattr(cfg, heads) * cfg.d_head,)
-
-
-_D = _shape("d_model")
-PARAMETER_SHAPES: dict[str, tuple[Callable[[ModelConfig], tuple[int, ...]], str]] = {
-    # component registry key -> (the stored shape of each of its tensors, the TP split): the live
-    # model's modules (model/transformer.py, mla.py, moe.py); Linear stores (out, in), a norm (width,)
-    "token_embeddings": (_shape("vocab_size", "d_model"), VOCAB),
-    "position_embeddings": (_shape("position_rows", "d_model"), REPLICATED),
-    "layers.*.ln1": (_D, REPLICATED),
-    "layers.*.attn.q_proj": (_shape("q_dim", "d_model"), COL),
-    "layers.*.attn.q_proj.bias": (_shape("q_dim"), COL),
-    "layers.*.attn.k_proj": (_shape("kv_dim", "d_model"), COL),
-    "layers.*.attn.k_proj.bias": (_shape("kv_dim"), COL),
-    "layers.*.attn.v_proj": (_shape("kv_dim", "d_model"), COL),
-    "layers.*.attn.v_proj.bias": (_shape("kv_dim"), COL),
-    "layers.*.attn.q_a_proj": (_shape("q_lora_rank", "d_model"), REPLICATED),
-    "layers.*.attn.q_a_norm": (_shape("q_lora_rank"), REPLICATED),
-    "layers.*.attn.q_b_proj": (_shape("q_dim", "q_lora_rank"), COL),
-    "layers.*.attn.kv_a_proj": (_shape("kv_cache_width", "d_model"), REPLICATED),
-    "layers.*.attn.kv_a_norm": (_shape("kv_lora_rank"), REPLICATED),
-    "layers.*.attn.kv_b_proj": (lambda cfg: (_kv_b_rows(cfg), cfg.kv_lora_rank), COL),
-    "layers.*.attn.output_proj": (_shape("d_model", "o_dim"), ROW),
-    "layers.*.attn.output_proj.bias": (_D, REPLICATED),
-    "layers.*.attn.q_norm": (_qk_norm_width("num_heads"), REPLICATED),
-    "layers.*.attn.k_norm": (_qk_norm_width("kv_heads"), REPLICATED),
-    "layers.*.post_attn_norm": (_D, REPLICATED),
-    "layers.*.ln2": (_D, REPLICATED),
-    "layers.*.ffn.w1": (_shape("d_ff", "d_model"), COL),
-    "layers.*.ffn.w1.bias": (_shape("d_ff"), COL),
-    "layers.*.ffn.w2": (_shape("d_model", "d_ff"), ROW),
-    "layers.*.ffn.w2.bias": (_D, REPLICATED),
-    "layers.*.ffn.w3": (_shape("d_ff", "d_model"), COL),
-    "layers.*.ffn.w3.bias": (_shape("d_ff"), COL),
-    "layers.*.ffn.fc": (_shape("d_ff", "d_model"), COL),
-    "layers.*.ffn.fc.bias": (_shape("d_ff"), COL),
-    "layers.*.ffn.proj": (_shape("d_model", "d_ff"), ROW),
-    "layers.*.ffn.proj.bias": (_D, REPLICATED),
-    "layers.*.moe.router": (_shape("num_experts", "d_model"), REPLICATED),
-    "layers.*.moe.experts.w1": (_shape("num_experts", "expert_width", "d_model"), EXPERT_COL),
-    "layers.*.moe.experts.w2": (_shape("num_experts", "d_model", "expert_width"), EXPERT_ROW),
-    "layers.*.moe.experts.w3": (_shape("num_experts", "expert_width", "d_model"), EXPERT_COL),
-    "layers.*.moe.shared.w1": (_shape("shared_width", "d_model"), COL),
-    "layers.*.moe.shared.w2": (_shape("d_model", "shared_width"), ROW),
-    "layers.*.moe.shared.w3": (_shape("shared_width", "d_model"), COL),
-    "layers.*.post_ffn_norm": (_D, REPLICATED),
-    "ln_final": (_D, REPLICATED),
-    "lm_head": (_shape("vocab_size", "d_model"), VOCAB),
-}
-
-
 def _tensor_names(key: str, tensors: int) -> tuple[str, ...]:
     """The parameter names under a registry key: a bias component is a ``Bias`` module holding ``bias``;
     a LayerNorm (2 tensors) holds ``weight`` and ``bias``; every other one ``weight``."""
@@ -177,18 +112,15 @@ def _tensor_names(key: str, tensors: int) -> tuple[str, ...]:
 def parameter_shapes(cfg: ModelConfig) -> tuple[ParamShape, ...]:
     """Every parameter of the live model in ``model.parameters()`` order, read off the component
     registry (its order is the modules' registration order; ``present`` and ``layers`` say which
-    exist in which block) with the stored shapes of ``PARAMETER_SHAPES``.  A tied LM head is the
-    embedding: listed once."""
-    from ..components import components
-
+    exist in which block; ``shape`` and ``split`` give each tensor's stored shape and TP cut).  A tied
+    LM head is the embedding: listed once."""
     before: list[ParamShape] = []  # the root's tensors registered before the blocks (embeddings)
     after: list[ParamShape] = []  # and after them (final norm, LM head)
     blocks: list[list[ParamShape]] = [[] for _ in range(cfg.num_layers)]
     for c in components(cfg, "params"):
         if c.key == "lm_head" and cfg.tie_embeddings:
             continue
-        shape_of, split = PARAMETER_SHAPES[c.key]
-        shape, names = shape_of(cfg), _tensor_names(c.key, c.tensors(cfg))
+        shape, split, names = c.shape(cfg), c.split, _tensor_names(c.key, c.tensors(cfg))
         if c.per_layer:
             for i in range(cfg.num_layers):
                 if c.layers.has(cfg, i):
