@@ -41,11 +41,13 @@ def replayed(cfg: ModelConfig, setup: TrainingSetup, impl: str) -> bool:
 
 
 def step_unmodelled(cfg: ModelConfig, setup: TrainingSetup, impl: str) -> list[str]:
-    """What neither predictor of ``impl`` models for ``cfg`` (empty: the step is predicted): the legacy
-    replay for the course's model where it covers the architecture, else the implementation's program."""
+    """What neither predictor of ``impl`` models for ``cfg`` (empty: the step is predicted): for our own
+    model, the architecture options the replay lacks (when the course program lacks them too), else what
+    the implementation's program lacks."""
     if replayed(cfg, setup, impl):
         return []
-    return program_unsupported(cfg, setup, impl)
+    missing = program_unsupported(cfg, setup, impl)
+    return replay_unsupported(cfg, setup) if missing and impl == "course" else missing
 
 
 def predicted_steps(
@@ -95,7 +97,7 @@ def implementation_account(
     """The memory account of ``impl``'s training step at (seq, batch) on ``device`` (the rule above)."""
     if replayed(cfg, setup, impl):
         return memory_account(cfg, seq, batch, budget=budget, device=device, setup=setup, cpu_threads=cpu_threads)
-    missing = program_unsupported(cfg, setup, impl)
+    missing = step_unmodelled(cfg, setup, impl)
     if missing:
         states = states_only_account(
             cfg, seq, batch, setup.param_dtype, setup, as_budget(budget), device, cpu_threads
