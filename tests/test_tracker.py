@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lm_accounting.measure.meta_memo import output_specs
 from lm_accounting.measure.tracker import (
     ALLOCATOR_ROUNDING,
     CUBLAS_WORKSPACES,
@@ -120,6 +121,48 @@ def test_temporary_in_expression(device):
     assert tr.phase_table(device)["expr"] == (12000, 8000)
     del b
     assert tr.current[dev] == 4000
+
+
+def test_meta_kernels_run_once_per_distinct_input():
+    """On meta the tracker runs an op's kernel once per distinct input metadata and afterwards builds its
+    output from memory: same shape, strides and dtype, a storage of its own, charged the same bytes."""
+    meta = torch.device("meta")
+    tr = StorageTracker()
+    with tr:
+        a, b = torch.empty(3, 5, device="meta"), torch.empty(3, 5, device="meta")
+        x, y = a.t() * b.t(), a.t() * b.t()  # (5, 3) with strides (1, 5): a transposed output, twice
+        assert (tr.memo.misses, tr.memo.hits) == (1, 1)
+        assert (y.shape, y.stride(), y.dtype) == ((5, 3), (1, 5), torch.float32) == (x.shape, x.stride(), x.dtype)
+        assert x.untyped_storage() is not y.untyped_storage()
+        assert tr.current[meta] == 4 * 60  # a, b, x, y: 60 B each
+        del x
+        assert tr.current[meta] == 3 * 60
+        i = torch.empty(4, dtype=torch.int64, device="meta")
+        # what decides the output besides the tensors: a scalar's type, torch's default dtype
+        assert [(i * 1).dtype, (i * 1.0).dtype, (i * 1).dtype] == [torch.int64, torch.float32, torch.int64]
+        assert (i / 2).dtype == torch.float32
+        torch.set_default_dtype(torch.float64)
+        try:
+            assert (i / 2).dtype == torch.float64
+        finally:
+            torch.set_default_dtype(torch.float32)
+        hits = tr.memo.hits
+        a.mul_(2)  # in-place, views and tensors off meta always run their kernels
+        a.mul_(2)
+        a[1:].view(2, 5)
+        a[1:].view(2, 5)
+        c = torch.ones(3, device="cpu")
+        assert (c * c).tolist() == [1.0, 1.0, 1.0] == (c * c).tolist()
+        assert tr.memo.hits == hits
+
+
+def test_memo_rebuilds_only_fresh_dense_outputs():
+    """An output that is an input's storage, or a padded storage, is never rebuilt from memory."""
+    a = torch.empty(3, 5, device="meta")
+    assert output_specs(a, (a,), {}) is None
+    padded = torch.empty(20, device="meta")[:15].view(3, 5)  # 80 B of storage behind 60 B of tensor
+    assert output_specs(padded, (a,), {}) is None
+    assert output_specs(torch.empty(3, 5, device="meta"), (a,), {}) == (((3, 5), (5, 1), torch.float32),)
 
 
 def test_phase_resets_peak_and_records_end():
