@@ -290,14 +290,3 @@ def test_sweep_memory_columns_come_from_the_implementations_predictor(replay_as_
     traced = predict_training_step(run, 32, 2, setup=TrainingSetup(optimizer="foreach"), mode="traced")
     assert got["impl"] == "transformers" and got["mem:peak"] == plain.peak and got["mem:peak_traced"] == traced.peak
     assert got["mem:activations"] is None and got["mem:max_context"] > 0
-
-
-def test_csv_records_name_the_implementation(run_cli, config_json):
-    import csv
-    import io
-
-    r = run_cli("memory", config_json, "-S", "32", "--format", "csv")
-    assert r.code == 0, r.err
-    rows = [row for row in csv.DictReader(io.StringIO(r.out)) if row["section"] == "implementation"]
-    assert len(rows) == 1 and rows[0]["predicted"] == "transformers" and rows[0]["quantity"] == "impl"
-    assert "transformers 5.24 LlamaForCausalLM, training mode, eager attention" in rows[0]["label"]

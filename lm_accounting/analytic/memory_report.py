@@ -263,8 +263,6 @@ class MemoryAccount(Result):
                 )
             )
 
-        program = program_label(self.config, self.impl, self.setup)
-        add("implementation", self.impl, f"the model code predicted (--impl): {program}", "impl", self.impl, "")
         sec = "course_convention"
         a, b = self.course_linear or (None, None)
         for key, value in (self.course.to_dict() if self.course else {}).items():
