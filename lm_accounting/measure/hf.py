@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 
 import torch
+from torch.overrides import handle_torch_function, has_torch_function
 
 from ..config import AccountingError, ModelConfig
 from ..hf_config import to_hf_dict
@@ -152,11 +153,13 @@ def model_loss(loss: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 
 def _unpacked_rows(position_ids: torch.Tensor) -> None:
-    """``masking_utils.find_packed_sequence_indices`` for meta: its ops (transformers 5.x), not its branch on
-    the result's value (``.item()``); the answer for rows of one sequence each, None (no packing)."""
-    first = position_ids[:, :1] - 1
-    packed = (torch.diff(position_ids, prepend=first, dim=-1) != 1).cumsum(-1)
-    (packed[:, -1] == 0).all()  # the answer for one sequence a row, None, without reading it
+    """``masking_utils.find_packed_sequence_indices`` for meta: its ops and its locals' lifetimes (transformers
+    5.x, line for line), not its branch on the result's value (``.item()``); the answer for rows of one
+    sequence each, None (no packing)."""
+    first_dummy_value = position_ids[:, :1] - 1
+    position_diff = torch.diff(position_ids, prepend=first_dummy_value, dim=-1)
+    packed_sequence_mask = (position_diff != 1).cumsum(-1)
+    (packed_sequence_mask[:, -1] == 0).all()  # the branch's condition, computed and dropped unread
 
 
 def _sdpa_as_cpu(sdpa):
@@ -166,10 +169,15 @@ def _sdpa_as_cpu(sdpa):
     on cpu it picks the flash kernel, ``aten._scaled_dot_product_flash_attention_for_cpu`` (K and V keep their
     kv heads under ``enable_gqa``).  The CPU's choice is asked with stand-ins of one position (batch 1, the
     same heads, head size and dtype; a 1×1 mask of the mask's dtype if there is one); where it is flash, the
-    meta call runs that kernel, else the call runs as it is.  (A function, not a ``TorchFunctionMode``: a mode
-    is off inside the ``Tensor.backward`` it handles, and the checkpoint recompute runs there.)"""
+    meta call runs that kernel, else the call runs as it is.  Function modes see the call as they see torch's
+    (``handle_torch_function``), so the autocast emulation casts q, k and v before the choice, as on cpu.  (A
+    function, not a ``TorchFunctionMode``: a mode is off inside the ``Tensor.backward`` it handles, and the
+    checkpoint recompute runs there.)"""
 
     def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, **kw):
+        if has_torch_function((query, key, value)):  # a function mode (the autocast emulation) sees the call first
+            args = (query, key, value, attn_mask, dropout_p, is_causal)
+            return handle_torch_function(scaled_dot_product_attention, (query, key, value), *args, **kw)
         if query.device.type != "meta":
             return sdpa(query, key, value, attn_mask, dropout_p, is_causal, **kw)
 
@@ -180,6 +188,11 @@ def _sdpa_as_cpu(sdpa):
         choice = torch._fused_sdp_choice(one(query), one(key), one(value), mask, dropout_p, is_causal, **kw)
         if choice != int(torch.nn.attention.SDPBackend.FLASH_ATTENTION):
             return sdpa(query, key, value, attn_mask, dropout_p, is_causal, **kw)
+        if attn_mask is not None and attn_mask.dtype == torch.bool:  # as the cpu run converts it (traced there)
+            kind = {"dtype": query.dtype, "device": attn_mask.device}
+            minus_inf = torch.scalar_tensor(-float("inf"), **kind)
+            attn_mask = torch.where(attn_mask, torch.scalar_tensor(0.0, **kind), minus_inf)
+            del minus_inf
         flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
         return flash(query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=kw.get("scale"))[0]
 
@@ -220,10 +233,13 @@ def build_hf_model(cfg: ModelConfig, setup: TrainingSetup, device: str = "meta",
     check_hf_setup(cfg, setup, device)
     config = hf_pretrained_config(cfg)
     torch.manual_seed(seed)
-    with torch.device(device):
-        model = transformers.AutoModelForCausalLM.from_config(
-            config, attn_implementation=ATTN_IMPLEMENTATIONS[setup.attention], dtype=DTYPES[setup.precision]
-        )
+    try:
+        with torch.device(device):
+            model = transformers.AutoModelForCausalLM.from_config(
+                config, attn_implementation=ATTN_IMPLEMENTATIONS[setup.attention], dtype=DTYPES[setup.precision]
+            )
+    except ValueError as err:  # transformers' own refusal, e.g. Gemma 2 with sdpa
+        raise AccountingError(f"transformers refuses this model: {str(err).splitlines()[0]}") from None
     model.train()
     if setup.checkpoint == "full":
         kwargs = {"use_reentrant": False}  # transformers' default
@@ -260,9 +276,31 @@ def _checked(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup | None
     check_hf_setup(cfg, setup, device)
     to_hf_dict(cfg)  # a config transformers has no class for: one line, before torch builds anything
     check_live_run(
-        cfg, seq, batch, device, "this training step", training=True, dtype=setup.param_dtype, optimizer=setup.optimizer
+        cfg,
+        seq,
+        batch,
+        device,
+        "this training step",
+        training=True,
+        dtype=setup.param_dtype,
+        optimizer=setup.optimizer,
+        need=None if device == "meta" else live_bound(cfg, seq, batch, setup),
     )
     return setup
+
+
+def live_bound(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup) -> int:
+    """A bound on the bytes transformers' training step holds, for the live-run guard (cpu, cuda): the model
+    states of ``cfg`` (4 · N · bytes) plus 3/2 × the activations our replay predicts for its course twin at
+    the same shapes (``devices.counting_run_bytes``' rule for a variant: room for eager attention's mask,
+    LayerNorm's and the MLP's extra saved tensors, the experts' dispatch)."""
+    from ..analytic.memory import model_state_breakdown
+    from ..analytic.replay import predict_training_step
+
+    twin = cfg.course_twin()
+    peak = predict_training_step(twin, seq, batch, setup=setup, mode="traced").peak
+    twin_states = model_state_breakdown(twin, setup.param_dtype).total
+    return model_state_breakdown(cfg, setup.param_dtype).total + (peak - twin_states) * 3 // 2
 
 
 def measure_hf_step(
