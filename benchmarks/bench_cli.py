@@ -13,8 +13,11 @@ Peers (issue 8, item 10):
   CLI does.  Target: crosscheck <= 1.2 x the peer.
 * memory-16k-meta vs ``mem_tracker``: a process that builds the same model, inputs and AdamW
   as ``measure_step``, creates the optimizer state the same way, then runs the same training
-  step under torch's ``MemTracker``.  Target: MemTracker >= 6 x ``memory --measure meta``.
-  ``bench_tracker.py`` compares the two trackers on the tracked step alone, in one process.
+  step under torch's ``MemTracker``.  Target (issue 26): MemTracker >= 6 x ``memory --measure meta``
+  (wall).  ``bench_tracker.py`` compares the two trackers on the tracked step alone, in one process.
+* memory: the analytic ``memory gpt2-xl`` (issue 26): < 0.3 s CPU, importing no torch (the import is
+  checked by tests/test_commands.py; the time only here).
+Each run prints the machine and, under the figures, whether each target above that has a number was met.
 Other targets on a 2-core machine: headline < 0.6 s, report < 60 s, infer (issue 12: Llama-3-8B,
 P = 2048, G = 512, B = 32 on an H100) < 0.3 s without importing torch, plan-70b and plan-8b (issue 11:
 Llama-3.1-70B and Llama-3-8B over 8..1024 GPUs, >= 1,000 candidate layouts) < 2 s without importing
@@ -74,6 +77,7 @@ SCENARIOS = {  # name -> (kind, arguments, runs); kind is CLI or a peer's source
     "flop_counter": (FLOP_COUNTER, [], 5),
     "flop_counter+os._exit": (FLOP_COUNTER, ["os._exit"], 5),
     "crosscheck-16k-backward": (CLI, ["crosscheck", "gpt2-xl", "--context", str(CONTEXT), "--backward"], 1),
+    "memory": (CLI, ["memory", "gpt2-xl"], 15),
     "memory-16k-meta": (CLI, ["memory", "gpt2-xl", "--context", str(CONTEXT), "--measure", "meta"], 5),
     "mem_tracker": (MEM_TRACKER, [], 3),
     "infer": (
@@ -90,6 +94,8 @@ SCENARIOS = {  # name -> (kind, arguments, runs); kind is CLI or a peer's source
     "plan-8b-every": (CLI, [*PLAN_8B, "--top", "100000", "--format", "json"], 3),  # every candidate checked
     "report": (CLI, ["report", "--out", os.path.join(tempfile.gettempdir(), "lm-accounting-bench-report")], 1),
 }
+CPU_TARGETS = {"memory": 0.3}  # scenario -> its median CPU seconds must stay under this (issue 26)
+PEER_TARGETS = {("memory-16k-meta", "mem_tracker"): 6.0}  # the peer's median wall >= this x the scenario's
 GROUPS = {  # a scenario and the peers it is compared with; run interleaved
     "crosscheck-16k": ["flop_counter", "flop_counter+os._exit"],
     "memory-16k-meta": ["mem_tracker"],
@@ -161,6 +167,14 @@ def main() -> None:
                 f"{'':24s} {name} / {peer}: {wall:.2f}x wall, {cpu:.2f}x CPU "
                 f"({peer} / {name}: {1 / wall:.2f}x wall, {1 / cpu:.2f}x CPU)"
             )
+            if (name, peer) in PEER_TARGETS:
+                target = PEER_TARGETS[name, peer]
+                verdict = "met" if 1 / wall >= target else "MISSED"
+                print(f"{'':24s} target {peer} >= {target:g}x {name} (wall): {1 / wall:.2f}x, {verdict}")
+        if name in CPU_TARGETS:
+            cpu = statistics.median(r[1] for r in results[name])
+            verdict = "met" if cpu < CPU_TARGETS[name] else "MISSED"
+            print(f"{'':24s} target {name} < {CPU_TARGETS[name]:g} s CPU: {cpu:.2f} s, {verdict}")
 
 
 if __name__ == "__main__":

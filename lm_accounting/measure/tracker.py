@@ -8,7 +8,8 @@ object, which torch keeps alive exactly as long as the C++ ``StorageImpl``
 (PyObject preservation; checked on torch 2.13, cpu and meta).  This is the
 mechanism of torch's private ``distributed._tools.mem_tracker.MemTracker``,
 without its per-module hooks and snapshots: one dict lookup per op output.
-On ``meta`` nothing is allocated, so GPT-2-XL at 16k context takes seconds.
+On ``meta`` nothing is allocated, and each op's meta kernel runs once per distinct
+input (``meta_memo``), so a training step of GPT-2-XL at 16k context takes ~0.3 s.
 ``measure_training_step_cuda`` reads the CUDA caching allocator's counters.
 """
 
