@@ -5,6 +5,10 @@
   tests/test_transformers_truth.py, written back with ``to_hf_dict`` and built by transformers on meta, has
   exactly the parameter count of our analytic breakdown (deep models at a few layers: the count is
   embedding + head + layers, and each kind of layer, dense and sparse, is kept).
+* The measured step of transformers' own model (``measure_hf_step``): its model states by hand, meta equal to
+  cpu up to AdamW's step counters (and event by event in forward and backward), the trace adding up to the
+  phases, the autocast emulation's weight cache against ``torch.autocast("cpu")``, a mixture of experts on
+  cpu, and the one-line refusals.
 """
 
 import dataclasses
@@ -12,8 +16,9 @@ import dataclasses
 import pytest
 
 from lm_accounting.analytic.params import parameter_breakdown
-from lm_accounting.config import ConfigError, load_config, preset_names
+from lm_accounting.config import AccountingError, ConfigError, load_config, preset_names
 from lm_accounting.hf_config import config_from_hf, to_hf_dict
+from lm_accounting.setup import TrainingSetup
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -75,3 +80,211 @@ def test_a_config_transformers_cannot_express_is_refused():
         to_hf_dict(biased)
     with pytest.raises(ConfigError, match="hf_model_type must be"):
         dataclasses.replace(load_config("llama-3-8b"), hf_model_type="Llama 3")
+
+
+# -- transformers' model measured (lm_accounting.measure.hf) ----------------------------------------------
+TINY_LLAMA = dict(num_layers=2, vocab_size=512, d_model=64, num_heads=4, num_kv_heads=2, d_ff=96, context_length=256)
+B, S = 2, 32
+TENSORS = 2 * 9 + 3  # parameter tensors of TINY_LLAMA: q k v o gate up down + 2 norms a layer; embedding, norm, head
+N = 512 * 64 + 2 * (2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 96 + 2 * 64) + 64 + 512 * 64  # parameters, by hand
+ROPE_BUFFERS = 2 * (16 // 2) * 4  # LlamaRotaryEmbedding's inv_freq and original_inv_freq, fp32, head_dim / 2 each
+
+
+def tiny_llama():
+    return dataclasses.replace(load_config("llama-3-8b"), **TINY_LLAMA)
+
+
+def figures(memory):
+    return [memory.baseline, *(getattr(memory, p) for p in ("forward", "backward", "optimizer_step"))]
+
+
+def test_the_builder_is_transformers_own_class_with_our_parameter_count():
+    from lm_accounting.analytic.params import parameter_breakdown as params
+    from lm_accounting.measure.hf import build_hf_model
+
+    setup = TrainingSetup(attention="sdpa", precision="bf16", checkpoint="full")
+    model = build_hf_model(tiny_llama(), setup)
+    assert type(model).__name__ == "LlamaForCausalLM" and model.training
+    assert model.config._attn_implementation == "sdpa" and model.config.use_cache is False
+    assert all(layer.gradient_checkpointing for layer in model.model.layers)
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert sum(p.numel() for p in model.parameters()) == N == params(tiny_llama()).total
+
+
+def test_the_step_holds_the_model_states_by_hand():
+    """fp32, AdamW: the step starts with parameters and both moments (12·N bytes), the token ids and labels
+    (int64) and the RoPE buffers; backward ends with the gradients added (4·N); the step ends where it began."""
+    from lm_accounting.measure.hf import measure_hf_step
+
+    memory = measure_hf_step(tiny_llama(), S, B)
+    assert memory.baseline == 12 * N + 2 * B * S * 8 + ROPE_BUFFERS
+    assert memory.backward.end == memory.baseline + 4 * N
+    assert memory.optimizer_step.end == memory.baseline
+
+
+@pytest.mark.parametrize(
+    "setup",
+    [
+        TrainingSetup(),
+        TrainingSetup(attention="sdpa", precision="amp-bf16", checkpoint="full"),
+        TrainingSetup(precision="bf16", checkpoint="full", optimizer="for-loop"),
+    ],
+    ids=lambda s: s.label,
+)
+def test_meta_equals_cpu_up_to_adamw_step_counters(setup):
+    """The tracker on meta and on cpu: every figure differs by AdamW's step counters only (for-loop and
+    foreach keep one fp32 scalar per parameter tensor on the cpu: counted on a cpu run, not on meta)."""
+    from lm_accounting.measure.hf import measure_hf_step
+
+    meta, cpu = (figures(measure_hf_step(tiny_llama(), S, B, setup, device)) for device in ("meta", "cpu"))
+    counters = 4 * TENSORS
+    assert cpu[0] == meta[0] + counters
+    for m, c in zip(meta[1:], cpu[1:], strict=True):
+        assert (c.peak, c.end) == (m.peak + counters, m.end + counters)
+
+
+def events(cfg, setup, device):
+    from lm_accounting.measure.hf import trace_hf_step
+
+    memory, trace = trace_hf_step(cfg, S, B, setup, device)
+    return memory, [(e.phase, e.delta) for e in trace if e.device == device and e.phase in ("forward", "backward")]
+
+
+def test_meta_allocates_and_frees_what_cpu_does_event_by_event():
+    """Sliding-window Mistral with sdpa (a materialised bool mask, the CPU flash kernel) under amp-bf16 and
+    full checkpointing: the meta run's forward and backward are the cpu run's, allocation for allocation."""
+    mistral = dataclasses.replace(load_config("mistral-7b"), **TINY_LLAMA, sliding_window=16)
+    assert mistral.sliding_window == 16 and mistral.hf_model_type == "mistral"
+    setup = TrainingSetup(attention="sdpa", precision="amp-bf16", checkpoint="full")
+    (_, meta), (_, cpu) = events(mistral, setup, "meta"), events(mistral, setup, "cpu")
+    assert len(meta) > 500 and meta == cpu
+
+
+def test_the_trace_adds_up_to_the_measured_phases():
+    memory, trace = events(tiny_llama(), TrainingSetup(attention="sdpa"), "meta")
+    live = memory.baseline
+    for phase in ("forward", "backward"):
+        peak = live
+        for _, delta in (e for e in trace if e[0] == phase):
+            live += delta
+            peak = max(peak, live)
+        assert (peak, live) == (getattr(memory, phase).peak, getattr(memory, phase).end)
+
+
+def test_the_autocast_emulation_caches_weights_as_torch_autocast_does():
+    """``HFAutocast`` against ``torch.autocast("cpu")`` (whose bf16 list has ``linear`` too): a weight used
+    twice is cast once and its copy held until the region exits, as ``cached_cast`` does."""
+    import torch.nn.functional as F
+
+    from lm_accounting.measure.hf import HFAutocast
+    from lm_accounting.measure.tracker import StorageTracker
+
+    weight, x = torch.randn(64, 64, requires_grad=True), torch.randn(8, 64)
+
+    def run(region):
+        tracker = StorageTracker().track(weight, x)
+        with tracker, torch.no_grad():
+            with region:
+                y = F.linear(F.linear(x, weight), weight)
+                inside = tracker.live_bytes("cpu")
+            after = tracker.live_bytes("cpu")
+        assert y.dtype == torch.bfloat16
+        return inside, after
+
+    base = 64 * 64 * 4 + 8 * 64 * 4
+    expected = (base + 64 * 64 * 2 + 8 * 64 * 2, base + 8 * 64 * 2)  # the cached copy, then only y
+    assert run(torch.autocast("cpu", dtype=torch.bfloat16)) == expected
+    assert run(HFAutocast(lower=frozenset({"linear"}))) == expected
+
+
+def test_a_mixture_of_experts_runs_on_cpu_and_is_refused_on_meta():
+    from lm_accounting.analytic.params import parameter_breakdown as params
+    from lm_accounting.measure.hf import measure_hf_step
+
+    moe = dataclasses.replace(
+        load_config("qwen3-30b-a3b"), **TINY_LLAMA, head_dim=16, num_experts=4, experts_per_token=2, expert_d_ff=32
+    )
+    with pytest.raises(AccountingError, match="nonzero, which cannot run on meta") as err:
+        measure_hf_step(moe, S, B)
+    assert "\n" not in str(err.value)
+    tensors = 2 * 11 + 3  # q k v o q_norm k_norm, 2 norms, router, experts' gate_up and down; + 3
+    memory = measure_hf_step(moe, S, B, device="cpu")
+    assert memory.baseline == 12 * params(moe).total + 2 * B * S * 8 + ROPE_BUFFERS + 4 * tensors
+
+
+@pytest.mark.parametrize(
+    ("cfg", "setup", "device", "message"),
+    [
+        ("llama", TrainingSetup(checkpoint="selective"), "meta", "no selective activation checkpointing"),
+        ("gpt2-small", TrainingSetup(), "meta", "not a Hugging Face model"),
+        ("llama", TrainingSetup(), "meta-allocator", "reads the CPU allocator"),
+        ("gemma2", TrainingSetup(attention="sdpa"), "meta", "transformers refuses this model: Gemma2ForCausalLM"),
+    ],
+)
+def test_what_transformers_cannot_run_is_one_line(cfg, setup, device, message):
+    from lm_accounting.measure.hf import measure_hf_step
+
+    if cfg == "llama":
+        cfg = tiny_llama()
+    elif cfg == "gemma2":
+        cfg = few_layers(config_from_hf(CONFIGS["gemma-2-2b"][0]))
+        cfg = dataclasses.replace(cfg, vocab_size=512, d_model=64, num_heads=4, num_kv_heads=2, head_dim=16, d_ff=96)
+    else:
+        cfg = load_config(cfg)
+    device, _, method = device.partition("-")
+    with pytest.raises(AccountingError, match=message) as err:
+        measure_hf_step(cfg, S, B, setup, device, method or "tracker")
+    assert "\n" not in str(err.value)
+
+
+def test_without_transformers_the_error_names_the_extra(monkeypatch):
+    import sys
+
+    from lm_accounting.measure.hf import measure_hf_step
+
+    monkeypatch.setitem(sys.modules, "transformers", None)  # `import transformers` raises ImportError
+    with pytest.raises(AccountingError, match=r'not installed: pip install "lm-accounting\[hf\]"$'):
+        measure_hf_step(tiny_llama(), S, B)
+
+
+def tiny_of(name):
+    """The committed config.json ``name`` at test shapes (its architecture options kept)."""
+    cfg = few_layers(config_from_hf(CONFIGS[name][0], name=name))
+    shapes = dict(vocab_size=512, d_model=64, num_heads=4, d_ff=96, context_length=256)
+    shapes["num_kv_heads"] = None if cfg.num_kv_heads is None else 2
+    shapes["head_dim"] = None if cfg.head_dim is None else 16
+    if cfg.positions == "learned":
+        shapes["max_position_embeddings"] = 256
+    if cfg.sliding_window is not None:
+        shapes["sliding_window"] = 16
+    if cfg.hf_model_type == "phi3":
+        shapes["vocab_size"] = 32064  # Phi3Config's pad_token_id 32000 must be a row of the embedding
+    return dataclasses.replace(cfg, **shapes)
+
+
+DENSE = ["llama-3.1-8b", "qwen3-8b", "qwen2.5-0.5b", "mistral-7b", "phi-3-mini-4k", "gemma-2-2b", "gemma-3-1b"]
+DENSE += ["olmo-2-7b", "openai-gpt2"]  # one config.json of every dense model type
+HF_SETUPS = [TrainingSetup(attention="sdpa"), TrainingSetup(precision="amp-bf16", checkpoint="full")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "setup"),
+    [(n, s) for n in DENSE for s in HF_SETUPS if not (n == "gemma-2-2b" and s.attention == "sdpa")],  # refused
+    ids=lambda v: v if isinstance(v, str) else v.label,
+)
+def test_every_dense_type_allocates_on_meta_what_it_does_on_cpu(name, setup):
+    cfg = tiny_of(name)
+    (_, meta), (_, cpu) = events(cfg, setup, "meta"), events(cfg, setup, "cpu")
+    assert len(meta) > 300 and meta == cpu
+
+
+@pytest.mark.slow
+def test_cpu_layer_norm_keeps_bf16_statistics_where_meta_keeps_fp32():
+    """The one difference of a pure-bf16 GPT-2 between meta and cpu: ``native_layer_norm``'s saved mean and rstd
+    (one value a token each) are fp32 on meta (and CUDA: ``acc_type``) and bf16 on the CPU kernel."""
+    gpt2 = tiny_of("openai-gpt2")
+    (_, meta), (_, cpu) = (events(gpt2, TrainingSetup(precision="bf16"), device) for device in ("meta", "cpu"))
+    differ = {(m, c) for m, c in zip(meta, cpu, strict=True) if m != c}
+    tokens = B * S
+    assert {(abs(m[1]), abs(c[1])) for m, c in differ} == {(4 * tokens, 2 * tokens)}
