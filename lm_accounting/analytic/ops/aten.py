@@ -1,0 +1,556 @@
+"""Aten-level primitives on symbolic tensors, each written once: forward allocations, saved tensors and backward.
+
+Every op follows torch 2.13 on a traced (meta) run: the forward's outputs and kernel temporaries, what
+autograd saves (``tools/autograd/derivatives.yaml``: only what the wanted gradients read), and the backward
+formula's allocations in the order the generated code runs them (the derivatives of one node in the
+alphabetical order of their input names: ``torchgen/api/autograd.py`` sorts ``defn.keys()``; so mm's mat2
+before self, mul's other before self).  CompositeImplicit ops (``linear``, ``matmul``, ``reshape``,
+``softmax`` with a dtype, ``cross_entropy``) are written as their decompositions
+(``aten/src/ATen/native/LinearAlgebra.cpp``, ``Linear.cpp``, ``TensorShape.cpp``, ``SoftMax.cpp``,
+``LossNLL.cpp``).  Python numbers are 0-dim CPU tensors, invisible on the device (a CPU run's wrapped
+scalars are a target fact, not modelled here yet).  No torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .engine import Affine
+from .tensors import Dim, Tensor, empty, numel, record, view_of, wants
+
+FLOAT_RANK = {"bf16": 1, "fp16": 1, "fp32": 2}
+
+
+# -- shapes and layouts -------------------------------------------------------------------------
+
+
+def broadcast(*shapes: Sequence[Dim]) -> tuple:
+    n = max(len(s) for s in shapes)
+    out = []
+    for i in range(n):
+        dims = [s[len(s) - n + i] for s in shapes if len(s) - n + i >= 0]
+        big = [d for d in dims if d != 1]
+        out.append(big[0] if big else 1)
+    return tuple(out)
+
+
+def promote(*ts: Tensor | float) -> str:
+    """torch's type promotion for floating tensors: 0-dim tensors and Python numbers defer to dimensioned ones."""
+    tensors = [t for t in ts if isinstance(t, Tensor)]
+    dimmed = [t for t in tensors if t.ndim] or tensors
+    dtypes = {t.dtype for t in dimmed}
+    if len(dtypes) == 1:
+        return dtypes.pop()
+    floats = [d for d in dtypes if d in FLOAT_RANK]
+    if len(floats) > 1 and {"bf16", "fp16"} <= set(floats):
+        return "fp32"
+    return max(floats, key=FLOAT_RANK.__getitem__) if floats else min(dtypes)
+
+
+def _like(shape: tuple, *operands) -> tuple | None:
+    """TensorIterator's output layout: that of the first operand of the full shape and no broadcast dims."""
+    for t in operands:
+        if isinstance(t, Tensor) and t.shape == shape and not any(t.shape[d] != 1 for d in t.zero):
+            return t.perm
+    return None
+
+
+def _resolve(t: Tensor, shape: Sequence[Dim]) -> tuple:
+    shape = list(shape)
+    if -1 in [d for d in shape if isinstance(d, int)]:
+        i = next(k for k, d in enumerate(shape) if isinstance(d, int) and d == -1)
+        rest = numel([d for k, d in enumerate(shape) if k != i])
+        shape[i] = _exact_div(t.numel, rest)
+    return tuple(shape)
+
+
+def _exact_div(n: Dim, d: Dim) -> Dim:
+    if isinstance(d, Affine):
+        if not isinstance(n, Affine):
+            raise TypeError("a size is never quadratic in the batch")
+        k = n.a // d.a if d.a else n.b // d.b
+        if d * k != n:
+            raise ArithmeticError(f"{n!r} is not a multiple of {d!r}")
+        return k
+    return n // d
+
+
+def view_layout(t: Tensor, shape: tuple) -> tuple | None:
+    """(perm, zero) of ``t.view(shape)``, or None where no view exists (``reshape`` then copies).
+
+    A view can merge or split only dims that are adjacent and in order in memory (``computeStride``): the
+    non-size-1 dims of ``t`` form chunks of such runs (a broadcast dim is a chunk of its own); the new
+    shape must split at every chunk boundary."""
+    nz = [d for d in range(t.ndim) if t.shape[d] != 1]
+    mem = [d for d in t.perm if d in nz]
+    pos = {d: i for i, d in enumerate(mem)}
+    chunks: list[list[int]] = []
+    for d in nz:
+        if chunks and d not in t.zero and chunks[-1][-1] not in t.zero and pos[d] == pos[chunks[-1][-1]] + 1:
+            chunks[-1].append(d)
+        else:
+            chunks.append([d])
+    new_nz = [i for i, d in enumerate(shape) if d != 1]
+    keys: dict[int, tuple] = {}
+    zero = []
+    k, acc = 0, 1
+    for i in new_nz:
+        if k >= len(chunks):
+            return None
+        acc = shape[i] * acc
+        keys[i] = (pos[chunks[k][0]], i)
+        if chunks[k][0] in t.zero:
+            zero.append(i)
+        if acc == numel([t.shape[d] for d in chunks[k]]):
+            k, acc = k + 1, 1
+    if k != len(chunks) or acc != 1:
+        return None
+    order = sorted(new_nz, key=keys.__getitem__)
+    perm = tuple(order + [i for i in range(len(shape)) if shape[i] == 1])
+    return perm, tuple(zero)
+
+
+# -- views ------------------------------------------------------------------------------------------
+
+
+def view(t: Tensor, *shape: Dim) -> Tensor:
+    """``Tensor.view``: an alias; its backward reshapes the gradient back (a view, or a copy)."""
+    shape = _resolve(t, shape)
+    layout = view_layout(t, shape)
+    if layout is None:
+        raise ValueError(f"view of {t} as {shape} needs a copy: use reshape")
+    src = t.shape
+    return view_of(t, shape, layout[0], "ViewBackward0", lambda g: reshape(g, *src), layout[1])
+
+
+def reshape(t: Tensor, *shape: Dim) -> Tensor:
+    """``Tensor.reshape``: a view where one exists, else ``_unsafe_view(clone(contiguous))``."""
+    shape = _resolve(t, shape)
+    if shape == t.shape:
+        return t
+    if view_layout(t, shape) is not None:
+        return view(t, *shape)
+    return unsafe_view(clone(t, contiguous=True), *shape)
+
+
+def unsafe_view(t: Tensor, *shape: Dim) -> Tensor:
+    shape = _resolve(t, shape)
+    layout = view_layout(t, shape)
+    src = t.shape
+    return view_of(t, shape, layout[0], "UnsafeViewBackward0", lambda g: reshape(g, *src), layout[1])
+
+
+def transpose(t: Tensor, i: int, j: int) -> Tensor:
+    i, j = i % t.ndim, j % t.ndim
+    shape = list(t.shape)
+    shape[i], shape[j] = shape[j], shape[i]
+    perm = tuple(j if p == i else i if p == j else p for p in t.perm)
+    zero = tuple(j if p == i else i if p == j else p for p in t.zero)
+    return view_of(t, shape, perm, "TransposeBackward0", lambda g: transpose(g, i, j), zero)
+
+
+def t_(t: Tensor) -> Tensor:
+    """``Tensor.t()`` of a matrix."""
+    return transpose(t, 0, 1)
+
+
+def unsqueeze(t: Tensor, dim: int) -> Tensor:
+    dim = dim % (t.ndim + 1)
+    shape = t.shape[:dim] + (1,) + t.shape[dim:]
+    up = lambda d: d + 1 if d >= dim else d
+    perm = tuple(up(p) for p in t.perm) + (dim,)
+    return view_of(t, shape, perm, "UnsqueezeBackward0", lambda g: squeeze(g, dim), tuple(up(z) for z in t.zero))
+
+
+def squeeze(t: Tensor, dim: int) -> Tensor:
+    dim = dim % t.ndim
+    shape = t.shape[:dim] + t.shape[dim + 1 :]
+    down = lambda d: d - 1 if d > dim else d
+    perm = tuple(down(p) for p in t.perm if p != dim)
+    zero = tuple(down(z) for z in t.zero if z != dim)
+    return view_of(t, shape, perm, "SqueezeBackward1", lambda g: unsqueeze(g, dim), zero)
+
+
+def expand(t: Tensor, *shape: Dim) -> Tensor:
+    """``Tensor.expand``: broadcast dims get stride 0; the backward sums the gradient back (``sum_to``).
+    Expanding to the same shape (matmul's batch expand) is the tensor itself here: no bytes either way."""
+    lead = len(shape) - t.ndim
+    shape = tuple(t.shape[i - lead] if isinstance(d, int) and d == -1 else d for i, d in enumerate(shape))
+    if shape == t.shape:
+        return t
+    zero = [i for i in range(len(shape)) if i < lead or (t.shape[i - lead] == 1 and shape[i] != 1)]
+    zero += [z + lead for z in t.zero]
+    perm = tuple(range(lead)) + tuple(p + lead for p in t.perm)
+    src = t.shape
+    return view_of(t, shape, perm, "ExpandBackward0", lambda g: sum_to(g, src), tuple(zero))
+
+
+def slice_(t: Tensor, dim: int, start: int, end: int) -> Tensor:
+    """``t[..., start:end]`` along ``dim``: a view; its backward writes the gradient into zeros of ``t``'s
+    shape (``slice_backward``: one new tensor)."""
+    dim = dim % t.ndim
+    shape = t.shape[:dim] + (end - start,) + t.shape[dim + 1 :]
+    src = t.shape
+    return view_of(t, shape, t.perm, "SliceBackward0", lambda g: empty(src, g.dtype, "slice_backward"), t.zero)
+
+
+def sum_to(g: Tensor, shape: tuple) -> Tensor:
+    """``at::sum_to``: the tensor itself when the shapes agree, else one sum (keepdim), then a view."""
+    if g.shape == tuple(shape):
+        return g
+    lead = g.ndim - len(shape)
+    kept = tuple(1 if i < lead or (shape[i - lead] == 1 and g.shape[i] != 1) else d for i, d in enumerate(g.shape))
+    out = empty(kept, g.dtype, "sum")
+    return out.alias(shape) if lead else out
+
+
+# -- copies and casts -------------------------------------------------------------------------------
+
+
+def clone(t: Tensor, contiguous: bool = False) -> Tensor:
+    """``clone`` (``preserve_format``: a dense input keeps its layout) or ``clone(contiguous_format)``;
+    its backward passes the gradient through (CloneBackward0)."""
+    keep = not contiguous and not any(t.shape[d] != 1 for d in t.zero)
+    out = empty(t.shape, t.dtype, "clone", like=t if keep else None)
+    record("CloneBackward0", (t,), (out,), lambda ctx, g: (g[0],))
+    return out
+
+
+def contiguous(t: Tensor) -> Tensor:
+    return t if t.is_contiguous() else clone(t, contiguous=True)
+
+
+def to(t: Tensor, dtype: str) -> Tensor:
+    """``Tensor.to(dtype)``: the tensor itself when the dtype agrees, else ``_to_copy`` (same layout)."""
+    if t.dtype == dtype:
+        return t
+    out = empty(t.shape, dtype, "_to_copy", like=t)
+    src = t.dtype
+    record("ToCopyBackward0", (t,), (out,), lambda ctx, g: (to(g[0], src),))
+    return out
+
+
+# -- elementwise ------------------------------------------------------------------------------------
+
+
+def _binary_out(a: Tensor, b, name: str, dtype: str | None = None) -> Tensor:
+    shape = broadcast(a.shape, b.shape) if isinstance(b, Tensor) else a.shape
+    out = empty(shape, dtype or promote(a, b), name)
+    perm = _like(shape, a, b)
+    if perm is not None:
+        out.perm = perm
+    return out
+
+
+def mul(a: Tensor, b: Tensor | float) -> Tensor:
+    """``a * b``.  Saves b if a needs a gradient and a if b does; backward: other's (grad·self), then
+    self's (grad·other), each then summed to its input's shape and cast to its dtype (validate_outputs)."""
+    out = _binary_out(a, b, "mul")
+    need = wants(a, b if isinstance(b, Tensor) else None)
+    if need is None:
+        return out
+    if not isinstance(b, Tensor):
+        record("MulBackward1", (a,), (out,), lambda ctx, g: (mul(g[0], b),))
+        return out
+
+    def back(ctx, g, sa, sb):
+        gb = mul(g[0], sa) if ctx.need[1] else None
+        ga = mul(g[0], sb) if ctx.need[0] else None
+        return ga, gb
+
+    record("MulBackward0", (a, b), (out,), back, (a if need[1] else None, b if need[0] else None))
+    return out
+
+
+def add(a: Tensor, b: Tensor | float, alpha: float = 1) -> Tensor:
+    """``a + b``: nothing saved; both gradients are the incoming gradient itself (alpha 1)."""
+    out = _binary_out(a, b, "add")
+    if isinstance(b, Tensor):
+        record("AddBackward0", (a, b), (out,), lambda ctx, g: (g[0], g[0] if alpha == 1 else mul(g[0], alpha)))
+    else:
+        record("AddBackward1", (a,), (out,), lambda ctx, g: (g[0],))
+    return out
+
+
+def sub(a: Tensor, b: Tensor) -> Tensor:
+    out = _binary_out(a, b, "sub")
+    record("SubBackward0", (a, b), (out,), lambda ctx, g: (g[0], neg(g[0]) if ctx.need[1] else None))
+    return out
+
+
+def div(a: Tensor, b: float) -> Tensor:
+    """``a / number``."""
+    out = _binary_out(a, b, "div")
+    record("DivBackward1", (a,), (out,), lambda ctx, g: (div(g[0], b),))
+    return out
+
+
+def neg(a: Tensor) -> Tensor:
+    out = empty(a.shape, a.dtype, "neg", like=a)
+    record("NegBackward0", (a,), (out,), lambda ctx, g: (neg(g[0]),))
+    return out
+
+
+def pow_(a: Tensor, exponent: float) -> Tensor:
+    """``a.pow(exponent)``: saves a; backward ``grad * (exponent * a.pow(exponent - 1))``."""
+    out = empty(a.shape, a.dtype, "pow", like=a)
+
+    def back(ctx, g, sa):
+        tmp = pow_(sa, exponent - 1)  # C++ temporaries: both live until the full expression ends
+        tmp2 = mul(tmp, exponent)
+        return (mul(g[0], tmp2),)
+
+    record("PowBackward0", (a,), (out,), back, (a,))
+    return out
+
+
+def rsqrt(a: Tensor) -> Tensor:
+    """Saves its result; backward ``-0.5 * grad * result.pow(3)`` (the pow first)."""
+    out = empty(a.shape, a.dtype, "rsqrt", like=a)
+
+    def back(ctx, g, res):
+        p3 = pow_(res, 3)
+        half = mul(g[0], -0.5)
+        return (mul(half, p3),)
+
+    record("RsqrtBackward0", (a,), (out,), back, (out,))
+    return out
+
+
+def unary(a: Tensor, name: str) -> Tensor:
+    """An elementwise op without autograd use here (``cos``, ``sin``, ``exp`` of buffers; comparisons)."""
+    return empty(a.shape, a.dtype, name, like=a)
+
+
+def silu(a: Tensor) -> Tensor:
+    """Saves its input; backward ``silu_backward(grad, self)``: one tensor."""
+    out = empty(a.shape, a.dtype, "silu", like=a)
+    record("SiluBackward0", (a,), (out,), lambda ctx, g, x: (_new_like(g[0], x, "silu_backward"),), (a,))
+    return out
+
+
+def _new_like(g: Tensor, x: Tensor, name: str) -> Tensor:
+    out = empty(broadcast(g.shape, x.shape), promote(g, x), name)
+    perm = _like(out.shape, g, x)
+    if perm is not None:
+        out.perm = perm
+    return out
+
+
+# -- reductions --------------------------------------------------------------------------------------
+
+
+def mean(a: Tensor, dim: int, keepdim: bool = False) -> Tensor:
+    """Backward: the gradient expanded back (a view), divided by the count: one tensor of ``a``'s shape."""
+    dim = dim % a.ndim
+    shape = a.shape[:dim] + ((1,) if keepdim else ()) + a.shape[dim + 1 :]
+    out = empty(shape, a.dtype, "mean")
+    src = a.shape
+
+    def back(ctx, g):
+        grad = g[0] if keepdim else unsqueeze(g[0], dim)
+        return (div(expand(grad, *src), 1),)
+
+    record("MeanBackward1", (a,), (out,), back)
+    return out
+
+
+def sum_(a: Tensor, dim: int, keepdim: bool = False) -> Tensor:
+    """Backward: the gradient expanded back (a view: no bytes)."""
+    dim = dim % a.ndim
+    shape = a.shape[:dim] + ((1,) if keepdim else ()) + a.shape[dim + 1 :]
+    out = empty(shape, a.dtype, "sum")
+    src = a.shape
+    record("SumBackward1", (a,), (out,), lambda ctx, g: (expand(g[0] if keepdim else unsqueeze(g[0], dim), *src),))
+    return out
+
+
+def cat(ts: Sequence[Tensor], dim: int) -> Tensor:
+    """One new tensor; backward: a slice of the gradient per input (views)."""
+    dim = dim % ts[0].ndim
+    size = 0
+    for t in ts:
+        size = t.shape[dim] + size
+    shape = ts[0].shape[:dim] + (size,) + ts[0].shape[dim + 1 :]
+    out = empty(shape, promote(*ts), "cat")
+    shapes = [t.shape for t in ts]
+    record("CatBackward0", tuple(ts), (out,), lambda ctx, g: tuple(g[0].alias(s, g[0].perm) for s in shapes))
+    return out
+
+
+# -- matrix products ------------------------------------------------------------------------------
+
+
+def _colmajor(t: Tensor) -> bool:
+    return t.ndim == 2 and t.perm == (1, 0) and t.shape[0] != 1 and t.shape[1] != 1
+
+
+def mm(a: Tensor, b: Tensor) -> Tensor:
+    """``a @ b`` (2-d).  Saves a if b needs a gradient, b if a does.  Backward: mat2's (``mm_mat2_backward``:
+    laid out as mat2 is), then self's (``mm_mat1_backward``)."""
+    out = empty((a.shape[0], b.shape[1]), promote(a, b), "mm")
+    need = wants(a, b)
+    if need is None:
+        return out
+
+    def back(ctx, g, sa, sb):
+        gb = ga = None
+        if ctx.need[1]:
+            gb = empty(
+                sa_shape_b,
+                g[0].dtype,
+                "mm",
+            )
+            if colmajor_b:
+                gb.perm = (1, 0)
+        if ctx.need[0]:
+            ga = empty(sa_shape_a, g[0].dtype, "mm")
+            if colmajor_a:
+                ga.perm = (1, 0)
+        return ga, gb
+
+    sa_shape_a, sa_shape_b, colmajor_a, colmajor_b = a.shape, b.shape, _colmajor(a), _colmajor(b)
+    record("MmBackward0", (a, b), (out,), back, (a if need[1] else None, b if need[0] else None))
+    return out
+
+
+def addmm(bias: Tensor, a: Tensor, b: Tensor) -> Tensor:
+    """``bias + a @ b`` (beta = alpha = 1).  Backward: mat1's, mat2's, then self's (the gradient itself,
+    summed to the bias's shape by validate_outputs)."""
+    out = empty((a.shape[0], b.shape[1]), promote(a, b), "addmm")
+    need = wants(bias, a, b)
+    if need is None:
+        return out
+    shapes, cm = (a.shape, b.shape), (_colmajor(a), _colmajor(b))
+
+    def back(ctx, g, sa, sb):
+        ga = gb = None
+        if ctx.need[1]:
+            ga = empty(shapes[0], g[0].dtype, "mm")
+            if cm[0]:
+                ga.perm = (1, 0)
+        if ctx.need[2]:
+            gb = empty(shapes[1], g[0].dtype, "mm")
+            if cm[1]:
+                gb.perm = (1, 0)
+        return (g[0] if ctx.need[0] else None), ga, gb
+
+    record("AddmmBackward0", (bias, a, b), (out,), back, (a if need[2] else None, b if need[1] else None))
+    return out
+
+
+def bmm(a: Tensor, b: Tensor) -> Tensor:
+    """Batched ``a @ b``.  Backward: mat2's ``self.transpose(1, 2).bmm(grad)``, then self's
+    ``grad.bmm(mat2.transpose(1, 2))``: new contiguous tensors."""
+    out = empty((a.shape[0], a.shape[1], b.shape[2]), promote(a, b), "bmm")
+    need = wants(a, b)
+    if need is None:
+        return out
+    sa_, sb_ = a.shape, b.shape
+
+    def back(ctx, g, sa, sb):
+        gb = empty(sb_, g[0].dtype, "bmm") if ctx.need[1] else None
+        ga = empty(sa_, g[0].dtype, "bmm") if ctx.need[0] else None
+        return ga, gb
+
+    record("BmmBackward0", (a, b), (out,), back, (a if need[1] else None, b if need[0] else None))
+    return out
+
+
+def matmul(a: Tensor, b: Tensor) -> Tensor:
+    """``torch.matmul`` (LinearAlgebra.cpp ``_matmul_impl``): a ≥3-d by a matrix folds a to 2-d (a
+    reshape: a view or a copy), one ``mm`` and an ``_unsafe_view``; two ≥3-d tensors expand their batch
+    dims, reshape to 3-d and ``bmm``."""
+    if a.ndim >= 3 and b.ndim == 2:
+        folded = reshape(a, -1, a.shape[-1])
+        return unsafe_view(mm(folded, b), *a.shape[:-1], b.shape[1])
+    if a.ndim == 2 and b.ndim == 2:
+        return mm(a, b)
+    batch = broadcast(a.shape[:-2], b.shape[:-2])
+    n = numel(batch)
+    a3 = reshape(expand(a, *batch, *a.shape[-2:]), n, a.shape[-2], a.shape[-1])
+    b3 = reshape(expand(b, *batch, *b.shape[-2:]), n, b.shape[-2], b.shape[-1])
+    return unsafe_view(bmm(a3, b3), *batch, a.shape[-2], b.shape[-1])
+
+
+def linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
+    """``F.linear`` (Linear.cpp): 2-d with a bias: ``addmm``; 3-d contiguous with a bias:
+    ``_flatten_nd_linear`` (a view, ``addmm``, a view); else ``matmul(x, w.t())`` then ``+ bias``."""
+    if b is not None and x.ndim == 2:
+        return addmm(b, x, t_(w))
+    if b is not None and x.ndim == 3 and x.is_contiguous():
+        flat = reshape(x, -1, x.shape[-1])
+        return view(addmm(b, flat, t_(w)), *x.shape[:-1], w.shape[0])
+    out = matmul(x, t_(w))
+    return out if b is None else add(out, b)
+
+
+# -- softmax and losses --------------------------------------------------------------------------------
+
+
+def softmax(x: Tensor, dim: int, dtype: str | None = None) -> Tensor:
+    """``F.softmax(x, dim, dtype)``: a cast first when ``dtype`` differs (SoftMax.cpp), then ``_softmax``,
+    which saves its result; backward ``_softmax_backward_data``: one tensor."""
+    x = to(x, dtype) if dtype else x
+    out = empty(x.shape, x.dtype, "_softmax", like=x)
+    record(
+        "SoftmaxBackward0", (x,), (out,), lambda ctx, g, res: (_new_like(g[0], res, "_softmax_backward_data"),), (out,)
+    )
+    return out
+
+
+def log_softmax(x: Tensor, dim: int, dtype: str | None = None) -> Tensor:
+    x = to(x, dtype) if dtype else x
+    out = empty(x.shape, x.dtype, "_log_softmax", like=x)
+    record(
+        "LogSoftmaxBackward0",
+        (x,),
+        (out,),
+        lambda ctx, g, res: (_new_like(g[0], res, "_log_softmax_backward_data"),),
+        (out,),
+    )
+    return out
+
+
+def nll_loss(x: Tensor, target: Tensor) -> Tensor:
+    """``nll_loss_forward`` (reduction mean): a 0-d loss and a 0-d total weight; saves the input (for its
+    shape), the target and the total weight; backward ``nll_loss_backward``: one tensor of the input's shape."""
+    out = empty((), x.dtype, "nll_loss_forward")
+    total = empty((), x.dtype, "nll_loss_forward")
+    shape, dtype = x.shape, x.dtype
+    record(
+        "NllLossBackward0",
+        (x,),
+        (out,),
+        lambda ctx, g, *s: (empty(shape, dtype, "nll_loss_backward"),),
+        (x, target, total),
+    )
+    return out
+
+
+def cross_entropy(x: Tensor, target: Tensor) -> Tensor:
+    """``F.cross_entropy`` (LossNLL.cpp ``cross_entropy_loss``): ``nll_loss_nd(log_softmax(x, 1, dtype))``."""
+    return nll_loss(log_softmax(x, 1, x.dtype), target)
+
+
+def embedding(weight: Tensor, ids: Tensor) -> Tensor:
+    """``F.embedding``: one new tensor; saves the ids; backward ``embedding_dense_backward``: a tensor of
+    the weight's shape (meta: one op)."""
+    out = empty(ids.shape + weight.shape[1:], weight.dtype, "embedding")
+    shape, dtype = weight.shape, weight.dtype
+    record(
+        "EmbeddingBackward0",
+        (weight,),
+        (out,),
+        lambda ctx, g, i: (empty(shape, dtype, "embedding_dense_backward"),),
+        (ids,),
+    )
+    return out
+
+
+# -- attention -----------------------------------------------------------------------------------------
+
+
+def sdpa_math(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
+    """Placeholder: written with the llama program (``scaled_dot_product_attention``'s math path)."""
+    raise NotImplementedError

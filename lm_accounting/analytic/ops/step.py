@@ -1,0 +1,81 @@
+"""One training step of a program, as ``measure.tracker.measure_training_step`` runs it.
+
+``training_step(make, ...)`` creates the program's parameters, buffers and inputs (``make()``), AdamW's
+state, then replays forward (``program.loss()``), ``backward(loss)`` and the loss dropped, and the AdamW
+step with ``zero_grad(set_to_none=True)``: a ``StepInBatch`` (the bytes live at the start and each phase's
+peak and end, exact functions of the micro-batch B).  A program is any object with ``parameters()`` (in
+``model.parameters()`` order) and ``loss()``; it holds its parameters, buffers and inputs itself.
+
+AdamW (torch 2.13 ``torch/optim/adam.py``; ``analytic.memory.adamw_step_temporary_bytes`` derives the same
+bytes): ``foreach`` (``_multi_tensor_adam``) makes ``_foreach_sqrt`` of every v at once, then works in place;
+``for-loop`` (``_single_tensor_adam``) makes per tensor ``exp_avg_sq.sqrt()`` and its quotient, the previous
+tensor's ``denom`` still bound to the loop variable; ``fused`` makes nothing.  The step counters live on the
+CPU for foreach and the for-loop (``Adam._init_group``), on the device for fused, and on a cpu target for all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from .engine import StepInBatch
+from .tensors import Run, Tensor, backward, empty
+
+
+class StepProgram(Protocol):
+    def parameters(self) -> list[Tensor]: ...
+
+    def loss(self) -> Tensor: ...
+
+
+def adamw_step(params: list[Tensor], v: list[Tensor], optimizer: str) -> None:
+    """The temporaries of ``AdamW.step()`` (see the module docstring); the updates are in place."""
+    if optimizer == "foreach":
+        sqrt = [empty(x.shape, x.dtype, "_foreach_sqrt") for x in v]
+        del sqrt
+    elif optimizer == "for-loop":
+        denom = None
+        for x in v:  # denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
+            root = empty(x.shape, x.dtype, "sqrt")
+            quotient = empty(x.shape, x.dtype, "div")
+            del root
+            denom = quotient  # the previous tensor's denom dies here
+            del quotient
+        del denom
+    elif optimizer != "fused":
+        raise ValueError(f"unknown AdamW implementation {optimizer!r}")
+
+
+def training_step(
+    make: Callable[[], StepProgram],
+    *,
+    optimizer: str = "foreach",
+    device: str = "meta",
+    traced: bool = True,
+    log: list | None = None,
+    log_batch: int = 1,
+) -> StepInBatch:
+    """Replay one steady-state training step of ``make()``'s program (see the module docstring).
+
+    ``traced``: what the storage tracker sees (every meta run); ``log``: receives every allocation and free
+    as ``(label, bytes at log_batch)``, with a ``("PHASE", 0)`` line at each phase's end."""
+    with Run(traced, log, log_batch) as run:
+        program = make()
+        params = program.parameters()
+        m = [empty(p.shape, p.dtype, "exp_avg") for p in params]
+        v = [empty(p.shape, p.dtype, "exp_avg_sq") for p in params]
+        on_device = optimizer == "fused" or device == "cpu"
+        steps = [empty((), "fp32", "step") for _ in params] if on_device else []
+        run.phase()
+        baseline = run.live
+        loss = program.loss()
+        forward = run.phase()
+        backward(loss)
+        del loss
+        back = run.phase()
+        adamw_step(params, v, optimizer)
+        for p in params:
+            p.grad = None
+        step = run.phase()
+        del program, params, m, v, steps
+    return StepInBatch(baseline, forward, back, step)

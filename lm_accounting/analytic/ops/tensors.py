@@ -1,0 +1,558 @@
+"""Symbolic tensors and torch's autograd engine: the memory of a program, replayed without torch.
+
+A program written against this module (``ops.aten`` for the compute ops) runs like the torch code it
+transliterates, but its tensors hold no data: each ``Storage`` charges its bytes to the active ``Run``
+when made and uncharges them when its last reference dies (CPython refcounting, ``__del__``: as
+deterministic as torch's own frees, which follow the same Python references).  Views share a storage.
+Shapes are tuples of ``int`` or ``Affine`` (a·B + b: the micro-batch B is a symbol), so one run gives
+every phase's peak as an exact function of B (``engine``).
+
+Autograd follows torch 2.13 (``torch/csrc/autograd/engine.cpp``, ``input_buffer.cpp``,
+``functions/accumulate_grad.h``, ``torch/utils/checkpoint.py``):
+
+* a ``Node`` per differentiable op, with a sequence number, edges to the nodes of its inputs (a leaf's
+  ``AccumulateGrad``), the shapes of those inputs and its saved tensors (``SavedVar``: the storage, never
+  the producing node, so no reference cycles);
+* ``backward(loss)``: a node runs when every gradient it waits for has arrived; among ready nodes
+  ``AccumulateGrad`` first, then the highest sequence number; a node's incoming gradients die when its
+  function returns (with its outputs reduced to its inputs' shapes first: ``validate_outputs``' sum_to),
+  then its saved tensors are released, then its outputs go to the next nodes' input buffers, where a
+  second gradient is summed: out of place (a new tensor, then the old one dies) in a traced run, in place
+  in a plain run when the old buffer is the only reference to its storage; the outputs list dies last;
+* ``AccumulateGrad`` steals a gradient nothing else holds and whose layout is the parameter's, else
+  clones it;
+* ``checkpoint(fn, *args, **kwargs)``: torch's non-reentrant checkpoint (saved tensors become holders; the
+  first unpack reruns ``fn`` with early stop; ``checkpoint.py``, ``_checkpoint_hook``).
+
+Runs are ``traced`` (what the storage tracker sees: any dispatch mode, every meta run) or plain.  No torch.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+from typing import Self
+
+from .engine import Affine, PhaseInBatch, Replay
+
+ITEMSIZE = {"fp32": 4, "bf16": 2, "fp16": 2, "int64": 8, "int32": 4, "bool": 1, "uint8": 1}
+"""Bytes per element of each dtype a program uses (torch's ``element_size()``)."""
+
+Dim = int | Affine
+
+_RUNS: list[Run] = []  # the stack of active runs (``Run.__enter__``)
+
+
+def current() -> Run:
+    """The active ``Run`` (the innermost ``with run:``)."""
+    return _RUNS[-1]
+
+
+def numel(shape: Sequence[Dim]) -> Dim:
+    n: Dim = 1
+    for d in shape:
+        n = d * n
+    return n
+
+
+class Run:
+    """One replayed program run: the replay its storages charge, autograd's mode and counters.
+
+    ``traced``: the storage tracker's run (out-of-place gradient sums); else a plain run.  ``log``: a
+    list that receives ``(label, bytes)`` for every allocation (+) and free (−), bytes at ``log_batch``
+    (for comparing with a torch trace).  Use as a context manager; ``phase()`` closes a phase."""
+
+    def __init__(self, traced: bool = True, log: list | None = None, log_batch: int = 1):
+        self.replay = Replay(Affine(0), traced)
+        self.traced = traced
+        self.grad = True  # torch.is_grad_enabled()
+        self.hooks: list[tuple[Callable, Callable]] = []  # torch.autograd.graph.saved_tensors_hooks stack
+        self.autocast: str | None = None  # the autocast dtype when autocast is on
+        self.autocast_cache: dict[int, Tensor] = {}  # id(fp32 leaf) -> its cast (torch's autocast cache)
+        self.log, self.log_batch = log, log_batch
+        self.seq = itertools.count()
+
+    def __enter__(self) -> Self:
+        _RUNS.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _RUNS.remove(self)
+
+    def charge(self, nbytes: Dim, label: str) -> None:
+        self.replay(nbytes)
+        if self.log is not None:
+            self.log.append((label, nbytes.at(self.log_batch) if isinstance(nbytes, Affine) else nbytes))
+
+    @property
+    def live(self) -> Affine:
+        return self.replay.live
+
+    def phase(self) -> PhaseInBatch:
+        """End the current phase (its peak, its end and, plain, the traced run's copies) and start the next."""
+        r = self.replay
+        self.replay = Replay(r.live, self.traced)
+        if self.log is not None:
+            self.log.append(("PHASE", 0))
+        return PhaseInBatch(r.peak(), r.live, r.copy_peak())
+
+
+class Storage:
+    """Bytes on the device: charged when made, uncharged when the last tensor (view) using it dies."""
+
+    __slots__ = ("label", "nbytes", "run")
+
+    def __init__(self, nbytes: Dim, label: str = "?"):
+        self.nbytes, self.run, self.label = nbytes, current(), label
+        self.run.charge(nbytes, label)
+
+    def __del__(self):
+        self.run.charge(-self.nbytes, "free " + self.label)
+
+
+def contiguous_perm(n: int) -> tuple[int, ...]:
+    return tuple(range(n))
+
+
+class Tensor:
+    """A symbolic tensor: shape, dtype, storage, layout and autograd metadata; no data.
+
+    ``perm``: the logical dims in memory order, outermost first (identity: contiguous); the layout
+    decides whether a ``reshape`` is a view or a copy and what layout an elementwise op's output takes."""
+
+    __slots__ = (
+        "acc",
+        "dtype",
+        "grad",
+        "grad_fn",
+        "name",
+        "out_nr",
+        "perm",
+        "requires_grad",
+        "shape",
+        "storage",
+        "zero",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        shape: Sequence[Dim],
+        dtype: str = "fp32",
+        storage: Storage | None = None,
+        perm: tuple[int, ...] | None = None,
+        label: str = "?",
+    ):
+        self.shape = tuple(shape)
+        self.dtype = dtype
+        self.storage = storage if storage is not None else Storage(numel(self.shape) * ITEMSIZE[dtype], label)
+        self.perm = perm if perm is not None else contiguous_perm(len(self.shape))
+        self.zero: tuple[int, ...] = ()  # dims of stride 0 (an ``expand``)
+        self.grad_fn: Node | None = None
+        self.out_nr = 0
+        self.requires_grad = False
+        self.grad: Tensor | None = None
+        self.acc: AccumulateGrad | None = None
+        self.name = label
+
+    # -- facts --------------------------------------------------------------
+    @property
+    def numel(self) -> Dim:
+        return numel(self.shape)
+
+    @property
+    def nbytes(self) -> Dim:
+        return self.numel * ITEMSIZE[self.dtype]
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def is_contiguous(self) -> bool:
+        if any(self.shape[d] != 1 for d in self.zero):
+            return False
+        order = [d for d in self.perm if self.shape[d] != 1]
+        return order == sorted(order)
+
+    def __repr__(self) -> str:
+        return f"Tensor({self.shape}, {self.dtype}, {self.name})"
+
+    # -- aliases (no bytes) ---------------------------------------------------
+    def alias(self, shape: Sequence[Dim] | None = None, perm: tuple[int, ...] | None = None, zero=()) -> Tensor:
+        """A tensor sharing this one's storage (no autograd)."""
+        shape = self.shape if shape is None else tuple(shape)
+        t = Tensor(shape, self.dtype, self.storage, perm if perm is not None else contiguous_perm(len(shape)))
+        t.zero = tuple(zero)
+        return t
+
+    def detach(self) -> Tensor:
+        return self.alias(self.shape, self.perm, self.zero)
+
+
+def empty(shape: Sequence[Dim], dtype: str = "fp32", label: str = "empty", like: Tensor | None = None) -> Tensor:
+    """A new tensor (an allocation); ``like``: take its layout (``empty_like``/TensorIterator outputs)."""
+    perm = like.perm if like is not None and like.shape == tuple(shape) else None
+    return Tensor(shape, dtype, None, perm, label)
+
+
+def parameter(shape: Sequence[Dim], dtype: str = "fp32", name: str = "param") -> Tensor:
+    """A leaf that requires grad (``nn.Parameter``)."""
+    t = Tensor(shape, dtype, label=name)
+    t.requires_grad = True
+    return t
+
+
+# -- autograd modes ---------------------------------------------------------------------------
+
+
+@contextmanager
+def grad_mode(enabled: bool):
+    """``torch.no_grad()`` (False) / ``torch.enable_grad()`` (True)."""
+    run = current()
+    old, run.grad = run.grad, enabled
+    try:
+        yield
+    finally:
+        run.grad = old
+
+
+def no_grad():
+    return grad_mode(False)
+
+
+@contextmanager
+def saved_tensors_hooks(pack: Callable, unpack: Callable):
+    """``torch.autograd.graph.saved_tensors_hooks``: what a node saves from now on is ``pack(t)``."""
+    run = current()
+    run.hooks.append((pack, unpack))
+    try:
+        yield
+    finally:
+        run.hooks.pop()
+
+
+# -- the graph ---------------------------------------------------------------------------------
+
+
+class SavedVar:
+    """``SavedVariable``: a saved tensor (its storage, without its node), or what a pack hook returned."""
+
+    __slots__ = ("data", "packed", "unpack_hook")
+
+    def __init__(self, t: Tensor | None, run: Run):
+        self.packed = self.unpack_hook = None
+        self.data = None
+        if t is None:
+            return
+        if run.hooks:
+            pack, self.unpack_hook = run.hooks[-1]
+            self.packed = pack(t)
+        else:
+            self.data = t.detach()
+
+    def unpack(self) -> Tensor | None:
+        if self.unpack_hook is not None:
+            return self.unpack_hook(self.packed)
+        return self.data
+
+
+class Ctx:
+    """What a node's backward function reads besides its saved tensors: ``need`` (per input, whether its
+    gradient is computed: ``task_should_compute_output``) and the op's keyword facts."""
+
+    def __init__(self, facts: dict):
+        self.__dict__.update(facts)
+
+
+def wants(*inputs: Tensor | None) -> tuple[bool, ...] | None:
+    """Per input, whether autograd will want its gradient (None: no node will be made).  An op saves
+    only what the wanted gradients read (the codegen's conditional ``SavedVariable``)."""
+    if not current().grad or not any(t is not None and t.requires_grad for t in inputs):
+        return None
+    return tuple(t is not None and t.requires_grad for t in inputs)
+
+
+class Node:
+    """An autograd node: ``fn(ctx, grads, *saved) -> grads for the inputs`` (None where not needed).
+
+    ``next``: per input, ``(node, input_nr)`` or None; ``shapes``: the inputs' shapes (``validate_outputs``
+    reduces an output gradient to it with sum_to); ``n_in``: how many gradients it receives."""
+
+    __slots__ = ("ctx", "dtypes", "fn", "n_in", "name", "next", "saved", "seq", "shapes")
+
+    def __init__(self, name, seq, next_, shapes, dtypes, saved, fn, ctx, n_in):
+        self.name, self.seq, self.next, self.shapes, self.dtypes = name, seq, next_, shapes, dtypes
+        self.saved, self.fn, self.ctx, self.n_in = saved, fn, ctx, n_in
+
+    def release(self) -> None:
+        self.saved = ()
+
+
+class AccumulateGrad(Node):
+    """The node of a leaf: sequence number "infinity", so it runs as soon as it is ready."""
+
+    __slots__ = ("variable",)
+
+    def __init__(self, variable: Tensor):
+        super().__init__("AccumulateGrad", float("inf"), (), (variable.shape,), (variable.dtype,), (), None, {}, 1)
+        self.variable = variable
+
+
+def edge(t: Tensor | None):
+    if t is None or not t.requires_grad:
+        return None
+    if t.grad_fn is not None:
+        return (t.grad_fn, t.out_nr)
+    if t.acc is None:
+        t.acc = AccumulateGrad(t)
+    return (t.acc, 0)
+
+
+def record(
+    name: str,
+    inputs: Sequence[Tensor | None],
+    outputs: Sequence[Tensor],
+    fn: Callable,
+    saved: Sequence[Tensor | None] = (),
+    **ctx,
+) -> bool:
+    """Make the autograd node of an op when grad mode is on and an input requires grad.
+
+    ``fn(ctx, grads, *saved_tensors)`` returns one gradient (or None) per input, in input order; it runs
+    with grad mode off.  ``saved`` tensors are held (or packed by the active saved-tensor hooks) until the
+    node runs.  Returns whether a node was made."""
+    run = current()
+    if not run.grad or not any(t is not None and t.requires_grad for t in inputs):
+        return False
+    ctx["need"] = tuple(t is not None and t.requires_grad for t in inputs)
+    node = Node(
+        name,
+        next(run.seq),
+        tuple(edge(t) for t in inputs),
+        tuple(None if t is None else t.shape for t in inputs),
+        tuple(None if t is None else t.dtype for t in inputs),
+        tuple(SavedVar(t, run) for t in saved),
+        fn,
+        Ctx(ctx),
+        len(outputs),
+    )
+    for i, o in enumerate(outputs):
+        o.grad_fn, o.out_nr, o.requires_grad = node, i, True
+    return True
+
+
+def view_of(
+    base: Tensor, shape: Sequence[Dim], perm: tuple[int, ...] | None, name: str, back: Callable, zero=()
+) -> Tensor:
+    """A differentiable view of ``base``: ``back(grad)`` maps the view's gradient to ``base``'s (a view
+    op's backward is itself a view, or a copy where the layout asks for one)."""
+    out = base.alias(shape, perm, zero)
+    record(name, (base,), (out,), lambda ctx, grads: (back(grads[0]),))
+    return out
+
+
+# -- the engine ------------------------------------------------------------------------------
+
+
+def _sum_to(grad: Tensor, shape: tuple) -> Tensor:
+    """``at::sum_to`` (validate_outputs): one sum with keepdim, then a view."""
+    lead = grad.ndim - len(shape)
+    kept = tuple(
+        1 if i < lead or (shape[i - lead] == 1 and grad.shape[i] != 1) else d for i, d in enumerate(grad.shape)
+    )
+    out = Tensor(kept, grad.dtype, label="sum")
+    return out.alias(shape)
+
+
+def _accumulate(buffer: list, pos: int, var: Tensor, run: Run, holders: int) -> None:
+    """``InputBuffer::add`` (torch/csrc/autograd/input_buffer.cpp, ``accumulate``)."""
+    old = buffer[pos]
+    if old is None:
+        buffer[pos] = var
+        return
+    if not run.traced and _owns(old, holders):
+        return  # old.add_(var): in place
+    if not run.traced and _owns(var, holders + 1):
+        buffer[pos] = var  # var.add_(old)
+        return
+    buffer[pos] = Tensor(old.shape, old.dtype, perm=old.perm, label="add")  # old + var
+
+
+def _owns(t: Tensor, refs: int) -> bool:
+    """Whether ``t`` is dense and the only reference to its storage (``can_accumulate_inplace``)."""
+    import sys
+
+    return t.is_contiguous() and sys.getrefcount(t) <= refs and sys.getrefcount(t.storage) <= 3
+
+
+def backward(loss: Tensor) -> None:
+    """``loss.backward()`` (torch.autograd.backward with a ones_like seed; the graph is freed)."""
+    run = current()
+    seed = Tensor(loss.shape, loss.dtype, label="ones_like")
+    root = loss.grad_fn
+    deps: dict[Node, int] = {}
+    stack, seen = [root], {root}
+    while stack:
+        node = stack.pop()
+        for e in node.next:
+            if e is None:
+                continue
+            deps[e[0]] = deps.get(e[0], 0) + 1
+            if e[0] not in seen:
+                seen.add(e[0])
+                stack.append(e[0])
+    buffers: dict[Node, list] = {root: [None] * root.n_in}
+    buffers[root][loss.out_nr] = seed
+    ready: list = [(-root.seq, 0, root)]
+    tie = itertools.count(1)
+    with grad_mode(False):
+        while ready:
+            node = heapq.heappop(ready)[2]
+            inputs = buffers.pop(node)
+            if isinstance(node, AccumulateGrad):
+                _accumulate_grad(node, inputs, buffers)
+                del inputs
+                continue
+            outputs = _call(node, inputs)
+            del inputs  # call_function's variable_list dies: the incoming gradients
+            node.release()  # release_variables()
+            for i, e in enumerate(node.next):
+                if e is None:
+                    continue
+                nxt, nr = e
+                if outputs[i] is not None:
+                    buf = buffers.get(nxt)
+                    if buf is None:
+                        buf = buffers[nxt] = [None] * nxt.n_in
+                    _accumulate(buf, nr, outputs[i], run, 3)
+                deps[nxt] -= 1
+                if deps[nxt] == 0:
+                    if nxt not in buffers:
+                        buffers[nxt] = [None] * nxt.n_in
+                    heapq.heappush(ready, (-nxt.seq, next(tie), nxt))
+            del outputs
+    del seed
+
+
+def _call(node: Node, inputs: list) -> list:
+    saved = [s.unpack() for s in node.saved]
+    outputs = list(node.fn(node.ctx, inputs, *saved))
+    del saved
+    for i, g in enumerate(outputs):  # validate_outputs: a broadcast input gets its gradient summed down
+        if g is None or node.next[i] is None:
+            outputs[i] = None
+            continue
+        shape = node.shapes[i]
+        if g.shape != shape:
+            outputs[i] = g = _sum_to(g, shape)
+        if node.dtypes[i] != g.dtype:  # validate_outputs: grad.to(input dtype)
+            outputs[i] = Tensor(g.shape, node.dtypes[i], perm=g.perm, label="_to_copy")
+    return outputs
+
+
+def _accumulate_grad(node: AccumulateGrad, inputs: list, buffers: dict) -> None:
+    """``AccumulateGrad::apply`` / ``accumulateGrad`` (functions/accumulate_grad.h): steal the gradient when
+    nothing else holds it and its layout obeys the parameter's, else clone it; add to an existing grad."""
+    new = inputs[0]
+    inputs[0] = None
+    if new is None:
+        return
+    var = node.variable
+    shared = any(x is new for buf in buffers.values() for x in buf)
+    if var.grad is None:
+        if not shared and new.is_contiguous() and new.shape == var.shape:
+            var.grad = new.detach()
+        else:
+            var.grad = Tensor(var.shape, var.dtype, label="clone")
+    else:
+        var.grad = Tensor(var.shape, var.dtype, label="add")  # grad + new (out of place)
+
+
+# -- checkpoint ------------------------------------------------------------------------------
+
+
+class _StopRecomputation(Exception):
+    pass
+
+
+class _Handle:
+    __slots__ = ("__weakref__",)
+
+
+class _Holder:
+    __slots__ = ("__weakref__", "handle")
+
+    def __init__(self):
+        self.handle: _Handle | None = None
+
+
+class _Frame:
+    """``_CheckpointFrame``: the saved inputs, weak references to the holders in pack order, and the
+    recomputed tensors keyed (weakly) by their holder's handle."""
+
+    def __init__(self, fn: Callable, args: tuple):
+        import weakref
+
+        self.fn = fn
+        self.saved_args = list(args)  # save_inputs: SavedVariables of inputs unpack with their autograd metadata
+        self.holders: list = []
+        self.recomputed: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self.counter = 0
+        self.done = False
+
+
+def checkpoint(fn: Callable, *args) -> Tensor:
+    """``torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False)`` (torch 2.13
+    ``torch/utils/checkpoint.py``: ``_checkpoint_without_reentrant_generator``, ``_checkpoint_hook``,
+    ``_recomputation_hook``; early stop on; no grad mode: a plain call).
+
+    The frame keeps the tensor ``args`` (``save_inputs``) for as long as a node of ``fn``'s region still
+    holds one of its holders (the hooks close over the frame); ``fn``'s saved tensors become holders; the
+    first unpack reruns ``fn(*args)`` under grad mode, keeps each tensor packed again in ``recomputed``
+    (until its holder is unpacked or dies) and stops once the last one is packed.  Bind keyword arguments
+    with ``functools.partial`` as transformers does (they live as long as the frame)."""
+    import weakref
+
+    run = current()
+    if not run.grad:
+        return fn(*args)
+    frame = _Frame(fn, args)
+
+    def pack(t: Tensor) -> _Holder:
+        holder = _Holder()
+        frame.holders.append(weakref.ref(holder))
+        return holder
+
+    def unpack(holder: _Holder) -> Tensor:
+        if not frame.done:
+            inputs = list(frame.saved_args)  # get_inputs()
+            frame.counter = 0
+            try:
+                with saved_tensors_hooks(repack, _identity), grad_mode(True):
+                    frame.fn(*inputs)
+            except _StopRecomputation:
+                pass
+            frame.done = True
+        ret = frame.recomputed[holder.handle]
+        holder.handle = None
+        return ret
+
+    def repack(t: Tensor) -> Tensor:
+        x = t.detach()
+        idx = frame.counter
+        frame.counter += 1
+        holder = frame.holders[idx]()
+        if holder is not None:
+            holder.handle = _Handle()
+            frame.recomputed[holder.handle] = x
+        if frame.counter == len(frame.holders):
+            raise _StopRecomputation
+        return x
+
+    with saved_tensors_hooks(pack, unpack):
+        return fn(*args)
+
+
+def _identity(x):
+    return x

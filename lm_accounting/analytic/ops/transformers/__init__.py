@@ -1,0 +1,45 @@
+"""transformers 5.24's modeling code as programs of the op library, one module per model family.
+
+``PROGRAMS`` maps a config's ``hf_model_type`` to the module whose ``LlamaForCausalLM``-like class (named
+in ``MODELS``) is that family's ``*ForCausalLM``; ``predict_step`` runs its training step
+(``ops.step.training_step``) the way ``measure.hf.build_hf_step`` measures the real model.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from ....config import ModelConfig
+from ....setup import TrainingSetup
+from ..engine import Affine, StepInBatch
+from ..step import training_step
+
+PROGRAMS = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llama", "gpt2": "gpt2"}
+"""hf_model_type -> the module of this package that transliterates its modeling file."""
+B = Affine(1)  # the micro-batch as a symbol
+
+
+def _module(cfg: ModelConfig):
+    return importlib.import_module(f"{__name__}.{PROGRAMS[cfg.hf_model_type]}")
+
+
+def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
+    """Why transformers' model of ``cfg`` under ``setup`` is not replayed (empty: it is)."""
+    if cfg.hf_model_type not in PROGRAMS:
+        return [f"transformers' {cfg.hf_model_type or cfg.name} is not transliterated (have: {', '.join(PROGRAMS)})"]
+    return _module(cfg).unsupported(cfg, setup)
+
+
+def predict_step(
+    cfg: ModelConfig, seq: int, setup: TrainingSetup, *, batch: int = 1, mode: str = "traced", device: str = "meta"
+) -> StepInBatch:
+    """The training step of transformers' model of ``cfg`` (see ``ops.predict_step``).
+
+    ``batch`` 1 replays the step at B = 1 exactly (its size-1 batch dim lets torch view tensors that it
+    copies at B >= 2, e.g. matmul's reshape of a transposed query); any other ``batch`` gives the lines in
+    B, exact for every B >= 2."""
+    module = _module(cfg)
+    b = 1 if batch == 1 else B
+    return training_step(
+        lambda: module.causal_lm(cfg, seq, setup, b), optimizer=setup.optimizer, device=device, traced=mode == "traced"
+    )

@@ -1,0 +1,359 @@
+"""transformers 5.24's ``LlamaForCausalLM`` training step (and mistral, qwen2, qwen3), transliterated.
+
+Each function follows one forward of ``transformers/models/llama/modeling_llama.py`` (line numbers of
+transformers 5.24) on symbolic tensors (``ops.aten``), so torch's autograd engine (``ops.tensors``) frees
+what the real model frees.  The run is the one ``measure.hf.build_hf_step`` measures, as transformers'
+``Trainer`` trains: ``use_cache=False``, the loss computed by the model (``ForCausalLMLoss``), no
+``attention_mask``, attention "naive" = ``attn_implementation="eager"`` and "sdpa" = ``"sdpa"``, full
+checkpointing = ``activation_checkpointing_enable()`` (``use_reentrant=False``, every decoder layer).
+
+Differences of the family: qwen2 has q/k/v biases (``qkv_bias``), qwen3 RMSNorms q and k per head
+(``modeling_qwen3.py`` ``Qwen3Attention.forward``: ``self.q_norm(self.q_proj(x).view(hidden_shape))``),
+mistral a sliding window (``sliding_window``; the mask then comes from ``create_sliding_window_causal_mask``).
+
+sdpa: the kernel torch picks on the CPU, ``_scaled_dot_product_flash_attention_for_cpu`` (K and V keep their
+kv heads: transformers passes ``enable_gqa=True`` without a mask, ``integrations/sdpa_attention.py``
+``use_gqa_in_sdpa``); on meta ``measure.hf.meta_as_cpu`` makes the measured run take it too.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from ....config import ModelConfig
+from ....setup import TrainingSetup
+from .. import aten as A
+from ..engine import Affine
+from ..tensors import Tensor, checkpoint, empty, no_grad, parameter, record
+
+DTYPES = {"fp32": "fp32", "bf16": "bf16", "amp-bf16": "fp32"}
+B = Affine(1)  # the micro-batch, a symbol
+
+
+class Linear:
+    """``nn.Linear``: its weight (out, in) and bias; ``F.linear``."""
+
+    def __init__(self, d_in: int, d_out: int, bias: bool, dtype: str, name: str):
+        self.weight = parameter((d_out, d_in), dtype, name + ".weight")
+        self.bias = parameter((d_out,), dtype, name + ".bias") if bias else None
+
+    def params(self) -> list[Tensor]:
+        return [self.weight] + ([self.bias] if self.bias is not None else [])
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return A.linear(x, self.weight, self.bias)
+
+
+class RMSNorm:
+    """``LlamaRMSNorm`` (modeling_llama.py:52-66)."""
+
+    def __init__(self, size: int, dtype: str, name: str):
+        self.weight = parameter((size,), dtype, name + ".weight")
+
+    def __call__(self, hidden_states: Tensor) -> Tensor:
+        input_dtype = hidden_states.dtype  # :60
+        hidden_states = A.to(hidden_states, "fp32")  # :61
+        variance = A.mean(A.pow_(hidden_states, 2), -1, keepdim=True)  # :62
+        hidden_states = A.mul(hidden_states, A.rsqrt(A.add(variance, 1e-6)))  # :63
+        return A.mul(self.weight, A.to(hidden_states, input_dtype))  # :64
+
+
+def rotary_embedding(x: Tensor, position_ids: Tensor, inv_freq: Tensor) -> tuple[Tensor, Tensor]:
+    """``LlamaRotaryEmbedding.forward`` (modeling_llama.py:105-112); no tensor of it requires grad."""
+    freqs = A.mul(A.to(A.unsqueeze(position_ids, -1), "fp32"), inv_freq)  # :106
+    emb = A.cat((freqs, freqs), -1)  # :107
+    cos = A.mul(A.unary(emb, "cos"), 1.0)  # :108 (* attention_scaling)
+    sin = A.mul(A.unary(emb, "sin"), 1.0)  # :109
+    return A.to(cos, x.dtype), A.to(sin, x.dtype)  # :111
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    """modeling_llama.py:115-119."""
+    half = x.shape[-1] // 2
+    x1 = A.slice_(x, -1, 0, half)
+    x2 = A.slice_(x, -1, half, x.shape[-1])
+    return A.cat((A.neg(x2), x1), -1)
+
+
+def apply_rotary_pos_emb(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+    """modeling_llama.py:122-147."""
+    cos = A.unsqueeze(cos, 1)
+    sin = A.unsqueeze(sin, 1)
+    q_embed = A.add(A.mul(q, cos), A.mul(rotate_half(q), sin))
+    k_embed = A.add(A.mul(k, cos), A.mul(rotate_half(k), sin))
+    return q_embed, k_embed
+
+
+def repeat_kv(hidden_states: Tensor, n_rep: int) -> Tensor:
+    """modeling_llama.py:165-174: an expand and a reshape (a copy)."""
+    batch, kv, slen, head_dim = hidden_states.shape
+    if n_rep == 1:
+        return hidden_states
+    hidden_states = A.expand(A.unsqueeze(hidden_states, 2), batch, kv, n_rep, slen, head_dim)
+    return A.reshape(hidden_states, batch, kv * n_rep, slen, head_dim)
+
+
+def eager_attention_forward(module: Attention, query, key, value, attention_mask) -> Tensor:
+    """modeling_llama.py:177-199 (dropout 0: ``F.dropout`` returns its input)."""
+    key_states = repeat_kv(key, module.groups)
+    value_states = repeat_kv(value, module.groups)
+    attn_weights = A.mul(A.matmul(query, A.transpose(key_states, 2, 3)), module.scaling)
+    if attention_mask is not None:
+        attn_weights = A.add(attn_weights, attention_mask)
+    attn_weights = A.to(A.softmax(attn_weights, -1, "fp32"), query.dtype)
+    attn_output = A.matmul(attn_weights, value_states)
+    return A.contiguous(A.transpose(attn_output, 1, 2))
+
+
+def sdpa_attention_forward(module: Attention, query, key, value, attention_mask) -> Tensor:
+    """``integrations/sdpa_attention.py`` ``sdpa_attention_forward`` with the CPU's flash kernel."""
+    if attention_mask is not None:  # no enable_gqa with a mask: K and V repeated (use_gqa_in_sdpa)
+        key = repeat_kv(key, module.groups)
+        value = repeat_kv(value, module.groups)
+    attn_output = flash_attention_cpu(query, key, value)
+    attn_output = A.reshape(attn_output, attn_output.shape[0], -1, query.shape[2], value.shape[-1])
+    return A.contiguous(A.transpose(attn_output, 1, 2))
+
+
+def flash_attention_cpu(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """``_scaled_dot_product_flash_attention_for_cpu`` (aten/src/ATen/native/transformers/attention.cpp):
+    the output (B, h, S, d) laid out as (B, S, h, d) and the fp32 logsumexp (B, h, S); saves q, k, v, the
+    output and the logsumexp; backward: dq, dk, dv (k and v with their kv heads)."""
+    b, h, s, d = q.shape
+    out = empty((b, h, s, d), q.dtype, "flash")
+    out.perm = (0, 2, 1, 3)
+    lse = empty((b, h, s), "fp32", "flash_lse")
+
+    def back(ctx, g, sq, sk, sv, so, sl):
+        dq = empty(sq.shape, sq.dtype, "flash_backward")
+        dq.perm = sq.perm
+        dk = empty(sk.shape, sk.dtype, "flash_backward")
+        dk.perm = sk.perm
+        dv = empty(sv.shape, sv.dtype, "flash_backward")
+        dv.perm = sv.perm
+        return dq, dk, dv
+
+    record("ScaledDotProductFlashAttentionForCpuBackward0", (q, k, v), (out,), back, (q, k, v, out, lse))
+    return out
+
+
+class Attention:
+    """``LlamaAttention`` (modeling_llama.py:202-265) and qwen3's per-head q/k norms."""
+
+    def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str):
+        d, h, kv, hd = cfg.d_model, cfg.num_heads, cfg.num_kv_heads or cfg.num_heads, cfg.d_head
+        self.head_dim, self.groups, self.scaling, self.attn = hd, h // kv, hd**-0.5, attn
+        self.q_proj = Linear(d, h * hd, cfg.qkv_bias, dtype, name + ".q_proj")
+        self.k_proj = Linear(d, kv * hd, cfg.qkv_bias, dtype, name + ".k_proj")
+        self.v_proj = Linear(d, kv * hd, cfg.qkv_bias, dtype, name + ".v_proj")
+        self.o_proj = Linear(h * hd, d, cfg.output_bias, dtype, name + ".o_proj")
+        self.q_norm = RMSNorm(hd, dtype, name + ".q_norm") if cfg.qk_norm else None
+        self.k_norm = RMSNorm(hd, dtype, name + ".k_norm") if cfg.qk_norm else None
+
+    def params(self) -> list[Tensor]:
+        out = self.q_proj.params() + self.k_proj.params() + self.v_proj.params() + self.o_proj.params()
+        return out + ([self.q_norm.weight, self.k_norm.weight] if self.q_norm else [])
+
+    def __call__(self, hidden_states: Tensor, position_embeddings, attention_mask) -> Tensor:
+        input_shape = hidden_states.shape[:-1]  # :230
+        hidden_shape = (*input_shape, -1, self.head_dim)
+        q = A.view(self.q_proj(hidden_states), *hidden_shape)  # :233-235
+        if self.q_norm is not None:
+            q = self.q_norm(q)
+        query_states = A.transpose(q, 1, 2)
+        del q
+        k = A.view(self.k_proj(hidden_states), *hidden_shape)
+        if self.k_norm is not None:
+            k = self.k_norm(k)
+        key_states = A.transpose(k, 1, 2)
+        del k
+        value_states = A.transpose(A.view(self.v_proj(hidden_states), *hidden_shape), 1, 2)
+        cos, sin = position_embeddings  # :237
+        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)  # :238
+        del cos, sin
+        interface = eager_attention_forward if self.attn == "naive" else sdpa_attention_forward
+        attn_output = interface(self, query_states, key_states, value_states, attention_mask)  # :247-256
+        attn_output = A.contiguous(A.reshape(attn_output, *input_shape, -1))  # :258
+        return self.o_proj(attn_output)  # :259
+
+
+class MLP:
+    """``LlamaMLP`` (modeling_llama.py:150-162)."""
+
+    def __init__(self, cfg: ModelConfig, dtype: str, name: str):
+        d, f = cfg.d_model, cfg.d_ff
+        self.gate_proj = Linear(d, f, cfg.mlp_bias, dtype, name + ".gate_proj")
+        self.up_proj = Linear(d, f, cfg.mlp_bias, dtype, name + ".up_proj")
+        self.down_proj = Linear(f, d, cfg.mlp_bias, dtype, name + ".down_proj")
+
+    def params(self) -> list[Tensor]:
+        return self.gate_proj.params() + self.up_proj.params() + self.down_proj.params()
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return self.down_proj(A.mul(A.silu(self.gate_proj(x)), self.up_proj(x)))  # :161
+
+
+class DecoderLayer:
+    """``LlamaDecoderLayer`` (modeling_llama.py:268-309); checkpointed by ``GradientCheckpointingLayer``
+    (``modeling_layers.py``: ``checkpoint(partial(forward, self, **kwargs), hidden_states)``)."""
+
+    def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str):
+        self.self_attn = Attention(cfg, dtype, attn, name + ".self_attn")
+        self.mlp = MLP(cfg, dtype, name + ".mlp")
+        self.input_layernorm = RMSNorm(cfg.d_model, dtype, name + ".input_layernorm")
+        self.post_attention_layernorm = RMSNorm(cfg.d_model, dtype, name + ".post_attention_layernorm")
+        self.gradient_checkpointing = False
+
+    def params(self) -> list[Tensor]:
+        norms = [self.input_layernorm.weight, self.post_attention_layernorm.weight]
+        return self.self_attn.params() + self.mlp.params() + norms
+
+    def __call__(self, hidden_states: Tensor, **kwargs) -> Tensor:
+        if self.gradient_checkpointing:
+            return checkpoint(partial(self.forward, **kwargs), hidden_states)
+        return self.forward(hidden_states, **kwargs)
+
+    def forward(
+        self, hidden_states: Tensor, attention_mask=None, position_embeddings=None, position_ids=None
+    ) -> Tensor:
+        residual = hidden_states  # :289
+        hidden_states = self.input_layernorm(hidden_states)
+        hidden_states = self.self_attn(hidden_states, position_embeddings, attention_mask)  # :292-300
+        hidden_states = A.add(residual, hidden_states)  # :301
+        residual = hidden_states  # :304
+        hidden_states = self.post_attention_layernorm(hidden_states)
+        hidden_states = self.mlp(hidden_states)
+        return A.add(residual, hidden_states)  # :307
+
+
+def find_packed_sequence_indices(position_ids: Tensor) -> None:
+    """``masking_utils.find_packed_sequence_indices`` as measured on meta (``measure.hf._unpacked_rows``):
+    ``first = position_ids[:, :1] - 1``; ``torch.diff(position_ids, prepend=first, dim=-1) != 1``, cumsum;
+    ``(packed[:, -1] == 0).all()``."""
+    b, s = position_ids.shape
+    first = empty((b, 1), "int64", "sub")
+    joined = empty((b, s + 1), "int64", "cat")  # diff: cat(prepend, x), then a[1:] - a[:-1]
+    diff = empty((b, s), "int64", "sub")
+    del joined
+    ne = empty((b, s), "bool", "ne")
+    packed = empty((b, s), "int64", "cumsum")
+    del ne
+    last = empty((b,), "bool", "eq")
+    done = empty((), "bool", "all")
+    del last, done, first, diff, packed  # the diff lives until the function returns (as measured)
+
+
+def causal_mask(batch: Affine, seq: int, dtype: str, window: int | None) -> Tensor:
+    """``masking_utils.create_causal_mask`` for eager (``sdpa_mask`` without the is_causal skip, then
+    ``eager_mask``'s ``torch.where(mask, zeros((), dtype), min_dtype)``): the (B, 1, S, S) additive mask."""
+    batch_arange = empty((batch,), "int64", "arange")
+    head_arange = empty((1,), "int64", "arange")
+    q_arange = _arange_plus(seq)
+    kv_arange = _arange_plus(seq)
+    if window is None:
+        mask = empty((1, 1, seq, seq), "bool", "le")  # causal_mask_function: kv_idx <= q_idx
+    else:
+        raise NotImplementedError("sliding-window masks")
+    del batch_arange, head_arange, q_arange, kv_arange
+    zeros = empty((), dtype, "zeros")
+    low = empty((), dtype, "scalar_tensor")
+    out = empty((batch, 1, seq, seq), dtype, "where")
+    del zeros, low, mask
+    return out
+
+
+def _arange_plus(n: int) -> Tensor:
+    """``torch.arange(n) + offset``: the arange dies once added to."""
+    a = empty((n,), "int64", "arange")
+    out = empty((n,), "int64", "add")
+    del a
+    return out
+
+
+class LlamaForCausalLM:
+    """``LlamaForCausalLM`` with ``LlamaModel`` (modeling_llama.py:333-480), labels given: one training step's
+    forward and loss (``loss()``), its parameters in ``model.parameters()`` order, its buffers and inputs."""
+
+    def __init__(self, cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B):
+        dtype = DTYPES[setup.precision]
+        self.cfg, self.seq, self.batch, self.setup, self.dtype = cfg, seq, batch, setup, dtype
+        self.embed_tokens = parameter((cfg.vocab_size, cfg.d_model), dtype, "embed_tokens.weight")
+        self.layers = [DecoderLayer(cfg, dtype, setup.attention, f"layers.{i}") for i in range(cfg.num_layers)]
+        for layer in self.layers:
+            layer.gradient_checkpointing = setup.checkpoint == "full"
+        self.norm = RMSNorm(cfg.d_model, dtype, "norm")
+        half = cfg.d_head // 2
+        self.inv_freq = empty((half,), "fp32", "inv_freq")  # buffers: inv_freq, original_inv_freq
+        self.original_inv_freq = empty((half,), "fp32", "original_inv_freq")
+        self.lm_head = None if cfg.tie_embeddings else parameter((cfg.vocab_size, cfg.d_model), dtype, "lm_head.weight")
+        self.input_ids = empty((batch, seq), "int64", "input_ids")
+        self.labels = empty((batch, seq), "int64", "labels")
+
+    def parameters(self) -> list[Tensor]:
+        out = [self.embed_tokens]
+        for layer in self.layers:
+            out += layer.params()
+        out.append(self.norm.weight)
+        return out + ([self.lm_head] if self.lm_head is not None else [])
+
+    def model(self) -> Tensor:
+        """``LlamaModel.forward`` (modeling_llama.py:370-420)."""
+        inputs_embeds = A.embedding(self.embed_tokens, self.input_ids)  # :384
+        position_ids = A.unsqueeze(_arange_plus(self.seq), 0)  # :391-393
+        with no_grad():
+            find_packed_sequence_indices(A.expand(position_ids, self.batch, -1))
+        causal = None
+        if self.setup.attention == "naive":  # :395-401; sdpa without padding skips the mask (is_causal)
+            causal = causal_mask(self.batch, self.seq, self.dtype, self.cfg.sliding_window)
+        hidden_states = inputs_embeds
+        del inputs_embeds
+        position_embeddings = rotary_embedding(hidden_states, position_ids, self.inv_freq)  # :404
+        for layer in self.layers:  # :406-414
+            hidden_states = layer(
+                hidden_states, attention_mask=causal, position_embeddings=position_embeddings, position_ids=position_ids
+            )
+        return self.norm(hidden_states)  # :416
+
+    def loss(self) -> Tensor:
+        """``LlamaForCausalLM.forward`` (:448-470) with ``ForCausalLMLoss`` (``loss/loss_utils.py``)."""
+        hidden_states = self.model()
+        logits = A.linear(hidden_states, self.lm_head if self.lm_head is not None else self.embed_tokens)
+        del hidden_states
+        return for_causal_lm_loss(logits, self.labels, self.cfg.vocab_size)
+
+
+def for_causal_lm_loss(logits: Tensor, labels: Tensor, vocab_size: int) -> Tensor:
+    """``ForCausalLMLoss``: logits.float(); labels padded by one and shifted (``contiguous``: a copy);
+    ``fixed_cross_entropy`` (reduction mean)."""
+    logits = A.to(logits, "fp32")
+    b, s = labels.shape
+    padded = empty((b, s + 1), "int64", "constant_pad_nd")
+    # labels[..., 1:].contiguous(): a copy, except for one row, where the slice is already contiguous
+    shift_labels = padded.alias((b, s)) if isinstance(b, int) and b == 1 else empty((b, s), "int64", "clone")
+    logits = A.view(logits, -1, vocab_size)
+    loss = A.cross_entropy(logits, shift_labels)
+    del padded
+    return loss
+
+
+def causal_lm(cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B) -> LlamaForCausalLM:
+    """The program of ``ops.transformers.predict_step``."""
+    return LlamaForCausalLM(cfg, seq, setup, batch)
+
+
+def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
+    """What this transliteration does not cover for ``cfg`` under ``setup``."""
+    out = []
+    if setup.checkpoint == "selective":
+        out.append("transformers has no selective activation checkpointing")
+    if setup.autocast:
+        out.append("amp-bf16 (autocast) for transformers' llama family")
+    if cfg.sliding_window is not None:
+        out.append("sliding-window attention")
+    if cfg.moe or cfg.kv_lora_rank is not None:
+        out.append("mixture of experts or MLA in the llama family")
+    if cfg.norm != "rmsnorm" or cfg.norm_placement != "pre" or cfg.mlp != "swiglu" or cfg.positions != "rope":
+        out.append("a llama-family model with another norm, MLP or positions")
+    if cfg.qk_norm and cfg.qk_norm_scope != "head":
+        out.append("qk-norm over the whole projection")
+    return out
