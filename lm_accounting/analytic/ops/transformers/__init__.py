@@ -1,8 +1,10 @@
 """transformers 5.24's modeling code as programs of the op library, one module per model family.
 
-``PROGRAMS`` maps a config's ``hf_model_type`` to the module whose ``LlamaForCausalLM``-like class (named
-in ``MODELS``) is that family's ``*ForCausalLM``; ``predict_step`` runs its training step
-(``ops.step.training_step``) the way ``measure.hf.build_hf_step`` measures the real model.
+``PROGRAMS`` maps a config's ``hf_model_type`` to the module of this package that transliterates its
+modeling file.  Each such module provides ``causal_lm(cfg, seq, setup, batch)`` (the ``*ForCausalLM``
+program: ``parameters()`` and ``loss()``, see ``ops.step``) and ``unsupported(cfg, setup)`` (reasons, empty
+when covered); ``predict_step`` runs its training step (``ops.step.training_step``) the way
+``measure.hf.build_hf_step`` measures the real model.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from ....setup import TrainingSetup
 from ..engine import Affine, StepInBatch
 from ..step import training_step
 
-PROGRAMS = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llama", "gpt2": "gpt2"}
+PROGRAMS = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llama"}
 """hf_model_type -> the module of this package that transliterates its modeling file."""
 B = Affine(1)  # the micro-batch as a symbol
 
