@@ -1,0 +1,93 @@
+"""Indexing on symbolic tensors: ``index`` (``weight[ids]``), ``gather``, strided slices and ``stack``.
+
+torch 2.13 (``tools/autograd/derivatives.yaml``, ``torch/csrc/autograd/FunctionsManual.cpp``):
+
+* ``index.Tensor`` (``t[ids]``): one new tensor ``ids.shape + t.shape[1:]``; saves the indices; backward
+  ``index_backward(grad.new_zeros(self.sizes()), indices, grad)``: zeros of ``t``'s shape, then
+  ``index_put_`` into them, in place in a plain run; out of place when traced (``areAnyTensorSubclassLike``:
+  a new tensor, then the zeros die).
+* ``gather``: one new tensor of the index's shape; saves ``self`` and the index; backward ``gather_backward``:
+  ``new_zeros(self.sizes())`` and ``scatter_add_`` (traced: ``scatter_add``, a new tensor, then the zeros die).
+* ``t[..., start::step]`` (``slice`` with a step): a view that is not contiguous; backward ``slice_backward``:
+  one tensor of ``t``'s shape.
+* ``stack``: one new contiguous tensor; backward ``unbind``: views.
+No torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .aten import promote
+from .tensors import Tensor, current, empty, record, view_of
+
+
+def _into_zeros(shape: tuple, dtype: str, name: str) -> Tensor:
+    """``new_zeros(shape)`` then an accumulating write into it: in place in a plain run, a new tensor when
+    traced (the zeros then die)."""
+    zeros = empty(shape, dtype, "new_zeros")
+    if not current().traced:
+        return zeros
+    out = empty(shape, dtype, name)
+    del zeros
+    return out
+
+
+def index(t: Tensor, ids: Tensor) -> Tensor:
+    """``t[ids]`` along dim 0 (``aten.index.Tensor`` with one index tensor)."""
+    out = empty(ids.shape + t.shape[1:], t.dtype, "index")
+    shape, dtype = t.shape, t.dtype
+    record("IndexBackward0", (t,), (out,), lambda ctx, g, i: (_into_zeros(shape, dtype, "index_put"),), (ids,))
+    return out
+
+
+def gather(t: Tensor, dim: int, idx: Tensor) -> Tensor:
+    """``t.gather(dim, idx)``."""
+    out = empty(idx.shape, t.dtype, "gather")
+    record(
+        "GatherBackward0", (t,), (out,), lambda ctx, g, s, i: (_into_zeros(s.shape, s.dtype, "scatter_add"),), (t, idx)
+    )
+    return out
+
+
+def strided_slice(t: Tensor, start: int, step: int) -> Tensor:
+    """``t[..., start::step]`` (the last dim): a strided view (its layout is taken as its base's: the ops that
+    read it here make new tensors either way)."""
+    n = t.shape[-1]
+    size = (n - start + step - 1) // step
+    src = t.shape
+    return view_of(
+        t, t.shape[:-1] + (size,), t.perm, "SliceBackward0", lambda g: empty(src, g.dtype, "slice_backward"), t.zero
+    )
+
+
+def stack(ts: Sequence[Tensor], dim: int) -> Tensor:
+    """``torch.stack(ts, dim)``: one new contiguous tensor; the backward unbinds the gradient (views)."""
+    dim = dim % (ts[0].ndim + 1)
+    shape = ts[0].shape[:dim] + (len(ts),) + ts[0].shape[dim:]
+    out = empty(shape, promote(*ts), "stack")
+    n = len(ts)
+
+    def back(ctx, g):
+        return tuple(g[0].alias(g[0].shape[:dim] + g[0].shape[dim + 1 :]) for _ in range(n))
+
+    record("StackBackward0", tuple(ts), (out,), back)
+    return out
+
+
+def split_with_sizes(t: Tensor, sizes: Sequence[int], dim: int) -> list[Tensor]:
+    """``t.split([n1, n2, ...], dim)``: views; backward ``split_with_sizes_backward``: zeros for a part that got
+    no gradient, then one ``cat`` of the input's shape (laid out contiguously)."""
+    dim = dim % t.ndim
+    shapes = [t.shape[:dim] + (n,) + t.shape[dim + 1 :] for n in sizes]
+    outs = [t.alias(shape, t.perm, t.zero) for shape in shapes]
+    src, dtype = t.shape, t.dtype
+
+    def back(ctx, grads):
+        zeros = [empty(shape, dtype, "zeros") for shape, g in zip(shapes, grads, strict=True) if g is None]
+        out = empty(src, dtype, "cat")
+        del zeros
+        return (out,)
+
+    record("SplitWithSizesBackward0", (t,), outs, back)
+    return outs

@@ -1,0 +1,32 @@
+"""Our own model (``lm_accounting/model``), ``--impl course``, as programs of the op library: every architecture
+the live model builds (``model``), with its layers (``layers``) and its checkpointing (``sac``)."""
+
+from __future__ import annotations
+
+from ....config import ModelConfig
+from ....setup import TrainingSetup
+from ..engine import Affine, StepInBatch
+from ..step import training_step
+from .model import TransformerLM
+
+
+def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
+    """What the course program does not model for ``cfg`` under ``setup`` (empty: ``predict`` is exact)."""
+    out = ["mixture of experts"] if cfg.moe else []
+    if setup.attention == "sdpa" and cfg.sliding_window is not None:
+        out.append("sliding-window attention with attention=sdpa (the live model refuses it)")
+    if setup.attention == "sdpa" and cfg.mla:
+        out.append("latent attention with attention=sdpa (the live model refuses it)")
+    return out
+
+
+def predict(
+    cfg: ModelConfig, seq: int, setup: TrainingSetup, *, batch: int = 1, mode: str = "traced", device: str = "meta"
+) -> StepInBatch:
+    """One training step of our live model under ``setup``: lines in the batch B, exact for every B >= 2, and at
+    B = 1 when ``batch`` is 1 (a reshape that copies for B >= 2 is a view at B = 1: the step is then replayed
+    with B = 1 as a number)."""
+    b = 1 if batch == 1 else Affine(1)
+    return training_step(
+        lambda: TransformerLM(cfg, seq, setup, b), optimizer=setup.optimizer, device=device, traced=mode == "traced"
+    )
