@@ -288,3 +288,71 @@ def test_cpu_layer_norm_keeps_bf16_statistics_where_meta_keeps_fp32():
     differ = {(m, c) for m, c in zip(meta, cpu, strict=True) if m != c}
     tokens = B * S
     assert {(abs(m[1]), abs(c[1])) for m, c in differ} == {(4 * tokens, 2 * tokens)}
+
+
+# -- FSDP2 over transformers' decoder layers, one rank on the fake process group --------------------------
+def shard_elements(rows: int, cols: int, world: int) -> int:
+    """Elements of rank 0's FSDP2 shard of a (rows, cols) parameter: ceil(rows / world) rows (dim-0 chunks,
+    padded equal on every rank; rank 0's chunk is always full)."""
+    return -(-rows // world) * cols
+
+
+def rank0_parameters(world: int) -> int:
+    """Rank 0's elements of TINY_LLAMA's parameters under FSDP2 (each 1-D norm weight is (64, 1))."""
+    layer = 2 * shard_elements(64, 64, world) + 2 * shard_elements(32, 64, world)  # q, o; k, v
+    layer += 2 * shard_elements(96, 64, world) + shard_elements(64, 96, world) + 2 * shard_elements(64, 1, world)
+    return 2 * shard_elements(512, 64, world) + 2 * layer + shard_elements(64, 1, world)
+
+
+@pytest.mark.parametrize("world", [4, 64])
+def test_fsdp2_rank_holds_its_shards_by_hand(world):
+    """ZeRO-3 over ``world`` ranks, on FakeTensors: rank 0 starts with its padded parameter shards and AdamW's
+    two moments of them (12 bytes an element), the token ids and the RoPE buffers (unsharded); backward ends
+    with its gradient shards added; the step ends where it began.  (AdamW's step counters, made by
+    ``torch.tensor``, are no op's output: the rank tracker does not see them.)"""
+    from lm_accounting.layout import ParallelLayout
+    from lm_accounting.measure.hf import measure_hf_step
+
+    shard = rank0_parameters(world)
+    assert world != 4 or shard * 4 == N  # every dimension divides by 4: a quarter of the model
+    memory = measure_hf_step(tiny_llama(), S, B, layout=ParallelLayout(dp=world, zero=3))
+    assert memory.baseline == 12 * shard + 2 * B * S * 8 + ROPE_BUFFERS
+    assert memory.backward.end == memory.baseline + 4 * shard
+    assert memory.optimizer_step.end == memory.baseline
+    assert memory.forward.peak > memory.baseline + 4 * N // world  # a layer gathered, activations held
+
+
+@pytest.mark.parametrize(
+    "setup",
+    [TrainingSetup(), TrainingSetup(attention="sdpa", precision="amp-bf16", checkpoint="full")],
+    ids=lambda s: s.label,
+)
+def test_fsdp2_on_fake_tensors_equals_real_cpu_tensors(setup):
+    from lm_accounting.layout import ParallelLayout
+    from lm_accounting.measure.hf import measure_hf_step
+
+    layout = ParallelLayout(dp=4, zero=3)
+    fake, real = (measure_hf_step(tiny_llama(), S, B, setup, device, layout=layout) for device in ("meta", "cpu"))
+    assert figures(fake) == figures(real)
+
+
+def test_fsdp2_zero2_keeps_the_layers_gathered_after_forward():
+    """ZeRO-2 (``reshard_after_forward=False``, here on every unit, the root's too) ends the forward holding
+    every unit's all-gathered parameters, the whole unsharded model (4·N bytes in fp32), which ZeRO-3 frees
+    after each unit's forward; the two start and end the step alike."""
+    from lm_accounting.layout import ParallelLayout
+    from lm_accounting.measure.hf import measure_hf_step
+
+    zero2, zero3 = (measure_hf_step(tiny_llama(), S, B, layout=ParallelLayout(dp=4, zero=z)) for z in (2, 3))
+    assert zero2.baseline == zero3.baseline and zero2.optimizer_step.end == zero3.optimizer_step.end
+    assert zero2.forward.end - zero3.forward.end == 4 * N
+
+
+def test_fsdp2_refuses_what_it_does_not_run():
+    from lm_accounting.layout import ParallelLayout
+    from lm_accounting.measure.hf import measure_hf_step
+
+    with pytest.raises(AccountingError, match="FSDP2 data parallel only"):
+        measure_hf_step(tiny_llama(), S, B, layout=ParallelLayout(dp=2, tp=2, zero=3))
+    with pytest.raises(AccountingError, match="FSDP2 data parallel only"):
+        measure_hf_step(tiny_llama(), S, B, layout=ParallelLayout(dp=4, zero=1))

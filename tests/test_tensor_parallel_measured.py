@@ -42,9 +42,9 @@ def test_a_functional_collective_allocates_its_output_once():
     import torch.distributed._functional_collectives as funcol
     from torch.distributed.device_mesh import init_device_mesh
 
-    from lm_accounting.measure.distributed import RankTracker, _init_fake_group
+    from lm_accounting.measure.distributed import RankTracker, init_fake_group
 
-    _init_fake_group(2, 0)
+    init_fake_group(2, 0)
     mesh = init_device_mesh("cpu", (2,), mesh_dim_names=("wrap_test",))
     x = torch.ones(16, 24)
     tracker = RankTracker()

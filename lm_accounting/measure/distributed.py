@@ -223,7 +223,7 @@ def _storage_bytes(tensors) -> int:
     return total
 
 
-def _init_fake_group(world: int, rank: int) -> None:
+def init_fake_group(world: int, rank: int) -> None:
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
@@ -288,7 +288,7 @@ def measure_rank(
     if fake and not layout.fsdp and layout.dp > 1:
         raise AccountingError("DDP and ZeRO-1 run on real tensors only (DDP's reducer needs data): drop fake")
     check_rank_fits(cfg, seq, batch, setup, layout, rank, fake)
-    _init_fake_group(layout.world, rank)
+    init_fake_group(layout.world, rank)
     torch.manual_seed(0)
     model, meshes = build_rank(cfg, setup, layout)
     dp_mesh = meshes.dp
@@ -388,7 +388,7 @@ def measure_rank_plain(
     threads = torch.get_num_threads() if device == "cpu" else 1
     need = rank_step(cfg, seq, batch, setup, layout, "plain", rank // layout.tp, device, threads)[0].peak
     check_live_run(cfg, seq, batch, device, "this rank's step", training=True, dtype=setup.param_dtype, need=need)
-    _init_fake_group(layout.world, rank)
+    init_fake_group(layout.world, rank)
     torch.manual_seed(0)
     model, _ = build_rank(cfg, setup, layout, device)
     _materialise(model, cfg, layout, device)

@@ -200,11 +200,11 @@ def _sdpa_as_cpu(sdpa):
 
 
 @contextlib.contextmanager
-def meta_as_cpu(device: str):
-    """On meta, the two places transformers' model differs from its cpu run, patched for the block: the
-    packed-sequence detection without its ``.item()`` (``_unpacked_rows``), and sdpa's kernel choice
-    (``_sdpa_as_cpu``)."""
-    if device != "meta":
+def patched_for(device: str, fake: bool = False):
+    """What transformers' model needs patched to run where its tensors hold no data, for the block: on meta or
+    on FakeTensors (``fake``) the packed-sequence detection without its ``.item()`` (``_unpacked_rows``); on
+    meta also sdpa's kernel choice (``_sdpa_as_cpu``; a FakeTensor on cpu gets the CPU's choice itself)."""
+    if device != "meta" and not fake:
         yield
         return
     import transformers.masking_utils as masking
@@ -212,7 +212,8 @@ def meta_as_cpu(device: str):
     functional = torch.nn.functional
     saved = masking.find_packed_sequence_indices, functional.scaled_dot_product_attention
     masking.find_packed_sequence_indices = _unpacked_rows
-    functional.scaled_dot_product_attention = _sdpa_as_cpu(saved[1])
+    if device == "meta":
+        functional.scaled_dot_product_attention = _sdpa_as_cpu(saved[1])
     try:
         yield
     finally:
@@ -310,17 +311,22 @@ def measure_hf_step(
     setup: TrainingSetup | None = None,
     device: str = "meta",
     method: str = "tracker",
+    layout=None,
 ):
     """The measured ``StepMemory`` of one training step of transformers' model (``build_hf_step``), as
     ``measure.memory.measure_step`` measures ours: ``method`` "tracker" (``StorageTracker``: the traced run,
     meta or cpu) or "allocator" (cpu only: the CPU allocator's events, the plain run); cuda reads the caching
     allocator.  Refusals (one line, ``AccountingError``): transformers not installed (naming the extra), a
     config with no transformers class, selective checkpointing, a mixture of experts on meta, and every
-    live-run guard of ``devices.check_live_run``."""
+    live-run guard of ``devices.check_live_run``.  ``layout`` (a ``ParallelLayout`` of more than one GPU): rank 0
+    of its FSDP2 job over transformers' decoder layers on the fake process group (``measure.hf_parallel``),
+    FakeTensors for ``device="meta"``, real CPU tensors for "cpu" (tracker only)."""
+    if layout is not None and not layout.single:
+        return _measure_rank(cfg, seq, batch, setup, device, method, layout)
     setup = _checked(cfg, seq, batch, setup, device, method)
     from .tracker import init_optimizer_state, measure_training_step, measure_training_step_cuda
 
-    with meta_as_cpu(device):
+    with patched_for(device):
         model, inputs, labels, opt, loss_fn = build_hf_step(cfg, seq, batch, setup, device)
         if device == "cuda":
             return measure_training_step_cuda(model, inputs, labels, loss_fn, optimizer=opt)
@@ -330,6 +336,19 @@ def measure_hf_step(
             init_optimizer_state(opt)
             return measure_training_step_plain(model, inputs, labels, loss_fn, opt)
         return measure_training_step(model, inputs, labels, loss_fn, optimizer=opt)
+
+
+def _measure_rank(cfg, seq, batch, setup, device, method, layout):
+    from .hf_parallel import check_hf_layout, measure_hf_rank
+
+    require_transformers()
+    setup = setup or TrainingSetup()
+    if device not in ("meta", "cpu") or method != "tracker":
+        raise AccountingError("an FSDP2 job over transformers' model is measured by the tracker on meta or cpu")
+    check_hf_setup(cfg, setup, "meta")
+    check_hf_layout(cfg, layout)
+    to_hf_dict(cfg)
+    return measure_hf_rank(cfg, seq, batch, setup, layout, rank=0, fake=device == "meta")
 
 
 def trace_hf_step(cfg: ModelConfig, seq: int, batch: int = 1, setup: TrainingSetup | None = None, device="meta"):
@@ -349,6 +368,6 @@ def trace_hf_step(cfg: ModelConfig, seq: int, batch: int = 1, setup: TrainingSet
     setup = _checked(cfg, seq, batch, setup, device, "tracker")
     from .trace import trace_step
 
-    with meta_as_cpu(device):
+    with patched_for(device):
         model, inputs, labels, opt, loss_fn = build_hf_step(cfg, seq, batch, setup, device)
         return trace_step(model, inputs, labels, loss_fn, opt)

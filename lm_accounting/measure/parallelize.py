@@ -25,7 +25,7 @@ class Meshes(NamedTuple):
     pp: object | None = None
 
 
-def _meshes(layout: ParallelLayout, device_type: str = "cpu") -> Meshes:
+def job_meshes(layout: ParallelLayout, device_type: str = "cpu") -> Meshes:
     """The job's mesh, pipeline stages outermost, then data parallel, then tensor parallel (torchtitan's
     order: a stage's ranks are consecutive).  A data-parallel dimension exists when dp > 1 or tp = 1."""
     from torch.distributed.device_mesh import init_device_mesh
@@ -212,7 +212,7 @@ def build_rank(
 
     from ..model import build_model
 
-    meshes = _meshes(layout, device_type)
+    meshes = job_meshes(layout, device_type)
     dp_mesh, tp_mesh = meshes.dp, meshes.tp
     model = build_model(cfg, "meta", setup=setup)
     if layout.pp > 1:

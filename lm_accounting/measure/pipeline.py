@@ -40,11 +40,11 @@ from .distributed import (
     LocalFlops,
     RankMeasurement,
     RankTracker,
-    _init_fake_group,
     _materialise,
     _storage_bytes,
     data_parallel,
     flops_off,
+    init_fake_group,
     optimizer_state_bytes,
     parameter_count,
 )
@@ -149,7 +149,7 @@ def measure_stage_rank(
         dp_rank = model_states(cfg, setup, layout, stage=stage).rank if layout.zero == 1 else 0  # ZeRO-1: the worst
     if not 0 <= dp_rank < layout.dp:
         raise AccountingError(f"data-parallel rank {dp_rank} is outside the {layout.dp} ranks")
-    _init_fake_group(layout.world, (stage * layout.dp + dp_rank) * layout.tp)
+    init_fake_group(layout.world, (stage * layout.dp + dp_rank) * layout.tp)
     torch.manual_seed(0)
     model, meshes = build_rank(cfg, setup, layout, stage=stage)
     tracker = RankTracker()

@@ -1,0 +1,106 @@
+"""One rank of an FSDP2 job over transformers' own model, on torch's fake process group (DESIGN.md §9).
+
+``measure_hf_rank`` builds transformers' model as ``measure.hf.build_hf_model`` does (on meta), shards it
+as FSDP2 users do with transformers (and as ``measure.parallelize.build_rank`` does for ours):
+``fully_shard`` on every decoder layer (``model.model.layers``, transformers' ``GradientCheckpointingLayer``
+units), then on the root, ``reshard_after_forward`` for ZeRO-3 (not for ZeRO-2), over a data-parallel mesh
+of the layout's world; under amp-bf16 a ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`` and no
+autocast (torchtitan's recipe: the parameters are gathered in bf16, so every op runs in bf16 and only the
+model's own upcasts (RMSNorm, the loss) are fp32).  The sharded parameters are then materialised: FakeTensors
+under ``FakeTensorMode`` (``fake=True``, any shape, no data), or real CPU tensors (small shapes).  One
+training step (the first: FSDP2's lazy initialisation is part of it) runs under ``distributed.RankTracker``,
+and its ``StepMemory`` is returned, phase by phase as the single-device tracker reports it.
+
+Only data parallel: tensor, pipeline and expert parallel over transformers' layers are not run here.  A
+mixture of experts is refused (its routing needs data: not on FakeTensors).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+
+import torch
+
+from ..config import AccountingError, ModelConfig
+from ..layout import ParallelLayout
+from ..names import ADAMW_KWARGS
+from ..phases import StepMemory
+from ..setup import TrainingSetup
+
+
+def check_hf_layout(cfg: ModelConfig, layout: ParallelLayout) -> None:
+    """One line for a layout this module does not run."""
+    if layout.tp > 1 or layout.pp > 1 or layout.ep > 1 or not layout.fsdp or layout.dp < 2:
+        raise AccountingError(
+            "transformers' model is measured under FSDP2 data parallel only (--dp >= 2 with --zero 2 or 3; "
+            "no tensor, pipeline or expert parallel)"
+        )
+    if cfg.moe:
+        raise AccountingError(
+            "a mixture of experts under FSDP2 is not measured for transformers' model (its routing needs data)"
+        )
+
+
+def shard_hf_model(model, setup: TrainingSetup, layout: ParallelLayout, dp_mesh) -> None:
+    """FSDP2 over transformers' model: each decoder layer, then the root."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    mp = MixedPrecisionPolicy()
+    if setup.autocast:
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    reshard = layout.zero == 3
+    for layer in model.model.layers:
+        fully_shard(layer, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp)
+    fully_shard(model, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp)
+
+
+def measure_hf_rank(
+    cfg: ModelConfig,
+    seq: int,
+    batch: int,
+    setup: TrainingSetup,
+    layout: ParallelLayout,
+    rank: int = 0,
+    fake: bool = True,
+) -> StepMemory:
+    """The ``StepMemory`` of rank ``rank`` of the FSDP2 job (see the module docstring); ``batch`` is the rank's
+    micro-batch."""
+    from ..model import random_tokens
+    from .distributed import RankTracker, init_fake_group
+    from .hf import HFTrainingStep, build_hf_model, model_loss, patched_for
+    from .parallelize import job_meshes, param_groups
+    from .tracker import init_optimizer_state
+
+    check_hf_layout(cfg, layout)
+    if not 0 <= rank < layout.world:
+        raise AccountingError(f"rank {rank} is outside the world of {layout.world}")
+    init_fake_group(layout.world, rank)
+    built = dataclasses.replace(setup, precision="fp32") if setup.autocast else setup  # amp: the policy casts
+    model = build_hf_model(cfg, built, "meta")
+    shard_hf_model(model, setup, layout, job_meshes(layout).dp)
+    tracker, dev = RankTracker(), torch.device("meta" if fake else "cpu")
+    mode = contextlib.nullcontext()
+    if fake:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        mode = FakeTensorMode(allow_non_fake_inputs=True)
+    with mode, patched_for("cpu", fake=fake):
+        with tracker:
+            model.to_empty(device="cpu")
+            opt = torch.optim.AdamW(param_groups(model), **ADAMW_KWARGS[setup.optimizer])
+            init_optimizer_state(opt)
+            inputs = random_tokens(cfg, batch, seq, device="cpu", seed=0)
+            labels = random_tokens(cfg, batch, seq, device="cpu", seed=1)
+        step = HFTrainingStep(model, labels, None)
+        baseline = tracker.live_bytes(dev)
+        with tracker:
+            with tracker.phase("forward"):
+                loss = model_loss(step(inputs), labels)
+            with tracker.phase("backward"):
+                loss.backward()
+                del loss
+            with tracker.phase("optimizer_step"):
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+    return StepMemory(baseline, **tracker.phase_table(dev))
