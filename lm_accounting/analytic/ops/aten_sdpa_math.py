@@ -1,0 +1,48 @@
+"""``scaled_dot_product_attention``'s math path on symbolic tensors.
+
+torch 2.13 runs ``_scaled_dot_product_attention_math`` (``aten/src/ATen/native/transformers/attention.cpp``)
+where no fused kernel takes the call: on the cpu whenever ``dropout_p > 0`` (``sdp_utils_cpp.cpp``
+``use_flash_attention_cpp``: ``check_for_dropout``), and on meta.  It is CompositeImplicit, so autograd sees its
+pieces: ``query * sqrt(scale)``; for ``is_causal`` a (L, S) bool ``ones(...).tril()`` turned into an additive
+mask of the query's dtype (``convert_boolean_attn_mask``: ``where(mask, 0, -inf)``); ``key.transpose(-2, -1) *
+sqrt(scale)``; ``matmul``; the mask added (``attn.add_(mask)`` in a plain run, ``attn.add(mask)`` under a dispatch
+mode: a traced run); ``_safe_softmax`` (saves its result, like ``_softmax``); ``dropout``; ``matmul`` with the
+values.  No torch.
+"""
+
+from __future__ import annotations
+
+from . import aten as A
+from .aten_activation import dropout
+from .tensors import Tensor, current, empty
+
+
+def sdpa_math(
+    query: Tensor, key: Tensor, value: Tensor, *, causal: bool, dropout_p: float = 0.0, device: str = "meta"
+) -> Tensor:
+    """``F.scaled_dot_product_attention(query, key, value, is_causal=causal, dropout_p=dropout_p)`` by the math
+    path, heads equal (no GQA), no explicit mask: the output (B, h, L, d_v).  A bf16/fp16 query, key and value
+    are upcast to fp32 first and the results cast back; of ``make_tuple(matmul(attn, value).to(dtype),
+    attn.to(dtype))`` the second (discarded by the caller) is evaluated first (measured: torch 2.13, cpu)."""
+    origin = query.dtype
+    query_acc, key_acc, value_acc = (A.to(t, "fp32") for t in (query, key, value))
+    scaling_factor = query.shape[-1] ** -0.25
+    q = A.mul(query_acc, scaling_factor)
+    mask = None
+    if causal:
+        lq, lk = query.shape[-2], key.shape[-2]
+        ones = empty((lq, lk), "bool", "ones")
+        tril = empty((lq, lk), "bool", "tril")
+        del ones
+        zero, low = empty((), q.dtype, "scalar_tensor"), empty((), q.dtype, "scalar_tensor")
+        mask = empty((lq, lk), q.dtype, "where")
+        del zero, low, tril
+    attn = A.matmul(q, A.mul(A.transpose(key_acc, -2, -1), scaling_factor))  # the scaled key: a temporary
+    if mask is not None and current().traced:
+        attn = A.add(attn, mask)
+    attn = A.softmax(attn, -1)
+    attn = dropout(attn, dropout_p, device=device)
+    weights = A.to(attn, origin)
+    out = A.to(A.matmul(attn, value_acc), origin)
+    del weights
+    return out  # the locals (the upcast inputs, the scaled query, the mask) die after it
