@@ -30,8 +30,7 @@ from ..aten_sdpa_math import sdpa_math
 from ..aten_split import split
 from ..engine import Affine
 from ..tensors import Tensor, checkpoint, empty, no_grad, parameter
-from .llama import DTYPES, B, find_packed_sequence_indices, for_causal_lm_loss
-from .llama import causal_mask as causal_mask_fn
+from .llama import DTYPES, B, eager_mask, find_packed_sequence_indices, for_causal_lm_loss
 
 PDROP = 0.1
 """``GPT2Config``'s ``resid_pdrop``, ``embd_pdrop`` and ``attn_pdrop`` (configuration_gpt2.py:84-86)."""
@@ -222,7 +221,7 @@ class GPT2LMHeadModel:
             find_packed_sequence_indices(A.expand(position_ids, self.batch, -1))
         causal_mask = None
         if self.setup.attention == "naive":  # :581-587; sdpa without padding skips the mask (is_causal)
-            causal_mask = causal_mask_fn(self.batch, self.seq, self.dtype, None)
+            causal_mask = eager_mask(self.batch, self.seq, self.dtype, None)
         hidden_states = dropout(hidden_states, PDROP, device=self.device)  # :601
         for block in self.h:  # :605-615
             hidden_states = block(hidden_states, causal_mask)
