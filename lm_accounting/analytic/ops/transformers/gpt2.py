@@ -30,7 +30,7 @@ from ..aten_sdpa_math import sdpa_math
 from ..aten_split import split
 from ..engine import Affine
 from ..tensors import Tensor, checkpoint, empty, no_grad, parameter
-from .llama import DTYPES, B, eager_mask, find_packed_sequence_indices, for_causal_lm_loss
+from .llama import DTYPES, B, arange_plus, eager_mask, find_packed_sequence_indices, for_causal_lm_loss
 
 PDROP = 0.1
 """``GPT2Config``'s ``resid_pdrop``, ``embd_pdrop`` and ``attn_pdrop`` (configuration_gpt2.py:84-86)."""
@@ -169,14 +169,6 @@ class Block:
         hidden_states = self.ln_2(hidden_states)  # :307
         feed_forward_hidden_states = self.mlp(hidden_states)  # :308
         return A.add(residual, feed_forward_hidden_states)  # :310
-
-
-def arange_plus(n: int) -> Tensor:
-    """``torch.arange(n) + past_seen_tokens``: the arange dies once added to."""
-    a = empty((n,), "int64", "arange")
-    out = empty((n,), "int64", "add")
-    del a
-    return out
 
 
 class GPT2LMHeadModel:

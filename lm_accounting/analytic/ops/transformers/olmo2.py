@@ -25,6 +25,7 @@ from .llama import (
     B,
     Linear,
     LlamaForCausalLM,
+    arange_plus,
     eager_mask,
     find_packed_sequence_indices,
     rotate_half,
@@ -165,14 +166,6 @@ class Olmo2ForCausalLM(LlamaForCausalLM):
                 hidden_states, attention_mask=causal, position_embeddings=position_embeddings, position_ids=position_ids
             )
         return self.norm(hidden_states)
-
-
-def arange_plus(n: int) -> Tensor:
-    """``torch.arange(n) + past_seen_tokens``: the arange dies once added to."""
-    a = empty((n,), "int64", "arange")
-    out = empty((n,), "int64", "add")
-    del a
-    return out
 
 
 def causal_lm(cfg: ModelConfig, seq: int, setup: TrainingSetup, batch=B) -> Olmo2ForCausalLM:
