@@ -16,10 +16,18 @@ from lm_accounting.setup import TrainingSetup
 pytest.importorskip("transformers")
 from lm_accounting.measure.hf import measure_hf_step
 
+FAMILY = {
+    "llama": ("llama-3-8b", {}),
+    "mistral": ("mistral-7b", {"sliding_window": 6}),  # a window shorter than S = 8, 12: the mask is made
+    "qwen2": ("llama-3-8b", {"hf_model_type": "qwen2", "qkv_bias": True}),
+    "qwen3": ("qwen3-8b", {}),  # per-head q/k RMSNorm
+}
 
-def tiny(preset: str, layers: int = 2, **kw):
+
+def tiny(family: str, layers: int = 2, **kw):
+    preset, extra = FAMILY[family]
     fields = dict(vocab_size=96, d_model=16, num_heads=4, num_kv_heads=2, d_ff=24, num_layers=layers, context_length=64)
-    fields.update(kw)
+    fields.update(extra, **kw)
     return dataclasses.replace(load_config(preset), head_dim=None, **fields)
 
 
@@ -34,12 +42,17 @@ def check(cfg, seq, setup):
 @pytest.mark.parametrize("attention", ["naive", "sdpa"])
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_llama_equals_transformers_on_meta(attention, precision):
-    check(tiny("llama-3-8b"), 8, TrainingSetup(attention=attention, precision=precision))
+    check(tiny("llama"), 8, TrainingSetup(attention=attention, precision=precision))
 
 
 @pytest.mark.parametrize("attention", ["naive", "sdpa"])
 def test_llama_full_checkpointing_equals_transformers(attention):
-    check(tiny("llama-3-8b"), 8, TrainingSetup(attention=attention, checkpoint="full"))
+    check(tiny("llama"), 8, TrainingSetup(attention=attention, checkpoint="full"))
+
+
+@pytest.mark.parametrize("family", ["mistral", "qwen2", "qwen3"])
+def test_family_equals_transformers_on_meta(family):
+    check(tiny(family), 8, TrainingSetup(attention="sdpa", precision="bf16"))
 
 
 SETUPS = [
@@ -53,14 +66,14 @@ SETUPS = [
 
 @pytest.mark.grid
 @pytest.mark.parametrize("setup", SETUPS, ids=lambda s: "-".join(s.to_dict().values()))
-@pytest.mark.parametrize("preset", ["llama-3-8b", "qwen3-8b"])
+@pytest.mark.parametrize("family", list(FAMILY))
 @pytest.mark.parametrize("seq", [8, 12])
-def test_llama_family_grid(preset, seq, setup):
-    check(tiny(preset), seq, setup)
+def test_llama_family_grid(family, seq, setup):
+    check(tiny(family), seq, setup)
 
 
 def test_refusals_name_what_is_not_transliterated():
-    cfg = tiny("llama-3-8b")
+    cfg = tiny("llama")
     assert unsupported(cfg, TrainingSetup(checkpoint="selective"), "transformers")
     assert unsupported(cfg, TrainingSetup(precision="amp-bf16"), "transformers")
     assert unsupported(cfg, TrainingSetup(), "transformers") == []

@@ -24,7 +24,7 @@ from ....config import ModelConfig
 from ....setup import TrainingSetup
 from .. import aten as A
 from ..engine import Affine
-from ..tensors import Tensor, checkpoint, empty, no_grad, parameter, record
+from ..tensors import Dim, Tensor, checkpoint, empty, no_grad, parameter, record
 
 DTYPES = {"fp32": "fp32", "bf16": "bf16", "amp-bf16": "fp32"}
 B = Affine(1)  # the micro-batch, a symbol
@@ -110,21 +110,27 @@ def sdpa_attention_forward(module: Attention, query, key, value, attention_mask)
     if attention_mask is not None:  # no enable_gqa with a mask: K and V repeated (use_gqa_in_sdpa)
         key = repeat_kv(key, module.groups)
         value = repeat_kv(value, module.groups)
-    attn_output = flash_attention_cpu(query, key, value)
+    attn_output = flash_attention_cpu(query, key, value, attention_mask)
     attn_output = A.reshape(attn_output, attn_output.shape[0], -1, query.shape[2], value.shape[-1])
     return A.contiguous(A.transpose(attn_output, 1, 2))
 
 
-def flash_attention_cpu(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+def flash_attention_cpu(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
     """``_scaled_dot_product_flash_attention_for_cpu`` (aten/src/ATen/native/transformers/attention.cpp):
-    the output (B, h, S, d) laid out as (B, S, h, d) and the fp32 logsumexp (B, h, S); saves q, k, v, the
-    output and the logsumexp; backward: dq, dk, dv (k and v with their kv heads)."""
+    a bool mask first becomes an additive one of q's dtype (``convert_boolean_attn_mask``: two 0-d scalars and
+    ``where``, (B, 1, S, S)); the output (B, h, S, d) laid out as (B, S, h, d) and the fp32 logsumexp
+    (B, h, S); saves q, k, v, the mask, the output and the logsumexp; backward: dq, dk, dv (k and v with
+    their kv heads)."""
+    if mask is not None:
+        zero, low = empty((), q.dtype, "scalar_tensor"), empty((), q.dtype, "scalar_tensor")
+        mask = empty(mask.shape, q.dtype, "where")
+        del zero, low
     b, h, s, d = q.shape
     out = empty((b, h, s, d), q.dtype, "flash")
     out.perm = (0, 2, 1, 3)
     lse = empty((b, h, s), "fp32", "flash_lse")
 
-    def back(ctx, g, sq, sk, sv, so, sl):
+    def back(ctx, g, sq, sk, sv, sm, so, sl):
         dq = empty(sq.shape, sq.dtype, "flash_backward")
         dq.perm = sq.perm
         dk = empty(sk.shape, sk.dtype, "flash_backward")
@@ -133,7 +139,7 @@ def flash_attention_cpu(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         dv.perm = sv.perm
         return dq, dk, dv
 
-    record("ScaledDotProductFlashAttentionForCpuBackward0", (q, k, v), (out,), back, (q, k, v, out, lse))
+    record("ScaledDotProductFlashAttentionForCpuBackward0", (q, k, v), (out,), back, (q, k, v, mask, out, lse))
     return out
 
 
@@ -243,26 +249,50 @@ def find_packed_sequence_indices(position_ids: Tensor) -> None:
     del last, done, first, diff, packed  # the diff lives until the function returns (as measured)
 
 
-def causal_mask(batch: Affine, seq: int, dtype: str, window: int | None) -> Tensor:
-    """``masking_utils.create_causal_mask`` for eager (``sdpa_mask`` without the is_causal skip, then
-    ``eager_mask``'s ``torch.where(mask, zeros((), dtype), min_dtype)``): the (B, 1, S, S) additive mask."""
+def sdpa_mask(batch: Dim, seq: int, window: int | None, allow_is_causal_skip: bool) -> Tensor | None:
+    """``masking_utils.sdpa_mask`` (no padding): None where sdpa's ``is_causal`` serves (no window reaching
+    the sequence, ``_ignore_causal_mask_sdpa``), else the (1, 1, S, S) bool mask expanded to (B, 1, S, S).
+    The mask function is ``causal_mask_function`` (``kv_idx <= q_idx``) or, with a window,
+    ``and_masks(sliding_window_overlay(w), causal_mask_function)``: ``new_ones((), bool)``, then ``result &
+    (kv_idx > q_idx - w)`` and ``result & (kv_idx <= q_idx)``."""
+    if allow_is_causal_skip and (window is None or seq < window):
+        return None
     batch_arange = empty((batch,), "int64", "arange")
     head_arange = empty((1,), "int64", "arange")
-    q_arange = _arange_plus(seq)
-    kv_arange = _arange_plus(seq)
+    q_arange = arange_plus(seq)
+    kv_arange = arange_plus(seq)
     if window is None:
-        mask = empty((1, 1, seq, seq), "bool", "le")  # causal_mask_function: kv_idx <= q_idx
+        mask = empty((1, 1, seq, seq), "bool", "le")
     else:
-        raise NotImplementedError("sliding-window masks")
+        result = empty((), "bool", "new_ones")
+        shifted = empty((1, 1, seq, 1), "int64", "sub")  # q_idx - sliding_window
+        inside = empty((1, 1, seq, seq), "bool", "gt")
+        del shifted
+        result = _and(result, inside)
+        del inside
+        causal = empty((1, 1, seq, seq), "bool", "le")
+        mask = _and(result, causal)
+        del result, causal
     del batch_arange, head_arange, q_arange, kv_arange
+    return A.expand(mask, batch, -1, seq, seq)
+
+
+def _and(a: Tensor, b: Tensor) -> Tensor:
+    return empty(A.broadcast(a.shape, b.shape), "bool", "bitwise_and")
+
+
+def eager_mask(batch: Dim, seq: int, dtype: str, window: int | None) -> Tensor:
+    """``masking_utils.eager_mask``: ``sdpa_mask`` without the skip, then ``torch.where(mask, zeros((),
+    dtype), min_dtype)``: the (B, 1, S, S) additive mask."""
+    mask = sdpa_mask(batch, seq, window, allow_is_causal_skip=False)
     zeros = empty((), dtype, "zeros")
     low = empty((), dtype, "scalar_tensor")
-    out = empty((batch, 1, seq, seq), dtype, "where")
+    out = empty(mask.shape, dtype, "where")
     del zeros, low, mask
     return out
 
 
-def _arange_plus(n: int) -> Tensor:
+def arange_plus(n: int) -> Tensor:
     """``torch.arange(n) + offset``: the arange dies once added to."""
     a = empty((n,), "int64", "arange")
     out = empty((n,), "int64", "add")
@@ -299,12 +329,14 @@ class LlamaForCausalLM:
     def model(self) -> Tensor:
         """``LlamaModel.forward`` (modeling_llama.py:370-420)."""
         inputs_embeds = A.embedding(self.embed_tokens, self.input_ids)  # :384
-        position_ids = A.unsqueeze(_arange_plus(self.seq), 0)  # :391-393
+        position_ids = A.unsqueeze(arange_plus(self.seq), 0)  # :391-393
         with no_grad():
             find_packed_sequence_indices(A.expand(position_ids, self.batch, -1))
-        causal = None
-        if self.setup.attention == "naive":  # :395-401; sdpa without padding skips the mask (is_causal)
-            causal = causal_mask(self.batch, self.seq, self.dtype, self.cfg.sliding_window)
+        window = self.cfg.sliding_window  # mistral: create_sliding_window_causal_mask
+        if self.setup.attention == "naive":  # :395-401
+            causal = eager_mask(self.batch, self.seq, self.dtype, window)
+        else:
+            causal = sdpa_mask(self.batch, self.seq, window, allow_is_causal_skip=True)
         hidden_states = inputs_embeds
         del inputs_embeds
         position_embeddings = rotary_embedding(hidden_states, position_ids, self.inv_freq)  # :404
@@ -348,8 +380,6 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
         out.append("transformers has no selective activation checkpointing")
     if setup.autocast:
         out.append("amp-bf16 (autocast) for transformers' llama family")
-    if cfg.sliding_window is not None:
-        out.append("sliding-window attention")
     if cfg.moe or cfg.kv_lora_rank is not None:
         out.append("mixture of experts or MLA in the llama family")
     if cfg.norm != "rmsnorm" or cfg.norm_placement != "pre" or cfg.mlp != "swiglu" or cfg.positions != "rope":
