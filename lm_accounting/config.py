@@ -20,6 +20,8 @@ import os
 import re
 import stat
 import tomllib
+import types
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -531,49 +533,23 @@ class ModelConfig:
         return dataclasses.replace(self, context_length=context_length)
 
 
-FIELD_TYPES: dict[str, type] = {
-    "vocab_size": int,
-    "context_length": int,
-    "num_layers": int,
-    "d_model": int,
-    "num_heads": int,
-    "d_ff": int,
-    "num_kv_heads": int,
-    "head_dim": int,
-    "rope_theta": float,
-    "norm_eps": float,
-    "tie_embeddings": bool,
-    "qk_norm": bool,
-    "norm": str,
-    "norm_placement": str,
-    "qkv_bias": bool,
-    "output_bias": bool,
-    "mlp_bias": bool,
-    "mlp": str,
-    "positions": str,
-    "max_position_embeddings": int,
-    "qk_norm_scope": str,
-    "sliding_window": int,
-    "full_attention_every": int,
-    "scale_embeddings": bool,
-    "num_experts": int,
-    "experts_per_token": int,
-    "expert_d_ff": int,
-    "shared_experts": int,
-    "shared_expert_d_ff": int,
-    "dense_layers_first": int,
-    "moe_every": int,
-    "kv_lora_rank": int,
-    "q_lora_rank": int,
-    "qk_nope_head_dim": int,
-    "qk_rope_head_dim": int,
-    "v_head_dim": int,
-    "name": str,
-    "hf_model_type": str,
-}
-"""Type of each ``ModelConfig`` field as written in TOML or ``--set`` (one entry per field;
-``ignored_fields`` is provenance from a config.json, not a key; ``hf_model_type`` is a key, so a preset of a
-published model names its transformers class)."""
+def _key_types() -> dict[str, type]:
+    """Each ``ModelConfig`` field's annotation, ``| None`` dropped, where that is int, float, bool or str."""
+    hints, out = typing.get_type_hints(ModelConfig), {}
+    for f in fields(ModelConfig):
+        hint = hints[f.name]
+        if typing.get_origin(hint) in (types.UnionType, typing.Union):
+            hint = next(t for t in typing.get_args(hint) if t is not type(None))
+        if hint in (int, float, bool, str):
+            out[f.name] = hint
+    return out
+
+
+FIELD_TYPES: dict[str, type] = _key_types()
+"""Type of each ``ModelConfig`` field as written in TOML or ``--set``, in field order, read off the dataclass's
+annotations (one entry per field of a scalar type; ``ignored_fields``, a tuple, is provenance from a
+config.json, not a key; ``hf_model_type`` is a key, so a preset of a published model names its transformers
+class)."""
 
 ARCHITECTURE_CHOICES: dict[str, tuple[str, ...]] = {
     "norm": ("rmsnorm", "layernorm"),

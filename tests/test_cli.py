@@ -177,6 +177,12 @@ BAD_FILES = [
     (GOOD.replace("num_heads = 2", "num_heads = 3"), ["not divisible by num_heads=3"]),
     (GOOD.replace("num_layers = 2", "num_layers = 0"), ["num_layers must be positive"]),
     (GOOD + "tie_embeddings = 1\n", ["key 'tie_embeddings' must be bool"]),
+    # each key's type is the dataclass annotation (``| None`` dropped); a tuple field is no key
+    (GOOD + 'rope_theta = "big"\n', ["key 'rope_theta' must be float"]),
+    (GOOD + "num_kv_heads = 1.5\n", ["key 'num_kv_heads' must be int"]),
+    (GOOD + "norm = 3\n", ["key 'norm' must be str"]),
+    (GOOD + "hf_model_type = 3\n", ["key 'hf_model_type' must be str"]),
+    (GOOD + "ignored_fields = []\n", ["unknown key 'ignored_fields'"]),
 ]
 
 
