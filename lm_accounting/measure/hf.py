@@ -348,7 +348,27 @@ def _measure_rank(cfg, seq, batch, setup, device, method, layout):
     check_hf_setup(cfg, setup, "meta")
     check_hf_layout(cfg, layout)
     to_hf_dict(cfg)
+    _check_rank_fits(cfg, seq, batch, setup, device)
     return measure_hf_rank(cfg, seq, batch, setup, layout, rank=0, fake=device == "meta")
+
+
+def _check_rank_fits(cfg, seq, batch, setup, device):
+    """FakeTensors hold nothing (the meta guards); real CPU tensors are bounded as in
+    ``distributed.check_rank_fits``: at most ``REAL_RUN_PARAMS`` parameters, and the single-device bound
+    (``live_bound``, above any rank's) within what the CPU allows."""
+    from .devices import check_live_run
+    from .distributed import REAL_RUN_PARAMS, parameter_count
+
+    what = "this rank's step"
+    check_live_run(cfg, seq, batch, "meta", what, training=True, dtype=setup.param_dtype)
+    if device == "cpu":
+        if parameter_count(cfg) > REAL_RUN_PARAMS:
+            raise AccountingError(
+                f"{cfg.name} has {parameter_count(cfg):,} parameters: a real-tensor run of this layout is limited "
+                f"to {REAL_RUN_PARAMS:,} (measure on meta: FakeTensors)"
+            )
+        need = live_bound(cfg, seq, batch, setup)
+        check_live_run(cfg, seq, batch, "cpu", what, training=True, dtype=setup.param_dtype, need=need)
 
 
 def trace_hf_step(cfg: ModelConfig, seq: int, batch: int = 1, setup: TrainingSetup | None = None, device="meta"):
