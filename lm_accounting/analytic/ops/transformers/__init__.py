@@ -16,7 +16,15 @@ from ....setup import TrainingSetup
 from ..engine import Affine, StepInBatch
 from ..step import training_step
 
-PROGRAMS = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llama", "gpt2": "gpt2", "olmo2": "olmo2"}
+PROGRAMS = {
+    "llama": "llama",
+    "mistral": "llama",
+    "qwen2": "llama",
+    "qwen3": "llama",
+    "gpt2": "gpt2",
+    "olmo2": "olmo2",
+    "phi3": "phi3",
+}
 """hf_model_type -> the module of this package that transliterates its modeling file."""
 B = Affine(1)  # the micro-batch as a symbol
 

@@ -24,7 +24,7 @@ from ....config import ModelConfig
 from ....setup import TrainingSetup
 from .. import aten as A
 from ..engine import Affine
-from ..tensors import Dim, Tensor, checkpoint, empty, no_grad, parameter, record
+from ..tensors import Dim, Tensor, autocast_or_not, checkpoint, empty, no_grad, parameter, record
 
 DTYPES = {"fp32": "fp32", "bf16": "bf16", "amp-bf16": "fp32"}
 B = Affine(1)  # the micro-batch, a symbol
@@ -126,17 +126,16 @@ def flash_attention_cpu(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = N
         mask = empty(mask.shape, q.dtype, "where")
         del zero, low
     b, h, s, d = q.shape
-    out = empty((b, h, s, d), q.dtype, "flash")
-    out.perm = (0, 2, 1, 3)
+    out = empty((b, h, s, d), q.dtype, "flash", like=q)  # meta: empty_like(query) (_meta_registrations.py)
     lse = empty((b, h, s), "fp32", "flash_lse")
 
     def back(ctx, g, sq, sk, sv, sm, so, sl):
-        dq = empty(sq.shape, sq.dtype, "flash_backward")
-        dq.perm = sq.perm
+        dq = empty(sq.shape, sq.dtype, "flash_backward")  # empty_permuted(..., (0, 2, 1, 3)), whatever q's layout
+        dq.perm = (0, 2, 1, 3)
         dk = empty(sk.shape, sk.dtype, "flash_backward")
-        dk.perm = sk.perm
+        dk.perm = (0, 2, 1, 3)
         dv = empty(sv.shape, sv.dtype, "flash_backward")
-        dv.perm = sv.perm
+        dv.perm = (0, 2, 1, 3)
         return dq, dk, dv
 
     record("ScaledDotProductFlashAttentionForCpuBackward0", (q, k, v), (out,), back, (q, k, v, mask, out, lse))
@@ -346,26 +345,40 @@ class LlamaForCausalLM:
             )
         return self.norm(hidden_states)  # :416
 
-    def loss(self) -> Tensor:
-        """``LlamaForCausalLM.forward`` (:448-470) with ``ForCausalLMLoss`` (``loss/loss_utils.py``)."""
+    def forward(self) -> tuple[Tensor, Tensor]:
+        """``LlamaForCausalLM.forward`` (:448-470) with labels: (logits, loss), the ``CausalLMOutputWithPast``
+        the step keeps; ``hidden_states`` dies when it returns (an fp32 tensor under autocast, where the LM
+        head saves its bf16 copy instead)."""
         hidden_states = self.model()
         logits = A.linear(hidden_states, self.lm_head if self.lm_head is not None else self.embed_tokens)
-        del hidden_states
-        return for_causal_lm_loss(logits, self.labels, self.cfg.vocab_size)
+        loss = for_causal_lm_loss(logits, self.labels, self.cfg.vocab_size)
+        return logits, loss
+
+    def loss(self) -> Tensor:
+        """``measure.hf.HFTrainingStep.forward``: the model's output, then its loss.  amp-bf16 runs the model
+        under autocast (accelerate's ``convert_outputs_to_fp32(autocast(forward))``), the region's weight
+        cache dropped at its exit, then the bf16 logits copied to fp32 (the old ones die) before the
+        output is dropped."""
+        amp = self.setup.autocast
+        with autocast_or_not("bf16" if amp else None):
+            logits, loss = self.forward()
+        if amp:
+            logits = A.to(logits, "fp32")
+        del logits
+        return loss
 
 
 def for_causal_lm_loss(logits: Tensor, labels: Tensor, vocab_size: int) -> Tensor:
-    """``ForCausalLMLoss``: logits.float(); labels padded by one and shifted (``contiguous``: a copy);
-    ``fixed_cross_entropy`` (reduction mean)."""
+    """``ForCausalLMLoss`` (``loss/loss_utils.py``): ``logits.float()`` (a copy under autocast); the labels
+    padded by one and shifted (``contiguous``: a copy); ``fixed_cross_entropy`` (reduction mean).  Its
+    locals die at return in this order: the float logits, then the padded labels."""
     logits = A.to(logits, "fp32")
     b, s = labels.shape
-    padded = empty((b, s + 1), "int64", "constant_pad_nd")
+    labels = empty((b, s + 1), "int64", "constant_pad_nd")
     # labels[..., 1:].contiguous(): a copy, except for one row, where the slice is already contiguous
-    shift_labels = padded.alias((b, s)) if isinstance(b, int) and b == 1 else empty((b, s), "int64", "clone")
+    shift_labels = labels.alias((b, s)) if isinstance(b, int) and b == 1 else empty((b, s), "int64", "clone")
     logits = A.view(logits, -1, vocab_size)
-    loss = A.cross_entropy(logits, shift_labels)
-    del padded
-    return loss
+    return A.cross_entropy(logits, shift_labels)
 
 
 def causal_lm(cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B) -> LlamaForCausalLM:
@@ -378,8 +391,6 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
     out = []
     if setup.checkpoint == "selective":
         out.append("transformers has no selective activation checkpointing")
-    if setup.autocast:
-        out.append("amp-bf16 (autocast) for transformers' llama family")
     if cfg.moe or cfg.kv_lora_rank is not None:
         out.append("mixture of experts or MLA in the llama family")
     if cfg.norm != "rmsnorm" or cfg.norm_placement != "pre" or cfg.mlp != "swiglu" or cfg.positions != "rope":
