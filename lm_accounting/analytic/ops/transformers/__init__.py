@@ -24,6 +24,8 @@ PROGRAMS = {
     "gpt2": "gpt2",
     "olmo2": "olmo2",
     "phi3": "phi3",
+    "gemma2": "gemma",
+    "gemma3_text": "gemma",
 }
 """hf_model_type -> the module of this package that transliterates its modeling file."""
 B = Affine(1)  # the micro-batch as a symbol
