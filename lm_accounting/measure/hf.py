@@ -201,23 +201,25 @@ def _sdpa_as_cpu(sdpa):
 
 @contextlib.contextmanager
 def patched_for(device: str, fake: bool = False):
-    """What transformers' model needs patched to run where its tensors hold no data, for the block: on meta or
+    """What transformers' model needs patched for a measured step, for the block: its logger at errors only
+    (a warning such as GPT-2's "loss_type=None ... unrecognized" is noise on a successful command); on meta or
     on FakeTensors (``fake``) the packed-sequence detection without its ``.item()`` (``_unpacked_rows``); on
     meta also sdpa's kernel choice (``_sdpa_as_cpu``; a FakeTensor on cpu gets the CPU's choice itself)."""
-    if device != "meta" and not fake:
-        yield
-        return
     import transformers.masking_utils as masking
+    from transformers.utils import logging
 
     functional = torch.nn.functional
-    saved = masking.find_packed_sequence_indices, functional.scaled_dot_product_attention
-    masking.find_packed_sequence_indices = _unpacked_rows
+    saved = masking.find_packed_sequence_indices, functional.scaled_dot_product_attention, logging.get_verbosity()
+    logging.set_verbosity_error()
+    if device == "meta" or fake:
+        masking.find_packed_sequence_indices = _unpacked_rows
     if device == "meta":
         functional.scaled_dot_product_attention = _sdpa_as_cpu(saved[1])
     try:
         yield
     finally:
-        masking.find_packed_sequence_indices, functional.scaled_dot_product_attention = saved
+        masking.find_packed_sequence_indices, functional.scaled_dot_product_attention = saved[:2]
+        logging.set_verbosity(saved[2])
 
 
 def hf_pretrained_config(cfg: ModelConfig):

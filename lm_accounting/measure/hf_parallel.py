@@ -2,7 +2,7 @@
 
 ``measure_hf_rank`` builds transformers' model as ``measure.hf.build_hf_model`` does (on meta), shards it
 as FSDP2 users do with transformers (and as ``measure.parallelize.build_rank`` does for ours):
-``fully_shard`` on every decoder layer (``model.model.layers``, transformers' ``GradientCheckpointingLayer``
+``fully_shard`` on every decoder layer (transformers' ``GradientCheckpointingLayer``
 units), then on the root, ``reshard_after_forward`` for ZeRO-3 (not for ZeRO-2), over a data-parallel mesh
 of the layout's world; under amp-bf16 a ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`` and no
 autocast (torchtitan's recipe: the parameters are gathered in bf16, so every op runs in bf16 and only the
@@ -43,14 +43,17 @@ def check_hf_layout(cfg: ModelConfig, layout: ParallelLayout) -> None:
 
 
 def shard_hf_model(model, setup: TrainingSetup, layout: ParallelLayout, dp_mesh) -> None:
-    """FSDP2 over transformers' model: each decoder layer, then the root."""
+    """FSDP2 over transformers' model: each decoder layer (every ``GradientCheckpointingLayer``: Llama's
+    ``model.layers``, GPT-2's ``transformer.h``), then the root."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     mp = MixedPrecisionPolicy()
     if setup.autocast:
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     reshard = layout.zero == 3
-    for layer in model.model.layers:
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    for layer in [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]:
         fully_shard(layer, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp)
     fully_shard(model, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp)
 
