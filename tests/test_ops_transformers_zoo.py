@@ -1,0 +1,123 @@
+"""transformers' gpt2, gemma2, gemma3_text, olmo2 and phi3 replayed by the op library
+(``analytic.ops.transformers``: ``gpt2``, ``gemma``, ``olmo2``, ``phi3``) equal transformers' own models
+measured by the storage tracker on meta, phase by phase, byte for byte.
+
+The measured side is the library's class, ``AutoModelForCausalLM.from_config`` (``measure.hf``), trained one
+step as the Trainer does; the predicted side never imports torch.  The configs are small config.json objects
+read by ``hf_config.config_from_hf`` (the class defaults fill the rest: GPT-2's 0.1 dropouts, Gemma 2's
+soft-capping).  The exact lines in B are checked at B = 2 and 3 from one replay, B = 1 by its own replay."""
+
+import pytest
+
+from lm_accounting.analytic.ops import predict_step, unsupported
+from lm_accounting.hf_config import config_from_hf
+from lm_accounting.setup import TrainingSetup
+
+pytest.importorskip("transformers")
+from lm_accounting.measure.hf import measure_hf_step
+
+LLAMA_LIKE = dict(
+    vocab_size=96,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+)
+ZOO = {
+    "gpt2": dict(vocab_size=96, n_embd=32, n_layer=2, n_head=4, n_positions=64),
+    "olmo2": LLAMA_LIKE,
+    # Phi3Config's pad_token_id is 32000: the embedding needs more rows than that
+    "phi3": {**LLAMA_LIKE, "vocab_size": 32064, "sliding_window": 10},
+    "gemma2": {**LLAMA_LIKE, "head_dim": 8, "sliding_window": 10},
+    "gemma3_text": {
+        **LLAMA_LIKE,
+        "num_hidden_layers": 3,
+        "head_dim": 8,
+        "sliding_window": 10,
+        "sliding_window_pattern": 2,
+    },
+}
+"""A window of 10 keys: S = 8 leaves it out of the masks' reach, S = 12 makes the windowed mask."""
+
+
+def tiny(model_type: str, **fields):
+    return config_from_hf({"model_type": model_type, **ZOO[model_type], **fields})
+
+
+def check(cfg, seq, setup):
+    lines = predict_step(cfg, seq, setup, impl="transformers", batch=2)  # exact for every B >= 2
+    for batch in (2, 3):
+        assert lines.at(batch) == measure_hf_step(cfg, seq, batch, setup, device="meta"), (batch, setup)
+    one = predict_step(cfg, seq, setup, impl="transformers", batch=1)
+    assert one.at(1) == measure_hf_step(cfg, seq, 1, setup, device="meta"), (1, setup)
+
+
+@pytest.mark.parametrize("attention", ["naive", "sdpa"])
+def test_gpt2_equals_transformers_on_meta(attention):
+    """Conv1D's addmm, LayerNorm, gelu_new, learned positions and the 0.1 dropouts; sdpa with dropout runs
+    torch's math path (upcast to fp32 in bf16)."""
+    check(tiny("gpt2"), 8, TrainingSetup(attention=attention, precision="bf16"))
+
+
+def test_gpt2_full_checkpointing_equals_transformers():
+    check(tiny("gpt2"), 12, TrainingSetup(checkpoint="full"))
+
+
+@pytest.mark.parametrize(
+    "model_type, setup",
+    [
+        ("olmo2", TrainingSetup(attention="naive", precision="bf16")),  # fp32 rotary tables in a bf16 model
+        ("olmo2", TrainingSetup(attention="sdpa", checkpoint="full")),
+        ("phi3", TrainingSetup(attention="sdpa", precision="bf16")),  # a contiguous q into the flash kernel
+        ("phi3", TrainingSetup(attention="naive", checkpoint="full")),
+        ("gemma2", TrainingSetup(attention="naive", precision="bf16")),  # soft-capping, both masks
+        ("gemma2", TrainingSetup(attention="naive", checkpoint="full")),
+        ("gemma3_text", TrainingSetup(attention="sdpa", precision="bf16")),
+        ("gemma3_text", TrainingSetup(attention="naive", checkpoint="full")),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "-".join(v.to_dict().values()),
+)
+def test_zoo_equals_transformers_on_meta(model_type, setup):
+    check(tiny(model_type), 12, setup)
+
+
+def setups(model_type: str) -> list[TrainingSetup]:
+    attentions = ("naive",) if model_type == "gemma2" else ("naive", "sdpa")
+    return [
+        TrainingSetup(attention=a, precision=p, checkpoint=c)
+        for a in attentions
+        for p in ("fp32", "bf16")
+        for c in ("none", "full")
+    ]
+
+
+GRID = [(m, s) for m in ZOO for s in setups(m)]
+
+
+@pytest.mark.grid
+@pytest.mark.parametrize(
+    "model_type, setup", GRID, ids=lambda v: v if isinstance(v, str) else "-".join(v.to_dict().values())
+)
+@pytest.mark.parametrize("seq", [8, 12])
+def test_zoo_grid(model_type, seq, setup):
+    check(tiny(model_type), seq, setup)
+
+
+def test_gemma_variants_equal_transformers():
+    """An untied Gemma 2 head; Gemma 3 with one full-attention layer in six (its default pattern)."""
+    check(tiny("gemma2", tie_word_embeddings=False), 12, TrainingSetup(precision="bf16"))
+    six = tiny("gemma3_text", num_hidden_layers=6, sliding_window_pattern=6)
+    check(six, 12, TrainingSetup(attention="sdpa", checkpoint="full"))
+
+
+def test_refusals_name_what_is_not_transliterated():
+    """Gemma 2 with sdpa is transformers' own refusal; amp-bf16 and selective checkpointing are not covered."""
+    assert any("eager" in r for r in unsupported(tiny("gemma2"), TrainingSetup(attention="sdpa"), "transformers"))
+    for model_type in ZOO:
+        cfg = tiny(model_type)
+        assert unsupported(cfg, TrainingSetup(attention="naive"), "transformers") == []
+        assert unsupported(cfg, TrainingSetup(checkpoint="selective"), "transformers")
+    with pytest.raises(ValueError, match="eager"):
+        predict_step(tiny("gemma2"), 8, TrainingSetup(attention="sdpa"), impl="transformers")
