@@ -15,11 +15,15 @@ from .tensors import Tensor, empty, record
 BSHD = (0, 2, 1, 3)
 
 
-def flash_attention_for_cpu(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """The output (B, h, S, d_v); k and v keep their kv heads."""
+def flash_attention_for_cpu(q: Tensor, k: Tensor, v: Tensor, storages=None) -> tuple[Tensor, Tensor]:
+    """(output (B, h, S, d_v), logsumexp); k and v keep their kv heads.  ``storages``: the outputs' storages
+    when they exist already (selective checkpointing's cache hands them back: nothing is allocated)."""
     b, h, s, _ = q.shape
-    out = empty(q.shape[:-1] + v.shape[-1:], q.dtype, "flash", like=q)
-    lse = empty((b, h, s), "fp32", "flash_lse")
+    shape = q.shape[:-1] + v.shape[-1:]
+    if storages is None:
+        out, lse = empty(shape, q.dtype, "flash", like=q), empty((b, h, s), "fp32", "flash_lse")
+    else:
+        out, lse = Tensor(shape, q.dtype, storages[0], q.perm), Tensor((b, h, s), "fp32", storages[1])
 
     def back(ctx, g, sq, sk, sv, so, sl):
         grads = []
@@ -30,5 +34,7 @@ def flash_attention_for_cpu(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         return tuple(grads)
 
     record("ScaledDotProductFlashAttentionForCpuBackward0", (q, k, v), (out,), back, (q, k, v, out, lse))
-    del lse
-    return out
+    return out, lse
+
+
+flash_attention_for_cpu.takes_storages = True

@@ -20,12 +20,14 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
     return out
 
 
-def predict(
+def predict_step(
     cfg: ModelConfig, seq: int, setup: TrainingSetup, *, batch: int = 1, mode: str = "traced", device: str = "meta"
 ) -> StepInBatch:
-    """One training step of our live model under ``setup``: lines in the batch B, exact for every B >= 2, and at
-    B = 1 when ``batch`` is 1 (a reshape that copies for B >= 2 is a view at B = 1: the step is then replayed
-    with B = 1 as a number)."""
+    """One training step of our live model of ``cfg`` under ``setup`` (see ``ops.predict_step``).
+
+    ``batch`` 1 replays the step at B = 1 exactly (a size-1 batch dim lets torch view what it copies at B >= 2:
+    matmul's reshape of the transposed values for AV); any other ``batch`` gives the lines in B, exact for every
+    B >= 2."""
     b = 1 if batch == 1 else Affine(1)
     return training_step(
         lambda: TransformerLM(cfg, seq, setup, b), optimizer=setup.optimizer, device=device, traced=mode == "traced"

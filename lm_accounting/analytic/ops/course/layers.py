@@ -18,6 +18,7 @@ from ..aten_flash import flash_attention_for_cpu
 from ..aten_index import gather, index, stack, strided_slice
 from ..aten_pointwise import amax, divide, exp, log, mean_all, sigmoid, where
 from ..tensors import Tensor, empty, parameter
+from .sac import saved_op
 
 _AUTOCAST: list[bool] = [False]
 
@@ -42,7 +43,7 @@ def _cast(dtype: str, *args: Tensor) -> tuple:
 def matmul(a: Tensor, b: Tensor) -> Tensor:
     """``torch.matmul`` (on autocast's lower-precision list: bf16 copies of fp32 arguments)."""
     a, b = _cast("bf16", a, b)
-    return A.matmul(a, b)
+    return A.matmul(a, b, saved_op)
 
 
 def fp32_op(op, x: Tensor) -> Tensor:
@@ -214,7 +215,8 @@ def fused_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """``FusedAttention.forward`` on meta/cpu: ``aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0,
     causal)`` (a stand-in on autocast's lower-precision list); its logsumexp dies on return."""
     q, k, v = _cast("bf16", q, k, v)
-    return flash_attention_for_cpu(q, k, v)
+    out, _logsumexp = saved_op(flash_attention_for_cpu, q, k, v)
+    return out
 
 
 def cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:

@@ -13,7 +13,7 @@ from ....setup import TrainingSetup
 from .. import aten as A
 from ..aten_index import split_with_sizes
 from ..engine import Affine
-from ..tensors import Tensor, checkpoint, empty
+from ..tensors import Tensor, empty
 from .layers import (
     Embedding,
     Linear,
@@ -26,7 +26,7 @@ from .layers import (
     make_norm,
     scaled_dot_product_attention,
 )
-from .sac import selective_checkpoint
+from .sac import block_checkpoint
 
 DTYPES = {"fp32": "fp32", "bf16": "bf16", "amp-bf16": "fp32"}
 """The parameters' dtype per precision (``TrainingSetup.param_dtype``)."""
@@ -235,9 +235,7 @@ class TransformerLM:
             with autocast(amp):
                 return block(x, self.rope, positions, mask)
 
-        if self.setup.checkpoint == "selective":
-            return selective_checkpoint(run, x)
-        return checkpoint(run, x)
+        return block_checkpoint(run, x, selective=self.setup.checkpoint == "selective")
 
 
 def _tril(t: Tensor) -> Tensor:

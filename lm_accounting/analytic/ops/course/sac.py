@@ -1,11 +1,78 @@
-"""Selective activation checkpointing (``torch.utils.checkpoint`` with ``context_fn=
-create_selective_checkpoint_contexts(selective_policy)``, ``model/transformer.py``): placeholder."""
+"""Our model's checkpointed blocks (``model/transformer.py`` ``_run_block``): ``checkpoint(run, x,
+use_reentrant=False)``, and for selective checkpointing with ``context_fn=create_selective_checkpoint_contexts(
+selective_policy)``, the policy MUST_SAVE for ``mm``, ``bmm``, ``addmm`` and the fused attention.
+
+torch 2.13, what the matmuls and the fused attention (``saved_op``) do inside a checkpointed block:
+
+1. Autograd packs an op's saved *inputs* before its kernel runs (the generated ``VariableType`` code sets the
+   ``SavedVariable``s of inputs, then redispatches); in the backward's recompute the pack of the last saved
+   tensor raises the early stop (``torch/utils/checkpoint.py``, ``_recomputation_hook``), so that op (w2's
+   ``mm``) never allocates its output.  Replayed by running the op with its outputs charged to no run
+   (``uncharged``) and charging them once it returned.
+2. Selective: in the forward ``_CachingTorchDispatchMode`` keeps a MUST_SAVE op's outputs (detached) in the
+   checkpoint's storage; in the recompute ``_CachedTorchDispatchMode`` hands them back instead of running the
+   kernel (the entry becomes ``_CONSUMED``).  An entry the early stop never reaches lives on with the frame.
+   Replayed by keeping the outputs in a cache per region and, in the recompute, giving the op the cached
+   storages (nothing allocated).
+"""
 
 from __future__ import annotations
 
-from ..tensors import checkpoint
+from collections.abc import Callable
+from contextlib import contextmanager
+
+from ..tensors import Run, Storage, Tensor, checkpoint, current
+
+_STATE: list[tuple[bool, dict | None] | None] = [None]
+"""The innermost checkpointed region: (recomputing, the selective cache of op -> outputs, or None), or None."""
 
 
-def selective_checkpoint(fn, *args):
-    raise NotImplementedError("selective checkpointing")
-    return checkpoint(fn, *args)
+def saved_op(op: Callable, *args):
+    """Run ``mm``, ``bmm`` or the fused attention (``op``) as the innermost checkpointed region has it."""
+    state = _STATE[-1]
+    if state is None or (not state[0] and state[1] is None):  # no region, or a full checkpoint's forward
+        return op(*args)
+    recomputing, cache = state
+    if not recomputing:  # selective, forward: the outputs kept in the cache
+        out = op(*args)
+        cache.setdefault(op, []).append([t.detach() for t in _outputs(out)])
+        return out
+    if getattr(op, "takes_storages", False):  # it saves its outputs (never the last op): the cached ones
+        return op(*args) if cache is None else op(*args, storages=[t.storage for t in cache[op].pop(0)])
+    with uncharged():
+        out = op(*args)  # an early stop raises here, before any output is charged
+    cached = cache[op].pop(0) if cache is not None else [None] * len(_outputs(out))
+    for t, c in zip(_outputs(out), cached, strict=True):
+        t.storage = Storage(t.storage.nbytes, t.name) if c is None else c.storage
+    return out
+
+
+def _outputs(out) -> tuple:
+    return out if isinstance(out, tuple) else (out,)
+
+
+@contextmanager
+def uncharged():
+    """Allocations charged to no run, with the active run's autograd state (grad mode, saved-tensor hooks,
+    sequence numbers)."""
+    run = current()
+    quiet = Run(run.traced)
+    quiet.grad, quiet.hooks, quiet.seq = run.grad, run.hooks, run.seq
+    with quiet:
+        yield
+
+
+def block_checkpoint(fn: Callable[..., Tensor], x: Tensor, selective: bool) -> Tensor:
+    """``checkpoint(fn, x)`` (torch's non-reentrant), selective or full (see the module docstring)."""
+    cache: dict | None = {} if selective else None
+    calls = [0]
+
+    def region(*inputs):
+        _STATE.append((calls[0] > 0, cache))
+        calls[0] += 1
+        try:
+            return fn(*inputs)
+        finally:
+            _STATE.pop()
+
+    return checkpoint(region, x)
