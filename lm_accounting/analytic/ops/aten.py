@@ -457,25 +457,28 @@ def bmm(a: Tensor, b: Tensor) -> Tensor:
     return out
 
 
-def matmul(a: Tensor, b: Tensor) -> Tensor:
+def matmul(a: Tensor, b: Tensor, call=None) -> Tensor:
     """``torch.matmul`` (LinearAlgebra.cpp ``_matmul_impl``): a ≥3-d by a matrix folds a to 2-d (a
     reshape: a view or a copy), one ``mm`` and an ``_unsafe_view``; two ≥3-d tensors expand their batch
-    dims, reshape to 3-d and ``bmm``."""
+    dims, reshape to 3-d and ``bmm``.  ``call(op, *args)``, if given, runs the ``mm``/``bmm`` (selective
+    checkpointing's cache, ``course.sac``)."""
+    call = call or (lambda op, *args: op(*args))
     if a.ndim >= 3 and b.ndim == 2:
         folded = reshape(a, -1, a.shape[-1])
-        return unsafe_view(mm(folded, b), *a.shape[:-1], b.shape[1])
+        return unsafe_view(call(mm, folded, b), *a.shape[:-1], b.shape[1])
     if a.ndim == 2 and b.ndim == 2:
-        return mm(a, b)
+        return call(mm, a, b)
     batch = broadcast(a.shape[:-2], b.shape[:-2])
     n = numel(batch)
     a3 = reshape(expand(a, *batch, *a.shape[-2:]), n, a.shape[-2], a.shape[-1])
     b3 = reshape(expand(b, *batch, *b.shape[-2:]), n, b.shape[-2], b.shape[-1])
-    return unsafe_view(bmm(a3, b3), *batch, a.shape[-2], b.shape[-1])
+    return unsafe_view(call(bmm, a3, b3), *batch, a.shape[-2], b.shape[-1])
 
 
 def linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
     """``F.linear`` (Linear.cpp): 2-d with a bias: ``addmm``; 3-d contiguous with a bias:
     ``_flatten_nd_linear`` (a view, ``addmm``, a view); else ``matmul(x, w.t())`` then ``+ bias``."""
+    x, w, b = lower(x, w, b)
     if b is not None and x.ndim == 2:
         return addmm(b, x, t_(w))
     if b is not None and x.ndim == 3 and x.is_contiguous():
