@@ -147,13 +147,22 @@ def test_meta_kernels_run_once_per_distinct_input():
         finally:
             torch.set_default_dtype(torch.float32)
         hits = tr.memo.hits
-        a.mul_(2)  # in-place, views and tensors off meta always run their kernels
-        a.mul_(2)
-        a[1:].view(2, 5)
+        a[1:].view(2, 5)  # views and tensors off meta always run their kernels
         a[1:].view(2, 5)
         c = torch.ones(3, device="cpu")
         assert (c * c).tolist() == [1.0, 1.0, 1.0] == (c * c).tolist()
         assert tr.memo.hits == hits
+        # an in-place pointwise or foreach op's check runs once per metadata and scalar type (not value)
+        assert a.mul_(2) is a and a.mul_(3) is a and tr.memo.hits == hits + 1
+        with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+            a.mul_(torch.empty(2, 3, 5, device="meta"))  # new metadata: checked, and refused
+        torch._foreach_mul_([a, b], 0.5)
+        torch._foreach_mul_([a, b], 0.25)
+        assert tr.memo.hits == hits + 2 and tr.current[meta] == 3 * 60 + 32  # a, b, y, i: nothing allocated
+        # a Tensor[] return: fresh storages each time
+        r1, r2 = torch._foreach_sqrt([a, b]), torch._foreach_sqrt([a, b])
+        assert [t.shape for t in r2] == [(3, 5), (3, 5)] and r1[0].untyped_storage() is not r2[0].untyped_storage()
+        assert tr.memo.hits == hits + 3 and tr.current[meta] == 7 * 60 + 32
 
 
 def test_memo_rebuilds_only_fresh_dense_outputs():

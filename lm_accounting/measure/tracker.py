@@ -25,7 +25,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..phases import PhaseBytes, StepMemory
-from .meta_memo import MetaMemo
+from .meta_memo import MetaMemo, MetaMemoMode
 
 CUDA_MIN_BLOCK = 512  # c10/cuda/CUDACachingAllocator.cpp: kMinBlockSize = 512
 
@@ -253,8 +253,10 @@ def measure_training_step(
     optimizer instance.  Note: non-fused AdamW keeps ``step`` on the cpu.  ``listener``: see
     ``StorageTracker`` (``measure.trace.trace_step`` uses it).
     """
-    opt, dev = _warm_up(model, inputs, targets, loss_fn, optimizer, optimizer_kwargs, warmup_steps)
     tracker = StorageTracker(rounding, listener)
+    memo = MetaMemoMode(tracker.memo) if next(model.parameters()).is_meta else contextlib.nullcontext()
+    with memo:  # on meta the warm-up runs the measured step's kernels: the step takes them from memory
+        opt, dev = _warm_up(model, inputs, targets, loss_fn, optimizer, optimizer_kwargs, warmup_steps)
     tracker.track_module(model).track_optimizer(opt).track(inputs, targets)
     baseline = tracker.live_bytes(dev)
     with tracker:
