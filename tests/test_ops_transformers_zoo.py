@@ -65,6 +65,14 @@ def test_gpt2_full_checkpointing_equals_transformers():
     check(tiny("gpt2"), 12, TrainingSetup(checkpoint="full"))
 
 
+@pytest.mark.parametrize("model_type", ["gpt2", "gemma3_text"])
+def test_amp_bf16_equals_transformers_under_accelerates_autocast(model_type):
+    """fp32 parameters, the forward and the loss under autocast with its weight cache (``measure.hf``'s
+    emulation of CUDA's lists: Conv1D's addmm casts its cached weight and bias before its input, LayerNorm
+    runs in fp32, the sdpa math path's own ops are not autocast)."""
+    check(tiny(model_type), 12, TrainingSetup(attention="sdpa", precision="amp-bf16"))
+
+
 @pytest.mark.parametrize(
     "model_type, setup",
     [
@@ -88,7 +96,7 @@ def setups(model_type: str) -> list[TrainingSetup]:
     return [
         TrainingSetup(attention=a, precision=p, checkpoint=c)
         for a in attentions
-        for p in ("fp32", "bf16")
+        for p in ("fp32", "bf16", "amp-bf16")
         for c in ("none", "full")
     ]
 
@@ -113,7 +121,7 @@ def test_gemma_variants_equal_transformers():
 
 
 def test_refusals_name_what_is_not_transliterated():
-    """Gemma 2 with sdpa is transformers' own refusal; amp-bf16 and selective checkpointing are not covered."""
+    """Gemma 2 with sdpa is transformers' own refusal; selective checkpointing does not exist there."""
     assert any("eager" in r for r in unsupported(tiny("gemma2"), TrainingSetup(attention="sdpa"), "transformers"))
     for model_type in ZOO:
         cfg = tiny(model_type)

@@ -11,7 +11,7 @@ the weight's and the bias's (each of its parameter's shape and dtype).  No torch
 
 from __future__ import annotations
 
-from .aten import contiguous
+from .aten import contiguous, upcast
 from .tensors import Tensor, empty, record, wants
 
 STAT_DTYPE = {"bf16": "fp32", "fp16": "fp32", "fp32": "fp32"}
@@ -20,7 +20,9 @@ STAT_DTYPE = {"bf16": "fp32", "fp16": "fp32", "fp32": "fp32"}
 
 def layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, dims: int = 1) -> Tensor:
     """``F.layer_norm(x, x.shape[-dims:], weight, bias)``: the output; ``mean``/``rstd`` live as long
-    as the node that saves them."""
+    as the node that saves them.  Under autocast its arguments are cast to fp32 (``AT_FORALL_FP32``), the
+    last first."""
+    bias, weight, x = (None if t is None else upcast(t) for t in (bias, weight, x))
     out = empty(x.shape, x.dtype, "native_layer_norm")
     stat = x.shape[: x.ndim - dims] + (1,) * dims
     mean = empty(stat, STAT_DTYPE[x.dtype], "native_layer_norm")

@@ -12,6 +12,8 @@ values.  No torch.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 from . import aten as A
 from .aten_activation import dropout
 from .tensors import Tensor, current, empty
@@ -24,6 +26,23 @@ def sdpa_math(
     path, heads equal (no GQA), no explicit mask: the output (B, h, L, d_v).  A bf16/fp16 query, key and value
     are upcast to fp32 first and the results cast back; of ``make_tuple(matmul(attn, value).to(dtype),
     attn.to(dtype))`` the second (discarded by the caller) is evaluated first (measured: torch 2.13, cpu)."""
+    query, key, value = A.lower(query, key, value)  # under autocast: a lower-precision op
+    with internals():
+        return _math(query, key, value, causal, dropout_p, device)
+
+
+@contextmanager
+def internals():
+    """The composite's own ops, which a function-level autocast (``measure.hf``'s emulation) never sees."""
+    run = current()
+    saved, run.autocast = run.autocast, None
+    try:
+        yield
+    finally:
+        run.autocast = saved
+
+
+def _math(query: Tensor, key: Tensor, value: Tensor, causal: bool, dropout_p: float, device: str) -> Tensor:
     origin = query.dtype
     query_acc, key_acc, value_acc = (A.to(t, "fp32") for t in (query, key, value))
     scaling_factor = query.shape[-1] ** -0.25

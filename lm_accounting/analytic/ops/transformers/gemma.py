@@ -222,17 +222,18 @@ class GemmaForCausalLM(LlamaForCausalLM):
             )
         return self.norm(hidden_states)  # :450
 
-    def loss(self) -> Tensor:
-        """``Gemma2ForCausalLM.forward`` (:487-529): the head, the final soft-capping, ``ForCausalLMLoss``."""
+    def forward(self) -> tuple[Tensor, Tensor]:
+        """``Gemma2ForCausalLM.forward`` (:487-529): the head, the final soft-capping, ``ForCausalLMLoss``:
+        (logits, loss), the output the step keeps (``LlamaForCausalLM.loss`` runs it)."""
         hidden_states = self.model()
         logits = A.linear(hidden_states, self.lm_head if self.lm_head is not None else self.embed_tokens)  # :517
-        del hidden_states
         cap = FINAL_SOFTCAP[self.cfg.hf_model_type]
         if cap is not None:  # :518-521
             logits = A.div(logits, cap)
             logits = tanh(logits)
             logits = A.mul(logits, cap)
-        return for_causal_lm_loss(logits, self.labels, self.cfg.vocab_size)
+        loss = for_causal_lm_loss(logits, self.labels, self.cfg.vocab_size)
+        return logits, loss
 
 
 def causal_lm(cfg: ModelConfig, seq: int, setup: TrainingSetup, batch=B) -> GemmaForCausalLM:

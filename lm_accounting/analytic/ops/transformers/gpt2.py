@@ -30,7 +30,15 @@ from ..aten_sdpa_math import sdpa_math
 from ..aten_split import split
 from ..engine import Affine
 from ..tensors import Tensor, checkpoint, empty, no_grad, parameter
-from .llama import DTYPES, B, arange_plus, eager_mask, find_packed_sequence_indices, for_causal_lm_loss
+from .llama import (
+    DTYPES,
+    B,
+    LlamaForCausalLM,
+    arange_plus,
+    eager_mask,
+    find_packed_sequence_indices,
+    for_causal_lm_loss,
+)
 
 PDROP = 0.1
 """``GPT2Config``'s ``resid_pdrop``, ``embd_pdrop`` and ``attn_pdrop`` (configuration_gpt2.py:84-86)."""
@@ -77,11 +85,12 @@ def gelu_new(x: Tensor) -> Tensor:
 
 
 def eager_attention_forward(module: Attention, query, key, value, attention_mask) -> tuple[Tensor, Tensor]:
-    """modeling_gpt2.py:54-72: no upcast; ``attn_weights.type(value.dtype)`` is a no-op; dropout."""
+    """modeling_gpt2.py:54-72: the softmax in the weights' dtype (fp32 under autocast), then dropout."""
     attn_weights = A.mul(A.matmul(query, A.transpose(key, -1, -2)), module.scaling)  # :58
     if attention_mask is not None:
         attn_weights = A.add(attn_weights, attention_mask)  # :61
     attn_weights = A.softmax(attn_weights, -1)  # :63
+    attn_weights = A.to(attn_weights, value.dtype)  # :66 (a copy where autocast made the softmax fp32)
     attn_weights = dropout(attn_weights, module.pdrop, device=module.device)  # :67
     attn_output = A.matmul(attn_weights, value)  # :69
     attn_output = A.transpose(attn_output, 1, 2)  # :70
@@ -171,9 +180,10 @@ class Block:
         return A.add(residual, feed_forward_hidden_states)  # :310
 
 
-class GPT2LMHeadModel:
+class GPT2LMHeadModel(LlamaForCausalLM):
     """``GPT2LMHeadModel`` with ``GPT2Model`` (modeling_gpt2.py:484-711), labels given: one training step's
-    forward and loss (``loss()``), its parameters in ``model.parameters()`` order and its inputs."""
+    forward and loss (``loss()``, Llama's: the step's wrapper), its parameters in ``model.parameters()`` order
+    and its inputs."""
 
     def __init__(
         self,
@@ -220,13 +230,14 @@ class GPT2LMHeadModel:
         hidden_states = self.ln_f(hidden_states)  # :617
         return A.view(hidden_states, -1, self.seq, hidden_states.shape[-1])  # :619
 
-    def loss(self) -> Tensor:
-        """``GPT2LMHeadModel.forward`` (:667-705) with ``ForCausalLMLoss``."""
+    def forward(self) -> tuple[Tensor, Tensor]:
+        """``GPT2LMHeadModel.forward`` (:667-705) with ``ForCausalLMLoss``: (logits, loss), the output the step
+        keeps (``LlamaForCausalLM.loss`` runs it, under autocast for amp-bf16)."""
         hidden_states = self.transformer()
         hidden_states = A.view(hidden_states, *hidden_states.shape)  # slice_logits_to_keep(.., 0): an alias
         logits = A.linear(hidden_states, self.lm_head if self.lm_head is not None else self.wte)  # :686
-        del hidden_states
-        return for_causal_lm_loss(logits, self.labels, self.cfg.vocab_size)
+        loss = for_causal_lm_loss(logits, self.labels, self.cfg.vocab_size)
+        return logits, loss
 
 
 def causal_lm(cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B) -> GPT2LMHeadModel:
@@ -239,8 +250,6 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
     out = []
     if setup.checkpoint == "selective":
         out.append("transformers has no selective activation checkpointing")
-    if setup.autocast:
-        out.append("amp-bf16 (autocast) for transformers' gpt2")
     if cfg.norm != "layernorm" or cfg.mlp != "gelu" or cfg.positions != "learned" or cfg.norm_placement != "pre":
         out.append("a gpt2 model with another norm, MLP, positions or norm placement")
     if not (cfg.qkv_bias and cfg.output_bias and cfg.mlp_bias):
