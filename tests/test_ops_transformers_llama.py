@@ -55,10 +55,17 @@ def test_family_equals_transformers_on_meta(family):
     check(tiny(family), 8, TrainingSetup(attention="sdpa", precision="bf16"))
 
 
+@pytest.mark.parametrize("attention", ["naive", "sdpa"])
+def test_amp_bf16_equals_transformers_under_accelerates_autocast(attention):
+    """fp32 parameters, the forward and the loss under autocast with its weight cache, the bf16 logits
+    copied to fp32 after it (``measure.hf``: accelerate's ``convert_outputs_to_fp32``)."""
+    check(tiny("llama"), 8, TrainingSetup(attention=attention, precision="amp-bf16"))
+
+
 SETUPS = [
     TrainingSetup(attention=a, precision=p, checkpoint=c, optimizer=o)
     for a in ("naive", "sdpa")
-    for p in ("fp32", "bf16")
+    for p in ("fp32", "bf16", "amp-bf16")
     for c in ("none", "full")
     for o in ("foreach", "for-loop")
 ]
@@ -75,7 +82,7 @@ def test_llama_family_grid(family, seq, setup):
 def test_refusals_name_what_is_not_transliterated():
     cfg = tiny("llama")
     assert unsupported(cfg, TrainingSetup(checkpoint="selective"), "transformers")
-    assert unsupported(cfg, TrainingSetup(precision="amp-bf16"), "transformers")
+    assert unsupported(cfg, TrainingSetup(), "course-typo")
     assert unsupported(cfg, TrainingSetup(), "transformers") == []
     with pytest.raises(ValueError, match="selective"):
         predict_step(cfg, 8, TrainingSetup(checkpoint="selective"), impl="transformers")

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .engine import Affine
-from .tensors import Dim, Tensor, empty, numel, record, view_of, wants
+from .tensors import Dim, Tensor, current, empty, numel, record, record_first, view_of, wants
 
 FLOAT_RANK = {"bf16": 1, "fp16": 1, "fp32": 2}
 
@@ -108,6 +108,49 @@ def view_layout(t: Tensor, shape: tuple) -> tuple | None:
     order = sorted(new_nz, key=keys.__getitem__)
     perm = tuple(order + [i for i in range(len(shape)) if shape[i] == 1])
     return perm, tuple(zero)
+
+
+# -- autocast (torch 2.13 ``aten/src/ATen/autocast_mode.h``: CUDA's lists, as ``model.autocast`` emulates) --
+
+
+def lower(*args):
+    """The arguments of a lower-precision op (``AT_FORALL_LOWER_PRECISION_FP``: linear, matmul, mm, bmm,
+    addmm, scaled_dot_product_attention) under autocast, cast last first (``cached_cast`` inside one C++
+    argument list); an fp32 leaf that requires grad is cast once per region and cached.  As measured (the
+    emulation of ``measure.hf.HFAutocast``), the cached leaves are cast first, then the other arguments:
+    ``addmm(bias, x, weight)`` casts weight, bias, x."""
+    run = current()
+    if run.autocast is None:
+        return args
+    out = list(args)
+    for leaves in (True, False):
+        for i in reversed(range(len(args))):
+            t = args[i]
+            if not isinstance(t, Tensor) or t.dtype not in FLOAT_RANK or t.dtype == run.autocast:
+                continue
+            leaf = t.dtype == "fp32" and t.requires_grad and t.grad_fn is None
+            if leaf != leaves:
+                continue
+            if leaf:
+                hit = run.autocast_cache.get(id(t))
+                if hit is None:
+                    hit = run.autocast_cache[id(t)] = (t, to(t, run.autocast))
+                out[i] = hit[1]
+            else:
+                out[i] = to(t, run.autocast)
+    return out
+
+
+def upcast(t: Tensor) -> Tensor:
+    """An fp32 op's argument under autocast (``AT_FORALL_FP32``: pow, rsqrt, exp, log, nll_loss, ...)."""
+    if current().autocast is None or t.dtype not in FLOAT_RANK:
+        return t
+    return to(t, "fp32")
+
+
+def opt_dtype(dtype: str | None) -> str | None:
+    """``AT_FORALL_FP32_SET_OPT_DTYPE`` (softmax, log_softmax, sum, cumsum): fp32 unless a dtype is given."""
+    return dtype if dtype is not None or current().autocast is None else "fp32"
 
 
 # -- views ------------------------------------------------------------------------------------------
@@ -245,11 +288,11 @@ def _binary_out(a: Tensor, b, name: str, dtype: str | None = None) -> Tensor:
 def mul(a: Tensor, b: Tensor | float) -> Tensor:
     """``a * b``.  Saves b if a needs a gradient and a if b does; backward: other's (grad·self), then
     self's (grad·other), each then summed to its input's shape and cast to its dtype (validate_outputs)."""
-    out = _binary_out(a, b, "mul")
     need = wants(a, b if isinstance(b, Tensor) else None)
     if need is None:
-        return out
+        return _binary_out(a, b, "mul")
     if not isinstance(b, Tensor):
+        out = _binary_out(a, b, "mul")
         record("MulBackward1", (a,), (out,), lambda ctx, g: (mul(g[0], b),))
         return out
 
@@ -258,8 +301,8 @@ def mul(a: Tensor, b: Tensor | float) -> Tensor:
         ga = mul(g[0], sb) if ctx.need[0] else None
         return ga, gb
 
-    record("MulBackward0", (a, b), (out,), back, (a if need[1] else None, b if need[0] else None))
-    return out
+    saved = (a if need[1] else None, b if need[0] else None)
+    return record_first("MulBackward0", (a, b), lambda: (_binary_out(a, b, "mul"),), back, saved)[0]
 
 
 def add(a: Tensor, b: Tensor | float, alpha: float = 1) -> Tensor:
@@ -293,19 +336,19 @@ def neg(a: Tensor) -> Tensor:
 
 def pow_(a: Tensor, exponent: float) -> Tensor:
     """``a.pow(exponent)``: saves a; backward ``grad * (exponent * a.pow(exponent - 1))``."""
-    out = empty(a.shape, a.dtype, "pow", like=a)
+    a = upcast(a)
 
     def back(ctx, g, sa):
         tmp = pow_(sa, exponent - 1)  # C++ temporaries: both live until the full expression ends
         tmp2 = mul(tmp, exponent)
         return (mul(g[0], tmp2),)
 
-    record("PowBackward0", (a,), (out,), back, (a,))
-    return out
+    return record_first("PowBackward0", (a,), lambda: (empty(a.shape, a.dtype, "pow", like=a),), back, (a,))[0]
 
 
 def rsqrt(a: Tensor) -> Tensor:
     """Saves its result; backward ``-0.5 * grad * result.pow(3)`` (the pow first)."""
+    a = upcast(a)
     out = empty(a.shape, a.dtype, "rsqrt", like=a)
 
     def back(ctx, g, res):
@@ -324,9 +367,8 @@ def unary(a: Tensor, name: str) -> Tensor:
 
 def silu(a: Tensor) -> Tensor:
     """Saves its input; backward ``silu_backward(grad, self)``: one tensor."""
-    out = empty(a.shape, a.dtype, "silu", like=a)
-    record("SiluBackward0", (a,), (out,), lambda ctx, g, x: (_new_like(g[0], x, "silu_backward"),), (a,))
-    return out
+    back = lambda ctx, g, x: (_new_like(g[0], x, "silu_backward"),)
+    return record_first("SiluBackward0", (a,), lambda: (empty(a.shape, a.dtype, "silu", like=a),), back, (a,))[0]
 
 
 def _new_like(g: Tensor, x: Tensor, name: str) -> Tensor:
@@ -388,64 +430,55 @@ def _colmajor(t: Tensor) -> bool:
 def mm(a: Tensor, b: Tensor) -> Tensor:
     """``a @ b`` (2-d).  Saves a if b needs a gradient, b if a does.  Backward: mat2's (``mm_mat2_backward``:
     laid out as mat2 is), then self's (``mm_mat1_backward``)."""
-    out = empty((a.shape[0], b.shape[1]), promote(a, b), "mm")
-    need = wants(a, b)
-    if need is None:
-        return out
+    a, b = lower(a, b)
+    need = wants(a, b) or (False, False)
+    shapes, cm = (a.shape, b.shape), (_colmajor(a), _colmajor(b))
 
     def back(ctx, g, sa, sb):
-        gb = ga = None
-        if ctx.need[1]:
-            gb = empty(
-                sa_shape_b,
-                g[0].dtype,
-                "mm",
-            )
-            if colmajor_b:
-                gb.perm = (1, 0)
-        if ctx.need[0]:
-            ga = empty(sa_shape_a, g[0].dtype, "mm")
-            if colmajor_a:
-                ga.perm = (1, 0)
+        gb = _mm_grad(shapes[1], g[0].dtype, cm[1]) if ctx.need[1] else None
+        ga = _mm_grad(shapes[0], g[0].dtype, cm[0]) if ctx.need[0] else None
         return ga, gb
 
-    sa_shape_a, sa_shape_b, colmajor_a, colmajor_b = a.shape, b.shape, _colmajor(a), _colmajor(b)
-    record("MmBackward0", (a, b), (out,), back, (a if need[1] else None, b if need[0] else None))
-    return out
+    def make():
+        return (empty((a.shape[0], b.shape[1]), promote(a, b), "mm"),)
+
+    saved = (a if need[1] else None, b if need[0] else None)
+    return record_first("MmBackward0", (a, b), make, back, saved)[0]
+
+
+def _mm_grad(shape: tuple, dtype: str, colmajor: bool) -> Tensor:
+    """``mm_mat1_backward`` / ``mm_mat2_backward``: a new matrix, laid out as the input was (column-major
+    inputs get ``(… ).t()`` of a row-major product)."""
+    g = empty(shape, dtype, "mm")
+    if colmajor:
+        g.perm = (1, 0)
+    return g
 
 
 def addmm(bias: Tensor, a: Tensor, b: Tensor) -> Tensor:
     """``bias + a @ b`` (beta = alpha = 1).  Backward: mat1's, mat2's, then self's (the gradient itself,
     summed to the bias's shape by validate_outputs)."""
-    out = empty((a.shape[0], b.shape[1]), promote(a, b), "addmm")
-    need = wants(bias, a, b)
-    if need is None:
-        return out
+    bias, a, b = lower(bias, a, b)
+    need = wants(bias, a, b) or (False, False, False)
     shapes, cm = (a.shape, b.shape), (_colmajor(a), _colmajor(b))
 
     def back(ctx, g, sa, sb):
-        ga = gb = None
-        if ctx.need[1]:
-            ga = empty(shapes[0], g[0].dtype, "mm")
-            if cm[0]:
-                ga.perm = (1, 0)
-        if ctx.need[2]:
-            gb = empty(shapes[1], g[0].dtype, "mm")
-            if cm[1]:
-                gb.perm = (1, 0)
+        ga = _mm_grad(shapes[0], g[0].dtype, cm[0]) if ctx.need[1] else None
+        gb = _mm_grad(shapes[1], g[0].dtype, cm[1]) if ctx.need[2] else None
         return (g[0] if ctx.need[0] else None), ga, gb
 
-    record("AddmmBackward0", (bias, a, b), (out,), back, (a if need[2] else None, b if need[1] else None))
-    return out
+    def make():
+        return (empty((a.shape[0], b.shape[1]), promote(a, b), "addmm"),)
+
+    saved = (a if need[2] else None, b if need[1] else None)
+    return record_first("AddmmBackward0", (bias, a, b), make, back, saved)[0]
 
 
 def bmm(a: Tensor, b: Tensor) -> Tensor:
     """Batched ``a @ b``.  Backward: mat2's ``self.transpose(1, 2).bmm(grad)``, then self's
     ``grad.bmm(mat2.transpose(1, 2))``: new contiguous tensors."""
-    out = empty((a.shape[0], a.shape[1], b.shape[2]), promote(a, b), "bmm")
-    need = wants(a, b)
-    if need is None:
-        return out
+    a, b = lower(a, b)
+    need = wants(a, b) or (False, False)
     sa_, sb_ = a.shape, b.shape
 
     def back(ctx, g, sa, sb):
@@ -453,8 +486,11 @@ def bmm(a: Tensor, b: Tensor) -> Tensor:
         ga = empty(sa_, g[0].dtype, "bmm") if ctx.need[0] else None
         return ga, gb
 
-    record("BmmBackward0", (a, b), (out,), back, (a if need[1] else None, b if need[0] else None))
-    return out
+    def make():
+        return (empty((a.shape[0], a.shape[1], b.shape[2]), promote(a, b), "bmm"),)
+
+    saved = (a if need[1] else None, b if need[0] else None)
+    return record_first("BmmBackward0", (a, b), make, back, saved)[0]
 
 
 def matmul(a: Tensor, b: Tensor, call=None) -> Tensor:
@@ -494,6 +530,7 @@ def linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
 def softmax(x: Tensor, dim: int, dtype: str | None = None) -> Tensor:
     """``F.softmax(x, dim, dtype)``: a cast first when ``dtype`` differs (SoftMax.cpp), then ``_softmax``,
     which saves its result; backward ``_softmax_backward_data``: one tensor."""
+    dtype = opt_dtype(dtype)
     x = to(x, dtype) if dtype else x
     out = empty(x.shape, x.dtype, "_softmax", like=x)
     record(
@@ -503,6 +540,7 @@ def softmax(x: Tensor, dim: int, dtype: str | None = None) -> Tensor:
 
 
 def log_softmax(x: Tensor, dim: int, dtype: str | None = None) -> Tensor:
+    dtype = opt_dtype(dtype)
     x = to(x, dtype) if dtype else x
     out = empty(x.shape, x.dtype, "_log_softmax", like=x)
     record(
@@ -518,6 +556,7 @@ def log_softmax(x: Tensor, dim: int, dtype: str | None = None) -> Tensor:
 def nll_loss(x: Tensor, target: Tensor) -> Tensor:
     """``nll_loss_forward`` (reduction mean): a 0-d loss and a 0-d total weight; saves the input (for its
     shape), the target and the total weight; backward ``nll_loss_backward``: one tensor of the input's shape."""
+    x = upcast(x)
     out = empty((), x.dtype, "nll_loss_forward")
     total = empty((), x.dtype, "nll_loss_forward")
     shape, dtype = x.shape, x.dtype
@@ -539,16 +578,10 @@ def cross_entropy(x: Tensor, target: Tensor) -> Tensor:
 def embedding(weight: Tensor, ids: Tensor) -> Tensor:
     """``F.embedding``: one new tensor; saves the ids; backward ``embedding_dense_backward``: a tensor of
     the weight's shape (meta: one op)."""
-    out = empty(ids.shape + weight.shape[1:], weight.dtype, "embedding")
     shape, dtype = weight.shape, weight.dtype
-    record(
-        "EmbeddingBackward0",
-        (weight,),
-        (out,),
-        lambda ctx, g, i: (empty(shape, dtype, "embedding_dense_backward"),),
-        (ids,),
-    )
-    return out
+    back = lambda ctx, g, i: (empty(shape, dtype, "embedding_dense_backward"),)
+    make = lambda: (empty(ids.shape + weight.shape[1:], weight.dtype, "embedding"),)
+    return record_first("EmbeddingBackward0", (weight,), make, back, (ids,))[0]
 
 
 # -- attention -----------------------------------------------------------------------------------------

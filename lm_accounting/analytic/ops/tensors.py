@@ -32,7 +32,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Self
 
 from .engine import Affine, PhaseInBatch, Replay
@@ -69,8 +69,8 @@ class Run:
         self.traced = traced
         self.grad = True  # torch.is_grad_enabled()
         self.hooks: list[tuple[Callable, Callable]] = []  # torch.autograd.graph.saved_tensors_hooks stack
-        self.autocast: str | None = None  # the autocast dtype when autocast is on
-        self.autocast_cache: dict[int, Tensor] = {}  # id(fp32 leaf) -> its cast (torch's autocast cache)
+        self.autocast: str | None = None  # the autocast dtype when autocast is on (``autocast``)
+        self.autocast_cache: dict[int, tuple[Tensor, Tensor]] = {}  # id(leaf) -> (leaf, its cast)
         self.log, self.log_batch = log, log_batch
         self.seq = itertools.count()
 
@@ -222,6 +222,20 @@ def no_grad():
 
 
 @contextmanager
+def autocast(dtype: str = "bf16"):
+    """An autocast region (``torch.autocast(dtype=...)``; the op policies are ``aten``'s): its weight cache
+    (``cached_cast``: the lower-precision copy of an fp32 leaf that requires grad) lives until the region
+    exits, then its copies die unless something else holds them."""
+    run = current()
+    old = run.autocast, run.autocast_cache
+    run.autocast, run.autocast_cache = dtype, {}
+    try:
+        yield
+    finally:
+        run.autocast, run.autocast_cache = old
+
+
+@contextmanager
 def saved_tensors_hooks(pack: Callable, unpack: Callable):
     """``torch.autograd.graph.saved_tensors_hooks``: what a node saves from now on is ``pack(t)``."""
     run = current()
@@ -321,12 +335,43 @@ def record(
 
     ``fn(ctx, grads, *saved_tensors)`` returns one gradient (or None) per input, in input order; it runs
     with grad mode off.  ``saved`` tensors are held (or packed by the active saved-tensor hooks) until the
-    node runs.  Returns whether a node was made."""
+    node runs.  Returns whether a node was made.  (An op that saves only inputs should rather use
+    ``record_first``: torch packs them before its kernel runs.)"""
+    node = _node(name, inputs, fn, saved, ctx, len(outputs))
+    if node is None:
+        return False
+    for i, o in enumerate(outputs):
+        o.grad_fn, o.out_nr, o.requires_grad = node, i, True
+    return True
+
+
+def record_first(
+    name: str,
+    inputs: Sequence[Tensor | None],
+    make: Callable[[], tuple[Tensor, ...]],
+    fn: Callable,
+    saved: Sequence[Tensor | None] = (),
+    **ctx,
+) -> tuple[Tensor, ...]:
+    """``record`` in torch's order for an op whose saved tensors are all inputs: the node is made and its
+    inputs saved (packed) *before* ``make()`` allocates the outputs (the generated ``VariableType`` kernel
+    saves, then redispatches).  Under checkpoint's early stop the last pack raises before the outputs exist.
+    Returns ``make()``'s outputs."""
+    node = _node(name, inputs, fn, saved, ctx, None)
+    outputs = make()
+    if node is not None:
+        node.n_in = len(outputs)
+        for i, o in enumerate(outputs):
+            o.grad_fn, o.out_nr, o.requires_grad = node, i, True
+    return outputs
+
+
+def _node(name, inputs, fn, saved, ctx, n_in) -> Node | None:
     run = current()
     if not run.grad or not any(t is not None and t.requires_grad for t in inputs):
-        return False
+        return None
     ctx["need"] = tuple(t is not None and t.requires_grad for t in inputs)
-    node = Node(
+    return Node(
         name,
         next(run.seq),
         tuple(edge(t) for t in inputs),
@@ -335,11 +380,8 @@ def record(
         tuple(SavedVar(t, run) for t in saved),
         fn,
         Ctx(ctx),
-        len(outputs),
+        n_in,
     )
-    for i, o in enumerate(outputs):
-        o.grad_fn, o.out_nr, o.requires_grad = node, i, True
-    return True
 
 
 def view_of(
@@ -518,6 +560,7 @@ def checkpoint(fn: Callable, *args) -> Tensor:
     if not run.grad:
         return fn(*args)
     frame = _Frame(fn, args)
+    amp = run.autocast  # the recompute runs under the forward's autocast state (``recompute_fn``)
 
     def pack(t: Tensor) -> _Holder:
         holder = _Holder()
@@ -529,7 +572,7 @@ def checkpoint(fn: Callable, *args) -> Tensor:
             inputs = list(frame.saved_args)  # get_inputs()
             frame.counter = 0
             try:
-                with saved_tensors_hooks(repack, _identity), grad_mode(True):
+                with saved_tensors_hooks(repack, _identity), grad_mode(True), autocast_or_not(amp):
                     frame.fn(*inputs)
             except _StopRecomputation:
                 pass
@@ -556,3 +599,7 @@ def checkpoint(fn: Callable, *args) -> Tensor:
 
 def _identity(x):
     return x
+
+
+def autocast_or_not(dtype: str | None):
+    return autocast(dtype) if dtype else nullcontext()

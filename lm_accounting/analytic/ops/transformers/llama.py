@@ -110,6 +110,7 @@ def sdpa_attention_forward(module: Attention, query, key, value, attention_mask)
     if attention_mask is not None:  # no enable_gqa with a mask: K and V repeated (use_gqa_in_sdpa)
         key = repeat_kv(key, module.groups)
         value = repeat_kv(value, module.groups)
+    query, key, value = A.lower(query, key, value)  # autocast: scaled_dot_product_attention is lower precision
     attn_output = flash_attention_cpu(query, key, value, attention_mask)
     attn_output = A.reshape(attn_output, attn_output.shape[0], -1, query.shape[2], value.shape[-1])
     return A.contiguous(A.transpose(attn_output, 1, 2))
