@@ -86,3 +86,14 @@ def test_refusals_name_what_is_not_transliterated():
     assert unsupported(cfg, TrainingSetup(), "transformers") == []
     with pytest.raises(ValueError, match="selective"):
         predict_step(cfg, 8, TrainingSetup(checkpoint="selective"), impl="transformers")
+
+
+def test_the_tracker_on_cpu_tensors_equals_too():
+    """On cpu the tracker sees the same program (a dispatch mode: the traced run) plus AdamW's step
+    counters, which the for-loop and foreach keep on the cpu (4 bytes a parameter tensor)."""
+    cfg, setup = tiny("llama"), TrainingSetup(attention="sdpa", precision="amp-bf16", checkpoint="full")
+    meta = predict_step(cfg, 8, setup, impl="transformers", batch=2).at(2)
+    cpu = predict_step(cfg, 8, setup, impl="transformers", batch=2, device="cpu").at(2)
+    tensors = 1 + 2 * 9 + 1 + 1  # embedding; per layer q, k, v, o, gate, up, down and two norms; norm; lm_head
+    assert cpu.baseline - meta.baseline == 4 * tensors
+    assert cpu == measure_hf_step(cfg, 8, 2, setup, device="cpu", method="tracker")

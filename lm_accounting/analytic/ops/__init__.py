@@ -21,7 +21,7 @@ from ...setup import TrainingSetup
 from .engine import StepInBatch
 
 IMPLS = ("course", "transformers")
-TARGETS = ("meta",)  # the devices a prediction is exact for so far (the storage tracker's traced run)
+TARGETS = ("meta", "cpu")  # the storage tracker's traced run on meta, and on cpu tensors (AdamW's counters there)
 
 
 def _programs(impl: str):
