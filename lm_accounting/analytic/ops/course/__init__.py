@@ -8,11 +8,12 @@ from ....setup import TrainingSetup
 from ..engine import Affine, StepInBatch
 from ..step import training_step
 from .model import TransformerLM
+from .moe import lines_in_batch
 
 
 def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
     """What the course program does not model for ``cfg`` under ``setup`` (empty: ``predict`` is exact)."""
-    out = ["mixture of experts"] if cfg.moe else []
+    out = []
     if setup.attention == "sdpa" and cfg.sliding_window is not None:
         out.append("sliding-window attention with attention=sdpa (the live model refuses it)")
     if setup.attention == "sdpa" and cfg.mla:
@@ -27,8 +28,9 @@ def predict_step(
 
     ``batch`` 1 replays the step at B = 1 exactly (a size-1 batch dim lets torch view what it copies at B >= 2:
     matmul's reshape of the transposed values for AV); any other ``batch`` gives the lines in B, exact for every
-    B >= 2."""
-    b = 1 if batch == 1 else Affine(1)
+    B >= 2.  A mixture of experts whose routed split depends on B (``moe.lines_in_batch``) is replayed at ``batch``
+    itself, exact there."""
+    b = Affine(1) if batch != 1 and lines_in_batch(cfg, seq) else batch
     return training_step(
         lambda: TransformerLM(cfg, seq, setup, b), optimizer=setup.optimizer, device=device, traced=mode == "traced"
     )

@@ -46,6 +46,12 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     return A.matmul(a, b, saved_op)
 
 
+def bmm(a: Tensor, b: Tensor) -> Tensor:
+    """``torch.bmm`` (on autocast's lower-precision list)."""
+    a, b = _cast("bf16", a, b)
+    return saved_op(A.bmm, a, b)
+
+
 def fp32_op(op, x: Tensor) -> Tensor:
     """An op on autocast's fp32 list (``exp``, ``rsqrt``, ``pow``): an fp32 copy of a 16-bit argument."""
     (x,) = _cast("fp32", x)

@@ -26,6 +26,7 @@ from .layers import (
     make_norm,
     scaled_dot_product_attention,
 )
+from .moe import MixtureOfExperts
 from .sac import block_checkpoint
 
 DTYPES = {"fp32": "fp32", "bf16": "bf16", "amp-bf16": "fp32"}
@@ -141,7 +142,9 @@ class LatentAttention:
 class TransformerBlock:
     """``TransformerBlock``: pre-norm ``x + attn(ln1(x))``, ``x + ffn(ln2(x))``; sandwich/post norms."""
 
-    def __init__(self, cfg: ModelConfig, dtype: str, attention: str, name: str):
+    def __init__(self, cfg: ModelConfig, dtype: str, attention: str, layer: int):
+        name = f"layers.{layer}"
+
         def norm(part: str):
             return make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, dtype, f"{name}.{part}")
 
@@ -152,7 +155,10 @@ class TransformerBlock:
             self.attn = CausalSelfAttention(cfg, dtype, attention, name + ".attn")
         self.post_attn_norm = norm("post_attn_norm") if cfg.post_norms else None
         self.ln2 = norm("ln2") if cfg.pre_norms else None
-        self.ffn = make_ffn(cfg.mlp, cfg.d_model, cfg.d_ff, dtype, name + ".ffn", cfg.mlp_bias)
+        if cfg.layer_moe(layer):  # a mixture of experts instead of the dense FFN
+            self.ffn = MixtureOfExperts(cfg, dtype, name + ".moe")
+        else:
+            self.ffn = make_ffn(cfg.mlp, cfg.d_model, cfg.d_ff, dtype, name + ".ffn", cfg.mlp_bias)
         self.post_ffn_norm = norm("post_ffn_norm") if cfg.post_norms else None
 
     def params(self) -> list[Tensor]:
@@ -179,7 +185,7 @@ class TransformerLM:
         self.position_embeddings = None
         if cfg.positions == "learned":
             self.position_embeddings = Embedding(cfg.position_rows, cfg.d_model, dtype, "position_embeddings")
-        self.layers = [TransformerBlock(cfg, dtype, setup.attention, f"layers.{i}") for i in range(cfg.num_layers)]
+        self.layers = [TransformerBlock(cfg, dtype, setup.attention, i) for i in range(cfg.num_layers)]
         self.ln_final = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, dtype, "ln_final")
         self.lm_head = Linear(cfg.d_model, cfg.vocab_size, dtype, "lm_head")
         if cfg.tie_embeddings:

@@ -27,22 +27,22 @@ _STATE: list[tuple[bool, dict | None] | None] = [None]
 """The innermost checkpointed region: (recomputing, the selective cache of op -> outputs, or None), or None."""
 
 
-def saved_op(op: Callable, *args):
-    """Run ``mm``, ``bmm`` or the fused attention (``op``) as the innermost checkpointed region has it."""
+def saved_op(op: Callable, *args, cached: bool = True):
+    """Run ``op`` (``mm``, ``bmm``, the fused attention: ``cached``, the selective policy's MUST_SAVE ops; or
+    any op whose saved tensors are its inputs, ``cached`` False) as the innermost checkpointed region has it."""
     state = _STATE[-1]
-    if state is None or (not state[0] and state[1] is None):  # no region, or a full checkpoint's forward
-        return op(*args)
-    recomputing, cache = state
-    if not recomputing:  # selective, forward: the outputs kept in the cache
+    if state is None or not state[0]:  # no region, or a forward
         out = op(*args)
-        cache.setdefault(op, []).append([t.detach() for t in _outputs(out)])
+        if state is not None and state[1] is not None and cached:  # selective: the outputs kept in the cache
+            state[1].setdefault(op, []).append([t.detach() for t in _outputs(out)])
         return out
+    cache = state[1] if cached else None
     if getattr(op, "takes_storages", False):  # it saves its outputs (never the last op): the cached ones
         return op(*args) if cache is None else op(*args, storages=[t.storage for t in cache[op].pop(0)])
     with uncharged():
         out = op(*args)  # an early stop raises here, before any output is charged
-    cached = cache[op].pop(0) if cache is not None else [None] * len(_outputs(out))
-    for t, c in zip(_outputs(out), cached, strict=True):
+    done = cache[op].pop(0) if cache is not None else [None] * len(_outputs(out))
+    for t, c in zip(_outputs(out), done, strict=True):
         t.storage = Storage(t.storage.nbytes, t.name) if c is None else c.storage
     return out
 
