@@ -4,19 +4,19 @@
 The rotary embedding, ``repeat_kv``, the masks and the loss are Llama's (``llama.py``).  What Gemma does
 differently:
 
-* ``Gemma2RMSNorm`` (:49-65) normalizes ``x.float()`` and multiplies by ``1.0 + self.weight.float()`` in fp32
+* ``Gemma2RMSNorm`` (:49-66) normalizes ``x.float()`` and multiplies by ``1.0 + self.weight.float()`` in fp32
   (a (d,) tensor made per call), then casts back with ``type_as``;
-* sandwich norms: four per layer, the sub-blocks' outputs normalized before each residual add (:309-334);
-* GeGLU: ``gelu_pytorch_tanh`` (``F.gelu(approximate="tanh")``) on the gate (:68-81);
+* sandwich norms: four per layer, the sub-blocks' outputs normalized before each residual add (:307-327);
+* GeGLU: ``gelu_pytorch_tanh`` (``F.gelu(approximate="tanh")``) on the gate (:69-82);
 * the embeddings scaled by ``sqrt(d)``: a multiply by the ``embed_scale`` buffer cast to the weight's dtype
-  (:337-349), which autograd saves (a 0-d tensor);
+  (:332-343), which autograd saves (a 0-d tensor);
 * both masks built every forward, the full one and the sliding-window one (:431-434), each layer taking its
   type's (``layer_types``);
 * Gemma 2: attention logits soft-capped (``attn_logit_softcapping``: ``/ cap``, ``tanh``, ``* cap``, eager
-  only: transformers refuses sdpa) and the final logits too (``final_logit_softcapping``, :518-521), 50 and 30
+  only: transformers refuses sdpa) and the final logits too (``final_logit_softcapping``, :520-523), 50 and 30
   (``Gemma2Config``'s defaults, which ``hf_config.to_hf_dict`` keeps);
 * Gemma 3: q and k RMSNormed per head after the transpose (``modeling_gemma3.py``:329-330), one rotary table
-  per layer type (:533-534: ``set(layer_types)``; both the same size, so their order, a set's, does not
+  per layer type (``modeling_gemma3.py``:533-534: ``set(layer_types)``; both the same size, so their order, a set's, does not
   matter), no soft-capping by default.
 """
 
@@ -52,15 +52,15 @@ FINAL_SOFTCAP = {"gemma2": 30.0, "gemma3_text": None}
 
 
 class RMSNorm:
-    """``Gemma2RMSNorm`` / ``Gemma3RMSNorm`` (modeling_gemma2.py:49-65)."""
+    """``Gemma2RMSNorm`` / ``Gemma3RMSNorm`` (modeling_gemma2.py:49-66)."""
 
     def __init__(self, size: int, dtype: str, name: str):
         self.weight = parameter((size,), dtype, name + ".weight")
 
     def __call__(self, x: Tensor) -> Tensor:
-        output = self._norm(A.to(x, "fp32"))  # :60
-        output = A.mul(output, A.add(A.to(self.weight, "fp32"), 1.0))  # :63
-        return A.to(output, x.dtype)  # :64
+        output = self._norm(A.to(x, "fp32"))  # :59
+        output = A.mul(output, A.add(A.to(self.weight, "fp32"), 1.0))  # :62
+        return A.to(output, x.dtype)  # :63
 
     @staticmethod
     def _norm(x: Tensor) -> Tensor:
@@ -68,7 +68,7 @@ class RMSNorm:
 
 
 class MLP:
-    """``Gemma2MLP`` (modeling_gemma2.py:68-81): ``down_proj(gelu_tanh(gate_proj(x)) * up_proj(x))``."""
+    """``Gemma2MLP`` (modeling_gemma2.py:69-82): ``down_proj(gelu_tanh(gate_proj(x)) * up_proj(x))``."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, name: str):
         d, f = cfg.d_model, cfg.d_ff
@@ -80,11 +80,11 @@ class MLP:
         return self.gate_proj.params() + self.up_proj.params() + self.down_proj.params()
 
     def __call__(self, x: Tensor) -> Tensor:
-        return self.down_proj(A.mul(gelu(self.gate_proj(x)), self.up_proj(x)))  # :80
+        return self.down_proj(A.mul(gelu(self.gate_proj(x)), self.up_proj(x)))  # :81
 
 
 class Attention:
-    """``Gemma2Attention`` (modeling_gemma2.py:179-254) and ``Gemma3Attention`` (its per-head q/k norms)."""
+    """``Gemma2Attention`` (modeling_gemma2.py:211-281) and ``Gemma3Attention`` (its per-head q/k norms)."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str):
         d, h, kv, hd = cfg.d_model, cfg.num_heads, cfg.kv_heads, cfg.d_head
@@ -102,16 +102,16 @@ class Attention:
         return out + ([self.q_norm.weight, self.k_norm.weight] if self.q_norm else [])
 
     def __call__(self, hidden_states: Tensor, position_embeddings, attention_mask) -> tuple[Tensor, Tensor | None]:
-        input_shape = hidden_states.shape[:-1]  # :219
+        input_shape = hidden_states.shape[:-1]  # :249
         hidden_shape = (*input_shape, -1, self.head_dim)
-        query_states = A.transpose(A.view(self.q_proj(hidden_states), *hidden_shape), 1, 2)  # :222
-        key_states = A.transpose(A.view(self.k_proj(hidden_states), *hidden_shape), 1, 2)  # :223
-        value_states = A.transpose(A.view(self.v_proj(hidden_states), *hidden_shape), 1, 2)  # :224
+        query_states = A.transpose(A.view(self.q_proj(hidden_states), *hidden_shape), 1, 2)  # :252
+        key_states = A.transpose(A.view(self.k_proj(hidden_states), *hidden_shape), 1, 2)  # :253
+        value_states = A.transpose(A.view(self.v_proj(hidden_states), *hidden_shape), 1, 2)  # :254
         if self.q_norm is not None:  # modeling_gemma3.py:329-330
             query_states = self.q_norm(query_states)
             key_states = self.k_norm(key_states)
-        cos, sin = position_embeddings  # :226
-        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)  # :227
+        cos, sin = position_embeddings  # :256
+        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)  # :257
         if self.attn == "naive":
             attn_output, attn_weights = eager_attention_forward(
                 self, query_states, key_states, value_states, attention_mask, softcap=self.softcap
@@ -120,13 +120,13 @@ class Attention:
             attn_output, attn_weights = sdpa_attention_forward(
                 self, query_states, key_states, value_states, attention_mask
             )
-        attn_output = A.contiguous(A.reshape(attn_output, *input_shape, -1))  # :251
-        attn_output = self.o_proj(attn_output)  # :252
+        attn_output = A.contiguous(A.reshape(attn_output, *input_shape, -1))  # :279
+        attn_output = self.o_proj(attn_output)  # :280
         return attn_output, attn_weights  # the locals die here
 
 
 class DecoderLayer:
-    """``Gemma2DecoderLayer`` (modeling_gemma2.py:257-334); checkpointed by ``GradientCheckpointingLayer``."""
+    """``Gemma2DecoderLayer`` (modeling_gemma2.py:284-329); checkpointed by ``GradientCheckpointingLayer``."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str):
         self.self_attn = Attention(cfg, dtype, attn, name + ".self_attn")
@@ -151,16 +151,16 @@ class DecoderLayer:
         self, hidden_states: Tensor, attention_mask=None, position_embeddings=None, position_ids=None
     ) -> Tensor:
         input_layernorm, post_attention_layernorm, pre_feedforward_layernorm = self.norms
-        residual = hidden_states  # :309
-        hidden_states = input_layernorm(hidden_states)  # :311
-        hidden_states, _ = self.self_attn(hidden_states, position_embeddings, attention_mask)  # :314-321
-        hidden_states = post_attention_layernorm(hidden_states)  # :322
-        hidden_states = A.add(residual, hidden_states)  # :323
-        residual = hidden_states  # :325
-        hidden_states = pre_feedforward_layernorm(hidden_states)  # :326
-        hidden_states = self.mlp(hidden_states)  # :327
-        hidden_states = self.post_feedforward_layernorm(hidden_states)  # :328
-        return A.add(residual, hidden_states)  # :329
+        residual = hidden_states  # :307
+        hidden_states = input_layernorm(hidden_states)  # :309
+        hidden_states, _ = self.self_attn(hidden_states, position_embeddings, attention_mask)  # :312-319
+        hidden_states = post_attention_layernorm(hidden_states)  # :320
+        hidden_states = A.add(residual, hidden_states)  # :321
+        residual = hidden_states  # :323
+        hidden_states = pre_feedforward_layernorm(hidden_states)  # :324
+        hidden_states = self.mlp(hidden_states)  # :325
+        hidden_states = self.post_feedforward_layernorm(hidden_states)  # :326
+        return A.add(residual, hidden_states)  # :327
 
 
 class GemmaForCausalLM(LlamaForCausalLM):
@@ -202,8 +202,8 @@ class GemmaForCausalLM(LlamaForCausalLM):
         return {False: sdpa_mask(self.batch, self.seq, None, True), True: sdpa_mask(self.batch, self.seq, window, True)}
 
     def model(self) -> Tensor:
-        """``Gemma2Model.forward`` (modeling_gemma2.py:396-453) / ``Gemma3TextModel.forward``."""
-        inputs_embeds = A.mul(A.embedding(self.embed_tokens, self.input_ids), self.embed_scale)  # :349
+        """``Gemma2Model.forward`` (modeling_gemma2.py:396-455) / ``Gemma3TextModel.forward``."""
+        inputs_embeds = A.mul(A.embedding(self.embed_tokens, self.input_ids), self.embed_scale)  # :410, :343
         position_ids = A.unsqueeze(arange_plus(self.seq), 0)  # :417-419
         with no_grad():
             find_packed_sequence_indices(A.expand(position_ids, self.batch, -1))
@@ -223,12 +223,12 @@ class GemmaForCausalLM(LlamaForCausalLM):
         return self.norm(hidden_states)  # :450
 
     def forward(self) -> tuple[Tensor, Tensor]:
-        """``Gemma2ForCausalLM.forward`` (:487-529): the head, the final soft-capping, ``ForCausalLMLoss``:
+        """``Gemma2ForCausalLM.forward`` (:477-533): the head, the final soft-capping, ``ForCausalLMLoss``:
         (logits, loss), the output the step keeps (``LlamaForCausalLM.loss`` runs it)."""
         hidden_states = self.model()
-        logits = A.linear(hidden_states, self.lm_head if self.lm_head is not None else self.embed_tokens)  # :517
+        logits = A.linear(hidden_states, self.lm_head if self.lm_head is not None else self.embed_tokens)  # :519
         cap = FINAL_SOFTCAP[self.cfg.hf_model_type]
-        if cap is not None:  # :518-521
+        if cap is not None:  # :520-523
             logits = A.div(logits, cap)
             logits = tanh(logits)
             logits = A.mul(logits, cap)

@@ -85,15 +85,15 @@ def gelu_new(x: Tensor) -> Tensor:
 
 
 def eager_attention_forward(module: Attention, query, key, value, attention_mask) -> tuple[Tensor, Tensor]:
-    """modeling_gpt2.py:54-72: the softmax in the weights' dtype (fp32 under autocast), then dropout."""
-    attn_weights = A.mul(A.matmul(query, A.transpose(key, -1, -2)), module.scaling)  # :58
+    """modeling_gpt2.py:54-73: the softmax in the weights' dtype (fp32 under autocast), then dropout."""
+    attn_weights = A.mul(A.matmul(query, A.transpose(key, -1, -2)), module.scaling)  # :59
     if attention_mask is not None:
-        attn_weights = A.add(attn_weights, attention_mask)  # :61
-    attn_weights = A.softmax(attn_weights, -1)  # :63
-    attn_weights = A.to(attn_weights, value.dtype)  # :66 (a copy where autocast made the softmax fp32)
-    attn_weights = dropout(attn_weights, module.pdrop, device=module.device)  # :67
-    attn_output = A.matmul(attn_weights, value)  # :69
-    attn_output = A.transpose(attn_output, 1, 2)  # :70
+        attn_weights = A.add(attn_weights, attention_mask)  # :62
+    attn_weights = A.softmax(attn_weights, -1)  # :64
+    attn_weights = A.to(attn_weights, value.dtype)  # :67 (a copy where autocast made the softmax fp32)
+    attn_weights = dropout(attn_weights, module.pdrop, device=module.device)  # :68
+    attn_output = A.matmul(attn_weights, value)  # :70
+    attn_output = A.transpose(attn_output, 1, 2)  # :71
     return attn_output, attn_weights
 
 
@@ -105,7 +105,7 @@ def sdpa_attention_forward(module: Attention, query, key, value, attention_mask)
 
 
 class Attention:
-    """``GPT2Attention`` (modeling_gpt2.py:75-232), self-attention only."""
+    """``GPT2Attention`` (modeling_gpt2.py:76-228), self-attention only."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, attn: str, device: str, name: str):
         d = cfg.d_model
@@ -119,22 +119,22 @@ class Attention:
 
     def __call__(self, hidden_states: Tensor, attention_mask) -> tuple[Tensor, Tensor | None]:
         """The output and the attention weights (eager; None for sdpa): the caller's ``_`` holds them."""
-        query_states, key_states, value_states = split(self.c_attn(hidden_states), self.embed_dim, 2)  # :185
-        shape_kv = (*key_states.shape[:-1], -1, self.head_dim)  # :186
-        key_states = A.transpose(A.view(key_states, *shape_kv), 1, 2)  # :187
-        value_states = A.transpose(A.view(value_states, *shape_kv), 1, 2)  # :188
-        shape_q = (*query_states.shape[:-1], -1, self.head_dim)  # :190
-        query_states = A.transpose(A.view(query_states, *shape_q), 1, 2)  # :191
+        query_states, key_states, value_states = split(self.c_attn(hidden_states), self.embed_dim, 2)  # :187
+        shape_kv = (*key_states.shape[:-1], -1, self.head_dim)  # :188
+        key_states = A.transpose(A.view(key_states, *shape_kv), 1, 2)  # :189
+        value_states = A.transpose(A.view(value_states, *shape_kv), 1, 2)  # :190
+        shape_q = (*query_states.shape[:-1], -1, self.head_dim)  # :192
+        query_states = A.transpose(A.view(query_states, *shape_q), 1, 2)  # :193
         interface = eager_attention_forward if self.attn == "naive" else sdpa_attention_forward
-        attn_output, attn_weights = interface(self, query_states, key_states, value_states, attention_mask)  # :210-226
-        attn_output = A.contiguous(A.reshape(attn_output, *attn_output.shape[:-2], -1))  # :227
-        attn_output = self.c_proj(attn_output)  # :228
-        attn_output = dropout(attn_output, self.pdrop, device=self.device)  # :229 resid_dropout
+        attn_output, attn_weights = interface(self, query_states, key_states, value_states, attention_mask)  # :213-222
+        attn_output = A.contiguous(A.reshape(attn_output, *attn_output.shape[:-2], -1))  # :224
+        attn_output = self.c_proj(attn_output)  # :225
+        attn_output = dropout(attn_output, self.pdrop, device=self.device)  # :226 resid_dropout
         return attn_output, attn_weights  # the locals above die here
 
 
 class MLP:
-    """``GPT2MLP`` (modeling_gpt2.py:235-250) with ``gelu_new``."""
+    """``GPT2MLP`` (modeling_gpt2.py:231-245) with ``gelu_new``."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, device: str, name: str):
         self.device = device
@@ -145,14 +145,14 @@ class MLP:
         return self.c_fc.params() + self.c_proj.params()
 
     def __call__(self, hidden_states: Tensor) -> Tensor:
-        hidden_states = self.c_fc(hidden_states)  # :245
-        hidden_states = gelu_new(hidden_states)  # :246
-        hidden_states = self.c_proj(hidden_states)  # :247
-        return dropout(hidden_states, PDROP, device=self.device)  # :248
+        hidden_states = self.c_fc(hidden_states)  # :241
+        hidden_states = gelu_new(hidden_states)  # :242
+        hidden_states = self.c_proj(hidden_states)  # :243
+        return dropout(hidden_states, PDROP, device=self.device)  # :244
 
 
 class Block:
-    """``GPT2Block`` (modeling_gpt2.py:253-311); checkpointed by ``GradientCheckpointingLayer``."""
+    """``GPT2Block`` (modeling_gpt2.py:248-312); checkpointed by ``GradientCheckpointingLayer``."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, attn: str, device: str, name: str):
         self.ln_1 = LayerNorm(cfg.d_model, dtype, name + ".ln_1")
@@ -170,10 +170,10 @@ class Block:
         return self.forward(hidden_states, attention_mask)
 
     def forward(self, hidden_states: Tensor, attention_mask=None) -> Tensor:
-        residual = hidden_states  # :276
-        hidden_states = self.ln_1(hidden_states)  # :277
-        attn_output, _ = self.attn(hidden_states, attention_mask)  # :278-284
-        hidden_states = A.add(attn_output, residual)  # :286
+        residual = hidden_states  # :275
+        hidden_states = self.ln_1(hidden_states)  # :276
+        attn_output, _ = self.attn(hidden_states, attention_mask)  # :277-283
+        hidden_states = A.add(attn_output, residual)  # :285
         residual = hidden_states  # :306
         hidden_states = self.ln_2(hidden_states)  # :307
         feed_forward_hidden_states = self.mlp(hidden_states)  # :308
@@ -181,7 +181,7 @@ class Block:
 
 
 class GPT2LMHeadModel(LlamaForCausalLM):
-    """``GPT2LMHeadModel`` with ``GPT2Model`` (modeling_gpt2.py:484-711), labels given: one training step's
+    """``GPT2LMHeadModel`` with ``GPT2Model`` (modeling_gpt2.py:485-725), labels given: one training step's
     forward and loss (``loss()``, Llama's: the step's wrapper), its parameters in ``model.parameters()`` order
     and its inputs."""
 
@@ -213,29 +213,29 @@ class GPT2LMHeadModel(LlamaForCausalLM):
         return out + ([self.lm_head] if self.lm_head is not None else [])
 
     def transformer(self) -> Tensor:
-        """``GPT2Model.forward`` (modeling_gpt2.py:516-618)."""
-        input_ids = A.view(self.input_ids, -1, self.seq)  # :548
-        inputs_embeds = A.embedding(self.wte, input_ids)  # :567
-        position_ids = A.unsqueeze(arange_plus(self.seq), 0)  # :570-572
-        position_embeds = A.embedding(self.wpe, position_ids)  # :574
-        hidden_states = A.add(inputs_embeds, position_embeds)  # :575
+        """``GPT2Model.forward`` (modeling_gpt2.py:514-627)."""
+        input_ids = A.view(self.input_ids, -1, self.seq)  # :549
+        inputs_embeds = A.embedding(self.wte, input_ids)  # :569
+        position_ids = A.unsqueeze(arange_plus(self.seq), 0)  # :572-574
+        position_embeds = A.embedding(self.wpe, position_ids)  # :576
+        hidden_states = A.add(inputs_embeds, position_embeds)  # :577
         with no_grad():
             find_packed_sequence_indices(A.expand(position_ids, self.batch, -1))
         causal_mask = None
-        if self.setup.attention == "naive":  # :581-587; sdpa without padding skips the mask (is_causal)
+        if self.setup.attention == "naive":  # :583-589; sdpa without padding skips the mask (is_causal)
             causal_mask = eager_mask(self.batch, self.seq, self.dtype, None)
-        hidden_states = dropout(hidden_states, PDROP, device=self.device)  # :601
-        for block in self.h:  # :605-615
+        hidden_states = dropout(hidden_states, PDROP, device=self.device)  # :603
+        for block in self.h:  # :607-617
             hidden_states = block(hidden_states, causal_mask)
-        hidden_states = self.ln_f(hidden_states)  # :617
-        return A.view(hidden_states, -1, self.seq, hidden_states.shape[-1])  # :619
+        hidden_states = self.ln_f(hidden_states)  # :619
+        return A.view(hidden_states, -1, self.seq, hidden_states.shape[-1])  # :621
 
     def forward(self) -> tuple[Tensor, Tensor]:
-        """``GPT2LMHeadModel.forward`` (:667-705) with ``ForCausalLMLoss``: (logits, loss), the output the step
+        """``GPT2LMHeadModel.forward`` (:650-712) with ``ForCausalLMLoss``: (logits, loss), the output the step
         keeps (``LlamaForCausalLM.loss`` runs it, under autocast for amp-bf16)."""
         hidden_states = self.transformer()
         hidden_states = A.view(hidden_states, *hidden_states.shape)  # slice_logits_to_keep(.., 0): an alias
-        logits = A.linear(hidden_states, self.lm_head if self.lm_head is not None else self.wte)  # :686
+        logits = A.linear(hidden_states, self.lm_head if self.lm_head is not None else self.wte)  # :698
         loss = for_causal_lm_loss(logits, self.labels, self.cfg.vocab_size)
         return logits, loss
 

@@ -57,7 +57,7 @@ def rotary_embedding(position_ids: Tensor, inv_freq: Tensor) -> tuple[Tensor, Te
 
 
 def apply_rotary_pos_emb(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
-    """modeling_olmo2.py:151-177."""
+    """modeling_olmo2.py:154-177."""
     q_type, k_type = q.dtype, k.dtype
     cos = A.unsqueeze(cos, 1)
     sin = A.unsqueeze(sin, 1)
@@ -67,7 +67,7 @@ def apply_rotary_pos_emb(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tupl
 
 
 class Attention:
-    """``Olmo2Attention`` (modeling_olmo2.py:187-259)."""
+    """``Olmo2Attention`` (modeling_olmo2.py:188-259)."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str):
         d, h, kv, hd = cfg.d_model, cfg.num_heads, cfg.kv_heads, cfg.d_head
@@ -152,7 +152,7 @@ class Olmo2ForCausalLM(LlamaForCausalLM):
         self.labels = empty((batch, seq), "int64", "labels")
 
     def model(self) -> Tensor:
-        """``Olmo2Model.forward`` = ``LlamaModel.forward`` (modeling_olmo2.py:364-414)."""
+        """``Olmo2Model.forward`` = ``LlamaModel.forward`` (modeling_olmo2.py:360-411)."""
         inputs_embeds = A.embedding(self.embed_tokens, self.input_ids)
         position_ids = A.unsqueeze(arange_plus(self.seq), 0)
         with no_grad():

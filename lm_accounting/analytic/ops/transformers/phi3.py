@@ -5,12 +5,12 @@ does differently:
 
 * one fused ``qkv_proj``, sliced into q, k and v (:219-223): three ``SliceBackward0`` nodes, each of whose
   backward makes a zero-filled gradient of the whole projection (``slice_backward``), summed in its input buffer;
-* ``apply_rotary_pos_emb`` for a partial rotary dim (:164-186): ``q[..., :rotary_dim]`` (the whole head: an
+* ``apply_rotary_pos_emb`` for a partial rotary dim (:159-186): ``q[..., :rotary_dim]`` (the whole head: an
   alias) and the empty ``q[..., rotary_dim:]`` concatenated after the rotation (``cat``: one more copy of q and
   of k, and a whole-size ``slice_backward`` for the empty pass-through part);
 * one fused ``gate_up_proj``, ``chunk``ed into gate and up (:58-64: one ``SplitBackward0``);
 * residual dropout (``resid_pdrop``, 0.0 by default: the identity) and a sliding window when
-  ``sliding_window`` is set (``create_sliding_window_causal_mask``, :321).
+  ``sliding_window`` is set (``create_sliding_window_causal_mask``, :386).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from .llama import unsupported as llama_unsupported
 
 
 def apply_rotary_pos_emb(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
-    """modeling_phi3.py:164-186 (``partial_rotary_factor`` 1: the rotary dim is the head)."""
+    """modeling_phi3.py:159-186 (``partial_rotary_factor`` 1: the rotary dim is the head)."""
     cos = A.unsqueeze(cos, 1)
     sin = A.unsqueeze(sin, 1)
     rotary_dim = cos.shape[-1]
@@ -152,7 +152,7 @@ class Phi3ForCausalLM(LlamaForCausalLM):
         self.labels = empty((batch, seq), "int64", "labels")
 
     def model(self) -> Tensor:
-        """``Phi3Model.forward`` (modeling_phi3.py:360-404)."""
+        """``Phi3Model.forward`` (modeling_phi3.py:362-413)."""
         inputs_embeds = A.embedding(self.embed_tokens, self.input_ids)
         position_ids = A.unsqueeze(arange_plus(self.seq), 0)
         with no_grad():
