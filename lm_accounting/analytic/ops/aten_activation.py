@@ -11,7 +11,7 @@ noise: ``MulBackward0``, the gradient is ``grad * noise``).  p = 0 or eval mode:
 from __future__ import annotations
 
 from .aten import mul
-from .tensors import Tensor, empty, record
+from .tensors import Tensor, empty, record, record_first
 
 
 def tanh(x: Tensor) -> Tensor:
@@ -27,16 +27,13 @@ def tanh(x: Tensor) -> Tensor:
 
 
 def gelu(x: Tensor) -> Tensor:
-    """``F.gelu(x)`` or ``F.gelu(x, approximate="tanh")`` (the same bytes)."""
-    out = empty(x.shape, x.dtype, "gelu", like=x)
-    record(
-        "GeluBackward0",
-        (x,),
-        (out,),
-        lambda ctx, g, inp: (empty(inp.shape, inp.dtype, "gelu_backward", like=inp),),
-        (x,),
-    )
-    return out
+    """``F.gelu(x)`` or ``F.gelu(x, approximate="tanh")`` (the same bytes); the input is saved (packed) before
+    the output is made (``record_first``)."""
+
+    def back(ctx, g, inp):
+        return (empty(inp.shape, inp.dtype, "gelu_backward", like=inp),)
+
+    return record_first("GeluBackward0", (x,), lambda: (empty(x.shape, x.dtype, "gelu", like=x),), back, (x,))[0]
 
 
 def dropout(x: Tensor, p: float, training: bool = True, device: str = "meta") -> Tensor:
