@@ -111,9 +111,11 @@ def machine() -> str:
         pass
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     load = " · load {:.1f} {:.1f} {:.1f}".format(*os.getloadavg()) if hasattr(os, "getloadavg") else ""
+    # without a bytecode cache every process compiles the package's sources first (~0.1 s here)
+    pyc = " · PYTHONDONTWRITEBYTECODE set" if os.environ.get("PYTHONDONTWRITEBYTECODE") else ""
     return (
         f"machine: {cpu} · {os.cpu_count()} CPUs ({usable} usable){load} · {platform.system()} "
-        f"{platform.release()} · Python {platform.python_version()} · torch {importlib.metadata.version('torch')}"
+        f"{platform.release()} · Python {platform.python_version()} · torch {importlib.metadata.version('torch')}{pyc}"
     )
 
 

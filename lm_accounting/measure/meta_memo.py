@@ -42,13 +42,16 @@ class Unkeyed(Exception):
 
 def metadata_key(x, values: bool = True):
     """A hashable key of ``x``: a meta tensor's metadata, a list's keys, a scalar's type (and value)."""
-    if isinstance(x, torch.Tensor):
-        if not x.is_meta or type(x) not in PLAIN or x.layout is not torch.strided or x.dtype.is_complex:
+    kind = type(x)
+    if kind in PLAIN:
+        if not x.is_meta or x.layout is not torch.strided or x.dtype.is_complex:
             raise Unkeyed
         return (x.shape, x.stride(), x.dtype, x.storage_offset())
-    if isinstance(x, (list, tuple)):
-        return tuple(metadata_key(y, values) for y in x)
-    return (type(x), x) if values else type(x)  # True, 1 and 1.0 promote differently
+    if kind is tuple or kind is list:
+        return tuple([metadata_key(y, values) for y in x])
+    if isinstance(x, torch.Tensor):  # a subclass: its own dispatch may matter
+        raise Unkeyed
+    return (kind, x) if values else kind  # True, 1 and 1.0 promote differently
 
 
 def memo_kind(func) -> str | None:
