@@ -12,7 +12,7 @@ from .moe import lines_in_batch
 
 
 def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
-    """What the course program does not model for ``cfg`` under ``setup`` (empty: ``predict`` is exact)."""
+    """What the course program does not model for ``cfg`` under ``setup`` (empty: ``predict_step`` is exact)."""
     out = []
     if setup.attention == "sdpa" and cfg.sliding_window is not None:
         out.append("sliding-window attention with attention=sdpa (the live model refuses it)")
@@ -29,7 +29,10 @@ def predict_step(
     ``batch`` 1 replays the step at B = 1 exactly (a size-1 batch dim lets torch view what it copies at B >= 2:
     matmul's reshape of the transposed values for AV); any other ``batch`` gives the lines in B, exact for every
     B >= 2.  A mixture of experts whose routed split depends on B (``moe.lines_in_batch``) is replayed at ``batch``
-    itself, exact there."""
+    itself, exact there.  ``mode`` "plain" (in-place gradient sums) equals the legacy replay's plain run on meta;
+    the CPU's and CUDA's kernel extras of a plain run (wrapped scalars, reduction scratch) are not modelled here."""
+    if seq > cfg.context_length:  # the live model's refusal (``TransformerLM.forward``)
+        raise ValueError(f"sequence length {seq} exceeds context_length={cfg.context_length}")
     b = Affine(1) if batch != 1 and lines_in_batch(cfg, seq) else batch
     return training_step(
         lambda: TransformerLM(cfg, seq, setup, b), optimizer=setup.optimizer, device=device, traced=mode == "traced"
