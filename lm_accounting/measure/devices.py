@@ -427,9 +427,16 @@ def check_live_run(
     check_host_layers(what, cfg.num_layers, per_layer, device)  # (b)
     if device != "meta":  # (c), (d) first: what cannot fit (no flag lifts it)
         if need is None and training:
-            from ..analytic.replay import predict_training_step
+            from ..analytic.replay import predict_training_step, replay_supported
 
-            need = predict_training_step(cfg, seq, batch, dtype, optimizer, mode="traced").peak  # as the tracker
+            if replay_supported(cfg):
+                need = predict_training_step(cfg, seq, batch, dtype, optimizer, mode="traced").peak  # as the tracker
+            else:  # the architectures only the op library's program of our model replays (analytic.ops.course)
+                from ..analytic.ops.course import predict_step
+                from ..setup import TrainingSetup
+
+                setup = TrainingSetup(precision="bf16" if DTYPE_BYTES[dtype] == 2 else "fp32", optimizer=optimizer)
+                need = predict_step(cfg, seq, setup, batch=batch).at(batch).peak
         elif need is None:
             need = counting_run_bytes(cfg, seq, batch, backward)
         check_device_fits(device, need, what, "a smaller context or batch")
