@@ -91,6 +91,24 @@ def test_zoo_equals_transformers_on_meta(model_type, setup):
     check(tiny(model_type), 12, setup)
 
 
+def test_gpt2_on_a_cpu_target_equals_transformers_on_cpu():
+    """A cpu run makes LayerNorm's mean and rstd in the input's dtype (meta: fp32), so a bf16 GPT-2 differs
+    by 2 x B·S x 2 bytes per norm between the targets; the program takes the target."""
+    from lm_accounting.analytic.ops.engine import Affine
+    from lm_accounting.analytic.ops.step import training_step
+    from lm_accounting.analytic.ops.transformers import gpt2
+
+    cfg, setup = tiny("gpt2"), TrainingSetup(precision="bf16")
+    lines = training_step(lambda: gpt2.causal_lm(cfg, 8, setup, Affine(1), "cpu"), device="cpu")
+    measured = measure_hf_step(cfg, 8, 2, setup, device="cpu")
+    assert lines.at(2) == measured
+    on_meta = predict_step(cfg, 8, setup, impl="transformers", batch=2).at(2)
+    norms = 2 * cfg.num_layers + 1
+    saved_meta = on_meta.forward.end - on_meta.baseline  # (the cpu baseline has AdamW's step counters)
+    saved_cpu = measured.forward.end - measured.baseline
+    assert saved_meta - saved_cpu == norms * 2 * (2 * 8) * 2  # mean and rstd, fp32 on meta, bf16 on cpu
+
+
 def setups(model_type: str) -> list[TrainingSetup]:
     attentions = ("naive",) if model_type == "gemma2" else ("naive", "sdpa")
     return [

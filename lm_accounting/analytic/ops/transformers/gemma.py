@@ -236,8 +236,8 @@ class GemmaForCausalLM(LlamaForCausalLM):
         return logits, loss
 
 
-def causal_lm(cfg: ModelConfig, seq: int, setup: TrainingSetup, batch=B) -> GemmaForCausalLM:
-    """The program of ``ops.transformers.predict_step``."""
+def causal_lm(cfg: ModelConfig, seq: int, setup: TrainingSetup, batch=B, device: str = "meta") -> GemmaForCausalLM:
+    """The program of ``ops.transformers.predict_step`` (the same on a meta and a cpu target)."""
     return GemmaForCausalLM(cfg, seq, setup, batch)
 
 

@@ -49,7 +49,8 @@ SQRT_2_OVER_PI = 0.7978845608028654
 class LayerNorm:
     """``nn.LayerNorm(d)``: weight and bias."""
 
-    def __init__(self, size: int, dtype: str, name: str):
+    def __init__(self, size: int, dtype: str, device: str, name: str):
+        self.device = device
         self.weight = parameter((size,), dtype, name + ".weight")
         self.bias = parameter((size,), dtype, name + ".bias")
 
@@ -57,7 +58,7 @@ class LayerNorm:
         return [self.weight, self.bias]
 
     def __call__(self, x: Tensor) -> Tensor:
-        return layer_norm(x, self.weight, self.bias)
+        return layer_norm(x, self.weight, self.bias, device=self.device)
 
 
 class Conv1D:
@@ -155,9 +156,9 @@ class Block:
     """``GPT2Block`` (modeling_gpt2.py:248-312); checkpointed by ``GradientCheckpointingLayer``."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, attn: str, device: str, name: str):
-        self.ln_1 = LayerNorm(cfg.d_model, dtype, name + ".ln_1")
+        self.ln_1 = LayerNorm(cfg.d_model, dtype, device, name + ".ln_1")
         self.attn = Attention(cfg, dtype, attn, device, name + ".attn")
-        self.ln_2 = LayerNorm(cfg.d_model, dtype, name + ".ln_2")
+        self.ln_2 = LayerNorm(cfg.d_model, dtype, device, name + ".ln_2")
         self.mlp = MLP(cfg, dtype, device, name + ".mlp")
         self.gradient_checkpointing = False
 
@@ -200,7 +201,7 @@ class GPT2LMHeadModel(LlamaForCausalLM):
         self.h = [Block(cfg, dtype, setup.attention, device, f"h.{i}") for i in range(cfg.num_layers)]
         for block in self.h:
             block.gradient_checkpointing = setup.checkpoint == "full"
-        self.ln_f = LayerNorm(cfg.d_model, dtype, "ln_f")
+        self.ln_f = LayerNorm(cfg.d_model, dtype, device, "ln_f")
         self.lm_head = None if cfg.tie_embeddings else parameter((cfg.vocab_size, cfg.d_model), dtype, "lm_head.weight")
         self.input_ids = empty((batch, seq), "int64", "input_ids")
         self.labels = empty((batch, seq), "int64", "labels")
@@ -240,9 +241,12 @@ class GPT2LMHeadModel(LlamaForCausalLM):
         return logits, loss
 
 
-def causal_lm(cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B) -> GPT2LMHeadModel:
-    """The program of ``ops.transformers.predict_step``."""
-    return GPT2LMHeadModel(cfg, seq, setup, batch)
+def causal_lm(
+    cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B, device: str = "meta"
+) -> GPT2LMHeadModel:
+    """The program of ``ops.transformers.predict_step`` on target ``device`` ("meta" or "cpu"; LayerNorm's
+    statistics differ)."""
+    return GPT2LMHeadModel(cfg, seq, setup, batch, device)
 
 
 def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:

@@ -168,8 +168,8 @@ class Olmo2ForCausalLM(LlamaForCausalLM):
         return self.norm(hidden_states)
 
 
-def causal_lm(cfg: ModelConfig, seq: int, setup: TrainingSetup, batch=B) -> Olmo2ForCausalLM:
-    """The program of ``ops.transformers.predict_step``."""
+def causal_lm(cfg: ModelConfig, seq: int, setup: TrainingSetup, batch=B, device: str = "meta") -> Olmo2ForCausalLM:
+    """The program of ``ops.transformers.predict_step`` (the same on a meta and a cpu target)."""
     return Olmo2ForCausalLM(cfg, seq, setup, batch)
 
 

@@ -172,8 +172,8 @@ class Phi3ForCausalLM(LlamaForCausalLM):
         return self.norm(hidden_states)
 
 
-def causal_lm(cfg: ModelConfig, seq: int, setup: TrainingSetup, batch=B) -> Phi3ForCausalLM:
-    """The program of ``ops.transformers.predict_step``."""
+def causal_lm(cfg: ModelConfig, seq: int, setup: TrainingSetup, batch=B, device: str = "meta") -> Phi3ForCausalLM:
+    """The program of ``ops.transformers.predict_step`` (the same on a meta and a cpu target)."""
     return Phi3ForCausalLM(cfg, seq, setup, batch)
 
 
