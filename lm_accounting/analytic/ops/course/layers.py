@@ -59,7 +59,7 @@ def fp32_op(op, x: Tensor) -> Tensor:
 
 
 class Bias:
-    """``Bias``: ``y + b``."""
+    """``Bias.forward`` (layers.py:34): ``y + b``."""
 
     def __init__(self, features: int, dtype: str, name: str):
         self.bias = parameter((features,), dtype, name + ".bias")
@@ -69,7 +69,7 @@ class Bias:
 
 
 class Linear:
-    """``Linear``: ``y = torch.matmul(x, self.weight.t())``, then the ``Bias`` if any."""
+    """``Linear.forward`` (layers.py:54): ``y = torch.matmul(x, self.weight.t())``, then the ``Bias`` if any."""
 
     def __init__(self, d_in: int, d_out: int, dtype: str, name: str, bias: bool = False):
         self.weight = parameter((d_out, d_in), dtype, name + ".weight")
@@ -84,7 +84,7 @@ class Linear:
 
 
 class Embedding:
-    """``Embedding``: ``self.weight[token_ids]``."""
+    """``Embedding.forward`` (layers.py:71): ``self.weight[token_ids]``."""
 
     def __init__(self, rows: int, width: int, dtype: str, name: str):
         self.weight = parameter((rows, width), dtype, name + ".weight")
@@ -94,7 +94,7 @@ class Embedding:
 
 
 class RMSNorm:
-    """``RMSNorm.forward``: in fp32, cast back to the input dtype."""
+    """``RMSNorm.forward`` (layers.py:90): in fp32, cast back to the input dtype."""
 
     def __init__(self, d: int, eps: float, dtype: str, name: str):
         self.eps = eps
@@ -112,7 +112,7 @@ class RMSNorm:
 
 
 class LayerNorm:
-    """``LayerNorm.forward``: mean, centre, biased variance, rsqrt; in fp32, cast back."""
+    """``LayerNorm.forward`` (layers.py:113): mean, centre, biased variance, rsqrt; in fp32, cast back."""
 
     def __init__(self, d: int, eps: float, dtype: str, name: str):
         self.eps = eps
@@ -139,12 +139,12 @@ def make_norm(kind: str, d: int, eps: float, dtype: str, name: str):
 
 
 def silu(x: Tensor) -> Tensor:
-    """``x * torch.sigmoid(x)``."""
+    """``silu`` (layers.py:134): ``x * torch.sigmoid(x)``."""
     return A.mul(x, sigmoid(x))
 
 
 class SwiGLU:
-    """``SwiGLU``: ``self.w2(silu(self.w1(x)) * self.w3(x))``; ``GeGLU`` with GELU (tanh)."""
+    """``SwiGLU.forward`` (layers.py:148): ``self.w2(silu(self.w1(x)) * self.w3(x))``; ``GeGLU`` (:156) with GELU (tanh)."""
 
     def __init__(self, d_model: int, d_ff: int, dtype: str, name: str, bias: bool, act=silu):
         self.w1 = Linear(d_model, d_ff, dtype, name + ".w1", bias)
@@ -160,7 +160,7 @@ class SwiGLU:
 
 
 class GeluMLP:
-    """``GeluMLP``: ``self.proj(gelu_tanh(self.fc(x)))``."""
+    """``GeluMLP.forward`` (layers.py:168): ``self.proj(gelu_tanh(self.fc(x)))``."""
 
     def __init__(self, d_model: int, d_ff: int, dtype: str, name: str, bias: bool):
         self.fc = Linear(d_model, d_ff, dtype, name + ".fc", bias)
@@ -180,7 +180,7 @@ def make_ffn(kind: str, d_model: int, d_ff: int, dtype: str, name: str, bias: bo
 
 
 class RotaryPositionalEmbedding:
-    """``RotaryPositionalEmbedding``: fp32 cos/sin tables (max_seq_len, d_k/2), non-persistent buffers."""
+    """``RotaryPositionalEmbedding`` (layers.py:172; forward :196): fp32 cos/sin tables (max_seq_len, d_k/2), buffers."""
 
     def __init__(self, d_k: int, max_seq_len: int):
         self.cos = empty((max_seq_len, d_k // 2), "fp32", "rope.cos")
@@ -197,14 +197,14 @@ class RotaryPositionalEmbedding:
 
 
 def softmax(x: Tensor, dim: int) -> Tensor:
-    """``softmax``: ``z = x - x.detach().amax(dim, keepdim=True)``; ``e = z.exp()``; ``e / e.sum(dim, keepdim=True)``."""
+    """``softmax`` (layers.py:210): ``z = x - x.detach().amax(dim, keepdim=True)``; ``e = z.exp()``; ``e / e.sum(dim, keepdim=True)``."""
     z = A.sub(x, amax(x.detach(), dim))
     e = fp32_op(exp, z)
     return divide(e, A.sum_(e, dim, keepdim=True))
 
 
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None) -> Tensor:
-    """``scaled_dot_product_attention`` (naive, GQA by stacking a group's query heads along the rows)."""
+    """``scaled_dot_product_attention`` (layers.py:228; naive, GQA by stacking a group's query heads along the rows)."""
     *lead, h, s_q, d_k = query.shape
     kv, s_k = key.shape[-3], key.shape[-2]
     q = A.reshape(query, *lead, kv, (h // kv) * s_q, d_k)
@@ -218,7 +218,7 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, mask
 
 
 def fused_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """``FusedAttention.forward`` on meta/cpu: ``aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0,
+    """``FusedAttention.forward`` (layers.py:284) on meta/cpu: ``aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0,
     causal)`` (a stand-in on autocast's lower-precision list); its logsumexp dies on return."""
     q, k, v = _cast("bf16", q, k, v)
     out, _logsumexp = saved_op(flash_attention_for_cpu, q, k, v)
@@ -226,7 +226,7 @@ def fused_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
 
 
 def cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:
-    """``cross_entropy``: mean of ``log Σ exp(z) - z[target]``, z = logits - max."""
+    """``cross_entropy`` (layers.py:301): mean of ``log Σ exp(z) - z[target]``, z = logits - max."""
     z = A.sub(logits, amax(logits.detach(), -1))
     log_sum_exp = log(A.sum_(exp(z), -1))
     picked = A.squeeze(gather(z, -1, A.unsqueeze(targets, -1)), -1)

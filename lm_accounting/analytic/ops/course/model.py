@@ -39,7 +39,7 @@ def _heads(t: Tensor, n: int, head_dim: int) -> Tensor:
 
 
 class CausalSelfAttention:
-    """``CausalSelfAttention`` (transformer.py): q/k/v projections, optional qk-norm (per head, or over the
+    """``CausalSelfAttention`` (transformer.py:83; forward :135): q/k/v projections, optional qk-norm (per head, or over the
     whole projection), RoPE, naive or fused attention, heads merged (a copy), output projection."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, attention: str, name: str):
@@ -82,7 +82,7 @@ class CausalSelfAttention:
 
 
 class LatentAttention:
-    """``LatentAttention`` (mla.py): low-rank queries (or ``q_proj``), the compressed latent and one shared RoPE
+    """``LatentAttention`` (mla.py:33; forward :61): low-rank queries (or ``q_proj``), the compressed latent and one shared RoPE
     key, keys and values expanded from the latent by ``kv_b_proj``, ordinary attention, ``output_proj``."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, name: str):
@@ -140,7 +140,7 @@ class LatentAttention:
 
 
 class TransformerBlock:
-    """``TransformerBlock``: pre-norm ``x + attn(ln1(x))``, ``x + ffn(ln2(x))``; sandwich/post norms."""
+    """``TransformerBlock`` (transformer.py:177; forward :223): pre-norm ``x + attn(ln1(x))``, ``x + ffn(ln2(x))``; sandwich/post norms."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, attention: str, layer: int):
         name = f"layers.{layer}"
@@ -176,7 +176,7 @@ class TransformerBlock:
 
 
 class TransformerLM:
-    """``TransformerLM`` with its setup, its buffers and one step's inputs: ``parameters()`` and ``loss()``."""
+    """``TransformerLM`` (transformer.py:240) with its setup, its buffers and one step's inputs: ``parameters()`` and ``loss()``."""
 
     def __init__(self, cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = 1):
         dtype = DTYPES[setup.precision]
@@ -207,7 +207,7 @@ class TransformerLM:
         return cross_entropy(self.forward(self.inputs), self.targets)
 
     def forward(self, token_ids: Tensor) -> Tensor:
-        """``TransformerLM.forward``: positions, the causal (and windowed) masks, embeddings, blocks, final norm,
+        """``TransformerLM.forward`` (transformer.py:282): positions, the causal (and windowed) masks, embeddings, blocks, final norm,
         LM head (logits upcast to fp32 under amp-bf16)."""
         cfg, seq = self.cfg, self.seq
         positions = empty((seq,), "int64", "arange")

@@ -47,7 +47,7 @@ def repeat_interleave(t: Tensor, k: int) -> Tensor:
 
 
 class MixtureOfExperts:
-    """``MixtureOfExperts`` (router, balanced top-k routed experts, optional shared experts)."""
+    """``MixtureOfExperts`` (moe.py:74; forward :94, ``_finish``; router, balanced top-k routed experts, optional shared experts)."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, name: str):
         d, de, self.E, self.k = cfg.d_model, cfg.expert_width, cfg.num_experts, cfg.experts_per_token
@@ -62,12 +62,12 @@ class MixtureOfExperts:
         return out + (self.shared.params() if self.shared is not None else [])
 
     def _linear(self, weight: Tensor, x: Tensor) -> Tensor:
-        """``ExpertLinear.forward``: ``torch.bmm(x, self.weight[: x.shape[0]].transpose(1, 2))``."""
+        """``ExpertLinear.forward`` (moe.py:47): ``torch.bmm(x, self.weight[: x.shape[0]].transpose(1, 2))``."""
         w = A.slice_(weight, 0, 0, x.shape[0])
         return bmm(x, A.transpose(w, 1, 2))
 
     def experts(self, x: Tensor) -> Tensor:
-        """``Experts.forward``: ``self.w2(silu(self.w1(x)) * self.w3(x))``."""
+        """``Experts.forward`` (moe.py:66): ``self.w2(silu(self.w1(x)) * self.w3(x))``."""
         return self._linear(self.w2, A.mul(silu(self._linear(self.w1, x)), self._linear(self.w3, x)))
 
     def __call__(self, x: Tensor) -> Tensor:
