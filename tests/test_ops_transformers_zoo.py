@@ -91,6 +91,12 @@ def test_zoo_equals_transformers_on_meta(model_type, setup):
     check(tiny(model_type), 12, setup)
 
 
+def test_for_loop_adamw_follows_the_parameter_order():
+    """The for-loop AdamW keeps the previous tensor's quotient while it makes the next one's root and quotient, so
+    its peak depends on the order of the parameters: ``model.parameters()``'s (GPT-2: wte, then a 1,024-row wpe)."""
+    check(tiny("gpt2", n_positions=1024), 8, TrainingSetup(precision="bf16", optimizer="for-loop"))
+
+
 def test_gpt2_on_a_cpu_target_equals_transformers_on_cpu():
     """A cpu run makes LayerNorm's mean and rstd in the input's dtype (meta: fp32), so a bf16 GPT-2 differs
     by 2 x B·S x 2 bytes per norm between the targets; the program takes the target."""
