@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .engine import Affine
-from .tensors import Dim, Tensor, current, empty, numel, record, record_first, view_of, wants
+from .tensors import ITEMSIZE, Dim, Storage, Tensor, current, empty, numel, record, record_first, view_of, wants
 
 FLOAT_RANK = {"bf16": 1, "fp16": 1, "fp32": 2}
 
@@ -285,16 +285,51 @@ def _binary_out(a: Tensor, b, name: str, dtype: str | None = None) -> Tensor:
     return out
 
 
+def wrap_scalar(dtype: str) -> Storage | None:
+    """A plain CPU run (``Run.wraps``): the 0-d float64 (int64) tensor wrapping a Python number operand
+    (8 bytes, ``scalar_to_tensor``); None elsewhere (on meta and cuda it is host memory the device never
+    sees; the storage tracker sees no dispatch output)."""
+    return Storage(8, "wrapped_number") if current().wraps else None
+
+
+def cast_scalar(wrapped: Storage | None, dtype: str) -> Storage | None:
+    """TensorIterator's copy of a wrapped CPU scalar to a floating op's dtype (freed when the op returns)."""
+    return Storage(ITEMSIZE[dtype], "scalar_cast") if wrapped is not None and dtype in FLOAT_RANK else None
+
+
+def _scalar_op(a: Tensor, number, name: str) -> tuple[Tensor, Storage | None]:
+    """An op with a Python-number operand (``a * 0.5``, ``a + eps``, ``a / n``): on a plain CPU run the number
+    is wrapped (8 bytes) and cast to the op's dtype (e bytes) before the output is made, the cast dying with
+    the op and the wrapper with it unless autograd saves it (returned)."""
+    wrapped = wrap_scalar(a.dtype)
+    cast = cast_scalar(wrapped, a.dtype)
+    out = _binary_out(a, number, name)
+    del cast
+    return out, wrapped
+
+
 def mul(a: Tensor, b: Tensor | float) -> Tensor:
     """``a * b``.  Saves b if a needs a gradient and a if b does; backward: other's (grad·self), then
-    self's (grad·other), each then summed to its input's shape and cast to its dtype (validate_outputs)."""
-    need = wants(a, b if isinstance(b, Tensor) else None)
+    self's (grad·other), each then summed to its input's shape and cast to its dtype (validate_outputs).
+    A number b is wrapped into a 0-d tensor (``_scalar_op``), the one MulBackward0 saves."""
+    if not isinstance(b, Tensor):
+        out, wrapped = _scalar_op(a, b, "mul")
+        if wants(a) is not None:
+            held = Tensor((), "int64", wrapped) if wrapped is not None else None
+
+            def back_scalar(ctx, g, w):
+                cast = cast_scalar(wrapped_again(w), g[0].dtype)
+                grad = _binary_out(g[0], b, "mul")
+                del cast
+                return (grad,)
+
+            record("MulBackward0", (a,), (out,), back_scalar, (held,))
+            del held
+        del wrapped  # the op's own reference dies before its Python operands
+        return out
+    need = wants(a, b)
     if need is None:
         return _binary_out(a, b, "mul")
-    if not isinstance(b, Tensor):
-        out = _binary_out(a, b, "mul")
-        record("MulBackward1", (a,), (out,), lambda ctx, g: (mul(g[0], b),))
-        return out
 
     def back(ctx, g, sa, sb):
         gb = mul(g[0], sa) if ctx.need[1] else None
@@ -305,9 +340,18 @@ def mul(a: Tensor, b: Tensor | float) -> Tensor:
     return record_first("MulBackward0", (a, b), lambda: (_binary_out(a, b, "mul"),), back, saved)[0]
 
 
+def wrapped_again(w: Tensor | None) -> Storage | None:
+    """A saved wrapped number (already a tensor: no new wrapper; its cast is made again per use)."""
+    return w.storage if w is not None else None
+
+
 def add(a: Tensor, b: Tensor | float, alpha: float = 1) -> Tensor:
     """``a + b``: nothing saved; both gradients are the incoming gradient itself (alpha 1)."""
-    out = _binary_out(a, b, "add")
+    if isinstance(b, Tensor):
+        out = _binary_out(a, b, "add")
+    else:
+        out, wrapped = _scalar_op(a, b, "add")
+        del wrapped
     if isinstance(b, Tensor):
         record("AddBackward0", (a, b), (out,), lambda ctx, g: (g[0], g[0] if alpha == 1 else mul(g[0], alpha)))
     else:
@@ -322,8 +366,9 @@ def sub(a: Tensor, b: Tensor) -> Tensor:
 
 
 def div(a: Tensor, b: float) -> Tensor:
-    """``a / number``."""
-    out = _binary_out(a, b, "div")
+    """``a / number`` (the number wrapped on a plain CPU run, ``_scalar_op``)."""
+    out, wrapped = _scalar_op(a, b, "div")
+    del wrapped
     record("DivBackward1", (a,), (out,), lambda ctx, g: (div(g[0], b),))
     return out
 
@@ -387,6 +432,9 @@ def mean(a: Tensor, dim: int, keepdim: bool = False) -> Tensor:
     dim = dim % a.ndim
     shape = a.shape[:dim] + ((1,) if keepdim else ()) + a.shape[dim + 1 :]
     out = empty(shape, a.dtype, "mean")
+    wrapped = wrap_scalar(a.dtype)  # the CPU kernel divides the sum by a wrapped count
+    cast = cast_scalar(wrapped, a.dtype)
+    del cast, wrapped
     src = a.shape
 
     def back(ctx, g):
@@ -590,3 +638,41 @@ def embedding(weight: Tensor, ids: Tensor) -> Tensor:
 def sdpa_math(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
     """Placeholder: written with the llama program (``scaled_dot_product_attention``'s math path)."""
     raise NotImplementedError
+
+
+# -- CPU kernel scratch (a plain CPU run only) ---------------------------------------------------------
+
+
+def _flash_blocks(seq: int) -> tuple[int, int]:
+    """``cpu_flash_attention``'s block sizes (aten/src/ATen/native/cpu/FlashAttentionKernel.cpp): q blocks
+    of 256 from S = 768 on, 64 from 192, else 32; kv blocks of 512; each at most S."""
+    q = 256 if seq >= 768 else 64 if seq >= 192 else 32
+    return min(q, seq), min(512, seq)
+
+
+def flash_scratch_forward(seq: int, d_head: int, dtype: str) -> None:
+    """The CPU flash kernel's per-thread buffers, made after its outputs and freed before it returns:
+    fp32 ``buf`` of n·(qs·ks + 2·qs + qs·d_head) and, for a 16-bit input, ``buf_reduced`` of n·qs·ks
+    (n threads).  The allocator sees them (a plain CPU run); the tracker does not."""
+    run = current()
+    if not run.wraps:
+        return
+    qs, ks = _flash_blocks(seq)
+    n = run.threads
+    buf = Storage(n * (qs * ks + 2 * qs + qs * d_head) * 4, "flash_buf")
+    reduced = Storage(n * qs * ks * 2, "flash_buf_reduced") if ITEMSIZE[dtype] == 2 else None
+    del reduced, buf
+
+
+def flash_scratch_backward(seq: int, dtype: str) -> None:
+    """The CPU flash backward's buffers after dQ, dK, dV, freed before it returns: fp32 ``buf`` of
+    n·2·qs·ks, for a 16-bit input ``buf_reduced`` of n·2·qs·ks, and the calling thread's ``dsum`` of qs fp32."""
+    run = current()
+    if not run.wraps:
+        return
+    qs, ks = _flash_blocks(seq)
+    n = run.threads
+    buf = Storage(n * 2 * qs * ks * 4, "flash_grad_buf")
+    reduced = Storage(n * 2 * qs * ks * 2, "flash_grad_buf_reduced") if ITEMSIZE[dtype] == 2 else None
+    dsum = Storage(qs * 4, "flash_dsum")
+    del dsum, reduced, buf

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+from .aten import cast_scalar, wrap_scalar
 from .engine import StepInBatch
 from .tensors import Run, Tensor, backward, empty
 
@@ -32,18 +33,30 @@ def adamw_step(params: list[Tensor], v: list[Tensor], optimizer: str) -> None:
     """The temporaries of ``AdamW.step()`` (see the module docstring); the updates are in place."""
     if optimizer == "foreach":
         sqrt = [empty(x.shape, x.dtype, "_foreach_sqrt") for x in v]
+        _scalar(v[0].dtype)  # _foreach_div_(sqrt, bias_correction2_sqrt): a wrapped number at the top
         del sqrt
     elif optimizer == "for-loop":
         denom = None
         for x in v:  # denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
             root = empty(x.shape, x.dtype, "sqrt")
+            wrapped = wrap_scalar(x.dtype)
+            cast = cast_scalar(wrapped, x.dtype)
             quotient = empty(x.shape, x.dtype, "div")
-            del root
+            del cast, wrapped, root
             denom = quotient  # the previous tensor's denom dies here
             del quotient
         del denom
-    elif optimizer != "fused":
+    elif optimizer == "fused":
+        _scalar("fp32")  # _fused_adamw_'s scalar arguments
+    else:
         raise ValueError(f"unknown AdamW implementation {optimizer!r}")
+
+
+def _scalar(dtype: str) -> None:
+    """A plain CPU run: a Python number wrapped (8 bytes) and cast to ``dtype``, both dying at once."""
+    wrapped = wrap_scalar(dtype)
+    cast = cast_scalar(wrapped, dtype)
+    del cast, wrapped
 
 
 def training_step(
@@ -54,12 +67,15 @@ def training_step(
     traced: bool = True,
     log: list | None = None,
     log_batch: int = 1,
+    cpu_threads: int = 1,
 ) -> StepInBatch:
     """Replay one steady-state training step of ``make()``'s program (see the module docstring).
 
     ``traced``: what the storage tracker sees (every meta run); ``log``: receives every allocation and free
-    as ``(label, bytes at log_batch)``, with a ``("PHASE", 0)`` line at each phase's end."""
-    with Run(traced, log, log_batch) as run:
+    as ``(label, bytes at log_batch)``, with a ``("PHASE", 0)`` line at each phase's end.  A plain run on
+    ``device`` "cpu" (what the CPU allocator sees) adds the wrapped Python numbers and the kernels' scratch
+    (per thread: ``cpu_threads``, ``torch.get_num_threads()``)."""
+    with Run(traced, log, log_batch, wraps=not traced and device == "cpu", threads=cpu_threads) as run:
         program = make()
         params = program.parameters()
         m = [empty(p.shape, p.dtype, "exp_avg") for p in params]

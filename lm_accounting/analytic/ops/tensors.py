@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import sys
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Self
@@ -64,9 +65,13 @@ class Run:
     list that receives ``(label, bytes)`` for every allocation (+) and free (−), bytes at ``log_batch``
     (for comparing with a torch trace).  Use as a context manager; ``phase()`` closes a phase."""
 
-    def __init__(self, traced: bool = True, log: list | None = None, log_batch: int = 1):
+    def __init__(
+        self, traced: bool = True, log: list | None = None, log_batch: int = 1, wraps: bool = False, threads: int = 1
+    ):
         self.replay = Replay(Affine(0), traced)
         self.traced = traced
+        self.wraps = wraps  # a plain CPU run: the allocator sees wrapped Python numbers and kernel scratch
+        self.threads = threads  # torch.get_num_threads() of a plain CPU run (per-thread kernel scratch)
         self.grad = True  # torch.is_grad_enabled()
         self.hooks: list[tuple[Callable, Callable]] = []  # torch.autograd.graph.saved_tensors_hooks stack
         self.autocast: str | None = None  # the autocast dtype when autocast is on (``autocast``)
@@ -124,6 +129,7 @@ class Tensor:
 
     __slots__ = (
         "acc",
+        "base",
         "dtype",
         "grad",
         "grad_fn",
@@ -154,6 +160,7 @@ class Tensor:
         self.requires_grad = False
         self.grad: Tensor | None = None
         self.acc: AccumulateGrad | None = None
+        self.base: Tensor | None = None  # a view's base, which it keeps alive (torch's ViewInfo)
         self.name = label
 
     # -- facts --------------------------------------------------------------
@@ -180,14 +187,19 @@ class Tensor:
 
     # -- aliases (no bytes) ---------------------------------------------------
     def alias(self, shape: Sequence[Dim] | None = None, perm: tuple[int, ...] | None = None, zero=()) -> Tensor:
-        """A tensor sharing this one's storage (no autograd)."""
-        shape = self.shape if shape is None else tuple(shape)
-        t = Tensor(shape, self.dtype, self.storage, perm if perm is not None else contiguous_perm(len(shape)))
-        t.zero = tuple(zero)
+        """A view of this tensor (no autograd): it shares the storage and keeps its base alive, as a torch
+        view's ``ViewInfo`` does (so a view never holds the only reference to its storage)."""
+        t = self.detach(shape, perm, zero)
+        t.base = self.base if self.base is not None else self
         return t
 
-    def detach(self) -> Tensor:
-        return self.alias(self.shape, self.perm, self.zero)
+    def detach(self, shape=None, perm=None, zero=None) -> Tensor:
+        """A tensor sharing this one's storage, without autograd and without a base."""
+        shape = self.shape if shape is None else tuple(shape)
+        perm = self.perm if perm is None and shape == self.shape else perm
+        t = Tensor(shape, self.dtype, self.storage, perm if perm is not None else contiguous_perm(len(shape)))
+        t.zero = tuple(self.zero if zero is None and shape == self.shape else zero or ())
+        return t
 
 
 def empty(shape: Sequence[Dim], dtype: str = "fp32", label: str = "empty", like: Tensor | None = None) -> Tensor:
@@ -407,25 +419,29 @@ def _sum_to(grad: Tensor, shape: tuple) -> Tensor:
     return out.alias(shape)
 
 
-def _accumulate(buffer: list, pos: int, var: Tensor, run: Run, holders: int) -> None:
-    """``InputBuffer::add`` (torch/csrc/autograd/input_buffer.cpp, ``accumulate``)."""
+def _accumulate(buffer: list, pos: int, var: Tensor, run: Run) -> None:
+    """``InputBuffer::add`` / ``accumulate`` (torch/csrc/autograd/input_buffer.cpp): a traced run sums out of
+    place (``old + var``: a new tensor, then the old one dies); a plain run adds in place into ``old`` when
+    it holds the last reference to a dense tensor and its storage, else into ``var`` when that one does."""
     old = buffer[pos]
     if old is None:
         buffer[pos] = var
         return
-    if not run.traced and _owns(old, holders):
-        return  # old.add_(var): in place
-    if not run.traced and _owns(var, holders + 1):
+    if not run.traced and _owns(old):
+        return  # old.add_(var)
+    if not run.traced and _owns(var):
         buffer[pos] = var  # var.add_(old)
         return
     buffer[pos] = Tensor(old.shape, old.dtype, perm=old.perm, label="add")  # old + var
 
 
-def _owns(t: Tensor, refs: int) -> bool:
-    """Whether ``t`` is dense and the only reference to its storage (``can_accumulate_inplace``)."""
-    import sys
-
-    return t.is_contiguous() and sys.getrefcount(t) <= refs and sys.getrefcount(t.storage) <= 3
+def _owns(t: Tensor) -> bool:
+    """``can_accumulate_inplace``: dense (no broadcast dims), and the only reference to its tensor and its
+    storage.  The references counted here: the engine's one (a buffer slot or the outputs list), the
+    caller's local, this function's argument and ``getrefcount``'s (4); the tensor's own to its storage
+    and ``getrefcount``'s (2)."""
+    dense = not any(t.shape[d] != 1 for d in t.zero)
+    return dense and sys.getrefcount(t) <= 4 and sys.getrefcount(t.storage) <= 2
 
 
 def backward(loss: Tensor) -> None:
@@ -467,7 +483,7 @@ def backward(loss: Tensor) -> None:
                     buf = buffers.get(nxt)
                     if buf is None:
                         buf = buffers[nxt] = [None] * nxt.n_in
-                    _accumulate(buf, nr, outputs[i], run, 3)
+                    _accumulate(buf, nr, outputs[i], run)
                 deps[nxt] -= 1
                 if deps[nxt] == 0:
                     if nxt not in buffers:

@@ -24,7 +24,7 @@ from ....config import ModelConfig
 from ....setup import TrainingSetup
 from .. import aten as A
 from ..engine import Affine
-from ..tensors import Dim, Tensor, autocast_or_not, checkpoint, empty, no_grad, parameter, record
+from ..tensors import Dim, Tensor, autocast_or_not, checkpoint, current, empty, no_grad, parameter, record
 
 DTYPES = {"fp32": "fp32", "bf16": "bf16", "amp-bf16": "fp32"}
 B = Affine(1)  # the micro-batch, a symbol
@@ -129,6 +129,7 @@ def flash_attention_cpu(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = N
     b, h, s, d = q.shape
     out = empty((b, h, s, d), q.dtype, "flash", like=q)  # meta: empty_like(query) (_meta_registrations.py)
     lse = empty((b, h, s), "fp32", "flash_lse")
+    A.flash_scratch_forward(s, d, q.dtype)
 
     def back(ctx, g, sq, sk, sv, sm, so, sl):
         dq = empty(sq.shape, sq.dtype, "flash_backward")  # empty_permuted(..., (0, 2, 1, 3)), whatever q's layout
@@ -137,6 +138,7 @@ def flash_attention_cpu(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = N
         dk.perm = (0, 2, 1, 3)
         dv = empty(sv.shape, sv.dtype, "flash_backward")
         dv.perm = (0, 2, 1, 3)
+        A.flash_scratch_backward(s, sq.dtype)
         return dq, dk, dv
 
     record("ScaledDotProductFlashAttentionForCpuBackward0", (q, k, v), (out,), back, (q, k, v, mask, out, lse))
@@ -233,20 +235,31 @@ class DecoderLayer:
 
 
 def find_packed_sequence_indices(position_ids: Tensor) -> None:
-    """``masking_utils.find_packed_sequence_indices`` as measured on meta (``measure.hf._unpacked_rows``):
-    ``first = position_ids[:, :1] - 1``; ``torch.diff(position_ids, prepend=first, dim=-1) != 1``, cumsum;
-    ``(packed[:, -1] == 0).all()``."""
+    """``masking_utils.find_packed_sequence_indices`` (as measured on meta: ``measure.hf._unpacked_rows``):
+    ``first = position_ids[:, :1] - 1``; ``position_diff = torch.diff(position_ids, prepend=first, dim=-1)``
+    (a local: it lives until the return); ``(position_diff != 1).cumsum(-1)``; ``(packed[:, -1] == 0).all()``.
+    Each Python number is wrapped on a plain CPU run."""
     b, s = position_ids.shape
-    first = empty((b, 1), "int64", "sub")
+    first = _int_op((b, 1), "sub")
     joined = empty((b, s + 1), "int64", "cat")  # diff: cat(prepend, x), then a[1:] - a[:-1]
-    diff = empty((b, s), "int64", "sub")
+    position_diff = empty((b, s), "int64", "sub")
     del joined
-    ne = empty((b, s), "bool", "ne")
+    ne = _int_op((b, s), "ne", "bool")
+    as_long = empty((b, s), "int64", "cumsum_cast") if current().wraps else None  # the CPU kernel's int64 copy
     packed = empty((b, s), "int64", "cumsum")
-    del ne
-    last = empty((b,), "bool", "eq")
+    del as_long, ne
+    last = _int_op((b,), "eq", "bool")
     done = empty((), "bool", "all")
-    del last, done, first, diff, packed  # the diff lives until the function returns (as measured)
+    del last, done, first, position_diff, packed
+
+
+def _int_op(shape: tuple, name: str, dtype: str = "int64") -> Tensor:
+    """An op of an int64 tensor and a Python int: the number wrapped (plain CPU run), the output, the wrapper
+    freed."""
+    wrapped = A.wrap_scalar("int64")
+    out = empty(shape, dtype, name)
+    del wrapped
+    return out
 
 
 def sdpa_mask(batch: Dim, seq: int, window: int | None, allow_is_causal_skip: bool) -> Tensor | None:
@@ -295,7 +308,7 @@ def eager_mask(batch: Dim, seq: int, dtype: str, window: int | None) -> Tensor:
 def arange_plus(n: int) -> Tensor:
     """``torch.arange(n) + offset``: the arange dies once added to."""
     a = empty((n,), "int64", "arange")
-    out = empty((n,), "int64", "add")
+    out = _int_op((n,), "add")
     del a
     return out
 
