@@ -11,6 +11,10 @@ torch 2.13 (``tools/autograd/derivatives.yaml``, ``torch/csrc/autograd/Functions
 * ``t[..., start::step]`` (``slice`` with a step): a view that is not contiguous; backward ``slice_backward``:
   one tensor of ``t``'s shape.
 * ``stack``: one new contiguous tensor; backward ``unbind``: views.
+* ``topk``: the values and int64 indices; saves the indices; backward ``value_selecting_reduction_backward``:
+  zeros of the input's shape and a ``scatter_`` into them (traced: ``scatter``, a new tensor, then the zeros die).
+* ``repeat_interleave(k, dim=0)`` (``aten/src/ATen/native/Repeat.cpp``, an int count): ``unsqueeze``, ``expand``
+  and one contiguous ``clone``, flattened (a view); the backward sums the expanded dim (one tensor).
 No torch.
 """
 
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from . import aten as A
 from .aten import promote
 from .tensors import Tensor, current, empty, record, view_of
 
@@ -91,3 +96,18 @@ def split_with_sizes(t: Tensor, sizes: Sequence[int], dim: int) -> list[Tensor]:
 
     record("SplitWithSizesBackward0", (t,), outs, back)
     return outs
+
+
+def topk(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """``x.topk(k, dim=-1)``: (values, indices)."""
+    values = empty(x.shape[:-1] + (k,), x.dtype, "topk")
+    indices = empty(x.shape[:-1] + (k,), "int64", "topk")
+    shape, dtype = x.shape, x.dtype
+    record("TopkBackward0", (x,), (values,), lambda ctx, g, i: (_into_zeros(shape, dtype, "scatter"),), (indices,))
+    return values, indices
+
+
+def repeat_interleave(t: Tensor, k: int) -> Tensor:
+    """``t.repeat_interleave(k, dim=0)`` of a 2-d ``t``."""
+    rows, d = t.shape
+    return A.view(A.clone(A.expand(A.unsqueeze(t, 1), rows, k, d), contiguous=True), rows * k, d)

@@ -5,45 +5,17 @@
 the first q·E slots, transposed to (E, q, d)) and the last T·k mod E one each to experts 0.. (a second part);
 each part through the experts' SwiGLU (``ExpertLinear``: ``torch.bmm(x, weight[:G].transpose(1, 2))``); the
 parts back in slot order; weighted by the top-k scores and summed per token; plus the shared experts.
-
-torch 2.13 facts of the two ops only this block uses: ``topk`` makes the values and int64 indices and saves the
-indices, its backward scatters the gradient into zeros of the input's shape (``value_selecting_reduction_backward``:
-in place in a plain run, out of place when traced); ``repeat_interleave(k, dim=0)`` is ``unsqueeze``, ``expand``
-and one contiguous ``clone`` (its backward sums the expanded dim: one tensor).
 """
 
 from __future__ import annotations
 
 from ....config import ModelConfig
 from .. import aten as A
+from ..aten_index import repeat_interleave, topk
 from ..engine import Affine
-from ..tensors import Tensor, current, empty, parameter, record
+from ..tensors import Tensor, parameter
 from .layers import Linear, SwiGLU, bmm, silu, softmax
 from .sac import saved_op
-
-
-def topk_values(x: Tensor, k: int) -> Tensor:
-    """``x.topk(k, dim=-1).values``: the indices die with the namedtuple (the node keeps them)."""
-    values = empty(x.shape[:-1] + (k,), x.dtype, "topk")
-    indices = empty(x.shape[:-1] + (k,), "int64", "topk")
-    shape, dtype = x.shape, x.dtype
-
-    def back(ctx, g, i):
-        zeros = empty(shape, dtype, "new_zeros")
-        if not current().traced:
-            return (zeros,)  # scatter_ into them
-        out = empty(shape, dtype, "scatter")
-        del zeros
-        return (out,)
-
-    record("TopkBackward0", (x,), (values,), back, (indices,))
-    return values
-
-
-def repeat_interleave(t: Tensor, k: int) -> Tensor:
-    """``t.repeat_interleave(k, dim=0)`` of a 2-d ``t``."""
-    rows, d = t.shape
-    return A.view(A.clone(A.expand(A.unsqueeze(t, 1), rows, k, d), contiguous=True), rows * k, d)
 
 
 class MixtureOfExperts:
@@ -74,7 +46,7 @@ class MixtureOfExperts:
         d, k, E = x.shape[-1], self.k, self.E
         flat = A.reshape(x, -1, d)
         T = flat.shape[0]
-        weights = topk_values(softmax(self.router(flat), -1), k)
+        weights = topk(softmax(self.router(flat), -1), k)[0]  # .values: the indices die with the tuple
         slots = repeat_interleave(flat, k)
         q, r = ((T * k) // E, 0) if isinstance(T, Affine) else divmod(T * k, E)
         parts = []
