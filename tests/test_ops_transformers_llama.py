@@ -86,6 +86,8 @@ def test_refusals_name_what_is_not_transliterated():
     assert unsupported(cfg, TrainingSetup(), "transformers") == []
     with pytest.raises(ValueError, match="selective"):
         predict_step(cfg, 8, TrainingSetup(checkpoint="selective"), impl="transformers")
+    with pytest.raises(ValueError, match="traced run on cuda is not modelled"):
+        predict_step(cfg, 8, TrainingSetup(), impl="transformers", device="cuda")
 
 
 def test_the_tracker_on_cpu_tensors_equals_too():
@@ -97,3 +99,19 @@ def test_the_tracker_on_cpu_tensors_equals_too():
     tensors = 1 + 2 * 9 + 1 + 1  # embedding; per layer q, k, v, o, gate, up, down and two norms; norm; lm_head
     assert cpu.baseline - meta.baseline == 4 * tensors
     assert cpu == measure_hf_step(cfg, 8, 2, setup, device="cpu", method="tracker")
+
+
+@pytest.mark.parametrize(
+    "setup",
+    [TrainingSetup(attention="sdpa"), TrainingSetup(attention="naive", precision="amp-bf16", checkpoint="full")],
+    ids=["sdpa-fp32", "naive-amp-full"],
+)
+def test_plain_cpu_run_equals_the_cpu_allocator(setup):
+    """No dispatch mode: gradients summed in place, Python numbers wrapped in 8-byte tensors (and cast), the
+    CPU flash kernel's per-thread scratch, checkpoint's saved CPU RNG state (5,056 bytes a layer)."""
+    torch = pytest.importorskip("torch")
+    cfg = tiny("llama")
+    plain = predict_step(
+        cfg, 8, setup, impl="transformers", batch=2, mode="plain", device="cpu", cpu_threads=torch.get_num_threads()
+    )
+    assert plain.at(2) == measure_hf_step(cfg, 8, 2, setup, device="cpu", method="allocator")

@@ -21,7 +21,12 @@ from ...setup import TrainingSetup
 from .engine import StepInBatch
 
 IMPLS = ("course", "transformers")
-TARGETS = ("meta", "cpu")  # the storage tracker's traced run on meta, and on cpu tensors (AdamW's counters there)
+RUNS = (("traced", "meta"), ("traced", "cpu"), ("plain", "meta"), ("plain", "cpu"), ("plain", "cuda"))
+"""(mode, device) pairs predicted.  Exact: the storage tracker's traced run (every meta run; cpu tensors under
+a dispatch mode) and the CPU allocator's plain run (``device`` "cpu": wrapped Python numbers, kernel
+scratch).  "plain" on meta or cuda is the plain run's program (in-place gradient sums) without any device's
+kernel extras: on cuda the caching allocator's rounding, cuBLAS workspaces and CUDA kernels' scratch are not
+in it."""
 
 
 def _programs(impl: str):
@@ -48,6 +53,13 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup, impl: str) -> list[str]:
     return programs.unsupported(cfg, setup)
 
 
+def check_run(mode: str, device: str) -> None:
+    """Refuse (``ValueError``) a run the library does not model (see ``RUNS``)."""
+    if (mode, device) not in RUNS:
+        runs = ", ".join(f"{m} on {d}" for m, d in RUNS)
+        raise ValueError(f"the {mode} run on {device} is not modelled (modelled: {runs})")
+
+
 def predict_step(
     cfg: ModelConfig,
     seq: int,
@@ -57,16 +69,18 @@ def predict_step(
     batch: int = 1,
     mode: str = "traced",
     device: str = "meta",
+    cpu_threads: int = 1,
 ) -> StepInBatch:
     """One training step of implementation ``impl``'s model of ``cfg`` at context ``seq`` under ``setup``,
-    as an exact function of the micro-batch B (``.at(B)`` is the ``StepMemory`` the tracker measures).
-
-    ``mode`` "traced" is the storage tracker's run (every meta run); ``device`` "meta" the target.  ``batch``
-    is a hint for programs whose op sequence depends on B (none so far).  Raises ``ValueError`` with the
-    reasons of ``unsupported`` when it cannot."""
+    as an exact function of the micro-batch B: ``.at(B)`` is the ``StepMemory`` that
+    ``measure.tracker.measure_training_step`` (``mode`` "traced", ``device`` "meta" or "cpu") or the CPU
+    allocator (``mode`` "plain", ``device`` "cpu", ``cpu_threads`` = ``torch.get_num_threads()`` of the run)
+    measures.  ``batch``: 1 gives the step at B = 1 (a batch of one lets torch view what it copies at B >= 2);
+    any other value the lines in B, exact for every B >= 2.  Raises ``ValueError`` with the reasons of
+    ``unsupported`` (or ``check_run``'s) when it cannot."""
     reasons = unsupported(cfg, setup, impl)
-    if mode != "traced" or device not in TARGETS:
-        reasons.append(f"only the traced run on {', '.join(TARGETS)} is modelled (not {mode} on {device})")
     if reasons:
         raise ValueError("; ".join(reasons))
-    return _programs(impl).predict_step(cfg, seq, setup, batch=batch, mode=mode, device=device)
+    check_run(mode, device)
+    threads = {"cpu_threads": cpu_threads} if cpu_threads != 1 else {}  # a plain CPU run's per-thread scratch
+    return _programs(impl).predict_step(cfg, seq, setup, batch=batch, mode=mode, device=device, **threads)

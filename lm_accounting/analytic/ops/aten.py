@@ -16,7 +16,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .engine import Affine
-from .tensors import ITEMSIZE, Dim, Storage, Tensor, current, empty, numel, record, record_first, view_of, wants
+from .tensors import (
+    ITEMSIZE,
+    Dim,
+    Storage,
+    Tensor,
+    WrappedNumber,
+    current,
+    empty,
+    numel,
+    record,
+    record_first,
+    view_of,
+    wants,
+)
 
 FLOAT_RANK = {"bf16": 1, "fp16": 1, "fp32": 2}
 
@@ -315,7 +328,7 @@ def mul(a: Tensor, b: Tensor | float) -> Tensor:
     if not isinstance(b, Tensor):
         out, wrapped = _scalar_op(a, b, "mul")
         if wants(a) is not None:
-            held = Tensor((), "int64", wrapped) if wrapped is not None else None
+            held = WrappedNumber((), "int64", wrapped) if wrapped is not None else None
 
             def back_scalar(ctx, g, w):
                 cast = cast_scalar(wrapped_again(w), g[0].dtype)

@@ -202,6 +202,14 @@ class Tensor:
         return t
 
 
+class WrappedNumber(Tensor):
+    """The 0-d CPU tensor wrapping a Python number operand (8 bytes, ``scalar_to_tensor``), as autograd saves
+    it (``MulBackward0``'s other): saved-tensor hooks never pack it (``SavedVariable``: "Avoid wrapped numbers
+    from being leaked"), so a checkpointed region holds it too."""
+
+    __slots__ = ()
+
+
 def empty(shape: Sequence[Dim], dtype: str = "fp32", label: str = "empty", like: Tensor | None = None) -> Tensor:
     """A new tensor (an allocation); ``like``: take its layout (``empty_like``/TensorIterator outputs)."""
     perm = like.perm if like is not None and like.shape == tuple(shape) else None
@@ -271,7 +279,7 @@ class SavedVar:
         self.data = None
         if t is None:
             return
-        if run.hooks:
+        if run.hooks and not isinstance(t, WrappedNumber):  # wrapped numbers are never packed (SavedVariable.cpp)
             pack, self.unpack_hook = run.hooks[-1]
             self.packed = pack(t)
         else:
@@ -554,6 +562,7 @@ class _Frame:
 
         self.fn = fn
         self.saved_args = list(args)  # save_inputs: SavedVariables of inputs unpack with their autograd metadata
+        self.rng = _rng_state()  # preserve_rng_state: fwd_cpu_state = torch.get_rng_state(), kept by the frame
         self.holders: list = []
         self.recomputed: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.counter = 0
@@ -589,9 +598,11 @@ def checkpoint(fn: Callable, *args) -> Tensor:
             frame.counter = 0
             try:
                 with saved_tensors_hooks(repack, _identity), grad_mode(True), autocast_or_not(amp):
+                    forked = _rng_state()  # recompute_fn's fork_rng: the CPU state saved, restored at exit
                     frame.fn(*inputs)
             except _StopRecomputation:
                 pass
+            del forked
             frame.done = True
         ret = frame.recomputed[holder.handle]
         holder.handle = None
@@ -611,6 +622,16 @@ def checkpoint(fn: Callable, *args) -> Tensor:
 
     with saved_tensors_hooks(pack, unpack):
         return fn(*args)
+
+
+CPU_RNG_STATE_BYTES = 5056
+"""``torch.get_rng_state()``: the CPU generator's state, a uint8 tensor of 5,056 elements (torch 2.13)."""
+
+
+def _rng_state() -> Storage | None:
+    """The CPU RNG state checkpoint saves (``preserve_rng_state``): seen by a plain CPU run's allocator only
+    (a CPU tensor made outside the dispatcher: the tracker never sees it, the meta device does not hold it)."""
+    return Storage(CPU_RNG_STATE_BYTES, "rng_state") if current().wraps else None
 
 
 def _identity(x):

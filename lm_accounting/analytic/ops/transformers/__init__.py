@@ -43,7 +43,14 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
 
 
 def predict_step(
-    cfg: ModelConfig, seq: int, setup: TrainingSetup, *, batch: int = 1, mode: str = "traced", device: str = "meta"
+    cfg: ModelConfig,
+    seq: int,
+    setup: TrainingSetup,
+    *,
+    batch: int = 1,
+    mode: str = "traced",
+    device: str = "meta",
+    cpu_threads: int = 1,
 ) -> StepInBatch:
     """The training step of transformers' model of ``cfg`` (see ``ops.predict_step``).
 
@@ -53,5 +60,9 @@ def predict_step(
     module = _module(cfg)
     b = 1 if batch == 1 else B
     return training_step(
-        lambda: module.causal_lm(cfg, seq, setup, b), optimizer=setup.optimizer, device=device, traced=mode == "traced"
+        lambda: module.causal_lm(cfg, seq, setup, b),
+        optimizer=setup.optimizer,
+        device=device,
+        traced=mode == "traced",
+        cpu_threads=cpu_threads,
     )
