@@ -115,3 +115,31 @@ def test_plain_cpu_run_equals_the_cpu_allocator(setup):
         cfg, 8, setup, impl="transformers", batch=2, mode="plain", device="cpu", cpu_threads=torch.get_num_threads()
     )
     assert plain.at(2) == measure_hf_step(cfg, 8, 2, setup, device="cpu", method="allocator")
+
+
+PLAIN_SETUPS = [
+    TrainingSetup(attention=a, precision=p, checkpoint=c)
+    for a in ("naive", "sdpa")
+    for p in ("fp32", "bf16", "amp-bf16")
+    for c in ("none", "full")
+]
+
+
+@pytest.mark.grid
+@pytest.mark.parametrize("setup", PLAIN_SETUPS, ids=lambda s: "-".join(s.to_dict().values()))
+@pytest.mark.parametrize("family", list(FAMILY))
+@pytest.mark.parametrize(("batch", "seq"), [(1, 8), (2, 12)])
+def test_plain_cpu_grid(family, batch, seq, setup):
+    torch = pytest.importorskip("torch")
+    cfg = tiny(family)
+    plain = predict_step(
+        cfg,
+        seq,
+        setup,
+        impl="transformers",
+        batch=batch,
+        mode="plain",
+        device="cpu",
+        cpu_threads=torch.get_num_threads(),
+    )
+    assert plain.at(batch) == measure_hf_step(cfg, seq, batch, setup, device="cpu", method="allocator")
