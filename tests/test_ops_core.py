@@ -174,3 +174,74 @@ def test_no_torch_import():
     for name in ("engine", "tensors", "aten", "step", "transformers.llama"):
         __import__(f"lm_accounting.analytic.ops.{name}")
     assert isinstance(empty, object) and Tensor
+
+
+def torch_plain(model_fn, batch):
+    """The CPU allocator's view of the same torch program (no dispatch mode: the plain run)."""
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as tf
+
+    from lm_accounting.measure.allocator import measure_training_step_plain
+    from lm_accounting.measure.tracker import init_optimizer_state
+
+    m = model_fn()
+    ids = torch.randint(0, V, (batch, S))
+    targets = torch.randint(0, V, (batch, S))
+    opt = torch.optim.AdamW(m.parameters(), foreach=True)
+    init_optimizer_state(opt)
+    return measure_training_step_plain(
+        m, ids, targets, lambda out, t: tf.cross_entropy(out.view(-1, V), t.view(-1)), opt
+    )
+
+
+@pytest.mark.parametrize("program", ["emb-head", "checkpointed-mlp"])
+def test_plain_cpu_run_equals_the_allocator(program):
+    """No dispatch mode on cpu: gradient sums in place, wrapped Python numbers, AdamW's step counters and
+    checkpoint's saved CPU RNG state on the device."""
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as tf
+    from torch.utils.checkpoint import checkpoint as ck
+
+    class EH(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(V, D)
+            self.head = torch.nn.Linear(D, V, bias=False)
+
+        def forward(self, x):
+            return self.head(self.emb(x))
+
+    class CM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(V, D)
+            self.gate = torch.nn.Linear(D, F, bias=False)
+            self.up = torch.nn.Linear(D, F, bias=False)
+            self.down = torch.nn.Linear(F, D, bias=False)
+            self.head = torch.nn.Linear(D, V, bias=False)
+
+        def mlp(self, x):
+            return self.down(tf.silu(self.gate(x)) * self.up(x))
+
+        def forward(self, x):
+            h = self.emb(x)
+            return self.head(h + ck(self.mlp, h, use_reentrant=False))
+
+    ours, theirs = {"emb-head": (EmbedHead, EH), "checkpointed-mlp": (CheckpointedMLP, CM)}[program]
+    step = training_step(lambda: ours(B), optimizer="foreach", device="cpu", traced=False)
+    for batch in (1, 3):
+        assert step.at(batch) == torch_plain(theirs, batch)
+
+
+def test_reshape_views_only_what_memory_order_allows():
+    """A (B, S, h, d) tensor transposed to (B, h, S, d): merging B and h needs a copy (S lies between them in
+    memory); its transpose back merges S and h as a view; splitting the last dim is always a view."""
+    with Run():
+        x = empty((2, 8, 4, 16))
+        q = A.transpose(x, 1, 2)
+        assert A.view_layout(q, (8, 8, 16)) is None
+        assert A.view_layout(A.transpose(q, 1, 2), (2, 32, 16)) is not None
+        assert A.view_layout(x, (2, 8, 4, 4, 4)) is not None
+        before = x.storage
+        assert A.reshape(q, 8, 8, 16).storage is not before  # a copy (clone, then _unsafe_view)
+        assert A.reshape(x, 2, 8, 64).storage is before  # a view
