@@ -557,20 +557,22 @@ class _Frame:
     """``_CheckpointFrame``: the saved inputs, weak references to the holders in pack order, and the
     recomputed tensors keyed (weakly) by their holder's handle."""
 
-    def __init__(self, fn: Callable, args: tuple):
+    def __init__(self, fn: Callable, args: tuple, preserve_rng_state: bool = True):
         import weakref
 
         self.fn = fn
         self.saved_args = list(args)  # save_inputs: SavedVariables of inputs unpack with their autograd metadata
-        self.rng = _rng_state()  # preserve_rng_state: fwd_cpu_state = torch.get_rng_state(), kept by the frame
+        self.preserve_rng_state = preserve_rng_state
+        # preserve_rng_state: fwd_cpu_state = torch.get_rng_state(), kept by the frame
+        self.rng = _rng_state() if preserve_rng_state else None
         self.holders: list = []
         self.recomputed: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.counter = 0
         self.done = False
 
 
-def checkpoint(fn: Callable, *args) -> Tensor:
-    """``torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False)`` (torch 2.13
+def checkpoint(fn: Callable, *args, preserve_rng_state: bool = True) -> Tensor:
+    """``torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False, preserve_rng_state=...)`` (torch 2.13
     ``torch/utils/checkpoint.py``: ``_checkpoint_without_reentrant_generator``, ``_checkpoint_hook``,
     ``_recomputation_hook``; early stop on; no grad mode: a plain call).
 
@@ -584,7 +586,7 @@ def checkpoint(fn: Callable, *args) -> Tensor:
     run = current()
     if not run.grad:
         return fn(*args)
-    frame = _Frame(fn, args)
+    frame = _Frame(fn, args, preserve_rng_state)
     amp = run.autocast  # the recompute runs under the forward's autocast state (``recompute_fn``)
 
     def pack(t: Tensor) -> _Holder:
@@ -598,7 +600,8 @@ def checkpoint(fn: Callable, *args) -> Tensor:
             frame.counter = 0
             try:
                 with saved_tensors_hooks(repack, _identity), grad_mode(True), autocast_or_not(amp):
-                    forked = _rng_state()  # recompute_fn's fork_rng: the CPU state saved, restored at exit
+                    # recompute_fn's fork_rng (preserve_rng_state): the CPU state saved, restored at exit
+                    forked = _rng_state() if frame.preserve_rng_state else None
                     frame.fn(*inputs)
             except _StopRecomputation:
                 pass
