@@ -24,14 +24,19 @@ from collections.abc import Sequence
 
 from . import aten as A
 from .aten import promote
-from .tensors import Tensor, current, empty, record, view_of
+from .tensors import ITEMSIZE, Storage, Tensor, current, empty, numel, record, view_of
 
 
-def _into_zeros(shape: tuple, dtype: str, name: str) -> Tensor:
+def _into_zeros(shape: tuple, dtype: str, name: str, fp32_sum: bool = False) -> Tensor:
     """``new_zeros(shape)`` then an accumulating write into it: in place in a plain run, a new tensor when
-    traced (the zeros then die)."""
+    traced (the zeros then die).  ``fp32_sum``: the CPU's 16-bit ``scatter_add_`` accumulates in an fp32 copy of
+    its output, made and freed inside the kernel (a plain CPU run)."""
     zeros = empty(shape, dtype, "new_zeros")
-    if not current().traced:
+    run = current()
+    if fp32_sum and run.wraps and ITEMSIZE[dtype] == 2:
+        acc = Storage(numel(shape) * 4, "scatter_add_fp32")
+        del acc
+    if not run.traced:
         return zeros
     out = empty(shape, dtype, name)
     del zeros
@@ -47,11 +52,17 @@ def index(t: Tensor, ids: Tensor) -> Tensor:
 
 
 def gather(t: Tensor, dim: int, idx: Tensor) -> Tensor:
-    """``t.gather(dim, idx)``."""
+    """``t.gather(dim, idx)``; the CPU kernel of a 16-bit ``t`` keeps fp32 index scratch, 4 bytes per output
+    element, while it runs (a plain CPU run)."""
     out = empty(idx.shape, t.dtype, "gather")
-    record(
-        "GatherBackward0", (t,), (out,), lambda ctx, g, s, i: (_into_zeros(s.shape, s.dtype, "scatter_add"),), (t, idx)
-    )
+    if current().wraps and ITEMSIZE[t.dtype] == 2:
+        scratch = Storage(numel(idx.shape) * 4, "gather_scratch")
+        del scratch
+
+    def back(ctx, g, s, i):
+        return (_into_zeros(s.shape, s.dtype, "scatter_add", fp32_sum=True),)
+
+    record("GatherBackward0", (t,), (out,), back, (t, idx))
     return out
 
 

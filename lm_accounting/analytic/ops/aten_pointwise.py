@@ -11,14 +11,15 @@ torch 2.13 (``tools/autograd/derivatives.yaml``, ``torch/csrc/autograd/Functions
 * ``a / b`` (two tensors): saves ``b``, and ``a`` when b needs a gradient; backward b's first (the inputs'
   alphabetical order: ``other`` before ``self``), ``-grad * ((self / other) / other)`` (the right operand
   first, GCC's order; the temporaries die in reverse at the end of the expression), then a's ``grad / other``.
-* ``mean()`` of every element: nothing saved; backward ``grad.expand(sizes) / numel``: one tensor.
+* ``mean()`` of every element: nothing saved; backward ``grad.expand(sizes) / numel``: one tensor (a plain
+  CPU run also sees the wrapped count, ``aten.wrap_scalar``).
 No torch.
 """
 
 from __future__ import annotations
 
-from .aten import broadcast, mul, neg, promote
-from .tensors import Tensor, empty, record, wants
+from .aten import broadcast, cast_scalar, mul, neg, promote, wrap_scalar
+from .tensors import ITEMSIZE, Storage, Tensor, current, empty, numel, record, wants
 
 
 def new(shape: tuple, dtype: str, name: str, *operands: Tensor) -> Tensor:
@@ -102,8 +103,25 @@ def divide(a: Tensor, b: Tensor) -> Tensor:
 
 
 def mean_all(x: Tensor) -> Tensor:
-    """``x.mean()``: a 0-d tensor."""
+    """``x.mean()``: a 0-d tensor.  A plain CPU run: the kernel divides by a wrapped count (8 bytes, cast to the
+    accumulation dtype) and, for a 16-bit ``x``, sums an fp32 copy of it into an fp32 result first."""
     out = empty((), x.dtype, "mean")
+    if current().wraps:
+        k16 = ITEMSIZE[x.dtype] == 2
+        acc = Storage(4, "mean_fp32") if k16 else None
+        copy = Storage(numel(x.shape) * 4, "mean_fp32_input") if k16 else None
+        del copy
+        wrapped = wrap_scalar(x.dtype)
+        cast = cast_scalar(wrapped, "fp32" if k16 else x.dtype)
+        del cast, wrapped, acc
     shape = x.shape
-    record("MeanBackward0", (x,), (out,), lambda ctx, g: (empty(shape, g[0].dtype, "div"),))
+
+    def back(ctx, g):  # grad.expand(sizes) / numel: the count wrapped and cast, then the quotient
+        wrapped = wrap_scalar(g[0].dtype)
+        cast = cast_scalar(wrapped, g[0].dtype)
+        grad = empty(shape, g[0].dtype, "div")
+        del cast, wrapped
+        return (grad,)
+
+    record("MeanBackward0", (x,), (out,), back)
     return out

@@ -22,7 +22,14 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
 
 
 def predict_step(
-    cfg: ModelConfig, seq: int, setup: TrainingSetup, *, batch: int = 1, mode: str = "traced", device: str = "meta"
+    cfg: ModelConfig,
+    seq: int,
+    setup: TrainingSetup,
+    *,
+    batch: int = 1,
+    mode: str = "traced",
+    device: str = "meta",
+    cpu_threads: int = 1,
 ) -> StepInBatch:
     """One training step of our live model of ``cfg`` under ``setup`` (see ``ops.predict_step``).
 
@@ -35,5 +42,9 @@ def predict_step(
         raise ValueError(f"sequence length {seq} exceeds context_length={cfg.context_length}")
     b = Affine(1) if batch != 1 and lines_in_batch(cfg, seq) else batch
     return training_step(
-        lambda: TransformerLM(cfg, seq, setup, b), optimizer=setup.optimizer, device=device, traced=mode == "traced"
+        lambda: TransformerLM(cfg, seq, setup, b),
+        optimizer=setup.optimizer,
+        device=device,
+        traced=mode == "traced",
+        cpu_threads=cpu_threads,
     )

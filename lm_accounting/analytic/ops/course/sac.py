@@ -75,4 +75,4 @@ def block_checkpoint(fn: Callable[..., Tensor], x: Tensor, selective: bool) -> T
         finally:
             _STATE.pop()
 
-    return checkpoint(region, x)
+    return checkpoint(region, x, preserve_rng_state=False)  # no dropout: our model stashes no RNG state
