@@ -5,7 +5,10 @@ AdamW as ``lm-account memory --measure meta`` builds them; the optimizer state i
 before any timing (warm-up excluded for every tracker alike).  Then, interleaved, ``--runs``
 times each: the step untracked (the floor), under ``StorageTracker`` and under ``MemTracker``.
 Prints the machine, median wall and CPU seconds, the ratios, both trackers' peaks (they must
-agree) and the process's peak RSS.
+agree) and the process's peak RSS.  Each StorageTracker run starts with an empty meta memo
+(``measure.meta_memo``): every op's kernel runs at its first input, as in the first step of a
+process; ``measure_training_step`` also fills the memo during its warm-up (``bench_cli.py``
+times that whole command).
 
     python benchmarks/bench_tracker.py [--preset gpt2-xl] [--context 16384] [--runs 3]
                                        [--optimizer foreach|for-loop] [--mem-tracker-runs 1]

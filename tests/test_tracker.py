@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lm_accounting.measure.meta_memo import output_specs
+from lm_accounting.measure.meta_memo import MetaMemo, distinct_positions, output_specs
 from lm_accounting.measure.tracker import (
     ALLOCATOR_ROUNDING,
     CUBLAS_WORKSPACES,
@@ -163,6 +163,22 @@ def test_meta_kernels_run_once_per_distinct_input():
         r1, r2 = torch._foreach_sqrt([a, b]), torch._foreach_sqrt([a, b])
         assert [t.shape for t in r2] == [(3, 5), (3, 5)] and r1[0].untyped_storage() is not r2[0].untyped_storage()
         assert tr.memo.hits == hits + 3 and tr.current[meta] == 7 * 60 + 32
+
+
+def test_foreach_checks_run_on_one_position_per_distinct_metadata():
+    memo = MetaMemo()
+    a, b, c = (torch.empty(3, 5, device="meta") for _ in range(3))
+    w = torch.empty(4, device="meta")
+    cut = distinct_positions(([a, b, w, b], [c, c, w, c], 0.5))
+    assert [[id(t) for t in lst] for lst in cut[:2]] == [[id(a), id(w)], [id(c), id(w)]] and cut[2] == 0.5
+    assert distinct_positions(([a, b], [c])) is None  # unequal lengths: the kernel's own check runs
+    mul = torch.ops.aten._foreach_mul_.List
+    with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):  # a failing position fails
+        memo(mul, ([a, b, w], [c, c, torch.empty(2, 4, device="meta")]), {})
+    with pytest.raises(RuntimeError):
+        memo(mul, ([a, b], [c]), {})
+    assert memo(mul, ([a, b, w], [c, c, w]), {}) is None and memo(mul, ([a, b, w], [c, c, w]), {}) is None
+    assert (memo.misses, memo.hits) == (3, 1)
 
 
 def test_memo_rebuilds_only_fresh_dense_outputs():

@@ -20,7 +20,8 @@ AdamW the same foreach ops in every step, so ``MetaMemo`` runs each kernel once 
   it changes no data and no metadata: its kernel only checks that the inputs broadcast into
   ``self`` and that the result's dtype casts to ``self``'s, which depends on the metadata and on
   each scalar's type, not its value (AdamW's bias-corrected step sizes change every step).
-  Afterwards the check is not run again; the op returns what it returned, None or ``self``.
+  Afterwards the check is not run again; the op returns what it returned, None or ``self``.  A foreach
+  op's check runs on one position per distinct metadata of its lists (``distinct_positions``).
 
 A call is keyed only when every tensor in it is a plain strided, non-complex tensor on ``meta``;
 anything else (a tensor on the CPU, a subclass, an unhashable argument) runs the kernel.
@@ -101,6 +102,22 @@ def output_specs(out, args, kwargs) -> tuple | None:
     return tuple(specs)
 
 
+def distinct_positions(args: tuple) -> tuple | None:
+    """A foreach call's arguments with its lists cut to one position per distinct metadata (and scalar type)
+    of their entries, or None where the lists differ in length (the kernel's own check must see them).  An
+    in-place foreach kernel on meta checks each position on its own (the per-tensor op), so the cut call
+    passes or fails as the whole one does; AdamW's ~600 positions have a dozen distinct shapes."""
+    lists = [i for i, a in enumerate(args) if type(a) is list]
+    lengths = {len(args[i]) for i in lists}
+    if len(lengths) != 1:
+        return None
+    first: dict = {}
+    for j in range(lengths.pop()):
+        first.setdefault(tuple(metadata_key(args[i][j], False) for i in lists), j)
+    keep = sorted(first.values())
+    return tuple([a[j] for j in keep] if i in lists else a for i, a in enumerate(args))
+
+
 def _rebuild(specs: tuple, container: type):
     outs = [torch.empty_strided(shape, stride, dtype=dtype, device=META) for shape, stride, dtype in specs]
     return outs if container is list else tuple(outs) if container is tuple else outs[0]
@@ -133,14 +150,17 @@ class MetaMemo:
             if kind is CHECKED:
                 return None if known == "none" else args[0]
             return _rebuild(*known)
-        out = func(*args, **kwargs)
-        if known is False:
-            self.misses += 1
-            if kind is CHECKED:
-                self.known[key] = "none" if out is None else "self" if out is args[0] else None
-            else:
-                specs = output_specs(out, args, kwargs)
-                self.known[key] = None if specs is None else (specs, type(out))
+        if known is None:
+            return func(*args, **kwargs)
+        self.misses += 1
+        if kind is OUTPUTS:
+            out = func(*args, **kwargs)
+            specs = output_specs(out, args, kwargs)
+            self.known[key] = None if specs is None else (specs, type(out))
+            return out
+        foreach = func._schema.name.startswith("aten::_foreach_") and not any(type(v) is list for v in kwargs.values())
+        out = func(*((foreach and distinct_positions(args)) or args), **kwargs)
+        self.known[key] = "none" if out is None else "self" if out is args[0] else None
         return out
 
 
