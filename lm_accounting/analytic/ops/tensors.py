@@ -430,16 +430,14 @@ def _sum_to(grad: Tensor, shape: tuple) -> Tensor:
 def _accumulate(buffer: list, pos: int, var: Tensor, run: Run) -> None:
     """``InputBuffer::add`` / ``accumulate`` (torch/csrc/autograd/input_buffer.cpp): a traced run sums out of
     place (``old + var``: a new tensor, then the old one dies); a plain run adds in place into ``old`` when
-    it holds the last reference to a dense tensor and its storage, else into ``var`` when that one does."""
+    it holds the last reference to a dense tensor and its storage (``var.add_(old)`` is only for a sparse
+    ``old``: a dense ``old`` it cannot reuse, such as a view, is summed out of place)."""
     old = buffer[pos]
     if old is None:
         buffer[pos] = var
         return
     if not run.traced and _owns(old):
         return  # old.add_(var)
-    if not run.traced and _owns(var):
-        buffer[pos] = var  # var.add_(old)
-        return
     buffer[pos] = Tensor(old.shape, old.dtype, perm=old.perm, label="add")  # old + var
 
 
