@@ -291,11 +291,27 @@ def to(t: Tensor, dtype: str) -> Tensor:
 
 def _binary_out(a: Tensor, b, name: str, dtype: str | None = None) -> Tensor:
     shape = broadcast(a.shape, b.shape) if isinstance(b, Tensor) else a.shape
-    out = empty(shape, dtype or promote(a, b), name)
+    common = promote(a, b)
+    copies = mixed_copies(common, a, b)
+    out = empty(shape, dtype or common, name)
+    del copies
     perm = _like(shape, a, b)
     if perm is not None:
         out.perm = perm
     return out
+
+
+def mixed_copies(common: str, *operands) -> list[Storage]:
+    """A plain CPU run: TensorIterator copies each dimensioned operand of another floating dtype to the common
+    one before it makes the output (``compute_types``: ``op.tensor().to(common_dtype_)``; CUDA casts inside
+    the kernel), freed when the op returns: fp32 + bf16 under amp-bf16.  Inside the kernel: no tracker sees it."""
+    if not current().wraps:
+        return []
+    return [
+        Storage(t.numel * ITEMSIZE[common], "mixed_dtype_copy")
+        for t in operands
+        if isinstance(t, Tensor) and t.ndim and t.dtype != common and t.dtype in FLOAT_RANK and common in FLOAT_RANK
+    ]
 
 
 def wrap_scalar(dtype: str) -> Storage | None:
