@@ -15,7 +15,6 @@ from ..aten_index import repeat_interleave, topk
 from ..engine import Affine
 from ..tensors import Tensor, parameter
 from .layers import Linear, SwiGLU, bmm, silu, softmax
-from .sac import saved_op
 
 
 class MixtureOfExperts:
@@ -60,8 +59,7 @@ class MixtureOfExperts:
 
     def _finish(self, routed: Tensor, weights: Tensor, flat: Tensor, x: Tensor) -> Tensor:
         T, d, k = flat.shape[0], flat.shape[1], self.k
-        # (routed * weights.reshape(T * k, 1)).view(T, k, d).sum(1): the mul may be a recompute's last saved op
-        out = A.sum_(A.view(saved_op(A.mul, routed, A.reshape(weights, T * k, 1), cached=False), T, k, d), 1)
+        out = A.sum_(A.view(A.mul(routed, A.reshape(weights, T * k, 1)), T, k, d), 1)
         out = A.to(out, flat.dtype)
         if self.shared is not None:
             out = A.add(out, self.shared(flat))

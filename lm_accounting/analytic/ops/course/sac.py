@@ -7,8 +7,7 @@ torch 2.13, what the matmuls and the fused attention (``saved_op``) do inside a 
 1. Autograd packs an op's saved *inputs* before its kernel runs (the generated ``VariableType`` code sets the
    ``SavedVariable``s of inputs, then redispatches); in the backward's recompute the pack of the last saved
    tensor raises the early stop (``torch/utils/checkpoint.py``, ``_recomputation_hook``), so that op (w2's
-   ``mm``) never allocates its output.  Replayed by running the op with its outputs charged to no run
-   (``uncharged``) and charging them once it returned.
+   ``mm``) never allocates its output (``tensors.record_first``).
 2. Selective: in the forward ``_CachingTorchDispatchMode`` keeps a MUST_SAVE op's outputs (detached) in the
    checkpoint's storage; in the recompute ``_CachedTorchDispatchMode`` hands them back instead of running the
    kernel (the entry becomes ``_CONSUMED``).  An entry the early stop never reaches lives on with the frame.
@@ -21,29 +20,30 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import contextmanager
 
-from ..tensors import Run, Storage, Tensor, checkpoint, current
+from ..tensors import Run, Tensor, checkpoint, current
 
 _STATE: list[tuple[bool, dict | None] | None] = [None]
 """The innermost checkpointed region: (recomputing, the selective cache of op -> outputs, or None), or None."""
 
 
-def saved_op(op: Callable, *args, cached: bool = True):
-    """Run ``op`` (``mm``, ``bmm``, the fused attention: ``cached``, the selective policy's MUST_SAVE ops; or
-    any op whose saved tensors are its inputs, ``cached`` False) as the innermost checkpointed region has it."""
+def saved_op(op: Callable, *args):
+    """Run ``op`` (``mm``, ``bmm``, the fused attention: the selective policy's MUST_SAVE ops) as the innermost
+    checkpointed region has it."""
     state = _STATE[-1]
     if state is None or not state[0]:  # no region, or a forward
         out = op(*args)
-        if state is not None and state[1] is not None and cached:  # selective: the outputs kept in the cache
+        if state is not None and state[1] is not None:  # selective: the outputs kept in the cache
             state[1].setdefault(op, []).append([t.detach() for t in _outputs(out)])
         return out
-    cache = state[1] if cached else None
+    cache = state[1]
+    if cache is None:  # recomputed for real (the op packs its saved inputs first: ``tensors.record_first``)
+        return op(*args)
     if getattr(op, "takes_storages", False):  # it saves its outputs (never the last op): the cached ones
-        return op(*args) if cache is None else op(*args, storages=[t.storage for t in cache[op].pop(0)])
+        return op(*args, storages=[t.storage for t in cache[op].pop(0)])
     with uncharged():
-        out = op(*args)  # an early stop raises here, before any output is charged
-    done = cache[op].pop(0) if cache is not None else [None] * len(_outputs(out))
-    for t, c in zip(_outputs(out), done, strict=True):
-        t.storage = Storage(t.storage.nbytes, t.name) if c is None else c.storage
+        out = op(*args)  # an early stop raises here, before the cache entry is consumed
+    for t, c in zip(_outputs(out), cache[op].pop(0), strict=True):
+        t.storage = c.storage
     return out
 
 
@@ -54,7 +54,7 @@ def _outputs(out) -> tuple:
 @contextmanager
 def uncharged():
     """Allocations charged to no run, with the active run's autograd state (grad mode, saved-tensor hooks,
-    sequence numbers)."""
+    sequence numbers): a cached op's run, whose outputs then take the cached storages."""
     run = current()
     quiet = Run(run.traced)
     quiet.grad, quiet.hooks, quiet.seq = run.grad, run.hooks, run.seq
