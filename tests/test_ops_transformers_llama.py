@@ -3,7 +3,8 @@ transformers' own model measured by the storage tracker on meta, phase by phase,
 
 The measured side is the library's class, ``AutoModelForCausalLM.from_config`` (``measure.hf``), trained one
 step as the Trainer does; the predicted side never imports torch.  Tiny shapes (S = 8 and 12, d = 16) keep
-each measurement near 0.1 CPU-s; the exact lines in B are checked by B = 1 and 2 from one replay."""
+each measurement near 0.1 CPU-s; the exact lines in B are checked by B = 2 and 3 from one replay, B = 1 by
+its own.  Four layers: the two middle ones are replayed once for both (``tensors.repeated``)."""
 
 import dataclasses
 
@@ -24,7 +25,7 @@ FAMILY = {
 }
 
 
-def tiny(family: str, layers: int = 2, **kw):
+def tiny(family: str, layers: int = 4, **kw):
     preset, extra = FAMILY[family]
     fields = dict(vocab_size=96, d_model=16, num_heads=4, num_kv_heads=2, d_ff=24, num_layers=layers, context_length=64)
     fields.update(extra, **kw)
@@ -96,7 +97,7 @@ def test_the_tracker_on_cpu_tensors_equals_too():
     cfg, setup = tiny("llama"), TrainingSetup(attention="sdpa", precision="amp-bf16", checkpoint="full")
     meta = predict_step(cfg, 8, setup, impl="transformers", batch=2).at(2)
     cpu = predict_step(cfg, 8, setup, impl="transformers", batch=2, device="cpu").at(2)
-    tensors = 1 + 2 * 9 + 1 + 1  # embedding; per layer q, k, v, o, gate, up, down and two norms; norm; lm_head
+    tensors = 1 + cfg.num_layers * 9 + 1 + 1  # embedding; per layer q, k, v, o, gate, up, down, two norms; norm; head
     assert cpu.baseline - meta.baseline == 4 * tensors
     assert cpu == measure_hf_step(cfg, 8, 2, setup, device="cpu", method="tracker")
 

@@ -92,6 +92,8 @@ def training_step(
         adamw_step(params, v, optimizer)
         for p in params:
             p.grad = None
+        if run.virtual_grads:  # the gradients of repeated blocks' copies (``tensors.repeated``)
+            run.charge(-run.virtual_grads, "zero_grad of repeated blocks")
         step = run.phase()
         del program, params, m, v, steps
     return StepInBatch(baseline, forward, back, step)

@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Self
 
-from .engine import Affine, PhaseInBatch, Replay
+from .engine import Affine, PhaseInBatch, Replay, apply_segment
 
 ITEMSIZE = {"fp32": 4, "bf16": 2, "fp16": 2, "int64": 8, "int32": 4, "bool": 1, "uint8": 1}
 """Bytes per element of each dtype a program uses (torch's ``element_size()``)."""
@@ -76,8 +76,11 @@ class Run:
         self.hooks: list[tuple[Callable, Callable]] = []  # torch.autograd.graph.saved_tensors_hooks stack
         self.autocast: str | None = None  # the autocast dtype when autocast is on (``autocast``)
         self.autocast_cache: dict[int, tuple[Tensor, Tensor]] = {}  # id(leaf) -> (leaf, its cast)
+        self.autocast_virtual: Dim = 0  # cached copies of repeated blocks' weights beyond the replayed one
         self.log, self.log_batch = log, log_batch
         self.seq = itertools.count()
+        self.segment: Segment | None = None  # the ``repeated`` block being recorded (forward)
+        self.virtual_grads: Dim = 0  # the grads of a repeated block's copies beyond the one replayed
 
     def __enter__(self) -> Self:
         _RUNS.append(self)
@@ -102,6 +105,60 @@ class Run:
         if self.log is not None:
             self.log.append(("PHASE", 0))
         return PhaseInBatch(r.peak(), r.live, r.copy_peak())
+
+
+class Segment:
+    """A block that stands for ``times`` alike blocks (``repeated``): its forward is replayed once and applied
+    ``times`` times (``engine.apply_segment``: the candidates of the first and the last copy), and so is its
+    backward (the nodes it recorded run contiguously: their sequence numbers lie between the blocks')."""
+
+    __slots__ = ("grads", "times")
+
+    def __init__(self, times: int):
+        self.times, self.grads = times, 0
+
+
+class _Open:
+    """A segment being replayed into a probe: the replay it continues, the probe, the segment."""
+
+    __slots__ = ("main", "probe", "segment")
+
+    def __init__(self, run: Run, segment: Segment):
+        self.main, self.segment = run.replay, segment
+        self.probe = run.replay = run.replay.fresh()
+
+    def close(self, run: Run) -> None:
+        run.replay = self.main
+        apply_segment(self.main, self.probe, self.segment.times)
+        run.virtual_grads = self.segment.grads * (self.segment.times - 1) + run.virtual_grads
+
+
+@contextmanager
+def repeated(times: int):
+    """``with repeated(n): block(x)``: the block stands for n alike blocks in a row (identical shapes, the
+    output of one the input of the next), replayed once: exact (the peak of n runs of one segment is at the
+    first or the last, ``engine.repeat``) and O(1) in n.  Its backward is applied n times as well; the
+    gradients of the n − 1 copies not replayed are ``Run.virtual_grads`` (``training_step`` frees them with
+    ``zero_grad``).  The program still lists all n blocks' parameters (their bytes, AdamW's state)."""
+    run = current()
+    if times <= 1 or run.segment is not None:
+        yield
+        return
+    segment = Segment(times)
+    opened = _Open(run, segment)
+    run.segment = segment
+    cached = set(run.autocast_cache)
+    try:
+        yield
+    finally:
+        run.segment = None
+        opened.close(run)
+        # autocast's weight copies that only the region's cache holds (a checkpointed block packs its saves)
+        # die together when the region exits: all n blocks' copies, not one (``autocast``)
+        for key in set(run.autocast_cache) - cached:
+            cast = run.autocast_cache[key][1]
+            if sys.getrefcount(cast) <= 3 and sys.getrefcount(cast.storage) <= 2:
+                run.autocast_virtual = cast.nbytes * (times - 1) + run.autocast_virtual
 
 
 class Storage:
@@ -247,12 +304,15 @@ def autocast(dtype: str = "bf16"):
     (``cached_cast``: the lower-precision copy of an fp32 leaf that requires grad) lives until the region
     exits, then its copies die unless something else holds them."""
     run = current()
-    old = run.autocast, run.autocast_cache
-    run.autocast, run.autocast_cache = dtype, {}
+    old = run.autocast, run.autocast_cache, run.autocast_virtual
+    run.autocast, run.autocast_cache, run.autocast_virtual = dtype, {}, 0
     try:
         yield
     finally:
-        run.autocast, run.autocast_cache = old
+        virtual = run.autocast_virtual
+        run.autocast, run.autocast_cache, run.autocast_virtual = old
+        if virtual:
+            run.charge(-virtual, "autocast cache of repeated blocks")
 
 
 @contextmanager
@@ -313,11 +373,12 @@ class Node:
     ``next``: per input, ``(node, input_nr)`` or None; ``shapes``: the inputs' shapes (``validate_outputs``
     reduces an output gradient to it with sum_to); ``n_in``: how many gradients it receives."""
 
-    __slots__ = ("ctx", "dtypes", "fn", "n_in", "name", "next", "saved", "seq", "shapes")
+    __slots__ = ("ctx", "dtypes", "fn", "n_in", "name", "next", "saved", "segment", "seq", "shapes")
 
     def __init__(self, name, seq, next_, shapes, dtypes, saved, fn, ctx, n_in):
         self.name, self.seq, self.next, self.shapes, self.dtypes = name, seq, next_, shapes, dtypes
         self.saved, self.fn, self.ctx, self.n_in = saved, fn, ctx, n_in
+        self.segment = current().segment  # the repeated block that recorded it
 
     def release(self) -> None:
         self.saved = ()
@@ -470,9 +531,14 @@ def backward(loss: Tensor) -> None:
     buffers[root][loss.out_nr] = seed
     ready: list = [(-root.seq, 0, root)]
     tie = itertools.count(1)
+    opened: _Open | None = None
     with grad_mode(False):
         while ready:
             node = heapq.heappop(ready)[2]
+            if (opened.segment if opened else None) is not node.segment:  # a repeated block starts or ends
+                if opened is not None:
+                    opened.close(run)
+                opened = _Open(run, node.segment) if node.segment is not None else None
             inputs = buffers.pop(node)
             if isinstance(node, AccumulateGrad):
                 _accumulate_grad(node, inputs, buffers)
@@ -496,6 +562,8 @@ def backward(loss: Tensor) -> None:
                         buffers[nxt] = [None] * nxt.n_in
                     heapq.heappush(ready, (-nxt.seq, next(tie), nxt))
             del outputs
+        if opened is not None:
+            opened.close(run)
     del seed
 
 
@@ -529,6 +597,8 @@ def _accumulate_grad(node: AccumulateGrad, inputs: list, buffers: dict) -> None:
             var.grad = new.detach()
         else:
             var.grad = Tensor(var.shape, var.dtype, label="clone")
+        if node.segment is not None:
+            node.segment.grads = var.grad.nbytes + node.segment.grads
     else:
         var.grad = Tensor(var.shape, var.dtype, label="add")  # grad + new (out of place)
 

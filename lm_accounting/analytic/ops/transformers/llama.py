@@ -24,7 +24,18 @@ from ....config import ModelConfig
 from ....setup import TrainingSetup
 from .. import aten as A
 from ..engine import Affine
-from ..tensors import Dim, Tensor, autocast_or_not, checkpoint, current, empty, no_grad, parameter, record
+from ..tensors import (
+    Dim,
+    Tensor,
+    autocast_or_not,
+    checkpoint,
+    current,
+    empty,
+    no_grad,
+    parameter,
+    record,
+    repeated,
+)
 
 DTYPES = {"fp32": "fp32", "bf16": "bf16", "amp-bf16": "fp32"}
 B = Affine(1)  # the micro-batch, a symbol
@@ -353,10 +364,16 @@ class LlamaForCausalLM:
         hidden_states = inputs_embeds
         del inputs_embeds
         position_embeddings = rotary_embedding(hidden_states, position_ids, self.inv_freq)  # :404
-        for layer in self.layers:  # :406-414
-            hidden_states = layer(
-                hidden_states, attention_mask=causal, position_embeddings=position_embeddings, position_ids=position_ids
-            )
+        kwargs = dict(attention_mask=causal, position_embeddings=position_embeddings, position_ids=position_ids)
+        layers = self.layers  # :406-414; the middle layers are alike: one replayed for all (``repeated``)
+        middle = layers[1:-1] if len(layers) > 2 else []
+        for layer in layers[:1]:
+            hidden_states = layer(hidden_states, **kwargs)
+        with repeated(len(middle)):
+            for layer in middle[:1]:
+                hidden_states = layer(hidden_states, **kwargs)
+        for layer in layers[1:][-1:]:
+            hidden_states = layer(hidden_states, **kwargs)
         return self.norm(hidden_states)  # :416
 
     def forward(self) -> tuple[Tensor, Tensor]:
