@@ -21,10 +21,20 @@ Autograd follows torch 2.13 (``torch/csrc/autograd/engine.cpp``, ``input_buffer.
   in a plain run when the old buffer is the only reference to its storage; the outputs list dies last;
 * ``AccumulateGrad`` steals a gradient nothing else holds and whose layout is the parameter's, else
   clones it;
-* ``checkpoint(fn, *args, **kwargs)``: torch's non-reentrant checkpoint (saved tensors become holders; the
-  first unpack reruns ``fn`` with early stop; ``checkpoint.py``, ``_checkpoint_hook``).
+* ``checkpoint(fn, *args)``: torch's non-reentrant checkpoint (saved tensors become holders; the first
+  unpack reruns ``fn`` with early stop, under the forward's autocast state; ``checkpoint.py``,
+  ``_checkpoint_hook``); an op that saves inputs packs them before its outputs exist (``record_first``);
+* ``autocast(dtype)``: a region with its weight cache (the op policies are ``aten.lower``/``upcast``).
 
-Runs are ``traced`` (what the storage tracker sees: any dispatch mode, every meta run) or plain.  No torch.
+Runs are ``traced`` (what the storage tracker sees: any dispatch mode, every meta run) or plain (no dispatch
+mode; with ``wraps``, a CPU run as the CPU allocator sees it: wrapped Python numbers, kernel scratch, the
+CPU RNG state a checkpoint saves).  ``repeated(n)`` replays one of n alike blocks for all of them (O(1) in
+the layer count).  No torch.
+
+API for programs: ``Run`` (a context manager), ``empty``/``parameter`` (allocations), ``Tensor`` (``shape``,
+``dtype``, ``storage``, ``perm``/``zero`` layout, ``alias``/``detach``), ``record``/``record_first``/``view_of``/
+``wants`` (autograd nodes for new ops), ``backward``, ``no_grad``/``grad_mode``, ``autocast``,
+``saved_tensors_hooks``, ``checkpoint``, ``repeated``, ``current``.
 """
 
 from __future__ import annotations
