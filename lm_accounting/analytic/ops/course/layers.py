@@ -18,7 +18,7 @@ from ..aten_flash import flash_attention_for_cpu
 from ..aten_index import gather, index, stack, strided_slice
 from ..aten_pointwise import amax, divide, exp, log, mean_all, sigmoid, where
 from ..tensors import Tensor, empty, parameter
-from .sac import saved_op
+from .sac import mode_wrapped_number, saved_op
 
 _AUTOCAST: list[bool] = [False]
 
@@ -50,6 +50,15 @@ def bmm(a: Tensor, b: Tensor) -> Tensor:
     """``torch.bmm`` (on autocast's lower-precision list)."""
     a, b = _cast("bf16", a, b)
     return saved_op(A.bmm, a, b)
+
+
+def with_number(op, x: Tensor, number: float) -> Tensor:
+    """``x + eps``, ``x * scale``: an op with a Python number (inside selective checkpointing, wrapped once more
+    for torch's dispatch mode on a plain CPU run: ``sac.mode_wrapped_number``)."""
+    extra = mode_wrapped_number()
+    out = op(x, number)
+    del extra
+    return out
 
 
 def fp32_op(op, x: Tensor) -> Tensor:
@@ -107,7 +116,7 @@ class RMSNorm:
         in_dtype = x.dtype
         x32 = A.to(x, "fp32")
         # y = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        y = A.mul(x32, fp32_op(A.rsqrt, A.add(A.mean(fp32_op(_square, x32), -1, keepdim=True), self.eps)))
+        y = A.mul(x32, fp32_op(A.rsqrt, with_number(A.add, A.mean(fp32_op(_square, x32), -1, keepdim=True), self.eps)))
         return A.to(A.mul(y, A.to(self.weight, "fp32")), in_dtype)
 
 
@@ -126,7 +135,9 @@ class LayerNorm:
         in_dtype = x.dtype
         x32 = A.to(x, "fp32")
         centred = A.sub(x32, A.mean(x32, -1, keepdim=True))
-        y = A.mul(centred, fp32_op(A.rsqrt, A.add(A.mean(fp32_op(_square, centred), -1, keepdim=True), self.eps)))
+        y = A.mul(
+            centred, fp32_op(A.rsqrt, with_number(A.add, A.mean(fp32_op(_square, centred), -1, keepdim=True), self.eps))
+        )
         return A.to(A.add(A.mul(y, A.to(self.weight, "fp32")), A.to(self.bias, "fp32")), in_dtype)
 
 
@@ -208,7 +219,7 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, mask
     *lead, h, s_q, d_k = query.shape
     kv, s_k = key.shape[-3], key.shape[-2]
     q = A.reshape(query, *lead, kv, (h // kv) * s_q, d_k)
-    scores = A.mul(matmul(q, A.transpose(key, -2, -1)), 1.0 / math.sqrt(d_k))
+    scores = with_number(A.mul, matmul(q, A.transpose(key, -2, -1)), 1.0 / math.sqrt(d_k))
     scores = A.reshape(scores, *scores.shape[:-3], h, s_q, s_k)
     if mask is not None:
         scores = where(mask, scores, float("-inf"))

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import contextmanager
 
-from ..tensors import Run, Tensor, checkpoint, current
+from ..tensors import Run, Storage, Tensor, checkpoint, current
 
 _STATE: list[tuple[bool, dict | None] | None] = [None]
 """The innermost checkpointed region: (recomputing, the selective cache of op -> outputs, or None), or None."""
@@ -76,3 +76,11 @@ def block_checkpoint(fn: Callable[..., Tensor], x: Tensor, selective: bool) -> T
             _STATE.pop()
 
     return checkpoint(region, x, preserve_rng_state=False)  # no dropout: our model stashes no RNG state
+
+
+def mode_wrapped_number() -> Storage | None:
+    """Inside a selective region (forward or recompute: torch's caching dispatch modes are on), a plain CPU run
+    wraps an op's Python-number operand once more for the mode (8 bytes, ``PythonDispatchMode``, freed when the
+    op returns), besides the op's own wrapper; hold the result across the op."""
+    state = _STATE[-1]
+    return Storage(8, "mode_wrapped_number") if state is not None and state[1] is not None and current().wraps else None
