@@ -661,14 +661,6 @@ def embedding(weight: Tensor, ids: Tensor) -> Tensor:
     return record_first("EmbeddingBackward0", (weight,), make, back, (ids,))[0]
 
 
-# -- attention -----------------------------------------------------------------------------------------
-
-
-def sdpa_math(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
-    """Placeholder: written with the llama program (``scaled_dot_product_attention``'s math path)."""
-    raise NotImplementedError
-
-
 # -- CPU kernel scratch (a plain CPU run only) ---------------------------------------------------------
 
 
