@@ -29,7 +29,8 @@ def tiny(family: str, layers: int = 4, **kw):
     preset, extra = FAMILY[family]
     fields = dict(vocab_size=96, d_model=16, num_heads=4, num_kv_heads=2, d_ff=24, num_layers=layers, context_length=64)
     fields.update(extra, **kw)
-    return dataclasses.replace(load_config(preset), head_dim=None, **fields)
+    fields.setdefault("head_dim", None)
+    return dataclasses.replace(load_config(preset), **fields)
 
 
 def check(cfg, seq, setup):
@@ -144,3 +145,11 @@ def test_plain_cpu_grid(family, batch, seq, setup):
         cpu_threads=torch.get_num_threads(),
     )
     assert plain.at(batch) == measure_hf_step(cfg, seq, batch, setup, device="cpu", method="allocator")
+
+
+@pytest.mark.parametrize("attention", ["naive", "sdpa"])
+def test_wide_bf16_model_keeps_the_lookup_until_the_model_returns(attention):
+    """``LlamaModel.forward`` keeps ``inputs_embeds`` (a 16-bit lookup the first norm copies to fp32, so no
+    node saves it) until it returns: at d = 1024 that tensor is at the forward peak."""
+    cfg = tiny("qwen3", layers=1, d_model=1024, vocab_size=512, head_dim=128)
+    check(cfg, 64, TrainingSetup(attention=attention, precision="bf16"))

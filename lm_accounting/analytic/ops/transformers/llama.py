@@ -361,8 +361,7 @@ class LlamaForCausalLM:
             causal = eager_mask(self.batch, self.seq, self.dtype, window)
         else:
             causal = sdpa_mask(self.batch, self.seq, window, allow_is_causal_skip=True)
-        hidden_states = inputs_embeds
-        del inputs_embeds
+        hidden_states = inputs_embeds  # :403; ``inputs_embeds`` keeps the lookup until the forward returns
         position_embeddings = rotary_embedding(hidden_states, position_ids, self.inv_freq)  # :404
         kwargs = dict(attention_mask=causal, position_embeddings=position_embeddings, position_ids=position_ids)
         layers = self.layers  # :406-414; the middle layers are alike: one replayed for all (``repeated``)
