@@ -5,6 +5,8 @@
   phase by phase, byte for byte, equal to the storage tracker's measurement of the live model on meta (the
   traced run), at B = 1 and 2 and two sequence lengths, over precision × attention × checkpointing; and so is the
   mixture of experts (Mixtral-like, and DeepSeek-V3-like with latent attention, shared experts and a dense layer).
+* The plain run on CPU (no dispatch mode: in-place gradient sums, wrapped Python numbers, kernel scratch, the
+  mixed-dtype copies of amp-bf16) equals the CPU allocator's own events (``measure_step(method="allocator")``).
 * For the Llama-like block the program equals the legacy replay (``analytic.replay.predict_training_step``),
   traced and plain, on meta and cpu: the first proof that the op library can replace the single-rank path.
 * ``unsupported`` says no only for what the live model refuses (the fused kernel with windows or latent attention).
@@ -139,6 +141,36 @@ def test_grid_equals_the_live_model(arch, checkpoint):
     """Every precision and attention the live model runs, two sequence lengths, B = 1 and 2."""
     for setup in setups(arch, (checkpoint,)):
         check(arch, setup)
+
+
+def check_plain_cpu(arch: str, setup: TrainingSetup, seq: int = 8):
+    import torch
+
+    cfg, threads = config(arch), torch.get_num_threads()
+    for batch in (1, 2):
+        what = f"{arch} {setup.label} S={seq} B={batch} plain cpu"
+        predicted = predict_step(
+            cfg, seq, setup, impl="course", batch=batch, mode="plain", device="cpu", cpu_threads=threads
+        ).at(batch)
+        assert_same(measure_step(cfg, seq, batch, setup=setup, device="cpu", method="allocator"), predicted, what)
+
+
+@pytest.mark.slow
+def test_the_plain_cpu_run_equals_the_allocator():
+    """GPT-2 (tied: the LM head's transposed gradient summed out of place; biases: fp32 + bf16 sums under amp)
+    under three setups; every architecture in the grid."""
+    for setup in sample("gpt2"):
+        check_plain_cpu("gpt2", setup)
+
+
+@pytest.mark.grid
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "amp-bf16"])
+@pytest.mark.parametrize("checkpoint", ["none", "full", "selective"])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_grid_plain_cpu_run_equals_the_allocator(arch, checkpoint, precision):
+    for setup in setups(arch, (checkpoint,)):
+        if setup.precision == precision:
+            check_plain_cpu(arch, setup)
 
 
 def legacy_cases(arch: str, seq: int, batches, modes):
