@@ -173,15 +173,14 @@ def test_grid_plain_cpu_run_equals_the_allocator(arch, checkpoint, precision):
             check_plain_cpu(arch, setup)
 
 
-def legacy_cases(arch: str, seq: int, batches, modes):
+def legacy_cases(arch: str, seq: int, batches, runs):
     cfg = config(arch)
     for setup in setups(arch):
-        for mode in modes:
+        for mode, device in runs:
             for batch in batches:
-                got = predict_step(cfg, seq, setup, impl="course", batch=batch, mode=mode) if mode == "traced" else None
-                got = got or course.predict_step(cfg, seq, setup, batch=batch, mode=mode)
-                want = predict_training_step(cfg, seq, batch, setup=setup, mode=mode, device="meta")
-                assert got.at(batch) == want, f"{arch} {setup.label} S={seq} {mode} B={batch}"
+                got = course.predict_step(cfg, seq, setup, batch=batch, mode=mode, device=device, cpu_threads=2)
+                want = predict_training_step(cfg, seq, batch, setup=setup, mode=mode, device=device, cpu_threads=2)
+                assert got.at(batch) == want, f"{arch} {setup.label} S={seq} {mode} {device} B={batch}"
 
 
 @pytest.mark.slow
@@ -190,14 +189,15 @@ def test_llama_block_equals_the_legacy_replay(arch):
     """The course program gives the legacy replay's step for every setup, traced (the tracker's run) and plain
     (in-place gradient sums), at B = 1 and 3 (the legacy replay is checked against the tracker and the CPU
     allocator by tests/test_memory_exact.py and tests/test_plain_run.py)."""
-    legacy_cases(arch, 9, (1, 3), ("traced", "plain"))
+    legacy_cases(arch, 9, (1, 3), (("traced", "meta"), ("plain", "meta")))
 
 
 @pytest.mark.grid
 @pytest.mark.parametrize("seq", [8, 12])
 @pytest.mark.parametrize("arch", LEGACY)
 def test_grid_llama_block_equals_the_legacy_replay(arch, seq):
-    legacy_cases(arch, seq, (1, 2, 3), ("traced", "plain"))
+    """Also the plain CPU run (wrapped numbers, two threads' flash scratch)."""
+    legacy_cases(arch, seq, (1, 2, 3), (("traced", "meta"), ("plain", "meta"), ("plain", "cpu")))
 
 
 def test_the_legacy_replay_misses_a_view_at_batch_one():
