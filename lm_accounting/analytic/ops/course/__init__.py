@@ -36,8 +36,9 @@ def predict_step(
     ``batch`` 1 replays the step at B = 1 exactly (a size-1 batch dim lets torch view what it copies at B >= 2:
     matmul's reshape of the transposed values for AV); any other ``batch`` gives the lines in B, exact for every
     B >= 2.  A mixture of experts whose routed split depends on B (``moe.lines_in_batch``) is replayed at ``batch``
-    itself, exact there.  ``mode`` "plain" (in-place gradient sums) equals the legacy replay's plain run on meta;
-    the CPU's and CUDA's kernel extras of a plain run (wrapped scalars, reduction scratch) are not modelled here."""
+    itself, exact there.  ``mode`` "plain" with ``device`` "cpu" is what the CPU allocator sees (wrapped Python
+    numbers, kernel scratch per ``cpu_threads``, amp's mixed-dtype copies); CUDA's kernel scratch (reductions,
+    the embedding's sort, the fused kernels) is not modelled here."""
     if seq > cfg.context_length:  # the live model's refusal (``TransformerLM.forward``)
         raise ValueError(f"sequence length {seq} exceeds context_length={cfg.context_length}")
     b = Affine(1) if batch != 1 and lines_in_batch(cfg, seq) else batch
