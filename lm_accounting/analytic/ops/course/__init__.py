@@ -3,9 +3,12 @@ the live model builds (``model``), with its layers (``layers``) and its checkpoi
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ....config import ModelConfig
+from ....phases import PhaseBytes
 from ....setup import TrainingSetup
-from ..engine import Affine, StepInBatch
+from ..engine import Affine, PhaseInBatch, StepInBatch
 from ..step import training_step
 from .model import TransformerLM
 from .moe import lines_in_batch
@@ -33,19 +36,41 @@ def predict_step(
 ) -> StepInBatch:
     """One training step of our live model of ``cfg`` under ``setup`` (see ``ops.predict_step``).
 
-    ``batch`` 1 replays the step at B = 1 exactly (a size-1 batch dim lets torch view what it copies at B >= 2:
-    matmul's reshape of the transposed values for AV); any other ``batch`` gives the lines in B, exact for every
-    B >= 2.  A mixture of experts whose routed split depends on B (``moe.lines_in_batch``) is replayed at ``batch``
+    The result's lines in B are exact for every B >= 2; with ``batch`` 1 its ``at(1)`` is the step replayed at
+    B = 1 (a size-1 batch dim lets torch view what it copies at B >= 2: matmul's reshape of the transposed values
+    for AV), so the lines stay usable for capacities.  A mixture of experts whose routed split depends on B (``moe.lines_in_batch``) is replayed at ``batch``
     itself, exact there.  ``mode`` "plain" with ``device`` "cpu" is what the CPU allocator sees (wrapped Python
     numbers, kernel scratch per ``cpu_threads``, amp's mixed-dtype copies); CUDA's kernel scratch (reductions,
     the embedding's sort, the fused kernels) is not modelled here."""
     if seq > cfg.context_length:  # the live model's refusal (``TransformerLM.forward``)
         raise ValueError(f"sequence length {seq} exceeds context_length={cfg.context_length}")
-    b = Affine(1) if batch != 1 and lines_in_batch(cfg, seq) else batch
-    return training_step(
-        lambda: TransformerLM(cfg, seq, setup, b),
-        optimizer=setup.optimizer,
-        device=device,
-        traced=mode == "traced",
-        cpu_threads=cpu_threads,
-    )
+
+    def run(b: Affine | int) -> StepInBatch:
+        return training_step(
+            lambda: TransformerLM(cfg, seq, setup, b),
+            optimizer=setup.optimizer,
+            device=device,
+            traced=mode == "traced",
+            cpu_threads=cpu_threads,
+        )
+
+    if not lines_in_batch(cfg, seq):
+        return run(batch)
+    lines = run(Affine(1))
+    return lines if batch != 1 else at_one(lines, run(1))
+
+
+@dataclass(frozen=True)
+class PhaseAtOne(PhaseInBatch):
+    """A phase's lines in B (exact for every B >= 2) with its exact bytes at B = 1."""
+
+    one: PhaseBytes | None = None
+
+    def at(self, batch: int) -> PhaseBytes:
+        return self.one if batch == 1 and self.one is not None else super().at(batch)
+
+
+def at_one(lines: StepInBatch, one: StepInBatch) -> StepInBatch:
+    """``lines`` (replayed with B a symbol) whose ``at(1)`` is ``one``'s (replayed with B = 1)."""
+    phases = {name: PhaseAtOne(p.peak, p.end, p.copies, one.phases()[name].at(1)) for name, p in lines.phases().items()}
+    return StepInBatch(lines.baseline, **phases)
