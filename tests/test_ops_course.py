@@ -14,12 +14,14 @@
 The measured side is the live model (``lm_accounting.model``) run by torch; the predicted side imports no torch.
 """
 
+import dataclasses
 import subprocess
 import sys
 
 import pytest
 
 from lm_accounting.analytic.ops import course, predict_step, unsupported
+from lm_accounting.analytic.ops.course.model import alike_runs
 from lm_accounting.analytic.replay import predict_training_step
 from lm_accounting.config import ModelConfig
 from lm_accounting.measure.memory import measure_step
@@ -141,6 +143,20 @@ def test_grid_equals_the_live_model(arch, checkpoint):
     """Every precision and attention the live model runs, two sequence lengths, B = 1 and 2."""
     for setup in setups(arch, (checkpoint,)):
         check(arch, setup)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["gpt2", "phi3", "deepseek_v3"])
+def test_alike_layers_are_replayed_once(arch):
+    """Six layers, the middle ones replayed once for all (``tensors.repeated``): still equal to the live model;
+    the work is three runs of layers (one for DeepSeek-V3-like's dense first layer, its MoE ones, the last)
+    however deep the model."""
+    cfg = dataclasses.replace(config(arch), num_layers=6)
+    assert len(alike_runs(dataclasses.replace(cfg, num_layers=60))) == 3
+    for setup in (TrainingSetup(), TrainingSetup(checkpoint="full", precision="amp-bf16")):
+        for batch in (1, 2):
+            predicted = predict_step(cfg, 8, setup, impl="course", batch=batch).at(batch)
+            assert_same(measure_step(cfg, 8, batch, setup=setup), predicted, f"{arch} {setup.label} B={batch}")
 
 
 def check_plain_cpu(arch: str, setup: TrainingSetup, seq: int = 8):
