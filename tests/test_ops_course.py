@@ -209,11 +209,12 @@ def test_llama_block_equals_the_legacy_replay(arch):
 
 
 @pytest.mark.grid
+@pytest.mark.parametrize("run", [("traced", "meta"), ("plain", "meta"), ("plain", "cpu")], ids="-".join)
 @pytest.mark.parametrize("seq", [8, 12])
 @pytest.mark.parametrize("arch", LEGACY)
-def test_grid_llama_block_equals_the_legacy_replay(arch, seq):
+def test_grid_llama_block_equals_the_legacy_replay(arch, seq, run):
     """Also the plain CPU run (wrapped numbers, two threads' flash scratch)."""
-    legacy_cases(arch, seq, (1, 2, 3), (("traced", "meta"), ("plain", "meta"), ("plain", "cpu")))
+    legacy_cases(arch, seq, (1, 2, 3), (run,))
 
 
 def test_the_legacy_replay_misses_a_view_at_batch_one():
