@@ -40,8 +40,9 @@ def predict_step(
     B = 1 (a size-1 batch dim lets torch view what it copies at B >= 2: matmul's reshape of the transposed values
     for AV), so the lines stay usable for capacities.  A mixture of experts whose routed split depends on B (``moe.lines_in_batch``) is replayed at ``batch``
     itself, exact there.  ``mode`` "plain" with ``device`` "cpu" is what the CPU allocator sees (wrapped Python
-    numbers, kernel scratch per ``cpu_threads``, amp's mixed-dtype copies); CUDA's kernel scratch (reductions,
-    the embedding's sort, the fused kernels) is not modelled here."""
+    numbers, kernel scratch per ``cpu_threads``, amp's mixed-dtype copies).  Not modelled for ``device`` "cuda":
+    CUDA's kernel scratch (a norm weight's row sum, the embedding's sort) and its fused kernels (flash and
+    memory-efficient: their logsumexp padding and layouts differ from the CPU kernel replayed here)."""
     if seq > cfg.context_length:  # the live model's refusal (``TransformerLM.forward``)
         raise ValueError(f"sequence length {seq} exceeds context_length={cfg.context_length}")
 
