@@ -153,3 +153,11 @@ def test_wide_bf16_model_keeps_the_lookup_until_the_model_returns(attention):
     node saves it) until it returns: at d = 1024 that tensor is at the forward peak."""
     cfg = tiny("qwen3", layers=1, d_model=1024, vocab_size=512, head_dim=128)
     check(cfg, 64, TrainingSetup(attention=attention, precision="bf16"))
+
+
+def test_checkpointed_eager_layer_keeps_the_probabilities_until_it_returns():
+    """``hidden_states, _ = self.self_attn(...)``: ``_`` holds eager attention's probabilities (B·h·S² elements)
+    until the decoder layer returns; nothing else does when the layer is checkpointed, and at S = 64 with
+    llama-3-8b's widths they are at the forward peak."""
+    cfg = dataclasses.replace(load_config("llama-3-8b"), num_layers=3, vocab_size=512)
+    check(cfg, 64, TrainingSetup(attention="naive", checkpoint="full"))

@@ -104,8 +104,8 @@ def repeat_kv(hidden_states: Tensor, n_rep: int) -> Tensor:
     return A.reshape(hidden_states, batch, kv * n_rep, slen, head_dim)
 
 
-def eager_attention_forward(module: Attention, query, key, value, attention_mask) -> Tensor:
-    """modeling_llama.py:177-199 (dropout 0: ``F.dropout`` returns its input)."""
+def eager_attention_forward(module: Attention, query, key, value, attention_mask) -> tuple[Tensor, Tensor]:
+    """modeling_llama.py:177-199 (dropout 0: ``F.dropout`` returns its input): (output, the probabilities)."""
     key_states = repeat_kv(key, module.groups)
     value_states = repeat_kv(value, module.groups)
     attn_weights = A.mul(A.matmul(query, A.transpose(key_states, 2, 3)), module.scaling)
@@ -113,10 +113,10 @@ def eager_attention_forward(module: Attention, query, key, value, attention_mask
         attn_weights = A.add(attn_weights, attention_mask)
     attn_weights = A.to(A.softmax(attn_weights, -1, "fp32"), query.dtype)
     attn_output = A.matmul(attn_weights, value_states)
-    return A.contiguous(A.transpose(attn_output, 1, 2))
+    return A.contiguous(A.transpose(attn_output, 1, 2)), attn_weights
 
 
-def sdpa_attention_forward(module: Attention, query, key, value, attention_mask) -> Tensor:
+def sdpa_attention_forward(module: Attention, query, key, value, attention_mask) -> tuple[Tensor, None]:
     """``integrations/sdpa_attention.py`` ``sdpa_attention_forward`` with the CPU's flash kernel."""
     if attention_mask is not None:  # no enable_gqa with a mask: K and V repeated (use_gqa_in_sdpa)
         key = repeat_kv(key, module.groups)
@@ -124,7 +124,7 @@ def sdpa_attention_forward(module: Attention, query, key, value, attention_mask)
     query, key, value = A.lower(query, key, value)  # autocast: scaled_dot_product_attention is lower precision
     attn_output = flash_attention_cpu(query, key, value, attention_mask)
     attn_output = A.reshape(attn_output, attn_output.shape[0], -1, query.shape[2], value.shape[-1])
-    return A.contiguous(A.transpose(attn_output, 1, 2))
+    return A.contiguous(A.transpose(attn_output, 1, 2)), None
 
 
 def flash_attention_cpu(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
@@ -191,9 +191,9 @@ class Attention:
         query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)  # :238
         del cos, sin
         interface = eager_attention_forward if self.attn == "naive" else sdpa_attention_forward
-        attn_output = interface(self, query_states, key_states, value_states, attention_mask)  # :247-256
+        attn_output, attn_weights = interface(self, query_states, key_states, value_states, attention_mask)  # :247
         attn_output = A.contiguous(A.reshape(attn_output, *input_shape, -1))  # :258
-        return self.o_proj(attn_output)  # :259
+        return self.o_proj(attn_output), attn_weights  # :259-260
 
 
 class MLP:
@@ -237,7 +237,8 @@ class DecoderLayer:
     ) -> Tensor:
         residual = hidden_states  # :289
         hidden_states = self.input_layernorm(hidden_states)
-        hidden_states = self.self_attn(hidden_states, position_embeddings, attention_mask)  # :292-300
+        # :292-300; ``_`` keeps eager's probabilities until the layer returns (a checkpointed layer saves none)
+        hidden_states, _ = self.self_attn(hidden_states, position_embeddings, attention_mask)
         hidden_states = A.add(residual, hidden_states)  # :301
         residual = hidden_states  # :304
         hidden_states = self.post_attention_layernorm(hidden_states)
