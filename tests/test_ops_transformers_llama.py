@@ -161,3 +161,28 @@ def test_checkpointed_eager_layer_keeps_the_probabilities_until_it_returns():
     llama-3-8b's widths they are at the forward peak."""
     cfg = dataclasses.replace(load_config("llama-3-8b"), num_layers=3, vocab_size=512)
     check(cfg, 64, TrainingSetup(attention="naive", checkpoint="full"))
+
+
+WIDE = {
+    "llama": ("llama-3-8b", {}),
+    "mistral": ("mistral-7b", {"sliding_window": 128}),
+    "qwen2": ("llama-3-8b", {"hf_model_type": "qwen2", "qkv_bias": True}),
+    "qwen3": ("qwen3-0.6b", {}),
+}
+WIDE_SETUPS = [
+    TrainingSetup(attention=a, precision=p, checkpoint=c)
+    for a in ("naive", "sdpa")
+    for p in ("fp32", "bf16", "amp-bf16")
+    for c in ("none", "full")
+]
+
+
+@pytest.mark.grid
+@pytest.mark.parametrize("setup", WIDE_SETUPS, ids=lambda s: "-".join(s.to_dict().values()))
+@pytest.mark.parametrize("family", list(WIDE))
+@pytest.mark.parametrize("seq", [64, 256])
+def test_real_widths_grid(family, seq, setup):
+    """The presets' own widths (three layers, a 512-token vocabulary, on meta): where tensors of realistic
+    relative sizes decide which one sets a peak."""
+    preset, extra = WIDE[family]
+    check(dataclasses.replace(load_config(preset), num_layers=3, vocab_size=512, **extra), seq, setup)
