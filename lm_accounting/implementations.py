@@ -70,8 +70,11 @@ TORCHTITAN_MODELS = {"llama": "llama3", "qwen3": "qwen3", "deepseek_v3": "deepse
 """The ``model_type`` -> torchtitan model it ships (``torchtitan/models/``); no other model_type has one."""
 
 TORCHTITAN_STATUS = (
-    "torchtitan's programs are not written yet and its wheel is not installed here (issue 26): "
-    "use --impl transformers or --impl course"
+    "not offered: torchtitan 0.3.0 installs against torch 2.13 on CPU (with ~60 packages and triton, which it "
+    "does not declare), but cannot run a training step there "
+    "(FlexAttention has no CPU backward, varlen attention no CPU kernel) nor on meta without hand-made varlen "
+    "metadata, so its figures cannot be proven against its own code (issue 26); use --impl transformers or "
+    "--impl course"
 )
 
 

@@ -106,7 +106,9 @@ def test_memory_refusals():
     refused(lambda: memory.Request(small, 64, budget=10**9, allowance=10**9), "give one of them")
     refused(lambda: memory.Request(small, 64, gpu="h1000"), "unknown GPU")
     refused(lambda: memory.Request(small, 64, batch=0), "batch")
-    refused(lambda: memory.Request(load_config("deepseek-v3"), 64, measure="meta"), "needs the step replay")
+    memory.Request(load_config("deepseek-v3"), 64, measure="meta")  # MLA and MoE: the course program models them
+    mla_sdpa = TrainingSetup(attention="sdpa")  # the live model refuses fused attention with latent attention
+    refused(lambda: memory.Request(load_config("deepseek-v3"), 64, setup=mla_sdpa, measure="meta"), "latent attention")
     assert memory.Request(small, 64, measure="cpu", measure_method="allocator").method == "allocator"
     assert memory.Request(small, 64, measure="cuda").method == "cuda"
 

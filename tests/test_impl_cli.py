@@ -140,7 +140,7 @@ def test_an_input_no_predictor_models_keeps_model_states_only_and_names_the_impl
         (["openai-gpt2", "--impl", "torchtitan"], "torchtitan ships deepseek_v3, llama3, qwen3 only"),
         (["mistral-7b", "--impl", "torchtitan"], "torchtitan ships deepseek_v3, llama3, qwen3 only"),
         (["gpt2-small", "--impl", "torchtitan"], "gpt2-small is none of them"),
-        (["qwen3-0.6b", "--impl", "torchtitan"], "torchtitan's programs are not written yet"),
+        (["qwen3-0.6b", "--impl", "torchtitan"], "torchtitan 0.3.0 installs against torch 2.13"),
         (["llama-3-8b", "--impl", "transformers", "--dp", "8", "--zero", "3"], "not modelled under --dp"),
         (["llama-3-8b", "--impl", "transformers", "--tp", "2"], "only --impl course is"),
         (["gpt2-small", "--impl", "nosuch"], "Invalid value for '--impl'"),
@@ -256,7 +256,7 @@ def test_sweep_names_each_models_implementation(run_cli, config_json, tmp_path):
     ("args", "message"),
     [
         (["gpt2-small", "--impl", "transformers"], "transformers has no class for it"),
-        (["qwen3-0.6b", "--impl", "torchtitan"], "torchtitan's programs are not written yet"),
+        (["qwen3-0.6b", "--impl", "torchtitan"], "torchtitan 0.3.0 installs against torch 2.13"),
     ],
 )
 def test_sweep_refuses_before_writing(run_cli, tmp_path, args, message):

@@ -235,8 +235,8 @@ def test_memory_of_a_mixture_of_experts_is_its_exact_model_states(run_cli):
     assert exact["not_modelled"] == [] and exact["step"] is not None
     assert data["course_convention"] is None
     assert data["inference"]["kv_cache"] == 2 * 8 * 128 * 32 * 4096 * 4  # K and V, fp32
-    refused = run_cli("memory", "deepseek-v3", "--measure", "meta")
-    assert refused.code == 2 and "does not model latent attention (MLA)" in refused.err
+    refused = run_cli("memory", "deepseek-v3", "-S", "64", "--attention", "sdpa", "--measure", "meta")
+    assert refused.code == 2 and "latent attention with attention=sdpa (the live model refuses it)" in refused.err
 
 
 @pytest.mark.slow

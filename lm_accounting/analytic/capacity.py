@@ -100,16 +100,32 @@ class PhasePeakLines:
         return self.lines[-1]
 
     def max_batch(self, budget: int) -> int:
-        """Largest B with this phase's peak <= budget (0 if none): min over candidates of ⌊(budget − b)/a⌋."""
-        return _max_batch(self.candidates, budget)
+        """Largest B with this phase's peak <= budget (0 if none), piece by piece (the peak grows with B): in
+        the first piece whose line passes the budget, ⌊(budget − b)/a⌋."""
+        best = 0
+        for line in self.lines:
+            if line.at(line.first) > budget:
+                return best
+            if line.a == 0:  # not in a real step (its token ids grow with B) unless the piece is closed
+                if line.last is None:
+                    raise AccountingError(f"the {self.phase} peak does not grow with the batch: no largest batch")
+                best = line.last
+                continue
+            top = (budget - line.b) // line.a
+            if line.last is None or top < line.last:
+                return top
+            best = line.last
+        return best
 
 
-def _max_batch(candidates, budget: int) -> int:
-    """Largest B >= 0 with a·B + b <= budget for every candidate; a line with a = 0 (none in a
-    real step: the token ids grow with B) either bounds nothing or rules out every batch."""
-    if any(a == 0 and b > budget for a, b in candidates):
-        return 0
-    return max(0, min((budget - b) // a for a, b in candidates if a))
+def lines_with_one(name: str, envelope: PeakEnvelope, one: int) -> PhasePeakLines:
+    """A phase's peak from a replay whose lines are exact for B >= 2 (``envelope``) and its exact peak at B = 1
+    (``one``): the B = 1 piece has the slope of the line at B = 2 (the envelope itself where it agrees at 1)."""
+    if envelope.at(1) == one:
+        return PhasePeakLines(name, envelope_lines(envelope.lines), envelope.lines)
+    lines = envelope_lines(envelope.lines, 2)
+    a = lines[0].a
+    return PhasePeakLines(name, (PeakLine(a, one - a, 1, 1), *lines), envelope.lines)
 
 
 @dataclass(frozen=True)
@@ -138,12 +154,26 @@ class StepPeakLines:
         return min(p.max_batch(budget) for p in self.phases().values())
 
     def step_lines(self) -> list[tuple[str, PeakLine]]:
-        """The step's peak as consecutive pieces over B, each with the phase whose line it is."""
-        owner = {}
-        for name, phase in reversed(self.phases().items()):  # an earlier phase wins a tie
-            for line in phase.lines:
+        """The step's peak as consecutive pieces over B, each with the phase whose line it is: between two
+        starts of any phase's pieces, the envelope of the phases' lines there (an earlier phase wins a tie)."""
+        starts = sorted({line.first for p in self.phases().values() for line in p.lines})
+        out: list[tuple[str, PeakLine]] = []
+        for i, start in enumerate(starts):
+            stop = starts[i + 1] - 1 if i + 1 < len(starts) else None
+            owner = {}
+            for name, phase in reversed(self.phases().items()):
+                line = phase.line_at(start)
                 owner[(line.a, line.b)] = name
-        return [(owner[(p.a, p.b)], p) for p in envelope_lines(tuple(owner))]
+            for p in envelope_lines(tuple(owner), start):
+                if stop is not None and p.first > stop:
+                    break
+                last = stop if stop is not None and (p.last is None or p.last > stop) else p.last
+                name = owner[(p.a, p.b)]
+                if out and out[-1][0] == name and (out[-1][1].a, out[-1][1].b) == (p.a, p.b):
+                    out[-1] = (name, PeakLine(p.a, p.b, out[-1][1].first, last))
+                else:
+                    out.append((name, PeakLine(p.a, p.b, p.first, last)))
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -178,15 +208,18 @@ def peak_lines_in_batch(
     return StepPeakLines(*(phase_peak_lines(name, p.peak) for name, p in step.phases().items()))
 
 
-def _largest(fits, start: int = 1) -> int:
-    """Largest n >= start with fits(n) (fits monotone decreasing); start - 1 if none."""
+def _largest(fits, start: int = 1, limit: int | None = None) -> int:
+    """Largest n in [start, limit] with fits(n) (fits monotone decreasing); start - 1 if none."""
     if not fits(start):
         return start - 1
+    if limit is not None and fits(limit):
+        return limit
     low, high = start, start * 2
-    while fits(high):
+    while (limit is None or high < limit) and fits(high):
         low, high = high, high * 2
         if high > MAX_SEARCH:
             raise AccountingError("the budget is so large that the search did not terminate; give a smaller budget")
+    high = high if limit is None else min(high, limit)
     while high - low > 1:
         mid = (low + high) // 2
         low, high = (mid, high) if fits(mid) else (low, mid)
@@ -224,7 +257,8 @@ def max_context_that_fits(
     """Largest context (tokens) whose training-step peak at ``batch`` fits ``budget`` (0 if none).
 
     The model is rebuilt at each context (its RoPE tables grow with it); the peak is not
-    linear in the context (S² attention terms), so this one is a search.  ``predict(cfg, seq)``: the
+    linear in the context (S² attention terms), so this one is a search, up to a learned position table's
+    rows where its size is given (``max_position_embeddings``: GPT-2's 1,024).  ``predict(cfg, seq)``: the
     step at ``batch`` of another program (default: the replay's, ``predict_training_step``)."""
 
     def fits(seq: int) -> bool:
@@ -235,4 +269,9 @@ def max_context_that_fits(
         )
         return step.peak <= budget
 
-    return _largest(fits)
+    return _largest(fits, limit=context_limit(cfg))
+
+
+def context_limit(cfg: ModelConfig) -> int | None:
+    """The longest context the model can run: its learned position table's rows where given, else None."""
+    return cfg.position_rows if cfg.positions == "learned" and cfg.max_position_embeddings is not None else None

@@ -4,7 +4,8 @@
   replay, ``memory_report.memory_account``, as before issue 26;
 * ``course`` on any other architecture, and ``transformers``: the op library's program for that
   implementation (``analytic.ops.predict_step``) where it models the config (``ops.unsupported`` empty);
-* otherwise the exact model states only, naming what the implementation's program does not model.
+* otherwise (a setup the live model refuses, a config.json the programs lack) the exact model states only,
+  naming what the implementation's program does not model.
 
 The op library's step is a ``StepInBatch`` (sizes a·B + b), so one plain and one traced run give the step
 at the batch, the traced − plain gap, and the peak lines in B; the largest context is a search over it.
@@ -19,9 +20,10 @@ from ..config import ModelConfig
 from ..gpus import MemoryBudget, as_budget
 from ..phases import StepMemory
 from ..setup import TrainingSetup
-from .capacity import StepPeakLines, max_context_that_fits, phase_peak_lines
+from .capacity import StepPeakLines, lines_with_one, max_context_that_fits
 from .course import course_linear_in_batch, course_peak, korthikanti_activation_bytes, max_batch
 from .memory_report import MemoryAccount, memory_account, states_only_account
+from .ops.engine import StepInBatch
 from .replay import predict_training_step, replay_unsupported
 
 
@@ -30,9 +32,16 @@ def program_unsupported(cfg: ModelConfig, setup: TrainingSetup, impl: str) -> li
     predicts the step; ``analytic.ops.unsupported``)."""
     from . import ops
 
-    if not hasattr(ops, "unsupported"):  # the op library's entry point lands with issue 26's programs
-        return ["this config (the op library's programs have not landed)"]
+    if impl == "transformers" and cfg.moe:
+        return [TRANSFORMERS_MOE]
     return ops.unsupported(cfg, setup, impl)
+
+
+TRANSFORMERS_MOE = (
+    "its mixture of experts: transformers routes the tokens with nonzero on the expert masks, whose sizes depend "
+    "on the data, so the model cannot run on meta and its step is not predicted for a routing"
+)
+"""Why ``--impl transformers`` has no program for a mixture of experts (mixtral, qwen3_moe, deepseek_v2/v3)."""
 
 
 def replayed(cfg: ModelConfig, setup: TrainingSetup, impl: str) -> bool:
@@ -41,13 +50,9 @@ def replayed(cfg: ModelConfig, setup: TrainingSetup, impl: str) -> bool:
 
 
 def step_unmodelled(cfg: ModelConfig, setup: TrainingSetup, impl: str) -> list[str]:
-    """What neither predictor of ``impl`` models for ``cfg`` (empty: the step is predicted): for our own
-    model, the architecture options the replay lacks (when the course program lacks them too), else what
-    the implementation's program lacks."""
-    if replayed(cfg, setup, impl):
-        return []
-    missing = program_unsupported(cfg, setup, impl)
-    return replay_unsupported(cfg, setup) if missing and impl == "course" else missing
+    """What neither predictor of ``impl`` models for ``cfg`` (empty: the step is predicted): what the
+    implementation's program lacks (the legacy replay models less than the course program)."""
+    return [] if replayed(cfg, setup, impl) else program_unsupported(cfg, setup, impl)
 
 
 def predicted_steps(
@@ -63,7 +68,8 @@ def predicted_steps(
     from .ops import predict_step
 
     plain = predict_step(cfg, seq, setup, impl=impl, batch=batch, mode="plain", device=device)
-    return plain.at(batch), predict_step(cfg, seq, setup, impl=impl, batch=batch, mode="traced").at(batch)
+    traced = predict_step(cfg, seq, setup, impl=impl, batch=batch, mode="traced", device=tracker_device(device))
+    return plain.at(batch), traced.at(batch)
 
 
 def largest_context(
@@ -106,6 +112,22 @@ def implementation_account(
     return program_account(cfg, seq, batch, impl=impl, setup=setup, budget=budget, device=device)
 
 
+def tracker_device(device: str) -> str:
+    """Where the traced run a program predicts is measured: the storage tracker's meta run for a cuda
+    target (the op library models no traced cuda run, ``ops.RUNS``), else ``device`` itself."""
+    return "meta" if device == "cuda" else device
+
+
+def batch_lines(lines: StepInBatch, one: StepMemory) -> StepPeakLines | None:
+    """The step's peak lines in B from a replay exact for every B >= 2 (``lines``) and the exact step at B = 1
+    (``one``); None where the replay is flat in B (a mixture of experts whose split is no line in B is
+    replayed at one batch: every size a constant)."""
+    phases = lines.phases()
+    if all(a == 0 for p in phases.values() for a, _ in p.peak.lines):
+        return None
+    return StepPeakLines(*(lines_with_one(name, p.peak, one.phase(name).peak) for name, p in phases.items()))
+
+
 def program_account(
     cfg: ModelConfig,
     seq: int,
@@ -124,10 +146,14 @@ def program_account(
 
     basis = as_budget(budget)
     base = states_only_account(cfg, seq, batch, setup.param_dtype, setup, basis, device, 1)
-    plain = predict_step(cfg, seq, setup, impl=impl, batch=batch, mode="plain", device=device)
-    traced = predict_step(cfg, seq, setup, impl=impl, batch=batch, mode="traced", device=device)
-    step, step_traced = plain.at(batch), traced.at(batch)
-    lines = StepPeakLines(*(phase_peak_lines(name, p.peak) for name, p in plain.phases().items()))
+
+    def plain(b: int):
+        return predict_step(cfg, seq, setup, impl=impl, batch=b, mode="plain", device=device)
+
+    step = plain(batch).at(batch)
+    traced = predict_step(cfg, seq, setup, impl=impl, batch=batch, mode="traced", device=tracker_device(device))
+    step_traced = traced.at(batch)
+    lines = batch_lines(plain(2), plain(1).at(1))
     course = cfg.course_architecture
     a, b = course_linear_in_batch(cfg, seq) if course else (None, None)
     return replace(
@@ -140,7 +166,7 @@ def program_account(
         step_traced=step_traced,
         gap={name: step_traced.phase(name).peak - p.peak for name, p in step.phases().items()},
         peak_lines=lines,
-        max_batch=lines.max_batch(basis.usable),
+        max_batch=None if lines is None else lines.max_batch(basis.usable),
         max_context=largest_context(cfg, basis.usable, 1, impl=impl, setup=setup, device=device),
         impl=impl,
         predicted_by="ops",

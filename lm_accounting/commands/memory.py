@@ -64,8 +64,10 @@ class Request:
                 raise AccountingError("--rank needs a parallel layout (--dp, --tp, --pp, ...): one GPU has one rank")
             missing = step_unmodelled(run, self.setup, self.impl)
             if self.measure != "none" and missing:  # nothing to compare a measurement with
-                who = "the step replay" if self.impl == "course" else f"the {self.impl} program"
-                raise AccountingError(f"--measure needs {who}, which does not model {', '.join(missing)} yet")
+                raise AccountingError(
+                    f"--measure needs the {self.impl} program, which does not model {', '.join(missing)}"
+                    + ("" if self.impl == "course" else " yet")
+                )
             return
         lay.check(run, run.context_length)
         if self.rank is not None and self.rank >= lay.world:

@@ -6,9 +6,10 @@ A student copying a number for CS336 adamwAccounting takes it from the first tab
 
 from __future__ import annotations
 
+from ..analytic.capacity import context_limit
 from ..analytic.memory_report import MemoryAccount, batch_span
-from ..analytic.replay import replay_unsupported
-from ..implementations import model_class, program_label
+from ..analytic.program_report import step_unmodelled
+from ..implementations import ATTENTION_WORDS, model_class, program_label
 from ..phases import PHASE_LABELS
 from ..provenance import CPU_TORCH, CUDA
 from ..units import fmt_bytes
@@ -20,9 +21,29 @@ COURSE = "Course answer (CS336 adamwAccounting convention)"
 EXACT = "This implementation (our live model, exact)"
 
 
+def without_cuda_kernels(m: MemoryAccount) -> bool:
+    """Whether the step is the op library's program on cuda: the plain run without CUDA's kernel scratch and
+    fused kernels (``analytic.ops.RUNS``), so not exact there."""
+    return m.predicted_by == "ops" and m.device == "cuda"
+
+
 def exact(m: MemoryAccount) -> str:
-    """The title of the implementation-exact tables: ``EXACT`` for our model, else the class predicted."""
-    return EXACT if m.impl == "course" else f"This implementation ({model_class(m.config, m.impl)}, exact)"
+    """The title of the implementation-exact tables: ``EXACT`` for our model, else the class predicted; for
+    the op library's program on cuda, what it lacks instead of "exact"."""
+    if m.impl == "course" and not without_cuda_kernels(m):
+        return EXACT
+    how = "no CUDA kernel scratch" if without_cuda_kernels(m) else "exact"
+    who = "our live model" if m.impl == "course" else model_class(m.config, m.impl)
+    return f"This implementation ({who}, {how})"
+
+
+def prediction_words(m: MemoryAccount) -> str:
+    """The header's word on the step predicted: exact for the device, the plain program on cuda, or none."""
+    if m.step is None:
+        return "model states only (see the note)"
+    if without_cuda_kernels(m):
+        return "prediction for cuda without CUDA's kernel scratch (exact on meta and cpu: --measure meta|cpu)"
+    return f"exact prediction for {m.device}"
 
 
 def _rel(measured: int | None, predicted: int) -> float | None:
@@ -191,7 +212,12 @@ def capacity_table(m: MemoryAccount) -> Table:
             (
                 "largest context that fits at batch 1",
                 m.max_context,
-                ("tokens" if m.max_context else NONE_FITS) + " (exact search over the replay)",
+                ("tokens" if m.max_context else NONE_FITS)
+                + (
+                    ": every learned position (max_position_embeddings; the model runs no longer context)"
+                    if m.max_context and m.max_context == context_limit(m.config)
+                    else " (exact search over the replay)"
+                ),
             ),
         ],
     )
@@ -300,13 +326,13 @@ def states_only_note(m: MemoryAccount) -> str:
     implementation that does predict the step, if any."""
     missing = ", ".join(m.not_modelled)
     who = (
-        f"The implementation-exact step replay covers the course architecture, not {missing}"
+        f"Our live model (TransformerLM) does not run {missing}"
         if m.impl == "course"
         else f"The {m.impl} program ({model_class(m.config, m.impl)}) does not model {missing} yet"
     )
     other = (
         "  --impl course predicts our own model's step for this config."
-        if m.impl != "course" and not replay_unsupported(m.config, m.setup)
+        if m.impl != "course" and not step_unmodelled(m.config, m.setup, "course")
         else ""
     )
     return (
@@ -321,8 +347,9 @@ def exact_convention(m: MemoryAccount) -> str:
     if m.predicted_by == "ops":
         return (
             f"  - implementation-exact: {program_label(m.config, m.impl, m.setup)}, simulated tensor by tensor with "
-            f"torch {CPU_TORCH}'s autograd order (analytic/ops); --measure meta runs the library's own model under "
-            "the storage tracker beside it.  CUDA's fused-attention kernels are not modelled for it yet."
+            f"torch {CPU_TORCH}'s autograd order (analytic/ops); --measure meta runs the implementation's own model under "
+            "the storage tracker beside it.  For cuda it is the plain run's program: CUDA's kernel scratch (a norm "
+            "weight's row sum, the embedding's sort) and its fused-attention kernels are not modelled yet."
         )
     return (
         "  - implementation-exact: the allocation sequence of our live model's ops, replayed; "
@@ -336,9 +363,8 @@ def memory_view(m: MemoryAccount) -> View:
     header = [
         describe_config(m.config),
         (
-            f"context {m.seq:,} · batch {m.batch:,} · attention {m.setup.attention} · checkpoint "
-            f"{m.setup.checkpoint} · {m.setup.precision} · AdamW ({m.optimizer}) · "
-            + (f"exact prediction for {m.device}" if m.step is not None else "model states only (see the note)")
+            f"context {m.seq:,} · batch {m.batch:,} · {ATTENTION_WORDS[m.impl][m.setup.attention]} · checkpoint "
+            f"{m.setup.checkpoint} · {m.setup.precision} · AdamW ({m.optimizer}) · {prediction_words(m)}"
         ),
         f"--impl {m.impl}: {program_label(m.config, m.impl, m.setup)}",
     ]
