@@ -117,7 +117,7 @@ def test_sweep_cli_flags_reach_the_rows(run_cli, tiny, tmp_path):
     # --dtype is the shorthand for pure precision, as in `memory`
     r = run_cli("sweep", tiny, "--contexts", "32", "--dtype", "bf16", "--out", tmp_path / "b", "--no-plots")
     assert r.code == 0, r.err
-    assert "attention naive, checkpoint none, bf16, AdamW foreach" in r.out
+    assert "naive attention, checkpoint none, bf16, AdamW foreach" in r.out
 
 
 @pytest.mark.parametrize(

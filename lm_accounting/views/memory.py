@@ -37,6 +37,14 @@ def exact(m: MemoryAccount) -> str:
     return f"This implementation ({who}, {how})"
 
 
+def setup_label(m: MemoryAccount) -> str:
+    """The setup's short name with the attention as the implementation calls it: 'eager+none+fp32+foreach'
+    for transformers' eager path, 'naive+none+fp32+foreach' for ours."""
+    s = m.setup
+    attention = ATTENTION_WORDS[m.impl][s.attention].split()[0]
+    return f"{attention}+{s.checkpoint}+{s.precision}+{s.optimizer}"
+
+
 def prediction_words(m: MemoryAccount) -> str:
     """The header's word on the step predicted: exact for the device, the plain program on cuda, or none."""
     if m.step is None:
@@ -137,7 +145,7 @@ def phase_table(m: MemoryAccount) -> Table:
     notes = [
         (
             f"step peak {fmt_bytes(plain.peak)} ({plain.peak_phase}), plain run; steady state (AdamW state exists), "
-            f"{m.setup.label}, the step's gradients are freed by zero_grad(set_to_none=True)"
+            f"{setup_label(m)}, the step's gradients are freed by zero_grad(set_to_none=True)"
         ),
         (
             "plain: no dispatch mode (a GPU run; on cpu, the CPU allocator's own events); traced: under any "
@@ -402,7 +410,7 @@ def memory_view(m: MemoryAccount) -> View:
             (
                 f"Note: the course's a = {fmt_bytes(m.course_linear[0])} per sequence is a convention (the handout's "
                 f"list of activations, fp32); the lines above are what {model_class(m.config, m.impl)} allocates "
-                f"under {m.setup.label}.  Copy the course answer for the assignment; use these lines to plan a run."
+                f"under {setup_label(m)}.  Copy the course answer for the assignment; use these lines to plan a run."
             ),
             "",
         ]

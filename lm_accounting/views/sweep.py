@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 from ..config import AccountingError
+from ..implementations import ATTENTION_WORDS
 from ..output import SAFE_NAME, atomic_dir, check_output_dir, write_atomic, write_json
 from ..sweep import GROUPS, Sweep
 from .tables import Column, Table, View, render_markdown, render_records_csv
@@ -29,9 +30,11 @@ def sweep_view(s: Sweep) -> View:
     return View([], sweep_tables(s), footer)
 
 
-def setup_words(setup) -> str:
-    """'attention sdpa, checkpoint full, amp-bf16, AdamW foreach': the training setup in a title."""
-    return f"attention {setup.attention}, checkpoint {setup.checkpoint}, {setup.precision}, AdamW {setup.optimizer}"
+def setup_words(setup, impl: str = "course") -> str:
+    """'eager attention, checkpoint full, amp-bf16, AdamW foreach': the training setup in a title, the attention
+    named as the implementation calls it (``implementations.ATTENTION_WORDS``)."""
+    attention = ATTENTION_WORDS[impl][setup.attention]
+    return f"{attention}, checkpoint {setup.checkpoint}, {setup.precision}, AdamW {setup.optimizer}"
 
 
 def sweep_tables(s: Sweep) -> list[Table]:
@@ -42,7 +45,7 @@ def sweep_tables(s: Sweep) -> list[Table]:
         tables.append(
             Table(
                 f"{model} ({rows[0]['params']:,} parameters), --impl {rows[0]['impl']}, batch {s.batch:,}, "
-                f"{setup_words(s.setup)}",
+                f"{setup_words(s.setup, rows[0]['impl'])}",
                 SUMMARY,
                 [
                     (
@@ -57,16 +60,17 @@ def sweep_tables(s: Sweep) -> list[Table]:
                     )
                     for r in rows
                 ],
-                _largest_context(rows[0]["mem:max_context"], s.batch),
+                _largest_context(rows[0]["mem:max_context"], s.batch, rows[0]["impl"]),
             )
         )
     return tables
 
 
-def _largest_context(tokens: int | None, batch: int) -> list[str]:
+def _largest_context(tokens: int | None, batch: int, impl: str) -> list[str]:
     """The table's note: the largest context whose plain step fits the budget (``mem:max_context``)."""
     if tokens is None:
-        return ["largest context that fits the budget: not predicted (the step replay does not model this model)"]
+        why = f"the {impl} program does not model this model; lm-account memory says why"
+        return [f"largest context that fits the budget: not predicted ({why})"]
     return [f"largest context whose step peak fits the budget (--budget) at batch {batch:,}: {fits_words(tokens)}"]
 
 
