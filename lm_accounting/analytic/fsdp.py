@@ -52,6 +52,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config import ModelConfig
+from .hooks import KeyedHooks
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ class FsdpUnits:
     experts: Unit | None = None  # expert parallel: each MoE block's expert stacks, their own unit (rule 7)
 
 
-class FsdpEvents:
+class FsdpEvents(KeyedHooks):
     """The events of rules 1–5 at the replay's unit boundaries.  Each block's events depend only on
     its kind and its neighbours' (``key``), so the replay can still repeat equal blocks in O(1)."""
 
@@ -235,6 +236,31 @@ class FsdpEvents:
         r(-self.units.root.reduce_in)  # the end of backward
 
 
+def shard_unit(shapes: list[tuple[int, int]], shards: int, setup, **extra) -> Unit:
+    """The buffers of one unit of parameters of ``shapes`` ((rows FSDP2 shards, the rest), in registration
+    order) over ``shards`` ranks (rules 1, 5, 6): gathered and computed in bf16 under amp-bf16 (reduced in
+    fp32), else in the parameters' dtype.  ``extra``: the fields of rules 7–9."""
+    from .parallel import element_bytes, fsdp_chunk_rows
+
+    d = shards
+    gather_e = 2 if setup.autocast else element_bytes(setup)
+    reduce_e = 4 if setup.autocast else gather_e
+    padded = sum(fsdp_chunk_rows(rows, d) * cols for rows, cols in shapes)  # one shard
+    rows, cols = shapes[-1]
+    return Unit(
+        gathered=padded * d * gather_e,
+        copy_in=padded * gather_e if setup.autocast else 0,
+        grads=sum(rows * cols for rows, cols in shapes) * gather_e,
+        last_grad=rows * cols * gather_e if d > 1 else 0,
+        reduce_in=padded * d * reduce_e,
+        reduce_out=padded * reduce_e,
+        cpu_padded=sum(fsdp_chunk_rows(r, d) * d * c for r, c in shapes if r % d) * gather_e,
+        cpu_cast=max(fsdp_chunk_rows(r, d) * d * c for r, c in shapes) * gather_e,
+        alone=d == 1,
+        **extra,
+    )
+
+
 def fsdp_units(cfg: ModelConfig, setup, layout, stage: tuple[int, int] | None = None, cuda: bool = False) -> FsdpUnits:
     """The units of one rank (``layout.dp`` shards, TP-local shapes): every rank's buffers are the
     padded ones, so the rank does not matter.  Under amp-bf16 the MixedPrecisionPolicy gathers and
@@ -246,9 +272,8 @@ def fsdp_units(cfg: ModelConfig, setup, layout, stage: tuple[int, int] | None = 
     from .cuda_kernels import chunk_cat_metadata, split_copy_metadata
     from .parallel import _experts_on_dim1, _params, element_bytes, fsdp_chunk_rows, local_shape, parameter_shapes
 
-    e = element_bytes(setup)
-    gather_e = 2 if setup.autocast else e  # the gradients of bf16 unsharded parameters are bf16 too
-    reduce_e = 4 if setup.autocast else e
+    gather_e = 2 if setup.autocast else element_bytes(setup)
+    reduce_e = 4 if setup.autocast else gather_e
     ep, dim1 = layout.ep, _experts_on_dim1(cfg, layout)
 
     def shape(p) -> tuple[int, int]:
@@ -262,21 +287,13 @@ def fsdp_units(cfg: ModelConfig, setup, layout, stage: tuple[int, int] | None = 
         shapes = [shape(p) for p in params if p.unit == n and (p.expert and ep > 1) == experts]
         if not shapes:
             return None
-        padded = sum(fsdp_chunk_rows(rows, d) * cols for rows, cols in shapes)  # one shard
-        rows, cols = shapes[-1]
         emb = [p for p in params if p.unit == n and p.name == "token_embeddings.weight" and layout.vocab_parallel]
         shards = [fsdp_chunk_rows(r, d) * c for r, c in shapes]  # rule 9: on CUDA, a dim-0 unit of D > 1 ranks
         meta = cuda and d > 1 and not (experts and dim1)
-        return Unit(
-            gathered=padded * d * gather_e,
-            copy_in=padded * gather_e if setup.autocast else 0,
-            grads=sum(rows * cols for rows, cols in shapes) * gather_e,
-            last_grad=rows * cols * gather_e if d > 1 else 0,
-            reduce_in=padded * d * reduce_e,
-            reduce_out=padded * reduce_e,
-            cpu_padded=sum(fsdp_chunk_rows(r, d) * d * c for r, c in shapes if r % d) * gather_e,
-            cpu_cast=max(fsdp_chunk_rows(r, d) * d * c for r, c in shapes) * gather_e,
-            alone=d == 1,
+        return shard_unit(
+            shapes,
+            d,
+            setup,
             dim1=sum(fsdp_chunk_rows(r, d) * d * c for r, c in shapes) * gather_e if experts and dim1 else 0,
             vocab_rows=sum(local_shape(p, layout)[0] * cfg.d_model for p in emb) * gather_e,
             vocab_extra=sum((p.rows - local_shape(p, layout)[0]) * cfg.d_model for p in emb) * gather_e,

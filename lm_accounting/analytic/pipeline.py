@@ -50,6 +50,7 @@ from ..phases import PhaseBytes, StepMemory
 from ..setup import TrainingSetup
 from . import replay as rp
 from .fsdp import FsdpEvents, FsdpUnits, Unit, fsdp_units
+from .hooks import StepHooks
 from .parallel import (
     adamw_temporary,
     element_bytes,
@@ -339,7 +340,7 @@ class _StageUnits(NamedTuple):
         return _StageUnits(units.root, units.dense, layout.zero == 3, setup.autocast)
 
 
-class _StageEvents:
+class _StageEvents(StepHooks):
     """FSDP2's events in one forward or backward of a stage (``analytic.fsdp``'s rules, as
     ``FsdpEvents``), under ``PipelineStage.backward_maybe_with_nosync``: every backward runs with
     ``set_reshard_after_backward(False)`` and ``set_requires_gradient_sync(False)``, so a unit unsharded in
@@ -365,7 +366,7 @@ class _StageEvents:
             before = self.u.block if i else self.u.root  # rule 2: the previous unit's all-gather output
             r(-(before.output if before else 0))
 
-    def block_post_forward(self, r) -> None:
+    def block_post_forward(self, r, i: int) -> None:
         if self.u and self.u.zero3:
             r(-self.u.block.gathered)  # rule 3
 
@@ -400,7 +401,7 @@ class _StageEvents:
         if i > 0:
             r(+unit.copy_in, +unit.output, -unit.copy_in)
 
-    def block_post_backward(self, r) -> None:
+    def block_post_backward(self, r, i: int) -> None:
         self._fold(r, self.u.block if self.u else None)
 
     def root_post_backward(self, r) -> None:
@@ -683,9 +684,9 @@ def _chunk_lines(
         body(r, None)  # block 0
         if input_back:
             r(+Tres)
-        ev.block_post_forward(r)
+        ev.block_post_forward(r, 0)
         if blocks > 1:
-            run = lambda q, m: (ev.block_pre_forward(q, 1), body(q, m), ev.block_post_forward(q))
+            run = lambda q, m: (ev.block_pre_forward(q, 1), body(q, m), ev.block_post_forward(q, 1))
             rp._layer_runs(r, rest, None, False, run)
         rp.apply_segment(r, ends("forward_out"))
         ev.root_post_forward(r)
@@ -707,17 +708,17 @@ def _chunk_lines(
             ev.root_pre_backward(r)
         # the top block's incoming gradient: the buffer (``keep``), but on the last stage
         rp.apply_segment(r, block("backward_block0" if blocks == 1 else "backward", acc, 0 if last else 1))
-        ev.block_post_backward(r)
+        ev.block_post_backward(r, blocks - 1)
         if blocks > 1:
             rest_backward = lambda q, m, acc=acc: (
                 ev.block_pre_backward(q, 1),
                 rp.apply_segment(q, block("backward", acc)),
-                ev.block_post_backward(q),
+                ev.block_post_backward(q, 1),
             )
             rp._layer_runs(r, rest, None, True, rest_backward)
             ev.block_pre_backward(r, 0)
             rp.apply_segment(r, block("backward_block0", acc))
-            ev.block_post_backward(r)
+            ev.block_post_backward(r, 0)
         rp.apply_segment(r, ends("backward_out", acc))
         ev.root_post_backward(r)
         if last:

@@ -17,6 +17,7 @@ Entry points: ``predict_step`` (the step as a function of the micro-batch B) and
 from __future__ import annotations
 
 from ...config import ModelConfig
+from ...layout import ParallelLayout
 from ...setup import TrainingSetup
 from .engine import StepInBatch
 
@@ -70,6 +71,7 @@ def predict_step(
     mode: str = "traced",
     device: str = "meta",
     cpu_threads: int = 1,
+    layout: ParallelLayout | None = None,
 ) -> StepInBatch:
     """One training step of implementation ``impl``'s model of ``cfg`` at context ``seq`` under ``setup``,
     as an exact function of the micro-batch B: ``.at(B)`` is the ``StepMemory`` that
@@ -77,10 +79,19 @@ def predict_step(
     allocator (``mode`` "plain", ``device`` "cpu", ``cpu_threads`` = ``torch.get_num_threads()`` of the run)
     measures.  ``batch``: 1 gives the step at B = 1 (a batch of one lets torch view what it copies at B >= 2);
     any other value the lines in B, exact for every B >= 2.  Raises ``ValueError`` with the reasons of
-    ``unsupported`` (or ``check_run``'s) when it cannot."""
+    ``unsupported`` (or ``check_run``'s) when it cannot.
+
+    ``layout``: rank 0 (the worst) of an FSDP2 data-parallel job (``layout.dp`` >= 2, ``zero`` 2 or 3;
+    ``batch`` the rank's micro-batch), ``fully_shard`` on every layer then the root (``ops.fsdp``); what
+    ``measure.hf.measure_hf_step(..., layout=layout)`` measures on the fake process group."""
     reasons = unsupported(cfg, setup, impl)
     if reasons:
         raise ValueError("; ".join(reasons))
     check_run(mode, device)
     threads = {"cpu_threads": cpu_threads} if cpu_threads != 1 else {}  # a plain CPU run's per-thread scratch
+    if layout is not None and not layout.single:
+        from .fsdp import rank_setup, sharding
+
+        threads["sharding"] = sharding(cfg, setup, layout, impl, cpu=mode == "plain" and device == "cpu")
+        setup = rank_setup(setup, layout, impl)
     return _programs(impl).predict_step(cfg, seq, setup, batch=batch, mode=mode, device=device, **threads)

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from .aten import cast_scalar, wrap_scalar
+from .cuda import Cuda
 from .engine import StepInBatch
 from .tensors import Run, Tensor, backward, empty
 
@@ -27,6 +28,18 @@ class StepProgram(Protocol):
     def parameters(self) -> list[Tensor]: ...
 
     def loss(self) -> Tensor: ...
+
+
+class Sharding(Protocol):
+    """A data-parallel wrapper of the program (``ops.fsdp.FullyShard``): ``shard(program)`` installs its hooks
+    and returns the parameters AdamW steps (the rank's shards); ``backward_end`` runs in backward's final
+    callback; ``zero_grad`` frees what it holds of the gradients."""
+
+    def shard(self, program: StepProgram) -> list[Tensor]: ...
+
+    def backward_end(self) -> None: ...
+
+    def zero_grad(self) -> None: ...
 
 
 def adamw_step(params: list[Tensor], v: list[Tensor], optimizer: str) -> None:
@@ -68,16 +81,21 @@ def training_step(
     log: list | None = None,
     log_batch: int = 1,
     cpu_threads: int = 1,
+    sharding: Sharding | None = None,
+    cuda_batch: int | None = None,
 ) -> StepInBatch:
-    """Replay one steady-state training step of ``make()``'s program (see the module docstring).
+    """Replay one steady-state training step of ``make()``'s program (see the module docstring), on one rank
+    of ``sharding``'s job if given.
 
     ``traced``: what the storage tracker sees (every meta run); ``log``: receives every allocation and free
     as ``(label, bytes at log_batch)``, with a ``("PHASE", 0)`` line at each phase's end.  A plain run on
     ``device`` "cpu" (what the CPU allocator sees) adds the wrapped Python numbers and the kernels' scratch
-    (per thread: ``cpu_threads``, ``torch.get_num_threads()``)."""
-    with Run(traced, log, log_batch, wraps=not traced and device == "cpu", threads=cpu_threads) as run:
+    (per thread: ``cpu_threads``, ``torch.get_num_threads()``); on "cuda", CUDA's kernel facts (``cuda.Cuda``: the
+    scratch that is no line in B taken at ``cuda_batch``)."""
+    target = Cuda(cuda_batch) if device == "cuda" else None
+    with Run(traced, log, log_batch, wraps=not traced and device == "cpu", threads=cpu_threads, target=target) as run:
         program = make()
-        params = program.parameters()
+        params = program.parameters() if sharding is None else sharding.shard(program)
         m = [empty(p.shape, p.dtype, "exp_avg") for p in params]
         v = [empty(p.shape, p.dtype, "exp_avg_sq") for p in params]
         on_device = optimizer == "fused" or device == "cpu"
@@ -86,12 +104,14 @@ def training_step(
         baseline = run.live
         loss = program.loss()
         forward = run.phase()
-        backward(loss)
+        backward(loss, final=sharding.backward_end if sharding is not None else None)
         del loss
         back = run.phase()
         adamw_step(params, v, optimizer)
         for p in params:
             p.grad = None
+        if sharding is not None:
+            sharding.zero_grad()
         if run.virtual_grads:  # the gradients of repeated blocks' copies (``tensors.repeated``)
             run.charge(-run.virtual_grads, "zero_grad of repeated blocks")
         step = run.phase()

@@ -68,6 +68,19 @@ def numel(shape: Sequence[Dim]) -> Dim:
     return n
 
 
+class Target:
+    """The device of a run, for the kernels' scratch that is no tensor of the program: none on meta (and on the CPU,
+    whose scratch ``Run.wraps`` adds); ``cuda.Cuda`` for a GPU.  Hooks the ops call after allocating their result."""
+
+    device = "meta"
+
+    def sum_rows(self, grad: Tensor, kept: tuple) -> None:
+        """A sum of ``grad`` to the shape ``kept`` (keepdim: ``sum_to``) made its result."""
+
+    def index_put(self, ids: Tensor) -> None:
+        """``index_put_`` with accumulate of ``ids`` (an index's backward) made its zeros."""
+
+
 class Run:
     """One replayed program run: the replay its storages charge, autograd's mode and counters.
 
@@ -76,9 +89,16 @@ class Run:
     (for comparing with a torch trace).  Use as a context manager; ``phase()`` closes a phase."""
 
     def __init__(
-        self, traced: bool = True, log: list | None = None, log_batch: int = 1, wraps: bool = False, threads: int = 1
+        self,
+        traced: bool = True,
+        log: list | None = None,
+        log_batch: int = 1,
+        wraps: bool = False,
+        threads: int = 1,
+        target: Target | None = None,
     ):
         self.replay = Replay(Affine(0), traced)
+        self.target = target or Target()  # the device's kernel scratch (``cuda.Cuda``)
         self.traced = traced
         self.wraps = wraps  # a plain CPU run: the allocator sees wrapped Python numbers and kernel scratch
         self.threads = threads  # torch.get_num_threads() of a plain CPU run (per-thread kernel scratch)
@@ -383,12 +403,13 @@ class Node:
     ``next``: per input, ``(node, input_nr)`` or None; ``shapes``: the inputs' shapes (``validate_outputs``
     reduces an output gradient to it with sum_to); ``n_in``: how many gradients it receives."""
 
-    __slots__ = ("ctx", "dtypes", "fn", "n_in", "name", "next", "saved", "segment", "seq", "shapes")
+    __slots__ = ("ctx", "dtypes", "fn", "n_in", "name", "next", "pre_hooks", "saved", "segment", "seq", "shapes")
 
     def __init__(self, name, seq, next_, shapes, dtypes, saved, fn, ctx, n_in):
         self.name, self.seq, self.next, self.shapes, self.dtypes = name, seq, next_, shapes, dtypes
         self.saved, self.fn, self.ctx, self.n_in = saved, fn, ctx, n_in
         self.segment = current().segment  # the repeated block that recorded it
+        self.pre_hooks: list[Callable[[], None]] = []  # tensor hooks on its outputs (``register_hook``)
 
     def release(self) -> None:
         self.saved = ()
@@ -495,6 +516,7 @@ def _sum_to(grad: Tensor, shape: tuple) -> Tensor:
         1 if i < lead or (shape[i - lead] == 1 and grad.shape[i] != 1) else d for i, d in enumerate(grad.shape)
     )
     out = Tensor(kept, grad.dtype, label="sum")
+    current().target.sum_rows(grad, kept)
     return out.alias(shape)
 
 
@@ -521,8 +543,10 @@ def _owns(t: Tensor) -> bool:
     return dense and sys.getrefcount(t) <= 4 and sys.getrefcount(t.storage) <= 2
 
 
-def backward(loss: Tensor) -> None:
-    """``loss.backward()`` (torch.autograd.backward with a ones_like seed; the graph is freed)."""
+def backward(loss: Tensor, final: Callable[[], None] | None = None) -> None:
+    """``loss.backward()`` (torch.autograd.backward with a ones_like seed; the graph is freed).  A node's
+    ``pre_hooks`` run before its function (``call_tensor_pre_hooks``); ``final`` runs once the graph is done,
+    the seed still alive (a callback queued with ``Variable._execution_engine.queue_callback``)."""
     run = current()
     seed = Tensor(loss.shape, loss.dtype, label="ones_like")
     root = loss.grad_fn
@@ -554,6 +578,8 @@ def backward(loss: Tensor) -> None:
                 _accumulate_grad(node, inputs, buffers)
                 del inputs
                 continue
+            for hook in node.pre_hooks:
+                hook()
             outputs = _call(node, inputs)
             del inputs  # call_function's variable_list dies: the incoming gradients
             node.release()  # release_variables()
@@ -574,6 +600,8 @@ def backward(loss: Tensor) -> None:
             del outputs
         if opened is not None:
             opened.close(run)
+        if final is not None:
+            final()
     del seed
 
 

@@ -51,8 +51,10 @@ def predict_step(
     mode: str = "traced",
     device: str = "meta",
     cpu_threads: int = 1,
+    sharding=None,
 ) -> StepInBatch:
-    """The training step of transformers' model of ``cfg`` (see ``ops.predict_step``).
+    """The training step of transformers' model of ``cfg`` (see ``ops.predict_step``); ``sharding``: on one
+    rank of that wrapper's job (``step.Sharding``).
 
     ``batch`` 1 replays the step at B = 1 exactly (its size-1 batch dim lets torch view tensors that it
     copies at B >= 2, e.g. matmul's reshape of a transposed query); any other ``batch`` gives the lines in
@@ -65,4 +67,5 @@ def predict_step(
         device=device,
         traced=mode == "traced",
         cpu_threads=cpu_threads,
+        sharding=sharding,
     )

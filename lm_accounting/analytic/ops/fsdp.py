@@ -1,0 +1,180 @@
+"""One rank of an FSDP2 job (``fully_shard`` on every decoder layer, then on the root) over an op-library
+program: data parallel ZeRO-2 (``reshard_after_forward=False``) or ZeRO-3, with a
+``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`` and no autocast under amp-bf16 (torchtitan's recipe,
+``measure.hf_parallel``).  No torch.
+
+``FullyShard`` does to a program what ``fully_shard`` does to the module tree (torch 2.13
+``torch/distributed/fsdp/_fully_shard/_fsdp_state.py``, ``_fsdp_param_group.py``):
+
+* each layer's ``forward`` and the program's root ``forward`` are wrapped: the forward pre-hook (unshard), the
+  ``RegisterPostBackwardFunction`` on the inputs that require grad (an identity node whose backward is the
+  post-backward: reshard, reduce-scatter), the forward hook (reshard under ZeRO-3) and a tensor hook on every
+  output that requires grad (the pre-backward: unshard, prefetch; once per backward);
+* a unit whose pre-backward ran skips both forward hooks (``_pre_forward``/``_post_forward`` under
+  ``TrainingState.PRE_BACKWARD``): a checkpoint's recompute gathers nothing;
+* the root's post-backward runs in the final callback (its input, the token ids, needs no gradient).
+
+The bytes each event allocates and frees are ``analytic.fsdp.FsdpEvents``' (rules 1–6, checked against the
+fake-PG job for our model), with the units' buffers from the program's own parameters
+(``analytic.fsdp.shard_unit``).  The program's parameters are the unsharded ones: they are charged only by the
+events (the all-gather copy-out), and their gradients, which autograd makes as it would without FSDP2, are
+handed to the reduce-scatter's copy-in (the events free them).  The rank's sharded parameters (padded dim-0
+chunks of ceil(rows/D) rows), AdamW's moments of its real rows and its sharded gradients (the reduce-scatter
+outputs, freed by ``zero_grad``) are the step's (``step.training_step``).  Rank 0 (every chunk full) is
+replayed: the worst.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ...config import ModelConfig
+from ...layout import ParallelLayout
+from ...setup import TrainingSetup
+from ..fsdp import FsdpEvents, FsdpUnits, Unit, shard_unit
+from ..parallel import fsdp_chunk_rows
+from .tensors import Tensor, current, empty, numel, record
+
+PARAM_DTYPES = {"fp32": "fp32", "bf16": "bf16", "amp-bf16": "fp32"}
+
+
+def rows_cols(t: Tensor) -> tuple[int, int]:
+    """(the rows FSDP2 shards, the rest): dim 0, and the product of the others (1 for a vector)."""
+    return t.shape[0], numel(t.shape[1:])
+
+
+class FullyShard:
+    """FSDP2 over one program on rank 0 of ``layout.dp`` (see the module docstring).  ``shard(program)``
+    installs the hooks and returns the sharded parameters AdamW steps; ``backward_end`` is the final callback;
+    ``zero_grad`` frees the sharded gradients."""
+
+    def __init__(self, cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, cpu: bool = False):
+        if not layout.fsdp or layout.dp < 2 or layout.tp > 1 or layout.pp > 1 or layout.ep > 1:
+            raise ValueError("the op library shards programs with FSDP2 data parallel only (dp >= 2, zero 2 or 3)")
+        self.cfg, self.setup, self.layout, self.cpu = cfg, setup, layout, cpu
+        self.events: FsdpEvents | None = None
+        self.units: FsdpUnits | None = None
+        self.backward_units: set = set()  # units whose pre-backward ran (TrainingState.PRE_BACKWARD)
+
+    # -- sharding ------------------------------------------------------------------------------------------
+    def shard(self, program) -> list[Tensor]:
+        run, d = current(), self.layout.dp
+        layers = program.layers if hasattr(program, "layers") else program.h  # GPT-2: ``transformer.h``
+        blocks = [layer.params() for layer in layers]
+        inside = {id(p) for params in blocks for p in params}
+        params = program.parameters()
+        root = [p for p in params if id(p) not in inside]
+        self.root_params, self.block_params = root, blocks
+        # the unsharded parameters exist only while gathered: the events charge them (rule 1)
+        run.charge(-sum(p.nbytes for p in params), "unsharded parameters (gathered by FSDP2's events)")
+        units = [self._unit(b) for b in blocks]
+        if any(u != units[0] for u in units):
+            raise ValueError("FSDP2 over layers of unlike parameters is not replayed")
+        self.units = FsdpUnits(self.layout.zero == 3, self.setup.autocast, self._unit(root), units[0], None)
+        self.events = FsdpEvents(self.cfg, self.units, self.cpu)
+        for i, layer in enumerate(layers):
+            layer.forward = self._wrap(layer.forward, i)
+        program.forward = self._wrap(program.forward, None)
+        dtype = PARAM_DTYPES[self.setup.precision]  # the sharded parameters keep the model's dtype
+        return [empty((fsdp_chunk_rows(r, d), c), dtype, "shard") for r, c in map(rows_cols, params)]
+
+    def _unit(self, params: list[Tensor]) -> Unit:
+        return shard_unit([rows_cols(p) for p in params], self.layout.dp, self.setup)
+
+    # -- the hooks -----------------------------------------------------------------------------------------
+    def _wrap(self, forward, i: int | None):
+        """``forward`` of block ``i`` (None: the root) between FSDP2's forward hooks."""
+        ev = self.events
+
+        def call(*args, **kwargs):
+            if i in self.backward_units:  # a checkpoint's recompute (TrainingState.PRE_BACKWARD)
+                return forward(*args, **kwargs)
+            run = current()
+            if i is None:
+                ev.root_pre_forward(run.replay)
+            else:
+                self._check_run(i)
+                ev.block_pre_forward(run.replay, i)
+            args = tuple(self._post_backward_node(a, i) for a in args)
+            out = forward(*args, **kwargs)
+            if i is None:
+                ev.root_post_forward(current().replay)
+            else:
+                ev.block_post_forward(current().replay, i)
+            for t in out if isinstance(out, tuple) else (out,):
+                if isinstance(t, Tensor) and t.grad_fn is not None:
+                    t.grad_fn.pre_hooks.append(lambda: self._pre_backward(i))
+            return out
+
+        return call
+
+    def _check_run(self, i: int) -> None:
+        """A repeated block stands for blocks of equal events only (``KeyedHooks.key``)."""
+        seg = current().segment
+        for backward in (False, True) if seg is not None else ():
+            if len({self.events.key(j, backward) for j in range(i, i + seg.times)}) > 1:
+                raise ValueError(f"blocks {i}..{i + seg.times - 1} replayed as one have unlike FSDP2 events")
+
+    def _pre_backward(self, i: int | None) -> None:
+        if i in self.backward_units:  # once per backward
+            return
+        self.backward_units.add(i)
+        r = current().replay
+        if i is None:
+            self.events.root_pre_backward(r)
+        else:
+            self.events.block_pre_backward(r, i)
+
+    def _post_backward_node(self, x, i: int | None):
+        """``RegisterPostBackwardFunction.apply`` on an input that requires grad: an identity whose backward
+        runs the unit's post-backward."""
+        if not isinstance(x, Tensor) or not x.requires_grad or i is None:
+            return x
+        segment = current().segment
+        out = x.alias()
+
+        def back(ctx, grads):
+            self.events.block_post_backward(current().replay, i)
+            handed = self._hand_over(self.block_params[i])
+            if segment is not None:  # a repeated block's gradients are reduced, not kept (``Run.virtual_grads``)
+                segment.grads = segment.grads - handed
+            return (grads[0],)
+
+        record("RegisterPostBackwardFunctionBackward", (x,), (out,), back)
+        return out
+
+    @staticmethod
+    def _hand_over(params: list[Tensor]) -> int:
+        """The unit's unsharded gradients go to the reduce-scatter's copy-in, whose bytes the events free:
+        drop them without a charge.  Returns their bytes."""
+        handed = 0
+        for p in params:
+            if p.grad is not None:
+                handed = p.grad.nbytes + handed
+                p.grad.storage.nbytes = 0
+                p.grad = None
+        return handed
+
+    def backward_end(self) -> None:
+        """The final callback: the root's post-backward (``_root_post_backward_final_callback``)."""
+        self.events.root_post_backward(current().replay)
+        self._hand_over(self.root_params)
+        self.backward_units.clear()
+
+    def zero_grad(self) -> None:
+        """``zero_grad(set_to_none=True)``: the sharded gradients (each unit's reduce-scatter output) die."""
+        u = self.units
+        current().charge(-(u.root.reduce_out + len(self.block_params) * u.dense.reduce_out), "sharded gradients")
+
+
+def sharding(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, impl: str, cpu: bool) -> FullyShard:
+    """The wrapper ``ops.predict_step`` hands a program's step under ``layout`` (``impl``: its programs)."""
+    if impl != "transformers":
+        raise ValueError(f"FSDP2 over --impl {impl}'s program is not replayed by the op library yet")
+    return FullyShard(cfg, setup, layout, cpu)
+
+
+def rank_setup(setup: TrainingSetup, layout: ParallelLayout, impl: str) -> TrainingSetup:
+    """The setup the program runs under on the rank: under amp-bf16 the MixedPrecisionPolicy gathers bf16
+    parameters and transformers' step runs no autocast (``measure.hf_parallel``): the pure-bf16 program."""
+    return dataclasses.replace(setup, precision="bf16") if setup.autocast else setup
