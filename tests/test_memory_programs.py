@@ -1,0 +1,87 @@
+"""``memory`` on steps the op library predicts (GPT-2, Gemma, MLA/MoE, transformers' classes): the lines in B
+at batch 1, the largest batch and context, and the header's word on a cuda figure."""
+
+import json
+
+import pytest
+
+from lm_accounting import load_config
+from lm_accounting.analytic import ops
+from lm_accounting.analytic.capacity import PeakLine, PhasePeakLines, max_context_that_fits
+from lm_accounting.analytic.program_report import program_account
+from lm_accounting.setup import TrainingSetup
+
+SMALL = dict(vocab_size=97, context_length=64, num_layers=2, d_model=32, num_heads=4, head_dim=8, d_ff=64)
+
+
+def test_max_batch_walks_the_pieces_by_hand():
+    """peak 10 at B = 1 (its own piece), then 4·B + 5 from B = 2: budget 20 fits B = 3 (17), not 4 (21); a
+    budget of 12 fits B = 1 only (B = 2 needs 13); 9 fits nothing."""
+    phase = PhasePeakLines("backward", (PeakLine(4, 6, 1, 1), PeakLine(4, 5, 2, None)), ())
+    assert [phase.max_batch(budget) for budget in (20, 21, 12, 13, 9)] == [3, 4, 1, 2, 0]
+
+
+@pytest.mark.parametrize("impl", ["course", "transformers"])
+def test_lines_at_batch_one_equal_each_batch_replayed(impl):
+    """The account's lines in B (from a replay exact for B >= 2 and one at B = 1) equal the step replayed at
+    each batch itself, and the largest batch is the last one whose replayed peak fits."""
+    cfg = load_config("openai-gpt2").with_context(64) if impl == "transformers" else load_config("gpt2-small")
+    cfg = cfg if impl == "transformers" else cfg.with_context(64)
+    setup = TrainingSetup()
+    peaks = {b: ops.predict_step(cfg, 64, setup, impl=impl, batch=b, mode="plain").at(b).peak for b in range(1, 6)}
+    budget = (peaks[3] + peaks[4]) // 2
+    acc = program_account(cfg, 64, 1, impl=impl, setup=setup, budget=budget, device="meta")
+    assert [acc.peak_lines.at(b) for b in range(1, 6)] == [peaks[b] for b in range(1, 6)]
+    assert acc.step.peak == peaks[1] and acc.max_batch == 3
+
+
+def test_a_learned_position_table_caps_the_largest_context():
+    """GPT-2's 1,024 learned positions: the search stops there (a larger context is no model) and the view says
+    so; a budget too small for 1,024 still searches below it."""
+    cfg = load_config("openai-gpt2")
+    assert cfg.max_position_embeddings == 1024
+    setup = TrainingSetup()
+
+    def at(run, s):
+        return ops.predict_step(run, s, setup, impl="course", batch=1, mode="plain").at(1)
+
+    assert max_context_that_fits(cfg, 10**13, predict=at) == 1024
+    need = at(cfg.with_context(512), 512).peak
+    assert max_context_that_fits(cfg, need, predict=at) == 512
+
+
+def test_gpt2_memory_on_cuda_names_what_the_figure_lacks(run_cli):
+    r = run_cli("memory", "openai-gpt2", "--context", "1024")
+    assert r.code == 0 and r.err == ""
+    assert "exact prediction for cuda" not in r.out and "without CUDA's kernel scratch" in r.out
+    assert "every learned position" in r.out and "model states only" not in r.out
+
+
+def test_transformers_header_names_eager_attention(run_cli, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(
+        json.dumps({"model_type": "gpt2", "vocab_size": 97, "n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64})
+    )
+    r = run_cli("memory", path, "--measure", "meta")
+    assert r.code == 0 and "eager attention" in r.out and "attention naive" not in r.out
+    assert "exact prediction for meta" in r.out and "eager+none+fp32+foreach" in r.out
+
+
+def test_a_mixture_of_experts_config_json_says_why_transformers_is_not_measured(run_cli, tmp_path):
+    path = tmp_path / "config.json"
+    moe = {"model_type": "mixtral", "vocab_size": 97, "hidden_size": 32, "intermediate_size": 64}
+    path.write_text(
+        json.dumps(
+            {
+                **moe,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "max_position_embeddings": 64,
+                "num_local_experts": 4,
+                "num_experts_per_tok": 2,
+            }
+        )
+    )
+    r = run_cli("memory", path, "-S", "32", "--measure", "meta")
+    assert r.code == 2 and "cannot run on meta" in r.err and "\n" not in r.err.strip()
