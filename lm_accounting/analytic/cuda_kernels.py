@@ -16,6 +16,17 @@ tests/test_cuda_kernels.py replays):
    token ids made linear (``remainder``, then ``mul``: one int64 copy of T kept), sorted and original
    positions (two more), ``arange`` (a fourth), and cub's radix sort storage.
 
+The fused attention kernels (5-7) save and allocate what the CPU kernel does not (torch 2.11 on an H100 and an
+H200, reports/cuda/memory.csv; aten/src/ATen/native/transformers/cuda/flash_attn/flash_api.cpp and
+attention.cu, attention_backward.cu):
+
+5. ``FLASH_RNG_BYTES``: flash's ``rng_state`` (2 int64) and ``unused`` (1 int64) outputs, saved for the
+   backward (+24 B per layer at the forward's end);
+6. ``flash_backward_scratch``: the flash backward's ``softmax_d`` and ``dq_accum`` (and, with grouped K/V
+   heads, ``dk_expanded``/``dv_expanded``, which are (B, S, h, d_head) in the model dtype);
+7. ``efficient_lse_rows``: the memory-efficient kernel's logsumexp rows, S rounded up to ``kAlignLSE`` = 32;
+   its backward's ``delta`` (``efficient_delta_bytes``).
+
 FSDP2's copies (3, 4) depend only on the unit's shapes: aten/src/ATen/native/cuda/TensorShape.cu packs
 each kernel's launch metadata into one int64 tensor and copies it to the GPU (``pack_vecs``):
 
@@ -140,3 +151,40 @@ def chunk_cat_metadata(chunk_bytes: list[int]) -> int:
     block counts: 8 · (5n + 2 + Σ ceil(chunk / 2048)) bytes."""
     n = len(chunk_bytes)
     return 8 * (5 * n + 2 + sum(_div_up(b, BYTES_PER_BLOCK) for b in chunk_bytes))
+
+
+FLASH_RNG_STATE_BYTES, FLASH_UNUSED_BYTES = 16, 8
+"""flash_api.cpp ``mha_fwd``: the ``rng_state`` (2 int64) and ``unused`` (1 int64) outputs, saved for the backward
+(measured: +24 B per layer at the forward's end on an H100)."""
+FLASH_RNG_BYTES = FLASH_RNG_STATE_BYTES + FLASH_UNUSED_BYTES
+
+
+def _round_up(x, m: int):
+    return -(-x // m) * m
+
+
+def efficient_lse_rows(seq: int) -> int:
+    """Rows per head of the memory-efficient kernel's logsumexp (B, h, ⌈S/32⌉·32) fp32 (``kAlignLSE`` = 32,
+    attention.cu ``_efficient_attention_forward``); flash's is (B, h, S)."""
+    return _round_up(seq, 32)
+
+
+def flash_backward_scratch(batch, seq: int, heads: int, d_head: int) -> tuple:
+    """Bytes of the flash backward's fp32 ``softmax_d`` (B, h, S₁₂₈) and ``dq_accum`` (B, S₁₂₈, h, d₃₂)
+    (flash_api.cpp ``mha_bwd``: S rounded up to 128, d_head to 32), made beside dQ, dK, dV and freed before
+    the backward returns; measured on an H200 where the attention backward sets the peak (reports/cuda).
+    ``batch`` may be a line in B (``Affine``)."""
+    rows = batch * (_round_up(seq, 128) * heads)
+    return rows * 4, rows * (_round_up(d_head, 32) * 4)
+
+
+def efficient_delta_bytes(batch: int, seq: int, heads: int, d_v: int) -> tuple[int, int, int]:
+    """The memory-efficient backward's ``delta`` for fp32 inputs (attention_backward.cu
+    ``_efficient_attention_backward``: ``kKernelComputesDelta`` is false for the fp32 kernels, so
+    ``(grad_out.to(float) * out.to(float)).sum(-1).transpose(-2, -1).contiguous()``): the product (B, S, h, d_v),
+    its sum (B, S, h) and the contiguous (B, h, S), all fp32, alive together until the expression ends, the last
+    until the kernel returns.  Measured on an H200: qwen3-0.6b (2 layers, d_model 256, 16 heads of 128, no
+    grouping) at S 8,192, B 2 in fp32 peaked 136,314,880 B = (2·8,192·16·128 + 2·2·8,192·16)·4 above a
+    prediction without it (reports/cuda/memory.csv)."""
+    rows = batch * seq * heads
+    return rows * d_v * 4, rows * 4, rows * 4

@@ -12,7 +12,13 @@ from dataclasses import dataclass
 from ..config import ModelConfig, check_positive_int
 from ..names import DTYPE_BYTES
 from ..setup import TrainingSetup
-from .cuda_kernels import index_put_scratch, sum_rows_scratch
+from .cuda_kernels import (
+    FLASH_RNG_BYTES,
+    efficient_lse_rows,
+    flash_backward_scratch,
+    index_put_scratch,
+    sum_rows_scratch,
+)
 
 DEFAULT_SETUP = TrainingSetup()
 
@@ -111,11 +117,11 @@ class Sizes:
            peak (16 heads of 128 on d_model 256) each of these was an allocator event of that size.
         3. CUDA memory-efficient: none modelled."""
         if self.cuda and self.sdpa and not self.efficient:
-            c, up = self.cfg, lambda x, m: -(-x // m) * m
+            c = self.cfg
             q = self.T * c.num_heads * c.d_head * e  # the query, the output, dQ: (B, S, h, d_head)
-            rows = self.batch * up(self.seq, 128) * c.num_heads  # B·S₁₂₈·h
+            softmax_d, dq_accum = flash_backward_scratch(self.batch, self.seq, c.num_heads, c.d_head)
             grouped = 2 * q if c.kv_heads != c.num_heads else 0
-            return q * self.merge_copy + rows * 4, rows * up(c.d_head, 32) * 4, grouped
+            return q * self.merge_copy + softmax_d, dq_accum, grouped
         if not self.cpu:
             return 0, 0, 0
         qs, ks, n = *self._flash_splits(), self.cpu_threads
@@ -179,8 +185,8 @@ class Sizes:
            layer at the forward's end on an H100);
         3. CUDA memory-efficient: (B, h, ⌈S/32⌉·32) (``kAlignLSE`` = 32, attention.cu
            ``_efficient_attention_forward``); its seed and offset are empty when dropout is 0."""
-        rows = -(-self.seq // 32) * 32 if self.efficient else self.seq
-        rng = 24 if self.cuda and self.sdpa and not self.efficient else 0
+        rows = efficient_lse_rows(self.seq) if self.efficient else self.seq
+        rng = FLASH_RNG_BYTES if self.cuda and self.sdpa and not self.efficient else 0
         return self.batch * self.cfg.num_heads * rows * 4 + rng
 
     @property

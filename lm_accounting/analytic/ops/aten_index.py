@@ -47,7 +47,13 @@ def index(t: Tensor, ids: Tensor) -> Tensor:
     """``t[ids]`` along dim 0 (``aten.index.Tensor`` with one index tensor)."""
     out = empty(ids.shape + t.shape[1:], t.dtype, "index")
     shape, dtype = t.shape, t.dtype
-    record("IndexBackward0", (t,), (out,), lambda ctx, g, i: (_into_zeros(shape, dtype, "index_put"),), (ids,))
+
+    def back(ctx, g, i):
+        grad = _into_zeros(shape, dtype, "index_put")
+        current().target.index_put(i)  # CUDA: the ids sorted beside the zeros
+        return (grad,)
+
+    record("IndexBackward0", (t,), (out,), back, (ids,))
     return out
 
 

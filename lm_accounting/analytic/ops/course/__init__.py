@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from ....config import ModelConfig
 from ....phases import PhaseBytes
 from ....setup import TrainingSetup
+from .. import cuda
 from ..engine import Affine, PhaseInBatch, StepInBatch
 from ..step import training_step
 from .model import TransformerLM
@@ -40,11 +41,14 @@ def predict_step(
     B = 1 (a size-1 batch dim lets torch view what it copies at B >= 2: matmul's reshape of the transposed values
     for AV), so the lines stay usable for capacities.  A mixture of experts whose routed split depends on B (``moe.lines_in_batch``) is replayed at ``batch``
     itself, exact there.  ``mode`` "plain" with ``device`` "cpu" is what the CPU allocator sees (wrapped Python
-    numbers, kernel scratch per ``cpu_threads``, amp's mixed-dtype copies).  Not modelled for ``device`` "cuda":
-    CUDA's kernel scratch (a norm weight's row sum, the embedding's sort) and its fused kernels (flash and
-    memory-efficient: their logsumexp padding and layouts differ from the CPU kernel replayed here)."""
+    numbers, kernel scratch per ``cpu_threads``, amp's mixed-dtype copies); with ``device`` "cuda" it is a GPU's
+    plain run (``ops.cuda``: flash and memory-efficient attention, the row sums' and the id sort's scratch), exact
+    at ``batch`` (the scratch that is no line in B is taken there)."""
     if seq > cfg.context_length:  # the live model's refusal (``TransformerLM.forward``)
         raise ValueError(f"sequence length {seq} exceeds context_length={cfg.context_length}")
+    reasons = cuda.unsupported(cfg, setup) if device == "cuda" else []
+    if reasons:  # the live model refuses fp32 with grouped K/V heads on a GPU (``setup.check_cuda_fused_attention``)
+        raise ValueError("; ".join(reasons))
 
     def run(b: Affine | int) -> StepInBatch:
         return training_step(
@@ -53,6 +57,7 @@ def predict_step(
             device=device,
             traced=mode == "traced",
             cpu_threads=cpu_threads,
+            cuda_batch=batch,
         )
 
     if not lines_in_batch(cfg, seq):

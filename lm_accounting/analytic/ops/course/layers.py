@@ -13,6 +13,7 @@ import math
 from contextlib import contextmanager
 
 from .. import aten as A
+from .. import cuda
 from ..aten_activation import gelu
 from ..aten_flash import flash_attention_for_cpu
 from ..aten_index import gather, index, stack, strided_slice
@@ -230,8 +231,11 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, mask
 
 def fused_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """``FusedAttention.forward`` (layers.py:284) on meta/cpu: ``aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0,
-    causal)`` (a stand-in on autocast's lower-precision list); its logsumexp dies on return."""
+    causal)`` (a stand-in on autocast's lower-precision list); its logsumexp dies on return.  On cuda (:291-297): CUDA's
+    flash or memory-efficient kernel (``ops.cuda.scaled_dot_product_attention``)."""
     q, k, v = _cast("bf16", q, k, v)
+    if cuda.on_cuda():  # F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=kv < h)
+        return saved_op(cuda.scaled_dot_product_attention(q, k, v), q, k, v)[0]
     out, _logsumexp = saved_op(flash_attention_for_cpu, q, k, v)
     return out
 

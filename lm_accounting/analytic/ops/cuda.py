@@ -1,0 +1,202 @@
+"""The CUDA target: what a plain run on an NVIDIA GPU allocates that a meta or CPU run does not, written once.
+
+A plain CUDA run is the plain run's program (in-place gradient sums, no wrapped Python numbers: those live in host
+memory) with these kernel facts, each from ``analytic.cuda_kernels`` (the one registry of CUDA kernel facts, which
+the legacy replay reads too), measured on an H200 (reports/cuda) for our model:
+
+* ``Cuda.sum_rows``: a sum over the leading dims of a contiguous fp32 tensor (``validate_outputs``' ``sum_to``: a
+  norm weight's or a bias's gradient) stages partial sums in global memory (``cuda_kernels.sum_rows_scratch``);
+* ``Cuda.index_put``: ``index_put_`` with accumulate (the backward of ``weight[ids]``) copies and sorts the ids
+  (``cuda_kernels.index_put_scratch``);
+* ``scaled_dot_product_attention``: ``F.scaled_dot_product_attention`` with ``is_causal`` and no mask, restricted
+  to the fused kernels: flash for 16-bit inputs (grouped K/V heads natively, ``enable_gqa``), memory-efficient for
+  fp32 (heads equal).  Flash saves ``rng_state`` and ``unused`` beside its logsumexp and its backward makes
+  ``softmax_d`` and ``dq_accum`` (and dK, dV expanded to every query head when grouped); the memory-efficient
+  kernel lays its output out (B, S, h, d), pads its logsumexp to 32 rows, and its backward computes ``delta``
+  from fp32 products (``cuda_kernels.efficient_delta_bytes``).
+
+Not modelled (``unsupported``): the flash path's padding of a head dim that is no multiple of 8
+(``pad_last_dim<8>``), sdpa with a mask or dropout (the memory-efficient kernel with a bias; flash's dropout),
+fp32 with grouped K/V heads (no fused kernel: torch falls back to the math path).  Not in any figure, as in the
+measurements (``measure.tracker.measure_training_step_cuda``): the cuBLAS workspaces and the caching allocator's
+rounding to 512-byte blocks (requested bytes are predicted, ``memory_allocated`` rounds each block up).
+
+Sizes that are no line in the micro-batch B (the row sums' staging, the id sort) are evaluated at one batch
+(``Cuda.batch``), so a step replayed with B a symbol is exact at that batch only; with ``batch`` None they are left
+out (lines without them).  No torch.
+"""
+
+from __future__ import annotations
+
+from ...config import ModelConfig
+from ...setup import TrainingSetup
+from ..cuda_kernels import (
+    FLASH_RNG_STATE_BYTES,
+    FLASH_UNUSED_BYTES,
+    efficient_delta_bytes,
+    efficient_lse_rows,
+    flash_backward_scratch,
+    index_put_scratch,
+    sum_rows_scratch,
+)
+from . import aten as A
+from .engine import Affine
+from .tensors import ITEMSIZE, Dim, Storage, Target, Tensor, current, empty, numel, record
+
+BSHD = (0, 2, 1, 3)  # (B, h, S, d) laid out as (B, S, h, d)
+
+
+class Cuda(Target):
+    """A plain run on a CUDA GPU (``tensors.Run.target``); ``batch``: where sizes that are no line in B are taken."""
+
+    device = "cuda"
+
+    def __init__(self, batch: int | None = None):
+        self.batch = batch
+
+    def at(self, n: Dim) -> int | None:
+        """``n`` at ``batch`` (None: B is a symbol and no batch was given)."""
+        if not isinstance(n, Affine):
+            return n
+        return None if self.batch is None else n.at(self.batch)
+
+    def sum_rows(self, grad: Tensor, kept: tuple) -> None:
+        """``Reduce.cuh``'s global staging for a sum of a contiguous fp32 ``grad`` over its leading dims down to
+        ``kept`` (keepdim), made after the result and freed when the kernel returns."""
+        reduced = [i for i, d in enumerate(grad.shape) if kept[i] == 1 and d != 1]
+        whole = [i for i, d in enumerate(kept) if d != 1]
+        if grad.dtype != "fp32" or not reduced or not grad.is_contiguous() or (whole and max(reduced) > min(whole)):
+            return
+        rows, width = self.at(numel([grad.shape[i] for i in reduced])), self.at(numel([kept[i] for i in whole]))
+        if rows is not None and width is not None:
+            transient(sum_rows_scratch(rows, width), "reduce_staging")
+
+    def index_put(self, ids: Tensor) -> None:
+        """``index_put_with_sort_kernel``'s id copies and sort storage, after the zeros it accumulates into."""
+        tokens = self.at(ids.numel)
+        if tokens is not None:
+            transient(index_put_scratch(tokens), "index_put_sort")
+
+
+def transient(nbytes: int, label: str) -> None:
+    """Bytes a kernel allocates and frees before it returns."""
+    if nbytes:
+        s = Storage(nbytes, label)
+        del s
+
+
+def on_cuda() -> bool:
+    return current().target.device == "cuda"
+
+
+def unsupported(cfg: ModelConfig, setup: TrainingSetup, grouped_fp32: bool = True) -> list[str]:
+    """What a plain CUDA run of ``cfg`` under ``setup`` does that this module does not model (empty: none).
+    ``grouped_fp32``: whether the program hands the fused kernel fp32 inputs with grouped K/V heads (our model
+    does, and refuses it on a GPU; transformers repeats K and V there, unless it passes ``enable_gqa``)."""
+    if setup.attention != "sdpa":
+        return []
+    out = []
+    if cfg.d_head % 8:
+        out.append(
+            f"fused attention on cuda with head_dim {cfg.d_head} (flash pads it to a multiple of 8: not modelled)"
+        )
+    fp32 = setup.precision == "fp32"
+    if grouped_fp32 and fp32 and cfg.kv_heads != cfg.num_heads:
+        out.append(
+            "fused attention in fp32 with grouped KV heads has no CUDA kernel in torch (flash needs bf16/fp16, the "
+            "memory-efficient kernel takes no GQA: the math path, not modelled on cuda)"
+        )
+    return out
+
+
+def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor):
+    """The fused kernel ``F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=...)`` takes on CUDA
+    (dropout 0, no mask): ``flash_attention`` for 16-bit inputs, ``efficient_attention`` for fp32 ones (heads
+    equal).  Returns the op (its outputs: a tuple whose first is the attention output), for ``course.sac``'s
+    ``saved_op``: it accepts the outputs' ``storages``."""
+    if q.dtype == "fp32":
+        if k.shape[1] != q.shape[1]:
+            raise ValueError("fp32 fused attention with grouped K/V heads has no CUDA kernel (see ``unsupported``)")
+        return efficient_attention
+    return flash_attention
+
+
+def _outputs(shapes, storages, label: str) -> list[Tensor]:
+    """New outputs of (shape, dtype, perm), or views of ``storages`` (selective checkpointing's cache)."""
+    out = []
+    for i, (shape, dtype, perm) in enumerate(shapes):
+        if storages is None:
+            t = empty(shape, dtype, label)
+            if perm is not None:
+                t.perm = perm
+        else:
+            t = Tensor(shape, dtype, storages[i], perm)
+        out.append(t)
+    return out
+
+
+def flash_attention(q: Tensor, k: Tensor, v: Tensor, storages=None) -> tuple[Tensor, ...]:
+    """``aten._scaled_dot_product_flash_attention`` on CUDA (attention.cu, flash_api.cpp ``mha_fwd``): the output
+    ``empty_like`` the (B, S, h, d)-transposed query (so laid out as the query is), the logsumexp (B, h, S) fp32,
+    ``rng_state`` (2 int64) and ``unused`` (1 int64); autograd saves q, k, v, the output, the logsumexp and the
+    two rng tensors.  Backward (attention_backward.cu ``_flash_attention_backward``, ``mha_bwd``): the incoming
+    gradient and the output made contiguous in (B, S, h, d) (copies where they are not), dq, dk, dv ``empty_like``
+    the inputs, ``softmax_d`` and ``dq_accum`` and, with grouped K/V heads, dK and dV expanded to every query
+    head, summed into dk, dv; all but dq, dk, dv freed before it returns."""
+    b, h, s, d = q.shape
+    shape = q.shape[:-1] + v.shape[-1:]
+    shapes = [
+        (shape, q.dtype, q.perm if shape == q.shape else None),  # empty_like(q)
+        ((b, h, s), "fp32", None),
+        ((FLASH_RNG_STATE_BYTES // 8,), "int64", None),
+        ((FLASH_UNUSED_BYTES // 8,), "int64", None),
+    ]
+    out, lse, rng, unused = _outputs(shapes, storages, "flash")
+    grouped = k.shape[1] != h
+
+    def back(ctx, g, sq, sk, sv, so, sl, sr, su):
+        grad_out = A.contiguous(A.transpose(g[0], 1, 2))  # contiguous_grad_out
+        out_t = A.contiguous(A.transpose(so, 1, 2))  # contiguous_out
+        dq, dk, dv = (empty(t.shape, t.dtype, "flash_backward", like=t) for t in (sq, sk, sv))
+        softmax_d, dq_accum = flash_backward_scratch(b, s, h, d)
+        kept = Storage(softmax_d, "flash_softmax_d")
+        accum = Storage(dq_accum, "flash_dq_accum")
+        expanded = [Storage(numel((b, s, h, d)) * ITEMSIZE[sq.dtype], "flash_dkv_expanded") for _ in "kv" if grouped]
+        del expanded, accum, kept, out_t, grad_out
+        return dq, dk, dv
+
+    record("ScaledDotProductFlashAttentionBackward0", (q, k, v), (out,), back, (q, k, v, out, lse, rng, unused))
+    return out, lse, rng, unused
+
+
+flash_attention.takes_storages = True
+
+
+def efficient_attention(q: Tensor, k: Tensor, v: Tensor, storages=None) -> tuple[Tensor, ...]:
+    """``aten._scaled_dot_product_efficient_attention`` on CUDA (attention.cu ``_efficient_attention_forward``,
+    dropout 0, no bias, ``compute_log_sumexp``): the output (B, h, S, d) laid out (B, S, h, d), the logsumexp
+    (B, h, ⌈S/32⌉·32) fp32 (its seed and offset are CPU tensors); autograd saves q, k, v, the output and the
+    logsumexp.  Backward (attention_backward.cu ``_efficient_attention_backward``): dq, dk, dv (B, S, h, d)-laid
+    out, then ``delta`` from the fp32 product of the incoming gradient and the output (its sum and the contiguous
+    transpose), freed before it returns."""
+    b, h, s, _ = q.shape
+    d_v = v.shape[-1]  # the backward keeps no reference to v itself
+    shapes = [(q.shape[:-1] + (d_v,), q.dtype, BSHD), ((b, h, efficient_lse_rows(s)), "fp32", None)]
+    out, lse = _outputs(shapes, storages, "efficient")
+
+    def back(ctx, g, sq, sk, sv, so, sl):
+        grads = []
+        for t in (sq, sk, sv):
+            grad = empty(t.shape, t.dtype, "efficient_backward")
+            grad.perm = BSHD
+            grads.append(grad)
+        product, total, delta = efficient_delta_bytes(b, s, h, d_v)
+        parts = [Storage(product, "delta_product"), Storage(total, "delta_sum"), Storage(delta, "delta")]
+        del parts
+        return tuple(grads)
+
+    record("ScaledDotProductEfficientAttentionBackward0", (q, k, v), (out,), back, (q, k, v, out, lse))
+    return out, lse
+
+
+efficient_attention.takes_storages = True
