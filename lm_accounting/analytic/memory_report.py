@@ -168,6 +168,8 @@ class MemoryAccount(Result):
     @property
     def no_lines(self) -> str | None:
         """Why the peak is not given as lines in the batch (the step itself is exact), or None."""
+        if self.predicted_by == "ops":  # the program replayed at the batch itself (``program_report.batch_lines``)
+            return f"its mixture of experts at context {self.seq:,}" if self.step and not self.peak_lines else None
         if self.predicted_by != "replay":
             return None
         missing = replay_unsupported(self.config, self.setup, self.seq)[len(self.not_modelled) :]

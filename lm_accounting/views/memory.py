@@ -215,7 +215,10 @@ def capacity_table(m: MemoryAccount) -> Table:
             (
                 "largest batch that fits",
                 m.max_batch,
-                ("" if m.max_batch else f"{NONE_FITS}: ") + f"at context {m.seq:,}; smallest ⌊(budget − b_i) / a_i⌋",
+                "not given: the peak is no line in B here (see the note)"
+                if m.max_batch is None
+                else ("" if m.max_batch else f"{NONE_FITS}: ")
+                + f"at context {m.seq:,}; smallest ⌊(budget − b_i) / a_i⌋",
             ),
             (
                 "largest context that fits at batch 1",
