@@ -90,8 +90,7 @@ def predict_step(
     check_run(mode, device)
     threads = {"cpu_threads": cpu_threads} if cpu_threads != 1 else {}  # a plain CPU run's per-thread scratch
     if layout is not None and not layout.single:
-        from .fsdp import rank_setup, sharding
+        from .fsdp import predict_rank
 
-        threads["sharding"] = sharding(cfg, setup, layout, impl, cpu=mode == "plain" and device == "cpu")
-        setup = rank_setup(setup, layout, impl)
+        return predict_rank(cfg, seq, setup, layout, impl=impl, batch=batch, mode=mode, device=device, **threads)
     return _programs(impl).predict_step(cfg, seq, setup, batch=batch, mode=mode, device=device, **threads)

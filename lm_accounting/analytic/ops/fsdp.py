@@ -33,6 +33,8 @@ from ...layout import ParallelLayout
 from ...setup import TrainingSetup
 from ..fsdp import FsdpEvents, FsdpUnits, Unit, shard_unit
 from ..parallel import fsdp_chunk_rows
+from .engine import Affine, StepInBatch
+from .step import training_step
 from .tensors import Tensor, current, empty, numel, record
 
 PARAM_DTYPES = {"fp32": "fp32", "bf16": "bf16", "amp-bf16": "fp32"}
@@ -167,14 +169,43 @@ class FullyShard:
         current().charge(-(u.root.reduce_out + len(self.block_params) * u.dense.reduce_out), "sharded gradients")
 
 
-def sharding(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, impl: str, cpu: bool) -> FullyShard:
-    """The wrapper ``ops.predict_step`` hands a program's step under ``layout`` (``impl``: its programs)."""
-    if impl != "transformers":
-        raise ValueError(f"FSDP2 over --impl {impl}'s program is not replayed by the op library yet")
-    return FullyShard(cfg, setup, layout, cpu)
+def predict_rank(
+    cfg: ModelConfig,
+    seq: int,
+    setup: TrainingSetup,
+    layout: ParallelLayout,
+    *,
+    impl: str,
+    batch: int = 1,
+    mode: str = "traced",
+    device: str = "meta",
+    cpu_threads: int = 1,
+) -> StepInBatch:
+    """Rank 0 of the FSDP2 job ``layout`` over ``impl``'s program (``ops.predict_step(..., layout=...)``).
 
+    Under amp-bf16 the ``MixedPrecisionPolicy`` hands the forward bf16 parameters: transformers' step then runs
+    the pure-bf16 program (no autocast: ``measure.hf_parallel``), ours its amp program (autocast on, which
+    copies nothing) over bf16 parameters (``measure.parallelize``).  ``batch`` 1: the step at B = 1; any other
+    value the lines in B, exact for every B >= 2."""
+    shard = FullyShard(cfg, setup, layout, cpu=mode == "plain" and device == "cpu")
+    if impl == "transformers":
+        from . import transformers
 
-def rank_setup(setup: TrainingSetup, layout: ParallelLayout, impl: str) -> TrainingSetup:
-    """The setup the program runs under on the rank: under amp-bf16 the MixedPrecisionPolicy gathers bf16
-    parameters and transformers' step runs no autocast (``measure.hf_parallel``): the pure-bf16 program."""
-    return dataclasses.replace(setup, precision="bf16") if setup.autocast else setup
+        run = dataclasses.replace(setup, precision="bf16") if setup.autocast else setup
+        return transformers.predict_step(
+            cfg, seq, run, batch=batch, mode=mode, device=device, cpu_threads=cpu_threads, sharding=shard
+        )
+    if impl != "course":
+        raise ValueError(f"FSDP2 over --impl {impl}'s program is not replayed by the op library")
+    from .course.model import TransformerLM
+
+    b = 1 if batch == 1 else Affine(1)
+    dtype = "bf16" if setup.autocast else None
+    return training_step(
+        lambda: TransformerLM(cfg, seq, setup, b, dtype),
+        optimizer=setup.optimizer,
+        device=device,
+        traced=mode == "traced",
+        cpu_threads=cpu_threads,
+        sharding=shard,
+    )

@@ -166,6 +166,9 @@ class TransformerBlock:
         return [p for m in modules if m is not None for p in m.params()]
 
     def __call__(self, x: Tensor, rope, token_positions: Tensor, mask: Tensor | None) -> Tensor:
+        return self.forward(x, rope, token_positions, mask)  # ``forward``: what FSDP2's hooks wrap (``ops.fsdp``)
+
+    def forward(self, x: Tensor, rope, token_positions: Tensor, mask: Tensor | None) -> Tensor:
         if self.post_attn_norm is None:  # pre-norm (the course)
             x = A.add(x, self.attn(self.ln1(x), rope, token_positions, mask))
             return A.add(x, self.ffn(self.ln2(x)))
@@ -178,8 +181,11 @@ class TransformerBlock:
 class TransformerLM:
     """``TransformerLM`` (transformer.py:240) with its setup, its buffers and one step's inputs: ``parameters()`` and ``loss()``."""
 
-    def __init__(self, cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = 1):
-        dtype = DTYPES[setup.precision]
+    def __init__(
+        self, cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = 1, dtype: str | None = None
+    ):
+        # ``dtype``: the parameters' dtype if not the setup's (FSDP2's bf16 policy gathers bf16: ``ops.fsdp``)
+        dtype = dtype or DTYPES[setup.precision]
         self.cfg, self.seq, self.setup = cfg, seq, setup
         self.token_embeddings = Embedding(cfg.vocab_size, cfg.d_model, dtype, "token_embeddings")
         self.position_embeddings = None
