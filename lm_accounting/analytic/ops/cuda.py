@@ -109,6 +109,18 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup, grouped_fp32: bool = Tru
     return out
 
 
+def transformers_unsupported(cfg: ModelConfig, setup: TrainingSetup, seq: int) -> list[str]:
+    """``unsupported`` for transformers' modeling code on a GPU (``integrations/sdpa_attention.py``: without a mask
+    it passes ``is_causal`` and ``enable_gqa``, so fp32 with grouped heads takes the math path; with a mask it
+    repeats K and V and the memory-efficient kernel takes the mask as a bias)."""
+    out = unsupported(cfg, setup)
+    if setup.attention == "sdpa" and cfg.sliding_window is not None and seq >= cfg.sliding_window:
+        out.append("sdpa with a sliding-window mask on cuda (the memory-efficient kernel with a bias: not modelled)")
+    if setup.attention == "sdpa" and cfg.hf_model_type == "gpt2":
+        out.append("GPT-2's sdpa with attn_pdrop on cuda (the fused kernels' dropout: not modelled)")
+    return out
+
+
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor):
     """The fused kernel ``F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=...)`` takes on CUDA
     (dropout 0, no mask): ``flash_attention`` for 16-bit inputs, ``efficient_attention`` for fp32 ones (heads

@@ -10,9 +10,11 @@ when covered); ``predict_step`` runs its training step (``ops.step.training_step
 from __future__ import annotations
 
 import importlib
+import inspect
 
 from ....config import ModelConfig
 from ....setup import TrainingSetup
+from ..cuda import transformers_unsupported
 from ..engine import Affine, StepInBatch
 from ..step import training_step
 
@@ -61,11 +63,20 @@ def predict_step(
     B, exact for every B >= 2."""
     module = _module(cfg)
     b = 1 if batch == 1 else B
+    gpu = {}
+    if (
+        device == "cuda"
+    ):  # a GPU's plain run (``ops.cuda``): its kernel facts, the scratch that is no line in B at batch
+        reasons = transformers_unsupported(cfg, setup, seq)
+        if reasons:
+            raise ValueError("; ".join(reasons))
+        gpu = {"device": "cuda"} if "device" in inspect.signature(module.causal_lm).parameters else {}
     return training_step(
-        lambda: module.causal_lm(cfg, seq, setup, b),
+        lambda: module.causal_lm(cfg, seq, setup, b, **gpu),
         optimizer=setup.optimizer,
         device=device,
         traced=mode == "traced",
         cpu_threads=cpu_threads,
         sharding=sharding,
+        cuda_batch=batch if device == "cuda" else None,
     )
