@@ -12,14 +12,20 @@ import pytest
 
 from lm_accounting.analytic.ops import predict_step
 from lm_accounting.config import ModelConfig, load_config
+from lm_accounting.hf_config import config_from_hf
 from lm_accounting.layout import ParallelLayout
 from lm_accounting.setup import TrainingSetup
 
-FAMILY = {"llama": "llama-3-8b", "qwen3": "qwen3-8b"}  # qwen3: per-head q/k RMSNorms in every unit
+FAMILY = {"llama": "llama-3-8b", "qwen3": "qwen3-8b", "gpt2": None}  # qwen3: q/k norms; gpt2: LayerNorm, biases, tied
 
 
 def tiny(family: str, layers: int = 4):
-    """d 16, 4 heads of 4, 2 kv heads, d_ff 24, vocab 96: every dim 0 divides by 4 (no padding at world 4)."""
+    """d 16, 4 heads of 4 (llama, qwen3: 2 kv heads, d_ff 24), vocab 96: every dim 0 divides by 4 (no padding at
+    world 4).  GPT-2 from its config.json fields (learned positions, tied head, Conv1D weights (in, out))."""
+    if family == "gpt2":
+        return config_from_hf(
+            dict(model_type="gpt2", vocab_size=96, n_embd=16, n_layer=layers, n_head=4, n_positions=64)
+        )
     fields = dict(vocab_size=96, d_model=16, num_heads=4, num_kv_heads=2, d_ff=24, num_layers=layers, head_dim=None)
     return dataclasses.replace(load_config(FAMILY[family]), context_length=64, **fields)
 
@@ -98,6 +104,7 @@ def check(family, setup, zero, world=4, batch=B):
         ("llama", TrainingSetup(attention="sdpa", precision="bf16", checkpoint="full"), 2, 2),
         ("qwen3", TrainingSetup(attention="sdpa", precision="amp-bf16"), 3, 1),
         ("llama", TrainingSetup(precision="amp-bf16", checkpoint="full", optimizer="for-loop"), 3, 3),
+        ("gpt2", TrainingSetup(precision="bf16", checkpoint="full"), 3, 2),
     ],
     ids=lambda v: v.label if isinstance(v, TrainingSetup) else str(v),
 )

@@ -27,6 +27,8 @@ replayed: the worst.
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import inspect
 
 from ...config import ModelConfig
 from ...layout import ParallelLayout
@@ -187,22 +189,26 @@ def predict_rank(
     the pure-bf16 program (no autocast: ``measure.hf_parallel``), ours its amp program (autocast on, which
     copies nothing) over bf16 parameters (``measure.parallelize``).  ``batch`` 1: the step at B = 1; any other
     value the lines in B, exact for every B >= 2."""
+    if device == "cuda":  # rule 9's launch metadata and CUDA's kernels are not in this path yet
+        raise ValueError("FSDP2 on a CUDA target is replayed by analytic.parallel.rank_step, not the op library")
     shard = FullyShard(cfg, setup, layout, cpu=mode == "plain" and device == "cpu")
-    if impl == "transformers":
-        from . import transformers
-
-        run = dataclasses.replace(setup, precision="bf16") if setup.autocast else setup
-        return transformers.predict_step(
-            cfg, seq, run, batch=batch, mode=mode, device=device, cpu_threads=cpu_threads, sharding=shard
-        )
-    if impl != "course":
-        raise ValueError(f"FSDP2 over --impl {impl}'s program is not replayed by the op library")
-    from .course.model import TransformerLM
-
     b = 1 if batch == 1 else Affine(1)
-    dtype = "bf16" if setup.autocast else None
+    if impl == "transformers":
+        from .transformers import PROGRAMS
+
+        module = importlib.import_module(f"{__package__}.transformers.{PROGRAMS[cfg.hf_model_type]}")
+        run = dataclasses.replace(setup, precision="bf16") if setup.autocast else setup
+        # the job runs on cpu tensors (FakeTensors on meta): the CPU's kernel facts (GPT-2's LayerNorm statistics)
+        facts = {"device": "cpu"} if "device" in inspect.signature(module.causal_lm).parameters else {}
+        make = lambda: module.causal_lm(cfg, seq, run, b, **facts)
+    elif impl == "course":
+        from .course.model import TransformerLM
+
+        make = lambda: TransformerLM(cfg, seq, setup, b, "bf16" if setup.autocast else None)
+    else:
+        raise ValueError(f"FSDP2 over --impl {impl}'s program is not replayed by the op library")
     return training_step(
-        lambda: TransformerLM(cfg, seq, setup, b, dtype),
+        make,
         optimizer=setup.optimizer,
         device=device,
         traced=mode == "traced",
