@@ -98,7 +98,10 @@ def test_the_header_names_transformers_class_and_attention(run_cli, config_json,
     assert r.code == 0, r.err
     header = r.out.split("\n\n")[0]
     assert f"--impl transformers: transformers 5.24 LlamaForCausalLM, training mode, {words}" in header
-    program = memory_json(run_cli, config_json, "-S", "32", "--attention", attention)["implementation"]["program"]
+    bf16 = ("--precision", "bf16")  # fp32 with grouped KV heads has no fused CUDA kernel
+    program = memory_json(run_cli, config_json, "-S", "32", "--attention", attention, *bf16)["implementation"][
+        "program"
+    ]
     assert program == f"transformers 5.24 LlamaForCausalLM, training mode, {words}"
 
 
@@ -230,8 +233,8 @@ def test_the_op_library_path_gives_the_replays_figures_for_the_same_step(replay_
 def test_the_op_library_path_renders_and_names_the_class(replay_as_program, run_cli, config_json):
     r = run_cli("memory", config_json, "-S", "32", "-B", "2")
     assert r.code == 0, r.err
-    assert "This implementation (LlamaForCausalLM, exact): training step by phase at B = 2" in r.out
-    assert "analytic/ops" in r.out and "exact prediction for cuda" in r.out
+    assert "This implementation (LlamaForCausalLM, not exact on cuda): training step by phase at B = 2" in r.out
+    assert "analytic/ops" in r.out and "prediction for cuda, not exact there" in r.out
     data = memory_json(run_cli, config_json, "-S", "32", "-B", "2")
     assert data["implementation"]["predicted_by"] == "ops" and data["implementation_exact"]["activations"] is None
     assert "LlamaForCausalLM" in data["implementation_exact"]["assumptions"]

@@ -50,11 +50,21 @@ def test_a_learned_position_table_caps_the_largest_context():
     assert max_context_that_fits(cfg, need, predict=at) == 512
 
 
-def test_gpt2_memory_on_cuda_names_what_the_figure_lacks(run_cli):
+def test_gpt2_memory_on_cuda_runs_and_names_the_position_limit(run_cli):
     r = run_cli("memory", "openai-gpt2", "--context", "1024")
     assert r.code == 0 and r.err == ""
-    assert "exact prediction for cuda" not in r.out and "without CUDA's kernel scratch" in r.out
     assert "every learned position" in r.out and "model states only" not in r.out
+
+
+def test_a_transformers_step_on_cuda_is_not_called_exact(run_cli, tmp_path):
+    """transformers' code on cuda is not validated on a GPU (``ops.exactness``): the header and titles say so."""
+    path = tmp_path / "config.json"
+    path.write_text(
+        json.dumps({"model_type": "gpt2", "vocab_size": 97, "n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64})
+    )
+    r = run_cli("memory", path)
+    assert r.code == 0 and "exact prediction for cuda" not in r.out and "(GPT2LMHeadModel, exact)" not in r.out
+    assert "prediction for cuda, not exact there" in r.out and "(GPT2LMHeadModel, not exact on cuda)" in r.out
 
 
 def test_transformers_header_names_eager_attention(run_cli, tmp_path):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..config import ModelConfig
+from ..config import AccountingError, ModelConfig
 from ..gpus import MemoryBudget, as_budget
 from ..phases import StepMemory
 from ..setup import TrainingSetup
@@ -112,6 +112,44 @@ def implementation_account(
     return program_account(cfg, seq, batch, impl=impl, setup=setup, budget=budget, device=device)
 
 
+def step_exactness(impl: str, device: str) -> str:
+    """How the op library's plain step of ``impl`` on ``device`` is proven, in words starting "exact" where it
+    is (``ops.exactness``; before the CUDA target lands, a cuda step is the plain program without CUDA's kernel
+    scratch)."""
+    from . import ops
+
+    exactness = getattr(ops, "exactness", None)  # helper H7's CUDA target adds it
+    if exactness is not None:  # on meta no device runs the plain program: the tracker's traced run is the figure
+        return exactness(impl, "traced" if device == "meta" else "plain", device)
+    if device == "cuda":
+        return "the plain run's program without CUDA's kernel scratch (a norm weight's row sum, the embedding's sort)"
+    return "exact: equal to the storage tracker on meta and the CPU allocator on cpu"
+
+
+def predicted(impl: str, run):
+    """``run()`` (an op-library prediction) with its ``ValueError`` (a setup the program refuses for the
+    device, e.g. fused attention CUDA has no kernel for) as the one-line ``AccountingError``."""
+    try:
+        return run()
+    except ValueError as err:
+        raise AccountingError(f"--impl {impl}: {err}") from None
+
+
+def checked_max_batch(n: int, budget: int, plain) -> int:
+    """The largest batch ``n`` the lines give, confirmed on the step replayed at n and n + 1 themselves
+    (``plain(b).at(b)``, exact at b) and moved one batch at a time until they agree: a cuda step's kernel
+    scratch (row sums, the id sort) is no line in B, so its lines can be off by a few bytes."""
+
+    def fits(b: int) -> bool:
+        return plain(b).at(b).peak <= budget
+
+    while n > 0 and not fits(n):
+        n -= 1
+    while fits(n + 1):
+        n += 1
+    return n
+
+
 def tracker_device(device: str) -> str:
     """Where the traced run a program predicts is measured: the storage tracker's meta run for a cuda
     target (the op library models no traced cuda run, ``ops.RUNS``), else ``device`` itself."""
@@ -148,7 +186,7 @@ def program_account(
     base = states_only_account(cfg, seq, batch, setup.param_dtype, setup, basis, device, 1)
 
     def plain(b: int):
-        return predict_step(cfg, seq, setup, impl=impl, batch=b, mode="plain", device=device)
+        return predicted(impl, lambda: predict_step(cfg, seq, setup, impl=impl, batch=b, mode="plain", device=device))
 
     step = plain(batch).at(batch)
     traced = predict_step(cfg, seq, setup, impl=impl, batch=batch, mode="traced", device=tracker_device(device))
@@ -166,7 +204,7 @@ def program_account(
         step_traced=step_traced,
         gap={name: step_traced.phase(name).peak - p.peak for name, p in step.phases().items()},
         peak_lines=lines,
-        max_batch=None if lines is None else lines.max_batch(basis.usable),
+        max_batch=None if lines is None else checked_max_batch(lines.max_batch(basis.usable), basis.usable, plain),
         max_context=largest_context(cfg, basis.usable, 1, impl=impl, setup=setup, device=device),
         impl=impl,
         predicted_by="ops",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..analytic.capacity import context_limit
 from ..analytic.memory_report import MemoryAccount, batch_span
-from ..analytic.program_report import step_unmodelled
+from ..analytic.program_report import step_exactness, step_unmodelled
 from ..implementations import ATTENTION_WORDS, model_class, program_label
 from ..phases import PHASE_LABELS
 from ..provenance import CPU_TORCH, CUDA
@@ -21,18 +21,21 @@ COURSE = "Course answer (CS336 adamwAccounting convention)"
 EXACT = "This implementation (our live model, exact)"
 
 
-def without_cuda_kernels(m: MemoryAccount) -> bool:
-    """Whether the step is the op library's program on cuda: the plain run without CUDA's kernel scratch and
-    fused kernels (``analytic.ops.RUNS``), so not exact there."""
-    return m.predicted_by == "ops" and m.device == "cuda"
+def inexact(m: MemoryAccount) -> str | None:
+    """Why the step is not exact for its device (the op library's program where ``ops.exactness`` does not
+    say "exact", e.g. a cuda step not validated on a GPU), or None."""
+    if m.predicted_by != "ops" or m.step is None:
+        return None
+    words = step_exactness(m.impl, m.device)
+    return None if words.startswith("exact") else words
 
 
 def exact(m: MemoryAccount) -> str:
     """The title of the implementation-exact tables: ``EXACT`` for our model, else the class predicted; for
-    the op library's program on cuda, what it lacks instead of "exact"."""
-    if m.impl == "course" and not without_cuda_kernels(m):
+    a step not exact on its device, "not exact on <device>" instead of "exact"."""
+    if m.impl == "course" and not inexact(m):
         return EXACT
-    how = "no CUDA kernel scratch" if without_cuda_kernels(m) else "exact"
+    how = f"not exact on {m.device}" if inexact(m) else "exact"
     who = "our live model" if m.impl == "course" else model_class(m.config, m.impl)
     return f"This implementation ({who}, {how})"
 
@@ -46,11 +49,11 @@ def setup_label(m: MemoryAccount) -> str:
 
 
 def prediction_words(m: MemoryAccount) -> str:
-    """The header's word on the step predicted: exact for the device, the plain program on cuda, or none."""
+    """The header's word on the step predicted: exact for the device, not exact (see Conventions), or none."""
     if m.step is None:
         return "model states only (see the note)"
-    if without_cuda_kernels(m):
-        return "prediction for cuda without CUDA's kernel scratch (exact on meta and cpu: --measure meta|cpu)"
+    if inexact(m):
+        return f"prediction for {m.device}, not exact there (see Conventions; exact on meta and cpu: --measure)"
     return f"exact prediction for {m.device}"
 
 
@@ -359,8 +362,7 @@ def exact_convention(m: MemoryAccount) -> str:
         return (
             f"  - implementation-exact: {program_label(m.config, m.impl, m.setup)}, simulated tensor by tensor with "
             f"torch {CPU_TORCH}'s autograd order (analytic/ops); --measure meta runs the implementation's own model under "
-            "the storage tracker beside it.  For cuda it is the plain run's program: CUDA's kernel scratch (a norm "
-            "weight's row sum, the embedding's sort) and its fused-attention kernels are not modelled yet."
+            f"the storage tracker beside it.  On {m.device}: {step_exactness(m.impl, m.device)}."
         )
     return (
         "  - implementation-exact: the allocation sequence of our live model's ops, replayed; "
