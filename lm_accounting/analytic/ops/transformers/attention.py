@@ -36,5 +36,5 @@ def eager_attention_forward(module, query, key, value, attention_mask, softcap=N
 
 
 def sdpa_attention_forward(module, query, key, value, attention_mask) -> tuple[Tensor, None]:
-    """``llama.sdpa_attention_forward`` and the weights it returns, None."""
-    return llama_sdpa(module, query, key, value, attention_mask), None
+    """``llama.sdpa_attention_forward``: the output and the weights it returns, None."""
+    return llama_sdpa(module, query, key, value, attention_mask)
