@@ -41,14 +41,3 @@ class KeyedHooks(StepHooks, Protocol):
     replayed once for all (``replay._layer_runs``, ``ops.tensors.repeated``)."""
 
     def key(self, i: int, backward: bool) -> Hashable: ...
-
-
-def block_runs(blocks: int, key) -> list[range]:
-    """The blocks 0 .. n−1 cut into runs of equal ``key(i)`` (in order): each run may be replayed once."""
-    runs: list[range] = []
-    start = 0
-    for i in range(1, blocks + 1):
-        if i == blocks or key(i) != key(start):
-            runs.append(range(start, i))
-            start = i
-    return runs
