@@ -17,9 +17,12 @@ the legacy replay reads too), measured on an H200 (reports/cuda) for our model:
 
 Not modelled (``unsupported``): the flash path's padding of a head dim that is no multiple of 8
 (``pad_last_dim<8>``), sdpa with a mask or dropout (the memory-efficient kernel with a bias; flash's dropout),
-fp32 with grouped K/V heads (no fused kernel: torch falls back to the math path).  Not in any figure, as in the
-measurements (``measure.tracker.measure_training_step_cuda``): the cuBLAS workspaces and the caching allocator's
-rounding to 512-byte blocks (requested bytes are predicted, ``memory_allocated`` rounds each block up).
+fp32 with grouped K/V heads (no fused kernel: torch falls back to the math path); flash's split-KV accumulators
+(``set_params_splitkv``, upstream flash-attention: fp32 ``out_accum``/``softmax_lse_accum`` when B·h·⌈S/64⌉ is
+below 0.8 · 2 · SMs; no H200 point was that small); the memory-efficient backward's cutlass workspace (none at
+the H200's points).  Not in any figure, as in the measurements (``measure.tracker.measure_training_step_cuda``):
+the cuBLAS workspaces and the caching allocator's rounding to 512-byte blocks (requested bytes are predicted,
+``memory_allocated`` rounds each block up).
 
 Sizes that are no line in the micro-batch B (the row sums' staging, the id sort) are evaluated at one batch
 (``Cuda.batch``), so a step replayed with B a symbol is exact at that batch only; with ``batch`` None they are left
