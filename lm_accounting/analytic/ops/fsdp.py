@@ -1,7 +1,8 @@
 """One rank of an FSDP2 job (``fully_shard`` on every decoder layer, then on the root) over an op-library
 program: data parallel ZeRO-2 (``reshard_after_forward=False``) or ZeRO-3, with a
-``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`` and no autocast under amp-bf16 (torchtitan's recipe,
-``measure.hf_parallel``).  No torch.
+``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`` under amp-bf16 (``measure.hf_parallel``,
+``measure.parallelize``).  ``predict_rank`` is ``ops.predict_step(..., layout=...)``; its meta run is the fake-PG
+job's, whose FakeTensors are cpu tensors (the CPU's kernel facts).  No torch.
 
 ``FullyShard`` does to a program what ``fully_shard`` does to the module tree (torch 2.13
 ``torch/distributed/fsdp/_fully_shard/_fsdp_state.py``, ``_fsdp_param_group.py``):
