@@ -521,7 +521,8 @@ def crosscheck_cmd(
     type=click.Choice(IMPLS),
     default=None,
     help="The model code predicted: course (our TransformerLM), transformers (its modeling code, training mode) "
-    "or torchtitan.  Default: transformers for a config.json, course for a preset or a TOML file (and under a "
+    "or torchtitan (not offered: its training step cannot run on CPU or meta here; it says why).  Default: "
+    "transformers for a config.json, course for a preset or a TOML file (and under a "
     "parallel layout).",
 )
 @allow_long_option
