@@ -78,6 +78,16 @@ def test_what_it_does_not_shard_is_refused():
     with pytest.raises(ValueError, match="FSDP2"):
         predict_step(cfg, S, TrainingSetup(), impl="transformers", layout=ParallelLayout(dp=2, zero=1))
     moe = dataclasses.replace(cfg, num_experts=4, experts_per_token=2, expert_d_ff=8, dense_layers_first=1)
+    gemma = config_from_hf(
+        dict(
+            model_type="gemma3_text", vocab_size=96, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=4, max_position_embeddings=64,
+        )
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="bf16 policy"):
+        predict_step(
+            gemma, S, TrainingSetup(precision="amp-bf16"), impl="transformers", layout=ParallelLayout(dp=4, zero=3)
+        )
     with pytest.raises(ValueError, match="unlike parameters"):
         predict_step(moe, S, TrainingSetup(), impl="course", layout=ParallelLayout(dp=2, zero=3))
 
