@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 from .account import account
 from .analytic.activations import saved_activation_breakdown
+from .analytic.capacity import context_limit
 from .analytic.hardware_flops import step_flops
 from .analytic.memory import adamw_step_temporary_bytes, model_state_breakdown
 from .analytic.program_report import largest_context, predicted_steps, replayed, step_unmodelled
@@ -171,6 +172,7 @@ class Sweep(Result):
     rows: list[dict[str, Any]] = field(default_factory=list)
     mismatches: list[str] = field(default_factory=list)
     setup: TrainingSetup = field(default_factory=TrainingSetup)
+    skipped: list[str] = field(default_factory=list)  # contexts a model cannot run (``runnable_points``)
 
     def records(self) -> list[dict[str, Any]]:
         """Tidy rows, one fact each, the same keys on every row: model, context, batch, setup (the point),
@@ -200,6 +202,25 @@ class Sweep(Result):
             "rows": self.rows,
             "mismatches": self.mismatches,
         }
+
+
+def runnable_points(
+    configs: Sequence[ModelConfig], contexts: list[int]
+) -> tuple[list[tuple[ModelConfig, int]], list[str]]:
+    """The (model, context) points a sweep runs: a model with a learned position table of a given size (GPT-2's
+    1,024) runs no longer context, so those contexts are left out for it, one sentence per model; a model left
+    with none is refused (``ModelConfig``'s own error)."""
+    points, skipped = [], []
+    for cfg in configs:
+        limit = context_limit(cfg)
+        over = [seq for seq in contexts if limit is not None and seq > limit]
+        if over and len(over) == len(contexts):
+            cfg.with_context(over[0])  # raises: the context exceeds the position table
+        if over:
+            shown = ", ".join(f"{seq:,}" for seq in over)
+            skipped.append(f"{cfg.name} at {shown} tokens: beyond its {limit:,} learned positions")
+        points += [(cfg, seq) for seq in contexts if seq not in over]
+    return points, skipped
 
 
 def sweep(
@@ -278,7 +299,7 @@ def sweep(
     contexts = seen
     if not contexts:
         raise AccountingError("sweep needs at least one context")
-    points = [(cfg, seq) for cfg in configs for seq in contexts]
+    points, result.skipped = runnable_points(configs, contexts)
     impl_of = {cfg.name: impl for cfg, impl in zip(configs, impls, strict=True)}  # names are distinct
     live = bool(crosscheck or measure)
     if live:

@@ -95,3 +95,14 @@ def test_a_mixture_of_experts_config_json_says_why_transformers_is_not_measured(
     )
     r = run_cli("memory", path, "-S", "32", "--measure", "meta")
     assert r.code == 2 and "cannot run on meta" in r.err and "\n" not in r.err.strip()
+
+
+def test_a_sweep_leaves_out_contexts_past_gpt2s_positions(run_cli, tmp_path):
+    """GPT-2's 1,024 learned positions: 2,048 is left out for it (and said), 512 is swept; a sweep of nothing
+    but contexts it cannot run is refused in one line."""
+    r = run_cli("sweep", "openai-gpt2", "--contexts", "512,2048", "--out", tmp_path / "out")
+    assert r.code == 0 and "openai-gpt2 at 2,048 tokens: beyond its 1,024 learned positions" in r.out
+    rows = json.loads((tmp_path / "out" / "sweep.json").read_text())["rows"]
+    assert [row["context"] for row in rows] == [512]
+    refused = run_cli("sweep", "openai-gpt2", "--contexts", "2048", "--out", tmp_path / "none")
+    assert refused.code == 2 and "exceeds the 1,024 learned positions" in refused.err
