@@ -55,12 +55,23 @@ EXACT_ASSUMPTIONS = (
 )
 
 
+def step_exactness(impl: str, device: str) -> str:
+    """How the op library's step of ``impl`` for ``device`` is proven, in words starting "exact" where it is
+    (``ops.exactness``): the plain run, except on meta, where no device runs it and the storage tracker's traced
+    run is the figure compared."""
+    from .ops import exactness
+
+    return exactness(impl, "traced" if device == "meta" else "plain", device)
+
+
 def program_assumptions(m: MemoryAccount) -> str:
-    """``EXACT_ASSUMPTIONS`` for a step the op library predicts (``analytic/ops``)."""
+    """``EXACT_ASSUMPTIONS`` for a step the op library predicts (``analytic/ops``), with how it is proven on its
+    device (``step_exactness``)."""
     return (
         f"{program_label(m.config, m.impl, m.setup)}: its ops under the training setup, simulated tensor by tensor "
         "with torch's autograd order (analytic/ops, torch 2.13); step: the plain run, step_traced: what the storage "
-        "tracker sees; steady-state step, the AdamW state already exists"
+        "tracker sees; steady-state step, the AdamW state already exists; on "
+        f"{m.device}: {step_exactness(m.impl, m.device)}"
     )
 
 

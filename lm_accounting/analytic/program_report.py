@@ -112,20 +112,6 @@ def implementation_account(
     return program_account(cfg, seq, batch, impl=impl, setup=setup, budget=budget, device=device)
 
 
-def step_exactness(impl: str, device: str) -> str:
-    """How the op library's plain step of ``impl`` on ``device`` is proven, in words starting "exact" where it
-    is (``ops.exactness``; before the CUDA target lands, a cuda step is the plain program without CUDA's kernel
-    scratch)."""
-    from . import ops
-
-    exactness = getattr(ops, "exactness", None)  # helper H7's CUDA target adds it
-    if exactness is not None:  # on meta no device runs the plain program: the tracker's traced run is the figure
-        return exactness(impl, "traced" if device == "meta" else "plain", device)
-    if device == "cuda":
-        return "the plain run's program without CUDA's kernel scratch (a norm weight's row sum, the embedding's sort)"
-    return "exact: equal to the storage tracker on meta and the CPU allocator on cpu"
-
-
 def predicted(impl: str, run):
     """``run()`` (an op-library prediction) with its ``ValueError`` (a setup the program refuses for the
     device, e.g. fused attention CUDA has no kernel for) as the one-line ``AccountingError``."""

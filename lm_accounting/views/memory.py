@@ -7,8 +7,8 @@ A student copying a number for CS336 adamwAccounting takes it from the first tab
 from __future__ import annotations
 
 from ..analytic.capacity import context_limit
-from ..analytic.memory_report import MemoryAccount, batch_span
-from ..analytic.program_report import step_exactness, step_unmodelled
+from ..analytic.memory_report import MemoryAccount, batch_span, step_exactness
+from ..analytic.program_report import step_unmodelled
 from ..implementations import ATTENTION_WORDS, model_class, program_label
 from ..phases import PHASE_LABELS
 from ..provenance import CPU_TORCH, CUDA
