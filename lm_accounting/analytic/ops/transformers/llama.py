@@ -24,6 +24,7 @@ from ....config import ModelConfig
 from ....setup import TrainingSetup
 from .. import aten as A
 from .. import cuda
+from ..aten_rms_norm import rms_norm
 from ..engine import Affine
 from ..tensors import (
     Dim,
@@ -68,6 +69,13 @@ class RMSNorm:
         variance = A.mean(A.pow_(hidden_states, 2), -1, keepdim=True)  # :62
         hidden_states = A.mul(hidden_states, A.rsqrt(A.add(variance, 1e-6)))  # :63
         return A.mul(self.weight, A.to(hidden_states, input_dtype))  # :64
+
+
+class TorchRMSNorm(RMSNorm):
+    """``torch.nn.RMSNorm(size, eps)`` in place of ``LlamaRMSNorm`` (torchtitan's norm): ``F.rms_norm``."""
+
+    def __call__(self, hidden_states: Tensor) -> Tensor:
+        return rms_norm(hidden_states, self.weight, 1e-6)
 
 
 def rotary_embedding(x: Tensor, position_ids: Tensor, inv_freq: Tensor) -> tuple[Tensor, Tensor]:
@@ -163,15 +171,15 @@ def flash_attention_cpu(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = N
 class Attention:
     """``LlamaAttention`` (modeling_llama.py:202-265) and qwen3's per-head q/k norms."""
 
-    def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str):
+    def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str, norm: type[RMSNorm] = RMSNorm):
         d, h, kv, hd = cfg.d_model, cfg.num_heads, cfg.num_kv_heads or cfg.num_heads, cfg.d_head
         self.head_dim, self.groups, self.scaling, self.attn = hd, h // kv, hd**-0.5, attn
         self.q_proj = Linear(d, h * hd, cfg.qkv_bias, dtype, name + ".q_proj")
         self.k_proj = Linear(d, kv * hd, cfg.qkv_bias, dtype, name + ".k_proj")
         self.v_proj = Linear(d, kv * hd, cfg.qkv_bias, dtype, name + ".v_proj")
         self.o_proj = Linear(h * hd, d, cfg.output_bias, dtype, name + ".o_proj")
-        self.q_norm = RMSNorm(hd, dtype, name + ".q_norm") if cfg.qk_norm else None
-        self.k_norm = RMSNorm(hd, dtype, name + ".k_norm") if cfg.qk_norm else None
+        self.q_norm = norm(hd, dtype, name + ".q_norm") if cfg.qk_norm else None
+        self.k_norm = norm(hd, dtype, name + ".k_norm") if cfg.qk_norm else None
 
     def params(self) -> list[Tensor]:
         out = self.q_proj.params() + self.k_proj.params() + self.v_proj.params() + self.o_proj.params()
@@ -220,11 +228,11 @@ class DecoderLayer:
     """``LlamaDecoderLayer`` (modeling_llama.py:268-309); checkpointed by ``GradientCheckpointingLayer``
     (``modeling_layers.py``: ``checkpoint(partial(forward, self, **kwargs), hidden_states)``)."""
 
-    def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str):
-        self.self_attn = Attention(cfg, dtype, attn, name + ".self_attn")
+    def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str, norm: type[RMSNorm] = RMSNorm):
+        self.self_attn = Attention(cfg, dtype, attn, name + ".self_attn", norm)
         self.mlp = MLP(cfg, dtype, name + ".mlp")
-        self.input_layernorm = RMSNorm(cfg.d_model, dtype, name + ".input_layernorm")
-        self.post_attention_layernorm = RMSNorm(cfg.d_model, dtype, name + ".post_attention_layernorm")
+        self.input_layernorm = norm(cfg.d_model, dtype, name + ".input_layernorm")
+        self.post_attention_layernorm = norm(cfg.d_model, dtype, name + ".post_attention_layernorm")
         self.gradient_checkpointing = False
 
     def params(self) -> list[Tensor]:
@@ -333,14 +341,16 @@ class LlamaForCausalLM:
     """``LlamaForCausalLM`` with ``LlamaModel`` (modeling_llama.py:333-480), labels given: one training step's
     forward and loss (``loss()``), its parameters in ``model.parameters()`` order, its buffers and inputs."""
 
-    def __init__(self, cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B):
+    def __init__(
+        self, cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B, norm: type[RMSNorm] = RMSNorm
+    ):
         dtype = DTYPES[setup.precision]
         self.cfg, self.seq, self.batch, self.setup, self.dtype = cfg, seq, batch, setup, dtype
         self.embed_tokens = parameter((cfg.vocab_size, cfg.d_model), dtype, "embed_tokens.weight")
-        self.layers = [DecoderLayer(cfg, dtype, setup.attention, f"layers.{i}") for i in range(cfg.num_layers)]
+        self.layers = [DecoderLayer(cfg, dtype, setup.attention, f"layers.{i}", norm) for i in range(cfg.num_layers)]
         for layer in self.layers:
             layer.gradient_checkpointing = setup.checkpoint == "full"
-        self.norm = RMSNorm(cfg.d_model, dtype, "norm")
+        self.norm = norm(cfg.d_model, dtype, "norm")
         half = cfg.d_head // 2
         self.inv_freq = empty((half,), "fp32", "inv_freq")  # buffers: inv_freq, original_inv_freq
         self.original_inv_freq = empty((half,), "fp32", "original_inv_freq")
