@@ -5,7 +5,8 @@ measured by the storage tracker on meta, phase by phase, byte for byte.
 The measured side is the library's class, ``AutoModelForCausalLM.from_config`` (``measure.hf``), trained one
 step as the Trainer does; the predicted side never imports torch.  The configs are small config.json objects
 read by ``hf_config.config_from_hf`` (the class defaults fill the rest: GPT-2's 0.1 dropouts, Gemma 2's
-soft-capping).  The exact lines in B are checked at B = 2 and 3 from one replay, B = 1 by its own replay."""
+soft-capping).  The exact lines in B are checked at B = 2 and 3 from one replay, B = 1 by its own replay.  The
+plain CPU run (no dispatch mode) is checked against the CPU allocator's events at S = 8, B = 1 and 2."""
 
 import pytest
 
@@ -135,6 +136,45 @@ GRID = [(m, s) for m in ZOO for s in setups(m)]
 @pytest.mark.parametrize("seq", [8, 12])
 def test_zoo_grid(model_type, seq, setup):
     check(tiny(model_type), seq, setup)
+
+
+def check_plain(cfg, seq, batch, setup):
+    """The plain CPU run (no dispatch mode) against the CPU allocator's events (``measure.allocator``)."""
+    torch = pytest.importorskip("torch")
+    threads = torch.get_num_threads()  # the CPU flash kernel's scratch is per thread
+    plain = predict_step(
+        cfg, seq, setup, impl="transformers", batch=batch, mode="plain", device="cpu", cpu_threads=threads
+    )
+    assert plain.at(batch) == measure_hf_step(cfg, seq, batch, setup, device="cpu", method="allocator"), setup
+
+
+@pytest.mark.parametrize(
+    "model_type, setup",
+    [
+        ("gpt2", TrainingSetup(attention="sdpa", precision="bf16")),
+        # ``x / cap`` is div.Tensor with a wrapped number: DivBackward0 saves the 8-byte wrapper, one per layer
+        # and one for the final logits, held by a checkpointed layer too (24 bytes here)
+        ("gemma2", TrainingSetup(attention="naive")),
+        ("gemma2", TrainingSetup(attention="naive", precision="amp-bf16", checkpoint="full")),
+        ("gemma3_text", TrainingSetup(attention="sdpa", precision="amp-bf16", checkpoint="full")),
+        ("olmo2", TrainingSetup(attention="naive", precision="bf16")),
+        ("phi3", TrainingSetup(attention="sdpa", checkpoint="full")),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "-".join(v.to_dict().values()),
+)
+def test_plain_cpu_run_equals_the_cpu_allocator(model_type, setup):
+    """No dispatch mode: gradients summed in place, Python numbers wrapped in 8-byte tensors (and cast), the
+    CPU flash kernel's per-thread scratch, checkpoint's saved CPU RNG state."""
+    check_plain(tiny(model_type), 8, 2, setup)
+
+
+@pytest.mark.grid
+@pytest.mark.parametrize(
+    "model_type, setup", GRID, ids=lambda v: v if isinstance(v, str) else "-".join(v.to_dict().values())
+)
+@pytest.mark.parametrize("batch", [1, 2])
+def test_plain_cpu_grid(model_type, batch, setup):
+    check_plain(tiny(model_type), 8, batch, setup)
 
 
 def test_gemma_variants_equal_transformers():

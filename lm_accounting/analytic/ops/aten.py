@@ -338,25 +338,31 @@ def _scalar_op(a: Tensor, number, name: str) -> tuple[Tensor, Storage | None]:
     return out, wrapped
 
 
+def _saving_scalar_op(a: Tensor, number, name: str, node: str) -> Tensor:
+    """``a * number`` or ``a / number`` (``_scalar_op``) whose node saves the wrapper and applies it to the
+    gradient (``grad * other``, ``grad / other``: the wrapper cast again to the gradient's dtype)."""
+    out, wrapped = _scalar_op(a, number, name)
+    if wants(a) is not None:
+        held = WrappedNumber((), "int64", wrapped) if wrapped is not None else None
+
+        def back_scalar(ctx, g, w):
+            cast = cast_scalar(wrapped_again(w), g[0].dtype)
+            grad = _binary_out(g[0], number, name)
+            del cast
+            return (grad,)
+
+        record(node, (a,), (out,), back_scalar, (held,))
+        del held
+    del wrapped  # the op's own reference dies before its Python operands
+    return out
+
+
 def mul(a: Tensor, b: Tensor | float) -> Tensor:
     """``a * b``.  Saves b if a needs a gradient and a if b does; backward: other's (grad·self), then
     self's (grad·other), each then summed to its input's shape and cast to its dtype (validate_outputs).
     A number b is wrapped into a 0-d tensor (``_scalar_op``), the one MulBackward0 saves."""
     if not isinstance(b, Tensor):
-        out, wrapped = _scalar_op(a, b, "mul")
-        if wants(a) is not None:
-            held = WrappedNumber((), "int64", wrapped) if wrapped is not None else None
-
-            def back_scalar(ctx, g, w):
-                cast = cast_scalar(wrapped_again(w), g[0].dtype)
-                grad = _binary_out(g[0], b, "mul")
-                del cast
-                return (grad,)
-
-            record("MulBackward0", (a,), (out,), back_scalar, (held,))
-            del held
-        del wrapped  # the op's own reference dies before its Python operands
-        return out
+        return _saving_scalar_op(a, b, "mul", "MulBackward0")
     need = wants(a, b)
     if need is None:
         return _binary_out(a, b, "mul")
@@ -368,6 +374,15 @@ def mul(a: Tensor, b: Tensor | float) -> Tensor:
 
     saved = (a if need[1] else None, b if need[0] else None)
     return record_first("MulBackward0", (a, b), lambda: (_binary_out(a, b, "mul"),), back, saved)[0]
+
+
+def mul_scalar(a: Tensor, number: float) -> Tensor:
+    """``a * number`` inside a C++ composite (``mul.Scalar``, e.g. sdpa's math path): MulBackward1 keeps the
+    number itself, no tensor; the wrapper lives inside the op (``_scalar_op``), and again in the backward's."""
+    out, wrapped = _scalar_op(a, number, "mul")
+    del wrapped
+    record("MulBackward1", (a,), (out,), lambda ctx, g: (mul_scalar(g[0], number),))
+    return out
 
 
 def wrapped_again(w: Tensor | None) -> Storage | None:
@@ -396,11 +411,10 @@ def sub(a: Tensor, b: Tensor) -> Tensor:
 
 
 def div(a: Tensor, b: float) -> Tensor:
-    """``a / number`` (the number wrapped on a plain CPU run, ``_scalar_op``)."""
-    out, wrapped = _scalar_op(a, b, "div")
-    del wrapped
-    record("DivBackward1", (a,), (out,), lambda ctx, g: (div(g[0], b),))
-    return out
+    """``a / number``: Python wraps the number into a 0-d tensor (``_scalar_op``), so it is ``div.Tensor``, whose
+    DivBackward0 saves other, the wrapper (8 bytes on a plain CPU run, held by a checkpointed region too), and
+    divides the gradient by it (``div_tensor_self_backward``), as ``mul``'s MulBackward0."""
+    return _saving_scalar_op(a, b, "div", "DivBackward0")
 
 
 def neg(a: Tensor) -> Tensor:

@@ -46,7 +46,7 @@ def _math(query: Tensor, key: Tensor, value: Tensor, causal: bool, dropout_p: fl
     origin = query.dtype
     query_acc, key_acc, value_acc = (A.to(t, "fp32") for t in (query, key, value))
     scaling_factor = query.shape[-1] ** -0.25
-    q = A.mul(query_acc, scaling_factor)
+    q = A.mul_scalar(query_acc, scaling_factor)  # mul.Scalar: MulBackward1
     mask = None
     if causal:
         lq, lk = query.shape[-2], key.shape[-2]
@@ -56,7 +56,7 @@ def _math(query: Tensor, key: Tensor, value: Tensor, causal: bool, dropout_p: fl
         zero, low = empty((), q.dtype, "scalar_tensor"), empty((), q.dtype, "scalar_tensor")
         mask = empty((lq, lk), q.dtype, "where")
         del zero, low, tril
-    attn = A.matmul(q, A.mul(A.transpose(key_acc, -2, -1), scaling_factor))  # the scaled key: a temporary
+    attn = A.matmul(q, A.mul_scalar(A.transpose(key_acc, -2, -1), scaling_factor))  # the scaled key: a temporary
     if mask is not None and current().traced:
         attn = A.add(attn, mask)
     attn = A.softmax(attn, -1)

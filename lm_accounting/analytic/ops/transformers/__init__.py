@@ -63,16 +63,17 @@ def predict_step(
     B, exact for every B >= 2."""
     module = _module(cfg)
     b = 1 if batch == 1 else B
-    gpu = {}
     if (
         device == "cuda"
     ):  # a GPU's plain run (``ops.cuda``): its kernel facts, the scratch that is no line in B at batch
         reasons = transformers_unsupported(cfg, setup, seq)
         if reasons:
             raise ValueError("; ".join(reasons))
-        gpu = {"device": "cuda"} if "device" in inspect.signature(module.causal_lm).parameters else {}
+    # the target reaches a program that takes it (a cpu run: GPT-2's LayerNorm keeps mean and rstd in the
+    # input's dtype, ``ops.aten_layer_norm``)
+    target = {"device": device} if "device" in inspect.signature(module.causal_lm).parameters else {}
     return training_step(
-        lambda: module.causal_lm(cfg, seq, setup, b, **gpu),
+        lambda: module.causal_lm(cfg, seq, setup, b, **target),
         optimizer=setup.optimizer,
         device=device,
         traced=mode == "traced",
