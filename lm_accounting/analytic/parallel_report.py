@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from ..config import ModelConfig
+from ..config import AccountingError, ModelConfig
 from ..gpus import MemoryBudget, as_budget
 from ..implementations import implementation_dict
 from ..layout import ParallelLayout
@@ -40,7 +40,7 @@ class ParallelMemory(Result):
     layout: ParallelLayout
     states: ModelStates
     activations: int | None  # None: not modelled (``not_modelled``)
-    step: StepMemory | None  # plain run (what a GPU user gets); None: not modelled
+    step: StepMemory | None  # plain run (what a GPU user gets); None: not modelled (also for impl other than course)
     step_traced: StepMemory | None  # what a dispatch-mode tracker sees (the fake-PG measurement)
     flops: StepFlops
     collectives: tuple[Collective, ...]
@@ -50,6 +50,8 @@ class ParallelMemory(Result):
     measured: Any = None  # measure.distributed.RankMeasurement
     plain_cpu: tuple[StepMemory, StepMemory] | None = None  # (predicted, measured): the plain run, CPU allocator
     not_modelled: tuple[str, ...] = ()  # what the replay leaves out: then only states and collectives
+    impl: str = "course"  # the model code predicted; "transformers": rank 0's traced step (``implementation_rank``)
+    device: str = "cuda"  # whose kernels ``step`` runs: cuda (course), or meta/cpu (transformers: CUDA not ported)
 
     @property
     def peak(self) -> int | None:
@@ -101,10 +103,12 @@ class ParallelMemory(Result):
             "context": self.seq,
             "micro_batch": self.batch,
             "setup": self.setup.to_dict(),
-            "implementation": implementation_dict(self.config, "course", self.setup),  # the one a layout models
+            "implementation": implementation_dict(self.config, self.impl, self.setup),
             "layout": self.layout.to_dict(),
             "worst_rank": {"data_parallel_rank": st.rank, "pipeline_stage": self.stage},
-            "per_gpu": {
+            "per_gpu": {k: None for k in PER_GPU_KEYS}
+            if self.impl != "course"  # our model's sharding rules, not checked for another implementation's
+            else {
                 "parameters": st.parameters,
                 "gradients": st.gradients,
                 "optimizer_state": st.optimizer,
@@ -146,7 +150,9 @@ class ParallelMemory(Result):
             else {"predicted": self.plain_cpu[0].to_dict(), "measured": self.plain_cpu[1].to_dict()},
         }
         m = self.measured
-        if m is not None:
+        if isinstance(m, StepMemory):  # transformers: the fake-PG tracker's step of rank 0, states not read apart
+            out["measured"] = {"rank": 0, "step": m.to_dict()}
+        elif m is not None:
             out["measured"] = {
                 "rank": m.rank,
                 "parameters": m.params,
@@ -160,11 +166,12 @@ class ParallelMemory(Result):
 
     def records(self) -> list[dict[str, Any]]:
         rows = [{"quantity": k, "phase": "", "bytes": v} for k, v in self.to_dict()["per_gpu"].items()]
-        for name in PHASES if self.step is not None else ():
-            ph = self.step.phase(name)
+        step, kind = (self.step, "") if self.impl == "course" else (self.step_traced, f" (traced on {self.device})")
+        for name in PHASES if step is not None else ():
+            ph = step.phase(name)
             rows += [
-                {"quantity": "peak", "phase": name, "bytes": ph.peak},
-                {"quantity": "end", "phase": name, "bytes": ph.end},
+                {"quantity": "peak" + kind, "phase": name, "bytes": ph.peak},
+                {"quantity": "end" + kind, "phase": name, "bytes": ph.end},
             ]
         rows.append({"quantity": "allowance", "phase": "", "bytes": self.allowance})
         rows.append({"quantity": "budget", "phase": "", "bytes": self.budget})
@@ -182,12 +189,17 @@ def parallel_memory(
     allowance: int | None = None,
     budget: int | MemoryBudget | None = None,
     rank: int | None = None,
+    impl: str = "course",
+    device: str = "meta",
 ) -> ParallelMemory:
     """``budget``: a ``gpus.MemoryBudget``, or bytes as given; by default the default GPU's CUDA total less
     ``allowance`` (``DEFAULT_ALLOWANCE``).  The worst rank of ``layout`` (see ``analytic.parallel``; pipeline stages: ``pipeline_stages``),
     or global rank ``rank`` (its data-parallel rank is rank // tp; under pipeline parallel, on a (pp, dp,
     tp) mesh with the stages outermost as torchtitan lays them out, its stage is rank // (dp·tp) and its
-    data-parallel rank (rank // tp) mod dp)."""
+    data-parallel rank (rank // tp) mod dp).  ``impl`` other than course: ``implementation_rank`` (``device``
+    the traced run's, meta or cpu)."""
+    if impl != "course":  # the op library's own refusals (it models other architectures than the course's)
+        return implementation_rank(cfg, seq, batch, setup, layout, impl, as_budget(budget, allowance), rank, device)
     layout.check(cfg, seq)
     stage, missing = None, not_modelled(cfg, seq, setup)
     if missing:
@@ -229,3 +241,51 @@ def not_modelled(cfg: ModelConfig, seq: int, setup: TrainingSetup) -> list[str]:
     ``replay._moe_mixed``; the EP rank's dispatch and combine, ``replay._ep_routed_forward``, carry the
     bf16 rows.)"""
     return replay_unsupported(cfg, setup)  # without seq: one micro-batch needs no lines in B (any MoE split)
+
+
+PER_GPU_KEYS = (
+    "parameters", "gradients", "optimizer_state", "ddp_buckets", "fsdp_unsharded_all_units",
+    "fsdp_largest_unit_unsharded", "saved_activations",
+)  # fmt: skip
+"""The JSON ``per_gpu`` object's keys (None under an implementation other than course)."""
+IMPL_RANK_DEVICES = ("meta", "cpu")
+
+
+def implementation_rank(
+    cfg: ModelConfig,
+    seq: int,
+    batch: int,
+    setup: TrainingSetup,
+    layout: ParallelLayout,
+    impl: str,
+    budget: MemoryBudget,
+    rank: int | None = None,
+    device: str = "meta",
+) -> ParallelMemory:
+    """Rank 0 (the worst: every FSDP2 chunk full) of an FSDP2 data-parallel job over ``impl``'s model
+    (``ops.predict_step(..., layout=layout)``): the step the storage tracker sees on ``device`` (meta: the
+    fake-PG job's FakeTensors, CPU kernel facts), the plain CUDA run not being ported under a layout.  The
+    model states and collectives are our model's rules, not checked for this model: left out (None, none).
+    Any layout or setup the op library refuses is one ``AccountingError`` line."""
+    from .ops import predict_step
+
+    check_implementation_rank(impl, rank, device)
+    try:
+        step = predict_step(cfg, seq, setup, impl=impl, batch=batch, layout=layout, mode="traced", device=device)
+    except ValueError as e:
+        raise AccountingError(f"--impl {impl} under {layout.label}: {e}") from None
+    st = model_states(cfg, setup, layout, rank=0)  # for rank_flops and the worst rank's index only
+    flops = rank_flops(cfg, seq, batch, setup, layout, 0, None)
+    return ParallelMemory(
+        cfg, seq, batch, setup, layout, st, None, None, step.at(batch), flops, (), budget, True, impl=impl,
+        device=device,
+    )  # fmt: skip
+
+
+def check_implementation_rank(impl: str, rank: int | None, device: str) -> None:
+    """Refuse (one line) what ``implementation_rank`` cannot answer whatever the layout: a rank other than 0,
+    a device other than meta or cpu (the op library's own layout refusals come with its prediction)."""
+    if rank not in (None, 0):
+        raise AccountingError(f"--impl {impl} under a layout predicts rank 0 (the worst) only, not --rank {rank}")
+    if device not in IMPL_RANK_DEVICES:
+        raise AccountingError(f"--impl {impl} under a layout is traced and measured on meta or cpu, not {device}")

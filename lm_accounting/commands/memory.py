@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..analytic.memory_report import MemoryAccount
-from ..analytic.parallel_report import ParallelMemory, parallel_memory
+from ..analytic.parallel_report import ParallelMemory, check_implementation_rank, parallel_memory
 from ..analytic.program_report import implementation_account, step_unmodelled
 from ..analytic.sizes import at_context, check_batch_seq
 from ..config import AccountingError, ModelConfig
@@ -49,11 +49,6 @@ class Request:
         object.__setattr__(self, "budget_basis", memory_budget(self.gpu, self.allowance, self.budget))
         object.__setattr__(self, "method", measurement_method(self.measure, self.measure_method))
         check_impl(run, self.impl)
-        if self.layout is not None and self.impl != "course":
-            raise AccountingError(
-                f"--impl {self.impl} with a parallel layout: the {self.impl} program is not modelled under "
-                "--dp/--zero/--tp/--sp/--pp/--ep yet (only --impl course is); leave out the layout or use --impl course"
-            )
         check_measurable(self.impl, self.measure)
         lay = self.layout
         gpu_run = self.measure in ("none", "cuda")  # the course model's prediction runs CUDA's kernels
@@ -68,6 +63,11 @@ class Request:
                     f"--measure needs the {self.impl} program, which does not model {', '.join(missing)}"
                     + ("" if self.impl == "course" else " yet")
                 )
+            return
+        if self.impl != "course":  # rank 0 of FSDP2 over the op library's program (it refuses other layouts)
+            check_implementation_rank(self.impl, self.rank, "meta" if self.measure == "none" else self.measure)
+            if self.method == "allocator":
+                raise AccountingError(f"--impl {self.impl} under a layout is measured by the storage tracker")
             return
         lay.check(run, run.context_length)
         if self.rank is not None and self.rank >= lay.world:
@@ -123,7 +123,10 @@ def run(request: Request) -> MemoryAccount | ParallelMemory:
             cfg, cfg.context_length, r.batch, impl=r.impl, budget=r.budget_basis, setup=r.setup, device=r.device,
             cpu_threads=cpu_threads(r),
         )  # fmt: skip
-    return parallel_memory(cfg, cfg.context_length, r.batch, r.setup, r.layout, budget=r.budget_basis, rank=r.rank)
+    return parallel_memory(
+        cfg, cfg.context_length, r.batch, r.setup, r.layout, budget=r.budget_basis, rank=r.rank, impl=r.impl,
+        device="cpu" if r.measure == "cpu" else "meta",
+    )  # fmt: skip
 
 
 def measured_rank(request: Request, result: ParallelMemory) -> int:
@@ -168,6 +171,10 @@ def measured(request: Request, result: Any) -> Any:
             method=measure_method_name(r),
         )
         return result.with_measurement(got, device=r.measure, method=r.method)
+    if r.impl == "transformers":  # rank 0 of FSDP2 over transformers' decoder layers, fake process group
+        from ..measure.hf import measure_hf_step
+
+        return result.with_measurement(measure_hf_step(cfg, seq, r.batch, r.setup, device=r.measure, layout=r.layout))
     lay, who = r.layout, measured_rank(r, result)
     if r.method == "allocator":  # the plain run, no dispatch mode, beside its CPU prediction
         from ..analytic.parallel import rank_step

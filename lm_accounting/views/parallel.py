@@ -47,16 +47,21 @@ def _gradients_note(lay) -> str:
     return "as the parameters"
 
 
+TRACED_LABEL = (
+    "rank 0's step as the storage tracker sees it on {device} (CPU kernel facts); CUDA under a layout not modelled"
+)
+"""What an op-library rank's figure is (``parallel_report.implementation_rank``): never a CUDA prediction."""
+
+
 def parallel_view(r: ParallelMemory) -> View:
+    if r.impl != "course":
+        return _implementation_view(r)
     lay, st = r.layout, r.states
     where = f"data-parallel rank {st.rank}" + (f", pipeline stage {r.stage}" if r.stage is not None else "")
     header = [
         describe_config(r.config),
-        (
-            f"layout {lay.label} on {plural(lay.world, 'GPU')} · setup {r.setup.label} · context {r.seq:,} · "
-            f"micro-batch {r.batch:,} per rank · worst rank: {where}"
-        ),
-        f"--impl course: {program_label(r.config, 'course', r.setup)} (the one implementation a layout models yet)",
+        _layout_line(r, where),
+        f"--impl course: {program_label(r.config, 'course', r.setup)} (the default under a layout; --impl transformers covers FSDP2 data parallel)",
     ]
     ex = r.experts()
     if ex is not None:
@@ -190,6 +195,55 @@ def parallel_view(r: ParallelMemory) -> View:
             " all_to_all_single path)."
         )
     return View(header, tables, footer)
+
+
+def _layout_line(r: ParallelMemory, where: str) -> str:
+    lay = r.layout
+    return (
+        f"layout {lay.label} on {plural(lay.world, 'GPU')} · setup {r.setup.label} · context {r.seq:,} · "
+        f"micro-batch {r.batch:,} per rank · worst rank: {where}"
+    )
+
+
+def _implementation_view(r: ParallelMemory) -> View:
+    """``--impl transformers`` under FSDP2: rank 0's traced step (the op library's), beside the fake-PG job's."""
+    label = TRACED_LABEL.format(device=r.device)
+    header = [
+        describe_config(r.config),
+        _layout_line(r, "rank 0 (every FSDP2 chunk full)"),
+        f"--impl {r.impl}: {program_label(r.config, r.impl, r.setup)}, fully_shard on every decoder layer then the root",
+        f"figures: {label}",
+    ]
+    m, step = r.measured, r.step_traced
+    rows = [("baseline (step start)", step.baseline, m.baseline if m else None, None, None)]
+    for name in PHASES:
+        p, g = step.phase(name), m.phase(name) if m else None
+        rows.append((PHASE_LABELS[name], p.peak, g.peak if g else None, p.end, g.end if g else None))
+    notes = [] if m is None else ["equal, phase by phase" if m == step else "DIFFERS from the measurement"]
+    phases = Table(
+        f"Peak and end of each phase: {label}" + (f"; measured: the fake-PG job on {r.device}" if m else ""),
+        [Column("phase")] + [Column(c, "bytes") for c in ("peak", "measured", "end", "measured end")],
+        rows,
+        notes,
+    )
+    fit = Table(
+        "Does it fit? (the traced peak: CUDA's kernels under a layout are not modelled)",
+        [Column("quantity"), Column("bytes", "bytes")],
+        [("peak (rank 0, traced)", step.peak), ("budget", r.budget)],
+        [r.budget_basis.rule, f"traced peak {budget_verdict(step.peak, r.budget)}"],
+    )
+    f = r.flops
+    flops = Table(
+        "Per-rank matmul FLOPs of one step (local ops only)",
+        [Column("quantity"), Column("FLOPs", "int")],
+        [("model FLOPs (3 × local forward)", f.model), ("hardware FLOPs (+ recompute)", f.hardware)],
+    )
+    proof = (
+        f"Proof: ops.predict_step(impl={r.impl!r}, layout=...) equals rank 0 of torch {CPU_TORCH}'s FSDP2 over "
+        "transformers' decoder layers on the fake process group (tests/test_ops_fsdp.py); the per-GPU model states "
+        "and collectives are shown for --impl course only."
+    )
+    return View(header, [phases, fit, flops], [proof])
 
 
 def _plain_cpu(r: ParallelMemory) -> list[Table]:

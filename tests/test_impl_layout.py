@@ -1,0 +1,148 @@
+"""``memory --impl transformers`` under an FSDP2 data-parallel layout: rank 0's step as the op library replays
+it (``ops.predict_step(..., layout=...)``), labelled as the traced run on meta/CPU kernels (CUDA under a layout
+is not ported), equal to the fake-PG job over transformers' own model (``--measure meta``); every layout the op
+library refuses is one line and exit 2."""
+
+import json
+
+import pytest
+
+from lm_accounting.commands import memory
+from lm_accounting.config import AccountingError, load_config
+from lm_accounting.layout import ParallelLayout
+
+LLAMA_MINI = {  # world 4 divides every dim 0: no FSDP2 padding
+    "model_type": "llama",
+    "vocab_size": 128,
+    "hidden_size": 64,
+    "intermediate_size": 96,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 64,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": False,
+}
+GEMMA2_MINI = {
+    "model_type": "gemma2",
+    "vocab_size": 96,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 8,
+    "max_position_embeddings": 64,
+    "sliding_window": 10,
+}
+# LLAMA_MINI by hand: a layer is q 64·64 + k 32·64 + v 32·64 + o 64·64 + gate, up 96·64 + down 64·96 + two norms
+# 64 = 30,848 elements; the root is the embedding 128·64, the final norm 64 and the LM head 128·64 = 16,448
+N = 16_448 + 2 * 30_848  # 78,144 elements
+S, B = 32, 2
+LABEL = "rank 0's step as the storage tracker sees it on meta (CPU kernel facts); CUDA under a layout not modelled"
+
+
+def write(tmp_path, name, fields):
+    path = tmp_path / name / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(fields))
+    return path
+
+
+@pytest.fixture
+def llama_json(tmp_path):
+    return write(tmp_path, "llama-mini", LLAMA_MINI)
+
+
+def layout_json(run_cli, path, *args):
+    r = run_cli("memory", path, "--impl", "transformers", "-S", S, "-B", B, *args, "--format", "json")
+    assert r.code == 0, r.err
+    return json.loads(r.out)
+
+
+def one_line_exit_2(r, message):
+    lines = r.err.strip().splitlines()
+    assert r.code == 2 and len(lines) == 1 and lines[0].startswith("lm-account: error: "), r.err
+    assert message in lines[0] and "Traceback" not in r.err and r.out == "", r.err
+
+
+def test_rank_zero_of_world_four_by_hand(run_cli, llama_json):
+    """fp32, world 4: rank 0 starts with its quarter of every parameter and AdamW's two moments (12 bytes an
+    element), the token ids and labels (2·B·S int64) and the rotary inv_freq buffers (2 · head_dim/2 fp32);
+    backward ends with its gradient shards added; the step ends where it began.  ZeRO-2 keeps every unit
+    unsharded after forward: its forward ends 4·N bytes above ZeRO-3's."""
+    z3 = layout_json(run_cli, llama_json, "--dp", "4", "--zero", "3")
+    z2 = layout_json(run_cli, llama_json, "--dp", "4", "--zero", "2")
+    baseline = 12 * N // 4 + 2 * B * S * 8 + 2 * (16 // 2) * 4
+    assert baseline == 235_520
+    for data in (z3, z2):
+        assert data["implementation"]["name"] == "transformers"
+        assert data["implementation"]["model_class"] == "LlamaForCausalLM"
+        step = data["step_traced"]
+        assert step["baseline"] == baseline and step["optimizer_step"]["end"] == baseline
+        assert step["backward"]["end"] == baseline + 4 * N // 4
+        assert data["step"] is None and data["peak"] is None  # the plain CUDA run is not modelled here
+        assert set(data["per_gpu"].values()) == {None}  # our model's sharding rules are not claimed for theirs
+    assert z2["step_traced"]["forward"]["end"] - z3["step_traced"]["forward"]["end"] == 4 * N
+
+
+def test_the_table_labels_the_figure_as_traced_never_cuda(run_cli, llama_json):
+    r = run_cli("memory", llama_json, "--impl", "transformers", "-S", S, "--dp", "4", "--zero", "3")
+    assert r.code == 0, r.err
+    assert LABEL in r.out and "LlamaForCausalLM" in r.out
+    assert "exact for cuda" not in r.out and "exact prediction" not in r.out
+
+
+@pytest.mark.slow
+def test_measure_meta_equals_the_fake_pg_job(run_cli, llama_json):
+    """The fake-PG job over transformers' own decoder layers (FakeTensors) measures what was predicted."""
+    data = layout_json(run_cli, llama_json, "--dp", "4", "--zero", "3", "--measure", "meta")
+    assert data["measured"]["step"] == data["step_traced"]
+    text = run_cli(
+        "memory", llama_json, "--impl", "transformers", "-S", S, "--dp", "4", "--zero", "2", "--measure", "meta"
+    )
+    assert text.code == 0 and "equal, phase by phase" in text.out and "DIFFERS" not in text.out
+
+
+def test_llama_3_8b_at_8k_over_64_ranks_is_the_fake_pg_figure(run_cli):
+    """The issue's case: Llama-3-8B, 8,192 tokens, FSDP2 ZeRO-3 over 64 ranks, amp-bf16, sdpa, transformers'
+    layers.  The figures are the fake-PG job's (``measure_hf_step(..., layout=ParallelLayout(dp=64, zero=3))`` on
+    meta, run once by hand, ~7 CPU-s): forward 67,471,844,624 and backward 69,573,125,384 bytes."""
+    args = ["llama-3-8b", "--impl", "transformers", "--context", "8192", "--dp", "64", "--zero", "3"]
+    r = run_cli("memory", *args, "--precision", "amp-bf16", "--attention", "sdpa", "--format", "csv")
+    assert r.code == 0, r.err
+    assert "peak (traced on meta),forward,67471844624" in r.out
+    assert "peak (traced on meta),backward,69573125384" in r.out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--tp", "2"], "FSDP2 data parallel only"),
+        (["--dp", "4", "--zero", "1"], "FSDP2 data parallel only"),
+        (["--dp", "4", "--zero", "0"], "FSDP2 data parallel only"),
+        (["--dp", "4", "--zero", "3", "--rank", "1"], "predicts rank 0 (the worst) only"),
+        (["--dp", "4", "--zero", "3", "--measure", "cuda"], "traced and measured on meta or cpu"),
+        (["--dp", "4", "--zero", "3", "--measure", "cpu", "--measure-method", "allocator"], "storage tracker"),
+    ],
+)
+def test_a_layout_the_op_library_refuses_is_one_line(run_cli, llama_json, args, message):
+    one_line_exit_2(run_cli("memory", llama_json, "--impl", "transformers", "-S", S, *args), message)
+
+
+def test_moe_and_unported_policies_are_one_line(run_cli, tmp_path):
+    one_line_exit_2(
+        run_cli("memory", "qwen3-30b-a3b", "--impl", "transformers", "-S", 64, "--dp", "4", "--zero", "3"),
+        "qwen3_moe is not transliterated",
+    )
+    gemma = write(tmp_path, "gemma2-mini", GEMMA2_MINI)
+    args = ["--impl", "transformers", "-S", S, "--dp", "4", "--zero", "3", "--precision", "amp-bf16"]
+    one_line_exit_2(run_cli("memory", gemma, *args), "bf16 policy over transformers' gemma2")
+    assert run_cli("memory", gemma, *args[:-2]).code == 0  # fp32: replayed
+
+
+def test_the_request_refuses_a_rank_before_anything_runs(llama_json):
+    cfg = load_config(llama_json)
+    with pytest.raises(AccountingError, match="rank 0"):
+        memory.Request(cfg, S, layout=ParallelLayout(dp=4, zero=3), rank=2, impl="transformers")
