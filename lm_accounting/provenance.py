@@ -22,6 +22,7 @@ class GpuRun:
     torch: str  # env.json "torch"
     date: str  # env.json "date"
     equal: dict[str, tuple[int, int]]  # section (CSV stem) -> (figures equal, figures compared)
+    program_equal: tuple[int, int] = (0, 0)  # memory.csv's figures the op library's course program equals
 
     @property
     def where(self) -> str:
@@ -38,6 +39,12 @@ class GpuRun:
         equal, total = self.equal[section]
         return f"measured on {self.where}: {equal:,} of {total:,} {what} equal, reports/cuda/{section}.csv"
 
+    def program_phrase(self) -> str:
+        """The op library's course program (analytic/ops) against the same memory figures (tests/test_ops_cuda.py
+        replays every row)."""
+        equal, total = self.program_equal
+        return f"measured on {self.where}: {equal:,} of {total:,} figures equal, reports/cuda/memory.csv"
+
 
 CUDA = GpuRun(
     gpu="NVIDIA H200",
@@ -49,5 +56,19 @@ CUDA = GpuRun(
         "flops": (59, 59),  # points with every count (analytic, fvcore, FlopCounterMode) equal
         "inference": (36, 42),  # the 6 others: decode peaks 16-64 KiB above the prediction
     },
+    program_equal=(1218, 1218),
 )
-"""The H200 validation of stop 23 (``benchmarks/cuda_run.sh``)."""
+"""The H200 validation of stop 23 (``benchmarks/cuda_run.sh``).  ``equal["memory"]`` counts the committed
+predicted columns, the legacy replay's (analytic/replay.py, ``--repredict``)."""
+
+MEASURED_MODELS = ("gpt2-small", "llama-3-8b", "qwen3-0.6b", "qwen3-30b-a3b")
+"""The presets (at reduced shapes) whose training steps the GPU measured (reports/cuda/memory.csv): the course
+model's Llama-like block (pre-RMSNorm, SwiGLU, RoPE, grouped K/V heads, per-head qk-norm, tied embeddings) and its
+mixture of experts (Qwen3-MoE).  No other architecture ran on a GPU."""
+
+KERNEL_FACT_GPUS = {
+    "h200": "NVIDIA H200, where the kernel facts were measured",
+    "h100-80gb": "NVIDIA H100 SXM: the H200's Hopper kernels and 132 multiprocessors",
+}
+"""The GPUs (``gpus.GPUS`` names) whose CUDA kernels and multiprocessor count are the measured ones
+(``analytic.cuda_kernels``: flash attention through torch's sdpa, ``SMS`` = 132)."""

@@ -150,8 +150,9 @@ def test_cuda_flash_backward_scratch_by_hand():
     (B, h, S, d_head)-ordered, plus softmax_d (B, h, S rounded up to 128) fp32; 2. dq_accum (B, S₁₂₈, h,
     d_head rounded up to 32) fp32; 3. with grouped K/V heads, dk_expanded and dv_expanded (B, S, h,
     d_head) in the input dtype.  Each was an allocator event of that size on an H200 (reports/cuda:
-    qwen3-0.6b blocks on d_model 256 at S 8,000 and 8,192, equal).  None for the memory-efficient kernel
-    (fp32) or on meta."""
+    qwen3-0.6b blocks on d_model 256 at S 8,000 and 8,192, equal).  The memory-efficient kernel (fp32) has its
+    ``delta`` instead: grad·out (B, S, h, d_head), its sum (B, S, h) and the contiguous (B, h, S), fp32 (H200:
+    +136,314,880 B at B 2, S 8,192, 16 heads of 128).  None on meta."""
     from lm_accounting.analytic.sizes import Sizes
 
     cfg = ModelConfig(**BASE)  # h 6, kv 2, d_head 10
@@ -169,5 +170,6 @@ def test_cuda_flash_backward_scratch_by_hand():
         0,
     )
     fp32 = TrainingSetup(attention="sdpa", precision="fp32")
-    assert Sizes(cfg, B, S, 4, fp32, cuda=True).flash_scratch_backward(4) == (0, 0, 0)
+    product, total, delta = 3 * 7 * 6 * 10 * 4, 3 * 7 * 6 * 4, 3 * 6 * 7 * 4  # (B, S, h, d), (B, S, h), (B, h, S)
+    assert Sizes(cfg, B, S, 4, fp32, cuda=True).flash_scratch_backward(4) == (product, total, delta)
     assert Sizes(cfg, B, S, 2, bf16).flash_scratch_backward(2) == (0, 0, 0)

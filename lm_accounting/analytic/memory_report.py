@@ -25,7 +25,7 @@ from ..config import ModelConfig
 from ..gpus import MemoryBudget, as_budget
 from ..implementations import implementation_dict, program_label
 from ..phases import PHASE_LABELS, StepMemory
-from ..provenance import CUDA
+from ..provenance import CPU_TORCH, CUDA, KERNEL_FACT_GPUS
 from ..result import Result
 from ..setup import TrainingSetup, check_cuda_fused_attention
 from .activations import saved_activation_breakdown
@@ -71,8 +71,87 @@ def program_assumptions(m: MemoryAccount) -> str:
         f"{program_label(m.config, m.impl, m.setup)}: its ops under the training setup, simulated tensor by tensor "
         "with torch's autograd order (analytic/ops, torch 2.13); step: the plain run, step_traced: what the storage "
         "tracker sees; steady-state step, the AdamW state already exists; on "
-        f"{m.device}: {step_exactness(m.impl, m.device)}"
+        f"{m.device}: {m.exactness.words if m.exactness else step_exactness(m.impl, m.device)}"
     )
+
+
+LEGACY_MISS = "naive attention under amp-bf16 with grouped K/V heads"
+"""The setups whose CUDA step the legacy replay counts one (B, S, kv, d_head) bf16 copy too many for (one H200 figure,
+8,388,608 B high); on cuda the op library's course program predicts them (``program_report.replayed``)."""
+
+
+def legacy_misses(cfg: ModelConfig, setup: TrainingSetup, device: str | None) -> bool:
+    """Whether the legacy replay's CUDA step is known to differ from the H200's for ``cfg`` under ``setup``
+    (``LEGACY_MISS``)."""
+    grouped = cfg.kv_heads < cfg.num_heads
+    return device == "cuda" and setup.attention == "naive" and setup.precision == "amp-bf16" and grouped
+
+
+def gpu_unmeasured(cfg: ModelConfig) -> list[str]:
+    """The architecture options of ``cfg`` no GPU run measured (``provenance.MEASURED_MODELS``: the course model's
+    Llama-like block and its mixture of experts); empty: the architecture ran on the H200."""
+    return replay_unsupported(cfg) + (["q/k/v biases"] if cfg.qkv_bias else [])
+
+
+@dataclass(frozen=True)
+class Exactness:
+    """How a step predicted for a device is proven: ``exact`` (the figures equal a measurement of this code path
+    on ``validated_on``: a GPU's name, or "meta"/"cpu" for the storage tracker and the CPU allocator), ``reason``
+    (why not, a few words for the header; "" when exact) and ``words`` (the Conventions line)."""
+
+    exact: bool
+    validated_on: str | None
+    reason: str
+    words: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"exact": self.exact, "validated_on": self.validated_on, "exactness": self.words}
+
+
+def gpu_caveat(gpu, setup: TrainingSetup) -> tuple[str, str] | None:
+    """(reason, words) when the GPU named is not one whose CUDA kernels were measured (``KERNEL_FACT_GPUS``)."""
+    if gpu is None or gpu.name in KERNEL_FACT_GPUS:
+        return None
+    words = f"kernel facts measured on an {CUDA.gpu}; not validated on the {gpu.label}"
+    if gpu.label.startswith("AMD"):
+        words += " (an AMD GPU runs ROCm/HIP, not CUDA: other attention kernels, another allocator)"
+    else:
+        words += " (other attention kernels or multiprocessor count change the fused attention's and row sums' scratch)"
+    if setup.precision != "fp32" and "bf16" not in gpu.peak:
+        words += f"; the {gpu.label} has no bf16"
+    return f"not validated on the {gpu.name}", words
+
+
+def cuda_exactness(cfg: ModelConfig, setup: TrainingSetup, impl: str, predicted_by: str | None, gpu) -> Exactness:
+    """How a cuda step is proven: exact only for an architecture the H200 measured (``gpu_unmeasured`` empty), with
+    our model's code (``--impl course``), on a GPU with the H200's kernels (``KERNEL_FACT_GPUS``; none named:
+    --budget)."""
+    caveat = gpu_caveat(gpu, setup)
+    unmeasured = gpu_unmeasured(cfg)
+    if impl != "course":
+        reason, words = "not validated on a GPU", step_exactness(impl, "cuda")
+    elif unmeasured:
+        reason = "this architecture was not run on a GPU"
+        words = (
+            "prediction from the H200-validated CUDA kernel facts (analytic/cuda_kernels.py, ops.cuda); this "
+            f"architecture ({', '.join(unmeasured)}) was not run on a GPU"
+        )
+    elif predicted_by == "ops":
+        reason, words = "", f"exact: the op library's course program (analytic/ops), {CUDA.program_phrase()}"
+    else:
+        equal, total = CUDA.equal["memory"]
+        words = f"exact: the legacy replay (analytic/replay.py), {CUDA.phrase('memory')}"
+        if equal < total:
+            program, _ = CUDA.program_equal
+            words += (
+                f"; the setups of the {total - equal:,} it misses ({LEGACY_MISS}) go to the op library's course "
+                f"program, which equals {program:,} of {total:,}"
+            )
+        reason = ""
+    if caveat:
+        reason = caveat[0] if not reason else f"{reason}; {caveat[0]}"
+        words = f"{caveat[1]}; {words.removeprefix('exact: ')}"
+    return Exactness(not reason, CUDA.gpu if not reason else None, reason, words)
 
 
 MEASURE_METHODS = {"tracker": "traced", "allocator": "plain", "cuda": "plain"}
@@ -118,6 +197,21 @@ class MemoryAccount(Result):
     impl: str = "course"  # the model code predicted (``implementations``)
     predicted_by: str | None = "replay"  # the step's source: "replay" (replay.py), "ops" (analytic/ops), None: none
     unmodelled: tuple[str, ...] | None = None  # what the implementation's program lacks (None: the replay's list)
+
+    @property
+    def exactness(self) -> Exactness | None:
+        """How the step is proven on its device (None: no step predicted): on cuda ``cuda_exactness``; on meta
+        and cpu the storage tracker (the CPU allocator for a plain cpu run)."""
+        if self.step is None:
+            return None
+        if self.device == "cuda":
+            return cuda_exactness(self.config, self.setup, self.impl, self.predicted_by, self.budget_basis.gpu)
+        if self.predicted_by == "ops":
+            words = step_exactness(self.impl, self.device)
+        else:
+            words = f"exact: equal to the storage tracker's count on meta and CPU byte for byte (torch {CPU_TORCH})"
+        exact = words.startswith("exact")
+        return Exactness(exact, self.device if exact else None, "" if exact else "not validated", words)
 
     @property
     def budget(self) -> int:
@@ -186,6 +280,20 @@ class MemoryAccount(Result):
         missing = replay_unsupported(self.config, self.setup, self.seq)[len(self.not_modelled) :]
         return missing[0] if self.step is not None and missing else None
 
+    def validated(self) -> dict[str, Any] | None:
+        """The GPU run that validates an exact cuda step, as its table counts it for the code that predicted it
+        (the legacy replay's count, or the op library's), else None."""
+        how = self.exactness
+        if how is None or not how.exact or self.device != "cuda":
+            return None
+        record = CUDA.to_dict("memory")
+        if self.predicted_by == "ops":
+            record["equal"], record["compared"] = CUDA.program_equal
+        return {
+            **record,
+            "code": "analytic/ops (course program)" if self.predicted_by == "ops" else "analytic/replay.py",
+        }
+
     def to_dict(self) -> dict[str, Any]:
         setup = self.setup
         measured = None
@@ -231,7 +339,12 @@ class MemoryAccount(Result):
             "implementation_exact": {
                 "device": self.device,
                 "assumptions": EXACT_ASSUMPTIONS if self.predicted_by != "ops" else program_assumptions(self),
-                "validated": CUDA.to_dict("memory") if self.predicted_by == "replay" else None,
+                **(
+                    self.exactness.to_dict()
+                    if self.exactness
+                    else {"exact": None, "validated_on": None, "exactness": None}
+                ),
+                "validated": self.validated(),
                 "model_states": self.states.to_dict(),
                 "adamw_step_temporaries": self.step_temporaries,
                 "adamw_step_counters": self.step_counters,

@@ -886,7 +886,7 @@ def _layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool, moe: _M
         # output_proj: dW, d(heads); merged heads released; (SP) the gathered d(output) too
         r(+p["attn.output_proj"], +Tq, -Tq * z.merge_copy, -Td * sp)
         # flash backward: dQ, dK, dV; then d(out), q, k, out, v, logsumexp and the output released
-        g1, g2, g3 = z.flash_scratch_backward(z.e)  # CPU only
+        g1, g2, g3 = z.flash_scratch_backward(z.e)  # the kernel's scratch (CPU, CUDA flash or memory-efficient)
         r(+Tq, +Tkv, +Tkv, +g1, +g2, +g3, -g3, -g2, -g1, -Tq, -Tkv, -Tq, -Tkv, -z.lse, -Tq)
     else:
         # output_proj: dW, d(heads); (SP) the gathered d(output) released; contiguous copy

@@ -7,7 +7,7 @@ A student copying a number for CS336 adamwAccounting takes it from the first tab
 from __future__ import annotations
 
 from ..analytic.capacity import context_limit
-from ..analytic.memory_report import MemoryAccount, batch_span, step_exactness
+from ..analytic.memory_report import MemoryAccount, batch_span
 from ..analytic.program_report import step_unmodelled
 from ..implementations import ATTENTION_WORDS, model_class, program_label
 from ..phases import PHASE_LABELS
@@ -22,12 +22,10 @@ EXACT = "This implementation (our live model, exact)"
 
 
 def inexact(m: MemoryAccount) -> str | None:
-    """Why the step is not exact for its device (the op library's program where ``ops.exactness`` does not
-    say "exact", e.g. a cuda step not validated on a GPU), or None."""
-    if m.predicted_by != "ops" or m.step is None:
-        return None
-    words = step_exactness(m.impl, m.device)
-    return None if words.startswith("exact") else words
+    """Why the step is not exact for its device, a few words (``MemoryAccount.exactness``: e.g. a cuda step of an
+    architecture no GPU ran, or for a GPU whose kernels were not measured), or None."""
+    how = m.exactness
+    return None if how is None or how.exact else how.reason
 
 
 def exact(m: MemoryAccount) -> str:
@@ -53,7 +51,7 @@ def prediction_words(m: MemoryAccount) -> str:
     if m.step is None:
         return "model states only (see the note)"
     if inexact(m):
-        return f"prediction for {m.device}, not exact there (see Conventions; exact on meta and cpu: --measure)"
+        return f"prediction for {m.device}, not exact there: {inexact(m)} (see Conventions; meta and cpu: --measure)"
     return f"exact prediction for {m.device}"
 
 
@@ -98,7 +96,8 @@ def states_table(m: MemoryAccount) -> Table:
     )
     rows.append(
         (
-            f"AdamW step counters on {m.device} (4 bytes per parameter tensor)",
+            f"AdamW step counters on {m.device} (4 bytes per parameter tensor"
+            + (f"; {m.optimizer} keeps them on the CPU)" if m.device != "cpu" and m.optimizer != "fused" else ")"),
             m.step_counters,
             fmt_bytes(m.step_counters),
         )
@@ -123,6 +122,14 @@ def saved_table(m: MemoryAccount) -> Table:
     return table
 
 
+def _position_buffers(m: MemoryAccount) -> str:
+    """The baseline's position buffers: our RoPE tables; transformers' rotary inverse frequencies (it computes
+    the tables in each forward); none for learned positions (a parameter)."""
+    if m.config.positions != "rope":
+        return ""
+    return "RoPE tables, " if m.impl == "course" else "RoPE inverse frequencies, "
+
+
 def phase_table(m: MemoryAccount) -> Table:
     """Each phase: the plain run (what a user gets), the traced run (what the storage tracker sees),
     and, if measured, the measurement beside the prediction it compares with."""
@@ -131,7 +138,7 @@ def phase_table(m: MemoryAccount) -> Table:
     ref = m.compared if got else plain
     rows = [
         (
-            "baseline: params, AdamW m/v (and step counters), RoPE tables, tokens",
+            f"baseline: params, AdamW m/v (and step counters), {_position_buffers(m)}tokens",
             plain.baseline,
             traced.baseline,
             got and got.baseline,
@@ -358,17 +365,23 @@ def states_only_note(m: MemoryAccount) -> str:
 
 def exact_convention(m: MemoryAccount) -> str:
     """The footer's line on what 'implementation-exact' means for the predictor used."""
+    if m.step is None:
+        return (
+            "  - implementation-exact: the model states only (parameters, gradients, AdamW m and v, every expert), "
+            f"counted from the config's parameter shapes for {model_class(m.config, m.impl)}; the step is not "
+            "predicted (see the note)."
+        )
+    how = m.exactness.words
     if m.predicted_by == "ops":
         return (
             f"  - implementation-exact: {program_label(m.config, m.impl, m.setup)}, simulated tensor by tensor with "
             f"torch {CPU_TORCH}'s autograd order (analytic/ops); --measure meta runs the implementation's own model under "
-            f"the storage tracker beside it.  On {m.device}: {step_exactness(m.impl, m.device)}."
+            f"the storage tracker beside it.  On {m.device}: {how}."
         )
+    cuda = f"  On cuda: {how}; the bytes the tensors request from the caching allocator." if m.device == "cuda" else ""
     return (
-        "  - implementation-exact: the allocation sequence of our live model's ops, replayed; "
-        f"equal to the storage tracker's count on meta and CPU byte for byte (torch {CPU_TORCH}); for cuda with "
-        "CUDA's fused-attention kernels, the bytes the tensors request from the caching allocator "
-        f"({CUDA.phrase('memory')})."
+        "  - implementation-exact: the allocation sequence of our live model's ops, replayed (analytic/replay.py); "
+        f"equal to the storage tracker's count on meta and CPU byte for byte (torch {CPU_TORCH}).{cuda}"
     )
 
 

@@ -36,9 +36,12 @@ EXACTNESS = {
     ("plain", "cpu"): "exact: equal to the CPU allocator at small shapes",
     ("plain", "meta"): "the plain run's program without any device's kernel scratch (no device runs it)",
     ("plain", "cuda", "course"): (
-        "exact: CUDA kernel facts (ops.cuda) validated for the course model on an H200, 1,218 of 1,218 figures "
-        "equal (reports/cuda/memory.csv), at the batch asked (the row sums' and the id sort's scratch are no line "
-        "in B); requested bytes, without the allocator's 512-byte rounding and the cuBLAS workspaces"
+        "exact for the architectures an H200 ran (the course model's Llama-like block and its mixture of experts, "
+        "Qwen3-MoE: 1,218 of 1,218 figures equal, reports/cuda/memory.csv), on a GPU with the H200's kernels, at "
+        "the batch asked (the row sums' and the id sort's scratch are no line in B); requested bytes, without the "
+        "allocator's 512-byte rounding and the cuBLAS workspaces; other architectures (GPT-2, Gemma, OLMo-2, "
+        "sliding windows, MLA): a prediction from the same kernel facts, not validated on a GPU "
+        "(``memory_report.cuda_exactness``)"
     ),
     ("plain", "cuda", "transformers"): (
         "not validated on a GPU: the course model's H200-validated CUDA facts (fused attention, row-sum and id-sort "
