@@ -324,23 +324,32 @@ def sweep(
             cc = run_crosscheck(cfg.with_context(seq), seq, batch, setup=setup)
             row["measured:flops"] = cc.flop_counter.total
             result.mismatches += [f"{cfg.name} @ {seq}: {m}" for m in cc.mismatches()]
-        if measure and impl == "transformers":  # transformers' own model class
-            from .measure.hf import measure_hf_step
-
-            measured = measure_hf_step(cfg.with_context(seq), seq, batch, setup, device=measure)
-        elif measure:
-            from .measure.memory import measure_step
-
-            measured = measure_step(cfg.with_context(seq), seq, batch, device=measure, setup=setup)
+        if measure:
+            measured = measure_point(cfg.with_context(seq), seq, batch, setup, measure, impl)
             row["measured:peak"] = measured.peak
             row["measured:device"] = measure
             row["measured:run"] = "plain" if measure == "cuda" else "traced"
+            want = row["mem:peak_traced"]
+            if measure == "meta" and want is not None and measured.peak != want:  # the prediction's own device
+                result.mismatches.append(f"{cfg.name} @ {seq}: measured peak {measured.peak:,} != predicted {want:,}")
         result.rows.append(row)
         if bar is not None:
             bar.update()
     if bar is not None:
         bar.close()
     return result
+
+
+def measure_point(cfg: ModelConfig, seq: int, batch: int, setup, device: str, impl: str):
+    """One training step's ``StepMemory`` measured on ``device``: transformers' own model class
+    (``measure.hf.measure_hf_step``) for ``impl`` transformers, else our live model (``measure_step``)."""
+    if impl == "transformers":
+        from .measure.hf import measure_hf_step
+
+        return measure_hf_step(cfg, seq, batch, setup, device=device)
+    from .measure.memory import measure_step
+
+    return measure_step(cfg, seq, batch, device=device, setup=setup)
 
 
 def check_live_points(

@@ -3,7 +3,9 @@ it (``ops.predict_step(..., layout=...)``), labelled as the traced run on meta/C
 is not ported), equal to the fake-PG job over transformers' own model (``--measure meta``); every layout the op
 library refuses is one line and exit 2."""
 
+import importlib
 import json
+import types
 
 import pytest
 
@@ -146,3 +148,41 @@ def test_the_request_refuses_a_rank_before_anything_runs(llama_json):
     cfg = load_config(llama_json)
     with pytest.raises(AccountingError, match="rank 0"):
         memory.Request(cfg, S, layout=ParallelLayout(dp=4, zero=3), rank=2, impl="transformers")
+
+
+# -- sweep --measure-memory: transformers' rows are measured (finding F8), every mismatch reported ------------
+
+
+def sweep_json(run_cli, tmp_path, *args, code=0):
+    out = tmp_path / "sweep"
+    r = run_cli("sweep", *args, "--measure-memory", "meta", "--out", out)
+    assert r.code == code, r.err
+    return json.loads((out / "sweep.json").read_text())
+
+
+@pytest.mark.slow
+def test_sweep_measures_transformers_rows_on_meta(run_cli, llama_json, tmp_path):
+    """Each point of a config.json (--impl transformers) is measured on transformers' own model: its traced
+    peak equals the op library's, and nothing is reported as a mismatch."""
+    data = sweep_json(run_cli, tmp_path, llama_json, "--contexts", "16,32")
+    rows = data["rows"]
+    assert [r["impl"] for r in rows] == ["transformers", "transformers"]
+    for row in rows:
+        assert row["measured:peak"] is not None and row["measured:device"] == "meta"
+        assert row["measured:peak"] == row["mem:peak_traced"]
+    assert data["mismatches"] == []
+
+
+@pytest.mark.slow
+def test_a_measured_peak_that_differs_is_a_mismatch(run_cli, llama_json, tmp_path, monkeypatch):
+    """A measurement one byte above the prediction is listed (and the sweep exits 1), not silently tabulated."""
+    sweep_module = importlib.import_module("lm_accounting.sweep")  # the package exports a function named sweep
+
+    real = sweep_module.measure_point
+
+    def one_byte_more(*args):
+        return types.SimpleNamespace(peak=real(*args).peak + 1)
+
+    monkeypatch.setattr(sweep_module, "measure_point", one_byte_more)
+    data = sweep_json(run_cli, tmp_path, llama_json, "--contexts", "16,32", code=1)  # exit 1: a mismatch
+    assert len(data["mismatches"]) == 2 and all("measured peak" in m for m in data["mismatches"])

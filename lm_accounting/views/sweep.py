@@ -25,8 +25,8 @@ SUMMARY = [
 
 
 def sweep_view(s: Sweep) -> View:
-    """The sweep on screen: one table per model; cross-check mismatches, if any, in the footer."""
-    footer = ["CROSS-CHECK MISMATCHES:", *[f"  - {m}" for m in s.mismatches]] if s.mismatches else []
+    """The sweep on screen: one table per model; mismatches (cross-check FLOPs, measured peaks on meta), if any, in the footer."""
+    footer = ["MISMATCHES (cross-check, measured memory):", *[f"  - {m}" for m in s.mismatches]] if s.mismatches else []
     if s.skipped:
         footer += ["Contexts left out (the model cannot run them):", *[f"  - {line}" for line in s.skipped]]
     return View([], sweep_tables(s), footer)
