@@ -779,9 +779,12 @@ def to_hf_dict(cfg: ModelConfig) -> dict[str, Any]:
     ``AutoConfig.for_model(**to_hf_dict(cfg))`` builds the model whose parameter count is ours
     (tests/test_measure_hf.py builds every preset with a type and every config.json of
     tests/test_transformers_truth.py on meta).  Every count-relevant field is written explicitly, so no class
-    default (Mistral's ``sliding_window`` 4,096, Qwen3's ``head_dim`` 128) fills in for ours.  A config without
-    a type, or with an option the type's class cannot express (a course preset, Llama with a q/k/v bias but no
-    output bias), is a one-line ``ConfigError``."""
+    default (Mistral's ``sliding_window`` 4,096, Qwen3's ``head_dim`` 128) fills in for ours; no token ids
+    (``NO_TOKEN_IDS``).  The context is the step's sequence, not a size: GPT-2's position table stays
+    ``max_position_embeddings`` (a step at 256 tokens of a 1,024-position model), and a windowed model with fewer
+    layers than its full-attention period (a 2-layer Gemma 3) is written with every layer sliding.  A config
+    without a type, or with an option the type's class cannot express (a course preset, Llama with a q/k/v bias
+    but no output bias), is a one-line ``ConfigError``."""
     model_type = cfg.hf_model_type
     if model_type is None:
         raise ConfigError(
@@ -792,15 +795,37 @@ def to_hf_dict(cfg: ModelConfig) -> dict[str, Any]:
             f"{cfg.name}: hf_model_type '{model_type}' is not one lm-accounting writes "
             f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})"
         )
-    expected = config_from_hf({"model_type": model_type, **WRITERS[model_type](cfg)}, f"{cfg.name} ({model_type})")
-    ours, theirs = cfg.resolved(), expected.resolved()
-    differ = [k for k in ours if k not in ("name", "ignored_fields") and ours[k] != theirs[k]]
+    values = {"model_type": model_type, **WRITERS[model_type](cfg), **NO_TOKEN_IDS}
+    expected = config_from_hf(values, f"{cfg.name} ({model_type})")
+    ours, theirs = _built(cfg), _built(expected)
+    differ = [k for k in ours if ours[k] != theirs[k]]
     if differ:
+        key = differ[0]
         raise ConfigError(
-            f"{cfg.name}: {differ[0]} = {short_repr(ours[differ[0]])} cannot be written as a "
-            f"{model_type} config.json (transformers' class builds {short_repr(theirs[differ[0]])})"
+            f"{cfg.name}: {key} = {short_repr(ours[key])} cannot be written as a "
+            f"{model_type} config.json (transformers' class builds {short_repr(theirs[key])})"
         )
-    return {"model_type": model_type, **WRITERS[model_type](cfg)}
+    return values
+
+
+NO_TOKEN_IDS = {"pad_token_id": None, "bos_token_id": None, "eos_token_id": None}
+"""The token ids ``to_hf_dict`` writes: none.  They change no count and no byte (``padding_idx`` only zeroes
+one row of the embedding's gradient, in place), and a class default can lie outside a vocabulary shrunk with
+``--vocab-size``: Phi-3's ``pad_token_id`` 32,000 makes ``nn.Embedding`` refuse a 1,024-row table
+("Padding_idx must be within num_embeddings"), GPT-2's, Phi-3's and OLMo-2's ``bos``/``eos`` ids draw
+transformers' out-of-vocabulary warnings."""
+
+
+def _built(cfg: ModelConfig) -> dict[str, Any]:
+    """What fixes transformers' model of ``cfg``: every resolved field but the name, the ignored fields and the
+    training context (``context_length``: the sequence a step runs, not a size; GPT-2's position table is
+    ``max_position_embeddings``, written as ``n_positions``), and ``full_attention_every`` only where a layer has
+    full attention (a Gemma 3 of fewer than 6 layers windows
+    every layer, as its ``layer_types`` say)."""
+    out = {k: v for k, v in cfg.resolved().items() if k not in ("name", "ignored_fields", "context_length")}
+    if out["full_attention_every"] is not None and out["full_attention_every"] > cfg.num_layers:
+        out["full_attention_every"] = None
+    return out
 
 
 def _write_common(cfg: ModelConfig, act: str = "hidden_act") -> dict[str, Any]:

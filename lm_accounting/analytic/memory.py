@@ -7,7 +7,8 @@ Every figure is an exact int of bytes.  Sources, by section:
   2 · layers · n_kv · head_dim · S · batch · bytes;
 * model states and the optimizer step: torch 2.13, ``torch/optim/adamw.py`` (``AdamW`` is
   ``Adam`` with ``decoupled_weight_decay=True``) and ``torch/optim/adam.py``
-  (``Adam._init_group``, ``_single_tensor_adam``, ``_multi_tensor_adam``, ``_fused_adam``);
+  (``Adam._init_group``, ``_single_tensor_adam``, ``_multi_tensor_adam``, ``_fused_adam``), over the parameter
+  tensors of the implementation that trains (ours, or transformers' fused ones: ``hf_tensors``);
 * the course convention and Korthikanti et al. are in ``course.py``; the
   implementation-exact activations of our live model in ``activations.py`` and ``replay.py``.
 """
@@ -19,6 +20,7 @@ from collections.abc import Iterable
 from ..breakdown import Breakdown, Item
 from ..config import AccountingError, ModelConfig
 from ..names import ADAMW_IMPLS, DEVICES, DTYPE_BYTES, TRAINING_DTYPES
+from .hf_tensors import hf_parameter_tensor_count, hf_parameter_tensor_sizes
 from .kv_cache import windowed_kv_cache_bytes
 from .params import parameter_breakdown
 
@@ -43,8 +45,11 @@ def _training_dtype_bytes(dtype: str) -> int:
     return DTYPE_BYTES[dtype]
 
 
-def parameter_tensor_sizes(cfg: ModelConfig, layers: Iterable[int] | None = None) -> list[int]:
-    """numel of each parameter tensor, in the live model's ``model.parameters()`` order.
+def parameter_tensor_sizes(
+    cfg: ModelConfig, layers: Iterable[int] | None = None, implementation: str = "course"
+) -> list[int]:
+    """numel of each parameter tensor, in the live model's ``model.parameters()`` order (``implementation``
+    "transformers": transformers' model's, ``hf_tensors``, with its fused projections and experts).
 
     ``parameter_breakdown`` lists the components in the model's registration order (token_embeddings
     [, position_embeddings]; per layer ln1, attention projections [and biases, qk norms], ln2, the FFN or
@@ -55,6 +60,8 @@ def parameter_tensor_sizes(cfg: ModelConfig, layers: Iterable[int] | None = None
     """
     from ..components import component
 
+    if implementation == "transformers":
+        return hf_parameter_tensor_sizes(cfg, layers)
     items = list(parameter_breakdown(cfg))
     entries = [(it, component(it.key)) for it in items]
 
@@ -120,11 +127,13 @@ def model_state_breakdown(cfg: ModelConfig, dtype: str = "fp32") -> Breakdown:
     return Breakdown(f"model states ({dtype}, AdamW)", "bytes", items)
 
 
-def parameter_tensor_count(cfg: ModelConfig) -> int:
-    """Tensors ``model.parameters()`` yields: ``len(parameter_tensor_sizes(cfg))``, without listing the
-    layers: a per-layer component occurs in total / per_layer blocks."""
+def parameter_tensor_count(cfg: ModelConfig, implementation: str = "course") -> int:
+    """Tensors ``model.parameters()`` yields: ``len(parameter_tensor_sizes(cfg, implementation=...))``,
+    without listing the layers: a per-layer component occurs in total / per_layer blocks."""
     from ..components import component
 
+    if implementation == "transformers":
+        return hf_parameter_tensor_count(cfg)
     count = 0
     for it in parameter_breakdown(cfg):
         k = component(it.key).tensors(cfg)
@@ -143,13 +152,16 @@ ADAMW_STEP_COUNTER_BYTES = 4
 the default dtype is not float64 (we never change it)."""
 
 
-def adamw_step_counter_bytes(cfg: ModelConfig, impl: str = "foreach", device: str = "meta") -> int:
-    """Bytes of AdamW's ``step`` counters that live on ``device`` (the device holding the model).
+def adamw_step_counter_bytes(
+    cfg: ModelConfig, impl: str = "foreach", device: str = "meta", *, implementation: str = "course"
+) -> int:
+    """Bytes of AdamW's ``step`` counters that live on ``device`` (the device holding the model), for the
+    parameter tensors of ``implementation``'s model (``--impl``: transformers' GPT-2 has 148, ours 196).
 
     Rule (torch 2.13 ``Adam._init_group``, "special device hosting for step"): the for-loop
     and foreach implementations keep every counter on the CPU, whatever the parameters'
     device; fused (and capturable) keeps it on the parameter's device.  So, with n =
-    ``parameter_tensor_count(cfg)``:
+    ``parameter_tensor_count(cfg, implementation)``:
 
     * ``cpu``: 4·n for every implementation (the counters sit beside the parameters);
     * ``meta`` and ``cuda``: 4·n for fused, 0 for for-loop and foreach (their counters are on
@@ -167,11 +179,14 @@ def adamw_step_counter_bytes(cfg: ModelConfig, impl: str = "foreach", device: st
     if device not in DEVICES:
         raise AccountingError(f"unknown device '{device}' (valid: {', '.join(DEVICES)})")
     on_device = impl == "fused" or device == "cpu"
-    return ADAMW_STEP_COUNTER_BYTES * parameter_tensor_count(cfg) if on_device else 0
+    return ADAMW_STEP_COUNTER_BYTES * parameter_tensor_count(cfg, implementation) if on_device else 0
 
 
-def adamw_step_temporary_bytes(cfg: ModelConfig, dtype: str = "fp32", impl: str = "foreach") -> int:
-    """Peak extra bytes alive during ``AdamW.step()`` beyond params + grads + m + v.
+def adamw_step_temporary_bytes(
+    cfg: ModelConfig, dtype: str = "fp32", impl: str = "foreach", *, implementation: str = "course"
+) -> int:
+    """Peak extra bytes alive during ``AdamW.step()`` beyond params + grads + m + v, over the parameter
+    tensors of ``implementation``'s model (``--impl``; the for-loop's figure depends on them).
 
     Read off torch 2.13's ``torch/optim/adam.py`` (AdamW's implementation; weight decay is
     decoupled, ``param.mul_(1 - lr·λ)`` in place, so no copy of the gradient is made)
@@ -194,6 +209,6 @@ def adamw_step_temporary_bytes(cfg: ModelConfig, dtype: str = "fp32", impl: str 
         return parameter_breakdown(cfg).total * nbytes
     if impl == "fused":
         return 0
-    sizes = parameter_tensor_sizes(cfg, scan_layers(cfg))  # every adjacent pair of tensors occurs here
+    sizes = parameter_tensor_sizes(cfg, scan_layers(cfg), implementation)  # every adjacent pair occurs here
     previous = [0] + sizes[:-1]
     return max(prev + 2 * cur for prev, cur in zip(previous, sizes, strict=True)) * nbytes

@@ -1,0 +1,111 @@
+"""transformers' parameter tensors: the numel of each, in ``model.parameters()`` order, per model type.
+
+AdamW keeps one ``step`` counter per parameter tensor and its for-loop implementation works tensor by tensor
+(``analytic.memory``), so those figures need the tensors of the model that trains, not only the parameter
+count N (which is the same for every implementation).  transformers 5.24's modules differ from ours where they
+fuse: GPT-2's ``c_attn`` (Q, K and V in one ``Conv1D``, weight and bias), Phi-3's ``qkv_proj`` and
+``gate_up_proj``, and the mixture-of-experts classes' experts (``gate_up_proj`` [E, 2·F, d] and ``down_proj``
+[E, d, F] as two tensors for all experts).  Module order (each module's weight, then its bias):
+
+* GPT-2 (``GPT2LMHeadModel``): wte, wpe; per block ln_1, c_attn, attn.c_proj, ln_2, c_fc, mlp.c_proj (each a
+  weight and a bias); ln_f (weight, bias); lm_head unless tied.
+* the others (``*ForCausalLM``): embed_tokens; per layer the attention (q, k, v, o and their biases; Phi-3's
+  o_proj then qkv_proj; qk-norms after o_proj: per head, or over the whole projection for OLMo-2; DeepSeek's
+  latent projections), the MLP (gate, up, down; Phi-3's gate_up then down; a mixture of experts: Mixtral's
+  router then the experts, Qwen3-MoE's and DeepSeek's experts then the router, then DeepSeek's shared experts),
+  then the layer's norms (two; Gemma's four); the final norm; lm_head unless tied.
+
+tests/test_hostile_impl.py compares every supported model type with transformers' real model on meta.
+"""
+
+from __future__ import annotations
+
+from ..config import ModelConfig
+
+FUSED_MOE_ROUTER_FIRST = ("mixtral",)
+"""Mixture-of-experts classes that register the router (``gate``) before the experts."""
+
+
+def _attention(cfg: ModelConfig) -> list[int]:
+    d, kind = cfg.d_model, cfg.hf_model_type
+    if cfg.kv_lora_rank is not None:  # DeepSeek's latent attention
+        h, rope, r = cfg.num_heads, cfg.qk_rope_head_dim, cfg.kv_lora_rank
+        qk = cfg.qk_nope_head_dim + rope
+        q = (
+            [d * h * qk]
+            if cfg.q_lora_rank is None
+            else [d * cfg.q_lora_rank, cfg.q_lora_rank, cfg.q_lora_rank * h * qk]
+        )
+        return q + [d * (r + rope), r, r * h * (cfg.qk_nope_head_dim + cfg.v_head_dim), h * cfg.v_head_dim * d]
+    q, kv = cfg.num_heads * cfg.d_head, cfg.kv_heads * cfg.d_head
+    if kind == "gpt2":
+        return [d * 3 * d, 3 * d, d * d, d]
+    if kind == "phi3":
+        return [d * q, (q + 2 * kv) * d]
+    out: list[int] = []
+    for n in (q, kv, kv):
+        out += [n * d] + ([n] if cfg.qkv_bias else [])
+    out += [d * q] + ([d] if cfg.output_bias else [])
+    if cfg.qk_norm:
+        out += [q, kv] if cfg.qk_norm_scope != "head" else [cfg.d_head, cfg.d_head]
+    return out
+
+
+def _dense(cfg: ModelConfig, width: int) -> list[int]:
+    d = cfg.d_model
+    if cfg.hf_model_type == "phi3":
+        return [2 * width * d, d * width]
+    bias = cfg.mlp_bias
+    return [n for size in (width * d, width * d, d * width) for n in ([size, size // d] if bias else [size])]
+
+
+def _mlp(cfg: ModelConfig, layer: int) -> list[int]:
+    d = cfg.d_model
+    if cfg.hf_model_type == "gpt2":
+        return [d * cfg.d_ff, cfg.d_ff, cfg.d_ff * d, d]
+    if not cfg.layer_moe(layer):
+        return _dense(cfg, cfg.d_ff)
+    e, f = cfg.num_experts, cfg.expert_width
+    router, experts = [e * d], [e * 2 * f * d, e * d * f]
+    if cfg.hf_model_type in FUSED_MOE_ROUTER_FIRST:
+        return router + experts
+    return experts + router + (_dense(cfg, cfg.shared_width) if cfg.shared_experts else [])
+
+
+def _layer(cfg: ModelConfig, layer: int) -> list[int]:
+    d = cfg.d_model
+    if cfg.hf_model_type == "gpt2":
+        attention, mlp = _attention(cfg), _mlp(cfg, layer)
+        return [d, d] + attention + [d, d] + mlp
+    norms = 4 if cfg.hf_model_type in ("gemma2", "gemma3_text") else 2
+    return _attention(cfg) + _mlp(cfg, layer) + [d] * norms
+
+
+def _ends(cfg: ModelConfig) -> tuple[list[int], list[int]]:
+    """The tensors before the first layer and after the last."""
+    d, v = cfg.d_model, cfg.vocab_size
+    head = [v * d, cfg.position_rows * d] if cfg.hf_model_type == "gpt2" else [v * d]
+    tail = [d, d] if cfg.hf_model_type == "gpt2" else [d]
+    return head, tail + ([] if cfg.tie_embeddings else [v * d])
+
+
+def hf_parameter_tensor_sizes(cfg: ModelConfig, layers=None) -> list[int]:
+    """numel of each parameter tensor of transformers' model of ``cfg``, in ``model.parameters()`` order;
+    ``layers``: only those layers (default all)."""
+    head, tail = _ends(cfg)
+    body = [n for i in (range(cfg.num_layers) if layers is None else layers) for n in _layer(cfg, i)]
+    return head + body + tail
+
+
+def hf_parameter_tensor_count(cfg: ModelConfig) -> int:
+    """``len(hf_parameter_tensor_sizes(cfg))`` without listing the layers (dense and MoE layers counted)."""
+    head, tail = _ends(cfg)
+    count = len(head) + len(tail)
+    if cfg.dense_layers:
+        dense = next(i for i in range(cfg.num_layers) if not cfg.layer_moe(i))
+        count += cfg.dense_layers * len(_layer(cfg, dense))
+    if cfg.moe_layers:
+        first, every = cfg.dense_layers_first, cfg.moe_every
+        sparse = first + (every - (first + 1) % every) % every  # the first i >= first with (i + 1) % every == 0
+        count += cfg.moe_layers * len(_layer(cfg, sparse))
+    return count
