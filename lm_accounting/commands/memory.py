@@ -123,10 +123,11 @@ def run(request: Request) -> MemoryAccount | ParallelMemory:
             cfg, cfg.context_length, r.batch, impl=r.impl, budget=r.budget_basis, setup=r.setup, device=r.device,
             cpu_threads=cpu_threads(r),
         )  # fmt: skip
+    # impl other than course: traced on meta, which the fake-PG job on cpu tensors measures too
+    lay = r.layout
     return parallel_memory(
-        cfg, cfg.context_length, r.batch, r.setup, r.layout, budget=r.budget_basis, rank=r.rank, impl=r.impl,
-        device="cpu" if r.measure == "cpu" else "meta",
-    )  # fmt: skip
+        cfg, cfg.context_length, r.batch, r.setup, lay, budget=r.budget_basis, rank=r.rank, impl=r.impl
+    )
 
 
 def measured_rank(request: Request, result: ParallelMemory) -> int:

@@ -221,7 +221,8 @@ def _implementation_view(r: ParallelMemory) -> View:
         rows.append((PHASE_LABELS[name], p.peak, g.peak if g else None, p.end, g.end if g else None))
     notes = [] if m is None else ["equal, phase by phase" if m == step else "DIFFERS from the measurement"]
     phases = Table(
-        f"Peak and end of each phase: {label}" + (f"; measured: the fake-PG job on {r.device}" if m else ""),
+        f"Peak and end of each phase: {label}"
+        + ("; measured: the fake-PG job over transformers' own model" if m else ""),
         [Column("phase")] + [Column(c, "bytes") for c in ("peak", "measured", "end", "measured end")],
         rows,
         notes,
