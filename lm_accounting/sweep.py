@@ -133,7 +133,7 @@ def analytic_row(
         if replayed(cfg, setup, impl)
         else None
     )
-    row["mem:step_temporaries"] = adamw_step_temporary_bytes(cfg, dtype, optimizer)
+    row["mem:step_temporaries"] = adamw_step_temporary_bytes(cfg, dtype, optimizer, implementation=impl)
     row["mem:peak"] = step.peak if steps else None
     row.update({f"mem:peak.{name}": step.phase(name).peak if steps else None for name in PHASES})
     row["mem:peak_traced"] = traced.peak if steps else None
