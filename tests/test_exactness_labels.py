@@ -88,7 +88,10 @@ def test_an_architecture_no_gpu_ran_is_not_called_exact_for_cuda(run_cli, args, 
     assert "this architecture was not run on a GPU" in r.out and what in r.out
     data = memory_json(run_cli, *args)
     assert data["exact"] is False and data["validated_on"] is None and data["validated"] is None
-    assert "was not run on a GPU" in data["exactness"]
+    assert "no GPU ran this architecture's" in data["exactness"]
+    csv_out = run_cli("memory", *args, "--format", "csv").out
+    assert "implementation_exact.exactness,exact,whether the step is exact on cuda" in csv_out
+    assert ",exact,False,," in csv_out
 
 
 @pytest.mark.parametrize("gpu", ["v100", "l4", "a100-80gb", "h100-pcie", "mi300x"])

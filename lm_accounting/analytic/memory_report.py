@@ -133,8 +133,8 @@ def cuda_exactness(cfg: ModelConfig, setup: TrainingSetup, impl: str, predicted_
     elif unmeasured:
         reason = "this architecture was not run on a GPU"
         words = (
-            "prediction from the H200-validated CUDA kernel facts (analytic/cuda_kernels.py, ops.cuda); this "
-            f"architecture ({', '.join(unmeasured)}) was not run on a GPU"
+            "prediction from the H200-validated CUDA kernel facts (analytic/cuda_kernels.py, ops.cuda); no GPU ran "
+            f"this architecture's {', '.join(unmeasured)}"
         )
     elif predicted_by == "ops":
         reason, words = "", f"exact: the op library's course program (analytic/ops), {CUDA.program_phrase()}"
@@ -143,9 +143,10 @@ def cuda_exactness(cfg: ModelConfig, setup: TrainingSetup, impl: str, predicted_
         words = f"exact: the legacy replay (analytic/replay.py), {CUDA.phrase('memory')}"
         if equal < total:
             program, _ = CUDA.program_equal
+            missed = total - equal
             words += (
-                f"; the setups of the {total - equal:,} it misses ({LEGACY_MISS}) go to the op library's course "
-                f"program, which equals {program:,} of {total:,}"
+                f"; for {LEGACY_MISS} ({missed:,} figure{'s' if missed > 1 else ''} it misses) memory uses the op "
+                f"library's course program, which equals {program:,} of {total:,}"
             )
         reason = ""
     if caveat:
@@ -413,6 +414,17 @@ class MemoryAccount(Result):
         for it in self.saved or ():
             add("implementation_exact.activations", it.key, it.label, "bytes", it.total)
 
+        how = self.exactness
+        if how is not None:
+            where = how.validated_on or how.reason
+            add(
+                "implementation_exact.exactness",
+                "exact",
+                f"whether the step is exact on {self.device} ({where})",
+                "exact",
+                how.exact,
+                "",
+            )
         got = self.measured
         runs = [("implementation_exact.step", self.step, "plain run")] if self.step is not None else []
         if self.step_traced is not None:
