@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import importlib.util
 import json
 from pathlib import Path
 
@@ -135,3 +136,28 @@ def test_a_model_states_only_footer_describes_that_implementation(run_cli, tmp_p
     assert "our live model" not in footer and "1,21" not in footer and "MixtralForCausalLM" in footer
     data = memory_json(run_cli, path, "-S", "32")
     assert data["exact"] is None and data["validated"] is None
+
+
+@pytest.mark.slow
+def test_what_memory_predicts_on_cuda_equals_every_h200_figure():
+    """The account ``memory`` prints for --impl course on cuda (legacy replay, or the op library where the replay
+    misses) equals all 1,218 figures the H200 measured, each labelled exact."""
+    spec = importlib.util.spec_from_file_location("cuda_validation", ROOT / "benchmarks" / "cuda_validation.py")
+    cv = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cv)
+    rows = {(r["model"], r["context"], r["setup"]): r for r in cv.read_tables(ROOT / "reports" / "cuda")["memory"]}
+    figures, unequal = 0, []
+    for name, seq, batch, overrides in cv.MODELS:
+        cfg = cv.at(cv.config(name, overrides), seq)
+        for setup in cv.every_setup():
+            r = rows.get((cv.label(name, overrides), seq, setup.label))
+            if r is None or r.get("error"):
+                continue
+            m = implementation_account(cfg, seq, batch, impl="course", setup=setup, device="cuda")
+            assert m.exactness.exact, (name, setup.label)
+            got = {"baseline": m.step.baseline}
+            for phase in ("forward", "backward", "optimizer_step"):
+                got |= {f"{phase}_peak": m.step.phase(phase).peak, f"{phase}_end": m.step.phase(phase).end}
+            unequal += [(name, setup.label, k) for k, v in got.items() if v != r[f"{k}_measured"]]
+            figures += len(got)
+    assert (figures, unequal) == (1218, [])
