@@ -71,7 +71,9 @@ def test_hf_qwen2_config_json_gets_a_measured_peak(run_cli, tmp_path, precision)
     )
     assert data["measured"]["backward"]["peak"] != twin.backward.peak
     default = run_cli("memory", path, "--impl", "course")  # naive fp32 for cuda at the config's context (32)
-    assert default.code == 0 and "step peak" in default.out and "exact prediction" in default.out
+    assert default.code == 0 and "step peak" in default.out
+    # no GPU ran a block with q/k/v biases (reports/cuda: Llama-like and MoE blocks only): not called exact on cuda
+    assert "not exact there: this architecture was not run on a GPU" in default.out
 
 
 def _setup(precision: str) -> TrainingSetup:

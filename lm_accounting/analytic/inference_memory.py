@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from ..config import ModelConfig
 from ..setup import TrainingSetup
-from .replay import Affine, _norm_forward_unsaved, _qkv_forward, _repeat, _Replay, _rope_forward_unsaved
+from .ops.engine import Affine, Replay, repeat
+from .replay import _norm_forward_unsaved, _qkv_forward, _rope_forward_unsaved
 from .sizes import Sizes
 
 
@@ -29,7 +30,7 @@ def exact_for(cfg: ModelConfig) -> bool:
     return not [u for u in cfg.unsupported_for_replay() if u != "sliding-window attention"]
 
 
-def _slot_mask(r: _Replay, s: int, slots: int, window: int | None) -> None:
+def _slot_mask(r: Replay, s: int, slots: int, window: int | None) -> None:
     """``StaticKVCache.slot_mask``: kept until the step ends (cached for the layers of its size)."""
     M = s * slots
     r(+8 * s, +8 * slots)  # arange of the query positions, arange of the slots
@@ -39,7 +40,7 @@ def _slot_mask(r: _Replay, s: int, slots: int, window: int | None) -> None:
     r(-8 * s, -8 * slots)  # the two aranges die when the function returns
 
 
-def _fused(r: _Replay, z: Sizes) -> None:
+def _fused(r: Replay, z: Sizes) -> None:
     """The fused kernel (``layers.FusedAttention``) on q and the keys: its output (B, h, s, d_head) and the
     fp32 logsumexp (``Sizes.lse``), which dies on return; no S × keys tensor.  Merging the heads copies
     the output (``Sizes.merge_copy``) unless s = 1: a decode step's (B, h, 1, d_head) output transposed
@@ -53,7 +54,7 @@ def _fused(r: _Replay, z: Sizes) -> None:
         r(+Tq, -Tq)  # merge heads (a copy); the kernel's output dies
 
 
-def _layer(r: _Replay, z: Sizes, n: int, *, fresh_keys: bool, masked: bool) -> None:
+def _layer(r: Replay, z: Sizes, n: int, *, fresh_keys: bool, masked: bool) -> None:
     """One pre-norm block at s = z.seq queries over n keys.  ``fresh_keys``: attention reads this step's
     own K and V (prefill under 'filled'); else it reads the cache (views), and the fresh K and V die once
     written.  ``masked``: a boolean mask is applied (``torch.where``)."""
@@ -116,7 +117,7 @@ def step_temporaries(
         cfg = cfg.course_twin()
     z = Sizes(cfg, batch, seq, e, setup=TrainingSetup(attention=attention), cpu=cpu, cuda=cuda)
     s, Td = seq, z.act(cfg.d_model)
-    r = _Replay(Affine(0))
+    r = Replay(Affine(0))
     r(+8 * s)  # token positions (int64)
     if prefill and not z.sdpa:
         r(+s * s, +s * s, -s * s)  # causal mask: ones, tril; ones dies
@@ -139,7 +140,7 @@ def step_temporaries(
     for (n, fresh, masked, build), count in runs:
         if build is not None:
             _slot_mask(r, s, *build)
-        _repeat(r, count, lambda q, n=n, fresh=fresh, masked=masked: _layer(q, z, n, fresh_keys=fresh, masked=masked))
+        repeat(r, count, lambda q, n=n, fresh=fresh, masked=masked: _layer(q, z, n, fresh_keys=fresh, masked=masked))
     _norm_forward_unsaved(r, z, z.T, cfg.d_model)  # ln_final
     r(+z.T * cfg.vocab_size * e, -Td)  # logits (the step's output); ln_final output dies
     return r.peak().at(1)

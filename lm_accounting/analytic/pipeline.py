@@ -51,6 +51,7 @@ from ..setup import TrainingSetup
 from . import replay as rp
 from .fsdp import FsdpEvents, FsdpUnits, Unit, fsdp_units
 from .hooks import StepHooks
+from .ops.engine import Copy, Grad, Join, Replay, repeat
 from .parallel import (
     adamw_temporary,
     element_bytes,
@@ -277,7 +278,7 @@ class _Chunks(NamedTuple):
     loss_bytes: int  # the loss scalar each micro-batch leaves in ``_internal_losses`` (last stage)
 
 
-class _StageReplay(rp._Replay):
+class _StageReplay(Replay):
     """``analytic.replay``'s running bytes with a pipeline stage's two differences from one GPU.
 
     * ``accumulate``: the stage's later backwards find ``.grad`` set, so ``AccumulateGrad`` adds each new
@@ -297,16 +298,16 @@ class _StageReplay(rp._Replay):
         return _StageReplay(rp.Affine(0), self.traced, self.accumulate)
 
     def __call__(self, *deltas) -> None:
-        if self.keep and any(isinstance(d, rp._Join) for d in deltas):
+        if self.keep and any(isinstance(d, Join) for d in deltas):
             out = []
             for d in deltas:
-                if self.keep and isinstance(d, rp._Join):
+                if self.keep and isinstance(d, Join):
                     self.keep -= 1
                     d = d.size
                 out.append(d)
             deltas = tuple(out)
         if self.accumulate:
-            deltas += tuple(-int(d) for d in deltas if isinstance(d, rp._Grad))
+            deltas += tuple(-int(d) for d in deltas if isinstance(d, Grad))
         super().__call__(*deltas)
 
 
@@ -443,7 +444,7 @@ def _block_lines(
     between blocks (``_StageEvents``)."""
     z = _stage_sizes(c, seq, setup, traced, fl, sp)
     p = {
-        it.key.removeprefix("layers.*."): rp._Grad(it.per_layer * z.e)
+        it.key.removeprefix("layers.*."): Grad(it.per_layer * z.e)
         for it in parameter_breakdown(c)
         if it.per_layer is not None
     }
@@ -492,7 +493,7 @@ def _reduce_grads(cfg: ModelConfig, units: _StageUnits, blocks: int, traced: boo
     if root:
         ev._reduce(r, root, None)
     ev._reduce(r, block, root)
-    rp._repeat(r, blocks - 1, lambda q: ev._reduce(q, block, block))
+    repeat(r, blocks - 1, lambda q: ev._reduce(q, block, block))
     r(-block.reduce_in)
     return _Part(r.peak().at(1), r.live.at(1))  # no term in B: the units' bytes
 
@@ -586,16 +587,16 @@ def _end_lines(
     elif part == "backward_loss" and vl:  # the seed, ``loss_parallel``'s backward: the logits' gradient left
         _loss_parallel_backward(r, z.T, vl, le)
     elif part == "backward_loss":  # d loss; mean, gather (a copy when traced), log, exp backward: one GPU's
-        r(+le, +Tr, +Tr, +TV, rp._Copy(TV), -Tr, -TV)
-        r(+Tr, -Tr, -Tr, +TV, -Tr, -TV, rp._Copy(TV), -TV)
+        r(+le, +Tr, +Tr, +TV, Copy(TV), -Tr, -TV)
+        r(+Tr, -Tr, -Tr, +TV, -Tr, -TV, Copy(TV), -TV)
     elif part == "backward_head":
         if fl:
-            r(+TV2, -TV, +rp._Grad(head), +Td, -TV2, -Td)  # logits.float() backward; lm_head: dW, dx
+            r(+TV2, -TV, +Grad(head), +Td, -TV2, -Td)  # logits.float() backward; lm_head: dW, dx
         elif z.amp:
             r(+TV2, -TV)  # logits.float() backward
-            r(+head2, +Td2, -TV2, -head2, -Td2, +Td, -Td2, +rp._Grad(head), -head2)  # lm_head
+            r(+head2, +Td2, -TV2, -head2, -Td2, +Td, -Td2, +Grad(head), -head2)  # lm_head
         else:
-            r(+rp._Grad(head), +Td, -TV, -Td)  # lm_head: dW, dx; ln_final output released
+            r(+Grad(head), +Td, -TV, -Td)  # lm_head: dW, dx; ln_final output released
         if split and vl:  # vocab parallel's column-wise head: dx reduce-scattered (no SP: all-reduced)
             rp._sp_reduce_scatter(r, z, Td)
         elif vl:
@@ -608,9 +609,9 @@ def _end_lines(
             rp._sp_all_gather(r, z)
             r(-Tres)
         if first and vl:  # DTensor's embedding backward: the whole (V, d) gradient (``_vocab_embedding_backward``)
-            r(+rp._Grad(emb), -Td)
+            r(+Grad(emb), -Td)
         elif first:
-            r(+rp._Grad(emb), rp._Copy(emb), -Td)  # embedding backward: zeros, index_put
+            r(+Grad(emb), Copy(emb), -Td)  # embedding backward: zeros, index_put
         elif not (e != 4 and ck == "none"):
             r(+Tres)  # block 0 released its input, the buffer, which stays
     return r
