@@ -22,17 +22,16 @@ differently:
 
 from __future__ import annotations
 
-from functools import partial
-
 from ....config import ModelConfig
 from ....setup import TrainingSetup
 from .. import aten as A
 from ..aten_activation import gelu, tanh
-from ..tensors import Tensor, checkpoint, empty, no_grad, parameter
+from ..tensors import Tensor, empty, no_grad, parameter
 from .attention import eager_attention_forward, sdpa_attention_forward
 from .llama import (
     DTYPES,
     B,
+    GradientCheckpointingLayer,
     Linear,
     LlamaForCausalLM,
     apply_rotary_pos_emb,
@@ -125,8 +124,8 @@ class Attention:
         return attn_output, attn_weights  # the locals die here
 
 
-class DecoderLayer:
-    """``Gemma2DecoderLayer`` (modeling_gemma2.py:284-329); checkpointed by ``GradientCheckpointingLayer``."""
+class DecoderLayer(GradientCheckpointingLayer):
+    """``Gemma2DecoderLayer`` (modeling_gemma2.py:284-329)."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str):
         self.self_attn = Attention(cfg, dtype, attn, name + ".self_attn")
@@ -136,16 +135,10 @@ class DecoderLayer:
             for n in ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm")
         ]
         self.post_feedforward_layernorm = RMSNorm(cfg.d_model, dtype, name + ".post_feedforward_layernorm")
-        self.gradient_checkpointing = False
 
     def params(self) -> list[Tensor]:
         norms = [n.weight for n in self.norms] + [self.post_feedforward_layernorm.weight]
         return self.self_attn.params() + self.mlp.params() + norms
-
-    def __call__(self, hidden_states: Tensor, **kwargs) -> Tensor:
-        if self.gradient_checkpointing:
-            return checkpoint(partial(self.forward, **kwargs), hidden_states)
-        return self.forward(hidden_states, **kwargs)
 
     def forward(
         self, hidden_states: Tensor, attention_mask=None, position_embeddings=None, position_ids=None

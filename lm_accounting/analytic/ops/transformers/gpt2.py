@@ -19,8 +19,6 @@ from the model, no ``attention_mask``.  What GPT-2 does differently from Llama:
 
 from __future__ import annotations
 
-from functools import partial
-
 from ....config import ModelConfig
 from ....setup import TrainingSetup
 from .. import aten as A
@@ -29,10 +27,11 @@ from ..aten_layer_norm import layer_norm
 from ..aten_sdpa_math import sdpa_math
 from ..aten_split import split
 from ..engine import Affine
-from ..tensors import Tensor, checkpoint, empty, no_grad, parameter
+from ..tensors import Tensor, empty, no_grad, parameter
 from .llama import (
     DTYPES,
     B,
+    GradientCheckpointingLayer,
     LlamaForCausalLM,
     arange_plus,
     eager_mask,
@@ -152,23 +151,17 @@ class MLP:
         return dropout(hidden_states, PDROP, device=self.device)  # :244
 
 
-class Block:
-    """``GPT2Block`` (modeling_gpt2.py:248-312); checkpointed by ``GradientCheckpointingLayer``."""
+class Block(GradientCheckpointingLayer):
+    """``GPT2Block`` (modeling_gpt2.py:248-312)."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, attn: str, device: str, name: str):
         self.ln_1 = LayerNorm(cfg.d_model, dtype, device, name + ".ln_1")
         self.attn = Attention(cfg, dtype, attn, device, name + ".attn")
         self.ln_2 = LayerNorm(cfg.d_model, dtype, device, name + ".ln_2")
         self.mlp = MLP(cfg, dtype, device, name + ".mlp")
-        self.gradient_checkpointing = False
 
     def params(self) -> list[Tensor]:
         return self.ln_1.params() + self.attn.params() + self.ln_2.params() + self.mlp.params()
-
-    def __call__(self, hidden_states: Tensor, attention_mask) -> Tensor:
-        if self.gradient_checkpointing:
-            return checkpoint(partial(self.forward, attention_mask=attention_mask), hidden_states)
-        return self.forward(hidden_states, attention_mask)
 
     def forward(self, hidden_states: Tensor, attention_mask=None) -> Tensor:
         residual = hidden_states  # :275
@@ -227,7 +220,7 @@ class GPT2LMHeadModel(LlamaForCausalLM):
             causal_mask = eager_mask(self.batch, self.seq, self.dtype, None)
         hidden_states = dropout(hidden_states, PDROP, device=self.device)  # :603
         for block in self.h:  # :607-617
-            hidden_states = block(hidden_states, causal_mask)
+            hidden_states = block(hidden_states, attention_mask=causal_mask)
         hidden_states = self.ln_f(hidden_states)  # :619
         return A.view(hidden_states, -1, self.seq, hidden_states.shape[-1])  # :621
 

@@ -224,25 +224,30 @@ class MLP:
         return self.down_proj(A.mul(A.silu(self.gate_proj(x)), self.up_proj(x)))  # :161
 
 
-class DecoderLayer:
-    """``LlamaDecoderLayer`` (modeling_llama.py:268-309); checkpointed by ``GradientCheckpointingLayer``
-    (``modeling_layers.py``: ``checkpoint(partial(forward, self, **kwargs), hidden_states)``)."""
+class GradientCheckpointingLayer:
+    """transformers' ``GradientCheckpointingLayer`` (``modeling_layers.py``): with checkpointing enabled, a call
+    runs ``checkpoint(partial(forward, self, **kwargs), hidden_states)``; every model's decoder layer is one."""
+
+    gradient_checkpointing = False
+
+    def __call__(self, hidden_states: Tensor, **kwargs) -> Tensor:
+        if self.gradient_checkpointing:
+            return checkpoint(partial(self.forward, **kwargs), hidden_states)
+        return self.forward(hidden_states, **kwargs)
+
+
+class DecoderLayer(GradientCheckpointingLayer):
+    """``LlamaDecoderLayer`` (modeling_llama.py:268-309)."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str, norm: type[RMSNorm] = RMSNorm):
         self.self_attn = Attention(cfg, dtype, attn, name + ".self_attn", norm)
         self.mlp = MLP(cfg, dtype, name + ".mlp")
         self.input_layernorm = norm(cfg.d_model, dtype, name + ".input_layernorm")
         self.post_attention_layernorm = norm(cfg.d_model, dtype, name + ".post_attention_layernorm")
-        self.gradient_checkpointing = False
 
     def params(self) -> list[Tensor]:
         norms = [self.input_layernorm.weight, self.post_attention_layernorm.weight]
         return self.self_attn.params() + self.mlp.params() + norms
-
-    def __call__(self, hidden_states: Tensor, **kwargs) -> Tensor:
-        if self.gradient_checkpointing:
-            return checkpoint(partial(self.forward, **kwargs), hidden_states)
-        return self.forward(hidden_states, **kwargs)
 
     def forward(
         self, hidden_states: Tensor, attention_mask=None, position_embeddings=None, position_ids=None
@@ -347,7 +352,7 @@ class LlamaForCausalLM:
         dtype = DTYPES[setup.precision]
         self.cfg, self.seq, self.batch, self.setup, self.dtype = cfg, seq, batch, setup, dtype
         self.embed_tokens = parameter((cfg.vocab_size, cfg.d_model), dtype, "embed_tokens.weight")
-        self.layers = [DecoderLayer(cfg, dtype, setup.attention, f"layers.{i}", norm) for i in range(cfg.num_layers)]
+        self.layers = [self.decoder_layer(f"layers.{i}", norm) for i in range(cfg.num_layers)]
         for layer in self.layers:
             layer.gradient_checkpointing = setup.checkpoint == "full"
         self.norm = norm(cfg.d_model, dtype, "norm")
@@ -357,6 +362,10 @@ class LlamaForCausalLM:
         self.lm_head = None if cfg.tie_embeddings else parameter((cfg.vocab_size, cfg.d_model), dtype, "lm_head.weight")
         self.input_ids = empty((batch, seq), "int64", "input_ids")
         self.labels = empty((batch, seq), "int64", "labels")
+
+    def decoder_layer(self, name: str, norm: type[RMSNorm]) -> GradientCheckpointingLayer:
+        """The model's decoder layer (a subclass's own: OLMo-2's, Phi-3's)."""
+        return DecoderLayer(self.cfg, self.dtype, self.setup.attention, name, norm)
 
     def parameters(self) -> list[Tensor]:
         out = [self.embed_tokens]

@@ -12,17 +12,15 @@ The model, its MLP, its masks and its loss are Llama's (``llama.py``).  What OLM
 
 from __future__ import annotations
 
-from functools import partial
-
 from ....config import ModelConfig
 from ....setup import TrainingSetup
 from .. import aten as A
-from ..tensors import Tensor, checkpoint, empty, no_grad, parameter
+from ..tensors import Tensor, no_grad, parameter
 from .attention import eager_attention_forward, sdpa_attention_forward
 from .llama import (
-    DTYPES,
     MLP,
     B,
+    GradientCheckpointingLayer,
     Linear,
     LlamaForCausalLM,
     arange_plus,
@@ -101,24 +99,18 @@ class Attention:
         return attn_output, attn_weights  # the locals die here
 
 
-class DecoderLayer:
-    """``Olmo2DecoderLayer`` (modeling_olmo2.py:278-317); checkpointed by ``GradientCheckpointingLayer``."""
+class DecoderLayer(GradientCheckpointingLayer):
+    """``Olmo2DecoderLayer`` (modeling_olmo2.py:278-317)."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str):
         self.self_attn = Attention(cfg, dtype, attn, name + ".self_attn")
         self.mlp = MLP(cfg, dtype, name + ".mlp")
         self.post_attention_layernorm = RMSNorm(cfg.d_model, dtype, name + ".post_attention_layernorm")
         self.post_feedforward_layernorm = RMSNorm(cfg.d_model, dtype, name + ".post_feedforward_layernorm")
-        self.gradient_checkpointing = False
 
     def params(self) -> list[Tensor]:
         norms = [self.post_attention_layernorm.weight, self.post_feedforward_layernorm.weight]
         return self.self_attn.params() + self.mlp.params() + norms
-
-    def __call__(self, hidden_states: Tensor, **kwargs) -> Tensor:
-        if self.gradient_checkpointing:
-            return checkpoint(partial(self.forward, **kwargs), hidden_states)
-        return self.forward(hidden_states, **kwargs)
 
     def forward(
         self, hidden_states: Tensor, attention_mask=None, position_embeddings=None, position_ids=None
@@ -137,19 +129,10 @@ class Olmo2ForCausalLM(LlamaForCausalLM):
     """``Olmo2ForCausalLM``: Llama's model with OLMo-2's layers, norm and rotary embedding."""
 
     def __init__(self, cfg: ModelConfig, seq: int, setup: TrainingSetup, batch=B):
-        dtype = DTYPES[setup.precision]
-        self.cfg, self.seq, self.batch, self.setup, self.dtype = cfg, seq, batch, setup, dtype
-        self.embed_tokens = parameter((cfg.vocab_size, cfg.d_model), dtype, "embed_tokens.weight")
-        self.layers = [DecoderLayer(cfg, dtype, setup.attention, f"layers.{i}") for i in range(cfg.num_layers)]
-        for layer in self.layers:
-            layer.gradient_checkpointing = setup.checkpoint == "full"
-        self.norm = RMSNorm(cfg.d_model, dtype, "norm")
-        half = cfg.d_head // 2
-        self.inv_freq = empty((half,), "fp32", "inv_freq")  # buffers: inv_freq, original_inv_freq
-        self.original_inv_freq = empty((half,), "fp32", "original_inv_freq")
-        self.lm_head = None if cfg.tie_embeddings else parameter((cfg.vocab_size, cfg.d_model), dtype, "lm_head.weight")
-        self.input_ids = empty((batch, seq), "int64", "input_ids")
-        self.labels = empty((batch, seq), "int64", "labels")
+        super().__init__(cfg, seq, setup, batch, norm=RMSNorm)  # OLMo-2's final norm
+
+    def decoder_layer(self, name: str, norm) -> DecoderLayer:
+        return DecoderLayer(self.cfg, self.dtype, self.setup.attention, name)
 
     def model(self) -> Tensor:
         """``Olmo2Model.forward`` = ``LlamaModel.forward`` (modeling_olmo2.py:360-411)."""

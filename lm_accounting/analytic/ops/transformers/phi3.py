@@ -15,17 +15,15 @@ does differently:
 
 from __future__ import annotations
 
-from functools import partial
-
 from ....config import ModelConfig
 from ....setup import TrainingSetup
 from .. import aten as A
 from ..aten_split import chunk
-from ..tensors import Tensor, checkpoint, empty, no_grad, parameter
+from ..tensors import Tensor, no_grad
 from .attention import eager_attention_forward, sdpa_attention_forward
 from .llama import (
-    DTYPES,
     B,
+    GradientCheckpointingLayer,
     Linear,
     LlamaForCausalLM,
     RMSNorm,
@@ -101,24 +99,18 @@ class MLP:
         return self.down_proj(up_states)  # :64
 
 
-class DecoderLayer:
-    """``Phi3DecoderLayer`` (modeling_phi3.py:277-318); checkpointed by ``GradientCheckpointingLayer``."""
+class DecoderLayer(GradientCheckpointingLayer):
+    """``Phi3DecoderLayer`` (modeling_phi3.py:277-318)."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str):
         self.self_attn = Attention(cfg, dtype, attn, name + ".self_attn")
         self.mlp = MLP(cfg, dtype, name + ".mlp")
         self.input_layernorm = RMSNorm(cfg.d_model, dtype, name + ".input_layernorm")
         self.post_attention_layernorm = RMSNorm(cfg.d_model, dtype, name + ".post_attention_layernorm")
-        self.gradient_checkpointing = False
 
     def params(self) -> list[Tensor]:
         norms = [self.input_layernorm.weight, self.post_attention_layernorm.weight]
         return self.self_attn.params() + self.mlp.params() + norms
-
-    def __call__(self, hidden_states: Tensor, **kwargs) -> Tensor:
-        if self.gradient_checkpointing:
-            return checkpoint(partial(self.forward, **kwargs), hidden_states)
-        return self.forward(hidden_states, **kwargs)
 
     def forward(
         self, hidden_states: Tensor, attention_mask=None, position_embeddings=None, position_ids=None
@@ -136,20 +128,8 @@ class DecoderLayer:
 class Phi3ForCausalLM(LlamaForCausalLM):
     """``Phi3ForCausalLM``: Llama's model with Phi-3's layers."""
 
-    def __init__(self, cfg: ModelConfig, seq: int, setup: TrainingSetup, batch=B):
-        dtype = DTYPES[setup.precision]
-        self.cfg, self.seq, self.batch, self.setup, self.dtype = cfg, seq, batch, setup, dtype
-        self.embed_tokens = parameter((cfg.vocab_size, cfg.d_model), dtype, "embed_tokens.weight")
-        self.layers = [DecoderLayer(cfg, dtype, setup.attention, f"layers.{i}") for i in range(cfg.num_layers)]
-        for layer in self.layers:
-            layer.gradient_checkpointing = setup.checkpoint == "full"
-        self.norm = RMSNorm(cfg.d_model, dtype, "norm")
-        half = cfg.d_head // 2
-        self.inv_freq = empty((half,), "fp32", "inv_freq")  # buffers: inv_freq, original_inv_freq
-        self.original_inv_freq = empty((half,), "fp32", "original_inv_freq")
-        self.lm_head = None if cfg.tie_embeddings else parameter((cfg.vocab_size, cfg.d_model), dtype, "lm_head.weight")
-        self.input_ids = empty((batch, seq), "int64", "input_ids")
-        self.labels = empty((batch, seq), "int64", "labels")
+    def decoder_layer(self, name: str, norm) -> DecoderLayer:
+        return DecoderLayer(self.cfg, self.dtype, self.setup.attention, name)
 
     def model(self) -> Tensor:
         """``Phi3Model.forward`` (modeling_phi3.py:362-413)."""
