@@ -237,11 +237,15 @@ class GradientCheckpointingLayer:
 
 
 class DecoderLayer(GradientCheckpointingLayer):
-    """``LlamaDecoderLayer`` (modeling_llama.py:268-309)."""
+    """``LlamaDecoderLayer`` (modeling_llama.py:268-309); ``attention_class`` and ``mlp_class`` are a model's own
+    (Phi-3's fused projections)."""
+
+    attention_class = Attention
+    mlp_class = MLP
 
     def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str, norm: type[RMSNorm] = RMSNorm):
-        self.self_attn = Attention(cfg, dtype, attn, name + ".self_attn", norm)
-        self.mlp = MLP(cfg, dtype, name + ".mlp")
+        self.self_attn = self.attention_class(cfg, dtype, attn, name + ".self_attn", norm)
+        self.mlp = self.mlp_class(cfg, dtype, name + ".mlp")
         self.input_layernorm = norm(cfg.d_model, dtype, name + ".input_layernorm")
         self.post_attention_layernorm = norm(cfg.d_model, dtype, name + ".post_attention_layernorm")
 

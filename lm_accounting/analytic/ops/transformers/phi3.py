@@ -23,10 +23,8 @@ from ..tensors import Tensor, no_grad
 from .attention import eager_attention_forward, sdpa_attention_forward
 from .llama import (
     B,
-    GradientCheckpointingLayer,
     Linear,
     LlamaForCausalLM,
-    RMSNorm,
     arange_plus,
     eager_mask,
     find_packed_sequence_indices,
@@ -34,6 +32,7 @@ from .llama import (
     rotate_half,
     sdpa_mask,
 )
+from .llama import DecoderLayer as LlamaDecoderLayer
 from .llama import unsupported as llama_unsupported
 
 
@@ -50,9 +49,9 @@ def apply_rotary_pos_emb(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tupl
 
 
 class Attention:
-    """``Phi3Attention`` (modeling_phi3.py:189-253)."""
+    """``Phi3Attention`` (modeling_phi3.py:189-253); no q/k norms (``norm`` unused)."""
 
-    def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str):
+    def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str, norm=None):
         d, h, kv, hd = cfg.d_model, cfg.num_heads, cfg.kv_heads, cfg.d_head
         self.head_dim, self.heads, self.kv, self.groups, self.scaling, self.attn = hd, h, kv, h // kv, hd**-0.5, attn
         self.o_proj = Linear(h * hd, d, False, dtype, name + ".o_proj")
@@ -99,30 +98,12 @@ class MLP:
         return self.down_proj(up_states)  # :64
 
 
-class DecoderLayer(GradientCheckpointingLayer):
-    """``Phi3DecoderLayer`` (modeling_phi3.py:277-318)."""
+class DecoderLayer(LlamaDecoderLayer):
+    """``Phi3DecoderLayer`` (modeling_phi3.py:277-318): Llama's layer (its residual dropouts have p = 0) with
+    Phi-3's fused attention and MLP."""
 
-    def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str):
-        self.self_attn = Attention(cfg, dtype, attn, name + ".self_attn")
-        self.mlp = MLP(cfg, dtype, name + ".mlp")
-        self.input_layernorm = RMSNorm(cfg.d_model, dtype, name + ".input_layernorm")
-        self.post_attention_layernorm = RMSNorm(cfg.d_model, dtype, name + ".post_attention_layernorm")
-
-    def params(self) -> list[Tensor]:
-        norms = [self.input_layernorm.weight, self.post_attention_layernorm.weight]
-        return self.self_attn.params() + self.mlp.params() + norms
-
-    def forward(
-        self, hidden_states: Tensor, attention_mask=None, position_embeddings=None, position_ids=None
-    ) -> Tensor:
-        residual = hidden_states  # :300
-        hidden_states = self.input_layernorm(hidden_states)  # :301
-        hidden_states, _self_attn_weights = self.self_attn(hidden_states, position_embeddings, attention_mask)  # :303
-        hidden_states = A.add(residual, hidden_states)  # :312 (resid_attn_dropout: p = 0)
-        residual = hidden_states  # :314
-        hidden_states = self.post_attention_layernorm(hidden_states)  # :315
-        hidden_states = self.mlp(hidden_states)  # :316
-        return A.add(residual, hidden_states)  # :317
+    attention_class = Attention
+    mlp_class = MLP
 
 
 class Phi3ForCausalLM(LlamaForCausalLM):
