@@ -35,9 +35,8 @@ def test_presets_are_package_data():
     assert PRESET_DIR.resolve() == (ROOT / "presets").resolve()  # the editable install maps the top-level folder
     assert len(list(PRESET_DIR.glob("*.toml"))) >= 6
     packages = set(project["tool"]["setuptools"]["packages"])
-    folders = {
-        "lm_accounting",
-        *("lm_accounting." + p.parent.name for p in (ROOT / "lm_accounting").glob("*/__init__.py")),
+    folders = {  # every depth: a nested package missing here is missing from a non-editable install
+        ".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "lm_accounting").rglob("__init__.py")
     }
     assert folders | {"lm_accounting.presets"} == packages
     for path in PRESET_DIR.glob("*.toml"):
