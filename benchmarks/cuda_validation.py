@@ -183,6 +183,75 @@ def memory_rows(models, setups):
         yield {**row, **step_columns(want, got)}
 
 
+HF_MODELS = (  # (preset or config.json fields, context, batch, overrides): transformers' own classes on CUDA
+    ("llama-3-8b", 4096, 1, {"num_layers": 2}),  # LlamaForCausalLM: GQA, Llama-3's vocabulary
+    ("qwen3-0.6b", 2048, 2, {}),  # Qwen3ForCausalLM: qk-norm, tied embeddings
+    ("openai-gpt2", 1024, 4, {}),  # GPT2LMHeadModel: Conv1D, LayerNorm, learned positions, 0.1 dropouts
+    ("mistral-7b", 4096, 1, {"num_layers": 2}),  # MistralForCausalLM: a 4,096-token sliding window
+)
+HF_LLAMA_LIKE = dict(
+    vocab_size=32064,
+    hidden_size=1024,
+    intermediate_size=2816,
+    num_hidden_layers=2,
+    num_attention_heads=8,
+    num_key_value_heads=4,
+    max_position_embeddings=4096,
+)
+HF_ZOO = {  # config.json fields of small models of the other families (transformers' defaults fill the rest)
+    "gemma2": {**HF_LLAMA_LIKE, "head_dim": 128, "sliding_window": 1024},
+    "gemma3_text": {
+        **HF_LLAMA_LIKE,
+        "num_hidden_layers": 3,
+        "head_dim": 128,
+        "sliding_window": 1024,
+        "sliding_window_pattern": 2,
+    },
+    "olmo2": HF_LLAMA_LIKE,
+    "phi3": {**HF_LLAMA_LIKE, "sliding_window": 1024},
+}
+
+
+def hf_config(name: str, overrides: dict):
+    if name in HF_ZOO:
+        from lm_accounting.hf_config import config_from_hf
+
+        return config_from_hf({"model_type": name, **HF_ZOO[name], **overrides})
+    return config(name, overrides)
+
+
+def hf_memory_rows(quick: bool, setups):
+    """transformers' own model (``measure.hf.measure_hf_step`` on cuda: the Trainer's step) against the op
+    library's transformers programs on the cuda target (``ops.predict_step(impl="transformers", mode="plain")``)."""
+    from lm_accounting.analytic.ops import predict_step, unsupported
+    from lm_accounting.measure.hf import measure_hf_step
+
+    models = (
+        [("qwen3-0.6b", 256, 2, {"num_layers": 2})]
+        if quick
+        else [*HF_MODELS, *((name, 2048, 2, {}) for name in HF_ZOO)]
+    )
+    for (name, seq, batch, overrides), setup in share(itertools.product(models, setups)):
+        row = {"model": label(name, overrides), "context": seq, "batch": batch, "setup": setup.label}
+        cfg = at(hf_config(name, overrides), seq)
+        reasons = unsupported(cfg, setup, "transformers")
+        if reasons:
+            yield {**row, "error": "refused: " + "; ".join(reasons)[:280]}
+            continue
+        try:  # a kernel the op library does not model yet is still measured: the figure it must meet
+            want = predict_step(cfg, seq, setup, impl="transformers", batch=batch, mode="plain", device="cuda")
+            want = want.at(batch)
+        except ValueError as exc:
+            want, row = None, {**row, "prediction_refused": str(exc)[:200]}
+        try:
+            fresh()
+            got = measure_hf_step(cfg, seq, batch, setup, device="cuda")
+        except Exception as exc:  # noqa: BLE001 - recorded in the table, the sweep goes on
+            yield failed(row, exc)
+            continue
+        yield {**row, **step_columns(want or got, got)} if want else {**row, **measured_columns(got)}
+
+
 def flops_setups(setups):
     """Attention x checkpointing under amp-bf16 (flash attention), and fp32 without checkpointing
     (the memory-efficient kernel): precision changes no matmul FLOPs, the kernels do."""
@@ -493,7 +562,7 @@ RESIDUALS = [
 ]
 
 
-SECTIONS = ("memory", "flops", "inference", "parallel", "timing", "kernels")
+SECTIONS = ("memory", "flops", "inference", "parallel", "timing", "kernels", "hf_memory")
 
 
 def number(text: str):
@@ -537,6 +606,10 @@ def merge(folders: list[Path], out: Path) -> int:
         return 2
     write_tables(out, infos[0], tables)
     return 0
+
+
+def measured_columns(got) -> dict[str, int]:
+    return {k: v for k, v in step_columns(got, got).items() if not k.endswith("_predicted")}
 
 
 def predicted_columns(want) -> dict[str, int]:
@@ -621,6 +694,7 @@ def main(argv=None) -> int:
         "parallel": lambda: parallel_rows(args.quick),
         "timing": lambda: timing_rows(args.quick),
         "kernels": lambda: kernel_rows(args.quick),
+        "hf_memory": lambda: hf_memory_rows(args.quick, setups),
     }
     tables: dict[str, list[dict]] = {}
     for name in args.only.split(","):
