@@ -229,7 +229,7 @@ def hf_memory_rows(quick: bool, setups):
     models = (
         [("qwen3-0.6b", 256, 2, {"num_layers": 2})]
         if quick
-        else [*HF_MODELS, *((name, 2048, 2, {}) for name in HF_ZOO)]
+        else [*((name, 2048, 2, {}) for name in HF_ZOO), *HF_MODELS]  # small first: a stopped run has each family
     )
     for (name, seq, batch, overrides), setup in share(itertools.product(models, setups)):
         row = {"model": label(name, overrides), "context": seq, "batch": batch, "setup": setup.label}
