@@ -3,11 +3,15 @@ peak, each named by the op that made it.
 
     python benchmarks/cuda_trace.py qwen3-30b-a3b --set num_layers=2 --context 1024 --batch 2 \\
         --setup sdpa+full+amp-bf16+foreach [--dp 4 --zero 3] [--tp 2 --sp --vp] [--phase backward] [--window 40]
+    python benchmarks/cuda_trace.py llama-3-8b --impl transformers --set num_layers=2 --context 1024 \
+        --setup sdpa+none+bf16+foreach --phase warmup,forward
 
 One point of ``benchmarks/cuda_validation.py`` (the same model, step and measurement), with the
 profiler's memory events recorded in each phase (``torch.profiler`` with ``profile_memory``:
-RecordFunction callbacks, no dispatch mode, so the program is the plain run's).  Prints the predicted
-and measured phases, then the events before and after the chosen phase's highest point: the running
+RecordFunction callbacks, no dispatch mode, so the program is the plain run's).  ``--impl transformers``:
+transformers' own model as ``measure.hf.measure_hf_step`` runs it, against ``ops.predict_step``.  Prints the
+predicted and measured phases, then for each chosen phase the events before and after its highest point: the
+running
 bytes from the phase's start, each allocation (+) or free (−), and the ops it ran under, innermost
 first (a backward op under its autograd node).  The profiler reports each block's size as the
 allocator rounded it (512 bytes), so the running bytes differ from ``requested_bytes`` by that rounding.
@@ -52,8 +56,12 @@ def profiled_phases(captured: dict):
     plain = tracker._train_step
 
     def train_step(model, inputs, targets, loss_fn, opt, phase=None):
-        if phase is None:  # the warm-up steps
-            return plain(model, inputs, targets, loss_fn, opt)
+        if phase is None:  # the warm-up step: what it leaves allocated is in every measured figure
+            with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+                plain(model, inputs, targets, loss_fn, opt)
+                torch.cuda.synchronize()
+            captured["warmup"] = cuda_events(prof)
+            return None
 
         @contextlib.contextmanager
         def both(name):
@@ -74,8 +82,9 @@ def short(ops: tuple[str, ...]) -> str:
     return " < ".join(dict.fromkeys(names)) or "(no op)"
 
 
-def show(events, window: int) -> None:
-    """The events around the phase's highest point, then what the phase allocated that is live there."""
+def show(events, window: int, at_end: bool = False) -> None:
+    """The events around the phase's highest point (``at_end``: its last event), then what the phase allocated
+    that is live there."""
     live, best, at = 0, 0, -1
     running = []
     for i, (_, size, _, _) in enumerate(events):
@@ -83,6 +92,8 @@ def show(events, window: int) -> None:
         running.append(live)
         if live > best:
             best, at = live, i
+    if at_end:
+        best, at = live, len(events) - 1
     print(f"{len(events)} events; highest point {best:,} B above the phase's start, at event {at}")
     for i in range(max(0, at - window), min(len(events), at + window // 4 + 1)):
         mark = ">>" if i == at else "  "
@@ -113,7 +124,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tp", type=int, default=1)
     ap.add_argument("--sp", action="store_true")
     ap.add_argument("--vp", action="store_true")
-    ap.add_argument("--phase", default="backward", choices=PHASES)
+    ap.add_argument("--phase", default="backward", help=f"comma-separated: warmup, {', '.join(PHASES)}")
+    ap.add_argument("--impl", default="course", choices=("course", "transformers"))
     ap.add_argument("--window", type=int, default=40)
     args = ap.parse_args(argv)
     import torch
@@ -135,6 +147,11 @@ def main(argv=None) -> int:
         layout.check(cfg, args.context)
         if args.setup not in setups:
             raise ValueError(f"unknown setup {args.setup!r}: e.g. {next(iter(setups))}")
+        phases = args.phase.split(",")
+        if set(phases) - {"warmup", *PHASES}:
+            raise ValueError(f"unknown phase in {args.phase!r}: warmup, {', '.join(PHASES)}")
+        if args.impl == "transformers" and layout.world > 1:
+            raise ValueError("--impl transformers traces one GPU")
     except Exception as exc:  # noqa: BLE001 - bad input: one line
         print(f"cuda_trace: {exc}".splitlines()[0], file=sys.stderr)
         return 2
@@ -145,19 +162,33 @@ def main(argv=None) -> int:
     captured: dict = {}
     tracker._train_step = profiled_phases(captured)
     S, B = args.context, args.batch
-    if layout.world > 1:
+    if args.impl == "transformers":
+        from lm_accounting.analytic.ops import predict_step
+        from lm_accounting.measure.hf import build_hf_step, patched_for
+
+        with patched_for("cuda"):
+            model, inputs, targets, opt, loss_fn = build_hf_step(cfg, S, B, setup, "cuda")
+            got = tracker.measure_training_step_cuda(model, inputs, targets, loss_fn, optimizer=opt)
+        try:
+            want = predict_step(cfg, S, setup, impl="transformers", batch=B, mode="plain", device="cuda").at(B)
+        except ValueError as exc:  # a kernel not modelled yet: the trace shows what it does
+            print(f"prediction refused: {exc}")
+            want = got
+    elif layout.world > 1:
         want = rank_step(cfg, S, B, setup, layout, "plain", 0, "cuda")[0]
         got = measure_rank_plain(cfg, S, B, setup, layout, rank=0, device="cuda")
     else:
         want = memory_account(cfg, S, B, device="cuda", setup=setup).step
         model, inputs, targets, opt = build_step(cfg, S, B, setup, "cuda")
         got = tracker.measure_training_step_cuda(model, inputs, targets, cross_entropy, optimizer=opt)
-    print(f"{args.model} {overrides} S={S} B={B} {setup.label} {layout.label}")
+    print(f"{args.impl} {args.model} {overrides} S={S} B={B} {setup.label} {layout.label}")
     print(f"baseline predicted {want.baseline:,} measured {got.baseline:,}")
     for phase in PHASES:
         p, m = want.phase(phase), got.phase(phase)
         print(f"{phase}: peak predicted {p.peak:,} measured {m.peak:,} ({m.peak - p.peak:+,}); end {m.end - p.end:+,}")
-    show(captured[args.phase], args.window)
+    for name in phases:
+        print(f"--- {name}")
+        show(captured[name], args.window, at_end=name == "warmup")
     return 0
 
 
