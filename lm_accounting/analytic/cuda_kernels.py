@@ -26,6 +26,10 @@ attention.cu, attention_backward.cu):
    heads, ``dk_expanded``/``dv_expanded``, which are (B, S, h, d_head) in the model dtype);
 7. ``efficient_lse_rows``: the memory-efficient kernel's logsumexp rows, S rounded up to ``kAlignLSE`` = 32;
    its backward's ``delta`` (``efficient_delta_bytes``).
+8. ``CUDNN_RNG_BYTES``, ``CUDNN_WORKSPACE_BYTES``, ``cudnn_backward_scratch``: cuDNN attention, which torch
+   prefers over flash on sm90 and sm100 GPUs (H100, H200, B200) when nothing pins the backend
+   (sdp_utils.cpp ``check_prefer_cudnn_attention``: cuDNN newer than 9.15, as CUDA 13 wheels ship; the variable
+   ``TORCH_CUDNN_SDPA_DEPRIORITIZED=1`` turns it off): transformers' sdpa takes it, our model pins flash.
 
 FSDP2's copies (3, 4) depend only on the unit's shapes: aten/src/ATen/native/cuda/TensorShape.cu packs
 each kernel's launch metadata into one int64 tensor and copies it to the GPU (``pack_vecs``):
@@ -157,6 +161,26 @@ FLASH_RNG_STATE_BYTES, FLASH_UNUSED_BYTES = 16, 8
 """flash_api.cpp ``mha_fwd``: the ``rng_state`` (2 int64) and ``unused`` (1 int64) outputs, saved for the backward
 (measured: +24 B per layer at the forward's end on an H100)."""
 FLASH_RNG_BYTES = FLASH_RNG_STATE_BYTES + FLASH_UNUSED_BYTES
+
+
+CUDNN_RNG_BYTES = 16
+"""cuDNN attention's ``philox_seed`` and ``philox_offset`` outputs (attention.cu ``_cudnn_attention_forward``: two
+0-d int64 tensors on the GPU, dropout or not), saved for the backward: the forward's end less the output and the
+logsumexp, 16 B at each of 16 shapes on an H100 (reports/cuda-h100/traces/probe.txt)."""
+CUDNN_WORKSPACE_BYTES = 256
+"""The workspace cuDNN's forward and backward each allocate from the caching allocator and free before returning:
+256 B at every shape measured on an H100 (S 1,024 to 8,192, d_head 64 and 128, 32 and 8 K/V heads; probe.txt)."""
+
+
+def cudnn_backward_scratch(batch, seq: int, heads: int, d_head: int, itemsize: int, grouped: bool) -> tuple:
+    """Bytes the cuDNN attention backward holds beside dQ, dK, dV and frees before it returns, as measured on an H100
+    at 16 shapes (probe.txt: backward peak − the three gradients): an fp32 (B, h, S) row term, an fp32 (B, S, h, d)
+    one (what flash calls ``softmax_d`` and ``dq_accum``, without flash's rounding of S and d), and with grouped K/V
+    heads two (B, S, h, d) ones in the input dtype (dK and dV over every query head), then the workspace.  The names
+    are flash's; the bytes are cuDNN's, equal at every measured shape."""
+    rows = batch * (seq * heads)
+    expanded = [rows * (d_head * itemsize)] * 2 if grouped else []
+    return (rows * 4, rows * (d_head * 4), *expanded, CUDNN_WORKSPACE_BYTES)
 
 
 def _round_up(x, m: int):

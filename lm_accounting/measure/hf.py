@@ -235,6 +235,10 @@ def build_hf_model(cfg: ModelConfig, setup: TrainingSetup, device: str = "meta",
     transformers = require_transformers()
     check_hf_setup(cfg, setup, device)
     config = hf_pretrained_config(cfg)
+    # The model's module is imported before the device context: a module that makes a tensor when imported would
+    # put it on the device (torchaudio's kaldi.py ``EPSILON``, imported through transformers' processing_utils when
+    # torchaudio is installed: 4 bytes on the GPU, seen on the H100, reports/cuda-h100/traces/probe.txt).
+    transformers.MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
     torch.manual_seed(seed)
     try:
         with torch.device(device):

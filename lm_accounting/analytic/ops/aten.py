@@ -625,9 +625,13 @@ def softmax(x: Tensor, dim: int, dtype: str | None = None) -> Tensor:
     dtype = opt_dtype(dtype)
     x = to(x, dtype) if dtype else x
     out = empty(x.shape, x.dtype, "_softmax", like=x)
-    record(
-        "SoftmaxBackward0", (x,), (out,), lambda ctx, g, res: (_new_like(g[0], res, "_softmax_backward_data"),), (out,)
-    )
+
+    def back(ctx, g, res):
+        grad_input = _new_like(g[0], res, "_softmax_backward_data")
+        current().target.softmax_backward(g[0])  # CUDA's ``grad * output`` (``cuda.Cuda.softmax_backward``)
+        return (grad_input,)
+
+    record("SoftmaxBackward0", (x,), (out,), back, (out,))
     return out
 
 

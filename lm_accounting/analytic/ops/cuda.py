@@ -34,8 +34,11 @@ from __future__ import annotations
 from ...config import ModelConfig
 from ...setup import TrainingSetup
 from ..cuda_kernels import (
+    CUDNN_RNG_BYTES,
+    CUDNN_WORKSPACE_BYTES,
     FLASH_RNG_STATE_BYTES,
     FLASH_UNUSED_BYTES,
+    cudnn_backward_scratch,
     efficient_delta_bytes,
     efficient_lse_rows,
     flash_backward_scratch,
@@ -79,6 +82,14 @@ class Cuda(Target):
         tokens = self.at(ids.numel)
         if tokens is not None:
             transient(index_put_scratch(tokens), "index_put_sort")
+
+    def softmax_backward(self, grad: Tensor) -> None:
+        """``softmax_backward_cuda_out`` (SoftMax.cu) computes ``Tensor tmp = grad * output`` after its (structured)
+        result is allocated, and frees it when it returns: a copy of the incoming gradient's size (seen on the H100,
+        reports/cuda-h100/traces: ``aten::mul < aten::_softmax_backward_data``).  ``_log_softmax_backward_data``
+        has no such product."""
+        tmp = Storage(grad.nbytes, "softmax_backward_tmp")
+        del tmp
 
 
 def transient(nbytes: int, label: str) -> None:
@@ -124,16 +135,18 @@ def transformers_unsupported(cfg: ModelConfig, setup: TrainingSetup, seq: int) -
     return out
 
 
-def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor):
+def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, pinned: bool = True):
     """The fused kernel ``F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=...)`` takes on CUDA
     (dropout 0, no mask): ``flash_attention`` for 16-bit inputs, ``efficient_attention`` for fp32 ones (heads
-    equal).  Returns the op (its outputs: a tuple whose first is the attention output), for ``course.sac``'s
-    ``saved_op``: it accepts the outputs' ``storages``."""
+    equal).  ``pinned`` False: no ``sdpa_kernel`` restricts the choice (transformers), so on an sm90 GPU torch
+    takes ``cudnn_attention`` for 16-bit inputs (``cuda_kernels.CUDNN_RNG_BYTES``' note).  Returns the op (its
+    outputs: a tuple whose first is the attention output), for ``course.sac``'s ``saved_op``: it accepts the
+    outputs' ``storages``."""
     if q.dtype == "fp32":
         if k.shape[1] != q.shape[1]:
             raise ValueError("fp32 fused attention with grouped K/V heads has no CUDA kernel (see ``unsupported``)")
         return efficient_attention
-    return flash_attention
+    return flash_attention if pinned else cudnn_attention
 
 
 def _outputs(shapes, storages, label: str) -> list[Tensor]:
@@ -185,6 +198,41 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, storages=None) -> tuple[Ten
 
 
 flash_attention.takes_storages = True
+
+
+def cudnn_attention(q: Tensor, k: Tensor, v: Tensor, storages=None) -> tuple[Tensor, ...]:
+    """``aten._scaled_dot_product_cudnn_attention`` on CUDA (attention.cu ``_cudnn_attention_forward``, measured on
+    an H100: reports/cuda-h100/traces/probe.txt): the output (B, h, S, d) laid out as the query is, the fp32
+    logsumexp (B, h, S, 1), the philox seed and offset (``CUDNN_RNG_BYTES``) and a workspace freed before it
+    returns; autograd saves q, k, v, the output, the logsumexp, the seed and the offset.  Backward
+    (``_cudnn_attention_backward``): dq, dk, dv laid out as the inputs are, then ``cudnn_backward_scratch``, freed
+    before it returns."""
+    b, h, s, d = q.shape
+    shape = q.shape[:-1] + v.shape[-1:]
+    shapes = [
+        (shape, q.dtype, q.perm if shape == q.shape else None),
+        ((b, h, s, 1), "fp32", None),
+        ((), "int64", None),  # CUDNN_RNG_BYTES: two 0-d int64
+        ((), "int64", None),  # CUDNN_RNG_BYTES: two 0-d int64
+    ]
+    out, lse, seed, offset = _outputs(shapes, storages, "cudnn")
+    transient(CUDNN_WORKSPACE_BYTES, "cudnn_workspace")
+    grouped = k.shape[1] != h
+
+    def back(ctx, g, sq, sk, sv, so, sl, ss, sf):
+        grads = tuple(empty(t.shape, t.dtype, "cudnn_backward", like=t) for t in (sq, sk, sv))
+        scratch = [
+            Storage(n, "cudnn_backward_scratch")
+            for n in cudnn_backward_scratch(b, s, h, d, ITEMSIZE[sq.dtype], grouped)
+        ]
+        del scratch
+        return grads
+
+    record("ScaledDotProductCudnnAttentionBackward0", (q, k, v), (out,), back, (q, k, v, out, lse, seed, offset))
+    return out, lse, seed, offset
+
+
+cudnn_attention.takes_storages = True
 
 
 def efficient_attention(q: Tensor, k: Tensor, v: Tensor, storages=None) -> tuple[Tensor, ...]:

@@ -80,6 +80,9 @@ class Target:
     def index_put(self, ids: Tensor) -> None:
         """``index_put_`` with accumulate of ``ids`` (an index's backward) made its zeros."""
 
+    def softmax_backward(self, grad: Tensor) -> None:
+        """``_softmax_backward_data`` of ``grad`` made its result."""
+
 
 class Run:
     """One replayed program run: the replay its storages charge, autograd's mode and counters.

@@ -131,8 +131,8 @@ def sdpa_attention_forward(module: Attention, query, key, value, attention_mask)
         key = repeat_kv(key, module.groups)
         value = repeat_kv(value, module.groups)
     query, key, value = A.lower(query, key, value)  # autocast: scaled_dot_product_attention is lower precision
-    if cuda.on_cuda():  # no mask (``cuda.transformers_unsupported``): is_causal, enable_gqa; flash or memory-efficient
-        attn_output = cuda.scaled_dot_product_attention(query, key, value)(query, key, value)[0]
+    if cuda.on_cuda():  # no mask (``cuda.transformers_unsupported``): is_causal, enable_gqa; no backend pinned
+        attn_output = cuda.scaled_dot_product_attention(query, key, value, pinned=False)(query, key, value)[0]
     else:
         attn_output = flash_attention_cpu(query, key, value, attention_mask)
     attn_output = A.reshape(attn_output, attn_output.shape[0], -1, query.shape[2], value.shape[-1])
