@@ -23,7 +23,9 @@ run stopped early keeps its rows), and stops adding rows when it has spent its s
 
 Timing: random data (never zeros), warm-up first, CUDA events around a repeated region sized to about
 ``TARGET`` seconds, the median of ``TRIALS`` such regions.  ``env.json`` holds the GPU, driver, clocks, CUDA
-and torch versions.
+and torch versions.  Commit the tables under ``lm_accounting/calibration/<gpu>/`` (the GPU table's key: what
+``analytic.step_time`` prices with) and ``step_kernels.csv`` under ``reports/calibration/<gpu>/``; then
+``python benchmarks/step_time_report.py --gpu <gpu>`` compares the model with the steps.
 """
 
 from __future__ import annotations

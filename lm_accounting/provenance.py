@@ -23,6 +23,7 @@ class GpuRun:
     date: str  # env.json "date"
     equal: dict[str, tuple[int, int]]  # section (CSV stem) -> (figures equal, figures compared)
     program_equal: tuple[int, int] = (0, 0)  # memory.csv's figures the op library's course program equals
+    folder: str = "reports/cuda"
 
     @property
     def where(self) -> str:
@@ -31,13 +32,13 @@ class GpuRun:
     def to_dict(self, section: str) -> dict[str, object]:
         """The JSON form of one section's claim (what ``phrase`` prints)."""
         equal, total = self.equal[section]
-        where = f"reports/cuda/{section}.csv"
+        where = f"{self.folder}/{section}.csv"
         return {"gpu": self.gpu, "torch": self.torch, "equal": equal, "compared": total, "table": where}
 
     def phrase(self, section: str, what: str = "figures") -> str:
         """'measured on NVIDIA H200 with torch 2.11.0+cu130: 1,217 of 1,218 figures equal, reports/cuda/memory.csv'."""
         equal, total = self.equal[section]
-        return f"measured on {self.where}: {equal:,} of {total:,} {what} equal, reports/cuda/{section}.csv"
+        return f"measured on {self.where}: {equal:,} of {total:,} {what} equal, {self.folder}/{section}.csv"
 
     def program_phrase(self) -> str:
         """The op library's course program (analytic/ops) against the same memory figures (tests/test_ops_cuda.py
@@ -60,6 +61,27 @@ CUDA = GpuRun(
 )
 """The H200 validation of stop 23 (``benchmarks/cuda_run.sh``).  ``equal["memory"]`` counts the committed
 predicted columns, the legacy replay's (analytic/replay.py, ``--repredict``)."""
+
+CUDA_H100 = GpuRun(
+    gpu="NVIDIA H100 80GB HBM3",
+    torch="2.11.0+cu130",
+    date="2026-11-27",
+    equal={
+        "memory": (1140, 1141),  # our model: 163 runs x 7 (the run stopped at its limit after 184 of 198 rows)
+        "hf_memory": (413, 413),  # transformers' own models: 59 runs x 7, less the harness's 4-byte tensor
+    },
+    folder="reports/cuda-h100",
+)
+"""The H100 validation of stop 33 (``benchmarks/cuda_calibrate_run.sh``): our model again, and transformers' own
+classes against the op library's transformers programs on the cuda target."""
+
+HF_CUDA_MEASURED = {
+    "naive": frozenset({"llama", "mistral", "qwen3", "gpt2", "gemma2", "gemma3_text", "olmo2", "phi3"}),
+    "sdpa": frozenset({"llama", "qwen3", "olmo2"}),
+}
+"""transformers' model types (``hf_model_type``) whose training steps the H100 measured on CUDA, per attention
+(reports/cuda-h100/hf_memory.csv): eager attention for all eight; sdpa (cuDNN attention, no mask) for Llama, Qwen3
+and OLMo-2 (Mistral's, Phi-3's and Gemma 3's windows and GPT-2's dropout take kernels not modelled yet)."""
 
 MEASURED_MODELS = ("gpt2-small", "llama-3-8b", "qwen3-0.6b", "qwen3-30b-a3b")
 """The presets (at reduced shapes) whose training steps the GPU measured (reports/cuda/memory.csv): the course

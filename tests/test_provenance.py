@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lm_accounting.provenance import CUDA
+from lm_accounting.provenance import CUDA, CUDA_H100, HF_CUDA_MEASURED
 
 ROOT = Path(__file__).resolve().parent.parent
 CUDA_DIR = ROOT / "reports" / "cuda"
@@ -75,3 +75,29 @@ def test_no_stale_machine_or_claim_in_the_package():
         if stale.search(line)
     ]
     assert hits == []
+
+
+def test_the_h100_claims_are_the_committed_tables():
+    """CUDA_H100's counts recounted from reports/cuda-h100 (its predicted columns written by --repredict; each
+    transformers figure compared less ``import_tensor_bytes``), and HF_CUDA_MEASURED the model types and attentions
+    with a compared row there."""
+    folder = ROOT / "reports" / "cuda-h100"
+    env = json.loads((folder / "env.json").read_text())
+    assert (CUDA_H100.gpu, CUDA_H100.torch, CUDA_H100.date) == (env["gpu"], env["torch"], env["date"])
+    counts, kinds = {}, {}
+    for section in ("memory", "hf_memory"):
+        with (folder / f"{section}.csv").open() as f:
+            equal = total = 0
+            for r in csv.DictReader(f):
+                if r.get("error") or not r.get("baseline_predicted"):
+                    continue
+                extra = int(r.get("import_tensor_bytes") or 0)
+                for key in (k for k in r if k.endswith("_predicted")):
+                    total += 1
+                    equal += int(r[key]) == int(r[key.removesuffix("_predicted") + "_measured"]) - extra
+                if section == "hf_memory":
+                    kinds.setdefault(r["setup"].split("+")[0], set()).add(r["model"].split(" ")[0])
+        counts[section] = (equal, total)
+    assert CUDA_H100.equal == counts
+    types = {"llama-3-8b": "llama", "mistral-7b": "mistral", "qwen3-0.6b": "qwen3", "openai-gpt2": "gpt2"}
+    assert {k: frozenset(types.get(m, m) for m in v) for k, v in kinds.items()} == HF_CUDA_MEASURED

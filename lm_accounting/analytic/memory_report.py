@@ -25,7 +25,7 @@ from ..config import ModelConfig
 from ..gpus import MemoryBudget, as_budget
 from ..implementations import implementation_dict, program_label
 from ..phases import PHASE_LABELS, StepMemory
-from ..provenance import CPU_TORCH, CUDA, KERNEL_FACT_GPUS
+from ..provenance import CPU_TORCH, CUDA, CUDA_H100, HF_CUDA_MEASURED, KERNEL_FACT_GPUS
 from ..result import Result
 from ..setup import TrainingSetup, check_cuda_fused_attention
 from .activations import saved_activation_breakdown
@@ -128,7 +128,11 @@ def cuda_exactness(cfg: ModelConfig, setup: TrainingSetup, impl: str, predicted_
     --budget)."""
     caveat = gpu_caveat(gpu, setup)
     unmeasured = gpu_unmeasured(cfg)
-    if impl != "course":
+    run = CUDA_H100 if impl == "transformers" else CUDA
+    if impl == "transformers" and cfg.hf_model_type in HF_CUDA_MEASURED.get(setup.attention, ()):
+        reason = ""
+        words = f"exact: the op library's transformers program (analytic/ops), {CUDA_H100.phrase('hf_memory')}"
+    elif impl != "course":
         reason, words = "not validated on a GPU", step_exactness(impl, "cuda")
     elif unmeasured:
         reason = "this architecture was not run on a GPU"
@@ -152,7 +156,7 @@ def cuda_exactness(cfg: ModelConfig, setup: TrainingSetup, impl: str, predicted_
     if caveat:
         reason = caveat[0] if not reason else f"{reason}; {caveat[0]}"
         words = f"{caveat[1]}; {words.removeprefix('exact: ')}"
-    return Exactness(not reason, CUDA.gpu if not reason else None, reason, words)
+    return Exactness(not reason, run.gpu if not reason else None, reason, words)
 
 
 MEASURE_METHODS = {"tracker": "traced", "allocator": "plain", "cuda": "plain"}

@@ -529,13 +529,31 @@ def mm(a: Tensor, b: Tensor) -> Tensor:
     def back(ctx, g, sa, sb):
         gb = _mm_grad(shapes[1], g[0].dtype, cm[1]) if ctx.need[1] else None
         ga = _mm_grad(shapes[0], g[0].dtype, cm[0]) if ctx.need[0] else None
+        _note_mm_grads(shapes, g[0].dtype, ctx.need)
         return ga, gb
 
     def make():
+        _note_gemm(1, shapes[0][0], shapes[1][1], shapes[0][1], promote(a, b), "nt" if cm[1] else "nn")
         return (empty((a.shape[0], b.shape[1]), promote(a, b), "mm"),)
 
     saved = (a if need[1] else None, b if need[0] else None)
     return record_first("MmBackward0", (a, b), make, back, saved)[0]
+
+
+def _note_gemm(batch: Dim, m: Dim, n: Dim, k: Dim, dtype: str, layout: str) -> None:
+    """The work of ``batch`` products (m, k) @ (k, n) in ``dtype``, operands laid out as ``layout`` says (``nt``:
+    the second transposed, as ``x @ W.T``; ``nn``; ``tn``: the first transposed, as a weight gradient)."""
+    current().note("gemm", dtype, layout, batch, m, n, k)
+
+
+def _note_mm_grads(shapes: tuple, dtype: str, need) -> None:
+    """An (m, k) @ (k, n) product's backward: mat2's gradient a.T @ g (k, n, reduced over m: ``tn``), then mat1's
+    g @ b.T (m, k, reduced over n: ``nn`` for a linear's row-major weight)."""
+    (m, k), (_, n) = shapes
+    if need[-1]:
+        _note_gemm(1, k, n, m, dtype, "tn")
+    if need[-2]:
+        _note_gemm(1, m, k, n, dtype, "nn")
 
 
 def _mm_grad(shape: tuple, dtype: str, colmajor: bool) -> Tensor:
@@ -557,9 +575,11 @@ def addmm(bias: Tensor, a: Tensor, b: Tensor) -> Tensor:
     def back(ctx, g, sa, sb):
         ga = _mm_grad(shapes[0], g[0].dtype, cm[0]) if ctx.need[1] else None
         gb = _mm_grad(shapes[1], g[0].dtype, cm[1]) if ctx.need[2] else None
+        _note_mm_grads(shapes, g[0].dtype, ctx.need[1:])
         return (g[0] if ctx.need[0] else None), ga, gb
 
     def make():
+        _note_gemm(1, shapes[0][0], shapes[1][1], shapes[0][1], promote(a, b), "nt" if cm[1] else "nn")
         return (empty((a.shape[0], b.shape[1]), promote(a, b), "addmm"),)
 
     saved = (a if need[2] else None, b if need[1] else None)
@@ -576,9 +596,14 @@ def bmm(a: Tensor, b: Tensor) -> Tensor:
     def back(ctx, g, sa, sb):
         gb = empty(sb_, g[0].dtype, "bmm") if ctx.need[1] else None
         ga = empty(sa_, g[0].dtype, "bmm") if ctx.need[0] else None
+        if ctx.need[1]:  # a.T @ g: (k, n) reduced over m
+            _note_gemm(sa_[0], sa_[2], sb_[2], sa_[1], g[0].dtype, "tn")
+        if ctx.need[0]:  # g @ b.T: (m, k) reduced over n
+            _note_gemm(sa_[0], sa_[1], sa_[2], sb_[2], g[0].dtype, "nt")
         return ga, gb
 
     def make():
+        _note_gemm(sa_[0], sa_[1], sb_[2], sa_[2], promote(a, b), "nn")
         return (empty((a.shape[0], a.shape[1], b.shape[2]), promote(a, b), "bmm"),)
 
     saved = (a if need[1] else None, b if need[0] else None)

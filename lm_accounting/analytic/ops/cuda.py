@@ -181,8 +181,10 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, storages=None) -> tuple[Ten
     ]
     out, lse, rng, unused = _outputs(shapes, storages, "flash")
     grouped = k.shape[1] != h
+    current().note("attention", "flash", "forward", b, h, s, d, q.dtype)
 
     def back(ctx, g, sq, sk, sv, so, sl, sr, su):
+        current().note("attention", "flash", "backward", b, h, s, d, sq.dtype)
         grad_out = A.contiguous(A.transpose(g[0], 1, 2))  # contiguous_grad_out
         out_t = A.contiguous(A.transpose(so, 1, 2))  # contiguous_out
         dq, dk, dv = (empty(t.shape, t.dtype, "flash_backward", like=t) for t in (sq, sk, sv))
@@ -212,14 +214,15 @@ def cudnn_attention(q: Tensor, k: Tensor, v: Tensor, storages=None) -> tuple[Ten
     shapes = [
         (shape, q.dtype, q.perm if shape == q.shape else None),
         ((b, h, s, 1), "fp32", None),
-        ((), "int64", None),  # CUDNN_RNG_BYTES: two 0-d int64
-        ((), "int64", None),  # CUDNN_RNG_BYTES: two 0-d int64
+        *[((), "int64", None)] * (CUDNN_RNG_BYTES // ITEMSIZE["int64"]),  # the seed and the offset, 0-d
     ]
     out, lse, seed, offset = _outputs(shapes, storages, "cudnn")
     transient(CUDNN_WORKSPACE_BYTES, "cudnn_workspace")
     grouped = k.shape[1] != h
+    current().note("attention", "cudnn", "forward", b, h, s, d, q.dtype)
 
     def back(ctx, g, sq, sk, sv, so, sl, ss, sf):
+        current().note("attention", "cudnn", "backward", b, h, s, d, sq.dtype)
         grads = tuple(empty(t.shape, t.dtype, "cudnn_backward", like=t) for t in (sq, sk, sv))
         scratch = [
             Storage(n, "cudnn_backward_scratch")
@@ -246,8 +249,10 @@ def efficient_attention(q: Tensor, k: Tensor, v: Tensor, storages=None) -> tuple
     d_v = v.shape[-1]  # the backward keeps no reference to v itself
     shapes = [(q.shape[:-1] + (d_v,), q.dtype, BSHD), ((b, h, efficient_lse_rows(s)), "fp32", None)]
     out, lse = _outputs(shapes, storages, "efficient")
+    current().note("attention", "efficient", "forward", b, h, s, d_v, q.dtype)
 
     def back(ctx, g, sq, sk, sv, so, sl):
+        current().note("attention", "efficient", "backward", b, h, s, d_v, sq.dtype)
         grads = []
         for t in (sq, sk, sv):
             grad = empty(t.shape, t.dtype, "efficient_backward")

@@ -54,6 +54,20 @@ ITEMSIZE = {"fp32": 4, "bf16": 2, "fp16": 2, "int64": 8, "int32": 4, "bool": 1, 
 Dim = int | Affine
 
 _RUNS: list[Run] = []  # the stack of active runs (``Run.__enter__``)
+_WORK: list[list] = []  # the sinks of ``recording_work``
+
+
+@contextmanager
+def recording_work(sink: list):
+    """Runs made inside the block append their work to ``sink`` (``analytic.step_time`` prices it), each record
+    ``(kind, times, *fields)`` with ``times`` the blocks it stands for (``repeated``): ``("alloc", times, label,
+    bytes)`` for each storage made, ``("phase", 1)`` at each phase's end, and the ops' own notes (``Run.note``:
+    ``gemm``, ``attention``)."""
+    _WORK.append(sink)
+    try:
+        yield sink
+    finally:
+        _WORK.remove(sink)
 
 
 def current() -> Run:
@@ -113,6 +127,8 @@ class Run:
         self.log, self.log_batch = log, log_batch
         self.seq = itertools.count()
         self.segment: Segment | None = None  # the ``repeated`` block being recorded (forward)
+        self.backward_segment: Segment | None = None  # the repeated block whose backward node runs
+        self.work = _WORK[-1] if _WORK else None  # ``recording_work``'s sink
         self.virtual_grads: Dim = 0  # the grads of a repeated block's copies beyond the one replayed
 
     def __enter__(self) -> Self:
@@ -122,7 +138,15 @@ class Run:
     def __exit__(self, *exc) -> None:
         _RUNS.remove(self)
 
+    def note(self, kind: str, *fields) -> None:
+        """Record an op's work for ``recording_work`` (nothing when no sink listens)."""
+        if self.work is not None:
+            segment = self.segment or self.backward_segment
+            self.work.append((kind, segment.times if segment else 1, *fields))
+
     def charge(self, nbytes: Dim, label: str) -> None:
+        if self.work is not None and not label.startswith("free "):
+            self.note("alloc", label, nbytes)
         self.replay(nbytes)
         if self.log is not None:
             self.log.append((label, nbytes.at(self.log_batch) if isinstance(nbytes, Affine) else nbytes))
@@ -135,6 +159,8 @@ class Run:
         """End the current phase (its peak, its end and, plain, the traced run's copies) and start the next."""
         r = self.replay
         self.replay = Replay(r.live, self.traced)
+        if self.work is not None:
+            self.work.append(("phase", 1))
         if self.log is not None:
             self.log.append(("PHASE", 0))
         return PhaseInBatch(r.peak(), r.live, r.copy_peak())
@@ -583,7 +609,9 @@ def backward(loss: Tensor, final: Callable[[], None] | None = None) -> None:
                 continue
             for hook in node.pre_hooks:
                 hook()
+            run.backward_segment = node.segment
             outputs = _call(node, inputs)
+            run.backward_segment = None
             del inputs  # call_function's variable_list dies: the incoming gradients
             node.release()  # release_variables()
             for i, e in enumerate(node.next):

@@ -1,0 +1,263 @@
+"""Step time on one GPU: the op library's plain CUDA run, op by op, priced by a table measured on that GPU.
+
+A slice of issue 28 (one GPU, no communication, no CLI yet).  The program is the one the memory replay walks
+(``ops.predict_step(..., mode="plain", device="cuda")``), recorded by ``ops.tensors.recording_work``; the prices come
+from ``lm_accounting/calibration/<gpu>/``, written by ``benchmarks/cuda_calibrate.py`` on that GPU (env.json: the GPU,
+driver and torch).  Per op, numbered as the code applies them:
+
+1. A matrix product (``mm``, ``addmm``, ``bmm``; forward, input and weight gradients): 2·m·n·k FLOPs at the rate
+   ``torch.mm`` reached at that dtype and operand layout (gemm.csv), interpolated linearly in log m, log n, log k
+   (log rate) between the grid's points, clamped at its edges.
+2. Fused attention: seconds per unit of B·h·S²·d_head measured at that backend, d_head (64 or 128) and dtype with
+   ``is_causal`` (attention.csv), interpolated in log S; the backward is the forward + backward less the forward.
+   cuDNN attention is priced at flash's rate (not measured separately).
+3. Every other storage an op makes: a memory-bound kernel moving ``TRAFFIC[label]`` times its bytes (an elementwise
+   binary op reads two operands and writes one) at the measured bandwidth, plus a fixed per-kernel time; both from
+   memory_bound.csv (``Calibration.bandwidth``, ``Calibration.kernel_overhead``).
+4. AdamW: 7 reads and writes of every parameter element (p, g, m, v read; p, m, v written) at the rate the
+   implementation reached on the largest tensors (optimizer.csv).
+
+What it leaves out, named on each result (``StepTime.caveats``): a GEMM dimension that is no multiple of 8 (cuBLAS
+then takes cutlass's slower ``align1`` kernels, which the grid does not measure), in-place ops and reductions'
+input reads (no storage is made for the first; the second read more than they write), and the host: the model is
+the GPU's busy time, right when the GPU, not Python, is the bottleneck.  No torch.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+from ..config import ModelConfig
+from ..setup import TrainingSetup
+from .ops.engine import Affine
+
+CALIBRATION_DIR = Path(__file__).resolve().parent.parent / "calibration"
+DTYPES = {"bf16": "bfloat16", "fp16": "bfloat16", "fp32": "float32"}
+TRAFFIC = {"add": 3, "mul": 3, "sub": 3, "div": 3, "where": 3, "_to_copy": 2.5}
+"""Bytes moved per byte made, by the op that made it (default 2: read one operand, write one).  ``_to_copy``
+between fp32 and bf16 reads 4 or 2 bytes per 2 or 4 written: 2.5 on average."""
+SKIP = ("mm", "addmm", "bmm", "flash", "cudnn", "efficient", "exp_avg", "exp_avg_sq", "step")
+"""Storages priced elsewhere (1, 2, 4) or made outside the timed step."""
+ADAMW_BYTES_PER_ELEMENT = 7  # p, g, m, v read; p, m, v written
+PHASES = ("forward", "backward", "optimizer_step")
+
+
+def calibrations() -> list[str]:
+    return sorted(p.name for p in CALIBRATION_DIR.iterdir() if (p / "gemm.csv").exists())
+
+
+def _rows(gpu: str, name: str) -> list[dict]:
+    with (CALIBRATION_DIR / gpu / name).open(newline="") as fh:
+        return [r for r in csv.DictReader(fh) if not r.get("error")]
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """One GPU's measured rates (``benchmarks/cuda_calibrate.py``)."""
+
+    gpu: str
+    env: dict
+    gemm: dict  # (dtype, layout) -> {(m, n, k): seconds}
+    attention: list
+    bandwidth: float  # bytes/s: the largest copy or add in memory_bound.csv, bytes read + written
+    kernel_overhead: float  # seconds a memory-bound kernel takes beyond its bytes at ``bandwidth``
+    optimizer: dict  # (impl, dtype) -> bytes/s on the largest tensors
+
+
+@cache
+def load(gpu: str) -> Calibration:
+    if gpu not in calibrations():
+        raise ValueError(f"no calibration table for GPU {gpu!r} (have: {', '.join(calibrations())})")
+    gemm: dict = {}
+    for r in _rows(gpu, "gemm.csv"):
+        gemm.setdefault((r["dtype"], r["layout"]), {})[int(r["m"]), int(r["n"]), int(r["k"])] = float(r["seconds"])
+    bound = _rows(gpu, "memory_bound.csv")
+    largest = max(int(r["numel"]) for r in bound)
+    bandwidth = max(
+        int(r["bytes"]) / float(r["seconds"])
+        for r in bound
+        if r["op"] in ("copy", "add") and int(r["numel"]) == largest
+    )
+    # the per-kernel time: a 2^24-element copy or add less its bytes at that bandwidth (the smaller sizes are
+    # timed at the host's launch rate, not the GPU's)
+    mid = [
+        float(r["seconds"]) - int(r["bytes"]) / bandwidth
+        for r in bound
+        if r["op"] in ("copy", "add") and int(r["numel"]) == 2**24
+    ]
+    optimizer: dict = {}
+    for r in _rows(gpu, "optimizer.csv"):
+        key, size = (r["impl"], r["dtype"]), int(r["tensors"]) * int(r["numel"])
+        if size >= optimizer.get(key, (0, 0))[0]:
+            optimizer[key] = (size, int(r["bytes"]) / float(r["seconds"]))
+    env = json.loads((CALIBRATION_DIR / gpu / "env.json").read_text())
+    return Calibration(
+        gpu,
+        env,
+        gemm,
+        _rows(gpu, "attention.csv"),
+        bandwidth,
+        max(0.0, sorted(mid)[len(mid) // 2]),
+        {k: v[1] for k, v in optimizer.items()},
+    )
+
+
+def _corners(v: float, grid: list[int]) -> list[tuple[int, float]]:
+    """The grid points around ``v`` with their weights, linear in log v (clamped at the grid's ends)."""
+    lo = max([g for g in grid if g <= v] or [grid[0]])
+    hi = min([g for g in grid if g >= v] or [grid[-1]])
+    if lo == hi:
+        return [(lo, 1.0)]
+    w = (math.log(v) - math.log(lo)) / (math.log(hi) - math.log(lo))
+    return [(lo, 1 - w), (hi, w)]
+
+
+def gemm_seconds(cal: Calibration, dtype: str, layout: str, m: int, n: int, k: int) -> float:
+    """(1): 2·m·n·k at the log-interpolated rate of the grid's corners around (m, n, k); corners the grid lacks
+    (its vocabulary widths are measured at two k only) are left out and the weights renormalised."""
+    table = cal.gemm.get((DTYPES[dtype], layout)) or cal.gemm[DTYPES[dtype], "nt"]  # fp32: nt measured only
+    axes = [sorted({key[i] for key in table}) for i in range(3)]
+    total = weight = 0.0
+    for a, wa in _corners(m, axes[0]):
+        for b, wb in _corners(n, axes[1]):
+            for c, wc in _corners(k, axes[2]):
+                if (a, b, c) in table and wa * wb * wc > 0:
+                    total += wa * wb * wc * math.log(2 * a * b * c / table[a, b, c])
+                    weight += wa * wb * wc
+    if weight == 0:  # no corner measured (a vocabulary width at another k): the nearest point in log space
+        a, b, c = min(table, key=lambda p: sum(math.log(x / y) ** 2 for x, y in zip(p, (m, n, k), strict=True)))
+        return 2 * m * n * k / (2 * a * b * c / table[a, b, c])
+    return 2 * m * n * k / math.exp(total / weight)
+
+
+def attention_seconds(cal: Calibration, backend: str, kind: str, b: int, h: int, s: int, d: int, dtype: str) -> float:
+    """(2): seconds per unit of B·h·S²·d at the measured backend, d_head and dtype, log-interpolated in S."""
+    measured = "efficient" if backend == "efficient" else "flash"
+    rows = [
+        r
+        for r in cal.attention
+        if r["backend"] == measured
+        and r["dtype"] == DTYPES[dtype]
+        and r["causal"] == "True"
+        and int(r["d_head"]) == (128 if d > 96 else 64)
+    ]
+
+    def per_unit(what: str) -> float:
+        points = {
+            int(r["seq"]): float(r["seconds"])
+            / (int(r["batch"]) * int(r["heads"]) * int(r["seq"]) ** 2 * int(r["d_head"]))
+            for r in rows
+            if r["pass"] == what
+        }
+        return math.exp(sum(w * math.log(points[g]) for g, w in _corners(s, sorted(points))))
+
+    unit = per_unit("forward") if kind == "forward" else per_unit("forward+backward") - per_unit("forward")
+    return unit * b * h * s * s * d
+
+
+@dataclass(frozen=True)
+class PhaseTime:
+    gemm: float = 0.0
+    attention: float = 0.0
+    memory_bound: float = 0.0
+    kernels: int = 0  # memory-bound kernels priced (one per storage made)
+
+    @property
+    def seconds(self) -> float:
+        return self.gemm + self.attention + self.memory_bound
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """One training step's predicted GPU time on ``gpu``: the forward and backward by kind, and AdamW."""
+
+    gpu: str
+    forward: PhaseTime
+    backward: PhaseTime
+    optimizer_step: float
+    caveats: tuple[str, ...] = field(default=())
+
+    @property
+    def seconds(self) -> float:
+        return self.forward.seconds + self.backward.seconds + self.optimizer_step
+
+    def to_dict(self) -> dict:
+        def phase(p: PhaseTime) -> dict:
+            return {
+                "seconds": p.seconds,
+                "gemm": p.gemm,
+                "attention": p.attention,
+                "memory_bound": p.memory_bound,
+                "kernels": p.kernels,
+            }
+
+        return {
+            "gpu": self.gpu,
+            "step_seconds": self.seconds,
+            "forward": phase(self.forward),
+            "backward": phase(self.backward),
+            "optimizer_step_seconds": self.optimizer_step,
+            "caveats": list(self.caveats),
+        }
+
+
+def price(work: list, batch: int, cal: Calibration) -> tuple[list[PhaseTime], set[int]]:
+    """(1)-(3) over ``recording_work``'s records: one ``PhaseTime`` per phase, and the GEMM dimensions that are no
+    multiple of 8."""
+
+    def at(x):
+        return x.at(batch) if isinstance(x, Affine) else x
+
+    phases, unaligned = [Counter()], set()
+    for kind, times, *f in work:
+        c = phases[-1]
+        if kind == "phase":
+            phases.append(Counter())
+        elif kind == "gemm":
+            dtype, layout, n_batch, m, n, k = f[0], f[1], *map(at, f[2:])
+            c["gemm"] += times * n_batch * gemm_seconds(cal, dtype, layout, m, n, k)
+            unaligned |= {x for x in (m, n, k) if x % 8}
+        elif kind == "attention":
+            backend, what, b, h, s, d, dtype = f
+            c["attention"] += times * attention_seconds(cal, backend, what, at(b), h, s, d, dtype)
+        elif kind == "alloc" and not f[0].startswith(SKIP):
+            c["memory_bound"] += times * (TRAFFIC.get(f[0], 2) * at(f[1]) / cal.bandwidth + cal.kernel_overhead)
+            c["kernels"] += times
+    return [PhaseTime(**c) for c in phases], unaligned
+
+
+def predict_step_time(
+    cfg: ModelConfig, seq: int, setup: TrainingSetup, *, impl: str, batch: int = 1, gpu: str = "h100-80gb"
+) -> StepTime:
+    """The GPU time of one training step of ``impl``'s model of ``cfg`` at context ``seq`` and micro-batch ``batch``
+    on ``gpu`` (one GPU): see the module docstring.  Raises ``ValueError`` for a GPU with no calibration table and
+    for a step the op library does not model on cuda."""
+    from .ops import predict_step
+    from .ops.tensors import recording_work
+
+    cal = load(gpu)
+    work: list = []
+    with recording_work(work):
+        predict_step(cfg, seq, setup, impl=impl, batch=batch, mode="plain", device="cuda")
+    phases, unaligned = price(work, batch, cal)
+    param_dtype = "float32" if setup.precision in ("fp32", "amp-bf16") else "bfloat16"
+    # (4): the bytes of every parameter, as AdamW's exp_avg (one per parameter, of its dtype) holds them
+    param_bytes = sum(
+        f[1].at(batch) if isinstance(f[1], Affine) else f[1]
+        for kind, _, *f in work
+        if kind == "alloc" and f[0] == "exp_avg"
+    )
+    optimizer = ADAMW_BYTES_PER_ELEMENT * param_bytes / cal.optimizer[setup.optimizer, param_dtype]
+    caveats = ["the GPU's busy time: a step whose host cannot launch kernels as fast is slower"]
+    if unaligned:
+        dims = ", ".join(f"{d:,}" for d in sorted(unaligned))
+        caveats.append(
+            f"GEMM dimensions {dims} are no multiple of 8: cuBLAS takes slower align1 kernels, not in the grid"
+        )
+    return StepTime(gpu, phases[1], phases[2], optimizer, tuple(caveats))
