@@ -31,7 +31,6 @@ and torch versions.  Commit the tables under ``lm_accounting/calibration/<gpu>/`
 from __future__ import annotations
 
 import argparse
-import csv
 import gc
 import json
 import math
@@ -42,6 +41,8 @@ import sys
 import time
 import traceback
 from pathlib import Path
+
+from cuda_validation import write_csv  # the sibling script (benchmarks/ is this script's sys.path[0])
 
 TARGET, TRIALS = 0.02, 3
 DIMS = (256, 1024, 2048, 3072, 4096, 8192, 14336, 16384)  # n and k: the widths of real models' linears
@@ -243,6 +244,11 @@ def attention_rows(quick: bool):
                     }
 
 
+def moved(nbytes: int, seconds: float) -> dict:
+    """A memory-bound row's bytes (read + written), seconds and rate."""
+    return {"bytes": nbytes, "seconds": seconds, "gb_per_s": round(nbytes / seconds / 1e9, 1)}
+
+
 def memory_bound_rows(quick: bool):
     import torch
     import torch.nn.functional as F
@@ -264,25 +270,12 @@ def memory_bound_rows(quick: bool):
             for name, (fn, reads, writes) in ops.items():
                 s = seconds_per_call(lambda fn=fn, x=x, y=y: fn(x, y))
                 nbytes = (reads + writes) * size * x.element_size()
-                yield {
-                    "op": name,
-                    "dtype": str(dtype).removeprefix("torch."),
-                    "numel": size,
-                    "bytes": nbytes,
-                    "seconds": s,
-                    "gb_per_s": round(nbytes / s / 1e9, 1),
-                }
+                yield {"op": name, "dtype": str(dtype).removeprefix("torch."), "numel": size, **moved(nbytes, s)}
             cast = torch.bfloat16 if dtype == torch.float32 else torch.float32
             s = seconds_per_call(lambda x=x, cast=cast: x.to(cast))
             nbytes = size * (x.element_size() + torch.empty((), dtype=cast).element_size())
-            yield {
-                "op": f"to_{str(cast).removeprefix('torch.')}",
-                "dtype": str(dtype).removeprefix("torch."),
-                "numel": size,
-                "bytes": nbytes,
-                "seconds": s,
-                "gb_per_s": round(nbytes / s / 1e9, 1),
-            }
+            op, dt = f"to_{str(cast).removeprefix('torch.')}", str(dtype).removeprefix("torch.")
+            yield {"op": op, "dtype": dt, "numel": size, **moved(nbytes, s)}
             del x, y
     x = rand(1)
     yield {"op": "launch_eager", "dtype": "float32", "numel": 1, "bytes": 8, "seconds": seconds_per_call(lambda: x + 1)}
@@ -319,15 +312,8 @@ def optimizer_rows(quick: bool):
                 opt = torch.optim.AdamW(params, **kwargs)
                 s = seconds_per_call(opt.step)
                 nbytes = 7 * count * numel * params[0].element_size()
-                yield {
-                    "impl": impl,
-                    "dtype": str(dtype).removeprefix("torch."),
-                    "tensors": count,
-                    "numel": numel,
-                    "bytes": nbytes,
-                    "seconds": s,
-                    "gb_per_s": round(nbytes / s / 1e9, 1),
-                }
+                dt = str(dtype).removeprefix("torch.")
+                yield {"impl": impl, "dtype": dt, "tensors": count, "numel": numel, **moved(nbytes, s)}
                 del opt
                 free()
             del params
@@ -450,14 +436,6 @@ SECTIONS = {
     "steps": steps_rows,
 }
 SHARES = {"gemm": 0.28, "attention": 0.17, "memory_bound": 0.08, "optimizer": 0.1, "steps": 0.37}  # of --budget
-
-
-def write_csv(path: Path, rows: list[dict]) -> None:
-    keys = list(dict.fromkeys(k for r in rows for k in r))
-    with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, keys)
-        w.writeheader()
-        w.writerows(rows)
 
 
 def main(argv=None) -> int:
