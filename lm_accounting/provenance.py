@@ -68,7 +68,7 @@ CUDA_H100 = GpuRun(
     date="2026-11-27",
     equal={
         "memory": (1140, 1141),  # our model: 163 runs x 7 (the run stopped at its limit after 184 of 198 rows)
-        "hf_memory": (413, 413),  # transformers' own models: 59 runs x 7, less the harness's 4-byte tensor
+        "hf_memory": (623, 623),  # transformers' own models: 89 runs x 7, less the harness's 4-byte tensor
     },
     folder="reports/cuda-h100",
 )
@@ -77,11 +77,13 @@ classes against the op library's transformers programs on the cuda target."""
 
 HF_CUDA_MEASURED = {
     "naive": frozenset({"llama", "mistral", "qwen3", "gpt2", "gemma2", "gemma3_text", "olmo2", "phi3"}),
-    "sdpa": frozenset({"llama", "qwen3", "olmo2"}),
+    "sdpa": frozenset({"llama", "mistral", "qwen3", "gpt2", "gemma3_text", "olmo2", "phi3"}),
 }
 """transformers' model types (``hf_model_type``) whose training steps the H100 measured on CUDA, per attention
-(reports/cuda-h100/hf_memory.csv): eager attention for all eight; sdpa (cuDNN attention, no mask) for Llama, Qwen3
-and OLMo-2 (Mistral's, Phi-3's and Gemma 3's windows and GPT-2's dropout take kernels not modelled yet)."""
+(reports/cuda-h100/hf_memory.csv), in fp32, bf16 and amp-bf16, with and without full checkpointing: eager
+attention for all eight; sdpa for all but Gemma 2 (transformers runs it eager only): cuDNN attention (16-bit, its
+bias for a sliding window, its own dropout for GPT-2), the memory-efficient kernel (fp32, heads equal or
+repeated for a window) and the math path (fp32 with grouped K/V heads)."""
 
 MEASURED_MODELS = ("gpt2-small", "llama-3-8b", "qwen3-0.6b", "qwen3-30b-a3b")
 """The presets (at reduced shapes) whose training steps the GPU measured (reports/cuda/memory.csv): the course

@@ -57,20 +57,29 @@ def test_every_h100_figure_equals_this_codes_prediction(tmp_path):
     H100.  Each transformers figure is compared less ``import_tensor_bytes``: 4 B the harness itself put on the GPU
     (torchaudio's ``EPSILON``, made by an import inside ``torch.device('cuda')``; reports/cuda-h100/traces/probe.txt).
     Among what the H100 showed and the op library now models: transformers' sdpa takes cuDNN attention (no backend
-    pinned; 16 B of seed and offset saved per layer, not flash's 24), and CUDA's softmax backward allocates
+    pinned; 16 B of seed and offset saved per layer, not flash's 24), CUDA's softmax backward allocates
     ``grad * output`` beside its result (+2,147,483,648 B at Llama's S 4,096 naive backward peak before it was
-    modelled)."""
+    modelled), and the math path's ``_safe_softmax`` holds a bool mask of the scores (+2^29 + 2^17 + 4 B)."""
     cv = validation()
     shutil.copytree(ROOT / "reports" / "cuda-h100", tmp_path / "h100")
     assert cv.main(["--repredict", "--out", str(tmp_path / "h100")]) == 0
     tables = cv.read_tables(tmp_path / "h100")
     memory, hf = tables["memory"], tables["hf_memory"]
     assert len(memory) == 184 and unequal(memory) == KNOWN
-    compared = [r for r in hf if not r.get("error") and not r.get("prediction_refused")]
-    assert len(compared) == 59 and all(r["import_tensor_bytes"] == 4 for r in compared)
+    compared = [r for r in hf if not r.get("error")]
+    assert len(compared) == 89 and all(r["import_tensor_bytes"] == 4 for r in compared)
+    assert not any(r.get("prediction_refused") for r in hf)  # every measured step is predicted
     for r in compared:
         r.update({k: v - 4 for k, v in r.items() if k.endswith("_measured")})
     assert unequal(compared) == set()
-    # the families each measured and compared, at least one sdpa (cuDNN) and one naive row each where they run
-    assert {r["model"] for r in compared} >= {"gemma2", "olmo2", "phi3", "qwen3-0.6b", "openai-gpt2"}
-    assert any(r["setup"].startswith("sdpa+none+bf16") and r["model"] == "llama-3-8b (2 layers)" for r in compared)
+    # each kernel the H100 ran: cuDNN (Llama, no mask), cuDNN with a window's bias (Mistral), cuDNN with dropout and
+    # the memory-efficient kernel (GPT-2), the efficient kernel with a bias (Phi-3 fp32), the math path (Qwen3 fp32)
+    for model, setup in [
+        ("llama-3-8b (2 layers)", "sdpa+none+bf16+foreach"),
+        ("mistral-7b (2 layers)", "sdpa+none+amp-bf16+foreach"),
+        ("openai-gpt2", "sdpa+none+bf16+foreach"),
+        ("openai-gpt2", "sdpa+none+fp32+foreach"),
+        ("phi3", "sdpa+full+fp32+foreach"),
+        ("qwen3-0.6b", "sdpa+none+fp32+foreach"),
+    ]:
+        assert any(r["model"] == model and r["setup"] == setup for r in compared), (model, setup)

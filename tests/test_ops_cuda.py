@@ -242,12 +242,14 @@ def test_what_cuda_refuses():
         cuda_step(config("llama"), 8, TrainingSetup(attention="sdpa"), 1)
     with pytest.raises(ValueError, match="multiple of 8"):
         cuda_step(config("llama", head_dim=10), 8, TrainingSetup(attention="sdpa", precision="bf16"), 1)
-    phi = dataclasses.replace(load_config("mistral-7b"), num_layers=1, sliding_window=64)
+    # transformers' windows and GPT-2's dropout take kernels the H100 measured (reports/cuda-h100): not refused
+    window = dataclasses.replace(load_config("mistral-7b"), num_layers=1, sliding_window=64)
     sdpa = TrainingSetup(attention="sdpa", precision="bf16")
-    with pytest.raises(ValueError, match="sliding-window mask"):
-        predict_step(phi, 64, sdpa, impl="transformers", batch=2, mode="plain", device="cuda")
-    with pytest.raises(ValueError, match="dropout"):
-        predict_step(load_config("openai-gpt2"), 64, sdpa, impl="transformers", batch=2, mode="plain", device="cuda")
+    predict_step(window, 64, sdpa, impl="transformers", batch=2, mode="plain", device="cuda")
+    predict_step(load_config("openai-gpt2"), 64, sdpa, impl="transformers", batch=2, mode="plain", device="cuda")
+    with pytest.raises(ValueError, match="multiple of 8"):  # transformers too: the padded head dim is not modelled
+        odd = dataclasses.replace(window, head_dim=10)
+        predict_step(odd, 64, sdpa, impl="transformers", batch=2, mode="plain", device="cuda")
 
 
 def test_transformers_on_cuda_takes_cudnn_attention():

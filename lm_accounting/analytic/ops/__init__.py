@@ -44,9 +44,9 @@ EXACTNESS = {
         "(``memory_report.cuda_exactness``)"
     ),
     ("plain", "cuda", "transformers"): (
-        "exact where an H100 ran transformers' own model (reports/cuda-h100/hf_memory.csv: 413 of 413 figures for "
-        "eager attention in eight families, cuDNN sdpa in Llama, Qwen3 and OLMo-2; ``provenance.HF_CUDA_MEASURED``); "
-        "elsewhere the same CUDA facts, not validated"
+        "exact where an H100 ran transformers' own model (reports/cuda-h100/hf_memory.csv: 623 of 623 figures, eager "
+        "attention in eight families and sdpa in seven; ``provenance.HF_CUDA_MEASURED``); elsewhere the same CUDA "
+        "facts, not validated"
     ),
 }
 """How each run (``RUNS``) is proven, per (mode, device) or, where it differs by implementation, (mode, device,

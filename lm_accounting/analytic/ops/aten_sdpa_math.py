@@ -23,7 +23,7 @@ def sdpa_math(
     query: Tensor, key: Tensor, value: Tensor, *, causal: bool, dropout_p: float = 0.0, device: str = "meta"
 ) -> Tensor:
     """``F.scaled_dot_product_attention(query, key, value, is_causal=causal, dropout_p=dropout_p)`` by the math
-    path, heads equal (no GQA), no explicit mask: the output (B, h, L, d_v).  A bf16/fp16 query, key and value
+    path, no explicit mask (grouped K/V heads repeated, as ``enable_gqa``): the output (B, h, L, d_v).  A bf16/fp16 query, key and value
     are upcast to fp32 first and the results cast back; of ``make_tuple(matmul(attn, value).to(dtype),
     attn.to(dtype))`` the second (discarded by the caller) is evaluated first (measured: torch 2.13, cpu)."""
     query, key, value = A.lower(query, key, value)  # under autocast: a lower-precision op
@@ -56,12 +56,25 @@ def _math(query: Tensor, key: Tensor, value: Tensor, causal: bool, dropout_p: fl
         zero, low = empty((), q.dtype, "scalar_tensor"), empty((), q.dtype, "scalar_tensor")
         mask = empty((lq, lk), q.dtype, "where")
         del zero, low, tril
+    groups = query.shape[-3] // key.shape[-3]
+    if groups > 1:  # enable_gqa: pre_process_group_query_attention_input, repeat_interleave on the head dim
+        key_acc, value_acc = repeat_interleave(key_acc, groups), repeat_interleave(value_acc, groups)
     attn = A.matmul(q, A.mul_scalar(A.transpose(key_acc, -2, -1), scaling_factor))  # the scaled key: a temporary
     if mask is not None and current().traced:
         attn = A.add(attn, mask)
-    attn = A.softmax(attn, -1)
+    probs = A.softmax(attn, -1)
+    current().target.safe_softmax(attn)  # ``_safe_softmax``'s temporaries, its input alive (``cuda.Cuda``)
+    attn = probs
+    del probs
     attn = dropout(attn, dropout_p, device=device)
     weights = A.to(attn, origin)
     out = A.to(A.matmul(attn, value_acc), origin)
     del weights
     return out  # the locals (the upcast inputs, the scaled query, the mask) die after it
+
+
+def repeat_interleave(t: Tensor, repeats: int) -> Tensor:
+    """``t.repeat_interleave(repeats, -3)`` (Repeat.cpp, an int ``repeats``): ``unsqueeze``, ``expand`` and
+    ``flatten``, a copy."""
+    b, kv, s, d = t.shape
+    return A.reshape(A.expand(A.unsqueeze(t, 2), b, kv, repeats, s, d), b, kv * repeats, s, d)

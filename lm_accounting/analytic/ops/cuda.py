@@ -15,9 +15,13 @@ the legacy replay reads too), measured on an H200 (reports/cuda) for our model:
   kernel lays its output out (B, S, h, d), pads its logsumexp to 32 rows, and its backward computes ``delta``
   from fp32 products (``cuda_kernels.efficient_delta_bytes``).
 
+transformers' sdpa pins no backend: ``cudnn_attention`` for 16-bit inputs on sm90 (with a sliding window's mask as
+its bias: ``masked_attention``; GPT-2's dropout inside the kernel), the memory-efficient kernel for fp32 (a mask as
+its bias), and the math path (``aten_sdpa_math``, with ``Cuda.safe_softmax``) for fp32 with grouped K/V heads; all
+measured on an H100 (reports/cuda-h100/hf_memory.csv).  Our model pins flash and the memory-efficient kernel.
+
 Not modelled (``unsupported``): the flash path's padding of a head dim that is no multiple of 8
-(``pad_last_dim<8>``), sdpa with a mask or dropout (the memory-efficient kernel with a bias; flash's dropout),
-fp32 with grouped K/V heads (no fused kernel: torch falls back to the math path); flash's split-KV accumulators
+(``pad_last_dim<8>``), our model's fp32 with grouped K/V heads (it refuses it); flash's split-KV accumulators
 (``set_params_splitkv``, upstream flash-attention: fp32 ``out_accum``/``softmax_lse_accum`` when B·h·⌈S/64⌉ is
 below 0.8 · 2 · SMs; no H200 point was that small); the memory-efficient backward's cutlass workspace (none at
 the H200's points).  Not in any figure, as in the measurements (``measure.tracker.measure_training_step_cuda``):
@@ -91,6 +95,18 @@ class Cuda(Target):
         tmp = Storage(grad.nbytes, "softmax_backward_tmp")
         del tmp
 
+    def safe_softmax(self, x: Tensor) -> None:
+        """``_safe_softmax`` on CUDA: beside the softmax, a 0-d -inf of the result's dtype, ``x.eq(-inf)`` (bool, x's
+        shape) and its ``all`` over the last dim (bool, keepdim), live until it returns; measured on an H100 as the
+        forward peak of transformers' fp32 Llama with grouped heads under full checkpointing: +2^29 + 2^17 + 4 B at
+        S 4,096 with 32 heads (reports/cuda-h100/hf_memory.csv) before this was modelled."""
+        parts = [
+            Storage(ITEMSIZE[x.dtype], "safe_softmax_neg_inf"),
+            Storage(x.numel, "safe_softmax_masked"),
+            Storage(numel(x.shape[:-1]), "safe_softmax_masked_rows"),
+        ]
+        del parts
+
 
 def transient(nbytes: int, label: str) -> None:
     """Bytes a kernel allocates and frees before it returns."""
@@ -126,13 +142,8 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup, grouped_fp32: bool = Tru
 def transformers_unsupported(cfg: ModelConfig, setup: TrainingSetup, seq: int) -> list[str]:
     """``unsupported`` for transformers' modeling code on a GPU (``integrations/sdpa_attention.py``: without a mask
     it passes ``is_causal`` and ``enable_gqa``, so fp32 with grouped heads takes the math path; with a mask it
-    repeats K and V and the memory-efficient kernel takes the mask as a bias)."""
-    out = unsupported(cfg, setup)
-    if setup.attention == "sdpa" and cfg.sliding_window is not None and seq >= cfg.sliding_window:
-        out.append("sdpa with a sliding-window mask on cuda (the memory-efficient kernel with a bias: not modelled)")
-    if setup.attention == "sdpa" and cfg.hf_model_type == "gpt2":
-        out.append("GPT-2's sdpa with attn_pdrop on cuda (the fused kernels' dropout: not modelled)")
-    return out
+    repeats K and V, and the mask is cuDNN's bias (16-bit) or the memory-efficient kernel's (fp32))."""
+    return unsupported(cfg, setup, grouped_fp32=False)
 
 
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, pinned: bool = True):
@@ -202,13 +213,13 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, storages=None) -> tuple[Ten
 flash_attention.takes_storages = True
 
 
-def cudnn_attention(q: Tensor, k: Tensor, v: Tensor, storages=None) -> tuple[Tensor, ...]:
+def cudnn_attention(q: Tensor, k: Tensor, v: Tensor, storages=None, bias: Tensor | None = None) -> tuple[Tensor, ...]:
     """``aten._scaled_dot_product_cudnn_attention`` on CUDA (attention.cu ``_cudnn_attention_forward``, measured on
     an H100: reports/cuda-h100/traces/probe.txt): the output (B, h, S, d) laid out as the query is, the fp32
     logsumexp (B, h, S, 1), the philox seed and offset (``CUDNN_RNG_BYTES``) and a workspace freed before it
-    returns; autograd saves q, k, v, the output, the logsumexp, the seed and the offset.  Backward
-    (``_cudnn_attention_backward``): dq, dk, dv laid out as the inputs are, then ``cudnn_backward_scratch``, freed
-    before it returns."""
+    returns; autograd saves q, k, v, the output, the logsumexp, the seed and the offset (and ``bias``, an additive
+    mask, ``masked_attention``).  Backward (``_cudnn_attention_backward``): dq, dk, dv laid out as the inputs are,
+    then ``cudnn_backward_scratch``, freed before it returns."""
     b, h, s, d = q.shape
     shape = q.shape[:-1] + v.shape[-1:]
     shapes = [
@@ -221,7 +232,7 @@ def cudnn_attention(q: Tensor, k: Tensor, v: Tensor, storages=None) -> tuple[Ten
     grouped = k.shape[1] != h
     current().note("attention", "cudnn", "forward", b, h, s, d, q.dtype)
 
-    def back(ctx, g, sq, sk, sv, so, sl, ss, sf):
+    def back(ctx, g, sq, sk, sv, so, sl, ss, sf, *mask):
         current().note("attention", "cudnn", "backward", b, h, s, d, sq.dtype)
         grads = tuple(empty(t.shape, t.dtype, "cudnn_backward", like=t) for t in (sq, sk, sv))
         scratch = [
@@ -231,14 +242,29 @@ def cudnn_attention(q: Tensor, k: Tensor, v: Tensor, storages=None) -> tuple[Ten
         del scratch
         return grads
 
-    record("ScaledDotProductCudnnAttentionBackward0", (q, k, v), (out,), back, (q, k, v, out, lse, seed, offset))
+    saved = (q, k, v, out, lse, seed, offset) + ((bias,) if bias is not None else ())
+    record("ScaledDotProductCudnnAttentionBackward0", (q, k, v), (out,), back, saved)
     return out, lse, seed, offset
+
+
+def masked_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+    """``F.scaled_dot_product_attention(q, k, v, attn_mask=mask)`` with a bool mask and 16-bit inputs, no backend
+    pinned (transformers with a sliding window; K and V already repeated): the mask first becomes an additive one of
+    q's dtype (``convert_boolean_attn_mask``: two 0-d scalars and ``where``, as on the CPU), which cuDNN attention
+    takes as its bias and saves (the H100 ran cuDNN here: reports/cuda-h100/traces/trace_mistral_sdpa.txt)."""
+    zero, low = empty((), q.dtype, "scalar_tensor"), empty((), q.dtype, "scalar_tensor")
+    bias = empty(mask.shape, q.dtype, "where")
+    del zero, low
+    kernel = efficient_attention if q.dtype == "fp32" else cudnn_attention  # cuDNN takes 16-bit inputs only
+    return kernel(q, k, v, bias=bias)[0]
 
 
 cudnn_attention.takes_storages = True
 
 
-def efficient_attention(q: Tensor, k: Tensor, v: Tensor, storages=None) -> tuple[Tensor, ...]:
+def efficient_attention(
+    q: Tensor, k: Tensor, v: Tensor, storages=None, bias: Tensor | None = None
+) -> tuple[Tensor, ...]:
     """``aten._scaled_dot_product_efficient_attention`` on CUDA (attention.cu ``_efficient_attention_forward``,
     dropout 0, no bias, ``compute_log_sumexp``): the output (B, h, S, d) laid out (B, S, h, d), the logsumexp
     (B, h, ⌈S/32⌉·32) fp32 (its seed and offset are CPU tensors); autograd saves q, k, v, the output and the
@@ -251,7 +277,7 @@ def efficient_attention(q: Tensor, k: Tensor, v: Tensor, storages=None) -> tuple
     out, lse = _outputs(shapes, storages, "efficient")
     current().note("attention", "efficient", "forward", b, h, s, d_v, q.dtype)
 
-    def back(ctx, g, sq, sk, sv, so, sl):
+    def back(ctx, g, sq, sk, sv, so, sl, *mask):
         current().note("attention", "efficient", "backward", b, h, s, d_v, sq.dtype)
         grads = []
         for t in (sq, sk, sv):
@@ -263,7 +289,8 @@ def efficient_attention(q: Tensor, k: Tensor, v: Tensor, storages=None) -> tuple
         del parts
         return tuple(grads)
 
-    record("ScaledDotProductEfficientAttentionBackward0", (q, k, v), (out,), back, (q, k, v, out, lse))
+    saved = (q, k, v, out, lse) + ((bias,) if bias is not None else ())
+    record("ScaledDotProductEfficientAttentionBackward0", (q, k, v), (out,), back, saved)
     return out, lse
 
 

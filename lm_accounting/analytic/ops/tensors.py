@@ -97,6 +97,9 @@ class Target:
     def softmax_backward(self, grad: Tensor) -> None:
         """``_softmax_backward_data`` of ``grad`` made its result."""
 
+    def safe_softmax(self, x: Tensor) -> None:
+        """``_safe_softmax`` of ``x`` (sdpa's math path) made its result."""
+
 
 class Run:
     """One replayed program run: the replay its storages charge, autograd's mode and counters.

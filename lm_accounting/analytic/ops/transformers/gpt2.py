@@ -22,6 +22,7 @@ from __future__ import annotations
 from ....config import ModelConfig
 from ....setup import TrainingSetup
 from .. import aten as A
+from .. import cuda
 from ..aten_activation import dropout, tanh
 from ..aten_layer_norm import layer_norm
 from ..aten_sdpa_math import sdpa_math
@@ -100,7 +101,11 @@ def eager_attention_forward(module: Attention, query, key, value, attention_mask
 def sdpa_attention_forward(module: Attention, query, key, value, attention_mask) -> tuple[Tensor, None]:
     """``integrations/sdpa_attention.py`` ``sdpa_attention_forward``: no mask (is_causal), dropout_p =
     attn_pdrop; ``attn_output.reshape(...)`` is the tensor itself, then transposed and made contiguous."""
-    attn_output = sdpa_math(query, key, value, causal=True, dropout_p=module.pdrop, device=module.device)
+    if module.device == "cuda":  # the fused kernels draw dropout's mask inside: cuDNN (16-bit) or memory-efficient
+        query, key, value = A.lower(query, key, value)
+        attn_output = cuda.scaled_dot_product_attention(query, key, value, pinned=False)(query, key, value)[0]
+    else:
+        attn_output = sdpa_math(query, key, value, causal=True, dropout_p=module.pdrop, device=module.device)
     return A.contiguous(A.transpose(attn_output, 1, 2)), None
 
 

@@ -25,6 +25,7 @@ from ....setup import TrainingSetup
 from .. import aten as A
 from .. import cuda
 from ..aten_rms_norm import rms_norm
+from ..aten_sdpa_math import sdpa_math
 from ..engine import Affine
 from ..tensors import (
     Dim,
@@ -131,7 +132,11 @@ def sdpa_attention_forward(module: Attention, query, key, value, attention_mask)
         key = repeat_kv(key, module.groups)
         value = repeat_kv(value, module.groups)
     query, key, value = A.lower(query, key, value)  # autocast: scaled_dot_product_attention is lower precision
-    if cuda.on_cuda():  # no mask (``cuda.transformers_unsupported``): is_causal, enable_gqa; no backend pinned
+    if cuda.on_cuda() and attention_mask is not None:  # a sliding window's mask: cuDNN with a bias
+        attn_output = cuda.masked_attention(query, key, value, attention_mask)
+    elif cuda.on_cuda() and query.dtype == "fp32" and key.shape[1] != query.shape[1]:  # no fused kernel: math
+        attn_output = sdpa_math(query, key, value, causal=True, device="cuda")
+    elif cuda.on_cuda():  # no mask: is_causal, enable_gqa; no backend pinned
         attn_output = cuda.scaled_dot_product_attention(query, key, value, pinned=False)(query, key, value)[0]
     else:
         attn_output = flash_attention_cpu(query, key, value, attention_mask)
