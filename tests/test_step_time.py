@@ -113,10 +113,11 @@ def test_qwen3_small_width_within_12_percent_and_low(impl):
     assert -0.12 < t.seconds / measured - 1 < 0
 
 
-def test_unaligned_vocabulary_is_named_and_predicted_low():
+@pytest.mark.parametrize("impl, model", [("course", "gpt2-small"), ("transformers", "openai-gpt2")])
+def test_unaligned_vocabulary_is_named_and_predicted_low(impl, model):
     """GPT-2's 50,257-wide head runs on cutlass's align1 kernels (reports/calibration/h100-80gb/step_kernels.csv),
     slower than the aligned grid: the prediction is low, and the result says why."""
-    t, measured, _ = predicted("course", "gpt2-small", "sdpa+none+amp-bf16+fused")
+    t, measured, _ = predicted(impl, model, "sdpa+none+amp-bf16+fused")
     assert t.seconds < 0.8 * measured
     assert any("50,257" in c and "align1" in c for c in t.caveats)
 
