@@ -623,6 +623,27 @@ def plan_cmd(
     show_default=True,
     help="Step FLOPs: 3 × forward, 6·N·D, or the PaLM formula.",
 )
+@click.option(
+    "--impl",
+    type=click.Choice(("course", "transformers")),
+    default=None,
+    help="The model code the calibrated step time prices (as memory's --impl).  Default: transformers for a "
+    "config.json, course otherwise.",
+)
+@click.option(
+    "--optimizer",
+    type=click.Choice(ADAMW_IMPLS),
+    default=DEFAULT_ADAMW,
+    show_default=True,
+    help="torch.optim.AdamW implementation, for the calibrated step time.",
+)
+@click.option(
+    "--efficiency",
+    type=float,
+    default=None,
+    help="Scale the calibrated step time (a GPU with a calibration table): 1 as calibrated, 1.2 a stack 20%% "
+    "faster, in (0, 1.5].",
+)
 @setup_options
 def train_time_cmd(
     cfg: ModelConfig,
@@ -635,14 +656,19 @@ def train_time_cmd(
     peak_flops: float | None,
     mfu: float,
     method: str,
+    impl: str | None,
+    optimizer: str,
+    efficiency: float | None,
     setup: Any,
 ) -> None:
-    """Days to train: step FLOPs × steps / (GPU peak × MFU), plus AdamW step FLOPs."""
+    """Days to train: step FLOPs × steps / (GPU peak × MFU), plus AdamW step FLOPs; on a GPU with a calibration
+    table (h100-sxm) also the calibrated step time of the step's own ops, with the MFU and HFU it implies."""
     from .commands import train_time
 
     request = train_time.Request(
         cfg, context, batch, steps, gpu=gpu, gpu_dtype=gpu_dtype, peak_flops=peak_flops, mfu=mfu, method=method,
-        setup=setup,
+        setup=setup, impl=impl or default_impl(click.get_current_context().params["preset_or_file"]),
+        efficiency=efficiency,
     )  # fmt: skip
     emit(train_time.run(request), fmt)
 

@@ -1,4 +1,5 @@
-"""The ``train-time`` result: days to train under each step-FLOPs convention, and AdamW's FLOPs."""
+"""The ``train-time`` result: days to train under each step-FLOPs convention at an assumed MFU, the calibrated
+step time where the GPU has a calibration table (``analytic.step_time``), and AdamW's FLOPs."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from .analytic.hardware_flops import StepFlops
 from .analytic.hardware_flops import step_flops as hardware_step_flops
 from .analytic.params import parameter_breakdown
 from .analytic.sizes import at_context
+from .analytic.step_time import StepTime
 from .analytic.training import (
     ADAMW_FLOPS_ALTERNATIVES,
     AdamWFlopsConvention,
@@ -31,10 +33,58 @@ METHOD_LABELS = {
 
 
 @dataclass(frozen=True)
+class Calibrated:
+    """The step time ``analytic.step_time`` predicts on a calibrated GPU, divided by ``efficiency`` (1: as
+    calibrated), and the utilisation it implies against the GPU's dense peak for the setup's compute dtype."""
+
+    impl: str
+    time: StepTime
+    efficiency: float
+    peak_dtype: str
+    peak_flops: int
+    flops: StepFlops
+    steps: int
+    tokens_per_step: int
+
+    @property
+    def step_seconds(self) -> float:
+        return self.time.seconds / self.efficiency
+
+    @property
+    def mfu(self) -> float:
+        return self.flops.model / self.step_seconds / self.peak_flops
+
+    @property
+    def hfu(self) -> float:
+        return self.flops.hardware / self.step_seconds / self.peak_flops
+
+    @property
+    def days(self) -> float:
+        return self.step_seconds * self.steps / 86_400
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "impl": self.impl,
+            "gpu": self.time.gpu,
+            "efficiency": self.efficiency,
+            "step_seconds": self.step_seconds,
+            "tokens_per_second": self.tokens_per_step / self.step_seconds,
+            "model_flops_per_step": self.flops.model,
+            "hardware_flops_per_step": self.flops.hardware,
+            "peak_dtype": self.peak_dtype,
+            "peak_flops": self.peak_flops,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "days": self.days,
+            "breakdown": self.time.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
 class TrainTime(Result):
     """Training time of ``steps`` steps at ``peak_flops`` × ``mfu``, for every step-FLOPs method."""
 
-    SCHEMA = "lm-accounting/train-time/4"
+    SCHEMA = "lm-accounting/train-time/5"
 
     config: ModelConfig
     seq: int
@@ -48,6 +98,8 @@ class TrainTime(Result):
     n_params: int
     setup: TrainingSetup
     matmul_flops: StepFlops  # model (3 × forward) and hardware (with the setup's recompute) FLOPs of a step
+    calibrated: Calibrated | None = None  # the calibrated step time, where the GPU has a table
+    calibration_note: str = ""  # why there is none
 
     @property
     def chosen(self) -> TrainingTime:
@@ -90,6 +142,8 @@ class TrainTime(Result):
             },
             "parameters": self.n_params,
             "adamw_step_flops": {c.name: flops for c, flops in self.adamw()},
+            "calibrated": self.calibrated.to_dict() if self.calibrated else None,
+            "calibration_note": self.calibration_note or None,
         }
 
     def records(self) -> list[dict[str, Any]]:
@@ -133,10 +187,14 @@ def train_time(
     mfu: float = 0.5,
     method: str = "3x",
     setup: TrainingSetup | None = None,
+    impl: str = "course",
+    efficiency: float | None = None,
 ) -> TrainTime:
     """Days to train ``cfg`` for ``steps`` steps of ``batch`` × ``seq`` tokens on one ``gpu``
     (peak from ``analytic.training.GPUS`` for ``gpu_dtype``, or ``peak_flops``) at ``mfu``.
-    The time counts model FLOPs; ``setup`` gives the hardware FLOPs and so the HFU."""
+    The time counts model FLOPs; ``setup`` gives the hardware FLOPs and so the HFU.  Where ``gpu`` has a
+    calibration table, also the calibrated step time of ``impl``'s step (``Calibrated``), scaled by
+    ``efficiency``; ``efficiency`` on a GPU without one is refused."""
     run = at_context(cfg, seq)
     if method not in STEP_FLOPS_METHODS:
         raise AccountingError(f"unknown step FLOPs method '{method}' (valid: {', '.join(STEP_FLOPS_METHODS)})")
@@ -148,6 +206,8 @@ def train_time(
         m: training_time(step_flops(run, run.context_length, batch, m), steps, peak, mfu) for m in STEP_FLOPS_METHODS
     }
     setup = setup or TrainingSetup()
+    flops = hardware_step_flops(run, run.context_length, batch, setup)
+    calibrated, note = _calibrated(run, batch, steps, gpu, setup, impl, efficiency, flops)
     return TrainTime(
         run,
         run.context_length,
@@ -160,5 +220,35 @@ def train_time(
         estimates,
         parameter_breakdown(run).total,
         setup,
-        hardware_step_flops(run, run.context_length, batch, setup),
+        flops,
+        calibrated,
+        note,
     )
+
+
+def _calibrated(run, batch, steps, gpu_name, setup, impl, efficiency, flops) -> tuple[Calibrated | None, str]:
+    from .analytic.step_time import calibrations, predict_step_time
+    from .gpus import gpu
+
+    if efficiency is not None and not 0 < efficiency <= 1.5:
+        raise AccountingError(f"--efficiency must be in (0, 1.5], got {efficiency}")
+    try:
+        table = gpu(gpu_name)
+    except AccountingError:  # a custom --peak-flops needs no GPU from the table, and then has no calibration
+        if efficiency is not None:
+            raise
+        return None, f"GPU {gpu_name!r} is not in the table"
+    if table.name not in calibrations():
+        if efficiency is not None:
+            raise AccountingError(
+                f"--efficiency scales the calibrated step-time model, which has no table for {table.name} "
+                f"(have: {', '.join(calibrations())})"
+            )
+        return None, f"no calibration table for {table.name} (have: {', '.join(calibrations())})"
+    try:
+        time = predict_step_time(run, run.context_length, setup, impl=impl, batch=batch, gpu=table.name)
+    except ValueError as err:  # a step the op library does not model on cuda: said, not raised
+        return None, f"the calibrated model cannot price this step: {err}"
+    peak_dtype = "fp32" if setup.precision == "fp32" else "bf16"
+    tokens = batch * run.context_length
+    return Calibrated(impl, time, efficiency or 1.0, peak_dtype, table.peak_flops(peak_dtype), flops, steps, tokens), ""

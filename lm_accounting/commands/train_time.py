@@ -1,4 +1,5 @@
-"""``train-time``: days to train on one GPU at a stated utilisation, and the AdamW step FLOPs (analytic)."""
+"""``train-time``: days to train on one GPU at a stated utilisation and, on a calibrated GPU, at the calibrated
+step time; the AdamW step FLOPs (analytic)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass, field
 from ..analytic.sizes import at_context, check_batch_seq
 from ..analytic.training import gpu_peak_flops
 from ..config import AccountingError, ModelConfig
+from ..implementations import check_impl
 from ..names import STEP_FLOPS_METHODS
 from ..setup import TrainingSetup
 from ..train_time import TrainTime, train_time
@@ -24,6 +26,8 @@ class Request:
     mfu: float = 0.5
     method: str = "3x"
     setup: TrainingSetup = field(default_factory=TrainingSetup)
+    impl: str = "course"
+    efficiency: float | None = None  # scales the calibrated step time (1: as calibrated)
 
     def __post_init__(self) -> None:
         check_batch_seq(self.batch, at_context(self.config, self.context).context_length)
@@ -37,11 +41,14 @@ class Request:
             raise AccountingError(f"--peak-flops must be positive, got {self.peak_flops}")
         if not 1 <= self.steps:
             raise AccountingError(f"--steps must be at least 1, got {self.steps}")
+        if self.efficiency is not None and not 0 < self.efficiency <= 1.5:
+            raise AccountingError(f"--efficiency must be in (0, 1.5], got {self.efficiency}")
+        check_impl(self.config, self.impl)
 
 
 def run(request: Request) -> TrainTime:
     r = request
     return train_time(
         r.config, r.context, r.batch, r.steps, gpu=r.gpu, gpu_dtype=r.gpu_dtype, peak_flops=r.peak_flops,
-        mfu=r.mfu, method=r.method, setup=r.setup,
+        mfu=r.mfu, method=r.method, setup=r.setup, impl=r.impl, efficiency=r.efficiency,
     )  # fmt: skip

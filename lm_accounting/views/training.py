@@ -15,7 +15,7 @@ def train_time_view(r: TrainTime) -> View:
         describe_config(r.config),
         (
             f"{plural(r.steps, 'step')} · batch {r.batch:,} · context {r.seq:,} · {r.device} at "
-            f"{r.peak_flops / 1e12:,.1f} TFLOP/s peak · MFU {100 * r.mfu:g}% · {chosen.days:,.1f} days "
+            f"{r.peak_flops / 1e12:,.1f} TFLOP/s peak · assumed MFU {100 * r.mfu:g}% · {chosen.days:,.1f} days "
             f"({chosen.hours:,.1f} hours) by {METHOD_LABELS[r.method]}"
         ),
     ]
@@ -56,4 +56,44 @@ def train_time_view(r: TrainTime) -> View:
             ("hardware FLOPs = model + recompute (HFU = MFU × hardware / model)", f.hardware, r.hfu),
         ],
     )
-    return View(header, [time_table, use, adam], ["GPU peaks are dense datasheet figures (no 2:4 sparsity)."])
+    notes = ["GPU peaks are dense datasheet figures (no 2:4 sparsity)."]
+    tables = [time_table, use]
+    c = r.calibrated
+    if c is None:
+        notes.append(f"No calibrated step time: {r.calibration_note}.")
+    else:
+        header.append(
+            f"calibrated ({c.impl}, {c.time.gpu}): {c.step_seconds:,.4f} s per step · MFU {c.mfu:.1%} · "
+            f"HFU {c.hfu:.1%} · {c.days:,.1f} days"
+            + ("" if c.efficiency == 1 else f" (--efficiency {c.efficiency:g} applied)")
+        )
+        tables.append(calibrated_table(c))
+        notes += [
+            (
+                f"Calibrated: analytic.step_time prices the step's own ops with {c.time.gpu}'s measured rates "
+                f"(lm_accounting/calibration/{c.time.gpu}); its error against real steps is "
+                f"reports/calibration/{c.time.gpu}.md. MFU and HFU are against the dense {c.peak_dtype} peak."
+            ),
+            *(f"Calibrated model: {caveat}." for caveat in c.time.caveats),
+        ]
+    return View(header, [*tables, adam], notes)
+
+
+def calibrated_table(c) -> Table:
+    """The calibrated step by phase and kind of op, then what it implies."""
+    t, scale = c.time, 1 / c.efficiency
+    rows = [
+        (f"{phase}: {kind}", getattr(p, kind) * scale)
+        for phase, p in (("forward", t.forward), ("backward", t.backward))
+        for kind in ("gemm", "attention", "memory_bound")
+    ]
+    rows += [
+        ("optimizer step (AdamW)", t.optimizer_step * scale),
+        ("step", c.step_seconds),
+        ("tokens per second", c.tokens_per_step / c.step_seconds),
+        ("MFU (model FLOPs / step time / peak)", c.mfu),
+        ("HFU (hardware FLOPs / step time / peak)", c.hfu),
+        (f"days for {c.steps:,} steps", c.days),
+    ]
+    title = f"Calibrated step time on {t.gpu} ({c.impl}'s step, seconds unless named)"
+    return Table(title, [Column("quantity"), Column("value", "float")], rows)
