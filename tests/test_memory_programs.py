@@ -56,15 +56,25 @@ def test_gpt2_memory_on_cuda_runs_and_names_the_position_limit(run_cli):
     assert "every learned position" in r.out and "model states only" not in r.out
 
 
-def test_a_transformers_step_on_cuda_is_not_called_exact(run_cli, tmp_path):
-    """transformers' code on cuda is not validated on a GPU (``ops.exactness``): the header and titles say so."""
+def test_a_transformers_step_on_cuda_is_called_exact_only_where_a_gpu_ran_it(run_cli, tmp_path):
+    """transformers' GPT-2 ran on an H100 (provenance.HF_CUDA_MEASURED): exact there and on the H200, whose
+    kernels are the H100's; Qwen2's code never ran on a GPU, and an A100 has other kernels: not exact, and said."""
     path = tmp_path / "config.json"
     path.write_text(
         json.dumps({"model_type": "gpt2", "vocab_size": 97, "n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64})
     )
     r = run_cli("memory", path)
+    assert r.code == 0 and "exact prediction for cuda" in r.out and "(GPT2LMHeadModel, exact)" in r.out
+    r = run_cli("memory", path, "--gpu", "a100-80gb")
     assert r.code == 0 and "exact prediction for cuda" not in r.out and "(GPT2LMHeadModel, exact)" not in r.out
     assert "prediction for cuda, not exact there" in r.out and "(GPT2LMHeadModel, not exact on cuda)" in r.out
+    qwen2 = tmp_path / "qwen2.json"
+    fields = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4)
+    qwen2.write_text(
+        json.dumps({"model_type": "qwen2", **fields, "num_key_value_heads": 2, "max_position_embeddings": 64})
+    )
+    r = run_cli("memory", qwen2, "-S", "16")
+    assert r.code == 0 and "(Qwen2ForCausalLM, not exact on cuda)" in r.out
 
 
 def test_transformers_header_names_eager_attention(run_cli, tmp_path):

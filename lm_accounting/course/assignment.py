@@ -26,7 +26,11 @@ from .answer_tables import (
 from .answers import BUDGETS, LONG, SIZES, Answers, collect
 from .assignment_text import assignment_markdown
 
-CUDA_FILES = r"cuda/(README\.md|env\.json|(memory|flops|inference|parallel|timing|kernels)\.csv)"
+CUDA_FILES = (
+    r"cuda/(README\.md|env\.json|(memory|flops|inference|parallel|timing|kernels)\.csv)"
+    r"|cuda-[a-z0-9-]+/(README\.md|env\.json|(memory|hf_memory)\.csv|traces/[a-z0-9_]+\.txt)"
+    r"|calibration/([a-z0-9-]+\.md|[a-z0-9-]+/step_kernels\.csv)"
+)
 REPORT_FILES = re.compile(
     rf"answers\.json|assignment\.md|tables/{SAFE_NAME}\.(md|csv)|sweep/({SWEEP_FILES})"
     r"|setups/peak_vs_context\.(md|csv|png|svg)"
@@ -36,7 +40,8 @@ REPORT_FILES = re.compile(
     rf"|{CUDA_FILES}"
 )
 """Every file a report writes (and the temporary files a killed older version could leave), and the GPU
-validation's files (``benchmarks/cuda_validation.py``), which a report carries over unchanged."""
+validations' files (``benchmarks/cuda_validation.py``, ``cuda_calibrate_run.sh``, ``step_time_report.py``), which a
+report carries over unchanged."""
 SETUP_CONTEXTS = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 
 
