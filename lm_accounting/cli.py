@@ -251,6 +251,20 @@ def model_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def implementation_setup(setup: Any, impl: str, cfgs: Sequence[ModelConfig] = ()) -> Any:
+    """``setup`` for implementation ``impl``: transformers' own default attention when --attention was not given,
+    sdpa (``PreTrainedModel._check_and_adjust_attn_implementation`` picks sdpa where torch has it; eager is opt-in),
+    unless a model of ``cfgs`` runs eager only (Gemma 2's soft-capping); our model's (naive) otherwise."""
+    from .analytic.ops import unsupported
+
+    ctx = click.get_current_context()
+    if impl != "transformers" or ctx.get_parameter_source("attention") is not click.core.ParameterSource.DEFAULT:
+        return setup
+    sdpa = dataclasses.replace(setup, attention="sdpa")
+    eager_only = any(len(unsupported(c, sdpa, impl)) > len(unsupported(c, setup, impl)) for c in cfgs)
+    return setup if eager_only else sdpa
+
+
 def format_option(func: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--format",
@@ -272,7 +286,8 @@ def setup_options(func: Callable[..., Any]) -> Callable[..., Any]:
         type=click.Choice(ATTENTIONS),
         default="naive",
         show_default=True,
-        help="naive: S×S scores kept (the course model); sdpa: torch's fused attention kernel.",
+        help="naive: S×S scores kept (the course model; transformers' eager); sdpa: torch's fused attention kernel.  "
+        "With --impl transformers the default is sdpa, as transformers' own.",
     )
     @click.option(
         "--checkpoint",
@@ -552,10 +567,11 @@ def memory_cmd(
     collectives; --measure meta runs one rank of the real job on torch's fake process group."""
     from .commands import memory
 
+    impl = impl or default_impl(click.get_current_context().params["preset_or_file"], layout is not None)
     request = memory.Request(
-        cfg, context, batch, with_dtype(setup, dtype), layout, gpu=gpu_name, allowance=allowance, budget=budget,
-        rank=rank, measure=measure, measure_method=measure_method, allow_long=allow_long,
-        impl=impl or default_impl(click.get_current_context().params["preset_or_file"], layout is not None),
+        cfg, context, batch, with_dtype(implementation_setup(setup, impl, [cfg]), dtype), layout, gpu=gpu_name,
+        allowance=allowance, budget=budget, rank=rank, measure=measure, measure_method=measure_method,
+        allow_long=allow_long, impl=impl,
     )  # fmt: skip
     emit(memory.measure(request, memory.run(request)), fmt)
 
@@ -665,10 +681,10 @@ def train_time_cmd(
     table (h100-sxm) also the calibrated step time of the step's own ops, with the MFU and HFU it implies."""
     from .commands import train_time
 
+    impl = impl or default_impl(click.get_current_context().params["preset_or_file"])
     request = train_time.Request(
         cfg, context, batch, steps, gpu=gpu, gpu_dtype=gpu_dtype, peak_flops=peak_flops, mfu=mfu, method=method,
-        setup=setup, impl=impl or default_impl(click.get_current_context().params["preset_or_file"]),
-        efficiency=efficiency,
+        setup=implementation_setup(setup, impl, [cfg]), impl=impl, efficiency=efficiency,
     )  # fmt: skip
     emit(train_time.run(request), fmt)
 
@@ -728,10 +744,13 @@ def sweep_cmd(
     from .views.sweep import check_sweep_out
 
     check_sweep_out(out)  # a bad --out fails before the models are read
+    impls = tuple(impl or default_impl(p) for p in presets)
+    cfgs = tuple(modified(load_config(p), changes) for p in presets)
+    setup = implementation_setup(setup, impls[0] if len(set(impls)) == 1 else "course", cfgs)  # one for every model
     request = sweep.Request(
-        tuple(modified(load_config(p), changes) for p in presets), contexts, batch, with_dtype(setup, dtype), budget,
+        cfgs, contexts, batch, with_dtype(setup, dtype), budget,
         crosscheck=crosscheck, measure=measure_memory, allow_long=allow_long, out=out, plots=not no_plots,
-        impls=tuple(impl or default_impl(p) for p in presets),
+        impls=impls,
     )  # fmt: skip
     result = sweep.run(request, progress=True)
     paths = sweep.write(request, result)

@@ -77,14 +77,20 @@ def test_a_transformers_step_on_cuda_is_called_exact_only_where_a_gpu_ran_it(run
     assert r.code == 0 and "(Qwen2ForCausalLM, not exact on cuda)" in r.out
 
 
-def test_transformers_header_names_eager_attention(run_cli, tmp_path):
+def test_transformers_defaults_to_its_own_sdpa_and_names_eager_attention(run_cli, tmp_path):
+    """A config.json runs transformers' code, whose default attention is sdpa (eager is opt-in: --attention naive,
+    which the header calls by transformers' name, eager)."""
     path = tmp_path / "config.json"
     path.write_text(
         json.dumps({"model_type": "gpt2", "vocab_size": 97, "n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64})
     )
     r = run_cli("memory", path, "--measure", "meta")
+    assert r.code == 0 and "sdpa attention" in r.out and "sdpa+none+fp32+foreach" in r.out
+    r = run_cli("memory", path, "--measure", "meta", "--attention", "naive")
     assert r.code == 0 and "eager attention" in r.out and "attention naive" not in r.out
     assert "exact prediction for meta" in r.out and "eager+none+fp32+foreach" in r.out
+    r = run_cli("memory", path, "--impl", "course")  # our model keeps its own default
+    assert r.code == 0 and "naive attention" in r.out
 
 
 def test_a_mixture_of_experts_config_json_says_why_transformers_is_not_measured(run_cli, tmp_path):

@@ -21,6 +21,7 @@ COMMANDS = {  # name -> CLI arguments (analytic and fast; memory and crosscheck 
     "account": ["qwen3-0.6b", "--context", "2048"],
     "presets": ["presets"],
     "train-time": ["train-time", "gpt2-small"],
+    "train-time-calibrated": ["train-time", "gpt2-small", "-S", "256", "--gpu", "h100-sxm"],
     "infer": ["infer", "llama-3-8b", "--prompt", "128", "--generate", "16"],
 }
 
