@@ -26,11 +26,6 @@ CAUSES = {  # (impl, model): why the prediction misses by more than 10%, from th
         "and the two gradients in reports/calibration/h100-80gb/step_kernels.csv, about 95 TFLOP/s), which the "
         "aligned grid prices at about 600"
     ),
-    ("course", "qwen3-0.6b"): (
-        "d_model 1,024: two thirds of the time is memory-bound kernels (step_kernels.csv), where the model leaves "
-        "out in-place ops and what reductions read"
-    ),
-    ("transformers", "qwen3-0.6b"): "as for our qwen3-0.6b: memory-bound kernels dominate at d_model 1,024",
     ("transformers", "openai-gpt2"): (
         "as for gpt2-small: the tied 50,257-wide head on align1 kernels (6.7, 4.5 and 4.3 ms, step_kernels.csv)"
     ),

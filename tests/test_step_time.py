@@ -105,12 +105,13 @@ def test_llama_blocks_within_5_percent_of_the_h100(impl, model, setup):
 
 
 @pytest.mark.parametrize("impl", ["course", "transformers"])
-def test_qwen3_small_width_within_12_percent_and_low(impl):
-    """d_model 1,024: memory-bound kernels dominate and the model leaves out in-place ops and reductions' reads, so
-    it predicts low (reports/calibration/h100-80gb.md names the cause)."""
+def test_qwen3_small_width_within_10_percent(impl):
+    """d_model 1,024: memory-bound kernels are two thirds of the step (step_kernels.csv), so the reductions' reads
+    and autograd's in-place sums count; the norms' own in-place adds are still left out (the model is low)."""
     setup = "sdpa+full+amp-bf16+fused" if impl == "course" else "sdpa+none+amp-bf16+fused"
     t, measured, _ = predicted(impl, "qwen3-0.6b", setup)
-    assert -0.12 < t.seconds / measured - 1 < 0
+    assert -0.10 < t.seconds / measured - 1 < 0
+    assert t.forward.memory_bound + t.backward.memory_bound > t.forward.gemm + t.backward.gemm
 
 
 @pytest.mark.parametrize("impl, model", [("course", "gpt2-small"), ("transformers", "openai-gpt2")])

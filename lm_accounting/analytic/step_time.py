@@ -13,14 +13,15 @@ driver and torch).  Per op, numbered as the code applies them:
    cuDNN attention is priced at flash's rate (not measured separately).
 3. Every other storage an op makes: a memory-bound kernel moving ``TRAFFIC[label]`` times its bytes (an elementwise
    binary op reads two operands and writes one) at the measured bandwidth, plus a fixed per-kernel time; both from
-   memory_bound.csv (``Calibration.bandwidth``, ``Calibration.kernel_overhead``).
+   memory_bound.csv (``Calibration.bandwidth``, ``Calibration.kernel_overhead``).  A reduction also reads its whole
+   input (``reads``), and autograd's in-place gradient sums are kernels of their own (``in_place``).
 4. AdamW: 7 reads and writes of every parameter element (p, g, m, v read; p, m, v written) at the rate the
    implementation reached on the largest tensors (optimizer.csv).
 
 What it leaves out, named on each result (``StepTime.caveats``): a GEMM dimension that is no multiple of 8 (cuBLAS
-then takes cutlass's slower ``align1`` kernels, which the grid does not measure), in-place ops and reductions'
-input reads (no storage is made for the first; the second read more than they write), and the host: the model is
-the GPU's busy time, right when the GPU, not Python, is the bottleneck.  No torch.
+then takes cutlass's slower ``align1`` kernels, which the grid does not measure), the programs' other in-place ops
+(the norms' ``add_``, the optimizer's are priced in 4), and the host: the model is the GPU's busy time, right when
+the GPU, not Python, is the bottleneck.  No torch.
 """
 
 from __future__ import annotations
@@ -228,6 +229,11 @@ def price(work: list, batch: int, cal: Calibration) -> tuple[list[PhaseTime], se
             c["attention"] += times * attention_seconds(cal, backend, what, at(b), h, s, d, dtype)
         elif kind == "alloc" and not f[0].startswith(SKIP):
             c["memory_bound"] += times * (TRAFFIC.get(f[0], 2) * at(f[1]) / cal.bandwidth + cal.kernel_overhead)
+            c["kernels"] += times
+        elif kind == "reads":  # a reduction's input, beyond the storage it makes (priced above)
+            c["memory_bound"] += times * at(f[0]) / cal.bandwidth
+        elif kind == "in_place":  # a kernel that makes no storage (autograd's in-place gradient sums)
+            c["memory_bound"] += times * (at(f[0]) / cal.bandwidth + cal.kernel_overhead)
             c["kernels"] += times
     return [PhaseTime(**c) for c in phases], unaligned
 

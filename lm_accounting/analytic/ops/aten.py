@@ -257,6 +257,7 @@ def sum_to(g: Tensor, shape: tuple) -> Tensor:
     lead = g.ndim - len(shape)
     kept = tuple(1 if i < lead or (shape[i - lead] == 1 and g.shape[i] != 1) else d for i, d in enumerate(g.shape))
     out = empty(kept, g.dtype, "sum")
+    current().note("reads", g.nbytes)  # a reduction reads more than it writes (``analytic.step_time``)
     current().target.sum_rows(g, kept)
     return out.alias(shape) if lead else out
 
@@ -476,6 +477,7 @@ def mean(a: Tensor, dim: int, keepdim: bool = False) -> Tensor:
     dim = dim % a.ndim
     shape = a.shape[:dim] + ((1,) if keepdim else ()) + a.shape[dim + 1 :]
     out = empty(shape, a.dtype, "mean")
+    current().note("reads", a.nbytes)
     wrapped = wrap_scalar(a.dtype)  # the CPU kernel divides the sum by a wrapped count
     cast = cast_scalar(wrapped, a.dtype)
     del cast, wrapped
@@ -494,6 +496,7 @@ def sum_(a: Tensor, dim: int, keepdim: bool = False) -> Tensor:
     dim = dim % a.ndim
     shape = a.shape[:dim] + ((1,) if keepdim else ()) + a.shape[dim + 1 :]
     out = empty(shape, a.dtype, "sum")
+    current().note("reads", a.nbytes)
     src = a.shape
     record("SumBackward1", (a,), (out,), lambda ctx, g: (expand(g[0] if keepdim else unsqueeze(g[0], dim), *src),))
     return out

@@ -62,7 +62,8 @@ def recording_work(sink: list):
     """Runs made inside the block append their work to ``sink`` (``analytic.step_time`` prices it), each record
     ``(kind, times, *fields)`` with ``times`` the blocks it stands for (``repeated``): ``("alloc", times, label,
     bytes)`` for each storage made, ``("phase", 1)`` at each phase's end, and the ops' own notes (``Run.note``:
-    ``gemm``, ``attention``)."""
+    ``gemm``, ``attention``, ``reads``: what a reduction reads beyond the storage it makes, ``in_place``: the
+    bytes an in-place kernel moves)."""
     _WORK.append(sink)
     try:
         yield sink
@@ -548,6 +549,7 @@ def _sum_to(grad: Tensor, shape: tuple) -> Tensor:
         1 if i < lead or (shape[i - lead] == 1 and grad.shape[i] != 1) else d for i, d in enumerate(grad.shape)
     )
     out = Tensor(kept, grad.dtype, label="sum")
+    current().note("reads", grad.nbytes)  # a reduction reads more than it writes (``analytic.step_time``)
     current().target.sum_rows(grad, kept)
     return out.alias(shape)
 
@@ -562,7 +564,8 @@ def _accumulate(buffer: list, pos: int, var: Tensor, run: Run) -> None:
         buffer[pos] = var
         return
     if not run.traced and _owns(old):
-        return  # old.add_(var)
+        run.note("in_place", old.nbytes * 3)  # old.add_(var): reads both, writes old; makes no storage
+        return
     buffer[pos] = Tensor(old.shape, old.dtype, perm=old.perm, label="add")  # old + var
 
 
