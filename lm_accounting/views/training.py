@@ -64,7 +64,8 @@ def train_time_view(r: TrainTime) -> View:
     else:
         header.append(
             f"calibrated ({c.impl}, {c.time.gpu}): {c.step_seconds:,.4f} s per step · MFU {c.mfu:.1%} · "
-            f"HFU {c.hfu:.1%} · {c.days:,.1f} days"
+            f"HFU {c.hfu:.1%} · "
+            + (f"{c.days:,.1f} days" if c.days >= 1 else f"{c.days * 24:,.2f} hours")
             + ("" if c.efficiency == 1 else f" (--efficiency {c.efficiency:g} applied)")
         )
         tables.append(calibrated_table(c))
