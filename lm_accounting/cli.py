@@ -251,6 +251,15 @@ def model_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+optimizer_option = click.option(
+    "--optimizer",
+    type=click.Choice(ADAMW_IMPLS),
+    default=DEFAULT_ADAMW,
+    show_default=True,
+    help="torch.optim.AdamW implementation (foreach is torch's default on CUDA).",
+)
+
+
 def implementation_setup(setup: Any, impl: str, cfgs: Sequence[ModelConfig] = ()) -> Any:
     """``setup`` for implementation ``impl``: transformers' own default attention when --attention was not given,
     sdpa (``PreTrainedModel._check_and_adjust_attn_implementation`` picks sdpa where torch has it; eager is opt-in),
@@ -508,13 +517,7 @@ def crosscheck_cmd(
 @cli.command("memory", short_help="Training memory per phase, predicted (and measured), and capacity.")
 @model_options
 @dtype_option
-@click.option(
-    "--optimizer",
-    type=click.Choice(ADAMW_IMPLS),
-    default=DEFAULT_ADAMW,
-    show_default=True,
-    help="torch.optim.AdamW implementation (foreach is torch's default on CUDA).",
-)
+@optimizer_option
 @gpu_memory_options()
 @click.option(
     "--measure",
@@ -646,13 +649,7 @@ def plan_cmd(
     help="The model code the calibrated step time prices (as memory's --impl).  Default: transformers for a "
     "config.json, course otherwise.",
 )
-@click.option(
-    "--optimizer",
-    type=click.Choice(ADAMW_IMPLS),
-    default=DEFAULT_ADAMW,
-    show_default=True,
-    help="torch.optim.AdamW implementation, for the calibrated step time.",
-)
+@optimizer_option
 @click.option(
     "--efficiency",
     type=float,
