@@ -153,6 +153,11 @@ class ModelConfig:
     ignored_fields: tuple[str, ...] = dataclasses.field(default=(), compare=False)
     """Fields of a Hugging Face config.json that were read and ignored because they change no count
     (dropout, soft-capping, rope scaling, token ids, ...): provenance, not shape (``hf_config``)."""
+    dropout: tuple[tuple[str, float], ...] = dataclasses.field(default=(), compare=False)
+    """A config.json's dropout probabilities as given (``attention_dropout``, GPT-2's ``attn_pdrop``, ...): they
+    change no count, but in training transformers applies them and keeps their masks for the backward, so
+    ``--impl transformers`` refuses a probability its program does not model (``hf_config.DROPOUT_MODELLED``).
+    Provenance, like ``ignored_fields``; empty for a preset or a TOML file."""
 
     def __post_init__(self) -> None:
         for key in ("vocab_size", "context_length", "num_layers", "d_model", "num_heads", "d_ff"):
@@ -195,6 +200,11 @@ class ModelConfig:
             )
         if not isinstance(self.ignored_fields, tuple) or not all(isinstance(f, str) for f in self.ignored_fields):
             raise ConfigError(f"ignored_fields must be a tuple of field names, got {short_repr(self.ignored_fields)}")
+        if not isinstance(self.dropout, tuple) or not all(
+            isinstance(d, tuple) and len(d) == 2 and isinstance(d[0], str) and isinstance(d[1], float)
+            for d in self.dropout
+        ):
+            raise ConfigError(f"dropout must be a tuple of (field, probability) pairs, got {short_repr(self.dropout)}")
         self._check_architecture()
         if not isinstance(self.name, str) or not self.name.strip():
             raise ConfigError(f"name must be a non-empty string, got {short_repr(self.name)}")
@@ -526,7 +536,7 @@ class ModelConfig:
         out["num_kv_heads"] = self.kv_heads
         out["head_dim"] = self.d_head
         out["ignored_fields"] = list(self.ignored_fields)
-        del out["hf_model_type"]  # provenance kept out of the pinned JSON key set (tests/snapshots/json_keys.json)
+        del out["hf_model_type"], out["dropout"]  # provenance kept out of the pinned JSON key set (json_keys.json)
         return out
 
     def with_context(self, context_length: int) -> ModelConfig:

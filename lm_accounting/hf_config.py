@@ -52,6 +52,7 @@ query projection.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -696,7 +697,25 @@ def config_from_hf(data: Any, source: str = "config.json", name: str = "custom")
         )
     f = _Fields(data, source, model_type)
     fields = _read(f)
-    return _model(fields, source, name, f.ignored())
+    dropout = tuple(
+        (k, float(data[k]))
+        for k in DROPOUT_FIELDS
+        if isinstance(data.get(k), (int, float)) and not isinstance(data.get(k), bool)
+    )
+    return dataclasses.replace(_model(fields, source, name, f.ignored()), dropout=dropout)
+
+
+DROPOUT_FIELDS = ("attention_dropout", "hidden_dropout", "embd_pdrop", "resid_pdrop", "attn_pdrop")
+DROPOUT_MODELLED = {"gpt2": {"attn_pdrop": 0.1, "resid_pdrop": 0.1, "embd_pdrop": 0.1}}
+"""The dropout probabilities the transformers programs model (``analytic.ops.transformers``): GPT-2's three at
+``GPT2Config``'s 0.1; every other family at 0 (its class default)."""
+
+
+def unmodelled_dropout(cfg: ModelConfig) -> list[str]:
+    """The config.json's dropout fields whose probability the transformers program does not model, as
+    ``name p``."""
+    modelled = DROPOUT_MODELLED.get(cfg.hf_model_type or "", {})
+    return [f"{k} {p:g}" for k, p in cfg.dropout if p != modelled.get(k, 0.0)]
 
 
 def _read(f: _Fields) -> dict[str, Any]:

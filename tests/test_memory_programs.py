@@ -122,3 +122,33 @@ def test_a_sweep_leaves_out_contexts_past_gpt2s_positions(run_cli, tmp_path):
     assert [row["context"] for row in rows] == [512]
     refused = run_cli("sweep", "openai-gpt2", "--contexts", "2048", "--out", tmp_path / "none")
     assert refused.code == 2 and "exceeds the 1,024 learned positions" in refused.err
+
+
+@pytest.mark.parametrize(
+    "model_type, fields, refused",
+    [
+        ("qwen3", {"attention_dropout": 0.1}, "dropout of attention_dropout 0.1"),
+        ("qwen3", {"attention_dropout": 0.0}, None),  # the class default: the program's
+        ("gpt2", {"resid_pdrop": 0.0}, "dropout of resid_pdrop 0"),  # GPT-2's program applies 0.1
+        ("gpt2", {"resid_pdrop": 0.1, "attn_pdrop": 0.1}, None),
+    ],
+)
+def test_a_config_jsons_dropout_is_modelled_or_said(run_cli, tmp_path, model_type, fields, refused):
+    """In training transformers applies a config.json's dropout and keeps its masks for the backward (hostile
+    finding F19: a tiny Phi-3 saved 14% more with attention_dropout 0.1); the programs model GPT-2's 0.1 and every
+    other family's 0, and say so for any other probability instead of predicting a step without it."""
+    shapes = {
+        "qwen3": dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, head_dim=8, max_position_embeddings=64),
+        "gpt2": dict(vocab_size=97, n_embd=32, n_layer=2, n_head=4, n_positions=64),
+    }[model_type]  # fmt: skip
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": model_type, **shapes, **fields}))
+    r = run_cli("memory", path, "-S", "32")
+    assert r.code == 0
+    if refused is None:
+        assert "model states only" not in r.out and "step peak" in r.out
+    else:
+        assert "model states only" in r.out and refused in r.out
+        m = run_cli("memory", path, "-S", "32", "--measure", "meta")
+        assert m.code == 2 and refused in m.err and len(m.err.strip().splitlines()) == 1

@@ -13,6 +13,7 @@ import importlib
 import inspect
 
 from ....config import ModelConfig
+from ....hf_config import unmodelled_dropout
 from ....setup import TrainingSetup
 from ..cuda import transformers_unsupported
 from ..engine import Affine, StepInBatch
@@ -41,7 +42,11 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
     """Why transformers' model of ``cfg`` under ``setup`` is not replayed (empty: it is)."""
     if cfg.hf_model_type not in PROGRAMS:
         return [f"transformers' {cfg.hf_model_type or cfg.name} is not transliterated (have: {', '.join(PROGRAMS)})"]
-    return _module(cfg).unsupported(cfg, setup)
+    dropout = unmodelled_dropout(cfg)
+    why = (
+        [f"dropout of {', '.join(dropout)} (the config.json's: transformers applies it in training)"] if dropout else []
+    )
+    return why + _module(cfg).unsupported(cfg, setup)
 
 
 def predict_step(
