@@ -1,9 +1,9 @@
 """Step time on one GPU: the op library's plain CUDA run, op by op, priced by a table measured on that GPU.
 
-A slice of issue 28 (one GPU, no communication, no CLI yet).  The program is the one the memory replay walks
-(``ops.predict_step(..., mode="plain", device="cuda")``), recorded by ``ops.tensors.recording_work``; the prices come
-from ``lm_accounting/calibration/<gpu>/``, written by ``benchmarks/cuda_calibrate.py`` on that GPU (env.json: the GPU,
-driver and torch).  Per op, numbered as the code applies them:
+A slice of issue 28 (one GPU, no communication; ``train-time`` prints it).  The program is the one the memory
+replay walks (``ops.predict_step(..., mode="plain", device="cuda")``), recorded by ``ops.tensors.recording_work``;
+the prices come from ``lm_accounting/calibration/<gpu>/``, written by ``benchmarks/cuda_calibrate.py`` on that GPU
+(env.json: the GPU, driver and torch).  Per op, numbered as the code applies them:
 
 1. A matrix product (``mm``, ``addmm``, ``bmm``; forward, input and weight gradients): 2·m·n·k FLOPs at the rate
    ``torch.mm`` reached at that dtype and operand layout (gemm.csv), interpolated linearly in log m, log n, log k
@@ -46,7 +46,6 @@ between fp32 and bf16 reads 4 or 2 bytes per 2 or 4 written: 2.5 on average."""
 SKIP = ("mm", "addmm", "bmm", "flash", "cudnn", "efficient", "exp_avg", "exp_avg_sq", "step")
 """Storages priced elsewhere (1, 2, 4) or made outside the timed step."""
 ADAMW_BYTES_PER_ELEMENT = 7  # p, g, m, v read; p, m, v written
-PHASES = ("forward", "backward", "optimizer_step")
 
 
 def calibrations() -> list[str]:
