@@ -8,24 +8,12 @@ import json
 import types
 
 import pytest
+from test_impl_cli import LLAMA_MINI
 
 from lm_accounting.commands import memory
 from lm_accounting.config import AccountingError, load_config
 from lm_accounting.layout import ParallelLayout
 
-LLAMA_MINI = {  # world 4 divides every dim 0: no FSDP2 padding
-    "model_type": "llama",
-    "vocab_size": 128,
-    "hidden_size": 64,
-    "intermediate_size": 96,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 64,
-    "rms_norm_eps": 1e-5,
-    "rope_theta": 10000.0,
-    "tie_word_embeddings": False,
-}
 GEMMA2_MINI = {
     "model_type": "gemma2",
     "vocab_size": 96,

@@ -116,12 +116,12 @@ class CheckpointedMLP:
         return A.cross_entropy(A.view(logits, -1, V), A.view(self.targets, -1))
 
 
-def torch_checkpointed_mlp(batch):
+def torch_checkpointed_mlp_class():
+    """``CheckpointedMLP`` in torch: an embedding, a SwiGLU MLP under non-reentrant checkpoint with a residual,
+    a head (no bias)."""
     torch = pytest.importorskip("torch")
     import torch.nn.functional as tf
     from torch.utils.checkpoint import checkpoint as ck
-
-    from lm_accounting.measure.tracker import measure_training_step
 
     class M(torch.nn.Module):
         def __init__(self):
@@ -137,11 +137,19 @@ def torch_checkpointed_mlp(batch):
 
         def forward(self, x):
             h = self.emb(x)
-            h = h + ck(self.mlp, h, use_reentrant=False)
-            return self.head(h)
+            return self.head(h + ck(self.mlp, h, use_reentrant=False))
+
+    return M
+
+
+def torch_checkpointed_mlp(batch):
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as tf
+
+    from lm_accounting.measure.tracker import measure_training_step
 
     with torch.device("meta"):
-        m = M()
+        m = torch_checkpointed_mlp_class()()
         ids = torch.randint(0, V, (batch, S))
         targets = torch.randint(0, V, (batch, S))
     opt = torch.optim.AdamW(m.parameters(), foreach=True)
@@ -199,8 +207,6 @@ def test_plain_cpu_run_equals_the_allocator(program):
     """No dispatch mode on cpu: gradient sums in place, wrapped Python numbers, AdamW's step counters and
     checkpoint's saved CPU RNG state on the device."""
     torch = pytest.importorskip("torch")
-    import torch.nn.functional as tf
-    from torch.utils.checkpoint import checkpoint as ck
 
     class EH(torch.nn.Module):
         def __init__(self):
@@ -211,21 +217,7 @@ def test_plain_cpu_run_equals_the_allocator(program):
         def forward(self, x):
             return self.head(self.emb(x))
 
-    class CM(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.emb = torch.nn.Embedding(V, D)
-            self.gate = torch.nn.Linear(D, F, bias=False)
-            self.up = torch.nn.Linear(D, F, bias=False)
-            self.down = torch.nn.Linear(F, D, bias=False)
-            self.head = torch.nn.Linear(D, V, bias=False)
-
-        def mlp(self, x):
-            return self.down(tf.silu(self.gate(x)) * self.up(x))
-
-        def forward(self, x):
-            h = self.emb(x)
-            return self.head(h + ck(self.mlp, h, use_reentrant=False))
+    CM = torch_checkpointed_mlp_class()
 
     ours, theirs = {"emb-head": (EmbedHead, EH), "checkpointed-mlp": (CheckpointedMLP, CM)}[program]
     step = training_step(lambda: ours(B), optimizer="foreach", device="cpu", traced=False)

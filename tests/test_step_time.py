@@ -77,6 +77,8 @@ STEPS = {(r["impl"], r["model"], r["setup"]): r for r in table("steps.csv")}
 
 
 def predicted(impl: str, model: str, setup: str):
+    """(the model's StepTime, the step's and AdamW's seconds timed on the H100): the seconds compared below are a
+    prediction and a committed measurement, never a clock read by the test."""
     r = STEPS[impl, model, setup]
     preset, *sets = model.split(" ")
     cfg = dataclasses.replace(load_config(preset), **{k: int(v) for k, v in (s.split("=") for s in sets)})
