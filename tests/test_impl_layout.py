@@ -8,7 +8,7 @@ import json
 import types
 
 import pytest
-from test_impl_cli import LLAMA_MINI
+from test_impl_cli import LLAMA_MINI, one_line_exit_2
 
 from lm_accounting.commands import memory
 from lm_accounting.config import AccountingError, load_config
@@ -49,12 +49,6 @@ def layout_json(run_cli, path, *args):
     r = run_cli("memory", path, "--impl", "transformers", "-S", S, "-B", B, *args, "--format", "json")
     assert r.code == 0, r.err
     return json.loads(r.out)
-
-
-def one_line_exit_2(r, message):
-    lines = r.err.strip().splitlines()
-    assert r.code == 2 and len(lines) == 1 and lines[0].startswith("lm-account: error: "), r.err
-    assert message in lines[0] and "Traceback" not in r.err and r.out == "", r.err
 
 
 def test_rank_zero_of_world_four_by_hand(run_cli, llama_json):

@@ -15,6 +15,8 @@ from lm_accounting.hf_config import config_from_hf
 from lm_accounting.setup import TrainingSetup
 
 pytest.importorskip("transformers")
+from test_ops_transformers_llama import check  # B = 1, 2, 3 against transformers' own model on meta
+
 from lm_accounting.measure.hf import measure_hf_step
 
 LLAMA_LIKE = dict(
@@ -45,14 +47,6 @@ ZOO = {
 
 def tiny(model_type: str, **fields):
     return config_from_hf({"model_type": model_type, **ZOO[model_type], **fields})
-
-
-def check(cfg, seq, setup):
-    lines = predict_step(cfg, seq, setup, impl="transformers", batch=2)  # exact for every B >= 2
-    for batch in (2, 3):
-        assert lines.at(batch) == measure_hf_step(cfg, seq, batch, setup, device="meta"), (batch, setup)
-    one = predict_step(cfg, seq, setup, impl="transformers", batch=1)
-    assert one.at(1) == measure_hf_step(cfg, seq, 1, setup, device="meta"), (1, setup)
 
 
 @pytest.mark.parametrize("attention", ["naive", "sdpa"])
