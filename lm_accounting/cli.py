@@ -23,7 +23,7 @@ from typing import Any
 import click
 
 from .analytic.inference import ATTENTIONS as INFER_ATTENTIONS
-from .analytic.inference import KV_DTYPES, SEMANTICS, WEIGHT_BYTES
+from .analytic.inference import KV_DTYPES, PROGRAMS, SEMANTICS, WEIGHT_BYTES
 from .config import (
     MAX_SIZE,
     AccountingError,
@@ -786,6 +786,14 @@ def sweep_cmd(
     "naive: the S×S scores kept (default, and the only choice, with --cache static).",
 )
 @click.option(
+    "--program",
+    type=click.Choice(PROGRAMS),
+    default=None,
+    help="engine: what vLLM/SGLang run (last-token logits, paged cache, causal kernel, MLA absorbed; the default); "
+    "generate: transformers' generate() (the default with --cache static or --attention naive); "
+    "forward: the full forward, logits at every prompt position.",
+)
+@click.option(
     "--measure",
     type=click.Choice(MEASURE_CHOICES),
     default="none",
@@ -808,6 +816,7 @@ def infer_cmd(
     tp: int,
     semantics: str,
     attention: str | None,
+    program: str | None,
     measure: str,
     allow_long: bool,
 ) -> None:
@@ -819,8 +828,8 @@ def infer_cmd(
 
     request = infer.Request(
         cfg, prompt, generate, batch, context, weights=weights, kv_dtype=kv_dtype, gpu=gpu_name, tp=tp,
-        allowance=allowance, budget=budget, semantics=semantics, attention=attention, measure=measure,
-        allow_long=allow_long,
+        allowance=allowance, budget=budget, semantics=semantics, attention=attention, program=program,
+        measure=measure, allow_long=allow_long,
     )  # fmt: skip
     emit(infer.measure(request, infer.run(request), note=echo_err), fmt)
 

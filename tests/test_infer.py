@@ -99,7 +99,7 @@ def test_sum_min():
 def test_roofline_reproduces_the_hand_computation(llama):
     """llama-3-8b, P = 2048, G = 512, B = 32, bf16 weights and KV, one H100 SXM 80GB."""
     P, G, B = 2048, 512, 32
-    r = infer(llama, P, G, B, gpu="h100-80gb")
+    r = infer(llama, P, G, B, gpu="h100-80gb", program="forward")
     W = 2 * N_PARAMS  # 16,060,522,496 bytes of bf16 weights
     kv_token = 2 * L * KV * HD * 2  # 131,072 bytes of K and V per token per sequence
     # 1. prefill: 2·B·P·N_matmul + the causal half of 4·L·B·P²·h·hd; bytes: weights read + KV written
@@ -139,7 +139,7 @@ def test_knee_at_a_short_context(llama):
 
 
 def test_max_batch_is_the_largest_that_fits(llama):
-    r = infer(llama, 2048, 512, 1, budget=80_000_000_000)
+    r = infer(llama, 2048, 512, 1, budget=80_000_000_000, program="forward")
     for prefill_batch, best in ((None, r.max_batch), (1, r.max_batch_serving)):
         from lm_accounting.analytic.inference_report import _memory
 
@@ -222,7 +222,7 @@ def test_over_budget_is_an_answer_and_meta_measures_it(run_cli):
     190,460,160 parameters: bf16 weights alone are 2 · 190,460,160 = 380,920,320 bytes, over a 100 MB
     budget.  Only a cuda run is refused (it would run out of the GPU's memory)."""
     weights = 2 * 190_460_160
-    args = ("infer", "gpt2-small", "--prompt", "24", "--generate", "5", "--budget", "100MB")
+    args = ("infer", "gpt2-small", "--prompt", "24", "--generate", "5", "--budget", "100MB", "--program", "forward")
     plain = run_cli(*args)
     assert plain.code == 0 and "OVER BUDGET: batch 1 needs" in plain.out and "not even one sequence fits" in plain.out
     d = json.loads(run_cli(*args, "--format", "json").out)
@@ -260,6 +260,7 @@ def test_a_batch_over_the_budget_is_analysed_per_attention(run_cli, llama):
 
     budget = 80_000_000_000
     args = ("infer", "llama-3-8b", "--prompt", "2048", "--generate", "512", "--batch", "512", "--budget", "80GB")
+    args += ("--program", "forward")
     r = run_cli(*args)
     assert r.code == 0 and r.err == "" and "attention sdpa" in r.out
     assert "OVER BUDGET: batch 512 needs" in r.out and "Roofline on h100-80gb" in r.out
@@ -280,7 +281,7 @@ def test_attention_default_and_choices(llama):
     """sdpa by default (filled semantics: what a serving engine runs); naive under 'static' (transformers'
     StaticCache with eager attention), where sdpa is refused.  The FLOPs do not depend on it; the prefill
     temporaries do: naive holds the B·h·P² scores (bf16) of a layer, sdpa never does."""
-    sdpa, naive = infer(llama, 8000, 100), infer(llama, 8000, 100, attention="naive")
+    sdpa, naive = infer(llama, 8000, 100, program="forward"), infer(llama, 8000, 100, attention="naive", program="forward")
     assert (sdpa.attention, naive.attention) == ("sdpa", "naive")
     assert infer(llama, 20, 5, semantics="static").attention == "naive"
     with pytest.raises(AccountingError, match="--attention naive"):
@@ -319,13 +320,13 @@ def test_sdpa_prefill_memory_by_hand(llama):
     ffn = 8 * P + P * e * (2 * D + 3 * FF)
     assert max(attention, ffn) < temps(1) == 558_907_392
     for device in ("cuda", "meta"):  # CUDA's flash and the CPU kernel differ only inside the attention
-        one = infer(llama, P, G, 1, device=device)
+        one = infer(llama, P, G, 1, device=device, program="forward")
         assert one.attention == "sdpa" and one.memory["prefill_temporaries"] == temps(1)
-    r = infer(llama, P, G, 71, budget=80_000_000_000)
+    r = infer(llama, P, G, 71, budget=80_000_000_000, program="forward")
     assert r.memory["prefill_temporaries"] == temps(71) and r.memory["prefill_peak"] == r.memory["peak"] == peak(71)
     assert peak(71) <= 80_000_000_000 < peak(72) and r.max_batch == 71
     # the default budget: the H100's CUDA total, 79.11 GiB = 84,943,715,696 bytes, less the 3 GB allowance
-    default = infer(llama, P, G, 1)
+    default = infer(llama, P, G, 1, program="forward")
     assert default.budget == 81_943_715_696 and peak(73) <= 81_943_715_696 < peak(74) and default.max_batch == 73
 
 

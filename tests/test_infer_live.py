@@ -47,6 +47,10 @@ def tiny(name):
 
 
 SETUPS = [("filled", "naive"), ("static", "naive"), ("filled", "sdpa")]  # static semantics: naive only
+PROGRAMS = {"naive": ("forward", "generate"), "sdpa": ("forward", "generate", "engine")}
+RUNS = [(s, a, p) for s, a in SETUPS for p in PROGRAMS[a]]
+"""Every program on every setup it runs: forward (logits at every position, C = P + G), generate and
+engine (last-token logits and the sampler's fp32 copy, C = P + G − 1; the engine's cache in whole blocks)."""
 
 
 def measurable(cfg, attention):
@@ -55,14 +59,16 @@ def measurable(cfg, attention):
 
 
 @pytest.mark.grid
-@pytest.mark.parametrize(("semantics", "attention"), SETUPS)
+@pytest.mark.parametrize(("semantics", "attention", "program"), RUNS)
 @pytest.mark.parametrize("name", CONFIGS)
-def test_prediction_equals_the_live_model_on_meta(name, semantics, attention):
+def test_prediction_equals_the_live_model_on_meta(name, semantics, attention, program):
     cfg = tiny(name)
     if not measurable(cfg, attention):
         pytest.skip("no fused windowed kernel in the live model (test_measure_refuses_what_the_live_model_cannot_run)")
     weights = "fp32" if name == "mha" else "bf16"
-    r = infer(cfg, 11, 9, 3, weights=weights, kv_dtype=weights, semantics=semantics, attention=attention, device="meta")
+    kw = dict(weights=weights, kv_dtype=weights, semantics=semantics, attention=attention, program=program)
+    r = infer(cfg, 11, 9, 3, **kw, device="meta")
+    assert r.capacity == 11 + 9 - (program != "forward") and r.cache_slots == (32 if program == "engine" else r.capacity)
     measured = measure_inference(r, "meta")
     rows = measured["rows"]
     wrong = [(k, p, m) for k, p, m in rows if p != m]
@@ -77,13 +83,14 @@ def test_prediction_equals_the_live_model_on_meta(name, semantics, attention):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("semantics", "attention"), SETUPS)
+@pytest.mark.parametrize(("semantics", "attention", "program"), RUNS)
 @pytest.mark.parametrize("name", OTHER)
-def test_flops_and_cache_of_other_architectures_on_meta(name, semantics, attention):
+def test_flops_and_cache_of_other_architectures_on_meta(name, semantics, attention, program):
     cfg = ModelConfig(**BASE, **OTHER[name], name=name)
     if not measurable(cfg, attention):
         pytest.skip("no fused latent attention in the live model")
-    rows = measure_inference(infer(cfg, 9, 7, 3, semantics=semantics, attention=attention), "meta")["rows"]
+    r = infer(cfg, 9, 7, 3, semantics=semantics, attention=attention, program=program)
+    rows = measure_inference(r, "meta")["rows"]
     assert all(p == m for _, p, m in rows), [row for row in rows if row[1] != row[2]]
     assert not any("peak" in k for k, _, _ in rows)  # not claimed outside the replay's scope
 
@@ -103,8 +110,8 @@ def test_fused_attention_peaks_are_exact_and_not_naive(extra, weights, device):
     naive one, so a live path that kept the scores, or a replay that modelled them, fails here."""
     cfg = ModelConfig(**{**WIDE, **extra})
     P, G, B = 40, 6, 1
-    r = infer(cfg, P, G, B, weights=weights, kv_dtype=weights, attention="sdpa", device=device)
-    naive = infer(cfg, P, G, B, weights=weights, kv_dtype=weights, attention="naive", device=device)
+    r = infer(cfg, P, G, B, weights=weights, kv_dtype=weights, attention="sdpa", device=device, program="forward")
+    naive = infer(cfg, P, G, B, weights=weights, kv_dtype=weights, attention="naive", device=device, program="forward")
     rows = {k: (p, m) for k, p, m in measure_inference(r, device)["rows"]}
     assert all(p == m for p, m in rows.values()), [(k, v) for k, v in rows.items() if v[0] != v[1]]
     assert rows["prefill peak bytes"][1] == r.memory["prefill_peak"] < naive.memory["prefill_peak"]
@@ -121,7 +128,8 @@ def test_llama_3_8b_largest_batch_equals_the_live_model_on_meta(attention, batch
     allowance, is 81.944 GB).  At those batches the live model on meta (the storage tracker)
     has the predicted prefill and decode peaks (sdpa: 79,570,804,736 B, the hand count of
     test_infer.test_sdpa_prefill_memory_by_hand) and every FLOP and cache row; about 5 s each."""
-    r = infer(load_config("llama-3-8b"), 2048, 512, batch, attention=attention, device="meta", budget=80 * 10**9)
+    llama, budget = load_config("llama-3-8b"), 80 * 10**9
+    r = infer(llama, 2048, 512, batch, attention=attention, device="meta", budget=budget, program="forward")
     assert r.max_batch == batch and r.memory["peak"] <= 80_000_000_000
     rows = {k: (p, m) for k, p, m in measure_inference(r, "meta")["rows"]}
     assert all(p == m for p, m in rows.values()), [(k, v) for k, v in rows.items() if v[0] != v[1]]

@@ -19,6 +19,22 @@ Exact ints, no torch.  Conventions (stated in every output):
   does with eager attention: n = C (min(C, w) windowed) at every decode step, and prefill attends
   over C keys too (P × C; a windowed ring shorter than the prompt attends over the prompt itself).
 * **KV cache**: ``memory.kv_cache_bytes`` at C tokens (windowed layers keep min(C, w)).
+* **Programs** (``PROGRAMS``): which serving program the figures describe.  ``forward`` is the model's
+  own forward at every prompt position (B·P·V logits; C = P + G), what our live model's prefill runs.
+  ``generate`` is transformers' ``generate()``: ``logits_to_keep = 1`` (generation/utils.py: "If the
+  model supports `logits_to_keep` in forward(), set it to 1"), so the prefill's head runs on B rows, and
+  a cache of C = P + G − 1 positions (``max_cache_length = generation_config.max_length - 1``; the last
+  token generated is never fed back).  ``engine`` is what vLLM and SGLang run: last-token logits, a
+  paged cache of P + G − 1 positions in blocks of ``BLOCK_SIZE``, a fused causal kernel that computes
+  only the attended pairs (the causal triangle, a windowed layer's band: ``flops.attended_pairs``),
+  and MLA absorbed at decode (below).
+* **Absorbed MLA** (engine decode; DeepSeek-V2 §2.1.2 "we can absorb W^UK into W^Q, and W^UV into
+  W^O"; vLLM ``MLACommonImpl``, FlashMLA): the query's no-RoPE part is mapped into the latent space
+  (q_nope · W^UK, 2·h·d_nope·r per token), each head scores the cached latent and RoPE key (QKᵀ:
+  2·h·(r + d_rope) per key), takes the probabilities over the latent (AV: 2·h·r per key), and maps
+  the result out (· W^UV, 2·h·r·d_v per token).  The two per-token products are exactly
+  ``kv_b_proj``'s FLOPs on one token, 2·r·h·(d_nope + d_v), so the ``kv_b_proj`` row is its S = 1
+  figure; nothing grows with the keys but the two attention rows.
 """
 
 from __future__ import annotations
@@ -27,7 +43,7 @@ import math
 
 from ..breakdown import Breakdown, Item
 from ..config import AccountingError, ModelConfig
-from .flops import causal_attention_flops, forward_flops, windowed_attention_flops
+from .flops import attended_pairs, causal_attention_flops, forward_flops, windowed_attention_flops
 from .memory import kv_cache_bytes
 from .params import parameter_breakdown
 from .sizes import Sizes
@@ -40,6 +56,34 @@ formats (e.g. one fp16 scale per 128 weights: +2/128 byte per parameter) are **n
 KV_DTYPES = {"fp32": "fp32", "bf16": "bf16", "fp8": "int8"}
 """KV-cache dtypes -> the storage type ``kv_cache_bytes`` prices them as (fp8 e4m3/e5m2: 1 byte, as int8)."""
 ATTENTION = "attention matmuls"
+HEAD = "lm head"
+PROGRAMS = ("engine", "generate", "forward")
+"""``engine``: a serving engine's program (vLLM, SGLang); ``generate``: transformers' ``generate()``;
+``forward``: the full forward at every prompt position (module docstring)."""
+BLOCK_SIZE = 16
+"""Tokens per KV-cache block of the engine program: vLLM's default ``--block-size`` (``CacheConfig``)."""
+
+
+def check_program(program: str) -> None:
+    if program not in PROGRAMS:
+        raise AccountingError(f"unknown program '{program}' (valid: {', '.join(PROGRAMS)})")
+
+
+def cache_positions(program: str, prompt: int, generate: int) -> int:
+    """Positions a sequence's cache holds at the end: P + G under ``forward`` (our static cache), else
+    P + G − 1 (the last generated token is sampled, never fed back)."""
+    return prompt + generate - (program != "forward")
+
+
+def engine_blocks(tokens: int, block: int = BLOCK_SIZE) -> int:
+    """Blocks of a paged cache holding ``tokens`` positions of one sequence: ⌈tokens / block⌉."""
+    return -(-tokens // block)
+
+
+def cache_slots(program: str, prompt: int, generate: int) -> int:
+    """Positions allocated per sequence: ``cache_positions``, the engine's rounded up to whole blocks."""
+    held = cache_positions(program, prompt, generate)
+    return engine_blocks(held) * BLOCK_SIZE if program == "engine" else held
 
 
 def check_semantics(semantics: str) -> None:
@@ -87,6 +131,12 @@ def default_attention(semantics: str) -> str:
     return "naive" if semantics == "static" else "sdpa"
 
 
+def default_program(semantics: str, attention: str) -> str:
+    """``engine`` (what serves a model), except when the static cache or naive attention is asked for:
+    those name transformers' code, so its ``generate``."""
+    return "generate" if semantics == "static" or attention == "naive" else "engine"
+
+
 def check_attention(attention: str, semantics: str) -> None:
     if attention not in ATTENTIONS:
         raise AccountingError(f"unknown attention '{attention}' (valid: {', '.join(ATTENTIONS)})")
@@ -117,30 +167,40 @@ def layer_slots(cfg: ModelConfig, capacity: int) -> list[int]:
     return [min(capacity, w) if cfg.layer_windowed(i) else capacity for i in range(cfg.num_layers)]
 
 
-def attention_per_key(cfg: ModelConfig, batch: int) -> list[tuple[str, str, int, bool]]:
+def absorbed(cfg: ModelConfig, program: str) -> bool:
+    """Whether decode runs MLA in the absorbed form (the engine program; module docstring)."""
+    return cfg.mla and program == "engine"
+
+
+def attention_per_key(cfg: ModelConfig, batch: int, program: str = "forward") -> list[tuple[str, str, int, bool]]:
     """(key, label, c, per_query) per component whose FLOPs grow with the keys attended: the attention
     matmuls, c = FLOPs of one query against one key per layer (the formulas are c·S²: checked at S = 2),
     and under MLA ``kv_b_proj``, c = FLOPs of expanding one cached position (linear in S), read from the
-    registry at S = 1."""
+    registry at S = 1.  Absorbed MLA (``absorbed``): QKᵀ c = 2·B·h·(r + d_rope), AV c = 2·B·h·r, over
+    the latent; ``kv_b_proj`` does not grow (module docstring)."""
     from ..components import breakdown
 
     one, two = breakdown("flops", Sizes.of(cfg, 1, batch)), breakdown("flops", Sizes.of(cfg, 2, batch))
+    latent = {
+        "layers.*.attn.qk": 2 * batch * cfg.num_heads * (cfg.kv_lora_rank + cfg.qk_rope_head_dim),
+        "layers.*.attn.av": 2 * batch * cfg.num_heads * cfg.kv_lora_rank,
+    } if absorbed(cfg, program) else {}  # fmt: skip
     out = []
     for it in one:
-        if it.group == ATTENTION or (cfg.mla and it.key == LATENT_EXPANSION):
+        if it.group == ATTENTION or (cfg.mla and it.key == LATENT_EXPANSION and not latent):
             power = 4 if it.group == ATTENTION else 2
             if two[it.key].per_layer != power * it.per_layer:
                 raise AccountingError(f"{it.key}: not c·S^{power // 2}; decode FLOPs cannot be derived from it")
-            out.append((it.key, it.label, it.per_layer, it.group == ATTENTION))
+            out.append((it.key, it.label, latent.get(it.key, it.per_layer), it.group == ATTENTION))
     return out
 
 
 def _with_attention(
-    base: Breakdown, cfg: ModelConfig, batch: int, keys: list[int], queries: int, text: str
+    base: Breakdown, cfg: ModelConfig, batch: int, keys: list[int], queries: int, text: str, program: str = "forward"
 ) -> Breakdown:
     """``base`` with each attention matmul replaced by Σ_layers c·queries·keys[layer] (MLA's kv_b_proj:
     Σ_layers c·keys[layer], the cached positions it expands)."""
-    per = {key: (c, q) for key, _, c, q in attention_per_key(cfg, batch)}
+    per = {key: (c, q) for key, _, c, q in attention_per_key(cfg, batch, program)}
     uniform = len(set(keys)) == 1
     items = []
     for it in base:
@@ -155,10 +215,44 @@ def _with_attention(
     return Breakdown(base.quantity, base.unit, tuple(items))
 
 
-def prefill_flops(cfg: ModelConfig, prompt: int, batch: int, capacity: int, semantics: str = "filled") -> Breakdown:
-    """Matmul FLOPs of the prefill, per component (filled: the forward at S = P)."""
+def _last_token_head(base: Breakdown, cfg: ModelConfig, batch: int) -> Breakdown:
+    """``base`` with the LM head on B rows, the last position of each sequence (``logits_to_keep = 1``)."""
+    head = {it.key: it for it in forward_flops(cfg, 1, batch) if it.group == HEAD}
+    text = "last position only: 2·B·d·V"
+    items = [Item(it.key, it.label, it.group, head[it.key].total, None, text) if it.key in head else it for it in base]
+    return Breakdown(base.quantity, base.unit, tuple(items))
+
+
+def prefill_pairs(cfg: ModelConfig, prompt: int) -> list[int]:
+    """Query-key pairs a causal fused kernel computes per layer in the prefill: the causal triangle
+    P(P + 1)/2, a windowed layer's band (``flops.attended_pairs``)."""
+    w = cfg.sliding_window
+    return [attended_pairs(prompt, w if cfg.layer_windowed(i) else None) for i in range(cfg.num_layers)]
+
+
+def prefill_flops(
+    cfg: ModelConfig, prompt: int, batch: int, capacity: int, semantics: str = "filled", program: str = "forward"
+) -> Breakdown:
+    """Matmul FLOPs of the prefill, per component (forward, filled: the forward at S = P).  ``generate``
+    and ``engine`` run the head on the last position only; ``engine``'s attention rows count the pairs
+    a causal kernel computes (``prefill_pairs``), not the square."""
     check_semantics(semantics)
+    check_program(program)
     base = forward_flops(cfg, prompt, batch)
+    if program != "forward":
+        base = _last_token_head(base, cfg, batch)
+    if program == "engine":  # the attention rows only (MLA's kv_b_proj expands the P new tokens, as in forward)
+        per = {key: c for key, _, c, per_query in attention_per_key(cfg, batch) if per_query}
+        pairs = prefill_pairs(cfg, prompt)
+        text = "causal kernel: c·Σ pairs attended (P(P+1)/2; a window's band)"
+        uniform = len(set(pairs)) == 1
+        items = [
+            Item(it.key, it.label, it.group, per[it.key] * sum(pairs), per[it.key] * pairs[0] if uniform else None, text)
+            if it.key in per
+            else it
+            for it in base
+        ]
+        return Breakdown(base.quantity, base.unit, tuple(items))
     if semantics == "filled":
         return base
     keys = [max(n, prompt) for n in layer_slots(cfg, capacity)]
@@ -182,14 +276,21 @@ def decode_keys(cfg: ModelConfig, position: int, capacity: int, semantics: str =
     return [min(position + 1, n) for n in slots]
 
 
-def decode_flops(cfg: ModelConfig, position: int, batch: int, capacity: int, semantics: str = "filled") -> Breakdown:
-    """Matmul FLOPs of one decode step (B tokens) at ``position``, per component."""
+def decode_flops(
+    cfg: ModelConfig, position: int, batch: int, capacity: int, semantics: str = "filled", program: str = "forward"
+) -> Breakdown:
+    """Matmul FLOPs of one decode step (B tokens) at ``position``, per component (``engine`` with MLA:
+    absorbed, module docstring)."""
     check_semantics(semantics)
+    check_program(program)
     from ..components import breakdown
 
     base = breakdown("flops", Sizes.of(cfg, 1, batch))
     text = "2·B·h·n·d_head per layer, n = " + ("C slots" if semantics == "static" else "p + 1 keys")
-    return _with_attention(base, cfg, batch, decode_keys(cfg, position, capacity, semantics), 1, text)
+    if absorbed(cfg, program):
+        text = "absorbed MLA: 2·B·h·(2r + d_rope)·n per layer, n = p + 1 latent keys"
+    keys = decode_keys(cfg, position, capacity, semantics)
+    return _with_attention(base, cfg, batch, keys, 1, text, program)
 
 
 def sum_min(lo: int, hi: int, cap: int | None) -> int:
@@ -207,14 +308,16 @@ def sum_min(lo: int, hi: int, cap: int | None) -> int:
     return tri(lo, cap) + cap * (hi - cap)
 
 
-def generation_flops(cfg: ModelConfig, prompt: int, generate: int, batch: int, semantics: str = "filled") -> int:
+def generation_flops(
+    cfg: ModelConfig, prompt: int, generate: int, batch: int, semantics: str = "filled", program: str = "forward"
+) -> int:
     """Matmul FLOPs of the G − 1 decode steps, in closed form: (G − 1)·(non-attention per step) +
     Σ_layers c·Σ_{p=P}^{P+G−2} n_layer(p) (filled: n = min(p + 1, w); static: n = slots)."""
-    steps, capacity = generate - 1, prompt + generate
+    steps, capacity = generate - 1, cache_positions(program, prompt, generate)
     if steps <= 0:
         return 0
-    step = decode_flops(cfg, prompt, batch, capacity, semantics)
-    grows = attention_per_key(cfg, batch)
+    step = decode_flops(cfg, prompt, batch, capacity, semantics, program)
+    grows = attention_per_key(cfg, batch, program)
     other = sum(it.total for it in step if it.key not in {key for key, *_ in grows})
     c = sum(c for _, _, c, _ in grows)
     if semantics == "static":

@@ -5,7 +5,8 @@ under ``torch.no_grad`` op by op, as ``replay.py`` does for training (it reuses 
 and RoPE sequences for a block whose tensors autograd does not keep), and returns the peak bytes
 above what lives before the step: the weights, the RoPE tables, the cache and the input ids.  The
 step's output, the logits (B·S·V·e), is part of the peak.  Exact (the storage tracker on meta and
-CPU tensors agrees byte for byte, ``tests/test_infer_live.py``) for the course architecture: pre-
+CPU tensors agrees byte for byte, ``tests/test_infer_live.py``; with ``last_logits``, the head on the
+last positions and the sampler's fp32 copy, too) for the course architecture: pre-
 RMSNorm, SwiGLU, RoPE, no biases, with GQA, head_dim, per-head qk-norm, tied embeddings and sliding
 windows; another architecture gets its course twin's figure, labelled an estimate.
 
@@ -107,12 +108,16 @@ def step_temporaries(
     cpu: bool = False,
     attention: str = "naive",
     cuda: bool = False,
+    last_logits: bool = False,
 ) -> int:
     """Peak bytes above the pre-step baseline during one prefill (``seq`` = P) or decode (``seq`` = 1)
     step, ``keys[i]`` = keys layer i attends over, ``slots[i]`` = its cache slots (static semantics).
     ``attention`` ``sdpa``: the fused kernel (filled semantics; no mask is built, a windowed layer's
     window is the kernel's); ``cuda``: the CUDA kernels' logsumexp and output layout (``Sizes.lse``,
-    ``Sizes.merge_copy``), else the CPU flash kernel's (meta and cpu)."""
+    ``Sizes.merge_copy``), else the CPU flash kernel's (meta and cpu).  ``last_logits``: the head runs on
+    each sequence's last position only (``logits_to_keep = 1``: the final norm's output sliced, a view),
+    and the sampler copies those B·V logits to fp32 (transformers' ``generate``: ``outputs.logits[:, -1]
+    .to(copy=True, dtype=torch.float32)``; vLLM's ``Sampler``: ``logits.to(torch.float32)``)."""
     if not exact_for(cfg):
         cfg = cfg.course_twin()
     z = Sizes(cfg, batch, seq, e, setup=TrainingSetup(attention=attention), cpu=cpu, cuda=cuda)
@@ -142,5 +147,11 @@ def step_temporaries(
             _slot_mask(r, s, *build)
         repeat(r, count, lambda q, n=n, fresh=fresh, masked=masked: _layer(q, z, n, fresh_keys=fresh, masked=masked))
     _norm_forward_unsaved(r, z, z.T, cfg.d_model)  # ln_final
-    r(+z.T * cfg.vocab_size * e, -Td)  # logits (the step's output); ln_final output dies
+    if last_logits:
+        r(+z.batch * cfg.vocab_size * e, -Td)  # logits (B, 1, V) of the last positions; ln_final output dies
+        masks = sum(s * n for n in made)  # static semantics: the slot masks, cleared when the step returns
+        r(-Td, -8 * s, -masks)  # the forward returns: the residual stream, the positions and the masks die
+        r(+z.batch * cfg.vocab_size * 4)  # the sampler's fp32 copy, beside the step's output
+    else:
+        r(+z.T * cfg.vocab_size * e, -Td)  # logits (the step's output); ln_final output dies
     return r.peak().at(1)

@@ -77,6 +77,7 @@ class Inference(Result):
     batch: int
     semantics: str
     attention: str
+    program: str  # inference.PROGRAMS: engine, generate or forward
     device: str  # whose kernels the temporaries are: cuda, or meta/cpu (the CPU flash kernel) for a measurement
     weights: str
     kv_dtype: str
@@ -98,7 +99,13 @@ class Inference(Result):
 
     @property
     def capacity(self) -> int:
-        return self.prompt + self.generate
+        """Positions each sequence's cache holds (``inference.cache_positions``)."""
+        return inf.cache_positions(self.program, self.prompt, self.generate)
+
+    @property
+    def cache_slots(self) -> int:
+        """Positions allocated per sequence (``inference.cache_slots``: the engine's whole blocks)."""
+        return inf.cache_slots(self.program, self.prompt, self.generate)
 
     @property
     def over_budget(self) -> str | None:
@@ -147,6 +154,7 @@ class Inference(Result):
             "generate": self.generate,
             "batch": self.batch,
             "capacity": self.capacity,
+            "program": self.program,
             "cache_semantics": self.semantics,
             "attention": self.attention,
             "temporaries_for_device": self.device,
@@ -196,24 +204,28 @@ def _weights(cfg: ModelConfig, weights: str, tp: int) -> int:
 
 
 def _memory(
-    cfg, prompt, generate, batch, weights, kv_dtype, tp, semantics, prefill_batch=None, attention="sdpa", cuda=True
+    cfg, prompt, generate, batch, weights, kv_dtype, tp, semantics, prefill_batch=None, attention="sdpa", cuda=True,
+    program="forward",
 ) -> dict[str, int]:
     """Bytes on one rank: weights, cache, RoPE tables, ids, and each phase's peak (prefill, last decode step).
     ``prefill_batch``: sequences prefilled together (default: all B at once; 1 = one at a time, as a
     continuous-batching server admits them).  ``attention``: the kernel (``inference.ATTENTIONS``);
-    ``cuda``: the temporaries of a CUDA GPU's fused kernels, else the CPU flash kernel's (meta, cpu)."""
+    ``cuda``: the temporaries of a CUDA GPU's fused kernels, else the CPU flash kernel's (meta, cpu).
+    ``program``: ``generate`` and ``engine`` keep last-token logits (and the sampler's fp32 copy) and a cache
+    of P + G − 1 positions, the engine's in whole blocks (``inference.engine_blocks``)."""
     pb = batch if prefill_batch is None else prefill_batch
-    e, C = ACT_BYTES[_act(weights)], prompt + generate
+    e, C = ACT_BYTES[_act(weights)], inf.cache_positions(program, prompt, generate)
+    held = inf.cache_slots(program, prompt, generate)  # positions allocated (the engine's whole blocks)
     slots = inf.layer_slots(cfg, C)
     pre_keys = [prompt] * cfg.num_layers if semantics == "filled" else [max(n, prompt) for n in slots]
     last = prompt + max(generate - 2, 0)
     dec_keys = inf.decode_keys(cfg, last, C, semantics)
-    kw = dict(semantics=semantics, slots=slots, attention=attention, cuda=cuda)
+    kw = dict(semantics=semantics, slots=slots, attention=attention, cuda=cuda, last_logits=program != "forward")
     rope = 2 * cfg.context_length * (cfg.d_head // 2) * 4 if cfg.positions == "rope" else 0
     out = {
         "weights": _weights(cfg, weights, tp),
-        "kv_cache_per_sequence": inf.kv_bytes(cfg, C, 1, kv_dtype, tp),
-        "kv_cache": inf.kv_bytes(cfg, C, batch, kv_dtype, tp),
+        "kv_cache_per_sequence": inf.kv_bytes(cfg, held, 1, kv_dtype, tp),
+        "kv_cache": inf.kv_bytes(cfg, held, batch, kv_dtype, tp),
         "rope_tables": rope,
         "prefill_input_ids": pb * prompt * 8,
         "prefill_temporaries": step_temporaries(cfg, pb, prompt, pre_keys, e, prefill=True, **kw),
@@ -228,13 +240,14 @@ def _memory(
 
 
 def max_batch(
-    cfg, prompt, generate, weights, kv_dtype, tp, semantics, budget, prefill_batch=None, attention="sdpa", cuda=True
+    cfg, prompt, generate, weights, kv_dtype, tp, semantics, budget, prefill_batch=None, attention="sdpa", cuda=True,
+    program="forward",
 ) -> int:
     """The largest B whose peak fits ``budget`` (0: not even one sequence); the peak grows with B.
     ``prefill_batch`` 1: sequences are prefilled one at a time (only the decode step runs at B)."""
 
     def peak(b: int) -> int:
-        args = (cfg, prompt, generate, b, weights, kv_dtype, tp, semantics, prefill_batch, attention, cuda)
+        args = (cfg, prompt, generate, b, weights, kv_dtype, tp, semantics, prefill_batch, attention, cuda, program)
         return _memory(*args)["peak"]
 
     if peak(1) > budget:
@@ -264,7 +277,9 @@ def budget_problem(batch, memory, budget, g: GPU, capacity, tp, best, serving) -
     )
 
 
-def _decode_series(cfg, prompt, generate, batch, semantics, w_read, g: GPU, peak: int, tp: int, kv_dtype: str):
+def _decode_series(
+    cfg, prompt, generate, batch, semantics, w_read, g: GPU, peak: int, tp: int, kv_dtype: str, program: str
+):
     """The roofline over the G − 1 decode steps: (first step, last step, mean seconds, bounds seen, the
     first position whose bound differs from the first step's), in closed form: O(layers + log G), not O(G).
 
@@ -276,11 +291,11 @@ def _decode_series(cfg, prompt, generate, batch, semantics, w_read, g: GPU, peak
     side's Σ F or Σ bytes is linear in Σ_p K(p), a sum of Σ min(p + 1, n) (``inference.sum_min``).  The mean is
     that exact rational sum over steps (the same figure as adding the G − 1 steps one by one, without its
     rounding)."""
-    C, steps = prompt + generate, generate - 1
-    grows = inf.attention_per_key(cfg, batch)
+    C, steps = inf.cache_positions(program, prompt, generate), generate - 1
+    grows = inf.attention_per_key(cfg, batch, program)
     per_key = sum(c for _, _, c, _ in grows)
     grown = {key for key, *_ in grows}
-    other = sum(it.total for it in inf.decode_flops(cfg, prompt, batch, C, semantics) if it.key not in grown)
+    other = sum(it.total for it in inf.decode_flops(cfg, prompt, batch, C, semantics, program) if it.key not in grown)
     kv_token = inf.kv_bytes(cfg, 1, batch, kv_dtype, 1) // cfg.num_layers  # 2·kv_dim·B·bytes per layer-token
     split = inf.kv_split(cfg, tp)
     if per_key % tp or kv_token % split:
@@ -326,15 +341,24 @@ def _decode_series(cfg, prompt, generate, batch, semantics, w_read, g: GPU, peak
     return phase(prompt), phase(end - 1), mean, bounds, turn
 
 
-def check_infer(cfg, prompt, generate, batch, weights, kv_dtype, tp, semantics, attention, device) -> str:
-    """Every refusal of ``infer`` for ``cfg`` (at its context), before any work; returns the attention
-    (``attention`` None: ``inference.default_attention(semantics)``)."""
+def check_infer(
+    cfg, prompt, generate, batch, weights, kv_dtype, tp, semantics, attention, device, program=None
+) -> tuple[str, str]:
+    """Every refusal of ``infer`` for ``cfg`` (at its context), before any work; returns the attention and
+    the program (None: ``inference.default_attention(semantics)``, ``inference.default_program``)."""
     for name, value in (("prompt", prompt), ("generate", generate), ("batch", batch), ("tp", tp)):
         check_positive_int(name, value)
     inf.check_supported(cfg)
     inf.check_semantics(semantics)
     attention = inf.default_attention(semantics) if attention is None else attention
+    program = inf.default_program(semantics, attention) if program is None else program
+    inf.check_program(program)
     inf.check_attention(attention, semantics)
+    if program == "engine" and (semantics != "filled" or attention != "sdpa"):
+        raise AccountingError(
+            "--program engine runs a paged cache with a fused kernel (what vLLM and SGLang run): --cache static "
+            "and --attention naive describe transformers' code; use them with --program generate or forward"
+        )
     inf.check_lengths(cfg, prompt, generate)
     inf.check_tp(cfg, tp)
     if weights not in inf.WEIGHT_BYTES:
@@ -349,7 +373,7 @@ def check_infer(cfg, prompt, generate, batch, weights, kv_dtype, tp, semantics, 
             "memory-efficient kernel takes no GQA; SDPA would fall back to the math path, S×S): use --weights bf16 "
             "(or fp8/int8/int4: bf16 activations), or --attention naive, or --measure meta|cpu (the CPU kernel)"
         )
-    return attention
+    return attention, program
 
 
 def infer(
@@ -368,29 +392,35 @@ def infer(
     context: int | None = None,
     attention: str | None = None,
     device: str = "cuda",
+    program: str | None = None,
 ) -> Inference:
     """Everything analytic about serving ``cfg`` (see the module docstring and ``CONVENTIONS``).
     ``attention`` None: ``inference.default_attention(semantics)`` (sdpa, naive under 'static').
     ``device``: whose kernels the temporaries are (cuda, the default: what a GPU allocates; meta or cpu:
-    torch's CPU flash kernel, for a measurement there).
+    torch's CPU flash kernel, for a measurement there).  ``program``: ``inference.PROGRAMS`` (None:
+    ``inference.default_program``: engine, what a serving engine runs, unless the static cache or naive
+    attention asked for names transformers' code: generate).
     A batch whose peak exceeds ``budget`` is still analysed: ``Inference.over_budget`` says by how much
     and what fits (an answer, not bad input).  ``budget`` per GPU: as given, else the GPU's CUDA total less
     ``allowance`` (``gpus.memory_budget``, default ``gpus.DEFAULT_ALLOWANCE``)."""
     cfg = at_context(cfg, context)
-    attention = check_infer(cfg, prompt, generate, batch, weights, kv_dtype, tp, semantics, attention, device)
+    attention, program = check_infer(
+        cfg, prompt, generate, batch, weights, kv_dtype, tp, semantics, attention, device, program
+    )
     cuda = device == "cuda"
     g = lookup_gpu(gpu)
     basis = budget if isinstance(budget, MemoryBudget) else memory_budget(g.name, allowance, budget)
     budget = basis.usable
-    C = prompt + generate
-    memory = _memory(cfg, prompt, generate, batch, weights, kv_dtype, tp, semantics, None, attention, cuda)
-    best = max_batch(cfg, prompt, generate, weights, kv_dtype, tp, semantics, budget, None, attention, cuda)
-    serving = max_batch(cfg, prompt, generate, weights, kv_dtype, tp, semantics, budget, 1, attention, cuda)
+    C = inf.cache_positions(program, prompt, generate)
+    args = (cfg, prompt, generate)
+    memory = _memory(*args, batch, weights, kv_dtype, tp, semantics, None, attention, cuda, program)
+    best = max_batch(*args, weights, kv_dtype, tp, semantics, budget, None, attention, cuda, program)
+    serving = max_batch(*args, weights, kv_dtype, tp, semantics, budget, 1, attention, cuda, program)
     peak = g.peak_flops(_act(weights))
-    prefill = inf.prefill_flops(cfg, prompt, batch, C, semantics)
+    prefill = inf.prefill_flops(cfg, prompt, batch, C, semantics, program)
     extras = inf.prefill_extras(cfg, prompt, batch)
     pre_hw = prefill.total
-    if semantics == "filled":  # a causal kernel skips the masked half
+    if semantics == "filled" and program != "engine":  # a causal kernel skips the masked half (engine: counted)
         pre_hw += extras["attention_causal_half"] - extras["attention_full_square"]
     w_gpu = memory["weights"]
     routed, touched = routed_fraction(cfg, batch)
@@ -403,7 +433,7 @@ def infer(
         allreduce_seconds(cfg, batch * prompt, g, tp),
     )
     first, last, mean, bounds, turn = _decode_series(
-        cfg, prompt, generate, batch, semantics, w_read, g, peak, tp, kv_dtype
+        cfg, prompt, generate, batch, semantics, w_read, g, peak, tp, kv_dtype, program
     )
     if len(bounds) <= 1:
         decode_bound = bounds[0] if bounds else "no decode step"
@@ -411,10 +441,10 @@ def infer(
         decode_bound = f"{bounds[0]} until p = {turn - 1:,}, then {bounds[1]}"
     knees, last_p = {}, prompt + max(generate - 2, 0)
     for name, p in (("first", prompt), ("last", last_p)):
-        f = inf.decode_flops(cfg, p, 1, C, semantics).total  # one sequence's FLOPs at p
+        f = inf.decode_flops(cfg, p, 1, C, semantics, program).total  # one sequence's FLOPs at p
         k = inf.kv_bytes(cfg, 1, 1, kv_dtype, 1) // cfg.num_layers * sum(inf.decode_keys(cfg, p, C, semantics))
         knees[name] = knee_batch(f, k * tp // inf.kv_split(cfg, tp), tp * w_gpu, peak, g.bandwidth)
-    f_first = inf.decode_flops(cfg, prompt, 1, C, semantics).total
+    f_first = inf.decode_flops(cfg, prompt, 1, C, semantics, program).total
     knees["weights_only"] = knee_batch(f_first, 0, tp * w_gpu, peak, g.bandwidth)  # as if no KV were read
     decode_steps = generate - 1
     roofline = {
@@ -442,6 +472,7 @@ def infer(
         batch=batch,
         semantics=semantics,
         attention=attention,
+        program=program,
         device=device,
         weights=weights,
         kv_dtype=kv_dtype,
@@ -450,9 +481,9 @@ def infer(
         budget=budget,
         prefill=prefill,
         prefill_extras=extras,
-        decode=inf.decode_flops(cfg, prompt, batch, C, semantics),
-        decode_last=inf.decode_flops(cfg, last_p, batch, C, semantics).total,
-        generation_flops=inf.generation_flops(cfg, prompt, generate, batch, semantics),
+        decode=inf.decode_flops(cfg, prompt, batch, C, semantics, program),
+        decode_last=inf.decode_flops(cfg, last_p, batch, C, semantics, program).total,
+        generation_flops=inf.generation_flops(cfg, prompt, generate, batch, semantics, program),
         memory=memory,
         memory_exact=memory_exact(cfg, weights, kv_dtype, attention),
         max_batch=best,

@@ -32,6 +32,7 @@ class Request:
     budget: int | None = None  # the usable bytes per GPU, as given (no allowance subtracted)
     semantics: str = "filled"
     attention: str | None = None  # None: inference.default_attention(semantics)
+    program: str | None = None  # None: inference.default_program(semantics, attention)
     measure: str = "none"
     allow_long: bool = False  # a measurement estimated past measure.devices.MAX_LIVE_SECONDS
     budget_basis: MemoryBudget = field(init=False, repr=False)
@@ -42,7 +43,7 @@ class Request:
         run = at_context(self.config, self.context)
         check_infer(
             run, self.prompt, self.generate, self.batch, self.weights, self.kv_dtype, self.tp, self.semantics,
-            self.attention, self.device,
+            self.attention, self.device, self.program,
         )  # fmt: skip
         object.__setattr__(self, "budget_basis", memory_budget(self.gpu, self.allowance, self.budget))
 
@@ -57,6 +58,7 @@ def run(request: Request) -> Inference:
     return infer(
         r.config, r.prompt, r.generate, r.batch, weights=r.weights, kv_dtype=r.kv_dtype, gpu=r.gpu, tp=r.tp,
         budget=r.budget_basis, semantics=r.semantics, context=r.context, attention=r.attention, device=r.device,
+        program=r.program,
     )  # fmt: skip
 
 

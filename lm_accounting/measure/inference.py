@@ -132,8 +132,8 @@ def measure_inference(result, device: str = "meta") -> dict[str, Any]:
     if result.attention == "sdpa" and (cfg.sliding_window is not None or cfg.mla):
         what = "sliding window" if cfg.sliding_window is not None else "latent attention (MLA: narrower value heads)"
         raise AccountingError(
-            f"--measure: the live model's fused attention has no {what}; measure with --attention naive "
-            "(the FLOPs are the same; the memory figures are then naive attention's)"
+            f"--measure: the live model's fused attention has no {what}; measure with --program generate "
+            "--attention naive (the FLOPs are the same; the memory figures are then naive attention's)"
         )
     peaks = result.memory_exact  # peaks compared: the step replay's scope (else FLOPs and cache only)
     if peaks and result.attention == "sdpa" and (device == "cuda") != (result.device == "cuda"):
@@ -142,6 +142,9 @@ def measure_inference(result, device: str = "meta") -> dict[str, Any]:
             f"predict with infer(..., device={device!r})"
         )
     B, P, C, sem = result.batch, result.prompt, result.capacity, result.semantics
+    last_only = result.program != "forward"  # logits_to_keep = 1 and the sampler's fp32 copy
+    # the engine's prefill counts the pairs a causal kernel computes; a counter counts the square, as generate's
+    counted = "generate" if result.program == "engine" else result.program
     check_inference_run(result, device)
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
@@ -157,29 +160,43 @@ def measure_inference(result, device: str = "meta") -> dict[str, Any]:
     with torch.no_grad():
         setup = TrainingSetup(attention=result.attention, precision=result.weights)  # pure fp32 or bf16
         model = build_model(cfg, device, dtype, setup=setup)
-        cache = StaticKVCache(cfg, B, C, device, dtype, sem)
+        cache = StaticKVCache(cfg, B, result.cache_slots, device, dtype, sem)
         rows.append(("KV cache bytes (cache tensors)", result.memory["kv_cache"], cache.nbytes))
-        predicted_prefill = as_live(result.prefill)
+        square = inf.prefill_flops(cfg, P, B, C, sem, counted)
+        predicted_prefill = as_live(square)
         keys = [it.key for it in predicted_prefill]
         ids = torch.zeros(B, P, dtype=torch.long, device=device)
-        total, by_key = _flops_by_key(lambda: prefill(model, ids, cache), keys)
-        rows.append(("prefill FLOPs (FlopCounterMode)", result.prefill.total, total))
+
+        def run_prefill():
+            logits = prefill(model, ids, cache, last_only)
+            if last_only:  # generate: outputs.logits[:, -1].to(copy=True, dtype=torch.float32)
+                return logits[:, -1].to(copy=True, dtype=torch.float32)
+            return logits
+
+        total, by_key = _flops_by_key(run_prefill, keys)
+        square_note = ", the full square as counters count it" if counted != result.program else ""
+        what = f"prefill FLOPs (FlopCounterMode{square_note})"
+        rows.append((what, square.total, total))
         rows += [(f"  prefill {it.key}", it.total, by_key.get(it.key, 0)) for it in predicted_prefill]
         cache.length = 0
         if peaks:
-            measured = _peak(lambda: prefill(model, ids, cache), model, cache, ids, device, overheads)
+            measured = _peak(run_prefill, model, cache, ids, device, overheads)
             rows.append(("prefill peak bytes", result.memory["prefill_peak"], measured))
         last = P + max(result.generate - 2, 0)
         one = torch.zeros(B, 1, dtype=torch.long, device=device)
         for p in sorted({P, (P + last) // 2, last}):
-            predicted = as_live(inf.decode_flops(cfg, p, B, C, sem))
+            predicted = as_live(inf.decode_flops(cfg, p, B, C, sem, result.program))
             cache.length = p
             total, by_key = _flops_by_key(lambda: decode(model, one, cache), keys)
             rows.append((f"decode FLOPs at p = {p:,}", predicted.total, total))
             rows += [(f"  decode p = {p:,} {it.key}", it.total, by_key.get(it.key, 0)) for it in predicted]
         cache.length = last
         if peaks:
-            measured = _peak(lambda: decode(model, one, cache), model, cache, one, device, overheads)
+            def run_decode():
+                logits = decode(model, one, cache)
+                return logits[:, -1].to(copy=True, dtype=torch.float32) if last_only else logits
+
+            measured = _peak(run_decode, model, cache, one, device, overheads)
             rows.append((f"decode peak bytes at p = {last:,}", result.memory["decode_peak"], measured))
     out = {"device": device, "dtype": result.weights, "attention": result.attention, "rows": rows}
     if overheads:

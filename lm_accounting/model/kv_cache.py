@@ -128,8 +128,12 @@ class StaticKVCache:
         return self._masks[key]
 
 
-def _run(model, token_ids: Tensor, cache: StaticKVCache, mask: Tensor | None, window_mask: Tensor | None) -> Tensor:
+def _run(
+    model, token_ids: Tensor, cache: StaticKVCache, mask: Tensor | None, window_mask: Tensor | None, last: bool = False
+) -> Tensor:
     """``TransformerLM.forward``'s body at positions cache.length .. + S, each block given its layer's cache.
+    ``last``: the head runs on each sequence's last position only (transformers' ``logits_to_keep = 1``:
+    the final norm over every position, then a slice, a view).
     Called through ``model(...)`` (the body stands in for ``forward`` for the call), so module hooks, and
     the FLOP counter's module names (``TransformerLM.layers.0.attn.qk``), see the root module."""
     cfg, start, seq = model.cfg, cache.length, token_ids.shape[-1]
@@ -146,7 +150,8 @@ def _run(model, token_ids: Tensor, cache: StaticKVCache, mask: Tensor | None, wi
         for i, block in enumerate(model.layers):
             layer_mask = window_mask if cfg.layer_windowed(i) else mask
             x = block(x, model.rope, positions, layer_mask, cache=cache.layers[i])
-        return model.lm_head(model.ln_final(x))
+        h = model.ln_final(x)
+        return model.lm_head(h[:, -1:] if last else h)  # (B, 1, d): a view of the last positions
 
     model.forward = body
     try:
@@ -159,9 +164,9 @@ def _run(model, token_ids: Tensor, cache: StaticKVCache, mask: Tensor | None, wi
 
 
 @torch.no_grad()
-def prefill(model, token_ids: Tensor, cache: StaticKVCache) -> Tensor:
-    """The prompt (B, P) through the model, filling slots 0 .. P−1; returns the logits (B, P, V).
-    Inference: no autograd (``torch.no_grad``)."""
+def prefill(model, token_ids: Tensor, cache: StaticKVCache, last: bool = False) -> Tensor:
+    """The prompt (B, P) through the model, filling slots 0 .. P−1; returns the logits (B, P, V), or
+    (B, 1, V) of the last positions with ``last``.  Inference: no autograd (``torch.no_grad``)."""
     if cache.length:
         raise AccountingError("prefill needs an empty cache")
     if model.setup.checkpoint != "none" or model.setup.autocast:
@@ -172,13 +177,13 @@ def prefill(model, token_ids: Tensor, cache: StaticKVCache) -> Tensor:
                 "static cache semantics attend over every slot through a mask (transformers' StaticCache with "
                 "eager attention): they run with naive attention only"
             )
-        return _run(model, token_ids, cache, None, None)
+        return _run(model, token_ids, cache, None, None, last)
     seq = token_ids.shape[-1]
     mask = torch.ones(seq, seq, dtype=torch.bool, device=token_ids.device).tril()
     window_mask = None
     if model.cfg.sliding_window is not None:  # key j visible from query i iff i - w < j <= i
         window_mask = mask & ~torch.ones_like(mask).tril(-model.cfg.sliding_window)
-    return _run(model, token_ids, cache, mask, window_mask)
+    return _run(model, token_ids, cache, mask, window_mask, last)
 
 
 @torch.no_grad()
