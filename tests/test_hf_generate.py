@@ -308,3 +308,25 @@ def test_without_transformers_the_error_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "transformers", None)  # `import transformers` raises ImportError
     with pytest.raises(AccountingError, match=r'not installed: pip install "lm-accounting\[hf\]"$'):
         measure_hf_generate(CONFIGS_BY_TYPE["llama"](), P, G)
+
+
+# -- the analytic generate program against the measurement -------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize(("attention", "cache"), [("sdpa", "dynamic"), ("naive", "static")])
+@pytest.mark.parametrize("model_type", list(CONFIGS_BY_TYPE))
+def test_infer_program_generate_equals_transformers_generate(model_type, attention, cache):
+    """``infer --program generate`` (``inference.prefill_flops`` / ``decode_flops`` with program
+    "generate", at C = P + G - 1) equals transformers' ``generate()`` call by call: the prefill and every
+    decode step's FLOPs, and the cache's bytes (a windowed layer's storage: w positions, the w - 1 it keeps
+    plus the one it concatenates).  Dynamic cache: filled semantics; static: every slot attended."""
+    from lm_accounting.analytic.inference import cache_positions, decode_flops, kv_bytes, prefill_flops
+
+    cfg, batch = CONFIGS_BY_TYPE[model_type](), 2
+    semantics = "filled" if cache == "dynamic" else "static"
+    r = run(model_type, batch, attention, cache)
+    capacity = cache_positions("generate", P, G)
+    assert capacity == C
+    predicted = [prefill_flops(cfg, P, batch, C, semantics, "generate").total]
+    predicted += [decode_flops(cfg, p, batch, C, semantics, "generate").total for p in range(P, P + G - 1)]
+    assert r["flops"] == predicted
+    assert r["cache_storage_bytes"] == kv_bytes(cfg, C, batch, "fp32")
