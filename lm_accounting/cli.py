@@ -133,6 +133,7 @@ class BoundedFloat(click.ParamType):
 
 
 MFU = BoundedFloat(1e-4, 1.0, closed=True, what=" (a fraction of the peak: 0.4 is 40 %)")
+UTILIZATION = BoundedFloat(0.0, 1.0, what=" (vLLM's fraction of the GPU's total: 0.9 is 90 %)")
 PRICE = BoundedFloat(0.0, 1e6, closed=True, what=" (currency units per GPU-hour)")
 PEAK_FLOPS = BoundedFloat(1.0, 1e20, closed=True, what=" FLOP/s")
 
@@ -425,6 +426,61 @@ def budget_option(func: Callable[..., Any]) -> Callable[..., Any]:
         show_default=True,
         help="Memory budget with an explicit unit: 80GB (10^9) or 80GiB (2^30).",
     )(func)
+
+
+ENGINE_FLAGS = ("max_model_len", "utilization", "max_num_seqs", "max_num_batched_tokens", "kv_cache_memory",
+                "non_torch", "cuda_graphs")  # fmt: skip
+
+
+def engine_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--engine vllm and vLLM's start-up flags, parsed into ``engine``: an ``engine_sizing.VllmOptions``, or
+    None.  A flag without --engine, or --gpu-memory-utilization beside --allowance/--budget (two ways to
+    leave room), is refused in one line."""
+
+    @functools.wraps(func)
+    def wrapper(engine: str | None, **kw: Any) -> Any:
+        from fractions import Fraction
+
+        from .analytic.engine_sizing import DEFAULT_NON_TORCH, DEFAULT_UTILIZATION, VllmOptions
+        from .units import parse_size
+
+        flags = {k: kw.pop(k) for k in ENGINE_FLAGS}
+        given = [k for k, v in flags.items() if v is not None]
+        if engine is None:
+            if given:
+                flag = "--" + given[0].replace("_", "-").replace("utilization", "gpu-memory-utilization")
+                raise AccountingError(f"{flag} is one of vLLM's flags: add --engine vllm")
+            return func(engine=None, **kw)
+        if flags["utilization"] is not None and (kw.get("allowance") is not None or kw.get("budget") is not None):
+            raise AccountingError(
+                "--gpu-memory-utilization is vLLM's way to leave room, --allowance and --budget ours: give one"
+            )
+        size = {k: None if flags[k] is None else parse_size(flags[k]) for k in ("kv_cache_memory", "non_torch", "cuda_graphs")}
+        options = VllmOptions(
+            max_model_len=flags["max_model_len"],
+            utilization=DEFAULT_UTILIZATION if flags["utilization"] is None else Fraction(str(flags["utilization"])),
+            max_num_seqs=flags["max_num_seqs"],
+            max_num_batched_tokens=flags["max_num_batched_tokens"],
+            non_torch=DEFAULT_NON_TORCH if size["non_torch"] is None else size["non_torch"],
+            cuda_graphs=size["cuda_graphs"] or 0,
+            kv_cache_memory=size["kv_cache_memory"],
+        )  # fmt: skip
+        return func(engine=options, **kw)
+
+    for flag, kind, text in reversed((
+        ("--engine", click.Choice(("vllm",)), "Size the KV cache as this engine does at start-up (vLLM V1, v0.11 rules)."),
+        ("--max-model-len", POSITIVE, "vLLM: tokens per request (default: the model's context)."),
+        ("--gpu-memory-utilization", UTILIZATION, "vLLM: fraction of the GPU's CUDA total it may use (default 0.9)."),
+        ("--max-num-seqs", POSITIVE, "vLLM: sequences per step (default 1,024 on a GPU of 70 GiB or more, else 256)."),
+        ("--max-num-batched-tokens", POSITIVE, "vLLM: tokens per step (default 8,192 on a GPU of 70 GiB or more, else 2,048)."),
+        ("--kv-cache-memory", None, "vLLM: the KV cache's bytes, as given (no profiling; e.g. 40GiB)."),
+        ("--non-torch-memory", None, "vLLM measures it; assumed here (default 0.1GiB)."),
+        ("--cuda-graph-memory", None, "vLLM >= 0.21 subtracts its estimate of CUDA graphs; assumed here (default 0)."),
+    )):  # fmt: skip
+        dest = {"--gpu-memory-utilization": "utilization", "--non-torch-memory": "non_torch",
+                "--cuda-graph-memory": "cuda_graphs"}.get(flag, flag[2:].replace("-", "_"))  # fmt: skip
+        wrapper = click.option(flag, dest, type=kind, default=None, help=text)(wrapper)
+    return wrapper
 
 
 def allow_long_option(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -800,6 +856,7 @@ def sweep_cmd(
     show_default=True,
     help="Also run the live model with a static KV cache and compare FLOPs, cache bytes and memory.",
 )
+@engine_options
 @allow_long_option
 def infer_cmd(
     cfg: ModelConfig,
@@ -817,6 +874,7 @@ def infer_cmd(
     semantics: str,
     attention: str | None,
     program: str | None,
+    engine: Any,
     measure: str,
     allow_long: bool,
 ) -> None:
@@ -829,7 +887,7 @@ def infer_cmd(
     request = infer.Request(
         cfg, prompt, generate, batch, context, weights=weights, kv_dtype=kv_dtype, gpu=gpu_name, tp=tp,
         allowance=allowance, budget=budget, semantics=semantics, attention=attention, program=program,
-        measure=measure, allow_long=allow_long,
+        engine=engine, measure=measure, allow_long=allow_long,
     )  # fmt: skip
     emit(infer.measure(request, infer.run(request), note=echo_err), fmt)
 

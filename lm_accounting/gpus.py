@@ -93,6 +93,13 @@ CUDA_TOTALS = {
             "levihsu/OOTDiffusion#235); nvidia-smi shows 81,920 MiB (modal-labs/modal-client#2797)"
         ),
     ),
+    "a100-40gb": (
+        3938,
+        (
+            "vLLM start-up logs on an A100 40GB, 'total_gpu_memory (39.38GiB)' (vllm-project/vllm#16570) and "
+            "'39.38 GiB' (ilseokoh/vllm-gce README, vLLM 0.15.1 on a GCE a2-highgpu-1g)"
+        ),
+    ),
     "rtx-4090": (
         2364,
         "torch OOM message on an RTX 4090, 'total capacity of 23.64 GiB' (3DTopia/Phidias-Diffusion#8)",

@@ -101,6 +101,7 @@ COMMANDS = {
     "plan": ["plan", "llama-3.1-70b", "--tokens", "15e12", "--gpus", "64..256"],
     "train-time": ["train-time", "gpt2-xl"],
     "infer": ["infer", "llama-3-8b", "-P", "4096", "-G", "512"],
+    "infer-vllm": ["infer", "deepseek-v3", "-P", "4096", "-G", "512", "--tp", "8", "--weights", "fp8", "--engine", "vllm"],
     "crosscheck": ["crosscheck", "gpt2-small", "--layers", "2"],
     "sweep": ["sweep", "gpt2-small", "--contexts", "128,1024", "--no-plots", "--out", "{out}"],
 }

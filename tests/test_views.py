@@ -23,6 +23,7 @@ COMMANDS = {  # name -> CLI arguments (analytic and fast; memory and crosscheck 
     "train-time": ["train-time", "gpt2-small"],
     "train-time-calibrated": ["train-time", "gpt2-small", "-S", "256", "--gpu", "h100-sxm"],
     "infer": ["infer", "llama-3-8b", "--prompt", "128", "--generate", "16"],
+    "infer-vllm": ["infer", "llama-3-8b", "--prompt", "128", "--generate", "16", "--engine", "vllm"],
 }
 
 

@@ -80,10 +80,16 @@ def engine_blocks(tokens: int, block: int = BLOCK_SIZE) -> int:
     return -(-tokens // block)
 
 
-def cache_slots(program: str, prompt: int, generate: int) -> int:
+def engine_block(cfg: ModelConfig) -> int:
+    """Tokens per block of the engine's cache: ``BLOCK_SIZE``; 64 under MLA (vLLM forces 64 for FlashMLA,
+    the MLA backend on Hopper: ``platforms/cuda.py`` "Forcing kv cache block size to 64 for FlashMLA")."""
+    return 64 if cfg.mla else BLOCK_SIZE
+
+
+def cache_slots(program: str, prompt: int, generate: int, block: int = BLOCK_SIZE) -> int:
     """Positions allocated per sequence: ``cache_positions``, the engine's rounded up to whole blocks."""
     held = cache_positions(program, prompt, generate)
-    return engine_blocks(held) * BLOCK_SIZE if program == "engine" else held
+    return engine_blocks(held, block) * block if program == "engine" else held
 
 
 def check_semantics(semantics: str) -> None:

@@ -19,6 +19,7 @@ from ..provenance import CPU_TORCH, CUDA
 from ..result import Result
 from ..units import fmt_bytes
 from . import inference as inf
+from .engine_sizing import VllmOptions, VllmSizing, vllm_sizing
 from .inference_memory import exact_for, step_temporaries
 from .roofline import Phase, allreduce_seconds, knee_batch, routed_fraction
 from .sizes import at_context
@@ -26,12 +27,16 @@ from .sizes import at_context
 ACT_BYTES = {"fp32": 4, "bf16": 2}
 CONVENTIONS = (
     (
-        "Steps: prefill (P tokens) yields the first token; G − 1 decode steps at p = P … P+G−2 yield the rest; "
-        "the static cache holds C = P + G positions."
+        "Steps: prefill (P tokens) yields the first token; G − 1 decode steps at p = P … P+G−2 yield the rest.  "
+        "Programs (--program): engine (default; vLLM, SGLang) and generate (transformers' generate(), "
+        "logits_to_keep = 1) run the head on each sequence's last position and cache C = P + G − 1 positions "
+        "(the engine's in whole blocks of 16); forward runs it on every position and caches C = P + G."
     ),
     (
-        "FLOPs: matmuls, 2·m·n·p.  Prefill = the forward at S = P, full P×P square (the causal half and the "
-        "window band are labelled extras).  Decode at p: the new token attends over p + 1 keys (filled)."
+        "FLOPs: matmuls, 2·m·n·p.  Prefill = the forward at S = P: generate and forward count the full P×P "
+        "square (as counters do; the causal half and the window band are labelled extras), engine the pairs a "
+        "causal kernel computes (P(P+1)/2, a window's band).  Decode at p: the new token attends over p + 1 "
+        "keys (filled); engine runs MLA absorbed (2·h·(2r + d_rope) FLOPs per cached latent)."
     ),
     (
         "Cache semantics 'filled' attends over the filled positions; 'static' over all C slots, masked, as "
@@ -39,7 +44,8 @@ CONVENTIONS = (
     ),
     (
         "KV cache = 2·kv_heads·d_head·bytes·Σ_layers min(C, w)·B (MLA: the latent and RoPE key, "
-        "(kv_lora_rank + qk_rope_head_dim)·bytes per token and layer, expanded by kv_b_proj at every step, "
+        "(kv_lora_rank + qk_rope_head_dim)·bytes per token and layer, expanded by kv_b_proj at every step but "
+        "under engine, "
         "replicated under --tp); fp8 = 1 byte.  int4 weights = ½ byte per parameter, group scales not "
         "counted.  Norms, row-parallel biases and MLA's down projections are replicated under --tp."
     ),
@@ -69,7 +75,7 @@ CONVENTIONS = (
 class Inference(Result):
     """Inference accounting of one model for P prompt tokens, G generated, B concurrent sequences."""
 
-    SCHEMA = "lm-accounting/infer/3"
+    SCHEMA = "lm-accounting/infer/4"
 
     config: ModelConfig
     prompt: int
@@ -96,6 +102,7 @@ class Inference(Result):
     roofline: dict[str, Any]
     measured: dict[str, Any] | None = field(default=None)
     budget_basis: MemoryBudget | None = None  # how ``budget`` was derived (gpus.memory_budget)
+    engine: VllmSizing | None = None  # --engine vllm: its start-up KV-cache sizing (engine_sizing.py)
 
     @property
     def capacity(self) -> int:
@@ -105,7 +112,7 @@ class Inference(Result):
     @property
     def cache_slots(self) -> int:
         """Positions allocated per sequence (``inference.cache_slots``: the engine's whole blocks)."""
-        return inf.cache_slots(self.program, self.prompt, self.generate)
+        return inf.cache_slots(self.program, self.prompt, self.generate, inf.engine_block(self.config))
 
     @property
     def over_budget(self) -> str | None:
@@ -141,6 +148,9 @@ class Inference(Result):
             rows.append(dict(section="roofline", key=key, label=key, value=self.roofline[key], unit=""))
         for key in ("knee_batch_first", "knee_batch_last", "knee_batch_weights_only"):
             rows.append(dict(section="roofline", key=key, label=key, value=self.roofline[key], unit="sequences"))
+        for key, value in (self.engine.to_dict() if self.engine else {}).items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                rows.append(dict(section="engine", key=key, label=key, value=value, unit=""))
         for key, value in (self.measured or {}).items():
             if isinstance(value, (int, float, str)):
                 rows.append(dict(section="measured", key=key, label=key, value=value, unit=""))
@@ -154,6 +164,7 @@ class Inference(Result):
             "generate": self.generate,
             "batch": self.batch,
             "capacity": self.capacity,
+            "cache_slots": self.cache_slots,
             "program": self.program,
             "cache_semantics": self.semantics,
             "attention": self.attention,
@@ -179,6 +190,7 @@ class Inference(Result):
             "max_batch": self.max_batch,
             "max_batch_prefill_one_at_a_time": self.max_batch_serving,
             "roofline": self.roofline,
+            "engine": None if self.engine is None else self.engine.to_dict(),
             "measured": self.measured,
             "conventions": list(CONVENTIONS),
             "validated": CUDA.to_dict("inference"),
@@ -215,7 +227,7 @@ def _memory(
     of P + G − 1 positions, the engine's in whole blocks (``inference.engine_blocks``)."""
     pb = batch if prefill_batch is None else prefill_batch
     e, C = ACT_BYTES[_act(weights)], inf.cache_positions(program, prompt, generate)
-    held = inf.cache_slots(program, prompt, generate)  # positions allocated (the engine's whole blocks)
+    held = inf.cache_slots(program, prompt, generate, inf.engine_block(cfg))  # the engine's whole blocks
     slots = inf.layer_slots(cfg, C)
     pre_keys = [prompt] * cfg.num_layers if semantics == "filled" else [max(n, prompt) for n in slots]
     last = prompt + max(generate - 2, 0)
@@ -393,6 +405,7 @@ def infer(
     attention: str | None = None,
     device: str = "cuda",
     program: str | None = None,
+    engine: VllmOptions | None = None,
 ) -> Inference:
     """Everything analytic about serving ``cfg`` (see the module docstring and ``CONVENTIONS``).
     ``attention`` None: ``inference.default_attention(semantics)`` (sdpa, naive under 'static').
@@ -400,6 +413,7 @@ def infer(
     torch's CPU flash kernel, for a measurement there).  ``program``: ``inference.PROGRAMS`` (None:
     ``inference.default_program``: engine, what a serving engine runs, unless the static cache or naive
     attention asked for names transformers' code: generate).
+    ``engine``: vLLM's options, to size its KV cache as it does at start-up (``engine_sizing``).
     A batch whose peak exceeds ``budget`` is still analysed: ``Inference.over_budget`` says by how much
     and what fits (an answer, not bad input).  ``budget`` per GPU: as given, else the GPU's CUDA total less
     ``allowance`` (``gpus.memory_budget``, default ``gpus.DEFAULT_ALLOWANCE``)."""
@@ -407,8 +421,14 @@ def infer(
     attention, program = check_infer(
         cfg, prompt, generate, batch, weights, kv_dtype, tp, semantics, attention, device, program
     )
+    if engine is not None and program != "engine":
+        raise AccountingError(f"--engine vllm sizes a serving engine's cache: it runs --program engine, not {program}")
     cuda = device == "cuda"
     g = lookup_gpu(gpu)
+    sizing = None
+    if engine is not None:
+        kw = dict(weights=weights, kv_dtype=kv_dtype, tp=tp, prompt=prompt, generate=generate)
+        sizing = vllm_sizing(cfg, g, engine, **kw)
     basis = budget if isinstance(budget, MemoryBudget) else memory_budget(g.name, allowance, budget)
     budget = basis.usable
     C = inf.cache_positions(program, prompt, generate)
@@ -490,4 +510,5 @@ def infer(
         max_batch_serving=serving,
         roofline=roofline,
         budget_basis=basis,
+        engine=sizing,
     )

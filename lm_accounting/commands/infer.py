@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..analytic.engine_sizing import VllmOptions
 from ..analytic.inference_report import Inference, check_infer, infer
 from ..analytic.sizes import at_context
 from ..config import AccountingError, ModelConfig
@@ -33,6 +34,7 @@ class Request:
     semantics: str = "filled"
     attention: str | None = None  # None: inference.default_attention(semantics)
     program: str | None = None  # None: inference.default_program(semantics, attention)
+    engine: VllmOptions | None = None  # --engine vllm and its options
     measure: str = "none"
     allow_long: bool = False  # a measurement estimated past measure.devices.MAX_LIVE_SECONDS
     budget_basis: MemoryBudget = field(init=False, repr=False)
@@ -58,7 +60,7 @@ def run(request: Request) -> Inference:
     return infer(
         r.config, r.prompt, r.generate, r.batch, weights=r.weights, kv_dtype=r.kv_dtype, gpu=r.gpu, tp=r.tp,
         budget=r.budget_basis, semantics=r.semantics, context=r.context, attention=r.attention, device=r.device,
-        program=r.program,
+        program=r.program, engine=r.engine,
     )  # fmt: skip
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..analytic.inference import engine_block
 from ..analytic.inference_memory import exact_for
 from ..analytic.inference_report import CONVENTIONS, Inference
 from ..provenance import CUDA
@@ -9,6 +10,49 @@ from ..units import fmt_bytes
 from .account import describe_config
 from .tables import Column, Table, View
 from .words import plural
+
+
+PROGRAM_WORDS = {
+    "engine": "a serving engine's (vLLM, SGLang): last-token logits, a paged cache, a causal fused kernel"
+    " (prefill FLOPs count the attended pairs), MLA absorbed",
+    "generate": "transformers' generate(): last-token logits (logits_to_keep = 1), its cache of P + G − 1 positions",
+    "forward": "the model's full forward: logits at every prompt position, a cache of P + G positions",
+}
+
+
+def engine_table(r: Inference) -> Table:
+    """vLLM's start-up sizing (``engine_sizing.VllmSizing``): what its logs print, line by line."""
+    e = r.engine
+    given = " (--kv-cache-memory, as given)" if e.kv_cache_memory_given else ""
+    rows = [
+        ("CUDA total (the GPU table)", e.total, e.total),
+        (f"× gpu_memory_utilization {float(e.utilization):g}", e.requested, e.requested),
+        ("− weights (incl. the rotary cos_sin cache)", e.weights, e.weights),
+        (f"− activation peak, estimated: a {e.max_num_batched_tokens:,}-token forward", e.activation_forward,
+         e.activation_forward),
+        (f"  or the sampler on {min(e.max_num_batched_tokens, e.max_num_seqs):,} rows", e.activation_sampler,
+         e.activation_sampler),
+        ("− non-torch memory (an input: --non-torch-memory)", e.non_torch, e.non_torch),
+        ("− CUDA graphs (an input: --cuda-graph-memory)", e.cuda_graphs, e.cuda_graphs),
+        (f"= KV cache memory{given}", e.kv_cache_memory, e.kv_cache_memory)
+        if e.kv_cache_memory >= 0
+        else ("= KV cache memory: none, short by", e.shortfall, e.shortfall),
+    ]  # fmt: skip
+    notes = [
+        (
+            f"GPU KV cache size: {e.kv_cache_tokens:,} tokens ({e.kv_cache_blocks:,} blocks of {e.block_size} tokens, "
+            f"{e.page_bytes:,} B a layer; {plural(e.groups, 'layer group')} of {e.group_size})"
+        ),
+        (
+            f"Maximum concurrency for {e.max_model_len:,} tokens per request: {e.max_concurrency:.2f}x; "
+            f"requests of P + G − 1 = {r.capacity:,} ({e.request_blocks:,} blocks each): {e.requests_at_prompt:,} at "
+            f"once, at most --max-num-seqs {e.max_num_seqs:,}"
+        ),
+    ]
+    if e.problem:
+        notes.append(f"VLLM WOULD NOT START: {e.problem}")
+    title = "vLLM start-up sizing (v0.11 rules; the activation peak and non-torch memory are measured by vLLM)"
+    return Table(title, [Column("item"), Column("bytes", "int"), Column("size", "bytes")], rows, notes)
 
 
 def _ms(seconds: float) -> str:
@@ -38,11 +82,14 @@ def _memory_label(r: Inference) -> str:
 def infer_view(r: Inference) -> View:
     cfg, ro, m = r.config, r.roofline, r.memory
     g = r.gpu
+    cache = "P + G" if r.program == "forward" else "P + G − 1"
+    slots = f", {r.cache_slots:,} slots in blocks of {engine_block(cfg)}" if r.cache_slots != r.capacity else ""
     header = [
         describe_config(cfg),
+        f"program {r.program}: {PROGRAM_WORDS[r.program]}",
         (
-            f"prompt P = {r.prompt:,} · generate G = {r.generate:,} · batch B = {r.batch:,} · cache C = P + G = "
-            f"{r.capacity:,} ({r.semantics} semantics) · attention {r.attention} · weights {r.weights} · "
+            f"prompt P = {r.prompt:,} · generate G = {r.generate:,} · batch B = {r.batch:,} · cache C = {cache} = "
+            f"{r.capacity:,}{slots} ({r.semantics} semantics) · attention {r.attention} · weights {r.weights} · "
             f"KV {r.kv_dtype} · {g.label} × tp {r.tp}"
         ),
         r.budget_basis.rule if r.budget_basis is not None else f"budget {fmt_bytes(r.budget)} per GPU",
@@ -101,7 +148,9 @@ def infer_view(r: Inference) -> View:
             f"ridge {ro['ridge_intensity']:,.1f} FLOP/byte (per GPU)"
             + (
                 "; MLA in transformers v5's non-absorbed form (kv_b_proj re-expands every cached position at "
-                "each decode step; serving engines that absorb it into the queries do fewer FLOPs)"
+                "each decode step; --program engine absorbs it into the queries, as serving engines do)"
+                if cfg.mla and r.program != "engine"
+                else "; MLA absorbed (decode attends over the cached latent)"
                 if cfg.mla
                 else ""
             )
@@ -137,6 +186,8 @@ def infer_view(r: Inference) -> View:
             "min(E, B·k) per layer (a bound: the bytes are an upper bound, the tokens/s a lower bound)"
         )
     tables = [flops, mem, roof]
+    if r.engine is not None:
+        tables.append(engine_table(r))
     if r.measured:
         tables.append(
             Table(
