@@ -96,8 +96,8 @@ CUDA_TOTALS = {
     "a100-40gb": (
         3938,
         (
-            "vLLM start-up logs on an A100 40GB, 'total_gpu_memory (39.38GiB)' (vllm-project/vllm#16570) and "
-            "'39.38 GiB' (ilseokoh/vllm-gce README, vLLM 0.15.1 on a GCE a2-highgpu-1g)"
+            "torch OOM messages, 'total capacity of 39.38 GiB', in 9 public GitHub files found by exact-string search "
+            "(2026-11-27), the 40 GB A100's figure; vLLM quotes it as 'total_gpu_memory (39.38GiB)' (vllm-project/vllm#16570)"
         ),
     ),
     "rtx-4090": (

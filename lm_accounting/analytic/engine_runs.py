@@ -1,0 +1,108 @@
+"""Published vLLM start-ups beside ``engine_sizing``'s prediction: the error and its cause, row by row.
+
+Each run is a public log quoted verbatim in ``quote``.  Two kinds of row:
+
+* ``predicted``: we predict the KV cache memory from the GPU's CUDA total (the run's own, as its log
+  prints it), the weights, our activation estimate and the default non-torch memory, then the blocks,
+  tokens and concurrency from it.  The error is in the activation peak and non-torch memory, which vLLM
+  measures (``engine_sizing`` module docstring, 4 and 5).
+* ``arithmetic``: the log's KV cache memory is given (``--kv-cache-memory``), so only the page, block,
+  token and concurrency arithmetic is checked.  The log prints GiB to two decimals, so the blocks can
+  differ by the rounding: ±0.005 GiB is ±2 blocks of 2 MiB.
+
+No torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from ..config import load_config
+from ..gpus import GIB, gpu
+from .engine_sizing import VllmOptions, vllm_sizing
+
+
+@dataclass(frozen=True)
+class Run:
+    name: str
+    model: str  # a preset
+    overrides: tuple[tuple[str, Any], ...]  # fields of the served model that differ from the preset
+    gpu: str
+    total_gib: str  # the CUDA total the log prints
+    options: VllmOptions
+    kind: str  # predicted | arithmetic
+    published: dict[str, float]  # weights_gib, kv_gib, tokens, concurrency: what the log prints
+    version: str
+    source: str
+    quote: str
+
+
+def _gib(text: str) -> int:
+    return int(Fraction(text) * GIB)
+
+
+RUNS = (
+    Run(
+        "Llama-3.1-8B-Instruct, A100 40GB", "llama-3.1-8b", (), "a100-40gb", "39.38",
+        VllmOptions(max_model_len=131072, max_num_batched_tokens=8192, max_num_seqs=256),
+        "predicted", {"weights_gib": 14.99, "kv_gib": 19.28, "tokens": 157_936, "concurrency": 1.20},
+        "vLLM 0.15.1 (LLM class, enforce_eager)", "https://github.com/ilseokoh/vllm-gce (README.md)",
+        "Model loading took 14.99 GiB memory; Available KV cache memory: 19.28 GiB; GPU KV cache size: 157,936 "
+        "tokens; Maximum concurrency for 131,072 tokens per request: 1.20x",
+    ),
+    Run(
+        "Meta-Llama-3-8B, H100 80GB", "llama-3-8b", (), "h100-80gb", "79.22",
+        VllmOptions(max_model_len=8192, max_num_batched_tokens=8192, max_num_seqs=256),
+        "predicted", {"weights_gib": 14.96, "kv_gib": 53.29},
+        "vLLM V0 engine (PR #10511, 2024-12)", "https://github.com/vllm-project/vllm/pull/10511",
+        "total_gpu_memory 79.22GiB x gpu_memory_utilization 0.90 = 71.29GiB; model weights take 14.96GiB; "
+        "non_torch_memory 1.79GiB; PyTorch activation peak memory 1.26GiB; available_kv_cache_memory 53.29GiB",
+    ),
+    Run(
+        "Qwen3-14B, one GPU", "qwen3-8b",
+        (("num_layers", 40), ("d_model", 5120), ("num_heads", 40), ("d_ff", 17408)), "h100-80gb", "79.11",
+        VllmOptions(max_model_len=32768, kv_cache_memory=_gib("6.51")),
+        "arithmetic", {"kv_gib": 6.51, "tokens": 42_656, "concurrency": 1.30},
+        "vLLM ~0.10/0.11", "https://github.com/LMCache/LMCache/issues/1739",
+        "Available KV cache memory: 6.51 GiB; GPU KV cache size: 42,656 tokens; Maximum concurrency for 32,768 "
+        "tokens per request: 1.30x",
+    ),
+    Run(
+        "llava-v1.6-mistral-7b (its Mistral-7B), H100 80GB", "mistral-7b", (("sliding_window", None),),
+        "h100-80gb", "79.19",
+        VllmOptions(max_model_len=4096, max_num_batched_tokens=16384, kv_cache_memory=_gib("55.15")),
+        "arithmetic", {"kv_gib": 55.15, "tokens": 451_744, "concurrency": 110.29},
+        "vLLM 0.10.2 (LLM class)", "a GitHub-indexed run log (repository not identified)",
+        "Model loading took 14.0786 GiB; Available KV cache memory: 55.15 GiB; GPU KV cache size: 451,744 tokens; "
+        "Maximum concurrency for 4,096 tokens per request: 110.29x",
+    ),
+)
+"""Published start-ups (see each ``source``).  Qwen3-14B is not a preset: Qwen3-8B's preset with Qwen3-14B's
+config.json sizes (40 layers, hidden 5,120, 40 heads, 8 KV heads of 128, intermediate 17,408)."""
+
+
+def compare(run: Run) -> dict[str, Any]:
+    """One row: the run's published figures beside ours, and the error of each."""
+    cfg = load_config(run.model)
+    if run.overrides:
+        cfg = dataclasses.replace(cfg, **dict(run.overrides))
+    g = dataclasses.replace(gpu(run.gpu), cuda_total=_gib(run.total_gib))
+    s = vllm_sizing(cfg, g, run.options, weights="bf16", kv_dtype="bf16", tp=1, prompt=1, generate=1)
+    ours = {"weights_gib": s.weights / GIB, "kv_gib": s.kv_cache_memory / GIB, "tokens": s.kv_cache_tokens,
+            "concurrency": s.max_concurrency}  # fmt: skip
+    row: dict[str, Any] = {"run": run.name, "kind": run.kind, "version": run.version, "total_gib": run.total_gib}
+    for key, value in ours.items():
+        row[f"{key}_ours"] = value
+        published = run.published.get(key)
+        row[f"{key}_published"] = published
+        row[f"{key}_error"] = None if published is None else value / published - 1
+    row["activation_gib_ours"] = s.activation_peak / GIB
+    row["source"], row["quote"] = run.source, run.quote
+    return row
+
+
+def rows() -> list[dict[str, Any]]:
+    return [compare(run) for run in RUNS]
