@@ -455,7 +455,10 @@ def engine_options(func: Callable[..., Any]) -> Callable[..., Any]:
             raise AccountingError(
                 "--gpu-memory-utilization is vLLM's way to leave room, --allowance and --budget ours: give one"
             )
-        size = {k: None if flags[k] is None else parse_size(flags[k]) for k in ("kv_cache_memory", "non_torch", "cuda_graphs")}
+        size = {
+            k: None if flags[k] is None else parse_size(flags[k])
+            for k in ("kv_cache_memory", "non_torch", "cuda_graphs")
+        }
         options = VllmOptions(
             max_model_len=flags["max_model_len"],
             utilization=DEFAULT_UTILIZATION if flags["utilization"] is None else Fraction(str(flags["utilization"])),

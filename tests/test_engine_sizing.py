@@ -8,7 +8,7 @@ import dataclasses
 from fractions import Fraction
 
 import pytest
-from test_infer import FF, HD, KV, L, N_PARAMS, D, V
+from test_infer import FF, HD, KV, N_PARAMS, D, L, V
 from test_transformers_truth import CONFIGS
 
 from lm_accounting.analytic.engine_runs import RUNS, compare
@@ -104,7 +104,7 @@ def test_published_runs(run):
 
 
 def test_the_31_8b_rotary_cache_is_in_the_weights():
-    """"Model loading took 14.9888 GiB" (Llama-3.1-8B): 8,030,261,248 parameters × 2 B + 131,072 × 128 × 2 B."""
+    """ "Model loading took 14.9888 GiB" (Llama-3.1-8B): 8,030,261,248 parameters × 2 B + 131,072 × 128 × 2 B."""
     s = size(load_config("llama-3.1-8b"), "a100-40gb", max_model_len=131072)
     assert s.weights == 8_030_261_248 * 2 + 131_072 * 128 * 2 == 16_094_076_928
     assert f"{s.weights / GIB:.4f}" == "14.9888"

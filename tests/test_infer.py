@@ -281,7 +281,10 @@ def test_attention_default_and_choices(llama):
     """sdpa by default (filled semantics: what a serving engine runs); naive under 'static' (transformers'
     StaticCache with eager attention), where sdpa is refused.  The FLOPs do not depend on it; the prefill
     temporaries do: naive holds the B·h·P² scores (bf16) of a layer, sdpa never does."""
-    sdpa, naive = infer(llama, 8000, 100, program="forward"), infer(llama, 8000, 100, attention="naive", program="forward")
+    sdpa, naive = (
+        infer(llama, 8000, 100, program="forward"),
+        infer(llama, 8000, 100, attention="naive", program="forward"),
+    )
     assert (sdpa.attention, naive.attention) == ("sdpa", "naive")
     assert infer(llama, 20, 5, semantics="static").attention == "naive"
     with pytest.raises(AccountingError, match="--attention naive"):

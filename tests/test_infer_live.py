@@ -68,7 +68,9 @@ def test_prediction_equals_the_live_model_on_meta(name, semantics, attention, pr
     weights = "fp32" if name == "mha" else "bf16"
     kw = dict(weights=weights, kv_dtype=weights, semantics=semantics, attention=attention, program=program)
     r = infer(cfg, 11, 9, 3, **kw, device="meta")
-    assert r.capacity == 11 + 9 - (program != "forward") and r.cache_slots == (32 if program == "engine" else r.capacity)
+    assert r.capacity == 11 + 9 - (program != "forward") and r.cache_slots == (
+        32 if program == "engine" else r.capacity
+    )
     measured = measure_inference(r, "meta")
     rows = measured["rows"]
     wrong = [(k, p, m) for k, p, m in rows if p != m]

@@ -7,12 +7,11 @@ experts (8 active) and 1 shared expert of width 2,048.
 """
 
 import pytest
+from test_infer import FF, HD, KV, N_MATMUL, N_PARAMS, D, H, L, V
 
 from lm_accounting.analytic.inference import cache_positions, cache_slots, decode_flops, prefill_flops
 from lm_accounting.analytic.inference_report import infer
 from lm_accounting.config import AccountingError, load_config
-
-from test_infer import FF, HD, KV, L, N_MATMUL, N_PARAMS, D, H, V
 
 P, G = 4096, 512
 

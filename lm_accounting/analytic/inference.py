@@ -253,7 +253,9 @@ def prefill_flops(
         text = "causal kernel: c·Σ pairs attended (P(P+1)/2; a window's band)"
         uniform = len(set(pairs)) == 1
         items = [
-            Item(it.key, it.label, it.group, per[it.key] * sum(pairs), per[it.key] * pairs[0] if uniform else None, text)
+            Item(
+                it.key, it.label, it.group, per[it.key] * sum(pairs), per[it.key] * pairs[0] if uniform else None, text
+            )
             if it.key in per
             else it
             for it in base

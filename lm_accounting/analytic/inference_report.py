@@ -216,7 +216,17 @@ def _weights(cfg: ModelConfig, weights: str, tp: int) -> int:
 
 
 def _memory(
-    cfg, prompt, generate, batch, weights, kv_dtype, tp, semantics, prefill_batch=None, attention="sdpa", cuda=True,
+    cfg,
+    prompt,
+    generate,
+    batch,
+    weights,
+    kv_dtype,
+    tp,
+    semantics,
+    prefill_batch=None,
+    attention="sdpa",
+    cuda=True,
     program="forward",
 ) -> dict[str, int]:
     """Bytes on one rank: weights, cache, RoPE tables, ids, and each phase's peak (prefill, last decode step).
@@ -252,7 +262,17 @@ def _memory(
 
 
 def max_batch(
-    cfg, prompt, generate, weights, kv_dtype, tp, semantics, budget, prefill_batch=None, attention="sdpa", cuda=True,
+    cfg,
+    prompt,
+    generate,
+    weights,
+    kv_dtype,
+    tp,
+    semantics,
+    budget,
+    prefill_batch=None,
+    attention="sdpa",
+    cuda=True,
     program="forward",
 ) -> int:
     """The largest B whose peak fits ``budget`` (0: not even one sequence); the peak grows with B.

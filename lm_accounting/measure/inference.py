@@ -192,6 +192,7 @@ def measure_inference(result, device: str = "meta") -> dict[str, Any]:
             rows += [(f"  decode p = {p:,} {it.key}", it.total, by_key.get(it.key, 0)) for it in predicted]
         cache.length = last
         if peaks:
+
             def run_decode():
                 logits = decode(model, one, cache)
                 return logits[:, -1].to(copy=True, dtype=torch.float32) if last_only else logits

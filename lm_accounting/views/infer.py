@@ -11,7 +11,6 @@ from .account import describe_config
 from .tables import Column, Table, View
 from .words import plural
 
-
 PROGRAM_WORDS = {
     "engine": "a serving engine's (vLLM, SGLang): last-token logits, a paged cache, a causal fused kernel"
     " (prefill FLOPs count the attended pairs), MLA absorbed",

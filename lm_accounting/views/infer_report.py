@@ -315,13 +315,19 @@ def vllm_table(records: list[dict[str, Any]]) -> Table:
         [Column(c) for c in columns],
         body,
         [
-            "predicted: the KV cache memory from the run's CUDA total, our weights, our activation estimate and 0.1 "
-            "GiB of non-torch memory; its error is in the two terms vLLM measures (activation peak, non-torch).",
-            "arithmetic: the log's KV cache memory given (--kv-cache-memory); the log prints GiB to 2 decimals "
-            "(±0.005 GiB is ±2 blocks of 2 MiB).",
-            "The V0 row (PR #10511): V0's profiler reported 1.79 GiB of non-torch memory and a 1.26 GiB activation "
-            "peak, against our 0.10 and 0.84 GiB; V1 (the rules here) measures them differently.",
-            *(f"{r['run']}: {r['source']}: \"{r['quote']}\"" for r in records),
+            (
+                "predicted: the KV cache memory from the run's CUDA total, our weights, our activation estimate and "
+                "0.1 GiB of non-torch memory; its error is in the two terms vLLM measures (activation peak, non-torch)."
+            ),
+            (
+                "arithmetic: the log's KV cache memory given (--kv-cache-memory); the log prints GiB to 2 decimals "
+                "(±0.005 GiB is ±2 blocks of 2 MiB)."
+            ),
+            (
+                "The V0 row (PR #10511): V0's profiler reported 1.79 GiB of non-torch memory and a 1.26 GiB "
+                "activation peak, against our 0.10 and 0.84 GiB; V1 (the rules here) measures them differently."
+            ),
+            *(f'{r["run"]}: {r["source"]}: "{r["quote"]}"' for r in records),
         ],
     )
 
