@@ -822,7 +822,25 @@ def sweep_cmd(
 @click.option("--prompt", "-P", type=POSITIVE, required=True, help="Prompt tokens per sequence.")
 @click.option("--generate", "-G", type=POSITIVE, required=True, help="Tokens generated per sequence.")
 @click.option(
-    "--weights", type=click.Choice(tuple(WEIGHT_BYTES)), default="bf16", show_default=True, help="Weight storage."
+    "--weights",
+    type=click.Choice(tuple(WEIGHT_BYTES)),
+    default="bf16",
+    show_default=True,
+    help="Weight storage (quantised: the embeddings, head and norms stay bf16; int4 with its group scales).",
+)
+@click.option(
+    "--compute",
+    type=click.Choice(("fp32", "bf16", "fp8", "int8")),
+    default=None,
+    help="The matmuls' dtype: fp8/int8 weights as w8a8 (the default; the GPU's FP8/INT8 peak) or weight-only (bf16).",
+)
+@click.option("--group-size", type=POSITIVE, default=128, show_default=True, help="int4: weights per scale.")
+@click.option("--quantize-embeddings", is_flag=True, help="Quantise the embedding table and LM head too.")
+@click.option(
+    "--efficiency",
+    type=BoundedFloat(0.0, 1.0, what=" (a fraction of the peak and the bandwidth)"),
+    default=None,
+    help="The realistic figure's fraction of the peak and bandwidth (default: the GPU's calibration, if any).",
 )
 @click.option(
     "--kv-dtype", type=click.Choice(tuple(KV_DTYPES)), default="bf16", show_default=True, help="KV-cache storage."
@@ -869,6 +887,10 @@ def infer_cmd(
     prompt: int,
     generate: int,
     weights: str,
+    compute: str | None,
+    group_size: int,
+    quantize_embeddings: bool,
+    efficiency: float | None,
     kv_dtype: str,
     gpu_name: str,
     allowance: int | None,
@@ -890,7 +912,8 @@ def infer_cmd(
     request = infer.Request(
         cfg, prompt, generate, batch, context, weights=weights, kv_dtype=kv_dtype, gpu=gpu_name, tp=tp,
         allowance=allowance, budget=budget, semantics=semantics, attention=attention, program=program,
-        engine=engine, measure=measure, allow_long=allow_long,
+        engine=engine, compute=compute, group_size=group_size, quantize_embeddings=quantize_embeddings,
+        efficiency=efficiency, measure=measure, allow_long=allow_long,
     )  # fmt: skip
     emit(infer.measure(request, infer.run(request), note=echo_err), fmt)
 

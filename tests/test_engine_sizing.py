@@ -149,3 +149,25 @@ def test_infer_carries_the_sizing_and_refuses_another_program():
 def test_bad_engine_input_is_one_line_exit_2(run_cli, args, needle):
     r = run_cli("infer", "llama-3-8b", "-P", "100", "-G", "10", *args)
     assert r.code == 2 and r.out == "" and needle in r.err and len(r.err.strip().splitlines()) == 1, r.err
+
+
+def test_the_roofline_bounds_every_published_tensorrt_llm_run():
+    """TensorRT-LLM's 33 published H100 throughputs (Llama-3.1-8B, -70B tp 2, -405B tp 8, FP8) never exceed
+    ``infer``'s throughput bound with an fp8 KV cache; with a bf16 one the published exceeds it on the long
+    generations of the 8B (the runs held more sequences than a bf16 cache allows).  The issue's check: the 8B at
+    2,048 in / 128 out, 3,495.05 tokens/s published in this version of the table (3,450 in the one the issue
+    quotes), is under the bound of fp8 w8a8; weight-only fp8 (bf16 compute, bf16 KV) would bound it at about 3,070,
+    below what TensorRT-LLM reached: the run computed in FP8, as the roofline at the FP8 peak says it can."""
+    from lm_accounting.analytic.engine_runs import throughput_rows
+
+    rows = throughput_rows()
+    assert len(rows) == 33
+    assert all(r["published_tokens_per_s"] <= r["bound_fp8_kv"] for r in rows)
+    assert any(r["published_tokens_per_s"] > r["bound_bf16_kv"] for r in rows)
+    (row,) = [r for r in rows if (r["model"], r["input"], r["output"]) == ("llama-3.1-8b", 2048, 128)]
+    assert row["published_tokens_per_s"] == 3495.05 < row["bound_bf16_kv"] < row["bound_fp8_kv"]
+    llama = load_config("llama-3.1-8b")
+    w8a8 = infer(llama, 2048, 128, weights="fp8").roofline["throughput_bound_tokens_per_s"]
+    weight_only = infer(llama, 2048, 128, weights="fp8", compute="bf16").roofline["throughput_bound_tokens_per_s"]
+    issue, published = 3450, row["published_tokens_per_s"]  # the issue's quote, this version's figure
+    assert weight_only < issue < published < w8a8

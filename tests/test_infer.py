@@ -15,6 +15,7 @@ import sys
 import pytest
 
 from lm_accounting.analytic.inference import (
+    WeightFormat,
     decode_flops,
     generation_flops,
     kv_bytes,
@@ -40,8 +41,15 @@ def llama():
 def test_hand_counts_of_the_shapes(llama):
     assert N_PARAMS == 8_030_261_248  # the public Llama-3-8B parameter count
     assert weights_bytes(llama, "bf16") == 2 * N_PARAMS
-    assert weights_bytes(llama, "int4") == N_PARAMS // 2  # ½ byte per parameter, every tensor even-sized
-    assert weights_bytes(llama, "fp8") == weights_bytes(llama, "int8") == N_PARAMS
+    # quantised checkpoints keep the embedding table, the head and the norms in bf16; int4 adds, per 128
+    # weights of a matrix, an fp16 scale and a packed int4 zero-point: n/2 + 2n/128 + n/256 = 133n/256 bytes
+    # (every matrix here is a multiple of 256 elements)
+    blocks, table, norms = N_PARAMS - 2 * V * D - 65 * D, 2 * V * D, 65 * D
+    assert weights_bytes(llama, "int4") == blocks * 133 // 256 + 2 * (table + norms) == 5_727_854_592
+    assert weights_bytes(llama, "fp8") == weights_bytes(llama, "int8") == blocks + 2 * (table + norms)
+    every = WeightFormat("int4", embeddings=True)  # the table and head quantised too
+    assert weights_bytes(llama, every) == (blocks + table) * 133 // 256 + 2 * norms
+    assert weights_bytes(llama, WeightFormat("int4", group=64)) == blocks * 138 // 256 + 2 * (table + norms)
     # TP 2: the 65 norm gains (d each) stay whole on both ranks; everything else halves
     assert weights_bytes(llama, "bf16", tp=2) == 2 * ((N_PARAMS - 65 * D) // 2 + 65 * D)
     # KV cache: K and V, kv·hd each, per layer, per token, 2 bytes
@@ -100,39 +108,41 @@ def test_roofline_reproduces_the_hand_computation(llama):
     """llama-3-8b, P = 2048, G = 512, B = 32, bf16 weights and KV, one H100 SXM 80GB."""
     P, G, B = 2048, 512, 32
     r = infer(llama, P, G, B, gpu="h100-80gb", program="forward")
-    W = 2 * N_PARAMS  # 16,060,522,496 bytes of bf16 weights
+    # bf16 weights read, but the untied embedding table: a row (d·2 bytes) per token, not its V rows
+    W = 2 * N_PARAMS - 2 * V * D  # 15,009,849,344 bytes
     kv_token = 2 * L * KV * HD * 2  # 131,072 bytes of K and V per token per sequence
-    # 1. prefill: 2·B·P·N_matmul + the causal half of 4·L·B·P²·h·hd; bytes: weights read + KV written
+    # 1. prefill: 2·B·P·N_matmul + the causal half of 4·L·B·P²·h·hd; bytes: weights + B·P rows + KV written
     pre_flops = 2 * B * P * N_MATMUL + 4 * L * B * P * P * H * HD // 2
-    pre_bytes = W + kv_token * P * B
+    pre_bytes = W + 2 * D * B * P + kv_token * P * B
     assert r.roofline["prefill"]["flops"] == pre_flops == 1_018_834_962_087_936
     assert r.roofline["prefill"]["bytes"] == pre_bytes
     ttft = max(pre_flops / PEAK, pre_bytes / BW)  # 1.0298 s compute vs 0.0074 s memory
     assert r.roofline["time_to_first_token_seconds"] == pytest.approx(ttft, rel=1e-12)
     assert r.roofline["prefill"]["bound"] == "compute-bound"
-    # 2. decode at p = P: 2·B·N_matmul + 4·L·B·(P+1)·h·hd FLOPs; weights + KV of P+1 tokens read
+    # 2. decode at p = P: 2·B·N_matmul + 4·L·B·(P+1)·h·hd FLOPs; weights, B rows, KV of P+1 tokens read
     f = 2 * B * N_MATMUL + 4 * L * B * (P + 1) * H * HD
-    by = W + kv_token * (P + 1) * B
+    by = W + 2 * D * B + kv_token * (P + 1) * B
     assert (r.roofline["decode_first"]["flops"], r.roofline["decode_first"]["bytes"]) == (f, by)
     assert f / by < PEAK / BW  # intensity 20.9 < ridge 295.3
     assert r.roofline["decode_first"]["bound"] == "memory-bound"
     assert r.roofline["decode_first"]["seconds"] == pytest.approx(by / BW, rel=1e-12)  # 7.36 ms
     # 3. every step memory-bound: mean latency = Σ_p (W + kv·(p+1)·B) / BW / (G−1)
     steps = G - 1
-    mean = (steps * W + kv_token * B * sum(range(P + 1, P + G))) / BW / steps
+    mean = (steps * (W + 2 * D * B) + kv_token * B * sum(range(P + 1, P + G))) / BW / steps
     assert r.roofline["decode_mean_seconds"] == pytest.approx(mean, rel=1e-9)
     assert r.roofline["tokens_per_s"] == pytest.approx(B / mean, rel=1e-9)  # ~4,167 tokens/s
     assert r.roofline["decode_bound"] == "memory-bound"
     # 4. knee: B·f1·BW >= PEAK·(W + B·k1) has no solution when f1·BW <= PEAK·k1 (f1, k1 per sequence)
     f1, k1 = 2 * N_MATMUL + 4 * L * (P + 1) * H * HD, kv_token * (P + 1)
     assert f1 * BW < PEAK * k1 and r.roofline["knee_batch_first"] is None
-    # without KV reads the knee is B = ⌈PEAK·W / (f1·BW)⌉ = 295 (≈ the ridge: 2 FLOPs per 2-byte weight)
-    assert r.roofline["knee_batch_weights_only"] == -(-PEAK * W // (f1 * BW)) == 295
+    # without KV reads the knee is B = ⌈PEAK·W / (f1·BW)⌉ = 276 (≈ the ridge: 2 FLOPs per 2-byte weight; the
+    # rows a token reads of the embedding table left out of the fixed bytes)
+    assert r.roofline["knee_batch_weights_only"] == -(-PEAK * W // (f1 * BW)) == 276
 
 
 def test_knee_at_a_short_context(llama):
     """At P = 16 the per-sequence intensity clears the ridge: B* = ⌈PEAK·W / (f1·BW − PEAK·k1)⌉."""
-    P, W, kv_token = 16, 2 * N_PARAMS, 2 * L * KV * HD * 2
+    P, W, kv_token = 16, 2 * N_PARAMS - 2 * V * D, 2 * L * KV * HD * 2  # the untied table: a row a token
     r = infer(llama, P, 2, 1)
     f1, k1 = 2 * N_MATMUL + 4 * L * (P + 1) * H * HD, kv_token * (P + 1)
     assert r.roofline["knee_batch_first"] == -(-PEAK * W // (f1 * BW - PEAK * k1))

@@ -264,7 +264,7 @@ def test_a_long_measurement_is_refused_unless_allowed(run_cli, monkeypatch):
     r = run_cli(*args)
     assert r.code == 2 and r.out == "" and r.err.count("\n") == 1
     assert "would take about" in r.err and "--allow-long" in r.err and "--measure meta" in r.err
-    result = infer(load_config("llama-3-8b"), 16, 4, 1, device="cpu")
+    result = infer(load_config("llama-3-8b"), 16, 4, 1, device="cpu", program="forward")
     seconds = devices.estimate_inference_seconds(result, "cpu")
     assert seconds > devices.MAX_LIVE_SECONDS and seconds > 8_030_261_248 * devices.CPU_INIT_SECONDS_PER_PARAMETER
     line = check_measure_time(result, "cpu", allow_long=True)

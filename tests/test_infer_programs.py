@@ -103,20 +103,21 @@ def test_deepseek_v3_decode_is_absorbed_in_the_engine():
 
 
 def test_deepseek_v3_engine_verdicts_follow_the_absorbed_form():
-    """fp8 weights and cache, tp 8 on H200s, P 4,096.  Re-expanded (generate), a sequence's step is 8.48
-    TFLOP, 1.06 per rank: compute-bound from B = 17.  Absorbed (engine), it is 142.9 GFLOP (17.9 per rank)
-    against the latent cache every rank reads whole (MLA's cache is replicated under TP): 61 layers ×
-    4,097 keys × 576 bytes = 143,952,192 B, 124 FLOP/byte, below the H200's ridge of 989.4 T / 4.8 T = 206:
-    memory-bound at every batch, so there is no knee."""
+    """fp8 weights (w8a8: the H200's FP8 peak, 1,978.9 TFLOP/s) and cache, tp 8, P 4,096; the ridge is
+    1,978.9 T / 4.8 TB/s = 412 FLOP/byte.  Re-expanded (generate), a sequence's step is 8.48 TFLOP, 1.06 per
+    rank: compute-bound from B = 35.  Absorbed (engine), it is 142.9 GFLOP (17.9 per rank) against the latent
+    cache every rank reads whole (MLA's cache is replicated under TP): 61 layers × 4,097 keys × 576 bytes =
+    143,952,192 B, 124 FLOP/byte, below the ridge: memory-bound at every batch, so there is no knee."""
     ds = load_config("deepseek-v3")
     kw = dict(weights="fp8", kv_dtype="fp8", tp=8, gpu="h200")
-    generate = infer(ds, 4096, 512, 8, program="generate", **kw)
-    engine = infer(ds, 4096, 512, 8, **kw)
+    generate = infer(ds, 4096, 512, 64, program="generate", **kw)
+    engine = infer(ds, 4096, 512, 64, **kw)
+    assert generate.compute == engine.compute == "fp8" and engine.roofline["peak_flops"] == 1_978_900_000_000_000
     assert generate.roofline["decode_first"]["bound"] == "compute-bound"
-    assert generate.roofline["knee_batch_first"] == 17
+    assert generate.roofline["knee_batch_first"] == 35
     f1 = decode_flops(ds, 4096, 1, 4607, program="engine").total // 8
     k1 = 61 * 4097 * (512 + 64)
-    assert k1 == 143_952_192 and f1 * 4_800_000_000_000 < 989_400_000_000_000 * k1
+    assert k1 == 143_952_192 and f1 * 4_800_000_000_000 < 1_978_900_000_000_000 * k1
     assert engine.roofline["decode_first"]["bound"] == "memory-bound" and engine.roofline["knee_batch_first"] is None
 
 

@@ -128,3 +128,51 @@ def compare(run: Run) -> dict[str, Any]:
 
 def rows() -> list[dict[str, Any]]:
     return [compare(run) for run in RUNS]
+
+
+# -- serving throughput: TensorRT-LLM's published tables against the roofline ----------------------------------
+
+TRTLLM_SOURCE = (
+    "NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md (commit 258c7540), 'Throughput Measurements': "
+    "trtllm-bench throughput, 'Total Output Throughput (tokens/sec)', requests fed at an infinite rate, "
+    "ModelOpt FP8 checkpoints (nvidia/Llama-3.1-*-Instruct-FP8: weights and activations of the blocks' linear "
+    "layers in FP8), H100 80GB HBM3"
+)
+LENGTHS = ((128, 128), (128, 2048), (128, 4096), (500, 2000), (1000, 1000), (1000, 2000), (1024, 2048),
+           (2048, 128), (2048, 2048), (5000, 500), (20000, 2000))  # fmt: skip
+TRTLLM_H100 = {  # (preset, tp) -> output tokens/s at each of LENGTHS (None: not published)
+    ("llama-3.1-8b", 1): (27568.68, 22003.62, 13640.35, 17794.39, 15270.02, 13850.22, 13374.15, 3495.05, 9653.67,
+                          3371.16, 1340.92),
+    ("llama-3.1-70b", 2): (6183.41, 5822.02, 3714.87, 4704.31, 4191.26, 3920.44, 3896.14, 747.51, 2732.86, 866.77,
+                           408.43),
+    ("llama-3.1-405b", 8): (3732.40, 4572.23, 2911.42, 3661.85, 2963.36, 3253.17, 3089.16, 448.89, 2139.94, 579.14,
+                            370.26),
+}  # fmt: skip
+
+
+def throughput_rows() -> list[dict[str, Any]]:
+    """Each published TensorRT-LLM H100 figure beside ``infer``'s throughput bound (the roofline at the largest
+    batch that fits, ``inference_report._throughput_bound``) and its calibrated figure (``realistic``), fp8 w8a8
+    weights, with an fp8 KV cache and, beside it, a bf16 one.  published / bound is the share of the bound the
+    engine reached: above 1, the bound's assumptions are not the run's (with a bf16 cache, several rows are: the
+    runs held more sequences than a bf16 cache allows, so their cache was fp8)."""
+    from .inference_report import infer
+
+    out = []
+    for (model, tp), figures in TRTLLM_H100.items():
+        cfg = load_config(model)
+        for (isl, osl), published in zip(LENGTHS, figures, strict=True):
+            row: dict[str, Any] = {"model": model, "tp": tp, "input": isl, "output": osl,
+                                   "published_tokens_per_s": published}  # fmt: skip
+            for kv in ("fp8", "bf16"):
+                r = infer(cfg, isl, osl, 1, weights="fp8", kv_dtype=kv, tp=tp, gpu="h100-80gb")
+                bound = r.roofline["throughput_bound_tokens_per_s"]
+                row[f"bound_{kv}_kv"] = bound
+                row[f"batch_{kv}_kv"] = r.roofline["throughput_bound_batch"]
+                row[f"published_over_bound_{kv}_kv"] = published / bound if bound else None
+                if kv == "fp8":
+                    real = (r.roofline["realistic"] or {}).get("throughput_tokens_per_s")
+                    row["realistic_fp8_kv"] = real
+                    row["published_over_realistic"] = published / real if real else None
+            out.append(row)
+    return out

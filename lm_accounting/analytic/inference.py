@@ -40,6 +40,7 @@ Exact ints, no torch.  Conventions (stated in every output):
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from ..breakdown import Breakdown, Item
 from ..config import AccountingError, ModelConfig
@@ -50,9 +51,45 @@ from .sizes import Sizes
 
 SEMANTICS = ("filled", "static")
 WEIGHT_BYTES = {"fp32": (4, 1), "bf16": (2, 1), "fp8": (1, 1), "int8": (1, 1), "int4": (1, 2)}
-"""Weight storage: bytes per parameter as a fraction (num, den).  int4 = 1/2 byte per parameter
-(two weights per byte, rounded up per tensor); the group scales and zero-points of GPTQ/AWQ-style
-formats (e.g. one fp16 scale per 128 weights: +2/128 byte per parameter) are **not** counted."""
+"""Weight storage: bytes per parameter as a fraction (num, den); int4 = 1/2 byte (two weights a byte),
+plus its group scales and zero-points (``WeightFormat``)."""
+QUANTIZED = ("fp8", "int8", "int4")
+COMPUTE = {"fp32": ("fp32",), "bf16": ("bf16",), "fp8": ("fp8", "bf16"), "int8": ("int8", "bf16"), "int4": ("bf16",)}
+"""The matmul dtypes each storage runs at: fp8 and int8 checkpoints as w8a8 (the GPU's FP8 or INT8 peak: vLLM's
+``Fp8LinearMethod`` and compressed-tensors W8A8 quantise the activations on the fly) or weight-only (bf16
+compute, e.g. Marlin on a GPU without FP8); int4 (GPTQ/AWQ) is weight-only.  The first is the default."""
+
+
+@dataclass(frozen=True)
+class WeightFormat:
+    """How a checkpoint stores its weights.  ``dtype`` (``WEIGHT_BYTES``): the block matrices' storage.
+    Quantised (``QUANTIZED``), the embedding table, the LM head, the norms, the biases and MoE routers stay
+    bf16 unless ``embeddings`` (AWQ/GPTQ/FP8 checkpoints keep them 16-bit: AutoAWQ's ``modules_to_not_convert``
+    and llm-compressor's ``ignore=["lm_head"]``); fp32 and bf16 keep every tensor in their dtype.  int4 adds,
+    per ``group`` weights of a matrix, an fp16 scale and a packed int4 zero-point (GPTQ/AWQ's ``scales`` and
+    ``qzeros``): 2.5 bytes a group.  fp8 and int8 per-tensor or per-channel scales are not counted."""
+
+    dtype: str = "bf16"
+    group: int = 128
+    embeddings: bool = False
+
+    def tensor_bytes(self, n: int, key: str, group: str) -> int:
+        """Bytes of one tensor of ``n`` elements (``key``, ``group``: the registry's)."""
+        matrix = group in ("attention projections", "ffn") and not key.endswith(".bias") and "router" not in key
+        quantized = self.dtype in QUANTIZED and (matrix or (self.embeddings and group in ("embedding", "lm head")))
+        if not quantized:
+            num, den = WEIGHT_BYTES["bf16" if self.dtype in QUANTIZED else self.dtype]
+            return -(-n * num // den)
+        if self.dtype != "int4":
+            return n
+        groups = -(-n // self.group)
+        return -(-n // 2) + 2 * groups + -(-groups // 2)  # packed weights, fp16 scales, packed int4 zeros
+
+
+def weight_format(weights: str | WeightFormat) -> WeightFormat:
+    return weights if isinstance(weights, WeightFormat) else WeightFormat(weights)
+
+
 KV_DTYPES = {"fp32": "fp32", "bf16": "bf16", "fp8": "int8"}
 """KV-cache dtypes -> the storage type ``kv_cache_bytes`` prices them as (fp8 e4m3/e5m2: 1 byte, as int8)."""
 ATTENTION = "attention matmuls"
@@ -348,19 +385,21 @@ def _replicated(key: str, group: str) -> bool:
     )
 
 
-def weights_bytes(cfg: ModelConfig, dtype: str, tp: int = 1) -> int:
-    """Bytes of the weights on one rank: every parameter in ``dtype`` (``WEIGHT_BYTES``), matrices and
-    embeddings split over ``tp`` ranks (rounded up per tensor: the worst rank), norms and row-parallel
-    biases replicated."""
-    if dtype not in WEIGHT_BYTES:
-        raise AccountingError(f"unknown weight dtype '{dtype}' (valid: {', '.join(WEIGHT_BYTES)})")
-    num, den = WEIGHT_BYTES[dtype]
+def weights_bytes(cfg: ModelConfig, dtype: str | WeightFormat, tp: int = 1, only: str | None = None) -> int:
+    """Bytes of the weights on one rank: every parameter as ``dtype`` stores it (``WeightFormat``), matrices
+    and embeddings split over ``tp`` ranks (rounded up per tensor: the worst rank), norms and row-parallel
+    biases replicated.  ``only``: the tensors of that registry group alone (e.g. "embedding")."""
+    fmt = weight_format(dtype)
+    if fmt.dtype not in WEIGHT_BYTES:
+        raise AccountingError(f"unknown weight dtype '{fmt.dtype}' (valid: {', '.join(WEIGHT_BYTES)})")
     total = 0
     for it in parameter_breakdown(cfg):
+        if only is not None and it.group != only:
+            continue
         per = it.total if not it.per_layer else it.per_layer
         count = it.total // per if per else 0  # layers holding it (a subset for MoE components)
         shard = per if _replicated(it.key, it.group) else -(-per // tp)
-        total += count * -(-shard * num // den)
+        total += count * fmt.tensor_bytes(shard, it.key, it.group)
     return total
 
 

@@ -45,14 +45,21 @@ CONVENTIONS = (
     (
         "KV cache = 2·kv_heads·d_head·bytes·Σ_layers min(C, w)·B (MLA: the latent and RoPE key, "
         "(kv_lora_rank + qk_rope_head_dim)·bytes per token and layer, expanded by kv_b_proj at every step but "
-        "under engine, "
-        "replicated under --tp); fp8 = 1 byte.  int4 weights = ½ byte per parameter, group scales not "
-        "counted.  Norms, row-parallel biases and MLA's down projections are replicated under --tp."
+        "under engine, replicated under --tp); fp8 = 1 byte.  Norms, row-parallel biases and MLA's down "
+        "projections are replicated under --tp."
     ),
     (
-        "Roofline: max(FLOPs/peak, bytes/bandwidth) per rank at 100 % of the datasheet's dense peak (bf16; fp32 "
-        "for fp32 weights) and HBM bandwidth; bytes = weights read once + KV written/read; prefill FLOPs as a "
-        "causal kernel does them (masked half skipped); TP all-reduces added, not overlapped."
+        "Weights (--weights): quantised checkpoints (fp8, int8, int4) keep the embedding table, the LM head, "
+        "the norms, biases and routers in bf16 (--quantize-embeddings: not the table and head); int4 adds an "
+        "fp16 scale and a packed int4 zero-point per --group-size weights (GPTQ/AWQ).  --compute: fp8 and int8 "
+        "run as w8a8 at the GPU's FP8/INT8 peak by default, or weight-only at bf16; int4 is weight-only."
+    ),
+    (
+        "Roofline (a bound): max(FLOPs/peak, bytes/bandwidth) per rank at 100 % of the datasheet's dense peak "
+        "for the --compute dtype and HBM bandwidth; bytes = the weights read once (an untied embedding table: "
+        "a row a token) + KV written/read; TP all-reduces added, not overlapped.  The throughput bound is B·G "
+        "output tokens over prefill(B) + Σ decode(B) at the largest B that fits.  The realistic figure is the "
+        "same at the GPU's calibrated GEMM and HBM rates (or --efficiency)."
     ),
     (
         "Attention (--attention): sdpa (default with filled semantics: what serving engines run) is a fused "
@@ -86,6 +93,8 @@ class Inference(Result):
     program: str  # inference.PROGRAMS: engine, generate or forward
     device: str  # whose kernels the temporaries are: cuda, or meta/cpu (the CPU flash kernel) for a measurement
     weights: str
+    weight_format: inf.WeightFormat
+    compute: str  # the matmuls' dtype: the roofline's peak
     kv_dtype: str
     gpu: GPU
     tp: int
@@ -170,6 +179,12 @@ class Inference(Result):
             "attention": self.attention,
             "temporaries_for_device": self.device,
             "weights": self.weights,
+            "weight_format": {
+                "dtype": self.weights,
+                "group_size": self.weight_format.group,
+                "embeddings_quantized": self.weight_format.embeddings,
+            },
+            "compute": self.compute,
             "kv_dtype": self.kv_dtype,
             "gpu": {"name": self.gpu.name, "label": self.gpu.label, "source": self.gpu.source},
             "tp": self.tp,
@@ -205,12 +220,12 @@ def memory_exact(cfg: ModelConfig, weights: str, kv_dtype: str, attention: str) 
     return exact_for(cfg) and weights in ACT_BYTES and kv_dtype == _act(weights) and not windowed_fused
 
 
-def _act(weights: str) -> str:
-    return "fp32" if weights == "fp32" else "bf16"
+def _act(weights: str | inf.WeightFormat) -> str:
+    return "fp32" if inf.weight_format(weights).dtype == "fp32" else "bf16"
 
 
 @functools.lru_cache(maxsize=32)
-def _weights(cfg: ModelConfig, weights: str, tp: int) -> int:
+def _weights(cfg: ModelConfig, weights: str | inf.WeightFormat, tp: int) -> int:
     """``inference.weights_bytes``, kept: ``max_batch`` asks for it at every batch it tries."""
     return inf.weights_bytes(cfg, weights, tp)
 
@@ -373,6 +388,106 @@ def _decode_series(
     return phase(prompt), phase(end - 1), mean, bounds, turn
 
 
+def _table(cfg: ModelConfig, weights: inf.WeightFormat, tp: int) -> int:
+    """This rank's bytes of an untied embedding table, which a step reads a row a token (0 when tied: the
+    head reads the whole table anyway)."""
+    return 0 if cfg.tie_embeddings else inf.weights_bytes(cfg, weights, tp, "embedding")
+
+
+def _phases(cfg, prompt, generate, weights, w_gpu, kv_dtype, tp, semantics, program, g: GPU, peak: int, batch: int):
+    """The roofline at ``batch``: (the prefill's ``Phase``, ``_decode_series``).  Bytes read: the weights, but
+    an untied embedding table only its rows (the worst rank: every token's row in its shard), and under MoE
+    only the experts the step's tokens reach (``routed_fraction``); the prefill writes its KV."""
+    C = inf.cache_positions(program, prompt, generate)
+    pre_hw = inf.prefill_flops(cfg, prompt, batch, C, semantics, program).total
+    if semantics == "filled" and program != "engine":  # a causal kernel skips the masked half (engine: counted)
+        extras = inf.prefill_extras(cfg, prompt, batch)
+        pre_hw += extras["attention_causal_half"] - extras["attention_full_square"]
+    routed, touched = routed_fraction(cfg, batch)
+    expert = weights.tensor_bytes(routed - touched, "layers.*.moe.experts.w1", "ffn")
+    table = _table(cfg, weights, tp)
+
+    def rows(tokens: int) -> int:
+        return min(table, tokens * cfg.d_model * _bytes_per(weights))
+
+    w_read = w_gpu - table + rows(batch) - -(-expert // tp)
+    kv = inf.kv_bytes(cfg, prompt, batch, kv_dtype, tp)
+    comm = allreduce_seconds(cfg, batch * prompt, g, tp)
+    pre = Phase(-(-pre_hw // tp), w_gpu - table + rows(batch * prompt) + kv, peak, g.bandwidth, comm)
+    args = (cfg, prompt, generate, batch, semantics, w_read, g, peak, tp, kv_dtype, program)
+    return pre, _decode_series(*args)
+
+
+def realistic(at: tuple, batch: int, fit: int, generate: int, efficiency: float | None) -> dict[str, Any] | None:
+    """The roofline again at a fraction of the peak and of the bandwidth: ``efficiency`` for both when given,
+    else the GPU's calibration (``step_time.best_rates``: the fastest bf16 GEMM measured over the bf16 peak, the
+    memory-bound bandwidth measured over the datasheet's; for fp8 and int8 compute the bf16 fraction, assumed);
+    None when neither exists.  Still no launch, scheduling or communication overlap costs: an engine's figure
+    lies below it (reports/inference/trtllm_throughput.md: measured against it)."""
+    from dataclasses import replace
+
+    from .step_time import best_rates
+
+    cfg, P, G, weights, w_gpu, kv_dtype, tp, semantics, program, g, peak = at
+    if efficiency is not None:
+        fc = fb = efficiency
+        basis = f"--efficiency {efficiency:g} of the peak and of the bandwidth"
+    else:
+        rates = best_rates(g.name)
+        if rates is None:
+            return None
+        flops, bandwidth, where = rates
+        fc, fb = flops / g.peak_flops("bf16"), bandwidth / g.bandwidth
+        basis = (f"calibrated on {where}: the fastest bf16 GEMM, {flops / 1e12:,.0f} TFLOP/s ({fc:.1%} of the peak), "
+                 f"HBM at {bandwidth / 1e12:,.3f} TB/s ({fb:.1%})")  # fmt: skip
+    slow = replace(g, bandwidth=int(g.bandwidth * fb))
+    scaled = (cfg, P, G, weights, w_gpu, kv_dtype, tp, semantics, program, slow, int(peak * fc))
+    pre, (_, _, mean, _, _) = _phases(*scaled, batch)
+    out = {"basis": basis, "compute_fraction": fc, "bandwidth_fraction": fb,
+           "time_to_first_token_seconds": pre.seconds, "decode_mean_seconds": mean if G > 1 else 0.0,
+           "tokens_per_s": batch / mean if G > 1 else 0.0}  # fmt: skip
+    bound = _throughput_bound(scaled, fit, G)
+    out["throughput_tokens_per_s"] = bound["throughput_bound_tokens_per_s"]
+    return out
+
+
+def _throughput_bound(at: tuple, fit: int, generate: int) -> dict[str, Any]:
+    """The most output tokens/s the roofline allows on this GPU: B sequences prefilled, then G − 1 decode steps,
+    B·G tokens over prefill(B) + Σ decode(B) seconds, at the largest B that fits with prompts prefilled one at
+    a time (``max_batch_serving``).  Both times are affine in B with a fixed part (the weights read), so this
+    is the best over every B that fits: a bound for an engine's throughput benchmark (e.g. TensorRT-LLM's
+    "throughput" tables: output tokens/s at the best concurrency)."""
+    if fit < 1:
+        return {"throughput_bound_batch": 0, "throughput_bound_tokens_per_s": 0.0}
+    pre, (_, _, mean, _, _) = _phases(*at, fit)
+    seconds = pre.seconds + (generate - 1) * mean
+    return {"throughput_bound_batch": fit, "throughput_bound_tokens_per_s": fit * generate / seconds}
+
+
+def _bytes_per(weights: inf.WeightFormat) -> int:
+    """Bytes of one embedding element as stored (quantised only with ``embeddings``)."""
+    return -(-weights.tensor_bytes(1024, "token_embeddings", "embedding") // 1024)
+
+
+def check_compute(weights: str, compute: str | None, g: GPU, group_size: int) -> str:
+    """The matmuls' dtype for ``weights`` (``inference.COMPUTE``; None: its first), refused where the storage
+    cannot run it or the GPU has no peak for it."""
+    check_positive_int("group_size", group_size)
+    choices = inf.COMPUTE.get(weights, ())
+    compute = choices[0] if compute is None and choices else compute
+    if compute not in choices:
+        raise AccountingError(
+            f"--compute {compute} does not run {weights} weights (valid: {', '.join(choices)}: fp8 and int8 as w8a8 "
+            "or weight-only bf16, int4 weight-only)"
+        )
+    if compute not in g.peak:
+        alt = " or --compute bf16 (weight-only, as Marlin runs it)" if weights in ("fp8", "int8") else ""
+        raise AccountingError(
+            f"{g.name} has no {compute} peak in its datasheet (it lists {', '.join(g.peak)}): choose another --gpu{alt}"
+        )
+    return compute
+
+
 def check_infer(
     cfg, prompt, generate, batch, weights, kv_dtype, tp, semantics, attention, device, program=None
 ) -> tuple[str, str]:
@@ -426,6 +541,10 @@ def infer(
     device: str = "cuda",
     program: str | None = None,
     engine: VllmOptions | None = None,
+    compute: str | None = None,
+    group_size: int = 128,
+    quantize_embeddings: bool = False,
+    efficiency: float | None = None,
 ) -> Inference:
     """Everything analytic about serving ``cfg`` (see the module docstring and ``CONVENTIONS``).
     ``attention`` None: ``inference.default_attention(semantics)`` (sdpa, naive under 'static').
@@ -434,6 +553,10 @@ def infer(
     ``inference.default_program``: engine, what a serving engine runs, unless the static cache or naive
     attention asked for names transformers' code: generate).
     ``engine``: vLLM's options, to size its KV cache as it does at start-up (``engine_sizing``).
+    ``compute``: the matmuls' dtype (None: ``inference.COMPUTE``'s first for ``weights``: fp8 and int8 as w8a8);
+    ``group_size`` and ``quantize_embeddings``: the checkpoint's format (``inference.WeightFormat``).
+    ``efficiency``: the fraction of the peak and the bandwidth a realistic figure assumes (None: the GPU's
+    calibration, where it has one; ``realistic``)
     A batch whose peak exceeds ``budget`` is still analysed: ``Inference.over_budget`` says by how much
     and what fits (an answer, not bad input).  ``budget`` per GPU: as given, else the GPU's CUDA total less
     ``allowance`` (``gpus.memory_budget``, default ``gpus.DEFAULT_ALLOWANCE``)."""
@@ -445,6 +568,9 @@ def infer(
         raise AccountingError(f"--engine vllm sizes a serving engine's cache: it runs --program engine, not {program}")
     cuda = device == "cuda"
     g = lookup_gpu(gpu)
+    compute = check_compute(weights, compute, g, group_size)
+    stored = weights
+    weights = inf.WeightFormat(stored, group_size, quantize_embeddings)
     sizing = None
     if engine is not None:
         kw = dict(weights=weights, kv_dtype=kv_dtype, tp=tp, prompt=prompt, generate=generate)
@@ -456,25 +582,14 @@ def infer(
     memory = _memory(*args, batch, weights, kv_dtype, tp, semantics, None, attention, cuda, program)
     best = max_batch(*args, weights, kv_dtype, tp, semantics, budget, None, attention, cuda, program)
     serving = max_batch(*args, weights, kv_dtype, tp, semantics, budget, 1, attention, cuda, program)
-    peak = g.peak_flops(_act(weights))
+    peak = g.peak_flops(compute)
     prefill = inf.prefill_flops(cfg, prompt, batch, C, semantics, program)
     extras = inf.prefill_extras(cfg, prompt, batch)
-    pre_hw = prefill.total
-    if semantics == "filled" and program != "engine":  # a causal kernel skips the masked half (engine: counted)
-        pre_hw += extras["attention_causal_half"] - extras["attention_full_square"]
     w_gpu = memory["weights"]
-    routed, touched = routed_fraction(cfg, batch)
-    w_read = w_gpu - -(-(routed - touched) * inf.WEIGHT_BYTES[weights][0] // (inf.WEIGHT_BYTES[weights][1] * tp))
-    pre = Phase(
-        -(-pre_hw // tp),
-        w_gpu + inf.kv_bytes(cfg, prompt, batch, kv_dtype, tp),
-        peak,
-        g.bandwidth,
-        allreduce_seconds(cfg, batch * prompt, g, tp),
-    )
-    first, last, mean, bounds, turn = _decode_series(
-        cfg, prompt, generate, batch, semantics, w_read, g, peak, tp, kv_dtype, program
-    )
+    routed, _ = routed_fraction(cfg, batch)
+    table = _table(cfg, weights, tp)
+    at = (cfg, prompt, generate, weights, w_gpu, kv_dtype, tp, semantics, program, g, peak)
+    pre, (first, last, mean, bounds, turn) = _phases(*at, batch)
     if len(bounds) <= 1:
         decode_bound = bounds[0] if bounds else "no decode step"
     else:
@@ -483,9 +598,9 @@ def infer(
     for name, p in (("first", prompt), ("last", last_p)):
         f = inf.decode_flops(cfg, p, 1, C, semantics, program).total  # one sequence's FLOPs at p
         k = inf.kv_bytes(cfg, 1, 1, kv_dtype, 1) // cfg.num_layers * sum(inf.decode_keys(cfg, p, C, semantics))
-        knees[name] = knee_batch(f, k * tp // inf.kv_split(cfg, tp), tp * w_gpu, peak, g.bandwidth)
+        knees[name] = knee_batch(f, k * tp // inf.kv_split(cfg, tp), tp * (w_gpu - table), peak, g.bandwidth)
     f_first = inf.decode_flops(cfg, prompt, 1, C, semantics, program).total
-    knees["weights_only"] = knee_batch(f_first, 0, tp * w_gpu, peak, g.bandwidth)  # as if no KV were read
+    knees["weights_only"] = knee_batch(f_first, 0, tp * (w_gpu - table), peak, g.bandwidth)  # as if no KV were read
     decode_steps = generate - 1
     roofline = {
         "peak_flops": peak,
@@ -504,7 +619,9 @@ def infer(
         "knee_batch_last": knees["last"],
         "knee_batch_weights_only": knees["weights_only"],
         "moe_weights_read_bound": bool(routed),
+        **_throughput_bound(at, serving, generate),
     }
+    roofline["realistic"] = realistic(at, batch, serving, generate, efficiency)
     return Inference(
         config=cfg,
         prompt=prompt,
@@ -514,7 +631,9 @@ def infer(
         attention=attention,
         program=program,
         device=device,
-        weights=weights,
+        weights=stored,
+        weight_format=weights,
+        compute=compute,
         kv_dtype=kv_dtype,
         gpu=g,
         tp=tp,
@@ -525,7 +644,7 @@ def infer(
         decode_last=inf.decode_flops(cfg, last_p, batch, C, semantics, program).total,
         generation_flops=inf.generation_flops(cfg, prompt, generate, batch, semantics, program),
         memory=memory,
-        memory_exact=memory_exact(cfg, weights, kv_dtype, attention),
+        memory_exact=memory_exact(cfg, stored, kv_dtype, attention),
         max_batch=best,
         max_batch_serving=serving,
         roofline=roofline,

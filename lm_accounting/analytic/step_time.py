@@ -108,6 +108,18 @@ def load(gpu: str) -> Calibration:
     )
 
 
+def best_rates(gpu: str) -> tuple[float, float, str] | None:
+    """(the fastest bf16 ``torch.mm`` of the grid in FLOP/s, the measured memory-bound bandwidth in bytes/s, the
+    GPU and torch they were measured with), or None for a GPU with no calibration table: what a serving
+    roofline may call realistic (``inference_report``)."""
+    if gpu not in calibrations():
+        return None
+    cal = load(gpu)
+    flops = max(2 * m * n * k / s for (dtype, _), table in cal.gemm.items() if dtype == "bfloat16"
+                for (m, n, k), s in table.items())  # fmt: skip
+    return flops, cal.bandwidth, f"{cal.env.get('gpu', gpu)}, torch {cal.env.get('torch', '?')}"
+
+
 def _corners(v: float, grid: list[int]) -> list[tuple[int, float]]:
     """The grid points around ``v`` with their weights, linear in log v (clamped at the grid's ends)."""
     lo = max([g for g in grid if g <= v] or [grid[0]])

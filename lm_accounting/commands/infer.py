@@ -11,10 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..analytic.engine_sizing import VllmOptions
-from ..analytic.inference_report import Inference, check_infer, infer
+from ..analytic.inference_report import Inference, check_compute, check_infer, infer
 from ..analytic.sizes import at_context
 from ..config import AccountingError, ModelConfig
 from ..gpus import DEFAULT_GPU, MemoryBudget, memory_budget
+from ..gpus import gpu as lookup_gpu
 from ..names import MEASURE_CHOICES
 
 
@@ -35,6 +36,10 @@ class Request:
     attention: str | None = None  # None: inference.default_attention(semantics)
     program: str | None = None  # None: inference.default_program(semantics, attention)
     engine: VllmOptions | None = None  # --engine vllm and its options
+    compute: str | None = None  # None: inference.COMPUTE's first for the weights (fp8, int8: w8a8)
+    group_size: int = 128  # int4: weights per scale and zero-point
+    quantize_embeddings: bool = False
+    efficiency: float | None = None  # the realistic figure's fraction (None: the GPU's calibration)
     measure: str = "none"
     allow_long: bool = False  # a measurement estimated past measure.devices.MAX_LIVE_SECONDS
     budget_basis: MemoryBudget = field(init=False, repr=False)
@@ -48,6 +53,7 @@ class Request:
             self.attention, self.device, self.program,
         )  # fmt: skip
         object.__setattr__(self, "budget_basis", memory_budget(self.gpu, self.allowance, self.budget))
+        check_compute(self.weights, self.compute, lookup_gpu(self.gpu), self.group_size)
 
     @property
     def device(self) -> str:
@@ -60,7 +66,8 @@ def run(request: Request) -> Inference:
     return infer(
         r.config, r.prompt, r.generate, r.batch, weights=r.weights, kv_dtype=r.kv_dtype, gpu=r.gpu, tp=r.tp,
         budget=r.budget_basis, semantics=r.semantics, context=r.context, attention=r.attention, device=r.device,
-        program=r.program, engine=r.engine,
+        program=r.program, engine=r.engine, compute=r.compute, group_size=r.group_size,
+        quantize_embeddings=r.quantize_embeddings, efficiency=r.efficiency,
     )  # fmt: skip
 
 

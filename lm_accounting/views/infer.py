@@ -103,10 +103,20 @@ def infer_view(r: Inference) -> View:
         + [("total", r.prefill.total, r.decode.total)],
     )
     ex = r.prefill_extras
+    attended = sum(it.total for it in r.prefill if it.group == "attention matmuls")
     flops.notes = [
-        f"prefill attention: full square {ex['attention_full_square']:,}; causal half "
-        f"{ex['attention_causal_half']:,} (labelled extra)"
-        + ("" if ex["attention_windowed_band"] is None else f"; sliding-window band {ex['attention_windowed_band']:,}"),
+        (
+            f"prefill attention: the pairs a causal kernel computes {attended:,} (the rows above); the full square "
+            f"{ex['attention_full_square']:,} (as FlopCounterMode and fvcore count it)"
+            if r.program == "engine"
+            else f"prefill attention: full square {ex['attention_full_square']:,}; causal half "
+            f"{ex['attention_causal_half']:,} (labelled extra)"
+            + (
+                ""
+                if ex["attention_windowed_band"] is None
+                else f"; sliding-window band {ex['attention_windowed_band']:,}"
+            )
+        ),
         (
             f"decode: last step (p = {r.prompt + max(r.generate - 2, 0):,}) {r.decode_last:,}; all {plural(r.generate - 1, 'step')} "
             f"{r.generation_flops:,} (closed form); prefill + decode {r.prefill.total + r.generation_flops:,}"
@@ -143,8 +153,8 @@ def infer_view(r: Inference) -> View:
     ]
     roof = Table(
         (
-            f"Roofline on {g.name}: peak {ro['peak_flops'] / 1e12:,.1f} TFLOP/s, HBM {g.bandwidth / 1e12:,.2f} TB/s, "
-            f"ridge {ro['ridge_intensity']:,.1f} FLOP/byte (per GPU)"
+            f"Roofline on {g.name} (a bound): {r.compute} peak {ro['peak_flops'] / 1e12:,.1f} TFLOP/s, HBM "
+            f"{g.bandwidth / 1e12:,.2f} TB/s, ridge {ro['ridge_intensity']:,.1f} FLOP/byte (per GPU)"
             + (
                 "; MLA in transformers v5's non-absorbed form (kv_b_proj re-expands every cached position at "
                 "each decode step; --program engine absorbs it into the queries, as serving engines do)"
@@ -179,6 +189,22 @@ def infer_view(r: Inference) -> View:
             f"weights only (no KV reads) {knee(ro['knee_batch_weights_only'])}"
         ),
     ]
+    fit = ro["throughput_bound_batch"]
+    roof.notes.append(
+        f"throughput bound: {ro['throughput_bound_tokens_per_s']:,.0f} output tokens/s at B = {fit:,} (the largest "
+        "batch that fits, B prompts prefilled then decoded)"
+        if fit
+        else "throughput bound: none (not one sequence fits)"
+    )
+    real = ro["realistic"]
+    if real:
+        roof.notes.append(
+            f"realistic ({real['basis']}): time to first token {_ms(real['time_to_first_token_seconds'])}; decode "
+            f"{_ms(real['decode_mean_seconds'])} per token, {real['tokens_per_s']:,.0f} tokens/s at B = {r.batch:,}; "
+            f"throughput {real['throughput_tokens_per_s']:,.0f} tokens/s at B = {fit:,}"
+        )
+    else:
+        roof.notes.append(f"realistic: no calibration table for {g.name}; give --efficiency for one")
     if ro["moe_weights_read_bound"]:
         roof.notes.append(
             "mixture of experts: a decode step reads the experts its B·k routed tokens reach, at most "

@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..analytic.engine_runs import TRTLLM_SOURCE
 from ..analytic.inference_report import _memory, infer
 from ..config import ModelConfig, load_config
 from ..gpus import gpu
@@ -32,6 +33,8 @@ FILES = (
     "serving.csv",
     "vllm_startup.md",
     "vllm_startup.csv",
+    "trtllm_throughput.md",
+    "trtllm_throughput.csv",
     *(f"{s}.{e}" for s in ("decode_tokens_per_s", "memory_vs_sequences") for e in ("png", "svg")),
 )
 
@@ -332,15 +335,55 @@ def vllm_table(records: list[dict[str, Any]]) -> Table:
     )
 
 
+def trtllm_table(records: list[dict[str, Any]]) -> Table:
+    """TensorRT-LLM's published H100 throughput beside the roofline's bound (``analytic.engine_runs``)."""
+
+    def ratio(v):
+        return "" if v is None else f"{v:.3f}"
+
+    body = [
+        (f"{r['model']} tp {r['tp']}", f"{r['input']:,} / {r['output']:,}", f"{r['published_tokens_per_s']:,.0f}",
+         f"{r['bound_fp8_kv']:,.0f}", f"{r['batch_fp8_kv']:,}", ratio(r["published_over_bound_fp8_kv"]),
+         f"{r['realistic_fp8_kv']:,.0f}" if r["realistic_fp8_kv"] else "", ratio(r["published_over_realistic"]),
+         f"{r['bound_bf16_kv']:,.0f}", ratio(r["published_over_bound_bf16_kv"]))
+        for r in records
+    ]  # fmt: skip
+    over = [r for r in records if (r["published_over_bound_bf16_kv"] or 0) > 1]
+    columns = ["model", "input / output", "TensorRT-LLM tokens/s", "bound (fp8 KV)", "at B", "published / bound",
+               "calibrated", "published / calibrated", "bound (bf16 KV)", "published / bound (bf16 KV)"]  # fmt: skip
+    return Table(
+        "Serving throughput on H100 80GB: TensorRT-LLM's published runs beside `infer`'s roofline (fp8 w8a8)",
+        [Column(c) for c in columns],
+        body,
+        [
+            f"Published: {TRTLLM_SOURCE}.",
+            (
+                "bound: output tokens/s of the roofline (FP8 peak 1,978.9 TFLOP/s, HBM 3.35 TB/s, TP all-reduces added) "
+                "at the largest batch that fits 79.11 GiB less 3 GB, B sequences prefilled then decoded: B·G over "
+                "prefill(B) + Σ decode(B).  calibrated: the same at this project's measured H100 rates "
+                "(reports/calibration/h100-80gb.md)."
+            ),
+            (
+                f"With a bf16 KV cache the published figure exceeds the bound on {len(over)} of {len(records)} rows: "
+                "those runs held more sequences than a bf16 cache allows, so their cache was fp8; the fp8-KV bound "
+                "holds on every row (tests/test_engine_sizing.py)."
+            ),
+        ],
+    )
+
+
 def write_inference(out: Path, plots: bool = True) -> list[Path]:
     """Write the inference report into ``out`` (created if needed); returns the paths."""
     from ..analytic.engine_runs import rows as vllm_rows
+    from ..analytic.engine_runs import throughput_rows
 
     out.mkdir(parents=True, exist_ok=True)
     records = rows(models())
     paths = write_table_files(out / "serving", [serving_table(records)], records)
     published = vllm_rows()
     paths += write_table_files(out / "vllm_startup", [vllm_table(published)], published)
+    trtllm = throughput_rows()
+    paths += write_table_files(out / "trtllm_throughput", [trtllm_table(trtllm)], trtllm)
     if plots:
         paths += plot_tokens_per_s(records, out / "decode_tokens_per_s")
         paths += plot_memory(records, out / "memory_vs_sequences")
