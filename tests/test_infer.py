@@ -111,10 +111,11 @@ def test_roofline_reproduces_the_hand_computation(llama):
     # bf16 weights read, but the untied embedding table: a row (d·2 bytes) per token, not its V rows
     W = 2 * N_PARAMS - 2 * V * D  # 15,009,849,344 bytes
     kv_token = 2 * L * KV * HD * 2  # 131,072 bytes of K and V per token per sequence
-    # 1. prefill: 2·B·P·N_matmul + the causal half of 4·L·B·P²·h·hd; bytes: weights + B·P rows + KV written
-    pre_flops = 2 * B * P * N_MATMUL + 4 * L * B * P * P * H * HD // 2
+    # 1. prefill: 2·B·P·N_matmul + the P(P+1)/2 query-key pairs a causal kernel computes, 4·hd FLOPs each per
+    #    layer, head and sequence; bytes: weights + B·P rows + KV written
+    pre_flops = 2 * B * P * N_MATMUL + 4 * L * B * H * HD * (P * (P + 1) // 2)
     pre_bytes = W + 2 * D * B * P + kv_token * P * B
-    assert r.roofline["prefill"]["flops"] == pre_flops == 1_018_834_962_087_936
+    assert r.roofline["prefill"]["flops"] == pre_flops == 1_018_852_141_957_120
     assert r.roofline["prefill"]["bytes"] == pre_bytes
     ttft = max(pre_flops / PEAK, pre_bytes / BW)  # 1.0298 s compute vs 0.0074 s memory
     assert r.roofline["time_to_first_token_seconds"] == pytest.approx(ttft, rel=1e-12)

@@ -399,10 +399,12 @@ def _phases(cfg, prompt, generate, weights, w_gpu, kv_dtype, tp, semantics, prog
     an untied embedding table only its rows (the worst rank: every token's row in its shard), and under MoE
     only the experts the step's tokens reach (``routed_fraction``); the prefill writes its KV."""
     C = inf.cache_positions(program, prompt, generate)
-    pre_hw = inf.prefill_flops(cfg, prompt, batch, C, semantics, program).total
-    if semantics == "filled" and program != "engine":  # a causal kernel skips the masked half (engine: counted)
-        extras = inf.prefill_extras(cfg, prompt, batch)
-        pre_hw += extras["attention_causal_half"] - extras["attention_full_square"]
+    prefill = inf.prefill_flops(cfg, prompt, batch, C, semantics, program)
+    pre_hw = prefill.total
+    if semantics == "filled" and program != "engine":  # a causal kernel computes the pairs (engine: counted so)
+        pairs = inf.prefill_flops(cfg, prompt, batch, C, semantics, "engine")
+        pre_hw += sum(it.total for it in pairs if it.group == inf.ATTENTION)
+        pre_hw -= sum(it.total for it in prefill if it.group == inf.ATTENTION)
     routed, touched = routed_fraction(cfg, batch)
     expert = weights.tensor_bytes(routed - touched, "layers.*.moe.experts.w1", "ffn")
     table = _table(cfg, weights, tp)

@@ -96,11 +96,11 @@ def rows(cfgs: list[ModelConfig]) -> list[dict[str, Any]]:
 
 
 def serving_words(records: list[dict[str, Any]]) -> str:
-    """'bf16 weights, bf16 KV cache, sdpa attention (inference: no checkpointing, no optimizer)', from the records."""
+    """'bf16 weights, bf16 KV cache, sdpa attention (engine program: ...)', from the records."""
     kinds = dict.fromkeys(
         f"{r['weights']} weights, {r['kv_dtype']} KV cache, {r['attention']} attention" for r in records
     )
-    return " / ".join(kinds) + " (inference: no checkpointing, no optimizer)"
+    return " / ".join(kinds) + f" ({PROGRAM} program: last-token logits, paged KV cache)"
 
 
 def fit_words(fit: int) -> str:
