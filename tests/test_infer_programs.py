@@ -138,3 +138,51 @@ def test_the_static_cache_and_naive_attention_name_transformers_generate(llama):
     assert infer(llama, 20, 5).program == "engine"
     assert infer(llama, 20, 5, semantics="static").program == "generate"
     assert infer(llama, 20, 5, attention="naive").program == "generate"
+
+
+def test_the_absorbed_mla_decode_is_the_engines_flops_and_the_expanded_forms_logits():
+    """Our live model's latent attention in the absorbed form (``model.mla``, a cache built with absorbed=True):
+    a decode step after the same prefill gives the expanded form's logits, and FlopCounterMode counts exactly
+    the engine program's decode: QKᵀ 2·B·h·(r + d_rope) and AV 2·B·h·r per cached latent, and the two per-token
+    absorptions (absorb_q, absorb_o) adding up to kv_b_proj's row, 2·B·r·h·(d_nope + d_v) a layer."""
+    import dataclasses
+
+    torch = pytest.importorskip("torch")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from lm_accounting.model import build_model
+    from lm_accounting.model.kv_cache import StaticKVCache, decode, prefill
+    from lm_accounting.setup import TrainingSetup
+
+    cfg = dataclasses.replace(
+        load_config("deepseek-v3"), num_layers=2, d_model=64, num_heads=4, vocab_size=128, context_length=64,
+        d_ff=96, dense_layers_first=1, num_experts=4, experts_per_token=2, expert_d_ff=16, shared_experts=1,
+        q_lora_rank=48, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+    )  # fmt: skip
+    B, P, C, h, r, dr, dn, dv = 2, 10, 20, 4, 32, 8, 16, 16
+    torch.manual_seed(0)
+    model = build_model(cfg, "cpu", setup=TrainingSetup(attention="naive"))
+    ids, one = torch.randint(0, 128, (B, P)), torch.randint(0, 128, (B, 1))
+    logits, counts = {}, {}
+    for absorbed in (False, True):
+        cache = StaticKVCache(cfg, B, C, "cpu", absorbed=absorbed)
+        prefill(model, ids, cache)
+        with FlopCounterMode(display=False, depth=None) as counter:
+            logits[absorbed] = decode(model, one, cache)
+        counts[absorbed] = {k: int(sum(v.values())) for k, v in counter.get_flop_counts().items()}
+    torch.testing.assert_close(logits[True], logits[False], rtol=1e-5, atol=1e-5)
+    predicted = {it.key: it.total for it in decode_flops(cfg, P, B, C, program="engine")}
+    got = counts[True]
+    assert got["Global"] == sum(predicted.values())
+    n = P + 1  # keys attended at p = P
+
+    def layers(name):
+        return sum(got[f"TransformerLM.layers.{i}.attn.{name}"] for i in range(2))
+
+    assert layers("qk") == predicted["layers.*.attn.qk"] == 2 * 2 * B * h * (r + dr) * n
+    assert layers("av") == predicted["layers.*.attn.av"] == 2 * 2 * B * h * r * n
+    assert (
+        layers("absorb_q") + layers("absorb_o") == predicted["layers.*.attn.kv_b_proj"] == 2 * 2 * B * r * h * (dn + dv)
+    )
+    assert "TransformerLM.layers.0.attn.kv_b_proj" not in got  # no cached latent re-expanded
+    assert counts[False]["Global"] > got["Global"]

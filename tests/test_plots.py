@@ -537,7 +537,9 @@ def test_serving_memory_figure_says_which_capacity_and_the_budget(tmp_path):
     ]
     budget = line(fig.axes[0], "NVIDIA H100 SXM 80GB = 79.5 GB budget")
     assert budget.get_ydata()[0] == 79.5
-    assert "int8 weights, fp8 KV cache, naive attention (engine program: last-token logits, paged KV cache)" in titles(fig)
+    assert "int8 weights, fp8 KV cache, naive attention (engine program: last-token logits, paged KV cache)" in titles(
+        fig
+    )
     _, fig = plot_tokens_per_s(records, tmp_path / "tok", return_fig=True)
     assert "int8 weights, fp8 KV cache, naive attention" in titles(fig)
     assert legend_texts(fig.axes[0].get_legend())[2].endswith("no knee (memory-bound at every B); none fits")

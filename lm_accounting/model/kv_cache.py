@@ -86,10 +86,13 @@ class StaticKVCache:
         device: str | torch.device = "meta",
         dtype: torch.dtype = torch.float32,
         semantics: str = "filled",
+        absorbed: bool = False,
     ):
+        """``absorbed``: latent attention decodes in the absorbed form (``model.mla``), as serving engines do."""
         if semantics not in SEMANTICS:
             raise AccountingError(f"unknown cache semantics '{semantics}' (valid: {', '.join(SEMANTICS)})")
         self.cfg, self.batch, self.capacity, self.semantics = cfg, batch, capacity, semantics
+        self.absorbed = absorbed
         self.length = 0  # tokens written so far (the next token's position)
         self.layers = []
         for i in range(cfg.num_layers):

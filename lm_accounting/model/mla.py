@@ -10,6 +10,13 @@ q/k heads of d_nope + d_rope and value heads of d_v, scaled by 1/√(d_nope + d_
 DeepSeek-V3's long-context RoPE changes this constant, not the counts), then ``output_proj``
 (h·d_v -> d).  This is the training-time form: keys and values are expanded from the latent (the
 "absorbed" inference form multiplies W_UK into the queries instead; same cache, other FLOPs).
+
+The absorbed form (DeepSeek-V2 §2.1.2; vLLM's ``MLACommonImpl``, FlashMLA) runs a decode step when the cache
+asks for it (``StaticKVCache(absorbed=True)``, infer's engine program): with ``kv_b_proj``'s weight viewed as
+W_UK (h, d_nope, r) and W_UV (h, d_v, r), each head scores [q_nope·W_UK, q_rope] against the cached [latent,
+RoPE key] (``qk``: 2·h·(r + d_rope) FLOPs a key), takes the probabilities over the latent (``av``: 2·h·r a
+key), and maps the result out through W_UV; ``absorb_q`` and ``absorb_o`` are the two per-token products,
+2·h·r·(d_nope + d_v) together: ``kv_b_proj``'s FLOPs on one token.  The same logits as the expanded form.
 """
 
 from __future__ import annotations
@@ -52,6 +59,8 @@ class LatentAttention(nn.Module):
         else:
             self.qk = MatMul()
             self.av = MatMul()
+        self.absorb_q = MatMul()  # the absorbed decode's q_nope · W_UK and latent output · W_UVᵀ (module docstring)
+        self.absorb_o = MatMul()
 
     def _queries(self, x: Tensor) -> Tensor:
         if hasattr(self, "q_proj"):
@@ -81,7 +90,10 @@ class LatentAttention(nn.Module):
         latent = self.kv_a_norm(latent).unsqueeze(-3)  # (..., S, r_kv) -> (..., 1, S, r_kv): one "head"
         k_rope = rope(k_rope.unsqueeze(-3), token_positions)  # (..., S, dr) -> (..., 1, S, dr): one shared head
         if cache is not None:  # inference: store this step's latents, attend over every cached one
+            decoding = cache.owner.length > 0
             latent, k_rope, mask = cache.update(latent, k_rope, mask)
+            if decoding and cache.owner.absorbed:
+                return self._absorbed(q_nope, q_rope, latent, k_rope, mask, lead, s)
         n = latent.shape[-2]  # keys attended over: S, or the cached positions
         kv = self.kv_b_proj(latent.squeeze(-3))  # (..., n, r_kv) -> (..., n, h·(dn+dv))
         kv = kv.view(*lead, n, h, dn + dv).transpose(-3, -2)  # -> (..., h, n, dn+dv)
@@ -92,5 +104,24 @@ class LatentAttention(nn.Module):
             out = self.sdpa(q, k, v)  # (..., h, S, dv)
         else:
             out = scaled_dot_product_attention(q, k, v, mask, qk=self.qk, av=self.av)  # (..., h, S, dv)
+        out = out.transpose(-3, -2).reshape(*lead, s, h * dv)  # (..., h, S, dv) -> (..., S, h·dv)
+        return self.output_proj(out)
+
+    def _absorbed(self, q_nope, q_rope, latent, k_rope, mask, lead, s) -> Tensor:
+        """A decode step over the cached latent (module docstring); latent (..., 1, n, r), k_rope (..., 1, n, dr)."""
+        h, dn, dr, dv, r = self.h, self.d_nope, self.d_rope, self.d_v, self.r_kv
+        # inference only (no_grad): detached, since a view of a Parameter made under no_grad has no grad_fn,
+        # which the FLOP counter's module tracker requires of every tensor argument that requires grad
+        w = self.kv_b_proj.weight.detach().view(h, dn + dv, r)  # (h·(dn+dv), r) -> (h, dn+dv, r)
+        w_uk, w_uv = w.split([dn, dv], dim=1)  # (h, dn, r), (h, dv, r)
+        q_latent = self.absorb_q(q_nope, w_uk)  # (..., h, S, dn) @ (h, dn, r) -> (..., h, S, r)
+        q = torch.cat([q_latent, q_rope], dim=-1)  # (..., h, S, r + dr)
+        k = torch.cat([latent, k_rope], dim=-1)  # (..., 1, n, r + dr): one head, shared
+        qk, av = getattr(self, "qk", torch.matmul), getattr(self, "av", torch.matmul)  # sdpa: no QKᵀ module
+        scores = qk(q, k.transpose(-2, -1)) * (dn + dr) ** -0.5  # (..., h, S, n)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        out = av(scores.softmax(dim=-1), latent)  # (..., h, S, n) @ (..., 1, n, r) -> (..., h, S, r)
+        out = self.absorb_o(out, w_uv.transpose(-2, -1))  # (..., h, S, r) @ (h, r, dv) -> (..., h, S, dv)
         out = out.transpose(-3, -2).reshape(*lead, s, h * dv)  # (..., h, S, dv) -> (..., S, h·dv)
         return self.output_proj(out)
