@@ -72,12 +72,48 @@ CONFIGS_BY_TYPE = {
     ),
 }
 
+EVERY_TYPE = {
+    **CONFIGS_BY_TYPE,
+    "gpt2": lambda: dataclasses.replace(
+        load_config("openai-gpt2"), num_layers=L, vocab_size=V, d_model=D, num_heads=H, d_ff=F
+    ),  # learned positions, biases, LayerNorm, GELU
+    "mistral": lambda: hf("mistral-7b", num_kv_heads=KV, d_ff=F, sliding_window=W),  # every layer windowed
+    "qwen2": lambda: hf("qwen2.5-0.5b", num_kv_heads=KV, d_ff=F),  # q/k/v biases
+    "qwen3_moe": lambda: hf(
+        "qwen3-30b-a3b", num_kv_heads=KV, head_dim=DH, d_ff=F, num_experts=E, experts_per_token=K, expert_d_ff=FE
+    ),
+    "gemma2": lambda: hf("gemma-2-2b", num_kv_heads=KV, head_dim=DH, d_ff=F, sliding_window=W),  # eager only
+    "phi3": lambda: hf("phi-3-mini-4k", num_kv_heads=H, d_ff=F, sliding_window=W),
+    "olmo2": lambda: hf("olmo-2-7b", num_kv_heads=H, d_ff=F),  # whole-projection qk-norm, post norms
+    "deepseek_v2": lambda: hf(
+        "deepseek-v2-lite",
+        d_ff=F,
+        dense_layers_first=1,
+        num_experts=DE,
+        experts_per_token=K,
+        expert_d_ff=FD,
+        shared_experts=1,
+        kv_lora_rank=KR,
+        qk_nope_head_dim=NOPE,
+        qk_rope_head_dim=ROPE,
+        v_head_dim=VD,
+    ),
+}
+"""Every model_type the registry describes, at the same tiny sizes: the comparison with ``infer --program
+generate`` runs on all of them (CONFIGS_BY_TYPE: the five checked by hand above)."""
+EAGER_ONLY = {"gemma2"}  # transformers refuses sdpa for Gemma 2
+
+
+def hf(name: str, **kw):
+    """A committed config.json (test_transformers_truth) at the tiny shapes."""
+    return dataclasses.replace(config_from_hf(CONFIGS[name][0], name=name), **SHAPES, **kw)
+
 
 @functools.cache
 def run(model_type: str, batch: int = 2, attention: str = "sdpa", cache: str = "dynamic", experts: str = "batched_mm"):
     from lm_accounting.measure.hf_generate import measure_hf_generate
 
-    cfg = CONFIGS_BY_TYPE[model_type]()
+    cfg = EVERY_TYPE[model_type]()
     assert cfg.hf_model_type == model_type
     return measure_hf_generate(cfg, P, G, batch, attention=attention, cache=cache, experts=experts)
 
@@ -313,16 +349,18 @@ def test_without_transformers_the_error_names_the_extra(monkeypatch):
 # -- the analytic generate program against the measurement -------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.parametrize(("attention", "cache"), [("sdpa", "dynamic"), ("naive", "static")])
-@pytest.mark.parametrize("model_type", list(CONFIGS_BY_TYPE))
+@pytest.mark.parametrize("model_type", list(EVERY_TYPE))
 def test_infer_program_generate_equals_transformers_generate(model_type, attention, cache):
     """``infer --program generate`` (``inference.prefill_flops`` / ``decode_flops`` with program
     "generate", at C = P + G - 1) equals transformers' ``generate()`` call by call: the prefill and every
     decode step's FLOPs, and the cache's bytes (a windowed layer's storage: w positions, the w - 1 it keeps
-    plus the one it concatenates).  Dynamic cache: filled semantics; static: every slot attended."""
+    plus the one it concatenates).  Dynamic cache: filled semantics; static: every slot attended.  Every one of
+    the 13 model_types (EVERY_TYPE): MLA (deepseek_v2/v3), windows (mistral, phi3, gemma2/3), MoE, GPT-2."""
     from lm_accounting.analytic.inference import cache_positions, decode_flops, kv_bytes, prefill_flops
 
-    cfg, batch = CONFIGS_BY_TYPE[model_type](), 2
+    cfg, batch = EVERY_TYPE[model_type](), 2
     semantics = "filled" if cache == "dynamic" else "static"
+    attention = "naive" if model_type in EAGER_ONLY else attention
     r = run(model_type, batch, attention, cache)
     capacity = cache_positions("generate", P, G)
     assert capacity == C
