@@ -455,10 +455,13 @@ def engine_options(func: Callable[..., Any]) -> Callable[..., Any]:
             raise AccountingError(
                 "--gpu-memory-utilization is vLLM's way to leave room, --allowance and --budget ours: give one"
             )
-        size = {
-            k: None if flags[k] is None else parse_size(flags[k])
-            for k in ("kv_cache_memory", "non_torch", "cuda_graphs")
-        }
+
+        def size_of(text: str | None, zero: bool) -> int | None:  # the measured inputs may be 0 ("0B")
+            if text is None:
+                return None
+            return 0 if zero and text.strip() in ("0", "0B") else parse_size(text)
+
+        size = {k: size_of(flags[k], k != "kv_cache_memory") for k in ("kv_cache_memory", "non_torch", "cuda_graphs")}
         options = VllmOptions(
             max_model_len=flags["max_model_len"],
             utilization=DEFAULT_UTILIZATION if flags["utilization"] is None else Fraction(str(flags["utilization"])),
@@ -473,9 +476,12 @@ def engine_options(func: Callable[..., Any]) -> Callable[..., Any]:
     for flag, kind, text in reversed((
         ("--engine", click.Choice(("vllm",)), "Size the KV cache as this engine does at start-up (vLLM V1, v0.11 rules)."),
         ("--max-model-len", POSITIVE, "vLLM: tokens per request (default: the model's context)."),
-        ("--gpu-memory-utilization", UTILIZATION, "vLLM: fraction of the GPU's CUDA total it may use (default 0.9)."),
-        ("--max-num-seqs", POSITIVE, "vLLM: sequences per step (default 1,024 on a GPU of 70 GiB or more, else 256)."),
-        ("--max-num-batched-tokens", POSITIVE, "vLLM: tokens per step (default 8,192 on a GPU of 70 GiB or more, else 2,048)."),
+        ("--gpu-memory-utilization", UTILIZATION,
+         "vLLM: fraction of the GPU's CUDA total it may use (default 0.9; not with --allowance or --budget)."),
+        ("--max-num-seqs", POSITIVE,
+         "vLLM: sequences per step (default 1,024 on a GPU of 70 GiB or more but an A100, else 256)."),
+        ("--max-num-batched-tokens", POSITIVE,
+         "vLLM: tokens per step (default 8,192 on a GPU of 70 GiB or more but an A100, else 2,048)."),
         ("--kv-cache-memory", None, "vLLM: the KV cache's bytes, as given (no profiling; e.g. 40GiB)."),
         ("--non-torch-memory", None, "vLLM measures it; assumed here (default 0.1GiB)."),
         ("--cuda-graph-memory", None, "vLLM >= 0.21 subtracts its estimate of CUDA graphs; assumed here (default 0)."),
@@ -834,13 +840,13 @@ def sweep_cmd(
     default=None,
     help="The matmuls' dtype: fp8/int8 weights as w8a8 (the default; the GPU's FP8/INT8 peak) or weight-only (bf16).",
 )
-@click.option("--group-size", type=POSITIVE, default=128, show_default=True, help="int4: weights per scale.")
+@click.option("--group-size", type=POSITIVE, default=None, help="int4: weights per scale and zero-point (default 128).")
 @click.option("--quantize-embeddings", is_flag=True, help="Quantise the embedding table and LM head too.")
 @click.option(
     "--efficiency",
-    type=BoundedFloat(0.0, 1.0, what=" (a fraction of the peak and the bandwidth)"),
+    type=BoundedFloat(0.001, 1.0, closed=True, what=" (a fraction of the peak and the bandwidth)"),
     default=None,
-    help="The realistic figure's fraction of the peak and bandwidth (default: the GPU's calibration, if any).",
+    help="The realistic figure's fraction of the peak and bandwidth, in [0.001, 1] (default: the GPU's calibration).",
 )
 @click.option(
     "--kv-dtype", type=click.Choice(tuple(KV_DTYPES)), default="bf16", show_default=True, help="KV-cache storage."
@@ -888,7 +894,7 @@ def infer_cmd(
     generate: int,
     weights: str,
     compute: str | None,
-    group_size: int,
+    group_size: int | None,
     quantize_embeddings: bool,
     efficiency: float | None,
     kv_dtype: str,

@@ -22,8 +22,8 @@ GIB = 2**30
 H100_TOTAL = 7911 * GIB // 100  # torch's "total capacity of 79.11 GiB" (gpus.CUDA_TOTALS)
 
 
-def size(cfg, g="h100-80gb", **options):
-    kw = dict(weights="bf16", kv_dtype="bf16", tp=1, prompt=1000, generate=100)
+def size(cfg, g="h100-80gb", prompt=1000, generate=100, **options):
+    kw = dict(weights="bf16", kv_dtype="bf16", tp=1, prompt=prompt, generate=generate)
     return vllm_sizing(cfg, gpu(g), VllmOptions(**options), **kw)
 
 
@@ -144,6 +144,16 @@ def test_infer_carries_the_sizing_and_refuses_another_program():
         (["--engine", "vllm", "--max-model-len", "9000"], "exceeds llama-3-8b's context"),
         (["--engine", "vllm", "--program", "forward"], "not forward"),
         (["--engine", "vllm", "--non-torch-memory", "1"], "needs a number and a unit"),
+        (["--engine", "vllm", "--max-num-seqs", "9000"], "must be greater than or equal to max_num_seqs"),
+        (["--engine", "vllm", "--max-model-len", "109"], "exceed --max-model-len 109"),
+        (["--engine", "vllm", "--cache", "static"], "imply transformers' generate"),
+        (["--efficiency", "1e-15"], "[0.001, 1]"),
+        (["--group-size", "64"], "applies to int4 weights"),
+        (["--weights", "int4", "--group-size", "100"], "does not divide the input width 4,096"),
+        (["--quantize-embeddings"], "applies to quantised weights"),
+        (["--weights", "fp8", "--gpu", "a100"], "or --compute bf16"),
+        (["--weights", "fp8", "--compute", "int8"], "valid for fp8: fp8, bf16"),
+        (["--layers", "2", "--weights", "int4", "--measure", "meta"], "one dtype"),  # before the estimate line
     ],
 )
 def test_bad_engine_input_is_one_line_exit_2(run_cli, args, needle):
@@ -171,3 +181,27 @@ def test_the_roofline_bounds_every_published_tensorrt_llm_run():
     weight_only = infer(llama, 2048, 128, weights="fp8", compute="bf16").roofline["throughput_bound_tokens_per_s"]
     issue, published = 3450, row["published_tokens_per_s"]  # the issue's quote, this version's figure
     assert weight_only < issue < published < w8a8
+
+
+def test_what_stops_vllm_at_start_up():
+    """Worker.init_device's check (free memory at start-up below total × utilisation: the CUDA context and NCCL
+    hold about 0.53 GiB, so 1.0 never starts), a given cache that does not fit beside the weights, and
+    check_enough_kv_cache_memory's sum over layers (no group padding)."""
+    llama = load_config("llama-3-8b")
+    assert not size(llama, utilization=Fraction(1)).starts
+    assert size(llama, utilization=Fraction(99, 100)).starts
+    too_big = size(llama, kv_cache_memory=200 * 10**9)
+    assert not too_big.starts and "out of memory" in too_big.problem
+    # Gemma-3-1B (4 full, 22 windowed of 512), 720 tokens, T 8,192: full layers need ⌈720/16⌉ = 45 pages, windowed
+    # ⌈min(511 + 8,192, 720)/16⌉ + 1 = 46: 4·45 + 22·46 = 1,192 pages <= 1,280 given, so vLLM starts, although
+    # the padded groups (2 + 6 of 4 layers) would need 321 blocks of the 320 the pool has
+    gemma = config_from_hf(CONFIGS["gemma-3-1b"][0], name="gemma-3-1b")
+    page = 16 * gemma.kv_heads * gemma.d_head * 2 * 2
+    s = size(gemma, prompt=100, generate=10, max_model_len=720, kv_cache_memory=1280 * page)
+    assert s.starts and s.kv_cache_blocks == 320 and s.blocks_per_request == 321
+
+
+def test_mla_blocks_follow_the_gpu():
+    """FlashMLA (Hopper) forces 64-token blocks, CUTLASS MLA (Blackwell) 128; an A100 keeps 16."""
+    ds = load_config("deepseek-v3")
+    assert [size(ds, g, max_model_len=4096).block_size for g in ("h100-80gb", "h200", "a100-80gb")] == [64, 64, 16]

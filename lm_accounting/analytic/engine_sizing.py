@@ -148,6 +148,52 @@ class VllmOptions:
     block_size: int | None = None  # inference.engine_block
 
 
+STARTUP_USED = 53 * GIB // 100
+"""What the CUDA context and NCCL hold when vLLM checks its free memory at start-up: 79.19 − 78.66 = 0.53 GiB in
+a published v0.10.2 H100 log ("Free memory on device (78.66/79.19 GiB) on startup").  ``Worker.init_device``
+stops when free memory is below total × utilisation: --gpu-memory-utilization 1 never starts."""
+
+
+def _layer_bytes(cfg: ModelConfig, tokens: int, batched: int, block: int, page: int) -> int:
+    """What ``check_enough_kv_cache_memory`` needs for one request of ``tokens``: Σ over layers of each spec's
+    ``max_memory_usage_bytes`` (full: ⌈tokens / block⌉ pages; windowed: ⌈min(w − 1 + T, tokens) / block⌉ + 1),
+    no group padding."""
+    full = -(-tokens // block)
+    window = -(-min(cfg.sliding_window - 1 + batched, tokens) // block) + 1 if cfg.sliding_window else 0
+    return page * ((cfg.num_layers - cfg.windowed_layers) * full + cfg.windowed_layers * window)
+
+
+def _problem(cfg, g: GPU, requested, weights, activations, available, given, max_model_len, T, block, page):
+    """Why vLLM would not start (None: it starts): the start-up memory check, no memory left, a given cache
+    that does not fit beside the weights, or one request of --max-model-len that does not fit the cache."""
+    free = g.cuda_total - STARTUP_USED
+    if not given and requested > free:
+        return (
+            f"the free memory at start-up (about {free / GIB:,.2f} GiB: the CUDA context and NCCL hold about 0.53 "
+            f"GiB) is below --gpu-memory-utilization × total ({requested / GIB:,.2f} GiB): vLLM stops ('Free "
+            "memory on device ... is less than desired GPU memory utilization')"
+        )
+    if available <= 0:
+        return "no memory is left for the cache: vLLM stops ('No available memory for the cache blocks')"
+    if given and weights + activations + available > free:
+        return (
+            f"the weights ({weights / GIB:,.2f} GiB), the activations and the given cache ({available / GIB:,.2f} "
+            f"GiB) exceed the {free / GIB:,.2f} GiB free at start-up: out of memory"
+        )
+    if _layer_bytes(cfg, max_model_len, T, block, page) > available:
+        lo, hi = 0, max_model_len  # the longest length that fits (monotone: bisection), estimate_max_model_len
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if _layer_bytes(cfg, mid, T, block, page) <= available else (lo, mid - 1)
+        longest = f"the longest that fits is about {lo:,} tokens" if lo else "not one block fits"
+        return (
+            f"one request of --max-model-len {max_model_len:,} needs "
+            f"{_layer_bytes(cfg, max_model_len, T, block, page) / GIB:,.2f} GiB of cache and "
+            f"{available / GIB:,.2f} GiB is available: vLLM stops at start-up; {longest}"
+        )
+    return None
+
+
 def vllm_sizing(
     cfg: ModelConfig, g: GPU, options: VllmOptions, *, weights: str, kv_dtype: str, tp: int, prompt: int, generate: int
 ) -> VllmSizing:
@@ -164,16 +210,21 @@ def vllm_sizing(
             f"--max-model-len {max_model_len:,} exceeds {cfg.name}'s context of {cfg.context_length:,} tokens "
             f"(vLLM refuses it too); add --context {max_model_len} to analyse a longer one"
         )
-    if prompt + generate - 1 > max_model_len:
+    if prompt + generate > max_model_len:
         raise AccountingError(
-            f"prompt {prompt:,} + generate {generate:,} − 1 positions exceed --max-model-len {max_model_len:,}"
+            f"prompt {prompt:,} + generate {generate:,} = {prompt + generate:,} tokens exceed --max-model-len "
+            f"{max_model_len:,} (vLLM rejects such a request)"
         )
     if kv_dtype not in KV_BYTES:
         raise AccountingError(f"vLLM's KV cache is fp32, bf16 or fp8, not '{kv_dtype}'")
     tokens_default, seqs_default = default_limits(g)
     T = tokens_default if max_num_batched_tokens is None else max_num_batched_tokens
-    seqs = seqs_default if max_num_seqs is None else max_num_seqs
-    seqs = min(seqs, T)  # max_num_seqs = min(default, max_num_batched_tokens)
+    if max_num_seqs is not None and max_num_seqs > T:
+        raise AccountingError(
+            f"max_num_batched_tokens ({T:,}) must be greater than or equal to max_num_seqs ({max_num_seqs:,}): "
+            "vLLM's own refusal (SchedulerConfig)"
+        )
+    seqs = min(seqs_default, T) if max_num_seqs is None else max_num_seqs  # a default never exceeds T
     R = min(T, seqs)
     e = 4 if weights == "fp32" else 2  # the model dtype: activations and the rotary cache
     rope = cfg.context_length * cfg.rope_dim * e if cfg.positions == "rope" else 0
@@ -185,25 +236,14 @@ def vllm_sizing(
     requested = int(total * utilization)
     given = kv_cache_memory is not None
     available = kv_cache_memory if given else requested - w - max(forward, sampler) - non_torch - cuda_graphs
-    block = inf.engine_block(cfg) if block_size is None else block_size
+    block = inf.engine_block(cfg, g.name) if block_size is None else block_size
     page = _page(cfg, block, kv_dtype, tp)
     size, groups = _groups(cfg)
     blocks = max(available, 0) // page // size
     per_request = _blocks_for(cfg, groups, max_model_len, T, block)
     need = _blocks_for(cfg, groups, prompt + generate - 1, T, block)
-    problem = None
-    if available <= 0:
-        problem = "no memory is left for the cache: vLLM stops ('No available memory for the cache blocks')"
-    elif blocks < per_request:
-        lo, hi = 0, max_model_len  # the longest length whose blocks fit (monotone: bisection)
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if _blocks_for(cfg, groups, mid, T, block) <= blocks else (lo, mid - 1)
-        fits = lo
-        problem = (
-            f"one request of --max-model-len {max_model_len:,} needs {per_request:,} blocks and the cache holds "
-            f"{blocks:,}: vLLM stops at start-up; the longest that fits is about {fits:,} tokens"
-        )
+    problem = _problem(cfg, g, requested, w, max(forward, sampler) + non_torch + cuda_graphs, available, given,
+                       max_model_len, T, block, page)  # fmt: skip
     return VllmSizing(
         total=total, utilization=utilization, requested=requested, weights=w, rope_cache=rope,
         activation_forward=forward, activation_sampler=sampler, non_torch=non_torch, cuda_graphs=cuda_graphs,

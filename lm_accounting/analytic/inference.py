@@ -117,10 +117,16 @@ def engine_blocks(tokens: int, block: int = BLOCK_SIZE) -> int:
     return -(-tokens // block)
 
 
-def engine_block(cfg: ModelConfig) -> int:
-    """Tokens per block of the engine's cache: ``BLOCK_SIZE``; 64 under MLA (vLLM forces 64 for FlashMLA,
-    the MLA backend on Hopper: ``platforms/cuda.py`` "Forcing kv cache block size to 64 for FlashMLA")."""
-    return 64 if cfg.mla else BLOCK_SIZE
+MLA_BLOCKS = {"h100": 64, "h200": 64, "gh200": 64, "b200": 128, "b100": 128, "gb200": 128}
+"""MLA's block size by GPU generation (vLLM ``platforms/cuda.py``): FlashMLA on Hopper forces 64 ("Forcing kv
+cache block size to 64 for FlashMLA backend"), CUTLASS MLA on Blackwell 128; other GPUs keep 16."""
+
+
+def engine_block(cfg: ModelConfig, gpu: str = "h100-80gb") -> int:
+    """Tokens per block of the engine's cache: ``BLOCK_SIZE``; under MLA, ``MLA_BLOCKS`` by the GPU's family."""
+    if not cfg.mla:
+        return BLOCK_SIZE
+    return next((size for family, size in MLA_BLOCKS.items() if gpu.startswith(family)), BLOCK_SIZE)
 
 
 def cache_slots(program: str, prompt: int, generate: int, block: int = BLOCK_SIZE) -> int:

@@ -25,6 +25,10 @@ from .roofline import Phase, allreduce_seconds, knee_batch, routed_fraction
 from .sizes import at_context
 
 ACT_BYTES = {"fp32": 4, "bf16": 2}
+ENGINE_BYTES = ("total", "requested", "weights", "rope_cache", "activation_forward", "activation_sampler",
+                "non_torch", "cuda_graphs", "kv_cache_memory", "page_bytes", "activation_peak", "shortfall")  # fmt: skip
+MIN_EFFICIENCY = 0.001
+"""The smallest ``efficiency`` taken: 0.1 % of the peak and bandwidth (below, the times overflow a float)."""
 CONVENTIONS = (
     (
         "Steps: prefill (P tokens) yields the first token; G − 1 decode steps at p = P … P+G−2 yield the rest.  "
@@ -121,7 +125,7 @@ class Inference(Result):
     @property
     def cache_slots(self) -> int:
         """Positions allocated per sequence (``inference.cache_slots``: the engine's whole blocks)."""
-        return inf.cache_slots(self.program, self.prompt, self.generate, inf.engine_block(self.config))
+        return inf.cache_slots(self.program, self.prompt, self.generate, inf.engine_block(self.config, self.gpu.name))
 
     @property
     def over_budget(self) -> str | None:
@@ -135,7 +139,15 @@ class Inference(Result):
         return replace(self, measured=measured)
 
     def records(self) -> list[dict[str, Any]]:
-        rows = []
+        rows = [
+            dict(section="summary", key=key, label=key, value=value, unit="")
+            for key, value in (
+                ("program", self.program), ("weights", self.weights), ("compute", self.compute),
+                ("kv_dtype", self.kv_dtype), ("attention", self.attention), ("cache_positions", self.capacity),
+                ("cache_slots", self.cache_slots), ("fits_budget", str(self.over_budget is None).lower()),
+                ("over_budget", self.over_budget or ""),
+            )
+        ]  # fmt: skip
         for section, bd in (("prefill_flops", self.prefill), ("decode_flops_first_step", self.decode)):
             for it in bd:
                 rows.append(dict(section=section, key=it.key, label=it.label, value=it.total, unit="FLOPs"))
@@ -148,18 +160,23 @@ class Inference(Result):
         for key, value in self.memory.items():
             rows.append(dict(section="memory", key=key, label=key, value=value, unit="bytes"))
         rows.append(dict(section="capacity", key="budget", label="budget per GPU", value=self.budget, unit="bytes"))
-        for key, value in (("max_batch", self.max_batch), ("max_batch_serving", self.max_batch_serving)):
+        for key, value in (("max_batch", self.max_batch), ("max_batch_prefill_one_at_a_time", self.max_batch_serving)):
             rows.append(dict(section="capacity", key=key, label=key, value=value, unit="sequences"))
         for phase in ("prefill", "decode_first", "decode_last"):
             for key, value in self.roofline[phase].items():
                 rows.append(dict(section=f"roofline.{phase}", key=key, label=key, value=value, unit=""))
         for key in ("decode_mean_seconds", "tokens_per_s", "tokens_per_s_per_sequence", "decode_bound"):
             rows.append(dict(section="roofline", key=key, label=key, value=self.roofline[key], unit=""))
-        for key in ("knee_batch_first", "knee_batch_last", "knee_batch_weights_only"):
+        for key in ("knee_batch_first", "knee_batch_last", "knee_batch_weights_only", "throughput_bound_batch"):
             rows.append(dict(section="roofline", key=key, label=key, value=self.roofline[key], unit="sequences"))
+        key = "throughput_bound_tokens_per_s"
+        rows.append(dict(section="roofline", key=key, label=key, value=self.roofline[key], unit="tokens/s"))
+        for key, value in (self.roofline["realistic"] or {}).items():
+            rows.append(dict(section="roofline.realistic", key=key, label=key, value=value, unit=""))
         for key, value in (self.engine.to_dict() if self.engine else {}).items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                rows.append(dict(section="engine", key=key, label=key, value=value, unit=""))
+            value = str(value).lower() if isinstance(value, bool) else "" if value is None else value
+            unit = "bytes" if key in ENGINE_BYTES else ""
+            rows.append(dict(section="engine", key=key, label=key.replace("_", " "), value=value, unit=unit))
         for key, value in (self.measured or {}).items():
             if isinstance(value, (int, float, str)):
                 rows.append(dict(section="measured", key=key, label=key, value=value, unit=""))
@@ -243,6 +260,7 @@ def _memory(
     attention="sdpa",
     cuda=True,
     program="forward",
+    block=inf.BLOCK_SIZE,
 ) -> dict[str, int]:
     """Bytes on one rank: weights, cache, RoPE tables, ids, and each phase's peak (prefill, last decode step).
     ``prefill_batch``: sequences prefilled together (default: all B at once; 1 = one at a time, as a
@@ -252,7 +270,7 @@ def _memory(
     of P + G − 1 positions, the engine's in whole blocks (``inference.engine_blocks``)."""
     pb = batch if prefill_batch is None else prefill_batch
     e, C = ACT_BYTES[_act(weights)], inf.cache_positions(program, prompt, generate)
-    held = inf.cache_slots(program, prompt, generate, inf.engine_block(cfg))  # the engine's whole blocks
+    held = inf.cache_slots(program, prompt, generate, block)  # the engine's whole blocks (inference.engine_block)
     slots = inf.layer_slots(cfg, C)
     pre_keys = [prompt] * cfg.num_layers if semantics == "filled" else [max(n, prompt) for n in slots]
     last = prompt + max(generate - 2, 0)
@@ -289,12 +307,27 @@ def max_batch(
     attention="sdpa",
     cuda=True,
     program="forward",
+    block=inf.BLOCK_SIZE,
 ) -> int:
     """The largest B whose peak fits ``budget`` (0: not even one sequence); the peak grows with B.
     ``prefill_batch`` 1: sequences are prefilled one at a time (only the decode step runs at B)."""
 
     def peak(b: int) -> int:
-        args = (cfg, prompt, generate, b, weights, kv_dtype, tp, semantics, prefill_batch, attention, cuda, program)
+        args = (
+            cfg,
+            prompt,
+            generate,
+            b,
+            weights,
+            kv_dtype,
+            tp,
+            semantics,
+            prefill_batch,
+            attention,
+            cuda,
+            program,
+            block,
+        )
         return _memory(*args)["peak"]
 
     if peak(1) > budget:
@@ -320,7 +353,7 @@ def budget_problem(batch, memory, budget, g: GPU, capacity, tp, best, serving) -
     )
     return (
         f"batch {batch:,} needs {fmt_bytes(memory['peak'])} per GPU, over the {fmt_bytes(budget)} budget "
-        f"({g.name}, P + G = {capacity:,}, --tp {tp}); {tail}"
+        f"({g.name}, {capacity:,} cached positions a sequence, --tp {tp}); {tail}"
     )
 
 
@@ -442,8 +475,10 @@ def realistic(at: tuple, batch: int, fit: int, generate: int, efficiency: float 
         fc, fb = flops / g.peak_flops("bf16"), bandwidth / g.bandwidth
         basis = (f"calibrated on {where}: the fastest bf16 GEMM, {flops / 1e12:,.0f} TFLOP/s ({fc:.1%} of the peak), "
                  f"HBM at {bandwidth / 1e12:,.3f} TB/s ({fb:.1%})")  # fmt: skip
-    slow = replace(g, bandwidth=int(g.bandwidth * fb))
-    scaled = (cfg, P, G, weights, w_gpu, kv_dtype, tp, semantics, program, slow, int(peak * fc))
+        if peak != g.peak_flops("bf16"):
+            basis += f"; the same {fc:.1%} of the {peak / 1e12:,.1f} TFLOP/s peak assumed (measured for bf16 only)"
+    slow = replace(g, bandwidth=max(1, round(g.bandwidth * fb)))
+    scaled = (cfg, P, G, weights, w_gpu, kv_dtype, tp, semantics, program, slow, max(1, round(peak * fc)))
     pre, (_, _, mean, _, _) = _phases(*scaled, batch)
     out = {"basis": basis, "compute_fraction": fc, "bandwidth_fraction": fb,
            "time_to_first_token_seconds": pre.seconds, "decode_mean_seconds": mean if G > 1 else 0.0,
@@ -471,22 +506,40 @@ def _bytes_per(weights: inf.WeightFormat) -> int:
     return -(-weights.tensor_bytes(1024, "token_embeddings", "embedding") // 1024)
 
 
-def check_compute(weights: str, compute: str | None, g: GPU, group_size: int) -> str:
+def check_weights(
+    cfg: ModelConfig, weights: str, compute: str | None, g: GPU, group_size: int | None, quantize_embeddings: bool
+) -> str:
     """The matmuls' dtype for ``weights`` (``inference.COMPUTE``; None: its first), refused where the storage
-    cannot run it or the GPU has no peak for it."""
-    check_positive_int("group_size", group_size)
+    cannot run it or the GPU has no peak for it; and the checkpoint's format flags, refused where they do
+    nothing or where a group does not divide a quantised matrix's input width (GPTQ/AWQ group along it)."""
     choices = inf.COMPUTE.get(weights, ())
     compute = choices[0] if compute is None and choices else compute
     if compute not in choices:
         raise AccountingError(
-            f"--compute {compute} does not run {weights} weights (valid: {', '.join(choices)}: fp8 and int8 as w8a8 "
-            "or weight-only bf16, int4 weight-only)"
+            f"--compute {compute} does not run {weights} weights (valid for {weights}: {', '.join(choices)}; fp8 and "
+            "int8 run as w8a8 or weight-only in bf16, int4 weight-only in bf16)"
         )
     if compute not in g.peak:
-        alt = " or --compute bf16 (weight-only, as Marlin runs it)" if weights in ("fp8", "int8") else ""
+        alt = " or --compute bf16 (weight-only)" if weights in ("fp8", "int8") and "bf16" in g.peak else ""
+        why = " (int4 is weight-only: it computes in bf16)" if weights == "int4" else ""
         raise AccountingError(
-            f"{g.name} has no {compute} peak in its datasheet (it lists {', '.join(g.peak)}): choose another --gpu{alt}"
+            f"{g.name} has no {compute} peak in its datasheet{why} (it lists {', '.join(g.peak)}): "
+            f"choose another --gpu{alt}"
         )
+    if quantize_embeddings and weights not in inf.QUANTIZED:
+        raise AccountingError(f"--quantize-embeddings applies to quantised weights (fp8, int8, int4), not {weights}")
+    if group_size is not None:
+        check_positive_int("group_size", group_size)
+        if weights != "int4":
+            raise AccountingError(f"--group-size applies to int4 weights (GPTQ/AWQ groups), not {weights}")
+        widths = {cfg.d_model, cfg.o_dim, cfg.d_ff, cfg.expert_width, cfg.shared_width or cfg.d_model,
+                  cfg.q_lora_rank or cfg.d_model, cfg.kv_lora_rank or cfg.d_model}  # fmt: skip
+        bad = sorted(w for w in widths if w % group_size)
+        if bad:
+            raise AccountingError(
+                f"--group-size {group_size:,} does not divide the input width {bad[0]:,} of a quantised matrix of "
+                f"{cfg.name} (GPTQ/AWQ group a matrix's input dimension)"
+            )
     return compute
 
 
@@ -544,7 +597,7 @@ def infer(
     program: str | None = None,
     engine: VllmOptions | None = None,
     compute: str | None = None,
-    group_size: int = 128,
+    group_size: int | None = None,
     quantize_embeddings: bool = False,
     efficiency: float | None = None,
 ) -> Inference:
@@ -556,23 +609,29 @@ def infer(
     attention asked for names transformers' code: generate).
     ``engine``: vLLM's options, to size its KV cache as it does at start-up (``engine_sizing``).
     ``compute``: the matmuls' dtype (None: ``inference.COMPUTE``'s first for ``weights``: fp8 and int8 as w8a8);
-    ``group_size`` and ``quantize_embeddings``: the checkpoint's format (``inference.WeightFormat``).
+    ``group_size`` (None: 128) and ``quantize_embeddings``: the checkpoint's format (``inference.WeightFormat``).
     ``efficiency``: the fraction of the peak and the bandwidth a realistic figure assumes (None: the GPU's
     calibration, where it has one; ``realistic``)
     A batch whose peak exceeds ``budget`` is still analysed: ``Inference.over_budget`` says by how much
     and what fits (an answer, not bad input).  ``budget`` per GPU: as given, else the GPU's CUDA total less
     ``allowance`` (``gpus.memory_budget``, default ``gpus.DEFAULT_ALLOWANCE``)."""
     cfg = at_context(cfg, context)
+    given_program = program is not None
     attention, program = check_infer(
         cfg, prompt, generate, batch, weights, kv_dtype, tp, semantics, attention, device, program
     )
     if engine is not None and program != "engine":
-        raise AccountingError(f"--engine vllm sizes a serving engine's cache: it runs --program engine, not {program}")
+        why = "" if given_program else " (--cache static and --attention naive imply transformers' generate)"
+        raise AccountingError(
+            f"--engine vllm sizes a serving engine's cache: it runs --program engine, not {program}{why}"
+        )
     cuda = device == "cuda"
     g = lookup_gpu(gpu)
-    compute = check_compute(weights, compute, g, group_size)
+    compute = check_weights(cfg, weights, compute, g, group_size, quantize_embeddings)
+    if efficiency is not None and not MIN_EFFICIENCY <= efficiency <= 1:
+        raise AccountingError(f"--efficiency {efficiency:g} is outside [{MIN_EFFICIENCY:g}, 1]")
     stored = weights
-    weights = inf.WeightFormat(stored, group_size, quantize_embeddings)
+    weights = inf.WeightFormat(stored, 128 if group_size is None else group_size, quantize_embeddings)
     sizing = None
     if engine is not None:
         kw = dict(weights=weights, kv_dtype=kv_dtype, tp=tp, prompt=prompt, generate=generate)
@@ -581,9 +640,10 @@ def infer(
     budget = basis.usable
     C = inf.cache_positions(program, prompt, generate)
     args = (cfg, prompt, generate)
-    memory = _memory(*args, batch, weights, kv_dtype, tp, semantics, None, attention, cuda, program)
-    best = max_batch(*args, weights, kv_dtype, tp, semantics, budget, None, attention, cuda, program)
-    serving = max_batch(*args, weights, kv_dtype, tp, semantics, budget, 1, attention, cuda, program)
+    block = inf.engine_block(cfg, g.name)
+    memory = _memory(*args, batch, weights, kv_dtype, tp, semantics, None, attention, cuda, program, block)
+    best = max_batch(*args, weights, kv_dtype, tp, semantics, budget, None, attention, cuda, program, block)
+    serving = max_batch(*args, weights, kv_dtype, tp, semantics, budget, 1, attention, cuda, program, block)
     peak = g.peak_flops(compute)
     prefill = inf.prefill_flops(cfg, prompt, batch, C, semantics, program)
     extras = inf.prefill_extras(cfg, prompt, batch)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..analytic.engine_sizing import VllmOptions
-from ..analytic.inference_report import Inference, check_compute, check_infer, infer
+from ..analytic.inference_report import Inference, check_infer, check_weights, infer
 from ..analytic.sizes import at_context
 from ..config import AccountingError, ModelConfig
 from ..gpus import DEFAULT_GPU, MemoryBudget, memory_budget
@@ -37,7 +37,7 @@ class Request:
     program: str | None = None  # None: inference.default_program(semantics, attention)
     engine: VllmOptions | None = None  # --engine vllm and its options
     compute: str | None = None  # None: inference.COMPUTE's first for the weights (fp8, int8: w8a8)
-    group_size: int = 128  # int4: weights per scale and zero-point
+    group_size: int | None = None  # int4: weights per scale and zero-point (None: 128)
     quantize_embeddings: bool = False
     efficiency: float | None = None  # the realistic figure's fraction (None: the GPU's calibration)
     measure: str = "none"
@@ -53,7 +53,7 @@ class Request:
             self.attention, self.device, self.program,
         )  # fmt: skip
         object.__setattr__(self, "budget_basis", memory_budget(self.gpu, self.allowance, self.budget))
-        check_compute(self.weights, self.compute, lookup_gpu(self.gpu), self.group_size)
+        check_weights(run, self.weights, self.compute, lookup_gpu(self.gpu), self.group_size, self.quantize_embeddings)
 
     @property
     def device(self) -> str:

@@ -68,11 +68,36 @@ def _peak(run, model, cache, ids, device: str, overheads: dict[str, int]) -> int
     return tracker.phase_table(device)["step"].peak
 
 
+def check_measurable(result, device: str) -> None:
+    """What the live model cannot run: weights and cache in two dtypes, TP, a fused windowed or latent kernel,
+    or a fused kernel predicted for another device's kernels."""
+    if result.weights not in ("fp32", "bf16") or result.kv_dtype != result.weights:
+        raise AccountingError(
+            "--measure runs the live model in one dtype: use --weights bf16 --kv-dtype bf16 (or fp32 for both)"
+        )
+    if result.tp != 1:
+        raise AccountingError("--measure runs one GPU's model: leave --tp at 1")
+    cfg = result.config
+    if result.attention == "sdpa" and (cfg.sliding_window is not None or cfg.mla):
+        what = "sliding window" if cfg.sliding_window is not None else "latent attention (MLA: narrower value heads)"
+        raise AccountingError(
+            f"--measure: the live model's fused attention has no {what}; measure transformers' form with --program "
+            "generate --attention naive (its FLOPs and memory, not the engine's)"
+        )
+    if result.memory_exact and result.attention == "sdpa" and (device == "cuda") != (result.device == "cuda"):
+        raise AccountingError(  # meta and cpu run torch's CPU flash kernel, cuda its flash/efficient kernels
+            f"the prediction is for the fused kernel on {result.device}, the measurement on {device}: "
+            f"predict with infer(..., device={device!r})"
+        )
+
+
 def check_inference_run(result, device: str) -> None:
-    """Refuse, before torch builds anything, a measurement of ``result`` that cannot run on ``device``: a tensor
-    past torch's 2^63-byte limit (any device, meta included: ``devices.inference_tensors``), more live layers
-    than the host holds (``devices.check_host_layers``), or a predicted peak over what the device allows
-    (``devices.check_device_fits``: the same rule as a training step's, 80 % of the CPU's available memory)."""
+    """Refuse, before torch builds anything, a measurement of ``result`` that cannot run on ``device``: what the
+    live model cannot run (``check_measurable``), a tensor past torch's 2^63-byte limit (any device, meta
+    included: ``devices.inference_tensors``), more live layers than the host holds (``devices.check_host_layers``),
+    or a predicted peak over what the device allows (``devices.check_device_fits``: the same rule as a training
+    step's, 80 % of the CPU's available memory)."""
+    check_measurable(result, device)
     from .devices import (
         TRAINING_HOST_BYTES_PER_LAYER,
         check_device_fits,
@@ -122,25 +147,8 @@ def measure_inference(result, device: str = "meta") -> dict[str, Any]:
     from .attention_flops import install
     from .crosscheck import fused_attention_view
 
-    if result.weights not in ("fp32", "bf16") or result.kv_dtype != result.weights:
-        raise AccountingError(
-            "--measure runs the live model in one dtype: use --weights bf16 --kv-dtype bf16 (or fp32 for both)"
-        )
-    if result.tp != 1:
-        raise AccountingError("--measure runs one GPU's model: leave --tp at 1")
     cfg = result.config
-    if result.attention == "sdpa" and (cfg.sliding_window is not None or cfg.mla):
-        what = "sliding window" if cfg.sliding_window is not None else "latent attention (MLA: narrower value heads)"
-        raise AccountingError(
-            f"--measure: the live model's fused attention has no {what}; measure with --program generate "
-            "--attention naive (the FLOPs are the same; the memory figures are then naive attention's)"
-        )
     peaks = result.memory_exact  # peaks compared: the step replay's scope (else FLOPs and cache only)
-    if peaks and result.attention == "sdpa" and (device == "cuda") != (result.device == "cuda"):
-        raise AccountingError(  # meta and cpu run torch's CPU flash kernel, cuda its flash/efficient kernels
-            f"the prediction is for the fused kernel on {result.device}, the measurement on {device}: "
-            f"predict with infer(..., device={device!r})"
-        )
     B, P, C, sem = result.batch, result.prompt, result.capacity, result.semantics
     last_only = result.program != "forward"  # logits_to_keep = 1 and the sampler's fp32 copy
     # the engine's prefill counts the pairs a causal kernel computes; a counter counts the square, as generate's

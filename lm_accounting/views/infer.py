@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from ..analytic.inference import engine_block
 from ..analytic.inference_memory import exact_for
 from ..analytic.inference_report import CONVENTIONS, Inference
@@ -13,7 +15,7 @@ from .words import plural
 
 PROGRAM_WORDS = {
     "engine": "a serving engine's (vLLM, SGLang): last-token logits, a paged cache, a causal fused kernel"
-    " (prefill FLOPs count the attended pairs), MLA absorbed",
+    " (prefill FLOPs count the attended pairs)",
     "generate": "transformers' generate(): last-token logits (logits_to_keep = 1), its cache of P + G − 1 positions",
     "forward": "the model's full forward: logits at every prompt position, a cache of P + G positions",
 }
@@ -22,31 +24,47 @@ PROGRAM_WORDS = {
 def engine_table(r: Inference) -> Table:
     """vLLM's start-up sizing (``engine_sizing.VllmSizing``): what its logs print, line by line."""
     e = r.engine
-    given = " (--kv-cache-memory, as given)" if e.kv_cache_memory_given else ""
-    rows = [
-        ("CUDA total (the GPU table)", e.total, e.total),
-        (f"× gpu_memory_utilization {float(e.utilization):g}", e.requested, e.requested),
-        ("− weights (incl. the rotary cos_sin cache)", e.weights, e.weights),
-        (f"− activation peak, estimated: a {e.max_num_batched_tokens:,}-token forward", e.activation_forward,
+    rows_of = min(e.max_num_batched_tokens, e.max_num_seqs)
+    weights = ("− weights (incl. the rotary cos_sin cache)", e.weights, e.weights)
+    activation = [
+        (f"− activation peak, estimated: the {e.max_num_batched_tokens:,}-token forward", e.activation_forward,
          e.activation_forward),
-        (f"  or the sampler on {min(e.max_num_batched_tokens, e.max_num_seqs):,} rows", e.activation_sampler,
-         e.activation_sampler),
-        ("− non-torch memory (an input: --non-torch-memory)", e.non_torch, e.non_torch),
-        ("− CUDA graphs (an input: --cuda-graph-memory)", e.cuda_graphs, e.cuda_graphs),
-        (f"= KV cache memory{given}", e.kv_cache_memory, e.kv_cache_memory)
-        if e.kv_cache_memory >= 0
-        else ("= KV cache memory: none, short by", e.shortfall, e.shortfall),
+        (f"  or the sampler on {plural(rows_of, 'row')}", e.activation_sampler, e.activation_sampler),
     ]  # fmt: skip
+    if e.kv_cache_memory_given:
+        rows = [
+            ("CUDA total (the GPU table)", e.total, e.total),
+            *((label.removeprefix("− "), v, w) for label, v, w in (weights, *activation)),
+            ("KV cache memory (--kv-cache-memory, as given: no utilisation arithmetic)", e.kv_cache_memory,
+             e.kv_cache_memory),
+        ]  # fmt: skip
+    else:
+        last = (
+            ("= KV cache memory", e.kv_cache_memory, e.kv_cache_memory)
+            if e.kv_cache_memory >= 0
+            else ("= KV cache memory: none, short by", e.shortfall, e.shortfall)
+        )
+        rows = [
+            ("CUDA total (the GPU table)", e.total, e.total),
+            (f"× gpu_memory_utilization {float(e.utilization):g}", e.requested, e.requested),
+            weights,
+            *activation,
+            ("− non-torch memory (an input: --non-torch-memory)", e.non_torch, e.non_torch),
+            ("− CUDA graphs (an input: --cuda-graph-memory)", e.cuda_graphs, e.cuda_graphs),
+            last,
+        ]
+    concurrency = math.floor(e.max_concurrency * 100) / 100  # vLLM prints 2 decimals; floored, 0.997 is not 1.00
     notes = [
         (
-            f"GPU KV cache size: {e.kv_cache_tokens:,} tokens ({e.kv_cache_blocks:,} blocks of {e.block_size} tokens, "
-            f"{e.page_bytes:,} B a layer; {plural(e.groups, 'layer group')} of {e.group_size})"
+            f"GPU KV cache size: {e.kv_cache_tokens:,} tokens ({plural(e.kv_cache_blocks, 'block')} of {e.block_size} "
+            f"tokens, {e.page_bytes:,} B a layer; {plural(e.groups, 'layer group')} of {e.group_size})"
         ),
         (
-            f"Maximum concurrency for {e.max_model_len:,} tokens per request: {e.max_concurrency:.2f}x; "
-            f"requests of P + G − 1 = {r.capacity:,} ({e.request_blocks:,} blocks each): {e.requests_at_prompt:,} at "
-            f"once, at most --max-num-seqs {e.max_num_seqs:,}"
+            f"Maximum concurrency for {e.max_model_len:,} tokens per request: {concurrency:.2f}x; requests of "
+            f"{r.capacity:,} cached positions ({plural(e.request_blocks, 'block')} each): {e.requests_at_prompt:,} "
+            f"at once, at most --max-num-seqs {e.max_num_seqs:,}"
         ),
+        "vLLM sizes its pool by --gpu-memory-utilization; --allowance and --budget apply to the memory table above",
     ]
     if e.problem:
         notes.append(f"VLLM WOULD NOT START: {e.problem}")
@@ -82,10 +100,11 @@ def infer_view(r: Inference) -> View:
     cfg, ro, m = r.config, r.roofline, r.memory
     g = r.gpu
     cache = "P + G" if r.program == "forward" else "P + G − 1"
-    slots = f", {r.cache_slots:,} slots in blocks of {engine_block(cfg)}" if r.cache_slots != r.capacity else ""
+    slots = f", {r.cache_slots:,} slots in blocks of {engine_block(cfg, g.name)}" if r.cache_slots != r.capacity else ""
     header = [
         describe_config(cfg),
-        f"program {r.program}: {PROGRAM_WORDS[r.program]}",
+        f"program {r.program}: {PROGRAM_WORDS[r.program]}"
+        + (", MLA absorbed" if cfg.mla and r.program == "engine" else ""),
         (
             f"prompt P = {r.prompt:,} · generate G = {r.generate:,} · batch B = {r.batch:,} · cache C = {cache} = "
             f"{r.capacity:,}{slots} ({r.semantics} semantics) · attention {r.attention} · weights {r.weights} · "
@@ -128,13 +147,17 @@ def infer_view(r: Inference) -> View:
         [
             (f"weights ({r.weights}{', 1/' + str(r.tp) if r.tp > 1 else ''})", m["weights"], m["weights"]),
             (
-                f"KV cache per sequence (C = {r.capacity:,}, {r.kv_dtype})",
+                f"KV cache per sequence (C = {r.capacity:,}"
+                + (f" in {r.cache_slots:,} slots" if r.cache_slots != r.capacity else "")
+                + f", {r.kv_dtype})",
                 m["kv_cache_per_sequence"],
                 m["kv_cache_per_sequence"],
             ),
             (f"KV cache, B = {r.batch:,}", m["kv_cache"], m["kv_cache"]),
             ("RoPE tables (fp32 buffers)", m["rope_tables"], m["rope_tables"]),
+            ("prefill input ids (int64)", m["prefill_input_ids"], m["prefill_input_ids"]),
             ("prefill temporaries (incl. logits)", m["prefill_temporaries"], m["prefill_temporaries"]),
+            ("decode input ids (int64)", m["decode_input_ids"], m["decode_input_ids"]),
             ("decode temporaries, last step (incl. logits)", m["decode_temporaries"], m["decode_temporaries"]),
             ("prefill peak", m["prefill_peak"], m["prefill_peak"]),
             ("decode peak", m["decode_peak"], m["decode_peak"]),
@@ -200,8 +223,8 @@ def infer_view(r: Inference) -> View:
     if real:
         roof.notes.append(
             f"realistic ({real['basis']}): time to first token {_ms(real['time_to_first_token_seconds'])}; decode "
-            f"{_ms(real['decode_mean_seconds'])} per token, {real['tokens_per_s']:,.0f} tokens/s at B = {r.batch:,}; "
-            f"throughput {real['throughput_tokens_per_s']:,.0f} tokens/s at B = {fit:,}"
+            f"{_ms(real['decode_mean_seconds'])} per token, {real['tokens_per_s']:,.0f} tokens/s at B = {r.batch:,}"
+            + (f"; throughput {real['throughput_tokens_per_s']:,.0f} tokens/s at B = {fit:,}" if fit else "")
         )
     else:
         roof.notes.append(f"realistic: no calibration table for {g.name}; give --efficiency for one")
