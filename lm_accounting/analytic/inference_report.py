@@ -312,23 +312,10 @@ def max_batch(
     """The largest B whose peak fits ``budget`` (0: not even one sequence); the peak grows with B.
     ``prefill_batch`` 1: sequences are prefilled one at a time (only the decode step runs at B)."""
 
+    fixed = dict(prefill_batch=prefill_batch, attention=attention, cuda=cuda, program=program, block=block)
+
     def peak(b: int) -> int:
-        args = (
-            cfg,
-            prompt,
-            generate,
-            b,
-            weights,
-            kv_dtype,
-            tp,
-            semantics,
-            prefill_batch,
-            attention,
-            cuda,
-            program,
-            block,
-        )
-        return _memory(*args)["peak"]
+        return _memory(cfg, prompt, generate, b, weights, kv_dtype, tp, semantics, **fixed)["peak"]
 
     if peak(1) > budget:
         return 0
