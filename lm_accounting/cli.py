@@ -428,67 +428,87 @@ def budget_option(func: Callable[..., Any]) -> Callable[..., Any]:
     )(func)
 
 
-ENGINE_FLAGS = ("max_model_len", "utilization", "max_num_seqs", "max_num_batched_tokens", "kv_cache_memory",
-                "non_torch", "cuda_graphs")  # fmt: skip
+VLLM_FLAGS = ("max_model_len", "utilization", "max_num_seqs", "max_num_batched_tokens", "kv_cache_memory",
+              "non_torch", "cuda_graphs")  # fmt: skip
+FLAG_NAMES = {"utilization": "--gpu-memory-utilization", "non_torch": "--non-torch-memory",
+              "cuda_graphs": "--cuda-graph-memory"}  # fmt: skip
+
+
+def _flag(dest: str) -> str:
+    return FLAG_NAMES.get(dest, "--" + dest.replace("_", "-"))
+
+
+def _engine(engine: str | None, flags: dict[str, Any], kw: dict[str, Any]) -> Any:
+    """The ``engine_sizing`` options of ``--engine`` from its flags, or None; a flag of another engine, or
+    vLLM's --gpu-memory-utilization beside --allowance/--budget (two ways to leave room), is refused."""
+    from fractions import Fraction
+
+    from .analytic.engine_sizing import DEFAULT_NON_TORCH, DEFAULT_UTILIZATION, SglangOptions, VllmOptions
+    from .units import parse_size
+
+    vllm = [k for k in VLLM_FLAGS if flags[k] is not None]
+    mfs = flags["mem_fraction_static"]
+    if engine != "vllm" and vllm:
+        fix = "not SGLang's" if engine == "sglang" else "add --engine vllm"
+        raise AccountingError(f"{_flag(vllm[0])} is one of vLLM's flags: {fix}")
+    if engine != "sglang" and mfs is not None:
+        raise AccountingError("--mem-fraction-static is SGLang's flag: add --engine sglang")
+    if engine is None:
+        return None
+    if engine == "sglang":
+        if mfs is None:
+            raise AccountingError(
+                "--engine sglang needs --mem-fraction-static: its default depends on SGLang's version, the GPU and "
+                "the CUDA graph settings (the server's log prints the value it chose)"
+            )
+        return SglangOptions(Fraction(str(mfs)))
+    if flags["utilization"] is not None and (kw.get("allowance") is not None or kw.get("budget") is not None):
+        raise AccountingError(
+            "--gpu-memory-utilization is vLLM's way to leave room, --allowance and --budget ours: give one"
+        )
+
+    def size_of(text: str | None, zero: bool) -> int | None:  # the measured inputs may be 0 ("0B")
+        if text is None:
+            return None
+        return 0 if zero and text.strip() in ("0", "0B") else parse_size(text)
+
+    size = {k: size_of(flags[k], k != "kv_cache_memory") for k in ("kv_cache_memory", "non_torch", "cuda_graphs")}
+    return VllmOptions(
+        max_model_len=flags["max_model_len"],
+        utilization=DEFAULT_UTILIZATION if flags["utilization"] is None else Fraction(str(flags["utilization"])),
+        max_num_seqs=flags["max_num_seqs"],
+        max_num_batched_tokens=flags["max_num_batched_tokens"],
+        non_torch=DEFAULT_NON_TORCH if size["non_torch"] is None else size["non_torch"],
+        cuda_graphs=size["cuda_graphs"] or 0,
+        kv_cache_memory=size["kv_cache_memory"],
+    )
 
 
 def engine_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """--engine vllm and vLLM's start-up flags, parsed into ``engine``: an ``engine_sizing.VllmOptions``, or
-    None.  A flag without --engine, or --gpu-memory-utilization beside --allowance/--budget (two ways to
-    leave room), is refused in one line."""
+    """--engine vllm|sglang and the engines' start-up flags, parsed into ``engine`` (``_engine``)."""
 
     @functools.wraps(func)
     def wrapper(engine: str | None, **kw: Any) -> Any:
-        from fractions import Fraction
+        flags = {k: kw.pop(k) for k in (*VLLM_FLAGS, "mem_fraction_static")}
+        return func(engine=_engine(engine, flags, kw), **kw)
 
-        from .analytic.engine_sizing import DEFAULT_NON_TORCH, DEFAULT_UTILIZATION, VllmOptions
-        from .units import parse_size
-
-        flags = {k: kw.pop(k) for k in ENGINE_FLAGS}
-        given = [k for k, v in flags.items() if v is not None]
-        if engine is None:
-            if given:
-                flag = "--" + given[0].replace("_", "-").replace("utilization", "gpu-memory-utilization")
-                raise AccountingError(f"{flag} is one of vLLM's flags: add --engine vllm")
-            return func(engine=None, **kw)
-        if flags["utilization"] is not None and (kw.get("allowance") is not None or kw.get("budget") is not None):
-            raise AccountingError(
-                "--gpu-memory-utilization is vLLM's way to leave room, --allowance and --budget ours: give one"
-            )
-
-        def size_of(text: str | None, zero: bool) -> int | None:  # the measured inputs may be 0 ("0B")
-            if text is None:
-                return None
-            return 0 if zero and text.strip() in ("0", "0B") else parse_size(text)
-
-        size = {k: size_of(flags[k], k != "kv_cache_memory") for k in ("kv_cache_memory", "non_torch", "cuda_graphs")}
-        options = VllmOptions(
-            max_model_len=flags["max_model_len"],
-            utilization=DEFAULT_UTILIZATION if flags["utilization"] is None else Fraction(str(flags["utilization"])),
-            max_num_seqs=flags["max_num_seqs"],
-            max_num_batched_tokens=flags["max_num_batched_tokens"],
-            non_torch=DEFAULT_NON_TORCH if size["non_torch"] is None else size["non_torch"],
-            cuda_graphs=size["cuda_graphs"] or 0,
-            kv_cache_memory=size["kv_cache_memory"],
-        )  # fmt: skip
-        return func(engine=options, **kw)
-
-    for flag, kind, text in reversed((
-        ("--engine", click.Choice(("vllm",)), "Size the KV cache as this engine does at start-up (vLLM V1, v0.11 rules)."),
-        ("--max-model-len", POSITIVE, "vLLM: tokens per request (default: the model's context)."),
-        ("--gpu-memory-utilization", UTILIZATION,
+    for dest, kind, text in reversed((
+        ("engine", click.Choice(("vllm", "sglang")),
+         "Size the KV cache as this engine does at start-up (vLLM V1 with v0.11's rules; SGLang's pool)."),
+        ("max_model_len", POSITIVE, "vLLM: tokens per request (default: the model's context)."),
+        ("utilization", UTILIZATION,
          "vLLM: fraction of the GPU's CUDA total it may use (default 0.9; not with --allowance or --budget)."),
-        ("--max-num-seqs", POSITIVE,
+        ("max_num_seqs", POSITIVE,
          "vLLM: sequences per step (default 1,024 on a GPU of 70 GiB or more but an A100, else 256)."),
-        ("--max-num-batched-tokens", POSITIVE,
+        ("max_num_batched_tokens", POSITIVE,
          "vLLM: tokens per step (default 8,192 on a GPU of 70 GiB or more but an A100, else 2,048)."),
-        ("--kv-cache-memory", None, "vLLM: the KV cache's bytes, as given (no profiling; e.g. 40GiB)."),
-        ("--non-torch-memory", None, "vLLM measures it; assumed here (default 0.1GiB)."),
-        ("--cuda-graph-memory", None, "vLLM >= 0.21 subtracts its estimate of CUDA graphs; assumed here (default 0)."),
+        ("kv_cache_memory", None, "vLLM: the KV cache's bytes, as given (no profiling; e.g. 40GiB)."),
+        ("non_torch", None, "vLLM measures it; assumed here (default 0.1GiB)."),
+        ("cuda_graphs", None, "vLLM >= 0.21 subtracts its estimate of CUDA graphs; assumed here (default 0)."),
+        ("mem_fraction_static", BoundedFloat(0.0, 0.999, what=" (SGLang's fraction of the free memory)"),
+         "SGLang: --mem-fraction-static (required with --engine sglang)."),
     )):  # fmt: skip
-        dest = {"--gpu-memory-utilization": "utilization", "--non-torch-memory": "non_torch",
-                "--cuda-graph-memory": "cuda_graphs"}.get(flag, flag[2:].replace("-", "_"))  # fmt: skip
-        wrapper = click.option(flag, dest, type=kind, default=None, help=text)(wrapper)
+        wrapper = click.option(_flag(dest), dest, type=kind, default=None, help=text)(wrapper)
     return wrapper
 
 

@@ -115,6 +115,18 @@ COMMANDS = {
         "--engine",
         "vllm",
     ],
+    "infer-sglang": [
+        "infer",
+        "qwen3-30b-a3b",
+        "-P",
+        "2048",
+        "-G",
+        "128",
+        "--engine",
+        "sglang",
+        "--mem-fraction-static",
+        "0.88",
+    ],
     "crosscheck": ["crosscheck", "gpt2-small", "--layers", "2"],
     "sweep": ["sweep", "gpt2-small", "--contexts", "128,1024", "--no-plots", "--out", "{out}"],
 }

@@ -24,6 +24,18 @@ COMMANDS = {  # name -> CLI arguments (analytic and fast; memory and crosscheck 
     "train-time-calibrated": ["train-time", "gpt2-small", "-S", "256", "--gpu", "h100-sxm"],
     "infer": ["infer", "llama-3-8b", "--prompt", "128", "--generate", "16"],
     "infer-vllm": ["infer", "llama-3-8b", "--prompt", "128", "--generate", "16", "--engine", "vllm"],
+    "infer-sglang": [
+        "infer",
+        "llama-3-8b",
+        "-P",
+        "128",
+        "-G",
+        "16",
+        "--engine",
+        "sglang",
+        "--mem-fraction-static",
+        "0.85",
+    ],
 }
 
 

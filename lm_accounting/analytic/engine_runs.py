@@ -22,7 +22,7 @@ from typing import Any
 
 from ..config import load_config
 from ..gpus import GIB, gpu
-from .engine_sizing import VllmOptions, vllm_sizing
+from .engine_sizing import SglangOptions, VllmOptions, sglang_sizing, vllm_sizing
 
 
 @dataclass(frozen=True)
@@ -32,12 +32,14 @@ class Run:
     overrides: tuple[tuple[str, Any], ...]  # fields of the served model that differ from the preset
     gpu: str
     total_gib: str  # the CUDA total the log prints
-    options: VllmOptions
+    options: VllmOptions | SglangOptions
     kind: str  # predicted | arithmetic
     published: dict[str, float]  # weights_gib, kv_gib, tokens, concurrency: what the log prints
     version: str
     source: str
     quote: str
+    tp: int = 1
+    weights: str = "bf16"
 
 
 def _gib(text: str) -> int:
@@ -102,6 +104,27 @@ RUNS = (
         "Maximum concurrency for 4,096 tokens per request: 110.29x",
     ),
 )
+QWEN3_235B = (("num_layers", 94), ("d_model", 4096), ("num_heads", 64), ("num_kv_heads", 4), ("head_dim", 128),
+              ("num_experts", 128), ("experts_per_token", 8), ("expert_d_ff", 1536))  # fmt: skip
+"""Qwen3-235B-A22B's config.json sizes on Qwen3-30B-A3B's preset (the same family: 151,936 vocabulary, qk-norm)."""
+QWEN3_235B_QUOTE = (
+    "launched Qwen3-235B-A22B-FP8 on both vLLM and SGLang on 4xH100 GPUs. On vLLM: Available KV cache memory: 8.11 "
+    "GiB GPU KV cache size: 178,880 tokens. SGLang (--tp 4 --mem-fraction-static 0.93): KV Cache is allocated. "
+    "#tokens: 367404, K size: 8.23 GB, V size: 8.23 GB"
+)
+RUNS += (
+    Run(
+        "Qwen3-235B-A22B-FP8, 4 H100s (tp 4)", "qwen3-30b-a3b", QWEN3_235B, "h100-80gb", "79.11",
+        VllmOptions(max_model_len=40960, kv_cache_memory=_gib("8.11")), "arithmetic",
+        {"kv_gib": 8.11, "tokens": 178_880}, "vLLM V1 (with LMCacheConnectorV1)",
+        "https://github.com/vllm-project/vllm/issues/21348", QWEN3_235B_QUOTE, tp=4, weights="fp8",
+    ),
+    Run(
+        "Qwen3-235B-A22B-FP8, 4 H100s (tp 4), SGLang", "qwen3-30b-a3b", QWEN3_235B, "h100-80gb", "79.11",
+        SglangOptions(Fraction(93, 100)), "predicted", {"tokens": 367_404, "k_gib": 8.23}, "SGLang (2025-07)",
+        "https://github.com/vllm-project/vllm/issues/21348", QWEN3_235B_QUOTE, tp=4, weights="fp8",
+    ),
+)  # fmt: skip
 """Published start-ups (see each ``source``).  Qwen3-14B is not a preset: Qwen3-8B's preset with Qwen3-14B's
 config.json sizes (40 layers, hidden 5,120, 40 heads, 8 KV heads of 128, intermediate 17,408)."""
 
@@ -112,16 +135,23 @@ def compare(run: Run) -> dict[str, Any]:
     if run.overrides:
         cfg = dataclasses.replace(cfg, **dict(run.overrides))
     g = dataclasses.replace(gpu(run.gpu), cuda_total=_gib(run.total_gib))
-    s = vllm_sizing(cfg, g, run.options, weights="bf16", kv_dtype="bf16", tp=1, prompt=1, generate=1)
-    ours = {"weights_gib": s.weights / GIB, "kv_gib": s.kv_cache_memory / GIB, "tokens": s.kv_cache_tokens,
-            "concurrency": s.max_concurrency}  # fmt: skip
+    kw = dict(weights=run.weights, kv_dtype="bf16", tp=run.tp, prompt=1, generate=1)
+    if isinstance(run.options, SglangOptions):
+        s = sglang_sizing(cfg, g, run.options, **kw)
+        ours = {"weights_gib": s.weights / GIB, "kv_gib": s.kv_cache_memory / GIB, "tokens": s.kv_cache_tokens,
+                "k_gib": s.k_bytes / GIB}  # fmt: skip
+    else:
+        s = vllm_sizing(cfg, g, run.options, **kw)
+        ours = {"weights_gib": s.weights / GIB, "kv_gib": s.kv_cache_memory / GIB, "tokens": s.kv_cache_tokens,
+                "concurrency": s.max_concurrency}  # fmt: skip
     row: dict[str, Any] = {"run": run.name, "kind": run.kind, "version": run.version, "total_gib": run.total_gib}
     for key, value in ours.items():
         row[f"{key}_ours"] = value
         published = run.published.get(key)
         row[f"{key}_published"] = published
         row[f"{key}_error"] = None if published is None else value / published - 1
-    row["activation_gib_ours"] = s.activation_peak / GIB
+    row["engine"] = "sglang" if isinstance(run.options, SglangOptions) else "vllm"
+    row["activation_gib_ours"] = getattr(s, "activation_peak", 0) / GIB
     row["source"], row["quote"] = run.source, run.quote
     return row
 

@@ -46,7 +46,7 @@ from ..gpus import GIB, GPU
 from . import inference as inf
 from .inference_memory import step_temporaries
 
-ENGINES = ("vllm",)
+ENGINES = ("vllm", "sglang")
 DEFAULT_UTILIZATION = Fraction(9, 10)
 DEFAULT_NON_TORCH = GIB // 10
 """vLLM's non-torch increase at tp 1: 0.07 GiB logged by v0.10.2 on an H100 (llava-v1.6-mistral-7b); V0
@@ -251,5 +251,88 @@ def vllm_sizing(
         group_size=size, groups=len(groups), kv_cache_blocks=blocks, kv_cache_tokens=blocks // len(groups) * block,
         max_model_len=max_model_len, blocks_per_request=per_request, max_concurrency=blocks / per_request,
         max_num_batched_tokens=T, max_num_seqs=seqs, request_blocks=need, requests_at_prompt=blocks // need,
+        starts=problem is None, problem=problem,
+    )  # fmt: skip
+
+
+# -- SGLang ---------------------------------------------------------------------------------------------------------
+
+SGLANG_SOURCE = (
+    "sglang 0.5.23 srt/mem_cache/kv_cache_configurator.py _profile_available_bytes: rest_memory = "
+    "available_gpu_memory - pre_model_load_memory * (1 - mem_fraction_static); the cell "
+    "(srt/model_executor/pool_configurator.py _compute_cell_size): MHA kv_heads/tp · (head_dim + v_head_dim) · "
+    "layers · bytes, MLA (kv_lora_rank + qk_rope_head_dim) · layers · bytes"
+)
+
+
+@dataclass(frozen=True)
+class SglangOptions:
+    """SGLang's ``--mem-fraction-static``: required, since its default depends on the version, the GPU and the CUDA
+    graph settings (0.5.23 derives it from the chunked-prefill size and the graphs' batch sizes); its log prints it."""
+
+    mem_fraction_static: Fraction
+
+
+@dataclass(frozen=True)
+class SglangSizing:
+    """What SGLang logs when it allocates its KV pool ("KV Cache is allocated. #tokens: N, K size: x GB, V size: y
+    GB"), from ``SGLANG_SOURCE``'s formula.  ``pre_load_free``: the free memory before the weights load (the CUDA
+    total less the context and NCCL, ``STARTUP_USED``, assumed as for vLLM)."""
+
+    total: int
+    mem_fraction_static: Fraction
+    pre_load_free: int
+    weights: int
+    slack: int  # pre_load_free · (1 − mem_fraction_static): left for activations and CUDA graphs
+    kv_cache_memory: int
+    cell_bytes: int  # one token over every layer of this rank
+    kv_cache_tokens: int
+    k_bytes: int
+    v_bytes: int
+    request_tokens: int  # P + G − 1 positions of one request (SGLang allocates token by token)
+    requests_at_prompt: int
+    starts: bool
+    problem: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: v for k, v in self.__dict__.items() if k != "mem_fraction_static"}
+        return {"engine": "sglang", "mem_fraction_static": float(self.mem_fraction_static), **out}
+
+
+def sglang_sizing(
+    cfg: ModelConfig, g: GPU, options: SglangOptions, *, weights, kv_dtype: str, tp: int, prompt: int, generate: int
+) -> SglangSizing:
+    """SGLang's KV pool for ``cfg`` (``SglangSizing``); refusals before any work."""
+    mfs = options.mem_fraction_static
+    if not 0 < mfs < 1:
+        raise AccountingError(f"--mem-fraction-static {float(mfs)} is outside (0, 1)")
+    if kv_dtype not in KV_BYTES:
+        raise AccountingError(f"SGLang's KV cache is fp32, bf16 or fp8, not '{kv_dtype}'")
+    e = KV_BYTES[kv_dtype]
+    if cfg.mla:
+        k_width, v_width = cfg.kv_lora_rank + cfg.qk_rope_head_dim, 0
+    else:
+        heads = max(1, cfg.kv_heads // tp)
+        k_width, v_width = heads * cfg.d_head, heads * cfg.d_head
+    cell = (k_width + v_width) * cfg.num_layers * e
+    pre = g.cuda_total - STARTUP_USED
+    w = inf.weights_bytes(cfg, weights, tp)
+    slack = int(pre * (1 - mfs))
+    available = pre - w - slack
+    tokens = max(available, 0) // cell
+    need = prompt + generate - 1
+    problem = None
+    if tokens < need:
+        problem = (
+            f"the pool holds {tokens:,} tokens, fewer than one request's {need:,}: SGLang stops ('Not enough memory'; "
+            "raise --mem-fraction-static)"
+            if available > 0
+            else "no memory is left for the KV pool: SGLang stops ('Not enough memory'; raise --mem-fraction-static)"
+        )
+    k_bytes = tokens * k_width * cfg.num_layers * e
+    return SglangSizing(
+        total=g.cuda_total, mem_fraction_static=mfs, pre_load_free=pre, weights=w, slack=slack,
+        kv_cache_memory=available, cell_bytes=cell, kv_cache_tokens=tokens, k_bytes=k_bytes,
+        v_bytes=tokens * v_width * cfg.num_layers * e, request_tokens=need, requests_at_prompt=tokens // need,
         starts=problem is None, problem=problem,
     )  # fmt: skip

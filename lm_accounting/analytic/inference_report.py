@@ -19,7 +19,7 @@ from ..provenance import CPU_TORCH, CUDA
 from ..result import Result
 from ..units import fmt_bytes
 from . import inference as inf
-from .engine_sizing import VllmOptions, VllmSizing, vllm_sizing
+from .engine_sizing import SglangOptions, SglangSizing, VllmOptions, VllmSizing, sglang_sizing, vllm_sizing
 from .inference_memory import exact_for, step_temporaries
 from .roofline import Phase, allreduce_seconds, knee_batch, routed_fraction
 from .sizes import at_context
@@ -115,7 +115,7 @@ class Inference(Result):
     roofline: dict[str, Any]
     measured: dict[str, Any] | None = field(default=None)
     budget_basis: MemoryBudget | None = None  # how ``budget`` was derived (gpus.memory_budget)
-    engine: VllmSizing | None = None  # --engine vllm: its start-up KV-cache sizing (engine_sizing.py)
+    engine: VllmSizing | SglangSizing | None = None  # --engine: its start-up KV-cache sizing (engine_sizing.py)
 
     @property
     def capacity(self) -> int:
@@ -582,7 +582,7 @@ def infer(
     attention: str | None = None,
     device: str = "cuda",
     program: str | None = None,
-    engine: VllmOptions | None = None,
+    engine: VllmOptions | SglangOptions | None = None,
     compute: str | None = None,
     group_size: int | None = None,
     quantize_embeddings: bool = False,
@@ -594,7 +594,7 @@ def infer(
     torch's CPU flash kernel, for a measurement there).  ``program``: ``inference.PROGRAMS`` (None:
     ``inference.default_program``: engine, what a serving engine runs, unless the static cache or naive
     attention asked for names transformers' code: generate).
-    ``engine``: vLLM's options, to size its KV cache as it does at start-up (``engine_sizing``).
+    ``engine``: vLLM's or SGLang's options, to size the KV cache as the engine does at start-up (``engine_sizing``).
     ``compute``: the matmuls' dtype (None: ``inference.COMPUTE``'s first for ``weights``: fp8 and int8 as w8a8);
     ``group_size`` (None: 128) and ``quantize_embeddings``: the checkpoint's format (``inference.WeightFormat``).
     ``efficiency``: the fraction of the peak and the bandwidth a realistic figure assumes (None: the GPU's
@@ -609,8 +609,9 @@ def infer(
     )
     if engine is not None and program != "engine":
         why = "" if given_program else " (--cache static and --attention naive imply transformers' generate)"
+        name = "sglang" if isinstance(engine, SglangOptions) else "vllm"
         raise AccountingError(
-            f"--engine vllm sizes a serving engine's cache: it runs --program engine, not {program}{why}"
+            f"--engine {name} sizes a serving engine's cache: it runs --program engine, not {program}{why}"
         )
     cuda = device == "cuda"
     g = lookup_gpu(gpu)
@@ -622,7 +623,7 @@ def infer(
     sizing = None
     if engine is not None:
         kw = dict(weights=weights, kv_dtype=kv_dtype, tp=tp, prompt=prompt, generate=generate)
-        sizing = vllm_sizing(cfg, g, engine, **kw)
+        sizing = (sglang_sizing if isinstance(engine, SglangOptions) else vllm_sizing)(cfg, g, engine, **kw)
     basis = budget if isinstance(budget, MemoryBudget) else memory_budget(g.name, allowance, budget)
     budget = basis.usable
     C = inf.cache_positions(program, prompt, generate)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..analytic.engine_sizing import VllmOptions
+from ..analytic.engine_sizing import SglangOptions, VllmOptions
 from ..analytic.inference_report import Inference, check_infer, check_weights, infer
 from ..analytic.sizes import at_context
 from ..config import AccountingError, ModelConfig
@@ -35,7 +35,7 @@ class Request:
     semantics: str = "filled"
     attention: str | None = None  # None: inference.default_attention(semantics)
     program: str | None = None  # None: inference.default_program(semantics, attention)
-    engine: VllmOptions | None = None  # --engine vllm and its options
+    engine: VllmOptions | SglangOptions | None = None  # --engine vllm|sglang and its options
     compute: str | None = None  # None: inference.COMPUTE's first for the weights (fp8, int8: w8a8)
     group_size: int | None = None  # int4: weights per scale and zero-point (None: 128)
     quantize_embeddings: bool = False

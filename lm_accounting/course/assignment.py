@@ -34,7 +34,7 @@ CUDA_FILES = (
 REPORT_FILES = re.compile(
     rf"answers\.json|assignment\.md|tables/{SAFE_NAME}\.(md|csv)|sweep/({SWEEP_FILES})"
     r"|setups/peak_vs_context\.(md|csv|png|svg)"
-    r"|inference/((serving|vllm_startup|trtllm_throughput)\.(md|csv)|(decode_tokens_per_s|memory_vs_sequences)\.(png|svg))"
+    r"|inference/((serving|engine_startup|trtllm_throughput)\.(md|csv)|(decode_tokens_per_s|memory_vs_sequences)\.(png|svg))"
     r"|parallel/(llama-3-8b|llama-3\.1-70b)-8k-(plan\.md|memory-vs-gpus\.(png|svg))"
     r"|\.[A-Za-z0-9._+-]+\.[a-z0-9_]{8}\.(json|md)"
     rf"|{CUDA_FILES}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from ..analytic.engine_sizing import SGLANG_SOURCE, VllmSizing
 from ..analytic.inference import engine_block
 from ..analytic.inference_memory import exact_for
 from ..analytic.inference_report import CONVENTIONS, Inference
@@ -69,6 +70,34 @@ def engine_table(r: Inference) -> Table:
     if e.problem:
         notes.append(f"VLLM WOULD NOT START: {e.problem}")
     title = "vLLM start-up sizing (v0.11 rules; the activation peak and non-torch memory are measured by vLLM)"
+    return Table(title, [Column("item"), Column("bytes", "int"), Column("size", "bytes")], rows, notes)
+
+
+def sglang_table(r: Inference) -> Table:
+    """SGLang's KV pool (``engine_sizing.SglangSizing``): its formula, line by line, and what its log prints."""
+    e = r.engine
+    rows = [
+        ("CUDA total (the GPU table)", e.total, e.total),
+        ("free before the weights load (less the CUDA context and NCCL, assumed)", e.pre_load_free, e.pre_load_free),
+        ("− weights", e.weights, e.weights),
+        (f"− slack: free × (1 − mem_fraction_static {float(e.mem_fraction_static):g})", e.slack, e.slack),
+        ("= KV pool" if e.kv_cache_memory >= 0 else "= KV pool: none, short by", abs(e.kv_cache_memory),
+         abs(e.kv_cache_memory)),
+    ]  # fmt: skip
+    notes = [
+        (
+            f"KV Cache is allocated. #tokens: {e.kv_cache_tokens:,} ({e.cell_bytes:,} B a token over this rank's "
+            f"layers), K size: {e.k_bytes / 2**30:,.2f} GiB, V size: {e.v_bytes / 2**30:,.2f} GiB"
+        ),
+        (
+            f"requests of {e.request_tokens:,} cached positions: {e.requests_at_prompt:,} at once; SGLang's pool is "
+            "token-granular (page size 1)"
+        ),
+        f"the formula: {SGLANG_SOURCE}",
+    ]
+    if e.problem:
+        notes.append(f"SGLANG WOULD NOT START: {e.problem}")
+    title = "SGLang KV pool (the slack covers activations and CUDA graphs; nothing is profiled)"
     return Table(title, [Column("item"), Column("bytes", "int"), Column("size", "bytes")], rows, notes)
 
 
@@ -235,7 +264,7 @@ def infer_view(r: Inference) -> View:
         )
     tables = [flops, mem, roof]
     if r.engine is not None:
-        tables.append(engine_table(r))
+        tables.append(engine_table(r) if isinstance(r.engine, VllmSizing) else sglang_table(r))
     if r.measured:
         tables.append(
             Table(
