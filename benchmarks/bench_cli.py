@@ -85,6 +85,11 @@ SCENARIOS = {  # name -> (kind, arguments, runs); kind is CLI or a peer's source
         ["infer", "llama-3-8b", "--prompt", "2048", "--generate", "512", "--batch", "32", "--gpu", "h100-80gb"],
         15,
     ),
+    "infer-vllm": (  # issue 29: the engine program with vLLM's start-up sizing and the calibrated figure
+        CLI,
+        ["infer", "llama-3-8b", "--prompt", "2048", "--generate", "512", "--batch", "32", "--engine", "vllm"],
+        15,
+    ),
     "plan-70b": (  # issue 11: >= 1,000 candidate layouts
         CLI,
         ["plan", "llama-3.1-70b", "--gpus", "8..1024", "--context", "8192", "--tokens", str(15 * 10**12)],
