@@ -240,3 +240,87 @@ def test_expert_parallel_compute_is_the_busiest_ranks():
     assert min(per_rank) < even < max(per_rank)
     compute = _Pricing(moe, 32, h100, 0.4, 50e9).step_times(1, setup, lay)[0]
     assert compute == 2 * max(per_rank) / (h100.peak_flops("bf16") * 0.4)
+
+
+@pytest.mark.slow
+def test_floors_are_lower_bounds_on_random_layouts():
+    """Issue 27: ``rank_floor`` and ``stage_floor`` never exceed the replayed peak, on 1,000 random layouts
+    (DDP, ZeRO-1/2/3 × TP ± SP ± VP × PP, every precision and checkpointing) of models whose logits matter (a
+    32,000-row vocabulary beside d_model 64).  Before the fix, vocab parallel under FSDP2's amp added the
+    full-vocabulary fp32 loss (2·T·V·2 bytes) to the saved activations: Llama-3-8B's floor was 2.63 GiB above
+    its peak at dp32·zero3·tp8+sp+vp, and ``plan llama-3.1-70b --gpus 256`` dropped 8 layouts that fit.  With
+    vocab parallel under FSDP2 the saved activations are exact: the replay's forward end less its baseline."""
+    import random
+
+    from lm_accounting.analytic.parallel import rank_floor, rank_step, saved_activations
+    from lm_accounting.analytic.pipeline import pipeline_stages, stage_floor
+    from lm_accounting.config import AccountingError
+    from lm_accounting.layout import ParallelLayout
+    from lm_accounting.setup import TrainingSetup
+
+    rng = random.Random(27)
+    models = [
+        ModelConfig(
+            vocab_size=32000,
+            context_length=512,
+            num_layers=4,
+            d_model=64,
+            num_heads=8,
+            d_ff=128,
+            num_kv_heads=2,
+            name="wide-vocab",
+        ),
+        ModelConfig(vocab_size=2000, context_length=512, num_layers=2, d_model=128, num_heads=4, d_ff=256, name="b"),
+    ]
+    checked = exact = stages = 0
+    while checked < 1000:
+        cfg = rng.choice(models)
+        tp = rng.choice([1, 2, 4])
+        dp, pp = rng.choice([1, 2, 4, 32]), rng.choice([1, 1, 2])
+        zero = rng.choice([0, 1, 2, 3]) if dp > 1 else 0
+        sp, vp = tp > 1 and rng.random() < 0.5, tp > 1 and rng.random() < 0.5
+        seq, batch = rng.choice([128, 256]), rng.choice([1, 2])
+        setup = TrainingSetup(
+            attention=rng.choice(["sdpa", "naive"]),
+            checkpoint=rng.choice(["none", "full", "selective"]),
+            precision=rng.choice(["fp32", "bf16", "amp-bf16"]),
+        )
+        try:
+            lay = ParallelLayout(dp=dp, zero=zero, tp=tp, sequence_parallel=sp, vocab_parallel=vp, pp=pp,
+                                 micro_batches=2 * pp)  # fmt: skip
+            if pp > 1:
+                peak = pipeline_stages(cfg, seq, batch, setup, lay, with_traced=False)[1].peak  # as plan._peak
+                floor = stage_floor(cfg, seq, batch, setup, lay)
+            else:
+                mem, _, saved = rank_step(cfg, seq, batch, setup, lay)
+                peak, floor = mem.peak, rank_floor(cfg, seq, batch, setup, lay)
+                if vp and zero == 3:  # ZeRO-2 keeps the gathered parameters past the forward
+                    assert saved == saved_activations(cfg, seq, batch, setup, lay) == mem.forward.end - mem.baseline
+                    exact += 1
+        except AccountingError:
+            continue  # a layout the model or the replay refuses (e.g. heads not divisible)
+        assert floor <= peak, (cfg.name, lay.label, setup, floor - peak)
+        checked, stages = checked + 1, stages + (pp > 1)
+    assert exact > 30 and stages > 200
+
+
+@pytest.mark.slow
+def test_torchtitans_70b_layout_fits_on_256_gpus():
+    """Issue 27's check: torchtitan's Llama-3.1-70B setup (FSDP2 32 × TP 8 + SP + loss parallel, full
+    checkpointing, 8k) is in ``plan llama-3.1-70b --gpus 256`` as fitting, with its exact peak equal to the
+    replay's; its floor had been above the GPU (the full-vocabulary fp32 loss counted under vocab parallel)."""
+    from lm_accounting.analytic.parallel import rank_floor, rank_step
+    from lm_accounting.config import load_config
+    from lm_accounting.layout import ParallelLayout
+    from lm_accounting.setup import TrainingSetup
+
+    cfg = load_config("llama-3.1-70b")
+    result = plan(cfg, "h100-80gb", (256, 256), 8192, 4 * 1024 * 1024, 15 * 10**12, top=10**6)
+    lay = ParallelLayout(dp=32, zero=3, tp=8, sequence_parallel=True, vocab_parallel=True)
+    ours = [c for c in result.ranked if c.layout == lay and c.checkpoint == "full"]
+    assert ours and all(c.peak_exact for c in ours)
+    setup = TrainingSetup(attention="sdpa", checkpoint="full", precision="amp-bf16")
+    for c in ours:
+        peak = rank_step(cfg, 8192, c.micro_batch, setup, lay, mode="plain")[0].peak
+        assert c.per_gpu == peak + result.allowance <= gpu("h100-80gb").cuda_total
+        assert rank_floor(cfg, 8192, c.micro_batch, setup, lay) <= peak

@@ -373,16 +373,23 @@ def _saved_activations(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSe
     """Bytes saved for backward on one rank: the TP-local model's (rule 1), less what sequence
     parallel splits (rule 5): the residual stream, and the norms' own tensors (rsqrt, the fp32
     normalised input, under ``none``), ÷M (equal to the sequence-parallel replay's forward end less
-    its baseline: checked by the measured tests, whose forward ends come from this).  Vocab parallel: the LM head's and the course loss's
-    tensors replaced by the vocab-parallel head's (``vocab_parallel_head_saved``)."""
+    its baseline: checked by the measured tests, whose forward ends come from this).  Vocab parallel: the LM head's
+    and the course loss's tensors replaced by the vocab-parallel head's (``vocab_parallel_head_saved``) in the
+    setup the job computes in (under FSDP2's amp, bf16 with the loss in fp32), never the full-vocabulary
+    ``fsdp_amp_extra``: it was added there too, 2·T·V·2 bytes too many, which made ``rank_floor`` exceed the
+    replayed peak (issue 27: +4.40 GB on Llama-3-8B at FSDP2 × TP 8 + SP + VP)."""
     local = local_config(cfg, layout)
     mp = layout.fsdp and setup.autocast and layout.dp > 1
-    saved = saved_activation_breakdown(local, seq, batch, setup=fsdp_compute_setup(setup, layout))
-    total = saved.total + (fsdp_amp_extra(local, seq, batch, setup) if mp else 0)
+    run = fsdp_compute_setup(setup, layout)
+    saved = saved_activation_breakdown(local, seq, batch, setup=run)
     m = layout.tp
-    if layout.vocab_parallel:  # the job's own head and loss (analytic.tensor_parallel)
-        total -= sum(saved[key].total for key in ("lm_head", "cross_entropy") if key in saved)
-        total += vocab_parallel_head_saved(cfg, seq, batch, setup, m)
+    if layout.vocab_parallel:  # the job's own head and loss (analytic.tensor_parallel), in the setup it runs
+        total = saved.total - sum(saved[key].total for key in ("lm_head", "cross_entropy") if key in saved)
+        total += vocab_parallel_head_saved(cfg, seq, batch, run, m)
+        if mp:  # FSDP2's amp: the loss on fp32 logits, so its log-softmax output, loss and weight are fp32
+            total += (batch * seq * -(-cfg.vocab_size // m) + 2) * (4 - 2)
+    else:  # FSDP2's amp: the full-vocabulary cross-entropy on fp32 logits (``fsdp_amp_extra``)
+        total = saved.total + (fsdp_amp_extra(local, seq, batch, setup) if mp else 0)
     if not layout.sequence_parallel:
         return total
     if (batch * seq) % m:
