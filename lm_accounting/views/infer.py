@@ -168,6 +168,8 @@ def infer_view(r: Inference) -> View:
         (
             f"decode: last step (p = {r.prompt + max(r.generate - 2, 0):,}) {r.decode_last:,}; all {plural(r.generate - 1, 'step')} "
             f"{r.generation_flops:,} (closed form); prefill + decode {r.prefill.total + r.generation_flops:,}"
+            if r.generate > 1
+            else "decode: no step (G = 1: the prefill yields the only token; the decode column is what a step would be)"
         ),
     ]
     mem = Table(
