@@ -4,11 +4,11 @@ Exact ints, no torch.  Conventions (stated in every output):
 
 * **Steps.**  Prefill runs the prompt of P tokens and yields the first generated token; then G − 1
   decode steps at positions p = P, ..., P + G − 2 each feed one token and yield the next.  The cache
-  is allocated for C = P + G positions (what transformers' ``generate`` allocates for a static cache,
-  ``max_cache_len = P + max_new_tokens``).
+  holds C positions: P + G − 1 under ``generate`` and ``engine`` (the last token is never fed back),
+  P + G under ``forward`` (``cache_positions``; the programs below).
 * **Prefill FLOPs** are the forward at S = P (``components.breakdown`` via ``forward_flops``): the
-  full P × P attention square, as the live model and every counter compute it; the causal half
-  (what a causal fused kernel computes) and the sliding-window band are labelled extras.
+  full P × P attention square, as the live model and every counter compute it, under ``forward`` and
+  ``generate``; ``engine`` counts the pairs a causal kernel computes (``prefill_pairs``).
 * **Decode FLOPs** at position p are the registry's forward at T = B tokens with each attention
   matmul against the cached keys: a new token at position p attends over n = p + 1 keys (min(p + 1, w)
   on a windowed layer).  QKᵀ and AV are c·S² at S queries × S keys (``flops.attention_scores_flops``:
@@ -141,7 +141,7 @@ def check_semantics(semantics: str) -> None:
 
 
 def check_lengths(cfg: ModelConfig, prompt: int, generate: int) -> None:
-    """P + G must fit the model's context (the cache holds C = P + G positions).  The message says what
+    """P + G must fit the model's context (every program's request is P + G tokens).  The message says what
     does run: a RoPE model is analysed at any context (``--context P+G``); a model with learned positions
     runs at most ``position_rows`` positions, so ``--context`` helps only up to its table."""
     need = prompt + generate

@@ -1,7 +1,7 @@
 """Measure inference on the live model with a static KV cache: FLOPs, cache bytes and step memory.
 
 ``measure_inference(result, device)`` builds the live model of an ``Inference`` result, allocates
-its ``StaticKVCache`` (C = P + G slots, the result's semantics), runs the prefill and decode steps
+its ``StaticKVCache`` (the result's ``cache_slots`` and semantics), runs the prefill and decode steps
 under ``torch.no_grad``, and returns predicted-vs-measured rows:
 
 * the live model runs the result's attention (``naive``, or ``sdpa``: the fused kernel, whose QKᵀ + AV
