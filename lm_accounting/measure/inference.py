@@ -20,6 +20,7 @@ under ``torch.no_grad``, and returns predicted-vs-measured rows:
 from __future__ import annotations
 
 import gc
+import re
 from typing import Any
 
 from ..analytic import inference as inf
@@ -35,11 +36,11 @@ def _flops_by_key(run, keys) -> tuple[int, dict[str, int]]:
     with FlopCounterMode(display=False, depth=None) as counter:
         run()
     root = "TransformerLM."
-    leaf = {
-        name.removeprefix(root): int(sum(ops.values()))
-        for name, ops in counter.get_flop_counts().items()
-        if name.startswith(root)
-    }
+    leaf: dict[str, int] = {}
+    for name, ops in counter.get_flop_counts().items():
+        if name.startswith(root):  # the absorbed MLA decode's two products are kv_b_proj's row (model.mla)
+            path = re.sub(r"\.absorb_[qo]$", ".kv_b_proj", name.removeprefix(root))
+            leaf[path] = leaf.get(path, 0) + int(sum(ops.values()))
     by_key, _ = _collect(leaf, keys)
     return int(counter.get_total_flops()), dict(by_key)
 
@@ -68,6 +69,13 @@ def _peak(run, model, cache, ids, device: str, overheads: dict[str, int]) -> int
     return tracker.phase_table(device)["step"].peak
 
 
+def _absorbed(result) -> bool:
+    """The engine program's MLA: measured on the live model's absorbed decode, with naive attention in the
+    prefill (the live model has no fused latent kernel; the FLOPs are the same, the peaks are not compared:
+    MLA's temporaries are an estimate)."""
+    return result.config.mla and result.program == "engine"
+
+
 def check_measurable(result, device: str) -> None:
     """What the live model cannot run: weights and cache in two dtypes, TP, a fused windowed or latent kernel,
     or a fused kernel predicted for another device's kernels."""
@@ -78,7 +86,7 @@ def check_measurable(result, device: str) -> None:
     if result.tp != 1:
         raise AccountingError("--measure runs one GPU's model: leave --tp at 1")
     cfg = result.config
-    if result.attention == "sdpa" and (cfg.sliding_window is not None or cfg.mla):
+    if result.attention == "sdpa" and (cfg.sliding_window is not None or (cfg.mla and not _absorbed(result))):
         what = "sliding window" if cfg.sliding_window is not None else "latent attention (MLA: narrower value heads)"
         raise AccountingError(
             f"--measure: the live model's fused attention has no {what}; measure transformers' form with --program "
@@ -159,16 +167,18 @@ def measure_inference(result, device: str = "meta") -> dict[str, Any]:
     dtype = getattr(torch, TORCH_DTYPES[result.weights])
     rows: list[tuple[str, int, int]] = []
     overheads: dict[str, int] = {}
-    sdpa = result.attention == "sdpa"
+    absorbed = _absorbed(result)
+    sdpa = result.attention == "sdpa" and not absorbed
     install()  # FlopCounterMode's formula for the CPU flash kernel (it counts it 0 on torch 2.13)
 
     def as_live(bd):  # the fused kernel is one module, layers.*.attn.sdpa: QKᵀ + AV compare as one
         return fused_attention_view(bd) if sdpa else bd
 
     with torch.no_grad():
-        setup = TrainingSetup(attention=result.attention, precision=result.weights)  # pure fp32 or bf16
+        attention = "naive" if absorbed else result.attention
+        setup = TrainingSetup(attention=attention, precision=result.weights)  # pure fp32 or bf16
         model = build_model(cfg, device, dtype, setup=setup)
-        cache = StaticKVCache(cfg, B, result.cache_slots, device, dtype, sem)
+        cache = StaticKVCache(cfg, B, result.cache_slots, device, dtype, sem, absorbed=absorbed)
         rows.append(("KV cache bytes (cache tensors)", result.memory["kv_cache"], cache.nbytes))
         square = inf.prefill_flops(cfg, P, B, C, sem, counted)
         predicted_prefill = as_live(square)
@@ -207,7 +217,8 @@ def measure_inference(result, device: str = "meta") -> dict[str, Any]:
 
             measured = _peak(run_decode, model, cache, one, device, overheads)
             rows.append((f"decode peak bytes at p = {last:,}", result.memory["decode_peak"], measured))
-    out = {"device": device, "dtype": result.weights, "attention": result.attention, "rows": rows}
+    used = "naive, MLA decoded absorbed" if absorbed else result.attention
+    out = {"device": device, "dtype": result.weights, "attention": used, "rows": rows}
     if overheads:
         out["overheads"] = overheads
     return out
