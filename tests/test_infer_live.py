@@ -229,9 +229,12 @@ def test_measure_refuses_what_the_live_model_cannot_run():
         measure_inference(r, "meta")
     with pytest.raises(AccountingError, match="--tp"):
         measure_inference(infer(tiny("gqa"), 8, 4, 1, tp=2), "meta")
-    for cfg, what in ((tiny("windowed"), "sliding window"), (ModelConfig(**BASE, **MLA), "latent attention")):
+    windowed, mla = tiny("windowed"), ModelConfig(**BASE, **MLA)
+    for cfg, what, program in ((windowed, "sliding window", "engine"), (mla, "latent attention", "forward")):
         with pytest.raises(AccountingError, match=f"fused attention has no {what}.*--attention naive"):
-            measure_inference(infer(cfg, 8, 4, 1, attention="sdpa"), "meta")
+            measure_inference(infer(cfg, 8, 4, 1, attention="sdpa", program=program), "meta")
+    # the engine program's MLA runs the live model's absorbed decode (naive attention in the prefill)
+    assert measure_inference(infer(mla, 8, 4, 1), "meta")["attention"] == "naive, MLA decoded absorbed"
     with pytest.raises(AccountingError, match="predict with infer"):  # CUDA's kernels predicted, the CPU's run
         measure_inference(infer(tiny("gqa"), 8, 4, 1), "meta")
 
