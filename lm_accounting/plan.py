@@ -2,7 +2,7 @@
 
 Candidates: every GPU count W in the range that is a power of two (and the range's ends), every
 tp in {1, 2, 4, 8} (within one 8-GPU node, dividing the heads, kv heads and d_ff), pp a power of
-two up to 8 and the layers, dp = W / (tp·pp), ZeRO stage 0–3, sequence parallel with tp, vocab parallel
+two up to 16 and the layers (Llama 3 405B's 16 stages), dp = W / (tp·pp), ZeRO stage 0–3, sequence parallel with tp, vocab parallel
 with tp (an untied model; torchtitan's loss-parallel head), checkpointing none/full/selective,
 micro-batch b a power of two dividing the sequences per data-parallel rank.
 Setup: fused attention (sdpa), amp-bf16, foreach AdamW.  Memory per GPU is ``analytic.parallel``
@@ -74,7 +74,7 @@ from .setup import CHECKPOINTS, TrainingSetup
 from .units import fmt_bytes
 
 GPUS_PER_NODE = 8
-MAX_PP = 8  # pipeline stages tried: 1, 2, 4, 8
+MAX_PP = 16  # pipeline stages tried: 1, 2, 4, 8, 16
 DEFAULT_INTERNODE = 50 * 10**9  # bytes/s per GPU: one 400 Gb/s NIC per GPU (DGX H100: 8 × ConnectX-7)
 SECONDS_PER_HOUR = 3600
 
