@@ -43,15 +43,14 @@ from typing import Any
 
 from ..config import AccountingError, ModelConfig
 from ..gpus import GIB, GPU
+from ..names import DTYPE_BYTES
 from . import inference as inf
 from .inference_memory import step_temporaries
 
-ENGINES = ("vllm", "sglang")
 DEFAULT_UTILIZATION = Fraction(9, 10)
 DEFAULT_NON_TORCH = GIB // 10
 """vLLM's non-torch increase at tp 1: 0.07 GiB logged by v0.10.2 on an H100 (llava-v1.6-mistral-7b); V0
 logs show 0.16-0.35 GiB.  A labelled input (``--non-torch``)."""
-KV_BYTES = {"fp32": 4, "bf16": 2, "fp8": 1}
 
 
 def default_limits(g: GPU) -> tuple[int, int]:
@@ -108,7 +107,7 @@ class VllmSizing:
 
 
 def _page(cfg: ModelConfig, block: int, kv_dtype: str, tp: int) -> int:
-    e = KV_BYTES[kv_dtype]
+    e = DTYPE_BYTES[inf.KV_DTYPES[kv_dtype]]
     if cfg.mla:
         return block * (cfg.kv_lora_rank + cfg.qk_rope_head_dim) * e
     return 2 * block * max(1, cfg.kv_heads // tp) * cfg.d_head * e
@@ -215,7 +214,7 @@ def vllm_sizing(
             f"prompt {prompt:,} + generate {generate:,} = {prompt + generate:,} tokens exceed --max-model-len "
             f"{max_model_len:,} (vLLM rejects such a request)"
         )
-    if kv_dtype not in KV_BYTES:
+    if kv_dtype not in inf.KV_DTYPES:
         raise AccountingError(f"vLLM's KV cache is fp32, bf16 or fp8, not '{kv_dtype}'")
     tokens_default, seqs_default = default_limits(g)
     T = tokens_default if max_num_batched_tokens is None else max_num_batched_tokens
@@ -306,9 +305,9 @@ def sglang_sizing(
     mfs = options.mem_fraction_static
     if not 0 < mfs < 1:
         raise AccountingError(f"--mem-fraction-static {float(mfs)} is outside (0, 1)")
-    if kv_dtype not in KV_BYTES:
+    if kv_dtype not in inf.KV_DTYPES:
         raise AccountingError(f"SGLang's KV cache is fp32, bf16 or fp8, not '{kv_dtype}'")
-    e = KV_BYTES[kv_dtype]
+    e = DTYPE_BYTES[inf.KV_DTYPES[kv_dtype]]
     if cfg.mla:
         k_width, v_width = cfg.kv_lora_rank + cfg.qk_rope_head_dim, 0
     else:

@@ -429,8 +429,10 @@ def _phases(cfg, prompt, generate, weights, w_gpu, kv_dtype, tp, semantics, prog
     expert = weights.tensor_bytes(routed - touched, "layers.*.moe.experts.w1", "ffn")
     table = _table(cfg, weights, tp)
 
+    row = weights.tensor_bytes(cfg.d_model, "token_embeddings", "embedding")  # one token's row, as stored
+
     def rows(tokens: int) -> int:
-        return min(table, tokens * cfg.d_model * _bytes_per(weights))
+        return min(table, tokens * row)
 
     w_read = w_gpu - table + rows(batch) - -(-expert // tp)
     kv = inf.kv_bytes(cfg, prompt, batch, kv_dtype, tp)
@@ -486,11 +488,6 @@ def _throughput_bound(at: tuple, fit: int, generate: int) -> dict[str, Any]:
     pre, (_, _, mean, _, _) = _phases(*at, fit)
     seconds = pre.seconds + (generate - 1) * mean
     return {"throughput_bound_batch": fit, "throughput_bound_tokens_per_s": fit * generate / seconds}
-
-
-def _bytes_per(weights: inf.WeightFormat) -> int:
-    """Bytes of one embedding element as stored (quantised only with ``embeddings``)."""
-    return -(-weights.tensor_bytes(1024, "token_embeddings", "embedding") // 1024)
 
 
 def check_weights(
