@@ -158,6 +158,10 @@ class ModelConfig:
     change no count, but in training transformers applies them and keeps their masks for the backward, so
     ``--impl transformers`` refuses a probability its program does not model (``hf_config.DROPOUT_MODELLED``).
     Provenance, like ``ignored_fields``; empty for a preset or a TOML file."""
+    norm_topk_prob: bool = dataclasses.field(default=False, compare=False)
+    """Whether the router divides its top-k weights by their sum (a config.json's ``norm_topk_prob``, Qwen3-MoE;
+    Mixtral's router always does).  It changes no count, but transformers' training step keeps a copy of the
+    weights for that division's backward (``analytic.ops.transformers.moe``): provenance, no part in equality."""
 
     def __post_init__(self) -> None:
         for key in ("vocab_size", "context_length", "num_layers", "d_model", "num_heads", "d_ff"):
@@ -536,7 +540,8 @@ class ModelConfig:
         out["num_kv_heads"] = self.kv_heads
         out["head_dim"] = self.d_head
         out["ignored_fields"] = list(self.ignored_fields)
-        del out["hf_model_type"], out["dropout"]  # provenance kept out of the pinned JSON key set (json_keys.json)
+        # provenance and routing details kept out of the pinned JSON key set (json_keys.json)
+        del out["hf_model_type"], out["dropout"], out["norm_topk_prob"]
         return out
 
     def with_context(self, context_length: int) -> ModelConfig:

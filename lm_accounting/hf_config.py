@@ -219,7 +219,7 @@ IGNORED_BY_TYPE = {
         ["attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar", "rope_local_base_freq"]
     ),
     "mixtral": frozenset(["router_jitter_noise", "output_router_logits", "router_aux_loss_coef"]),
-    "qwen3_moe": frozenset(["norm_topk_prob", "output_router_logits", "router_aux_loss_coef"]),
+    "qwen3_moe": frozenset(["output_router_logits", "router_aux_loss_coef"]),
     "deepseek_v2": frozenset(_DEEPSEEK_ROUTING),
     "deepseek_v3": frozenset(_DEEPSEEK_ROUTING),
     "gemma3": frozenset(
@@ -604,6 +604,7 @@ def _qwen3_moe(f: _Fields) -> dict[str, Any]:
         **_qwen3(f),
         **_experts(f, "num_experts", "moe_intermediate_size"),
         "moe_every": f.int("decoder_sparse_step", 1),
+        "norm_topk_prob": f.bool("norm_topk_prob", False),
     }
 
 
@@ -948,6 +949,7 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         "moe_intermediate_size": cfg.expert_width,
         "decoder_sparse_step": cfg.moe_every,
         "mlp_only_layers": [],
+        "norm_topk_prob": cfg.norm_topk_prob,
     },
     "gemma2": _write_gemma,
     "gemma3_text": _write_gemma,

@@ -266,6 +266,7 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         "sliding_window": 4096,
         "use_sliding_window": False,
         "decoder_sparse_step": 1,
+        "norm_topk_prob": False,
         "rope_theta": 10000.0,
     },
     "gemma2": {

@@ -93,7 +93,9 @@ def test_transformers_defaults_to_its_own_sdpa_and_names_eager_attention(run_cli
     assert r.code == 0 and "naive attention" in r.out
 
 
-def test_a_mixture_of_experts_config_json_says_why_transformers_is_not_measured(run_cli, tmp_path):
+def test_a_mixture_of_experts_config_json_is_predicted_and_fp32_refused_on_meta(run_cli, tmp_path):
+    """transformers' grouped_mm experts: the step is predicted; in fp32 the meta kernel cannot run them (bf16
+    only), so ``--measure meta`` says so in one line, and in bf16 the measurement equals the prediction."""
     path = tmp_path / "config.json"
     moe = {"model_type": "mixtral", "vocab_size": 97, "hidden_size": 32, "intermediate_size": 64}
     path.write_text(
@@ -109,8 +111,16 @@ def test_a_mixture_of_experts_config_json_says_why_transformers_is_not_measured(
             }
         )
     )
-    r = run_cli("memory", path, "-S", "32", "--measure", "meta")
-    assert r.code == 2 and "cannot run on meta" in r.err and "\n" not in r.err.strip()
+    r = run_cli("memory", path, "-S", "32", "--measure", "meta", "--dtype", "fp32")
+    assert r.code == 2 and "meta kernel takes bf16 weights only" in r.err and "\n" not in r.err.strip()
+    r = run_cli("memory", path, "-S", "32", "--measure", "meta", "--dtype", "bf16", "--format", "json")
+    assert r.code == 0, r.err
+    out = json.loads(r.out)
+    traced, measured = out["implementation_exact"]["step_traced"], out["measured"]
+    assert measured["device"] == "meta" and measured["peak"] > 0
+    assert {k: traced[k] for k in ("baseline", "peak", "forward", "backward", "optimizer_step")} == {
+        k: measured[k] for k in ("baseline", "peak", "forward", "backward", "optimizer_step")
+    }
 
 
 def test_a_sweep_leaves_out_contexts_past_gpt2s_positions(run_cli, tmp_path):

@@ -33,16 +33,7 @@ def program_unsupported(cfg: ModelConfig, setup: TrainingSetup, impl: str) -> li
     predicts the step; ``analytic.ops.unsupported``)."""
     from . import ops
 
-    if impl == "transformers" and cfg.moe:
-        return [TRANSFORMERS_MOE]
     return ops.unsupported(cfg, setup, impl)
-
-
-TRANSFORMERS_MOE = (
-    "its mixture of experts: transformers routes the tokens with nonzero on the expert masks, whose sizes depend "
-    "on the data, so the model cannot run on meta and its step is not predicted for a routing"
-)
-"""Why ``--impl transformers`` has no program for a mixture of experts (mixtral, qwen3_moe, deepseek_v2/v3)."""
 
 
 def replayed(cfg: ModelConfig, setup: TrainingSetup, impl: str, device: str | None = None) -> bool:

@@ -30,8 +30,9 @@ runs it as transformers' ``Trainer`` does (transformers 5.x, ``trainer.py``):
 Traps (DESIGN.md §8, §11): transformers' packed-sequence detection (``masking_utils.
 find_packed_sequence_indices``) branches on a tensor's value, ``.item()`` on meta; on meta it is replaced, for
 the build and the step only, by the same ops without the branch (its answer for unpacked rows, None).
-Mixture-of-experts routing selects tokens with ``nonzero`` and cannot run on meta: refused there, measured
-on cpu.  transformers is optional (``pip install "lm-accounting[hf]"``); without it every entry point here
+A mixture of experts runs transformers' default ``grouped_mm`` experts, whose meta kernel
+(``torch._meta_registrations._meta_grouped_mm_common``) takes bf16 operands only: in fp32 or under amp-bf16 (fp32
+weights) it is refused on meta and measured on cpu.  transformers is optional (``pip install "lm-accounting[hf]"``); without it every entry point here
 raises a one-line ``AccountingError`` naming the extra.
 """
 
@@ -72,10 +73,10 @@ def check_hf_setup(cfg: ModelConfig, setup: TrainingSetup, device: str) -> None:
             "transformers has no selective activation checkpointing (activation_checkpointing_enable "
             "recomputes whole decoder layers): use --checkpoint full or none"
         )
-    if cfg.moe and device == "meta":
+    if cfg.moe and device == "meta" and setup.param_dtype != "bf16":
         raise AccountingError(
-            "transformers' mixture-of-experts routing selects tokens with nonzero, which cannot run on meta: "
-            "measure it on cpu at a small shape (--measure cpu)"
+            f"transformers' experts run torch._grouped_mm, whose meta kernel takes bf16 weights only, not "
+            f"{setup.param_dtype} ({setup.precision}): measure it on cpu at a small shape (--measure cpu), or in bf16"
         )
 
 

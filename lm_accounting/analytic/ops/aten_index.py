@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 from . import aten as A
 from .aten import promote
-from .tensors import ITEMSIZE, Storage, Tensor, current, empty, numel, record, view_of
+from .tensors import ITEMSIZE, Storage, Tensor, current, empty, numel, record, record_first, view_of
 
 
 def _into_zeros(shape: tuple, dtype: str, name: str, fp32_sum: bool = False) -> Tensor:
@@ -44,8 +44,8 @@ def _into_zeros(shape: tuple, dtype: str, name: str, fp32_sum: bool = False) -> 
 
 
 def index(t: Tensor, ids: Tensor) -> Tensor:
-    """``t[ids]`` along dim 0 (``aten.index.Tensor`` with one index tensor)."""
-    out = empty(ids.shape + t.shape[1:], t.dtype, "index")
+    """``t[ids]`` along dim 0 (``aten.index.Tensor`` with one index tensor): the indices are saved (packed)
+    before the output exists."""
     shape, dtype = t.shape, t.dtype
 
     def back(ctx, g, i):
@@ -53,8 +53,8 @@ def index(t: Tensor, ids: Tensor) -> Tensor:
         current().target.index_put(i)  # CUDA: the ids sorted beside the zeros
         return (grad,)
 
-    record("IndexBackward0", (t,), (out,), back, (ids,))
-    return out
+    make = lambda: (empty(ids.shape + shape[1:], dtype, "index"),)
+    return record_first("IndexBackward0", (t,), make, back, (ids,))[0]
 
 
 def gather(t: Tensor, dim: int, idx: Tensor) -> Tensor:

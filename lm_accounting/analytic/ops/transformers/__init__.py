@@ -20,6 +20,8 @@ from ..engine import Affine, StepInBatch
 from ..step import training_step
 
 PROGRAMS = {
+    "mixtral": "moe",
+    "qwen3_moe": "moe",
     "llama": "llama",
     "mistral": "llama",
     "qwen2": "llama",

@@ -372,6 +372,10 @@ class LlamaForCausalLM:
         self.input_ids = empty((batch, seq), "int64", "input_ids")
         self.labels = empty((batch, seq), "int64", "labels")
 
+    middle_alike = True
+    """Whether every layer but the first and the last is the same program (a subclass with layers of two kinds
+    says False: each is replayed)."""
+
     def decoder_layer(self, name: str, norm: type[RMSNorm]) -> GradientCheckpointingLayer:
         """The model's decoder layer (a subclass's own: OLMo-2's, Phi-3's)."""
         return DecoderLayer(self.cfg, self.dtype, self.setup.attention, name, norm)
@@ -397,12 +401,12 @@ class LlamaForCausalLM:
         hidden_states = inputs_embeds  # :403; ``inputs_embeds`` keeps the lookup until the forward returns
         position_embeddings = rotary_embedding(hidden_states, position_ids, self.inv_freq)  # :404
         kwargs = dict(attention_mask=causal, position_embeddings=position_embeddings, position_ids=position_ids)
-        layers = self.layers  # :406-414; the middle layers are alike: one replayed for all (``repeated``)
+        layers = self.layers  # :406-414; the middle layers, when alike: one replayed for all (``repeated``)
         middle = layers[1:-1] if len(layers) > 2 else []
         for layer in layers[:1]:
             hidden_states = layer(hidden_states, **kwargs)
-        with repeated(len(middle)):
-            for layer in middle[:1]:
+        with repeated(len(middle) if self.middle_alike else 1):
+            for layer in middle[:1] if self.middle_alike else middle:
                 hidden_states = layer(hidden_states, **kwargs)
         for layer in layers[1:][-1:]:
             hidden_states = layer(hidden_states, **kwargs)

@@ -1,0 +1,218 @@
+"""transformers 5.24's sparse mixture of experts (``MixtralForCausalLM``, ``Qwen3MoeForCausalLM``), transliterated.
+
+The decoder layers are Llama's (``llama.DecoderLayer``; Qwen3-MoE with its per-head q/k norms) with the MLP
+replaced by the sparse block in the layers that have one (Qwen3-MoE: ``decoder_sparse_step`` and
+``mlp_only_layers``, ``modeling_qwen3_moe.py`` ``Qwen3MoeDecoderLayer.__init__``).  The block
+(``MixtralSparseMoeBlock.forward``, ``Qwen3MoeSparseMoeBlock.forward``): the router, then the experts.
+
+* The router (``MixtralTopKRouter.forward`` / ``Qwen3MoeTopKRouter.forward``): ``F.linear`` to E logits, a
+  softmax in fp32 (Mixtral: ``router_logits.float()`` first, a copy in 16-bit), ``topk``, the top-k values
+  divided in place by their sum (Mixtral always, Qwen3-MoE when ``norm_topk_prob``: autograd keeps a clone of
+  the values, ``div_``'s ``original_self``), then (Qwen3-MoE) cast back to the logits' dtype.
+* The experts run transformers' default ``experts_implementation``, ``grouped_mm``
+  (``integrations/moe.py`` ``grouped_mm_experts_forward``; ``PreTrainedModel.get_correct_experts_implementation``):
+  the T·k (token, expert) slots sorted by expert, the tokens gathered in that order, ``torch._grouped_mm`` over
+  all slots for gate_up, the gate (``chunk``, SiLU, product), ``_grouped_mm`` for down, the routing weights, the
+  slots put back in token order by an inverse permutation and summed per token.  Every shape is the slot
+  count T·k whatever the routing, so the step's memory does not depend on which experts the tokens pick.
+
+``_grouped_mm`` (torch 2.13, ``derivatives.yaml``): saves both operands and the offsets; backward makes the
+second operand's gradient first (laid out as the expert weight is, so ``AccumulateGrad`` steals it), then the
+first's.  Its meta kernel accepts bf16 only (``_meta_registrations.py`` ``_meta_grouped_mm_common``, which copies
+CUDA's fast-path checks), so an fp32 model is measured on cpu tensors.  On a GPU the same program runs with the
+CUDA target's facts, not validated: CUDA's bf16 fast path (CUTLASS, sm90/sm100) and its fallback for other dtypes
+(``GroupedBlas.cpp``: ``offs.cpu()``, then ``mm_out`` per group) were not run here.
+"""
+
+from __future__ import annotations
+
+from ....config import ModelConfig
+from ....setup import TrainingSetup
+from .. import aten as A
+from ..aten_index import index, split_with_sizes, topk
+from ..aten_pointwise import divide
+from ..engine import Affine
+from ..tensors import Tensor, empty, no_grad, parameter, record, record_first
+from .llama import MLP, DecoderLayer, LlamaForCausalLM, RMSNorm
+
+B = Affine(1)
+
+
+def int_scalar_op(shape: tuple, name: str, dtype: str = "int64") -> Tensor:
+    """An op of an integer tensor and a Python int (``perm // k``): the number wrapped (a plain CPU run), the
+    output, the wrapper freed."""
+    wrapped = A.wrap_scalar("int64")
+    out = empty(shape, dtype, name)
+    del wrapped
+    return out
+
+
+def sort(t: Tensor) -> tuple[Tensor, Tensor]:
+    """``torch.sort(t)`` of an integer tensor: (values, int64 indices), no gradient."""
+    return empty(t.shape, t.dtype, "sort"), empty(t.shape, "int64", "sort")
+
+
+def div_(values: Tensor, other: Tensor) -> Tensor:
+    """``values /= other`` (``div_.Tensor``): autograd clones ``values`` first (``other``'s gradient reads the
+    original self: the codegen's ``original_self``), then the quotient overwrites it; the result shares its
+    storage and has ``DivBackward0`` (``aten_pointwise.divide``'s formulas)."""
+    original = empty(values.shape, values.dtype, "clone") if other.requires_grad else None
+    out = values.detach()
+
+    def back(ctx, g, sa, sb):
+        gb = ga = None
+        if ctx.need[1]:  # div_tensor_other_backward: -grad * ((self / other) / other)
+            ratio = divide(sa, sb)
+            ratio2 = divide(ratio, sb)
+            minus = A.neg(g[0])
+            gb = A.mul(minus, ratio2)
+            del minus, ratio2, ratio
+        if ctx.need[0]:  # div_tensor_self_backward: grad / other
+            ga = divide(g[0], sb)
+        return ga, gb
+
+    record("DivBackward0", (values, other), (out,), back, (original, other))
+    return out
+
+
+def grouped_mm(a: Tensor, b: Tensor, offs: Tensor) -> Tensor:
+    """``torch._grouped_mm(a, b, offs)``: a (S, k) by b (E, k, n), group g taking rows offs[g-1]:offs[g]; out
+    (S, n).  Saves a, b and offs; backward: b's gradient (laid out as b), then a's."""
+
+    def back(ctx, g, sa, sb, so):
+        gb = ga = None
+        if ctx.need[1]:
+            gb = empty(sb.shape, g[0].dtype, "grouped_mm")
+            gb.perm = sb.perm
+        if ctx.need[0]:
+            ga = empty(sa.shape, g[0].dtype, "grouped_mm")
+        return ga, gb
+
+    make = lambda: (empty((a.shape[0], b.shape[2]), a.dtype, "grouped_mm"),)
+    return record_first("GroupedMmBackward0", (a, b), make, back, (a, b, offs))[0]
+
+
+def grouped_linear(input: Tensor, weight: Tensor, offs: Tensor) -> Tensor:
+    """``integrations/moe.py`` ``_grouped_linear`` (no bias, not transposed) and ``_grouped_mm``:
+    ``grouped_mm(input.to(weight.dtype), weight.transpose(-2, -1), offs)`` (not an autocast op)."""
+    return grouped_mm(A.to(input, weight.dtype), A.transpose(weight, -2, -1), offs)
+
+
+class TopKRouter:
+    """``MixtralTopKRouter`` / ``Qwen3MoeTopKRouter`` (``forward``): the weight (E, d)."""
+
+    def __init__(self, cfg: ModelConfig, dtype: str, name: str, mixtral: bool):
+        self.weight = parameter((cfg.num_experts, cfg.d_model), dtype, name + ".weight")
+        self.top_k, self.mixtral, self.norm_topk_prob = cfg.experts_per_token, mixtral, cfg.norm_topk_prob
+
+    def __call__(self, hidden_states: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        hidden_states = A.reshape(hidden_states, -1, hidden_states.shape[-1])
+        router_logits = A.linear(hidden_states, self.weight)  # (T, E)
+        if self.mixtral:  # softmax(router_logits.float(), dim=-1)
+            router_probs = A.softmax(A.to(router_logits, "fp32"), -1)
+        else:  # softmax(router_logits, dtype=torch.float, dim=-1)
+            router_probs = A.softmax(router_logits, -1, "fp32")
+        router_top_value, router_indices = topk(router_probs, self.top_k)  # (T, k)
+        if self.mixtral or self.norm_topk_prob:
+            router_top_value = div_(router_top_value, A.sum_(router_top_value, -1, keepdim=True))
+        if not self.mixtral:
+            router_top_value = A.to(router_top_value, router_logits.dtype)
+        router_scores = router_top_value
+        return router_logits, router_scores, router_indices
+
+
+class Experts:
+    """``MixtralExperts`` / ``Qwen3MoeExperts`` under ``grouped_mm_experts_forward`` (integrations/moe.py),
+    line by line, the locals named as there (they die at the return in that order): gate_up_proj (E, 2f, d),
+    down_proj (E, d, f)."""
+
+    def __init__(self, cfg: ModelConfig, dtype: str, name: str):
+        e, d, f = cfg.num_experts, cfg.d_model, cfg.expert_width
+        self.gate_up_proj = parameter((e, 2 * f, d), dtype, name + ".gate_up_proj")
+        self.down_proj = parameter((e, d, f), dtype, name + ".down_proj")
+        self.num_experts, self.intermediate_dim = e, f
+
+    def params(self) -> list[Tensor]:
+        return [self.gate_up_proj, self.down_proj]
+
+    def apply_gate(self, gate_up_out: Tensor) -> Tensor:
+        """``_default_apply_gate``: ``gate, up = gate_up_out.chunk(2, dim=-1)``; ``act_fn(gate) * up``."""
+        gate, up = split_with_sizes(gate_up_out, [self.intermediate_dim] * 2, -1)
+        return A.mul(A.silu(gate), up)
+
+    def __call__(self, hidden_states: Tensor, top_k_index: Tensor, top_k_weights: Tensor) -> Tensor:
+        num_top_k = top_k_index.shape[-1]
+        num_tokens = hidden_states.shape[0]
+        hidden_dim = hidden_states.shape[-1]
+        sample_weights = A.reshape(top_k_weights, -1)  # (S,), S = T·k
+        expert_ids = A.reshape(top_k_index, -1)  # (S,)
+        expert_ids_g, perm = sort(expert_ids)
+        selected_hidden_states_g = index(hidden_states, int_scalar_op(perm.shape, "floor_divide"))  # (S, d)
+        sample_weights_g = index(sample_weights, perm)  # (S,)
+        histc_input = A.to(expert_ids_g, "fp32")  # noqa: F841 (on cpu histc takes floats; a local until the return)
+        tokens_per_expert = empty((self.num_experts,), "fp32", "histc")  # noqa: F841 (a local until the return)
+        offsets = empty((self.num_experts,), "int32", "cumsum")
+        proj_out = grouped_linear(selected_hidden_states_g, self.gate_up_proj, offsets)  # (S, 2f)
+        proj_out = self.apply_gate(proj_out)  # (S, f)
+        proj_out = grouped_linear(proj_out, self.down_proj, offsets)  # (S, d)
+        weighted_out = A.mul(proj_out, A.unsqueeze(sample_weights_g, -1))  # (S, d)
+        with no_grad():  # inv_perm = torch.empty_like(perm); inv_perm[perm] = torch.arange(S): in place
+            inv_perm = empty(perm.shape, "int64", "empty_like")
+            empty(perm.shape, "int64", "arange")
+        weighted_out = index(weighted_out, inv_perm)  # (S, d)
+        final_hidden_states = A.sum_(A.view(weighted_out, num_tokens, num_top_k, hidden_dim), 1)  # (T, d)
+        return A.to(final_hidden_states, hidden_states.dtype)
+
+
+class SparseMoeBlock:
+    """``MixtralSparseMoeBlock`` (router ``gate`` registered first) / ``Qwen3MoeSparseMoeBlock`` (experts first)."""
+
+    def __init__(self, cfg: ModelConfig, dtype: str, name: str):
+        self.mixtral = cfg.hf_model_type == "mixtral"
+        self.gate = TopKRouter(cfg, dtype, name + ".gate", self.mixtral)
+        self.experts = Experts(cfg, dtype, name + ".experts")
+
+    def params(self) -> list[Tensor]:
+        if self.mixtral:
+            return [self.gate.weight] + self.experts.params()
+        return self.experts.params() + [self.gate.weight]
+
+    def __call__(self, hidden_states: Tensor) -> Tensor:
+        batch_size, sequence_length, hidden_dim = hidden_states.shape
+        hidden_states = A.view(hidden_states, -1, hidden_dim)
+        _, top_k_weights, top_k_index = self.gate(hidden_states)
+        hidden_states = self.experts(hidden_states, top_k_index, top_k_weights)
+        return A.reshape(hidden_states, batch_size, sequence_length, hidden_dim)
+
+
+class MoeDecoderLayer(DecoderLayer):
+    """``MixtralDecoderLayer`` / ``Qwen3MoeDecoderLayer``: Llama's layer, the sparse block where the layer has one."""
+
+    def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str, norm: type[RMSNorm], sparse: bool):
+        self.mlp_class = SparseMoeBlock if sparse else MLP
+        super().__init__(cfg, dtype, attn, name, norm)
+
+
+class MoeForCausalLM(LlamaForCausalLM):
+    """``MixtralForCausalLM`` / ``Qwen3MoeForCausalLM`` without ``output_router_logits`` (no auxiliary loss)."""
+
+    @property
+    def middle_alike(self) -> bool:
+        return self.cfg.moe_every == 1  # else sparse and dense layers alternate
+
+    def decoder_layer(self, name: str, norm: type[RMSNorm]) -> MoeDecoderLayer:
+        i = int(name.rsplit(".", 1)[1])
+        return MoeDecoderLayer(self.cfg, self.dtype, self.setup.attention, name, norm, self.cfg.layer_moe(i))
+
+
+def causal_lm(cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B) -> MoeForCausalLM:
+    """The program of ``ops.transformers.predict_step``."""
+    return MoeForCausalLM(cfg, seq, setup, batch)
+
+
+def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
+    """What this transliteration does not cover for ``cfg`` under ``setup``."""
+    out = []
+    if setup.checkpoint == "selective":
+        out.append("transformers has no selective activation checkpointing")
+    return out
