@@ -73,10 +73,15 @@ def check_hf_setup(cfg: ModelConfig, setup: TrainingSetup, device: str) -> None:
             "transformers has no selective activation checkpointing (activation_checkpointing_enable "
             "recomputes whole decoder layers): use --checkpoint full or none"
         )
-    if cfg.moe and device == "meta" and setup.param_dtype != "bf16":
+
+
+def check_grouped_mm(cfg: ModelConfig, compute_dtype: str, device: str) -> None:
+    """Refuse a forward of transformers' experts (``torch._grouped_mm``) on meta with weights that are not bf16:
+    the meta kernel (``_meta_grouped_mm_common``) takes bf16 only."""
+    if cfg.moe and device == "meta" and compute_dtype != "bf16":
         raise AccountingError(
             f"transformers' experts run torch._grouped_mm, whose meta kernel takes bf16 weights only, not "
-            f"{setup.param_dtype} ({setup.precision}): measure it on cpu at a small shape (--measure cpu), or in bf16"
+            f"{compute_dtype}: measure it on cpu at a small shape (--measure cpu), or in bf16"
         )
 
 
@@ -282,6 +287,7 @@ def _checked(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup | None
     if method == "allocator" and device != "cpu":
         raise AccountingError("the allocator measurement reads the CPU allocator: device must be 'cpu'")
     check_hf_setup(cfg, setup, device)
+    check_grouped_mm(cfg, setup.param_dtype, device)
     to_hf_dict(cfg)  # a config transformers has no class for: one line, before torch builds anything
     check_live_run(
         cfg,
@@ -352,7 +358,8 @@ def _measure_rank(cfg, seq, batch, setup, device, method, layout):
     setup = setup or TrainingSetup()
     if device not in ("meta", "cpu") or method != "tracker":
         raise AccountingError("an FSDP2 job over transformers' model is measured by the tracker on meta or cpu")
-    check_hf_setup(cfg, setup, "meta")
+    check_hf_setup(cfg, setup, device)
+    check_grouped_mm(cfg, "bf16" if setup.autocast else setup.param_dtype, device)  # amp: the policy's bf16
     check_hf_layout(cfg, layout)
     to_hf_dict(cfg)
     _check_rank_fits(cfg, seq, batch, setup, device)

@@ -41,7 +41,7 @@ from .step import training_step
 from .tensors import Tensor, current, empty, numel, record
 
 PARAM_DTYPES = {"fp32": "fp32", "bf16": "bf16", "amp-bf16": "fp32"}
-POLICY_EXACT = ("llama", "gpt2", "phi3")
+POLICY_EXACT = ("llama", "gpt2", "phi3", "moe")
 """transformers' programs (``ops.transformers.PROGRAMS``' modules) whose pure-bf16 build is what FSDP2's bf16
 policy runs over the fp32 model (checked on the fake process group): Gemma's scaled-embedding buffer and OLMo-2
 differ by a few bytes to 0.5 KB, so amp-bf16 is refused for them."""
@@ -83,10 +83,13 @@ class FullyShard:
         self.root_params, self.block_params = root, blocks
         # the unsharded parameters exist only while gathered: the events charge them (rule 1)
         run.charge(-sum(p.nbytes for p in params), "unsharded parameters (gathered by FSDP2's events)")
-        units = [self._unit(b) for b in blocks]
-        if any(u != units[0] for u in units):
-            raise ValueError("FSDP2 over layers of unlike parameters is not replayed")
-        self.units = FsdpUnits(self.layout.zero == 3, self.setup.autocast, self._unit(root), units[0], None)
+        kinds: dict[bool, list[Unit]] = {False: [], True: []}  # dense layers, mixture-of-experts layers
+        for i, b in enumerate(blocks):
+            kinds[self.cfg.layer_moe(i)].append(self._unit(b))
+        if any(u != units[0] for units in kinds.values() for u in units):
+            raise ValueError("FSDP2 over layers of one kind with unlike parameters is not replayed")
+        dense, moe = (units[0] if units else None for units in kinds.values())
+        self.units = FsdpUnits(self.layout.zero == 3, self.setup.autocast, self._unit(root), dense, moe)
         self.events = FsdpEvents(self.cfg, self.units, self.cpu)
         for i, layer in enumerate(layers):
             layer.forward = self._wrap(layer.forward, i)
@@ -177,8 +180,8 @@ class FullyShard:
 
     def zero_grad(self) -> None:
         """``zero_grad(set_to_none=True)``: the sharded gradients (each unit's reduce-scatter output) die."""
-        u = self.units
-        current().charge(-(u.root.reduce_out + len(self.block_params) * u.dense.reduce_out), "sharded gradients")
+        blocks = sum(self.events.block(i).reduce_out for i in range(len(self.block_params)))
+        current().charge(-(self.units.root.reduce_out + blocks), "sharded gradients")
 
 
 def predict_rank(
