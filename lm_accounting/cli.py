@@ -47,6 +47,7 @@ from .names import (
     MEASURE_METHODS,
     STEP_FLOPS_METHODS,
 )
+from .setup import CHECKPOINTS as CHECKPOINT_CHOICES
 
 PROG = "lm-account"
 COMPLETE_VAR = "_LM_ACCOUNT_COMPLETE"  # click's shell-completion variable for the prog name
@@ -676,6 +677,19 @@ def memory_cmd(
 @click.option("--interconnect-bw", default="50GB", show_default=True, help="Inter-node bytes/s per GPU (e.g. 50GB).")
 @click.option("--top", type=POSITIVE, default=10, show_default=True, help="Layouts to print.")
 @click.option("--plot", "plot_stem", metavar="PATH_STEM", help="Also write PATH_STEM.png/.svg: memory vs GPUs.")
+@layout_options
+@click.option(
+    "--checkpoint",
+    type=click.Choice(CHECKPOINT_CHOICES),
+    default=None,
+    help="With your own layout (--dp/--tp/...): price this checkpointing only (default: each).",
+)
+@click.option(
+    "--micro-batch",
+    type=POSITIVE,
+    default=None,
+    help="With your own layout: sequences per micro-batch (default: each).",
+)
 @override_options
 @format_option
 def plan_cmd(
@@ -693,17 +707,34 @@ def plan_cmd(
     top: int,
     fmt: str,
     plot_stem: str | None = None,
+    layout: Any = None,
+    rank: int | None = None,
+    checkpoint: str | None = None,
+    micro_batch: int | None = None,
 ) -> None:
     """Enumerate layouts (ZeRO stage, TP, SP, PP, checkpointing, micro-batch), keep those whose per-GPU
-    peak fits the GPU's CUDA total less the allowance, rank them by GPU-hours (analytic; no torch)."""
+    peak fits the GPU's CUDA total less the allowance, rank them by GPU-hours (analytic; no torch).  With
+    --dp/--zero/--tp/--sp/--vocab-parallel/--pp/--ep: price that layout only (--checkpoint and --micro-batch
+    pin the rest)."""
     from .commands import plan
     from .layout import parse_gpu_count
+    from .plan import OwnLayout
     from .units import parse_size
+
+    if rank is not None:
+        raise AccountingError("plan prices a layout's worst rank: --rank is memory's")
+    if click.get_current_context().params.get("micro_batches") is not None:
+        raise AccountingError(
+            "plan picks the pipeline's micro-batches: pin the sequences per micro-batch with --micro-batch"
+        )
+    if layout is None and (checkpoint is not None or micro_batch is not None):
+        raise AccountingError("--checkpoint and --micro-batch pin your own layout: give it with --dp/--zero/--tp/...")
+    own = None if layout is None else OwnLayout(layout, checkpoint, micro_batch)
 
     request = plan.Request(
         modified(load_config(preset_or_file), changes), tokens, gpu=gpu_name, gpus=parse_gpu_count(gpus),
         context=context, global_batch_tokens=global_batch_tokens, price_per_gpu_hour=price_per_gpu_hour, mfu=mfu,
-        internode_bw=parse_size(interconnect_bw), allowance=allowance, top=top, plot_stem=plot_stem,
+        internode_bw=parse_size(interconnect_bw), allowance=allowance, top=top, plot_stem=plot_stem, own=own,
     )  # fmt: skip
     result = plan.run(request)
     for path in plan.plot(request, result):  # written before the table: a failure prints nothing

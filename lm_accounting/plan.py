@@ -105,7 +105,7 @@ def step_seconds(compute: float, dp: float, tp: float, pp: float, ep: float) -> 
 
 @dataclass(frozen=True)
 class Plan(Result):
-    SCHEMA: ClassVar[str] = "lm-accounting/plan/4"
+    SCHEMA: ClassVar[str] = "lm-accounting/plan/5"
 
     config: ModelConfig
     gpu: GPU
@@ -120,6 +120,7 @@ class Plan(Result):
     checked: int  # candidates checked against the GPU, best first, until ``top`` fit
     ranked: tuple[Candidate, ...]  # the best ``top`` fitting candidates (fewest GPU-hours first)
     top: int = 10
+    own: str | None = None  # the user's own layout, priced alone (``OwnLayout.describe``); None: every candidate
 
     @property
     def allowance(self) -> int:
@@ -174,6 +175,7 @@ class Plan(Result):
             "candidates_evaluated": self.evaluated,
             "candidates_checked": self.checked,
             "candidates_fitting": len(self.ranked) if self.complete else None,
+            "own_layout": self.own,
             "best": [self.row(c) for c in self.ranked],
             "assumptions": __doc__.split("Step time", 1)[1].strip(),
         }
@@ -338,18 +340,25 @@ def plan(
     allowance: int | None = None,
     price_per_gpu_hour: float | None = None,
     top: int = 10,
+    own: OwnLayout | None = None,
 ) -> Plan:
     """Every candidate layout (module docstring), the fitting ones ranked by GPU-hours.  ``allowance``:
-    kept back from the GPU's CUDA total (default ``gpus.DEFAULT_ALLOWANCE``)."""
+    kept back from the GPU's CUDA total (default ``gpus.DEFAULT_ALLOWANCE``).  ``own``: price the user's own
+    layout only (its GPU count is its world; ``gpus`` is not used), with the checkpointing and micro-batch it
+    pins, every other one tried."""
     basis = check_plan(cfg, gpu_name, seq, global_batch_tokens, mfu=mfu, allowance=allowance, top=top)
     g, allowance = basis.gpu, basis.allowance
     sequences = global_batch_tokens // seq
     pending, evaluated_ep = [], False  # every candidate, with its step times: ranked before any replay
     pricing = _Pricing(cfg, seq, g, mfu, internode_bw)
-    setups = [TrainingSetup(attention="sdpa", checkpoint=ck, precision="amp-bf16") for ck in CHECKPOINTS]
-    for family in _families(cfg, seq, gpus, sequences):
+    checkpoints = CHECKPOINTS if own is None or own.checkpoint is None else (own.checkpoint,)
+    setups = [TrainingSetup(attention="sdpa", checkpoint=ck, precision="amp-bf16") for ck in checkpoints]
+    if own is not None:
+        gpus = (own.layout.world, own.layout.world)
+    for family in _families(cfg, seq, gpus, sequences) if own is None else own.families(cfg, seq, sequences):
         per_rank = sequences // family["dp"]
-        for b in _micro_batches(per_rank, family["pp"]):
+        micro = _micro_batches(per_rank, family["pp"])
+        for b in micro if own is None or own.micro_batch is None else own.micro_batches(micro, per_rank):
             lay = ParallelLayout(**family, micro_batches=per_rank // b)
             for setup in setups:
                 if lay.ep > 1 and not_modelled(cfg, seq, setup):
@@ -389,6 +398,12 @@ def plan(
             if smallest is None or need < smallest[0]:
                 smallest = (need, lay.label, setup.checkpoint, b)
         need, label, ck, b = smallest
+        if own is not None:
+            raise AccountingError(
+                f"{cfg.name} at context {seq:,} does not fit the layout {own.describe()} on {g.name} "
+                f"(CUDA total {fmt_bytes(g.cuda_total)}): the smallest need is {fmt_bytes(need)} per GPU "
+                f"(checkpoint {ck}, micro-batch {b}, allowance {fmt_bytes(allowance)} included)"
+            )
         raise AccountingError(
             f"{cfg.name} at context {seq:,} fits no layout on {gpus[0]}..{gpus[1]} {g.name} "
             f"(CUDA total {fmt_bytes(g.cuda_total)}): the smallest need is {fmt_bytes(need)} per GPU "
@@ -407,8 +422,52 @@ def plan(
         )
     return Plan(
         cfg, g, seq, global_batch_tokens, tokens, mfu, internode_bw, basis, price_per_gpu_hour,
-        len(pending), checked, tuple(fitting), top,
+        len(pending), checked, tuple(fitting), top, None if own is None else own.describe(),
     )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class OwnLayout:
+    """The user's own layout for ``plan`` (``--dp/--zero/--tp/--sp/--vocab-parallel/--pp/--ep``), with the
+    checkpointing (``--checkpoint``) and the sequences per micro-batch (``--micro-batch``) it pins; None:
+    every one is tried.  Priced by the same rules as every candidate (module docstring)."""
+
+    layout: ParallelLayout
+    checkpoint: str | None = None
+    micro_batch: int | None = None
+
+    def describe(self) -> str:
+        pins = [f"checkpoint {self.checkpoint}"] if self.checkpoint else []
+        pins += [f"micro-batch {self.micro_batch}"] if self.micro_batch else []
+        return self.layout.label + (f" ({', '.join(pins)})" if pins else "")
+
+    def families(self, cfg: ModelConfig, seq: int, sequences: int):
+        """The one family of ``_families``' fields this layout is, refused in one line where ``plan`` cannot
+        price it."""
+        lay = self.layout
+        lay.check(cfg, seq)
+        if sequences % lay.dp:
+            raise AccountingError(
+                f"{lay.label}: dp={lay.dp} does not split a step's {sequences:,} sequences (global batch / context) "
+                "evenly; change --global-batch-tokens or --dp"
+            )
+        if lay.ep > 1 and lay.zero < 2:
+            raise AccountingError(f"{lay.label}: expert parallel is planned under FSDP2 (--zero 2 or 3)")
+        if lay.tp > GPUS_PER_NODE:
+            raise AccountingError(f"{lay.label}: tp={lay.tp} spans nodes; plan keeps a TP group within one node")
+        fields = ("dp", "zero", "tp", "sequence_parallel", "vocab_parallel", "pp", "ep")
+        yield {f: getattr(lay, f) for f in fields}
+
+    def micro_batches(self, sizes: list[int], per_rank: int) -> list[int]:
+        """``[micro_batch]``, refused where it does not split the rank's sequences into enough micro-batches."""
+        if self.micro_batch not in sizes:
+            raise AccountingError(
+                f"--micro-batch {self.micro_batch}: the {self.layout.label} layout gives each data-parallel rank "
+                f"{per_rank:,} sequences a step; a micro-batch must divide them"
+                + (f" into at least pp={self.layout.pp} micro-batches (1F1B)" if self.layout.pp > 1 else "")
+                + (f" (possible: {', '.join(map(str, sizes))})" if sizes else " (none does)")
+            )
+        return [self.micro_batch]
 
 
 def _families(cfg: ModelConfig, seq: int, gpus: tuple[int, int], sequences: int):

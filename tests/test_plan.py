@@ -92,7 +92,7 @@ def test_plan_json(run_cli):
     )
     assert r.code == 0, r.err
     data = json.loads(r.out)
-    assert data["schema"] == "lm-accounting/plan/4" and len(data["best"]) == 10
+    assert data["schema"] == "lm-accounting/plan/5" and len(data["best"]) == 10 and data["own_layout"] is None
     # the best 10 found before every candidate was checked: how many fit in all is not known
     assert data["candidates_checked"] < data["candidates_evaluated"] and data["candidates_fitting"] is None
     best = data["best"][0]
@@ -338,3 +338,52 @@ def test_llama_405b_on_16k_gpus_considers_16_pipeline_stages():
     assert deep and all(c.per_gpu <= gpu("h100-80gb").cuda_total for c in deep) and {c.layout.dp for c in deep} == {128}
     # beside FSDP2 the stage is replayed, exact; beside DDP/ZeRO-1 × TP it is an estimate (limits.md)
     assert all(c.peak_exact == (c.layout.zero >= 2) for c in deep) and any(c.peak_exact for c in deep)
+
+
+def test_your_own_layout_is_priced_alone_as_the_enumeration_prices_it(run_cli):
+    """Issue 27: ``plan --dp/--zero/--tp/... --checkpoint`` prices exactly that layout.  Each micro-batch it
+    leaves open is a row equal to the same candidate's row of the whole enumeration over 256 GPUs (the same
+    rules: no separate path), and its per-GPU figure is the replay's worst-rank peak + the allowance."""
+    import json
+
+    from lm_accounting.analytic.parallel import rank_step
+    from lm_accounting.config import load_config
+    from lm_accounting.layout import ParallelLayout
+    from lm_accounting.plan import OwnLayout
+    from lm_accounting.setup import TrainingSetup
+
+    cfg = load_config("llama-3.1-70b")
+    lay = ParallelLayout(dp=32, zero=3, tp=8, sequence_parallel=True, vocab_parallel=True)
+    own = plan(cfg, "h100-80gb", (8, 1024), 8192, 4 * 1024 * 1024, 15 * 10**12, own=OwnLayout(lay, "full"))
+    assert [c.micro_batch for c in own.ranked] == [16, 8, 4, 2, 1]  # 512 sequences over dp 32: 16 a rank
+    assert own.complete and own.own == "dp32·zero3·tp8+sp+vp (checkpoint full)"
+    whole = plan(cfg, "h100-80gb", (256, 256), 8192, 4 * 1024 * 1024, 15 * 10**12, top=10**6)
+    rows = {(c.layout.label, c.checkpoint, c.micro_batch): c for c in whole.ranked}
+    setup = TrainingSetup(attention="sdpa", checkpoint="full", precision="amp-bf16")
+    for c in own.ranked:
+        assert c == rows[(lay.label, "full", c.micro_batch)]
+        assert c.per_gpu == rank_step(cfg, 8192, c.micro_batch, setup, lay, mode="plain")[0].peak + own.allowance
+    args = ["plan", "llama-3.1-70b", "--tokens", "15e12", "-S", "8192", "--dp", "32", "--zero", "3", "--tp", "8"]
+    r = run_cli(*args, "--sp", "--vocab-parallel", "--checkpoint", "full", "--micro-batch", "4", "--format", "json")
+    assert r.code == 0, r.err
+    out = json.loads(r.out)
+    assert [row["micro_batch"] for row in out["best"]] == [4] and out["own_layout"].startswith("dp32·zero3·tp8")
+
+
+@pytest.mark.parametrize(
+    "flags, words",
+    [
+        (["--dp", "3"], "does not split a step's 512 sequences"),
+        (["--dp", "32", "--micro-batch", "3"], "a micro-batch must divide them"),
+        (["--dp", "2", "--tp", "16"], "tp=16 does not divide the kv heads"),
+        (["--set", "num_kv_heads=16", "--dp", "2", "--tp", "16"], "spans nodes"),
+        (["--dp", "32", "--rank", "1"], "--rank is memory's"),
+        (["--dp", "32", "--pp", "2", "--micro-batches", "4"], "pin the sequences per micro-batch"),
+        (["--checkpoint", "full"], "give it with --dp"),
+        (["--dp", "2", "--zero", "0", "--checkpoint", "none", "--micro-batch", "256"], "does not fit the layout"),
+        (["--dp", "8", "--ep", "2", "--zero", "3"], "expert parallel needs a mixture of experts"),
+    ],
+)
+def test_your_own_layout_refusals_are_one_line(run_cli, flags, words):
+    r = run_cli("plan", "llama-3.1-70b", "--tokens", "15e12", "-S", "8192", *flags)
+    assert r.code == 2 and words in r.err and "\n" not in r.err.strip(), r.err

@@ -14,7 +14,7 @@ from pathlib import Path
 from ..analytic.sizes import at_context
 from ..config import AccountingError, ModelConfig
 from ..gpus import DEFAULT_GPU, MemoryBudget
-from ..plan import DEFAULT_INTERNODE, Plan, check_plan, memory_vs_gpus, plan
+from ..plan import DEFAULT_INTERNODE, OwnLayout, Plan, check_plan, memory_vs_gpus, plan
 
 NAME_MAX = 255
 """Bytes in one path component (Linux NAME_MAX, macOS too)."""
@@ -34,6 +34,7 @@ class Request:
     allowance: int | None = None  # default gpus.DEFAULT_ALLOWANCE
     top: int = 10
     plot_stem: str | None = None  # also write PLOT_STEM.png and .svg
+    own: OwnLayout | None = None  # price the user's own layout only (``plan.OwnLayout``)
     run_config: ModelConfig = field(init=False, repr=False)
     budget_basis: MemoryBudget = field(init=False, repr=False)
 
@@ -77,6 +78,7 @@ def run(request: Request) -> Plan:
     return plan(
         cfg, r.gpu, r.gpus, cfg.context_length, r.global_batch_tokens, r.tokens, mfu=r.mfu,
         internode_bw=r.internode_bw, allowance=r.allowance, price_per_gpu_hour=r.price_per_gpu_hour, top=r.top,
+        own=r.own,
     )  # fmt: skip
 
 

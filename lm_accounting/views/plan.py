@@ -29,6 +29,8 @@ def plan_view(p: Plan) -> View:
         ),
         p.budget_basis.rule + ": a layout fits when its per-GPU peak + allowance is within the CUDA total",
     ]
+    if p.own is not None:
+        header.append(f"your own layout: {p.own}, priced alone (every checkpointing and micro-batch it leaves open)")
     columns = [
         Column("layout"),
         Column("GPUs", "int"),
