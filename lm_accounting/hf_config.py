@@ -55,6 +55,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,27 @@ SUPPORTED_MODEL_TYPES = (
     "olmo2",
     "deepseek_v2",
     "deepseek_v3",
+    "granite",
+    "granitemoe",
+    "granitemoeshared",
+    "helium",
+    "internlm3",
+    "exaone",
+    "ernie4_5",
+    "seed_oss",
+    "ministral",
+    "ministral3",
+    "smollm3",
+    "hunyuan_v1_dense",
+    "gemma",
+    "olmo3",
+    "exaone4",
+    "olmoe",
+    "phimoe",
+    "hy_v3",
+    "glm4_moe_lite",
+    "starcoder2",
+    "gpt_bigcode",
 )
 LATER_MODEL_TYPES = {
     "qwen2_moe": "a shared expert behind its own sigmoid gate (shared_expert_gate)",
@@ -222,6 +244,16 @@ IGNORED_BY_TYPE = {
     "qwen3_moe": frozenset(["norm_topk_prob", "output_router_logits", "router_aux_loss_coef"]),
     "deepseek_v2": frozenset(_DEEPSEEK_ROUTING),
     "deepseek_v3": frozenset(_DEEPSEEK_ROUTING),
+    "glm4_moe_lite": frozenset(_DEEPSEEK_ROUTING),
+    "granitemoe": frozenset(["output_router_logits", "router_aux_loss_coef"]),
+    "granitemoeshared": frozenset(["output_router_logits", "router_aux_loss_coef"]),
+    "olmoe": frozenset(["norm_topk_prob", "output_router_logits", "router_aux_loss_coef"]),
+    "phimoe": frozenset(["router_jitter_noise", "input_jitter_noise", "output_router_logits", "router_aux_loss_coef"]),
+    "hy_v3": frozenset(["router_scaling_factor", "enable_moe_fp32_combine", "output_router_logits"]),
+    "hunyuan_v1_dense": frozenset(["eod_token_id"]),
+    "seed_oss": frozenset(["residual_dropout"]),
+    "starcoder2": frozenset(["residual_dropout", "embedding_dropout"]),
+    "gpt_bigcode": frozenset(["scale_attn_weights", "attention_softmax_in_fp32", "scale_attention_softmax_in_fp32"]),
     "gemma3": frozenset(
         [
             "vision_config",
@@ -651,6 +683,240 @@ def _count(f: _Fields, key: str) -> int:
     return value
 
 
+# -- the model zoo (issue 30): types whose modeling file is one of the above with other field names --------
+def _llama_like(f: _Fields, *, bias: str | None = "attention_bias", qk_norm: bool = False) -> dict[str, Any]:
+    """Llama's block under another name (pre-RMSNorm, SwiGLU, RoPE): Granite, Helium, InternLM3, EXAONE 3,
+    Ministral 3, SmolLM3, HunYuan-Dense (per-head q/k norms), ERNIE 4.5 (``use_bias`` on every projection).
+    ``bias`` names the field that puts a bias on Q, K, V and O (None: none)."""
+    out = _common(f, tie_default=False)
+    on = False if bias is None else f.bool(bias, False)
+    mlp_bias = on if bias == "use_bias" else f.bool("mlp_bias", False) if "mlp_bias" in _defined(f) else False
+    return {
+        **out,
+        "qkv_bias": on,
+        "output_bias": on,
+        "mlp_bias": mlp_bias,
+        "qk_norm": qk_norm,
+        "mlp": _only_swiglu(f, "hidden_act"),
+    }
+
+
+def _defined(f: _Fields) -> frozenset[str]:
+    return DEFINED_FIELDS.get(f.model_type, frozenset())
+
+
+def _seed_oss(f: _Fields) -> dict[str, Any]:
+    """Seed-OSS: ``attention_bias`` on Q, K and V, ``attention_out_bias`` on O (modeling_seed_oss.py)."""
+    out = _llama_like(f)
+    return {**out, "output_bias": f.bool("attention_out_bias", False)}
+
+
+def _helium(f: _Fields) -> dict[str, Any]:
+    """Helium: Llama's block, but ``o_proj`` is ``hidden_size`` square (modeling_helium.py), so a ``head_dim``
+    with ``num_attention_heads · head_dim`` other than ``hidden_size`` builds a model that cannot run: refused."""
+    out = _llama_like(f)
+    if out["head_dim"] is not None and out["num_heads"] * out["head_dim"] != out["d_model"]:
+        raise f.error(
+            f"num_attention_heads · head_dim = {out['num_heads'] * out['head_dim']} is not hidden_size "
+            f"({out['d_model']}): Helium's o_proj is hidden_size wide"
+        )
+    return out
+
+
+def _internlm3(f: _Fields) -> dict[str, Any]:
+    """InternLM3: transformers builds ``LlamaForCausalLM`` (its own class refuses ``qkv_bias`` other than
+    ``bias``, as we do)."""
+    out = _llama_like(f)
+    if out["qkv_bias"] != out["mlp_bias"]:
+        raise f.error("fields 'qkv_bias' and 'bias' must agree (transformers builds Llama, one bias setting)")
+    return out
+
+
+def _ministral(f: _Fields) -> dict[str, Any]:
+    """Ministral: Mistral's block; its attention reads ``head_dim`` as given (a null does not build)."""
+    out = _mistral(f)
+    if out["head_dim"] is None:
+        raise f.error("field 'head_dim' is required for ministral (transformers' attention reads it as given)")
+    return out
+
+
+def _smollm3(f: _Fields) -> dict[str, Any]:
+    """SmolLM3: Llama's block; ``no_rope_layers`` / ``no_rope_layer_interval`` skip RoPE on some layers (no
+    parameter, no matmul: read and ignored); a sliding window (``use_sliding_window``) is not modelled."""
+    f.raw("no_rope_layers"), f.raw("no_rope_layer_interval")
+    f.only("use_sliding_window", (False,), "full attention on every layer")
+    types = f.raw("layer_types")
+    if types is not None and (not isinstance(types, list) or any(t != "full_attention" for t in types)):
+        raise f.error("field 'layer_types' is not supported for SmolLM3: full attention on every layer only")
+    return _llama_like(f)
+
+
+def _granite(f: _Fields) -> dict[str, Any]:
+    """Granite: Llama's block; its four multipliers (embedding, residual, attention, logits) scale
+    activations by constants: no parameter, no matmul (read and ignored)."""
+    for key in GRANITE_MULTIPLIERS:
+        f.number(key, 1.0)
+    return _llama_like(f)
+
+
+GRANITE_MULTIPLIERS = ("embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling")
+
+
+def _granite_moe(f: _Fields) -> dict[str, Any]:
+    """Granite-MoE: Granite's attention, every layer a mixture of ``num_local_experts`` SwiGLU experts of
+    ``intermediate_size``; GraniteMoeShared adds one always-on SwiGLU MLP of ``shared_intermediate_size``
+    (0: none), summed ungated (modeling_granitemoeshared.py)."""
+    out = {**_granite(f), **_experts(f, "num_local_experts", None)}
+    if f.model_type == "granitemoeshared":
+        shared = _count(f, "shared_intermediate_size")
+        if shared:
+            out |= {"shared_experts": 1, "shared_expert_d_ff": shared}
+    return out
+
+
+def _gemma1(f: _Fields) -> dict[str, Any]:
+    """Gemma (v1): pre-norm (no sandwich), GeGLU from ``hidden_act``, embeddings × √d, tied head."""
+    out = _common(f, tie_default=True)
+    bias = f.bool("attention_bias", False)
+    f.only("use_bidirectional_attention", (False, None), "a causal LM")
+    return {
+        **out,
+        "mlp": _activation(f, "hidden_act", "gelu_pytorch_tanh"),
+        "qkv_bias": bias,
+        "output_bias": bias,
+        "scale_embeddings": True,
+    }
+
+
+def _olmo3(f: _Fields) -> dict[str, Any]:
+    """OLMo-3: OLMo-2's block with sliding windows on three layers in four (``layer_types``)."""
+    return {**_olmo2(f), **_window(f, default_every=4)}
+
+
+def _exaone4(f: _Fields) -> dict[str, Any]:
+    """EXAONE 4: norms after the sublayers (OLMo-2's placement) with per-head q/k norms, and a window on every
+    layer but every ``sliding_window_pattern``-th (an int; the hub's "LLLG" comes with ``layer_types``)."""
+    pattern = f.data.get("sliding_window_pattern")
+    if isinstance(pattern, str):  # "LLLG": transformers' own __post_init__ takes it only beside layer_types
+        f.raw("sliding_window_pattern")
+        if not re.fullmatch(r"L+G", pattern) or f.data.get("layer_types") is None:
+            raise f.error(
+                f"field 'sliding_window_pattern' = {short_repr(pattern)} is read only as 'L...LG' beside "
+                "'layer_types' (transformers' Exaone4Config needs an integer otherwise)"
+            )
+    return {
+        **_common(f, tie_default=False),
+        "qk_norm": True,
+        "norm_placement": "post",
+        "mlp": _only_swiglu(f, "hidden_act"),
+        **_window(f, default_every=4, pattern=not isinstance(pattern, str)),
+    }
+
+
+def _olmoe(f: _Fields) -> dict[str, Any]:
+    """OLMoE: OLMo's pre-norm block with q/k norms over the whole projection, every layer a mixture of
+    ``num_experts`` SwiGLU experts of ``intermediate_size``; ``clip_qkv`` (a clamp) only null."""
+    f.only("clip_qkv", (None,), "no clamp on Q, K and V")
+    bias = f.bool("attention_bias", False)
+    return {
+        **_common(f, tie_default=False),
+        "qkv_bias": bias,
+        "output_bias": bias,
+        "qk_norm": True,
+        "qk_norm_scope": "projection",
+        "mlp": _only_swiglu(f, "hidden_act"),
+        **_experts(f, "num_experts", None),
+    }
+
+
+def _phimoe(f: _Fields) -> dict[str, Any]:
+    """Phi-3.5-MoE: LayerNorm (with bias, ``rms_norm_eps`` its epsilon), biased attention when
+    ``attention_bias``, every layer a mixture of ``num_local_experts`` SwiGLU experts of ``intermediate_size``;
+    ``lm_head_bias`` only false."""
+    f.only("lm_head_bias", (False,), "an LM head without a bias")
+    bias = f.bool("attention_bias", False)
+    return {
+        **_common(f, tie_default=False),
+        "norm": "layernorm",
+        "qkv_bias": bias,
+        "output_bias": bias,
+        "mlp": _only_swiglu(f, "hidden_act"),
+        **_experts(f, "num_local_experts", None),
+        **_window(f, default_every=None),
+    }
+
+
+def _dense_first(f: _Fields, dense_default: int) -> int:
+    """``mlp_layer_types`` as the leading dense layers: "dense" × k then "sparse" (absent: ``dense_default``)."""
+    types = f.raw("mlp_layer_types")
+    if types is None:
+        return dense_default
+    k = next((i for i, t in enumerate(types) if t != "dense"), len(types)) if isinstance(types, list) else -1
+    if k < 0 or any(t != "sparse" for t in types[k:]):
+        raise f.error("field 'mlp_layer_types' is not supported: 'dense' layers first, then 'sparse' ones")
+    return k
+
+
+def _hy_v3(f: _Fields) -> dict[str, Any]:
+    """Hunyuan v3: Qwen3's attention (per-head q/k norms), dense first layers (``mlp_layer_types``, default
+    one), then ``num_experts`` SwiGLU experts of ``moe_intermediate_size`` plus ``num_shared_experts`` of the
+    same width run as one MLP (DeepSeek's shared experts)."""
+    bias = f.bool("attention_bias", False)
+    return {
+        **_common(f, tie_default=False),
+        "qkv_bias": bias,
+        "output_bias": bias,
+        "mlp_bias": f.bool("mlp_bias", False),
+        "qk_norm": True,
+        "mlp": _only_swiglu(f, "hidden_act"),
+        **_experts(f, "num_experts", "moe_intermediate_size"),
+        "shared_experts": _count(f, "num_shared_experts"),
+        "dense_layers_first": _dense_first(f, 1),
+    }
+
+
+def _glm4_moe_lite(f: _Fields) -> dict[str, Any]:
+    """GLM-4.7-Flash (``glm4_moe_lite``): DeepSeek-V3's latent attention and experts, the dense first
+    layers given by ``mlp_layer_types`` (default one) instead of ``first_k_dense_replace``."""
+    f.data = {**f.data, "first_k_dense_replace": _dense_first(f, 1)}
+    return _deepseek(f)
+
+
+def _starcoder2(f: _Fields) -> dict[str, Any]:
+    """StarCoder2: LayerNorm (``norm_epsilon``), RoPE, the 2-matrix GELU MLP (``c_fc``, ``c_proj``), a bias on
+    every projection when ``use_bias``, an optional window on every layer."""
+    heads = f.int("num_attention_heads")
+    act = f.str("hidden_act", "gelu_pytorch_tanh")
+    if act not in GELU_ACTIVATIONS:
+        raise f.error(f"field 'hidden_act' = {short_repr(act)} is not supported: a GELU MLP")
+    bias = f.bool("use_bias", True)
+    return {
+        "vocab_size": f.int("vocab_size"),
+        "d_model": f.int("hidden_size"),
+        "num_layers": f.int("num_hidden_layers"),
+        "num_heads": heads,
+        "num_kv_heads": f.int("num_key_value_heads", None),
+        "d_ff": f.int("intermediate_size"),
+        "context_length": f.int("max_position_embeddings"),
+        "rope_theta": _rope_theta(f),
+        "norm_eps": f.number("norm_epsilon", 1e-5),
+        "tie_embeddings": f.bool("tie_word_embeddings", True),
+        "norm": "layernorm",
+        "qkv_bias": bias,
+        "output_bias": bias,
+        "mlp_bias": bias,
+        "mlp": "gelu",
+        **_window(f, default_every=None),
+    }
+
+
+def _gpt_bigcode(f: _Fields) -> dict[str, Any]:
+    """GPTBigCode (StarCoder 1, SantaCoder): GPT-2's block with one key/value head (``multi_query``, default
+    true) in its fused ``c_attn``."""
+    out = _gpt2(f)
+    return {**out, "num_kv_heads": 1 if f.bool("multi_query", True) else None}
+
+
 MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "gpt2": _gpt2,
     "llama": _llama,
@@ -665,6 +931,27 @@ MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "olmo2": _olmo2,
     "deepseek_v2": _deepseek,
     "deepseek_v3": _deepseek,
+    "granite": _granite,
+    "granitemoe": _granite_moe,
+    "granitemoeshared": _granite_moe,
+    "helium": _helium,
+    "internlm3": _internlm3,
+    "exaone": _llama_like,
+    "ernie4_5": lambda f: _llama_like(f, bias="use_bias"),
+    "seed_oss": _seed_oss,
+    "ministral": _ministral,
+    "ministral3": _mistral,
+    "smollm3": _smollm3,
+    "hunyuan_v1_dense": lambda f: _llama_like(f, qk_norm=True),
+    "gemma": _gemma1,
+    "olmo3": _olmo3,
+    "exaone4": _exaone4,
+    "olmoe": _olmoe,
+    "phimoe": _phimoe,
+    "hy_v3": _hy_v3,
+    "glm4_moe_lite": _glm4_moe_lite,
+    "starcoder2": _starcoder2,
+    "gpt_bigcode": _gpt_bigcode,
 }
 assert tuple(MAPPINGS) == SUPPORTED_MODEL_TYPES
 
@@ -731,8 +1018,10 @@ def _refuse_unknown(f: _Fields) -> None:
     unknown = f.not_understood()
     if unknown:
         raise f.error(
-            f"field {short_repr(unknown[0])} is not understood for model_type '{f.model_type}' (transformers' "
-            f"{CONFIG_CLASSES[f.model_type]} defines it; lm-accounting cannot tell whether it changes the counts)"
+            f"{'field' if len(unknown) == 1 else 'fields'} {', '.join(short_repr(k) for k in unknown)} "
+            f"{'is' if len(unknown) == 1 else 'are'} not understood for model_type '{f.model_type}' (transformers' "
+            f"{CONFIG_CLASSES[f.model_type]} defines {'it' if len(unknown) == 1 else 'them'}; lm-accounting cannot "
+            "tell whether they change the counts)"
         )
 
 
@@ -957,4 +1246,4 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
     "deepseek_v3": _write_deepseek,
 }
 """Per model type, the config.json fields that fix every count (``to_hf_dict``)."""
-assert tuple(WRITERS) == SUPPORTED_MODEL_TYPES
+assert set(WRITERS) <= set(SUPPORTED_MODEL_TYPES)

@@ -163,6 +163,188 @@ DEFINED_FIELDS: dict[str, frozenset[str]] = {
             mm_tokens_per_image text_config vision_config
         """
     ),
+    "granite": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout attention_multiplier bos_token_id embedding_multiplier eos_token_id
+            hidden_act hidden_size intermediate_size logits_scaling max_position_embeddings mlp_bias
+            num_attention_heads num_hidden_layers num_key_value_heads pad_token_id residual_multiplier
+            rms_norm_eps use_cache vocab_size
+        """
+    ),
+    "granitemoe": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout attention_multiplier bos_token_id embedding_multiplier eos_token_id
+            hidden_act hidden_size intermediate_size logits_scaling max_position_embeddings num_attention_heads
+            num_experts_per_tok num_hidden_layers num_key_value_heads num_local_experts output_router_logits
+            pad_token_id residual_multiplier rms_norm_eps router_aux_loss_coef use_cache vocab_size
+        """
+    ),
+    "granitemoeshared": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout attention_multiplier bos_token_id embedding_multiplier eos_token_id
+            hidden_act hidden_size intermediate_size logits_scaling max_position_embeddings num_attention_heads
+            num_experts_per_tok num_hidden_layers num_key_value_heads num_local_experts output_router_logits
+            pad_token_id residual_multiplier rms_norm_eps router_aux_loss_coef shared_intermediate_size
+            use_cache vocab_size
+        """
+    ),
+    "helium": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id eos_token_id head_dim hidden_act hidden_size
+            intermediate_size max_position_embeddings mlp_bias num_attention_heads num_hidden_layers
+            num_key_value_heads pad_token_id rms_norm_eps use_cache vocab_size
+        """
+    ),
+    "internlm3": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bias bos_token_id eos_token_id head_dim hidden_act hidden_size
+            intermediate_size max_position_embeddings mlp_bias num_attention_heads num_hidden_layers
+            num_key_value_heads pad_token_id qkv_bias rms_norm_eps use_cache vocab_size
+        """
+    ),
+    "exaone": COMMON_FIELDS
+    | _names(
+        """
+            activation_function attention_bias attention_dropout bos_token_id eos_token_id head_dim hidden_act
+            hidden_size intermediate_size layer_norm_epsilon max_position_embeddings mlp_bias
+            num_attention_heads num_hidden_layers num_key_value_heads num_layers pad_token_id rms_norm_eps
+            use_cache vocab_size
+        """
+    ),
+    "ernie4_5": COMMON_FIELDS
+    | _names(
+        """
+            bos_token_id eos_token_id head_dim hidden_act hidden_size intermediate_size max_position_embeddings
+            num_attention_heads num_hidden_layers num_key_value_heads pad_token_id rms_norm_eps use_bias
+            use_cache vocab_size
+        """
+    ),
+    "seed_oss": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout attention_out_bias bos_token_id eos_token_id head_dim hidden_act
+            hidden_size intermediate_size max_position_embeddings mlp_bias num_attention_heads num_hidden_layers
+            num_key_value_heads pad_token_id pretraining_tp residual_dropout rms_norm_eps use_cache vocab_size
+        """
+    ),
+    "ministral": COMMON_FIELDS
+    | _names(
+        """
+            attention_dropout bos_token_id eos_token_id head_dim hidden_act hidden_size intermediate_size
+            layer_types max_position_embeddings num_attention_heads num_hidden_layers num_key_value_heads
+            pad_token_id rms_norm_eps sliding_window use_cache vocab_size
+        """
+    ),
+    "ministral3": COMMON_FIELDS
+    | _names(
+        """
+            attention_dropout bos_token_id eos_token_id head_dim hidden_act hidden_size intermediate_size
+            max_position_embeddings num_attention_heads num_hidden_layers num_key_value_heads pad_token_id
+            rms_norm_eps sliding_window use_cache vocab_size
+        """
+    ),
+    "smollm3": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id eos_token_id hidden_act hidden_size intermediate_size
+            layer_types max_position_embeddings mlp_bias no_rope_layer_interval no_rope_layers
+            num_attention_heads num_hidden_layers num_key_value_heads pad_token_id rms_norm_eps sliding_window
+            use_cache use_sliding_window vocab_size
+        """
+    ),
+    "hunyuan_v1_dense": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id eod_token_id eos_token_id head_dim hidden_act
+            hidden_size intermediate_size max_position_embeddings num_attention_heads num_hidden_layers
+            num_key_value_heads pad_token_id pretraining_tp rms_norm_eps use_cache vocab_size
+        """
+    ),
+    "gemma": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id eos_token_id head_dim hidden_act hidden_size
+            intermediate_size max_position_embeddings num_attention_heads num_hidden_layers num_key_value_heads
+            pad_token_id rms_norm_eps use_bidirectional_attention use_cache vocab_size
+        """
+    ),
+    "olmo3": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id eos_token_id hidden_act hidden_size intermediate_size
+            layer_types max_position_embeddings num_attention_heads num_hidden_layers num_key_value_heads
+            pad_token_id rms_norm_eps sliding_window use_cache vocab_size
+        """
+    ),
+    "exaone4": COMMON_FIELDS
+    | _names(
+        """
+            attention_dropout bos_token_id eos_token_id hidden_act hidden_size intermediate_size layer_types
+            max_position_embeddings num_attention_heads num_hidden_layers num_key_value_heads pad_token_id
+            rms_norm_eps sliding_window sliding_window_pattern use_cache vocab_size
+        """
+    ),
+    "olmoe": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id clip_qkv eos_token_id hidden_act hidden_size
+            intermediate_size max_position_embeddings norm_topk_prob num_attention_heads num_experts
+            num_experts_per_tok num_hidden_layers num_key_value_heads num_local_experts output_router_logits
+            pad_token_id rms_norm_eps router_aux_loss_coef use_cache vocab_size
+        """
+    ),
+    "phimoe": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id eos_token_id hidden_act hidden_size input_jitter_noise
+            intermediate_size lm_head_bias max_position_embeddings num_attention_heads num_experts_per_tok
+            num_hidden_layers num_key_value_heads num_local_experts output_router_logits pad_token_id
+            rms_norm_eps router_aux_loss_coef router_jitter_noise sliding_window use_cache vocab_size
+        """
+    ),
+    "hy_v3": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id enable_moe_fp32_combine eos_token_id head_dim
+            hidden_act hidden_size intermediate_size max_position_embeddings mlp_bias mlp_layer_types
+            moe_intermediate_size num_attention_heads num_experts num_experts_per_tok num_hidden_layers
+            num_key_value_heads num_local_experts num_shared_experts output_router_logits pad_token_id
+            rms_norm_eps router_scaling_factor use_cache vocab_size
+        """
+    ),
+    "glm4_moe_lite": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id eos_token_id head_dim hidden_act hidden_size
+            intermediate_size kv_lora_rank max_position_embeddings mlp_layer_types moe_intermediate_size n_group
+            n_routed_experts n_shared_experts norm_topk_prob num_attention_heads num_experts_per_tok
+            num_hidden_layers num_key_value_heads num_local_experts output_router_logits pad_token_id
+            pretraining_tp q_lora_rank qk_head_dim qk_nope_head_dim qk_rope_head_dim rms_norm_eps
+            rope_interleave routed_scaling_factor topk_group use_cache v_head_dim vocab_size
+        """
+    ),
+    "starcoder2": COMMON_FIELDS
+    | _names(
+        """
+            attention_dropout bos_token_id embedding_dropout eos_token_id hidden_act hidden_size
+            intermediate_size max_position_embeddings norm_epsilon num_attention_heads num_hidden_layers
+            num_key_value_heads pad_token_id residual_dropout sliding_window use_bias use_cache vocab_size
+        """
+    ),
+    "gpt_bigcode": COMMON_FIELDS
+    | _names(
+        """
+            activation_function add_cross_attention attention_softmax_in_fp32 attn_pdrop bos_token_id embd_pdrop
+            eos_token_id hidden_size layer_norm_epsilon max_position_embeddings multi_query n_embd n_head
+            n_inner n_layer n_positions num_attention_heads num_hidden_layers num_key_value_heads pad_token_id
+            resid_pdrop scale_attention_softmax_in_fp32 scale_attn_weights use_cache vocab_size
+        """
+    ),
 }
 
 CONFIG_CLASSES = {
@@ -180,6 +362,27 @@ CONFIG_CLASSES = {
     "deepseek_v2": "DeepseekV2Config",
     "deepseek_v3": "DeepseekV3Config",
     "gemma3": "Gemma3Config",
+    "granite": "GraniteConfig",
+    "granitemoe": "GraniteMoeConfig",
+    "granitemoeshared": "GraniteMoeSharedConfig",
+    "helium": "HeliumConfig",
+    "internlm3": "InternLM3Config",
+    "exaone": "ExaoneConfig",
+    "ernie4_5": "Ernie4_5Config",
+    "seed_oss": "SeedOssConfig",
+    "ministral": "MinistralConfig",
+    "ministral3": "Ministral3Config",
+    "smollm3": "SmolLM3Config",
+    "hunyuan_v1_dense": "HunYuanDenseV1Config",
+    "gemma": "GemmaConfig",
+    "olmo3": "Olmo3Config",
+    "exaone4": "Exaone4Config",
+    "olmoe": "OlmoeConfig",
+    "phimoe": "PhimoeConfig",
+    "hy_v3": "HYV3Config",
+    "glm4_moe_lite": "Glm4MoeLiteConfig",
+    "starcoder2": "Starcoder2Config",
+    "gpt_bigcode": "GPTBigCodeConfig",
 }
 ALIASES: dict[str, dict[str, str]] = {
     "gpt2": {
@@ -196,6 +399,21 @@ ALIASES: dict[str, dict[str, str]] = {
         "image_token_id": "image_token_index",
         "boi_token_id": "boi_token_index",
         "eoi_token_id": "eoi_token_index",
+    },
+    "internlm3": {"qkv_bias": "attention_bias", "bias": "mlp_bias"},
+    "exaone": {
+        "num_layers": "num_hidden_layers",
+        "layer_norm_epsilon": "rms_norm_eps",
+        "activation_function": "hidden_act",
+    },
+    "olmoe": {"num_local_experts": "num_experts"},
+    "hy_v3": {"num_local_experts": "num_experts"},
+    "glm4_moe_lite": {"num_local_experts": "n_routed_experts", "head_dim": "qk_rope_head_dim"},
+    "gpt_bigcode": {
+        "hidden_size": "n_embd",
+        "max_position_embeddings": "n_positions",
+        "num_attention_heads": "n_head",
+        "num_hidden_layers": "n_layer",
     },
 }
 CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -342,6 +560,218 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         "num_experts_per_tok": 8,
         "moe_intermediate_size": 2048,
         "rope_theta": 10000.0,
+    },
+    "granite": {
+        "num_key_value_heads": None,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "hidden_act": "silu",
+        "rope_theta": 10000.0,
+    },
+    "granitemoe": {
+        "num_key_value_heads": None,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "hidden_act": "silu",
+        "num_experts_per_tok": 2,
+        "rope_theta": 10000.0,
+    },
+    "granitemoeshared": {
+        "num_key_value_heads": None,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "hidden_act": "silu",
+        "shared_intermediate_size": 0,
+        "num_experts_per_tok": 2,
+        "rope_theta": 10000.0,
+    },
+    "helium": {
+        "num_key_value_heads": 20,
+        "head_dim": 128,
+        "rms_norm_eps": 1e-08,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "hidden_act": "silu",
+        "rope_theta": 100000.0,
+    },
+    "internlm3": {
+        "num_key_value_heads": 2,
+        "head_dim": 128,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "hidden_act": "silu",
+        "rope_theta": 10000.0,
+    },
+    "exaone": {
+        "num_key_value_heads": 8,
+        "head_dim": None,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "hidden_act": "silu",
+        "rope_theta": 500000.0,
+    },
+    "ernie4_5": {
+        "num_key_value_heads": 2,
+        "head_dim": 128,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": True,
+        "use_bias": False,
+        "hidden_act": "silu",
+        "rope_theta": 500000.0,
+    },
+    "seed_oss": {
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": False,
+        "attention_bias": True,
+        "attention_out_bias": False,
+        "mlp_bias": False,
+        "hidden_act": "silu",
+        "rope_theta": 10000.0,
+    },
+    "ministral": {
+        "num_key_value_heads": 8,
+        "head_dim": None,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": False,
+        "hidden_act": "silu",
+        "sliding_window": 4096,
+        "rope_theta": 10000.0,
+    },
+    "ministral3": {
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "hidden_act": "silu",
+        "sliding_window": None,
+        "rope_theta": 10000.0,
+    },
+    "smollm3": {
+        "num_key_value_heads": 4,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": True,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "hidden_act": "silu",
+        "sliding_window": None,
+        "use_sliding_window": False,
+        "rope_theta": 2000000.0,
+    },
+    "hunyuan_v1_dense": {
+        "num_key_value_heads": None,
+        "head_dim": None,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "hidden_act": "silu",
+        "rope_theta": 10000.0,
+    },
+    "gemma": {
+        "num_key_value_heads": 16,
+        "head_dim": 256,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": True,
+        "attention_bias": False,
+        "hidden_act": "gelu_pytorch_tanh",
+        "use_bidirectional_attention": None,
+        "rope_theta": 10000.0,
+    },
+    "olmo3": {
+        "num_key_value_heads": None,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "hidden_act": "silu",
+        "sliding_window": 4096,
+        "rope_theta": 500000.0,
+    },
+    "exaone4": {
+        "num_key_value_heads": 32,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "hidden_act": "silu",
+        "sliding_window": 4096,
+        "sliding_window_pattern": 4,
+        "rope_theta": 10000.0,
+    },
+    "olmoe": {
+        "num_key_value_heads": None,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "hidden_act": "silu",
+        "clip_qkv": None,
+        "num_experts_per_tok": 8,
+        "rope_theta": 10000.0,
+    },
+    "phimoe": {
+        "num_key_value_heads": 8,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "hidden_act": "silu",
+        "sliding_window": None,
+        "lm_head_bias": False,
+        "num_experts_per_tok": 2,
+        "rope_theta": 1000000.0,
+    },
+    "hy_v3": {
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "hidden_act": "silu",
+        "num_shared_experts": 1,
+        "moe_intermediate_size": 1536,
+        "num_experts_per_tok": 8,
+        "rope_theta": 11158840.0,
+    },
+    "glm4_moe_lite": {
+        "num_key_value_heads": 20,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "hidden_act": "silu",
+        "moe_intermediate_size": 1536,
+        "qk_rope_head_dim": 64,
+        "qk_nope_head_dim": 192,
+        "v_head_dim": 256,
+        "kv_lora_rank": 512,
+        "q_lora_rank": 768,
+        "n_shared_experts": 1,
+        "n_routed_experts": 64,
+        "num_experts_per_tok": 4,
+        "rope_theta": 10000.0,
+    },
+    "starcoder2": {
+        "num_key_value_heads": 2,
+        "norm_epsilon": 1e-05,
+        "tie_word_embeddings": True,
+        "use_bias": True,
+        "hidden_act": "gelu_pytorch_tanh",
+        "sliding_window": None,
+        "rope_theta": 10000.0,
+    },
+    "gpt_bigcode": {
+        "layer_norm_epsilon": 1e-05,
+        "tie_word_embeddings": True,
+        "activation_function": "gelu_pytorch_tanh",
+        "n_inner": None,
+        "multi_query": True,
+        "add_cross_attention": False,
     },
 }
 
