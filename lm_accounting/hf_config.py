@@ -71,6 +71,7 @@ from .config import (
     short_repr,
 )
 from .hf_fields import ALIASES, CLASS_DEFAULTS, CONFIG_CLASSES, DEFINED_FIELDS, WRAPPED_TEXT_DEFAULTS, WRAPPERS
+from .hf_refusals import REFUSED_MODEL_TYPES, REFUSED_WRAPPERS
 
 SUPPORTED_MODEL_TYPES = (
     "gpt2",
@@ -108,10 +109,7 @@ SUPPORTED_MODEL_TYPES = (
     "starcoder2",
     "gpt_bigcode",
 )
-LATER_MODEL_TYPES = {
-    "qwen2_moe": "a shared expert behind its own sigmoid gate (shared_expert_gate)",
-}
-"""Known model types with a piece not modelled yet, refused with a line saying what."""
+
 
 IGNORED_EVERYWHERE = frozenset(
     [
@@ -743,7 +741,7 @@ def _ministral(f: _Fields) -> dict[str, Any]:
 def _smollm3(f: _Fields) -> dict[str, Any]:
     """SmolLM3: Llama's block; ``no_rope_layers`` / ``no_rope_layer_interval`` skip RoPE on some layers (no
     parameter, no matmul: read and ignored); a sliding window (``use_sliding_window``) is not modelled."""
-    f.raw("no_rope_layers"), f.raw("no_rope_layer_interval")
+    f.raw("no_rope_layers"), f.raw("no_rope_layer_interval"), f.raw("sliding_window")  # unused without the flag
     f.only("use_sliding_window", (False,), "full attention on every layer")
     types = f.raw("layer_types")
     if types is not None and (not isinstance(types, list) or any(t != "full_attention" for t in types)):
@@ -914,7 +912,10 @@ def _gpt_bigcode(f: _Fields) -> dict[str, Any]:
     """GPTBigCode (StarCoder 1, SantaCoder): GPT-2's block with one key/value head (``multi_query``, default
     true) in its fused ``c_attn``."""
     out = _gpt2(f)
-    return {**out, "num_kv_heads": 1 if f.bool("multi_query", True) else None}
+    kv = 1 if f.bool("multi_query", True) else out["num_heads"]
+    if f.int("num_key_value_heads", kv) != kv:  # set by __post_init__, so written by save_pretrained
+        raise f.error(f"field 'num_key_value_heads' must be {kv} (multi_query = {kv == 1})")
+    return {**out, "num_kv_heads": None if kv == out["num_heads"] else 1}
 
 
 MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
@@ -967,11 +968,14 @@ def config_from_hf(data: Any, source: str = "config.json", name: str = "custom")
         )
     if not isinstance(model_type, str):
         raise ConfigError(f"{source}: field 'model_type' must be a string, got {short_repr(model_type)}")
-    if model_type in LATER_MODEL_TYPES:
+    if model_type in REFUSED_WRAPPERS:
+        text_type = REFUSED_WRAPPERS[model_type]
         raise ConfigError(
-            f"{source}: model_type '{model_type}' has {LATER_MODEL_TYPES[model_type]}, "
-            f"which lm-accounting does not model yet (supported: {', '.join(SUPPORTED_MODEL_TYPES)})"
+            f"{source}: model_type '{model_type}' is a multimodal wrapper whose text model '{text_type}' has "
+            f"{REFUSED_MODEL_TYPES[text_type]}"
         )
+    if model_type in REFUSED_MODEL_TYPES:
+        raise ConfigError(f"{source}: model_type '{model_type}' has {REFUSED_MODEL_TYPES[model_type]}")
     if model_type in WRAPPERS:
         return _wrapped(data, source, name, model_type)
     if model_type not in MAPPINGS:

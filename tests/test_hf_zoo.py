@@ -16,11 +16,12 @@ import pytest
 
 from lm_accounting.analytic.flops import forward_flops
 from lm_accounting.analytic.params import parameter_breakdown
+from lm_accounting.config import ConfigError
 from lm_accounting.hf_config import config_from_hf
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-from test_transformers_truth import GPT2_MODULES, LLAMA_MODULES, QKV, TOP, build_hf, hf_forward_flops
+from test_transformers_truth import GPT2_MODULES, LLAMA_MODULES, TOP, build_hf, hf_forward_flops
 
 NO_IDS = {"pad_token_id": None, "bos_token_id": None, "eos_token_id": None}
 SMALL = {
@@ -162,9 +163,13 @@ def check_flops(model_type: str, values: dict, seq: int) -> None:
         if inner in ("self_attn", "attn"):
             direct = [k for k in children if k.count(".") == module.count(".") + 1]
             core += flops - sum(counted[k] for k in direct)
-        elif inner.split(".")[0] in ("self_attn", "attn", "mlp", "block_sparse_moe") and "." in inner:
-            if not children and not inner.endswith(("_norm", "layernorm")):
-                by_keys[zoo_keys(model_type, module)] += flops
+        elif (
+            inner.split(".")[0] in ("self_attn", "attn", "mlp", "block_sparse_moe")
+            and "." in inner
+            and not children
+            and not inner.endswith(("_norm", "layernorm"))
+        ):
+            by_keys[zoo_keys(model_type, module)] += flops
     for keys, flops in by_keys.items():
         assert sum(fwd[k].total for k in keys) == flops, (keys, flops)
     assert core == fwd["layers.*.attn.qk"].total + fwd["layers.*.attn.av"].total
@@ -186,3 +191,300 @@ def test_zoo_parameters_equal_transformers(model_type):
 @pytest.mark.parametrize("seq", SEQS)
 def test_zoo_forward_flops_equal_transformers(model_type, seq, meta_masks):
     check_flops(model_type, ZOO[model_type], seq)
+
+
+# -- published full-size config.json files (written out from the hub files; the machine is offline) ----------
+PUBLISHED = {
+    "SmolLM3-3B": {
+        "model_type": "smollm3",
+        "architectures": ["SmolLM3ForCausalLM"],
+        "hidden_size": 2048,
+        "intermediate_size": 11008,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 4,
+        "vocab_size": 128256,
+        "max_position_embeddings": 65536,
+        "rope_theta": 5000000.0,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": True,
+        "no_rope_layer_interval": 4,
+        "use_sliding_window": False,
+        "sliding_window": None,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "hidden_act": "silu",
+        "torch_dtype": "bfloat16",
+        "bos_token_id": None,
+        "eos_token_id": 128012,
+        "pad_token_id": 128004,
+    },
+    "OLMoE-1B-7B-0924": {
+        "model_type": "olmoe",
+        "architectures": ["OlmoeForCausalLM"],
+        "hidden_size": 2048,
+        "intermediate_size": 1024,
+        "num_hidden_layers": 16,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 16,
+        "num_experts": 64,
+        "num_experts_per_tok": 8,
+        "vocab_size": 50304,
+        "max_position_embeddings": 4096,
+        "rope_theta": 10000.0,
+        "rms_norm_eps": 1e-05,
+        "clip_qkv": None,
+        "norm_topk_prob": False,
+        "output_router_logits": False,
+        "router_aux_loss_coef": 0.01,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "eos_token_id": 50279,
+        "pad_token_id": 1,
+        "torch_dtype": "bfloat16",
+    },
+    "granite-3.1-8b-instruct": {
+        "model_type": "granite",
+        "architectures": ["GraniteForCausalLM"],
+        "hidden_size": 4096,
+        "intermediate_size": 12800,
+        "num_hidden_layers": 40,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "vocab_size": 49155,
+        "max_position_embeddings": 131072,
+        "rope_theta": 10000000.0,
+        "rms_norm_eps": 1e-05,
+        "embedding_multiplier": 12.0,
+        "residual_multiplier": 0.22,
+        "attention_multiplier": 0.0078125,
+        "logits_scaling": 16.0,
+        "tie_word_embeddings": True,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "hidden_act": "silu",
+        "bos_token_id": 0,
+        "eos_token_id": 0,
+        "pad_token_id": 0,
+    },
+    "granite-3.1-3b-a800m-instruct": {
+        "model_type": "granitemoe",
+        "architectures": ["GraniteMoeForCausalLM"],
+        "hidden_size": 1536,
+        "intermediate_size": 512,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 24,
+        "num_key_value_heads": 8,
+        "num_local_experts": 40,
+        "num_experts_per_tok": 8,
+        "vocab_size": 49155,
+        "max_position_embeddings": 131072,
+        "rope_theta": 10000000.0,
+        "rms_norm_eps": 1e-06,
+        "embedding_multiplier": 12.0,
+        "residual_multiplier": 0.22,
+        "attention_multiplier": 0.015625,
+        "logits_scaling": 6.0,
+        "tie_word_embeddings": True,
+        "bos_token_id": 0,
+        "eos_token_id": 0,
+        "pad_token_id": 0,
+    },
+    "OLMo-3-7B": {
+        "model_type": "olmo3",
+        "architectures": ["Olmo3ForCausalLM"],
+        "hidden_size": 4096,
+        "intermediate_size": 11008,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 32,
+        "vocab_size": 100278,
+        "max_position_embeddings": 65536,
+        "rope_theta": 500000,
+        "rms_norm_eps": 1e-06,
+        "sliding_window": 4096,
+        "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"] * 8,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "pad_token_id": 100277,
+        "eos_token_id": 100257,
+    },
+    "gemma-7b": {
+        "model_type": "gemma",
+        "architectures": ["GemmaForCausalLM"],
+        "hidden_size": 3072,
+        "intermediate_size": 24576,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 16,
+        "head_dim": 256,
+        "vocab_size": 256000,
+        "max_position_embeddings": 8192,
+        "rope_theta": 10000.0,
+        "rms_norm_eps": 1e-06,
+        "hidden_act": "gelu",
+        "hidden_activation": None,
+        "attention_bias": False,
+        "bos_token_id": 2,
+        "eos_token_id": 1,
+        "pad_token_id": 0,
+    },
+    "Ministral-8B-Instruct-2410": {
+        "model_type": "ministral",
+        "architectures": ["MinistralForCausalLM"],
+        "hidden_size": 4096,
+        "intermediate_size": 12288,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": 131072,
+        "max_position_embeddings": 32768,
+        "rope_theta": 100000000.0,
+        "rms_norm_eps": 1e-05,
+        "sliding_window": 32768,
+        "tie_word_embeddings": False,
+        "hidden_act": "silu",
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+    },
+    "starcoder2-7b": {
+        "model_type": "starcoder2",
+        "architectures": ["Starcoder2ForCausalLM"],
+        "hidden_size": 4608,
+        "intermediate_size": 18432,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 36,
+        "num_key_value_heads": 4,
+        "vocab_size": 49152,
+        "max_position_embeddings": 16384,
+        "rope_theta": 1000000,
+        "norm_epsilon": 1e-05,
+        "sliding_window": 4096,
+        "use_bias": True,
+        "hidden_act": "gelu_pytorch_tanh",
+        "residual_dropout": 0.0,
+        "embedding_dropout": 0.0,
+        "attention_dropout": 0.0,
+        "bos_token_id": 0,
+        "eos_token_id": 0,
+    },
+    "starcoderbase": {
+        "model_type": "gpt_bigcode",
+        "architectures": ["GPTBigCodeForCausalLM"],
+        "n_embd": 6144,
+        "n_layer": 40,
+        "n_head": 48,
+        "n_inner": 24576,
+        "n_positions": 8192,
+        "vocab_size": 49152,
+        "multi_query": True,
+        "activation_function": "gelu_pytorch_tanh",
+        "layer_norm_epsilon": 1e-05,
+        "scale_attn_weights": True,
+        "attention_softmax_in_fp32": True,
+        "scale_attention_softmax_in_fp32": True,
+        "resid_pdrop": 0.1,
+        "embd_pdrop": 0.1,
+        "attn_pdrop": 0.1,
+        "bos_token_id": 0,
+        "eos_token_id": 0,
+    },
+    "EXAONE-3.5-7.8B-Instruct": {
+        "model_type": "exaone",
+        "architectures": ["ExaoneForCausalLM"],
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "vocab_size": 102400,
+        "max_position_embeddings": 32768,
+        "rope_theta": 1000000.0,
+        "layer_norm_epsilon": 1e-05,
+        "activation_function": "silu",
+        "tie_word_embeddings": False,
+        "bos_token_id": 1,
+        "eos_token_id": 361,
+        "pad_token_id": 0,
+    },
+}
+"""From memory of the hub files (offline): the counts asserted are transformers' own model built from the same
+values, so a misremembered value changes which model is checked, not whether the check can fail."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", PUBLISHED)
+def test_published_configs_equal_transformers(name, meta_masks):
+    values = {**PUBLISHED[name], **NO_IDS}
+    model_type = values.pop("model_type")
+    check_parameters(model_type, values)
+    check_flops(model_type, values, 1024)
+
+
+# -- refusals: every causal-LM type transformers registers is read or refused with a named reason --------------
+def test_every_causal_lm_type_is_read_or_refused_with_a_reason():
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    from lm_accounting.hf_config import SUPPORTED_MODEL_TYPES
+    from lm_accounting.hf_fields import WRAPPERS
+    from lm_accounting.hf_refusals import REFUSED_MODEL_TYPES, REFUSED_WRAPPERS
+
+    read = set(SUPPORTED_MODEL_TYPES) | set(WRAPPERS)
+    refused = set(REFUSED_MODEL_TYPES) | set(REFUSED_WRAPPERS)
+    assert not read & refused
+    assert set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES) <= read | refused, set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES) - read
+    for model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        if model_type in read:
+            continue
+        with pytest.raises(ConfigError) as err:
+            config_from_hf({"model_type": model_type, **SMALL}, "cfg.json")
+        text = str(err.value)
+        reason = REFUSED_MODEL_TYPES.get(model_type) or REFUSED_MODEL_TYPES[REFUSED_WRAPPERS[model_type]]
+        assert "\n" not in text and f"model_type '{model_type}'" in text and text.endswith(reason)
+
+
+@pytest.mark.parametrize(
+    ("model_type", "words"),
+    [
+        ("mamba2", "Mamba2) mixer layers"),
+        ("qwen3_next", "Gated DeltaNet"),
+        ("lfm2", "short-convolution layers"),
+        ("gpt_oss", "attention sinks"),
+        ("qwen2_moe", "sigmoid gate"),
+        ("cohere", "attention and MLP in parallel"),
+        ("gpt_neox", "attention and MLP in parallel"),
+        ("glm4_moe", "RoPE on part of each head"),
+        ("nemotron", "squared ReLU"),
+        ("bart", "encoder-decoder"),
+    ],
+)
+def test_a_refused_type_names_what_it_lacks(model_type, words):
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        config_from_hf({"model_type": model_type, **SMALL})
+
+
+@pytest.mark.parametrize("wrapper", ["qwen3_5", "qwen3_5_moe", "qwen3_vl"])
+def test_a_refused_wrapper_names_its_text_model(wrapper, run_cli, tmp_path):
+    import json
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": wrapper, "text_config": {"model_type": f"{wrapper}_text"}}))
+    r = run_cli("account", path)
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1
+    assert f"multimodal wrapper whose text model '{wrapper}_text' has" in r.err
+
+
+def test_every_unknown_field_is_listed_in_one_line():
+    """GPTBigCode has learned positions: the RoPE fields its class inherits are not understood, all named."""
+    values = {"model_type": "gpt_bigcode", **ZOO["gpt_bigcode"], "rope_theta": 5.0, "per_layer_config": {"0": {}}}
+    with pytest.raises(ConfigError) as err:
+        config_from_hf(values, "cfg.json")
+    text = str(err.value)
+    assert "\n" not in text
+    assert "fields 'rope_theta', 'per_layer_config' are not understood for model_type 'gpt_bigcode'" in text
+
+
+def test_helium_with_a_head_size_that_cannot_run_is_refused():
+    with pytest.raises(ConfigError, match="Helium's o_proj is hidden_size wide"):
+        config_from_hf({"model_type": "helium", **SMALL, "head_dim": 24})
