@@ -175,6 +175,16 @@ def check_flops(model_type: str, values: dict, seq: int) -> None:
     assert core == fwd["layers.*.attn.qk"].total + fwd["layers.*.attn.av"].total
 
 
+def test_every_supported_model_type_is_proven_here_or_in_the_truth_tests():
+    from test_transformers_truth import CONFIGS
+
+    from lm_accounting.hf_config import SUPPORTED_MODEL_TYPES
+
+    first = {values["model_type"] for values, _ in CONFIGS.values()}
+    assert first | set(ZOO) == set(SUPPORTED_MODEL_TYPES) and not first & set(ZOO)
+    assert {values["model_type"] for values in PUBLISHED.values()} <= set(ZOO)
+
+
 @pytest.fixture
 def meta_masks(monkeypatch):
     import transformers.masking_utils as masking
@@ -488,3 +498,31 @@ def test_every_unknown_field_is_listed_in_one_line():
 def test_helium_with_a_head_size_that_cannot_run_is_refused():
     with pytest.raises(ConfigError, match="Helium's o_proj is hidden_size wide"):
         config_from_hf({"model_type": "helium", **SMALL, "head_dim": 24})
+
+
+# -- the commands: account, and memory under the default --impl transformers (model states) and --impl course --
+def test_every_read_type_names_transformers_class():
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    from lm_accounting.hf_config import SUPPORTED_MODEL_TYPES
+    from lm_accounting.implementations import HF_CAUSAL_LM
+
+    assert set(HF_CAUSAL_LM) == set(SUPPORTED_MODEL_TYPES)
+    assert all(HF_CAUSAL_LM[t] == MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[t] for t in HF_CAUSAL_LM)
+
+
+@pytest.mark.parametrize("name", ["SmolLM3-3B", "OLMoE-1B-7B-0924", "starcoderbase"])
+def test_a_zoo_config_json_runs_account_and_memory(name, run_cli, tmp_path):
+    import json
+
+    path = tmp_path / name / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(PUBLISHED[name]))
+    total = parameter_breakdown(config_from_hf(PUBLISHED[name])).total
+    r = run_cli("account", path, "--format", "json", "--context", 1024)
+    assert r.code == 0 and json.loads(r.out)["parameters"]["total"] == total, r.err
+    r = run_cli("memory", path, "--context", 1024)
+    assert r.code == 0, r.err
+    assert "does not model" in r.out and "model states only" in r.out.splitlines()[1]
+    r = run_cli("memory", path, "--context", 1024, "--impl", "course")
+    assert r.code == 0 and "--impl course: our TransformerLM" in r.out, r.err
