@@ -70,7 +70,16 @@ from .config import (
     read_config_text,
     short_repr,
 )
-from .hf_fields import ALIASES, CLASS_DEFAULTS, CONFIG_CLASSES, DEFINED_FIELDS, WRAPPED_TEXT_DEFAULTS, WRAPPERS
+from .hf_fields import (
+    ALIASES,
+    CLASS_DEFAULTS,
+    COMMON_FIELDS,
+    CONFIG_CLASSES,
+    DEFINED_FIELDS,
+    WRAPPED_TEXT_DEFAULTS,
+    WRAPPERS,
+    WRAPPERS_OF_ANY_TEXT,
+)
 from .hf_refusals import REFUSED_MODEL_TYPES, REFUSED_WRAPPERS
 
 SUPPORTED_MODEL_TYPES = (
@@ -252,6 +261,8 @@ IGNORED_BY_TYPE = {
     "seed_oss": frozenset(["residual_dropout"]),
     "starcoder2": frozenset(["residual_dropout", "embedding_dropout"]),
     "gpt_bigcode": frozenset(["scale_attn_weights", "attention_softmax_in_fp32", "scale_attention_softmax_in_fp32"]),
+    "mistral3": DEFINED_FIELDS["mistral3"] - COMMON_FIELDS - {"text_config"},
+    "kimi_k25": DEFINED_FIELDS["kimi_k25"] - COMMON_FIELDS - {"text_config"},
     "gemma3": frozenset(
         [
             "vision_config",
@@ -1039,7 +1050,8 @@ def _model(fields: dict[str, Any], source: str, name: str, ignored: tuple[str, .
 
 
 def _wrapped(data: Mapping[str, Any], source: str, name: str, model_type: str) -> ModelConfig:
-    """A multimodal wrapper (Gemma 3's ``gemma3``): its ``text_config`` read as the text model type, the
+    """A multimodal wrapper (Gemma 3's ``gemma3``, Mistral 3's ``mistral3``, Kimi K2.5's ``kimi_k25``): its
+    ``text_config`` read as the text model type (for ``WRAPPERS_OF_ANY_TEXT``, any supported one), the
     text class's defaults filling what the published ``text_config`` leaves out (``WRAPPED_TEXT_DEFAULTS``),
     and the wrapper's ``tie_word_embeddings`` (the flag transformers ties the wrapped LM head by).  The vision
     tower and the projector are not counted, and the model's name says so."""
@@ -1053,8 +1065,16 @@ def _wrapped(data: Mapping[str, Any], source: str, name: str, model_type: str) -
             "lm-accounting counts the text model of a wrapper"
         )
     inner = text.get("model_type", text_type)
-    if inner != text_type:
-        raise w.error(f"field 'text_config.model_type' must be '{text_type}', got {short_repr(inner)}")
+    allowed = SUPPORTED_MODEL_TYPES if model_type in WRAPPERS_OF_ANY_TEXT else (text_type,)
+    if inner in REFUSED_MODEL_TYPES:
+        raise w.error(
+            f"model_type '{model_type}' is a multimodal wrapper whose text model '{inner}' has "
+            f"{REFUSED_MODEL_TYPES[inner]}"
+        )
+    if inner not in allowed:
+        wanted = f"'{text_type}'" if len(allowed) == 1 else "a supported model_type"
+        raise w.error(f"field 'text_config.model_type' must be {wanted}, got {short_repr(inner)}")
+    text_type = inner
     tie = w.bool("tie_word_embeddings", True)
     _refuse_unknown(w)  # the wrapper's own fields: read, ignored or refused like any other
     f = _Fields(text, f"{source}: text_config", text_type, WRAPPED_TEXT_DEFAULTS.get(text_type, {}))

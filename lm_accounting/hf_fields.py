@@ -38,6 +38,9 @@ COMMON_FIELDS = _names(
 )
 """Defined by ``PreTrainedConfig`` itself (and its RoPE mixin), so by every class below."""
 
+WRAPPER_COMMON_FIELDS = COMMON_FIELDS - {"initializer_range"}
+"""What Mistral 3's and Kimi K2.5's wrapper classes inherit (they define no ``initializer_range``)."""
+
 DEFINED_FIELDS: dict[str, frozenset[str]] = {
     "gpt2": COMMON_FIELDS
     | _names(
@@ -345,6 +348,20 @@ DEFINED_FIELDS: dict[str, frozenset[str]] = {
             resid_pdrop scale_attention_softmax_in_fp32 scale_attn_weights use_cache vocab_size
         """
     ),
+    "mistral3": WRAPPER_COMMON_FIELDS
+    | _names(
+        """
+            image_token_id image_token_index multimodal_projector_bias projector_hidden_act spatial_merge_size
+            text_config vision_config vision_feature_layer
+        """
+    ),
+    "kimi_k25": WRAPPER_COMMON_FIELDS
+    | _names(
+        """
+            image_token_id projection_hidden_size projection_layer_norm_eps text_config video_token_id
+            vision_config vision_end_token_id vision_start_token_id
+        """
+    ),
 }
 
 CONFIG_CLASSES = {
@@ -362,6 +379,8 @@ CONFIG_CLASSES = {
     "deepseek_v2": "DeepseekV2Config",
     "deepseek_v3": "DeepseekV3Config",
     "gemma3": "Gemma3Config",
+    "mistral3": "Mistral3Config",
+    "kimi_k25": "Kimi_K25Config",
     "granite": "GraniteConfig",
     "granitemoe": "GraniteMoeConfig",
     "granitemoeshared": "GraniteMoeSharedConfig",
@@ -400,6 +419,7 @@ ALIASES: dict[str, dict[str, str]] = {
         "boi_token_id": "boi_token_index",
         "eoi_token_id": "eoi_token_index",
     },
+    "mistral3": {"image_token_id": "image_token_index"},
     "internlm3": {"qkv_bias": "attention_bias", "bias": "mlp_bias"},
     "exaone": {
         "num_layers": "num_hidden_layers",
@@ -418,6 +438,8 @@ ALIASES: dict[str, dict[str, str]] = {
 }
 CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma3": {"tie_word_embeddings": True},
+    "mistral3": {"tie_word_embeddings": True},
+    "kimi_k25": {"tie_word_embeddings": True},
     "gpt2": {
         "layer_norm_epsilon": 1e-05,
         "tie_word_embeddings": True,
@@ -775,8 +797,12 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     },
 }
 
-WRAPPERS = {"gemma3": "gemma3_text"}
+WRAPPERS = {"gemma3": "gemma3_text", "mistral3": "mistral", "kimi_k25": "deepseek_v3"}
 """Multimodal wrapper ``model_type`` -> the ``model_type`` of its ``text_config`` (``sub_configs_defaults``)."""
+
+WRAPPERS_OF_ANY_TEXT = frozenset(["mistral3", "kimi_k25"])
+"""Wrappers whose ``text_config`` is an ``AutoConfig`` (``sub_configs``): any text ``model_type`` the reader
+supports (Mistral 3's is ``mistral`` or ``ministral3``), ``WRAPPERS``' when the text_config names none."""
 
 WRAPPED_TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma3_text": {

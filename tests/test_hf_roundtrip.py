@@ -27,10 +27,11 @@ from lm_accounting.hf_fields import (
     DEFINED_FIELDS,
     WRAPPED_TEXT_DEFAULTS,
     WRAPPERS,
+    WRAPPERS_OF_ANY_TEXT,
 )
 
 transformers = pytest.importorskip("transformers")
-from test_hf_zoo import PUBLISHED, ZOO
+from test_hf_zoo import PUBLISHED, WRAPPED, ZOO
 from test_transformers_truth import CONFIGS
 
 CONFIG_TYPES = SUPPORTED_MODEL_TYPES + tuple(WRAPPERS)
@@ -148,11 +149,14 @@ def test_class_defaults_are_transformers_own(model_type):
 
 def test_wrappers_and_their_text_defaults_are_transformers_own():
     for wrapper, text_type in WRAPPERS.items():
-        spec = config_class(wrapper).sub_configs_defaults["text_config"]
-        text_cls = getattr(spec, "config_class", spec)
-        assert text_cls.model_type == text_type
-        defaults = {f.name: f.default for f in dataclasses.fields(text_cls)}
-        assert WRAPPED_TEXT_DEFAULTS[text_type] == {k: defaults[k] for k in WRAPPED_TEXT_DEFAULTS[text_type]}
+        cls = config_class(wrapper)
+        assert cls().text_config.model_type == text_type  # the text model a wrapper without one gets
+        any_text = cls.sub_configs["text_config"] is transformers.AutoConfig
+        assert any_text == (wrapper in WRAPPERS_OF_ANY_TEXT)
+        if text_type in WRAPPED_TEXT_DEFAULTS:
+            text_cls = config_class(text_type)
+            defaults = {f.name: f.default for f in dataclasses.fields(text_cls)}
+            assert WRAPPED_TEXT_DEFAULTS[text_type] == {k: defaults[k] for k in WRAPPED_TEXT_DEFAULTS[text_type]}
 
 
 MINIMAL = {  # only the fields the reader requires; transformers fills the rest from its class defaults
@@ -174,7 +178,10 @@ MOE_MINIMAL = {
     "phimoe": {"num_local_experts": 8},
     "hy_v3": {"num_experts": 8},
     "glm4_moe_lite": {"num_key_value_heads": 32},
-    "helium": {"head_dim": 32, "num_key_value_heads": 32},  # Helium's o_proj is hidden_size square: heads · head_dim must be hidden_size
+    "helium": {
+        "head_dim": 32,
+        "num_key_value_heads": 32,
+    },  # Helium's o_proj is hidden_size square: heads · head_dim must be hidden_size
     "ministral": {"head_dim": 32},  # MinistralAttention reads head_dim as given: null does not build
 }
 
@@ -213,6 +220,7 @@ HUB_FILES = {
     **{name: values for name, (values, _) in CONFIGS.items()},
     "gemma-3-4b-it": GEMMA3_4B,
     **PUBLISHED,
+    **WRAPPED,
     **{f"zoo-{t}": {"model_type": t, **values} for t, values in ZOO.items()},
 }
 

@@ -526,3 +526,68 @@ def test_a_zoo_config_json_runs_account_and_memory(name, run_cli, tmp_path):
     assert "does not model" in r.out and "model states only" in r.out.splitlines()[1]
     r = run_cli("memory", path, "--context", 1024, "--impl", "course")
     assert r.code == 0 and "--impl course: our TransformerLM" in r.out, r.err
+
+
+# -- multimodal wrappers whose text_config is any supported type: Mistral 3, Kimi K2.5 ----------------------------
+WRAPPED = {
+    "zoo-mistral3": {
+        "model_type": "mistral3",
+        "text_config": {"model_type": "mistral", **SMALL, "head_dim": 16, "sliding_window": None},
+        "vision_config": {
+            "model_type": "pixtral",
+            "hidden_size": 32,
+            "intermediate_size": 32,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "image_size": 32,
+            "patch_size": 16,
+        },
+        "image_token_index": 10,
+        "spatial_merge_size": 2,
+        "projector_hidden_act": "gelu",
+        "tie_word_embeddings": False,
+    },
+    "zoo-mistral3-ministral3-tied": {
+        "model_type": "mistral3",
+        "text_config": {"model_type": "ministral3", **SMALL, "head_dim": 16, "tie_word_embeddings": False},
+        "vision_config": {
+            "model_type": "pixtral",
+            "hidden_size": 32,
+            "intermediate_size": 32,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "image_size": 32,
+            "patch_size": 16,
+        },
+    },
+    "zoo-kimi_k25": {
+        "model_type": "kimi_k25",
+        "text_config": {
+            **ZOO["glm4_moe_lite"],
+            "model_type": "deepseek_v3",
+            "mlp_layer_types": None,
+            "first_k_dense_replace": 1,
+            "n_shared_experts": 1,
+        },
+        "tie_word_embeddings": False,
+    },
+}
+"""Small wrappers (transformers builds the vision tower too; only the text model is ours to count)."""
+
+
+def text_parameters(model) -> int:
+    """A wrapper model's text decoder and LM head: every parameter outside the vision tower and projector."""
+    skip = ("vision_tower", "multi_modal_projector", "vision_model", "mm_projector", "projector", "visual")
+    return sum(p.numel() for n, p in model.named_parameters() if not any(f".{s}." in f".{n}" for s in skip))
+
+
+@pytest.mark.parametrize("name", WRAPPED)
+def test_a_wrapper_is_counted_as_its_text_model(name):
+    values = dict(WRAPPED[name])
+    cfg = config_from_hf(values, name=name)
+    assert cfg.name.endswith(f"(text model of a {values['model_type']} wrapper; the vision tower is not counted)")
+    config = transformers.AutoConfig.for_model(values.pop("model_type"), **values)
+    with torch.device("meta"):
+        model = transformers.AutoModelForImageTextToText.from_config(config, attn_implementation="eager")
+    assert parameter_breakdown(cfg).total == text_parameters(model)
+    assert cfg.tie_embeddings == config.tie_word_embeddings  # the wrapper's flag, not the text_config's
