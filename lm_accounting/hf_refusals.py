@@ -23,7 +23,7 @@ REASONS: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "deltanet": (
         "Gated DeltaNet (or other linear-attention) layers, which lm-accounting does not model yet",
-        _types("qwen3_next qwen3_5_text qwen3_5_moe_text kimi_linear olmo_hybrid bailing_hybrid minimax"),
+        _types("qwen3_next qwen3_5_text qwen3_5_moe_text qwen4_exp qwen4_exp_text kimi_linear olmo_hybrid minimax"),
     ),
     "short_conv": (
         "short-convolution layers (LFM2), which lm-accounting does not model yet",
@@ -40,18 +40,18 @@ REASONS: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "parallel": (
         "attention and MLP in parallel from one norm (a parallel block), which lm-accounting does not model yet",
-        _types("cohere cohere2 cohere2_moe cohere_compass_text falcon gptj codegen gpt_neox gpt_neox_japanese"),
+        _types("cohere cohere2 falcon gptj codegen gpt_neox"),
     ),
     "partial_rotary": (
         "RoPE on part of each head (partial_rotary_factor < 1 / rotary_dim), which lm-accounting does not model yet",
-        _types("glm glm4 glm4_moe glm_moe_dsa stablelm persimmon phi minimax_m2"),
+        _types("glm glm4 glm4_moe stablelm persimmon phi minimax_m2 solar_open laguna"),
     ),
     "mlp_activation": (
         (
             "a non-gated MLP with a ReLU-family activation (squared ReLU, ReLU, xIELU), which lm-accounting does not "
             "model yet (its MLPs: SwiGLU, GeGLU, GELU)"
         ),
-        _types("nemotron opt arcee apertus apertus1p5_text nanochat"),
+        _types("nemotron opt arcee apertus nanochat"),
     ),
     "positions": (
         (
@@ -70,10 +70,7 @@ REASONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "encoder": (
         "an encoder or encoder-decoder model (bidirectional or cross-attention), not a decoder-only LM",
         _types(
-            "bart bert bert-generation big_bird bigbird_pegasus blenderbot blenderbot-small camembert data2vec-text "
-            "electra ernie marian mbart megatron-bert mvp pegasus plbart prophetnet rembert roberta "
-            "roberta-prelayernorm roc_bert roformer trocr whisper xlm xlm-roberta xlm-roberta-xl xmod xlnet "
-            "reformer musicgen musicgen_melody moshi moss_transcribe_diarize git modernbert-decoder cpmant"
+            "bart bert bert-generation big_bird bigbird_pegasus blenderbot blenderbot-small camembert data2vec-text electra ernie marian mbart megatron-bert mvp pegasus plbart prophetnet rembert roberta roberta-prelayernorm roc_bert roformer trocr whisper xlm xlm-roberta xlm-roberta-xl xmod xlnet musicgen musicgen_melody git"
         ),
     ),
     "multimodal": (
@@ -82,10 +79,7 @@ REASONS: dict[str, tuple[str, tuple[str, ...]]] = {
             "AltUp, per-layer embeddings, byte patches, image tokens in the vocabulary)"
         ),
         _types(
-            "mllama fuyu emu3 got_ocr2 phi4_multimodal aria_text gemma3n gemma3n_text gemma4 gemma4_text "
-            "gemma4_assistant gemma4_unified gemma4_unified_text gemma4_unified_assistant blt llama4 llama4_text "
-            "minimax_m3_vl_text dots3_note dots3_note_text qwen4_exp qwen4_exp_text inkling_text inkling2_text "
-            "inkling2_loop_text"
+            "mllama fuyu got_ocr2 phi4_multimodal gemma3n gemma3n_text blt moshi moss_transcribe_diarize dots3_note"
         ),
     ),
     "mrope": (
@@ -100,23 +94,19 @@ REASONS: dict[str, tuple[str, tuple[str, ...]]] = {
             "an attention variant lm-accounting does not model yet (local/global GPT-Neo attention, differential, "
             "dynamic-mask, mixture-of-attention experts, a sparse-attention indexer)"
         ),
-        _types("gpt_neo diffllama doge jetmoe deepseek_v32 deepseek_v4"),
+        _types("gpt_neo diffllama doge jetmoe reformer deepseek_v32 deepseek_v4 glm_moe_dsa dots3_note_text"),
     ),
     "moe_variants": (
         (
             "a mixture of experts lm-accounting does not model yet (router-bias corrections as parameters, zero or "
             "per-layer-varying experts, expert-choice routing, fused DBRX experts with clipping)"
         ),
-        _types(
-            "dbrx ernie4_5_moe exaone_moe hunyuan_v1_moe longcat_flash dots1 afmoe sarvam_moe flex_olmo "
-            "solar_open laguna"
-        ),
+        _types("longcat_flash dbrx"),
     ),
     "unchecked": (
         "a modeling file not yet compared with lm-accounting's architecture options (refused rather than guessed)",
         _types(
-            "axk1 axk2 beam cwm dory flint gpt-sw3 granite_swa granitemoe_swa hrm_text hy_v4 hyperclovax "
-            "iquestcoder jais2 kolibri1 lara_mini mellum minicpm3 mimo_v2_flash sarvam_mla vaultgemma youtu zaya"
+            "afmoe apertus1p5_text aria_text axk1 axk2 bailing_hybrid beam cohere2_moe cohere_compass_text cpmant cwm dory dots1 emu3 ernie4_5_moe exaone_moe flex_olmo flint gemma4 gemma4_assistant gemma4_text gemma4_unified gemma4_unified_assistant gemma4_unified_text gpt-sw3 gpt_neox_japanese granite_swa granitemoe_swa hrm_text hunyuan_v1_moe hy_v4 hyperclovax inkling2_loop_text inkling2_text inkling_text iquestcoder jais2 kolibri1 lara_mini llama4 llama4_text mellum minicpm3 mimo_v2_flash minimax_m3_vl_text modernbert-decoder sarvam_mla sarvam_moe vaultgemma youtu zaya"
         ),
     ),
 }

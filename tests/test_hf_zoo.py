@@ -192,11 +192,13 @@ def meta_masks(monkeypatch):
     monkeypatch.setattr(masking, "find_packed_sequence_indices", lambda *args, **kwargs: None)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model_type", ZOO)
 def test_zoo_parameters_equal_transformers(model_type):
     check_parameters(model_type, ZOO[model_type])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model_type", ZOO)
 @pytest.mark.parametrize("seq", SEQS)
 def test_zoo_forward_flops_equal_transformers(model_type, seq, meta_masks):
