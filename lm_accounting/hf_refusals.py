@@ -70,13 +70,16 @@ REASONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "encoder": (
         "an encoder or encoder-decoder model (bidirectional or cross-attention), not a decoder-only LM",
         _types(
-            "bart bert bert-generation big_bird bigbird_pegasus blenderbot blenderbot-small camembert data2vec-text electra ernie marian mbart megatron-bert mvp pegasus plbart prophetnet rembert roberta roberta-prelayernorm roc_bert roformer trocr whisper xlm xlm-roberta xlm-roberta-xl xmod xlnet musicgen musicgen_melody git"
+            "bart bert bert-generation big_bird bigbird_pegasus blenderbot blenderbot-small camembert "
+            "data2vec-text electra ernie marian mbart megatron-bert mvp pegasus plbart prophetnet rembert roberta "
+            "roberta-prelayernorm roc_bert roformer trocr whisper xlm xlm-roberta xlm-roberta-xl xmod xlnet "
+            "musicgen musicgen_melody git"
         ),
     ),
     "multimodal": (
         (
-            "a multimodal or audio model whose text decoder is not a supported type (vision cross-attention, "
-            "AltUp, per-layer embeddings, byte patches, image tokens in the vocabulary)"
+            "a multimodal or audio model that is not a text decoder in a wrapper (vision cross-attention, AltUp, "
+            "byte patches, audio streams, a vision tower inside the causal LM)"
         ),
         _types(
             "mllama fuyu got_ocr2 phi4_multimodal gemma3n gemma3n_text blt moshi moss_transcribe_diarize dots3_note"
@@ -91,22 +94,27 @@ REASONS: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "attention_variants": (
         (
-            "an attention variant lm-accounting does not model yet (local/global GPT-Neo attention, differential, "
-            "dynamic-mask, mixture-of-attention experts, a sparse-attention indexer)"
+            "an attention variant lm-accounting does not model yet (GPT-Neo's local attention, differential, "
+            "dynamic-mask, mixture-of-attention experts, LSH, a sparse-attention indexer)"
         ),
         _types("gpt_neo diffllama doge jetmoe reformer deepseek_v32 deepseek_v4 glm_moe_dsa dots3_note_text"),
     ),
     "moe_variants": (
         (
-            "a mixture of experts lm-accounting does not model yet (router-bias corrections as parameters, zero or "
-            "per-layer-varying experts, expert-choice routing, fused DBRX experts with clipping)"
+            "a mixture of experts lm-accounting does not model yet (LongCat's zero-computation experts, DBRX's "
+            "fused experts with clipped Q/K/V)"
         ),
         _types("longcat_flash dbrx"),
     ),
     "unchecked": (
         "a modeling file not yet compared with lm-accounting's architecture options (refused rather than guessed)",
         _types(
-            "afmoe apertus1p5_text aria_text axk1 axk2 bailing_hybrid beam cohere2_moe cohere_compass_text cpmant cwm dory dots1 emu3 ernie4_5_moe exaone_moe flex_olmo flint gemma4 gemma4_assistant gemma4_text gemma4_unified gemma4_unified_assistant gemma4_unified_text gpt-sw3 gpt_neox_japanese granite_swa granitemoe_swa hrm_text hunyuan_v1_moe hy_v4 hyperclovax inkling2_loop_text inkling2_text inkling_text iquestcoder jais2 kolibri1 lara_mini llama4 llama4_text mellum minicpm3 mimo_v2_flash minimax_m3_vl_text modernbert-decoder sarvam_mla sarvam_moe vaultgemma youtu zaya"
+            "afmoe apertus1p5_text aria_text axk1 axk2 bailing_hybrid beam cohere2_moe cohere_compass_text cpmant "
+            "cwm dory dots1 emu3 ernie4_5_moe exaone_moe flex_olmo flint gemma4 gemma4_assistant gemma4_text "
+            "gemma4_unified gemma4_unified_assistant gemma4_unified_text gpt-sw3 gpt_neox_japanese granite_swa "
+            "granitemoe_swa hrm_text hunyuan_v1_moe hy_v4 hyperclovax inkling2_loop_text inkling2_text "
+            "inkling_text iquestcoder jais2 kolibri1 lara_mini llama4 llama4_text mellum minicpm3 mimo_v2_flash "
+            "minimax_m3_vl_text modernbert-decoder sarvam_mla sarvam_moe vaultgemma youtu zaya"
         ),
     ),
 }
