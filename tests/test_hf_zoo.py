@@ -593,3 +593,18 @@ def test_a_wrapper_is_counted_as_its_text_model(name):
         model = transformers.AutoModelForImageTextToText.from_config(config, attn_implementation="eager")
     assert parameter_breakdown(cfg).total == text_parameters(model)
     assert cfg.tie_embeddings == config.tie_word_embeddings  # the wrapper's flag, not the text_config's
+
+
+def test_docs_list_every_type_and_reason():
+    from pathlib import Path
+
+    from lm_accounting.hf_config import SUPPORTED_MODEL_TYPES
+    from lm_accounting.hf_fields import WRAPPERS
+    from lm_accounting.hf_refusals import REASONS, REFUSED_WRAPPERS
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "model_types.md").read_text()
+    rows = {line.split("|")[1].strip().strip("`") for line in text.splitlines() if line.startswith("| `")}
+    assert set(SUPPORTED_MODEL_TYPES) <= rows
+    assert all(f"`{w}`" in text for w in (*WRAPPERS, *REFUSED_WRAPPERS))
+    for reason, types in REASONS.values():
+        assert f"| {reason} | {', '.join(f'`{t}`' for t in types)} |" in text
