@@ -746,11 +746,14 @@ def _internlm3(f: _Fields) -> dict[str, Any]:
     return out
 
 
-def _ministral(f: _Fields) -> dict[str, Any]:
-    """Ministral: Mistral's block; its attention reads ``head_dim`` as given (a null does not build)."""
-    out = _mistral(f)
+def _head_dim_given(f: _Fields, out: dict[str, Any]) -> dict[str, Any]:
+    """Ministral's and HunYuan-Dense's attention take ``getattr(config, "head_dim", ...)``, which is the class's
+    None when the file leaves ``head_dim`` out or null: transformers cannot build that model, so it is refused."""
     if out["head_dim"] is None:
-        raise f.error("field 'head_dim' is required for ministral (transformers' attention reads it as given)")
+        raise f.error(
+            f"field 'head_dim' is required for {f.model_type} (transformers' attention reads it as given; "
+            "a null does not build)"
+        )
     return out
 
 
@@ -956,10 +959,10 @@ MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "exaone": _llama_like,
     "ernie4_5": lambda f: _llama_like(f, bias="use_bias"),
     "seed_oss": _seed_oss,
-    "ministral": _ministral,
+    "ministral": lambda f: _head_dim_given(f, _mistral(f)),
     "ministral3": _mistral,
     "smollm3": _smollm3,
-    "hunyuan_v1_dense": lambda f: _llama_like(f, qk_norm=True),
+    "hunyuan_v1_dense": lambda f: _head_dim_given(f, _llama_like(f, qk_norm=True)),
     "gemma": _gemma1,
     "olmo3": _olmo3,
     "exaone4": _exaone4,
@@ -1273,6 +1276,8 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
     "olmo2": lambda cfg: {**_write_common(cfg), "attention_bias": cfg.qkv_bias},
     "deepseek_v2": _write_deepseek,
     "deepseek_v3": _write_deepseek,
+    "exaone": _write_llama,  # transformers builds LlamaForCausalLM for these two
+    "internlm3": _write_llama,
 }
 """Per model type, the config.json fields that fix every count (``to_hf_dict``)."""
 assert set(WRITERS) <= set(SUPPORTED_MODEL_TYPES)

@@ -183,6 +183,7 @@ MOE_MINIMAL = {
         "num_key_value_heads": 32,
     },  # Helium's o_proj is hidden_size square: heads · head_dim must be hidden_size
     "ministral": {"head_dim": 32},  # MinistralAttention reads head_dim as given: null does not build
+    "hunyuan_v1_dense": {"head_dim": 32},
 }
 
 

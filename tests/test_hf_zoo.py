@@ -18,6 +18,7 @@ from lm_accounting.analytic.flops import forward_flops
 from lm_accounting.analytic.params import parameter_breakdown
 from lm_accounting.config import ConfigError
 from lm_accounting.hf_config import config_from_hf
+from lm_accounting.hf_fields import DEFINED_FIELDS
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -608,3 +609,35 @@ def test_docs_list_every_type_and_reason():
     assert all(f"`{w}`" in text for w in (*WRAPPERS, *REFUSED_WRAPPERS))
     for reason, types in REASONS.values():
         assert f"| {reason} | {', '.join(f'`{t}`' for t in types)} |" in text
+
+
+SHAPE_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
+SHAPE_FIELDS += ("max_position_embeddings", "num_experts", "num_local_experts", "head_dim")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", ZOO)
+def test_full_size_at_the_class_defaults_equals_transformers(model_type, meta_masks):
+    """Each class's defaults describe a full-size model (often the family's flagship: Hunyuan v3's 80 layers of
+    192 experts, GLM-4.7-Flash, Helium 2B, InternLM3 8B): the shape fields the reader requires are given with the
+    class's values, the rest left to the defaults on both sides."""
+    cls = transformers.CONFIG_MAPPING[model_type]
+    defaults = cls()
+    values = {k: getattr(defaults, k) for k in SHAPE_FIELDS if getattr(defaults, k, None) is not None}
+    values = {k: v for k, v in values.items() if k in DEFINED_FIELDS[model_type]} | NO_IDS
+    if model_type in ("ministral", "hunyuan_v1_dense"):  # their classes' head_dim None does not build
+        values["head_dim"] = values["hidden_size"] // values["num_attention_heads"]
+    if model_type == "gpt_bigcode":
+        values = {"vocab_size": 50257, "n_embd": 768, "n_layer": 12, "n_head": 12, "n_positions": 1024, **NO_IDS}
+    check_parameters(model_type, values)
+    check_flops(model_type, values, 1024)
+
+
+@pytest.mark.parametrize("model_type", ["ministral", "hunyuan_v1_dense"])
+def test_a_head_size_transformers_cannot_build_is_refused(model_type):
+    """``getattr(config, "head_dim", ...)`` is the class's None: transformers' own build fails, so do we."""
+    values = {"model_type": model_type, **SMALL}
+    with pytest.raises(ConfigError, match=f"field 'head_dim' is required for {model_type}"):
+        config_from_hf(values)
+    with pytest.raises(TypeError):
+        build_hf(values)
