@@ -10,7 +10,7 @@ The rules:
   qwen3_moe) and latent-attention (deepseek_v2, deepseek_v3) types included; after the first 13, the model zoo
   (issue 30): types whose modeling file is one of those blocks under other names (Granite, Helium, InternLM3,
   EXAONE 3/4, ERNIE 4.5, Seed-OSS, Ministral, SmolLM3, HunYuan-Dense, Gemma, OLMo-3, OLMoE, Phi-3.5-MoE,
-  Hunyuan v3, GLM-4.7-Flash, StarCoder2, GPTBigCode), each proven in tests/test_hf_zoo.py and listed in
+  Hunyuan v3, HunYuan-MoE, GLM-4.7-Flash, StarCoder2, GPTBigCode), each proven in tests/test_hf_zoo.py and listed in
   docs/model_types.md.  A multimodal wrapper with a ``text_config`` (``WRAPPERS``: Gemma 3's ``gemma3``,
   Mistral 3's ``mistral3``, Kimi K2.5's ``kimi_k25``) is read through its text model, and the model's name
   says so: "(text model of a gemma3 wrapper; the vision tower is not counted)".  Every other causal-LM type
@@ -119,6 +119,7 @@ SUPPORTED_MODEL_TYPES = (
     "olmoe",
     "phimoe",
     "hy_v3",
+    "hunyuan_v1_moe",
     "glm4_moe_lite",
     "starcoder2",
     "gpt_bigcode",
@@ -263,6 +264,7 @@ IGNORED_BY_TYPE = {
     "phimoe": frozenset(["router_jitter_noise", "input_jitter_noise", "output_router_logits", "router_aux_loss_coef"]),
     "hy_v3": frozenset(["router_scaling_factor", "enable_moe_fp32_combine", "output_router_logits"]),
     "hunyuan_v1_dense": frozenset(["eod_token_id"]),
+    "hunyuan_v1_moe": frozenset(["eod_token_id", "output_router_logits"]),
     "seed_oss": frozenset(["residual_dropout"]),
     "starcoder2": frozenset(["residual_dropout", "embedding_dropout"]),
     "gpt_bigcode": frozenset(["scale_attn_weights", "attention_softmax_in_fp32", "scale_attention_softmax_in_fp32"]),
@@ -863,6 +865,31 @@ def _phimoe(f: _Fields) -> dict[str, Any]:
     }
 
 
+def _per_layer(f: _Fields, key: str) -> int:
+    """A count given once or per layer (HunYuan's ``moe_topk`` / ``num_experts`` lists): one value for every
+    layer only."""
+    value = f.raw(key)
+    if isinstance(value, list):
+        if not value or any(v != value[0] for v in value):
+            raise f.error(f"field '{f.key(key)}' differs between layers: one value for every layer only")
+        f.data = {**f.data, f.key(key): value[0]}
+    return f.int(key, null=False)
+
+
+def _hunyuan_moe(f: _Fields) -> dict[str, Any]:
+    """HunYuan-MoE (Hunyuan-A13B): HunYuan-Dense's attention; every layer ``num_experts`` SwiGLU experts of
+    ``intermediate_size`` (top ``moe_topk``) beside one always-on shared MLP of ``intermediate_size``, summed
+    ungated (modeling_hunyuan_v1_moe.py ``HunYuanMoEV1Moe``).  The hub file's ``moe_intermediate_size`` and
+    ``num_shared_expert`` are not fields of the class, so transformers (and we) ignore them."""
+    out = _head_dim_given(f, _llama_like(f, qk_norm=True))
+    return {
+        **out,
+        "num_experts": _per_layer(f, "num_experts"),
+        "experts_per_token": _per_layer(f, "moe_topk"),
+        "shared_experts": 1,
+    }
+
+
 def _dense_first(f: _Fields, dense_default: int) -> int:
     """``mlp_layer_types`` as the leading dense layers: "dense" × k then "sparse" (absent: ``dense_default``)."""
     types = f.raw("mlp_layer_types")
@@ -969,6 +996,7 @@ MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "olmoe": _olmoe,
     "phimoe": _phimoe,
     "hy_v3": _hy_v3,
+    "hunyuan_v1_moe": _hunyuan_moe,
     "glm4_moe_lite": _glm4_moe_lite,
     "starcoder2": _starcoder2,
     "gpt_bigcode": _gpt_bigcode,

@@ -362,6 +362,15 @@ DEFINED_FIELDS: dict[str, frozenset[str]] = {
             vision_config vision_end_token_id vision_start_token_id
         """
     ),
+    "hunyuan_v1_moe": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id eod_token_id eos_token_id head_dim hidden_act
+            hidden_size intermediate_size max_position_embeddings moe_topk num_attention_heads num_experts
+            num_experts_per_tok num_hidden_layers num_key_value_heads num_local_experts output_router_logits
+            pad_token_id pretraining_tp rms_norm_eps sep_token_id use_cache vocab_size
+        """
+    ),
 }
 
 CONFIG_CLASSES = {
@@ -399,6 +408,7 @@ CONFIG_CLASSES = {
     "olmoe": "OlmoeConfig",
     "phimoe": "PhimoeConfig",
     "hy_v3": "HYV3Config",
+    "hunyuan_v1_moe": "HunYuanMoEV1Config",
     "glm4_moe_lite": "Glm4MoeLiteConfig",
     "starcoder2": "Starcoder2Config",
     "gpt_bigcode": "GPTBigCodeConfig",
@@ -420,6 +430,7 @@ ALIASES: dict[str, dict[str, str]] = {
         "eoi_token_id": "eoi_token_index",
     },
     "mistral3": {"image_token_id": "image_token_index"},
+    "hunyuan_v1_moe": {"num_experts_per_tok": "moe_topk", "num_local_experts": "num_experts"},
     "internlm3": {"qkv_bias": "attention_bias", "bias": "mlp_bias"},
     "exaone": {
         "num_layers": "num_hidden_layers",
@@ -794,6 +805,16 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         "n_inner": None,
         "multi_query": True,
         "add_cross_attention": False,
+    },
+    "hunyuan_v1_moe": {
+        "num_key_value_heads": None,
+        "head_dim": None,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "hidden_act": "silu",
+        "moe_topk": 1,
+        "rope_theta": 10000.0,
     },
 }
 

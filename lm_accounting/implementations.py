@@ -80,6 +80,7 @@ HF_CAUSAL_LM = {
     "olmoe": "OlmoeForCausalLM",
     "phimoe": "PhimoeForCausalLM",
     "hy_v3": "HYV3ForCausalLM",
+    "hunyuan_v1_moe": "HunYuanMoEV1ForCausalLM",
     "glm4_moe_lite": "Glm4MoeLiteForCausalLM",
     "starcoder2": "Starcoder2ForCausalLM",
     "gpt_bigcode": "GPTBigCodeForCausalLM",

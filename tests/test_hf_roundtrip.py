@@ -184,6 +184,7 @@ MOE_MINIMAL = {
     },  # Helium's o_proj is hidden_size square: heads · head_dim must be hidden_size
     "ministral": {"head_dim": 32},  # MinistralAttention reads head_dim as given: null does not build
     "hunyuan_v1_dense": {"head_dim": 32},
+    "hunyuan_v1_moe": {"head_dim": 32, "num_experts": 8, "moe_topk": 2},
 }
 
 

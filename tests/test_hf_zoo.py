@@ -74,6 +74,7 @@ ZOO = {  # model_type -> a small config.json with the type's own options set
         "moe_intermediate_size": 32,
         "num_shared_experts": 2,
     },
+    "hunyuan_v1_moe": {**SMALL, "head_dim": 16, "num_experts": 4, "moe_topk": [2, 2, 2, 2]},
     "glm4_moe_lite": {
         **SMALL,
         **EXPERTS,
@@ -97,6 +98,10 @@ ZOO_MODULES = {
     "self_attn.query_layernorm": ("attn.q_norm",),
     "self_attn.key_layernorm": ("attn.k_norm",),
     "mlp.router": ("moe.router",),
+    "mlp.gate.wg": ("moe.router",),
+    "mlp.shared_mlp.gate_proj": ("moe.shared.w1",),
+    "mlp.shared_mlp.up_proj": ("moe.shared.w3",),
+    "mlp.shared_mlp.down_proj": ("moe.shared.w2",),
     "block_sparse_moe.router": ("moe.router",),
     "block_sparse_moe.router.layer": ("moe.router",),
     "block_sparse_moe.experts": ("moe.experts.w1", "moe.experts.w3", "moe.experts.w2"),
@@ -625,7 +630,7 @@ def test_full_size_at_the_class_defaults_equals_transformers(model_type, meta_ma
     defaults = cls()
     values = {k: getattr(defaults, k) for k in SHAPE_FIELDS if getattr(defaults, k, None) is not None}
     values = {k: v for k, v in values.items() if k in DEFINED_FIELDS[model_type]} | NO_IDS
-    if model_type in ("ministral", "hunyuan_v1_dense"):  # their classes' head_dim None does not build
+    if model_type in ("ministral", "hunyuan_v1_dense", "hunyuan_v1_moe"):  # their classes' head_dim None does not build
         values["head_dim"] = values["hidden_size"] // values["num_attention_heads"]
     if model_type == "gpt_bigcode":
         values = {"vocab_size": 50257, "n_embd": 768, "n_layer": 12, "n_head": 12, "n_positions": 1024, **NO_IDS}
