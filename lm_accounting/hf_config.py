@@ -23,8 +23,8 @@ The rules:
   (dropout, soft-capping, rope scaling, token ids, generation settings, ...) and the fields transformers'
   configuration class for the type does not define (``hf_fields.DEFINED_FIELDS``: GPT-2's ``n_special``, a
   fine-tuning tool's ``unsloth_version``), which nothing in transformers reads; they are listed in
-  ``ModelConfig.ignored_fields`` (every JSON result, and ``--verbose``).  Not understood is a field the class defines that we neither read nor know to be
-  harmless: we cannot tell whether it changes the counts.
+  ``ModelConfig.ignored_fields`` (every JSON result, and ``--verbose``).  Not understood is a field the class
+  defines that we neither read nor know to be harmless: we cannot tell whether it changes the counts.
 * Both the hub's spelling and what ``save_pretrained`` writes with transformers 5.x are read: either name
   of the class's ``attribute_map`` (Qwen3-MoE's ``num_experts`` / ``num_local_experts``; two that disagree
   are refused), ``rope_parameters``, and the values ``__post_init__`` derives (DeepSeek's ``qk_head_dim``
