@@ -646,3 +646,39 @@ def test_a_head_size_transformers_cannot_build_is_refused(model_type):
         config_from_hf(values)
     with pytest.raises(TypeError):
         build_hf(values)
+
+
+def test_exaone4_hub_pattern_is_read_beside_layer_types():
+    """EXAONE-4.0's hub file writes ``sliding_window_pattern: "LLLG"`` with ``layer_types``; transformers' own
+    ``__post_init__`` takes the string only when ``layer_types`` is given (``(i + 1) % "LLLG"`` fails)."""
+    types = ["sliding_attention"] * 3 + ["full_attention"]
+    values = {**SMALL, "sliding_window": WINDOW, "sliding_window_pattern": "LLLG", "layer_types": types}
+    cfg = config_from_hf({"model_type": "exaone4", **values})
+    assert (cfg.sliding_window, cfg.full_attention_every, cfg.windowed_layers) == (WINDOW, 4, 3)
+    check_parameters("exaone4", values)
+    without = {k: v for k, v in values.items() if k != "layer_types"}
+    with pytest.raises(ConfigError, match="'sliding_window_pattern' = 'LLLG' is read only as 'L...LG' beside"):
+        config_from_hf({"model_type": "exaone4", **without})
+    with pytest.raises(TypeError):
+        build_hf({"model_type": "exaone4", **without})
+
+
+@pytest.mark.parametrize(
+    ("model_type", "change", "message"),
+    [
+        ("granite", {"embedding_multiplier": "12"}, "field 'embedding_multiplier'"),
+        ("hunyuan_v1_moe", {"moe_topk": [2, 1, 2, 2]}, "field 'moe_topk' differs between layers"),
+        ("granitemoeshared", {"shared_intermediate_size": -1}, "field 'shared_intermediate_size' must be"),
+        ("olmoe", {"clip_qkv": 8.0}, "field 'clip_qkv' = 8.0 is not supported"),
+        ("gpt_bigcode", {"multi_query": "yes"}, "field 'multi_query' must be true or false"),
+        ("internlm3", {"bias": False}, "fields 'qkv_bias' and 'bias' must agree"),
+        ("phimoe", {"lm_head_bias": True}, "field 'lm_head_bias' = True is not supported"),
+    ],
+)
+def test_bad_zoo_fields_are_one_line_exit_2(model_type, change, message, run_cli, tmp_path):
+    import json
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": model_type, **ZOO[model_type], **change}))
+    r = run_cli("account", path)
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and message in r.err, r.err
