@@ -1152,7 +1152,8 @@ def to_hf_dict(cfg: ModelConfig) -> dict[str, Any]:
     ``max_position_embeddings`` (a step at 256 tokens of a 1,024-position model), and a windowed model with fewer
     layers than its full-attention period (a 2-layer Gemma 3) is written with every layer sliding.  A config
     without a type, or with an option the type's class cannot express (a course preset, Llama with a q/k/v bias
-    but no output bias), is a one-line ``ConfigError``."""
+    but no output bias), or of a type with no writer (``WRITERS``: the zoo's types are read, not written back,
+    except EXAONE 3 and InternLM3, which the ``llama`` program measures), is a one-line ``ConfigError``."""
     model_type = cfg.hf_model_type
     if model_type is None:
         raise ConfigError(
@@ -1160,8 +1161,8 @@ def to_hf_dict(cfg: ModelConfig) -> dict[str, Any]:
         )
     if model_type not in WRITERS:
         raise ConfigError(
-            f"{cfg.name}: hf_model_type '{model_type}' is not one lm-accounting writes "
-            f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})"
+            f"{cfg.name}: hf_model_type '{model_type}' is not one lm-accounting writes back as a config.json "
+            f"(written: {', '.join(WRITERS)})"
         )
     values = {"model_type": model_type, **WRITERS[model_type](cfg), **NO_TOKEN_IDS}
     expected = config_from_hf(values, f"{cfg.name} ({model_type})")

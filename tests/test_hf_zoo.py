@@ -682,3 +682,10 @@ def test_bad_zoo_fields_are_one_line_exit_2(model_type, change, message, run_cli
     path.write_text(json.dumps({"model_type": model_type, **ZOO[model_type], **change}))
     r = run_cli("account", path)
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and message in r.err, r.err
+
+
+def test_a_zoo_type_without_a_writer_is_one_line():
+    from lm_accounting.hf_config import to_hf_dict
+
+    with pytest.raises(ConfigError, match="hf_model_type 'olmoe' is not one lm-accounting writes back"):
+        to_hf_dict(config_from_hf({"model_type": "olmoe", **ZOO["olmoe"]}))
