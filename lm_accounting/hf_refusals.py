@@ -44,7 +44,7 @@ REASONS: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "partial_rotary": (
         "RoPE on part of each head (partial_rotary_factor < 1 / rotary_dim), which lm-accounting does not model yet",
-        _types("glm glm4 glm4_moe stablelm persimmon phi minimax_m2 solar_open laguna"),
+        _types("glm glm4 glm4_moe stablelm persimmon phi minimax_m2 laguna"),
     ),
     "mlp_activation": (
         (
@@ -109,7 +109,8 @@ REASONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "unchecked": (
         "a modeling file not yet compared with lm-accounting's architecture options (refused rather than guessed)",
         _types(
-            "afmoe apertus1p5_text aria_text axk1 axk2 bailing_hybrid beam cohere2_moe cohere_compass_text cpmant "
+            "afmoe apertus1p5_text solar_open aria_text axk1 axk2 bailing_hybrid beam cohere2_moe "
+            "cohere_compass_text cpmant "
             "cwm dory dots1 emu3 ernie4_5_moe exaone_moe flex_olmo flint gemma4 gemma4_assistant gemma4_text "
             "gemma4_unified gemma4_unified_assistant gemma4_unified_text gpt-sw3 gpt_neox_japanese granite_swa "
             "granitemoe_swa hrm_text hy_v4 hyperclovax inkling2_loop_text inkling2_text "
