@@ -10,8 +10,8 @@ The rules:
   qwen3_moe) and latent-attention (deepseek_v2, deepseek_v3) types included; after the first 13, the model zoo
   (issue 30): types whose modeling file is one of those blocks under other names (Granite, Helium, InternLM3,
   EXAONE 3/4, ERNIE 4.5, Seed-OSS, Ministral, SmolLM3, HunYuan-Dense, Gemma, OLMo-3, OLMoE, Phi-3.5-MoE,
-  Hunyuan v3, HunYuan-MoE, GLM-4.7-Flash, StarCoder2, GPTBigCode), each proven in tests/test_hf_zoo.py and
-  listed in docs/model_types.md.  A multimodal wrapper with a ``text_config`` (``WRAPPERS``: Gemma 3's ``gemma3``,
+  Hunyuan v3, HunYuan-MoE, IQuest-Coder, Sarvam-M, GLM-4.7-Flash, StarCoder2, GPTBigCode; GPT-SW3 as GPT-2),
+  each proven in tests/test_hf_zoo.py and listed in docs/model_types.md.  A multimodal wrapper with a ``text_config`` (``WRAPPERS``: Gemma 3's ``gemma3``,
   Mistral 3's ``mistral3``, Kimi K2.5's ``kimi_k25``) is read through its text model, and the model's name
   says so: "(text model of a gemma3 wrapper; the vision tower is not counted)".  Every other causal-LM type
   transformers registers is refused with a line naming what it lacks (``hf_refusals.REFUSED_MODEL_TYPES``; a
@@ -81,6 +81,7 @@ from .hf_fields import (
     COMMON_FIELDS,
     CONFIG_CLASSES,
     DEFINED_FIELDS,
+    SAME_CLASSES,
     WRAPPED_TEXT_DEFAULTS,
     WRAPPERS,
     WRAPPERS_OF_ANY_TEXT,
@@ -120,6 +121,8 @@ SUPPORTED_MODEL_TYPES = (
     "phimoe",
     "hy_v3",
     "hunyuan_v1_moe",
+    "iquestcoder",
+    "sarvam_mla",
     "glm4_moe_lite",
     "starcoder2",
     "gpt_bigcode",
@@ -258,6 +261,7 @@ IGNORED_BY_TYPE = {
     "deepseek_v2": frozenset(_DEEPSEEK_ROUTING),
     "deepseek_v3": frozenset(_DEEPSEEK_ROUTING),
     "glm4_moe_lite": frozenset(_DEEPSEEK_ROUTING),
+    "sarvam_mla": frozenset(_DEEPSEEK_ROUTING),
     "granitemoe": frozenset(["output_router_logits", "router_aux_loss_coef"]),
     "granitemoeshared": frozenset(["output_router_logits", "router_aux_loss_coef"]),
     "olmoe": frozenset(["norm_topk_prob", "output_router_logits", "router_aux_loss_coef"]),
@@ -890,6 +894,16 @@ def _hunyuan_moe(f: _Fields) -> dict[str, Any]:
     }
 
 
+def _sarvam_mla(f: _Fields) -> dict[str, Any]:
+    """Sarvam-M (``sarvam_mla``): DeepSeek-V3's model (transformers builds ``DeepseekV3ForCausalLM``); its class
+    drops a saved ``head_dim`` (the remote code's ``kv_lora_rank + qk_rope_head_dim``) and ``q_head_dim``
+    (configuration_sarvam_mla.py ``__post_init__``), so they are ignored here too."""
+    dropped = [k for k in ("head_dim", "q_head_dim") if k in f.data]
+    f.ignored_parts += dropped
+    f.data = {k: v for k, v in f.data.items() if k not in dropped}
+    return _deepseek(f)
+
+
 def _dense_first(f: _Fields, dense_default: int) -> int:
     """``mlp_layer_types`` as the leading dense layers: "dense" × k then "sparse" (absent: ``dense_default``)."""
     types = f.raw("mlp_layer_types")
@@ -997,6 +1011,8 @@ MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "phimoe": _phimoe,
     "hy_v3": _hy_v3,
     "hunyuan_v1_moe": _hunyuan_moe,
+    "iquestcoder": _llama_like,
+    "sarvam_mla": _sarvam_mla,
     "glm4_moe_lite": _glm4_moe_lite,
     "starcoder2": _starcoder2,
     "gpt_bigcode": _gpt_bigcode,
@@ -1015,6 +1031,9 @@ def config_from_hf(data: Any, source: str = "config.json", name: str = "custom")
         )
     if not isinstance(model_type, str):
         raise ConfigError(f"{source}: field 'model_type' must be a string, got {short_repr(model_type)}")
+    if model_type in SAME_CLASSES:  # GPT-SW3: GPT-2's configuration and model classes
+        data = {**data, "model_type": SAME_CLASSES[model_type]}
+        model_type = SAME_CLASSES[model_type]
     if model_type in REFUSED_WRAPPERS:
         text_type = REFUSED_WRAPPERS[model_type]
         raise ConfigError(

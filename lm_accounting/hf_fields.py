@@ -371,6 +371,26 @@ DEFINED_FIELDS: dict[str, frozenset[str]] = {
             pad_token_id pretraining_tp rms_norm_eps sep_token_id use_cache vocab_size
         """
     ),
+    "iquestcoder": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id eos_token_id head_dim hidden_act hidden_size
+            intermediate_size max_position_embeddings mlp_bias num_attention_heads num_hidden_layers
+            num_key_value_heads pad_token_id rms_norm_eps use_cache vocab_size
+        """
+    ),
+    "sarvam_mla": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id eos_token_id first_k_dense_replace head_dim hidden_act
+            hidden_size intermediate_size kv_lora_rank max_position_embeddings moe_intermediate_size n_group
+            n_routed_experts n_shared_experts norm_topk_prob num_attention_heads num_experts num_experts_per_tok
+            num_hidden_layers num_key_value_heads num_local_experts num_mtp_layers num_nextn_predict_layers
+            num_shared_experts output_router_logits pad_token_id pretraining_tp q_head_dim q_lora_rank
+            qk_head_dim qk_nope_head_dim qk_rope_head_dim rms_norm_eps rope_interleave routed_scaling_factor
+            topk_group use_cache v_head_dim vocab_size
+        """
+    ),
 }
 
 CONFIG_CLASSES = {
@@ -409,6 +429,8 @@ CONFIG_CLASSES = {
     "phimoe": "PhimoeConfig",
     "hy_v3": "HYV3Config",
     "hunyuan_v1_moe": "HunYuanMoEV1Config",
+    "iquestcoder": "IQuestCoderConfig",
+    "sarvam_mla": "SarvamMLAConfig",
     "glm4_moe_lite": "Glm4MoeLiteConfig",
     "starcoder2": "Starcoder2Config",
     "gpt_bigcode": "GPTBigCodeConfig",
@@ -431,6 +453,12 @@ ALIASES: dict[str, dict[str, str]] = {
     },
     "mistral3": {"image_token_id": "image_token_index"},
     "hunyuan_v1_moe": {"num_experts_per_tok": "moe_topk", "num_local_experts": "num_experts"},
+    "sarvam_mla": {
+        "num_local_experts": "n_routed_experts",
+        "num_mtp_layers": "num_nextn_predict_layers",
+        "num_experts": "n_routed_experts",
+        "num_shared_experts": "n_shared_experts",
+    },
     "internlm3": {"qkv_bias": "attention_bias", "bias": "mlp_bias"},
     "exaone": {
         "num_layers": "num_hidden_layers",
@@ -816,7 +844,40 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         "moe_topk": 1,
         "rope_theta": 10000.0,
     },
+    "iquestcoder": {
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "hidden_act": "silu",
+        "rope_theta": 10000.0,
+    },
+    "sarvam_mla": {
+        "num_key_value_heads": None,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "hidden_act": "silu",
+        "moe_intermediate_size": 2048,
+        "qk_rope_head_dim": 64,
+        "qk_nope_head_dim": 128,
+        "v_head_dim": 128,
+        "kv_lora_rank": 512,
+        "q_lora_rank": None,
+        "n_shared_experts": 1,
+        "n_routed_experts": 128,
+        "num_experts_per_tok": 8,
+        "first_k_dense_replace": 1,
+        "rope_theta": 10000.0,
+    },
 }
+
+SAME_CLASSES = {"gpt-sw3": "gpt2"}
+"""A ``model_type`` whose configuration class and causal-LM class are another type's (transformers'
+``CONFIG_MAPPING_NAMES`` and ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``): GPT-SW3 is ``GPT2Config`` and
+``GPT2LMHeadModel``, so its config.json is read as GPT-2's."""
 
 WRAPPERS = {"gemma3": "gemma3_text", "mistral3": "mistral", "kimi_k25": "deepseek_v3"}
 """Multimodal wrapper ``model_type`` -> the ``model_type`` of its ``text_config`` (``sub_configs_defaults``)."""

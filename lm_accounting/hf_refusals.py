@@ -112,10 +112,10 @@ REASONS: dict[str, tuple[str, tuple[str, ...]]] = {
             "afmoe apertus1p5_text solar_open aria_text axk1 axk2 bailing_hybrid beam cohere2_moe "
             "cohere_compass_text cpmant "
             "cwm dory dots1 emu3 ernie4_5_moe exaone_moe flex_olmo flint gemma4 gemma4_assistant gemma4_text "
-            "gemma4_unified gemma4_unified_assistant gemma4_unified_text gpt-sw3 gpt_neox_japanese granite_swa "
+            "gemma4_unified gemma4_unified_assistant gemma4_unified_text gpt_neox_japanese granite_swa "
             "granitemoe_swa hrm_text hy_v4 hyperclovax inkling2_loop_text inkling2_text "
-            "inkling_text iquestcoder jais2 kolibri1 lara_mini llama4 llama4_text mellum minicpm3 mimo_v2_flash "
-            "minimax_m3_vl_text modernbert-decoder sarvam_mla sarvam_moe vaultgemma youtu zaya"
+            "inkling_text jais2 kolibri1 lara_mini llama4 llama4_text mellum minicpm3 mimo_v2_flash "
+            "minimax_m3_vl_text modernbert-decoder sarvam_moe vaultgemma youtu zaya"
         ),
     ),
 }

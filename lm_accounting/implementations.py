@@ -81,6 +81,8 @@ HF_CAUSAL_LM = {
     "phimoe": "PhimoeForCausalLM",
     "hy_v3": "HYV3ForCausalLM",
     "hunyuan_v1_moe": "HunYuanMoEV1ForCausalLM",
+    "iquestcoder": "LlamaForCausalLM",
+    "sarvam_mla": "DeepseekV3ForCausalLM",
     "glm4_moe_lite": "Glm4MoeLiteForCausalLM",
     "starcoder2": "Starcoder2ForCausalLM",
     "gpt_bigcode": "GPTBigCodeForCausalLM",

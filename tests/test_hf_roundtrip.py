@@ -185,6 +185,7 @@ MOE_MINIMAL = {
     "ministral": {"head_dim": 32},  # MinistralAttention reads head_dim as given: null does not build
     "hunyuan_v1_dense": {"head_dim": 32},
     "hunyuan_v1_moe": {"head_dim": 32, "num_experts": 8, "moe_topk": 2},
+    "sarvam_mla": {"num_key_value_heads": 32},
 }
 
 

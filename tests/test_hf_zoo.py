@@ -75,6 +75,21 @@ ZOO = {  # model_type -> a small config.json with the type's own options set
         "num_shared_experts": 2,
     },
     "hunyuan_v1_moe": {**SMALL, "head_dim": 16, "num_experts": 4, "moe_topk": [2, 2, 2, 2]},
+    "iquestcoder": {**SMALL, "head_dim": 32},
+    "sarvam_mla": {
+        **SMALL,
+        **EXPERTS,
+        "num_key_value_heads": 4,
+        "n_routed_experts": 4,
+        "moe_intermediate_size": 32,
+        "kv_lora_rank": 32,
+        "q_lora_rank": None,
+        "qk_rope_head_dim": 8,
+        "qk_nope_head_dim": 16,
+        "v_head_dim": 16,
+        "first_k_dense_replace": 1,
+        "n_shared_experts": 1,
+    },
     "glm4_moe_lite": {
         **SMALL,
         **EXPERTS,
@@ -445,10 +460,10 @@ def test_every_causal_lm_type_is_read_or_refused_with_a_reason():
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     from lm_accounting.hf_config import SUPPORTED_MODEL_TYPES
-    from lm_accounting.hf_fields import WRAPPERS
+    from lm_accounting.hf_fields import SAME_CLASSES, WRAPPERS
     from lm_accounting.hf_refusals import REFUSED_MODEL_TYPES, REFUSED_WRAPPERS
 
-    read = set(SUPPORTED_MODEL_TYPES) | set(WRAPPERS)
+    read = set(SUPPORTED_MODEL_TYPES) | set(WRAPPERS) | set(SAME_CLASSES)
     refused = set(REFUSED_MODEL_TYPES) | set(REFUSED_WRAPPERS)
     assert not read & refused
     assert set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES) <= read | refused, set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES) - read
@@ -689,3 +704,28 @@ def test_a_zoo_type_without_a_writer_is_one_line():
 
     with pytest.raises(ConfigError, match="hf_model_type 'olmoe' is not one lm-accounting writes back"):
         to_hf_dict(config_from_hf({"model_type": "olmoe", **ZOO["olmoe"]}))
+
+
+def test_gpt_sw3_is_read_as_gpt2():
+    """GPT-SW3's configuration and causal-LM classes are GPT-2's (``hf_fields.SAME_CLASSES``)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    from lm_accounting.hf_fields import SAME_CLASSES
+
+    for alias, target in SAME_CLASSES.items():
+        assert CONFIG_MAPPING_NAMES[alias] == CONFIG_MAPPING_NAMES[target]
+        assert MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[alias] == MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[target]
+    values = {"vocab_size": 256, "n_embd": 64, "n_layer": 4, "n_head": 4, "n_positions": 512, **NO_IDS}
+    cfg = config_from_hf({"model_type": "gpt-sw3", **values})
+    assert cfg.hf_model_type == "gpt2" and cfg == config_from_hf({"model_type": "gpt2", **values})
+    model = build_hf({"model_type": "gpt-sw3", **values})
+    assert parameter_breakdown(cfg).total == sum(p.numel() for p in model.parameters())
+
+
+def test_sarvam_legacy_head_dims_are_dropped_as_transformers_drops_them():
+    values = {**ZOO["sarvam_mla"], "head_dim": 32 + 8, "q_head_dim": 24}  # kv_lora_rank + qk_rope_head_dim
+    cfg = config_from_hf({"model_type": "sarvam_mla", **values})
+    assert {"head_dim", "q_head_dim"} <= set(cfg.ignored_fields)
+    assert cfg == config_from_hf({"model_type": "sarvam_mla", **ZOO["sarvam_mla"]})
+    check_parameters("sarvam_mla", values)
