@@ -729,3 +729,26 @@ def test_sarvam_legacy_head_dims_are_dropped_as_transformers_drops_them():
     assert {"head_dim", "q_head_dim"} <= set(cfg.ignored_fields)
     assert cfg == config_from_hf({"model_type": "sarvam_mla", **ZOO["sarvam_mla"]})
     check_parameters("sarvam_mla", values)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"model_type": "mistral3"}, "its text model ('text_config') is missing"),
+        ({"model_type": "kimi_k25", "text_config": "deepseek_v3"}, "its text model ('text_config') is not an object"),
+        (
+            {"model_type": "mistral3", "text_config": {"model_type": "gpt_oss"}},
+            "multimodal wrapper whose text model 'gpt_oss' has attention sinks",
+        ),
+        ({"model_type": "mistral3", "text_config": {"model_type": "nope"}}, "must be a supported model_type"),
+        ({"model_type": "gemma3", "text_config": {"model_type": "llama"}}, "must be 'gemma3_text', got 'llama'"),
+    ],
+)
+def test_a_bad_wrapper_is_one_line_exit_2(data, message, run_cli, tmp_path):
+    import json
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    for command in ("account", "memory"):
+        r = run_cli(command, path)
+        assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and message in r.err, r.err
