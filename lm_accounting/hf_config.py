@@ -10,10 +10,10 @@ The rules:
   qwen3_moe) and latent-attention (deepseek_v2, deepseek_v3) types included; after the first 13, the model zoo
   (issue 30): types whose modeling file is one of those blocks under other names (Granite, Helium, InternLM3,
   EXAONE 3/4, ERNIE 4.5, Seed-OSS, Ministral, SmolLM3, HunYuan-Dense, Gemma, OLMo-3, OLMoE, Phi-3.5-MoE,
-  Hunyuan v3, HunYuan-MoE, IQuest-Coder, Sarvam-M, GLM-4.7-Flash, StarCoder2, GPTBigCode; GPT-SW3 as GPT-2),
-  each proven in tests/test_hf_zoo.py and listed in docs/model_types.md.  A multimodal wrapper with a
-  ``text_config`` (``WRAPPERS``: Gemma 3's ``gemma3``, Mistral 3's ``mistral3``, Kimi K2.5's ``kimi_k25``) is
-  read through its text model, and the model's name says so: "(text model of a gemma3 wrapper; the vision
+  Hunyuan v3, HunYuan-MoE, IQuest-Coder, Sarvam-M, Youtu, VaultGemma, HyperCLOVA X, GLM-4.7-Flash, StarCoder2,
+  GPTBigCode; GPT-SW3 as GPT-2), each proven in tests/test_hf_zoo.py and listed in docs/model_types.md.  A
+  multimodal wrapper with a ``text_config`` (``WRAPPERS``: Gemma 3's ``gemma3``, Mistral 3's ``mistral3``, Kimi
+  K2.5's ``kimi_k25``) is read through its text model, and the model's name says so: "(text model of a gemma3 wrapper; the vision
   tower is not counted)".  Every other causal-LM type transformers registers is refused with a line naming
   what it lacks (``hf_refusals.REFUSED_MODEL_TYPES``; a wrapper whose text model is refused names that text
   model, ``hf_refusals.REFUSED_WRAPPERS``); an unknown type is refused naming it and listing the supported
@@ -124,6 +124,9 @@ SUPPORTED_MODEL_TYPES = (
     "hunyuan_v1_moe",
     "iquestcoder",
     "sarvam_mla",
+    "youtu",
+    "vaultgemma",
+    "hyperclovax",
     "glm4_moe_lite",
     "starcoder2",
     "gpt_bigcode",
@@ -254,6 +257,8 @@ IGNORED_BY_TYPE = {
         ]
     ),
     "gemma2": frozenset(["attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar"]),
+    "vaultgemma": frozenset(["attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar"]),
+    "youtu": frozenset(["rope_interleave", "embedding_initializer_range"]),
     "gemma3_text": frozenset(
         ["attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar", "rope_local_base_freq"]
     ),
@@ -663,9 +668,20 @@ def _qwen3_moe(f: _Fields) -> dict[str, Any]:
 def _deepseek(f: _Fields) -> dict[str, Any]:
     """DeepSeek-V2/V3: latent attention and a mixture of experts with shared experts after
     ``first_k_dense_replace`` dense layers (absent fields: the V2 or V3 class's defaults, ``CLASS_DEFAULTS``).
-    Traps: ``head_dim`` here is the RoPE part of a head only and ``qk_head_dim`` the whole query/key head
-    (transformers sets both, and ``save_pretrained`` writes them: they are checked); ``n_routed_experts`` has
-    the alias ``num_local_experts`` (V3) or ``num_experts`` (V2)."""
+    ``n_routed_experts`` has the alias ``num_local_experts`` (V3) or ``num_experts`` (V2)."""
+    f.only("moe_layer_freq", (1,), "every layer from first_k_dense_replace on a mixture of experts")
+    return {
+        **_latent_attention(f),
+        **_experts(f, "n_routed_experts", "moe_intermediate_size"),
+        "shared_experts": _count(f, "n_shared_experts"),
+        "dense_layers_first": _count(f, "first_k_dense_replace"),
+    }
+
+
+def _latent_attention(f: _Fields) -> dict[str, Any]:
+    """DeepSeek's block with latent attention (MLA) and a dense SwiGLU MLP.  Traps: ``head_dim`` here is the
+    RoPE part of a head only and ``qk_head_dim`` the whole query/key head (transformers sets both, and
+    ``save_pretrained`` writes them: they are checked); ``q_lora_rank: null`` is a plain query projection."""
     out = _common(f, tie_default=False)
     heads = out["num_heads"]
     if out["num_kv_heads"] not in (None, heads):
@@ -675,7 +691,6 @@ def _deepseek(f: _Fields) -> dict[str, Any]:
         raise f.error(f"field 'head_dim' = {out['head_dim']} must be qk_rope_head_dim ({rope}) for DeepSeek")
     f.only("attention_bias", (False,), "DeepSeek's projections without biases")
     f.only("mlp_bias", (False,), "DeepSeek's MLPs without biases")
-    f.only("moe_layer_freq", (1,), "every layer from first_k_dense_replace on a mixture of experts")
     nope = f.int("qk_nope_head_dim", null=False)
     qk_head = f.int("qk_head_dim", nope + rope, null=False)
     if qk_head != nope + rope:
@@ -685,9 +700,6 @@ def _deepseek(f: _Fields) -> dict[str, Any]:
         "num_kv_heads": None,
         "head_dim": None,
         "mlp": _only_swiglu(f, "hidden_act"),
-        **_experts(f, "n_routed_experts", "moe_intermediate_size"),
-        "shared_experts": _count(f, "n_shared_experts"),
-        "dense_layers_first": _count(f, "first_k_dense_replace"),
         "kv_lora_rank": f.int("kv_lora_rank", null=False),
         "q_lora_rank": None if f.raw("q_lora_rank") is None else f.int("q_lora_rank"),  # null: a plain q_proj
         "qk_nope_head_dim": nope,
@@ -905,6 +917,35 @@ def _sarvam_mla(f: _Fields) -> dict[str, Any]:
     return _deepseek(f)
 
 
+def _youtu(f: _Fields) -> dict[str, Any]:
+    """Youtu-LLM: DeepSeek's latent attention with a dense SwiGLU MLP in every layer (modeling_youtu.py), tied
+    by default."""
+    return {**_latent_attention(f), "tie_embeddings": f.bool("tie_word_embeddings", True)}
+
+
+def _vaultgemma(f: _Fields) -> dict[str, Any]:
+    """VaultGemma: Gemma 2 without the norms after the sublayers (``input_layernorm`` and
+    ``pre_feedforward_layernorm`` only: pre-norm), GeGLU from ``hidden_activation``, embeddings × √d, a window
+    on every other layer (``layer_types``)."""
+    out = _common(f, tie_default=True)
+    bias = f.bool("attention_bias", False)
+    return {
+        **out,
+        "mlp": _activation(f, "hidden_activation", "gelu_pytorch_tanh"),
+        "qkv_bias": bias,
+        "output_bias": bias,
+        "scale_embeddings": True,
+        **_window(f, default_every=2),
+    }
+
+
+def _hyperclovax(f: _Fields) -> dict[str, Any]:
+    """HyperCLOVA X: Granite's block (its four multipliers read, no count) with a norm after each sublayer
+    when ``use_post_norm`` (``post_norm1``, ``post_norm2``: Gemma's sandwich, "Peri-LN")."""
+    out = _granite(f)
+    return {**out, "norm_placement": "sandwich" if f.bool("use_post_norm", True) else "pre"}
+
+
 def _dense_first(f: _Fields, dense_default: int) -> int:
     """``mlp_layer_types`` as the leading dense layers: "dense" × k then "sparse" (absent: ``dense_default``)."""
     types = f.raw("mlp_layer_types")
@@ -1014,6 +1055,9 @@ MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "hunyuan_v1_moe": _hunyuan_moe,
     "iquestcoder": _llama_like,
     "sarvam_mla": _sarvam_mla,
+    "youtu": _youtu,
+    "vaultgemma": _vaultgemma,
+    "hyperclovax": _hyperclovax,
     "glm4_moe_lite": _glm4_moe_lite,
     "starcoder2": _starcoder2,
     "gpt_bigcode": _gpt_bigcode,

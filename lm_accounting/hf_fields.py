@@ -391,6 +391,33 @@ DEFINED_FIELDS: dict[str, frozenset[str]] = {
             topk_group use_cache v_head_dim vocab_size
         """
     ),
+    "vaultgemma": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout attn_logit_softcapping bos_token_id eos_token_id
+            final_logit_softcapping head_dim hidden_activation hidden_size intermediate_size layer_types
+            max_position_embeddings num_attention_heads num_hidden_layers num_key_value_heads pad_token_id
+            query_pre_attn_scalar rms_norm_eps sliding_window use_cache vocab_size
+        """
+    ),
+    "hyperclovax": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout attention_multiplier bos_token_id embedding_multiplier eos_token_id
+            head_dim hidden_act hidden_size intermediate_size logits_scaling max_position_embeddings mlp_bias
+            num_attention_heads num_hidden_layers num_key_value_heads pad_token_id residual_multiplier
+            rms_norm_eps use_cache use_post_norm vocab_size
+        """
+    ),
+    "youtu": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id embedding_initializer_range eos_token_id head_dim
+            hidden_act hidden_size intermediate_size kv_lora_rank max_position_embeddings num_attention_heads
+            num_hidden_layers num_key_value_heads pad_token_id q_lora_rank qk_head_dim qk_nope_head_dim
+            qk_rope_head_dim rms_norm_eps rope_interleave use_cache v_head_dim vocab_size
+        """
+    ),
 }
 
 CONFIG_CLASSES = {
@@ -431,6 +458,9 @@ CONFIG_CLASSES = {
     "hunyuan_v1_moe": "HunYuanMoEV1Config",
     "iquestcoder": "IQuestCoderConfig",
     "sarvam_mla": "SarvamMLAConfig",
+    "vaultgemma": "VaultGemmaConfig",
+    "hyperclovax": "HyperCLOVAXConfig",
+    "youtu": "YoutuConfig",
     "glm4_moe_lite": "Glm4MoeLiteConfig",
     "starcoder2": "Starcoder2Config",
     "gpt_bigcode": "GPTBigCodeConfig",
@@ -870,6 +900,40 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         "n_routed_experts": 128,
         "num_experts_per_tok": 8,
         "first_k_dense_replace": 1,
+        "rope_theta": 10000.0,
+    },
+    "vaultgemma": {
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": True,
+        "attention_bias": False,
+        "sliding_window": 4096,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "rope_theta": 10000.0,
+    },
+    "hyperclovax": {
+        "num_key_value_heads": None,
+        "head_dim": None,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "hidden_act": "silu",
+        "use_post_norm": True,
+        "rope_theta": 10000.0,
+    },
+    "youtu": {
+        "num_key_value_heads": 16,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": True,
+        "attention_bias": False,
+        "hidden_act": "silu",
+        "qk_rope_head_dim": 64,
+        "qk_nope_head_dim": 128,
+        "v_head_dim": 128,
+        "kv_lora_rank": 512,
+        "q_lora_rank": 1536,
         "rope_theta": 10000.0,
     },
 }

@@ -4,7 +4,7 @@
 ``hf_fields.WRAPPERS``); every other causal-LM type transformers 5.24 registers
 (``transformers.models.auto.modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``) is listed here under the piece of
 its modeling file that lm-accounting's architecture options (``config.ModelConfig``) cannot express, and
-tests/test_hf_zoo.py checks that every registered type is either read or listed.  The pieces were read off the
+tests/test_hf_zoo.py checks that every registered type is either read or listed. The pieces were read off the
 modeling files (``transformers/models/<type>/modeling_<type>.py``); the last group is the types whose modeling
 file has not been compared with our options yet, refused as such rather than guessed.
 """
@@ -23,7 +23,10 @@ REASONS: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "deltanet": (
         "Gated DeltaNet (or other linear-attention) layers, which lm-accounting does not model yet",
-        _types("qwen3_next qwen3_5_text qwen3_5_moe_text qwen4_exp qwen4_exp_text kimi_linear olmo_hybrid minimax"),
+        _types(
+            "lara_mini qwen3_next qwen3_5_text qwen3_5_moe_text qwen4_exp qwen4_exp_text kimi_linear "
+            "olmo_hybrid minimax"
+        ),
     ),
     "short_conv": (
         "short-convolution layers (LFM2), which lm-accounting does not model yet",
@@ -33,37 +36,40 @@ REASONS: dict[str, tuple[str, tuple[str, ...]]] = {
         "recurrent layers (RWKV, xLSTM, RG-LRU), which lm-accounting does not model yet",
         _types("rwkv xlstm recurrent_gemma"),
     ),
-    "sinks": ("attention sinks (a learned logit per head), which lm-accounting does not model yet", _types("gpt_oss")),
+    "sinks": (
+        "attention sinks (a learned logit per head), which lm-accounting does not model yet",
+        _types("gpt_oss granite_swa granitemoe_swa"),
+    ),
     "sigmoid_shared": (
-        "a shared expert behind its own sigmoid gate (shared_expert_gate), which lm-accounting does not model yet",
+        ("a shared expert behind its own sigmoid gate (shared_expert_gate), which lm-accounting does not model yet"),
         _types("qwen2_moe"),
     ),
     "parallel": (
-        "attention and MLP in parallel from one norm (a parallel block), which lm-accounting does not model yet",
+        ("attention and MLP in parallel from one norm (a parallel block), which lm-accounting does not model yet"),
         _types("cohere cohere2 falcon gptj codegen gpt_neox"),
     ),
     "partial_rotary": (
-        "RoPE on part of each head (partial_rotary_factor < 1 / rotary_dim), which lm-accounting does not model yet",
+        ("RoPE on part of each head (partial_rotary_factor < 1 / rotary_dim), which lm-accounting does not model yet"),
         _types("glm glm4 glm4_moe stablelm persimmon phi minimax_m2 laguna"),
     ),
     "mlp_activation": (
         (
-            "a non-gated MLP with a ReLU-family activation (squared ReLU, ReLU, xIELU), which lm-accounting does not "
-            "model yet (its MLPs: SwiGLU, GeGLU, GELU)"
+            "a non-gated MLP with a ReLU-family activation (squared ReLU, ReLU, xIELU), which lm-accounting "
+            "does not model yet (its MLPs: SwiGLU, GeGLU, GELU)"
         ),
-        _types("nemotron opt arcee apertus nanochat"),
+        _types("nemotron opt arcee apertus nanochat jais2"),
     ),
     "positions": (
         (
-            "ALiBi, sinusoidal or offset learned positions, which lm-accounting does not model yet (RoPE, or GPT-2's "
-            "learned table)"
+            "ALiBi, sinusoidal or offset learned positions, which lm-accounting does not model yet (RoPE, or "
+            "GPT-2's learned table)"
         ),
         _types("bloom mpt xglm biogpt ctrl"),
     ),
     "norms": (
         (
-            "norms lm-accounting does not model yet (OLMo's parameter-free LayerNorm, GPT-1's post-norm, BitNet's "
-            "sub-norms)"
+            "norms lm-accounting does not model yet (OLMo's parameter-free LayerNorm, GPT-1's post-norm, "
+            "BitNet's sub-norms)"
         ),
         _types("olmo openai-gpt bitnet"),
     ),
@@ -71,15 +77,15 @@ REASONS: dict[str, tuple[str, tuple[str, ...]]] = {
         "an encoder or encoder-decoder model (bidirectional or cross-attention), not a decoder-only LM",
         _types(
             "bart bert bert-generation big_bird bigbird_pegasus blenderbot blenderbot-small camembert "
-            "data2vec-text electra ernie marian mbart megatron-bert mvp pegasus plbart prophetnet rembert roberta "
-            "roberta-prelayernorm roc_bert roformer trocr whisper xlm xlm-roberta xlm-roberta-xl xmod xlnet "
-            "musicgen musicgen_melody git"
+            "data2vec-text electra ernie marian mbart megatron-bert mvp pegasus plbart prophetnet rembert "
+            "roberta roberta-prelayernorm roc_bert roformer trocr whisper xlm xlm-roberta xlm-roberta-xl xmod "
+            "xlnet musicgen musicgen_melody git"
         ),
     ),
     "multimodal": (
         (
-            "a multimodal or audio model that is not a text decoder in a wrapper (vision cross-attention, AltUp, "
-            "byte patches, audio streams, a vision tower inside the causal LM)"
+            "a multimodal or audio model that is not a text decoder in a wrapper (vision cross-attention, "
+            "AltUp, byte patches, audio streams, a vision tower inside the causal LM)"
         ),
         _types(
             "mllama fuyu got_ocr2 phi4_multimodal gemma3n gemma3n_text blt moshi moss_transcribe_diarize dots3_note"
@@ -87,35 +93,41 @@ REASONS: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "mrope": (
         (
-            "multimodal rotary positions (M-RoPE over time, height and width) in a text class lm-accounting does not "
-            "map yet"
+            "multimodal rotary positions (M-RoPE over time, height and width) in a text class lm-accounting "
+            "does not map yet"
         ),
         _types("qwen2_5_vl_text qwen3_vl_text qwen3_vl_moe_text"),
     ),
     "attention_variants": (
         (
             "an attention variant lm-accounting does not model yet (GPT-Neo's local attention, differential, "
-            "dynamic-mask, mixture-of-attention experts, LSH, a sparse-attention indexer)"
+            "dynamic-mask, gated with learned scalings, mixture-of-attention experts, LSH, a sparse-attention "
+            "indexer)"
         ),
-        _types("gpt_neo diffllama doge jetmoe reformer deepseek_v32 deepseek_v4 glm_moe_dsa dots3_note_text"),
+        _types("gpt_neo dory diffllama doge jetmoe reformer deepseek_v32 deepseek_v4 glm_moe_dsa dots3_note_text"),
+    ),
+    "window_pattern": (
+        (
+            "sliding-window layers in a pattern lm-accounting does not model (full attention on layers 0, n, "
+            "2n, ...; its windows: every layer, or all but layers n-1, 2n-1, ...)"
+        ),
+        _types("cwm"),
     ),
     "moe_variants": (
         (
-            "a mixture of experts lm-accounting does not model yet (LongCat's zero-computation experts, DBRX's "
-            "fused experts with clipped Q/K/V)"
+            "a mixture of experts lm-accounting does not model yet (LongCat's zero-computation experts, "
+            "DBRX's fused experts with clipped Q/K/V)"
         ),
         _types("longcat_flash dbrx"),
     ),
     "unchecked": (
-        "a modeling file not yet compared with lm-accounting's architecture options (refused rather than guessed)",
+        ("a modeling file not yet compared with lm-accounting's architecture options (refused rather than guessed)"),
         _types(
             "afmoe apertus1p5_text solar_open aria_text axk1 axk2 bailing_hybrid beam cohere2_moe "
-            "cohere_compass_text cpmant "
-            "cwm dory dots1 emu3 ernie4_5_moe exaone_moe flex_olmo flint gemma4 gemma4_assistant gemma4_text "
-            "gemma4_unified gemma4_unified_assistant gemma4_unified_text gpt_neox_japanese granite_swa "
-            "granitemoe_swa hrm_text hy_v4 hyperclovax inkling2_loop_text inkling2_text "
-            "inkling_text jais2 kolibri1 lara_mini llama4 llama4_text mellum minicpm3 mimo_v2_flash "
-            "minimax_m3_vl_text modernbert-decoder sarvam_moe vaultgemma youtu zaya"
+            "cohere_compass_text cpmant dots1 emu3 ernie4_5_moe exaone_moe flex_olmo flint gemma4 "
+            "gemma4_assistant gemma4_text gemma4_unified gemma4_unified_assistant gemma4_unified_text "
+            "gpt_neox_japanese hrm_text hy_v4 inkling2_loop_text inkling2_text inkling_text kolibri1 llama4 "
+            "llama4_text mellum minicpm3 mimo_v2_flash minimax_m3_vl_text modernbert-decoder sarvam_moe zaya"
         ),
     ),
 }

@@ -186,6 +186,7 @@ MOE_MINIMAL = {
     "hunyuan_v1_dense": {"head_dim": 32},
     "hunyuan_v1_moe": {"head_dim": 32, "num_experts": 8, "moe_topk": 2},
     "sarvam_mla": {"num_key_value_heads": 32},
+    "youtu": {"num_key_value_heads": 32},
 }
 
 

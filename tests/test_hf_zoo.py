@@ -90,6 +90,17 @@ ZOO = {  # model_type -> a small config.json with the type's own options set
         "first_k_dense_replace": 1,
         "n_shared_experts": 1,
     },
+    "youtu": {
+        **SMALL,
+        "num_key_value_heads": 4,
+        "kv_lora_rank": 32,
+        "q_lora_rank": 48,
+        "qk_rope_head_dim": 8,
+        "qk_nope_head_dim": 16,
+        "v_head_dim": 16,
+    },
+    "vaultgemma": {**SMALL, "head_dim": 32, "sliding_window": WINDOW},
+    "hyperclovax": {**SMALL, "embedding_multiplier": 2.0, "attention_multiplier": 0.1, "mlp_bias": True},
     "glm4_moe_lite": {
         **SMALL,
         **EXPERTS,
@@ -128,6 +139,7 @@ ZOO_MODULES = {
     "mlp.c_proj": ("ffn.proj",),
 }
 POST_NORMS = {"post_attention_layernorm": ("post_attn_norm",)}  # OLMo-3, EXAONE 4: after the sublayers
+PERI_NORMS = {"post_norm1": ("post_attn_norm",), "post_norm2": ("post_ffn_norm",)}  # HyperCLOVA X
 LAYER = re.compile(r"^(?:model\.layers|transformer\.h)\.\d+\.(.+)$")
 
 
@@ -139,6 +151,8 @@ def zoo_keys(model_type: str, module: str, suffix: str = "") -> tuple[str, ...]:
     table = GPT2_MODULES if model_type == "gpt_bigcode" else ZOO_MODULES
     if model_type in ("olmo3", "exaone4"):
         table = {**table, **POST_NORMS}
+    if model_type == "hyperclovax":
+        table = {**table, **PERI_NORMS}
     inner = table[match.group(1)]
     bias = suffix if not inner[0].startswith(("ln", "post_")) else ""
     return tuple(f"layers.*.{k}{bias}" for k in inner)
