@@ -6,18 +6,17 @@ file, ``config.read_config_text``), parsed as strict JSON, and mapped field by f
 
 The rules:
 
-* ``model_type`` picks the mapping.  Supported: ``SUPPORTED_MODEL_TYPES``, mixture-of-experts (mixtral,
-  qwen3_moe) and latent-attention (deepseek_v2, deepseek_v3) types included; after the first 13, the model zoo
-  (issue 30): types whose modeling file is one of those blocks under other names (Granite, Helium, InternLM3,
-  EXAONE 3/4, ERNIE 4.5, Seed-OSS, Ministral, SmolLM3, HunYuan-Dense, Gemma, OLMo-3, OLMoE, Phi-3.5-MoE,
-  Hunyuan v3, HunYuan-MoE, IQuest-Coder, Sarvam-M, Youtu, VaultGemma, HyperCLOVA X, GLM-4.7-Flash, StarCoder2,
-  GPTBigCode; GPT-SW3 as GPT-2), each proven in tests/test_hf_zoo.py and listed in docs/model_types.md.  A
-  multimodal wrapper with a ``text_config`` (``WRAPPERS``: Gemma 3's ``gemma3``, Mistral 3's ``mistral3``, Kimi
-  K2.5's ``kimi_k25``) is read through its text model, and the model's name says so: "(text model of a gemma3 wrapper; the vision
-  tower is not counted)".  Every other causal-LM type transformers registers is refused with a line naming
-  what it lacks (``hf_refusals.REFUSED_MODEL_TYPES``; a wrapper whose text model is refused names that text
-  model, ``hf_refusals.REFUSED_WRAPPERS``); an unknown type is refused naming it and listing the supported
-  ones.
+* ``model_type`` picks the mapping.  Supported: ``SUPPORTED_MODEL_TYPES``, mixture-of-experts (mixtral, qwen3_moe)
+  and latent-attention (deepseek_v2, deepseek_v3) types included; after the first 13, the model zoo (issue 30):
+  types whose modeling file is one of those blocks under other names (Granite, Helium, InternLM3, EXAONE 3/4,
+  ERNIE 4.5, Seed-OSS, Ministral, SmolLM3, HunYuan-Dense, Gemma, OLMo-3, OLMoE, Phi-3.5-MoE, Hunyuan v3,
+  HunYuan-MoE, IQuest-Coder, Sarvam-M, Youtu, VaultGemma, HyperCLOVA X, GLM-4.7-Flash, StarCoder2, GPTBigCode;
+  GPT-SW3 as GPT-2), each proven in tests/test_hf_zoo.py and listed in docs/model_types.md.  A multimodal wrapper
+  with a ``text_config`` (``WRAPPERS``: Gemma 3's ``gemma3``, Mistral 3's ``mistral3``, Kimi K2.5's ``kimi_k25``)
+  is read through its text model, and the model's name says so: "(text model of a gemma3 wrapper; the vision tower
+  is not counted)".  Every other causal-LM type transformers registers is refused with a line naming what it lacks
+  (``hf_refusals.REFUSED_MODEL_TYPES``; a wrapper whose text model is refused names that text model,
+  ``hf_refusals.REFUSED_WRAPPERS``); an unknown type is refused naming it and listing the supported ones.
 * Every field is one of: *read* (it sets a ``ModelConfig`` field, or is checked to have the one value we
   model, e.g. ``add_cross_attention = false``), *ignored*, or *not understood*, which is refused naming the
   field (every such field, in one line).  Ignored are the fields that change no parameter or FLOP count
