@@ -766,3 +766,26 @@ def test_a_bad_wrapper_is_one_line_exit_2(data, message, run_cli, tmp_path):
     for command in ("account", "memory"):
         r = run_cli(command, path)
         assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and message in r.err, r.err
+
+
+@pytest.mark.slow
+def test_reading_zoo_configs_imports_no_torch(tmp_path):
+    """Every published zoo config.json and wrapper, read in a fresh process: no torch, no transformers."""
+    import json
+    import subprocess
+    import sys
+
+    paths = []
+    for name, values in {**PUBLISHED, **WRAPPED}.items():
+        path = tmp_path / name / "config.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps(values))
+        paths.append(str(path))
+    code = (
+        "import sys\n"
+        "from lm_accounting import load_config, account\n"
+        f"totals = [account(load_config(p), seq=1024).params.total for p in {paths!r}]\n"
+        "print(len(totals), 'torch' in sys.modules, 'transformers' in sys.modules)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=600)
+    assert run.stdout.split() == [str(len(paths)), "False", "False"]
