@@ -100,11 +100,14 @@ REASONS: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "attention_variants": (
         (
-            "an attention variant lm-accounting does not model yet (GPT-Neo's local attention, differential, "
-            "dynamic-mask, gated with learned scalings, mixture-of-attention experts, LSH, a sparse-attention "
-            "indexer)"
+            "an attention variant lm-accounting does not model yet (GPT-Neo's local attention, Llama 4's chunked "
+            "attention, differential, dynamic-mask, gated with learned scalings, mixture-of-attention experts, "
+            "LSH, a sparse-attention indexer)"
         ),
-        _types("gpt_neo dory diffllama doge jetmoe reformer deepseek_v32 deepseek_v4 glm_moe_dsa dots3_note_text"),
+        _types(
+            "gpt_neo llama4 llama4_text dory diffllama doge jetmoe reformer deepseek_v32 deepseek_v4 glm_moe_dsa "
+            "dots3_note_text"
+        ),
     ),
     "window_pattern": (
         (
@@ -116,18 +119,18 @@ REASONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "moe_variants": (
         (
             "a mixture of experts lm-accounting does not model yet (LongCat's zero-computation experts, "
-            "DBRX's fused experts with clipped Q/K/V)"
+            "ERNIE 4.5's score-correction bias as a parameter, DBRX's fused experts with clipped Q/K/V)"
         ),
-        _types("longcat_flash dbrx"),
+        _types("longcat_flash ernie4_5_moe dbrx"),
     ),
     "unchecked": (
-        ("a modeling file not yet compared with lm-accounting's architecture options (refused rather than guessed)"),
+        "a modeling file not yet compared with lm-accounting's architecture options (refused rather than guessed)",
         _types(
             "afmoe apertus1p5_text solar_open aria_text axk1 axk2 bailing_hybrid beam cohere2_moe "
-            "cohere_compass_text cpmant dots1 emu3 ernie4_5_moe exaone_moe flex_olmo flint gemma4 "
+            "cohere_compass_text cpmant dots1 emu3 exaone_moe flex_olmo flint gemma4 "
             "gemma4_assistant gemma4_text gemma4_unified gemma4_unified_assistant gemma4_unified_text "
-            "gpt_neox_japanese hrm_text hy_v4 inkling2_loop_text inkling2_text inkling_text kolibri1 llama4 "
-            "llama4_text mellum minicpm3 mimo_v2_flash minimax_m3_vl_text modernbert-decoder sarvam_moe zaya"
+            "gpt_neox_japanese hrm_text hy_v4 inkling2_loop_text inkling2_text inkling_text kolibri1 "
+            "mellum minicpm3 mimo_v2_flash minimax_m3_vl_text modernbert-decoder sarvam_moe zaya"
         ),
     ),
 }
