@@ -15,7 +15,9 @@ installed transformers and checks that it is equal (so the two cannot drift apar
 * ``CLASS_DEFAULTS``: the class's default for each optional field the reader takes (a ``None`` is derived, e.g.
   ``num_key_value_heads`` -> ``num_attention_heads``), and ``rope_theta`` from the class's ``default_theta``.
 * ``WRAPPERS``: a multimodal configuration class -> the text model type of its ``text_config``, with the text
-  class's defaults for the shape fields a published ``text_config`` leaves out (``WRAPPED_TEXT_DEFAULTS``).
+  class's defaults for the shape fields a published ``text_config`` leaves out (``WRAPPED_TEXT_DEFAULTS``);
+  ``WRAPPERS_OF_ANY_TEXT``: the wrappers whose ``text_config`` is an ``AutoConfig`` (any supported text type).
+* ``SAME_CLASSES``: a ``model_type`` whose configuration and causal-LM classes are another type's (GPT-SW3).
 """
 
 from __future__ import annotations
