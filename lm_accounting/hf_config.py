@@ -6,20 +6,25 @@ file, ``config.read_config_text``), parsed as strict JSON, and mapped field by f
 
 The rules:
 
-* ``model_type`` picks the mapping.  Supported: ``SUPPORTED_MODEL_TYPES``, mixture-of-experts (mixtral,
-  qwen3_moe) and latent-attention (deepseek_v2, deepseek_v3) types included.  A multimodal wrapper with a
-  ``text_config`` (``WRAPPERS``: Gemma 3's ``gemma3``) is read through its text model, and the model's name
-  says so: "(text model of a gemma3 wrapper; the vision tower is not counted)".  A known type with a piece
-  not modelled (``LATER_MODEL_TYPES``) is refused with a line saying what; any other type is refused naming
-  it and listing the supported ones.
+* ``model_type`` picks the mapping.  Supported: ``SUPPORTED_MODEL_TYPES``, mixture-of-experts (mixtral, qwen3_moe)
+  and latent-attention (deepseek_v2, deepseek_v3) types included; after the first 13, the model zoo (issue 30):
+  types whose modeling file is one of those blocks under other names (Granite, Helium, InternLM3, EXAONE 3/4,
+  ERNIE 4.5, Seed-OSS, Ministral, SmolLM3, HunYuan-Dense, Gemma, OLMo-3, OLMoE, Phi-3.5-MoE, Hunyuan v3,
+  HunYuan-MoE, IQuest-Coder, Sarvam-M, Youtu, VaultGemma, HyperCLOVA X, GLM-4.7-Flash, StarCoder2, GPTBigCode;
+  GPT-SW3 as GPT-2), each proven in tests/test_hf_zoo.py and listed in docs/model_types.md.  A multimodal wrapper
+  with a ``text_config`` (``WRAPPERS``: Gemma 3's ``gemma3``, Mistral 3's ``mistral3``, Kimi K2.5's ``kimi_k25``)
+  is read through its text model, and the model's name says so: "(text model of a gemma3 wrapper; the vision tower
+  is not counted)".  Every other causal-LM type transformers registers is refused with a line naming what it lacks
+  (``hf_refusals.REFUSED_MODEL_TYPES``; a wrapper whose text model is refused names that text model,
+  ``hf_refusals.REFUSED_WRAPPERS``); an unknown type is refused naming it and listing the supported ones.
 * Every field is one of: *read* (it sets a ``ModelConfig`` field, or is checked to have the one value we
   model, e.g. ``add_cross_attention = false``), *ignored*, or *not understood*, which is refused naming the
-  field.  Ignored are the fields that change no parameter or FLOP count (dropout, soft-capping, rope scaling,
-  token ids, generation settings, ...) and the fields transformers' configuration class for the type does
-  not define (``hf_fields.DEFINED_FIELDS``: GPT-2's ``n_special``, a fine-tuning tool's ``unsloth_version``),
-  which nothing in transformers reads; they are listed in ``ModelConfig.ignored_fields`` (every JSON result,
-  and ``--verbose``).  Not understood is a field the class defines that we neither read nor know to be
-  harmless: we cannot tell whether it changes the counts.
+  field (every such field, in one line).  Ignored are the fields that change no parameter or FLOP count
+  (dropout, soft-capping, rope scaling, token ids, generation settings, ...) and the fields transformers'
+  configuration class for the type does not define (``hf_fields.DEFINED_FIELDS``: GPT-2's ``n_special``, a
+  fine-tuning tool's ``unsloth_version``), which nothing in transformers reads; they are listed in
+  ``ModelConfig.ignored_fields`` (every JSON result, and ``--verbose``).  Not understood is a field the class
+  defines that we neither read nor know to be harmless: we cannot tell whether it changes the counts.
 * Both the hub's spelling and what ``save_pretrained`` writes with transformers 5.x are read: either name
   of the class's ``attribute_map`` (Qwen3-MoE's ``num_experts`` / ``num_local_experts``; two that disagree
   are refused), ``rope_parameters``, and the values ``__post_init__`` derives (DeepSeek's ``qk_head_dim``
@@ -55,6 +60,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -69,7 +75,18 @@ from .config import (
     read_config_text,
     short_repr,
 )
-from .hf_fields import ALIASES, CLASS_DEFAULTS, CONFIG_CLASSES, DEFINED_FIELDS, WRAPPED_TEXT_DEFAULTS, WRAPPERS
+from .hf_fields import (
+    ALIASES,
+    CLASS_DEFAULTS,
+    COMMON_FIELDS,
+    CONFIG_CLASSES,
+    DEFINED_FIELDS,
+    SAME_CLASSES,
+    WRAPPED_TEXT_DEFAULTS,
+    WRAPPERS,
+    WRAPPERS_OF_ANY_TEXT,
+)
+from .hf_refusals import REFUSED_MODEL_TYPES, REFUSED_WRAPPERS
 
 SUPPORTED_MODEL_TYPES = (
     "gpt2",
@@ -85,11 +102,35 @@ SUPPORTED_MODEL_TYPES = (
     "olmo2",
     "deepseek_v2",
     "deepseek_v3",
+    "granite",
+    "granitemoe",
+    "granitemoeshared",
+    "helium",
+    "internlm3",
+    "exaone",
+    "ernie4_5",
+    "seed_oss",
+    "ministral",
+    "ministral3",
+    "smollm3",
+    "hunyuan_v1_dense",
+    "gemma",
+    "olmo3",
+    "exaone4",
+    "olmoe",
+    "phimoe",
+    "hy_v3",
+    "hunyuan_v1_moe",
+    "iquestcoder",
+    "sarvam_mla",
+    "youtu",
+    "vaultgemma",
+    "hyperclovax",
+    "glm4_moe_lite",
+    "starcoder2",
+    "gpt_bigcode",
 )
-LATER_MODEL_TYPES = {
-    "qwen2_moe": "a shared expert behind its own sigmoid gate (shared_expert_gate)",
-}
-"""Known model types with a piece not modelled yet, refused with a line saying what."""
+
 
 IGNORED_EVERYWHERE = frozenset(
     [
@@ -215,6 +256,8 @@ IGNORED_BY_TYPE = {
         ]
     ),
     "gemma2": frozenset(["attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar"]),
+    "vaultgemma": frozenset(["attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar"]),
+    "youtu": frozenset(["rope_interleave", "embedding_initializer_range"]),
     "gemma3_text": frozenset(
         ["attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar", "rope_local_base_freq"]
     ),
@@ -222,6 +265,20 @@ IGNORED_BY_TYPE = {
     "qwen3_moe": frozenset(["output_router_logits", "router_aux_loss_coef"]),
     "deepseek_v2": frozenset(_DEEPSEEK_ROUTING),
     "deepseek_v3": frozenset(_DEEPSEEK_ROUTING),
+    "glm4_moe_lite": frozenset(_DEEPSEEK_ROUTING),
+    "sarvam_mla": frozenset(_DEEPSEEK_ROUTING),
+    "granitemoe": frozenset(["output_router_logits", "router_aux_loss_coef"]),
+    "granitemoeshared": frozenset(["output_router_logits", "router_aux_loss_coef"]),
+    "olmoe": frozenset(["norm_topk_prob", "output_router_logits", "router_aux_loss_coef"]),
+    "phimoe": frozenset(["router_jitter_noise", "input_jitter_noise", "output_router_logits", "router_aux_loss_coef"]),
+    "hy_v3": frozenset(["router_scaling_factor", "enable_moe_fp32_combine", "output_router_logits"]),
+    "hunyuan_v1_dense": frozenset(["eod_token_id"]),
+    "hunyuan_v1_moe": frozenset(["eod_token_id", "output_router_logits"]),
+    "seed_oss": frozenset(["residual_dropout"]),
+    "starcoder2": frozenset(["residual_dropout", "embedding_dropout"]),
+    "gpt_bigcode": frozenset(["scale_attn_weights", "attention_softmax_in_fp32", "scale_attention_softmax_in_fp32"]),
+    "mistral3": DEFINED_FIELDS["mistral3"] - COMMON_FIELDS - {"text_config"},
+    "kimi_k25": DEFINED_FIELDS["kimi_k25"] - COMMON_FIELDS - {"text_config"},
     "gemma3": frozenset(
         [
             "vision_config",
@@ -611,9 +668,20 @@ def _qwen3_moe(f: _Fields) -> dict[str, Any]:
 def _deepseek(f: _Fields) -> dict[str, Any]:
     """DeepSeek-V2/V3: latent attention and a mixture of experts with shared experts after
     ``first_k_dense_replace`` dense layers (absent fields: the V2 or V3 class's defaults, ``CLASS_DEFAULTS``).
-    Traps: ``head_dim`` here is the RoPE part of a head only and ``qk_head_dim`` the whole query/key head
-    (transformers sets both, and ``save_pretrained`` writes them: they are checked); ``n_routed_experts`` has
-    the alias ``num_local_experts`` (V3) or ``num_experts`` (V2)."""
+    ``n_routed_experts`` has the alias ``num_local_experts`` (V3) or ``num_experts`` (V2)."""
+    f.only("moe_layer_freq", (1,), "every layer from first_k_dense_replace on a mixture of experts")
+    return {
+        **_latent_attention(f),
+        **_experts(f, "n_routed_experts", "moe_intermediate_size"),
+        "shared_experts": _count(f, "n_shared_experts"),
+        "dense_layers_first": _count(f, "first_k_dense_replace"),
+    }
+
+
+def _latent_attention(f: _Fields) -> dict[str, Any]:
+    """DeepSeek's block with latent attention (MLA) and a dense SwiGLU MLP.  Traps: ``head_dim`` here is the
+    RoPE part of a head only and ``qk_head_dim`` the whole query/key head (transformers sets both, and
+    ``save_pretrained`` writes them: they are checked); ``q_lora_rank: null`` is a plain query projection."""
     out = _common(f, tie_default=False)
     heads = out["num_heads"]
     if out["num_kv_heads"] not in (None, heads):
@@ -623,7 +691,6 @@ def _deepseek(f: _Fields) -> dict[str, Any]:
         raise f.error(f"field 'head_dim' = {out['head_dim']} must be qk_rope_head_dim ({rope}) for DeepSeek")
     f.only("attention_bias", (False,), "DeepSeek's projections without biases")
     f.only("mlp_bias", (False,), "DeepSeek's MLPs without biases")
-    f.only("moe_layer_freq", (1,), "every layer from first_k_dense_replace on a mixture of experts")
     nope = f.int("qk_nope_head_dim", null=False)
     qk_head = f.int("qk_head_dim", nope + rope, null=False)
     if qk_head != nope + rope:
@@ -633,9 +700,6 @@ def _deepseek(f: _Fields) -> dict[str, Any]:
         "num_kv_heads": None,
         "head_dim": None,
         "mlp": _only_swiglu(f, "hidden_act"),
-        **_experts(f, "n_routed_experts", "moe_intermediate_size"),
-        "shared_experts": _count(f, "n_shared_experts"),
-        "dense_layers_first": _count(f, "first_k_dense_replace"),
         "kv_lora_rank": f.int("kv_lora_rank", null=False),
         "q_lora_rank": None if f.raw("q_lora_rank") is None else f.int("q_lora_rank"),  # null: a plain q_proj
         "qk_nope_head_dim": nope,
@@ -652,6 +716,310 @@ def _count(f: _Fields, key: str) -> int:
     return value
 
 
+# -- the model zoo (issue 30): types whose modeling file is one of the above with other field names --------
+def _llama_like(f: _Fields, *, bias: str | None = "attention_bias", qk_norm: bool = False) -> dict[str, Any]:
+    """Llama's block under another name (pre-RMSNorm, SwiGLU, RoPE): Granite, Helium, InternLM3, EXAONE 3,
+    Ministral 3, SmolLM3, HunYuan-Dense (per-head q/k norms), ERNIE 4.5 (``use_bias`` on every projection).
+    ``bias`` names the field that puts a bias on Q, K, V and O (None: none)."""
+    out = _common(f, tie_default=False)
+    on = False if bias is None else f.bool(bias, False)
+    mlp_bias = on if bias == "use_bias" else f.bool("mlp_bias", False) if "mlp_bias" in _defined(f) else False
+    return {
+        **out,
+        "qkv_bias": on,
+        "output_bias": on,
+        "mlp_bias": mlp_bias,
+        "qk_norm": qk_norm,
+        "mlp": _only_swiglu(f, "hidden_act"),
+    }
+
+
+def _defined(f: _Fields) -> frozenset[str]:
+    return DEFINED_FIELDS.get(f.model_type, frozenset())
+
+
+def _seed_oss(f: _Fields) -> dict[str, Any]:
+    """Seed-OSS: ``attention_bias`` on Q, K and V, ``attention_out_bias`` on O (modeling_seed_oss.py)."""
+    out = _llama_like(f)
+    return {**out, "output_bias": f.bool("attention_out_bias", False)}
+
+
+def _helium(f: _Fields) -> dict[str, Any]:
+    """Helium: Llama's block, but ``o_proj`` is ``hidden_size`` square (modeling_helium.py), so a ``head_dim``
+    with ``num_attention_heads · head_dim`` other than ``hidden_size`` builds a model that cannot run: refused."""
+    out = _llama_like(f)
+    if out["head_dim"] is not None and out["num_heads"] * out["head_dim"] != out["d_model"]:
+        raise f.error(
+            f"num_attention_heads · head_dim = {out['num_heads'] * out['head_dim']} is not hidden_size "
+            f"({out['d_model']}): Helium's o_proj is hidden_size wide"
+        )
+    return out
+
+
+def _internlm3(f: _Fields) -> dict[str, Any]:
+    """InternLM3: transformers builds ``LlamaForCausalLM`` (its own class refuses ``qkv_bias`` other than
+    ``bias``, as we do)."""
+    out = _llama_like(f)
+    if out["qkv_bias"] != out["mlp_bias"]:
+        raise f.error("fields 'qkv_bias' and 'bias' must agree (transformers builds Llama, one bias setting)")
+    return out
+
+
+def _head_dim_given(f: _Fields, out: dict[str, Any]) -> dict[str, Any]:
+    """Ministral's and HunYuan-Dense's attention take ``getattr(config, "head_dim", ...)``, which is the class's
+    None when the file leaves ``head_dim`` out or null: transformers cannot build that model, so it is refused."""
+    if out["head_dim"] is None:
+        raise f.error(
+            f"field 'head_dim' is required for {f.model_type} (transformers' attention reads it as given; "
+            "a null does not build)"
+        )
+    return out
+
+
+def _smollm3(f: _Fields) -> dict[str, Any]:
+    """SmolLM3: Llama's block; ``no_rope_layers`` / ``no_rope_layer_interval`` skip RoPE on some layers (no
+    parameter, no matmul: read and ignored); a sliding window (``use_sliding_window``) is not modelled."""
+    f.raw("no_rope_layers"), f.raw("no_rope_layer_interval"), f.raw("sliding_window")  # unused without the flag
+    f.only("use_sliding_window", (False,), "full attention on every layer")
+    types = f.raw("layer_types")
+    if types is not None and (not isinstance(types, list) or any(t != "full_attention" for t in types)):
+        raise f.error("field 'layer_types' is not supported for SmolLM3: full attention on every layer only")
+    return _llama_like(f)
+
+
+def _granite(f: _Fields) -> dict[str, Any]:
+    """Granite: Llama's block; its four multipliers (embedding, residual, attention, logits) scale
+    activations by constants: no parameter, no matmul (read and ignored)."""
+    for key in GRANITE_MULTIPLIERS:
+        f.number(key, 1.0)
+    return _llama_like(f)
+
+
+GRANITE_MULTIPLIERS = ("embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling")
+
+
+def _granite_moe(f: _Fields) -> dict[str, Any]:
+    """Granite-MoE: Granite's attention, every layer a mixture of ``num_local_experts`` SwiGLU experts of
+    ``intermediate_size``; GraniteMoeShared adds one always-on SwiGLU MLP of ``shared_intermediate_size``
+    (0: none), summed ungated (modeling_granitemoeshared.py)."""
+    out = {**_granite(f), **_experts(f, "num_local_experts", None)}
+    if f.model_type == "granitemoeshared":
+        shared = _count(f, "shared_intermediate_size")
+        if shared:
+            out |= {"shared_experts": 1, "shared_expert_d_ff": shared}
+    return out
+
+
+def _gemma1(f: _Fields) -> dict[str, Any]:
+    """Gemma (v1): pre-norm (no sandwich), GeGLU from ``hidden_act``, embeddings × √d, tied head."""
+    out = _common(f, tie_default=True)
+    bias = f.bool("attention_bias", False)
+    f.only("use_bidirectional_attention", (False, None), "a causal LM")
+    return {
+        **out,
+        "mlp": _activation(f, "hidden_act", "gelu_pytorch_tanh"),
+        "qkv_bias": bias,
+        "output_bias": bias,
+        "scale_embeddings": True,
+    }
+
+
+def _olmo3(f: _Fields) -> dict[str, Any]:
+    """OLMo-3: OLMo-2's block with sliding windows on three layers in four (``layer_types``)."""
+    return {**_olmo2(f), **_window(f, default_every=4)}
+
+
+def _exaone4(f: _Fields) -> dict[str, Any]:
+    """EXAONE 4: norms after the sublayers (OLMo-2's placement) with per-head q/k norms, and a window on every
+    layer but every ``sliding_window_pattern``-th (an int; the hub's "LLLG" comes with ``layer_types``)."""
+    pattern = f.data.get("sliding_window_pattern")
+    if isinstance(pattern, str):  # "LLLG": transformers' own __post_init__ takes it only beside layer_types
+        f.raw("sliding_window_pattern")
+        if not re.fullmatch(r"L+G", pattern) or f.data.get("layer_types") is None:
+            raise f.error(
+                f"field 'sliding_window_pattern' = {short_repr(pattern)} is read only as 'L...LG' beside "
+                "'layer_types' (transformers' Exaone4Config needs an integer otherwise)"
+            )
+    return {
+        **_common(f, tie_default=False),
+        "qk_norm": True,
+        "norm_placement": "post",
+        "mlp": _only_swiglu(f, "hidden_act"),
+        **_window(f, default_every=4, pattern=not isinstance(pattern, str)),
+    }
+
+
+def _olmoe(f: _Fields) -> dict[str, Any]:
+    """OLMoE: OLMo's pre-norm block with q/k norms over the whole projection, every layer a mixture of
+    ``num_experts`` SwiGLU experts of ``intermediate_size``; ``clip_qkv`` (a clamp) only null."""
+    f.only("clip_qkv", (None,), "no clamp on Q, K and V")
+    bias = f.bool("attention_bias", False)
+    return {
+        **_common(f, tie_default=False),
+        "qkv_bias": bias,
+        "output_bias": bias,
+        "qk_norm": True,
+        "qk_norm_scope": "projection",
+        "mlp": _only_swiglu(f, "hidden_act"),
+        **_experts(f, "num_experts", None),
+    }
+
+
+def _phimoe(f: _Fields) -> dict[str, Any]:
+    """Phi-3.5-MoE: LayerNorm (with bias, ``rms_norm_eps`` its epsilon), biased attention when
+    ``attention_bias``, every layer a mixture of ``num_local_experts`` SwiGLU experts of ``intermediate_size``;
+    ``lm_head_bias`` only false."""
+    f.only("lm_head_bias", (False,), "an LM head without a bias")
+    bias = f.bool("attention_bias", False)
+    return {
+        **_common(f, tie_default=False),
+        "norm": "layernorm",
+        "qkv_bias": bias,
+        "output_bias": bias,
+        "mlp": _only_swiglu(f, "hidden_act"),
+        **_experts(f, "num_local_experts", None),
+        **_window(f, default_every=None),
+    }
+
+
+def _per_layer(f: _Fields, key: str) -> int:
+    """A count given once or per layer (HunYuan's ``moe_topk`` / ``num_experts`` lists): one value for every
+    layer only."""
+    value = f.raw(key)
+    if isinstance(value, list):
+        if not value or any(v != value[0] for v in value):
+            raise f.error(f"field '{f.key(key)}' differs between layers: one value for every layer only")
+        f.data = {**f.data, f.key(key): value[0]}
+    return f.int(key, null=False)
+
+
+def _hunyuan_moe(f: _Fields) -> dict[str, Any]:
+    """HunYuan-MoE (Hunyuan-A13B): HunYuan-Dense's attention; every layer ``num_experts`` SwiGLU experts of
+    ``intermediate_size`` (top ``moe_topk``) beside one always-on shared MLP of ``intermediate_size``, summed
+    ungated (modeling_hunyuan_v1_moe.py ``HunYuanMoEV1Moe``).  The hub file's ``moe_intermediate_size`` and
+    ``num_shared_expert`` are not fields of the class, so transformers (and we) ignore them."""
+    out = _head_dim_given(f, _llama_like(f, qk_norm=True))
+    return {
+        **out,
+        "num_experts": _per_layer(f, "num_experts"),
+        "experts_per_token": _per_layer(f, "moe_topk"),
+        "shared_experts": 1,
+    }
+
+
+def _sarvam_mla(f: _Fields) -> dict[str, Any]:
+    """Sarvam-M (``sarvam_mla``): DeepSeek-V3's model (transformers builds ``DeepseekV3ForCausalLM``); its class
+    drops a saved ``head_dim`` (the remote code's ``kv_lora_rank + qk_rope_head_dim``) and ``q_head_dim``
+    (configuration_sarvam_mla.py ``__post_init__``), so they are ignored here too."""
+    dropped = [k for k in ("head_dim", "q_head_dim") if k in f.data]
+    f.ignored_parts += dropped
+    f.data = {k: v for k, v in f.data.items() if k not in dropped}
+    return _deepseek(f)
+
+
+def _youtu(f: _Fields) -> dict[str, Any]:
+    """Youtu-LLM: DeepSeek's latent attention with a dense SwiGLU MLP in every layer (modeling_youtu.py), tied
+    by default."""
+    return {**_latent_attention(f), "tie_embeddings": f.bool("tie_word_embeddings", True)}
+
+
+def _vaultgemma(f: _Fields) -> dict[str, Any]:
+    """VaultGemma: Gemma 2 without the norms after the sublayers (``input_layernorm`` and
+    ``pre_feedforward_layernorm`` only: pre-norm), GeGLU from ``hidden_activation``, embeddings × √d, a window
+    on every other layer (``layer_types``)."""
+    out = _common(f, tie_default=True)
+    bias = f.bool("attention_bias", False)
+    return {
+        **out,
+        "mlp": _activation(f, "hidden_activation", "gelu_pytorch_tanh"),
+        "qkv_bias": bias,
+        "output_bias": bias,
+        "scale_embeddings": True,
+        **_window(f, default_every=2),
+    }
+
+
+def _hyperclovax(f: _Fields) -> dict[str, Any]:
+    """HyperCLOVA X: Granite's block (its four multipliers read, no count) with a norm after each sublayer
+    when ``use_post_norm`` (``post_norm1``, ``post_norm2``: Gemma's sandwich, "Peri-LN")."""
+    out = _granite(f)
+    return {**out, "norm_placement": "sandwich" if f.bool("use_post_norm", True) else "pre"}
+
+
+def _dense_first(f: _Fields, dense_default: int) -> int:
+    """``mlp_layer_types`` as the leading dense layers: "dense" × k then "sparse" (absent: ``dense_default``)."""
+    types = f.raw("mlp_layer_types")
+    if types is None:
+        return dense_default
+    k = next((i for i, t in enumerate(types) if t != "dense"), len(types)) if isinstance(types, list) else -1
+    if k < 0 or any(t != "sparse" for t in types[k:]):
+        raise f.error("field 'mlp_layer_types' is not supported: 'dense' layers first, then 'sparse' ones")
+    return k
+
+
+def _hy_v3(f: _Fields) -> dict[str, Any]:
+    """Hunyuan v3: Qwen3's attention (per-head q/k norms), dense first layers (``mlp_layer_types``, default
+    one), then ``num_experts`` SwiGLU experts of ``moe_intermediate_size`` plus ``num_shared_experts`` of the
+    same width run as one MLP (DeepSeek's shared experts)."""
+    bias = f.bool("attention_bias", False)
+    return {
+        **_common(f, tie_default=False),
+        "qkv_bias": bias,
+        "output_bias": bias,
+        "mlp_bias": f.bool("mlp_bias", False),
+        "qk_norm": True,
+        "mlp": _only_swiglu(f, "hidden_act"),
+        **_experts(f, "num_experts", "moe_intermediate_size"),
+        "shared_experts": _count(f, "num_shared_experts"),
+        "dense_layers_first": _dense_first(f, 1),
+    }
+
+
+def _glm4_moe_lite(f: _Fields) -> dict[str, Any]:
+    """GLM-4.7-Flash (``glm4_moe_lite``): DeepSeek-V3's latent attention and experts, the dense first
+    layers given by ``mlp_layer_types`` (default one) instead of ``first_k_dense_replace``."""
+    f.data = {**f.data, "first_k_dense_replace": _dense_first(f, 1)}
+    return _deepseek(f)
+
+
+def _starcoder2(f: _Fields) -> dict[str, Any]:
+    """StarCoder2: LayerNorm (``norm_epsilon``), RoPE, the 2-matrix GELU MLP (``c_fc``, ``c_proj``), a bias on
+    every projection when ``use_bias``, an optional window on every layer."""
+    heads = f.int("num_attention_heads")
+    act = f.str("hidden_act", "gelu_pytorch_tanh")
+    if act not in GELU_ACTIVATIONS:
+        raise f.error(f"field 'hidden_act' = {short_repr(act)} is not supported: a GELU MLP")
+    bias = f.bool("use_bias", True)
+    return {
+        "vocab_size": f.int("vocab_size"),
+        "d_model": f.int("hidden_size"),
+        "num_layers": f.int("num_hidden_layers"),
+        "num_heads": heads,
+        "num_kv_heads": f.int("num_key_value_heads", None),
+        "d_ff": f.int("intermediate_size"),
+        "context_length": f.int("max_position_embeddings"),
+        "rope_theta": _rope_theta(f),
+        "norm_eps": f.number("norm_epsilon", 1e-5),
+        "tie_embeddings": f.bool("tie_word_embeddings", True),
+        "norm": "layernorm",
+        "qkv_bias": bias,
+        "output_bias": bias,
+        "mlp_bias": bias,
+        "mlp": "gelu",
+        **_window(f, default_every=None),
+    }
+
+
+def _gpt_bigcode(f: _Fields) -> dict[str, Any]:
+    """GPTBigCode (StarCoder 1, SantaCoder): GPT-2's block with one key/value head (``multi_query``, default
+    true) in its fused ``c_attn``."""
+    out = _gpt2(f)
+    kv = 1 if f.bool("multi_query", True) else out["num_heads"]
+    if f.int("num_key_value_heads", kv) != kv:  # set by __post_init__, so written by save_pretrained
+        raise f.error(f"field 'num_key_value_heads' must be {kv} (multi_query = {kv == 1})")
+    return {**out, "num_kv_heads": None if kv == out["num_heads"] else 1}
+
+
 MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "gpt2": _gpt2,
     "llama": _llama,
@@ -666,6 +1034,33 @@ MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "olmo2": _olmo2,
     "deepseek_v2": _deepseek,
     "deepseek_v3": _deepseek,
+    "granite": _granite,
+    "granitemoe": _granite_moe,
+    "granitemoeshared": _granite_moe,
+    "helium": _helium,
+    "internlm3": _internlm3,
+    "exaone": _llama_like,
+    "ernie4_5": lambda f: _llama_like(f, bias="use_bias"),
+    "seed_oss": _seed_oss,
+    "ministral": lambda f: _head_dim_given(f, _mistral(f)),
+    "ministral3": _mistral,
+    "smollm3": _smollm3,
+    "hunyuan_v1_dense": lambda f: _head_dim_given(f, _llama_like(f, qk_norm=True)),
+    "gemma": _gemma1,
+    "olmo3": _olmo3,
+    "exaone4": _exaone4,
+    "olmoe": _olmoe,
+    "phimoe": _phimoe,
+    "hy_v3": _hy_v3,
+    "hunyuan_v1_moe": _hunyuan_moe,
+    "iquestcoder": _llama_like,
+    "sarvam_mla": _sarvam_mla,
+    "youtu": _youtu,
+    "vaultgemma": _vaultgemma,
+    "hyperclovax": _hyperclovax,
+    "glm4_moe_lite": _glm4_moe_lite,
+    "starcoder2": _starcoder2,
+    "gpt_bigcode": _gpt_bigcode,
 }
 assert tuple(MAPPINGS) == SUPPORTED_MODEL_TYPES
 
@@ -681,11 +1076,17 @@ def config_from_hf(data: Any, source: str = "config.json", name: str = "custom")
         )
     if not isinstance(model_type, str):
         raise ConfigError(f"{source}: field 'model_type' must be a string, got {short_repr(model_type)}")
-    if model_type in LATER_MODEL_TYPES:
+    if model_type in SAME_CLASSES:  # GPT-SW3: GPT-2's configuration and model classes
+        data = {**data, "model_type": SAME_CLASSES[model_type]}
+        model_type = SAME_CLASSES[model_type]
+    if model_type in REFUSED_WRAPPERS:
+        text_type = REFUSED_WRAPPERS[model_type]
         raise ConfigError(
-            f"{source}: model_type '{model_type}' has {LATER_MODEL_TYPES[model_type]}, "
-            f"which lm-accounting does not model yet (supported: {', '.join(SUPPORTED_MODEL_TYPES)})"
+            f"{source}: model_type '{model_type}' is a multimodal wrapper whose text model '{text_type}' has "
+            f"{REFUSED_MODEL_TYPES[text_type]}"
         )
+    if model_type in REFUSED_MODEL_TYPES:
+        raise ConfigError(f"{source}: model_type '{model_type}' has {REFUSED_MODEL_TYPES[model_type]}")
     if model_type in WRAPPERS:
         return _wrapped(data, source, name, model_type)
     if model_type not in MAPPINGS:
@@ -732,8 +1133,10 @@ def _refuse_unknown(f: _Fields) -> None:
     unknown = f.not_understood()
     if unknown:
         raise f.error(
-            f"field {short_repr(unknown[0])} is not understood for model_type '{f.model_type}' (transformers' "
-            f"{CONFIG_CLASSES[f.model_type]} defines it; lm-accounting cannot tell whether it changes the counts)"
+            f"{'field' if len(unknown) == 1 else 'fields'} {', '.join(short_repr(k) for k in unknown)} "
+            f"{'is' if len(unknown) == 1 else 'are'} not understood for model_type '{f.model_type}' (transformers' "
+            f"{CONFIG_CLASSES[f.model_type]} defines {'it' if len(unknown) == 1 else 'them'}; lm-accounting cannot "
+            "tell whether they change the counts)"
         )
 
 
@@ -747,7 +1150,8 @@ def _model(fields: dict[str, Any], source: str, name: str, ignored: tuple[str, .
 
 
 def _wrapped(data: Mapping[str, Any], source: str, name: str, model_type: str) -> ModelConfig:
-    """A multimodal wrapper (Gemma 3's ``gemma3``): its ``text_config`` read as the text model type, the
+    """A multimodal wrapper (Gemma 3's ``gemma3``, Mistral 3's ``mistral3``, Kimi K2.5's ``kimi_k25``): its
+    ``text_config`` read as the text model type (for ``WRAPPERS_OF_ANY_TEXT``, any supported one), the
     text class's defaults filling what the published ``text_config`` leaves out (``WRAPPED_TEXT_DEFAULTS``),
     and the wrapper's ``tie_word_embeddings`` (the flag transformers ties the wrapped LM head by).  The vision
     tower and the projector are not counted, and the model's name says so."""
@@ -761,8 +1165,16 @@ def _wrapped(data: Mapping[str, Any], source: str, name: str, model_type: str) -
             "lm-accounting counts the text model of a wrapper"
         )
     inner = text.get("model_type", text_type)
-    if inner != text_type:
-        raise w.error(f"field 'text_config.model_type' must be '{text_type}', got {short_repr(inner)}")
+    allowed = SUPPORTED_MODEL_TYPES if model_type in WRAPPERS_OF_ANY_TEXT else (text_type,)
+    if inner in REFUSED_MODEL_TYPES:
+        raise w.error(
+            f"model_type '{model_type}' is a multimodal wrapper whose text model '{inner}' has "
+            f"{REFUSED_MODEL_TYPES[inner]}"
+        )
+    if inner not in allowed:
+        wanted = f"'{text_type}'" if len(allowed) == 1 else "a supported model_type"
+        raise w.error(f"field 'text_config.model_type' must be {wanted}, got {short_repr(inner)}")
+    text_type = inner
     tie = w.bool("tie_word_embeddings", True)
     _refuse_unknown(w)  # the wrapper's own fields: read, ignored or refused like any other
     f = _Fields(text, f"{source}: text_config", text_type, WRAPPED_TEXT_DEFAULTS.get(text_type, {}))
@@ -804,7 +1216,8 @@ def to_hf_dict(cfg: ModelConfig) -> dict[str, Any]:
     ``max_position_embeddings`` (a step at 256 tokens of a 1,024-position model), and a windowed model with fewer
     layers than its full-attention period (a 2-layer Gemma 3) is written with every layer sliding.  A config
     without a type, or with an option the type's class cannot express (a course preset, Llama with a q/k/v bias
-    but no output bias), is a one-line ``ConfigError``."""
+    but no output bias), or of a type with no writer (``WRITERS``: the zoo's types are read, not written back,
+    except EXAONE 3 and InternLM3, which the ``llama`` program measures), is a one-line ``ConfigError``."""
     model_type = cfg.hf_model_type
     if model_type is None:
         raise ConfigError(
@@ -812,8 +1225,8 @@ def to_hf_dict(cfg: ModelConfig) -> dict[str, Any]:
         )
     if model_type not in WRITERS:
         raise ConfigError(
-            f"{cfg.name}: hf_model_type '{model_type}' is not one lm-accounting writes "
-            f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})"
+            f"{cfg.name}: hf_model_type '{model_type}' is not one lm-accounting writes back as a config.json "
+            f"(written: {', '.join(WRITERS)})"
         )
     values = {"model_type": model_type, **WRITERS[model_type](cfg), **NO_TOKEN_IDS}
     expected = config_from_hf(values, f"{cfg.name} ({model_type})")
@@ -957,6 +1370,8 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
     "olmo2": lambda cfg: {**_write_common(cfg), "attention_bias": cfg.qkv_bias},
     "deepseek_v2": _write_deepseek,
     "deepseek_v3": _write_deepseek,
+    "exaone": _write_llama,  # transformers builds LlamaForCausalLM for these two
+    "internlm3": _write_llama,
 }
 """Per model type, the config.json fields that fix every count (``to_hf_dict``)."""
-assert tuple(WRITERS) == SUPPORTED_MODEL_TYPES
+assert set(WRITERS) <= set(SUPPORTED_MODEL_TYPES)

@@ -15,7 +15,9 @@ installed transformers and checks that it is equal (so the two cannot drift apar
 * ``CLASS_DEFAULTS``: the class's default for each optional field the reader takes (a ``None`` is derived, e.g.
   ``num_key_value_heads`` -> ``num_attention_heads``), and ``rope_theta`` from the class's ``default_theta``.
 * ``WRAPPERS``: a multimodal configuration class -> the text model type of its ``text_config``, with the text
-  class's defaults for the shape fields a published ``text_config`` leaves out (``WRAPPED_TEXT_DEFAULTS``).
+  class's defaults for the shape fields a published ``text_config`` leaves out (``WRAPPED_TEXT_DEFAULTS``);
+  ``WRAPPERS_OF_ANY_TEXT``: the wrappers whose ``text_config`` is an ``AutoConfig`` (any supported text type).
+* ``SAME_CLASSES``: a ``model_type`` whose configuration and causal-LM classes are another type's (GPT-SW3).
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ COMMON_FIELDS = _names(
     """
 )
 """Defined by ``PreTrainedConfig`` itself (and its RoPE mixin), so by every class below."""
+
+WRAPPER_COMMON_FIELDS = COMMON_FIELDS - {"initializer_range"}
+"""What Mistral 3's and Kimi K2.5's wrapper classes inherit (they define no ``initializer_range``)."""
 
 DEFINED_FIELDS: dict[str, frozenset[str]] = {
     "gpt2": COMMON_FIELDS
@@ -163,6 +168,258 @@ DEFINED_FIELDS: dict[str, frozenset[str]] = {
             mm_tokens_per_image text_config vision_config
         """
     ),
+    "granite": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout attention_multiplier bos_token_id embedding_multiplier eos_token_id
+            hidden_act hidden_size intermediate_size logits_scaling max_position_embeddings mlp_bias
+            num_attention_heads num_hidden_layers num_key_value_heads pad_token_id residual_multiplier
+            rms_norm_eps use_cache vocab_size
+        """
+    ),
+    "granitemoe": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout attention_multiplier bos_token_id embedding_multiplier eos_token_id
+            hidden_act hidden_size intermediate_size logits_scaling max_position_embeddings num_attention_heads
+            num_experts_per_tok num_hidden_layers num_key_value_heads num_local_experts output_router_logits
+            pad_token_id residual_multiplier rms_norm_eps router_aux_loss_coef use_cache vocab_size
+        """
+    ),
+    "granitemoeshared": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout attention_multiplier bos_token_id embedding_multiplier eos_token_id
+            hidden_act hidden_size intermediate_size logits_scaling max_position_embeddings num_attention_heads
+            num_experts_per_tok num_hidden_layers num_key_value_heads num_local_experts output_router_logits
+            pad_token_id residual_multiplier rms_norm_eps router_aux_loss_coef shared_intermediate_size
+            use_cache vocab_size
+        """
+    ),
+    "helium": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id eos_token_id head_dim hidden_act hidden_size
+            intermediate_size max_position_embeddings mlp_bias num_attention_heads num_hidden_layers
+            num_key_value_heads pad_token_id rms_norm_eps use_cache vocab_size
+        """
+    ),
+    "internlm3": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bias bos_token_id eos_token_id head_dim hidden_act hidden_size
+            intermediate_size max_position_embeddings mlp_bias num_attention_heads num_hidden_layers
+            num_key_value_heads pad_token_id qkv_bias rms_norm_eps use_cache vocab_size
+        """
+    ),
+    "exaone": COMMON_FIELDS
+    | _names(
+        """
+            activation_function attention_bias attention_dropout bos_token_id eos_token_id head_dim hidden_act
+            hidden_size intermediate_size layer_norm_epsilon max_position_embeddings mlp_bias
+            num_attention_heads num_hidden_layers num_key_value_heads num_layers pad_token_id rms_norm_eps
+            use_cache vocab_size
+        """
+    ),
+    "ernie4_5": COMMON_FIELDS
+    | _names(
+        """
+            bos_token_id eos_token_id head_dim hidden_act hidden_size intermediate_size max_position_embeddings
+            num_attention_heads num_hidden_layers num_key_value_heads pad_token_id rms_norm_eps use_bias
+            use_cache vocab_size
+        """
+    ),
+    "seed_oss": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout attention_out_bias bos_token_id eos_token_id head_dim hidden_act
+            hidden_size intermediate_size max_position_embeddings mlp_bias num_attention_heads num_hidden_layers
+            num_key_value_heads pad_token_id pretraining_tp residual_dropout rms_norm_eps use_cache vocab_size
+        """
+    ),
+    "ministral": COMMON_FIELDS
+    | _names(
+        """
+            attention_dropout bos_token_id eos_token_id head_dim hidden_act hidden_size intermediate_size
+            layer_types max_position_embeddings num_attention_heads num_hidden_layers num_key_value_heads
+            pad_token_id rms_norm_eps sliding_window use_cache vocab_size
+        """
+    ),
+    "ministral3": COMMON_FIELDS
+    | _names(
+        """
+            attention_dropout bos_token_id eos_token_id head_dim hidden_act hidden_size intermediate_size
+            max_position_embeddings num_attention_heads num_hidden_layers num_key_value_heads pad_token_id
+            rms_norm_eps sliding_window use_cache vocab_size
+        """
+    ),
+    "smollm3": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id eos_token_id hidden_act hidden_size intermediate_size
+            layer_types max_position_embeddings mlp_bias no_rope_layer_interval no_rope_layers
+            num_attention_heads num_hidden_layers num_key_value_heads pad_token_id rms_norm_eps sliding_window
+            use_cache use_sliding_window vocab_size
+        """
+    ),
+    "hunyuan_v1_dense": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id eod_token_id eos_token_id head_dim hidden_act
+            hidden_size intermediate_size max_position_embeddings num_attention_heads num_hidden_layers
+            num_key_value_heads pad_token_id pretraining_tp rms_norm_eps use_cache vocab_size
+        """
+    ),
+    "gemma": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id eos_token_id head_dim hidden_act hidden_size
+            intermediate_size max_position_embeddings num_attention_heads num_hidden_layers num_key_value_heads
+            pad_token_id rms_norm_eps use_bidirectional_attention use_cache vocab_size
+        """
+    ),
+    "olmo3": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id eos_token_id hidden_act hidden_size intermediate_size
+            layer_types max_position_embeddings num_attention_heads num_hidden_layers num_key_value_heads
+            pad_token_id rms_norm_eps sliding_window use_cache vocab_size
+        """
+    ),
+    "exaone4": COMMON_FIELDS
+    | _names(
+        """
+            attention_dropout bos_token_id eos_token_id hidden_act hidden_size intermediate_size layer_types
+            max_position_embeddings num_attention_heads num_hidden_layers num_key_value_heads pad_token_id
+            rms_norm_eps sliding_window sliding_window_pattern use_cache vocab_size
+        """
+    ),
+    "olmoe": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id clip_qkv eos_token_id hidden_act hidden_size
+            intermediate_size max_position_embeddings norm_topk_prob num_attention_heads num_experts
+            num_experts_per_tok num_hidden_layers num_key_value_heads num_local_experts output_router_logits
+            pad_token_id rms_norm_eps router_aux_loss_coef use_cache vocab_size
+        """
+    ),
+    "phimoe": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id eos_token_id hidden_act hidden_size input_jitter_noise
+            intermediate_size lm_head_bias max_position_embeddings num_attention_heads num_experts_per_tok
+            num_hidden_layers num_key_value_heads num_local_experts output_router_logits pad_token_id
+            rms_norm_eps router_aux_loss_coef router_jitter_noise sliding_window use_cache vocab_size
+        """
+    ),
+    "hy_v3": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id enable_moe_fp32_combine eos_token_id head_dim
+            hidden_act hidden_size intermediate_size max_position_embeddings mlp_bias mlp_layer_types
+            moe_intermediate_size num_attention_heads num_experts num_experts_per_tok num_hidden_layers
+            num_key_value_heads num_local_experts num_shared_experts output_router_logits pad_token_id
+            rms_norm_eps router_scaling_factor use_cache vocab_size
+        """
+    ),
+    "glm4_moe_lite": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id eos_token_id head_dim hidden_act hidden_size
+            intermediate_size kv_lora_rank max_position_embeddings mlp_layer_types moe_intermediate_size n_group
+            n_routed_experts n_shared_experts norm_topk_prob num_attention_heads num_experts_per_tok
+            num_hidden_layers num_key_value_heads num_local_experts output_router_logits pad_token_id
+            pretraining_tp q_lora_rank qk_head_dim qk_nope_head_dim qk_rope_head_dim rms_norm_eps
+            rope_interleave routed_scaling_factor topk_group use_cache v_head_dim vocab_size
+        """
+    ),
+    "starcoder2": COMMON_FIELDS
+    | _names(
+        """
+            attention_dropout bos_token_id embedding_dropout eos_token_id hidden_act hidden_size
+            intermediate_size max_position_embeddings norm_epsilon num_attention_heads num_hidden_layers
+            num_key_value_heads pad_token_id residual_dropout sliding_window use_bias use_cache vocab_size
+        """
+    ),
+    "gpt_bigcode": COMMON_FIELDS
+    | _names(
+        """
+            activation_function add_cross_attention attention_softmax_in_fp32 attn_pdrop bos_token_id embd_pdrop
+            eos_token_id hidden_size layer_norm_epsilon max_position_embeddings multi_query n_embd n_head
+            n_inner n_layer n_positions num_attention_heads num_hidden_layers num_key_value_heads pad_token_id
+            resid_pdrop scale_attention_softmax_in_fp32 scale_attn_weights use_cache vocab_size
+        """
+    ),
+    "mistral3": WRAPPER_COMMON_FIELDS
+    | _names(
+        """
+            image_token_id image_token_index multimodal_projector_bias projector_hidden_act spatial_merge_size
+            text_config vision_config vision_feature_layer
+        """
+    ),
+    "kimi_k25": WRAPPER_COMMON_FIELDS
+    | _names(
+        """
+            image_token_id projection_hidden_size projection_layer_norm_eps text_config video_token_id
+            vision_config vision_end_token_id vision_start_token_id
+        """
+    ),
+    "hunyuan_v1_moe": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id eod_token_id eos_token_id head_dim hidden_act
+            hidden_size intermediate_size max_position_embeddings moe_topk num_attention_heads num_experts
+            num_experts_per_tok num_hidden_layers num_key_value_heads num_local_experts output_router_logits
+            pad_token_id pretraining_tp rms_norm_eps sep_token_id use_cache vocab_size
+        """
+    ),
+    "iquestcoder": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id eos_token_id head_dim hidden_act hidden_size
+            intermediate_size max_position_embeddings mlp_bias num_attention_heads num_hidden_layers
+            num_key_value_heads pad_token_id rms_norm_eps use_cache vocab_size
+        """
+    ),
+    "sarvam_mla": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id eos_token_id first_k_dense_replace head_dim hidden_act
+            hidden_size intermediate_size kv_lora_rank max_position_embeddings moe_intermediate_size n_group
+            n_routed_experts n_shared_experts norm_topk_prob num_attention_heads num_experts num_experts_per_tok
+            num_hidden_layers num_key_value_heads num_local_experts num_mtp_layers num_nextn_predict_layers
+            num_shared_experts output_router_logits pad_token_id pretraining_tp q_head_dim q_lora_rank
+            qk_head_dim qk_nope_head_dim qk_rope_head_dim rms_norm_eps rope_interleave routed_scaling_factor
+            topk_group use_cache v_head_dim vocab_size
+        """
+    ),
+    "vaultgemma": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout attn_logit_softcapping bos_token_id eos_token_id
+            final_logit_softcapping head_dim hidden_activation hidden_size intermediate_size layer_types
+            max_position_embeddings num_attention_heads num_hidden_layers num_key_value_heads pad_token_id
+            query_pre_attn_scalar rms_norm_eps sliding_window use_cache vocab_size
+        """
+    ),
+    "hyperclovax": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout attention_multiplier bos_token_id embedding_multiplier eos_token_id
+            head_dim hidden_act hidden_size intermediate_size logits_scaling max_position_embeddings mlp_bias
+            num_attention_heads num_hidden_layers num_key_value_heads pad_token_id residual_multiplier
+            rms_norm_eps use_cache use_post_norm vocab_size
+        """
+    ),
+    "youtu": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id embedding_initializer_range eos_token_id head_dim
+            hidden_act hidden_size intermediate_size kv_lora_rank max_position_embeddings num_attention_heads
+            num_hidden_layers num_key_value_heads pad_token_id q_lora_rank qk_head_dim qk_nope_head_dim
+            qk_rope_head_dim rms_norm_eps rope_interleave use_cache v_head_dim vocab_size
+        """
+    ),
 }
 
 CONFIG_CLASSES = {
@@ -180,6 +437,35 @@ CONFIG_CLASSES = {
     "deepseek_v2": "DeepseekV2Config",
     "deepseek_v3": "DeepseekV3Config",
     "gemma3": "Gemma3Config",
+    "mistral3": "Mistral3Config",
+    "kimi_k25": "Kimi_K25Config",
+    "granite": "GraniteConfig",
+    "granitemoe": "GraniteMoeConfig",
+    "granitemoeshared": "GraniteMoeSharedConfig",
+    "helium": "HeliumConfig",
+    "internlm3": "InternLM3Config",
+    "exaone": "ExaoneConfig",
+    "ernie4_5": "Ernie4_5Config",
+    "seed_oss": "SeedOssConfig",
+    "ministral": "MinistralConfig",
+    "ministral3": "Ministral3Config",
+    "smollm3": "SmolLM3Config",
+    "hunyuan_v1_dense": "HunYuanDenseV1Config",
+    "gemma": "GemmaConfig",
+    "olmo3": "Olmo3Config",
+    "exaone4": "Exaone4Config",
+    "olmoe": "OlmoeConfig",
+    "phimoe": "PhimoeConfig",
+    "hy_v3": "HYV3Config",
+    "hunyuan_v1_moe": "HunYuanMoEV1Config",
+    "iquestcoder": "IQuestCoderConfig",
+    "sarvam_mla": "SarvamMLAConfig",
+    "vaultgemma": "VaultGemmaConfig",
+    "hyperclovax": "HyperCLOVAXConfig",
+    "youtu": "YoutuConfig",
+    "glm4_moe_lite": "Glm4MoeLiteConfig",
+    "starcoder2": "Starcoder2Config",
+    "gpt_bigcode": "GPTBigCodeConfig",
 }
 ALIASES: dict[str, dict[str, str]] = {
     "gpt2": {
@@ -197,9 +483,34 @@ ALIASES: dict[str, dict[str, str]] = {
         "boi_token_id": "boi_token_index",
         "eoi_token_id": "eoi_token_index",
     },
+    "mistral3": {"image_token_id": "image_token_index"},
+    "hunyuan_v1_moe": {"num_experts_per_tok": "moe_topk", "num_local_experts": "num_experts"},
+    "sarvam_mla": {
+        "num_local_experts": "n_routed_experts",
+        "num_mtp_layers": "num_nextn_predict_layers",
+        "num_experts": "n_routed_experts",
+        "num_shared_experts": "n_shared_experts",
+    },
+    "internlm3": {"qkv_bias": "attention_bias", "bias": "mlp_bias"},
+    "exaone": {
+        "num_layers": "num_hidden_layers",
+        "layer_norm_epsilon": "rms_norm_eps",
+        "activation_function": "hidden_act",
+    },
+    "olmoe": {"num_local_experts": "num_experts"},
+    "hy_v3": {"num_local_experts": "num_experts"},
+    "glm4_moe_lite": {"num_local_experts": "n_routed_experts", "head_dim": "qk_rope_head_dim"},
+    "gpt_bigcode": {
+        "hidden_size": "n_embd",
+        "max_position_embeddings": "n_positions",
+        "num_attention_heads": "n_head",
+        "num_hidden_layers": "n_layer",
+    },
 }
 CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma3": {"tie_word_embeddings": True},
+    "mistral3": {"tie_word_embeddings": True},
+    "kimi_k25": {"tie_word_embeddings": True},
     "gpt2": {
         "layer_norm_epsilon": 1e-05,
         "tie_word_embeddings": True,
@@ -344,10 +655,303 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         "moe_intermediate_size": 2048,
         "rope_theta": 10000.0,
     },
+    "granite": {
+        "num_key_value_heads": None,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "hidden_act": "silu",
+        "rope_theta": 10000.0,
+    },
+    "granitemoe": {
+        "num_key_value_heads": None,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "hidden_act": "silu",
+        "num_experts_per_tok": 2,
+        "rope_theta": 10000.0,
+    },
+    "granitemoeshared": {
+        "num_key_value_heads": None,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "hidden_act": "silu",
+        "shared_intermediate_size": 0,
+        "num_experts_per_tok": 2,
+        "rope_theta": 10000.0,
+    },
+    "helium": {
+        "num_key_value_heads": 20,
+        "head_dim": 128,
+        "rms_norm_eps": 1e-08,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "hidden_act": "silu",
+        "rope_theta": 100000.0,
+    },
+    "internlm3": {
+        "num_key_value_heads": 2,
+        "head_dim": 128,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "hidden_act": "silu",
+        "rope_theta": 10000.0,
+    },
+    "exaone": {
+        "num_key_value_heads": 8,
+        "head_dim": None,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "hidden_act": "silu",
+        "rope_theta": 500000.0,
+    },
+    "ernie4_5": {
+        "num_key_value_heads": 2,
+        "head_dim": 128,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": True,
+        "use_bias": False,
+        "hidden_act": "silu",
+        "rope_theta": 500000.0,
+    },
+    "seed_oss": {
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": False,
+        "attention_bias": True,
+        "attention_out_bias": False,
+        "mlp_bias": False,
+        "hidden_act": "silu",
+        "rope_theta": 10000.0,
+    },
+    "ministral": {
+        "num_key_value_heads": 8,
+        "head_dim": None,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": False,
+        "hidden_act": "silu",
+        "sliding_window": 4096,
+        "rope_theta": 10000.0,
+    },
+    "ministral3": {
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "hidden_act": "silu",
+        "sliding_window": None,
+        "rope_theta": 10000.0,
+    },
+    "smollm3": {
+        "num_key_value_heads": 4,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": True,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "hidden_act": "silu",
+        "sliding_window": None,
+        "use_sliding_window": False,
+        "rope_theta": 2000000.0,
+    },
+    "hunyuan_v1_dense": {
+        "num_key_value_heads": None,
+        "head_dim": None,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "hidden_act": "silu",
+        "rope_theta": 10000.0,
+    },
+    "gemma": {
+        "num_key_value_heads": 16,
+        "head_dim": 256,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": True,
+        "attention_bias": False,
+        "hidden_act": "gelu_pytorch_tanh",
+        "use_bidirectional_attention": None,
+        "rope_theta": 10000.0,
+    },
+    "olmo3": {
+        "num_key_value_heads": None,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "hidden_act": "silu",
+        "sliding_window": 4096,
+        "rope_theta": 500000.0,
+    },
+    "exaone4": {
+        "num_key_value_heads": 32,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "hidden_act": "silu",
+        "sliding_window": 4096,
+        "sliding_window_pattern": 4,
+        "rope_theta": 10000.0,
+    },
+    "olmoe": {
+        "num_key_value_heads": None,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "hidden_act": "silu",
+        "clip_qkv": None,
+        "num_experts_per_tok": 8,
+        "rope_theta": 10000.0,
+    },
+    "phimoe": {
+        "num_key_value_heads": 8,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "hidden_act": "silu",
+        "sliding_window": None,
+        "lm_head_bias": False,
+        "num_experts_per_tok": 2,
+        "rope_theta": 1000000.0,
+    },
+    "hy_v3": {
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "hidden_act": "silu",
+        "num_shared_experts": 1,
+        "moe_intermediate_size": 1536,
+        "num_experts_per_tok": 8,
+        "rope_theta": 11158840.0,
+    },
+    "glm4_moe_lite": {
+        "num_key_value_heads": 20,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "hidden_act": "silu",
+        "moe_intermediate_size": 1536,
+        "qk_rope_head_dim": 64,
+        "qk_nope_head_dim": 192,
+        "v_head_dim": 256,
+        "kv_lora_rank": 512,
+        "q_lora_rank": 768,
+        "n_shared_experts": 1,
+        "n_routed_experts": 64,
+        "num_experts_per_tok": 4,
+        "rope_theta": 10000.0,
+    },
+    "starcoder2": {
+        "num_key_value_heads": 2,
+        "norm_epsilon": 1e-05,
+        "tie_word_embeddings": True,
+        "use_bias": True,
+        "hidden_act": "gelu_pytorch_tanh",
+        "sliding_window": None,
+        "rope_theta": 10000.0,
+    },
+    "gpt_bigcode": {
+        "layer_norm_epsilon": 1e-05,
+        "tie_word_embeddings": True,
+        "activation_function": "gelu_pytorch_tanh",
+        "n_inner": None,
+        "multi_query": True,
+        "add_cross_attention": False,
+    },
+    "hunyuan_v1_moe": {
+        "num_key_value_heads": None,
+        "head_dim": None,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "hidden_act": "silu",
+        "moe_topk": 1,
+        "rope_theta": 10000.0,
+    },
+    "iquestcoder": {
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "hidden_act": "silu",
+        "rope_theta": 10000.0,
+    },
+    "sarvam_mla": {
+        "num_key_value_heads": None,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "hidden_act": "silu",
+        "moe_intermediate_size": 2048,
+        "qk_rope_head_dim": 64,
+        "qk_nope_head_dim": 128,
+        "v_head_dim": 128,
+        "kv_lora_rank": 512,
+        "q_lora_rank": None,
+        "n_shared_experts": 1,
+        "n_routed_experts": 128,
+        "num_experts_per_tok": 8,
+        "first_k_dense_replace": 1,
+        "rope_theta": 10000.0,
+    },
+    "vaultgemma": {
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": True,
+        "attention_bias": False,
+        "sliding_window": 4096,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "rope_theta": 10000.0,
+    },
+    "hyperclovax": {
+        "num_key_value_heads": None,
+        "head_dim": None,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "hidden_act": "silu",
+        "use_post_norm": True,
+        "rope_theta": 10000.0,
+    },
+    "youtu": {
+        "num_key_value_heads": 16,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": True,
+        "attention_bias": False,
+        "hidden_act": "silu",
+        "qk_rope_head_dim": 64,
+        "qk_nope_head_dim": 128,
+        "v_head_dim": 128,
+        "kv_lora_rank": 512,
+        "q_lora_rank": 1536,
+        "rope_theta": 10000.0,
+    },
 }
 
-WRAPPERS = {"gemma3": "gemma3_text"}
+SAME_CLASSES = {"gpt-sw3": "gpt2"}
+"""A ``model_type`` whose configuration class and causal-LM class are another type's (transformers'
+``CONFIG_MAPPING_NAMES`` and ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``): GPT-SW3 is ``GPT2Config`` and
+``GPT2LMHeadModel``, so its config.json is read as GPT-2's."""
+
+WRAPPERS = {"gemma3": "gemma3_text", "mistral3": "mistral", "kimi_k25": "deepseek_v3"}
 """Multimodal wrapper ``model_type`` -> the ``model_type`` of its ``text_config`` (``sub_configs_defaults``)."""
+
+WRAPPERS_OF_ANY_TEXT = frozenset(["mistral3", "kimi_k25"])
+"""Wrappers whose ``text_config`` is an ``AutoConfig`` (``sub_configs``): any text ``model_type`` the reader
+supports (Mistral 3's is ``mistral`` or ``ministral3``), ``WRAPPERS``' when the text_config names none."""
 
 WRAPPED_TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma3_text": {

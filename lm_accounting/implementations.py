@@ -62,9 +62,37 @@ HF_CAUSAL_LM = {
     "olmo2": "Olmo2ForCausalLM",
     "deepseek_v2": "DeepseekV2ForCausalLM",
     "deepseek_v3": "DeepseekV3ForCausalLM",
+    "granite": "GraniteForCausalLM",
+    "granitemoe": "GraniteMoeForCausalLM",
+    "granitemoeshared": "GraniteMoeSharedForCausalLM",
+    "helium": "HeliumForCausalLM",
+    "internlm3": "LlamaForCausalLM",
+    "exaone": "LlamaForCausalLM",
+    "ernie4_5": "Ernie4_5ForCausalLM",
+    "seed_oss": "SeedOssForCausalLM",
+    "ministral": "MinistralForCausalLM",
+    "ministral3": "Ministral3ForCausalLM",
+    "smollm3": "SmolLM3ForCausalLM",
+    "hunyuan_v1_dense": "HunYuanDenseV1ForCausalLM",
+    "gemma": "GemmaForCausalLM",
+    "olmo3": "Olmo3ForCausalLM",
+    "exaone4": "Exaone4ForCausalLM",
+    "olmoe": "OlmoeForCausalLM",
+    "phimoe": "PhimoeForCausalLM",
+    "hy_v3": "HYV3ForCausalLM",
+    "hunyuan_v1_moe": "HunYuanMoEV1ForCausalLM",
+    "iquestcoder": "LlamaForCausalLM",
+    "sarvam_mla": "DeepseekV3ForCausalLM",
+    "youtu": "YoutuForCausalLM",
+    "vaultgemma": "VaultGemmaForCausalLM",
+    "hyperclovax": "HyperCLOVAXForCausalLM",
+    "glm4_moe_lite": "Glm4MoeLiteForCausalLM",
+    "starcoder2": "Starcoder2ForCausalLM",
+    "gpt_bigcode": "GPTBigCodeForCausalLM",
 }
 """transformers 5.24's causal-LM class per ``model_type`` (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` in
-``transformers/models/auto/modeling_auto.py``; a Gemma 3 wrapper's text model is ``gemma3_text``)."""
+``transformers/models/auto/modeling_auto.py``; a Gemma 3 wrapper's text model is ``gemma3_text``): every type
+``hf_config`` reads (tests/test_hf_zoo.py checks both).  InternLM3 and EXAONE 3 are built as Llama's class."""
 
 TORCHTITAN_MODELS = {"llama": "llama3", "qwen3": "qwen3", "deepseek_v3": "deepseek_v3"}
 """The ``model_type`` -> torchtitan model it ships (``torchtitan/models/``); no other model_type has one."""

@@ -27,9 +27,11 @@ from lm_accounting.hf_fields import (
     DEFINED_FIELDS,
     WRAPPED_TEXT_DEFAULTS,
     WRAPPERS,
+    WRAPPERS_OF_ANY_TEXT,
 )
 
 transformers = pytest.importorskip("transformers")
+from test_hf_zoo import PUBLISHED, WRAPPED, ZOO
 from test_transformers_truth import CONFIGS
 
 CONFIG_TYPES = SUPPORTED_MODEL_TYPES + tuple(WRAPPERS)
@@ -147,11 +149,14 @@ def test_class_defaults_are_transformers_own(model_type):
 
 def test_wrappers_and_their_text_defaults_are_transformers_own():
     for wrapper, text_type in WRAPPERS.items():
-        spec = config_class(wrapper).sub_configs_defaults["text_config"]
-        text_cls = getattr(spec, "config_class", spec)
-        assert text_cls.model_type == text_type
-        defaults = {f.name: f.default for f in dataclasses.fields(text_cls)}
-        assert WRAPPED_TEXT_DEFAULTS[text_type] == {k: defaults[k] for k in WRAPPED_TEXT_DEFAULTS[text_type]}
+        cls = config_class(wrapper)
+        assert cls().text_config.model_type == text_type  # the text model a wrapper without one gets
+        any_text = cls.sub_configs["text_config"] is transformers.AutoConfig
+        assert any_text == (wrapper in WRAPPERS_OF_ANY_TEXT)
+        if text_type in WRAPPED_TEXT_DEFAULTS:
+            text_cls = config_class(text_type)
+            defaults = {f.name: f.default for f in dataclasses.fields(text_cls)}
+            assert WRAPPED_TEXT_DEFAULTS[text_type] == {k: defaults[k] for k in WRAPPED_TEXT_DEFAULTS[text_type]}
 
 
 MINIMAL = {  # only the fields the reader requires; transformers fills the rest from its class defaults
@@ -167,6 +172,21 @@ MOE_MINIMAL = {
     "qwen3_moe": {"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 256},
     "deepseek_v2": {"num_experts_per_tok": 2, "num_key_value_heads": 32},
     "deepseek_v3": {"num_key_value_heads": 32},
+    "granitemoe": {"num_local_experts": 8},
+    "granitemoeshared": {"num_local_experts": 8},
+    "olmoe": {"num_experts": 8},
+    "phimoe": {"num_local_experts": 8},
+    "hy_v3": {"num_experts": 8},
+    "glm4_moe_lite": {"num_key_value_heads": 32},
+    "helium": {
+        "head_dim": 32,
+        "num_key_value_heads": 32,
+    },  # Helium's o_proj is hidden_size square: heads · head_dim must be hidden_size
+    "ministral": {"head_dim": 32},  # MinistralAttention reads head_dim as given: null does not build
+    "hunyuan_v1_dense": {"head_dim": 32},
+    "hunyuan_v1_moe": {"head_dim": 32, "num_experts": 8, "moe_topk": 2},
+    "sarvam_mla": {"num_key_value_heads": 32},
+    "youtu": {"num_key_value_heads": 32},
 }
 
 
@@ -174,14 +194,15 @@ MOE_MINIMAL = {
 def test_absent_fields_take_the_class_defaults(model_type):
     """A config.json that leaves optional fields out: the heads, head size, window and tie flag transformers
     resolves (e.g. Mistral's 4,096-token window, Qwen3's head_dim 128, Gemma's 4 KV heads)."""
-    if model_type == "gpt2":
+    if model_type in ("gpt2", "gpt_bigcode"):
         values = {"vocab_size": 1000, "n_embd": 512, "n_layer": 12, "n_head": 8, "n_positions": 2048}
     else:
         values = {**MINIMAL, **MOE_MINIMAL.get(model_type, {})}
     ours = config_from_hf({"model_type": model_type, **values})
     hf = transformers.AutoConfig.for_model(model_type, **values)
     assert ours.tie_embeddings == hf.tie_word_embeddings
-    assert ours.norm_eps == getattr(hf, "rms_norm_eps", getattr(hf, "layer_norm_epsilon", None))
+    eps = [getattr(hf, k) for k in ("rms_norm_eps", "layer_norm_epsilon", "norm_epsilon") if hasattr(hf, k)]
+    assert ours.norm_eps == eps[0]
     if not ours.mla:
         assert ours.kv_heads == (getattr(hf, "num_key_value_heads", None) or hf.num_attention_heads)
         assert ours.d_head == (getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads)
@@ -199,7 +220,13 @@ def counts(cfg) -> tuple[int, int]:
     return parameter_breakdown(cfg).total, forward_flops(cfg, seq).total
 
 
-HUB_FILES = {**{name: values for name, (values, _) in CONFIGS.items()}, "gemma-3-4b-it": GEMMA3_4B}
+HUB_FILES = {
+    **{name: values for name, (values, _) in CONFIGS.items()},
+    "gemma-3-4b-it": GEMMA3_4B,
+    **PUBLISHED,
+    **WRAPPED,
+    **{f"zoo-{t}": {"model_type": t, **values} for t, values in ZOO.items()},
+}
 
 
 def test_every_config_type_has_a_hub_file():

@@ -517,7 +517,8 @@ REDUCED = {"llama-3.1-70b", "llama-3.1-405b"}  # built with num_hidden_layers = 
 
 
 def test_every_supported_model_type_is_covered():
-    assert {c["model_type"] for c, _ in CONFIGS.values()} == set(SUPPORTED_MODEL_TYPES)
+    """The first 13 types here; the zoo's in tests/test_hf_zoo.py (which checks the union is every type)."""
+    assert {c["model_type"] for c, _ in CONFIGS.values()} <= set(SUPPORTED_MODEL_TYPES)
 
 
 def hf_values(name: str) -> dict:

@@ -26,6 +26,8 @@ PROGRAMS = {
     "mistral": "llama",
     "qwen2": "llama",
     "qwen3": "llama",
+    "exaone": "llama",  # transformers' EXAONE 3 and InternLM3 are LlamaForCausalLM (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+    "internlm3": "llama",
     "gpt2": "gpt2",
     "olmo2": "olmo2",
     "phi3": "phi3",
