@@ -341,11 +341,13 @@ def plan(
     price_per_gpu_hour: float | None = None,
     top: int = 10,
     own: OwnLayout | None = None,
+    prune: bool = True,
 ) -> Plan:
     """Every candidate layout (module docstring), the fitting ones ranked by GPU-hours.  ``allowance``:
     kept back from the GPU's CUDA total (default ``gpus.DEFAULT_ALLOWANCE``).  ``own``: price the user's own
     layout only (its GPU count is its world; ``gpus`` is not used), with the checkpointing and micro-batch it
-    pins, every other one tried."""
+    pins, every other one tried.  ``prune`` False: every candidate is replayed (no floor, no micro-batch chain
+    skipped), the brute force the pruned search must agree with."""
     basis = check_plan(cfg, gpu_name, seq, global_batch_tokens, mfu=mfu, allowance=allowance, top=top)
     g, allowance = basis.gpu, basis.allowance
     sequences = global_batch_tokens // seq
@@ -378,9 +380,9 @@ def plan(
             break
         checked += 1
         chain = (lay.dp, lay.zero, lay.tp, lay.sequence_parallel, lay.vocab_parallel, lay.pp, lay.ep, setup.checkpoint)
-        if b >= failed.get(chain, b + 1):
+        if prune and b >= failed.get(chain, b + 1):
             continue  # a smaller micro-batch of the same layout does not fit: the peak grows with b
-        need, exact = _need(cfg, seq, b, setup, lay, g, allowance)
+        need, exact = _need(cfg, seq, b, setup, lay, g, allowance, exact=not prune)
         if need <= g.cuda_total:
             peak_exact = peaks_exact(setup, lay, cfg) and not not_modelled(cfg, seq, setup)
             fitting.append(Candidate(lay, setup.checkpoint, b, lay.micro_batches, need, *times, peak_exact))

@@ -387,3 +387,23 @@ def test_your_own_layout_is_priced_alone_as_the_enumeration_prices_it(run_cli):
 def test_your_own_layout_refusals_are_one_line(run_cli, flags, words):
     r = run_cli("plan", "llama-3.1-70b", "--tokens", "15e12", "-S", "8192", *flags)
     assert r.code == 2 and words in r.err and "\n" not in r.err.strip(), r.err
+
+
+@pytest.mark.parametrize(
+    "name, gpus, gpu_name",
+    [
+        ("llama-3-8b", (8, 16), "h100-80gb"),  # 4,599 candidates, 844 fit
+        pytest.param("llama-3.1-70b", (32, 64), "a100-40gb", marks=pytest.mark.slow),  # 7,236; 18 fit
+        pytest.param("llama-3.1-70b", (8, 1024), "h100-80gb", marks=pytest.mark.slow),  # 22,059; 1,714 fit
+    ],
+)
+def test_pruning_finds_what_the_brute_force_finds(name, gpus, gpu_name):
+    """Issue 27: with pruning off every candidate is replayed (no floor, no micro-batch chain skipped); the
+    pruned search finds the same fitting layouts, in the same order, with the same figures."""
+    from lm_accounting.config import load_config
+
+    cfg = load_config(name)
+    args = (cfg, gpu_name, gpus, 8192, 4 * 1024 * 1024, 15 * 10**12)
+    pruned, brute = plan(*args, top=10**6), plan(*args, top=10**6, prune=False)
+    assert brute.checked == brute.evaluated == pruned.evaluated and brute.complete
+    assert pruned.ranked == brute.ranked and len(brute.ranked) > 10
