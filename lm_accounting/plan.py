@@ -63,6 +63,7 @@ from .analytic.collectives import (
     tensor_parallel_parts,
     wire_bytes,
 )
+from .analytic.hardware_flops import step_flops
 from .analytic.parallel import peaks_exact, rank_floor, rank_flops, rank_step
 from .analytic.parallel_report import not_modelled
 from .analytic.pipeline import pipeline_stages, stage_floor
@@ -92,6 +93,7 @@ class Candidate:
     pp_comm_s: float
     ep_comm_s: float
     peak_exact: bool  # the per-GPU peak is byte-exact against the fake-PG job (else an estimate)
+    gpu_flops: int = 0  # hardware FLOPs of one step on the busiest GPU (recompute included; no bubble)
 
     @property
     def step_s(self) -> float:
@@ -122,6 +124,11 @@ class Plan(Result):
     top: int = 10
     own: str | None = None  # the user's own layout, priced alone (``OwnLayout.describe``); None: every candidate
 
+    def model_flops(self) -> int:
+        """Model FLOPs of one step of the whole job: 3 × the forward's matmul FLOPs (attention's full square,
+        ``docs/conventions.md``) over the global batch, whatever the layout, checkpointing or recompute."""
+        return step_flops(self.config, self.seq).model * (self.global_batch_tokens // self.seq)
+
     @property
     def allowance(self) -> int:
         return self.budget_basis.allowance
@@ -146,6 +153,10 @@ class Plan(Result):
             "per_gpu_bytes": c.per_gpu,
             "peak_exact": c.peak_exact,
             "step_seconds": c.step_s,
+            "model_flops_per_step": self.model_flops(),
+            "gpu_hardware_flops_per_step": c.gpu_flops,
+            "mfu": self.model_flops() / (c.step_s * c.layout.world * self.gpu.peak_flops("bf16")),
+            "hfu": c.gpu_flops / (c.step_s * self.gpu.peak_flops("bf16")),
             "compute_seconds": c.compute_s,
             "dp_comm_seconds": c.dp_comm_s,
             "tp_comm_seconds": c.tp_comm_s,
@@ -231,6 +242,11 @@ class _Pricing:
         ep_link = nvlink if lay.ep <= GPUS_PER_NODE else self.internode  # an ep group: consecutive ranks
         dp, tp, pp, ep = self._wire(b, setup, lay)
         return compute, _seconds(dp, dp_link), _seconds(tp, nvlink), _seconds(pp, dp_link), _seconds(ep, ep_link)
+
+    def gpu_flops(self, b, setup, lay) -> int:
+        """Hardware FLOPs of one step on the busiest GPU: its k micro-batches (the bubble idles, runs nothing)."""
+        key = ("flops", b, setup.precision, setup.checkpoint, lay.tp, lay.vocab_parallel, lay.pp, lay.ep)
+        return self._get(key, self._micro_batch_flops, b, setup, lay) * lay.micro_batches
 
     def _micro_batch_flops(self, b, setup, lay) -> int:
         """Step 1's FLOPs of one micro-batch (``rank_flops``: the TP-local model's, the head's Vl rows under
@@ -385,7 +401,8 @@ def plan(
         need, exact = _need(cfg, seq, b, setup, lay, g, allowance, exact=not prune)
         if need <= g.cuda_total:
             peak_exact = peaks_exact(setup, lay, cfg) and not not_modelled(cfg, seq, setup)
-            fitting.append(Candidate(lay, setup.checkpoint, b, lay.micro_batches, need, *times, peak_exact))
+            gpu_flops = pricing.gpu_flops(b, setup, lay)
+            fitting.append(Candidate(lay, setup.checkpoint, b, lay.micro_batches, need, *times, peak_exact, gpu_flops))
             continue
         failed[chain] = min(b, failed.get(chain, b))
         if exact and (smallest is None or need < smallest[0]):

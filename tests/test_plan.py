@@ -407,3 +407,29 @@ def test_pruning_finds_what_the_brute_force_finds(name, gpus, gpu_name):
     pruned, brute = plan(*args, top=10**6), plan(*args, top=10**6, prune=False)
     assert brute.checked == brute.evaluated == pruned.evaluated and brute.complete
     assert pruned.ranked == brute.ranked and len(brute.ranked) > 10
+
+
+def test_plan_prints_mfu_and_hfu_from_its_own_step():
+    """Issue 28: every row's MFU is model FLOPs (3 × forward, by hand below) over step × GPUs × bf16 peak; HFU
+    is the busiest GPU's hardware FLOPs over step × peak, which is the stated utilisation (0.4) exactly when
+    the step is its compute (no pipeline, TP exposed nothing) and below it otherwise."""
+    from lm_accounting.analytic.flops import forward_flops
+    from lm_accounting.config import load_config
+
+    cfg = load_config("llama-3-8b")
+    result = plan(cfg, "h100-80gb", (8, 8), 8192, 4 * 1024 * 1024, 15 * 10**12, top=50)
+    model = 3 * forward_flops(cfg, 8192).total * 512  # 4,194,304 tokens = 512 sequences of 8,192
+    peak = 989.4e12  # H100 SXM bf16 dense (gpus.py)
+    assert result.model_flops() == model
+    compute_bound = 0
+    for c in result.ranked:
+        row = result.row(c)
+        assert row["model_flops_per_step"] == model
+        assert row["mfu"] == pytest.approx(model / (c.step_s * 8 * peak), rel=1e-12)
+        assert row["hfu"] <= 0.4 * (1 + 1e-12)
+        if c.step_s == c.compute_s and c.layout.pp == 1:
+            compute_bound += 1
+            assert row["hfu"] == pytest.approx(0.4, rel=1e-12)
+        if c.checkpoint == "full":
+            assert row["mfu"] < row["hfu"]  # recompute runs FLOPs the model does not count
+    assert compute_bound

@@ -40,6 +40,7 @@ def plan_view(p: Plan) -> View:
         Column("per-GPU peak + allowance", "bytes"),
         Column("peak"),
         Column("step s", "float"),
+        Column("MFU", "share"),
         Column("tokens/s", "int"),
         Column("days", "float"),
         Column("GPU-hours", "int"),
@@ -58,6 +59,7 @@ def plan_view(p: Plan) -> View:
             r["per_gpu_bytes"],
             "exact" if r["peak_exact"] else "estimate",
             r["step_seconds"],
+            r["mfu"],
             round(r["tokens_per_s"]),
             r["days"],
             round(r["gpu_hours"]),
@@ -70,7 +72,9 @@ def plan_view(p: Plan) -> View:
         (
             "step = max(compute, data-parallel comm) + TP comm + EP all-to-alls + pipeline point-to-point:"
             " data-parallel collectives ASSUMED overlapped with compute, TP/SP and EP collectives not; compute = hardware FLOPs"
-            " (recompute included) / (peak × utilisation), × the 1F1B bubble (k + pp − 1)/k."
+            " (recompute included) / (peak × utilisation), × the 1F1B bubble (k + pp − 1)/k.  MFU: model FLOPs"
+            " (3 × forward matmuls, attention's full square, no recompute) / (step × GPUs × bf16 peak); JSON"
+            " `hfu`: the busiest GPU's hardware FLOPs / (step × peak)."
         ),
         (
             "Per-GPU memory: the worst rank (analytic.parallel): byte-exact against one rank of the real job on the"
