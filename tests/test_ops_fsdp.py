@@ -232,7 +232,8 @@ ZOO_CASES = [
     (m, z, s)
     for m, z, s in itertools.product(ZOO, (2, 3), ZOO_SETUPS)
     if not (s.attention == "sdpa" and m == "gemma2")  # transformers' Gemma2 refuses sdpa
-    and not (s.autocast and m != "phi3")  # refused (test_what_it_does_not_shard_is_refused)
+    and not (s.autocast and m == "olmo2")  # refused (test_what_it_does_not_shard_is_refused)
+    and not (s.autocast and m.startswith("gemma") and z == 3)  # refused: 1 KB low at the forward peak
     and not (s.attention == "sdpa" and m == "gemma3_text" and z == 3)  # refused: 1 KB low at the forward peak
 ]
 

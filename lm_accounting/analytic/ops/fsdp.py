@@ -41,10 +41,11 @@ from .step import training_step
 from .tensors import Tensor, current, empty, numel, record
 
 PARAM_DTYPES = {"fp32": "fp32", "bf16": "bf16", "amp-bf16": "fp32"}
-POLICY_EXACT = ("llama", "gpt2", "phi3", "moe")
-"""transformers' programs (``ops.transformers.PROGRAMS``' modules) whose pure-bf16 build is what FSDP2's bf16
-policy runs over the fp32 model (checked on the fake process group): Gemma's scaled-embedding buffer and OLMo-2
-differ by a few bytes to 0.5 KB, so amp-bf16 is refused for them."""
+POLICY_EXACT = ("llama", "gpt2", "phi3", "moe", "gemma")
+"""transformers' programs (``ops.transformers.PROGRAMS``' modules) whose pure-bf16 build, with the fp32 model's
+buffers (``buffer_dtype``: Gemma's ``embed_scale`` stays fp32 and is cast each forward), is what FSDP2's bf16
+policy runs over the fp32 model (checked on the fake process group; Gemma at ZeRO-2 only).  OLMo-2 differs by
+256–768 B, so amp-bf16 is refused for it."""
 
 
 def charge(*deltas: int) -> None:
@@ -214,12 +215,20 @@ def predict_rank(
                 f"FSDP2's bf16 policy over transformers' {cfg.hf_model_type} is not replayed exactly (its fp32 "
                 "buffers stay fp32 under the policy; the program builds them in bf16)"
             )
+        if setup.autocast and PROGRAMS[cfg.hf_model_type] == "gemma" and layout.zero == 3:
+            raise ValueError(
+                f"FSDP2's bf16 policy over transformers' {cfg.hf_model_type} at ZeRO-3 is not replayed exactly yet "
+                "(1 KB below the fake-PG job at the forward peak; ZeRO-2 is exact)"
+            )
         if cfg.hf_model_type == "gemma3_text" and setup.attention == "sdpa" and layout.zero == 3:
             raise ValueError("FSDP2 ZeRO-3 over transformers' gemma3_text with sdpa is not replayed exactly yet")
         module = importlib.import_module(f"{__package__}.transformers.{PROGRAMS[cfg.hf_model_type]}")
         run = dataclasses.replace(setup, precision="bf16") if setup.autocast else setup
         # the job runs on cpu tensors (FakeTensors on meta): the CPU's kernel facts (GPT-2's LayerNorm statistics)
-        facts = {"device": "cpu"} if "device" in inspect.signature(module.causal_lm).parameters else {}
+        params = inspect.signature(module.causal_lm).parameters
+        facts = {"device": "cpu"} if "device" in params else {}
+        if setup.autocast and "buffer_dtype" in params:  # the policy casts parameters, not buffers
+            facts["buffer_dtype"] = "fp32"
         make = lambda: module.causal_lm(cfg, seq, run, b, **facts)
     elif impl == "course":
         from .course.model import TransformerLM

@@ -159,11 +159,12 @@ class DecoderLayer(GradientCheckpointingLayer):
 class GemmaForCausalLM(LlamaForCausalLM):
     """``Gemma2ForCausalLM`` / ``Gemma3ForCausalLM`` with their text model, labels given."""
 
-    def __init__(self, cfg: ModelConfig, seq: int, setup: TrainingSetup, batch=B):
+    def __init__(self, cfg: ModelConfig, seq: int, setup: TrainingSetup, batch=B, buffer_dtype: str | None = None):
         dtype = DTYPES[setup.precision]
         self.cfg, self.seq, self.batch, self.setup, self.dtype = cfg, seq, batch, setup, dtype
         self.embed_tokens = parameter((cfg.vocab_size, cfg.d_model), dtype, "embed_tokens.weight")
-        self.embed_scale = empty((), dtype, "embed_scale")  # a buffer, made in the model's dtype
+        # a buffer, made in the model's dtype (an fp32 model under FSDP2's bf16 policy keeps it fp32)
+        self.embed_scale = empty((), buffer_dtype or dtype, "embed_scale")
         self.layers = [DecoderLayer(cfg, dtype, setup.attention, f"layers.{i}") for i in range(cfg.num_layers)]
         for layer in self.layers:
             layer.gradient_checkpointing = setup.checkpoint == "full"
@@ -196,7 +197,10 @@ class GemmaForCausalLM(LlamaForCausalLM):
 
     def model(self) -> Tensor:
         """``Gemma2Model.forward`` (modeling_gemma2.py:396-455) / ``Gemma3TextModel.forward``."""
-        inputs_embeds = A.mul(A.embedding(self.embed_tokens, self.input_ids), self.embed_scale)  # :410, :343
+        # :410, :343: ``super().forward(input_ids) * self.embed_scale.to(self.weight.dtype)``
+        embedded = A.embedding(self.embed_tokens, self.input_ids)
+        inputs_embeds = A.mul(embedded, A.to(self.embed_scale, self.embed_tokens.dtype))
+        del embedded
         position_ids = A.unsqueeze(arange_plus(self.seq), 0)  # :417-419
         with no_grad():
             find_packed_sequence_indices(A.expand(position_ids, self.batch, -1))
@@ -229,9 +233,12 @@ class GemmaForCausalLM(LlamaForCausalLM):
         return logits, loss
 
 
-def causal_lm(cfg: ModelConfig, seq: int, setup: TrainingSetup, batch=B, device: str = "meta") -> GemmaForCausalLM:
-    """The program of ``ops.transformers.predict_step`` (the same on a meta and a cpu target)."""
-    return GemmaForCausalLM(cfg, seq, setup, batch)
+def causal_lm(
+    cfg: ModelConfig, seq: int, setup: TrainingSetup, batch=B, device: str = "meta", buffer_dtype: str | None = None
+) -> GemmaForCausalLM:
+    """The program of ``ops.transformers.predict_step`` (the same on a meta and a cpu target); ``buffer_dtype``:
+    the buffers' dtype where it is not the parameters' (FSDP2's bf16 policy over an fp32 model)."""
+    return GemmaForCausalLM(cfg, seq, setup, batch, buffer_dtype)
 
 
 def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
