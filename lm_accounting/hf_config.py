@@ -810,18 +810,24 @@ def _granite_moe(f: _Fields) -> dict[str, Any]:
     return out
 
 
-def _gemma1(f: _Fields) -> dict[str, Any]:
-    """Gemma (v1): pre-norm (no sandwich), GeGLU from ``hidden_act``, embeddings × √d, tied head."""
+def _scaled_geglu(f: _Fields, activation: str) -> dict[str, Any]:
+    """Gemma's pre-norm block: GeGLU from the field ``activation``, embeddings × √d, a tied head by default,
+    ``attention_bias`` on q/k/v and o."""
     out = _common(f, tie_default=True)
     bias = f.bool("attention_bias", False)
-    f.only("use_bidirectional_attention", (False, None), "a causal LM")
     return {
         **out,
-        "mlp": _activation(f, "hidden_act", "gelu_pytorch_tanh"),
+        "mlp": _activation(f, activation, "gelu_pytorch_tanh"),
         "qkv_bias": bias,
         "output_bias": bias,
         "scale_embeddings": True,
     }
+
+
+def _gemma1(f: _Fields) -> dict[str, Any]:
+    """Gemma (v1): pre-norm (no sandwich), GeGLU from ``hidden_act``, embeddings × √d, tied head."""
+    f.only("use_bidirectional_attention", (False, None), "a causal LM")
+    return _scaled_geglu(f, "hidden_act")
 
 
 def _olmo3(f: _Fields) -> dict[str, Any]:
@@ -927,16 +933,7 @@ def _vaultgemma(f: _Fields) -> dict[str, Any]:
     """VaultGemma: Gemma 2 without the norms after the sublayers (``input_layernorm`` and
     ``pre_feedforward_layernorm`` only: pre-norm), GeGLU from ``hidden_activation``, embeddings × √d, a window
     on every other layer (``layer_types``)."""
-    out = _common(f, tie_default=True)
-    bias = f.bool("attention_bias", False)
-    return {
-        **out,
-        "mlp": _activation(f, "hidden_activation", "gelu_pytorch_tanh"),
-        "qkv_bias": bias,
-        "output_bias": bias,
-        "scale_embeddings": True,
-        **_window(f, default_every=2),
-    }
+    return {**_scaled_geglu(f, "hidden_activation"), **_window(f, default_every=2)}
 
 
 def _hyperclovax(f: _Fields) -> dict[str, Any]:

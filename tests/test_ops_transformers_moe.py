@@ -16,6 +16,8 @@ from lm_accounting.setup import TrainingSetup
 pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
+from test_ops_transformers_llama import PLAIN_SETUPS  # attention × precision × checkpointing
+
 from lm_accounting.config import AccountingError
 from lm_accounting.measure.hf import measure_hf_step
 
@@ -76,16 +78,8 @@ def test_bf16_runs_on_meta_and_equals(name, checkpoint):
     check(tiny(name), 12, TrainingSetup(attention="sdpa", precision="bf16", checkpoint=checkpoint), device="meta")
 
 
-SETUPS = [
-    TrainingSetup(attention=a, precision=p, checkpoint=c)
-    for a in ("naive", "sdpa")
-    for p in ("fp32", "bf16", "amp-bf16")
-    for c in ("none", "full")
-]
-
-
 @pytest.mark.grid
-@pytest.mark.parametrize("setup", SETUPS, ids=lambda s: "-".join(s.to_dict().values()))
+@pytest.mark.parametrize("setup", PLAIN_SETUPS, ids=lambda s: "-".join(s.to_dict().values()))
 @pytest.mark.parametrize("name", list(MODELS))
 def test_moe_grid(name, setup):
     check(tiny(name), 8, setup)
