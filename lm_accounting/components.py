@@ -295,17 +295,50 @@ def _expert_swiglu(
             split=split(name),
         )
 
+    def bias(name: str) -> Component:
+        """A stacked expert matrix's bias (routed experts with ``mlp_bias``: gpt-oss's ``gate_up_proj_bias``
+        holds W1's and W3's, ``down_proj_bias`` W2's): ``count`` rows of its output width, one add per
+        output element of the rows that ran."""
+        out = (lambda cfg: cfg.d_model) if name == "w2" else width
+        out_text = "d" if name == "w2" else text
+        return Component(
+            f"{prefix}.{name}.bias",
+            f"{label} {name.upper()} bias",
+            "ffn",
+            present=lambda cfg: stacked and present(cfg) and cfg.mlp_bias,
+            layers=MOE_LAYERS,
+            params=Formula(lambda z: count(z.cfg) * pa.bias_params(out(z.cfg)), f"{count_text}{out_text}"),
+            elementwise=Formula(lambda z: fl.bias_add_flops(rows(z), out(z.cfg)), f"{rows_text}·{out_text}"),
+            shape=lambda cfg: (count(cfg), out(cfg)),
+            split=EXPERT_ROW if name == "w2" else EXPERT_COL,
+        )
+
+    def act(z: Sizes) -> int:
+        if stacked and z.cfg.swiglu_limit is not None:
+            return fl.clamped_swiglu_flops(rows(z), width(z.cfg))
+        return fl.silu_flops(rows(z), width(z.cfg))
+
+    def act_text(cfg: ModelConfig) -> str:
+        return f"{9 if stacked and cfg.swiglu_limit is not None else 4}·{rows_text}·{text}"
+
+    def act_label(cfg: ModelConfig) -> str:
+        clamped = stacked and cfg.swiglu_limit is not None
+        return f"{label} {'clamped SwiGLU activation (gpt-oss)' if clamped else 'SiLU'}"
+
     return (
         matrix("w1", "gate"),
+        bias("w1"),
         matrix("w2", "down"),
+        bias("w2"),
         matrix("w3", "up"),
+        bias("w3"),
         Component(
             f"{prefix}.silu",
-            f"{label} SiLU",
+            act_label,
             "ffn",
             present=present,
             layers=MOE_LAYERS,
-            elementwise=Formula(lambda z: fl.silu_flops(rows(z), width(z.cfg)), f"4·{rows_text}·{text}"),
+            elementwise=Formula(act, act_text),
             saved=kept("silu"),
         ),
         Component(
@@ -513,6 +546,18 @@ REGISTRY: tuple[Component, ...] = (
         "d",
         lambda cfg: cfg.output_bias,
         split=REPLICATED,
+    ),
+    Component(
+        "layers.*.attn.sinks",
+        "attention sinks (one logit per head, gpt-oss)",
+        "attention",
+        present=lambda cfg: cfg.attention_sinks,
+        params=Formula(lambda z: pa.sink_params(z.cfg), "h"),
+        shape=lambda cfg: (cfg.num_heads,),
+        split=COL,
+        elementwise=Formula(
+            lambda z: fl.sink_flops(z.batch, z.cfg.num_heads, z.seq), "5·B·h·S", "softmax's sink column"
+        ),
     ),
     Component(
         "layers.*.attn.q_norm",
@@ -731,6 +776,16 @@ REGISTRY: tuple[Component, ...] = (
             act.moe_router_saved_bytes, "amp: E·d·2 + T·d·2; selective: T·E·h", "MoE router (amp copies; SAC cache)"
         ),
     ),
+    _bias(
+        "layers.*.moe.router.bias",
+        "MoE router bias",
+        "ffn",
+        lambda cfg: cfg.num_experts,
+        "E",
+        lambda cfg: cfg.router_bias,
+        MOE_LAYERS,
+        REPLICATED,
+    ),
     Component(
         "layers.*.moe.router.scores",
         "router scores (softmax or sigmoid over E)",
@@ -781,6 +836,17 @@ REGISTRY: tuple[Component, ...] = (
             "gate": "none: T·n_s·d_s·h",
         },
         stacked=False,
+    ),
+    _projection(
+        "layers.*.moe.shared_gate",
+        "shared-expert gate σ(x·w) (Qwen2-MoE)",
+        "ffn",
+        pa.shared_gate_params,
+        "d",
+        shape=lambda cfg: (1, cfg.d_model),
+        present=lambda cfg: cfg.shared_expert_gate,
+        layers=MOE_LAYERS,
+        elementwise=Formula(lambda z: fl.shared_gate_flops(z.T, z.cfg.d_model), "3·T + T·d", "shared-expert gate σ, ×"),
     ),
     Component(
         "layers.*.moe.combine",

@@ -85,10 +85,10 @@ SUPPORTED_MODEL_TYPES = (
     "olmo2",
     "deepseek_v2",
     "deepseek_v3",
+    "gpt_oss",
+    "qwen2_moe",
 )
-LATER_MODEL_TYPES = {
-    "qwen2_moe": "a shared expert behind its own sigmoid gate (shared_expert_gate)",
-}
+LATER_MODEL_TYPES: dict[str, str] = {}
 """Known model types with a piece not modelled yet, refused with a line saying what."""
 
 IGNORED_EVERYWHERE = frozenset(
@@ -222,6 +222,8 @@ IGNORED_BY_TYPE = {
     "qwen3_moe": frozenset(["norm_topk_prob", "output_router_logits", "router_aux_loss_coef"]),
     "deepseek_v2": frozenset(_DEEPSEEK_ROUTING),
     "deepseek_v3": frozenset(_DEEPSEEK_ROUTING),
+    "gpt_oss": frozenset(["hidden_act", "swiglu_alpha", "output_router_logits", "router_aux_loss_coef"]),
+    "qwen2_moe": frozenset(["norm_topk_prob", "output_router_logits", "router_aux_loss_coef"]),
     "gemma3": frozenset(
         [
             "vision_config",
@@ -235,7 +237,9 @@ IGNORED_BY_TYPE = {
         ]
     ),
 }
-"""Per model type: soft-capping (a tanh on logits), the attention scale (a different constant), GPT-2's
+"""Per model type: soft-capping (a tanh on logits), the attention scale (a different constant), gpt-oss's
+``hidden_act`` (its experts run their own clamped SwiGLU, ``GptOssExperts._apply_gate``, and nothing else reads
+it) and ``swiglu_alpha`` (the sigmoid's gain: a constant), GPT-2's
 alternative scalings and its sequence-summary head (used only by GPT2DoubleHeadsModel); a multimodal wrapper's
 vision tower and image-token settings (its text model alone is counted)."""
 
@@ -643,6 +647,46 @@ def _deepseek(f: _Fields) -> dict[str, Any]:
     }
 
 
+def _gpt_oss(f: _Fields) -> dict[str, Any]:
+    """gpt-oss (transformers' models/gpt_oss): every layer a mixture of ``num_local_experts`` experts of width
+    ``intermediate_size`` with biases (``gate_up_proj_bias``, ``down_proj_bias``) and gpt-oss's clamped SwiGLU
+    (``swiglu_limit``), a router with a bias, Q/K/V/O biases (``attention_bias``), one sink logit per head, and
+    sliding-window layers alternating with full ones (``layer_types``; absent: layer i windowed when (i+1) % 2)."""
+    bias = f.bool("attention_bias", True)
+    return {
+        **_common(f, tie_default=False),
+        "qkv_bias": bias,
+        "output_bias": bias,
+        "attention_sinks": True,
+        **_experts(f, "num_local_experts", None),
+        "mlp_bias": True,
+        "router_bias": True,
+        "swiglu_limit": f.number("swiglu_limit", 7.0),
+        **_window(f, default_every=2),
+    }
+
+
+def _qwen2_moe(f: _Fields) -> dict[str, Any]:
+    """Qwen2-MoE (Qwen1.5-MoE): Qwen2 attention (``qkv_bias``), ``num_experts`` routed experts of
+    ``moe_intermediate_size`` and one shared expert of ``shared_expert_intermediate_size`` scaled by
+    σ(``shared_expert_gate``(x)) (``Qwen2MoeSparseMoeBlock``); layer i is sparse when (i + 1) %
+    decoder_sparse_step == 0 and i is not in mlp_only_layers (only an empty list is modelled)."""
+    only = f.raw("mlp_only_layers")
+    if only not in (None, []):
+        raise f.error("field 'mlp_only_layers' is not supported: only an empty list (every sparse step a MoE layer)")
+    return {
+        **_common(f, tie_default=False),
+        "qkv_bias": f.bool("qkv_bias", True),
+        "mlp": _only_swiglu(f, "hidden_act"),
+        **_qwen_window(f),
+        **_experts(f, "num_experts", "moe_intermediate_size"),
+        "moe_every": f.int("decoder_sparse_step", 1),
+        "shared_experts": 1,
+        "shared_expert_d_ff": f.int("shared_expert_intermediate_size", null=False),
+        "shared_expert_gate": True,
+    }
+
+
 def _count(f: _Fields, key: str) -> int:
     """A count that may be 0 (``first_k_dense_replace``); absent: the class's default."""
     value = f.raw(key)
@@ -665,6 +709,8 @@ MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "olmo2": _olmo2,
     "deepseek_v2": _deepseek,
     "deepseek_v3": _deepseek,
+    "gpt_oss": _gpt_oss,
+    "qwen2_moe": _qwen2_moe,
 }
 assert tuple(MAPPINGS) == SUPPORTED_MODEL_TYPES
 
@@ -955,6 +1001,23 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
     "olmo2": lambda cfg: {**_write_common(cfg), "attention_bias": cfg.qkv_bias},
     "deepseek_v2": _write_deepseek,
     "deepseek_v3": _write_deepseek,
+    "gpt_oss": lambda cfg: {
+        **_write_common(cfg),
+        **_write_experts(cfg, "num_local_experts"),
+        "attention_bias": cfg.qkv_bias,
+        "swiglu_limit": cfg.swiglu_limit,
+        **_write_window(cfg, layer_types=True),
+    },
+    "qwen2_moe": lambda cfg: {
+        **_write_common(cfg),
+        **_write_experts(cfg, "num_experts"),
+        "qkv_bias": cfg.qkv_bias,
+        "moe_intermediate_size": cfg.expert_width,
+        "shared_expert_intermediate_size": cfg.shared_width,
+        "decoder_sparse_step": cfg.moe_every,
+        "mlp_only_layers": [],
+        "use_sliding_window": False,
+    },
 }
 """Per model type, the config.json fields that fix every count (``to_hf_dict``)."""
 assert tuple(WRITERS) == SUPPORTED_MODEL_TYPES

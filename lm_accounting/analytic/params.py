@@ -63,6 +63,11 @@ def kv_b_proj_params(cfg: ModelConfig) -> int:
 
 
 # -- mixture of experts (Mixtral, Qwen3-MoE, DeepSeek; transformers' *Experts, *TopKRouter) --
+def sink_params(cfg: ModelConfig) -> int:
+    """Attention sinks (gpt-oss's ``GptOssAttention.sinks``): one learned logit per query head."""
+    return cfg.num_heads
+
+
 def router_params(cfg: ModelConfig) -> int:
     """The router: d_model -> num_experts, no bias (DeepSeek-V3's score-correction bias is a buffer)."""
     return cfg.d_model * cfg.num_experts
@@ -73,20 +78,32 @@ def expert_matrix_params(cfg: ModelConfig) -> int:
     return cfg.num_experts * cfg.d_model * cfg.expert_width
 
 
+def shared_gate_params(cfg: ModelConfig) -> int:
+    """Qwen2-MoE's ``shared_expert_gate``: ``nn.Linear(d_model, 1, bias=False)``."""
+    return cfg.d_model
+
+
 def shared_matrix_params(cfg: ModelConfig) -> int:
     """One matrix of the shared experts (run as one SwiGLU): d_model x shared_experts·shared_expert_d_ff."""
     return cfg.d_model * cfg.shared_width
 
 
+def expert_params(cfg: ModelConfig) -> int:
+    """One routed expert's parameters: its 3 SwiGLU matrices, 3·d·d_e, and with ``mlp_bias`` (gpt-oss's
+    ``gate_up_proj_bias`` and ``down_proj_bias``) its biases, 2·d_e + d."""
+    bias = 2 * cfg.expert_width + cfg.d_model if cfg.mlp_bias else 0
+    return 3 * cfg.d_model * cfg.expert_width + bias
+
+
 def active_parameter_count(cfg: ModelConfig) -> int:
     """Parameters one token uses: every parameter except the routed experts it is not sent to,
-    total − L_moe·(E − k)·3·d·d_e (3 SwiGLU matrices per expert).  Embeddings, router and shared
+    total − L_moe·(E − k)·(one expert's, ``expert_params``).  Embeddings, router and shared
     experts count as active; equal to the total for a dense model."""
     total = parameter_breakdown(cfg).total
     if not cfg.moe:
         return total
     idle = cfg.num_experts - cfg.experts_per_token
-    return total - cfg.moe_layers * idle * 3 * cfg.d_model * cfg.expert_width
+    return total - cfg.moe_layers * idle * expert_params(cfg)
 
 
 def ffn_matrix_params(cfg: ModelConfig) -> int:
