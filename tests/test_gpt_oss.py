@@ -1,0 +1,272 @@
+"""gpt-oss (transformers' models/gpt_oss): attention sinks, a router with a bias, expert biases, the clamped
+SwiGLU experts, Q/K/V/O biases and alternating sliding windows, exact against transformers 5.24.
+
+The published config.json values of openai/gpt-oss-20b and openai/gpt-oss-120b are written out below (this
+machine is offline).  They go two ways, as in tests/test_transformers_truth.py: ``hf_config.config_from_hf``
+-> our analytic counts, and ``AutoModelForCausalLM.from_config(..., attn_implementation="eager",
+experts_implementation="batched_mm")`` on meta -> ``parameters()`` by name and ``FlopCounterMode`` over one
+forward of 1,024 and 4,096 tokens (both past the 128-token window).  Both models are built whole (24 and 36
+layers) on meta.
+
+Name map (transformers -> ours): ``self_attn.sinks`` -> ``attn.sinks``; ``mlp.router`` (weight, bias) ->
+``moe.router`` and ``moe.router.bias``; ``mlp.experts.gate_up_proj`` (gate and up interleaved in one
+(E, d, 2·d_e) tensor, ``GptOssExperts._apply_gate`` takes ``[..., ::2]`` and ``[..., 1::2]``) -> our W1 + W3,
+``gate_up_proj_bias`` -> their biases; ``down_proj`` (and ``_bias``) -> W2 (and its bias).
+
+FLOP convention for the sinks (docs/conventions.md): the sink is one more column of each softmax row, dropped
+before AV, so it adds no matmul FLOP (FlopCounterMode agrees: the module's own FLOPs are exactly QKᵀ + AV)
+and ``5·B·h·S`` non-matmul FLOPs per layer (``flops.sink_flops``).
+"""
+
+import json
+from collections import defaultdict
+
+import pytest
+
+from lm_accounting.analytic.flops import forward_flops, nonmatmul_flops
+from lm_accounting.analytic.params import active_parameter_count, parameter_breakdown
+from lm_accounting.config import ConfigError, ModelConfig, load_config
+from lm_accounting.hf_config import config_from_hf
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from test_transformers_truth import build_hf, hf_forward_flops, meta_masks  # noqa: F401
+
+
+def layer_types(n: int) -> list[str]:
+    return ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n)]
+
+
+GPT_OSS = {  # openai/gpt-oss-20b/config.json; the 120b file differs in num_hidden_layers, num_local_experts
+    "model_type": "gpt_oss",
+    "architectures": ["GptOssForCausalLM"],
+    "attention_bias": True,
+    "attention_dropout": 0.0,
+    "eos_token_id": 200002,
+    "experts_per_token": 4,
+    "head_dim": 64,
+    "hidden_act": "silu",
+    "hidden_size": 2880,
+    "initial_context_length": 4096,
+    "initializer_range": 0.02,
+    "intermediate_size": 2880,
+    "max_position_embeddings": 131072,
+    "num_attention_heads": 64,
+    "num_experts_per_tok": 4,
+    "num_key_value_heads": 8,
+    "output_router_logits": False,
+    "pad_token_id": 199999,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": {
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+        "factor": 32.0,
+        "original_max_position_embeddings": 4096,
+        "rope_type": "yarn",
+        "truncate": False,
+    },
+    "rope_theta": 150000,
+    "router_aux_loss_coef": 0.9,
+    "sliding_window": 128,
+    "swiglu_limit": 7.0,
+    "tie_word_embeddings": False,
+    "transformers_version": "4.55.0.dev0",
+    "use_cache": True,
+    "vocab_size": 201088,
+}
+CONFIGS = {  # name -> (config.json, OpenAI's model card: total parameters, active without the embedding table)
+    "gpt-oss-20b": (
+        {**GPT_OSS, "num_hidden_layers": 24, "num_local_experts": 32, "layer_types": layer_types(24)},
+        ("20.91B", "3.61B"),
+    ),
+    "gpt-oss-120b": (
+        {**GPT_OSS, "num_hidden_layers": 36, "num_local_experts": 128, "layer_types": layer_types(36)},
+        ("116.83B", "5.13B"),
+    ),
+}
+
+# transformers' module path inside a layer -> our component keys (a fused tensor maps to several)
+LAYER_MAP = {
+    "self_attn.q_proj": ("attn.q_proj",),
+    "self_attn.k_proj": ("attn.k_proj",),
+    "self_attn.v_proj": ("attn.v_proj",),
+    "self_attn.o_proj": ("attn.output_proj",),
+    "self_attn.sinks": ("attn.sinks",),
+    "input_layernorm": ("ln1",),
+    "post_attention_layernorm": ("ln2",),
+    "mlp.router": ("moe.router",),
+    "mlp.experts": ("moe.experts.w1", "moe.experts.w3", "moe.experts.w2"),  # FLOPs: one module
+    "mlp.experts.gate_up_proj": ("moe.experts.w1", "moe.experts.w3"),
+    "mlp.experts.gate_up_proj_bias": ("moe.experts.w1.bias", "moe.experts.w3.bias"),
+    "mlp.experts.down_proj": ("moe.experts.w2",),
+    "mlp.experts.down_proj_bias": ("moe.experts.w2.bias",),
+}
+TOP = {"model.embed_tokens": "token_embeddings", "model.norm": "ln_final", "lm_head": "lm_head"}
+PREFIX = "model.layers."
+
+
+def our_keys(name: str) -> tuple[str, ...]:
+    """Our keys for one of transformers' parameter names (or module paths, for FLOPs)."""
+    if name.removesuffix(".weight") in TOP:
+        return (TOP[name.removesuffix(".weight")],)
+    assert name.startswith(PREFIX), name
+    inner = name[len(PREFIX) :].partition(".")[2]
+    if inner in LAYER_MAP:
+        return tuple(f"layers.*.{k}" for k in LAYER_MAP[inner])
+    module, _, kind = inner.rpartition(".")
+    keys = LAYER_MAP[module]
+    bias = ".bias" if kind == "bias" and not keys[0].startswith("ln") else ""
+    return tuple(f"layers.*.{k}{bias}" for k in keys)
+
+
+@pytest.fixture(scope="module")
+def models():
+    return {name: build_hf(values) for name, (values, _) in CONFIGS.items()}
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_parameters_equal_transformers(name, models):
+    values, (published, active) = CONFIGS[name]
+    cfg = config_from_hf(values, name=name)
+    bd = parameter_breakdown(cfg)
+    model = models[name]
+    assert bd.total == sum(p.numel() for p in model.parameters())
+    by_keys: dict[tuple[str, ...], int] = defaultdict(int)
+    for hf_name, param in model.named_parameters():
+        by_keys[our_keys(hf_name)] += param.numel()
+    assert {k for keys in by_keys for k in keys} == {it.key for it in bd}
+    for keys, count in by_keys.items():
+        assert sum(bd[k].total for k in keys) == count, (keys, count)
+    # OpenAI's model card (gpt-oss-120b & gpt-oss-20b, 2025, table 1), to the digits published
+    assert f"{bd.total / 1e9:.2f}B" == published
+    embedding = cfg.vocab_size * cfg.d_model  # the card's active count leaves the embedding table out
+    assert f"{(active_parameter_count(cfg) - embedding) / 1e9:.2f}B" == active
+
+
+def test_parameters_by_hand():
+    """gpt-oss-20b from the shapes in transformers' modeling_gpt_oss.py, written out."""
+    V, d, L, E, f, h, kv, hd = 201088, 2880, 24, 32, 2880, 64, 8, 64
+    attention = (d * h * hd + h * hd) + 2 * (d * kv * hd + kv * hd) + (h * hd * d + d) + h  # q, k, v, o, sinks
+    router = E * d + E
+    experts = E * d * 2 * f + E * 2 * f + E * f * d + E * d  # gate_up_proj (+ bias), down_proj (+ bias)
+    total = 2 * V * d + L * (attention + 2 * d + router + experts) + d
+    assert total == 20_914_757_184
+    assert parameter_breakdown(config_from_hf(CONFIGS["gpt-oss-20b"][0])).total == total
+    idle = (E - 4) * (3 * d * f + 2 * f + d)
+    assert active_parameter_count(config_from_hf(CONFIGS["gpt-oss-20b"][0])) == total - L * idle
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+@pytest.mark.parametrize("seq", [1024, 4096])
+def test_forward_flops_equal_transformers(name, seq, models, meta_masks):  # noqa: F811
+    values = CONFIGS[name][0]
+    cfg = config_from_hf(values, name=name).with_context(seq)
+    counted = hf_forward_flops(models[name], seq)
+    fwd = forward_flops(cfg, seq)
+    assert counted["total"] == fwd.total, (counted["total"], fwd.total)
+    by_keys: dict[tuple[str, ...], int] = defaultdict(int)
+    attention_core = 0
+    for module, flops in counted.items():
+        if module in TOP:
+            by_keys[our_keys(module)] += flops
+        elif module.startswith(PREFIX) and module.count(".") > 2:
+            inner = module[len(PREFIX) :].partition(".")[2]
+            if inner == "self_attn":  # eager attention: QKᵀ and AV run in the module itself (the sinks: none)
+                children = sum(v for k, v in counted.items() if k.startswith(module + ".") and k.count(".") == 4)
+                attention_core += flops - children
+            elif inner in LAYER_MAP:
+                by_keys[our_keys(module)] += flops
+    assert {k for keys in by_keys for k in keys} == {it.key for it in fwd} - {"layers.*.attn.qk", "layers.*.attn.av"}
+    for keys, flops in by_keys.items():
+        assert sum(fwd[k].total for k in keys) == flops, (keys, flops)
+    assert attention_core == fwd["layers.*.attn.qk"].total + fwd["layers.*.attn.av"].total
+
+
+def test_forward_flops_by_hand():
+    """gpt-oss-20b at T = 1,024 tokens: projections, full-square attention on every layer (the window is a mask),
+    the router (its bias add is no matmul), k = 4 experts per token, the LM head."""
+    T, V, d, L, E, f, h, kv, hd = 1024, 201088, 2880, 24, 32, 2880, 64, 8, 64
+    projections = 2 * T * d * (h * hd + 2 * kv * hd) + 2 * T * h * hd * d
+    attention = 2 * (2 * h * T * T * hd)
+    experts = 2 * (T * 4) * d * 2 * f + 2 * (T * 4) * f * d
+    total = L * (projections + attention + 2 * T * d * E + experts) + 2 * T * d * V
+    assert forward_flops(config_from_hf(CONFIGS["gpt-oss-20b"][0]).with_context(T), T).total == total
+
+
+def test_sink_and_expert_conventions():
+    """The non-matmul convention (docs/conventions.md): a sink adds one softmax column per row, 5 FLOPs each;
+    the clamped SwiGLU is 9 per element before the gating product; each bias is one add per output element."""
+    cfg = config_from_hf(CONFIGS["gpt-oss-20b"][0]).with_context(256)
+    S, h, k, d, f, E = 256, 64, 4, 2880, 2880, 32
+    nm = nonmatmul_flops(cfg, S)
+    assert nm["layers.*.attn.sinks"].per_layer == 5 * h * S
+    assert nm["layers.*.moe.experts.silu"].per_layer == 9 * S * k * f
+    assert nm["layers.*.moe.experts.w1.bias"].per_layer == S * k * f
+    assert nm["layers.*.moe.experts.w2.bias"].per_layer == S * k * d
+    assert nm["layers.*.moe.router.bias"].per_layer == S * E
+    assert "layers.*.attn.sinks" not in forward_flops(cfg, S).totals()
+
+
+def test_toml_keys_give_the_same_model(tmp_path):
+    """The TOML path: the new keys (attention_sinks, router_bias, swiglu_limit; mlp_bias on the experts)."""
+    path = tmp_path / "oss.toml"
+    path.write_text("""
+vocab_size = 201088
+context_length = 131072
+num_layers = 24
+d_model = 2880
+num_heads = 64
+num_kv_heads = 8
+head_dim = 64
+d_ff = 2880
+rope_theta = 150000.0
+qkv_bias = true
+output_bias = true
+mlp_bias = true
+attention_sinks = true
+sliding_window = 128
+full_attention_every = 2
+num_experts = 32
+experts_per_token = 4
+router_bias = true
+swiglu_limit = 7.0
+hf_model_type = "gpt_oss"
+""")
+    ours = load_config(path)
+    assert parameter_breakdown(ours).total == 20_914_757_184
+    assert ours == config_from_hf(CONFIGS["gpt-oss-20b"][0], name=ours.name)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"router_bias": True}, "router_bias applies only to a mixture of experts"),
+        ({"swiglu_limit": 7.0}, "swiglu_limit applies only to a mixture of experts"),
+        ({"num_experts": 4, "experts_per_token": 2, "swiglu_limit": -1.0}, "swiglu_limit must be a positive"),
+        ({"num_experts": 4, "experts_per_token": 2, "shared_experts": 1, "mlp_bias": True}, "routed experts only"),
+        ({"attention_sinks": 1}, "attention_sinks must be true or false"),
+    ],
+)
+def test_inconsistent_options_are_one_line(change, message):
+    with pytest.raises(ConfigError, match=message):
+        ModelConfig(vocab_size=10, context_length=8, num_layers=2, d_model=8, num_heads=2, d_ff=8, **change)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"layer_types": layer_types(23)}, "lists 23 layers, num_hidden_layers is 24"),
+        ({"swiglu_limit": "7"}, "swiglu_limit"),
+        ({"num_local_experts": None}, "num_local_experts"),
+        ({"layer_types": ["full_attention", "sliding_attention"] * 12}, "layer_types' is not understood"),
+    ],
+)
+def test_bad_config_json_is_one_line(change, message, tmp_path, run_cli):
+    path = tmp_path / "gpt-oss" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({**CONFIGS["gpt-oss-20b"][0], **change}))
+    with pytest.raises(ConfigError, match=message):
+        config_from_hf({**CONFIGS["gpt-oss-20b"][0], **change})
+    result = run_cli(str(path))
+    assert result.code == 2 and len(result.err.strip().splitlines()) == 1, result.err
