@@ -30,6 +30,8 @@ from lm_accounting.hf_fields import (
 )
 
 transformers = pytest.importorskip("transformers")
+from test_arch_qwen2_moe import CONFIGS as QWEN2_MOE
+from test_gpt_oss import CONFIGS as GPT_OSS
 from test_transformers_truth import CONFIGS
 
 CONFIG_TYPES = SUPPORTED_MODEL_TYPES + tuple(WRAPPERS)
@@ -167,6 +169,13 @@ MOE_MINIMAL = {
     "qwen3_moe": {"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 256},
     "deepseek_v2": {"num_experts_per_tok": 2, "num_key_value_heads": 32},
     "deepseek_v3": {"num_key_value_heads": 32},
+    "gpt_oss": {"num_local_experts": 8, "num_experts_per_tok": 2},
+    "qwen2_moe": {
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 256,
+        "shared_expert_intermediate_size": 512,
+    },
 }
 
 
@@ -199,7 +208,12 @@ def counts(cfg) -> tuple[int, int]:
     return parameter_breakdown(cfg).total, forward_flops(cfg, seq).total
 
 
-HUB_FILES = {**{name: values for name, (values, _) in CONFIGS.items()}, "gemma-3-4b-it": GEMMA3_4B}
+HUB_FILES = {
+    **{name: values for name, (values, _) in CONFIGS.items()},
+    "gemma-3-4b-it": GEMMA3_4B,
+    **{name: values for name, (values, _) in GPT_OSS.items()},
+    **QWEN2_MOE,
+}
 
 
 def test_every_config_type_has_a_hub_file():
