@@ -105,7 +105,7 @@ def step_seconds(compute: float, dp: float, tp: float, pp: float, ep: float) -> 
 
 @dataclass(frozen=True)
 class Plan(Result):
-    SCHEMA: ClassVar[str] = "lm-accounting/plan/4"
+    SCHEMA: ClassVar[str] = "lm-accounting/plan/5"
 
     config: ModelConfig
     gpu: GPU

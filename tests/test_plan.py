@@ -92,7 +92,7 @@ def test_plan_json(run_cli):
     )
     assert r.code == 0, r.err
     data = json.loads(r.out)
-    assert data["schema"] == "lm-accounting/plan/4" and len(data["best"]) == 10
+    assert data["schema"] == "lm-accounting/plan/5" and len(data["best"]) == 10
     # the best 10 found before every candidate was checked: how many fit in all is not known
     assert data["candidates_checked"] < data["candidates_evaluated"] and data["candidates_fitting"] is None
     best = data["best"][0]
