@@ -178,3 +178,44 @@ def test_mlp_only_layers_and_gate_without_shared_expert_are_one_line():
             vocab_size=10, context_length=8, num_layers=2, d_model=8, num_heads=2, d_ff=8, num_experts=4,
             experts_per_token=2, shared_expert_gate=True,
         )  # fmt: skip
+
+
+# -- the live model: moe.shared_gate, cross-checked ------------------------------------------------------
+TINY_QWEN2_MOE = ModelConfig(
+    vocab_size=97, context_length=64, num_layers=4, d_model=32, num_heads=4, d_ff=48, qkv_bias=True, num_experts=4,
+    experts_per_token=2, expert_d_ff=16, shared_experts=1, shared_expert_d_ff=40, shared_expert_gate=True,
+    moe_every=2, name="tiny-qwen2-moe",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(("device", "seq"), [("meta", 64), ("cpu", 32)])
+def test_live_model_crosscheck_is_exact(device, seq):
+    from lm_accounting.measure.crosscheck import crosscheck
+
+    assert crosscheck(TINY_QWEN2_MOE, seq, 2, device=device, backward=True).mismatches() == []
+
+
+def test_live_model_parameters_follow_the_registry():
+    from lm_accounting.analytic.parallel import parameter_shapes
+    from lm_accounting.model import build_model
+
+    live = [(n, tuple(p.shape)) for n, p in build_model(TINY_QWEN2_MOE).named_parameters()]
+    assert live == [(p.name, p.shape) for p in parameter_shapes(TINY_QWEN2_MOE)]
+    assert ("layers.1.moe.shared_gate.weight", (1, 32)) in live and not any(
+        n.startswith("layers.0.moe") for n, _ in live
+    )
+
+
+def test_shared_gate_scales_the_shared_expert():
+    """On CPU: a gate whose weights are zero halves the shared expert's output (σ(0) = 1/2)."""
+    from lm_accounting.model import build_model
+
+    block = build_model(TINY_QWEN2_MOE, device="cpu").layers[1].moe
+    x = torch.randn(1, 5, 32, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        block.shared_gate.weight.zero_()
+        gated = block(x)
+        block.shared_gate = None
+        ungated = block(x)
+        half = block.shared(x.reshape(5, 32)).reshape(1, 5, 32) / 2
+    torch.testing.assert_close(ungated - gated, half)

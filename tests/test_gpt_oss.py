@@ -18,6 +18,7 @@ before AV, so it adds no matmul FLOP (FlopCounterMode agrees: the module's own F
 and ``5·B·h·S`` non-matmul FLOPs per layer (``flops.sink_flops``).
 """
 
+import dataclasses
 import json
 from collections import defaultdict
 
@@ -270,3 +271,75 @@ def test_bad_config_json_is_one_line(change, message, tmp_path, run_cli):
         config_from_hf({**CONFIGS["gpt-oss-20b"][0], **change})
     result = run_cli(str(path))
     assert result.code == 2 and len(result.err.strip().splitlines()) == 1, result.err
+
+
+# -- the live model (lm_accounting.model): the same pieces, cross-checked and run --------------------------
+TINY_OSS = ModelConfig(
+    vocab_size=97, context_length=64, num_layers=3, d_model=32, num_heads=4, num_kv_heads=2, head_dim=16, d_ff=24,
+    qkv_bias=True, output_bias=True, attention_sinks=True, sliding_window=8, full_attention_every=2, num_experts=4,
+    experts_per_token=2, mlp_bias=True, router_bias=True, swiglu_limit=7.0, name="tiny-gpt-oss",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(("device", "seq"), [("meta", 64), ("cpu", 32)])
+def test_live_model_crosscheck_is_exact(device, seq):
+    """Parameters per component, forward matmul FLOPs (fvcore and FlopCounterMode) and a training step's FLOPs."""
+    from lm_accounting.measure.crosscheck import crosscheck
+
+    assert crosscheck(TINY_OSS, seq, 2, device=device, backward=True).mismatches() == []
+
+
+def test_live_model_parameters_follow_the_registry():
+    from lm_accounting.analytic.parallel import parameter_shapes
+    from lm_accounting.model import build_model
+
+    model = build_model(TINY_OSS)
+    live = [(n, tuple(p.shape)) for n, p in model.named_parameters()]
+    assert live == [(p.name, p.shape) for p in parameter_shapes(TINY_OSS)]
+    assert ("layers.0.attn.sinks.weight", (4,)) in live and ("layers.0.moe.router.bias.bias", (4,)) in live
+    assert ("layers.0.moe.experts.w2.bias.bias", (4, 32)) in live
+
+
+def test_sinks_and_clamped_swiglu_compute_what_transformers_does():
+    """On small CPU tensors: our ``Sinks`` softmax equals transformers' eager gpt-oss attention's probabilities
+    (the sink column concatenated, softmaxed, dropped), and ``clamped_swiglu`` its ``GptOssExperts._apply_gate``
+    (gate and up interleaved in one gate_up tensor)."""
+    from transformers.models.gpt_oss.configuration_gpt_oss import GptOssConfig
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts
+
+    from lm_accounting.model.layers import Sinks
+    from lm_accounting.model.moe import clamped_swiglu
+
+    gen = torch.Generator().manual_seed(0)
+    scores = torch.randn(2, 4, 5, 5, generator=gen) * 4
+    sinks = Sinks(4)
+    with torch.no_grad():
+        sinks.weight.copy_(torch.randn(4, generator=gen))
+    combined = torch.cat([scores, sinks.weight.reshape(1, -1, 1, 1).expand(2, -1, 5, -1)], dim=-1)
+    expected = torch.softmax(combined - combined.max(dim=-1, keepdim=True).values, dim=-1)[..., :-1]
+    torch.testing.assert_close(sinks(scores), expected)
+    assert not torch.allclose(sinks(scores).sum(-1), torch.ones(2, 4, 5))  # the sink takes some of the mass
+    experts = GptOssExperts(GptOssConfig(hidden_size=8, intermediate_size=6, num_local_experts=2))
+    gate_up = torch.randn(3, 12, generator=gen) * 6  # beyond the ±7 clamp too
+    ours = clamped_swiglu(gate_up[..., ::2], gate_up[..., 1::2], 7.0)
+    torch.testing.assert_close(ours, experts._apply_gate(gate_up))
+
+
+def test_live_model_refuses_the_fused_kernel_with_sinks():
+    from lm_accounting.config import AccountingError
+    from lm_accounting.model import build_model
+    from lm_accounting.setup import TrainingSetup
+
+    cfg = dataclasses.replace(TINY_OSS, sliding_window=None, full_attention_every=None)
+    with pytest.raises(AccountingError, match="attention sinks run with attention=naive only"):
+        build_model(cfg, setup=TrainingSetup(attention="sdpa"))
+
+
+def test_memory_replay_names_what_it_does_not_model(run_cli, tmp_path):
+    """The course program (the step replay) does not transliterate the new pieces: model states only, named."""
+    path = tmp_path / "gpt-oss-20b" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(CONFIGS["gpt-oss-20b"][0]))
+    result = run_cli("memory", path, "--impl", "course", "-S", "256")
+    assert result.code == 0, result.err
+    assert "model states only" in result.out and "attention sinks, expert biases, router bias" in result.out

@@ -35,6 +35,22 @@ class Bias(nn.Module):
         return y + self.bias
 
 
+class Sinks(nn.Module):
+    """gpt-oss's attention sinks: one learned logit per query head (``weight`` (h,), zeros here), which joins
+    every row of the attention softmax as one more column and is dropped after it
+    (transformers' ``GptOssAttention.sinks`` and ``eager_attention_forward``).  No matmul."""
+
+    def __init__(self, heads: int, device=None, dtype=None):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(heads, device=device, dtype=dtype))
+
+    def forward(self, scores: Tensor) -> Tensor:
+        """Scores (..., h, S_q, S_k) -> probabilities (..., h, S_q, S_k) of a softmax over S_k + 1 columns."""
+        h, s_q = int(scores.shape[-3]), int(scores.shape[-2])
+        column = self.weight.to(scores.dtype).view(h, 1, 1).expand(*scores.shape[:-3], h, s_q, 1)
+        return softmax(torch.cat([scores, column], -1), -1)[..., :-1]  # (..., h, S_q, S_k + 1), the sink dropped
+
+
 class Linear(nn.Module):
     """``y = x Wᵀ`` (+ ``b`` with ``bias=True``); ``W`` is stored as (out, in) (handout 3.4.2).
 
@@ -233,13 +249,14 @@ def scaled_dot_product_attention(
     *,
     qk: Callable[[Tensor, Tensor], Tensor] = torch.matmul,
     av: Callable[[Tensor, Tensor], Tensor] = torch.matmul,
+    sinks: Callable[[Tensor], Tensor] | None = None,
 ) -> Tensor:
     """``softmax(Q Kᵀ / √d_k) V`` (Vaswani et al. 2017; handout 3.5.4), with GQA.
 
     query (..., h, S_q, d_k); key, value (..., kv, S_k, d_k / d_v) with h % kv == 0
     (grouped-query attention, Ainslie et al. 2023: query heads j·g .. j·g+g-1 share KV
     head j, g = h / kv).  ``mask`` is boolean, True = attend, broadcastable to
-    (..., h, S_q, S_k).  Returns (..., h, S_q, d_v).
+    (..., h, S_q, S_k).  ``sinks`` (gpt-oss, a ``Sinks``) replaces the softmax.  Returns (..., h, S_q, d_v).
 
     The g query heads of a group are stacked along the row axis, (..., kv, g·S_q, d_k),
     so each product is one plain batched matmul against the kv K/V heads.  Broadcasting
@@ -256,7 +273,7 @@ def scaled_dot_product_attention(
     scores = scores.reshape(*scores.shape[:-3], h, s_q, s_k)  # -> (..., h, S_q, S_k), a view
     if mask is not None:
         scores = torch.where(mask, scores, float("-inf"))
-    probs = softmax(scores, -1)
+    probs = softmax(scores, -1) if sinks is None else sinks(scores)
     # (..., h, S_q, S_k) -> (..., kv, g·S_q, S_k); @ (..., kv, S_k, d_v) -> (..., kv, g·S_q, d_v)
     out = av(probs.reshape(*probs.shape[:-3], kv, (h // kv) * s_q, s_k), value)
     return out.reshape(*out.shape[:-3], h, s_q, out.shape[-1])  # -> (..., h, S_q, d_v), a view

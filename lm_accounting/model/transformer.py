@@ -17,7 +17,10 @@ these paths and nothing to the course model (whose ops are unchanged, op for op)
 * ``qk_norm_scope="projection"``: ``attn.q_norm``/``k_norm`` over the whole projection (OLMo-2);
 * ``sliding_window``: windowed layers get a banded causal mask (the matmuls are unchanged: the full
   square is computed and masked, as transformers' eager attention does);
-* ``scale_embeddings``: token embeddings × √d_model (Gemma).
+* ``scale_embeddings``: token embeddings × √d_model (Gemma);
+* ``attention_sinks``: ``attn.sinks`` (gpt-oss), one logit per head as an extra softmax column (naive only);
+* mixture-of-experts options (``model.moe``): ``moe.router.bias``, the experts' biases and clamped SwiGLU
+  (gpt-oss), ``moe.shared_gate`` (Qwen2-MoE).
 
 How transformers' fused projections map onto these paths: Phi-3's ``qkv_proj`` is our
 ``q_proj`` + ``k_proj`` + ``v_proj`` (rows [0, h·d_head), then kv·d_head each) and its ``gate_up_proj``
@@ -48,6 +51,7 @@ from lm_accounting.model.layers import (
     MatMul,
     RMSNorm,
     RotaryPositionalEmbedding,
+    Sinks,
     SwiGLU,
     make_norm,
     scaled_dot_product_attention,
@@ -104,6 +108,7 @@ class CausalSelfAttention(nn.Module):
         qkv_bias: bool = False,
         output_bias: bool = False,
         qk_norm_scope: str = "head",
+        sinks: bool = False,
     ):
         super().__init__()
         if num_heads % num_kv_heads:
@@ -113,6 +118,7 @@ class CausalSelfAttention(nn.Module):
         self.k_proj = Linear(d_model, num_kv_heads * head_dim, device=device, dtype=dtype, bias=qkv_bias)
         self.v_proj = Linear(d_model, num_kv_heads * head_dim, device=device, dtype=dtype, bias=qkv_bias)
         self.output_proj = Linear(num_heads * head_dim, d_model, device=device, dtype=dtype, bias=output_bias)
+        self.sinks = Sinks(num_heads, device=device, dtype=dtype) if sinks else None
         self.qk_norm_whole = qk_norm and qk_norm_scope == "projection"
         if qk_norm:  # per head (Qwen3): head_dim; whole projection (OLMo-2): h·head_dim and kv·head_dim
             q_width, k_width = (
@@ -165,7 +171,7 @@ class CausalSelfAttention(nn.Module):
             causal = cache is None or int(q.shape[-2]) > 1
             out = self.sdpa(q, k, v, causal)  # (..., h, S, head_dim)
         else:
-            out = scaled_dot_product_attention(q, k, v, mask, qk=self.qk, av=self.av)
+            out = scaled_dot_product_attention(q, k, v, mask, qk=self.qk, av=self.av, sinks=self.sinks)
         # (..., h, S, head_dim) -> (..., S, h, head_dim) -> (..., S, h·head_dim): heads merged (a copy)
         out = out.transpose(-3, -2).reshape(*x.shape[:-1], self.num_heads * self.head_dim)
         return self.output_proj(out)
@@ -204,6 +210,7 @@ class TransformerBlock(nn.Module):
                 qkv_bias=cfg.qkv_bias,
                 output_bias=cfg.output_bias,
                 qk_norm_scope=cfg.qk_norm_scope,
+                sinks=cfg.attention_sinks,
             )
         )
         self.post_attn_norm = norm() if cfg.post_norms else None
@@ -254,6 +261,10 @@ class TransformerLM(nn.Module):
             raise AccountingError(
                 "sliding-window attention runs with attention=naive only "
                 "(the fused kernel is called with is_causal=True and no window)"
+            )
+        if cfg.attention_sinks and self.setup.attention != "naive":
+            raise AccountingError(
+                "attention sinks run with attention=naive only (the fused kernel's softmax has no sink column)"
             )
         if cfg.mla and self.setup.attention != "naive":
             raise AccountingError(
