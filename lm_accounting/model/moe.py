@@ -167,11 +167,10 @@ class MixtureOfExperts(nn.Module):
         # (FSDP2's MixedPrecisionPolicy): the top-k weights are fp32 there (exp runs in fp32) and autocast
         # sums in fp32, and without it the residual stream would turn fp32 after the first MoE block
         out = out.to(flat.dtype)
-        if self.shared is not None:
-            shared = self.shared(flat)
-            if self.shared_gate is not None:  # (T, 1) gate values, broadcast over the d features
-                shared = torch.sigmoid(self.shared_gate(flat)) * shared
-            out = out + shared
+        if self.shared is not None and self.shared_gate is None:
+            out = out + self.shared(flat)
+        elif self.shared is not None:  # (T, 1) gate values, broadcast over the d features
+            out = out + torch.sigmoid(self.shared_gate(flat)) * self.shared(flat)
         return out.view(x.shape)
 
     def _routed_expert_parallel(self, slots: Tensor) -> Tensor:
