@@ -7,7 +7,7 @@ file, ``config.read_config_text``), parsed as strict JSON, and mapped field by f
 The rules:
 
 * ``model_type`` picks the mapping.  Supported: ``SUPPORTED_MODEL_TYPES``, mixture-of-experts (mixtral,
-  qwen3_moe) and latent-attention (deepseek_v2, deepseek_v3) types included.  A multimodal wrapper with a
+  qwen3_moe, qwen2_moe, gpt_oss) and latent-attention (deepseek_v2, deepseek_v3) types included.  A multimodal wrapper with a
   ``text_config`` (``WRAPPERS``: Gemma 3's ``gemma3``) is read through its text model, and the model's name
   says so: "(text model of a gemma3 wrapper; the vision tower is not counted)".  A known type with a piece
   not modelled (``LATER_MODEL_TYPES``) is refused with a line saying what; any other type is refused naming
@@ -47,7 +47,8 @@ the dense ``intermediate_size`` (``num_local_experts``), Qwen3-MoE's ``moe_inter
 after ``first_k_dense_replace`` dense layers of ``intermediate_size``; routing details (group-limited top-k,
 scaling, auxiliary losses) change which experts, not how many, and are ignored.  DeepSeek's ``head_dim`` is
 the RoPE part of a head only (checked to equal ``qk_rope_head_dim``), and ``q_lora_rank: null`` means a plain
-query projection.
+query projection.  gpt-oss (``_gpt_oss``) and Qwen2-MoE (``_qwen2_moe``) bring pieces of their own (attention
+sinks, router and expert biases, the clamped SwiGLU; the sigmoid-gated shared expert), see their readers.
 """
 
 from __future__ import annotations

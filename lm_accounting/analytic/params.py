@@ -12,7 +12,9 @@ tests/test_transformers_truth.py): LayerNorm has a gain and a bias per feature (
 output feature (``nn.Linear(bias=True)``, GPT-2's ``Conv1D``, Qwen2's q/k/v); GPT-2's learned
 position table is ``n_positions x d`` (``wpe``); the 2-matrix GELU MLP is ``fc`` (d -> d_ff) and
 ``proj`` (d_ff -> d); OLMo-2's qk-norm is one RMSNorm over the whole Q (``h·d_head``) and K
-(``kv·d_head``) projection; sandwich and post norms (Gemma 2/3, OLMo-2) are RMSNorms of d.
+(``kv·d_head``) projection; sandwich and post norms (Gemma 2/3, OLMo-2) are RMSNorms of d.  gpt-oss (transformers' modeling_gpt_oss.py):
+``GptOssAttention.sinks`` is h per layer, ``GptOssTopKRouter.bias`` E, ``GptOssExperts.gate_up_proj_bias``
+(E, 2·d_e) and ``down_proj_bias`` (E, d); Qwen2-MoE's ``shared_expert_gate`` is ``nn.Linear(d, 1, bias=False)``.
 """
 
 from __future__ import annotations
@@ -69,7 +71,8 @@ def sink_params(cfg: ModelConfig) -> int:
 
 
 def router_params(cfg: ModelConfig) -> int:
-    """The router: d_model -> num_experts, no bias (DeepSeek-V3's score-correction bias is a buffer)."""
+    """The router: d_model -> num_experts (its bias, gpt-oss's ``GptOssTopKRouter.bias``, is the registry's
+    ``moe.router.bias``; DeepSeek-V3's score-correction bias is a buffer)."""
     return cfg.d_model * cfg.num_experts
 
 
