@@ -219,3 +219,11 @@ def test_shared_gate_scales_the_shared_expert():
         ungated = block(x)
         half = block.shared(x.reshape(5, 32)).reshape(1, 5, 32) / 2
     torch.testing.assert_close(ungated - gated, half)
+
+
+def test_preset_is_its_config_json():
+    from lm_accounting.config import load_config
+
+    from_json = config_from_hf(QWEN15_MOE, name="qwen1.5-moe-a2.7b").resolved()
+    assert {**from_json, "ignored_fields": []} == load_config("qwen1.5-moe-a2.7b").resolved()
+    assert load_config("qwen1.5-moe-a2.7b").hf_model_type == "qwen2_moe"

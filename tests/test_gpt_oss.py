@@ -343,3 +343,11 @@ def test_memory_replay_names_what_it_does_not_model(run_cli, tmp_path):
     result = run_cli("memory", path, "--impl", "course", "-S", "256")
     assert result.code == 0, result.err
     assert "model states only" in result.out and "attention sinks, expert biases, router bias" in result.out
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_presets_are_their_config_json(name):
+    """The presets say what the config.json says (every field but the name and the ignored list)."""
+    from_json = config_from_hf(CONFIGS[name][0], name=name).resolved()
+    assert {**from_json, "ignored_fields": []} == load_config(name).resolved()
+    assert load_config(name).hf_model_type == "gpt_oss"
