@@ -11,9 +11,11 @@ fuse: GPT-2's ``c_attn`` (Q, K and V in one ``Conv1D``, weight and bias), Phi-3'
   weight and a bias); ln_f (weight, bias); lm_head unless tied.
 * the others (``*ForCausalLM``): embed_tokens; per layer the attention (q, k, v, o and their biases; Phi-3's
   o_proj then qkv_proj; qk-norms after o_proj: per head, or over the whole projection for OLMo-2; DeepSeek's
-  latent projections), the MLP (gate, up, down; Phi-3's gate_up then down; a mixture of experts: Mixtral's
-  router then the experts, Qwen3-MoE's and DeepSeek's experts then the router, then DeepSeek's shared experts),
-  then the layer's norms (two; Gemma's four); the final norm; lm_head unless tied.
+  latent projections; gpt-oss's sinks first, the attention module's own parameter), the MLP (gate, up, down; Phi-3's gate_up then down; a
+  mixture of experts: Mixtral's, gpt-oss's and Qwen2-MoE's router then the experts, Qwen3-MoE's and DeepSeek's
+  experts then the router, then DeepSeek's shared experts or Qwen2-MoE's shared expert and its gate; gpt-oss's
+  router and expert biases after their weights), then the layer's norms (two; Gemma's four); the final norm;
+  lm_head unless tied.
 
 tests/test_hostile_impl.py compares every supported model type with transformers' real model on meta.
 """
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 from ..config import ModelConfig
 
-FUSED_MOE_ROUTER_FIRST = ("mixtral",)
+FUSED_MOE_ROUTER_FIRST = ("mixtral", "gpt_oss", "qwen2_moe")
 """Mixture-of-experts classes that register the router (``gate``) before the experts."""
 
 
@@ -42,7 +44,7 @@ def _attention(cfg: ModelConfig) -> list[int]:
         return [d * 3 * d, 3 * d, d * d, d]
     if kind == "phi3":
         return [d * q, (q + 2 * kv) * d]
-    out: list[int] = []
+    out: list[int] = [cfg.num_heads] if cfg.attention_sinks else []  # gpt-oss's ``sinks``: the module's own
     for n in (q, kv, kv):
         out += [n * d] + ([n] if cfg.qkv_bias else [])
     out += [d * q] + ([d] if cfg.output_bias else [])
@@ -66,10 +68,13 @@ def _mlp(cfg: ModelConfig, layer: int) -> list[int]:
     if not cfg.layer_moe(layer):
         return _dense(cfg, cfg.d_ff)
     e, f = cfg.num_experts, cfg.expert_width
-    router, experts = [e * d], [e * 2 * f * d, e * d * f]
+    router = [e * d] + ([e] if cfg.router_bias else [])  # gpt-oss's router bias
+    bias = cfg.mlp_bias  # gpt-oss: gate_up_proj_bias after gate_up_proj, down_proj_bias after down_proj
+    experts = [e * 2 * f * d] + ([e * 2 * f] if bias else []) + [e * d * f] + ([e * d] if bias else [])
+    shared = (_dense(cfg, cfg.shared_width) if cfg.shared_experts else []) + ([d] if cfg.shared_expert_gate else [])
     if cfg.hf_model_type in FUSED_MOE_ROUTER_FIRST:
-        return router + experts
-    return experts + router + (_dense(cfg, cfg.shared_width) if cfg.shared_experts else [])
+        return router + experts + shared
+    return experts + router + shared
 
 
 def _layer(cfg: ModelConfig, layer: int) -> list[int]:
