@@ -110,15 +110,22 @@ def _norm_label(where: str) -> Callable[[ModelConfig], str]:
 
 
 def _norm_params_text(cfg: ModelConfig) -> str:
+    if not cfg.norm_weights:
+        return "0 (no weights)"
     return "2·d (gain and bias)" if cfg.norm == "layernorm" else "d"
 
 
 def _norm_flops_text(cfg: ModelConfig) -> str:
+    if not cfg.norm_weights:
+        return "5·T·d" if cfg.norm == "layernorm" else "3·T·d"
     return "7·T·d" if cfg.norm == "layernorm" else "4·T·d"
 
 
 def _norm_tensors(cfg: ModelConfig) -> int:
-    """A block-width norm's parameter tensors: LayerNorm's gain and bias, or RMSNorm's gain."""
+    """A block-width norm's parameter tensors: LayerNorm's gain and bias, or RMSNorm's gain (none without
+    weights, OLMo)."""
+    if not cfg.norm_weights:
+        return 0
     return 2 if cfg.norm == "layernorm" else 1
 
 

@@ -130,6 +130,7 @@ class ModelConfig:
     full_attention_every: int | None = None
     scale_embeddings: bool = False
     attention_sinks: bool = False
+    norm_weights: bool = True
     # -- mixture of experts (None: a dense FFN in every layer; see MOE_FIELDS) --
     num_experts: int | None = None
     experts_per_token: int | None = None
@@ -192,6 +193,7 @@ class ModelConfig:
             "mlp_bias",
             "scale_embeddings",
             "attention_sinks",
+            "norm_weights",
             *MOE_FLAGS,
         ):
             if not isinstance(getattr(self, key), bool):
@@ -473,6 +475,8 @@ class ModelConfig:
             out.append("scaled embeddings")
         if self.attention_sinks:
             out.append("attention sinks")
+        if not self.norm_weights:
+            out.append("norms without weights")
         if self.moe:
             out.append("mixture of experts")
         if self.moe and self.mlp_bias:
@@ -504,6 +508,7 @@ class ModelConfig:
             "full_attention_every",
             "scale_embeddings",
             "attention_sinks",
+            "norm_weights",
             *MOE_FIELDS,
             *MLA_FIELDS,
             "hf_model_type",  # the twin is no published model's code
@@ -538,6 +543,8 @@ class ModelConfig:
             parts.append("embeddings ×√d")
         if self.attention_sinks:
             parts.append("attention sinks")
+        if not self.norm_weights:
+            parts[0] += " (no weights)"
         if self.mla:
             q = f"q rank {self.q_lora_rank:,}, " if self.q_lora_rank else ""
             parts.append(f"MLA ({q}kv rank {self.kv_lora_rank:,})")
@@ -639,7 +646,8 @@ Booleans: ``qkv_bias`` (Q, K and V projections), ``output_bias`` (attention outp
 every layer windowed, Mistral; n: every n-th layer full, Gemma 2 n = 2, Gemma 3 n = 6).
 ``attention_sinks`` (gpt-oss): one learned logit per query head joins every row of the attention softmax
 as an extra column and is dropped after it (``GptOssAttention.sinks``, ``eager_attention_forward``): h
-parameters per layer, no matmul."""
+parameters per layer, no matmul.  ``norm_weights = false`` (OLMo): the block norms and the final norm have no
+gain and no bias (``OlmoLayerNorm``: ``F.layer_norm(x, shape, None, None)``); a qk-norm keeps its gain."""
 
 
 MOE_DEFAULTS: dict[str, Any] = {

@@ -88,6 +88,7 @@ SUPPORTED_MODEL_TYPES = (
     "deepseek_v3",
     "gpt_oss",
     "qwen2_moe",
+    "olmo",
 )
 LATER_MODEL_TYPES: dict[str, str] = {}
 """Known model types with a piece not modelled yet, refused with a line saying what."""
@@ -225,6 +226,7 @@ IGNORED_BY_TYPE = {
     "deepseek_v3": frozenset(_DEEPSEEK_ROUTING),
     "gpt_oss": frozenset(["hidden_act", "swiglu_alpha", "output_router_logits", "router_aux_loss_coef"]),
     "qwen2_moe": frozenset(["norm_topk_prob", "output_router_logits", "router_aux_loss_coef"]),
+    "olmo": frozenset(["clip_qkv"]),
     "gemma3": frozenset(
         [
             "vision_config",
@@ -688,6 +690,25 @@ def _qwen2_moe(f: _Fields) -> dict[str, Any]:
     }
 
 
+def _olmo(f: _Fields) -> dict[str, Any]:
+    """OLMo (transformers' models/olmo): Llama-style blocks whose norms are ``OlmoLayerNorm``, a LayerNorm with no
+    weight and no bias at a fixed eps of 1e-5 (``norm_weights = false``); ``clip_qkv`` clamps Q, K and V (no count
+    changes).  ``OlmoConfig`` defines neither ``rms_norm_eps`` nor ``head_dim``: one in a file is ignored."""
+    out = _common(f, tie_default=False)
+    f.used -= {"rms_norm_eps", "head_dim"}
+    bias = f.bool("attention_bias", False)
+    return {
+        **out,
+        "head_dim": None,
+        "norm_eps": 1e-5,
+        "norm": "layernorm",
+        "norm_weights": False,
+        "qkv_bias": bias,
+        "output_bias": bias,
+        "mlp": _only_swiglu(f, "hidden_act"),
+    }
+
+
 def _count(f: _Fields, key: str) -> int:
     """A count that may be 0 (``first_k_dense_replace``); absent: the class's default."""
     value = f.raw(key)
@@ -712,6 +733,7 @@ MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "deepseek_v3": _deepseek,
     "gpt_oss": _gpt_oss,
     "qwen2_moe": _qwen2_moe,
+    "olmo": _olmo,
 }
 assert tuple(MAPPINGS) == SUPPORTED_MODEL_TYPES
 
@@ -1018,6 +1040,10 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         "decoder_sparse_step": cfg.moe_every,
         "mlp_only_layers": [],
         "use_sliding_window": False,
+    },
+    "olmo": lambda cfg: {
+        **{k: v for k, v in _write_common(cfg).items() if k not in ("head_dim", "rms_norm_eps")},
+        "attention_bias": cfg.qkv_bias,
     },
 }
 """Per model type, the config.json fields that fix every count (``to_hf_dict``)."""

@@ -119,6 +119,14 @@ DEFINED_FIELDS: dict[str, frozenset[str]] = {
             shared_expert_intermediate_size sliding_window use_cache use_sliding_window vocab_size
         """
     ),
+    "olmo": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id clip_qkv eos_token_id hidden_act hidden_size
+            intermediate_size max_position_embeddings num_attention_heads num_hidden_layers num_key_value_heads
+            pad_token_id use_cache vocab_size
+        """
+    ),
     "gemma2": COMMON_FIELDS
     | _names(
         """
@@ -200,6 +208,7 @@ CONFIG_CLASSES = {
     "deepseek_v3": "DeepseekV3Config",
     "gpt_oss": "GptOssConfig",
     "qwen2_moe": "Qwen2MoeConfig",
+    "olmo": "OlmoConfig",
     "gemma3": "Gemma3Config",
 }
 ALIASES: dict[str, dict[str, str]] = {
@@ -221,6 +230,13 @@ ALIASES: dict[str, dict[str, str]] = {
     },
 }
 CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
+    "olmo": {
+        "num_key_value_heads": None,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "hidden_act": "silu",
+        "rope_theta": 10000.0,
+    },
     "gpt_oss": {
         "num_key_value_heads": 8,
         "head_dim": 64,

@@ -64,6 +64,7 @@ HF_CAUSAL_LM = {
     "deepseek_v3": "DeepseekV3ForCausalLM",
     "gpt_oss": "GptOssForCausalLM",
     "qwen2_moe": "Qwen2MoeForCausalLM",
+    "olmo": "OlmoForCausalLM",
 }
 """transformers 5.24's causal-LM class per ``model_type`` (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` in
 ``transformers/models/auto/modeling_auto.py``; a Gemma 3 wrapper's text model is ``gemma3_text``)."""

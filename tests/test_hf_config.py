@@ -203,6 +203,7 @@ def test_every_supported_type_and_the_later_ones_are_listed():
         "deepseek_v3",
         "gpt_oss",
         "qwen2_moe",
+        "olmo",
     }
     assert set(LATER_MODEL_TYPES) == set()
 

@@ -30,6 +30,7 @@ from lm_accounting.hf_fields import (
 )
 
 transformers = pytest.importorskip("transformers")
+from test_arch_olmo import CONFIGS as OLMO
 from test_arch_qwen2_moe import CONFIGS as QWEN2_MOE
 from test_gpt_oss import CONFIGS as GPT_OSS
 from test_transformers_truth import CONFIGS
@@ -190,7 +191,8 @@ def test_absent_fields_take_the_class_defaults(model_type):
     ours = config_from_hf({"model_type": model_type, **values})
     hf = transformers.AutoConfig.for_model(model_type, **values)
     assert ours.tie_embeddings == hf.tie_word_embeddings
-    assert ours.norm_eps == getattr(hf, "rms_norm_eps", getattr(hf, "layer_norm_epsilon", None))
+    eps = 1e-5 if model_type == "olmo" else None  # OlmoLayerNorm's constant: OlmoConfig has no eps field
+    assert ours.norm_eps == getattr(hf, "rms_norm_eps", getattr(hf, "layer_norm_epsilon", eps))
     if not ours.mla:
         assert ours.kv_heads == (getattr(hf, "num_key_value_heads", None) or hf.num_attention_heads)
         assert ours.d_head == (getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads)
@@ -213,6 +215,7 @@ HUB_FILES = {
     "gemma-3-4b-it": GEMMA3_4B,
     **{name: values for name, (values, _) in GPT_OSS.items()},
     **QWEN2_MOE,
+    **OLMO,
 }
 
 

@@ -133,6 +133,7 @@ GATE_PER_ELEMENT = 1  # SiLU(W1 x) ⊙ W3 x: one multiply
 RESIDUAL_PER_ELEMENT = 1  # x + f(x): one add
 LAYERNORM_PER_ELEMENT = 7  # 1. add into the mean, 2. subtract it, 3. square, 4. add into the variance,
 #                            5. scale by 1/σ, 6. scale by the gain, 7. add the bias
+NORM_AFFINE_PER_ELEMENT = 1  # a norm's gain (× g) and LayerNorm's bias (+ b): one each, skipped without weights
 BIAS_PER_ELEMENT = 1  # a projection's bias: one add per output element (not a matmul FLOP: counters skip it)
 GELU_PER_ELEMENT = 9  # tanh form 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))): 1-2. x³, 3. ·0.044715,
 #                       4. + x, 5. ·√(2/π), 6. tanh, 7. + 1, 8. · x, 9. · 0.5
@@ -155,8 +156,12 @@ def layernorm_flops(rows: int, width: int) -> int:
 
 
 def norm_flops(cfg: ModelConfig, rows: int, width: int) -> int:
-    """The config's norm (``cfg.norm``) over ``rows`` vectors of ``width``."""
-    return layernorm_flops(rows, width) if cfg.norm == "layernorm" else rmsnorm_flops(rows, width)
+    """The config's norm (``cfg.norm``) over ``rows`` vectors of ``width``; without weights (``norm_weights =
+    false``) the gain's multiply and LayerNorm's bias add are not done (``NORM_AFFINE_PER_ELEMENT`` less)."""
+    full = layernorm_flops(rows, width) if cfg.norm == "layernorm" else rmsnorm_flops(rows, width)
+    if cfg.norm_weights:
+        return full
+    return full - (2 if cfg.norm == "layernorm" else 1) * NORM_AFFINE_PER_ELEMENT * rows * width
 
 
 def bias_add_flops(tokens: int, width: int) -> int:

@@ -82,7 +82,7 @@ def _layer(cfg: ModelConfig, layer: int) -> list[int]:
     if cfg.hf_model_type == "gpt2":
         attention, mlp = _attention(cfg), _mlp(cfg, layer)
         return [d, d] + attention + [d, d] + mlp
-    norms = 4 if cfg.hf_model_type in ("gemma2", "gemma3_text") else 2
+    norms = 4 if cfg.hf_model_type in ("gemma2", "gemma3_text") else 2 if cfg.norm_weights else 0  # OLMo: none
     return _attention(cfg) + _mlp(cfg, layer) + [d] * norms
 
 
@@ -90,7 +90,7 @@ def _ends(cfg: ModelConfig) -> tuple[list[int], list[int]]:
     """The tensors before the first layer and after the last."""
     d, v = cfg.d_model, cfg.vocab_size
     head = [v * d, cfg.position_rows * d] if cfg.hf_model_type == "gpt2" else [v * d]
-    tail = [d, d] if cfg.hf_model_type == "gpt2" else [d]
+    tail = [d, d] if cfg.hf_model_type == "gpt2" else [d] if cfg.norm_weights else []
     return head, tail + ([] if cfg.tie_embeddings else [v * d])
 
 

@@ -125,7 +125,10 @@ def layernorm_params(width: int) -> int:
 
 
 def norm_params(cfg: ModelConfig, width: int) -> int:
-    """The config's norm (``cfg.norm``) over ``width`` features: RMSNorm ``width``, LayerNorm ``2·width``."""
+    """The config's norm (``cfg.norm``) over ``width`` features: RMSNorm ``width``, LayerNorm ``2·width``; none
+    without weights (``norm_weights = false``, OLMo's ``OlmoLayerNorm``)."""
+    if not cfg.norm_weights:
+        return 0
     return layernorm_params(width) if cfg.norm == "layernorm" else rmsnorm_params(width)
 
 

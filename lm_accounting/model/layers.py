@@ -107,6 +107,8 @@ class RMSNorm(nn.Module):
         in_dtype = x.dtype
         x32 = x.to(torch.float32)
         y = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)  # mean over d: (..., d) -> (..., 1)
+        if self.weight is None:  # no gain (``make_norm(weights=False)``)
+            return y.to(in_dtype)
         return (y * self.weight.to(torch.float32)).to(in_dtype)
 
     def extra_repr(self) -> str:
@@ -131,15 +133,23 @@ class LayerNorm(nn.Module):
         x32 = x.to(torch.float32)
         centred = x32 - x32.mean(-1, keepdim=True)  # (..., d) - (..., 1)
         y = centred * torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + self.eps)  # biased variance, as torch
+        if self.weight is None:  # no gain and no bias (OLMo's ``OlmoLayerNorm``, ``make_norm(weights=False)``)
+            return y.to(in_dtype)
         return (y * self.weight.to(torch.float32) + self.bias.to(torch.float32)).to(in_dtype)
 
     def extra_repr(self) -> str:
         return f"{self.d}, eps={self.eps}"
 
 
-def make_norm(kind: str, d: int, eps: float, device=None, dtype=None) -> nn.Module:
-    """``kind`` = ``ModelConfig.norm``: ``"rmsnorm"`` or ``"layernorm"``."""
-    return (LayerNorm if kind == "layernorm" else RMSNorm)(d, eps=eps, device=device, dtype=dtype)
+def make_norm(kind: str, d: int, eps: float, device=None, dtype=None, weights: bool = True) -> nn.Module:
+    """``kind`` = ``ModelConfig.norm``: ``"rmsnorm"`` or ``"layernorm"``; ``weights`` False: no gain and no
+    bias (``ModelConfig.norm_weights``, OLMo's ``OlmoLayerNorm``)."""
+    norm = (LayerNorm if kind == "layernorm" else RMSNorm)(d, eps=eps, device=device, dtype=dtype)
+    if not weights:
+        norm.weight = None
+        if kind == "layernorm":
+            norm.bias = None
+    return norm
 
 
 def gelu_tanh(x: Tensor) -> Tensor:

@@ -191,7 +191,7 @@ class TransformerBlock(nn.Module):
         super().__init__()
 
         def norm():
-            return make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, device=device, dtype=dtype)
+            return make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, device=device, dtype=dtype, weights=cfg.norm_weights)
 
         self.ln1 = norm() if cfg.pre_norms else None
         self.attn = (
@@ -279,7 +279,9 @@ class TransformerLM(nn.Module):
             TransformerBlock(cfg, device=device, dtype=dtype, attention=self.setup.attention, layer=i)
             for i in range(cfg.num_layers)
         )
-        self.ln_final = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, device=device, dtype=dtype)
+        self.ln_final = make_norm(
+            cfg.norm, cfg.d_model, cfg.norm_eps, device=device, dtype=dtype, weights=cfg.norm_weights
+        )
         self.lm_head = Linear(cfg.d_model, cfg.vocab_size, device=device, dtype=dtype)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.token_embeddings.weight

@@ -24,11 +24,18 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
         out.append("latent attention with attention=sdpa (the live model refuses it)")
     later = [u for u in cfg.unsupported_for_replay() if u in NOT_PROGRAMMED]
     if later:
-        out.append(f"{', '.join(later)} (gpt-oss's and Qwen2-MoE's pieces: not in the course program yet)")
+        out.append(f"{', '.join(later)} (gpt-oss's, Qwen2-MoE's and OLMo's pieces: not in the course program yet)")
     return out
 
 
-NOT_PROGRAMMED = ("attention sinks", "expert biases", "router bias", "shared-expert gate", "clamped SwiGLU experts")
+NOT_PROGRAMMED = (
+    "attention sinks",
+    "norms without weights",
+    "expert biases",
+    "router bias",
+    "shared-expert gate",
+    "clamped SwiGLU experts",
+)
 """Architecture options (``ModelConfig.unsupported_for_replay``) the course program does not transliterate yet."""
 
 
