@@ -907,7 +907,7 @@ def load_config(name_or_path: str | os.PathLike) -> ModelConfig:
             local = False
         if local:
             raise ConfigError(
-                f"{shown} is not a preset (valid presets: {', '.join(names)}); to read the local file, "
+                f"{shown} is not a preset (`lm-account presets` lists them); to read the local file, "
                 f"write it as a path: ./{name_or_path}"
             )
         close = difflib.get_close_matches(name_or_path, names, n=1, cutoff=0.4)
