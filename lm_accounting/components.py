@@ -368,7 +368,7 @@ def _gelu_bias(cfg: ModelConfig) -> bool:
     return cfg.mlp == "gelu" and cfg.mlp_bias
 
 
-_LN1, _LN2, _LN_FINAL, _POST = (_norm(lambda z: z.cfg.d_model) for _ in range(4))
+_LN1, _LN2, _LN_FINAL, _POST, _LN_EMBED = (_norm(lambda z: z.cfg.d_model) for _ in range(5))
 
 
 REGISTRY: tuple[Component, ...] = (
@@ -395,6 +395,16 @@ REGISTRY: tuple[Component, ...] = (
         params=Formula(lambda z: pa.position_embedding_params(z.cfg), "P·d (P = max_position_embeddings)"),
         shape=_shape("position_rows", "d_model"),
         elementwise=Formula(lambda z: fl.position_add_flops(z.T, z.cfg.d_model), "T·d", "position add"),
+    ),
+    Component(
+        "embedding_norm",
+        _norm_label("on the embeddings (BLOOM)"),
+        "norms",
+        present=lambda cfg: cfg.embedding_norm,
+        params=_LN_EMBED[0],
+        elementwise=_LN_EMBED[1],
+        tensors=_norm_tensors,
+        shape=_shape("d_model"),
     ),
     Component(
         "positions",
@@ -609,6 +619,13 @@ REGISTRY: tuple[Component, ...] = (
         "score scaling 1/√d_head",
         "attention",
         elementwise=Formula(lambda z: fl.score_scale_flops(z.score_count), "B·h·S²"),
+    ),
+    Component(
+        "layers.*.attn.alibi",
+        "ALiBi bias add (m_head · key position)",
+        "attention",
+        present=lambda cfg: cfg.positions == "alibi",
+        elementwise=Formula(lambda z: fl.alibi_flops(z.score_count), "B·h·S²"),
     ),
     Component(
         "layers.*.attn.softmax",

@@ -131,6 +131,7 @@ class ModelConfig:
     scale_embeddings: bool = False
     attention_sinks: bool = False
     norm_weights: bool = True
+    embedding_norm: bool = False
     # -- mixture of experts (None: a dense FFN in every layer; see MOE_FIELDS) --
     num_experts: int | None = None
     experts_per_token: int | None = None
@@ -194,6 +195,7 @@ class ModelConfig:
             "scale_embeddings",
             "attention_sinks",
             "norm_weights",
+            "embedding_norm",
             *MOE_FLAGS,
         ):
             if not isinstance(getattr(self, key), bool):
@@ -465,8 +467,12 @@ class ModelConfig:
             out.append("output or MLP biases")
         if self.mlp != "swiglu":
             out.append(f"{self.mlp} MLP")
-        if self.positions != "rope":
+        if self.positions == "learned":
             out.append("learned positions")
+        if self.positions == "alibi":
+            out.append("ALiBi")
+        if self.embedding_norm:
+            out.append("embedding norm")
         if self.qk_norm and self.qk_norm_scope != "head":
             out.append("whole-projection qk-norm")
         if self.sliding_window is not None:
@@ -509,6 +515,7 @@ class ModelConfig:
             "scale_embeddings",
             "attention_sinks",
             "norm_weights",
+            "embedding_norm",
             *MOE_FIELDS,
             *MLA_FIELDS,
             "hf_model_type",  # the twin is no published model's code
@@ -529,7 +536,7 @@ class ModelConfig:
         parts = [
             {"pre": f"pre-{norm}", "sandwich": f"sandwich {norm}", "post": f"post-{norm}"}[self.norm_placement],
             {"swiglu": "SwiGLU", "geglu": "GeGLU", "gelu": "GELU MLP"}[self.mlp],
-            "RoPE" if self.positions == "rope" else "learned positions",
+            {"rope": "RoPE", "learned": "learned positions", "alibi": "ALiBi"}[self.positions],
         ]
         biases = [n for n, on in (("qkv", self.qkv_bias), ("out", self.output_bias), ("mlp", self.mlp_bias)) if on]
         if biases:
@@ -545,6 +552,8 @@ class ModelConfig:
             parts.append("attention sinks")
         if not self.norm_weights:
             parts[0] += " (no weights)"
+        if self.embedding_norm:
+            parts.append("embedding norm")
         if self.mla:
             q = f"q rank {self.q_lora_rank:,}, " if self.q_lora_rank else ""
             parts.append(f"MLA ({q}kv rank {self.kv_lora_rank:,})")
@@ -579,6 +588,8 @@ class ModelConfig:
             return "Qwen2-style (QKV bias)"
         if self.course_architecture:
             return "course (Llama-style)" if not self.qk_norm else "course + qk-norm (Qwen3-style)"
+        if self.positions == "alibi" and self.embedding_norm:
+            return "BLOOM-style (ALiBi + embedding norm)"
         if self.positions == "learned" and self.norm == "layernorm" and self.mlp == "gelu":
             return "GPT-2"
         if self.norm_placement == "sandwich":
@@ -624,7 +635,7 @@ ARCHITECTURE_CHOICES: dict[str, tuple[str, ...]] = {
     "norm": ("rmsnorm", "layernorm"),
     "norm_placement": ("pre", "sandwich", "post"),
     "mlp": ("swiglu", "geglu", "gelu"),
-    "positions": ("rope", "learned"),
+    "positions": ("rope", "learned", "alibi"),
     "qk_norm_scope": ("head", "projection"),
 }
 """The allowed values of the string architecture options; the first is the course's.
@@ -635,8 +646,9 @@ ARCHITECTURE_CHOICES: dict[str, tuple[str, ...]] = {
   (OLMo-2).
 * ``mlp``: ``swiglu`` = ``W2(SiLU(W1 x) ⊙ W3 x)``; ``geglu`` = the same with GELU (tanh approximation,
   Gemma's ``gelu_pytorch_tanh``); ``gelu`` = the 2-matrix ``proj(GELU(fc x))`` of GPT-2.
-* ``positions``: ``rope`` (no parameters) or ``learned`` (a ``max_position_embeddings x d_model`` table added
-  to the token embeddings, GPT-2).
+* ``positions``: ``rope`` (no parameters), ``learned`` (a ``max_position_embeddings x d_model`` table added
+  to the token embeddings, GPT-2) or ``alibi`` (Press et al. 2022: head i adds ``m_i · j`` to its score for key
+  j, no parameters; BLOOM, transformers' ``build_alibi_tensor``).
 * ``qk_norm_scope``: ``head`` = one RMSNorm of ``head_dim`` on every Q and K head (Qwen3, Gemma 3);
   ``projection`` = one RMSNorm over the whole Q (``h·head_dim``) and K (``kv·head_dim``) projection (OLMo-2).
 
@@ -647,7 +659,9 @@ every layer windowed, Mistral; n: every n-th layer full, Gemma 2 n = 2, Gemma 3 
 ``attention_sinks`` (gpt-oss): one learned logit per query head joins every row of the attention softmax
 as an extra column and is dropped after it (``GptOssAttention.sinks``, ``eager_attention_forward``): h
 parameters per layer, no matmul.  ``norm_weights = false`` (OLMo): the block norms and the final norm have no
-gain and no bias (``OlmoLayerNorm``: ``F.layer_norm(x, shape, None, None)``); a qk-norm keeps its gain."""
+gain and no bias (``OlmoLayerNorm``: ``F.layer_norm(x, shape, None, None)``); a qk-norm keeps its gain.
+``embedding_norm`` (BLOOM's ``word_embeddings_layernorm``): a norm of the config's kind on the token embeddings,
+before the first block."""
 
 
 MOE_DEFAULTS: dict[str, Any] = {

@@ -89,6 +89,7 @@ SUPPORTED_MODEL_TYPES = (
     "gpt_oss",
     "qwen2_moe",
     "olmo",
+    "bloom",
 )
 LATER_MODEL_TYPES: dict[str, str] = {}
 """Known model types with a piece not modelled yet, refused with a line saying what."""
@@ -227,6 +228,7 @@ IGNORED_BY_TYPE = {
     "gpt_oss": frozenset(["hidden_act", "swiglu_alpha", "output_router_logits", "router_aux_loss_coef"]),
     "qwen2_moe": frozenset(["norm_topk_prob", "output_router_logits", "router_aux_loss_coef"]),
     "olmo": frozenset(["clip_qkv"]),
+    "bloom": frozenset(["pretraining_tp", "slow_but_exact"]),
     "gemma3": frozenset(
         [
             "vision_config",
@@ -709,6 +711,39 @@ def _olmo(f: _Fields) -> dict[str, Any]:
     }
 
 
+BLOOM_SEQUENCE_LENGTH = 2048
+"""BLOOM's training sequence length (Le Scao et al. 2022, "BLOOM", arXiv:2211.05100, table 3): the context of a
+bloom config.json, which has no position field (ALiBi has no table)."""
+
+
+def _bloom(f: _Fields) -> dict[str, Any]:
+    """BLOOM (transformers' models/bloom): GPT-2's pre-LayerNorm block (fused ``query_key_value`` read as our
+    q/k/v, ``dense``, a 4·d tanh-GELU MLP, every projection with a bias), ALiBi instead of positions, a LayerNorm
+    on the embeddings (``word_embeddings_layernorm``), tied embeddings by default.  ``n_embed`` (legacy) overrides
+    ``hidden_size`` as ``BloomConfig.__post_init__`` does; ``pretraining_tp``/``slow_but_exact`` slice the same
+    matmuls and are ignored; the context is ``BLOOM_SEQUENCE_LENGTH``."""
+    f.only("apply_residual_connection_post_layernorm", (False,), "the residual from the block input (BLOOM's)")
+    d = f.int("n_embed") if f.has("n_embed") else f.int("hidden_size")
+    f.used.add("hidden_size")
+    return {
+        "vocab_size": f.int("vocab_size"),
+        "d_model": d,
+        "num_layers": f.int("n_layer"),
+        "num_heads": f.int("n_head"),
+        "d_ff": 4 * d,
+        "context_length": BLOOM_SEQUENCE_LENGTH,
+        "norm": "layernorm",
+        "norm_eps": f.number("layer_norm_epsilon", 1e-5),
+        "tie_embeddings": f.bool("tie_word_embeddings", True),
+        "qkv_bias": True,
+        "output_bias": True,
+        "mlp_bias": True,
+        "mlp": "gelu",
+        "positions": "alibi",
+        "embedding_norm": True,
+    }
+
+
 def _count(f: _Fields, key: str) -> int:
     """A count that may be 0 (``first_k_dense_replace``); absent: the class's default."""
     value = f.raw(key)
@@ -734,6 +769,7 @@ MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "gpt_oss": _gpt_oss,
     "qwen2_moe": _qwen2_moe,
     "olmo": _olmo,
+    "bloom": _bloom,
 }
 assert tuple(MAPPINGS) == SUPPORTED_MODEL_TYPES
 
@@ -1044,6 +1080,14 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
     "olmo": lambda cfg: {
         **{k: v for k, v in _write_common(cfg).items() if k not in ("head_dim", "rms_norm_eps")},
         "attention_bias": cfg.qkv_bias,
+    },
+    "bloom": lambda cfg: {
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model,
+        "n_layer": cfg.num_layers,
+        "n_head": cfg.num_heads,
+        "layer_norm_epsilon": cfg.norm_eps,
+        "tie_word_embeddings": cfg.tie_embeddings,
     },
 }
 """Per model type, the config.json fields that fix every count (``to_hf_dict``)."""

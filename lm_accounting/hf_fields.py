@@ -119,6 +119,14 @@ DEFINED_FIELDS: dict[str, frozenset[str]] = {
             shared_expert_intermediate_size sliding_window use_cache use_sliding_window vocab_size
         """
     ),
+    "bloom": COMMON_FIELDS
+    | _names(
+        """
+            apply_residual_connection_post_layernorm attention_dropout bos_token_id eos_token_id hidden_dropout
+            hidden_size layer_norm_epsilon n_embed n_head n_layer num_attention_heads num_hidden_layers pad_token_id
+            pretraining_tp slow_but_exact use_cache vocab_size
+        """
+    ),
     "olmo": COMMON_FIELDS
     | _names(
         """
@@ -209,6 +217,7 @@ CONFIG_CLASSES = {
     "gpt_oss": "GptOssConfig",
     "qwen2_moe": "Qwen2MoeConfig",
     "olmo": "OlmoConfig",
+    "bloom": "BloomConfig",
     "gemma3": "Gemma3Config",
 }
 ALIASES: dict[str, dict[str, str]] = {
@@ -221,6 +230,7 @@ ALIASES: dict[str, dict[str, str]] = {
     "mixtral": {"num_experts": "num_local_experts"},
     "qwen3_moe": {"num_experts": "num_local_experts"},
     "gpt_oss": {"num_experts": "num_local_experts"},
+    "bloom": {"num_hidden_layers": "n_layer", "num_attention_heads": "n_head"},
     "deepseek_v2": {"num_experts": "n_routed_experts"},
     "deepseek_v3": {"num_local_experts": "n_routed_experts", "num_mtp_layers": "num_nextn_predict_layers"},
     "gemma3": {
@@ -230,6 +240,11 @@ ALIASES: dict[str, dict[str, str]] = {
     },
 }
 CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
+    "bloom": {
+        "layer_norm_epsilon": 1e-05,
+        "tie_word_embeddings": True,
+        "apply_residual_connection_post_layernorm": False,
+    },
     "olmo": {
         "num_key_value_heads": None,
         "tie_word_embeddings": False,

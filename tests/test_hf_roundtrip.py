@@ -30,6 +30,7 @@ from lm_accounting.hf_fields import (
 )
 
 transformers = pytest.importorskip("transformers")
+from test_arch_bloom import CONFIGS as BLOOM
 from test_arch_olmo import CONFIGS as OLMO
 from test_arch_qwen2_moe import CONFIGS as QWEN2_MOE
 from test_gpt_oss import CONFIGS as GPT_OSS
@@ -216,6 +217,7 @@ HUB_FILES = {
     **{name: values for name, (values, _) in GPT_OSS.items()},
     **QWEN2_MOE,
     **OLMO,
+    **{name: values for name, (values, _) in BLOOM.items()},
 }
 
 

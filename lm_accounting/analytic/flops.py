@@ -143,6 +143,8 @@ CLAMPED_SWIGLU_PER_ELEMENT = 9  # gpt-oss (GptOssExperts._apply_gate), before th
 SIGMOID_PER_ELEMENT = 3  # 1 / (1 + exp(−x)): 1. negate-exp, 2. add 1, 3. divide (Qwen2-MoE's shared-expert gate)
 EMBED_SCALE_PER_ELEMENT = 1  # Gemma: token embeddings × √d_model, one multiply
 POSITION_ADD_PER_ELEMENT = 1  # learned positions: token + position embedding, one add
+ALIBI_PER_SCORE = 1  # ALiBi: the head's slope × the key's position, added to each score (one add; the bias table
+#                      itself is built once per forward, h·S products, not counted)
 
 
 def rmsnorm_flops(rows: int, width: int) -> int:
@@ -182,6 +184,11 @@ def embedding_scale_flops(tokens: int, d_model: int) -> int:
 def position_add_flops(tokens: int, d_model: int) -> int:
     """Adding the learned position embedding to the token embedding: 1 per element."""
     return POSITION_ADD_PER_ELEMENT * tokens * d_model
+
+
+def alibi_flops(scores: int) -> int:
+    """ALiBi: one add per attention score (``ALIBI_PER_SCORE``)."""
+    return ALIBI_PER_SCORE * scores
 
 
 def rope_flops(tokens: int, width: int) -> int:

@@ -24,6 +24,10 @@ from __future__ import annotations
 
 from ..config import ModelConfig
 
+FUSED_QKV_WITH_BIAS = ("gpt2", "bloom")
+"""GPT-2-shaped blocks: LayerNorm (weight, bias), one fused Q/K/V (``c_attn``, BLOOM's ``query_key_value``) and
+every projection with a bias; BLOOM adds ``word_embeddings_layernorm`` after the embedding."""
+
 FUSED_MOE_ROUTER_FIRST = ("mixtral", "gpt_oss", "qwen2_moe")
 """Mixture-of-experts classes that register the router (``gate``) before the experts."""
 
@@ -40,7 +44,7 @@ def _attention(cfg: ModelConfig) -> list[int]:
         )
         return q + [d * (r + rope), r, r * h * (cfg.qk_nope_head_dim + cfg.v_head_dim), h * cfg.v_head_dim * d]
     q, kv = cfg.num_heads * cfg.d_head, cfg.kv_heads * cfg.d_head
-    if kind == "gpt2":
+    if kind in FUSED_QKV_WITH_BIAS:
         return [d * 3 * d, 3 * d, d * d, d]
     if kind == "phi3":
         return [d * q, (q + 2 * kv) * d]
@@ -63,7 +67,7 @@ def _dense(cfg: ModelConfig, width: int) -> list[int]:
 
 def _mlp(cfg: ModelConfig, layer: int) -> list[int]:
     d = cfg.d_model
-    if cfg.hf_model_type == "gpt2":
+    if cfg.hf_model_type in FUSED_QKV_WITH_BIAS:
         return [d * cfg.d_ff, cfg.d_ff, cfg.d_ff * d, d]
     if not cfg.layer_moe(layer):
         return _dense(cfg, cfg.d_ff)
@@ -79,7 +83,7 @@ def _mlp(cfg: ModelConfig, layer: int) -> list[int]:
 
 def _layer(cfg: ModelConfig, layer: int) -> list[int]:
     d = cfg.d_model
-    if cfg.hf_model_type == "gpt2":
+    if cfg.hf_model_type in FUSED_QKV_WITH_BIAS:
         attention, mlp = _attention(cfg), _mlp(cfg, layer)
         return [d, d] + attention + [d, d] + mlp
     norms = 4 if cfg.hf_model_type in ("gemma2", "gemma3_text") else 2 if cfg.norm_weights else 0  # OLMo: none
@@ -90,7 +94,9 @@ def _ends(cfg: ModelConfig) -> tuple[list[int], list[int]]:
     """The tensors before the first layer and after the last."""
     d, v = cfg.d_model, cfg.vocab_size
     head = [v * d, cfg.position_rows * d] if cfg.hf_model_type == "gpt2" else [v * d]
-    tail = [d, d] if cfg.hf_model_type == "gpt2" else [d] if cfg.norm_weights else []
+    if cfg.hf_model_type == "bloom":  # word_embeddings_layernorm
+        head += [d, d]
+    tail = [d, d] if cfg.hf_model_type in FUSED_QKV_WITH_BIAS else [d] if cfg.norm_weights else []
     return head, tail + ([] if cfg.tie_embeddings else [v * d])
 
 

@@ -141,6 +141,19 @@ class LayerNorm(nn.Module):
         return f"{self.d}, eps={self.eps}"
 
 
+def alibi_slopes(heads: int) -> Tensor:
+    """ALiBi's per-head slopes m_i (Press et al. 2022), as transformers' BLOOM computes them
+    (``_get_alibi_slopes``): 2^(-8·i/n) for i = 1..n with n the largest power of 2 <= h, then the odd powers of
+    the 2n sequence for the remaining heads.  fp32, (h,)."""
+    closest = 2 ** math.floor(math.log2(heads))
+    base = 2 ** (-(2 ** -(math.log2(closest) - 3)))
+    slopes = [base**p for p in range(1, 1 + closest)]
+    if closest != heads:
+        extra = 2 ** (-(2 ** -(math.log2(2 * closest) - 3)))
+        slopes += [extra**p for p in range(1, 1 + 2 * min(closest, heads - closest), 2)]
+    return torch.tensor(slopes, dtype=torch.float32)
+
+
 def make_norm(kind: str, d: int, eps: float, device=None, dtype=None, weights: bool = True) -> nn.Module:
     """``kind`` = ``ModelConfig.norm``: ``"rmsnorm"`` or ``"layernorm"``; ``weights`` False: no gain and no
     bias (``ModelConfig.norm_weights``, OLMo's ``OlmoLayerNorm``)."""
@@ -260,18 +273,20 @@ def scaled_dot_product_attention(
     qk: Callable[[Tensor, Tensor], Tensor] = torch.matmul,
     av: Callable[[Tensor, Tensor], Tensor] = torch.matmul,
     sinks: Callable[[Tensor], Tensor] | None = None,
+    bias: Tensor | None = None,
 ) -> Tensor:
     """``softmax(Q Kᵀ / √d_k) V`` (Vaswani et al. 2017; handout 3.5.4), with GQA.
 
-    query (..., h, S_q, d_k); key, value (..., kv, S_k, d_k / d_v) with h % kv == 0
-    (grouped-query attention, Ainslie et al. 2023: query heads j·g .. j·g+g-1 share KV
-    head j, g = h / kv).  ``mask`` is boolean, True = attend, broadcastable to
-    (..., h, S_q, S_k).  ``sinks`` (gpt-oss, a ``Sinks``) replaces the softmax.  Returns (..., h, S_q, d_v).
+        query (..., h, S_q, d_k); key, value (..., kv, S_k, d_k / d_v) with h % kv == 0
+        (grouped-query attention, Ainslie et al. 2023: query heads j·g .. j·g+g-1 share KV
+        head j, g = h / kv).  ``mask`` is boolean, True = attend, broadcastable to
+        (..., h, S_q, S_k).  ``sinks`` (gpt-oss, a ``Sinks``) replaces the softmax; ``bias`` (ALiBi, broadcastable
+    to the scores) is added to the scaled scores before the mask.  Returns (..., h, S_q, d_v).
 
-    The g query heads of a group are stacked along the row axis, (..., kv, g·S_q, d_k),
-    so each product is one plain batched matmul against the kv K/V heads.  Broadcasting
-    K/V over a size-g axis instead would make ``torch.matmul`` materialise K and V
-    expanded to h heads (a hidden ``repeat_interleave``) and save those copies for backward.
+        The g query heads of a group are stacked along the row axis, (..., kv, g·S_q, d_k),
+        so each product is one plain batched matmul against the kv K/V heads.  Broadcasting
+        K/V over a size-g axis instead would make ``torch.matmul`` materialise K and V
+        expanded to h heads (a hidden ``repeat_interleave``) and save those copies for backward.
     """
     *lead, h, s_q, d_k = query.shape
     kv, s_k = key.shape[-3], key.shape[-2]
@@ -281,6 +296,8 @@ def scaled_dot_product_attention(
     # (..., kv, g·S_q, d_k) @ (..., kv, d_k, S_k) -> (..., kv, g·S_q, S_k); 1/√d_k keeps the logits' variance ~1
     scores = qk(q, key.transpose(-2, -1)) * (1.0 / math.sqrt(d_k))
     scores = scores.reshape(*scores.shape[:-3], h, s_q, s_k)  # -> (..., h, S_q, S_k), a view
+    if bias is not None:  # ALiBi: (h, 1, S_k), one add per score
+        scores = scores + bias
     if mask is not None:
         scores = torch.where(mask, scores, float("-inf"))
     probs = softmax(scores, -1) if sinks is None else sinks(scores)
