@@ -303,21 +303,22 @@ def _expert_swiglu(
         )
 
     def bias(name: str) -> Component:
-        """A stacked expert matrix's bias (routed experts with ``mlp_bias``: gpt-oss's ``gate_up_proj_bias``
-        holds W1's and W3's, ``down_proj_bias`` W2's): ``count`` rows of its output width, one add per
-        output element of the rows that ran."""
+        """A matrix's bias: routed experts with ``expert_bias`` (stacked: gpt-oss's ``gate_up_proj_bias`` holds
+        W1's and W3's, ``down_proj_bias`` W2's), ``count`` rows of its output width; the shared experts with
+        ``mlp_bias`` (one ``Linear`` bias each, Ernie 4.5's ``use_bias``).  One add per output element of the
+        rows that ran."""
         out = (lambda cfg: cfg.d_model) if name == "w2" else width
         out_text = "d" if name == "w2" else text
         return Component(
             f"{prefix}.{name}.bias",
             f"{label} {name.upper()} bias",
             "ffn",
-            present=lambda cfg: stacked and present(cfg) and cfg.mlp_bias,
+            present=lambda cfg: present(cfg) and (cfg.expert_bias if stacked else cfg.mlp_bias),
             layers=MOE_LAYERS,
             params=Formula(lambda z: count(z.cfg) * pa.bias_params(out(z.cfg)), f"{count_text}{out_text}"),
             elementwise=Formula(lambda z: fl.bias_add_flops(rows(z), out(z.cfg)), f"{rows_text}·{out_text}"),
-            shape=lambda cfg: (count(cfg), out(cfg)),
-            split=EXPERT_ROW if name == "w2" else EXPERT_COL,
+            shape=lambda cfg: (count(cfg), out(cfg)) if stacked else (out(cfg),),
+            split=(EXPERT_ROW if name == "w2" else EXPERT_COL) if stacked else (REPLICATED if name == "w2" else COL),
         )
 
     def act(z: Sizes) -> int:
@@ -919,6 +920,15 @@ REGISTRY: tuple[Component, ...] = (
         split=VOCAB,
         flops=Formula(lambda z: fl.lm_head_flops(z.cfg, z.T), "2·T·d·V"),
         saved=Formula(act.lm_head_saved_bytes, "amp: V·d·2 + T·d·2", "LM head (amp copies)"),
+    ),
+    _bias(
+        "lm_head.bias",
+        "LM head bias",
+        "lm head",
+        lambda cfg: cfg.vocab_size,
+        "V",
+        lambda cfg: cfg.lm_head_bias,
+        split=VOCAB,
     ),
     Component(
         "cross_entropy",

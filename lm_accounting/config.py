@@ -132,6 +132,7 @@ class ModelConfig:
     attention_sinks: bool = False
     norm_weights: bool = True
     embedding_norm: bool = False
+    lm_head_bias: bool = False
     # -- mixture of experts (None: a dense FFN in every layer; see MOE_FIELDS) --
     num_experts: int | None = None
     experts_per_token: int | None = None
@@ -141,6 +142,7 @@ class ModelConfig:
     dense_layers_first: int = 0
     moe_every: int = 1
     router_bias: bool = False
+    expert_bias: bool = False
     shared_expert_gate: bool = False
     swiglu_limit: float | None = None
     # -- multi-head latent attention, DeepSeek-V2/V3 (None: Q/K/V projections; see MLA_FIELDS) --
@@ -196,6 +198,7 @@ class ModelConfig:
             "attention_sinks",
             "norm_weights",
             "embedding_norm",
+            "lm_head_bias",
             *MOE_FLAGS,
         ):
             if not isinstance(getattr(self, key), bool):
@@ -261,11 +264,6 @@ class ModelConfig:
             raise ConfigError("shared_expert_d_ff applies only with shared_experts >= 1")
         if self.mlp != "swiglu":
             raise ConfigError("a mixture of experts is modelled with SwiGLU experts only (mlp = swiglu)")
-        if self.mlp_bias and self.shared_experts:
-            raise ConfigError(
-                "MLP biases in a mixture of experts are modelled on the routed experts only (gpt-oss), "
-                "not with shared experts"
-            )
         if self.shared_expert_gate and not self.shared_experts:
             raise ConfigError("shared_expert_gate gates the shared experts' output: it needs shared_experts >= 1")
         if not self.moe_layers:
@@ -473,6 +471,8 @@ class ModelConfig:
             out.append("ALiBi")
         if self.embedding_norm:
             out.append("embedding norm")
+        if self.lm_head_bias:
+            out.append("LM-head bias")
         if self.qk_norm and self.qk_norm_scope != "head":
             out.append("whole-projection qk-norm")
         if self.sliding_window is not None:
@@ -485,8 +485,10 @@ class ModelConfig:
             out.append("norms without weights")
         if self.moe:
             out.append("mixture of experts")
-        if self.moe and self.mlp_bias:
+        if self.expert_bias:
             out.append("expert biases")
+        if self.moe and self.shared_experts and self.mlp_bias:
+            out.append("shared-expert biases")
         if self.router_bias:
             out.append("router bias")
         if self.shared_expert_gate:
@@ -516,6 +518,7 @@ class ModelConfig:
             "attention_sinks",
             "norm_weights",
             "embedding_norm",
+            "lm_head_bias",
             *MOE_FIELDS,
             *MLA_FIELDS,
             "hf_model_type",  # the twin is no published model's code
@@ -538,7 +541,16 @@ class ModelConfig:
             {"swiglu": "SwiGLU", "geglu": "GeGLU", "gelu": "GELU MLP"}[self.mlp],
             {"rope": "RoPE", "learned": "learned positions", "alibi": "ALiBi"}[self.positions],
         ]
-        biases = [n for n, on in (("qkv", self.qkv_bias), ("out", self.output_bias), ("mlp", self.mlp_bias)) if on]
+        biases = [
+            n
+            for n, on in (
+                ("qkv", self.qkv_bias),
+                ("out", self.output_bias),
+                ("mlp", self.mlp_bias),
+                ("lm head", self.lm_head_bias),
+            )
+            if on
+        ]
         if biases:
             parts.append("biases " + "/".join(biases))
         if self.qk_norm:
@@ -563,7 +575,7 @@ class ModelConfig:
                 n
                 for n, on in (
                     ("router bias", self.router_bias),
-                    ("expert biases", self.mlp_bias),
+                    ("expert biases", self.expert_bias),
                     ("sigmoid-gated shared", self.shared_expert_gate),
                     (f"SwiGLU clamped at {self.swiglu_limit:g}" if self.swiglu_limit else "", self.swiglu_limit),
                 )
@@ -661,7 +673,8 @@ as an extra column and is dropped after it (``GptOssAttention.sinks``, ``eager_a
 parameters per layer, no matmul.  ``norm_weights = false`` (OLMo): the block norms and the final norm have no
 gain and no bias (``OlmoLayerNorm``: ``F.layer_norm(x, shape, None, None)``); a qk-norm keeps its gain.
 ``embedding_norm`` (BLOOM's ``word_embeddings_layernorm``): a norm of the config's kind on the token embeddings,
-before the first block."""
+before the first block.  ``lm_head_bias``: the LM head has a bias of V (Ernie 4.5-MoE's ``use_bias``, Phi's,
+CTRL's; a tied head shares its weight only)."""
 
 
 MOE_DEFAULTS: dict[str, Any] = {
@@ -673,6 +686,7 @@ MOE_DEFAULTS: dict[str, Any] = {
     "dense_layers_first": 0,
     "moe_every": 1,
     "router_bias": False,
+    "expert_bias": False,
     "shared_expert_gate": False,
     "swiglu_limit": None,
 }
@@ -685,10 +699,11 @@ layers keep a dense FFN of width ``d_ff`` (DeepSeek's ``first_k_dense_replace``)
 E (gpt-oss's ``GptOssTopKRouter.bias``); ``shared_expert_gate``: the shared experts' output is scaled per token
 by σ(x·w_g), a d -> 1 linear map behind a sigmoid (Qwen2-MoE's ``shared_expert_gate``); ``swiglu_limit``: the
 routed experts run gpt-oss's clamped SwiGLU, ``(clamp(up, ±l) + 1) · g·σ(1.702·g)`` with ``g = min(gate, l)``
-(``GptOssExperts._apply_gate``; the same matmuls as SwiGLU); ``mlp_bias`` with a mixture of experts puts a bias
-on every routed expert's W1, W3 (gpt-oss's ``gate_up_proj_bias``) and W2 (``down_proj_bias``)."""
+(``GptOssExperts._apply_gate``; the same matmuls as SwiGLU); ``expert_bias`` puts a bias on every routed
+expert's W1, W3 (gpt-oss's ``gate_up_proj_bias``) and W2 (``down_proj_bias``); ``mlp_bias`` is the dense FFNs'
+and the shared experts' (Ernie 4.5's ``use_bias``)."""
 MOE_FIELDS = tuple(MOE_DEFAULTS)
-MOE_FLAGS = ("router_bias", "shared_expert_gate")
+MOE_FLAGS = ("router_bias", "expert_bias", "shared_expert_gate")
 """The true/false mixture-of-experts options."""
 
 MLA_FIELDS = ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")

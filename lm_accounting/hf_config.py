@@ -664,7 +664,7 @@ def _gpt_oss(f: _Fields) -> dict[str, Any]:
         "output_bias": bias,
         "attention_sinks": True,
         **_experts(f, "num_local_experts", None),
-        "mlp_bias": True,
+        "expert_bias": True,
         "router_bias": True,
         "swiglu_limit": f.number("swiglu_limit", 7.0),
         **_window(f, default_every=2),

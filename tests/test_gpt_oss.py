@@ -210,7 +210,7 @@ def test_sink_and_expert_conventions():
 
 
 def test_toml_keys_give_the_same_model(tmp_path):
-    """The TOML path: the new keys (attention_sinks, router_bias, swiglu_limit; mlp_bias on the experts)."""
+    """The TOML path: the new keys (attention_sinks, router_bias, expert_bias, swiglu_limit)."""
     path = tmp_path / "oss.toml"
     path.write_text("""
 vocab_size = 201088
@@ -224,7 +224,7 @@ d_ff = 2880
 rope_theta = 150000.0
 qkv_bias = true
 output_bias = true
-mlp_bias = true
+expert_bias = true
 attention_sinks = true
 sliding_window = 128
 full_attention_every = 2
@@ -245,7 +245,7 @@ hf_model_type = "gpt_oss"
         ({"router_bias": True}, "router_bias applies only to a mixture of experts"),
         ({"swiglu_limit": 7.0}, "swiglu_limit applies only to a mixture of experts"),
         ({"num_experts": 4, "experts_per_token": 2, "swiglu_limit": -1.0}, "swiglu_limit must be a positive"),
-        ({"num_experts": 4, "experts_per_token": 2, "shared_experts": 1, "mlp_bias": True}, "routed experts only"),
+        ({"expert_bias": True}, "expert_bias applies only to a mixture of experts"),
         ({"attention_sinks": 1}, "attention_sinks must be true or false"),
     ],
 )
@@ -277,7 +277,7 @@ def test_bad_config_json_is_one_line(change, message, tmp_path, run_cli):
 TINY_OSS = ModelConfig(
     vocab_size=97, context_length=64, num_layers=3, d_model=32, num_heads=4, num_kv_heads=2, head_dim=16, d_ff=24,
     qkv_bias=True, output_bias=True, attention_sinks=True, sliding_window=8, full_attention_every=2, num_experts=4,
-    experts_per_token=2, mlp_bias=True, router_bias=True, swiglu_limit=7.0, name="tiny-gpt-oss",
+    experts_per_token=2, expert_bias=True, router_bias=True, swiglu_limit=7.0, name="tiny-gpt-oss",
 )  # fmt: skip
 
 

@@ -73,7 +73,7 @@ def _mlp(cfg: ModelConfig, layer: int) -> list[int]:
         return _dense(cfg, cfg.d_ff)
     e, f = cfg.num_experts, cfg.expert_width
     router = [e * d] + ([e] if cfg.router_bias else [])  # gpt-oss's router bias
-    bias = cfg.mlp_bias  # gpt-oss: gate_up_proj_bias after gate_up_proj, down_proj_bias after down_proj
+    bias = cfg.expert_bias  # gpt-oss: gate_up_proj_bias after gate_up_proj, down_proj_bias after down_proj
     experts = [e * 2 * f * d] + ([e * 2 * f] if bias else []) + [e * d * f] + ([e * d] if bias else [])
     shared = (_dense(cfg, cfg.shared_width) if cfg.shared_experts else []) + ([d] if cfg.shared_expert_gate else [])
     if cfg.hf_model_type in FUSED_MOE_ROUTER_FIRST:
@@ -97,7 +97,7 @@ def _ends(cfg: ModelConfig) -> tuple[list[int], list[int]]:
     if cfg.hf_model_type == "bloom":  # word_embeddings_layernorm
         head += [d, d]
     tail = [d, d] if cfg.hf_model_type in FUSED_QKV_WITH_BIAS else [d] if cfg.norm_weights else []
-    return head, tail + ([] if cfg.tie_embeddings else [v * d])
+    return head, tail + ([] if cfg.tie_embeddings else [v * d]) + ([v] if cfg.lm_head_bias else [])
 
 
 def hf_parameter_tensor_sizes(cfg: ModelConfig, layers=None) -> list[int]:

@@ -92,9 +92,9 @@ def shared_matrix_params(cfg: ModelConfig) -> int:
 
 
 def expert_params(cfg: ModelConfig) -> int:
-    """One routed expert's parameters: its 3 SwiGLU matrices, 3·d·d_e, and with ``mlp_bias`` (gpt-oss's
+    """One routed expert's parameters: its 3 SwiGLU matrices, 3·d·d_e, and with ``expert_bias`` (gpt-oss's
     ``gate_up_proj_bias`` and ``down_proj_bias``) its biases, 2·d_e + d."""
-    bias = 2 * cfg.expert_width + cfg.d_model if cfg.mlp_bias else 0
+    bias = 2 * cfg.expert_width + cfg.d_model if cfg.expert_bias else 0
     return 3 * cfg.d_model * cfg.expert_width + bias
 
 

@@ -2,7 +2,7 @@
 
 Module paths (the component registry's keys): ``moe.router`` (d -> E; with ``router_bias`` its
 ``moe.router.bias``, gpt-oss), ``moe.experts.w1``, ``.w2``, ``.w3`` (the routed experts' SwiGLU matrices, each
-stacked over the E experts, as transformers v5 stores ``gate_up_proj``/``down_proj``; with ``mlp_bias`` each has
+stacked over the E experts, as transformers v5 stores ``gate_up_proj``/``down_proj``; with ``expert_bias`` each has
 an ``ExpertBias``, gpt-oss's ``gate_up_proj_bias``/``down_proj_bias``; with ``swiglu_limit`` the activation is
 gpt-oss's clamped SwiGLU), ``moe.shared.w1/w2/w3`` (the shared experts as one SwiGLU of width
 ``shared_experts · shared_expert_d_ff``, as DeepSeek builds them) and ``moe.shared_gate`` (Qwen2-MoE's
@@ -117,9 +117,11 @@ class MixtureOfExperts(nn.Module):
         self.num_experts, self.top_k = cfg.num_experts, cfg.experts_per_token
         self.router = Linear(cfg.d_model, cfg.num_experts, device=device, dtype=dtype, bias=cfg.router_bias)
         self.experts = Experts(
-            cfg.num_experts, cfg.d_model, cfg.expert_width, device, dtype, cfg.mlp_bias, cfg.swiglu_limit
+            cfg.num_experts, cfg.d_model, cfg.expert_width, device, dtype, cfg.expert_bias, cfg.swiglu_limit
         )
-        self.shared = SwiGLU(cfg.d_model, cfg.shared_width, device=device, dtype=dtype) if cfg.shared_experts else None
+        self.shared = None
+        if cfg.shared_experts:  # with ``mlp_bias``, biases on its three matrices (Ernie 4.5's ``use_bias``)
+            self.shared = SwiGLU(cfg.d_model, cfg.shared_width, device=device, dtype=dtype, bias=cfg.mlp_bias)
         # Qwen2-MoE: the shared experts' output × σ(x·w_g), w_g a d -> 1 map (``shared_expert_gate``)
         self.shared_gate = Linear(cfg.d_model, 1, device=device, dtype=dtype) if cfg.shared_expert_gate else None
         self.ep = None  # (group, ranks, rank) under expert parallel

@@ -302,7 +302,7 @@ class TransformerLM(nn.Module):
         self.ln_final = make_norm(
             cfg.norm, cfg.d_model, cfg.norm_eps, device=device, dtype=dtype, weights=cfg.norm_weights
         )
-        self.lm_head = Linear(cfg.d_model, cfg.vocab_size, device=device, dtype=dtype)
+        self.lm_head = Linear(cfg.d_model, cfg.vocab_size, device=device, dtype=dtype, bias=cfg.lm_head_bias)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.token_embeddings.weight
         self.rope = None

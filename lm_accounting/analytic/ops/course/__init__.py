@@ -35,6 +35,8 @@ NOT_PROGRAMMED = (
     "norms without weights",
     "ALiBi",
     "embedding norm",
+    "LM-head bias",
+    "shared-expert biases",
     "expert biases",
     "router bias",
     "shared-expert gate",
