@@ -351,3 +351,21 @@ def test_presets_are_their_config_json(name):
     from_json = config_from_hf(CONFIGS[name][0], name=name).resolved()
     assert {**from_json, "ignored_fields": []} == load_config(name).resolved()
     assert load_config(name).hf_model_type == "gpt_oss"
+
+
+def test_reading_a_gpt_oss_config_imports_no_torch(tmp_path):
+    """The analytic answer for gpt-oss's config.json, in a fresh process: no torch, no transformers."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "my-oss" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(CONFIGS["gpt-oss-120b"][0]))
+    code = (
+        "import sys\n"
+        "from lm_accounting import load_config, account\n"
+        f"a = account(load_config({str(path)!r}), seq=4096)\n"
+        "print(a.params.total, 'torch' in sys.modules, 'transformers' in sys.modules)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=600)
+    assert run.stdout.split() == ["116829156672", "False", "False"]
