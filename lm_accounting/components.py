@@ -74,6 +74,7 @@ class Component:
     tensors: Callable[[ModelConfig], int] = lambda cfg: 1  # parameter tensors of equal size (LayerNorm: 2)
     shape: Callable[[ModelConfig], tuple[int, ...]] | None = None  # each one's stored shape (Linear: (out, in))
     split: str = REPLICATED  # how tensor parallelism cuts them (analytic/parallel.py, rule 1)
+    frozen: bool = False  # requires_grad=False: a parameter with no gradient and no optimizer state
 
     @property
     def per_layer(self) -> bool:
@@ -810,6 +811,17 @@ REGISTRY: tuple[Component, ...] = (
         lambda cfg: cfg.router_bias,
         MOE_LAYERS,
         REPLICATED,
+    ),
+    Component(
+        "layers.*.moe.score_bias",
+        "router score bias (frozen, Ernie 4.5)",
+        "ffn",
+        present=lambda cfg: cfg.router_score_bias,
+        layers=MOE_LAYERS,
+        params=Formula(lambda z: z.cfg.num_experts, "E (no gradient)"),
+        elementwise=Formula(lambda z: fl.bias_add_flops(z.T, z.cfg.num_experts), "T·E"),
+        shape=lambda cfg: (cfg.num_experts,),
+        frozen=True,
     ),
     Component(
         "layers.*.moe.router.scores",

@@ -142,6 +142,7 @@ class ModelConfig:
     dense_layers_first: int = 0
     moe_every: int = 1
     router_bias: bool = False
+    router_score_bias: bool = False
     expert_bias: bool = False
     shared_expert_gate: bool = False
     swiglu_limit: float | None = None
@@ -491,6 +492,8 @@ class ModelConfig:
             out.append("shared-expert biases")
         if self.router_bias:
             out.append("router bias")
+        if self.router_score_bias:
+            out.append("frozen router score bias")
         if self.shared_expert_gate:
             out.append("shared-expert gate")
         if self.swiglu_limit is not None:
@@ -575,6 +578,7 @@ class ModelConfig:
                 n
                 for n, on in (
                     ("router bias", self.router_bias),
+                    ("frozen score bias", self.router_score_bias),
                     ("expert biases", self.expert_bias),
                     ("sigmoid-gated shared", self.shared_expert_gate),
                     (f"SwiGLU clamped at {self.swiglu_limit:g}" if self.swiglu_limit else "", self.swiglu_limit),
@@ -686,6 +690,7 @@ MOE_DEFAULTS: dict[str, Any] = {
     "dense_layers_first": 0,
     "moe_every": 1,
     "router_bias": False,
+    "router_score_bias": False,
     "expert_bias": False,
     "shared_expert_gate": False,
     "swiglu_limit": None,
@@ -696,14 +701,16 @@ SwiGLU of width ``expert_d_ff`` (default ``d_ff``); a router (a d -> E linear ma
 width ``shared_experts · shared_expert_d_ff``, as DeepSeek builds them); the first ``dense_layers_first``
 layers keep a dense FFN of width ``d_ff`` (DeepSeek's ``first_k_dense_replace``), and from there every
 ``moe_every``-th layer is sparse (Qwen's ``decoder_sparse_step``).  ``router_bias``: the router has a bias of
-E (gpt-oss's ``GptOssTopKRouter.bias``); ``shared_expert_gate``: the shared experts' output is scaled per token
+E (gpt-oss's ``GptOssTopKRouter.bias``); ``router_score_bias``: a frozen bias of E added to the router's probabilities
+to pick the top k (Ernie 4.5's ``moe_statics.e_score_correction_bias``, ``requires_grad=False``: a parameter with no
+gradient and no optimizer state); ``shared_expert_gate``: the shared experts' output is scaled per token
 by σ(x·w_g), a d -> 1 linear map behind a sigmoid (Qwen2-MoE's ``shared_expert_gate``); ``swiglu_limit``: the
 routed experts run gpt-oss's clamped SwiGLU, ``(clamp(up, ±l) + 1) · g·σ(1.702·g)`` with ``g = min(gate, l)``
 (``GptOssExperts._apply_gate``; the same matmuls as SwiGLU); ``expert_bias`` puts a bias on every routed
 expert's W1, W3 (gpt-oss's ``gate_up_proj_bias``) and W2 (``down_proj_bias``); ``mlp_bias`` is the dense FFNs'
 and the shared experts' (Ernie 4.5's ``use_bias``)."""
 MOE_FIELDS = tuple(MOE_DEFAULTS)
-MOE_FLAGS = ("router_bias", "expert_bias", "shared_expert_gate")
+MOE_FLAGS = ("router_bias", "router_score_bias", "expert_bias", "shared_expert_gate")
 """The true/false mixture-of-experts options."""
 
 MLA_FIELDS = ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")

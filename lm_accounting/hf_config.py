@@ -90,6 +90,7 @@ SUPPORTED_MODEL_TYPES = (
     "qwen2_moe",
     "olmo",
     "bloom",
+    "ernie4_5_moe",
 )
 LATER_MODEL_TYPES: dict[str, str] = {}
 """Known model types with a piece not modelled yet, refused with a line saying what."""
@@ -229,6 +230,7 @@ IGNORED_BY_TYPE = {
     "qwen2_moe": frozenset(["norm_topk_prob", "output_router_logits", "router_aux_loss_coef"]),
     "olmo": frozenset(["clip_qkv"]),
     "bloom": frozenset(["pretraining_tp", "slow_but_exact"]),
+    "ernie4_5_moe": frozenset(["moe_norm_min", "output_router_logits", "router_aux_loss_coef"]),
     "gemma3": frozenset(
         [
             "vision_config",
@@ -744,6 +746,36 @@ def _bloom(f: _Fields) -> dict[str, Any]:
     }
 
 
+def _ernie4_5_moe(f: _Fields) -> dict[str, Any]:
+    """Ernie 4.5-MoE (transformers' models/ernie4_5_moe): ``moe_num_experts`` routed experts of
+    ``moe_intermediate_size`` (top ``moe_k``) and ``moe_num_shared_experts`` shared ones run as one MLP of that many
+    times the width, on layers i >= ``moe_layer_start_index`` with (i + 1) % ``moe_layer_interval`` == 0 up to
+    ``moe_layer_end_index`` (-1: the last; only the last is modelled); the router holds a frozen score bias of E
+    (``moe_statics.e_score_correction_bias``); ``use_bias`` puts biases on q/k/v/o, the dense and shared MLPs and
+    the LM head (not on the routed experts)."""
+    out = _common(f, tie_default=True)
+    end = f.raw("moe_layer_end_index", -1)
+    if end not in (-1, out["num_layers"] - 1) or isinstance(end, bool):
+        raise f.error(
+            f"field 'moe_layer_end_index' = {short_repr(end)} is not supported: the mixture of experts runs to the "
+            "last layer (-1)"
+        )
+    bias = f.bool("use_bias", False)
+    return {
+        **out,
+        "qkv_bias": bias,
+        "output_bias": bias,
+        "mlp_bias": bias,
+        "lm_head_bias": bias,
+        "mlp": _only_swiglu(f, "hidden_act"),
+        **_experts(f, "moe_num_experts", "moe_intermediate_size"),
+        "shared_experts": _count(f, "moe_num_shared_experts"),
+        "dense_layers_first": _count(f, "moe_layer_start_index"),
+        "moe_every": f.int("moe_layer_interval", 1),
+        "router_score_bias": True,
+    }
+
+
 def _count(f: _Fields, key: str) -> int:
     """A count that may be 0 (``first_k_dense_replace``); absent: the class's default."""
     value = f.raw(key)
@@ -770,6 +802,7 @@ MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "qwen2_moe": _qwen2_moe,
     "olmo": _olmo,
     "bloom": _bloom,
+    "ernie4_5_moe": _ernie4_5_moe,
 }
 assert tuple(MAPPINGS) == SUPPORTED_MODEL_TYPES
 
@@ -1088,6 +1121,17 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         "n_head": cfg.num_heads,
         "layer_norm_epsilon": cfg.norm_eps,
         "tie_word_embeddings": cfg.tie_embeddings,
+    },
+    "ernie4_5_moe": lambda cfg: {
+        **_write_common(cfg),
+        "use_bias": cfg.qkv_bias,
+        "moe_num_experts": cfg.num_experts,
+        "moe_k": cfg.experts_per_token,
+        "moe_intermediate_size": cfg.expert_width,
+        "moe_num_shared_experts": cfg.shared_width // cfg.expert_width if cfg.shared_experts else 0,
+        "moe_layer_start_index": cfg.dense_layers_first,
+        "moe_layer_interval": cfg.moe_every,
+        "moe_layer_end_index": -1,
     },
 }
 """Per model type, the config.json fields that fix every count (``to_hf_dict``)."""

@@ -119,6 +119,16 @@ DEFINED_FIELDS: dict[str, frozenset[str]] = {
             shared_expert_intermediate_size sliding_window use_cache use_sliding_window vocab_size
         """
     ),
+    "ernie4_5_moe": COMMON_FIELDS
+    | _names(
+        """
+            bos_token_id eos_token_id hidden_act hidden_size intermediate_size max_position_embeddings
+            moe_intermediate_size moe_k moe_layer_end_index moe_layer_interval moe_layer_start_index moe_norm_min
+            moe_num_experts moe_num_shared_experts num_attention_heads num_experts num_experts_per_tok
+            num_hidden_layers num_key_value_heads output_router_logits pad_token_id rms_norm_eps router_aux_loss_coef
+            use_bias use_cache vocab_size
+        """
+    ),
     "bloom": COMMON_FIELDS
     | _names(
         """
@@ -218,6 +228,7 @@ CONFIG_CLASSES = {
     "qwen2_moe": "Qwen2MoeConfig",
     "olmo": "OlmoConfig",
     "bloom": "BloomConfig",
+    "ernie4_5_moe": "Ernie4_5_MoeConfig",
     "gemma3": "Gemma3Config",
 }
 ALIASES: dict[str, dict[str, str]] = {
@@ -231,6 +242,7 @@ ALIASES: dict[str, dict[str, str]] = {
     "qwen3_moe": {"num_experts": "num_local_experts"},
     "gpt_oss": {"num_experts": "num_local_experts"},
     "bloom": {"num_hidden_layers": "n_layer", "num_attention_heads": "n_head"},
+    "ernie4_5_moe": {"num_experts": "moe_num_experts", "num_experts_per_tok": "moe_k"},
     "deepseek_v2": {"num_experts": "n_routed_experts"},
     "deepseek_v3": {"num_local_experts": "n_routed_experts", "num_mtp_layers": "num_nextn_predict_layers"},
     "gemma3": {
@@ -240,6 +252,18 @@ ALIASES: dict[str, dict[str, str]] = {
     },
 }
 CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
+    "ernie4_5_moe": {
+        "num_key_value_heads": 4,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": True,
+        "use_bias": False,
+        "hidden_act": "silu",
+        "moe_num_shared_experts": 2,
+        "moe_layer_start_index": 1,
+        "moe_layer_end_index": -1,
+        "moe_layer_interval": 1,
+        "rope_theta": 500000.0,
+    },
     "bloom": {
         "layer_norm_epsilon": 1e-05,
         "tie_word_embeddings": True,

@@ -66,6 +66,7 @@ HF_CAUSAL_LM = {
     "qwen2_moe": "Qwen2MoeForCausalLM",
     "olmo": "OlmoForCausalLM",
     "bloom": "BloomForCausalLM",
+    "ernie4_5_moe": "Ernie4_5_MoeForCausalLM",
 }
 """transformers 5.24's causal-LM class per ``model_type`` (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` in
 ``transformers/models/auto/modeling_auto.py``; a Gemma 3 wrapper's text model is ``gemma3_text``)."""

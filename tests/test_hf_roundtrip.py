@@ -31,6 +31,7 @@ from lm_accounting.hf_fields import (
 
 transformers = pytest.importorskip("transformers")
 from test_arch_bloom import CONFIGS as BLOOM
+from test_arch_ernie4_5_moe import CONFIGS as ERNIE
 from test_arch_olmo import CONFIGS as OLMO
 from test_arch_qwen2_moe import CONFIGS as QWEN2_MOE
 from test_gpt_oss import CONFIGS as GPT_OSS
@@ -172,6 +173,7 @@ MOE_MINIMAL = {
     "deepseek_v2": {"num_experts_per_tok": 2, "num_key_value_heads": 32},
     "deepseek_v3": {"num_key_value_heads": 32},
     "gpt_oss": {"num_local_experts": 8, "num_experts_per_tok": 2},
+    "ernie4_5_moe": {"moe_num_experts": 8, "moe_k": 2, "moe_intermediate_size": 256},
     "qwen2_moe": {
         "num_experts": 8,
         "num_experts_per_tok": 2,
@@ -218,6 +220,7 @@ HUB_FILES = {
     **QWEN2_MOE,
     **OLMO,
     **{name: values for name, (values, _) in BLOOM.items()},
+    **ERNIE,
 }
 
 

@@ -519,12 +519,13 @@ REDUCED = {"llama-3.1-70b", "llama-3.1-405b"}  # built with num_hidden_layers = 
 def test_every_supported_model_type_is_covered():
     """Here, or (the architectures with pieces of their own) in tests/test_gpt_oss.py and tests/test_arch_*.py."""
     from test_arch_bloom import CONFIGS as BLOOM
+    from test_arch_ernie4_5_moe import CONFIGS as ERNIE
     from test_arch_olmo import CONFIGS as OLMO
     from test_arch_qwen2_moe import CONFIGS as QWEN2_MOE
     from test_gpt_oss import CONFIGS as GPT_OSS
 
     covered = {c["model_type"] for c, _ in [*CONFIGS.values(), *GPT_OSS.values(), *BLOOM.values()]}
-    covered |= {c["model_type"] for c in [*QWEN2_MOE.values(), *OLMO.values()]}
+    covered |= {c["model_type"] for c in [*QWEN2_MOE.values(), *OLMO.values(), *ERNIE.values()]}
     assert covered == set(SUPPORTED_MODEL_TYPES)
 
 

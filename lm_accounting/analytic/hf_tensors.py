@@ -28,7 +28,7 @@ FUSED_QKV_WITH_BIAS = ("gpt2", "bloom")
 """GPT-2-shaped blocks: LayerNorm (weight, bias), one fused Q/K/V (``c_attn``, BLOOM's ``query_key_value``) and
 every projection with a bias; BLOOM adds ``word_embeddings_layernorm`` after the embedding."""
 
-FUSED_MOE_ROUTER_FIRST = ("mixtral", "gpt_oss", "qwen2_moe")
+FUSED_MOE_ROUTER_FIRST = ("mixtral", "gpt_oss", "qwen2_moe", "ernie4_5_moe")
 """Mixture-of-experts classes that register the router (``gate``) before the experts."""
 
 
@@ -65,7 +65,7 @@ def _dense(cfg: ModelConfig, width: int) -> list[int]:
     return [n for size in (width * d, width * d, d * width) for n in ([size, size // d] if bias else [size])]
 
 
-def _mlp(cfg: ModelConfig, layer: int) -> list[int]:
+def _mlp(cfg: ModelConfig, layer: int, trained: bool = False) -> list[int]:
     d = cfg.d_model
     if cfg.hf_model_type in FUSED_QKV_WITH_BIAS:
         return [d * cfg.d_ff, cfg.d_ff, cfg.d_ff * d, d]
@@ -73,6 +73,8 @@ def _mlp(cfg: ModelConfig, layer: int) -> list[int]:
         return _dense(cfg, cfg.d_ff)
     e, f = cfg.num_experts, cfg.expert_width
     router = [e * d] + ([e] if cfg.router_bias else [])  # gpt-oss's router bias
+    if cfg.router_score_bias and not trained:  # Ernie 4.5's gate.moe_statics.e_score_correction_bias (frozen)
+        router.append(e)
     bias = cfg.expert_bias  # gpt-oss: gate_up_proj_bias after gate_up_proj, down_proj_bias after down_proj
     experts = [e * 2 * f * d] + ([e * 2 * f] if bias else []) + [e * d * f] + ([e * d] if bias else [])
     shared = (_dense(cfg, cfg.shared_width) if cfg.shared_experts else []) + ([d] if cfg.shared_expert_gate else [])
@@ -81,13 +83,13 @@ def _mlp(cfg: ModelConfig, layer: int) -> list[int]:
     return experts + router + shared
 
 
-def _layer(cfg: ModelConfig, layer: int) -> list[int]:
+def _layer(cfg: ModelConfig, layer: int, trained: bool = False) -> list[int]:
     d = cfg.d_model
     if cfg.hf_model_type in FUSED_QKV_WITH_BIAS:
         attention, mlp = _attention(cfg), _mlp(cfg, layer)
         return [d, d] + attention + [d, d] + mlp
     norms = 4 if cfg.hf_model_type in ("gemma2", "gemma3_text") else 2 if cfg.norm_weights else 0  # OLMo: none
-    return _attention(cfg) + _mlp(cfg, layer) + [d] * norms
+    return _attention(cfg) + _mlp(cfg, layer, trained) + [d] * norms
 
 
 def _ends(cfg: ModelConfig) -> tuple[list[int], list[int]]:
@@ -100,23 +102,24 @@ def _ends(cfg: ModelConfig) -> tuple[list[int], list[int]]:
     return head, tail + ([] if cfg.tie_embeddings else [v * d]) + ([v] if cfg.lm_head_bias else [])
 
 
-def hf_parameter_tensor_sizes(cfg: ModelConfig, layers=None) -> list[int]:
+def hf_parameter_tensor_sizes(cfg: ModelConfig, layers=None, trained: bool = False) -> list[int]:
     """numel of each parameter tensor of transformers' model of ``cfg``, in ``model.parameters()`` order;
-    ``layers``: only those layers (default all)."""
+    ``layers``: only those layers (default all); ``trained``: only those with a gradient (not Ernie's frozen
+    score bias)."""
     head, tail = _ends(cfg)
-    body = [n for i in (range(cfg.num_layers) if layers is None else layers) for n in _layer(cfg, i)]
+    body = [n for i in (range(cfg.num_layers) if layers is None else layers) for n in _layer(cfg, i, trained)]
     return head + body + tail
 
 
-def hf_parameter_tensor_count(cfg: ModelConfig) -> int:
+def hf_parameter_tensor_count(cfg: ModelConfig, trained: bool = False) -> int:
     """``len(hf_parameter_tensor_sizes(cfg))`` without listing the layers (dense and MoE layers counted)."""
     head, tail = _ends(cfg)
     count = len(head) + len(tail)
     if cfg.dense_layers:
         dense = next(i for i in range(cfg.num_layers) if not cfg.layer_moe(i))
-        count += cfg.dense_layers * len(_layer(cfg, dense))
+        count += cfg.dense_layers * len(_layer(cfg, dense, trained))
     if cfg.moe_layers:
         first, every = cfg.dense_layers_first, cfg.moe_every
         sparse = first + (every - (first + 1) % every) % every  # the first i >= first with (i + 1) % every == 0
-        count += cfg.moe_layers * len(_layer(cfg, sparse))
+        count += cfg.moe_layers * len(_layer(cfg, sparse, trained))
     return count

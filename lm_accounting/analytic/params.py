@@ -153,6 +153,14 @@ def lm_head_params(cfg: ModelConfig) -> int:
     return 0 if cfg.tie_embeddings else cfg.vocab_size * cfg.d_model
 
 
+def frozen_parameter_count(cfg: ModelConfig) -> int:
+    """Parameters with ``requires_grad=False`` (the registry's ``frozen`` components: Ernie 4.5's router score
+    bias): counted by ``parameters()``, but with no gradient and no AdamW state."""
+    from ..components import component
+
+    return sum(it.total for it in parameter_breakdown(cfg) if component(it.key).frozen)
+
+
 def parameter_breakdown(cfg: ModelConfig) -> Breakdown:
     """Exact parameter count per component; ``total`` equals ``sum(p.numel())`` of the live model.
 

@@ -1,7 +1,7 @@
 """A mixture-of-experts FFN (Mixtral, Qwen3-MoE, DeepSeek) with a deterministic, balanced routing.
 
 Module paths (the component registry's keys): ``moe.router`` (d -> E; with ``router_bias`` its
-``moe.router.bias``, gpt-oss), ``moe.experts.w1``, ``.w2``, ``.w3`` (the routed experts' SwiGLU matrices, each
+``moe.router.bias``, gpt-oss), ``moe.score_bias`` (Ernie 4.5's frozen score bias), ``moe.experts.w1``, ``.w2``, ``.w3`` (the routed experts' SwiGLU matrices, each
 stacked over the E experts, as transformers v5 stores ``gate_up_proj``/``down_proj``; with ``expert_bias`` each has
 an ``ExpertBias``, gpt-oss's ``gate_up_proj_bias``/``down_proj_bias``; with ``swiglu_limit`` the activation is
 gpt-oss's clamped SwiGLU), ``moe.shared.w1/w2/w3`` (the shared experts as one SwiGLU of width
@@ -49,6 +49,15 @@ class ExpertBias(nn.Module):
     def forward(self, y: Tensor) -> Tensor:
         """y (G, n, out) of experts 0..G-1 -> y + their biases."""
         return y + self.bias[: y.shape[0]].unsqueeze(1)  # (G, out) -> (G, 1, out), over the n rows
+
+
+class ScoreBias(nn.Module):
+    """Ernie 4.5's router score bias (``moe_statics.e_score_correction_bias``): E values added to the router's
+    probabilities to pick the top k, frozen (``requires_grad=False``: no gradient, no optimizer state)."""
+
+    def __init__(self, experts: int, device=None, dtype=None):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(experts, device=device, dtype=dtype), requires_grad=False)
 
 
 class ExpertLinear(nn.Module):
@@ -116,6 +125,7 @@ class MixtureOfExperts(nn.Module):
         super().__init__()
         self.num_experts, self.top_k = cfg.num_experts, cfg.experts_per_token
         self.router = Linear(cfg.d_model, cfg.num_experts, device=device, dtype=dtype, bias=cfg.router_bias)
+        self.score_bias = ScoreBias(cfg.num_experts, device, dtype) if cfg.router_score_bias else None
         self.experts = Experts(
             cfg.num_experts, cfg.d_model, cfg.expert_width, device, dtype, cfg.expert_bias, cfg.swiglu_limit
         )
@@ -143,7 +153,11 @@ class MixtureOfExperts(nn.Module):
         d, k = int(x.shape[-1]), self.top_k
         flat = x.reshape(-1, d)  # (..., S, d) -> (T, d)
         T = int(flat.shape[0])  # a Python int also under the jit trace (fvcore): the split is static
-        weights = softmax(self.router(flat), -1).topk(k, dim=-1).values  # (T, E) -> (T, k): the top-k scores
+        if self.score_bias is None:
+            weights = softmax(self.router(flat), -1).topk(k, dim=-1).values  # (T, E) -> (T, k): the top-k scores
+        else:  # Ernie 4.5: the top k of the probabilities + the frozen bias pick; the probabilities weight
+            probs = softmax(self.router(flat), -1)
+            weights = probs.gather(-1, (probs + self.score_bias.weight).topk(k, dim=-1).indices)
         slots = flat.repeat_interleave(k, dim=0)  # (T, d) -> (T·k, d): slot s = t·k + j
         if self.ep is not None:
             return self._finish(self._routed_expert_parallel(slots), weights, flat, x)

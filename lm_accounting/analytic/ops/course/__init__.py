@@ -36,6 +36,7 @@ NOT_PROGRAMMED = (
     "ALiBi",
     "embedding norm",
     "LM-head bias",
+    "frozen router score bias",
     "shared-expert biases",
     "expert biases",
     "router bias",
