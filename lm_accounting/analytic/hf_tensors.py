@@ -61,8 +61,9 @@ def _dense(cfg: ModelConfig, width: int) -> list[int]:
     d = cfg.d_model
     if cfg.hf_model_type == "phi3":
         return [2 * width * d, d * width]
-    bias = cfg.mlp_bias
-    return [n for size in (width * d, width * d, d * width) for n in ([size, size // d] if bias else [size])]
+    if not cfg.mlp_bias:
+        return [width * d, width * d, d * width]
+    return [width * d, width, width * d, width, d * width, d]  # gate, up (bias: width), down (bias: d)
 
 
 def _mlp(cfg: ModelConfig, layer: int, trained: bool = False) -> list[int]:
