@@ -49,7 +49,7 @@ TRAINING_ROWS = (  # key, label, attribute of TrainingFlops
 class Account(Result):
     """Analytic accounting of one model shape at batch B and sequence length S."""
 
-    SCHEMA = "lm-accounting/account/4"
+    SCHEMA = "lm-accounting/account/5"
 
     config: ModelConfig
     batch: int

@@ -14,7 +14,7 @@ from .result import Result
 class PresetList(Result):
     """The presets, smallest first, each with its exact parameter count."""
 
-    SCHEMA = "lm-accounting/presets/4"
+    SCHEMA = "lm-accounting/presets/5"
 
     presets: tuple[tuple[ModelConfig, int, int], ...]  # (config, parameters, active parameters)
 

@@ -74,6 +74,7 @@ class Component:
     tensors: Callable[[ModelConfig], int] = lambda cfg: 1  # parameter tensors of equal size (LayerNorm: 2)
     shape: Callable[[ModelConfig], tuple[int, ...]] | None = None  # each one's stored shape (Linear: (out, in))
     split: str = REPLICATED  # how tensor parallelism cuts them (analytic/parallel.py, rule 1)
+    frozen: bool = False  # requires_grad=False: a parameter with no gradient and no optimizer state
 
     @property
     def per_layer(self) -> bool:
@@ -110,15 +111,22 @@ def _norm_label(where: str) -> Callable[[ModelConfig], str]:
 
 
 def _norm_params_text(cfg: ModelConfig) -> str:
+    if not cfg.norm_weights:
+        return "0 (no weights)"
     return "2·d (gain and bias)" if cfg.norm == "layernorm" else "d"
 
 
 def _norm_flops_text(cfg: ModelConfig) -> str:
+    if not cfg.norm_weights:
+        return "5·T·d" if cfg.norm == "layernorm" else "3·T·d"
     return "7·T·d" if cfg.norm == "layernorm" else "4·T·d"
 
 
 def _norm_tensors(cfg: ModelConfig) -> int:
-    """A block-width norm's parameter tensors: LayerNorm's gain and bias, or RMSNorm's gain."""
+    """A block-width norm's parameter tensors: LayerNorm's gain and bias, or RMSNorm's gain (none without
+    weights, OLMo)."""
+    if not cfg.norm_weights:
+        return 0
     return 2 if cfg.norm == "layernorm" else 1
 
 
@@ -295,17 +303,51 @@ def _expert_swiglu(
             split=split(name),
         )
 
+    def bias(name: str) -> Component:
+        """A matrix's bias: routed experts with ``expert_bias`` (stacked: gpt-oss's ``gate_up_proj_bias`` holds
+        W1's and W3's, ``down_proj_bias`` W2's), ``count`` rows of its output width; the shared experts with
+        ``mlp_bias`` (one ``Linear`` bias each, Ernie 4.5's ``use_bias``).  One add per output element of the
+        rows that ran."""
+        out = (lambda cfg: cfg.d_model) if name == "w2" else width
+        out_text = "d" if name == "w2" else text
+        return Component(
+            f"{prefix}.{name}.bias",
+            f"{label} {name.upper()} bias",
+            "ffn",
+            present=lambda cfg: present(cfg) and (cfg.expert_bias if stacked else cfg.mlp_bias),
+            layers=MOE_LAYERS,
+            params=Formula(lambda z: count(z.cfg) * pa.bias_params(out(z.cfg)), f"{count_text}{out_text}"),
+            elementwise=Formula(lambda z: fl.bias_add_flops(rows(z), out(z.cfg)), f"{rows_text}·{out_text}"),
+            shape=lambda cfg: (count(cfg), out(cfg)) if stacked else (out(cfg),),
+            split=(EXPERT_ROW if name == "w2" else EXPERT_COL) if stacked else (REPLICATED if name == "w2" else COL),
+        )
+
+    def act(z: Sizes) -> int:
+        if stacked and z.cfg.swiglu_limit is not None:
+            return fl.clamped_swiglu_flops(rows(z), width(z.cfg))
+        return fl.silu_flops(rows(z), width(z.cfg))
+
+    def act_text(cfg: ModelConfig) -> str:
+        return f"{9 if stacked and cfg.swiglu_limit is not None else 4}·{rows_text}·{text}"
+
+    def act_label(cfg: ModelConfig) -> str:
+        clamped = stacked and cfg.swiglu_limit is not None
+        return f"{label} {'clamped SwiGLU activation (gpt-oss)' if clamped else 'SiLU'}"
+
     return (
         matrix("w1", "gate"),
+        bias("w1"),
         matrix("w2", "down"),
+        bias("w2"),
         matrix("w3", "up"),
+        bias("w3"),
         Component(
             f"{prefix}.silu",
-            f"{label} SiLU",
+            act_label,
             "ffn",
             present=present,
             layers=MOE_LAYERS,
-            elementwise=Formula(lambda z: fl.silu_flops(rows(z), width(z.cfg)), f"4·{rows_text}·{text}"),
+            elementwise=Formula(act, act_text),
             saved=kept("silu"),
         ),
         Component(
@@ -328,7 +370,7 @@ def _gelu_bias(cfg: ModelConfig) -> bool:
     return cfg.mlp == "gelu" and cfg.mlp_bias
 
 
-_LN1, _LN2, _LN_FINAL, _POST = (_norm(lambda z: z.cfg.d_model) for _ in range(4))
+_LN1, _LN2, _LN_FINAL, _POST, _LN_EMBED = (_norm(lambda z: z.cfg.d_model) for _ in range(5))
 
 
 REGISTRY: tuple[Component, ...] = (
@@ -355,6 +397,16 @@ REGISTRY: tuple[Component, ...] = (
         params=Formula(lambda z: pa.position_embedding_params(z.cfg), "P·d (P = max_position_embeddings)"),
         shape=_shape("position_rows", "d_model"),
         elementwise=Formula(lambda z: fl.position_add_flops(z.T, z.cfg.d_model), "T·d", "position add"),
+    ),
+    Component(
+        "embedding_norm",
+        _norm_label("on the embeddings (BLOOM)"),
+        "norms",
+        present=lambda cfg: cfg.embedding_norm,
+        params=_LN_EMBED[0],
+        elementwise=_LN_EMBED[1],
+        tensors=_norm_tensors,
+        shape=_shape("d_model"),
     ),
     Component(
         "positions",
@@ -515,6 +567,18 @@ REGISTRY: tuple[Component, ...] = (
         split=REPLICATED,
     ),
     Component(
+        "layers.*.attn.sinks",
+        "attention sinks (one logit per head, gpt-oss)",
+        "attention",
+        present=lambda cfg: cfg.attention_sinks,
+        params=Formula(lambda z: pa.sink_params(z.cfg), "h"),
+        shape=lambda cfg: (cfg.num_heads,),
+        split=COL,
+        elementwise=Formula(
+            lambda z: fl.sink_flops(z.batch, z.cfg.num_heads, z.seq), "5·B·h·S", "softmax's sink column"
+        ),
+    ),
+    Component(
         "layers.*.attn.q_norm",
         _qk_norm_label("Q"),
         "norms",
@@ -557,6 +621,13 @@ REGISTRY: tuple[Component, ...] = (
         "score scaling 1/√d_head",
         "attention",
         elementwise=Formula(lambda z: fl.score_scale_flops(z.score_count), "B·h·S²"),
+    ),
+    Component(
+        "layers.*.attn.alibi",
+        "ALiBi bias add (m_head · key position)",
+        "attention",
+        present=lambda cfg: cfg.positions == "alibi",
+        elementwise=Formula(lambda z: fl.alibi_flops(z.score_count), "B·h·S²"),
     ),
     Component(
         "layers.*.attn.softmax",
@@ -731,6 +802,27 @@ REGISTRY: tuple[Component, ...] = (
             act.moe_router_saved_bytes, "amp: E·d·2 + T·d·2; selective: T·E·h", "MoE router (amp copies; SAC cache)"
         ),
     ),
+    _bias(
+        "layers.*.moe.router.bias",
+        "MoE router bias",
+        "ffn",
+        lambda cfg: cfg.num_experts,
+        "E",
+        lambda cfg: cfg.router_bias,
+        MOE_LAYERS,
+        REPLICATED,
+    ),
+    Component(
+        "layers.*.moe.score_bias",
+        "router score bias (frozen, Ernie 4.5)",
+        "ffn",
+        present=lambda cfg: cfg.router_score_bias,
+        layers=MOE_LAYERS,
+        params=Formula(lambda z: z.cfg.num_experts, "E (no gradient)"),
+        elementwise=Formula(lambda z: fl.bias_add_flops(z.T, z.cfg.num_experts), "T·E"),
+        shape=lambda cfg: (cfg.num_experts,),
+        frozen=True,
+    ),
     Component(
         "layers.*.moe.router.scores",
         "router scores (softmax or sigmoid over E)",
@@ -782,6 +874,17 @@ REGISTRY: tuple[Component, ...] = (
         },
         stacked=False,
     ),
+    _projection(
+        "layers.*.moe.shared_gate",
+        "shared-expert gate σ(x·w) (Qwen2-MoE)",
+        "ffn",
+        pa.shared_gate_params,
+        "d",
+        shape=lambda cfg: (1, cfg.d_model),
+        present=lambda cfg: cfg.shared_expert_gate,
+        layers=MOE_LAYERS,
+        elementwise=Formula(lambda z: fl.shared_gate_flops(z.T, z.cfg.d_model), "3·T + T·d", "shared-expert gate σ, ×"),
+    ),
     Component(
         "layers.*.moe.combine",
         "expert outputs × router weights, summed",
@@ -829,6 +932,15 @@ REGISTRY: tuple[Component, ...] = (
         split=VOCAB,
         flops=Formula(lambda z: fl.lm_head_flops(z.cfg, z.T), "2·T·d·V"),
         saved=Formula(act.lm_head_saved_bytes, "amp: V·d·2 + T·d·2", "LM head (amp copies)"),
+    ),
+    _bias(
+        "lm_head.bias",
+        "LM head bias",
+        "lm head",
+        lambda cfg: cfg.vocab_size,
+        "V",
+        lambda cfg: cfg.lm_head_bias,
+        split=VOCAB,
     ),
     Component(
         "cross_entropy",

@@ -129,6 +129,10 @@ class ModelConfig:
     sliding_window: int | None = None
     full_attention_every: int | None = None
     scale_embeddings: bool = False
+    attention_sinks: bool = False
+    norm_weights: bool = True
+    embedding_norm: bool = False
+    lm_head_bias: bool = False
     # -- mixture of experts (None: a dense FFN in every layer; see MOE_FIELDS) --
     num_experts: int | None = None
     experts_per_token: int | None = None
@@ -137,6 +141,11 @@ class ModelConfig:
     shared_expert_d_ff: int | None = None
     dense_layers_first: int = 0
     moe_every: int = 1
+    router_bias: bool = False
+    router_score_bias: bool = False
+    expert_bias: bool = False
+    shared_expert_gate: bool = False
+    swiglu_limit: float | None = None
     # -- multi-head latent attention, DeepSeek-V2/V3 (None: Q/K/V projections; see MLA_FIELDS) --
     kv_lora_rank: int | None = None
     q_lora_rank: int | None = None
@@ -184,7 +193,19 @@ class ModelConfig:
                 finite = False
             if not finite:
                 raise ConfigError(f"{key} must be a positive finite number, got {short_repr(value)}")
-        for key in ("tie_embeddings", "qk_norm", "qkv_bias", "output_bias", "mlp_bias", "scale_embeddings"):
+        for key in (
+            "tie_embeddings",
+            "qk_norm",
+            "qkv_bias",
+            "output_bias",
+            "mlp_bias",
+            "scale_embeddings",
+            "attention_sinks",
+            "norm_weights",
+            "embedding_norm",
+            "lm_head_bias",
+            *MOE_FLAGS,
+        ):
             if not isinstance(getattr(self, key), bool):
                 raise ConfigError(f"{key} must be true or false, got {short_repr(getattr(self, key))}")
         for key, allowed in ARCHITECTURE_CHOICES.items():
@@ -193,6 +214,12 @@ class ModelConfig:
         for key in ("max_position_embeddings", "sliding_window", "full_attention_every", *MOE_FIELDS, *MLA_FIELDS):
             if key in ("shared_experts", "dense_layers_first"):
                 check_nonnegative_int(key, getattr(self, key))
+                continue
+            if key in MOE_FLAGS:
+                continue
+            if key == "swiglu_limit":
+                if self.swiglu_limit is not None:
+                    positive_number(self.swiglu_limit, "swiglu_limit")
                 continue
             if getattr(self, key) is not None:
                 check_positive_int(key, getattr(self, key), ConfigError)
@@ -242,8 +269,8 @@ class ModelConfig:
             raise ConfigError("shared_expert_d_ff applies only with shared_experts >= 1")
         if self.mlp != "swiglu":
             raise ConfigError("a mixture of experts is modelled with SwiGLU experts only (mlp = swiglu)")
-        if self.mlp_bias:
-            raise ConfigError("a mixture of experts is modelled without MLP biases")
+        if self.shared_expert_gate and not self.shared_experts:
+            raise ConfigError("shared_expert_gate gates the shared experts' output: it needs shared_experts >= 1")
         if not self.moe_layers:
             raise ConfigError(
                 f"no layer is a mixture of experts (num_layers={self.num_layers}, "
@@ -443,16 +470,38 @@ class ModelConfig:
             out.append("output or MLP biases")
         if self.mlp != "swiglu":
             out.append(f"{self.mlp} MLP")
-        if self.positions != "rope":
+        if self.positions == "learned":
             out.append("learned positions")
+        if self.positions == "alibi":
+            out.append("ALiBi")
+        if self.embedding_norm:
+            out.append("embedding norm")
+        if self.lm_head_bias:
+            out.append("LM-head bias")
         if self.qk_norm and self.qk_norm_scope != "head":
             out.append("whole-projection qk-norm")
         if self.sliding_window is not None:
             out.append("sliding-window attention")
         if self.scale_embeddings:
             out.append("scaled embeddings")
+        if self.attention_sinks:
+            out.append("attention sinks")
+        if not self.norm_weights:
+            out.append("norms without weights")
         if self.moe:
             out.append("mixture of experts")
+        if self.expert_bias:
+            out.append("expert biases")
+        if self.moe and self.shared_experts and self.mlp_bias:
+            out.append("shared-expert biases")
+        if self.router_bias:
+            out.append("router bias")
+        if self.router_score_bias:
+            out.append("frozen router score bias")
+        if self.shared_expert_gate:
+            out.append("shared-expert gate")
+        if self.swiglu_limit is not None:
+            out.append("clamped SwiGLU experts")
         if self.mla:
             out.append("latent attention (MLA)")
         return out
@@ -473,6 +522,10 @@ class ModelConfig:
             "sliding_window",
             "full_attention_every",
             "scale_embeddings",
+            "attention_sinks",
+            "norm_weights",
+            "embedding_norm",
+            "lm_head_bias",
             *MOE_FIELDS,
             *MLA_FIELDS,
             "hf_model_type",  # the twin is no published model's code
@@ -493,9 +546,18 @@ class ModelConfig:
         parts = [
             {"pre": f"pre-{norm}", "sandwich": f"sandwich {norm}", "post": f"post-{norm}"}[self.norm_placement],
             {"swiglu": "SwiGLU", "geglu": "GeGLU", "gelu": "GELU MLP"}[self.mlp],
-            "RoPE" if self.positions == "rope" else "learned positions",
+            {"rope": "RoPE", "learned": "learned positions", "alibi": "ALiBi"}[self.positions],
         ]
-        biases = [n for n, on in (("qkv", self.qkv_bias), ("out", self.output_bias), ("mlp", self.mlp_bias)) if on]
+        biases = [
+            n
+            for n, on in (
+                ("qkv", self.qkv_bias),
+                ("out", self.output_bias),
+                ("mlp", self.mlp_bias),
+                ("lm head", self.lm_head_bias),
+            )
+            if on
+        ]
         if biases:
             parts.append("biases " + "/".join(biases))
         if self.qk_norm:
@@ -505,12 +567,30 @@ class ModelConfig:
             parts.append(f"window {self.sliding_window:,} ({every})")
         if self.scale_embeddings:
             parts.append("embeddings ×√d")
+        if self.attention_sinks:
+            parts.append("attention sinks")
+        if not self.norm_weights:
+            parts[0] += " (no weights)"
+        if self.embedding_norm:
+            parts.append("embedding norm")
         if self.mla:
             q = f"q rank {self.q_lora_rank:,}, " if self.q_lora_rank else ""
             parts.append(f"MLA ({q}kv rank {self.kv_lora_rank:,})")
         if self.moe:
             shared = f" + {self.shared_experts} shared" if self.shared_experts else ""
-            parts.append(f"MoE {self.num_experts} experts, top-{self.experts_per_token}{shared}")
+            extras = [
+                n
+                for n, on in (
+                    ("router bias", self.router_bias),
+                    ("frozen score bias", self.router_score_bias),
+                    ("expert biases", self.expert_bias),
+                    ("sigmoid-gated shared", self.shared_expert_gate),
+                    (f"SwiGLU clamped at {self.swiglu_limit:g}" if self.swiglu_limit else "", self.swiglu_limit),
+                )
+                if on
+            ]
+            more = f" ({', '.join(extras)})" if extras else ""
+            parts.append(f"MoE {self.num_experts} experts, top-{self.experts_per_token}{shared}{more}")
         return " · ".join(parts)
 
     @property
@@ -518,12 +598,18 @@ class ModelConfig:
         """The architecture family in words: which published model these options describe."""
         if self.mla:
             return "DeepSeek-style (MLA + MoE)" if self.moe else "DeepSeek-style (MLA)"
+        if self.attention_sinks:
+            return "gpt-oss-style (attention sinks + MoE)" if self.moe else "custom (attention sinks)"
+        if self.shared_expert_gate:
+            return "Qwen2-MoE-style (sigmoid-gated shared expert)"
         if self.moe and self.unsupported_for_replay() == ["mixture of experts"]:
             return "MoE (Mixtral-style)" if not self.qk_norm else "MoE (Qwen3-MoE-style)"
         if self.qkv_bias and not self.unsupported_for_replay():
             return "Qwen2-style (QKV bias)"
         if self.course_architecture:
             return "course (Llama-style)" if not self.qk_norm else "course + qk-norm (Qwen3-style)"
+        if self.positions == "alibi" and self.embedding_norm:
+            return "BLOOM-style (ALiBi + embedding norm)"
         if self.positions == "learned" and self.norm == "layernorm" and self.mlp == "gelu":
             return "GPT-2"
         if self.norm_placement == "sandwich":
@@ -570,7 +656,7 @@ ARCHITECTURE_CHOICES: dict[str, tuple[str, ...]] = {
     "norm": ("rmsnorm", "layernorm"),
     "norm_placement": ("pre", "sandwich", "post"),
     "mlp": ("swiglu", "geglu", "gelu"),
-    "positions": ("rope", "learned"),
+    "positions": ("rope", "learned", "alibi"),
     "qk_norm_scope": ("head", "projection"),
 }
 """The allowed values of the string architecture options; the first is the course's.
@@ -581,15 +667,23 @@ ARCHITECTURE_CHOICES: dict[str, tuple[str, ...]] = {
   (OLMo-2).
 * ``mlp``: ``swiglu`` = ``W2(SiLU(W1 x) ⊙ W3 x)``; ``geglu`` = the same with GELU (tanh approximation,
   Gemma's ``gelu_pytorch_tanh``); ``gelu`` = the 2-matrix ``proj(GELU(fc x))`` of GPT-2.
-* ``positions``: ``rope`` (no parameters) or ``learned`` (a ``max_position_embeddings x d_model`` table added
-  to the token embeddings, GPT-2).
+* ``positions``: ``rope`` (no parameters), ``learned`` (a ``max_position_embeddings x d_model`` table added
+  to the token embeddings, GPT-2) or ``alibi`` (Press et al. 2022: head i adds ``m_i · j`` to its score for key
+  j, no parameters; BLOOM, transformers' ``build_alibi_tensor``).
 * ``qk_norm_scope``: ``head`` = one RMSNorm of ``head_dim`` on every Q and K head (Qwen3, Gemma 3);
   ``projection`` = one RMSNorm over the whole Q (``h·head_dim``) and K (``kv·head_dim``) projection (OLMo-2).
 
 Booleans: ``qkv_bias`` (Q, K and V projections), ``output_bias`` (attention output projection),
 ``mlp_bias`` (every FFN matrix), ``scale_embeddings`` (Gemma: token embeddings × √d_model).
 ``sliding_window`` (keys a windowed query sees, itself included) with ``full_attention_every`` (None:
-every layer windowed, Mistral; n: every n-th layer full, Gemma 2 n = 2, Gemma 3 n = 6)."""
+every layer windowed, Mistral; n: every n-th layer full, Gemma 2 n = 2, Gemma 3 n = 6).
+``attention_sinks`` (gpt-oss): one learned logit per query head joins every row of the attention softmax
+as an extra column and is dropped after it (``GptOssAttention.sinks``, ``eager_attention_forward``): h
+parameters per layer, no matmul.  ``norm_weights = false`` (OLMo): the block norms and the final norm have no
+gain and no bias (``OlmoLayerNorm``: ``F.layer_norm(x, shape, None, None)``); a qk-norm keeps its gain.
+``embedding_norm`` (BLOOM's ``word_embeddings_layernorm``): a norm of the config's kind on the token embeddings,
+before the first block.  ``lm_head_bias``: the LM head has a bias of V (Ernie 4.5-MoE's ``use_bias``, Phi's,
+CTRL's; a tied head shares its weight only)."""
 
 
 MOE_DEFAULTS: dict[str, Any] = {
@@ -600,14 +694,29 @@ MOE_DEFAULTS: dict[str, Any] = {
     "shared_expert_d_ff": None,
     "dense_layers_first": 0,
     "moe_every": 1,
+    "router_bias": False,
+    "router_score_bias": False,
+    "expert_bias": False,
+    "shared_expert_gate": False,
+    "swiglu_limit": None,
 }
 """The mixture-of-experts options and their defaults (a dense model).  ``num_experts`` routed experts, each a
 SwiGLU of width ``expert_d_ff`` (default ``d_ff``); a router (a d -> E linear map on every token) picks
 ``experts_per_token`` (top-k) of them per token; ``shared_experts`` run on every token (together one SwiGLU of
 width ``shared_experts · shared_expert_d_ff``, as DeepSeek builds them); the first ``dense_layers_first``
 layers keep a dense FFN of width ``d_ff`` (DeepSeek's ``first_k_dense_replace``), and from there every
-``moe_every``-th layer is sparse (Qwen's ``decoder_sparse_step``)."""
+``moe_every``-th layer is sparse (Qwen's ``decoder_sparse_step``).  ``router_bias``: the router has a bias of
+E (gpt-oss's ``GptOssTopKRouter.bias``); ``router_score_bias``: a frozen bias of E added to the router's probabilities
+to pick the top k (Ernie 4.5's ``moe_statics.e_score_correction_bias``, ``requires_grad=False``: a parameter with no
+gradient and no optimizer state); ``shared_expert_gate``: the shared experts' output is scaled per token
+by σ(x·w_g), a d -> 1 linear map behind a sigmoid (Qwen2-MoE's ``shared_expert_gate``); ``swiglu_limit``: the
+routed experts run gpt-oss's clamped SwiGLU, ``(clamp(up, ±l) + 1) · g·σ(1.702·g)`` with ``g = min(gate, l)``
+(``GptOssExperts._apply_gate``; the same matmuls as SwiGLU); ``expert_bias`` puts a bias on every routed
+expert's W1, W3 (gpt-oss's ``gate_up_proj_bias``) and W2 (``down_proj_bias``); ``mlp_bias`` is the dense FFNs'
+and the shared experts' (Ernie 4.5's ``use_bias``)."""
 MOE_FIELDS = tuple(MOE_DEFAULTS)
+MOE_FLAGS = ("router_bias", "router_score_bias", "expert_bias", "shared_expert_gate")
+"""The true/false mixture-of-experts options."""
 
 MLA_FIELDS = ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 """Multi-head latent attention (DeepSeek-V2, arXiv:2405.04434 §2.1): queries through an optional low-rank
@@ -839,7 +948,7 @@ def load_config(name_or_path: str | os.PathLike) -> ModelConfig:
             local = False
         if local:
             raise ConfigError(
-                f"{shown} is not a preset (valid presets: {', '.join(names)}); to read the local file, "
+                f"{shown} is not a preset (`lm-account presets` lists them); to read the local file, "
                 f"write it as a path: ./{name_or_path}"
             )
         close = difflib.get_close_matches(name_or_path, names, n=1, cutoff=0.4)

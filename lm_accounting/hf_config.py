@@ -11,7 +11,7 @@ The rules:
   types whose modeling file is one of those blocks under other names (Granite, Helium, InternLM3, EXAONE 3/4,
   ERNIE 4.5, Seed-OSS, Ministral, SmolLM3, HunYuan-Dense, Gemma, OLMo-3, OLMoE, Phi-3.5-MoE, Hunyuan v3,
   HunYuan-MoE, IQuest-Coder, Sarvam-M, Youtu, VaultGemma, HyperCLOVA X, GLM-4.7-Flash, StarCoder2, GPTBigCode;
-  GPT-SW3 as GPT-2), each proven in tests/test_hf_zoo.py and listed in docs/model_types.md.  A multimodal wrapper
+  GPT-SW3 as GPT-2), and new pieces (gpt_oss, qwen2_moe, olmo, bloom, ernie4_5_moe), each proven in tests/test_hf_zoo.py and listed in docs/model_types.md.  A multimodal wrapper
   with a ``text_config`` (``WRAPPERS``: Gemma 3's ``gemma3``, Mistral 3's ``mistral3``, Kimi K2.5's ``kimi_k25``)
   is read through its text model, and the model's name says so: "(text model of a gemma3 wrapper; the vision tower
   is not counted)".  Every other causal-LM type transformers registers is refused with a line naming what it lacks
@@ -52,7 +52,8 @@ the dense ``intermediate_size`` (``num_local_experts``), Qwen3-MoE's ``moe_inter
 after ``first_k_dense_replace`` dense layers of ``intermediate_size``; routing details (group-limited top-k,
 scaling, auxiliary losses) change which experts, not how many, and are ignored.  DeepSeek's ``head_dim`` is
 the RoPE part of a head only (checked to equal ``qk_rope_head_dim``), and ``q_lora_rank: null`` means a plain
-query projection.
+query projection.  gpt-oss (``_gpt_oss``) and Qwen2-MoE (``_qwen2_moe``) bring pieces of their own (attention
+sinks, router and expert biases, the clamped SwiGLU; the sigmoid-gated shared expert), see their readers.
 """
 
 from __future__ import annotations
@@ -129,6 +130,11 @@ SUPPORTED_MODEL_TYPES = (
     "glm4_moe_lite",
     "starcoder2",
     "gpt_bigcode",
+    "gpt_oss",
+    "qwen2_moe",
+    "olmo",
+    "bloom",
+    "ernie4_5_moe",
 )
 
 
@@ -279,6 +285,11 @@ IGNORED_BY_TYPE = {
     "gpt_bigcode": frozenset(["scale_attn_weights", "attention_softmax_in_fp32", "scale_attention_softmax_in_fp32"]),
     "mistral3": DEFINED_FIELDS["mistral3"] - COMMON_FIELDS - {"text_config"},
     "kimi_k25": DEFINED_FIELDS["kimi_k25"] - COMMON_FIELDS - {"text_config"},
+    "gpt_oss": frozenset(["hidden_act", "swiglu_alpha", "output_router_logits", "router_aux_loss_coef"]),
+    "qwen2_moe": frozenset(["norm_topk_prob", "output_router_logits", "router_aux_loss_coef"]),
+    "olmo": frozenset(["clip_qkv"]),
+    "bloom": frozenset(["pretraining_tp", "slow_but_exact"]),
+    "ernie4_5_moe": frozenset(["moe_norm_min", "output_router_logits", "router_aux_loss_coef"]),
     "gemma3": frozenset(
         [
             "vision_config",
@@ -292,7 +303,9 @@ IGNORED_BY_TYPE = {
         ]
     ),
 }
-"""Per model type: soft-capping (a tanh on logits), the attention scale (a different constant), GPT-2's
+"""Per model type: soft-capping (a tanh on logits), the attention scale (a different constant), gpt-oss's
+``hidden_act`` (its experts run their own clamped SwiGLU, ``GptOssExperts._apply_gate``, and nothing else reads
+it) and ``swiglu_alpha`` (the sigmoid's gain: a constant), GPT-2's
 alternative scalings and its sequence-summary head (used only by GPT2DoubleHeadsModel); a multimodal wrapper's
 vision tower and image-token settings (its text model alone is counted)."""
 
@@ -708,6 +721,128 @@ def _latent_attention(f: _Fields) -> dict[str, Any]:
     }
 
 
+def _gpt_oss(f: _Fields) -> dict[str, Any]:
+    """gpt-oss (transformers' models/gpt_oss): every layer a mixture of ``num_local_experts`` experts of width
+    ``intermediate_size`` with biases (``gate_up_proj_bias``, ``down_proj_bias``) and gpt-oss's clamped SwiGLU
+    (``swiglu_limit``), a router with a bias, Q/K/V/O biases (``attention_bias``), one sink logit per head, and
+    sliding-window layers alternating with full ones (``layer_types``; absent: layer i windowed when (i+1) % 2)."""
+    bias = f.bool("attention_bias", True)
+    return {
+        **_common(f, tie_default=False),
+        "qkv_bias": bias,
+        "output_bias": bias,
+        "attention_sinks": True,
+        **_experts(f, "num_local_experts", None),
+        "expert_bias": True,
+        "router_bias": True,
+        "swiglu_limit": f.number("swiglu_limit", 7.0),
+        **_window(f, default_every=2),
+    }
+
+
+def _qwen2_moe(f: _Fields) -> dict[str, Any]:
+    """Qwen2-MoE (Qwen1.5-MoE): Qwen2 attention (``qkv_bias``), ``num_experts`` routed experts of
+    ``moe_intermediate_size`` and one shared expert of ``shared_expert_intermediate_size`` scaled by
+    σ(``shared_expert_gate``(x)) (``Qwen2MoeSparseMoeBlock``); layer i is sparse when (i + 1) %
+    decoder_sparse_step == 0 and i is not in mlp_only_layers (only an empty list is modelled)."""
+    only = f.raw("mlp_only_layers")
+    if only not in (None, []):
+        raise f.error("field 'mlp_only_layers' is not supported: only an empty list (every sparse step a MoE layer)")
+    return {
+        **_common(f, tie_default=False),
+        "qkv_bias": f.bool("qkv_bias", True),
+        "mlp": _only_swiglu(f, "hidden_act"),
+        **_qwen_window(f),
+        **_experts(f, "num_experts", "moe_intermediate_size"),
+        "moe_every": f.int("decoder_sparse_step", 1),
+        "shared_experts": 1,
+        "shared_expert_d_ff": f.int("shared_expert_intermediate_size", null=False),
+        "shared_expert_gate": True,
+    }
+
+
+def _olmo(f: _Fields) -> dict[str, Any]:
+    """OLMo (transformers' models/olmo): Llama-style blocks whose norms are ``OlmoLayerNorm``, a LayerNorm with no
+    weight and no bias at a fixed eps of 1e-5 (``norm_weights = false``); ``clip_qkv`` clamps Q, K and V (no count
+    changes).  ``OlmoConfig`` defines neither ``rms_norm_eps`` nor ``head_dim``: one in a file is ignored."""
+    out = _common(f, tie_default=False)
+    f.used -= {"rms_norm_eps", "head_dim"}
+    bias = f.bool("attention_bias", False)
+    return {
+        **out,
+        "head_dim": None,
+        "norm_eps": 1e-5,
+        "norm": "layernorm",
+        "norm_weights": False,
+        "qkv_bias": bias,
+        "output_bias": bias,
+        "mlp": _only_swiglu(f, "hidden_act"),
+    }
+
+
+BLOOM_SEQUENCE_LENGTH = 2048
+"""BLOOM's training sequence length (Le Scao et al. 2022, "BLOOM", arXiv:2211.05100, table 3): the context of a
+bloom config.json, which has no position field (ALiBi has no table)."""
+
+
+def _bloom(f: _Fields) -> dict[str, Any]:
+    """BLOOM (transformers' models/bloom): GPT-2's pre-LayerNorm block (fused ``query_key_value`` read as our
+    q/k/v, ``dense``, a 4·d tanh-GELU MLP, every projection with a bias), ALiBi instead of positions, a LayerNorm
+    on the embeddings (``word_embeddings_layernorm``), tied embeddings by default.  ``n_embed`` (legacy) overrides
+    ``hidden_size`` as ``BloomConfig.__post_init__`` does; ``pretraining_tp``/``slow_but_exact`` slice the same
+    matmuls and are ignored; the context is ``BLOOM_SEQUENCE_LENGTH``."""
+    f.only("apply_residual_connection_post_layernorm", (False,), "the residual from the block input (BLOOM's)")
+    d = f.int("n_embed") if f.has("n_embed") else f.int("hidden_size")
+    f.used.add("hidden_size")
+    return {
+        "vocab_size": f.int("vocab_size"),
+        "d_model": d,
+        "num_layers": f.int("n_layer"),
+        "num_heads": f.int("n_head"),
+        "d_ff": 4 * d,
+        "context_length": BLOOM_SEQUENCE_LENGTH,
+        "norm": "layernorm",
+        "norm_eps": f.number("layer_norm_epsilon", 1e-5),
+        "tie_embeddings": f.bool("tie_word_embeddings", True),
+        "qkv_bias": True,
+        "output_bias": True,
+        "mlp_bias": True,
+        "mlp": "gelu",
+        "positions": "alibi",
+        "embedding_norm": True,
+    }
+
+
+def _ernie4_5_moe(f: _Fields) -> dict[str, Any]:
+    """Ernie 4.5-MoE (transformers' models/ernie4_5_moe): ``moe_num_experts`` routed experts of
+    ``moe_intermediate_size`` (top ``moe_k``) and ``moe_num_shared_experts`` shared ones run as one MLP of that many
+    times the width, on layers i >= ``moe_layer_start_index`` with (i + 1) % ``moe_layer_interval`` == 0 up to
+    ``moe_layer_end_index`` (-1: the last; only the last is modelled); the router holds a frozen score bias of E
+    (``moe_statics.e_score_correction_bias``); ``use_bias`` puts biases on q/k/v/o, the dense and shared MLPs and
+    the LM head (not on the routed experts)."""
+    out = _common(f, tie_default=True)
+    end = f.raw("moe_layer_end_index", -1)
+    if end not in (-1, out["num_layers"] - 1) or isinstance(end, bool):
+        raise f.error(
+            f"field 'moe_layer_end_index' = {short_repr(end)} is not supported: the mixture of experts runs to the "
+            "last layer (-1)"
+        )
+    bias = f.bool("use_bias", False)
+    return {
+        **out,
+        "qkv_bias": bias,
+        "output_bias": bias,
+        "mlp_bias": bias,
+        "lm_head_bias": bias,
+        "mlp": _only_swiglu(f, "hidden_act"),
+        **_experts(f, "moe_num_experts", "moe_intermediate_size"),
+        "shared_experts": _count(f, "moe_num_shared_experts"),
+        "dense_layers_first": _count(f, "moe_layer_start_index"),
+        "moe_every": f.int("moe_layer_interval", 1),
+        "router_score_bias": True,
+    }
+
+
 def _count(f: _Fields, key: str) -> int:
     """A count that may be 0 (``first_k_dense_replace``); absent: the class's default."""
     value = f.raw(key)
@@ -1058,6 +1193,11 @@ MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "glm4_moe_lite": _glm4_moe_lite,
     "starcoder2": _starcoder2,
     "gpt_bigcode": _gpt_bigcode,
+    "gpt_oss": _gpt_oss,
+    "qwen2_moe": _qwen2_moe,
+    "olmo": _olmo,
+    "bloom": _bloom,
+    "ernie4_5_moe": _ernie4_5_moe,
 }
 assert tuple(MAPPINGS) == SUPPORTED_MODEL_TYPES
 
@@ -1369,6 +1509,46 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
     "deepseek_v3": _write_deepseek,
     "exaone": _write_llama,  # transformers builds LlamaForCausalLM for these two
     "internlm3": _write_llama,
+    "gpt_oss": lambda cfg: {
+        **_write_common(cfg),
+        **_write_experts(cfg, "num_local_experts"),
+        "attention_bias": cfg.qkv_bias,
+        "swiglu_limit": cfg.swiglu_limit,
+        **_write_window(cfg, layer_types=True),
+    },
+    "qwen2_moe": lambda cfg: {
+        **_write_common(cfg),
+        **_write_experts(cfg, "num_experts"),
+        "qkv_bias": cfg.qkv_bias,
+        "moe_intermediate_size": cfg.expert_width,
+        "shared_expert_intermediate_size": cfg.shared_width,
+        "decoder_sparse_step": cfg.moe_every,
+        "mlp_only_layers": [],
+        "use_sliding_window": False,
+    },
+    "olmo": lambda cfg: {
+        **{k: v for k, v in _write_common(cfg).items() if k not in ("head_dim", "rms_norm_eps")},
+        "attention_bias": cfg.qkv_bias,
+    },
+    "bloom": lambda cfg: {
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model,
+        "n_layer": cfg.num_layers,
+        "n_head": cfg.num_heads,
+        "layer_norm_epsilon": cfg.norm_eps,
+        "tie_word_embeddings": cfg.tie_embeddings,
+    },
+    "ernie4_5_moe": lambda cfg: {
+        **_write_common(cfg),
+        "use_bias": cfg.qkv_bias,
+        "moe_num_experts": cfg.num_experts,
+        "moe_k": cfg.experts_per_token,
+        "moe_intermediate_size": cfg.expert_width,
+        "moe_num_shared_experts": cfg.shared_width // cfg.expert_width if cfg.shared_experts else 0,
+        "moe_layer_start_index": cfg.dense_layers_first,
+        "moe_layer_interval": cfg.moe_every,
+        "moe_layer_end_index": -1,
+    },
 }
 """Per model type, the config.json fields that fix every count (``to_hf_dict``)."""
 assert set(WRITERS) <= set(SUPPORTED_MODEL_TYPES)

@@ -105,6 +105,51 @@ DEFINED_FIELDS: dict[str, frozenset[str]] = {
             use_sliding_window vocab_size
         """
     ),
+    "gpt_oss": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id eos_token_id head_dim hidden_act hidden_size
+            intermediate_size layer_types max_position_embeddings num_attention_heads num_experts num_experts_per_tok
+            num_hidden_layers num_key_value_heads num_local_experts output_router_logits pad_token_id rms_norm_eps
+            router_aux_loss_coef sliding_window swiglu_alpha swiglu_limit use_cache vocab_size
+        """
+    ),
+    "qwen2_moe": COMMON_FIELDS
+    | _names(
+        """
+            attention_dropout bos_token_id decoder_sparse_step eos_token_id hidden_act hidden_size intermediate_size
+            layer_types max_position_embeddings max_window_layers mlp_only_layers moe_intermediate_size
+            norm_topk_prob num_attention_heads num_experts num_experts_per_tok num_hidden_layers num_key_value_heads
+            output_router_logits pad_token_id qkv_bias rms_norm_eps router_aux_loss_coef
+            shared_expert_intermediate_size sliding_window use_cache use_sliding_window vocab_size
+        """
+    ),
+    "ernie4_5_moe": COMMON_FIELDS
+    | _names(
+        """
+            bos_token_id eos_token_id hidden_act hidden_size intermediate_size max_position_embeddings
+            moe_intermediate_size moe_k moe_layer_end_index moe_layer_interval moe_layer_start_index moe_norm_min
+            moe_num_experts moe_num_shared_experts num_attention_heads num_experts num_experts_per_tok
+            num_hidden_layers num_key_value_heads output_router_logits pad_token_id rms_norm_eps router_aux_loss_coef
+            use_bias use_cache vocab_size
+        """
+    ),
+    "bloom": COMMON_FIELDS
+    | _names(
+        """
+            apply_residual_connection_post_layernorm attention_dropout bos_token_id eos_token_id hidden_dropout
+            hidden_size layer_norm_epsilon n_embed n_head n_layer num_attention_heads num_hidden_layers pad_token_id
+            pretraining_tp slow_but_exact use_cache vocab_size
+        """
+    ),
+    "olmo": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id clip_qkv eos_token_id hidden_act hidden_size
+            intermediate_size max_position_embeddings num_attention_heads num_hidden_layers num_key_value_heads
+            pad_token_id use_cache vocab_size
+        """
+    ),
     "gemma2": COMMON_FIELDS
     | _names(
         """
@@ -436,6 +481,11 @@ CONFIG_CLASSES = {
     "olmo2": "Olmo2Config",
     "deepseek_v2": "DeepseekV2Config",
     "deepseek_v3": "DeepseekV3Config",
+    "gpt_oss": "GptOssConfig",
+    "qwen2_moe": "Qwen2MoeConfig",
+    "olmo": "OlmoConfig",
+    "bloom": "BloomConfig",
+    "ernie4_5_moe": "Ernie4_5_MoeConfig",
     "gemma3": "Gemma3Config",
     "mistral3": "Mistral3Config",
     "kimi_k25": "Kimi_K25Config",
@@ -476,6 +526,9 @@ ALIASES: dict[str, dict[str, str]] = {
     },
     "mixtral": {"num_experts": "num_local_experts"},
     "qwen3_moe": {"num_experts": "num_local_experts"},
+    "gpt_oss": {"num_experts": "num_local_experts"},
+    "bloom": {"num_hidden_layers": "n_layer", "num_attention_heads": "n_head"},
+    "ernie4_5_moe": {"num_experts": "moe_num_experts", "num_experts_per_tok": "moe_k"},
     "deepseek_v2": {"num_experts": "n_routed_experts"},
     "deepseek_v3": {"num_local_experts": "n_routed_experts", "num_mtp_layers": "num_nextn_predict_layers"},
     "gemma3": {
@@ -508,6 +561,52 @@ ALIASES: dict[str, dict[str, str]] = {
     },
 }
 CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
+    "ernie4_5_moe": {
+        "num_key_value_heads": 4,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": True,
+        "use_bias": False,
+        "hidden_act": "silu",
+        "moe_num_shared_experts": 2,
+        "moe_layer_start_index": 1,
+        "moe_layer_end_index": -1,
+        "moe_layer_interval": 1,
+        "rope_theta": 500000.0,
+    },
+    "bloom": {
+        "layer_norm_epsilon": 1e-05,
+        "tie_word_embeddings": True,
+        "apply_residual_connection_post_layernorm": False,
+    },
+    "olmo": {
+        "num_key_value_heads": None,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "hidden_act": "silu",
+        "rope_theta": 10000.0,
+    },
+    "gpt_oss": {
+        "num_key_value_heads": 8,
+        "head_dim": 64,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "attention_bias": True,
+        "sliding_window": 128,
+        "swiglu_limit": 7.0,
+        "rope_theta": 150000.0,
+    },
+    "qwen2_moe": {
+        "num_key_value_heads": 16,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": False,
+        "hidden_act": "silu",
+        "sliding_window": 4096,
+        "use_sliding_window": False,
+        "max_window_layers": 28,
+        "decoder_sparse_step": 1,
+        "qkv_bias": True,
+        "rope_theta": 10000.0,
+    },
     "gemma3": {"tie_word_embeddings": True},
     "mistral3": {"tie_word_embeddings": True},
     "kimi_k25": {"tie_word_embeddings": True},

@@ -37,12 +37,8 @@ REASONS: dict[str, tuple[str, tuple[str, ...]]] = {
         _types("rwkv xlstm recurrent_gemma"),
     ),
     "sinks": (
-        "attention sinks (a learned logit per head), which lm-accounting does not model yet",
-        _types("gpt_oss granite_swa granitemoe_swa"),
-    ),
-    "sigmoid_shared": (
-        ("a shared expert behind its own sigmoid gate (shared_expert_gate), which lm-accounting does not model yet"),
-        _types("qwen2_moe"),
+        "attention sinks applied as a post-attention logsumexp scaling (Granite SWA), not compared with gpt-oss's yet",
+        _types("granite_swa granitemoe_swa"),
     ),
     "parallel": (
         ("attention and MLP in parallel from one norm (a parallel block), which lm-accounting does not model yet"),
@@ -61,17 +57,14 @@ REASONS: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "positions": (
         (
-            "ALiBi, sinusoidal or offset learned positions, which lm-accounting does not model yet (RoPE, or "
-            "GPT-2's learned table)"
+            "sinusoidal or offset learned positions, or ALiBi without BLOOM's block, which lm-accounting does "
+            "not model yet (RoPE, GPT-2's learned table, BLOOM's ALiBi)"
         ),
-        _types("bloom mpt xglm biogpt ctrl"),
+        _types("mpt xglm biogpt ctrl"),
     ),
     "norms": (
-        (
-            "norms lm-accounting does not model yet (OLMo's parameter-free LayerNorm, GPT-1's post-norm, "
-            "BitNet's sub-norms)"
-        ),
-        _types("olmo openai-gpt bitnet"),
+        ("norms lm-accounting does not model yet (GPT-1's post-norm, BitNet's sub-norms)"),
+        _types("openai-gpt bitnet"),
     ),
     "encoder": (
         "an encoder or encoder-decoder model (bidirectional or cross-attention), not a decoder-only LM",
@@ -119,9 +112,9 @@ REASONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "moe_variants": (
         (
             "a mixture of experts lm-accounting does not model yet (LongCat's zero-computation experts, "
-            "ERNIE 4.5's score-correction bias as a parameter, DBRX's fused experts with clipped Q/K/V)"
+            "DBRX's fused experts with clipped Q/K/V)"
         ),
-        _types("longcat_flash ernie4_5_moe dbrx"),
+        _types("longcat_flash dbrx"),
     ),
     "unchecked": (
         "a modeling file not yet compared with lm-accounting's architecture options (refused rather than guessed)",

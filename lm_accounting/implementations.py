@@ -89,6 +89,11 @@ HF_CAUSAL_LM = {
     "glm4_moe_lite": "Glm4MoeLiteForCausalLM",
     "starcoder2": "Starcoder2ForCausalLM",
     "gpt_bigcode": "GPTBigCodeForCausalLM",
+    "gpt_oss": "GptOssForCausalLM",
+    "qwen2_moe": "Qwen2MoeForCausalLM",
+    "olmo": "OlmoForCausalLM",
+    "bloom": "BloomForCausalLM",
+    "ernie4_5_moe": "Ernie4_5_MoeForCausalLM",
 }
 """transformers 5.24's causal-LM class per ``model_type`` (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` in
 ``transformers/models/auto/modeling_auto.py``; a Gemma 3 wrapper's text model is ``gemma3_text``): every type

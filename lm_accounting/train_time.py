@@ -84,7 +84,7 @@ class Calibrated:
 class TrainTime(Result):
     """Training time of ``steps`` steps at ``peak_flops`` × ``mfu``, for every step-FLOPs method."""
 
-    SCHEMA = "lm-accounting/train-time/5"
+    SCHEMA = "lm-accounting/train-time/6"
 
     config: ModelConfig
     seq: int

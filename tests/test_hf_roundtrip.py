@@ -31,6 +31,11 @@ from lm_accounting.hf_fields import (
 )
 
 transformers = pytest.importorskip("transformers")
+from test_arch_bloom import CONFIGS as BLOOM
+from test_arch_ernie4_5_moe import CONFIGS as ERNIE
+from test_arch_olmo import CONFIGS as OLMO
+from test_arch_qwen2_moe import CONFIGS as QWEN2_MOE
+from test_gpt_oss import CONFIGS as GPT_OSS
 from test_hf_zoo import PUBLISHED, WRAPPED, ZOO
 from test_transformers_truth import CONFIGS
 
@@ -187,6 +192,14 @@ MOE_MINIMAL = {
     "hunyuan_v1_moe": {"head_dim": 32, "num_experts": 8, "moe_topk": 2},
     "sarvam_mla": {"num_key_value_heads": 32},
     "youtu": {"num_key_value_heads": 32},
+    "gpt_oss": {"num_local_experts": 8, "num_experts_per_tok": 2},
+    "ernie4_5_moe": {"moe_num_experts": 8, "moe_k": 2, "moe_intermediate_size": 256},
+    "qwen2_moe": {
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 256,
+        "shared_expert_intermediate_size": 512,
+    },
 }
 
 
@@ -202,7 +215,7 @@ def test_absent_fields_take_the_class_defaults(model_type):
     hf = transformers.AutoConfig.for_model(model_type, **values)
     assert ours.tie_embeddings == hf.tie_word_embeddings
     eps = [getattr(hf, k) for k in ("rms_norm_eps", "layer_norm_epsilon", "norm_epsilon") if hasattr(hf, k)]
-    assert ours.norm_eps == eps[0]
+    assert ours.norm_eps == (eps[0] if eps else 1e-5)  # OlmoLayerNorm's constant: OlmoConfig has no eps field
     if not ours.mla:
         assert ours.kv_heads == (getattr(hf, "num_key_value_heads", None) or hf.num_attention_heads)
         assert ours.d_head == (getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads)
@@ -226,6 +239,11 @@ HUB_FILES = {
     **PUBLISHED,
     **WRAPPED,
     **{f"zoo-{t}": {"model_type": t, **values} for t, values in ZOO.items()},
+    **{name: values for name, (values, _) in GPT_OSS.items()},
+    **QWEN2_MOE,
+    **OLMO,
+    **{name: values for name, (values, _) in BLOOM.items()},
+    **ERNIE,
 }
 
 

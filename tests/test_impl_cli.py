@@ -62,7 +62,7 @@ def test_default_rule_from_the_argument_alone(tmp_path):
 
 def test_a_preset_defaults_to_course_and_a_config_json_to_transformers(run_cli, config_json, tmp_path):
     preset = memory_json(run_cli, "gpt2-small", "-S", "64")
-    assert preset["schema"] == "lm-accounting/memory/7"
+    assert preset["schema"] == "lm-accounting/memory/8"
     assert set(preset["implementation"]) == IMPLEMENTATION_KEYS
     assert preset["implementation"]["name"] == "course" and preset["implementation"]["library"] is None
     assert preset["implementation"]["model_class"] == "TransformerLM"
@@ -80,7 +80,7 @@ def test_a_preset_defaults_to_course_and_a_config_json_to_transformers(run_cli, 
 
 def test_under_a_layout_the_default_is_course_and_says_so(run_cli, config_json):
     data = memory_json(run_cli, config_json, "-S", "32", "--dp", "2", "--zero", "3")
-    assert data["schema"] == "lm-accounting/parallel-memory/5" and data["implementation"]["name"] == "course"
+    assert data["schema"] == "lm-accounting/parallel-memory/6" and data["implementation"]["name"] == "course"
     text = run_cli("memory", config_json, "-S", "32", "--dp", "2", "--zero", "3").out
     assert "--impl course: our TransformerLM (lm_accounting.model), naive attention" in text
     assert "the default under a layout; --impl transformers covers FSDP2 data parallel" in text

@@ -219,7 +219,7 @@ def test_deepseek_v3_answers(run_cli):
 def test_tiny_config_records_and_frame():
     cfg = ModelConfig(vocab_size=64, context_length=64, num_layers=2, d_model=32, num_heads=4, d_ff=64)
     r = infer(cfg, 8, 4, 2)
-    assert r.to_dict()["schema"] == "lm-accounting/infer/4"
+    assert r.to_dict()["schema"] == "lm-accounting/infer/5"
     rows = r.records()
     assert {"section", "key", "label", "value", "unit"} == set(rows[0])
     with pytest.raises(AccountingError):

@@ -209,7 +209,7 @@ def test_json_keys_and_strictness(tiny_measured):
     m, cpu = tiny_measured
     for result in (m, cpu):
         data = json.loads(json.dumps(result.to_dict(), allow_nan=False))
-        assert list(data) == TOP_KEYS and data["schema"] == "lm-accounting/memory/7"
+        assert list(data) == TOP_KEYS and data["schema"] == "lm-accounting/memory/8"
         assert set(data["course_convention"]) == COURSE_KEYS
         assert set(data["implementation_exact"]) == EXACT_KEYS
         lines = data["implementation_exact"]["peak_lines"]

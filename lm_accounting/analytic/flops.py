@@ -133,11 +133,18 @@ GATE_PER_ELEMENT = 1  # SiLU(W1 x) ⊙ W3 x: one multiply
 RESIDUAL_PER_ELEMENT = 1  # x + f(x): one add
 LAYERNORM_PER_ELEMENT = 7  # 1. add into the mean, 2. subtract it, 3. square, 4. add into the variance,
 #                            5. scale by 1/σ, 6. scale by the gain, 7. add the bias
+NORM_AFFINE_PER_ELEMENT = 1  # a norm's gain (× g) and LayerNorm's bias (+ b): one each, skipped without weights
 BIAS_PER_ELEMENT = 1  # a projection's bias: one add per output element (not a matmul FLOP: counters skip it)
 GELU_PER_ELEMENT = 9  # tanh form 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))): 1-2. x³, 3. ·0.044715,
 #                       4. + x, 5. ·√(2/π), 6. tanh, 7. + 1, 8. · x, 9. · 0.5
+CLAMPED_SWIGLU_PER_ELEMENT = 9  # gpt-oss (GptOssExperts._apply_gate), before the gating product: 1. clamp the
+#                                gate above, 2-3. clamp up below and above, 4. ·α (1.702), 5-7. σ as in SiLU
+#                                (negate-exp, add 1, divide), 8. · the gate, 9. up + 1
+SIGMOID_PER_ELEMENT = 3  # 1 / (1 + exp(−x)): 1. negate-exp, 2. add 1, 3. divide (Qwen2-MoE's shared-expert gate)
 EMBED_SCALE_PER_ELEMENT = 1  # Gemma: token embeddings × √d_model, one multiply
 POSITION_ADD_PER_ELEMENT = 1  # learned positions: token + position embedding, one add
+ALIBI_PER_SCORE = 1  # ALiBi: the head's slope × the key's position, added to each score (one add; the bias table
+#                      itself is built once per forward, h·S products, not counted)
 
 
 def rmsnorm_flops(rows: int, width: int) -> int:
@@ -151,8 +158,12 @@ def layernorm_flops(rows: int, width: int) -> int:
 
 
 def norm_flops(cfg: ModelConfig, rows: int, width: int) -> int:
-    """The config's norm (``cfg.norm``) over ``rows`` vectors of ``width``."""
-    return layernorm_flops(rows, width) if cfg.norm == "layernorm" else rmsnorm_flops(rows, width)
+    """The config's norm (``cfg.norm``) over ``rows`` vectors of ``width``; without weights (``norm_weights =
+    false``) the gain's multiply and LayerNorm's bias add are not done (``NORM_AFFINE_PER_ELEMENT`` less)."""
+    full = layernorm_flops(rows, width) if cfg.norm == "layernorm" else rmsnorm_flops(rows, width)
+    if cfg.norm_weights:
+        return full
+    return full - (2 if cfg.norm == "layernorm" else 1) * NORM_AFFINE_PER_ELEMENT * rows * width
 
 
 def bias_add_flops(tokens: int, width: int) -> int:
@@ -175,6 +186,11 @@ def position_add_flops(tokens: int, d_model: int) -> int:
     return POSITION_ADD_PER_ELEMENT * tokens * d_model
 
 
+def alibi_flops(scores: int) -> int:
+    """ALiBi: one add per attention score (``ALIBI_PER_SCORE``)."""
+    return ALIBI_PER_SCORE * scores
+
+
 def rope_flops(tokens: int, width: int) -> int:
     """RoPE on a (T x width) projection (Q: h·d_head, K: kv·d_head): 3 per element."""
     return ROPE_PER_ELEMENT * tokens * width
@@ -193,6 +209,24 @@ def softmax_flops(scores: int) -> int:
 def silu_flops(tokens: int, d_ff: int) -> int:
     """SiLU on the (T x d_ff) gate projection: 4 per element."""
     return SILU_PER_ELEMENT * tokens * d_ff
+
+
+def clamped_swiglu_flops(rows: int, width: int) -> int:
+    """gpt-oss's clamped SwiGLU activation on (rows x width) gate and up halves, before the gating product:
+    9 per element (``CLAMPED_SWIGLU_PER_ELEMENT``)."""
+    return CLAMPED_SWIGLU_PER_ELEMENT * rows * width
+
+
+def sink_flops(batch: int, heads: int, seq: int) -> int:
+    """Attention sinks: each of the B·h·S softmax rows has one more column (the head's sink logit), so the
+    softmax does ``SOFTMAX_PER_SCORE`` more per row; the sink joins no matmul (it is dropped before AV)."""
+    return SOFTMAX_PER_SCORE * batch * heads * seq
+
+
+def shared_gate_flops(tokens: int, d_model: int) -> int:
+    """Qwen2-MoE's shared-expert gate after its d -> 1 matmul: σ on T values (3 each) and the (T x d) shared
+    output scaled by it (1 each)."""
+    return SIGMOID_PER_ELEMENT * tokens + tokens * d_model
 
 
 def gate_flops(tokens: int, d_ff: int) -> int:

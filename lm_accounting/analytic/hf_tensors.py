@@ -11,9 +11,11 @@ fuse: GPT-2's ``c_attn`` (Q, K and V in one ``Conv1D``, weight and bias), Phi-3'
   weight and a bias); ln_f (weight, bias); lm_head unless tied.
 * the others (``*ForCausalLM``): embed_tokens; per layer the attention (q, k, v, o and their biases; Phi-3's
   o_proj then qkv_proj; qk-norms after o_proj: per head, or over the whole projection for OLMo-2; DeepSeek's
-  latent projections), the MLP (gate, up, down; Phi-3's gate_up then down; a mixture of experts: Mixtral's
-  router then the experts, Qwen3-MoE's and DeepSeek's experts then the router, then DeepSeek's shared experts),
-  then the layer's norms (two; Gemma's four); the final norm; lm_head unless tied.
+  latent projections; gpt-oss's sinks first, the attention module's own parameter), the MLP (gate, up, down; Phi-3's gate_up then down; a
+  mixture of experts: Mixtral's, gpt-oss's and Qwen2-MoE's router then the experts, Qwen3-MoE's and DeepSeek's
+  experts then the router, then DeepSeek's shared experts or Qwen2-MoE's shared expert and its gate; gpt-oss's
+  router and expert biases after their weights), then the layer's norms (two; Gemma's four); the final norm;
+  lm_head unless tied.
 
 tests/test_hostile_impl.py compares every supported model type with transformers' real model on meta.
 """
@@ -22,7 +24,11 @@ from __future__ import annotations
 
 from ..config import ModelConfig
 
-FUSED_MOE_ROUTER_FIRST = ("mixtral",)
+FUSED_QKV_WITH_BIAS = ("gpt2", "bloom")
+"""GPT-2-shaped blocks: LayerNorm (weight, bias), one fused Q/K/V (``c_attn``, BLOOM's ``query_key_value``) and
+every projection with a bias; BLOOM adds ``word_embeddings_layernorm`` after the embedding."""
+
+FUSED_MOE_ROUTER_FIRST = ("mixtral", "gpt_oss", "qwen2_moe", "ernie4_5_moe")
 """Mixture-of-experts classes that register the router (``gate``) before the experts."""
 
 
@@ -38,11 +44,11 @@ def _attention(cfg: ModelConfig) -> list[int]:
         )
         return q + [d * (r + rope), r, r * h * (cfg.qk_nope_head_dim + cfg.v_head_dim), h * cfg.v_head_dim * d]
     q, kv = cfg.num_heads * cfg.d_head, cfg.kv_heads * cfg.d_head
-    if kind == "gpt2":
+    if kind in FUSED_QKV_WITH_BIAS:
         return [d * 3 * d, 3 * d, d * d, d]
     if kind == "phi3":
         return [d * q, (q + 2 * kv) * d]
-    out: list[int] = []
+    out: list[int] = [cfg.num_heads] if cfg.attention_sinks else []  # gpt-oss's ``sinks``: the module's own
     for n in (q, kv, kv):
         out += [n * d] + ([n] if cfg.qkv_bias else [])
     out += [d * q] + ([d] if cfg.output_bias else [])
@@ -55,57 +61,66 @@ def _dense(cfg: ModelConfig, width: int) -> list[int]:
     d = cfg.d_model
     if cfg.hf_model_type == "phi3":
         return [2 * width * d, d * width]
-    bias = cfg.mlp_bias
-    return [n for size in (width * d, width * d, d * width) for n in ([size, size // d] if bias else [size])]
+    if not cfg.mlp_bias:
+        return [width * d, width * d, d * width]
+    return [width * d, width, width * d, width, d * width, d]  # gate, up (bias: width), down (bias: d)
 
 
-def _mlp(cfg: ModelConfig, layer: int) -> list[int]:
+def _mlp(cfg: ModelConfig, layer: int, trained: bool = False) -> list[int]:
     d = cfg.d_model
-    if cfg.hf_model_type == "gpt2":
+    if cfg.hf_model_type in FUSED_QKV_WITH_BIAS:
         return [d * cfg.d_ff, cfg.d_ff, cfg.d_ff * d, d]
     if not cfg.layer_moe(layer):
         return _dense(cfg, cfg.d_ff)
     e, f = cfg.num_experts, cfg.expert_width
-    router, experts = [e * d], [e * 2 * f * d, e * d * f]
+    router = [e * d] + ([e] if cfg.router_bias else [])  # gpt-oss's router bias
+    if cfg.router_score_bias and not trained:  # Ernie 4.5's gate.moe_statics.e_score_correction_bias (frozen)
+        router.append(e)
+    bias = cfg.expert_bias  # gpt-oss: gate_up_proj_bias after gate_up_proj, down_proj_bias after down_proj
+    experts = [e * 2 * f * d] + ([e * 2 * f] if bias else []) + [e * d * f] + ([e * d] if bias else [])
+    shared = (_dense(cfg, cfg.shared_width) if cfg.shared_experts else []) + ([d] if cfg.shared_expert_gate else [])
     if cfg.hf_model_type in FUSED_MOE_ROUTER_FIRST:
-        return router + experts
-    return experts + router + (_dense(cfg, cfg.shared_width) if cfg.shared_experts else [])
+        return router + experts + shared
+    return experts + router + shared
 
 
-def _layer(cfg: ModelConfig, layer: int) -> list[int]:
+def _layer(cfg: ModelConfig, layer: int, trained: bool = False) -> list[int]:
     d = cfg.d_model
-    if cfg.hf_model_type == "gpt2":
+    if cfg.hf_model_type in FUSED_QKV_WITH_BIAS:
         attention, mlp = _attention(cfg), _mlp(cfg, layer)
         return [d, d] + attention + [d, d] + mlp
-    norms = 4 if cfg.hf_model_type in ("gemma2", "gemma3_text") else 2
-    return _attention(cfg) + _mlp(cfg, layer) + [d] * norms
+    norms = 4 if cfg.hf_model_type in ("gemma2", "gemma3_text") else 2 if cfg.norm_weights else 0  # OLMo: none
+    return _attention(cfg) + _mlp(cfg, layer, trained) + [d] * norms
 
 
 def _ends(cfg: ModelConfig) -> tuple[list[int], list[int]]:
     """The tensors before the first layer and after the last."""
     d, v = cfg.d_model, cfg.vocab_size
     head = [v * d, cfg.position_rows * d] if cfg.hf_model_type == "gpt2" else [v * d]
-    tail = [d, d] if cfg.hf_model_type == "gpt2" else [d]
-    return head, tail + ([] if cfg.tie_embeddings else [v * d])
+    if cfg.hf_model_type == "bloom":  # word_embeddings_layernorm
+        head += [d, d]
+    tail = [d, d] if cfg.hf_model_type in FUSED_QKV_WITH_BIAS else [d] if cfg.norm_weights else []
+    return head, tail + ([] if cfg.tie_embeddings else [v * d]) + ([v] if cfg.lm_head_bias else [])
 
 
-def hf_parameter_tensor_sizes(cfg: ModelConfig, layers=None) -> list[int]:
+def hf_parameter_tensor_sizes(cfg: ModelConfig, layers=None, trained: bool = False) -> list[int]:
     """numel of each parameter tensor of transformers' model of ``cfg``, in ``model.parameters()`` order;
-    ``layers``: only those layers (default all)."""
+    ``layers``: only those layers (default all); ``trained``: only those with a gradient (not Ernie's frozen
+    score bias)."""
     head, tail = _ends(cfg)
-    body = [n for i in (range(cfg.num_layers) if layers is None else layers) for n in _layer(cfg, i)]
+    body = [n for i in (range(cfg.num_layers) if layers is None else layers) for n in _layer(cfg, i, trained)]
     return head + body + tail
 
 
-def hf_parameter_tensor_count(cfg: ModelConfig) -> int:
+def hf_parameter_tensor_count(cfg: ModelConfig, trained: bool = False) -> int:
     """``len(hf_parameter_tensor_sizes(cfg))`` without listing the layers (dense and MoE layers counted)."""
     head, tail = _ends(cfg)
     count = len(head) + len(tail)
     if cfg.dense_layers:
         dense = next(i for i in range(cfg.num_layers) if not cfg.layer_moe(i))
-        count += cfg.dense_layers * len(_layer(cfg, dense))
+        count += cfg.dense_layers * len(_layer(cfg, dense, trained))
     if cfg.moe_layers:
         first, every = cfg.dense_layers_first, cfg.moe_every
         sparse = first + (every - (first + 1) % every) % every  # the first i >= first with (i + 1) % every == 0
-        count += cfg.moe_layers * len(_layer(cfg, sparse))
+        count += cfg.moe_layers * len(_layer(cfg, sparse, trained))
     return count

@@ -86,7 +86,7 @@ CONVENTIONS = (
 class Inference(Result):
     """Inference accounting of one model for P prompt tokens, G generated, B concurrent sequences."""
 
-    SCHEMA = "lm-accounting/infer/4"
+    SCHEMA = "lm-accounting/infer/5"
 
     config: ModelConfig
     prompt: int

@@ -22,7 +22,7 @@ from ..config import AccountingError, ModelConfig
 from ..names import ADAMW_IMPLS, DEVICES, DTYPE_BYTES, TRAINING_DTYPES
 from .hf_tensors import hf_parameter_tensor_count, hf_parameter_tensor_sizes
 from .kv_cache import windowed_kv_cache_bytes
-from .params import parameter_breakdown
+from .params import frozen_parameter_count, parameter_breakdown
 
 
 def weight_bytes(n_params: int, dtype: str) -> int:
@@ -46,7 +46,7 @@ def _training_dtype_bytes(dtype: str) -> int:
 
 
 def parameter_tensor_sizes(
-    cfg: ModelConfig, layers: Iterable[int] | None = None, implementation: str = "course"
+    cfg: ModelConfig, layers: Iterable[int] | None = None, implementation: str = "course", trained: bool = False
 ) -> list[int]:
     """numel of each parameter tensor, in the live model's ``model.parameters()`` order (``implementation``
     "transformers": transformers' model's, ``hf_tensors``, with its fused projections and experts).
@@ -56,14 +56,15 @@ def parameter_tensor_sizes(
     the mixture of experts; ln_final; lm_head); each is one tensor (a LayerNorm two: gain and bias,
     ``Component.tensors``), and block ``i`` holds the components with ``Component.in_layer(cfg, i)``.
     A tied lm_head is the embedding's tensor, which ``parameters()`` yields once.  ``layers`` lists
-    only those blocks (default: all; ``scan_layers`` for huge models).
+    only those blocks (default: all; ``scan_layers`` for huge models).  ``trained``: only the tensors with a
+    gradient (AdamW's; a frozen one, ``Component.frozen``, has none).
     """
     from ..components import component
 
     if implementation == "transformers":
-        return hf_parameter_tensor_sizes(cfg, layers)
+        return hf_parameter_tensor_sizes(cfg, layers, trained)
     items = list(parameter_breakdown(cfg))
-    entries = [(it, component(it.key)) for it in items]
+    entries = [(it, component(it.key)) for it in items if not (trained and component(it.key).frozen)]
 
     def tensors(it, c, n):
         k = c.tensors(cfg)
@@ -118,24 +119,29 @@ def model_state_breakdown(cfg: ModelConfig, dtype: str = "fp32") -> Breakdown:
     n = parameter_breakdown(cfg).total
     per = n * nbytes
     formula = f"N·{nbytes}"
+    frozen = frozen_parameter_count(cfg)  # no gradient, no moments (requires_grad=False)
+    trained, trained_formula = (n - frozen) * nbytes, f"(N − frozen)·{nbytes}" if frozen else formula
     items = (
         Item("parameters", f"parameters ({dtype})", "parameters", per, None, formula),
-        Item("gradients", f"gradients ({dtype})", "gradients", per, None, formula),
-        Item("adamw.exp_avg", f"AdamW first moment m ({dtype})", "optimizer", per, None, formula),
-        Item("adamw.exp_avg_sq", f"AdamW second moment v ({dtype})", "optimizer", per, None, formula),
+        Item("gradients", f"gradients ({dtype})", "gradients", trained, None, trained_formula),
+        Item("adamw.exp_avg", f"AdamW first moment m ({dtype})", "optimizer", trained, None, trained_formula),
+        Item("adamw.exp_avg_sq", f"AdamW second moment v ({dtype})", "optimizer", trained, None, trained_formula),
     )
     return Breakdown(f"model states ({dtype}, AdamW)", "bytes", items)
 
 
-def parameter_tensor_count(cfg: ModelConfig, implementation: str = "course") -> int:
+def parameter_tensor_count(cfg: ModelConfig, implementation: str = "course", trained: bool = False) -> int:
     """Tensors ``model.parameters()`` yields: ``len(parameter_tensor_sizes(cfg, implementation=...))``,
-    without listing the layers: a per-layer component occurs in total / per_layer blocks."""
+    without listing the layers: a per-layer component occurs in total / per_layer blocks.  ``trained``: only
+    those with a gradient (AdamW's state: not a frozen one, ``Component.frozen``)."""
     from ..components import component
 
     if implementation == "transformers":
-        return hf_parameter_tensor_count(cfg)
+        return hf_parameter_tensor_count(cfg, trained)
     count = 0
     for it in parameter_breakdown(cfg):
+        if trained and component(it.key).frozen:
+            continue
         k = component(it.key).tensors(cfg)
         if it.per_layer is not None:
             count += k * (it.total // it.per_layer) if it.per_layer else 0
@@ -179,7 +185,7 @@ def adamw_step_counter_bytes(
     if device not in DEVICES:
         raise AccountingError(f"unknown device '{device}' (valid: {', '.join(DEVICES)})")
     on_device = impl == "fused" or device == "cpu"
-    return ADAMW_STEP_COUNTER_BYTES * parameter_tensor_count(cfg, implementation) if on_device else 0
+    return ADAMW_STEP_COUNTER_BYTES * parameter_tensor_count(cfg, implementation, trained=True) if on_device else 0
 
 
 def adamw_step_temporary_bytes(
@@ -205,10 +211,10 @@ def adamw_step_temporary_bytes(
     nbytes = _training_dtype_bytes(dtype)
     if impl not in ADAMW_IMPLS:
         raise AccountingError(f"unknown AdamW implementation '{impl}' (valid: {', '.join(ADAMW_IMPLS)})")
-    if impl == "foreach":
-        return parameter_breakdown(cfg).total * nbytes
+    if impl == "foreach":  # the trained tensors' v (a frozen parameter has none)
+        return (parameter_breakdown(cfg).total - frozen_parameter_count(cfg)) * nbytes
     if impl == "fused":
         return 0
-    sizes = parameter_tensor_sizes(cfg, scan_layers(cfg), implementation)  # every adjacent pair occurs here
+    sizes = parameter_tensor_sizes(cfg, scan_layers(cfg), implementation, trained=True)  # every adjacent pair
     previous = [0] + sizes[:-1]
     return max(prev + 2 * cur for prev, cur in zip(previous, sizes, strict=True)) * nbytes

@@ -165,7 +165,7 @@ MEASURE_METHODS = {"tracker": "traced", "allocator": "plain", "cuda": "plain"}
 
 @dataclass(frozen=True)
 class MemoryAccount(Result):
-    SCHEMA: ClassVar[str] = "lm-accounting/memory/7"
+    SCHEMA: ClassVar[str] = "lm-accounting/memory/8"
 
     config: ModelConfig
     seq: int

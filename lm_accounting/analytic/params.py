@@ -12,7 +12,9 @@ tests/test_transformers_truth.py): LayerNorm has a gain and a bias per feature (
 output feature (``nn.Linear(bias=True)``, GPT-2's ``Conv1D``, Qwen2's q/k/v); GPT-2's learned
 position table is ``n_positions x d`` (``wpe``); the 2-matrix GELU MLP is ``fc`` (d -> d_ff) and
 ``proj`` (d_ff -> d); OLMo-2's qk-norm is one RMSNorm over the whole Q (``h·d_head``) and K
-(``kv·d_head``) projection; sandwich and post norms (Gemma 2/3, OLMo-2) are RMSNorms of d.
+(``kv·d_head``) projection; sandwich and post norms (Gemma 2/3, OLMo-2) are RMSNorms of d.  gpt-oss (transformers' modeling_gpt_oss.py):
+``GptOssAttention.sinks`` is h per layer, ``GptOssTopKRouter.bias`` E, ``GptOssExperts.gate_up_proj_bias``
+(E, 2·d_e) and ``down_proj_bias`` (E, d); Qwen2-MoE's ``shared_expert_gate`` is ``nn.Linear(d, 1, bias=False)``.
 """
 
 from __future__ import annotations
@@ -63,8 +65,14 @@ def kv_b_proj_params(cfg: ModelConfig) -> int:
 
 
 # -- mixture of experts (Mixtral, Qwen3-MoE, DeepSeek; transformers' *Experts, *TopKRouter) --
+def sink_params(cfg: ModelConfig) -> int:
+    """Attention sinks (gpt-oss's ``GptOssAttention.sinks``): one learned logit per query head."""
+    return cfg.num_heads
+
+
 def router_params(cfg: ModelConfig) -> int:
-    """The router: d_model -> num_experts, no bias (DeepSeek-V3's score-correction bias is a buffer)."""
+    """The router: d_model -> num_experts (its bias, gpt-oss's ``GptOssTopKRouter.bias``, is the registry's
+    ``moe.router.bias``; DeepSeek-V3's score-correction bias is a buffer)."""
     return cfg.d_model * cfg.num_experts
 
 
@@ -73,20 +81,32 @@ def expert_matrix_params(cfg: ModelConfig) -> int:
     return cfg.num_experts * cfg.d_model * cfg.expert_width
 
 
+def shared_gate_params(cfg: ModelConfig) -> int:
+    """Qwen2-MoE's ``shared_expert_gate``: ``nn.Linear(d_model, 1, bias=False)``."""
+    return cfg.d_model
+
+
 def shared_matrix_params(cfg: ModelConfig) -> int:
     """One matrix of the shared experts (run as one SwiGLU): d_model x shared_experts·shared_expert_d_ff."""
     return cfg.d_model * cfg.shared_width
 
 
+def expert_params(cfg: ModelConfig) -> int:
+    """One routed expert's parameters: its 3 SwiGLU matrices, 3·d·d_e, and with ``expert_bias`` (gpt-oss's
+    ``gate_up_proj_bias`` and ``down_proj_bias``) its biases, 2·d_e + d."""
+    bias = 2 * cfg.expert_width + cfg.d_model if cfg.expert_bias else 0
+    return 3 * cfg.d_model * cfg.expert_width + bias
+
+
 def active_parameter_count(cfg: ModelConfig) -> int:
     """Parameters one token uses: every parameter except the routed experts it is not sent to,
-    total − L_moe·(E − k)·3·d·d_e (3 SwiGLU matrices per expert).  Embeddings, router and shared
+    total − L_moe·(E − k)·(one expert's, ``expert_params``).  Embeddings, router and shared
     experts count as active; equal to the total for a dense model."""
     total = parameter_breakdown(cfg).total
     if not cfg.moe:
         return total
     idle = cfg.num_experts - cfg.experts_per_token
-    return total - cfg.moe_layers * idle * 3 * cfg.d_model * cfg.expert_width
+    return total - cfg.moe_layers * idle * expert_params(cfg)
 
 
 def ffn_matrix_params(cfg: ModelConfig) -> int:
@@ -105,7 +125,10 @@ def layernorm_params(width: int) -> int:
 
 
 def norm_params(cfg: ModelConfig, width: int) -> int:
-    """The config's norm (``cfg.norm``) over ``width`` features: RMSNorm ``width``, LayerNorm ``2·width``."""
+    """The config's norm (``cfg.norm``) over ``width`` features: RMSNorm ``width``, LayerNorm ``2·width``; none
+    without weights (``norm_weights = false``, OLMo's ``OlmoLayerNorm``)."""
+    if not cfg.norm_weights:
+        return 0
     return layernorm_params(width) if cfg.norm == "layernorm" else rmsnorm_params(width)
 
 
@@ -128,6 +151,14 @@ def position_embedding_params(cfg: ModelConfig) -> int:
 def lm_head_params(cfg: ModelConfig) -> int:
     """Output projection d_model -> vocab_size; zero extra when tied to the embedding."""
     return 0 if cfg.tie_embeddings else cfg.vocab_size * cfg.d_model
+
+
+def frozen_parameter_count(cfg: ModelConfig) -> int:
+    """Parameters with ``requires_grad=False`` (the registry's ``frozen`` components: Ernie 4.5's router score
+    bias): counted by ``parameters()``, but with no gradient and no AdamW state."""
+    from ..components import component
+
+    return sum(it.total for it in parameter_breakdown(cfg) if component(it.key).frozen)
 
 
 def parameter_breakdown(cfg: ModelConfig) -> Breakdown:

@@ -71,7 +71,7 @@ def compare(
 class CrossCheck(Result):
     """Analytic vs the live model: parameters from ``named_parameters()``, FLOPs from each counter."""
 
-    SCHEMA = "lm-accounting/crosscheck/3"
+    SCHEMA = "lm-accounting/crosscheck/4"
 
     config: ModelConfig
     batch: int

@@ -145,11 +145,7 @@ def _run(
 
     def body(token_ids: Tensor) -> Tensor:
         positions = torch.arange(start, start + seq, device=token_ids.device)
-        x = model.token_embeddings(token_ids)
-        if cfg.scale_embeddings:
-            x = x * (cfg.d_model**0.5)
-        if cfg.positions == "learned":
-            x = x + model.position_embeddings(positions)
+        x = model.embed(token_ids, positions)
         for i, block in enumerate(model.layers):
             layer_mask = window_mask if cfg.layer_windowed(i) else mask
             x = block(x, model.rope, positions, layer_mask, cache=cache.layers[i])

@@ -35,6 +35,22 @@ class Bias(nn.Module):
         return y + self.bias
 
 
+class Sinks(nn.Module):
+    """gpt-oss's attention sinks: one learned logit per query head (``weight`` (h,), zeros here), which joins
+    every row of the attention softmax as one more column and is dropped after it
+    (transformers' ``GptOssAttention.sinks`` and ``eager_attention_forward``).  No matmul."""
+
+    def __init__(self, heads: int, device=None, dtype=None):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(heads, device=device, dtype=dtype))
+
+    def forward(self, scores: Tensor) -> Tensor:
+        """Scores (..., h, S_q, S_k) -> probabilities (..., h, S_q, S_k) of a softmax over S_k + 1 columns."""
+        h, s_q = int(scores.shape[-3]), int(scores.shape[-2])
+        column = self.weight.to(scores.dtype).view(h, 1, 1).expand(*scores.shape[:-3], h, s_q, 1)
+        return softmax(torch.cat([scores, column], -1), -1)[..., :-1]  # (..., h, S_q, S_k + 1), the sink dropped
+
+
 class Linear(nn.Module):
     """``y = x Wᵀ`` (+ ``b`` with ``bias=True``); ``W`` is stored as (out, in) (handout 3.4.2).
 
@@ -91,6 +107,8 @@ class RMSNorm(nn.Module):
         in_dtype = x.dtype
         x32 = x.to(torch.float32)
         y = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)  # mean over d: (..., d) -> (..., 1)
+        if self.weight is None:  # no gain (``make_norm(weights=False)``)
+            return y.to(in_dtype)
         return (y * self.weight.to(torch.float32)).to(in_dtype)
 
     def extra_repr(self) -> str:
@@ -115,15 +133,36 @@ class LayerNorm(nn.Module):
         x32 = x.to(torch.float32)
         centred = x32 - x32.mean(-1, keepdim=True)  # (..., d) - (..., 1)
         y = centred * torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + self.eps)  # biased variance, as torch
+        if self.weight is None:  # no gain and no bias (OLMo's ``OlmoLayerNorm``, ``make_norm(weights=False)``)
+            return y.to(in_dtype)
         return (y * self.weight.to(torch.float32) + self.bias.to(torch.float32)).to(in_dtype)
 
     def extra_repr(self) -> str:
         return f"{self.d}, eps={self.eps}"
 
 
-def make_norm(kind: str, d: int, eps: float, device=None, dtype=None) -> nn.Module:
-    """``kind`` = ``ModelConfig.norm``: ``"rmsnorm"`` or ``"layernorm"``."""
-    return (LayerNorm if kind == "layernorm" else RMSNorm)(d, eps=eps, device=device, dtype=dtype)
+def alibi_slopes(heads: int) -> Tensor:
+    """ALiBi's per-head slopes m_i (Press et al. 2022), as transformers' BLOOM computes them
+    (``_get_alibi_slopes``): 2^(-8·i/n) for i = 1..n with n the largest power of 2 <= h, then the odd powers of
+    the 2n sequence for the remaining heads.  fp32, (h,)."""
+    closest = 2 ** math.floor(math.log2(heads))
+    base = 2 ** (-(2 ** -(math.log2(closest) - 3)))
+    slopes = [base**p for p in range(1, 1 + closest)]
+    if closest != heads:
+        extra = 2 ** (-(2 ** -(math.log2(2 * closest) - 3)))
+        slopes += [extra**p for p in range(1, 1 + 2 * min(closest, heads - closest), 2)]
+    return torch.tensor(slopes, dtype=torch.float32)
+
+
+def make_norm(kind: str, d: int, eps: float, device=None, dtype=None, weights: bool = True) -> nn.Module:
+    """``kind`` = ``ModelConfig.norm``: ``"rmsnorm"`` or ``"layernorm"``; ``weights`` False: no gain and no
+    bias (``ModelConfig.norm_weights``, OLMo's ``OlmoLayerNorm``)."""
+    norm = (LayerNorm if kind == "layernorm" else RMSNorm)(d, eps=eps, device=device, dtype=dtype)
+    if not weights:
+        norm.weight = None
+        if kind == "layernorm":
+            norm.bias = None
+    return norm
 
 
 def gelu_tanh(x: Tensor) -> Tensor:
@@ -233,18 +272,21 @@ def scaled_dot_product_attention(
     *,
     qk: Callable[[Tensor, Tensor], Tensor] = torch.matmul,
     av: Callable[[Tensor, Tensor], Tensor] = torch.matmul,
+    sinks: Callable[[Tensor], Tensor] | None = None,
+    bias: Tensor | None = None,
 ) -> Tensor:
     """``softmax(Q Kᵀ / √d_k) V`` (Vaswani et al. 2017; handout 3.5.4), with GQA.
 
-    query (..., h, S_q, d_k); key, value (..., kv, S_k, d_k / d_v) with h % kv == 0
-    (grouped-query attention, Ainslie et al. 2023: query heads j·g .. j·g+g-1 share KV
-    head j, g = h / kv).  ``mask`` is boolean, True = attend, broadcastable to
-    (..., h, S_q, S_k).  Returns (..., h, S_q, d_v).
+        query (..., h, S_q, d_k); key, value (..., kv, S_k, d_k / d_v) with h % kv == 0
+        (grouped-query attention, Ainslie et al. 2023: query heads j·g .. j·g+g-1 share KV
+        head j, g = h / kv).  ``mask`` is boolean, True = attend, broadcastable to
+        (..., h, S_q, S_k).  ``sinks`` (gpt-oss, a ``Sinks``) replaces the softmax; ``bias`` (ALiBi, broadcastable
+    to the scores) is added to the scaled scores before the mask.  Returns (..., h, S_q, d_v).
 
-    The g query heads of a group are stacked along the row axis, (..., kv, g·S_q, d_k),
-    so each product is one plain batched matmul against the kv K/V heads.  Broadcasting
-    K/V over a size-g axis instead would make ``torch.matmul`` materialise K and V
-    expanded to h heads (a hidden ``repeat_interleave``) and save those copies for backward.
+        The g query heads of a group are stacked along the row axis, (..., kv, g·S_q, d_k),
+        so each product is one plain batched matmul against the kv K/V heads.  Broadcasting
+        K/V over a size-g axis instead would make ``torch.matmul`` materialise K and V
+        expanded to h heads (a hidden ``repeat_interleave``) and save those copies for backward.
     """
     *lead, h, s_q, d_k = query.shape
     kv, s_k = key.shape[-3], key.shape[-2]
@@ -254,9 +296,11 @@ def scaled_dot_product_attention(
     # (..., kv, g·S_q, d_k) @ (..., kv, d_k, S_k) -> (..., kv, g·S_q, S_k); 1/√d_k keeps the logits' variance ~1
     scores = qk(q, key.transpose(-2, -1)) * (1.0 / math.sqrt(d_k))
     scores = scores.reshape(*scores.shape[:-3], h, s_q, s_k)  # -> (..., h, S_q, S_k), a view
+    if bias is not None:  # ALiBi: (h, 1, S_k), one add per score
+        scores = scores + bias
     if mask is not None:
         scores = torch.where(mask, scores, float("-inf"))
-    probs = softmax(scores, -1)
+    probs = softmax(scores, -1) if sinks is None else sinks(scores)
     # (..., h, S_q, S_k) -> (..., kv, g·S_q, S_k); @ (..., kv, S_k, d_v) -> (..., kv, g·S_q, d_v)
     out = av(probs.reshape(*probs.shape[:-3], kv, (h // kv) * s_q, s_k), value)
     return out.reshape(*out.shape[:-3], h, s_q, out.shape[-1])  # -> (..., h, S_q, d_v), a view

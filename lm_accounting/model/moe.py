@@ -1,9 +1,12 @@
 """A mixture-of-experts FFN (Mixtral, Qwen3-MoE, DeepSeek) with a deterministic, balanced routing.
 
-Module paths (the component registry's keys): ``moe.router`` (d -> E, no bias), ``moe.experts.w1``,
-``.w2``, ``.w3`` (the routed experts' SwiGLU matrices, each stacked over the E experts, as transformers
-v5 stores ``gate_up_proj``/``down_proj``), and ``moe.shared.w1/w2/w3`` (the shared experts as one SwiGLU
-of width ``shared_experts · shared_expert_d_ff``, as DeepSeek builds them).
+Module paths (the component registry's keys): ``moe.router`` (d -> E; with ``router_bias`` its
+``moe.router.bias``, gpt-oss), ``moe.score_bias`` (Ernie 4.5's frozen score bias), ``moe.experts.w1``, ``.w2``, ``.w3`` (the routed experts' SwiGLU matrices, each
+stacked over the E experts, as transformers v5 stores ``gate_up_proj``/``down_proj``; with ``expert_bias`` each has
+an ``ExpertBias``, gpt-oss's ``gate_up_proj_bias``/``down_proj_bias``; with ``swiglu_limit`` the activation is
+gpt-oss's clamped SwiGLU), ``moe.shared.w1/w2/w3`` (the shared experts as one SwiGLU of width
+``shared_experts · shared_expert_d_ff``, as DeepSeek builds them) and ``moe.shared_gate`` (Qwen2-MoE's
+σ-gate on the shared output).
 
 Routing.  Which experts a token picks depends on the router's values, which a ``meta`` tensor does not
 have, and a data-dependent split cannot be traced.  So every token is sent to exactly ``k`` experts by
@@ -35,40 +38,84 @@ from lm_accounting.model.layers import Linear, SwiGLU, silu, softmax
 Tensor = torch.Tensor
 
 
-class ExpertLinear(nn.Module):
-    """E stacked bias-free linear maps, ``weight`` (E, out, in): one batched matmul over the experts."""
+class ExpertBias(nn.Module):
+    """The biases of E stacked linear maps, ``bias`` (E, out), zeros (gpt-oss's ``gate_up_proj_bias`` and
+    ``down_proj_bias``): a child module, as ``layers.Bias``, so the registry accounts for it on its own."""
 
-    def __init__(self, experts: int, in_features: int, out_features: int, device=None, dtype=None):
+    def __init__(self, experts: int, features: int, device=None, dtype=None):
+        super().__init__()
+        self.bias = nn.Parameter(torch.zeros(experts, features, device=device, dtype=dtype))
+
+    def forward(self, y: Tensor) -> Tensor:
+        """y (G, n, out) of experts 0..G-1 -> y + their biases."""
+        return y + self.bias[: y.shape[0]].unsqueeze(1)  # (G, out) -> (G, 1, out), over the n rows
+
+
+class ScoreBias(nn.Module):
+    """Ernie 4.5's router score bias (``moe_statics.e_score_correction_bias``): E values added to the router's
+    probabilities to pick the top k, frozen (``requires_grad=False``: no gradient, no optimizer state)."""
+
+    def __init__(self, experts: int, device=None, dtype=None):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(experts, device=device, dtype=dtype), requires_grad=False)
+
+
+class ExpertLinear(nn.Module):
+    """E stacked linear maps, ``weight`` (E, out, in): one batched matmul over the experts (with ``bias``, an
+    ``ExpertBias`` added after it)."""
+
+    def __init__(self, experts: int, in_features: int, out_features: int, device=None, dtype=None, bias=False):
         super().__init__()
         std = (2 / (in_features + out_features)) ** 0.5
         weight = torch.empty(experts, out_features, in_features, device=device, dtype=dtype)
         self.weight = nn.Parameter(nn.init.trunc_normal_(weight, std=std, a=-3 * std, b=3 * std))
+        self.bias = ExpertBias(experts, out_features, device, dtype) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
         """x (G, n, in), rows of experts 0..G-1 (G <= E) -> (G, n, out)."""
         w = self.weight[: x.shape[0]]  # (G, out, in)
-        return torch.bmm(x, w.transpose(1, 2))  # (G, n, in) @ (G, in, out) -> (G, n, out)
+        y = torch.bmm(x, w.transpose(1, 2))  # (G, n, in) @ (G, in, out) -> (G, n, out)
+        return y if self.bias is None else self.bias(y)
 
     def extra_repr(self) -> str:
         e, out, inp = self.weight.shape
         return f"experts={e}, in_features={inp}, out_features={out}"
 
 
-class Experts(nn.Module):
-    """The routed experts' SwiGLU, ``w2(SiLU(w1 x) ⊙ w3 x)`` per expert."""
+GPT_OSS_ALPHA = 1.702
+"""The sigmoid's gain in gpt-oss's clamped SwiGLU (``GptOssConfig.swiglu_alpha``'s default; no count depends on it)."""
 
-    def __init__(self, experts: int, d_model: int, d_ff: int, device=None, dtype=None):
+
+def clamped_swiglu(gate: Tensor, up: Tensor, limit: float) -> Tensor:
+    """gpt-oss's expert activation (transformers' ``GptOssExperts._apply_gate``):
+    ``(clamp(up, ±l) + 1) · g·σ(α·g)`` with ``g = min(gate, l)``."""
+    gate = gate.clamp(max=limit)
+    up = up.clamp(min=-limit, max=limit)
+    return (up + 1) * (gate * torch.sigmoid(gate * GPT_OSS_ALPHA))
+
+
+class Experts(nn.Module):
+    """The routed experts' SwiGLU, ``w2(SiLU(w1 x) ⊙ w3 x)`` per expert (``limit``: gpt-oss's clamped form,
+    ``clamped_swiglu``; ``bias``: every matrix with an ``ExpertBias``)."""
+
+    def __init__(self, experts: int, d_model: int, d_ff: int, device=None, dtype=None, bias=False, limit=None):
         super().__init__()
-        self.w1 = ExpertLinear(experts, d_model, d_ff, device, dtype)
-        self.w2 = ExpertLinear(experts, d_ff, d_model, device, dtype)
-        self.w3 = ExpertLinear(experts, d_model, d_ff, device, dtype)
+        self.w1 = ExpertLinear(experts, d_model, d_ff, device, dtype, bias)
+        self.w2 = ExpertLinear(experts, d_ff, d_model, device, dtype, bias)
+        self.w3 = ExpertLinear(experts, d_model, d_ff, device, dtype, bias)
+        self.limit = limit
+
+    def _one(self, x: Tensor) -> Tensor:
+        if self.limit is None:
+            return self.w2(silu(self.w1(x)) * self.w3(x))
+        return self.w2(clamped_swiglu(self.w1(x), self.w3(x), self.limit))
 
     def forward(self, x: Tensor, *more: Tensor) -> Tensor | tuple[Tensor, ...]:
         """x (G, n, d): n token rows for each of experts 0..G-1 -> (G, n, d).  With ``more`` parts (each
         (G', n', d)), every part in turn, in one call (one FSDP2 unit pass under expert parallel)."""
         if not more:
-            return self.w2(silu(self.w1(x)) * self.w3(x))
-        return tuple(self.w2(silu(self.w1(p)) * self.w3(p)) for p in (x, *more))
+            return self._one(x)
+        return tuple(self._one(p) for p in (x, *more))
 
 
 class MixtureOfExperts(nn.Module):
@@ -77,9 +124,16 @@ class MixtureOfExperts(nn.Module):
     def __init__(self, cfg, device=None, dtype=None):
         super().__init__()
         self.num_experts, self.top_k = cfg.num_experts, cfg.experts_per_token
-        self.router = Linear(cfg.d_model, cfg.num_experts, device=device, dtype=dtype)
-        self.experts = Experts(cfg.num_experts, cfg.d_model, cfg.expert_width, device, dtype)
-        self.shared = SwiGLU(cfg.d_model, cfg.shared_width, device=device, dtype=dtype) if cfg.shared_experts else None
+        self.router = Linear(cfg.d_model, cfg.num_experts, device=device, dtype=dtype, bias=cfg.router_bias)
+        self.score_bias = ScoreBias(cfg.num_experts, device, dtype) if cfg.router_score_bias else None
+        self.experts = Experts(
+            cfg.num_experts, cfg.d_model, cfg.expert_width, device, dtype, cfg.expert_bias, cfg.swiglu_limit
+        )
+        self.shared = None
+        if cfg.shared_experts:  # with ``mlp_bias``, biases on its three matrices (Ernie 4.5's ``use_bias``)
+            self.shared = SwiGLU(cfg.d_model, cfg.shared_width, device=device, dtype=dtype, bias=cfg.mlp_bias)
+        # Qwen2-MoE: the shared experts' output × σ(x·w_g), w_g a d -> 1 map (``shared_expert_gate``)
+        self.shared_gate = Linear(cfg.d_model, 1, device=device, dtype=dtype) if cfg.shared_expert_gate else None
         self.ep = None  # (group, ranks, rank) under expert parallel
 
     def expert_parallel(self, group, ranks: int, rank: int) -> None:
@@ -89,6 +143,9 @@ class MixtureOfExperts(nn.Module):
         for w in (self.experts.w1, self.experts.w2, self.experts.w3):
             shape = (local, *w.weight.shape[1:])
             w.weight = nn.Parameter(torch.empty(shape, device=w.weight.device, dtype=w.weight.dtype))
+            if w.bias is not None:
+                b = w.bias.bias
+                w.bias.bias = nn.Parameter(torch.zeros((local, *b.shape[1:]), device=b.device, dtype=b.dtype))
         self.ep = (group, ranks, rank)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -96,7 +153,11 @@ class MixtureOfExperts(nn.Module):
         d, k = int(x.shape[-1]), self.top_k
         flat = x.reshape(-1, d)  # (..., S, d) -> (T, d)
         T = int(flat.shape[0])  # a Python int also under the jit trace (fvcore): the split is static
-        weights = softmax(self.router(flat), -1).topk(k, dim=-1).values  # (T, E) -> (T, k): the top-k scores
+        if self.score_bias is None:
+            weights = softmax(self.router(flat), -1).topk(k, dim=-1).values  # (T, E) -> (T, k): the top-k scores
+        else:  # Ernie 4.5: the top k of the probabilities + the frozen bias pick; the probabilities weight
+            probs = softmax(self.router(flat), -1)
+            weights = probs.gather(-1, (probs + self.score_bias.weight).topk(k, dim=-1).indices)
         slots = flat.repeat_interleave(k, dim=0)  # (T, d) -> (T·k, d): slot s = t·k + j
         if self.ep is not None:
             return self._finish(self._routed_expert_parallel(slots), weights, flat, x)
@@ -122,8 +183,10 @@ class MixtureOfExperts(nn.Module):
         # (FSDP2's MixedPrecisionPolicy): the top-k weights are fp32 there (exp runs in fp32) and autocast
         # sums in fp32, and without it the residual stream would turn fp32 after the first MoE block
         out = out.to(flat.dtype)
-        if self.shared is not None:
+        if self.shared is not None and self.shared_gate is None:
             out = out + self.shared(flat)
+        elif self.shared is not None:  # (T, 1) gate values, broadcast over the d features
+            out = out + torch.sigmoid(self.shared_gate(flat)) * self.shared(flat)
         return out.view(x.shape)
 
     def _routed_expert_parallel(self, slots: Tensor) -> Tensor:

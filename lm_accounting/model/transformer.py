@@ -17,7 +17,10 @@ these paths and nothing to the course model (whose ops are unchanged, op for op)
 * ``qk_norm_scope="projection"``: ``attn.q_norm``/``k_norm`` over the whole projection (OLMo-2);
 * ``sliding_window``: windowed layers get a banded causal mask (the matmuls are unchanged: the full
   square is computed and masked, as transformers' eager attention does);
-* ``scale_embeddings``: token embeddings × √d_model (Gemma).
+* ``scale_embeddings``: token embeddings × √d_model (Gemma);
+* ``attention_sinks``: ``attn.sinks`` (gpt-oss), one logit per head as an extra softmax column (naive only);
+* mixture-of-experts options (``model.moe``): ``moe.router.bias``, the experts' biases and clamped SwiGLU
+  (gpt-oss), ``moe.shared_gate`` (Qwen2-MoE).
 
 How transformers' fused projections map onto these paths: Phi-3's ``qkv_proj`` is our
 ``q_proj`` + ``k_proj`` + ``v_proj`` (rows [0, h·d_head), then kv·d_head each) and its ``gate_up_proj``
@@ -48,7 +51,9 @@ from lm_accounting.model.layers import (
     MatMul,
     RMSNorm,
     RotaryPositionalEmbedding,
+    Sinks,
     SwiGLU,
+    alibi_slopes,
     make_norm,
     scaled_dot_product_attention,
 )
@@ -104,6 +109,8 @@ class CausalSelfAttention(nn.Module):
         qkv_bias: bool = False,
         output_bias: bool = False,
         qk_norm_scope: str = "head",
+        sinks: bool = False,
+        alibi: bool = False,
     ):
         super().__init__()
         if num_heads % num_kv_heads:
@@ -113,6 +120,13 @@ class CausalSelfAttention(nn.Module):
         self.k_proj = Linear(d_model, num_kv_heads * head_dim, device=device, dtype=dtype, bias=qkv_bias)
         self.v_proj = Linear(d_model, num_kv_heads * head_dim, device=device, dtype=dtype, bias=qkv_bias)
         self.output_proj = Linear(num_heads * head_dim, d_model, device=device, dtype=dtype, bias=output_bias)
+        self.sinks = Sinks(num_heads, device=device, dtype=dtype) if sinks else None
+        self.alibi = alibi  # ALiBi (BLOOM): the slopes, a non-persistent fp32 buffer (h,)
+        if alibi:
+            slopes = alibi_slopes(num_heads)  # computed on the CPU (no values on meta)
+            on_meta = torch.device(device or "cpu").type == "meta"
+            slopes = torch.empty_like(slopes, device="meta") if on_meta else slopes.to(device)
+            self.register_buffer("alibi_slopes", slopes, persistent=False)
         self.qk_norm_whole = qk_norm and qk_norm_scope == "projection"
         if qk_norm:  # per head (Qwen3): head_dim; whole projection (OLMo-2): h·head_dim and kv·head_dim
             q_width, k_width = (
@@ -165,7 +179,11 @@ class CausalSelfAttention(nn.Module):
             causal = cache is None or int(q.shape[-2]) > 1
             out = self.sdpa(q, k, v, causal)  # (..., h, S, head_dim)
         else:
-            out = scaled_dot_product_attention(q, k, v, mask, qk=self.qk, av=self.av)
+            bias = None
+            if self.alibi:  # slope_h × key position j: (h, 1, S_k), as transformers' BLOOM (per key, not i − j)
+                keys = torch.arange(int(k.shape[-2]), device=k.device, dtype=torch.float32)
+                bias = (self.alibi_slopes.view(-1, 1, 1) * keys).to(q.dtype)
+            out = scaled_dot_product_attention(q, k, v, mask, qk=self.qk, av=self.av, sinks=self.sinks, bias=bias)
         # (..., h, S, head_dim) -> (..., S, h, head_dim) -> (..., S, h·head_dim): heads merged (a copy)
         out = out.transpose(-3, -2).reshape(*x.shape[:-1], self.num_heads * self.head_dim)
         return self.output_proj(out)
@@ -185,7 +203,7 @@ class TransformerBlock(nn.Module):
         super().__init__()
 
         def norm():
-            return make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, device=device, dtype=dtype)
+            return make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, device=device, dtype=dtype, weights=cfg.norm_weights)
 
         self.ln1 = norm() if cfg.pre_norms else None
         self.attn = (
@@ -204,6 +222,8 @@ class TransformerBlock(nn.Module):
                 qkv_bias=cfg.qkv_bias,
                 output_bias=cfg.output_bias,
                 qk_norm_scope=cfg.qk_norm_scope,
+                sinks=cfg.attention_sinks,
+                alibi=cfg.positions == "alibi",
             )
         )
         self.post_attn_norm = norm() if cfg.post_norms else None
@@ -255,6 +275,12 @@ class TransformerLM(nn.Module):
                 "sliding-window attention runs with attention=naive only "
                 "(the fused kernel is called with is_causal=True and no window)"
             )
+        if cfg.positions == "alibi" and self.setup.attention != "naive":
+            raise AccountingError("ALiBi runs with attention=naive only (the fused kernel is called with no bias)")
+        if cfg.attention_sinks and self.setup.attention != "naive":
+            raise AccountingError(
+                "attention sinks run with attention=naive only (the fused kernel's softmax has no sink column)"
+            )
         if cfg.mla and self.setup.attention != "naive":
             raise AccountingError(
                 "latent attention runs with attention=naive in the live model: its value heads "
@@ -264,12 +290,19 @@ class TransformerLM(nn.Module):
         self.token_embeddings = Embedding(cfg.vocab_size, cfg.d_model, device=device, dtype=dtype)
         if cfg.positions == "learned":  # GPT-2's wpe: one learned vector per position
             self.position_embeddings = Embedding(cfg.position_rows, cfg.d_model, device=device, dtype=dtype)
+        self.embedding_norm = None
+        if cfg.embedding_norm:  # BLOOM's word_embeddings_layernorm
+            self.embedding_norm = make_norm(
+                cfg.norm, cfg.d_model, cfg.norm_eps, device=device, dtype=dtype, weights=cfg.norm_weights
+            )
         self.layers = nn.ModuleList(
             TransformerBlock(cfg, device=device, dtype=dtype, attention=self.setup.attention, layer=i)
             for i in range(cfg.num_layers)
         )
-        self.ln_final = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, device=device, dtype=dtype)
-        self.lm_head = Linear(cfg.d_model, cfg.vocab_size, device=device, dtype=dtype)
+        self.ln_final = make_norm(
+            cfg.norm, cfg.d_model, cfg.norm_eps, device=device, dtype=dtype, weights=cfg.norm_weights
+        )
+        self.lm_head = Linear(cfg.d_model, cfg.vocab_size, device=device, dtype=dtype, bias=cfg.lm_head_bias)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.token_embeddings.weight
         self.rope = None
@@ -296,7 +329,7 @@ class TransformerLM(nn.Module):
             if self.cfg.sliding_window is not None:  # key j visible from query i iff i - w < j <= i
                 window_mask = mask & ~torch.ones_like(mask).tril(-self.cfg.sliding_window)
         with self._autocast(token_ids.device):
-            x = self._embed(token_ids, positions) if first else token_ids
+            x = self.embed(token_ids, positions) if first else token_ids
             for i, block in enumerate(self.layers, self.first_layer):
                 x = self._run_block(block, x, positions, window_mask if self.cfg.layer_windowed(i) else mask)
             if self.lm_head is None:
@@ -304,12 +337,15 @@ class TransformerLM(nn.Module):
             logits = self.lm_head(self.ln_final(x))
             return logits.float() if self.setup.autocast else logits
 
-    def _embed(self, token_ids: Tensor, positions: Tensor) -> Tensor:
+    def embed(self, token_ids: Tensor, positions: Tensor) -> Tensor:
+        """The blocks' input: token embeddings (× √d for Gemma, + learned positions for GPT-2, normed for BLOOM)."""
         x = self.token_embeddings(token_ids)
         if self.cfg.scale_embeddings:  # Gemma: × √d_model
             x = x * (self.cfg.d_model**0.5)
         if self.cfg.positions == "learned":
             x = x + self.position_embeddings(positions)
+        if self.embedding_norm is not None:
+            x = self.embedding_norm(x)
         return x
 
     def _autocast(self, device: torch.device):
