@@ -89,3 +89,15 @@ def test_summary_as_computed(records):
     text = (REPORTS / "runs.md").read_text()
     verdict = "met" if median <= 0.10 and errors[-1] <= 0.25 else "NOT met"
     assert f"median |error| {100 * median:.1f} %" in text and f"is {verdict}." in text
+
+
+def test_the_table_needs_no_torch():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from lm_accounting.analytic.published_runs import rows; rows(); "
+        "print(','.join(m for m in ('torch', 'transformers', 'pandas', 'matplotlib') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""

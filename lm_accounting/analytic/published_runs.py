@@ -178,7 +178,7 @@ RUNS = (
     # torchtitan docs/performance.md (2024): 405B on 128 H100 (95 GB, lower TDP), FSDP 16 × TP 8, local batch 2
     Run("TT perf 405B FSDP 16 TP 8", TT_PERF + " (Llama 3.1 table, row 'None')", "llama-3.1-405b", CALIBRATED,
         "H100 HBM2e 95 GB, lower TDP", 128, 16, 3, 8, 1, 1, 8192, 2, 32, "full", "full", 109, "tokens/s/GPU",
-        "WPS (MFU 29.0 % published beside it)", (POWER,)),
+        "WPS (MFU 29.0 % published beside it); torch.compile not stated", (POWER,)),
     # torchtitan docs/performance.md (2024): 64 A100 80GB, FSDP 64, local batch 1
     Run("TT perf 8B FSDP 64 A100", TT_PERF + " (Llama 3 table, 'selective op')", "llama-3-8b", "a100-80gb",
         "A100 80GB", 64, 64, 3, 1, 1, 1, 8192, 1, 64, "selective", "selective (op)", 2973, "tokens/s/GPU",
