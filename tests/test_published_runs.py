@@ -101,3 +101,16 @@ def test_the_table_needs_no_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_the_mpt_rows_are_the_models_that_ran():
+    """llm-foundry's table prints each run's NumParams: the GPT-2 architecture at the MPT sizes, with its 50,368
+    vocabulary and learned positions up to the row's sequence, has exactly that many parameters (an independent
+    count: the table's, against ours)."""
+    from lm_accounting.analytic.params import parameter_breakdown
+    from lm_accounting.analytic.published_runs import MPT_H100, config
+
+    mpt = [r for r in RUNS if r.name.startswith("MPT ")]
+    assert len(mpt) == len(MPT_H100) == 52
+    for run, published in zip(mpt, MPT_H100, strict=True):
+        assert parameter_breakdown(config(run)).total == published[-1], run.name

@@ -213,6 +213,85 @@ sizes (vocabulary 32,000; 7B: 32 KV heads, intermediate 11,008; 13B: 40 layers, 
 heads, intermediate 13,824; 70B: Llama-3.1-70B's sizes, vocabulary 32,000)."""
 
 
+MPT_SOURCE = (
+    "https://github.com/mosaicml/llm-foundry/blob/061f2c7ce64e655100286584a7629e2a09f827ba/scripts/train/"
+    "benchmarking/README.md, table 'H100 80GB BF16' (Composer FSDP FULL_SHARD, amp_bf16)"
+)
+MPT_SIZES = {"760m": (1536, 12, 24), "1b": (2048, 16, 24), "3b": (2560, 20, 32), "7b": (4096, 32, 32),
+             "13b": (5120, 40, 40), "30b": (7168, 56, 48), "70b": (8192, 64, 80)}  # fmt: skip
+"""(d_model, n_heads, n_layers) of llm-foundry's MPT benchmark models (scripts/train/yamls/pretrain/mpt-*.yaml);
+with GPT-2's architecture (LayerNorm and linear biases, a 4·d GELU MLP, learned positions up to the sequence, tied
+LM head) and a 50,368 vocabulary, our parameter count equals the table's NumParams on every row
+(tests/test_published_runs.py)."""
+MPT = ("", "", "torch 1.13 with MPT's Triton flash attention (the table predates torch 2), not the calibrated kernels")
+MPT_H100 = (  # model, S, GPUs, micro-batch, global batch, activation checkpointing, T/s/GPU, NumParams
+    ("70b", 2048, 64, 8, 2048, True, 1039, 64862437376),
+    ("70b", 2048, 32, 2, 1024, True, 882, 64862437376),
+    ("30b", 8192, 8, 1, 168, True, 1384, 30019254272),
+    ("30b", 4096, 8, 1, 168, True, 1802, 29989894144),
+    ("30b", 2048, 32, 14, 1344, True, 2308, 29975214080),
+    ("30b", 2048, 16, 10, 480, True, 2263, 29975214080),
+    ("30b", 2048, 8, 3, 504, True, 2002, 29975214080),
+    ("30b", 1024, 8, 6, 1008, True, 2084, 29967874048),
+    ("13b", 32768, 8, 1, 24, True, 1976, 13011240960),
+    ("13b", 16384, 8, 3, 72, True, 2985, 12927354880),
+    ("13b", 4096, 8, 10, 240, True, 4717, 12864440320),
+    ("13b", 2048, 64, 2, 128, False, 4800, 12853954560),
+    ("13b", 2048, 32, 2, 64, False, 4811, 12853954560),
+    ("13b", 2048, 16, 2, 32, False, 4767, 12853954560),
+    ("13b", 2048, 8, 2, 16, False, 4792, 12853954560),
+    ("13b", 1024, 8, 40, 960, True, 5502, 12848711680),
+    ("7b", 65536, 8, 1, 16, True, 1956, 6918905856),
+    ("7b", 32768, 8, 2, 32, True, 3318, 6784688128),
+    ("7b", 8192, 8, 8, 128, True, 6935, 6684024832),
+    ("7b", 4096, 8, 16, 256, True, 8611, 6667247616),
+    ("7b", 2048, 8, 6, 48, False, 10643, 6658859008),
+    ("7b", 1024, 8, 64, 1024, True, 10203, 6654664704),
+    ("3b", 65536, 8, 1, 16, True, 3262, 2814366720),
+    ("3b", 32768, 8, 3, 144, True, 5873, 2730480640),
+    ("3b", 16384, 8, 1, 48, False, 11152, 2688537600),
+    ("3b", 8192, 8, 3, 144, False, 16578, 2667566080),
+    ("3b", 4096, 8, 5, 240, False, 20964, 2657080320),
+    ("3b", 2048, 64, 6, 1152, False, 22525, 2651837440),
+    ("3b", 2048, 32, 6, 576, False, 23021, 2651837440),
+    ("3b", 2048, 16, 10, 480, False, 24142, 2651837440),
+    ("3b", 1024, 8, 20, 960, False, 27046, 2649216000),
+    ("3b", 512, 8, 40, 1920, False, 27965, 2647905280),
+    ("1b", 65536, 8, 1, 16, True, 5506, 1445974016),
+    ("1b", 32768, 8, 1, 32, False, 12025, 1378865152),
+    ("1b", 16384, 8, 2, 64, False, 19649, 1345310720),
+    ("1b", 8192, 8, 3, 96, False, 29157, 1328533504),
+    ("1b", 4096, 8, 7, 224, False, 38535, 1320144896),
+    ("1b", 2048, 64, 20, 1280, False, 44402, 1315950592),
+    ("1b", 2048, 32, 20, 640, False, 45130, 1315950592),
+    ("1b", 2048, 16, 20, 320, False, 46037, 1315950592),
+    ("1b", 2048, 8, 14, 112, False, 45455, 1315950592),
+    ("1b", 1024, 8, 18, 576, False, 48910, 1313853440),
+    ("1b", 512, 8, 56, 1792, False, 52275, 1312804864),
+    ("760m", 32768, 8, 1, 16, False, 16291, 807656448),
+    ("760m", 16384, 8, 3, 48, False, 27815, 782490624),
+    ("760m", 8192, 8, 6, 96, False, 41825, 769907712),
+    ("760m", 4096, 8, 12, 192, False, 55459, 763616256),
+    ("760m", 2048, 32, 24, 768, False, 67971, 760470528),
+    ("760m", 2048, 16, 24, 384, False, 68551, 760470528),
+    ("760m", 2048, 8, 24, 384, False, 63147, 760470528),
+    ("760m", 1024, 8, 48, 768, False, 78581, 758897664),
+    ("760m", 512, 8, 96, 1536, False, 83749, 758111232),
+)  # fmt: skip
+
+
+def _mpt(model, seq, gpus, b, gbs, ck, tps, _n) -> Run:
+    d, h, layers = MPT_SIZES[model]
+    sizes = (("vocab_size", 50368), ("d_model", d), ("num_heads", h), ("num_layers", layers), ("d_ff", 4 * d),
+             ("context_length", seq), ("max_position_embeddings", seq))  # fmt: skip
+    return Run(f"MPT {model} S {seq:,} {gpus} GPUs", MPT_SOURCE, "openai-gpt2", CALIBRATED, "H100 80GB", gpus, gpus,
+               3, 1, 1, 1, seq, b, gbs, "full" if ck else "none", "full" if ck else "none", tps, "tokens/s/GPU",
+               "Throughput (T/s/GPU)", (MPT,), sizes)  # fmt: skip
+
+
+RUNS += tuple(_mpt(*r) for r in MPT_H100)
+
+
 def config(run: Run):
     cfg = load_config(run.model)
     return dataclasses.replace(cfg, **dict(run.overrides)) if run.overrides else cfg
@@ -222,13 +301,17 @@ def setup(run: Run) -> TrainingSetup:
     return TrainingSetup(attention="sdpa", checkpoint=run.checkpoint, precision="amp-bf16")
 
 
-def calibrated_efficiency(run: Run) -> float:
-    """Rule step 1: u, the whole model's hardware FLOPs at (S, b) over its calibrated forward + backward time, as a
-    fraction of the calibrated GPU's bf16 peak."""
+def calibrated(run: Run) -> tuple[float, float, float]:
+    """Rule step 1: (u, the whole model's hardware FLOPs at (S, b) over its calibrated forward + backward time, as
+    a fraction of the calibrated GPU's bf16 peak; the fused attention's share of that time; the memory-bound
+    kernels' share)."""
     cfg, s = config(run), setup(run)
     t = predict_step_time(cfg, run.seq, s, impl="course", batch=run.micro_batch, gpu=CALIBRATED)
+    seconds = t.forward.seconds + t.backward.seconds
     flops = step_flops(cfg, run.seq, run.micro_batch, s).hardware
-    return flops / (t.forward.seconds + t.backward.seconds) / gpu(CALIBRATED).peak_flops("bf16")
+    attention = (t.forward.attention + t.backward.attention) / seconds
+    memory_bound = (t.forward.memory_bound + t.backward.memory_bound) / seconds
+    return flops / seconds / gpu(CALIBRATED).peak_flops("bf16"), attention, memory_bound
 
 
 def model_flops_per_token(run: Run) -> float:
@@ -258,14 +341,15 @@ def compare(run: Run) -> dict[str, Any]:
     predicted = None
     if "cp" not in run.flags:
         cfg, s = config(run), setup(run)
-        u = calibrated_efficiency(run)
+        u, attention, memory_bound = calibrated(run)
         times = price_layout(cfg, run.gpu, run.seq, run.micro_batch, s, lay, mfu=u)
         step = step_seconds(*times)
         predicted = run.global_batch * run.seq / step / run.gpus
-        row.update(u=u, step_s=step, compute_s=times[0], dp_comm_s=times[1], tp_comm_s=times[2], pp_comm_s=times[3])
+        row.update(u=u, attention_share=attention, memory_bound_share=memory_bound, step_s=step, compute_s=times[0],
+                   dp_comm_s=times[1], tp_comm_s=times[2], pp_comm_s=times[3])  # fmt: skip
         row["bubble"] = (run.pp - 1) / (lay.micro_batches + run.pp - 1)
     else:
-        row.update(u=None, step_s=None, compute_s=None, dp_comm_s=None, tp_comm_s=None, pp_comm_s=None, bubble=None)
+        row.update({k: None for k in PREDICTED})
     row["predicted_tokens_per_s"] = predicted
     error = None if predicted is None else predicted / row["published_tokens_per_s"] - 1
     row["error"] = error
@@ -278,9 +362,18 @@ def compare(run: Run) -> dict[str, Any]:
     return row
 
 
+PREDICTED = ("u", "attention_share", "memory_bound_share", "step_s", "compute_s", "dp_comm_s", "tp_comm_s",
+             "pp_comm_s", "bubble")  # fmt: skip
+SHARE = 0.20  # a term of the predicted step named in a cause from this share on (``cause``)
+
+
 def cause(run: Run, row: dict[str, Any]) -> str:
-    """Where |error| > 10 %: the run's differences acting in the error's direction ("-": we over-predict,
-    "+": we under-predict), and the predicted step's exposed TP share and 1F1B bubble where above 10 %."""
+    """Where |error| > 10 %: the run's differences acting in the error's direction ("-": we over-predict, "+": we
+    under-predict), then the terms of our prediction that could carry the error, from ``SHARE`` of it on.  Over-
+    predicted: the fused attention's share of the calibrated compute (priced at the calibration's torch flash
+    kernel).  Under-predicted: the memory-bound kernels' share (each priced as a kernel of its own; a fusing stack
+    runs fewer), the TP collectives counted exposed, the 1F1B bubble, data-parallel collectives longer than the
+    compute (all-gathers of the fp32 parameters over ``plan``'s links)."""
     error = row["error"]
     if error is None:
         return "not predicted: " + "; ".join(w for f, _, w in run.differences if f == "cp")
@@ -288,10 +381,17 @@ def cause(run: Run, row: dict[str, Any]) -> str:
         return ""
     sign = "-" if error > 0 else "+"
     parts = [w for _, d, w in run.differences if d == sign]
-    if row["tp_comm_s"] / row["step_s"] > 0.10:
-        parts.append(f"TP collectives counted exposed: {100 * row['tp_comm_s'] / row['step_s']:.0f} % of the step")
-    if row["bubble"] > 0.10:
+    step, compute = row["step_s"], row["compute_s"]
+    if error > 0 and row["attention_share"] >= SHARE:
+        parts.append(f"fused attention {100 * row['attention_share']:.0f} % of the calibrated compute")
+    if error < 0 and row["memory_bound_share"] >= SHARE:
+        parts.append(f"memory-bound kernels {100 * row['memory_bound_share']:.0f} % of the calibrated compute")
+    if error < 0 and row["tp_comm_s"] / step >= SHARE / 2:
+        parts.append(f"TP collectives counted exposed: {100 * row['tp_comm_s'] / step:.0f} % of the step")
+    if error < 0 and row["bubble"] >= SHARE / 2:
         parts.append(f"1F1B bubble {100 * row['bubble']:.0f} % of the compute")
+    if error < 0 and row["dp_comm_s"] > compute:
+        parts.append(f"data-parallel collectives {row['dp_comm_s']:.2f} s exceed the compute {compute:.2f} s")
     return "; ".join(parts) or "unexplained by the differences listed"
 
 
