@@ -37,7 +37,7 @@ from typing import Any
 from ..config import load_config
 from ..gpus import gpu
 from ..layout import ParallelLayout
-from ..plan import price_layout, step_seconds
+from ..plan import DEFAULT_INTERNODE, GPUS_PER_NODE, price_layout, step_seconds
 from ..setup import TrainingSetup
 from .hardware_flops import step_flops
 from .params import embedding_params, parameter_breakdown
@@ -383,7 +383,10 @@ def cause(run: Run, row: dict[str, Any]) -> str:
     parts = [w for _, d, w in run.differences if d == sign]
     step, compute = row["step_s"], row["compute_s"]
     if error > 0 and row["attention_share"] >= SHARE:
-        parts.append(f"fused attention {100 * row['attention_share']:.0f} % of the calibrated compute")
+        parts.append(
+            f"fused attention {100 * row['attention_share']:.0f} % of the calibrated compute (priced at the "
+            "calibration's torch flash kernel)"
+        )
     if error < 0 and row["memory_bound_share"] >= SHARE:
         parts.append(f"memory-bound kernels {100 * row['memory_bound_share']:.0f} % of the calibrated compute")
     if error < 0 and row["tp_comm_s"] / step >= SHARE / 2:
@@ -391,7 +394,11 @@ def cause(run: Run, row: dict[str, Any]) -> str:
     if error < 0 and row["bubble"] >= SHARE / 2:
         parts.append(f"1F1B bubble {100 * row['bubble']:.0f} % of the compute")
     if error < 0 and row["dp_comm_s"] > compute:
-        parts.append(f"data-parallel collectives {row['dp_comm_s']:.2f} s exceed the compute {compute:.2f} s")
+        link = "NVLink" if run.gpus <= GPUS_PER_NODE else f"{DEFAULT_INTERNODE // 10**9} GB/s per GPU between nodes"
+        parts.append(
+            f"data-parallel collectives (fp32 all-gathers, {link}) {row['dp_comm_s']:.2f} s exceed the compute "
+            f"{compute:.2f} s"
+        )
     return "; ".join(parts) or "unexplained by the differences listed"
 
 
