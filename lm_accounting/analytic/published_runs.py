@@ -8,7 +8,7 @@ table).  One rule predicts every row (``RULE``), no constant per row:
    the calibrated H100 time of that step's forward and backward (``step_time.predict_step_time``, the course
    program priced by ``lm_accounting/calibration/h100-80gb/``: GEMMs at their measured rates, fused attention,
    every memory-bound kernel), as a fraction of the H100's bf16 peak.  The AdamW step is left out (sharded over
-   the data-parallel ranks, under 2 % of these steps).
+   the data-parallel ranks and the model-parallel ones: small beside these steps, not measured against them).
 2. The step: ``plan.price_layout`` of the run's own layout at utilisation u (``plan``'s rules 1-4: the busiest
    rank's hardware FLOPs at u, the 1F1B bubble, TP/SP and expert collectives exposed, data-parallel collectives
    overlapped, NVLink within a node and 50 GB/s per GPU between nodes); no memory check (the run ran).
@@ -20,8 +20,9 @@ rule cannot express (Float8, torch.compile, async TP, context parallel, an inter
 ``differences``; each difference names the direction it moves the error ("+": the run is faster than the rule
 assumes, so we under-predict; "-": slower, so we over-predict).  A row is out of the summary when it used Float8,
 FP8, torch.compile, context parallel or an A100 (``EXCLUDE``); the rest form the summary.  The cause of a row worse
-than 10 % is its differences acting in the error's direction, and the predicted step's exposed TP share and
-pipeline bubble where above 10 %.
+than 10 % (``cause``) is its differences acting in the error's direction and the terms of the predicted step that
+could carry the error (fused attention or memory-bound kernels from 20 % of the calibrated compute, exposed TP
+collectives, the 1F1B bubble, data-parallel collectives longer than the compute).
 
 Published figures in TFLOP/s per GPU are converted to tokens/s with the convention the source states (``Run.convention``).
 No torch.
