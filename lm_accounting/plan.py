@@ -68,7 +68,7 @@ from .analytic.parallel import peaks_exact, rank_floor, rank_flops, rank_step
 from .analytic.parallel_report import not_modelled
 from .analytic.pipeline import pipeline_stages, stage_floor
 from .config import AccountingError, ModelConfig
-from .gpus import DEFAULT_ALLOWANCE, GPU, MemoryBudget, memory_budget
+from .gpus import DEFAULT_ALLOWANCE, GPU, MemoryBudget, gpu, memory_budget
 from .layout import ParallelLayout
 from .result import Result
 from .setup import CHECKPOINTS, TrainingSetup
@@ -103,6 +103,23 @@ class Candidate:
 def step_seconds(compute: float, dp: float, tp: float, pp: float, ep: float) -> float:
     """One step (module docstring): data-parallel collectives overlapped with compute, the rest not."""
     return max(compute, dp) + tp + ep + pp
+
+
+def price_layout(
+    cfg: ModelConfig,
+    gpu_name: str,
+    seq: int,
+    micro_batch: int,
+    setup: TrainingSetup,
+    layout: ParallelLayout,
+    *,
+    mfu: float,
+    internode_bw: int = DEFAULT_INTERNODE,
+) -> tuple[float, float, float, float, float]:
+    """(compute, data-parallel, tensor-parallel, pipeline, expert-parallel) seconds of one step of ``layout``
+    (its ``micro_batches`` of ``micro_batch`` sequences per data-parallel rank) by the module docstring's rules
+    1–4, as ``plan`` prices every candidate; no memory check (a published run that ran is priced as it ran)."""
+    return _Pricing(cfg, seq, gpu(gpu_name), mfu, internode_bw).step_times(micro_batch, setup, layout)
 
 
 @dataclass(frozen=True)

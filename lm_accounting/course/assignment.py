@@ -13,6 +13,7 @@ from ..views.account import breakdown_table
 from ..views.crosscheck import crosscheck_view
 from ..views.infer_report import write_inference
 from ..views.plan import write_parallel
+from ..views.published_runs import write_published
 from ..views.setups import plot_setups, setup_rows, setup_table
 from ..views.sweep import SWEEP_FILES, write_sweep
 from .answer_tables import (
@@ -36,6 +37,7 @@ REPORT_FILES = re.compile(
     r"|setups/peak_vs_context\.(md|csv|png|svg)"
     r"|inference/((serving|engine_startup|trtllm_throughput)\.(md|csv)|(decode_tokens_per_s|memory_vs_sequences)\.(png|svg))"
     r"|parallel/(llama-3-8b|llama-3\.1-70b)-8k-(plan\.md|memory-vs-gpus\.(png|svg))"
+    r"|published/runs\.(md|csv|json)"
     r"|\.[A-Za-z0-9._+-]+\.[a-z0-9_]{8}\.(json|md)"
     rf"|{CUDA_FILES}"
 )
@@ -103,6 +105,7 @@ def _write_report_files(out: Path, live: bool, plots: bool, progress: bool) -> t
     paths += write_setups(out / "setups" / "peak_vs_context", plots)
     paths += write_inference(out / "inference", plots)  # issue 12: serving Llama-3-8B and an MoE on an H100
     paths += write_parallel(out / "parallel", plots)  # issue 11: the planner for Llama-3-8B and -70B at 8k
+    paths += write_published(out / "published")  # issue 28: published training runs beside the predicted step
     paths.append(write_json(out / "answers.json", answers_json(ans)))
     paths.append(write_atomic(out / "assignment.md", assignment_markdown(ans, live)))
     return ans, paths
