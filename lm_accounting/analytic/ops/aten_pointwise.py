@@ -85,21 +85,22 @@ def divide(a: Tensor, b: Tensor) -> Tensor:
     need = wants(a, b)
     if need is None:
         return out
-
-    def back(ctx, g, sa, sb):
-        gb = ga = None
-        if ctx.need[1]:  # div_tensor_other_backward: -grad * ((self / other) / other)
-            ratio = divide(sa, sb)
-            ratio2 = divide(ratio, sb)
-            minus = neg(g[0])
-            gb = mul(minus, ratio2)
-            del minus, ratio2, ratio
-        if ctx.need[0]:  # div_tensor_self_backward: grad / other
-            ga = divide(g[0], sb)
-        return ga, gb
-
-    record("DivBackward0", (a, b), (out,), back, (a if need[1] else None, b))
+    record("DivBackward0", (a, b), (out,), divide_backward, (a if need[1] else None, b))
     return out
+
+
+def divide_backward(ctx, g, sa: Tensor | None, sb: Tensor) -> tuple:
+    """``DivBackward0`` of ``a / b`` (saved: a, when b needs a gradient, and b)."""
+    gb = ga = None
+    if ctx.need[1]:  # div_tensor_other_backward: -grad * ((self / other) / other)
+        ratio = divide(sa, sb)
+        ratio2 = divide(ratio, sb)
+        minus = neg(g[0])
+        gb = mul(minus, ratio2)
+        del minus, ratio2, ratio
+    if ctx.need[0]:  # div_tensor_self_backward: grad / other
+        ga = divide(g[0], sb)
+    return ga, gb
 
 
 def mean_all(x: Tensor) -> Tensor:

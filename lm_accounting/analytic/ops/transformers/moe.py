@@ -30,7 +30,7 @@ from ....config import ModelConfig
 from ....setup import TrainingSetup
 from .. import aten as A
 from ..aten_index import index, split_with_sizes, topk
-from ..aten_pointwise import divide
+from ..aten_pointwise import divide_backward
 from ..engine import Affine
 from ..tensors import Tensor, empty, no_grad, parameter, record, record_first
 from .llama import MLP, DecoderLayer, LlamaForCausalLM, RMSNorm
@@ -58,20 +58,7 @@ def div_(values: Tensor, other: Tensor) -> Tensor:
     storage and has ``DivBackward0`` (``aten_pointwise.divide``'s formulas)."""
     original = empty(values.shape, values.dtype, "clone") if other.requires_grad else None
     out = values.detach()
-
-    def back(ctx, g, sa, sb):
-        gb = ga = None
-        if ctx.need[1]:  # div_tensor_other_backward: -grad * ((self / other) / other)
-            ratio = divide(sa, sb)
-            ratio2 = divide(ratio, sb)
-            minus = A.neg(g[0])
-            gb = A.mul(minus, ratio2)
-            del minus, ratio2, ratio
-        if ctx.need[0]:  # div_tensor_self_backward: grad / other
-            ga = divide(g[0], sb)
-        return ga, gb
-
-    record("DivBackward0", (values, other), (out,), back, (original, other))
+    record("DivBackward0", (values, other), (out,), divide_backward, (original, other))
     return out
 
 
