@@ -84,6 +84,7 @@ ARCHS = {
         dense_layers_first=1,
     ),
     "mixtral": dict(num_experts=4, experts_per_token=2, expert_d_ff=8),
+    "partial_rotary": dict(rotary_dim=4, qk_norm=True),  # GLM-4.5's: RoPE on the first 4 of 10, the rest passed
 }
 NAIVE_ONLY = {"gemma2", "gemma3", "phi3", "deepseek_v2", "deepseek_v3"}  # the live model refuses sdpa for them
 SEQS = (8, 7)  # the routed split: lines in B at S = 8 (4 experts divide S·k), at S = 7 replayed at each B
