@@ -116,6 +116,23 @@ ZOO = {  # model_type -> a small config.json with the type's own options set
     },
     "starcoder2": {**SMALL, "sliding_window": WINDOW},
     "gpt_bigcode": {"vocab_size": 256, "n_embd": 64, "n_layer": 4, "n_head": 4, "n_positions": 512, **NO_IDS},
+    # partial rotary (RoPE on the first rotary_dim of each head): GLM, MiniMax-M2, StableLM
+    "glm4_moe": {
+        **SMALL,
+        **EXPERTS,
+        "head_dim": 24,  # heads · head_dim != hidden_size, as GLM-4.5's 96 · 128 vs 5,120
+        "n_routed_experts": 4,
+        "moe_intermediate_size": 32,
+        "n_shared_experts": 2,
+        "first_k_dense_replace": 1,
+        "use_qk_norm": True,
+        "attention_bias": True,
+        "partial_rotary_factor": 0.5,
+    },
+    "minimax_m2": {**SMALL, **EXPERTS, "head_dim": 32, "num_local_experts": 4, "rotary_dim": 8},
+    "glm4": {**SMALL, "head_dim": 16, "rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.75}},
+    "glm": {**SMALL, "head_dim": 20, "attention_bias": False},  # the class's 0.5: 10 of 20
+    "stablelm": {**SMALL, "use_qkv_bias": True},  # the class's 0.25: 4 of 16
 }
 
 # transformers' module names -> our component keys, beyond tests/test_transformers_truth.py's
@@ -137,6 +154,8 @@ ZOO_MODULES = {
     "shared_mlp.output_linear": ("moe.shared.w2",),
     "mlp.c_fc": ("ffn.fc",),
     "mlp.c_proj": ("ffn.proj",),
+    "post_self_attn_layernorm": ("post_attn_norm",),  # GLM-4-0414's sandwich norms
+    "post_mlp_layernorm": ("post_ffn_norm",),
 }
 POST_NORMS = {"post_attention_layernorm": ("post_attn_norm",)}  # OLMo-3, EXAONE 4: after the sublayers
 PERI_NORMS = {"post_norm1": ("post_attn_norm",), "post_norm2": ("post_ffn_norm",)}  # HyperCLOVA X
@@ -510,7 +529,9 @@ def test_every_causal_lm_type_is_read_or_refused_with_a_reason():
         ("granite_swa", "attention sinks applied as a post-attention logsumexp scaling"),
         ("cohere", "attention and MLP in parallel"),
         ("gpt_neox", "attention and MLP in parallel"),
-        ("glm4_moe", "RoPE on part of each head"),
+        ("phi", "attention and MLP in parallel"),
+        ("persimmon", "squared ReLU"),
+        ("laguna", "Laguna's softplus output gate"),
         ("nemotron", "squared ReLU"),
         ("bart", "encoder-decoder"),
     ],
