@@ -84,7 +84,20 @@ ARCHS = {
         dense_layers_first=1,
     ),
     "mixtral": dict(num_experts=4, experts_per_token=2, expert_d_ff=8),
-    "partial_rotary": dict(rotary_dim=4, qk_norm=True),  # GLM-4.5's: RoPE on the first 4 of 10, the rest passed
+    "partial_rotary": dict(rotary_dim=4, qk_norm=True),  # RoPE on the first 4 of 10, the rest passed through
+    "glm4_moe": dict(  # GLM-4.5's block: Q/K/V biases, qk-norm, half-head RoPE, a dense first layer, shared experts
+        rotary_dim=6,
+        qkv_bias=True,
+        qk_norm=True,
+        num_experts=4,
+        experts_per_token=2,
+        expert_d_ff=6,
+        shared_experts=1,
+        dense_layers_first=1,
+    ),
+    "minimax_m2": dict(  # MiniMax-M2's: whole-projection qk-norm, RoPE on 4 of 10, experts in every layer
+        rotary_dim=4, qk_norm=True, qk_norm_scope="projection", num_experts=4, experts_per_token=2, expert_d_ff=8
+    ),
 }
 NAIVE_ONLY = {"gemma2", "gemma3", "phi3", "deepseek_v2", "deepseek_v3"}  # the live model refuses sdpa for them
 SEQS = (8, 7)  # the routed split: lines in B at S = 8 (4 experts divide S·k), at S = 7 replayed at each B
