@@ -150,7 +150,7 @@ class CausalSelfAttention(nn.Module):
         """(..., S, n·head_dim) -> (..., n, S, head_dim), a view."""
         return t.view(*t.shape[:-1], n, self.head_dim).transpose(-3, -2)
 
-    def _rotate_part(self, rope: RotaryPositionalEmbedding, t: Tensor, token_positions: Tensor) -> Tensor:
+    def rotate_part(self, rope: RotaryPositionalEmbedding, t: Tensor, token_positions: Tensor) -> Tensor:
         """Partial rotary (``Glm4MoeAttention``: ``q_rot``/``q_pass``): RoPE on the first ``rotary_dim`` of each
         head, the rest passed through, concatenated back: (..., n, S, head_dim) -> the same shape (a new tensor)."""
         rot, rest = t.split([self.rotary_dim, self.head_dim - self.rotary_dim], dim=-1)  # two views
@@ -183,7 +183,7 @@ class CausalSelfAttention(nn.Module):
             if self.rotary_dim is None:
                 q, k = rope(q, token_positions), rope(k, token_positions)
             else:
-                q, k = self._rotate_part(rope, q, token_positions), self._rotate_part(rope, k, token_positions)
+                q, k = self.rotate_part(rope, q, token_positions), self.rotate_part(rope, k, token_positions)
         if cache is not None:  # inference: store K, V; attend over the cached keys (model/kv_cache.py)
             k, v, mask = cache.update(k, v, mask)
         if hasattr(self, "sdpa"):  # causal by construction: mask is None

@@ -61,8 +61,8 @@ class CausalSelfAttention:
         out = self.q_proj.params() + self.k_proj.params() + self.v_proj.params() + self.output_proj.params()
         return out + (self.q_norm.params() + self.k_norm.params() if self.q_norm is not None else [])
 
-    def _rotate_part(self, rope, t: Tensor, token_positions: Tensor) -> Tensor:
-        """``_rotate_part`` (partial rotary): split off the first ``rotary_dim``, rotate it, concatenate back."""
+    def rotate_part(self, rope, t: Tensor, token_positions: Tensor) -> Tensor:
+        """``rotate_part`` (partial rotary): split off the first ``rotary_dim``, rotate it, concatenate back."""
         rot, rest = split_with_sizes(t, (self.rotary_dim, self.hd - self.rotary_dim), -1)
         return A.cat([rope(rot, token_positions), rest], -1)
 
@@ -81,7 +81,7 @@ class CausalSelfAttention:
             if self.rotary_dim is None:
                 q, k = rope(q, token_positions), rope(k, token_positions)
             else:
-                q, k = self._rotate_part(rope, q, token_positions), self._rotate_part(rope, k, token_positions)
+                q, k = self.rotate_part(rope, q, token_positions), self.rotate_part(rope, k, token_positions)
         if self.attention == "sdpa":
             out = fused_attention(q, k, v)
         else:
