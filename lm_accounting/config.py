@@ -212,14 +212,7 @@ class ModelConfig:
         for key, allowed in ARCHITECTURE_CHOICES.items():
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"{key} must be one of {', '.join(allowed)}, got {short_repr(getattr(self, key))}")
-        for key in (
-            "rotary_dim",
-            "max_position_embeddings",
-            "sliding_window",
-            "full_attention_every",
-            *MOE_FIELDS,
-            *MLA_FIELDS,
-        ):
+        for key in ("max_position_embeddings", "sliding_window", "full_attention_every", *MOE_FIELDS, *MLA_FIELDS):
             if key in ("shared_experts", "dense_layers_first"):
                 check_nonnegative_int(key, getattr(self, key))
                 continue
@@ -260,6 +253,7 @@ class ModelConfig:
         if self.num_heads % self.kv_heads:
             raise ConfigError(f"num_heads={self.num_heads} is not divisible by num_kv_heads={self.kv_heads}")
         if self.rotary_dim is not None:
+            check_positive_int("rotary_dim", self.rotary_dim, ConfigError)
             if self.positions != "rope" or self.mla:
                 raise ConfigError(
                     "rotary_dim applies only with positions = rope, without latent attention (qk_rope_head_dim)"
@@ -371,7 +365,7 @@ class ModelConfig:
 
     @property
     def partial_rotary(self) -> bool:
-        """RoPE rotates only the first ``rotary_dim`` dimensions of each Q and K head (GLM, MiniMax-M2, Phi)."""
+        """RoPE rotates only the first ``rotary_dim`` dimensions of each Q and K head (GLM, MiniMax-M2, StableLM)."""
         return self.rotary_dim is not None and self.rotary_dim < self.d_head
 
     @property
@@ -711,8 +705,8 @@ parameters per layer, no matmul.  ``norm_weights = false`` (OLMo): the block nor
 gain and no bias (``OlmoLayerNorm``: ``F.layer_norm(x, shape, None, None)``); a qk-norm keeps its gain.
 ``embedding_norm`` (BLOOM's ``word_embeddings_layernorm``): a norm of the config's kind on the token embeddings,
 before the first block.  ``lm_head_bias``: the LM head has a bias of V (Ernie 4.5-MoE's ``use_bias``, Phi's,
-CTRL's; a tied head shares its weight only).  ``rotary_dim`` (partial rotary; GLM-4.5, MiniMax-M2, StableLM,
-Phi): RoPE rotates the first ``rotary_dim`` dimensions of each Q and K head (even, at most ``head_dim``; None:
+CTRL's; a tied head shares its weight only).  ``rotary_dim`` (partial rotary; GLM-4.5, MiniMax-M2,
+StableLM): RoPE rotates the first ``rotary_dim`` dimensions of each Q and K head (even, at most ``head_dim``; None:
 all), the rest pass through and are concatenated back (``Glm4MoeAttention``: ``q_rot``/``q_pass``); no parameter,
 no matmul."""
 
