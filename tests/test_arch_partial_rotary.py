@@ -204,3 +204,20 @@ def test_bad_partial_rotary_fields_are_one_line_exit_2(model_type, change, messa
     path.write_text(json.dumps({"model_type": model_type, **values}))
     r = run_cli("account", path)
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and message in r.err, r.err
+
+
+def test_cached_decode_reproduces_the_full_forward():
+    """Inference (``model.kv_cache``): K is cached after its partial rotation, so decoding token by token gives
+    the full forward's logits."""
+    from lm_accounting.model import build_model
+    from lm_accounting.model.kv_cache import StaticKVCache, decode, prefill
+
+    cfg = ModelConfig(**TINY, rotary_dim=4, qk_norm=True)
+    torch.manual_seed(0)
+    model = build_model(cfg, "cpu")
+    ids = torch.randint(0, cfg.vocab_size, (2, 14))
+    with torch.no_grad():
+        full = model(ids)
+        cache = StaticKVCache(cfg, 2, 14, "cpu", torch.float32)
+        steps = [prefill(model, ids[:, :8], cache)] + [decode(model, ids[:, t : t + 1], cache) for t in range(8, 14)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-5, atol=1e-5)
