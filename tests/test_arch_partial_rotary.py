@@ -11,8 +11,8 @@ tests/test_ops_course.py (``partial_rotary``, ``glm4_moe``, ``minimax_m2``).  He
   StableLM's ``rotary_ndims``): a factor given, the class's default, one in ``rope_parameters``, an odd
   ``int(head_dim · factor)``, MiniMax-M2's legacy ``rotary_dim``;
 * our partial rotation equals GLM's ``apply_rotary_pos_emb`` on CPU and leaves the passed-through part as it was;
-* the elementwise FLOPs by hand (3 per rotated element), the live model's cross-check on meta and cpu, and what
-  the memory replays say;
+* the elementwise FLOPs by hand (3 per rotated element), transformers' parameter tensors (``hf_tensors``), the
+  live model's cross-check on meta and cpu, its cached decode, and what the memory replays say;
 * bad input: one line, exit 2.
 """
 
@@ -119,6 +119,22 @@ def test_rope_flops_count_the_rotated_part_only():
     assert full["layers.*.attn.rope"].per_layer == 2 * nm["layers.*.attn.rope"].per_layer
     assert full.total - nm.total == 46 * 3 * T * 104 * 64
     assert "first 64 of 128" in cfg.architecture
+
+
+@pytest.mark.parametrize("model_type", ["glm4_moe", "minimax_m2", "glm4", "glm", "stablelm"])
+def test_transformers_tensors_are_those_of_its_real_model(model_type):
+    """``memory --impl transformers`` sizes AdamW's step counters and for-loop temporaries from transformers'
+    parameter tensors (``analytic.hf_tensors``): GLM's fused ``gate_up_proj``, GLM-4-0414's four norms, StableLM's
+    LayerNorm biases, MiniMax-M2's router before its experts; equal to the real model's, untied and tied."""
+    from test_transformers_truth import build_hf
+
+    from lm_accounting.analytic.hf_tensors import hf_parameter_tensor_count, hf_parameter_tensor_sizes
+
+    for tie in (False, True):
+        values = {"model_type": model_type, **ZOO[model_type], "tie_word_embeddings": tie}
+        cfg = config_from_hf(values)
+        real = [p.numel() for p in build_hf(values).parameters()]
+        assert hf_parameter_tensor_sizes(cfg) == real and hf_parameter_tensor_count(cfg) == len(real), tie
 
 
 TINY = dict(vocab_size=97, context_length=64, num_layers=2, d_model=32, num_heads=4, num_kv_heads=2, d_ff=48)
