@@ -493,8 +493,6 @@ class ModelConfig:
             out.append("ALiBi")
         if self.embedding_norm:
             out.append("embedding norm")
-        if self.partial_rotary:
-            out.append("partial rotary")
         if self.lm_head_bias:
             out.append("LM-head bias")
         if self.qk_norm and self.qk_norm_scope != "head":
@@ -556,8 +554,8 @@ class ModelConfig:
     @property
     def course_architecture(self) -> bool:
         """True when every architecture option is the course's (nothing ``unsupported_for_replay()``, and no
-        q/k/v biases, which the replay models too)."""
-        return not self.unsupported_for_replay() and not self.qkv_bias
+        q/k/v biases or partial rotary, which the replay models too)."""
+        return not self.unsupported_for_replay() and not self.qkv_bias and not self.partial_rotary
 
     @property
     def architecture(self) -> str:
@@ -624,6 +622,8 @@ class ModelConfig:
             return "gpt-oss-style (attention sinks + MoE)" if self.moe else "custom (attention sinks)"
         if self.shared_expert_gate:
             return "Qwen2-MoE-style (sigmoid-gated shared expert)"
+        if self.partial_rotary and not [u for u in self.unsupported_for_replay() if u != "mixture of experts"]:
+            return "GLM-style (partial rotary + MoE)" if self.moe else "GLM-style (partial rotary)"
         if self.moe and self.unsupported_for_replay() == ["mixture of experts"]:
             return "MoE (Mixtral-style)" if not self.qk_norm else "MoE (Qwen3-MoE-style)"
         if self.qkv_bias and not self.unsupported_for_replay():

@@ -24,6 +24,8 @@ import pytest
 from lm_accounting.analytic.flops import nonmatmul_flops
 from lm_accounting.config import ConfigError, ModelConfig
 from lm_accounting.hf_config import config_from_hf
+from lm_accounting.layout import ParallelLayout
+from lm_accounting.setup import TrainingSetup
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -157,16 +159,63 @@ def test_live_model_crosscheck_is_exact(cfg, device, seq, monkeypatch):
     assert crosscheck(cfg, seq, 2, device=device, backward=True).mismatches() == []
 
 
-def test_the_legacy_replay_refuses_it_and_the_course_program_models_it():
+def test_every_replay_models_it_and_no_gpu_measured_it():
+    """The legacy replay (single GPU, parallel layouts, inference) and the course program model partial rotary
+    (tests/test_memory_setups.py, tests/test_ops_course.py, tests/test_infer_live.py and the layouts below prove
+    them against the live model); no GPU ran it, so a cuda prediction names it; it is not the course
+    architecture (whose convention rotates whole heads)."""
+    from lm_accounting.analytic.memory_report import gpu_unmeasured
     from lm_accounting.analytic.ops import unsupported
     from lm_accounting.analytic.replay import replay_unsupported
     from lm_accounting.setup import TrainingSetup
 
     cfg = ModelConfig(**TINY, rotary_dim=4)
-    assert cfg.unsupported_for_replay() == ["partial rotary"] == replay_unsupported(cfg)
-    assert unsupported(cfg, TrainingSetup(), "course") == []
-    assert ModelConfig(**TINY, rotary_dim=8).unsupported_for_replay() == []  # the whole head: the course model
+    assert cfg.unsupported_for_replay() == [] == replay_unsupported(cfg) == unsupported(cfg, TrainingSetup(), "course")
+    assert gpu_unmeasured(cfg) == ["partial rotary"] and not cfg.course_architecture
+    assert cfg.family == "GLM-style (partial rotary)"
+    assert ModelConfig(**TINY, rotary_dim=8).course_architecture  # the whole head: the course model
     assert ModelConfig(**TINY, rotary_dim=8) != ModelConfig(**TINY)  # ... though not the same config as None
+
+
+LAYOUT_CFG = ModelConfig(
+    vocab_size=101, context_length=16, num_layers=4, d_model=24, num_heads=4, num_kv_heads=2, d_ff=40, rotary_dim=4
+)  # tests/test_parallel_measured.py's TINY (with 4 layers for pp 4), RoPE on 4 of 6
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "lay",
+    [
+        ParallelLayout(dp=4, zero=0),
+        ParallelLayout(dp=4, zero=3),
+        ParallelLayout(tp=2, sequence_parallel=True),
+        ParallelLayout(dp=2, zero=2, tp=2, vocab_parallel=True),
+    ],
+    ids=["ddp", "zero3", "tp+sp", "fsdp×tp+vp"],
+)
+def test_a_parallel_rank_is_exact(lay):
+    """On the fake process group (tracker, traced): the rank's step equals the legacy replay's."""
+    from lm_accounting.analytic.parallel import rank_step
+    from lm_accounting.measure.distributed import measure_rank
+
+    cfg = dataclasses.replace(LAYOUT_CFG, qk_norm=True)
+    for setup in (TrainingSetup(), TrainingSetup(attention="sdpa", checkpoint="full", precision="amp-bf16")):
+        assert measure_rank(cfg, 16, 1, setup, lay).step == rank_step(cfg, 16, 1, setup, lay, mode="traced")[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("pp", "micro", "stage"), [(2, 4, 1), (4, 4, 2)])
+def test_a_pipeline_stage_is_exact(pp, micro, stage):
+    from lm_accounting.analytic.pipeline import stage_step
+    from lm_accounting.measure.pipeline import measure_stage
+
+    cfg = dataclasses.replace(LAYOUT_CFG, qkv_bias=True)
+    lay = ParallelLayout(pp=pp, micro_batches=micro)
+    for setup in (TrainingSetup(), TrainingSetup(precision="amp-bf16", checkpoint="selective")):
+        assert (
+            measure_stage(cfg, 16, 1, setup, lay, stage=stage)
+            == stage_step(cfg, 16, 1, setup, lay, stage, mode="traced")[0]
+        )
 
 
 # -- bad input: one line, exit 2 ------------------------------------------------------------------------------
