@@ -83,6 +83,9 @@ def test_the_published_widths():
         "glm-4-9b-chat-hf": 64,
     }
     assert (widths["stablelm-2-1_6b"], widths["stablelm-3b-4e1t"]) == (16, 20)
+    from lm_accounting.views.account import describe_config
+
+    assert "head_dim 128 (RoPE on the first 64)" in describe_config(config_from_hf(PUBLISHED["MiniMax-M2"]))
 
 
 def test_our_partial_rotation_is_glms():
