@@ -248,11 +248,12 @@ def _v(cfg: ModelConfig) -> str:
 
 
 def _rope_width(cfg: ModelConfig) -> int:
-    """Elements RoPE rotates per token: every Q and K head's d_head, (h + kv)·d_head; under latent
-    attention the RoPE part of each Q head and the one shared RoPE key, (h + 1)·qk_rope_head_dim."""
+    """Elements RoPE rotates per token: every Q and K head's d_head, (h + kv)·d_head, or its first rotary_dim
+    (partial rotary: the rest passes through, no FLOP); under latent attention the RoPE part of each Q head and
+    the one shared RoPE key, (h + 1)·qk_rope_head_dim."""
     if cfg.mla:
         return (cfg.num_heads + 1) * cfg.rope_dim
-    return cfg.q_dim + cfg.kv_dim
+    return (cfg.num_heads + cfg.kv_heads) * cfg.rope_dim
 
 
 def _expert_swiglu(
@@ -605,7 +606,9 @@ REGISTRY: tuple[Component, ...] = (
         present=_rope,
         elementwise=Formula(
             lambda z: fl.rope_flops(z.T, _rope_width(z.cfg)),
-            lambda cfg: "3·T·(h+1)·d_rope" if cfg.mla else "3·T·(h+kv)·d_head",
+            lambda cfg: (
+                "3·T·(h+1)·d_rope" if cfg.mla else "3·T·(h+kv)·d_rot" if cfg.partial_rotary else "3·T·(h+kv)·d_head"
+            ),
         ),
         saved=Formula(act.rope_saved_bytes, "none: T·(h+kv)·d_head·h + 2·S·d_head·h", "rotated Q, K and cos/sin rows"),
     ),

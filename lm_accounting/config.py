@@ -124,6 +124,7 @@ class ModelConfig:
     mlp_bias: bool = False
     mlp: str = "swiglu"
     positions: str = "rope"
+    rotary_dim: int | None = None
     max_position_embeddings: int | None = None
     qk_norm_scope: str = "head"
     sliding_window: int | None = None
@@ -251,8 +252,16 @@ class ModelConfig:
             )
         if self.num_heads % self.kv_heads:
             raise ConfigError(f"num_heads={self.num_heads} is not divisible by num_kv_heads={self.kv_heads}")
+        if self.rotary_dim is not None:
+            check_positive_int("rotary_dim", self.rotary_dim, ConfigError)
+            if self.positions != "rope" or self.mla:
+                raise ConfigError(
+                    "rotary_dim applies only with positions = rope, without latent attention (qk_rope_head_dim)"
+                )
+            if self.rotary_dim > self.d_head:
+                raise ConfigError(f"rotary_dim={self.rotary_dim} exceeds head_dim={self.d_head}")
         if self.positions == "rope" and self.rope_dim % 2:
-            which = "qk_rope_head_dim" if self.mla else "head_dim"
+            which = "rotary_dim" if self.rotary_dim is not None else "qk_rope_head_dim" if self.mla else "head_dim"
             raise ConfigError(f"{which}={self.rope_dim} is odd; RoPE rotates pairs of dimensions")
 
     def _check_moe(self) -> None:
@@ -348,8 +357,16 @@ class ModelConfig:
 
     @property
     def rope_dim(self) -> int:
-        """Dimensions of a head that RoPE rotates: ``d_head``, or ``qk_rope_head_dim`` with latent attention."""
-        return self.qk_rope_head_dim if self.mla else self.d_head
+        """Dimensions of a head that RoPE rotates: ``d_head``, ``rotary_dim`` (the first ones, partial rotary), or
+        ``qk_rope_head_dim`` with latent attention."""
+        if self.mla:
+            return self.qk_rope_head_dim
+        return self.d_head if self.rotary_dim is None else self.rotary_dim
+
+    @property
+    def partial_rotary(self) -> bool:
+        """RoPE rotates only the first ``rotary_dim`` dimensions of each Q and K head (GLM, MiniMax-M2, StableLM)."""
+        return self.rotary_dim is not None and self.rotary_dim < self.d_head
 
     @property
     def mla(self) -> bool:
@@ -517,6 +534,7 @@ class ModelConfig:
             "mlp_bias",
             "mlp",
             "positions",
+            "rotary_dim",
             "max_position_embeddings",
             "qk_norm_scope",
             "sliding_window",
@@ -536,8 +554,8 @@ class ModelConfig:
     @property
     def course_architecture(self) -> bool:
         """True when every architecture option is the course's (nothing ``unsupported_for_replay()``, and no
-        q/k/v biases, which the replay models too)."""
-        return not self.unsupported_for_replay() and not self.qkv_bias
+        q/k/v biases or partial rotary, which the replay models too)."""
+        return not self.unsupported_for_replay() and not self.qkv_bias and not self.partial_rotary
 
     @property
     def architecture(self) -> str:
@@ -548,6 +566,8 @@ class ModelConfig:
             {"swiglu": "SwiGLU", "geglu": "GeGLU", "gelu": "GELU MLP"}[self.mlp],
             {"rope": "RoPE", "learned": "learned positions", "alibi": "ALiBi"}[self.positions],
         ]
+        if self.partial_rotary:
+            parts[-1] += f" (first {self.rotary_dim} of {self.d_head})"
         biases = [
             n
             for n, on in (
@@ -602,6 +622,8 @@ class ModelConfig:
             return "gpt-oss-style (attention sinks + MoE)" if self.moe else "custom (attention sinks)"
         if self.shared_expert_gate:
             return "Qwen2-MoE-style (sigmoid-gated shared expert)"
+        if self.partial_rotary and not [u for u in self.unsupported_for_replay() if u != "mixture of experts"]:
+            return "GLM-style (partial rotary + MoE)" if self.moe else "GLM-style (partial rotary)"
         if self.moe and self.unsupported_for_replay() == ["mixture of experts"]:
             return "MoE (Mixtral-style)" if not self.qk_norm else "MoE (Qwen3-MoE-style)"
         if self.qkv_bias and not self.unsupported_for_replay():
@@ -683,7 +705,10 @@ parameters per layer, no matmul.  ``norm_weights = false`` (OLMo): the block nor
 gain and no bias (``OlmoLayerNorm``: ``F.layer_norm(x, shape, None, None)``); a qk-norm keeps its gain.
 ``embedding_norm`` (BLOOM's ``word_embeddings_layernorm``): a norm of the config's kind on the token embeddings,
 before the first block.  ``lm_head_bias``: the LM head has a bias of V (Ernie 4.5-MoE's ``use_bias``, Phi's,
-CTRL's; a tied head shares its weight only)."""
+CTRL's; a tied head shares its weight only).  ``rotary_dim`` (partial rotary; GLM-4.5, MiniMax-M2,
+StableLM): RoPE rotates the first ``rotary_dim`` dimensions of each Q and K head (even, at most ``head_dim``; None:
+all), the rest pass through and are concatenated back (``Glm4MoeAttention``: ``q_rot``/``q_pass``); no parameter,
+no matmul."""
 
 
 MOE_DEFAULTS: dict[str, Any] = {

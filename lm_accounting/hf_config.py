@@ -11,7 +11,8 @@ The rules:
   types whose modeling file is one of those blocks under other names (Granite, Helium, InternLM3, EXAONE 3/4,
   ERNIE 4.5, Seed-OSS, Ministral, SmolLM3, HunYuan-Dense, Gemma, OLMo-3, OLMoE, Phi-3.5-MoE, Hunyuan v3,
   HunYuan-MoE, IQuest-Coder, Sarvam-M, Youtu, VaultGemma, HyperCLOVA X, GLM-4.7-Flash, StarCoder2, GPTBigCode;
-  GPT-SW3 as GPT-2), and new pieces (gpt_oss, qwen2_moe, olmo, bloom, ernie4_5_moe), each proven in tests/test_hf_zoo.py and listed in docs/model_types.md.  A multimodal wrapper
+  GPT-SW3 as GPT-2), and new pieces (gpt_oss, qwen2_moe, olmo, bloom, ernie4_5_moe; partial rotary: glm4_moe,
+  minimax_m2, glm4, glm, stablelm), each proven in tests/test_hf_zoo.py and listed in docs/model_types.md.  A multimodal wrapper
   with a ``text_config`` (``WRAPPERS``: Gemma 3's ``gemma3``, Mistral 3's ``mistral3``, Kimi K2.5's ``kimi_k25``)
   is read through its text model, and the model's name says so: "(text model of a gemma3 wrapper; the vision tower
   is not counted)".  Every other causal-LM type transformers registers is refused with a line naming what it lacks
@@ -135,6 +136,11 @@ SUPPORTED_MODEL_TYPES = (
     "olmo",
     "bloom",
     "ernie4_5_moe",
+    "glm4_moe",
+    "minimax_m2",
+    "glm4",
+    "glm",
+    "stablelm",
 )
 
 
@@ -290,6 +296,8 @@ IGNORED_BY_TYPE = {
     "olmo": frozenset(["clip_qkv"]),
     "bloom": frozenset(["pretraining_tp", "slow_but_exact"]),
     "ernie4_5_moe": frozenset(["moe_norm_min", "output_router_logits", "router_aux_loss_coef"]),
+    "glm4_moe": frozenset(_DEEPSEEK_ROUTING),
+    "minimax_m2": frozenset(["output_router_logits", "router_aux_loss_coef", "router_jitter_noise"]),
     "gemma3": frozenset(
         [
             "vision_config",
@@ -423,12 +431,14 @@ class _Fields:
         )
 
 
-def _rope_theta(f: _Fields) -> float:
+def _rope_theta(f: _Fields, *, partial: bool = False) -> float:
     """``rope_theta`` at the top level (transformers v4) or in ``rope_parameters`` (v5; for Gemma 3 the
     full-attention entry).  RoPE has no parameters: the value only fills the live model's tables.  A
-    ``partial_rotary_factor`` (at the top level or in ``rope_parameters``) other than 1 is refused."""
+    ``partial_rotary_factor`` (at the top level or in ``rope_parameters``) other than 1 is refused, unless
+    ``partial`` (the type's reader reads it, ``_rotary``)."""
     theta = f.number("rope_theta", 10_000.0)
-    _full_rotary(f.raw("partial_rotary_factor"), f"{f.source}: field 'partial_rotary_factor'")
+    if not partial:
+        _full_rotary(f.raw("partial_rotary_factor"), f"{f.source}: field 'partial_rotary_factor'")
     params = f.raw("rope_parameters")
     if params is None:
         return theta
@@ -439,9 +449,34 @@ def _rope_theta(f: _Fields) -> float:
         f.ignored_parts += [f"{prefix}{k}" for k in params if k != "full_attention"]  # the local layers' theta
         params, prefix = params["full_attention"], f"{prefix}full_attention."
     f.ignored_parts += [f"{prefix}{k}" for k in params if k not in ("rope_theta", "partial_rotary_factor")]
-    _full_rotary(params.get("partial_rotary_factor"), f"{f.source}: field '{prefix}partial_rotary_factor'")
+    if not partial:
+        _full_rotary(params.get("partial_rotary_factor"), f"{f.source}: field '{prefix}partial_rotary_factor'")
     value = params.get("rope_theta", theta)
     return positive_number(value, f"{f.source}: field '{prefix}rope_theta'")
+
+
+def _rotary(f: _Fields, out: dict[str, Any], default: float, *, sliced: bool = False) -> dict[str, Any]:
+    """Partial rotary: RoPE on the first dimensions of each head, as many as the cos table is wide
+    (``apply_rotary_pos_emb``: ``rotary_dim = cos.shape[-1]``), 2·⌈n/2⌉ for n = ``int(head_dim · factor)``
+    (``_compute_default_rope_parameters``, modeling_rope_utils.py: one frequency per pair from 0 to n).  ``sliced``
+    (StableLM: ``q[..., :rotary_ndims]`` with rotary_ndims = n) cannot run an odd n: refused.  The factor is
+    ``rope_parameters``' own, else the top-level field, else ``default`` (the class's: GLM's ``__post_init__`` sets
+    0.5, StableLM's 0.25), the precedence of ``convert_rope_params_to_dict``."""
+    top, params = f.raw("partial_rotary_factor"), f.raw("rope_parameters")
+    nested = params.get("partial_rotary_factor") if isinstance(params, Mapping) else None
+    field = "rope_parameters.partial_rotary_factor" if nested is not None else "partial_rotary_factor"
+    factor = nested if nested is not None else default if top is None else top
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor <= 1:
+        raise f.error(f"field '{field}' must be a number in (0, 1], got {short_repr(factor)}")
+    head_dim = out["head_dim"] or out["d_model"] // out["num_heads"]
+    n = int(head_dim * factor)
+    if n == 0 or (sliced and n % 2):
+        raise f.error(
+            f"field '{field}' = {factor} rotates int({head_dim} · {factor}) = {n} dimensions of a head: "
+            "RoPE rotates pairs (an even, positive count)"
+        )
+    dim = n + n % 2
+    return {} if dim >= head_dim else {"rotary_dim": dim}
 
 
 def _full_rotary(value: Any, what: str) -> None:
@@ -496,8 +531,8 @@ def _activation(f: _Fields, key: str, default: str) -> str:
     raise f.error(f"field '{key}' = {short_repr(act)} is not supported: a gated MLP with SiLU or GELU")
 
 
-def _common(f: _Fields, *, tie_default: bool) -> dict[str, Any]:
-    """The Llama-style fields shared by every supported type except gpt2."""
+def _common(f: _Fields, *, tie_default: bool, partial: bool = False) -> dict[str, Any]:
+    """The Llama-style fields shared by every supported type except gpt2 (``partial``: see ``_rope_theta``)."""
     heads = f.int("num_attention_heads")
     out = dict(
         vocab_size=f.int("vocab_size"),
@@ -508,7 +543,7 @@ def _common(f: _Fields, *, tie_default: bool) -> dict[str, Any]:
         head_dim=f.int("head_dim", None),
         d_ff=f.int("intermediate_size"),
         context_length=f.int("max_position_embeddings"),
-        rope_theta=_rope_theta(f),
+        rope_theta=_rope_theta(f, partial=partial),
         norm_eps=f.number("rms_norm_eps", 1e-6),
         tie_embeddings=f.bool("tie_word_embeddings", tie_default),
     )
@@ -1152,6 +1187,86 @@ def _gpt_bigcode(f: _Fields) -> dict[str, Any]:
     return {**out, "num_kv_heads": None if kv == out["num_heads"] else 1}
 
 
+# -- partial rotary (issue 30): RoPE on the first rotary_dim of each head (``_rotary``) --------------------
+def _glm(f: _Fields, *, sandwich: bool = False) -> dict[str, Any]:
+    """GLM-4 (``glm``) and GLM-4-0414 (``glm4``, with sandwich norms: ``post_self_attn_layernorm`` and
+    ``post_mlp_layernorm``): Llama's block with a fused ``gate_up_proj`` (our w1 + w3, gate first), biases on Q,
+    K and V (``attention_bias``, default true; ``o_proj`` has none) and RoPE on half of each head."""
+    out = _common(f, tie_default=False, partial=True)
+    return {
+        **out,
+        "qkv_bias": f.bool("attention_bias", True),
+        "mlp": _only_swiglu(f, "hidden_act"),
+        **({"norm_placement": "sandwich"} if sandwich else {}),
+        **_rotary(f, out, 0.5),
+    }
+
+
+def _glm4_moe(f: _Fields) -> dict[str, Any]:
+    """GLM-4.5/4.6 (``glm4_moe``): GLM's attention (Q/K/V biases when ``attention_bias``, per-head q/k RMSNorms
+    when ``use_qk_norm``, RoPE on half of each head), ``first_k_dense_replace`` dense layers of
+    ``intermediate_size``, then ``n_routed_experts`` SwiGLU experts of ``moe_intermediate_size`` with
+    ``n_shared_experts`` of that width run as one MLP.  The router is DeepSeek-V3's (sigmoid, group-limited, a
+    score-correction buffer): it changes which experts, not how many, and has no parameter but its weight.
+    ``Glm4MoeConfig`` defines no ``head_dim``, but ``Glm4MoeAttention`` reads it (``getattr``, else
+    ``hidden_size // num_attention_heads``, floored: the class's 4,096 / 96 gives 42): it is read."""
+    out = _common(f, tie_default=False, partial=True)
+    out["head_dim"] = out["head_dim"] or out["d_model"] // out["num_heads"]
+    return {
+        **out,
+        "qkv_bias": f.bool("attention_bias", False),
+        "qk_norm": f.bool("use_qk_norm", False),
+        "mlp": _only_swiglu(f, "hidden_act"),
+        **_experts(f, "n_routed_experts", "moe_intermediate_size"),
+        "shared_experts": _count(f, "n_shared_experts"),
+        "dense_layers_first": _count(f, "first_k_dense_replace"),
+        **_rotary(f, out, 0.5),
+    }
+
+
+def _minimax_m2(f: _Fields) -> dict[str, Any]:
+    """MiniMax-M2: every layer a mixture of ``num_local_experts`` SwiGLU experts of ``intermediate_size`` (no
+    dense MLP, no shared expert; sigmoid routing with a score-correction buffer, no parameter), q/k RMSNorms over
+    the whole projection (``MiniMaxM2Attention.q_norm``: h·head_dim, OLMo-2's scope), no biases, and RoPE on the
+    legacy ``rotary_dim`` (``convert_rope_params_to_dict``: factor rotary_dim / head_dim)."""
+    out = _common(f, tie_default=False, partial=True)
+    legacy = f.int("rotary_dim", None, allow_none=True)
+    head_dim = out["head_dim"] or out["d_model"] // out["num_heads"]
+    return {
+        **out,
+        "qk_norm": True,
+        "qk_norm_scope": "projection",
+        "mlp": _only_swiglu(f, "hidden_act"),
+        **_experts(f, "num_local_experts", None),
+        **_rotary(f, out, 1.0 if legacy is None else legacy / head_dim),
+    }
+
+
+def _stablelm(f: _Fields) -> dict[str, Any]:
+    """StableLM (3B-4E1T, StableLM 2): LayerNorm (``layer_norm_eps``, gain and bias), SwiGLU, biases on Q, K and
+    V when ``use_qkv_bias``, RoPE on a quarter of each head by default.  Refused: ``use_parallel_residual``
+    (attention and MLP from one norm) and ``qk_layernorm`` (one LayerNorm per head, each with its own weights)."""
+    f.only("use_parallel_residual", (False,), "attention, then the MLP (a parallel block is not modelled)")
+    f.only("qk_layernorm", (False,), "no q/k norm (StableLM's per-head LayerNorms with their own weights)")
+    out = {
+        "vocab_size": f.int("vocab_size"),
+        "d_model": f.int("hidden_size"),
+        "num_layers": f.int("num_hidden_layers"),
+        "num_heads": f.int("num_attention_heads"),
+        "num_kv_heads": f.int("num_key_value_heads", None),
+        "head_dim": None,  # StableLmAttention: hidden_size // num_heads
+        "d_ff": f.int("intermediate_size"),
+        "context_length": f.int("max_position_embeddings"),
+        "rope_theta": _rope_theta(f, partial=True),
+        "norm_eps": f.number("layer_norm_eps", 1e-5),
+        "tie_embeddings": f.bool("tie_word_embeddings", False),
+        "norm": "layernorm",
+        "qkv_bias": f.bool("use_qkv_bias", False),
+        "mlp": _only_swiglu(f, "hidden_act"),
+    }
+    return {**out, **_rotary(f, out, 0.25, sliced=True)}
+
+
 MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "gpt2": _gpt2,
     "llama": _llama,
@@ -1198,6 +1313,11 @@ MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "olmo": _olmo,
     "bloom": _bloom,
     "ernie4_5_moe": _ernie4_5_moe,
+    "glm4_moe": _glm4_moe,
+    "minimax_m2": _minimax_m2,
+    "glm4": lambda f: _glm(f, sandwich=True),
+    "glm": _glm,
+    "stablelm": _stablelm,
 }
 assert tuple(MAPPINGS) == SUPPORTED_MODEL_TYPES
 

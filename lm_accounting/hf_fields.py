@@ -134,6 +134,41 @@ DEFINED_FIELDS: dict[str, frozenset[str]] = {
             use_bias use_cache vocab_size
         """
     ),
+    "glm4_moe": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id eos_token_id first_k_dense_replace hidden_act hidden_size
+            intermediate_size max_position_embeddings moe_intermediate_size n_group n_routed_experts n_shared_experts
+            norm_topk_prob num_attention_heads num_experts_per_tok num_hidden_layers num_key_value_heads
+            num_local_experts num_mtp_layers num_nextn_predict_layers output_router_logits pad_token_id rms_norm_eps
+            routed_scaling_factor topk_group use_cache use_qk_norm vocab_size
+        """
+    ),
+    "minimax_m2": COMMON_FIELDS
+    | _names(
+        """
+            attention_dropout bos_token_id eos_token_id head_dim hidden_act hidden_size intermediate_size
+            max_position_embeddings num_attention_heads num_experts num_experts_per_tok num_hidden_layers
+            num_key_value_heads num_local_experts output_router_logits pad_token_id rms_norm_eps rotary_dim
+            router_aux_loss_coef router_jitter_noise use_cache vocab_size
+        """
+    ),
+    "glm4": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id eos_token_id head_dim hidden_act hidden_size
+            intermediate_size max_position_embeddings num_attention_heads num_hidden_layers num_key_value_heads
+            pad_token_id rms_norm_eps use_cache vocab_size
+        """
+    ),
+    "stablelm": COMMON_FIELDS
+    | _names(
+        """
+            attention_dropout bos_token_id eos_token_id hidden_act hidden_dropout hidden_size intermediate_size
+            layer_norm_eps max_position_embeddings num_attention_heads num_hidden_layers num_key_value_heads
+            pad_token_id qk_layernorm use_cache use_parallel_residual use_qkv_bias vocab_size
+        """
+    ),
     "bloom": COMMON_FIELDS
     | _names(
         """
@@ -466,6 +501,7 @@ DEFINED_FIELDS: dict[str, frozenset[str]] = {
         """
     ),
 }
+DEFINED_FIELDS["glm"] = DEFINED_FIELDS["glm4"]  # GlmConfig defines Glm4Config's fields (and defaults)
 
 CONFIG_CLASSES = {
     "gpt2": "GPT2Config",
@@ -486,6 +522,11 @@ CONFIG_CLASSES = {
     "olmo": "OlmoConfig",
     "bloom": "BloomConfig",
     "ernie4_5_moe": "Ernie4_5_MoeConfig",
+    "glm4_moe": "Glm4MoeConfig",
+    "minimax_m2": "MiniMaxM2Config",
+    "glm4": "Glm4Config",
+    "glm": "GlmConfig",
+    "stablelm": "StableLmConfig",
     "gemma3": "Gemma3Config",
     "mistral3": "Mistral3Config",
     "kimi_k25": "Kimi_K25Config",
@@ -529,6 +570,8 @@ ALIASES: dict[str, dict[str, str]] = {
     "gpt_oss": {"num_experts": "num_local_experts"},
     "bloom": {"num_hidden_layers": "n_layer", "num_attention_heads": "n_head"},
     "ernie4_5_moe": {"num_experts": "moe_num_experts", "num_experts_per_tok": "moe_k"},
+    "glm4_moe": {"num_local_experts": "n_routed_experts", "num_mtp_layers": "num_nextn_predict_layers"},
+    "minimax_m2": {"num_experts": "num_local_experts"},
     "deepseek_v2": {"num_experts": "n_routed_experts"},
     "deepseek_v3": {"num_local_experts": "n_routed_experts", "num_mtp_layers": "num_nextn_predict_layers"},
     "gemma3": {
@@ -561,6 +604,49 @@ ALIASES: dict[str, dict[str, str]] = {
     },
 }
 CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
+    "glm4_moe": {
+        "num_key_value_heads": 8,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "use_qk_norm": False,
+        "hidden_act": "silu",
+        "moe_intermediate_size": 1408,
+        "n_routed_experts": 128,
+        "num_experts_per_tok": 8,
+        "n_shared_experts": 1,
+        "first_k_dense_replace": 1,
+        "rope_theta": 10000.0,
+    },
+    "minimax_m2": {
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": False,
+        "hidden_act": "silu",
+        "num_local_experts": 256,
+        "num_experts_per_tok": 8,
+        "rope_theta": 5000000.0,
+    },
+    "glm4": {
+        "num_key_value_heads": 2,
+        "head_dim": 128,
+        "rms_norm_eps": 1.5625e-07,
+        "tie_word_embeddings": False,
+        "attention_bias": True,
+        "hidden_act": "silu",
+        "rope_theta": 10000.0,
+    },
+    "stablelm": {
+        "num_key_value_heads": 32,
+        "layer_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "use_qkv_bias": False,
+        "qk_layernorm": False,
+        "use_parallel_residual": False,
+        "hidden_act": "silu",
+        "rope_theta": 10000.0,
+    },
     "ernie4_5_moe": {
         "num_key_value_heads": 4,
         "rms_norm_eps": 1e-05,
@@ -1039,6 +1125,7 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         "rope_theta": 10000.0,
     },
 }
+CLASS_DEFAULTS["glm"] = CLASS_DEFAULTS["glm4"]
 
 SAME_CLASSES = {"gpt-sw3": "gpt2"}
 """A ``model_type`` whose configuration class and causal-LM class are another type's (transformers'

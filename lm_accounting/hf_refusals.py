@@ -42,18 +42,14 @@ REASONS: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "parallel": (
         ("attention and MLP in parallel from one norm (a parallel block), which lm-accounting does not model yet"),
-        _types("cohere cohere2 falcon gptj codegen gpt_neox"),
-    ),
-    "partial_rotary": (
-        ("RoPE on part of each head (partial_rotary_factor < 1 / rotary_dim), which lm-accounting does not model yet"),
-        _types("glm glm4 glm4_moe stablelm persimmon phi minimax_m2 laguna"),
+        _types("cohere cohere2 falcon gptj codegen gpt_neox phi"),
     ),
     "mlp_activation": (
         (
             "a non-gated MLP with a ReLU-family activation (squared ReLU, ReLU, xIELU), which lm-accounting "
             "does not model yet (its MLPs: SwiGLU, GeGLU, GELU)"
         ),
-        _types("nemotron opt arcee apertus nanochat jais2"),
+        _types("nemotron opt arcee apertus nanochat jais2 persimmon"),
     ),
     "positions": (
         (
@@ -95,11 +91,11 @@ REASONS: dict[str, tuple[str, tuple[str, ...]]] = {
         (
             "an attention variant lm-accounting does not model yet (GPT-Neo's local attention, Llama 4's chunked "
             "attention, differential, dynamic-mask, gated with learned scalings, mixture-of-attention experts, "
-            "LSH, a sparse-attention indexer)"
+            "LSH, a sparse-attention indexer, Laguna's softplus output gate)"
         ),
         _types(
             "gpt_neo llama4 llama4_text dory diffllama doge jetmoe reformer deepseek_v32 deepseek_v4 glm_moe_dsa "
-            "dots3_note_text"
+            "dots3_note_text laguna"
         ),
     ),
     "window_pattern": (

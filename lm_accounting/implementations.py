@@ -94,6 +94,11 @@ HF_CAUSAL_LM = {
     "olmo": "OlmoForCausalLM",
     "bloom": "BloomForCausalLM",
     "ernie4_5_moe": "Ernie4_5_MoeForCausalLM",
+    "glm4_moe": "Glm4MoeForCausalLM",
+    "minimax_m2": "MiniMaxM2ForCausalLM",
+    "glm4": "Glm4ForCausalLM",
+    "glm": "GlmForCausalLM",
+    "stablelm": "StableLmForCausalLM",
 }
 """transformers 5.24's causal-LM class per ``model_type`` (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` in
 ``transformers/models/auto/modeling_auto.py``; a Gemma 3 wrapper's text model is ``gemma3_text``): every type

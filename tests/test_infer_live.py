@@ -26,6 +26,7 @@ CONFIGS = {
     "windowed": {"num_kv_heads": 2, "sliding_window": 6},
     "windowed-mixed": {"sliding_window": 5, "full_attention_every": 2},
     "gqa-qkv-bias": {"num_kv_heads": 2, "qkv_bias": True},  # Qwen2
+    "gqa-partial-rotary": {"num_kv_heads": 2, "rotary_dim": 4, "qk_norm": True},  # GLM-4.5: RoPE on 4 of 8
 }
 MLA = {"kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 6}
 OTHER = {  # FLOPs and cache bytes only (the step replay covers the course architecture)

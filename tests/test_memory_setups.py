@@ -26,6 +26,7 @@ VARIANTS = {
     "gqa+tied": {"tie_embeddings": True},
     "mha": {"num_kv_heads": None, "head_dim": None, "d_model": 24},
     "gqa+qkv_bias": {"qkv_bias": True},  # Qwen2: q/k/v biases (fp32 q, k, v under amp-bf16)
+    "gqa+partial_rotary": {"rotary_dim": 2, "qkv_bias": True},  # GLM: RoPE on 2 of each head's 10, the rest passed
 }
 ATTENTIONS, CHECKPOINTS, PRECISIONS = ("naive", "sdpa"), ("none", "full", "selective"), ("fp32", "bf16", "amp-bf16")
 SETUPS = [

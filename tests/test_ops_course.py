@@ -84,12 +84,27 @@ ARCHS = {
         dense_layers_first=1,
     ),
     "mixtral": dict(num_experts=4, experts_per_token=2, expert_d_ff=8),
+    "partial_rotary": dict(rotary_dim=4, qk_norm=True),  # RoPE on the first 4 of 10, the rest passed through
+    "glm": dict(rotary_dim=6, qkv_bias=True),  # GLM-4's attention: Q/K/V biases (fp32 q, k under amp), RoPE on 6 of 10
+    "glm4_moe": dict(  # GLM-4.5's block: Q/K/V biases, qk-norm, half-head RoPE, a dense first layer, shared experts
+        rotary_dim=6,
+        qkv_bias=True,
+        qk_norm=True,
+        num_experts=4,
+        experts_per_token=2,
+        expert_d_ff=6,
+        shared_experts=1,
+        dense_layers_first=1,
+    ),
+    "minimax_m2": dict(  # MiniMax-M2's: whole-projection qk-norm, RoPE on 4 of 10, experts in every layer
+        rotary_dim=4, qk_norm=True, qk_norm_scope="projection", num_experts=4, experts_per_token=2, expert_d_ff=8
+    ),
 }
 NAIVE_ONLY = {"gemma2", "gemma3", "phi3", "deepseek_v2", "deepseek_v3"}  # the live model refuses sdpa for them
 SEQS = (8, 7)  # the routed split: lines in B at S = 8 (4 experts divide S·k), at S = 7 replayed at each B
 
 
-LEGACY = ("llama", "qwen3", "qwen2")  # the architectures the legacy replay models
+LEGACY = ("llama", "qwen3", "qwen2", "partial_rotary", "glm")  # the architectures the legacy replay models
 
 
 def config(arch: str) -> ModelConfig:

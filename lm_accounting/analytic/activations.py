@@ -146,7 +146,8 @@ def rope_saved_bytes(z: Sizes) -> int:
     RoPE's dtype r (``_rope_bytes``); checkpointed: 0."""
     if _ck(z) != "none":
         return 0
-    return _hact(z, z.cfg.q_dim) + _hact(z, z.cfg.kv_dim) + 4 * z.seq * (z.cfg.d_head // 2) * _rope_bytes(z)
+    rotary = z.cfg.rope_dim if z.cfg.partial_rotary else z.cfg.d_head  # partial rotary: rows of rotary_dim/2
+    return _hact(z, z.cfg.q_dim) + _hact(z, z.cfg.kv_dim) + 4 * z.seq * (rotary // 2) * _rope_bytes(z)
 
 
 def _rope_bytes(z: Sizes) -> int:

@@ -10,7 +10,8 @@ fuse: GPT-2's ``c_attn`` (Q, K and V in one ``Conv1D``, weight and bias), Phi-3'
 * GPT-2 (``GPT2LMHeadModel``): wte, wpe; per block ln_1, c_attn, attn.c_proj, ln_2, c_fc, mlp.c_proj (each a
   weight and a bias); ln_f (weight, bias); lm_head unless tied.
 * the others (``*ForCausalLM``): embed_tokens; per layer the attention (q, k, v, o and their biases; Phi-3's
-  o_proj then qkv_proj; qk-norms after o_proj: per head, or over the whole projection for OLMo-2; DeepSeek's
+  o_proj then qkv_proj; MiniMax-M2's whole-projection qk-norms, GLM's and StableLM's blocks as Llama's but for
+  GLM's fused gate_up_proj, GLM-4-0414's four norms and StableLM's LayerNorm biases; qk-norms after o_proj: per head, or over the whole projection for OLMo-2; DeepSeek's
   latent projections; gpt-oss's sinks first, the attention module's own parameter), the MLP (gate, up, down; Phi-3's gate_up then down; a
   mixture of experts: Mixtral's, gpt-oss's and Qwen2-MoE's router then the experts, Qwen3-MoE's and DeepSeek's
   experts then the router, then DeepSeek's shared experts or Qwen2-MoE's shared expert and its gate; gpt-oss's
@@ -28,8 +29,14 @@ FUSED_QKV_WITH_BIAS = ("gpt2", "bloom")
 """GPT-2-shaped blocks: LayerNorm (weight, bias), one fused Q/K/V (``c_attn``, BLOOM's ``query_key_value``) and
 every projection with a bias; BLOOM adds ``word_embeddings_layernorm`` after the embedding."""
 
-FUSED_MOE_ROUTER_FIRST = ("mixtral", "gpt_oss", "qwen2_moe", "ernie4_5_moe")
+FUSED_MOE_ROUTER_FIRST = ("mixtral", "gpt_oss", "qwen2_moe", "ernie4_5_moe", "minimax_m2")
 """Mixture-of-experts classes that register the router (``gate``) before the experts."""
+
+FUSED_GATE_UP = ("phi3", "glm", "glm4")
+"""Dense MLPs with one ``gate_up_proj`` (2·F x d) then ``down_proj``."""
+
+NORM_BIAS = ("stablelm",)
+"""Llama-shaped blocks whose norms are LayerNorms with a bias: two tensors per norm (weight, bias)."""
 
 
 def _attention(cfg: ModelConfig) -> list[int]:
@@ -59,7 +66,7 @@ def _attention(cfg: ModelConfig) -> list[int]:
 
 def _dense(cfg: ModelConfig, width: int) -> list[int]:
     d = cfg.d_model
-    if cfg.hf_model_type == "phi3":
+    if cfg.hf_model_type in FUSED_GATE_UP:
         return [2 * width * d, d * width]
     if not cfg.mlp_bias:
         return [width * d, width * d, d * width]
@@ -89,8 +96,8 @@ def _layer(cfg: ModelConfig, layer: int, trained: bool = False) -> list[int]:
     if cfg.hf_model_type in FUSED_QKV_WITH_BIAS:
         attention, mlp = _attention(cfg), _mlp(cfg, layer)
         return [d, d] + attention + [d, d] + mlp
-    norms = 4 if cfg.hf_model_type in ("gemma2", "gemma3_text") else 2 if cfg.norm_weights else 0  # OLMo: none
-    return _attention(cfg) + _mlp(cfg, layer, trained) + [d] * norms
+    norms = 4 if cfg.hf_model_type in ("gemma2", "gemma3_text", "glm4") else 2 if cfg.norm_weights else 0  # OLMo: 0
+    return _attention(cfg) + _mlp(cfg, layer, trained) + [d] * norms * (2 if cfg.hf_model_type in NORM_BIAS else 1)
 
 
 def _ends(cfg: ModelConfig) -> tuple[list[int], list[int]]:
@@ -99,7 +106,7 @@ def _ends(cfg: ModelConfig) -> tuple[list[int], list[int]]:
     head = [v * d, cfg.position_rows * d] if cfg.hf_model_type == "gpt2" else [v * d]
     if cfg.hf_model_type == "bloom":  # word_embeddings_layernorm
         head += [d, d]
-    tail = [d, d] if cfg.hf_model_type in FUSED_QKV_WITH_BIAS else [d] if cfg.norm_weights else []
+    tail = [d, d] if cfg.hf_model_type in FUSED_QKV_WITH_BIAS + NORM_BIAS else [d] if cfg.norm_weights else []
     return head, tail + ([] if cfg.tie_embeddings else [v * d]) + ([v] if cfg.lm_head_bias else [])
 
 

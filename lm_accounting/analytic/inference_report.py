@@ -276,7 +276,8 @@ def _memory(
     last = prompt + max(generate - 2, 0)
     dec_keys = inf.decode_keys(cfg, last, C, semantics)
     kw = dict(semantics=semantics, slots=slots, attention=attention, cuda=cuda, last_logits=program != "forward")
-    rope = 2 * cfg.context_length * (cfg.d_head // 2) * 4 if cfg.positions == "rope" else 0
+    rotary = cfg.rope_dim if cfg.partial_rotary else cfg.d_head  # the live model's cos/sin tables: S x rotary/2
+    rope = 2 * cfg.context_length * (rotary // 2) * 4 if cfg.positions == "rope" else 0
     out = {
         "weights": _weights(cfg, weights, tp),
         "kv_cache_per_sequence": inf.kv_bytes(cfg, held, 1, kv_dtype, tp),

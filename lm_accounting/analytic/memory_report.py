@@ -90,7 +90,11 @@ def legacy_misses(cfg: ModelConfig, setup: TrainingSetup, device: str | None) ->
 def gpu_unmeasured(cfg: ModelConfig) -> list[str]:
     """The architecture options of ``cfg`` no GPU run measured (``provenance.MEASURED_MODELS``: the course model's
     Llama-like block and its mixture of experts); empty: the architecture ran on the H200."""
-    return replay_unsupported(cfg) + (["q/k/v biases"] if cfg.qkv_bias else [])
+    return (
+        replay_unsupported(cfg)
+        + (["q/k/v biases"] if cfg.qkv_bias else [])
+        + (["partial rotary"] if cfg.partial_rotary else [])
+    )
 
 
 @dataclass(frozen=True)

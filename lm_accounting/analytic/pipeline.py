@@ -240,7 +240,8 @@ def stage_baseline(
     AdamW's step counters on the device (fused), and the whole step's int64 token ids (m·B·S, stage 0) or targets (the last stage); a middle stage
     holds neither.  ``rank``: the data-parallel rank (default: the worst)."""
     st = _states(cfg, setup, layout, stage, rank)
-    rope = 2 * cfg.context_length * (cfg.d_head // 2) * 4 if cfg.positions == "rope" else 0  # fp32 cos, sin
+    rotary = cfg.rope_dim if cfg.partial_rotary else cfg.d_head  # partial rotary: narrower tables
+    rope = 2 * cfg.context_length * (rotary // 2) * 4 if cfg.positions == "rope" else 0  # fp32 cos, sin
     ends = (stage == 0) + (stage == layout.pp - 1)
     counters = step_counter_bytes(cfg, setup, layout, st, stage)  # fused AdamW's, on the device
     return (

@@ -204,9 +204,17 @@ def _tp_all_reduce(r: _Replay, z: Sizes, whole: Affine | int, partial: Affine | 
         r(+whole, -(whole if partial is None else partial))
 
 
+def _rotated(z: Sizes, width: int) -> int:
+    """Of a (heads · d_head) projection, the part RoPE rotates: heads · rotary_dim (partial rotary), else all."""
+    return width // z.cfg.d_head * z.cfg.rope_dim
+
+
 def _rope_forward(r: _Replay, z: Sizes, width: int) -> None:
-    """RoPE on (B, heads, S, d_head): gathers cos/sin rows, rotates adjacent pairs, interleaves."""
-    H, cs = z.act(width) // 2, z.rope_table
+    """RoPE on (B, heads, S, d_head): gathers cos/sin rows, rotates adjacent pairs, interleaves.  Partial
+    rotary (``CausalSelfAttention.rotate_part``): on the split-off first rotary_dim of each head, then
+    concatenated with the rest (the whole head, saved by QKᵀ); the rotated part dies."""
+    rot = _rotated(z, width)
+    H, cs = z.act(rot) // 2, z.rope_table
     for _ in ("cos", "sin"):
         if z.e == 4:
             r(+cs)  # table rows (saved)
@@ -215,13 +223,20 @@ def _rope_forward(r: _Replay, z: Sizes, width: int) -> None:
     r(+H, +H, +H, -H, -H)  # x_even·cos − x_odd·sin
     r(+H, +H, +H, -H, -H)  # x_even·sin + x_odd·cos
     r(+2 * H, -H, -H)  # stack + flatten (saved by the QKᵀ matmul)
+    if rot != width:
+        r(+z.act(width), -2 * H)  # cat with the passed-through part; the rotated part dies
 
 
 def _rope_backward(r: _Replay, z: Sizes, width: int) -> None:
-    H, cs = z.act(width) // 2, z.rope_table
+    """Partial rotary: the incoming gradient's rotated part is a view (freed with the whole, after the split's
+    backward concatenates the rotated part's gradient with the passed-through one)."""
+    rot = _rotated(z, width)
+    H, cs, whole = z.act(rot) // 2, z.rope_table, rot == width
     r(+H, +H, +H, +H, -H, -cs, _Copy(H), -H)  # grads of out_odd and out_even through the products
-    r(+H, -2 * H, -cs, _Copy(H), -H)  # the rotated tensor and the tables are released; paths summed
+    r(+H, *([-2 * H] if whole else []), -cs, _Copy(H), -H)  # the rotated tensor and the tables released; summed
     r(+2 * H, -H, +2 * H, -H, _Copy(2 * H), -2 * H)  # scatter back into the strided halves; summed
+    if not whole:
+        r(+z.act(width), -2 * H, -z.act(width))  # split backward: the head's gradient; both parts released
 
 
 class _MoeSplit:
@@ -758,7 +773,8 @@ def _norm_forward_unsaved(r: _Replay, z: Sizes, rows: int, width: int, xe: int |
 
 def _rope_forward_unsaved(r: _Replay, z: Sizes, width: int) -> None:
     """RoPE where autograd keeps nothing: the cos/sin rows and both halves die on return."""
-    H, cs = z.act(width) // 2, z.rope_table
+    rot = _rotated(z, width)
+    H, cs = z.act(rot) // 2, z.rope_table
     for _ in ("cos", "sin"):
         if z.e == 4:
             r(+cs)  # table rows
@@ -767,6 +783,8 @@ def _rope_forward_unsaved(r: _Replay, z: Sizes, width: int) -> None:
     r(+H, +H, +H, -H, -H)  # x_even·cos − x_odd·sin
     r(+H, +H, +H, -H, -H)  # x_even·sin + x_odd·cos
     r(+2 * H, -cs, -cs, -H, -H)  # stack + flatten; cos, sin and the two halves die on return
+    if rot != width:
+        r(+z.act(width), -2 * H)  # partial rotary: cat with the passed-through part; the rotated part dies
 
 
 def _layer_forward_unsaved(r: _Replay, z: Sizes, cached: bool = False, moe: _MoeSplit | None = None) -> None:
@@ -1599,7 +1617,7 @@ def replay_training_step(
     p = {it.key.removeprefix("layers.*."): it.per_layer * e for it in pb if it.per_layer is not None}  # gradients
     for key in ("moe.experts.w1", "moe.experts.w2", "moe.experts.w3") if ep[0] > 1 else ():
         p[key] //= ep[0]  # expert parallel: the rank's E/ep experts' gradients
-    rope_buffers = 2 * c.context_length * (c.d_head // 2) * 4  # fp32 cos and sin tables
+    rope_buffers = 2 * c.context_length * (c.rope_dim // 2) * 4  # fp32 cos and sin tables
     counters = adamw_step_counter_bytes(cfg, optimizer, device)
     baseline = 3 * params + rope_buffers + counters + 2 * 8 * T  # params, exp_avg, exp_avg_sq; int64 token ids
     Td, TV, Tr, emb = z.act(c.d_model), z.act(c.vocab_size), z.act(1), pb["token_embeddings"].total * e

@@ -231,5 +231,5 @@ class Sizes:
 
     @property
     def rope_table(self) -> int:
-        """cos or sin rows gathered for the S positions: S x d_head/2, cast to the model dtype."""
-        return self.seq * (self.cfg.d_head // 2) * self.e
+        """cos or sin rows gathered for the S positions: S x rotary_dim/2 (d_head/2), cast to the model dtype."""
+        return self.seq * (self.cfg.rope_dim // 2) * self.e

@@ -103,7 +103,7 @@ def vocab_parallel_replay(
     pb = parameter_breakdown(c)
     params = (pb.total - 2 * (c.vocab_size - vl) * d) * e  # the embedding and the LM head: Vl rows each
     p = {it.key.removeprefix("layers.*."): it.per_layer * e for it in pb if it.per_layer is not None}
-    rope_buffers = 2 * c.context_length * (c.d_head // 2) * 4
+    rope_buffers = 2 * c.context_length * (c.rope_dim // 2) * 4  # partial rotary: narrower tables
     baseline = 3 * params + rope_buffers + adamw_step_counter_bytes(c, setup.optimizer, where[0]) + 2 * 8 * T
     Td, head = z.act(d), vl * d * e  # head: the LM head's local weight (its gradient, in the parameter dtype)
     xe = 4 if (e == 4 or z.amp or fl) else 2  # the logits the loss reads: fp32 (amp: ``logits.float()``) or bf16

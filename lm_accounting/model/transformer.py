@@ -18,6 +18,8 @@ these paths and nothing to the course model (whose ops are unchanged, op for op)
 * ``sliding_window``: windowed layers get a banded causal mask (the matmuls are unchanged: the full
   square is computed and masked, as transformers' eager attention does);
 * ``scale_embeddings``: token embeddings × √d_model (Gemma);
+* ``rotary_dim`` (partial rotary): RoPE on the first ``rotary_dim`` of each Q and K head, split off and
+  concatenated back (GLM-4.5, MiniMax-M2); no module;
 * ``attention_sinks``: ``attn.sinks`` (gpt-oss), one logit per head as an extra softmax column (naive only);
 * mixture-of-experts options (``model.moe``): ``moe.router.bias``, the experts' biases and clamped SwiGLU
   (gpt-oss), ``moe.shared_gate`` (Qwen2-MoE).
@@ -111,8 +113,10 @@ class CausalSelfAttention(nn.Module):
         qk_norm_scope: str = "head",
         sinks: bool = False,
         alibi: bool = False,
+        rotary_dim: int | None = None,
     ):
         super().__init__()
+        self.rotary_dim = rotary_dim  # partial rotary: RoPE on the first rotary_dim of each head (None: all)
         if num_heads % num_kv_heads:
             raise ValueError(f"num_heads={num_heads} not divisible by num_kv_heads={num_kv_heads}")
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
@@ -146,6 +150,12 @@ class CausalSelfAttention(nn.Module):
         """(..., S, n·head_dim) -> (..., n, S, head_dim), a view."""
         return t.view(*t.shape[:-1], n, self.head_dim).transpose(-3, -2)
 
+    def rotate_part(self, rope: RotaryPositionalEmbedding, t: Tensor, token_positions: Tensor) -> Tensor:
+        """Partial rotary (``Glm4MoeAttention``: ``q_rot``/``q_pass``): RoPE on the first ``rotary_dim`` of each
+        head, the rest passed through, concatenated back: (..., n, S, head_dim) -> the same shape (a new tensor)."""
+        rot, rest = t.split([self.rotary_dim, self.head_dim - self.rotary_dim], dim=-1)  # two views
+        return torch.cat([rope(rot, token_positions), rest], dim=-1)
+
     def forward(
         self,
         x: Tensor,
@@ -170,7 +180,10 @@ class CausalSelfAttention(nn.Module):
         if rope is not None:
             if token_positions.dim() > 1:  # (..., S) -> (..., 1, S): broadcast over heads
                 token_positions = token_positions.unsqueeze(-2)  # (..., S) -> (..., 1, S)
-            q, k = rope(q, token_positions), rope(k, token_positions)
+            if self.rotary_dim is None:
+                q, k = rope(q, token_positions), rope(k, token_positions)
+            else:
+                q, k = self.rotate_part(rope, q, token_positions), self.rotate_part(rope, k, token_positions)
         if cache is not None:  # inference: store K, V; attend over the cached keys (model/kv_cache.py)
             k, v, mask = cache.update(k, v, mask)
         if hasattr(self, "sdpa"):  # causal by construction: mask is None
@@ -224,6 +237,7 @@ class TransformerBlock(nn.Module):
                 qk_norm_scope=cfg.qk_norm_scope,
                 sinks=cfg.attention_sinks,
                 alibi=cfg.positions == "alibi",
+                rotary_dim=cfg.rotary_dim if cfg.partial_rotary else None,
             )
         )
         self.post_attn_norm = norm() if cfg.post_norms else None

@@ -36,7 +36,7 @@ def describe_config(cfg: ModelConfig) -> str:
     if cfg.mla:
         head = f"head_dim {cfg.d_head} (Q/K: {cfg.qk_nope_head_dim} + {cfg.qk_rope_head_dim} RoPE; V: {cfg.v_head})"
     else:
-        head = f"head_dim {cfg.d_head}"
+        head = f"head_dim {cfg.d_head}" + (f" (RoPE on the first {cfg.rotary_dim})" if cfg.partial_rotary else "")
     extras = [head, *_ffn_widths(cfg), "tied" if cfg.tie_embeddings else "untied"]
     if cfg.qk_norm:
         extras.append("qk-norm")

@@ -45,6 +45,7 @@ class CausalSelfAttention:
     def __init__(self, cfg: ModelConfig, dtype: str, attention: str, name: str):
         h, kv, hd, d = cfg.num_heads, cfg.kv_heads, cfg.d_head, cfg.d_model
         self.h, self.kv, self.hd, self.attention = h, kv, hd, attention
+        self.rotary_dim = cfg.rotary_dim if cfg.partial_rotary else None
         self.q_proj = Linear(d, h * hd, dtype, name + ".q_proj", cfg.qkv_bias)
         self.k_proj = Linear(d, kv * hd, dtype, name + ".k_proj", cfg.qkv_bias)
         self.v_proj = Linear(d, kv * hd, dtype, name + ".v_proj", cfg.qkv_bias)
@@ -60,6 +61,11 @@ class CausalSelfAttention:
         out = self.q_proj.params() + self.k_proj.params() + self.v_proj.params() + self.output_proj.params()
         return out + (self.q_norm.params() + self.k_norm.params() if self.q_norm is not None else [])
 
+    def rotate_part(self, rope, t: Tensor, token_positions: Tensor) -> Tensor:
+        """``rotate_part`` (partial rotary): split off the first ``rotary_dim``, rotate it, concatenate back."""
+        rot, rest = split_with_sizes(t, (self.rotary_dim, self.hd - self.rotary_dim), -1)
+        return A.cat([rope(rot, token_positions), rest], -1)
+
     def __call__(self, x: Tensor, rope, token_positions: Tensor, mask: Tensor | None) -> Tensor:
         h, kv, hd = self.h, self.kv, self.hd
         if self.whole:  # OLMo-2: normalise the whole projections, then split into heads
@@ -72,7 +78,10 @@ class CausalSelfAttention:
         if self.q_norm is not None and not self.whole:
             q, k = self.q_norm(q), self.k_norm(k)
         if rope is not None:
-            q, k = rope(q, token_positions), rope(k, token_positions)
+            if self.rotary_dim is None:
+                q, k = rope(q, token_positions), rope(k, token_positions)
+            else:
+                q, k = self.rotate_part(rope, q, token_positions), self.rotate_part(rope, k, token_positions)
         if self.attention == "sdpa":
             out = fused_attention(q, k, v)
         else:
