@@ -227,18 +227,14 @@ not the shapes), tensor-parallel hints, and the storage format of weights (``qua
 parameter count is the same; bytes per parameter are the memory commands' ``--dtype``)."""
 
 _DEEPSEEK_ROUTING = (
-    "n_group",
-    "topk_group",
     "topk_method",
     "routed_scaling_factor",
-    "norm_topk_prob",
     "scoring_func",
     "aux_loss_alpha",
     "seq_aux",
     "output_router_logits",
     "router_aux_loss_coef",
     "ep_size",
-    "rope_interleave",
     "num_nextn_predict_layers",
     "num_mtp_layers",
 )
@@ -688,6 +684,11 @@ def _deepseek(f: _Fields) -> dict[str, Any]:
         **_experts(f, "n_routed_experts", "moe_intermediate_size"),
         "shared_experts": _count(f, "n_shared_experts"),
         "dense_layers_first": _count(f, "first_k_dense_replace"),
+        # the router's and RoPE's layout: no count, but the training step's tensors (ModelConfig's docstrings)
+        "norm_topk_prob": f.bool("norm_topk_prob", False),
+        "expert_groups": f.int("n_group", 1),
+        "expert_groups_per_token": f.int("topk_group", 1),
+        "rope_interleave": f.model_type != "deepseek_v2" and f.bool("rope_interleave", False),  # V2 has no such field
     }
 
 
@@ -1479,6 +1480,10 @@ def _write_deepseek(cfg: ModelConfig) -> dict[str, Any]:
         "qk_rope_head_dim": cfg.qk_rope_head_dim,
         "v_head_dim": cfg.v_head_dim,
         "attention_bias": False,
+        "norm_topk_prob": cfg.norm_topk_prob,
+        "n_group": cfg.expert_groups,
+        "topk_group": cfg.expert_groups_per_token,
+        **({"rope_interleave": cfg.rope_interleave} if cfg.hf_model_type != "deepseek_v2" else {}),
     }
 
 

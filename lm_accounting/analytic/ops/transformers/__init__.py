@@ -22,6 +22,7 @@ from ..step import training_step
 PROGRAMS = {
     "mixtral": "moe",
     "qwen3_moe": "moe",
+    "deepseek_v3": "deepseek",
     "llama": "llama",
     "mistral": "llama",
     "qwen2": "llama",
