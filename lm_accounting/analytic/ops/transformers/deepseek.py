@@ -94,7 +94,7 @@ class TopkRouter:
         scores = sigmoid(router_logits)  # :136
         scores_for_choice = A.add(scores, self.e_score_correction_bias)  # :137
         group_scores = A.sum_(topk(A.view(scores_for_choice, -1, g, e // g), 2)[0], -1)  # :138-142
-        group_idx = topk(group_scores, self.topk_group)[1]  # :143
+        group_idx = topk(group_scores, self.topk_group)[1]  # noqa: F841 (:143; a local until the return)
         group_mask = empty(group_scores.shape, "fp32", "zeros_like")  # :144; scatter_ in place, no grad
         t = group_mask.shape[0]
         score_mask = A.reshape(A.expand(A.unsqueeze(group_mask, -1), t, g, e // g), -1, e)  # :146-150
@@ -106,7 +106,8 @@ class TopkRouter:
         topk_indices = topk(scores_for_choice, self.top_k)[1]  # :152
         topk_weights = gather(scores, 1, topk_indices)  # :153
         if self.norm_topk_prob:  # :154-156
-            denominator = A.add(A.sum_(topk_weights, -1, keepdim=True), 1e-20)
+            # autocast: sum is an fp32 op (AT_FORALL_FP32_SET_OPT_DTYPE), the weights bf16 (the linear's)
+            denominator = A.add(A.sum_(topk_weights, -1, keepdim=True, dtype=A.opt_dtype(None)), 1e-20)
             topk_weights = div_(topk_weights, denominator)
         topk_weights = A.mul(topk_weights, 2.5)  # :157 (routed_scaling_factor: any number)
         return router_logits, topk_weights, topk_indices  # the locals die in their order of first use
