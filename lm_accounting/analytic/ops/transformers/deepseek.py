@@ -312,4 +312,10 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
     out = []
     if setup.checkpoint == "selective":
         out.append("transformers has no selective activation checkpointing")
+    groups, kept = cfg.expert_groups, cfg.expert_groups_per_token
+    if cfg.num_experts % groups or cfg.num_experts // groups < 2 or kept > groups:
+        out.append(
+            f"a router transformers cannot run: {cfg.num_experts} experts in n_group = {groups} groups of at least "
+            f"2 (the top 2 of each), topk_group = {kept} of them"
+        )
     return out
