@@ -1512,6 +1512,7 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
     "olmo2": lambda cfg: {**_write_common(cfg), "attention_bias": cfg.qkv_bias},
     "deepseek_v2": _write_deepseek,
     "deepseek_v3": _write_deepseek,
+    "sarvam_mla": _write_deepseek,  # transformers builds DeepseekV3ForCausalLM for it
     "exaone": _write_llama,  # transformers builds LlamaForCausalLM for these two
     "internlm3": _write_llama,
     "gpt_oss": lambda cfg: {

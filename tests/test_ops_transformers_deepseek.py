@@ -119,6 +119,20 @@ def test_plain_cpu_run_equals_the_cpu_allocator(name, setup):
         assert plain.at(batch) == measure_hf_step(cfg, 8, batch, setup, device="cpu", method="allocator")
 
 
+@pytest.mark.parametrize(
+    "setup",
+    [TrainingSetup(attention="sdpa"), TrainingSetup(attention="naive", precision="amp-bf16", checkpoint="full")],
+    ids=["sdpa-fp32", "eager-amp-full"],
+)
+def test_sarvam_mla_is_deepseek_v3s_program(setup):
+    """``sarvam_mla``: transformers builds ``DeepseekV3ForCausalLM`` for it (its class's defaults: one group, a
+    plain query projection)."""
+    absent = ("n_group", "topk_group", "q_lora_rank")
+    cfg = config_from_hf({**{k: v for k, v in SHAPE.items() if k not in absent}, "model_type": "sarvam_mla"})
+    assert (cfg.expert_groups, cfg.q_lora_rank, cfg.norm_topk_prob, cfg.rope_interleave) == (1, None, True, True)
+    check(cfg, 8, setup)
+
+
 def test_the_router_stays_fp32_in_a_bf16_model():
     """What the prediction assumes, read off transformers' model: the router's weight and bias buffer are fp32
     in a bf16 model, every other parameter bf16."""

@@ -23,6 +23,7 @@ PROGRAMS = {
     "mixtral": "moe",
     "qwen3_moe": "moe",
     "deepseek_v3": "deepseek",
+    "sarvam_mla": "deepseek",  # DeepseekV3ForCausalLM (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
     "llama": "llama",
     "mistral": "llama",
     "qwen2": "llama",
