@@ -178,6 +178,10 @@ class ModelConfig:
     provenance, no part in equality."""
     expert_groups_per_token: int = dataclasses.field(default=1, compare=False)
     """The groups a token's router keeps (a config.json's ``topk_group``; see ``expert_groups``)."""
+    topk_method: str | None = dataclasses.field(default=None, compare=False)
+    """DeepSeek-V2's router (a config.json's ``topk_method``): "greedy" (the top-k of all experts) or
+    "group_limited_greedy" (within the ``expert_groups_per_token`` best groups); None for other routers.  No count
+    changes, the router's tensors do: provenance, no part in equality."""
     rope_interleave: bool = dataclasses.field(default=False, compare=False)
     """Whether RoPE rotates interleaved pairs (a config.json's ``rope_interleave``, DeepSeek-V3: strided slices,
     ``apply_rotary_pos_emb_interleave``) rather than halves: the same count, other saved tensors in training."""
@@ -638,7 +642,7 @@ class ModelConfig:
         out["ignored_fields"] = list(self.ignored_fields)
         # provenance and routing details kept out of the pinned JSON key set (json_keys.json)
         del out["hf_model_type"], out["dropout"], out["norm_topk_prob"]
-        del out["expert_groups"], out["expert_groups_per_token"], out["rope_interleave"]
+        del out["expert_groups"], out["expert_groups_per_token"], out["rope_interleave"], out["topk_method"]
         return out
 
     def with_context(self, context_length: int) -> ModelConfig:

@@ -689,7 +689,17 @@ def _deepseek(f: _Fields) -> dict[str, Any]:
         "expert_groups": f.int("n_group", 1),
         "expert_groups_per_token": f.int("topk_group", 1),
         "rope_interleave": f.model_type != "deepseek_v2" and f.bool("rope_interleave", False),  # V2 has no such field
+        **({"topk_method": _v2_topk_method(f)} if f.model_type == "deepseek_v2" else {}),
     }
+
+
+def _v2_topk_method(f: _Fields) -> str:
+    """DeepSeek-V2's ``topk_method`` (``DeepseekV2TopkRouter.forward`` knows two; any other leaves its weights
+    undefined: transformers' forward fails)."""
+    method = f.str("topk_method", "greedy")
+    if method not in ("greedy", "group_limited_greedy"):
+        raise f.error(f"field 'topk_method' = {short_repr(method)} is not supported: greedy or group_limited_greedy")
+    return method
 
 
 def _latent_attention(f: _Fields) -> dict[str, Any]:
@@ -1484,6 +1494,7 @@ def _write_deepseek(cfg: ModelConfig) -> dict[str, Any]:
         "n_group": cfg.expert_groups,
         "topk_group": cfg.expert_groups_per_token,
         **({"rope_interleave": cfg.rope_interleave} if cfg.hf_model_type != "deepseek_v2" else {}),
+        **({"topk_method": cfg.topk_method or "greedy"} if cfg.hf_model_type == "deepseek_v2" else {}),
     }
 
 

@@ -737,6 +737,7 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         "norm_topk_prob": False,
         "n_group": None,
         "topk_group": None,
+        "topk_method": "greedy",
         "rope_theta": 10000.0,
     },
     "deepseek_v3": {
