@@ -30,7 +30,7 @@ from __future__ import annotations
 from ....config import ModelConfig
 from ....setup import TrainingSetup
 from .. import aten as A
-from ..aten_index import _into_zeros, gather, split_with_sizes, strided_slice, topk
+from ..aten_index import gather, max_values, split_with_sizes, strided_slice, topk
 from ..aten_pointwise import sigmoid
 from ..aten_sdpa_math import sdpa_math
 from ..engine import Affine
@@ -320,25 +320,17 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
     if setup.checkpoint == "selective":
         out.append("transformers has no selective activation checkpointing")
     groups, kept = cfg.expert_groups, cfg.expert_groups_per_token
-    if cfg.num_experts % groups or cfg.num_experts // groups < 2 or kept > groups:
+    least = 2 if cfg.hf_model_type != "deepseek_v2" else 1  # V3 sums each group's top 2, V2 takes its max
+    grouped = cfg.hf_model_type != "deepseek_v2" or cfg.topk_method == "group_limited_greedy"
+    if grouped and (cfg.num_experts % groups or cfg.num_experts // groups < least or kept > groups):
         out.append(
             f"a router transformers cannot run: {cfg.num_experts} experts in n_group = {groups} groups of at least "
-            f"2 (the top 2 of each), topk_group = {kept} of them"
+            f"{least}, topk_group = {kept} of them"
         )
     return out
 
 
 # -- DeepSeek-V2 (models/deepseek_v2/modeling_deepseek_v2.py) ------------------------------------------------------
-
-
-def max_values(x: Tensor) -> Tensor:
-    """``x.max(dim=-1).values``: values and int64 indices; MaxBackward0 saves the indices (backward
-    ``value_selecting_reduction_backward``: zeros of ``x``'s shape and a scatter, as ``topk``'s)."""
-    values = empty(x.shape[:-1], x.dtype, "max")
-    indices = empty(x.shape[:-1], "int64", "max")
-    shape, dtype = x.shape, x.dtype
-    record("MaxBackward0", (x,), (values,), lambda ctx, g, i: (_into_zeros(shape, dtype, "scatter"),), (indices,))
-    return values
 
 
 class TopkRouterV2:
