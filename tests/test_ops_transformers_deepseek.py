@@ -1,12 +1,13 @@
-"""transformers' DeepSeek-V3 replayed by the op library (``analytic.ops.transformers.deepseek``) equals
-transformers' own ``DeepseekV3ForCausalLM``, phase by phase, byte for byte.
+"""transformers' DeepSeek-V3 and DeepSeek-V2 replayed by the op library (``analytic.ops.transformers.deepseek``)
+equal transformers' own ``DeepseekV3ForCausalLM`` and ``DeepseekV2ForCausalLM``, phase by phase, byte for byte.
 
 As for Mixtral and Qwen3-MoE (test_ops_transformers_moe.py): the experts run ``grouped_mm``, whose meta kernel
 takes bf16 only, so fp32 and amp-bf16 are measured by the storage tracker on cpu tensors, bf16 on meta too,
 and the plain run by the CPU allocator.  Widths keep every grouped_mm row a multiple of 16 bytes in bf16.  The
 value head (6) differs from the query/key head (8 + 4), so CPU sdpa takes torch's math path; ``v_head_dim``
 12 gives the flash kernel.  The router's weight and bias stay fp32 in a bf16 model
-(``_keep_in_fp32_modules_strict``), a second dtype group for foreach AdamW."""
+(``_keep_in_fp32_modules_strict``), a second dtype group for foreach AdamW.  DeepSeek-V2 (the ``v2-*``
+variants) shares the attention's projections and ``expand_kv``, with a softmax router and complex RoPE."""
 
 import pytest
 
@@ -53,6 +54,16 @@ VARIANTS = {
     "unnormalised": {"norm_topk_prob": False},
     "flash": {"v_head_dim": 12},  # one head size for q, k and v: the CPU flash kernel
     "two-shared": {"n_shared_experts": 2},
+    # DeepSeek-V2: a softmax router (greedy: no groups; group-limited: each group's max), complex RoPE
+    "v2-greedy": {"model_type": "deepseek_v2", "n_group": None, "topk_group": None},
+    "v2-group-limited": {
+        "model_type": "deepseek_v2",
+        "topk_method": "group_limited_greedy",
+        "n_group": 4,
+        "topk_group": 2,
+        "q_lora_rank": None,
+    },
+    "v2-flash": {"model_type": "deepseek_v2", "n_group": None, "topk_group": None, "v_head_dim": 12},
 }
 
 
@@ -87,7 +98,7 @@ def test_deepseek_v3_equals_transformers_under_the_tracker(name, setup):
     check(tiny(name), 8, setup)
 
 
-@pytest.mark.parametrize("name", ["base", "flash"])
+@pytest.mark.parametrize("name", ["base", "flash", "v2-greedy", "v2-group-limited"])
 @pytest.mark.parametrize("checkpoint", ["none", "full"])
 def test_bf16_runs_on_meta_and_equals(name, checkpoint):
     check(tiny(name), 12, TrainingSetup(attention="sdpa", precision="bf16", checkpoint=checkpoint), device="meta")
@@ -107,6 +118,9 @@ def test_deepseek_v3_grid(name, setup):
         ("plain-q", TrainingSetup(attention="naive", precision="amp-bf16", checkpoint="full")),
         ("flash", TrainingSetup(attention="sdpa", precision="bf16")),  # two dtype groups in foreach AdamW
         ("base", TrainingSetup(attention="naive", precision="bf16", optimizer="for-loop")),
+        ("v2-greedy", TrainingSetup(attention="sdpa")),
+        ("v2-group-limited", TrainingSetup(attention="naive", precision="amp-bf16", checkpoint="full")),
+        ("v2-flash", TrainingSetup(attention="sdpa", precision="bf16")),
     ],
 )
 def test_plain_cpu_run_equals_the_cpu_allocator(name, setup):
@@ -161,3 +175,12 @@ def test_what_the_router_needs_is_read_and_written_back():
 def test_a_router_transformers_cannot_run_is_named():
     cfg = config_from_hf({**SHAPE, "n_group": 3})  # 8 experts in 3 groups: the router's view fails
     assert any("n_group" in r for r in unsupported(cfg, TrainingSetup(), "transformers"))
+    greedy = config_from_hf({**SHAPE, "model_type": "deepseek_v2", "n_group": 3})  # V2's greedy takes no groups
+    assert unsupported(greedy, TrainingSetup(), "transformers") == []
+
+
+def test_a_v2_router_transformers_cannot_run_is_refused_when_read():
+    from lm_accounting.config import ConfigError
+
+    with pytest.raises(ConfigError, match="topk_method"):
+        config_from_hf({**SHAPE, "model_type": "deepseek_v2", "topk_method": "noaux_tc"})
