@@ -1,5 +1,6 @@
-"""transformers 5.24's ``DeepseekV3ForCausalLM`` training step, transliterated (``models/deepseek_v3/
-modeling_deepseek_v3.py``; line numbers of transformers 5.24).
+"""transformers 5.24's ``DeepseekV3ForCausalLM`` (deepseek_v3, sarvam_mla) and ``DeepseekV2ForCausalLM`` training
+steps, transliterated (``models/deepseek_v3/modeling_deepseek_v3.py``, ``models/deepseek_v2/modeling_deepseek_v2.py``;
+line numbers of transformers 5.24, V3's unless said).
 
 The model is Llama's (``llama.LlamaForCausalLM``: embeddings, masks, RoPE over ``qk_rope_head_dim``, the loss)
 with DeepSeek's decoder layer: latent attention (MLA) and, from layer ``first_k_dense_replace`` on, the MoE
@@ -23,6 +24,13 @@ block (dense ``DeepseekV3MLP`` before).
   The router's logits are the block's ``_`` until it returns.
 * the experts are ``moe.Experts`` (``grouped_mm``); the shared experts one ``DeepseekV3MLP`` of width
   ``moe_intermediate_size × n_shared_experts``, added to the experts' output (:215-222).
+
+DeepSeek-V2 differs in three places: its router (``DeepseekV2TopkRouter``: the fp32 linear, a softmax in fp32,
+then ``topk_method`` "greedy", the top-k of all experts, or "group_limited_greedy", each group's max, the best
+``topk_group`` groups, ``masked_fill`` with 0 and the top-k; no normalisation, no bias buffer), its RoPE
+(``DeepseekV2RotaryEmbedding``: ``torch.polar`` of the angles, complex64; ``apply_rotary_emb``: q and k as
+complex pairs, ``view_as_complex``, a complex product, ``view_as_real``, ``type_as``) and the attention's local
+names (which decide when the query's and the latent's storages die).
 """
 
 from __future__ import annotations
