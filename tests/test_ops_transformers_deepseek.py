@@ -1,4 +1,4 @@
-"""transformers' DeepSeek-V3 and DeepSeek-V2 replayed by the op library (``analytic.ops.transformers.deepseek``)
+"""transformers' DeepSeek-V3 and DeepSeek-V2 replayed by the op library (``analytic.ops.transformers.deepseek``, ``deepseek_v2``)
 equal transformers' own ``DeepseekV3ForCausalLM`` and ``DeepseekV2ForCausalLM``, phase by phase, byte for byte.
 
 As for Mixtral and Qwen3-MoE (test_ops_transformers_moe.py): the experts run ``grouped_mm``, whose meta kernel

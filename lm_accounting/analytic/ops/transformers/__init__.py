@@ -22,7 +22,7 @@ from ..step import training_step
 PROGRAMS = {
     "mixtral": "moe",
     "qwen3_moe": "moe",
-    "deepseek_v2": "deepseek",
+    "deepseek_v2": "deepseek_v2",
     "deepseek_v3": "deepseek",
     "sarvam_mla": "deepseek",  # DeepseekV3ForCausalLM (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
     "llama": "llama",
