@@ -239,9 +239,11 @@ _DEEPSEEK_ROUTING = (
     "num_mtp_layers",
 )
 """DeepSeek fields that change which experts a token picks, or how their outputs are scaled, but not how many
-(group-limited routing, scaling factors, auxiliary losses, expert-parallel hints, the interleaved RoPE layout),
-and the multi-token-prediction module, which transformers does not build (so neither do we: DeepSeek-V3's
-671B excludes its 14B MTP layer)."""
+(scaling factors, scoring functions, auxiliary losses, expert-parallel hints; V3's ``topk_method``, which its
+class never reads), and the multi-token-prediction module, which transformers does not build (so neither do
+we: DeepSeek-V3's 671B excludes its 14B MTP layer).  ``n_group``, ``topk_group``, ``norm_topk_prob``,
+``rope_interleave`` and V2's ``topk_method`` change no count either, but shape the training step's tensors:
+``_deepseek`` reads them (``ModelConfig.expert_groups`` ...)."""
 
 IGNORED_BY_TYPE = {
     "gpt2": frozenset(
