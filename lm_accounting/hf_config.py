@@ -1500,6 +1500,14 @@ def _write_deepseek(cfg: ModelConfig) -> dict[str, Any]:
     }
 
 
+def _write_glm4_moe_lite(cfg: ModelConfig) -> dict[str, Any]:
+    """DeepSeek-V3's fields, the dense first layers as ``mlp_layer_types`` (the class has no
+    ``first_k_dense_replace``)."""
+    out = _write_deepseek(cfg)
+    k = out.pop("first_k_dense_replace")
+    return {**out, "mlp_layer_types": ["dense"] * k + ["sparse"] * (cfg.num_layers - k)}
+
+
 WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
     "gpt2": _write_gpt2,
     "llama": _write_llama,
@@ -1526,6 +1534,7 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
     "deepseek_v2": _write_deepseek,
     "deepseek_v3": _write_deepseek,
     "sarvam_mla": _write_deepseek,  # transformers builds DeepseekV3ForCausalLM for it
+    "glm4_moe_lite": _write_glm4_moe_lite,
     "exaone": _write_llama,  # transformers builds LlamaForCausalLM for these two
     "internlm3": _write_llama,
     "gpt_oss": lambda cfg: {

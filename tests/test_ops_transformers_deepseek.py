@@ -147,6 +147,22 @@ def test_sarvam_mla_is_deepseek_v3s_program(setup):
     check(cfg, 8, setup)
 
 
+@pytest.mark.parametrize("dense", [1, 2])
+@pytest.mark.parametrize(
+    "setup",
+    [TrainingSetup(attention="sdpa"), TrainingSetup(attention="naive", precision="amp-bf16", checkpoint="full")],
+    ids=["sdpa-fp32", "eager-amp-full"],
+)
+def test_glm4_moe_lite_is_deepseek_v3s_program(setup, dense):
+    """``glm4_moe_lite`` (GLM-4.7-Flash): ``Glm4MoeLiteForCausalLM`` has DeepSeek-V3's attention, router and
+    block line for line; its dense first layers come from ``mlp_layer_types``."""
+    values = {k: v for k, v in SHAPE.items() if k != "first_k_dense_replace"}
+    types = ["dense"] * dense + ["sparse"] * (4 - dense)
+    cfg = config_from_hf({**values, "model_type": "glm4_moe_lite", "num_hidden_layers": 4, "mlp_layer_types": types})
+    assert cfg.dense_layers_first == dense
+    check(cfg, 8, setup)
+
+
 def test_the_router_stays_fp32_in_a_bf16_model():
     """What the prediction assumes, read off transformers' model: the router's weight and bias buffer are fp32
     in a bf16 model, every other parameter bf16."""

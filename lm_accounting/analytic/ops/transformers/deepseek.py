@@ -1,5 +1,9 @@
 """transformers 5.24's ``DeepseekV3ForCausalLM`` training step (deepseek_v3, and sarvam_mla, which transformers
 builds as it), transliterated (``models/deepseek_v3/modeling_deepseek_v3.py``; line numbers of transformers 5.24).
+GLM-4.7-Flash's ``Glm4MoeLiteForCausalLM`` (``models/glm4_moe_lite/modeling_glm4_moe_lite.py``) is the same
+program: its attention, router, experts and block are DeepSeek-V3's line for line, its dense first layers given
+by ``mlp_layer_types`` (read as ``dense_layers_first``), its RoPE over ``head_dim`` = ``qk_rope_head_dim``
+(a ``partial_rotary_factor`` other than 1 is refused by the reader).
 
 The model is Llama's (``llama.LlamaForCausalLM``: embeddings, masks, RoPE over ``qk_rope_head_dim``, the loss)
 with DeepSeek's decoder layer: latent attention (MLA) and, from layer ``first_k_dense_replace`` on, the MoE
