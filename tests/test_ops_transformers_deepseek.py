@@ -200,3 +200,13 @@ def test_a_v2_router_transformers_cannot_run_is_refused_when_read():
 
     with pytest.raises(ConfigError, match="topk_method"):
         config_from_hf({**SHAPE, "model_type": "deepseek_v2", "topk_method": "noaux_tc"})
+
+
+def test_fsdp2_over_deepseek_is_refused():
+    """torch's ``fully_shard`` refuses a bf16 DeepSeek (its fp32 router weight beside bf16 ones: "FSDP expects
+    uniform original parameter dtype"); in fp32 the fake-PG job was not matched: refused, not guessed."""
+    from lm_accounting.layout import ParallelLayout
+
+    for name in ("base", "v2-greedy"):
+        with pytest.raises(ValueError, match="FSDP2 over transformers' deepseek_v"):
+            predict_step(tiny(name), 8, TrainingSetup(), impl="transformers", layout=ParallelLayout(dp=4, zero=2))
