@@ -261,7 +261,7 @@ IGNORED_BY_TYPE = {
     ),
     "gemma2": frozenset(["attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar"]),
     "vaultgemma": frozenset(["attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar"]),
-    "youtu": frozenset(["rope_interleave", "embedding_initializer_range"]),
+    "youtu": frozenset(["embedding_initializer_range"]),
     "gemma3_text": frozenset(
         ["attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar", "rope_local_base_freq"]
     ),
@@ -1074,7 +1074,11 @@ def _sarvam_mla(f: _Fields) -> dict[str, Any]:
 def _youtu(f: _Fields) -> dict[str, Any]:
     """Youtu-LLM: DeepSeek's latent attention with a dense SwiGLU MLP in every layer (modeling_youtu.py), tied
     by default."""
-    return {**_latent_attention(f), "tie_embeddings": f.bool("tie_word_embeddings", True)}
+    return {
+        **_latent_attention(f),
+        "tie_embeddings": f.bool("tie_word_embeddings", True),
+        "rope_interleave": f.bool("rope_interleave", True),  # no count; the training step's RoPE tensors
+    }
 
 
 def _vaultgemma(f: _Fields) -> dict[str, Any]:
@@ -1508,6 +1512,22 @@ def _write_glm4_moe_lite(cfg: ModelConfig) -> dict[str, Any]:
     return {**out, "mlp_layer_types": ["dense"] * k + ["sparse"] * (cfg.num_layers - k)}
 
 
+def _write_youtu(cfg: ModelConfig) -> dict[str, Any]:
+    """Youtu: DeepSeek's latent attention fields, no experts (its class keeps V3's expert fields, unread)."""
+    out = _write_common(cfg)
+    del out["head_dim"]  # the RoPE part, derived from qk_rope_head_dim
+    return {
+        **out,
+        "kv_lora_rank": cfg.kv_lora_rank,
+        "q_lora_rank": cfg.q_lora_rank,
+        "qk_nope_head_dim": cfg.qk_nope_head_dim,
+        "qk_rope_head_dim": cfg.qk_rope_head_dim,
+        "v_head_dim": cfg.v_head_dim,
+        "attention_bias": False,
+        "rope_interleave": cfg.rope_interleave,
+    }
+
+
 WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
     "gpt2": _write_gpt2,
     "llama": _write_llama,
@@ -1535,6 +1555,7 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
     "deepseek_v3": _write_deepseek,
     "sarvam_mla": _write_deepseek,  # transformers builds DeepseekV3ForCausalLM for it
     "glm4_moe_lite": _write_glm4_moe_lite,
+    "youtu": _write_youtu,
     "exaone": _write_llama,  # transformers builds LlamaForCausalLM for these two
     "internlm3": _write_llama,
     "gpt_oss": lambda cfg: {

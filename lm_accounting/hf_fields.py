@@ -1052,6 +1052,7 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         "v_head_dim": 128,
         "kv_lora_rank": 512,
         "q_lora_rank": 1536,
+        "rope_interleave": True,
         "rope_theta": 10000.0,
     },
 }

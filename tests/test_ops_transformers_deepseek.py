@@ -163,6 +163,25 @@ def test_glm4_moe_lite_is_deepseek_v3s_program(setup, dense):
     check(cfg, 8, setup)
 
 
+YOUTU_DROPS = ("n_routed_experts", "n_group", "topk_group", "num_experts_per_tok", "first_k_dense_replace")
+YOUTU_DROPS += ("n_shared_experts", "moe_intermediate_size")
+
+
+@pytest.mark.parametrize("extra", [{}, {"rope_interleave": False, "q_lora_rank": None, "tie_word_embeddings": False}])
+@pytest.mark.parametrize(
+    "setup",
+    [TrainingSetup(attention="sdpa"), TrainingSetup(attention="naive", precision="amp-bf16", checkpoint="full")],
+    ids=["sdpa-fp32", "eager-amp-full"],
+)
+def test_youtu_is_deepseek_v3s_attention_with_dense_layers(setup, extra):
+    """``youtu``: Llama's model and decoder layer with ``DeepseekV3Attention`` and a dense MLP in every layer,
+    tied by default."""
+    values = {k: v for k, v in SHAPE.items() if k not in YOUTU_DROPS}
+    cfg = config_from_hf({**values, "model_type": "youtu", **extra})
+    assert not cfg.moe and cfg.tie_embeddings == (extra == {})
+    check(cfg, 8, setup)
+
+
 def test_the_router_stays_fp32_in_a_bf16_model():
     """What the prediction assumes, read off transformers' model: the router's weight and bias buffer are fp32
     in a bf16 model, every other parameter bf16."""

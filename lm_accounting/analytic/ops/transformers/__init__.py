@@ -25,7 +25,8 @@ PROGRAMS = {
     "deepseek_v2": "deepseek_v2",
     "deepseek_v3": "deepseek",
     "glm4_moe_lite": "deepseek",  # Glm4MoeLiteForCausalLM: DeepSeek-V3's attention, router and block
-    "sarvam_mla": "deepseek",  # DeepseekV3ForCausalLM (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+    "sarvam_mla": "deepseek",
+    "youtu": "deepseek",  # YoutuForCausalLM: Llama's model and layer, DeepseekV3Attention, dense MLPs  # DeepseekV3ForCausalLM (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
     "llama": "llama",
     "mistral": "llama",
     "qwen2": "llama",

@@ -3,7 +3,9 @@ builds as it), transliterated (``models/deepseek_v3/modeling_deepseek_v3.py``; l
 GLM-4.7-Flash's ``Glm4MoeLiteForCausalLM`` (``models/glm4_moe_lite/modeling_glm4_moe_lite.py``) is the same
 program: its attention, router, experts and block are DeepSeek-V3's line for line, its dense first layers given
 by ``mlp_layer_types`` (read as ``dense_layers_first``), its RoPE over ``head_dim`` = ``qk_rope_head_dim``
-(a ``partial_rotary_factor`` other than 1 is refused by the reader).
+(a ``partial_rotary_factor`` other than 1 is refused by the reader).  Youtu's ``YoutuForCausalLM``
+(``models/youtu/modeling_youtu.py``: Llama's model and decoder layer, ``DeepseekV3Attention``, Qwen3's MLP) is
+the program without experts: every layer dense.
 
 The model is Llama's (``llama.LlamaForCausalLM``: embeddings, masks, RoPE over ``qk_rope_head_dim``, the loss)
 with DeepSeek's decoder layer: latent attention (MLA) and, from layer ``first_k_dense_replace`` on, the MoE
@@ -288,7 +290,7 @@ class DeepseekV3ForCausalLM(LlamaForCausalLM):
         self.cfg, self.seq, self.batch, self.setup, self.dtype = cfg, seq, batch, setup, dtype
         self.embed_tokens = parameter((cfg.vocab_size, cfg.d_model), dtype, "embed_tokens.weight")
         self.layers = [
-            self.layer_class(cfg, dtype, setup.attention, f"layers.{i}", i >= cfg.dense_layers_first)
+            self.layer_class(cfg, dtype, setup.attention, f"layers.{i}", cfg.moe and i >= cfg.dense_layers_first)
             for i in range(cfg.num_layers)
         ]
         for layer in self.layers:
@@ -320,7 +322,7 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
         out.append("transformers has no selective activation checkpointing")
     groups, kept = cfg.expert_groups, cfg.expert_groups_per_token
     least = 2 if cfg.hf_model_type != "deepseek_v2" else 1  # V3 sums each group's top 2, V2 takes its max
-    grouped = cfg.hf_model_type != "deepseek_v2" or cfg.topk_method == "group_limited_greedy"
+    grouped = cfg.moe and (cfg.hf_model_type != "deepseek_v2" or cfg.topk_method == "group_limited_greedy")
     if grouped and (cfg.num_experts % groups or cfg.num_experts // groups < least or kept > groups):
         out.append(
             f"a router transformers cannot run: {cfg.num_experts} experts in n_group = {groups} groups of at least "
