@@ -189,6 +189,10 @@ class ModelConfig:
     def __post_init__(self) -> None:
         for key in ("vocab_size", "context_length", "num_layers", "d_model", "num_heads", "d_ff"):
             check_positive_int(key, getattr(self, key), ConfigError)
+        for key in ("expert_groups", "expert_groups_per_token"):
+            check_positive_int(key, getattr(self, key), ConfigError)
+        if self.topk_method not in (None, "greedy", "group_limited_greedy"):
+            raise ConfigError(f"topk_method must be greedy or group_limited_greedy, got {short_repr(self.topk_method)}")
         if self.num_layers > MAX_LAYERS:
             raise ConfigError(
                 f"num_layers = {self.num_layers:,} is beyond the supported {MAX_LAYERS:,} "
