@@ -50,9 +50,7 @@ from .llama import (
     apply_rotary_pos_emb,
     eager_attention_forward,
 )
-from .llama import (
-    sdpa_attention_forward as llama_sdpa,
-)
+from .llama import sdpa_attention_forward as llama_sdpa
 from .moe import Experts, div_
 
 B = Affine(1)
