@@ -194,6 +194,22 @@ def test_the_router_stays_fp32_in_a_bf16_model():
     assert fp32 == routers | rotary
 
 
+@pytest.mark.parametrize("name", ["base", "v2-greedy", "two-dense"])
+def test_the_model_states_count_the_fp32_routers(name):
+    """``memory``'s model states for transformers' bf16 DeepSeek (parameters, gradients, m, v, each with the
+    routers' 4 bytes a weight) and foreach AdamW's step temporaries equal the bytes of transformers' own
+    parameters."""
+    from lm_accounting.analytic.program_report import implementation_account
+    from lm_accounting.measure.hf import build_hf_model
+
+    cfg, setup = tiny(name), TrainingSetup(attention="naive", precision="bf16")
+    model = build_hf_model(cfg, setup, device="meta")
+    nbytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    account = implementation_account(cfg, 8, 1, impl="transformers", setup=setup, device="cpu")
+    assert [item.total for item in account.states] == [nbytes] * 4
+    assert account.step_temporaries == nbytes
+
+
 def test_what_the_router_needs_is_read_and_written_back():
     """n_group, topk_group, norm_topk_prob and rope_interleave reach the model transformers builds."""
     from lm_accounting.measure.hf import hf_pretrained_config

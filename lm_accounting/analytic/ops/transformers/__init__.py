@@ -47,6 +47,16 @@ def _module(cfg: ModelConfig):
     return importlib.import_module(f"{__name__}.{PROGRAMS[cfg.hf_model_type]}")
 
 
+def fp32_kept_parameters(cfg: ModelConfig) -> int:
+    """Trained parameters transformers' model of ``cfg`` keeps in fp32 in a 16-bit build
+    (``_keep_in_fp32_modules_strict``): a program module's ``fp32_kept_parameters`` (DeepSeek's router weights),
+    else 0."""
+    if cfg.hf_model_type not in PROGRAMS:
+        return 0
+    count = getattr(_module(cfg), "fp32_kept_parameters", None)
+    return count(cfg) if count else 0
+
+
 def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
     """Why transformers' model of ``cfg`` under ``setup`` is not replayed (empty: it is)."""
     if cfg.hf_model_type not in PROGRAMS:

@@ -313,6 +313,12 @@ def causal_lm(cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | 
     return DeepseekV3ForCausalLM(cfg, seq, setup, batch)
 
 
+def fp32_kept_parameters(cfg: ModelConfig) -> int:
+    """The router weights (E, d) of the sparse layers: fp32 in a 16-bit model (``_keep_in_fp32_modules_strict``,
+    V2's and V3's ``gate.weight``; V3's ``e_score_correction_bias`` is a buffer)."""
+    return cfg.num_experts * cfg.d_model * (cfg.num_layers - cfg.dense_layers_first) if cfg.moe else 0
+
+
 def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
     """What this transliteration does not cover for ``cfg`` under ``setup``."""
     out = []

@@ -213,6 +213,9 @@ def causal_lm(cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | 
     return DeepseekV2ForCausalLM(cfg, seq, setup, batch)
 
 
+fp32_kept_parameters = deepseek.fp32_kept_parameters
+
+
 def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
     """What this transliteration does not cover for ``cfg`` under ``setup`` (DeepSeek-V3's program's list)."""
     return deepseek.unsupported(cfg, setup)
