@@ -227,23 +227,28 @@ not the shapes), tensor-parallel hints, and the storage format of weights (``qua
 parameter count is the same; bytes per parameter are the memory commands' ``--dtype``)."""
 
 _DEEPSEEK_ROUTING = (
+    "n_group",
+    "topk_group",
     "topk_method",
     "routed_scaling_factor",
+    "norm_topk_prob",
     "scoring_func",
     "aux_loss_alpha",
     "seq_aux",
     "output_router_logits",
     "router_aux_loss_coef",
     "ep_size",
+    "rope_interleave",
     "num_nextn_predict_layers",
     "num_mtp_layers",
 )
 """DeepSeek fields that change which experts a token picks, or how their outputs are scaled, but not how many
-(scaling factors, scoring functions, auxiliary losses, expert-parallel hints; V3's ``topk_method``, which its
-class never reads), and the multi-token-prediction module, which transformers does not build (so neither do
-we: DeepSeek-V3's 671B excludes its 14B MTP layer).  ``n_group``, ``topk_group``, ``norm_topk_prob``,
-``rope_interleave`` and V2's ``topk_method`` change no count either, but shape the training step's tensors:
-``_deepseek`` reads them (``ModelConfig.expert_groups`` ...)."""
+(group-limited routing, scaling factors, scoring functions, auxiliary losses, expert-parallel hints; V3's
+``topk_method``, which its class never reads), and the multi-token-prediction module, which transformers does
+not build (so neither do we: DeepSeek-V3's 671B excludes its 14B MTP layer).  ``n_group``, ``topk_group``,
+``norm_topk_prob``, ``rope_interleave`` and V2's ``topk_method`` change no count either, but shape the training
+step's tensors: ``_deepseek`` reads them (``ModelConfig.expert_groups`` ...); a read field is never listed as
+ignored, and a type that shares this list without the reader (GLM-4-MoE) ignores them."""
 
 IGNORED_BY_TYPE = {
     "gpt2": frozenset(
