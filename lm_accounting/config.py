@@ -172,10 +172,28 @@ class ModelConfig:
     """Whether the router divides its top-k weights by their sum (a config.json's ``norm_topk_prob``, Qwen3-MoE;
     Mixtral's router always does).  It changes no count, but transformers' training step keeps a copy of the
     weights for that division's backward (``analytic.ops.transformers.moe``): provenance, no part in equality."""
+    expert_groups: int = dataclasses.field(default=1, compare=False)
+    """DeepSeek's group-limited routing: the routed experts split into this many groups (a config.json's
+    ``n_group``), of which each token's router keeps ``expert_groups_per_token`` (``topk_group``) before its
+    top-k.  No count changes, but the router's tensors have these widths (``analytic.ops.transformers.deepseek``):
+    provenance, no part in equality."""
+    expert_groups_per_token: int = dataclasses.field(default=1, compare=False)
+    """The groups a token's router keeps (a config.json's ``topk_group``; see ``expert_groups``)."""
+    topk_method: str | None = dataclasses.field(default=None, compare=False)
+    """DeepSeek-V2's router (a config.json's ``topk_method``): "greedy" (the top-k of all experts) or
+    "group_limited_greedy" (within the ``expert_groups_per_token`` best groups); None for other routers.  No count
+    changes, the router's tensors do: provenance, no part in equality."""
+    rope_interleave: bool = dataclasses.field(default=False, compare=False)
+    """Whether RoPE rotates interleaved pairs (a config.json's ``rope_interleave``, DeepSeek-V3: strided slices,
+    ``apply_rotary_pos_emb_interleave``) rather than halves: the same count, other saved tensors in training."""
 
     def __post_init__(self) -> None:
         for key in ("vocab_size", "context_length", "num_layers", "d_model", "num_heads", "d_ff"):
             check_positive_int(key, getattr(self, key), ConfigError)
+        for key in ("expert_groups", "expert_groups_per_token"):
+            check_positive_int(key, getattr(self, key), ConfigError)
+        if self.topk_method not in (None, "greedy", "group_limited_greedy"):
+            raise ConfigError(f"topk_method must be greedy or group_limited_greedy, got {short_repr(self.topk_method)}")
         if self.num_layers > MAX_LAYERS:
             raise ConfigError(
                 f"num_layers = {self.num_layers:,} is beyond the supported {MAX_LAYERS:,} "
@@ -650,6 +668,7 @@ class ModelConfig:
         out["ignored_fields"] = list(self.ignored_fields)
         # provenance and routing details kept out of the pinned JSON key set (json_keys.json)
         del out["hf_model_type"], out["dropout"], out["norm_topk_prob"]
+        del out["expert_groups"], out["expert_groups_per_token"], out["rope_interleave"], out["topk_method"]
         return out
 
     def with_context(self, context_length: int) -> ModelConfig:

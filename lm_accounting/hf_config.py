@@ -249,9 +249,12 @@ _DEEPSEEK_ROUTING = (
     "num_mtp_layers",
 )
 """DeepSeek fields that change which experts a token picks, or how their outputs are scaled, but not how many
-(group-limited routing, scaling factors, auxiliary losses, expert-parallel hints, the interleaved RoPE layout),
-and the multi-token-prediction module, which transformers does not build (so neither do we: DeepSeek-V3's
-671B excludes its 14B MTP layer)."""
+(group-limited routing, scaling factors, scoring functions, auxiliary losses, expert-parallel hints; V3's
+``topk_method``, which its class never reads), and the multi-token-prediction module, which transformers does
+not build (so neither do we: DeepSeek-V3's 671B excludes its 14B MTP layer).  ``n_group``, ``topk_group``,
+``norm_topk_prob``, ``rope_interleave`` and V2's ``topk_method`` change no count either, but shape the training
+step's tensors: ``_deepseek`` reads them (``ModelConfig.expert_groups`` ...); a read field is never listed as
+ignored, and a type that shares this list without the reader (GLM-4-MoE) ignores them."""
 
 IGNORED_BY_TYPE = {
     "gpt2": frozenset(
@@ -269,7 +272,7 @@ IGNORED_BY_TYPE = {
     ),
     "gemma2": frozenset(["attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar"]),
     "vaultgemma": frozenset(["attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar"]),
-    "youtu": frozenset(["rope_interleave", "embedding_initializer_range"]),
+    "youtu": frozenset(["embedding_initializer_range"]),
     "gemma3_text": frozenset(
         ["attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar", "rope_local_base_freq"]
     ),
@@ -723,7 +726,22 @@ def _deepseek(f: _Fields) -> dict[str, Any]:
         **_experts(f, "n_routed_experts", "moe_intermediate_size"),
         "shared_experts": _count(f, "n_shared_experts"),
         "dense_layers_first": _count(f, "first_k_dense_replace"),
+        # the router's and RoPE's layout: no count, but the training step's tensors (ModelConfig's docstrings)
+        "norm_topk_prob": f.bool("norm_topk_prob", False),
+        "expert_groups": f.int("n_group", 1),
+        "expert_groups_per_token": f.int("topk_group", 1),
+        "rope_interleave": f.model_type != "deepseek_v2" and f.bool("rope_interleave", False),  # V2 has no such field
+        **({"topk_method": _v2_topk_method(f)} if f.model_type == "deepseek_v2" else {}),
     }
+
+
+def _v2_topk_method(f: _Fields) -> str:
+    """DeepSeek-V2's ``topk_method`` (``DeepseekV2TopkRouter.forward`` knows two; any other leaves its weights
+    undefined: transformers' forward fails)."""
+    method = f.str("topk_method", "greedy")
+    if method not in ("greedy", "group_limited_greedy"):
+        raise f.error(f"field 'topk_method' = {short_repr(method)} is not supported: greedy or group_limited_greedy")
+    return method
 
 
 def _latent_attention(f: _Fields) -> dict[str, Any]:
@@ -1096,7 +1114,11 @@ def _sarvam_mla(f: _Fields) -> dict[str, Any]:
 def _youtu(f: _Fields) -> dict[str, Any]:
     """Youtu-LLM: DeepSeek's latent attention with a dense SwiGLU MLP in every layer (modeling_youtu.py), tied
     by default."""
-    return {**_latent_attention(f), "tie_embeddings": f.bool("tie_word_embeddings", True)}
+    return {
+        **_latent_attention(f),
+        "tie_embeddings": f.bool("tie_word_embeddings", True),
+        "rope_interleave": f.bool("rope_interleave", True),  # no count; the training step's RoPE tensors
+    }
 
 
 def _vaultgemma(f: _Fields) -> dict[str, Any]:
@@ -1599,6 +1621,35 @@ def _write_deepseek(cfg: ModelConfig) -> dict[str, Any]:
         "qk_rope_head_dim": cfg.qk_rope_head_dim,
         "v_head_dim": cfg.v_head_dim,
         "attention_bias": False,
+        "norm_topk_prob": cfg.norm_topk_prob,
+        "n_group": cfg.expert_groups,
+        "topk_group": cfg.expert_groups_per_token,
+        **({"rope_interleave": cfg.rope_interleave} if cfg.hf_model_type != "deepseek_v2" else {}),
+        **({"topk_method": cfg.topk_method or "greedy"} if cfg.hf_model_type == "deepseek_v2" else {}),
+    }
+
+
+def _write_glm4_moe_lite(cfg: ModelConfig) -> dict[str, Any]:
+    """DeepSeek-V3's fields, the dense first layers as ``mlp_layer_types`` (the class has no
+    ``first_k_dense_replace``)."""
+    out = _write_deepseek(cfg)
+    k = out.pop("first_k_dense_replace")
+    return {**out, "mlp_layer_types": ["dense"] * k + ["sparse"] * (cfg.num_layers - k)}
+
+
+def _write_youtu(cfg: ModelConfig) -> dict[str, Any]:
+    """Youtu: DeepSeek's latent attention fields, no experts (its class keeps V3's expert fields, unread)."""
+    out = _write_common(cfg)
+    del out["head_dim"]  # the RoPE part, derived from qk_rope_head_dim
+    return {
+        **out,
+        "kv_lora_rank": cfg.kv_lora_rank,
+        "q_lora_rank": cfg.q_lora_rank,
+        "qk_nope_head_dim": cfg.qk_nope_head_dim,
+        "qk_rope_head_dim": cfg.qk_rope_head_dim,
+        "v_head_dim": cfg.v_head_dim,
+        "attention_bias": False,
+        "rope_interleave": cfg.rope_interleave,
     }
 
 
@@ -1627,6 +1678,9 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
     "olmo2": lambda cfg: {**_write_common(cfg), "attention_bias": cfg.qkv_bias},
     "deepseek_v2": _write_deepseek,
     "deepseek_v3": _write_deepseek,
+    "sarvam_mla": _write_deepseek,  # transformers builds DeepseekV3ForCausalLM for it
+    "glm4_moe_lite": _write_glm4_moe_lite,
+    "youtu": _write_youtu,
     "exaone": _write_llama,  # transformers builds LlamaForCausalLM for these two
     "internlm3": _write_llama,
     "gpt_oss": lambda cfg: {

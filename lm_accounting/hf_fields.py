@@ -820,6 +820,10 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         "first_k_dense_replace": 0,
         "n_routed_experts": 64,
         "moe_intermediate_size": 1407,
+        "norm_topk_prob": False,
+        "n_group": None,
+        "topk_group": None,
+        "topk_method": "greedy",
         "rope_theta": 10000.0,
     },
     "deepseek_v3": {
@@ -838,6 +842,10 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         "n_routed_experts": 256,
         "num_experts_per_tok": 8,
         "moe_intermediate_size": 2048,
+        "norm_topk_prob": True,
+        "n_group": 8,
+        "topk_group": 4,
+        "rope_interleave": True,
         "rope_theta": 10000.0,
     },
     "granite": {
@@ -1033,6 +1041,10 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         "n_shared_experts": 1,
         "n_routed_experts": 64,
         "num_experts_per_tok": 4,
+        "norm_topk_prob": True,
+        "n_group": 1,
+        "topk_group": 1,
+        "rope_interleave": True,
         "rope_theta": 10000.0,
     },
     "starcoder2": {
@@ -1088,6 +1100,10 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         "n_routed_experts": 128,
         "num_experts_per_tok": 8,
         "first_k_dense_replace": 1,
+        "norm_topk_prob": True,
+        "n_group": 1,
+        "topk_group": 1,
+        "rope_interleave": True,
         "rope_theta": 10000.0,
     },
     "vaultgemma": {
@@ -1122,6 +1138,7 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         "v_head_dim": 128,
         "kv_lora_rank": 512,
         "q_lora_rank": 1536,
+        "rope_interleave": True,
         "rope_theta": 10000.0,
     },
 }

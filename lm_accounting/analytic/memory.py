@@ -99,7 +99,7 @@ def scan_layers(cfg: ModelConfig) -> list[int]:
     return list(range(m)) + list(range(L - t, L))
 
 
-def model_state_breakdown(cfg: ModelConfig, dtype: str = "fp32") -> Breakdown:
+def model_state_breakdown(cfg: ModelConfig, dtype: str = "fp32", fp32_kept: int = 0) -> Breakdown:
     """Parameters, gradients and AdamW's two moments, in bytes: 4 · N · bytes(dtype) in all.
 
     Assumption: pure-dtype training as ``torch.optim.AdamW`` does it.  ``p.grad`` has the
@@ -114,18 +114,26 @@ def model_state_breakdown(cfg: ModelConfig, dtype: str = "fp32") -> Breakdown:
     * ``gradients``         N · bytes
     * ``adamw.exp_avg``     N · bytes (first moment m)
     * ``adamw.exp_avg_sq``  N · bytes (second moment v)
-    """
+
+    ``fp32_kept``: trained parameters an implementation keeps in fp32 whatever ``dtype`` (transformers' DeepSeek
+    routers, ``_keep_in_fp32_modules_strict``: ``ops.transformers.fp32_kept_parameters``); each of the four
+    then holds K·4 + (N − K)·bytes."""
     nbytes = _training_dtype_bytes(dtype)
     n = parameter_breakdown(cfg).total
-    per = n * nbytes
-    formula = f"N·{nbytes}"
+    kept = fp32_kept if nbytes != 4 else 0
+    extra = kept * (4 - nbytes)
+    per = n * nbytes + extra
+    formula = f"N·{nbytes}" + (f" + {kept:,}·{4 - nbytes} (fp32 kept)" if kept else "")
     frozen = frozen_parameter_count(cfg)  # no gradient, no moments (requires_grad=False)
-    trained, trained_formula = (n - frozen) * nbytes, f"(N − frozen)·{nbytes}" if frozen else formula
+    trained = (n - frozen) * nbytes + extra
+    trained_formula = f"(N − frozen)·{nbytes}" + (f" + {kept:,}·{4 - nbytes} (fp32 kept)" if kept else "")
+    trained_formula = trained_formula if frozen else formula
+    what = f"{dtype}; {kept:,} kept fp32" if kept else dtype
     items = (
-        Item("parameters", f"parameters ({dtype})", "parameters", per, None, formula),
-        Item("gradients", f"gradients ({dtype})", "gradients", trained, None, trained_formula),
-        Item("adamw.exp_avg", f"AdamW first moment m ({dtype})", "optimizer", trained, None, trained_formula),
-        Item("adamw.exp_avg_sq", f"AdamW second moment v ({dtype})", "optimizer", trained, None, trained_formula),
+        Item("parameters", f"parameters ({what})", "parameters", per, None, formula),
+        Item("gradients", f"gradients ({what})", "gradients", trained, None, trained_formula),
+        Item("adamw.exp_avg", f"AdamW first moment m ({what})", "optimizer", trained, None, trained_formula),
+        Item("adamw.exp_avg_sq", f"AdamW second moment v ({what})", "optimizer", trained, None, trained_formula),
     )
     return Breakdown(f"model states ({dtype}, AdamW)", "bytes", items)
 
@@ -189,7 +197,7 @@ def adamw_step_counter_bytes(
 
 
 def adamw_step_temporary_bytes(
-    cfg: ModelConfig, dtype: str = "fp32", impl: str = "foreach", *, implementation: str = "course"
+    cfg: ModelConfig, dtype: str = "fp32", impl: str = "foreach", *, implementation: str = "course", fp32_kept: int = 0
 ) -> int:
     """Peak extra bytes alive during ``AdamW.step()`` beyond params + grads + m + v, over the parameter
     tensors of ``implementation``'s model (``--impl``; the for-loop's figure depends on them).
@@ -211,8 +219,10 @@ def adamw_step_temporary_bytes(
     nbytes = _training_dtype_bytes(dtype)
     if impl not in ADAMW_IMPLS:
         raise AccountingError(f"unknown AdamW implementation '{impl}' (valid: {', '.join(ADAMW_IMPLS)})")
-    if impl == "foreach":  # the trained tensors' v (a frozen parameter has none)
-        return (parameter_breakdown(cfg).total - frozen_parameter_count(cfg)) * nbytes
+    if impl == "foreach":  # the trained tensors' v (a frozen parameter has none); fp32-kept ones: their own group,
+        # whose sqrt is still bound when the next group's is made (``ops.step.adamw_step``)
+        kept = fp32_kept if nbytes != 4 else 0
+        return (parameter_breakdown(cfg).total - frozen_parameter_count(cfg)) * nbytes + kept * (4 - nbytes)
     if impl == "fused":
         return 0
     sizes = parameter_tensor_sizes(cfg, scan_layers(cfg), implementation, trained=True)  # every adjacent pair

@@ -22,7 +22,7 @@ from ..phases import StepMemory
 from ..setup import TrainingSetup
 from .capacity import StepPeakLines, lines_with_one, max_context_that_fits
 from .course import course_linear_in_batch, course_peak, korthikanti_activation_bytes, max_batch
-from .memory import adamw_step_counter_bytes, adamw_step_temporary_bytes
+from .memory import adamw_step_counter_bytes, adamw_step_temporary_bytes, model_state_breakdown
 from .memory_report import MemoryAccount, legacy_misses, memory_account, states_only_account
 from .ops.engine import StepInBatch
 from .replay import predict_training_step, replay_unsupported
@@ -108,9 +108,16 @@ def implementation_states(cfg, seq, batch, impl, setup, basis, device, cpu_threa
     """The states-only account with AdamW's step counters and for-loop temporaries over ``impl``'s own parameter
     tensors (transformers' GPT-2: 148 tensors, fused c_attn; ours 196; ``analytic.hf_tensors``)."""
     states = states_only_account(cfg, seq, batch, setup.param_dtype, setup, basis, device, cpu_threads)
+    from .ops.transformers import fp32_kept_parameters
+
+    kept = fp32_kept_parameters(cfg) if impl == "transformers" else 0  # DeepSeek's fp32 routers
+    temporaries = adamw_step_temporary_bytes(
+        cfg, setup.param_dtype, setup.optimizer, implementation=impl, fp32_kept=kept
+    )
     return replace(
         states,
-        step_temporaries=adamw_step_temporary_bytes(cfg, setup.param_dtype, setup.optimizer, implementation=impl),
+        states=model_state_breakdown(cfg, setup.param_dtype, kept) if kept else states.states,
+        step_temporaries=temporaries,
         step_counters=adamw_step_counter_bytes(cfg, setup.optimizer, device, implementation=impl),
     )
 

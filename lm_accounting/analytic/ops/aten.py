@@ -491,11 +491,12 @@ def mean(a: Tensor, dim: int, keepdim: bool = False) -> Tensor:
     return out
 
 
-def sum_(a: Tensor, dim: int, keepdim: bool = False) -> Tensor:
-    """Backward: the gradient expanded back (a view: no bytes)."""
+def sum_(a: Tensor, dim: int, keepdim: bool = False, dtype: str | None = None) -> Tensor:
+    """Backward: the gradient expanded back (a view: no bytes; of another ``dtype``, autograd's
+    ``validate_outputs`` casts it to ``a``'s)."""
     dim = dim % a.ndim
     shape = a.shape[:dim] + ((1,) if keepdim else ()) + a.shape[dim + 1 :]
-    out = empty(shape, a.dtype, "sum")
+    out = empty(shape, dtype or a.dtype, "sum")
     current().note("reads", a.nbytes)
     src = a.shape
     record("SumBackward1", (a,), (out,), lambda ctx, g: (expand(g[0] if keepdim else unsqueeze(g[0], dim), *src),))

@@ -11,8 +11,9 @@ torch 2.13 (``tools/autograd/derivatives.yaml``, ``torch/csrc/autograd/Functions
 * ``t[..., start::step]`` (``slice`` with a step): a view that is not contiguous; backward ``slice_backward``:
   one tensor of ``t``'s shape.
 * ``stack``: one new contiguous tensor; backward ``unbind``: views.
-* ``topk``: the values and int64 indices; saves the indices; backward ``value_selecting_reduction_backward``:
-  zeros of the input's shape and a ``scatter_`` into them (traced: ``scatter``, a new tensor, then the zeros die).
+* ``topk`` and ``max(dim)``: the values and int64 indices; saves the indices; backward
+  ``value_selecting_reduction_backward``: zeros of the input's shape and a ``scatter_`` into them (traced:
+  ``scatter``, a new tensor, then the zeros die).
 * ``repeat_interleave(k, dim=0)`` (``aten/src/ATen/native/Repeat.cpp``, an int count): ``unsqueeze``, ``expand``
   and one contiguous ``clone``, flattened (a view); the backward sums the expanded dim (one tensor).
 No torch.
@@ -122,6 +123,16 @@ def topk(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
     shape, dtype = x.shape, x.dtype
     record("TopkBackward0", (x,), (values,), lambda ctx, g, i: (_into_zeros(shape, dtype, "scatter"),), (indices,))
     return values, indices
+
+
+def max_values(x: Tensor) -> Tensor:
+    """``x.max(dim=-1).values``: the values and int64 indices; MaxBackward0 saves the indices (backward
+    ``value_selecting_reduction_backward``, as ``topk``'s)."""
+    values = empty(x.shape[:-1], x.dtype, "max")
+    indices = empty(x.shape[:-1], "int64", "max")
+    shape, dtype = x.shape, x.dtype
+    record("MaxBackward0", (x,), (values,), lambda ctx, g, i: (_into_zeros(shape, dtype, "scatter"),), (indices,))
+    return values
 
 
 def repeat_interleave(t: Tensor, k: int) -> Tensor:

@@ -210,6 +210,11 @@ def predict_rank(
     if impl == "transformers":
         from .transformers import PROGRAMS
 
+        if PROGRAMS[cfg.hf_model_type] in ("deepseek", "deepseek_v2"):
+            raise ValueError(
+                f"FSDP2 over transformers' {cfg.hf_model_type} is not replayed (torch's fully_shard refuses its fp32 "
+                "router beside bf16 weights; in fp32 the fake-PG job differs from the replay, not derived)"
+            )
         if setup.autocast and PROGRAMS[cfg.hf_model_type] not in POLICY_EXACT:
             raise ValueError(
                 f"FSDP2's bf16 policy over transformers' {cfg.hf_model_type} is not replayed exactly (its fp32 "

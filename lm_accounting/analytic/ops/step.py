@@ -7,7 +7,8 @@ peak and end, exact functions of the micro-batch B).  A program is any object wi
 ``model.parameters()`` order) and ``loss()``; it holds its parameters, buffers and inputs itself.
 
 AdamW (torch 2.13 ``torch/optim/adam.py``; ``analytic.memory.adamw_step_temporary_bytes`` derives the same
-bytes): ``foreach`` (``_multi_tensor_adam``) makes ``_foreach_sqrt`` of every v at once, then works in place;
+bytes): ``foreach`` (``_multi_tensor_adam``) makes ``_foreach_sqrt`` of every v at once (per dtype group, the
+previous group's freed once the next exists), then works in place;
 ``for-loop`` (``_single_tensor_adam``) makes per tensor ``exp_avg_sq.sqrt()`` and its quotient, the previous
 tensor's ``denom`` still bound to the loop variable; ``fused`` makes nothing.  The step counters live on the
 CPU for foreach and the for-loop (``Adam._init_group``), on the device for fused, and on a cpu target for all.
@@ -45,8 +46,17 @@ class Sharding(Protocol):
 def adamw_step(params: list[Tensor], v: list[Tensor], optimizer: str) -> None:
     """The temporaries of ``AdamW.step()`` (see the module docstring); the updates are in place."""
     if optimizer == "foreach":
-        sqrt = [empty(x.shape, x.dtype, "_foreach_sqrt") for x in v]
-        _scalar(v[0].dtype)  # _foreach_div_(sqrt, bias_correction2_sqrt): a wrapped number at the top
+        # one pass per dtype group (``_group_tensors_by_device_and_dtype``: DeepSeek's fp32 router weights in a
+        # bf16 model); the previous group's ``exp_avg_sq_sqrt`` dies when the next one's is bound
+        groups: dict[str, list[Tensor]] = {}
+        for x in v:
+            groups.setdefault(x.dtype, []).append(x)
+        sqrt = None
+        for dtype, group in groups.items():
+            new = [empty(x.shape, x.dtype, "_foreach_sqrt") for x in group]
+            sqrt = new  # the previous group's list dies here
+            del new
+            _scalar(dtype)  # _foreach_div_(sqrt, bias_correction2_sqrt): a wrapped number at the top
         del sqrt
     elif optimizer == "for-loop":
         denom = None

@@ -48,7 +48,7 @@ from typing import Self
 
 from .engine import Affine, PhaseInBatch, Replay, apply_segment
 
-ITEMSIZE = {"fp32": 4, "bf16": 2, "fp16": 2, "int64": 8, "int32": 4, "bool": 1, "uint8": 1}
+ITEMSIZE = {"fp32": 4, "bf16": 2, "fp16": 2, "int64": 8, "int32": 4, "bool": 1, "uint8": 1, "complex64": 8}
 """Bytes per element of each dtype a program uses (torch's ``element_size()``)."""
 
 Dim = int | Affine

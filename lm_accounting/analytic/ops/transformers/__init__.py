@@ -22,6 +22,11 @@ from ..step import training_step
 PROGRAMS = {
     "mixtral": "moe",
     "qwen3_moe": "moe",
+    "deepseek_v2": "deepseek_v2",
+    "deepseek_v3": "deepseek",
+    "glm4_moe_lite": "deepseek",  # Glm4MoeLiteForCausalLM: DeepSeek-V3's attention, router and block
+    "sarvam_mla": "deepseek",
+    "youtu": "deepseek",  # YoutuForCausalLM: Llama's model and layer, DeepseekV3Attention, dense MLPs  # DeepseekV3ForCausalLM (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
     "llama": "llama",
     "mistral": "llama",
     "qwen2": "llama",
@@ -40,6 +45,16 @@ B = Affine(1)  # the micro-batch as a symbol
 
 def _module(cfg: ModelConfig):
     return importlib.import_module(f"{__name__}.{PROGRAMS[cfg.hf_model_type]}")
+
+
+def fp32_kept_parameters(cfg: ModelConfig) -> int:
+    """Trained parameters transformers' model of ``cfg`` keeps in fp32 in a 16-bit build
+    (``_keep_in_fp32_modules_strict``): a program module's ``fp32_kept_parameters`` (DeepSeek's router weights),
+    else 0."""
+    if cfg.hf_model_type not in PROGRAMS:
+        return 0
+    count = getattr(_module(cfg), "fp32_kept_parameters", None)
+    return count(cfg) if count else 0
 
 
 def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
