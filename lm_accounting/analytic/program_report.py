@@ -98,6 +98,10 @@ def implementation_account(
     if replayed(cfg, setup, impl, device):
         return memory_account(cfg, seq, batch, budget=budget, device=device, setup=setup, cpu_threads=cpu_threads)
     missing = step_unmodelled(cfg, setup, impl)
+    if not missing and impl == "transformers" and device == "cuda":  # a kernel the GPU target does not model
+        from .ops.cuda import transformers_unsupported
+
+        missing = transformers_unsupported(cfg, setup, seq)
     if missing:
         states = implementation_states(cfg, seq, batch, impl, setup, as_budget(budget), device, cpu_threads)
         return replace(states, impl=impl, unmodelled=tuple(missing))
