@@ -12,8 +12,6 @@ tests/test_transformers_truth.py: transformers' model on meta, eager attention, 
 FlopCounterMode at 1,024 and 2,048 tokens.
 """
 
-from collections import defaultdict
-
 import pytest
 
 from lm_accounting.analytic.flops import forward_flops, nonmatmul_flops
@@ -24,6 +22,7 @@ from lm_accounting.hf_config import config_from_hf
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from hf_components import assert_forward_flops_by_component, assert_parameters_by_component
 from test_transformers_truth import build_hf, hf_forward_flops, meta_masks  # noqa: F401
 
 BLOOM_560M = {  # bigscience/bloom-560m/config.json
@@ -104,12 +103,7 @@ def test_parameters_equal_transformers(name, models):
     bd = parameter_breakdown(cfg)
     model = models[name]
     assert bd.total == sum(p.numel() for p in model.parameters()) == published
-    by_keys: dict[tuple[str, ...], int] = defaultdict(int)
-    for hf_name, param in model.named_parameters():
-        by_keys[our_keys(hf_name)] += param.numel()
-    assert {k for keys in by_keys for k in keys} == {it.key for it in bd if it.total}  # the tied head: 0
-    for keys, count in by_keys.items():
-        assert sum(bd[k].total for k in keys) == count, (keys, count)
+    assert_parameters_by_component(bd, model, our_keys, with_empty=False)
     assert bd["embedding_norm"].total == 2 * cfg.d_model
 
 
@@ -126,23 +120,7 @@ def test_forward_flops_equal_transformers(name, seq, models, meta_masks):  # noq
     cfg = config_from_hf(CONFIGS[name][0], name=name).with_context(seq)
     counted = hf_forward_flops(models[name], seq)
     fwd = forward_flops(cfg, seq)
-    assert counted["total"] == fwd.total, (counted["total"], fwd.total)
-    by_keys: dict[tuple[str, ...], int] = defaultdict(int)
-    attention_core = 0
-    for module, flops in counted.items():
-        if module in TOP:
-            by_keys[our_keys(module)] += flops
-        elif module.startswith(PREFIX) and module.count(".") > 2:
-            inner = module[len(PREFIX) :].partition(".")[2]
-            if inner == "self_attention":  # baddbmm (QKᵀ, ALiBi added) and bmm (AV) in the module itself
-                children = sum(v for k, v in counted.items() if k.startswith(module + ".") and k.count(".") == 4)
-                attention_core += flops - children
-            elif inner in LAYER_MAP:
-                by_keys[our_keys(module)] += flops
-    assert {k for keys in by_keys for k in keys} == {it.key for it in fwd} - {"layers.*.attn.qk", "layers.*.attn.av"}
-    for keys, flops in by_keys.items():
-        assert sum(fwd[k].total for k in keys) == flops, (keys, flops)
-    assert attention_core == fwd["layers.*.attn.qk"].total + fwd["layers.*.attn.av"].total
+    assert_forward_flops_by_component(fwd, counted, our_keys, TOP, LAYER_MAP, PREFIX, "self_attention")
 
 
 def test_alibi_and_embedding_norm_conventions():

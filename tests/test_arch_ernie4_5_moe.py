@@ -15,8 +15,6 @@ tests/test_transformers_truth.py: transformers' model on meta, eager attention, 
 "batched_mm"``, parameters by name, FlopCounterMode at 1,024 and 2,048 tokens.
 """
 
-from collections import defaultdict
-
 import pytest
 
 from lm_accounting.analytic.flops import forward_flops
@@ -28,6 +26,7 @@ from lm_accounting.hf_config import config_from_hf
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from hf_components import assert_forward_flops_by_component, assert_parameters_by_component
 from test_transformers_truth import build_hf, hf_forward_flops, meta_masks  # noqa: F401
 
 ERNIE = {  # baidu/ERNIE-4.5-21B-A3B-PT/config.json
@@ -108,12 +107,7 @@ def test_parameters_equal_transformers(name, models):
     bd = parameter_breakdown(cfg)
     model = models[name]
     assert bd.total == sum(p.numel() for p in model.parameters())
-    by_keys: dict[tuple[str, ...], int] = defaultdict(int)
-    for hf_name, param in model.named_parameters():
-        by_keys[our_keys(hf_name)] += param.numel()
-    assert {k for keys in by_keys for k in keys} == {it.key for it in bd if it.total}  # the tied head: 0
-    for keys, count in by_keys.items():
-        assert sum(bd[k].total for k in keys) == count, (keys, count)
+    assert_parameters_by_component(bd, model, our_keys, with_empty=False)
     frozen = sum(p.numel() for p in model.parameters() if not p.requires_grad)
     assert frozen_parameter_count(cfg) == frozen == cfg.moe_layers * 64
     assert parameter_tensor_count(cfg, "transformers", trained=True) == sum(
@@ -144,23 +138,7 @@ def test_biases_with_use_bias():
 def test_forward_flops_equal_transformers(name, seq, models, meta_masks):  # noqa: F811
     counted = hf_forward_flops(models[name], seq)
     fwd = forward_flops(config_from_hf(CONFIGS[name], name=name).with_context(seq), seq)
-    assert counted["total"] == fwd.total, (counted["total"], fwd.total)
-    by_keys: dict[tuple[str, ...], int] = defaultdict(int)
-    attention_core = 0
-    for module, flops in counted.items():
-        if module in TOP:
-            by_keys[our_keys(module)] += flops
-        elif module.startswith(PREFIX) and module.count(".") > 2 and flops:
-            inner = module[len(PREFIX) :].partition(".")[2]
-            if inner == "self_attn":
-                children = sum(v for k, v in counted.items() if k.startswith(module + ".") and k.count(".") == 4)
-                attention_core += flops - children
-            elif inner in LAYER_MAP and not any(k.startswith(module + ".") and v for k, v in counted.items()):
-                by_keys[our_keys(module)] += flops
-    assert {k for keys in by_keys for k in keys} == {it.key for it in fwd} - {"layers.*.attn.qk", "layers.*.attn.av"}
-    for keys, flops in by_keys.items():
-        assert sum(fwd[k].total for k in keys) == flops, (keys, flops)
-    assert attention_core == fwd["layers.*.attn.qk"].total + fwd["layers.*.attn.av"].total
+    assert_forward_flops_by_component(fwd, counted, our_keys, TOP, LAYER_MAP, PREFIX, "self_attn")
 
 
 def test_a_moe_that_stops_before_the_last_layer_is_refused():

@@ -9,8 +9,6 @@ The published config.json values of allenai/OLMo-7B-hf and allenai/OLMo-1B-hf (t
 parameters by name, FlopCounterMode at 1,024 and 2,048 tokens (OLMo's 2,048 positions).
 """
 
-from collections import defaultdict
-
 import pytest
 
 from lm_accounting.analytic.flops import forward_flops, nonmatmul_flops
@@ -21,6 +19,7 @@ from lm_accounting.hf_config import config_from_hf
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from hf_components import assert_forward_flops_by_component, assert_parameters_by_component
 from test_transformers_truth import build_hf, hf_forward_flops, meta_masks  # noqa: F401
 
 OLMO = {  # allenai/OLMo-7B-hf/config.json
@@ -91,12 +90,7 @@ def test_parameters_equal_transformers(name, models):
     bd = parameter_breakdown(cfg)
     model = models[name]
     assert bd.total == sum(p.numel() for p in model.parameters())
-    by_keys: dict[tuple[str, ...], int] = defaultdict(int)
-    for hf_name, param in model.named_parameters():
-        by_keys[our_keys(hf_name)] += param.numel()
-    assert {k for keys in by_keys for k in keys} == {it.key for it in bd if it.total}
-    for keys, count in by_keys.items():
-        assert sum(bd[k].total for k in keys) == count, (keys, count)
+    assert_parameters_by_component(bd, model, our_keys, with_empty=False)
     for key in ("layers.*.ln1", "layers.*.ln2", "ln_final"):  # listed, with no parameter
         assert bd[key].total == 0
 
@@ -114,23 +108,7 @@ def test_forward_flops_equal_transformers(name, seq, models, meta_masks):  # noq
     cfg = config_from_hf(CONFIGS[name], name=name).with_context(seq)
     counted = hf_forward_flops(models[name], seq)
     fwd = forward_flops(cfg, seq)
-    assert counted["total"] == fwd.total, (counted["total"], fwd.total)
-    by_keys: dict[tuple[str, ...], int] = defaultdict(int)
-    attention_core = 0
-    for module, flops in counted.items():
-        if module in TOP:
-            by_keys[our_keys(module)] += flops
-        elif module.startswith(PREFIX) and module.count(".") > 2:
-            inner = module[len(PREFIX) :].partition(".")[2]
-            if inner == "self_attn":
-                children = sum(v for k, v in counted.items() if k.startswith(module + ".") and k.count(".") == 4)
-                attention_core += flops - children
-            elif inner in LAYER_MAP:
-                by_keys[our_keys(module)] += flops
-    assert {k for keys in by_keys for k in keys} == {it.key for it in fwd} - {"layers.*.attn.qk", "layers.*.attn.av"}
-    for keys, flops in by_keys.items():
-        assert sum(fwd[k].total for k in keys) == flops, (keys, flops)
-    assert attention_core == fwd["layers.*.attn.qk"].total + fwd["layers.*.attn.av"].total
+    assert_forward_flops_by_component(fwd, counted, our_keys, TOP, LAYER_MAP, PREFIX, "self_attn")
 
 
 def test_weightless_norm_convention():

@@ -1,0 +1,39 @@
+"""Our counts beside transformers' own model, component by component: shared by the architecture tests
+(tests/test_gpt_oss.py, tests/test_arch_*.py).  ``our_keys(name)`` maps one of transformers' parameter or module
+names to the keys of our component registry it covers (a fused projection covers several)."""
+
+from collections import defaultdict
+
+
+def assert_parameters_by_component(bd, model, our_keys, with_empty: bool = True) -> None:
+    """Every parameter of ``model`` under our keys, and each group of keys' total equal to transformers' count.
+    ``with_empty`` False: our components of 0 parameters (a tied head) are left out of the key comparison."""
+    by_keys: dict[tuple[str, ...], int] = defaultdict(int)
+    for hf_name, param in model.named_parameters():
+        by_keys[our_keys(hf_name)] += param.numel()
+    assert {k for keys in by_keys for k in keys} == {it.key for it in bd if with_empty or it.total}
+    for keys, count in by_keys.items():
+        assert sum(bd[k].total for k in keys) == count, (keys, count)
+
+
+def assert_forward_flops_by_component(fwd, counted, our_keys, top, layer_map, prefix, attention: str) -> None:
+    """``FlopCounterMode``'s per-module counts (``counted``) against our forward FLOPs: the total, each mapped
+    module, and the attention core (the attention module's own FLOPs less its children's: eager QKᵀ and AV) equal
+    to our QKᵀ + AV."""
+    assert counted["total"] == fwd.total, (counted["total"], fwd.total)
+    by_keys: dict[tuple[str, ...], int] = defaultdict(int)
+    attention_core = 0
+    for module, flops in counted.items():
+        if module in top:
+            by_keys[our_keys(module)] += flops
+        elif module.startswith(prefix) and module.count(".") > 2:
+            inner = module[len(prefix) :].partition(".")[2]
+            if inner == attention:
+                children = sum(v for k, v in counted.items() if k.startswith(module + ".") and k.count(".") == 4)
+                attention_core += flops - children
+            elif inner in layer_map:
+                by_keys[our_keys(module)] += flops
+    assert {k for keys in by_keys for k in keys} == {it.key for it in fwd} - {"layers.*.attn.qk", "layers.*.attn.av"}
+    for keys, flops in by_keys.items():
+        assert sum(fwd[k].total for k in keys) == flops, (keys, flops)
+    assert attention_core == fwd["layers.*.attn.qk"].total + fwd["layers.*.attn.av"].total
