@@ -39,6 +39,18 @@ E, K, FE = 4, 2, 32  # Mixtral: experts, experts a token, expert width
 W = 6  # Gemma 3's window
 # DeepSeek-V3: q_lora_rank, kv_lora_rank, qk_nope, qk_rope, v head sizes; 16 experts (8 groups of 2), width 16
 QR, KR, NOPE, ROPE, VD, DE, FD = 48, 32, 16, 8, 16, 16, 16
+LATENT_MOE = dict(
+    d_ff=F,
+    dense_layers_first=1,
+    num_experts=DE,
+    experts_per_token=K,
+    expert_d_ff=FD,
+    shared_experts=1,
+    kv_lora_rank=KR,
+    qk_nope_head_dim=NOPE,
+    qk_rope_head_dim=ROPE,
+    v_head_dim=VD,
+)  # DeepSeek-V2 and V3's shared shape
 
 CONFIGS_BY_TYPE = {
     "llama": lambda: dataclasses.replace(load_config("llama-3-8b"), **SHAPES, num_kv_heads=KV, d_ff=F),
@@ -46,21 +58,7 @@ CONFIGS_BY_TYPE = {
     "mixtral": lambda: dataclasses.replace(
         load_config("mixtral-8x7b"), **SHAPES, num_kv_heads=KV, d_ff=FE, num_experts=E, experts_per_token=K
     ),
-    "deepseek_v3": lambda: dataclasses.replace(
-        load_config("deepseek-v3"),
-        **SHAPES,
-        d_ff=F,
-        dense_layers_first=1,
-        num_experts=DE,
-        experts_per_token=K,
-        expert_d_ff=FD,
-        shared_experts=1,
-        q_lora_rank=QR,
-        kv_lora_rank=KR,
-        qk_nope_head_dim=NOPE,
-        qk_rope_head_dim=ROPE,
-        v_head_dim=VD,
-    ),
+    "deepseek_v3": lambda: dataclasses.replace(load_config("deepseek-v3"), **SHAPES, **LATENT_MOE, q_lora_rank=QR),
     "gemma3_text": lambda: dataclasses.replace(
         config_from_hf(CONFIGS["gemma-3-1b"][0], name="gemma-3-1b"),
         **SHAPES,
@@ -85,19 +83,7 @@ EVERY_TYPE = {
     "gemma2": lambda: hf("gemma-2-2b", num_kv_heads=KV, head_dim=DH, d_ff=F, sliding_window=W),  # eager only
     "phi3": lambda: hf("phi-3-mini-4k", num_kv_heads=H, d_ff=F, sliding_window=W),
     "olmo2": lambda: hf("olmo-2-7b", num_kv_heads=H, d_ff=F),  # whole-projection qk-norm, post norms
-    "deepseek_v2": lambda: hf(
-        "deepseek-v2-lite",
-        d_ff=F,
-        dense_layers_first=1,
-        num_experts=DE,
-        experts_per_token=K,
-        expert_d_ff=FD,
-        shared_experts=1,
-        kv_lora_rank=KR,
-        qk_nope_head_dim=NOPE,
-        qk_rope_head_dim=ROPE,
-        v_head_dim=VD,
-    ),
+    "deepseek_v2": lambda: hf("deepseek-v2-lite", **LATENT_MOE),
 }
 """Every model_type the registry describes, at the same tiny sizes: the comparison with ``infer --program
 generate`` runs on all of them (CONFIGS_BY_TYPE: the five checked by hand above)."""

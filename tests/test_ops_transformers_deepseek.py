@@ -19,6 +19,7 @@ pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
 from test_ops_transformers_llama import PLAIN_SETUPS  # attention × precision × checkpointing
+from test_ops_transformers_moe import check  # B = 1, 2, 3 against the storage tracker
 
 from lm_accounting.measure.hf import measure_hf_step
 
@@ -69,15 +70,6 @@ VARIANTS = {
 
 def tiny(name: str = "base"):
     return config_from_hf({**SHAPE, **VARIANTS[name]})
-
-
-def check(cfg, seq: int, setup: TrainingSetup, device: str = "cpu"):
-    """The lines in B at B = 2 and 3 from one replay, B = 1 from its own, against the storage tracker."""
-    lines = predict_step(cfg, seq, setup, impl="transformers", batch=2, device=device)
-    for batch in (2, 3):
-        assert lines.at(batch) == measure_hf_step(cfg, seq, batch, setup, device=device), (batch, setup)
-    one = predict_step(cfg, seq, setup, impl="transformers", batch=1, device=device)
-    assert one.at(1) == measure_hf_step(cfg, seq, 1, setup, device=device), (1, setup)
 
 
 SETUPS = [

@@ -278,22 +278,22 @@ def find_packed_sequence_indices(position_ids: Tensor) -> None:
     (a local: it lives until the return); ``(position_diff != 1).cumsum(-1)``; ``(packed[:, -1] == 0).all()``.
     Each Python number is wrapped on a plain CPU run."""
     b, s = position_ids.shape
-    first = _int_op((b, 1), "sub")
+    first = int_scalar_op((b, 1), "sub")
     joined = empty((b, s + 1), "int64", "cat")  # diff: cat(prepend, x), then a[1:] - a[:-1]
     position_diff = empty((b, s), "int64", "sub")
     del joined
-    ne = _int_op((b, s), "ne", "bool")
+    ne = int_scalar_op((b, s), "ne", "bool")
     as_long = empty((b, s), "int64", "cumsum_cast") if current().wraps else None  # the CPU kernel's int64 copy
     packed = empty((b, s), "int64", "cumsum")
     del as_long, ne
-    last = _int_op((b,), "eq", "bool")
+    last = int_scalar_op((b,), "eq", "bool")
     done = empty((), "bool", "all")
     del last, done, first, position_diff, packed
 
 
-def _int_op(shape: tuple, name: str, dtype: str = "int64") -> Tensor:
-    """An op of an int64 tensor and a Python int: the number wrapped (plain CPU run), the output, the wrapper
-    freed."""
+def int_scalar_op(shape: tuple, name: str, dtype: str = "int64") -> Tensor:
+    """An op of an int64 tensor and a Python int (``position_ids + offset``, the router's ``perm // k``): the number
+    wrapped (plain CPU run), the output, the wrapper freed."""
     wrapped = A.wrap_scalar("int64")
     out = empty(shape, dtype, name)
     del wrapped
@@ -346,7 +346,7 @@ def eager_mask(batch: Dim, seq: int, dtype: str, window: int | None) -> Tensor:
 def arange_plus(n: int) -> Tensor:
     """``torch.arange(n) + offset``: the arange dies once added to."""
     a = empty((n,), "int64", "arange")
-    out = _int_op((n,), "add")
+    out = int_scalar_op((n,), "add")
     del a
     return out
 

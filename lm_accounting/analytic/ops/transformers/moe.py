@@ -33,18 +33,9 @@ from ..aten_index import index, split_with_sizes, topk
 from ..aten_pointwise import divide_backward
 from ..engine import Affine
 from ..tensors import Tensor, empty, no_grad, parameter, record, record_first
-from .llama import MLP, DecoderLayer, LlamaForCausalLM, RMSNorm
+from .llama import MLP, DecoderLayer, LlamaForCausalLM, RMSNorm, int_scalar_op
 
 B = Affine(1)
-
-
-def int_scalar_op(shape: tuple, name: str, dtype: str = "int64") -> Tensor:
-    """An op of an integer tensor and a Python int (``perm // k``): the number wrapped (a plain CPU run), the
-    output, the wrapper freed."""
-    wrapped = A.wrap_scalar("int64")
-    out = empty(shape, dtype, name)
-    del wrapped
-    return out
 
 
 def sort(t: Tensor) -> tuple[Tensor, Tensor]:
