@@ -21,7 +21,7 @@ import sys
 import pytest
 
 from lm_accounting.analytic.ops import course, predict_step, unsupported
-from lm_accounting.analytic.ops.course.model import alike_runs
+from lm_accounting.analytic.ops.tensors import alike_runs
 from lm_accounting.analytic.replay import predict_training_step
 from lm_accounting.config import ModelConfig
 from lm_accounting.measure.memory import measure_step

@@ -50,6 +50,8 @@ VARIANTS = {
     "plain-q": {"q_lora_rank": None},
     "rotate-half": {"rope_interleave": False},
     "two-dense": {"first_k_dense_replace": 2, "num_hidden_layers": 4},  # the middle layers differ
+    # layers d d d m m m: the middle runs [d d] and [m m], each replayed once (``alike_runs``)
+    "three-dense": {"first_k_dense_replace": 3, "num_hidden_layers": 6, "model_type": "deepseek_v2"},
     "four-groups": {"n_group": 4, "topk_group": 2},
     "one-group": {"n_group": 1, "topk_group": 1},
     "unnormalised": {"norm_topk_prob": False},

@@ -178,6 +178,28 @@ def test_gemma_variants_equal_transformers():
     check(six, 12, TrainingSetup(attention="sdpa", checkpoint="full"))
 
 
+@pytest.mark.parametrize(
+    "model_type, fields, setup",
+    [
+        # layers s s f s s f s s f: the middle runs [s] [f] [s s] [f] [s s], each replayed once (``alike_runs``)
+        ("gemma3_text", dict(num_hidden_layers=9, sliding_window_pattern=3), TrainingSetup(attention="naive")),
+        ("gemma3_text", dict(num_hidden_layers=9, sliding_window_pattern=3), TrainingSetup(checkpoint="full")),
+        ("gemma2", dict(num_hidden_layers=5), TrainingSetup(attention="naive", precision="amp-bf16")),
+        ("olmo2", dict(num_hidden_layers=5), TrainingSetup(attention="sdpa", precision="bf16")),
+        ("phi3", dict(num_hidden_layers=5), TrainingSetup(attention="naive", checkpoint="full")),
+    ],
+    ids=lambda v: (
+        v if isinstance(v, str) else "-".join(map(str, v.to_dict().values() if hasattr(v, "to_dict") else v.values()))
+    ),
+)
+def test_runs_of_alike_layers_replayed_once_equal_transformers(model_type, fields, setup):
+    """Deeper models than the grid's: the middle layers in runs of one kind, each run replayed once for all its
+    layers, against every layer of transformers' model on meta, and the plain run against the CPU allocator."""
+    cfg = tiny(model_type, **fields)
+    check(cfg, 12, setup)
+    check_plain(cfg, 8, 2, setup)
+
+
 def test_refusals_name_what_is_not_transliterated():
     """Gemma 2 with sdpa is transformers' own refusal; selective checkpointing does not exist there."""
     assert any("eager" in r for r in unsupported(tiny("gemma2"), TrainingSetup(attention="sdpa"), "transformers"))

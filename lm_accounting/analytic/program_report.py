@@ -15,6 +15,7 @@ No torch here.
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import cache
 
 from ..config import AccountingError, ModelConfig
 from ..gpus import MemoryBudget, as_budget
@@ -185,6 +186,7 @@ def program_account(
     basis = as_budget(budget)
     base = implementation_states(cfg, seq, batch, impl, setup, basis, device, 1)
 
+    @cache  # the step at the asked batch, at 1 and 2 for the lines, at n and n + 1 to check the largest batch
     def plain(b: int):
         return predicted(impl, lambda: predict_step(cfg, seq, setup, impl=impl, batch=b, mode="plain", device=device))
 

@@ -36,16 +36,19 @@ from ...layout import ParallelLayout
 from ...setup import TrainingSetup
 from ..fsdp import FsdpEvents, FsdpUnits, Unit, shard_unit
 from ..parallel import fsdp_chunk_rows
+from . import aten as A
 from .engine import Affine, StepInBatch
 from .step import training_step
 from .tensors import Tensor, current, empty, numel, record
 
 PARAM_DTYPES = {"fp32": "fp32", "bf16": "bf16", "amp-bf16": "fp32"}
-POLICY_EXACT = ("llama", "gpt2", "phi3", "moe", "gemma")
+FLOATING = ("fp32", "fp16", "bf16", "fp64")
+POLICY_EXACT = ("llama", "gpt2", "phi3", "moe", "gemma", "olmo2")
 """transformers' programs (``ops.transformers.PROGRAMS``' modules) whose pure-bf16 build, with the fp32 model's
 buffers (``buffer_dtype``: Gemma's ``embed_scale`` stays fp32 and is cast each forward), is what FSDP2's bf16
-policy runs over the fp32 model (checked on the fake process group; Gemma at ZeRO-2 only).  OLMo-2 differs by
-256–768 B, so amp-bf16 is refused for it."""
+policy runs over the fp32 model, with each layer's floating inputs cast to bf16 (``cast_floating``): checked on the
+fake process group at ZeRO-2 and ZeRO-3 (tests/test_ops_fsdp.py).  A program added later is refused under the
+policy until it is checked and listed here."""
 
 
 def charge(*deltas: int) -> None:
@@ -53,6 +56,20 @@ def charge(*deltas: int) -> None:
     run = current()
     for delta in deltas:
         run.charge(delta, "FSDP2")
+
+
+def cast_floating(x):
+    """``_cast_fp_tensor(param_dtype, ...)`` over a unit's inputs (``FSDPState._pre_forward`` under a
+    ``MixedPrecisionPolicy`` with ``cast_forward_inputs``, before the unshard): every floating tensor not yet bf16
+    is copied to bf16, in tuples too (transformers' ``position_embeddings``: OLMo-2's fp32 cos and sin, one bf16
+    copy per layer).  transformers checkpoints a layer's ``forward``, so the hook, and its copies, stay outside the
+    checkpoint (``GradientCheckpointingLayer.__call__``): the recompute does not cast again, and the checkpoint
+    holds the copies until the backward."""
+    if isinstance(x, tuple | list):
+        return type(x)(cast_floating(v) for v in x)
+    if isinstance(x, Tensor) and x.dtype in FLOATING and x.dtype != "bf16":
+        return A.to(x, "bf16")
+    return x
 
 
 def rows_cols(t: Tensor) -> tuple[int, int]:
@@ -94,6 +111,8 @@ class FullyShard:
         self.events = FsdpEvents(self.cfg, self.units, self.cpu)
         for i, layer in enumerate(layers):
             layer.forward = self._wrap(layer.forward, i)
+            if self.setup.autocast:  # the policy's cast_forward_inputs (our blocks' inputs are bf16 already)
+                layer.cast_inputs = cast_floating
         program.forward = self._wrap(program.forward, None)
         dtype = PARAM_DTYPES[self.setup.precision]  # the sharded parameters keep the model's dtype
         return [empty((fsdp_chunk_rows(r, d), c), dtype, "shard") for r, c in map(rows_cols, params)]
@@ -220,13 +239,6 @@ def predict_rank(
                 f"FSDP2's bf16 policy over transformers' {cfg.hf_model_type} is not replayed exactly (its fp32 "
                 "buffers stay fp32 under the policy; the program builds them in bf16)"
             )
-        if setup.autocast and PROGRAMS[cfg.hf_model_type] == "gemma" and layout.zero == 3:
-            raise ValueError(
-                f"FSDP2's bf16 policy over transformers' {cfg.hf_model_type} at ZeRO-3 is not replayed exactly yet "
-                "(1 KB below the fake-PG job at the forward peak; ZeRO-2 is exact)"
-            )
-        if cfg.hf_model_type == "gemma3_text" and setup.attention == "sdpa" and layout.zero == 3:
-            raise ValueError("FSDP2 ZeRO-3 over transformers' gemma3_text with sdpa is not replayed exactly yet")
         module = importlib.import_module(f"{__package__}.transformers.{PROGRAMS[cfg.hf_model_type]}")
         run = dataclasses.replace(setup, precision="bf16") if setup.autocast else setup
         # the job runs on cpu tensors (FakeTensors on meta): the CPU's kernel facts (GPT-2's LayerNorm statistics)

@@ -46,6 +46,7 @@ from collections.abc import Callable, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Self
 
+from ...config import ModelConfig
 from .engine import Affine, PhaseInBatch, Replay, apply_segment
 
 ITEMSIZE = {"fp32": 4, "bf16": 2, "fp16": 2, "int64": 8, "int32": 4, "bool": 1, "uint8": 1, "complex64": 8}
@@ -222,6 +223,22 @@ def repeated(times: int):
             cast = run.autocast_cache[key][1]
             if sys.getrefcount(cast) <= 3 and sys.getrefcount(cast.storage) <= 2:
                 run.autocast_virtual = cast.nbytes * (times - 1) + run.autocast_virtual
+
+
+def alike_runs(cfg: ModelConfig) -> list[tuple[int, int]]:
+    """(first layer, count) for the layers in order: the first and the last alone, the middle ones in runs of
+    the same kind (a mixture of experts or not, a window or not: the same ops on the same shapes and masks),
+    each run replayed once for all its layers (``tensors.repeated``, O(1) in the layer count)."""
+    n = cfg.num_layers
+    kind = [(cfg.layer_moe(i), cfg.layer_windowed(i)) for i in range(n)]
+    runs, i = [(0, 1)], 1
+    while i < n - 1:
+        j = i
+        while j < n - 1 and kind[j] == kind[i]:
+            j += 1
+        runs.append((i, j - i))
+        i = j
+    return runs + ([(n - 1, 1)] if n > 1 else [])
 
 
 class Storage:

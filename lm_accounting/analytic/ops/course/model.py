@@ -13,7 +13,7 @@ from ....setup import TrainingSetup
 from .. import aten as A
 from ..aten_index import split_with_sizes
 from ..engine import Affine
-from ..tensors import Tensor, empty, repeated
+from ..tensors import Tensor, alike_runs, empty, repeated
 from .layers import (
     Embedding,
     Linear,
@@ -260,22 +260,6 @@ class TransformerLM:
                 return block(x, self.rope, positions, mask)
 
         return block_checkpoint(run, x, selective=self.setup.checkpoint == "selective")
-
-
-def alike_runs(cfg: ModelConfig) -> list[tuple[int, int]]:
-    """(first layer, count) for the layers in order: the first and the last alone, the middle ones in runs of
-    the same kind (a mixture of experts or not, a window or not: the same ops on the same shapes and masks),
-    each run replayed once for all its layers (``tensors.repeated``, O(1) in the layer count)."""
-    n = cfg.num_layers
-    kind = [(cfg.layer_moe(i), cfg.layer_windowed(i)) for i in range(n)]
-    runs, i = [(0, 1)], 1
-    while i < n - 1:
-        j = i
-        while j < n - 1 and kind[j] == kind[i]:
-            j += 1
-        runs.append((i, j - i))
-        i = j
-    return runs + ([(n - 1, 1)] if n > 1 else [])
 
 
 def _tril(t: Tensor) -> Tensor:

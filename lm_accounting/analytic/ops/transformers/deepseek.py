@@ -303,10 +303,6 @@ class DeepseekV3ForCausalLM(LlamaForCausalLM):
 
     layer_class = DecoderLayer
 
-    @property
-    def middle_alike(self) -> bool:
-        return self.cfg.dense_layers_first <= 1  # else dense and sparse layers among the middle ones
-
 
 def causal_lm(cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B) -> DeepseekV3ForCausalLM:
     """The program of ``ops.transformers.predict_step``."""

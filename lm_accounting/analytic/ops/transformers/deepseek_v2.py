@@ -16,7 +16,7 @@ from ....setup import TrainingSetup
 from .. import aten as A
 from ..aten_index import max_values, split_with_sizes, topk
 from ..engine import Affine
-from ..tensors import Tensor, empty, no_grad, parameter, record, repeated
+from ..tensors import Tensor, empty, no_grad, parameter, record
 from . import deepseek
 from .deepseek import (
     MLP,
@@ -196,15 +196,7 @@ class DeepseekV2ForCausalLM(DeepseekV3ForCausalLM):
         hidden_states = inputs_embeds
         position_embeddings = rotary_embedding_v2(position_ids, self.inv_freq)
         kwargs = dict(attention_mask=causal, position_embeddings=position_embeddings, position_ids=position_ids)
-        layers = self.layers
-        middle = layers[1:-1] if len(layers) > 2 else []
-        for layer in layers[:1]:
-            hidden_states = layer(hidden_states, **kwargs)
-        with repeated(len(middle) if self.middle_alike else 1):
-            for layer in middle[:1] if self.middle_alike else middle:
-                hidden_states = layer(hidden_states, **kwargs)
-        for layer in layers[1:][-1:]:
-            hidden_states = layer(hidden_states, **kwargs)
+        hidden_states = self.run_layers(hidden_states, lambda i: kwargs)
         return self.norm(hidden_states)
 
 

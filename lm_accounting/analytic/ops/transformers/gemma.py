@@ -210,13 +210,14 @@ class GemmaForCausalLM(LlamaForCausalLM):
         tables = {t: rotary_embedding(hidden_states, position_ids, self.inv_freq) for t in sorted(set(self.types))}
         if self.cfg.hf_model_type == "gemma2":  # one table for every layer (:438)
             tables = dict.fromkeys(self.types, tables[self.types[0]])
-        for windowed, layer in zip(self.types, self.layers, strict=True):  # :440-448
-            hidden_states = layer(
-                hidden_states,
-                attention_mask=causal_mask_mapping[windowed],
-                position_embeddings=tables[windowed],
+        hidden_states = self.run_layers(  # :440-448
+            hidden_states,
+            lambda i: dict(
+                attention_mask=causal_mask_mapping[self.types[i]],
+                position_embeddings=tables[self.types[i]],
                 position_ids=position_ids,
-            )
+            ),
+        )
         return self.norm(hidden_states)  # :450
 
     def forward(self) -> tuple[Tensor, Tensor]:

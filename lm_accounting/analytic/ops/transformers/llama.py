@@ -18,6 +18,7 @@ kv heads: transformers passes ``enable_gqa=True`` without a mask, ``integrations
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 
 from ....config import ModelConfig
@@ -30,6 +31,7 @@ from ..engine import Affine
 from ..tensors import (
     Dim,
     Tensor,
+    alike_runs,
     autocast_or_not,
     checkpoint,
     current,
@@ -234,8 +236,13 @@ class GradientCheckpointingLayer:
     runs ``checkpoint(partial(forward, self, **kwargs), hidden_states)``; every model's decoder layer is one."""
 
     gradient_checkpointing = False
+    cast_inputs = None
+    """FSDP2's bf16 policy casting the layer's floating inputs (``ops.fsdp.cast_floating``): a module hook, which
+    transformers keeps outside the checkpoint (modeling_layers.py:85, it checkpoints ``forward``)."""
 
     def __call__(self, hidden_states: Tensor, **kwargs) -> Tensor:
+        if self.cast_inputs is not None:
+            hidden_states, kwargs = self.cast_inputs(hidden_states), {k: self.cast_inputs(v) for k, v in kwargs.items()}
         if self.gradient_checkpointing:
             return checkpoint(partial(self.forward, **kwargs), hidden_states)
         return self.forward(hidden_states, **kwargs)
@@ -372,10 +379,6 @@ class LlamaForCausalLM:
         self.input_ids = empty((batch, seq), "int64", "input_ids")
         self.labels = empty((batch, seq), "int64", "labels")
 
-    middle_alike = True
-    """Whether every layer but the first and the last is the same program (a subclass with layers of two kinds
-    says False: each is replayed)."""
-
     def decoder_layer(self, name: str, norm: type[RMSNorm]) -> GradientCheckpointingLayer:
         """The model's decoder layer (a subclass's own: OLMo-2's, Phi-3's)."""
         return DecoderLayer(self.cfg, self.dtype, self.setup.attention, name, norm)
@@ -401,16 +404,16 @@ class LlamaForCausalLM:
         hidden_states = inputs_embeds  # :403; ``inputs_embeds`` keeps the lookup until the forward returns
         position_embeddings = rotary_embedding(hidden_states, position_ids, self.inv_freq)  # :404
         kwargs = dict(attention_mask=causal, position_embeddings=position_embeddings, position_ids=position_ids)
-        layers = self.layers  # :406-414; the middle layers, when alike: one replayed for all (``repeated``)
-        middle = layers[1:-1] if len(layers) > 2 else []
-        for layer in layers[:1]:
-            hidden_states = layer(hidden_states, **kwargs)
-        with repeated(len(middle) if self.middle_alike else 1):
-            for layer in middle[:1] if self.middle_alike else middle:
-                hidden_states = layer(hidden_states, **kwargs)
-        for layer in layers[1:][-1:]:
-            hidden_states = layer(hidden_states, **kwargs)
+        hidden_states = self.run_layers(hidden_states, lambda i: kwargs)  # :406-414
         return self.norm(hidden_states)  # :416
+
+    def run_layers(self, hidden_states: Tensor, kwargs: Callable[[int], dict]) -> Tensor:
+        """The decoder layers in order, layer i called with ``kwargs(i)``; each run of alike middle layers (the same
+        kind: a mixture of experts or not, a window or not) replayed once for all (``alike_runs``, ``repeated``)."""
+        for first, times in alike_runs(self.cfg):
+            with repeated(times):
+                hidden_states = self.layers[first](hidden_states, **kwargs(first))
+        return hidden_states
 
     def forward(self) -> tuple[Tensor, Tensor]:
         """``LlamaForCausalLM.forward`` (:448-470) with labels: (logits, loss), the ``CausalLMOutputWithPast``

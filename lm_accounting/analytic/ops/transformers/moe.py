@@ -174,10 +174,6 @@ class MoeDecoderLayer(DecoderLayer):
 class MoeForCausalLM(LlamaForCausalLM):
     """``MixtralForCausalLM`` / ``Qwen3MoeForCausalLM`` without ``output_router_logits`` (no auxiliary loss)."""
 
-    @property
-    def middle_alike(self) -> bool:
-        return self.cfg.moe_every == 1  # else sparse and dense layers alternate
-
     def decoder_layer(self, name: str, norm: type[RMSNorm]) -> MoeDecoderLayer:
         i = int(name.rsplit(".", 1)[1])
         return MoeDecoderLayer(self.cfg, self.dtype, self.setup.attention, name, norm, self.cfg.layer_moe(i))

@@ -144,10 +144,8 @@ class Olmo2ForCausalLM(LlamaForCausalLM):
         hidden_states = inputs_embeds
         del inputs_embeds
         position_embeddings = rotary_embedding(position_ids, self.inv_freq)
-        for layer in self.layers:
-            hidden_states = layer(
-                hidden_states, attention_mask=causal, position_embeddings=position_embeddings, position_ids=position_ids
-            )
+        kwargs = dict(attention_mask=causal, position_embeddings=position_embeddings, position_ids=position_ids)
+        hidden_states = self.run_layers(hidden_states, lambda i: kwargs)
         return self.norm(hidden_states)
 
 

@@ -126,10 +126,8 @@ class Phi3ForCausalLM(LlamaForCausalLM):
         hidden_states = inputs_embeds
         del inputs_embeds
         position_embeddings = rotary_embedding(hidden_states, position_ids, self.inv_freq)
-        for layer in self.layers:
-            hidden_states = layer(
-                hidden_states, attention_mask=causal, position_embeddings=position_embeddings, position_ids=position_ids
-            )
+        kwargs = dict(attention_mask=causal, position_embeddings=position_embeddings, position_ids=position_ids)
+        hidden_states = self.run_layers(hidden_states, lambda i: kwargs)
         return self.norm(hidden_states)
 
 
