@@ -1683,6 +1683,18 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
     "youtu": _write_youtu,
     "exaone": _write_llama,  # transformers builds LlamaForCausalLM for these two
     "internlm3": _write_llama,
+    "helium": _write_llama,
+    "iquestcoder": _write_llama,
+    "ernie4_5": lambda cfg: {**_write_common(cfg), "use_bias": cfg.qkv_bias},
+    "seed_oss": lambda cfg: {
+        **_write_common(cfg),
+        "attention_bias": cfg.qkv_bias,
+        "attention_out_bias": cfg.output_bias,
+        "mlp_bias": cfg.mlp_bias,
+    },
+    "ministral": lambda cfg: {**_write_common(cfg), **_write_window(cfg, layer_types=True)},
+    "ministral3": lambda cfg: {**_write_common(cfg), **_write_window(cfg, layer_types=False)},
+    "hunyuan_v1_dense": lambda cfg: {**_write_common(cfg), "attention_bias": cfg.qkv_bias},
     "gpt_oss": lambda cfg: {
         **_write_common(cfg),
         **_write_experts(cfg, "num_local_experts"),

@@ -1,4 +1,4 @@
-"""transformers' gpt2, gemma2, gemma3_text, olmo2 and phi3 replayed by the op library
+"""transformers' gpt2, gemma2, gemma3_text, olmo2 and phi3 (and the Llama program's other classes) replayed by the op library
 (``analytic.ops.transformers``: ``gpt2``, ``gemma``, ``olmo2``, ``phi3``) equal transformers' own models
 measured by the storage tracker on meta, phase by phase, byte for byte.
 
@@ -41,6 +41,10 @@ ZOO = {
         "sliding_window": 10,
         "sliding_window_pattern": 2,
     },
+    # Llama's program under other classes (``PROGRAMS``)
+    "iquestcoder": LLAMA_LIKE,
+    "ministral": {**LLAMA_LIKE, "head_dim": 8, "sliding_window": 10},
+    "hunyuan_v1_dense": {**LLAMA_LIKE, "head_dim": 8},
 }
 """A window of 10 keys: S = 8 leaves it out of the masks' reach, S = 12 makes the windowed mask."""
 
@@ -176,6 +180,19 @@ def test_gemma_variants_equal_transformers():
     check(tiny("gemma2", tie_word_embeddings=False), 12, TrainingSetup(precision="bf16"))
     six = tiny("gemma3_text", num_hidden_layers=6, sliding_window_pattern=6)
     check(six, 12, TrainingSetup(attention="sdpa", checkpoint="full"))
+
+
+@pytest.mark.parametrize("model_type", ["iquestcoder", "ministral", "hunyuan_v1_dense"])
+@pytest.mark.parametrize(
+    "setup",
+    [TrainingSetup(attention="naive", precision="amp-bf16"), TrainingSetup(attention="sdpa", checkpoint="full")],
+    ids=lambda s: "-".join(s.to_dict().values()),
+)
+def test_llama_program_under_other_classes_equals_them(model_type, setup):
+    """IQuest-Coder, Ministral (windowed: S = 12 past its 10 keys) and HunYuan-Dense (q/k norms after RoPE) are
+    Llama's program, checked against their own classes, and the plain run against the CPU allocator."""
+    check(tiny(model_type), 12, setup)
+    check_plain(tiny(model_type), 8, 2, setup)
 
 
 @pytest.mark.parametrize(

@@ -620,6 +620,7 @@ def matmul(a: Tensor, b: Tensor, call=None) -> Tensor:
     dims, reshape to 3-d and ``bmm``.  ``call(op, *args)``, if given, runs the ``mm``/``bmm`` (selective
     checkpointing's cache, ``course.sac``)."""
     call = call or (lambda op, *args: op(*args))
+    a, b = lower(a, b)  # autocast casts at matmul, before its reshape copies (a transposed batch of keys)
     if a.ndim >= 3 and b.ndim == 2:
         folded = reshape(a, -1, a.shape[-1])
         return unsafe_view(call(mm, folded, b), *a.shape[:-1], b.shape[1])

@@ -187,6 +187,8 @@ class Attention:
         self.o_proj = Linear(h * hd, d, cfg.output_bias, dtype, name + ".o_proj")
         self.q_norm = norm(hd, dtype, name + ".q_norm") if cfg.qk_norm else None
         self.k_norm = norm(hd, dtype, name + ".k_norm") if cfg.qk_norm else None
+        # HunYuan-Dense: query_layernorm / key_layernorm after RoPE (modeling_hunyuan_v1_dense.py:199-201)
+        self.norm_after_rope = cfg.hf_model_type == "hunyuan_v1_dense"
 
     def params(self) -> list[Tensor]:
         out = self.q_proj.params() + self.k_proj.params() + self.v_proj.params() + self.o_proj.params()
@@ -195,13 +197,14 @@ class Attention:
     def __call__(self, hidden_states: Tensor, position_embeddings, attention_mask) -> Tensor:
         input_shape = hidden_states.shape[:-1]  # :230
         hidden_shape = (*input_shape, -1, self.head_dim)
+        early = not self.norm_after_rope
         q = A.view(self.q_proj(hidden_states), *hidden_shape)  # :233-235
-        if self.q_norm is not None:
+        if self.q_norm is not None and early:
             q = self.q_norm(q)
         query_states = A.transpose(q, 1, 2)
         del q
         k = A.view(self.k_proj(hidden_states), *hidden_shape)
-        if self.k_norm is not None:
+        if self.k_norm is not None and early:
             k = self.k_norm(k)
         key_states = A.transpose(k, 1, 2)
         del k
@@ -209,6 +212,8 @@ class Attention:
         cos, sin = position_embeddings  # :237
         query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)  # :238
         del cos, sin
+        if self.q_norm is not None and not early:
+            query_states, key_states = self.q_norm(query_states), self.k_norm(key_states)
         interface = eager_attention_forward if self.attn == "naive" else sdpa_attention_forward
         attn_output, attn_weights = interface(self, query_states, key_states, value_states, attention_mask)  # :247
         attn_output = A.contiguous(A.reshape(attn_output, *input_shape, -1))  # :258
