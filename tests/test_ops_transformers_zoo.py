@@ -43,7 +43,6 @@ ZOO = {
     },
     # Llama's program under other classes (``PROGRAMS``)
     "iquestcoder": LLAMA_LIKE,
-    "ministral": {**LLAMA_LIKE, "head_dim": 8, "sliding_window": 10},
     "hunyuan_v1_dense": {**LLAMA_LIKE, "head_dim": 8},
 }
 """A window of 10 keys: S = 8 leaves it out of the masks' reach, S = 12 makes the windowed mask."""
@@ -182,15 +181,16 @@ def test_gemma_variants_equal_transformers():
     check(six, 12, TrainingSetup(attention="sdpa", checkpoint="full"))
 
 
-@pytest.mark.parametrize("model_type", ["iquestcoder", "ministral", "hunyuan_v1_dense"])
+@pytest.mark.parametrize("model_type", ["iquestcoder", "hunyuan_v1_dense"])
 @pytest.mark.parametrize(
     "setup",
     [TrainingSetup(attention="naive", precision="amp-bf16"), TrainingSetup(attention="sdpa", checkpoint="full")],
     ids=lambda s: "-".join(s.to_dict().values()),
 )
 def test_llama_program_under_other_classes_equals_them(model_type, setup):
-    """IQuest-Coder, Ministral (windowed: S = 12 past its 10 keys) and HunYuan-Dense (q/k norms after RoPE) are
-    Llama's program, checked against their own classes, and the plain run against the CPU allocator."""
+    """IQuest-Coder and HunYuan-Dense (q/k norms after RoPE) are Llama's program, checked against their own
+    classes, and the plain run against the CPU allocator.  (Ministral builds a full-attention mask beside its
+    sliding one even when every layer slides: not Llama's program, 144 B apart in a plain CPU run.)"""
     check(tiny(model_type), 12, setup)
     check_plain(tiny(model_type), 8, 2, setup)
 

@@ -34,10 +34,8 @@ PROGRAMS = {
     "exaone": "llama",  # transformers' EXAONE 3 and InternLM3 are LlamaForCausalLM (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
     "internlm3": "llama",
     # Llama's op sequence under another class (checked against each class, tests/test_ops_transformers_zoo.py):
-    # IQuest-Coder's and Ministral's files are Llama's and Mistral's; HunYuan-Dense's per-head q/k norms after
-    # RoPE make the same allocations as Qwen3's before it
+    # IQuest-Coder's file is Llama's; HunYuan-Dense runs its per-head q/k norms after RoPE (``norm_after_rope``)
     "iquestcoder": "llama",
-    "ministral": "llama",
     "hunyuan_v1_dense": "llama",
     "gpt2": "gpt2",
     "olmo2": "olmo2",
