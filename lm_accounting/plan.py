@@ -181,9 +181,16 @@ def estimate_step(
     return pricing.estimate(micro_batch, setup, layout, pricing.step_times(micro_batch, setup, layout))
 
 
+MIN_EFFICIENCY = 0.001
+"""Below it a step is over 1,000 times slower than calibrated: refused (a denormal one overflowed to nan)."""
+
+
 def check_efficiency(efficiency: float) -> None:
+    """``--efficiency``: in (0, 1.5], and at least ``MIN_EFFICIENCY``; else one line."""
     if not 0 < efficiency <= 1.5:
         raise AccountingError(f"--efficiency must be in (0, 1.5], got {efficiency}")
+    if efficiency < MIN_EFFICIENCY:
+        raise AccountingError(f"--efficiency must be in (0, 1.5] and at least {MIN_EFFICIENCY}, got {efficiency}")
 
 
 def price_layout(
