@@ -25,14 +25,16 @@ Step time (one optimizer step, k = sequences per dp rank / b micro-batches):
 1. compute = k · the calibrated time of one micro-batch on the busiest GPU, + its AdamW step.  A micro-batch:
    the TP-local model's forward and backward at micro-batch b and the checkpointing, priced op by op on the
    GPU's table (``analytic.step_time``: GEMMs at their measured rates, so deep TP's small GEMMs are slower;
-   fused attention; memory-bound kernels), scaled by the busiest rank's share of that model's hardware FLOPs
-   (``rank_flops``: the LM head's Vl rows under vocab parallel, the busiest expert-parallel rank's experts;
-   under pp the busiest stage, stage 0 with the most blocks or the last with the LM head; 1 otherwise); the
-   1F1B bubble multiplies it by (k + pp − 1) / k.  AdamW: (4) of ``analytic.step_time`` over the elements
-   whose optimizer state the rank keeps (``model_states``; under pp the busiest stage's).  The program is
-   recorded once per (TP degree, checkpointing) and priced at every b (``step_time.program``): a plan
-   of thousands of candidates walks a dozen programs.  ``--efficiency`` e divides this compute (the
-   calibrated part; not the collectives, priced at the datasheet's links);
+   fused attention; memory-bound kernels; a GPU without a table of its own: the H100's, scaled by the two
+   GPUs' dense peaks and HBM bandwidths, and said so), scaled by the busiest rank's share of that model's
+   hardware FLOPs (``rank_flops``: the LM head's Vl rows under vocab parallel, the busiest expert-parallel
+   rank's experts; under pp the busiest stage, stage 0 with the most blocks or the last with the LM head;
+   1 otherwise); the 1F1B bubble multiplies it by (k + pp − 1) / k.  AdamW: (4) of ``analytic.step_time``
+   over the TP-local model's parameters, a pp-th of them under pp and a dp-th under ZeRO 1-3 (the states
+   taken as split evenly).  The program is recorded once per (TP degree, checkpointing), its records lines
+   in b, and priced at every b (``step_time.program``): a plan of thousands of candidates walks a dozen
+   programs (about 25 ms each).  ``--efficiency`` e divides this compute (the calibrated part; not the
+   collectives, priced at the datasheet's links);
 2. TP/SP collectives (per micro-batch, on the critical path, NOT overlapped): wire bytes / the
    GPU's NVLink bandwidth one way;
 3. data-parallel collectives: FSDP2 all-gathers per micro-batch, gradient reduction (reduce-scatter
@@ -347,7 +349,7 @@ class _Pricing:
         """The ``StepEstimate`` of a candidate whose ``step_times`` are ``times``."""
         k, opt = lay.micro_batches, self.optimizer(setup, lay)
         gemm, attention, bound = (k * x for x in self.micro_batch(b, setup, lay))
-        parts = (gemm, attention, bound + opt, times[0] - gemm - attention - bound - opt)
+        parts = (gemm, attention, bound + opt, max(0.0, times[0] - gemm - attention - bound - opt))
         model = step_flops(self.cfg, self.seq).model * b * k * lay.dp
         peak = self.g.peak_flops("fp32" if setup.precision == "fp32" else "bf16")
         hardware = self.gpu_flops(b, setup, lay)
