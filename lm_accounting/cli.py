@@ -133,7 +133,6 @@ class BoundedFloat(click.ParamType):
         return number
 
 
-MFU = BoundedFloat(1e-4, 1.0, closed=True, what=" (a fraction of the peak: 0.4 is 40 %)")
 UTILIZATION = BoundedFloat(0.0, 1.0, what=" (vLLM's fraction of the GPU's total: 0.9 is 90 %)")
 PRICE = BoundedFloat(0.0, 1e6, closed=True, what=" (currency units per GPU-hour)")
 PEAK_FLOPS = BoundedFloat(1.0, 1e20, closed=True, what=" FLOP/s")
@@ -673,7 +672,13 @@ def memory_cmd(
 @click.option("--global-batch-tokens", type=POSITIVE, default=4 * 1024 * 1024, show_default=True)
 @click.option("--tokens", type=POSITIVE, required=True, help="Training tokens D.")
 @click.option("--price-per-gpu-hour", type=PRICE, help="Price per GPU-hour, for the cost column.")
-@click.option("--mfu", type=MFU, default=0.4, show_default=True, help="Utilisation of the peak (hardware FLOPs).")
+@click.option(
+    "--efficiency",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Scale the calibrated step-time model's compute: 1 as calibrated, 1.2 a stack 20%% faster, in (0, 1.5].",
+)
 @click.option("--interconnect-bw", default="50GB", show_default=True, help="Inter-node bytes/s per GPU (e.g. 50GB).")
 @click.option("--top", type=POSITIVE, default=10, show_default=True, help="Layouts to print.")
 @click.option("--plot", "plot_stem", metavar="PATH_STEM", help="Also write PATH_STEM.png/.svg: memory vs GPUs.")
@@ -702,7 +707,7 @@ def plan_cmd(
     global_batch_tokens: int,
     tokens: int,
     price_per_gpu_hour: float | None,
-    mfu: float,
+    efficiency: float,
     interconnect_bw: str,
     top: int,
     fmt: str,
@@ -733,8 +738,8 @@ def plan_cmd(
 
     request = plan.Request(
         modified(load_config(preset_or_file), changes), tokens, gpu=gpu_name, gpus=parse_gpu_count(gpus),
-        context=context, global_batch_tokens=global_batch_tokens, price_per_gpu_hour=price_per_gpu_hour, mfu=mfu,
-        internode_bw=parse_size(interconnect_bw), allowance=allowance, top=top, plot_stem=plot_stem, own=own,
+        context=context, global_batch_tokens=global_batch_tokens, price_per_gpu_hour=price_per_gpu_hour,
+        efficiency=efficiency, internode_bw=parse_size(interconnect_bw), allowance=allowance, top=top, plot_stem=plot_stem, own=own,
     )  # fmt: skip
     result = plan.run(request)
     for path in plan.plot(request, result):  # written before the table: a failure prints nothing
@@ -747,10 +752,11 @@ def plan_cmd(
 @click.option("--steps", type=POSITIVE, default=400_000, show_default=True, help="Optimizer steps.")
 @click.option("--gpu", default="a100", show_default=True, help="GPU from the built-in table (a100, h100-sxm, ...).")
 @click.option(
-    "--gpu-dtype", default="fp32", show_default=True, help="Matmul dtype for the GPU's peak: fp32, tf32, bf16, fp16."
+    "--gpu-dtype",
+    default=None,
+    help="The peak MFU is quoted against: fp32, tf32, bf16, fp16 (default: the setup's compute dtype).",
 )
-@click.option("--peak-flops", type=PEAK_FLOPS, help="Override the peak FLOP/s (e.g. 19.5e12).")
-@click.option("--mfu", type=MFU, default=0.5, show_default=True, help="Model FLOPs utilisation in [0.0001, 1].")
+@click.option("--peak-flops", type=PEAK_FLOPS, help="Override the peak MFU is quoted against (e.g. 19.5e12).")
 @click.option(
     "--method",
     type=click.Choice(STEP_FLOPS_METHODS),
@@ -769,9 +775,9 @@ def plan_cmd(
 @click.option(
     "--efficiency",
     type=float,
-    default=None,
-    help="Scale the calibrated step time (a GPU with a calibration table): 1 as calibrated, 1.2 a stack 20%% "
-    "faster, in (0, 1.5].",
+    default=1.0,
+    show_default=True,
+    help="Scale the calibrated step-time model's compute: 1 as calibrated, 1.2 a stack 20%% faster, in (0, 1.5].",
 )
 @setup_options
 def train_time_cmd(
@@ -781,22 +787,21 @@ def train_time_cmd(
     fmt: str,
     steps: int,
     gpu: str,
-    gpu_dtype: str,
+    gpu_dtype: str | None,
     peak_flops: float | None,
-    mfu: float,
     method: str,
     impl: str | None,
     optimizer: str,
-    efficiency: float | None,
+    efficiency: float,
     setup: Any,
 ) -> None:
-    """Days to train: step FLOPs × steps / (GPU peak × MFU), plus AdamW step FLOPs; on a GPU with a calibration
-    table (h100-sxm) also the calibrated step time of the step's own ops, with the MFU and HFU it implies."""
+    """Days to train on one GPU: the calibrated step time of the step's own ops (the model plan prints; a GPU
+    without a table of its own: the H100's scaled to it), its MFU and HFU, plus AdamW step FLOPs."""
     from .commands import train_time
 
     impl = impl or default_impl(click.get_current_context().params["preset_or_file"])
     request = train_time.Request(
-        cfg, context, batch, steps, gpu=gpu, gpu_dtype=gpu_dtype, peak_flops=peak_flops, mfu=mfu, method=method,
+        cfg, context, batch, steps, gpu=gpu, gpu_dtype=gpu_dtype, peak_flops=peak_flops, method=method,
         setup=implementation_setup(setup, impl, [cfg]), impl=impl, efficiency=efficiency,
     )  # fmt: skip
     emit(train_time.run(request), fmt)

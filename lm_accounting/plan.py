@@ -22,12 +22,19 @@ the floored candidates that might hold the smallest need are replayed for the me
 
 Step time (one optimizer step, k = sequences per dp rank / b micro-batches):
 
-1. compute = k · hardware FLOPs per micro-batch per GPU (``rank_flops``: the TP-local model's, the LM
-   head's Vl rows under vocab parallel, the busiest expert-parallel rank's experts; recompute included)
-   / (peak bf16 · u),
-   with u the stated utilisation (``--mfu``, applied to the FLOPs that run); under pp the busiest
-   stage's k micro-batches (``rank_flops`` of stage 0, the most blocks, or the last, the LM head), and the
-   1F1B bubble multiplies it by (k + pp − 1) / k;
+1. compute = k · the calibrated time of one micro-batch on the busiest GPU, + its AdamW step.  A micro-batch:
+   the TP-local model's forward and backward at micro-batch b and the checkpointing, priced op by op on the
+   GPU's table (``analytic.step_time``: GEMMs at their measured rates, so deep TP's small GEMMs are slower;
+   fused attention; memory-bound kernels; a GPU without a table of its own: the H100's, scaled by the two
+   GPUs' dense peaks and HBM bandwidths, and said so), scaled by the busiest rank's share of that model's
+   hardware FLOPs (``rank_flops``: the LM head's Vl rows under vocab parallel, the busiest expert-parallel
+   rank's experts; under pp the busiest stage, stage 0 with the most blocks or the last with the LM head;
+   1 otherwise); the 1F1B bubble multiplies it by (k + pp − 1) / k.  AdamW: (4) of ``analytic.step_time``
+   over the TP-local model's parameters, a pp-th of them under pp and a dp-th under ZeRO 1-3 (the states
+   taken as split evenly).  The program is recorded once per (TP degree, checkpointing), its records lines
+   in b, and priced at every b (``step_time.program``): a plan of thousands of candidates walks a dozen
+   programs (about 25 ms each).  ``--efficiency`` e divides this compute (the calibrated part; not the
+   collectives, priced at the datasheet's links);
 2. TP/SP collectives (per micro-batch, on the critical path, NOT overlapped): wire bytes / the
    GPU's NVLink bandwidth one way;
 3. data-parallel collectives: FSDP2 all-gathers per micro-batch, gradient reduction (reduce-scatter
@@ -64,9 +71,10 @@ from .analytic.collectives import (
     wire_bytes,
 )
 from .analytic.hardware_flops import step_flops
-from .analytic.parallel import peaks_exact, rank_floor, rank_flops, rank_step
+from .analytic.parallel import local_config, peaks_exact, rank_floor, rank_flops, rank_step
 from .analytic.parallel_report import not_modelled
 from .analytic.pipeline import pipeline_stages, stage_floor
+from .analytic.step_time import load, optimizer_seconds, program
 from .config import AccountingError, ModelConfig
 from .gpus import DEFAULT_ALLOWANCE, GPU, MemoryBudget, gpu, memory_budget
 from .layout import ParallelLayout
@@ -93,7 +101,7 @@ class Candidate:
     pp_comm_s: float
     ep_comm_s: float
     peak_exact: bool  # the per-GPU peak is byte-exact against the fake-PG job (else an estimate)
-    gpu_flops: int = 0  # hardware FLOPs of one step on the busiest GPU (recompute included; no bubble)
+    estimate: StepEstimate | None = None  # the step's breakdown, MFU and HFU (``_Pricing.estimate``)
 
     @property
     def step_s(self) -> float:
@@ -105,6 +113,88 @@ def step_seconds(compute: float, dp: float, tp: float, pp: float, ep: float) -> 
     return max(compute, dp) + tp + ep + pp
 
 
+@dataclass(frozen=True)
+class StepEstimate:
+    """One job's step by the module docstring's rules 1-4: the one step-time model ``plan``, ``train-time`` and
+    ``memory`` (with a layout) print.  MFU: the job's model FLOPs (3 × the forward's matmuls over the global batch)
+    / (step × GPUs × dense peak); HFU: the busiest GPU's hardware FLOPs (recompute included) / (step × peak)."""
+
+    calibration: str  # the GPU and where its prices come from (``step_time.Calibration.label``)
+    efficiency: float
+    times: tuple[float, float, float, float, float]  # compute, data-parallel, tensor-parallel, pipeline, expert
+    parts: tuple[float, float, float, float]  # the compute's GEMM, attention, other (memory-bound, AdamW), bubble
+    model_flops: int  # of the whole job's step
+    hardware_flops: int  # of the busiest GPU's step
+    gpus: int
+    peak_flops: int  # the dense peak of the compute dtype
+
+    @property
+    def step_seconds(self) -> float:
+        return step_seconds(*self.times)
+
+    @property
+    def exposed_communication(self) -> float:
+        return self.step_seconds - self.times[0]
+
+    @property
+    def mfu(self) -> float:
+        return self.model_flops / (self.step_seconds * self.gpus * self.peak_flops)
+
+    @property
+    def hfu(self) -> float:
+        return self.hardware_flops / (self.step_seconds * self.peak_flops)
+
+    def to_dict(self) -> dict[str, Any]:
+        compute, dp, tp, pp, ep = self.times
+        gemm, attention, other, bubble = self.parts
+        return {
+            "step_seconds": self.step_seconds,
+            "model_flops_per_step": self.model_flops,
+            "hardware_flops_per_step": self.hardware_flops,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "efficiency": self.efficiency,
+            "calibration": self.calibration,
+            "breakdown": {
+                "compute": {"seconds": compute, "gemm": gemm, "attention": attention, "other": other},
+                "exposed_communication": self.exposed_communication,
+                "bubble": bubble,
+                "collectives": {"data_parallel": dp, "tensor_parallel": tp, "pipeline": pp, "expert_parallel": ep},
+            },
+        }
+
+
+def estimate_step(
+    cfg: ModelConfig,
+    gpu_name: str,
+    seq: int,
+    micro_batch: int,
+    setup: TrainingSetup,
+    layout: ParallelLayout,
+    *,
+    efficiency: float = 1.0,
+    internode_bw: int = DEFAULT_INTERNODE,
+    impl: str = "course",
+) -> StepEstimate:
+    """One step of ``layout`` (its ``micro_batches`` of ``micro_batch`` sequences per data-parallel rank; one GPU:
+    ``ParallelLayout()``) priced as ``plan`` prices every candidate, with ``impl``'s program (``plan``: course)."""
+    check_efficiency(efficiency)
+    pricing = _Pricing(cfg, seq, gpu(gpu_name), efficiency, internode_bw, impl)
+    return pricing.estimate(micro_batch, setup, layout, pricing.step_times(micro_batch, setup, layout))
+
+
+MIN_EFFICIENCY = 0.001
+"""Below it a step is over 1,000 times slower than calibrated: refused (a denormal one overflowed to nan)."""
+
+
+def check_efficiency(efficiency: float) -> None:
+    """``--efficiency``: in (0, 1.5], and at least ``MIN_EFFICIENCY``; else one line."""
+    if not 0 < efficiency <= 1.5:
+        raise AccountingError(f"--efficiency must be in (0, 1.5], got {efficiency}")
+    if efficiency < MIN_EFFICIENCY:
+        raise AccountingError(f"--efficiency must be in (0, 1.5] and at least {MIN_EFFICIENCY}, got {efficiency}")
+
+
 def price_layout(
     cfg: ModelConfig,
     gpu_name: str,
@@ -113,25 +203,25 @@ def price_layout(
     setup: TrainingSetup,
     layout: ParallelLayout,
     *,
-    mfu: float,
+    efficiency: float = 1.0,
     internode_bw: int = DEFAULT_INTERNODE,
 ) -> tuple[float, float, float, float, float]:
     """(compute, data-parallel, tensor-parallel, pipeline, expert-parallel) seconds of one step of ``layout``
     (its ``micro_batches`` of ``micro_batch`` sequences per data-parallel rank) by the module docstring's rules
     1–4, as ``plan`` prices every candidate; no memory check (a published run that ran is priced as it ran)."""
-    return _Pricing(cfg, seq, gpu(gpu_name), mfu, internode_bw).step_times(micro_batch, setup, layout)
+    return _Pricing(cfg, seq, gpu(gpu_name), efficiency, internode_bw).step_times(micro_batch, setup, layout)
 
 
 @dataclass(frozen=True)
 class Plan(Result):
-    SCHEMA: ClassVar[str] = "lm-accounting/plan/5"
+    SCHEMA: ClassVar[str] = "lm-accounting/plan/6"
 
     config: ModelConfig
     gpu: GPU
     seq: int
     global_batch_tokens: int
     tokens: int
-    mfu: float
+    efficiency: float
     internode_bw: int
     budget_basis: MemoryBudget  # the GPU's CUDA total less the allowance
     price_per_gpu_hour: float | None
@@ -141,10 +231,9 @@ class Plan(Result):
     top: int = 10
     own: str | None = None  # the user's own layout, priced alone (``OwnLayout.describe``); None: every candidate
 
-    def model_flops(self) -> int:
-        """Model FLOPs of one step of the whole job: 3 × the forward's matmul FLOPs (attention's full square,
-        ``docs/conventions.md``) over the global batch, whatever the layout, checkpointing or recompute."""
-        return step_flops(self.config, self.seq).model * (self.global_batch_tokens // self.seq)
+    @property
+    def calibration(self) -> str:
+        return load(self.gpu.name).label
 
     @property
     def allowance(self) -> int:
@@ -169,11 +258,7 @@ class Plan(Result):
             "accumulation": c.accumulation,
             "per_gpu_bytes": c.per_gpu,
             "peak_exact": c.peak_exact,
-            "step_seconds": c.step_s,
-            "model_flops_per_step": self.model_flops(),
-            "gpu_hardware_flops_per_step": c.gpu_flops,
-            "mfu": self.model_flops() / (c.step_s * c.layout.world * self.gpu.peak_flops("bf16")),
-            "hfu": c.gpu_flops / (c.step_s * self.gpu.peak_flops("bf16")),
+            **c.estimate.to_dict(),
             "compute_seconds": c.compute_s,
             "dp_comm_seconds": c.dp_comm_s,
             "tp_comm_seconds": c.tp_comm_s,
@@ -194,7 +279,8 @@ class Plan(Result):
             "global_batch_tokens": self.global_batch_tokens,
             "tokens": self.tokens,
             "steps": self.steps(),
-            "mfu": self.mfu,
+            "efficiency": self.efficiency,
+            "calibration": self.calibration,
             "internode_bytes_per_s": self.internode_bw,
             "nvlink_bytes_per_s_one_way": self.gpu.interconnect_one_way,
             "allowance": self.allowance,
@@ -239,9 +325,9 @@ class _Pricing:
     thousands of candidates share them (the compute across dp, ZeRO and SP; TP's collectives across dp,
     ZeRO and the micro-batch count; dp's across SP, checkpointing and, without pp, the micro-batch count)."""
 
-    def __init__(self, cfg: ModelConfig, seq: int, g: GPU, mfu: float, internode: int):
-        self.cfg, self.seq, self.g, self.rate, self.internode = cfg, seq, g, g.peak_flops("bf16") * mfu, internode
-        self.cache: dict = {}
+    def __init__(self, cfg: ModelConfig, seq: int, g: GPU, efficiency: float, internode: int, impl: str = "course"):
+        self.cfg, self.seq, self.g, self.efficiency, self.internode = cfg, seq, g, efficiency, internode
+        self.impl, self.cal, self.cache = impl, load(g.name), {}
 
     def _get(self, key, build, *args):
         got = self.cache.get(key)
@@ -251,19 +337,59 @@ class _Pricing:
 
     def step_times(self, b, setup, lay) -> tuple[float, float, float, float, float]:
         """(compute, data-parallel, tensor-parallel, pipeline, expert-parallel) seconds of one step."""
-        k, ck = lay.micro_batches, setup.checkpoint
-        key = ("flops", b, setup.precision, ck, lay.tp, lay.vocab_parallel, lay.pp, lay.ep)
-        compute = self._get(key, self._micro_batch_flops, b, setup, lay) * (k + lay.pp - 1) / self.rate
+        k = lay.micro_batches
+        compute = sum(self.micro_batch(b, setup, lay)) * (k + lay.pp - 1) + self.optimizer(setup, lay)
         nvlink = self.g.interconnect_one_way
         dp_link = nvlink if lay.world <= GPUS_PER_NODE else self.internode
         ep_link = nvlink if lay.ep <= GPUS_PER_NODE else self.internode  # an ep group: consecutive ranks
         dp, tp, pp, ep = self._wire(b, setup, lay)
         return compute, _seconds(dp, dp_link), _seconds(tp, nvlink), _seconds(pp, dp_link), _seconds(ep, ep_link)
 
+    def estimate(self, b, setup, lay, times) -> StepEstimate:
+        """The ``StepEstimate`` of a candidate whose ``step_times`` are ``times``."""
+        k, opt = lay.micro_batches, self.optimizer(setup, lay)
+        gemm, attention, bound = (k * x for x in self.micro_batch(b, setup, lay))
+        parts = (gemm, attention, bound + opt, max(0.0, times[0] - gemm - attention - bound - opt))
+        model = step_flops(self.cfg, self.seq).model * b * k * lay.dp
+        peak = self.g.peak_flops("fp32" if setup.precision == "fp32" else "bf16")
+        hardware = self.gpu_flops(b, setup, lay)
+        return StepEstimate(self.cal.label, self.efficiency, times, parts, model, hardware, lay.world, peak)
+
     def gpu_flops(self, b, setup, lay) -> int:
         """Hardware FLOPs of one step on the busiest GPU: its k micro-batches (the bubble idles, runs nothing)."""
         key = ("flops", b, setup.precision, setup.checkpoint, lay.tp, lay.vocab_parallel, lay.pp, lay.ep)
         return self._get(key, self._micro_batch_flops, b, setup, lay) * lay.micro_batches
+
+    def micro_batch(self, b, setup, lay) -> tuple[float, float, float]:
+        """Step 1: (GEMM, attention, memory-bound) seconds of one micro-batch on the busiest GPU, / efficiency."""
+        key = ("flops", b, setup.precision, setup.checkpoint, lay.tp, lay.vocab_parallel, lay.pp, lay.ep)
+        return self._get(("time",) + key, self._micro_batch_time, key, b, setup, lay)
+
+    def _micro_batch_time(self, key, b, setup, lay) -> tuple[float, float, float]:
+        local = local_config(self.cfg, lay)
+        prog = self._program(local, setup)
+        phases = self._get(("priced", b, setup, lay.tp), lambda: prog.at(b, self.cal)[0])
+        whole = self._get(("local flops", setup, lay.tp), lambda: step_flops(local, self.seq, 1, setup).hardware)
+        share = self._get(key, self._micro_batch_flops, b, setup, lay) / (whole * b)  # FLOPs are linear in b
+        scale = share / self.efficiency
+        return tuple(
+            scale * (getattr(phases[1], f) + getattr(phases[2], f)) for f in ("gemm", "attention", "memory_bound")
+        )
+
+    def _program(self, local, setup):
+        """``step_time.program`` (cached there), refused in one line where the op library cannot run it."""
+        try:
+            return program(local, self.seq, setup, self.impl)
+        except ValueError as err:
+            raise AccountingError(f"the step-time model cannot price {self.cfg.name}'s step: {err}") from None
+
+    def optimizer(self, setup, lay) -> float:
+        """Step 1's AdamW step on the busiest GPU, / efficiency: over the TP-local model's parameters (its program's
+        ``exp_avg`` bytes), a pp-th of them under pp and a dp-th under ZeRO 1-3 (the states split evenly)."""
+        key = ("adamw", setup, lay.tp)
+        whole = self._get(key, lambda: optimizer_seconds(self._program(local_config(self.cfg, lay), setup).param_bytes,
+                                                          setup, self.cal))  # fmt: skip
+        return whole / (lay.pp * (lay.dp if lay.zero else 1)) / self.efficiency
 
     def _micro_batch_flops(self, b, setup, lay) -> int:
         """Step 1's FLOPs of one micro-batch (``rank_flops``: the TP-local model's, the head's Vl rows under
@@ -339,7 +465,7 @@ def check_plan(
     seq: int,
     global_batch_tokens: int,
     *,
-    mfu: float = 0.4,
+    efficiency: float = 1.0,
     allowance: int | None = None,
     top: int = 10,
 ) -> MemoryBudget:
@@ -348,8 +474,8 @@ def check_plan(
     _check_plannable(cfg)
     if top < 1:
         raise AccountingError(f"top must be at least 1, got {top}")
-    if not 0 < mfu <= 1:
-        raise AccountingError(f"--mfu must be in (0, 1], got {mfu}")
+    check_efficiency(efficiency)
+    load(basis.gpu.name)  # a GPU lacking a figure the step-time model needs: one line
     if global_batch_tokens % seq:
         lower = global_batch_tokens // seq * seq
         near = f"{lower:,} or {lower + seq:,}" if lower else f"{seq:,}"
@@ -368,7 +494,7 @@ def plan(
     global_batch_tokens: int,
     tokens: int,
     *,
-    mfu: float = 0.4,
+    efficiency: float = 1.0,
     internode_bw: int = DEFAULT_INTERNODE,
     allowance: int | None = None,
     price_per_gpu_hour: float | None = None,
@@ -381,11 +507,11 @@ def plan(
     layout only (its GPU count is its world; ``gpus`` is not used), with the checkpointing and micro-batch it
     pins, every other one tried.  ``prune`` False: every candidate is replayed (no floor, no micro-batch chain
     skipped), the brute force the pruned search must agree with."""
-    basis = check_plan(cfg, gpu_name, seq, global_batch_tokens, mfu=mfu, allowance=allowance, top=top)
+    basis = check_plan(cfg, gpu_name, seq, global_batch_tokens, efficiency=efficiency, allowance=allowance, top=top)
     g, allowance = basis.gpu, basis.allowance
     sequences = global_batch_tokens // seq
     pending, evaluated_ep = [], False  # every candidate, with its step times: ranked before any replay
-    pricing = _Pricing(cfg, seq, g, mfu, internode_bw)
+    pricing = _Pricing(cfg, seq, g, efficiency, internode_bw)
     checkpoints = CHECKPOINTS if own is None or own.checkpoint is None else (own.checkpoint,)
     setups = [TrainingSetup(attention="sdpa", checkpoint=ck, precision="amp-bf16") for ck in checkpoints]
     if own is not None:
@@ -418,8 +544,8 @@ def plan(
         need, exact = _need(cfg, seq, b, setup, lay, g, allowance, exact=not prune)
         if need <= g.cuda_total:
             peak_exact = peaks_exact(setup, lay, cfg) and not not_modelled(cfg, seq, setup)
-            gpu_flops = pricing.gpu_flops(b, setup, lay)
-            fitting.append(Candidate(lay, setup.checkpoint, b, lay.micro_batches, need, *times, peak_exact, gpu_flops))
+            estimate = pricing.estimate(b, setup, lay, times)
+            fitting.append(Candidate(lay, setup.checkpoint, b, lay.micro_batches, need, *times, peak_exact, estimate))
             continue
         failed[chain] = min(b, failed.get(chain, b))
         if exact and (smallest is None or need < smallest[0]):
@@ -457,7 +583,7 @@ def plan(
             )
         )
     return Plan(
-        cfg, g, seq, global_batch_tokens, tokens, mfu, internode_bw, basis, price_per_gpu_hour,
+        cfg, g, seq, global_batch_tokens, tokens, efficiency, internode_bw, basis, price_per_gpu_hour,
         len(pending), checked, tuple(fitting), top, None if own is None else own.describe(),
     )  # fmt: skip
 

@@ -1,5 +1,8 @@
-"""The ``train-time`` result: days to train under each step-FLOPs convention at an assumed MFU, the calibrated
-step time where the GPU has a calibration table (``analytic.step_time``), and AdamW's FLOPs."""
+"""The ``train-time`` result: one GPU's step from the calibrated step-time model (``plan.estimate_step``, the
+model ``plan`` and ``memory`` with a layout print: the step's ops priced on the GPU's calibration, or on the H100's
+scaled to the GPU where it has none), its MFU and HFU; days to train under each step-FLOPs convention at the
+rate that step reaches; and AdamW's FLOPs.  No MFU is an input: the course's question, which assumes one, is
+answered in ``course.answers``."""
 
 from __future__ import annotations
 
@@ -10,18 +13,20 @@ from .analytic.hardware_flops import StepFlops
 from .analytic.hardware_flops import step_flops as hardware_step_flops
 from .analytic.params import parameter_breakdown
 from .analytic.sizes import at_context
-from .analytic.step_time import StepTime
 from .analytic.training import (
     ADAMW_FLOPS_ALTERNATIVES,
+    SECONDS_PER_DAY,
+    SECONDS_PER_HOUR,
     AdamWFlopsConvention,
     TrainingTime,
     adamw_step_flops,
     gpu_peak_flops,
     step_flops,
-    training_time,
 )
 from .config import AccountingError, ModelConfig
+from .layout import ParallelLayout
 from .names import STEP_FLOPS_METHODS
+from .plan import StepEstimate, estimate_step
 from .result import Result
 from .setup import TrainingSetup
 
@@ -33,58 +38,11 @@ METHOD_LABELS = {
 
 
 @dataclass(frozen=True)
-class Calibrated:
-    """The step time ``analytic.step_time`` predicts on a calibrated GPU, divided by ``efficiency`` (1: as
-    calibrated), and the utilisation it implies against the GPU's dense peak for the setup's compute dtype."""
-
-    impl: str
-    time: StepTime
-    efficiency: float
-    peak_dtype: str
-    peak_flops: int
-    flops: StepFlops
-    steps: int
-    tokens_per_step: int
-
-    @property
-    def step_seconds(self) -> float:
-        return self.time.seconds / self.efficiency
-
-    @property
-    def mfu(self) -> float:
-        return self.flops.model / self.step_seconds / self.peak_flops
-
-    @property
-    def hfu(self) -> float:
-        return self.flops.hardware / self.step_seconds / self.peak_flops
-
-    @property
-    def days(self) -> float:
-        return self.step_seconds * self.steps / 86_400
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "impl": self.impl,
-            "gpu": self.time.gpu,
-            "efficiency": self.efficiency,
-            "step_seconds": self.step_seconds,
-            "tokens_per_second": self.tokens_per_step / self.step_seconds,
-            "model_flops_per_step": self.flops.model,
-            "hardware_flops_per_step": self.flops.hardware,
-            "peak_dtype": self.peak_dtype,
-            "peak_flops": self.peak_flops,
-            "mfu": self.mfu,
-            "hfu": self.hfu,
-            "days": self.days,
-            "breakdown": self.time.to_dict(),
-        }
-
-
-@dataclass(frozen=True)
 class TrainTime(Result):
-    """Training time of ``steps`` steps at ``peak_flops`` × ``mfu``, for every step-FLOPs method."""
+    """Training time of ``steps`` calibrated steps (``estimate``), and under every step-FLOPs method at the model
+    FLOP/s that step reaches (``mfu`` of ``peak_flops``)."""
 
-    SCHEMA = "lm-accounting/train-time/6"
+    SCHEMA = "lm-accounting/train-time/7"
 
     config: ModelConfig
     seq: int
@@ -92,14 +50,14 @@ class TrainTime(Result):
     steps: int
     device: str  # "a100 fp32", or "custom peak"
     peak_flops: float
-    mfu: float
+    mfu: float  # the calibrated step's model FLOPs / step time / ``peak_flops``
     method: str  # the chosen step-FLOPs method
     estimates: dict[str, TrainingTime]  # method -> time
     n_params: int
     setup: TrainingSetup
     matmul_flops: StepFlops  # model (3 × forward) and hardware (with the setup's recompute) FLOPs of a step
-    calibrated: Calibrated | None = None  # the calibrated step time, where the GPU has a table
-    calibration_note: str = ""  # why there is none
+    estimate: StepEstimate  # the calibrated step (``plan.estimate_step``)
+    impl: str = "course"
 
     @property
     def chosen(self) -> TrainingTime:
@@ -107,8 +65,8 @@ class TrainTime(Result):
 
     @property
     def hfu(self) -> float:
-        """Hardware FLOPs utilisation at the given MFU: MFU × hardware / model FLOPs of a step
-        (the GPU also runs the recompute of checkpointing and of the fused attention backward)."""
+        """Hardware FLOPs utilisation: MFU × hardware / model FLOPs of a step (the GPU also runs the recompute of
+        checkpointing and of the fused attention backward)."""
         return self.mfu * self.matmul_flops.hardware / self.matmul_flops.model
 
     def adamw(self) -> list[tuple[AdamWFlopsConvention, int]]:
@@ -124,12 +82,8 @@ class TrainTime(Result):
             "steps": self.steps,
             "device": self.device,
             "peak_flops": self.peak_flops,
-            "mfu": self.mfu,
             "method": self.method,
             "setup": self.setup.to_dict(),
-            "model_flops": self.matmul_flops.model,
-            "hardware_flops": self.matmul_flops.hardware,
-            "hfu": self.hfu,
             "methods": {
                 m: {
                     "flops_per_step": t.flops_per_step,
@@ -142,8 +96,9 @@ class TrainTime(Result):
             },
             "parameters": self.n_params,
             "adamw_step_flops": {c.name: flops for c, flops in self.adamw()},
-            "calibrated": self.calibrated.to_dict() if self.calibrated else None,
-            "calibration_note": self.calibration_note or None,
+            "impl": self.impl,
+            **self.estimate.to_dict(),
+            "days": self.estimate.step_seconds * self.steps / SECONDS_PER_DAY,
         }
 
     def records(self) -> list[dict[str, Any]]:
@@ -182,32 +137,38 @@ def train_time(
     steps: int = 400_000,
     *,
     gpu: str = "a100",
-    gpu_dtype: str = "fp32",
+    gpu_dtype: str | None = None,
     peak_flops: float | None = None,
-    mfu: float = 0.5,
     method: str = "3x",
     setup: TrainingSetup | None = None,
     impl: str = "course",
-    efficiency: float | None = None,
+    efficiency: float = 1.0,
 ) -> TrainTime:
-    """Days to train ``cfg`` for ``steps`` steps of ``batch`` × ``seq`` tokens on one ``gpu``
-    (peak from ``analytic.training.GPUS`` for ``gpu_dtype``, or ``peak_flops``) at ``mfu``.
-    The time counts model FLOPs; ``setup`` gives the hardware FLOPs and so the HFU.  Where ``gpu`` has a
-    calibration table, also the calibrated step time of ``impl``'s step (``Calibrated``), scaled by
-    ``efficiency``; ``efficiency`` on a GPU without one is refused."""
+    """Days to train ``cfg`` for ``steps`` steps of ``batch`` × ``seq`` tokens on one ``gpu``: the calibrated step
+    of ``impl``'s program (``plan.estimate_step`` on one GPU, scaled by ``efficiency``), and each step-FLOPs
+    method's FLOPs at the model FLOP/s it reaches.  MFU is quoted against ``peak_flops``, or ``gpu``'s dense peak
+    for ``gpu_dtype`` (default: the setup's compute dtype, bf16 unless fp32).  A step the model cannot price
+    (a GPU lacking a figure it needs, a program the op library does not model) is refused in one line."""
     run = at_context(cfg, seq)
     if method not in STEP_FLOPS_METHODS:
         raise AccountingError(f"unknown step FLOPs method '{method}' (valid: {', '.join(STEP_FLOPS_METHODS)})")
+    setup = setup or TrainingSetup()
+    from .gpus import gpu as gpu_named
+
+    g = gpu_named(gpu)
+    dtype = gpu_dtype or ("fp32" if setup.precision == "fp32" else "bf16")
     if peak_flops is None:
-        peak, device = gpu_peak_flops(gpu, gpu_dtype), f"{gpu} {gpu_dtype}"
+        peak, device = gpu_peak_flops(g.name, dtype), f"{g.name} {dtype}"
     else:
         peak, device = peak_flops, "custom peak"
+    estimate = estimate_step(
+        run, g.name, run.context_length, batch, setup, ParallelLayout(), efficiency=efficiency, impl=impl
+    )
+    rate = estimate.model_flops / estimate.step_seconds  # model FLOP/s of the calibrated step
     estimates = {
-        m: training_time(step_flops(run, run.context_length, batch, m), steps, peak, mfu) for m in STEP_FLOPS_METHODS
+        m: _at_rate(step_flops(run, run.context_length, batch, m), steps, peak, rate) for m in STEP_FLOPS_METHODS
     }
-    setup = setup or TrainingSetup()
     flops = hardware_step_flops(run, run.context_length, batch, setup)
-    calibrated, note = _calibrated(run, batch, steps, gpu, setup, impl, efficiency, flops)
     return TrainTime(
         run,
         run.context_length,
@@ -215,40 +176,22 @@ def train_time(
         steps,
         device,
         peak,
-        mfu,
+        rate / peak,
         method,
         estimates,
         parameter_breakdown(run).total,
         setup,
         flops,
-        calibrated,
-        note,
+        estimate,
+        impl,
     )
 
 
-def _calibrated(run, batch, steps, gpu_name, setup, impl, efficiency, flops) -> tuple[Calibrated | None, str]:
-    from .analytic.step_time import calibrations, predict_step_time
-    from .gpus import gpu
-
-    if efficiency is not None and not 0 < efficiency <= 1.5:
-        raise AccountingError(f"--efficiency must be in (0, 1.5], got {efficiency}")
-    try:
-        table = gpu(gpu_name)
-    except AccountingError:  # a custom --peak-flops needs no GPU from the table, and then has no calibration
-        if efficiency is not None:
-            raise
-        return None, f"GPU {gpu_name!r} is not in the table"
-    if table.name not in calibrations():
-        if efficiency is not None:
-            raise AccountingError(
-                f"--efficiency scales the calibrated step-time model, which has no table for {table.name} "
-                f"(have: {', '.join(calibrations())})"
-            )
-        return None, f"no calibration table for {table.name} (have: {', '.join(calibrations())})"
-    try:
-        time = predict_step_time(run, run.context_length, setup, impl=impl, batch=batch, gpu=table.name)
-    except ValueError as err:  # a step the op library does not model on cuda: said, not raised
-        return None, f"the calibrated model cannot price this step: {err}"
-    peak_dtype = "fp32" if setup.precision == "fp32" else "bf16"
-    tokens = batch * run.context_length
-    return Calibrated(impl, time, efficiency or 1.0, peak_dtype, table.peak_flops(peak_dtype), flops, steps, tokens), ""
+def _at_rate(flops_per_step: int, steps: int, peak: float, rate: float) -> TrainingTime:
+    """``analytic.training.training_time`` at ``rate`` FLOP/s (MFU = rate / peak, which an --efficiency may take
+    past 1)."""
+    total = flops_per_step * steps
+    seconds = total / rate
+    return TrainingTime(
+        flops_per_step, steps, total, peak, rate / peak, seconds, seconds / SECONDS_PER_HOUR, seconds / SECONDS_PER_DAY
+    )

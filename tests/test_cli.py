@@ -249,7 +249,7 @@ def test_binary_and_directory_paths(run_cli, tmp_path):
         (["gpt2-xl", "--set", "norm_eps=nan"], "positive finite number"),
         (["train-time", "gpt2-xl", "--peak-flops", "1e-300"], "finite number in [1, 1e+20]"),
         (["train-time", "gpt2-xl", "--peak-flops", "inf"], "finite number in [1, 1e+20]"),
-        (["train-time", "gpt2-xl", "--mfu", "nan"], "finite number in [0.0001, 1]"),
+        (["train-time", "gpt2-xl", "--efficiency", "nan"], "--efficiency must be in (0, 1.5], got nan"),
         (["train-time", "gpt2-xl", "--gpu", "a10"], "unknown GPU 'a10'; did you mean 'a100'?"),
         (["sweep", "gpt2-small", "gpt2-small", "--contexts", "256"], "two models are named 'gpt2-small'"),
         (["sweep", "gpt2-small", "--contexts", "1:100000000:+1"], "more than 1,000 contexts"),

@@ -137,7 +137,7 @@ def test_infer_refusals():
 def test_plan_refusals(tmp_path):
     cfg = load_config("llama-3-8b")
     refused(lambda: plan.Request(cfg, 10**12, allowance=100 * 10**9), "leaves nothing of the h100-80gb")
-    refused(lambda: plan.Request(cfg, 10**12, mfu=0), "--mfu")
+    refused(lambda: plan.Request(cfg, 10**12, efficiency=0), "--efficiency")
     refused(lambda: plan.Request(cfg, 10**12, top=0), "top")
     refused(lambda: plan.Request(cfg, 10**12, global_batch_tokens=1000), "whole number")
     refused(lambda: plan.Request(load_config("deepseek-v3"), 10**12), "does not model")
@@ -178,8 +178,8 @@ def test_train_time_refusals():
     refused(lambda: train_time.Request(cfg, gpu="h1000"), "unknown GPU")
     refused(lambda: train_time.Request(cfg, gpu="a100", gpu_dtype="fp8"), "no 'fp8' figure")
     refused(lambda: train_time.Request(cfg, method="7nd"), "unknown step FLOPs method")
-    refused(lambda: train_time.Request(cfg, mfu=1.5), "--mfu")
-    train_time.Request(cfg, gpu="h1000", peak_flops=1e15)  # a given peak needs no GPU from the table
+    refused(lambda: train_time.Request(cfg, efficiency=1.6), "--efficiency")
+    refused(lambda: train_time.Request(cfg, gpu="h1000", peak_flops=1e15), "unknown GPU")  # the step needs one
 
 
 def test_sweep_refusals(tmp_path):

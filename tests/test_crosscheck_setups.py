@@ -36,7 +36,7 @@ def test_fused_attention_costs_the_naive_matmuls_and_the_backward_recomputes_sco
 
 def test_hfu_by_hand_for_full_checkpointing():
     cfg = load_config("gpt2-small")
-    r = train_time(cfg, 1024, 1, 1, mfu=0.5, setup=TrainingSetup(checkpoint="full"))
+    r = train_time(cfg, 1024, 1, 1, setup=TrainingSetup(checkpoint="full"))
     # Full checkpointing recomputes every block's forward except its last matmul (early stop):
     # per layer: Q, K, V, O 4·2·T·d²; QKᵀ and AV 2·2·h·T²·d_head; W1, W3, W2 3·2·T·d·d_ff (T = S = 1,024).
     T, d, f, h, L, V = 1024, 768, 3072, 12, 12, 50257
@@ -45,4 +45,4 @@ def test_hfu_by_hand_for_full_checkpointing():
     recompute = L * (per_layer - 2 * T * f * d)  # minus ffn.w2
     assert r.matmul_flops.model == 3 * forward
     assert r.matmul_flops.hardware == 3 * forward + recompute
-    assert r.hfu == pytest.approx(0.5 * (3 * forward + recompute) / (3 * forward), rel=1e-15)
+    assert r.hfu == pytest.approx(r.mfu * (3 * forward + recompute) / (3 * forward), rel=1e-12)

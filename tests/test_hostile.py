@@ -557,7 +557,7 @@ def test_budget_units_on_the_command_line(run_cli, budget, needle):
         (["plan", "llama-3-8b", "--tokens", "1e12", "--price-per-gpu-hour", "nan"], "got 'nan'"),
         (["plan", "llama-3-8b", "--tokens", "1e12", "--price-per-gpu-hour", "-2"], "got '-2'"),
         (["plan", "llama-3-8b", "--tokens", "1e12", "--price-per-gpu-hour", "1e308", "--format", "json"], "1e308"),
-        (["train-time", "gpt2-xl", "--mfu", "5e-324", "--format", "json"], "in [0.0001, 1]"),
+        (["train-time", "gpt2-xl", "--efficiency", "5e-324", "--format", "json"], "in (0, 1.5]"),
         (["train-time", "gpt2-xl", "--peak-flops", "inf"], "in [1, 1e+20] FLOP/s"),
         # counts: ASCII digits; the right reason for a huge exponent
         (["memory", "gpt2-small", "--batch", "١٠٢٤"], "must be a positive integer"),

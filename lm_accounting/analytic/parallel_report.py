@@ -31,7 +31,7 @@ from .replay import replay_unsupported
 
 @dataclass(frozen=True)
 class ParallelMemory(Result):
-    SCHEMA: ClassVar[str] = "lm-accounting/parallel-memory/6"
+    SCHEMA: ClassVar[str] = "lm-accounting/parallel-memory/7"
 
     config: ModelConfig
     seq: int
@@ -52,6 +52,8 @@ class ParallelMemory(Result):
     not_modelled: tuple[str, ...] = ()  # what the replay leaves out: then only states and collectives
     impl: str = "course"  # the model code predicted; "transformers": rank 0's traced step (``implementation_rank``)
     device: str = "cuda"  # whose kernels ``step`` runs: cuda (course), or meta/cpu (transformers: CUDA not ported)
+    step_time: Any = None  # ``plan.StepEstimate``: the layout's step time, MFU and HFU (``commands.memory``)
+    step_time_note: str = ""  # why there is none
 
     @property
     def peak(self) -> int | None:
@@ -118,6 +120,8 @@ class ParallelMemory(Result):
                 "saved_activations": self.activations,
             },
             "step": None if self.step is None else self.step.to_dict(),
+            "step_time": None if self.step_time is None else self.step_time.to_dict(),
+            "step_time_note": self.step_time_note or None,
             "step_traced": None if self.step_traced is None else self.step_traced.to_dict(),
             "not_modelled": list(self.not_modelled),
             "experts": self.experts(),

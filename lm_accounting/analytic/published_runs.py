@@ -3,19 +3,17 @@
 Each run is a published figure with its layout, batch and sequence stated (``source``: the file or paper and its
 table).  One rule predicts every row (``RULE``), no constant per row:
 
-1. u, the calibrated efficiency: the hardware FLOPs of one GPU's training step of the whole model at the run's
-   sequence S, micro-batch b and checkpointing (``hardware_flops.step_flops``: matmuls, recompute included), over
-   the calibrated H100 time of that step's forward and backward (``step_time.predict_step_time``, the course
-   program priced by ``lm_accounting/calibration/h100-80gb/``: GEMMs at their measured rates, fused attention,
-   every memory-bound kernel), as a fraction of the H100's bf16 peak.  The AdamW step is left out (sharded over
-   the data-parallel ranks and the model-parallel ones: small beside these steps, not measured against them).
-2. The step: ``plan.price_layout`` of the run's own layout at utilisation u (``plan``'s rules 1-4: the busiest
-   rank's hardware FLOPs at u, the 1F1B bubble, TP/SP and expert collectives exposed, data-parallel collectives
-   overlapped, NVLink within a node and 50 GB/s per GPU between nodes); no memory check (the run ran).
-3. Predicted tokens/s per GPU = global batch · S / step / GPUs; error = predicted / published - 1.
+1. The step: ``plan.estimate_step`` of the run's own layout, the step-time model ``plan``, ``train-time`` and
+   ``memory`` print (``plan``'s rules 1-4): the busiest GPU's micro-batches priced op by op on the GPU's
+   calibration (the TP-local course program at the run's S, micro-batch b and checkpointing: GEMMs at their
+   measured rates, fused attention, every memory-bound kernel; its share of the rank's hardware FLOPs under
+   pp or vocab parallel), the 1F1B bubble, its AdamW step, TP/SP and expert collectives exposed, data-parallel
+   collectives overlapped, NVLink within a node and 50 GB/s per GPU between nodes; no memory check (the run ran).
+2. Predicted tokens/s per GPU = global batch · S / step / GPUs; error = predicted / published - 1.
 
-Every run is priced as bf16 compute, eager, on an H100 SXM 80GB (the calibrated part) or, for an A100 run, on the
-A100's bf16 peak at the H100's u (no A100 calibration: such rows are out of the summary).  A run that used what the
+Every run is priced as bf16 compute, eager, on an H100 SXM 80GB (lm_accounting/calibration/h100-80gb/) or, for an
+A100 run, on the H100's calibration scaled to the A100 (``step_time``: GEMMs and attention by the dense bf16 peak,
+memory-bound kernels and AdamW by the HBM bandwidth): those rows measure that rule's error, in the summary.  A run that used what the
 rule cannot express (Float8, torch.compile, async TP, context parallel, an interleaved schedule, FP8) says so in
 ``differences``; each difference names the direction it moves the error ("+": the run is faster than the rule
 assumes, so we under-predict; "-": slower, so we over-predict).  A row is out of the summary when it used Float8,
@@ -36,20 +34,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import load_config
-from ..gpus import gpu
 from ..layout import ParallelLayout
-from ..plan import DEFAULT_INTERNODE, GPUS_PER_NODE, price_layout, step_seconds
+from ..plan import DEFAULT_INTERNODE, GPUS_PER_NODE, StepEstimate, estimate_step
 from ..setup import TrainingSetup
-from .hardware_flops import step_flops
 from .params import embedding_params, parameter_breakdown
-from .step_time import predict_step_time
 
 CALIBRATED = "h100-80gb"
 RULE = (
-    "u = hardware FLOPs of the whole model's step at (S, b, checkpointing) / its calibrated H100 forward + backward "
-    "time / H100 bf16 peak; step = plan.price_layout(own layout, mfu=u); tokens/s/GPU = global batch · S / step / GPUs"
+    "step = plan.estimate_step(own layout, S, b, checkpointing): the calibrated model plan prints "
+    "(H100 table; an A100 on it scaled by peak and bandwidth); tokens/s/GPU = global batch · S / step / GPUs"
 )
-EXCLUDE = ("float8", "fp8", "compile", "cp", "a100")
+EXCLUDE = ("float8", "fp8", "compile", "cp")
 """Flags that keep a row out of the error summary (the rule cannot express them)."""
 
 TT_2412 = (
@@ -81,11 +76,10 @@ ASYNC_TP = ("", "+", "async TP overlaps the TP collectives we count exposed")
 INTERLEAVED = ("", "+", "an interleaved (virtual-stage) schedule has a smaller bubble than the 1F1B we price")
 CP = ("cp", "", "context parallel: not modelled (no prediction)")
 A100_WORDS = (
-    "A100: no A100 calibration; priced at the A100's bf16 peak with the H100's calibrated u, but the A100's "
-    "memory-bound kernels cost less beside its GEMMs (2.0 TB/s per 312 TFLOP/s against the H100's 3.35 per 989), "
-    "so it likely reaches a larger share of its peak"
+    "A100: no A100 calibration; priced on the H100's scaled by the dense bf16 peak (312 / 989.4 TFLOP/s) and the "
+    "HBM bandwidth (2.039 / 3.35 TB/s): this row measures that rule"
 )
-A100 = ("a100", "+", A100_WORDS)
+A100 = ("", "", A100_WORDS)
 NEMO_WORDS = (
     "Megatron overlaps TP collectives with GEMMs (tp-comm-overlap) and the gradient reduction with the backward"
 )
@@ -302,17 +296,9 @@ def setup(run: Run) -> TrainingSetup:
     return TrainingSetup(attention="sdpa", checkpoint=run.checkpoint, precision="amp-bf16")
 
 
-def calibrated(run: Run) -> tuple[float, float, float]:
-    """Rule step 1: (u, the whole model's hardware FLOPs at (S, b) over its calibrated forward + backward time, as
-    a fraction of the calibrated GPU's bf16 peak; the fused attention's share of that time; the memory-bound
-    kernels' share)."""
-    cfg, s = config(run), setup(run)
-    t = predict_step_time(cfg, run.seq, s, impl="course", batch=run.micro_batch, gpu=CALIBRATED)
-    seconds = t.forward.seconds + t.backward.seconds
-    flops = step_flops(cfg, run.seq, run.micro_batch, s).hardware
-    attention = (t.forward.attention + t.backward.attention) / seconds
-    memory_bound = (t.forward.memory_bound + t.backward.memory_bound) / seconds
-    return flops / seconds / gpu(CALIBRATED).peak_flops("bf16"), attention, memory_bound
+def estimate(run: Run) -> StepEstimate:
+    """Rule step 1: the run's own layout on ``plan``'s step-time model."""
+    return estimate_step(config(run), run.gpu, run.seq, run.micro_batch, setup(run), run.layout)
 
 
 def model_flops_per_token(run: Run) -> float:
@@ -341,14 +327,13 @@ def compare(run: Run) -> dict[str, Any]:
     }  # fmt: skip
     predicted = None
     if "cp" not in run.flags:
-        cfg, s = config(run), setup(run)
-        u, attention, memory_bound = calibrated(run)
-        times = price_layout(cfg, run.gpu, run.seq, run.micro_batch, s, lay, mfu=u)
-        step = step_seconds(*times)
+        e = estimate(run)
+        step, times, (gemm, attention, other, bubble) = e.step_seconds, e.times, e.parts
         predicted = run.global_batch * run.seq / step / run.gpus
-        row.update(u=u, attention_share=attention, memory_bound_share=memory_bound, step_s=step, compute_s=times[0],
-                   dp_comm_s=times[1], tp_comm_s=times[2], pp_comm_s=times[3])  # fmt: skip
-        row["bubble"] = (run.pp - 1) / (lay.micro_batches + run.pp - 1)
+        busy = gemm + attention + other  # the compute less the bubble
+        row.update(u=e.hfu, attention_share=attention / busy, memory_bound_share=other / busy, step_s=step,
+                   compute_s=times[0], dp_comm_s=times[1], tp_comm_s=times[2], pp_comm_s=times[3])  # fmt: skip
+        row["bubble"] = bubble / times[0]
     else:
         row.update({k: None for k in PREDICTED})
     row["predicted_tokens_per_s"] = predicted

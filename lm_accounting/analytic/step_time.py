@@ -21,7 +21,20 @@ the prices come from ``lm_accounting/calibration/<gpu>/``, written by ``benchmar
 What it leaves out, named on each result (``StepTime.caveats``): a GEMM dimension that is no multiple of 8 (cuBLAS
 then takes cutlass's slower ``align1`` kernels, which the grid does not measure), the programs' other in-place ops
 (the norms' ``add_``, the optimizer's are priced in 4), and the host: the model is the GPU's busy time, right when
-the GPU, not Python, is the bottleneck.  No torch.
+the GPU, not Python, is the bottleneck.
+
+A GPU with no table of its own (A100, H200, ...) gets a derived one, labelled "scaled from the H100 calibration"
+(``Calibration.scaled_from``): the H100's measured seconds scaled by the ratio of the two GPUs' datasheet figures in
+``gpus.GPUS`` (each cited there): GEMMs and fused attention by the dense peak of their dtype (bf16, fp32), the
+memory-bound bandwidth and AdamW's rates by the HBM bandwidth; the per-kernel time is kept.  A GPU lacking one of
+those figures is refused in one line.  How far that rule is off is measured where a published run used such a GPU
+(``published_runs``: the A100 rows).
+
+``program`` records one step once per (model, context, setup, implementation), at micro-batch 2, whose records are
+lines in B (``ops.predict_step``: exact for B >= 2; at B = 1 torch views what it copies at B >= 2, a copy of under
+a millionth of the step priced anyway), and compiles them (``Program``): per phase the GEMM shapes with their
+counts, the attention calls, and the memory-bound bytes as a line in B.  Pricing a compiled program at any B and on
+any GPU is then a few dozen table look-ups, which is what lets ``plan`` price thousands of candidates.  No torch.
 """
 
 from __future__ import annotations
@@ -34,7 +47,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-from ..config import ModelConfig
+from ..config import AccountingError, ModelConfig
 from ..setup import TrainingSetup
 from .ops.engine import Affine
 
@@ -68,12 +81,26 @@ class Calibration:
     bandwidth: float  # bytes/s: the largest copy or add in memory_bound.csv, bytes read + written
     kernel_overhead: float  # seconds a memory-bound kernel takes beyond its bytes at ``bandwidth``
     optimizer: dict  # (impl, dtype) -> bytes/s on the largest tensors
+    scaled_from: str | None = None  # the measured GPU a derived table is scaled from (module docstring)
+
+    @property
+    def label(self) -> str:
+        """The GPU and where its prices come from, as every output names them."""
+        if self.scaled_from:
+            return f"{self.gpu} scaled from the H100 calibration ({self.scaled_from})"
+        return f"{self.gpu} calibration ({self.env.get('gpu', self.gpu)}, torch {self.env.get('torch', '?')})"
+
+
+REFERENCE = "h100-80gb"
+"""The measured GPU a derived table is scaled from."""
+TORCH_DTYPES = {"bfloat16": "bf16", "float32": "fp32"}  # a table's dtype -> the peak it runs at (``gpus.GPU.peak``)
 
 
 @cache
 def load(gpu: str) -> Calibration:
+    """``gpu``'s own table, or one scaled from ``REFERENCE``'s (module docstring); ``gpu`` is a ``gpus`` name."""
     if gpu not in calibrations():
-        raise ValueError(f"no calibration table for GPU {gpu!r} (have: {', '.join(calibrations())})")
+        return _scaled(gpu)
     gemm: dict = {}
     for r in _rows(gpu, "gemm.csv"):
         gemm.setdefault((r["dtype"], r["layout"]), {})[int(r["m"]), int(r["n"]), int(r["k"])] = float(r["seconds"])
@@ -108,6 +135,35 @@ def load(gpu: str) -> Calibration:
     )
 
 
+def _scaled(name: str) -> Calibration:
+    """The H100's table scaled to ``name``'s datasheet figures: seconds × the H100's peak / the GPU's for GEMMs and
+    attention (per dtype), bandwidths × the GPU's HBM bandwidth / the H100's."""
+    from ..gpus import gpu
+
+    g, ref = gpu(name), gpu(REFERENCE)
+    missing = [d for d in TORCH_DTYPES.values() if d not in g.peak] + ([] if g.bandwidth else ["HBM bandwidth"])
+    if missing:
+        raise AccountingError(
+            f"the step-time model needs {g.name}'s dense {' and '.join(missing)} figure(s), which gpus.py lacks"
+        )
+    base = load(REFERENCE)
+    flops = {t: ref.peak[d] / g.peak[d] for t, d in TORCH_DTYPES.items()}  # seconds scale
+    memory = g.bandwidth / ref.bandwidth  # bytes/s scale
+    gemm = {(t, lay): {mnk: s * flops[t] for mnk, s in table.items()} for (t, lay), table in base.gemm.items()}
+    attention = [{**r, "seconds": str(float(r["seconds"]) * flops[r["dtype"]])} for r in base.attention]
+    return Calibration(
+        g.name,
+        {"gpu": g.label, "torch": base.env.get("torch", "?")},
+        gemm,
+        attention,
+        base.bandwidth * memory,
+        base.kernel_overhead,
+        {k: v * memory for k, v in base.optimizer.items()},
+        f"{ref.label}: dense peak {', '.join(f'{d} x{1 / flops[t]:.3f}' for t, d in TORCH_DTYPES.items())}, "
+        f"HBM x{memory:.3f}",
+    )
+
+
 def best_rates(gpu: str) -> tuple[float, float, str] | None:
     """(the fastest bf16 ``torch.mm`` of the grid in FLOP/s, the measured memory-bound bandwidth in bytes/s, the
     GPU and torch they were measured with), or None for a GPU with no calibration table: what a serving
@@ -130,11 +186,18 @@ def _corners(v: float, grid: list[int]) -> list[tuple[int, float]]:
     return [(lo, 1 - w), (hi, w)]
 
 
+@cache
+def _axes(gpu: str, key: tuple) -> list[list[int]]:
+    """The m, n and k values of ``gpu``'s GEMM grid for (dtype, layout)."""
+    table = load(gpu).gemm[key]
+    return [sorted({mnk[i] for mnk in table}) for i in range(3)]
+
+
 def gemm_seconds(cal: Calibration, dtype: str, layout: str, m: int, n: int, k: int) -> float:
     """(1): 2·m·n·k at the log-interpolated rate of the grid's corners around (m, n, k); corners the grid lacks
     (its vocabulary widths are measured at two k only) are left out and the weights renormalised."""
-    table = cal.gemm.get((DTYPES[dtype], layout)) or cal.gemm[DTYPES[dtype], "nt"]  # fp32: nt measured only
-    axes = [sorted({key[i] for key in table}) for i in range(3)]
+    key = (DTYPES[dtype], layout) if (DTYPES[dtype], layout) in cal.gemm else (DTYPES[dtype], "nt")  # fp32: nt only
+    table, axes = cal.gemm[key], _axes(cal.gpu, key)
     total = weight = 0.0
     for a, wa in _corners(m, axes[0]):
         for b, wb in _corners(n, axes[1]):
@@ -219,62 +282,116 @@ class StepTime:
         }
 
 
+def _line(x) -> tuple[int, int]:
+    """A record's size as (a, b), a·B + b: an ``Affine`` or a constant."""
+    return (x.a, x.b) if isinstance(x, Affine) else (0, x)
+
+
+def _at(line: tuple, batch: int):
+    return line[0] * batch + line[1]
+
+
+@dataclass(frozen=True)
+class Program:
+    """One step's records compiled (module docstring): per phase, GEMM shapes and attention calls with their counts
+    (sizes as lines in B), the memory-bound bytes as one line in B and the kernels; and the parameters' bytes as
+    AdamW's ``exp_avg`` holds them (4)."""
+
+    phases: tuple  # per phase: (gemms {key: count}, attention {key: count}, (bytes a, bytes b), kernels)
+    param_bytes: int
+
+    @staticmethod
+    def compile(work: list) -> Program:
+        phases, gemm, attention, traffic, kernels = [], Counter(), Counter(), [0.0, 0.0], 0
+        for kind, times, *f in work:
+            if kind == "phase":
+                phases.append((dict(gemm), dict(attention), tuple(traffic), kernels))
+                gemm, attention, traffic, kernels = Counter(), Counter(), [0.0, 0.0], 0
+                continue
+            if kind == "gemm":
+                gemm[(f[0], f[1], *map(_line, f[2:]))] += times
+                continue
+            if kind == "attention":
+                backend, what, b, h, seq, d, dtype = f
+                attention[backend, what, _line(b), h, seq, d, dtype] += times
+                continue
+            if kind == "alloc" and not f[0].startswith(SKIP):
+                moved, kernels = TRAFFIC.get(f[0], 2), kernels + times
+            elif kind == "in_place":  # a kernel that makes no storage (autograd's in-place gradient sums)
+                moved, kernels = 1, kernels + times
+            elif kind == "reads":  # a reduction's input, beyond the storage it makes (priced with it)
+                moved = 1
+            else:
+                continue
+            a, b = _line(f[1] if kind == "alloc" else f[0])
+            traffic[0] += times * moved * a
+            traffic[1] += times * moved * b
+        phases.append((dict(gemm), dict(attention), tuple(traffic), kernels))
+        param_bytes = sum(_at(_line(f[1]), 2) for kind, _, *f in work if kind == "alloc" and f[0] == "exp_avg")
+        return Program(tuple(phases), param_bytes)
+
+    def at(self, batch: int, cal: Calibration) -> tuple[list[PhaseTime], set[int]]:
+        """(1)-(3) at micro-batch ``batch`` on ``cal``'s GPU: one ``PhaseTime`` per phase, and the GEMM dimensions
+        that are no multiple of 8."""
+        out, unaligned = [], set()
+        for gemms, attentions, traffic, kernels in self.phases:
+            g = a = 0.0
+            for (dtype, layout, *dims), times in gemms.items():
+                n_batch, m, n, k = (_at(d, batch) for d in dims)
+                g += times * n_batch * gemm_seconds(cal, dtype, layout, m, n, k)
+                unaligned |= {x for x in (m, n, k) if x % 8}
+            for (backend, what, b, h, seq, d, dtype), times in attentions.items():
+                a += times * attention_seconds(cal, backend, what, _at(b, batch), h, seq, d, dtype)
+            bound = _at(traffic, batch) / cal.bandwidth + kernels * cal.kernel_overhead
+            out.append(PhaseTime(g, a, bound, kernels))
+        return out, unaligned
+
+
 def price(work: list, batch: int, cal: Calibration) -> tuple[list[PhaseTime], set[int]]:
-    """(1)-(3) over ``recording_work``'s records: one ``PhaseTime`` per phase, and the GEMM dimensions that are no
-    multiple of 8."""
+    """(1)-(3) over ``recording_work``'s records at micro-batch ``batch``: ``Program.compile(work).at(batch, cal)``."""
+    return Program.compile(work).at(batch, cal)
 
-    def at(x):
-        return x.at(batch) if isinstance(x, Affine) else x
 
-    phases, unaligned = [Counter()], set()
-    for kind, times, *f in work:
-        c = phases[-1]
-        if kind == "phase":
-            phases.append(Counter())
-        elif kind == "gemm":
-            dtype, layout, n_batch, m, n, k = f[0], f[1], *map(at, f[2:])
-            c["gemm"] += times * n_batch * gemm_seconds(cal, dtype, layout, m, n, k)
-            unaligned |= {x for x in (m, n, k) if x % 8}
-        elif kind == "attention":
-            backend, what, b, h, s, d, dtype = f
-            c["attention"] += times * attention_seconds(cal, backend, what, at(b), h, s, d, dtype)
-        elif kind == "alloc" and not f[0].startswith(SKIP):
-            c["memory_bound"] += times * (TRAFFIC.get(f[0], 2) * at(f[1]) / cal.bandwidth + cal.kernel_overhead)
-            c["kernels"] += times
-        elif kind == "reads":  # a reduction's input, beyond the storage it makes (priced above)
-            c["memory_bound"] += times * at(f[0]) / cal.bandwidth
-        elif kind == "in_place":  # a kernel that makes no storage (autograd's in-place gradient sums)
-            c["memory_bound"] += times * (at(f[0]) / cal.bandwidth + cal.kernel_overhead)
-            c["kernels"] += times
-    return [PhaseTime(**c) for c in phases], unaligned
+@cache
+def program(cfg: ModelConfig, seq: int, setup: TrainingSetup, impl: str) -> Program:
+    """``impl``'s step of ``cfg`` at context ``seq``, recorded once at micro-batch 2 (lines in B) and compiled.
+    Raises ``ValueError`` for a step the op library does not model on cuda."""
+    from .ops import predict_step
+    from .ops.tensors import recording_work
+
+    work: list = []
+    with recording_work(work):
+        predict_step(cfg, seq, setup, impl=impl, batch=2, mode="plain", device="cuda")
+    return Program.compile(work)
+
+
+def optimizer_seconds(param_bytes: int, setup: TrainingSetup, cal: Calibration) -> float:
+    """(4): AdamW over parameters holding ``param_bytes`` (of the setup's parameter dtype)."""
+    param_dtype = "float32" if setup.precision in ("fp32", "amp-bf16") else "bfloat16"
+    return ADAMW_BYTES_PER_ELEMENT * param_bytes / cal.optimizer[setup.optimizer, param_dtype]
+
+
+def unaligned_caveat(unaligned: set[int]) -> list[str]:
+    if not unaligned:
+        return []
+    dims = ", ".join(f"{d:,}" for d in sorted(unaligned))
+    return [f"GEMM dimensions {dims} are no multiple of 8: cuBLAS takes slower align1 kernels, not in the grid"]
+
+
+HOST_CAVEAT = "the GPU's busy time: a step whose host cannot launch kernels as fast is slower"
 
 
 def predict_step_time(
     cfg: ModelConfig, seq: int, setup: TrainingSetup, *, impl: str, batch: int = 1, gpu: str = "h100-80gb"
 ) -> StepTime:
     """The GPU time of one training step of ``impl``'s model of ``cfg`` at context ``seq`` and micro-batch ``batch``
-    on ``gpu`` (one GPU): see the module docstring.  Raises ``ValueError`` for a GPU with no calibration table and
-    for a step the op library does not model on cuda."""
-    from .ops import predict_step
-    from .ops.tensors import recording_work
-
+    on ``gpu`` (one GPU): see the module docstring.  Raises ``AccountingError`` for a GPU lacking a figure the
+    model needs and ``ValueError`` for a step the op library does not model on cuda."""
     cal = load(gpu)
-    work: list = []
-    with recording_work(work):
-        predict_step(cfg, seq, setup, impl=impl, batch=batch, mode="plain", device="cuda")
-    phases, unaligned = price(work, batch, cal)
-    param_dtype = "float32" if setup.precision in ("fp32", "amp-bf16") else "bfloat16"
-    # (4): the bytes of every parameter, as AdamW's exp_avg (one per parameter, of its dtype) holds them
-    param_bytes = sum(
-        f[1].at(batch) if isinstance(f[1], Affine) else f[1]
-        for kind, _, *f in work
-        if kind == "alloc" and f[0] == "exp_avg"
-    )
-    optimizer = ADAMW_BYTES_PER_ELEMENT * param_bytes / cal.optimizer[setup.optimizer, param_dtype]
-    caveats = ["the GPU's busy time: a step whose host cannot launch kernels as fast is slower"]
-    if unaligned:
-        dims = ", ".join(f"{d:,}" for d in sorted(unaligned))
-        caveats.append(
-            f"GEMM dimensions {dims} are no multiple of 8: cuBLAS takes slower align1 kernels, not in the grid"
-        )
+    prog = program(cfg, seq, setup, impl)
+    phases, unaligned = prog.at(batch, cal)
+    optimizer = optimizer_seconds(prog.param_bytes, setup, cal)
+    caveats = [HOST_CAVEAT, *unaligned_caveat(unaligned)]
+    if cal.scaled_from:
+        caveats.append(f"no {gpu} table: {cal.label}")
     return StepTime(gpu, phases[1], phases[2], optimizer, tuple(caveats))

@@ -8,6 +8,7 @@ a layout, and in ``infer`` and ``plan``.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,7 @@ from ..gpus import DEFAULT_GPU, MemoryBudget, memory_budget
 from ..implementations import check_impl, check_measurable
 from ..layout import ParallelLayout
 from ..names import MEASURE_CHOICES, MEASURE_METHODS
+from ..plan import estimate_step
 from ..setup import TrainingSetup, check_cuda_fused_attention
 
 
@@ -125,9 +127,21 @@ def run(request: Request) -> MemoryAccount | ParallelMemory:
         )  # fmt: skip
     # impl other than course: traced on meta, which the fake-PG job on cpu tensors measures too
     lay = r.layout
-    return parallel_memory(
+    result = parallel_memory(
         cfg, cfg.context_length, r.batch, r.setup, lay, budget=r.budget_basis, rank=r.rank, impl=r.impl
     )
+    return layout_step_time(r, result)
+
+
+def layout_step_time(request: Request, result: ParallelMemory) -> ParallelMemory:
+    """The layout's step by ``plan``'s step-time model (``plan.estimate_step``: the figure ``plan`` prints for it),
+    or the reason it has none (a step the model cannot price: memory is still the answer)."""
+    r, cfg = request, request.run_config
+    try:
+        estimate = estimate_step(cfg, r.gpu, cfg.context_length, r.batch, r.setup, r.layout, impl=r.impl)
+    except AccountingError as err:
+        return dataclasses.replace(result, step_time_note=str(err))
+    return dataclasses.replace(result, step_time=estimate)
 
 
 def measured_rank(request: Request, result: ParallelMemory) -> int:

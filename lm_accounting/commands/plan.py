@@ -29,7 +29,7 @@ class Request:
     context: int | None = None
     global_batch_tokens: int = 4 * 1024 * 1024
     price_per_gpu_hour: float | None = None
-    mfu: float = 0.4
+    efficiency: float = 1.0  # scales the calibrated step-time model (``plan``, step 1)
     internode_bw: int = DEFAULT_INTERNODE
     allowance: int | None = None  # default gpus.DEFAULT_ALLOWANCE
     top: int = 10
@@ -44,7 +44,7 @@ class Request:
         run = at_context(self.config, self.context)
         object.__setattr__(self, "run_config", run)
         basis = check_plan(
-            run, self.gpu, run.context_length, self.global_batch_tokens, mfu=self.mfu, allowance=self.allowance,
+            run, self.gpu, run.context_length, self.global_batch_tokens, efficiency=self.efficiency, allowance=self.allowance,
             top=self.top,
         )  # fmt: skip
         object.__setattr__(self, "budget_basis", basis)
@@ -76,7 +76,7 @@ def check_plot_stem(stem: str) -> None:
 def run(request: Request) -> Plan:
     r, cfg = request, request.run_config
     return plan(
-        cfg, r.gpu, r.gpus, cfg.context_length, r.global_batch_tokens, r.tokens, mfu=r.mfu,
+        cfg, r.gpu, r.gpus, cfg.context_length, r.global_batch_tokens, r.tokens, efficiency=r.efficiency,
         internode_bw=r.internode_bw, allowance=r.allowance, price_per_gpu_hour=r.price_per_gpu_hour, top=r.top,
         own=r.own,
     )  # fmt: skip

@@ -1,5 +1,5 @@
-"""``train-time``: days to train on one GPU at a stated utilisation and, on a calibrated GPU, at the calibrated
-step time; the AdamW step FLOPs (analytic)."""
+"""``train-time``: one GPU's calibrated step time, its MFU and HFU, days to train; the AdamW step FLOPs
+(analytic)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 from ..analytic.sizes import at_context, check_batch_seq
 from ..analytic.training import gpu_peak_flops
 from ..config import AccountingError, ModelConfig
+from ..gpus import gpu
 from ..implementations import check_impl
 from ..names import STEP_FLOPS_METHODS
+from ..plan import check_efficiency
 from ..setup import TrainingSetup
 from ..train_time import TrainTime, train_time
 
@@ -21,28 +23,26 @@ class Request:
     batch: int = 1
     steps: int = 400_000
     gpu: str = "a100"
-    gpu_dtype: str = "fp32"
+    gpu_dtype: str | None = None  # the peak MFU is quoted against (default: the setup's compute dtype)
     peak_flops: float | None = None  # overrides the GPU's peak for gpu_dtype
-    mfu: float = 0.5
     method: str = "3x"
     setup: TrainingSetup = field(default_factory=TrainingSetup)
     impl: str = "course"
-    efficiency: float | None = None  # scales the calibrated step time (1: as calibrated)
+    efficiency: float = 1.0  # scales the calibrated step time (1: as calibrated)
 
     def __post_init__(self) -> None:
         check_batch_seq(self.batch, at_context(self.config, self.context).context_length)
         if self.method not in STEP_FLOPS_METHODS:
             raise AccountingError(f"unknown step FLOPs method '{self.method}' (valid: {', '.join(STEP_FLOPS_METHODS)})")
-        if not 0 < self.mfu <= 1:
-            raise AccountingError(f"--mfu must be in (0, 1], got {self.mfu}")
         if self.peak_flops is None:
-            gpu_peak_flops(self.gpu, self.gpu_dtype)  # an unknown GPU or dtype is refused here
+            if self.gpu_dtype is not None:
+                gpu_peak_flops(self.gpu, self.gpu_dtype)  # an unknown GPU or dtype is refused here
         elif not 0 < self.peak_flops:
             raise AccountingError(f"--peak-flops must be positive, got {self.peak_flops}")
         if not 1 <= self.steps:
             raise AccountingError(f"--steps must be at least 1, got {self.steps}")
-        if self.efficiency is not None and not 0 < self.efficiency <= 1.5:
-            raise AccountingError(f"--efficiency must be in (0, 1.5], got {self.efficiency}")
+        check_efficiency(self.efficiency)
+        gpu(self.gpu)  # an unknown GPU is refused here
         check_impl(self.config, self.impl)
 
 
@@ -50,5 +50,5 @@ def run(request: Request) -> TrainTime:
     r = request
     return train_time(
         r.config, r.context, r.batch, r.steps, gpu=r.gpu, gpu_dtype=r.gpu_dtype, peak_flops=r.peak_flops,
-        mfu=r.mfu, method=r.method, setup=r.setup, impl=r.impl, efficiency=r.efficiency,
+        method=r.method, setup=r.setup, impl=r.impl, efficiency=r.efficiency,
     )  # fmt: skip

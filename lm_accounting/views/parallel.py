@@ -10,6 +10,7 @@ from ..phases import PHASE_LABELS, PHASES
 from ..provenance import CPU_TORCH, CUDA
 from .account import describe_config
 from .memory import budget_verdict
+from .plan import efficiency_words
 from .tables import Column, Table, View
 from .words import plural
 
@@ -53,6 +54,18 @@ TRACED_LABEL = (
 """What an op-library rank's figure is (``parallel_report.implementation_rank``): never a CUDA prediction."""
 
 
+def step_time_line(r: ParallelMemory) -> str:
+    """The layout's step by ``plan``'s time model (the figure ``plan`` prints for this layout), or why none."""
+    e = r.step_time
+    if e is None:
+        return f"step time: none ({r.step_time_note})"
+    exposed = e.exposed_communication
+    return (
+        f"step {e.step_seconds:,.4f} s ({e.times[0]:,.4f} s compute, {exposed:,.4f} s exposed communication) · "
+        f"MFU {e.mfu:.1%} · HFU {e.hfu:.1%} · {efficiency_words(e.calibration, e.efficiency)}"
+    )
+
+
 def parallel_view(r: ParallelMemory) -> View:
     if r.impl != "course":
         return _implementation_view(r)
@@ -63,6 +76,7 @@ def parallel_view(r: ParallelMemory) -> View:
         _layout_line(r, where),
         f"--impl course: {program_label(r.config, 'course', r.setup)} (the default under a layout; --impl transformers covers FSDP2 data parallel)",
     ]
+    header.append(step_time_line(r))
     ex = r.experts()
     if ex is not None:
         header.append(

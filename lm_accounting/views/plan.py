@@ -15,8 +15,9 @@ def plan_view(p: Plan) -> View:
         (
             f"{g.label}: {g.memory_bytes / 1e9:,.0f} GB, {g.peak_flops('bf16') / 1e12:,.1f} TFLOP/s bf16 dense, "
             f"{g.interconnect} {g.interconnect_one_way / 1e9:,.0f} GB/s one way · inter-node "
-            f"{p.internode_bw / 1e9:,.0f} GB/s per GPU · utilisation {100 * p.mfu:g}% of peak"
+            f"{p.internode_bw / 1e9:,.0f} GB/s per GPU"
         ),
+        f"step time: {efficiency_words(p.calibration, p.efficiency)}",
         (
             f"context {p.seq:,} · global batch {plural(p.global_batch_tokens, 'token')} · {plural(p.tokens, 'token')} = "
             f"{plural(p.steps(), 'step')} · "
@@ -41,6 +42,7 @@ def plan_view(p: Plan) -> View:
         Column("peak"),
         Column("step s", "float"),
         Column("MFU", "share"),
+        Column("HFU", "share"),
         Column("tokens/s", "int"),
         Column("days", "float"),
         Column("GPU-hours", "int"),
@@ -60,6 +62,7 @@ def plan_view(p: Plan) -> View:
             "exact" if r["peak_exact"] else "estimate",
             r["step_seconds"],
             r["mfu"],
+            r["hfu"],
             round(r["tokens_per_s"]),
             r["days"],
             round(r["gpu_hours"]),
@@ -71,10 +74,11 @@ def plan_view(p: Plan) -> View:
     footer = [
         (
             "step = max(compute, data-parallel comm) + TP comm + EP all-to-alls + pipeline point-to-point:"
-            " data-parallel collectives ASSUMED overlapped with compute, TP/SP and EP collectives not; compute = hardware FLOPs"
-            " (recompute included) / (peak × utilisation), × the 1F1B bubble (k + pp − 1)/k.  MFU: model FLOPs"
-            " (3 × forward matmuls, attention's full square, no recompute) / (step × GPUs × bf16 peak); JSON"
-            " `hfu`: the busiest GPU's hardware FLOPs / (step × peak)."
+            " data-parallel collectives ASSUMED overlapped with compute, TP/SP and EP collectives not; compute = the"
+            " busiest GPU's micro-batches priced op by op on the GPU's calibration (the TP-local model's GEMMs,"
+            " fused attention, memory-bound kernels), × the 1F1B bubble (k + pp − 1)/k, + its AdamW step.  MFU:"
+            " model FLOPs (3 × forward matmuls, attention's full square, no recompute) / (step × GPUs × bf16 peak);"
+            " HFU: the busiest GPU's hardware FLOPs (recompute included) / (step × peak)."
         ),
         (
             "Per-GPU memory: the worst rank (analytic.parallel): byte-exact against one rank of the real job on the"
@@ -84,6 +88,13 @@ def plan_view(p: Plan) -> View:
         ),
     ]
     return View(header, [table], footer)
+
+
+def efficiency_words(calibration: str, efficiency: float) -> str:
+    """Where the step-time model's prices come from, and the --efficiency applied to them (when one is)."""
+    if efficiency == 1:
+        return f"the calibrated model, {calibration}"
+    return f"the calibrated model, {calibration}, its compute / --efficiency {efficiency:g} (applied)"
 
 
 def plot_memory_vs_gpus(

@@ -39,7 +39,7 @@ def runs_table(records: list[dict[str, Any]]) -> Table:
             f"Rule: {RULE} (lm_accounting/analytic/published_runs.py).  No constant per row.",
             (
                 f"Summary over the {s['in_summary']} of {s['rows']} rows the rule can express (bf16, eager, no "
-                f"context parallel, an H100): median |error| {100 * s['median_abs_error']:.1f} %, worst "
+                f"context parallel): median |error| {100 * s['median_abs_error']:.1f} %, worst "
                 f"{100 * s['worst_abs_error']:.1f} %, {s['over_10pct']} over 10 %.  The issue's target (median "
                 f"<= 10 %, worst <= 25 %) is {verdict}."
             ),
@@ -47,8 +47,8 @@ def runs_table(records: list[dict[str, Any]]) -> Table:
             (
                 "error = predicted / published - 1: positive, we predict faster than the run.  Differences: (-) the run "
                 "is slower than the rule assumes, (+) faster.  b × k: sequences per micro-batch × micro-batches per "
-                "data-parallel rank.  u: the calibrated efficiency (hardware FLOPs over the H100-calibrated time, of "
-                "the bf16 peak)."
+                "data-parallel rank.  u: the predicted step's HFU (the busiest GPU's hardware FLOPs / step / its "
+                "bf16 peak)."
             ),
             *(
                 f"{r['run']}: {r['source']}; {r['convention']}; differences: {r['differences'] or 'none'}"
