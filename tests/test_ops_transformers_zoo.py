@@ -44,6 +44,15 @@ ZOO = {
     # Llama's program under other classes (``PROGRAMS``)
     "iquestcoder": LLAMA_LIKE,
     "hunyuan_v1_dense": {**LLAMA_LIKE, "head_dim": 8},
+    "granite": {
+        **LLAMA_LIKE,
+        "embedding_multiplier": 12.0,
+        "residual_multiplier": 0.22,
+        "attention_multiplier": 0.0078125,
+        "logits_scaling": 16.0,
+        "attention_bias": True,
+        "mlp_bias": True,
+    },
 }
 """A window of 10 keys: S = 8 leaves it out of the masks' reach, S = 12 makes the windowed mask."""
 
@@ -181,15 +190,16 @@ def test_gemma_variants_equal_transformers():
     check(six, 12, TrainingSetup(attention="sdpa", checkpoint="full"))
 
 
-@pytest.mark.parametrize("model_type", ["iquestcoder", "hunyuan_v1_dense"])
+@pytest.mark.parametrize("model_type", ["iquestcoder", "hunyuan_v1_dense", "granite"])
 @pytest.mark.parametrize(
     "setup",
     [TrainingSetup(attention="naive", precision="amp-bf16"), TrainingSetup(attention="sdpa", checkpoint="full")],
     ids=lambda s: "-".join(s.to_dict().values()),
 )
 def test_llama_program_under_other_classes_equals_them(model_type, setup):
-    """IQuest-Coder and HunYuan-Dense (q/k norms after RoPE) are Llama's program, checked against their own
-    classes, and the plain run against the CPU allocator.  (Ministral builds a full-attention mask beside its
+    """IQuest-Coder and HunYuan-Dense (q/k norms after RoPE) are Llama's program, Granite Llama's with its
+    multipliers' three elementwise ops (``granite``), checked against their own classes, and the plain run against
+    the CPU allocator (Granite's Python-number factors wrapped in 8-byte tensors).  (Ministral builds a full-attention mask beside its
     sliding one even when every layer slides: not Llama's program, 144 B apart in a plain CPU run.)"""
     check(tiny(model_type), 12, setup)
     check_plain(tiny(model_type), 8, 2, setup)

@@ -397,7 +397,7 @@ class LlamaForCausalLM:
 
     def model(self) -> Tensor:
         """``LlamaModel.forward`` (modeling_llama.py:370-420)."""
-        inputs_embeds = A.embedding(self.embed_tokens, self.input_ids)  # :384
+        inputs_embeds = self.embed()  # :384
         position_ids = A.unsqueeze(arange_plus(self.seq), 0)  # :391-393
         with no_grad():
             find_packed_sequence_indices(A.expand(position_ids, self.batch, -1))
@@ -412,6 +412,10 @@ class LlamaForCausalLM:
         hidden_states = self.run_layers(hidden_states, lambda i: kwargs)  # :406-414
         return self.norm(hidden_states)  # :416
 
+    def embed(self) -> Tensor:
+        """``self.embed_tokens(input_ids)`` (a subclass scales it: Granite)."""
+        return A.embedding(self.embed_tokens, self.input_ids)
+
     def run_layers(self, hidden_states: Tensor, kwargs: Callable[[int], dict]) -> Tensor:
         """The decoder layers in order, layer i called with ``kwargs(i)``; each run of alike middle layers (the same
         kind: a mixture of experts or not, a window or not) replayed once for all (``alike_runs``, ``repeated``)."""
@@ -425,9 +429,13 @@ class LlamaForCausalLM:
         the step keeps; ``hidden_states`` dies when it returns (an fp32 tensor under autocast, where the LM
         head saves its bf16 copy instead)."""
         hidden_states = self.model()
-        logits = A.linear(hidden_states, self.lm_head if self.lm_head is not None else self.embed_tokens)
+        logits = self.head(A.linear(hidden_states, self.lm_head if self.lm_head is not None else self.embed_tokens))
         loss = for_causal_lm_loss(logits, self.labels, self.cfg.vocab_size)
         return logits, loss
+
+    def head(self, logits: Tensor) -> Tensor:
+        """The LM head's output as the loss takes it (a subclass scales it: Granite)."""
+        return logits
 
     def loss(self) -> Tensor:
         """``measure.hf.HFTrainingStep.forward``: the model's output, then its loss.  amp-bf16 runs the model
