@@ -44,7 +44,8 @@ from dataclasses import dataclass
 
 from ..breakdown import Breakdown, Item
 from ..config import AccountingError, ModelConfig
-from .flops import attended_pairs, causal_attention_flops, forward_flops, windowed_attention_flops
+from ..names import DTYPE_BYTES
+from .flops import attended_pairs, causal_attention_flops, conv_update_flops, forward_flops, windowed_attention_flops
 from .memory import kv_cache_bytes
 from .params import parameter_breakdown
 from .sizes import Sizes
@@ -211,9 +212,21 @@ def kv_split(cfg: ModelConfig, tp: int) -> int:
 
 
 def layer_slots(cfg: ModelConfig, capacity: int) -> list[int]:
-    """Cache slots per layer: C on a full-attention layer, min(C, w) on a windowed one."""
+    """Cache slots per layer: C on a full-attention layer, min(C, w) on a windowed one, none on a hybrid's Gated
+    DeltaNet layer (its state does not grow: ``kv_cache.linear_state_bytes``)."""
     w = cfg.sliding_window
-    return [min(capacity, w) if cfg.layer_windowed(i) else capacity for i in range(cfg.num_layers)]
+    return [
+        0 if not cfg.layer_attention(i) else min(capacity, w) if cfg.layer_windowed(i) else capacity
+        for i in range(cfg.num_layers)
+    ]
+
+
+def kv_layer_token_bytes(cfg: ModelConfig, batch: int, dtype: str) -> int:
+    """K and V of one cached position on one attention layer, B sequences: ``kv_cache_width · B · bytes`` (what
+    grows with the keys; a hybrid's fixed linear-layer states are not part of it)."""
+    if dtype not in KV_DTYPES:
+        raise AccountingError(f"unknown KV-cache dtype '{dtype}' (valid: {', '.join(KV_DTYPES)})")
+    return cfg.kv_cache_width * batch * DTYPE_BYTES[KV_DTYPES[dtype]]
 
 
 def absorbed(cfg: ModelConfig, program: str) -> bool:
@@ -276,7 +289,10 @@ def prefill_pairs(cfg: ModelConfig, prompt: int) -> list[int]:
     """Query-key pairs a causal fused kernel computes per layer in the prefill: the causal triangle
     P(P + 1)/2, a windowed layer's band (``flops.attended_pairs``)."""
     w = cfg.sliding_window
-    return [attended_pairs(prompt, w if cfg.layer_windowed(i) else None) for i in range(cfg.num_layers)]
+    return [
+        attended_pairs(prompt, w if cfg.layer_windowed(i) else None) if cfg.layer_attention(i) else 0
+        for i in range(cfg.num_layers)
+    ]
 
 
 def prefill_flops(
@@ -341,7 +357,26 @@ def decode_flops(
     if absorbed(cfg, program):
         text = "absorbed MLA: 2·B·h·(2r + d_rope)·n per layer, n = p + 1 latent keys"
     keys = decode_keys(cfg, position, capacity, semantics)
-    return _with_attention(base, cfg, batch, keys, 1, text, program)
+    return _recurrent_decode(_with_attention(base, cfg, batch, keys, 1, text, program), cfg, batch)
+
+
+def _recurrent_decode(base: Breakdown, cfg: ModelConfig, batch: int) -> Breakdown:
+    """A hybrid's decode step as transformers runs it with a cache: the gated delta rule in its recurrent form
+    (``torch_recurrent_gated_delta_rule``: no matmul, ``flops.recurrent_delta_flops`` elementwise) and the conv
+    updated from its cached inputs (``flops.conv_update_flops``), not the chunked prefill path."""
+    if not cfg.hybrid:
+        return base
+    rows = {
+        "layers.*.linear_attn.core": (0, "recurrent form: no matmul (7·B·H_v·d_k·d_v elementwise)"),
+        "layers.*.linear_attn.conv1d": (conv_update_flops(cfg, batch), "conv update: 2·B·(2·H_k·d_k + H_v·d_v)·2·K"),
+    }
+    items = [
+        Item(it.key, it.label, it.group, cfg.linear_layers * rows[it.key][0], rows[it.key][0], rows[it.key][1])
+        if it.key in rows
+        else it
+        for it in base
+    ]
+    return Breakdown(base.quantity, base.unit, tuple(items))
 
 
 def sum_min(lo: int, hi: int, cap: int | None) -> int:
