@@ -129,7 +129,13 @@ QWEN3_5_TEXT = {  # Qwen3_5TextConfig's defaults, every field written out
     "linear_num_key_heads": 16,
     "linear_num_value_heads": 32,
 }
-CONFIGS = {"qwen3-next-80b-a3b": QWEN3_NEXT, "qwen3.5-35b-a3b": QWEN3_5_MOE, "qwen3.5-text": QWEN3_5_TEXT}
+QWEN3_5 = {"model_type": "qwen3_5", "tie_word_embeddings": False, "text_config": QWEN3_5_TEXT}  # the wrapper
+CONFIGS = {
+    "qwen3-next-80b-a3b": QWEN3_NEXT,
+    "qwen3.5-35b-a3b": QWEN3_5_MOE,
+    "qwen3.5-text": QWEN3_5_TEXT,
+    "qwen3.5": QWEN3_5,
+}
 
 TINY = {  # small enough for real CPU tensors: layers 3 and 7 full attention, every other layer a MoE
     "model_type": "qwen3_next",
@@ -402,15 +408,18 @@ def test_cache_equals_transformers_after_a_prefill(dtype, name, config):
     assert layer_slots(cfg, P) == [P if cfg.layer_attention(i) else 0 for i in range(cfg.num_layers)]
 
 
-def test_infer_prints_the_hybrid_cache(run_cli, tmp_path):
+def test_infer_gives_the_hybrid_cache(run_cli, tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(TINY))
-    r = run_cli("infer", path, "--prompt", "70", "--generate", "2", "--batch", "2", "--json")
+    args = ("--prompt", "70", "--generate", "2", "--batch", "2", "--program", "generate", "--format", "json")
+    r = run_cli("infer", path, *args)
     assert r.code == 0, r.err
-    out = json.loads(r.out)
+    memory = json.loads(r.out)["memory"]
     cfg = config_from_hf(TINY, name="tiny")
-    flat = json.dumps(out)
-    assert str(kv_cache_bytes(cfg, 71, 2, "bf16")) in flat
+    # the cache of C = P + G − 1 = 71 positions: 2 attention layers' K and V, 6 linear layers' states (bf16 conv)
+    kv = 2 * (2 * 2 * 16) * 71 * 2 * 2
+    states = 6 * 2 * (80 * 4 * 2 + 4 * 8 * 12 * 4)
+    assert memory["kv_cache"] == kv + states == kv_cache_bytes(cfg, 71, 2, "bf16") == 62_464
 
 
 # -- refusals: one line, exit 2 ---------------------------------------------------------------------------------

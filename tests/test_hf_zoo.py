@@ -729,7 +729,7 @@ def test_every_causal_lm_type_is_read_or_refused_with_a_reason():
     ("model_type", "words"),
     [
         ("mamba2", "Mamba2) mixer layers"),
-        ("qwen3_next", "Gated DeltaNet"),
+        ("kimi_linear", "linear-attention layers not compared with Qwen3-Next's Gated DeltaNet"),
         ("lfm2", "short-convolution layers"),
         ("granite_swa", "attention sinks applied as a post-attention logsumexp scaling"),
         ("cohere", "attention and MLP in parallel"),
@@ -746,7 +746,7 @@ def test_a_refused_type_names_what_it_lacks(model_type, words):
         config_from_hf({"model_type": model_type, **SMALL})
 
 
-@pytest.mark.parametrize("wrapper", ["qwen3_5", "qwen3_5_moe", "qwen3_vl"])
+@pytest.mark.parametrize("wrapper", ["qwen3_vl", "qwen3_vl_moe"])
 def test_a_refused_wrapper_names_its_text_model(wrapper, run_cli, tmp_path):
     import json
 
