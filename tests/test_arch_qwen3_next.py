@@ -220,7 +220,7 @@ def our_keys(name: str) -> tuple[str, ...]:
 
 def hf_values(values: dict) -> dict:
     """A wrapper's text model as transformers' causal LM (``AutoModelForCausalLM`` builds the text model)."""
-    return values["text_config"] if "text_config" in values else values
+    return values.get("text_config", values)
 
 
 @pytest.fixture(scope="module")
