@@ -49,7 +49,9 @@ CONVENTIONS = (
     (
         "KV cache = 2·kv_heads·d_head·bytes·Σ_layers min(C, w)·B (MLA: the latent and RoPE key, "
         "(kv_lora_rank + qk_rope_head_dim)·bytes per token and layer, expanded by kv_b_proj at every step but "
-        "under engine, replicated under --tp); fp8 = 1 byte.  Norms, row-parallel biases and MLA's down "
+        "under engine, replicated under --tp; a Gated DeltaNet hybrid adds per linear layer its conv state, "
+        "conv_dim·K·bytes, and its fp32 recurrent state, H_v·d_k·d_v·4, per sequence); fp8 = 1 byte.  Norms, "
+        "row-parallel biases and MLA's down "
         "projections are replicated under --tp."
     ),
     (

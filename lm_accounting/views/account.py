@@ -86,6 +86,11 @@ def kv_cache_formula(cfg) -> str:
     """The KV-cache closed form that applies to ``cfg`` (latent attention, sliding windows)."""
     entry = "(r_kv + d_rope) (MLA: the latent and the shared RoPE key)" if cfg.mla else "2 · kv_heads · d_head"
     tokens = "S" if cfg.sliding_window is None else "Σ_layers min(S, w) on windowed layers, S on the others"
+    if cfg.hybrid:  # Gated DeltaNet: K and V on the attention layers, a fixed state on the others (kv_cache.py)
+        return (
+            f"KV cache = {entry} · L_attn · S · B · bytes + L_lin · B · (conv_dim · K · bytes + H_v · d_k · d_v · 4) "
+            "(inference; the linear layers' conv and fp32 recurrent states)"
+        )
     return f"KV cache = {entry} · L · {tokens} · B · bytes (inference)".replace(" · L · Σ_layers", " · Σ_layers")
 
 
