@@ -1774,6 +1774,50 @@ def _write_youtu(cfg: ModelConfig) -> dict[str, Any]:
     }
 
 
+def _write_qwen_hybrid(cfg: ModelConfig) -> dict[str, Any]:
+    """Qwen3-Next's and Qwen3.5's attention and Gated DeltaNet fields (``_qwen_hybrid``): the layer kinds as
+    ``full_attention_interval`` (1: every layer full attention), RoPE on ``rotary_dim / head_dim`` of each head."""
+    out = {
+        **_write_common(cfg),
+        "attention_bias": False,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": cfg.rope_theta,
+            "partial_rotary_factor": cfg.rope_dim / cfg.d_head,
+        },
+        "full_attention_interval": cfg.full_attention_interval or 1,
+    }
+    if cfg.hybrid:
+        out |= {
+            "linear_num_key_heads": cfg.linear_key_heads,
+            "linear_num_value_heads": cfg.linear_value_heads,
+            "linear_key_head_dim": cfg.linear_key_head_dim,
+            "linear_value_head_dim": cfg.linear_value_head_dim,
+            "linear_conv_kernel_dim": cfg.linear_conv_kernel,
+        }
+    return out
+
+
+def _write_qwen_hybrid_moe(cfg: ModelConfig) -> dict[str, Any]:
+    return {
+        **_write_experts(cfg, "num_experts"),
+        "moe_intermediate_size": cfg.expert_width,
+        "shared_expert_intermediate_size": cfg.shared_width,
+    }
+
+
+def _write_qwen3_next(cfg: ModelConfig) -> dict[str, Any]:
+    if not cfg.moe:
+        return {**_write_qwen_hybrid(cfg), "num_experts": 0}
+    return {
+        **_write_qwen_hybrid(cfg),
+        **_write_qwen_hybrid_moe(cfg),
+        "decoder_sparse_step": cfg.moe_every,
+        "mlp_only_layers": [],
+        "norm_topk_prob": cfg.norm_topk_prob,
+    }
+
+
 WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
     "gpt2": _write_gpt2,
     "llama": _write_llama,
@@ -1810,6 +1854,12 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         "attention_bias": cfg.qkv_bias,
         "swiglu_limit": cfg.swiglu_limit,
         **_write_window(cfg, layer_types=True),
+    },
+    "qwen3_next": _write_qwen3_next,
+    "qwen3_5_text": _write_qwen_hybrid,
+    "qwen3_5_moe_text": lambda cfg: {
+        **{k: v for k, v in _write_qwen_hybrid(cfg).items() if k != "intermediate_size"},
+        **_write_qwen_hybrid_moe(cfg),
     },
     "qwen2_moe": lambda cfg: {
         **_write_common(cfg),

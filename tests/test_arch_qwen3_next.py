@@ -18,7 +18,9 @@ Qwen/Qwen3-Next-80B-A3B-Instruct's config.json: the fields from ``full_attention
 the model card ("48 layers, hidden 2048, 512 experts, 10 activated, 1 shared, 262,144 context") and
 ``Qwen3NextConfig``; the card's totals ("80B in total and 3B activated", "79B non-embedding") are checked below.
 Qwen3.5-35B-A3B and the Qwen3.5 dense text model are ``Qwen3_5MoeTextConfig``'s and ``Qwen3_5TextConfig``'s own
-defaults (their docstrings name those checkpoints), not a downloaded file.
+defaults (their docstrings name those checkpoints), not a downloaded file; the MoE one is written in a
+``qwen3_5_moe`` wrapper with ``rope_parameters`` in the multimodal form the class accepts (``mrope_section`` and
+``mrope_interleaved``, in ``ignore_keys_at_rope_validation``; illustrative values, ignored by the reader).
 """
 
 import json
@@ -98,7 +100,7 @@ QWEN3_5_MOE = {  # Qwen3_5MoeTextConfig's defaults (Qwen3.5-35B-A3B) in a qwen3_
         "num_attention_heads": 16,
         "num_key_value_heads": 2,
         "head_dim": 256,
-        "max_position_embeddings": 262144,
+        "max_position_embeddings": 32768,
         "moe_intermediate_size": 512,
         "shared_expert_intermediate_size": 512,
         "num_experts": 256,
@@ -106,7 +108,7 @@ QWEN3_5_MOE = {  # Qwen3_5MoeTextConfig's defaults (Qwen3.5-35B-A3B) in a qwen3_
         "full_attention_interval": 4,
         "rope_parameters": {
             "rope_type": "default",
-            "rope_theta": 10000000,
+            "rope_theta": 10000.0,
             "partial_rotary_factor": 0.25,
             "mrope_interleaved": True,
             "mrope_section": [11, 11, 10],
@@ -450,3 +452,20 @@ def test_linear_fields_without_a_hybrid_are_refused():
             vocab_size=8, context_length=8, num_layers=2, d_model=16, num_heads=2, d_ff=16,
             full_attention_interval=2, linear_key_heads=2,
         )  # fmt: skip
+
+
+# -- the presets ---------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("preset", "values"), [("qwen3-next-80b-a3b", QWEN3_NEXT), ("qwen3.5-35b-a3b", QWEN3_5_MOE)])
+def test_preset_is_its_config_json(preset, values):
+    from lm_accounting.config import load_config
+
+    cfg = load_config(preset)
+    from_json = config_from_hf(values, name=preset)
+    assert {**from_json.resolved(), "ignored_fields": [], "name": preset} == cfg.resolved()
+    assert cfg.norm_topk_prob and cfg.hf_model_type == hf_values(values)["model_type"]
+
+
+@pytest.mark.parametrize("preset", ["qwen3-next-80b-a3b", "qwen3.5-35b-a3b"])
+def test_preset_has_no_live_model_one_line(preset, run_cli):
+    r = run_cli("crosscheck", preset, "-S", "64")
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "no Gated DeltaNet layers" in r.err
