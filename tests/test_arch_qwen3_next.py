@@ -469,3 +469,23 @@ def test_preset_is_its_config_json(preset, values):
 def test_preset_has_no_live_model_one_line(preset, run_cli):
     r = run_cli("crosscheck", preset, "-S", "64")
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "no Gated DeltaNet layers" in r.err
+
+
+def test_static_cache_attends_on_the_attention_layers_only():
+    """Under --cache static the prefill's queries score every slot of the capacity, on the 2 attention layers of
+    the tiny model only: QKᵀ = 2 layers · 2·B·h·P·C·d_head."""
+    from lm_accounting.analytic.inference import prefill_flops
+
+    cfg = config_from_hf(TINY, name="tiny")
+    B, P, C = 2, 70, 100
+    qk = prefill_flops(cfg, P, B, C, semantics="static")["layers.*.attn.qk"].total
+    assert qk == 2 * 2 * B * 4 * P * C * 16
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_an_engine_pool_is_refused_in_one_line(engine, run_cli, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(TINY))
+    extra = ("--mem-fraction-static", "0.8") if engine == "sglang" else ()
+    r = run_cli("infer", path, "-P", "64", "-G", "4", "--engine", engine, *extra)
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "separate pool" in r.err, r.err

@@ -322,7 +322,7 @@ def prefill_flops(
         return Breakdown(base.quantity, base.unit, tuple(items))
     if semantics == "filled":
         return base
-    keys = [max(n, prompt) for n in layer_slots(cfg, capacity)]
+    keys = [max(n, prompt) if cfg.layer_attention(i) else 0 for i, n in enumerate(layer_slots(cfg, capacity))]
     return _with_attention(base, cfg, batch, keys, prompt, "static: 2·B·h·P·C·d_head per layer")
 
 
