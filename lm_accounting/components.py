@@ -419,7 +419,11 @@ GATED_DELTANET: tuple[Component, ...] = (
         shape=lambda cfg: (cfg.linear_conv_dim, 1, cfg.linear_conv_kernel),
         split=COL,
         flops=Formula(lambda z: fl.causal_conv_flops(z.cfg, z.batch, z.seq), "2·B·(2·H_k·d_k + H_v·d_v)·(S+K−1)·K"),
-        elementwise=Formula(lambda z: fl.silu_flops(z.T, z.cfg.linear_conv_dim), "4·T·(2·H_k·d_k + H_v·d_v)", "SiLU"),
+        elementwise=Formula(
+            lambda z: fl.silu_flops(z.T, z.cfg.linear_conv_dim),
+            "4·T·(2·H_k·d_k + H_v·d_v)",
+            "SiLU after the causal conv1d",
+        ),
     ),
     Component(
         "layers.*.linear_attn.dt_bias",

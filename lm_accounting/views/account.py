@@ -40,6 +40,14 @@ def describe_config(cfg: ModelConfig) -> str:
     extras = [head, *_ffn_widths(cfg), "tied" if cfg.tie_embeddings else "untied"]
     if cfg.qk_norm:
         extras.append("qk-norm")
+    if cfg.hybrid:
+        extras.append(
+            f"{cfg.linear_layers} Gated DeltaNet + {cfg.attention_layers} attention layers "
+            f"(H_k {cfg.linear_key_heads} × d_k {cfg.linear_key_head_dim}, H_v {cfg.linear_value_heads} × "
+            f"d_v {cfg.linear_value_head_dim}, conv {cfg.linear_conv_kernel})"
+        )
+    if cfg.attention_output_gate:
+        extras.append("gated attention output")
     return (
         f"{cfg.name}: vocab {cfg.vocab_size:,} · {plural(cfg.num_layers, 'layer')} · d_model {cfg.d_model:,} · "
         f"{heads} · " + " · ".join(extras)
