@@ -489,3 +489,32 @@ def test_an_engine_pool_is_refused_in_one_line(engine, run_cli, tmp_path):
     extra = ("--mem-fraction-static", "0.8") if engine == "sglang" else ()
     r = run_cli("infer", path, "-P", "64", "-G", "4", "--engine", engine, *extra)
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "separate pool" in r.err, r.err
+
+
+def test_component_shapes_hold_their_parameters(models):
+    """The registry's stored shapes (what tensor parallelism shards) hold the parameters each formula counts, and
+    the unfused ones are transformers' own (Qwen3.5's in_proj_qkv, in_proj_z, in_proj_b, in_proj_a; conv1d ...)."""
+    import math
+
+    from lm_accounting.analytic.sizes import Sizes
+    from lm_accounting.components import component, components
+
+    cfg = config_from_hf(QWEN3_5, name="qwen3.5")
+    z = Sizes(cfg)
+    for c in components(cfg, "params"):
+        if c.shape is not None:
+            assert c.tensors(cfg) * math.prod(c.shape(cfg)) == c.params.fn(z), c.key
+    theirs = {n.partition("linear_attn.")[2]: tuple(p.shape) for n, p in models["qwen3.5"].named_parameters()}
+    theirs = {k.removesuffix(".weight"): v for k, v in theirs.items() if k}
+    for name in (
+        "in_proj_qkv",
+        "in_proj_z",
+        "in_proj_b",
+        "in_proj_a",
+        "conv1d",
+        "dt_bias",
+        "A_log",
+        "norm",
+        "out_proj",
+    ):
+        assert component(f"layers.*.linear_attn.{name}").shape(cfg) == theirs[name], name
