@@ -8,10 +8,11 @@ norms and RoPE on a quarter of each head; the others a ``Qwen3NextGatedDeltaNet`
 ``dt_bias``, ``A_log``, the chunked gated delta rule, a gated RMSNorm and ``out_proj``.  The MLP is Qwen2-MoE's
 (routed experts and a sigmoid-gated shared expert; Qwen3.5 dense: a SwiGLU).
 
-Method: parameters by name on meta (``build_hf``) at the published sizes; forward FLOPs with FlopCounterMode on
-small real CPU tensors (the delta rule calls ``.item()``-free code but the model's masks and the chunked loop need
-real values), at 64 and 100 tokens (a chunk multiple and not), module by module; the cache against the
-``DynamicCache`` transformers returns after a prefill.
+Method: parameters by name on meta (``build_hf``) at the published sizes; forward FLOPs with FlopCounterMode module
+by module, on meta at the published sizes at 1,024 and 4,096 tokens (the torch path of the rule runs on meta once the
+packed-sequence check's ``.item()`` is patched, ``meta_masks``), and on small real CPU tensors at 64 and 100 tokens
+(a chunk multiple and not) with two sequences; a decode step and the cache against the ``DynamicCache`` transformers
+returns after a prefill, on CPU.
 
 Qwen/Qwen3-Next-80B-A3B-Instruct's config.json: the fields from ``full_attention_interval`` to
 ``moe_intermediate_size`` as the hub file shows them (a search excerpt of it); the rest of the file is written from
@@ -45,7 +46,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from hf_components import assert_parameters_by_component
-from test_transformers_truth import build_hf
+from test_transformers_truth import build_hf, hf_forward_flops, meta_masks  # noqa: F401
 
 QWEN3_NEXT = {  # Qwen/Qwen3-Next-80B-A3B-Instruct/config.json (see the module docstring)
     "architectures": ["Qwen3NextForCausalLM"],
@@ -290,19 +291,14 @@ def tiny_models():
     return {name: cpu_model(values) for name, values in TINY_CONFIGS.items()}
 
 
-@pytest.mark.parametrize("name", TINY_CONFIGS)
-@pytest.mark.parametrize(("batch", "seq"), [(1, 64), (2, 100)])
-def test_forward_flops_equal_transformers(name, batch, seq, tiny_models):
+def assert_equal_by_module(counted: dict[str, int], fwd) -> None:
     """The total, every mapped module, and each mixer's own FLOPs (its module less its children): attention's
     eager QKᵀ and AV, the Gated DeltaNet's conv and chunked rule."""
-    cfg = config_from_hf(TINY_CONFIGS[name], name=name)
-    model = tiny_models[name]
-    counted = cpu_forward_flops(model, batch, seq)
-    fwd = forward_flops(cfg, seq, batch)
     assert counted["total"] == fwd.total, (counted["total"], fwd.total)
     by_keys: dict[tuple[str, ...], int] = defaultdict(int)
     own = {"self_attn": 0, "linear_attn": 0}
     for module, flops in counted.items():
+        module = module.replace("model.language_model.", "model.")
         if module in TOP:
             by_keys[our_keys(module)] += flops
         elif module.startswith(PREFIX) and module.count(".") > 2:
@@ -318,6 +314,23 @@ def test_forward_flops_equal_transformers(name, batch, seq, tiny_models):
         assert sum(fwd[k].total for k in keys) == flops, (keys, flops)
     assert own["self_attn"] == fwd["layers.*.attn.qk"].total + fwd["layers.*.attn.av"].total
     assert own["linear_attn"] == fwd["layers.*.linear_attn.conv1d"].total + fwd["layers.*.linear_attn.core"].total
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+@pytest.mark.parametrize("seq", [1024, 4096])
+def test_forward_flops_equal_transformers_on_meta(name, seq, models, meta_masks):  # noqa: F811
+    """The published sizes on meta (the torch path of the delta rule and the conv runs there too, once
+    transformers' packed-sequence check is patched: ``meta_masks``), at 1,024 and 4,096 tokens."""
+    cfg = config_from_hf(CONFIGS[name], name=name).with_context(seq)
+    assert_equal_by_module(hf_forward_flops(models[name], seq), forward_flops(cfg, seq))
+
+
+@pytest.mark.parametrize("name", TINY_CONFIGS)
+@pytest.mark.parametrize(("batch", "seq"), [(1, 64), (2, 100)])
+def test_forward_flops_equal_transformers_on_cpu(name, batch, seq, tiny_models):
+    """Real tensors, two sequences, at a chunk multiple (64) and at 100 tokens (padded to 128 in the rule)."""
+    cfg = config_from_hf(TINY_CONFIGS[name], name=name)
+    assert_equal_by_module(cpu_forward_flops(tiny_models[name], batch, seq), forward_flops(cfg, seq, batch))
 
 
 @pytest.mark.parametrize("seq", [128, 100])
