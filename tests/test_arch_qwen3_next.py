@@ -531,3 +531,15 @@ def test_component_shapes_hold_their_parameters(models):
         "out_proj",
     ):
         assert component(f"layers.*.linear_attn.{name}").shape(cfg) == theirs[name], name
+
+
+@pytest.mark.parametrize("name", TINY_CONFIGS)
+def test_transformers_parameter_tensors(name, tiny_models):
+    """The numel of every parameter tensor of transformers' model, in ``parameters()`` order (the AdamW step
+    counters and for-loop temporaries of ``memory --impl transformers``), and their count."""
+    from lm_accounting.analytic.hf_tensors import hf_parameter_tensor_count, hf_parameter_tensor_sizes
+
+    cfg = config_from_hf(TINY_CONFIGS[name], name=name)
+    real = [p.numel() for p in tiny_models[name].parameters()]
+    assert hf_parameter_tensor_sizes(cfg) == real
+    assert hf_parameter_tensor_count(cfg) == len(real)
