@@ -100,7 +100,8 @@ class ModelConfig:
     ``tie_embeddings`` and ``qk_norm`` cover the Llama-3 and Qwen3 variants.  The architecture
     options (``norm`` ... ``scale_embeddings``, see ``ARCHITECTURE_CHOICES``) default to the course
     architecture, so a config that leaves them out is the course model; set, they describe the
-    original GPT-2, Qwen2, Mistral, Phi-3, Gemma 2/3 and OLMo-2 (``hf_config`` reads their config.json).
+    original GPT-2, Qwen2, Mistral, Phi-3, Gemma 2/3 and OLMo-2 (``hf_config`` reads their config.json); the
+    ``LINEAR_FIELDS`` and ``attention_output_gate`` describe the Gated DeltaNet hybrids (Qwen3-Next, Qwen3.5).
     Every field is keyword-only, and a wrong type or value for any of them raises ``ConfigError``.
     """
 
@@ -336,6 +337,13 @@ class ModelConfig:
             )
 
     def _check_linear(self) -> None:
+        """The Gated DeltaNet fields (``LINEAR_FIELDS``) all or none, and the gated attention output, as Qwen3-Next
+        builds them."""
+        if self.attention_output_gate and (self.mla or self.qkv_bias):
+            raise ConfigError(
+                "attention_output_gate is modelled as Qwen3-Next's gated attention: no latent attention, no Q/K/V "
+                "biases"
+            )
         given = [k for k in LINEAR_FIELDS if getattr(self, k) is not None]
         for key in given:
             check_positive_int(key, getattr(self, key), ConfigError)

@@ -543,3 +543,11 @@ def test_transformers_parameter_tensors(name, tiny_models):
     real = [p.numel() for p in tiny_models[name].parameters()]
     assert hf_parameter_tensor_sizes(cfg) == real
     assert hf_parameter_tensor_count(cfg) == len(real)
+
+
+def test_a_gate_on_biased_or_latent_attention_is_refused():
+    with pytest.raises(ConfigError, match="no latent attention, no Q/K/V biases"):
+        ModelConfig(
+            vocab_size=8, context_length=8, num_layers=2, d_model=16, num_heads=2, d_ff=16, qkv_bias=True,
+            attention_output_gate=True,
+        )  # fmt: skip
