@@ -133,18 +133,6 @@ def conv_update_flops(cfg: ModelConfig, batch: int) -> int:
     return 2 * batch * cfg.linear_conv_dim * 2 * cfg.linear_conv_kernel
 
 
-RECURRENT_PER_STATE = 7  # one decode step of ``torch_recurrent_gated_delta_rule`` per state element (d_k x d_v per
-#                          value head): 1. decay ×exp(g), 2-3. kv_mem (× k, sum), 4-5. the update (k ⊗ δ, add),
-#                          6-7. the read (× q, sum); elementwise, no matmul (FlopCounterMode counts 0)
-
-
-def recurrent_delta_flops(cfg: ModelConfig, batch: int) -> int:
-    """One decode step of the gated delta rule (``torch_recurrent_gated_delta_rule``, the cached path at one
-    token): elementwise products and sums over the (d_k x d_v) state of each value head, 7 per state element
-    (``RECURRENT_PER_STATE``); it runs no matmul."""
-    return RECURRENT_PER_STATE * batch * cfg.linear_value_heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim
-
-
 def forward_flops(cfg: ModelConfig, seq: int, batch: int = 1) -> Breakdown:
     """Matmul FLOPs of one forward pass over B sequences of S tokens, per component.
 

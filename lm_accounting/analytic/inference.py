@@ -362,7 +362,8 @@ def decode_flops(
 
 def _recurrent_decode(base: Breakdown, cfg: ModelConfig, batch: int) -> Breakdown:
     """A hybrid's decode step as transformers runs it with a cache: the gated delta rule in its recurrent form
-    (``torch_recurrent_gated_delta_rule``: no matmul, ``flops.recurrent_delta_flops`` elementwise) and the conv
+    (``torch_recurrent_gated_delta_rule``: elementwise products and sums over each value head's d_k x d_v state,
+    7 per state element — decay, read k, update, read q — and no matmul; FlopCounterMode counts 0) and the conv
     updated from its cached inputs (``flops.conv_update_flops``), not the chunked prefill path."""
     if not cfg.hybrid:
         return base
