@@ -389,6 +389,22 @@ def test_decode_runs_the_recurrent_form():
     assert step["layers.*.linear_attn.core"].total == 0
 
 
+@pytest.mark.parametrize("prompt", [2, 70])
+def test_a_cached_prefill_equals_prefill_flops(prompt):
+    """transformers' prefill into a cache, counted: ``prefill_flops``, with the conv's input padded to K = 4 by
+    the cache when the prompt is shorter (2 tokens)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from lm_accounting.analytic.inference import prefill_flops
+
+    cfg = config_from_hf(TINY, name="tiny")
+    model = cpu_model(TINY)
+    ids = torch.randint(0, 97, (2, prompt), generator=torch.Generator().manual_seed(4))
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(input_ids=ids, use_cache=True)
+    assert counter.get_total_flops() == prefill_flops(cfg, prompt, 2, prompt + 1).total
+
+
 def test_training_flops_palm_still_equals_the_step():
     cfg = config_from_hf(TINY, name="tiny")
     t = training_flops(cfg, 100, 2)

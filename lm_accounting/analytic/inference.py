@@ -45,7 +45,14 @@ from dataclasses import dataclass
 from ..breakdown import Breakdown, Item
 from ..config import AccountingError, ModelConfig
 from ..names import DTYPE_BYTES
-from .flops import attended_pairs, causal_attention_flops, conv_update_flops, forward_flops, windowed_attention_flops
+from .flops import (
+    attended_pairs,
+    causal_attention_flops,
+    causal_conv_flops,
+    conv_update_flops,
+    forward_flops,
+    windowed_attention_flops,
+)
 from .memory import kv_cache_bytes
 from .params import parameter_breakdown
 from .sizes import Sizes
@@ -303,7 +310,7 @@ def prefill_flops(
     a causal kernel computes (``prefill_pairs``), not the square."""
     check_semantics(semantics)
     check_program(program)
-    base = forward_flops(cfg, prompt, batch)
+    base = _short_prompt_conv(forward_flops(cfg, prompt, batch), cfg, prompt, batch)
     if program != "forward":
         base = _last_token_head(base, cfg, batch)
     if program == "engine":  # the attention rows only (MLA's kv_b_proj expands the P new tokens, as in forward)
@@ -358,6 +365,20 @@ def decode_flops(
         text = "absorbed MLA: 2·B·h·(2r + d_rope)·n per layer, n = p + 1 latent keys"
     keys = decode_keys(cfg, position, capacity, semantics)
     return _recurrent_decode(_with_attention(base, cfg, batch, keys, 1, text, program), cfg, batch)
+
+
+def _short_prompt_conv(base: Breakdown, cfg: ModelConfig, prompt: int, batch: int) -> Breakdown:
+    """A hybrid's prefill of fewer than K tokens: transformers' cache pads the conv's input on the left to K
+    (``LinearAttentionLayer.update_conv_state``) before ``causal_conv1d_fn``, so the conv runs on max(P, K) inputs,
+    ``flops.causal_conv_flops`` at S = K."""
+    if not cfg.hybrid or prompt >= cfg.linear_conv_kernel:
+        return base
+    per = causal_conv_flops(cfg, batch, cfg.linear_conv_kernel)
+    key, text = "layers.*.linear_attn.conv1d", "cache-padded to K inputs: 2·B·(2·H_k·d_k + H_v·d_v)·(2K−1)·K"
+    items = [
+        Item(it.key, it.label, it.group, cfg.linear_layers * per, per, text) if it.key == key else it for it in base
+    ]
+    return Breakdown(base.quantity, base.unit, tuple(items))
 
 
 def _recurrent_decode(base: Breakdown, cfg: ModelConfig, batch: int) -> Breakdown:
