@@ -14,10 +14,12 @@ packed-sequence check's ``.item()`` is patched, ``meta_masks``), and on small re
 (a chunk multiple and not) with two sequences; a decode step and the cache against the ``DynamicCache`` transformers
 returns after a prefill, on CPU.
 
-Qwen/Qwen3-Next-80B-A3B-Instruct's config.json: the fields from ``full_attention_interval`` to
-``moe_intermediate_size`` as the hub file shows them (a search excerpt of it); the rest of the file is written from
-the model card ("48 layers, hidden 2048, 512 experts, 10 activated, 1 shared, 262,144 context") and
-``Qwen3NextConfig``; the card's totals ("80B in total and 3B activated", "79B non-embedding") are checked below.
+Qwen/Qwen3-Next-80B-A3B-Instruct's config.json: the fields from ``architectures`` to ``moe_intermediate_size`` (but
+the token ids) as a search excerpt of the hub file shows them; the rest (vocabulary, heads, experts, top-k, shared
+width, RoPE) could not be read offline and are written as the file is remembered, equal to ``Qwen3NextConfig``'s
+defaults where it has one (vocab 151,936, 16 heads, 2 KV heads, 512 experts, top-10, 512 shared, factor 0.25); the
+model card's layout ("48 layers, hidden 2048, 12 × (3 Gated DeltaNet + 1 gated attention)") and totals ("80B in
+total and 3B activated", "79B non-embedding", checked below) agree with them.
 Qwen3.5-35B-A3B and the Qwen3.5 dense text model are ``Qwen3_5MoeTextConfig``'s and ``Qwen3_5TextConfig``'s own
 defaults (their docstrings name those checkpoints), not a downloaded file; the MoE one is written in a
 ``qwen3_5_moe`` wrapper with ``rope_parameters`` in the multimodal form the class accepts (``mrope_section`` and
