@@ -18,6 +18,7 @@ No torch.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -50,6 +51,10 @@ def _shape(*dims: str) -> Callable[[ModelConfig], tuple[int, ...]]:
 EVERY_LAYER = Layers("L", lambda cfg: cfg.num_layers, lambda cfg, i: True)
 DENSE_LAYERS = Layers("L_dense", lambda cfg: cfg.dense_layers, lambda cfg, i: not cfg.layer_moe(i))
 MOE_LAYERS = Layers("L_moe", lambda cfg: cfg.moe_layers, lambda cfg, i: cfg.layer_moe(i))
+ATTENTION_LAYERS = Layers("L_attn", lambda cfg: cfg.attention_layers, lambda cfg, i: cfg.layer_attention(i))
+LINEAR_LAYERS = Layers("L_lin", lambda cfg: cfg.linear_layers, lambda cfg, i: not cfg.layer_attention(i))
+"""A Gated DeltaNet hybrid's layers: every ``layers.*.attn.*`` component occurs in the attention layers (all
+layers but a hybrid's), every ``layers.*.linear_attn.*`` one in the linear-attention layers."""
 
 
 class Formula(NamedTuple):
@@ -363,6 +368,126 @@ def _expert_swiglu(
     )
 
 
+def _hybrid(cfg: ModelConfig) -> bool:
+    return cfg.hybrid
+
+
+def _linear_projection(key: str, label: str, out: Callable[[ModelConfig], int], text: str) -> Component:
+    """A Gated DeltaNet input projection d -> ``out(cfg)``, bias-free, column-parallel."""
+    return _projection(
+        key,
+        label,
+        "attention projections",
+        lambda cfg: pa.linear_in_proj_params(cfg, out(cfg)),
+        f"d·{text}",
+        shape=lambda cfg: (out(cfg), cfg.d_model),
+        split=COL,
+        present=_hybrid,
+        layers=LINEAR_LAYERS,
+    )
+
+
+GATED_DELTANET: tuple[Component, ...] = (
+    _linear_projection(
+        "layers.*.linear_attn.in_proj_qkv",
+        "Gated DeltaNet q, k, v projection",
+        lambda cfg: cfg.linear_conv_dim,
+        "(2·H_k·d_k + H_v·d_v)",
+    ),
+    _linear_projection(
+        "layers.*.linear_attn.in_proj_z",
+        "Gated DeltaNet output-gate projection z",
+        lambda cfg: cfg.linear_value_dim,
+        "H_v·d_v",
+    ),
+    _linear_projection(
+        "layers.*.linear_attn.in_proj_b", "Gated DeltaNet β projection", lambda cfg: cfg.linear_value_heads, "H_v"
+    ),
+    _linear_projection(
+        "layers.*.linear_attn.in_proj_a",
+        "Gated DeltaNet α (decay) projection",
+        lambda cfg: cfg.linear_value_heads,
+        "H_v",
+    ),
+    Component(
+        "layers.*.linear_attn.conv1d",
+        "Gated DeltaNet causal conv1d (depthwise, K taps)",
+        "linear attention",
+        present=_hybrid,
+        layers=LINEAR_LAYERS,
+        params=Formula(lambda z: pa.linear_conv_params(z.cfg), "(2·H_k·d_k + H_v·d_v)·K"),
+        shape=lambda cfg: (cfg.linear_conv_dim, 1, cfg.linear_conv_kernel),
+        split=COL,
+        flops=Formula(lambda z: fl.causal_conv_flops(z.cfg, z.batch, z.seq), "2·B·(2·H_k·d_k + H_v·d_v)·(S+K−1)·K"),
+        elementwise=Formula(
+            lambda z: fl.silu_flops(z.T, z.cfg.linear_conv_dim),
+            "4·T·(2·H_k·d_k + H_v·d_v)",
+            "SiLU after the causal conv1d",
+        ),
+    ),
+    Component(
+        "layers.*.linear_attn.dt_bias",
+        "Gated DeltaNet dt_bias (per value head)",
+        "attention",
+        present=_hybrid,
+        layers=LINEAR_LAYERS,
+        params=Formula(lambda z: z.cfg.linear_value_heads, "H_v"),
+        shape=lambda cfg: (cfg.linear_value_heads,),
+        split=COL,
+    ),
+    Component(
+        "layers.*.linear_attn.A_log",
+        "Gated DeltaNet A_log (per value head)",
+        "attention",
+        present=_hybrid,
+        layers=LINEAR_LAYERS,
+        params=Formula(lambda z: z.cfg.linear_value_heads, "H_v"),
+        shape=lambda cfg: (cfg.linear_value_heads,),
+        split=COL,
+    ),
+    Component(
+        "layers.*.linear_attn.core",
+        "gated delta rule (chunked, C = 64)",
+        "linear attention",
+        present=_hybrid,
+        layers=LINEAR_LAYERS,
+        flops=Formula(
+            lambda z: fl.gated_delta_flops(z.cfg, z.batch, z.seq), "2·B·H_v·⌈S/64⌉·64·(128·d_k + 3·d_k·d_v + 64·d_v)"
+        ),
+        elementwise=Formula(
+            lambda z: fl.delta_solve_flops(z.cfg, z.batch, z.seq),
+            "B·H_v·⌈S/64⌉·64·63·(d_k + d_v)",
+            "gated delta rule: triangular solves",
+        ),
+    ),
+    Component(
+        "layers.*.linear_attn.norm",
+        "Gated DeltaNet gated RMSNorm (per value head)",
+        "norms",
+        present=_hybrid,
+        layers=LINEAR_LAYERS,
+        params=Formula(lambda z: pa.rmsnorm_params(z.cfg.linear_value_head_dim), "d_v"),
+        shape=lambda cfg: (cfg.linear_value_head_dim,),
+        elementwise=Formula(lambda z: fl.gated_norm_flops(z.T, z.cfg.linear_value_dim), "9·T·H_v·d_v"),
+    ),
+    _projection(
+        "layers.*.linear_attn.out_proj",
+        "Gated DeltaNet output projection",
+        "attention projections",
+        lambda cfg: cfg.linear_value_dim * cfg.d_model,
+        "H_v·d_v·d",
+        shape=lambda cfg: (cfg.d_model, cfg.linear_value_dim),
+        split=ROW,
+        present=_hybrid,
+        layers=LINEAR_LAYERS,
+    ),
+)
+"""A Gated DeltaNet layer (``Qwen3NextGatedDeltaNet``, models/qwen3_next/modeling_qwen3_next.py; Qwen3.5's
+``Qwen3_5GatedDeltaNet`` has the same tensors with ``in_proj_qkvz`` and ``in_proj_ba`` unfused): its matmul FLOPs
+are the projections, the conv (``flops.causal_conv_flops``) and the chunked rule (``flops.gated_delta_flops``), on
+transformers' torch path."""
+
+
 def _gated_bias(cfg: ModelConfig) -> bool:
     return cfg.gated_mlp and cfg.mlp_bias
 
@@ -459,6 +584,17 @@ REGISTRY: tuple[Component, ...] = (
         lambda cfg: cfg.q_dim,
         "h·d_head",
         _qkv_bias,
+    ),
+    Component(
+        "layers.*.attn.q_gate",
+        "attention output gate (q_proj's second half, σ(gate) · attn)",
+        "attention projections",
+        present=lambda cfg: cfg.attention_output_gate,
+        params=Formula(lambda z: pa.q_proj_params(z.cfg), "d·h·d_head"),
+        shape=_shape("q_dim", "d_model"),
+        split=COL,
+        flops=Formula(lambda z: fl.q_proj_flops(z.cfg, z.T), "2·T·d·h·d_head"),
+        elementwise=Formula(lambda z: fl.output_gate_flops(z.T, z.cfg.q_dim), "4·T·h·d_head", "output gate σ, ×"),
     ),
     Component(
         "layers.*.attn.k_proj",
@@ -658,6 +794,7 @@ REGISTRY: tuple[Component, ...] = (
             "fused attention: output, logsumexp (and V)",
         ),
     ),
+    *GATED_DELTANET,
     Component(
         "layers.*.post_attn_norm",
         _norm_label("after attention (sandwich/post)"),
@@ -953,6 +1090,9 @@ REGISTRY: tuple[Component, ...] = (
     ),
 )
 """Every component, in the live model's module order (see the module docstring)."""
+REGISTRY = tuple(
+    dataclasses.replace(c, layers=ATTENTION_LAYERS) if c.key.startswith("layers.*.attn.") else c for c in REGISTRY
+)  # the attention components occur in the attention layers (all but a hybrid's Gated DeltaNet layers)
 
 FLOP_GROUPS = tuple(dict.fromkeys(c.group for c in REGISTRY if c.flops))
 """The groups of the forward matmul FLOPs, in order: attention projections, attention matmuls, ffn, lm head."""

@@ -100,7 +100,8 @@ class ModelConfig:
     ``tie_embeddings`` and ``qk_norm`` cover the Llama-3 and Qwen3 variants.  The architecture
     options (``norm`` ... ``scale_embeddings``, see ``ARCHITECTURE_CHOICES``) default to the course
     architecture, so a config that leaves them out is the course model; set, they describe the
-    original GPT-2, Qwen2, Mistral, Phi-3, Gemma 2/3 and OLMo-2 (``hf_config`` reads their config.json).
+    original GPT-2, Qwen2, Mistral, Phi-3, Gemma 2/3 and OLMo-2 (``hf_config`` reads their config.json); the
+    ``LINEAR_FIELDS`` and ``attention_output_gate`` describe the Gated DeltaNet hybrids (Qwen3-Next, Qwen3.5).
     Every field is keyword-only, and a wrong type or value for any of them raises ``ConfigError``.
     """
 
@@ -153,6 +154,14 @@ class ModelConfig:
     qk_nope_head_dim: int | None = None
     qk_rope_head_dim: int | None = None
     v_head_dim: int | None = None
+    # -- Gated DeltaNet hybrids, Qwen3-Next / Qwen3.5 (None: every layer full attention; see LINEAR_FIELDS) --
+    full_attention_interval: int | None = None
+    linear_key_heads: int | None = None
+    linear_value_heads: int | None = None
+    linear_key_head_dim: int | None = None
+    linear_value_head_dim: int | None = None
+    linear_conv_kernel: int | None = None
+    attention_output_gate: bool = False
     name: str = "custom"
     hf_model_type: str | None = dataclasses.field(default=None, compare=False)
     """The Hugging Face ``model_type`` whose modeling code this config is (``llama``, ``qwen3_moe``,
@@ -223,6 +232,7 @@ class ModelConfig:
             "norm_weights",
             "embedding_norm",
             "lm_head_bias",
+            "attention_output_gate",
             *MOE_FLAGS,
         ):
             if not isinstance(getattr(self, key), bool):
@@ -264,6 +274,7 @@ class ModelConfig:
             raise ConfigError(f"name must not contain control characters, got {short_repr(self.name)}")
         self._check_moe()
         self._check_mla()  # before d_head and rope_dim, which read the latent-attention fields
+        self._check_linear()
         if self.head_dim is None and not self.mla and self.d_model % self.num_heads:
             raise ConfigError(
                 f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}; give head_dim explicitly"
@@ -323,6 +334,40 @@ class ModelConfig:
         if self.positions != "rope" or self.qk_norm or self.qkv_bias or self.sliding_window is not None:
             raise ConfigError(
                 "latent attention is modelled as DeepSeek's: RoPE, no qk-norm, no Q/K/V biases, no sliding window"
+            )
+
+    def _check_linear(self) -> None:
+        """The Gated DeltaNet fields (``LINEAR_FIELDS``) all or none, and the gated attention output, as Qwen3-Next
+        builds them."""
+        if self.attention_output_gate and (self.mla or self.qkv_bias):
+            raise ConfigError(
+                "attention_output_gate is modelled as Qwen3-Next's gated attention: no latent attention, no Q/K/V "
+                "biases"
+            )
+        given = [k for k in LINEAR_FIELDS if getattr(self, k) is not None]
+        for key in given:
+            check_positive_int(key, getattr(self, key), ConfigError)
+        if self.full_attention_interval is None:
+            if given:
+                raise ConfigError(f"{given[0]} applies only to a Gated DeltaNet hybrid (set full_attention_interval)")
+            return
+        missing = [k for k in LINEAR_FIELDS if getattr(self, k) is None]
+        if missing:
+            raise ConfigError(f"a Gated DeltaNet hybrid (full_attention_interval) needs {missing[0]}")
+        if self.full_attention_interval < 2:
+            raise ConfigError(
+                "full_attention_interval must be at least 2 (1 would make every layer full attention; "
+                "leave the linear-attention fields out instead)"
+            )
+        if self.linear_value_heads % self.linear_key_heads:
+            raise ConfigError(
+                f"linear_value_heads={self.linear_value_heads} is not divisible by "
+                f"linear_key_heads={self.linear_key_heads}"
+            )
+        if self.mla or self.sliding_window is not None or self.positions != "rope":
+            raise ConfigError(
+                "a Gated DeltaNet hybrid is modelled as Qwen3-Next's: RoPE attention layers, no latent "
+                "attention, no sliding window"
             )
 
     def _check_architecture(self) -> None:
@@ -399,6 +444,43 @@ class ModelConfig:
         if self.mla:
             return self.kv_lora_rank + self.qk_rope_head_dim
         return 2 * self.kv_dim
+
+    # -- Gated DeltaNet hybrids ----------------------------------------------
+    @property
+    def hybrid(self) -> bool:
+        """Some layers are Gated DeltaNet linear attention (``full_attention_interval`` is set)."""
+        return self.full_attention_interval is not None
+
+    def layer_attention(self, layer: int) -> bool:
+        """Whether layer ``layer`` (0-based) has (softmax) attention: every layer, or in a hybrid every
+        ``full_attention_interval``-th, transformers' ``layer_types`` rule ``"linear_attention" if (i + 1) % n
+        else "full_attention"`` (``Qwen3NextConfig.__post_init__``)."""
+        return not self.hybrid or (layer + 1) % self.full_attention_interval == 0
+
+    @property
+    def attention_layers(self) -> int:
+        """Layers with attention: all, or ⌊L/n⌋ in a hybrid."""
+        return self.num_layers if not self.hybrid else self.num_layers // self.full_attention_interval
+
+    @property
+    def linear_layers(self) -> int:
+        """Gated DeltaNet layers: ``num_layers - attention_layers`` (0 without a hybrid)."""
+        return self.num_layers - self.attention_layers
+
+    @property
+    def linear_key_dim(self) -> int:
+        """Width of the linear layers' queries (and keys): ``linear_key_heads · linear_key_head_dim``."""
+        return self.linear_key_heads * self.linear_key_head_dim
+
+    @property
+    def linear_value_dim(self) -> int:
+        """Width of the linear layers' values (and of their gate z): ``linear_value_heads · linear_value_head_dim``."""
+        return self.linear_value_heads * self.linear_value_head_dim
+
+    @property
+    def linear_conv_dim(self) -> int:
+        """Channels of the depthwise causal conv1d, q, k and v together: ``2·key_dim + value_dim``."""
+        return 2 * self.linear_key_dim + self.linear_value_dim
 
     # -- mixture of experts --------------------------------------------------
     @property
@@ -539,6 +621,10 @@ class ModelConfig:
             out.append("clamped SwiGLU experts")
         if self.mla:
             out.append("latent attention (MLA)")
+        if self.hybrid:
+            out.append("Gated DeltaNet linear attention")
+        if self.attention_output_gate:
+            out.append("attention output gate")
         return out
 
     def course_twin(self) -> ModelConfig:
@@ -564,6 +650,8 @@ class ModelConfig:
             "lm_head_bias",
             *MOE_FIELDS,
             *MLA_FIELDS,
+            *LINEAR_FIELDS,
+            "attention_output_gate",
             "hf_model_type",  # the twin is no published model's code
         )
         defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig) if f.name in arch}
@@ -614,6 +702,13 @@ class ModelConfig:
         if self.mla:
             q = f"q rank {self.q_lora_rank:,}, " if self.q_lora_rank else ""
             parts.append(f"MLA ({q}kv rank {self.kv_lora_rank:,})")
+        if self.hybrid:
+            parts.append(
+                f"Gated DeltaNet hybrid (full attention every {self.full_attention_interval}; "
+                f"{self.linear_key_heads}/{self.linear_value_heads} k/v heads)"
+            )
+        if self.attention_output_gate:
+            parts.append("gated attention output")
         if self.moe:
             shared = f" + {self.shared_experts} shared" if self.shared_experts else ""
             extras = [
@@ -636,6 +731,12 @@ class ModelConfig:
         """The architecture family in words: which published model these options describe."""
         if self.mla:
             return "DeepSeek-style (MLA + MoE)" if self.moe else "DeepSeek-style (MLA)"
+        if self.hybrid:
+            return (
+                "Qwen3-Next-style (Gated DeltaNet hybrid + MoE)"
+                if self.moe
+                else "Qwen3.5-style (Gated DeltaNet hybrid)"
+            )
         if self.attention_sinks:
             return "gpt-oss-style (attention sinks + MoE)" if self.moe else "custom (attention sinks)"
         if self.shared_expert_gate:
@@ -761,6 +862,23 @@ and the shared experts' (Ernie 4.5's ``use_bias``)."""
 MOE_FIELDS = tuple(MOE_DEFAULTS)
 MOE_FLAGS = ("router_bias", "router_score_bias", "expert_bias", "shared_expert_gate")
 """The true/false mixture-of-experts options."""
+
+LINEAR_FIELDS = (
+    "full_attention_interval",
+    "linear_key_heads",
+    "linear_value_heads",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "linear_conv_kernel",
+)
+"""Gated DeltaNet hybrids (Yang et al. 2024, arXiv:2412.06464; transformers' ``Qwen3NextGatedDeltaNet``, models/
+qwen3_next/modeling_qwen3_next.py, and ``Qwen3_5GatedDeltaNet``): layer i has softmax attention when (i + 1) %
+``full_attention_interval`` == 0, the others a Gated DeltaNet: projections of q, k (``linear_key_heads`` heads of
+``linear_key_head_dim``), v and the output gate z (``linear_value_heads`` of ``linear_value_head_dim``), β and α
+(one per value head), a depthwise causal conv1d of ``linear_conv_kernel`` taps over q, k, v, the per-head
+``dt_bias`` and ``A_log``, the gated delta rule, a gated RMSNorm of ``linear_value_head_dim`` and ``out_proj``.
+``attention_output_gate`` (Qwen3-Next's gated attention): ``q_proj`` also gives a per-element gate,
+``o_proj(attn · σ(gate))``, doubling its width (our ``attn.q_gate``)."""
 
 MLA_FIELDS = ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 """Multi-head latent attention (DeepSeek-V2, arXiv:2405.04434 §2.1): queries through an optional low-rank

@@ -12,8 +12,9 @@ The rules:
   ERNIE 4.5, Seed-OSS, Ministral, SmolLM3, HunYuan-Dense, Gemma, OLMo-3, OLMoE, Phi-3.5-MoE, Hunyuan v3,
   HunYuan-MoE, IQuest-Coder, Sarvam-M, Youtu, VaultGemma, HyperCLOVA X, GLM-4.7-Flash, StarCoder2, GPTBigCode;
   GPT-SW3 as GPT-2), and new pieces (gpt_oss, qwen2_moe, olmo, bloom, ernie4_5_moe; partial rotary: glm4_moe,
-  minimax_m2, glm4, glm, stablelm), each proven in tests/test_hf_zoo.py and listed in docs/model_types.md.  A multimodal wrapper
-  with a ``text_config`` (``WRAPPERS``: Gemma 3's ``gemma3``, Mistral 3's ``mistral3``, Kimi K2.5's ``kimi_k25``)
+  minimax_m2, glm4, glm, stablelm; Gated DeltaNet hybrids: qwen3_next, qwen3_5_text, qwen3_5_moe_text), each proven in tests/test_hf_zoo.py and listed in docs/model_types.md.  A multimodal wrapper
+  with a ``text_config`` (``WRAPPERS``: Gemma 3's ``gemma3``, Mistral 3's ``mistral3``, Kimi K2.5's ``kimi_k25``,
+  Qwen3.5's ``qwen3_5`` and ``qwen3_5_moe``)
   is read through its text model, and the model's name says so: "(text model of a gemma3 wrapper; the vision tower
   is not counted)".  Every other causal-LM type transformers registers is refused with a line naming what it lacks
   (``hf_refusals.REFUSED_MODEL_TYPES``; a wrapper whose text model is refused names that text model,
@@ -141,6 +142,9 @@ SUPPORTED_MODEL_TYPES = (
     "glm4",
     "glm",
     "stablelm",
+    "qwen3_next",
+    "qwen3_5_text",
+    "qwen3_5_moe_text",
 )
 
 
@@ -301,6 +305,10 @@ IGNORED_BY_TYPE = {
     "ernie4_5_moe": frozenset(["moe_norm_min", "output_router_logits", "router_aux_loss_coef"]),
     "glm4_moe": frozenset(_DEEPSEEK_ROUTING),
     "minimax_m2": frozenset(["output_router_logits", "router_aux_loss_coef", "router_jitter_noise"]),
+    "qwen3_next": frozenset(["output_router_logits", "router_aux_loss_coef"]),
+    "qwen3_5_moe_text": frozenset(["output_router_logits", "router_aux_loss_coef"]),
+    "qwen3_5": DEFINED_FIELDS["qwen3_5"] - COMMON_FIELDS - {"text_config"},
+    "qwen3_5_moe": DEFINED_FIELDS["qwen3_5_moe"] - COMMON_FIELDS - {"text_config"},
     "gemma3": frozenset(
         [
             "vision_config",
@@ -1289,6 +1297,116 @@ def _stablelm(f: _Fields) -> dict[str, Any]:
     return {**out, **_rotary(f, out, 0.25, sliced=True)}
 
 
+# -- Gated DeltaNet hybrids (issue 30): Qwen3-Next and the Qwen3.5 text models ----------------------------------
+LAYER_KINDS = ("linear_attention", "full_attention")
+
+
+def _hybrid_layers(f: _Fields, layers: int) -> int | None:
+    """Which layers are Gated DeltaNet: ``layer_types`` if given (its length must be ``num_hidden_layers``, and it
+    must follow the one rule modelled: layer i full when (i + 1) % n == 0), else ``full_attention_interval`` (the
+    class's ``__post_init__`` builds ``layer_types`` from it, default 4).  The interval n, or None when every
+    layer is full attention."""
+    types = f.raw("layer_types")
+    if types is None:
+        n = f.int("full_attention_interval", 4)
+        return None if n == 1 else n
+    f.used.add("full_attention_interval")  # the class ignores it when layer_types is given
+    if not isinstance(types, list) or not all(t in LAYER_KINDS for t in types):
+        raise f.error("field 'layer_types' must be a list of 'linear_attention' / 'full_attention'")
+    if len(types) != layers:
+        raise f.error(f"field 'layer_types' lists {len(types)} layers, num_hidden_layers is {layers}")
+    if "linear_attention" not in types:
+        return None
+    first_full = next((i for i, t in enumerate(types) if t == "full_attention"), len(types))
+    n = first_full + 1
+    if any((t == "full_attention") != ((i + 1) % n == 0) for i, t in enumerate(types)):
+        raise f.error(
+            "field 'layer_types' is not understood: lm-accounting models a hybrid whose every n-th layer is full "
+            "attention, the others Gated DeltaNet"
+        )
+    return n
+
+
+def _gated_deltanet(f: _Fields, layers: int) -> dict[str, Any]:
+    """The Gated DeltaNet layers' fields (``config.LINEAR_FIELDS``; absent: the class's defaults)."""
+    n = _hybrid_layers(f, layers)
+    fields = {
+        "linear_key_heads": f.int("linear_num_key_heads", null=False),
+        "linear_value_heads": f.int("linear_num_value_heads", null=False),
+        "linear_key_head_dim": f.int("linear_key_head_dim", null=False),
+        "linear_value_head_dim": f.int("linear_value_head_dim", null=False),
+        "linear_conv_kernel": f.int("linear_conv_kernel_dim", null=False),
+    }
+    return {} if n is None else {"full_attention_interval": n, **fields}
+
+
+def _qwen_hybrid(f: _Fields, d_ff: str) -> dict[str, Any]:
+    """Qwen3-Next's and Qwen3.5's blocks: gated attention (``q_proj`` twice as wide, ``o_proj(attn · σ(gate))``),
+    per-head q/k RMSNorms, no biases (``attention_bias`` true is refused: the gate would share the bias), RoPE on a
+    quarter of each head by default (``partial_rotary_factor`` 0.25, the class's ``__post_init__``), the (1 + w)
+    RMSNorms (Gemma's: the same count), a SwiGLU MLP of ``d_ff``, and Gated DeltaNet layers (``_gated_deltanet``).
+    Qwen3.5's ``rope_parameters`` add ``mrope_section`` (multimodal RoPE: for text the three position rows are
+    equal, the plain rotation): ignored."""
+    f.only("attention_bias", (False,), "Qwen3-Next's attention without biases")
+    layers = f.int("num_hidden_layers")
+    out = {
+        "vocab_size": f.int("vocab_size"),
+        "d_model": f.int("hidden_size"),
+        "num_layers": layers,
+        "num_heads": f.int("num_attention_heads"),
+        "num_kv_heads": f.int("num_key_value_heads", None),
+        "head_dim": f.int("head_dim", None),
+        "d_ff": f.int(d_ff, null=False),
+        "context_length": f.int("max_position_embeddings"),
+        "rope_theta": _rope_theta(f, partial=True),
+        "norm_eps": f.number("rms_norm_eps", 1e-6),
+        "tie_embeddings": f.bool("tie_word_embeddings", False),
+        "qk_norm": True,
+        "attention_output_gate": True,
+        "mlp": _only_swiglu(f, "hidden_act"),
+    }
+    return {**out, **_rotary(f, out, 0.25), **_gated_deltanet(f, layers)}
+
+
+def _qwen_hybrid_moe(f: _Fields) -> dict[str, Any]:
+    """The mixture of experts of Qwen3-Next and Qwen3.5-MoE (``Qwen3NextSparseMoeBlock``): ``num_experts`` routed
+    experts of ``moe_intermediate_size`` and one shared expert of ``shared_expert_intermediate_size`` scaled by
+    σ(``shared_expert_gate``(x)), Qwen2-MoE's; a gate needs its expert's width (0 or null is refused)."""
+    return {
+        **_experts(f, "num_experts", "moe_intermediate_size"),
+        "shared_experts": 1,
+        "shared_expert_d_ff": f.int("shared_expert_intermediate_size", null=False),
+        "shared_expert_gate": True,
+    }
+
+
+def _qwen3_next(f: _Fields) -> dict[str, Any]:
+    """Qwen3-Next (models/qwen3_next): ``_qwen_hybrid`` with ``_qwen_hybrid_moe``; layer i is sparse when (i + 1) %
+    ``decoder_sparse_step`` == 0 and i is not in ``mlp_only_layers`` (only an empty list is modelled), a dense
+    layer has ``intermediate_size``; ``num_experts`` 0 makes every layer dense (``Qwen3NextDecoderLayer``)."""
+    only = f.raw("mlp_only_layers")
+    if only not in (None, []):
+        raise f.error("field 'mlp_only_layers' is not supported: only an empty list (every sparse step a MoE layer)")
+    out = _qwen_hybrid(f, "intermediate_size")
+    if f.raw("num_experts") == 0:  # the expert fields then build nothing
+        f.used |= {"num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size"}
+        f.used |= {"decoder_sparse_step", "norm_topk_prob"}
+        return out
+    return {
+        **out,
+        **_qwen_hybrid_moe(f),
+        "moe_every": f.int("decoder_sparse_step", 1),
+        "norm_topk_prob": f.bool("norm_topk_prob", True),
+    }
+
+
+def _qwen3_5_moe_text(f: _Fields) -> dict[str, Any]:
+    """Qwen3.5-MoE's text model (models/qwen3_5_moe): every layer a ``_qwen_hybrid_moe`` (the class has no
+    ``intermediate_size`` and no dense layer; its router always normalises the top-k weights)."""
+    out = _qwen_hybrid(f, "moe_intermediate_size")
+    return {**out, **_qwen_hybrid_moe(f), "norm_topk_prob": True}
+
+
 MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "gpt2": _gpt2,
     "llama": _llama,
@@ -1340,6 +1458,9 @@ MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "glm4": lambda f: _glm(f, sandwich=True),
     "glm": _glm,
     "stablelm": _stablelm,
+    "qwen3_next": _qwen3_next,
+    "qwen3_5_text": lambda f: _qwen_hybrid(f, "intermediate_size"),
+    "qwen3_5_moe_text": _qwen3_5_moe_text,
 }
 assert tuple(MAPPINGS) == SUPPORTED_MODEL_TYPES
 
@@ -1653,6 +1774,50 @@ def _write_youtu(cfg: ModelConfig) -> dict[str, Any]:
     }
 
 
+def _write_qwen_hybrid(cfg: ModelConfig) -> dict[str, Any]:
+    """Qwen3-Next's and Qwen3.5's attention and Gated DeltaNet fields (``_qwen_hybrid``): the layer kinds as
+    ``full_attention_interval`` (1: every layer full attention), RoPE on ``rotary_dim / head_dim`` of each head."""
+    out = {
+        **_write_common(cfg),
+        "attention_bias": False,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": cfg.rope_theta,
+            "partial_rotary_factor": cfg.rope_dim / cfg.d_head,
+        },
+        "full_attention_interval": cfg.full_attention_interval or 1,
+    }
+    if cfg.hybrid:
+        out |= {
+            "linear_num_key_heads": cfg.linear_key_heads,
+            "linear_num_value_heads": cfg.linear_value_heads,
+            "linear_key_head_dim": cfg.linear_key_head_dim,
+            "linear_value_head_dim": cfg.linear_value_head_dim,
+            "linear_conv_kernel_dim": cfg.linear_conv_kernel,
+        }
+    return out
+
+
+def _write_qwen_hybrid_moe(cfg: ModelConfig) -> dict[str, Any]:
+    return {
+        **_write_experts(cfg, "num_experts"),
+        "moe_intermediate_size": cfg.expert_width,
+        "shared_expert_intermediate_size": cfg.shared_width,
+    }
+
+
+def _write_qwen3_next(cfg: ModelConfig) -> dict[str, Any]:
+    if not cfg.moe:
+        return {**_write_qwen_hybrid(cfg), "num_experts": 0}
+    return {
+        **_write_qwen_hybrid(cfg),
+        **_write_qwen_hybrid_moe(cfg),
+        "decoder_sparse_step": cfg.moe_every,
+        "mlp_only_layers": [],
+        "norm_topk_prob": cfg.norm_topk_prob,
+    }
+
+
 WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
     "gpt2": _write_gpt2,
     "llama": _write_llama,
@@ -1702,6 +1867,12 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         "attention_bias": cfg.qkv_bias,
         "swiglu_limit": cfg.swiglu_limit,
         **_write_window(cfg, layer_types=True),
+    },
+    "qwen3_next": _write_qwen3_next,
+    "qwen3_5_text": _write_qwen_hybrid,
+    "qwen3_5_moe_text": lambda cfg: {
+        **{k: v for k, v in _write_qwen_hybrid(cfg).items() if k != "intermediate_size"},
+        **_write_qwen_hybrid_moe(cfg),
     },
     "qwen2_moe": lambda cfg: {
         **_write_common(cfg),

@@ -437,6 +437,41 @@ DEFINED_FIELDS: dict[str, frozenset[str]] = {
             text_config vision_config vision_feature_layer
         """
     ),
+    "qwen3_next": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id decoder_sparse_step eos_token_id full_attention_interval
+            head_dim hidden_act hidden_size intermediate_size layer_types linear_conv_kernel_dim linear_key_head_dim
+            linear_num_key_heads linear_num_value_heads linear_value_head_dim max_position_embeddings mlp_only_layers
+            moe_intermediate_size norm_topk_prob num_attention_heads num_experts num_experts_per_tok
+            num_hidden_layers num_key_value_heads output_router_logits pad_token_id rms_norm_eps
+            router_aux_loss_coef shared_expert_intermediate_size use_cache vocab_size
+        """
+    ),
+    "qwen3_5_text": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id eos_token_id full_attention_interval head_dim hidden_act
+            hidden_size intermediate_size layer_types linear_conv_kernel_dim linear_key_head_dim linear_num_key_heads
+            linear_num_value_heads linear_value_head_dim max_position_embeddings num_attention_heads
+            num_hidden_layers num_key_value_heads pad_token_id rms_norm_eps use_cache vocab_size
+        """
+    ),
+    "qwen3_5_moe_text": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id eos_token_id full_attention_interval head_dim hidden_act
+            hidden_size layer_types linear_conv_kernel_dim linear_key_head_dim linear_num_key_heads
+            linear_num_value_heads linear_value_head_dim max_position_embeddings moe_intermediate_size
+            num_attention_heads num_experts num_experts_per_tok num_hidden_layers num_key_value_heads
+            output_router_logits pad_token_id rms_norm_eps router_aux_loss_coef shared_expert_intermediate_size
+            use_cache vocab_size
+        """
+    ),
+    "qwen3_5": WRAPPER_COMMON_FIELDS
+    | _names("image_token_id text_config video_token_id vision_config vision_end_token_id vision_start_token_id"),
+    "qwen3_5_moe": WRAPPER_COMMON_FIELDS
+    | _names("image_token_id text_config video_token_id vision_config vision_end_token_id vision_start_token_id"),
     "kimi_k25": WRAPPER_COMMON_FIELDS
     | _names(
         """
@@ -530,6 +565,11 @@ CONFIG_CLASSES = {
     "gemma3": "Gemma3Config",
     "mistral3": "Mistral3Config",
     "kimi_k25": "Kimi_K25Config",
+    "qwen3_next": "Qwen3NextConfig",
+    "qwen3_5_text": "Qwen3_5TextConfig",
+    "qwen3_5_moe_text": "Qwen3_5MoeTextConfig",
+    "qwen3_5": "Qwen3_5Config",
+    "qwen3_5_moe": "Qwen3_5MoeConfig",
     "granite": "GraniteConfig",
     "granitemoe": "GraniteMoeConfig",
     "granitemoeshared": "GraniteMoeSharedConfig",
@@ -696,6 +736,60 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma3": {"tie_word_embeddings": True},
     "mistral3": {"tie_word_embeddings": True},
     "kimi_k25": {"tie_word_embeddings": True},
+    "qwen3_next": {
+        "num_key_value_heads": 2,
+        "head_dim": 256,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "hidden_act": "silu",
+        "linear_conv_kernel_dim": 4,
+        "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128,
+        "linear_num_key_heads": 16,
+        "linear_num_value_heads": 32,
+        "decoder_sparse_step": 1,
+        "moe_intermediate_size": 512,
+        "shared_expert_intermediate_size": 512,
+        "num_experts_per_tok": 10,
+        "num_experts": 512,
+        "norm_topk_prob": True,
+        "rope_theta": 10000.0,
+    },
+    "qwen3_5_text": {
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "hidden_act": "silu",
+        "linear_conv_kernel_dim": 4,
+        "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128,
+        "linear_num_key_heads": 16,
+        "linear_num_value_heads": 32,
+        "rope_theta": 10000.0,
+    },
+    "qwen3_5_moe_text": {
+        "num_key_value_heads": 2,
+        "head_dim": 256,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "hidden_act": "silu",
+        "linear_conv_kernel_dim": 4,
+        "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128,
+        "linear_num_key_heads": 16,
+        "linear_num_value_heads": 32,
+        "moe_intermediate_size": 512,
+        "shared_expert_intermediate_size": 512,
+        "num_experts_per_tok": 8,
+        "num_experts": 256,
+        "rope_theta": 10000.0,
+    },
+    "qwen3_5": {"tie_word_embeddings": False},
+    "qwen3_5_moe": {"tie_word_embeddings": False},
     "gpt2": {
         "layer_norm_epsilon": 1e-05,
         "tie_word_embeddings": True,
@@ -1149,7 +1243,13 @@ SAME_CLASSES = {"gpt-sw3": "gpt2"}
 ``CONFIG_MAPPING_NAMES`` and ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``): GPT-SW3 is ``GPT2Config`` and
 ``GPT2LMHeadModel``, so its config.json is read as GPT-2's."""
 
-WRAPPERS = {"gemma3": "gemma3_text", "mistral3": "mistral", "kimi_k25": "deepseek_v3"}
+WRAPPERS = {
+    "gemma3": "gemma3_text",
+    "mistral3": "mistral",
+    "kimi_k25": "deepseek_v3",
+    "qwen3_5": "qwen3_5_text",
+    "qwen3_5_moe": "qwen3_5_moe_text",
+}
 """Multimodal wrapper ``model_type`` -> the ``model_type`` of its ``text_config`` (``sub_configs_defaults``)."""
 
 WRAPPERS_OF_ANY_TEXT = frozenset(["mistral3", "kimi_k25"])

@@ -22,11 +22,11 @@ REASONS: dict[str, tuple[str, tuple[str, ...]]] = {
         _types("mamba mamba2 falcon_mamba bamba falcon_h1 jamba nemotron_h zamba zamba2 granitemoehybrid"),
     ),
     "deltanet": (
-        "Gated DeltaNet (or other linear-attention) layers, which lm-accounting does not model yet",
-        _types(
-            "lara_mini qwen3_next qwen3_5_text qwen3_5_moe_text qwen4_exp qwen4_exp_text kimi_linear "
-            "olmo_hybrid minimax"
+        (
+            "linear-attention layers not compared with Qwen3-Next's Gated DeltaNet yet (lm-accounting models "
+            "Qwen3-Next's and Qwen3.5's only)"
         ),
+        _types("lara_mini qwen4_exp qwen4_exp_text kimi_linear olmo_hybrid minimax"),
     ),
     "short_conv": (
         "short-convolution layers (LFM2), which lm-accounting does not model yet",
@@ -132,7 +132,5 @@ REFUSED_WRAPPERS: dict[str, str] = {
     "qwen2_5_vl": "qwen2_5_vl_text",
     "qwen3_vl": "qwen3_vl_text",
     "qwen3_vl_moe": "qwen3_vl_moe_text",
-    "qwen3_5": "qwen3_5_text",
-    "qwen3_5_moe": "qwen3_5_moe_text",
 }
 """Multimodal wrappers whose text model (``text_config``'s class) is refused: the refusal names it and its reason."""

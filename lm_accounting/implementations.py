@@ -99,6 +99,9 @@ HF_CAUSAL_LM = {
     "glm4": "Glm4ForCausalLM",
     "glm": "GlmForCausalLM",
     "stablelm": "StableLmForCausalLM",
+    "qwen3_next": "Qwen3NextForCausalLM",
+    "qwen3_5_text": "Qwen3_5ForCausalLM",
+    "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM",
 }
 """transformers 5.24's causal-LM class per ``model_type`` (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` in
 ``transformers/models/auto/modeling_auto.py``; a Gemma 3 wrapper's text model is ``gemma3_text``): every type

@@ -93,6 +93,8 @@ def test_presets_listing(run_cli):
         "gpt-oss-20b",
         "gpt-oss-120b",
         "qwen1.5-moe-a2.7b",
+        "qwen3-next-80b-a3b",
+        "qwen3.5-35b-a3b",
     }
     by_name = {p["name"]: p for p in data["presets"]}
     # Mixtral: 32·(8·3·4096·14336 experts + 4096·8 router + 2·4096²·(1 + 1/4) attention + 2·4096 norms)

@@ -87,7 +87,7 @@ def test_every_component_has_a_formula_text_and_a_known_group():
         assert quantities, c.key
         for q in quantities:
             assert getattr(c, q).text, (c.key, q)
-    assert FLOP_GROUPS == ("attention projections", "attention matmuls", "ffn", "lm head")
+    assert FLOP_GROUPS == ("attention projections", "attention matmuls", "linear attention", "ffn", "lm head")
 
 
 def test_optional_components_follow_the_config():

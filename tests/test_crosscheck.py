@@ -23,7 +23,8 @@ TINY = ModelConfig(
 
 # 0.3-5.5 CPU-s each: a grid, sampled in the default run
 @pytest.mark.grid
-@pytest.mark.parametrize("name", preset_names())
+# a Gated DeltaNet hybrid has no live model: refused in one line (tests/test_arch_qwen3_next.py)
+@pytest.mark.parametrize("name", [n for n in preset_names() if not load_config(n).hybrid])
 def test_every_preset_on_meta_at_1024(name):
     cfg = load_config(name).with_context(1024)
     cc = crosscheck(cfg, seq=1024, batch=1)

@@ -35,6 +35,8 @@ from test_arch_bloom import CONFIGS as BLOOM
 from test_arch_ernie4_5_moe import CONFIGS as ERNIE
 from test_arch_olmo import CONFIGS as OLMO
 from test_arch_qwen2_moe import CONFIGS as QWEN2_MOE
+from test_arch_qwen3_next import CONFIGS as QWEN3_NEXT
+from test_arch_qwen3_next import TINY_CONFIGS as QWEN3_NEXT_TINY
 from test_gpt_oss import CONFIGS as GPT_OSS
 from test_hf_zoo import PUBLISHED, WRAPPED, ZOO
 from test_transformers_truth import CONFIGS
@@ -244,6 +246,8 @@ HUB_FILES = {
     **OLMO,
     **{name: values for name, (values, _) in BLOOM.items()},
     **ERNIE,
+    **QWEN3_NEXT,
+    **QWEN3_NEXT_TINY,
 }
 
 

@@ -236,6 +236,7 @@ def test_every_supported_model_type_is_proven_here_or_in_the_truth_tests():
     from test_arch_ernie4_5_moe import CONFIGS as ERNIE
     from test_arch_olmo import CONFIGS as OLMO
     from test_arch_qwen2_moe import CONFIGS as QWEN2_MOE
+    from test_arch_qwen3_next import TINY_CONFIGS as HYBRIDS
     from test_gpt_oss import CONFIGS as GPT_OSS
     from test_transformers_truth import CONFIGS
 
@@ -244,6 +245,7 @@ def test_every_supported_model_type_is_proven_here_or_in_the_truth_tests():
     first = {values["model_type"] for values, _ in CONFIGS.values()}
     pieces = {c["model_type"] for c, _ in [*GPT_OSS.values(), *BLOOM.values()]}
     pieces |= {c["model_type"] for c in [*QWEN2_MOE.values(), *OLMO.values(), *ERNIE.values()]}
+    pieces |= {c["model_type"] for c in HYBRIDS.values()}
     assert first | set(ZOO) | pieces == set(SUPPORTED_MODEL_TYPES)
     assert not first & set(ZOO) and not pieces & (first | set(ZOO))
     assert {values["model_type"] for values in PUBLISHED.values()} <= set(ZOO)
@@ -729,7 +731,7 @@ def test_every_causal_lm_type_is_read_or_refused_with_a_reason():
     ("model_type", "words"),
     [
         ("mamba2", "Mamba2) mixer layers"),
-        ("qwen3_next", "Gated DeltaNet"),
+        ("kimi_linear", "linear-attention layers not compared with Qwen3-Next's Gated DeltaNet"),
         ("lfm2", "short-convolution layers"),
         ("granite_swa", "attention sinks applied as a post-attention logsumexp scaling"),
         ("cohere", "attention and MLP in parallel"),
@@ -746,7 +748,7 @@ def test_a_refused_type_names_what_it_lacks(model_type, words):
         config_from_hf({"model_type": model_type, **SMALL})
 
 
-@pytest.mark.parametrize("wrapper", ["qwen3_5", "qwen3_5_moe", "qwen3_vl"])
+@pytest.mark.parametrize("wrapper", ["qwen3_vl", "qwen3_vl_moe"])
 def test_a_refused_wrapper_names_its_text_model(wrapper, run_cli, tmp_path):
     import json
 

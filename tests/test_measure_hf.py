@@ -30,8 +30,10 @@ TYPED = [n for n in preset_names() if load_config(n).hf_model_type is not None]
 
 def few_layers(cfg):
     """``cfg`` at the fewest layers that keep each kind of layer (a dense one, a sparse one, a full-attention
-    one among windowed ones): the parameter count of the rest is the same layers again."""
-    keep = max(2, cfg.dense_layers_first + cfg.moe_every, cfg.full_attention_every or 0)
+    one among windowed ones or Gated DeltaNet ones): the parameter count of the rest is the same layers again."""
+    keep = max(
+        2, cfg.dense_layers_first + cfg.moe_every, cfg.full_attention_every or 0, cfg.full_attention_interval or 0
+    )
     return dataclasses.replace(cfg, num_layers=min(cfg.num_layers, keep))
 
 

@@ -193,10 +193,21 @@ def _problem(cfg, g: GPU, requested, weights, activations, available, given, max
     return None
 
 
+def check_no_hybrid(cfg: ModelConfig, engine: str) -> None:
+    """A Gated DeltaNet hybrid is refused: the engines keep its linear layers' states in a separate pool (vLLM's
+    hybrid KV-cache manager, SGLang's mamba pool), which this arithmetic does not model."""
+    if cfg.hybrid:
+        raise AccountingError(
+            f"--engine {engine}: {cfg.name}'s Gated DeltaNet layers keep their states in the engine's separate "
+            "pool, which lm-accounting does not model; without --engine, infer gives the cache transformers holds"
+        )
+
+
 def vllm_sizing(
     cfg: ModelConfig, g: GPU, options: VllmOptions, *, weights: str, kv_dtype: str, tp: int, prompt: int, generate: int
 ) -> VllmSizing:
     """vLLM's start-up arithmetic for ``cfg`` (module docstring); refusals before any work."""
+    check_no_hybrid(cfg, "vllm")
     o = options
     max_model_len, utilization = o.max_model_len, o.utilization
     max_num_seqs, max_num_batched_tokens = o.max_num_seqs, o.max_num_batched_tokens
@@ -302,6 +313,7 @@ def sglang_sizing(
     cfg: ModelConfig, g: GPU, options: SglangOptions, *, weights, kv_dtype: str, tp: int, prompt: int, generate: int
 ) -> SglangSizing:
     """SGLang's KV pool for ``cfg`` (``SglangSizing``); refusals before any work."""
+    check_no_hybrid(cfg, "sglang")
     mfs = options.mem_fraction_static
     if not 0 < mfs < 1:
         raise AccountingError(f"--mem-fraction-static {float(mfs)} is outside (0, 1)")

@@ -79,6 +79,60 @@ def lm_head_flops(cfg: ModelConfig, tokens: int) -> int:
     return matmul_flops(tokens, cfg.d_model, cfg.vocab_size)
 
 
+# -- Gated DeltaNet linear attention (transformers' Qwen3NextGatedDeltaNet on its torch path) --------------------
+DELTA_CHUNK = 64
+"""``torch_chunk_gated_delta_rule``'s ``chunk_size`` (models/qwen3_next/modeling_qwen3_next.py): the sequence is
+padded with zeros to a multiple of it, ``pad_size = (64 - S % 64) % 64``, and every matmul runs on whole chunks."""
+
+
+def delta_chunks(seq: int) -> int:
+    """Chunks of the padded sequence: ⌈S / 64⌉."""
+    return -(-seq // DELTA_CHUNK)
+
+
+def gated_delta_flops(cfg: ModelConfig, batch: int, seq: int) -> int:
+    """The chunked gated delta rule (``torch_chunk_gated_delta_rule``, what transformers runs without the fla
+    kernels), per value head (the query/key heads are repeated to ``linear_value_heads``), C = 64, N = ⌈S/C⌉
+    chunks, d_k and d_v the head sizes: before the scan ``k_beta @ keyᵀ`` and ``query @ keyᵀ``, each
+    (C x d_k)(d_k x C) per chunk; in the scan over chunks ``k_cumdecay @ state`` and ``query @ state``
+    ((C x d_k)(d_k x d_v) each), ``intra_chunk_attn @ v_new`` ((C x C)(C x d_v)) and ``keyᵀ @ v_new``
+    ((d_k x C)(C x d_v)).  In all 2·B·H_v·N·C·(2·C·d_k + 3·d_k·d_v + C·d_v), the padded rows included
+    (FlopCounterMode counts them: tests/test_arch_qwen3_next.py).  The two unit-triangular solves
+    (``torch.linalg.solve_triangular``) have no FlopCounterMode formula and are not matmul FLOPs here either:
+    they are an elementwise estimate (``delta_solve_flops``)."""
+    c, dk, dv = DELTA_CHUNK, cfg.linear_key_head_dim, cfg.linear_value_head_dim
+    return 2 * batch * cfg.linear_value_heads * delta_chunks(seq) * c * (2 * c * dk + 3 * dk * dv + c * dv)
+
+
+def delta_solve_flops(cfg: ModelConfig, batch: int, seq: int) -> int:
+    """The chunked rule's two unit-lower-triangular solves per chunk and value head (``solve_triangular`` of the
+    C x C system against ``v_beta``, d_v columns, and ``decayed_k_beta``, d_k columns): C(C−1)/2 multiply-adds
+    per column, C(C−1)·(d_k + d_v) FLOPs; an estimate (no counter has a formula for them)."""
+    c = DELTA_CHUNK
+    return (
+        batch
+        * cfg.linear_value_heads
+        * delta_chunks(seq)
+        * c
+        * (c - 1)
+        * (cfg.linear_key_head_dim + cfg.linear_value_head_dim)
+    )
+
+
+def causal_conv_flops(cfg: ModelConfig, batch: int, seq: int) -> int:
+    """The depthwise causal conv1d over q, k and v (``causal_conv1d_fn``'s torch path: ``F.conv1d`` with
+    ``padding = K - 1`` on both sides, the output then cut to S): S + K − 1 outputs per channel of K taps each,
+    2·B·conv_dim·(S + K − 1)·K (torch's convolution FLOP formula, 2 · out elements · taps per output)."""
+    k = cfg.linear_conv_kernel
+    return 2 * batch * cfg.linear_conv_dim * (seq + k - 1) * k
+
+
+def conv_update_flops(cfg: ModelConfig, batch: int) -> int:
+    """One cached decode step of the conv (``causal_conv1d_update``: the K cached inputs and the new one,
+    ``F.conv1d`` without padding, 2 outputs per channel, the last kept): 2·B·conv_dim·2·K."""
+    return 2 * batch * cfg.linear_conv_dim * 2 * cfg.linear_conv_kernel
+
+
 def forward_flops(cfg: ModelConfig, seq: int, batch: int = 1) -> Breakdown:
     """Matmul FLOPs of one forward pass over B sequences of S tokens, per component.
 
@@ -97,7 +151,7 @@ def causal_attention_flops(cfg: ModelConfig, seq: int, batch: int = 1) -> int:
     FlashAttention's causal FLOP accounting).  A labelled extra, not the default.
     """
     full = attention_scores_flops(cfg, batch, seq) + attention_values_flops(cfg, batch, seq)
-    return cfg.num_layers * full // 2
+    return cfg.attention_layers * full // 2
 
 
 def attended_pairs(seq: int, window: int | None) -> int:
@@ -141,6 +195,8 @@ CLAMPED_SWIGLU_PER_ELEMENT = 9  # gpt-oss (GptOssExperts._apply_gate), before th
 #                                gate above, 2-3. clamp up below and above, 4. ·α (1.702), 5-7. σ as in SiLU
 #                                (negate-exp, add 1, divide), 8. · the gate, 9. up + 1
 SIGMOID_PER_ELEMENT = 3  # 1 / (1 + exp(−x)): 1. negate-exp, 2. add 1, 3. divide (Qwen2-MoE's shared-expert gate)
+OUTPUT_GATE_PER_ELEMENT = 4  # gated attention, attn · σ(gate): σ (3) and the multiply (1)
+GATED_NORM_PER_ELEMENT = 9  # Gated DeltaNet's RMSNormGated: RMSNorm (4) then · SiLU(z) (SiLU 4, multiply 1)
 EMBED_SCALE_PER_ELEMENT = 1  # Gemma: token embeddings × √d_model, one multiply
 POSITION_ADD_PER_ELEMENT = 1  # learned positions: token + position embedding, one add
 ALIBI_PER_SCORE = 1  # ALiBi: the head's slope × the key's position, added to each score (one add; the bias table
@@ -229,6 +285,16 @@ def shared_gate_flops(tokens: int, d_model: int) -> int:
     return SIGMOID_PER_ELEMENT * tokens + tokens * d_model
 
 
+def output_gate_flops(tokens: int, width: int) -> int:
+    """Gated attention's output gate on the (T x h·d_head) attention output: σ and a multiply, 4 per element."""
+    return OUTPUT_GATE_PER_ELEMENT * tokens * width
+
+
+def gated_norm_flops(tokens: int, width: int) -> int:
+    """Gated DeltaNet's gated RMSNorm on (T x H_v·d_v): 9 per element (``GATED_NORM_PER_ELEMENT``)."""
+    return GATED_NORM_PER_ELEMENT * tokens * width
+
+
 def gate_flops(tokens: int, d_ff: int) -> int:
     """The gating product SiLU(W1 x) ⊙ W3 x: 1 per element."""
     return GATE_PER_ELEMENT * tokens * d_ff
@@ -266,7 +332,8 @@ class TrainingFlops:
       ignored, so this is an approximation).
     * ``palm`` = (6·N_matmul + 6·L·h·(d_head + v_head)·S)·D (Chowdhery et al. 2022, app. B, whose
       12·L·h·d_head·S assumes v_head = d_head) with N_matmul = the weights one token multiplies by
-      (``matmul_params``); it equals ``step`` exactly.
+      (``matmul_params``); it equals ``step`` exactly.  A Gated DeltaNet hybrid's attention term counts its
+      attention layers only, and its linear layers' chunked core and conv add 3 x their forward FLOPs.
     """
 
     forward: int
@@ -283,10 +350,13 @@ def training_flops(cfg: ModelConfig, seq: int, batch: int = 1) -> TrainingFlops:
     forward = forward_flops(cfg, seq, batch).total
     tokens = batch * seq
     n_params = active_parameter_count(cfg)
-    attention_term = 6 * cfg.num_layers * cfg.num_heads * (cfg.d_head + cfg.v_head) * seq
+    attention_term = 6 * cfg.attention_layers * cfg.num_heads * (cfg.d_head + cfg.v_head) * seq
+    linear = 0
+    if cfg.hybrid:  # PaLM's formula has no such layers: their core and conv enter as 3 x their forward
+        linear = 3 * cfg.linear_layers * (gated_delta_flops(cfg, batch, seq) + causal_conv_flops(cfg, batch, seq))
     return TrainingFlops(
         forward=forward,
         backward=2 * forward,
         six_nd=6 * n_params * tokens,
-        palm=(6 * matmul_params(cfg) + attention_term) * tokens,
+        palm=(6 * matmul_params(cfg) + attention_term) * tokens + linear,
     )

@@ -17,6 +17,11 @@ fuse: GPT-2's ``c_attn`` (Q, K and V in one ``Conv1D``, weight and bias), Phi-3'
   experts then the router, then DeepSeek's shared experts or Qwen2-MoE's shared expert and its gate; gpt-oss's
   router and expert biases after their weights), then the layer's norms (two; Gemma's four); the final norm;
   lm_head unless tied.
+* Gated DeltaNet hybrids (Qwen3-Next, Qwen3.5): an attention layer's ``q_proj`` holds the query and its output
+  gate (2·h·d_head x d); a linear layer registers ``dt_bias`` and ``A_log`` (its own parameters) first, then
+  Qwen3-Next's conv1d, ``in_proj_qkvz``, ``in_proj_ba``, norm, ``out_proj``, or Qwen3.5's conv1d, norm,
+  ``out_proj``, ``in_proj_qkv``, ``in_proj_z``, ``in_proj_b``, ``in_proj_a``; the mixture of experts is
+  Qwen2-MoE's (router first).
 
 tests/test_hostile_impl.py compares every supported model type with transformers' real model on meta.
 """
@@ -29,7 +34,15 @@ FUSED_QKV_WITH_BIAS = ("gpt2", "bloom")
 """GPT-2-shaped blocks: LayerNorm (weight, bias), one fused Q/K/V (``c_attn``, BLOOM's ``query_key_value``) and
 every projection with a bias; BLOOM adds ``word_embeddings_layernorm`` after the embedding."""
 
-FUSED_MOE_ROUTER_FIRST = ("mixtral", "gpt_oss", "qwen2_moe", "ernie4_5_moe", "minimax_m2")
+FUSED_MOE_ROUTER_FIRST = (
+    "mixtral",
+    "gpt_oss",
+    "qwen2_moe",
+    "ernie4_5_moe",
+    "minimax_m2",
+    "qwen3_next",
+    "qwen3_5_moe_text",
+)
 """Mixture-of-experts classes that register the router (``gate``) before the experts."""
 
 FUSED_GATE_UP = ("phi3", "glm", "glm4")
@@ -37,6 +50,15 @@ FUSED_GATE_UP = ("phi3", "glm", "glm4")
 
 NORM_BIAS = ("stablelm",)
 """Llama-shaped blocks whose norms are LayerNorms with a bias: two tensors per norm (weight, bias)."""
+
+
+def _linear_attention(cfg: ModelConfig) -> list[int]:
+    """A Gated DeltaNet layer's tensors (module docstring)."""
+    d, hv, conv, vd = cfg.d_model, cfg.linear_value_heads, cfg.linear_conv_dim, cfg.linear_value_dim
+    first = [hv, hv, conv * cfg.linear_conv_kernel]  # dt_bias, A_log, conv1d
+    if cfg.hf_model_type == "qwen3_next":
+        return first + [d * (conv + vd), d * 2 * hv, cfg.linear_value_head_dim, vd * d]
+    return first + [cfg.linear_value_head_dim, vd * d, d * conv, d * vd, d * hv, d * hv]
 
 
 def _attention(cfg: ModelConfig) -> list[int]:
@@ -56,6 +78,8 @@ def _attention(cfg: ModelConfig) -> list[int]:
     if kind == "phi3":
         return [d * q, (q + 2 * kv) * d]
     out: list[int] = [cfg.num_heads] if cfg.attention_sinks else []  # gpt-oss's ``sinks``: the module's own
+    if cfg.attention_output_gate:  # Qwen3-Next's q_proj (the query and its gate), k, v, o, per-head q/k norms
+        return [2 * q * d, kv * d, kv * d, d * q] + ([cfg.d_head, cfg.d_head] if cfg.qk_norm else [])
     for n in (q, kv, kv):
         out += [n * d] + ([n] if cfg.qkv_bias else [])
     out += [d * q] + ([d] if cfg.output_bias else [])
@@ -97,7 +121,8 @@ def _layer(cfg: ModelConfig, layer: int, trained: bool = False) -> list[int]:
         attention, mlp = _attention(cfg), _mlp(cfg, layer)
         return [d, d] + attention + [d, d] + mlp
     norms = 4 if cfg.hf_model_type in ("gemma2", "gemma3_text", "glm4") else 2 if cfg.norm_weights else 0  # OLMo: 0
-    return _attention(cfg) + _mlp(cfg, layer, trained) + [d] * norms * (2 if cfg.hf_model_type in NORM_BIAS else 1)
+    mixer = _attention(cfg) if cfg.layer_attention(layer) else _linear_attention(cfg)
+    return mixer + _mlp(cfg, layer, trained) + [d] * norms * (2 if cfg.hf_model_type in NORM_BIAS else 1)
 
 
 def _ends(cfg: ModelConfig) -> tuple[list[int], list[int]]:
@@ -123,6 +148,8 @@ def hf_parameter_tensor_count(cfg: ModelConfig, trained: bool = False) -> int:
     """``len(hf_parameter_tensor_sizes(cfg))`` without listing the layers (dense and MoE layers counted)."""
     head, tail = _ends(cfg)
     count = len(head) + len(tail)
+    if cfg.hybrid:  # two mixers and two MLPs: each layer as it is (at most 10,000)
+        return count + sum(len(_layer(cfg, i, trained)) for i in range(cfg.num_layers))
     if cfg.dense_layers:
         dense = next(i for i in range(cfg.num_layers) if not cfg.layer_moe(i))
         count += cfg.dense_layers * len(_layer(cfg, dense, trained))

@@ -44,7 +44,15 @@ from dataclasses import dataclass
 
 from ..breakdown import Breakdown, Item
 from ..config import AccountingError, ModelConfig
-from .flops import attended_pairs, causal_attention_flops, forward_flops, windowed_attention_flops
+from ..names import DTYPE_BYTES
+from .flops import (
+    attended_pairs,
+    causal_attention_flops,
+    causal_conv_flops,
+    conv_update_flops,
+    forward_flops,
+    windowed_attention_flops,
+)
 from .memory import kv_cache_bytes
 from .params import parameter_breakdown
 from .sizes import Sizes
@@ -211,9 +219,21 @@ def kv_split(cfg: ModelConfig, tp: int) -> int:
 
 
 def layer_slots(cfg: ModelConfig, capacity: int) -> list[int]:
-    """Cache slots per layer: C on a full-attention layer, min(C, w) on a windowed one."""
+    """Cache slots per layer: C on a full-attention layer, min(C, w) on a windowed one, none on a hybrid's Gated
+    DeltaNet layer (its state does not grow: ``kv_cache.linear_state_bytes``)."""
     w = cfg.sliding_window
-    return [min(capacity, w) if cfg.layer_windowed(i) else capacity for i in range(cfg.num_layers)]
+    return [
+        0 if not cfg.layer_attention(i) else min(capacity, w) if cfg.layer_windowed(i) else capacity
+        for i in range(cfg.num_layers)
+    ]
+
+
+def kv_layer_token_bytes(cfg: ModelConfig, batch: int, dtype: str) -> int:
+    """K and V of one cached position on one attention layer, B sequences: ``kv_cache_width · B · bytes`` (what
+    grows with the keys; a hybrid's fixed linear-layer states are not part of it)."""
+    if dtype not in KV_DTYPES:
+        raise AccountingError(f"unknown KV-cache dtype '{dtype}' (valid: {', '.join(KV_DTYPES)})")
+    return cfg.kv_cache_width * batch * DTYPE_BYTES[KV_DTYPES[dtype]]
 
 
 def absorbed(cfg: ModelConfig, program: str) -> bool:
@@ -276,7 +296,10 @@ def prefill_pairs(cfg: ModelConfig, prompt: int) -> list[int]:
     """Query-key pairs a causal fused kernel computes per layer in the prefill: the causal triangle
     P(P + 1)/2, a windowed layer's band (``flops.attended_pairs``)."""
     w = cfg.sliding_window
-    return [attended_pairs(prompt, w if cfg.layer_windowed(i) else None) for i in range(cfg.num_layers)]
+    return [
+        attended_pairs(prompt, w if cfg.layer_windowed(i) else None) if cfg.layer_attention(i) else 0
+        for i in range(cfg.num_layers)
+    ]
 
 
 def prefill_flops(
@@ -287,7 +310,7 @@ def prefill_flops(
     a causal kernel computes (``prefill_pairs``), not the square."""
     check_semantics(semantics)
     check_program(program)
-    base = forward_flops(cfg, prompt, batch)
+    base = _short_prompt_conv(forward_flops(cfg, prompt, batch), cfg, prompt, batch)
     if program != "forward":
         base = _last_token_head(base, cfg, batch)
     if program == "engine":  # the attention rows only (MLA's kv_b_proj expands the P new tokens, as in forward)
@@ -306,7 +329,7 @@ def prefill_flops(
         return Breakdown(base.quantity, base.unit, tuple(items))
     if semantics == "filled":
         return base
-    keys = [max(n, prompt) for n in layer_slots(cfg, capacity)]
+    keys = [max(n, prompt) if cfg.layer_attention(i) else 0 for i, n in enumerate(layer_slots(cfg, capacity))]
     return _with_attention(base, cfg, batch, keys, prompt, "static: 2·B·h·P·C·d_head per layer")
 
 
@@ -341,7 +364,41 @@ def decode_flops(
     if absorbed(cfg, program):
         text = "absorbed MLA: 2·B·h·(2r + d_rope)·n per layer, n = p + 1 latent keys"
     keys = decode_keys(cfg, position, capacity, semantics)
-    return _with_attention(base, cfg, batch, keys, 1, text, program)
+    return _recurrent_decode(_with_attention(base, cfg, batch, keys, 1, text, program), cfg, batch)
+
+
+def _short_prompt_conv(base: Breakdown, cfg: ModelConfig, prompt: int, batch: int) -> Breakdown:
+    """A hybrid's prefill of fewer than K tokens: transformers' cache pads the conv's input on the left to K
+    (``LinearAttentionLayer.update_conv_state``) before ``causal_conv1d_fn``, so the conv runs on max(P, K) inputs,
+    ``flops.causal_conv_flops`` at S = K."""
+    if not cfg.hybrid or prompt >= cfg.linear_conv_kernel:
+        return base
+    per = causal_conv_flops(cfg, batch, cfg.linear_conv_kernel)
+    key, text = "layers.*.linear_attn.conv1d", "cache-padded to K inputs: 2·B·(2·H_k·d_k + H_v·d_v)·(2K−1)·K"
+    items = [
+        Item(it.key, it.label, it.group, cfg.linear_layers * per, per, text) if it.key == key else it for it in base
+    ]
+    return Breakdown(base.quantity, base.unit, tuple(items))
+
+
+def _recurrent_decode(base: Breakdown, cfg: ModelConfig, batch: int) -> Breakdown:
+    """A hybrid's decode step as transformers runs it with a cache: the gated delta rule in its recurrent form
+    (``torch_recurrent_gated_delta_rule``: elementwise products and sums over each value head's d_k x d_v state,
+    7 per state element — decay, read k, update, read q — and no matmul; FlopCounterMode counts 0) and the conv
+    updated from its cached inputs (``flops.conv_update_flops``), not the chunked prefill path."""
+    if not cfg.hybrid:
+        return base
+    rows = {
+        "layers.*.linear_attn.core": (0, "recurrent form: no matmul (7·B·H_v·d_k·d_v elementwise)"),
+        "layers.*.linear_attn.conv1d": (conv_update_flops(cfg, batch), "conv update: 2·B·(2·H_k·d_k + H_v·d_v)·2·K"),
+    }
+    items = [
+        Item(it.key, it.label, it.group, cfg.linear_layers * rows[it.key][0], rows[it.key][0], rows[it.key][1])
+        if it.key in rows
+        else it
+        for it in base
+    ]
+    return Breakdown(base.quantity, base.unit, tuple(items))
 
 
 def sum_min(lo: int, hi: int, cap: int | None) -> int:

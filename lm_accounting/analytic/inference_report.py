@@ -49,7 +49,9 @@ CONVENTIONS = (
     (
         "KV cache = 2·kv_heads·d_head·bytes·Σ_layers min(C, w)·B (MLA: the latent and RoPE key, "
         "(kv_lora_rank + qk_rope_head_dim)·bytes per token and layer, expanded by kv_b_proj at every step but "
-        "under engine, replicated under --tp); fp8 = 1 byte.  Norms, row-parallel biases and MLA's down "
+        "under engine, replicated under --tp; a Gated DeltaNet hybrid adds per linear layer its conv state, "
+        "conv_dim·K·bytes, and its fp32 recurrent state, H_v·d_k·d_v·4, per sequence); fp8 = 1 byte.  Norms, "
+        "row-parallel biases and MLA's down "
         "projections are replicated under --tp."
     ),
     (
@@ -364,7 +366,7 @@ def _decode_series(
     per_key = sum(c for _, _, c, _ in grows)
     grown = {key for key, *_ in grows}
     other = sum(it.total for it in inf.decode_flops(cfg, prompt, batch, C, semantics, program) if it.key not in grown)
-    kv_token = inf.kv_bytes(cfg, 1, batch, kv_dtype, 1) // cfg.num_layers  # 2·kv_dim·B·bytes per layer-token
+    kv_token = inf.kv_layer_token_bytes(cfg, batch, kv_dtype)  # 2·kv_dim·B·bytes per layer-token
     split = inf.kv_split(cfg, tp)
     if per_key % tp or kv_token % split:
         raise AccountingError(f"--tp {tp}: the attention FLOPs or KV bytes per key do not split evenly")
@@ -645,7 +647,7 @@ def infer(
     knees, last_p = {}, prompt + max(generate - 2, 0)
     for name, p in (("first", prompt), ("last", last_p)):
         f = inf.decode_flops(cfg, p, 1, C, semantics, program).total  # one sequence's FLOPs at p
-        k = inf.kv_bytes(cfg, 1, 1, kv_dtype, 1) // cfg.num_layers * sum(inf.decode_keys(cfg, p, C, semantics))
+        k = inf.kv_layer_token_bytes(cfg, 1, kv_dtype) * sum(inf.decode_keys(cfg, p, C, semantics))
         knees[name] = knee_batch(f, k * tp // inf.kv_split(cfg, tp), tp * (w_gpu - table), peak, g.bandwidth)
     f_first = inf.decode_flops(cfg, prompt, 1, C, semantics, program).total
     knees["weights_only"] = knee_batch(f_first, 0, tp * (w_gpu - table), peak, g.bandwidth)  # as if no KV were read

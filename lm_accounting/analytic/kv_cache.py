@@ -12,6 +12,12 @@ Without a window this is the plain 2 · L · kv_heads · d_head · S · B · byt
 (kv_lora_rank + qk_rope_head_dim) per token per layer instead of 2 · kv_heads · d_head.  transformers'
 ``DynamicSlidingWindowLayer`` (cache_utils.py, v5) keeps ``w - 1`` tokens between decode steps and
 concatenates the new token's key and value for the step, so ``w`` is the size during a step (its peak).
+
+A Gated DeltaNet hybrid (Qwen3-Next, Qwen3.5) caches K and V on its attention layers only, and on each linear
+layer a fixed state whatever the context (``linear_state_bytes``; transformers' ``LinearAttentionLayer``,
+cache_utils.py): the conv state, the last K inputs of the conv, (B, conv_dim, K) in the model's dtype, and the
+recurrent state, (B, H_v, d_k, d_v) in fp32 (``torch_chunk_gated_delta_rule`` computes it in fp32 and the cache
+keeps ``zeros_like`` it).  tests/test_arch_qwen3_next.py checks both against the cache object after a prefill.
 """
 
 from __future__ import annotations
@@ -24,7 +30,22 @@ def cached_tokens(cfg: ModelConfig, seq: int) -> int:
     """Tokens cached over all layers at context ``seq``: Σ_layers (min(S, w) if windowed else S)."""
     windowed = cfg.windowed_layers
     per_window = seq if cfg.sliding_window is None else min(seq, cfg.sliding_window)
-    return (cfg.num_layers - windowed) * seq + windowed * per_window
+    return (cfg.attention_layers - windowed) * seq + windowed * per_window  # a hybrid's linear layers cache no K, V
+
+
+RECURRENT_STATE_BYTES = 4
+"""The recurrent state's element size: fp32 whatever the model's dtype (``torch_chunk_gated_delta_rule`` returns
+its final state in fp32, ``LinearAttentionLayer`` keeps it as it comes)."""
+
+
+def linear_state_bytes(cfg: ModelConfig, batch: int, dtype: str) -> int:
+    """A Gated DeltaNet hybrid's fixed cache, every linear layer: the conv state, B · conv_dim · K elements of
+    ``dtype``, and the recurrent state, B · H_v · d_k · d_v fp32 elements; 0 without linear layers."""
+    if not cfg.hybrid:
+        return 0
+    conv = batch * cfg.linear_conv_dim * cfg.linear_conv_kernel * DTYPE_BYTES[dtype]
+    state = batch * cfg.linear_value_heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim
+    return cfg.linear_layers * (conv + state * RECURRENT_STATE_BYTES)
 
 
 def windowed_kv_cache_bytes(cfg: ModelConfig, seq: int, batch: int, dtype: str) -> int:

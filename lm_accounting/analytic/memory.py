@@ -21,7 +21,7 @@ from ..breakdown import Breakdown, Item
 from ..config import AccountingError, ModelConfig
 from ..names import ADAMW_IMPLS, DEVICES, DTYPE_BYTES, TRAINING_DTYPES
 from .hf_tensors import hf_parameter_tensor_count, hf_parameter_tensor_sizes
-from .kv_cache import windowed_kv_cache_bytes
+from .kv_cache import linear_state_bytes, windowed_kv_cache_bytes
 from .params import frozen_parameter_count, parameter_breakdown
 
 
@@ -32,8 +32,9 @@ def weight_bytes(n_params: int, dtype: str) -> int:
 
 def kv_cache_bytes(cfg: ModelConfig, seq: int, batch: int, dtype: str) -> int:
     """K and V for every layer and cached token: 2 · L · kv_heads · d_head · S · B · bytes, a windowed
-    layer keeping only its window (``kv_cache.windowed_kv_cache_bytes``)."""
-    return windowed_kv_cache_bytes(cfg, seq, batch, dtype)
+    layer keeping only its window (``kv_cache.windowed_kv_cache_bytes``); a Gated DeltaNet hybrid's attention
+    layers only, plus its linear layers' conv and recurrent states (``kv_cache.linear_state_bytes``)."""
+    return windowed_kv_cache_bytes(cfg, seq, batch, dtype) + linear_state_bytes(cfg, batch, dtype)
 
 
 # -- model states and the AdamW step -------------------------------------------

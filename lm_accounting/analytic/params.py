@@ -98,6 +98,19 @@ def expert_params(cfg: ModelConfig) -> int:
     return 3 * cfg.d_model * cfg.expert_width + bias
 
 
+# -- Gated DeltaNet (transformers' Qwen3NextGatedDeltaNet / Qwen3_5GatedDeltaNet; config.LINEAR_FIELDS) --
+def linear_in_proj_params(cfg: ModelConfig, out: int) -> int:
+    """One of a Gated DeltaNet layer's input projections, d_model -> ``out`` (q,k,v: 2·key_dim + value_dim;
+    z: value_dim; b and a: one per value head); Qwen3-Next fuses them as ``in_proj_qkvz`` and ``in_proj_ba``."""
+    return cfg.d_model * out
+
+
+def linear_conv_params(cfg: ModelConfig) -> int:
+    """The depthwise conv1d over q, k and v, no bias: ``nn.Conv1d(conv_dim, conv_dim, K, groups=conv_dim)``,
+    weight (conv_dim, 1, K)."""
+    return cfg.linear_conv_dim * cfg.linear_conv_kernel
+
+
 def active_parameter_count(cfg: ModelConfig) -> int:
     """Parameters one token uses: every parameter except the routed experts it is not sent to,
     total − L_moe·(E − k)·(one expert's, ``expert_params``).  Embeddings, router and shared
@@ -177,10 +190,12 @@ def matmul_params(cfg: ModelConfig) -> int:
     one token / 2, read from the component registry (every ``flops`` entry but the attention matmuls).
 
     This is the N of the PaLM estimate (Chowdhery et al. 2022, appendix B): the embedding lookups
-    (tokens and learned positions) do no matmul, and norm gains and biases are elementwise.
+    (tokens and learned positions) do no matmul, and norm gains and biases are elementwise.  A Gated DeltaNet
+    layer's chunked core and causal conv (group "linear attention") grow with the padded sequence, not per
+    token: they are left out like the attention matmuls (``flops.training_flops`` adds them back).
     """
     from ..components import breakdown
     from .sizes import Sizes
 
     one_token = breakdown("flops", Sizes(cfg, 1, 1))
-    return sum(it.total for it in one_token if it.group != "attention matmuls") // 2
+    return sum(it.total for it in one_token if it.group not in ("attention matmuls", "linear attention")) // 2

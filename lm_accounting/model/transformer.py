@@ -396,7 +396,15 @@ def build_model(
     """The live model for ``cfg``; on ``meta`` (the default) it holds no real memory.
 
     ``dtype`` is the parameters' dtype; left out, it is the setup's (bf16 for ``precision="bf16"``,
-    else fp32).  A ``dtype`` that contradicts the setup is refused."""
+    else fp32).  A ``dtype`` that contradicts the setup is refused, and so is a Gated DeltaNet hybrid or a gated
+    attention output (Qwen3-Next, Qwen3.5): the live model has neither (their figures are proven against
+    transformers' own model, tests/test_arch_qwen3_next.py)."""
+    if cfg.hybrid or cfg.attention_output_gate:
+        raise AccountingError(
+            f"{cfg.name}: the live model (lm_accounting/model) has no Gated DeltaNet layers and no gated attention "
+            "output; its parameters and FLOPs are proven against transformers' own model instead "
+            "(tests/test_arch_qwen3_next.py)"
+        )
     if setup is not None:
         wanted = getattr(torch, TORCH_DTYPES[setup.param_dtype])
         if dtype is not None and dtype != wanted:

@@ -40,6 +40,14 @@ def describe_config(cfg: ModelConfig) -> str:
     extras = [head, *_ffn_widths(cfg), "tied" if cfg.tie_embeddings else "untied"]
     if cfg.qk_norm:
         extras.append("qk-norm")
+    if cfg.hybrid:
+        extras.append(
+            f"{cfg.linear_layers} Gated DeltaNet + {cfg.attention_layers} attention layers "
+            f"(H_k {cfg.linear_key_heads} × d_k {cfg.linear_key_head_dim}, H_v {cfg.linear_value_heads} × "
+            f"d_v {cfg.linear_value_head_dim}, conv {cfg.linear_conv_kernel})"
+        )
+    if cfg.attention_output_gate:
+        extras.append("gated attention output")
     return (
         f"{cfg.name}: vocab {cfg.vocab_size:,} · {plural(cfg.num_layers, 'layer')} · d_model {cfg.d_model:,} · "
         f"{heads} · " + " · ".join(extras)
@@ -86,6 +94,11 @@ def kv_cache_formula(cfg) -> str:
     """The KV-cache closed form that applies to ``cfg`` (latent attention, sliding windows)."""
     entry = "(r_kv + d_rope) (MLA: the latent and the shared RoPE key)" if cfg.mla else "2 · kv_heads · d_head"
     tokens = "S" if cfg.sliding_window is None else "Σ_layers min(S, w) on windowed layers, S on the others"
+    if cfg.hybrid:  # Gated DeltaNet: K and V on the attention layers, a fixed state on the others (kv_cache.py)
+        return (
+            f"KV cache = {entry} · L_attn · S · B · bytes + L_lin · B · (conv_dim · K · bytes + H_v · d_k · d_v · 4) "
+            "(inference; the linear layers' conv and fp32 recurrent states)"
+        )
     return f"KV cache = {entry} · L · {tokens} · B · bytes (inference)".replace(" · L · Σ_layers", " · Σ_layers")
 
 

@@ -22,6 +22,8 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
         out.append("sliding-window attention with attention=sdpa (the live model refuses it)")
     if setup.attention == "sdpa" and cfg.mla:
         out.append("latent attention with attention=sdpa (the live model refuses it)")
+    if cfg.hybrid or cfg.attention_output_gate:
+        out.append("Gated DeltaNet layers and gated attention (the live model has neither: Qwen3-Next, Qwen3.5)")
     later = [u for u in cfg.unsupported_for_replay() if u in NOT_PROGRAMMED]
     if later:
         out.append(
