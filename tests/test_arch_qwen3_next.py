@@ -90,7 +90,8 @@ QWEN3_NEXT = {  # Qwen/Qwen3-Next-80B-A3B-Instruct/config.json (see the module d
     "use_cache": True,
     "vocab_size": 151936,
 }
-QWEN3_5_MOE = {  # Qwen3_5MoeTextConfig's defaults (Qwen3.5-35B-A3B) in a qwen3_5_moe wrapper
+QWEN3_5_MOE = {  # the qwen3_5_moe config.json of the 35B-A3B checkpoints (Qwen3.5/3.6-35B-A3B), as copies of it in public
+    # repositories give it: Qwen3_5MoeTextConfig's defaults but for its 262,144-token context and rope_theta 10⁷
     "model_type": "qwen3_5_moe",
     "tie_word_embeddings": False,
     "vision_config": {"model_type": "qwen3_5_moe_vision", "depth": 27},
@@ -103,7 +104,7 @@ QWEN3_5_MOE = {  # Qwen3_5MoeTextConfig's defaults (Qwen3.5-35B-A3B) in a qwen3_
         "num_attention_heads": 16,
         "num_key_value_heads": 2,
         "head_dim": 256,
-        "max_position_embeddings": 32768,
+        "max_position_embeddings": 262144,
         "moe_intermediate_size": 512,
         "shared_expert_intermediate_size": 512,
         "num_experts": 256,
@@ -111,7 +112,7 @@ QWEN3_5_MOE = {  # Qwen3_5MoeTextConfig's defaults (Qwen3.5-35B-A3B) in a qwen3_
         "full_attention_interval": 4,
         "rope_parameters": {
             "rope_type": "default",
-            "rope_theta": 10000.0,
+            "rope_theta": 10000000,
             "partial_rotary_factor": 0.25,
             "mrope_interleaved": True,
             "mrope_section": [11, 11, 10],
