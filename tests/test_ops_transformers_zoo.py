@@ -41,6 +41,8 @@ ZOO = {
         "sliding_window": 10,
         "sliding_window_pattern": 2,
     },
+    # OLMo-3: OLMo-2's program, layers 0-2 and 4 windowed, 3 full (both masks, a rotary table per type)
+    "olmo3": {**LLAMA_LIKE, "num_hidden_layers": 5, "sliding_window": 10},
     # Llama's program under other classes (``PROGRAMS``)
     "iquestcoder": LLAMA_LIKE,
     "hunyuan_v1_dense": {**LLAMA_LIKE, "head_dim": 8},
@@ -188,6 +190,22 @@ def test_gemma_variants_equal_transformers():
     check(tiny("gemma2", tie_word_embeddings=False), 12, TrainingSetup(precision="bf16"))
     six = tiny("gemma3_text", num_hidden_layers=6, sliding_window_pattern=6)
     check(six, 12, TrainingSetup(attention="sdpa", checkpoint="full"))
+
+
+@pytest.mark.parametrize(
+    "setup",
+    [
+        TrainingSetup(attention="naive", precision="bf16"),
+        TrainingSetup(attention="sdpa", precision="amp-bf16", checkpoint="full"),
+        TrainingSetup(attention="sdpa"),
+    ],
+    ids=lambda s: "-".join(s.to_dict().values()),
+)
+def test_olmo3_windows_equal_transformers(setup):
+    """OLMo-3 at S = 12, past its 10-key window: both masks every forward, a table per layer type, the windowed
+    layers in runs (``alike_runs``), against its class on meta and the plain run against the CPU allocator."""
+    check(tiny("olmo3"), 12, setup)
+    check_plain(tiny("olmo3"), 12, 2, setup)
 
 
 @pytest.mark.parametrize("model_type", ["iquestcoder", "hunyuan_v1_dense", "granite"])

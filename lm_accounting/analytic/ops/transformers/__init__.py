@@ -40,6 +40,7 @@ PROGRAMS = {
     "hunyuan_v1_dense": "llama",
     "gpt2": "gpt2",
     "olmo2": "olmo2",
+    "olmo3": "olmo2",  # OLMo-2's with a mask and a rotary table per layer type
     "phi3": "phi3",
     "gemma2": "gemma",
     "gemma3_text": "gemma",

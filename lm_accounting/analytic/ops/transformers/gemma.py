@@ -36,11 +36,10 @@ from .llama import (
     LlamaForCausalLM,
     apply_rotary_pos_emb,
     arange_plus,
-    eager_mask,
     find_packed_sequence_indices,
     for_causal_lm_loss,
     rotary_embedding,
-    sdpa_mask,
+    windowed_masks,
 )
 from .llama import unsupported as llama_unsupported
 
@@ -185,16 +184,6 @@ class GemmaForCausalLM(LlamaForCausalLM):
         out.append(self.norm.weight)
         return out + ([self.lm_head] if self.lm_head is not None else [])
 
-    def masks(self) -> dict[bool, Tensor | None]:
-        """The full-attention mask and the sliding-window one (:431-434), by "windowed"."""
-        window = self.cfg.sliding_window
-        if self.setup.attention == "naive":
-            return {
-                False: eager_mask(self.batch, self.seq, self.dtype, None),
-                True: eager_mask(self.batch, self.seq, self.dtype, window),
-            }
-        return {False: sdpa_mask(self.batch, self.seq, None, True), True: sdpa_mask(self.batch, self.seq, window, True)}
-
     def model(self) -> Tensor:
         """``Gemma2Model.forward`` (modeling_gemma2.py:396-455) / ``Gemma3TextModel.forward``."""
         # :410, :343: ``super().forward(input_ids) * self.embed_scale.to(self.weight.dtype)``
@@ -204,7 +193,9 @@ class GemmaForCausalLM(LlamaForCausalLM):
         position_ids = A.unsqueeze(arange_plus(self.seq), 0)  # :417-419
         with no_grad():
             find_packed_sequence_indices(A.expand(position_ids, self.batch, -1))
-        causal_mask_mapping = self.masks()  # :421-434
+        causal_mask_mapping = windowed_masks(  # :421-434
+            self.batch, self.seq, self.dtype, self.setup.attention, self.cfg.sliding_window
+        )
         hidden_states = inputs_embeds
         del inputs_embeds
         tables = {t: rotary_embedding(hidden_states, position_ids, self.inv_freq) for t in sorted(set(self.types))}

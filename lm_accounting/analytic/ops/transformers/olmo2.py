@@ -8,6 +8,11 @@ The model, its MLP, its masks and its loss are Llama's (``llama.py``).  What OLM
 * post-norms: each sub-block's output is normalized before the residual add (:309, :315); no pre-norm;
 * ``Olmo2RotaryEmbedding`` returns cos and sin in fp32 (no cast to the activations' dtype), so in bf16 the
   rotary products are fp32 and ``apply_rotary_pos_emb`` casts q and k back (:172-177).
+
+OLMo-3 (``models/olmo3/modeling_olmo3.py``, ``Olmo3ForCausalLM``) is OLMo-2 with sliding windows by
+``layer_types``: both masks built every forward, the full one and the sliding one (:419-423), and one rotary table,
+with its two buffers, per layer type (:426-428, ``Olmo3RotaryEmbedding``: the same size, so the set's order does not
+matter), each layer taking its type's (:430-437).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from __future__ import annotations
 from ....config import ModelConfig
 from ....setup import TrainingSetup
 from .. import aten as A
-from ..tensors import Tensor, no_grad, parameter
+from ..tensors import Tensor, empty, no_grad, parameter
 from .attention import eager_attention_forward, sdpa_attention_forward
 from .llama import (
     MLP,
@@ -27,6 +32,7 @@ from .llama import (
     eager_mask,
     find_packed_sequence_indices,
     rotate_half,
+    windowed_masks,
 )
 from .llama import unsupported as llama_unsupported
 
@@ -149,14 +155,44 @@ class Olmo2ForCausalLM(LlamaForCausalLM):
         return self.norm(hidden_states)
 
 
+class Olmo3ForCausalLM(Olmo2ForCausalLM):
+    """``Olmo3ForCausalLM``: OLMo-2's with a mask and a rotary table per layer type (the module docstring)."""
+
+    def __init__(self, cfg: ModelConfig, seq: int, setup: TrainingSetup, batch=B):
+        super().__init__(cfg, seq, setup, batch)
+        self.types = [cfg.layer_windowed(i) for i in range(cfg.num_layers)]
+        half = cfg.d_head // 2  # {type}_inv_freq and {type}_original_inv_freq per layer type (Llama's made one pair)
+        self.type_buffers = [empty((half,), "fp32", "inv_freq") for _ in range(2 * (len(set(self.types)) - 1))]
+
+    def model(self) -> Tensor:
+        """``Olmo3Model.forward`` (modeling_olmo3.py:386-446)."""
+        inputs_embeds = A.embedding(self.embed_tokens, self.input_ids)
+        position_ids = A.unsqueeze(arange_plus(self.seq), 0)
+        with no_grad():
+            find_packed_sequence_indices(A.expand(position_ids, self.batch, -1))
+        masks = windowed_masks(self.batch, self.seq, self.dtype, self.setup.attention, self.cfg.sliding_window)
+        hidden_states = inputs_embeds
+        del inputs_embeds
+        tables = {t: rotary_embedding(position_ids, self.inv_freq) for t in sorted(set(self.types))}
+        hidden_states = self.run_layers(
+            hidden_states,
+            lambda i: dict(
+                attention_mask=masks[self.types[i]], position_embeddings=tables[self.types[i]], position_ids=position_ids
+            ),
+        )
+        return self.norm(hidden_states)
+
+
 def causal_lm(cfg: ModelConfig, seq: int, setup: TrainingSetup, batch=B, device: str = "meta") -> Olmo2ForCausalLM:
     """The program of ``ops.transformers.predict_step`` (the same on a meta and a cpu target)."""
-    return Olmo2ForCausalLM(cfg, seq, setup, batch)
+    return (Olmo3ForCausalLM if cfg.hf_model_type == "olmo3" else Olmo2ForCausalLM)(cfg, seq, setup, batch)
 
 
 def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
     """What this transliteration does not cover for ``cfg`` under ``setup``."""
     out = [r for r in llama_unsupported(cfg, setup) if "qk-norm" not in r and "norm, MLP" not in r]
+    if cfg.sliding_window is not None and cfg.hf_model_type != "olmo3":
+        out.append("an olmo2 model with a sliding window")
     if cfg.norm != "rmsnorm" or cfg.norm_placement != "post" or cfg.mlp != "swiglu" or cfg.positions != "rope":
         out.append("an olmo2 model with another norm, norm placement, MLP or positions")
     if not cfg.qk_norm or cfg.qk_norm_scope != "projection":
