@@ -1850,7 +1850,12 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
     "internlm3": _write_llama,
     "helium": _write_llama,
     "granite": _write_llama,
-    "olmo3": lambda cfg: {**_write_common(cfg), "attention_bias": cfg.qkv_bias, **_write_window(cfg, layer_types=True)},  # its multipliers left at the class's 1.0: they change no count and no byte
+    "gemma": lambda cfg: {**_write_common(cfg), "attention_bias": cfg.qkv_bias},
+    "olmo3": lambda cfg: {
+        **_write_common(cfg),
+        "attention_bias": cfg.qkv_bias,
+        **_write_window(cfg, layer_types=True),
+    },  # its multipliers left at the class's 1.0: they change no count and no byte
     "iquestcoder": _write_llama,
     "ernie4_5": lambda cfg: {**_write_common(cfg), "use_bias": cfg.qkv_bias},
     "seed_oss": lambda cfg: {

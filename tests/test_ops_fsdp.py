@@ -208,6 +208,7 @@ ZOO = {
     "phi3": {**LLAMA_LIKE, "vocab_size": 32064, "sliding_window": 10},  # fused qkv and gate_up (pad id 32000)
     "gemma2": {**LLAMA_LIKE, "head_dim": 8, "sliding_window": 10},  # sandwich norms, GeGLU, scaled embeddings
     "gemma3_text": {**LLAMA_LIKE, "head_dim": 8, "sliding_window": 10, "sliding_window_pattern": 2},
+    "gemma": {**LLAMA_LIKE, "head_dim": 8},  # v1: pre-norms, the scaled embedding's fp32 buffer under the policy
 }
 ZOO_SETUPS = [
     TrainingSetup(),

@@ -44,6 +44,7 @@ PROGRAMS = {
     "phi3": "phi3",
     "gemma2": "gemma",
     "gemma3_text": "gemma",
+    "gemma": "gemma",  # v1: Llama's layer with Gemma's norm, MLP and scaled embedding
 }
 """hf_model_type -> the module of this package that transliterates its modeling file."""
 B = Affine(1)  # the micro-batch as a symbol

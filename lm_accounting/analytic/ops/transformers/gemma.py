@@ -17,7 +17,9 @@ differently:
   (``Gemma2Config``'s defaults, which ``hf_config.to_hf_dict`` keeps);
 * Gemma 3: q and k RMSNormed per head after the transpose (``modeling_gemma3.py``:329-330), one rotary table
   per layer type (``modeling_gemma3.py``:533-534: ``set(layer_types)``; both the same size, so their order, a set's, does not
-  matter), no soft-capping by default.
+  matter), no soft-capping by default;
+* Gemma (v1, ``models/gemma/modeling_gemma.py``): Llama's layer (two pre-norms) with Gemma's RMSNorm and GeGLU,
+  Gemma's scaled embedding, one causal mask and one rotary table (Llama's), no soft-capping.
 """
 
 from __future__ import annotations
@@ -43,9 +45,9 @@ from .llama import (
 )
 from .llama import unsupported as llama_unsupported
 
-ATTN_SOFTCAP = {"gemma2": 50.0, "gemma3_text": None}
+ATTN_SOFTCAP = {"gemma2": 50.0, "gemma3_text": None, "gemma": None}
 """``attn_logit_softcapping`` of ``Gemma2Config`` (configuration_gemma2.py:90); Gemma 3's attention ignores it."""
-FINAL_SOFTCAP = {"gemma2": 30.0, "gemma3_text": None}
+FINAL_SOFTCAP = {"gemma2": 30.0, "gemma3_text": None, "gemma": None}
 """``final_logit_softcapping``: ``Gemma2Config`` 30.0 (:89), ``Gemma3TextConfig`` None."""
 
 
@@ -155,6 +157,32 @@ class DecoderLayer(GradientCheckpointingLayer):
         return A.add(residual, hidden_states)  # :327
 
 
+class PreNormDecoderLayer(GradientCheckpointingLayer):
+    """``GemmaDecoderLayer`` (modeling_gemma.py:286-326): Llama's layer with Gemma's norm and MLP."""
+
+    def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str):
+        self.self_attn = Attention(cfg, dtype, attn, name + ".self_attn")
+        self.mlp = MLP(cfg, dtype, name + ".mlp")
+        self.input_layernorm = RMSNorm(cfg.d_model, dtype, name + ".input_layernorm")
+        self.post_attention_layernorm = RMSNorm(cfg.d_model, dtype, name + ".post_attention_layernorm")
+
+    def params(self) -> list[Tensor]:
+        norms = [self.input_layernorm.weight, self.post_attention_layernorm.weight]
+        return self.self_attn.params() + self.mlp.params() + norms
+
+    def forward(
+        self, hidden_states: Tensor, attention_mask=None, position_embeddings=None, position_ids=None
+    ) -> Tensor:
+        residual = hidden_states
+        hidden_states = self.input_layernorm(hidden_states)
+        hidden_states, _ = self.self_attn(hidden_states, position_embeddings, attention_mask)
+        hidden_states = A.add(residual, hidden_states)
+        residual = hidden_states
+        hidden_states = self.post_attention_layernorm(hidden_states)
+        hidden_states = self.mlp(hidden_states)
+        return A.add(residual, hidden_states)
+
+
 class GemmaForCausalLM(LlamaForCausalLM):
     """``Gemma2ForCausalLM`` / ``Gemma3ForCausalLM`` with their text model, labels given."""
 
@@ -164,11 +192,13 @@ class GemmaForCausalLM(LlamaForCausalLM):
         self.embed_tokens = parameter((cfg.vocab_size, cfg.d_model), dtype, "embed_tokens.weight")
         # a buffer, made in the model's dtype (an fp32 model under FSDP2's bf16 policy keeps it fp32)
         self.embed_scale = empty((), buffer_dtype or dtype, "embed_scale")
-        self.layers = [DecoderLayer(cfg, dtype, setup.attention, f"layers.{i}") for i in range(cfg.num_layers)]
+        layer = PreNormDecoderLayer if cfg.hf_model_type == "gemma" else DecoderLayer
+        self.layers = [layer(cfg, dtype, setup.attention, f"layers.{i}") for i in range(cfg.num_layers)]
         for layer in self.layers:
             layer.gradient_checkpointing = setup.checkpoint == "full"
         self.norm = RMSNorm(cfg.d_model, dtype, "norm")
         self.types = [cfg.layer_windowed(i) for i in range(cfg.num_layers)]
+        self.windowed = cfg.hf_model_type != "gemma"  # Gemma 2 and 3 build the sliding mask too
         tables = len(set(self.types)) if cfg.hf_model_type == "gemma3_text" else 1
         half = cfg.d_head // 2  # buffers: inv_freq and original_inv_freq (per layer type for Gemma 3)
         self.buffers = [empty((half,), "fp32", "inv_freq") for _ in range(2 * tables)]
@@ -193,8 +223,8 @@ class GemmaForCausalLM(LlamaForCausalLM):
         position_ids = A.unsqueeze(arange_plus(self.seq), 0)  # :417-419
         with no_grad():
             find_packed_sequence_indices(A.expand(position_ids, self.batch, -1))
-        causal_mask_mapping = windowed_masks(  # :421-434
-            self.batch, self.seq, self.dtype, self.setup.attention, self.cfg.sliding_window
+        causal_mask_mapping = windowed_masks(  # :421-434 (Gemma v1: the full one only)
+            self.batch, self.seq, self.dtype, self.setup.attention, self.cfg.sliding_window, windowed=self.windowed
         )
         hidden_states = inputs_embeds
         del inputs_embeds
@@ -238,8 +268,11 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
     out = [r for r in llama_unsupported(cfg, setup) if "sliding" not in r and "norm, MLP" not in r]
     if cfg.hf_model_type == "gemma2" and setup.attention == "sdpa":
         out.append("transformers runs gemma2 with eager attention only (sdpa has no soft-capping)")
-    if cfg.sliding_window is None:
+    placement = "pre" if cfg.hf_model_type == "gemma" else "sandwich"
+    if cfg.sliding_window is None and placement == "sandwich":
         out.append("a gemma model without a sliding window (transformers' mask needs one)")
-    if cfg.norm != "rmsnorm" or cfg.norm_placement != "sandwich" or cfg.mlp != "geglu" or not cfg.scale_embeddings:
+    if cfg.sliding_window is not None and placement == "pre":
+        out.append("a gemma (v1) model with a sliding window")
+    if cfg.norm != "rmsnorm" or cfg.norm_placement != placement or cfg.mlp != "geglu" or not cfg.scale_embeddings:
         out.append("a gemma model with another norm, norm placement, MLP or unscaled embeddings")
     return out

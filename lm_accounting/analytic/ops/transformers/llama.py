@@ -355,12 +355,19 @@ def eager_mask(batch: Dim, seq: int, dtype: str, window: int | None) -> Tensor:
     return out
 
 
-def windowed_masks(batch: Dim, seq: int, dtype: str, attention: str, window: int | None) -> dict[bool, Tensor | None]:
+def windowed_masks(
+    batch: Dim, seq: int, dtype: str, attention: str, window: int | None, windowed: bool = True
+) -> dict[bool, Tensor | None]:
     """The full-attention mask and the sliding-window one, by "windowed", as the models with both layer types build
-    them every forward (``create_causal_mask``, then ``create_sliding_window_causal_mask``: Gemma 2/3, OLMo-3)."""
-    if attention == "naive":
-        return {False: eager_mask(batch, seq, dtype, None), True: eager_mask(batch, seq, dtype, window)}
-    return {False: sdpa_mask(batch, seq, None, True), True: sdpa_mask(batch, seq, window, True)}
+    them every forward (``create_causal_mask``, then ``create_sliding_window_causal_mask``: Gemma 2/3, OLMo-3);
+    the full one only where not ``windowed``."""
+    make = (
+        (lambda w: eager_mask(batch, seq, dtype, w))
+        if attention == "naive"
+        else (lambda w: sdpa_mask(batch, seq, w, True))
+    )
+    full = make(None)
+    return {False: full, True: make(window)} if windowed else {False: full}
 
 
 def arange_plus(n: int) -> Tensor:

@@ -177,7 +177,9 @@ class Olmo3ForCausalLM(Olmo2ForCausalLM):
         hidden_states = self.run_layers(
             hidden_states,
             lambda i: dict(
-                attention_mask=masks[self.types[i]], position_embeddings=tables[self.types[i]], position_ids=position_ids
+                attention_mask=masks[self.types[i]],
+                position_embeddings=tables[self.types[i]],
+                position_ids=position_ids,
             ),
         )
         return self.norm(hidden_states)
