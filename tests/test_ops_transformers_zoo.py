@@ -43,6 +43,13 @@ ZOO = {
     },
     # OLMo-3: OLMo-2's program, layers 0-2 and 4 windowed, 3 full (both masks, a rotary table per type)
     "olmo3": {**LLAMA_LIKE, "num_hidden_layers": 5, "sliding_window": 10},
+    "ministral": {
+        **LLAMA_LIKE,
+        "head_dim": 8,
+        "num_hidden_layers": 4,
+        "sliding_window": 10,
+        "layer_types": ["sliding_attention", "full_attention"] * 2,
+    },
     "gemma": {**LLAMA_LIKE, "head_dim": 8},  # v1: Llama's layer with Gemma's norm, GeGLU and scaled embedding
     # Llama's program under other classes (``PROGRAMS``)
     "iquestcoder": LLAMA_LIKE,
@@ -209,7 +216,7 @@ def test_olmo3_windows_equal_transformers(setup):
     check_plain(tiny("olmo3"), 12, 2, setup)
 
 
-@pytest.mark.parametrize("model_type", ["iquestcoder", "hunyuan_v1_dense", "granite", "gemma"])
+@pytest.mark.parametrize("model_type", ["iquestcoder", "hunyuan_v1_dense", "granite", "gemma", "ministral"])
 @pytest.mark.parametrize(
     "setup",
     [TrainingSetup(attention="naive", precision="amp-bf16"), TrainingSetup(attention="sdpa", checkpoint="full")],
@@ -218,9 +225,9 @@ def test_olmo3_windows_equal_transformers(setup):
 def test_more_classes_equal_their_programs(model_type, setup):
     """IQuest-Coder and HunYuan-Dense (q/k norms after RoPE) are Llama's program, Granite Llama's with its
     multipliers' three elementwise ops (``granite``), Gemma (v1) Llama's layer with Gemma's pieces (``gemma``),
-    checked against their own classes, and the plain run against the CPU allocator (Granite's Python-number factors
-    wrapped in 8-byte tensors).  (Ministral builds a full-attention mask beside its
-    sliding one even when every layer slides: not Llama's program, 144 B apart in a plain CPU run.)"""
+    Ministral Mistral's with both masks built every forward (windowed and full layers alternating, S = 12 past the
+    10-key window), checked against their own classes, and the plain run against the CPU allocator (Granite's
+    Python-number factors wrapped in 8-byte tensors)."""
     check(tiny(model_type), 12, setup)
     check_plain(tiny(model_type), 8, 2, setup)
 

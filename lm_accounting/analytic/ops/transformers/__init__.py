@@ -36,6 +36,7 @@ PROGRAMS = {
     # Llama's op sequence under another class (checked against each class, tests/test_ops_transformers_zoo.py):
     # IQuest-Coder's file is Llama's; HunYuan-Dense runs its per-head q/k norms after RoPE (``norm_after_rope``)
     "iquestcoder": "llama",
+    "ministral": "llama",  # Mistral's, with both masks built every forward
     "granite": "granite",
     "hunyuan_v1_dense": "llama",
     "gpt2": "gpt2",

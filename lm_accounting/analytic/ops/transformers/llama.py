@@ -417,14 +417,19 @@ class LlamaForCausalLM:
         with no_grad():
             find_packed_sequence_indices(A.expand(position_ids, self.batch, -1))
         window = self.cfg.sliding_window  # mistral: create_sliding_window_causal_mask
-        if self.setup.attention == "naive":  # :395-401
-            causal = eager_mask(self.batch, self.seq, self.dtype, window)
+        if self.cfg.hf_model_type == "ministral":  # both masks, each layer its type's (modeling_ministral.py:386-397)
+            masks = windowed_masks(self.batch, self.seq, self.dtype, self.setup.attention, window)
+        elif self.setup.attention == "naive":  # :395-401
+            masks = dict.fromkeys((False, True), eager_mask(self.batch, self.seq, self.dtype, window))
         else:
-            causal = sdpa_mask(self.batch, self.seq, window, allow_is_causal_skip=True)
+            masks = dict.fromkeys((False, True), sdpa_mask(self.batch, self.seq, window, allow_is_causal_skip=True))
         hidden_states = inputs_embeds  # :403; ``inputs_embeds`` keeps the lookup until the forward returns
         position_embeddings = rotary_embedding(hidden_states, position_ids, self.inv_freq)  # :404
-        kwargs = dict(attention_mask=causal, position_embeddings=position_embeddings, position_ids=position_ids)
-        hidden_states = self.run_layers(hidden_states, lambda i: kwargs)  # :406-414
+        kwargs = [
+            dict(attention_mask=masks[w], position_embeddings=position_embeddings, position_ids=position_ids)
+            for w in (False, True)
+        ]
+        hidden_states = self.run_layers(hidden_states, lambda i: kwargs[self.cfg.layer_windowed(i)])  # :406-414
         return self.norm(hidden_states)  # :416
 
     def embed(self) -> Tensor:
