@@ -113,13 +113,15 @@ def _norm_label(where: str) -> Callable[[ModelConfig], str]:
 def _norm_params_text(cfg: ModelConfig) -> str:
     if not cfg.norm_weights:
         return "0 (no weights)"
-    return "2·d (gain and bias)" if cfg.norm == "layernorm" else "d"
+    return "2·d (gain and bias)" if cfg.norm == "layernorm" and cfg.norm_bias else "d"
 
 
 def _norm_flops_text(cfg: ModelConfig) -> str:
     if not cfg.norm_weights:
         return "5·T·d" if cfg.norm == "layernorm" else "3·T·d"
-    return "7·T·d" if cfg.norm == "layernorm" else "4·T·d"
+    if cfg.norm == "layernorm":
+        return "7·T·d" if cfg.norm_bias else "6·T·d (no bias add)"
+    return "4·T·d"
 
 
 def _norm_tensors(cfg: ModelConfig) -> int:
@@ -127,7 +129,7 @@ def _norm_tensors(cfg: ModelConfig) -> int:
     weights, OLMo)."""
     if not cfg.norm_weights:
         return 0
-    return 2 if cfg.norm == "layernorm" else 1
+    return 2 if cfg.norm == "layernorm" and cfg.norm_bias else 1
 
 
 def _norm(width: Callable[[Sizes], int]) -> tuple[Formula, Formula]:
@@ -422,7 +424,7 @@ REGISTRY: tuple[Component, ...] = (
         "residual",
         saved=Formula(
             act.residual_saved_bytes,
-            "none: 2·T·d·4 (fp32, amp), 0 (bf16); checkpointed: T·d·e",
+            "none: 2·T·d·4 (fp32, amp; parallel block: T·d·4), 0 (bf16); checkpointed: T·d·e",
             "residual stream (none: kept by the norms; checkpointed: the block input)",
         ),
     ),
@@ -678,7 +680,7 @@ REGISTRY: tuple[Component, ...] = (
         "layers.*.ln2",
         _norm_label("before FFN"),
         "norms",
-        present=_pre_norms,
+        present=lambda cfg: cfg.pre_norms and cfg.parallel_block != "one_norm",  # one_norm: ln1 feeds the FFN
         params=_LN2[0],
         elementwise=_LN2[1],
         tensors=_norm_tensors,

@@ -134,6 +134,8 @@ class ModelConfig:
     norm_weights: bool = True
     embedding_norm: bool = False
     lm_head_bias: bool = False
+    parallel_block: str = "none"
+    norm_bias: bool = True
     # -- mixture of experts (None: a dense FFN in every layer; see MOE_FIELDS) --
     num_experts: int | None = None
     experts_per_token: int | None = None
@@ -223,6 +225,7 @@ class ModelConfig:
             "norm_weights",
             "embedding_norm",
             "lm_head_bias",
+            "norm_bias",
             *MOE_FLAGS,
         ):
             if not isinstance(getattr(self, key), bool):
@@ -340,6 +343,13 @@ class ModelConfig:
             )
         if self.qk_norm_scope != "head" and not self.qk_norm:
             raise ConfigError(f"qk_norm_scope = {self.qk_norm_scope} applies only with qk_norm = true")
+        if self.parallel_block != "none" and self.norm_placement != "pre":
+            raise ConfigError(
+                f"parallel_block = {self.parallel_block} runs attention and the MLP side by side on pre-norms; "
+                f"it needs norm_placement = pre, got {self.norm_placement}"
+            )
+        if not self.norm_bias and (self.norm != "layernorm" or not self.norm_weights):
+            raise ConfigError("norm_bias = false applies only to a LayerNorm with weights (norm = layernorm)")
         if self.full_attention_every is not None:
             if self.sliding_window is None:
                 raise ConfigError("full_attention_every applies only with a sliding_window")
@@ -523,6 +533,10 @@ class ModelConfig:
             out.append("attention sinks")
         if not self.norm_weights:
             out.append("norms without weights")
+        if not self.norm_bias:
+            out.append("LayerNorm without bias")
+        if self.parallel_block != "none":
+            out.append("parallel attention and MLP")
         if self.moe:
             out.append("mixture of experts")
         if self.expert_bias:
@@ -562,6 +576,8 @@ class ModelConfig:
             "norm_weights",
             "embedding_norm",
             "lm_head_bias",
+            "parallel_block",
+            "norm_bias",
             *MOE_FIELDS,
             *MLA_FIELDS,
             "hf_model_type",  # the twin is no published model's code
@@ -609,6 +625,11 @@ class ModelConfig:
             parts.append("attention sinks")
         if not self.norm_weights:
             parts[0] += " (no weights)"
+        if not self.norm_bias:
+            parts[0] += " (no bias)"
+        if self.parallel_block != "none":
+            norms = "one norm" if self.parallel_block == "one_norm" else "two norms"
+            parts.insert(1, f"parallel attention + MLP ({norms})")
         if self.embedding_norm:
             parts.append("embedding norm")
         if self.mla:
@@ -699,6 +720,7 @@ ARCHITECTURE_CHOICES: dict[str, tuple[str, ...]] = {
     "mlp": ("swiglu", "geglu", "gelu"),
     "positions": ("rope", "learned", "alibi"),
     "qk_norm_scope": ("head", "projection"),
+    "parallel_block": ("none", "one_norm", "two_norms"),
 }
 """The allowed values of the string architecture options; the first is the course's.
 
@@ -713,9 +735,14 @@ ARCHITECTURE_CHOICES: dict[str, tuple[str, ...]] = {
   j, no parameters; BLOOM, transformers' ``build_alibi_tensor``).
 * ``qk_norm_scope``: ``head`` = one RMSNorm of ``head_dim`` on every Q and K head (Qwen3, Gemma 3);
   ``projection`` = one RMSNorm over the whole Q (``h·head_dim``) and K (``kv·head_dim``) projection (OLMo-2).
+* ``parallel_block``: ``none`` = attention then the MLP, each on its own residual step; ``one_norm`` =
+  ``x + attn(ln1(x)) + mlp(ln1(x))``, one norm feeding both (GPT-J, Phi-1/2, Cohere, Falcon: transformers'
+  ``GPTJBlock``, ``PhiDecoderLayer``, ``CohereDecoderLayer``); ``two_norms`` = ``x + attn(ln1(x)) +
+  mlp(ln2(x))`` (GPT-NeoX/Pythia with ``use_parallel_residual``).  The same matmuls; ``one_norm`` has no ln2.
 
 Booleans: ``qkv_bias`` (Q, K and V projections), ``output_bias`` (attention output projection),
-``mlp_bias`` (every FFN matrix), ``scale_embeddings`` (Gemma: token embeddings × √d_model).
+``mlp_bias`` (every FFN matrix), ``scale_embeddings`` (Gemma: token embeddings × √d_model), ``norm_bias``
+(false: LayerNorms with a gain and no bias, Cohere's ``CohereLayerNorm``).
 ``sliding_window`` (keys a windowed query sees, itself included) with ``full_attention_every`` (None:
 every layer windowed, Mistral; n: every n-th layer full, Gemma 2 n = 2, Gemma 3 n = 6).
 ``attention_sinks`` (gpt-oss): one learned logit per query head joins every row of the attention softmax

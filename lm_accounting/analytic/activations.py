@@ -83,11 +83,17 @@ def mask_saved_bytes(z: Sizes) -> int:
 
 def residual_saved_bytes(z: Sizes) -> int:
     """none: the block's input and middle residual stream, kept by ln1 and ln2 in fp32 (2·T·d·4;
-    fp32 and amp-bf16); 16-bit: 0 (the norms keep fp32 copies instead, counted under them).
+    fp32 and amp-bf16; a parallel block has no middle stream: T·d·4, the input kept by ln1 (and ln2: the same
+    tensor under RMSNorm; LayerNorm keeps its centred input, one per norm, so two norms keep 2·T·d·4)); 16-bit: 0 (the norms keep fp32 copies instead, counted under them).
     full and selective: the block's input, kept by the checkpoint (T·d·e)."""
     if _ck(z) != "none":
         return z.act(z.cfg.d_model)
-    return 2 * z.act(z.cfg.d_model) if z.e == FP32 else 0
+    streams = (
+        1
+        if z.cfg.parallel_block == "one_norm" or (z.cfg.parallel_block == "two_norms" and z.cfg.norm == "rmsnorm")
+        else 2
+    )
+    return streams * z.act(z.cfg.d_model) if z.e == FP32 else 0
 
 
 def block_norm_saved_bytes(z: Sizes) -> int:

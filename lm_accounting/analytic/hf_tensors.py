@@ -59,7 +59,7 @@ FUSED_GATE_UP = ("phi3", "glm", "glm4", "granitemoeshared")
 
 def _norm_tensors(cfg: ModelConfig) -> int:
     """One norm's tensors: LayerNorm's weight and bias, RMSNorm's weight, none without weights (OLMo)."""
-    return 0 if not cfg.norm_weights else 2 if cfg.norm == "layernorm" else 1
+    return 0 if not cfg.norm_weights else 2 if cfg.norm == "layernorm" and cfg.norm_bias else 1
 
 
 def _attention(cfg: ModelConfig) -> list[int]:

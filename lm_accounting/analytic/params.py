@@ -126,10 +126,13 @@ def layernorm_params(width: int) -> int:
 
 def norm_params(cfg: ModelConfig, width: int) -> int:
     """The config's norm (``cfg.norm``) over ``width`` features: RMSNorm ``width``, LayerNorm ``2·width``; none
-    without weights (``norm_weights = false``, OLMo's ``OlmoLayerNorm``)."""
+    without weights (``norm_weights = false``, OLMo's ``OlmoLayerNorm``); a LayerNorm without bias (``norm_bias =
+    false``, Cohere's ``CohereLayerNorm``) ``width``."""
     if not cfg.norm_weights:
         return 0
-    return layernorm_params(width) if cfg.norm == "layernorm" else rmsnorm_params(width)
+    if cfg.norm == "layernorm" and cfg.norm_bias:
+        return layernorm_params(width)
+    return rmsnorm_params(width)
 
 
 def qk_norm_params(cfg: ModelConfig, heads: int) -> int:

@@ -14,6 +14,9 @@ these paths and nothing to the course model (whose ops are unchanged, op for op)
 * ``positions="learned"``: ``position_embeddings`` (after ``token_embeddings``), no RoPE table;
 * ``norm_placement="sandwich"``: ``post_attn_norm`` after ``attn``, ``post_ffn_norm`` after ``ffn``
   (Gemma 2/3); ``"post"``: the same two and no ``ln1``/``ln2`` (OLMo-2);
+* ``parallel_block``: attention and the FFN on the same block input, one residual sum (GPT-J, GPT-NeoX,
+  Phi, Cohere); ``"one_norm"`` has no ``ln2``;
+* ``norm_bias=False``: every LayerNorm has a gain and no bias (Cohere);
 * ``qk_norm_scope="projection"``: ``attn.q_norm``/``k_norm`` over the whole projection (OLMo-2);
 * ``sliding_window``: windowed layers get a banded causal mask (the matmuls are unchanged: the full
   square is computed and masked, as transformers' eager attention does);
@@ -210,13 +213,17 @@ class TransformerBlock(nn.Module):
 
     ``cfg.norm_placement``: ``"sandwich"`` adds a norm on each sublayer's output,
     ``x + post_attn_norm(Attn(ln1(x)))`` (Gemma 2/3); ``"post"`` keeps only that one,
-    ``x + post_attn_norm(Attn(x))`` (OLMo-2).  Modules are registered in execution order."""
+    ``x + post_attn_norm(Attn(x))`` (OLMo-2).  ``cfg.parallel_block``: attention and the FFN side by side,
+    ``x + Attn(ln1(x)) + FFN(ln1(x))`` (``one_norm``: GPT-J, Phi, Cohere; no ln2) or ``+ FFN(ln2(x))``
+    (``two_norms``: GPT-NeoX).  Modules are registered in execution order."""
 
     def __init__(self, cfg: ModelConfig, device=None, dtype=None, attention: str = "naive", layer: int = 0):
         super().__init__()
 
         def norm():
-            return make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, device=device, dtype=dtype, weights=cfg.norm_weights)
+            return make_norm(
+                cfg.norm, cfg.d_model, cfg.norm_eps, device, dtype, weights=cfg.norm_weights, bias=cfg.norm_bias
+            )
 
         self.ln1 = norm() if cfg.pre_norms else None
         self.attn = (
@@ -241,7 +248,8 @@ class TransformerBlock(nn.Module):
             )
         )
         self.post_attn_norm = norm() if cfg.post_norms else None
-        self.ln2 = norm() if cfg.pre_norms else None
+        self.parallel = cfg.parallel_block != "none"
+        self.ln2 = norm() if cfg.pre_norms and cfg.parallel_block != "one_norm" else None
         if cfg.layer_moe(layer):  # a mixture of experts (``moe``) instead of the dense FFN (``ffn``)
             self.moe, self.ffn = MixtureOfExperts(cfg, device, dtype), None
         else:
@@ -262,6 +270,10 @@ class TransformerBlock(nn.Module):
         mask: Tensor | None,
         cache=None,
     ) -> Tensor:
+        if self.parallel:  # x + attn(ln1(x)) + mlp(ln1(x)), or mlp(ln2(x)) with two norms (GPT-NeoX)
+            h = self.ln1(x)
+            a = self._attend(h, rope, token_positions, mask, cache)
+            return x + a + (self.ffn or self.moe)(h if self.ln2 is None else self.ln2(x))
         if self.post_attn_norm is None:  # pre-norm (the course): exactly its ops
             x = x + self._attend(self.ln1(x), rope, token_positions, mask, cache)
             return x + (self.ffn or self.moe)(self.ln2(x))
@@ -307,14 +319,14 @@ class TransformerLM(nn.Module):
         self.embedding_norm = None
         if cfg.embedding_norm:  # BLOOM's word_embeddings_layernorm
             self.embedding_norm = make_norm(
-                cfg.norm, cfg.d_model, cfg.norm_eps, device=device, dtype=dtype, weights=cfg.norm_weights
+                cfg.norm, cfg.d_model, cfg.norm_eps, device, dtype, weights=cfg.norm_weights, bias=cfg.norm_bias
             )
         self.layers = nn.ModuleList(
             TransformerBlock(cfg, device=device, dtype=dtype, attention=self.setup.attention, layer=i)
             for i in range(cfg.num_layers)
         )
         self.ln_final = make_norm(
-            cfg.norm, cfg.d_model, cfg.norm_eps, device=device, dtype=dtype, weights=cfg.norm_weights
+            cfg.norm, cfg.d_model, cfg.norm_eps, device, dtype, weights=cfg.norm_weights, bias=cfg.norm_bias
         )
         self.lm_head = Linear(cfg.d_model, cfg.vocab_size, device=device, dtype=dtype, bias=cfg.lm_head_bias)
         if cfg.tie_embeddings:
