@@ -141,6 +141,11 @@ SUPPORTED_MODEL_TYPES = (
     "glm4",
     "glm",
     "stablelm",
+    "cohere",
+    "cohere2",
+    "phi",
+    "gpt_neox",
+    "gptj",
 )
 
 
@@ -298,6 +303,7 @@ IGNORED_BY_TYPE = {
     "qwen2_moe": frozenset(["norm_topk_prob", "output_router_logits", "router_aux_loss_coef"]),
     "olmo": frozenset(["clip_qkv"]),
     "bloom": frozenset(["pretraining_tp", "slow_but_exact"]),
+    "gpt_neox": frozenset(["classifier_dropout"]),
     "ernie4_5_moe": frozenset(["moe_norm_min", "output_router_logits", "router_aux_loss_coef"]),
     "glm4_moe": frozenset(_DEEPSEEK_ROUTING),
     "minimax_m2": frozenset(["output_router_logits", "router_aux_loss_coef", "router_jitter_noise"]),
@@ -1266,9 +1272,9 @@ def _minimax_m2(f: _Fields) -> dict[str, Any]:
 
 def _stablelm(f: _Fields) -> dict[str, Any]:
     """StableLM (3B-4E1T, StableLM 2): LayerNorm (``layer_norm_eps``, gain and bias), SwiGLU, biases on Q, K and
-    V when ``use_qkv_bias``, RoPE on a quarter of each head by default.  Refused: ``use_parallel_residual``
-    (attention and MLP from one norm) and ``qk_layernorm`` (one LayerNorm per head, each with its own weights)."""
-    f.only("use_parallel_residual", (False,), "attention, then the MLP (a parallel block is not modelled)")
+    V when ``use_qkv_bias``, RoPE on a quarter of each head by default; ``use_parallel_residual``: attention and the
+    MLP side by side from ``input_layernorm`` alone (``parallel_block = one_norm``).  Refused: ``qk_layernorm``
+    (one LayerNorm per head, each with its own weights)."""
     f.only("qk_layernorm", (False,), "no q/k norm (StableLM's per-head LayerNorms with their own weights)")
     out = {
         "vocab_size": f.int("vocab_size"),
@@ -1285,8 +1291,127 @@ def _stablelm(f: _Fields) -> dict[str, Any]:
         "norm": "layernorm",
         "qkv_bias": f.bool("use_qkv_bias", False),
         "mlp": _only_swiglu(f, "hidden_act"),
+        "parallel_block": "one_norm" if f.bool("use_parallel_residual", False) else "none",
     }
     return {**out, **_rotary(f, out, 0.25, sliced=True)}
+
+
+# -- parallel attention + MLP blocks (``parallel_block``): x + attn(norm(x)) + mlp(norm(x)) ---------------------
+def _gelu_mlp(f: _Fields, key: str, default: str) -> str:
+    """The 2-matrix MLP's activation: any GELU (``gelu`` exact, ``gelu_new`` tanh: the same matmuls)."""
+    act = f.str(key, default)
+    if act not in GELU_ACTIVATIONS:
+        raise f.error(f"field '{key}' = {short_repr(act)} is not supported: a GELU MLP")
+    return "gelu"
+
+
+def _cohere(f: _Fields) -> dict[str, Any]:
+    """Cohere (Command R; transformers' models/cohere, ``CohereDecoderLayer``): ``x + attn(ln(x)) + mlp(ln(x))``
+    from one ``CohereLayerNorm`` (a gain, no bias; ``layer_norm_eps``), a SwiGLU MLP, RoPE on interleaved pairs
+    (``rotate_half`` over ``x[..., ::2]``, ``x[..., 1::2]``), ``attention_bias`` on q/k/v/o, a tied head by default;
+    ``logit_scale`` multiplies the logits by a constant (no parameter, no matmul: read and ignored).  Cohere2
+    (Command R7B, Command A) windows every layer but every ``sliding_window_pattern``-th (``layer_types``) and
+    rotates only the windowed layers' Q and K (RoPE's elementwise FLOPs are counted on every layer: an
+    overestimate of the non-matmul figure only).  Refused: ``use_qk_norm`` (Cohere's q/k LayerNorms hold a
+    gain per head and dimension, (h, head_dim))."""
+    if f.model_type == "cohere":
+        f.only("use_qk_norm", (False,), "no q/k norm (Cohere's per-head LayerNorm gains are not modelled)")
+    f.number("logit_scale", 0.0625)
+    bias = f.bool("attention_bias", False)
+    out = {
+        **_common(f, tie_default=True),
+        "norm_eps": f.number("layer_norm_eps", 1e-5),
+        "norm": "layernorm",
+        "norm_bias": False,
+        "parallel_block": "one_norm",
+        "qkv_bias": bias,
+        "output_bias": bias,
+        "mlp": _only_swiglu(f, "hidden_act"),
+        "rope_interleave": True,
+    }
+    return {**out, **(_window(f, default_every=4, pattern=True) if f.model_type == "cohere2" else {})}
+
+
+def _phi(f: _Fields) -> dict[str, Any]:
+    """Phi-1/1.5/2 (transformers' models/phi, ``PhiDecoderLayer``): ``x + attn(ln(x)) + mlp(ln(x))`` from one
+    LayerNorm (gain and bias), biases on q/k/v and ``dense``, a 2-matrix GELU MLP (``fc1``, ``fc2``, with biases),
+    RoPE on the first ``int(head_dim · partial_rotary_factor)`` of each head (sliced; the class's 0.5), a final
+    LayerNorm and an LM head with a bias.  Refused: ``qk_layernorm`` (per-head LayerNorms on Q and K)."""
+    f.only("qk_layernorm", (False,), "no q/k norm (Phi's per-head LayerNorms are not modelled)")
+    out = {
+        **_common(f, tie_default=False, partial=True),
+        "norm_eps": f.number("layer_norm_eps", 1e-5),
+        "norm": "layernorm",
+        "parallel_block": "one_norm",
+        "qkv_bias": True,
+        "output_bias": True,
+        "mlp_bias": True,
+        "mlp": _gelu_mlp(f, "hidden_act", "gelu_new"),
+        "lm_head_bias": True,
+    }
+    return {**out, **_rotary(f, out, 0.5, sliced=True)}
+
+
+def _gpt_neox(f: _Fields) -> dict[str, Any]:
+    """GPT-NeoX / Pythia (transformers' models/gpt_neox, ``GPTNeoXLayer``): LayerNorms with biases, one fused
+    ``query_key_value`` (3·d x d, per head [q, k, v]: read as our q/k/v, the same matmul split), ``dense``, both
+    with a bias when ``attention_bias``, a 2-matrix GELU MLP with biases; ``use_parallel_residual`` (default true)
+    runs ``x + attn(ln1(x)) + mlp(ln2(x))``, else attention then the MLP.  RoPE on the first
+    ``int(head_size · rotary_pct)`` of each head (0.25; ``rotary_emb_base`` is its θ); the head ``embed_out`` has
+    no bias and is untied by default."""
+    heads = f.int("num_attention_heads")
+    bias = f.bool("attention_bias", True)
+    theta = f.number("rotary_emb_base", 10_000.0)
+    out = {
+        "vocab_size": f.int("vocab_size"),
+        "d_model": f.int("hidden_size"),
+        "num_layers": f.int("num_hidden_layers"),
+        "num_heads": heads,
+        "d_ff": f.int("intermediate_size"),
+        "context_length": f.int("max_position_embeddings"),
+        "rope_theta": _rope_theta(f, partial=True) if f.has("rope_parameters") or f.has("rope_theta") else theta,
+        "norm_eps": f.number("layer_norm_eps", 1e-5),
+        "tie_embeddings": f.bool("tie_word_embeddings", False),
+        "norm": "layernorm",
+        "parallel_block": "two_norms" if f.bool("use_parallel_residual", True) else "none",
+        "qkv_bias": bias,
+        "output_bias": bias,
+        "mlp_bias": True,
+        "mlp": _gelu_mlp(f, "hidden_act", "gelu"),
+        "head_dim": None,
+    }
+    return {**out, **_rotary(f, out, f.number("rotary_pct", 0.25))}
+
+
+def _gptj(f: _Fields) -> dict[str, Any]:
+    """GPT-J (transformers' models/gptj, ``GPTJBlock``): ``x + attn(ln_1(x)) + mlp(ln_1(x))`` from one LayerNorm,
+    q/k/v and ``out_proj`` without biases, a 2-matrix GELU MLP (``fc_in``, ``fc_out``, width ``n_inner`` or 4·d)
+    with biases, RoPE on the first ``rotary_dim`` of each head in interleaved pairs (``rotate_every_two``), a
+    final LayerNorm and an LM head with a bias.  ``rotary_dim`` null (sin/cos as wide as the whole model) is
+    refused."""
+    d = f.int("n_embd")
+    inner = f.int("n_inner", None, allow_none=True)
+    rotary = f.int("rotary_dim", None, allow_none=True)  # absent: the class's 64
+    if rotary is None:
+        raise f.error("field 'rotary_dim' = null is not supported: RoPE on the first rotary_dim of each head")
+    out = {
+        "vocab_size": f.int("vocab_size"),
+        "d_model": d,
+        "num_layers": f.int("n_layer"),
+        "num_heads": f.int("n_head"),
+        "d_ff": 4 * d if inner is None else inner,
+        "context_length": f.int("n_positions"),
+        "rope_theta": _rope_theta(f),
+        "norm_eps": f.number("layer_norm_epsilon", 1e-5),
+        "tie_embeddings": f.bool("tie_word_embeddings", False),
+        "norm": "layernorm",
+        "parallel_block": "one_norm",
+        "mlp_bias": True,
+        "mlp": _gelu_mlp(f, "activation_function", "gelu_new"),
+        "lm_head_bias": True,
+        "rope_interleave": True,
+    }
+    return {**out, "rotary_dim": rotary} if rotary < d // out["num_heads"] else out
 
 
 MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
@@ -1340,6 +1465,11 @@ MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "glm4": lambda f: _glm(f, sandwich=True),
     "glm": _glm,
     "stablelm": _stablelm,
+    "cohere": _cohere,
+    "cohere2": _cohere,
+    "phi": _phi,
+    "gpt_neox": _gpt_neox,
+    "gptj": _gptj,
 }
 assert tuple(MAPPINGS) == SUPPORTED_MODEL_TYPES
 

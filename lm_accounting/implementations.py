@@ -98,6 +98,11 @@ HF_CAUSAL_LM = {
     "minimax_m2": "MiniMaxM2ForCausalLM",
     "glm4": "Glm4ForCausalLM",
     "glm": "GlmForCausalLM",
+    "cohere": "CohereForCausalLM",
+    "cohere2": "Cohere2ForCausalLM",
+    "phi": "PhiForCausalLM",
+    "gpt_neox": "GPTNeoXForCausalLM",
+    "gptj": "GPTJForCausalLM",
     "stablelm": "StableLmForCausalLM",
 }
 """transformers 5.24's causal-LM class per ``model_type`` (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` in

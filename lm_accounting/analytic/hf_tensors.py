@@ -16,9 +16,11 @@ fuse: GPT-2's ``c_attn`` (Q, K and V in one ``Conv1D``, weight and bias), Phi-3'
   Phi-3's gate_up then down; StarCoder2's c_fc then c_proj; a mixture of experts: the router then the experts
   (``FUSED_MOE_ROUTER_FIRST``) or the experts then the router (Qwen3-MoE, DeepSeek), then DeepSeek's shared
   experts or Qwen2-MoE's shared expert and its gate; gpt-oss's router and expert biases after their weights),
-  then the layer's norms (two; four with sandwich norms: Gemma 2/3, GLM-4-0414, HyperCLOVA X; each a weight, and
+  then the layer's norms (two; one in a parallel block from one norm; four with sandwich norms: Gemma 2/3, GLM-4-0414, HyperCLOVA X; each a weight, and
   a bias for a LayerNorm: StableLM, Phi-3.5-MoE, StarCoder2); Granite-MoE's norms come before its MLP
-  (``NORMS_BEFORE_MLP``); the final norm; lm_head unless tied.
+  (``NORMS_BEFORE_MLP``), GPT-NeoX's and GPT-J's before the attention (``NORMS_FIRST``; GPT-NeoX's fused
+  ``query_key_value``, GPT-J's k_proj, v_proj, q_proj, out_proj); the final norm; lm_head unless tied, then
+  its bias (Phi, GPT-J).
 
 tests/test_hf_tensors.py compares every supported model type with transformers' real model on meta, tensor by
 tensor; tests/test_hostile_impl.py every typed preset and committed config.json.
@@ -49,6 +51,14 @@ FUSED_MOE_ROUTER_FIRST = (
 """Mixture-of-experts classes that register the router (``gate``, ``router``, HunYuan's ``gate.wg``) before
 the experts."""
 
+FUSED_QKV = FUSED_QKV_WITH_BIAS + ("gpt_neox",)
+"""One fused Q/K/V tensor (and its bias, where ``qkv_bias``): GPT-NeoX's ``query_key_value`` too (its rows per
+head [q, k, v]: the same numel)."""
+
+NORMS_FIRST = ("gpt_neox", "gptj")
+"""Blocks that register their norms before the attention (``GPTNeoXLayer``: input_layernorm,
+post_attention_layernorm; ``GPTJBlock``: ln_1)."""
+
 NORMS_BEFORE_MLP = ("granitemoe", "granitemoeshared")
 """Blocks that register their two norms before the MLP (``GraniteMoeDecoderLayer``: ``block_sparse_moe`` last,
 then GraniteMoeShared's ``shared_mlp``, fused ``input_linear`` (2·F x d) then ``output_linear``)."""
@@ -74,8 +84,10 @@ def _attention(cfg: ModelConfig) -> list[int]:
         )
         return q + [d * (r + rope), r, r * h * (cfg.qk_nope_head_dim + cfg.v_head_dim), h * cfg.v_head_dim * d]
     q, kv = cfg.num_heads * cfg.d_head, cfg.kv_heads * cfg.d_head
-    if kind in FUSED_QKV_WITH_BIAS:
-        return [d * (q + 2 * kv), q + 2 * kv, d * q, d]
+    if kind in FUSED_QKV:
+        return [d * (q + 2 * kv)] + ([q + 2 * kv] if cfg.qkv_bias else []) + [d * q] + ([d] if cfg.output_bias else [])
+    if kind == "gptj":  # GPTJAttention registers k_proj, v_proj, q_proj, out_proj (no biases)
+        return [kv * d, kv * d, q * d, d * q]
     if kind == "phi3":
         return [d * q, (q + 2 * kv) * d]
     out: list[int] = [cfg.num_heads] if cfg.attention_sinks else []  # gpt-oss's ``sinks``: the module's own
@@ -121,7 +133,10 @@ def _layer(cfg: ModelConfig, layer: int, trained: bool = False) -> list[int]:
     if cfg.hf_model_type in FUSED_QKV_WITH_BIAS:
         attention, mlp = _attention(cfg), _mlp(cfg, layer)
         return [d, d] + attention + [d, d] + mlp
-    norms = [d] * (4 if cfg.norm_placement == "sandwich" else 2) * _norm_tensors(cfg)  # Gemma 2/3, GLM-4-0414: 4
+    count = 4 if cfg.norm_placement == "sandwich" else 1 if cfg.parallel_block == "one_norm" else 2
+    norms = [d] * count * _norm_tensors(cfg)  # Gemma 2/3, GLM-4-0414: 4; a parallel block from one norm: 1
+    if cfg.hf_model_type in NORMS_FIRST:
+        return norms + _attention(cfg) + _mlp(cfg, layer, trained)
     if cfg.hf_model_type in NORMS_BEFORE_MLP:
         return _attention(cfg) + norms + _mlp(cfg, layer, trained)
     return _attention(cfg) + _mlp(cfg, layer, trained) + norms
