@@ -208,6 +208,11 @@ def test_every_supported_type_and_the_later_ones_are_listed():
         "olmo",
         "bloom",
         "ernie4_5_moe",
+        "cohere",
+        "cohere2",
+        "phi",
+        "gpt_neox",
+        "gptj",
     }
     assert "qwen2_moe" not in REFUSED_MODEL_TYPES and "gpt_oss" not in REFUSED_MODEL_TYPES
 

@@ -34,6 +34,7 @@ transformers = pytest.importorskip("transformers")
 from test_arch_bloom import CONFIGS as BLOOM
 from test_arch_ernie4_5_moe import CONFIGS as ERNIE
 from test_arch_olmo import CONFIGS as OLMO
+from test_arch_parallel_block import CONFIGS as PARALLEL
 from test_arch_qwen2_moe import CONFIGS as QWEN2_MOE
 from test_gpt_oss import CONFIGS as GPT_OSS
 from test_hf_zoo import PUBLISHED, WRAPPED, ZOO
@@ -194,6 +195,7 @@ MOE_MINIMAL = {
     "youtu": {"num_key_value_heads": 32},
     "gpt_oss": {"num_local_experts": 8, "num_experts_per_tok": 2},
     "ernie4_5_moe": {"moe_num_experts": 8, "moe_k": 2, "moe_intermediate_size": 256},
+    "gptj": {"rotary_dim": 16},  # the class's 64 exceeds MINIMAL's heads of 32
     "qwen2_moe": {
         "num_experts": 8,
         "num_experts_per_tok": 2,
@@ -244,6 +246,7 @@ HUB_FILES = {
     **OLMO,
     **{name: values for name, (values, _) in BLOOM.items()},
     **ERNIE,
+    **PARALLEL,
 }
 
 

@@ -235,6 +235,7 @@ def test_every_supported_model_type_is_proven_here_or_in_the_truth_tests():
     from test_arch_bloom import CONFIGS as BLOOM
     from test_arch_ernie4_5_moe import CONFIGS as ERNIE
     from test_arch_olmo import CONFIGS as OLMO
+    from test_arch_parallel_block import CONFIGS as PARALLEL
     from test_arch_qwen2_moe import CONFIGS as QWEN2_MOE
     from test_gpt_oss import CONFIGS as GPT_OSS
     from test_transformers_truth import CONFIGS
@@ -244,6 +245,7 @@ def test_every_supported_model_type_is_proven_here_or_in_the_truth_tests():
     first = {values["model_type"] for values, _ in CONFIGS.values()}
     pieces = {c["model_type"] for c, _ in [*GPT_OSS.values(), *BLOOM.values()]}
     pieces |= {c["model_type"] for c in [*QWEN2_MOE.values(), *OLMO.values(), *ERNIE.values()]}
+    pieces |= {c["model_type"] for c in PARALLEL.values()} - set(ZOO)  # StableLM's parallel variant: a ZOO type
     assert first | set(ZOO) | pieces == set(SUPPORTED_MODEL_TYPES)
     assert not first & set(ZOO) and not pieces & (first | set(ZOO))
     assert {values["model_type"] for values in PUBLISHED.values()} <= set(ZOO)
