@@ -146,6 +146,7 @@ SUPPORTED_MODEL_TYPES = (
     "phi",
     "gpt_neox",
     "gptj",
+    "falcon",
 )
 
 
@@ -1414,6 +1415,61 @@ def _gptj(f: _Fields) -> dict[str, Any]:
     return {**out, "rotary_dim": rotary} if rotary < d // out["num_heads"] else out
 
 
+def _falcon(f: _Fields) -> dict[str, Any]:
+    """Falcon (transformers' models/falcon, ``FalconDecoderLayer``): LayerNorms with biases, one fused
+    ``query_key_value`` (read as our q/k/v: the same matmul split), ``dense``, a 2-matrix GELU MLP of
+    ``ffn_hidden_size`` (4·d), every projection with a bias when ``bias``, full RoPE, a tied head by default.
+    The block: ``new_decoder_architecture`` (Falcon-40B/180B) runs attention and the MLP side by side from
+    ``ln_attn`` and ``ln_mlp`` (``num_ln_in_parallel_attn`` 2, its default) or from ``input_layernorm`` (1), with
+    ``num_kv_heads`` K/V heads; otherwise (Falcon-7B) one K/V head when ``multi_query`` (else one per head), and
+    ``parallel_attn``: side by side from ``input_layernorm``, else attention then the MLP.  ``n_embed`` (legacy)
+    overrides ``hidden_size`` as ``FalconConfig.__post_init__`` does.  Refused: ``alibi`` (Falcon's ALiBi) and
+    the combinations ``FalconDecoderLayer`` cannot run (a new-architecture block that is not parallel, two norms
+    without the new architecture, K/V heads that the fused projection does not hold)."""
+    f.only("alibi", (False,), "RoPE (Falcon's ALiBi is not modelled)")
+    d = f.int("n_embed") if f.has("n_embed") else f.int("hidden_size")
+    f.used.add("hidden_size")
+    heads = f.int("num_attention_heads")
+    new, parallel = f.bool("new_decoder_architecture", False), f.bool("parallel_attn", True)
+    norms = f.int("num_ln_in_parallel_attn", None, allow_none=True)
+    multi_query = f.bool("multi_query", True)
+    kv = f.int("num_kv_heads", None, allow_none=True)
+    if new and not parallel:
+        raise f.error("field 'parallel_attn' = false is not supported with new_decoder_architecture (it cannot run)")
+    if new and norms not in (None, 1, 2) or not new and parallel and norms == 2:
+        raise f.error(
+            f"field 'num_ln_in_parallel_attn' = {short_repr(norms)} is not supported here: 2 (or null) with "
+            "new_decoder_architecture, 1, or null"
+        )
+    if not new and (multi_query or kv not in (None, heads)):
+        if not multi_query:
+            raise f.error(f"field 'num_kv_heads' must be num_attention_heads ({heads}) without multi_query")
+        kv = 1
+    block = ("one_norm" if norms == 1 else "two_norms") if new else "one_norm" if parallel else "none"
+    if f.str("activation", "gelu") not in GELU_ACTIVATIONS:
+        raise f.error(f"field 'activation' = {short_repr(f.str('activation', 'gelu'))} is not supported: a GELU MLP")
+    bias = f.bool("bias", False)
+    ffn = f.int("ffn_hidden_size", None, allow_none=True)
+    return {
+        "vocab_size": f.int("vocab_size"),
+        "d_model": d,
+        "num_layers": f.int("num_hidden_layers"),
+        "num_heads": heads,
+        "num_kv_heads": None if kv in (None, heads) else kv,
+        "d_ff": 4 * d if ffn is None else ffn,
+        "context_length": f.int("max_position_embeddings"),
+        "rope_theta": _rope_theta(f),
+        "norm_eps": f.number("layer_norm_epsilon", 1e-5),
+        "tie_embeddings": f.bool("tie_word_embeddings", True),
+        "norm": "layernorm",
+        "parallel_block": block,
+        "qkv_bias": bias,
+        "output_bias": bias,
+        "mlp_bias": bias,
+        "mlp": "gelu",
+    }
+
+
 MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "gpt2": _gpt2,
     "llama": _llama,
@@ -1470,6 +1526,7 @@ MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "phi": _phi,
     "gpt_neox": _gpt_neox,
     "gptj": _gptj,
+    "falcon": _falcon,
 }
 assert tuple(MAPPINGS) == SUPPORTED_MODEL_TYPES
 

@@ -542,6 +542,15 @@ DEFINED_FIELDS: dict[str, frozenset[str]] = {
             num_attention_heads num_hidden_layers pad_token_id resid_pdrop rotary_dim use_cache vocab_size
         """
     ),
+    "falcon": COMMON_FIELDS
+    | _names(
+        """
+            activation alibi attention_dropout bias bos_token_id eos_token_id ffn_hidden_size hidden_dropout
+            hidden_size layer_norm_epsilon max_position_embeddings multi_query n_embed
+            new_decoder_architecture num_attention_heads num_hidden_layers num_kv_heads
+            num_ln_in_parallel_attn pad_token_id parallel_attn use_cache vocab_size
+        """
+    ),
 }
 DEFINED_FIELDS["glm"] = DEFINED_FIELDS["glm4"]  # GlmConfig defines Glm4Config's fields (and defaults)
 
@@ -574,6 +583,7 @@ CONFIG_CLASSES = {
     "phi": "PhiConfig",
     "gpt_neox": "GPTNeoXConfig",
     "gptj": "GPTJConfig",
+    "falcon": "FalconConfig",
     "gemma3": "Gemma3Config",
     "mistral3": "Mistral3Config",
     "kimi_k25": "Kimi_K25Config",
@@ -1237,6 +1247,21 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         "activation_function": "gelu_new",
         "layer_norm_epsilon": 1e-05,
         "tie_word_embeddings": False,
+        "rope_theta": 10000.0,
+    },
+    "falcon": {
+        "num_ln_in_parallel_attn": None,
+        "layer_norm_epsilon": 1e-05,
+        "num_kv_heads": None,
+        "alibi": False,
+        "new_decoder_architecture": False,
+        "multi_query": True,
+        "parallel_attn": True,
+        "bias": False,
+        "max_position_embeddings": 2048,
+        "ffn_hidden_size": None,
+        "activation": "gelu",
+        "tie_word_embeddings": True,
         "rope_theta": 10000.0,
     },
 }

@@ -43,9 +43,9 @@ REASONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "parallel": (
         (
             "attention and MLP in parallel (a parallel block) with a fused projection lm-accounting does not map "
-            "yet (Falcon's query_key_value over grouped or multi-query heads, CodeGen's qkv_proj in mp_num groups)"
+            "yet (CodeGen's qkv_proj in mp_num groups)"
         ),
-        _types("falcon codegen"),
+        _types("codegen"),
     ),
     "mlp_activation": (
         (

@@ -103,6 +103,7 @@ HF_CAUSAL_LM = {
     "phi": "PhiForCausalLM",
     "gpt_neox": "GPTNeoXForCausalLM",
     "gptj": "GPTJForCausalLM",
+    "falcon": "FalconForCausalLM",
     "stablelm": "StableLmForCausalLM",
 }
 """transformers 5.24's causal-LM class per ``model_type`` (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` in

@@ -136,6 +136,36 @@ GPT_J_6B = {  # EleutherAI/gpt-j-6b
     "tie_word_embeddings": False,
     "vocab_size": 50400,
 }
+FALCON_7B = {  # tiiuae/falcon-7b: one K/V head (multi_query), attention and the MLP from one LayerNorm
+    "model_type": "falcon",
+    "architectures": ["FalconForCausalLM"],
+    "alibi": False,
+    "apply_residual_connection_post_layernorm": False,
+    "attention_dropout": 0.0,
+    "bias": False,
+    "bos_token_id": 11,
+    "eos_token_id": 11,
+    "hidden_dropout": 0.0,
+    "hidden_size": 4544,
+    "initializer_range": 0.02,
+    "layer_norm_epsilon": 1e-05,
+    "multi_query": True,
+    "new_decoder_architecture": False,
+    "num_attention_heads": 71,
+    "num_hidden_layers": 32,
+    "parallel_attn": True,
+    "torch_dtype": "bfloat16",
+    "use_cache": True,
+    "vocab_size": 65024,
+}
+FALCON_40B = {  # tiiuae/falcon-40b: the new decoder architecture, 8 K/V heads, ln_attn and ln_mlp
+    **{k: v for k, v in FALCON_7B.items() if k not in ("multi_query", "new_decoder_architecture")},
+    "hidden_size": 8192,
+    "new_decoder_architecture": True,
+    "num_attention_heads": 128,
+    "num_hidden_layers": 60,
+    "num_kv_heads": 8,
+}
 STABLELM_PARALLEL = {  # a small StableLM with use_parallel_residual (input_layernorm alone)
     "model_type": "stablelm",
     "vocab_size": 256,
@@ -157,6 +187,11 @@ CONFIGS = {
     "gpt-j-6b": GPT_J_6B,
     "gpt-j-small-inner": {**GPT_J_6B, "n_embd": 512, "n_layer": 3, "n_inner": 1000, "rotary_dim": 16},
     "stablelm-parallel": STABLELM_PARALLEL,
+    "falcon-7b": FALCON_7B,
+    "falcon-40b": FALCON_40B,
+    "falcon-new-one-norm": {**FALCON_40B, "num_hidden_layers": 3, "num_ln_in_parallel_attn": 1, "bias": True},
+    "falcon-sequential": {**FALCON_7B, "num_hidden_layers": 3, "parallel_attn": False, "multi_query": False},
+    "falcon-sequential-mq": {**FALCON_7B, "num_hidden_layers": 3, "parallel_attn": False, "ffn_hidden_size": 9000},
 }
 PUBLISHED = {"pythia-160m": 162_322_944, "phi-2": 2_779_683_840}
 """Total parameters: Pythia's table (EleutherAI/pythia README, "Total Params"), phi-2's model card."""
@@ -199,6 +234,21 @@ MAPS = {  # model_type -> (layer prefix, the attention module, its layer map, th
             "mlp.dense_4h_to_h": ("ffn.proj",),
         },
         {"gpt_neox.embed_in": "token_embeddings", "gpt_neox.final_layer_norm": "ln_final", "embed_out": "lm_head"},
+    ),
+    "falcon": (
+        "transformer.h.",
+        "self_attention",
+        {
+            "input_layernorm": ("ln1",),
+            "ln_attn": ("ln1",),
+            "ln_mlp": ("ln2",),
+            "post_attention_layernorm": ("ln2",),
+            "self_attention.query_key_value": ("attn.q_proj", "attn.k_proj", "attn.v_proj"),
+            "self_attention.dense": ("attn.output_proj",),
+            "mlp.dense_h_to_4h": ("ffn.fc",),
+            "mlp.dense_4h_to_h": ("ffn.proj",),
+        },
+        {"transformer.word_embeddings": "token_embeddings", "transformer.ln_f": "ln_final"},
     ),
     "gptj": (
         "transformer.h.",
@@ -282,6 +332,10 @@ def test_parameters_by_hand():
     V, d, L = 50304, 768, 12
     block = 4 * d + 3 * d * d + 3 * d + d * d + d + 8 * d * d + 5 * d
     assert parameter_breakdown(config_from_hf(PYTHIA_160M)).total == L * block + 2 * d + 2 * V * d
+    # Falcon-7B (tied): one LayerNorm (2·d), Q plus one K/V head of 64 (d·(d + 128)), dense d², a 4·d MLP
+    V, d, L = 65024, 4544, 32
+    block = 2 * d + d * (d + 128) + d * d + 8 * d * d
+    assert parameter_breakdown(config_from_hf(FALCON_7B)).total == L * block + 2 * d + V * d == 6_921_720_704
 
 
 def test_the_one_norm_block_has_one_norm_fewer():
@@ -319,6 +373,10 @@ def test_readers_map_the_options():
     r7b = config_from_hf(COMMAND_R7B)
     assert (r7b.sliding_window, r7b.full_attention_every, r7b.norm_bias, r7b.tie_embeddings) == (4096, 4, False, True)
     assert "logit_scale" not in config_from_hf(COMMAND_R).ignored_fields  # read: a constant on the logits
+    falcon = config_from_hf(FALCON_7B)  # FalconConfig's multi_query (true) gives one K/V head, whatever num_kv_heads
+    assert (falcon.kv_heads, falcon.parallel_block, falcon.d_ff) == (1, "one_norm", 4 * 4544)
+    assert config_from_hf({**FALCON_7B, "num_kv_heads": 71}).kv_heads == 1  # save_pretrained writes num_kv_heads
+    assert (config_from_hf(FALCON_40B).kv_heads, config_from_hf(FALCON_40B).parallel_block) == (8, "two_norms")
 
 
 @pytest.mark.parametrize(
@@ -328,6 +386,10 @@ def test_readers_map_the_options():
         ({**PHI_2, "qk_layernorm": True}, "field 'qk_layernorm'"),
         ({**GPT_J_6B, "rotary_dim": None}, "field 'rotary_dim' = null is not supported"),
         ({**PYTHIA_160M, "hidden_act": "relu"}, "field 'hidden_act' = 'relu' is not supported: a GELU MLP"),
+        ({**FALCON_7B, "alibi": True}, "field 'alibi' = True is not supported"),
+        ({**FALCON_40B, "parallel_attn": False}, "field 'parallel_attn' = false is not supported"),
+        ({**FALCON_7B, "num_ln_in_parallel_attn": 2}, "field 'num_ln_in_parallel_attn' = 2 is not supported"),
+        ({**FALCON_7B, "multi_query": False, "num_kv_heads": 1}, "field 'num_kv_heads' must be"),
     ],
 )
 def test_what_the_readers_cannot_express_is_refused(values, message, run_cli, tmp_path):

@@ -196,6 +196,7 @@ MOE_MINIMAL = {
     "gpt_oss": {"num_local_experts": 8, "num_experts_per_tok": 2},
     "ernie4_5_moe": {"moe_num_experts": 8, "moe_k": 2, "moe_intermediate_size": 256},
     "gptj": {"rotary_dim": 16},  # the class's 64 exceeds MINIMAL's heads of 32
+    "falcon": {"multi_query": False},  # the class's one K/V head is no num_key_value_heads (test_arch_parallel_block)
     "qwen2_moe": {
         "num_experts": 8,
         "num_experts_per_tok": 2,

@@ -734,7 +734,6 @@ def test_every_causal_lm_type_is_read_or_refused_with_a_reason():
         ("qwen3_next", "Gated DeltaNet"),
         ("lfm2", "short-convolution layers"),
         ("granite_swa", "attention sinks applied as a post-attention logsumexp scaling"),
-        ("falcon", "attention and MLP in parallel"),
         ("codegen", "attention and MLP in parallel"),
         ("persimmon", "squared ReLU"),
         ("laguna", "Laguna's softplus output gate"),
@@ -987,8 +986,8 @@ def test_sarvam_legacy_head_dims_are_dropped_as_transformers_drops_them():
         ({"model_type": "mistral3"}, "its text model ('text_config') is missing"),
         ({"model_type": "kimi_k25", "text_config": "deepseek_v3"}, "its text model ('text_config') is not an object"),
         (
-            {"model_type": "mistral3", "text_config": {"model_type": "falcon"}},
-            "multimodal wrapper whose text model 'falcon' has attention and MLP in parallel",
+            {"model_type": "mistral3", "text_config": {"model_type": "codegen"}},
+            "multimodal wrapper whose text model 'codegen' has attention and MLP in parallel",
         ),
         ({"model_type": "mistral3", "text_config": {"model_type": "nope"}}, "must be a supported model_type"),
         ({"model_type": "gemma3", "text_config": {"model_type": "llama"}}, "must be 'gemma3_text', got 'llama'"),

@@ -51,9 +51,9 @@ FUSED_MOE_ROUTER_FIRST = (
 """Mixture-of-experts classes that register the router (``gate``, ``router``, HunYuan's ``gate.wg``) before
 the experts."""
 
-FUSED_QKV = FUSED_QKV_WITH_BIAS + ("gpt_neox",)
-"""One fused Q/K/V tensor (and its bias, where ``qkv_bias``): GPT-NeoX's ``query_key_value`` too (its rows per
-head [q, k, v]: the same numel)."""
+FUSED_QKV = FUSED_QKV_WITH_BIAS + ("gpt_neox", "falcon")
+"""One fused Q/K/V tensor (and its bias, where ``qkv_bias``): GPT-NeoX's and Falcon's ``query_key_value`` too
+(rows per head [q, k, v], or per K/V group [q..., k, v]: the same numel)."""
 
 NORMS_FIRST = ("gpt_neox", "gptj")
 """Blocks that register their norms before the attention (``GPTNeoXLayer``: input_layernorm,
