@@ -671,6 +671,8 @@ class ModelConfig:
             return "course (Llama-style)" if not self.qk_norm else "course + qk-norm (Qwen3-style)"
         if self.positions == "alibi" and self.embedding_norm:
             return "BLOOM-style (ALiBi + embedding norm)"
+        if self.parallel_block != "none":
+            return "parallel block (GPT-J, GPT-NeoX, Phi, Cohere, Falcon-style)"
         if self.positions == "learned" and self.norm == "layernorm" and self.mlp == "gelu":
             return "GPT-2"
         if self.norm_placement == "sandwich":

@@ -181,6 +181,16 @@ STABLELM_PARALLEL = {  # a small StableLM with use_parallel_residual (input_laye
 CONFIGS = {
     "command-r": COMMAND_R,
     "command-r7b": COMMAND_R7B,
+    "command-r7b-small": {  # Command R7B's block at small widths, the window (128) shorter than both lengths
+        **COMMAND_R7B,
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "num_hidden_layers": 4,
+        "vocab_size": 1000,
+        "sliding_window": 128,
+    },
     "phi-2": PHI_2,
     "pythia-160m": PYTHIA_160M,
     "pythia-160m-sequential": {**PYTHIA_160M, "use_parallel_residual": False, "attention_bias": False},
@@ -358,6 +368,7 @@ def test_norm_without_bias_convention():
     assert nm["layers.*.ln1"].per_layer == 6 * S * 8192 and nm["ln_final"].total == 6 * S * 8192
     assert parameter_breakdown(cfg)["layers.*.ln1"].per_layer == 8192
     assert "parallel attention + MLP (one norm)" in cfg.architecture and "(no bias)" in cfg.architecture
+    assert cfg.family.startswith("parallel block")
 
 
 def test_readers_map_the_options():
