@@ -141,16 +141,40 @@ def _norm(width: Callable[[Sizes], int]) -> tuple[Formula, Formula]:
 
 
 def _qk_norm_shape(heads: str) -> Callable[[ModelConfig], tuple[int, ...]]:
-    """Per head: (d_head,); whole projection (OLMo-2): (heads·d_head,)."""
-    return lambda cfg: (cfg.d_head if cfg.qk_norm_scope == "head" else getattr(cfg, heads) * cfg.d_head,)
+    """Per head: (d_head,); whole projection (OLMo-2): (heads·d_head,); a gain per head (Cohere): (heads, d_head)."""
+
+    def shape(cfg: ModelConfig) -> tuple[int, ...]:
+        if cfg.qk_norm_scope == "head_weights":
+            return (getattr(cfg, heads), cfg.d_head)
+        return (cfg.d_head if cfg.qk_norm_scope == "head" else getattr(cfg, heads) * cfg.d_head,)
+
+    return shape
 
 
 def _qk_norm_label(which: str) -> Callable[[ModelConfig], str]:
-    return lambda cfg: f"{which} norm ({'per head' if cfg.qk_norm_scope == 'head' else 'whole projection'})"
+    scope = {"head": "per head", "projection": "whole projection", "head_weights": "per head, a gain each"}
+    return lambda cfg: f"{which} {'LayerNorm' if cfg.norm == 'layernorm' else 'norm'} ({scope[cfg.qk_norm_scope]})"
 
 
 def _qk_norm_text(heads: str) -> Callable[[ModelConfig], str]:
-    return lambda cfg: "d_head" if cfg.qk_norm_scope == "head" else f"{heads}·d_head"
+    def text(cfg: ModelConfig) -> str:
+        width = "d_head" if cfg.qk_norm_scope == "head" else f"{heads}·d_head"
+        return f"2·{width}" if _qk_norm_tensors(cfg) == 2 else width
+
+    return text
+
+
+def _qk_norm_tensors(cfg: ModelConfig) -> int:
+    """A q/k norm's tensors: a gain, and a bias for a LayerNorm with ``norm_bias``."""
+    return 2 if cfg.norm == "layernorm" and cfg.norm_bias else 1
+
+
+def _qk_norm_flops_text(heads: str) -> Callable[[ModelConfig], str]:
+    def text(cfg: ModelConfig) -> str:
+        per = 4 if cfg.norm != "layernorm" else 7 if cfg.norm_bias else 6
+        return f"{per}·T·{heads}·d_head"
+
+    return text
 
 
 def _bias(
@@ -588,7 +612,10 @@ REGISTRY: tuple[Component, ...] = (
         present=_qk_norm,
         params=Formula(lambda z: pa.qk_norm_params(z.cfg, z.cfg.num_heads), _qk_norm_text("h")),
         shape=_qk_norm_shape("num_heads"),
-        elementwise=Formula(lambda z: fl.rmsnorm_flops(z.T * z.cfg.num_heads, z.cfg.d_head), "4·T·h·d_head"),
+        tensors=_qk_norm_tensors,
+        elementwise=Formula(
+            lambda z: fl.qk_norm_flops(z.cfg, z.T * z.cfg.num_heads, z.cfg.d_head), _qk_norm_flops_text("h")
+        ),
         saved=Formula(lambda z: act.qk_norm_saved_bytes(z, z.cfg.num_heads), "as RMSNorm, per head"),
     ),
     Component(
@@ -598,7 +625,10 @@ REGISTRY: tuple[Component, ...] = (
         present=_qk_norm,
         params=Formula(lambda z: pa.qk_norm_params(z.cfg, z.cfg.kv_heads), _qk_norm_text("kv")),
         shape=_qk_norm_shape("kv_heads"),
-        elementwise=Formula(lambda z: fl.rmsnorm_flops(z.T * z.cfg.kv_heads, z.cfg.d_head), "4·T·kv·d_head"),
+        tensors=_qk_norm_tensors,
+        elementwise=Formula(
+            lambda z: fl.qk_norm_flops(z.cfg, z.T * z.cfg.kv_heads, z.cfg.d_head), _qk_norm_flops_text("kv")
+        ),
         saved=Formula(lambda z: act.qk_norm_saved_bytes(z, z.cfg.kv_heads), "as RMSNorm, per head"),
     ),
     Component(

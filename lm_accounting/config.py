@@ -523,8 +523,12 @@ class ModelConfig:
             out.append("embedding norm")
         if self.lm_head_bias:
             out.append("LM-head bias")
-        if self.qk_norm and self.qk_norm_scope != "head":
+        if self.qk_norm and self.qk_norm_scope == "projection":
             out.append("whole-projection qk-norm")
+        if self.qk_norm and self.qk_norm_scope == "head_weights":
+            out.append("per-head qk-norm gains")
+        if self.qk_norm and self.norm == "layernorm":
+            out.append("LayerNorm qk-norm")
         if self.sliding_window is not None:
             out.append("sliding-window attention")
         if self.scale_embeddings:
@@ -615,7 +619,8 @@ class ModelConfig:
         if biases:
             parts.append("biases " + "/".join(biases))
         if self.qk_norm:
-            parts.append("qk-norm" + ("" if self.qk_norm_scope == "head" else " (whole projection)"))
+            scope = {"head": "", "projection": " (whole projection)", "head_weights": " (per-head gains)"}
+            parts.append("qk-norm" + scope[self.qk_norm_scope])
         if self.sliding_window is not None:
             every = "all layers" if self.full_attention_every is None else f"full every {self.full_attention_every}"
             parts.append(f"window {self.sliding_window:,} ({every})")
@@ -721,7 +726,7 @@ ARCHITECTURE_CHOICES: dict[str, tuple[str, ...]] = {
     "norm_placement": ("pre", "sandwich", "post"),
     "mlp": ("swiglu", "geglu", "gelu"),
     "positions": ("rope", "learned", "alibi"),
-    "qk_norm_scope": ("head", "projection"),
+    "qk_norm_scope": ("head", "projection", "head_weights"),
     "parallel_block": ("none", "one_norm", "two_norms"),
 }
 """The allowed values of the string architecture options; the first is the course's.
@@ -736,7 +741,10 @@ ARCHITECTURE_CHOICES: dict[str, tuple[str, ...]] = {
   to the token embeddings, GPT-2) or ``alibi`` (Press et al. 2022: head i adds ``m_i · j`` to its score for key
   j, no parameters; BLOOM, transformers' ``build_alibi_tensor``).
 * ``qk_norm_scope``: ``head`` = one RMSNorm of ``head_dim`` on every Q and K head (Qwen3, Gemma 3);
-  ``projection`` = one RMSNorm over the whole Q (``h·head_dim``) and K (``kv·head_dim``) projection (OLMo-2).
+  ``projection`` = one RMSNorm over the whole Q (``h·head_dim``) and K (``kv·head_dim``) projection (OLMo-2);
+  ``head_weights`` = each head normalised over its ``head_dim`` with a gain of its own, ``(h, head_dim)`` and
+  ``(kv, head_dim)`` (Cohere's ``use_qk_norm``).  With ``norm = layernorm`` the q/k norms are LayerNorms like the
+  block's (a bias unless ``norm_bias = false``: Phi's ``qk_layernorm``, Cohere's), else RMSNorms.
 * ``parallel_block``: ``none`` = attention then the MLP, each on its own residual step; ``one_norm`` =
   ``x + attn(ln1(x)) + mlp(ln1(x))``, one norm feeding both (GPT-J, Phi-1/2, Cohere, Falcon: transformers'
   ``GPTJBlock``, ``PhiDecoderLayer``, ``CohereDecoderLayer``); ``two_norms`` = ``x + attn(ln1(x)) +

@@ -1313,10 +1313,10 @@ def _cohere(f: _Fields) -> dict[str, Any]:
     ``logit_scale`` multiplies the logits by a constant (no parameter, no matmul: read and ignored).  Cohere2
     (Command R7B, Command A) windows every layer but every ``sliding_window_pattern``-th (``layer_types``) and
     rotates only the windowed layers' Q and K (RoPE's elementwise FLOPs are counted on every layer: an
-    overestimate of the non-matmul figure only).  Refused: ``use_qk_norm`` (Cohere's q/k LayerNorms hold a
-    gain per head and dimension, (h, head_dim))."""
-    if f.model_type == "cohere":
-        f.only("use_qk_norm", (False,), "no q/k norm (Cohere's per-head LayerNorm gains are not modelled)")
+    overestimate of the non-matmul figure only).  ``use_qk_norm`` (Command R+): Q and K normed per head by
+    ``CohereLayerNorm``s holding a gain per head and dimension, (h, head_dim) and (kv, head_dim)
+    (``qk_norm_scope = head_weights``)."""
+    qk_norm = f.model_type == "cohere" and f.bool("use_qk_norm", False)
     f.number("logit_scale", 0.0625)
     bias = f.bool("attention_bias", False)
     out = {
@@ -1329,6 +1329,7 @@ def _cohere(f: _Fields) -> dict[str, Any]:
         "output_bias": bias,
         "mlp": _only_swiglu(f, "hidden_act"),
         "rope_interleave": True,
+        **({"qk_norm": True, "qk_norm_scope": "head_weights"} if qk_norm else {}),
     }
     return {**out, **(_window(f, default_every=4, pattern=True) if f.model_type == "cohere2" else {})}
 
@@ -1337,8 +1338,8 @@ def _phi(f: _Fields) -> dict[str, Any]:
     """Phi-1/1.5/2 (transformers' models/phi, ``PhiDecoderLayer``): ``x + attn(ln(x)) + mlp(ln(x))`` from one
     LayerNorm (gain and bias), biases on q/k/v and ``dense``, a 2-matrix GELU MLP (``fc1``, ``fc2``, with biases),
     RoPE on the first ``int(head_dim · partial_rotary_factor)`` of each head (sliced; the class's 0.5), a final
-    LayerNorm and an LM head with a bias.  Refused: ``qk_layernorm`` (per-head LayerNorms on Q and K)."""
-    f.only("qk_layernorm", (False,), "no q/k norm (Phi's per-head LayerNorms are not modelled)")
+    LayerNorm and an LM head with a bias; ``qk_layernorm``: one LayerNorm of ``head_dim`` (gain and bias) on every
+    Q head and one on every K head."""
     out = {
         **_common(f, tie_default=False, partial=True),
         "norm_eps": f.number("layer_norm_eps", 1e-5),
@@ -1349,6 +1350,7 @@ def _phi(f: _Fields) -> dict[str, Any]:
         "mlp_bias": True,
         "mlp": _gelu_mlp(f, "hidden_act", "gelu_new"),
         "lm_head_bias": True,
+        "qk_norm": f.bool("qk_layernorm", False),
     }
     return {**out, **_rotary(f, out, 0.5, sliced=True)}
 

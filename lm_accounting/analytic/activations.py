@@ -138,12 +138,15 @@ def output_proj_saved_bytes(z: Sizes) -> int:
 
 def qk_norm_saved_bytes(z: Sizes, heads: int) -> int:
     """Per-head RMSNorm on Q or K (none): as RMSNorm over T·heads rows of d_head (its input is a
-    matmul output: 16-bit at bf16 and amp-bf16), plus (fp32) its input; checkpointed: 0."""
+    matmul output: 16-bit at bf16 and amp-bf16), plus (fp32) its input; checkpointed: 0.  A gain per head
+    (``qk_norm_scope = head_weights``) is heads·d_head wide: its fp32 copy at 16-bit is too (the rest is the
+    same; the LayerNorm kind keeps as much, tests/test_arch_parallel_block.py)."""
     if _ck(z) != "none":
         return 0
     width = z.act(heads * z.cfg.d_head)
     xe = 2 if z.amp else z.e
-    return norm_saved_bytes(z, z.T * heads, z.cfg.d_head, xe) + (width if z.e == FP32 and not z.amp else 0)
+    gains = (heads - 1) * z.cfg.d_head * FP32 if z.cfg.qk_norm_scope == "head_weights" and z.e != FP32 else 0
+    return norm_saved_bytes(z, z.T * heads, z.cfg.d_head, xe) + (width if z.e == FP32 and not z.amp else 0) + gains
 
 
 def rope_saved_bytes(z: Sizes) -> int:

@@ -167,6 +167,14 @@ def norm_flops(cfg: ModelConfig, rows: int, width: int) -> int:
     return full - (2 if cfg.norm == "layernorm" else 1) * NORM_AFFINE_PER_ELEMENT * rows * width
 
 
+def qk_norm_flops(cfg: ModelConfig, rows: int, width: int) -> int:
+    """A q/k norm over ``rows`` vectors of ``width`` (it always has a gain): RMSNorm, or with ``norm = layernorm``
+    a LayerNorm (less the bias add when ``norm_bias = false``)."""
+    if cfg.norm != "layernorm":
+        return rmsnorm_flops(rows, width)
+    return layernorm_flops(rows, width) - (0 if cfg.norm_bias else NORM_AFFINE_PER_ELEMENT * rows * width)
+
+
 def bias_add_flops(tokens: int, width: int) -> int:
     """Adding a bias to a (T x width) projection output: 1 per element."""
     return BIAS_PER_ELEMENT * tokens * width

@@ -94,8 +94,9 @@ def _attention(cfg: ModelConfig) -> list[int]:
     for n in (q, kv, kv):
         out += [n * d] + ([n] if cfg.qkv_bias else [])
     out += [d * q] + ([d] if cfg.output_bias else [])
-    if cfg.qk_norm:
-        out += [q, kv] if cfg.qk_norm_scope != "head" else [cfg.d_head, cfg.d_head]
+    if cfg.qk_norm:  # a LayerNorm's weight then bias (Phi's qk_layernorm)
+        per = 2 if cfg.norm == "layernorm" and cfg.norm_bias else 1
+        out += [q] * per + [kv] * per if cfg.qk_norm_scope != "head" else [cfg.d_head] * 2 * per
     return out
 
 

@@ -18,6 +18,8 @@ these paths and nothing to the course model (whose ops are unchanged, op for op)
   Phi, Cohere); ``"one_norm"`` has no ``ln2``;
 * ``norm_bias=False``: every LayerNorm has a gain and no bias (Cohere);
 * ``qk_norm_scope="projection"``: ``attn.q_norm``/``k_norm`` over the whole projection (OLMo-2);
+  ``"head_weights"``: per head with a gain of each head's own, ``(h, head_dim)`` (Cohere); with
+  ``norm="layernorm"`` the q/k norms are LayerNorms (Phi's ``qk_layernorm``, Cohere's);
 * ``sliding_window``: windowed layers get a banded causal mask (the matmuls are unchanged: the full
   square is computed and masked, as transformers' eager attention does);
 * ``scale_embeddings``: token embeddings × √d_model (Gemma);
@@ -54,7 +56,6 @@ from lm_accounting.model.layers import (
     GeluMLP,
     Linear,
     MatMul,
-    RMSNorm,
     RotaryPositionalEmbedding,
     Sinks,
     SwiGLU,
@@ -114,6 +115,8 @@ class CausalSelfAttention(nn.Module):
         qkv_bias: bool = False,
         output_bias: bool = False,
         qk_norm_scope: str = "head",
+        qk_norm_kind: str = "rmsnorm",
+        qk_norm_bias: bool = True,
         sinks: bool = False,
         alibi: bool = False,
         rotary_dim: int | None = None,
@@ -135,12 +138,18 @@ class CausalSelfAttention(nn.Module):
             slopes = torch.empty_like(slopes, device="meta") if on_meta else slopes.to(device)
             self.register_buffer("alibi_slopes", slopes, persistent=False)
         self.qk_norm_whole = qk_norm and qk_norm_scope == "projection"
+        self.qk_norm_gains = qk_norm and qk_norm_scope == "head_weights"
         if qk_norm:  # per head (Qwen3): head_dim; whole projection (OLMo-2): h·head_dim and kv·head_dim
             q_width, k_width = (
                 (num_heads * head_dim, num_kv_heads * head_dim) if self.qk_norm_whole else (head_dim,) * 2
             )
-            self.q_norm = RMSNorm(q_width, eps=eps, device=device, dtype=dtype)
-            self.k_norm = RMSNorm(k_width, eps=eps, device=device, dtype=dtype)
+            self.q_norm = make_norm(qk_norm_kind, q_width, eps, device, dtype, bias=qk_norm_bias)
+            self.k_norm = make_norm(qk_norm_kind, k_width, eps, device, dtype, bias=qk_norm_bias)
+            if self.qk_norm_gains:  # Cohere: a gain (and bias) per head, (n, head_dim), on (..., S, n, head_dim)
+                for norm, n in ((self.q_norm, num_heads), (self.k_norm, num_kv_heads)):
+                    norm.weight = nn.Parameter(torch.ones(n, head_dim, device=device, dtype=dtype))
+                    if getattr(norm, "bias", None) is not None:
+                        norm.bias = nn.Parameter(torch.zeros(n, head_dim, device=device, dtype=dtype))
         else:
             self.q_norm = self.k_norm = None
         if attention == "sdpa":
@@ -171,14 +180,19 @@ class CausalSelfAttention(nn.Module):
         ``rope`` None: no rotation (learned absolute positions were added to the embeddings).
         ``cache``: a ``model.kv_cache.LayerCache`` (inference): K and V are written to it and the
         step attends over the keys it returns."""
-        if self.qk_norm_whole:  # OLMo-2: normalise the whole projections, then split into heads
+        if (
+            self.qk_norm_gains
+        ):  # Cohere: (..., S, n·hd) -> (..., S, n, hd), normed (a gain per head), -> (..., n, S, hd)
+            q = self.q_norm(self.q_proj(x).unflatten(-1, (self.num_heads, self.head_dim))).transpose(-3, -2)
+            k = self.k_norm(self.k_proj(x).unflatten(-1, (self.num_kv_heads, self.head_dim))).transpose(-3, -2)
+        elif self.qk_norm_whole:  # OLMo-2: normalise the whole projections, then split into heads
             q = self._heads(self.q_norm(self.q_proj(x)), self.num_heads)  # (..., S, h·hd) -> (..., h, S, hd)
             k = self._heads(self.k_norm(self.k_proj(x)), self.num_kv_heads)  # (..., S, kv·hd) -> (..., kv, S, hd)
         else:
             q = self._heads(self.q_proj(x), self.num_heads)  # (..., S, d) -> (..., h, S, head_dim)
             k = self._heads(self.k_proj(x), self.num_kv_heads)  # (..., S, d) -> (..., kv, S, head_dim)
         v = self._heads(self.v_proj(x), self.num_kv_heads)  # (..., S, d) -> (..., kv, S, head_dim)
-        if self.q_norm is not None and not self.qk_norm_whole:
+        if self.q_norm is not None and not self.qk_norm_whole and not self.qk_norm_gains:
             q, k = self.q_norm(q), self.k_norm(k)
         if rope is not None:
             if token_positions.dim() > 1:  # (..., S) -> (..., 1, S): broadcast over heads
@@ -242,6 +256,8 @@ class TransformerBlock(nn.Module):
                 qkv_bias=cfg.qkv_bias,
                 output_bias=cfg.output_bias,
                 qk_norm_scope=cfg.qk_norm_scope,
+                qk_norm_kind="layernorm" if cfg.norm == "layernorm" else "rmsnorm",
+                qk_norm_bias=cfg.norm_bias,
                 sinks=cfg.attention_sinks,
                 alibi=cfg.positions == "alibi",
                 rotary_dim=cfg.rotary_dim if cfg.partial_rotary else None,

@@ -38,6 +38,8 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
 NOT_PROGRAMMED = (
     "attention sinks",
     "norms without weights",
+    "per-head qk-norm gains",
+    "LayerNorm qk-norm",
     "ALiBi",
     "embedding norm",
     "LM-head bias",
