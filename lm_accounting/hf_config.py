@@ -1390,8 +1390,8 @@ def _gptj(f: _Fields) -> dict[str, Any]:
     """GPT-J (transformers' models/gptj, ``GPTJBlock``): ``x + attn(ln_1(x)) + mlp(ln_1(x))`` from one LayerNorm,
     q/k/v and ``out_proj`` without biases, a 2-matrix GELU MLP (``fc_in``, ``fc_out``, width ``n_inner`` or 4·d)
     with biases, RoPE on the first ``rotary_dim`` of each head in interleaved pairs (``rotate_every_two``), a
-    final LayerNorm and an LM head with a bias.  ``rotary_dim`` null (sin/cos as wide as the whole model) is
-    refused."""
+    final LayerNorm and an LM head with a bias.  ``rotary_dim`` null (sin/cos as wide as the whole model) or wider
+    than a head (``q[..., :rotary_dim]`` is the head, its sin/cos wider) is refused: neither runs."""
     d = f.int("n_embd")
     inner = f.int("n_inner", None, allow_none=True)
     rotary = f.int("rotary_dim", None, allow_none=True)  # absent: the class's 64
@@ -1414,7 +1414,10 @@ def _gptj(f: _Fields) -> dict[str, Any]:
         "lm_head_bias": True,
         "rope_interleave": True,
     }
-    return {**out, "rotary_dim": rotary} if rotary < d // out["num_heads"] else out
+    head_dim = d // out["num_heads"]
+    if rotary > head_dim:
+        raise f.error(f"field 'rotary_dim' = {rotary} exceeds the head size {head_dim}: GPT-J's RoPE cannot run")
+    return {**out, "rotary_dim": rotary} if rotary < head_dim else out
 
 
 def _falcon(f: _Fields) -> dict[str, Any]:

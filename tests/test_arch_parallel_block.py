@@ -419,6 +419,7 @@ def test_readers_map_the_options():
     ("values", "message"),
     [
         ({**GPT_J_6B, "rotary_dim": None}, "field 'rotary_dim' = null is not supported"),
+        ({**GPT_J_6B, "rotary_dim": 512}, "field 'rotary_dim' = 512 exceeds the head size 256"),
         ({**PYTHIA_160M, "hidden_act": "relu"}, "field 'hidden_act' = 'relu' is not supported: a GELU MLP"),
         ({**FALCON_7B, "alibi": True}, "field 'alibi' = True is not supported"),
         ({**FALCON_40B, "parallel_attn": False}, "field 'parallel_attn' = false is not supported"),
