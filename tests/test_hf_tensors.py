@@ -67,3 +67,12 @@ def test_tensors_equal_transformers_model(model_type, tied):
     real = [p.numel() for p in build_hf(values).parameters()]
     assert hf_parameter_tensor_sizes(cfg) == real
     assert hf_parameter_tensor_count(cfg) == len(real)
+
+
+@pytest.mark.parametrize("name", PARALLEL)
+def test_parallel_block_variants_equal_transformers_model(name):
+    """Every parallel-block config (GPT-NeoX sequential, Falcon's block kinds, q/k norms of Cohere and Phi,
+    StableLM's use_parallel_residual): the same comparison."""
+    values = fewer_layers(PARALLEL[name])
+    real = [p.numel() for p in build_hf(values).parameters()]
+    assert hf_parameter_tensor_sizes(config_from_hf(values)) == real
