@@ -1904,6 +1904,12 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         "layer_norm_epsilon": cfg.norm_eps,
         "tie_word_embeddings": cfg.tie_embeddings,
     },
+    "cohere": lambda cfg: {
+        **{k: v for k, v in _write_common(cfg).items() if k != "rms_norm_eps"},
+        "layer_norm_eps": cfg.norm_eps,
+        "attention_bias": cfg.qkv_bias,
+        "use_qk_norm": cfg.qk_norm,
+    },
     "ernie4_5_moe": lambda cfg: {
         **_write_common(cfg),
         "use_bias": cfg.qkv_bias,

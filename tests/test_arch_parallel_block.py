@@ -13,9 +13,11 @@ values, so none depends on them being the hub's byte for byte; the two published
 are a separate check.  Method as tests/test_transformers_truth.py: transformers' model on meta, eager
 attention, parameters by name, FlopCounterMode at 1,024 and 2,048 tokens.
 
-Memory: none of these types has a program in the op library (``analytic/ops/transformers``), and the course
-program does not transliterate the parallel block or a bias-free LayerNorm: the memory figures are model
-states only, with the reason named (``test_memory_is_model_states_only_with_the_reason``).
+Memory: transformers' Cohere has a program in the op library (``analytic/ops/transformers/cohere.py``), its
+step equal to the real model's measured on meta (``test_cohere_step_equals_transformers_on_meta``); the other
+types have none: model states only, with the reason named (``test_memory_is_model_states_only_with_the_reason``).
+Our own model of each (``--impl course``) is replayed by the course program, parallel block included
+(``test_course_program_equals_the_live_model``), except its q/k norms of LayerNorm kind or with per-head gains.
 """
 
 import dataclasses
@@ -601,3 +603,46 @@ def test_course_program_names_the_qk_norms_it_does_not_model():
     gains = ModelConfig(**TINY, **LIVE["rmsnorm-qk-gains"])
     assert "per-head qk-norm gains" in unsupported(gains, setup, "course")[0]
     assert "LayerNorm qk-norm" in unsupported(ModelConfig(**TINY, **LIVE["phi-qk"]), setup, "course")[0]
+
+
+# -- transformers' Cohere replayed by the op library (``analytic/ops/transformers/cohere.py``) ------------------
+COHERE_TINY = dict(
+    model_type="cohere", vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("fields", "setup"),
+    [
+        ({}, dict(attention="naive", precision="fp32")),
+        ({"use_qk_norm": True}, dict(attention="sdpa", precision="bf16")),
+        ({"use_qk_norm": True, "tie_word_embeddings": False}, dict(attention="naive", precision="bf16")),
+        ({"attention_bias": True}, dict(attention="sdpa", checkpoint="full")),
+        ({}, dict(attention="naive", checkpoint="full", precision="bf16")),
+        ({"use_qk_norm": True}, dict(attention="sdpa", precision="amp-bf16")),
+    ],
+)
+def test_cohere_step_equals_transformers_on_meta(fields, setup):
+    """The training step of ``CohereForCausalLM`` (one-norm parallel block, bias-free LayerNorms in fp32,
+    interleaved RoPE in fp32, q/k norms with a gain per head, the scaled logits), replayed without torch, equals
+    transformers' own model measured by the storage tracker on meta, phase by phase, byte for byte, at B = 1,
+    2 and 3 (``test_ops_transformers_llama.check``)."""
+    from test_ops_transformers_llama import check
+
+    from lm_accounting.analytic.ops import unsupported
+    from lm_accounting.setup import TrainingSetup
+
+    cfg = config_from_hf({**COHERE_TINY, **fields})
+    setup = TrainingSetup(**setup)
+    assert unsupported(cfg, setup, "transformers") == []
+    check(cfg, 8, setup)
+
+
+def test_other_parallel_blocks_are_model_states_only_by_name():
+    from lm_accounting.analytic.ops import unsupported
+    from lm_accounting.setup import TrainingSetup
+
+    for name in ("command-r7b", "phi-2", "pythia-160m", "gpt-j-6b", "falcon-7b"):
+        reasons = unsupported(config_from_hf(CONFIGS[name]), TrainingSetup(), "transformers")
+        assert any("is not transliterated" in r for r in reasons), name

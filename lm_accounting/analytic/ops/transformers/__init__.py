@@ -38,6 +38,7 @@ PROGRAMS = {
     "phi3": "phi3",
     "gemma2": "gemma",
     "gemma3_text": "gemma",
+    "cohere": "cohere",
 }
 """hf_model_type -> the module of this package that transliterates its modeling file."""
 B = Affine(1)  # the micro-batch as a symbol
