@@ -1360,7 +1360,7 @@ def _gpt_neox(f: _Fields) -> dict[str, Any]:
     ``query_key_value`` (3·d x d, per head [q, k, v]: read as our q/k/v, the same matmul split), ``dense``, both
     with a bias when ``attention_bias``, a 2-matrix GELU MLP with biases; ``use_parallel_residual`` (default true)
     runs ``x + attn(ln1(x)) + mlp(ln2(x))``, else attention then the MLP.  RoPE on the first
-    ``int(head_size · rotary_pct)`` of each head (0.25; ``rotary_emb_base`` is its θ); the head ``embed_out`` has
+    ``int(head_size · rotary_pct)`` of each head (0.25; ``rotary_emb_base`` is its θ); the head (``lm_head``) has
     no bias and is untied by default."""
     heads = f.int("num_attention_heads")
     bias = f.bool("attention_bias", True)
@@ -1909,6 +1909,24 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         "layer_norm_eps": cfg.norm_eps,
         "attention_bias": cfg.qkv_bias,
         "use_qk_norm": cfg.qk_norm,
+    },
+    "gpt_neox": lambda cfg: {
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model,
+        "num_hidden_layers": cfg.num_layers,
+        "num_attention_heads": cfg.num_heads,
+        "intermediate_size": cfg.d_ff,
+        "max_position_embeddings": cfg.context_length,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": cfg.rope_theta,
+            "partial_rotary_factor": cfg.rope_dim / cfg.d_head,
+        },
+        "layer_norm_eps": cfg.norm_eps,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "hidden_act": "gelu",
+        "attention_bias": cfg.qkv_bias,
+        "use_parallel_residual": cfg.parallel_block == "two_norms",
     },
     "ernie4_5_moe": lambda cfg: {
         **_write_common(cfg),
