@@ -188,12 +188,17 @@ class ModelConfig:
     rope_interleave: bool = dataclasses.field(default=False, compare=False)
     """Whether RoPE rotates interleaved pairs (a config.json's ``rope_interleave``, DeepSeek-V3: strided slices,
     ``apply_rotary_pos_emb_interleave``) rather than halves: the same count, other saved tensors in training."""
+    hf_activation: str | None = dataclasses.field(default=None, compare=False)
+    """The config.json's activation name (``hidden_act``) of a 2-matrix GELU MLP (GPT-NeoX's ``gelu``, Phi's
+    ``gelu_new``): every GELU has the same count; a transformers program replays the named one's ops."""
 
     def __post_init__(self) -> None:
         for key in ("vocab_size", "context_length", "num_layers", "d_model", "num_heads", "d_ff"):
             check_positive_int(key, getattr(self, key), ConfigError)
         for key in ("expert_groups", "expert_groups_per_token"):
             check_positive_int(key, getattr(self, key), ConfigError)
+        if self.hf_activation is not None and not isinstance(self.hf_activation, str):
+            raise ConfigError(f"hf_activation must be an activation name, got {short_repr(self.hf_activation)}")
         if self.topk_method not in (None, "greedy", "group_limited_greedy"):
             raise ConfigError(f"topk_method must be greedy or group_limited_greedy, got {short_repr(self.topk_method)}")
         if self.num_layers > MAX_LAYERS:
@@ -697,6 +702,7 @@ class ModelConfig:
         # provenance and routing details kept out of the pinned JSON key set (json_keys.json)
         del out["hf_model_type"], out["dropout"], out["norm_topk_prob"]
         del out["expert_groups"], out["expert_groups_per_token"], out["rope_interleave"], out["topk_method"]
+        del out["hf_activation"]
         return out
 
     def with_context(self, context_length: int) -> ModelConfig:

@@ -1298,12 +1298,13 @@ def _stablelm(f: _Fields) -> dict[str, Any]:
 
 
 # -- parallel attention + MLP blocks (``parallel_block``): x + attn(norm(x)) + mlp(norm(x)) ---------------------
-def _gelu_mlp(f: _Fields, key: str, default: str) -> str:
-    """The 2-matrix MLP's activation: any GELU (``gelu`` exact, ``gelu_new`` tanh: the same matmuls)."""
+def _gelu_mlp(f: _Fields, key: str, default: str) -> dict[str, Any]:
+    """The 2-matrix MLP of any GELU (``gelu`` exact, ``gelu_new`` tanh: the same matmuls), its name kept
+    (``hf_activation``: a transformers program replays its ops)."""
     act = f.str(key, default)
     if act not in GELU_ACTIVATIONS:
         raise f.error(f"field '{key}' = {short_repr(act)} is not supported: a GELU MLP")
-    return "gelu"
+    return {"mlp": "gelu", "hf_activation": act}
 
 
 def _cohere(f: _Fields) -> dict[str, Any]:
@@ -1348,7 +1349,7 @@ def _phi(f: _Fields) -> dict[str, Any]:
         "qkv_bias": True,
         "output_bias": True,
         "mlp_bias": True,
-        "mlp": _gelu_mlp(f, "hidden_act", "gelu_new"),
+        **_gelu_mlp(f, "hidden_act", "gelu_new"),
         "lm_head_bias": True,
         "qk_norm": f.bool("qk_layernorm", False),
     }
@@ -1380,7 +1381,7 @@ def _gpt_neox(f: _Fields) -> dict[str, Any]:
         "qkv_bias": bias,
         "output_bias": bias,
         "mlp_bias": True,
-        "mlp": _gelu_mlp(f, "hidden_act", "gelu"),
+        **_gelu_mlp(f, "hidden_act", "gelu"),
         "head_dim": None,
     }
     return {**out, **_rotary(f, out, f.number("rotary_pct", 0.25))}
@@ -1410,7 +1411,7 @@ def _gptj(f: _Fields) -> dict[str, Any]:
         "norm": "layernorm",
         "parallel_block": "one_norm",
         "mlp_bias": True,
-        "mlp": _gelu_mlp(f, "activation_function", "gelu_new"),
+        **_gelu_mlp(f, "activation_function", "gelu_new"),
         "lm_head_bias": True,
         "rope_interleave": True,
     }
@@ -1451,8 +1452,7 @@ def _falcon(f: _Fields) -> dict[str, Any]:
             raise f.error(f"field 'num_kv_heads' must be num_attention_heads ({heads}) without multi_query")
         kv = 1
     block = ("one_norm" if norms == 1 else "two_norms") if new else "one_norm" if parallel else "none"
-    if f.str("activation", "gelu") not in GELU_ACTIVATIONS:
-        raise f.error(f"field 'activation' = {short_repr(f.str('activation', 'gelu'))} is not supported: a GELU MLP")
+    mlp = _gelu_mlp(f, "activation", "gelu")
     bias = f.bool("bias", False)
     ffn = f.int("ffn_hidden_size", None, allow_none=True)
     return {
@@ -1471,7 +1471,7 @@ def _falcon(f: _Fields) -> dict[str, Any]:
         "qkv_bias": bias,
         "output_bias": bias,
         "mlp_bias": bias,
-        "mlp": "gelu",
+        **mlp,
     }
 
 
@@ -1924,7 +1924,7 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         },
         "layer_norm_eps": cfg.norm_eps,
         "tie_word_embeddings": cfg.tie_embeddings,
-        "hidden_act": "gelu",
+        "hidden_act": cfg.hf_activation or "gelu",
         "attention_bias": cfg.qkv_bias,
         "use_parallel_residual": cfg.parallel_block == "two_norms",
     },

@@ -8,7 +8,8 @@ does differently:
   and v along the last dim (one ``SplitBackward0``: its backward ``cat``s the three gradients);
 * ``apply_rotary_pos_emb`` on the first ``rotary_ndims`` of each head (:105-130): ``q[..., :rotary_dim]`` (the
   whole head when it is all rotated: an alias) and ``q[..., rotary_dim:]`` concatenated after the rotation;
-* the MLP (:38-48): ``dense_h_to_4h``, exact GELU (``F.gelu``), ``dense_4h_to_h``, each ``nn.Linear`` with a bias;
+* the MLP (:38-48): ``dense_h_to_4h``, GELU (``hidden_act``: ``gelu``, ``F.gelu``, or ``gelu_pytorch_tanh``, the
+  same bytes; another GELU's ops are not transliterated), ``dense_4h_to_h``, each ``nn.Linear`` with a bias;
 * the layer (:228-270): ``use_parallel_residual`` runs ``mlp(post_attention_layernorm(x)) + attn(input_layernorm(x))
   + x``, else ``attn + x`` then ``mlp(post_attention_layernorm(·)) + ·``; its dropouts (``hidden_dropout`` 0.0
   by default) return their input;
@@ -196,4 +197,12 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
         out.append("a gpt_neox model with another norm, MLP or block")
     if cfg.kv_heads != cfg.num_heads or cfg.d_head * cfg.num_heads != cfg.d_model or cfg.moe or cfg.qk_norm:
         out.append("a gpt_neox model with grouped-query attention, another head size, experts or q/k norms")
+    if (cfg.hf_activation or "gelu") not in F_GELU:
+        out.append(
+            f"hidden_act {cfg.hf_activation} (its ops are not transliterated; F.gelu's are: {', '.join(F_GELU)})"
+        )
     return out
+
+
+F_GELU = ("gelu", "gelu_pytorch_tanh")
+"""The ``hidden_act`` values whose module is one ``F.gelu`` (``GELUActivation``, ``GELUTanh``)."""
