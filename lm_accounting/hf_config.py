@@ -1910,6 +1910,19 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         "attention_bias": cfg.qkv_bias,
         "use_qk_norm": cfg.qk_norm,
     },
+    "phi": lambda cfg: {
+        **{k: v for k, v in _write_common(cfg).items() if k not in ("rms_norm_eps", "hidden_act")},
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": cfg.rope_theta,
+            "partial_rotary_factor": cfg.rope_dim / cfg.d_head,
+        },
+        "layer_norm_eps": cfg.norm_eps,
+        "hidden_act": cfg.hf_activation or "gelu_new",
+        "qk_layernorm": cfg.qk_norm,
+        "resid_pdrop": 0.0,
+        "embd_pdrop": 0.0,
+    },
     "gpt_neox": lambda cfg: {
         "vocab_size": cfg.vocab_size,
         "hidden_size": cfg.d_model,

@@ -13,10 +13,10 @@ values, so none depends on them being the hub's byte for byte; the two published
 are a separate check.  Method as tests/test_transformers_truth.py: transformers' model on meta, eager
 attention, parameters by name, FlopCounterMode at 1,024 and 2,048 tokens.
 
-Memory: transformers' Cohere and GPT-NeoX have programs in the op library (``analytic/ops/transformers/cohere.py``,
-``gpt_neox.py``), their steps equal to the real models' measured on meta (``test_cohere_step_equals_transformers_on_meta``,
-``test_gpt_neox_step_equals_transformers_on_meta``); the other types have none: model states only, with the reason
-named (``test_memory_is_model_states_only_with_the_reason``).
+Memory: transformers' Cohere, GPT-NeoX and Phi have programs in the op library (``analytic/ops/transformers/``:
+``cohere.py``, ``gpt_neox.py``, ``phi.py``), their steps equal to the real models' measured on meta
+(``test_*_step_equals_transformers_on_meta``); Cohere2, GPT-J and Falcon have none: model states only, with the
+reason named (``test_memory_is_model_states_only_with_the_reason``).
 Our own model of each (``--impl course``) is replayed by the course program, parallel block included
 (``test_course_program_equals_the_live_model``), except its q/k norms of LayerNorm kind or with per-head gains.
 """
@@ -473,14 +473,14 @@ def test_toml_round_trip(tmp_path):
 
 
 def test_memory_is_model_states_only_with_the_reason(run_cli, tmp_path):
-    """transformers' Phi has no program in the op library: the memory command gives model states only and says
+    """transformers' GPT-J has no program in the op library: the memory command gives model states only and says
     why; our own model of Pythia (``--impl course``) is replayed."""
-    path = tmp_path / "phi-2" / "config.json"
+    path = tmp_path / "gpt-j-6b" / "config.json"
     path.parent.mkdir()
-    path.write_text(json.dumps({**PHI_2, "resid_pdrop": 0.0}))
+    path.write_text(json.dumps(GPT_J_6B))
     result = run_cli("memory", path, "--impl", "transformers", "-S", "256")
     assert result.code == 0, result.err
-    assert "model states only" in result.out and "phi is not transliterated" in result.out
+    assert "model states only" in result.out and "gptj is not transliterated" in result.out
     path = tmp_path / "pythia-160m" / "config.json"  # Phi's LM-head bias is not in the course program yet
     path.parent.mkdir()
     path.write_text(json.dumps(PYTHIA_160M))
@@ -675,10 +675,44 @@ def test_gpt_neox_step_equals_transformers_on_meta(fields, setup):
     check(cfg, 8, setup)
 
 
+PHI_TINY = dict(
+    model_type="phi", vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+    num_attention_heads=4, max_position_embeddings=64,
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("fields", "setup"),
+    [
+        ({}, dict(attention="naive", precision="fp32")),
+        ({}, dict(attention="sdpa", precision="bf16")),
+        ({"partial_rotary_factor": 1.0, "hidden_act": "gelu", "num_key_value_heads": 2}, dict(attention="naive")),
+        ({"qk_layernorm": True, "tie_word_embeddings": True}, dict(attention="sdpa", checkpoint="full")),
+        ({"qk_layernorm": True}, dict(attention="naive", precision="bf16")),
+        ({}, dict(attention="sdpa", precision="amp-bf16")),
+    ],
+)
+def test_phi_step_equals_transformers_on_meta(fields, setup):
+    """The training step of ``PhiForCausalLM`` (biased projections, sliced partial RoPE, gelu_new or F.gelu, the
+    one-norm parallel block, q/k LayerNorms, the LM head's bias), replayed without torch, equals transformers' own
+    model measured on meta at B = 1, 2 and 3."""
+    from test_ops_transformers_llama import check
+
+    from lm_accounting.analytic.ops import unsupported
+    from lm_accounting.setup import TrainingSetup
+
+    cfg = config_from_hf({**PHI_TINY, **fields})
+    setup = TrainingSetup(**setup)
+    assert unsupported(cfg, setup, "transformers") == []
+    check(cfg, 8, setup)
+
+
 def test_other_parallel_blocks_are_model_states_only_by_name():
     from lm_accounting.analytic.ops import unsupported
     from lm_accounting.setup import TrainingSetup
 
-    for name in ("command-r7b", "phi-2", "gpt-j-6b", "falcon-7b"):
+    phi_2 = unsupported(config_from_hf(PHI_2), TrainingSetup(), "transformers")
+    assert phi_2 == ["dropout of resid_pdrop 0.1 (the config.json's: transformers applies it in training)"]
+    for name in ("command-r7b", "gpt-j-6b", "falcon-7b"):
         reasons = unsupported(config_from_hf(CONFIGS[name]), TrainingSetup(), "transformers")
         assert any("is not transliterated" in r for r in reasons), name

@@ -40,6 +40,7 @@ PROGRAMS = {
     "gemma3_text": "gemma",
     "cohere": "cohere",
     "gpt_neox": "gpt_neox",
+    "phi": "phi",
 }
 """hf_model_type -> the module of this package that transliterates its modeling file."""
 B = Affine(1)  # the micro-batch as a symbol
