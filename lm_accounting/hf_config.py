@@ -1910,6 +1910,12 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         "attention_bias": cfg.qkv_bias,
         "use_qk_norm": cfg.qk_norm,
     },
+    "cohere2": lambda cfg: {
+        **{k: v for k, v in _write_common(cfg).items() if k != "rms_norm_eps"},
+        "layer_norm_eps": cfg.norm_eps,
+        "attention_bias": cfg.qkv_bias,
+        **_write_window(cfg, layer_types=True),
+    },
     "phi": lambda cfg: {
         **{k: v for k, v in _write_common(cfg).items() if k not in ("rms_norm_eps", "hidden_act")},
         "rope_parameters": {

@@ -13,10 +13,10 @@ values, so none depends on them being the hub's byte for byte; the two published
 are a separate check.  Method as tests/test_transformers_truth.py: transformers' model on meta, eager
 attention, parameters by name, FlopCounterMode at 1,024 and 2,048 tokens.
 
-Memory: transformers' Cohere, GPT-NeoX and Phi have programs in the op library (``analytic/ops/transformers/``:
-``cohere.py``, ``gpt_neox.py``, ``phi.py``), their steps equal to the real models' measured on meta
-(``test_*_step_equals_transformers_on_meta``); Cohere2, GPT-J and Falcon have none: model states only, with the
-reason named (``test_memory_is_model_states_only_with_the_reason``).
+Memory: transformers' Cohere, Cohere2, GPT-NeoX and Phi have programs in the op library
+(``analytic/ops/transformers/``: ``cohere.py``, ``gpt_neox.py``, ``phi.py``), their steps equal to the real models'
+measured on meta (``test_*_step_equals_transformers_on_meta``); GPT-J and Falcon have none: model states only,
+with the reason named (``test_memory_is_model_states_only_with_the_reason``).
 Our own model of each (``--impl course``) is replayed by the course program, parallel block included
 (``test_course_program_equals_the_live_model``), except its q/k norms of LayerNorm kind or with per-head gains.
 """
@@ -643,6 +643,31 @@ def test_cohere_step_equals_transformers_on_meta(fields, setup):
     check(cfg, 8, setup)
 
 
+@pytest.mark.parametrize(
+    ("fields", "setup", "seq"),
+    [
+        ({}, dict(attention="naive", precision="fp32"), 12),
+        ({}, dict(attention="sdpa", precision="bf16"), 12),
+        ({"sliding_window_pattern": 4, "num_hidden_layers": 5}, dict(attention="naive", precision="bf16"), 8),
+        ({}, dict(attention="sdpa", checkpoint="full"), 12),
+        ({"sliding_window_pattern": 4, "num_hidden_layers": 5}, dict(attention="sdpa", precision="amp-bf16"), 12),
+    ],
+)
+def test_cohere2_step_equals_transformers_on_meta(fields, setup, seq):
+    """``Cohere2ForCausalLM``: both masks every forward, RoPE on the windowed layers only; a window of 10 keys,
+    S = 12 past it (the windowed mask made), S = 8 short of it; at B = 1, 2 and 3 on meta."""
+    from test_ops_transformers_llama import check
+
+    from lm_accounting.analytic.ops import unsupported
+    from lm_accounting.setup import TrainingSetup
+
+    values = {**COHERE_TINY, "model_type": "cohere2", "num_hidden_layers": 4, "sliding_window": 10}
+    cfg = config_from_hf({**values, "sliding_window_pattern": 2, **fields})
+    setup = TrainingSetup(**setup)
+    assert unsupported(cfg, setup, "transformers") == []
+    check(cfg, seq, setup)
+
+
 NEOX_TINY = dict(
     model_type="gpt_neox", vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
     num_attention_heads=4, max_position_embeddings=64,
@@ -713,6 +738,6 @@ def test_other_parallel_blocks_are_model_states_only_by_name():
 
     phi_2 = unsupported(config_from_hf(PHI_2), TrainingSetup(), "transformers")
     assert phi_2 == ["dropout of resid_pdrop 0.1 (the config.json's: transformers applies it in training)"]
-    for name in ("command-r7b", "gpt-j-6b", "falcon-7b"):
+    for name in ("gpt-j-6b", "falcon-7b"):
         reasons = unsupported(config_from_hf(CONFIGS[name]), TrainingSetup(), "transformers")
         assert any("is not transliterated" in r for r in reasons), name

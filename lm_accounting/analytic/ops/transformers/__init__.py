@@ -39,6 +39,7 @@ PROGRAMS = {
     "gemma2": "gemma",
     "gemma3_text": "gemma",
     "cohere": "cohere",
+    "cohere2": "cohere",  # Cohere2ForCausalLM: Cohere's model, windowed layers (cohere.py)
     "gpt_neox": "gpt_neox",
     "phi": "phi",
 }

@@ -11,6 +11,10 @@ Command R+) does differently:
 * the attention (:239-285): the three projections first, then the q/k norms, then the transposes;
 * the decoder layer (:297-340): ``residual + attention + mlp``, both from ``input_layernorm``;
 * ``logits * logit_scale`` (:498) before the loss.
+
+Cohere2 (``models/cohere2/modeling_cohere2.py``; Command R7B, Command A) is the same model without q/k norms, its
+layers windowed but every ``sliding_window_pattern``-th: both masks made every forward (:401-409, the full one
+first), each layer taking its type's, and RoPE on the windowed layers' q and k only (:220-221).
 """
 
 from __future__ import annotations
@@ -87,9 +91,10 @@ def apply_rotary_pos_emb(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tupl
 class Attention:
     """``CohereAttention`` (modeling_cohere.py:203-285)."""
 
-    def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str):
+    def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str, windowed: bool = False):
         d, h, kv, hd = cfg.d_model, cfg.num_heads, cfg.kv_heads, cfg.d_head
         self.head_dim, self.groups, self.scaling, self.attn = hd, h // kv, hd**-0.5, attn
+        self.cohere2, self.windowed = cfg.hf_model_type == "cohere2", windowed
         self.q_proj = Linear(d, h * hd, cfg.qkv_bias, dtype, name + ".q_proj")
         self.k_proj = Linear(d, kv * hd, cfg.qkv_bias, dtype, name + ".k_proj")
         self.v_proj = Linear(d, kv * hd, cfg.qkv_bias, dtype, name + ".v_proj")
@@ -104,6 +109,13 @@ class Attention:
     def __call__(self, hidden_states: Tensor, position_embeddings, attention_mask) -> tuple[Tensor, Tensor | None]:
         input_shape = hidden_states.shape[:-1]  # :247
         hidden_shape = (*input_shape, -1, self.head_dim)
+        if self.cohere2:  # modeling_cohere2.py:212-221: each projection transposed; RoPE on windowed layers only
+            q, k, v = (A.transpose(A.view(p(hidden_states), *hidden_shape), 1, 2) for p in self.projections())
+            cos, sin = position_embeddings
+            if self.windowed:
+                q, k = apply_rotary_pos_emb(q, k, cos, sin)
+            del cos, sin
+            return self.attend(q, k, v, input_shape, attention_mask)
         query_states = A.view(self.q_proj(hidden_states), *hidden_shape)  # :250-252
         key_states = A.view(self.k_proj(hidden_states), *hidden_shape)
         value_states = A.view(self.v_proj(hidden_states), *hidden_shape)
@@ -116,8 +128,15 @@ class Attention:
         cos, sin = position_embeddings  # :262
         query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)  # :263
         del cos, sin
+        return self.attend(query_states, key_states, value_states, input_shape, attention_mask)
+
+    def projections(self) -> tuple[Linear, Linear, Linear]:
+        return self.q_proj, self.k_proj, self.v_proj
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, input_shape, attention_mask) -> tuple[Tensor, Tensor | None]:
+        """The attention interface, the heads merged, ``o_proj`` (:265-284)."""
         interface = eager_attention_forward if self.attn == "naive" else sdpa_attention_forward
-        attn_output, attn_weights = interface(self, query_states, key_states, value_states, attention_mask)  # :272
+        attn_output, attn_weights = interface(self, q, k, v, attention_mask)  # :272
         attn_output = A.contiguous(A.reshape(attn_output, *input_shape, -1))  # :282
         return self.o_proj(attn_output), attn_weights  # :283-284
 
@@ -125,8 +144,8 @@ class Attention:
 class DecoderLayer(GradientCheckpointingLayer):
     """``CohereDecoderLayer`` (modeling_cohere.py:288-340): attention and the MLP from one norm."""
 
-    def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str):
-        self.self_attn = Attention(cfg, dtype, attn, name + ".self_attn")
+    def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str, windowed: bool = False):
+        self.self_attn = Attention(cfg, dtype, attn, name + ".self_attn", windowed)
         self.mlp = LlamaMLP(cfg, dtype, name + ".mlp")
         self.input_layernorm = LayerNorm(cfg.d_model, dtype, name + ".input_layernorm")
 
@@ -150,8 +169,11 @@ class CohereForCausalLM(LlamaForCausalLM):
     def __init__(self, cfg: ModelConfig, seq: int, setup: TrainingSetup, batch=B):
         super().__init__(cfg, seq, setup, batch, norm=LayerNorm)
 
+    middle_alike = False  # Cohere2's layers are of two kinds
+
     def decoder_layer(self, name: str, norm) -> GradientCheckpointingLayer:
-        return DecoderLayer(self.cfg, self.dtype, self.setup.attention, name)
+        windowed = self.cfg.hf_model_type == "cohere2" and self.cfg.layer_windowed(int(name.rpartition(".")[2]))
+        return DecoderLayer(self.cfg, self.dtype, self.setup.attention, name, windowed)
 
     def model(self) -> Tensor:
         """``CohereModel.forward`` (modeling_cohere.py:382-433): Llama's with Cohere's rotary embedding."""
@@ -159,13 +181,17 @@ class CohereForCausalLM(LlamaForCausalLM):
         position_ids = A.unsqueeze(arange_plus(self.seq), 0)  # :402-404
         with no_grad():
             find_packed_sequence_indices(A.expand(position_ids, self.batch, -1))
-        if self.setup.attention == "naive":  # :406-412
-            causal = eager_mask(self.batch, self.seq, self.dtype, None)
-        else:
-            causal = sdpa_mask(self.batch, self.seq, None, allow_is_causal_skip=True)
+        masks = {False: self.mask(None)}  # :406-412; Cohere2 (modeling_cohere2.py:401-409): both, full first
+        if self.cfg.hf_model_type == "cohere2":
+            masks[True] = self.mask(self.cfg.sliding_window)
         hidden_states = inputs_embeds  # :414
         position_embeddings = rotary_embedding(hidden_states, position_ids, self.inv_freq)  # :415
-        kwargs = dict(attention_mask=causal, position_embeddings=position_embeddings, position_ids=position_ids)
+        kwargs = dict(position_embeddings=position_embeddings, position_ids=position_ids)
+        if self.cfg.hf_model_type == "cohere2":  # two kinds of layer: each replayed
+            for i, layer in enumerate(self.layers):
+                hidden_states = layer(hidden_states, attention_mask=masks[self.cfg.layer_windowed(i)], **kwargs)
+            return self.norm(hidden_states)
+        kwargs["attention_mask"] = masks[False]
         layers = self.layers  # :417-426; the middle layers, alike: one replayed for all
         middle = layers[1:-1] if len(layers) > 2 else []
         for layer in layers[:1]:
@@ -176,6 +202,11 @@ class CohereForCausalLM(LlamaForCausalLM):
         for layer in layers[1:][-1:]:
             hidden_states = layer(hidden_states, **kwargs)
         return self.norm(hidden_states)  # :428
+
+    def mask(self, window: int | None) -> Tensor | None:
+        if self.setup.attention == "naive":
+            return eager_mask(self.batch, self.seq, self.dtype, window)
+        return sdpa_mask(self.batch, self.seq, window, allow_is_causal_skip=True)
 
     def forward(self) -> tuple[Tensor, Tensor]:
         """``CohereForCausalLM.forward`` (:456-510): the logits scaled by ``logit_scale`` (a new tensor; the
@@ -201,6 +232,6 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
         out.append("a cohere model with another norm, block or MLP")
     if cfg.qk_norm and cfg.qk_norm_scope != "head_weights":
         out.append("a cohere model with q/k norms other than its per-head gains")
-    if cfg.sliding_window is not None:
-        out.append("a sliding window (Cohere2's layers are not transliterated)")
+    if (cfg.sliding_window is not None) != (cfg.hf_model_type == "cohere2"):
+        out.append("a cohere model with a sliding window, or a cohere2 model without one")
     return out
