@@ -12,7 +12,8 @@ The rules:
   ERNIE 4.5, Seed-OSS, Ministral, SmolLM3, HunYuan-Dense, Gemma, OLMo-3, OLMoE, Phi-3.5-MoE, Hunyuan v3,
   HunYuan-MoE, IQuest-Coder, Sarvam-M, Youtu, VaultGemma, HyperCLOVA X, GLM-4.7-Flash, StarCoder2, GPTBigCode;
   GPT-SW3 as GPT-2), and new pieces (gpt_oss, qwen2_moe, olmo, bloom, ernie4_5_moe; partial rotary: glm4_moe,
-  minimax_m2, glm4, glm, stablelm), each proven in tests/test_hf_zoo.py and listed in docs/model_types.md.  A multimodal wrapper
+  minimax_m2, glm4, glm, stablelm; parallel attention + MLP blocks: cohere, cohere2, phi, gpt_neox, gptj, falcon,
+  tests/test_arch_parallel_block.py), each proven in tests/test_hf_zoo.py and listed in docs/model_types.md.  A multimodal wrapper
   with a ``text_config`` (``WRAPPERS``: Gemma 3's ``gemma3``, Mistral 3's ``mistral3``, Kimi K2.5's ``kimi_k25``)
   is read through its text model, and the model's name says so: "(text model of a gemma3 wrapper; the vision tower
   is not counted)".  Every other causal-LM type transformers registers is refused with a line naming what it lacks
