@@ -15,8 +15,8 @@ attention, parameters by name, FlopCounterMode at 1,024 and 2,048 tokens.
 
 Memory: transformers' Cohere, Cohere2, GPT-NeoX and Phi have programs in the op library
 (``analytic/ops/transformers/``: ``cohere.py``, ``gpt_neox.py``, ``phi.py``), their steps equal to the real models'
-measured on meta (``test_*_step_equals_transformers_on_meta``); GPT-J and Falcon have none: model states only,
-with the reason named (``test_memory_is_model_states_only_with_the_reason``).
+measured on meta (tests/test_ops_transformers_parallel.py); GPT-J and Falcon have none: model states only, with
+the reason named.
 Our own model of each (``--impl course``) is replayed by the course program, parallel block included
 (``test_course_program_equals_the_live_model``), except its q/k norms of LayerNorm kind or with per-head gains.
 """
@@ -472,22 +472,6 @@ def test_toml_round_trip(tmp_path):
     assert (cfg.resolved()["parallel_block"], cfg.resolved()["norm_bias"]) == ("two_norms", False)
 
 
-def test_memory_is_model_states_only_with_the_reason(run_cli, tmp_path):
-    """transformers' GPT-J has no program in the op library: the memory command gives model states only and says
-    why; our own model of Pythia (``--impl course``) is replayed."""
-    path = tmp_path / "gpt-j-6b" / "config.json"
-    path.parent.mkdir()
-    path.write_text(json.dumps(GPT_J_6B))
-    result = run_cli("memory", path, "--impl", "transformers", "-S", "256")
-    assert result.code == 0, result.err
-    assert "model states only" in result.out and "gptj is not transliterated" in result.out
-    path = tmp_path / "pythia-160m" / "config.json"  # Phi's LM-head bias is not in the course program yet
-    path.parent.mkdir()
-    path.write_text(json.dumps(PYTHIA_160M))
-    result = run_cli("memory", path, "--impl", "course", "-S", "256")
-    assert result.code == 0 and "model states only" not in result.out, result.out
-
-
 # -- the live model -------------------------------------------------------------------------------------
 TINY = dict(vocab_size=97, context_length=64, num_layers=2, d_model=32, num_heads=4, d_ff=48)
 LIVE = {
@@ -523,8 +507,8 @@ LIVE = {
     ),
     "phi-qk": dict(norm="layernorm", parallel_block="one_norm", qk_norm=True, num_kv_heads=2),
     "rmsnorm-qk-gains": dict(qk_norm=True, qk_norm_scope="head_weights", num_kv_heads=2),
-}
-PROGRAMMED = ["cohere", "phi", "gpt_neox", "rmsnorm-two", "rmsnorm-one"]  # the course program's; not the q/k norms  # fmt: skip
+}  # fmt: skip
+PROGRAMMED = ["cohere", "phi", "gpt_neox", "rmsnorm-two", "rmsnorm-one"]  # the course program's; not the q/k norms
 
 
 @pytest.mark.parametrize("live", LIVE)
@@ -607,137 +591,3 @@ def test_course_program_names_the_qk_norms_it_does_not_model():
     gains = ModelConfig(**TINY, **LIVE["rmsnorm-qk-gains"])
     assert "per-head qk-norm gains" in unsupported(gains, setup, "course")[0]
     assert "LayerNorm qk-norm" in unsupported(ModelConfig(**TINY, **LIVE["phi-qk"]), setup, "course")[0]
-
-
-# -- transformers' Cohere replayed by the op library (``analytic/ops/transformers/cohere.py``) ------------------
-COHERE_TINY = dict(
-    model_type="cohere", vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
-    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-)  # fmt: skip
-
-
-@pytest.mark.parametrize(
-    ("fields", "setup"),
-    [
-        ({}, dict(attention="naive", precision="fp32")),
-        ({"use_qk_norm": True}, dict(attention="sdpa", precision="bf16")),
-        ({"use_qk_norm": True, "tie_word_embeddings": False}, dict(attention="naive", precision="bf16")),
-        ({"attention_bias": True}, dict(attention="sdpa", checkpoint="full")),
-        ({}, dict(attention="naive", checkpoint="full", precision="bf16")),
-        ({"use_qk_norm": True}, dict(attention="sdpa", precision="amp-bf16")),
-    ],
-)
-def test_cohere_step_equals_transformers_on_meta(fields, setup):
-    """The training step of ``CohereForCausalLM`` (one-norm parallel block, bias-free LayerNorms in fp32,
-    interleaved RoPE in fp32, q/k norms with a gain per head, the scaled logits), replayed without torch, equals
-    transformers' own model measured by the storage tracker on meta, phase by phase, byte for byte, at B = 1,
-    2 and 3 (``test_ops_transformers_llama.check``)."""
-    from test_ops_transformers_llama import check
-
-    from lm_accounting.analytic.ops import unsupported
-    from lm_accounting.setup import TrainingSetup
-
-    cfg = config_from_hf({**COHERE_TINY, **fields})
-    setup = TrainingSetup(**setup)
-    assert unsupported(cfg, setup, "transformers") == []
-    check(cfg, 8, setup)
-
-
-@pytest.mark.parametrize(
-    ("fields", "setup", "seq"),
-    [
-        ({}, dict(attention="naive", precision="fp32"), 12),
-        ({}, dict(attention="sdpa", precision="bf16"), 12),
-        ({"sliding_window_pattern": 4, "num_hidden_layers": 5}, dict(attention="naive", precision="bf16"), 8),
-        ({}, dict(attention="sdpa", checkpoint="full"), 12),
-        ({"sliding_window_pattern": 4, "num_hidden_layers": 5}, dict(attention="sdpa", precision="amp-bf16"), 12),
-    ],
-)
-def test_cohere2_step_equals_transformers_on_meta(fields, setup, seq):
-    """``Cohere2ForCausalLM``: both masks every forward, RoPE on the windowed layers only; a window of 10 keys,
-    S = 12 past it (the windowed mask made), S = 8 short of it; at B = 1, 2 and 3 on meta."""
-    from test_ops_transformers_llama import check
-
-    from lm_accounting.analytic.ops import unsupported
-    from lm_accounting.setup import TrainingSetup
-
-    values = {**COHERE_TINY, "model_type": "cohere2", "num_hidden_layers": 4, "sliding_window": 10}
-    cfg = config_from_hf({**values, "sliding_window_pattern": 2, **fields})
-    setup = TrainingSetup(**setup)
-    assert unsupported(cfg, setup, "transformers") == []
-    check(cfg, seq, setup)
-
-
-NEOX_TINY = dict(
-    model_type="gpt_neox", vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
-    num_attention_heads=4, max_position_embeddings=64,
-)  # fmt: skip
-
-
-@pytest.mark.parametrize(
-    ("fields", "setup"),
-    [
-        ({}, dict(attention="naive", precision="fp32")),
-        ({}, dict(attention="sdpa", precision="bf16")),
-        ({"use_parallel_residual": False, "rotary_pct": 1.0}, dict(attention="naive", precision="bf16")),
-        ({"attention_bias": False, "rotary_pct": 0.5}, dict(attention="sdpa", checkpoint="full")),
-        ({"tie_word_embeddings": True}, dict(attention="naive", checkpoint="full", precision="bf16")),
-        ({}, dict(attention="sdpa", precision="amp-bf16")),
-    ],
-)
-def test_gpt_neox_step_equals_transformers_on_meta(fields, setup):
-    """The training step of ``GPTNeoXForCausalLM`` (the fused ``query_key_value`` chunked per head, partial RoPE
-    concatenated back, exact GELU, the two-norm parallel block or the sequential one), replayed without torch,
-    equals transformers' own model measured on meta at B = 1, 2 and 3."""
-    from test_ops_transformers_llama import check
-
-    from lm_accounting.analytic.ops import unsupported
-    from lm_accounting.setup import TrainingSetup
-
-    cfg = config_from_hf({**NEOX_TINY, **fields})
-    setup = TrainingSetup(**setup)
-    assert unsupported(cfg, setup, "transformers") == []
-    check(cfg, 8, setup)
-
-
-PHI_TINY = dict(
-    model_type="phi", vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
-    num_attention_heads=4, max_position_embeddings=64,
-)  # fmt: skip
-
-
-@pytest.mark.parametrize(
-    ("fields", "setup"),
-    [
-        ({}, dict(attention="naive", precision="fp32")),
-        ({}, dict(attention="sdpa", precision="bf16")),
-        ({"partial_rotary_factor": 1.0, "hidden_act": "gelu", "num_key_value_heads": 2}, dict(attention="naive")),
-        ({"qk_layernorm": True, "tie_word_embeddings": True}, dict(attention="sdpa", checkpoint="full")),
-        ({"qk_layernorm": True}, dict(attention="naive", precision="bf16")),
-        ({}, dict(attention="sdpa", precision="amp-bf16")),
-    ],
-)
-def test_phi_step_equals_transformers_on_meta(fields, setup):
-    """The training step of ``PhiForCausalLM`` (biased projections, sliced partial RoPE, gelu_new or F.gelu, the
-    one-norm parallel block, q/k LayerNorms, the LM head's bias), replayed without torch, equals transformers' own
-    model measured on meta at B = 1, 2 and 3."""
-    from test_ops_transformers_llama import check
-
-    from lm_accounting.analytic.ops import unsupported
-    from lm_accounting.setup import TrainingSetup
-
-    cfg = config_from_hf({**PHI_TINY, **fields})
-    setup = TrainingSetup(**setup)
-    assert unsupported(cfg, setup, "transformers") == []
-    check(cfg, 8, setup)
-
-
-def test_other_parallel_blocks_are_model_states_only_by_name():
-    from lm_accounting.analytic.ops import unsupported
-    from lm_accounting.setup import TrainingSetup
-
-    phi_2 = unsupported(config_from_hf(PHI_2), TrainingSetup(), "transformers")
-    assert phi_2 == ["dropout of resid_pdrop 0.1 (the config.json's: transformers applies it in training)"]
-    for name in ("gpt-j-6b", "falcon-7b"):
-        reasons = unsupported(config_from_hf(CONFIGS[name]), TrainingSetup(), "transformers")
-        assert any("is not transliterated" in r for r in reasons), name
