@@ -1917,6 +1917,21 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         "attention_bias": cfg.qkv_bias,
         **_write_window(cfg, layer_types=True),
     },
+    "gptj": lambda cfg: {
+        "vocab_size": cfg.vocab_size,
+        "n_embd": cfg.d_model,
+        "n_layer": cfg.num_layers,
+        "n_head": cfg.num_heads,
+        "n_positions": cfg.context_length,
+        "n_inner": cfg.d_ff,
+        "rotary_dim": cfg.rope_dim,
+        "layer_norm_epsilon": cfg.norm_eps,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "activation_function": cfg.hf_activation or "gelu_new",
+        "resid_pdrop": 0.0,
+        "embd_pdrop": 0.0,
+        "attn_pdrop": 0.0,
+    },
     "phi": lambda cfg: {
         **{k: v for k, v in _write_common(cfg).items() if k not in ("rms_norm_eps", "hidden_act")},
         "rope_parameters": {

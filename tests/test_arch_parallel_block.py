@@ -13,9 +13,9 @@ values, so none depends on them being the hub's byte for byte; the two published
 are a separate check.  Method as tests/test_transformers_truth.py: transformers' model on meta, eager
 attention, parameters by name, FlopCounterMode at 1,024 and 2,048 tokens.
 
-Memory: transformers' Cohere, Cohere2, GPT-NeoX and Phi have programs in the op library
-(``analytic/ops/transformers/``: ``cohere.py``, ``gpt_neox.py``, ``phi.py``), their steps equal to the real models'
-measured on meta (tests/test_ops_transformers_parallel.py); GPT-J and Falcon have none: model states only, with
+Memory: transformers' Cohere, Cohere2, GPT-NeoX, Phi and GPT-J have programs in the op library
+(``analytic/ops/transformers/``: ``cohere.py``, ``gpt_neox.py``, ``phi.py``, ``gptj.py``), their steps equal to the
+real models' measured on meta (tests/test_ops_transformers_parallel.py); Falcon has none: model states only, with
 the reason named.
 Our own model of each (``--impl course``) is replayed by the course program, parallel block included
 (``test_course_program_equals_the_live_model``), except its q/k norms of LayerNorm kind or with per-head gains.

@@ -1,7 +1,9 @@
 """transformers' parallel-block models replayed by the op library (``analytic.ops.transformers``: ``cohere``
-for Cohere and Cohere2, ``gpt_neox``, ``phi``) equal transformers' own models measured by the storage tracker on
-meta, phase by phase, byte for byte, at B = 1, 2 and 3 (``test_ops_transformers_llama.check``); the types without
-a program (GPT-J, Falcon) give the model states only and say why.
+for Cohere and Cohere2, ``gpt_neox``, ``phi``, ``gptj``) equal transformers' own models measured by the storage
+tracker on meta, phase by phase, byte for byte, at B = 1, 2 and 3 (``test_ops_transformers_llama.check``); Falcon,
+without a program, gives the model states only and says why.  A narrow MLP under full checkpointing moves the
+forward peak into the attention of a block's first (unsaved) forward, where every local the modeling code keeps
+counts (``test_a_narrow_mlp_under_checkpointing_equals_transformers``).
 
 The configs are small config.json objects read by ``hf_config.config_from_hf``; the published shapes are in
 tests/test_arch_parallel_block.py.
@@ -14,7 +16,7 @@ import pytest
 from lm_accounting.hf_config import config_from_hf
 
 pytest.importorskip("transformers")
-from test_arch_parallel_block import CONFIGS, GPT_J_6B, PHI_2, PYTHIA_160M
+from test_arch_parallel_block import CONFIGS, FALCON_7B, PHI_2, PYTHIA_160M
 
 COHERE_TINY = dict(
     model_type="cohere", vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
@@ -138,26 +140,73 @@ def test_phi_step_equals_transformers_on_meta(fields, setup):
     check(cfg, 8, setup)
 
 
+GPTJ_TINY = dict(model_type="gptj", vocab_size=96, n_embd=32, n_layer=3, n_head=4, n_positions=64, rotary_dim=4)
+
+
+@pytest.mark.parametrize(
+    ("fields", "setup"),
+    [
+        ({}, dict(attention="naive", precision="fp32")),
+        ({}, dict(attention="sdpa", precision="bf16")),
+        ({"rotary_dim": 8, "activation_function": "gelu", "n_inner": 48}, dict(attention="naive", precision="bf16")),
+        ({"tie_word_embeddings": True}, dict(attention="sdpa", checkpoint="full")),
+        ({}, dict(attention="naive", precision="amp-bf16")),
+        ({}, dict(attention="sdpa", precision="amp-bf16")),
+    ],
+)
+def test_gptj_step_equals_transformers_on_meta(fields, setup):
+    """The training step of ``GPTJForCausalLM`` (the n_positions × rotary_dim table indexed per forward, RoPE before
+    the heads are transposed with repeat-interleaved sin and cos, q and k cast to fp32 for the scores, k/v/q/out
+    without biases, the LM head's bias), replayed without torch, equals transformers' own model on meta."""
+    from test_ops_transformers_llama import check
+
+    from lm_accounting.analytic.ops import unsupported
+    from lm_accounting.setup import TrainingSetup
+
+    cfg = config_from_hf({**GPTJ_TINY, **fields})
+    setup = TrainingSetup(**setup)
+    assert unsupported(cfg, setup, "transformers") == []
+    check(cfg, 8, setup)
+
+
+NARROW = {  # an MLP narrower than the attention's tensors
+    "cohere": {**COHERE_TINY, "intermediate_size": 16, "use_qk_norm": True},
+    "gpt_neox": {**NEOX_TINY, "intermediate_size": 16, "use_parallel_residual": False, "rotary_pct": 0.5},
+    "phi": {**PHI_TINY, "intermediate_size": 16, "qk_layernorm": True, "num_key_value_heads": 2},
+    "gptj": {**GPTJ_TINY, "n_inner": 16},
+}
+
+
+@pytest.mark.parametrize("name", NARROW)
+@pytest.mark.parametrize("attention", ["naive", "sdpa"])
+def test_a_narrow_mlp_under_checkpointing_equals_transformers(name, attention):
+    from test_ops_transformers_llama import check
+
+    from lm_accounting.setup import TrainingSetup
+
+    check(config_from_hf(NARROW[name]), 12, TrainingSetup(attention=attention, checkpoint="full", precision="bf16"))
+
+
 def test_other_parallel_blocks_are_model_states_only_by_name():
     from lm_accounting.analytic.ops import unsupported
     from lm_accounting.setup import TrainingSetup
 
     phi_2 = unsupported(config_from_hf(PHI_2), TrainingSetup(), "transformers")
     assert phi_2 == ["dropout of resid_pdrop 0.1 (the config.json's: transformers applies it in training)"]
-    for name in ("gpt-j-6b", "falcon-7b"):
+    for name in ("falcon-7b", "falcon-40b"):
         reasons = unsupported(config_from_hf(CONFIGS[name]), TrainingSetup(), "transformers")
         assert any("is not transliterated" in r for r in reasons), name
 
 
 def test_memory_is_model_states_only_with_the_reason(run_cli, tmp_path):
-    """transformers' GPT-J has no program in the op library: the memory command gives model states only and says
+    """transformers' Falcon has no program in the op library: the memory command gives model states only and says
     why; our own model of Pythia (``--impl course``) is replayed."""
-    path = tmp_path / "gpt-j-6b" / "config.json"
+    path = tmp_path / "falcon-7b" / "config.json"
     path.parent.mkdir()
-    path.write_text(json.dumps(GPT_J_6B))
+    path.write_text(json.dumps(FALCON_7B))
     result = run_cli("memory", path, "--impl", "transformers", "-S", "256")
     assert result.code == 0, result.err
-    assert "model states only" in result.out and "gptj is not transliterated" in result.out
+    assert "model states only" in result.out and "falcon is not transliterated" in result.out
     path = tmp_path / "pythia-160m" / "config.json"  # Phi's LM-head bias is not in the course program yet
     path.parent.mkdir()
     path.write_text(json.dumps(PYTHIA_160M))

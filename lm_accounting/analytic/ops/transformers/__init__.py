@@ -42,6 +42,7 @@ PROGRAMS = {
     "cohere2": "cohere",  # Cohere2ForCausalLM: Cohere's model, windowed layers (cohere.py)
     "gpt_neox": "gpt_neox",
     "phi": "phi",
+    "gptj": "gptj",
 }
 """hf_model_type -> the module of this package that transliterates its modeling file."""
 B = Affine(1)  # the micro-batch as a symbol

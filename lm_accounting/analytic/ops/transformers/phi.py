@@ -76,15 +76,12 @@ class Attention:
         if self.q_layernorm is not None:  # :194-196
             query_states = self.q_layernorm(query_states)
             key_states = self.k_layernorm(key_states)
-        cos, sin = position_embeddings  # :198
+        cos, sin = position_embeddings  # :198; the locals live until the forward returns
         query_rot, query_pass = self.part(query_states)  # :200-203
         key_rot, key_pass = self.part(key_states)  # :204-207
-        del query_states, key_states
         query_rot, key_rot = apply_rotary_pos_emb(query_rot, key_rot, cos, sin)  # :209
-        del cos, sin
         query_states = A.cat((query_rot, query_pass), -1)  # :212
         key_states = A.cat((key_rot, key_pass), -1)  # :213
-        del query_rot, query_pass, key_rot, key_pass
         interface = eager_attention_forward if self.attn == "naive" else sdpa_attention_forward
         attn_output, attn_weights = interface(self, query_states, key_states, value_states, attention_mask)  # :222
         attn_output = A.contiguous(A.reshape(attn_output, *input_shape, -1))  # :231
