@@ -22,11 +22,6 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
         out.append("sliding-window attention with attention=sdpa (the live model refuses it)")
     if setup.attention == "sdpa" and cfg.mla:
         out.append("latent attention with attention=sdpa (the live model refuses it)")
-    if cfg.parallel_block != "none" and setup.autocast and setup.checkpoint != "none" and setup.attention == "sdpa":
-        out.append(
-            "a parallel block under amp-bf16 with checkpointing and the fused attention kernel (the recompute's "
-            "backward holds one more bf16 T·d tensor than the program places)"
-        )
     later = [u for u in cfg.unsupported_for_replay() if u in NOT_PROGRAMMED]
     if later:
         out.append(

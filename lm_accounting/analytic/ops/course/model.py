@@ -182,7 +182,8 @@ class TransformerBlock:
     def forward(self, x: Tensor, rope, token_positions: Tensor, mask: Tensor | None) -> Tensor:
         if self.parallel:  # x + attn(ln1(x)) + ffn(ln1(x) or ln2(x)): x + a is added before the FFN runs
             h = self.ln1(x)
-            x_a = A.add(x, self.attn(h, rope, token_positions, mask))
+            a = self.attn(h, rope, token_positions, mask)  # the live model's local: alive until the block returns
+            x_a = A.add(x, a)
             return A.add(x_a, self.ffn(h if self.ln2 is None else self.ln2(x)))
         if self.post_attn_norm is None:  # pre-norm (the course)
             x = A.add(x, self.attn(self.ln1(x), rope, token_positions, mask))
