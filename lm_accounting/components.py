@@ -118,13 +118,15 @@ def _norm_label(where: str) -> Callable[[ModelConfig], str]:
 def _norm_params_text(cfg: ModelConfig) -> str:
     if not cfg.norm_weights:
         return "0 (no weights)"
-    return "2·d (gain and bias)" if cfg.norm == "layernorm" else "d"
+    return "2·d (gain and bias)" if cfg.norm == "layernorm" and cfg.norm_bias else "d"
 
 
 def _norm_flops_text(cfg: ModelConfig) -> str:
     if not cfg.norm_weights:
         return "5·T·d" if cfg.norm == "layernorm" else "3·T·d"
-    return "7·T·d" if cfg.norm == "layernorm" else "4·T·d"
+    if cfg.norm == "layernorm":
+        return "7·T·d" if cfg.norm_bias else "6·T·d (no bias add)"
+    return "4·T·d"
 
 
 def _norm_tensors(cfg: ModelConfig) -> int:
@@ -132,7 +134,7 @@ def _norm_tensors(cfg: ModelConfig) -> int:
     weights, OLMo)."""
     if not cfg.norm_weights:
         return 0
-    return 2 if cfg.norm == "layernorm" else 1
+    return 2 if cfg.norm == "layernorm" and cfg.norm_bias else 1
 
 
 def _norm(width: Callable[[Sizes], int]) -> tuple[Formula, Formula]:
@@ -144,16 +146,40 @@ def _norm(width: Callable[[Sizes], int]) -> tuple[Formula, Formula]:
 
 
 def _qk_norm_shape(heads: str) -> Callable[[ModelConfig], tuple[int, ...]]:
-    """Per head: (d_head,); whole projection (OLMo-2): (heads·d_head,)."""
-    return lambda cfg: (cfg.d_head if cfg.qk_norm_scope == "head" else getattr(cfg, heads) * cfg.d_head,)
+    """Per head: (d_head,); whole projection (OLMo-2): (heads·d_head,); a gain per head (Cohere): (heads, d_head)."""
+
+    def shape(cfg: ModelConfig) -> tuple[int, ...]:
+        if cfg.qk_norm_scope == "head_weights":
+            return (getattr(cfg, heads), cfg.d_head)
+        return (cfg.d_head if cfg.qk_norm_scope == "head" else getattr(cfg, heads) * cfg.d_head,)
+
+    return shape
 
 
 def _qk_norm_label(which: str) -> Callable[[ModelConfig], str]:
-    return lambda cfg: f"{which} norm ({'per head' if cfg.qk_norm_scope == 'head' else 'whole projection'})"
+    scope = {"head": "per head", "projection": "whole projection", "head_weights": "per head, a gain each"}
+    return lambda cfg: f"{which} {'LayerNorm' if cfg.norm == 'layernorm' else 'norm'} ({scope[cfg.qk_norm_scope]})"
 
 
 def _qk_norm_text(heads: str) -> Callable[[ModelConfig], str]:
-    return lambda cfg: "d_head" if cfg.qk_norm_scope == "head" else f"{heads}·d_head"
+    def text(cfg: ModelConfig) -> str:
+        width = "d_head" if cfg.qk_norm_scope == "head" else f"{heads}·d_head"
+        return f"2·{width}" if _qk_norm_tensors(cfg) == 2 else width
+
+    return text
+
+
+def _qk_norm_tensors(cfg: ModelConfig) -> int:
+    """A q/k norm's tensors: a gain, and a bias for a LayerNorm with ``norm_bias``."""
+    return 2 if cfg.norm == "layernorm" and cfg.norm_bias else 1
+
+
+def _qk_norm_flops_text(heads: str) -> Callable[[ModelConfig], str]:
+    def text(cfg: ModelConfig) -> str:
+        per = 4 if cfg.norm != "layernorm" else 7 if cfg.norm_bias else 6
+        return f"{per}·T·{heads}·d_head"
+
+    return text
 
 
 def _bias(
@@ -547,7 +573,7 @@ REGISTRY: tuple[Component, ...] = (
         "residual",
         saved=Formula(
             act.residual_saved_bytes,
-            "none: 2·T·d·4 (fp32, amp), 0 (bf16); checkpointed: T·d·e",
+            "none: 2·T·d·4 (fp32, amp; parallel block: T·d·4), 0 (bf16); checkpointed: T·d·e",
             "residual stream (none: kept by the norms; checkpointed: the block input)",
         ),
     ),
@@ -722,7 +748,10 @@ REGISTRY: tuple[Component, ...] = (
         present=_qk_norm,
         params=Formula(lambda z: pa.qk_norm_params(z.cfg, z.cfg.num_heads), _qk_norm_text("h")),
         shape=_qk_norm_shape("num_heads"),
-        elementwise=Formula(lambda z: fl.rmsnorm_flops(z.T * z.cfg.num_heads, z.cfg.d_head), "4·T·h·d_head"),
+        tensors=_qk_norm_tensors,
+        elementwise=Formula(
+            lambda z: fl.qk_norm_flops(z.cfg, z.T * z.cfg.num_heads, z.cfg.d_head), _qk_norm_flops_text("h")
+        ),
         saved=Formula(lambda z: act.qk_norm_saved_bytes(z, z.cfg.num_heads), "as RMSNorm, per head"),
     ),
     Component(
@@ -732,7 +761,10 @@ REGISTRY: tuple[Component, ...] = (
         present=_qk_norm,
         params=Formula(lambda z: pa.qk_norm_params(z.cfg, z.cfg.kv_heads), _qk_norm_text("kv")),
         shape=_qk_norm_shape("kv_heads"),
-        elementwise=Formula(lambda z: fl.rmsnorm_flops(z.T * z.cfg.kv_heads, z.cfg.d_head), "4·T·kv·d_head"),
+        tensors=_qk_norm_tensors,
+        elementwise=Formula(
+            lambda z: fl.qk_norm_flops(z.cfg, z.T * z.cfg.kv_heads, z.cfg.d_head), _qk_norm_flops_text("kv")
+        ),
         saved=Formula(lambda z: act.qk_norm_saved_bytes(z, z.cfg.kv_heads), "as RMSNorm, per head"),
     ),
     Component(
@@ -815,7 +847,7 @@ REGISTRY: tuple[Component, ...] = (
         "layers.*.ln2",
         _norm_label("before FFN"),
         "norms",
-        present=_pre_norms,
+        present=lambda cfg: cfg.pre_norms and cfg.parallel_block != "one_norm",  # one_norm: ln1 feeds the FFN
         params=_LN2[0],
         elementwise=_LN2[1],
         tensors=_norm_tensors,

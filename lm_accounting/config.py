@@ -135,6 +135,8 @@ class ModelConfig:
     norm_weights: bool = True
     embedding_norm: bool = False
     lm_head_bias: bool = False
+    parallel_block: str = "none"
+    norm_bias: bool = True
     # -- mixture of experts (None: a dense FFN in every layer; see MOE_FIELDS) --
     num_experts: int | None = None
     experts_per_token: int | None = None
@@ -195,12 +197,17 @@ class ModelConfig:
     rope_interleave: bool = dataclasses.field(default=False, compare=False)
     """Whether RoPE rotates interleaved pairs (a config.json's ``rope_interleave``, DeepSeek-V3: strided slices,
     ``apply_rotary_pos_emb_interleave``) rather than halves: the same count, other saved tensors in training."""
+    hf_activation: str | None = dataclasses.field(default=None, compare=False)
+    """The config.json's activation name (``hidden_act``) of a 2-matrix GELU MLP (GPT-NeoX's ``gelu``, Phi's
+    ``gelu_new``): every GELU has the same count; a transformers program replays the named one's ops."""
 
     def __post_init__(self) -> None:
         for key in ("vocab_size", "context_length", "num_layers", "d_model", "num_heads", "d_ff"):
             check_positive_int(key, getattr(self, key), ConfigError)
         for key in ("expert_groups", "expert_groups_per_token"):
             check_positive_int(key, getattr(self, key), ConfigError)
+        if self.hf_activation is not None and not isinstance(self.hf_activation, str):
+            raise ConfigError(f"hf_activation must be an activation name, got {short_repr(self.hf_activation)}")
         if self.topk_method not in (None, "greedy", "group_limited_greedy"):
             raise ConfigError(f"topk_method must be greedy or group_limited_greedy, got {short_repr(self.topk_method)}")
         if self.num_layers > MAX_LAYERS:
@@ -233,6 +240,7 @@ class ModelConfig:
             "embedding_norm",
             "lm_head_bias",
             "attention_output_gate",
+            "norm_bias",
             *MOE_FLAGS,
         ):
             if not isinstance(getattr(self, key), bool):
@@ -385,6 +393,13 @@ class ModelConfig:
             )
         if self.qk_norm_scope != "head" and not self.qk_norm:
             raise ConfigError(f"qk_norm_scope = {self.qk_norm_scope} applies only with qk_norm = true")
+        if self.parallel_block != "none" and self.norm_placement != "pre":
+            raise ConfigError(
+                f"parallel_block = {self.parallel_block} runs attention and the MLP side by side on pre-norms; "
+                f"it needs norm_placement = pre, got {self.norm_placement}"
+            )
+        if not self.norm_bias and (self.norm != "layernorm" or not self.norm_weights):
+            raise ConfigError("norm_bias = false applies only to a LayerNorm with weights (norm = layernorm)")
         if self.full_attention_every is not None:
             if self.sliding_window is None:
                 raise ConfigError("full_attention_every applies only with a sliding_window")
@@ -595,8 +610,12 @@ class ModelConfig:
             out.append("embedding norm")
         if self.lm_head_bias:
             out.append("LM-head bias")
-        if self.qk_norm and self.qk_norm_scope != "head":
+        if self.qk_norm and self.qk_norm_scope == "projection":
             out.append("whole-projection qk-norm")
+        if self.qk_norm and self.qk_norm_scope == "head_weights":
+            out.append("per-head qk-norm gains")
+        if self.qk_norm and self.norm == "layernorm":
+            out.append("LayerNorm qk-norm")
         if self.sliding_window is not None:
             out.append("sliding-window attention")
         if self.scale_embeddings:
@@ -605,6 +624,10 @@ class ModelConfig:
             out.append("attention sinks")
         if not self.norm_weights:
             out.append("norms without weights")
+        if not self.norm_bias:
+            out.append("LayerNorm without bias")
+        if self.parallel_block != "none":
+            out.append("parallel attention and MLP")
         if self.moe:
             out.append("mixture of experts")
         if self.expert_bias:
@@ -648,6 +671,8 @@ class ModelConfig:
             "norm_weights",
             "embedding_norm",
             "lm_head_bias",
+            "parallel_block",
+            "norm_bias",
             *MOE_FIELDS,
             *MLA_FIELDS,
             *LINEAR_FIELDS,
@@ -687,7 +712,8 @@ class ModelConfig:
         if biases:
             parts.append("biases " + "/".join(biases))
         if self.qk_norm:
-            parts.append("qk-norm" + ("" if self.qk_norm_scope == "head" else " (whole projection)"))
+            scope = {"head": "", "projection": " (whole projection)", "head_weights": " (per-head gains)"}
+            parts.append("qk-norm" + scope[self.qk_norm_scope])
         if self.sliding_window is not None:
             every = "all layers" if self.full_attention_every is None else f"full every {self.full_attention_every}"
             parts.append(f"window {self.sliding_window:,} ({every})")
@@ -697,6 +723,11 @@ class ModelConfig:
             parts.append("attention sinks")
         if not self.norm_weights:
             parts[0] += " (no weights)"
+        if not self.norm_bias:
+            parts[0] += " (no bias)"
+        if self.parallel_block != "none":
+            norms = "one norm" if self.parallel_block == "one_norm" else "two norms"
+            parts.insert(1, f"parallel attention + MLP ({norms})")
         if self.embedding_norm:
             parts.append("embedding norm")
         if self.mla:
@@ -751,6 +782,8 @@ class ModelConfig:
             return "course (Llama-style)" if not self.qk_norm else "course + qk-norm (Qwen3-style)"
         if self.positions == "alibi" and self.embedding_norm:
             return "BLOOM-style (ALiBi + embedding norm)"
+        if self.parallel_block != "none":
+            return "parallel block (GPT-J, GPT-NeoX, Phi, Cohere, Falcon-style)"
         if self.positions == "learned" and self.norm == "layernorm" and self.mlp == "gelu":
             return "GPT-2"
         if self.norm_placement == "sandwich":
@@ -770,6 +803,7 @@ class ModelConfig:
         # provenance and routing details kept out of the pinned JSON key set (json_keys.json)
         del out["hf_model_type"], out["dropout"], out["norm_topk_prob"]
         del out["expert_groups"], out["expert_groups_per_token"], out["rope_interleave"], out["topk_method"]
+        del out["hf_activation"]
         return out
 
     def with_context(self, context_length: int) -> ModelConfig:
@@ -799,7 +833,8 @@ ARCHITECTURE_CHOICES: dict[str, tuple[str, ...]] = {
     "norm_placement": ("pre", "sandwich", "post"),
     "mlp": ("swiglu", "geglu", "gelu"),
     "positions": ("rope", "learned", "alibi"),
-    "qk_norm_scope": ("head", "projection"),
+    "qk_norm_scope": ("head", "projection", "head_weights"),
+    "parallel_block": ("none", "one_norm", "two_norms"),
 }
 """The allowed values of the string architecture options; the first is the course's.
 
@@ -813,10 +848,18 @@ ARCHITECTURE_CHOICES: dict[str, tuple[str, ...]] = {
   to the token embeddings, GPT-2) or ``alibi`` (Press et al. 2022: head i adds ``m_i · j`` to its score for key
   j, no parameters; BLOOM, transformers' ``build_alibi_tensor``).
 * ``qk_norm_scope``: ``head`` = one RMSNorm of ``head_dim`` on every Q and K head (Qwen3, Gemma 3);
-  ``projection`` = one RMSNorm over the whole Q (``h·head_dim``) and K (``kv·head_dim``) projection (OLMo-2).
+  ``projection`` = one RMSNorm over the whole Q (``h·head_dim``) and K (``kv·head_dim``) projection (OLMo-2);
+  ``head_weights`` = each head normalised over its ``head_dim`` with a gain of its own, ``(h, head_dim)`` and
+  ``(kv, head_dim)`` (Cohere's ``use_qk_norm``).  With ``norm = layernorm`` the q/k norms are LayerNorms like the
+  block's (a bias unless ``norm_bias = false``: Phi's ``qk_layernorm``, Cohere's), else RMSNorms.
+* ``parallel_block``: ``none`` = attention then the MLP, each on its own residual step; ``one_norm`` =
+  ``x + attn(ln1(x)) + mlp(ln1(x))``, one norm feeding both (GPT-J, Phi-1/2, Cohere, Falcon: transformers'
+  ``GPTJBlock``, ``PhiDecoderLayer``, ``CohereDecoderLayer``); ``two_norms`` = ``x + attn(ln1(x)) +
+  mlp(ln2(x))`` (GPT-NeoX/Pythia with ``use_parallel_residual``).  The same matmuls; ``one_norm`` has no ln2.
 
 Booleans: ``qkv_bias`` (Q, K and V projections), ``output_bias`` (attention output projection),
-``mlp_bias`` (every FFN matrix), ``scale_embeddings`` (Gemma: token embeddings × √d_model).
+``mlp_bias`` (every FFN matrix), ``scale_embeddings`` (Gemma: token embeddings × √d_model), ``norm_bias``
+(false: LayerNorms with a gain and no bias, Cohere's ``CohereLayerNorm``).
 ``sliding_window`` (keys a windowed query sees, itself included) with ``full_attention_every`` (None:
 every layer windowed, Mistral; n: every n-th layer full, Gemma 2 n = 2, Gemma 3 n = 6).
 ``attention_sinks`` (gpt-oss): one learned logit per query head joins every row of the attention softmax

@@ -12,7 +12,9 @@ The rules:
   ERNIE 4.5, Seed-OSS, Ministral, SmolLM3, HunYuan-Dense, Gemma, OLMo-3, OLMoE, Phi-3.5-MoE, Hunyuan v3,
   HunYuan-MoE, IQuest-Coder, Sarvam-M, Youtu, VaultGemma, HyperCLOVA X, GLM-4.7-Flash, StarCoder2, GPTBigCode;
   GPT-SW3 as GPT-2), and new pieces (gpt_oss, qwen2_moe, olmo, bloom, ernie4_5_moe; partial rotary: glm4_moe,
-  minimax_m2, glm4, glm, stablelm; Gated DeltaNet hybrids: qwen3_next, qwen3_5_text, qwen3_5_moe_text), each proven in tests/test_hf_zoo.py and listed in docs/model_types.md.  A multimodal wrapper
+  minimax_m2, glm4, glm, stablelm; Gated DeltaNet hybrids: qwen3_next, qwen3_5_text, qwen3_5_moe_text; parallel
+  attention + MLP blocks: cohere, cohere2, phi, gpt_neox, gptj, falcon, tests/test_arch_parallel_block.py), each proven
+  in tests/test_hf_zoo.py and listed in docs/model_types.md.  A multimodal wrapper
   with a ``text_config`` (``WRAPPERS``: Gemma 3's ``gemma3``, Mistral 3's ``mistral3``, Kimi K2.5's ``kimi_k25``,
   Qwen3.5's ``qwen3_5`` and ``qwen3_5_moe``)
   is read through its text model, and the model's name says so: "(text model of a gemma3 wrapper; the vision tower
@@ -145,6 +147,12 @@ SUPPORTED_MODEL_TYPES = (
     "qwen3_next",
     "qwen3_5_text",
     "qwen3_5_moe_text",
+    "cohere",
+    "cohere2",
+    "phi",
+    "gpt_neox",
+    "gptj",
+    "falcon",
 )
 
 
@@ -302,6 +310,7 @@ IGNORED_BY_TYPE = {
     "qwen2_moe": frozenset(["norm_topk_prob", "output_router_logits", "router_aux_loss_coef"]),
     "olmo": frozenset(["clip_qkv"]),
     "bloom": frozenset(["pretraining_tp", "slow_but_exact"]),
+    "gpt_neox": frozenset(["classifier_dropout"]),
     "ernie4_5_moe": frozenset(["moe_norm_min", "output_router_logits", "router_aux_loss_coef"]),
     "glm4_moe": frozenset(_DEEPSEEK_ROUTING),
     "minimax_m2": frozenset(["output_router_logits", "router_aux_loss_coef", "router_jitter_noise"]),
@@ -1274,9 +1283,9 @@ def _minimax_m2(f: _Fields) -> dict[str, Any]:
 
 def _stablelm(f: _Fields) -> dict[str, Any]:
     """StableLM (3B-4E1T, StableLM 2): LayerNorm (``layer_norm_eps``, gain and bias), SwiGLU, biases on Q, K and
-    V when ``use_qkv_bias``, RoPE on a quarter of each head by default.  Refused: ``use_parallel_residual``
-    (attention and MLP from one norm) and ``qk_layernorm`` (one LayerNorm per head, each with its own weights)."""
-    f.only("use_parallel_residual", (False,), "attention, then the MLP (a parallel block is not modelled)")
+    V when ``use_qkv_bias``, RoPE on a quarter of each head by default; ``use_parallel_residual``: attention and the
+    MLP side by side from ``input_layernorm`` alone (``parallel_block = one_norm``).  Refused: ``qk_layernorm``
+    (one LayerNorm per head, each with its own weights)."""
     f.only("qk_layernorm", (False,), "no q/k norm (StableLM's per-head LayerNorms with their own weights)")
     out = {
         "vocab_size": f.int("vocab_size"),
@@ -1293,6 +1302,7 @@ def _stablelm(f: _Fields) -> dict[str, Any]:
         "norm": "layernorm",
         "qkv_bias": f.bool("use_qkv_bias", False),
         "mlp": _only_swiglu(f, "hidden_act"),
+        "parallel_block": "one_norm" if f.bool("use_parallel_residual", False) else "none",
     }
     return {**out, **_rotary(f, out, 0.25, sliced=True)}
 
@@ -1407,6 +1417,184 @@ def _qwen3_5_moe_text(f: _Fields) -> dict[str, Any]:
     return {**out, **_qwen_hybrid_moe(f), "norm_topk_prob": True}
 
 
+# -- parallel attention + MLP blocks (``parallel_block``): x + attn(norm(x)) + mlp(norm(x)) ---------------------
+def _gelu_mlp(f: _Fields, key: str, default: str) -> dict[str, Any]:
+    """The 2-matrix MLP of any GELU (``gelu`` exact, ``gelu_new`` tanh: the same matmuls), its name kept
+    (``hf_activation``: a transformers program replays its ops)."""
+    act = f.str(key, default)
+    if act not in GELU_ACTIVATIONS:
+        raise f.error(f"field '{key}' = {short_repr(act)} is not supported: a GELU MLP")
+    return {"mlp": "gelu", "hf_activation": act}
+
+
+def _cohere(f: _Fields) -> dict[str, Any]:
+    """Cohere (Command R; transformers' models/cohere, ``CohereDecoderLayer``): ``x + attn(ln(x)) + mlp(ln(x))``
+    from one ``CohereLayerNorm`` (a gain, no bias; ``layer_norm_eps``), a SwiGLU MLP, RoPE on interleaved pairs
+    (``rotate_half`` over ``x[..., ::2]``, ``x[..., 1::2]``), ``attention_bias`` on q/k/v/o, a tied head by default;
+    ``logit_scale`` multiplies the logits by a constant (no parameter, no matmul: read and ignored).  Cohere2
+    (Command R7B, Command A) windows every layer but every ``sliding_window_pattern``-th (``layer_types``) and
+    rotates only the windowed layers' Q and K (RoPE's elementwise FLOPs are counted on every layer: an
+    overestimate of the non-matmul figure only).  ``use_qk_norm`` (Command R+): Q and K normed per head by
+    ``CohereLayerNorm``s holding a gain per head and dimension, (h, head_dim) and (kv, head_dim)
+    (``qk_norm_scope = head_weights``)."""
+    qk_norm = f.model_type == "cohere" and f.bool("use_qk_norm", False)
+    f.number("logit_scale", 0.0625)
+    bias = f.bool("attention_bias", False)
+    out = {
+        **_common(f, tie_default=True),
+        "norm_eps": f.number("layer_norm_eps", 1e-5),
+        "norm": "layernorm",
+        "norm_bias": False,
+        "parallel_block": "one_norm",
+        "qkv_bias": bias,
+        "output_bias": bias,
+        "mlp": _only_swiglu(f, "hidden_act"),
+        "rope_interleave": True,
+        **({"qk_norm": True, "qk_norm_scope": "head_weights"} if qk_norm else {}),
+    }
+    return {**out, **(_window(f, default_every=4, pattern=True) if f.model_type == "cohere2" else {})}
+
+
+def _phi(f: _Fields) -> dict[str, Any]:
+    """Phi-1/1.5/2 (transformers' models/phi, ``PhiDecoderLayer``): ``x + attn(ln(x)) + mlp(ln(x))`` from one
+    LayerNorm (gain and bias), biases on q/k/v and ``dense``, a 2-matrix GELU MLP (``fc1``, ``fc2``, with biases),
+    RoPE on the first ``int(head_dim · partial_rotary_factor)`` of each head (sliced; the class's 0.5), a final
+    LayerNorm and an LM head with a bias; ``qk_layernorm``: one LayerNorm of ``head_dim`` (gain and bias) on every
+    Q head and one on every K head."""
+    out = {
+        **_common(f, tie_default=False, partial=True),
+        "norm_eps": f.number("layer_norm_eps", 1e-5),
+        "norm": "layernorm",
+        "parallel_block": "one_norm",
+        "qkv_bias": True,
+        "output_bias": True,
+        "mlp_bias": True,
+        **_gelu_mlp(f, "hidden_act", "gelu_new"),
+        "lm_head_bias": True,
+        "qk_norm": f.bool("qk_layernorm", False),
+    }
+    return {**out, **_rotary(f, out, 0.5, sliced=True)}
+
+
+def _gpt_neox(f: _Fields) -> dict[str, Any]:
+    """GPT-NeoX / Pythia (transformers' models/gpt_neox, ``GPTNeoXLayer``): LayerNorms with biases, one fused
+    ``query_key_value`` (3·d x d, per head [q, k, v]: read as our q/k/v, the same matmul split), ``dense``, both
+    with a bias when ``attention_bias``, a 2-matrix GELU MLP with biases; ``use_parallel_residual`` (default true)
+    runs ``x + attn(ln1(x)) + mlp(ln2(x))``, else attention then the MLP.  RoPE on the first
+    ``int(head_size · rotary_pct)`` of each head (0.25; ``rotary_emb_base`` is its θ); the head (``lm_head``) has
+    no bias and is untied by default."""
+    heads = f.int("num_attention_heads")
+    bias = f.bool("attention_bias", True)
+    theta = f.number("rotary_emb_base", 10_000.0)
+    out = {
+        "vocab_size": f.int("vocab_size"),
+        "d_model": f.int("hidden_size"),
+        "num_layers": f.int("num_hidden_layers"),
+        "num_heads": heads,
+        "d_ff": f.int("intermediate_size"),
+        "context_length": f.int("max_position_embeddings"),
+        "rope_theta": _rope_theta(f, partial=True) if f.has("rope_parameters") or f.has("rope_theta") else theta,
+        "norm_eps": f.number("layer_norm_eps", 1e-5),
+        "tie_embeddings": f.bool("tie_word_embeddings", False),
+        "norm": "layernorm",
+        "parallel_block": "two_norms" if f.bool("use_parallel_residual", True) else "none",
+        "qkv_bias": bias,
+        "output_bias": bias,
+        "mlp_bias": True,
+        **_gelu_mlp(f, "hidden_act", "gelu"),
+        "head_dim": None,
+    }
+    return {**out, **_rotary(f, out, f.number("rotary_pct", 0.25))}
+
+
+def _gptj(f: _Fields) -> dict[str, Any]:
+    """GPT-J (transformers' models/gptj, ``GPTJBlock``): ``x + attn(ln_1(x)) + mlp(ln_1(x))`` from one LayerNorm,
+    q/k/v and ``out_proj`` without biases, a 2-matrix GELU MLP (``fc_in``, ``fc_out``, width ``n_inner`` or 4·d)
+    with biases, RoPE on the first ``rotary_dim`` of each head in interleaved pairs (``rotate_every_two``), a
+    final LayerNorm and an LM head with a bias.  ``rotary_dim`` null (sin/cos as wide as the whole model) or wider
+    than a head (``q[..., :rotary_dim]`` is the head, its sin/cos wider) is refused: neither runs."""
+    d = f.int("n_embd")
+    inner = f.int("n_inner", None, allow_none=True)
+    rotary = f.int("rotary_dim", None, allow_none=True)  # absent: the class's 64
+    if rotary is None:
+        raise f.error("field 'rotary_dim' = null is not supported: RoPE on the first rotary_dim of each head")
+    out = {
+        "vocab_size": f.int("vocab_size"),
+        "d_model": d,
+        "num_layers": f.int("n_layer"),
+        "num_heads": f.int("n_head"),
+        "d_ff": 4 * d if inner is None else inner,
+        "context_length": f.int("n_positions"),
+        "rope_theta": _rope_theta(f),
+        "norm_eps": f.number("layer_norm_epsilon", 1e-5),
+        "tie_embeddings": f.bool("tie_word_embeddings", False),
+        "norm": "layernorm",
+        "parallel_block": "one_norm",
+        "mlp_bias": True,
+        **_gelu_mlp(f, "activation_function", "gelu_new"),
+        "lm_head_bias": True,
+        "rope_interleave": True,
+    }
+    head_dim = d // out["num_heads"]
+    if rotary > head_dim:
+        raise f.error(f"field 'rotary_dim' = {rotary} exceeds the head size {head_dim}: GPT-J's RoPE cannot run")
+    return {**out, "rotary_dim": rotary} if rotary < head_dim else out
+
+
+def _falcon(f: _Fields) -> dict[str, Any]:
+    """Falcon (transformers' models/falcon, ``FalconDecoderLayer``): LayerNorms with biases, one fused
+    ``query_key_value`` (read as our q/k/v: the same matmul split), ``dense``, a 2-matrix GELU MLP of
+    ``ffn_hidden_size`` (4·d), every projection with a bias when ``bias``, full RoPE, a tied head by default.
+    The block: ``new_decoder_architecture`` (Falcon-40B/180B) runs attention and the MLP side by side from
+    ``ln_attn`` and ``ln_mlp`` (``num_ln_in_parallel_attn`` 2, its default) or from ``input_layernorm`` (1), with
+    ``num_kv_heads`` K/V heads; otherwise (Falcon-7B) one K/V head when ``multi_query`` (else one per head), and
+    ``parallel_attn``: side by side from ``input_layernorm``, else attention then the MLP.  ``n_embed`` (legacy)
+    overrides ``hidden_size`` as ``FalconConfig.__post_init__`` does.  Refused: ``alibi`` (Falcon's ALiBi) and
+    the combinations ``FalconDecoderLayer`` cannot run (a new-architecture block that is not parallel, two norms
+    without the new architecture, K/V heads that the fused projection does not hold)."""
+    f.only("alibi", (False,), "RoPE (Falcon's ALiBi is not modelled)")
+    d = f.int("n_embed") if f.has("n_embed") else f.int("hidden_size")
+    f.used.add("hidden_size")
+    heads = f.int("num_attention_heads")
+    new, parallel = f.bool("new_decoder_architecture", False), f.bool("parallel_attn", True)
+    norms = f.int("num_ln_in_parallel_attn", None, allow_none=True)
+    multi_query = f.bool("multi_query", True)
+    kv = f.int("num_kv_heads", None, allow_none=True)
+    if new and not parallel:
+        raise f.error("field 'parallel_attn' = false is not supported with new_decoder_architecture (it cannot run)")
+    if new and norms not in (None, 1, 2) or not new and parallel and norms == 2:
+        raise f.error(
+            f"field 'num_ln_in_parallel_attn' = {short_repr(norms)} is not supported here: 2 (or null) with "
+            "new_decoder_architecture, 1, or null"
+        )
+    if not new and (multi_query or kv not in (None, heads)):
+        if not multi_query:
+            raise f.error(f"field 'num_kv_heads' must be num_attention_heads ({heads}) without multi_query")
+        kv = 1
+    block = ("one_norm" if norms == 1 else "two_norms") if new else "one_norm" if parallel else "none"
+    mlp = _gelu_mlp(f, "activation", "gelu")
+    bias = f.bool("bias", False)
+    ffn = f.int("ffn_hidden_size", None, allow_none=True)
+    return {
+        "vocab_size": f.int("vocab_size"),
+        "d_model": d,
+        "num_layers": f.int("num_hidden_layers"),
+        "num_heads": heads,
+        "num_kv_heads": None if kv in (None, heads) else kv,
+        "d_ff": 4 * d if ffn is None else ffn,
+        "context_length": f.int("max_position_embeddings"),
+        "rope_theta": _rope_theta(f),
+        "norm_eps": f.number("layer_norm_epsilon", 1e-5),
+        "tie_embeddings": f.bool("tie_word_embeddings", True),
+        "norm": "layernorm",
+        "parallel_block": block,
+        "qkv_bias": bias,
+        "output_bias": bias,
+        "mlp_bias": bias,
+        **mlp,
+    }
+
+
 MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "gpt2": _gpt2,
     "llama": _llama,
@@ -1461,6 +1649,12 @@ MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "qwen3_next": _qwen3_next,
     "qwen3_5_text": lambda f: _qwen_hybrid(f, "intermediate_size"),
     "qwen3_5_moe_text": _qwen3_5_moe_text,
+    "cohere": _cohere,
+    "cohere2": _cohere,
+    "phi": _phi,
+    "gpt_neox": _gpt_neox,
+    "gptj": _gptj,
+    "falcon": _falcon,
 }
 assert tuple(MAPPINGS) == SUPPORTED_MODEL_TYPES
 
@@ -1901,6 +2095,64 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         "n_head": cfg.num_heads,
         "layer_norm_epsilon": cfg.norm_eps,
         "tie_word_embeddings": cfg.tie_embeddings,
+    },
+    "cohere": lambda cfg: {
+        **{k: v for k, v in _write_common(cfg).items() if k != "rms_norm_eps"},
+        "layer_norm_eps": cfg.norm_eps,
+        "attention_bias": cfg.qkv_bias,
+        "use_qk_norm": cfg.qk_norm,
+    },
+    "cohere2": lambda cfg: {
+        **{k: v for k, v in _write_common(cfg).items() if k != "rms_norm_eps"},
+        "layer_norm_eps": cfg.norm_eps,
+        "attention_bias": cfg.qkv_bias,
+        **_write_window(cfg, layer_types=True),
+    },
+    "gptj": lambda cfg: {
+        "vocab_size": cfg.vocab_size,
+        "n_embd": cfg.d_model,
+        "n_layer": cfg.num_layers,
+        "n_head": cfg.num_heads,
+        "n_positions": cfg.context_length,
+        "n_inner": cfg.d_ff,
+        "rotary_dim": cfg.rope_dim,
+        "layer_norm_epsilon": cfg.norm_eps,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "activation_function": cfg.hf_activation or "gelu_new",
+        "resid_pdrop": 0.0,
+        "embd_pdrop": 0.0,
+        "attn_pdrop": 0.0,
+    },
+    "phi": lambda cfg: {
+        **{k: v for k, v in _write_common(cfg).items() if k not in ("rms_norm_eps", "hidden_act")},
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": cfg.rope_theta,
+            "partial_rotary_factor": cfg.rope_dim / cfg.d_head,
+        },
+        "layer_norm_eps": cfg.norm_eps,
+        "hidden_act": cfg.hf_activation or "gelu_new",
+        "qk_layernorm": cfg.qk_norm,
+        "resid_pdrop": 0.0,
+        "embd_pdrop": 0.0,
+    },
+    "gpt_neox": lambda cfg: {
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model,
+        "num_hidden_layers": cfg.num_layers,
+        "num_attention_heads": cfg.num_heads,
+        "intermediate_size": cfg.d_ff,
+        "max_position_embeddings": cfg.context_length,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": cfg.rope_theta,
+            "partial_rotary_factor": cfg.rope_dim / cfg.d_head,
+        },
+        "layer_norm_eps": cfg.norm_eps,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "hidden_act": cfg.hf_activation or "gelu",
+        "attention_bias": cfg.qkv_bias,
+        "use_parallel_residual": cfg.parallel_block == "two_norms",
     },
     "ernie4_5_moe": lambda cfg: {
         **_write_common(cfg),

@@ -535,6 +535,57 @@ DEFINED_FIELDS: dict[str, frozenset[str]] = {
             qk_rope_head_dim rms_norm_eps rope_interleave use_cache v_head_dim vocab_size
         """
     ),
+    "cohere": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id eos_token_id hidden_act hidden_size
+            intermediate_size layer_norm_eps logit_scale max_position_embeddings num_attention_heads
+            num_hidden_layers num_key_value_heads pad_token_id use_cache use_qk_norm vocab_size
+        """
+    ),
+    "cohere2": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id eos_token_id head_dim hidden_act hidden_size
+            intermediate_size layer_norm_eps layer_types logit_scale max_position_embeddings
+            num_attention_heads num_hidden_layers num_key_value_heads pad_token_id sliding_window
+            sliding_window_pattern use_cache vocab_size
+        """
+    ),
+    "phi": COMMON_FIELDS
+    | _names(
+        """
+            attention_dropout bos_token_id embd_pdrop eos_token_id hidden_act hidden_size intermediate_size
+            layer_norm_eps max_position_embeddings num_attention_heads num_hidden_layers num_key_value_heads
+            pad_token_id qk_layernorm resid_pdrop use_cache vocab_size
+        """
+    ),
+    "gpt_neox": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id classifier_dropout eos_token_id hidden_act
+            hidden_dropout hidden_size intermediate_size is_decoder layer_norm_eps max_position_embeddings
+            num_attention_heads num_hidden_layers pad_token_id rotary_emb_base rotary_pct use_cache
+            use_parallel_residual vocab_size
+        """
+    ),
+    "gptj": COMMON_FIELDS
+    | _names(
+        """
+            activation_function attn_pdrop bos_token_id embd_pdrop eos_token_id hidden_size
+            layer_norm_epsilon max_position_embeddings n_embd n_head n_inner n_layer n_positions
+            num_attention_heads num_hidden_layers pad_token_id resid_pdrop rotary_dim use_cache vocab_size
+        """
+    ),
+    "falcon": COMMON_FIELDS
+    | _names(
+        """
+            activation alibi attention_dropout bias bos_token_id eos_token_id ffn_hidden_size hidden_dropout
+            hidden_size layer_norm_epsilon max_position_embeddings multi_query n_embed
+            new_decoder_architecture num_attention_heads num_hidden_layers num_kv_heads
+            num_ln_in_parallel_attn pad_token_id parallel_attn use_cache vocab_size
+        """
+    ),
 }
 DEFINED_FIELDS["glm"] = DEFINED_FIELDS["glm4"]  # GlmConfig defines Glm4Config's fields (and defaults)
 
@@ -562,6 +613,12 @@ CONFIG_CLASSES = {
     "glm4": "Glm4Config",
     "glm": "GlmConfig",
     "stablelm": "StableLmConfig",
+    "cohere": "CohereConfig",
+    "cohere2": "Cohere2Config",
+    "phi": "PhiConfig",
+    "gpt_neox": "GPTNeoXConfig",
+    "gptj": "GPTJConfig",
+    "falcon": "FalconConfig",
     "gemma3": "Gemma3Config",
     "mistral3": "Mistral3Config",
     "kimi_k25": "Kimi_K25Config",
@@ -599,6 +656,12 @@ CONFIG_CLASSES = {
     "gpt_bigcode": "GPTBigCodeConfig",
 }
 ALIASES: dict[str, dict[str, str]] = {
+    "gptj": {
+        "max_position_embeddings": "n_positions",
+        "hidden_size": "n_embd",
+        "num_attention_heads": "n_head",
+        "num_hidden_layers": "n_layer",
+    },
     "gpt2": {
         "hidden_size": "n_embd",
         "max_position_embeddings": "n_positions",
@@ -1233,6 +1296,66 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         "kv_lora_rank": 512,
         "q_lora_rank": 1536,
         "rope_interleave": True,
+        "rope_theta": 10000.0,
+    },
+    "cohere": {
+        "num_key_value_heads": None,
+        "layer_norm_eps": 1e-05,
+        "tie_word_embeddings": True,
+        "attention_bias": False,
+        "use_qk_norm": False,
+        "hidden_act": "silu",
+        "logit_scale": 0.0625,
+        "rope_theta": 500000.0,
+    },
+    "cohere2": {
+        "num_key_value_heads": None,
+        "layer_norm_eps": 1e-05,
+        "tie_word_embeddings": True,
+        "attention_bias": False,
+        "hidden_act": "silu",
+        "logit_scale": 0.0625,
+        "sliding_window": 4096,
+        "layer_types": None,
+        "rope_theta": 10000.0,
+    },
+    "phi": {
+        "num_key_value_heads": None,
+        "layer_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "qk_layernorm": False,
+        "hidden_act": "gelu_new",
+        "rope_theta": 10000.0,
+    },
+    "gpt_neox": {
+        "layer_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "use_parallel_residual": True,
+        "attention_bias": True,
+        "hidden_act": "gelu",
+        "rope_theta": 10000.0,
+    },
+    "gptj": {
+        "n_inner": None,
+        "rotary_dim": 64,
+        "activation_function": "gelu_new",
+        "layer_norm_epsilon": 1e-05,
+        "tie_word_embeddings": False,
+        "rope_theta": 10000.0,
+    },
+    "falcon": {
+        "num_ln_in_parallel_attn": None,
+        "layer_norm_epsilon": 1e-05,
+        "num_kv_heads": None,
+        "alibi": False,
+        "new_decoder_architecture": False,
+        "multi_query": True,
+        "parallel_attn": True,
+        "bias": False,
+        "max_position_embeddings": 2048,
+        "ffn_hidden_size": None,
+        "activation": "gelu",
+        "tie_word_embeddings": True,
         "rope_theta": 10000.0,
     },
 }

@@ -41,8 +41,11 @@ REASONS: dict[str, tuple[str, tuple[str, ...]]] = {
         _types("granite_swa granitemoe_swa"),
     ),
     "parallel": (
-        ("attention and MLP in parallel from one norm (a parallel block), which lm-accounting does not model yet"),
-        _types("cohere cohere2 falcon gptj codegen gpt_neox phi"),
+        (
+            "attention and MLP in parallel (a parallel block) with a fused projection lm-accounting does not map "
+            "yet (CodeGen's qkv_proj in mp_num groups)"
+        ),
+        _types("codegen"),
     ),
     "mlp_activation": (
         (

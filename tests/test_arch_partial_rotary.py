@@ -261,7 +261,6 @@ def test_rotary_dim_with_latent_attention_is_refused():
         ),
         ("minimax_m2", {"rotary_dim": 0}, "field 'rotary_dim' must be between 1 and 10^18"),
         ("stablelm", {"partial_rotary_factor": 0.33}, "int(16 · 0.33) = 5 dimensions of a head"),
-        ("stablelm", {"use_parallel_residual": True}, "field 'use_parallel_residual' = True is not supported"),
         ("stablelm", {"qk_layernorm": True}, "field 'qk_layernorm' = True is not supported"),
         ("llama", {"partial_rotary_factor": 0.5}, "RoPE on every dimension only"),
     ],

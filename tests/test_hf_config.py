@@ -208,6 +208,12 @@ def test_every_supported_type_and_the_later_ones_are_listed():
         "olmo",
         "bloom",
         "ernie4_5_moe",
+        "cohere",
+        "cohere2",
+        "phi",
+        "gpt_neox",
+        "gptj",
+        "falcon",
     }
     assert "qwen2_moe" not in REFUSED_MODEL_TYPES and "gpt_oss" not in REFUSED_MODEL_TYPES
 
@@ -256,5 +262,5 @@ def test_cli_reads_a_config_json_and_reports_the_ignored_fields(run_cli, tmp_pat
     assert data["config"]["ignored_fields"] == ["attention_dropout", "bos_token_id"]
     bad = run_cli(str(write(tmp_path, {**LLAMA, "model_type": "falcon_x"}, "f.json")))
     assert bad.code == 2 and "unsupported model_type 'falcon_x'" in bad.err and "olmo2" in bad.err
-    known = run_cli(str(write(tmp_path, {**LLAMA, "model_type": "falcon"}, "g.json")))
-    assert known.code == 2 and "model_type 'falcon' has attention and MLP in parallel" in known.err
+    known = run_cli(str(write(tmp_path, {**LLAMA, "model_type": "codegen"}, "g.json")))
+    assert known.code == 2 and "model_type 'codegen' has attention and MLP in parallel" in known.err

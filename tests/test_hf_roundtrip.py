@@ -34,6 +34,7 @@ transformers = pytest.importorskip("transformers")
 from test_arch_bloom import CONFIGS as BLOOM
 from test_arch_ernie4_5_moe import CONFIGS as ERNIE
 from test_arch_olmo import CONFIGS as OLMO
+from test_arch_parallel_block import CONFIGS as PARALLEL
 from test_arch_qwen2_moe import CONFIGS as QWEN2_MOE
 from test_arch_qwen3_next import CONFIGS as QWEN3_NEXT
 from test_arch_qwen3_next import TINY_CONFIGS as QWEN3_NEXT_TINY
@@ -196,6 +197,8 @@ MOE_MINIMAL = {
     "youtu": {"num_key_value_heads": 32},
     "gpt_oss": {"num_local_experts": 8, "num_experts_per_tok": 2},
     "ernie4_5_moe": {"moe_num_experts": 8, "moe_k": 2, "moe_intermediate_size": 256},
+    "gptj": {"rotary_dim": 16},  # the class's 64 exceeds MINIMAL's heads of 32
+    "falcon": {"multi_query": False},  # the class's one K/V head is no num_key_value_heads (test_arch_parallel_block)
     "qwen2_moe": {
         "num_experts": 8,
         "num_experts_per_tok": 2,
@@ -248,6 +251,7 @@ HUB_FILES = {
     **ERNIE,
     **QWEN3_NEXT,
     **QWEN3_NEXT_TINY,
+    **PARALLEL,
 }
 
 

@@ -235,6 +235,7 @@ def test_every_supported_model_type_is_proven_here_or_in_the_truth_tests():
     from test_arch_bloom import CONFIGS as BLOOM
     from test_arch_ernie4_5_moe import CONFIGS as ERNIE
     from test_arch_olmo import CONFIGS as OLMO
+    from test_arch_parallel_block import CONFIGS as PARALLEL
     from test_arch_qwen2_moe import CONFIGS as QWEN2_MOE
     from test_arch_qwen3_next import TINY_CONFIGS as HYBRIDS
     from test_gpt_oss import CONFIGS as GPT_OSS
@@ -246,6 +247,7 @@ def test_every_supported_model_type_is_proven_here_or_in_the_truth_tests():
     pieces = {c["model_type"] for c, _ in [*GPT_OSS.values(), *BLOOM.values()]}
     pieces |= {c["model_type"] for c in [*QWEN2_MOE.values(), *OLMO.values(), *ERNIE.values()]}
     pieces |= {c["model_type"] for c in HYBRIDS.values()}
+    pieces |= {c["model_type"] for c in PARALLEL.values()} - set(ZOO)  # StableLM's parallel variant: a ZOO type
     assert first | set(ZOO) | pieces == set(SUPPORTED_MODEL_TYPES)
     assert not first & set(ZOO) and not pieces & (first | set(ZOO))
     assert {values["model_type"] for values in PUBLISHED.values()} <= set(ZOO)
@@ -734,9 +736,7 @@ def test_every_causal_lm_type_is_read_or_refused_with_a_reason():
         ("kimi_linear", "linear-attention layers not compared with Qwen3-Next's Gated DeltaNet"),
         ("lfm2", "short-convolution layers"),
         ("granite_swa", "attention sinks applied as a post-attention logsumexp scaling"),
-        ("cohere", "attention and MLP in parallel"),
-        ("gpt_neox", "attention and MLP in parallel"),
-        ("phi", "attention and MLP in parallel"),
+        ("codegen", "attention and MLP in parallel"),
         ("persimmon", "squared ReLU"),
         ("laguna", "Laguna's softplus output gate"),
         ("nemotron", "squared ReLU"),
@@ -988,8 +988,8 @@ def test_sarvam_legacy_head_dims_are_dropped_as_transformers_drops_them():
         ({"model_type": "mistral3"}, "its text model ('text_config') is missing"),
         ({"model_type": "kimi_k25", "text_config": "deepseek_v3"}, "its text model ('text_config') is not an object"),
         (
-            {"model_type": "mistral3", "text_config": {"model_type": "cohere"}},
-            "multimodal wrapper whose text model 'cohere' has attention and MLP in parallel",
+            {"model_type": "mistral3", "text_config": {"model_type": "codegen"}},
+            "multimodal wrapper whose text model 'codegen' has attention and MLP in parallel",
         ),
         ({"model_type": "mistral3", "text_config": {"model_type": "nope"}}, "must be a supported model_type"),
         ({"model_type": "gemma3", "text_config": {"model_type": "llama"}}, "must be 'gemma3_text', got 'llama'"),

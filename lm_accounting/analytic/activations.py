@@ -83,11 +83,17 @@ def mask_saved_bytes(z: Sizes) -> int:
 
 def residual_saved_bytes(z: Sizes) -> int:
     """none: the block's input and middle residual stream, kept by ln1 and ln2 in fp32 (2·T·d·4;
-    fp32 and amp-bf16); 16-bit: 0 (the norms keep fp32 copies instead, counted under them).
+    fp32 and amp-bf16; a parallel block has no middle stream: T·d·4, the input kept by ln1 (and ln2: the same
+    tensor under RMSNorm; LayerNorm keeps its centred input, one per norm, so two norms keep 2·T·d·4)); 16-bit: 0 (the norms keep fp32 copies instead, counted under them).
     full and selective: the block's input, kept by the checkpoint (T·d·e)."""
     if _ck(z) != "none":
         return z.act(z.cfg.d_model)
-    return 2 * z.act(z.cfg.d_model) if z.e == FP32 else 0
+    streams = (
+        1
+        if z.cfg.parallel_block == "one_norm" or (z.cfg.parallel_block == "two_norms" and z.cfg.norm == "rmsnorm")
+        else 2
+    )
+    return streams * z.act(z.cfg.d_model) if z.e == FP32 else 0
 
 
 def block_norm_saved_bytes(z: Sizes) -> int:
@@ -132,12 +138,15 @@ def output_proj_saved_bytes(z: Sizes) -> int:
 
 def qk_norm_saved_bytes(z: Sizes, heads: int) -> int:
     """Per-head RMSNorm on Q or K (none): as RMSNorm over T·heads rows of d_head (its input is a
-    matmul output: 16-bit at bf16 and amp-bf16), plus (fp32) its input; checkpointed: 0."""
+    matmul output: 16-bit at bf16 and amp-bf16), plus (fp32) its input; checkpointed: 0.  A gain per head
+    (``qk_norm_scope = head_weights``) is heads·d_head wide: its fp32 copy at 16-bit is too (the rest is the
+    same; the LayerNorm kind keeps as much, tests/test_arch_parallel_block.py)."""
     if _ck(z) != "none":
         return 0
     width = z.act(heads * z.cfg.d_head)
     xe = 2 if z.amp else z.e
-    return norm_saved_bytes(z, z.T * heads, z.cfg.d_head, xe) + (width if z.e == FP32 and not z.amp else 0)
+    gains = (heads - 1) * z.cfg.d_head * FP32 if z.cfg.qk_norm_scope == "head_weights" and z.e != FP32 else 0
+    return norm_saved_bytes(z, z.T * heads, z.cfg.d_head, xe) + (width if z.e == FP32 and not z.amp else 0) + gains
 
 
 def rope_saved_bytes(z: Sizes) -> int:

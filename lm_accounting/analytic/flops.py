@@ -215,11 +215,20 @@ def layernorm_flops(rows: int, width: int) -> int:
 
 def norm_flops(cfg: ModelConfig, rows: int, width: int) -> int:
     """The config's norm (``cfg.norm``) over ``rows`` vectors of ``width``; without weights (``norm_weights =
-    false``) the gain's multiply and LayerNorm's bias add are not done (``NORM_AFFINE_PER_ELEMENT`` less)."""
+    false``) the gain's multiply and LayerNorm's bias add are not done (``NORM_AFFINE_PER_ELEMENT`` less); a
+    LayerNorm without bias (``norm_bias = false``, Cohere) skips the bias add only."""
     full = layernorm_flops(rows, width) if cfg.norm == "layernorm" else rmsnorm_flops(rows, width)
     if cfg.norm_weights:
-        return full
+        return full - (0 if cfg.norm_bias or cfg.norm != "layernorm" else NORM_AFFINE_PER_ELEMENT * rows * width)
     return full - (2 if cfg.norm == "layernorm" else 1) * NORM_AFFINE_PER_ELEMENT * rows * width
+
+
+def qk_norm_flops(cfg: ModelConfig, rows: int, width: int) -> int:
+    """A q/k norm over ``rows`` vectors of ``width`` (it always has a gain): RMSNorm, or with ``norm = layernorm``
+    a LayerNorm (less the bias add when ``norm_bias = false``)."""
+    if cfg.norm != "layernorm":
+        return rmsnorm_flops(rows, width)
+    return layernorm_flops(rows, width) - (0 if cfg.norm_bias else NORM_AFFINE_PER_ELEMENT * rows * width)
 
 
 def bias_add_flops(tokens: int, width: int) -> int:

@@ -7,32 +7,38 @@ fuse: GPT-2's ``c_attn`` (Q, K and V in one ``Conv1D``, weight and bias), Phi-3'
 ``gate_up_proj``, and the mixture-of-experts classes' experts (``gate_up_proj`` [E, 2·F, d] and ``down_proj``
 [E, d, F] as two tensors for all experts).  Module order (each module's weight, then its bias):
 
-* GPT-2 (``GPT2LMHeadModel``): wte, wpe; per block ln_1, c_attn, attn.c_proj, ln_2, c_fc, mlp.c_proj (each a
-  weight and a bias); ln_f (weight, bias); lm_head unless tied.
+* GPT-2 (``GPT2LMHeadModel``, and GPTBigCode's): wte, wpe; per block ln_1, c_attn, attn.c_proj, ln_2, c_fc,
+  mlp.c_proj (each a weight and a bias); ln_f (weight, bias); lm_head unless tied.
 * the others (``*ForCausalLM``): embed_tokens; per layer the attention (q, k, v, o and their biases; Phi-3's
   o_proj then qkv_proj; MiniMax-M2's whole-projection qk-norms, GLM's and StableLM's blocks as Llama's but for
-  GLM's fused gate_up_proj, GLM-4-0414's four norms and StableLM's LayerNorm biases; qk-norms after o_proj: per head, or over the whole projection for OLMo-2; DeepSeek's
-  latent projections; gpt-oss's sinks first, the attention module's own parameter), the MLP (gate, up, down; Phi-3's gate_up then down; a
-  mixture of experts: Mixtral's, gpt-oss's and Qwen2-MoE's router then the experts, Qwen3-MoE's and DeepSeek's
-  experts then the router, then DeepSeek's shared experts or Qwen2-MoE's shared expert and its gate; gpt-oss's
-  router and expert biases after their weights), then the layer's norms (two; Gemma's four); the final norm;
-  lm_head unless tied.
+  GLM's fused gate_up_proj; qk-norms after o_proj: per head, or over the whole projection for OLMo-2; DeepSeek's
+  latent projections; gpt-oss's sinks first, the attention module's own parameter), the MLP (gate, up, down;
+  Phi-3's gate_up then down; StarCoder2's c_fc then c_proj; a mixture of experts: the router then the experts
+  (``FUSED_MOE_ROUTER_FIRST``) or the experts then the router (Qwen3-MoE, DeepSeek), then DeepSeek's shared
+  experts or Qwen2-MoE's shared expert and its gate; gpt-oss's router and expert biases after their weights),
+  then the layer's norms (two; one in a parallel block from one norm; four with sandwich norms: Gemma 2/3, GLM-4-0414, HyperCLOVA X; each a weight, and
+  a bias for a LayerNorm: StableLM, Phi-3.5-MoE, StarCoder2); Granite-MoE's norms come before its MLP
+  (``NORMS_BEFORE_MLP``), GPT-NeoX's and GPT-J's before the attention (``NORMS_FIRST``; GPT-NeoX's fused
+  ``query_key_value``, GPT-J's k_proj, v_proj, q_proj, out_proj); the final norm; lm_head unless tied, then
+  its bias (Phi, GPT-J).
 * Gated DeltaNet hybrids (Qwen3-Next, Qwen3.5): an attention layer's ``q_proj`` holds the query and its output
   gate (2·h·d_head x d); a linear layer registers ``dt_bias`` and ``A_log`` (its own parameters) first, then
   Qwen3-Next's conv1d, ``in_proj_qkvz``, ``in_proj_ba``, norm, ``out_proj``, or Qwen3.5's conv1d, norm,
   ``out_proj``, ``in_proj_qkv``, ``in_proj_z``, ``in_proj_b``, ``in_proj_a``; the mixture of experts is
   Qwen2-MoE's (router first).
 
-tests/test_hostile_impl.py compares every supported model type with transformers' real model on meta.
+tests/test_hf_tensors.py compares every supported model type with transformers' real model on meta, tensor by
+tensor; tests/test_hostile_impl.py every typed preset and committed config.json.
 """
 
 from __future__ import annotations
 
 from ..config import ModelConfig
 
-FUSED_QKV_WITH_BIAS = ("gpt2", "bloom")
-"""GPT-2-shaped blocks: LayerNorm (weight, bias), one fused Q/K/V (``c_attn``, BLOOM's ``query_key_value``) and
-every projection with a bias; BLOOM adds ``word_embeddings_layernorm`` after the embedding."""
+FUSED_QKV_WITH_BIAS = ("gpt2", "bloom", "gpt_bigcode")
+"""GPT-2-shaped blocks: LayerNorm (weight, bias), one fused Q/K/V (``c_attn``, BLOOM's ``query_key_value``;
+GPTBigCode's multi-query ``c_attn`` is q + 2·kv wide) and every projection with a bias; BLOOM adds
+``word_embeddings_layernorm`` after the embedding."""
 
 FUSED_MOE_ROUTER_FIRST = (
     "mixtral",
@@ -40,16 +46,37 @@ FUSED_MOE_ROUTER_FIRST = (
     "qwen2_moe",
     "ernie4_5_moe",
     "minimax_m2",
+    "olmoe",
+    "phimoe",
+    "hy_v3",
+    "hunyuan_v1_moe",
+    "granitemoe",
+    "granitemoeshared",
     "qwen3_next",
     "qwen3_5_moe_text",
 )
-"""Mixture-of-experts classes that register the router (``gate``) before the experts."""
+"""Mixture-of-experts classes that register the router (``gate``, ``router``, HunYuan's ``gate.wg``) before
+the experts."""
 
-FUSED_GATE_UP = ("phi3", "glm", "glm4")
-"""Dense MLPs with one ``gate_up_proj`` (2·F x d) then ``down_proj``."""
+FUSED_QKV = FUSED_QKV_WITH_BIAS + ("gpt_neox", "falcon")
+"""One fused Q/K/V tensor (and its bias, where ``qkv_bias``): GPT-NeoX's and Falcon's ``query_key_value`` too
+(rows per head [q, k, v], or per K/V group [q..., k, v]: the same numel)."""
 
-NORM_BIAS = ("stablelm",)
-"""Llama-shaped blocks whose norms are LayerNorms with a bias: two tensors per norm (weight, bias)."""
+NORMS_FIRST = ("gpt_neox", "gptj")
+"""Blocks that register their norms before the attention (``GPTNeoXLayer``: input_layernorm,
+post_attention_layernorm; ``GPTJBlock``: ln_1)."""
+
+NORMS_BEFORE_MLP = ("granitemoe", "granitemoeshared")
+"""Blocks that register their two norms before the MLP (``GraniteMoeDecoderLayer``: ``block_sparse_moe`` last,
+then GraniteMoeShared's ``shared_mlp``, fused ``input_linear`` (2·F x d) then ``output_linear``)."""
+
+FUSED_GATE_UP = ("phi3", "glm", "glm4", "granitemoeshared")
+"""Dense MLPs with one ``gate_up_proj`` (2·F x d) then ``down_proj`` (GraniteMoeShared's shared expert)."""
+
+
+def _norm_tensors(cfg: ModelConfig) -> int:
+    """One norm's tensors: LayerNorm's weight and bias, RMSNorm's weight, none without weights (OLMo)."""
+    return 0 if not cfg.norm_weights else 2 if cfg.norm == "layernorm" and cfg.norm_bias else 1
 
 
 def _linear_attention(cfg: ModelConfig) -> list[int]:
@@ -73,8 +100,10 @@ def _attention(cfg: ModelConfig) -> list[int]:
         )
         return q + [d * (r + rope), r, r * h * (cfg.qk_nope_head_dim + cfg.v_head_dim), h * cfg.v_head_dim * d]
     q, kv = cfg.num_heads * cfg.d_head, cfg.kv_heads * cfg.d_head
-    if kind in FUSED_QKV_WITH_BIAS:
-        return [d * 3 * d, 3 * d, d * d, d]
+    if kind in FUSED_QKV:
+        return [d * (q + 2 * kv)] + ([q + 2 * kv] if cfg.qkv_bias else []) + [d * q] + ([d] if cfg.output_bias else [])
+    if kind == "gptj":  # GPTJAttention registers k_proj, v_proj, q_proj, out_proj (no biases)
+        return [kv * d, kv * d, q * d, d * q]
     if kind == "phi3":
         return [d * q, (q + 2 * kv) * d]
     out: list[int] = [cfg.num_heads] if cfg.attention_sinks else []  # gpt-oss's ``sinks``: the module's own
@@ -83,8 +112,9 @@ def _attention(cfg: ModelConfig) -> list[int]:
     for n in (q, kv, kv):
         out += [n * d] + ([n] if cfg.qkv_bias else [])
     out += [d * q] + ([d] if cfg.output_bias else [])
-    if cfg.qk_norm:
-        out += [q, kv] if cfg.qk_norm_scope != "head" else [cfg.d_head, cfg.d_head]
+    if cfg.qk_norm:  # a LayerNorm's weight then bias (Phi's qk_layernorm)
+        per = 2 if cfg.norm == "layernorm" and cfg.norm_bias else 1
+        out += [q] * per + [kv] * per if cfg.qk_norm_scope != "head" else [cfg.d_head] * 2 * per
     return out
 
 
@@ -92,6 +122,8 @@ def _dense(cfg: ModelConfig, width: int) -> list[int]:
     d = cfg.d_model
     if cfg.hf_model_type in FUSED_GATE_UP:
         return [2 * width * d, d * width]
+    if cfg.mlp == "gelu":  # StarCoder2's c_fc then c_proj
+        return [width * d, width, d * width, d] if cfg.mlp_bias else [width * d, d * width]
     if not cfg.mlp_bias:
         return [width * d, width * d, d * width]
     return [width * d, width, width * d, width, d * width, d]  # gate, up (bias: width), down (bias: d)
@@ -120,18 +152,23 @@ def _layer(cfg: ModelConfig, layer: int, trained: bool = False) -> list[int]:
     if cfg.hf_model_type in FUSED_QKV_WITH_BIAS:
         attention, mlp = _attention(cfg), _mlp(cfg, layer)
         return [d, d] + attention + [d, d] + mlp
-    norms = 4 if cfg.hf_model_type in ("gemma2", "gemma3_text", "glm4") else 2 if cfg.norm_weights else 0  # OLMo: 0
-    mixer = _attention(cfg) if cfg.layer_attention(layer) else _linear_attention(cfg)
-    return mixer + _mlp(cfg, layer, trained) + [d] * norms * (2 if cfg.hf_model_type in NORM_BIAS else 1)
+    count = 4 if cfg.norm_placement == "sandwich" else 1 if cfg.parallel_block == "one_norm" else 2
+    norms = [d] * count * _norm_tensors(cfg)  # Gemma 2/3, GLM-4-0414: 4; a parallel block from one norm: 1
+    mixer = _attention(cfg) if cfg.layer_attention(layer) else _linear_attention(cfg)  # a hybrid's Gated DeltaNet
+    if cfg.hf_model_type in NORMS_FIRST:
+        return norms + mixer + _mlp(cfg, layer, trained)
+    if cfg.hf_model_type in NORMS_BEFORE_MLP:
+        return mixer + norms + _mlp(cfg, layer, trained)
+    return mixer + _mlp(cfg, layer, trained) + norms
 
 
 def _ends(cfg: ModelConfig) -> tuple[list[int], list[int]]:
     """The tensors before the first layer and after the last."""
     d, v = cfg.d_model, cfg.vocab_size
-    head = [v * d, cfg.position_rows * d] if cfg.hf_model_type == "gpt2" else [v * d]
+    head = [v * d, cfg.position_rows * d] if cfg.positions == "learned" else [v * d]  # GPT-2's wpe
     if cfg.hf_model_type == "bloom":  # word_embeddings_layernorm
         head += [d, d]
-    tail = [d, d] if cfg.hf_model_type in FUSED_QKV_WITH_BIAS + NORM_BIAS else [d] if cfg.norm_weights else []
+    tail = [d] * _norm_tensors(cfg)
     return head, tail + ([] if cfg.tie_embeddings else [v * d]) + ([v] if cfg.lm_head_bias else [])
 
 

@@ -139,16 +139,21 @@ def layernorm_params(width: int) -> int:
 
 def norm_params(cfg: ModelConfig, width: int) -> int:
     """The config's norm (``cfg.norm``) over ``width`` features: RMSNorm ``width``, LayerNorm ``2·width``; none
-    without weights (``norm_weights = false``, OLMo's ``OlmoLayerNorm``)."""
+    without weights (``norm_weights = false``, OLMo's ``OlmoLayerNorm``); a LayerNorm without bias (``norm_bias =
+    false``, Cohere's ``CohereLayerNorm``) ``width``."""
     if not cfg.norm_weights:
         return 0
-    return layernorm_params(width) if cfg.norm == "layernorm" else rmsnorm_params(width)
+    if cfg.norm == "layernorm" and cfg.norm_bias:
+        return layernorm_params(width)
+    return rmsnorm_params(width)
 
 
 def qk_norm_params(cfg: ModelConfig, heads: int) -> int:
     """Q norm (``heads`` = h) or K norm (``heads`` = kv): an RMSNorm of ``d_head`` per head shared by every
-    head (Qwen3, Gemma 3), or over the whole projection, ``heads·d_head`` (OLMo-2)."""
-    return cfg.d_head if cfg.qk_norm_scope == "head" else heads * cfg.d_head
+    head (Qwen3, Gemma 3), or over the whole projection, ``heads·d_head`` (OLMo-2), or a gain of ``d_head`` per
+    head, ``heads·d_head`` (Cohere); with ``norm = layernorm`` a LayerNorm: twice that with a bias (Phi)."""
+    width = cfg.d_head if cfg.qk_norm_scope == "head" else heads * cfg.d_head
+    return layernorm_params(width) if cfg.norm == "layernorm" and cfg.norm_bias else width
 
 
 def bias_params(width: int) -> int:

@@ -135,6 +135,8 @@ class LayerNorm(nn.Module):
         y = centred * torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + self.eps)  # biased variance, as torch
         if self.weight is None:  # no gain and no bias (OLMo's ``OlmoLayerNorm``, ``make_norm(weights=False)``)
             return y.to(in_dtype)
+        if self.bias is None:  # a gain and no bias (Cohere's ``CohereLayerNorm``, ``make_norm(bias=False)``)
+            return (y * self.weight.to(torch.float32)).to(in_dtype)
         return (y * self.weight.to(torch.float32) + self.bias.to(torch.float32)).to(in_dtype)
 
     def extra_repr(self) -> str:
@@ -154,10 +156,15 @@ def alibi_slopes(heads: int) -> Tensor:
     return torch.tensor(slopes, dtype=torch.float32)
 
 
-def make_norm(kind: str, d: int, eps: float, device=None, dtype=None, weights: bool = True) -> nn.Module:
+def make_norm(
+    kind: str, d: int, eps: float, device=None, dtype=None, weights: bool = True, bias: bool = True
+) -> nn.Module:
     """``kind`` = ``ModelConfig.norm``: ``"rmsnorm"`` or ``"layernorm"``; ``weights`` False: no gain and no
-    bias (``ModelConfig.norm_weights``, OLMo's ``OlmoLayerNorm``)."""
+    bias (``ModelConfig.norm_weights``, OLMo's ``OlmoLayerNorm``); ``bias`` False: a LayerNorm's gain only
+    (``ModelConfig.norm_bias``, Cohere's ``CohereLayerNorm``)."""
     norm = (LayerNorm if kind == "layernorm" else RMSNorm)(d, eps=eps, device=device, dtype=dtype)
+    if kind == "layernorm" and not bias:
+        norm.bias = None
     if not weights:
         norm.weight = None
         if kind == "layernorm":

@@ -14,7 +14,12 @@ these paths and nothing to the course model (whose ops are unchanged, op for op)
 * ``positions="learned"``: ``position_embeddings`` (after ``token_embeddings``), no RoPE table;
 * ``norm_placement="sandwich"``: ``post_attn_norm`` after ``attn``, ``post_ffn_norm`` after ``ffn``
   (Gemma 2/3); ``"post"``: the same two and no ``ln1``/``ln2`` (OLMo-2);
+* ``parallel_block``: attention and the FFN on the same block input, one residual sum (GPT-J, GPT-NeoX,
+  Phi, Cohere); ``"one_norm"`` has no ``ln2``;
+* ``norm_bias=False``: every LayerNorm has a gain and no bias (Cohere);
 * ``qk_norm_scope="projection"``: ``attn.q_norm``/``k_norm`` over the whole projection (OLMo-2);
+  ``"head_weights"``: per head with a gain of each head's own, ``(h, head_dim)`` (Cohere); with
+  ``norm="layernorm"`` the q/k norms are LayerNorms (Phi's ``qk_layernorm``, Cohere's);
 * ``sliding_window``: windowed layers get a banded causal mask (the matmuls are unchanged: the full
   square is computed and masked, as transformers' eager attention does);
 * ``scale_embeddings``: token embeddings × √d_model (Gemma);
@@ -51,7 +56,6 @@ from lm_accounting.model.layers import (
     GeluMLP,
     Linear,
     MatMul,
-    RMSNorm,
     RotaryPositionalEmbedding,
     Sinks,
     SwiGLU,
@@ -111,6 +115,8 @@ class CausalSelfAttention(nn.Module):
         qkv_bias: bool = False,
         output_bias: bool = False,
         qk_norm_scope: str = "head",
+        qk_norm_kind: str = "rmsnorm",
+        qk_norm_bias: bool = True,
         sinks: bool = False,
         alibi: bool = False,
         rotary_dim: int | None = None,
@@ -132,12 +138,18 @@ class CausalSelfAttention(nn.Module):
             slopes = torch.empty_like(slopes, device="meta") if on_meta else slopes.to(device)
             self.register_buffer("alibi_slopes", slopes, persistent=False)
         self.qk_norm_whole = qk_norm and qk_norm_scope == "projection"
+        self.qk_norm_gains = qk_norm and qk_norm_scope == "head_weights"
         if qk_norm:  # per head (Qwen3): head_dim; whole projection (OLMo-2): h·head_dim and kv·head_dim
             q_width, k_width = (
                 (num_heads * head_dim, num_kv_heads * head_dim) if self.qk_norm_whole else (head_dim,) * 2
             )
-            self.q_norm = RMSNorm(q_width, eps=eps, device=device, dtype=dtype)
-            self.k_norm = RMSNorm(k_width, eps=eps, device=device, dtype=dtype)
+            self.q_norm = make_norm(qk_norm_kind, q_width, eps, device, dtype, bias=qk_norm_bias)
+            self.k_norm = make_norm(qk_norm_kind, k_width, eps, device, dtype, bias=qk_norm_bias)
+            if self.qk_norm_gains:  # Cohere: a gain (and bias) per head, (n, head_dim), on (..., S, n, head_dim)
+                for norm, n in ((self.q_norm, num_heads), (self.k_norm, num_kv_heads)):
+                    norm.weight = nn.Parameter(torch.ones(n, head_dim, device=device, dtype=dtype))
+                    if getattr(norm, "bias", None) is not None:
+                        norm.bias = nn.Parameter(torch.zeros(n, head_dim, device=device, dtype=dtype))
         else:
             self.q_norm = self.k_norm = None
         if attention == "sdpa":
@@ -168,14 +180,19 @@ class CausalSelfAttention(nn.Module):
         ``rope`` None: no rotation (learned absolute positions were added to the embeddings).
         ``cache``: a ``model.kv_cache.LayerCache`` (inference): K and V are written to it and the
         step attends over the keys it returns."""
-        if self.qk_norm_whole:  # OLMo-2: normalise the whole projections, then split into heads
+        if (
+            self.qk_norm_gains
+        ):  # Cohere: (..., S, n·hd) -> (..., S, n, hd), normed (a gain per head), -> (..., n, S, hd)
+            q = self.q_norm(self.q_proj(x).unflatten(-1, (self.num_heads, self.head_dim))).transpose(-3, -2)
+            k = self.k_norm(self.k_proj(x).unflatten(-1, (self.num_kv_heads, self.head_dim))).transpose(-3, -2)
+        elif self.qk_norm_whole:  # OLMo-2: normalise the whole projections, then split into heads
             q = self._heads(self.q_norm(self.q_proj(x)), self.num_heads)  # (..., S, h·hd) -> (..., h, S, hd)
             k = self._heads(self.k_norm(self.k_proj(x)), self.num_kv_heads)  # (..., S, kv·hd) -> (..., kv, S, hd)
         else:
             q = self._heads(self.q_proj(x), self.num_heads)  # (..., S, d) -> (..., h, S, head_dim)
             k = self._heads(self.k_proj(x), self.num_kv_heads)  # (..., S, d) -> (..., kv, S, head_dim)
         v = self._heads(self.v_proj(x), self.num_kv_heads)  # (..., S, d) -> (..., kv, S, head_dim)
-        if self.q_norm is not None and not self.qk_norm_whole:
+        if self.q_norm is not None and not self.qk_norm_whole and not self.qk_norm_gains:
             q, k = self.q_norm(q), self.k_norm(k)
         if rope is not None:
             if token_positions.dim() > 1:  # (..., S) -> (..., 1, S): broadcast over heads
@@ -210,13 +227,17 @@ class TransformerBlock(nn.Module):
 
     ``cfg.norm_placement``: ``"sandwich"`` adds a norm on each sublayer's output,
     ``x + post_attn_norm(Attn(ln1(x)))`` (Gemma 2/3); ``"post"`` keeps only that one,
-    ``x + post_attn_norm(Attn(x))`` (OLMo-2).  Modules are registered in execution order."""
+    ``x + post_attn_norm(Attn(x))`` (OLMo-2).  ``cfg.parallel_block``: attention and the FFN side by side,
+    ``x + Attn(ln1(x)) + FFN(ln1(x))`` (``one_norm``: GPT-J, Phi, Cohere; no ln2) or ``+ FFN(ln2(x))``
+    (``two_norms``: GPT-NeoX).  Modules are registered in execution order."""
 
     def __init__(self, cfg: ModelConfig, device=None, dtype=None, attention: str = "naive", layer: int = 0):
         super().__init__()
 
         def norm():
-            return make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, device=device, dtype=dtype, weights=cfg.norm_weights)
+            return make_norm(
+                cfg.norm, cfg.d_model, cfg.norm_eps, device, dtype, weights=cfg.norm_weights, bias=cfg.norm_bias
+            )
 
         self.ln1 = norm() if cfg.pre_norms else None
         self.attn = (
@@ -235,13 +256,16 @@ class TransformerBlock(nn.Module):
                 qkv_bias=cfg.qkv_bias,
                 output_bias=cfg.output_bias,
                 qk_norm_scope=cfg.qk_norm_scope,
+                qk_norm_kind="layernorm" if cfg.norm == "layernorm" else "rmsnorm",
+                qk_norm_bias=cfg.norm_bias,
                 sinks=cfg.attention_sinks,
                 alibi=cfg.positions == "alibi",
                 rotary_dim=cfg.rotary_dim if cfg.partial_rotary else None,
             )
         )
         self.post_attn_norm = norm() if cfg.post_norms else None
-        self.ln2 = norm() if cfg.pre_norms else None
+        self.parallel = cfg.parallel_block != "none"
+        self.ln2 = norm() if cfg.pre_norms and cfg.parallel_block != "one_norm" else None
         if cfg.layer_moe(layer):  # a mixture of experts (``moe``) instead of the dense FFN (``ffn``)
             self.moe, self.ffn = MixtureOfExperts(cfg, device, dtype), None
         else:
@@ -262,6 +286,10 @@ class TransformerBlock(nn.Module):
         mask: Tensor | None,
         cache=None,
     ) -> Tensor:
+        if self.parallel:  # x + attn(ln1(x)) + mlp(ln1(x)), or mlp(ln2(x)) with two norms (GPT-NeoX)
+            h = self.ln1(x)
+            a = self._attend(h, rope, token_positions, mask, cache)
+            return x + a + (self.ffn or self.moe)(h if self.ln2 is None else self.ln2(x))
         if self.post_attn_norm is None:  # pre-norm (the course): exactly its ops
             x = x + self._attend(self.ln1(x), rope, token_positions, mask, cache)
             return x + (self.ffn or self.moe)(self.ln2(x))
@@ -307,14 +335,14 @@ class TransformerLM(nn.Module):
         self.embedding_norm = None
         if cfg.embedding_norm:  # BLOOM's word_embeddings_layernorm
             self.embedding_norm = make_norm(
-                cfg.norm, cfg.d_model, cfg.norm_eps, device=device, dtype=dtype, weights=cfg.norm_weights
+                cfg.norm, cfg.d_model, cfg.norm_eps, device, dtype, weights=cfg.norm_weights, bias=cfg.norm_bias
             )
         self.layers = nn.ModuleList(
             TransformerBlock(cfg, device=device, dtype=dtype, attention=self.setup.attention, layer=i)
             for i in range(cfg.num_layers)
         )
         self.ln_final = make_norm(
-            cfg.norm, cfg.d_model, cfg.norm_eps, device=device, dtype=dtype, weights=cfg.norm_weights
+            cfg.norm, cfg.d_model, cfg.norm_eps, device, dtype, weights=cfg.norm_weights, bias=cfg.norm_bias
         )
         self.lm_head = Linear(cfg.d_model, cfg.vocab_size, device=device, dtype=dtype, bias=cfg.lm_head_bias)
         if cfg.tie_embeddings:

@@ -27,7 +27,8 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
     later = [u for u in cfg.unsupported_for_replay() if u in NOT_PROGRAMMED]
     if later:
         out.append(
-            f"{', '.join(later)} (gpt-oss's, Qwen2-MoE's, OLMo's and BLOOM's pieces: not in the course program yet)"
+            f"{', '.join(later)} (gpt-oss's, Qwen2-MoE's, OLMo's, BLOOM's, Cohere's and Phi's pieces: "
+            "not in the course program yet)"
         )
     return out
 
@@ -35,6 +36,8 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
 NOT_PROGRAMMED = (
     "attention sinks",
     "norms without weights",
+    "per-head qk-norm gains",
+    "LayerNorm qk-norm",
     "ALiBi",
     "embedding norm",
     "LM-head bias",

@@ -122,15 +122,16 @@ class RMSNorm:
 
 
 class LayerNorm:
-    """``LayerNorm.forward`` (layers.py:113): mean, centre, biased variance, rsqrt; in fp32, cast back."""
+    """``LayerNorm.forward`` (layers.py:113): mean, centre, biased variance, rsqrt; in fp32, cast back; ``bias``
+    False: the gain only (Cohere's ``CohereLayerNorm``, ``make_norm(bias=False)``)."""
 
-    def __init__(self, d: int, eps: float, dtype: str, name: str):
+    def __init__(self, d: int, eps: float, dtype: str, name: str, bias: bool = True):
         self.eps = eps
         self.weight = parameter((d,), dtype, name + ".weight")
-        self.bias = parameter((d,), dtype, name + ".bias")
+        self.bias = parameter((d,), dtype, name + ".bias") if bias else None
 
     def params(self) -> list[Tensor]:
-        return [self.weight, self.bias]
+        return [self.weight] + ([self.bias] if self.bias is not None else [])
 
     def __call__(self, x: Tensor) -> Tensor:
         in_dtype = x.dtype
@@ -139,6 +140,8 @@ class LayerNorm:
         y = A.mul(
             centred, fp32_op(A.rsqrt, with_number(A.add, A.mean(fp32_op(_square, centred), -1, keepdim=True), self.eps))
         )
+        if self.bias is None:
+            return A.to(A.mul(y, A.to(self.weight, "fp32")), in_dtype)
         return A.to(A.add(A.mul(y, A.to(self.weight, "fp32")), A.to(self.bias, "fp32")), in_dtype)
 
 
@@ -146,8 +149,10 @@ def _square(x: Tensor) -> Tensor:
     return A.pow_(x, 2)
 
 
-def make_norm(kind: str, d: int, eps: float, dtype: str, name: str):
-    return (LayerNorm if kind == "layernorm" else RMSNorm)(d, eps, dtype, name)
+def make_norm(kind: str, d: int, eps: float, dtype: str, name: str, bias: bool = True):
+    if kind == "layernorm":
+        return LayerNorm(d, eps, dtype, name, bias)
+    return RMSNorm(d, eps, dtype, name)
 
 
 def silu(x: Tensor) -> Tensor:

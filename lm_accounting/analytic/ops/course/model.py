@@ -149,13 +149,14 @@ class LatentAttention:
 
 
 class TransformerBlock:
-    """``TransformerBlock`` (transformer.py:177; forward :223): pre-norm ``x + attn(ln1(x))``, ``x + ffn(ln2(x))``; sandwich/post norms."""
+    """``TransformerBlock`` (transformer.py:177; forward :223): pre-norm ``x + attn(ln1(x))``, ``x + ffn(ln2(x))``; sandwich/post
+    norms; a parallel block (``parallel_block``)."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, attention: str, layer: int):
         name = f"layers.{layer}"
 
         def norm(part: str):
-            return make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, dtype, f"{name}.{part}")
+            return make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, dtype, f"{name}.{part}", cfg.norm_bias)
 
         self.ln1 = norm("ln1") if cfg.pre_norms else None
         if cfg.mla:
@@ -163,7 +164,8 @@ class TransformerBlock:
         else:
             self.attn = CausalSelfAttention(cfg, dtype, attention, name + ".attn")
         self.post_attn_norm = norm("post_attn_norm") if cfg.post_norms else None
-        self.ln2 = norm("ln2") if cfg.pre_norms else None
+        self.parallel = cfg.parallel_block != "none"
+        self.ln2 = norm("ln2") if cfg.pre_norms and cfg.parallel_block != "one_norm" else None
         if cfg.layer_moe(layer):  # a mixture of experts instead of the dense FFN
             self.ffn = MixtureOfExperts(cfg, dtype, name + ".moe")
         else:
@@ -178,6 +180,11 @@ class TransformerBlock:
         return self.forward(x, rope, token_positions, mask)  # ``forward``: what FSDP2's hooks wrap (``ops.fsdp``)
 
     def forward(self, x: Tensor, rope, token_positions: Tensor, mask: Tensor | None) -> Tensor:
+        if self.parallel:  # x + attn(ln1(x)) + ffn(ln1(x) or ln2(x)): x + a is added before the FFN runs
+            h = self.ln1(x)
+            a = self.attn(h, rope, token_positions, mask)  # the live model's local: alive until the block returns
+            x_a = A.add(x, a)
+            return A.add(x_a, self.ffn(h if self.ln2 is None else self.ln2(x)))
         if self.post_attn_norm is None:  # pre-norm (the course)
             x = A.add(x, self.attn(self.ln1(x), rope, token_positions, mask))
             return A.add(x, self.ffn(self.ln2(x)))
@@ -201,7 +208,7 @@ class TransformerLM:
         if cfg.positions == "learned":
             self.position_embeddings = Embedding(cfg.position_rows, cfg.d_model, dtype, "position_embeddings")
         self.layers = [TransformerBlock(cfg, dtype, setup.attention, i) for i in range(cfg.num_layers)]
-        self.ln_final = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, dtype, "ln_final")
+        self.ln_final = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, dtype, "ln_final", cfg.norm_bias)
         self.lm_head = Linear(cfg.d_model, cfg.vocab_size, dtype, "lm_head")
         if cfg.tie_embeddings:
             self.lm_head.weight = self.token_embeddings.weight

@@ -46,6 +46,11 @@ PROGRAMS = {
     "gemma2": "gemma",
     "gemma3_text": "gemma",
     "gemma": "gemma",  # v1: Llama's layer with Gemma's norm, MLP and scaled embedding
+    "cohere": "cohere",
+    "cohere2": "cohere",  # Cohere2ForCausalLM: Cohere's model, windowed layers (cohere.py)
+    "gpt_neox": "gpt_neox",
+    "phi": "phi",
+    "gptj": "gptj",
 }
 """hf_model_type -> the module of this package that transliterates its modeling file."""
 B = Affine(1)  # the micro-batch as a symbol
