@@ -116,14 +116,15 @@ def test_a_layout_the_op_library_refuses_is_one_line(run_cli, llama_json, args, 
     one_line_exit_2(run_cli("memory", llama_json, "--impl", "transformers", "-S", S, *args), message)
 
 
-def test_moe_is_predicted_and_unported_policies_are_one_line(run_cli, tmp_path):
+def test_moe_and_the_bf16_policy_are_predicted(run_cli, tmp_path):
     moe = ["qwen3-30b-a3b", "--impl", "transformers", "-S", 64, "--dp", "4", "--zero", "3"]
     r = run_cli("memory", *moe)  # transformers' grouped_mm experts: predicted under FSDP2
     assert r.code == 0 and "Qwen3MoeForCausalLM" in r.out, r.err
     one_line_exit_2(run_cli("memory", *moe, "--measure", "meta"), "meta kernel takes bf16 weights only")
     gemma = write(tmp_path, "gemma2-mini", GEMMA2_MINI)
     args = ["--impl", "transformers", "-S", S, "--dp", "4", "--zero", "3", "--precision", "amp-bf16"]
-    one_line_exit_2(run_cli("memory", gemma, *args), "bf16 policy over transformers' gemma2")
+    # FSDP2's bf16 policy over Gemma 2 at ZeRO-3: replayed (each layer's inputs cast outside the checkpoint)
+    assert run_cli("memory", gemma, *args).code == 0
     assert run_cli("memory", gemma, *args[:-2]).code == 0  # fp32: replayed
 
 
