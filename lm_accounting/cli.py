@@ -40,7 +40,6 @@ from .names import (
     ADAMW_IMPLS,
     CLI_TRAINING_DTYPES,
     DEFAULT_ADAMW,
-    DEFAULT_BUDGET,
     DEVICES,
     FORMATS,
     MEASURE_CHOICES,
@@ -417,15 +416,6 @@ def gpu_memory_options(budget: bool = True) -> Callable[[Callable[..., Any]], Ca
         return wrapper
 
     return decorate
-
-
-def budget_option(func: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option(
-        "--budget",
-        default=DEFAULT_BUDGET,
-        show_default=True,
-        help="Memory budget with an explicit unit: 80GB (10^9) or 80GiB (2^30).",
-    )(func)
 
 
 VLLM_FLAGS = ("max_model_len", "utilization", "max_num_seqs", "max_num_batched_tokens", "kv_cache_memory",
@@ -818,7 +808,7 @@ def train_time_cmd(
 @click.option("--batch", "-B", type=POSITIVE, default=1, show_default=True, help="Batch size B.")
 @dtype_option
 @click.option("--optimizer", type=click.Choice(ADAMW_IMPLS), default=DEFAULT_ADAMW, show_default=True)
-@budget_option
+@gpu_memory_options()
 @click.option("--crosscheck", is_flag=True, help="Count every point's FLOPs on the live model (meta) too.")
 @click.option("--measure-memory", type=click.Choice(DEVICES), help="Measure every point's training step.")
 @click.option(
@@ -847,7 +837,9 @@ def sweep_cmd(
     batch: int,
     dtype: str | None,
     optimizer: str,
-    budget: str,
+    budget: int | None,
+    gpu_name: str,
+    allowance: int | None,
     crosscheck: bool,
     measure_memory: str | None,
     impl: str | None,
@@ -866,7 +858,7 @@ def sweep_cmd(
     cfgs = tuple(modified(load_config(p), changes) for p in presets)
     setup = implementation_setup(setup, impls[0] if len(set(impls)) == 1 else "course", cfgs)  # one for every model
     request = sweep.Request(
-        cfgs, contexts, batch, with_dtype(setup, dtype), budget,
+        cfgs, contexts, batch, with_dtype(setup, dtype), budget, gpu=gpu_name, allowance=allowance,
         crosscheck=crosscheck, measure=measure_memory, allow_long=allow_long, out=out, plots=not no_plots,
         impls=impls,
     )  # fmt: skip

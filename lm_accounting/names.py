@@ -51,7 +51,3 @@ FORMATS = ("table", "markdown", "csv", "json")
 
 STEP_FLOPS_METHODS = ("3x", "6nd", "palm")
 """Training-step FLOPs conventions: 3 × forward, 6·N·D (Kaplan) and the PaLM formula."""
-
-DEFAULT_BUDGET = "80GB"
-"""``sweep``'s budget for the step peak when none is given (``memory``, ``infer`` and ``plan`` derive theirs
-from the GPU: ``gpus.memory_budget``)."""

@@ -377,7 +377,8 @@ def test_plot_all_skips_predicted_vs_measured_when_nothing_was_measured(tmp_path
     assert not any("predicted_vs_measured" in p.name for p in (tmp_path / "out").iterdir())
     r = run_cli("sweep", "gpt2-small", "--contexts", "512,2048", "--out", tmp_path / "s")
     assert r.code == 0 and "wrote 11 files" in r.err and "predicted_vs_measured" not in r.err
-    assert "largest context whose step peak fits the budget (--budget) at batch 1:" in r.out
+    # the budget is memory's (h100-80gb's CUDA total 84,944,011,264 B − the 3 GB allowance), not a flat 80 GB
+    assert "fits the budget of 81.944 GB (76.316 GiB) per GPU (--gpu, --allowance or --budget) at batch 1:" in r.out
 
 
 @pytest.mark.skipif(PYPLOT_BEFORE, reason="another module imported pyplot before these tests")

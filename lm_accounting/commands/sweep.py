@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from ..config import AccountingError, ModelConfig, check_positive_int
+from ..gpus import DEFAULT_GPU, MemoryBudget, memory_budget
 from ..implementations import check_impl, check_measurable
-from ..names import DEFAULT_BUDGET, DEVICES
+from ..names import DEVICES
 from ..setup import TrainingSetup
 from ..units import parse_size
 
@@ -24,7 +25,9 @@ class Request:
     contexts: str | Sequence[int] = DEFAULT_CONTEXTS  # a list (128,256) or a range (128:16384:x2)
     batch: int = 1
     setup: TrainingSetup = field(default_factory=TrainingSetup)
-    budget: str = DEFAULT_BUDGET  # the step peak's budget, with its unit (sets mem:max_context)
+    budget: str | int | None = None  # usable bytes per GPU (text with a unit, or bytes), as given; None: the GPU's
+    gpu: str = DEFAULT_GPU  # without --budget, the budget is this GPU's CUDA total less the allowance, as in memory
+    allowance: int | None = None  # default gpus.DEFAULT_ALLOWANCE
     crosscheck: bool = False
     measure: str | None = None  # meta, cpu or cuda: measure every point's training step
     allow_long: bool = False
@@ -32,7 +35,7 @@ class Request:
     plots: bool = True
     impls: tuple[str, ...] | None = None  # each config's implementation (None: course for all)
     context_list: tuple[int, ...] = field(init=False, repr=False)
-    budget_bytes: int = field(init=False, repr=False)
+    budget_basis: MemoryBudget = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         from ..sweep import parse_contexts
@@ -53,7 +56,22 @@ class Request:
         given = self.contexts
         contexts = parse_contexts(given) if isinstance(given, str) else [int(c) for c in given]
         object.__setattr__(self, "context_list", tuple(contexts))
-        object.__setattr__(self, "budget_bytes", parse_size(self.budget))
+        given = parse_size(self.budget) if isinstance(self.budget, str) else self.budget
+        object.__setattr__(self, "budget_basis", memory_budget(self.gpu, self.allowance, given))
+
+    @property
+    def budget_bytes(self) -> int:
+        return self.budget_basis.usable
+
+    @property
+    def budget_label(self) -> str:
+        """The budget line's label in the plots: as given, or the GPU's."""
+        from ..units import size_label
+
+        basis = self.budget_basis
+        if basis.given:
+            return size_label(self.budget) if isinstance(self.budget, str) else f"{basis.usable / 1e9:g} GB"
+        return f"{basis.usable / 1e9:.3f} GB ({basis.gpu.name})"
 
 
 def run(request: Request, progress: bool = False) -> Any:
@@ -69,8 +87,7 @@ def run(request: Request, progress: bool = False) -> Any:
 
 def write(request: Request, result: Any) -> list[Path]:
     """sweep.csv, sweep.json, sweep.md and (``plots``) the figures into ``out``, replaced as a whole."""
-    from ..units import size_label
     from ..views.sweep import write_sweep
 
     r = request
-    return write_sweep(result, Path(r.out), r.budget_bytes, size_label(r.budget), plots=r.plots)
+    return write_sweep(result, Path(r.out), r.budget_bytes, r.budget_label, plots=r.plots)

@@ -9,6 +9,7 @@ from ..config import AccountingError
 from ..implementations import ATTENTION_WORDS
 from ..output import SAFE_NAME, atomic_dir, check_output_dir, write_atomic, write_json
 from ..sweep import GROUPS, Sweep
+from ..units import fmt_bytes
 from .tables import Column, Table, View, render_markdown, render_records_csv
 from .words import fits_words
 
@@ -62,18 +63,20 @@ def sweep_tables(s: Sweep) -> list[Table]:
                     )
                     for r in rows
                 ],
-                _largest_context(rows[0]["mem:max_context"], s.batch, rows[0]["impl"]),
+                _largest_context(rows[0]["mem:max_context"], s.batch, rows[0]["impl"], rows[0]["mem:budget"]),
             )
         )
     return tables
 
 
-def _largest_context(tokens: int | None, batch: int, impl: str) -> list[str]:
-    """The table's note: the largest context whose plain step fits the budget (``mem:max_context``)."""
+def _largest_context(tokens: int | None, batch: int, impl: str, budget: int) -> list[str]:
+    """The table's note: the largest context whose plain step fits the budget (``mem:max_context``), and the
+    budget's bytes (the GPU's CUDA total − allowance, or --budget: the rule of ``memory``)."""
     if tokens is None:
         why = f"the {impl} program does not model this model; lm-account memory says why"
         return [f"largest context that fits the budget: not predicted ({why})"]
-    return [f"largest context whose step peak fits the budget (--budget) at batch {batch:,}: {fits_words(tokens)}"]
+    rule = f"the budget of {fmt_bytes(budget)} per GPU (--gpu, --allowance or --budget)"
+    return [f"largest context whose step peak fits {rule} at batch {batch:,}: {fits_words(tokens)}"]
 
 
 PLOT_STEMS = ("flops_shares", "flops_vs_context", "predicted_vs_measured", "model_comparison")
