@@ -67,6 +67,12 @@ dtype (fp32 under amp-bf16).  Per layout (checked against the fake-PG run in tes
    the last stage only, the embedding gradient's on stage 0 only; the norms' all-reduces (SP) once a
    step, over the stage's norms (ln_final on the last stage), under FSDP2's amp-bf16 policy in fp32
    (the gradients folded into fp32 sums before the reduction).
+11. Interleaved 1F1B (``virtual_stages`` v > 1): a pipeline rank holds v chunks, model stages
+   rank + j·pp of pp·v (``ParallelLayout.as_chunks``), each its own module (its own DDP buckets or FSDP2
+   units, its own TP collectives for each of the m micro-batches); rule 8's transfers run per chunk:
+   m each way per neighbour, the model's first and last chunk one neighbour, every other two, so v
+   times a middle 1F1B rank's (Narayanan et al. 2021, §2.2.2).  FSDP2's gathering passes (rule 9) are
+   counted per chunk as a 1F1B stage of pp·v finds them, not along the interleaved order: an estimate.
 """
 
 from __future__ import annotations
@@ -136,7 +142,10 @@ def step_collectives(
     """Every collective of one step on data-parallel rank ``rank`` of pipeline stage ``stage`` (rules of
     the module docstring; only expert parallel's all-to-alls depend on the rank, the first is the worst;
     rules 8–10 and DDP's buckets on the stage); ``first_step``: DDP's first step, with its single bucket.
-    The data-parallel, tensor-parallel and pipeline groups' in turn (``plan`` prices each on its own)."""
+    The data-parallel, tensor-parallel and pipeline groups' in turn (``plan`` prices each on its own).
+    With virtual stages (interleaved 1F1B) ``stage`` is the pipeline rank: rule 11."""
+    if layout.virtual_stages > 1:
+        return _interleaved_collectives(cfg, seq, batch, setup, layout, first_step, rank, stage)
     out = data_parallel_collectives(cfg, seq, batch, setup, layout, first_step, rank, stage) if layout.dp > 1 else []
     if layout.tp > 1:
         out += tensor_parallel_collectives(cfg, seq, batch, setup, layout, stage)
@@ -208,18 +217,36 @@ def tensor_parallel_parts(
 def pipeline_collectives(
     cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, stage: int = 0
 ) -> list[Collective]:
-    """Rule 8 (``step_collectives``): stage ``stage``'s sends and receives (none without pp)."""
+    """Rule 8 (``step_collectives``): stage ``stage``'s sends and receives (none without pp); with virtual
+    stages (rule 11) pipeline rank ``stage``'s, over its v chunks (v times a 1F1B rank's, less the ends)."""
     if layout.pp == 1:
         return []
     e = 2 if setup.param_dtype == "bf16" else 4
     h = 2 if layout.fsdp and setup.autocast else e  # the residual stream's bytes (rule 5)
     T, d = batch * seq // (layout.tp if layout.sequence_parallel else 1), cfg.d_model  # SP: S/M positions cross
-    n = layout.micro_batches * (1 if stage in (0, layout.pp - 1) else 2)  # neighbours: one at either end
-    what = "m" if n == layout.micro_batches else "2m (two neighbours)"
+    ends = (0, layout.stages - 1)  # neighbours: one at either end of the model, two elsewhere
+    sides = sum(1 if c in ends else 2 for c in layout.chunks(stage))
+    n = layout.micro_batches * sides
+    what = {1: "m", 2: "2m (two neighbours)"}.get(sides, f"{sides}m ({layout.virtual_stages} chunks)")
     return [
         Collective("send_recv", "forward", "pp", n, n * T * d * h, f"{what} × T·d·h, hidden states"),
         Collective("send_recv", "backward", "pp", n, n * T * d * h, f"{what} × T·d·h, their gradients"),
     ]
+
+
+def _interleaved_collectives(cfg, seq, batch, setup, layout, first_step, rank, stage) -> list[Collective]:
+    """Rule 11: pipeline rank ``stage``'s chunks, each a stage of ``ParallelLayout.as_chunks``: the
+    data-parallel collectives of each chunk's own module, the TP ones of each chunk's m micro-batches, and
+    the point-to-point transfers of rule 8 over the rank's chunks (``pipeline_collectives``)."""
+    lay, m = layout.as_chunks(), layout.micro_batches
+    out: list[Collective] = []
+    for c in layout.chunks(stage):
+        if layout.dp > 1:
+            out += data_parallel_collectives(cfg, seq, batch, setup, lay, first_step, rank, c)
+        if layout.tp > 1:
+            each, once = tensor_parallel_parts(cfg, seq, batch, setup, lay, c)
+            out += [x._replace(count=m * x.count, payload=m * x.payload) for x in each] + once
+    return out + pipeline_collectives(cfg, seq, batch, setup, layout, stage)
 
 
 def _fsdp_collectives(

@@ -691,7 +691,13 @@ def rank_flops(
 ) -> StepFlops:
     """Matmul FLOPs of one step on data-parallel rank ``rank``: the TP-local model's (vocab parallel: its
     LM head's local rows), with the routed experts' rows of rule 7 under expert parallel.  Under pipeline
-    parallel, pipeline stage ``stage``'s (``stage_flops``)."""
+    parallel, pipeline stage ``stage``'s (``stage_flops``); with virtual stages, pipeline rank ``stage``'s
+    chunks' summed (``ParallelLayout.as_chunks``: each chunk's m micro-batches)."""
+    if layout.virtual_stages > 1:
+        lay, m, S = layout.as_chunks(), layout.micro_batches, layout.stages
+        parts = [rank_flops(cfg, seq, batch, setup, lay, rank, c) for c in layout.chunks(stage or 0)]
+        total = lambda f: sum(getattr(p, f) for p in parts) * m // S  # each chunk's S micro-batches, to m
+        return StepFlops(total("forward"), total("recompute"), total("attention_recompute"))
     if layout.pp > 1:
         flops = stage_flops(local_config(cfg, layout), seq, batch, setup, layout, stage or 0)
     else:

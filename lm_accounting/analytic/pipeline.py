@@ -86,6 +86,13 @@ def pipeline_stages(
     rank's (default: the worst; only ZeRO-1's owned moments differ).  ``with_traced=False`` (the planner):
     the traced step is the plain one (not replayed).  Replayed, the candidates are ``worst_stage_candidates``
     (at most four stages, not all P: the replay is linear in P, not quadratic)."""
+    if layout.virtual_stages > 1:  # interleaved: each pipeline rank's v chunks, estimated
+        best = None
+        for r in [stage] if stage is not None else sorted({0, layout.pp - 1}):
+            step, st, act = interleaved_rank_estimate(cfg, seq, batch, setup, layout, r, rank)
+            if best is None or step.peak > best[1].peak:
+                best = (r, step, step, st, act)
+        return best
     exact = stage_replayed(cfg, setup, layout)
     ends = sorted({0, layout.pp - 1})
     stages = [stage] if stage is not None else worst_stage_candidates(cfg.num_layers, layout.pp) if exact else ends
@@ -106,6 +113,10 @@ def stage_floor(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, la
     warm-up micro-batches, all live when its first backward starts (each forward keeps at least what its
     blocks and head save).  Never above ``pipeline_stages``' peak (tests/test_plan.py checks it on every
     pipeline candidate of two plans)."""
+    if layout.virtual_stages > 1:  # the estimate's end of forward: below its peaks
+        return max(
+            interleaved_rank_estimate(cfg, seq, batch, setup, layout, r)[0].forward.end for r in {0, layout.pp - 1}
+        )
     flat, P = _flat(layout), layout.pp
     return max(
         stage_baseline(cfg, seq, batch, setup, layout, s)
@@ -124,7 +135,8 @@ def stage_replayed(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayou
     single-GPU replay models.  Byte-exact against the measured stage (the test files of the module
     docstring)."""
     tp = layout.tp == 1 or not (layout.zero in (0, 1) and layout.dp > 1)
-    return layout.pp > 1 and tp and not cfg.moe and rp.replay_supported(cfg, setup)
+    interleaved = layout.virtual_stages > 1  # ``interleaved_rank_estimate``: not replayed
+    return layout.pp > 1 and tp and not interleaved and not cfg.moe and rp.replay_supported(cfg, setup)
 
 
 def stage_step(
@@ -156,6 +168,8 @@ def stage_step(
     5. "optimizer_step": AdamW over the stage's gradients (``adamw_temporary``), then ``zero_grad``:
        the end is the baseline and the receive buffers, which the stage keeps."""
     rp.check_mode(mode)
+    if layout.virtual_stages > 1:
+        return interleaved_rank_estimate(cfg, seq, batch, setup, layout, stage, rank)
     if not stage_replayed(cfg, setup, layout):
         return _stage_estimate(cfg, seq, batch, setup, layout, stage, rank)
     P, m = layout.pp, layout.micro_batches
@@ -865,7 +879,92 @@ def _steady_state(b: int, holders: dict[int, set[str]], held: dict[str, int | No
 
 def _flat(layout: ParallelLayout) -> ParallelLayout:
     """The layout of one stage's ranks: without the pipeline."""
-    return dataclasses.replace(layout, pp=1, micro_batches=1)
+    return dataclasses.replace(layout, pp=1, micro_batches=1, virtual_stages=1)
+
+
+def pipeline_slots(k: int, pp: int, v: int = 1) -> float:
+    """The busiest pipeline rank's compute time of one step, in units of one micro-batch through all of
+    its chunks: its k micro-batches take k·v chunk-slots, and filling and draining the pipeline pp − 1
+    more, each 1/v of a micro-batch (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training
+    on GPU Clusters Using Megatron-LM", §2.2.1–2.2.2: bubble fraction (pp − 1)/k under 1F1B, (pp − 1)/(v·k)
+    interleaved): (k·v + pp − 1) / v, so k + pp − 1 without virtual stages and k without pp."""
+    return (k * v + pp - 1) / v if pp > 1 else float(k)
+
+
+def interleaved_order(pp: int, v: int, m: int, rank: int) -> list[tuple[bool, int]]:
+    """(forward?, local chunk j: model stage rank + j·pp) of each computation pipeline rank ``rank`` runs
+    in one step of torch 2.13's ``ScheduleInterleaved1F1B`` (torch/distributed/pipelining/schedules.py,
+    ``_calculate_single_rank_operations`` -> ``_get_1f1b_rank_ops``; ``_get_warmup_ops``): rounds of
+    r = m // max(1, m // pp) micro-batches; w = min((v − 1)·r + 2(pp − 1 − rank), m·v) warm-up forwards;
+    then forward-backward pairs until the m·v forwards are done; then the remaining backwards.  Forward
+    op i runs chunk (i // r) mod v, backward op i (counted from w) chunk v − 1 − ((i − w) // r) mod v."""
+    per_round = m // max(1, m // pp)
+    ops = m * v
+    warmup = min((v - 1) * per_round + 2 * (pp - 1 - rank), ops)
+    fwd = lambda i: (i // per_round) % v
+    bwd = lambda i: v - 1 - ((i - warmup) // per_round) % v
+    order = [(True, fwd(i)) for i in range(warmup)]
+    for i in range(warmup, ops):
+        order += [(True, fwd(i)), (False, bwd(i))]
+    return order + [(False, bwd(i)) for i in range(ops, ops + warmup)]
+
+
+def _sum_states(states: list) -> object:
+    """One pipeline rank's model states over its chunks: each byte count summed, the largest FSDP2 unit
+    the largest of any chunk."""
+    first = states[0]
+    summed = {
+        f.name: (max if f.name == "unsharded_unit_max" else sum)(getattr(x, f.name) for x in states)
+        for f in dataclasses.fields(first)
+        if f.name != "rank"
+    }
+    return dataclasses.replace(first, **summed)
+
+
+@lru_cache(maxsize=4096)
+def interleaved_rank_estimate(
+    cfg: ModelConfig,
+    seq: int,
+    batch: int,
+    setup: TrainingSetup,
+    layout: ParallelLayout,
+    rank: int,
+    dp_rank: int | None = None,
+):
+    """(step ESTIMATE, model states, saved activations at the first backward) of pipeline rank ``rank``
+    under interleaved 1F1B (``layout.virtual_stages`` v > 1; not replayed).  Its chunks are the model
+    stages rank, rank + pp, ... of ``ParallelLayout.as_chunks``; exact, as each chunk's rule is: the model states
+    (summed over the chunks), the baseline (each chunk's ``stage_baseline``: its parameters, moments,
+    RoPE tables, and the step's ids on stage 0 or targets on the last) and the receive buffers (each
+    chunk's ``schedule_buffers``: torch allocates them per ``PipelineStage``).  The estimate, as
+    ``_stage_estimate``'s: the saved activations of the chunk micro-batches in flight, followed through
+    ``interleaved_order`` (each forward adds its chunk's ``_stage_saved``, each backward frees it), at
+    their most; forward peak: the kept bytes + the most in flight before the first backward (+ the last
+    stage's cross-entropy transient); backward peak: + the gradients; each backward's own transient
+    left out."""
+    lay, flat, S, m = layout.as_chunks(), _flat(layout), layout.stages, layout.micro_batches
+    chunks = layout.chunks(rank)
+    st = _sum_states([_states(cfg, setup, lay, c, dp_rank) for c in chunks])
+    ends = lambda c: (c == 0) + (c == S - 1)  # the step's ids (stage 0) or targets (the last), m·B·S int64
+    base = sum(
+        stage_baseline(cfg, seq, batch, setup, lay, c, dp_rank) + ends(c) * 8 * (m - S) * batch * seq for c in chunks
+    )
+    buffers = sum(schedule_buffers(cfg, seq, batch, setup, lay, c) for c in chunks) // S * m  # m per chunk
+    saved = [_stage_saved(cfg, seq, batch, setup, flat, S, c) for c in chunks]
+    live = top = warm_top = 0
+    at_backward = None
+    for forward, j in interleaved_order(layout.pp, layout.virtual_stages, m, rank):
+        if not forward and at_backward is None:
+            at_backward, warm_top = live, top
+        live += saved[j] if forward else -saved[j]
+        top = max(top, live)
+    kept = base + buffers
+    r = single_rank_step(cfg, seq, batch, setup, flat, "plain")
+    transient = (r.forward.peak - r.forward.end) if S - 1 in chunks else 0
+    fwd = PhaseBytes(kept + warm_top + transient, kept + at_backward)
+    bwd = PhaseBytes(kept + top + st.gradients + transient, kept + st.gradients)
+    opt = PhaseBytes(kept + st.gradients + st.owned_elements * element_bytes(setup), kept)
+    return StepMemory(base, fwd, bwd, opt), st, at_backward
 
 
 @lru_cache(maxsize=16384)

@@ -204,6 +204,8 @@ def _check(cfg, seq, batch, setup, layout, stage) -> None:
         raise AccountingError(
             "a pipeline stage is measured beside data or tensor parallel (pp > 1; no expert parallel)"
         )
+    if layout.virtual_stages > 1:
+        raise AccountingError("interleaved 1F1B (virtual stages) is not measured: its per-rank figures are estimates")
     if layout.tp > 1 and layout.dp > 1 and not layout.fsdp:
         raise AccountingError("DDP and ZeRO-1 with tensor parallel are analytic only (torch's DDP takes no DTensor)")
     if not 0 <= stage < layout.pp:

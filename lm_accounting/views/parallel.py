@@ -170,7 +170,16 @@ def parallel_view(r: ParallelMemory) -> View:
             + f".  On CUDA streams one rank was {CUDA.phrase('parallel')}."
         ),
     ]
-    if lay.pp > 1 and not r.peaks_exact:
+    if lay.virtual_stages > 1:
+        footer = [  # not run on the fake process group: no proof line
+            (
+                f"Interleaved 1F1B, {lay.virtual_stages} chunks per pipeline rank (model stages rank + j·{lay.pp}):"
+                " model states, baseline, receive buffers, FLOPs and sends/receives are each chunk's exact rule"
+                " summed; the peaks an ESTIMATE (the chunks' saved activations in flight along torch's"
+                " ScheduleInterleaved1F1B order, not replayed); FSDP2's gathers counted per chunk as 1F1B's."
+            )
+        ]
+    elif lay.pp > 1 and not r.peaks_exact:
         footer.append(
             "The stage peaks are estimates: baseline, receive buffers, k saved micro-batches and the gradients"
             " (each backward's transient left out)."
