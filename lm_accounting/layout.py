@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .config import AccountingError, ModelConfig, check_positive_int, short_repr
 
@@ -133,7 +134,7 @@ class ParallelLayout:
         the per-stage rules (states, baseline, buffers, FLOPs, collectives) read for one chunk.  Its
         micro-batch count is pp·v (a valid 1F1B layout): what grows with m is scaled to the job's m by
         the callers."""
-        return dataclasses.replace(self, pp=self.stages, virtual_stages=1, micro_batches=self.stages)
+        return _as_chunks(self)
 
     @property
     def world(self) -> int:
@@ -213,6 +214,11 @@ class ParallelLayout:
             "world": self.world,
             "data_parallel": ZERO_NAMES[self.zero],
         }
+
+
+@lru_cache(maxsize=4096)
+def _as_chunks(layout: ParallelLayout) -> ParallelLayout:
+    return dataclasses.replace(layout, pp=layout.stages, virtual_stages=1, micro_batches=layout.stages)
 
 
 def parse_gpu_count(text: str) -> tuple[int, int]:

@@ -2,7 +2,8 @@
 
 Candidates: every GPU count W in the range that is a power of two (and the range's ends), every
 tp in {1, 2, 4, 8} (within one 8-GPU node, dividing the heads, kv heads and d_ff), pp a power of
-two up to 16 and the layers (Llama 3 405B's 16 stages), dp = W / (tp·pp), ZeRO stage 0–3, sequence parallel with tp, vocab parallel
+two up to 16 and the layers (Llama 3 405B's 16 stages), under pp virtual stages v (interleaved 1F1B)
+1 or a power of two whose pp·v stages divide the layers, dp = W / (tp·pp), ZeRO stage 0–3, sequence parallel with tp, vocab parallel
 with tp (an untied model; torchtitan's loss-parallel head), checkpointing none/full/selective,
 micro-batch b a power of two dividing the sequences per data-parallel rank.
 Setup: fused attention (sdpa), amp-bf16, foreach AdamW.  Memory per GPU is ``analytic.parallel``
@@ -27,7 +28,9 @@ Step time (one optimizer step, k = sequences per dp rank / b micro-batches):
    / (peak bf16 · u),
    with u the stated utilisation (``--mfu``, applied to the FLOPs that run); under pp the busiest
    stage's k micro-batches (``rank_flops`` of stage 0, the most blocks, or the last, the LM head), and the
-   1F1B bubble multiplies it by (k + pp − 1) / k;
+   1F1B bubble multiplies it by (k + pp − 1) / k; with v virtual stages (interleaved 1F1B) the busiest
+   pipeline rank's v chunks, and (k·v + pp − 1) / (k·v) (``analytic.pipeline.pipeline_slots``; Narayanan
+   et al. 2021, §2.2.2), its point-to-point transfers v times a 1F1B rank's (collectives rule 11);
 2. TP/SP collectives (per micro-batch, on the critical path, NOT overlapped): wire bytes / the
    GPU's NVLink bandwidth one way;
 3. data-parallel collectives: FSDP2 all-gathers per micro-batch, gradient reduction (reduce-scatter
@@ -66,7 +69,7 @@ from .analytic.collectives import (
 from .analytic.hardware_flops import step_flops
 from .analytic.parallel import peaks_exact, rank_floor, rank_flops, rank_step
 from .analytic.parallel_report import not_modelled
-from .analytic.pipeline import pipeline_stages, stage_floor
+from .analytic.pipeline import pipeline_slots, pipeline_stages, stage_floor
 from .config import AccountingError, ModelConfig
 from .gpus import DEFAULT_ALLOWANCE, GPU, MemoryBudget, gpu, memory_budget
 from .layout import ParallelLayout
@@ -252,8 +255,9 @@ class _Pricing:
     def step_times(self, b, setup, lay) -> tuple[float, float, float, float, float]:
         """(compute, data-parallel, tensor-parallel, pipeline, expert-parallel) seconds of one step."""
         k, ck = lay.micro_batches, setup.checkpoint
-        key = ("flops", b, setup.precision, ck, lay.tp, lay.vocab_parallel, lay.pp, lay.ep)
-        compute = self._get(key, self._micro_batch_flops, b, setup, lay) * (k + lay.pp - 1) / self.rate
+        key = ("flops", b, setup.precision, ck, lay.tp, lay.vocab_parallel, lay.pp, lay.ep, lay.virtual_stages)
+        slots = pipeline_slots(k, lay.pp, lay.virtual_stages)  # the bubble
+        compute = self._get(key, self._micro_batch_flops, b, setup, lay) * slots / self.rate
         nvlink = self.g.interconnect_one_way
         dp_link = nvlink if lay.world <= GPUS_PER_NODE else self.internode
         ep_link = nvlink if lay.ep <= GPUS_PER_NODE else self.internode  # an ep group: consecutive ranks
@@ -263,14 +267,19 @@ class _Pricing:
     def gpu_flops(self, b, setup, lay) -> int:
         """Hardware FLOPs of one step on the busiest GPU: its k micro-batches (the bubble idles, runs nothing)."""
         key = ("flops", b, setup.precision, setup.checkpoint, lay.tp, lay.vocab_parallel, lay.pp, lay.ep)
+        key += (lay.virtual_stages,)
         return self._get(key, self._micro_batch_flops, b, setup, lay) * lay.micro_batches
 
     def _micro_batch_flops(self, b, setup, lay) -> int:
         """Step 1's FLOPs of one micro-batch (``rank_flops``: the TP-local model's, the head's Vl rows under
-        vocab parallel; the busiest rank's experts under expert parallel); under pp the busiest stage's, whose k
-        micro-batches take k + pp − 1 slots of the 1F1B schedule (its bubble), so the step's compute is
-        (k + pp − 1) times it (k times without pp).  The same for every data-parallel degree."""
-        one = ParallelLayout(tp=lay.tp, vocab_parallel=lay.vocab_parallel, pp=lay.pp, micro_batches=lay.pp)
+        vocab parallel; the busiest rank's experts under expert parallel); under pp the busiest stage's (with
+        virtual stages the busiest pipeline rank's chunks'), whose k micro-batches take ``pipeline_slots``
+        micro-batch slots (k + pp − 1 under 1F1B: its bubble; k without pp), the step's compute that many
+        times it.  The same for every data-parallel degree."""
+        v = lay.virtual_stages  # interleaved: the pipeline rank's chunks
+        one = ParallelLayout(
+            tp=lay.tp, vocab_parallel=lay.vocab_parallel, pp=lay.pp, micro_batches=lay.pp, virtual_stages=v
+        )
         if lay.ep > 1:  # expert parallel borrows its ranks from dp, under FSDP2
             one = ParallelLayout(dp=lay.ep, zero=3, ep=lay.ep)
         stages = (0, lay.pp - 1) if lay.pp > 1 else (None,)
@@ -281,12 +290,25 @@ class _Pricing:
     def _wire(self, b, setup, lay) -> tuple[int, int, int, int]:
         """Wire bytes of one step by group (dp, tp, pp, ep): TP and EP per micro-batch, k times; without pp
         the FSDP2 all-gathers k times and the reduction once; under pp a stage's collectives are counted
-        per step (collectives rules 8–10), each group's the busiest stage's."""
+        per step (collectives rules 8–10), each group's the busiest stage's; with virtual stages the
+        pipeline rank's transfers (rule 11), its dp and tp groups' those of its 1F1B stage (every v alike)."""
         stages = sorted({0, min(1, lay.pp - 1), lay.pp - 1})  # a middle stage has two pipeline neighbours
+        fields = (lay.dp, lay.zero, lay.tp, lay.sequence_parallel, lay.vocab_parallel, lay.pp, lay.micro_batches)
+        dp, tp, ep = self._get(("groups", b, setup, *fields, lay.ep), self._group_wire, b, setup, lay, stages)
+        pp = 0
+        if lay.pp > 1:
+            m, v = lay.micro_batches, lay.virtual_stages
+            for s in stages:
+                key = ("pp", b, setup.precision, lay.tp, lay.sequence_parallel, lay.fsdp, lay.pp, m, s, v)
+                pp = max(pp, self._get(key, self._pipeline_wire, b, setup, lay, s))
+        return dp, tp, pp, ep
+
+    def _group_wire(self, b, setup, lay, stages) -> tuple[int, int, int]:
+        """(dp, tp, ep) wire bytes of ``_wire``."""
         k, ck = lay.micro_batches, setup.checkpoint
         m = k if lay.pp > 1 else 1  # the collectives read m under pp only
         moe = (b, ck) if lay.ep > 1 else None  # the all-to-alls read the micro-batch and the checkpointing
-        dp = tp = pp = ep = 0
+        dp = tp = ep = 0
         for s in stages:
             if lay.dp > 1:  # they read neither sequence parallel nor the checkpointing, nor k without pp
                 key = ("dp", setup.precision, lay.dp, lay.zero, lay.tp, lay.vocab_parallel, lay.pp, m, lay.ep, moe, s)
@@ -296,10 +318,7 @@ class _Pricing:
                 key = ("tp", b, setup.precision, ck, lay.tp, lay.sequence_parallel, lay.vocab_parallel, lay.pp)
                 key += (lay.fsdp, s)
                 tp = max(tp, self._get(key + (m,), self._tensor_parallel_wire, key, b, setup, lay, s, m))
-            if lay.pp > 1:
-                key = ("pp", b, setup.precision, lay.tp, lay.sequence_parallel, lay.fsdp, lay.pp, m, s)
-                pp = max(pp, self._get(key, self._pipeline_wire, b, setup, lay, s))
-        return dp, tp * (1 if lay.pp > 1 else k), pp, ep  # TP per micro-batch; under pp the step's already
+        return dp, tp * (1 if lay.pp > 1 else k), ep  # TP per micro-batch; under pp the step's already
 
     def _tensor_parallel_wire(self, key, b, setup, lay, s, m) -> int:
         """Stage ``s``'s TP wire bytes: one micro-batch's collectives m times, the norms' once."""
@@ -392,7 +411,7 @@ def plan(
         gpus = (own.layout.world, own.layout.world)
     for family in _families(cfg, seq, gpus, sequences) if own is None else own.families(cfg, seq, sequences):
         per_rank = sequences // family["dp"]
-        micro = _micro_batches(per_rank, family["pp"])
+        micro = _micro_batches(per_rank, family["pp"], family["virtual_stages"])
         for b in micro if own is None or own.micro_batch is None else own.micro_batches(micro, per_rank):
             lay = ParallelLayout(**family, micro_batches=per_rank // b)
             for setup in setups:
@@ -413,6 +432,7 @@ def plan(
             break
         checked += 1
         chain = (lay.dp, lay.zero, lay.tp, lay.sequence_parallel, lay.vocab_parallel, lay.pp, lay.ep, setup.checkpoint)
+        chain += (lay.virtual_stages,)
         if prune and b >= failed.get(chain, b + 1):
             continue  # a smaller micro-batch of the same layout does not fit: the peak grows with b
         need, exact = _need(cfg, seq, b, setup, lay, g, allowance, exact=not prune)
@@ -491,7 +511,7 @@ class OwnLayout:
             raise AccountingError(f"{lay.label}: expert parallel is planned under FSDP2 (--zero 2 or 3)")
         if lay.tp > GPUS_PER_NODE:
             raise AccountingError(f"{lay.label}: tp={lay.tp} spans nodes; plan keeps a TP group within one node")
-        fields = ("dp", "zero", "tp", "sequence_parallel", "vocab_parallel", "pp", "ep")
+        fields = ("dp", "zero", "tp", "sequence_parallel", "vocab_parallel", "pp", "ep", "virtual_stages")
         yield {f: getattr(lay, f) for f in fields}
 
     def micro_batches(self, sizes: list[int], per_rank: int) -> list[int]:
@@ -522,11 +542,23 @@ def _families(cfg: ModelConfig, seq: int, gpus: tuple[int, int], sequences: int)
                     for sp in (False, True) if tp > 1 and seq % tp == 0 else (False,):
                         for vp in (False, True) if tp > 1 and not cfg.tie_embeddings else (False,):
                             for ep in _expert_degrees(cfg, dp, zero):
-                                yield {
-                                    "dp": dp, "zero": zero, "tp": tp, "sequence_parallel": sp, "vocab_parallel": vp,
-                                    "pp": pp, "ep": ep,
-                                }  # fmt: skip
+                                for v in _virtual_stages(cfg, pp):
+                                    yield {
+                                        "dp": dp, "zero": zero, "tp": tp, "sequence_parallel": sp,
+                                        "vocab_parallel": vp, "pp": pp, "ep": ep, "virtual_stages": v,
+                                    }  # fmt: skip
                 pp *= 2
+
+
+def _virtual_stages(cfg: ModelConfig, pp: int) -> list[int]:
+    """v = 1, and under pp every power of two v > 1 whose pp·v stages split the layers evenly (Megatron's
+    interleaved schedule asks the layers per stage to be a whole number of chunks)."""
+    out, v = [1], 2
+    while pp > 1 and pp * v <= cfg.num_layers:
+        if cfg.num_layers % (pp * v) == 0:
+            out.append(v)
+        v *= 2
+    return out
 
 
 def _expert_degrees(cfg: ModelConfig, dp: int, zero: int) -> list[int]:
@@ -537,10 +569,16 @@ def _expert_degrees(cfg: ModelConfig, dp: int, zero: int) -> list[int]:
     return [1] + [ep for ep in _powers(2, dp) if ep & (ep - 1) == 0 and dp % ep == 0 and cfg.num_experts % ep == 0]
 
 
-def _micro_batches(per_rank: int, pp: int) -> list[int]:
+def _micro_batches(per_rank: int, pp: int, v: int = 1) -> list[int]:
     """Micro-batch sizes b: powers of two dividing the sequences per data-parallel rank, with at least
-    pp micro-batches (1F1B)."""
-    return [b for b in _powers(1, per_rank) if b & (b - 1) == 0 and per_rank % b == 0 and per_rank // b >= pp]
+    pp micro-batches (1F1B); with virtual stages, k a whole number of rounds of k // pp (torch's
+    ``ScheduleInterleaved1F1B``, ``ParallelLayout``)."""
+    counts = [
+        (b, per_rank // b)
+        for b in _powers(1, per_rank)
+        if b & (b - 1) == 0 and per_rank % b == 0 and per_rank // b >= pp
+    ]
+    return [b for b, k in counts if v == 1 or k % max(1, k // pp) == 0]
 
 
 def _check_plannable(cfg: ModelConfig) -> None:

@@ -725,13 +725,19 @@ def stage_flops(
     return StepFlops(m * f.forward, m * f.recompute, m * f.attention_recompute)
 
 
-@lru_cache(maxsize=4096)
 def _micro_batch_flops(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, stages: int, stage: int):
+    blocks = len(stage_layers(cfg.num_layers, stages, stage))
+    return _blocks_flops(cfg, seq, batch, setup, blocks, stage == stages - 1)
+
+
+@lru_cache(maxsize=4096)
+def _blocks_flops(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, blocks: int, head: bool):
+    """One micro-batch's matmul FLOPs through ``blocks`` blocks, with the LM head or without."""
     from .flops import forward_flops
 
-    c = dataclasses.replace(cfg, num_layers=len(stage_layers(cfg.num_layers, stages, stage)))
+    c = dataclasses.replace(cfg, num_layers=blocks)
     f = step_flops(c, seq, batch, setup)
-    if stage < stages - 1:
+    if not head:
         head = sum(it.total for it in forward_flops(c, seq, batch) if not it.key.startswith("layers.*."))
         f = dataclasses.replace(f, forward=f.forward - head)
     return f

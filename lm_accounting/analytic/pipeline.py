@@ -909,6 +909,20 @@ def interleaved_order(pp: int, v: int, m: int, rank: int) -> list[tuple[bool, in
     return order + [(False, bwd(i)) for i in range(ops, ops + warmup)]
 
 
+@lru_cache(maxsize=1024)
+def _in_flight(pp: int, v: int, m: int, rank: int) -> tuple[frozenset, tuple, frozenset]:
+    """The micro-batches in flight per local chunk along ``interleaved_order`` (each forward adds one to
+    its chunk, each backward takes one away), as the distinct count vectors: (those up to the first
+    backward, the one at it, those after it).  Few: the steady state repeats itself."""
+    counts, warm, steady, first = [0] * v, set(), set(), None
+    for forward, j in interleaved_order(pp, v, m, rank):
+        if not forward and first is None:
+            first = tuple(counts)
+        counts[j] += 1 if forward else -1
+        (warm if first is None else steady).add(tuple(counts))
+    return frozenset(warm), first, frozenset(steady)
+
+
 def _sum_states(states: list) -> object:
     """One pipeline rank's model states over its chunks: each byte count summed, the largest FSDP2 unit
     the largest of any chunk."""
@@ -951,13 +965,10 @@ def interleaved_rank_estimate(
     )
     buffers = sum(schedule_buffers(cfg, seq, batch, setup, lay, c) for c in chunks) // S * m  # m per chunk
     saved = [_stage_saved(cfg, seq, batch, setup, flat, S, c) for c in chunks]
-    live = top = warm_top = 0
-    at_backward = None
-    for forward, j in interleaved_order(layout.pp, layout.virtual_stages, m, rank):
-        if not forward and at_backward is None:
-            at_backward, warm_top = live, top
-        live += saved[j] if forward else -saved[j]
-        top = max(top, live)
+    warm, first, steady = _in_flight(layout.pp, layout.virtual_stages, m, rank)
+    dot = lambda counts: sum(n * x for n, x in zip(counts, saved, strict=True))
+    warm_top, at_backward = max(map(dot, warm)), dot(first)
+    top = max(warm_top, max(map(dot, steady), default=0))
     kept = base + buffers
     r = single_rank_step(cfg, seq, batch, setup, flat, "plain")
     transient = (r.forward.peak - r.forward.end) if S - 1 in chunks else 0

@@ -72,7 +72,7 @@ def plan_view(p: Plan) -> View:
         (
             "step = max(compute, data-parallel comm) + TP comm + EP all-to-alls + pipeline point-to-point:"
             " data-parallel collectives ASSUMED overlapped with compute, TP/SP and EP collectives not; compute = hardware FLOPs"
-            " (recompute included) / (peak × utilisation), × the 1F1B bubble (k + pp − 1)/k.  MFU: model FLOPs"
+            " (recompute included) / (peak × utilisation), × the 1F1B bubble (k + pp − 1)/k, (k·v + pp − 1)/(k·v) with v virtual stages.  MFU: model FLOPs"
             " (3 × forward matmuls, attention's full square, no recompute) / (step × GPUs × bf16 peak); JSON"
             " `hfu`: the busiest GPU's hardware FLOPs / (step × peak)."
         ),
