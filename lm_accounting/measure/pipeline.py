@@ -272,3 +272,134 @@ def _phases(stage, tracker, comms):
 
         stage.backward_one_chunk = first_backward
         yield stack
+
+
+def measure_interleaved_rank(
+    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, rank: int = 0
+) -> RankMeasurement:
+    """Pipeline rank ``rank`` of an interleaved 1F1B job (``layout.virtual_stages`` v > 1; pipeline parallel
+    alone): v ``PipelineStage``s, one per chunk (model stages rank, rank + pp, ...: ``ParallelLayout.chunks``,
+    each the live model pruned to its blocks over pp·v stages, as torchtitan's ``pipeline_module_split``
+    builds its model parts), driven by torch's ``ScheduleInterleaved1F1B`` over ``layout.micro_batches``,
+    then one AdamW per chunk (torchtitan's ``OptimizersContainer``: one optimizer per model part), under
+    ``RankTracker``.  Phases as ``measure_stage_rank``'s: "forward" until the rank's first
+    ``backward_one_chunk`` (of any chunk), "backward" the rest of the schedule, "optimizer_step" the AdamW
+    steps + zero_grad.  ``rank`` of the result is the pipeline rank."""
+    from .parallelize import job_meshes
+
+    layout.check(cfg, seq)
+    if layout.virtual_stages == 1 or layout.dp > 1 or layout.tp > 1 or layout.ep > 1:
+        raise AccountingError(
+            "an interleaved pipeline rank is measured with virtual stages and pipeline parallel alone"
+        )
+    if not 0 <= rank < layout.pp:
+        raise AccountingError(f"pipeline rank {rank} is outside the {layout.pp} ranks")
+    if parameter_count(cfg) > REAL_RUN_PARAMS:
+        raise AccountingError(f"a real-tensor run is limited to {REAL_RUN_PARAMS:,} parameters")
+    from ..model import build_model, random_tokens
+
+    lay, S = layout.as_chunks(), layout.stages
+    init_fake_group(layout.world, rank)
+    torch.manual_seed(0)
+    meshes = job_meshes(layout)
+    tracker = RankTracker()
+    models, opts, stages = [], [], []
+    with tracker:
+        for c in layout.chunks(rank):
+            model = stage_module(build_model(cfg, "meta", setup=setup), cfg, S, c)
+            model.sequence_shards = 1
+            _materialise(model, cfg, layout)
+            train, opt = data_parallel(model, layout, meshes.dp, setup)
+            models.append(model)
+            opts.append(opt)
+            inputs, outputs = _stage_metas(cfg, seq, batch, setup, lay, c)
+            stages.append(
+                _static_peer_stage()(
+                    train,
+                    c,
+                    S,
+                    torch.device("cpu"),
+                    input_args=inputs,
+                    output_args=outputs,
+                    group=meshes.pp.get_group(),
+                )
+            )
+        first, last = 0 in layout.chunks(rank), S - 1 in layout.chunks(rank)
+        rows = batch * layout.micro_batches
+        args = (random_tokens(cfg, rows, seq, device="cpu", seed=0),) if first else ()
+        target = random_tokens(cfg, rows, seq, device="cpu", seed=1) if last else None
+    baseline = tracker.live_bytes("cpu")
+    from torch.distributed.pipelining import ScheduleInterleaved1F1B
+
+    from ..model import cross_entropy
+
+    schedule = ScheduleInterleaved1F1B(stages, layout.micro_batches, loss_fn=cross_entropy)
+    comms, flops = CollectiveRecorder(), LocalFlops()
+    with tracker, comms, flops, _recorded_stage_p2p(stages) as p2p:
+        with _phases_multi(stages, tracker, comms) as step:
+            schedule.step(*args, target=target, return_outputs=False)
+            step.close()
+        grads = _storage_bytes(p.grad for m in models for p in m.parameters())
+        comms.phase = "optimizer_step"
+        with flops_off(flops), tracker.phase("optimizer_step"):
+            for opt in opts:
+                opt.step()
+            for opt in opts:
+                opt.zero_grad(set_to_none=True)
+    step = StepMemory(baseline, **tracker.phase_table("cpu"))
+    sent = comms.totals() | ({"send_recv": (len(p2p), sum(p2p))} if p2p else {})
+    params = _storage_bytes(p for m in models for p in m.parameters())
+    optimizer = sum(optimizer_state_bytes(o) for o in opts)
+    return RankMeasurement(rank, params, grads, optimizer, step, sent, flops.total, calls=tuple(comms.calls))
+
+
+@contextlib.contextmanager
+def _recorded_stage_p2p(stages):
+    """The bytes of every send and receive the stages' ``get_{fwd,bwd}_{send,recv}_ops`` hand the schedule
+    (``_PipelineScheduleRuntime`` posts them through ``_batch_p2p`` without a description)."""
+    sizes, names = [], ("get_fwd_send_ops", "get_bwd_send_ops", "get_fwd_recv_ops", "get_bwd_recv_ops")
+    real = {(id(st), n): getattr(st, n) for st in stages for n in names}
+
+    def recorded(run):
+        def ops(*args, **kwargs):
+            out = run(*args, **kwargs)
+            sizes.extend(op.tensor.numel() * op.tensor.element_size() for op in out)
+            return out
+
+        return ops
+
+    for st in stages:
+        for n in names:
+            setattr(st, n, recorded(real[id(st), n]))
+    try:
+        yield sizes
+    finally:
+        for st in stages:
+            for n in names:
+                setattr(st, n, real[id(st), n])
+
+
+@contextlib.contextmanager
+def _phases_multi(stages, tracker, comms):
+    """``_phases`` over several stages: "forward" until the first ``backward_one_chunk`` of any of them."""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(tracker.phase("forward"))
+        runs = {id(st): st.backward_one_chunk for st in stages}
+
+        def restore():
+            for st in stages:
+                st.backward_one_chunk = runs[id(st)]
+
+        def hooked(st):
+            def first_backward(*args, **kwargs):
+                restore()
+                stack.close()
+                stack.enter_context(tracker.phase("backward"))
+                comms.phase = "backward"
+                return runs[id(st)](*args, **kwargs)
+
+            return first_backward
+
+        for st in stages:
+            st.backward_one_chunk = hooked(st)
+        yield stack

@@ -1,0 +1,236 @@
+"""Interleaved 1F1B (``ParallelLayout.virtual_stages``): the layout and torch's refusals, the schedule's
+order against torch 2.13's own ``ScheduleInterleaved1F1B``, the bubble and the v-fold transfers the
+planner prices (by hand), and one pipeline rank of the real job (v ``PipelineStage``s under
+``ScheduleInterleaved1F1B`` on the fake process group, ``measure.pipeline.measure_interleaved_rank``)
+against ``analytic.pipeline.interleaved_rank_estimate``: its baseline, the backward's and optimizer
+step's ends, its model states and its sends and receives exact; its peaks an estimate (what they miss
+is printed by ``test_estimate_error_is_reported``, not asserted)."""
+
+import itertools
+
+import pytest
+
+from lm_accounting.analytic.collectives import step_collectives, totals
+from lm_accounting.analytic.pipeline import (
+    interleaved_order,
+    interleaved_rank_estimate,
+    pipeline_slots,
+    pipeline_stages,
+    stage_replayed,
+)
+from lm_accounting.config import AccountingError, ModelConfig
+from lm_accounting.layout import ParallelLayout
+from lm_accounting.setup import TrainingSetup
+
+TINY4 = ModelConfig(
+    vocab_size=101, context_length=16, num_layers=4, d_model=24, num_heads=4, num_kv_heads=2, d_ff=40, name="tiny4"
+)
+S = 16
+
+
+# -- the layout ------------------------------------------------------------------------------------
+
+
+def test_a_rank_holds_every_pp_th_stage():
+    """torch's "loop" mapping (``generate_stage_to_rank_mapping``): stage i on rank i mod pp."""
+    lay = ParallelLayout(pp=4, micro_batches=8, virtual_stages=2)
+    assert lay.stages == 8 and lay.world == 4
+    assert [lay.chunks(r) for r in range(4)] == [(0, 4), (1, 5), (2, 6), (3, 7)]
+    assert lay.label == "dp1·zero0·pp4x8v2"
+    assert lay.to_dict()["virtual_stages"] == 2 and ParallelLayout().to_dict()["virtual_stages"] == 1
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"virtual_stages": 2}, "need pipeline parallel"),
+        ({"pp": 4, "micro_batches": 9, "virtual_stages": 2}, "2 rounds"),  # 9 // 4 = 2 rounds; 9 mod 2 = 1
+        ({"pp": 4, "micro_batches": 14, "virtual_stages": 2}, "3 rounds"),  # 14 // 4 = 3; 14 mod 3 = 2
+        ({"pp": 2, "micro_batches": 1, "virtual_stages": 2}, "at least 2 micro-batches"),
+        ({"pp": 2, "micro_batches": 2, "virtual_stages": 0}, "positive integer"),
+    ],
+)
+def test_layouts_torch_refuses(kwargs, message):
+    with pytest.raises(AccountingError, match=message):
+        ParallelLayout(**kwargs)
+
+
+@pytest.mark.parametrize("m", [4, 5, 6, 7, 8, 10, 12, 16])
+def test_micro_batch_counts_torch_takes(m):
+    """pp 4: rounds = max(1, m // 4) divides m (m = 5, 6, 7: one round of m)."""
+    assert ParallelLayout(pp=4, micro_batches=m, virtual_stages=2).micro_batches == m
+
+
+def test_more_stages_than_layers_are_refused():
+    with pytest.raises(AccountingError, match="8 stages exceed the 4 layers"):
+        ParallelLayout(pp=4, micro_batches=4, virtual_stages=2).check(TINY4)
+    ParallelLayout(pp=2, micro_batches=2, virtual_stages=2).check(TINY4)
+
+
+def test_cli_refuses_in_one_line(run_cli):
+    for args, text in (
+        (["--virtual-stages", "2"], "need pipeline parallel"),
+        (["--pp", "4", "--virtual-stages", "4"], "16 stages exceed the 12 layers"),
+        (["--pp", "4", "--virtual-stages", "2", "--micro-batches", "9"], "ScheduleInterleaved1F1B refuses"),
+    ):
+        r = run_cli("memory", "gpt2-small", *args)
+        assert r.code == 2 and text in r.err and len(r.err.strip().splitlines()) == 1, r.err
+
+
+# -- the schedule's order, against torch's ---------------------------------------------------------
+
+
+def _torch_order(pp: int, v: int, m: int, rank: int) -> list[tuple[bool, int]]:
+    """torch 2.13's own compute actions of ``rank`` (``_calculate_single_rank_operations``, which reads only
+    these attributes: no process group needed)."""
+    torch = pytest.importorskip("torch")
+    from torch.distributed.pipelining.schedules import ScheduleInterleaved1F1B, _ComputationType
+
+    assert torch.__version__.startswith("2.13")
+    s = object.__new__(ScheduleInterleaved1F1B)
+    s.pp_group_size, s.n_local_stages, s._n_microbatches = pp, v, m
+    s.number_of_rounds = max(1, m // pp)
+    s.microbatches_per_round = m // s.number_of_rounds
+    ops = [a for a in s._calculate_single_rank_operations(rank) if a is not None]
+    assert all(a.stage_index % pp == rank for a in ops)
+    return [(a.computation_type == _ComputationType.FORWARD, a.stage_index // pp) for a in ops]
+
+
+@pytest.mark.parametrize("pp, v, m", [(2, 2, 2), (2, 2, 4), (4, 2, 4), (4, 2, 8), (4, 3, 6), (4, 4, 10), (8, 2, 16)])
+def test_order_is_torchs(pp, v, m):
+    for rank in range(pp):
+        assert interleaved_order(pp, v, m, rank) == _torch_order(pp, v, m, rank)
+
+
+# -- the time model --------------------------------------------------------------------------------
+
+
+def test_bubble_slots_by_hand():
+    """Narayanan et al. 2021 §2.2.2: k micro-batches, pp stages, v chunks: (k·v + pp − 1)/v slots of one
+    micro-batch's time on the busiest rank; bubble fraction (pp − 1)/(v·k)."""
+    assert pipeline_slots(8, 4) == 11  # 1F1B: k + pp − 1
+    assert pipeline_slots(8, 4, 2) == 9.5  # (16 + 3)/2
+    assert pipeline_slots(4, 4, 4) == 4.75  # (16 + 3)/4
+    assert pipeline_slots(8, 1) == 8
+    k, pp, v = 8, 4, 2
+    assert (pipeline_slots(k, pp, v) - k) / k == (pp - 1) / (v * k)
+
+
+def test_plan_prices_the_step_of_a_small_layout_by_hand():
+    """pp 2 over TINY4's 4 blocks: 1F1B's stage 0 holds blocks 0, 1 and the embedding; interleaved with v 2
+    rank 0 holds chunks 0 and 2 (blocks 0 and 2, the embedding), the last rank chunks 1 and 3 (blocks 1 and
+    3, the head): the busiest rank's matmul FLOPs per micro-batch are the same, so the compute is in the
+    ratio of the slots, (2k + 1)/2 against k + 1.  The transfers: 1F1B's ranks send and receive m each
+    way; interleaved, rank 0's chunk 0 has one neighbour and chunk 2 two: 3m each way, T·d·4 bytes each
+    (amp-bf16 without FSDP2: the fp32 residual stream), over NVLink (2 GPUs, one node)."""
+    from lm_accounting.gpus import gpu
+    from lm_accounting.plan import price_layout
+
+    setup, b, k = TrainingSetup(attention="sdpa", precision="amp-bf16"), 1, 2
+    one = price_layout(TINY4, "h100-80gb", S, b, setup, ParallelLayout(pp=2, micro_batches=k), mfu=0.5)
+    two = price_layout(
+        TINY4, "h100-80gb", S, b, setup, ParallelLayout(pp=2, micro_batches=k, virtual_stages=2), mfu=0.5
+    )
+    assert two[0] / one[0] == pytest.approx((2 * k + 1) / 2 / (k + 1), rel=1e-12)  # 2.5 / 3
+    nvlink = gpu("h100-80gb").interconnect_one_way
+    assert one[3] == pytest.approx(2 * k * b * S * TINY4.d_model * 4 / nvlink, rel=1e-12)
+    assert two[3] == pytest.approx(2 * 3 * k * b * S * TINY4.d_model * 4 / nvlink, rel=1e-12)
+
+
+def test_plan_enumerates_virtual_stages():
+    """``plan`` tries v = 2 beside v = 1 where pp·v divides the layers, and only with pp."""
+    from lm_accounting.plan import plan
+
+    p = plan(TINY4, "h100-80gb", (2, 2), S, 8 * S, 8 * S * 100, top=10**6)
+    seen = {(c.layout.pp, c.layout.virtual_stages) for c in p.ranked}
+    assert (2, 2) in seen and (2, 1) in seen and (1, 1) in seen
+    assert all(c.layout.virtual_stages == 1 or c.layout.pp > 1 for c in p.ranked)
+    assert all(not c.peak_exact for c in p.ranked if c.layout.virtual_stages > 1)
+
+
+# -- one pipeline rank of the real job -------------------------------------------------------------
+
+GRID = [
+    (P, k * P, rank, TrainingSetup(precision=p, checkpoint=c))
+    for P, k, p, c in itertools.product((2,), (1, 2), ("fp32", "amp-bf16"), ("none", "full"))
+    for rank in range(P)
+]
+
+
+def _id(case):
+    P, m, rank, setup = case
+    return f"pp{P}x{m}v2-rank{rank}-{setup.label}"
+
+
+@pytest.fixture(scope="module")
+def measured():
+    return {}
+
+
+def _measure(cache, case):
+    from lm_accounting.measure.pipeline import measure_interleaved_rank
+
+    if case not in cache:
+        P, m, rank, setup = case
+        lay = ParallelLayout(pp=P, micro_batches=m, virtual_stages=2)
+        cache[case] = measure_interleaved_rank(TINY4, S, 1, setup, lay, rank)
+    return cache[case]
+
+
+@pytest.mark.parametrize("case", GRID, ids=_id)
+def test_interleaved_rank_states_baseline_and_ends_are_exact(case, measured):
+    """Exact on the measured rank: its parameters, gradients and AdamW moments (each chunk's, summed),
+    its baseline (every chunk's parameters, moments and RoPE tables, the step's ids on the rank with stage
+    0, its targets on the rank with the last), the backward's end (+ every chunk's receive buffers and
+    gradients) and the optimizer step's (the buffers stay); its sends and receives (rule 11)."""
+    torch = pytest.importorskip("torch")
+    assert torch.__version__.startswith("2.13")
+    P, m, rank, setup = case
+    lay = ParallelLayout(pp=P, micro_batches=m, virtual_stages=2)
+    got = _measure(measured, case)
+    step, st, _ = interleaved_rank_estimate(TINY4, S, 1, setup, lay, rank)
+    assert (got.params, got.gradients, got.optimizer) == (st.parameters, st.gradients, st.optimizer)
+    assert got.step.baseline == step.baseline
+    assert got.step.backward.end == step.backward.end
+    assert got.step.optimizer_step.end == step.optimizer_step.end
+    assert got.collectives == totals(step_collectives(TINY4, S, 1, setup, lay, rank=0, stage=rank))
+    assert not stage_replayed(TINY4, setup, lay)  # so ``memory`` and ``plan`` call the peaks estimates
+
+
+def test_interleaved_transfers_by_hand(measured):
+    """pp 2, v 2, m 4, fp32: rank 0 holds chunks 0 (one neighbour) and 2 (two): 3m = 12 transfers each
+    way, (1, 16, 24) fp32 hidden states or their gradients."""
+    got = _measure(measured, (2, 4, 0, TrainingSetup(checkpoint="none")))
+    n = 2 * 3 * 4
+    assert got.collectives == {"send_recv": (n, n * S * TINY4.d_model * 4)}
+
+
+def test_estimate_error_is_reported(measured, capsys):
+    """Not an assertion of closeness: the estimate's peaks against the measured rank's, printed (run with
+    -s) so the report can quote them."""
+    rows = []
+    for case in GRID:
+        P, m, rank, setup = case
+        lay = ParallelLayout(pp=P, micro_batches=m, virtual_stages=2)
+        got = _measure(measured, case).step
+        est = interleaved_rank_estimate(TINY4, S, 1, setup, lay, rank)[0]
+        rows.append((_id(case), est.peak / got.peak - 1, est.forward.peak / got.forward.peak - 1))
+        assert pipeline_stages(TINY4, S, 1, setup, lay)[1].peak >= est.peak  # the worst rank's
+    with capsys.disabled():
+        for name, peak, fwd in rows:
+            print(f"{name}: estimate's peak {100 * peak:+.1f} %, forward peak {100 * fwd:+.1f} %")
+    assert len(rows) == len(GRID)
+
+
+def test_measurement_refuses_what_it_does_not_run():
+    from lm_accounting.measure.pipeline import measure_interleaved_rank, measure_stage
+
+    lay = ParallelLayout(pp=2, micro_batches=2, virtual_stages=2)
+    with pytest.raises(AccountingError, match="interleaved 1F1B"):
+        measure_stage(TINY4, S, 1, TrainingSetup(), lay)
+    with pytest.raises(AccountingError, match="pipeline parallel alone"):
+        measure_interleaved_rank(
+            TINY4, S, 1, TrainingSetup(), ParallelLayout(dp=2, pp=2, micro_batches=2, virtual_stages=2)
+        )
+    with pytest.raises(AccountingError, match="outside the 2 ranks"):
+        measure_interleaved_rank(TINY4, S, 1, TrainingSetup(), lay, 2)
