@@ -1,11 +1,18 @@
 """Interleaved 1F1B (``ParallelLayout.virtual_stages``): the layout and torch's refusals, the schedule's
 order against torch 2.13's own ``ScheduleInterleaved1F1B``, the bubble and the v-fold transfers the
 planner prices (by hand), and one pipeline rank of the real job (v ``PipelineStage``s under
-``ScheduleInterleaved1F1B`` on the fake process group, ``measure.pipeline.measure_interleaved_rank``)
-against ``analytic.pipeline.interleaved_rank_estimate``: its baseline, the backward's and optimizer
-step's ends, its model states and its sends and receives exact; its peaks an estimate (what they miss
-is printed by ``test_estimate_error_is_reported``, not asserted)."""
+``ScheduleInterleaved1F1B`` on the fake process group, ``measure.pipeline.measure_interleaved_rank``):
 
+* with pipeline parallel alone, ``analytic.pipeline.interleaved_rank_step`` replays it: every phase's
+  peak and end byte-exact (pp 2 and 4, v 2, m = pp and 2·pp, every rank of pp 2 and ranks 0, 1 and 3 of
+  pp 4, fp32 and amp-bf16, no and full checkpointing; bf16, selective checkpointing and sdpa at B 2 on a
+  few), the expected figures the measured rank's;
+* ``interleaved_rank_estimate`` (what stands beside data or tensor parallel): its model states,
+  baseline, the backward's and optimizer step's ends and the sends and receives exact on the same
+  ranks; its peaks an estimate (their error is printed by ``test_estimate_error_is_reported``, not
+  asserted)."""
+
+import dataclasses
 import itertools
 
 import pytest
@@ -14,8 +21,10 @@ from lm_accounting.analytic.collectives import step_collectives, totals
 from lm_accounting.analytic.pipeline import (
     interleaved_order,
     interleaved_rank_estimate,
+    interleaved_rank_step,
     pipeline_slots,
     pipeline_stages,
+    stage_floor,
     stage_replayed,
 )
 from lm_accounting.config import AccountingError, ModelConfig
@@ -24,6 +33,9 @@ from lm_accounting.setup import TrainingSetup
 
 TINY4 = ModelConfig(
     vocab_size=101, context_length=16, num_layers=4, d_model=24, num_heads=4, num_kv_heads=2, d_ff=40, name="tiny4"
+)
+TINY8 = ModelConfig(
+    vocab_size=101, context_length=16, num_layers=8, d_model=24, num_heads=4, num_kv_heads=2, d_ff=40, name="tiny8"
 )
 S = 16
 
@@ -138,28 +150,41 @@ def test_plan_prices_the_step_of_a_small_layout_by_hand():
 
 
 def test_plan_enumerates_virtual_stages():
-    """``plan`` tries v = 2 beside v = 1 where pp·v divides the layers, and only with pp."""
+    """``plan`` tries v = 2 beside v = 1 where pp·v divides the layers, and only with pp (2 GPUs: pp 2
+    alone, or beside dp or tp 2 on 4 GPUs)."""
     from lm_accounting.plan import plan
 
-    p = plan(TINY4, "h100-80gb", (2, 2), S, 8 * S, 8 * S * 100, top=10**6)
+    p = plan(TINY4, "h100-80gb", (2, 4), S, 8 * S, 8 * S * 100, top=10**6)
     seen = {(c.layout.pp, c.layout.virtual_stages) for c in p.ranked}
     assert (2, 2) in seen and (2, 1) in seen and (1, 1) in seen
     assert all(c.layout.virtual_stages == 1 or c.layout.pp > 1 for c in p.ranked)
-    assert all(not c.peak_exact for c in p.ranked if c.layout.virtual_stages > 1)
+    # exact (replayed) with pipeline parallel alone, an estimate beside data or tensor parallel
+    assert {c.peak_exact for c in p.ranked if c.layout.virtual_stages > 1} == {True, False}
+    assert all(c.peak_exact == (c.layout.world == c.layout.pp) for c in p.ranked if c.layout.virtual_stages > 1)
 
 
 # -- one pipeline rank of the real job -------------------------------------------------------------
 
+PRECISIONS, CHECKPOINTS = ("fp32", "amp-bf16"), ("none", "full")
 GRID = [
-    (P, k * P, rank, TrainingSetup(precision=p, checkpoint=c))
-    for P, k, p, c in itertools.product((2,), (1, 2), ("fp32", "amp-bf16"), ("none", "full"))
-    for rank in range(P)
+    (P, k * P, rank, 1, TrainingSetup(precision=p, checkpoint=c))
+    for P, k, p, c in itertools.product((2, 4), (1, 2), PRECISIONS, CHECKPOINTS)
+    for rank in (range(2) if P == 2 else (0, 1, 3))
+]
+MORE = [  # pure bf16, selective checkpointing, sdpa at B 2
+    (2, 4, rank, B, TrainingSetup(precision=p, checkpoint=c, attention=a))
+    for rank in (0, 1)
+    for p, c, a, B in (("bf16", "none", "naive", 1), ("bf16", "selective", "naive", 1), ("amp-bf16", "full", "sdpa", 2))
 ]
 
 
+def _cfg(P):
+    return TINY4 if P == 2 else TINY8  # pp·v stages of one block or more
+
+
 def _id(case):
-    P, m, rank, setup = case
-    return f"pp{P}x{m}v2-rank{rank}-{setup.label}"
+    P, m, rank, B, setup = case
+    return f"pp{P}x{m}v2-rank{rank}-B{B}-{setup.label}"
 
 
 @pytest.fixture(scope="module")
@@ -171,10 +196,42 @@ def _measure(cache, case):
     from lm_accounting.measure.pipeline import measure_interleaved_rank
 
     if case not in cache:
-        P, m, rank, setup = case
+        P, m, rank, B, setup = case
         lay = ParallelLayout(pp=P, micro_batches=m, virtual_stages=2)
-        cache[case] = measure_interleaved_rank(TINY4, S, 1, setup, lay, rank)
+        cache[case] = measure_interleaved_rank(_cfg(P), S, B, setup, lay, rank)
     return cache[case]
+
+
+def _figures(step):
+    return (step.baseline, *(x for phase in step.phases().values() for x in phase))
+
+
+@pytest.mark.parametrize("case", GRID + MORE, ids=_id)
+def test_interleaved_rank_step_is_exact(case, measured):
+    """Every phase's peak and end (forward: to the rank's first backward of any chunk; backward: the rest
+    of the schedule; the chunks' AdamW steps + zero_grad) equals the measured rank's."""
+    torch = pytest.importorskip("torch")
+    assert torch.__version__.startswith("2.13")
+    P, m, rank, B, setup = case
+    lay = ParallelLayout(pp=P, micro_batches=m, virtual_stages=2)
+    assert stage_replayed(_cfg(P), setup, lay)
+    got = _measure(measured, case).step
+    assert _figures(interleaved_rank_step(_cfg(P), S, B, setup, lay, rank, "traced")[0]) == _figures(got)
+    assert stage_floor(_cfg(P), S, B, setup, lay) <= pipeline_stages(_cfg(P), S, B, setup, lay)[1].peak
+
+
+def test_interleaved_replay_sees_the_schedule(measured):
+    """The figures move with what the replay models: another rank, micro-batch count or precision gives
+    other bytes (the equality above is not a tautology of the measured run's shape)."""
+    case = (4, 8, 1, 1, TrainingSetup(precision="amp-bf16", checkpoint="full"))
+    got = _figures(_measure(measured, case).step)
+    lay = ParallelLayout(pp=4, micro_batches=8, virtual_stages=2)
+    assert _figures(interleaved_rank_step(TINY8, S, 1, case[4], lay, 0, "traced")[0]) != got
+    lay4 = ParallelLayout(pp=4, micro_batches=4, virtual_stages=2)
+    assert _figures(interleaved_rank_step(TINY8, S, 1, case[4], lay4, 1, "traced")[0]) != got
+    assert _figures(interleaved_rank_step(TINY8, S, 1, TrainingSetup(checkpoint="full"), lay, 1, "traced")[0]) != got
+    # and the 1F1B order on the same chunks would not do: the schedule is torch's interleaved one
+    assert interleaved_order(4, 2, 8, 1)[:6] == [(True, 0)] * 4 + [(True, 1)] * 2
 
 
 @pytest.mark.parametrize("case", GRID, ids=_id)
@@ -185,22 +242,22 @@ def test_interleaved_rank_states_baseline_and_ends_are_exact(case, measured):
     gradients) and the optimizer step's (the buffers stay); its sends and receives (rule 11)."""
     torch = pytest.importorskip("torch")
     assert torch.__version__.startswith("2.13")
-    P, m, rank, setup = case
+    P, m, rank, B, setup = case
     lay = ParallelLayout(pp=P, micro_batches=m, virtual_stages=2)
     got = _measure(measured, case)
-    step, st, _ = interleaved_rank_estimate(TINY4, S, 1, setup, lay, rank)
+    step, st, _ = interleaved_rank_estimate(_cfg(P), S, B, setup, lay, rank)
     assert (got.params, got.gradients, got.optimizer) == (st.parameters, st.gradients, st.optimizer)
     assert got.step.baseline == step.baseline
     assert got.step.backward.end == step.backward.end
     assert got.step.optimizer_step.end == step.optimizer_step.end
-    assert got.collectives == totals(step_collectives(TINY4, S, 1, setup, lay, rank=0, stage=rank))
-    assert not stage_replayed(TINY4, setup, lay)  # so ``memory`` and ``plan`` call the peaks estimates
+    assert got.collectives == totals(step_collectives(_cfg(P), S, B, setup, lay, rank=0, stage=rank))
+    assert not stage_replayed(_cfg(P), setup, dataclasses.replace(lay, dp=2))  # beside dp: the estimate
 
 
 def test_interleaved_transfers_by_hand(measured):
     """pp 2, v 2, m 4, fp32: rank 0 holds chunks 0 (one neighbour) and 2 (two): 3m = 12 transfers each
     way, (1, 16, 24) fp32 hidden states or their gradients."""
-    got = _measure(measured, (2, 4, 0, TrainingSetup(checkpoint="none")))
+    got = _measure(measured, (2, 4, 0, 1, TrainingSetup(checkpoint="none")))
     n = 2 * 3 * 4
     assert got.collectives == {"send_recv": (n, n * S * TINY4.d_model * 4)}
 
@@ -210,27 +267,45 @@ def test_estimate_error_is_reported(measured, capsys):
     -s) so the report can quote them."""
     rows = []
     for case in GRID:
-        P, m, rank, setup = case
+        P, m, rank, B, setup = case
         lay = ParallelLayout(pp=P, micro_batches=m, virtual_stages=2)
         got = _measure(measured, case).step
-        est = interleaved_rank_estimate(TINY4, S, 1, setup, lay, rank)[0]
-        rows.append((_id(case), est.peak / got.peak - 1, est.forward.peak / got.forward.peak - 1))
-        assert pipeline_stages(TINY4, S, 1, setup, lay)[1].peak >= est.peak  # the worst rank's
+        est = interleaved_rank_estimate(_cfg(P), S, B, setup, lay, rank)[0]
+        peaks = lambda x: (x.forward.peak, x.backward.peak)
+        rows.append((_id(case), *(e / g - 1 for e, g in zip(peaks(est), peaks(got), strict=True))))
     with capsys.disabled():
-        for name, peak, fwd in rows:
-            print(f"{name}: estimate's peak {100 * peak:+.1f} %, forward peak {100 * fwd:+.1f} %")
+        for name, fwd, bwd in rows:
+            print(f"{name}: estimate's forward peak {100 * fwd:+.1f} %, backward peak {100 * bwd:+.1f} %")
     assert len(rows) == len(GRID)
 
 
 def test_measurement_refuses_what_it_does_not_run():
-    from lm_accounting.measure.pipeline import measure_interleaved_rank, measure_stage
+    from lm_accounting.measure.pipeline import measure_interleaved_rank
 
     lay = ParallelLayout(pp=2, micro_batches=2, virtual_stages=2)
-    with pytest.raises(AccountingError, match="interleaved 1F1B"):
-        measure_stage(TINY4, S, 1, TrainingSetup(), lay)
     with pytest.raises(AccountingError, match="pipeline parallel alone"):
         measure_interleaved_rank(
             TINY4, S, 1, TrainingSetup(), ParallelLayout(dp=2, pp=2, micro_batches=2, virtual_stages=2)
         )
     with pytest.raises(AccountingError, match="outside the 2 ranks"):
         measure_interleaved_rank(TINY4, S, 1, TrainingSetup(), lay, 2)
+
+
+@pytest.mark.slow
+def test_cli_measures_the_predicted_rank(run_cli):
+    """``memory --pp 2 --virtual-stages 2 --measure meta``: torch's ScheduleInterleaved1F1B runs the
+    worst pipeline rank, its step printed beside the replay's: equal."""
+    import json
+
+    args = ["memory", "gpt2-small", "--layers", "4", "--set", "tie_embeddings=false", "--context", "32"]
+    r = run_cli(
+        *args, "--pp", "2", "--virtual-stages", "2", "--micro-batches", "4", "--measure", "meta", "--format", "json"
+    )
+    assert r.code == 0, r.err
+    d = json.loads(r.out)
+    assert d["peaks_exact"] and d["layout"]["virtual_stages"] == 2
+    assert d["measured"]["rank"] == d["worst_rank"]["pipeline_stage"]
+    assert d["measured"]["step"] == d["step_traced"]
+    assert d["measured"]["local_matmul_flops"] == d["flops"]["hardware"]
+    # 4 micro-batches; rank 1 holds chunks 1 (two neighbours) and 3 (the last: one): 3·4 transfers each way
+    assert d["measured"]["collectives"] == {"send_recv": {"count": 24, "payload_bytes": 24 * 32 * 768 * 4}}

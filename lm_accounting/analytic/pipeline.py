@@ -86,12 +86,16 @@ def pipeline_stages(
     rank's (default: the worst; only ZeRO-1's owned moments differ).  ``with_traced=False`` (the planner):
     the traced step is the plain one (not replayed).  Replayed, the candidates are ``worst_stage_candidates``
     (at most four stages, not all P: the replay is linear in P, not quadratic)."""
-    if layout.virtual_stages > 1:  # interleaved: each pipeline rank's v chunks, estimated
-        best = None
-        for r in [stage] if stage is not None else sorted({0, layout.pp - 1}):
-            step, st, act = interleaved_rank_estimate(cfg, seq, batch, setup, layout, r, rank)
+    if layout.virtual_stages > 1:  # interleaved: each pipeline rank's v chunks (replayed: every rank)
+        exact, best = stage_replayed(cfg, setup, layout), None
+        ranks = range(layout.pp) if exact else sorted({0, layout.pp - 1})
+        for r in [stage] if stage is not None else ranks:
+            step, st, act = interleaved_rank_step(cfg, seq, batch, setup, layout, r, "plain", rank)
             if best is None or step.peak > best[1].peak:
-                best = (r, step, step, st, act)
+                traced = step
+                if exact and with_traced:
+                    traced = interleaved_rank_step(cfg, seq, batch, setup, layout, r, "traced", rank)[0]
+                best = (r, step, traced, st, act)
         return best
     exact = stage_replayed(cfg, setup, layout)
     ends = sorted({0, layout.pp - 1})
@@ -132,10 +136,12 @@ def stage_replayed(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayou
     TP-local model, with or without vocab parallel; beside FSDP2, not DDP or ZeRO-1, as measured), a dense
     model (no
     MoE split in the stage replay; a tied head a second copy on the last stage), and a model the
-    single-GPU replay models.  Byte-exact against the measured stage (the test files of the module
+    single-GPU replay models.  Interleaved 1F1B (virtual stages): with pipeline parallel alone
+    (``interleaved_rank_step``, tests/test_pipeline_interleaved.py).  Byte-exact against the measured stage (the test files of the module
     docstring)."""
     tp = layout.tp == 1 or not (layout.zero in (0, 1) and layout.dp > 1)
-    interleaved = layout.virtual_stages > 1  # ``interleaved_rank_estimate``: not replayed
+    # interleaved 1F1B: replayed with pipeline parallel alone (``interleaved_rank_step``), else estimated
+    interleaved = layout.virtual_stages > 1 and (layout.dp > 1 or layout.tp > 1)
     return layout.pp > 1 and tp and not interleaved and not cfg.moe and rp.replay_supported(cfg, setup)
 
 
@@ -168,8 +174,8 @@ def stage_step(
     5. "optimizer_step": AdamW over the stage's gradients (``adamw_temporary``), then ``zero_grad``:
        the end is the baseline and the receive buffers, which the stage keeps."""
     rp.check_mode(mode)
-    if layout.virtual_stages > 1:
-        return interleaved_rank_estimate(cfg, seq, batch, setup, layout, stage, rank)
+    if layout.virtual_stages > 1:  # ``stage``: the pipeline rank
+        return interleaved_rank_step(cfg, seq, batch, setup, layout, stage, mode, rank)
     if not stage_replayed(cfg, setup, layout):
         return _stage_estimate(cfg, seq, batch, setup, layout, stage, rank)
     P, m = layout.pp, layout.micro_batches
@@ -907,6 +913,80 @@ def interleaved_order(pp: int, v: int, m: int, rank: int) -> list[tuple[bool, in
     for i in range(warmup, ops):
         order += [(True, fwd(i)), (False, bwd(i))]
     return order + [(False, bwd(i)) for i in range(ops, ops + warmup)]
+
+
+def interleaved_rank_step(
+    cfg: ModelConfig,
+    seq: int,
+    batch: int,
+    setup: TrainingSetup,
+    layout: ParallelLayout,
+    rank: int,
+    mode: str = "plain",
+    dp_rank: int | None = None,
+):
+    """(step, model states, saved activations at the first backward) of pipeline rank ``rank`` under
+    interleaved 1F1B, REPLAYED where ``stage_replayed`` (pipeline parallel alone): each chunk's forward,
+    loss and backward (``_stage_parts`` of its stage in ``ParallelLayout.as_chunks``: one micro-batch on its
+    blocks, as 1F1B's stages replay it) placed in torch 2.13's ``ScheduleInterleaved1F1B`` order
+    (``_interleaved_schedule``); the baseline and the receive buffers each chunk's (``interleaved_rank_estimate``).
+    "optimizer_step": one AdamW per chunk (torchtitan's ``OptimizersContainer``), stepped in turn over all
+    the rank's gradients, then ``zero_grad``.  Elsewhere the ESTIMATE (``interleaved_rank_estimate``)."""
+    rp.check_mode(mode)
+    if not stage_replayed(cfg, setup, layout):
+        return interleaved_rank_estimate(cfg, seq, batch, setup, layout, rank, dp_rank)
+    lay, S, L = layout.as_chunks(), layout.stages, cfg.num_layers
+    chunks = layout.chunks(rank)
+    parts = [_stage_parts(cfg, seq, batch, setup, lay, _like(L, S, c), mode, dp_rank) for c in chunks]
+    est, st, act = interleaved_rank_estimate(cfg, seq, batch, setup, layout, rank, dp_rank)
+    base, buffers = est.baseline, est.optimizer_step.end - est.baseline
+    fwd, bwd = _interleaved_schedule(layout, rank, buffers, [p[3] for p in parts])
+    opt = PhaseBytes(base + bwd.end + max(p[5] for p in parts), base + buffers)
+    step = StepMemory(
+        base, PhaseBytes(base + fwd.peak, base + fwd.end), PhaseBytes(base + bwd.peak, base + bwd.end), opt
+    )
+    return step, st, act
+
+
+def _interleaved_schedule(layout: ParallelLayout, rank: int, buffers: int, chs: list) -> tuple[PhaseBytes, PhaseBytes]:
+    """(forward, backward) bytes above the baseline of pipeline rank ``rank`` under
+    ``_PipelineScheduleRuntime._step_microbatches`` running ``ScheduleInterleaved1F1B``'s actions
+    (``interleaved_order``; ``_add_send_recv`` puts each compute action's send right after it):
+
+    1. ``_initialize_stages``: every chunk's receive buffers (``buffers``);
+    2. FORWARD: ``forward_one_chunk`` (its output kept in the chunk's ``fwd_cache``; the runtime keeps no
+       other reference: ``output`` is a local of ``_perform_action``) and, on the last stage, the loss
+       (kept in ``_internal_losses``); SEND_F's ops list holds a detached view of the output and dies
+       with ``_batch_p2p``'s call;
+    3. FULL_BACKWARD: ``backward_one_chunk`` (the chunk's first backward keeps each gradient as ``.grad``,
+       later ones accumulate) pops ``fwd_cache`` (the output dies); SEND_B right after it pops
+       ``bwd_cache`` (the input gradient dies with its ops list);
+    4. ``_update_losses`` clears the losses.
+    The "forward" phase ends where the rank's first backward starts."""
+    live, fwd_end, peak = buffers, None, {"forward": buffers, "backward": 0}
+    started = [False] * len(chs)
+    phase = "forward"
+
+    def run(part: _Part) -> None:
+        nonlocal live
+        peak[phase] = max(peak[phase], live + part.peak)
+        live += part.net
+
+    for forward, j in interleaved_order(layout.pp, layout.virtual_stages, layout.micro_batches, rank):
+        ch = chs[j]
+        if forward:
+            run(ch.forward)
+            if ch.loss is not None:
+                run(ch.loss)
+            continue
+        if fwd_end is None:
+            fwd_end, phase = live, "backward"
+            peak["backward"] = live
+        run(ch.later_backward if started[j] else ch.first_backward)
+        started[j] = True
+        live -= ch.output + ch.input_grad
+    live -= layout.micro_batches * sum(ch.loss_bytes for ch in chs)
+    return PhaseBytes(peak["forward"], fwd_end), PhaseBytes(peak["backward"], live)
 
 
 @lru_cache(maxsize=1024)

@@ -144,6 +144,8 @@ def measure_stage_rank(
     from ..analytic.parallel import model_states
     from .parallelize import build_rank
 
+    if layout.virtual_stages > 1:  # interleaved 1F1B: ``stage`` is the pipeline rank
+        return measure_interleaved_rank(cfg, seq, batch, setup, layout, stage)
     _check(cfg, seq, batch, setup, layout, stage)
     if dp_rank is None:
         dp_rank = model_states(cfg, setup, layout, stage=stage).rank if layout.zero == 1 else 0  # ZeRO-1: the worst
@@ -204,8 +206,6 @@ def _check(cfg, seq, batch, setup, layout, stage) -> None:
         raise AccountingError(
             "a pipeline stage is measured beside data or tensor parallel (pp > 1; no expert parallel)"
         )
-    if layout.virtual_stages > 1:
-        raise AccountingError("interleaved 1F1B (virtual stages) is not measured: its per-rank figures are estimates")
     if layout.tp > 1 and layout.dp > 1 and not layout.fsdp:
         raise AccountingError("DDP and ZeRO-1 with tensor parallel are analytic only (torch's DDP takes no DTensor)")
     if not 0 <= stage < layout.pp:
@@ -296,7 +296,14 @@ def measure_interleaved_rank(
         raise AccountingError(f"pipeline rank {rank} is outside the {layout.pp} ranks")
     if parameter_count(cfg) > REAL_RUN_PARAMS:
         raise AccountingError(f"a real-tensor run is limited to {REAL_RUN_PARAMS:,} parameters")
+    from ..analytic.pipeline import interleaved_rank_step
     from ..model import build_model, random_tokens
+
+    ids = (("the step's token ids", "micro-batches·B·S", layout.micro_batches * batch * seq, 8),)
+    what = "this pipeline rank's step (real CPU tensors)"
+    check_live_run(cfg, seq, batch, "meta", what, training=True, dtype=setup.param_dtype, extra_tensors=ids)
+    need = interleaved_rank_step(cfg, seq, batch, setup, layout, rank, "traced")[0].peak
+    check_live_run(cfg, seq, batch, "cpu", what, training=True, dtype=setup.param_dtype, need=need)
 
     lay, S = layout.as_chunks(), layout.stages
     init_fake_group(layout.world, rank)

@@ -175,8 +175,15 @@ def parallel_view(r: ParallelMemory) -> View:
             (
                 f"Interleaved 1F1B, {lay.virtual_stages} chunks per pipeline rank (model stages rank + j·{lay.pp}):"
                 " model states, baseline, receive buffers, FLOPs and sends/receives are each chunk's exact rule"
-                " summed; the peaks an ESTIMATE (the chunks' saved activations in flight along torch's"
-                " ScheduleInterleaved1F1B order, not replayed); FSDP2's gathers counted per chunk as 1F1B's."
+                " summed; "
+                + (
+                    "every phase replayed along torch's ScheduleInterleaved1F1B order, byte-exact against the"
+                    " rank's PipelineStages on the fake process group (pipeline parallel alone)."
+                    if r.peaks_exact
+                    else "the peaks an ESTIMATE beside data or tensor parallel (the chunks' saved activations in"
+                    " flight along torch's ScheduleInterleaved1F1B order, not replayed); FSDP2's gathers counted"
+                    " per chunk as 1F1B's."
+                )
             )
         ]
     elif lay.pp > 1 and not r.peaks_exact:
@@ -192,7 +199,8 @@ def parallel_view(r: ParallelMemory) -> View:
         )
     if r.measured is not None and lay.pp > 1:
         footer.append(
-            f"Measured: pipeline stage {r.measured.rank} under torch's PipelineStage + Schedule1F1B on the fake"
+            f"Measured: pipeline {'rank' if lay.virtual_stages > 1 else 'stage'} {r.measured.rank} under torch's"
+            f" PipelineStage + {'ScheduleInterleaved1F1B' if lay.virtual_stages > 1 else 'Schedule1F1B'} on the fake"
             " process group: its model states, phases, collectives, sends and receives, and the matmul FLOPs of"
             " its m micro-batches."
         )
