@@ -1,4 +1,4 @@
-"""Pipeline parallel (1F1B): the worst stage's memory.  No torch.
+"""Pipeline parallel (1F1B, interleaved 1F1B): the worst stage's memory.  No torch.
 
 Pipeline parallel alone or beside data parallel (DDP, ZeRO-1, FSDP2) and tensor parallel (with or
 without sequence parallel, with or without vocab parallel; not DDP/ZeRO-1 × TP; a dense model): each
@@ -29,6 +29,15 @@ single-GPU vocab-parallel replay has them (``analytic.tensor_parallel``; the log
 the embedding's gradient is the whole (V, d) under FSDP2 too: ``fsdp`` rule 8).  A tied head is
 a second copy of the embedding on the last stage (``stage_parameters``; its gradient its own: nothing
 in ``PipelineStage`` shares it with stage 0's, which the real job would have to synchronise itself).
+
+Interleaved 1F1B (``ParallelLayout.virtual_stages`` v > 1; torch 2.13's ``ScheduleInterleaved1F1B``; Narayanan et
+al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", §2.2.2): pipeline rank
+r holds the chunks r, r + pp, ... of a pp·v-stage split (``ParallelLayout.as_chunks``), each replayed as that
+stage of a 1F1B pipeline replays (``_stage_parts``) and placed in torch's interleaved order (``interleaved_order``,
+``_interleaved_schedule``: ``interleaved_rank_step``), byte-exact against the rank's v ``PipelineStage``s on the
+fake process group (``measure.pipeline.measure_interleaved_rank``; ``tests/test_pipeline_interleaved.py``) with
+pipeline parallel alone; beside data or tensor parallel an ESTIMATE (``interleaved_rank_estimate``).  The time
+model's bubble: ``pipeline_slots``.
 
 Beside DDP/ZeRO-1 × TP, or with a mixture of experts, the peaks stay an ESTIMATE
 (``_stage_estimate``): baseline, receive buffers, k × saved activations and the gradients, each
