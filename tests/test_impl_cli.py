@@ -80,7 +80,7 @@ def test_a_preset_defaults_to_course_and_a_config_json_to_transformers(run_cli, 
 
 def test_under_a_layout_the_default_is_course_and_says_so(run_cli, config_json):
     data = memory_json(run_cli, config_json, "-S", "32", "--dp", "2", "--zero", "3")
-    assert data["schema"] == "lm-accounting/parallel-memory/6" and data["implementation"]["name"] == "course"
+    assert data["schema"] == "lm-accounting/parallel-memory/7" and data["implementation"]["name"] == "course"
     text = run_cli("memory", config_json, "-S", "32", "--dp", "2", "--zero", "3").out
     assert "--impl course: our TransformerLM (lm_accounting.model), naive attention" in text
     assert "the default under a layout; --impl transformers covers FSDP2 data parallel" in text

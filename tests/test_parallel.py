@@ -129,7 +129,7 @@ def test_json_schema_and_pinned_keys(run_cli):
     )
     assert r.code == 0, r.err
     data = json.loads(r.out)
-    assert data["schema"] == "lm-accounting/parallel-memory/6"
+    assert data["schema"] == "lm-accounting/parallel-memory/7"
     pinned = json.loads(SNAPSHOT.read_text())["memory-parallel"]
     assert sorted(key_paths(data)) == pinned
 

@@ -31,7 +31,7 @@ from .replay import replay_unsupported
 
 @dataclass(frozen=True)
 class ParallelMemory(Result):
-    SCHEMA: ClassVar[str] = "lm-accounting/parallel-memory/6"
+    SCHEMA: ClassVar[str] = "lm-accounting/parallel-memory/7"
 
     config: ModelConfig
     seq: int

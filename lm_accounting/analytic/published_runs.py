@@ -377,7 +377,9 @@ def compare(run: Run) -> dict[str, Any]:
     row["excluded_because"] = ", ".join(out)
     row["differences"] = "; ".join(f"({d or '?'}) {w}" for _, d, w in run.differences)
     row["cause"] = cause(run, row)
-    row["source"] = run.source
+    row["source"] = run.source + (
+        f"; {lay.virtual_stages} virtual stages: {run.virtual_source}" if run.virtual_source else ""
+    )
     return row
 
 
