@@ -294,7 +294,8 @@ class _Pricing:
         pipeline rank's transfers (rule 11), its dp and tp groups' those of its 1F1B stage (every v alike)."""
         stages = sorted({0, min(1, lay.pp - 1), lay.pp - 1})  # a middle stage has two pipeline neighbours
         fields = (lay.dp, lay.zero, lay.tp, lay.sequence_parallel, lay.vocab_parallel, lay.pp, lay.micro_batches)
-        dp, tp, ep = self._get(("groups", b, setup, *fields, lay.ep), self._group_wire, b, setup, lay, stages)
+        key = ("groups", b, setup.precision, setup.checkpoint, *fields, lay.ep)  # plan's other setup fields are fixed
+        dp, tp, ep = self._get(key, self._group_wire, b, setup, lay, stages)
         pp = 0
         if lay.pp > 1:
             m, v = lay.micro_batches, lay.virtual_stages
