@@ -6,7 +6,8 @@ planner prices (by hand), and one pipeline rank of the real job (v ``PipelineSta
 * with pipeline parallel alone, ``analytic.pipeline.interleaved_rank_step`` replays it: every phase's
   peak and end byte-exact (pp 2 and 4, v 2, m = pp and 2·pp, every rank of pp 2 and ranks 0, 1 and 3 of
   pp 4, fp32 and amp-bf16, no and full checkpointing; bf16, selective checkpointing and sdpa at B 2 on a
-  few), the expected figures the measured rank's;
+  few; every rank of uneven splits, pp 3, m not a multiple of pp, v 3 and 4; fused and for-loop AdamW and a
+  tied head), the expected figures the measured rank's;
 * ``interleaved_rank_estimate`` (what stands beside data or tensor parallel): its model states,
   baseline, the backward's and optimizer step's ends and the sends and receives exact on the same
   ranks; its peaks an estimate (their error is printed by ``test_estimate_error_is_reported``, not
@@ -309,3 +310,41 @@ def test_cli_measures_the_predicted_rank(run_cli):
     assert d["measured"]["local_matmul_flops"] == d["flops"]["hardware"]
     # 4 micro-batches; rank 1 holds chunks 1 (two neighbours) and 3 (the last: one): 3·4 transfers each way
     assert d["measured"]["collectives"] == {"send_recv": {"count": 24, "payload_bytes": 24 * 32 * 768 * 4}}
+
+
+BEYOND = [  # (layers, pp, v, m): uneven splits, pp 3, m not a multiple of pp (one round), v 3 and 4
+    (5, 2, 2, 2), (5, 2, 2, 4), (6, 3, 2, 3), (6, 3, 2, 5), (8, 4, 2, 6), (9, 4, 2, 4), (6, 2, 3, 4), (8, 2, 4, 4),
+]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layers, P, v, m", BEYOND)
+@pytest.mark.parametrize(
+    "setup", [TrainingSetup(), TrainingSetup(precision="amp-bf16", checkpoint="selective", attention="sdpa")]
+)
+def test_interleaved_rank_step_is_exact_beyond_the_grid(layers, P, v, m, setup):
+    """Every rank, every phase, byte for byte: the split over pp·v stages the first L mod pp·v one block more
+    (5 blocks over 4 stages: 2, 1, 1, 1), torch's rounds of m // pp micro-batches where m is not a multiple
+    of pp (pp 4, m 6: one round of 6), three and four chunks a rank."""
+    from lm_accounting.measure.pipeline import measure_interleaved_rank
+
+    cfg = dataclasses.replace(TINY4, num_layers=layers, name=f"tiny{layers}")
+    lay = ParallelLayout(pp=P, micro_batches=m, virtual_stages=v)
+    for rank in range(P):
+        got = measure_interleaved_rank(cfg, S, 1, setup, lay, rank).step
+        assert _figures(interleaved_rank_step(cfg, S, 1, setup, lay, rank, "traced")[0]) == _figures(got), rank
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("optimizer", ["foreach", "fused", "for-loop"])
+@pytest.mark.parametrize("tied", [False, True])
+def test_interleaved_rank_step_is_exact_per_optimizer_and_tied_head(optimizer, tied):
+    """One AdamW per chunk (fused: each chunk's step counters on the device), B 2, and a tied head (a second
+    copy of the embedding on the last stage, as 1F1B's)."""
+    from lm_accounting.measure.pipeline import measure_interleaved_rank
+
+    cfg = dataclasses.replace(TINY4, tie_embeddings=tied)
+    setup, lay = TrainingSetup(optimizer=optimizer), ParallelLayout(pp=2, micro_batches=4, virtual_stages=2)
+    for rank in range(2):
+        got = measure_interleaved_rank(cfg, S, 2, setup, lay, rank).step
+        assert _figures(interleaved_rank_step(cfg, S, 2, setup, lay, rank, "traced")[0]) == _figures(got), rank
