@@ -8,7 +8,9 @@ planner prices (by hand), and one pipeline rank of the real job (v ``PipelineSta
   pp 4, fp32 and amp-bf16, no and full checkpointing; bf16, selective checkpointing and sdpa at B 2 on a
   few; every rank of uneven splits, pp 3, m not a multiple of pp, v 3 and 4; fused and for-loop AdamW and a
   tied head), the expected figures the measured rank's;
-* ``interleaved_rank_estimate`` (what stands beside data or tensor parallel): its model states,
+* beside DDP, ZeRO-1 and TP (with or without SP and vocab parallel) the same, at B 2, with the collectives
+  and the matmul FLOPs;
+* ``interleaved_rank_estimate`` (what stands beside FSDP2): its model states,
   baseline, the backward's and optimizer step's ends and the sends and receives exact on the same
   ranks; its peaks an estimate (their error is printed by ``test_estimate_error_is_reported``, not
   asserted)."""
@@ -159,9 +161,10 @@ def test_plan_enumerates_virtual_stages():
     seen = {(c.layout.pp, c.layout.virtual_stages) for c in p.ranked}
     assert (2, 2) in seen and (2, 1) in seen and (1, 1) in seen
     assert all(c.layout.virtual_stages == 1 or c.layout.pp > 1 for c in p.ranked)
-    # exact (replayed) with pipeline parallel alone, an estimate beside data or tensor parallel
+    # replayed (exact) but beside FSDP2, where an estimate
     assert {c.peak_exact for c in p.ranked if c.layout.virtual_stages > 1} == {True, False}
-    assert all(c.peak_exact == (c.layout.world == c.layout.pp) for c in p.ranked if c.layout.virtual_stages > 1)
+    interleaved = [c for c in p.ranked if c.layout.virtual_stages > 1]
+    assert all(c.peak_exact == (c.layout.dp == 1 or c.layout.zero < 2) for c in interleaved)
 
 
 # -- one pipeline rank of the real job -------------------------------------------------------------
@@ -252,7 +255,7 @@ def test_interleaved_rank_states_baseline_and_ends_are_exact(case, measured):
     assert got.step.backward.end == step.backward.end
     assert got.step.optimizer_step.end == step.optimizer_step.end
     assert got.collectives == totals(step_collectives(_cfg(P), S, B, setup, lay, rank=0, stage=rank))
-    assert not stage_replayed(_cfg(P), setup, dataclasses.replace(lay, dp=2))  # beside dp: the estimate
+    assert not stage_replayed(_cfg(P), setup, dataclasses.replace(lay, dp=2, zero=3))  # beside FSDP2: the estimate
 
 
 def test_interleaved_transfers_by_hand(measured):
@@ -280,14 +283,47 @@ def test_estimate_error_is_reported(measured, capsys):
     assert len(rows) == len(GRID)
 
 
+BESIDE = [
+    ParallelLayout(pp=2, micro_batches=4, virtual_stages=2, **kw)
+    for kw in (
+        {"dp": 2, "zero": 0},
+        {"dp": 2, "zero": 1},
+        {"dp": 4, "zero": 1},
+        {"tp": 2},
+        {"tp": 2, "sequence_parallel": True},
+        {"tp": 2, "vocab_parallel": True},
+        {"tp": 2, "sequence_parallel": True, "vocab_parallel": True},
+    )
+]
+
+
+@pytest.mark.parametrize("setup", [TrainingSetup(), TrainingSetup(precision="amp-bf16", checkpoint="full")])
+@pytest.mark.parametrize("lay", BESIDE, ids=lambda lay: lay.label)
+def test_interleaved_rank_step_is_exact_beside_ddp_zero1_and_tp(lay, setup):
+    """Beside DDP (each chunk its own DDP module and buckets), ZeRO-1 (a ``ZeroRedundancyOptimizer`` per
+    chunk; the measured data-parallel rank ``interleaved_dp_rank``'s) and TP (the TP-local chunks, with SP
+    and vocab parallel): every phase, the model states, the collectives and sends, the matmul FLOPs, at B 2."""
+    from lm_accounting.analytic.parallel import rank_flops
+    from lm_accounting.measure.pipeline import measure_interleaved_rank
+
+    assert stage_replayed(TINY4, setup, lay)
+    for rank in range(2):
+        got = measure_interleaved_rank(TINY4, S, 2, setup, lay, rank)
+        step, st, _ = interleaved_rank_step(TINY4, S, 2, setup, lay, rank, "traced")
+        assert _figures(step) == _figures(got.step), rank
+        assert (got.params, got.gradients, got.optimizer) == (st.parameters, st.gradients, st.optimizer)
+        assert got.collectives == totals(step_collectives(TINY4, S, 2, setup, lay, rank=st.rank, stage=rank))
+        assert got.local_flops == rank_flops(TINY4, S, 2, setup, lay, st.rank, rank).hardware
+
+
 def test_measurement_refuses_what_it_does_not_run():
     from lm_accounting.measure.pipeline import measure_interleaved_rank
 
     lay = ParallelLayout(pp=2, micro_batches=2, virtual_stages=2)
-    with pytest.raises(AccountingError, match="pipeline parallel alone"):
-        measure_interleaved_rank(
-            TINY4, S, 1, TrainingSetup(), ParallelLayout(dp=2, pp=2, micro_batches=2, virtual_stages=2)
-        )
+    with pytest.raises(AccountingError, match="not FSDP2"):
+        fsdp = ParallelLayout(dp=2, zero=3, pp=2, micro_batches=2, virtual_stages=2)
+        measure_interleaved_rank(TINY4, S, 1, TrainingSetup(), fsdp)
+    assert not stage_replayed(TINY4, TrainingSetup(), fsdp)  # estimated
     with pytest.raises(AccountingError, match="outside the 2 ranks"):
         measure_interleaved_rank(TINY4, S, 1, TrainingSetup(), lay, 2)
 

@@ -35,8 +35,10 @@ al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using M
 r holds the chunks r, r + pp, ... of a pp·v-stage split (``ParallelLayout.as_chunks``), each replayed as that
 stage of a 1F1B pipeline replays (``_stage_parts``) and placed in torch's interleaved order (``interleaved_order``,
 ``_interleaved_schedule``: ``interleaved_rank_step``), byte-exact against the rank's v ``PipelineStage``s on the
-fake process group (``measure.pipeline.measure_interleaved_rank``; ``tests/test_pipeline_interleaved.py``) with
-pipeline parallel alone; beside data or tensor parallel an ESTIMATE (``interleaved_rank_estimate``).  The time
+fake process group (``measure.pipeline.measure_interleaved_rank``; ``tests/test_pipeline_interleaved.py``) alone
+or beside DDP, ZeRO-1 and TP (with or without SP and vocab parallel); beside FSDP2 an ESTIMATE
+(``interleaved_rank_estimate``: torch's runtime unshards and reshards whole stages itself, ``_add_unshard_reshard``,
+not replayed).  The time
 model's bubble: ``pipeline_slots``.
 
 Beside DDP/ZeRO-1 × TP, or with a mixture of experts, the peaks stay an ESTIMATE
@@ -145,12 +147,13 @@ def stage_replayed(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayou
     TP-local model, with or without vocab parallel; beside FSDP2, not DDP or ZeRO-1, as measured), a dense
     model (no
     MoE split in the stage replay; a tied head a second copy on the last stage), and a model the
-    single-GPU replay models.  Interleaved 1F1B (virtual stages): with pipeline parallel alone
-    (``interleaved_rank_step``, tests/test_pipeline_interleaved.py).  Byte-exact against the measured stage (the test files of the module
+    single-GPU replay models.  Interleaved 1F1B (virtual stages): alone or beside DDP, ZeRO-1 and TP (with
+    or without SP and vocab parallel), not FSDP2 (``interleaved_rank_step``, tests/test_pipeline_interleaved.py).  Byte-exact against the measured stage (the test files of the module
     docstring)."""
     tp = layout.tp == 1 or not (layout.zero in (0, 1) and layout.dp > 1)
-    # interleaved 1F1B: replayed with pipeline parallel alone (``interleaved_rank_step``), else estimated
-    interleaved = layout.virtual_stages > 1 and (layout.dp > 1 or layout.tp > 1)
+    # interleaved 1F1B: replayed (``interleaved_rank_step``) but beside FSDP2, whose stages the runtime
+    # unshards and reshards itself (``_add_unshard_reshard``): estimated there
+    interleaved = layout.virtual_stages > 1 and layout.fsdp and layout.dp > 1
     return layout.pp > 1 and tp and not interleaved and not cfg.moe and rp.replay_supported(cfg, setup)
 
 
@@ -935,7 +938,8 @@ def interleaved_rank_step(
     dp_rank: int | None = None,
 ):
     """(step, model states, saved activations at the first backward) of pipeline rank ``rank`` under
-    interleaved 1F1B, REPLAYED where ``stage_replayed`` (pipeline parallel alone): each chunk's forward,
+    interleaved 1F1B (data-parallel rank ``dp_rank``, default ``interleaved_dp_rank``), REPLAYED where
+    ``stage_replayed`` (alone or beside DDP, ZeRO-1, TP; not FSDP2): each chunk's forward,
     loss and backward (``_stage_parts`` of its stage in ``ParallelLayout.as_chunks``: one micro-batch on its
     blocks, as 1F1B's stages replay it) placed in torch 2.13's ``ScheduleInterleaved1F1B`` order
     (``_interleaved_schedule``); the baseline and the receive buffers each chunk's (``interleaved_rank_estimate``).
@@ -946,6 +950,7 @@ def interleaved_rank_step(
         return interleaved_rank_estimate(cfg, seq, batch, setup, layout, rank, dp_rank)
     lay, S, L = layout.as_chunks(), layout.stages, cfg.num_layers
     chunks = layout.chunks(rank)
+    dp_rank = interleaved_dp_rank(cfg, setup, layout, rank) if dp_rank is None else dp_rank
     parts = [_stage_parts(cfg, seq, batch, setup, lay, _like(L, S, c), mode, dp_rank) for c in chunks]
     est, st, act = interleaved_rank_estimate(cfg, seq, batch, setup, layout, rank, dp_rank)
     base, buffers = est.baseline, est.optimizer_step.end - est.baseline
@@ -1012,6 +1017,18 @@ def _in_flight(pp: int, v: int, m: int, rank: int) -> tuple[frozenset, tuple, fr
     return frozenset(warm), first, frozenset(steady)
 
 
+def interleaved_dp_rank(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, rank: int) -> int:
+    """The data-parallel rank ``interleaved_rank_estimate`` and ``interleaved_rank_step`` take by default on
+    pipeline rank ``rank``: under ZeRO-1 (one ``ZeroRedundancyOptimizer`` per chunk, each assigning its
+    chunk's tensors) the one, of the chunks' own worst ranks, with the most optimizer state summed over the
+    chunks (the lowest on a tie); otherwise 0 (every dp rank alike)."""
+    if layout.zero != 1 or layout.dp == 1:
+        return 0
+    lay, chunks = layout.as_chunks(), layout.chunks(rank)
+    held = lambda r: sum(_states(cfg, setup, lay, c, r).optimizer for c in chunks)
+    return max(sorted({_states(cfg, setup, lay, c).rank for c in chunks}), key=lambda r: (held(r), -r))
+
+
 def _sum_states(states: list) -> object:
     """One pipeline rank's model states over its chunks: each byte count summed, the largest FSDP2 unit
     the largest of any chunk."""
@@ -1047,6 +1064,7 @@ def interleaved_rank_estimate(
     left out."""
     lay, flat, S, m = layout.as_chunks(), _flat(layout), layout.stages, layout.micro_batches
     chunks = layout.chunks(rank)
+    dp_rank = interleaved_dp_rank(cfg, setup, layout, rank) if dp_rank is None else dp_rank
     st = _sum_states([_states(cfg, setup, lay, c, dp_rank) for c in chunks])
     ends = lambda c: (c == 0) + (c == S - 1)  # the step's ids (stage 0) or targets (the last), m·B·S int64
     base = sum(

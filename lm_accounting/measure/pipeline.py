@@ -145,7 +145,7 @@ def measure_stage_rank(
     from .parallelize import build_rank
 
     if layout.virtual_stages > 1:  # interleaved 1F1B: ``stage`` is the pipeline rank
-        return measure_interleaved_rank(cfg, seq, batch, setup, layout, stage)
+        return measure_interleaved_rank(cfg, seq, batch, setup, layout, stage, dp_rank)
     _check(cfg, seq, batch, setup, layout, stage)
     if dp_rank is None:
         dp_rank = model_states(cfg, setup, layout, stage=stage).rank if layout.zero == 1 else 0  # ZeRO-1: the worst
@@ -275,29 +275,41 @@ def _phases(stage, tracker, comms):
 
 
 def measure_interleaved_rank(
-    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, rank: int = 0
+    cfg: ModelConfig,
+    seq: int,
+    batch: int,
+    setup: TrainingSetup,
+    layout: ParallelLayout,
+    rank: int = 0,
+    dp_rank: int | None = None,
 ) -> RankMeasurement:
-    """Pipeline rank ``rank`` of an interleaved 1F1B job (``layout.virtual_stages`` v > 1; pipeline parallel
-    alone): v ``PipelineStage``s, one per chunk (model stages rank, rank + pp, ...: ``ParallelLayout.chunks``,
-    each the live model pruned to its blocks over pp·v stages, as torchtitan's ``pipeline_module_split``
-    builds its model parts), driven by torch's ``ScheduleInterleaved1F1B`` over ``layout.micro_batches``,
-    then one AdamW per chunk (torchtitan's ``OptimizersContainer``: one optimizer per model part), under
-    ``RankTracker``.  Phases as ``measure_stage_rank``'s: "forward" until the rank's first
+    """Pipeline rank ``rank`` (data-parallel rank ``dp_rank``, default ``analytic.pipeline.interleaved_dp_rank``;
+    TP rank 0) of an interleaved 1F1B job (``layout.virtual_stages`` v > 1; alone or beside DDP, ZeRO-1 or
+    TP with or without SP and vocab parallel; not FSDP2): v ``PipelineStage``s, one per chunk (model stages
+    rank, rank + pp, ...: ``ParallelLayout.chunks``, each the live model pruned to its blocks over pp·v
+    stages, as torchtitan's ``pipeline_module_split`` builds its model parts, then parallelized:
+    ``build_rank`` over the job's one mesh), driven by torch's ``ScheduleInterleaved1F1B`` over
+    ``layout.micro_batches``, then one AdamW (ZeRO-1: ``ZeroRedundancyOptimizer``) per chunk (torchtitan's
+    ``OptimizersContainer``: one optimizer per model part), under ``RankTracker``.  Phases as ``measure_stage_rank``'s: "forward" until the rank's first
     ``backward_one_chunk`` (of any chunk), "backward" the rest of the schedule, "optimizer_step" the AdamW
     steps + zero_grad.  ``rank`` of the result is the pipeline rank."""
-    from .parallelize import job_meshes
+    from ..analytic.pipeline import interleaved_dp_rank
+    from .parallelize import build_rank, job_meshes
 
     layout.check(cfg, seq)
-    if layout.virtual_stages == 1 or layout.dp > 1 or layout.tp > 1 or layout.ep > 1:
+    if layout.virtual_stages == 1 or layout.ep > 1 or layout.fsdp and layout.dp > 1:
         raise AccountingError(
-            "an interleaved pipeline rank is measured with virtual stages and pipeline parallel alone"
+            "an interleaved pipeline rank is measured with virtual stages, alone or beside DDP, ZeRO-1 or tensor "
+            "parallel (not FSDP2, not expert parallel)"
         )
+    if layout.tp > 1 and layout.dp > 1:
+        raise AccountingError("DDP and ZeRO-1 with tensor parallel are analytic only (torch's DDP takes no DTensor)")
     if not 0 <= rank < layout.pp:
         raise AccountingError(f"pipeline rank {rank} is outside the {layout.pp} ranks")
     if parameter_count(cfg) > REAL_RUN_PARAMS:
         raise AccountingError(f"a real-tensor run is limited to {REAL_RUN_PARAMS:,} parameters")
     from ..analytic.pipeline import interleaved_rank_step
-    from ..model import build_model, random_tokens
+    from ..model import random_tokens
 
     ids = (("the step's token ids", "micro-batches·B·S", layout.micro_batches * batch * seq, 8),)
     what = "this pipeline rank's step (real CPU tensors)"
@@ -306,15 +318,18 @@ def measure_interleaved_rank(
     check_live_run(cfg, seq, batch, "cpu", what, training=True, dtype=setup.param_dtype, need=need)
 
     lay, S = layout.as_chunks(), layout.stages
-    init_fake_group(layout.world, rank)
+    if dp_rank is None:  # ZeRO-1: the worst (of the chunks' own worst ones)
+        dp_rank = interleaved_dp_rank(cfg, setup, layout, rank)
+    if not 0 <= dp_rank < layout.dp:
+        raise AccountingError(f"data-parallel rank {dp_rank} is outside the {layout.dp} ranks")
+    init_fake_group(layout.world, (rank * layout.dp + dp_rank) * layout.tp)
     torch.manual_seed(0)
     meshes = job_meshes(layout)
     tracker = RankTracker()
     models, opts, stages = [], [], []
     with tracker:
         for c in layout.chunks(rank):
-            model = stage_module(build_model(cfg, "meta", setup=setup), cfg, S, c)
-            model.sequence_shards = 1
+            model = build_rank(cfg, setup, layout, stage=c, meshes=meshes)[0]
             _materialise(model, cfg, layout)
             train, opt = data_parallel(model, layout, meshes.dp, setup)
             models.append(model)
@@ -339,11 +354,15 @@ def measure_interleaved_rank(
     from torch.distributed.pipelining import ScheduleInterleaved1F1B
 
     from ..model import cross_entropy
+    from .attention_flops import install
+    from .distributed import vocab_parallel_cross_entropy
 
-    schedule = ScheduleInterleaved1F1B(stages, layout.micro_batches, loss_fn=cross_entropy)
+    loss = vocab_parallel_cross_entropy if layout.vocab_parallel else cross_entropy
+    schedule = ScheduleInterleaved1F1B(stages, layout.micro_batches, loss_fn=loss)
+    install()  # FLOP formulas for the CPU flash kernels (FlopCounterMode's registry counts them as 0)
     comms, flops = CollectiveRecorder(), LocalFlops()
     with tracker, comms, flops, _recorded_stage_p2p(stages) as p2p:
-        with _phases_multi(stages, tracker, comms) as step:
+        with _phases_multi(stages, tracker, comms) as step, _loss_parallel(layout):
             schedule.step(*args, target=target, return_outputs=False)
             step.close()
         grads = _storage_bytes(p.grad for m in models for p in m.parameters())
