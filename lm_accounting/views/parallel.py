@@ -178,11 +178,11 @@ def parallel_view(r: ParallelMemory) -> View:
                 " summed; "
                 + (
                     "every phase replayed along torch's ScheduleInterleaved1F1B order, byte-exact against the"
-                    " rank's PipelineStages on the fake process group (pipeline parallel alone)."
+                    " rank's PipelineStages on the fake process group (alone, beside DDP, ZeRO-1 or TP)."
                     if r.peaks_exact
-                    else "the peaks an ESTIMATE beside data or tensor parallel (the chunks' saved activations in"
-                    " flight along torch's ScheduleInterleaved1F1B order, not replayed); FSDP2's gathers counted"
-                    " per chunk as 1F1B's."
+                    else "the peaks an ESTIMATE beside FSDP2 (torch's runtime unshards and reshards whole chunks"
+                    " itself; the chunks' saved activations in flight along the interleaved order, not replayed);"
+                    " FSDP2's gathers counted per chunk as 1F1B's."
                 )
             )
         ]
