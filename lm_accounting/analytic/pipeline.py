@@ -1060,8 +1060,9 @@ def interleaved_rank_estimate(
     ``_stage_estimate``'s: the saved activations of the chunk micro-batches in flight, followed through
     ``interleaved_order`` (each forward adds its chunk's ``_stage_saved``, each backward frees it), at
     their most; forward peak: the kept bytes + the most in flight before the first backward (+ the last
-    stage's cross-entropy transient); backward peak: + the gradients; each backward's own transient
-    left out."""
+    stage's cross-entropy transient); backward peak: + the gradients; beside FSDP2 both + every chunk's
+    units unsharded (the runtime's UNSHARD actions, ``_add_unshard_reshard``); each backward's own
+    transient left out."""
     lay, flat, S, m = layout.as_chunks(), _flat(layout), layout.stages, layout.micro_batches
     chunks = layout.chunks(rank)
     dp_rank = interleaved_dp_rank(cfg, setup, layout, rank) if dp_rank is None else dp_rank
@@ -1079,8 +1080,11 @@ def interleaved_rank_estimate(
     kept = base + buffers
     r = single_rank_step(cfg, seq, batch, setup, flat, "plain")
     transient = (r.forward.peak - r.forward.end) if S - 1 in chunks else 0
-    fwd = PhaseBytes(kept + warm_top + transient, kept + at_backward)
-    bwd = PhaseBytes(kept + top + st.gradients + transient, kept + st.gradients)
+    # FSDP2: the runtime's UNSHARD actions gather whole chunks (up to 3 at once: every chunk of v <= 3) before
+    # they compute; ZeRO-3's forwards reshard each unit again, ZeRO-2's keep them to the step's end
+    held = st.unsharded_all if layout.fsdp and layout.dp > 1 else 0
+    fwd = PhaseBytes(kept + warm_top + transient + held, kept + at_backward + (held if layout.zero == 2 else 0))
+    bwd = PhaseBytes(kept + top + st.gradients + transient + held, kept + st.gradients)
     opt = PhaseBytes(kept + st.gradients + st.owned_elements * element_bytes(setup), kept)
     return StepMemory(base, fwd, bwd, opt), st, at_backward
 

@@ -284,8 +284,8 @@ def measure_interleaved_rank(
     dp_rank: int | None = None,
 ) -> RankMeasurement:
     """Pipeline rank ``rank`` (data-parallel rank ``dp_rank``, default ``analytic.pipeline.interleaved_dp_rank``;
-    TP rank 0) of an interleaved 1F1B job (``layout.virtual_stages`` v > 1; alone or beside DDP, ZeRO-1 or
-    TP with or without SP and vocab parallel; not FSDP2): v ``PipelineStage``s, one per chunk (model stages
+    TP rank 0) of an interleaved 1F1B job (``layout.virtual_stages`` v > 1; alone or beside DDP, ZeRO-1,
+    FSDP2 or TP with or without SP and vocab parallel): v ``PipelineStage``s, one per chunk (model stages
     rank, rank + pp, ...: ``ParallelLayout.chunks``, each the live model pruned to its blocks over pp·v
     stages, as torchtitan's ``pipeline_module_split`` builds its model parts, then parallelized:
     ``build_rank`` over the job's one mesh), driven by torch's ``ScheduleInterleaved1F1B`` over
@@ -297,10 +297,10 @@ def measure_interleaved_rank(
     from .parallelize import build_rank, job_meshes
 
     layout.check(cfg, seq)
-    if layout.virtual_stages == 1 or layout.ep > 1 or layout.fsdp and layout.dp > 1:
+    if layout.virtual_stages == 1 or layout.ep > 1:
         raise AccountingError(
-            "an interleaved pipeline rank is measured with virtual stages, alone or beside DDP, ZeRO-1 or tensor "
-            "parallel (not FSDP2, not expert parallel)"
+            "an interleaved pipeline rank is measured with virtual stages, alone or beside data and tensor "
+            "parallel (not expert parallel)"
         )
     if layout.tp > 1 and layout.dp > 1:
         raise AccountingError("DDP and ZeRO-1 with tensor parallel are analytic only (torch's DDP takes no DTensor)")
