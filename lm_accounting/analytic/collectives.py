@@ -71,8 +71,11 @@ dtype (fp32 under amp-bf16).  Per layout (checked against the fake-PG run in tes
    rank + j·pp of pp·v (``ParallelLayout.as_chunks``), each its own module (its own DDP buckets or FSDP2
    units, its own TP collectives for each of the m micro-batches); rule 8's transfers run per chunk:
    m each way per neighbour, the model's first and last chunk one neighbour, every other two, so v
-   times a middle 1F1B rank's (Narayanan et al. 2021, §2.2.2).  FSDP2's gathering passes (rule 9) are
-   counted per chunk as a 1F1B stage of pp·v finds them, not along the interleaved order: an estimate.
+   times a middle 1F1B rank's (Narayanan et al. 2021, §2.2.2).  Measured per pipeline rank
+   (``measure.pipeline.measure_interleaved_rank``, tests/test_pipeline_interleaved.py) alone and beside DDP,
+   ZeRO-1, TP and FSDP2; FSDP2's gathering passes (rule 9) are counted per chunk as a 1F1B stage of pp·v
+   finds them (equal on the measured ranks, pp 2 and v 2; not derived from torch's interleaved runtime,
+   which unshards whole chunks itself).
 """
 
 from __future__ import annotations
