@@ -297,11 +297,9 @@ class _Pricing:
         key = ("groups", b, setup.precision, setup.checkpoint, *fields, lay.ep)  # plan's other setup fields are fixed
         dp, tp, ep = self._get(key, self._group_wire, b, setup, lay, stages)
         pp = 0
-        if lay.pp > 1:
-            m, v = lay.micro_batches, lay.virtual_stages
-            for s in stages:
-                key = ("pp", b, setup.precision, lay.tp, lay.sequence_parallel, lay.fsdp, lay.pp, m, s, v)
-                pp = max(pp, self._get(key, self._pipeline_wire, b, setup, lay, s))
+        if lay.pp > 1:  # the busiest stage's (pipeline rank's) transfers
+            key = ("pp", b, setup.precision, lay.tp, lay.sequence_parallel, lay.fsdp, lay.pp, lay.micro_batches)
+            pp = self._get(key + (lay.virtual_stages,), self._pipeline_wire, b, setup, lay, stages)
         return dp, tp, pp, ep
 
     def _group_wire(self, b, setup, lay, stages) -> tuple[int, int, int]:
@@ -326,8 +324,9 @@ class _Pricing:
         each, once = self._get(key, tensor_parallel_parts, self.cfg, self.seq, b, setup, lay, s)
         return sum(wire_bytes(c, lay.tp, m) for c in each) + sum(wire_bytes(c, lay.tp) for c in once)
 
-    def _pipeline_wire(self, b, setup, lay, s) -> int:
-        return sum(wire_bytes(c, 2) for c in pipeline_collectives(self.cfg, self.seq, b, setup, lay, s))
+    def _pipeline_wire(self, b, setup, lay, stages) -> int:
+        sent = lambda s: sum(wire_bytes(c, 2) for c in pipeline_collectives(self.cfg, self.seq, b, setup, lay, s))
+        return max(map(sent, stages))
 
     def _data_parallel_wire(self, key, b, setup, lay, s) -> tuple[int, int]:
         """(data-parallel, expert-parallel) wire bytes of stage ``s``'s step: without pp the FSDP2
