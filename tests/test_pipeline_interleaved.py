@@ -317,31 +317,54 @@ def test_interleaved_rank_step_is_exact_beside_ddp_zero1_and_tp(lay, setup):
 
 
 FSDP = [
-    (ParallelLayout(pp=2, micro_batches=4, virtual_stages=2, dp=2, zero=z), setup)
+    (ParallelLayout(pp=2, micro_batches=4, virtual_stages=2, dp=2, zero=z), TrainingSetup(precision=p), 1)
     for z in (2, 3)
-    for setup in (TrainingSetup(), TrainingSetup(precision="amp-bf16"))
-]
+    for p in ("fp32", "amp-bf16")
+] + [
+    (ParallelLayout(pp=2, micro_batches=8, virtual_stages=2, dp=4, zero=3), TrainingSetup(checkpoint="full", precision="amp-bf16"), 1),
+    (ParallelLayout(pp=2, micro_batches=4, virtual_stages=2, dp=2, zero=2), TrainingSetup(attention="sdpa", checkpoint="selective", precision="bf16"), 2),
+    (ParallelLayout(pp=2, micro_batches=4, virtual_stages=2, dp=2, zero=3, tp=2, sequence_parallel=True),
+     TrainingSetup(precision="amp-bf16"), 2),
+    (ParallelLayout(pp=2, micro_batches=4, virtual_stages=2, dp=2, zero=2, tp=2, vocab_parallel=True), TrainingSetup(), 1),
+]  # fmt: skip
 
 
-@pytest.mark.parametrize("lay, setup", FSDP, ids=lambda x: x.label)
-def test_beside_fsdp2_the_exact_parts_and_the_estimates_error(lay, setup, capsys):
-    """Beside FSDP2 the runtime unshards and reshards whole chunks itself (``_add_unshard_reshard``): not
-    replayed.  Exact against the measured rank: model states, baseline, the backward's and optimizer step's
-    ends, the collectives (rule 11: each chunk's units gathered as a 1F1B stage of pp·v would, here the
-    same) and sends; the peaks an estimate, their error printed (run with -s), not asserted."""
+@pytest.mark.parametrize("lay, setup, B", FSDP, ids=lambda x: getattr(x, "label", str(x)))
+def test_beside_fsdp2_the_replay_equals_the_measured_rank(lay, setup, B, capsys):
+    """Beside FSDP2 the runtime unshards every chunk before the rank's first action (``_add_unshard_reshard``:
+    up to 3 chunks at once) and reduces each after its last backward (``_add_reduce_grad``): replayed so
+    (``_interleaved_schedule``'s ``fsdps``), every phase's peak and end, the baseline, the model states and
+    the collectives (FSDP2's gathers counted along the order, ``interleaved_gathers``) equal the measured
+    rank's here.  Still called an estimate (``stage_replayed`` False): see the next test.  The estimate
+    ``interleaved_rank_estimate`` stood beside FSDP2 before; its error is printed (run with -s)."""
     from lm_accounting.measure.pipeline import measure_interleaved_rank
 
     assert not stage_replayed(TINY4, setup, lay)
     for rank in range(2):
-        got = measure_interleaved_rank(TINY4, S, 1, setup, lay, rank)
-        step, st, _ = interleaved_rank_step(TINY4, S, 1, setup, lay, rank, "traced")  # the estimate
+        got = measure_interleaved_rank(TINY4, S, B, setup, lay, rank)
+        step, st, _ = interleaved_rank_step(TINY4, S, B, setup, lay, rank, "traced")
+        assert _figures(step) == _figures(got.step), rank
         assert (got.params, got.gradients, got.optimizer) == (st.parameters, st.gradients, st.optimizer)
-        assert got.step.baseline == step.baseline
-        assert (got.step.backward.end, got.step.optimizer_step.end) == (step.backward.end, step.optimizer_step.end)
-        assert got.collectives == totals(step_collectives(TINY4, S, 1, setup, lay, rank=st.rank, stage=rank))
-        fwd, bwd = (100 * (getattr(step, p).peak / getattr(got.step, p).peak - 1) for p in ("forward", "backward"))
+        assert got.collectives == totals(step_collectives(TINY4, S, B, setup, lay, rank=st.rank, stage=rank))
+        est = interleaved_rank_estimate(TINY4, S, B, setup, lay, rank)[0]
+        fwd, bwd = (100 * (getattr(est, p).peak / getattr(got.step, p).peak - 1) for p in ("forward", "backward"))
         with capsys.disabled():
             print(f"{lay.label} {setup.label} rank {rank}: estimate's forward peak {fwd:+.1f} %, backward {bwd:+.1f} %")
+
+
+def test_beside_fsdp2_a_rank_of_two_middle_chunks():
+    """Why beside FSDP2 the replay is not called exact: on a rank holding two middle chunks (pp 4, v 2,
+    rank 1: chunks 1 and 5 of 8) every phase's peak and end equal the measured rank's, but its measured
+    baseline is one pair of RoPE tables (2·S·(d_head/2)·4 bytes) above the replay's: the job holds them when
+    the step starts and frees them during it, for a reason not modelled."""
+    from lm_accounting.measure.pipeline import measure_interleaved_rank
+
+    setup, lay = TrainingSetup(), ParallelLayout(pp=4, micro_batches=8, virtual_stages=2, dp=2, zero=2)
+    got = measure_interleaved_rank(TINY8, S, 1, setup, lay, 1)
+    step = interleaved_rank_step(TINY8, S, 1, setup, lay, 1, "traced")[0]
+    assert _figures(step)[1:] == _figures(got.step)[1:]
+    rope = 2 * TINY8.context_length * (TINY8.d_head // 2) * 4
+    assert got.step.baseline - step.baseline == rope == 384
 
 
 def test_measurement_refuses_what_it_does_not_run():

@@ -71,11 +71,12 @@ dtype (fp32 under amp-bf16).  Per layout (checked against the fake-PG run in tes
    rank + j·pp of pp·v (``ParallelLayout.as_chunks``), each its own module (its own DDP buckets or FSDP2
    units, its own TP collectives for each of the m micro-batches); rule 8's transfers run per chunk:
    m each way per neighbour, the model's first and last chunk one neighbour, every other two, so v
-   times a middle 1F1B rank's (Narayanan et al. 2021, §2.2.2).  Measured per pipeline rank
+   times a middle 1F1B rank's (Narayanan et al. 2021, §2.2.2).  FSDP2 (rule 9 in the interleaved runtime):
+   each chunk is gathered once by the runtime's UNSHARD before the rank's first action, then by every
+   forward or backward that finds it sharded (ZeRO-3: every forward reshards), counted along torch's order
+   (``analytic.pipeline.interleaved_gathers``).  Measured per pipeline rank
    (``measure.pipeline.measure_interleaved_rank``, tests/test_pipeline_interleaved.py) alone and beside DDP,
-   ZeRO-1, TP and FSDP2; FSDP2's gathering passes (rule 9) are counted per chunk as a 1F1B stage of pp·v
-   finds them (equal on the measured ranks, pp 2 and v 2; not derived from torch's interleaved runtime,
-   which unshards whole chunks itself).
+   ZeRO-1, TP and FSDP2.
 """
 
 from __future__ import annotations
@@ -164,17 +165,19 @@ def data_parallel_collectives(
     first_step: bool = False,
     rank: int = 0,
     stage: int = 0,
+    passes: tuple[int, int] | None = None,
 ) -> list[Collective]:
     """Rules 1, 2, 6, 7 and 9 (``step_collectives``): over the data-parallel ranks (dp > 1).  They read
-    neither sequence parallel nor (but the all-to-alls) the batch: ``plan`` caches them so."""
+    neither sequence parallel nor (but the all-to-alls) the batch: ``plan`` caches them so.  ``passes``:
+    FSDP2's gathering passes of a pipeline stage where not rule 9's (an interleaved chunk's, rule 11)."""
     out: list[Collective] = []
     e = 2 if setup.param_dtype == "bf16" else 4
     where = (layout.pp, stage) if layout.pp > 1 else None
     st = model_states(cfg, setup, layout, stage=stage if where else None)
     if layout.fsdp:
-        units, passes = cfg.num_layers + 1, (1, 1)
+        units, given, passes = cfg.num_layers + 1, passes, (1, 1)
         if where:  # rule 9: the stage's units, gathered as often as the schedule finds them sharded
-            units, passes = stage_units(cfg, layout, stage), sharded_passes(layout, stage)
+            units, passes = stage_units(cfg, layout, stage), given or sharded_passes(layout, stage)
         gathered = st.unsharded_all - st.unsharded_experts
         out += _fsdp_collectives(units, gathered, "dp", "", setup, layout, passes)
         if 1 < layout.ep < layout.dp:  # rule 6: the expert units over dp/ep
@@ -241,11 +244,15 @@ def _interleaved_collectives(cfg, seq, batch, setup, layout, first_step, rank, s
     """Rule 11: pipeline rank ``stage``'s chunks, each a stage of ``ParallelLayout.as_chunks``: the
     data-parallel collectives of each chunk's own module, the TP ones of each chunk's m micro-batches, and
     the point-to-point transfers of rule 8 over the rank's chunks (``pipeline_collectives``)."""
+    from .pipeline import interleaved_gathers
+
     lay, m = layout.as_chunks(), layout.micro_batches
+    gathers = interleaved_gathers(layout, stage) if layout.fsdp else None
     out: list[Collective] = []
-    for c in layout.chunks(stage):
+    for j, c in enumerate(layout.chunks(stage)):
         if layout.dp > 1:
-            out += data_parallel_collectives(cfg, seq, batch, setup, lay, first_step, rank, c)
+            passes = gathers and gathers[j]
+            out += data_parallel_collectives(cfg, seq, batch, setup, lay, first_step, rank, c, passes)
         if layout.tp > 1:
             each, once = tensor_parallel_parts(cfg, seq, batch, setup, lay, c)
             out += [x._replace(count=m * x.count, payload=m * x.payload) for x in each] + once

@@ -946,7 +946,7 @@ def interleaved_rank_step(
     "optimizer_step": one AdamW per chunk (torchtitan's ``OptimizersContainer``), stepped in turn over all
     the rank's gradients, then ``zero_grad``.  Elsewhere the ESTIMATE (``interleaved_rank_estimate``)."""
     rp.check_mode(mode)
-    if not stage_replayed(cfg, setup, layout):
+    if not (stage_replayed(cfg, setup, layout) or _fsdp_replayable(cfg, setup, layout)):
         return interleaved_rank_estimate(cfg, seq, batch, setup, layout, rank, dp_rank)
     lay, S, L = layout.as_chunks(), layout.stages, cfg.num_layers
     chunks = layout.chunks(rank)
@@ -954,7 +954,13 @@ def interleaved_rank_step(
     parts = [_stage_parts(cfg, seq, batch, setup, lay, _like(L, S, c), mode, dp_rank) for c in chunks]
     est, st, act = interleaved_rank_estimate(cfg, seq, batch, setup, layout, rank, dp_rank)
     base, buffers = est.baseline, est.optimizer_step.end - est.baseline
-    fwd, bwd = _interleaved_schedule(layout, rank, buffers, [p[3] for p in parts])
+    fsdp = None
+    if parts[0][4] is not None:  # FSDP2: each chunk's (gathering chunks, zero 3, reductions, UNSHARD's issue and wait)
+        units = [_StageUnits.of(cfg, setup, lay, c) for c in chunks]
+        blocks = [len(stage_layers(L, S, c)) for c in chunks]
+        explicit = [_explicit_unshard(u, n, mode == "traced") for u, n in zip(units, blocks, strict=True)]
+        fsdp = [(*p[4], *x) for p, x in zip(parts, explicit, strict=True)]
+    fwd, bwd = _interleaved_schedule(layout, rank, buffers, [p[3] for p in parts], fsdp)
     opt = PhaseBytes(base + bwd.end + max(p[5] for p in parts), base + buffers)
     step = StepMemory(
         base, PhaseBytes(base + fwd.peak, base + fwd.end), PhaseBytes(base + bwd.peak, base + bwd.end), opt
@@ -962,7 +968,18 @@ def interleaved_rank_step(
     return step, st, act
 
 
-def _interleaved_schedule(layout: ParallelLayout, rank: int, buffers: int, chs: list) -> tuple[PhaseBytes, PhaseBytes]:
+def _fsdp_replayable(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout) -> bool:
+    """Beside FSDP2 with at most 3 chunks a rank (``_add_unshard_reshard`` keeps 3 chunks unsharded: every
+    one, from the step's start) the replay runs, along the runtime's UNSHARD and REDUCE_GRAD actions; its
+    peaks equal the measured rank's on tests/test_pipeline_interleaved.py's FSDP2 cases but the baseline
+    not everywhere (``stage_replayed`` False: the output calls it an estimate)."""
+    dense = not cfg.moe and rp.replay_supported(cfg, setup)
+    return layout.virtual_stages in (2, 3) and layout.fsdp and layout.dp > 1 and dense
+
+
+def _interleaved_schedule(
+    layout: ParallelLayout, rank: int, buffers: int, chs: list, fsdps: list | None = None
+) -> tuple[PhaseBytes, PhaseBytes]:
     """(forward, backward) bytes above the baseline of pipeline rank ``rank`` under
     ``_PipelineScheduleRuntime._step_microbatches`` running ``ScheduleInterleaved1F1B``'s actions
     (``interleaved_order``; ``_add_send_recv`` puts each compute action's send right after it):
@@ -976,31 +993,83 @@ def _interleaved_schedule(layout: ParallelLayout, rank: int, buffers: int, chs: 
        later ones accumulate) pops ``fwd_cache`` (the output dies); SEND_B right after it pops
        ``bwd_cache`` (the input gradient dies with its ops list);
     4. ``_update_losses`` clears the losses.
-    The "forward" phase ends where the rank's first backward starts."""
+    The "forward" phase ends where the rank's first backward starts.
+
+    ``fsdps``: beside FSDP2, each chunk's (gathering chunks, zero 3, reductions, UNSHARD's issue, its wait):
+    the runtime's UNSHARD gathers every chunk before the first action (``_add_unshard_reshard``, v <= 3),
+    each chunk's first action waits for it (``_assert_unsharded``); a later forward or backward that finds
+    the chunk sharded (ZeRO-3 reshards after each forward) runs the gathering chunk; REDUCE_GRAD
+    (``perform_reduce_grad``: reduce-scatter, reshard) follows each chunk's last backward and its send."""
     live, fwd_end, peak = buffers, None, {"forward": buffers, "backward": 0}
-    started = [False] * len(chs)
+    started, done = [False] * len(chs), [0] * len(chs)
     phase = "forward"
+    fsdps = fsdps or [None] * len(chs)
+    sharded = [False] * len(chs)  # FSDP2: the runtime's UNSHARD leaves them unsharded for their first forward
+    waiting = [f is not None for f in fsdps]
+    pick = lambda j: fsdps[j][0] if sharded[j] else chs[j]
 
     def run(part: _Part) -> None:
         nonlocal live
         peak[phase] = max(peak[phase], live + part.peak)
         live += part.net
 
+    for f in fsdps:  # UNSHARD of every chunk (v <= 3: all active at once) before the first compute
+        if f is not None:
+            run(f[3])
     for forward, j in interleaved_order(layout.pp, layout.virtual_stages, layout.micro_batches, rank):
         ch = chs[j]
+        if waiting[j]:  # ``_assert_unsharded``: the chunk's first action waits for its UNSHARD
+            run(fsdps[j][4])
+            waiting[j] = False
         if forward:
-            run(ch.forward)
+            run(pick(j).forward)
+            sharded[j] = fsdps[j] is not None and fsdps[j][1]
             if ch.loss is not None:
                 run(ch.loss)
             continue
         if fwd_end is None:
             fwd_end, phase = live, "backward"
             peak["backward"] = live
-        run(ch.later_backward if started[j] else ch.first_backward)
-        started[j] = True
+        part = pick(j)
+        run(part.later_backward if started[j] else part.first_backward)
+        started[j], sharded[j] = True, False
         live -= ch.output + ch.input_grad
+        done[j] += 1
+        if done[j] == layout.micro_batches and fsdps[j] is not None:  # REDUCE_GRAD after the chunk's last backward
+            run(fsdps[j][2])
     live -= layout.micro_batches * sum(ch.loss_bytes for ch in chs)
     return PhaseBytes(peak["forward"], fwd_end), PhaseBytes(peak["backward"], live)
+
+
+@lru_cache(maxsize=1024)
+def interleaved_gathers(layout: ParallelLayout, rank: int) -> tuple[tuple[int, int], ...]:
+    """FSDP2's gathering passes of each of pipeline rank ``rank``'s chunks in one interleaved step, as
+    (before, from) the rank's first backward (``measure_interleaved_rank``'s phases): the runtime's UNSHARD
+    (one, before the first action), then each forward or backward that finds the chunk sharded (ZeRO-3:
+    every forward reshards; a backward leaves it unsharded), along ``interleaved_order`` (as
+    ``_interleaved_schedule`` replays them)."""
+    v, zero3 = layout.virtual_stages, layout.zero == 3
+    sharded, counts, phase = [False] * v, [[1, 0] for _ in range(v)], 0
+    for forward, j in interleaved_order(layout.pp, v, layout.micro_batches, rank):
+        phase = phase or int(not forward)
+        counts[j][phase] += sharded[j]
+        sharded[j] = forward and zero3
+    return tuple(map(tuple, counts))
+
+
+def _explicit_unshard(units: _StageUnits, blocks: int, traced: bool) -> tuple[_Part, _Part]:
+    """(issue, wait) of ``_PipelineScheduleRuntime``'s UNSHARD of one chunk under FSDP2: ``unshard(async_op=True)``
+    of each of its FSDP modules in ``modules()`` order (the root, then the blocks) copies in and all-gathers
+    (rule 1's first half); the chunk's first action waits (``_assert_unsharded``): each unit's copy-out into
+    its unsharded storages, its all-gather output freed."""
+    order = ([units.root] if units.root else []) + [units.block] * blocks
+    issue, wait = _StageReplay(rp.Affine(0), traced), _StageReplay(rp.Affine(0), traced)
+    for u in order:
+        issue(+u.copy_in, +u.output, -u.copy_in)
+        u.copy_out(wait)
+        wait(-u.output)
+    part = lambda r: _Part(r.peak().at(1), r.live.at(1))
+    return part(issue), part(wait)
 
 
 @lru_cache(maxsize=1024)

@@ -302,7 +302,7 @@ def measure_interleaved_rank(
             "an interleaved pipeline rank is measured with virtual stages, alone or beside data and tensor "
             "parallel (not expert parallel)"
         )
-    if layout.tp > 1 and layout.dp > 1:
+    if layout.tp > 1 and layout.dp > 1 and not layout.fsdp:
         raise AccountingError("DDP and ZeRO-1 with tensor parallel are analytic only (torch's DDP takes no DTensor)")
     if not 0 <= rank < layout.pp:
         raise AccountingError(f"pipeline rank {rank} is outside the {layout.pp} ranks")
