@@ -1072,6 +1072,21 @@ def _explicit_unshard(units: _StageUnits, blocks: int, traced: bool) -> tuple[_P
     return part(issue), part(wait)
 
 
+@lru_cache(maxsize=4096)
+def _interleaved_kept(cfg, seq, batch, setup, layout, rank, dp_rank):
+    """(model states, baseline, receive buffers) of pipeline rank ``rank``'s chunks (``interleaved_rank_estimate``;
+    ``setup``: its precision and optimizer, all these read)."""
+    lay, S, m, chunks = layout.as_chunks(), layout.stages, layout.micro_batches, layout.chunks(rank)
+    dp_rank = interleaved_dp_rank(cfg, setup, layout, rank) if dp_rank is None else dp_rank
+    st = _sum_states([_states(cfg, setup, lay, c, dp_rank) for c in chunks])
+    ends = lambda c: (c == 0) + (c == S - 1)  # the step's ids (stage 0) or targets (the last), m·B·S int64
+    base = sum(
+        stage_baseline(cfg, seq, batch, setup, lay, c, dp_rank) + ends(c) * 8 * (m - S) * batch * seq for c in chunks
+    )
+    buffers = sum(schedule_buffers(cfg, seq, batch, setup, lay, c) for c in chunks) // S * m  # m per chunk
+    return st, base, buffers
+
+
 @lru_cache(maxsize=1024)
 def _in_flight(pp: int, v: int, m: int, rank: int) -> tuple[frozenset, tuple, frozenset]:
     """The micro-batches in flight per local chunk along ``interleaved_order`` (each forward adds one to
@@ -1132,15 +1147,9 @@ def interleaved_rank_estimate(
     stage's cross-entropy transient); backward peak: + the gradients; beside FSDP2 both + every chunk's
     units unsharded (the runtime's UNSHARD actions, ``_add_unshard_reshard``); each backward's own
     transient left out."""
-    lay, flat, S, m = layout.as_chunks(), _flat(layout), layout.stages, layout.micro_batches
-    chunks = layout.chunks(rank)
-    dp_rank = interleaved_dp_rank(cfg, setup, layout, rank) if dp_rank is None else dp_rank
-    st = _sum_states([_states(cfg, setup, lay, c, dp_rank) for c in chunks])
-    ends = lambda c: (c == 0) + (c == S - 1)  # the step's ids (stage 0) or targets (the last), m·B·S int64
-    base = sum(
-        stage_baseline(cfg, seq, batch, setup, lay, c, dp_rank) + ends(c) * 8 * (m - S) * batch * seq for c in chunks
-    )
-    buffers = sum(schedule_buffers(cfg, seq, batch, setup, lay, c) for c in chunks) // S * m  # m per chunk
+    flat, S, m, chunks = _flat(layout), layout.stages, layout.micro_batches, layout.chunks(rank)
+    states_setup = TrainingSetup(precision=setup.precision, optimizer=setup.optimizer)  # all they read
+    st, base, buffers = _interleaved_kept(cfg, seq, batch, states_setup, layout, rank, dp_rank)
     saved = [_stage_saved(cfg, seq, batch, setup, flat, S, c) for c in chunks]
     warm, first, steady = _in_flight(layout.pp, layout.virtual_stages, m, rank)
     dot = lambda counts: sum(n * x for n, x in zip(counts, saved, strict=True))
