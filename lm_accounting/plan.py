@@ -18,7 +18,8 @@ every fitting candidate, the same as checking them all (``top`` at least their n
 and only then is their number known).  A check: a candidate whose floor (``rank_floor``,
 ``stage_floor``: its model states, receive buffers and saved activations, lower bounds of the peak)
 already exceeds the GPU is not replayed, nor is a larger micro-batch of a layout and checkpointing
-whose smaller one does not fit (the peak grows with b); the rest are replayed.  Where nothing fits,
+whose smaller one does not fit (the peak grows with b; not under interleaved 1F1B, whose peak can fall as
+b grows: fewer micro-batches, another order); the rest are replayed.  Where nothing fits,
 the floored candidates that might hold the smallest need are replayed for the message.
 
 Step time (one optimizer step, k = sequences per dp rank / b micro-batches):
@@ -434,14 +435,16 @@ def plan(
         chain = (lay.dp, lay.zero, lay.tp, lay.sequence_parallel, lay.vocab_parallel, lay.pp, lay.ep, setup.checkpoint)
         chain += (lay.virtual_stages,)
         if prune and b >= failed.get(chain, b + 1):
-            continue  # a smaller micro-batch of the same layout does not fit: the peak grows with b
+            continue  # a smaller micro-batch of the same layout does not fit: the peak grows with b (1F1B; not
+            # under interleaving, whose order changes with m = sequences / b: no chain is recorded there)
         need, exact = _need(cfg, seq, b, setup, lay, g, allowance, exact=not prune)
         if need <= g.cuda_total:
             peak_exact = peaks_exact(setup, lay, cfg) and not not_modelled(cfg, seq, setup)
             gpu_flops = pricing.gpu_flops(b, setup, lay)
             fitting.append(Candidate(lay, setup.checkpoint, b, lay.micro_batches, need, *times, peak_exact, gpu_flops))
             continue
-        failed[chain] = min(b, failed.get(chain, b))
+        if lay.virtual_stages == 1:
+            failed[chain] = min(b, failed.get(chain, b))
         if exact and (smallest is None or need < smallest[0]):
             smallest = (need, lay.label, setup.checkpoint, b)
         elif not exact:

@@ -10,10 +10,12 @@ planner prices (by hand), and one pipeline rank of the real job (v ``PipelineSta
   tied head), the expected figures the measured rank's;
 * beside DDP, ZeRO-1 and TP (with or without SP and vocab parallel) the same, at B 2, with the collectives
   and the matmul FLOPs;
-* ``interleaved_rank_estimate`` (what stands beside FSDP2): its model states,
-  baseline, the backward's and optimizer step's ends and the sends and receives exact on the same
-  ranks; its peaks an estimate (their error is printed by ``test_estimate_error_is_reported``, not
-  asserted)."""
+* beside FSDP2 the replay (along the runtime's UNSHARD and REDUCE_GRAD actions) equals the measured ranks'
+  phases, states and collectives, but is called an estimate (a baseline gap on a rank of two middle chunks,
+  pinned by ``test_beside_fsdp2_a_rank_of_two_middle_chunks``);
+* ``interleaved_rank_estimate`` (what stands where nothing is replayed): its model states, baseline, the
+  backward's and optimizer step's ends and the sends exact on the measured ranks; its peaks an estimate
+  (their error printed by ``test_estimate_error_is_reported`` and the FSDP2 test, not asserted)."""
 
 import dataclasses
 import itertools

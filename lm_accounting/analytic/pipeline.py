@@ -36,9 +36,10 @@ r holds the chunks r, r + pp, ... of a pp·v-stage split (``ParallelLayout.as_ch
 stage of a 1F1B pipeline replays (``_stage_parts``) and placed in torch's interleaved order (``interleaved_order``,
 ``_interleaved_schedule``: ``interleaved_rank_step``), byte-exact against the rank's v ``PipelineStage``s on the
 fake process group (``measure.pipeline.measure_interleaved_rank``; ``tests/test_pipeline_interleaved.py``) alone
-or beside DDP, ZeRO-1 and TP (with or without SP and vocab parallel); beside FSDP2 an ESTIMATE
-(``interleaved_rank_estimate``: torch's runtime unshards and reshards whole stages itself, ``_add_unshard_reshard``,
-not replayed).  The time
+or beside DDP, ZeRO-1 and TP (with or without SP and vocab parallel).  Beside FSDP2 (v <= 3) the same replay
+follows the runtime's UNSHARD and REDUCE_GRAD actions and equals the measured ranks' phases, but is called an
+ESTIMATE (a baseline gap on a rank of two middle chunks, ``_fsdp_replayable``); elsewhere the ESTIMATE is
+``interleaved_rank_estimate``.  The time
 model's bubble: ``pipeline_slots``.
 
 Beside DDP/ZeRO-1 × TP, or with a mixture of experts, the peaks stay an ESTIMATE
@@ -127,11 +128,13 @@ def stage_floor(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, la
     or the last stage's baseline, receive buffers and the saved activations of its w = min(m, P − s)
     warm-up micro-batches, all live when its first backward starts (each forward keeps at least what its
     blocks and head save).  Never above ``pipeline_stages``' peak (tests/test_plan.py checks it on every
-    pipeline candidate of two plans)."""
-    if layout.virtual_stages > 1:  # the estimate's end of forward: below its peaks
-        return max(
-            interleaved_rank_estimate(cfg, seq, batch, setup, layout, r)[0].forward.end for r in {0, layout.pp - 1}
-        )
+    pipeline candidate of two plans).  Interleaved: the first or last pipeline rank's baseline and receive
+    buffers, beside FSDP2 + its chunks' units unsharded (the runtime's UNSHARD before the first compute)."""
+    if layout.virtual_stages > 1:  # interleaved: the kept bytes, and beside FSDP2 every chunk's units unsharded
+        states_setup = TrainingSetup(precision=setup.precision, optimizer=setup.optimizer)
+        fsdp = layout.fsdp and layout.dp > 1  # the runtime's UNSHARD (or the estimate's units) before any compute
+        kept = lambda st, base, buffers: base + buffers + (st.unsharded_all if fsdp else 0)
+        return max(kept(*_interleaved_kept(cfg, seq, batch, states_setup, layout, r, None)) for r in {0, layout.pp - 1})
     flat, P = _flat(layout), layout.pp
     return max(
         stage_baseline(cfg, seq, batch, setup, layout, s)
@@ -1076,7 +1079,8 @@ def _explicit_unshard(units: _StageUnits, blocks: int, traced: bool) -> tuple[_P
 def _interleaved_kept(cfg, seq, batch, setup, layout, rank, dp_rank):
     """(model states, baseline, receive buffers) of pipeline rank ``rank``'s chunks (``interleaved_rank_estimate``;
     ``setup``: its precision and optimizer, all these read)."""
-    lay, S, m, chunks = layout.as_chunks(), layout.stages, layout.micro_batches, layout.chunks(rank)
+    lay, S, m, L = layout.as_chunks(), layout.stages, layout.micro_batches, cfg.num_layers
+    chunks = [_like(L, S, c) for c in layout.chunks(rank)]  # a chunk's model states are its model's
     dp_rank = interleaved_dp_rank(cfg, setup, layout, rank) if dp_rank is None else dp_rank
     st = _sum_states([_states(cfg, setup, lay, c, dp_rank) for c in chunks])
     ends = lambda c: (c == 0) + (c == S - 1)  # the step's ids (stage 0) or targets (the last), m·B·S int64
@@ -1108,7 +1112,7 @@ def interleaved_dp_rank(cfg: ModelConfig, setup: TrainingSetup, layout: Parallel
     chunks (the lowest on a tie); otherwise 0 (every dp rank alike)."""
     if layout.zero != 1 or layout.dp == 1:
         return 0
-    lay, chunks = layout.as_chunks(), layout.chunks(rank)
+    lay, chunks = layout.as_chunks(), [_like(cfg.num_layers, layout.stages, c) for c in layout.chunks(rank)]
     held = lambda r: sum(_states(cfg, setup, lay, c, r).optimizer for c in chunks)
     return max(sorted({_states(cfg, setup, lay, c).rank for c in chunks}), key=lambda r: (held(r), -r))
 

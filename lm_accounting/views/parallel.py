@@ -180,9 +180,9 @@ def parallel_view(r: ParallelMemory) -> View:
                     "every phase replayed along torch's ScheduleInterleaved1F1B order, byte-exact against the"
                     " rank's PipelineStages on the fake process group (alone, beside DDP, ZeRO-1 or TP)."
                     if r.peaks_exact
-                    else "the peaks an ESTIMATE beside FSDP2 (torch's runtime unshards and reshards whole chunks"
-                    " itself; the chunks' saved activations in flight along the interleaved order, not replayed);"
-                    " FSDP2's gathers counted per chunk as 1F1B's."
+                    else "the peaks an ESTIMATE for this layout (beside FSDP2 with v <= 3 replayed along the"
+                    " runtime's UNSHARD and REDUCE_GRAD actions, equal to the measured ranks' but for a baseline"
+                    " gap; elsewhere the chunks' saved activations in flight along the interleaved order)."
                 )
             )
         ]
