@@ -344,7 +344,7 @@ def dtype_option(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """--dp/--zero/--tp/--sp/--vocab-parallel/--pp/--ep/--micro-batches, resolved to ``layout`` (None when
+    """--dp/--zero/--tp/--sp/--vocab-parallel/--pp/--ep/--micro-batches/--virtual-stages, resolved to ``layout`` (None when
     no layout flag is given: the single-GPU command), plus --rank."""
 
     @click.option("--dp", type=POSITIVE, help="Data-parallel degree (layout: world = dp·tp·pp).")
@@ -359,13 +359,19 @@ def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
     )
     @click.option("--ep", type=POSITIVE, help="Expert parallel over the dp ranks (MoE, FSDP2; torchtitan's rules).")
     @click.option("--micro-batches", type=POSITIVE, help="Micro-batches per step under --pp (default: pp).")
+    @click.option(
+        "--virtual-stages",
+        type=POSITIVE,
+        help="Model chunks per pipeline rank under --pp: interleaved 1F1B over pp·v stages (default: 1).",
+    )
     @click.option("--rank", type=click.IntRange(0), help="Rank to predict and measure (default: the worst).")
     @functools.wraps(func)
     def wrapper(**kw: Any) -> Any:
         from .layout import ParallelLayout
 
-        flags = [kw.pop(k) for k in ("dp", "zero", "tp", "sp", "vocab_parallel", "pp", "micro_batches", "ep")]
-        dp, zero, tp, sp, vocab, pp, micro, ep = flags
+        names = ("dp", "zero", "tp", "sp", "vocab_parallel", "pp", "micro_batches", "ep", "virtual_stages")
+        flags = [kw.pop(k) for k in names]
+        dp, zero, tp, sp, vocab, pp, micro, ep, virtual = flags
         layout = None
         if any(f not in (None, False) for f in flags):
             pp = pp or 1
@@ -378,6 +384,7 @@ def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
                 pp=pp,
                 micro_batches=micro or pp,
                 ep=ep or 1,
+                virtual_stages=virtual or 1,
             )
         return func(layout=layout, **kw)
 

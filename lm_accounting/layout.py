@@ -21,6 +21,13 @@ cannot take, with one line.  The layouts map onto torch.distributed (torch 2.13)
   alone or beside dp, tp, sp and vocab parallel, estimated beside DDP/ZeRO-1 × tp; a stage measured
   by ``measure.pipeline.measure_stage_rank``, beside all of them but expert parallel).  The mesh is (pp, dp, tp), stages
   outermost (torchtitan's), so global rank r is on stage r // (dp·tp).
+* ``virtual_stages`` v (interleaved 1F1B: torch 2.13's ``ScheduleInterleaved1F1B``, Megatron's
+  ``--num-layers-per-virtual-pipeline-stage``; Narayanan et al. 2021, "Efficient Large-Scale Language
+  Model Training on GPU Clusters Using Megatron-LM", §2.2.2): the model is split into pp·v stages by the
+  same rule (``analytic.parallel.stage_layers``: the first L mod pp·v one block more), and pipeline rank
+  r holds the v chunks r, r + pp, r + 2pp, ... (``generate_stage_to_rank_mapping``'s "loop" style,
+  torch/distributed/pipelining/_utils.py).  The schedule runs in rounds of m // pp micro-batches (at
+  least 1) and refuses an m that is not a whole number of rounds (``ScheduleInterleaved1F1B.__init__``).
 * ``ep``: expert parallel for a mixture of experts, torchtitan's convention
   (``torchtitan/distributed/expert_parallel.py`` ``ExpertParallel``; ``apply_fsdp`` in
   ``torchtitan/models/*/infra/parallelize.py``): the ep ranks are borrowed from the data-parallel ones
@@ -33,7 +40,9 @@ cannot take, with one line.  The layouts map onto torch.distributed (torch 2.13)
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .config import AccountingError, ModelConfig, check_positive_int, short_repr
 
@@ -63,9 +72,10 @@ class ParallelLayout:
     pp: int = 1
     micro_batches: int = 1
     ep: int = 1
+    virtual_stages: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("dp", "tp", "pp", "micro_batches", "ep"):
+        for name in ("dp", "tp", "pp", "micro_batches", "ep", "virtual_stages"):
             _positive(name, getattr(self, name))
         check_positive_int("micro_batches", self.micro_batches)
         if self.world > MAX_WORLD or self.ep > MAX_WORLD:
@@ -84,6 +94,8 @@ class ParallelLayout:
             raise AccountingError(
                 f"1F1B with pp={self.pp} needs at least {self.pp} micro-batches, got {self.micro_batches}"
             )
+        if self.virtual_stages > 1:
+            self._check_interleaved()
         if self.ep > 1 and not self.fsdp:
             raise AccountingError(
                 f"ep={self.ep} needs FSDP2 (--zero 2 or 3, got {self.zero}): expert parallel borrows its ranks"
@@ -93,6 +105,36 @@ class ParallelLayout:
             raise AccountingError(
                 f"ep={self.ep} does not divide dp={self.dp}: expert parallel borrows its ranks from dp, as torchtitan does"
             )
+
+    def _check_interleaved(self) -> None:
+        """torch 2.13's ``ScheduleInterleaved1F1B.__init__``: rounds = max(1, m // pp) must divide m."""
+        v, m, pp = self.virtual_stages, self.micro_batches, self.pp
+        if pp == 1:
+            raise AccountingError(f"virtual stages (v={v}) need pipeline parallel (pp > 1)")
+        if v * pp > MAX_WORLD:
+            raise AccountingError(f"pp·v = {pp:,}·{v:,} stages is beyond the supported {MAX_WORLD:,}")
+        rounds = max(1, m // pp)
+        if m % rounds:
+            raise AccountingError(
+                f"interleaved 1F1B runs m // pp = {rounds} rounds of micro-batches: {m} micro-batches are not a "
+                f"whole number of them (torch's ScheduleInterleaved1F1B refuses it); use a multiple of {pp}"
+            )
+
+    @property
+    def stages(self) -> int:
+        """Pipeline stages of the model: pp · v (v chunks on each pipeline rank)."""
+        return self.pp * self.virtual_stages
+
+    def chunks(self, rank: int) -> tuple[int, ...]:
+        """The model stages pipeline rank ``rank`` holds: rank, rank + pp, ... (torch's "loop" mapping)."""
+        return tuple(range(rank, self.stages, self.pp))
+
+    def as_chunks(self) -> ParallelLayout:
+        """Interleaved 1F1B's pp·v model stages as a 1F1B pipeline of pp·v ranks, one chunk each: the layout
+        the per-stage rules (states, baseline, buffers, FLOPs, collectives) read for one chunk.  Its
+        micro-batch count is pp·v (a valid 1F1B layout): what grows with m is scaled to the job's m by
+        the callers."""
+        return _as_chunks(self)
 
     @property
     def world(self) -> int:
@@ -137,6 +179,10 @@ class ParallelLayout:
             raise AccountingError("vocab parallel with tied embeddings is not accounted (untie them or drop it)")
         if self.pp > cfg.num_layers:
             raise AccountingError(f"pp={self.pp} exceeds the {cfg.num_layers} layers")
+        if self.stages > cfg.num_layers:
+            raise AccountingError(
+                f"pp·v = {self.pp}·{self.virtual_stages} = {self.stages} stages exceed the {cfg.num_layers} layers"
+            )
 
     @property
     def label(self) -> str:
@@ -149,7 +195,9 @@ class ParallelLayout:
         if self.ep > 1:
             parts.append(f"ep{self.ep}")
         if self.pp > 1:
-            parts.append(f"pp{self.pp}x{self.micro_batches}")
+            parts.append(
+                f"pp{self.pp}x{self.micro_batches}" + (f"v{self.virtual_stages}" if self.virtual_stages > 1 else "")
+            )
         return "·".join(parts)
 
     def to_dict(self) -> dict[str, int | bool | str]:
@@ -161,10 +209,16 @@ class ParallelLayout:
             "vocab_parallel": self.vocab_parallel,
             "pp": self.pp,
             "micro_batches": self.micro_batches,
+            "virtual_stages": self.virtual_stages,
             "ep": self.ep,
             "world": self.world,
             "data_parallel": ZERO_NAMES[self.zero],
         }
+
+
+@lru_cache(maxsize=4096)
+def _as_chunks(layout: ParallelLayout) -> ParallelLayout:
+    return dataclasses.replace(layout, pp=layout.stages, virtual_stages=1, micro_batches=layout.stages)
 
 
 def parse_gpu_count(text: str) -> tuple[int, int]:

@@ -2,7 +2,8 @@
 
 Candidates: every GPU count W in the range that is a power of two (and the range's ends), every
 tp in {1, 2, 4, 8} (within one 8-GPU node, dividing the heads, kv heads and d_ff), pp a power of
-two up to 16 and the layers (Llama 3 405B's 16 stages), dp = W / (tp·pp), ZeRO stage 0–3, sequence parallel with tp, vocab parallel
+two up to 16 and the layers (Llama 3 405B's 16 stages), under pp virtual stages v (interleaved 1F1B)
+1 or a power of two whose pp·v stages divide the layers, dp = W / (tp·pp), ZeRO stage 0–3, sequence parallel with tp, vocab parallel
 with tp (an untied model; torchtitan's loss-parallel head), checkpointing none/full/selective,
 micro-batch b a power of two dividing the sequences per data-parallel rank.
 Setup: fused attention (sdpa), amp-bf16, foreach AdamW.  Memory per GPU is ``analytic.parallel``
@@ -17,7 +18,8 @@ every fitting candidate, the same as checking them all (``top`` at least their n
 and only then is their number known).  A check: a candidate whose floor (``rank_floor``,
 ``stage_floor``: its model states, receive buffers and saved activations, lower bounds of the peak)
 already exceeds the GPU is not replayed, nor is a larger micro-batch of a layout and checkpointing
-whose smaller one does not fit (the peak grows with b); the rest are replayed.  Where nothing fits,
+whose smaller one does not fit (the peak grows with b; not under interleaved 1F1B, whose peak can fall as
+b grows: fewer micro-batches, another order); the rest are replayed.  Where nothing fits,
 the floored candidates that might hold the smallest need are replayed for the message.
 
 Step time (one optimizer step, k = sequences per dp rank / b micro-batches):
@@ -29,7 +31,9 @@ Step time (one optimizer step, k = sequences per dp rank / b micro-batches):
    GPUs' dense peaks and HBM bandwidths, and said so), scaled by the busiest rank's share of that model's
    hardware FLOPs (``rank_flops``: the LM head's Vl rows under vocab parallel, the busiest expert-parallel
    rank's experts; under pp the busiest stage, stage 0 with the most blocks or the last with the LM head;
-   1 otherwise); the 1F1B bubble multiplies it by (k + pp − 1) / k.  AdamW: (4) of ``analytic.step_time``
+   1 otherwise); the 1F1B bubble multiplies it by (k + pp − 1) / k; with v virtual stages (interleaved
+   1F1B) the busiest pipeline rank's v chunks, and (k·v + pp − 1) / (k·v) (``analytic.pipeline.pipeline_slots``;
+   Narayanan et al. 2021, §2.2.2), its point-to-point transfers v times a 1F1B rank's (collectives rule 11).  AdamW: (4) of ``analytic.step_time``
    over the TP-local model's parameters, a pp-th of them under pp and a dp-th under ZeRO 1-3 (the states
    taken as split evenly).  The program is recorded once per (TP degree, checkpointing), its records lines
    in b, and priced at every b (``step_time.program``): a plan of thousands of candidates walks a dozen
@@ -73,7 +77,7 @@ from .analytic.collectives import (
 from .analytic.hardware_flops import step_flops
 from .analytic.parallel import local_config, peaks_exact, rank_floor, rank_flops, rank_step
 from .analytic.parallel_report import not_modelled
-from .analytic.pipeline import pipeline_stages, stage_floor
+from .analytic.pipeline import pipeline_slots, pipeline_stages, stage_floor
 from .analytic.step_time import load, optimizer_seconds, program
 from .config import AccountingError, ModelConfig
 from .gpus import DEFAULT_ALLOWANCE, GPU, MemoryBudget, gpu, memory_budget
@@ -338,7 +342,8 @@ class _Pricing:
     def step_times(self, b, setup, lay) -> tuple[float, float, float, float, float]:
         """(compute, data-parallel, tensor-parallel, pipeline, expert-parallel) seconds of one step."""
         k = lay.micro_batches
-        compute = sum(self.micro_batch(b, setup, lay)) * (k + lay.pp - 1) + self.optimizer(setup, lay)
+        slots = pipeline_slots(k, lay.pp, lay.virtual_stages)  # the bubble
+        compute = sum(self.micro_batch(b, setup, lay)) * slots + self.optimizer(setup, lay)
         nvlink = self.g.interconnect_one_way
         dp_link = nvlink if lay.world <= GPUS_PER_NODE else self.internode
         ep_link = nvlink if lay.ep <= GPUS_PER_NODE else self.internode  # an ep group: consecutive ranks
@@ -358,11 +363,13 @@ class _Pricing:
     def gpu_flops(self, b, setup, lay) -> int:
         """Hardware FLOPs of one step on the busiest GPU: its k micro-batches (the bubble idles, runs nothing)."""
         key = ("flops", b, setup.precision, setup.checkpoint, lay.tp, lay.vocab_parallel, lay.pp, lay.ep)
+        key += (lay.virtual_stages,)
         return self._get(key, self._micro_batch_flops, b, setup, lay) * lay.micro_batches
 
     def micro_batch(self, b, setup, lay) -> tuple[float, float, float]:
         """Step 1: (GEMM, attention, memory-bound) seconds of one micro-batch on the busiest GPU, / efficiency."""
         key = ("flops", b, setup.precision, setup.checkpoint, lay.tp, lay.vocab_parallel, lay.pp, lay.ep)
+        key += (lay.virtual_stages,)
         return self._get(("time",) + key, self._micro_batch_time, key, b, setup, lay)
 
     def _micro_batch_time(self, key, b, setup, lay) -> tuple[float, float, float]:
@@ -393,10 +400,14 @@ class _Pricing:
 
     def _micro_batch_flops(self, b, setup, lay) -> int:
         """Step 1's FLOPs of one micro-batch (``rank_flops``: the TP-local model's, the head's Vl rows under
-        vocab parallel; the busiest rank's experts under expert parallel); under pp the busiest stage's, whose k
-        micro-batches take k + pp − 1 slots of the 1F1B schedule (its bubble), so the step's compute is
-        (k + pp − 1) times it (k times without pp).  The same for every data-parallel degree."""
-        one = ParallelLayout(tp=lay.tp, vocab_parallel=lay.vocab_parallel, pp=lay.pp, micro_batches=lay.pp)
+        vocab parallel; the busiest rank's experts under expert parallel); under pp the busiest stage's (with
+        virtual stages the busiest pipeline rank's chunks'), whose k micro-batches take ``pipeline_slots``
+        micro-batch slots (k + pp − 1 under 1F1B: its bubble; k without pp), the step's compute that many
+        times it.  The same for every data-parallel degree."""
+        v = lay.virtual_stages  # interleaved: the pipeline rank's chunks
+        one = ParallelLayout(
+            tp=lay.tp, vocab_parallel=lay.vocab_parallel, pp=lay.pp, micro_batches=lay.pp, virtual_stages=v
+        )
         if lay.ep > 1:  # expert parallel borrows its ranks from dp, under FSDP2
             one = ParallelLayout(dp=lay.ep, zero=3, ep=lay.ep)
         stages = (0, lay.pp - 1) if lay.pp > 1 else (None,)
@@ -407,12 +418,24 @@ class _Pricing:
     def _wire(self, b, setup, lay) -> tuple[int, int, int, int]:
         """Wire bytes of one step by group (dp, tp, pp, ep): TP and EP per micro-batch, k times; without pp
         the FSDP2 all-gathers k times and the reduction once; under pp a stage's collectives are counted
-        per step (collectives rules 8–10), each group's the busiest stage's."""
+        per step (collectives rules 8–10), each group's the busiest stage's; with virtual stages the
+        pipeline rank's transfers (rule 11), its dp and tp groups' those of its 1F1B stage (every v alike)."""
         stages = sorted({0, min(1, lay.pp - 1), lay.pp - 1})  # a middle stage has two pipeline neighbours
+        fields = (lay.dp, lay.zero, lay.tp, lay.sequence_parallel, lay.vocab_parallel, lay.pp, lay.micro_batches)
+        key = ("groups", b, setup.precision, setup.checkpoint, *fields, lay.ep)  # plan's other setup fields are fixed
+        dp, tp, ep = self._get(key, self._group_wire, b, setup, lay, stages)
+        pp = 0
+        if lay.pp > 1:  # the busiest stage's (pipeline rank's) transfers
+            key = ("pp", b, setup.precision, lay.tp, lay.sequence_parallel, lay.fsdp, lay.pp, lay.micro_batches)
+            pp = self._get(key + (lay.virtual_stages,), self._pipeline_wire, b, setup, lay, stages)
+        return dp, tp, pp, ep
+
+    def _group_wire(self, b, setup, lay, stages) -> tuple[int, int, int]:
+        """(dp, tp, ep) wire bytes of ``_wire``."""
         k, ck = lay.micro_batches, setup.checkpoint
         m = k if lay.pp > 1 else 1  # the collectives read m under pp only
         moe = (b, ck) if lay.ep > 1 else None  # the all-to-alls read the micro-batch and the checkpointing
-        dp = tp = pp = ep = 0
+        dp = tp = ep = 0
         for s in stages:
             if lay.dp > 1:  # they read neither sequence parallel nor the checkpointing, nor k without pp
                 key = ("dp", setup.precision, lay.dp, lay.zero, lay.tp, lay.vocab_parallel, lay.pp, m, lay.ep, moe, s)
@@ -422,18 +445,16 @@ class _Pricing:
                 key = ("tp", b, setup.precision, ck, lay.tp, lay.sequence_parallel, lay.vocab_parallel, lay.pp)
                 key += (lay.fsdp, s)
                 tp = max(tp, self._get(key + (m,), self._tensor_parallel_wire, key, b, setup, lay, s, m))
-            if lay.pp > 1:
-                key = ("pp", b, setup.precision, lay.tp, lay.sequence_parallel, lay.fsdp, lay.pp, m, s)
-                pp = max(pp, self._get(key, self._pipeline_wire, b, setup, lay, s))
-        return dp, tp * (1 if lay.pp > 1 else k), pp, ep  # TP per micro-batch; under pp the step's already
+        return dp, tp * (1 if lay.pp > 1 else k), ep  # TP per micro-batch; under pp the step's already
 
     def _tensor_parallel_wire(self, key, b, setup, lay, s, m) -> int:
         """Stage ``s``'s TP wire bytes: one micro-batch's collectives m times, the norms' once."""
         each, once = self._get(key, tensor_parallel_parts, self.cfg, self.seq, b, setup, lay, s)
         return sum(wire_bytes(c, lay.tp, m) for c in each) + sum(wire_bytes(c, lay.tp) for c in once)
 
-    def _pipeline_wire(self, b, setup, lay, s) -> int:
-        return sum(wire_bytes(c, 2) for c in pipeline_collectives(self.cfg, self.seq, b, setup, lay, s))
+    def _pipeline_wire(self, b, setup, lay, stages) -> int:
+        sent = lambda s: sum(wire_bytes(c, 2) for c in pipeline_collectives(self.cfg, self.seq, b, setup, lay, s))
+        return max(map(sent, stages))
 
     def _data_parallel_wire(self, key, b, setup, lay, s) -> tuple[int, int]:
         """(data-parallel, expert-parallel) wire bytes of stage ``s``'s step: without pp the FSDP2
@@ -518,7 +539,7 @@ def plan(
         gpus = (own.layout.world, own.layout.world)
     for family in _families(cfg, seq, gpus, sequences) if own is None else own.families(cfg, seq, sequences):
         per_rank = sequences // family["dp"]
-        micro = _micro_batches(per_rank, family["pp"])
+        micro = _micro_batches(per_rank, family["pp"], family["virtual_stages"])
         for b in micro if own is None or own.micro_batch is None else own.micro_batches(micro, per_rank):
             lay = ParallelLayout(**family, micro_batches=per_rank // b)
             for setup in setups:
@@ -539,15 +560,18 @@ def plan(
             break
         checked += 1
         chain = (lay.dp, lay.zero, lay.tp, lay.sequence_parallel, lay.vocab_parallel, lay.pp, lay.ep, setup.checkpoint)
+        chain += (lay.virtual_stages,)
         if prune and b >= failed.get(chain, b + 1):
-            continue  # a smaller micro-batch of the same layout does not fit: the peak grows with b
+            continue  # a smaller micro-batch of the same layout does not fit: the peak grows with b (1F1B; not
+            # under interleaving, whose order changes with m = sequences / b: no chain is recorded there)
         need, exact = _need(cfg, seq, b, setup, lay, g, allowance, exact=not prune)
         if need <= g.cuda_total:
             peak_exact = peaks_exact(setup, lay, cfg) and not not_modelled(cfg, seq, setup)
             estimate = pricing.estimate(b, setup, lay, times)
             fitting.append(Candidate(lay, setup.checkpoint, b, lay.micro_batches, need, *times, peak_exact, estimate))
             continue
-        failed[chain] = min(b, failed.get(chain, b))
+        if lay.virtual_stages == 1:
+            failed[chain] = min(b, failed.get(chain, b))
         if exact and (smallest is None or need < smallest[0]):
             smallest = (need, lay.label, setup.checkpoint, b)
         elif not exact:
@@ -617,7 +641,7 @@ class OwnLayout:
             raise AccountingError(f"{lay.label}: expert parallel is planned under FSDP2 (--zero 2 or 3)")
         if lay.tp > GPUS_PER_NODE:
             raise AccountingError(f"{lay.label}: tp={lay.tp} spans nodes; plan keeps a TP group within one node")
-        fields = ("dp", "zero", "tp", "sequence_parallel", "vocab_parallel", "pp", "ep")
+        fields = ("dp", "zero", "tp", "sequence_parallel", "vocab_parallel", "pp", "ep", "virtual_stages")
         yield {f: getattr(lay, f) for f in fields}
 
     def micro_batches(self, sizes: list[int], per_rank: int) -> list[int]:
@@ -648,11 +672,23 @@ def _families(cfg: ModelConfig, seq: int, gpus: tuple[int, int], sequences: int)
                     for sp in (False, True) if tp > 1 and seq % tp == 0 else (False,):
                         for vp in (False, True) if tp > 1 and not cfg.tie_embeddings else (False,):
                             for ep in _expert_degrees(cfg, dp, zero):
-                                yield {
-                                    "dp": dp, "zero": zero, "tp": tp, "sequence_parallel": sp, "vocab_parallel": vp,
-                                    "pp": pp, "ep": ep,
-                                }  # fmt: skip
+                                for v in _virtual_stages(cfg, pp):
+                                    yield {
+                                        "dp": dp, "zero": zero, "tp": tp, "sequence_parallel": sp,
+                                        "vocab_parallel": vp, "pp": pp, "ep": ep, "virtual_stages": v,
+                                    }  # fmt: skip
                 pp *= 2
+
+
+def _virtual_stages(cfg: ModelConfig, pp: int) -> list[int]:
+    """v = 1, and under pp every power of two v > 1 whose pp·v stages split the layers evenly (Megatron's
+    interleaved schedule asks the layers per stage to be a whole number of chunks)."""
+    out, v = [1], 2
+    while pp > 1 and pp * v <= cfg.num_layers:
+        if cfg.num_layers % (pp * v) == 0:
+            out.append(v)
+        v *= 2
+    return out
 
 
 def _expert_degrees(cfg: ModelConfig, dp: int, zero: int) -> list[int]:
@@ -663,10 +699,16 @@ def _expert_degrees(cfg: ModelConfig, dp: int, zero: int) -> list[int]:
     return [1] + [ep for ep in _powers(2, dp) if ep & (ep - 1) == 0 and dp % ep == 0 and cfg.num_experts % ep == 0]
 
 
-def _micro_batches(per_rank: int, pp: int) -> list[int]:
+def _micro_batches(per_rank: int, pp: int, v: int = 1) -> list[int]:
     """Micro-batch sizes b: powers of two dividing the sequences per data-parallel rank, with at least
-    pp micro-batches (1F1B)."""
-    return [b for b in _powers(1, per_rank) if b & (b - 1) == 0 and per_rank % b == 0 and per_rank // b >= pp]
+    pp micro-batches (1F1B); with virtual stages, k a whole number of rounds of k // pp (torch's
+    ``ScheduleInterleaved1F1B``, ``ParallelLayout``)."""
+    counts = [
+        (b, per_rank // b)
+        for b in _powers(1, per_rank)
+        if b & (b - 1) == 0 and per_rank % b == 0 and per_rank // b >= pp
+    ]
+    return [b for b, k in counts if v == 1 or k % max(1, k // pp) == 0]
 
 
 def _check_plannable(cfg: ModelConfig) -> None:

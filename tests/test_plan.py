@@ -208,7 +208,7 @@ def test_the_best_found_first_are_the_best_of_all():
     for top in (1, 3, 10):
         best = plan(*args, top=top, allowance=allowance)
         assert not best.complete and best.evaluated == every.evaluated
-        assert best.ranked == every.ranked[:top] and best.checked > 100  # it passed candidates that do not fit
+        assert best.ranked == every.ranked[:top] and best.checked > 50  # it passed candidates that do not fit
     # brute force: every candidate replayed (no floor, no micro-batch shortcut), the fitting ones ranked
     import lm_accounting.plan as pl
     from lm_accounting.layout import ParallelLayout

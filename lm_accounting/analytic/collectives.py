@@ -67,6 +67,16 @@ dtype (fp32 under amp-bf16).  Per layout (checked against the fake-PG run in tes
    the last stage only, the embedding gradient's on stage 0 only; the norms' all-reduces (SP) once a
    step, over the stage's norms (ln_final on the last stage), under FSDP2's amp-bf16 policy in fp32
    (the gradients folded into fp32 sums before the reduction).
+11. Interleaved 1F1B (``virtual_stages`` v > 1): a pipeline rank holds v chunks, model stages
+   rank + j·pp of pp·v (``ParallelLayout.as_chunks``), each its own module (its own DDP buckets or FSDP2
+   units, its own TP collectives for each of the m micro-batches); rule 8's transfers run per chunk:
+   m each way per neighbour, the model's first and last chunk one neighbour, every other two, so v
+   times a middle 1F1B rank's (Narayanan et al. 2021, §2.2.2).  FSDP2 (rule 9 in the interleaved runtime):
+   each chunk is gathered once by the runtime's UNSHARD before the rank's first action, then by every
+   forward or backward that finds it sharded (ZeRO-3: every forward reshards), counted along torch's order
+   (``analytic.pipeline.interleaved_gathers``).  Measured per pipeline rank
+   (``measure.pipeline.measure_interleaved_rank``, tests/test_pipeline_interleaved.py) alone and beside DDP,
+   ZeRO-1, TP and FSDP2.
 """
 
 from __future__ import annotations
@@ -136,7 +146,10 @@ def step_collectives(
     """Every collective of one step on data-parallel rank ``rank`` of pipeline stage ``stage`` (rules of
     the module docstring; only expert parallel's all-to-alls depend on the rank, the first is the worst;
     rules 8–10 and DDP's buckets on the stage); ``first_step``: DDP's first step, with its single bucket.
-    The data-parallel, tensor-parallel and pipeline groups' in turn (``plan`` prices each on its own)."""
+    The data-parallel, tensor-parallel and pipeline groups' in turn (``plan`` prices each on its own).
+    With virtual stages (interleaved 1F1B) ``stage`` is the pipeline rank: rule 11."""
+    if layout.virtual_stages > 1:
+        return _interleaved_collectives(cfg, seq, batch, setup, layout, first_step, rank, stage)
     out = data_parallel_collectives(cfg, seq, batch, setup, layout, first_step, rank, stage) if layout.dp > 1 else []
     if layout.tp > 1:
         out += tensor_parallel_collectives(cfg, seq, batch, setup, layout, stage)
@@ -152,17 +165,19 @@ def data_parallel_collectives(
     first_step: bool = False,
     rank: int = 0,
     stage: int = 0,
+    passes: tuple[int, int] | None = None,
 ) -> list[Collective]:
     """Rules 1, 2, 6, 7 and 9 (``step_collectives``): over the data-parallel ranks (dp > 1).  They read
-    neither sequence parallel nor (but the all-to-alls) the batch: ``plan`` caches them so."""
+    neither sequence parallel nor (but the all-to-alls) the batch: ``plan`` caches them so.  ``passes``:
+    FSDP2's gathering passes of a pipeline stage where not rule 9's (an interleaved chunk's, rule 11)."""
     out: list[Collective] = []
     e = 2 if setup.param_dtype == "bf16" else 4
     where = (layout.pp, stage) if layout.pp > 1 else None
     st = model_states(cfg, setup, layout, stage=stage if where else None)
     if layout.fsdp:
-        units, passes = cfg.num_layers + 1, (1, 1)
+        units, given, passes = cfg.num_layers + 1, passes, (1, 1)
         if where:  # rule 9: the stage's units, gathered as often as the schedule finds them sharded
-            units, passes = stage_units(cfg, layout, stage), sharded_passes(layout, stage)
+            units, passes = stage_units(cfg, layout, stage), given or sharded_passes(layout, stage)
         gathered = st.unsharded_all - st.unsharded_experts
         out += _fsdp_collectives(units, gathered, "dp", "", setup, layout, passes)
         if 1 < layout.ep < layout.dp:  # rule 6: the expert units over dp/ep
@@ -208,18 +223,40 @@ def tensor_parallel_parts(
 def pipeline_collectives(
     cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, stage: int = 0
 ) -> list[Collective]:
-    """Rule 8 (``step_collectives``): stage ``stage``'s sends and receives (none without pp)."""
+    """Rule 8 (``step_collectives``): stage ``stage``'s sends and receives (none without pp); with virtual
+    stages (rule 11) pipeline rank ``stage``'s, over its v chunks (v times a 1F1B rank's, less the ends)."""
     if layout.pp == 1:
         return []
     e = 2 if setup.param_dtype == "bf16" else 4
     h = 2 if layout.fsdp and setup.autocast else e  # the residual stream's bytes (rule 5)
     T, d = batch * seq // (layout.tp if layout.sequence_parallel else 1), cfg.d_model  # SP: S/M positions cross
-    n = layout.micro_batches * (1 if stage in (0, layout.pp - 1) else 2)  # neighbours: one at either end
-    what = "m" if n == layout.micro_batches else "2m (two neighbours)"
+    ends = (0, layout.stages - 1)  # neighbours: one at either end of the model, two elsewhere
+    sides = sum(1 if c in ends else 2 for c in layout.chunks(stage))
+    n = layout.micro_batches * sides
+    what = {1: "m", 2: "2m (two neighbours)"}.get(sides, f"{sides}m ({layout.virtual_stages} chunks)")
     return [
         Collective("send_recv", "forward", "pp", n, n * T * d * h, f"{what} × T·d·h, hidden states"),
         Collective("send_recv", "backward", "pp", n, n * T * d * h, f"{what} × T·d·h, their gradients"),
     ]
+
+
+def _interleaved_collectives(cfg, seq, batch, setup, layout, first_step, rank, stage) -> list[Collective]:
+    """Rule 11: pipeline rank ``stage``'s chunks, each a stage of ``ParallelLayout.as_chunks``: the
+    data-parallel collectives of each chunk's own module, the TP ones of each chunk's m micro-batches, and
+    the point-to-point transfers of rule 8 over the rank's chunks (``pipeline_collectives``)."""
+    from .pipeline import interleaved_gathers
+
+    lay, m = layout.as_chunks(), layout.micro_batches
+    gathers = interleaved_gathers(layout, stage) if layout.fsdp else None
+    out: list[Collective] = []
+    for j, c in enumerate(layout.chunks(stage)):
+        if layout.dp > 1:
+            passes = gathers and gathers[j]
+            out += data_parallel_collectives(cfg, seq, batch, setup, lay, first_step, rank, c, passes)
+        if layout.tp > 1:
+            each, once = tensor_parallel_parts(cfg, seq, batch, setup, lay, c)
+            out += [x._replace(count=m * x.count, payload=m * x.payload) for x in each] + once
+    return out + pipeline_collectives(cfg, seq, batch, setup, layout, stage)
 
 
 def _fsdp_collectives(

@@ -691,7 +691,13 @@ def rank_flops(
 ) -> StepFlops:
     """Matmul FLOPs of one step on data-parallel rank ``rank``: the TP-local model's (vocab parallel: its
     LM head's local rows), with the routed experts' rows of rule 7 under expert parallel.  Under pipeline
-    parallel, pipeline stage ``stage``'s (``stage_flops``)."""
+    parallel, pipeline stage ``stage``'s (``stage_flops``); with virtual stages, pipeline rank ``stage``'s
+    chunks' summed (``ParallelLayout.as_chunks``: each chunk's m micro-batches)."""
+    if layout.virtual_stages > 1:
+        lay, m, S = layout.as_chunks(), layout.micro_batches, layout.stages
+        parts = [rank_flops(cfg, seq, batch, setup, lay, rank, c) for c in layout.chunks(stage or 0)]
+        total = lambda f: sum(getattr(p, f) for p in parts) * m // S  # each chunk's S micro-batches, to m
+        return StepFlops(total("forward"), total("recompute"), total("attention_recompute"))
     if layout.pp > 1:
         flops = stage_flops(local_config(cfg, layout), seq, batch, setup, layout, stage or 0)
     else:
@@ -719,13 +725,19 @@ def stage_flops(
     return StepFlops(m * f.forward, m * f.recompute, m * f.attention_recompute)
 
 
-@lru_cache(maxsize=4096)
 def _micro_batch_flops(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, stages: int, stage: int):
+    blocks = len(stage_layers(cfg.num_layers, stages, stage))
+    return _blocks_flops(cfg, seq, batch, setup, blocks, stage == stages - 1)
+
+
+@lru_cache(maxsize=4096)
+def _blocks_flops(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, blocks: int, head: bool):
+    """One micro-batch's matmul FLOPs through ``blocks`` blocks, with the LM head or without."""
     from .flops import forward_flops
 
-    c = dataclasses.replace(cfg, num_layers=len(stage_layers(cfg.num_layers, stages, stage)))
+    c = dataclasses.replace(cfg, num_layers=blocks)
     f = step_flops(c, seq, batch, setup)
-    if stage < stages - 1:
+    if not head:
         head = sum(it.total for it in forward_flops(c, seq, batch) if not it.key.startswith("layers.*."))
         f = dataclasses.replace(f, forward=f.forward - head)
     return f

@@ -1,4 +1,4 @@
-"""Pipeline parallel (1F1B): the worst stage's memory.  No torch.
+"""Pipeline parallel (1F1B, interleaved 1F1B): the worst stage's memory.  No torch.
 
 Pipeline parallel alone or beside data parallel (DDP, ZeRO-1, FSDP2) and tensor parallel (with or
 without sequence parallel, with or without vocab parallel; not DDP/ZeRO-1 × TP; a dense model): each
@@ -29,6 +29,18 @@ single-GPU vocab-parallel replay has them (``analytic.tensor_parallel``; the log
 the embedding's gradient is the whole (V, d) under FSDP2 too: ``fsdp`` rule 8).  A tied head is
 a second copy of the embedding on the last stage (``stage_parameters``; its gradient its own: nothing
 in ``PipelineStage`` shares it with stage 0's, which the real job would have to synchronise itself).
+
+Interleaved 1F1B (``ParallelLayout.virtual_stages`` v > 1; torch 2.13's ``ScheduleInterleaved1F1B``; Narayanan et
+al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", §2.2.2): pipeline rank
+r holds the chunks r, r + pp, ... of a pp·v-stage split (``ParallelLayout.as_chunks``), each replayed as that
+stage of a 1F1B pipeline replays (``_stage_parts``) and placed in torch's interleaved order (``interleaved_order``,
+``_interleaved_schedule``: ``interleaved_rank_step``), byte-exact against the rank's v ``PipelineStage``s on the
+fake process group (``measure.pipeline.measure_interleaved_rank``; ``tests/test_pipeline_interleaved.py``) alone
+or beside DDP, ZeRO-1 and TP (with or without SP and vocab parallel).  Beside FSDP2 (v <= 3) the same replay
+follows the runtime's UNSHARD and REDUCE_GRAD actions and equals the measured ranks' phases, but is called an
+ESTIMATE (a baseline gap on a rank of two middle chunks, ``_fsdp_replayable``); elsewhere the ESTIMATE is
+``interleaved_rank_estimate``.  The time
+model's bubble: ``pipeline_slots``.
 
 Beside DDP/ZeRO-1 × TP, or with a mixture of experts, the peaks stay an ESTIMATE
 (``_stage_estimate``): baseline, receive buffers, k × saved activations and the gradients, each
@@ -86,6 +98,17 @@ def pipeline_stages(
     rank's (default: the worst; only ZeRO-1's owned moments differ).  ``with_traced=False`` (the planner):
     the traced step is the plain one (not replayed).  Replayed, the candidates are ``worst_stage_candidates``
     (at most four stages, not all P: the replay is linear in P, not quadratic)."""
+    if layout.virtual_stages > 1:  # interleaved: each pipeline rank's v chunks (replayed: every rank)
+        exact, best = stage_replayed(cfg, setup, layout), None
+        ranks = range(layout.pp) if exact else sorted({0, layout.pp - 1})
+        for r in [stage] if stage is not None else ranks:
+            step, st, act = interleaved_rank_step(cfg, seq, batch, setup, layout, r, "plain", rank)
+            if best is None or step.peak > best[1].peak:
+                traced = step
+                if exact and with_traced:
+                    traced = interleaved_rank_step(cfg, seq, batch, setup, layout, r, "traced", rank)[0]
+                best = (r, step, traced, st, act)
+        return best
     exact = stage_replayed(cfg, setup, layout)
     ends = sorted({0, layout.pp - 1})
     stages = [stage] if stage is not None else worst_stage_candidates(cfg.num_layers, layout.pp) if exact else ends
@@ -105,7 +128,13 @@ def stage_floor(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, la
     or the last stage's baseline, receive buffers and the saved activations of its w = min(m, P − s)
     warm-up micro-batches, all live when its first backward starts (each forward keeps at least what its
     blocks and head save).  Never above ``pipeline_stages``' peak (tests/test_plan.py checks it on every
-    pipeline candidate of two plans)."""
+    pipeline candidate of two plans).  Interleaved: the first or last pipeline rank's baseline and receive
+    buffers, beside FSDP2 + its chunks' units unsharded (the runtime's UNSHARD before the first compute)."""
+    if layout.virtual_stages > 1:  # interleaved: the kept bytes, and beside FSDP2 every chunk's units unsharded
+        states_setup = TrainingSetup(precision=setup.precision, optimizer=setup.optimizer)
+        fsdp = layout.fsdp and layout.dp > 1  # the runtime's UNSHARD (or the estimate's units) before any compute
+        kept = lambda st, base, buffers: base + buffers + (st.unsharded_all if fsdp else 0)
+        return max(kept(*_interleaved_kept(cfg, seq, batch, states_setup, layout, r, None)) for r in {0, layout.pp - 1})
     flat, P = _flat(layout), layout.pp
     return max(
         stage_baseline(cfg, seq, batch, setup, layout, s)
@@ -121,10 +150,14 @@ def stage_replayed(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayou
     TP-local model, with or without vocab parallel; beside FSDP2, not DDP or ZeRO-1, as measured), a dense
     model (no
     MoE split in the stage replay; a tied head a second copy on the last stage), and a model the
-    single-GPU replay models.  Byte-exact against the measured stage (the test files of the module
+    single-GPU replay models.  Interleaved 1F1B (virtual stages): alone or beside DDP, ZeRO-1 and TP (with
+    or without SP and vocab parallel), not FSDP2 (``interleaved_rank_step``, tests/test_pipeline_interleaved.py).  Byte-exact against the measured stage (the test files of the module
     docstring)."""
     tp = layout.tp == 1 or not (layout.zero in (0, 1) and layout.dp > 1)
-    return layout.pp > 1 and tp and not cfg.moe and rp.replay_supported(cfg, setup)
+    # interleaved 1F1B: replayed (``interleaved_rank_step``) but beside FSDP2, whose stages the runtime
+    # unshards and reshards itself (``_add_unshard_reshard``): estimated there
+    interleaved = layout.virtual_stages > 1 and layout.fsdp and layout.dp > 1
+    return layout.pp > 1 and tp and not interleaved and not cfg.moe and rp.replay_supported(cfg, setup)
 
 
 def stage_step(
@@ -156,6 +189,8 @@ def stage_step(
     5. "optimizer_step": AdamW over the stage's gradients (``adamw_temporary``), then ``zero_grad``:
        the end is the baseline and the receive buffers, which the stage keeps."""
     rp.check_mode(mode)
+    if layout.virtual_stages > 1:  # ``stage``: the pipeline rank
+        return interleaved_rank_step(cfg, seq, batch, setup, layout, stage, mode, rank)
     if not stage_replayed(cfg, setup, layout):
         return _stage_estimate(cfg, seq, batch, setup, layout, stage, rank)
     P, m = layout.pp, layout.micro_batches
@@ -865,7 +900,275 @@ def _steady_state(b: int, holders: dict[int, set[str]], held: dict[str, int | No
 
 def _flat(layout: ParallelLayout) -> ParallelLayout:
     """The layout of one stage's ranks: without the pipeline."""
-    return dataclasses.replace(layout, pp=1, micro_batches=1)
+    return dataclasses.replace(layout, pp=1, micro_batches=1, virtual_stages=1)
+
+
+def pipeline_slots(k: int, pp: int, v: int = 1) -> float:
+    """The busiest pipeline rank's compute time of one step, in units of one micro-batch through all of
+    its chunks: its k micro-batches take k·v chunk-slots, and filling and draining the pipeline pp − 1
+    more, each 1/v of a micro-batch (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training
+    on GPU Clusters Using Megatron-LM", §2.2.1–2.2.2: bubble fraction (pp − 1)/k under 1F1B, (pp − 1)/(v·k)
+    interleaved): (k·v + pp − 1) / v, so k + pp − 1 without virtual stages and k without pp."""
+    return (k * v + pp - 1) / v if pp > 1 else float(k)
+
+
+def interleaved_order(pp: int, v: int, m: int, rank: int) -> list[tuple[bool, int]]:
+    """(forward?, local chunk j: model stage rank + j·pp) of each computation pipeline rank ``rank`` runs
+    in one step of torch 2.13's ``ScheduleInterleaved1F1B`` (torch/distributed/pipelining/schedules.py,
+    ``_calculate_single_rank_operations`` -> ``_get_1f1b_rank_ops``; ``_get_warmup_ops``): rounds of
+    r = m // max(1, m // pp) micro-batches; w = min((v − 1)·r + 2(pp − 1 − rank), m·v) warm-up forwards;
+    then forward-backward pairs until the m·v forwards are done; then the remaining backwards.  Forward
+    op i runs chunk (i // r) mod v, backward op i (counted from w) chunk v − 1 − ((i − w) // r) mod v."""
+    per_round = m // max(1, m // pp)
+    ops = m * v
+    warmup = min((v - 1) * per_round + 2 * (pp - 1 - rank), ops)
+    fwd = lambda i: (i // per_round) % v
+    bwd = lambda i: v - 1 - ((i - warmup) // per_round) % v
+    order = [(True, fwd(i)) for i in range(warmup)]
+    for i in range(warmup, ops):
+        order += [(True, fwd(i)), (False, bwd(i))]
+    return order + [(False, bwd(i)) for i in range(ops, ops + warmup)]
+
+
+def interleaved_rank_step(
+    cfg: ModelConfig,
+    seq: int,
+    batch: int,
+    setup: TrainingSetup,
+    layout: ParallelLayout,
+    rank: int,
+    mode: str = "plain",
+    dp_rank: int | None = None,
+):
+    """(step, model states, saved activations at the first backward) of pipeline rank ``rank`` under
+    interleaved 1F1B (data-parallel rank ``dp_rank``, default ``interleaved_dp_rank``), REPLAYED where
+    ``stage_replayed`` (alone or beside DDP, ZeRO-1, TP; not FSDP2): each chunk's forward,
+    loss and backward (``_stage_parts`` of its stage in ``ParallelLayout.as_chunks``: one micro-batch on its
+    blocks, as 1F1B's stages replay it) placed in torch 2.13's ``ScheduleInterleaved1F1B`` order
+    (``_interleaved_schedule``); the baseline and the receive buffers each chunk's (``interleaved_rank_estimate``).
+    "optimizer_step": one AdamW per chunk (torchtitan's ``OptimizersContainer``), stepped in turn over all
+    the rank's gradients, then ``zero_grad``.  Elsewhere the ESTIMATE (``interleaved_rank_estimate``)."""
+    rp.check_mode(mode)
+    if not (stage_replayed(cfg, setup, layout) or _fsdp_replayable(cfg, setup, layout)):
+        return interleaved_rank_estimate(cfg, seq, batch, setup, layout, rank, dp_rank)
+    lay, S, L = layout.as_chunks(), layout.stages, cfg.num_layers
+    chunks = layout.chunks(rank)
+    dp_rank = interleaved_dp_rank(cfg, setup, layout, rank) if dp_rank is None else dp_rank
+    parts = [_stage_parts(cfg, seq, batch, setup, lay, _like(L, S, c), mode, dp_rank) for c in chunks]
+    est, st, act = interleaved_rank_estimate(cfg, seq, batch, setup, layout, rank, dp_rank)
+    base, buffers = est.baseline, est.optimizer_step.end - est.baseline
+    fsdp = None
+    if parts[0][4] is not None:  # FSDP2: each chunk's (gathering chunks, zero 3, reductions, UNSHARD's issue and wait)
+        units = [_StageUnits.of(cfg, setup, lay, c) for c in chunks]
+        blocks = [len(stage_layers(L, S, c)) for c in chunks]
+        explicit = [_explicit_unshard(u, n, mode == "traced") for u, n in zip(units, blocks, strict=True)]
+        fsdp = [(*p[4], *x) for p, x in zip(parts, explicit, strict=True)]
+    fwd, bwd = _interleaved_schedule(layout, rank, buffers, [p[3] for p in parts], fsdp)
+    opt = PhaseBytes(base + bwd.end + max(p[5] for p in parts), base + buffers)
+    step = StepMemory(
+        base, PhaseBytes(base + fwd.peak, base + fwd.end), PhaseBytes(base + bwd.peak, base + bwd.end), opt
+    )
+    return step, st, act
+
+
+def _fsdp_replayable(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout) -> bool:
+    """Beside FSDP2 with at most 3 chunks a rank (``_add_unshard_reshard`` keeps 3 chunks unsharded: every
+    one, from the step's start) the replay runs, along the runtime's UNSHARD and REDUCE_GRAD actions; its
+    peaks equal the measured rank's on tests/test_pipeline_interleaved.py's FSDP2 cases but the baseline
+    not everywhere (``stage_replayed`` False: the output calls it an estimate)."""
+    dense = not cfg.moe and rp.replay_supported(cfg, setup)
+    return layout.virtual_stages in (2, 3) and layout.fsdp and layout.dp > 1 and dense
+
+
+def _interleaved_schedule(
+    layout: ParallelLayout, rank: int, buffers: int, chs: list, fsdps: list | None = None
+) -> tuple[PhaseBytes, PhaseBytes]:
+    """(forward, backward) bytes above the baseline of pipeline rank ``rank`` under
+    ``_PipelineScheduleRuntime._step_microbatches`` running ``ScheduleInterleaved1F1B``'s actions
+    (``interleaved_order``; ``_add_send_recv`` puts each compute action's send right after it):
+
+    1. ``_initialize_stages``: every chunk's receive buffers (``buffers``);
+    2. FORWARD: ``forward_one_chunk`` (its output kept in the chunk's ``fwd_cache``; the runtime keeps no
+       other reference: ``output`` is a local of ``_perform_action``) and, on the last stage, the loss
+       (kept in ``_internal_losses``); SEND_F's ops list holds a detached view of the output and dies
+       with ``_batch_p2p``'s call;
+    3. FULL_BACKWARD: ``backward_one_chunk`` (the chunk's first backward keeps each gradient as ``.grad``,
+       later ones accumulate) pops ``fwd_cache`` (the output dies); SEND_B right after it pops
+       ``bwd_cache`` (the input gradient dies with its ops list);
+    4. ``_update_losses`` clears the losses.
+    The "forward" phase ends where the rank's first backward starts.
+
+    ``fsdps``: beside FSDP2, each chunk's (gathering chunks, zero 3, reductions, UNSHARD's issue, its wait):
+    the runtime's UNSHARD gathers every chunk before the first action (``_add_unshard_reshard``, v <= 3),
+    each chunk's first action waits for it (``_assert_unsharded``); a later forward or backward that finds
+    the chunk sharded (ZeRO-3 reshards after each forward) runs the gathering chunk; REDUCE_GRAD
+    (``perform_reduce_grad``: reduce-scatter, reshard) follows each chunk's last backward and its send."""
+    live, fwd_end, peak = buffers, None, {"forward": buffers, "backward": 0}
+    started, done = [False] * len(chs), [0] * len(chs)
+    phase = "forward"
+    fsdps = fsdps or [None] * len(chs)
+    sharded = [False] * len(chs)  # FSDP2: the runtime's UNSHARD leaves them unsharded for their first forward
+    waiting = [f is not None for f in fsdps]
+    pick = lambda j: fsdps[j][0] if sharded[j] else chs[j]
+
+    def run(part: _Part) -> None:
+        nonlocal live
+        peak[phase] = max(peak[phase], live + part.peak)
+        live += part.net
+
+    for f in fsdps:  # UNSHARD of every chunk (v <= 3: all active at once) before the first compute
+        if f is not None:
+            run(f[3])
+    for forward, j in interleaved_order(layout.pp, layout.virtual_stages, layout.micro_batches, rank):
+        ch = chs[j]
+        if waiting[j]:  # ``_assert_unsharded``: the chunk's first action waits for its UNSHARD
+            run(fsdps[j][4])
+            waiting[j] = False
+        if forward:
+            run(pick(j).forward)
+            sharded[j] = fsdps[j] is not None and fsdps[j][1]
+            if ch.loss is not None:
+                run(ch.loss)
+            continue
+        if fwd_end is None:
+            fwd_end, phase = live, "backward"
+            peak["backward"] = live
+        part = pick(j)
+        run(part.later_backward if started[j] else part.first_backward)
+        started[j], sharded[j] = True, False
+        live -= ch.output + ch.input_grad
+        done[j] += 1
+        if done[j] == layout.micro_batches and fsdps[j] is not None:  # REDUCE_GRAD after the chunk's last backward
+            run(fsdps[j][2])
+    live -= layout.micro_batches * sum(ch.loss_bytes for ch in chs)
+    return PhaseBytes(peak["forward"], fwd_end), PhaseBytes(peak["backward"], live)
+
+
+@lru_cache(maxsize=1024)
+def interleaved_gathers(layout: ParallelLayout, rank: int) -> tuple[tuple[int, int], ...]:
+    """FSDP2's gathering passes of each of pipeline rank ``rank``'s chunks in one interleaved step, as
+    (before, from) the rank's first backward (``measure_interleaved_rank``'s phases): the runtime's UNSHARD
+    (one, before the first action), then each forward or backward that finds the chunk sharded (ZeRO-3:
+    every forward reshards; a backward leaves it unsharded), along ``interleaved_order`` (as
+    ``_interleaved_schedule`` replays them)."""
+    v, zero3 = layout.virtual_stages, layout.zero == 3
+    sharded, counts, phase = [False] * v, [[1, 0] for _ in range(v)], 0
+    for forward, j in interleaved_order(layout.pp, v, layout.micro_batches, rank):
+        phase = phase or int(not forward)
+        counts[j][phase] += sharded[j]
+        sharded[j] = forward and zero3
+    return tuple(map(tuple, counts))
+
+
+def _explicit_unshard(units: _StageUnits, blocks: int, traced: bool) -> tuple[_Part, _Part]:
+    """(issue, wait) of ``_PipelineScheduleRuntime``'s UNSHARD of one chunk under FSDP2: ``unshard(async_op=True)``
+    of each of its FSDP modules in ``modules()`` order (the root, then the blocks) copies in and all-gathers
+    (rule 1's first half); the chunk's first action waits (``_assert_unsharded``): each unit's copy-out into
+    its unsharded storages, its all-gather output freed."""
+    order = ([units.root] if units.root else []) + [units.block] * blocks
+    issue, wait = _StageReplay(rp.Affine(0), traced), _StageReplay(rp.Affine(0), traced)
+    for u in order:
+        issue(+u.copy_in, +u.output, -u.copy_in)
+        u.copy_out(wait)
+        wait(-u.output)
+    part = lambda r: _Part(r.peak().at(1), r.live.at(1))
+    return part(issue), part(wait)
+
+
+@lru_cache(maxsize=4096)
+def _interleaved_kept(cfg, seq, batch, setup, layout, rank, dp_rank):
+    """(model states, baseline, receive buffers) of pipeline rank ``rank``'s chunks (``interleaved_rank_estimate``;
+    ``setup``: its precision and optimizer, all these read)."""
+    lay, S, m, L = layout.as_chunks(), layout.stages, layout.micro_batches, cfg.num_layers
+    chunks = [_like(L, S, c) for c in layout.chunks(rank)]  # a chunk's model states are its model's
+    dp_rank = interleaved_dp_rank(cfg, setup, layout, rank) if dp_rank is None else dp_rank
+    st = _sum_states([_states(cfg, setup, lay, c, dp_rank) for c in chunks])
+    ends = lambda c: (c == 0) + (c == S - 1)  # the step's ids (stage 0) or targets (the last), m·B·S int64
+    base = sum(
+        stage_baseline(cfg, seq, batch, setup, lay, c, dp_rank) + ends(c) * 8 * (m - S) * batch * seq for c in chunks
+    )
+    buffers = sum(schedule_buffers(cfg, seq, batch, setup, lay, c) for c in chunks) // S * m  # m per chunk
+    return st, base, buffers
+
+
+@lru_cache(maxsize=1024)
+def _in_flight(pp: int, v: int, m: int, rank: int) -> tuple[frozenset, tuple, frozenset]:
+    """The micro-batches in flight per local chunk along ``interleaved_order`` (each forward adds one to
+    its chunk, each backward takes one away), as the distinct count vectors: (those up to the first
+    backward, the one at it, those after it).  Few: the steady state repeats itself."""
+    counts, warm, steady, first = [0] * v, set(), set(), None
+    for forward, j in interleaved_order(pp, v, m, rank):
+        if not forward and first is None:
+            first = tuple(counts)
+        counts[j] += 1 if forward else -1
+        (warm if first is None else steady).add(tuple(counts))
+    return frozenset(warm), first, frozenset(steady)
+
+
+def interleaved_dp_rank(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, rank: int) -> int:
+    """The data-parallel rank ``interleaved_rank_estimate`` and ``interleaved_rank_step`` take by default on
+    pipeline rank ``rank``: under ZeRO-1 (one ``ZeroRedundancyOptimizer`` per chunk, each assigning its
+    chunk's tensors) the one, of the chunks' own worst ranks, with the most optimizer state summed over the
+    chunks (the lowest on a tie); otherwise 0 (every dp rank alike)."""
+    if layout.zero != 1 or layout.dp == 1:
+        return 0
+    lay, chunks = layout.as_chunks(), [_like(cfg.num_layers, layout.stages, c) for c in layout.chunks(rank)]
+    held = lambda r: sum(_states(cfg, setup, lay, c, r).optimizer for c in chunks)
+    return max(sorted({_states(cfg, setup, lay, c).rank for c in chunks}), key=lambda r: (held(r), -r))
+
+
+def _sum_states(states: list) -> object:
+    """One pipeline rank's model states over its chunks: each byte count summed, the largest FSDP2 unit
+    the largest of any chunk."""
+    first = states[0]
+    summed = {
+        f.name: (max if f.name == "unsharded_unit_max" else sum)(getattr(x, f.name) for x in states)
+        for f in dataclasses.fields(first)
+        if f.name != "rank"
+    }
+    return dataclasses.replace(first, **summed)
+
+
+@lru_cache(maxsize=4096)
+def interleaved_rank_estimate(
+    cfg: ModelConfig,
+    seq: int,
+    batch: int,
+    setup: TrainingSetup,
+    layout: ParallelLayout,
+    rank: int,
+    dp_rank: int | None = None,
+):
+    """(step ESTIMATE, model states, saved activations at the first backward) of pipeline rank ``rank``
+    under interleaved 1F1B (``layout.virtual_stages`` v > 1; not replayed).  Its chunks are the model
+    stages rank, rank + pp, ... of ``ParallelLayout.as_chunks``; exact, as each chunk's rule is: the model states
+    (summed over the chunks), the baseline (each chunk's ``stage_baseline``: its parameters, moments,
+    RoPE tables, and the step's ids on stage 0 or targets on the last) and the receive buffers (each
+    chunk's ``schedule_buffers``: torch allocates them per ``PipelineStage``).  The estimate, as
+    ``_stage_estimate``'s: the saved activations of the chunk micro-batches in flight, followed through
+    ``interleaved_order`` (each forward adds its chunk's ``_stage_saved``, each backward frees it), at
+    their most; forward peak: the kept bytes + the most in flight before the first backward (+ the last
+    stage's cross-entropy transient); backward peak: + the gradients; beside FSDP2 both + every chunk's
+    units unsharded (the runtime's UNSHARD actions, ``_add_unshard_reshard``); each backward's own
+    transient left out."""
+    flat, S, m, chunks = _flat(layout), layout.stages, layout.micro_batches, layout.chunks(rank)
+    states_setup = TrainingSetup(precision=setup.precision, optimizer=setup.optimizer)  # all they read
+    st, base, buffers = _interleaved_kept(cfg, seq, batch, states_setup, layout, rank, dp_rank)
+    saved = [_stage_saved(cfg, seq, batch, setup, flat, S, c) for c in chunks]
+    warm, first, steady = _in_flight(layout.pp, layout.virtual_stages, m, rank)
+    dot = lambda counts: sum(n * x for n, x in zip(counts, saved, strict=True))
+    warm_top, at_backward = max(map(dot, warm)), dot(first)
+    top = max(warm_top, max(map(dot, steady), default=0))
+    kept = base + buffers
+    r = single_rank_step(cfg, seq, batch, setup, flat, "plain")
+    transient = (r.forward.peak - r.forward.end) if S - 1 in chunks else 0
+    # FSDP2: the runtime's UNSHARD actions gather whole chunks (up to 3 at once: every chunk of v <= 3) before
+    # they compute; ZeRO-3's forwards reshard each unit again, ZeRO-2's keep them to the step's end
+    held = st.unsharded_all if layout.fsdp and layout.dp > 1 else 0
+    fwd = PhaseBytes(kept + warm_top + transient + held, kept + at_backward + (held if layout.zero == 2 else 0))
+    bwd = PhaseBytes(kept + top + st.gradients + transient + held, kept + st.gradients)
+    opt = PhaseBytes(kept + st.gradients + st.owned_elements * element_bytes(setup), kept)
+    return StepMemory(base, fwd, bwd, opt), st, at_backward
 
 
 @lru_cache(maxsize=16384)

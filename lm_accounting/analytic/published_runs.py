@@ -7,20 +7,22 @@ table).  One rule predicts every row (``RULE``), no constant per row:
    ``memory`` print (``plan``'s rules 1-4): the busiest GPU's micro-batches priced op by op on the GPU's
    calibration (the TP-local course program at the run's S, micro-batch b and checkpointing: GEMMs at their
    measured rates, fused attention, every memory-bound kernel; its share of the rank's hardware FLOPs under
-   pp or vocab parallel), the 1F1B bubble, its AdamW step, TP/SP and expert collectives exposed, data-parallel
+   pp or vocab parallel), the 1F1B bubble (a run with an interleaved schedule whose virtual stages its source
+   states is priced with them: ``Run.virtual_stages``, cited in ``Run.virtual_source``), its AdamW step, TP/SP and expert collectives exposed, data-parallel
    collectives overlapped, NVLink within a node and 50 GB/s per GPU between nodes; no memory check (the run ran).
 2. Predicted tokens/s per GPU = global batch · S / step / GPUs; error = predicted / published - 1.
 
 Every run is priced as bf16 compute, eager, on an H100 SXM 80GB (lm_accounting/calibration/h100-80gb/) or, for an
 A100 run, on the H100's calibration scaled to the A100 (``step_time``: GEMMs and attention by the dense bf16 peak,
 memory-bound kernels and AdamW by the HBM bandwidth): those rows measure that rule's error, in the summary.  A run that used what the
-rule cannot express (Float8, torch.compile, async TP, context parallel, an interleaved schedule, FP8) says so in
+rule cannot express (Float8, torch.compile, async TP, context parallel, an interleaved schedule of unstated virtual
+stages, FP8) says so in
 ``differences``; each difference names the direction it moves the error ("+": the run is faster than the rule
 assumes, so we under-predict; "-": slower, so we over-predict).  A row is out of the summary when it used Float8,
 FP8, torch.compile, context parallel or an A100 (``EXCLUDE``); the rest form the summary.  The cause of a row worse
 than 10 % (``cause``) is its differences acting in the error's direction and the terms of the predicted step that
 could carry the error (fused attention or memory-bound kernels from 20 % of the calibrated compute, exposed TP
-collectives, the 1F1B bubble, data-parallel collectives longer than the compute).
+collectives, the 1F1B bubble, exposed pipeline sends, data-parallel collectives longer than the compute).
 
 Published figures in TFLOP/s per GPU are converted to tokens/s with the convention the source states (``Run.convention``).
 No torch.
@@ -73,7 +75,18 @@ COMPILE = ("compile", "+", "torch.compile fuses the memory-bound ops the calibra
 FLOAT8 = ("float8", "+", "Float8 linear layers (torchao) run the GEMMs on FP8 tensor cores; priced at bf16")
 FP8 = ("fp8", "+", "FP8 GEMMs (Transformer Engine); priced at bf16")
 ASYNC_TP = ("", "+", "async TP overlaps the TP collectives we count exposed")
-INTERLEAVED = ("", "+", "an interleaved (virtual-stage) schedule has a smaller bubble than the 1F1B we price")
+INTERLEAVED = (
+    "",
+    "+",
+    (
+        "an interleaved (virtual-stage) schedule whose virtual stages the source does not state: priced as 1F1B, a "
+        "larger bubble"
+    ),
+)
+TT_VIRTUAL = (
+    "torchtitan 9dec370 torchtitan/parallelisms/pipelining_utils.py generate_split_points: 2 stages per rank for a "
+    "multi-stage schedule given no split points (the benchmark gives none)"
+)
 CP = ("cp", "", "context parallel: not modelled (no prediction)")
 A100_WORDS = (
     "A100: no A100 calibration; priced on the H100's scaled by the dense bf16 peak (312 / 989.4 TFLOP/s) and the "
@@ -109,6 +122,8 @@ class Run:
     convention: str  # how the published figure counts FLOPs (TFLOP/s) or tokens
     differences: tuple[tuple[str, str, str], ...] = ()
     overrides: tuple[tuple[str, Any], ...] = ()  # the run's model where it is not the preset
+    virtual_stages: int = 1  # interleaved 1F1B's chunks per pipeline rank, as the source states (``virtual_source``)
+    virtual_source: str = ""
 
     @property
     def flags(self) -> set[str]:
@@ -119,12 +134,13 @@ class Run:
         k = self.global_batch // self.dp // self.micro_batch
         return ParallelLayout(dp=self.dp, zero=self.zero if self.dp > 1 else 0, tp=self.tp,
                               sequence_parallel=self.tp > 1, vocab_parallel=self.tp > 1, pp=self.pp,
-                              micro_batches=k)  # fmt: skip
+                              micro_batches=k, virtual_stages=self.virtual_stages)  # fmt: skip
 
 
-def _tt(name, gpus, dp, tp, pp, seq, b, gbs, ck, pck, tps, diffs, model="llama-3.1-8b", source=TT_2412, cp=1):
+def _tt(name, gpus, dp, tp, pp, seq, b, gbs, ck, pck, tps, diffs, model="llama-3.1-8b", source=TT_2412, cp=1, v=1):
     return Run(name, source, model, CALIBRATED, "H100 HBM2e 96 GB, 500 W (Grand Teton)", gpus, dp, 3, tp, pp, cp,
-               seq, b, gbs, ck, pck, tps, "tokens/s/GPU", "TPS/GPU read at step 90" if source == TT_2412 else "tokens/sec per GPU", (POWER, *diffs))  # fmt: skip
+               seq, b, gbs, ck, pck, tps, "tokens/s/GPU", "TPS/GPU read at step 90" if source == TT_2412 else "tokens/sec per GPU", (POWER, *diffs),
+               virtual_stages=v, virtual_source=TT_VIRTUAL if v > 1 else "")  # fmt: skip
 
 
 LLAMA2_7B = (("vocab_size", 32000), ("num_kv_heads", 32), ("d_ff", 11008), ("context_length", 4096))
@@ -160,7 +176,7 @@ RUNS = (
     _tt("TT T5 405B FSDP 8 TP 8 PP 8, 1F1B", 512, 8, 8, 8, 8192, 1, 256, "full", "full", 100,
         (COMPILE, FLOAT8, ASYNC_TP), model="llama-3.1-405b"),
     _tt("TT T5 405B FSDP 8 TP 8 PP 8, interleaved 1F1B", 512, 8, 8, 8, 8192, 1, 256, "full", "full", 128,
-        (COMPILE, FLOAT8, ASYNC_TP, INTERLEAVED), model="llama-3.1-405b"),
+        (COMPILE, FLOAT8, ASYNC_TP), model="llama-3.1-405b", v=2),
     # torchtitan async TP, 2025-06: bf16 rows (vanilla and async TP), torch.compile on
     _tt("TT async-TP 70B FSDP 32 TP 8, bf16", 256, 32, 8, 1, 8192, 16, 512, "full", "full", 597.3, (COMPILE,),
         model="llama-3.1-70b", source=TT_ASYNC),
@@ -195,11 +211,11 @@ RUNS = (
     Run("NeMo LLAMA2-7B 8 GPUs", NEMO_2407, "llama-3-8b", CALIBRATED, "DGX-H100", 8, 8, 1, 1, 1, 1, 4096, 1, 128,
         "none", "not stated (none taken)", 16847, "tokens/s/GPU", NEMO, (FP8, NEMO_OVERLAP), LLAMA2_7B),
     Run("NeMo LLAMA2-13B 16 GPUs PP 4 VP 10", NEMO_2407, "llama-3-8b", CALIBRATED, "DGX-H100", 16, 4, 1, 1, 4, 1,
-        4096, 1, 128, "none", "not stated (none taken)", 8646, "tokens/s/GPU", NEMO, (FP8, NEMO_OVERLAP, INTERLEAVED),
-        LLAMA2_13B),
+        4096, 1, 128, "none", "not stated (none taken)", 8646, "tokens/s/GPU", NEMO, (FP8, NEMO_OVERLAP), LLAMA2_13B,
+        virtual_stages=10, virtual_source=NEMO_2407 + ", column VP"),
     Run("NeMo LLAMA2-70B 64 GPUs TP 4 PP 4 VP 20", NEMO_2407, "llama-3.1-70b", CALIBRATED, "DGX-H100", 64, 4, 1, 4,
         4, 1, 4096, 1, 128, "none", "not stated (none taken)", 1707, "tokens/s/GPU", NEMO,
-        (FP8, NEMO_OVERLAP, INTERLEAVED), LLAMA2_70B),
+        (FP8, NEMO_OVERLAP), LLAMA2_70B, virtual_stages=20, virtual_source=NEMO_2407 + ", column VP"),
     Run("NeMo LLAMA3-8B 8 GPUs CP 2", NEMO_2407, "llama-3-8b", CALIBRATED, "DGX-H100", 8, 4, 1, 1, 1, 2, 8192, 1, 128,
         "none", "not stated (none taken)", 12036, "tokens/s/GPU", NEMO, (FP8, NEMO_OVERLAP, CP)),
 )  # fmt: skip
@@ -344,7 +360,9 @@ def compare(run: Run) -> dict[str, Any]:
     row["excluded_because"] = ", ".join(out)
     row["differences"] = "; ".join(f"({d or '?'}) {w}" for _, d, w in run.differences)
     row["cause"] = cause(run, row)
-    row["source"] = run.source
+    row["source"] = run.source + (
+        f"; {lay.virtual_stages} virtual stages: {run.virtual_source}" if run.virtual_source else ""
+    )
     return row
 
 
@@ -358,8 +376,8 @@ def cause(run: Run, row: dict[str, Any]) -> str:
     under-predict), then the terms of our prediction that could carry the error, from ``SHARE`` of it on.  Over-
     predicted: the fused attention's share of the calibrated compute (priced at the calibration's torch flash
     kernel).  Under-predicted: the memory-bound kernels' share (each priced as a kernel of its own; a fusing stack
-    runs fewer), the TP collectives counted exposed, the 1F1B bubble, data-parallel collectives longer than the
-    compute (all-gathers of the fp32 parameters over ``plan``'s links)."""
+    runs fewer), the TP collectives counted exposed, the 1F1B bubble, the pipeline's sends counted exposed,
+    data-parallel collectives longer than the compute (all-gathers of the fp32 parameters over ``plan``'s links)."""
     error = row["error"]
     if error is None:
         return "not predicted: " + "; ".join(w for f, _, w in run.differences if f == "cp")
@@ -379,6 +397,8 @@ def cause(run: Run, row: dict[str, Any]) -> str:
         parts.append(f"TP collectives counted exposed: {100 * row['tp_comm_s'] / step:.0f} % of the step")
     if error < 0 and row["bubble"] >= SHARE / 2:
         parts.append(f"1F1B bubble {100 * row['bubble']:.0f} % of the compute")
+    if error < 0 and row["pp_comm_s"] / step >= SHARE / 2:  # v-fold under an interleaved schedule
+        parts.append(f"pipeline sends counted exposed: {100 * row['pp_comm_s'] / step:.0f} % of the step")
     if error < 0 and row["dp_comm_s"] > compute:
         link = "NVLink" if run.gpus <= GPUS_PER_NODE else f"{DEFAULT_INTERNODE // 10**9} GB/s per GPU between nodes"
         parts.append(

@@ -203,22 +203,28 @@ def param_groups(model) -> list[dict]:
 
 
 def build_rank(
-    cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, device_type: str = "cpu", stage: int = 0
+    cfg: ModelConfig,
+    setup: TrainingSetup,
+    layout: ParallelLayout,
+    device_type: str = "cpu",
+    stage: int = 0,
+    meshes: Meshes | None = None,
 ) -> tuple[object, Meshes]:
     """(model, meshes) of this rank, built on meta and parallelized over meshes of ``device_type``
     ("cpu", or "cuda" for the plain run on a GPU); not yet materialised.  Under pipeline parallel the
-    model is first pruned to stage ``stage`` (``measure.pipeline.stage_module``), then sharded."""
+    model is first pruned to stage ``stage`` of the model's ``layout.stages`` (an interleaved rank's chunk:
+    ``measure.pipeline.stage_module``), then sharded; ``meshes``: the job's, built once for a rank's chunks."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     from ..model import build_model
 
-    meshes = job_meshes(layout, device_type)
+    meshes = meshes or job_meshes(layout, device_type)
     dp_mesh, tp_mesh = meshes.dp, meshes.tp
     model = build_model(cfg, "meta", setup=setup)
     if layout.pp > 1:
         from .pipeline import stage_module
 
-        stage_module(model, cfg, layout.pp, stage)
+        stage_module(model, cfg, layout.stages, stage)
         model.sequence_shards = layout.tp if layout.sequence_parallel else 1
     if tp_mesh is not None:
         apply_tensor_parallel(model, tp_mesh, layout)

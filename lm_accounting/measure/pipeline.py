@@ -144,6 +144,8 @@ def measure_stage_rank(
     from ..analytic.parallel import model_states
     from .parallelize import build_rank
 
+    if layout.virtual_stages > 1:  # interleaved 1F1B: ``stage`` is the pipeline rank
+        return measure_interleaved_rank(cfg, seq, batch, setup, layout, stage, dp_rank)
     _check(cfg, seq, batch, setup, layout, stage)
     if dp_rank is None:
         dp_rank = model_states(cfg, setup, layout, stage=stage).rank if layout.zero == 1 else 0  # ZeRO-1: the worst
@@ -269,4 +271,161 @@ def _phases(stage, tracker, comms):
             return run(*args, **kwargs)
 
         stage.backward_one_chunk = first_backward
+        yield stack
+
+
+def measure_interleaved_rank(
+    cfg: ModelConfig,
+    seq: int,
+    batch: int,
+    setup: TrainingSetup,
+    layout: ParallelLayout,
+    rank: int = 0,
+    dp_rank: int | None = None,
+) -> RankMeasurement:
+    """Pipeline rank ``rank`` (data-parallel rank ``dp_rank``, default ``analytic.pipeline.interleaved_dp_rank``;
+    TP rank 0) of an interleaved 1F1B job (``layout.virtual_stages`` v > 1; alone or beside DDP, ZeRO-1,
+    FSDP2 or TP with or without SP and vocab parallel): v ``PipelineStage``s, one per chunk (model stages
+    rank, rank + pp, ...: ``ParallelLayout.chunks``, each the live model pruned to its blocks over pp·v
+    stages, as torchtitan's ``pipeline_module_split`` builds its model parts, then parallelized:
+    ``build_rank`` over the job's one mesh), driven by torch's ``ScheduleInterleaved1F1B`` over
+    ``layout.micro_batches``, then one AdamW (ZeRO-1: ``ZeroRedundancyOptimizer``) per chunk (torchtitan's
+    ``OptimizersContainer``: one optimizer per model part), under ``RankTracker``.  Phases as ``measure_stage_rank``'s: "forward" until the rank's first
+    ``backward_one_chunk`` (of any chunk), "backward" the rest of the schedule, "optimizer_step" the AdamW
+    steps + zero_grad.  ``rank`` of the result is the pipeline rank."""
+    from ..analytic.pipeline import interleaved_dp_rank
+    from .parallelize import build_rank, job_meshes
+
+    layout.check(cfg, seq)
+    if layout.virtual_stages == 1 or layout.ep > 1:
+        raise AccountingError(
+            "an interleaved pipeline rank is measured with virtual stages, alone or beside data and tensor "
+            "parallel (not expert parallel)"
+        )
+    if layout.tp > 1 and layout.dp > 1 and not layout.fsdp:
+        raise AccountingError("DDP and ZeRO-1 with tensor parallel are analytic only (torch's DDP takes no DTensor)")
+    if not 0 <= rank < layout.pp:
+        raise AccountingError(f"pipeline rank {rank} is outside the {layout.pp} ranks")
+    if parameter_count(cfg) > REAL_RUN_PARAMS:
+        raise AccountingError(f"a real-tensor run is limited to {REAL_RUN_PARAMS:,} parameters")
+    from ..analytic.pipeline import interleaved_rank_step
+    from ..model import random_tokens
+
+    ids = (("the step's token ids", "micro-batches·B·S", layout.micro_batches * batch * seq, 8),)
+    what = "this pipeline rank's step (real CPU tensors)"
+    check_live_run(cfg, seq, batch, "meta", what, training=True, dtype=setup.param_dtype, extra_tensors=ids)
+    need = interleaved_rank_step(cfg, seq, batch, setup, layout, rank, "traced")[0].peak
+    check_live_run(cfg, seq, batch, "cpu", what, training=True, dtype=setup.param_dtype, need=need)
+
+    lay, S = layout.as_chunks(), layout.stages
+    if dp_rank is None:  # ZeRO-1: the worst (of the chunks' own worst ones)
+        dp_rank = interleaved_dp_rank(cfg, setup, layout, rank)
+    if not 0 <= dp_rank < layout.dp:
+        raise AccountingError(f"data-parallel rank {dp_rank} is outside the {layout.dp} ranks")
+    init_fake_group(layout.world, (rank * layout.dp + dp_rank) * layout.tp)
+    torch.manual_seed(0)
+    meshes = job_meshes(layout)
+    tracker = RankTracker()
+    models, opts, stages = [], [], []
+    with tracker:
+        for c in layout.chunks(rank):
+            model = build_rank(cfg, setup, layout, stage=c, meshes=meshes)[0]
+            _materialise(model, cfg, layout)
+            train, opt = data_parallel(model, layout, meshes.dp, setup)
+            models.append(model)
+            opts.append(opt)
+            inputs, outputs = _stage_metas(cfg, seq, batch, setup, lay, c)
+            stages.append(
+                _static_peer_stage()(
+                    train,
+                    c,
+                    S,
+                    torch.device("cpu"),
+                    input_args=inputs,
+                    output_args=outputs,
+                    group=meshes.pp.get_group(),
+                )
+            )
+        first, last = 0 in layout.chunks(rank), S - 1 in layout.chunks(rank)
+        rows = batch * layout.micro_batches
+        args = (random_tokens(cfg, rows, seq, device="cpu", seed=0),) if first else ()
+        target = random_tokens(cfg, rows, seq, device="cpu", seed=1) if last else None
+    baseline = tracker.live_bytes("cpu")
+    from torch.distributed.pipelining import ScheduleInterleaved1F1B
+
+    from ..model import cross_entropy
+    from .attention_flops import install
+    from .distributed import vocab_parallel_cross_entropy
+
+    loss = vocab_parallel_cross_entropy if layout.vocab_parallel else cross_entropy
+    schedule = ScheduleInterleaved1F1B(stages, layout.micro_batches, loss_fn=loss)
+    install()  # FLOP formulas for the CPU flash kernels (FlopCounterMode's registry counts them as 0)
+    comms, flops = CollectiveRecorder(), LocalFlops()
+    with tracker, comms, flops, _recorded_stage_p2p(stages) as p2p:
+        with _phases_multi(stages, tracker, comms) as step, _loss_parallel(layout):
+            schedule.step(*args, target=target, return_outputs=False)
+            step.close()
+        grads = _storage_bytes(p.grad for m in models for p in m.parameters())
+        comms.phase = "optimizer_step"
+        with flops_off(flops), tracker.phase("optimizer_step"):
+            for opt in opts:
+                opt.step()
+            for opt in opts:
+                opt.zero_grad(set_to_none=True)
+    step = StepMemory(baseline, **tracker.phase_table("cpu"))
+    sent = comms.totals() | ({"send_recv": (len(p2p), sum(p2p))} if p2p else {})
+    params = _storage_bytes(p for m in models for p in m.parameters())
+    optimizer = sum(optimizer_state_bytes(o) for o in opts)
+    return RankMeasurement(rank, params, grads, optimizer, step, sent, flops.total, calls=tuple(comms.calls))
+
+
+@contextlib.contextmanager
+def _recorded_stage_p2p(stages):
+    """The bytes of every send and receive the stages' ``get_{fwd,bwd}_{send,recv}_ops`` hand the schedule
+    (``_PipelineScheduleRuntime`` posts them through ``_batch_p2p`` without a description)."""
+    sizes, names = [], ("get_fwd_send_ops", "get_bwd_send_ops", "get_fwd_recv_ops", "get_bwd_recv_ops")
+    real = {(id(st), n): getattr(st, n) for st in stages for n in names}
+
+    def recorded(run):
+        def ops(*args, **kwargs):
+            out = run(*args, **kwargs)
+            sizes.extend(op.tensor.numel() * op.tensor.element_size() for op in out)
+            return out
+
+        return ops
+
+    for st in stages:
+        for n in names:
+            setattr(st, n, recorded(real[id(st), n]))
+    try:
+        yield sizes
+    finally:
+        for st in stages:
+            for n in names:
+                setattr(st, n, real[id(st), n])
+
+
+@contextlib.contextmanager
+def _phases_multi(stages, tracker, comms):
+    """``_phases`` over several stages: "forward" until the first ``backward_one_chunk`` of any of them."""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(tracker.phase("forward"))
+        runs = {id(st): st.backward_one_chunk for st in stages}
+
+        def restore():
+            for st in stages:
+                st.backward_one_chunk = runs[id(st)]
+
+        def hooked(st):
+            def first_backward(*args, **kwargs):
+                restore()
+                stack.close()
+                stack.enter_context(tracker.phase("backward"))
+                comms.phase = "backward"
+                return runs[id(st)](*args, **kwargs)
+
+            return first_backward
+
+        for st in stages:
+            st.backward_one_chunk = hooked(st)
         yield stack

@@ -184,7 +184,23 @@ def parallel_view(r: ParallelMemory) -> View:
             + f".  On CUDA streams one rank was {CUDA.phrase('parallel')}."
         ),
     ]
-    if lay.pp > 1 and not r.peaks_exact:
+    if lay.virtual_stages > 1:
+        footer = [  # not run on the fake process group: no proof line
+            (
+                f"Interleaved 1F1B, {lay.virtual_stages} chunks per pipeline rank (model stages rank + j·{lay.pp}):"
+                " model states, baseline, receive buffers, FLOPs and sends/receives are each chunk's exact rule"
+                " summed; "
+                + (
+                    "every phase replayed along torch's ScheduleInterleaved1F1B order, byte-exact against the"
+                    " rank's PipelineStages on the fake process group (alone, beside DDP, ZeRO-1 or TP)."
+                    if r.peaks_exact
+                    else "the peaks an ESTIMATE for this layout (beside FSDP2 with v <= 3 replayed along the"
+                    " runtime's UNSHARD and REDUCE_GRAD actions, equal to the measured ranks' but for a baseline"
+                    " gap; elsewhere the chunks' saved activations in flight along the interleaved order)."
+                )
+            )
+        ]
+    elif lay.pp > 1 and not r.peaks_exact:
         footer.append(
             "The stage peaks are estimates: baseline, receive buffers, k saved micro-batches and the gradients"
             " (each backward's transient left out)."
@@ -197,7 +213,8 @@ def parallel_view(r: ParallelMemory) -> View:
         )
     if r.measured is not None and lay.pp > 1:
         footer.append(
-            f"Measured: pipeline stage {r.measured.rank} under torch's PipelineStage + Schedule1F1B on the fake"
+            f"Measured: pipeline {'rank' if lay.virtual_stages > 1 else 'stage'} {r.measured.rank} under torch's"
+            f" PipelineStage + {'ScheduleInterleaved1F1B' if lay.virtual_stages > 1 else 'Schedule1F1B'} on the fake"
             " process group: its model states, phases, collectives, sends and receives, and the matmul FLOPs of"
             " its m micro-batches."
         )

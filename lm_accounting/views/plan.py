@@ -76,7 +76,7 @@ def plan_view(p: Plan) -> View:
             "step = max(compute, data-parallel comm) + TP comm + EP all-to-alls + pipeline point-to-point:"
             " data-parallel collectives ASSUMED overlapped with compute, TP/SP and EP collectives not; compute = the"
             " busiest GPU's micro-batches priced op by op on the GPU's calibration (the TP-local model's GEMMs,"
-            " fused attention, memory-bound kernels), × the 1F1B bubble (k + pp − 1)/k, + its AdamW step.  MFU:"
+            " fused attention, memory-bound kernels), × the 1F1B bubble (k + pp − 1)/k, (k·v + pp − 1)/(k·v) with v virtual stages, + its AdamW step.  MFU:"
             " model FLOPs (3 × forward matmuls, attention's full square, no recompute) / (step × GPUs × bf16 peak);"
             " HFU: the busiest GPU's hardware FLOPs (recompute included) / (step × peak)."
         ),
