@@ -338,8 +338,14 @@ def fsdp_compute_setup(setup: TrainingSetup, layout: ParallelLayout) -> Training
     pure-bf16 model (plus ``fsdp_amp_extra``; a mixture of experts keeps its routing from exp on and
     its weighted sum in fp32, cast back to the bf16 residual stream: ``replay._moe_mixed``)."""
     if layout.fsdp and setup.autocast and layout.dp > 1:
-        return dataclasses.replace(setup, precision="bf16")
+        return pure_bf16(setup)
     return setup
+
+
+@lru_cache(maxsize=64)
+def pure_bf16(setup: TrainingSetup) -> TrainingSetup:
+    """``setup`` in pure bf16 (one object per setup: the planner asks for it tens of thousands of times)."""
+    return dataclasses.replace(setup, precision="bf16")
 
 
 def fsdp_amp_extra(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup) -> int:
