@@ -1660,7 +1660,8 @@ def _nemotron(f: _Fields) -> dict[str, Any]:
     ``+ 1`` is d adds per call, not modelled), ``norm_eps``, a 2-matrix MLP (``up_proj``, ``down_proj``) with
     ``hidden_act`` (``relu2``: squared ReLU), ``attention_bias`` on q/k/v/o, ``mlp_bias``, RoPE on the first
     ``int(head_dim · partial_rotary_factor)`` of each head (the class's 0.5; ``rot_dim = cos.shape[-1]``, not
-    sliced), an untied head by default."""
+    sliced), an untied head by default.  ``num_key_value_heads`` is required: ``NemotronConfig`` leaves it None and
+    ``NemotronAttention`` divides by it, so transformers cannot build a file without it."""
     out = {
         **_common(f, tie_default=False, partial=True),
         "norm_eps": f.number("norm_eps", 1e-5),
@@ -1670,6 +1671,11 @@ def _nemotron(f: _Fields) -> dict[str, Any]:
         "mlp_bias": f.bool("mlp_bias", False),
         **_relu_mlp(f, "hidden_act", "relu2"),
     }
+    if out["num_kv_heads"] is None:
+        raise f.error(
+            "field 'num_key_value_heads' is required for nemotron (NemotronAttention divides by it; the class's "
+            "None cannot build)"
+        )
     return {**out, **_rotary(f, out, 0.5)}
 
 
