@@ -295,6 +295,7 @@ LIVE = {
     ),
     "nemotron": dict(norm="layernorm", mlp="relu2", num_kv_heads=2, rotary_dim=4),
 }
+# test_ops_course.BASE has head_dim 10: rotary_dim 4 of 10 (partial), 6 KV-grouped heads over 2
 
 
 @pytest.mark.parametrize("live", LIVE)
@@ -327,14 +328,29 @@ def test_live_mlps_compute_transformers_activations():
         torch.testing.assert_close(mlp(x), proj(ACT2FN[act](fc(x))))
 
 
-def test_course_program_names_the_mlps_it_does_not_model():
-    from lm_accounting.analytic.ops import unsupported
+@pytest.mark.parametrize("live", LIVE)
+def test_course_program_equals_the_live_model(live):
+    """The op library's program of our model (``analytic/ops/course``: ``relu`` saves its result, squared ReLU's
+    pow saves its input, the same tensor) against the storage tracker on the live model, phase by phase, byte for
+    byte: every checkpointing, precision and attention once, and amp-bf16 (the pow upcast to fp32), B = 1 to 3."""
+    from test_ops_course import BASE, assert_same, sample
+
+    from lm_accounting.analytic.ops import predict_step, unsupported
+    from lm_accounting.measure.memory import measure_step
     from lm_accounting.setup import TrainingSetup
 
-    for live, options in LIVE.items():
-        cfg = ModelConfig(**TINY, **options, name=f"tiny-{live}")
-        text = " ".join(unsupported(cfg, TrainingSetup(), "course"))
-        assert f"{options['mlp']} MLP" in text and "OPT's and Nemotron's" in text
+    options = {**LIVE[live], "max_position_embeddings": 20} if live == "opt" else LIVE[live]
+    cfg = ModelConfig(**{**BASE, **options}, name=live)
+    amp = [
+        TrainingSetup(attention=a, checkpoint=c, precision="amp-bf16")
+        for a in ("naive", "sdpa")
+        for c in ("none", "full")
+    ]
+    for setup in [*sample(live), *amp]:
+        assert unsupported(cfg, setup, "course") == []
+        for batch in (1, 2, 3):
+            predicted = predict_step(cfg, 8, setup, impl="course", batch=batch).at(batch)
+            assert_same(measure_step(cfg, 8, batch, setup=setup), predicted, f"{live} {setup.label} B={batch}")
 
 
 def test_memory_of_a_relu_config_json_is_model_states_only(run_cli, tmp_path):

@@ -224,10 +224,11 @@ class ReluMLP(GeluMLP):
 
 class Relu2MLP(GeluMLP):
     """``proj(ReLU(fc x)²)``: Nemotron's ``up_proj``/``down_proj`` with ``relu2`` (transformers' activations.py,
-    ``ReLUSquaredActivation``: ``torch.square(relu(x))``)."""
+    ``ReLUSquaredActivation``: ``torch.square(relu(x))``, which ATen runs as ``pow(x, 2)``; written as the pow so
+    that the autocast emulation upcasts it as CUDA's autocast does, ``pow`` being an fp32 op)."""
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.proj(torch.square(F.relu(self.fc(x))))
+        return self.proj(torch.pow(F.relu(self.fc(x)), 2))
 
 
 class RotaryPositionalEmbedding(nn.Module):

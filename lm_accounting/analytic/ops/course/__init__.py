@@ -27,7 +27,7 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
     later = [u for u in cfg.unsupported_for_replay() if u in NOT_PROGRAMMED]
     if later:
         out.append(
-            f"{', '.join(later)} (gpt-oss's, Qwen2-MoE's, OLMo's, BLOOM's, Cohere's, Phi's, OPT's and Nemotron's pieces: "
+            f"{', '.join(later)} (gpt-oss's, Qwen2-MoE's, OLMo's, BLOOM's, Cohere's and Phi's pieces: "
             "not in the course program yet)"
         )
     return out
@@ -47,8 +47,6 @@ NOT_PROGRAMMED = (
     "router bias",
     "shared-expert gate",
     "clamped SwiGLU experts",
-    "relu MLP",
-    "relu2 MLP",
 )
 """Architecture options (``ModelConfig.unsupported_for_replay``) the course program does not transliterate yet."""
 
