@@ -787,6 +787,8 @@ class ModelConfig:
             return "parallel block (GPT-J, GPT-NeoX, Phi, Cohere, Falcon-style)"
         if self.positions == "learned" and self.norm == "layernorm" and self.mlp == "gelu":
             return "GPT-2"
+        if self.mlp in ("relu", "relu2"):
+            return "OPT-style (ReLU MLP)" if self.mlp == "relu" else "Nemotron-style (squared-ReLU MLP)"
         if self.norm_placement == "sandwich":
             return "Gemma 2/3-style"
         if self.norm_placement == "post":

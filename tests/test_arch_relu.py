@@ -210,6 +210,7 @@ def test_activation_conventions():
         assert not {"layers.*.ffn.gelu", "layers.*.ffn.silu", "layers.*.ffn.gate"} & set(nm.totals())
     assert "layers.*.ffn.relu2" not in nm_opt.totals() and "layers.*.ffn.relu" not in nm_nem.totals()
     assert nm_opt["position_embeddings"].total == S * 64 and "layers.*.attn.rope" in nm_nem.totals()
+    assert (opt.family, nem.family) == ("OPT-style (ReLU MLP)", "Nemotron-style (squared-ReLU MLP)")
     assert (opt.architecture, nem.architecture) == (
         "pre-LayerNorm · ReLU MLP · learned positions · biases qkv/out/mlp",
         "pre-LayerNorm · squared-ReLU MLP · RoPE (first 8 of 16)",
