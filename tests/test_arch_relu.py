@@ -9,7 +9,10 @@ half of each head (``partial_rotary_factor`` 0.5), no biases by default.
 
 Method as tests/test_transformers_truth.py: transformers' model on meta, eager attention, parameters by name
 (tests/hf_components.py), FlopCounterMode at two lengths, component by component; facebook/opt-125m's
-config.json is written out below (offline machine) and its total is computed by hand.
+config.json is written out below (offline machine) and its total is computed by hand.  Our live model runs both
+MLPs (crosscheck on meta and cpu) and the course program replays them byte for byte against its storage tracker.
+Known limit: OPT's table has max_position_embeddings + 2 rows and ``position_rows`` is that, so a context of
+max_position_embeddings + 1 or + 2 tokens is accepted though transformers' OPT runs only max_position_embeddings.
 """
 
 import json
