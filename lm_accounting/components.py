@@ -225,7 +225,8 @@ def _gated(cfg: ModelConfig) -> bool:
 
 
 def _gelu_mlp(cfg: ModelConfig) -> bool:
-    return cfg.mlp == "gelu"
+    """The 2-matrix MLP (fc, proj): GELU, ReLU or squared ReLU (``config.ARCHITECTURE_CHOICES``)."""
+    return not cfg.gated_mlp
 
 
 def _qkv_bias(cfg: ModelConfig) -> bool:
@@ -519,7 +520,7 @@ def _gated_bias(cfg: ModelConfig) -> bool:
 
 
 def _gelu_bias(cfg: ModelConfig) -> bool:
-    return cfg.mlp == "gelu" and cfg.mlp_bias
+    return not cfg.gated_mlp and cfg.mlp_bias
 
 
 _LN1, _LN2, _LN_FINAL, _POST, _LN_EMBED = (_norm(lambda z: z.cfg.d_model) for _ in range(5))
@@ -949,8 +950,24 @@ REGISTRY: tuple[Component, ...] = (
         "GELU (tanh approximation)",
         "ffn",
         layers=DENSE_LAYERS,
-        present=lambda cfg: cfg.mlp != "swiglu",
+        present=lambda cfg: cfg.mlp in ("geglu", "gelu"),
         elementwise=Formula(lambda z: fl.gelu_flops(z.T, z.cfg.d_ff), "9·T·d_ff"),
+    ),
+    Component(
+        "layers.*.ffn.relu",
+        "ReLU",
+        "ffn",
+        layers=DENSE_LAYERS,
+        present=lambda cfg: cfg.mlp == "relu",
+        elementwise=Formula(lambda z: fl.relu_flops(z.T, z.cfg.d_ff), "T·d_ff"),
+    ),
+    Component(
+        "layers.*.ffn.relu2",
+        "squared ReLU",
+        "ffn",
+        layers=DENSE_LAYERS,
+        present=lambda cfg: cfg.mlp == "relu2",
+        elementwise=Formula(lambda z: fl.relu_flops(z.T, z.cfg.d_ff, squared=True), "2·T·d_ff"),
     ),
     Component(
         "layers.*.ffn.gate",

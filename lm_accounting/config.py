@@ -556,7 +556,8 @@ class ModelConfig:
 
     @property
     def gated_mlp(self) -> bool:
-        """Three FFN matrices (w1 gate, w3 up, w2 down) for SwiGLU/GeGLU; two (fc, proj) for the GELU MLP."""
+        """Three FFN matrices (w1 gate, w3 up, w2 down) for SwiGLU/GeGLU; two (fc, proj) for the GELU, ReLU and
+        squared-ReLU MLPs."""
         return self.mlp in ("swiglu", "geglu")
 
     @property
@@ -694,7 +695,7 @@ class ModelConfig:
         norm = {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}[self.norm]
         parts = [
             {"pre": f"pre-{norm}", "sandwich": f"sandwich {norm}", "post": f"post-{norm}"}[self.norm_placement],
-            {"swiglu": "SwiGLU", "geglu": "GeGLU", "gelu": "GELU MLP"}[self.mlp],
+            MLP_NAMES[self.mlp],
             {"rope": "RoPE", "learned": "learned positions", "alibi": "ALiBi"}[self.positions],
         ]
         if self.partial_rotary:
@@ -786,6 +787,8 @@ class ModelConfig:
             return "parallel block (GPT-J, GPT-NeoX, Phi, Cohere, Falcon-style)"
         if self.positions == "learned" and self.norm == "layernorm" and self.mlp == "gelu":
             return "GPT-2"
+        if self.mlp in ("relu", "relu2"):
+            return "OPT-style (ReLU MLP)" if self.mlp == "relu" else "Nemotron-style (squared-ReLU MLP)"
         if self.norm_placement == "sandwich":
             return "Gemma 2/3-style"
         if self.norm_placement == "post":
@@ -831,7 +834,7 @@ class)."""
 ARCHITECTURE_CHOICES: dict[str, tuple[str, ...]] = {
     "norm": ("rmsnorm", "layernorm"),
     "norm_placement": ("pre", "sandwich", "post"),
-    "mlp": ("swiglu", "geglu", "gelu"),
+    "mlp": ("swiglu", "geglu", "gelu", "relu", "relu2"),
     "positions": ("rope", "learned", "alibi"),
     "qk_norm_scope": ("head", "projection", "head_weights"),
     "parallel_block": ("none", "one_norm", "two_norms"),
@@ -843,7 +846,9 @@ ARCHITECTURE_CHOICES: dict[str, tuple[str, ...]] = {
   on each sublayer's output, ``x + norm(f(norm(x)))`` (Gemma 2/3); ``post`` = ``x + norm(f(x))``, no pre-norm
   (OLMo-2).
 * ``mlp``: ``swiglu`` = ``W2(SiLU(W1 x) ⊙ W3 x)``; ``geglu`` = the same with GELU (tanh approximation,
-  Gemma's ``gelu_pytorch_tanh``); ``gelu`` = the 2-matrix ``proj(GELU(fc x))`` of GPT-2.
+  Gemma's ``gelu_pytorch_tanh``); ``gelu`` = the 2-matrix ``proj(GELU(fc x))`` of GPT-2; ``relu`` = the same with
+  ReLU (OPT's ``fc1``/``fc2``, transformers' models/opt); ``relu2`` = the same with squared ReLU, ``ReLU(x)²`` (So et
+  al. 2021, "Primer"; Nemotron's ``up_proj``/``down_proj``, transformers' ``ReLUSquaredActivation``).
 * ``positions``: ``rope`` (no parameters), ``learned`` (a ``max_position_embeddings x d_model`` table added
   to the token embeddings, GPT-2) or ``alibi`` (Press et al. 2022: head i adds ``m_i · j`` to its score for key
   j, no parameters; BLOOM, transformers' ``build_alibi_tensor``).
@@ -872,6 +877,10 @@ CTRL's; a tied head shares its weight only).  ``rotary_dim`` (partial rotary; GL
 StableLM): RoPE rotates the first ``rotary_dim`` dimensions of each Q and K head (even, at most ``head_dim``; None:
 all), the rest pass through and are concatenated back (``Glm4MoeAttention``: ``q_rot``/``q_pass``); no parameter,
 no matmul."""
+
+
+MLP_NAMES = {"swiglu": "SwiGLU", "geglu": "GeGLU", "gelu": "GELU MLP", "relu": "ReLU MLP", "relu2": "squared-ReLU MLP"}
+"""Each ``mlp`` value in words (``ModelConfig.architecture``)."""
 
 
 MOE_DEFAULTS: dict[str, Any] = {

@@ -13,7 +13,8 @@ The rules:
   HunYuan-MoE, IQuest-Coder, Sarvam-M, Youtu, VaultGemma, HyperCLOVA X, GLM-4.7-Flash, StarCoder2, GPTBigCode;
   GPT-SW3 as GPT-2), and new pieces (gpt_oss, qwen2_moe, olmo, bloom, ernie4_5_moe; partial rotary: glm4_moe,
   minimax_m2, glm4, glm, stablelm; Gated DeltaNet hybrids: qwen3_next, qwen3_5_text, qwen3_5_moe_text; parallel
-  attention + MLP blocks: cohere, cohere2, phi, gpt_neox, gptj, falcon, tests/test_arch_parallel_block.py), each proven
+  attention + MLP blocks: cohere, cohere2, phi, gpt_neox, gptj, falcon, tests/test_arch_parallel_block.py; ReLU-family
+  MLPs: opt, nemotron, tests/test_arch_relu.py), each proven
   in tests/test_hf_zoo.py and listed in docs/model_types.md.  A multimodal wrapper
   with a ``text_config`` (``WRAPPERS``: Gemma 3's ``gemma3``, Mistral 3's ``mistral3``, Kimi K2.5's ``kimi_k25``,
   Qwen3.5's ``qwen3_5`` and ``qwen3_5_moe``)
@@ -153,6 +154,8 @@ SUPPORTED_MODEL_TYPES = (
     "gpt_neox",
     "gptj",
     "falcon",
+    "opt",
+    "nemotron",
 )
 
 
@@ -311,6 +314,7 @@ IGNORED_BY_TYPE = {
     "olmo": frozenset(["clip_qkv"]),
     "bloom": frozenset(["pretraining_tp", "slow_but_exact"]),
     "gpt_neox": frozenset(["classifier_dropout"]),
+    "opt": frozenset(["dropout", "layerdrop", "init_std"]),
     "ernie4_5_moe": frozenset(["moe_norm_min", "output_router_logits", "router_aux_loss_coef"]),
     "glm4_moe": frozenset(_DEEPSEEK_ROUTING),
     "minimax_m2": frozenset(["output_router_logits", "router_aux_loss_coef", "router_jitter_noise"]),
@@ -1595,6 +1599,87 @@ def _falcon(f: _Fields) -> dict[str, Any]:
     }
 
 
+# -- ReLU-family MLPs (``mlp = relu``, ``relu2``): OPT and Nemotron -----------------------------------------------
+OPT_POSITION_OFFSET = 2
+"""``OPTLearnedPositionalEmbedding`` (models/opt/modeling_opt.py): ``nn.Embedding(num_embeddings + 2, d)``, looked up
+at ``position_ids + 2`` (fairseq's padding offset): the table has ``max_position_embeddings + 2`` rows."""
+
+
+def _relu_mlp(f: _Fields, key: str, default: str) -> dict[str, Any]:
+    """A 2-matrix MLP by its activation: ``relu`` (OPT), ``relu2`` (Nemotron, ``ReLUSquaredActivation``), or any
+    GELU (the same matmuls, ``mlp = gelu``, its name kept in ``hf_activation``)."""
+    act = f.str(key, default)
+    if act in ("relu", "relu2"):
+        return {"mlp": act}
+    if act in GELU_ACTIVATIONS:
+        return {"mlp": "gelu", "hf_activation": act}
+    raise f.error(f"field '{key}' = {short_repr(act)} is not supported: a ReLU, squared-ReLU or GELU MLP")
+
+
+def _opt(f: _Fields) -> dict[str, Any]:
+    """OPT (transformers' models/opt, ``OPTDecoderLayer``): pre-LayerNorm blocks (``do_layer_norm_before``) with
+    gains and biases (none when ``layer_norm_elementwise_affine`` is false), q/k/v/out_proj and ``fc1``/``fc2``
+    with biases when ``enable_bias``, a 2-matrix MLP of ``ffn_dim`` (``activation_function``, ReLU by default),
+    learned positions in a table of ``max_position_embeddings + 2`` rows (``OPT_POSITION_OFFSET``), a final
+    LayerNorm and a head tied by default.  Refused: post-norm blocks (``do_layer_norm_before`` false, OPT-350m:
+    each norm after its residual add, and no final norm), a ``word_embed_proj_dim`` other than ``hidden_size``
+    (OPT-350m's ``project_in``/``project_out``) and ``_remove_final_layer_norm`` (no final norm): lm-accounting
+    models neither."""
+    f.only("do_layer_norm_before", (True,), "pre-norm blocks (OPT-350m's post-norm blocks are not modelled)")
+    f.only("_remove_final_layer_norm", (False,), "a final LayerNorm (OPT's default)")
+    d = f.int("hidden_size")
+    proj = f.int("word_embed_proj_dim", None, allow_none=True)
+    if proj is not None and proj != d:
+        raise f.error(
+            f"field 'word_embed_proj_dim' = {proj} is not supported: embeddings of hidden_size ({d}); "
+            "OPT-350m's project_in/project_out are not modelled"
+        )
+    positions = f.int("max_position_embeddings")
+    bias = f.bool("enable_bias", True)
+    return {
+        "vocab_size": f.int("vocab_size"),
+        "d_model": d,
+        "num_layers": f.int("num_hidden_layers"),
+        "num_heads": f.int("num_attention_heads"),
+        "d_ff": f.int("ffn_dim"),
+        "context_length": positions,
+        "max_position_embeddings": positions + OPT_POSITION_OFFSET,
+        "tie_embeddings": f.bool("tie_word_embeddings", True),
+        "norm": "layernorm",
+        "norm_weights": f.bool("layer_norm_elementwise_affine", True),
+        "qkv_bias": bias,
+        "output_bias": bias,
+        "mlp_bias": bias,
+        **_relu_mlp(f, "activation_function", "relu"),
+        "positions": "learned",
+    }
+
+
+def _nemotron(f: _Fields) -> dict[str, Any]:
+    """Nemotron (transformers' models/nemotron, ``NemotronDecoderLayer``): Llama's pre-norm block with
+    ``NemotronLayerNorm1P`` norms (a LayerNorm with gain and bias applied as ``(1 + w)``: the same parameters; the
+    ``+ 1`` is d adds per call, not modelled), ``norm_eps``, a 2-matrix MLP (``up_proj``, ``down_proj``) with
+    ``hidden_act`` (``relu2``: squared ReLU), ``attention_bias`` on q/k/v/o, ``mlp_bias``, RoPE on the first
+    ``int(head_dim · partial_rotary_factor)`` of each head (the class's 0.5; ``rot_dim = cos.shape[-1]``, not
+    sliced), an untied head by default.  ``num_key_value_heads`` is required: ``NemotronConfig`` leaves it None and
+    ``NemotronAttention`` divides by it, so transformers cannot build a file without it."""
+    out = {
+        **_common(f, tie_default=False, partial=True),
+        "norm_eps": f.number("norm_eps", 1e-5),
+        "norm": "layernorm",
+        "qkv_bias": f.bool("attention_bias", False),
+        "output_bias": f.bool("attention_bias", False),
+        "mlp_bias": f.bool("mlp_bias", False),
+        **_relu_mlp(f, "hidden_act", "relu2"),
+    }
+    if out["num_kv_heads"] is None:
+        raise f.error(
+            "field 'num_key_value_heads' is required for nemotron (NemotronAttention divides by it; the class's "
+            "None cannot build)"
+        )
+    return {**out, **_rotary(f, out, 0.5)}
+
+
 MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "gpt2": _gpt2,
     "llama": _llama,
@@ -1655,6 +1740,8 @@ MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "gpt_neox": _gpt_neox,
     "gptj": _gptj,
     "falcon": _falcon,
+    "opt": _opt,
+    "nemotron": _nemotron,
 }
 assert tuple(MAPPINGS) == SUPPORTED_MODEL_TYPES
 

@@ -169,6 +169,23 @@ DEFINED_FIELDS: dict[str, frozenset[str]] = {
             pad_token_id qk_layernorm use_cache use_parallel_residual use_qkv_bias vocab_size
         """
     ),
+    "opt": WRAPPER_COMMON_FIELDS
+    | _names(
+        """
+            _remove_final_layer_norm activation_function attention_dropout bos_token_id do_layer_norm_before
+            dropout enable_bias eos_token_id ffn_dim hidden_size init_std layer_norm_elementwise_affine layerdrop
+            max_position_embeddings num_attention_heads num_hidden_layers pad_token_id use_cache vocab_size
+            word_embed_proj_dim
+        """
+    ),
+    "nemotron": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id eos_token_id head_dim hidden_act hidden_size
+            intermediate_size max_position_embeddings mlp_bias norm_eps num_attention_heads num_hidden_layers
+            num_key_value_heads pad_token_id use_cache vocab_size
+        """
+    ),
     "bloom": COMMON_FIELDS
     | _names(
         """
@@ -607,6 +624,8 @@ CONFIG_CLASSES = {
     "qwen2_moe": "Qwen2MoeConfig",
     "olmo": "OlmoConfig",
     "bloom": "BloomConfig",
+    "opt": "OPTConfig",
+    "nemotron": "NemotronConfig",
     "ernie4_5_moe": "Ernie4_5_MoeConfig",
     "glm4_moe": "Glm4MoeConfig",
     "minimax_m2": "MiniMaxM2Config",
@@ -761,6 +780,24 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         "moe_layer_end_index": -1,
         "moe_layer_interval": 1,
         "rope_theta": 500000.0,
+    },
+    "opt": {
+        "do_layer_norm_before": True,
+        "_remove_final_layer_norm": False,
+        "activation_function": "relu",
+        "enable_bias": True,
+        "layer_norm_elementwise_affine": True,
+        "tie_word_embeddings": True,
+    },
+    "nemotron": {
+        "num_key_value_heads": None,
+        "head_dim": None,
+        "hidden_act": "relu2",
+        "norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "rope_theta": 10000.0,
     },
     "bloom": {
         "layer_norm_epsilon": 1e-05,

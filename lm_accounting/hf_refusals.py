@@ -49,10 +49,10 @@ REASONS: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "mlp_activation": (
         (
-            "a non-gated MLP with a ReLU-family activation (squared ReLU, ReLU, xIELU), which lm-accounting "
-            "does not model yet (its MLPs: SwiGLU, GeGLU, GELU)"
+            "a non-gated MLP with a ReLU-family activation (squared ReLU, ReLU, xIELU) in a modeling file not "
+            "compared with lm-accounting's yet (its ReLU MLPs: OPT's and Nemotron's)"
         ),
-        _types("nemotron opt arcee apertus nanochat jais2 persimmon"),
+        _types("arcee apertus nanochat jais2 persimmon"),
     ),
     "positions": (
         (

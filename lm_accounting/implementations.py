@@ -93,6 +93,8 @@ HF_CAUSAL_LM = {
     "qwen2_moe": "Qwen2MoeForCausalLM",
     "olmo": "OlmoForCausalLM",
     "bloom": "BloomForCausalLM",
+    "opt": "OPTForCausalLM",
+    "nemotron": "NemotronForCausalLM",
     "ernie4_5_moe": "Ernie4_5_MoeForCausalLM",
     "glm4_moe": "Glm4MoeForCausalLM",
     "minimax_m2": "MiniMaxM2ForCausalLM",

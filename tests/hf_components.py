@@ -29,7 +29,8 @@ def assert_forward_flops_by_component(fwd, counted, our_keys, top, layer_map, pr
         elif module.startswith(prefix) and module.count(".") > 2:
             inner = module[len(prefix) :].partition(".")[2]
             if inner == attention:
-                children = sum(v for k, v in counted.items() if k.startswith(module + ".") and k.count(".") == 4)
+                depth = module.count(".") + 1  # the attention's direct children (OPT's prefix is one level deeper)
+                children = sum(v for k, v in counted.items() if k.startswith(module + ".") and k.count(".") == depth)
                 attention_core += flops - children
             elif inner in layer_map:
                 by_keys[our_keys(module)] += flops

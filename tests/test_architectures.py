@@ -105,7 +105,7 @@ def test_every_shipped_preset_loads_and_new_options_are_named_for_the_replay():
     [
         (dict(norm="batchnorm"), "norm must be one of rmsnorm, layernorm"),
         (dict(norm_placement="middle"), "norm_placement must be one of pre, sandwich, post"),
-        (dict(mlp="relu"), "mlp must be one of swiglu, geglu, gelu"),
+        (dict(mlp="relu3"), "mlp must be one of swiglu, geglu, gelu"),
         (dict(positions="t5"), "positions must be one of rope, learned, alibi"),
         (dict(qk_norm_scope="token", qk_norm=True), "qk_norm_scope must be one of head, projection"),
         (dict(qkv_bias=1), "qkv_bias must be true or false"),

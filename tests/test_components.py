@@ -71,6 +71,8 @@ VARIANTS = {  # every architecture option at least once, in the combinations rea
     "olmo2": dict(norm_placement="post", qk_norm=True, qk_norm_scope="projection", num_kv_heads=2),
     "mistral": dict(sliding_window=8, num_kv_heads=2),
     "layernorm-sandwich-geglu-bias": dict(norm="layernorm", norm_placement="sandwich", mlp="geglu", mlp_bias=True),
+    "opt-relu": dict(norm="layernorm", mlp="relu", mlp_bias=True, positions="learned", max_position_embeddings=66),
+    "nemotron-relu2": dict(norm="layernorm", mlp="relu2", num_kv_heads=2, rotary_dim=4),
 }
 
 

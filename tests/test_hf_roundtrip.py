@@ -38,6 +38,7 @@ from test_arch_parallel_block import CONFIGS as PARALLEL
 from test_arch_qwen2_moe import CONFIGS as QWEN2_MOE
 from test_arch_qwen3_next import CONFIGS as QWEN3_NEXT
 from test_arch_qwen3_next import TINY_CONFIGS as QWEN3_NEXT_TINY
+from test_arch_relu import CONFIGS as RELU
 from test_gpt_oss import CONFIGS as GPT_OSS
 from test_hf_zoo import PUBLISHED, WRAPPED, ZOO
 from test_transformers_truth import CONFIGS
@@ -198,7 +199,11 @@ MOE_MINIMAL = {
     "gpt_oss": {"num_local_experts": 8, "num_experts_per_tok": 2},
     "ernie4_5_moe": {"moe_num_experts": 8, "moe_k": 2, "moe_intermediate_size": 256},
     "gptj": {"rotary_dim": 16},  # the class's 64 exceeds MINIMAL's heads of 32
-    "falcon": {"multi_query": False},  # the class's one K/V head is no num_key_value_heads (test_arch_parallel_block)
+    "falcon": {"multi_query": False},
+    "opt": {"ffn_dim": 1024},  # OPT's MLP width field (test_arch_relu)
+    "nemotron": {
+        "num_key_value_heads": 32
+    },  # the class's None does not build (test_arch_relu)  # the class's one K/V head is no num_key_value_heads (test_arch_parallel_block)
     "qwen2_moe": {
         "num_experts": 8,
         "num_experts_per_tok": 2,
@@ -252,6 +257,7 @@ HUB_FILES = {
     **QWEN3_NEXT,
     **QWEN3_NEXT_TINY,
     **PARALLEL,
+    **RELU,
 }
 
 

@@ -23,6 +23,7 @@ from test_arch_olmo import CONFIGS as OLMO
 from test_arch_parallel_block import CONFIGS as PARALLEL
 from test_arch_qwen2_moe import CONFIGS as QWEN2_MOE
 from test_arch_qwen3_next import QWEN3_5_MOE, QWEN3_5_TEXT, QWEN3_NEXT
+from test_arch_relu import CONFIGS as RELU
 from test_gpt_oss import CONFIGS as GPT_OSS
 from test_hf_zoo import ZOO
 from test_transformers_truth import CONFIGS as TRUTH
@@ -41,6 +42,7 @@ def one_per_type() -> dict[str, dict]:
         [values for values, _ in [*BLOOM.values(), *GPT_OSS.values()]],
         [*OLMO.values(), *QWEN2_MOE.values(), *ERNIE.values(), *PARALLEL.values()],
         [QWEN3_NEXT, QWEN3_5_TEXT, QWEN3_5_MOE["text_config"]],  # the Gated DeltaNet hybrids' text models
+        [*RELU.values()],  # OPT, Nemotron
     ]
     for table in tables:
         for values in table:

@@ -238,6 +238,7 @@ def test_every_supported_model_type_is_proven_here_or_in_the_truth_tests():
     from test_arch_parallel_block import CONFIGS as PARALLEL
     from test_arch_qwen2_moe import CONFIGS as QWEN2_MOE
     from test_arch_qwen3_next import TINY_CONFIGS as HYBRIDS
+    from test_arch_relu import CONFIGS as RELU
     from test_gpt_oss import CONFIGS as GPT_OSS
     from test_transformers_truth import CONFIGS
 
@@ -246,7 +247,7 @@ def test_every_supported_model_type_is_proven_here_or_in_the_truth_tests():
     first = {values["model_type"] for values, _ in CONFIGS.values()}
     pieces = {c["model_type"] for c, _ in [*GPT_OSS.values(), *BLOOM.values()]}
     pieces |= {c["model_type"] for c in [*QWEN2_MOE.values(), *OLMO.values(), *ERNIE.values()]}
-    pieces |= {c["model_type"] for c in HYBRIDS.values()}
+    pieces |= {c["model_type"] for c in [*HYBRIDS.values(), *RELU.values()]}
     pieces |= {c["model_type"] for c in PARALLEL.values()} - set(ZOO)  # StableLM's parallel variant: a ZOO type
     assert first | set(ZOO) | pieces == set(SUPPORTED_MODEL_TYPES)
     assert not first & set(ZOO) and not pieces & (first | set(ZOO))
@@ -739,7 +740,7 @@ def test_every_causal_lm_type_is_read_or_refused_with_a_reason():
         ("codegen", "attention and MLP in parallel"),
         ("persimmon", "squared ReLU"),
         ("laguna", "Laguna's softplus output gate"),
-        ("nemotron", "squared ReLU"),
+        ("arcee", "squared ReLU"),
         ("bart", "encoder-decoder"),
     ],
 )

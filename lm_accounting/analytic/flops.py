@@ -194,6 +194,8 @@ GELU_PER_ELEMENT = 9  # tanh form 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x�
 CLAMPED_SWIGLU_PER_ELEMENT = 9  # gpt-oss (GptOssExperts._apply_gate), before the gating product: 1. clamp the
 #                                gate above, 2-3. clamp up below and above, 4. ·α (1.702), 5-7. σ as in SiLU
 #                                (negate-exp, add 1, divide), 8. · the gate, 9. up + 1
+RELU_PER_ELEMENT = 1  # max(x, 0): one compare (OPT's ReLU)
+RELU2_PER_ELEMENT = 2  # ReLU(x)²: 1. compare, 2. square (Nemotron's relu2, ReLUSquaredActivation)
 SIGMOID_PER_ELEMENT = 3  # 1 / (1 + exp(−x)): 1. negate-exp, 2. add 1, 3. divide (Qwen2-MoE's shared-expert gate)
 OUTPUT_GATE_PER_ELEMENT = 4  # gated attention, attn · σ(gate): σ (3) and the multiply (1)
 GATED_NORM_PER_ELEMENT = 9  # Gated DeltaNet's RMSNormGated: RMSNorm (4) then · SiLU(z) (SiLU 4, multiply 1)
@@ -239,6 +241,11 @@ def bias_add_flops(tokens: int, width: int) -> int:
 def gelu_flops(tokens: int, width: int) -> int:
     """GELU (tanh approximation) on a (T x width) activation: 9 per element."""
     return GELU_PER_ELEMENT * tokens * width
+
+
+def relu_flops(tokens: int, width: int, squared: bool = False) -> int:
+    """ReLU (1 per element) or squared ReLU (2 per element) on a (T x width) activation."""
+    return (RELU2_PER_ELEMENT if squared else RELU_PER_ELEMENT) * tokens * width
 
 
 def embedding_scale_flops(tokens: int, d_model: int) -> int:

@@ -21,6 +21,9 @@ fuse: GPT-2's ``c_attn`` (Q, K and V in one ``Conv1D``, weight and bias), Phi-3'
   (``NORMS_BEFORE_MLP``), GPT-NeoX's and GPT-J's before the attention (``NORMS_FIRST``; GPT-NeoX's fused
   ``query_key_value``, GPT-J's k_proj, v_proj, q_proj, out_proj); the final norm; lm_head unless tied, then
   its bias (Phi, GPT-J).
+* OPT (``OPTForCausalLM``, models/opt/modeling_opt.py): embed_tokens, embed_positions (max_position_embeddings + 2
+  rows), the final LayerNorm (``OPTDecoder`` registers it before its layers); per layer k_proj, v_proj, q_proj,
+  out_proj (each with its bias), self_attn_layer_norm, fc1, fc2 (with biases), final_layer_norm; lm_head tied.
 * Gated DeltaNet hybrids (Qwen3-Next, Qwen3.5): an attention layer's ``q_proj`` holds the query and its output
   gate (2·h·d_head x d); a linear layer registers ``dt_bias`` and ``A_log`` (its own parameters) first, then
   Qwen3-Next's conv1d, ``in_proj_qkvz``, ``in_proj_ba``, norm, ``out_proj``, or Qwen3.5's conv1d, norm,
@@ -106,6 +109,9 @@ def _attention(cfg: ModelConfig) -> list[int]:
         return [kv * d, kv * d, q * d, d * q]
     if kind == "phi3":
         return [d * q, (q + 2 * kv) * d]
+    if kind == "opt":  # OPTAttention registers k_proj, v_proj, q_proj, out_proj (each with enable_bias' bias)
+        b = cfg.qkv_bias
+        return [kv * d] + [kv] * b + [kv * d] + [kv] * b + [q * d] + [q] * b + [d * q] + [d] * cfg.output_bias
     out: list[int] = [cfg.num_heads] if cfg.attention_sinks else []  # gpt-oss's ``sinks``: the module's own
     if cfg.attention_output_gate:  # Qwen3-Next's q_proj (the query and its gate), k, v, o, per-head q/k norms
         return [2 * q * d, kv * d, kv * d, d * q] + ([cfg.d_head, cfg.d_head] if cfg.qk_norm else [])
@@ -122,7 +128,7 @@ def _dense(cfg: ModelConfig, width: int) -> list[int]:
     d = cfg.d_model
     if cfg.hf_model_type in FUSED_GATE_UP:
         return [2 * width * d, d * width]
-    if cfg.mlp == "gelu":  # StarCoder2's c_fc then c_proj
+    if not cfg.gated_mlp:  # StarCoder2's c_fc then c_proj, OPT's fc1 then fc2, Nemotron's up then down
         return [width * d, width, d * width, d] if cfg.mlp_bias else [width * d, d * width]
     if not cfg.mlp_bias:
         return [width * d, width * d, d * width]
@@ -157,6 +163,9 @@ def _layer(cfg: ModelConfig, layer: int, trained: bool = False) -> list[int]:
     mixer = _attention(cfg) if cfg.layer_attention(layer) else _linear_attention(cfg)  # a hybrid's Gated DeltaNet
     if cfg.hf_model_type in NORMS_FIRST:
         return norms + mixer + _mlp(cfg, layer, trained)
+    if cfg.hf_model_type == "opt":  # self_attn, self_attn_layer_norm, fc1, fc2, final_layer_norm
+        half = len(norms) // 2
+        return mixer + norms[:half] + _mlp(cfg, layer, trained) + norms[half:]
     if cfg.hf_model_type in NORMS_BEFORE_MLP:
         return mixer + norms + _mlp(cfg, layer, trained)
     return mixer + _mlp(cfg, layer, trained) + norms
@@ -169,6 +178,8 @@ def _ends(cfg: ModelConfig) -> tuple[list[int], list[int]]:
     if cfg.hf_model_type == "bloom":  # word_embeddings_layernorm
         head += [d, d]
     tail = [d] * _norm_tensors(cfg)
+    if cfg.hf_model_type == "opt":  # OPTDecoder registers final_layer_norm before its layers
+        head, tail = head + tail, []
     return head, tail + ([] if cfg.tie_embeddings else [v * d]) + ([v] if cfg.lm_head_bias else [])
 
 

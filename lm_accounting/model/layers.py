@@ -215,6 +215,22 @@ class GeluMLP(nn.Module):
         return self.proj(gelu_tanh(self.fc(x)))
 
 
+class ReluMLP(GeluMLP):
+    """``proj(ReLU(fc x))``: OPT's ``fc1``/``fc2`` (transformers' models/opt/modeling_opt.py, ``OPTDecoderLayer``)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.proj(F.relu(self.fc(x)))
+
+
+class Relu2MLP(GeluMLP):
+    """``proj(ReLU(fc x)²)``: Nemotron's ``up_proj``/``down_proj`` with ``relu2`` (transformers' activations.py,
+    ``ReLUSquaredActivation``: ``torch.square(relu(x))``, which ATen runs as ``pow(x, 2)``; written as the pow so
+    that the autocast emulation upcasts it as CUDA's autocast does, ``pow`` being an fp32 op)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.proj(torch.pow(F.relu(self.fc(x)), 2))
+
+
 class RotaryPositionalEmbedding(nn.Module):
     """RoPE (Su et al. 2021, "RoFormer"; handout 3.5.3), no learned parameters.
 

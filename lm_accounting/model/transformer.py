@@ -10,7 +10,8 @@ these paths and nothing to the course model (whose ops are unchanged, op for op)
 
 * ``norm="layernorm"``: every norm is a ``LayerNorm`` (gain and bias);
 * ``qkv_bias``/``output_bias``/``mlp_bias``: ``<projection>.bias`` (a ``Bias`` child of the ``Linear``);
-* ``mlp="geglu"``: ``ffn.w1/w2/w3`` with GELU; ``mlp="gelu"``: ``ffn.fc``, ``ffn.proj`` (GPT-2);
+* ``mlp="geglu"``: ``ffn.w1/w2/w3`` with GELU; ``mlp="gelu"``: ``ffn.fc``, ``ffn.proj`` (GPT-2); ``"relu"``,
+  ``"relu2"``: the same two with ReLU (OPT) or squared ReLU (Nemotron);
 * ``positions="learned"``: ``position_embeddings`` (after ``token_embeddings``), no RoPE table;
 * ``norm_placement="sandwich"``: ``post_attn_norm`` after ``attn``, ``post_ffn_norm`` after ``ffn``
   (Gemma 2/3); ``"post"``: the same two and no ``ln1``/``ln2`` (OLMo-2);
@@ -56,6 +57,8 @@ from lm_accounting.model.layers import (
     GeluMLP,
     Linear,
     MatMul,
+    Relu2MLP,
+    ReluMLP,
     RotaryPositionalEmbedding,
     Sinks,
     SwiGLU,
@@ -219,7 +222,7 @@ class CausalSelfAttention(nn.Module):
         return self.output_proj(out)
 
 
-FFN_CLASSES = {"swiglu": SwiGLU, "geglu": GeGLU, "gelu": GeluMLP}
+FFN_CLASSES = {"swiglu": SwiGLU, "geglu": GeGLU, "gelu": GeluMLP, "relu": ReluMLP, "relu2": Relu2MLP}
 
 
 class TransformerBlock(nn.Module):

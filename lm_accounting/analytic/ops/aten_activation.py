@@ -1,7 +1,7 @@
-"""Activations and dropout on symbolic tensors: ``tanh``, ``gelu`` (exact or tanh), ``dropout``.
+"""Activations and dropout on symbolic tensors: ``tanh``, ``gelu`` (exact or tanh), ``relu``, ``dropout``.
 
 torch 2.13 (``tools/autograd/derivatives.yaml``): ``tanh`` saves its result, backward ``tanh_backward(grad,
-result)``; ``gelu`` saves its input, backward ``gelu_backward(grad, self, approximate)``: one tensor each.
+result)``; ``relu`` saves its result, backward ``threshold_backward(grad, result, 0)``; ``gelu`` saves its input, backward ``gelu_backward(grad, self, approximate)``: one tensor each.
 ``dropout`` (``aten/src/ATen/native/Dropout.cpp``): on CUDA a fused ``native_dropout`` (the output and a
 bool mask); on cpu and meta (``is_fused_kernel_acceptable`` is false) ``_dropout_impl``:
 ``noise = empty_like(input).bernoulli_(1 - p).div_(1 - p)``, then ``input * noise`` (autograd saves the
@@ -21,6 +21,19 @@ def tanh(x: Tensor) -> Tensor:
         (x,),
         (out,),
         lambda ctx, g, res: (empty(res.shape, res.dtype, "tanh_backward", like=res),),
+        (out,),
+    )
+    return out
+
+
+def relu(x: Tensor) -> Tensor:
+    """``F.relu(x)``: the result is saved (``ReluBackward0``), as ``tanh``'s."""
+    out = empty(x.shape, x.dtype, "relu", like=x)
+    record(
+        "ReluBackward0",
+        (x,),
+        (out,),
+        lambda ctx, g, res: (empty(res.shape, res.dtype, "threshold_backward", like=res),),
         (out,),
     )
     return out

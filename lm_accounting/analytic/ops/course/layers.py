@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 from .. import aten as A
 from .. import cuda
-from ..aten_activation import gelu
+from ..aten_activation import gelu, relu
 from ..aten_flash import flash_attention_for_cpu
 from ..aten_index import gather, index, stack, strided_slice
 from ..aten_pointwise import amax, divide, exp, log, mean_all, sigmoid, where
@@ -176,23 +176,31 @@ class SwiGLU:
         return self.w2(A.mul(self.act(self.w1(x)), self.w3(x)))
 
 
-class GeluMLP:
-    """``GeluMLP.forward`` (layers.py:168): ``self.proj(gelu_tanh(self.fc(x)))``."""
+def relu2(x: Tensor) -> Tensor:
+    """``Relu2MLP``'s activation: ``torch.pow(F.relu(x), 2)``; pow saves its input (the ReLU's result, or under
+    amp-bf16 its fp32 copy: pow is on autocast's fp32 list)."""
+    return fp32_op(_square, relu(x))
 
-    def __init__(self, d_model: int, d_ff: int, dtype: str, name: str, bias: bool):
+
+class GeluMLP:
+    """``GeluMLP.forward`` (layers.py:168): ``self.proj(gelu_tanh(self.fc(x)))``; ``ReluMLP``'s and
+    ``Relu2MLP``'s with ``act`` = ``relu``, ``relu2``."""
+
+    def __init__(self, d_model: int, d_ff: int, dtype: str, name: str, bias: bool, act=gelu):
         self.fc = Linear(d_model, d_ff, dtype, name + ".fc", bias)
         self.proj = Linear(d_ff, d_model, dtype, name + ".proj", bias)
+        self.act = act
 
     def params(self) -> list[Tensor]:
         return self.fc.params() + self.proj.params()
 
     def __call__(self, x: Tensor) -> Tensor:
-        return self.proj(gelu(self.fc(x)))
+        return self.proj(self.act(self.fc(x)))
 
 
 def make_ffn(kind: str, d_model: int, d_ff: int, dtype: str, name: str, bias: bool):
-    if kind == "gelu":
-        return GeluMLP(d_model, d_ff, dtype, name, bias)
+    if kind in ("gelu", "relu", "relu2"):
+        return GeluMLP(d_model, d_ff, dtype, name, bias, {"gelu": gelu, "relu": relu, "relu2": relu2}[kind])
     return SwiGLU(d_model, d_ff, dtype, name, bias, gelu if kind == "geglu" else silu)
 
 
