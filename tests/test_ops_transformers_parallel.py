@@ -212,3 +212,23 @@ def test_memory_is_model_states_only_with_the_reason(run_cli, tmp_path):
     path.write_text(json.dumps(PYTHIA_160M))
     result = run_cli("memory", path, "--impl", "course", "-S", "256")
     assert result.code == 0 and "model states only" not in result.out, result.out
+
+
+@pytest.mark.parametrize(
+    ("values", "setup"),
+    [
+        ({**NEOX_TINY, "num_hidden_layers": 5}, dict(attention="naive", precision="amp-bf16", checkpoint="full")),
+        ({**PHI_TINY, "num_hidden_layers": 5}, dict(attention="sdpa", precision="bf16")),
+        ({**GPTJ_TINY, "n_layer": 5}, dict(attention="naive", checkpoint="full")),
+        ({**COHERE_TINY, "num_hidden_layers": 5}, dict(attention="sdpa", precision="amp-bf16")),
+    ],
+    ids=["gpt_neox", "phi", "gptj", "cohere"],
+)
+def test_five_layers_replay_the_middle_run_once(values, setup):
+    """Five layers: the middle three replayed once for all (``LlamaForCausalLM.run_layers``), against every layer of
+    transformers' model on meta at B = 1, 2 and 3."""
+    from test_ops_transformers_llama import check
+
+    from lm_accounting.setup import TrainingSetup
+
+    check(config_from_hf(values), 8, TrainingSetup(**setup))

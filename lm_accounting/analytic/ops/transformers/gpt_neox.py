@@ -167,8 +167,7 @@ class GPTNeoXForCausalLM(LlamaForCausalLM):
         hidden_states = inputs_embeds  # :344: emb_dropout with p = 0 returns its input
         position_embeddings = rotary_embedding(hidden_states, position_ids, self.inv_freq)  # :345
         kwargs = dict(attention_mask=causal, position_embeddings=position_embeddings, position_ids=position_ids)
-        for layer in self.layers:  # :346-355
-            hidden_states = layer(hidden_states, **kwargs)
+        hidden_states = self.run_layers(hidden_states, lambda i: kwargs)  # :346-355
         return self.norm(hidden_states)  # :357
 
     def forward(self) -> tuple[Tensor, Tensor]:

@@ -200,8 +200,7 @@ class GPTJForCausalLM(LlamaForCausalLM):
         hidden_states = inputs_embeds  # :329; ``drop`` (p = 0) returns its input
         position_embeddings = self.rotary_embedding(hidden_states, position_ids)  # :336
         kwargs = dict(attention_mask=causal, position_embeddings=position_embeddings, position_ids=position_ids)
-        for layer in self.layers:  # :338-347
-            hidden_states = layer(hidden_states, **kwargs)
+        hidden_states = self.run_layers(hidden_states, lambda i: kwargs)  # :338-347
         return self.norm(hidden_states)  # :349
 
     def forward(self) -> tuple[Tensor, Tensor]:

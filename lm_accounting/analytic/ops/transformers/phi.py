@@ -164,8 +164,7 @@ class PhiForCausalLM(LlamaForCausalLM):
         hidden_states = inputs_embeds  # :367-368: embed_dropout with p = 0 returns its input
         position_embeddings = rotary_embedding(hidden_states, position_ids, self.inv_freq)  # :369
         kwargs = dict(attention_mask=causal, position_embeddings=position_embeddings, position_ids=position_ids)
-        for layer in self.layers:  # :371-380
-            hidden_states = layer(hidden_states, **kwargs)
+        hidden_states = self.run_layers(hidden_states, lambda i: kwargs)  # :371-380
         return self.norm(hidden_states)  # :382
 
     def forward(self) -> tuple[Tensor, Tensor]:
