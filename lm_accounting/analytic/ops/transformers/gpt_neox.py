@@ -24,22 +24,16 @@ from .. import aten as A
 from ..aten_activation import gelu
 from ..aten_split import chunk
 from ..engine import Affine
-from ..tensors import Tensor, empty, no_grad, parameter
+from ..tensors import Tensor
 from .attention import eager_attention_forward, sdpa_attention_forward
 from .gpt2 import LayerNorm
+from .layernorm_lm import LayerNormCausalLM
 from .llama import (
-    DTYPES,
     B,
     GradientCheckpointingLayer,
     Linear,
-    LlamaForCausalLM,
-    arange_plus,
-    eager_mask,
-    find_packed_sequence_indices,
-    for_causal_lm_loss,
     rotary_embedding,
     rotate_half,
-    sdpa_mask,
 )
 
 
@@ -129,54 +123,16 @@ class Layer(GradientCheckpointingLayer):
         return A.add(mlp_output, attn_output)  # :268
 
 
-class GPTNeoXForCausalLM(LlamaForCausalLM):
-    """``GPTNeoXForCausalLM`` with ``GPTNeoXModel`` (modeling_gpt_neox.py:291-455), labels given."""
+class GPTNeoXForCausalLM(LayerNormCausalLM):
+    """``GPTNeoXForCausalLM`` with ``GPTNeoXModel`` (modeling_gpt_neox.py:291-455), labels given: the shared skeleton
+    (``layernorm_lm``; :310-360, :430-455) with GPT-NeoX's layers, ``embed_in``, ``final_layer_norm`` and its rotary
+    embedding (:345)."""
 
-    def __init__(self, cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B, device="meta"):
-        dtype = DTYPES[setup.precision]
-        self.cfg, self.seq, self.batch, self.setup, self.dtype = cfg, seq, batch, setup, dtype
-        self.embed_tokens = parameter((cfg.vocab_size, cfg.d_model), dtype, "embed_in.weight")
-        self.layers = [Layer(cfg, dtype, setup.attention, device, f"layers.{i}") for i in range(cfg.num_layers)]
-        for layer in self.layers:
-            layer.gradient_checkpointing = setup.checkpoint == "full"
-        self.norm = LayerNorm(cfg.d_model, dtype, device, "final_layer_norm")
-        half = (cfg.rope_dim + 1) // 2  # arange(0, dim, 2): the rotated pairs
-        self.inv_freq = empty((half,), "fp32", "inv_freq")  # buffers: inv_freq, original_inv_freq
-        self.original_inv_freq = empty((half,), "fp32", "original_inv_freq")
-        self.lm_head = None if cfg.tie_embeddings else parameter((cfg.vocab_size, cfg.d_model), dtype, "lm_head.weight")
-        self.input_ids = empty((batch, seq), "int64", "input_ids")
-        self.labels = empty((batch, seq), "int64", "labels")
+    layer_class = Layer
+    names = ("embed_in", "layers", "final_layer_norm")
 
-    def parameters(self) -> list[Tensor]:
-        out = [self.embed_tokens]
-        for layer in self.layers:
-            out += layer.params()
-        out += self.norm.params()
-        return out + ([self.lm_head] if self.lm_head is not None else [])
-
-    def model(self) -> Tensor:
-        """``GPTNeoXModel.forward`` (modeling_gpt_neox.py:310-360)."""
-        inputs_embeds = A.embedding(self.embed_tokens, self.input_ids)  # :326; kept until the forward returns
-        position_ids = A.unsqueeze(arange_plus(self.seq), 0)  # :332-334
-        with no_grad():
-            find_packed_sequence_indices(A.expand(position_ids, self.batch, -1))
-        if self.setup.attention == "naive":  # :336-342
-            causal = eager_mask(self.batch, self.seq, self.dtype, None)
-        else:
-            causal = sdpa_mask(self.batch, self.seq, None, allow_is_causal_skip=True)
-        hidden_states = inputs_embeds  # :344: emb_dropout with p = 0 returns its input
-        position_embeddings = rotary_embedding(hidden_states, position_ids, self.inv_freq)  # :345
-        kwargs = dict(attention_mask=causal, position_embeddings=position_embeddings, position_ids=position_ids)
-        hidden_states = self.run_layers(hidden_states, lambda i: kwargs)  # :346-355
-        return self.norm(hidden_states)  # :357
-
-    def forward(self) -> tuple[Tensor, Tensor]:
-        """``GPTNeoXForCausalLM.forward`` (:430-455): the head on the final norm's output, then the loss."""
-        hidden_states = self.model()
-        hidden_states = A.view(hidden_states, *hidden_states.shape)  # slice_logits_to_keep(.., 0): an alias
-        logits = A.linear(hidden_states, self.lm_head if self.lm_head is not None else self.embed_tokens)  # :446
-        loss = for_causal_lm_loss(logits, self.labels, self.cfg.vocab_size)
-        return logits, loss
+    def rotary(self, hidden_states: Tensor, position_ids: Tensor):
+        return rotary_embedding(hidden_states, position_ids, self.inv_freq)
 
 
 def causal_lm(

@@ -24,20 +24,14 @@ from ..aten_activation import gelu
 from ..aten_index import index, stack, strided_slice
 from ..aten_split import split
 from ..engine import Affine
-from ..tensors import Tensor, empty, no_grad, parameter
+from ..tensors import Tensor, empty
 from .gpt2 import LayerNorm, gelu_new
+from .layernorm_lm import LayerNormCausalLM
 from .llama import (
-    DTYPES,
     B,
     GradientCheckpointingLayer,
     Linear,
-    LlamaForCausalLM,
-    arange_plus,
-    eager_mask,
-    find_packed_sequence_indices,
-    for_causal_lm_loss,
     sdpa_attention_forward,
-    sdpa_mask,
 )
 
 ACTIVATIONS = {"gelu_new": gelu_new, "gelu": gelu, "gelu_pytorch_tanh": gelu}
@@ -157,60 +151,23 @@ class Block(GradientCheckpointingLayer):
         return A.add(A.add(attn_output, feed_forward_hidden_states), residual)  # :239
 
 
-class GPTJForCausalLM(LlamaForCausalLM):
-    """``GPTJForCausalLM`` with ``GPTJModel`` (modeling_gptj.py:266-430), labels given."""
+class GPTJForCausalLM(LayerNormCausalLM):
+    """``GPTJForCausalLM`` with ``GPTJModel`` (modeling_gptj.py:266-430), labels given: the shared skeleton
+    (``layernorm_lm``; :294-358, :395-430) with GPT-J's blocks, ``wte``, ``h``, ``ln_f``, its sin/cos table
+    (``embed_positions``, a buffer) and the head's bias (:418)."""
 
-    def __init__(self, cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B, device="meta"):
-        dtype = DTYPES[setup.precision]
-        self.cfg, self.seq, self.batch, self.setup, self.dtype = cfg, seq, batch, setup, dtype
-        self.embed_tokens = parameter((cfg.vocab_size, cfg.d_model), dtype, "wte.weight")
-        self.layers = [Block(cfg, dtype, setup.attention, device, f"h.{i}") for i in range(cfg.num_layers)]
-        for layer in self.layers:
-            layer.gradient_checkpointing = setup.checkpoint == "full"
-        self.norm = LayerNorm(cfg.d_model, dtype, device, "ln_f")
-        self.embed_positions = empty((cfg.context_length, cfg.rope_dim), "fp32", "embed_positions")  # a buffer
-        self.lm_head = None if cfg.tie_embeddings else parameter((cfg.vocab_size, cfg.d_model), dtype, "lm_head.weight")
-        self.lm_head_bias = parameter((cfg.vocab_size,), dtype, "lm_head.bias")
-        self.input_ids = empty((batch, seq), "int64", "input_ids")
-        self.labels = empty((batch, seq), "int64", "labels")
+    layer_class = Block
+    names = ("wte", "h", "ln_f")
+    head_bias = True
 
-    def parameters(self) -> list[Tensor]:
-        out = [self.embed_tokens]
-        for layer in self.layers:
-            out += layer.params()
-        out += self.norm.params()
-        return out + ([self.lm_head] if self.lm_head is not None else []) + [self.lm_head_bias]
+    def rotary_buffers(self) -> list[Tensor]:
+        return [empty((self.cfg.context_length, self.cfg.rope_dim), "fp32", "embed_positions")]
 
-    def rotary_embedding(self, x: Tensor, position_ids: Tensor) -> tuple[Tensor, Tensor]:
+    def rotary(self, x: Tensor, position_ids: Tensor) -> tuple[Tensor, Tensor]:
         """``GPTJRotaryEmbedding.forward`` (:61-64): (sin, cos), two views of one gathered, cast table."""
-        sincos = A.to(index(self.embed_positions, position_ids), x.dtype)
+        sincos = A.to(index(self.buffers[0], position_ids), x.dtype)
         sin, cos = split(sincos, sincos.shape[-1] // 2, -1)
         return sin, cos
-
-    def model(self) -> Tensor:
-        """``GPTJModel.forward`` (modeling_gptj.py:294-358)."""
-        inputs_embeds = A.embedding(self.embed_tokens, self.input_ids)  # :311; kept until the forward returns
-        position_ids = A.unsqueeze(arange_plus(self.seq), 0)  # :317-319
-        with no_grad():
-            find_packed_sequence_indices(A.expand(position_ids, self.batch, -1))
-        if self.setup.attention == "naive":  # :321-327
-            causal = eager_mask(self.batch, self.seq, self.dtype, None)
-        else:
-            causal = sdpa_mask(self.batch, self.seq, None, allow_is_causal_skip=True)
-        hidden_states = inputs_embeds  # :329; ``drop`` (p = 0) returns its input
-        position_embeddings = self.rotary_embedding(hidden_states, position_ids)  # :336
-        kwargs = dict(attention_mask=causal, position_embeddings=position_embeddings, position_ids=position_ids)
-        hidden_states = self.run_layers(hidden_states, lambda i: kwargs)  # :338-347
-        return self.norm(hidden_states)  # :349
-
-    def forward(self) -> tuple[Tensor, Tensor]:
-        """``GPTJForCausalLM.forward`` (:395-430): the head with its bias, then the loss."""
-        hidden_states = self.model()
-        hidden_states = A.view(hidden_states, *hidden_states.shape)  # slice_logits_to_keep(.., 0): an alias
-        weight = self.lm_head if self.lm_head is not None else self.embed_tokens
-        logits = A.linear(hidden_states, weight, self.lm_head_bias)  # :418
-        loss = for_causal_lm_loss(logits, self.labels, self.cfg.vocab_size)
-        return logits, loss
 
 
 def causal_lm(

@@ -20,22 +20,16 @@ from ....setup import TrainingSetup
 from .. import aten as A
 from ..aten_activation import gelu
 from ..engine import Affine
-from ..tensors import Tensor, empty, no_grad, parameter
+from ..tensors import Tensor, empty
 from .attention import eager_attention_forward, sdpa_attention_forward
 from .gpt2 import LayerNorm, gelu_new
+from .layernorm_lm import LayerNormCausalLM
 from .llama import (
-    DTYPES,
     B,
     GradientCheckpointingLayer,
     Linear,
-    LlamaForCausalLM,
     apply_rotary_pos_emb,
-    arange_plus,
-    eager_mask,
-    find_packed_sequence_indices,
-    for_causal_lm_loss,
     rotary_embedding,
-    sdpa_mask,
 )
 
 ACTIVATIONS = {"gelu_new": gelu_new, "gelu": gelu, "gelu_pytorch_tanh": gelu}
@@ -125,56 +119,22 @@ class DecoderLayer(GradientCheckpointingLayer):
         return A.add(A.add(attn_outputs, feed_forward_hidden_states), residual)  # :288
 
 
-class PhiForCausalLM(LlamaForCausalLM):
-    """``PhiForCausalLM`` with ``PhiModel`` (modeling_phi.py:312-455), labels given."""
+class PhiForCausalLM(LayerNormCausalLM):
+    """``PhiForCausalLM`` with ``PhiModel`` (modeling_phi.py:312-455), labels given: the shared skeleton
+    (``layernorm_lm``; :334-385, :418-455) with Phi's layers, ``final_layernorm``, its rotary embedding (:369) and the
+    head's bias (:446)."""
 
-    def __init__(self, cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B, device="meta"):
-        dtype = DTYPES[setup.precision]
-        self.cfg, self.seq, self.batch, self.setup, self.dtype = cfg, seq, batch, setup, dtype
-        self.embed_tokens = parameter((cfg.vocab_size, cfg.d_model), dtype, "embed_tokens.weight")
-        self.layers = [DecoderLayer(cfg, dtype, setup.attention, device, f"layers.{i}") for i in range(cfg.num_layers)]
-        for layer in self.layers:
-            layer.gradient_checkpointing = setup.checkpoint == "full"
-        self.norm = LayerNorm(cfg.d_model, dtype, device, "final_layernorm")
-        half = cfg.rope_dim // 2
-        self.inv_freq = empty((half,), "fp32", "inv_freq")  # buffers: inv_freq, original_inv_freq
-        self.original_inv_freq = empty((half,), "fp32", "original_inv_freq")
-        self.lm_head = None if cfg.tie_embeddings else parameter((cfg.vocab_size, cfg.d_model), dtype, "lm_head.weight")
-        self.lm_head_bias = parameter((cfg.vocab_size,), dtype, "lm_head.bias")
-        self.input_ids = empty((batch, seq), "int64", "input_ids")
-        self.labels = empty((batch, seq), "int64", "labels")
+    layer_class = DecoderLayer
+    names = ("embed_tokens", "layers", "final_layernorm")
+    head_bias = True
 
-    def parameters(self) -> list[Tensor]:
-        out = [self.embed_tokens]
-        for layer in self.layers:
-            out += layer.params()
-        out += self.norm.params()
-        return out + ([self.lm_head] if self.lm_head is not None else []) + [self.lm_head_bias]
+    def rotary_buffers(self) -> list[Tensor]:
+        half = self.cfg.rope_dim // 2
+        self.inv_freq = empty((half,), "fp32", "inv_freq")
+        return [self.inv_freq, empty((half,), "fp32", "original_inv_freq")]
 
-    def model(self) -> Tensor:
-        """``PhiModel.forward`` (modeling_phi.py:334-385)."""
-        inputs_embeds = A.embedding(self.embed_tokens, self.input_ids)  # :349; kept until the forward returns
-        position_ids = A.unsqueeze(arange_plus(self.seq), 0)  # :355-357
-        with no_grad():
-            find_packed_sequence_indices(A.expand(position_ids, self.batch, -1))
-        if self.setup.attention == "naive":  # :359-365
-            causal = eager_mask(self.batch, self.seq, self.dtype, None)
-        else:
-            causal = sdpa_mask(self.batch, self.seq, None, allow_is_causal_skip=True)
-        hidden_states = inputs_embeds  # :367-368: embed_dropout with p = 0 returns its input
-        position_embeddings = rotary_embedding(hidden_states, position_ids, self.inv_freq)  # :369
-        kwargs = dict(attention_mask=causal, position_embeddings=position_embeddings, position_ids=position_ids)
-        hidden_states = self.run_layers(hidden_states, lambda i: kwargs)  # :371-380
-        return self.norm(hidden_states)  # :382
-
-    def forward(self) -> tuple[Tensor, Tensor]:
-        """``PhiForCausalLM.forward`` (:418-455): the head with its bias, then the loss."""
-        hidden_states = self.model()
-        hidden_states = A.view(hidden_states, *hidden_states.shape)  # slice_logits_to_keep(.., 0): an alias
-        weight = self.lm_head if self.lm_head is not None else self.embed_tokens
-        logits = A.linear(hidden_states, weight, self.lm_head_bias)  # :446
-        loss = for_causal_lm_loss(logits, self.labels, self.cfg.vocab_size)
-        return logits, loss
+    def rotary(self, hidden_states: Tensor, position_ids: Tensor):
+        return rotary_embedding(hidden_states, position_ids, self.inv_freq)
 
 
 def causal_lm(
