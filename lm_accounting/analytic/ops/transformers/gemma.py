@@ -43,6 +43,7 @@ from .llama import (
     rotary_embedding,
     windowed_masks,
 )
+from .llama import DecoderLayer as LlamaDecoderLayer
 from .llama import unsupported as llama_unsupported
 
 ATTN_SOFTCAP = {"gemma2": 50.0, "gemma3_text": None, "gemma": None}
@@ -157,30 +158,15 @@ class DecoderLayer(GradientCheckpointingLayer):
         return A.add(residual, hidden_states)  # :327
 
 
-class PreNormDecoderLayer(GradientCheckpointingLayer):
-    """``GemmaDecoderLayer`` (modeling_gemma.py:286-326): Llama's layer with Gemma's norm and MLP."""
+class PreNormDecoderLayer(LlamaDecoderLayer):
+    """``GemmaDecoderLayer`` (modeling_gemma.py:286-326): Llama's layer (its forward and parameter order) with
+    Gemma's attention, norm and MLP."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str):
         self.self_attn = Attention(cfg, dtype, attn, name + ".self_attn")
         self.mlp = MLP(cfg, dtype, name + ".mlp")
         self.input_layernorm = RMSNorm(cfg.d_model, dtype, name + ".input_layernorm")
         self.post_attention_layernorm = RMSNorm(cfg.d_model, dtype, name + ".post_attention_layernorm")
-
-    def params(self) -> list[Tensor]:
-        norms = [self.input_layernorm.weight, self.post_attention_layernorm.weight]
-        return self.self_attn.params() + self.mlp.params() + norms
-
-    def forward(
-        self, hidden_states: Tensor, attention_mask=None, position_embeddings=None, position_ids=None
-    ) -> Tensor:
-        residual = hidden_states
-        hidden_states = self.input_layernorm(hidden_states)
-        hidden_states, _ = self.self_attn(hidden_states, position_embeddings, attention_mask)
-        hidden_states = A.add(residual, hidden_states)
-        residual = hidden_states
-        hidden_states = self.post_attention_layernorm(hidden_states)
-        hidden_states = self.mlp(hidden_states)
-        return A.add(residual, hidden_states)
 
 
 class GemmaForCausalLM(LlamaForCausalLM):
