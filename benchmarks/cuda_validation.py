@@ -209,6 +209,31 @@ HF_ZOO = {  # config.json fields of small models of the other families (transfor
     },
     "olmo2": HF_LLAMA_LIKE,
     "phi3": {**HF_LLAMA_LIKE, "sliding_window": 1024},
+    # the programs added after the H100 lease (tests/test_ops_transformers_zoo.py and _parallel.py on meta)
+    "olmo3": {**HF_LLAMA_LIKE, "num_hidden_layers": 5, "sliding_window": 1024},  # 4 windowed layers, 1 full
+    "ministral": {
+        **HF_LLAMA_LIKE,
+        "head_dim": 128,
+        "num_hidden_layers": 4,
+        "sliding_window": 1024,
+        "layer_types": ["sliding_attention", "full_attention"] * 2,
+    },
+    "gemma": {**HF_LLAMA_LIKE, "head_dim": 128},
+    "hunyuan_v1_dense": {**HF_LLAMA_LIKE, "head_dim": 128},
+    "granite": {
+        **HF_LLAMA_LIKE,
+        "embedding_multiplier": 12.0,
+        "residual_multiplier": 0.22,
+        "attention_multiplier": 0.0078125,
+        "logits_scaling": 16.0,
+        "attention_bias": True,
+        "mlp_bias": True,
+    },
+    "cohere": {**HF_LLAMA_LIKE, "use_qk_norm": True},
+    "cohere2": {**HF_LLAMA_LIKE, "num_hidden_layers": 4, "sliding_window": 1024, "sliding_window_pattern": 2},
+    "gpt_neox": {k: v for k, v in HF_LLAMA_LIKE.items() if k != "num_key_value_heads"},
+    "phi": {**HF_LLAMA_LIKE, "qk_layernorm": True},
+    "gptj": dict(vocab_size=32064, n_embd=1024, n_layer=2, n_head=8, n_positions=4096, rotary_dim=64),
 }
 
 
