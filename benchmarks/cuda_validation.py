@@ -71,6 +71,24 @@ MODELS = (  # (preset, context, batch, overrides): each fits one 80 GB GPU in ev
     ("qwen3-0.6b", 4096, 4, {"num_layers": 2, "vocab_size": 512}),  # qk-norm: rows T·h of width d_head 128
     ("qwen3-30b-a3b", 4096, 2, {"num_layers": 2}),  # 8,192 ids: the embedding backward's multi-tile sort
 )
+OTHER_MODELS = (  # the course model's other architectures (--models picks them): not yet run on a GPU at stop 23
+    ("openai-gpt2", 1024, 4, {}),  # LayerNorm, biases, GELU, learned positions, tied head
+    ("mistral-7b", 8192, 1, {"num_layers": 2, "vocab_size": 512}),  # a 4,096-token sliding window
+    (  # latent attention (MLA) with a dense first layer and 16 experts (top-8): DeepSeek-V3's block, narrowed
+        "deepseek-v3",
+        1024,
+        2,
+        {
+            "num_layers": 2,
+            "dense_layers_first": 1,
+            "d_model": 1024,
+            "num_experts": 16,
+            "expert_d_ff": 512,
+            "d_ff": 2048,
+            "vocab_size": 32000,
+        },
+    ),
+)
 QUICK = (("gpt2-small", 256, 2, {"num_layers": 2}),)
 SHORT_FIELDS = {"num_layers": "layers", "vocab_size": "vocab", "num_kv_heads": "kv heads", "head_dim": "d_head"}
 
@@ -234,6 +252,48 @@ HF_ZOO = {  # config.json fields of small models of the other families (transfor
     "gpt_neox": {k: v for k, v in HF_LLAMA_LIKE.items() if k != "num_key_value_heads"},
     "phi": {**HF_LLAMA_LIKE, "qk_layernorm": True},
     "gptj": dict(vocab_size=32064, n_embd=1024, n_layer=2, n_head=8, n_positions=4096, rotary_dim=64),
+    # mixtures of experts: transformers' grouped_mm runs T·k rows whatever the routing (tests/test_ops_transformers_moe)
+    "mixtral": {**HF_LLAMA_LIKE, "num_local_experts": 8, "num_experts_per_tok": 2, "intermediate_size": 512},
+    "qwen3_moe": {
+        **HF_LLAMA_LIKE,
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 512,
+        "norm_topk_prob": True,
+    },
+    # latent attention (MLA): V3's grouped sigmoid router and one dense layer first; V2's softmax router
+    "deepseek_v3": {
+        **HF_LLAMA_LIKE,
+        "num_hidden_layers": 3,
+        "num_key_value_heads": 8,
+        "moe_intermediate_size": 512,
+        "n_routed_experts": 8,
+        "n_group": 2,
+        "topk_group": 1,
+        "num_experts_per_tok": 2,
+        "first_k_dense_replace": 1,
+        "n_shared_experts": 1,
+        "kv_lora_rank": 256,
+        "q_lora_rank": 384,
+        "qk_rope_head_dim": 64,
+        "qk_nope_head_dim": 128,
+        "v_head_dim": 128,
+    },
+    "deepseek_v2": {
+        **HF_LLAMA_LIKE,
+        "num_hidden_layers": 3,
+        "num_key_value_heads": 8,
+        "moe_intermediate_size": 512,
+        "n_routed_experts": 8,
+        "num_experts_per_tok": 2,
+        "first_k_dense_replace": 1,
+        "n_shared_experts": 1,
+        "kv_lora_rank": 256,
+        "q_lora_rank": None,
+        "qk_rope_head_dim": 64,
+        "qk_nope_head_dim": 128,
+        "v_head_dim": 128,
+    },
 }
 
 
@@ -245,7 +305,7 @@ def hf_config(name: str, overrides: dict):
     return config(name, overrides)
 
 
-def hf_memory_rows(quick: bool, setups):
+def hf_memory_rows(quick: bool, setups, only: str = ""):
     """transformers' own model (``measure.hf.measure_hf_step`` on cuda: the Trainer's step) against the op
     library's transformers programs on the cuda target (``ops.predict_step(impl="transformers", mode="plain")``)."""
     from lm_accounting.analytic.ops import predict_step, unsupported
@@ -256,6 +316,7 @@ def hf_memory_rows(quick: bool, setups):
         if quick
         else [*((name, 2048, 2, {}) for name in HF_ZOO), *HF_MODELS]  # small first: a stopped run has each family
     )
+    models = [m for m in models if not only or m[0] in only.split(",")]
     for (name, seq, batch, overrides), setup in share(itertools.product(models, setups)):
         row = {"model": label(name, overrides), "context": seq, "batch": batch, "setup": setup.label}
         cfg = at(hf_config(name, overrides), seq)
@@ -719,6 +780,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="one tiny model, a few setups (a smoke run)")
     ap.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
     ap.add_argument("--part", default="0/1", help="k/n: run every n-th point of each section from the k-th")
+    ap.add_argument("--models", default="", help="hf_memory: only these (HF_ZOO types or presets, comma-separated)")
     ap.add_argument("--merge", nargs="+", type=Path, help="join these runs' folders into --out (no GPU needed)")
     ap.add_argument("--repredict", action="store_true", help="recompute --out's predictions with this code (no GPU)")
     args = ap.parse_args(argv)
@@ -740,6 +802,8 @@ def main(argv=None) -> int:
         return 2
     PART = (k, n)
     models = QUICK if args.quick else MODELS
+    if args.models:
+        models = [m for m in (*MODELS, *OTHER_MODELS) if m[0] in args.models.split(",")]
     import torch
 
     if not torch.cuda.is_available():
@@ -760,7 +824,7 @@ def main(argv=None) -> int:
         "parallel": lambda: parallel_rows(args.quick),
         "timing": lambda: timing_rows(args.quick),
         "kernels": lambda: kernel_rows(args.quick),
-        "hf_memory": lambda: hf_memory_rows(args.quick, setups),
+        "hf_memory": lambda: hf_memory_rows(args.quick, setups, args.models),
     }
     tables: dict[str, list[dict]] = {}
     for name in args.only.split(","):
