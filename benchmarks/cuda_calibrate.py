@@ -7,7 +7,8 @@ run stopped early keeps its rows), and stops adding rows when it has spent its s
 
 1. ``gemm.csv``: ``torch.mm`` at each (m, n, k), dtype and operand layout a linear layer runs (``nt`` the
    forward ``x @ W.T``, ``nn`` the input gradient ``dy @ W``, ``tn`` the weight gradient ``dy.T @ x``);
-   FLOPs 2·m·n·k.  fp32 with ``allow_tf32`` off, as torch's default.
+   FLOPs 2·m·n·k.  fp32 with ``allow_tf32`` off, as torch's default.  ``gemm_unaligned.csv``: the LM head's
+   three GEMMs at vocabularies no multiple of 8, each beside its vocabulary rounded up to one.
 2. ``attention.csv``: ``F.scaled_dot_product_attention`` pinned to one backend (flash, memory-efficient),
    forward and forward + backward, against (B, heads, S, d_head, causal, dtype).  ``flops`` is the full
    S x S count, 4·B·h·S²·d forward (QKᵀ and PV) and 2.5x that for forward + backward (backward 10·B·h·S²·d:
@@ -154,6 +155,27 @@ def rand(*shape, dtype=None):
     return torch.randn(*shape, device=DEVICE, dtype=dtype or torch.float32)
 
 
+def mm_row(dtype, layout: str, m: int, n: int, k: int) -> dict:
+    """``torch.mm`` of (m, k) by (k, n) with the operand layout a linear layer runs, timed."""
+    import torch
+
+    a = rand(k, m, dtype=dtype).t() if layout == "tn" else rand(m, k, dtype=dtype)
+    b = rand(n, k, dtype=dtype).t() if layout == "nt" else rand(k, n, dtype=dtype)
+    s = seconds_per_call(lambda a=a, b=b: torch.mm(a, b))
+    del a, b
+    flops = 2 * m * n * k
+    return {
+        "dtype": str(dtype).removeprefix("torch."),
+        "layout": layout,
+        "m": m,
+        "n": n,
+        "k": k,
+        "seconds": s,
+        "flops": flops,
+        "tflops": round(flops / s / 1e12, 2),
+    }
+
+
 def gemm_rows(quick: bool):
     import torch
 
@@ -165,21 +187,38 @@ def gemm_rows(quick: bool):
     for dtype, layouts, grid in ((torch.bfloat16, ("nt", "nn", "tn"), shapes), (torch.float32, ("nt",), fp32)):
         for layout in layouts:
             for m, n, k in grid:
-                a = rand(k, m, dtype=dtype).t() if layout == "tn" else rand(m, k, dtype=dtype)
-                b = rand(n, k, dtype=dtype).t() if layout == "nt" else rand(k, n, dtype=dtype)
-                s = seconds_per_call(lambda a=a, b=b: torch.mm(a, b))
-                del a, b
-                flops = 2 * m * n * k
-                yield {
-                    "dtype": str(dtype).removeprefix("torch."),
-                    "layout": layout,
-                    "m": m,
-                    "n": n,
-                    "k": k,
-                    "seconds": s,
-                    "flops": flops,
-                    "tflops": round(flops / s / 1e12, 2),
-                }
+                yield mm_row(dtype, layout, m, n, k)
+
+
+UNALIGNED_VOCABS = (32001, 50257)  # vocabularies no multiple of 8: Llama 2's 32,000 plus a pad token; GPT-2's
+HEAD_WIDTHS = (768, 1024, 2048, 4096)  # d_model of the heads that carry them (GPT-2 small to Llama-2-7B)
+
+
+def head_shape(layout: str, tokens: int, vocab: int, width: int) -> tuple[int, int, int]:
+    """(m, n, k) of the output projection's three GEMMs as the linear layer runs them: the forward ``x @ W.T``
+    (nt: tokens x vocab x width), the input gradient ``dy @ W`` (nn: tokens x width x vocab) and the weight
+    gradient ``dy.T @ x`` (tn: vocab x width x tokens)."""
+    return {"nt": (tokens, vocab, width), "nn": (tokens, width, vocab), "tn": (vocab, width, tokens)}[layout]
+
+
+def gemm_unaligned_rows(quick: bool):
+    """The LM head's GEMMs at a vocabulary that is no multiple of 8 (cuBLAS then runs cutlass's align1
+    kernels), each beside the same GEMM at the vocabulary rounded up to a multiple of 8: the slowdown
+    ``analytic.step_time`` applies to an unaligned GEMM (gemm_unaligned.csv)."""
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    tokens, widths = ((512, 8192), (768,)) if quick else (TOKENS, HEAD_WIDTHS)
+    for dtype in (torch.bfloat16, torch.float32):
+        for layout in ("nt", "nn", "tn"):
+            for t in tokens:
+                for d in widths:
+                    for v in UNALIGNED_VOCABS:
+                        for vocab in (v, v + (-v) % 8):
+                            m, n, k = head_shape(layout, t, vocab, d)
+                            if dtype == torch.float32 and m * n * k > 2**37:  # fp32 align1: ~10 TFLOP/s
+                                continue
+                            yield mm_row(dtype, layout, m, n, k)
 
 
 def attention_rows(quick: bool):
@@ -430,12 +469,20 @@ def timed_steps(model, inputs, labels, opt, loss_fn, row, steps: int = 8) -> dic
 
 SECTIONS = {
     "gemm": gemm_rows,
+    "gemm_unaligned": gemm_unaligned_rows,
     "attention": attention_rows,
     "memory_bound": memory_bound_rows,
     "optimizer": optimizer_rows,
     "steps": steps_rows,
 }
-SHARES = {"gemm": 0.28, "attention": 0.17, "memory_bound": 0.08, "optimizer": 0.1, "steps": 0.37}  # of --budget
+SHARES = {
+    "gemm": 0.28,
+    "gemm_unaligned": 0.12,
+    "attention": 0.17,
+    "memory_bound": 0.08,
+    "optimizer": 0.1,
+    "steps": 0.37,
+}  # of --budget
 
 
 def main(argv=None) -> int:

@@ -71,24 +71,6 @@ MODELS = (  # (preset, context, batch, overrides): each fits one 80 GB GPU in ev
     ("qwen3-0.6b", 4096, 4, {"num_layers": 2, "vocab_size": 512}),  # qk-norm: rows T·h of width d_head 128
     ("qwen3-30b-a3b", 4096, 2, {"num_layers": 2}),  # 8,192 ids: the embedding backward's multi-tile sort
 )
-OTHER_MODELS = (  # the course model's other architectures (--models picks them): not yet run on a GPU at stop 23
-    ("openai-gpt2", 1024, 4, {}),  # LayerNorm, biases, GELU, learned positions, tied head
-    ("mistral-7b", 8192, 1, {"num_layers": 2, "vocab_size": 512}),  # a 4,096-token sliding window
-    (  # latent attention (MLA) with a dense first layer and 16 experts (top-8): DeepSeek-V3's block, narrowed
-        "deepseek-v3",
-        1024,
-        2,
-        {
-            "num_layers": 2,
-            "dense_layers_first": 1,
-            "d_model": 1024,
-            "num_experts": 16,
-            "expert_d_ff": 512,
-            "d_ff": 2048,
-            "vocab_size": 32000,
-        },
-    ),
-)
 QUICK = (("gpt2-small", 256, 2, {"num_layers": 2}),)
 SHORT_FIELDS = {"num_layers": "layers", "vocab_size": "vocab", "num_kv_heads": "kv heads", "head_dim": "d_head"}
 
@@ -803,7 +785,7 @@ def main(argv=None) -> int:
     PART = (k, n)
     models = QUICK if args.quick else MODELS
     if args.models:
-        models = [m for m in (*MODELS, *OTHER_MODELS) if m[0] in args.models.split(",")]
+        models = [m for m in MODELS if m[0] in args.models.split(",")]
     import torch
 
     if not torch.cuda.is_available():
