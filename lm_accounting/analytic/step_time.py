@@ -7,7 +7,10 @@ the prices come from ``lm_accounting/calibration/<gpu>/``, written by ``benchmar
 
 1. A matrix product (``mm``, ``addmm``, ``bmm``; forward, input and weight gradients): 2·m·n·k FLOPs at the rate
    ``torch.mm`` reached at that dtype and operand layout (gemm.csv), interpolated linearly in log m, log n, log k
-   (log rate) between the grid's points, clamped at its edges.
+   (log rate) between the grid's points, clamped at its edges.  A GEMM with a dimension that is no multiple of 8
+   (a vocabulary such as GPT-2's 50,257: cuBLAS then runs cutlass's ``align1`` kernels) costs that aligned price
+   times the slowdown measured on the LM head's GEMMs (gemm_unaligned.csv: each unaligned GEMM over the same GEMM
+   with the vocabulary rounded up to a multiple of 8, 4-8x in bf16 on Hopper), log-interpolated the same way.
 2. Fused attention: seconds per unit of B·h·S²·d_head measured at that backend, d_head (64 or 128) and dtype with
    ``is_causal`` (attention.csv), interpolated in log S; the backward is the forward + backward less the forward.
    cuDNN attention is priced at flash's rate (not measured separately).
@@ -18,8 +21,8 @@ the prices come from ``lm_accounting/calibration/<gpu>/``, written by ``benchmar
 4. AdamW: 7 reads and writes of every parameter element (p, g, m, v read; p, m, v written) at the rate the
    implementation reached on the largest tensors (optimizer.csv).
 
-What it leaves out, named on each result (``StepTime.caveats``): a GEMM dimension that is no multiple of 8 (cuBLAS
-then takes cutlass's slower ``align1`` kernels, which the grid does not measure), the programs' other in-place ops
+What it leaves out, named on each result (``StepTime.caveats``): a GEMM dimension that is no multiple of 8 on a
+table without gemm_unaligned.csv (priced as if aligned), the programs' other in-place ops
 (the norms' ``add_``, the optimizer's are priced in 4), and the host: the model is the GPU's busy time, right when
 the GPU, not Python, is the bottleneck.
 
@@ -82,6 +85,7 @@ class Calibration:
     kernel_overhead: float  # seconds a memory-bound kernel takes beyond its bytes at ``bandwidth``
     optimizer: dict  # (impl, dtype) -> bytes/s on the largest tensors
     scaled_from: str | None = None  # the measured GPU a derived table is scaled from (module docstring)
+    unaligned: dict = field(default_factory=dict)  # (dtype, layout) -> {(m, n, k): slowdown}; (1)
 
     @property
     def label(self) -> str:
@@ -132,7 +136,25 @@ def load(gpu: str) -> Calibration:
         bandwidth,
         max(0.0, sorted(mid)[len(mid) // 2]),
         {k: v[1] for k, v in optimizer.items()},
+        unaligned=_slowdowns(gpu),
     )
+
+
+def _slowdowns(gpu: str) -> dict:
+    """(1): each unaligned GEMM of gemm_unaligned.csv over its partner with every dimension rounded up to a
+    multiple of 8, keyed by the unaligned shape; {} for a table without the file."""
+    if not (CALIBRATION_DIR / gpu / "gemm_unaligned.csv").exists():
+        return {}
+    seconds = {
+        (r["dtype"], r["layout"], int(r["m"]), int(r["n"]), int(r["k"])): float(r["seconds"])
+        for r in _rows(gpu, "gemm_unaligned.csv")
+    }
+    out: dict = {}
+    for (dtype, layout, *mnk), s in seconds.items():
+        partner = (dtype, layout, *(x + (-x) % 8 for x in mnk))
+        if partner != (dtype, layout, *mnk) and partner in seconds:
+            out.setdefault((dtype, layout), {})[tuple(mnk)] = s / seconds[partner]
+    return out
 
 
 def _scaled(name: str) -> Calibration:
@@ -161,6 +183,7 @@ def _scaled(name: str) -> Calibration:
         {k: v * memory for k, v in base.optimizer.items()},
         f"{ref.label}: dense peak {', '.join(f'{d} x{1 / flops[t]:.3f}' for t, d in TORCH_DTYPES.items())}, "
         f"HBM x{memory:.3f}",
+        unaligned=base.unaligned,  # a ratio of two times on one GPU: kept as measured
     )
 
 
@@ -193,9 +216,37 @@ def _axes(gpu: str, key: tuple) -> list[list[int]]:
     return [sorted({mnk[i] for mnk in table}) for i in range(3)]
 
 
+def slowdown(cal: Calibration, dtype: str, layout: str, m: int, n: int, k: int) -> float | None:
+    """(1): how many times longer an unaligned GEMM takes than the aligned one, log-interpolated between the
+    measured head GEMMs of that dtype and layout (clamped at their edges); 1 for an aligned GEMM, None where the
+    table has no such measurement."""
+    if not (m % 8 or n % 8 or k % 8):
+        return 1.0
+    table = cal.unaligned.get((DTYPES[dtype], layout))
+    if not table:
+        return None
+    axes = [sorted({mnk[i] for mnk in table}) for i in range(3)]
+    total = weight = 0.0
+    for a, wa in _corners(m, axes[0]):
+        for b, wb in _corners(n, axes[1]):
+            for c, wc in _corners(k, axes[2]):
+                if (a, b, c) in table and wa * wb * wc > 0:
+                    total += wa * wb * wc * math.log(table[a, b, c])
+                    weight += wa * wb * wc
+    if weight == 0:  # the unaligned dimension elsewhere than the head puts it: the nearest point in log space
+        near = min(table, key=lambda p: sum(math.log(x / y) ** 2 for x, y in zip(p, (m, n, k), strict=True)))
+        return table[near]
+    return math.exp(total / weight)
+
+
 def gemm_seconds(cal: Calibration, dtype: str, layout: str, m: int, n: int, k: int) -> float:
     """(1): 2·m·n·k at the log-interpolated rate of the grid's corners around (m, n, k); corners the grid lacks
-    (its vocabulary widths are measured at two k only) are left out and the weights renormalised."""
+    (its vocabulary widths are measured at two k only) are left out and the weights renormalised; times the
+    unaligned slowdown where one is measured."""
+    return _aligned_seconds(cal, dtype, layout, m, n, k) * (slowdown(cal, dtype, layout, m, n, k) or 1.0)
+
+
+def _aligned_seconds(cal: Calibration, dtype: str, layout: str, m: int, n: int, k: int) -> float:
     key = (DTYPES[dtype], layout) if (DTYPES[dtype], layout) in cal.gemm else (DTYPES[dtype], "nt")  # fp32: nt only
     table, axes = cal.gemm[key], _axes(cal.gpu, key)
     total = weight = 0.0
@@ -332,14 +383,15 @@ class Program:
 
     def at(self, batch: int, cal: Calibration) -> tuple[list[PhaseTime], set[int]]:
         """(1)-(3) at micro-batch ``batch`` on ``cal``'s GPU: one ``PhaseTime`` per phase, and the GEMM dimensions
-        that are no multiple of 8."""
+        that are no multiple of 8 and that no measured slowdown prices."""
         out, unaligned = [], set()
         for gemms, attentions, traffic, kernels in self.phases:
             g = a = 0.0
             for (dtype, layout, *dims), times in gemms.items():
                 n_batch, m, n, k = (_at(d, batch) for d in dims)
                 g += times * n_batch * gemm_seconds(cal, dtype, layout, m, n, k)
-                unaligned |= {x for x in (m, n, k) if x % 8}
+                if slowdown(cal, dtype, layout, m, n, k) is None:
+                    unaligned |= {x for x in (m, n, k) if x % 8}
             for (backend, what, b, h, seq, d, dtype), times in attentions.items():
                 a += times * attention_seconds(cal, backend, what, _at(b, batch), h, seq, d, dtype)
             bound = _at(traffic, batch) / cal.bandwidth + kernels * cal.kernel_overhead
@@ -375,7 +427,10 @@ def unaligned_caveat(unaligned: set[int]) -> list[str]:
     if not unaligned:
         return []
     dims = ", ".join(f"{d:,}" for d in sorted(unaligned))
-    return [f"GEMM dimensions {dims} are no multiple of 8: cuBLAS takes slower align1 kernels, not in the grid"]
+    return [
+        f"GEMM dimensions {dims} are no multiple of 8: cuBLAS takes slower align1 kernels, which this GPU's table "
+        "does not measure (priced as aligned)"
+    ]
 
 
 HOST_CAVEAT = "the GPU's busy time: a step whose host cannot launch kernels as fast is slower"
