@@ -75,15 +75,40 @@ CUDA_H100 = GpuRun(
 """The H100 validation of stop 33 (``benchmarks/cuda_calibrate_run.sh``): our model again, and transformers' own
 classes against the op library's transformers programs on the cuda target."""
 
-HF_CUDA_MEASURED = {
-    "naive": frozenset({"llama", "mistral", "qwen3", "gpt2", "gemma2", "gemma3_text", "olmo2", "phi3"}),
-    "sdpa": frozenset({"llama", "mistral", "qwen3", "gpt2", "gemma3_text", "olmo2", "phi3"}),
-}
-"""transformers' model types (``hf_model_type``) whose training steps the H100 measured on CUDA, per attention
-(reports/cuda-h100/hf_memory.csv), in fp32, bf16 and amp-bf16, with and without full checkpointing: eager
-attention for all eight; sdpa for all but Gemma 2 (transformers runs it eager only): cuDNN attention (16-bit, its
-bias for a sliding window, its own dropout for GPT-2), the memory-efficient kernel (fp32, heads equal or
-repeated for a window) and the math path (fp32 with grouped K/V heads)."""
+CUDA_H200 = GpuRun(
+    gpu="NVIDIA H200",
+    torch="2.11.0+cu130",
+    date="2026-11-27",
+    equal={"hf_memory": (1715, 1715)},  # transformers' own models: 245 runs x 7
+    folder="reports/cuda-h200",
+)
+"""The H200 validation of stop 37 (``benchmarks/cuda_calibrate_run.sh`` and ``--models``): transformers' own classes,
+22 families, against the op library's transformers programs on the cuda target."""
+
+_DENSE = ("llama", "mistral", "qwen3", "gpt2", "gemma3_text", "olmo2", "phi3")
+_ZOO = ("olmo3", "ministral", "gemma", "hunyuan_v1_dense", "granite", "cohere", "cohere2", "gpt_neox", "phi", "gptj")
+HF_CUDA_RUNS = (
+    (
+        CUDA_H200,
+        {
+            "naive": frozenset({*_DENSE, *_ZOO, "gemma2", "mixtral", "qwen3_moe", "deepseek_v2", "deepseek_v3"}),
+            "sdpa": frozenset({*_DENSE, *_ZOO, "mixtral", "qwen3_moe"}),
+        },
+    ),
+    (CUDA_H100, {"naive": frozenset({*_DENSE, "gemma2"}), "sdpa": frozenset(_DENSE)}),
+)
+"""Per GPU run, newest first: transformers' model types (``hf_model_type``) whose training steps it measured on CUDA,
+per attention (its hf_memory.csv), in fp32, bf16 and amp-bf16, with and without full checkpointing: eager attention
+for every family; sdpa for all but Gemma 2 (transformers runs it eager only) and DeepSeek's latent attention (its
+value head unlike the query/key head: measured, not yet predicted): cuDNN attention (16-bit, its bias for a sliding
+window, its own dropout for GPT-2), the memory-efficient kernel (fp32, heads equal or repeated for a window) and the
+math path (fp32 with grouped K/V heads)."""
+
+
+def hf_cuda_run(model_type: str | None, attention: str) -> GpuRun | None:
+    """The newest GPU run that measured transformers' ``model_type`` with ``attention`` (``HF_CUDA_RUNS``)."""
+    return next((run for run, kinds in HF_CUDA_RUNS if model_type in kinds.get(attention, ())), None)
+
 
 MEASURED_MODELS = ("gpt2-small", "llama-3-8b", "qwen3-0.6b", "qwen3-30b-a3b")
 """The presets (at reduced shapes) whose training steps the GPU measured (reports/cuda/memory.csv): the course

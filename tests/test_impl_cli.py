@@ -231,9 +231,9 @@ def test_the_op_library_path_gives_the_replays_figures_for_the_same_step(replay_
 def test_the_op_library_path_renders_and_names_the_class(replay_as_program, run_cli, config_json):
     r = run_cli("memory", config_json, "-S", "32", "-B", "2")
     assert r.code == 0, r.err
-    # eager Llama on cuda: an H100 ran transformers' own LlamaForCausalLM (provenance.HF_CUDA_MEASURED)
+    # eager Llama on cuda: an H200 ran transformers' own LlamaForCausalLM (provenance.HF_CUDA_RUNS)
     assert "This implementation (LlamaForCausalLM, exact): training step by phase at B = 2" in r.out
-    assert "analytic/ops" in r.out and "reports/cuda-h100/hf_memory.csv" in r.out
+    assert "analytic/ops" in r.out and "reports/cuda-h200/hf_memory.csv" in r.out
     data = memory_json(run_cli, config_json, "-S", "32", "-B", "2")
     assert data["implementation"]["predicted_by"] == "ops" and data["implementation_exact"]["activations"] is None
     assert "LlamaForCausalLM" in data["implementation_exact"]["assumptions"]

@@ -57,8 +57,7 @@ def test_gpt2_memory_on_cuda_runs_and_names_the_position_limit(run_cli):
 
 
 def test_a_transformers_step_on_cuda_is_called_exact_only_where_a_gpu_ran_it(run_cli, tmp_path):
-    """transformers' GPT-2 ran on an H100 (provenance.HF_CUDA_MEASURED): exact there and on the H200, whose
-    kernels are the H100's; Qwen2's code never ran on a GPU, and an A100 has other kernels: not exact, and said."""
+    """transformers' GPT-2 ran on an H100 and an H200 (provenance.HF_CUDA_RUNS): exact on both; Qwen2's code never ran on a GPU, and an A100 has other kernels: not exact, and said."""
     path = tmp_path / "config.json"
     path.write_text(
         json.dumps({"model_type": "gpt2", "vocab_size": 97, "n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64})

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lm_accounting.provenance import CUDA, CUDA_H100, HF_CUDA_MEASURED
+from lm_accounting.provenance import CUDA, CUDA_H100, CUDA_H200, HF_CUDA_RUNS
 
 ROOT = Path(__file__).resolve().parent.parent
 CUDA_DIR = ROOT / "reports" / "cuda"
@@ -77,15 +77,12 @@ def test_no_stale_machine_or_claim_in_the_package():
     assert hits == []
 
 
-def test_the_h100_claims_are_the_committed_tables():
-    """CUDA_H100's counts recounted from reports/cuda-h100 (its predicted columns written by --repredict; each
-    transformers figure compared less ``import_tensor_bytes``), and HF_CUDA_MEASURED the model types and attentions
-    with a compared row there."""
-    folder = ROOT / "reports" / "cuda-h100"
-    env = json.loads((folder / "env.json").read_text())
-    assert (CUDA_H100.gpu, CUDA_H100.torch, CUDA_H100.date) == (env["gpu"], env["torch"], env["date"])
+def recount(folder, sections):
+    """(figures equal and compared per section, model types with a compared hf_memory row per attention), recounted
+    from a committed GPU folder (its predicted columns written by --repredict; each transformers figure compared less
+    ``import_tensor_bytes``)."""
     counts, kinds = {}, {}
-    for section in ("memory", "hf_memory"):
+    for section in sections:
         with (folder / f"{section}.csv").open() as f:
             equal = total = 0
             for r in csv.DictReader(f):
@@ -98,6 +95,17 @@ def test_the_h100_claims_are_the_committed_tables():
                 if section == "hf_memory":
                     kinds.setdefault(r["setup"].split("+")[0], set()).add(r["model"].split(" ")[0])
         counts[section] = (equal, total)
-    assert CUDA_H100.equal == counts
     types = {"llama-3-8b": "llama", "mistral-7b": "mistral", "qwen3-0.6b": "qwen3", "openai-gpt2": "gpt2"}
-    assert {k: frozenset(types.get(m, m) for m in v) for k, v in kinds.items()} == HF_CUDA_MEASURED
+    return counts, {k: frozenset(types.get(m, m) for m in v) for k, v in kinds.items()}
+
+
+@pytest.mark.parametrize(("run", "sections"), [(CUDA_H100, ("memory", "hf_memory")), (CUDA_H200, ("hf_memory",))])
+def test_the_transformers_gpu_claims_are_the_committed_tables(run, sections):
+    """CUDA_H100's and CUDA_H200's counts recounted from their folders, and ``HF_CUDA_RUNS`` the model types and
+    attentions with a compared row there."""
+    folder = ROOT / run.folder
+    env = json.loads((folder / "env.json").read_text())
+    assert (run.gpu, run.torch, run.date) == (env["gpu"], env["torch"], env["date"])
+    counts, kinds = recount(folder, sections)
+    assert run.equal == counts
+    assert kinds == next(measured for r, measured in HF_CUDA_RUNS if r is run)

@@ -25,7 +25,7 @@ from ..config import ModelConfig
 from ..gpus import MemoryBudget, as_budget
 from ..implementations import implementation_dict, program_label
 from ..phases import PHASE_LABELS, StepMemory
-from ..provenance import CPU_TORCH, CUDA, CUDA_H100, HF_CUDA_MEASURED, KERNEL_FACT_GPUS
+from ..provenance import CPU_TORCH, CUDA, KERNEL_FACT_GPUS, hf_cuda_run
 from ..result import Result
 from ..setup import TrainingSetup, check_cuda_fused_attention
 from .activations import saved_activation_breakdown
@@ -132,10 +132,11 @@ def cuda_exactness(cfg: ModelConfig, setup: TrainingSetup, impl: str, predicted_
     --budget)."""
     caveat = gpu_caveat(gpu, setup)
     unmeasured = gpu_unmeasured(cfg)
-    run = CUDA_H100 if impl == "transformers" else CUDA
-    if impl == "transformers" and cfg.hf_model_type in HF_CUDA_MEASURED.get(setup.attention, ()):
+    hf_run = hf_cuda_run(cfg.hf_model_type, setup.attention) if impl == "transformers" else None
+    run = hf_run or CUDA
+    if hf_run:
         reason = ""
-        words = f"exact: the op library's transformers program (analytic/ops), {CUDA_H100.phrase('hf_memory')}"
+        words = f"exact: the op library's transformers program (analytic/ops), {hf_run.phrase('hf_memory')}"
     elif impl != "course":
         reason, words = "not validated on a GPU", step_exactness(impl, "cuda")
     elif unmeasured:

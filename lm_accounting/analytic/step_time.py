@@ -26,7 +26,7 @@ table without gemm_unaligned.csv (priced as if aligned), the programs' other in-
 (the norms' ``add_``, the optimizer's are priced in 4), and the host: the model is the GPU's busy time, right when
 the GPU, not Python, is the bottleneck.
 
-A GPU with no table of its own (A100, H200, ...) gets a derived one, labelled "scaled from the H100 calibration"
+A GPU with no table of its own (A100, ...) gets a derived one, labelled "scaled from the H100 calibration"
 (``Calibration.scaled_from``): the H100's measured seconds scaled by the ratio of the two GPUs' datasheet figures in
 ``gpus.GPUS`` (each cited there): GEMMs and fused attention by the dense peak of their dtype (bf16, fp32), the
 memory-bound bandwidth and AdamW's rates by the HBM bandwidth; the per-kernel time is kept.  A GPU lacking one of
