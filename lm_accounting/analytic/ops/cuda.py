@@ -143,13 +143,9 @@ def transformers_unsupported(cfg: ModelConfig, setup: TrainingSetup, seq: int) -
     """``unsupported`` for transformers' modeling code on a GPU (``integrations/sdpa_attention.py``: without a mask
     it passes ``is_causal`` and ``enable_gqa``, so fp32 with grouped heads takes the math path; with a mask it
     repeats K and V, and the mask is cuDNN's bias (16-bit) or the memory-efficient kernel's (fp32)).  Latent
-    attention whose value head differs from the query/key head (DeepSeek) takes a kernel whose choice is not
-    modelled (flash wants one head size; ``ops.transformers.deepseek`` models the CPU's math path)."""
-    out = unsupported(cfg, setup, grouped_fp32=False)
-    mla = cfg.kv_lora_rank is not None and cfg.v_head_dim != cfg.qk_nope_head_dim + cfg.qk_rope_head_dim
-    if setup.attention == "sdpa" and mla:
-        out.append("sdpa on cuda with a value head unlike the query/key head (latent attention): not modelled")
-    return out
+    attention whose value head differs from the query/key head (DeepSeek) takes the same two kernels, which accept
+    it (``ops.transformers.deepseek.sdpa_attention_forward``)."""
+    return unsupported(cfg, setup, grouped_fp32=False)
 
 
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, pinned: bool = True):

@@ -36,6 +36,7 @@ from __future__ import annotations
 from ....config import ModelConfig
 from ....setup import TrainingSetup
 from .. import aten as A
+from .. import cuda
 from ..aten_index import gather, split_with_sizes, strided_slice, topk
 from ..aten_pointwise import sigmoid
 from ..aten_sdpa_math import sdpa_math
@@ -247,9 +248,12 @@ class Attention:
 
 
 def sdpa_attention_forward(module: Attention, query, key, value, attention_mask) -> tuple[Tensor, None]:
-    """``integrations/sdpa_attention.py`` on the cpu: the flash kernel (``llama.sdpa_attention_forward``) when
-    q, k and v have one head size, else the math path (``aten_sdpa_math``), is_causal, no mask."""
-    if query.shape[-1] == value.shape[-1]:
+    """``integrations/sdpa_attention.py``, is_causal, no mask: on the cpu the flash kernel
+    (``llama.sdpa_attention_forward``) when q, k and v have one head size, else the math path (``aten_sdpa_math``);
+    on cuda the kernels ``llama.sdpa_attention_forward`` takes there, cuDNN attention (16-bit) or the
+    memory-efficient kernel (fp32), which take a value head unlike the query/key head (measured on an H200:
+    reports/cuda-h200/traces/trace_deepseek_sdpa.txt, ``_cudnn_attention_forward`` with a (B, S, h, d_v) output)."""
+    if query.shape[-1] == value.shape[-1] or cuda.on_cuda():
         return llama_sdpa(module, query, key, value, attention_mask)
     attn_output = sdpa_math(query, key, value, causal=True, device="cpu")
     return A.contiguous(A.transpose(attn_output, 1, 2)), None
