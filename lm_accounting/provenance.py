@@ -79,7 +79,7 @@ CUDA_H200 = GpuRun(
     gpu="NVIDIA H200",
     torch="2.11.0+cu130",
     date="2026-11-27",
-    equal={"hf_memory": (1715, 1715)},  # transformers' own models: 245 runs x 7
+    equal={"hf_memory": (1799, 1799)},  # transformers' own models: 257 runs x 7
     folder="reports/cuda-h200",
 )
 """The H200 validation of stop 37 (``benchmarks/cuda_calibrate_run.sh`` and ``--models``): transformers' own classes,
@@ -92,17 +92,16 @@ HF_CUDA_RUNS = (
         CUDA_H200,
         {
             "naive": frozenset({*_DENSE, *_ZOO, "gemma2", "mixtral", "qwen3_moe", "deepseek_v2", "deepseek_v3"}),
-            "sdpa": frozenset({*_DENSE, *_ZOO, "mixtral", "qwen3_moe"}),
+            "sdpa": frozenset({*_DENSE, *_ZOO, "mixtral", "qwen3_moe", "deepseek_v2", "deepseek_v3"}),
         },
     ),
     (CUDA_H100, {"naive": frozenset({*_DENSE, "gemma2"}), "sdpa": frozenset(_DENSE)}),
 )
 """Per GPU run, newest first: transformers' model types (``hf_model_type``) whose training steps it measured on CUDA,
 per attention (its hf_memory.csv), in fp32, bf16 and amp-bf16, with and without full checkpointing: eager attention
-for every family; sdpa for all but Gemma 2 (transformers runs it eager only) and DeepSeek's latent attention (its
-value head unlike the query/key head: measured, not yet predicted): cuDNN attention (16-bit, its bias for a sliding
-window, its own dropout for GPT-2), the memory-efficient kernel (fp32, heads equal or repeated for a window) and the
-math path (fp32 with grouped K/V heads)."""
+for every family; sdpa for all but Gemma 2 (transformers runs it eager only): cuDNN attention (16-bit, its bias for
+a sliding window, its own dropout for GPT-2, DeepSeek's value head unlike its query/key head), the memory-efficient
+kernel (fp32, heads equal or repeated for a window) and the math path (fp32 with grouped K/V heads)."""
 
 
 def hf_cuda_run(model_type: str | None, attention: str) -> GpuRun | None:

@@ -111,11 +111,11 @@ def test_the_header_names_our_model_for_a_preset(run_cli):
     assert "--impl course: our TransformerLM (lm_accounting.model), naive attention" in r.out.split("\n\n")[0]
 
 
-def test_an_input_no_predictor_models_keeps_model_states_only_and_names_the_implementation(run_cli):
+def test_deepseek_v3_under_transformers_is_predicted_eager_and_sdpa(run_cli):
     """deepseek-v3 (latent attention) under --impl transformers: the op library's DeepseekV3ForCausalLM predicts
-    the eager step (not validated on a GPU); sdpa on cuda, whose kernel for a value head unlike the query/key
-    head is not modelled, keeps model states only and says why (exit 0).  (A type no program models keeps model
-    states only too: test_exactness_labels.py's qwen2_moe.)"""
+    the eager and the sdpa step (cuDNN attention with a value head unlike the query/key head; both measured on an
+    H200, reports/cuda-h200).  A type no program models keeps model states only: test_exactness_labels.py's
+    qwen2_moe."""
     setup = TrainingSetup(attention="naive")
     assert program_unsupported(load_config("deepseek-v3").with_context(1024), setup, "transformers") == []
     data = memory_json(run_cli, "deepseek-v3", "-S", "1024", "--impl", "transformers", "--attention", "naive")
@@ -123,8 +123,9 @@ def test_an_input_no_predictor_models_keeps_model_states_only_and_names_the_impl
     assert data["implementation"]["predicted_by"] == "ops" and data["implementation_exact"]["step"] is not None
     # 671B parameters' fp32 model states: 16 bytes per parameter, far over the H100's budget
     assert data["implementation_exact"]["fits_budget"] is False
-    r = run_cli("memory", "deepseek-v3", "-S", "1024", "--impl", "transformers", "--attention", "sdpa")
-    assert r.code == 0 and "model states only" in r.out and "value head unlike the query/key head" in r.out
+    sdpa = memory_json(run_cli, "deepseek-v3", "-S", "1024", "--impl", "transformers", "--attention", "sdpa")
+    assert sdpa["implementation_exact"]["step"] is not None and sdpa["implementation_exact"]["exact"] is True
+    assert "reports/cuda-h200/hf_memory.csv" in sdpa["implementation_exact"]["exactness"]
 
 
 # -- refusals: one line, exit 2, before anything is built ---------------------------------------------------

@@ -239,7 +239,9 @@ def test_train_time_prints_the_calibrated_step_on_an_h100(run_cli):
     bf16 peak (989.4 TFLOP/s, NVIDIA's datasheet: 1,979 with sparsity)."""
     c = train_time_json(run_cli, *LLAMA_2, *SDPA, "--gpu", "h100-sxm", "--steps", "1000")
     assert c["impl"] == "course" and c["calibration"].startswith("h100-80gb calibration") and c["efficiency"] == 1
-    measured = float(steps("h100-80gb")["course", "llama-3-8b num_layers=2", "sdpa+none+amp-bf16+fused"]["step_seconds"])
+    measured = float(
+        steps("h100-80gb")["course", "llama-3-8b num_layers=2", "sdpa+none+amp-bf16+fused"]["step_seconds"]
+    )
     assert abs(c["step_seconds"] / measured - 1) < 0.05
     assert c["peak_flops"] == 989_400_000_000_000
     assert c["mfu"] == pytest.approx(c["model_flops_per_step"] / c["step_seconds"] / 989.4e12, rel=1e-12)
