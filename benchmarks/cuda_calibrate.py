@@ -8,7 +8,8 @@ run stopped early keeps its rows), and stops adding rows when it has spent its s
 1. ``gemm.csv``: ``torch.mm`` at each (m, n, k), dtype and operand layout a linear layer runs (``nt`` the
    forward ``x @ W.T``, ``nn`` the input gradient ``dy @ W``, ``tn`` the weight gradient ``dy.T @ x``);
    FLOPs 2·m·n·k.  fp32 with ``allow_tf32`` off, as torch's default.  ``gemm_unaligned.csv``: the LM head's
-   three GEMMs at vocabularies no multiple of 8, each beside its vocabulary rounded up to one.
+   three GEMMs at vocabularies no multiple of 8, each beside its vocabulary rounded up to one.  ``grouped.csv``:
+   ``torch._grouped_mm`` as transformers' experts run it, forward and backward (``grouped_rows``).
 2. ``attention.csv``: ``F.scaled_dot_product_attention`` pinned to one backend (flash, memory-efficient),
    forward and forward + backward, against (B, heads, S, d_head, causal, dtype).  ``flops`` is the full
    S x S count, 4·B·h·S²·d forward (QKᵀ and PV) and 2.5x that for forward + backward (backward 10·B·h·S²·d:
@@ -62,6 +63,16 @@ STEPS = (  # (implementation, preset, overrides, context, batch, precision, chec
     ("transformers", "llama-3-8b", {"num_layers": 2}, 8192, 2, "amp-bf16", "none"),
     ("transformers", "llama-3-8b", {"num_layers": 4}, 4096, 4, "bf16", "full"),
     ("transformers", "openai-gpt2", {}, 1024, 8, "amp-bf16", "none"),
+    # mixtures of experts: ours (a loop over experts) and transformers' (torch._grouped_mm over every slot)
+    ("course", "qwen3-30b-a3b", {"num_layers": 2}, 2048, 4, "amp-bf16", "none"),
+    ("transformers", "qwen3-30b-a3b", {"num_layers": 2}, 2048, 4, "amp-bf16", "none"),
+    ("transformers", "mixtral-8x7b", {"num_layers": 2}, 2048, 2, "bf16", "full"),
+)
+STEP_MODELS = ""  # --step-models: only these presets' steps (comma-separated; empty: all)
+MOE_SHAPES = (  # (experts, top-k, d_model, expert d_ff): Qwen3-30B-A3B's, Mixtral-8x7B's and gpt-oss-20b's experts
+    (128, 8, 2048, 768),
+    (8, 2, 4096, 14336),
+    (32, 4, 2880, 2880),
 )
 
 
@@ -188,6 +199,43 @@ def gemm_rows(quick: bool):
         for layout in layouts:
             for m, n, k in grid:
                 yield mm_row(dtype, layout, m, n, k)
+
+
+def grouped_rows(quick: bool):
+    """``torch._grouped_mm`` as transformers' experts run it (``integrations/moe.py``: the slots sorted by expert,
+    ``grouped_mm(x, W.transpose(-2, -1), offs)``), each expert taking S/E of the S = tokens·top-k slots: gate_up
+    (k = d_model, n = 2·d_ff) and down (k = d_ff, n = d_model).  ``grouped_nt``: the forward; ``grouped_bwd``: both
+    gradients (forward + backward less the forward).  ``m`` is the slots per expert; FLOPs 2·S·n·k (each)."""
+    import torch
+
+    shapes = MOE_SHAPES[:1] if quick else MOE_SHAPES
+    for dtype in (torch.bfloat16, torch.float32):
+        for experts, top, d, ff in shapes:
+            for tokens in (2048,) if quick else (2048, 8192, 32768):
+                slots = tokens * top
+                for k, n in ((d, 2 * ff), (ff, d)):
+                    if dtype == torch.float32 and slots * n * k > 2**38:
+                        continue
+                    x = rand(slots, k, dtype=dtype).requires_grad_()
+                    w = rand(experts, n, k, dtype=dtype).requires_grad_()
+                    offs = torch.arange(1, experts + 1, device=DEVICE, dtype=torch.int32) * (slots // experts)
+                    g = torch.randn(slots, n, device=DEVICE, dtype=dtype)
+
+                    def forward(x=x, w=w, offs=offs):
+                        return torch._grouped_mm(x, w.transpose(-2, -1), offs)
+
+                    def both(forward=forward, x=x, w=w, g=g):
+                        torch.autograd.grad(forward(), (x, w), g)
+
+                    with torch.no_grad():
+                        fwd = seconds_per_call(forward)
+                    bwd = seconds_per_call(both) - fwd
+                    del x, w, offs, g
+                    flops = 2 * slots * n * k
+                    base = {"dtype": str(dtype).removeprefix("torch."), "m": slots // experts, "n": n, "k": k}
+                    for layout, sec, work in (("grouped_nt", fwd, flops), ("grouped_bwd", bwd, 2 * flops)):
+                        yield {**base, "layout": layout, "experts": experts, "seconds": sec, "flops": work,
+                               "tflops": round(work / sec / 1e12, 2)}  # fmt: skip
 
 
 UNALIGNED_VOCABS = (32001, 50257)  # vocabularies no multiple of 8: Llama 2's 32,000 plus a pad token; GPT-2's
@@ -376,7 +424,7 @@ def steps_rows(quick: bool):
             ("transformers", "qwen3-0.6b", {"num_layers": 2}, 256, 2, "bf16", "full"),
         ]
         if quick
-        else STEPS
+        else [c for c in STEPS if not STEP_MODELS or c[1] in STEP_MODELS.split(",")]
     )
     for impl, preset, overrides, seq, batch, precision, ckpt in cases:
         setup = TrainingSetup(attention="sdpa", precision=precision, checkpoint=ckpt, optimizer="fused")
@@ -470,6 +518,7 @@ def timed_steps(model, inputs, labels, opt, loss_fn, row, steps: int = 8) -> dic
 SECTIONS = {
     "gemm": gemm_rows,
     "gemm_unaligned": gemm_unaligned_rows,
+    "grouped": grouped_rows,
     "attention": attention_rows,
     "memory_bound": memory_bound_rows,
     "optimizer": optimizer_rows,
@@ -478,6 +527,7 @@ SECTIONS = {
 SHARES = {
     "gemm": 0.28,
     "gemm_unaligned": 0.12,
+    "grouped": 0.1,
     "attention": 0.17,
     "memory_bound": 0.08,
     "optimizer": 0.1,
@@ -492,9 +542,10 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=float, default=240.0, help="seconds for all sections, shared equally")
     ap.add_argument("--quick", action="store_true", help="a few points of each section (a smoke run)")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: a smoke run of this script")
+    ap.add_argument("--step-models", default="", help="steps: only these presets (comma-separated)")
     args = ap.parse_args(argv)
-    global DEVICE
-    DEVICE = args.device
+    global DEVICE, STEP_MODELS
+    DEVICE, STEP_MODELS = args.device, args.step_models
     names = args.only.split(",")
     unknown = sorted(set(names) - set(SECTIONS))
     if unknown or args.budget <= 0:
