@@ -62,7 +62,7 @@ def test_every_h200_transformers_figure_equals_this_codes_prediction(tmp_path):
     assert cv.main(["--repredict", "--out", str(tmp_path / "h200")]) == 0
     hf = cv.read_tables(tmp_path / "h200")["hf_memory"]
     compared = [r for r in hf if not r.get("error") and "baseline_predicted" in r]
-    assert len(compared) == 257 and unequal(compared) == set()
+    assert len(compared) == 258 and unequal(compared) == set()
     assert not any(r.get("prediction_refused") for r in hf)
     assert {r["setup"] for r in compared if r["model"] == "deepseek_v3"} >= {
         "sdpa+none+bf16+foreach",

@@ -11,6 +11,10 @@ the prices come from ``lm_accounting/calibration/<gpu>/``, written by ``benchmar
    (a vocabulary such as GPT-2's 50,257: cuBLAS then runs cutlass's ``align1`` kernels) costs that aligned price
    times the slowdown measured on the LM head's GEMMs (gemm_unaligned.csv: each unaligned GEMM over the same GEMM
    with the vocabulary rounded up to a multiple of 8, 4-8x in bf16 on Hopper), log-interpolated the same way.
+1b. transformers' experts (``torch._grouped_mm`` over every (token, expert) slot, the routing taken as balanced):
+   E products of (S/E, n, k), priced as in 1 from grouped.csv (the forward, ``grouped_nt``, and both gradients,
+   ``grouped_bwd``, measured at three models' expert shapes; each row's seconds / E per product).
+1c. ``batch`` products of one shape in one kernel (``bmm``) as one GEMM of batch·m rows (``batched_seconds``).
 2. Fused attention: seconds per unit of B·h·S²·d_head measured at that backend, d_head (64 or 128) and dtype with
    ``is_causal`` (attention.csv), interpolated in log S; the backward is the forward + backward less the forward.
    cuDNN attention is priced at flash's rate (not measured separately).
@@ -59,7 +63,7 @@ DTYPES = {"bf16": "bfloat16", "fp16": "bfloat16", "fp32": "float32"}
 TRAFFIC = {"add": 3, "mul": 3, "sub": 3, "div": 3, "where": 3, "_to_copy": 2.5}
 """Bytes moved per byte made, by the op that made it (default 2: read one operand, write one).  ``_to_copy``
 between fp32 and bf16 reads 4 or 2 bytes per 2 or 4 written: 2.5 on average."""
-SKIP = ("mm", "addmm", "bmm", "flash", "cudnn", "efficient", "exp_avg", "exp_avg_sq", "step")
+SKIP = ("mm", "addmm", "bmm", "grouped_mm", "flash", "cudnn", "efficient", "exp_avg", "exp_avg_sq", "step")
 """Storages priced elsewhere (1, 2, 4) or made outside the timed step."""
 ADAMW_BYTES_PER_ELEMENT = 7  # p, g, m, v read; p, m, v written
 
@@ -108,6 +112,10 @@ def load(gpu: str) -> Calibration:
     gemm: dict = {}
     for r in _rows(gpu, "gemm.csv"):
         gemm.setdefault((r["dtype"], r["layout"]), {})[int(r["m"]), int(r["n"]), int(r["k"])] = float(r["seconds"])
+    if (CALIBRATION_DIR / gpu / "grouped.csv").exists():  # (1b): per expert's product, E per row
+        for r in _rows(gpu, "grouped.csv"):
+            per_product = float(r["seconds"]) / int(r["experts"])
+            gemm.setdefault((r["dtype"], r["layout"]), {})[int(r["m"]), int(r["n"]), int(r["k"])] = per_product
     bound = _rows(gpu, "memory_bound.csv")
     largest = max(int(r["numel"]) for r in bound)
     bandwidth = max(
@@ -237,6 +245,17 @@ def slowdown(cal: Calibration, dtype: str, layout: str, m: int, n: int, k: int) 
         near = min(table, key=lambda p: sum(math.log(x / y) ** 2 for x, y in zip(p, (m, n, k), strict=True)))
         return table[near]
     return math.exp(total / weight)
+
+
+def batched_seconds(cal: Calibration, dtype: str, layout: str, batch: int, m: int, n: int, k: int) -> float:
+    """(1c): ``batch`` products of one (m, n, k) run as one kernel.  A batched GEMM (``bmm``: naive attention's
+    scores and values, our experts) is priced as one GEMM of batch·m rows: cuBLAS's strided-batched kernels tile
+    each product as a tall GEMM's rows are tiled, one launch for all (pricing ``batch`` separate GEMMs put our
+    Qwen3-30B-A3B step 30% high on the H100, reports/calibration).  The grouped GEMM has rates of its own per product
+    (1b)."""
+    if layout.startswith("grouped"):
+        return batch * gemm_seconds(cal, dtype, layout, m, n, k)
+    return gemm_seconds(cal, dtype, layout, batch * m, n, k)
 
 
 def gemm_seconds(cal: Calibration, dtype: str, layout: str, m: int, n: int, k: int) -> float:
@@ -389,7 +408,7 @@ class Program:
             g = a = 0.0
             for (dtype, layout, *dims), times in gemms.items():
                 n_batch, m, n, k = (_at(d, batch) for d in dims)
-                g += times * n_batch * gemm_seconds(cal, dtype, layout, m, n, k)
+                g += times * batched_seconds(cal, dtype, layout, n_batch, m, n, k)
                 if slowdown(cal, dtype, layout, m, n, k) is None:
                     unaligned |= {x for x in (m, n, k) if x % 8}
             for (backend, what, b, h, seq, d, dtype), times in attentions.items():
@@ -428,8 +447,10 @@ def unaligned_caveat(unaligned: set[int]) -> list[str]:
         return []
     dims = ", ".join(f"{d:,}" for d in sorted(unaligned))
     return [
-        f"GEMM dimensions {dims} are no multiple of 8: cuBLAS takes slower align1 kernels, which this GPU's table "
-        "does not measure (priced as aligned)"
+        (
+            f"GEMM dimensions {dims} are no multiple of 8: cuBLAS takes slower align1 kernels, which this GPU's "
+            "table does not measure (priced as aligned)"
+        )
     ]
 
 

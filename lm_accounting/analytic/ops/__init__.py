@@ -44,7 +44,7 @@ EXACTNESS = {
         "(``memory_report.cuda_exactness``)"
     ),
     ("plain", "cuda", "transformers"): (
-        "exact where a GPU ran transformers' own model (an H200, reports/cuda-h200/hf_memory.csv: 1,799 of 1,799 "
+        "exact where a GPU ran transformers' own model (an H200, reports/cuda-h200/hf_memory.csv: 1,806 of 1,806 "
         "figures, eager attention in 22 families and sdpa in 21; an H100, reports/cuda-h100: 623 of 623; "
         "``provenance.HF_CUDA_RUNS``); elsewhere the same CUDA facts, not validated"
     ),

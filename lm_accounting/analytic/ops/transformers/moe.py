@@ -32,7 +32,7 @@ from .. import aten as A
 from ..aten_index import index, split_with_sizes, topk
 from ..aten_pointwise import divide_backward
 from ..engine import Affine
-from ..tensors import Tensor, empty, no_grad, parameter, record, record_first
+from ..tensors import Tensor, current, empty, no_grad, parameter, record, record_first
 from .llama import MLP, DecoderLayer, LlamaForCausalLM, RMSNorm, int_scalar_op
 
 B = Affine(1)
@@ -55,9 +55,14 @@ def div_(values: Tensor, other: Tensor) -> Tensor:
 
 def grouped_mm(a: Tensor, b: Tensor, offs: Tensor) -> Tensor:
     """``torch._grouped_mm(a, b, offs)``: a (S, k) by b (E, k, n), group g taking rows offs[g-1]:offs[g]; out
-    (S, n).  Saves a, b and offs; backward: b's gradient (laid out as b), then a's."""
+    (S, n).  Saves a, b and offs; backward: b's gradient (laid out as b), then a's.  Its work, for the step-time
+    model: E products of (S/E, k) by (k, n), the routing balanced (``grouped_nt``; the backward's two gradients
+    ``grouped_bwd``), priced at the rates ``torch._grouped_mm`` reached (calibration grouped.csv)."""
+    experts, (slots, k), n = b.shape[0], a.shape, b.shape[2]
+    current().note("gemm", a.dtype, "grouped_nt", experts, slots // experts, n, k)
 
     def back(ctx, g, sa, sb, so):
+        current().note("gemm", sa.dtype, "grouped_bwd", experts, slots // experts, n, k)
         gb = ga = None
         if ctx.need[1]:
             gb = empty(sb.shape, g[0].dtype, "grouped_mm")
