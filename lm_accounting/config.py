@@ -127,6 +127,7 @@ class ModelConfig:
     positions: str = "rope"
     rotary_dim: int | None = None
     max_position_embeddings: int | None = None
+    position_offset: int = 0
     qk_norm_scope: str = "head"
     sliding_window: int | None = None
     full_attention_every: int | None = None
@@ -384,12 +385,16 @@ class ModelConfig:
             raise ConfigError(
                 "max_position_embeddings sizes the learned position table; it applies only with positions = learned"
             )
-        if self.positions == "learned" and self.context_length > self.position_rows:
+        check_nonnegative_int("position_offset", self.position_offset)
+        if self.position_offset and self.positions != "learned":
+            raise ConfigError("position_offset applies only with positions = learned")
+        if self.positions == "learned" and self.context_length > self.max_positions:
+            rows = "" if not self.position_offset else f" ({self.position_rows:,} rows less {self.position_offset})"
             raise ConfigError(
-                f"context {self.context_length:,} exceeds the {self.position_rows:,} learned positions "
+                f"context {self.context_length:,} exceeds the {self.max_positions:,} learned positions{rows} "
                 f"(max_position_embeddings): the model cannot run past its position table; a context up to "
-                f"{self.position_rows:,} runs, or a variant with a longer table (a different model) needs "
-                f"max_position_embeddings = {self.context_length} too"
+                f"{self.max_positions:,} runs, or a variant with a longer table (a different model) needs "
+                f"max_position_embeddings = {self.context_length + self.position_offset} too"
             )
         if self.qk_norm_scope != "head" and not self.qk_norm:
             raise ConfigError(f"qk_norm_scope = {self.qk_norm_scope} applies only with qk_norm = true")
@@ -555,6 +560,11 @@ class ModelConfig:
         return self.context_length if self.max_position_embeddings is None else self.max_position_embeddings
 
     @property
+    def max_positions(self) -> int:
+        """The positions the learned table serves: its rows less ``position_offset`` (OPT's 2 leading rows)."""
+        return self.position_rows - self.position_offset
+
+    @property
     def gated_mlp(self) -> bool:
         """Three FFN matrices (w1 gate, w3 up, w2 down) for SwiGLU/GeGLU; two (fc, proj) for the GELU, ReLU and
         squared-ReLU MLPs."""
@@ -664,6 +674,7 @@ class ModelConfig:
             "positions",
             "rotary_dim",
             "max_position_embeddings",
+            "position_offset",
             "qk_norm_scope",
             "sliding_window",
             "full_attention_every",
@@ -850,7 +861,7 @@ ARCHITECTURE_CHOICES: dict[str, tuple[str, ...]] = {
   ReLU (OPT's ``fc1``/``fc2``, transformers' models/opt); ``relu2`` = the same with squared ReLU, ``ReLU(x)²`` (So et
   al. 2021, "Primer"; Nemotron's ``up_proj``/``down_proj``, transformers' ``ReLUSquaredActivation``).
 * ``positions``: ``rope`` (no parameters), ``learned`` (a ``max_position_embeddings x d_model`` table added
-  to the token embeddings, GPT-2) or ``alibi`` (Press et al. 2022: head i adds ``m_i · j`` to its score for key
+  to the token embeddings, GPT-2; ``position_offset`` rows before position 0, OPT's 2, serve no position) or ``alibi`` (Press et al. 2022: head i adds ``m_i · j`` to its score for key
   j, no parameters; BLOOM, transformers' ``build_alibi_tensor``).
 * ``qk_norm_scope``: ``head`` = one RMSNorm of ``head_dim`` on every Q and K head (Qwen3, Gemma 3);
   ``projection`` = one RMSNorm over the whole Q (``h·head_dim``) and K (``kv·head_dim``) projection (OLMo-2);

@@ -1644,6 +1644,7 @@ def _opt(f: _Fields) -> dict[str, Any]:
         "d_ff": f.int("ffn_dim"),
         "context_length": positions,
         "max_position_embeddings": positions + OPT_POSITION_OFFSET,
+        "position_offset": OPT_POSITION_OFFSET,
         "tie_embeddings": f.bool("tie_word_embeddings", True),
         "norm": "layernorm",
         "norm_weights": f.bool("layer_norm_elementwise_affine", True),

@@ -366,3 +366,20 @@ def test_memory_of_a_relu_config_json_is_model_states_only(run_cli, tmp_path):
     r = run_cli("memory", path, "--context", 1024)
     assert r.code == 0, r.err
     assert "model states only" in r.out
+
+
+def test_opt_runs_as_many_positions_as_its_config_names():
+    """OPT's table has max_position_embeddings + 2 rows, looked up at position + 2: transformers' own model (CPU
+    tensors, 8 positions) runs 8 tokens and fails on 9, and the context check agrees: 8 accepted, 9 and 10 refused
+    (the table's 10 rows counted as positions, 9 and 10 were accepted)."""
+    values = {**SMALL_OPT, "max_position_embeddings": 8}
+    model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**values))
+    model(torch.zeros(1, 8, dtype=torch.long))
+    with pytest.raises(IndexError):
+        model(torch.zeros(1, 9, dtype=torch.long))
+    cfg = config_from_hf(values)
+    assert (cfg.position_rows, cfg.max_positions) == (10, 8)
+    cfg.with_context(8)
+    for seq in (9, 10):
+        with pytest.raises(ConfigError, match="exceeds the 8 learned positions"):
+            cfg.with_context(seq)

@@ -324,5 +324,5 @@ def max_context_that_fits(
 
 
 def context_limit(cfg: ModelConfig) -> int | None:
-    """The longest context the model can run: its learned position table's rows where given, else None."""
-    return cfg.position_rows if cfg.positions == "learned" and cfg.max_position_embeddings is not None else None
+    """The longest context the model can run: the positions its learned table serves where given, else None."""
+    return cfg.max_positions if cfg.positions == "learned" and cfg.max_position_embeddings is not None else None

@@ -151,14 +151,14 @@ def check_semantics(semantics: str) -> None:
 def check_lengths(cfg: ModelConfig, prompt: int, generate: int) -> None:
     """P + G must fit the model's context (every program's request is P + G tokens).  The message says what
     does run: a RoPE model is analysed at any context (``--context P+G``); a model with learned positions
-    runs at most ``position_rows`` positions, so ``--context`` helps only up to its table."""
+    runs at most ``max_positions`` positions, so ``--context`` helps only up to its table."""
     need = prompt + generate
     if need <= cfg.context_length:
         return
     head = f"prompt {prompt:,} + generate {generate:,} = {need:,} tokens exceeds {cfg.name}'s context of {cfg.context_length:,} tokens"
     if cfg.positions != "learned":
         raise AccountingError(f"{head}; to analyse the longer context, add --context {need}")
-    rows = cfg.position_rows
+    rows = cfg.max_positions
     if need <= rows:  # the context was set below the position table
         raise AccountingError(
             f"{head}; its {rows:,} learned positions allow a context up to {rows:,}: add --context {need}"
