@@ -249,6 +249,10 @@ def _mla(cfg: ModelConfig) -> bool:
     return cfg.mla
 
 
+def _indexer(cfg: ModelConfig) -> bool:
+    return cfg.indexer
+
+
 def _projection(key: str, label: str, group: str, params: Callable[[ModelConfig], int], text: str, **kw) -> Component:
     """A bias-free linear map on every token: ``params(cfg)`` weights and 2·T·params FLOPs."""
     return Component(
@@ -729,6 +733,71 @@ REGISTRY: tuple[Component, ...] = (
         "d",
         lambda cfg: cfg.output_bias,
         split=REPLICATED,
+    ),
+    # DeepSeek Sparse Attention's lightning indexer (transformers' DeepseekV32Indexer, registered after o_proj)
+    _projection(
+        "layers.*.attn.indexer.q_proj",
+        "indexer Q projection (wq_b, from the Q latent)",
+        "attention projections",
+        pa.indexer_q_params,
+        "r_q·H_I·d_I",
+        shape=lambda cfg: (cfg.index_heads * cfg.index_head_dim, cfg.q_lora_rank),
+        present=_indexer,
+    ),
+    _projection(
+        "layers.*.attn.indexer.k_proj",
+        "indexer K projection (wk, one key)",
+        "attention projections",
+        pa.indexer_k_params,
+        "d·d_I",
+        shape=_shape("index_head_dim", "d_model"),
+        present=_indexer,
+    ),
+    Component(
+        "layers.*.attn.indexer.k_norm",
+        "indexer K LayerNorm",
+        "norms",
+        present=_indexer,
+        params=Formula(lambda z: pa.layernorm_params(z.cfg.index_head_dim), "2·d_I"),
+        shape=_shape("index_head_dim"),
+        tensors=lambda cfg: 2,
+        elementwise=Formula(lambda z: fl.layernorm_flops(z.T, z.cfg.index_head_dim), "7·T·d_I"),
+    ),
+    _projection(
+        "layers.*.attn.indexer.weights_proj",
+        "indexer head weights (weights_proj)",
+        "attention projections",
+        pa.indexer_weights_params,
+        "d·H_I",
+        shape=_shape("index_heads", "d_model"),
+        present=_indexer,
+    ),
+    Component(
+        "layers.*.attn.indexer.rope",
+        "RoPE on the indexer's Q and K",
+        "attention",
+        present=_indexer,
+        elementwise=Formula(
+            lambda z: fl.rope_flops(z.T, (z.cfg.index_heads + 1) * z.cfg.rope_dim), "3·T·(H_I+1)·d_rope"
+        ),
+    ),
+    Component(
+        "layers.*.attn.indexer.qk",
+        "indexer scores q·kᵀ (every key)",
+        "attention matmuls",
+        present=_indexer,
+        flops=Formula(lambda z: fl.indexer_scores_flops(z.cfg, z.batch, z.seq), "2·B·H_I·S²·d_I"),
+        elementwise=Formula(
+            lambda z: fl.indexer_score_flops(z.batch * z.cfg.index_heads * z.seq * z.seq), "2·B·H_I·S²", "scale, ReLU"
+        ),
+    ),
+    Component(
+        "layers.*.attn.indexer.head_sum",
+        "indexer weighted sum over heads",
+        "attention matmuls",
+        present=_indexer,
+        flops=Formula(lambda z: fl.indexer_head_sum_flops(z.cfg, z.batch, z.seq), "2·B·S²·H_I"),
+        elementwise=Formula(lambda z: fl.bias_add_flops(z.batch * z.seq, z.seq), "B·S²", "causal mask add"),
     ),
     Component(
         "layers.*.attn.sinks",

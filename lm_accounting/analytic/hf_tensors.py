@@ -12,7 +12,7 @@ fuse: GPT-2's ``c_attn`` (Q, K and V in one ``Conv1D``, weight and bias), Phi-3'
 * the others (``*ForCausalLM``): embed_tokens; per layer the attention (q, k, v, o and their biases; Phi-3's
   o_proj then qkv_proj; MiniMax-M2's whole-projection qk-norms, GLM's and StableLM's blocks as Llama's but for
   GLM's fused gate_up_proj; qk-norms after o_proj: per head, or over the whole projection for OLMo-2; DeepSeek's
-  latent projections; gpt-oss's sinks first, the attention module's own parameter), the MLP (gate, up, down;
+  latent projections, then DeepSeek-V3.2's and GLM-5's indexer: wq_b, wk, k_norm, weights_proj; gpt-oss's sinks first, the attention module's own parameter), the MLP (gate, up, down;
   Phi-3's gate_up then down; StarCoder2's c_fc then c_proj; a mixture of experts: the router then the experts
   (``FUSED_MOE_ROUTER_FIRST``) or the experts then the router (Qwen3-MoE, DeepSeek), then DeepSeek's shared
   experts or Qwen2-MoE's shared expert and its gate; gpt-oss's router and expert biases after their weights),
@@ -101,7 +101,11 @@ def _attention(cfg: ModelConfig) -> list[int]:
             if cfg.q_lora_rank is None
             else [d * cfg.q_lora_rank, cfg.q_lora_rank, cfg.q_lora_rank * h * qk]
         )
-        return q + [d * (r + rope), r, r * h * (cfg.qk_nope_head_dim + cfg.v_head_dim), h * cfg.v_head_dim * d]
+        out = q + [d * (r + rope), r, r * h * (cfg.qk_nope_head_dim + cfg.v_head_dim), h * cfg.v_head_dim * d]
+        if cfg.indexer:  # DeepSeek-V3.2's indexer after o_proj: wq_b, wk, k_norm (weight, bias), weights_proj
+            hi, di = cfg.index_heads, cfg.index_head_dim
+            out += [cfg.q_lora_rank * hi * di, d * di, di, di, d * hi]
+        return out
     q, kv = cfg.num_heads * cfg.d_head, cfg.kv_heads * cfg.d_head
     if kind in FUSED_QKV:
         return [d * (q + 2 * kv)] + ([q + 2 * kv] if cfg.qkv_bias else []) + [d * q] + ([d] if cfg.output_bias else [])

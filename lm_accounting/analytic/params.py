@@ -111,6 +111,22 @@ def linear_conv_params(cfg: ModelConfig) -> int:
     return cfg.linear_conv_dim * cfg.linear_conv_kernel
 
 
+# -- DeepSeek Sparse Attention's indexer (transformers' DeepseekV32Indexer; config.DSA_FIELDS) --
+def indexer_q_params(cfg: ModelConfig) -> int:
+    """``wq_b``: the query latent to the indexer's heads, q_lora_rank -> index_heads·index_head_dim."""
+    return cfg.q_lora_rank * cfg.index_heads * cfg.index_head_dim
+
+
+def indexer_k_params(cfg: ModelConfig) -> int:
+    """``wk``: the hidden state to the indexer's one key, d_model -> index_head_dim."""
+    return cfg.d_model * cfg.index_head_dim
+
+
+def indexer_weights_params(cfg: ModelConfig) -> int:
+    """``weights_proj``: the hidden state to one weight per indexer head, d_model -> index_heads."""
+    return cfg.d_model * cfg.index_heads
+
+
 def active_parameter_count(cfg: ModelConfig) -> int:
     """Parameters one token uses: every parameter except the routed experts it is not sent to,
     total − L_moe·(E − k)·(one expert's, ``expert_params``).  Embeddings, router and shared
