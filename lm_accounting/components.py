@@ -79,7 +79,7 @@ class Component:
     tensors: Callable[[ModelConfig], int] = lambda cfg: 1  # parameter tensors of equal size (LayerNorm: 2)
     shape: Callable[[ModelConfig], tuple[int, ...]] | None = None  # each one's stored shape (Linear: (out, in))
     split: str = REPLICATED  # how tensor parallelism cuts them (analytic/parallel.py, rule 1)
-    frozen: bool = False  # requires_grad=False: a parameter with no gradient and no optimizer state
+    frozen: bool = False  # no gradient and no optimizer state: requires_grad=False, or no backward reaches it
 
     @property
     def per_layer(self) -> bool:
@@ -734,7 +734,8 @@ REGISTRY: tuple[Component, ...] = (
         lambda cfg: cfg.output_bias,
         split=REPLICATED,
     ),
-    # DeepSeek Sparse Attention's lightning indexer (transformers' DeepseekV32Indexer, registered after o_proj)
+    # DeepSeek Sparse Attention's lightning indexer (transformers' DeepseekV32Indexer, registered after o_proj); its
+    # forward runs under torch.no_grad(), so its parameters get no gradient and AdamW keeps no state for them: frozen
     _projection(
         "layers.*.attn.indexer.q_proj",
         "indexer Q projection (wq_b, from the Q latent)",
@@ -743,6 +744,7 @@ REGISTRY: tuple[Component, ...] = (
         "r_q·H_I·d_I",
         shape=lambda cfg: (cfg.index_heads * cfg.index_head_dim, cfg.q_lora_rank),
         present=_indexer,
+        frozen=True,
     ),
     _projection(
         "layers.*.attn.indexer.k_proj",
@@ -752,6 +754,7 @@ REGISTRY: tuple[Component, ...] = (
         "d·d_I",
         shape=_shape("index_head_dim", "d_model"),
         present=_indexer,
+        frozen=True,
     ),
     Component(
         "layers.*.attn.indexer.k_norm",
@@ -762,6 +765,7 @@ REGISTRY: tuple[Component, ...] = (
         shape=_shape("index_head_dim"),
         tensors=lambda cfg: 2,
         elementwise=Formula(lambda z: fl.layernorm_flops(z.T, z.cfg.index_head_dim), "7·T·d_I"),
+        frozen=True,
     ),
     _projection(
         "layers.*.attn.indexer.weights_proj",
@@ -771,6 +775,7 @@ REGISTRY: tuple[Component, ...] = (
         "d·H_I",
         shape=_shape("index_heads", "d_model"),
         present=_indexer,
+        frozen=True,
     ),
     Component(
         "layers.*.attn.indexer.rope",

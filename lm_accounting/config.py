@@ -497,6 +497,12 @@ class ModelConfig:
         """DeepSeek Sparse Attention: every layer's attention has a lightning indexer (``index_heads`` is set)."""
         return self.index_heads is not None
 
+    @property
+    def cached_width(self) -> int:
+        """Elements a cache holds per token per attention layer: ``kv_cache_width``, and with DSA's indexer its
+        key too, ``index_head_dim`` (transformers' ``DynamicIndexedLayer.indexer_keys``, (B, S, d_I))."""
+        return self.kv_cache_width + (self.index_head_dim if self.indexer else 0)
+
     # -- Gated DeltaNet hybrids ----------------------------------------------
     @property
     def hybrid(self) -> bool:

@@ -32,8 +32,9 @@ from lm_accounting.analytic.flops import (
 )
 from lm_accounting.analytic.hf_tensors import hf_parameter_tensor_sizes
 from lm_accounting.analytic.params import parameter_breakdown
-from lm_accounting.config import ConfigError, ModelConfig
+from lm_accounting.config import AccountingError, ConfigError, ModelConfig
 from lm_accounting.hf_config import config_from_hf, to_hf_dict
+from lm_accounting.model import build_model
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -390,8 +391,8 @@ def test_indexer_fields_are_all_or_none():
 
 
 def test_account_and_memory_run(run_cli, tmp_path):
-    """``account`` gives the totals; ``memory`` under --impl transformers gives the model states with the reason
-    (no program of the op library is a DSA model yet); the live model refuses in one line."""
+    """``account`` gives the totals; ``memory`` gives the model states with the reason (no program of the op
+    library is a DSA model yet; the live model has no indexer, and refuses to be built)."""
     path = tmp_path / "config.json"
     path.write_text(json.dumps(DEEPSEEK_V32))
     r = run_cli("account", path, "--format", "json", "--context", 4096)
@@ -399,6 +400,63 @@ def test_account_and_memory_run(run_cli, tmp_path):
     out = json.loads(r.out)
     assert out["parameters"]["total"] == 671_877_929_216
     r = run_cli("memory", path, "--context", 1024)
-    assert r.code == 0, r.err
+    assert r.code == 0 and "model states only" in r.out and "deepseek_v32 is not transliterated" in r.out, r.err
     r = run_cli("memory", path, "--context", 1024, "--impl", "course")
-    assert r.code == 2 and len(r.err.strip().splitlines()) == 1, r.err
+    assert r.code == 0 and "model states only" in r.out and "a sparse-attention indexer (the live" in r.out, r.err
+    with pytest.raises(AccountingError, match="no sparse-attention indexer"):
+        build_model(config_from_hf(CONFIGS["deepseek-v3.2"]))
+
+
+# -- the training step and the cache ------------------------------------------------------------------------------
+def test_model_states_leave_out_the_indexer():
+    """No gradient reaches the indexer (above), so AdamW keeps no gradient, m or v for it: the trained tensors are
+    transformers' parameters less the indexer's five per layer."""
+    from lm_accounting.analytic.params import frozen_parameter_count
+
+    cfg = config_from_hf(TINY_CONFIGS["tiny-deepseek-v3.2"])
+    model = cpu_model(TINY_CONFIGS["tiny-deepseek-v3.2"])
+    indexer = [p.numel() for n, p in model.named_parameters() if ".indexer." in n]
+    assert frozen_parameter_count(cfg) == sum(indexer) == 3 * indexer_by_hand(64, 24, 4, 16)
+    trained = [p.numel() for n, p in model.named_parameters() if ".indexer." not in n]
+    assert hf_parameter_tensor_sizes(cfg, trained=True) == trained
+
+
+def test_hardware_step_flops_leave_out_the_indexers_backward():
+    from lm_accounting.analytic.hardware_flops import step_flops
+
+    cfg = config_from_hf(CONFIGS["deepseek-v3.2"])
+    f = step_flops(cfg, 1024)
+    assert f.hardware == f.model - 2 * indexer_flops(cfg, 1024) == training_flops(cfg, 1024).step
+
+
+@pytest.mark.parametrize(("dtype", "name"), [(torch.float32, "fp32"), (torch.bfloat16, "bf16")])
+def test_cache_equals_transformers_after_a_prefill(dtype, name):
+    """Every layer's ``DynamicIndexedLayer``: the latent and RoPE key (B, 1, P, r_kv) and (B, 1, P, d_rope), and
+    the indexer's keys (B, P, d_I), in the model's dtype: the bytes of every tensor of transformers' cache."""
+    from lm_accounting.analytic.memory import kv_cache_bytes
+
+    values = TINY_CONFIGS["tiny-deepseek-v3.2"]
+    cfg = config_from_hf(values)
+    model = cpu_model(values).to(dtype)
+    B, P = 2, 13
+    ids = torch.randint(0, 101, (B, P), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        cache = model(input_ids=ids, use_cache=True).past_key_values
+    held = sum(
+        t.numel() * t.element_size() for layer in cache.layers for t in vars(layer).values() if torch.is_tensor(t)
+    )
+    assert {tuple(t.shape) for t in vars(cache.layers[0]).values() if torch.is_tensor(t)} == {
+        (B, 1, P, 16),
+        (B, 1, P, 8),
+        (B, P, 16),
+    }
+    assert held == kv_cache_bytes(cfg, P, B, name) == 3 * B * P * (16 + 8 + 16) * (4 if name == "fp32" else 2)
+
+
+def test_infer_runs_and_an_engine_is_refused(run_cli, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(DEEPSEEK_V32))
+    r = run_cli("infer", path, "--prompt", "128", "--generate", "16")
+    assert r.code == 0, r.err
+    r = run_cli("infer", path, "--prompt", "128", "--generate", "16", "--engine", "vllm")
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "indexer" in r.err, r.err

@@ -189,7 +189,8 @@ def lm_head_params(cfg: ModelConfig) -> int:
 
 def frozen_parameter_count(cfg: ModelConfig) -> int:
     """Parameters with ``requires_grad=False`` (the registry's ``frozen`` components: Ernie 4.5's router score
-    bias): counted by ``parameters()``, but with no gradient and no AdamW state."""
+    bias), or that no backward reaches (DeepSeek-V3.2's indexer, run under ``torch.no_grad()``): counted by
+    ``parameters()``, but with no gradient and no AdamW state."""
     from ..components import component
 
     return sum(it.total for it in parameter_breakdown(cfg) if component(it.key).frozen)
