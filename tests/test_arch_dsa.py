@@ -460,3 +460,47 @@ def test_infer_runs_and_an_engine_is_refused(run_cli, tmp_path):
     assert r.code == 0, r.err
     r = run_cli("infer", path, "--prompt", "128", "--generate", "16", "--engine", "vllm")
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "indexer" in r.err, r.err
+
+
+def test_a_decode_step_and_a_cached_prefill_equal_transformers():
+    """With transformers' cache, counted: the prefill is ``prefill_flops``; a decode step at p = 13 scores its query
+    against the p + 1 cached indexer keys (2·B·H_I·(p+1)·d_I and 2·B·(p+1)·H_I a layer) and attends, expanding the
+    p + 1 cached latents, as ``decode_flops`` says."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from lm_accounting.analytic.inference import decode_flops, prefill_flops
+
+    cfg = config_from_hf(TINY_CONFIGS["tiny-deepseek-v3.2"])
+    model = cpu_model(TINY_CONFIGS["tiny-deepseek-v3.2"])
+    B, P = 2, 13
+    ids = torch.randint(0, 101, (B, P + 1), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        with FlopCounterMode(display=False) as prefill:
+            cache = model(input_ids=ids[:, :P], use_cache=True).past_key_values
+        with FlopCounterMode(display=False) as decode:
+            model(input_ids=ids[:, P:], cache=cache, use_cache=True)
+    assert prefill.get_total_flops() == prefill_flops(cfg, P, B, P + 1).total
+    step = decode_flops(cfg, P, B, P + 1)
+    assert decode.get_total_flops() == step.total
+    assert step["layers.*.attn.indexer.qk"].total == 3 * 2 * B * 4 * (P + 1) * 16
+    assert step["layers.*.attn.indexer.head_sum"].total == 3 * 2 * B * (P + 1) * 4
+
+
+def test_a_hub_style_file_is_read():
+    """DeepSeek-V3's published config.json fields beside the indexer's (fp8 quantization, YaRN, the MTP layer,
+    routing and auxiliary-loss fields): ignored and listed, the same model (written from DeepSeek-V3's file and the
+    class's fields, not a downloaded DeepSeek-V3.2 file)."""
+    extra = {
+        "architectures": ["DeepseekV32ForCausalLM"],
+        "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8"},
+        "rope_scaling": {"factor": 40, "original_max_position_embeddings": 4096, "type": "yarn"},
+        "topk_method": "noaux_tc",
+        "scoring_func": "sigmoid",
+        "moe_layer_freq": 1,
+        "num_nextn_predict_layers": 1,
+        "routed_scaling_factor": 2.5,
+        "torch_dtype": "bfloat16",
+    }
+    cfg = config_from_hf({**DEEPSEEK_V32, **extra})
+    assert cfg == config_from_hf(DEEPSEEK_V32)
+    assert set(cfg.ignored_fields) == set(extra) - {"moe_layer_freq"}
