@@ -454,12 +454,16 @@ def test_cache_equals_transformers_after_a_prefill(dtype, name):
 
 
 def test_infer_runs_and_an_engine_is_refused(run_cli, tmp_path):
+    """transformers' programs (generate, forward) run; an engine's (the default) and its pool are refused: their
+    sparse kernels and fp8 indexer cache are not modelled."""
     path = tmp_path / "config.json"
     path.write_text(json.dumps(DEEPSEEK_V32))
-    r = run_cli("infer", path, "--prompt", "128", "--generate", "16")
+    r = run_cli("infer", path, "--prompt", "128", "--generate", "16", "--program", "generate")
     assert r.code == 0, r.err
+    r = run_cli("infer", path, "--prompt", "128", "--generate", "16")  # the default program: engine
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "--program generate" in r.err, r.err
     r = run_cli("infer", path, "--prompt", "128", "--generate", "16", "--engine", "vllm")
-    assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "indexer" in r.err, r.err
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "DeepSeek Sparse Attention" in r.err, r.err
 
 
 def test_a_decode_step_and_a_cached_prefill_equal_transformers():

@@ -543,6 +543,12 @@ def check_infer(
     program = inf.default_program(semantics, attention) if program is None else program
     inf.check_program(program)
     inf.check_attention(attention, semantics)
+    if program == "engine" and cfg.indexer:
+        raise AccountingError(
+            f"--program engine: {cfg.name}'s DeepSeek Sparse Attention runs in the engines' own kernels (top-k "
+            "attention, the indexer's fp8 key pool), which lm-accounting does not model; --program generate or "
+            "forward gives transformers' computation and cache"
+        )
     if program == "engine" and (semantics != "filled" or attention != "sdpa"):
         raise AccountingError(
             "--program engine runs a paged cache with a fused kernel (what vLLM and SGLang run): --cache static "
