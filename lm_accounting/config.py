@@ -816,7 +816,7 @@ class ModelConfig:
     def family(self) -> str:
         """The architecture family in words: which published model these options describe."""
         if self.indexer:
-            return "DeepSeek-V3.2-style (MLA + sparse-attention indexer + MoE)"
+            return f"DeepSeek-V3.2-style (MLA + sparse-attention indexer{' + MoE' if self.moe else ''})"
         if self.mla:
             return "DeepSeek-style (MLA + MoE)" if self.moe else "DeepSeek-style (MLA)"
         if self.hybrid:
