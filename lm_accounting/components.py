@@ -55,6 +55,8 @@ ATTENTION_LAYERS = Layers("L_attn", lambda cfg: cfg.attention_layers, lambda cfg
 LINEAR_LAYERS = Layers("L_lin", lambda cfg: cfg.linear_layers, lambda cfg, i: not cfg.layer_attention(i))
 """A Gated DeltaNet hybrid's layers: every ``layers.*.attn.*`` component occurs in the attention layers (all
 layers but a hybrid's), every ``layers.*.linear_attn.*`` one in the linear-attention layers."""
+INDEXER_LAYERS = Layers("L_idx", lambda cfg: cfg.indexer_layers, lambda cfg, i: cfg.layer_indexer(i))
+"""DeepSeek Sparse Attention: the layers that run their own indexer (all, or GLM-5's ``F`` layers)."""
 
 
 class Formula(NamedTuple):
@@ -744,6 +746,7 @@ REGISTRY: tuple[Component, ...] = (
         "r_q·H_I·d_I",
         shape=lambda cfg: (cfg.index_heads * cfg.index_head_dim, cfg.q_lora_rank),
         present=_indexer,
+        layers=INDEXER_LAYERS,
         frozen=True,
     ),
     _projection(
@@ -754,6 +757,7 @@ REGISTRY: tuple[Component, ...] = (
         "d·d_I",
         shape=_shape("index_head_dim", "d_model"),
         present=_indexer,
+        layers=INDEXER_LAYERS,
         frozen=True,
     ),
     Component(
@@ -761,6 +765,7 @@ REGISTRY: tuple[Component, ...] = (
         "indexer K LayerNorm",
         "norms",
         present=_indexer,
+        layers=INDEXER_LAYERS,
         params=Formula(lambda z: pa.layernorm_params(z.cfg.index_head_dim), "2·d_I"),
         shape=_shape("index_head_dim"),
         tensors=lambda cfg: 2,
@@ -775,6 +780,7 @@ REGISTRY: tuple[Component, ...] = (
         "d·H_I",
         shape=_shape("index_heads", "d_model"),
         present=_indexer,
+        layers=INDEXER_LAYERS,
         frozen=True,
     ),
     Component(
@@ -782,6 +788,7 @@ REGISTRY: tuple[Component, ...] = (
         "RoPE on the indexer's Q and K",
         "attention",
         present=_indexer,
+        layers=INDEXER_LAYERS,
         elementwise=Formula(
             lambda z: fl.rope_flops(z.T, (z.cfg.index_heads + 1) * z.cfg.rope_dim), "3·T·(H_I+1)·d_rope"
         ),
@@ -791,6 +798,7 @@ REGISTRY: tuple[Component, ...] = (
         "indexer scores q·kᵀ (every key)",
         "attention matmuls",
         present=_indexer,
+        layers=INDEXER_LAYERS,
         flops=Formula(lambda z: fl.indexer_scores_flops(z.cfg, z.batch, z.seq), "2·B·H_I·S²·d_I"),
         elementwise=Formula(
             lambda z: fl.indexer_score_flops(z.batch * z.cfg.index_heads * z.seq * z.seq), "2·B·H_I·S²", "scale, ReLU"
@@ -801,6 +809,7 @@ REGISTRY: tuple[Component, ...] = (
         "indexer weighted sum over heads",
         "attention matmuls",
         present=_indexer,
+        layers=INDEXER_LAYERS,
         flops=Formula(lambda z: fl.indexer_head_sum_flops(z.cfg, z.batch, z.seq), "2·B·S²·H_I"),
         elementwise=Formula(lambda z: fl.bias_add_flops(z.batch * z.seq, z.seq), "B·S²", "causal mask add"),
     ),
@@ -1214,7 +1223,10 @@ REGISTRY: tuple[Component, ...] = (
 )
 """Every component, in the live model's module order (see the module docstring)."""
 REGISTRY = tuple(
-    dataclasses.replace(c, layers=ATTENTION_LAYERS) if c.key.startswith("layers.*.attn.") else c for c in REGISTRY
+    dataclasses.replace(c, layers=ATTENTION_LAYERS)
+    if c.key.startswith("layers.*.attn.") and c.layers is EVERY_LAYER
+    else c
+    for c in REGISTRY
 )  # the attention components occur in the attention layers (all but a hybrid's Gated DeltaNet layers)
 
 FLOP_GROUPS = tuple(dict.fromkeys(c.group for c in REGISTRY if c.flops))

@@ -169,6 +169,7 @@ class ModelConfig:
     index_heads: int | None = None
     index_head_dim: int | None = None
     index_topk: int | None = None
+    indexer_pattern: str | None = None
     name: str = "custom"
     hf_model_type: str | None = dataclasses.field(default=None, compare=False)
     """The Hugging Face ``model_type`` whose modeling code this config is (``llama``, ``qwen3_moe``,
@@ -391,6 +392,8 @@ class ModelConfig:
         for key in given:
             check_positive_int(key, getattr(self, key), ConfigError)
         if not given:
+            if self.indexer_pattern is not None:
+                raise ConfigError("indexer_pattern applies only to a sparse-attention indexer (set index_heads)")
             return
         missing = [k for k in DSA_FIELDS if getattr(self, k) is None]
         if missing:
@@ -399,6 +402,17 @@ class ModelConfig:
             raise ConfigError(
                 "a sparse-attention indexer is modelled as DeepSeek-V3.2's: latent attention with a query "
                 "bottleneck (set kv_lora_rank and q_lora_rank)"
+            )
+        pattern = self.indexer_pattern
+        if pattern is not None and (
+            not isinstance(pattern, str)
+            or len(pattern) != self.num_layers
+            or set(pattern) - {"F", "S"}
+            or not pattern.startswith("F")
+        ):
+            raise ConfigError(
+                f"indexer_pattern must be one letter per layer ({self.num_layers}), F (an indexer) or S (the previous "
+                f"F layer's top-k), starting with F; got {short_repr(pattern)}"
             )
         if self.qk_rope_head_dim > self.index_head_dim:
             raise ConfigError(
@@ -497,10 +511,24 @@ class ModelConfig:
         """DeepSeek Sparse Attention: every layer's attention has a lightning indexer (``index_heads`` is set)."""
         return self.index_heads is not None
 
+    def layer_indexer(self, layer: int) -> bool:
+        """Whether layer ``layer`` (0-based) runs its own indexer: every layer, or GLM-5's ``F`` layers of
+        ``indexer_pattern`` (an ``S`` layer reuses the previous ``F`` layer's top-k: transformers'
+        ``GlmMoeDsaAttention`` with ``indexer_types[i] == "shared"`` has no indexer)."""
+        return self.indexer and (self.indexer_pattern is None or self.indexer_pattern[layer] == "F")
+
+    @property
+    def indexer_layers(self) -> int:
+        """Layers with an indexer: all, or the ``F`` layers of ``indexer_pattern`` (0 without DSA)."""
+        if not self.indexer:
+            return 0
+        return self.num_layers if self.indexer_pattern is None else self.indexer_pattern.count("F")
+
     @property
     def cached_width(self) -> int:
         """Elements a cache holds per token per attention layer: ``kv_cache_width``, and with DSA's indexer its
-        key too, ``index_head_dim`` (transformers' ``DynamicIndexedLayer.indexer_keys``, (B, S, d_I))."""
+        key too, ``index_head_dim`` (transformers' ``DynamicIndexedLayer.indexer_keys``, (B, S, d_I)); the same on
+        every layer only without ``indexer_pattern`` (``infer`` refuses one; ``kv_cache`` counts each layer)."""
         return self.kv_cache_width + (self.index_head_dim if self.indexer else 0)
 
     # -- Gated DeltaNet hybrids ----------------------------------------------
@@ -730,6 +758,7 @@ class ModelConfig:
             *LINEAR_FIELDS,
             "attention_output_gate",
             *DSA_FIELDS,
+            "indexer_pattern",
             "hf_model_type",  # the twin is no published model's code
         )
         defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig) if f.name in arch}
@@ -794,7 +823,10 @@ class ModelConfig:
         if self.attention_output_gate:
             parts.append("gated attention output")
         if self.indexer:
-            parts.append(f"DSA indexer ({self.index_heads} heads × {self.index_head_dim}, top-{self.index_topk:,})")
+            where = "" if self.indexer_pattern is None else f", on {self.indexer_layers} of {self.num_layers} layers"
+            parts.append(
+                f"DSA indexer ({self.index_heads} heads × {self.index_head_dim}, top-{self.index_topk:,}{where})"
+            )
         if self.moe:
             shared = f" + {self.shared_experts} shared" if self.shared_experts else ""
             extras = [
@@ -864,7 +896,7 @@ class ModelConfig:
         del out["expert_groups"], out["expert_groups_per_token"], out["rope_interleave"], out["topk_method"]
         del out["hf_activation"]
         if not self.indexer:  # the indexer's keys appear on a DeepSeek Sparse Attention model only
-            for key in DSA_FIELDS:
+            for key in (*DSA_FIELDS, "indexer_pattern"):
                 del out[key]
         return out
 
@@ -998,7 +1030,8 @@ indexer projects the query latent to ``index_heads`` heads of ``index_head_dim``
 one key of ``index_head_dim`` (``wk``, then a LayerNorm ``k_norm``) and to one weight per head
 (``weights_proj``), scores every query against every key (ReLU, weighted sum over the heads) and keeps the
 ``index_topk`` best keys per query, which become the attention mask (config.json's ``index_n_heads``,
-``index_head_dim``, ``index_topk``)."""
+``index_head_dim``, ``index_topk``).  ``indexer_pattern`` (GLM-5's ``indexer_types``, optional): one letter per
+layer, ``F`` a layer with its indexer, ``S`` one without, reusing the previous ``F`` layer's top-k."""
 
 MLA_FIELDS = ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 """Multi-head latent attention (DeepSeek-V2, arXiv:2405.04434 §2.1): queries through an optional low-rank

@@ -1228,9 +1228,11 @@ def _deepseek_v32(f: _Fields) -> dict[str, Any]:
 def _glm_moe_dsa(f: _Fields) -> dict[str, Any]:
     """GLM-5 (``glm_moe_dsa``, models/glm_moe_dsa/modeling_glm_moe_dsa.py): DeepSeek-V3.2's model with the
     indexer's RoPE interleaved (the same count) and ``indexer_types``: a ``"shared"`` layer has no indexer and
-    reuses the previous full layer's top-k.  Only every layer ``"full"`` is modelled: ``indexer_types``, else
-    ``index_topk_pattern``, else ``index_topk_freq`` / ``index_skip_topk_offset``, as
-    ``GlmMoeDsaConfig.__post_init__`` derives them."""
+    reuses the previous full layer's top-k (``GlmMoeDsaAttention``).  ``indexer_types``, else
+    ``index_topk_pattern`` (``F``/``S`` letters or a list), else ``index_topk_freq`` / ``index_skip_topk_offset``
+    (layer i full when max(i − offset + 1, 0) % freq == 0), as ``GlmMoeDsaConfig.__post_init__`` derives them;
+    read as ``indexer_pattern`` (None: every layer full).  The first layer must be full (transformers' forward
+    fails on a shared layer with no earlier top-k)."""
     layers = f.int("num_hidden_layers")
     types = f.raw("indexer_types")
     pattern = f.raw("index_topk_pattern")
@@ -1245,12 +1247,18 @@ def _glm_moe_dsa(f: _Fields) -> dict[str, Any]:
         if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_SIZE for v in (freq, offset)):
             raise f.error("fields 'index_topk_freq' and 'index_skip_topk_offset' must be integers >= 0")
         types = ["full" if max(i - offset + 1, 0) % max(freq, 1) == 0 else "shared" for i in range(layers)]
-    if not isinstance(types, list) or any(t != "full" for t in types):
+    if (
+        not isinstance(types, list)
+        or len(types) != layers
+        or any(t not in ("full", "shared") for t in types)
+        or types[0] != "full"
+    ):
         raise f.error(
-            "field 'indexer_types' (or index_topk_pattern / index_topk_freq) is not supported: only 'full' in every "
-            "layer (a 'shared' layer, which reuses the previous layer's top-k without an indexer, is not modelled)"
+            f"field 'indexer_types' (or index_topk_pattern / index_topk_freq) must give 'full' or 'shared' for each of "
+            f"the {layers} layers, the first 'full', got {short_repr(types)}"
         )
-    return _deepseek_v32(f)
+    full = all(t == "full" for t in types)
+    return {**_deepseek_v32(f), "indexer_pattern": None if full else "".join("FS"[t == "shared"] for t in types)}
 
 
 def _starcoder2(f: _Fields) -> dict[str, Any]:
@@ -2105,13 +2113,17 @@ def _write_glm4_moe_lite(cfg: ModelConfig) -> dict[str, Any]:
 
 def _write_deepseek_v32(cfg: ModelConfig) -> dict[str, Any]:
     """DeepSeek-V3's fields (but ``rope_interleave``, which the class lacks: always interleaved) and the
-    indexer's; GLM-5's every layer a ``"full"`` indexer, its class's default."""
+    indexer's; GLM-5's ``indexer_types`` from ``indexer_pattern`` (DeepSeek-V3.2's class has none: every layer
+    full, so a pattern there does not round-trip and ``to_hf_dict`` names it)."""
     out = {k: v for k, v in _write_deepseek(cfg).items() if k != "rope_interleave"}
+    pattern = cfg.indexer_pattern or "F" * cfg.num_layers
+    types = {"indexer_types": ["full" if c == "F" else "shared" for c in pattern]}
     return {
         **out,
         "index_n_heads": cfg.index_heads,
         "index_head_dim": cfg.index_head_dim,
         "index_topk": cfg.index_topk,
+        **(types if cfg.hf_model_type == "glm_moe_dsa" else {}),
     }
 
 

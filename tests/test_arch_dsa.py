@@ -94,6 +94,9 @@ GLM_5 = {
 }
 FULL = {"deepseek-v3.2": DEEPSEEK_V32, "glm-5": GLM_5}
 CONFIGS = {name: {**v, "num_hidden_layers": 4, "first_k_dense_replace": 1} for name, v in FULL.items()}
+# GLM-5's shared top-k (indexer_types from index_topk_freq 4 and index_skip_topk_offset 3, the schedule of a later GLM-5
+# release as public copies of its config give it; illustrative here): 8 layers, F F F S S S F S
+CONFIGS["glm-5-shared"] = {**GLM_5, "num_hidden_layers": 8, "index_topk_freq": 4, "index_skip_topk_offset": 3}
 TINY = {  # small real tensors: index_topk 8
     "vocab_size": 101,
     "hidden_size": 64,
@@ -120,6 +123,14 @@ TINY = {  # small real tensors: index_topk 8
 TINY_CONFIGS = {
     "tiny-deepseek-v3.2": {"model_type": "deepseek_v32", **TINY},
     "tiny-glm-5": {"model_type": "glm_moe_dsa", **TINY},
+    # 4 layers, indexer_types F S F S (index_topk_freq 2, index_skip_topk_offset 1)
+    "tiny-glm-5-shared": {
+        "model_type": "glm_moe_dsa",
+        **TINY,
+        "num_hidden_layers": 4,
+        "index_topk_freq": 2,
+        "index_skip_topk_offset": 1,
+    },
 }
 
 LAYER_MAP = {  # transformers' module (or parameter) inside a layer -> our component keys
@@ -351,13 +362,20 @@ def test_written_config_builds_the_same_model(name):
 
 
 def test_glm_indexer_schedule():
-    """GLM-5's default schedule (index_topk_freq 1) is an indexer in every layer; a "shared" layer is refused."""
+    """GLM-5's schedule as ``GlmMoeDsaConfig.__post_init__`` derives it: the default (index_topk_freq 1) is an
+    indexer in every layer; freq 2 with offset 1 is full, shared, full (what transformers derives too); a schedule
+    whose first layer is shared is refused in one line."""
     base = {"model_type": "glm_moe_dsa", **TINY}
     cfg = config_from_hf({**base, "indexer_types": ["full"] * 3})
     assert cfg == config_from_hf(base) == config_from_hf({**base, "index_topk_pattern": "FFF"})
-    assert transformers.AutoConfig.for_model(**base).indexer_types == ["full"] * 3
-    for bad in ({"indexer_types": ["full", "shared", "full"]}, {"index_topk_pattern": "FSF"}, {"index_topk_freq": 2}):
-        with pytest.raises(ConfigError, match="'shared' layer, which reuses the previous layer's top-k"):
+    assert cfg.indexer_pattern is None and transformers.AutoConfig.for_model(**base).indexer_types == ["full"] * 3
+    for shared in ({"indexer_types": ["full", "shared", "full"]}, {"index_topk_pattern": "FSF"}):
+        assert config_from_hf({**base, **shared}).indexer_pattern == "FSF"
+    every = {"index_topk_freq": 2, "index_skip_topk_offset": 1}
+    assert config_from_hf({**base, **every}).indexer_pattern == "FSF"
+    assert transformers.AutoConfig.for_model(**base, **every).indexer_types == ["full", "shared", "full"]
+    for bad in ({"index_topk_pattern": "SFF"}, {"indexer_types": ["full", "shared"]}, {"index_topk_pattern": "FXF"}):
+        with pytest.raises(ConfigError, match="must give 'full' or 'shared' for each of the 3 layers, the first"):
             config_from_hf({**base, **bad})
 
 
@@ -508,3 +526,44 @@ def test_a_hub_style_file_is_read():
     cfg = config_from_hf({**DEEPSEEK_V32, **extra})
     assert cfg == config_from_hf(DEEPSEEK_V32)
     assert set(cfg.ignored_fields) == set(extra) - {"moe_layer_freq"}
+
+
+# -- GLM-5's shared top-k ------------------------------------------------------------------------------------------
+def test_shared_layers_have_no_indexer(models):
+    """F F F S S S F S: the indexer's components on the 4 F layers only (L_idx), in transformers' model as ours."""
+    cfg = config_from_hf(CONFIGS["glm-5-shared"])
+    assert cfg.indexer_pattern == "FFFSSSFS" and cfg.indexer_layers == 4
+    assert models["glm-5-shared"].config.indexer_types == ["full"] * 3 + ["shared"] * 3 + ["full", "shared"]
+    built = {n.split(".")[2] for n, _ in models["glm-5-shared"].named_parameters() if ".indexer." in n}
+    assert built == {"0", "1", "2", "6"}
+    bd = parameter_breakdown(cfg)
+    assert bd["layers.*.attn.indexer.q_proj"].formula.startswith("L_idx·")
+    assert bd["layers.*.attn.indexer.q_proj"].total == 4 * 2048 * 32 * 128
+    assert indexer_flops(cfg, 1024) == indexer_flops(config_from_hf(CONFIGS["glm-5"]), 1024)  # 4 indexers in both
+
+
+def test_shared_cache_equals_transformers_after_a_prefill():
+    """A shared layer caches the latent and RoPE key but no indexer key: the bytes of every tensor of transformers'
+    cache after a prefill."""
+    from lm_accounting.analytic.memory import kv_cache_bytes
+
+    values = TINY_CONFIGS["tiny-glm-5-shared"]
+    cfg = config_from_hf(values)
+    model = cpu_model(values)
+    B, P = 2, 11
+    ids = torch.randint(0, 101, (B, P), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        cache = model(input_ids=ids, use_cache=True).past_key_values
+    held = [
+        sum(t.numel() * t.element_size() for t in vars(layer).values() if torch.is_tensor(t)) for layer in cache.layers
+    ]
+    assert held == [B * P * (16 + 8 + (16 if c == "F" else 0)) * 4 for c in "FSFS"]
+    assert sum(held) == kv_cache_bytes(cfg, P, B, "fp32")
+
+
+def test_shared_layers_in_infer_are_refused_in_one_line(run_cli, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(CONFIGS["glm-5-shared"]))
+    r = run_cli("infer", path, "--prompt", "128", "--generate", "16", "--program", "generate")
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "layers without an indexer" in r.err, r.err
+    assert run_cli("account", path).code == 0 and run_cli("memory", path, "--context", 1024).code == 0

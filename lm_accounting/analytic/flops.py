@@ -164,7 +164,8 @@ def indexer_head_sum_flops(cfg: ModelConfig, batch: int, seq: int) -> int:
 
 
 def indexer_flops(cfg: ModelConfig, seq: int, batch: int = 1) -> int:
-    """All the indexers' forward matmul FLOPs (projections, scores, head sums) over every layer: transformers
+    """All the indexers' forward matmul FLOPs (projections, scores, head sums) over the layers that run one
+    (``ModelConfig.indexer_layers``; a GLM-5 ``S`` layer reuses the previous top-k, no FLOP): transformers
     runs the indexer under ``torch.no_grad()``, so a training step has no backward for it
     (``training_flops``)."""
     if not cfg.indexer:
@@ -172,7 +173,7 @@ def indexer_flops(cfg: ModelConfig, seq: int, batch: int = 1) -> int:
     tokens = batch * seq
     projections = projection_flops(tokens, indexer_q_params(cfg) + indexer_k_params(cfg) + indexer_weights_params(cfg))
     scores = indexer_scores_flops(cfg, batch, seq) + indexer_head_sum_flops(cfg, batch, seq)
-    return cfg.attention_layers * (projections + scores)
+    return cfg.indexer_layers * (projections + scores)
 
 
 def sparse_attention_flops(cfg: ModelConfig, seq: int, batch: int = 1) -> int:
@@ -421,7 +422,7 @@ def training_flops(cfg: ModelConfig, seq: int, batch: int = 1) -> TrainingFlops:
         linear = 3 * cfg.linear_layers * (gated_delta_flops(cfg, batch, seq) + causal_conv_flops(cfg, batch, seq))
     if cfg.indexer:  # the indexer enters once (forward only), not as 6·N_matmul's 3 x its projections
         projections = indexer_q_params(cfg) + indexer_k_params(cfg) + indexer_weights_params(cfg)
-        linear += no_grad - 3 * cfg.attention_layers * projection_flops(tokens, projections)
+        linear += no_grad - 3 * cfg.indexer_layers * projection_flops(tokens, projections)
     return TrainingFlops(
         forward=forward,
         backward=2 * (forward - no_grad),

@@ -92,7 +92,7 @@ def _linear_attention(cfg: ModelConfig) -> list[int]:
     return first + [cfg.linear_value_head_dim, vd * d, d * conv, d * vd, d * hv, d * hv]
 
 
-def _attention(cfg: ModelConfig, trained: bool = False) -> list[int]:
+def _attention(cfg: ModelConfig, trained: bool = False, layer: int = 0) -> list[int]:
     d, kind = cfg.d_model, cfg.hf_model_type
     if cfg.kv_lora_rank is not None:  # DeepSeek's latent attention
         h, rope, r = cfg.num_heads, cfg.qk_rope_head_dim, cfg.kv_lora_rank
@@ -103,7 +103,9 @@ def _attention(cfg: ModelConfig, trained: bool = False) -> list[int]:
             else [d * cfg.q_lora_rank, cfg.q_lora_rank, cfg.q_lora_rank * h * qk]
         )
         out = q + [d * (r + rope), r, r * h * (cfg.qk_nope_head_dim + cfg.v_head_dim), h * cfg.v_head_dim * d]
-        if cfg.indexer and not trained:  # DeepSeek-V3.2's indexer after o_proj: wq_b, wk, k_norm, weights_proj
+        if (
+            cfg.layer_indexer(layer) and not trained
+        ):  # DeepSeek-V3.2's indexer after o_proj: wq_b, wk, k_norm, weights_proj
             # (no gradient: it runs under torch.no_grad())
             hi, di = cfg.index_heads, cfg.index_head_dim
             out += [cfg.q_lora_rank * hi * di, d * di, di, di, d * hi]
@@ -167,7 +169,7 @@ def _layer(cfg: ModelConfig, layer: int, trained: bool = False) -> list[int]:
     count = 4 if cfg.norm_placement == "sandwich" else 1 if cfg.parallel_block == "one_norm" else 2
     norms = [d] * count * _norm_tensors(cfg)  # Gemma 2/3, GLM-4-0414: 4; a parallel block from one norm: 1
     mixer = (
-        _attention(cfg, trained) if cfg.layer_attention(layer) else _linear_attention(cfg)
+        _attention(cfg, trained, layer) if cfg.layer_attention(layer) else _linear_attention(cfg)
     )  # a hybrid's Gated DeltaNet
     if cfg.hf_model_type in NORMS_FIRST:
         return norms + mixer + _mlp(cfg, layer, trained)
@@ -204,7 +206,7 @@ def hf_parameter_tensor_count(cfg: ModelConfig, trained: bool = False) -> int:
     """``len(hf_parameter_tensor_sizes(cfg))`` without listing the layers (dense and MoE layers counted)."""
     head, tail = _ends(cfg)
     count = len(head) + len(tail)
-    if cfg.hybrid:  # two mixers and two MLPs: each layer as it is (at most 10,000)
+    if cfg.hybrid or cfg.indexer_pattern:  # two mixers (GLM-5's: with and without an indexer): each layer as it is
         return count + sum(len(_layer(cfg, i, trained)) for i in range(cfg.num_layers))
     if cfg.dense_layers:
         dense = next(i for i in range(cfg.num_layers) if not cfg.layer_moe(i))
