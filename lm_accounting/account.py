@@ -65,7 +65,7 @@ class Account(Result):
 
     @property
     def attention_matmuls(self) -> int:
-        """QKᵀ + AV over all layers, full square."""
+        """QKᵀ + AV over all layers, full square (the group "attention matmuls": DSA's indexer scores too)."""
         return self.forward.groups()["attention matmuls"]
 
     def weight_bytes(self) -> dict[str, int]:

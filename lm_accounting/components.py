@@ -55,6 +55,8 @@ ATTENTION_LAYERS = Layers("L_attn", lambda cfg: cfg.attention_layers, lambda cfg
 LINEAR_LAYERS = Layers("L_lin", lambda cfg: cfg.linear_layers, lambda cfg, i: not cfg.layer_attention(i))
 """A Gated DeltaNet hybrid's layers: every ``layers.*.attn.*`` component occurs in the attention layers (all
 layers but a hybrid's), every ``layers.*.linear_attn.*`` one in the linear-attention layers."""
+INDEXER_LAYERS = Layers("L_idx", lambda cfg: cfg.indexer_layers, lambda cfg, i: cfg.layer_indexer(i))
+"""DeepSeek Sparse Attention: the layers that run their own indexer (all, or GLM-5's ``F`` layers)."""
 
 
 class Formula(NamedTuple):
@@ -79,7 +81,7 @@ class Component:
     tensors: Callable[[ModelConfig], int] = lambda cfg: 1  # parameter tensors of equal size (LayerNorm: 2)
     shape: Callable[[ModelConfig], tuple[int, ...]] | None = None  # each one's stored shape (Linear: (out, in))
     split: str = REPLICATED  # how tensor parallelism cuts them (analytic/parallel.py, rule 1)
-    frozen: bool = False  # requires_grad=False: a parameter with no gradient and no optimizer state
+    frozen: bool = False  # no gradient and no optimizer state: requires_grad=False, or no backward reaches it
 
     @property
     def per_layer(self) -> bool:
@@ -247,6 +249,10 @@ def _q_lora(cfg: ModelConfig) -> bool:
 
 def _mla(cfg: ModelConfig) -> bool:
     return cfg.mla
+
+
+def _indexer(cfg: ModelConfig) -> bool:
+    return cfg.indexer
 
 
 def _projection(key: str, label: str, group: str, params: Callable[[ModelConfig], int], text: str, **kw) -> Component:
@@ -730,6 +736,83 @@ REGISTRY: tuple[Component, ...] = (
         lambda cfg: cfg.output_bias,
         split=REPLICATED,
     ),
+    # DeepSeek Sparse Attention's lightning indexer (transformers' DeepseekV32Indexer, registered after o_proj); its
+    # forward runs under torch.no_grad(), so its parameters get no gradient and AdamW keeps no state for them: frozen
+    _projection(
+        "layers.*.attn.indexer.q_proj",
+        "indexer Q projection (wq_b, from the Q latent)",
+        "attention projections",
+        pa.indexer_q_params,
+        "r_q·H_I·d_I",
+        shape=lambda cfg: (cfg.index_heads * cfg.index_head_dim, cfg.q_lora_rank),
+        present=_indexer,
+        layers=INDEXER_LAYERS,
+        frozen=True,
+    ),
+    _projection(
+        "layers.*.attn.indexer.k_proj",
+        "indexer K projection (wk, one key)",
+        "attention projections",
+        pa.indexer_k_params,
+        "d·d_I",
+        shape=_shape("index_head_dim", "d_model"),
+        present=_indexer,
+        layers=INDEXER_LAYERS,
+        frozen=True,
+    ),
+    Component(
+        "layers.*.attn.indexer.k_norm",
+        "indexer K LayerNorm",
+        "norms",
+        present=_indexer,
+        layers=INDEXER_LAYERS,
+        params=Formula(lambda z: pa.layernorm_params(z.cfg.index_head_dim), "2·d_I"),
+        shape=_shape("index_head_dim"),
+        tensors=lambda cfg: 2,
+        elementwise=Formula(lambda z: fl.layernorm_flops(z.T, z.cfg.index_head_dim), "7·T·d_I"),
+        frozen=True,
+    ),
+    _projection(
+        "layers.*.attn.indexer.weights_proj",
+        "indexer head weights (weights_proj)",
+        "attention projections",
+        pa.indexer_weights_params,
+        "d·H_I",
+        shape=_shape("index_heads", "d_model"),
+        present=_indexer,
+        layers=INDEXER_LAYERS,
+        frozen=True,
+    ),
+    Component(
+        "layers.*.attn.indexer.rope",
+        "RoPE on the indexer's Q and K",
+        "attention",
+        present=_indexer,
+        layers=INDEXER_LAYERS,
+        elementwise=Formula(
+            lambda z: fl.rope_flops(z.T, (z.cfg.index_heads + 1) * z.cfg.rope_dim), "3·T·(H_I+1)·d_rope"
+        ),
+    ),
+    Component(
+        "layers.*.attn.indexer.qk",
+        "indexer scores q·kᵀ (every key)",
+        "attention matmuls",
+        present=_indexer,
+        layers=INDEXER_LAYERS,
+        flops=Formula(lambda z: fl.indexer_scores_flops(z.cfg, z.batch, z.seq), "2·B·H_I·S²·d_I"),
+        elementwise=Formula(
+            lambda z: fl.indexer_score_flops(z.batch * z.cfg.index_heads * z.seq * z.seq), "2·B·H_I·S²", "scale, ReLU"
+        ),
+    ),
+    Component(
+        "layers.*.attn.indexer.head_sum",
+        "indexer weighted sum over heads",
+        "attention matmuls",
+        present=_indexer,
+        layers=INDEXER_LAYERS,
+        flops=Formula(lambda z: fl.indexer_head_sum_flops(z.cfg, z.batch, z.seq), "2·B·S²·H_I"),
+        elementwise=Formula(lambda z: fl.bias_add_flops(z.batch * z.seq, z.seq), "B·S²", "causal mask add"),
+    ),
     Component(
         "layers.*.attn.sinks",
         "attention sinks (one logit per head, gpt-oss)",
@@ -1140,7 +1223,10 @@ REGISTRY: tuple[Component, ...] = (
 )
 """Every component, in the live model's module order (see the module docstring)."""
 REGISTRY = tuple(
-    dataclasses.replace(c, layers=ATTENTION_LAYERS) if c.key.startswith("layers.*.attn.") else c for c in REGISTRY
+    dataclasses.replace(c, layers=ATTENTION_LAYERS)
+    if c.key.startswith("layers.*.attn.") and c.layers is EVERY_LAYER
+    else c
+    for c in REGISTRY
 )  # the attention components occur in the attention layers (all but a hybrid's Gated DeltaNet layers)
 
 FLOP_GROUPS = tuple(dict.fromkeys(c.group for c in REGISTRY if c.flops))

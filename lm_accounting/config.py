@@ -165,6 +165,11 @@ class ModelConfig:
     linear_value_head_dim: int | None = None
     linear_conv_kernel: int | None = None
     attention_output_gate: bool = False
+    # -- DeepSeek Sparse Attention's indexer, DeepSeek-V3.2 / GLM-5 (None: no indexer; see DSA_FIELDS) --
+    index_heads: int | None = None
+    index_head_dim: int | None = None
+    index_topk: int | None = None
+    indexer_pattern: str | None = None
     name: str = "custom"
     hf_model_type: str | None = dataclasses.field(default=None, compare=False)
     """The Hugging Face ``model_type`` whose modeling code this config is (``llama``, ``qwen3_moe``,
@@ -284,6 +289,7 @@ class ModelConfig:
         self._check_moe()
         self._check_mla()  # before d_head and rope_dim, which read the latent-attention fields
         self._check_linear()
+        self._check_dsa()
         if self.head_dim is None and not self.mla and self.d_model % self.num_heads:
             raise ConfigError(
                 f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}; give head_dim explicitly"
@@ -379,6 +385,41 @@ class ModelConfig:
                 "attention, no sliding window"
             )
 
+    def _check_dsa(self) -> None:
+        """The indexer's fields (``DSA_FIELDS``) all or none, on latent attention with a query bottleneck, as
+        transformers' ``DeepseekV32Indexer`` builds it (its ``wq_b`` reads ``q_lora_rank``)."""
+        given = [k for k in DSA_FIELDS if getattr(self, k) is not None]
+        for key in given:
+            check_positive_int(key, getattr(self, key), ConfigError)
+        if not given:
+            if self.indexer_pattern is not None:
+                raise ConfigError("indexer_pattern applies only to a sparse-attention indexer (set index_heads)")
+            return
+        missing = [k for k in DSA_FIELDS if getattr(self, k) is None]
+        if missing:
+            raise ConfigError(f"a sparse-attention indexer ({given[0]}) needs {missing[0]}")
+        if not self.mla or self.q_lora_rank is None:
+            raise ConfigError(
+                "a sparse-attention indexer is modelled as DeepSeek-V3.2's: latent attention with a query "
+                "bottleneck (set kv_lora_rank and q_lora_rank)"
+            )
+        pattern = self.indexer_pattern
+        if pattern is not None and (
+            not isinstance(pattern, str)
+            or len(pattern) != self.num_layers
+            or set(pattern) - {"F", "S"}
+            or not pattern.startswith("F")
+        ):
+            raise ConfigError(
+                f"indexer_pattern must be one letter per layer ({self.num_layers}), F (an indexer) or S (the previous "
+                f"F layer's top-k), starting with F; got {short_repr(pattern)}"
+            )
+        if self.qk_rope_head_dim > self.index_head_dim:
+            raise ConfigError(
+                f"index_head_dim = {self.index_head_dim} is narrower than its RoPE part qk_rope_head_dim = "
+                f"{self.qk_rope_head_dim}"
+            )
+
     def _check_architecture(self) -> None:
         """The options that only make sense together (one line each)."""
         if self.max_position_embeddings is not None and self.positions != "learned":
@@ -464,6 +505,31 @@ class ModelConfig:
         if self.mla:
             return self.kv_lora_rank + self.qk_rope_head_dim
         return 2 * self.kv_dim
+
+    @property
+    def indexer(self) -> bool:
+        """DeepSeek Sparse Attention: every layer's attention has a lightning indexer (``index_heads`` is set)."""
+        return self.index_heads is not None
+
+    def layer_indexer(self, layer: int) -> bool:
+        """Whether layer ``layer`` (0-based) runs its own indexer: every layer, or GLM-5's ``F`` layers of
+        ``indexer_pattern`` (an ``S`` layer reuses the previous ``F`` layer's top-k: transformers'
+        ``GlmMoeDsaAttention`` with ``indexer_types[i] == "shared"`` has no indexer)."""
+        return self.indexer and (self.indexer_pattern is None or self.indexer_pattern[layer] == "F")
+
+    @property
+    def indexer_layers(self) -> int:
+        """Layers with an indexer: all, or the ``F`` layers of ``indexer_pattern`` (0 without DSA)."""
+        if not self.indexer:
+            return 0
+        return self.num_layers if self.indexer_pattern is None else self.indexer_pattern.count("F")
+
+    @property
+    def cached_width(self) -> int:
+        """Elements a cache holds per token per attention layer: ``kv_cache_width``, and with DSA's indexer its
+        key too, ``index_head_dim`` (transformers' ``DynamicIndexedLayer.indexer_keys``, (B, S, d_I)); the same on
+        every layer only without ``indexer_pattern`` (``infer`` refuses one; ``kv_cache`` counts each layer)."""
+        return self.kv_cache_width + (self.index_head_dim if self.indexer else 0)
 
     # -- Gated DeltaNet hybrids ----------------------------------------------
     @property
@@ -659,6 +725,8 @@ class ModelConfig:
             out.append("Gated DeltaNet linear attention")
         if self.attention_output_gate:
             out.append("attention output gate")
+        if self.indexer:
+            out.append("sparse-attention indexer")
         return out
 
     def course_twin(self) -> ModelConfig:
@@ -689,6 +757,8 @@ class ModelConfig:
             *MLA_FIELDS,
             *LINEAR_FIELDS,
             "attention_output_gate",
+            *DSA_FIELDS,
+            "indexer_pattern",
             "hf_model_type",  # the twin is no published model's code
         )
         defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig) if f.name in arch}
@@ -752,6 +822,11 @@ class ModelConfig:
             )
         if self.attention_output_gate:
             parts.append("gated attention output")
+        if self.indexer:
+            where = "" if self.indexer_pattern is None else f", on {self.indexer_layers} of {self.num_layers} layers"
+            parts.append(
+                f"DSA indexer ({self.index_heads} heads × {self.index_head_dim}, top-{self.index_topk:,}{where})"
+            )
         if self.moe:
             shared = f" + {self.shared_experts} shared" if self.shared_experts else ""
             extras = [
@@ -772,6 +847,8 @@ class ModelConfig:
     @property
     def family(self) -> str:
         """The architecture family in words: which published model these options describe."""
+        if self.indexer:
+            return f"DeepSeek-V3.2-style (MLA + sparse-attention indexer{' + MoE' if self.moe else ''})"
         if self.mla:
             return "DeepSeek-style (MLA + MoE)" if self.moe else "DeepSeek-style (MLA)"
         if self.hybrid:
@@ -818,6 +895,9 @@ class ModelConfig:
         del out["hf_model_type"], out["dropout"], out["norm_topk_prob"]
         del out["expert_groups"], out["expert_groups_per_token"], out["rope_interleave"], out["topk_method"]
         del out["hf_activation"]
+        if not self.indexer:  # the indexer's keys appear on a DeepSeek Sparse Attention model only
+            for key in (*DSA_FIELDS, "indexer_pattern"):
+                del out[key]
         return out
 
     def with_context(self, context_length: int) -> ModelConfig:
@@ -942,6 +1022,16 @@ qwen3_next/modeling_qwen3_next.py, and ``Qwen3_5GatedDeltaNet``): layer i has so
 ``dt_bias`` and ``A_log``, the gated delta rule, a gated RMSNorm of ``linear_value_head_dim`` and ``out_proj``.
 ``attention_output_gate`` (Qwen3-Next's gated attention): ``q_proj`` also gives a per-element gate,
 ``o_proj(attn · σ(gate))``, doubling its width (our ``attn.q_gate``)."""
+
+DSA_FIELDS = ("index_heads", "index_head_dim", "index_topk")
+"""DeepSeek Sparse Attention (DeepSeek-V3.2-Exp; transformers' ``DeepseekV32Indexer``, models/deepseek_v32/
+modeling_deepseek_v32.py, and GLM-5's ``GlmMoeDsaIndexer``): beside each layer's latent attention a lightning
+indexer projects the query latent to ``index_heads`` heads of ``index_head_dim`` (``wq_b``), the hidden state to
+one key of ``index_head_dim`` (``wk``, then a LayerNorm ``k_norm``) and to one weight per head
+(``weights_proj``), scores every query against every key (ReLU, weighted sum over the heads) and keeps the
+``index_topk`` best keys per query, which become the attention mask (config.json's ``index_n_heads``,
+``index_head_dim``, ``index_topk``).  ``indexer_pattern`` (GLM-5's ``indexer_types``, optional): one letter per
+layer, ``F`` a layer with its indexer, ``S`` one without, reusing the previous ``F`` layer's top-k."""
 
 MLA_FIELDS = ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 """Multi-head latent attention (DeepSeek-V2, arXiv:2405.04434 §2.1): queries through an optional low-rank

@@ -14,7 +14,8 @@ The rules:
   GPT-SW3 as GPT-2), and new pieces (gpt_oss, qwen2_moe, olmo, bloom, ernie4_5_moe; partial rotary: glm4_moe,
   minimax_m2, glm4, glm, stablelm; Gated DeltaNet hybrids: qwen3_next, qwen3_5_text, qwen3_5_moe_text; parallel
   attention + MLP blocks: cohere, cohere2, phi, gpt_neox, gptj, falcon, tests/test_arch_parallel_block.py; ReLU-family
-  MLPs: opt, nemotron, tests/test_arch_relu.py), each proven
+  MLPs: opt, nemotron, tests/test_arch_relu.py; DeepSeek Sparse Attention's indexer: deepseek_v32, glm_moe_dsa,
+  tests/test_arch_dsa.py), each proven
   in tests/test_hf_zoo.py and listed in docs/model_types.md.  A multimodal wrapper
   with a ``text_config`` (``WRAPPERS``: Gemma 3's ``gemma3``, Mistral 3's ``mistral3``, Kimi K2.5's ``kimi_k25``,
   Qwen3.5's ``qwen3_5`` and ``qwen3_5_moe``)
@@ -156,6 +157,8 @@ SUPPORTED_MODEL_TYPES = (
     "falcon",
     "opt",
     "nemotron",
+    "deepseek_v32",
+    "glm_moe_dsa",
 )
 
 
@@ -297,6 +300,8 @@ IGNORED_BY_TYPE = {
     "deepseek_v3": frozenset(_DEEPSEEK_ROUTING),
     "glm4_moe_lite": frozenset(_DEEPSEEK_ROUTING),
     "sarvam_mla": frozenset(_DEEPSEEK_ROUTING),
+    "deepseek_v32": frozenset(_DEEPSEEK_ROUTING),
+    "glm_moe_dsa": frozenset(_DEEPSEEK_ROUTING),
     "granitemoe": frozenset(["output_router_logits", "router_aux_loss_coef"]),
     "granitemoeshared": frozenset(["output_router_logits", "router_aux_loss_coef"]),
     "olmoe": frozenset(["norm_topk_prob", "output_router_logits", "router_aux_loss_coef"]),
@@ -1192,6 +1197,70 @@ def _glm4_moe_lite(f: _Fields) -> dict[str, Any]:
     return _deepseek(f)
 
 
+def _deepseek_v32(f: _Fields) -> dict[str, Any]:
+    """DeepSeek-V3.2 (``deepseek_v32``, models/deepseek_v32/modeling_deepseek_v32.py) and GLM-5 (``glm_moe_dsa``):
+    DeepSeek-V3's latent attention and experts (the dense first layers from ``mlp_layer_types``, else
+    ``first_k_dense_replace``, as ``DeepseekV32Config.__post_init__`` derives them), plus DeepSeek Sparse
+    Attention's indexer in every layer (``DeepseekV32Indexer``: ``index_n_heads`` heads of ``index_head_dim``,
+    top ``index_topk`` keys; ``config.DSA_FIELDS``).  ``DeepseekV32Attention`` always has the query bottleneck
+    (``q_a_proj`` of ``q_lora_rank``: null does not build) and interleaved RoPE (the class has no
+    ``rope_interleave``); ``layer_types`` can only be ``indexed_attention``."""
+    if f.has("q_lora_rank") and f.raw("q_lora_rank") is None:
+        raise f.error(
+            "field 'q_lora_rank' = null is not supported: DeepseekV32Attention always builds the query "
+            "bottleneck q_a_proj (and the indexer's wq_b reads it)"
+        )
+    types = f.raw("layer_types")
+    if types is not None and (not isinstance(types, list) or any(t != "indexed_attention" for t in types)):
+        raise f.error("field 'layer_types' is not supported: 'indexed_attention' in every layer")
+    f.data = {**f.data, "first_k_dense_replace": _dense_first(f, _count(f, "first_k_dense_replace"))}
+    if f.raw("num_experts") is not None:  # __post_init__'s BC: re-routed to n_routed_experts
+        f.data = {**f.data, "n_routed_experts": f.raw("num_experts")}
+    return {
+        **_deepseek(f),
+        "rope_interleave": True,
+        "index_heads": f.int("index_n_heads", null=False),
+        "index_head_dim": f.int("index_head_dim", null=False),
+        "index_topk": f.int("index_topk", null=False),
+    }
+
+
+def _glm_moe_dsa(f: _Fields) -> dict[str, Any]:
+    """GLM-5 (``glm_moe_dsa``, models/glm_moe_dsa/modeling_glm_moe_dsa.py): DeepSeek-V3.2's model with the
+    indexer's RoPE interleaved (the same count) and ``indexer_types``: a ``"shared"`` layer has no indexer and
+    reuses the previous full layer's top-k (``GlmMoeDsaAttention``).  ``indexer_types``, else
+    ``index_topk_pattern`` (``F``/``S`` letters or a list), else ``index_topk_freq`` / ``index_skip_topk_offset``
+    (layer i full when max(i − offset + 1, 0) % freq == 0), as ``GlmMoeDsaConfig.__post_init__`` derives them;
+    read as ``indexer_pattern`` (None: every layer full).  The first layer must be full (transformers' forward
+    fails on a shared layer with no earlier top-k)."""
+    layers = f.int("num_hidden_layers")
+    types = f.raw("indexer_types")
+    pattern = f.raw("index_topk_pattern")
+    freq, offset = f.raw("index_topk_freq"), f.raw("index_skip_topk_offset")
+    if types is None and isinstance(pattern, str):
+        types = [{"F": "full", "S": "shared"}.get(c, c) for c in pattern]
+    elif types is None and pattern is not None:
+        types = pattern
+    elif types is None:
+        freq = 1 if freq is None else freq
+        offset = 2 if offset is None else offset
+        if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_SIZE for v in (freq, offset)):
+            raise f.error("fields 'index_topk_freq' and 'index_skip_topk_offset' must be integers >= 0")
+        types = ["full" if max(i - offset + 1, 0) % max(freq, 1) == 0 else "shared" for i in range(layers)]
+    if (
+        not isinstance(types, list)
+        or len(types) != layers
+        or any(t not in ("full", "shared") for t in types)
+        or types[0] != "full"
+    ):
+        raise f.error(
+            f"field 'indexer_types' (or index_topk_pattern / index_topk_freq) must give 'full' or 'shared' for each of "
+            f"the {layers} layers, the first 'full', got {short_repr(types)}"
+        )
+    full = all(t == "full" for t in types)
+    return {**_deepseek_v32(f), "indexer_pattern": None if full else "".join("FS"[t == "shared"] for t in types)}
+
+
 def _starcoder2(f: _Fields) -> dict[str, Any]:
     """StarCoder2: LayerNorm (``norm_epsilon``), RoPE, the 2-matrix GELU MLP (``c_fc``, ``c_proj``), a bias on
     every projection when ``use_bias``, an optional window on every layer."""
@@ -1743,6 +1812,8 @@ MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "falcon": _falcon,
     "opt": _opt,
     "nemotron": _nemotron,
+    "deepseek_v32": _deepseek_v32,
+    "glm_moe_dsa": _glm_moe_dsa,
 }
 assert tuple(MAPPINGS) == SUPPORTED_MODEL_TYPES
 
@@ -2040,6 +2111,22 @@ def _write_glm4_moe_lite(cfg: ModelConfig) -> dict[str, Any]:
     return {**out, "mlp_layer_types": ["dense"] * k + ["sparse"] * (cfg.num_layers - k)}
 
 
+def _write_deepseek_v32(cfg: ModelConfig) -> dict[str, Any]:
+    """DeepSeek-V3's fields (but ``rope_interleave``, which the class lacks: always interleaved) and the
+    indexer's; GLM-5's ``indexer_types`` from ``indexer_pattern`` (DeepSeek-V3.2's class has none: every layer
+    full, so a pattern there does not round-trip and ``to_hf_dict`` names it)."""
+    out = {k: v for k, v in _write_deepseek(cfg).items() if k != "rope_interleave"}
+    pattern = cfg.indexer_pattern or "F" * cfg.num_layers
+    types = {"indexer_types": ["full" if c == "F" else "shared" for c in pattern]}
+    return {
+        **out,
+        "index_n_heads": cfg.index_heads,
+        "index_head_dim": cfg.index_head_dim,
+        "index_topk": cfg.index_topk,
+        **(types if cfg.hf_model_type == "glm_moe_dsa" else {}),
+    }
+
+
 def _write_youtu(cfg: ModelConfig) -> dict[str, Any]:
     """Youtu: DeepSeek's latent attention fields, no experts (its class keeps V3's expert fields, unread)."""
     out = _write_common(cfg)
@@ -2128,6 +2215,8 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
     "sarvam_mla": _write_deepseek,  # transformers builds DeepseekV3ForCausalLM for it
     "glm4_moe_lite": _write_glm4_moe_lite,
     "youtu": _write_youtu,
+    "deepseek_v32": _write_deepseek_v32,
+    "glm_moe_dsa": _write_deepseek_v32,
     "exaone": _write_llama,  # transformers builds LlamaForCausalLM for these two
     "internlm3": _write_llama,
     "helium": _write_llama,

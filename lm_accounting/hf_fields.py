@@ -430,6 +430,18 @@ DEFINED_FIELDS: dict[str, frozenset[str]] = {
             rope_interleave routed_scaling_factor topk_group use_cache v_head_dim vocab_size
         """
     ),
+    "deepseek_v32": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id eos_token_id first_k_dense_replace head_dim hidden_act
+            hidden_size index_head_dim index_n_heads index_topk intermediate_size kv_lora_rank layer_types
+            max_position_embeddings mlp_bias mlp_layer_types moe_intermediate_size n_group n_routed_experts
+            n_shared_experts norm_topk_prob num_attention_heads num_experts num_experts_per_tok num_hidden_layers
+            num_key_value_heads num_local_experts output_router_logits pad_token_id q_lora_rank qk_head_dim
+            qk_nope_head_dim qk_rope_head_dim rms_norm_eps routed_scaling_factor topk_group use_cache v_head_dim
+            vocab_size
+        """
+    ),
     "starcoder2": COMMON_FIELDS
     | _names(
         """
@@ -604,7 +616,10 @@ DEFINED_FIELDS: dict[str, frozenset[str]] = {
         """
     ),
 }
-DEFINED_FIELDS["glm"] = DEFINED_FIELDS["glm4"]  # GlmConfig defines Glm4Config's fields (and defaults)
+DEFINED_FIELDS["glm"] = DEFINED_FIELDS["glm4"]
+DEFINED_FIELDS["glm_moe_dsa"] = (
+    DEFINED_FIELDS["deepseek_v32"] | _names("index_skip_topk_offset index_topk_freq index_topk_pattern indexer_types")
+)  # GlmMoeDsaConfig: DeepseekV32Config's fields and the per-layer indexer schedule  # GlmConfig defines Glm4Config's fields (and defaults)
 
 CONFIG_CLASSES = {
     "gpt2": "GPT2Config",
@@ -671,6 +686,8 @@ CONFIG_CLASSES = {
     "hyperclovax": "HyperCLOVAXConfig",
     "youtu": "YoutuConfig",
     "glm4_moe_lite": "Glm4MoeLiteConfig",
+    "deepseek_v32": "DeepseekV32Config",
+    "glm_moe_dsa": "GlmMoeDsaConfig",
     "starcoder2": "Starcoder2Config",
     "gpt_bigcode": "GPTBigCodeConfig",
 }
@@ -718,6 +735,8 @@ ALIASES: dict[str, dict[str, str]] = {
     "olmoe": {"num_local_experts": "num_experts"},
     "hy_v3": {"num_local_experts": "num_experts"},
     "glm4_moe_lite": {"num_local_experts": "n_routed_experts", "head_dim": "qk_rope_head_dim"},
+    "deepseek_v32": {"num_local_experts": "n_routed_experts"},
+    "glm_moe_dsa": {"num_local_experts": "n_routed_experts"},
     "gpt_bigcode": {
         "hidden_size": "n_embd",
         "max_position_embeddings": "n_positions",
@@ -1240,6 +1259,54 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         "topk_group": 1,
         "rope_interleave": True,
         "rope_theta": 10000.0,
+    },
+    "deepseek_v32": {
+        "num_key_value_heads": 128,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "hidden_act": "silu",
+        "moe_intermediate_size": 2048,
+        "qk_rope_head_dim": 64,
+        "qk_nope_head_dim": 128,
+        "v_head_dim": 128,
+        "kv_lora_rank": 512,
+        "q_lora_rank": 1536,
+        "n_shared_experts": 1,
+        "n_routed_experts": 256,
+        "num_experts_per_tok": 8,
+        "norm_topk_prob": True,
+        "n_group": 8,
+        "topk_group": 4,
+        "rope_theta": 10000.0,
+        "first_k_dense_replace": 3,
+        "index_n_heads": 64,
+        "index_head_dim": 128,
+        "index_topk": 2048,
+    },
+    "glm_moe_dsa": {
+        "num_key_value_heads": 64,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "hidden_act": "silu",
+        "moe_intermediate_size": 2048,
+        "qk_rope_head_dim": 64,
+        "qk_nope_head_dim": 192,
+        "v_head_dim": 256,
+        "kv_lora_rank": 512,
+        "q_lora_rank": 2048,
+        "n_shared_experts": 1,
+        "n_routed_experts": 256,
+        "num_experts_per_tok": 8,
+        "norm_topk_prob": True,
+        "n_group": 1,
+        "topk_group": 1,
+        "rope_theta": 10000.0,
+        "first_k_dense_replace": 3,
+        "index_n_heads": 32,
+        "index_head_dim": 128,
+        "index_topk": 2048,
     },
     "starcoder2": {
         "num_key_value_heads": 2,

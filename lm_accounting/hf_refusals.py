@@ -94,12 +94,9 @@ REASONS: dict[str, tuple[str, tuple[str, ...]]] = {
         (
             "an attention variant lm-accounting does not model yet (GPT-Neo's local attention, Llama 4's chunked "
             "attention, differential, dynamic-mask, gated with learned scalings, mixture-of-attention experts, "
-            "LSH, a sparse-attention indexer, Laguna's softplus output gate)"
+            "LSH, DeepSeek-V4's sparse attention, Laguna's softplus output gate)"
         ),
-        _types(
-            "gpt_neo llama4 llama4_text dory diffllama doge jetmoe reformer deepseek_v32 deepseek_v4 glm_moe_dsa "
-            "dots3_note_text laguna"
-        ),
+        _types("gpt_neo llama4 llama4_text dory diffllama doge jetmoe reformer deepseek_v4 dots3_note_text laguna"),
     ),
     "window_pattern": (
         (

@@ -87,6 +87,8 @@ HF_CAUSAL_LM = {
     "vaultgemma": "VaultGemmaForCausalLM",
     "hyperclovax": "HyperCLOVAXForCausalLM",
     "glm4_moe_lite": "Glm4MoeLiteForCausalLM",
+    "deepseek_v32": "DeepseekV32ForCausalLM",
+    "glm_moe_dsa": "GlmMoeDsaForCausalLM",
     "starcoder2": "Starcoder2ForCausalLM",
     "gpt_bigcode": "GPTBigCodeForCausalLM",
     "gpt_oss": "GptOssForCausalLM",

@@ -32,6 +32,8 @@ from lm_accounting.hf_fields import (
 
 transformers = pytest.importorskip("transformers")
 from test_arch_bloom import CONFIGS as BLOOM
+from test_arch_dsa import CONFIGS as DSA
+from test_arch_dsa import TINY_CONFIGS as DSA_TINY
 from test_arch_ernie4_5_moe import CONFIGS as ERNIE
 from test_arch_olmo import CONFIGS as OLMO
 from test_arch_parallel_block import CONFIGS as PARALLEL
@@ -187,6 +189,8 @@ MOE_MINIMAL = {
     "phimoe": {"num_local_experts": 8},
     "hy_v3": {"num_experts": 8},
     "glm4_moe_lite": {"num_key_value_heads": 32},
+    "deepseek_v32": {"num_key_value_heads": 32},
+    "glm_moe_dsa": {"num_key_value_heads": 32},
     "helium": {
         "head_dim": 32,
         "num_key_value_heads": 32,
@@ -258,6 +262,8 @@ HUB_FILES = {
     **QWEN3_NEXT_TINY,
     **PARALLEL,
     **RELU,
+    **DSA,
+    **DSA_TINY,
 }
 
 

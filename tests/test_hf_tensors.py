@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from test_arch_bloom import CONFIGS as BLOOM
+from test_arch_dsa import TINY_CONFIGS as DSA
 from test_arch_ernie4_5_moe import CONFIGS as ERNIE
 from test_arch_olmo import CONFIGS as OLMO
 from test_arch_parallel_block import CONFIGS as PARALLEL
@@ -43,6 +44,7 @@ def one_per_type() -> dict[str, dict]:
         [*OLMO.values(), *QWEN2_MOE.values(), *ERNIE.values(), *PARALLEL.values()],
         [QWEN3_NEXT, QWEN3_5_TEXT, QWEN3_5_MOE["text_config"]],  # the Gated DeltaNet hybrids' text models
         [*RELU.values()],  # OPT, Nemotron
+        [*DSA.values()],  # DeepSeek-V3.2, GLM-5
     ]
     for table in tables:
         for values in table:

@@ -195,11 +195,17 @@ def _problem(cfg, g: GPU, requested, weights, activations, available, given, max
 
 def check_no_hybrid(cfg: ModelConfig, engine: str) -> None:
     """A Gated DeltaNet hybrid is refused: the engines keep its linear layers' states in a separate pool (vLLM's
-    hybrid KV-cache manager, SGLang's mamba pool), which this arithmetic does not model."""
+    hybrid KV-cache manager, SGLang's mamba pool), which this arithmetic does not model; so is a DeepSeek Sparse
+    Attention model, whose indexer keys the engines also keep apart."""
     if cfg.hybrid:
         raise AccountingError(
             f"--engine {engine}: {cfg.name}'s Gated DeltaNet layers keep their states in the engine's separate "
             "pool, which lm-accounting does not model; without --engine, infer gives the cache transformers holds"
+        )
+    if cfg.indexer:  # vLLM and SGLang keep DSA's indexer keys in a pool of their own (fp8 with scales)
+        raise AccountingError(
+            f"--engine {engine}: {cfg.name}'s sparse-attention indexer keeps its keys in the engine's own pool, "
+            "which lm-accounting does not model; without --engine, infer gives the cache transformers holds"
         )
 
 

@@ -18,7 +18,13 @@ from dataclasses import dataclass
 
 from ..breakdown import Breakdown
 from ..config import ModelConfig
-from .params import active_parameter_count, matmul_params
+from .params import (
+    active_parameter_count,
+    indexer_k_params,
+    indexer_q_params,
+    indexer_weights_params,
+    matmul_params,
+)
 from .sizes import Sizes, check_batch_seq  # noqa: F401  (check_batch_seq re-exported)
 
 
@@ -142,6 +148,42 @@ def forward_flops(cfg: ModelConfig, seq: int, batch: int = 1) -> Breakdown:
     from ..components import breakdown
 
     return breakdown("flops", Sizes.of(cfg, seq, batch))
+
+
+def indexer_scores_flops(cfg: ModelConfig, batch: int, seq: int) -> int:
+    """The DSA indexer's scores, q·kᵀ for every query, head and key: per sequence, (S·H_I x d_I) @ (d_I x S)
+    (``torch.matmul(q, k.transpose(-1, -2).unsqueeze(1))`` in ``DeepseekV32Indexer.forward``), the full S x S
+    square like the attention's: the causal mask is added after, to the head-summed scores."""
+    return batch * matmul_flops(seq * cfg.index_heads, cfg.index_head_dim, seq)
+
+
+def indexer_head_sum_flops(cfg: ModelConfig, batch: int, seq: int) -> int:
+    """The weighted sum of the ReLU'd scores over the indexer's heads: per query, (1 x H_I) @ (H_I x S)
+    (``torch.matmul(weights.unsqueeze(-2), scores)``), 2·B·S²·H_I."""
+    return batch * seq * matmul_flops(1, cfg.index_heads, seq)
+
+
+def indexer_flops(cfg: ModelConfig, seq: int, batch: int = 1) -> int:
+    """All the indexers' forward matmul FLOPs (projections, scores, head sums) over the layers that run one
+    (``ModelConfig.indexer_layers``; a GLM-5 ``S`` layer reuses the previous top-k, no FLOP): transformers
+    runs the indexer under ``torch.no_grad()``, so a training step has no backward for it
+    (``training_flops``)."""
+    if not cfg.indexer:
+        return 0
+    tokens = batch * seq
+    projections = projection_flops(tokens, indexer_q_params(cfg) + indexer_k_params(cfg) + indexer_weights_params(cfg))
+    scores = indexer_scores_flops(cfg, batch, seq) + indexer_head_sum_flops(cfg, batch, seq)
+    return cfg.indexer_layers * (projections + scores)
+
+
+def sparse_attention_flops(cfg: ModelConfig, seq: int, batch: int = 1) -> int:
+    """QKᵀ + AV over all layers if each query attended only to the keys DSA selects: the top ``index_topk`` of
+    the keys its causal mask allows, Σ_i min(i+1, k) pairs per sequence (``attended_pairs``), 2·B·h·pairs·
+    (d_qk + d_v) per layer.  A labelled extra: transformers' eager and sdpa paths compute the full S x S square and
+    mask the unselected keys (``DeepseekV32Attention.forward``: ``index_mask`` folded into the attention mask), and
+    that square is what the totals and FlopCounterMode count; only a sparse kernel (FlashMLA's) skips the rest."""
+    pairs = attended_pairs(seq, cfg.index_topk)
+    return cfg.attention_layers * batch * cfg.num_heads * matmul_flops(1, cfg.d_head + cfg.v_head, 1) * pairs
 
 
 def causal_attention_flops(cfg: ModelConfig, seq: int, batch: int = 1) -> int:
@@ -268,6 +310,11 @@ def rope_flops(tokens: int, width: int) -> int:
     return ROPE_PER_ELEMENT * tokens * width
 
 
+def indexer_score_flops(scores: int) -> int:
+    """The DSA indexer's scores, each scaled by 1/√d_I and then ReLU'd: 1 + 1 each."""
+    return (SCALE_PER_SCORE + RELU_PER_ELEMENT) * scores
+
+
 def score_scale_flops(scores: int) -> int:
     """Scaling every attention score by 1/√d_head: 1 each."""
     return SCALE_PER_SCORE * scores
@@ -350,6 +397,8 @@ class TrainingFlops:
       12·L·h·d_head·S assumes v_head = d_head) with N_matmul = the weights one token multiplies by
       (``matmul_params``); it equals ``step`` exactly.  A Gated DeltaNet hybrid's attention term counts its
       attention layers only, and its linear layers' chunked core and conv add 3 x their forward FLOPs.
+      DeepSeek Sparse Attention's indexer runs under ``torch.no_grad()`` (``DeepseekV32Indexer.forward``): it
+      has no backward, so it enters both ``step`` and ``palm`` once, at its forward FLOPs (``indexer_flops``).
     """
 
     forward: int
@@ -364,15 +413,19 @@ class TrainingFlops:
 
 def training_flops(cfg: ModelConfig, seq: int, batch: int = 1) -> TrainingFlops:
     forward = forward_flops(cfg, seq, batch).total
+    no_grad = indexer_flops(cfg, seq, batch)  # DSA's indexer runs under torch.no_grad(): no backward
     tokens = batch * seq
     n_params = active_parameter_count(cfg)
     attention_term = 6 * cfg.attention_layers * cfg.num_heads * (cfg.d_head + cfg.v_head) * seq
     linear = 0
     if cfg.hybrid:  # PaLM's formula has no such layers: their core and conv enter as 3 x their forward
         linear = 3 * cfg.linear_layers * (gated_delta_flops(cfg, batch, seq) + causal_conv_flops(cfg, batch, seq))
+    if cfg.indexer:  # the indexer enters once (forward only), not as 6·N_matmul's 3 x its projections
+        projections = indexer_q_params(cfg) + indexer_k_params(cfg) + indexer_weights_params(cfg)
+        linear += no_grad - 3 * cfg.indexer_layers * projection_flops(tokens, projections)
     return TrainingFlops(
         forward=forward,
-        backward=2 * forward,
+        backward=2 * (forward - no_grad),
         six_nd=6 * n_params * tokens,
         palm=(6 * matmul_params(cfg) + attention_term) * tokens + linear,
     )

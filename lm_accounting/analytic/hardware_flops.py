@@ -25,6 +25,10 @@ FLOPs the step really executes, which is what FlopCounterMode counts over a whol
    one more ``layers.*.attn.qk`` per backward (and a full-checkpoint recompute runs the fused
    forward, 4·b·h·s²·d, counted in step 3 as ``attn.qk`` + ``attn.av``).
 
+DeepSeek Sparse Attention's indexer runs under ``torch.no_grad()`` (transformers' ``DeepseekV32Indexer``): step 2
+has no backward for it, so the hardware FLOPs are 2 × its forward (``flops.indexer_flops``) less; the model FLOPs
+keep the 3 × forward convention.
+
 Precision and the AdamW implementation change no matmul FLOPs (AdamW's are elementwise).
 """
 
@@ -34,7 +38,7 @@ from dataclasses import dataclass
 
 from ..config import ModelConfig
 from ..setup import TrainingSetup
-from .flops import forward_flops
+from .flops import forward_flops, indexer_flops
 
 LAST_BLOCK_MATMUL = "layers.*.ffn.w2"
 """The block's last matmul, which the early-stopping full-checkpoint recompute never reaches."""
@@ -58,6 +62,7 @@ class StepFlops:
     forward: int
     recompute: int  # step 3
     attention_recompute: int  # step 4: the fused backward's extra QKᵀ
+    no_backward: int = 0  # forward matmuls no backward reaches: DSA's indexer, run under torch.no_grad()
 
     @property
     def model(self) -> int:
@@ -65,7 +70,7 @@ class StepFlops:
 
     @property
     def hardware(self) -> int:
-        return self.model + self.recompute + self.attention_recompute
+        return self.model - 2 * self.no_backward + self.recompute + self.attention_recompute
 
 
 def step_flops(cfg: ModelConfig, seq: int, batch: int = 1, setup: TrainingSetup | None = None) -> StepFlops:
@@ -77,4 +82,5 @@ def step_flops(cfg: ModelConfig, seq: int, batch: int = 1, setup: TrainingSetup 
     if setup.checkpoint == "full":
         recompute = blocks - _early_stopped_matmul(cfg, fwd)
     attention = fwd["layers.*.attn.qk"].total if setup.attention == "sdpa" else 0
-    return StepFlops(forward=fwd.total, recompute=recompute, attention_recompute=attention)
+    no_backward = indexer_flops(cfg, seq, batch)
+    return StepFlops(forward=fwd.total, recompute=recompute, attention_recompute=attention, no_backward=no_backward)

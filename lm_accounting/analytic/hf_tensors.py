@@ -12,7 +12,8 @@ fuse: GPT-2's ``c_attn`` (Q, K and V in one ``Conv1D``, weight and bias), Phi-3'
 * the others (``*ForCausalLM``): embed_tokens; per layer the attention (q, k, v, o and their biases; Phi-3's
   o_proj then qkv_proj; MiniMax-M2's whole-projection qk-norms, GLM's and StableLM's blocks as Llama's but for
   GLM's fused gate_up_proj; qk-norms after o_proj: per head, or over the whole projection for OLMo-2; DeepSeek's
-  latent projections; gpt-oss's sinks first, the attention module's own parameter), the MLP (gate, up, down;
+  latent projections, then DeepSeek-V3.2's and GLM-5's indexer: wq_b, wk, k_norm, weights_proj (no gradient: not
+  ``trained``); gpt-oss's sinks first, the attention module's own parameter), the MLP (gate, up, down;
   Phi-3's gate_up then down; StarCoder2's c_fc then c_proj; a mixture of experts: the router then the experts
   (``FUSED_MOE_ROUTER_FIRST``) or the experts then the router (Qwen3-MoE, DeepSeek), then DeepSeek's shared
   experts or Qwen2-MoE's shared expert and its gate; gpt-oss's router and expert biases after their weights),
@@ -91,7 +92,7 @@ def _linear_attention(cfg: ModelConfig) -> list[int]:
     return first + [cfg.linear_value_head_dim, vd * d, d * conv, d * vd, d * hv, d * hv]
 
 
-def _attention(cfg: ModelConfig) -> list[int]:
+def _attention(cfg: ModelConfig, trained: bool = False, layer: int = 0) -> list[int]:
     d, kind = cfg.d_model, cfg.hf_model_type
     if cfg.kv_lora_rank is not None:  # DeepSeek's latent attention
         h, rope, r = cfg.num_heads, cfg.qk_rope_head_dim, cfg.kv_lora_rank
@@ -101,7 +102,14 @@ def _attention(cfg: ModelConfig) -> list[int]:
             if cfg.q_lora_rank is None
             else [d * cfg.q_lora_rank, cfg.q_lora_rank, cfg.q_lora_rank * h * qk]
         )
-        return q + [d * (r + rope), r, r * h * (cfg.qk_nope_head_dim + cfg.v_head_dim), h * cfg.v_head_dim * d]
+        out = q + [d * (r + rope), r, r * h * (cfg.qk_nope_head_dim + cfg.v_head_dim), h * cfg.v_head_dim * d]
+        if (
+            cfg.layer_indexer(layer) and not trained
+        ):  # DeepSeek-V3.2's indexer after o_proj: wq_b, wk, k_norm, weights_proj
+            # (no gradient: it runs under torch.no_grad())
+            hi, di = cfg.index_heads, cfg.index_head_dim
+            out += [cfg.q_lora_rank * hi * di, d * di, di, di, d * hi]
+        return out
     q, kv = cfg.num_heads * cfg.d_head, cfg.kv_heads * cfg.d_head
     if kind in FUSED_QKV:
         return [d * (q + 2 * kv)] + ([q + 2 * kv] if cfg.qkv_bias else []) + [d * q] + ([d] if cfg.output_bias else [])
@@ -160,7 +168,9 @@ def _layer(cfg: ModelConfig, layer: int, trained: bool = False) -> list[int]:
         return [d, d] + attention + [d, d] + mlp
     count = 4 if cfg.norm_placement == "sandwich" else 1 if cfg.parallel_block == "one_norm" else 2
     norms = [d] * count * _norm_tensors(cfg)  # Gemma 2/3, GLM-4-0414: 4; a parallel block from one norm: 1
-    mixer = _attention(cfg) if cfg.layer_attention(layer) else _linear_attention(cfg)  # a hybrid's Gated DeltaNet
+    mixer = (
+        _attention(cfg, trained, layer) if cfg.layer_attention(layer) else _linear_attention(cfg)
+    )  # a hybrid's Gated DeltaNet
     if cfg.hf_model_type in NORMS_FIRST:
         return norms + mixer + _mlp(cfg, layer, trained)
     if cfg.hf_model_type == "opt":  # self_attn, self_attn_layer_norm, fc1, fc2, final_layer_norm
@@ -196,7 +206,7 @@ def hf_parameter_tensor_count(cfg: ModelConfig, trained: bool = False) -> int:
     """``len(hf_parameter_tensor_sizes(cfg))`` without listing the layers (dense and MoE layers counted)."""
     head, tail = _ends(cfg)
     count = len(head) + len(tail)
-    if cfg.hybrid:  # two mixers and two MLPs: each layer as it is (at most 10,000)
+    if cfg.hybrid or cfg.indexer_pattern:  # two mixers (GLM-5's: with and without an indexer): each layer as it is
         return count + sum(len(_layer(cfg, i, trained)) for i in range(cfg.num_layers))
     if cfg.dense_layers:
         dense = next(i for i in range(cfg.num_layers) if not cfg.layer_moe(i))

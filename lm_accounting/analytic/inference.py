@@ -233,7 +233,7 @@ def kv_layer_token_bytes(cfg: ModelConfig, batch: int, dtype: str) -> int:
     grows with the keys; a hybrid's fixed linear-layer states are not part of it)."""
     if dtype not in KV_DTYPES:
         raise AccountingError(f"unknown KV-cache dtype '{dtype}' (valid: {', '.join(KV_DTYPES)})")
-    return cfg.kv_cache_width * batch * DTYPE_BYTES[KV_DTYPES[dtype]]
+    return cfg.cached_width * batch * DTYPE_BYTES[KV_DTYPES[dtype]]  # DSA: the indexer's key too
 
 
 def absorbed(cfg: ModelConfig, program: str) -> bool:

@@ -543,6 +543,17 @@ def check_infer(
     program = inf.default_program(semantics, attention) if program is None else program
     inf.check_program(program)
     inf.check_attention(attention, semantics)
+    if cfg.indexer_pattern is not None:
+        raise AccountingError(
+            f"{cfg.name}: layers without an indexer (indexer_pattern, GLM-5's shared top-k) are not modelled by infer "
+            "(its per-key FLOPs and cache bytes are one figure for every layer); account and memory give their counts"
+        )
+    if program == "engine" and cfg.indexer:
+        raise AccountingError(
+            f"--program engine: {cfg.name}'s DeepSeek Sparse Attention runs in the engines' own kernels (top-k "
+            "attention, the indexer's fp8 key pool), which lm-accounting does not model; --program generate or "
+            "forward gives transformers' computation and cache"
+        )
     if program == "engine" and (semantics != "filled" or attention != "sdpa"):
         raise AccountingError(
             "--program engine runs a paged cache with a fused kernel (what vLLM and SGLang run): --cache static "

@@ -52,5 +52,7 @@ def windowed_kv_cache_bytes(cfg: ModelConfig, seq: int, batch: int, dtype: str) 
     """K and V for every layer and cached token, windowed layers keeping only their window:
     2 · kv_heads · d_head · B · bytes · ``cached_tokens(cfg, S)``.  Under latent attention (MLA) a token's
     entry is the latent and the shared RoPE key, (kv_lora_rank + qk_rope_head_dim) elements instead of
-    2 · kv_heads · d_head (``ModelConfig.kv_cache_width``; DeepSeek-V2 §2.1.2, transformers v5's cache)."""
-    return cfg.kv_cache_width * cached_tokens(cfg, seq) * batch * DTYPE_BYTES[dtype]
+    2 · kv_heads · d_head (``ModelConfig.kv_cache_width``; DeepSeek-V2 §2.1.2, transformers v5's cache), and
+    DeepSeek Sparse Attention's indexer key, d_I more on each layer with an indexer (``indexer_layers``; no window)."""
+    indexer = cfg.index_head_dim * cfg.indexer_layers * seq if cfg.indexer else 0
+    return (cfg.kv_cache_width * cached_tokens(cfg, seq) + indexer) * batch * DTYPE_BYTES[dtype]

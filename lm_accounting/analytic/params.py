@@ -111,6 +111,22 @@ def linear_conv_params(cfg: ModelConfig) -> int:
     return cfg.linear_conv_dim * cfg.linear_conv_kernel
 
 
+# -- DeepSeek Sparse Attention's indexer (transformers' DeepseekV32Indexer; config.DSA_FIELDS) --
+def indexer_q_params(cfg: ModelConfig) -> int:
+    """``wq_b``: the query latent to the indexer's heads, q_lora_rank -> index_heads·index_head_dim."""
+    return cfg.q_lora_rank * cfg.index_heads * cfg.index_head_dim
+
+
+def indexer_k_params(cfg: ModelConfig) -> int:
+    """``wk``: the hidden state to the indexer's one key, d_model -> index_head_dim."""
+    return cfg.d_model * cfg.index_head_dim
+
+
+def indexer_weights_params(cfg: ModelConfig) -> int:
+    """``weights_proj``: the hidden state to one weight per indexer head, d_model -> index_heads."""
+    return cfg.d_model * cfg.index_heads
+
+
 def active_parameter_count(cfg: ModelConfig) -> int:
     """Parameters one token uses: every parameter except the routed experts it is not sent to,
     total − L_moe·(E − k)·(one expert's, ``expert_params``).  Embeddings, router and shared
@@ -173,7 +189,8 @@ def lm_head_params(cfg: ModelConfig) -> int:
 
 def frozen_parameter_count(cfg: ModelConfig) -> int:
     """Parameters with ``requires_grad=False`` (the registry's ``frozen`` components: Ernie 4.5's router score
-    bias): counted by ``parameters()``, but with no gradient and no AdamW state."""
+    bias), or that no backward reaches (DeepSeek-V3.2's indexer, run under ``torch.no_grad()``): counted by
+    ``parameters()``, but with no gradient and no AdamW state."""
     from ..components import component
 
     return sum(it.total for it in parameter_breakdown(cfg) if component(it.key).frozen)

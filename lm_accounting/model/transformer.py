@@ -428,8 +428,14 @@ def build_model(
 
     ``dtype`` is the parameters' dtype; left out, it is the setup's (bf16 for ``precision="bf16"``,
     else fp32).  A ``dtype`` that contradicts the setup is refused, and so is a Gated DeltaNet hybrid or a gated
-    attention output (Qwen3-Next, Qwen3.5): the live model has neither (their figures are proven against
-    transformers' own model, tests/test_arch_qwen3_next.py)."""
+    attention output (Qwen3-Next, Qwen3.5), or a sparse-attention indexer (DeepSeek-V3.2, GLM-5): the live model has
+    none of them (their figures are proven against transformers' own model, tests/test_arch_qwen3_next.py and
+    tests/test_arch_dsa.py)."""
+    if cfg.indexer:
+        raise AccountingError(
+            f"{cfg.name}: the live model (lm_accounting/model) has no sparse-attention indexer; its parameters and "
+            "FLOPs are proven against transformers' own model instead (tests/test_arch_dsa.py)"
+        )
     if cfg.hybrid or cfg.attention_output_gate:
         raise AccountingError(
             f"{cfg.name}: the live model (lm_accounting/model) has no Gated DeltaNet layers and no gated attention "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..account import CONVENTIONS, Account
+from ..analytic.flops import sparse_attention_flops
 from ..breakdown import Breakdown
 from ..config import ModelConfig
 from ..units import fmt_bytes, fmt_sci, fmt_share
@@ -136,6 +137,13 @@ def account_view(acc: Account) -> View:
             f"attention QKᵀ+AV with only the sliding-window band on the {cfg.windowed_layers} windowed layers "
             f"(window {cfg.sliding_window:,}; labelled extra, not in the total): "
             f"{acc.windowed_attention:,}"
+        )
+
+    if cfg.indexer:
+        fwd.notes.append(
+            f"DSA: the indexer's scores count every key (in the total, as transformers computes them); attention "
+            f"QKᵀ+AV over each query's top {cfg.index_topk:,} keys only (labelled extra, not in the total): "
+            f"{sparse_attention_flops(cfg, acc.seq, acc.batch):,}"
         )
 
     nonmm = breakdown_table("Non-matmul FLOPs (estimate, NOT in the totals above)", acc.nonmatmul, L)
