@@ -234,6 +234,27 @@ HF_ZOO = {  # config.json fields of small models of the other families (transfor
     "gpt_neox": {k: v for k, v in HF_LLAMA_LIKE.items() if k != "num_key_value_heads"},
     "phi": {**HF_LLAMA_LIKE, "qk_layernorm": True},
     "gptj": dict(vocab_size=32064, n_embd=1024, n_layer=2, n_head=8, n_positions=4096, rotary_dim=64),
+    # the programs added at stop 37 (tests/test_ops_transformers_zoo.py on meta)
+    "smollm3": {**HF_LLAMA_LIKE, "num_hidden_layers": 4, "no_rope_layer_interval": 4},  # layer 3 without RoPE
+    "starcoder2": {**HF_LLAMA_LIKE, "sliding_window": 1024},
+    "exaone4": {**HF_LLAMA_LIKE, "num_hidden_layers": 4, "sliding_window": 1024, "sliding_window_pattern": 4},
+    "helium": {**HF_LLAMA_LIKE, "head_dim": 128},
+    "ernie4_5": {**HF_LLAMA_LIKE, "use_bias": True},
+    "glm": {**HF_LLAMA_LIKE, "head_dim": 128},
+    "glm4": {**HF_LLAMA_LIKE, "head_dim": 128},
+    "ministral3": {**HF_LLAMA_LIKE, "head_dim": 128, "sliding_window": 1024},
+    "vaultgemma": {**HF_LLAMA_LIKE, "num_hidden_layers": 4, "head_dim": 128, "sliding_window": 1024},
+    "hyperclovax": {**HF_LLAMA_LIKE, "embedding_multiplier": 2.0, "residual_multiplier": 0.5, "logits_scaling": 0.25},
+    "olmo": HF_LLAMA_LIKE,
+    "seed_oss": {
+        **HF_LLAMA_LIKE,
+        "head_dim": 128,
+        "attention_bias": True,
+        "attention_out_bias": False,
+        "attention_dropout": 0.0,
+        "residual_dropout": 0.0,
+    },
+    "stablelm": {**HF_LLAMA_LIKE, "use_qkv_bias": True},
     # mixtures of experts: transformers' grouped_mm runs T·k rows whatever the routing (tests/test_ops_transformers_moe)
     "mixtral": {**HF_LLAMA_LIKE, "num_local_experts": 8, "num_experts_per_tok": 2, "intermediate_size": 512},
     "qwen3_moe": {
