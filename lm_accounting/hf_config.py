@@ -986,14 +986,28 @@ def _head_dim_given(f: _Fields, out: dict[str, Any]) -> dict[str, Any]:
 
 
 def _smollm3(f: _Fields) -> dict[str, Any]:
-    """SmolLM3: Llama's block; ``no_rope_layers`` / ``no_rope_layer_interval`` skip RoPE on some layers (no
-    parameter, no matmul: read and ignored); a sliding window (``use_sliding_window``) is not modelled."""
-    f.raw("no_rope_layers"), f.raw("no_rope_layer_interval"), f.raw("sliding_window")  # unused without the flag
+    """SmolLM3: Llama's block; the layers whose ``no_rope_layers`` entry is 0 skip RoPE (no parameter, no matmul;
+    ``nope_layers``, for the training step's ops).  Absent, ``no_rope_layers`` is configuration_smollm3.py's
+    ``int((i + 1) % no_rope_layer_interval != 0)`` (interval 4).  A sliding window (``use_sliding_window``) is
+    not modelled."""
+    f.raw("sliding_window")  # unused without the flag
     f.only("use_sliding_window", (False,), "full attention on every layer")
     types = f.raw("layer_types")
     if types is not None and (not isinstance(types, list) or any(t != "full_attention" for t in types)):
         raise f.error("field 'layer_types' is not supported for SmolLM3: full attention on every layer only")
-    return _llama_like(f)
+    out = _llama_like(f)
+    layers = out["num_layers"]
+    rope = f.raw("no_rope_layers")
+    if rope is None:
+        interval = f.int("no_rope_layer_interval", 4)
+        rope = [int((i + 1) % interval != 0) for i in range(layers)]
+    else:
+        f.raw("no_rope_layer_interval")  # unused beside the list
+    if not isinstance(rope, list) or len(rope) < layers or any(r not in (0, 1) or isinstance(r, float) for r in rope):
+        raise f.error(
+            f"field 'no_rope_layers' must be a list of 0/1 flags, one per layer ({layers}), got {short_repr(rope)}"
+        )
+    return {**out, "nope_layers": tuple(i for i in range(layers) if not rope[i])}
 
 
 def _granite(f: _Fields) -> dict[str, Any]:
@@ -2130,6 +2144,11 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
     "exaone": _write_llama,  # transformers builds LlamaForCausalLM for these two
     "internlm3": _write_llama,
     "helium": _write_llama,
+    "smollm3": lambda cfg: {
+        **_write_llama(cfg),
+        "no_rope_layers": [int(i not in cfg.nope_layers) for i in range(cfg.num_layers)],
+        "use_sliding_window": False,
+    },
     "granite": _write_llama,
     "gemma": lambda cfg: {**_write_common(cfg), "attention_bias": cfg.qkv_bias},
     "olmo3": lambda cfg: {

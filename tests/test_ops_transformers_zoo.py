@@ -8,6 +8,8 @@ read by ``hf_config.config_from_hf`` (the class defaults fill the rest: GPT-2's 
 soft-capping).  The exact lines in B are checked at B = 2 and 3 from one replay, B = 1 by its own replay.  The
 plain CPU run (no dispatch mode) is checked against the CPU allocator's events at S = 8, B = 1 and 2."""
 
+import dataclasses
+
 import pytest
 
 from lm_accounting.analytic.ops import predict_step, unsupported
@@ -52,6 +54,8 @@ ZOO = {
     },
     "gemma": {**LLAMA_LIKE, "head_dim": 8},  # v1: Llama's layer with Gemma's norm, GeGLU and scaled embedding
     # Llama's program under other classes (``PROGRAMS``)
+    # SmolLM3: no RoPE on layer 3 of 0-4 (``no_rope_layer_interval`` 4): the runs [0] [1 2] [3] [4]
+    "smollm3": {**LLAMA_LIKE, "num_hidden_layers": 5, "no_rope_layer_interval": 4},
     "iquestcoder": LLAMA_LIKE,
     "hunyuan_v1_dense": {**LLAMA_LIKE, "head_dim": 8},
     "granite": {
@@ -216,7 +220,7 @@ def test_olmo3_windows_equal_transformers(setup):
     check_plain(tiny("olmo3"), 12, 2, setup)
 
 
-@pytest.mark.parametrize("model_type", ["iquestcoder", "hunyuan_v1_dense", "granite", "gemma", "ministral"])
+@pytest.mark.parametrize("model_type", ["iquestcoder", "hunyuan_v1_dense", "granite", "gemma", "ministral", "smollm3"])
 @pytest.mark.parametrize(
     "setup",
     [TrainingSetup(attention="naive", precision="amp-bf16"), TrainingSetup(attention="sdpa", checkpoint="full")],
@@ -226,10 +230,22 @@ def test_more_classes_equal_their_programs(model_type, setup):
     """IQuest-Coder and HunYuan-Dense (q/k norms after RoPE) are Llama's program, Granite Llama's with its
     multipliers' three elementwise ops (``granite``), Gemma (v1) Llama's layer with Gemma's pieces (``gemma``),
     Ministral Mistral's with both masks built every forward (windowed and full layers alternating, S = 12 past the
-    10-key window), checked against their own classes, and the plain run against the CPU allocator (Granite's
-    Python-number factors wrapped in 8-byte tensors)."""
+    10-key window), SmolLM3 Llama's without RoPE on its NoPE layers, checked against their own classes, and the
+    plain run against the CPU allocator (Granite's Python-number factors wrapped in 8-byte tensors)."""
     check(tiny(model_type), 12, setup)
     check_plain(tiny(model_type), 8, 2, setup)
+
+
+def test_smollm3_nope_layer_sets_the_checkpointed_forward_peak():
+    """SmolLM3's last layer of four skips RoPE (``no_rope_layer_interval`` 4): with checkpointing, the forward peak
+    is inside that layer (d = 256), where Llama's RoPE would hold rotated q and k copies; transformers' model
+    agrees with the NoPE replay, not with one that rotates every layer."""
+    cfg = tiny("smollm3", num_hidden_layers=4, hidden_size=256, head_dim=64, intermediate_size=128)
+    setup = TrainingSetup(attention="sdpa", checkpoint="full")
+    assert cfg.nope_layers == (3,)
+    check(cfg, 12, setup)
+    roped = predict_step(dataclasses.replace(cfg, nope_layers=()), 12, setup, impl="transformers", batch=2)
+    assert roped.at(2) != measure_hf_step(cfg, 12, 2, setup, device="meta")
 
 
 @pytest.mark.parametrize(

@@ -39,6 +39,7 @@ PROGRAMS = {
     "ministral": "llama",  # Mistral's, with both masks built every forward
     "granite": "granite",
     "hunyuan_v1_dense": "llama",
+    "smollm3": "llama",  # Llama's, without RoPE on its NoPE layers (``nope_layers``)
     "gpt2": "gpt2",
     "olmo2": "olmo2",
     "olmo3": "olmo2",  # OLMo-2's with a mask and a rotary table per layer type

@@ -1,4 +1,4 @@
-"""transformers 5.24's ``LlamaForCausalLM`` training step (and mistral, qwen2, qwen3), transliterated.
+"""transformers 5.24's ``LlamaForCausalLM`` training step (and mistral, qwen2, qwen3, smollm3), transliterated.
 
 Each function follows one forward of ``transformers/models/llama/modeling_llama.py`` (line numbers of
 transformers 5.24) on symbolic tensors (``ops.aten``), so torch's autograd engine (``ops.tensors``) frees
@@ -9,7 +9,8 @@ checkpointing = ``activation_checkpointing_enable()`` (``use_reentrant=False``, 
 
 Differences of the family: qwen2 has q/k/v biases (``qkv_bias``), qwen3 RMSNorms q and k per head
 (``modeling_qwen3.py`` ``Qwen3Attention.forward``: ``self.q_norm(self.q_proj(x).view(hidden_shape))``),
-mistral a sliding window (``sliding_window``; the mask then comes from ``create_sliding_window_causal_mask``).
+mistral a sliding window (``sliding_window``; the mask then comes from ``create_sliding_window_causal_mask``),
+smollm3 skips RoPE on its NoPE layers (``nope_layers``; modeling_smollm3.py ``SmolLM3Attention``: ``use_rope``).
 
 sdpa: the kernel torch picks on the CPU, ``_scaled_dot_product_flash_attention_for_cpu`` (K and V keep their
 kv heads: transformers passes ``enable_gqa=True`` without a mask, ``integrations/sdpa_attention.py``
@@ -189,6 +190,8 @@ class Attention:
         self.k_norm = norm(hd, dtype, name + ".k_norm") if cfg.qk_norm else None
         # HunYuan-Dense: query_layernorm / key_layernorm after RoPE (modeling_hunyuan_v1_dense.py:199-201)
         self.norm_after_rope = cfg.hf_model_type == "hunyuan_v1_dense"
+        # SmolLM3: ``if self.use_rope:`` (modeling_smollm3.py ``SmolLM3Attention.forward``), set per layer by the model
+        self.use_rope = True
 
     def params(self) -> list[Tensor]:
         out = self.q_proj.params() + self.k_proj.params() + self.v_proj.params() + self.o_proj.params()
@@ -209,9 +212,10 @@ class Attention:
         key_states = A.transpose(k, 1, 2)
         del k
         value_states = A.transpose(A.view(self.v_proj(hidden_states), *hidden_shape), 1, 2)
-        cos, sin = position_embeddings  # :237
-        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)  # :238
-        del cos, sin
+        if self.use_rope:
+            cos, sin = position_embeddings  # :237
+            query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)  # :238
+            del cos, sin
         if self.q_norm is not None and not early:
             query_states, key_states = self.q_norm(query_states), self.k_norm(key_states)
         interface = eager_attention_forward if self.attn == "naive" else sdpa_attention_forward
@@ -389,8 +393,10 @@ class LlamaForCausalLM:
         self.cfg, self.seq, self.batch, self.setup, self.dtype = cfg, seq, batch, setup, dtype
         self.embed_tokens = parameter((cfg.vocab_size, cfg.d_model), dtype, "embed_tokens.weight")
         self.layers = [self.decoder_layer(f"layers.{i}", norm) for i in range(cfg.num_layers)]
-        for layer in self.layers:
+        for i, layer in enumerate(self.layers):
             layer.gradient_checkpointing = setup.checkpoint == "full"
+            if i in cfg.nope_layers:  # SmolLM3's NoPE layers (``no_rope_layers``)
+                layer.self_attn.use_rope = False
         self.norm = norm(cfg.d_model, dtype, "norm")
         half = cfg.d_head // 2
         self.inv_freq = empty((half,), "fp32", "inv_freq")  # buffers: inv_freq, original_inv_freq
