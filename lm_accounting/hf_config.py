@@ -1230,6 +1230,7 @@ def _starcoder2(f: _Fields) -> dict[str, Any]:
         "output_bias": bias,
         "mlp_bias": bias,
         "mlp": "gelu",
+        "hf_activation": act,
         **_window(f, default_every=None),
     }
 
@@ -1803,6 +1804,7 @@ def config_from_hf(data: Any, source: str = "config.json", name: str = "custom")
 
 
 DROPOUT_FIELDS = ("attention_dropout", "hidden_dropout", "embd_pdrop", "resid_pdrop", "attn_pdrop")
+DROPOUT_FIELDS += ("residual_dropout", "embedding_dropout")  # StarCoder2's and Seed-OSS's
 DROPOUT_MODELLED = {"gpt2": {"attn_pdrop": 0.1, "resid_pdrop": 0.1, "embd_pdrop": 0.1}}
 """The dropout probabilities the transformers programs model (``analytic.ops.transformers``): GPT-2's three at
 ``GPT2Config``'s 0.1; every other family at 0 (its class default)."""
@@ -2157,6 +2159,13 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         **_write_window(cfg, layer_types=True),
     },  # its multipliers left at the class's 1.0: they change no count and no byte
     "iquestcoder": _write_llama,
+    "starcoder2": lambda cfg: {
+        **{k: v for k, v in _write_common(cfg).items() if k not in ("rms_norm_eps", "head_dim")},
+        "norm_epsilon": cfg.norm_eps,
+        "hidden_act": cfg.hf_activation or "gelu_pytorch_tanh",
+        "use_bias": cfg.qkv_bias,
+        **_write_window(cfg, layer_types=False),
+    },
     "ernie4_5": lambda cfg: {**_write_common(cfg), "use_bias": cfg.qkv_bias},
     "seed_oss": lambda cfg: {
         **_write_common(cfg),

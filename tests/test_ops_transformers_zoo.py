@@ -52,6 +52,8 @@ ZOO = {
         "sliding_window": 10,
         "layer_types": ["sliding_attention", "full_attention"] * 2,
     },
+    # StarCoder2: LayerNorms, biases everywhere (``use_bias``), c_fc/c_proj GELU MLP, a window on every layer
+    "starcoder2": {**LLAMA_LIKE, "sliding_window": 10},
     "gemma": {**LLAMA_LIKE, "head_dim": 8},  # v1: Llama's layer with Gemma's norm, GeGLU and scaled embedding
     # Llama's program under other classes (``PROGRAMS``)
     # SmolLM3: no RoPE on layer 3 of 0-4 (``no_rope_layer_interval`` 4): the runs [0] [1 2] [3] [4]
@@ -246,6 +248,33 @@ def test_smollm3_nope_layer_sets_the_checkpointed_forward_peak():
     check(cfg, 12, setup)
     roped = predict_step(dataclasses.replace(cfg, nope_layers=()), 12, setup, impl="transformers", batch=2)
     assert roped.at(2) != measure_hf_step(cfg, 12, 2, setup, device="meta")
+
+
+@pytest.mark.parametrize(
+    "fields, setup",
+    [
+        ({}, TrainingSetup(attention="sdpa", precision="bf16")),  # the windowed mask into the CPU flash kernel
+        ({"use_bias": False, "hidden_act": "gelu_new"}, TrainingSetup(attention="naive", checkpoint="full")),
+        ({"sliding_window": None, "tie_word_embeddings": False}, TrainingSetup(attention="sdpa", precision="amp-bf16")),
+    ],
+    ids=["window-sdpa-bf16", "no-bias-gelu_new-naive-full", "no-window-untied-sdpa-amp"],
+)
+def test_starcoder2_equals_transformers(fields, setup):
+    """StarCoder2: the LayerNorm skeleton with Llama's attention and layer order, ``c_fc``/``c_proj`` (GELU, tanh
+    form by default, or GPT-2's eight ops), biases when ``use_bias``, a window on every layer (S = 12 past its 10
+    keys: ``create_sliding_window_causal_mask``), against its class on meta and the plain run against the CPU
+    allocator."""
+    cfg = tiny("starcoder2", **fields)
+    check(cfg, 12, setup)
+    check_plain(cfg, 12, 2, setup)
+
+
+def test_starcoder2_residual_dropout_is_refused():
+    """StarCoder2's ``residual_dropout`` and ``embedding_dropout`` (0 in its class and in starcoder2-7b's
+    config.json) keep masks for the backward at p > 0, which the program does not transliterate: refused, the field
+    named."""
+    reasons = unsupported(tiny("starcoder2", residual_dropout=0.1), TrainingSetup(), "transformers")
+    assert any("residual_dropout 0.1" in r for r in reasons)
 
 
 @pytest.mark.parametrize(

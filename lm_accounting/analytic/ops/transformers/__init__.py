@@ -52,6 +52,7 @@ PROGRAMS = {
     "gpt_neox": "gpt_neox",
     "phi": "phi",
     "gptj": "gptj",
+    "starcoder2": "starcoder2",
 }
 """hf_model_type -> the module of this package that transliterates its modeling file."""
 B = Affine(1)  # the micro-batch as a symbol
