@@ -1060,7 +1060,8 @@ def _olmo3(f: _Fields) -> dict[str, Any]:
 
 def _exaone4(f: _Fields) -> dict[str, Any]:
     """EXAONE 4: norms after the sublayers (OLMo-2's placement) with per-head q/k norms, and a window on every
-    layer but every ``sliding_window_pattern``-th (an int; the hub's "LLLG" comes with ``layer_types``)."""
+    layer but every ``sliding_window_pattern``-th (an int; the hub's "LLLG" comes with ``layer_types``); with a
+    window given, the full-attention layers skip RoPE (``nope_layers``: no count, the training step's ops)."""
     pattern = f.data.get("sliding_window_pattern")
     if isinstance(pattern, str):  # "LLLG": transformers' own __post_init__ takes it only beside layer_types
         f.raw("sliding_window_pattern")
@@ -1069,12 +1070,19 @@ def _exaone4(f: _Fields) -> dict[str, Any]:
                 f"field 'sliding_window_pattern' = {short_repr(pattern)} is read only as 'L...LG' beside "
                 "'layer_types' (transformers' Exaone4Config needs an integer otherwise)"
             )
+    window = _window(f, default_every=4, pattern=not isinstance(pattern, str))
+    out = _common(f, tie_default=False)
+    every = window.get("full_attention_every")
+    full = [i for i in range(out["num_layers"]) if not window or (every is not None and (i + 1) % every == 0)]
+    given = f.int("sliding_window", None, allow_none=True)  # the class's 4,096 when absent
     return {
-        **_common(f, tie_default=False),
+        **out,
         "qk_norm": True,
         "norm_placement": "post",
         "mlp": _only_swiglu(f, "hidden_act"),
-        **_window(f, default_every=4, pattern=not isinstance(pattern, str)),
+        **window,
+        # "global NoPE": with a window given, the full-attention layers skip RoPE (modeling_exaone4.py:233-235)
+        "nope_layers": tuple(full) if given is not None else (),
     }
 
 
@@ -2159,6 +2167,13 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         **_write_window(cfg, layer_types=True),
     },  # its multipliers left at the class's 1.0: they change no count and no byte
     "iquestcoder": _write_llama,
+    "exaone4": lambda cfg: {
+        **_write_common(cfg),
+        # null only without NoPE layers (with a window given, transformers skips RoPE on every full layer); the
+        # class's 4,096 where every layer is full yet NoPE; layer_types always (a null window's pattern is 0)
+        "sliding_window": cfg.sliding_window or (4096 if cfg.nope_layers else None),
+        "layer_types": _write_window(cfg, layer_types=True)["layer_types"],
+    },
     "starcoder2": lambda cfg: {
         **{k: v for k, v in _write_common(cfg).items() if k not in ("rms_norm_eps", "head_dim")},
         "norm_epsilon": cfg.norm_eps,

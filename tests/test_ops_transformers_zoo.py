@@ -54,6 +54,8 @@ ZOO = {
     },
     # StarCoder2: LayerNorms, biases everywhere (``use_bias``), c_fc/c_proj GELU MLP, a window on every layer
     "starcoder2": {**LLAMA_LIKE, "sliding_window": 10},
+    # EXAONE 4: post-norms, per-head q/k norms; layers 0-2 windowed, 3 full and without RoPE (``nope_layers``), 4
+    "exaone4": {**LLAMA_LIKE, "num_hidden_layers": 5, "sliding_window": 10, "sliding_window_pattern": 4},
     "gemma": {**LLAMA_LIKE, "head_dim": 8},  # v1: Llama's layer with Gemma's norm, GeGLU and scaled embedding
     # Llama's program under other classes (``PROGRAMS``)
     # SmolLM3: no RoPE on layer 3 of 0-4 (``no_rope_layer_interval`` 4): the runs [0] [1 2] [3] [4]
@@ -267,6 +269,45 @@ def test_starcoder2_equals_transformers(fields, setup):
     cfg = tiny("starcoder2", **fields)
     check(cfg, 12, setup)
     check_plain(cfg, 12, 2, setup)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},
+        {"sliding_window": None},  # no window: RoPE on every layer, the full mask alone
+        {"sliding_window_pattern": 1},  # a window given, every layer full: no layer rotates
+        {
+            "num_hidden_layers": 4,
+            "sliding_window_pattern": "LLLG",
+            "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
+        },
+    ],
+    ids=["pattern-4", "no-window", "all-full-nope", "LLLG"],
+)
+@pytest.mark.parametrize(
+    "setup",
+    [TrainingSetup(attention="naive", precision="bf16"), TrainingSetup(attention="sdpa", checkpoint="full")],
+    ids=lambda s: "-".join(s.to_dict().values()),
+)
+def test_exaone4_equals_transformers(fields, setup):
+    """EXAONE 4: OLMo-2's post-norm layer around Llama's attention with per-head q/k norms on the transposed states,
+    both masks (S = 12 past the 10-key window), and its full layers without RoPE whenever a window is given,
+    against its class on meta and the plain run against the CPU allocator."""
+    cfg = tiny("exaone4", **fields)
+    check(cfg, 12, setup)
+    check_plain(cfg, 12, 2, setup)
+
+
+def test_exaone4_global_nope_sets_the_checkpointed_forward_peak():
+    """The last of four layers is full attention without RoPE; with checkpointing at d = 256 the forward peak is
+    inside it, so transformers' model agrees with the NoPE replay and not with one that rotates every layer."""
+    cfg = tiny("exaone4", num_hidden_layers=4, hidden_size=256, head_dim=64, intermediate_size=128)
+    setup = TrainingSetup(attention="sdpa", checkpoint="full")
+    assert cfg.nope_layers == (3,)
+    check(cfg, 12, setup)
+    roped = predict_step(dataclasses.replace(cfg, nope_layers=()), 12, setup, impl="transformers", batch=2)
+    assert roped.at(2) != measure_hf_step(cfg, 12, 2, setup, device="meta")
 
 
 def test_starcoder2_residual_dropout_is_refused():

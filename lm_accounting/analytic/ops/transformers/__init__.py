@@ -34,7 +34,7 @@ PROGRAMS = {
     "exaone": "llama",  # transformers' EXAONE 3 and InternLM3 are LlamaForCausalLM (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
     "internlm3": "llama",
     # Llama's op sequence under another class (checked against each class, tests/test_ops_transformers_zoo.py):
-    # IQuest-Coder's file is Llama's; HunYuan-Dense runs its per-head q/k norms after RoPE (``norm_after_rope``)
+    # IQuest-Coder's file is Llama's; HunYuan-Dense runs its per-head q/k norms after RoPE (``Attention.norm_at``)
     "iquestcoder": "llama",
     "ministral": "llama",  # Mistral's, with both masks built every forward
     "granite": "granite",
@@ -53,6 +53,7 @@ PROGRAMS = {
     "phi": "phi",
     "gptj": "gptj",
     "starcoder2": "starcoder2",
+    "exaone4": "exaone4",
 }
 """hf_model_type -> the module of this package that transliterates its modeling file."""
 B = Affine(1)  # the micro-batch as a symbol

@@ -179,6 +179,10 @@ def flash_attention_cpu(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = N
 class Attention:
     """``LlamaAttention`` (modeling_llama.py:202-265) and qwen3's per-head q/k norms."""
 
+    norm_at = "view"
+    """Where the per-head q/k norms run: on each projection's (B, S, h, d) view ("view", Qwen3), on the transposed
+    (B, h, S, d) states once q, k and v are made ("heads", EXAONE 4), or after RoPE ("rope", HunYuan-Dense)."""
+
     def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str, norm: type[RMSNorm] = RMSNorm):
         d, h, kv, hd = cfg.d_model, cfg.num_heads, cfg.num_kv_heads or cfg.num_heads, cfg.d_head
         self.head_dim, self.groups, self.scaling, self.attn = hd, h // kv, hd**-0.5, attn
@@ -189,7 +193,8 @@ class Attention:
         self.q_norm = norm(hd, dtype, name + ".q_norm") if cfg.qk_norm else None
         self.k_norm = norm(hd, dtype, name + ".k_norm") if cfg.qk_norm else None
         # HunYuan-Dense: query_layernorm / key_layernorm after RoPE (modeling_hunyuan_v1_dense.py:199-201)
-        self.norm_after_rope = cfg.hf_model_type == "hunyuan_v1_dense"
+        if cfg.hf_model_type == "hunyuan_v1_dense":
+            self.norm_at = "rope"
         # SmolLM3: ``if self.use_rope:`` (modeling_smollm3.py ``SmolLM3Attention.forward``), set per layer by the model
         self.use_rope = True
 
@@ -200,23 +205,25 @@ class Attention:
     def __call__(self, hidden_states: Tensor, position_embeddings, attention_mask) -> Tensor:
         input_shape = hidden_states.shape[:-1]  # :230
         hidden_shape = (*input_shape, -1, self.head_dim)
-        early = not self.norm_after_rope
+        normed = self.q_norm is not None
         q = A.view(self.q_proj(hidden_states), *hidden_shape)  # :233-235
-        if self.q_norm is not None and early:
+        if normed and self.norm_at == "view":
             q = self.q_norm(q)
         query_states = A.transpose(q, 1, 2)
         del q
         k = A.view(self.k_proj(hidden_states), *hidden_shape)
-        if self.k_norm is not None and early:
+        if normed and self.norm_at == "view":
             k = self.k_norm(k)
         key_states = A.transpose(k, 1, 2)
         del k
         value_states = A.transpose(A.view(self.v_proj(hidden_states), *hidden_shape), 1, 2)
+        if normed and self.norm_at == "heads":
+            query_states, key_states = self.q_norm(query_states), self.k_norm(key_states)
         if self.use_rope:
             cos, sin = position_embeddings  # :237
             query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)  # :238
             del cos, sin
-        if self.q_norm is not None and not early:
+        if normed and self.norm_at == "rope":
             query_states, key_states = self.q_norm(query_states), self.k_norm(key_states)
         interface = eager_attention_forward if self.attn == "naive" else sdpa_attention_forward
         attn_output, attn_weights = interface(self, query_states, key_states, value_states, attention_mask)  # :247
@@ -422,13 +429,7 @@ class LlamaForCausalLM:
         position_ids = A.unsqueeze(arange_plus(self.seq), 0)  # :391-393
         with no_grad():
             find_packed_sequence_indices(A.expand(position_ids, self.batch, -1))
-        window = self.cfg.sliding_window  # mistral: create_sliding_window_causal_mask
-        if self.cfg.hf_model_type == "ministral":  # both masks, each layer its type's (modeling_ministral.py:386-397)
-            masks = windowed_masks(self.batch, self.seq, self.dtype, self.setup.attention, window)
-        elif self.setup.attention == "naive":  # :395-401
-            masks = dict.fromkeys((False, True), eager_mask(self.batch, self.seq, self.dtype, window))
-        else:
-            masks = dict.fromkeys((False, True), sdpa_mask(self.batch, self.seq, window, allow_is_causal_skip=True))
+        masks = self.masks()  # :395-401
         hidden_states = inputs_embeds  # :403; ``inputs_embeds`` keeps the lookup until the forward returns
         position_embeddings = rotary_embedding(hidden_states, position_ids, self.inv_freq)  # :404
         kwargs = [
@@ -437,6 +438,16 @@ class LlamaForCausalLM:
         ]
         hidden_states = self.run_layers(hidden_states, lambda i: kwargs[self.cfg.layer_windowed(i)])  # :406-414
         return self.norm(hidden_states)  # :416
+
+    def masks(self) -> dict[bool, Tensor | None]:
+        """The attention masks, by whether a layer is windowed (``create_causal_mask``, or Mistral's
+        ``create_sliding_window_causal_mask`` for all)."""
+        window = self.cfg.sliding_window  # mistral: create_sliding_window_causal_mask
+        if self.cfg.hf_model_type == "ministral":  # both masks, each layer its type's (modeling_ministral.py:386-397)
+            return windowed_masks(self.batch, self.seq, self.dtype, self.setup.attention, window)
+        if self.setup.attention == "naive":  # :395-401
+            return dict.fromkeys((False, True), eager_mask(self.batch, self.seq, self.dtype, window))
+        return dict.fromkeys((False, True), sdpa_mask(self.batch, self.seq, window, allow_is_causal_skip=True))
 
     def embed(self) -> Tensor:
         """``self.embed_tokens(input_ids)`` (a subclass scales it: Granite)."""
