@@ -954,9 +954,10 @@ def _seed_oss(f: _Fields) -> dict[str, Any]:
 
 
 def _helium(f: _Fields) -> dict[str, Any]:
-    """Helium: Llama's block, but ``o_proj`` is ``hidden_size`` square (modeling_helium.py), so a ``head_dim``
-    with ``num_attention_heads · head_dim`` other than ``hidden_size`` builds a model that cannot run: refused."""
-    out = _llama_like(f)
+    """Helium: Llama's block, but ``o_proj`` is ``hidden_size`` square without a bias (modeling_helium.py:223;
+    ``attention_bias`` is on q, k and v only), so a ``head_dim`` with ``num_attention_heads · head_dim`` other
+    than ``hidden_size`` builds a model that cannot run: refused."""
+    out = {**_llama_like(f), "output_bias": False}
     if out["head_dim"] is not None and out["num_heads"] * out["head_dim"] != out["d_model"]:
         raise f.error(
             f"num_attention_heads · head_dim = {out['num_heads'] * out['head_dim']} is not hidden_size "

@@ -52,7 +52,7 @@ ZOO = {  # model_type -> a small config.json with the type's own options set
     },
     "granitemoe": {**SMALL, **EXPERTS, "num_local_experts": 4, "embedding_multiplier": 12.0},
     "granitemoeshared": {**SMALL, **EXPERTS, "num_local_experts": 4, "shared_intermediate_size": 48},
-    "helium": {**SMALL, "head_dim": 16},
+    "helium": {**SMALL, "head_dim": 16, "attention_bias": True},  # on q, k and v: its o_proj has none
     "internlm3": {**SMALL, "head_dim": 16, "qkv_bias": True, "bias": True},
     "exaone": {**SMALL, "num_layers": 4, "activation_function": "silu", "layer_norm_epsilon": 1e-5},
     "ernie4_5": {**SMALL, "head_dim": 16, "use_bias": True},

@@ -56,6 +56,9 @@ ZOO = {
     "starcoder2": {**LLAMA_LIKE, "sliding_window": 10},
     # EXAONE 4: post-norms, per-head q/k norms; layers 0-2 windowed, 3 full and without RoPE (``nope_layers``), 4
     "exaone4": {**LLAMA_LIKE, "num_hidden_layers": 5, "sliding_window": 10, "sliding_window_pattern": 4},
+    # Helium and ERNIE 4.5: Llama's with RoPE over interleaved pairs (``interleaved``)
+    "helium": {**LLAMA_LIKE, "head_dim": 8},  # its class's 128 would not fit the square o_proj
+    "ernie4_5": {**LLAMA_LIKE, "use_bias": True},
     "gemma": {**LLAMA_LIKE, "head_dim": 8},  # v1: Llama's layer with Gemma's norm, GeGLU and scaled embedding
     # Llama's program under other classes (``PROGRAMS``)
     # SmolLM3: no RoPE on layer 3 of 0-4 (``no_rope_layer_interval`` 4): the runs [0] [1 2] [3] [4]
@@ -308,6 +311,26 @@ def test_exaone4_global_nope_sets_the_checkpointed_forward_peak():
     check(cfg, 12, setup)
     roped = predict_step(dataclasses.replace(cfg, nope_layers=()), 12, setup, impl="transformers", batch=2)
     assert roped.at(2) != measure_hf_step(cfg, 12, 2, setup, device="meta")
+
+
+@pytest.mark.parametrize(
+    "model_type, fields",
+    [("helium", {}), ("helium", {"attention_bias": True}), ("ernie4_5", {}), ("ernie4_5", {"use_bias": False})],
+    ids=["helium", "helium-qkv-bias", "ernie4_5", "ernie4_5-no-bias"],
+)
+@pytest.mark.parametrize(
+    "setup",
+    [TrainingSetup(attention="naive", precision="bf16"), TrainingSetup(attention="sdpa", checkpoint="full")],
+    ids=lambda s: "-".join(s.to_dict().values()),
+)
+def test_interleaved_rope_models_equal_transformers(model_type, fields, setup):
+    """Helium and ERNIE 4.5: Llama's with RoPE over interleaved pairs (the half table repeat-interleaved per layer,
+    Cohere's ``rotate_half``); Helium's norm casts its weight to fp32 and its square ``o_proj`` has no bias even
+    with ``attention_bias``; ERNIE's table stays fp32 and its products run in fp32.  Against their classes on meta
+    and the plain run against the CPU allocator."""
+    cfg = tiny(model_type, **fields)
+    check(cfg, 12, setup)
+    check_plain(cfg, 8, 2, setup)
 
 
 def test_starcoder2_residual_dropout_is_refused():

@@ -54,6 +54,8 @@ PROGRAMS = {
     "gptj": "gptj",
     "starcoder2": "starcoder2",
     "exaone4": "exaone4",
+    "helium": "interleaved",  # Llama's with RoPE over interleaved pairs (Cohere's rotate_half)
+    "ernie4_5": "interleaved",
 }
 """hf_model_type -> the module of this package that transliterates its modeling file."""
 B = Affine(1)  # the micro-batch as a symbol

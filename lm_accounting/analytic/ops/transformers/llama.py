@@ -221,7 +221,7 @@ class Attention:
             query_states, key_states = self.q_norm(query_states), self.k_norm(key_states)
         if self.use_rope:
             cos, sin = position_embeddings  # :237
-            query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)  # :238
+            query_states, key_states = self.rotate(query_states, key_states, cos, sin)  # :238
             del cos, sin
         if normed and self.norm_at == "rope":
             query_states, key_states = self.q_norm(query_states), self.k_norm(key_states)
@@ -229,6 +229,10 @@ class Attention:
         attn_output, attn_weights = interface(self, query_states, key_states, value_states, attention_mask)  # :247
         attn_output = A.contiguous(A.reshape(attn_output, *input_shape, -1))  # :258
         return self.o_proj(attn_output), attn_weights  # :259-260
+
+    def rotate(self, q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+        """``apply_rotary_pos_emb`` (a model's own: Helium's and ERNIE 4.5's interleaved pairs)."""
+        return apply_rotary_pos_emb(q, k, cos, sin)
 
 
 class MLP:
@@ -431,13 +435,17 @@ class LlamaForCausalLM:
             find_packed_sequence_indices(A.expand(position_ids, self.batch, -1))
         masks = self.masks()  # :395-401
         hidden_states = inputs_embeds  # :403; ``inputs_embeds`` keeps the lookup until the forward returns
-        position_embeddings = rotary_embedding(hidden_states, position_ids, self.inv_freq)  # :404
+        position_embeddings = self.rotary(hidden_states, position_ids)  # :404
         kwargs = [
             dict(attention_mask=masks[w], position_embeddings=position_embeddings, position_ids=position_ids)
             for w in (False, True)
         ]
         hidden_states = self.run_layers(hidden_states, lambda i: kwargs[self.cfg.layer_windowed(i)])  # :406-414
         return self.norm(hidden_states)  # :416
+
+    def rotary(self, hidden_states: Tensor, position_ids: Tensor) -> tuple[Tensor, Tensor]:
+        """``self.rotary_emb(hidden_states, position_ids)`` (a model's own: ERNIE 4.5's stays fp32)."""
+        return rotary_embedding(hidden_states, position_ids, self.inv_freq)
 
     def masks(self) -> dict[bool, Tensor | None]:
         """The attention masks, by whether a layer is windowed (``create_causal_mask``, or Mistral's
