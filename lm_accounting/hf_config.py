@@ -1994,6 +1994,12 @@ def _write_window(cfg: ModelConfig, *, layer_types: bool) -> dict[str, Any]:
     return out
 
 
+def _write_glm(cfg: ModelConfig) -> dict[str, Any]:
+    """GLM and GLM-4-0414: Llama's fields, ``attention_bias`` on q/k/v and the rotated share of each head."""
+    rope = {"rope_type": "default", "rope_theta": cfg.rope_theta, "partial_rotary_factor": cfg.rope_dim / cfg.d_head}
+    return {**_write_common(cfg), "attention_bias": cfg.qkv_bias, "rope_parameters": rope}
+
+
 def _write_gpt2(cfg: ModelConfig) -> dict[str, Any]:
     return {
         "vocab_size": cfg.vocab_size,
@@ -2168,6 +2174,8 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         **_write_window(cfg, layer_types=True),
     },  # its multipliers left at the class's 1.0: they change no count and no byte
     "iquestcoder": _write_llama,
+    "glm": _write_glm,
+    "glm4": _write_glm,
     "exaone4": lambda cfg: {
         **_write_common(cfg),
         # null only without NoPE layers (with a window given, transformers skips RoPE on every full layer); the

@@ -1,6 +1,7 @@
-"""transformers' gpt2, gemma2, gemma3_text, olmo2 and phi3 (and the Llama program's other classes) replayed by the op library
-(``analytic.ops.transformers``: ``gpt2``, ``gemma``, ``olmo2``, ``phi3``) equal transformers' own models
-measured by the storage tracker on meta, phase by phase, byte for byte.
+"""transformers' gpt2, gemma2, gemma3_text, olmo2 and phi3 (and the Llama program's other classes), starcoder2, exaone4,
+helium, ernie4_5, glm and glm4 replayed by the op library (``analytic.ops.transformers``: ``gpt2``, ``gemma``,
+``olmo2``, ``phi3``, ``starcoder2``, ``exaone4``, ``interleaved``, ``glm``) equal transformers' own models measured
+by the storage tracker on meta, phase by phase, byte for byte.
 
 The measured side is the library's class, ``AutoModelForCausalLM.from_config`` (``measure.hf``), trained one
 step as the Trainer does; the predicted side never imports torch.  The configs are small config.json objects
@@ -59,6 +60,9 @@ ZOO = {
     # Helium and ERNIE 4.5: Llama's with RoPE over interleaved pairs (``interleaved``)
     "helium": {**LLAMA_LIKE, "head_dim": 8},  # its class's 128 would not fit the square o_proj
     "ernie4_5": {**LLAMA_LIKE, "use_bias": True},
+    # GLM and GLM-4-0414: RoPE on half of each head (interleaved), a fused gate_up_proj, q/k/v biases
+    "glm": {**LLAMA_LIKE, "head_dim": 8},
+    "glm4": {**LLAMA_LIKE, "head_dim": 8},
     "gemma": {**LLAMA_LIKE, "head_dim": 8},  # v1: Llama's layer with Gemma's norm, GeGLU and scaled embedding
     # Llama's program under other classes (``PROGRAMS``)
     # SmolLM3: no RoPE on layer 3 of 0-4 (``no_rope_layer_interval`` 4): the runs [0] [1 2] [3] [4]
@@ -328,6 +332,30 @@ def test_interleaved_rope_models_equal_transformers(model_type, fields, setup):
     Cohere's ``rotate_half``); Helium's norm casts its weight to fp32 and its square ``o_proj`` has no bias even
     with ``attention_bias``; ERNIE's table stays fp32 and its products run in fp32.  Against their classes on meta
     and the plain run against the CPU allocator."""
+    cfg = tiny(model_type, **fields)
+    check(cfg, 12, setup)
+    check_plain(cfg, 8, 2, setup)
+
+
+@pytest.mark.parametrize(
+    "model_type, fields",
+    [
+        ("glm", {}),
+        ("glm", {"partial_rotary_factor": 1.0, "attention_bias": False}),  # the whole head: an alias, an empty pass
+        ("glm4", {}),
+        ("glm4", {"rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.75}}),
+    ],
+    ids=["glm", "glm-full-rotary-no-bias", "glm4", "glm4-three-quarters"],
+)
+@pytest.mark.parametrize(
+    "setup",
+    [TrainingSetup(attention="naive", precision="bf16"), TrainingSetup(attention="sdpa", checkpoint="full")],
+    ids=lambda s: "-".join(s.to_dict().values()),
+)
+def test_glm_equals_transformers(model_type, fields, setup):
+    """GLM and GLM-4-0414: Llama's model, Phi-3's fused MLP, RoPE over interleaved pairs of the rotated share of each
+    head (a table of that many frequencies, the rest passed through and concatenated), q/k/v biases, and GLM-4's
+    sandwich norms; against their classes on meta and the plain run against the CPU allocator."""
     cfg = tiny(model_type, **fields)
     check(cfg, 12, setup)
     check_plain(cfg, 8, 2, setup)

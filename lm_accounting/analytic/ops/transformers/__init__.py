@@ -56,6 +56,8 @@ PROGRAMS = {
     "exaone4": "exaone4",
     "helium": "interleaved",  # Llama's with RoPE over interleaved pairs (Cohere's rotate_half)
     "ernie4_5": "interleaved",
+    "glm": "glm",
+    "glm4": "glm",  # GLM-4-0414: GLM's with sandwich norms
 }
 """hf_model_type -> the module of this package that transliterates its modeling file."""
 B = Affine(1)  # the micro-batch as a symbol

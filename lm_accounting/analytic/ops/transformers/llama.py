@@ -409,12 +409,16 @@ class LlamaForCausalLM:
             if i in cfg.nope_layers:  # SmolLM3's NoPE layers (``no_rope_layers``)
                 layer.self_attn.use_rope = False
         self.norm = norm(cfg.d_model, dtype, "norm")
-        half = cfg.d_head // 2
+        half = self.rotary_pairs()
         self.inv_freq = empty((half,), "fp32", "inv_freq")  # buffers: inv_freq, original_inv_freq
         self.original_inv_freq = empty((half,), "fp32", "original_inv_freq")
         self.lm_head = None if cfg.tie_embeddings else parameter((cfg.vocab_size, cfg.d_model), dtype, "lm_head.weight")
         self.input_ids = empty((batch, seq), "int64", "input_ids")
         self.labels = empty((batch, seq), "int64", "labels")
+
+    def rotary_pairs(self) -> int:
+        """The rotary table's frequencies (``inv_freq``): one per pair of a head (a model's own: GLM's rotated part)."""
+        return self.cfg.d_head // 2
 
     def decoder_layer(self, name: str, norm: type[RMSNorm]) -> GradientCheckpointingLayer:
         """The model's decoder layer (a subclass's own: OLMo-2's, Phi-3's)."""
