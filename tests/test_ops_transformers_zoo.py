@@ -361,6 +361,26 @@ def test_glm_equals_transformers(model_type, fields, setup):
     check_plain(cfg, 8, 2, setup)
 
 
+@pytest.mark.parametrize("model_type", ["smollm3", "starcoder2", "exaone4", "helium", "ernie4_5", "glm", "glm4"])
+@pytest.mark.parametrize(
+    "setup, zero",
+    [
+        (TrainingSetup(), 3),
+        (TrainingSetup(attention="sdpa", precision="bf16", checkpoint="full"), 2),
+        (TrainingSetup(attention="sdpa", precision="amp-bf16"), 3),  # FSDP2's bf16 policy (``fsdp.POLICY_EXACT``)
+    ],
+    ids=lambda v: v.label if isinstance(v, TrainingSetup) else f"zero{v}",
+)
+def test_fsdp2_rank_of_the_new_programs_equals_transformers(model_type, setup, zero):
+    """One rank of FSDP2 at world 4 (``ops.fsdp``) over each program added for issue 26 equals transformers' own model
+    sharded on torch's fake process group (``measure_hf_step(..., layout=...)``), at S = 12 past the windows."""
+    from lm_accounting.layout import ParallelLayout
+
+    cfg, layout = tiny(model_type), ParallelLayout(dp=4, zero=zero)
+    lines = predict_step(cfg, 12, setup, impl="transformers", batch=2, layout=layout)
+    assert lines.at(2) == measure_hf_step(cfg, 12, 2, setup, device="meta", layout=layout)
+
+
 def test_starcoder2_residual_dropout_is_refused():
     """StarCoder2's ``residual_dropout`` and ``embedding_dropout`` (0 in its class and in starcoder2-7b's
     config.json) keep masks for the backward at p > 0, which the program does not transliterate: refused, the field
