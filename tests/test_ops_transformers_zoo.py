@@ -381,6 +381,47 @@ def test_fsdp2_rank_of_the_new_programs_equals_transformers(model_type, setup, z
     assert lines.at(2) == measure_hf_step(cfg, 12, 2, setup, device="meta", layout=layout)
 
 
+WIDE = {
+    # published config.json files (tests/test_hf_zoo.py ``PUBLISHED``), cut to a few layers and a 512-token vocabulary
+    "SmolLM3-3B": dict(num_hidden_layers=4),  # layer 3 without RoPE
+    "starcoder2-7b": dict(num_hidden_layers=3, sliding_window=128),  # a window inside S = 256
+    "GLM-4-9B-0414": dict(num_hidden_layers=3),
+    "glm-4-9b-chat-hf": dict(num_hidden_layers=3),
+    # widths picked by hand (d 2,048, 32 heads of 64, 8 K/V heads, d_ff 8,192): no published file is claimed
+    "wide-exaone4": dict(model_type="exaone4", num_hidden_layers=4, sliding_window=128),
+    "wide-helium": dict(model_type="helium", num_hidden_layers=3),
+    "wide-ernie4_5": dict(model_type="ernie4_5", num_hidden_layers=3),
+}
+HAND = dict(
+    hidden_size=2048,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    head_dim=64,
+    intermediate_size=8192,
+    max_position_embeddings=4096,
+)
+
+
+@pytest.mark.parametrize("name", list(WIDE))
+@pytest.mark.parametrize(
+    "setup",
+    [
+        TrainingSetup(attention="naive", precision="bf16"),
+        TrainingSetup(attention="sdpa", precision="amp-bf16", checkpoint="full"),
+        TrainingSetup(attention="sdpa"),
+    ],
+    ids=lambda s: s.label,
+)
+def test_new_programs_at_real_widths_equal_transformers(name, setup):
+    """Real widths at S = 256, where tensors of realistic relative sizes decide which one sets a peak."""
+    from test_hf_zoo import PUBLISHED
+
+    fields = WIDE[name]
+    base = HAND if name.startswith("wide-") else PUBLISHED[name]
+    data = {**base, **fields, "vocab_size": 512, "pad_token_id": None, "bos_token_id": None, "eos_token_id": None}
+    check(config_from_hf(data), 256, setup)
+
+
 def test_starcoder2_residual_dropout_is_refused():
     """StarCoder2's ``residual_dropout`` and ``embedding_dropout`` (0 in its class and in starcoder2-7b's
     config.json) keep masks for the backward at p > 0, which the program does not transliterate: refused, the field

@@ -406,7 +406,7 @@ class LlamaForCausalLM:
         self.layers = [self.decoder_layer(f"layers.{i}", norm) for i in range(cfg.num_layers)]
         for i, layer in enumerate(self.layers):
             layer.gradient_checkpointing = setup.checkpoint == "full"
-            if i in cfg.nope_layers:  # SmolLM3's NoPE layers (``no_rope_layers``)
+            if i in cfg.nope_layers:  # SmolLM3's NoPE layers, EXAONE 4's global ones (``ModelConfig.nope_layers``)
                 layer.self_attn.use_rope = False
         self.norm = norm(cfg.d_model, dtype, "norm")
         half = self.rotary_pairs()
