@@ -2198,7 +2198,17 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         "mlp_bias": cfg.mlp_bias,
     },
     "ministral": lambda cfg: {**_write_common(cfg), **_write_window(cfg, layer_types=True)},
-    "ministral3": lambda cfg: {**_write_common(cfg), **_write_window(cfg, layer_types=False)},
+    "ministral3": lambda cfg: {
+        **_write_common(cfg),
+        **_write_window(cfg, layer_types=False),
+        # Llama 4's attention scale reads both (modeling_ministral3.py:147-151); their values change no count or byte
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": cfg.rope_theta,
+            "llama_4_scaling_beta": 0.1,
+            "original_max_position_embeddings": cfg.context_length,
+        },
+    },
     "hunyuan_v1_dense": lambda cfg: {**_write_common(cfg), "attention_bias": cfg.qkv_bias},
     "gpt_oss": lambda cfg: {
         **_write_common(cfg),

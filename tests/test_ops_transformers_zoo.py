@@ -1,6 +1,6 @@
 """transformers' gpt2, gemma2, gemma3_text, olmo2 and phi3 (and the Llama program's other classes), starcoder2, exaone4,
-helium, ernie4_5, glm and glm4 replayed by the op library (``analytic.ops.transformers``: ``gpt2``, ``gemma``,
-``olmo2``, ``phi3``, ``starcoder2``, ``exaone4``, ``interleaved``, ``glm``) equal transformers' own models measured
+helium, ernie4_5, glm, glm4 and ministral3 replayed by the op library (``analytic.ops.transformers``: ``gpt2``,
+``gemma``, ``olmo2``, ``phi3``, ``starcoder2``, ``exaone4``, ``interleaved``, ``glm``, ``ministral3``) equal transformers' own models measured
 by the storage tracker on meta, phase by phase, byte for byte.
 
 The measured side is the library's class, ``AutoModelForCausalLM.from_config`` (``measure.hf``), trained one
@@ -63,6 +63,8 @@ ZOO = {
     # GLM and GLM-4-0414: RoPE on half of each head (interleaved), a fused gate_up_proj, q/k/v biases
     "glm": {**LLAMA_LIKE, "head_dim": 8},
     "glm4": {**LLAMA_LIKE, "head_dim": 8},
+    # Ministral 3: Mistral's with Llama 4's attention scale on q; an optional window on every layer
+    "ministral3": {**LLAMA_LIKE, "head_dim": 8, "sliding_window": 10},
     "gemma": {**LLAMA_LIKE, "head_dim": 8},  # v1: Llama's layer with Gemma's norm, GeGLU and scaled embedding
     # Llama's program under other classes (``PROGRAMS``)
     # SmolLM3: no RoPE on layer 3 of 0-4 (``no_rope_layer_interval`` 4): the runs [0] [1 2] [3] [4]
@@ -361,7 +363,9 @@ def test_glm_equals_transformers(model_type, fields, setup):
     check_plain(cfg, 8, 2, setup)
 
 
-@pytest.mark.parametrize("model_type", ["smollm3", "starcoder2", "exaone4", "helium", "ernie4_5", "glm", "glm4"])
+@pytest.mark.parametrize(
+    "model_type", ["smollm3", "starcoder2", "exaone4", "helium", "ernie4_5", "glm", "glm4", "ministral3"]
+)
 @pytest.mark.parametrize(
     "setup, zero",
     [
@@ -391,6 +395,7 @@ WIDE = {
     "wide-exaone4": dict(model_type="exaone4", num_hidden_layers=4, sliding_window=128),
     "wide-helium": dict(model_type="helium", num_hidden_layers=3),
     "wide-ernie4_5": dict(model_type="ernie4_5", num_hidden_layers=3),
+    "wide-ministral3": dict(model_type="ministral3", num_hidden_layers=3, sliding_window=128),
 }
 HAND = dict(
     hidden_size=2048,
@@ -420,6 +425,21 @@ def test_new_programs_at_real_widths_equal_transformers(name, setup):
     base = HAND if name.startswith("wide-") else PUBLISHED[name]
     data = {**base, **fields, "vocab_size": 512, "pad_token_id": None, "bos_token_id": None, "eos_token_id": None}
     check(config_from_hf(data), 256, setup)
+
+
+@pytest.mark.parametrize("fields", [{}, {"sliding_window": None}], ids=["window", "no-window"])
+@pytest.mark.parametrize(
+    "setup",
+    [TrainingSetup(attention="naive", precision="bf16"), TrainingSetup(attention="sdpa", checkpoint="full")],
+    ids=lambda s: "-".join(s.to_dict().values()),
+)
+def test_ministral3_equals_transformers(fields, setup):
+    """Ministral 3: Mistral's with Llama 4's attention scale computed from the positions in every layer and
+    multiplied into q after RoPE (the product saving it), against its class on meta and the plain run against the
+    CPU allocator (the scale's Python numbers wrapped)."""
+    cfg = tiny("ministral3", **fields)
+    check(cfg, 12, setup)
+    check_plain(cfg, 8, 2, setup)
 
 
 def test_starcoder2_residual_dropout_is_refused():
