@@ -2151,6 +2151,7 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
     },
     "gemma2": _write_gemma,
     "gemma3_text": _write_gemma,
+    "vaultgemma": _write_gemma,
     "phi3": lambda cfg: {**_write_common(cfg), **_write_window(cfg, layer_types=False)},
     "olmo2": lambda cfg: {**_write_common(cfg), "attention_bias": cfg.qkv_bias},
     "deepseek_v2": _write_deepseek,

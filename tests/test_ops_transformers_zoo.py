@@ -1,5 +1,5 @@
 """transformers' gpt2, gemma2, gemma3_text, olmo2 and phi3 (and the Llama program's other classes), starcoder2, exaone4,
-helium, ernie4_5, glm, glm4 and ministral3 replayed by the op library (``analytic.ops.transformers``: ``gpt2``,
+helium, ernie4_5, glm, glm4, ministral3 and vaultgemma replayed by the op library (``analytic.ops.transformers``: ``gpt2``,
 ``gemma``, ``olmo2``, ``phi3``, ``starcoder2``, ``exaone4``, ``interleaved``, ``glm``, ``ministral3``) equal transformers' own models measured
 by the storage tracker on meta, phase by phase, byte for byte.
 
@@ -65,6 +65,8 @@ ZOO = {
     "glm4": {**LLAMA_LIKE, "head_dim": 8},
     # Ministral 3: Mistral's with Llama 4's attention scale on q; an optional window on every layer
     "ministral3": {**LLAMA_LIKE, "head_dim": 8, "sliding_window": 10},
+    # VaultGemma: Gemma 2 without its post-norms; a window on every other layer
+    "vaultgemma": {**LLAMA_LIKE, "num_hidden_layers": 4, "head_dim": 8, "sliding_window": 10},
     "gemma": {**LLAMA_LIKE, "head_dim": 8},  # v1: Llama's layer with Gemma's norm, GeGLU and scaled embedding
     # Llama's program under other classes (``PROGRAMS``)
     # SmolLM3: no RoPE on layer 3 of 0-4 (``no_rope_layer_interval`` 4): the runs [0] [1 2] [3] [4]
@@ -150,7 +152,7 @@ def test_gpt2_on_a_cpu_target_equals_transformers_on_cpu():
 
 
 def setups(model_type: str) -> list[TrainingSetup]:
-    attentions = ("naive",) if model_type == "gemma2" else ("naive", "sdpa")
+    attentions = ("naive",) if model_type in ("gemma2", "vaultgemma") else ("naive", "sdpa")
     return [
         TrainingSetup(attention=a, precision=p, checkpoint=c)
         for a in attentions
@@ -440,6 +442,30 @@ def test_ministral3_equals_transformers(fields, setup):
     cfg = tiny("ministral3", **fields)
     check(cfg, 12, setup)
     check_plain(cfg, 8, 2, setup)
+
+
+@pytest.mark.parametrize(
+    "setup",
+    [
+        TrainingSetup(attention="naive", precision="bf16"),
+        TrainingSetup(attention="naive", checkpoint="full"),
+        TrainingSetup(attention="naive", precision="amp-bf16"),
+    ],
+    ids=lambda s: "-".join(s.to_dict().values()),
+)
+def test_vaultgemma_equals_transformers(setup):
+    """VaultGemma: Gemma 2's model (soft-capping, both masks, one rotary table, scaled embeddings) with Llama's
+    pre-norm layer, eager only, against its class on meta and the plain run against the CPU allocator, and one rank
+    of FSDP2 (ZeRO-3, world 4) on the fake process group."""
+    from lm_accounting.layout import ParallelLayout
+
+    cfg = tiny("vaultgemma")
+    check(cfg, 12, setup)
+    check_plain(cfg, 8, 2, setup)
+    layout = ParallelLayout(dp=4, zero=3)
+    lines = predict_step(cfg, 12, setup, impl="transformers", batch=2, layout=layout)
+    assert lines.at(2) == measure_hf_step(cfg, 12, 2, setup, device="meta", layout=layout)
+    assert any("eager" in r for r in unsupported(cfg, TrainingSetup(attention="sdpa"), "transformers"))
 
 
 def test_starcoder2_residual_dropout_is_refused():
