@@ -2168,6 +2168,7 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         "use_sliding_window": False,
     },
     "granite": _write_llama,
+    "hyperclovax": lambda cfg: {**_write_llama(cfg), "use_post_norm": cfg.norm_placement == "sandwich"},
     "gemma": lambda cfg: {**_write_common(cfg), "attention_bias": cfg.qkv_bias},
     "olmo3": lambda cfg: {
         **_write_common(cfg),

@@ -1,5 +1,5 @@
 """transformers' gpt2, gemma2, gemma3_text, olmo2 and phi3 (and the Llama program's other classes), starcoder2, exaone4,
-helium, ernie4_5, glm, glm4, ministral3 and vaultgemma replayed by the op library (``analytic.ops.transformers``: ``gpt2``,
+helium, ernie4_5, glm, glm4, ministral3, vaultgemma and hyperclovax replayed by the op library (``analytic.ops.transformers``: ``gpt2``,
 ``gemma``, ``olmo2``, ``phi3``, ``starcoder2``, ``exaone4``, ``interleaved``, ``glm``, ``ministral3``) equal transformers' own models measured
 by the storage tracker on meta, phase by phase, byte for byte.
 
@@ -67,6 +67,8 @@ ZOO = {
     "ministral3": {**LLAMA_LIKE, "head_dim": 8, "sliding_window": 10},
     # VaultGemma: Gemma 2 without its post-norms; a window on every other layer
     "vaultgemma": {**LLAMA_LIKE, "num_hidden_layers": 4, "head_dim": 8, "sliding_window": 10},
+    # HyperCLOVA X: Granite's with a norm after each sub-block (``use_post_norm``, its default)
+    "hyperclovax": {**LLAMA_LIKE, "embedding_multiplier": 2.0, "residual_multiplier": 0.5, "logits_scaling": 0.25},
     "gemma": {**LLAMA_LIKE, "head_dim": 8},  # v1: Llama's layer with Gemma's norm, GeGLU and scaled embedding
     # Llama's program under other classes (``PROGRAMS``)
     # SmolLM3: no RoPE on layer 3 of 0-4 (``no_rope_layer_interval`` 4): the runs [0] [1 2] [3] [4]
@@ -466,6 +468,21 @@ def test_vaultgemma_equals_transformers(setup):
     lines = predict_step(cfg, 12, setup, impl="transformers", batch=2, layout=layout)
     assert lines.at(2) == measure_hf_step(cfg, 12, 2, setup, device="meta", layout=layout)
     assert any("eager" in r for r in unsupported(cfg, TrainingSetup(attention="sdpa"), "transformers"))
+
+
+@pytest.mark.parametrize("fields", [{}, {"use_post_norm": False}], ids=["post-norms", "no-post-norms"])
+@pytest.mark.parametrize(
+    "setup",
+    [TrainingSetup(attention="naive", precision="amp-bf16"), TrainingSetup(attention="sdpa", checkpoint="full")],
+    ids=lambda s: "-".join(s.to_dict().values()),
+)
+def test_hyperclovax_equals_transformers(fields, setup):
+    """HyperCLOVA X: Granite's program (its multipliers' elementwise ops, the logits multiplied) with an RMSNorm
+    after each sub-block when ``use_post_norm``, against its class on meta and the plain run against the CPU
+    allocator."""
+    cfg = tiny("hyperclovax", **fields)
+    check(cfg, 12, setup)
+    check_plain(cfg, 8, 2, setup)
 
 
 def test_starcoder2_residual_dropout_is_refused():

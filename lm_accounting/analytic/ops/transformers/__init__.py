@@ -60,6 +60,7 @@ PROGRAMS = {
     "glm4": "glm",  # GLM-4-0414: GLM's with sandwich norms
     "ministral3": "ministral3",  # Mistral's with Llama 4's attention scale on q
     "vaultgemma": "gemma",  # Gemma 2's without the post-norms
+    "hyperclovax": "granite",  # Granite's with a norm after each sub-block (use_post_norm)
 }
 """hf_model_type -> the module of this package that transliterates its modeling file."""
 B = Affine(1)  # the micro-batch as a symbol
