@@ -1,5 +1,5 @@
 """transformers' gpt2, gemma2, gemma3_text, olmo2 and phi3 (and the Llama program's other classes), starcoder2, exaone4,
-helium, ernie4_5, glm, glm4, ministral3, vaultgemma and hyperclovax replayed by the op library (``analytic.ops.transformers``: ``gpt2``,
+helium, ernie4_5, glm, glm4, ministral3, vaultgemma, hyperclovax and olmo replayed by the op library (``analytic.ops.transformers``: ``gpt2``,
 ``gemma``, ``olmo2``, ``phi3``, ``starcoder2``, ``exaone4``, ``interleaved``, ``glm``, ``ministral3``) equal transformers' own models measured
 by the storage tracker on meta, phase by phase, byte for byte.
 
@@ -69,6 +69,8 @@ ZOO = {
     "vaultgemma": {**LLAMA_LIKE, "num_hidden_layers": 4, "head_dim": 8, "sliding_window": 10},
     # HyperCLOVA X: Granite's with a norm after each sub-block (``use_post_norm``, its default)
     "hyperclovax": {**LLAMA_LIKE, "embedding_multiplier": 2.0, "residual_multiplier": 0.5, "logits_scaling": 0.25},
+    # OLMo (v1): Llama's with weightless LayerNorms and fp32 rotary tables
+    "olmo": LLAMA_LIKE,
     "gemma": {**LLAMA_LIKE, "head_dim": 8},  # v1: Llama's layer with Gemma's norm, GeGLU and scaled embedding
     # Llama's program under other classes (``PROGRAMS``)
     # SmolLM3: no RoPE on layer 3 of 0-4 (``no_rope_layer_interval`` 4): the runs [0] [1 2] [3] [4]
@@ -368,7 +370,9 @@ def test_glm_equals_transformers(model_type, fields, setup):
 
 
 @pytest.mark.parametrize(
-    "model_type", ["smollm3", "starcoder2", "exaone4", "helium", "ernie4_5", "glm", "glm4", "ministral3"]
+    "model_type",
+    ["smollm3", "starcoder2", "exaone4", "helium", "ernie4_5", "glm", "glm4", "ministral3", "olmo", "granite"]
+    + ["hyperclovax"],
 )
 @pytest.mark.parametrize(
     "setup, zero",
@@ -481,6 +485,20 @@ def test_hyperclovax_equals_transformers(fields, setup):
     after each sub-block when ``use_post_norm``, against its class on meta and the plain run against the CPU
     allocator."""
     cfg = tiny("hyperclovax", **fields)
+    check(cfg, 12, setup)
+    check_plain(cfg, 8, 2, setup)
+
+
+@pytest.mark.parametrize("fields", [{}, {"attention_bias": True}], ids=["no-bias", "qkvo-bias"])
+@pytest.mark.parametrize(
+    "setup",
+    [TrainingSetup(attention="naive", precision="bf16"), TrainingSetup(attention="sdpa", checkpoint="full")],
+    ids=lambda s: "-".join(s.to_dict().values()),
+)
+def test_olmo_equals_transformers(fields, setup):
+    """OLMo (v1): Llama's with weightless LayerNorms in fp32 (no parameter) and OLMo-2's fp32 rotary tables, against
+    its class on meta and the plain run against the CPU allocator (the norms' statistics in the fp32 input's dtype)."""
+    cfg = tiny("olmo", **fields)
     check(cfg, 12, setup)
     check_plain(cfg, 8, 2, setup)
 

@@ -61,6 +61,7 @@ PROGRAMS = {
     "ministral3": "ministral3",  # Mistral's with Llama 4's attention scale on q
     "vaultgemma": "gemma",  # Gemma 2's without the post-norms
     "hyperclovax": "granite",  # Granite's with a norm after each sub-block (use_post_norm)
+    "olmo": "olmo",  # Llama's with weightless LayerNorms and OLMo-2's RoPE
 }
 """hf_model_type -> the module of this package that transliterates its modeling file."""
 B = Affine(1)  # the micro-batch as a symbol
