@@ -947,6 +947,11 @@ def _defined(f: _Fields) -> frozenset[str]:
     return DEFINED_FIELDS.get(f.model_type, frozenset())
 
 
+SEED_OSS_DROPOUT = ("attention_dropout", "residual_dropout")
+"""Seed-OSS's dropouts, 0.1 in its class (configuration_seed_oss.py:80-81): applied in training unless a
+config.json sets them to 0."""
+
+
 def _seed_oss(f: _Fields) -> dict[str, Any]:
     """Seed-OSS: ``attention_bias`` on Q, K and V, ``attention_out_bias`` on O (modeling_seed_oss.py)."""
     out = _llama_like(f)
@@ -2198,6 +2203,8 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         "attention_bias": cfg.qkv_bias,
         "attention_out_bias": cfg.output_bias,
         "mlp_bias": cfg.mlp_bias,
+        # the config.json's dropouts, else the class's 0.1 (configuration_seed_oss.py:80-81): they shape training
+        **{k: dict(cfg.dropout).get(k, 0.1) for k in SEED_OSS_DROPOUT},
     },
     "ministral": lambda cfg: {**_write_common(cfg), **_write_window(cfg, layer_types=True)},
     "ministral3": lambda cfg: {

@@ -1,5 +1,5 @@
 """transformers' gpt2, gemma2, gemma3_text, olmo2 and phi3 (and the Llama program's other classes), starcoder2, exaone4,
-helium, ernie4_5, glm, glm4, ministral3, vaultgemma, hyperclovax and olmo replayed by the op library (``analytic.ops.transformers``: ``gpt2``,
+helium, ernie4_5, glm, glm4, ministral3, vaultgemma, hyperclovax, olmo and seed_oss replayed by the op library (``analytic.ops.transformers``: ``gpt2``,
 ``gemma``, ``olmo2``, ``phi3``, ``starcoder2``, ``exaone4``, ``interleaved``, ``glm``, ``ministral3``) equal transformers' own models measured
 by the storage tracker on meta, phase by phase, byte for byte.
 
@@ -71,6 +71,15 @@ ZOO = {
     "hyperclovax": {**LLAMA_LIKE, "embedding_multiplier": 2.0, "residual_multiplier": 0.5, "logits_scaling": 0.25},
     # OLMo (v1): Llama's with weightless LayerNorms and fp32 rotary tables
     "olmo": LLAMA_LIKE,
+    # Seed-OSS: Llama's with o_proj's own bias; its class's dropouts (0.1) set to 0
+    "seed_oss": {
+        **LLAMA_LIKE,
+        "head_dim": 8,
+        "attention_bias": True,
+        "attention_out_bias": False,
+        "attention_dropout": 0.0,
+        "residual_dropout": 0.0,
+    },
     "gemma": {**LLAMA_LIKE, "head_dim": 8},  # v1: Llama's layer with Gemma's norm, GeGLU and scaled embedding
     # Llama's program under other classes (``PROGRAMS``)
     # SmolLM3: no RoPE on layer 3 of 0-4 (``no_rope_layer_interval`` 4): the runs [0] [1 2] [3] [4]
@@ -501,6 +510,34 @@ def test_olmo_equals_transformers(fields, setup):
     cfg = tiny("olmo", **fields)
     check(cfg, 12, setup)
     check_plain(cfg, 8, 2, setup)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{}, {"attention_bias": False, "attention_out_bias": True, "mlp_bias": True}],
+    ids=["qkv-bias", "o-and-mlp-bias"],
+)
+@pytest.mark.parametrize(
+    "setup",
+    [TrainingSetup(attention="naive", precision="bf16"), TrainingSetup(attention="sdpa", checkpoint="full")],
+    ids=lambda s: "-".join(s.to_dict().values()),
+)
+def test_seed_oss_equals_transformers(fields, setup):
+    """Seed-OSS: Llama's program (o_proj's bias its own field, the residual dropouts at p = 0 return their input),
+    against its class on meta and the plain run against the CPU allocator."""
+    cfg = tiny("seed_oss", **fields)
+    check(cfg, 12, setup)
+    check_plain(cfg, 8, 2, setup)
+
+
+def test_seed_oss_dropout_left_to_its_class_is_refused():
+    """``SeedOssConfig`` trains with ``attention_dropout`` and ``residual_dropout`` 0.1: a config.json that leaves one
+    out gets model states, the field named (one that sets it above 0 is ``unmodelled_dropout``'s refusal)."""
+    fields = {k: v for k, v in ZOO["seed_oss"].items() if k != "residual_dropout"}
+    cfg = config_from_hf({"model_type": "seed_oss", **fields})
+    assert any("residual_dropout at its class's 0.1" in r for r in unsupported(cfg, TrainingSetup(), "transformers"))
+    reasons = unsupported(tiny("seed_oss", attention_dropout=0.1), TrainingSetup(), "transformers")
+    assert any("attention_dropout 0.1" in r for r in reasons)
 
 
 def test_starcoder2_residual_dropout_is_refused():

@@ -1,4 +1,5 @@
-"""transformers 5.24's ``LlamaForCausalLM`` training step (and mistral, qwen2, qwen3, smollm3), transliterated.
+"""transformers 5.24's ``LlamaForCausalLM`` training step (and mistral, qwen2, qwen3, smollm3, seed_oss),
+transliterated.
 
 Each function follows one forward of ``transformers/models/llama/modeling_llama.py`` (line numbers of
 transformers 5.24) on symbolic tensors (``ops.aten``), so torch's autograd engine (``ops.tensors``) frees
@@ -10,7 +11,8 @@ checkpointing = ``activation_checkpointing_enable()`` (``use_reentrant=False``, 
 Differences of the family: qwen2 has q/k/v biases (``qkv_bias``), qwen3 RMSNorms q and k per head
 (``modeling_qwen3.py`` ``Qwen3Attention.forward``: ``self.q_norm(self.q_proj(x).view(hidden_shape))``),
 mistral a sliding window (``sliding_window``; the mask then comes from ``create_sliding_window_causal_mask``),
-smollm3 skips RoPE on its NoPE layers (``nope_layers``; modeling_smollm3.py ``SmolLM3Attention``: ``use_rope``).
+smollm3 skips RoPE on its NoPE layers (``nope_layers``; modeling_smollm3.py ``SmolLM3Attention``: ``use_rope``),
+seed_oss has its own o_proj bias (``output_bias``: ``attention_out_bias``) and residual dropouts (p = 0 only).
 
 sdpa: the kernel torch picks on the CPU, ``_scaled_dot_product_flash_attention_for_cpu`` (K and V keep their
 kv heads: transformers passes ``enable_gqa=True`` without a mask, ``integrations/sdpa_attention.py``
@@ -23,6 +25,7 @@ from collections.abc import Callable
 from functools import partial
 
 from ....config import ModelConfig
+from ....hf_config import SEED_OSS_DROPOUT
 from ....setup import TrainingSetup
 from .. import aten as A
 from .. import cuda
@@ -529,4 +532,7 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
         out.append("a llama-family model with another norm, MLP or positions")
     if cfg.qk_norm and cfg.qk_norm_scope != "head":
         out.append("qk-norm over the whole projection")
+    unset = [k for k in SEED_OSS_DROPOUT if k not in dict(cfg.dropout)] if cfg.hf_model_type == "seed_oss" else []
+    if unset:  # p > 0 given is refused by ``hf_config.unmodelled_dropout``
+        out.append(f"Seed-OSS's {' and '.join(unset)} at its class's 0.1 (the config.json does not set 0)")
     return out
