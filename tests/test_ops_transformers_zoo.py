@@ -381,7 +381,7 @@ def test_glm_equals_transformers(model_type, fields, setup):
 @pytest.mark.parametrize(
     "model_type",
     ["smollm3", "starcoder2", "exaone4", "helium", "ernie4_5", "glm", "glm4", "ministral3", "olmo", "granite"]
-    + ["hyperclovax"],
+    + ["hyperclovax", "seed_oss"],
 )
 @pytest.mark.parametrize(
     "setup, zero",
