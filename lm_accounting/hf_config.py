@@ -2182,6 +2182,18 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
     },  # its multipliers left at the class's 1.0: they change no count and no byte
     "iquestcoder": _write_llama,
     "glm": _write_glm,
+    "stablelm": lambda cfg: {
+        **{k: v for k, v in _write_common(cfg).items() if k not in ("head_dim", "rms_norm_eps")},
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": cfg.rope_theta,
+            "partial_rotary_factor": cfg.rope_dim / cfg.d_head,
+        },
+        "layer_norm_eps": cfg.norm_eps,
+        "use_qkv_bias": cfg.qkv_bias,
+        "use_parallel_residual": cfg.parallel_block == "one_norm",
+        "qk_layernorm": False,
+    },
     "glm4": _write_glm,
     "exaone4": lambda cfg: {
         **_write_common(cfg),

@@ -1,5 +1,5 @@
 """transformers' gpt2, gemma2, gemma3_text, olmo2 and phi3 (and the Llama program's other classes), starcoder2, exaone4,
-helium, ernie4_5, glm, glm4, ministral3, vaultgemma, hyperclovax, olmo and seed_oss replayed by the op library (``analytic.ops.transformers``: ``gpt2``,
+helium, ernie4_5, glm, glm4, ministral3, vaultgemma, hyperclovax, olmo, seed_oss and stablelm replayed by the op library (``analytic.ops.transformers``: ``gpt2``,
 ``gemma``, ``olmo2``, ``phi3``, ``starcoder2``, ``exaone4``, ``interleaved``, ``glm``, ``ministral3``) equal transformers' own models measured
 by the storage tracker on meta, phase by phase, byte for byte.
 
@@ -80,6 +80,8 @@ ZOO = {
         "attention_dropout": 0.0,
         "residual_dropout": 0.0,
     },
+    # StableLM: LayerNorms, RoPE on a quarter of each head (2 of 8), q/k/v biases
+    "stablelm": {**LLAMA_LIKE, "use_qkv_bias": True},
     "gemma": {**LLAMA_LIKE, "head_dim": 8},  # v1: Llama's layer with Gemma's norm, GeGLU and scaled embedding
     # Llama's program under other classes (``PROGRAMS``)
     # SmolLM3: no RoPE on layer 3 of 0-4 (``no_rope_layer_interval`` 4): the runs [0] [1 2] [3] [4]
@@ -381,7 +383,7 @@ def test_glm_equals_transformers(model_type, fields, setup):
 @pytest.mark.parametrize(
     "model_type",
     ["smollm3", "starcoder2", "exaone4", "helium", "ernie4_5", "glm", "glm4", "ministral3", "olmo", "granite"]
-    + ["hyperclovax", "seed_oss"],
+    + ["hyperclovax", "seed_oss", "stablelm"],
 )
 @pytest.mark.parametrize(
     "setup, zero",
@@ -408,6 +410,8 @@ WIDE = {
     "starcoder2-7b": dict(num_hidden_layers=3, sliding_window=128),  # a window inside S = 256
     "GLM-4-9B-0414": dict(num_hidden_layers=3),
     "glm-4-9b-chat-hf": dict(num_hidden_layers=3),
+    "stablelm-2-1_6b": dict(num_hidden_layers=3),
+    "stablelm-3b-4e1t": dict(num_hidden_layers=3),
     # widths picked by hand (d 2,048, 32 heads of 64, 8 K/V heads, d_ff 8,192): no published file is claimed
     "wide-exaone4": dict(model_type="exaone4", num_hidden_layers=4, sliding_window=128),
     "wide-helium": dict(model_type="helium", num_hidden_layers=3),
@@ -538,6 +542,25 @@ def test_seed_oss_dropout_left_to_its_class_is_refused():
     assert any("residual_dropout at its class's 0.1" in r for r in unsupported(cfg, TrainingSetup(), "transformers"))
     reasons = unsupported(tiny("seed_oss", attention_dropout=0.1), TrainingSetup(), "transformers")
     assert any("attention_dropout 0.1" in r for r in reasons)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{}, {"use_parallel_residual": True, "use_qkv_bias": False}, {"partial_rotary_factor": 1.0}],
+    ids=["sequential", "parallel-no-bias", "full-rotary"],
+)
+@pytest.mark.parametrize(
+    "setup",
+    [TrainingSetup(attention="naive", precision="bf16"), TrainingSetup(attention="sdpa", checkpoint="full")],
+    ids=lambda s: "-".join(s.to_dict().values()),
+)
+def test_stablelm_equals_transformers(fields, setup):
+    """StableLM: the LayerNorm skeleton with Llama's projections and RoPE on the first quarter of each head (sliced,
+    rotated, concatenated back; the whole head an alias), its sequential or parallel layer, against its class on
+    meta and the plain run against the CPU allocator."""
+    cfg = tiny("stablelm", **fields)
+    check(cfg, 12, setup)
+    check_plain(cfg, 8, 2, setup)
 
 
 def test_starcoder2_residual_dropout_is_refused():

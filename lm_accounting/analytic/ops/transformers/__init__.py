@@ -63,6 +63,7 @@ PROGRAMS = {
     "hyperclovax": "granite",  # Granite's with a norm after each sub-block (use_post_norm)
     "olmo": "olmo",  # Llama's with weightless LayerNorms and OLMo-2's RoPE
     "seed_oss": "llama",  # Llama's with attention_out_bias; its dropouts (class default 0.1) only at 0
+    "stablelm": "stablelm",
 }
 """hf_model_type -> the module of this package that transliterates its modeling file."""
 B = Affine(1)  # the micro-batch as a symbol
