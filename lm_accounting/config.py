@@ -206,6 +206,10 @@ class ModelConfig:
     hf_activation: str | None = dataclasses.field(default=None, compare=False)
     """The config.json's activation name (``hidden_act``) of a 2-matrix GELU MLP (GPT-NeoX's ``gelu``, Phi's
     ``gelu_new``): every GELU has the same count; a transformers program replays the named one's ops."""
+    nope_layers: tuple[int, ...] = dataclasses.field(default=(), compare=False)
+    """The 0-based layers whose attention skips RoPE (SmolLM3's ``no_rope_layers`` zeros, configuration_smollm3.py:
+    by default every ``no_rope_layer_interval``-th layer): the same count (the table is built once for all layers),
+    fewer elementwise ops and saved tensors in training.  Provenance, no part in equality."""
 
     def __post_init__(self) -> None:
         for key in ("vocab_size", "context_length", "num_layers", "d_model", "num_heads", "d_ff"):
@@ -279,6 +283,10 @@ class ModelConfig:
             for d in self.dropout
         ):
             raise ConfigError(f"dropout must be a tuple of (field, probability) pairs, got {short_repr(self.dropout)}")
+        if not isinstance(self.nope_layers, tuple) or not all(
+            isinstance(i, int) and not isinstance(i, bool) and 0 <= i < self.num_layers for i in self.nope_layers
+        ):
+            raise ConfigError(f"nope_layers must be a tuple of layer indices, got {short_repr(self.nope_layers)}")
         self._check_architecture()
         if not isinstance(self.name, str) or not self.name.strip():
             raise ConfigError(f"name must be a non-empty string, got {short_repr(self.name)}")
@@ -894,7 +902,7 @@ class ModelConfig:
         # provenance and routing details kept out of the pinned JSON key set (json_keys.json)
         del out["hf_model_type"], out["dropout"], out["norm_topk_prob"]
         del out["expert_groups"], out["expert_groups_per_token"], out["rope_interleave"], out["topk_method"]
-        del out["hf_activation"]
+        del out["hf_activation"], out["nope_layers"]
         if not self.indexer:  # the indexer's keys appear on a DeepSeek Sparse Attention model only
             for key in (*DSA_FIELDS, "indexer_pattern"):
                 del out[key]

@@ -952,6 +952,11 @@ def _defined(f: _Fields) -> frozenset[str]:
     return DEFINED_FIELDS.get(f.model_type, frozenset())
 
 
+SEED_OSS_DROPOUT = ("attention_dropout", "residual_dropout")
+"""Seed-OSS's dropouts, 0.1 in its class (configuration_seed_oss.py:80-81): applied in training unless a
+config.json sets them to 0."""
+
+
 def _seed_oss(f: _Fields) -> dict[str, Any]:
     """Seed-OSS: ``attention_bias`` on Q, K and V, ``attention_out_bias`` on O (modeling_seed_oss.py)."""
     out = _llama_like(f)
@@ -959,9 +964,10 @@ def _seed_oss(f: _Fields) -> dict[str, Any]:
 
 
 def _helium(f: _Fields) -> dict[str, Any]:
-    """Helium: Llama's block, but ``o_proj`` is ``hidden_size`` square (modeling_helium.py), so a ``head_dim``
-    with ``num_attention_heads · head_dim`` other than ``hidden_size`` builds a model that cannot run: refused."""
-    out = _llama_like(f)
+    """Helium: Llama's block, but ``o_proj`` is ``hidden_size`` square without a bias (modeling_helium.py:223;
+    ``attention_bias`` is on q, k and v only), so a ``head_dim`` with ``num_attention_heads · head_dim`` other
+    than ``hidden_size`` builds a model that cannot run: refused."""
+    out = {**_llama_like(f), "output_bias": False}
     if out["head_dim"] is not None and out["num_heads"] * out["head_dim"] != out["d_model"]:
         raise f.error(
             f"num_attention_heads · head_dim = {out['num_heads'] * out['head_dim']} is not hidden_size "
@@ -991,14 +997,28 @@ def _head_dim_given(f: _Fields, out: dict[str, Any]) -> dict[str, Any]:
 
 
 def _smollm3(f: _Fields) -> dict[str, Any]:
-    """SmolLM3: Llama's block; ``no_rope_layers`` / ``no_rope_layer_interval`` skip RoPE on some layers (no
-    parameter, no matmul: read and ignored); a sliding window (``use_sliding_window``) is not modelled."""
-    f.raw("no_rope_layers"), f.raw("no_rope_layer_interval"), f.raw("sliding_window")  # unused without the flag
+    """SmolLM3: Llama's block; the layers whose ``no_rope_layers`` entry is 0 skip RoPE (no parameter, no matmul;
+    ``nope_layers``, for the training step's ops).  Absent, ``no_rope_layers`` is configuration_smollm3.py's
+    ``int((i + 1) % no_rope_layer_interval != 0)`` (interval 4).  A sliding window (``use_sliding_window``) is
+    not modelled."""
+    f.raw("sliding_window")  # unused without the flag
     f.only("use_sliding_window", (False,), "full attention on every layer")
     types = f.raw("layer_types")
     if types is not None and (not isinstance(types, list) or any(t != "full_attention" for t in types)):
         raise f.error("field 'layer_types' is not supported for SmolLM3: full attention on every layer only")
-    return _llama_like(f)
+    out = _llama_like(f)
+    layers = out["num_layers"]
+    rope = f.raw("no_rope_layers")
+    if rope is None:
+        interval = f.int("no_rope_layer_interval", 4)
+        rope = [int((i + 1) % interval != 0) for i in range(layers)]
+    else:
+        f.raw("no_rope_layer_interval")  # unused beside the list
+    if not isinstance(rope, list) or len(rope) < layers or any(r not in (0, 1) or isinstance(r, float) for r in rope):
+        raise f.error(
+            f"field 'no_rope_layers' must be a list of 0/1 flags, one per layer ({layers}), got {short_repr(rope)}"
+        )
+    return {**out, "nope_layers": tuple(i for i in range(layers) if not rope[i])}
 
 
 def _granite(f: _Fields) -> dict[str, Any]:
@@ -1051,7 +1071,8 @@ def _olmo3(f: _Fields) -> dict[str, Any]:
 
 def _exaone4(f: _Fields) -> dict[str, Any]:
     """EXAONE 4: norms after the sublayers (OLMo-2's placement) with per-head q/k norms, and a window on every
-    layer but every ``sliding_window_pattern``-th (an int; the hub's "LLLG" comes with ``layer_types``)."""
+    layer but every ``sliding_window_pattern``-th (an int; the hub's "LLLG" comes with ``layer_types``); with a
+    window given, the full-attention layers skip RoPE (``nope_layers``: no count, the training step's ops)."""
     pattern = f.data.get("sliding_window_pattern")
     if isinstance(pattern, str):  # "LLLG": transformers' own __post_init__ takes it only beside layer_types
         f.raw("sliding_window_pattern")
@@ -1060,12 +1081,19 @@ def _exaone4(f: _Fields) -> dict[str, Any]:
                 f"field 'sliding_window_pattern' = {short_repr(pattern)} is read only as 'L...LG' beside "
                 "'layer_types' (transformers' Exaone4Config needs an integer otherwise)"
             )
+    window = _window(f, default_every=4, pattern=not isinstance(pattern, str))
+    out = _common(f, tie_default=False)
+    every = window.get("full_attention_every")
+    full = [i for i in range(out["num_layers"]) if not window or (every is not None and (i + 1) % every == 0)]
+    given = f.int("sliding_window", None, allow_none=True)  # the class's 4,096 when absent
     return {
-        **_common(f, tie_default=False),
+        **out,
         "qk_norm": True,
         "norm_placement": "post",
         "mlp": _only_swiglu(f, "hidden_act"),
-        **_window(f, default_every=4, pattern=not isinstance(pattern, str)),
+        **window,
+        # "global NoPE": with a window given, the full-attention layers skip RoPE (modeling_exaone4.py:233-235)
+        "nope_layers": tuple(full) if given is not None else (),
     }
 
 
@@ -1285,6 +1313,7 @@ def _starcoder2(f: _Fields) -> dict[str, Any]:
         "output_bias": bias,
         "mlp_bias": bias,
         "mlp": "gelu",
+        "hf_activation": act,
         **_window(f, default_every=None),
     }
 
@@ -1861,6 +1890,7 @@ def config_from_hf(data: Any, source: str = "config.json", name: str = "custom")
 
 
 DROPOUT_FIELDS = ("attention_dropout", "hidden_dropout", "embd_pdrop", "resid_pdrop", "attn_pdrop")
+DROPOUT_FIELDS += ("residual_dropout", "embedding_dropout")  # StarCoder2's and Seed-OSS's
 DROPOUT_MODELLED = {"gpt2": {"attn_pdrop": 0.1, "resid_pdrop": 0.1, "embd_pdrop": 0.1}}
 """The dropout probabilities the transformers programs model (``analytic.ops.transformers``): GPT-2's three at
 ``GPT2Config``'s 0.1; every other family at 0 (its class default)."""
@@ -2041,6 +2071,12 @@ def _write_window(cfg: ModelConfig, *, layer_types: bool) -> dict[str, Any]:
     return out
 
 
+def _write_glm(cfg: ModelConfig) -> dict[str, Any]:
+    """GLM and GLM-4-0414: Llama's fields, ``attention_bias`` on q/k/v and the rotated share of each head."""
+    rope = {"rope_type": "default", "rope_theta": cfg.rope_theta, "partial_rotary_factor": cfg.rope_dim / cfg.d_head}
+    return {**_write_common(cfg), "attention_bias": cfg.qkv_bias, "rope_parameters": rope}
+
+
 def _write_gpt2(cfg: ModelConfig) -> dict[str, Any]:
     return {
         "vocab_size": cfg.vocab_size,
@@ -2208,6 +2244,7 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
     },
     "gemma2": _write_gemma,
     "gemma3_text": _write_gemma,
+    "vaultgemma": _write_gemma,
     "phi3": lambda cfg: {**_write_common(cfg), **_write_window(cfg, layer_types=False)},
     "olmo2": lambda cfg: {**_write_common(cfg), "attention_bias": cfg.qkv_bias},
     "deepseek_v2": _write_deepseek,
@@ -2220,7 +2257,13 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
     "exaone": _write_llama,  # transformers builds LlamaForCausalLM for these two
     "internlm3": _write_llama,
     "helium": _write_llama,
+    "smollm3": lambda cfg: {
+        **_write_llama(cfg),
+        "no_rope_layers": [int(i not in cfg.nope_layers) for i in range(cfg.num_layers)],
+        "use_sliding_window": False,
+    },
     "granite": _write_llama,
+    "hyperclovax": lambda cfg: {**_write_llama(cfg), "use_post_norm": cfg.norm_placement == "sandwich"},
     "gemma": lambda cfg: {**_write_common(cfg), "attention_bias": cfg.qkv_bias},
     "olmo3": lambda cfg: {
         **_write_common(cfg),
@@ -2228,15 +2271,55 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         **_write_window(cfg, layer_types=True),
     },  # its multipliers left at the class's 1.0: they change no count and no byte
     "iquestcoder": _write_llama,
+    "glm": _write_glm,
+    "stablelm": lambda cfg: {
+        **{k: v for k, v in _write_common(cfg).items() if k not in ("head_dim", "rms_norm_eps")},
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": cfg.rope_theta,
+            "partial_rotary_factor": cfg.rope_dim / cfg.d_head,
+        },
+        "layer_norm_eps": cfg.norm_eps,
+        "use_qkv_bias": cfg.qkv_bias,
+        "use_parallel_residual": cfg.parallel_block == "one_norm",
+        "qk_layernorm": False,
+    },
+    "glm4": _write_glm,
+    "exaone4": lambda cfg: {
+        **_write_common(cfg),
+        # null only without NoPE layers (with a window given, transformers skips RoPE on every full layer); the
+        # class's 4,096 where every layer is full yet NoPE; layer_types always (a null window's pattern is 0)
+        "sliding_window": cfg.sliding_window or (4096 if cfg.nope_layers else None),
+        "layer_types": _write_window(cfg, layer_types=True)["layer_types"],
+    },
+    "starcoder2": lambda cfg: {
+        **{k: v for k, v in _write_common(cfg).items() if k not in ("rms_norm_eps", "head_dim")},
+        "norm_epsilon": cfg.norm_eps,
+        "hidden_act": cfg.hf_activation or "gelu_pytorch_tanh",
+        "use_bias": cfg.qkv_bias,
+        **_write_window(cfg, layer_types=False),
+    },
     "ernie4_5": lambda cfg: {**_write_common(cfg), "use_bias": cfg.qkv_bias},
     "seed_oss": lambda cfg: {
         **_write_common(cfg),
         "attention_bias": cfg.qkv_bias,
         "attention_out_bias": cfg.output_bias,
         "mlp_bias": cfg.mlp_bias,
+        # the config.json's dropouts, else the class's 0.1 (configuration_seed_oss.py:80-81): they shape training
+        **{k: dict(cfg.dropout).get(k, 0.1) for k in SEED_OSS_DROPOUT},
     },
     "ministral": lambda cfg: {**_write_common(cfg), **_write_window(cfg, layer_types=True)},
-    "ministral3": lambda cfg: {**_write_common(cfg), **_write_window(cfg, layer_types=False)},
+    "ministral3": lambda cfg: {
+        **_write_common(cfg),
+        **_write_window(cfg, layer_types=False),
+        # Llama 4's attention scale reads both (modeling_ministral3.py:147-151); their values change no count or byte
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": cfg.rope_theta,
+            "llama_4_scaling_beta": 0.1,
+            "original_max_position_embeddings": cfg.context_length,
+        },
+    },
     "hunyuan_v1_dense": lambda cfg: {**_write_common(cfg), "attention_bias": cfg.qkv_bias},
     "gpt_oss": lambda cfg: {
         **_write_common(cfg),

@@ -1,12 +1,15 @@
-"""transformers' gpt2, gemma2, gemma3_text, olmo2 and phi3 (and the Llama program's other classes) replayed by the op library
-(``analytic.ops.transformers``: ``gpt2``, ``gemma``, ``olmo2``, ``phi3``) equal transformers' own models
-measured by the storage tracker on meta, phase by phase, byte for byte.
+"""transformers' gpt2, gemma2, gemma3_text, olmo2 and phi3 (and the Llama program's other classes), starcoder2, exaone4,
+helium, ernie4_5, glm, glm4, ministral3, vaultgemma, hyperclovax, olmo, seed_oss and stablelm replayed by the op library (``analytic.ops.transformers``: ``gpt2``,
+``gemma``, ``olmo2``, ``phi3``, ``starcoder2``, ``exaone4``, ``interleaved``, ``glm``, ``ministral3``) equal transformers' own models measured
+by the storage tracker on meta, phase by phase, byte for byte.
 
 The measured side is the library's class, ``AutoModelForCausalLM.from_config`` (``measure.hf``), trained one
 step as the Trainer does; the predicted side never imports torch.  The configs are small config.json objects
 read by ``hf_config.config_from_hf`` (the class defaults fill the rest: GPT-2's 0.1 dropouts, Gemma 2's
 soft-capping).  The exact lines in B are checked at B = 2 and 3 from one replay, B = 1 by its own replay.  The
 plain CPU run (no dispatch mode) is checked against the CPU allocator's events at S = 8, B = 1 and 2."""
+
+import dataclasses
 
 import pytest
 
@@ -50,8 +53,39 @@ ZOO = {
         "sliding_window": 10,
         "layer_types": ["sliding_attention", "full_attention"] * 2,
     },
+    # StarCoder2: LayerNorms, biases everywhere (``use_bias``), c_fc/c_proj GELU MLP, a window on every layer
+    "starcoder2": {**LLAMA_LIKE, "sliding_window": 10},
+    # EXAONE 4: post-norms, per-head q/k norms; layers 0-2 windowed, 3 full and without RoPE (``nope_layers``), 4
+    "exaone4": {**LLAMA_LIKE, "num_hidden_layers": 5, "sliding_window": 10, "sliding_window_pattern": 4},
+    # Helium and ERNIE 4.5: Llama's with RoPE over interleaved pairs (``interleaved``)
+    "helium": {**LLAMA_LIKE, "head_dim": 8},  # its class's 128 would not fit the square o_proj
+    "ernie4_5": {**LLAMA_LIKE, "use_bias": True},
+    # GLM and GLM-4-0414: RoPE on half of each head (interleaved), a fused gate_up_proj, q/k/v biases
+    "glm": {**LLAMA_LIKE, "head_dim": 8},
+    "glm4": {**LLAMA_LIKE, "head_dim": 8},
+    # Ministral 3: Mistral's with Llama 4's attention scale on q; an optional window on every layer
+    "ministral3": {**LLAMA_LIKE, "head_dim": 8, "sliding_window": 10},
+    # VaultGemma: Gemma 2 without its post-norms; a window on every other layer
+    "vaultgemma": {**LLAMA_LIKE, "num_hidden_layers": 4, "head_dim": 8, "sliding_window": 10},
+    # HyperCLOVA X: Granite's with a norm after each sub-block (``use_post_norm``, its default)
+    "hyperclovax": {**LLAMA_LIKE, "embedding_multiplier": 2.0, "residual_multiplier": 0.5, "logits_scaling": 0.25},
+    # OLMo (v1): Llama's with weightless LayerNorms and fp32 rotary tables
+    "olmo": LLAMA_LIKE,
+    # Seed-OSS: Llama's with o_proj's own bias; its class's dropouts (0.1) set to 0
+    "seed_oss": {
+        **LLAMA_LIKE,
+        "head_dim": 8,
+        "attention_bias": True,
+        "attention_out_bias": False,
+        "attention_dropout": 0.0,
+        "residual_dropout": 0.0,
+    },
+    # StableLM: LayerNorms, RoPE on a quarter of each head (2 of 8), q/k/v biases
+    "stablelm": {**LLAMA_LIKE, "use_qkv_bias": True},
     "gemma": {**LLAMA_LIKE, "head_dim": 8},  # v1: Llama's layer with Gemma's norm, GeGLU and scaled embedding
     # Llama's program under other classes (``PROGRAMS``)
+    # SmolLM3: no RoPE on layer 3 of 0-4 (``no_rope_layer_interval`` 4): the runs [0] [1 2] [3] [4]
+    "smollm3": {**LLAMA_LIKE, "num_hidden_layers": 5, "no_rope_layer_interval": 4},
     "iquestcoder": LLAMA_LIKE,
     "hunyuan_v1_dense": {**LLAMA_LIKE, "head_dim": 8},
     "granite": {
@@ -133,7 +167,7 @@ def test_gpt2_on_a_cpu_target_equals_transformers_on_cpu():
 
 
 def setups(model_type: str) -> list[TrainingSetup]:
-    attentions = ("naive",) if model_type == "gemma2" else ("naive", "sdpa")
+    attentions = ("naive",) if model_type in ("gemma2", "vaultgemma") else ("naive", "sdpa")
     return [
         TrainingSetup(attention=a, precision=p, checkpoint=c)
         for a in attentions
@@ -216,7 +250,7 @@ def test_olmo3_windows_equal_transformers(setup):
     check_plain(tiny("olmo3"), 12, 2, setup)
 
 
-@pytest.mark.parametrize("model_type", ["iquestcoder", "hunyuan_v1_dense", "granite", "gemma", "ministral"])
+@pytest.mark.parametrize("model_type", ["iquestcoder", "hunyuan_v1_dense", "granite", "gemma", "ministral", "smollm3"])
 @pytest.mark.parametrize(
     "setup",
     [TrainingSetup(attention="naive", precision="amp-bf16"), TrainingSetup(attention="sdpa", checkpoint="full")],
@@ -226,10 +260,315 @@ def test_more_classes_equal_their_programs(model_type, setup):
     """IQuest-Coder and HunYuan-Dense (q/k norms after RoPE) are Llama's program, Granite Llama's with its
     multipliers' three elementwise ops (``granite``), Gemma (v1) Llama's layer with Gemma's pieces (``gemma``),
     Ministral Mistral's with both masks built every forward (windowed and full layers alternating, S = 12 past the
-    10-key window), checked against their own classes, and the plain run against the CPU allocator (Granite's
-    Python-number factors wrapped in 8-byte tensors)."""
+    10-key window), SmolLM3 Llama's without RoPE on its NoPE layers, checked against their own classes, and the
+    plain run against the CPU allocator (Granite's Python-number factors wrapped in 8-byte tensors)."""
     check(tiny(model_type), 12, setup)
     check_plain(tiny(model_type), 8, 2, setup)
+
+
+def test_smollm3_nope_layer_sets_the_checkpointed_forward_peak():
+    """SmolLM3's last layer of four skips RoPE (``no_rope_layer_interval`` 4): with checkpointing, the forward peak
+    is inside that layer (d = 256), where Llama's RoPE would hold rotated q and k copies; transformers' model
+    agrees with the NoPE replay, not with one that rotates every layer."""
+    cfg = tiny("smollm3", num_hidden_layers=4, hidden_size=256, head_dim=64, intermediate_size=128)
+    setup = TrainingSetup(attention="sdpa", checkpoint="full")
+    assert cfg.nope_layers == (3,)
+    check(cfg, 12, setup)
+    roped = predict_step(dataclasses.replace(cfg, nope_layers=()), 12, setup, impl="transformers", batch=2)
+    assert roped.at(2) != measure_hf_step(cfg, 12, 2, setup, device="meta")
+
+
+@pytest.mark.parametrize(
+    "fields, setup",
+    [
+        ({}, TrainingSetup(attention="sdpa", precision="bf16")),  # the windowed mask into the CPU flash kernel
+        ({"use_bias": False, "hidden_act": "gelu_new"}, TrainingSetup(attention="naive", checkpoint="full")),
+        ({"sliding_window": None, "tie_word_embeddings": False}, TrainingSetup(attention="sdpa", precision="amp-bf16")),
+    ],
+    ids=["window-sdpa-bf16", "no-bias-gelu_new-naive-full", "no-window-untied-sdpa-amp"],
+)
+def test_starcoder2_equals_transformers(fields, setup):
+    """StarCoder2: the LayerNorm skeleton with Llama's attention and layer order, ``c_fc``/``c_proj`` (GELU, tanh
+    form by default, or GPT-2's eight ops), biases when ``use_bias``, a window on every layer (S = 12 past its 10
+    keys: ``create_sliding_window_causal_mask``), against its class on meta and the plain run against the CPU
+    allocator."""
+    cfg = tiny("starcoder2", **fields)
+    check(cfg, 12, setup)
+    check_plain(cfg, 12, 2, setup)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},
+        {"sliding_window": None},  # no window: RoPE on every layer, the full mask alone
+        {"sliding_window_pattern": 1},  # a window given, every layer full: no layer rotates
+        {
+            "num_hidden_layers": 4,
+            "sliding_window_pattern": "LLLG",
+            "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
+        },
+    ],
+    ids=["pattern-4", "no-window", "all-full-nope", "LLLG"],
+)
+@pytest.mark.parametrize(
+    "setup",
+    [TrainingSetup(attention="naive", precision="bf16"), TrainingSetup(attention="sdpa", checkpoint="full")],
+    ids=lambda s: "-".join(s.to_dict().values()),
+)
+def test_exaone4_equals_transformers(fields, setup):
+    """EXAONE 4: OLMo-2's post-norm layer around Llama's attention with per-head q/k norms on the transposed states,
+    both masks (S = 12 past the 10-key window), and its full layers without RoPE whenever a window is given,
+    against its class on meta and the plain run against the CPU allocator."""
+    cfg = tiny("exaone4", **fields)
+    check(cfg, 12, setup)
+    check_plain(cfg, 12, 2, setup)
+
+
+def test_exaone4_global_nope_sets_the_checkpointed_forward_peak():
+    """The last of four layers is full attention without RoPE; with checkpointing at d = 256 the forward peak is
+    inside it, so transformers' model agrees with the NoPE replay and not with one that rotates every layer."""
+    cfg = tiny("exaone4", num_hidden_layers=4, hidden_size=256, head_dim=64, intermediate_size=128)
+    setup = TrainingSetup(attention="sdpa", checkpoint="full")
+    assert cfg.nope_layers == (3,)
+    check(cfg, 12, setup)
+    roped = predict_step(dataclasses.replace(cfg, nope_layers=()), 12, setup, impl="transformers", batch=2)
+    assert roped.at(2) != measure_hf_step(cfg, 12, 2, setup, device="meta")
+
+
+@pytest.mark.parametrize(
+    "model_type, fields",
+    [("helium", {}), ("helium", {"attention_bias": True}), ("ernie4_5", {}), ("ernie4_5", {"use_bias": False})],
+    ids=["helium", "helium-qkv-bias", "ernie4_5", "ernie4_5-no-bias"],
+)
+@pytest.mark.parametrize(
+    "setup",
+    [TrainingSetup(attention="naive", precision="bf16"), TrainingSetup(attention="sdpa", checkpoint="full")],
+    ids=lambda s: "-".join(s.to_dict().values()),
+)
+def test_interleaved_rope_models_equal_transformers(model_type, fields, setup):
+    """Helium and ERNIE 4.5: Llama's with RoPE over interleaved pairs (the half table repeat-interleaved per layer,
+    Cohere's ``rotate_half``); Helium's norm casts its weight to fp32 and its square ``o_proj`` has no bias even
+    with ``attention_bias``; ERNIE's table stays fp32 and its products run in fp32.  Against their classes on meta
+    and the plain run against the CPU allocator."""
+    cfg = tiny(model_type, **fields)
+    check(cfg, 12, setup)
+    check_plain(cfg, 8, 2, setup)
+
+
+@pytest.mark.parametrize(
+    "model_type, fields",
+    [
+        ("glm", {}),
+        ("glm", {"partial_rotary_factor": 1.0, "attention_bias": False}),  # the whole head: an alias, an empty pass
+        ("glm4", {}),
+        ("glm4", {"rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.75}}),
+    ],
+    ids=["glm", "glm-full-rotary-no-bias", "glm4", "glm4-three-quarters"],
+)
+@pytest.mark.parametrize(
+    "setup",
+    [TrainingSetup(attention="naive", precision="bf16"), TrainingSetup(attention="sdpa", checkpoint="full")],
+    ids=lambda s: "-".join(s.to_dict().values()),
+)
+def test_glm_equals_transformers(model_type, fields, setup):
+    """GLM and GLM-4-0414: Llama's model, Phi-3's fused MLP, RoPE over interleaved pairs of the rotated share of each
+    head (a table of that many frequencies, the rest passed through and concatenated), q/k/v biases, and GLM-4's
+    sandwich norms; against their classes on meta and the plain run against the CPU allocator."""
+    cfg = tiny(model_type, **fields)
+    check(cfg, 12, setup)
+    check_plain(cfg, 8, 2, setup)
+
+
+@pytest.mark.parametrize(
+    "model_type",
+    ["smollm3", "starcoder2", "exaone4", "helium", "ernie4_5", "glm", "glm4", "ministral3", "olmo", "granite"]
+    + ["hyperclovax", "seed_oss", "stablelm"],
+)
+@pytest.mark.parametrize(
+    "setup, zero",
+    [
+        (TrainingSetup(), 3),
+        (TrainingSetup(attention="sdpa", precision="bf16", checkpoint="full"), 2),
+        (TrainingSetup(attention="sdpa", precision="amp-bf16"), 3),  # FSDP2's bf16 policy (``fsdp.POLICY_EXACT``)
+    ],
+    ids=lambda v: v.label if isinstance(v, TrainingSetup) else f"zero{v}",
+)
+def test_fsdp2_rank_of_the_new_programs_equals_transformers(model_type, setup, zero):
+    """One rank of FSDP2 at world 4 (``ops.fsdp``) over each program added for issue 26 equals transformers' own model
+    sharded on torch's fake process group (``measure_hf_step(..., layout=...)``), at S = 12 past the windows."""
+    from lm_accounting.layout import ParallelLayout
+
+    cfg, layout = tiny(model_type), ParallelLayout(dp=4, zero=zero)
+    lines = predict_step(cfg, 12, setup, impl="transformers", batch=2, layout=layout)
+    assert lines.at(2) == measure_hf_step(cfg, 12, 2, setup, device="meta", layout=layout)
+
+
+WIDE = {
+    # published config.json files (tests/test_hf_zoo.py ``PUBLISHED``), cut to a few layers and a 512-token vocabulary
+    "SmolLM3-3B": dict(num_hidden_layers=4),  # layer 3 without RoPE
+    "starcoder2-7b": dict(num_hidden_layers=3, sliding_window=128),  # a window inside S = 256
+    "GLM-4-9B-0414": dict(num_hidden_layers=3),
+    "glm-4-9b-chat-hf": dict(num_hidden_layers=3),
+    "stablelm-2-1_6b": dict(num_hidden_layers=3),
+    "stablelm-3b-4e1t": dict(num_hidden_layers=3),
+    # widths picked by hand (d 2,048, 32 heads of 64, 8 K/V heads, d_ff 8,192): no published file is claimed
+    "wide-exaone4": dict(model_type="exaone4", num_hidden_layers=4, sliding_window=128),
+    "wide-helium": dict(model_type="helium", num_hidden_layers=3),
+    "wide-ernie4_5": dict(model_type="ernie4_5", num_hidden_layers=3),
+    "wide-ministral3": dict(model_type="ministral3", num_hidden_layers=3, sliding_window=128),
+}
+HAND = dict(
+    hidden_size=2048,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    head_dim=64,
+    intermediate_size=8192,
+    max_position_embeddings=4096,
+)
+
+
+@pytest.mark.parametrize("name", list(WIDE))
+@pytest.mark.parametrize(
+    "setup",
+    [
+        TrainingSetup(attention="naive", precision="bf16"),
+        TrainingSetup(attention="sdpa", precision="amp-bf16", checkpoint="full"),
+        TrainingSetup(attention="sdpa"),
+    ],
+    ids=lambda s: s.label,
+)
+def test_new_programs_at_real_widths_equal_transformers(name, setup):
+    """Real widths at S = 256, where tensors of realistic relative sizes decide which one sets a peak."""
+    from test_hf_zoo import PUBLISHED
+
+    fields = WIDE[name]
+    base = HAND if name.startswith("wide-") else PUBLISHED[name]
+    data = {**base, **fields, "vocab_size": 512, "pad_token_id": None, "bos_token_id": None, "eos_token_id": None}
+    check(config_from_hf(data), 256, setup)
+
+
+@pytest.mark.parametrize("fields", [{}, {"sliding_window": None}], ids=["window", "no-window"])
+@pytest.mark.parametrize(
+    "setup",
+    [TrainingSetup(attention="naive", precision="bf16"), TrainingSetup(attention="sdpa", checkpoint="full")],
+    ids=lambda s: "-".join(s.to_dict().values()),
+)
+def test_ministral3_equals_transformers(fields, setup):
+    """Ministral 3: Mistral's with Llama 4's attention scale computed from the positions in every layer and
+    multiplied into q after RoPE (the product saving it), against its class on meta and the plain run against the
+    CPU allocator (the scale's Python numbers wrapped)."""
+    cfg = tiny("ministral3", **fields)
+    check(cfg, 12, setup)
+    check_plain(cfg, 8, 2, setup)
+
+
+@pytest.mark.parametrize(
+    "setup",
+    [
+        TrainingSetup(attention="naive", precision="bf16"),
+        TrainingSetup(attention="naive", checkpoint="full"),
+        TrainingSetup(attention="naive", precision="amp-bf16"),
+    ],
+    ids=lambda s: "-".join(s.to_dict().values()),
+)
+def test_vaultgemma_equals_transformers(setup):
+    """VaultGemma: Gemma 2's model (soft-capping, both masks, one rotary table, scaled embeddings) with Llama's
+    pre-norm layer, eager only, against its class on meta and the plain run against the CPU allocator, and one rank
+    of FSDP2 (ZeRO-3, world 4) on the fake process group."""
+    from lm_accounting.layout import ParallelLayout
+
+    cfg = tiny("vaultgemma")
+    check(cfg, 12, setup)
+    check_plain(cfg, 8, 2, setup)
+    layout = ParallelLayout(dp=4, zero=3)
+    lines = predict_step(cfg, 12, setup, impl="transformers", batch=2, layout=layout)
+    assert lines.at(2) == measure_hf_step(cfg, 12, 2, setup, device="meta", layout=layout)
+    assert any("eager" in r for r in unsupported(cfg, TrainingSetup(attention="sdpa"), "transformers"))
+
+
+@pytest.mark.parametrize("fields", [{}, {"use_post_norm": False}], ids=["post-norms", "no-post-norms"])
+@pytest.mark.parametrize(
+    "setup",
+    [TrainingSetup(attention="naive", precision="amp-bf16"), TrainingSetup(attention="sdpa", checkpoint="full")],
+    ids=lambda s: "-".join(s.to_dict().values()),
+)
+def test_hyperclovax_equals_transformers(fields, setup):
+    """HyperCLOVA X: Granite's program (its multipliers' elementwise ops, the logits multiplied) with an RMSNorm
+    after each sub-block when ``use_post_norm``, against its class on meta and the plain run against the CPU
+    allocator."""
+    cfg = tiny("hyperclovax", **fields)
+    check(cfg, 12, setup)
+    check_plain(cfg, 8, 2, setup)
+
+
+@pytest.mark.parametrize("fields", [{}, {"attention_bias": True}], ids=["no-bias", "qkvo-bias"])
+@pytest.mark.parametrize(
+    "setup",
+    [TrainingSetup(attention="naive", precision="bf16"), TrainingSetup(attention="sdpa", checkpoint="full")],
+    ids=lambda s: "-".join(s.to_dict().values()),
+)
+def test_olmo_equals_transformers(fields, setup):
+    """OLMo (v1): Llama's with weightless LayerNorms in fp32 (no parameter) and OLMo-2's fp32 rotary tables, against
+    its class on meta and the plain run against the CPU allocator (the norms' statistics in the fp32 input's dtype)."""
+    cfg = tiny("olmo", **fields)
+    check(cfg, 12, setup)
+    check_plain(cfg, 8, 2, setup)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{}, {"attention_bias": False, "attention_out_bias": True, "mlp_bias": True}],
+    ids=["qkv-bias", "o-and-mlp-bias"],
+)
+@pytest.mark.parametrize(
+    "setup",
+    [TrainingSetup(attention="naive", precision="bf16"), TrainingSetup(attention="sdpa", checkpoint="full")],
+    ids=lambda s: "-".join(s.to_dict().values()),
+)
+def test_seed_oss_equals_transformers(fields, setup):
+    """Seed-OSS: Llama's program (o_proj's bias its own field, the residual dropouts at p = 0 return their input),
+    against its class on meta and the plain run against the CPU allocator."""
+    cfg = tiny("seed_oss", **fields)
+    check(cfg, 12, setup)
+    check_plain(cfg, 8, 2, setup)
+
+
+def test_seed_oss_dropout_left_to_its_class_is_refused():
+    """``SeedOssConfig`` trains with ``attention_dropout`` and ``residual_dropout`` 0.1: a config.json that leaves one
+    out gets model states, the field named (one that sets it above 0 is ``unmodelled_dropout``'s refusal)."""
+    fields = {k: v for k, v in ZOO["seed_oss"].items() if k != "residual_dropout"}
+    cfg = config_from_hf({"model_type": "seed_oss", **fields})
+    assert any("residual_dropout at its class's 0.1" in r for r in unsupported(cfg, TrainingSetup(), "transformers"))
+    reasons = unsupported(tiny("seed_oss", attention_dropout=0.1), TrainingSetup(), "transformers")
+    assert any("attention_dropout 0.1" in r for r in reasons)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{}, {"use_parallel_residual": True, "use_qkv_bias": False}, {"partial_rotary_factor": 1.0}],
+    ids=["sequential", "parallel-no-bias", "full-rotary"],
+)
+@pytest.mark.parametrize(
+    "setup",
+    [TrainingSetup(attention="naive", precision="bf16"), TrainingSetup(attention="sdpa", checkpoint="full")],
+    ids=lambda s: "-".join(s.to_dict().values()),
+)
+def test_stablelm_equals_transformers(fields, setup):
+    """StableLM: the LayerNorm skeleton with Llama's projections and RoPE on the first quarter of each head (sliced,
+    rotated, concatenated back; the whole head an alias), its sequential or parallel layer, against its class on
+    meta and the plain run against the CPU allocator."""
+    cfg = tiny("stablelm", **fields)
+    check(cfg, 12, setup)
+    check_plain(cfg, 8, 2, setup)
+
+
+def test_starcoder2_residual_dropout_is_refused():
+    """StarCoder2's ``residual_dropout`` and ``embedding_dropout`` (0 in its class and in starcoder2-7b's
+    config.json) keep masks for the backward at p > 0, which the program does not transliterate: refused, the field
+    named."""
+    reasons = unsupported(tiny("starcoder2", residual_dropout=0.1), TrainingSetup(), "transformers")
+    assert any("residual_dropout 0.1" in r for r in reasons)
 
 
 @pytest.mark.parametrize(

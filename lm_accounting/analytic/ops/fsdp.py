@@ -43,12 +43,16 @@ from .tensors import Tensor, current, empty, numel, record
 
 PARAM_DTYPES = {"fp32": "fp32", "bf16": "bf16", "amp-bf16": "fp32"}
 FLOATING = ("fp32", "fp16", "bf16", "fp64")
-POLICY_EXACT = ("llama", "gpt2", "phi3", "moe", "gemma", "olmo2")
+POLICY_EXACT = (
+    *("llama", "gpt2", "phi3", "moe", "gemma", "olmo2"),
+    *("starcoder2", "exaone4", "interleaved", "glm", "ministral3", "granite", "olmo", "stablelm"),
+)
 """transformers' programs (``ops.transformers.PROGRAMS``' modules) whose pure-bf16 build, with the fp32 model's
 buffers (``buffer_dtype``: Gemma's ``embed_scale`` stays fp32 and is cast each forward), is what FSDP2's bf16
 policy runs over the fp32 model, with each layer's floating inputs cast to bf16 (``cast_floating``): checked on the
-fake process group at ZeRO-2 and ZeRO-3 (tests/test_ops_fsdp.py).  A program added later is refused under the
-policy until it is checked and listed here."""
+fake process group at ZeRO-2 and ZeRO-3 (tests/test_ops_fsdp.py; starcoder2, exaone4, interleaved, glm,
+ministral3, granite, olmo and stablelm: tests/test_ops_transformers_zoo.py).  A program added later is refused under the policy until it is checked and
+listed here."""
 
 
 def charge(*deltas: int) -> None:

@@ -227,10 +227,11 @@ def repeated(times: int):
 
 def alike_runs(cfg: ModelConfig) -> list[tuple[int, int]]:
     """(first layer, count) for the layers in order: the first and the last alone, the middle ones in runs of
-    the same kind (a mixture of experts or not, a window or not: the same ops on the same shapes and masks),
-    each run replayed once for all its layers (``tensors.repeated``, O(1) in the layer count)."""
+    the same kind (a mixture of experts or not, a window or not, RoPE or not: the same ops on the same shapes and
+    masks), each run replayed once for all its layers (``tensors.repeated``, O(1) in the layer count)."""
     n = cfg.num_layers
-    kind = [(cfg.layer_moe(i), cfg.layer_windowed(i)) for i in range(n)]
+    nope = set(cfg.nope_layers)
+    kind = [(cfg.layer_moe(i), cfg.layer_windowed(i), i in nope) for i in range(n)]
     runs, i = [(0, 1)], 1
     while i < n - 1:
         j = i

@@ -34,11 +34,12 @@ PROGRAMS = {
     "exaone": "llama",  # transformers' EXAONE 3 and InternLM3 are LlamaForCausalLM (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
     "internlm3": "llama",
     # Llama's op sequence under another class (checked against each class, tests/test_ops_transformers_zoo.py):
-    # IQuest-Coder's file is Llama's; HunYuan-Dense runs its per-head q/k norms after RoPE (``norm_after_rope``)
+    # IQuest-Coder's file is Llama's; HunYuan-Dense runs its per-head q/k norms after RoPE (``Attention.norm_at``)
     "iquestcoder": "llama",
     "ministral": "llama",  # Mistral's, with both masks built every forward
     "granite": "granite",
     "hunyuan_v1_dense": "llama",
+    "smollm3": "llama",  # Llama's, without RoPE on its NoPE layers (``nope_layers``)
     "gpt2": "gpt2",
     "olmo2": "olmo2",
     "olmo3": "olmo2",  # OLMo-2's with a mask and a rotary table per layer type
@@ -51,6 +52,18 @@ PROGRAMS = {
     "gpt_neox": "gpt_neox",
     "phi": "phi",
     "gptj": "gptj",
+    "starcoder2": "starcoder2",
+    "exaone4": "exaone4",
+    "helium": "interleaved",  # Llama's with RoPE over interleaved pairs (Cohere's rotate_half)
+    "ernie4_5": "interleaved",
+    "glm": "glm",
+    "glm4": "glm",  # GLM-4-0414: GLM's with sandwich norms
+    "ministral3": "ministral3",  # Mistral's with Llama 4's attention scale on q
+    "vaultgemma": "gemma",  # Gemma 2's without the post-norms
+    "hyperclovax": "granite",  # Granite's with a norm after each sub-block (use_post_norm)
+    "olmo": "olmo",  # Llama's with weightless LayerNorms and OLMo-2's RoPE
+    "seed_oss": "llama",  # Llama's with attention_out_bias; its dropouts (class default 0.1) only at 0
+    "stablelm": "stablelm",
 }
 """hf_model_type -> the module of this package that transliterates its modeling file."""
 B = Affine(1)  # the micro-batch as a symbol

@@ -56,12 +56,17 @@ class LayerNorm:
         return A.to(hidden_states, input_dtype)  # :65
 
 
+def repeat_interleave(x: Tensor) -> Tensor:
+    """``x.repeat_interleave(2, dim=-1)``: expanded along a new last dim, then a contiguous copy viewed flat."""
+    *lead, half = x.shape
+    return A.view(A.clone(A.expand(A.unsqueeze(x, -1), *lead, half, 2), contiguous=True), *lead, 2 * half)
+
+
 def rotary_embedding(x: Tensor, position_ids: Tensor, inv_freq: Tensor) -> tuple[Tensor, Tensor]:
-    """``CohereRotaryEmbedding.forward`` (:105-111): ``repeat_interleave(freqs, 2, dim=-1)`` (expanded, then a
-    contiguous copy); no tensor of it requires grad."""
+    """``CohereRotaryEmbedding.forward`` (:105-111): ``repeat_interleave(freqs, 2, dim=-1)``; no tensor of it
+    requires grad."""
     freqs = A.mul(A.to(A.unsqueeze(position_ids, -1), "fp32"), inv_freq)  # :107
-    *lead, half = freqs.shape
-    emb = A.view(A.clone(A.expand(A.unsqueeze(freqs, -1), *lead, half, 2), contiguous=True), *lead, 2 * half)  # :108
+    emb = repeat_interleave(freqs)  # :108
     del freqs
     cos = A.mul(A.unary(emb, "cos"), 1.0)  # :109 (* attention_scaling)
     sin = A.mul(A.unary(emb, "sin"), 1.0)  # :110

@@ -19,7 +19,10 @@ differently:
   per layer type (``modeling_gemma3.py``:533-534: ``set(layer_types)``; both the same size, so their order, a set's, does not
   matter), no soft-capping by default;
 * Gemma (v1, ``models/gemma/modeling_gemma.py``): Llama's layer (two pre-norms) with Gemma's RMSNorm and GeGLU,
-  Gemma's scaled embedding, one causal mask and one rotary table (Llama's), no soft-capping.
+  Gemma's scaled embedding, one causal mask and one rotary table (Llama's), no soft-capping;
+* VaultGemma (``models/vaultgemma/modeling_vaultgemma.py``): Gemma 2 without the norms after the sub-blocks
+  (``input_layernorm`` and ``pre_feedforward_layernorm`` only: Llama's layer order, :229-275), its soft-capping
+  (``VaultGemmaConfig``'s 50 and 30) and eager attention only (``_supports_sdpa = False``, :344).
 """
 
 from __future__ import annotations
@@ -46,10 +49,14 @@ from .llama import (
 from .llama import DecoderLayer as LlamaDecoderLayer
 from .llama import unsupported as llama_unsupported
 
-ATTN_SOFTCAP = {"gemma2": 50.0, "gemma3_text": None, "gemma": None}
-"""``attn_logit_softcapping`` of ``Gemma2Config`` (configuration_gemma2.py:90); Gemma 3's attention ignores it."""
-FINAL_SOFTCAP = {"gemma2": 30.0, "gemma3_text": None, "gemma": None}
-"""``final_logit_softcapping``: ``Gemma2Config`` 30.0 (:89), ``Gemma3TextConfig`` None."""
+ATTN_SOFTCAP = {"gemma2": 50.0, "gemma3_text": None, "gemma": None, "vaultgemma": 50.0}
+"""``attn_logit_softcapping`` of ``Gemma2Config`` (configuration_gemma2.py:90) and ``VaultGemmaConfig``
+(configuration_vaultgemma.py:89); Gemma 3's attention ignores it."""
+FINAL_SOFTCAP = {"gemma2": 30.0, "gemma3_text": None, "gemma": None, "vaultgemma": 30.0}
+"""``final_logit_softcapping``: ``Gemma2Config`` 30.0 (:89), ``VaultGemmaConfig`` 30.0 (:88), ``Gemma3TextConfig``
+None."""
+PRE_NORM = ("gemma", "vaultgemma")
+"""The types whose layer is Llama's (two pre-norms, ``PreNormDecoderLayer``)."""
 
 
 class RMSNorm:
@@ -159,8 +166,9 @@ class DecoderLayer(GradientCheckpointingLayer):
 
 
 class PreNormDecoderLayer(LlamaDecoderLayer):
-    """``GemmaDecoderLayer`` (modeling_gemma.py:286-326): Llama's layer (its forward and parameter order) with
-    Gemma's attention, norm and MLP."""
+    """``GemmaDecoderLayer`` (modeling_gemma.py:286-326) and ``VaultGemmaDecoderLayer`` (whose second norm is
+    ``pre_feedforward_layernorm``): Llama's layer (its forward and parameter order) with Gemma's attention, norm
+    and MLP."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str):
         self.self_attn = Attention(cfg, dtype, attn, name + ".self_attn")
@@ -178,7 +186,7 @@ class GemmaForCausalLM(LlamaForCausalLM):
         self.embed_tokens = parameter((cfg.vocab_size, cfg.d_model), dtype, "embed_tokens.weight")
         # a buffer, made in the model's dtype (an fp32 model under FSDP2's bf16 policy keeps it fp32)
         self.embed_scale = empty((), buffer_dtype or dtype, "embed_scale")
-        layer = PreNormDecoderLayer if cfg.hf_model_type == "gemma" else DecoderLayer
+        layer = PreNormDecoderLayer if cfg.hf_model_type in PRE_NORM else DecoderLayer
         self.layers = [layer(cfg, dtype, setup.attention, f"layers.{i}") for i in range(cfg.num_layers)]
         for layer in self.layers:
             layer.gradient_checkpointing = setup.checkpoint == "full"
@@ -215,7 +223,7 @@ class GemmaForCausalLM(LlamaForCausalLM):
         hidden_states = inputs_embeds
         del inputs_embeds
         tables = {t: rotary_embedding(hidden_states, position_ids, self.inv_freq) for t in sorted(set(self.types))}
-        if self.cfg.hf_model_type == "gemma2":  # one table for every layer (:438)
+        if self.cfg.hf_model_type in ("gemma2", "vaultgemma"):  # one table for every layer (:438)
             tables = dict.fromkeys(self.types, tables[self.types[0]])
         hidden_states = self.run_layers(  # :440-448
             hidden_states,
@@ -252,12 +260,12 @@ def causal_lm(
 def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
     """What this transliteration does not cover for ``cfg`` under ``setup``."""
     out = [r for r in llama_unsupported(cfg, setup) if "sliding" not in r and "norm, MLP" not in r]
-    if cfg.hf_model_type == "gemma2" and setup.attention == "sdpa":
-        out.append("transformers runs gemma2 with eager attention only (sdpa has no soft-capping)")
-    placement = "pre" if cfg.hf_model_type == "gemma" else "sandwich"
-    if cfg.sliding_window is None and placement == "sandwich":
+    if cfg.hf_model_type in ("gemma2", "vaultgemma") and setup.attention == "sdpa":
+        out.append(f"transformers runs {cfg.hf_model_type} with eager attention only (sdpa has no soft-capping)")
+    placement = "pre" if cfg.hf_model_type in PRE_NORM else "sandwich"
+    if cfg.sliding_window is None and cfg.hf_model_type != "gemma":
         out.append("a gemma model without a sliding window (transformers' mask needs one)")
-    if cfg.sliding_window is not None and placement == "pre":
+    if cfg.sliding_window is not None and cfg.hf_model_type == "gemma":
         out.append("a gemma (v1) model with a sliding window")
     if cfg.norm != "rmsnorm" or cfg.norm_placement != placement or cfg.mlp != "geglu" or not cfg.scale_embeddings:
         out.append("a gemma model with another norm, norm placement, MLP or unscaled embeddings")

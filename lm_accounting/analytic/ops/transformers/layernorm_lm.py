@@ -1,6 +1,6 @@
 """The causal-LM skeleton GPT-NeoX, Phi and GPT-J share in transformers 5.24 (``modeling_gpt_neox.py``,
 ``modeling_phi.py``, ``modeling_gptj.py``): the embedding (kept until the forward returns), Llama's position ids,
-packed-sequence check and one causal mask, dropout with p = 0 (its input returned), the layers, a final LayerNorm
+packed-sequence check and one causal mask (StarCoder2's over its window: ``window``), dropout with p = 0 (its input returned), the layers, a final LayerNorm
 with its bias, then the head (Phi's and GPT-J's with a bias) on an alias of the normed states
 (``slice_logits_to_keep(.., 0)``) and ``ForCausalLMLoss``.  Each subclass names its modules, its layer and its
 rotary embedding (``rotary``).  No torch."""
@@ -58,6 +58,10 @@ class LayerNormCausalLM(LlamaForCausalLM):
     def rotary(self, hidden_states: Tensor, position_ids: Tensor):
         raise NotImplementedError
 
+    def window(self) -> int | None:
+        """The window of the one mask (``create_sliding_window_causal_mask``), None for ``create_causal_mask``."""
+        return None
+
     def parameters(self) -> list[Tensor]:
         out = [self.embed_tokens]
         for layer in self.layers:
@@ -71,9 +75,9 @@ class LayerNormCausalLM(LlamaForCausalLM):
         with no_grad():
             find_packed_sequence_indices(A.expand(position_ids, self.batch, -1))
         if self.setup.attention == "naive":
-            causal = eager_mask(self.batch, self.seq, self.dtype, None)
+            causal = eager_mask(self.batch, self.seq, self.dtype, self.window())
         else:
-            causal = sdpa_mask(self.batch, self.seq, None, allow_is_causal_skip=True)
+            causal = sdpa_mask(self.batch, self.seq, self.window(), allow_is_causal_skip=True)
         hidden_states = inputs_embeds  # the embedding dropout (p = 0) returns its input
         position_embeddings = self.rotary(hidden_states, position_ids)
         kwargs = dict(attention_mask=causal, position_embeddings=position_embeddings, position_ids=position_ids)

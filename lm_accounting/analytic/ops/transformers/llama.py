@@ -1,4 +1,5 @@
-"""transformers 5.24's ``LlamaForCausalLM`` training step (and mistral, qwen2, qwen3), transliterated.
+"""transformers 5.24's ``LlamaForCausalLM`` training step (and mistral, qwen2, qwen3, smollm3, seed_oss),
+transliterated.
 
 Each function follows one forward of ``transformers/models/llama/modeling_llama.py`` (line numbers of
 transformers 5.24) on symbolic tensors (``ops.aten``), so torch's autograd engine (``ops.tensors``) frees
@@ -9,7 +10,9 @@ checkpointing = ``activation_checkpointing_enable()`` (``use_reentrant=False``, 
 
 Differences of the family: qwen2 has q/k/v biases (``qkv_bias``), qwen3 RMSNorms q and k per head
 (``modeling_qwen3.py`` ``Qwen3Attention.forward``: ``self.q_norm(self.q_proj(x).view(hidden_shape))``),
-mistral a sliding window (``sliding_window``; the mask then comes from ``create_sliding_window_causal_mask``).
+mistral a sliding window (``sliding_window``; the mask then comes from ``create_sliding_window_causal_mask``),
+smollm3 skips RoPE on its NoPE layers (``nope_layers``; modeling_smollm3.py ``SmolLM3Attention``: ``use_rope``),
+seed_oss has its own o_proj bias (``output_bias``: ``attention_out_bias``) and residual dropouts (p = 0 only).
 
 sdpa: the kernel torch picks on the CPU, ``_scaled_dot_product_flash_attention_for_cpu`` (K and V keep their
 kv heads: transformers passes ``enable_gqa=True`` without a mask, ``integrations/sdpa_attention.py``
@@ -22,6 +25,7 @@ from collections.abc import Callable
 from functools import partial
 
 from ....config import ModelConfig
+from ....hf_config import SEED_OSS_DROPOUT
 from ....setup import TrainingSetup
 from .. import aten as A
 from .. import cuda
@@ -178,6 +182,10 @@ def flash_attention_cpu(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = N
 class Attention:
     """``LlamaAttention`` (modeling_llama.py:202-265) and qwen3's per-head q/k norms."""
 
+    norm_at = "view"
+    """Where the per-head q/k norms run: on each projection's (B, S, h, d) view ("view", Qwen3), on the transposed
+    (B, h, S, d) states once q, k and v are made ("heads", EXAONE 4), or after RoPE ("rope", HunYuan-Dense)."""
+
     def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str, norm: type[RMSNorm] = RMSNorm):
         d, h, kv, hd = cfg.d_model, cfg.num_heads, cfg.num_kv_heads or cfg.num_heads, cfg.d_head
         self.head_dim, self.groups, self.scaling, self.attn = hd, h // kv, hd**-0.5, attn
@@ -188,7 +196,10 @@ class Attention:
         self.q_norm = norm(hd, dtype, name + ".q_norm") if cfg.qk_norm else None
         self.k_norm = norm(hd, dtype, name + ".k_norm") if cfg.qk_norm else None
         # HunYuan-Dense: query_layernorm / key_layernorm after RoPE (modeling_hunyuan_v1_dense.py:199-201)
-        self.norm_after_rope = cfg.hf_model_type == "hunyuan_v1_dense"
+        if cfg.hf_model_type == "hunyuan_v1_dense":
+            self.norm_at = "rope"
+        # SmolLM3: ``if self.use_rope:`` (modeling_smollm3.py ``SmolLM3Attention.forward``), set per layer by the model
+        self.use_rope = True
 
     def params(self) -> list[Tensor]:
         out = self.q_proj.params() + self.k_proj.params() + self.v_proj.params() + self.o_proj.params()
@@ -197,27 +208,34 @@ class Attention:
     def __call__(self, hidden_states: Tensor, position_embeddings, attention_mask) -> Tensor:
         input_shape = hidden_states.shape[:-1]  # :230
         hidden_shape = (*input_shape, -1, self.head_dim)
-        early = not self.norm_after_rope
+        normed = self.q_norm is not None
         q = A.view(self.q_proj(hidden_states), *hidden_shape)  # :233-235
-        if self.q_norm is not None and early:
+        if normed and self.norm_at == "view":
             q = self.q_norm(q)
         query_states = A.transpose(q, 1, 2)
         del q
         k = A.view(self.k_proj(hidden_states), *hidden_shape)
-        if self.k_norm is not None and early:
+        if normed and self.norm_at == "view":
             k = self.k_norm(k)
         key_states = A.transpose(k, 1, 2)
         del k
         value_states = A.transpose(A.view(self.v_proj(hidden_states), *hidden_shape), 1, 2)
-        cos, sin = position_embeddings  # :237
-        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)  # :238
-        del cos, sin
-        if self.q_norm is not None and not early:
+        if normed and self.norm_at == "heads":
+            query_states, key_states = self.q_norm(query_states), self.k_norm(key_states)
+        if self.use_rope:
+            cos, sin = position_embeddings  # :237
+            query_states, key_states = self.rotate(query_states, key_states, cos, sin)  # :238
+            del cos, sin
+        if normed and self.norm_at == "rope":
             query_states, key_states = self.q_norm(query_states), self.k_norm(key_states)
         interface = eager_attention_forward if self.attn == "naive" else sdpa_attention_forward
         attn_output, attn_weights = interface(self, query_states, key_states, value_states, attention_mask)  # :247
         attn_output = A.contiguous(A.reshape(attn_output, *input_shape, -1))  # :258
         return self.o_proj(attn_output), attn_weights  # :259-260
+
+    def rotate(self, q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+        """``apply_rotary_pos_emb`` (a model's own: Helium's and ERNIE 4.5's interleaved pairs)."""
+        return apply_rotary_pos_emb(q, k, cos, sin)
 
 
 class MLP:
@@ -389,15 +407,21 @@ class LlamaForCausalLM:
         self.cfg, self.seq, self.batch, self.setup, self.dtype = cfg, seq, batch, setup, dtype
         self.embed_tokens = parameter((cfg.vocab_size, cfg.d_model), dtype, "embed_tokens.weight")
         self.layers = [self.decoder_layer(f"layers.{i}", norm) for i in range(cfg.num_layers)]
-        for layer in self.layers:
+        for i, layer in enumerate(self.layers):
             layer.gradient_checkpointing = setup.checkpoint == "full"
+            if i in cfg.nope_layers:  # SmolLM3's NoPE layers, EXAONE 4's global ones (``ModelConfig.nope_layers``)
+                layer.self_attn.use_rope = False
         self.norm = norm(cfg.d_model, dtype, "norm")
-        half = cfg.d_head // 2
+        half = self.rotary_pairs()
         self.inv_freq = empty((half,), "fp32", "inv_freq")  # buffers: inv_freq, original_inv_freq
         self.original_inv_freq = empty((half,), "fp32", "original_inv_freq")
         self.lm_head = None if cfg.tie_embeddings else parameter((cfg.vocab_size, cfg.d_model), dtype, "lm_head.weight")
         self.input_ids = empty((batch, seq), "int64", "input_ids")
         self.labels = empty((batch, seq), "int64", "labels")
+
+    def rotary_pairs(self) -> int:
+        """The rotary table's frequencies (``inv_freq``): one per pair of a head (a model's own: GLM's rotated part)."""
+        return self.cfg.d_head // 2
 
     def decoder_layer(self, name: str, norm: type[RMSNorm]) -> GradientCheckpointingLayer:
         """The model's decoder layer (a subclass's own: OLMo-2's, Phi-3's)."""
@@ -416,21 +440,29 @@ class LlamaForCausalLM:
         position_ids = A.unsqueeze(arange_plus(self.seq), 0)  # :391-393
         with no_grad():
             find_packed_sequence_indices(A.expand(position_ids, self.batch, -1))
-        window = self.cfg.sliding_window  # mistral: create_sliding_window_causal_mask
-        if self.cfg.hf_model_type == "ministral":  # both masks, each layer its type's (modeling_ministral.py:386-397)
-            masks = windowed_masks(self.batch, self.seq, self.dtype, self.setup.attention, window)
-        elif self.setup.attention == "naive":  # :395-401
-            masks = dict.fromkeys((False, True), eager_mask(self.batch, self.seq, self.dtype, window))
-        else:
-            masks = dict.fromkeys((False, True), sdpa_mask(self.batch, self.seq, window, allow_is_causal_skip=True))
+        masks = self.masks()  # :395-401
         hidden_states = inputs_embeds  # :403; ``inputs_embeds`` keeps the lookup until the forward returns
-        position_embeddings = rotary_embedding(hidden_states, position_ids, self.inv_freq)  # :404
+        position_embeddings = self.rotary(hidden_states, position_ids)  # :404
         kwargs = [
             dict(attention_mask=masks[w], position_embeddings=position_embeddings, position_ids=position_ids)
             for w in (False, True)
         ]
         hidden_states = self.run_layers(hidden_states, lambda i: kwargs[self.cfg.layer_windowed(i)])  # :406-414
         return self.norm(hidden_states)  # :416
+
+    def rotary(self, hidden_states: Tensor, position_ids: Tensor) -> tuple[Tensor, Tensor]:
+        """``self.rotary_emb(hidden_states, position_ids)`` (a model's own: ERNIE 4.5's stays fp32)."""
+        return rotary_embedding(hidden_states, position_ids, self.inv_freq)
+
+    def masks(self) -> dict[bool, Tensor | None]:
+        """The attention masks, by whether a layer is windowed (``create_causal_mask``, or Mistral's
+        ``create_sliding_window_causal_mask`` for all)."""
+        window = self.cfg.sliding_window  # mistral: create_sliding_window_causal_mask
+        if self.cfg.hf_model_type == "ministral":  # both masks, each layer its type's (modeling_ministral.py:386-397)
+            return windowed_masks(self.batch, self.seq, self.dtype, self.setup.attention, window)
+        if self.setup.attention == "naive":  # :395-401
+            return dict.fromkeys((False, True), eager_mask(self.batch, self.seq, self.dtype, window))
+        return dict.fromkeys((False, True), sdpa_mask(self.batch, self.seq, window, allow_is_causal_skip=True))
 
     def embed(self) -> Tensor:
         """``self.embed_tokens(input_ids)`` (a subclass scales it: Granite)."""
@@ -500,4 +532,7 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
         out.append("a llama-family model with another norm, MLP or positions")
     if cfg.qk_norm and cfg.qk_norm_scope != "head":
         out.append("qk-norm over the whole projection")
+    unset = [k for k in SEED_OSS_DROPOUT if k not in dict(cfg.dropout)] if cfg.hf_model_type == "seed_oss" else []
+    if unset:  # p > 0 given is refused by ``hf_config.unmodelled_dropout``
+        out.append(f"Seed-OSS's {' and '.join(unset)} at its class's 0.1 (the config.json does not set 0)")
     return out
