@@ -79,19 +79,25 @@ CUDA_H200 = GpuRun(
     gpu="NVIDIA H200",
     torch="2.11.0+cu130",
     date="2026-11-27",
-    equal={"hf_memory": (1806, 1806)},  # transformers' own models: 258 runs x 7
+    equal={"hf_memory": (2856, 2856)},  # transformers' own models: 408 runs x 7
     folder="reports/cuda-h200",
 )
 """The H200 validation of stop 37 (``benchmarks/cuda_calibrate_run.sh`` and ``--models``): transformers' own classes,
-22 families, against the op library's transformers programs on the cuda target."""
+35 families, against the op library's transformers programs on the cuda target."""
 
 _DENSE = ("llama", "mistral", "qwen3", "gpt2", "gemma3_text", "olmo2", "phi3")
-_ZOO = ("olmo3", "ministral", "gemma", "hunyuan_v1_dense", "granite", "cohere", "cohere2", "gpt_neox", "phi", "gptj")
+_ZOO = (
+    *("olmo3", "ministral", "gemma", "hunyuan_v1_dense", "granite", "cohere", "cohere2", "gpt_neox", "phi", "gptj"),
+    *("smollm3", "starcoder2", "exaone4", "helium", "ernie4_5", "glm", "glm4", "ministral3", "hyperclovax", "olmo"),
+    *("seed_oss", "stablelm"),
+)
 HF_CUDA_RUNS = (
     (
         CUDA_H200,
         {
-            "naive": frozenset({*_DENSE, *_ZOO, "gemma2", "mixtral", "qwen3_moe", "deepseek_v2", "deepseek_v3"}),
+            "naive": frozenset(
+                {*_DENSE, *_ZOO, "gemma2", "vaultgemma", "mixtral", "qwen3_moe", "deepseek_v2", "deepseek_v3"}
+            ),
             "sdpa": frozenset({*_DENSE, *_ZOO, "mixtral", "qwen3_moe", "deepseek_v2", "deepseek_v3"}),
         },
     ),
@@ -99,7 +105,7 @@ HF_CUDA_RUNS = (
 )
 """Per GPU run, newest first: transformers' model types (``hf_model_type``) whose training steps it measured on CUDA,
 per attention (its hf_memory.csv), in fp32, bf16 and amp-bf16, with and without full checkpointing: eager attention
-for every family; sdpa for all but Gemma 2 (transformers runs it eager only): cuDNN attention (16-bit, its bias for
+for every family; sdpa for all but Gemma 2 and VaultGemma (transformers runs them eager only): cuDNN attention (16-bit, its bias for
 a sliding window, its own dropout for GPT-2, DeepSeek's value head unlike its query/key head), the memory-efficient
 kernel (fp32, heads equal or repeated for a window) and the math path (fp32 with grouped K/V heads)."""
 

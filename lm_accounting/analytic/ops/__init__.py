@@ -44,8 +44,8 @@ EXACTNESS = {
         "(``memory_report.cuda_exactness``)"
     ),
     ("plain", "cuda", "transformers"): (
-        "exact where a GPU ran transformers' own model (an H200, reports/cuda-h200/hf_memory.csv: 1,806 of 1,806 "
-        "figures, eager attention in 22 families and sdpa in 21; an H100, reports/cuda-h100: 623 of 623; "
+        "exact where a GPU ran transformers' own model (an H200, reports/cuda-h200/hf_memory.csv: 2,856 of 2,856 "
+        "figures, eager attention in 35 families and sdpa in 33; an H100, reports/cuda-h100: 623 of 623; "
         "``provenance.HF_CUDA_RUNS``); elsewhere the same CUDA facts, not validated"
     ),
 }
