@@ -276,6 +276,7 @@ def test_smollm3_nope_layer_sets_the_checkpointed_forward_peak():
     check(cfg, 12, setup)
     roped = predict_step(dataclasses.replace(cfg, nope_layers=()), 12, setup, impl="transformers", batch=2)
     assert roped.at(2) != measure_hf_step(cfg, 12, 2, setup, device="meta")
+    assert dataclasses.replace(cfg, num_layers=1).num_layers == 1  # a pipeline stage's slice: index 3 names no layer
 
 
 @pytest.mark.parametrize(
