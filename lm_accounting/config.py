@@ -283,8 +283,8 @@ class ModelConfig:
             for d in self.dropout
         ):
             raise ConfigError(f"dropout must be a tuple of (field, probability) pairs, got {short_repr(self.dropout)}")
-        if not isinstance(self.nope_layers, tuple) or not all(
-            isinstance(i, int) and not isinstance(i, bool) and 0 <= i < self.num_layers for i in self.nope_layers
+        if not isinstance(self.nope_layers, tuple) or not all(  # an index past num_layers names no layer (a stage)
+            isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in self.nope_layers
         ):
             raise ConfigError(f"nope_layers must be a tuple of layer indices, got {short_repr(self.nope_layers)}")
         self._check_architecture()

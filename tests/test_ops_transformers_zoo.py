@@ -1,7 +1,7 @@
-"""transformers' gpt2, gemma2, gemma3_text, olmo2 and phi3 (and the Llama program's other classes), starcoder2, exaone4,
-helium, ernie4_5, glm, glm4, ministral3, vaultgemma, hyperclovax, olmo, seed_oss and stablelm replayed by the op library (``analytic.ops.transformers``: ``gpt2``,
-``gemma``, ``olmo2``, ``phi3``, ``starcoder2``, ``exaone4``, ``interleaved``, ``glm``, ``ministral3``) equal transformers' own models measured
-by the storage tracker on meta, phase by phase, byte for byte.
+"""transformers' models of the zoo (``ZOO``: gpt2, gemma2, gemma3_text, olmo2, phi3, the Llama program's other
+classes, and issue 26's smollm3, starcoder2, exaone4, helium, ernie4_5, glm, glm4, ministral3, vaultgemma,
+hyperclovax, olmo, seed_oss and stablelm) replayed by the op library (``analytic.ops.transformers.PROGRAMS``) equal
+transformers' own models measured by the storage tracker on meta, phase by phase, byte for byte.
 
 The measured side is the library's class, ``AutoModelForCausalLM.from_config`` (``measure.hf``), trained one
 step as the Trainer does; the predicted side never imports torch.  The configs are small config.json objects
@@ -276,6 +276,7 @@ def test_smollm3_nope_layer_sets_the_checkpointed_forward_peak():
     check(cfg, 12, setup)
     roped = predict_step(dataclasses.replace(cfg, nope_layers=()), 12, setup, impl="transformers", batch=2)
     assert roped.at(2) != measure_hf_step(cfg, 12, 2, setup, device="meta")
+    assert dataclasses.replace(cfg, num_layers=1).num_layers == 1  # a pipeline stage's slice: index 3 names no layer
 
 
 @pytest.mark.parametrize(
