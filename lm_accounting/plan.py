@@ -65,6 +65,7 @@ refused: the replay does not model it.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -341,14 +342,20 @@ class _Pricing:
 
     def step_times(self, b, setup, lay) -> tuple[float, float, float, float, float]:
         """(compute, data-parallel, tensor-parallel, pipeline, expert-parallel) seconds of one step."""
-        k = lay.micro_batches
-        slots = pipeline_slots(k, lay.pp, lay.virtual_stages)  # the bubble
-        compute = sum(self.micro_batch(b, setup, lay)) * slots + self.optimizer(setup, lay)
+        return (self.compute(b, setup, lay), *self.communication(b, setup, lay))
+
+    def compute(self, b, setup, lay) -> float:
+        """Step 1: the busiest GPU's micro-batches, the bubble's slots, and its AdamW step."""
+        slots = pipeline_slots(lay.micro_batches, lay.pp, lay.virtual_stages)  # the bubble
+        return sum(self.micro_batch(b, setup, lay)) * slots + self.optimizer(setup, lay)
+
+    def communication(self, b, setup, lay) -> tuple[float, float, float, float]:
+        """Steps 2-4: (data-parallel, tensor-parallel, pipeline, expert-parallel) seconds of one step."""
         nvlink = self.g.interconnect_one_way
         dp_link = nvlink if lay.world <= GPUS_PER_NODE else self.internode
         ep_link = nvlink if lay.ep <= GPUS_PER_NODE else self.internode  # an ep group: consecutive ranks
         dp, tp, pp, ep = self._wire(b, setup, lay)
-        return compute, _seconds(dp, dp_link), _seconds(tp, nvlink), _seconds(pp, dp_link), _seconds(ep, ep_link)
+        return _seconds(dp, dp_link), _seconds(tp, nvlink), _seconds(pp, dp_link), _seconds(ep, ep_link)
 
     def estimate(self, b, setup, lay, times) -> StepEstimate:
         """The ``StepEstimate`` of a candidate whose ``step_times`` are ``times``."""
@@ -469,6 +476,24 @@ class _Pricing:
         return dp, ep
 
 
+def _by_gpu_hours(pending: list, pricing: _Pricing):
+    """``plan``'s candidates, each ``pending`` as (compute · GPUs, enumeration index, b, setup, layout, compute),
+    yielded as (GPU-hours, step, index, b, setup, layout, step times) in the order of (GPU-hours, step time,
+    enumeration order), the communication (steps 2-4) priced only as far as that order is read.  Compute · GPUs
+    is a lower bound of the GPU-hours (per step: step = max(compute, dp) + tp + ep + pp >= compute, all >= 0),
+    so once the best priced candidate is below the next bound no candidate left can come before it."""
+    pending.sort(key=lambda c: c[:2])
+    priced: list = []  # a heap, by (GPU-hours, step, index)
+    for bound, i, b, setup, lay, compute in pending:
+        while priced and priced[0][0] < bound:
+            yield heapq.heappop(priced)
+        times = (compute, *pricing.communication(b, setup, lay))
+        step = step_seconds(*times)
+        heapq.heappush(priced, (step * lay.world, step, i, b, setup, lay, times))
+    while priced:
+        yield heapq.heappop(priced)
+
+
 def _need(cfg, seq, b, setup, lay, g: GPU, allowance, exact: bool = False) -> tuple[int, bool]:
     """(the per-GPU need, peak + allowance, whether it is exact).  A layout whose floor (``stage_floor``,
     ``rank_floor``: lower bounds of the peak) already exceeds the GPU is not replayed unless ``exact``:
@@ -546,16 +571,14 @@ def plan(
                 if lay.ep > 1 and not_modelled(cfg, seq, setup):
                     continue  # expert parallel is planned where the replay models it
                 evaluated_ep = evaluated_ep or lay.ep > 1
-                times = pricing.step_times(b, setup, lay)
-                step = step_seconds(*times)
-                pending.append((step * lay.world, step, len(pending), b, setup, lay, times))
+                compute = pricing.compute(b, setup, lay)
+                pending.append((compute * lay.world, len(pending), b, setup, lay, compute))
     if not pending:
         raise AccountingError(
             f"no layout of {gpus[0]}..{gpus[1]} GPUs splits {sequences:,} sequences evenly over its data-parallel ranks"
         )
-    pending.sort(key=lambda c: c[:3])  # by GPU-hours, then step time, then enumeration order
     fitting, failed, smallest, floors, checked = [], {}, None, [], 0
-    for _, _, _, b, setup, lay, times in pending:
+    for _, _, _, b, setup, lay, times in _by_gpu_hours(pending, pricing):
         if len(fitting) == top:
             break
         checked += 1

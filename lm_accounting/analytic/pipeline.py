@@ -1075,20 +1075,29 @@ def _explicit_unshard(units: _StageUnits, blocks: int, traced: bool) -> tuple[_P
     return part(issue), part(wait)
 
 
-@lru_cache(maxsize=4096)
 def _interleaved_kept(cfg, seq, batch, setup, layout, rank, dp_rank):
     """(model states, baseline, receive buffers) of pipeline rank ``rank``'s chunks (``interleaved_rank_estimate``;
-    ``setup``: its precision and optimizer, all these read)."""
-    lay, S, m, L = layout.as_chunks(), layout.stages, layout.micro_batches, cfg.num_layers
-    chunks = [_like(L, S, c) for c in layout.chunks(rank)]  # a chunk's model states are its model's
+    ``setup``: its precision and optimizer, all these read).  The step's ids or targets and the buffers grow with
+    m·B; the rest reads neither (``_interleaved_fixed``, cached once for every m and B)."""
     dp_rank = interleaved_dp_rank(cfg, setup, layout, rank) if dp_rank is None else dp_rank
-    st = _sum_states([_states(cfg, setup, lay, c, dp_rank) for c in chunks])
-    ends = lambda c: (c == 0) + (c == S - 1)  # the step's ids (stage 0) or targets (the last), m·B·S int64
-    base = sum(
-        stage_baseline(cfg, seq, batch, setup, lay, c, dp_rank) + ends(c) * 8 * (m - S) * batch * seq for c in chunks
-    )
-    buffers = sum(schedule_buffers(cfg, seq, batch, setup, lay, c) for c in chunks) // S * m  # m per chunk
-    return st, base, buffers
+    st, base, ends, buffers = _interleaved_fixed(cfg, seq, setup, layout.as_chunks(), layout.chunks(rank), dp_rank)
+    rows = layout.micro_batches * batch  # m·B sequences a step
+    return st, base + ends * 8 * rows * seq, buffers * rows
+
+
+@lru_cache(maxsize=4096)
+def _interleaved_fixed(cfg, seq, setup, lay: ParallelLayout, chunks: tuple[int, ...], dp_rank: int):
+    """(model states, baseline less the step's ids and targets, how many of ``chunks`` hold the ids or the
+    targets, receive buffers per sequence of the step) of the model stages ``chunks`` of ``lay``
+    (``ParallelLayout.as_chunks``): ``stage_baseline`` at B = 0 (its int64 ids or targets, 8·m·B·S on stage 0 or
+    the last, are the caller's), and ``schedule_buffers``, S per chunk at B = 1 (the caller's m·B per chunk)."""
+    S, L = lay.pp, cfg.num_layers
+    models = [_like(L, S, c) for c in chunks]  # a chunk's model states are its model's
+    st = _sum_states([_states(cfg, setup, lay, c, dp_rank) for c in models])
+    base = sum(stage_baseline(cfg, seq, 0, setup, lay, c, dp_rank) for c in models)
+    ends = sum((c == 0) + (c == S - 1) for c in models)
+    buffers = sum(schedule_buffers(cfg, seq, 1, setup, lay, c) for c in models) // S
+    return st, base, ends, buffers
 
 
 @lru_cache(maxsize=1024)
@@ -1112,9 +1121,16 @@ def interleaved_dp_rank(cfg: ModelConfig, setup: TrainingSetup, layout: Parallel
     chunks (the lowest on a tie); otherwise 0 (every dp rank alike)."""
     if layout.zero != 1 or layout.dp == 1:
         return 0
-    lay, chunks = layout.as_chunks(), [_like(cfg.num_layers, layout.stages, c) for c in layout.chunks(rank)]
-    held = lambda r: sum(_states(cfg, setup, lay, c, r).optimizer for c in chunks)
-    return max(sorted({_states(cfg, setup, lay, c).rank for c in chunks}), key=lambda r: (held(r), -r))
+    return _owned_dp_rank(cfg, setup, layout.as_chunks(), layout.chunks(rank))
+
+
+@lru_cache(maxsize=1024)
+def _owned_dp_rank(cfg, setup, lay: ParallelLayout, chunks: tuple[int, ...]) -> int:
+    """``interleaved_dp_rank`` under ZeRO-1 of the model stages ``chunks`` of ``lay`` (``ParallelLayout.as_chunks``:
+    no micro-batch count, so one cache key for every m)."""
+    models = [_like(cfg.num_layers, lay.pp, c) for c in chunks]
+    held = lambda r: sum(_states(cfg, setup, lay, c, r).optimizer for c in models)
+    return max(sorted({_states(cfg, setup, lay, c).rank for c in models}), key=lambda r: (held(r), -r))
 
 
 def _sum_states(states: list) -> object:
