@@ -6,9 +6,9 @@
 Per scenario of ``bench_cli.py`` (``plan-70b``, ``plan-8b``, ``plan-8b-every``) three kinds of process, interleaved:
 
 * full: the command as a user runs it (``python -m lm_accounting plan ...``), its CPU time (user + sys, ``wait4``);
-* free: the same command with the time model's answers given: ``plan._Pricing.step_times`` and ``.estimate``
-  (steps 1-4 of ``plan``'s docstring: the compiled programs, their pricing on the calibration, the collectives'
-  wire bytes) replaced by look-ups in a table that a recording run wrote (pickled).  Unpickling the table is timed
+* free: the same command with the time model's answers given: ``plan._Pricing``'s ``compute``, ``communication``,
+  ``step_times`` and ``estimate`` (steps 1-4 of ``plan``'s docstring: the compiled programs, their pricing on the
+  calibration, the collectives' wire bytes) replaced by look-ups in a table that a recording run wrote (pickled).  Unpickling the table is timed
   inside the process and taken off its CPU time.  Everything else runs as in full: the enumeration, the ranking,
   the memory checks (floors and replays) and the output; the calibration is still loaded (``check_plan``).
   Its standard output must equal full's, byte for byte, or the run stops;
@@ -35,22 +35,23 @@ import os, pickle, sys, time
 from lm_accounting import plan as P
 from lm_accounting.cli import main
 mode, table_path = sys.argv[1], sys.argv[2]
+METHODS = ("step_times", "compute", "communication", "estimate")  # what plan asks its pricing
 if mode == "record":
     table = {}
-    step_times, estimate = P._Pricing.step_times, P._Pricing.estimate
     def rec(fn, tag):
         def wrapped(self, *args):
             got = table[(tag, *args)] = fn(self, *args)
             return got
         return wrapped
-    P._Pricing.step_times, P._Pricing.estimate = rec(step_times, "times"), rec(estimate, "estimate")
+    for name in METHODS:
+        setattr(P._Pricing, name, rec(getattr(P._Pricing, name), name))
 else:
     start = time.process_time()
     with open(table_path, "rb") as fh:
         table = pickle.load(fh)
     sys.stderr.write(f"unpickle {time.process_time() - start}\\n")
-    P._Pricing.step_times = lambda self, *args: table[("times", *args)]
-    P._Pricing.estimate = lambda self, *args: table[("estimate", *args)]
+    for name in METHODS:
+        setattr(P._Pricing, name, lambda self, *args, name=name: table[(name, *args)])
 try:
     main(sys.argv[3:])
 except SystemExit:

@@ -201,6 +201,19 @@ class ModelConfig:
     """The config.json's activation name (``hidden_act``) of a 2-matrix GELU MLP (GPT-NeoX's ``gelu``, Phi's
     ``gelu_new``): every GELU has the same count; a transformers program replays the named one's ops."""
 
+    def __hash__(self) -> int:
+        """The compared fields' hash (as the dataclass's), computed once: the analytic caches are keyed on the
+        config and hash it at every look-up (``plan``: hundreds of thousands).  Left out of a pickle: a
+        string's hash differs from process to process."""
+        got = self.__dict__.get("_hash")
+        if got is None:
+            got = hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self) if f.compare))
+            object.__setattr__(self, "_hash", got)
+        return got
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     def __post_init__(self) -> None:
         for key in ("vocab_size", "context_length", "num_layers", "d_model", "num_heads", "d_ff"):
             check_positive_int(key, getattr(self, key), ConfigError)
