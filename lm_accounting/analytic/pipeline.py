@@ -370,7 +370,9 @@ class _StageUnits(NamedTuple):
         return self if self.zero3 else self.folds()
 
     @staticmethod
+    @lru_cache(maxsize=4096)
     def of(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, stage: int) -> _StageUnits | None:
+        """Cached: every chunk of an interleaved rank asks at each replay, every micro-batch size at each stage."""
         if not layout.fsdp or layout.dp == 1:
             return None
         units = fsdp_units(cfg, setup, layout, stage=(layout.pp, stage))
