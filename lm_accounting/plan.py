@@ -482,7 +482,7 @@ def _by_gpu_hours(pending: list, pricing: _Pricing):
     enumeration order), the communication (steps 2-4) priced only as far as that order is read.  Compute · GPUs
     is a lower bound of the GPU-hours (per step: step = max(compute, dp) + tp + ep + pp >= compute, all >= 0),
     so once the best priced candidate is below the next bound no candidate left can come before it."""
-    pending.sort(key=lambda c: c[:2])
+    pending.sort()  # by the bound, then the index (unique: nothing after it is compared)
     priced: list = []  # a heap, by (GPU-hours, step, index)
     for bound, i, b, setup, lay, compute in pending:
         while priced and priced[0][0] < bound:

@@ -902,7 +902,13 @@ def _steady_state(b: int, holders: dict[int, set[str]], held: dict[str, int | No
 
 def _flat(layout: ParallelLayout) -> ParallelLayout:
     """The layout of one stage's ranks: without the pipeline."""
-    return dataclasses.replace(layout, pp=1, micro_batches=1, virtual_stages=1)
+    return _flat_of(layout.dp, layout.zero, layout.tp, layout.sequence_parallel, layout.vocab_parallel, layout.ep)
+
+
+@lru_cache(maxsize=1024)
+def _flat_of(dp: int, zero: int, tp: int, sp: bool, vp: bool, ep: int) -> ParallelLayout:
+    """``_flat``, cached on the fields it keeps."""
+    return ParallelLayout(dp=dp, zero=zero, tp=tp, sequence_parallel=sp, vocab_parallel=vp, ep=ep)
 
 
 def pipeline_slots(k: int, pp: int, v: int = 1) -> float:
