@@ -24,6 +24,7 @@ import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -824,6 +825,16 @@ class ModelConfig:
 
     def with_context(self, context_length: int) -> ModelConfig:
         return dataclasses.replace(self, context_length=context_length)
+
+    def with_layers(self, num_layers: int) -> ModelConfig:
+        """The same model with ``num_layers`` blocks (a pipeline stage's, one block's segment): one object per
+        (config, count), so that the replays and FLOP counts asking thousands of times make and check it once."""
+        return _with_layers(self, num_layers)
+
+
+@lru_cache(maxsize=4096)
+def _with_layers(cfg: ModelConfig, num_layers: int) -> ModelConfig:
+    return dataclasses.replace(cfg, num_layers=num_layers)
 
 
 def _key_types() -> dict[str, type]:

@@ -228,8 +228,8 @@ def worst_stage_candidates(layers: int, stages: int) -> list[int]:
 @lru_cache(maxsize=16384)
 def _states(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, stage: int, rank: int | None = None):
     """``model_states`` of pipeline stage ``stage`` (data-parallel rank ``rank``, default the worst); the
-    micro-batch count changes nothing there (one cache key for every m)."""
-    return model_states(cfg, setup, dataclasses.replace(layout, micro_batches=layout.pp), rank=rank, stage=stage)
+    micro-batch count changes nothing there (``model_states`` reads the layout's degrees only)."""
+    return model_states(cfg, setup, layout, rank=rank, stage=stage)
 
 
 @lru_cache(maxsize=1024)
@@ -701,16 +701,16 @@ def _chunk_lines(
     stage's input and output at T/M rows; stage 0 splits its embedding output, the last stage gathers
     its final norm's output for the LM head and splits the head's input gradient (one GPU's lines).
     Tensor parallel without it is the TP-local model's replay, as one TP rank's."""
-    c = dataclasses.replace(cfg, num_layers=blocks)
+    c = cfg.with_layers(blocks)
     ev = _StageEvents(units, sharded, blocks, last)  # no units: no events
     fl = units is not None and units.amp  # FSDP2's bf16 policy: ``setup`` is the bf16 model it runs
     e = DTYPE_BYTES[setup.param_dtype]
     z = _stage_sizes(c, seq, setup, traced, fl, sp)
     Tres, ck = z.residual, setup.checkpoint  # the residual stream (T/M rows under sequence parallel)
-    rest = dataclasses.replace(c, num_layers=blocks - 1) if blocks > 1 else None  # the blocks but one, in runs
+    rest = cfg.with_layers(blocks - 1) if blocks > 1 else None  # the blocks but one, in runs
     ends = lambda part, accumulate=False: _end_lines(part, c, seq, setup, traced, fl, sp, first, last, accumulate, vl)
 
-    one = dataclasses.replace(c, num_layers=1)  # a block's segment is any stage's
+    one = cfg.with_layers(1)  # a block's segment is any stage's
     block = lambda kind, accumulate=False, keep=0: _block_lines(one, seq, setup, traced, fl, kind, accumulate, keep, sp)
     body = lambda q, m: rp.apply_segment(q, block("forward"))
     input_back = not first and e != 4 and ck == "none"  # (1) block 0 freed its input, the buffer
@@ -1238,7 +1238,7 @@ def _stage_estimate(
 def _activation_split(cfg, seq, batch, setup, layout) -> tuple[int, int]:
     """(saved bytes per block, saved bytes of everything else) of one micro-batch on one rank."""
     total = saved_activations(cfg, seq, batch, setup, layout)
-    one = dataclasses.replace(cfg, num_layers=1)
-    two = dataclasses.replace(cfg, num_layers=2)
+    one = cfg.with_layers(1)
+    two = cfg.with_layers(2)
     per_layer = saved_activations(two, seq, batch, setup, layout) - saved_activations(one, seq, batch, setup, layout)
     return per_layer, total - cfg.num_layers * per_layer
