@@ -963,8 +963,7 @@ def interleaved_rank_step(
     chunks = layout.chunks(rank)
     dp_rank = interleaved_dp_rank(cfg, setup, layout, rank) if dp_rank is None else dp_rank
     parts = [_stage_parts(cfg, seq, batch, setup, lay, _like(L, S, c), mode, dp_rank) for c in chunks]
-    est, st, act = interleaved_rank_estimate(cfg, seq, batch, setup, layout, rank, dp_rank)
-    base, buffers = est.baseline, est.optimizer_step.end - est.baseline
+    st, base, buffers, _, act = _interleaved_first_backward(cfg, seq, batch, setup, layout, rank, dp_rank)
     fsdp = None
     if parts[0][4] is not None:  # FSDP2: each chunk's (gathering chunks, zero 3, reductions, UNSHARD's issue and wait)
         units = [_StageUnits.of(cfg, setup, lay, c) for c in chunks]
@@ -1068,6 +1067,7 @@ def interleaved_gathers(layout: ParallelLayout, rank: int) -> tuple[tuple[int, i
     return tuple(map(tuple, counts))
 
 
+@lru_cache(maxsize=1024)
 def _explicit_unshard(units: _StageUnits, blocks: int, traced: bool) -> tuple[_Part, _Part]:
     """(issue, wait) of ``_PipelineScheduleRuntime``'s UNSHARD of one chunk under FSDP2: ``unshard(async_op=True)``
     of each of its FSDP modules in ``modules()`` order (the root, then the blocks) copies in and all-gathers
@@ -1175,13 +1175,11 @@ def interleaved_rank_estimate(
     stage's cross-entropy transient); backward peak: + the gradients; beside FSDP2 both + every chunk's
     units unsharded (the runtime's UNSHARD actions, ``_add_unshard_reshard``); each backward's own
     transient left out."""
-    flat, S, m, chunks = _flat(layout), layout.stages, layout.micro_batches, layout.chunks(rank)
-    states_setup = TrainingSetup(precision=setup.precision, optimizer=setup.optimizer)  # all they read
-    st, base, buffers = _interleaved_kept(cfg, seq, batch, states_setup, layout, rank, dp_rank)
-    saved = [_stage_saved(cfg, seq, batch, setup, flat, S, c) for c in chunks]
-    warm, first, steady = _in_flight(layout.pp, layout.virtual_stages, m, rank)
+    flat, S, chunks = _flat(layout), layout.stages, layout.chunks(rank)
+    st, base, buffers, saved, at_backward = _interleaved_first_backward(cfg, seq, batch, setup, layout, rank, dp_rank)
+    warm, _, steady = _in_flight(layout.pp, layout.virtual_stages, layout.micro_batches, rank)
     dot = lambda counts: sum(n * x for n, x in zip(counts, saved, strict=True))
-    warm_top, at_backward = max(map(dot, warm)), dot(first)
+    warm_top = max(map(dot, warm))
     top = max(warm_top, max(map(dot, steady), default=0))
     kept = base + buffers
     r = single_rank_step(cfg, seq, batch, setup, flat, "plain")
@@ -1193,6 +1191,18 @@ def interleaved_rank_estimate(
     bwd = PhaseBytes(kept + top + st.gradients + transient + held, kept + st.gradients)
     opt = PhaseBytes(kept + st.gradients + st.owned_elements * element_bytes(setup), kept)
     return StepMemory(base, fwd, bwd, opt), st, at_backward
+
+
+def _interleaved_first_backward(cfg, seq, batch, setup, layout, rank, dp_rank):
+    """(model states, baseline, receive buffers, each chunk's saved activations of one micro-batch, the saved
+    activations in flight at the rank's first backward) of pipeline rank ``rank``: what
+    ``interleaved_rank_estimate`` and ``interleaved_rank_step`` share."""
+    states_setup = TrainingSetup(precision=setup.precision, optimizer=setup.optimizer)  # all they read
+    st, base, buffers = _interleaved_kept(cfg, seq, batch, states_setup, layout, rank, dp_rank)
+    flat, S = _flat(layout), layout.stages
+    saved = [_stage_saved(cfg, seq, batch, setup, flat, S, c) for c in layout.chunks(rank)]
+    first = _in_flight(layout.pp, layout.virtual_stages, layout.micro_batches, rank)[1]
+    return st, base, buffers, saved, sum(n * x for n, x in zip(first, saved, strict=True))
 
 
 @lru_cache(maxsize=16384)
