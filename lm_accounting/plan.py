@@ -72,6 +72,7 @@ from typing import Any, ClassVar
 from .analytic.collectives import (
     data_parallel_collectives,
     pipeline_collectives,
+    sharded_passes,
     tensor_parallel_parts,
     wire_bytes,
 )
@@ -444,10 +445,12 @@ class _Pricing:
         moe = (b, ck) if lay.ep > 1 else None  # the all-to-alls read the micro-batch and the checkpointing
         dp = tp = ep = 0
         for s in stages:
-            if lay.dp > 1:  # they read neither sequence parallel nor the checkpointing, nor k without pp
-                key = ("dp", setup.precision, lay.dp, lay.zero, lay.tp, lay.vocab_parallel, lay.pp, m, lay.ep, moe, s)
-                d, e = self._get(key + (k,), self._data_parallel_wire, key, b, setup, lay, s)
-                dp, ep = max(dp, d), max(ep, e)
+            if lay.dp > 1:  # they read neither sequence parallel nor the checkpointing, nor k; under pp m only
+                passes = sharded_passes(lay, s) if lay.pp > 1 and lay.fsdp else None  # as FSDP2's passes (rule 9)
+                key = ("dp", setup.precision, lay.dp, lay.zero, lay.tp, lay.vocab_parallel, lay.pp, passes, lay.ep)
+                gathers, rest, each = self._get(key + (moe, s), self._data_parallel_wire, b, setup, lay, s)
+                # without pp FSDP2 gathers at every micro-batch, and the all-to-alls run at each
+                dp, ep = max(dp, (k if lay.pp == 1 else 1) * gathers + rest), max(ep, k * each)
             if lay.tp > 1:  # they read whether FSDP2 runs, not dp or its ZeRO stage; m scales each micro-batch's
                 key = ("tp", b, setup.precision, ck, lay.tp, lay.sequence_parallel, lay.vocab_parallel, lay.pp)
                 key += (lay.fsdp, s)
@@ -463,17 +466,20 @@ class _Pricing:
         sent = lambda s: sum(wire_bytes(c, 2) for c in pipeline_collectives(self.cfg, self.seq, b, setup, lay, s))
         return max(map(sent, stages))
 
-    def _data_parallel_wire(self, key, b, setup, lay, s) -> tuple[int, int]:
-        """(data-parallel, expert-parallel) wire bytes of stage ``s``'s step: without pp the FSDP2
-        all-gathers and the all-to-alls k times."""
-        dp = ep = 0
-        for c in self._get(key, data_parallel_collectives, self.cfg, self.seq, b, setup, lay, False, 0, s):
+    def _data_parallel_wire(self, b, setup, lay, s) -> tuple[int, int, int]:
+        """(all-gathers, the rest, all-to-alls) wire bytes of stage ``s``'s data-parallel collectives in one step
+        (``_group_wire`` repeats the all-gathers k times without pp, the all-to-alls k times)."""
+        gathers = rest = ep = 0
+        for c in data_parallel_collectives(self.cfg, self.seq, b, setup, lay, False, 0, s):
             if c.group == "ep":
-                ep += lay.micro_batches * wire_bytes(c, lay.ep)
-            else:  # "dp", or "dp/ep" (the expert units)
-                n = lay.dp // lay.ep if c.group == "dp/ep" else lay.dp
-                dp += (lay.micro_batches if c.kind == "all_gather" and lay.pp == 1 else 1) * wire_bytes(c, n)
-        return dp, ep
+                ep += wire_bytes(c, lay.ep)
+                continue
+            wire = wire_bytes(c, lay.dp // lay.ep if c.group == "dp/ep" else lay.dp)  # "dp/ep": the expert units
+            if c.kind == "all_gather":
+                gathers += wire
+            else:
+                rest += wire
+        return gathers, rest, ep
 
 
 def _by_gpu_hours(pending: list, pricing: _Pricing):
