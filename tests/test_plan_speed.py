@@ -91,7 +91,10 @@ def test_interleaved_kept_bytes_are_each_chunks_rule():
             models = [_like(cfg.num_layers, S, c) for c in lay.chunks(rank)]
             st = _sum_states([_states(cfg, setup, chunks_lay, c, dp_rank) for c in models])
             ids = [((c == 0) + (c == S - 1)) * 8 * (m - S) * b * 8192 for c in models]  # ids or targets at m, not S
-            base = sum(stage_baseline(cfg, 8192, b, setup, chunks_lay, c, dp_rank) + x for c, x in zip(models, ids))
+            base = sum(
+                stage_baseline(cfg, 8192, b, setup, chunks_lay, c, dp_rank) + x
+                for c, x in zip(models, ids, strict=True)
+            )
             buffers = sum(schedule_buffers(cfg, 8192, b, setup, chunks_lay, c) for c in models) // S * m
             assert _interleaved_kept(cfg, 8192, b, setup, lay, rank, None) == (st, base, buffers)
 
