@@ -35,7 +35,8 @@ import os, pickle, sys, time
 from lm_accounting import plan as P
 from lm_accounting.cli import main
 mode, table_path = sys.argv[1], sys.argv[2]
-METHODS = ("step_times", "compute", "communication", "estimate")  # what plan asks its pricing
+# what plan asks its pricing (an older plan: step_times and estimate only)
+METHODS = [m for m in ("step_times", "compute", "communication", "estimate") if hasattr(P._Pricing, m)]
 if mode == "record":
     table = {}
     def rec(fn, tag):
