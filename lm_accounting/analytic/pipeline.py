@@ -131,7 +131,7 @@ def stage_floor(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, la
     pipeline candidate of two plans).  Interleaved: the first or last pipeline rank's baseline and receive
     buffers, beside FSDP2 + its chunks' units unsharded (the runtime's UNSHARD before the first compute)."""
     if layout.virtual_stages > 1:  # interleaved: the kept bytes, and beside FSDP2 every chunk's units unsharded
-        states_setup = TrainingSetup(precision=setup.precision, optimizer=setup.optimizer)
+        states_setup = _states_setup(setup.precision, setup.optimizer)
         fsdp = layout.fsdp and layout.dp > 1  # the runtime's UNSHARD (or the estimate's units) before any compute
         kept = lambda st, base, buffers: base + buffers + (st.unsharded_all if fsdp else 0)
         return max(kept(*_interleaved_kept(cfg, seq, batch, states_setup, layout, r, None)) for r in {0, layout.pp - 1})
@@ -1193,11 +1193,18 @@ def interleaved_rank_estimate(
     return StepMemory(base, fwd, bwd, opt), st, at_backward
 
 
+@lru_cache(maxsize=64)
+def _states_setup(precision: str, optimizer: str) -> TrainingSetup:
+    """The setup of what the model states, baselines and buffers read (the precision and the optimizer): one
+    object each, for the cache keys of ``_interleaved_kept``."""
+    return TrainingSetup(precision=precision, optimizer=optimizer)
+
+
 def _interleaved_first_backward(cfg, seq, batch, setup, layout, rank, dp_rank):
     """(model states, baseline, receive buffers, each chunk's saved activations of one micro-batch, the saved
     activations in flight at the rank's first backward) of pipeline rank ``rank``: what
     ``interleaved_rank_estimate`` and ``interleaved_rank_step`` share."""
-    states_setup = TrainingSetup(precision=setup.precision, optimizer=setup.optimizer)  # all they read
+    states_setup = _states_setup(setup.precision, setup.optimizer)  # all they read
     st, base, buffers = _interleaved_kept(cfg, seq, batch, states_setup, layout, rank, dp_rank)
     flat, S = _flat(layout), layout.stages
     saved = [_stage_saved(cfg, seq, batch, setup, flat, S, c) for c in layout.chunks(rank)]
