@@ -24,6 +24,7 @@ import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -210,6 +211,19 @@ class ModelConfig:
     """The 0-based layers whose attention skips RoPE (SmolLM3's ``no_rope_layers`` zeros, configuration_smollm3.py:
     by default every ``no_rope_layer_interval``-th layer): the same count (the table is built once for all layers),
     fewer elementwise ops and saved tensors in training.  Provenance, no part in equality."""
+
+    def __hash__(self) -> int:
+        """The compared fields' hash (as the dataclass's), computed once: the analytic caches are keyed on the
+        config and hash it at every look-up (``plan``: hundreds of thousands).  Left out of a pickle: a
+        string's hash differs from process to process."""
+        got = self.__dict__.get("_hash")
+        if got is None:
+            got = hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self) if f.compare))
+            object.__setattr__(self, "_hash", got)
+        return got
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
 
     def __post_init__(self) -> None:
         for key in ("vocab_size", "context_length", "num_layers", "d_model", "num_heads", "d_ff"):
@@ -910,6 +924,16 @@ class ModelConfig:
 
     def with_context(self, context_length: int) -> ModelConfig:
         return dataclasses.replace(self, context_length=context_length)
+
+    def with_layers(self, num_layers: int) -> ModelConfig:
+        """The same model with ``num_layers`` blocks (a pipeline stage's, one block's segment): one object per
+        (config, count), so that the replays and FLOP counts asking thousands of times make and check it once."""
+        return _with_layers(self, num_layers)
+
+
+@lru_cache(maxsize=4096)
+def _with_layers(cfg: ModelConfig, num_layers: int) -> ModelConfig:
+    return dataclasses.replace(cfg, num_layers=num_layers)
 
 
 def _key_types() -> dict[str, type]:

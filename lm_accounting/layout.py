@@ -40,7 +40,6 @@ cannot take, with one line.  The layouts map onto torch.distributed (torch 2.13)
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -134,7 +133,9 @@ class ParallelLayout:
         the per-stage rules (states, baseline, buffers, FLOPs, collectives) read for one chunk.  Its
         micro-batch count is pp·v (a valid 1F1B layout): what grows with m is scaled to the job's m by
         the callers."""
-        return _as_chunks(self)
+        return _as_chunks(
+            self.dp, self.zero, self.tp, self.sequence_parallel, self.vocab_parallel, self.stages, self.ep
+        )
 
     @property
     def world(self) -> int:
@@ -217,8 +218,11 @@ class ParallelLayout:
 
 
 @lru_cache(maxsize=4096)
-def _as_chunks(layout: ParallelLayout) -> ParallelLayout:
-    return dataclasses.replace(layout, pp=layout.stages, virtual_stages=1, micro_batches=layout.stages)
+def _as_chunks(dp: int, zero: int, tp: int, sp: bool, vp: bool, stages: int, ep: int) -> ParallelLayout:
+    """Cached on every field but the micro-batch count, which the chunks' layout does not keep."""
+    return ParallelLayout(
+        dp=dp, zero=zero, tp=tp, sequence_parallel=sp, vocab_parallel=vp, pp=stages, micro_batches=stages, ep=ep
+    )
 
 
 def parse_gpu_count(text: str) -> tuple[int, int]:

@@ -15,6 +15,7 @@ number of tokens is T = B·S.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..breakdown import Breakdown
 from ..config import ModelConfig
@@ -139,11 +140,13 @@ def conv_update_flops(cfg: ModelConfig, batch: int) -> int:
     return 2 * batch * cfg.linear_conv_dim * 2 * cfg.linear_conv_kernel
 
 
+@lru_cache(maxsize=1024)
 def forward_flops(cfg: ModelConfig, seq: int, batch: int = 1) -> Breakdown:
     """Matmul FLOPs of one forward pass over B sequences of S tokens, per component.
 
     Keys match the live model's module paths; ``layers.*.attn.qk`` and ``layers.*.attn.av``
     are the two attention matmuls (parameter-free modules).  Built from ``components.REGISTRY``.
+    Cached (a ``Breakdown`` is immutable): ``plan`` asks for each stage's blocks under every checkpointing.
     """
     from ..components import breakdown
 

@@ -741,7 +741,7 @@ def _blocks_flops(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, 
     """One micro-batch's matmul FLOPs through ``blocks`` blocks, with the LM head or without."""
     from .flops import forward_flops
 
-    c = dataclasses.replace(cfg, num_layers=blocks)
+    c = cfg.with_layers(blocks)
     f = step_flops(c, seq, batch, setup)
     if not head:
         head = sum(it.total for it in forward_flops(c, seq, batch) if not it.key.startswith("layers.*."))

@@ -131,7 +131,7 @@ def stage_floor(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, la
     pipeline candidate of two plans).  Interleaved: the first or last pipeline rank's baseline and receive
     buffers, beside FSDP2 + its chunks' units unsharded (the runtime's UNSHARD before the first compute)."""
     if layout.virtual_stages > 1:  # interleaved: the kept bytes, and beside FSDP2 every chunk's units unsharded
-        states_setup = TrainingSetup(precision=setup.precision, optimizer=setup.optimizer)
+        states_setup = _states_setup(setup.precision, setup.optimizer)
         fsdp = layout.fsdp and layout.dp > 1  # the runtime's UNSHARD (or the estimate's units) before any compute
         kept = lambda st, base, buffers: base + buffers + (st.unsharded_all if fsdp else 0)
         return max(kept(*_interleaved_kept(cfg, seq, batch, states_setup, layout, r, None)) for r in {0, layout.pp - 1})
@@ -228,8 +228,8 @@ def worst_stage_candidates(layers: int, stages: int) -> list[int]:
 @lru_cache(maxsize=16384)
 def _states(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, stage: int, rank: int | None = None):
     """``model_states`` of pipeline stage ``stage`` (data-parallel rank ``rank``, default the worst); the
-    micro-batch count changes nothing there (one cache key for every m)."""
-    return model_states(cfg, setup, dataclasses.replace(layout, micro_batches=layout.pp), rank=rank, stage=stage)
+    micro-batch count changes nothing there (``model_states`` reads the layout's degrees only)."""
+    return model_states(cfg, setup, layout, rank=rank, stage=stage)
 
 
 @lru_cache(maxsize=1024)
@@ -370,7 +370,9 @@ class _StageUnits(NamedTuple):
         return self if self.zero3 else self.folds()
 
     @staticmethod
+    @lru_cache(maxsize=4096)
     def of(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, stage: int) -> _StageUnits | None:
+        """Cached: every chunk of an interleaved rank asks at each replay, every micro-batch size at each stage."""
         if not layout.fsdp or layout.dp == 1:
             return None
         units = fsdp_units(cfg, setup, layout, stage=(layout.pp, stage))
@@ -699,16 +701,16 @@ def _chunk_lines(
     stage's input and output at T/M rows; stage 0 splits its embedding output, the last stage gathers
     its final norm's output for the LM head and splits the head's input gradient (one GPU's lines).
     Tensor parallel without it is the TP-local model's replay, as one TP rank's."""
-    c = dataclasses.replace(cfg, num_layers=blocks)
+    c = cfg.with_layers(blocks)
     ev = _StageEvents(units, sharded, blocks, last)  # no units: no events
     fl = units is not None and units.amp  # FSDP2's bf16 policy: ``setup`` is the bf16 model it runs
     e = DTYPE_BYTES[setup.param_dtype]
     z = _stage_sizes(c, seq, setup, traced, fl, sp)
     Tres, ck = z.residual, setup.checkpoint  # the residual stream (T/M rows under sequence parallel)
-    rest = dataclasses.replace(c, num_layers=blocks - 1) if blocks > 1 else None  # the blocks but one, in runs
+    rest = cfg.with_layers(blocks - 1) if blocks > 1 else None  # the blocks but one, in runs
     ends = lambda part, accumulate=False: _end_lines(part, c, seq, setup, traced, fl, sp, first, last, accumulate, vl)
 
-    one = dataclasses.replace(c, num_layers=1)  # a block's segment is any stage's
+    one = cfg.with_layers(1)  # a block's segment is any stage's
     block = lambda kind, accumulate=False, keep=0: _block_lines(one, seq, setup, traced, fl, kind, accumulate, keep, sp)
     body = lambda q, m: rp.apply_segment(q, block("forward"))
     input_back = not first and e != 4 and ck == "none"  # (1) block 0 freed its input, the buffer
@@ -900,7 +902,13 @@ def _steady_state(b: int, holders: dict[int, set[str]], held: dict[str, int | No
 
 def _flat(layout: ParallelLayout) -> ParallelLayout:
     """The layout of one stage's ranks: without the pipeline."""
-    return dataclasses.replace(layout, pp=1, micro_batches=1, virtual_stages=1)
+    return _flat_of(layout.dp, layout.zero, layout.tp, layout.sequence_parallel, layout.vocab_parallel, layout.ep)
+
+
+@lru_cache(maxsize=1024)
+def _flat_of(dp: int, zero: int, tp: int, sp: bool, vp: bool, ep: int) -> ParallelLayout:
+    """``_flat``, cached on the fields it keeps."""
+    return ParallelLayout(dp=dp, zero=zero, tp=tp, sequence_parallel=sp, vocab_parallel=vp, ep=ep)
 
 
 def pipeline_slots(k: int, pp: int, v: int = 1) -> float:
@@ -955,8 +963,7 @@ def interleaved_rank_step(
     chunks = layout.chunks(rank)
     dp_rank = interleaved_dp_rank(cfg, setup, layout, rank) if dp_rank is None else dp_rank
     parts = [_stage_parts(cfg, seq, batch, setup, lay, _like(L, S, c), mode, dp_rank) for c in chunks]
-    est, st, act = interleaved_rank_estimate(cfg, seq, batch, setup, layout, rank, dp_rank)
-    base, buffers = est.baseline, est.optimizer_step.end - est.baseline
+    st, base, buffers, _, act = _interleaved_first_backward(cfg, seq, batch, setup, layout, rank, dp_rank)
     fsdp = None
     if parts[0][4] is not None:  # FSDP2: each chunk's (gathering chunks, zero 3, reductions, UNSHARD's issue and wait)
         units = [_StageUnits.of(cfg, setup, lay, c) for c in chunks]
@@ -1060,6 +1067,7 @@ def interleaved_gathers(layout: ParallelLayout, rank: int) -> tuple[tuple[int, i
     return tuple(map(tuple, counts))
 
 
+@lru_cache(maxsize=1024)
 def _explicit_unshard(units: _StageUnits, blocks: int, traced: bool) -> tuple[_Part, _Part]:
     """(issue, wait) of ``_PipelineScheduleRuntime``'s UNSHARD of one chunk under FSDP2: ``unshard(async_op=True)``
     of each of its FSDP modules in ``modules()`` order (the root, then the blocks) copies in and all-gathers
@@ -1075,20 +1083,29 @@ def _explicit_unshard(units: _StageUnits, blocks: int, traced: bool) -> tuple[_P
     return part(issue), part(wait)
 
 
-@lru_cache(maxsize=4096)
 def _interleaved_kept(cfg, seq, batch, setup, layout, rank, dp_rank):
     """(model states, baseline, receive buffers) of pipeline rank ``rank``'s chunks (``interleaved_rank_estimate``;
-    ``setup``: its precision and optimizer, all these read)."""
-    lay, S, m, L = layout.as_chunks(), layout.stages, layout.micro_batches, cfg.num_layers
-    chunks = [_like(L, S, c) for c in layout.chunks(rank)]  # a chunk's model states are its model's
+    ``setup``: its precision and optimizer, all these read).  The step's ids or targets and the buffers grow with
+    m·B; the rest reads neither (``_interleaved_fixed``, cached once for every m and B)."""
     dp_rank = interleaved_dp_rank(cfg, setup, layout, rank) if dp_rank is None else dp_rank
-    st = _sum_states([_states(cfg, setup, lay, c, dp_rank) for c in chunks])
-    ends = lambda c: (c == 0) + (c == S - 1)  # the step's ids (stage 0) or targets (the last), m·B·S int64
-    base = sum(
-        stage_baseline(cfg, seq, batch, setup, lay, c, dp_rank) + ends(c) * 8 * (m - S) * batch * seq for c in chunks
-    )
-    buffers = sum(schedule_buffers(cfg, seq, batch, setup, lay, c) for c in chunks) // S * m  # m per chunk
-    return st, base, buffers
+    st, base, ends, buffers = _interleaved_fixed(cfg, seq, setup, layout.as_chunks(), layout.chunks(rank), dp_rank)
+    rows = layout.micro_batches * batch  # m·B sequences a step
+    return st, base + ends * 8 * rows * seq, buffers * rows
+
+
+@lru_cache(maxsize=4096)
+def _interleaved_fixed(cfg, seq, setup, lay: ParallelLayout, chunks: tuple[int, ...], dp_rank: int):
+    """(model states, baseline less the step's ids and targets, how many of ``chunks`` hold the ids or the
+    targets, receive buffers per sequence of the step) of the model stages ``chunks`` of ``lay``
+    (``ParallelLayout.as_chunks``): ``stage_baseline`` at B = 0 (its int64 ids or targets, 8·m·B·S on stage 0 or
+    the last, are the caller's), and ``schedule_buffers``, S per chunk at B = 1 (the caller's m·B per chunk)."""
+    S, L = lay.pp, cfg.num_layers
+    models = [_like(L, S, c) for c in chunks]  # a chunk's model states are its model's
+    st = _sum_states([_states(cfg, setup, lay, c, dp_rank) for c in models])
+    base = sum(stage_baseline(cfg, seq, 0, setup, lay, c, dp_rank) for c in models)
+    ends = sum((c == 0) + (c == S - 1) for c in models)
+    buffers = sum(schedule_buffers(cfg, seq, 1, setup, lay, c) for c in models) // S
+    return st, base, ends, buffers
 
 
 @lru_cache(maxsize=1024)
@@ -1112,9 +1129,16 @@ def interleaved_dp_rank(cfg: ModelConfig, setup: TrainingSetup, layout: Parallel
     chunks (the lowest on a tie); otherwise 0 (every dp rank alike)."""
     if layout.zero != 1 or layout.dp == 1:
         return 0
-    lay, chunks = layout.as_chunks(), [_like(cfg.num_layers, layout.stages, c) for c in layout.chunks(rank)]
-    held = lambda r: sum(_states(cfg, setup, lay, c, r).optimizer for c in chunks)
-    return max(sorted({_states(cfg, setup, lay, c).rank for c in chunks}), key=lambda r: (held(r), -r))
+    return _owned_dp_rank(cfg, setup, layout.as_chunks(), layout.chunks(rank))
+
+
+@lru_cache(maxsize=1024)
+def _owned_dp_rank(cfg, setup, lay: ParallelLayout, chunks: tuple[int, ...]) -> int:
+    """``interleaved_dp_rank`` under ZeRO-1 of the model stages ``chunks`` of ``lay`` (``ParallelLayout.as_chunks``:
+    no micro-batch count, so one cache key for every m)."""
+    models = [_like(cfg.num_layers, lay.pp, c) for c in chunks]
+    held = lambda r: sum(_states(cfg, setup, lay, c, r).optimizer for c in models)
+    return max(sorted({_states(cfg, setup, lay, c).rank for c in models}), key=lambda r: (held(r), -r))
 
 
 def _sum_states(states: list) -> object:
@@ -1151,13 +1175,11 @@ def interleaved_rank_estimate(
     stage's cross-entropy transient); backward peak: + the gradients; beside FSDP2 both + every chunk's
     units unsharded (the runtime's UNSHARD actions, ``_add_unshard_reshard``); each backward's own
     transient left out."""
-    flat, S, m, chunks = _flat(layout), layout.stages, layout.micro_batches, layout.chunks(rank)
-    states_setup = TrainingSetup(precision=setup.precision, optimizer=setup.optimizer)  # all they read
-    st, base, buffers = _interleaved_kept(cfg, seq, batch, states_setup, layout, rank, dp_rank)
-    saved = [_stage_saved(cfg, seq, batch, setup, flat, S, c) for c in chunks]
-    warm, first, steady = _in_flight(layout.pp, layout.virtual_stages, m, rank)
+    flat, S, chunks = _flat(layout), layout.stages, layout.chunks(rank)
+    st, base, buffers, saved, at_backward = _interleaved_first_backward(cfg, seq, batch, setup, layout, rank, dp_rank)
+    warm, _, steady = _in_flight(layout.pp, layout.virtual_stages, layout.micro_batches, rank)
     dot = lambda counts: sum(n * x for n, x in zip(counts, saved, strict=True))
-    warm_top, at_backward = max(map(dot, warm)), dot(first)
+    warm_top = max(map(dot, warm))
     top = max(warm_top, max(map(dot, steady), default=0))
     kept = base + buffers
     r = single_rank_step(cfg, seq, batch, setup, flat, "plain")
@@ -1169,6 +1191,25 @@ def interleaved_rank_estimate(
     bwd = PhaseBytes(kept + top + st.gradients + transient + held, kept + st.gradients)
     opt = PhaseBytes(kept + st.gradients + st.owned_elements * element_bytes(setup), kept)
     return StepMemory(base, fwd, bwd, opt), st, at_backward
+
+
+@lru_cache(maxsize=64)
+def _states_setup(precision: str, optimizer: str) -> TrainingSetup:
+    """The setup of what the model states, baselines and buffers read (the precision and the optimizer): one
+    object each, for the cache keys of ``_interleaved_kept``."""
+    return TrainingSetup(precision=precision, optimizer=optimizer)
+
+
+def _interleaved_first_backward(cfg, seq, batch, setup, layout, rank, dp_rank):
+    """(model states, baseline, receive buffers, each chunk's saved activations of one micro-batch, the saved
+    activations in flight at the rank's first backward) of pipeline rank ``rank``: what
+    ``interleaved_rank_estimate`` and ``interleaved_rank_step`` share."""
+    states_setup = _states_setup(setup.precision, setup.optimizer)  # all they read
+    st, base, buffers = _interleaved_kept(cfg, seq, batch, states_setup, layout, rank, dp_rank)
+    flat, S = _flat(layout), layout.stages
+    saved = [_stage_saved(cfg, seq, batch, setup, flat, S, c) for c in layout.chunks(rank)]
+    first = _in_flight(layout.pp, layout.virtual_stages, layout.micro_batches, rank)[1]
+    return st, base, buffers, saved, sum(n * x for n, x in zip(first, saved, strict=True))
 
 
 @lru_cache(maxsize=16384)
@@ -1214,7 +1255,7 @@ def _stage_estimate(
 def _activation_split(cfg, seq, batch, setup, layout) -> tuple[int, int]:
     """(saved bytes per block, saved bytes of everything else) of one micro-batch on one rank."""
     total = saved_activations(cfg, seq, batch, setup, layout)
-    one = dataclasses.replace(cfg, num_layers=1)
-    two = dataclasses.replace(cfg, num_layers=2)
+    one = cfg.with_layers(1)
+    two = cfg.with_layers(2)
     per_layer = saved_activations(two, seq, batch, setup, layout) - saved_activations(one, seq, batch, setup, layout)
     return per_layer, total - cfg.num_layers * per_layer

@@ -224,6 +224,13 @@ def _axes(gpu: str, key: tuple) -> list[list[int]]:
     return [sorted({mnk[i] for mnk in table}) for i in range(3)]
 
 
+@cache
+def _nearest(gpu: str, key: tuple, m: int, n: int, k: int) -> tuple[int, int, int]:
+    """The point of ``gpu``'s GEMM grid for (dtype, layout) nearest (m, n, k) in log space (as ``_axes``, on the
+    grid of ``load(gpu)``: the LM head's shapes recur at every micro-batch of every program)."""
+    return min(load(gpu).gemm[key], key=lambda p: sum(math.log(x / y) ** 2 for x, y in zip(p, (m, n, k), strict=True)))
+
+
 def slowdown(cal: Calibration, dtype: str, layout: str, m: int, n: int, k: int) -> float | None:
     """(1): how many times longer an unaligned GEMM takes than the aligned one, log-interpolated between the
     measured head GEMMs of that dtype and layout (clamped at their edges); 1 for an aligned GEMM, None where the
@@ -276,7 +283,7 @@ def _aligned_seconds(cal: Calibration, dtype: str, layout: str, m: int, n: int, 
                     total += wa * wb * wc * math.log(2 * a * b * c / table[a, b, c])
                     weight += wa * wb * wc
     if weight == 0:  # no corner measured (a vocabulary width at another k): the nearest point in log space
-        a, b, c = min(table, key=lambda p: sum(math.log(x / y) ** 2 for x, y in zip(p, (m, n, k), strict=True)))
+        a, b, c = _nearest(cal.gpu, key, m, n, k)
         return 2 * m * n * k / (2 * a * b * c / table[a, b, c])
     return 2 * m * n * k / math.exp(total / weight)
 
