@@ -4,6 +4,25 @@ names to the keys of our component registry it covers (a fused projection covers
 
 from collections import defaultdict
 
+LLAMA_TOP = {"model.embed_tokens": "token_embeddings", "model.norm": "ln_final", "lm_head": "lm_head"}
+LLAMA_PREFIX = "model.layers."
+
+
+def layer_keys(layer_map: dict, top: dict = LLAMA_TOP, prefix: str = LLAMA_PREFIX):
+    """``our_keys`` for a model laid out as Llama's (``model.layers.<i>.<module>``): ``top``'s names, else the layer
+    module (or parameter) in ``layer_map``, with or without ``.weight``; a wrapper's text model
+    (``model.language_model.``) reads as the text model."""
+
+    def our_keys(name: str) -> tuple[str, ...]:
+        name = name.replace("model.language_model.", "model.")
+        if name.removesuffix(".weight") in top:
+            return (top[name.removesuffix(".weight")],)
+        inner = name[len(prefix) :].partition(".")[2]
+        keys = layer_map[inner] if inner in layer_map else layer_map[inner.removesuffix(".weight")]
+        return tuple(f"layers.*.{k}" for k in keys)
+
+    return our_keys
+
 
 def assert_parameters_by_component(bd, model, our_keys, with_empty: bool = True) -> None:
     """Every parameter of ``model`` under our keys, and each group of keys' total equal to transformers' count.

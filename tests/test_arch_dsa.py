@@ -39,7 +39,7 @@ from lm_accounting.model import build_model
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from hf_components import assert_parameters_by_component
+from hf_components import LLAMA_PREFIX, LLAMA_TOP, assert_parameters_by_component, layer_keys
 from test_transformers_truth import build_hf, hf_forward_flops, meta_masks  # noqa: F401
 
 # the published widths: DeepseekV32Config's and GlmMoeDsaConfig's defaults written out (transformers 5.24), 61 and 78
@@ -159,17 +159,8 @@ LAYER_MAP = {  # transformers' module (or parameter) inside a layer -> our compo
     "mlp.shared_experts.up_proj": ("moe.shared.w3",),
     "mlp.shared_experts.down_proj": ("moe.shared.w2",),
 }
-TOP = {"model.embed_tokens": "token_embeddings", "model.norm": "ln_final", "lm_head": "lm_head"}
-PREFIX = "model.layers."
-
-
-def our_keys(name: str) -> tuple[str, ...]:
-    if name.removesuffix(".weight") in TOP:
-        return (TOP[name.removesuffix(".weight")],)
-    inner = name[len(PREFIX) :].partition(".")[2]
-    if inner in LAYER_MAP:
-        return tuple(f"layers.*.{k}" for k in LAYER_MAP[inner])
-    return tuple(f"layers.*.{k}" for k in LAYER_MAP[inner.removesuffix(".weight")])
+TOP, PREFIX = LLAMA_TOP, LLAMA_PREFIX
+our_keys = layer_keys(LAYER_MAP)
 
 
 @pytest.fixture(scope="module")

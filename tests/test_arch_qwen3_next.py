@@ -47,7 +47,7 @@ from lm_accounting.hf_config import config_from_hf
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from hf_components import assert_parameters_by_component
+from hf_components import LLAMA_PREFIX, LLAMA_TOP, assert_parameters_by_component, layer_keys
 from test_transformers_truth import build_hf, hf_forward_flops, meta_masks  # noqa: F401
 
 QWEN3_NEXT = {  # Qwen/Qwen3-Next-80B-A3B-Instruct/config.json (see the module docstring)
@@ -210,18 +210,8 @@ LAYER_MAP = {
     "mlp.shared_expert.down_proj": ("moe.shared.w2",),
     "mlp.shared_expert_gate": ("moe.shared_gate",),
 }
-TOP = {"model.embed_tokens": "token_embeddings", "model.norm": "ln_final", "lm_head": "lm_head"}
-PREFIX = "model.layers."
-
-
-def our_keys(name: str) -> tuple[str, ...]:
-    name = name.replace("model.language_model.", "model.")  # a wrapper's text model
-    if name.removesuffix(".weight") in TOP:
-        return (TOP[name.removesuffix(".weight")],)
-    inner = name[len(PREFIX) :].partition(".")[2]
-    if inner in LAYER_MAP:
-        return tuple(f"layers.*.{k}" for k in LAYER_MAP[inner])
-    return tuple(f"layers.*.{k}" for k in LAYER_MAP[inner.removesuffix(".weight")])
+TOP, PREFIX = LLAMA_TOP, LLAMA_PREFIX
+our_keys = layer_keys(LAYER_MAP)
 
 
 def hf_values(values: dict) -> dict:
