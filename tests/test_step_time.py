@@ -306,3 +306,9 @@ def test_train_time_prints_the_calibrated_step_on_an_h100(run_cli):
 def test_train_time_refuses_a_bad_efficiency_in_one_line(run_cli, args, message):
     r = run_cli("train-time", "gpt2-small", "-S", "256", *args)
     assert r.code == 2 and message in r.err and len(r.err.strip().splitlines()) == 1
+
+
+def test_the_step_line_names_whose_step_it_is(run_cli):
+    """The header names the implementation priced, in English: "transformers' step", "course's step"."""
+    assert "(transformers' step, setup" in run_cli("train-time", "qwen3-0.6b", "--impl", "transformers").out
+    assert "(course's step, setup" in run_cli("train-time", "gpt2-small").out

@@ -13,13 +13,14 @@ from .words import plural
 
 def train_time_view(r: TrainTime) -> View:
     chosen, e = r.chosen, r.estimate
+    whose = r.impl + ("'" if r.impl.endswith("s") else "'s")  # transformers' step, course's step
     header = [
         describe_config(r.config),
         (
             f"{plural(r.steps, 'step')} · batch {r.batch:,} · context {r.seq:,} · {e.step_seconds:,.4f} s per step · "
             f"MFU {e.mfu:.1%} · HFU {e.hfu:.1%} · {chosen.days:,.1f} days ({chosen.hours:,.1f} hours)"
         ),
-        f"step time: {efficiency_words(e.calibration, e.efficiency)} ({r.impl}'s step, setup {r.setup.label})",
+        f"step time: {efficiency_words(e.calibration, e.efficiency)} ({whose} step, setup {r.setup.label})",
     ]
     time_table = Table(
         f"Training time at the calibrated step's {r.mfu:.1%} of {r.device} ({r.peak_flops / 1e12:,.1f} TFLOP/s),"
