@@ -46,10 +46,11 @@ Step time (one optimizer step, k = sequences per dp rank / b micro-batches):
 2. TP/SP collectives (per micro-batch, on the critical path, NOT overlapped): wire bytes / the
    GPU's NVLink bandwidth one way;
 3. data-parallel collectives: FSDP2 all-gathers per micro-batch, gradient reduction (reduce-scatter
-   or all-reduce) once per step (accumulation without sync), wire bytes / the data-parallel link
-   (NVLink within one node, W <= 8; else ``--interconnect-bw``, default 50 GB/s per GPU, one
-   400 Gb/s InfiniBand NIC per GPU).  ASSUMED fully overlapped with compute: step = max(compute,
-   dp comm) + tp comm + ep comm + pp point-to-point.  Under pp a stage's data-parallel collectives and
+   or all-reduce) once per step (accumulation without sync), wire bytes / the group's ring bus bandwidth
+   (``ring_bandwidth``: NVLink within one node; across nodes NCCL's rings, one per NIC, give the
+   group's ranks on a node times ``--interconnect-bw`` (default 50 GB/s per GPU, one 400 Gb/s InfiniBand NIC
+   per GPU), at most NVLink; pipeline point-to-point: NVLink within one node, W <= 8, else one NIC).
+   ASSUMED fully overlapped with compute: step = max(compute, dp comm) + tp comm + ep comm + pp point-to-point.  Under pp a stage's data-parallel collectives and
    point-to-point transfers are counted per step (collectives rules 8 and 9: FSDP2 gathers as often as
    the 1F1B order finds the units sharded), each the busiest stage's (0, a middle one, the last);
 4. expert parallel's all-to-alls (dispatch and combine per MoE layer, per micro-batch, on the
@@ -319,6 +320,24 @@ def _powers(lo: int, hi: int) -> list[int]:
     return sorted(out)
 
 
+def ring_bandwidth(ranks: int, stride: int, nvlink: float, nic: float) -> float:
+    """Step 3's bus bandwidth (bytes/s) of a ring collective (NCCL's all-gather, reduce-scatter and all-reduce)
+    over ``ranks`` ranks ``stride`` global ranks apart, on nodes of ``GPUS_PER_NODE`` GPUs with one ``nic`` each
+    (rail-optimised, DGX H100):
+
+    1. within one node (ranks · stride <= the node): ``nvlink`` one way;
+    2. across nodes NCCL runs one ring per NIC; each ring's link between two nodes carries (n − 1)/n of that
+       ring's share, so the collective takes wire bytes / (the NICs the group has on a node · ``nic``): the
+       group's min(ranks, node / stride) ranks on a node each bring their own; NVLink caps it.
+       Measured: 4 nodes × 8 H100 with 8 × 400 Gb/s NICs, all-reduce bus bandwidth 365.84 GB/s
+       (https://github.com/NVIDIA/nccl-tests/issues/309), against NVIDIA's 46-48 GB/s per 400 Gb/s NIC
+       (https://github.com/NVIDIA/nccl-tests/issues/290).  A group with one rank per node (dp beside tp 8)
+       has one NIC: ``nic``."""
+    if ranks * stride <= GPUS_PER_NODE:
+        return nvlink
+    return min(nvlink, max(1, min(ranks, GPUS_PER_NODE // stride)) * nic)
+
+
 def _seconds(bytes_: int, bw: int) -> float:
     return bytes_ / bw if bytes_ else 0.0
 
@@ -357,10 +376,10 @@ class _Pricing:
     def communication(self, b, setup, lay) -> tuple[float, float, float, float]:
         """Steps 2-4: (data-parallel, tensor-parallel, pipeline, expert-parallel) seconds of one step."""
         nvlink = self.g.interconnect_one_way
-        dp_link = nvlink if lay.world <= GPUS_PER_NODE else self.internode
+        p2p = nvlink if lay.world <= GPUS_PER_NODE else self.internode  # one GPU's NIC (step 3)
         ep_link = nvlink if lay.ep <= GPUS_PER_NODE else self.internode  # an ep group: consecutive ranks
         dp, tp, pp, ep = self._wire(b, setup, lay)
-        return _seconds(dp, dp_link), _seconds(tp, nvlink), _seconds(pp, dp_link), _seconds(ep, ep_link)
+        return dp, _seconds(tp, nvlink), _seconds(pp, p2p), _seconds(ep, ep_link)
 
     def estimate(self, b, setup, lay, times) -> StepEstimate:
         """The ``StepEstimate`` of a candidate whose ``step_times`` are ``times``."""
@@ -427,8 +446,9 @@ class _Pricing:
         f = max(rank_flops(self.cfg, self.seq, b, setup, one, r, s).hardware for s in stages for r in ranks)
         return f // lay.pp
 
-    def _wire(self, b, setup, lay) -> tuple[int, int, int, int]:
-        """Wire bytes of one step by group (dp, tp, pp, ep): TP and EP per micro-batch, k times; without pp
+    def _wire(self, b, setup, lay) -> tuple[float, int, int, int]:
+        """One step's data-parallel seconds (each group's wire bytes over its ``ring_bandwidth``) and tp, pp and ep
+        wire bytes: TP and EP per micro-batch, k times; without pp
         the FSDP2 all-gathers k times and the reduction once; under pp a stage's collectives are counted
         per step (collectives rules 8–10), each group's the busiest stage's; with virtual stages the
         pipeline rank's transfers (rule 11), its dp and tp groups' those of its 1F1B stage (every v alike)."""
@@ -442,12 +462,12 @@ class _Pricing:
             pp = self._get(key + (lay.virtual_stages,), self._pipeline_wire, b, setup, lay, stages)
         return dp, tp, pp, ep
 
-    def _group_wire(self, b, setup, lay, stages) -> tuple[int, int, int]:
-        """(dp, tp, ep) wire bytes of ``_wire``."""
+    def _group_wire(self, b, setup, lay, stages) -> tuple[float, int, int]:
+        """(dp seconds, tp wire bytes, ep wire bytes) of ``_wire``."""
         k, ck = lay.micro_batches, setup.checkpoint
         m = k if lay.pp > 1 else 1  # the collectives read m under pp only
         moe = (b, ck) if lay.ep > 1 else None  # the all-to-alls read the micro-batch and the checkpointing
-        dp = tp = ep = 0
+        dp, tp, ep = 0.0, 0, 0
         for s in stages:
             if lay.dp > 1:  # they read neither sequence parallel nor the checkpointing, nor k; under pp m only
                 passes = sharded_passes(lay, s) if lay.pp > 1 and lay.fsdp else None  # as FSDP2's passes (rule 9)
@@ -470,19 +490,23 @@ class _Pricing:
         sent = lambda s: sum(wire_bytes(c, 2) for c in pipeline_collectives(self.cfg, self.seq, b, setup, lay, s))
         return max(map(sent, stages))
 
-    def _data_parallel_wire(self, b, setup, lay, s) -> tuple[int, int, int]:
-        """(all-gathers, the rest, all-to-alls) wire bytes of stage ``s``'s data-parallel collectives in one step
-        (``_group_wire`` repeats the all-gathers k times without pp, the all-to-alls k times)."""
-        gathers = rest = ep = 0
+    def _data_parallel_wire(self, b, setup, lay, s) -> tuple[float, float, int]:
+        """(all-gathers' seconds, the rest's seconds, all-to-alls' wire bytes) of stage ``s``'s data-parallel
+        collectives in one step (``_group_wire`` repeats the all-gathers k times without pp, the all-to-alls k
+        times).  A dp group's ranks are tp apart (the mesh is (pp, dp, tp)); the expert units' ("dp/ep": the
+        ranks holding the same experts) ep·tp apart."""
+        gathers = rest = 0.0
+        ep = 0
         for c in data_parallel_collectives(self.cfg, self.seq, b, setup, lay, False, 0, s):
             if c.group == "ep":
                 ep += wire_bytes(c, lay.ep)
                 continue
-            wire = wire_bytes(c, lay.dp // lay.ep if c.group == "dp/ep" else lay.dp)  # "dp/ep": the expert units
+            ranks, stride = (lay.dp // lay.ep, lay.ep * lay.tp) if c.group == "dp/ep" else (lay.dp, lay.tp)
+            seconds = wire_bytes(c, ranks) / ring_bandwidth(ranks, stride, self.g.interconnect_one_way, self.internode)
             if c.kind == "all_gather":
-                gathers += wire
+                gathers += seconds
             else:
-                rest += wire
+                rest += seconds
         return gathers, rest, ep
 
 

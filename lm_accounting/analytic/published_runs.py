@@ -400,11 +400,12 @@ def cause(run: Run, row: dict[str, Any]) -> str:
     if error < 0 and row["pp_comm_s"] / step >= SHARE / 2:  # v-fold under an interleaved schedule
         parts.append(f"pipeline sends counted exposed: {100 * row['pp_comm_s'] / step:.0f} % of the step")
     if error < 0 and row["dp_comm_s"] > compute:
-        link = "NVLink" if run.gpus <= GPUS_PER_NODE else f"{DEFAULT_INTERNODE // 10**9} GB/s per GPU between nodes"
-        parts.append(
-            f"data-parallel collectives (fp32 all-gathers, {link}) {row['dp_comm_s']:.2f} s exceed the compute "
-            f"{compute:.2f} s"
+        link = (
+            "NVLink"
+            if run.gpus <= GPUS_PER_NODE
+            else f"rings over {DEFAULT_INTERNODE // 10**9} GB/s NICs between nodes"
         )
+        parts.append(f"data-parallel collectives ({link}) {row['dp_comm_s']:.2f} s exceed the compute {compute:.2f} s")
     return "; ".join(parts) or "unexplained by the differences listed"
 
 

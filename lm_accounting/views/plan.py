@@ -15,7 +15,8 @@ def plan_view(p: Plan) -> View:
         (
             f"{g.label}: {g.memory_bytes / 1e9:,.0f} GB, {g.peak_flops('bf16') / 1e12:,.1f} TFLOP/s bf16 dense, "
             f"{g.interconnect} {g.interconnect_one_way / 1e9:,.0f} GB/s one way · inter-node "
-            f"{p.internode_bw / 1e9:,.0f} GB/s per GPU"
+            f"{p.internode_bw / 1e9:,.0f} GB/s per GPU (one NIC each; a data-parallel ring across nodes runs at "
+            "its ranks per node × that, at most NVLink)"
         ),
         f"step time: {efficiency_words(p.calibration, p.efficiency)}",
         (
