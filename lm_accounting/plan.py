@@ -3,7 +3,7 @@
 Candidates: every GPU count W in the range that is a power of two (and the range's ends), every
 tp in {1, 2, 4, 8} (within one 8-GPU node, dividing the heads, kv heads and d_ff), pp a power of
 two up to 16 and the layers (Llama 3 405B's 16 stages), under pp virtual stages v (interleaved 1F1B)
-1 or a power of two whose pp·v stages divide the layers, dp = W / (tp·pp), ZeRO stage 0–3, sequence parallel with tp, vocab parallel
+1 or a power of two whose pp·v stages have a block each (uneven: the first L mod pp·v one block more), dp = W / (tp·pp), ZeRO stage 0–3, sequence parallel with tp, vocab parallel
 with tp (an untied model; torchtitan's loss-parallel head), checkpointing none/full/selective,
 micro-batch b a power of two dividing the sequences per data-parallel rank.
 Setup: fused attention (sdpa), amp-bf16, foreach AdamW.  Memory per GPU is ``analytic.parallel``
@@ -737,13 +737,19 @@ def _families(cfg: ModelConfig, seq: int, gpus: tuple[int, int], sequences: int)
                 pp *= 2
 
 
+MAX_VIRTUAL = 8
+"""The most virtual stages ``plan`` enumerates (a cap on its search, not on the layout: ``--virtual-stages``
+prices any; torchtitan's published 405B run used 2, NeMo's Llama-2 runs 10 and 20 with 4 stages or fewer)."""
+
+
 def _virtual_stages(cfg: ModelConfig, pp: int) -> list[int]:
-    """v = 1, and under pp every power of two v > 1 whose pp·v stages split the layers evenly (Megatron's
-    interleaved schedule asks the layers per stage to be a whole number of chunks)."""
+    """v = 1, and under pp every power of two v > 1 whose pp·v stages have a block each: split as torch's
+    pipelining and torchtitan split them, the first L mod pp·v stages one block more (``analytic.parallel
+    .stage_layers``; Llama 3 405B's 126 layers over pp 16 × v 2), not only where pp·v divides the layers (Megatron's
+    rule); v up to ``MAX_VIRTUAL``."""
     out, v = [1], 2
-    while pp > 1 and pp * v <= cfg.num_layers:
-        if cfg.num_layers % (pp * v) == 0:
-            out.append(v)
+    while pp > 1 and pp * v <= cfg.num_layers and v <= MAX_VIRTUAL:
+        out.append(v)
         v *= 2
     return out
 
