@@ -123,7 +123,7 @@ def training_step(
         if sharding is not None:
             sharding.zero_grad()
         if run.virtual_grads:  # the gradients of repeated blocks' copies (``tensors.repeated``)
-            run.charge(-run.virtual_grads, "zero_grad of repeated blocks")
+            run.charge(-run.virtual_grads, "zero_grad of repeated blocks", kernel=False)
         step = run.phase()
         del program, params, m, v, steps
     return StepInBatch(baseline, forward, back, step)
