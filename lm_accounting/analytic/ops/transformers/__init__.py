@@ -104,6 +104,7 @@ def predict_step(
     device: str = "meta",
     cpu_threads: int = 1,
     sharding=None,
+    optimizer_step: bool = True,
 ) -> StepInBatch:
     """The training step of transformers' model of ``cfg`` (see ``ops.predict_step``); ``sharding``: on one
     rank of that wrapper's job (``step.Sharding``).
@@ -130,4 +131,5 @@ def predict_step(
         cpu_threads=cpu_threads,
         sharding=sharding,
         cuda_batch=batch if device == "cuda" else None,
+        optimizer_step=optimizer_step,
     )
