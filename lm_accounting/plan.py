@@ -369,9 +369,14 @@ class _Pricing:
         return (self.compute(b, setup, lay), *self.communication(b, setup, lay))
 
     def compute(self, b, setup, lay) -> float:
-        """Step 1: the busiest GPU's micro-batches, the bubble's slots, and its AdamW step."""
+        """Step 1: the busiest GPU's micro-batches, the bubble's slots, and its AdamW step.  The micro-batches'
+        part is cached on the fields it reads (thousands of candidates differ only in dp, ZeRO or SP)."""
+        key = ("slots", b, setup, lay.tp, lay.vocab_parallel, lay.pp, lay.ep, lay.virtual_stages, lay.micro_batches)
+        return self._get(key, self._slots, b, setup, lay) + self.optimizer(setup, lay)
+
+    def _slots(self, b, setup, lay) -> float:
         slots = pipeline_slots(lay.micro_batches, lay.pp, lay.virtual_stages)  # the bubble
-        return sum(self.micro_batch(b, setup, lay)) * slots + self.optimizer(setup, lay)
+        return sum(self.micro_batch(b, setup, lay)) * slots
 
     def communication(self, b, setup, lay) -> tuple[float, float, float, float]:
         """Steps 2-4: (data-parallel, tensor-parallel, pipeline, expert-parallel) seconds of one step."""
