@@ -84,6 +84,7 @@ from .analytic.collectives import (
 from .analytic.hardware_flops import step_flops
 from .analytic.parallel import local_config, peaks_exact, rank_floor, rank_flops, rank_step
 from .analytic.parallel_report import not_modelled
+from .analytic.params import parameter_breakdown
 from .analytic.pipeline import pipeline_slots, pipeline_stages, stage_floor
 from .analytic.step_time import load, optimizer_seconds, program
 from .config import AccountingError, ModelConfig
@@ -225,7 +226,7 @@ def price_layout(
 
 @dataclass(frozen=True)
 class Plan(Result):
-    SCHEMA: ClassVar[str] = "lm-accounting/plan/6"
+    SCHEMA: ClassVar[str] = "lm-accounting/plan/7"
 
     config: ModelConfig
     gpu: GPU
@@ -241,6 +242,7 @@ class Plan(Result):
     ranked: tuple[Candidate, ...]  # the best ``top`` fitting candidates (fewest GPU-hours first)
     top: int = 10
     own: str | None = None  # the user's own layout, priced alone (``OwnLayout.describe``); None: every candidate
+    fastest: tuple[Candidate, ...] = ()  # the fastest fitting candidate at each GPU count (none with ``own``)
 
     @property
     def calibration(self) -> str:
@@ -302,6 +304,9 @@ class Plan(Result):
             "candidates_fitting": len(self.ranked) if self.complete else None,
             "own_layout": self.own,
             "best": [self.row(c) for c in self.ranked],
+            "fastest_per_gpu_count": [
+                {**self.row(c), "frontier": on} for c, on in zip(self.fastest, frontier(self.fastest), strict=True)
+            ],
             "assumptions": __doc__.split("Step time", 1)[1].strip(),
         }
 
@@ -616,28 +621,41 @@ def plan(
         raise AccountingError(
             f"no layout of {gpus[0]}..{gpus[1]} GPUs splits {sequences:,} sequences evenly over its data-parallel ranks"
         )
-    fitting, failed, smallest, floors, checked = [], {}, None, [], 0
-    for _, _, _, b, setup, lay, times in _by_gpu_hours(pending, pricing):
-        if len(fitting) == top:
-            break
-        checked += 1
+    fitting, failed, smallest, floors, seen = [], {}, None, [], {}
+
+    def check(b, setup, lay, times) -> Candidate | None:
+        """The candidate if it fits the GPU, else None (each candidate checked once: the frontier's search
+        reads the ranking's)."""
+        nonlocal smallest
+        key = (b, setup, lay)
+        if key in seen:
+            return seen[key]
+        seen[key] = None
         chain = (lay.dp, lay.zero, lay.tp, lay.sequence_parallel, lay.vocab_parallel, lay.pp, lay.ep, setup.checkpoint)
         chain += (lay.virtual_stages,)
         if prune and b >= failed.get(chain, b + 1):
-            continue  # a smaller micro-batch of the same layout does not fit: the peak grows with b (1F1B; not
+            return None  # a smaller micro-batch of the same layout does not fit: the peak grows with b (1F1B; not
             # under interleaving, whose order changes with m = sequences / b: no chain is recorded there)
         need, exact = _need(cfg, seq, b, setup, lay, g, allowance, exact=not prune)
         if need <= g.cuda_total:
             peak_exact = peaks_exact(setup, lay, cfg) and not not_modelled(cfg, seq, setup)
             estimate = pricing.estimate(b, setup, lay, times)
-            fitting.append(Candidate(lay, setup.checkpoint, b, lay.micro_batches, need, *times, peak_exact, estimate))
-            continue
+            seen[key] = Candidate(lay, setup.checkpoint, b, lay.micro_batches, need, *times, peak_exact, estimate)
+            return seen[key]
         if lay.virtual_stages == 1:
             failed[chain] = min(b, failed.get(chain, b))
         if exact and (smallest is None or need < smallest[0]):
             smallest = (need, lay.label, setup.checkpoint, b)
         elif not exact:
             floors.append((need, b, setup, lay))
+        return None
+
+    for _, _, _, b, setup, lay, times in _by_gpu_hours(pending, pricing):
+        if len(fitting) == top:
+            break
+        if (c := check(b, setup, lay, times)) is not None:
+            fitting.append(c)
+    checked = len(seen)
     if not fitting:  # the smallest need, exact: replay the floored candidates that might have it, lowest first
         for floor, b, setup, lay in sorted(floors, key=lambda f: f[0]):
             if smallest is not None and floor >= smallest[0]:
@@ -668,10 +686,54 @@ def plan(
                 else "use more GPUs or a larger GPU"
             )
         )
+    fastest = ()
+    if own is None:
+        fastest = _fastest_per_gpu_count(
+            cfg, pending, pricing, check, g.cuda_total - allowance, fitting[0].layout.world
+        )
     return Plan(
         cfg, g, seq, global_batch_tokens, tokens, efficiency, internode_bw, basis, price_per_gpu_hour,
-        len(pending), checked, tuple(fitting), top, None if own is None else own.describe(),
+        len(pending), checked, tuple(fitting), top, None if own is None else own.describe(), fastest,
     )  # fmt: skip
+
+
+def _fastest_per_gpu_count(cfg: ModelConfig, pending: list, pricing: _Pricing, check, budget: int, cheapest: int):
+    """The fastest fitting candidate at each GPU count W of ``pending`` from ``cheapest`` (the GPU count of the
+    fewest GPU-hours) up (``check``: the ranking's fit check, shared): W's candidates in their order (at one W,
+    GPU-hours order is step-time order) until one fits.  Skipped unchecked, because no candidate there can be on
+    the frontier (``frontier``) or fit:
+    1. W below ``cheapest``: a candidate there has at least the cheapest's GPU-hours h, so at least h / W / 24
+       days, more than the cheapest's h / cheapest / 24: dominated;
+    2. a W whose every layout holds more than the budget: amp-bf16 keeps 16 bytes of model states per parameter
+       (the fp32 parameter, its gradient and AdamW's two moments) on some rank, so the busiest of W ranks holds
+       at least 16·P/W, a lower bound of its peak whatever the layout."""
+    worlds: dict[int, list] = {}
+    for p in pending:
+        worlds.setdefault(p[4].world, []).append(p)
+    states = AMP_STATE_BYTES * parameter_breakdown(cfg).total
+    out = []
+    for w in sorted(worlds):
+        if w < cheapest or -(-states // w) > budget:
+            continue
+        for _, _, _, b, setup, lay, times in _by_gpu_hours(worlds[w], pricing):
+            if (c := check(b, setup, lay, times)) is not None:
+                out.append(c)
+                break
+    return tuple(out)
+
+
+AMP_STATE_BYTES = 16
+"""Model-state bytes per parameter under amp-bf16 with fp32 parameters and AdamW: parameter 4 + gradient 4 +
+exp_avg 4 + exp_avg_sq 4 (``analytic.memory``'s model states)."""
+
+
+def frontier(candidates: tuple[Candidate, ...]) -> list[bool]:
+    """Whether each candidate is on the frontier of time against GPU-hours: no other one takes at most its step
+    time and at most its GPU-seconds per step (step · W), one of them less (the steps to train are the same for
+    every candidate, so days and GPU-hours are these times a constant); equal within rounding (1e-9) is equal."""
+    cost = [(c.step_s, c.step_s * c.layout.world) for c in candidates]
+    le = lambda x, y: x <= y * (1 + 1e-9)  # equal up to rounding: dp 32 and dp 256 of one layout cost the same
+    return [not any(le(t, s) and le(h, g) and not (le(s, t) and le(g, h)) for t, h in cost) for s, g in cost]
 
 
 @dataclass(frozen=True)
