@@ -5,7 +5,9 @@ tp in {1, 2, 4, 8} (within one 8-GPU node, dividing the heads, kv heads and d_ff
 two up to 16 and the layers (Llama 3 405B's 16 stages), under pp virtual stages v (interleaved 1F1B)
 1 or a power of two whose pp·v stages divide the layers, dp = W / (tp·pp), ZeRO stage 0–3, sequence parallel with tp, vocab parallel
 with tp (an untied model; torchtitan's loss-parallel head), checkpointing none/full/selective,
-micro-batch b a power of two dividing the sequences per data-parallel rank.
+micro-batch b a power of two dividing the sequences per data-parallel rank; and HSDP (ZeRO 2 or 3 over a
+replicate × shard mesh, ``layout``; torchtitan's dp_replicate × dp_shard) with its shard group inside one node
+(shard a power of two, 2 <= shard, shard·tp <= 8) and at least two replicas, without pp.
 Setup: fused attention (sdpa), amp-bf16, foreach AdamW.  Memory per GPU is ``analytic.parallel``
 (the worst rank, plain run); a candidate fits when it is within the budget per GPU, the GPU's CUDA-reported
 total less the allowance (``gpus.memory_budget``, the rule of ``memory`` and ``infer`` too): peak + allowance
@@ -48,7 +50,10 @@ Step time (one optimizer step, k = sequences per dp rank / b micro-batches):
 3. data-parallel collectives: FSDP2 all-gathers per micro-batch, gradient reduction (reduce-scatter
    or all-reduce) once per step (accumulation without sync), wire bytes / the data-parallel link
    (NVLink within one node, W <= 8; else ``--interconnect-bw``, default 50 GB/s per GPU, one
-   400 Gb/s InfiniBand NIC per GPU).  ASSUMED fully overlapped with compute: step = max(compute,
+   400 Gb/s InfiniBand NIC per GPU).  HSDP (collectives rule 12): the shard group's all-gathers and
+   reduce-scatters over NVLink (its shard·tp ranks are consecutive: one node when shard·tp <= 8, else
+   ``--interconnect-bw``), plus the all-reduce of each unit's sharded gradients across the replicas over
+   the data-parallel link, the two one after the other.  ASSUMED fully overlapped with compute: step = max(compute,
    dp comm) + tp comm + ep comm + pp point-to-point.  Under pp a stage's data-parallel collectives and
    point-to-point transfers are counted per step (collectives rules 8 and 9: FSDP2 gathers as often as
    the 1F1B order finds the units sharded), each the busiest stage's (0, a middle one, the last);
@@ -359,8 +364,13 @@ class _Pricing:
         nvlink = self.g.interconnect_one_way
         dp_link = nvlink if lay.world <= GPUS_PER_NODE else self.internode
         ep_link = nvlink if lay.ep <= GPUS_PER_NODE else self.internode  # an ep group: consecutive ranks
-        dp, tp, pp, ep = self._wire(b, setup, lay)
-        return _seconds(dp, dp_link), _seconds(tp, nvlink), _seconds(pp, dp_link), _seconds(ep, ep_link)
+        dp, tp, pp, ep, replicas = self._wire(b, setup, lay)
+        if lay.replicate > 1:  # HSDP (rule 3): a shard group's shard·tp ranks are consecutive
+            shard_link = nvlink if lay.shard * lay.tp <= GPUS_PER_NODE else self.internode
+            dp_s = _seconds(dp, shard_link) + _seconds(replicas, dp_link)
+        else:
+            dp_s = _seconds(dp, dp_link)
+        return dp_s, _seconds(tp, nvlink), _seconds(pp, dp_link), _seconds(ep, ep_link)
 
     def estimate(self, b, setup, lay, times) -> StepEstimate:
         """The ``StepEstimate`` of a candidate whose ``step_times`` are ``times``."""
@@ -408,7 +418,7 @@ class _Pricing:
         key = ("adamw", setup, lay.tp)
         whole = self._get(key, lambda: optimizer_seconds(self._program(local_config(self.cfg, lay), setup).param_bytes,
                                                           setup, self.cal))  # fmt: skip
-        return whole / (lay.pp * (lay.dp if lay.zero else 1)) / self.efficiency
+        return whole / (lay.pp * (lay.shard if lay.zero else 1)) / self.efficiency
 
     def _micro_batch_flops(self, b, setup, lay) -> int:
         """Step 1's FLOPs of one micro-batch (``rank_flops``: the TP-local model's, the head's Vl rows under
@@ -427,39 +437,50 @@ class _Pricing:
         f = max(rank_flops(self.cfg, self.seq, b, setup, one, r, s).hardware for s in stages for r in ranks)
         return f // lay.pp
 
-    def _wire(self, b, setup, lay) -> tuple[int, int, int, int]:
-        """Wire bytes of one step by group (dp, tp, pp, ep): TP and EP per micro-batch, k times; without pp
+    def _wire(self, b, setup, lay) -> tuple[int, int, int, int, int]:
+        """Wire bytes of one step by group (dp, tp, pp, ep, and HSDP's replicas: dp is then its shard group's): TP
+        and EP per micro-batch, k times; without pp
         the FSDP2 all-gathers k times and the reduction once; under pp a stage's collectives are counted
         per step (collectives rules 8–10), each group's the busiest stage's; with virtual stages the
         pipeline rank's transfers (rule 11), its dp and tp groups' those of its 1F1B stage (every v alike)."""
         stages = sorted({0, min(1, lay.pp - 1), lay.pp - 1})  # a middle stage has two pipeline neighbours
         fields = (lay.dp, lay.zero, lay.tp, lay.sequence_parallel, lay.vocab_parallel, lay.pp, lay.micro_batches)
-        key = ("groups", b, setup.precision, setup.checkpoint, *fields, lay.ep)  # plan's other setup fields are fixed
-        dp, tp, ep = self._get(key, self._group_wire, b, setup, lay, stages)
+        key = (
+            "groups",
+            b,
+            setup.precision,
+            setup.checkpoint,
+            *fields,
+            lay.ep,
+            lay.replicate,
+        )  # other setup fields fixed
+        dp, tp, ep, replicas = self._get(key, self._group_wire, b, setup, lay, stages)
         pp = 0
         if lay.pp > 1:  # the busiest stage's (pipeline rank's) transfers
             key = ("pp", b, setup.precision, lay.tp, lay.sequence_parallel, lay.fsdp, lay.pp, lay.micro_batches)
             pp = self._get(key + (lay.virtual_stages,), self._pipeline_wire, b, setup, lay, stages)
-        return dp, tp, pp, ep
+        return dp, tp, pp, ep, replicas
 
-    def _group_wire(self, b, setup, lay, stages) -> tuple[int, int, int]:
-        """(dp, tp, ep) wire bytes of ``_wire``."""
+    def _group_wire(self, b, setup, lay, stages) -> tuple[int, int, int, int]:
+        """(dp, tp, ep, replicas) wire bytes of ``_wire``."""
         k, ck = lay.micro_batches, setup.checkpoint
         m = k if lay.pp > 1 else 1  # the collectives read m under pp only
         moe = (b, ck) if lay.ep > 1 else None  # the all-to-alls read the micro-batch and the checkpointing
-        dp = tp = ep = 0
+        dp = tp = ep = replicas = 0
         for s in stages:
             if lay.dp > 1:  # they read neither sequence parallel nor the checkpointing, nor k; under pp m only
                 passes = sharded_passes(lay, s) if lay.pp > 1 and lay.fsdp else None  # as FSDP2's passes (rule 9)
                 key = ("dp", setup.precision, lay.dp, lay.zero, lay.tp, lay.vocab_parallel, lay.pp, passes, lay.ep)
-                gathers, rest, each = self._get(key + (moe, s), self._data_parallel_wire, b, setup, lay, s)
+                key += (lay.replicate,)
+                gathers, rest, each, across = self._get(key + (moe, s), self._data_parallel_wire, b, setup, lay, s)
                 # without pp FSDP2 gathers at every micro-batch, and the all-to-alls run at each
                 dp, ep = max(dp, (k if lay.pp == 1 else 1) * gathers + rest), max(ep, k * each)
+                replicas = max(replicas, across)
             if lay.tp > 1:  # they read whether FSDP2 runs, not dp or its ZeRO stage; m scales each micro-batch's
                 key = ("tp", b, setup.precision, ck, lay.tp, lay.sequence_parallel, lay.vocab_parallel, lay.pp)
                 key += (lay.fsdp, s)
                 tp = max(tp, self._get(key + (m,), self._tensor_parallel_wire, key, b, setup, lay, s, m))
-        return dp, tp * (1 if lay.pp > 1 else k), ep  # TP per micro-batch; under pp the step's already
+        return dp, tp * (1 if lay.pp > 1 else k), ep, replicas  # TP per micro-batch; under pp the step's already
 
     def _tensor_parallel_wire(self, key, b, setup, lay, s, m) -> int:
         """Stage ``s``'s TP wire bytes: one micro-batch's collectives m times, the norms' once."""
@@ -470,20 +491,25 @@ class _Pricing:
         sent = lambda s: sum(wire_bytes(c, 2) for c in pipeline_collectives(self.cfg, self.seq, b, setup, lay, s))
         return max(map(sent, stages))
 
-    def _data_parallel_wire(self, b, setup, lay, s) -> tuple[int, int, int]:
-        """(all-gathers, the rest, all-to-alls) wire bytes of stage ``s``'s data-parallel collectives in one step
-        (``_group_wire`` repeats the all-gathers k times without pp, the all-to-alls k times)."""
-        gathers = rest = ep = 0
+    def _data_parallel_wire(self, b, setup, lay, s) -> tuple[int, int, int, int]:
+        """(all-gathers, the rest, all-to-alls, HSDP's all-reduces across the replicas) wire bytes of stage ``s``'s
+        data-parallel collectives in one step (``_group_wire`` repeats the all-gathers k times without pp, the
+        all-to-alls k times)."""
+        gathers = rest = ep = replicas = 0
+        sizes = {"dp": lay.dp, "dp/ep": lay.dp // lay.ep, "dp_shard": lay.shard}  # "dp/ep": the expert units
         for c in data_parallel_collectives(self.cfg, self.seq, b, setup, lay, False, 0, s):
             if c.group == "ep":
                 ep += wire_bytes(c, lay.ep)
                 continue
-            wire = wire_bytes(c, lay.dp // lay.ep if c.group == "dp/ep" else lay.dp)  # "dp/ep": the expert units
+            if c.group == "dp_replicate":
+                replicas += wire_bytes(c, lay.replicate)
+                continue
+            wire = wire_bytes(c, sizes[c.group])
             if c.kind == "all_gather":
                 gathers += wire
             else:
                 rest += wire
-        return gathers, rest, ep
+        return gathers, rest, ep, replicas
 
 
 def _by_gpu_hours(pending: list, pricing: _Pricing):
@@ -593,7 +619,7 @@ def plan(
             break
         checked += 1
         chain = (lay.dp, lay.zero, lay.tp, lay.sequence_parallel, lay.vocab_parallel, lay.pp, lay.ep, setup.checkpoint)
-        chain += (lay.virtual_stages,)
+        chain += (lay.virtual_stages, lay.replicate)
         if prune and b >= failed.get(chain, b + 1):
             continue  # a smaller micro-batch of the same layout does not fit: the peak grows with b (1F1B; not
             # under interleaving, whose order changes with m = sequences / b: no chain is recorded there)
@@ -674,7 +700,7 @@ class OwnLayout:
             raise AccountingError(f"{lay.label}: expert parallel is planned under FSDP2 (--zero 2 or 3)")
         if lay.tp > GPUS_PER_NODE:
             raise AccountingError(f"{lay.label}: tp={lay.tp} spans nodes; plan keeps a TP group within one node")
-        fields = ("dp", "zero", "tp", "sequence_parallel", "vocab_parallel", "pp", "ep", "virtual_stages")
+        fields = ("dp", "zero", "tp", "sequence_parallel", "vocab_parallel", "pp", "ep", "virtual_stages", "replicate")
         yield {f: getattr(lay, f) for f in fields}
 
     def micro_batches(self, sizes: list[int], per_rank: int) -> list[int]:
@@ -692,7 +718,7 @@ class OwnLayout:
 def _families(cfg: ModelConfig, seq: int, gpus: tuple[int, int], sequences: int):
     """The ``ParallelLayout`` fields of every candidate of the module docstring but its micro-batch count:
     for each GPU count W, tp, pp, dp = W / (tp·pp) splitting the sequences evenly, ZeRO stage, sequence
-    parallel and ep."""
+    parallel, ep and HSDP's replicate degree (``_replicate_degrees``)."""
     dense = not (cfg.moe or cfg.mla)  # a mixture of experts or MLA: data (and expert) parallel only
     for w in _powers(*gpus):
         for tp in (1, 2, 4, 8) if dense else (1,):
@@ -706,11 +732,22 @@ def _families(cfg: ModelConfig, seq: int, gpus: tuple[int, int], sequences: int)
                         for vp in (False, True) if tp > 1 and not cfg.tie_embeddings else (False,):
                             for ep in _expert_degrees(cfg, dp, zero):
                                 for v in _virtual_stages(cfg, pp):
-                                    yield {
-                                        "dp": dp, "zero": zero, "tp": tp, "sequence_parallel": sp,
-                                        "vocab_parallel": vp, "pp": pp, "ep": ep, "virtual_stages": v,
-                                    }  # fmt: skip
+                                    for r in _replicate_degrees(dp, zero, tp, pp, ep):
+                                        yield {
+                                            "dp": dp, "zero": zero, "tp": tp, "sequence_parallel": sp,
+                                            "vocab_parallel": vp, "pp": pp, "ep": ep, "virtual_stages": v,
+                                            "replicate": r,
+                                        }  # fmt: skip
                 pp *= 2
+
+
+def _replicate_degrees(dp: int, zero: int, tp: int, pp: int, ep: int) -> list[int]:
+    """replicate = 1, and under FSDP2 without pp or ep, HSDP's dp / shard for every shard group that fits one node:
+    shard a power of two, 2 <= shard, shard·tp <= 8, leaving at least two replicas (``ParallelLayout``)."""
+    if zero < 2 or pp > 1 or ep > 1:
+        return [1]
+    shards = [s for s in (2, 4, 8) if s * tp <= GPUS_PER_NODE and dp % s == 0 and dp // s >= 2]
+    return [1] + [dp // s for s in shards]
 
 
 def _virtual_stages(cfg: ModelConfig, pp: int) -> list[int]:
