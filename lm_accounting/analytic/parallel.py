@@ -222,10 +222,10 @@ def model_states(
     AdamW's 0-d ``step`` counters are left out (foreach/for-loop keep them on the CPU; fused's, on the
     device, are ``step_counter_bytes``, in ``rank_step`` and ``stage_baseline``).  Cached on what
     they depend on: the precision and the layout's degrees (not the checkpointing or micro-batches).
-    HSDP (rule 8): the rank of its shard group's FSDP2 job, shard rank ``rank`` mod dp/replicate."""
-    if layout.replicate > 1 and rank is not None:
-        rank %= layout.shard
+    HSDP (rule 8): shard rank ``rank`` mod dp/replicate of its shard group's FSDP2 job."""
     degrees = (layout.shard, layout.zero, layout.tp, layout.vocab_parallel, layout.pp, layout.ep)
+    if layout.replicate > 1 and rank is not None:
+        return dataclasses.replace(_model_states(cfg, setup.precision, degrees, rank % layout.shard, stage), rank=rank)
     return _model_states(cfg, setup.precision, degrees, rank, stage)
 
 
@@ -639,11 +639,14 @@ def rank_step(
     Exact (byte for byte against the fake-PG run) for DDP, ZeRO-1, TP, TP + SP in every precision (with
     or without vocab parallel) and FSDP2, with TP and SP too, or expert parallel in fp32 and bf16
     (``tests/test_parallel_measured.py``, ``tests/test_tensor_parallel_measured.py``,
-    ``tests/test_parallel_moe.py``; what is left: ``peaks_exact``).
+    ``tests/test_parallel_moe.py``; what is left: ``peaks_exact``); HSDP, its shard group's FSDP2 rank (rule 8,
+    ``tests/test_hsdp.py``).
     """
     layout.check(cfg, seq)
     if layout.replicate > 1:  # HSDP (rule 8): its shard group's FSDP2 rank
-        rank, layout = None if rank is None else rank % layout.shard, layout.shard_group()
+        shard = None if rank is None else rank % layout.shard
+        step, st, act = rank_step(cfg, seq, batch, setup, layout.shard_group(), mode, shard, device, cpu_threads)
+        return step, st if rank is None else dataclasses.replace(st, rank=rank), act
     units = fsdp_units(cfg, setup, layout, cuda=device == "cuda") if layout.fsdp and layout.dp > 1 else None
     st = model_states(cfg, setup, layout, rank=rank)
     r = single_rank_step(cfg, seq, batch, setup, layout, mode, units, device, cpu_threads, st.rank)
