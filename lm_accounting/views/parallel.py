@@ -185,6 +185,11 @@ def parallel_view(r: ParallelMemory) -> View:
             " process group; model states, ends of phases and collectives exact"
             + (", and the peaks too" if r.peaks_exact else "; the peaks are estimates for this layout")
             + f".  On CUDA streams one rank was {CUDA.phrase('parallel')}."
+            + (
+                "  HSDP (--replicate) was not among them: its CUDA run is not measured."
+                if r.layout.replicate > 1
+                else ""
+            )
         ),
     ]
     if lay.virtual_stages > 1:
