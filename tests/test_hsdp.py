@@ -54,6 +54,12 @@ def test_the_cli_refuses_in_one_line(run_cli):
     assert r.code == 2 and r.out == "" and len(r.err.strip().splitlines()) == 1 and "does not divide" in r.err
 
 
+def test_other_implementations_refuse_hsdp_in_one_line(run_cli):
+    """The op library replays FSDP2 over transformers' programs over one shard group only: HSDP is refused."""
+    r = run_cli("memory", "llama-3-8b", "--dp", "8", "--zero", "3", "--replicate", "2", "--impl", "transformers")
+    assert r.code == 2 and r.out == "" and len(r.err.strip().splitlines()) == 1 and "HSDP" in r.err
+
+
 def test_the_label_and_the_json_name_both_degrees(run_cli):
     lay = ParallelLayout(dp=8, zero=3, replicate=2)
     assert lay.label == "dp8·zero3·hsdp2x4" and lay.shard == 4 and lay.world == 8
