@@ -40,8 +40,8 @@ Step time (one optimizer step, k = sequences per dp rank / b micro-batches):
    1 otherwise); the 1F1B bubble multiplies it by (k + pp − 1) / k; with v virtual stages (interleaved
    1F1B) the busiest pipeline rank's v chunks, and (k·v + pp − 1) / (k·v) (``analytic.pipeline.pipeline_slots``;
    Narayanan et al. 2021, §2.2.2), its point-to-point transfers v times a 1F1B rank's (collectives rule 11).  AdamW: (4) of ``analytic.step_time``
-   over the TP-local model's parameters, a pp-th of them under pp and a dp-th under ZeRO 1-3 (the states
-   taken as split evenly).  The program is recorded once per (TP degree, checkpointing), its records lines
+   over the TP-local model's parameters, a pp-th of them under pp and a dp-th under ZeRO 1-3 (HSDP: a
+   shard-th; the states taken as split evenly).  The program is recorded once per (TP degree, checkpointing), its records lines
    in b, and priced at every b (``step_time.program``): a plan of thousands of candidates walks a dozen
    programs (about 25 ms each).  ``--efficiency`` e divides this compute (the calibrated part; not the
    collectives, priced at the datasheet's links);
@@ -414,7 +414,8 @@ class _Pricing:
 
     def optimizer(self, setup, lay) -> float:
         """Step 1's AdamW step on the busiest GPU, / efficiency: over the TP-local model's parameters (its program's
-        ``exp_avg`` bytes), a pp-th of them under pp and a dp-th under ZeRO 1-3 (the states split evenly)."""
+        ``exp_avg`` bytes), a pp-th of them under pp and a dp-th under ZeRO 1-3 (HSDP: a shard-th; the states split
+        evenly)."""
         key = ("adamw", setup, lay.tp)
         whole = self._get(key, lambda: optimizer_seconds(self._program(local_config(self.cfg, lay), setup).param_bytes,
                                                           setup, self.cal))  # fmt: skip
