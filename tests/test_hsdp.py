@@ -216,3 +216,5 @@ def test_plan_prices_the_shard_group_on_nvlink_and_the_replicas_between_nodes():
     # the same 64 ranks as one FSDP2 group span 8 nodes: every byte over the inter-node link
     flat = price_layout(PRICED, "h100-80gb", 32, 1, setup, ParallelLayout(dp=64, zero=3))
     assert 8 * GPUS_PER_NODE == 64 and flat[1] > times[1]
+    # compute: each GPU steps AdamW over its shard group's eighth of the states, as FSDP2 over 8 ranks does
+    assert times[0] == price_layout(PRICED, "h100-80gb", 32, 1, setup, ParallelLayout(dp=8, zero=3))[0] > flat[0]

@@ -176,12 +176,12 @@ def data_parallel_collectives(
     """Rules 1, 2, 6, 7 and 9 (``step_collectives``): over the data-parallel ranks (dp > 1).  They read
     neither sequence parallel nor (but the all-to-alls) the batch: ``plan`` caches them so.  ``passes``:
     FSDP2's gathering passes of a pipeline stage where not rule 9's (an interleaved chunk's, rule 11)."""
+    if layout.replicate > 1:  # rule 12
+        return hsdp_collectives(cfg, setup, layout)
     out: list[Collective] = []
     e = 2 if setup.param_dtype == "bf16" else 4
     where = (layout.pp, stage) if layout.pp > 1 else None
     st = model_states(cfg, setup, layout, stage=stage if where else None)
-    if layout.replicate > 1:  # rule 12
-        return hsdp_collectives(cfg, setup, layout)
     if layout.fsdp:
         units, given, passes = cfg.num_layers + 1, passes, (1, 1)
         if where:  # rule 9: the stage's units, gathered as often as the schedule finds them sharded
