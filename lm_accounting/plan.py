@@ -5,7 +5,9 @@ tp in {1, 2, 4, 8} (within one 8-GPU node, dividing the heads, kv heads and d_ff
 two up to 16 and the layers (Llama 3 405B's 16 stages), under pp virtual stages v (interleaved 1F1B)
 1 or a power of two whose pp·v stages have a block each (uneven: the first L mod pp·v one block more), dp = W / (tp·pp), ZeRO stage 0–3, sequence parallel with tp, vocab parallel
 with tp (an untied model; torchtitan's loss-parallel head), checkpointing none/full/selective,
-micro-batch b a power of two dividing the sequences per data-parallel rank.
+micro-batch b a power of two dividing the sequences per data-parallel rank; and HSDP (ZeRO 2 or 3 over a
+replicate × shard mesh, ``layout``; torchtitan's dp_replicate × dp_shard) with its shard group inside one node
+(shard a power of two, 2 <= shard, shard·tp <= 8) and at least two replicas, without pp.
 Setup: fused attention (sdpa), amp-bf16, foreach AdamW.  Memory per GPU is ``analytic.parallel``
 (the worst rank, plain run); a candidate fits when it is within the budget per GPU, the GPU's CUDA-reported
 total less the allowance (``gpus.memory_budget``, the rule of ``memory`` and ``infer`` too): peak + allowance
@@ -38,8 +40,8 @@ Step time (one optimizer step, k = sequences per dp rank / b micro-batches):
    1 otherwise); the 1F1B bubble multiplies it by (k + pp − 1) / k; with v virtual stages (interleaved
    1F1B) the busiest pipeline rank's v chunks, and (k·v + pp − 1) / (k·v) (``analytic.pipeline.pipeline_slots``;
    Narayanan et al. 2021, §2.2.2), its point-to-point transfers v times a 1F1B rank's (collectives rule 11).  AdamW: (4) of ``analytic.step_time``
-   over the TP-local model's parameters, a pp-th of them under pp and a dp-th under ZeRO 1-3 (the states
-   taken as split evenly).  The program is recorded once per (TP degree, checkpointing), its records lines
+   over the TP-local model's parameters, a pp-th of them under pp and a dp-th under ZeRO 1-3 (HSDP: a
+   shard-th; the states taken as split evenly).  The program is recorded once per (TP degree, checkpointing), its records lines
    in b, and priced at every b (``step_time.program``): a plan of thousands of candidates walks a dozen
    programs (about 25 ms each).  ``--efficiency`` e divides this compute (the calibrated part; not the
    collectives, priced at the datasheet's links);
@@ -50,7 +52,9 @@ Step time (one optimizer step, k = sequences per dp rank / b micro-batches):
    (``ring_bandwidth``: NVLink within one node; across nodes NCCL's rings, one per NIC, give the
    group's ranks on a node times ``--interconnect-bw`` (default 50 GB/s per GPU, one 400 Gb/s InfiniBand NIC
    per GPU), at most NVLink; pipeline point-to-point: NVLink within one node, W <= 8, else one NIC).
-   ASSUMED fully overlapped with compute: step = max(compute, dp comm) + tp comm + ep comm + pp point-to-point.  Under pp a stage's data-parallel collectives and
+   HSDP (collectives rule 12): the shard group's all-gathers and reduce-scatters (its shard·tp ranks are
+   consecutive) and each unit's all-reduce across the replicas (ranks shard·tp apart), each over its own ring,
+   one after the other.  ASSUMED fully overlapped with compute: step = max(compute, dp comm) + tp comm + ep comm + pp point-to-point.  Under pp a stage's data-parallel collectives and
    point-to-point transfers are counted per step (collectives rules 8 and 9: FSDP2 gathers as often as
    the 1F1B order finds the units sharded), each the busiest stage's (0, a middle one, the last);
 4. expert parallel's all-to-alls (dispatch and combine per MoE layer, per micro-batch, on the
@@ -433,11 +437,12 @@ class _Pricing:
 
     def optimizer(self, setup, lay) -> float:
         """Step 1's AdamW step on the busiest GPU, / efficiency: over the TP-local model's parameters (its program's
-        ``exp_avg`` bytes), a pp-th of them under pp and a dp-th under ZeRO 1-3 (the states split evenly)."""
+        ``exp_avg`` bytes), a pp-th of them under pp and a dp-th under ZeRO 1-3 (HSDP: a shard-th; the states split
+        evenly)."""
         key = ("adamw", setup, lay.tp)
         whole = self._get(key, lambda: optimizer_seconds(self._program(local_config(self.cfg, lay), setup).param_bytes,
                                                           setup, self.cal))  # fmt: skip
-        return whole / (lay.pp * (lay.dp if lay.zero else 1)) / self.efficiency
+        return whole / (lay.pp * (lay.shard if lay.zero else 1)) / self.efficiency
 
     def _micro_batch_flops(self, b, setup, lay) -> int:
         """Step 1's FLOPs of one micro-batch (``rank_flops``: the TP-local model's, the head's Vl rows under
@@ -464,7 +469,15 @@ class _Pricing:
         pipeline rank's transfers (rule 11), its dp and tp groups' those of its 1F1B stage (every v alike)."""
         stages = sorted({0, min(1, lay.pp - 1), lay.pp - 1})  # a middle stage has two pipeline neighbours
         fields = (lay.dp, lay.zero, lay.tp, lay.sequence_parallel, lay.vocab_parallel, lay.pp, lay.micro_batches)
-        key = ("groups", b, setup.precision, setup.checkpoint, *fields, lay.ep)  # plan's other setup fields are fixed
+        key = (
+            "groups",
+            b,
+            setup.precision,
+            setup.checkpoint,
+            *fields,
+            lay.ep,
+            lay.replicate,
+        )  # other setup fields fixed
         dp, tp, ep = self._get(key, self._group_wire, b, setup, lay, stages)
         pp = 0
         if lay.pp > 1:  # the busiest stage's (pipeline rank's) transfers
@@ -482,6 +495,7 @@ class _Pricing:
             if lay.dp > 1:  # they read neither sequence parallel nor the checkpointing, nor k; under pp m only
                 passes = sharded_passes(lay, s) if lay.pp > 1 and lay.fsdp else None  # as FSDP2's passes (rule 9)
                 key = ("dp", setup.precision, lay.dp, lay.zero, lay.tp, lay.vocab_parallel, lay.pp, passes, lay.ep)
+                key += (lay.replicate,)
                 gathers, rest, each = self._get(key + (moe, s), self._data_parallel_wire, b, setup, lay, s)
                 # without pp FSDP2 gathers at every micro-batch, and the all-to-alls run at each
                 dp, ep = max(dp, (k if lay.pp == 1 else 1) * gathers + rest), max(ep, k * each)
@@ -511,7 +525,11 @@ class _Pricing:
             if c.group == "ep":
                 ep += wire_bytes(c, lay.ep)
                 continue
-            ranks, stride = (lay.dp // lay.ep, lay.ep * lay.tp) if c.group == "dp/ep" else (lay.dp, lay.tp)
+            ranks, stride = {
+                "dp/ep": (lay.dp // lay.ep, lay.ep * lay.tp),  # the expert units: the ranks holding the same experts
+                "dp_shard": (lay.shard, lay.tp),  # HSDP's shard group: consecutive dp ranks
+                "dp_replicate": (lay.replicate, lay.shard * lay.tp),  # HSDP's replicas
+            }.get(c.group, (lay.dp, lay.tp))
             seconds = wire_bytes(c, ranks) / ring_bandwidth(ranks, stride, self.g.interconnect_one_way, self.internode)
             if c.kind == "all_gather":
                 gathers += seconds
@@ -632,7 +650,7 @@ def plan(
             return seen[key]
         seen[key] = None
         chain = (lay.dp, lay.zero, lay.tp, lay.sequence_parallel, lay.vocab_parallel, lay.pp, lay.ep, setup.checkpoint)
-        chain += (lay.virtual_stages,)
+        chain += (lay.virtual_stages, lay.replicate)
         if prune and b >= failed.get(chain, b + 1):
             return None  # a smaller micro-batch of the same layout does not fit: the peak grows with b (1F1B; not
             # under interleaving, whose order changes with m = sequences / b: no chain is recorded there)
@@ -765,7 +783,7 @@ class OwnLayout:
             raise AccountingError(f"{lay.label}: expert parallel is planned under FSDP2 (--zero 2 or 3)")
         if lay.tp > GPUS_PER_NODE:
             raise AccountingError(f"{lay.label}: tp={lay.tp} spans nodes; plan keeps a TP group within one node")
-        fields = ("dp", "zero", "tp", "sequence_parallel", "vocab_parallel", "pp", "ep", "virtual_stages")
+        fields = ("dp", "zero", "tp", "sequence_parallel", "vocab_parallel", "pp", "ep", "virtual_stages", "replicate")
         yield {f: getattr(lay, f) for f in fields}
 
     def micro_batches(self, sizes: list[int], per_rank: int) -> list[int]:
@@ -783,7 +801,7 @@ class OwnLayout:
 def _families(cfg: ModelConfig, seq: int, gpus: tuple[int, int], sequences: int):
     """The ``ParallelLayout`` fields of every candidate of the module docstring but its micro-batch count:
     for each GPU count W, tp, pp, dp = W / (tp·pp) splitting the sequences evenly, ZeRO stage, sequence
-    parallel and ep."""
+    parallel, ep and HSDP's replicate degree (``_replicate_degrees``)."""
     dense = not (cfg.moe or cfg.mla)  # a mixture of experts or MLA: data (and expert) parallel only
     for w in _powers(*gpus):
         for tp in (1, 2, 4, 8) if dense else (1,):
@@ -797,16 +815,27 @@ def _families(cfg: ModelConfig, seq: int, gpus: tuple[int, int], sequences: int)
                         for vp in (False, True) if tp > 1 and not cfg.tie_embeddings else (False,):
                             for ep in _expert_degrees(cfg, dp, zero):
                                 for v in _virtual_stages(cfg, pp):
-                                    yield {
-                                        "dp": dp, "zero": zero, "tp": tp, "sequence_parallel": sp,
-                                        "vocab_parallel": vp, "pp": pp, "ep": ep, "virtual_stages": v,
-                                    }  # fmt: skip
+                                    for r in _replicate_degrees(dp, zero, tp, pp, ep):
+                                        yield {
+                                            "dp": dp, "zero": zero, "tp": tp, "sequence_parallel": sp,
+                                            "vocab_parallel": vp, "pp": pp, "ep": ep, "virtual_stages": v,
+                                            "replicate": r,
+                                        }  # fmt: skip
                 pp *= 2
 
 
 MAX_VIRTUAL = 8
 """The most virtual stages ``plan`` enumerates (a cap on its search, not on the layout: ``--virtual-stages``
 prices any; torchtitan's published 405B run used 2, NeMo's Llama-2 runs 10 and 20 with 4 stages or fewer)."""
+
+
+def _replicate_degrees(dp: int, zero: int, tp: int, pp: int, ep: int) -> list[int]:
+    """replicate = 1, and under FSDP2 without pp or ep, HSDP's dp / shard for every shard group that fits one node:
+    shard a power of two, 2 <= shard, shard·tp <= 8, leaving at least two replicas (``ParallelLayout``)."""
+    if zero < 2 or pp > 1 or ep > 1:
+        return [1]
+    shards = [s for s in (2, 4, 8) if s * tp <= GPUS_PER_NODE and dp % s == 0 and dp // s >= 2]
+    return [1] + [dp // s for s in shards]
 
 
 def _virtual_stages(cfg: ModelConfig, pp: int) -> list[int]:

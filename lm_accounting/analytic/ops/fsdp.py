@@ -87,8 +87,10 @@ class FullyShard:
     ``zero_grad`` frees the sharded gradients."""
 
     def __init__(self, cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, cpu: bool = False):
-        if not layout.fsdp or layout.dp < 2 or layout.tp > 1 or layout.pp > 1 or layout.ep > 1:
-            raise ValueError("the op library shards programs with FSDP2 data parallel only (dp >= 2, zero 2 or 3)")
+        if not layout.fsdp or layout.dp < 2 or layout.tp > 1 or layout.pp > 1 or layout.ep > 1 or layout.replicate > 1:
+            raise ValueError(
+                "the op library shards programs with FSDP2 data parallel only (dp >= 2, zero 2 or 3; no TP, PP, EP or HSDP)"
+            )
         self.cfg, self.setup, self.layout, self.cpu = cfg, setup, layout, cpu
         self.events: FsdpEvents | None = None
         self.units: FsdpUnits | None = None
