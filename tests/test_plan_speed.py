@@ -23,12 +23,16 @@ from lm_accounting.setup import TrainingSetup
 
 
 def _lazy_and_eager(monkeypatch, cfg, gpus, top):
-    """Run ``plan`` and record what ``_by_gpu_hours`` yielded and how many candidates' communication it priced;
+    """Run ``plan`` and record what its ranking's ``_by_gpu_hours`` yielded and how many candidates' communication
+    it priced (the frontier's searches, after it, price more);
     return those beside the full sort of every candidate by (GPU-hours, step, index) with every step priced whole
     (``_Pricing.step_times``, the rule ``estimate_step`` and ``price_layout`` use)."""
     seen, lazy = {}, pl._by_gpu_hours
 
     def recording(pending, pricing):
+        if "pending" in seen:  # the frontier's searches, one GPU count each, after the ranking's
+            yield from lazy(pending, pricing)
+            return
         seen["pending"], seen["pricing"], seen["yielded"] = list(pending), pricing, []
         communication = pricing.communication
         calls = []
@@ -39,9 +43,12 @@ def _lazy_and_eager(monkeypatch, cfg, gpus, top):
 
         pricing.communication = counted
         seen["calls"] = calls
-        for item in lazy(pending, pricing):
-            seen["yielded"].append(item)
-            yield item
+        try:
+            for item in lazy(pending, pricing):
+                seen["yielded"].append(item)
+                yield item
+        finally:  # the ranking is read: the frontier's searches price on
+            seen["priced"] = len(calls)
 
     monkeypatch.setattr(pl, "_by_gpu_hours", recording)
     pl.plan(cfg, "h100-80gb", gpus, 8192, 4 * 1024 * 1024, 15 * 10**12, top=top)
@@ -52,7 +59,7 @@ def _lazy_and_eager(monkeypatch, cfg, gpus, top):
         step = pl.step_seconds(*times)
         eager.append((step * lay.world, step, i, b, setup, lay, times))
     eager.sort(key=lambda c: c[:3])
-    return seen["yielded"], eager, len(seen["calls"]), len(seen["pending"])
+    return seen["yielded"], eager, seen["priced"], len(seen["pending"])
 
 
 @pytest.mark.slow
