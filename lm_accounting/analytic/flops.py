@@ -14,6 +14,7 @@ number of tokens is T = B·S.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -57,8 +58,49 @@ def projection_flops(tokens: int, params: int) -> int:
 
 def routed_expert_flops(cfg: ModelConfig, tokens: int) -> int:
     """One matrix (W1, W2 or W3) of the routed experts: each token goes to k experts,
-    (T·k x d) @ (d x d_e) in all; the E − k others do nothing for it."""
-    return matmul_flops(tokens * cfg.experts_per_token, cfg.d_model, cfg.expert_width)
+    (T·k x d) @ (d x d_e) in all; the E − k others do nothing for it (``expert_rows``: T·E under
+    ``all_experts_run``)."""
+    return matmul_flops(expert_rows(cfg, tokens), cfg.d_model, cfg.expert_width)
+
+
+def expert_rows(cfg: ModelConfig, tokens: int) -> int:
+    """Token rows the routed experts multiply: T·k, each token's top k; with ``all_experts_run`` (Llama 4) T·E,
+    as transformers runs them: ``Llama4TextMoe.forward`` repeats the T tokens E times and ``Llama4TextExperts``
+    multiplies them by all E experts in one ``torch.bmm`` (E x T x d)(E x d x 2·d_e), then (E x T x d_e)(E x d_e x
+    d), the unchosen rows weighted by σ(−∞) = 0 (models/llama4/modeling_llama4.py)."""
+    return tokens * (cfg.num_experts if cfg.all_experts_run else cfg.experts_per_token)
+
+
+def routed_top_k_forward_flops(cfg: ModelConfig, seq: int, batch: int = 1) -> int:
+    """Forward matmul FLOPs if the routed experts ran only each token's top k (T·k rows): what a mixture of
+    experts means, and what Llama 4's routing (top-1 of E) selects.  Under ``all_experts_run`` the totals count
+    transformers' T·E rows (``expert_rows``), and this is the labelled extra beside them, the total less
+    L_moe · 3 · 2·T·(E − k)·d·d_e; without it, the total itself."""
+    if not cfg.all_experts_run:
+        return forward_flops(cfg, seq, batch).total
+    return forward_flops(dataclasses.replace(cfg, all_experts_run=False), seq, batch).total
+
+
+def chunked_pairs(seq: int, chunk: int) -> int:
+    """Query-key pairs of one causal sequence of S tokens in which query i sees the keys j <= i of its own chunk
+    (transformers' ``chunked_causal_mask_function``: j // C == i // C, no left padding): n = ⌊S/C⌋ whole chunks
+    of C(C+1)/2 pairs and a last one of r = S − n·C, r(r+1)/2."""
+    n, r = divmod(seq, chunk)
+    return n * chunk * (chunk + 1) // 2 + r * (r + 1) // 2
+
+
+def chunked_attention_flops(cfg: ModelConfig, seq: int, batch: int = 1) -> int:
+    """QKᵀ + AV over all layers if each chunked layer (Llama 4's RoPE layers, ``ModelConfig.layer_chunked``)
+    computed only its chunked causal pairs (``chunked_pairs``), 2·B·h·pairs·(d_head + v_head) per layer; the
+    other (NoPE) layers keep the full S x S square.  A labelled extra: transformers' eager attention computes the
+    full square on every layer and masks the rest, as the totals and FlopCounterMode count."""
+    full = attention_scores_flops(cfg, batch, seq) + attention_values_flops(cfg, batch, seq)
+    if cfg.attention_chunk is None:
+        return cfg.attention_layers * full
+    pairs = chunked_pairs(seq, cfg.attention_chunk)
+    band = batch * cfg.num_heads * matmul_flops(1, cfg.d_head + cfg.v_head, 1) * pairs
+    chunked = cfg.chunked_layers
+    return (cfg.attention_layers - chunked) * full + chunked * band
 
 
 def attention_scores_flops(cfg: ModelConfig, batch: int, seq: int) -> int:
