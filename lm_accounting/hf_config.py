@@ -328,7 +328,7 @@ IGNORED_BY_TYPE = {
     "qwen3_5_moe_text": frozenset(["output_router_logits", "router_aux_loss_coef"]),
     "qwen3_5": DEFINED_FIELDS["qwen3_5"] - COMMON_FIELDS - {"text_config"},
     "qwen3_5_moe": DEFINED_FIELDS["qwen3_5_moe"] - COMMON_FIELDS - {"text_config"},
-    "llama4": DEFINED_FIELDS["llama4"] - COMMON_FIELDS - {"text_config"},
+    "llama4": DEFINED_FIELDS["llama4"] - COMMON_FIELDS - {"text_config"} | {"tie_word_embeddings"},  # TIED_BY_TEXT
     "llama4_text": frozenset(
         [
             "attn_temperature_tuning",
@@ -2008,6 +2008,12 @@ def _model(fields: dict[str, Any], source: str, name: str, ignored: tuple[str, .
         raise ConfigError(f"{source}: {err}") from None
 
 
+TIED_BY_TEXT = frozenset(["llama4"])
+"""Wrappers whose LM head is tied by the ``text_config``'s own ``tie_word_embeddings``, not the wrapper's:
+``Llama4ForConditionalGeneration`` builds ``Llama4ForCausalLM(config.text_config)``, which ties by its config
+(tests/test_arch_llama4.py); the wrapper's flag is ignored.  The other wrappers tie by the wrapper's flag."""
+
+
 def _wrapped(data: Mapping[str, Any], source: str, name: str, model_type: str) -> ModelConfig:
     """A multimodal wrapper (Gemma 3's ``gemma3``, Mistral 3's ``mistral3``, Kimi K2.5's ``kimi_k25``): its
     ``text_config`` read as the text model type (for ``WRAPPERS_OF_ANY_TEXT``, any supported one), the
@@ -2034,11 +2040,13 @@ def _wrapped(data: Mapping[str, Any], source: str, name: str, model_type: str) -
         wanted = f"'{text_type}'" if len(allowed) == 1 else "a supported model_type"
         raise w.error(f"field 'text_config.model_type' must be {wanted}, got {short_repr(inner)}")
     text_type = inner
-    tie = w.bool("tie_word_embeddings", True)
+    tie = None if model_type in TIED_BY_TEXT else w.bool("tie_word_embeddings", True)
     _refuse_unknown(w)  # the wrapper's own fields: read, ignored or refused like any other
     f = _Fields(text, f"{source}: text_config", text_type, WRAPPED_TEXT_DEFAULTS.get(text_type, {}))
-    fields = {**_read(f), "tie_embeddings": tie}
-    f.used.discard("tie_word_embeddings")  # the text_config's own flag is not the one transformers reads
+    fields = _read(f)
+    if tie is not None:
+        fields["tie_embeddings"] = tie
+        f.used.discard("tie_word_embeddings")  # the text_config's own flag is not the one transformers reads
     note = f" (text model of a {model_type} wrapper; the vision tower is not counted)"
     return _model(fields, source, name[: MAX_NAME_CHARS - len(note)] + note, w.ignored() + f.ignored("text_config."))
 
