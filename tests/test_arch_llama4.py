@@ -398,8 +398,8 @@ def test_the_llama4_options_need_what_they_describe():
     import dataclasses
 
     cfg = config_from_hf(TINY)
-    dense = dataclasses.replace(cfg, all_experts_run=False, num_experts=None, experts_per_token=None)
-    dense = dataclasses.replace(dense, expert_d_ff=None, shared_experts=0, moe_every=1, attention_chunk=None)
+    moe = {"num_experts": None, "experts_per_token": None, "expert_d_ff": None, "shared_experts": 0, "moe_every": 1}
+    dense = dataclasses.replace(cfg, all_experts_run=False, attention_chunk=None, **moe)
     with pytest.raises(ConfigError, match="all_experts_run applies only to a mixture of experts"):
         dataclasses.replace(dense, all_experts_run=True)
     with pytest.raises(ConfigError, match="attention_chunk is modelled as Llama 4's chunked attention"):
