@@ -407,3 +407,29 @@ def test_the_llama4_options_need_what_they_describe():
     with pytest.raises(ConfigError, match="attention_chunk must be"):
         dataclasses.replace(cfg, attention_chunk=0)
     assert "attention_chunk" not in dense.resolved() and "all_experts_run" not in dense.resolved()
+
+
+def test_infer_refuses_chunked_attention_in_one_line(run_cli, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(TINY))
+    r = run_cli("infer", path, "--prompt", 64, "--generate", 8)
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1
+    assert "infer does not model Llama 4's chunked attention yet" in r.err
+
+
+def test_reading_and_accounting_llama4_imports_no_torch(tmp_path):
+    """The analytic path: a Llama 4 wrapper read and accounted in a fresh process, no torch, no transformers."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(PUBLISHED["llama-4-maverick-17b-128e"]))
+    code = (
+        "import sys\n"
+        "from lm_accounting import load_config, account\n"
+        f"a = account(load_config({str(path)!r}), seq=4096)\n"
+        "a.to_dict()\n"
+        "print(a.params.total, 'torch' in sys.modules, 'transformers' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["400711848960", "False", "False"]
