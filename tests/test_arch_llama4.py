@@ -433,3 +433,23 @@ def test_reading_and_accounting_llama4_imports_no_torch(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["400711848960", "False", "False"]
+
+
+@pytest.mark.parametrize("name", PUBLISHED)
+def test_published_forward_flops_equal_transformers(name, meta_masks):  # noqa: F811
+    """Scout and Maverick whole on meta: FlopCounterMode over 1,024 tokens equals our forward FLOPs, every expert
+    on every token (16 and 128 of them)."""
+    text = {**PUBLISHED[name]["text_config"], **NO_IDS}
+    counted = hf_forward_flops(build_hf(text), 1024)
+    fwd = forward_flops(config_from_hf(PUBLISHED[name]).with_context(1024), 1024)
+    assert_forward_flops_by_component(fwd, counted, our_keys, TOP, LAYER_MAP, "model.layers.", "self_attn")
+
+
+def test_a_moe_step_that_does_not_divide_the_layers_is_transformers_own():
+    """``interleave_moe_layer_step`` 3 on 4 layers: transformers' ``moe_layers`` is range(2, 4, 3) = [2], our
+    (i + 1) % 3 == 0 the same layer; read and counted exactly, not refused (the 5th layer would be dense)."""
+    values = {**TINY, "interleave_moe_layer_step": 3}
+    cfg = config_from_hf(values)
+    model = build_hf(values)
+    assert [cfg.layer_moe(i) for i in range(4)] == [i in model.config.moe_layers for i in range(4)]
+    assert parameter_breakdown(cfg).total == sum(p.numel() for p in model.parameters())
