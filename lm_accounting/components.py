@@ -1170,7 +1170,7 @@ REGISTRY: tuple[Component, ...] = (
         layers=MOE_LAYERS,
         elementwise=Formula(
             lambda z: fl.expert_combine_flops(z.T, z.cfg),
-            lambda cfg: "2·T·k·d + T·d" if cfg.shared_experts else "2·T·k·d",
+            lambda cfg: f"2·T·{'E' if cfg.all_experts_run else 'k'}·d" + (" + T·d" if cfg.shared_experts else ""),
         ),
         saved=Formula(act.moe_combine_saved_bytes, "none: T·k·d·h + T·k·e", "routed outputs and top-k weights"),
     ),

@@ -453,3 +453,13 @@ def test_a_moe_step_that_does_not_divide_the_layers_is_transformers_own():
     model = build_hf(values)
     assert [cfg.layer_moe(i) for i in range(4)] == [i in model.config.moe_layers for i in range(4)]
     assert parameter_breakdown(cfg).total == sum(p.numel() for p in model.parameters())
+
+
+def test_the_live_model_refuses_llama4_in_one_line(run_cli, tmp_path):
+    """Our live model (lm_accounting/model) routes top-k and has no chunks: crosscheck refuses rather than compare
+    it with figures of transformers' code."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(TINY))
+    r = run_cli("crosscheck", path, "--context", 16)
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1, r.err
+    assert "the live model (lm_accounting/model) routes each token to its top-k experts" in r.err

@@ -410,8 +410,9 @@ def gate_flops(tokens: int, d_ff: int) -> int:
 
 def expert_combine_flops(tokens: int, cfg: ModelConfig) -> int:
     """Combining a mixture of experts' outputs: each of the T·k expert outputs (d wide) is scaled by its
-    router weight and summed into its token, 2·T·k·d; the shared experts' output is one more add, T·d."""
-    routed = 2 * tokens * cfg.experts_per_token * cfg.d_model
+    router weight and summed into its token, 2·T·k·d (T·E rows under ``all_experts_run``, ``expert_rows``); the
+    shared experts' output is one more add, T·d."""
+    routed = 2 * expert_rows(cfg, tokens) * cfg.d_model  # Llama 4's T·E rows: scaled by their weights, summed
     return routed + (tokens * cfg.d_model if cfg.shared_experts else 0)
 
 
