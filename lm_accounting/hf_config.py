@@ -15,10 +15,10 @@ The rules:
   minimax_m2, glm4, glm, stablelm; Gated DeltaNet hybrids: qwen3_next, qwen3_5_text, qwen3_5_moe_text; parallel
   attention + MLP blocks: cohere, cohere2, phi, gpt_neox, gptj, falcon, tests/test_arch_parallel_block.py; ReLU-family
   MLPs: opt, nemotron, tests/test_arch_relu.py; DeepSeek Sparse Attention's indexer: deepseek_v32, glm_moe_dsa,
-  tests/test_arch_dsa.py), each proven
+  tests/test_arch_dsa.py; Llama 4's text model: llama4_text, tests/test_arch_llama4.py), each proven
   in tests/test_hf_zoo.py and listed in docs/model_types.md.  A multimodal wrapper
   with a ``text_config`` (``WRAPPERS``: Gemma 3's ``gemma3``, Mistral 3's ``mistral3``, Kimi K2.5's ``kimi_k25``,
-  Qwen3.5's ``qwen3_5`` and ``qwen3_5_moe``)
+  Qwen3.5's ``qwen3_5`` and ``qwen3_5_moe``, Llama 4's ``llama4``)
   is read through its text model, and the model's name says so: "(text model of a gemma3 wrapper; the vision tower
   is not counted)".  Every other causal-LM type transformers registers is refused with a line naming what it lacks
   (``hf_refusals.REFUSED_MODEL_TYPES``; a wrapper whose text model is refused names that text model,
@@ -356,7 +356,9 @@ IGNORED_BY_TYPE = {
 ``hidden_act`` (its experts run their own clamped SwiGLU, ``GptOssExperts._apply_gate``, and nothing else reads
 it) and ``swiglu_alpha`` (the sigmoid's gain: a constant), GPT-2's
 alternative scalings and its sequence-summary head (used only by GPT2DoubleHeadsModel); a multimodal wrapper's
-vision tower and image-token settings (its text model alone is counted)."""
+vision tower and image-token settings (its text model alone is counted); Llama 4's attention temperature tuning
+(``attn_temperature_tuning``, ``floor_scale``, ``attn_scale``: an elementwise scaling of Q on the NoPE layers) and
+router noise and losses."""
 
 GELU_ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu_python")
 SILU_ACTIVATIONS = ("silu", "swish")
