@@ -4,7 +4,10 @@ Convention (CS336 assignment 1, problem transformer_accounting): multiplying an
 (m x n) matrix by an (n x p) matrix costs 2·m·n·p FLOPs, and only matrix
 multiplies are counted.  Attention counts the full S x S square, as the course,
 fvcore, FlopCounterMode and DeepSpeed all do; the causal-halved figure is a
-separate, labelled extra.  Elementwise work (norms, softmax, SiLU, RoPE, residual
+separate, labelled extra.  Llama 4 is counted as transformers' code runs it and FlopCounterMode
+counts it: every routed expert on every token (``expert_rows``: T·E rows) and the full square on its
+chunked layers; the routed top-k (what its router selects) and the chunked pairs are labelled extras
+(``routed_top_k_forward_flops``, ``chunked_attention_flops``).  Elementwise work (norms, softmax, SiLU, RoPE, residual
 adds) is estimated by ``nonmatmul_flops`` under its own stated convention and is
 never added to the matmul total.
 
