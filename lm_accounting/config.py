@@ -216,7 +216,7 @@ class ModelConfig:
     routed expert (``hidden_states.repeat(E, 1)``, one ``torch.bmm`` over all E experts in ``Llama4TextExperts``),
     the unchosen ones weighted by σ(−∞) = 0.  The forward FLOPs then count T·E expert rows, as transformers computes
     and FlopCounterMode counts; what the model means, the routed top-k (T·k rows), is a labelled extra
-    (``flops.routed_expert_flops_topk``).  No parameter changes.  Needs a mixture of experts."""
+    (``flops.routed_top_k_forward_flops``).  No parameter changes.  Needs a mixture of experts."""
     attention_chunk: int | None = None
     """Llama 4's chunked attention (``attention_chunk_size``; ``create_chunked_causal_mask``, masking_utils.py): on
     the layers that use RoPE (not ``nope_layers``) a query sees only the keys of its own chunk of that many
