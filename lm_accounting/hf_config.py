@@ -15,10 +15,10 @@ The rules:
   minimax_m2, glm4, glm, stablelm; Gated DeltaNet hybrids: qwen3_next, qwen3_5_text, qwen3_5_moe_text; parallel
   attention + MLP blocks: cohere, cohere2, phi, gpt_neox, gptj, falcon, tests/test_arch_parallel_block.py; ReLU-family
   MLPs: opt, nemotron, tests/test_arch_relu.py; DeepSeek Sparse Attention's indexer: deepseek_v32, glm_moe_dsa,
-  tests/test_arch_dsa.py), each proven
+  tests/test_arch_dsa.py; Llama 4's text model: llama4_text, tests/test_arch_llama4.py), each proven
   in tests/test_hf_zoo.py and listed in docs/model_types.md.  A multimodal wrapper
   with a ``text_config`` (``WRAPPERS``: Gemma 3's ``gemma3``, Mistral 3's ``mistral3``, Kimi K2.5's ``kimi_k25``,
-  Qwen3.5's ``qwen3_5`` and ``qwen3_5_moe``)
+  Qwen3.5's ``qwen3_5`` and ``qwen3_5_moe``, Llama 4's ``llama4``)
   is read through its text model, and the model's name says so: "(text model of a gemma3 wrapper; the vision tower
   is not counted)".  Every other causal-LM type transformers registers is refused with a line naming what it lacks
   (``hf_refusals.REFUSED_MODEL_TYPES``; a wrapper whose text model is refused names that text model,
@@ -159,6 +159,7 @@ SUPPORTED_MODEL_TYPES = (
     "nemotron",
     "deepseek_v32",
     "glm_moe_dsa",
+    "llama4_text",
 )
 
 
@@ -327,6 +328,17 @@ IGNORED_BY_TYPE = {
     "qwen3_5_moe_text": frozenset(["output_router_logits", "router_aux_loss_coef"]),
     "qwen3_5": DEFINED_FIELDS["qwen3_5"] - COMMON_FIELDS - {"text_config"},
     "qwen3_5_moe": DEFINED_FIELDS["qwen3_5_moe"] - COMMON_FIELDS - {"text_config"},
+    "llama4": DEFINED_FIELDS["llama4"] - COMMON_FIELDS - {"text_config"} | {"tie_word_embeddings"},  # TIED_BY_TEXT
+    "llama4_text": frozenset(
+        [
+            "attn_temperature_tuning",
+            "floor_scale",
+            "attn_scale",
+            "router_jitter_noise",
+            "output_router_logits",
+            "router_aux_loss_coef",
+        ]
+    ),
     "gemma3": frozenset(
         [
             "vision_config",
@@ -344,7 +356,9 @@ IGNORED_BY_TYPE = {
 ``hidden_act`` (its experts run their own clamped SwiGLU, ``GptOssExperts._apply_gate``, and nothing else reads
 it) and ``swiglu_alpha`` (the sigmoid's gain: a constant), GPT-2's
 alternative scalings and its sequence-summary head (used only by GPT2DoubleHeadsModel); a multimodal wrapper's
-vision tower and image-token settings (its text model alone is counted)."""
+vision tower and image-token settings (its text model alone is counted); Llama 4's attention temperature tuning
+(``attn_temperature_tuning``, ``floor_scale``, ``attn_scale``: an elementwise scaling of Q on the NoPE layers) and
+router noise and losses."""
 
 GELU_ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu_python")
 SILU_ACTIVATIONS = ("silu", "swish")
@@ -1779,6 +1793,69 @@ def _nemotron(f: _Fields) -> dict[str, Any]:
     return {**out, **_rotary(f, out, 0.5)}
 
 
+def _llama4_text(f: _Fields) -> dict[str, Any]:
+    """Llama 4's text model (transformers' models/llama4: ``Llama4TextConfig``, ``Llama4ForCausalLM``).
+
+    * Attention: q/k/v/o (biased with ``attention_bias``); RoPE on the layers whose ``no_rope_layers`` entry is 1, the
+      others NoPE (``nope_layers``; absent or empty, ``int((i + 1) % no_rope_layer_interval != 0)``, interval 4, as
+      ``__post_init__``).  The RoPE layers attend within chunks of ``attention_chunk_size`` (``attention_chunk``;
+      null: every layer full); a ``layer_types`` must be the one ``__post_init__`` derives.  ``use_qk_norm``:
+      ``Llama4TextL2Norm`` on the RoPE layers' Q and K, an RMS norm without a weight (no parameter, no matmul); the
+      NoPE layers' attention temperature tuning (``attn_temperature_tuning``, ``floor_scale``, ``attn_scale``)
+      scales Q elementwise: neither changes a count, and neither is in the elementwise estimate.
+    * Feed-forward: layer i is a mixture of experts when i is in ``moe_layers``, which must be (as its default)
+      ``range(step - 1, L, step)`` for ``interleave_moe_layer_step`` (our ``moe_every``: (i + 1) % step == 0); the
+      other layers a SwiGLU of ``intermediate_size_mlp``.  ``Llama4TextMoe``: a router d -> E (no bias), E =
+      ``num_local_experts`` routed experts of ``intermediate_size`` (top ``num_experts_per_tok``, sigmoid scores),
+      and one shared expert of ``intermediate_size``.  transformers runs every token through every routed expert
+      (``all_experts_run``; see ``flops.expert_rows``)."""
+    out = _common(f, tie_default=False)
+    layers = out["num_layers"]
+    out["d_ff"] = f.int("intermediate_size_mlp")  # the dense layers' width; intermediate_size is the experts'
+    expert_width = f.int("intermediate_size")
+    f.bool("use_qk_norm", True)  # an L2 norm without weights: no parameter, no matmul
+    bias = f.bool("attention_bias", False)
+    step = f.int("interleave_moe_layer_step", 1)
+    moe = f.raw("moe_layers")
+    if moe is not None and moe != list(range(step - 1, layers, step)):
+        raise f.error(
+            f"field 'moe_layers' = {short_repr(moe)} is not supported: lm-accounting models every "
+            f"interleave_moe_layer_step-th layer as a mixture of experts (layers {step - 1}, {2 * step - 1}, ...; "
+            f"transformers' default for step {step})"
+        )
+    rope = f.raw("no_rope_layers")
+    if not rope:  # None or []: __post_init__'s default
+        rope = [int((i + 1) % f.int("no_rope_layer_interval", 4) != 0) for i in range(layers)]
+    else:
+        f.raw("no_rope_layer_interval")  # unused beside the list
+    if not isinstance(rope, list) or len(rope) < layers or any(r not in (0, 1) or isinstance(r, float) for r in rope):
+        raise f.error(
+            f"field 'no_rope_layers' must be a list of 0/1 flags, one per layer ({layers}), got {short_repr(rope)}"
+        )
+    chunk = f.int("attention_chunk_size", None, allow_none=True)
+    types = f.raw("layer_types")
+    derived = ["chunked_attention" if rope[i] and chunk is not None else "full_attention" for i in range(layers)]
+    if types is not None and types != derived:
+        raise f.error(
+            "field 'layer_types' is not supported for Llama 4: chunked attention on the RoPE layers "
+            "(no_rope_layers 1) when attention_chunk_size is set, full attention on the others"
+        )
+    return {
+        **out,
+        "qkv_bias": bias,
+        "output_bias": bias,
+        "mlp": _only_swiglu(f, "hidden_act"),
+        "nope_layers": tuple(i for i in range(layers) if not rope[i]),
+        "attention_chunk": chunk,
+        "num_experts": f.int("num_local_experts", null=False),
+        "experts_per_token": f.int("num_experts_per_tok", null=False),
+        "expert_d_ff": expert_width,
+        "shared_experts": 1,
+        "moe_every": step,
+        "all_experts_run": True,
+    }
+
+
 MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "gpt2": _gpt2,
     "llama": _llama,
@@ -1843,6 +1920,7 @@ MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "nemotron": _nemotron,
     "deepseek_v32": _deepseek_v32,
     "glm_moe_dsa": _glm_moe_dsa,
+    "llama4_text": _llama4_text,
 }
 assert tuple(MAPPINGS) == SUPPORTED_MODEL_TYPES
 
@@ -1932,6 +2010,12 @@ def _model(fields: dict[str, Any], source: str, name: str, ignored: tuple[str, .
         raise ConfigError(f"{source}: {err}") from None
 
 
+TIED_BY_TEXT = frozenset(["llama4"])
+"""Wrappers whose LM head is tied by the ``text_config``'s own ``tie_word_embeddings``, not the wrapper's:
+``Llama4ForConditionalGeneration`` builds ``Llama4ForCausalLM(config.text_config)``, which ties by its config
+(tests/test_arch_llama4.py); the wrapper's flag is ignored.  The other wrappers tie by the wrapper's flag."""
+
+
 def _wrapped(data: Mapping[str, Any], source: str, name: str, model_type: str) -> ModelConfig:
     """A multimodal wrapper (Gemma 3's ``gemma3``, Mistral 3's ``mistral3``, Kimi K2.5's ``kimi_k25``): its
     ``text_config`` read as the text model type (for ``WRAPPERS_OF_ANY_TEXT``, any supported one), the
@@ -1958,11 +2042,13 @@ def _wrapped(data: Mapping[str, Any], source: str, name: str, model_type: str) -
         wanted = f"'{text_type}'" if len(allowed) == 1 else "a supported model_type"
         raise w.error(f"field 'text_config.model_type' must be {wanted}, got {short_repr(inner)}")
     text_type = inner
-    tie = w.bool("tie_word_embeddings", True)
+    tie = None if model_type in TIED_BY_TEXT else w.bool("tie_word_embeddings", True)
     _refuse_unknown(w)  # the wrapper's own fields: read, ignored or refused like any other
     f = _Fields(text, f"{source}: text_config", text_type, WRAPPED_TEXT_DEFAULTS.get(text_type, {}))
-    fields = {**_read(f), "tie_embeddings": tie}
-    f.used.discard("tie_word_embeddings")  # the text_config's own flag is not the one transformers reads
+    fields = _read(f)
+    if tie is not None:
+        fields["tie_embeddings"] = tie
+        f.used.discard("tie_word_embeddings")  # the text_config's own flag is not the one transformers reads
     note = f" (text model of a {model_type} wrapper; the vision tower is not counted)"
     return _model(fields, source, name[: MAX_NAME_CHARS - len(note)] + note, w.ignored() + f.ignored("text_config."))
 
