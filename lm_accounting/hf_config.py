@@ -1325,7 +1325,8 @@ def _gpt_bigcode(f: _Fields) -> dict[str, Any]:
     kv = 1 if f.bool("multi_query", True) else out["num_heads"]
     if f.int("num_key_value_heads", kv) != kv:  # set by __post_init__, so written by save_pretrained
         raise f.error(f"field 'num_key_value_heads' must be {kv} (multi_query = {kv == 1})")
-    return {**out, "num_kv_heads": None if kv == out["num_heads"] else 1}
+    act = f.str("activation_function", "gelu_pytorch_tanh")  # GPTBigCodeConfig's default, not GPT-2's
+    return {**out, "num_kv_heads": None if kv == out["num_heads"] else 1, "hf_activation": act}
 
 
 # -- partial rotary (issue 30): RoPE on the first rotary_dim of each head (``_rotary``) --------------------
@@ -1891,16 +1892,24 @@ def config_from_hf(data: Any, source: str = "config.json", name: str = "custom")
 
 DROPOUT_FIELDS = ("attention_dropout", "hidden_dropout", "embd_pdrop", "resid_pdrop", "attn_pdrop")
 DROPOUT_FIELDS += ("residual_dropout", "embedding_dropout")  # StarCoder2's and Seed-OSS's
-DROPOUT_MODELLED = {"gpt2": {"attn_pdrop": 0.1, "resid_pdrop": 0.1, "embd_pdrop": 0.1}}
+GPT_BIGCODE_DROPOUT = {"attn_pdrop": 0.1, "resid_pdrop": 0.1, "embd_pdrop": 0.1}
+"""``GPTBigCodeConfig``'s dropouts (configuration_gpt_bigcode.py:65-67): the class's values where a config.json
+leaves one out."""
+DROPOUT_MODELLED = {
+    "gpt2": {"attn_pdrop": 0.1, "resid_pdrop": 0.1, "embd_pdrop": 0.1},
+    "gpt_bigcode": dict.fromkeys(GPT_BIGCODE_DROPOUT),
+}
 """The dropout probabilities the transformers programs model (``analytic.ops.transformers``): GPT-2's three at
-``GPT2Config``'s 0.1; every other family at 0 (its class default)."""
+``GPT2Config``'s 0.1; GPTBigCode's three at any probability (None); every other family at 0 (its class
+default)."""
 
 
 def unmodelled_dropout(cfg: ModelConfig) -> list[str]:
     """The config.json's dropout fields whose probability the transformers program does not model, as
     ``name p``."""
     modelled = DROPOUT_MODELLED.get(cfg.hf_model_type or "", {})
-    return [f"{k} {p:g}" for k, p in cfg.dropout if p != modelled.get(k, 0.0)]
+    any_p = [k for k, p in modelled.items() if p is None]
+    return [f"{k} {p:g}" for k, p in cfg.dropout if k not in any_p and p != modelled.get(k, 0.0)]
 
 
 def _read(f: _Fields) -> dict[str, Any]:
@@ -2424,6 +2433,13 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         "moe_layer_start_index": cfg.dense_layers_first,
         "moe_layer_interval": cfg.moe_every,
         "moe_layer_end_index": -1,
+    },
+    "gpt_bigcode": lambda cfg: {
+        **_write_gpt2(cfg),
+        "activation_function": cfg.hf_activation or "gelu_pytorch_tanh",
+        "multi_query": cfg.num_kv_heads == 1,
+        # the config.json's dropouts, else the class's 0.1: they shape training
+        **{k: dict(cfg.dropout).get(k, p) for k, p in GPT_BIGCODE_DROPOUT.items()},
     },
 }
 """Per model type, the config.json fields that fix every count (``to_hf_dict``)."""
