@@ -1892,16 +1892,20 @@ def config_from_hf(data: Any, source: str = "config.json", name: str = "custom")
 
 DROPOUT_FIELDS = ("attention_dropout", "hidden_dropout", "embd_pdrop", "resid_pdrop", "attn_pdrop")
 DROPOUT_FIELDS += ("residual_dropout", "embedding_dropout")  # StarCoder2's and Seed-OSS's
+DROPOUT_FIELDS += ("dropout", "layerdrop")  # OPT's (no other type with a program defines them)
 GPT_BIGCODE_DROPOUT = {"attn_pdrop": 0.1, "resid_pdrop": 0.1, "embd_pdrop": 0.1}
 """``GPTBigCodeConfig``'s dropouts (configuration_gpt_bigcode.py:65-67): the class's values where a config.json
 leaves one out."""
+OPT_DROPOUT = {"dropout": 0.1, "attention_dropout": 0.0}
+"""``OPTConfig``'s dropouts (configuration_opt.py:61-62); its ``layerdrop`` (0.0) skips whole layers at random."""
 DROPOUT_MODELLED = {
     "gpt2": {"attn_pdrop": 0.1, "resid_pdrop": 0.1, "embd_pdrop": 0.1},
     "gpt_bigcode": dict.fromkeys(GPT_BIGCODE_DROPOUT),
+    "opt": dict.fromkeys(OPT_DROPOUT),
 }
 """The dropout probabilities the transformers programs model (``analytic.ops.transformers``): GPT-2's three at
-``GPT2Config``'s 0.1; GPTBigCode's three at any probability (None); every other family at 0 (its class
-default)."""
+``GPT2Config``'s 0.1; GPTBigCode's three and OPT's two at any probability (None); every other family (and OPT's
+``layerdrop``) at 0."""
 
 
 def unmodelled_dropout(cfg: ModelConfig) -> list[str]:
@@ -2440,6 +2444,20 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         "multi_query": cfg.num_kv_heads == 1,
         # the config.json's dropouts, else the class's 0.1: they shape training
         **{k: dict(cfg.dropout).get(k, p) for k, p in GPT_BIGCODE_DROPOUT.items()},
+    },
+    "opt": lambda cfg: {
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model,
+        "num_hidden_layers": cfg.num_layers,
+        "num_attention_heads": cfg.num_heads,
+        "ffn_dim": cfg.d_ff,
+        "max_position_embeddings": cfg.max_positions,
+        "enable_bias": cfg.qkv_bias,
+        "layer_norm_elementwise_affine": cfg.norm_weights,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "activation_function": cfg.mlp if cfg.mlp != "gelu" else cfg.hf_activation or "gelu",
+        # the config.json's dropouts, else the class's: they shape training
+        **{k: dict(cfg.dropout).get(k, p) for k, p in OPT_DROPOUT.items()},
     },
 }
 """Per model type, the config.json fields that fix every count (``to_hf_dict``)."""

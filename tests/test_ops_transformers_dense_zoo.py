@@ -21,6 +21,15 @@ from lm_accounting.measure.hf import measure_hf_step
 DENSE = {
     # GPTBigCode: GPT-2's model with nn.Linear projections, one K/V head (multi_query, its default), gelu_pytorch_tanh
     "gpt_bigcode": dict(vocab_size=96, n_embd=32, n_layer=2, n_head=4, n_positions=64),
+    # OPT: learned positions at ids + 2 from a cumsum of ones, q scaled after q_proj, ReLU, dropout 0.1 (its class's)
+    "opt": dict(
+        vocab_size=96,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        ffn_dim=64,
+        max_position_embeddings=64,
+    ),
 }
 
 
@@ -76,3 +85,48 @@ def test_refusals_name_what_is_not_transliterated():
         cfg = tiny(model_type)
         assert unsupported(cfg, TrainingSetup(attention="naive"), "transformers") == []
         assert unsupported(cfg, TrainingSetup(checkpoint="selective"), "transformers")
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},
+        {"attention_dropout": 0.1, "enable_bias": False, "layer_norm_elementwise_affine": False},
+        {"dropout": 0.0, "activation_function": "gelu", "tie_word_embeddings": False},
+    ],
+    ids=["relu-dropout", "attention-dropout-no-bias-no-affine", "no-dropout-gelu-untied"],
+)
+@pytest.mark.parametrize("setup", SETUPS, ids=label)
+def test_opt_equals_transformers(fields, setup):
+    """OPT: learned positions looked up at ``cumsum(ones) * ones - 1 + 2`` (fp32 ids made long), q scaled before its
+    view, ReLU (or GELU) between ``fc1`` and ``fc2`` on the (B·S, d) view, the class's 0.1 dropout after the
+    attention and the MLP, attention dropout (sdpa's math path) when set, LayerNorms with or without gain and bias,
+    against its class on meta and the plain run against the CPU allocator."""
+    cfg = tiny("opt", **fields)
+    check(cfg, 12, setup)
+    check_plain(cfg, 8, 2, setup)
+
+
+def test_opt_layerdrop_is_refused():
+    """OPT's ``layerdrop`` above 0 skips whole layers at random in training: refused, the field named."""
+    reasons = unsupported(tiny("opt", layerdrop=0.1), TrainingSetup(), "transformers")
+    assert any("layerdrop 0.1" in r for r in reasons)
+
+
+@pytest.mark.parametrize("name", ["starcoderbase", "opt-125m"])
+@pytest.mark.parametrize(
+    "setup",
+    [TrainingSetup(attention="naive", precision="bf16"), TrainingSetup(attention="sdpa", precision="amp-bf16")],
+    ids=lambda s: s.label,
+)
+def test_dense_programs_at_real_widths_equal_transformers(name, setup):
+    """Published config.json files cut to 2 layers and a 512-token vocabulary, at S = 256: starcoderbase (d 6,144,
+    one K/V head, d_ff 24,576) and opt-125m (d 768, d_ff 3,072), where realistic relative sizes decide which tensor
+    sets a peak."""
+    from test_arch_relu import OPT_125M
+    from test_hf_zoo import PUBLISHED
+
+    base = {"starcoderbase": PUBLISHED["starcoderbase"], "opt-125m": OPT_125M}[name]
+    layers = "n_layer" if name == "starcoderbase" else "num_hidden_layers"
+    data = {**base, layers: 2, "vocab_size": 512, "pad_token_id": None, "bos_token_id": None, "eos_token_id": None}
+    check(config_from_hf(data), 256, setup)

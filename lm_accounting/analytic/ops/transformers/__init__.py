@@ -65,6 +65,7 @@ PROGRAMS = {
     "seed_oss": "llama",  # Llama's with attention_out_bias; its dropouts (class default 0.1) only at 0
     "stablelm": "stablelm",
     "gpt_bigcode": "gpt_bigcode",  # GPT-2's model with nn.Linear, multi-query attention and Llama's interfaces
+    "opt": "opt",
 }
 """hf_model_type -> the module of this package that transliterates its modeling file."""
 B = Affine(1)  # the micro-batch as a symbol
