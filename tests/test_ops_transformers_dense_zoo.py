@@ -22,6 +22,8 @@ DENSE = {
     # GPTBigCode: GPT-2's model with nn.Linear projections, one K/V head (multi_query, its default), gelu_pytorch_tanh
     "gpt_bigcode": dict(vocab_size=96, n_embd=32, n_layer=2, n_head=4, n_positions=64),
     # OPT: learned positions at ids + 2 from a cumsum of ones, q scaled after q_proj, ReLU, dropout 0.1 (its class's)
+    # BLOOM: ALiBi, an embedding LayerNorm, the fused query_key_value selected per q/k/v, its own GELU Function
+    "bloom": dict(vocab_size=96, hidden_size=32, n_layer=3, n_head=4),
     "opt": dict(
         vocab_size=96,
         hidden_size=32,
@@ -130,3 +132,25 @@ def test_dense_programs_at_real_widths_equal_transformers(name, setup):
     layers = "n_layer" if name == "starcoderbase" else "num_hidden_layers"
     data = {**base, layers: 2, "vocab_size": 512, "pad_token_id": None, "bos_token_id": None, "eos_token_id": None}
     check(config_from_hf(data), 256, setup)
+
+
+@pytest.mark.parametrize(
+    "fields", [{}, {"n_head": 6, "hidden_size": 48, "tie_word_embeddings": False}], ids=["4-heads", "6-heads-untied"]
+)
+@pytest.mark.parametrize(
+    "setup",
+    [
+        TrainingSetup(attention="naive", precision="bf16"),
+        TrainingSetup(attention="naive", checkpoint="full"),
+        TrainingSetup(attention="naive", precision="amp-bf16"),
+    ],
+    ids=label,
+)
+def test_bloom_equals_transformers(fields, setup):
+    """BLOOM (eager only): ALiBi slopes made on the device (6 heads: the power-of-2 slopes and the odd extras
+    concatenated), the scores from ``baddbmm`` over them, q/k/v selected from the fused projection and reshaped
+    (copies), ``BloomGelu``'s own forward and backward, the block's probabilities held through the next block,
+    against its class on meta and the plain run against the CPU allocator."""
+    cfg = tiny("bloom", **fields)
+    check(cfg, 12, setup)
+    check_plain(cfg, 8, 2, setup)

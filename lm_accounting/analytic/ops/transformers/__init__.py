@@ -66,6 +66,7 @@ PROGRAMS = {
     "stablelm": "stablelm",
     "gpt_bigcode": "gpt_bigcode",  # GPT-2's model with nn.Linear, multi-query attention and Llama's interfaces
     "opt": "opt",
+    "bloom": "bloom",
 }
 """hf_model_type -> the module of this package that transliterates its modeling file."""
 B = Affine(1)  # the micro-batch as a symbol
