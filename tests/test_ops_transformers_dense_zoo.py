@@ -115,21 +115,32 @@ def test_opt_layerdrop_is_refused():
     assert any("layerdrop 0.1" in r for r in reasons)
 
 
-@pytest.mark.parametrize("name", ["starcoderbase", "opt-125m"])
-@pytest.mark.parametrize(
-    "setup",
-    [TrainingSetup(attention="naive", precision="bf16"), TrainingSetup(attention="sdpa", precision="amp-bf16")],
-    ids=lambda s: s.label,
-)
-def test_dense_programs_at_real_widths_equal_transformers(name, setup):
-    """Published config.json files cut to 2 layers and a 512-token vocabulary, at S = 256: starcoderbase (d 6,144,
-    one K/V head, d_ff 24,576) and opt-125m (d 768, d_ff 3,072), where realistic relative sizes decide which tensor
-    sets a peak."""
+def published(name: str) -> dict:
+    """A published config.json of the tests (``test_hf_zoo.PUBLISHED``, ``test_arch_relu``, ``test_arch_bloom``)."""
+    from test_arch_bloom import BLOOM_560M
     from test_arch_relu import OPT_125M
     from test_hf_zoo import PUBLISHED
 
-    base = {"starcoderbase": PUBLISHED["starcoderbase"], "opt-125m": OPT_125M}[name]
-    layers = "n_layer" if name == "starcoderbase" else "num_hidden_layers"
+    return {"starcoderbase": PUBLISHED["starcoderbase"], "opt-125m": OPT_125M, "bloom-560m": BLOOM_560M}[name]
+
+
+WIDE = [
+    ("starcoderbase", TrainingSetup(attention="naive", precision="bf16")),
+    ("starcoderbase", TrainingSetup(attention="sdpa", precision="amp-bf16")),
+    ("opt-125m", TrainingSetup(attention="naive", precision="bf16")),
+    ("opt-125m", TrainingSetup(attention="sdpa", precision="amp-bf16")),
+    ("bloom-560m", TrainingSetup(attention="naive", precision="bf16")),
+    ("bloom-560m", TrainingSetup(attention="naive", precision="amp-bf16", checkpoint="full")),
+]
+
+
+@pytest.mark.parametrize("name, setup", WIDE, ids=lambda v: v if isinstance(v, str) else v.label)
+def test_dense_programs_at_real_widths_equal_transformers(name, setup):
+    """Published config.json files cut to 2 layers and a 512-token vocabulary, at S = 256: starcoderbase (d 6,144,
+    one K/V head, d_ff 24,576), opt-125m (d 768, d_ff 3,072) and bloom-560m (d 1,024, 16 heads), where realistic
+    relative sizes decide which tensor sets a peak."""
+    base = published(name)
+    layers = "num_hidden_layers" if name == "opt-125m" else "n_layer"
     data = {**base, layers: 2, "vocab_size": 512, "pad_token_id": None, "bos_token_id": None, "eos_token_id": None}
     check(config_from_hf(data), 256, setup)
 
