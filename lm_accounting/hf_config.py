@@ -2104,6 +2104,32 @@ def _write_gpt2(cfg: ModelConfig) -> dict[str, Any]:
     }
 
 
+def _write_falcon(cfg: ModelConfig) -> dict[str, Any]:
+    """Falcon's block from ``parallel_block`` and the K/V heads (``_falcon``): two norms, or K/V heads other than 1
+    and h, is the new architecture; one norm the old one side by side (Falcon-7B's), none sequential."""
+    h, kv = cfg.num_heads, cfg.kv_heads
+    new = cfg.parallel_block == "two_norms" or kv not in (1, h)
+    return {
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model,
+        "num_hidden_layers": cfg.num_layers,
+        "num_attention_heads": h,
+        "num_kv_heads": kv,
+        "new_decoder_architecture": new,
+        "num_ln_in_parallel_attn": (2 if cfg.parallel_block == "two_norms" else 1) if new else None,
+        "parallel_attn": cfg.parallel_block != "none",
+        "multi_query": not new and kv == 1,
+        "ffn_hidden_size": cfg.d_ff,
+        "max_position_embeddings": cfg.context_length,
+        "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta},
+        "layer_norm_epsilon": cfg.norm_eps,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "bias": cfg.qkv_bias,
+        "activation": cfg.hf_activation or "gelu",
+        "alibi": False,
+    }
+
+
 def _write_llama(cfg: ModelConfig) -> dict[str, Any]:
     return {**_write_common(cfg), "attention_bias": cfg.qkv_bias, "mlp_bias": cfg.mlp_bias}
 
@@ -2459,6 +2485,7 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         # the config.json's dropouts, else the class's: they shape training
         **{k: dict(cfg.dropout).get(k, p) for k, p in OPT_DROPOUT.items()},
     },
+    "falcon": _write_falcon,
 }
 """Per model type, the config.json fields that fix every count (``to_hf_dict``)."""
 assert set(WRITERS) <= set(SUPPORTED_MODEL_TYPES)

@@ -24,6 +24,8 @@ DENSE = {
     # OPT: learned positions at ids + 2 from a cumsum of ones, q scaled after q_proj, ReLU, dropout 0.1 (its class's)
     # BLOOM: ALiBi, an embedding LayerNorm, the fused query_key_value selected per q/k/v, its own GELU Function
     "bloom": dict(vocab_size=96, hidden_size=32, n_layer=3, n_head=4),
+    # Falcon: Falcon-7B's layout by default (one K/V head, attention and MLP side by side from one norm), RoPE
+    "falcon": dict(vocab_size=96, hidden_size=32, num_hidden_layers=2, num_attention_heads=4),
     "opt": dict(
         vocab_size=96,
         hidden_size=32,
@@ -165,3 +167,48 @@ def test_bloom_equals_transformers(fields, setup):
     cfg = tiny("bloom", **fields)
     check(cfg, 12, setup)
     check_plain(cfg, 8, 2, setup)
+
+
+FALCON_BLOCKS = {
+    "7b-multi-query-parallel": {},
+    "new-architecture-two-norms": {"new_decoder_architecture": True, "num_kv_heads": 2, "bias": True},
+    "new-architecture-one-norm": {"new_decoder_architecture": True, "num_kv_heads": 2, "num_ln_in_parallel_attn": 1},
+    "sequential-heads": {"multi_query": False, "parallel_attn": False, "activation": "gelu_pytorch_tanh"},
+}
+
+
+@pytest.mark.parametrize("fields", list(FALCON_BLOCKS.values()), ids=list(FALCON_BLOCKS))
+@pytest.mark.parametrize(
+    "setup",
+    [
+        TrainingSetup(attention="naive", precision="bf16"),
+        TrainingSetup(attention="naive", checkpoint="full"),
+        TrainingSetup(attention="naive", precision="amp-bf16"),
+    ],
+    ids=label,
+)
+def test_falcon_equals_transformers(fields, setup):
+    """Falcon (RoPE): FalconLinear's matmul then bias, the fused projection split per layout (selects; a slice
+    and two indexed copies; the new architecture's broadcast and flattened copies), eager attention's in-place
+    scaling, the mask made for every layer, the attention output added in place to the MLP's, against its class
+    on meta and the plain run against the CPU allocator."""
+    cfg = tiny("falcon", **fields)
+    check(cfg, 12, setup)
+    check_plain(cfg, 8, 2, setup)
+
+
+@pytest.mark.parametrize("block", ["new-architecture-two-norms", "sequential-heads"])
+@pytest.mark.parametrize(
+    "setup",
+    [TrainingSetup(attention="sdpa", precision="bf16"), TrainingSetup(attention="sdpa", checkpoint="full")],
+    ids=label,
+)
+def test_falcon_sdpa_equals_transformers(block, setup):
+    """Falcon's sdpa with K/V on every head (the new architecture broadcasts them; one head each without
+    ``multi_query``): the (B, 1, S, S) bool mask made anyway (``allow_is_causal_skip=False``) into the CPU's flash
+    kernel; with one K/V head the math path with broadcast K/V is refused, named."""
+    cfg = tiny("falcon", **FALCON_BLOCKS[block])
+    check(cfg, 12, setup)
+    check_plain(cfg, 8, 2, setup)
+    reasons = unsupported(tiny("falcon"), setup, "transformers")
+    assert any("one K/V head and Falcon's mask" in r for r in reasons)

@@ -418,6 +418,36 @@ def div(a: Tensor, b: float) -> Tensor:
     return _saving_scalar_op(a, b, "div", "DivBackward0")
 
 
+def div_(a: Tensor, number: float) -> Tensor:
+    """``a /= number`` (``div_.Tensor``, the number wrapped as ``div``'s): no new storage, the result shares
+    ``a``'s; DivBackward0 saves the wrapper and divides the gradient by it."""
+    wrapped = wrap_scalar(a.dtype)
+    cast = cast_scalar(wrapped, a.dtype)
+    del cast
+    out = a.detach()
+    if wants(a) is not None:
+        held = WrappedNumber((), "int64", wrapped) if wrapped is not None else None
+
+        def back(ctx, g, w):
+            cast = cast_scalar(wrapped_again(w), g[0].dtype)
+            grad = _binary_out(g[0], number, "div")
+            del cast
+            return (grad,)
+
+        record("DivBackward0", (a,), (out,), back, (held,))
+        del held
+    del wrapped
+    return out
+
+
+def add_(a: Tensor, b: Tensor) -> Tensor:
+    """``a += b`` (``add_.Tensor``, b of a's dtype): no new storage, the result shares ``a``'s; AddBackward0 saves
+    nothing."""
+    out = a.detach()
+    record("AddBackward0", (a, b), (out,), lambda ctx, g: (g[0], g[0]))
+    return out
+
+
 def neg(a: Tensor) -> Tensor:
     out = empty(a.shape, a.dtype, "neg", like=a)
     record("NegBackward0", (a,), (out,), lambda ctx, g: (neg(g[0]),))

@@ -67,6 +67,7 @@ PROGRAMS = {
     "gpt_bigcode": "gpt_bigcode",  # GPT-2's model with nn.Linear, multi-query attention and Llama's interfaces
     "opt": "opt",
     "bloom": "bloom",
+    "falcon": "falcon",  # RoPE only; one norm with 1 or h K/V heads replayed as Falcon-7B's old architecture
 }
 """hf_model_type -> the module of this package that transliterates its modeling file."""
 B = Affine(1)  # the micro-batch as a symbol
