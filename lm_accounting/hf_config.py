@@ -2486,6 +2486,26 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         **{k: dict(cfg.dropout).get(k, p) for k, p in OPT_DROPOUT.items()},
     },
     "falcon": _write_falcon,
+    "nemotron": lambda cfg: {
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model,
+        "num_hidden_layers": cfg.num_layers,
+        "num_attention_heads": cfg.num_heads,
+        "num_key_value_heads": cfg.kv_heads,
+        "head_dim": cfg.d_head,
+        "intermediate_size": cfg.d_ff,
+        "max_position_embeddings": cfg.context_length,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": cfg.rope_theta,
+            "partial_rotary_factor": cfg.rope_dim / cfg.d_head,
+        },
+        "norm_eps": cfg.norm_eps,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "hidden_act": cfg.mlp if cfg.mlp != "gelu" else cfg.hf_activation or "gelu",
+        "attention_bias": cfg.qkv_bias,
+        "mlp_bias": cfg.mlp_bias,
+    },
 }
 """Per model type, the config.json fields that fix every count (``to_hf_dict``)."""
 assert set(WRITERS) <= set(SUPPORTED_MODEL_TYPES)

@@ -26,6 +26,16 @@ DENSE = {
     "bloom": dict(vocab_size=96, hidden_size=32, n_layer=3, n_head=4),
     # Falcon: Falcon-7B's layout by default (one K/V head, attention and MLP side by side from one norm), RoPE
     "falcon": dict(vocab_size=96, hidden_size=32, num_hidden_layers=2, num_attention_heads=4),
+    # Nemotron: LayerNorm1P (weight + 1), squared-ReLU MLP, RoPE on half of each head, 2 K/V heads
+    "nemotron": dict(
+        vocab_size=96,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    ),
     "opt": dict(
         vocab_size=96,
         hidden_size=32,
@@ -212,3 +222,29 @@ def test_falcon_sdpa_equals_transformers(block, setup):
     check_plain(cfg, 8, 2, setup)
     reasons = unsupported(tiny("falcon"), setup, "transformers")
     assert any("one K/V head and Falcon's mask" in r for r in reasons)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{}, {"attention_bias": True, "mlp_bias": True, "hidden_act": "relu", "partial_rotary_factor": 1.0}],
+    ids=["relu2-half-rotary", "biases-relu-full-rotary"],
+)
+@pytest.mark.parametrize(
+    "setup",
+    [
+        TrainingSetup(attention="naive", precision="bf16"),
+        TrainingSetup(attention="sdpa", checkpoint="full"),
+        TrainingSetup(attention="sdpa", precision="bf16"),
+    ],
+    ids=label,
+)
+def test_nemotron_equals_transformers(fields, setup):
+    """Nemotron: Llama's program with LayerNorm1P (``weight + 1.0`` made per call and saved), the squared ReLU
+    (or ReLU) between ``up_proj`` and ``down_proj``, RoPE on the rotated share of each head, against its class on
+    meta and the plain run against the CPU allocator; amp-bf16 is refused, named."""
+    cfg = tiny("nemotron", **fields)
+    check(cfg, 12, setup)
+    check_plain(cfg, 8, 2, setup)
+    assert any(
+        "NemotronLayerNorm1P" in r for r in unsupported(cfg, TrainingSetup(precision="amp-bf16"), "transformers")
+    )

@@ -68,6 +68,7 @@ PROGRAMS = {
     "opt": "opt",
     "bloom": "bloom",
     "falcon": "falcon",  # RoPE only; one norm with 1 or h K/V heads replayed as Falcon-7B's old architecture
+    "nemotron": "nemotron",  # Llama's with LayerNorm1P, squared ReLU and partial RoPE; amp-bf16 refused
 }
 """hf_model_type -> the module of this package that transliterates its modeling file."""
 B = Affine(1)  # the micro-batch as a symbol
