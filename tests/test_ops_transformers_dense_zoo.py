@@ -248,3 +248,19 @@ def test_nemotron_equals_transformers(fields, setup):
     assert any(
         "NemotronLayerNorm1P" in r for r in unsupported(cfg, TrainingSetup(precision="amp-bf16"), "transformers")
     )
+
+
+@pytest.mark.parametrize("model_type", list(DENSE))
+@pytest.mark.parametrize(
+    "setup, zero",
+    [(TrainingSetup(attention="naive"), 3), (TrainingSetup(attention="naive", precision="bf16", checkpoint="full"), 2)],
+    ids=lambda v: v.label if isinstance(v, TrainingSetup) else f"zero{v}",
+)
+def test_fsdp2_rank_of_the_dense_programs_equals_transformers(model_type, setup, zero):
+    """One rank of FSDP2 at world 4 (``ops.fsdp``) over each program added here equals transformers' own model
+    sharded on torch's fake process group (``measure_hf_step(..., layout=...)``)."""
+    from lm_accounting.layout import ParallelLayout
+
+    cfg, layout = tiny(model_type), ParallelLayout(dp=4, zero=zero)
+    lines = predict_step(cfg, 12, setup, impl="transformers", batch=2, layout=layout)
+    assert lines.at(2) == measure_hf_step(cfg, 12, 2, setup, device="meta", layout=layout)
