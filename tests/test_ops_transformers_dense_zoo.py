@@ -207,21 +207,20 @@ def test_falcon_equals_transformers(fields, setup):
     check_plain(cfg, 8, 2, setup)
 
 
-@pytest.mark.parametrize("block", ["new-architecture-two-norms", "sequential-heads"])
+@pytest.mark.parametrize("block", ["new-architecture-two-norms", "sequential-heads", "7b-multi-query-parallel"])
 @pytest.mark.parametrize(
     "setup",
     [TrainingSetup(attention="sdpa", precision="bf16"), TrainingSetup(attention="sdpa", checkpoint="full")],
     ids=label,
 )
 def test_falcon_sdpa_equals_transformers(block, setup):
-    """Falcon's sdpa with K/V on every head (the new architecture broadcasts them; one head each without
-    ``multi_query``): the (B, 1, S, S) bool mask made anyway (``allow_is_causal_skip=False``) into the CPU's flash
-    kernel; with one K/V head the math path with broadcast K/V is refused, named."""
+    """Falcon's sdpa, the (B, 1, S, S) bool mask made anyway (``allow_is_causal_skip=False``): with K/V on every
+    head (the new architecture broadcasts them; one head each without ``multi_query``) into the CPU's flash kernel;
+    with Falcon-7B's one K/V head torch's math path (the mask made additive in the 16-bit dtype before the fp32
+    upcast, K and V broadcast by its matmuls: copies)."""
     cfg = tiny("falcon", **FALCON_BLOCKS[block])
     check(cfg, 12, setup)
     check_plain(cfg, 8, 2, setup)
-    reasons = unsupported(tiny("falcon"), setup, "transformers")
-    assert any("one K/V head and Falcon's mask" in r for r in reasons)
 
 
 @pytest.mark.parametrize(

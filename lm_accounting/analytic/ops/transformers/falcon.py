@@ -20,8 +20,9 @@ LayerNorm (``gpt2``), with what Falcon does differently:
 
 A config's block is read as ``parallel_block`` and K/V heads: one norm with 1 or h K/V heads is Falcon-7B's layout
 (the old architecture); the new architecture with one norm and 1 or h K/V heads has the same parameters and is
-replayed as that (not told apart: not modelled).  sdpa with one K/V head and a mask takes torch's math path
-with broadcast K/V (refused).
+replayed as that (not told apart: not modelled).  sdpa with one K/V head and the mask takes torch's math path,
+K and V broadcast by its matmuls (``aten_sdpa_math``; on cuda too, where no fused kernel takes unequal heads without
+``enable_gqa``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from ....setup import TrainingSetup
 from .. import aten as A
 from .. import cuda
 from ..aten_index import index
+from ..aten_sdpa_math import sdpa_math
 from ..engine import Affine
 from ..tensors import Storage, Tensor, current, empty, no_grad, parameter
 from .bloom import select
@@ -127,7 +129,11 @@ class Attention:
         cos, sin = position_embeddings  # :305-307
         query_layer, key_layer = apply_rotary_pos_emb(query_layer, key_layer, cos, sin)
         del cos, sin
-        if self.attn == "sdpa":  # :315-325
+        if self.attn == "sdpa" and kv != h:  # :315-325, one K/V head: torch's math path, K/V broadcast
+            # (on cuda too: no fused kernel takes unequal heads without enable_gqa, sdp_utils.cpp)
+            attn_output = sdpa_math(query_layer, key_layer, value_layer, causal=False, mask=attention_mask, gqa=False)
+            attention_scores = None
+        elif self.attn == "sdpa":  # K/V on every head: the CPU's flash kernel with the bool mask
             query, key, value = A.lower(query_layer, key_layer, value_layer)
             if cuda.on_cuda():
                 attn_output = cuda.masked_attention(query, key, value, attention_mask)
@@ -281,8 +287,4 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
         out.append("a falcon model with another norm, positions, MLP, partial RoPE or experts")
     if (cfg.hf_activation or "gelu") not in ACTIVATIONS:
         out.append(f"activation {cfg.hf_activation} (not transliterated: {', '.join(ACTIVATIONS)} are)")
-    if setup.attention == "sdpa" and not new_architecture(cfg) and cfg.kv_heads != cfg.num_heads:
-        out.append(
-            "sdpa with one K/V head and Falcon's mask (torch's math path with broadcast K/V: not transliterated)"
-        )
     return out
