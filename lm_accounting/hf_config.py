@@ -1884,7 +1884,7 @@ def config_from_hf(data: Any, source: str = "config.json", name: str = "custom")
     fields = _read(f)
     dropout = tuple(
         (k, float(data[k]))
-        for k in DROPOUT_FIELDS
+        for k in DROPOUT_FIELDS + DROPOUT_FIELDS_OF.get(model_type, ())
         if isinstance(data.get(k), (int, float)) and not isinstance(data.get(k), bool)
     )
     return dataclasses.replace(_model(fields, source, name, f.ignored()), dropout=dropout)
@@ -1892,7 +1892,9 @@ def config_from_hf(data: Any, source: str = "config.json", name: str = "custom")
 
 DROPOUT_FIELDS = ("attention_dropout", "hidden_dropout", "embd_pdrop", "resid_pdrop", "attn_pdrop")
 DROPOUT_FIELDS += ("residual_dropout", "embedding_dropout")  # StarCoder2's and Seed-OSS's
-DROPOUT_FIELDS += ("dropout", "layerdrop")  # OPT's (no other type with a program defines them)
+DROPOUT_FIELDS_OF = {"opt": ("dropout", "layerdrop")}
+"""Dropout fields read for one class only: their names are common words another class's config.json may carry
+without meaning (``OPTConfig``'s; no other class with a program defines them)."""
 GPT_BIGCODE_DROPOUT = {"attn_pdrop": 0.1, "resid_pdrop": 0.1, "embd_pdrop": 0.1}
 """``GPTBigCodeConfig``'s dropouts (configuration_gpt_bigcode.py:65-67): the class's values where a config.json
 leaves one out."""

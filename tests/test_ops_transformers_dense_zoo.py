@@ -1,10 +1,12 @@
-"""transformers' dense models added to the op library for issue 26 (``DENSE``: gpt_bigcode) replayed by their
-programs (``analytic.ops.transformers.PROGRAMS``) equal transformers' own models measured by the storage tracker
-on meta, phase by phase, byte for byte, at B = 1, 2 and 3 (``test_ops_transformers_llama.check``), and the plain
-CPU run equals the CPU allocator's events (``test_ops_transformers_zoo.check_plain``).
+"""transformers' dense models added to the op library for issue 26 (``DENSE``: gpt_bigcode, bloom, falcon, nemotron,
+opt) replayed by their programs (``analytic.ops.transformers.PROGRAMS``) equal transformers' own models measured by
+the storage tracker on meta, phase by phase, byte for byte, at B = 1, 2 and 3 (``test_ops_transformers_llama.check``),
+and the plain CPU run equals the CPU allocator's events (``test_ops_transformers_zoo.check_plain``); also at
+published widths (S = 256) and for one rank of FSDP2 on the fake process group.
 
 The configs are small config.json objects read by ``hf_config.config_from_hf`` (the class defaults fill the rest:
-GPTBigCode's 0.1 dropouts and multi-query attention)."""
+GPTBigCode's 0.1 dropouts and multi-query attention, OPT's 0.1 dropout, Falcon-7B's block layout, Nemotron's half
+rotary share)."""
 
 import pytest
 
@@ -263,3 +265,33 @@ def test_fsdp2_rank_of_the_dense_programs_equals_transformers(model_type, setup,
     cfg, layout = tiny(model_type), ParallelLayout(dp=4, zero=zero)
     lines = predict_step(cfg, 12, setup, impl="transformers", batch=2, layout=layout)
     assert lines.at(2) == measure_hf_step(cfg, 12, 2, setup, device="meta", layout=layout)
+
+
+def grid_setups(model_type: str) -> list[TrainingSetup]:
+    attentions = ("naive",) if model_type == "bloom" else ("naive", "sdpa")
+    precisions = ("fp32", "bf16") if model_type == "nemotron" else ("fp32", "bf16", "amp-bf16")
+    return [
+        TrainingSetup(attention=a, precision=p, checkpoint=c)
+        for a in attentions
+        for p in precisions
+        for c in ("none", "full")
+    ]
+
+
+GRID = [(m, s) for m in DENSE for s in grid_setups(m)]
+"""Every setup each program replays (BLOOM eager only, Nemotron without amp-bf16), over each type's ``DENSE``
+config."""
+
+
+@pytest.mark.grid
+@pytest.mark.parametrize("model_type, setup", GRID, ids=lambda v: v if isinstance(v, str) else label(v))
+@pytest.mark.parametrize("seq", [8, 12])
+def test_dense_zoo_grid(model_type, seq, setup):
+    check(tiny(model_type), seq, setup)
+
+
+@pytest.mark.grid
+@pytest.mark.parametrize("model_type, setup", GRID, ids=lambda v: v if isinstance(v, str) else label(v))
+@pytest.mark.parametrize("batch", [1, 2])
+def test_dense_plain_cpu_grid(model_type, batch, setup):
+    check_plain(tiny(model_type), 8, batch, setup)

@@ -81,9 +81,10 @@ def _math(
         mask = empty((lq, lk), q.dtype, "where")
         del zero, low, tril
     groups = query.shape[-3] // key.shape[-3]
+    key_rep, value_rep = key_acc, value_acc  # the upcast copies stay held beside the repeated ones
     if gqa and groups > 1:  # enable_gqa: pre_process_group_query_attention_input, repeat_interleave on the head dim
-        key_acc, value_acc = repeat_interleave(key_acc, groups), repeat_interleave(value_acc, groups)
-    attn = A.matmul(q, A.mul_scalar(A.transpose(key_acc, -2, -1), scaling_factor))  # the scaled key: a temporary
+        key_rep, value_rep = repeat_interleave(key_acc, groups), repeat_interleave(value_acc, groups)
+    attn = A.matmul(q, A.mul_scalar(A.transpose(key_rep, -2, -1), scaling_factor))  # the scaled key: a temporary
     if mask is not None and current().traced:
         attn = A.add(attn, mask)
     elif mask is not None:  # attn.add_(mask): a plain CPU run copies a mask of another dtype to attn's first
@@ -95,7 +96,7 @@ def _math(
     del probs
     attn = dropout(attn, dropout_p, device=device)
     weights = A.to(attn, origin)
-    out = A.to(A.matmul(attn, value_acc), origin)
+    out = A.to(A.matmul(attn, value_rep), origin)
     del weights
     return out  # the locals (the upcast inputs, the scaled query, the mask) die after it
 

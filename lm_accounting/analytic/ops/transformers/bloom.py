@@ -5,20 +5,20 @@ attn_implementation="sdpa")`` raises).
 GPT-2's shape of model (pre-LayerNorm blocks, a final LayerNorm, a tied head: ``gpt2``'s ``LayerNorm``) with
 Llama's projections (``llama.Linear``).  What BLOOM does differently:
 
-* no positions: ALiBi (:33-47, :509-513), the slopes made on the device (``full``, ``arange``, ``pow``; a ``cat``
+* no positions: ALiBi (:46-60, :510-512), the slopes made on the device (``full``, ``arange``, ``pow``; a ``cat``
   with the odd powers when the heads are not a power of 2) times ``arange(S)``, ``repeat``ed to (B·h, 1, S) and cast
   to the hidden states' dtype; ``slopes`` and ``alibi`` live until the model's forward returns;
 * ``word_embeddings_layernorm`` on the embedding (:500);
-* the fused ``query_key_value`` viewed as (B, S, h, 3, hd) and ``select``ed per q, k, v (:195-201): each select's
+* the fused ``query_key_value`` viewed as (B, S, h, 3, hd) and ``select``ed per q, k, v (:215-218): each select's
   backward is a zero-filled tensor of the fused shape; q, k and v reshaped to (B·h, S, hd) (copies, except at
-  B = 1), the scores ``alibi.baddbmm(q, kᵀ, beta=1, alpha=1/√hd)`` (:247-252), the eager mask added, an fp32
+  B = 1), the scores ``alibi.baddbmm(q, kᵀ, beta=1, alpha=1/√hd)`` (:271-276), the eager mask added, an fp32
   softmax cast back, ``bmm`` with v, heads merged (a permute and a reshape: a copy), ``dense``;
-* ``dropout_add`` (:78-94): dropout at ``hidden_dropout`` (0: its input), then the residual added;
-* ``BloomGelu`` (:97-140): a custom ``autograd.Function`` that saves its input, runs ``x * 0.5 * (1.0 +
+* ``dropout_add`` (:93-109): dropout at ``hidden_dropout`` (0: its input), then the residual added;
+* ``BloomGelu`` (:112-164): a custom ``autograd.Function`` that saves its input, runs ``x * 0.5 * (1.0 +
   tanh(0.79788456 * x * (1 + 0.044715 * x * x)))`` without autograd (nine elementwise ops, temporaries freed as
   they go) and computes its own backward (eighteen ops);
 * the block returns (output, attention probabilities) and the model keeps that tuple (``outputs``) until the next
-  block returns, so a checkpointed layer's probabilities live through the next layer (:532-545).
+  block returns, so a checkpointed layer's probabilities live through the next layer (:524-540).
 
 Not modelled: ``pretraining_tp > 1`` with ``slow_but_exact`` (sliced matmuls; ``hf_config`` keeps neither field).
 """
@@ -67,7 +67,7 @@ def baddbmm(bias: Tensor, batch1: Tensor, batch2: Tensor, alpha: float) -> Tenso
 
 
 def bloom_gelu(x: Tensor) -> Tensor:
-    """``BloomGelu``: ``GeLUFunction.apply(x)`` (modeling_bloom.py:125-140): the forward without autograd, the
+    """``BloomGelu``: ``GeLUFunction.apply(x)`` (modeling_bloom.py:142-164): the forward without autograd, the
     input saved after it, the custom backward ``bloom_gelu_back``."""
     with no_grad():
         out = _gelu_forward(x)
@@ -76,7 +76,7 @@ def bloom_gelu(x: Tensor) -> Tensor:
 
 
 def _gelu_forward(x: Tensor) -> Tensor:
-    """``bloom_gelu_forward`` (:97-106), evaluated left to right: ``x * 0.5``, ``0.79788456 * x``, ``0.044715 *
+    """``bloom_gelu_forward`` (:112-121), evaluated left to right: ``x * 0.5``, ``0.79788456 * x``, ``0.044715 *
     x``, ``* x``, ``1 + ``, ``*``, ``tanh``, ``1.0 + ``, ``*``."""
     half = A.mul(x, 0.5)
     scaled = A.mul(x, 0.79788456)
@@ -89,7 +89,7 @@ def _gelu_forward(x: Tensor) -> Tensor:
 
 
 def _gelu_back(g: Tensor, x: Tensor) -> Tensor:
-    """``bloom_gelu_back`` (:109-122): ``tanh_out = tanh(0.79788456 * x * (1 + 0.044715 * x * x))``; ``ff = 0.5 *
+    """``bloom_gelu_back`` (:124-139): ``tanh_out = tanh(0.79788456 * x * (1 + 0.044715 * x * x))``; ``ff = 0.5 *
     x * ((1 - tanh_out * tanh_out) * (0.79788456 + 0.1070322243 * x * x)) + 0.5 * (1 + tanh_out)``; ``ff * g``."""
     scaled = A.mul(x, 0.79788456)
     inner = A.add(A.mul(A.mul(x, 0.044715), x), 1)
@@ -111,7 +111,7 @@ def _gelu_back(g: Tensor, x: Tensor) -> Tensor:
 
 
 def alibi_slopes(heads: int) -> Tensor:
-    """``_get_alibi_slopes`` (:33-47) on the hidden states' device: fp32 (heads,)."""
+    """``_get_alibi_slopes`` (:46-60) on the hidden states' device: fp32 (heads,)."""
     power = 1 << (heads.bit_length() - 1)  # closest_power_of_2
     base = empty((), "fp32", "full")
     powers = empty((power,), "int32", "arange")
@@ -128,7 +128,7 @@ def alibi_slopes(heads: int) -> Tensor:
 
 
 class Attention:
-    """``BloomAttention`` (modeling_bloom.py:143-287), ``pretraining_tp`` 1."""
+    """``BloomAttention`` (modeling_bloom.py:167-311), ``pretraining_tp`` 1."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, name: str):
         d, h = cfg.d_model, cfg.num_heads
@@ -140,7 +140,7 @@ class Attention:
         return self.query_key_value.params() + self.dense.params()
 
     def merge_heads(self, x: Tensor) -> Tensor:
-        """``_merge_heads`` (:203-221): a view, ``permute(0, 2, 1, 3)`` (the layout of ``transpose(1, 2)``) and a
+        """``_merge_heads`` (:221-243): a view, ``permute(0, 2, 1, 3)`` (the layout of ``transpose(1, 2)``) and a
         reshape (a copy)."""
         bh, seq, _ = x.shape
         x = A.view(x, bh // self.num_heads, self.num_heads, seq, self.head_dim)
@@ -148,33 +148,33 @@ class Attention:
         return A.reshape(x, bh // self.num_heads, seq, self.num_heads * self.head_dim)
 
     def __call__(self, hidden_states: Tensor, residual: Tensor, alibi: Tensor, attention_mask) -> tuple[Tensor, Tensor]:
-        batch_size, q_length, _ = hidden_states.shape  # :234
+        batch_size, q_length, _ = hidden_states.shape  # :257
         h, hd = self.num_heads, self.head_dim
-        fused_qkv = self.query_key_value(hidden_states)  # :235
-        fused = A.view(fused_qkv, batch_size, q_length, h, 3, hd)  # :196
-        query_layer = A.transpose(select(fused, 3, 0), 1, 2)  # :197-199
+        fused_qkv = self.query_key_value(hidden_states)  # :258
+        fused = A.view(fused_qkv, batch_size, q_length, h, 3, hd)  # :215
+        query_layer = A.transpose(select(fused, 3, 0), 1, 2)  # :216-218
         key_layer = A.transpose(select(fused, 3, 1), 1, 2)
         value_layer = A.transpose(select(fused, 3, 2), 1, 2)
         del fused
-        query_layer = A.reshape(query_layer, batch_size * h, -1, hd)  # :241
-        key_layer = A.transpose(A.reshape(key_layer, batch_size * h, -1, hd), -1, -2)  # :242
-        value_layer = A.reshape(value_layer, batch_size * h, -1, hd)  # :243
-        attention_scores = baddbmm(alibi, query_layer, key_layer, self.inv_norm_factor)  # :247-252
-        attn_weights = A.view(attention_scores, batch_size, h, q_length, -1)  # :255
+        query_layer = A.reshape(query_layer, batch_size * h, -1, hd)  # :266
+        key_layer = A.transpose(A.reshape(key_layer, batch_size * h, -1, hd), -1, -2)  # :267
+        value_layer = A.reshape(value_layer, batch_size * h, -1, hd)  # :268
+        attention_scores = baddbmm(alibi, query_layer, key_layer, self.inv_norm_factor)  # :271-276
+        attn_weights = A.view(attention_scores, batch_size, h, q_length, -1)  # :279
         if attention_mask is not None:
-            attn_weights = A.add(attn_weights, attention_mask)  # :257
-        attention_probs = A.to(A.softmax(attn_weights, -1, "fp32"), query_layer.dtype)  # :260
-        # :263 attention_dropout (p = 0: its input)
-        attention_probs_reshaped = A.view(attention_probs, batch_size * h, q_length, -1)  # :266
-        context_layer = A.bmm(attention_probs_reshaped, value_layer)  # :269
-        context_layer = self.merge_heads(context_layer)  # :272
-        output_tensor = self.dense(context_layer)  # :283
-        output_tensor = A.add(residual, output_tensor)  # :285 dropout_add (p = 0)
+            attn_weights = A.add(attn_weights, attention_mask)  # :281
+        attention_probs = A.to(A.softmax(attn_weights, -1, "fp32"), query_layer.dtype)  # :284
+        # :287 attention_dropout (p = 0: its input)
+        attention_probs_reshaped = A.view(attention_probs, batch_size * h, q_length, -1)  # :290
+        context_layer = A.bmm(attention_probs_reshaped, value_layer)  # :293
+        context_layer = self.merge_heads(context_layer)  # :296
+        output_tensor = self.dense(context_layer)  # :308
+        output_tensor = A.add(residual, output_tensor)  # :310 dropout_add (p = 0)
         return output_tensor, attention_probs
 
 
 class MLP:
-    """``BloomMLP`` (modeling_bloom.py:290-320), ``pretraining_tp`` 1."""
+    """``BloomMLP`` (modeling_bloom.py:314-342), ``pretraining_tp`` 1."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, name: str):
         self.dense_h_to_4h = Linear(cfg.d_model, cfg.d_ff, True, dtype, name + ".dense_h_to_4h")
@@ -184,13 +184,13 @@ class MLP:
         return self.dense_h_to_4h.params() + self.dense_4h_to_h.params()
 
     def __call__(self, hidden_states: Tensor, residual: Tensor) -> Tensor:
-        hidden_states = bloom_gelu(self.dense_h_to_4h(hidden_states))  # :304
-        intermediate_output = self.dense_4h_to_h(hidden_states)  # :316
-        return A.add(residual, intermediate_output)  # :318 dropout_add (p = 0)
+        hidden_states = bloom_gelu(self.dense_h_to_4h(hidden_states))  # :327
+        intermediate_output = self.dense_4h_to_h(hidden_states)  # :338
+        return A.add(residual, intermediate_output)  # :340 dropout_add (p = 0)
 
 
 class BloomBlock(GradientCheckpointingLayer):
-    """``BloomBlock`` (modeling_bloom.py:323-381): the residual from the block input; returns (output, the
+    """``BloomBlock`` (modeling_bloom.py:345-403): the residual from the block input; returns (output, the
     attention probabilities)."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, device: str, name: str):
@@ -204,17 +204,17 @@ class BloomBlock(GradientCheckpointingLayer):
         return out + self.post_attention_layernorm.params() + self.mlp.params()
 
     def forward(self, hidden_states: Tensor, attention_mask=None, alibi=None) -> tuple[Tensor, Tensor]:
-        layernorm_output = self.input_layernorm(hidden_states)  # :346
-        residual = hidden_states  # :352
+        layernorm_output = self.input_layernorm(hidden_states)  # :373
+        residual = hidden_states  # :379
         attention_output, attn_weights = self.self_attention(layernorm_output, residual, alibi, attention_mask)
-        layernorm_output = self.post_attention_layernorm(attention_output)  # :366
-        residual = attention_output  # :372
-        output = self.mlp(layernorm_output, residual)  # :375
-        return output, attn_weights  # :377
+        layernorm_output = self.post_attention_layernorm(attention_output)  # :392
+        residual = attention_output  # :398
+        output = self.mlp(layernorm_output, residual)  # :401
+        return output, attn_weights  # :403
 
 
 class BloomForCausalLM(LlamaForCausalLM):
-    """``BloomForCausalLM`` with ``BloomModel`` (modeling_bloom.py:398-684), labels given: Llama's step wrapper
+    """``BloomForCausalLM`` with ``BloomModel`` (modeling_bloom.py:416-680), labels given: Llama's step wrapper
     (``loss()``) around BLOOM's model."""
 
     def __init__(self, cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B, device="meta"):
@@ -238,24 +238,24 @@ class BloomForCausalLM(LlamaForCausalLM):
         return out + ([self.lm_head] if self.lm_head is not None else [])
 
     def model(self) -> Tensor:
-        """``BloomModel.forward`` (modeling_bloom.py:437-563), no attention mask given."""
-        inputs_embeds = A.embedding(self.word_embeddings, self.input_ids)  # :486
+        """``BloomModel.forward`` (modeling_bloom.py:449-555), no attention mask given."""
+        inputs_embeds = A.embedding(self.word_embeddings, self.input_ids)  # :491
         hidden_states = self.word_embeddings_layernorm(inputs_embeds)  # :500
-        slopes = alibi_slopes(self.cfg.num_heads)  # :509
-        positions = empty((self.seq,), "int64", "arange")  # :510 ``slopes[:, None, None] * torch.arange(S)``
+        slopes = alibi_slopes(self.cfg.num_heads)  # :510
+        positions = empty((self.seq,), "int64", "arange")  # :511 ``slopes[:, None, None] * torch.arange(S)``
         promoted = Storage(self.seq * 4, "mixed_dtype_copy") if current().wraps else None  # the CPU's fp32 copy
         alibi = A.mul(A.view(slopes, self.cfg.num_heads, 1, 1), positions)  # (h, 1, S) fp32
         del promoted, positions
         alibi = A.to(empty((self.batch * self.cfg.num_heads, 1, self.seq), "fp32", "repeat"), hidden_states.dtype)
-        causal_mask = eager_mask(self.batch, self.seq, self.dtype, None)  # :516-521
+        causal_mask = eager_mask(self.batch, self.seq, self.dtype, None)  # :517-522
         outputs = None
-        for block in self.h:  # :523-545; ``outputs`` keeps the last block's probabilities until the next returns
+        for block in self.h:  # :524-540; ``outputs`` keeps the last block's probabilities until the next returns
             outputs = block(hidden_states, attention_mask=causal_mask, alibi=alibi)
             hidden_states = outputs[0]
-        return self.ln_f(hidden_states)  # :547
+        return self.ln_f(hidden_states)  # :542
 
     def forward(self) -> tuple[Tensor, Tensor]:
-        """``BloomForCausalLM.forward`` (:630-684) with ``ForCausalLMLoss``: (logits, loss)."""
+        """``BloomForCausalLM.forward`` (:598-680) with ``ForCausalLMLoss``: (logits, loss)."""
         hidden_states = self.model()
         hidden_states = A.view(hidden_states, *hidden_states.shape)  # slice_logits_to_keep(.., 0): an alias
         logits = A.linear(hidden_states, self.lm_head if self.lm_head is not None else self.word_embeddings)

@@ -4,17 +4,17 @@ line numbers of transformers 5.24), RoPE only (``alibi`` false: ``hf_config`` re
 Llama's model skeleton (position ids, the packed-sequence check, one mask, Llama's rotary table) and GPT-2's
 LayerNorm (``gpt2``), with what Falcon does differently:
 
-* ``FalconLinear`` (:44-51): ``input @ weight.T``, then ``+ bias`` (an add: an fp32 result under autocast);
-* the mask is made even for sdpa (``create_causal_mask(..., allow_is_causal_skip=False)``, :806-813): the CPU's
+* ``FalconLinear`` (:60-65): ``input @ weight.T``, then ``+ bias`` (an add: an fp32 result under autocast);
+* the mask is made even for sdpa (``create_causal_mask(..., allow_is_causal_skip=False)``, :753-760): the CPU's
   flash kernel gets a bool mask;
-* the fused ``query_key_value`` split (:227-256): one K/V head per head, ``select``ed from (B, S, h, 3, hd)
+* the fused ``query_key_value`` split (:243-273): one K/V head per head, ``select``ed from (B, S, h, 3, hd)
   (``bloom.select``); one K/V head (``multi_query``), q sliced from (B, S, h + 2, hd) and k, v indexed out
   (``[..., [-2], :]``: copies); the new architecture (Falcon-40B), q sliced from (B, S, kv, h/kv + 2, hd), k and v
   indexed, broadcast to q's heads, then all three flattened (copies);
-* Llama's ``apply_rotary_pos_emb``; eager attention (:309-314): ``q @ kᵀ`` (one K/V head broadcast: a copy), an
+* Llama's ``apply_rotary_pos_emb``; eager attention (:349-354): ``q @ kᵀ`` (one K/V head broadcast: a copy), an
   in-place ``/= √hd``, ``softmax(scores + mask, dtype=hidden dtype)``, ``@ v``, heads merged (a copy), ``dense``;
   the layer returns (output, the probabilities) and the model keeps that tuple until the next layer returns;
-* the block (:360-457): side by side from one norm (``parallel_attn``, or the new architecture with
+* the block (:567-623): side by side from one norm (``parallel_attn``, or the new architecture with
   ``num_ln_in_parallel_attn`` 1), from ``ln_attn`` and ``ln_mlp`` (the new architecture), or sequential; the
   attention output added in place to the MLP's (``mlp_output += attention_output``); dropout p = 0.
 
@@ -62,7 +62,7 @@ def new_architecture(cfg: ModelConfig) -> bool:
 
 
 class FalconLinear:
-    """``FalconLinear`` (modeling_falcon.py:44-51)."""
+    """``FalconLinear`` (modeling_falcon.py:60-65)."""
 
     def __init__(self, d_in: int, d_out: int, bias: bool, dtype: str, name: str):
         self.weight = parameter((d_out, d_in), dtype, name + ".weight")
@@ -84,13 +84,13 @@ def take(t: Tensor, dim: int, position: int) -> Tensor:
 
 
 class Attention:
-    """``FalconAttention`` (modeling_falcon.py:167-352), RoPE."""
+    """``FalconAttention`` (modeling_falcon.py:200-412), RoPE."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str):
         d, h, kv = cfg.d_model, cfg.num_heads, cfg.kv_heads
         self.num_heads, self.head_dim, self.kv, self.attn = h, d // h, kv, attn
         self.new = new_architecture(cfg)
-        self.num_kv_heads = h if self.new else kv  # :295
+        self.num_kv_heads = h if self.new else kv  # :313
         fused = (h + 2 * kv) * self.head_dim
         self.query_key_value = FalconLinear(d, fused, cfg.qkv_bias, dtype, name + ".query_key_value")
         self.dense = FalconLinear(d, d, cfg.output_bias, dtype, name + ".dense")
@@ -99,7 +99,7 @@ class Attention:
         return self.query_key_value.params() + self.dense.params()
 
     def split_heads(self, fused_qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """``_split_heads`` (:227-256)."""
+        """``_split_heads`` (:243-273)."""
         batch, seq, _ = fused_qkv.shape
         h, hd = self.num_heads, self.head_dim
         if self.new:
@@ -119,17 +119,17 @@ class Attention:
         return A.slice_(fused, 2, 0, h), take(fused, 2, -2), take(fused, 2, -1)
 
     def __call__(self, hidden_states: Tensor, attention_mask, position_embeddings) -> tuple[Tensor, Tensor | None]:
-        fused_qkv = self.query_key_value(hidden_states)  # :295
-        query_layer, key_layer, value_layer = self.split_heads(fused_qkv)  # :297
+        fused_qkv = self.query_key_value(hidden_states)  # :312
+        query_layer, key_layer, value_layer = self.split_heads(fused_qkv)  # :315
         batch_size, query_length, _, _ = query_layer.shape
         h, hd, kv = self.num_heads, self.head_dim, self.num_kv_heads
-        query_layer = A.reshape(A.transpose(query_layer, 1, 2), batch_size, h, query_length, hd)  # :301-303
+        query_layer = A.reshape(A.transpose(query_layer, 1, 2), batch_size, h, query_length, hd)  # :319-321
         key_layer = A.reshape(A.transpose(key_layer, 1, 2), batch_size, kv, query_length, hd)
         value_layer = A.reshape(A.transpose(value_layer, 1, 2), batch_size, kv, query_length, hd)
-        cos, sin = position_embeddings  # :305-307
+        cos, sin = position_embeddings  # :323-325
         query_layer, key_layer = apply_rotary_pos_emb(query_layer, key_layer, cos, sin)
         del cos, sin
-        if self.attn == "sdpa" and kv != h:  # :315-325, one K/V head: torch's math path, K/V broadcast
+        if self.attn == "sdpa" and kv != h:  # :333-346, one K/V head: torch's math path, K/V broadcast
             # (on cuda too: no fused kernel takes unequal heads without enable_gqa, sdp_utils.cpp)
             attn_output = sdpa_math(query_layer, key_layer, value_layer, causal=False, mask=attention_mask, gqa=False)
             attention_scores = None
@@ -141,21 +141,21 @@ class Attention:
                 attn_output = flash_attention_cpu(query, key, value, attention_mask)
             del query, key, value
             attention_scores = None
-        else:  # :327-331
+        else:  # :348-354
             attention_scores = A.matmul(query_layer, A.transpose(key_layer, -1, -2))
             attention_scores = A.div_(attention_scores, math.sqrt(hd))
             dtype = hidden_states.dtype
             attention_scores = A.softmax(A.add(attention_scores, attention_mask), -1, dtype)
             attn_output = A.matmul(attention_scores, value_layer)
-        attn_output = A.view(attn_output, batch_size, h, query_length, hd)  # :333
-        attn_output = A.transpose(attn_output, 1, 2)  # :334 permute(0, 2, 1, 3): the same layout
-        attn_output = A.reshape(attn_output, batch_size, query_length, h * hd)  # :335
-        attn_output = self.dense(attn_output)  # :337
+        attn_output = A.view(attn_output, batch_size, h, query_length, hd)  # :356
+        attn_output = A.transpose(attn_output, 1, 2)  # :357 permute(0, 2, 1, 3): the same layout
+        attn_output = A.reshape(attn_output, batch_size, query_length, h * hd)  # :358
+        attn_output = self.dense(attn_output)  # :360
         return attn_output, attention_scores
 
 
 class MLP:
-    """``FalconMLP`` (modeling_falcon.py:594-607)."""
+    """``FalconMLP`` (modeling_falcon.py:515-528)."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, name: str):
         self.act = ACTIVATIONS[cfg.hf_activation or "gelu"]
@@ -166,7 +166,7 @@ class MLP:
         return self.dense_h_to_4h.params() + self.dense_4h_to_h.params()
 
     def __call__(self, x: Tensor) -> Tensor:
-        return self.dense_4h_to_h(self.act(self.dense_h_to_4h(x)))  # :604-606
+        return self.dense_4h_to_h(self.act(self.dense_h_to_4h(x)))  # :526-527
 
 
 NORMS = {
@@ -174,11 +174,11 @@ NORMS = {
     "one_norm": ("input_layernorm",),
     "two_norms": ("ln_attn", "ln_mlp"),
 }
-"""A block's LayerNorms in registration order (modeling_falcon.py:630-640): the input's is the last."""
+"""A block's LayerNorms in registration order (modeling_falcon.py:555-565): the input's is the last."""
 
 
 class FalconDecoderLayer(GradientCheckpointingLayer):
-    """``FalconDecoderLayer`` (modeling_falcon.py:617-703)."""
+    """``FalconDecoderLayer`` (modeling_falcon.py:538-623)."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, attn: str, device: str, name: str):
         self.block = cfg.parallel_block
@@ -195,29 +195,29 @@ class FalconDecoderLayer(GradientCheckpointingLayer):
     def forward(
         self, hidden_states: Tensor, attention_mask=None, position_ids=None, position_embeddings=None
     ) -> tuple[Tensor, Tensor | None]:
-        residual = hidden_states  # :652
-        if self.block == "two_norms":  # :654-656
+        residual = hidden_states  # :579
+        if self.block == "two_norms":  # :581-583
             attention_layernorm_out = self.norms[0](hidden_states)
             mlp_layernorm_out = self.norms[1](hidden_states)
-        else:  # :657-658
+        else:  # :584-585
             attention_layernorm_out = self.norms[-1](hidden_states)
         attention_output, attn_weights = self.self_attention(
             attention_layernorm_out, attention_mask, position_embeddings
-        )  # :660-669
-        if self.block == "one_norm":  # :671-673, :684-689
+        )  # :587-596
+        if self.block == "one_norm":  # :598-601, :608-613
             mlp_layernorm_out = attention_layernorm_out
-        elif self.block == "none":  # :674-679 dropout_add (p = 0)
+        elif self.block == "none":  # :602-606 dropout_add (p = 0)
             residual = A.add(residual, attention_output)
             mlp_layernorm_out = self.norms[0](residual)
-        mlp_output = self.mlp(mlp_layernorm_out)  # :691
+        mlp_output = self.mlp(mlp_layernorm_out)  # :616
         if self.block != "none":
-            mlp_output = A.add_(mlp_output, attention_output)  # :693-694
-        output = A.add(residual, mlp_output)  # :696 dropout_add (p = 0)
+            mlp_output = A.add_(mlp_output, attention_output)  # :618-619
+        output = A.add(residual, mlp_output)  # :621 dropout_add (p = 0)
         return output, attn_weights
 
 
 class FalconForCausalLM(LlamaForCausalLM):
-    """``FalconForCausalLM`` with ``FalconModel`` (modeling_falcon.py:740-1005), labels given: Llama's step wrapper
+    """``FalconForCausalLM`` with ``FalconModel`` (modeling_falcon.py:657-926), labels given: Llama's step wrapper
     (``loss()``) around Falcon's model."""
 
     def __init__(self, cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B, device="meta"):
@@ -243,23 +243,23 @@ class FalconForCausalLM(LlamaForCausalLM):
         return out + ([self.lm_head] if self.lm_head is not None else [])
 
     def model(self) -> Tensor:
-        """``FalconModel.forward`` (modeling_falcon.py:770-870), no attention mask given."""
-        inputs_embeds = A.embedding(self.word_embeddings, self.input_ids)  # :787
-        position_ids = A.unsqueeze(arange_plus(self.seq), 0)  # :802-804
+        """``FalconModel.forward`` (modeling_falcon.py:687-823), no attention mask given."""
+        inputs_embeds = A.embedding(self.word_embeddings, self.input_ids)  # :731
+        position_ids = A.unsqueeze(arange_plus(self.seq), 0)  # :748-751
         with no_grad():
             find_packed_sequence_indices(A.expand(position_ids, self.batch, -1))
-        if self.setup.attention == "naive":  # :806-813, allow_is_causal_skip=False
+        if self.setup.attention == "naive":  # :753-760, allow_is_causal_skip=False
             causal_mask = eager_mask(self.batch, self.seq, self.dtype, None)
         else:
             causal_mask = sdpa_mask(self.batch, self.seq, None, allow_is_causal_skip=False)
-        hidden_states = inputs_embeds  # :828
-        position_embeddings = rotary_embedding(hidden_states, position_ids, self.inv_freq)  # :829
+        hidden_states = inputs_embeds  # :779
+        position_embeddings = rotary_embedding(hidden_states, position_ids, self.inv_freq)  # :780
         kwargs = dict(attention_mask=causal_mask, position_ids=position_ids, position_embeddings=position_embeddings)
         outputs = None
-        for layer in self.h:  # :835-850; ``outputs`` keeps the last layer's probabilities until the next returns
+        for layer in self.h:  # :785-803; ``outputs`` keeps the last layer's probabilities until the next returns
             outputs = layer(hidden_states, **kwargs)
             hidden_states = outputs[0]
-        return self.ln_f(hidden_states)  # :852
+        return self.ln_f(hidden_states)  # :805
 
     def forward(self) -> tuple[Tensor, Tensor]:
         """``FalconForCausalLM.forward`` with ``ForCausalLMLoss``: (logits, loss)."""

@@ -6,9 +6,9 @@ after the embedding, each projection and the attention probabilities) with what 
 
 * ``nn.Linear`` projections (``c_attn``, ``c_proj``, ``c_fc``), not GPT-2's ``Conv1D``;
 * multi-query attention (``multi_query``, default true): ``c_attn`` makes d + 2 head_dim features, unsqueezed
-  and split into q, k, v (:209-212), so K and V are one head (B, 1, S, hd); without it one view, transpose and
-  split into per-head q, k, v (:214-219);
-* Llama's attention interfaces: eager repeats K and V to every head and runs the softmax in fp32 (:89-110), sdpa
+  and split into q, k, v (:201-205), so K and V are one head (B, 1, S, hd); without it one view, transpose and
+  split into per-head q, k, v (:206-212);
+* Llama's attention interfaces: eager repeats K and V to every head and runs the softmax in fp32 (:90-113), sdpa
   passes ``enable_gqa`` (no mask, head_dim <= 256: ``integrations/sdpa_attention.py`` ``use_gqa_in_sdpa``) with
   ``dropout_p`` = ``attn_pdrop``, which above 0 makes torch run the math path on cpu and meta
   (``aten_sdpa_math``), at 0 the CPU's flash kernel (``llama.sdpa_attention_forward``);
@@ -16,7 +16,7 @@ after the embedding, each projection and the attention probabilities) with what 
 * the dropouts ``attn_pdrop``, ``resid_pdrop`` and ``embd_pdrop`` at the config.json's values, else the class's
   0.1 (configuration_gpt_bigcode.py:65-67); at 0 each returns its input;
 * ``create_causal_mask`` before the position lookup (:441-447), and a (positions, positions) bool ``bias``
-  buffer (:385-387) that no forward reads.
+  buffer (:381-383) that no forward reads.
 """
 
 from __future__ import annotations
@@ -44,16 +44,16 @@ def pdrop(cfg: ModelConfig, field: str) -> float:
 
 
 def eager_attention_forward(module: Attention, query, key, value, attention_mask) -> tuple[Tensor, Tensor]:
-    """modeling_gpt_bigcode.py:89-110: Llama's with ``attn_dropout`` on the probabilities."""
-    key_states = repeat_kv(key, module.groups)  # :99
-    value_states = repeat_kv(value, module.groups)  # :100
-    attn_weights = A.mul(A.matmul(query, A.transpose(key_states, 2, 3)), module.scaling)  # :102
+    """modeling_gpt_bigcode.py:90-113: Llama's with ``attn_dropout`` on the probabilities."""
+    key_states = repeat_kv(key, module.groups)  # :100
+    value_states = repeat_kv(value, module.groups)  # :101
+    attn_weights = A.mul(A.matmul(query, A.transpose(key_states, 2, 3)), module.scaling)  # :103
     if attention_mask is not None:
-        attn_weights = A.add(attn_weights, attention_mask)  # :104
-    attn_weights = A.to(A.softmax(attn_weights, -1, "fp32"), query.dtype)  # :106
-    attn_weights = dropout(attn_weights, module.attn_pdrop, device=module.device)  # :107
-    attn_output = A.matmul(attn_weights, value_states)  # :109
-    return A.contiguous(A.transpose(attn_output, 1, 2)), attn_weights  # :110
+        attn_weights = A.add(attn_weights, attention_mask)  # :105
+    attn_weights = A.to(A.softmax(attn_weights, -1, "fp32"), query.dtype)  # :107
+    attn_weights = dropout(attn_weights, module.attn_pdrop, device=module.device)  # :108
+    attn_output = A.matmul(attn_weights, value_states)  # :110
+    return A.contiguous(A.transpose(attn_output, 1, 2)), attn_weights  # :111
 
 
 def sdpa_attention_forward(module: Attention, query, key, value, attention_mask) -> tuple[Tensor, None]:
@@ -74,7 +74,7 @@ def sdpa_attention_forward(module: Attention, query, key, value, attention_mask)
 
 
 class Attention:
-    """``GPTBigCodeAttention`` (modeling_gpt_bigcode.py:113-242), self-attention only."""
+    """``GPTBigCodeAttention`` (modeling_gpt_bigcode.py:116-239), self-attention only."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, attn: str, device: str, name: str):
         d, h, kv = cfg.d_model, cfg.num_heads, cfg.kv_heads
@@ -82,33 +82,33 @@ class Attention:
         self.multi_query = cfg.num_kv_heads == 1  # ``hf_config``: multi_query
         self.groups, self.scaling, self.attn, self.device = h // kv, (d // h) ** -0.5, attn, device
         self.attn_pdrop, self.resid_pdrop = pdrop(cfg, "attn_pdrop"), pdrop(cfg, "resid_pdrop")
-        self.c_attn = Linear(d, d + 2 * kv * self.head_dim, True, dtype, name + ".c_attn")  # :157
-        self.c_proj = Linear(d, d, True, dtype, name + ".c_proj")  # :159
+        self.c_attn = Linear(d, d + 2 * kv * self.head_dim, True, dtype, name + ".c_attn")  # :156
+        self.c_proj = Linear(d, d, True, dtype, name + ".c_proj")  # :158
 
     def params(self) -> list[Tensor]:
         return self.c_attn.params() + self.c_proj.params()
 
     def __call__(self, hidden_states: Tensor, attention_mask) -> tuple[Tensor, Tensor | None]:
-        input_shape = hidden_states.shape[:-1]  # :175
+        input_shape = hidden_states.shape[:-1]  # :174
         hd = self.head_dim
-        if self.multi_query:  # :208-212
+        if self.multi_query:  # :201-205
             fused = A.unsqueeze(self.c_attn(hidden_states), 1)
             query, key, value = split_with_sizes(fused, (self.embed_dim, hd, hd), 3)
             del fused
             query = A.transpose(A.view(query, *input_shape, -1, hd), 1, 2)
-        else:  # :213-219
+        else:  # :206-212
             fused = A.view(self.c_attn(hidden_states), *hidden_states.shape[:2], self.num_heads, 3 * hd)
             query, key, value = split_with_sizes(A.transpose(fused, 1, 2), 3 * [hd], 3)
             del fused
         interface = eager_attention_forward if self.attn == "naive" else sdpa_attention_forward
-        attn_output, attn_weights = interface(self, query, key, value, attention_mask)  # :227-235
-        attn_output = A.contiguous(A.reshape(attn_output, *input_shape, -1))  # :237
-        attn_output = self.c_proj(attn_output)  # :238
-        return dropout(attn_output, self.resid_pdrop, device=self.device), attn_weights  # :239-240
+        attn_output, attn_weights = interface(self, query, key, value, attention_mask)  # :225-233
+        attn_output = A.contiguous(A.reshape(attn_output, *input_shape, -1))  # :236
+        attn_output = self.c_proj(attn_output)  # :237
+        return dropout(attn_output, self.resid_pdrop, device=self.device), attn_weights  # :238-239
 
 
 class MLP:
-    """``GPTBigCodeMLP`` (modeling_gpt_bigcode.py:243-259)."""
+    """``GPTBigCodeMLP`` (modeling_gpt_bigcode.py:242-257)."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, device: str, name: str):
         self.act, self.device = ACTIVATIONS[cfg.hf_activation or "gelu_pytorch_tanh"], device
@@ -120,12 +120,12 @@ class MLP:
         return self.c_fc.params() + self.c_proj.params()
 
     def __call__(self, hidden_states: Tensor) -> Tensor:
-        hidden_states = self.c_proj(self.act(self.c_fc(hidden_states)))  # :255-257
-        return dropout(hidden_states, self.resid_pdrop, device=self.device)  # :258
+        hidden_states = self.c_proj(self.act(self.c_fc(hidden_states)))  # :253-255
+        return dropout(hidden_states, self.resid_pdrop, device=self.device)  # :256
 
 
 class Block(gpt2.Block):
-    """``GPTBigCodeBlock`` (modeling_gpt_bigcode.py:262-326): GPT-2's forward, self-attention only."""
+    """``GPTBigCodeBlock`` (modeling_gpt_bigcode.py:260-329): GPT-2's forward, self-attention only."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, attn: str, device: str, name: str):
         self.ln_1 = LayerNorm(cfg.d_model, dtype, device, name + ".ln_1")
@@ -135,7 +135,7 @@ class Block(gpt2.Block):
 
 
 class GPTBigCodeForCausalLM(GPT2LMHeadModel):
-    """``GPTBigCodeForCausalLM`` with ``GPTBigCodeModel`` (modeling_gpt_bigcode.py:367-568), labels given: GPT-2's
+    """``GPTBigCodeForCausalLM`` with ``GPTBigCodeModel`` (modeling_gpt_bigcode.py:367-581), labels given: GPT-2's
     parameters (``wte``, ``wpe``, the blocks, ``ln_f``, an untied ``lm_head``) and head, with its own blocks,
     ``bias`` buffer and model forward."""
 
@@ -144,10 +144,10 @@ class GPTBigCodeForCausalLM(GPT2LMHeadModel):
     def __init__(self, cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B, device="meta"):
         super().__init__(cfg, seq, setup, batch, device)
         rows = cfg.position_rows
-        self.bias = empty((rows, rows), "bool", "tril")  # :385-387, non-persistent
+        self.bias = empty((rows, rows), "bool", "tril")  # :381-383, non-persistent
 
     def transformer(self) -> Tensor:
-        """``GPTBigCodeModel.forward`` (modeling_gpt_bigcode.py:402-496)."""
+        """``GPTBigCodeModel.forward`` (modeling_gpt_bigcode.py:400-499)."""
         inputs_embeds = A.embedding(self.wte, self.input_ids)  # :434
         position_ids = A.unsqueeze(arange_plus(self.seq), 0)  # :436-439
         with no_grad():
@@ -155,13 +155,13 @@ class GPTBigCodeForCausalLM(GPT2LMHeadModel):
         causal_mask = None  # :441-447; sdpa without padding skips the mask (is_causal)
         if self.setup.attention == "naive":
             causal_mask = eager_mask(self.batch, self.seq, self.dtype, None)
-        position_embeds = A.embedding(self.wpe, position_ids)  # :469
-        hidden_states = A.add(inputs_embeds, position_embeds)  # :470
-        hidden_states = dropout(hidden_states, pdrop(self.cfg, "embd_pdrop"), device=self.device)  # :477
-        for block in self.h:  # :480-489
+        position_embeds = A.embedding(self.wpe, position_ids)  # :470
+        hidden_states = A.add(inputs_embeds, position_embeds)  # :471
+        hidden_states = dropout(hidden_states, pdrop(self.cfg, "embd_pdrop"), device=self.device)  # :478
+        for block in self.h:  # :481-490
             hidden_states = block(hidden_states, attention_mask=causal_mask)
-        hidden_states = self.ln_f(hidden_states)  # :491
-        return A.view(hidden_states, *inputs_embeds.shape[:-1], hidden_states.shape[-1])  # :493
+        hidden_states = self.ln_f(hidden_states)  # :492
+        return A.view(hidden_states, *inputs_embeds.shape[:-1], hidden_states.shape[-1])  # :494
 
 
 def causal_lm(

@@ -4,11 +4,11 @@ modeling_nemotron.py``, line numbers of transformers 5.24).
 Llama's program (``llama``: model, masks, rotary table, layer order, attention interfaces, loss) with what
 Nemotron does differently:
 
-* ``NemotronLayerNorm1P`` (:57-79) for every norm: ``F.layer_norm(x, (d,), self.weight + 1.0, self.bias)``, the
+* ``NemotronLayerNorm1P`` (:62-80) for every norm: ``F.layer_norm(x, (d,), self.weight + 1.0, self.bias)``, the
   ``weight + 1.0`` a new (d,) tensor per call (saved by the norm's backward), with gain and bias;
-* RoPE on the first ``rotary_dim`` of each head (:132-160: ``rot_dim = cos.shape[-1]``, q and k sliced, rotated,
+* RoPE on the first ``rotary_dim`` of each head (:141-169: ``rot_dim = cos.shape[-1]``, q and k sliced, rotated,
   concatenated back: StableLM's ``stablelm.Attention``), the table of that many frequencies;
-* the MLP (:163-174): ``up_proj``, the activation (``relu2``: ``F.relu`` then ``torch.square``, both saving the
+* the MLP (:172-183): ``up_proj``, the activation (``relu2``: ``F.relu`` then ``torch.square``, both saving the
   ReLU's output; or ReLU, or a GELU), ``down_proj``; biases when ``mlp_bias``, q/k/v/o biases when
   ``attention_bias``.
 
@@ -34,7 +34,7 @@ from .stablelm import Attention
 
 
 class LayerNorm1P:
-    """``NemotronLayerNorm1P`` (modeling_nemotron.py:57-79): gain and bias, the gain used as ``weight + 1.0``."""
+    """``NemotronLayerNorm1P`` (modeling_nemotron.py:62-80): gain and bias, the gain used as ``weight + 1.0``."""
 
     def __init__(self, size: int, dtype: str, name: str, device: str = "meta"):
         self.device = device
@@ -45,8 +45,8 @@ class LayerNorm1P:
         return [self.weight, self.bias]
 
     def __call__(self, x: Tensor) -> Tensor:
-        weight = A.add(self.weight, 1.0)  # :73 (the autocast cast of :72-74 is not transliterated: ``unsupported``)
-        return layer_norm(x, weight, self.bias, device=self.device)  # :76
+        weight = A.add(self.weight, 1.0)  # :77 (the autocast cast of :76-78 is not transliterated: ``unsupported``)
+        return layer_norm(x, weight, self.bias, device=self.device)  # :80
 
 
 def relu2(x: Tensor) -> Tensor:
@@ -56,7 +56,7 @@ def relu2(x: Tensor) -> Tensor:
 
 
 class MLP:
-    """``NemotronMLP`` (modeling_nemotron.py:163-174)."""
+    """``NemotronMLP`` (modeling_nemotron.py:172-183)."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, name: str):
         self.act = {"relu2": relu2, "relu": relu}.get(cfg.mlp) or ACTIVATIONS[cfg.hf_activation]
@@ -67,11 +67,11 @@ class MLP:
         return self.up_proj.params() + self.down_proj.params()
 
     def __call__(self, x: Tensor) -> Tensor:
-        return self.down_proj(self.act(self.up_proj(x)))  # :174
+        return self.down_proj(self.act(self.up_proj(x)))  # :183
 
 
 class NemotronDecoderLayer(DecoderLayer):
-    """``NemotronDecoderLayer`` (modeling_nemotron.py:282-330): Llama's forward with Nemotron's pieces."""
+    """``NemotronDecoderLayer`` (modeling_nemotron.py:291-340): Llama's forward with Nemotron's pieces."""
 
     attention_class = Attention
     mlp_class = MLP
@@ -82,7 +82,7 @@ class NemotronDecoderLayer(DecoderLayer):
 
 
 class NemotronForCausalLM(LlamaForCausalLM):
-    """``NemotronForCausalLM`` with ``NemotronModel`` (modeling_nemotron.py:350-500): Llama's with Nemotron's layers,
+    """``NemotronForCausalLM`` with ``NemotronModel`` (modeling_nemotron.py:363-517): Llama's with Nemotron's layers,
     final ``LayerNorm1P`` and rotary table over the rotated share."""
 
     def __init__(self, cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B, device="meta"):

@@ -6,18 +6,18 @@ head: ``gpt2``'s ``LayerNorm``) with Llama's projections (``llama.Linear``) and 
 (``gpt_bigcode``: eager's fp32 softmax and dropout, sdpa's math path when dropout is above 0).  What OPT does
 differently:
 
-* the positions from an all-ones fp32 mask (:397-403): ``cumsum``, ``* mask - 1``, ``.long()``, looked up at
-  ``position_ids + 2`` (``OPTLearnedPositionalEmbedding``, :48-66: the table's 2 leading rows,
+* the positions from an all-ones fp32 mask (:352-361): ``cumsum``, ``* mask - 1``, ``.long()``, looked up at
+  ``position_ids + 2`` (``OPTLearnedPositionalEmbedding``, :46-71: the table's 2 leading rows,
   ``ModelConfig.position_offset``); the mask and the ids live until the forward returns; no packed-sequence
   check (``create_causal_mask`` gets no ``position_ids``);
-* q is scaled after ``q_proj`` (:130, ``* self.scaling``), the interface gets ``scaling=1.0`` (its ``* 1.0`` is
+* q is scaled after ``q_proj`` (:153, ``* self.scaling``), the interface gets ``scaling=1.0`` (its ``* 1.0`` is
   still an op);
 * ``nn.LayerNorm`` with gain and bias, or neither (``layer_norm_elementwise_affine``: ``norm_weights``);
-* the layer (:167-216) runs its MLP on the (B·S, d) view of the residual stream, ``dropout`` (``config.dropout``,
+* the layer (:205-256) runs its MLP on the (B·S, d) view of the residual stream, ``dropout`` (``config.dropout``,
   the class's 0.1) after the attention and after ``fc2``, ``attention_dropout`` (0.0) on the probabilities; no
   dropout after the embedding;
 * the activation ``activation_function`` (ReLU by default);
-* ``final_layer_norm`` is registered before the layers (``model.parameters()`` order).
+* ``final_layer_norm`` is registered before the layers (:308-315, ``model.parameters()`` order).
 
 Refused by the config reader: post-norm blocks, ``project_in``/``project_out``; by ``unmodelled_dropout``:
 ``layerdrop`` above 0 (whole layers skipped at random).
@@ -68,7 +68,7 @@ class LayerNorm:
 
 
 class Attention:
-    """``OPTAttention`` (modeling_opt.py:79-155), registering k, v, q and out_proj in that order."""
+    """``OPTAttention`` (modeling_opt.py:98-183), registering k, v, q and out_proj in that order."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, attn: str, device: str, name: str):
         d, h = cfg.d_model, cfg.num_heads
@@ -84,22 +84,22 @@ class Attention:
         return self.k_proj.params() + self.v_proj.params() + self.q_proj.params() + self.out_proj.params()
 
     def __call__(self, hidden_states: Tensor, attention_mask) -> tuple[Tensor, Tensor | None]:
-        bsz, tgt_len, _ = hidden_states.shape  # :128
+        bsz, tgt_len, _ = hidden_states.shape  # :151
         shape = (bsz, -1, self.num_heads, self.head_dim)
-        query_states = A.mul(self.q_proj(hidden_states), self.q_scaling)  # :130
-        query_states = A.transpose(A.view(query_states, *shape), 1, 2)  # :131
-        key_states = self.k_proj(hidden_states)  # :133
-        value_states = self.v_proj(hidden_states)  # :134
-        key_states = A.transpose(A.view(key_states, *shape), 1, 2)  # :135
-        value_states = A.transpose(A.view(value_states, *shape), 1, 2)  # :136
+        query_states = A.mul(self.q_proj(hidden_states), self.q_scaling)  # :153
+        query_states = A.transpose(A.view(query_states, *shape), 1, 2)  # :154
+        key_states = self.k_proj(hidden_states)  # :156
+        value_states = self.v_proj(hidden_states)  # :157
+        key_states = A.transpose(A.view(key_states, *shape), 1, 2)  # :158
+        value_states = A.transpose(A.view(value_states, *shape), 1, 2)  # :159
         interface = eager_attention_forward if self.attn == "naive" else sdpa_attention_forward
         attn_output, attn_weights = interface(self, query_states, key_states, value_states, attention_mask)
-        attn_output = A.contiguous(A.reshape(attn_output, bsz, tgt_len, -1))  # :152
-        return self.out_proj(attn_output), attn_weights  # :153-155
+        attn_output = A.contiguous(A.reshape(attn_output, bsz, tgt_len, -1))  # :180
+        return self.out_proj(attn_output), attn_weights  # :181-183
 
 
 class OPTDecoderLayer(GradientCheckpointingLayer):
-    """``OPTDecoderLayer`` (modeling_opt.py:158-216), pre-norm (``do_layer_norm_before``)."""
+    """``OPTDecoderLayer`` (modeling_opt.py:186-257), pre-norm (``do_layer_norm_before``)."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, attn: str, device: str, name: str):
         d, affine = cfg.d_model, cfg.norm_weights
@@ -116,23 +116,23 @@ class OPTDecoderLayer(GradientCheckpointingLayer):
         return out + self.fc1.params() + self.fc2.params() + self.final_layer_norm.params()
 
     def forward(self, hidden_states: Tensor, attention_mask=None, position_ids=None) -> Tensor:
-        residual = hidden_states  # :185
-        hidden_states = self.self_attn_layer_norm(hidden_states)  # :188
-        hidden_states, _ = self.self_attn(hidden_states, attention_mask)  # :190-196
-        hidden_states = dropout(hidden_states, self.pdrop, device=self.device)  # :197
-        hidden_states = A.add(residual, hidden_states)  # :198
-        hidden_states_shape = hidden_states.shape  # :203
-        hidden_states = A.reshape(hidden_states, -1, hidden_states.shape[-1])  # :204
-        residual = hidden_states  # :205
-        hidden_states = self.final_layer_norm(hidden_states)  # :208
-        hidden_states = self.act(self.fc1(hidden_states))  # :210-211
-        hidden_states = self.fc2(hidden_states)  # :213
-        hidden_states = dropout(hidden_states, self.pdrop, device=self.device)  # :214
-        return A.view(A.add(residual, hidden_states), *hidden_states_shape)  # :216
+        residual = hidden_states  # :214
+        hidden_states = self.self_attn_layer_norm(hidden_states)  # :218
+        hidden_states, _ = self.self_attn(hidden_states, attention_mask)  # :221-227
+        hidden_states = dropout(hidden_states, self.pdrop, device=self.device)  # :228
+        hidden_states = A.add(residual, hidden_states)  # :229
+        hidden_states_shape = hidden_states.shape  # :236
+        hidden_states = A.reshape(hidden_states, -1, hidden_states.shape[-1])  # :237
+        residual = hidden_states  # :238
+        hidden_states = self.final_layer_norm(hidden_states)  # :242
+        hidden_states = self.act(self.fc1(hidden_states))  # :244-245
+        hidden_states = self.fc2(hidden_states)  # :247
+        hidden_states = dropout(hidden_states, self.pdrop, device=self.device)  # :248
+        return A.view(A.add(residual, hidden_states), *hidden_states_shape)  # :250
 
 
 class OPTForCausalLM(LlamaForCausalLM):
-    """``OPTForCausalLM`` with ``OPTDecoder`` (modeling_opt.py:241-385, 500-575), labels given: Llama's step wrapper
+    """``OPTForCausalLM`` with ``OPTDecoder`` (modeling_opt.py:276-404, 451-541), labels given: Llama's step wrapper
     (``loss()``) around OPT's decoder."""
 
     def __init__(self, cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B, device="meta"):
@@ -157,29 +157,29 @@ class OPTForCausalLM(LlamaForCausalLM):
         return out + ([self.lm_head] if self.lm_head is not None else [])
 
     def model(self) -> Tensor:
-        """``OPTDecoder.forward`` (modeling_opt.py:372-453)."""
-        input_ids = A.view(self.input_ids, -1, self.seq)  # :381
-        inputs_embeds = A.embedding(self.embed_tokens, input_ids)  # :384
-        position_attention_mask = empty((self.batch, self.seq), "fp32", "ones")  # :394-396
-        position_ids = empty((self.batch, self.seq), "fp32", "cumsum")  # :399
-        scaled = A.mul(position_ids, position_attention_mask)  # :400
+        """``OPTDecoder.forward`` (modeling_opt.py:325-404)."""
+        input_ids = A.view(self.input_ids, -1, self.seq)  # :339
+        inputs_embeds = A.embedding(self.embed_tokens, input_ids)  # :342
+        position_attention_mask = empty((self.batch, self.seq), "fp32", "ones")  # :352-354
+        position_ids = empty((self.batch, self.seq), "fp32", "cumsum")  # :358
+        scaled = A.mul(position_ids, position_attention_mask)  # :359
         shifted = A.add(scaled, -1)  # ``- 1``: the number wrapped
         del scaled
         ids = A.to(shifted, "int64")  # ``.long()``
         del shifted
-        position_ids = ids.alias()  # :401 ``[:, past_seen_tokens:]``: a view
+        position_ids = ids.alias()  # :361 ``[:, past_seen_tokens:]``: a view
         del ids
-        causal_mask = None  # :403-408; sdpa without padding skips the mask (is_causal)
+        causal_mask = None  # :363-368; sdpa without padding skips the mask (is_causal)
         if self.setup.attention == "naive":
             causal_mask = eager_mask(self.batch, self.seq, self.dtype, None)
-        offset = int_scalar_op(position_ids.shape, "add")  # :66 ``position_ids + self.offset``
+        offset = int_scalar_op(position_ids.shape, "add")  # :370, :71 ``position_ids + self.offset``
         pos_embeds = A.embedding(self.embed_positions, offset)
         del offset
-        hidden_states = A.add(inputs_embeds, pos_embeds)  # :415
-        # :417-431; a checkpointed layer holds its keyword arguments (``position_ids`` too) until its recomputation
+        hidden_states = A.add(inputs_embeds, pos_embeds)  # :375
+        # :378-392; a checkpointed layer holds its keyword arguments (``position_ids`` too) until its recomputation
         kwargs = dict(attention_mask=causal_mask, position_ids=position_ids)
         hidden_states = self.run_layers(hidden_states, lambda i: kwargs)
-        return self.final_layer_norm(hidden_states)  # :433-434
+        return self.final_layer_norm(hidden_states)  # :394-395
 
     def forward(self) -> tuple[Tensor, Tensor]:
         """``OPTForCausalLM.forward`` with ``ForCausalLMLoss``: (logits, loss)."""
