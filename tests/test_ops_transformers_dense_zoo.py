@@ -132,10 +132,26 @@ def test_opt_layerdrop_is_refused():
 def published(name: str) -> dict:
     """A published config.json of the tests (``test_hf_zoo.PUBLISHED``, ``test_arch_relu``, ``test_arch_bloom``)."""
     from test_arch_bloom import BLOOM_560M
+    from test_arch_parallel_block import FALCON_7B, FALCON_40B
     from test_arch_relu import OPT_125M
     from test_hf_zoo import PUBLISHED
 
-    return {"starcoderbase": PUBLISHED["starcoderbase"], "opt-125m": OPT_125M, "bloom-560m": BLOOM_560M}[name]
+    return {
+        "starcoderbase": PUBLISHED["starcoderbase"],
+        "opt-125m": OPT_125M,
+        "bloom-560m": BLOOM_560M,
+        "falcon-7b": FALCON_7B,
+        "falcon-40b": FALCON_40B,
+        # NemotronConfig's defaults (nemotron-15b's shape: d 6,144, 48 heads, relu² of 24,576) with 8 K/V heads
+        "nemotron-defaults": {
+            "model_type": "nemotron",
+            "hidden_size": 6144,
+            "intermediate_size": 24576,
+            "num_attention_heads": 48,
+            "num_key_value_heads": 8,
+            "max_position_embeddings": 4096,
+        },
+    }[name]
 
 
 WIDE = [
@@ -145,6 +161,11 @@ WIDE = [
     ("opt-125m", TrainingSetup(attention="sdpa", precision="amp-bf16")),
     ("bloom-560m", TrainingSetup(attention="naive", precision="bf16")),
     ("bloom-560m", TrainingSetup(attention="naive", precision="amp-bf16", checkpoint="full")),
+    ("falcon-7b", TrainingSetup(attention="naive", precision="bf16")),
+    ("falcon-7b", TrainingSetup(attention="sdpa", precision="amp-bf16")),
+    ("falcon-40b", TrainingSetup(attention="sdpa", precision="bf16", checkpoint="full")),
+    ("nemotron-defaults", TrainingSetup(attention="sdpa", precision="bf16")),
+    ("nemotron-defaults", TrainingSetup(attention="naive", checkpoint="full")),
 ]
 
 
@@ -152,9 +173,9 @@ WIDE = [
 def test_dense_programs_at_real_widths_equal_transformers(name, setup):
     """Published config.json files cut to 2 layers and a 512-token vocabulary, at S = 256: starcoderbase (d 6,144,
     one K/V head, d_ff 24,576), opt-125m (d 768, d_ff 3,072) and bloom-560m (d 1,024, 16 heads), where realistic
-    relative sizes decide which tensor sets a peak."""
+    relative sizes decide which tensor sets a peak; also falcon-7b, falcon-40b and Nemotron's class defaults."""
     base = published(name)
-    layers = "num_hidden_layers" if name == "opt-125m" else "n_layer"
+    layers = "n_layer" if name in ("starcoderbase", "bloom-560m") else "num_hidden_layers"
     data = {**base, layers: 2, "vocab_size": 512, "pad_token_id": None, "bos_token_id": None, "eos_token_id": None}
     check(config_from_hf(data), 256, setup)
 
