@@ -30,40 +30,9 @@ from ....setup import TrainingSetup
 from .. import aten as A
 from ..aten_activation import tanh
 from ..engine import Affine
-from ..tensors import Storage, Tensor, current, empty, no_grad, parameter, record, record_first, view_of, wants
+from ..tensors import Storage, Tensor, current, empty, no_grad, parameter, record
 from .gpt2 import LayerNorm
 from .llama import DTYPES, B, GradientCheckpointingLayer, Linear, LlamaForCausalLM, eager_mask, for_causal_lm_loss
-
-
-def select(t: Tensor, dim: int, index: int) -> Tensor:
-    """``t.select(dim, index)`` (``t[..., index, :]``): a view without that dim; backward ``select_backward``: a
-    zero-filled tensor of ``t``'s shape."""
-    dim = dim % t.ndim
-    shape = t.shape[:dim] + t.shape[dim + 1 :]
-    perm = tuple(p - (p > dim) for p in t.perm if p != dim)
-    zero = tuple(z - (z > dim) for z in t.zero if z != dim)
-    src = t.shape
-    return view_of(t, shape, perm, "SelectBackward0", lambda g: empty(src, g.dtype, "select_backward"), zero)
-
-
-def baddbmm(bias: Tensor, batch1: Tensor, batch2: Tensor, alpha: float) -> Tensor:
-    """``bias.baddbmm(batch1, batch2, beta=1.0, alpha=alpha)``: a lower-precision op under autocast; saves batch2
-    for batch1's gradient and batch1 for batch2's (``tools/autograd/derivatives.yaml``); backward, in input order:
-    ``grad.bmm(batch2ᵀ) * alpha``, then ``batch1ᵀ.bmm(grad) * alpha`` (``maybe_multiply``: ``mul.Scalar``)."""
-    bias, batch1, batch2 = A.lower(bias, batch1, batch2)
-    need = wants(bias, batch1, batch2) or (False, False, False)
-    s1, s2 = batch1.shape, batch2.shape
-
-    def back(ctx, g, b1, b2):
-        g1 = A.mul_scalar(empty(s1, g[0].dtype, "bmm"), alpha) if ctx.need[1] else None  # the product dies
-        g2 = A.mul_scalar(empty(s2, g[0].dtype, "bmm"), alpha) if ctx.need[2] else None
-        return None, g1, g2
-
-    def make():
-        return (empty((s1[0], s1[1], s2[2]), A.promote(batch1, batch2), "baddbmm"),)
-
-    saved = (batch1 if need[2] else None, batch2 if need[1] else None)
-    return record_first("BaddbmmBackward0", (bias, batch1, batch2), make, back, saved)[0]
 
 
 def bloom_gelu(x: Tensor) -> Tensor:
@@ -152,14 +121,14 @@ class Attention:
         h, hd = self.num_heads, self.head_dim
         fused_qkv = self.query_key_value(hidden_states)  # :258
         fused = A.view(fused_qkv, batch_size, q_length, h, 3, hd)  # :215
-        query_layer = A.transpose(select(fused, 3, 0), 1, 2)  # :216-218
-        key_layer = A.transpose(select(fused, 3, 1), 1, 2)
-        value_layer = A.transpose(select(fused, 3, 2), 1, 2)
+        query_layer = A.transpose(A.select(fused, 3, 0), 1, 2)  # :216-218
+        key_layer = A.transpose(A.select(fused, 3, 1), 1, 2)
+        value_layer = A.transpose(A.select(fused, 3, 2), 1, 2)
         del fused
         query_layer = A.reshape(query_layer, batch_size * h, -1, hd)  # :266
         key_layer = A.transpose(A.reshape(key_layer, batch_size * h, -1, hd), -1, -2)  # :267
         value_layer = A.reshape(value_layer, batch_size * h, -1, hd)  # :268
-        attention_scores = baddbmm(alibi, query_layer, key_layer, self.inv_norm_factor)  # :271-276
+        attention_scores = A.baddbmm(alibi, query_layer, key_layer, self.inv_norm_factor)  # :271-276
         attn_weights = A.view(attention_scores, batch_size, h, q_length, -1)  # :279
         if attention_mask is not None:
             attn_weights = A.add(attn_weights, attention_mask)  # :281

@@ -7,9 +7,8 @@ LayerNorm (``gpt2``), with what Falcon does differently:
 * ``FalconLinear`` (:60-65): ``input @ weight.T``, then ``+ bias`` (an add: an fp32 result under autocast);
 * the mask is made even for sdpa (``create_causal_mask(..., allow_is_causal_skip=False)``, :753-760): the CPU's
   flash kernel gets a bool mask;
-* the fused ``query_key_value`` split (:243-273): one K/V head per head, ``select``ed from (B, S, h, 3, hd)
-  (``bloom.select``); one K/V head (``multi_query``), q sliced from (B, S, h + 2, hd) and k, v indexed out
-  (``[..., [-2], :]``: copies); the new architecture (Falcon-40B), q sliced from (B, S, kv, h/kv + 2, hd), k and v
+* the fused ``query_key_value`` split (:243-273): one K/V head per head, ``select``ed from (B, S, h, 3, hd); one
+  K/V head (``multi_query``), q sliced from (B, S, h + 2, hd) and k, v indexed out (``[..., [-2], :]``: copies); the new architecture (Falcon-40B), q sliced from (B, S, kv, h/kv + 2, hd), k and v
   indexed, broadcast to q's heads, then all three flattened (copies);
 * Llama's ``apply_rotary_pos_emb``; eager attention (:349-354): ``q @ kᵀ`` (one K/V head broadcast: a copy), an
   in-place ``/= √hd``, ``softmax(scores + mask, dtype=hidden dtype)``, ``@ v``, heads merged (a copy), ``dense``;
@@ -37,7 +36,6 @@ from ..aten_index import index
 from ..aten_sdpa_math import sdpa_math
 from ..engine import Affine
 from ..tensors import Storage, Tensor, current, empty, no_grad, parameter
-from .bloom import select
 from .gpt2 import LayerNorm
 from .llama import (
     DTYPES,
@@ -114,7 +112,7 @@ class Attention:
             return flat[0], flat[1], flat[2]
         if self.kv == h:
             fused = A.view(fused_qkv, batch, seq, h, 3, hd)
-            return select(fused, 3, 0), select(fused, 3, 1), select(fused, 3, 2)
+            return A.select(fused, 3, 0), A.select(fused, 3, 1), A.select(fused, 3, 2)
         fused = A.view(fused_qkv, batch, seq, h + 2, hd)
         return A.slice_(fused, 2, 0, h), take(fused, 2, -2), take(fused, 2, -1)
 
