@@ -1339,7 +1339,8 @@ def _gpt_bigcode(f: _Fields) -> dict[str, Any]:
     kv = 1 if f.bool("multi_query", True) else out["num_heads"]
     if f.int("num_key_value_heads", kv) != kv:  # set by __post_init__, so written by save_pretrained
         raise f.error(f"field 'num_key_value_heads' must be {kv} (multi_query = {kv == 1})")
-    return {**out, "num_kv_heads": None if kv == out["num_heads"] else 1}
+    act = f.str("activation_function", "gelu_pytorch_tanh")  # GPTBigCodeConfig's default, not GPT-2's
+    return {**out, "num_kv_heads": None if kv == out["num_heads"] else 1, "hf_activation": act}
 
 
 # -- partial rotary (issue 30): RoPE on the first rotary_dim of each head (``_rotary``) --------------------
@@ -1961,7 +1962,7 @@ def config_from_hf(data: Any, source: str = "config.json", name: str = "custom")
     fields = _read(f)
     dropout = tuple(
         (k, float(data[k]))
-        for k in DROPOUT_FIELDS
+        for k in DROPOUT_FIELDS + DROPOUT_FIELDS_OF.get(model_type, ())
         if isinstance(data.get(k), (int, float)) and not isinstance(data.get(k), bool)
     )
     return dataclasses.replace(_model(fields, source, name, f.ignored()), dropout=dropout)
@@ -1969,16 +1970,30 @@ def config_from_hf(data: Any, source: str = "config.json", name: str = "custom")
 
 DROPOUT_FIELDS = ("attention_dropout", "hidden_dropout", "embd_pdrop", "resid_pdrop", "attn_pdrop")
 DROPOUT_FIELDS += ("residual_dropout", "embedding_dropout")  # StarCoder2's and Seed-OSS's
-DROPOUT_MODELLED = {"gpt2": {"attn_pdrop": 0.1, "resid_pdrop": 0.1, "embd_pdrop": 0.1}}
+DROPOUT_FIELDS_OF = {"opt": ("dropout", "layerdrop")}
+"""Dropout fields read for one class only: their names are common words another class's config.json may carry
+without meaning (``OPTConfig``'s; no other class with a program defines them)."""
+GPT_BIGCODE_DROPOUT = {"attn_pdrop": 0.1, "resid_pdrop": 0.1, "embd_pdrop": 0.1}
+"""``GPTBigCodeConfig``'s dropouts (configuration_gpt_bigcode.py:65-67): the class's values where a config.json
+leaves one out."""
+OPT_DROPOUT = {"dropout": 0.1, "attention_dropout": 0.0}
+"""``OPTConfig``'s dropouts (configuration_opt.py:61-62); its ``layerdrop`` (0.0) skips whole layers at random."""
+DROPOUT_MODELLED = {
+    "gpt2": {"attn_pdrop": 0.1, "resid_pdrop": 0.1, "embd_pdrop": 0.1},
+    "gpt_bigcode": dict.fromkeys(GPT_BIGCODE_DROPOUT),
+    "opt": dict.fromkeys(OPT_DROPOUT),
+}
 """The dropout probabilities the transformers programs model (``analytic.ops.transformers``): GPT-2's three at
-``GPT2Config``'s 0.1; every other family at 0 (its class default)."""
+``GPT2Config``'s 0.1; GPTBigCode's three and OPT's two at any probability (None); every other family (and OPT's
+``layerdrop``) at 0."""
 
 
 def unmodelled_dropout(cfg: ModelConfig) -> list[str]:
     """The config.json's dropout fields whose probability the transformers program does not model, as
     ``name p``."""
     modelled = DROPOUT_MODELLED.get(cfg.hf_model_type or "", {})
-    return [f"{k} {p:g}" for k, p in cfg.dropout if p != modelled.get(k, 0.0)]
+    any_p = [k for k, p in modelled.items() if p is None]
+    return [f"{k} {p:g}" for k, p in cfg.dropout if k not in any_p and p != modelled.get(k, 0.0)]
 
 
 def _read(f: _Fields) -> dict[str, Any]:
@@ -2174,6 +2189,32 @@ def _write_gpt2(cfg: ModelConfig) -> dict[str, Any]:
         "layer_norm_epsilon": cfg.norm_eps,
         "tie_word_embeddings": cfg.tie_embeddings,
         "activation_function": "gelu_new",
+    }
+
+
+def _write_falcon(cfg: ModelConfig) -> dict[str, Any]:
+    """Falcon's block from ``parallel_block`` and the K/V heads (``_falcon``): two norms, or K/V heads other than 1
+    and h, is the new architecture; one norm the old one side by side (Falcon-7B's), none sequential."""
+    h, kv = cfg.num_heads, cfg.kv_heads
+    new = cfg.parallel_block == "two_norms" or kv not in (1, h)
+    return {
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model,
+        "num_hidden_layers": cfg.num_layers,
+        "num_attention_heads": h,
+        "num_kv_heads": kv,
+        "new_decoder_architecture": new,
+        "num_ln_in_parallel_attn": (2 if cfg.parallel_block == "two_norms" else 1) if new else None,
+        "parallel_attn": cfg.parallel_block != "none",
+        "multi_query": not new and kv == 1,
+        "ffn_hidden_size": cfg.d_ff,
+        "max_position_embeddings": cfg.context_length,
+        "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta},
+        "layer_norm_epsilon": cfg.norm_eps,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "bias": cfg.qkv_bias,
+        "activation": cfg.hf_activation or "gelu",
+        "alibi": False,
     }
 
 
@@ -2510,6 +2551,48 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         "moe_layer_start_index": cfg.dense_layers_first,
         "moe_layer_interval": cfg.moe_every,
         "moe_layer_end_index": -1,
+    },
+    "gpt_bigcode": lambda cfg: {
+        **_write_gpt2(cfg),
+        "activation_function": cfg.hf_activation or "gelu_pytorch_tanh",
+        "multi_query": cfg.num_kv_heads == 1,
+        # the config.json's dropouts, else the class's 0.1: they shape training
+        **{k: dict(cfg.dropout).get(k, p) for k, p in GPT_BIGCODE_DROPOUT.items()},
+    },
+    "opt": lambda cfg: {
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model,
+        "num_hidden_layers": cfg.num_layers,
+        "num_attention_heads": cfg.num_heads,
+        "ffn_dim": cfg.d_ff,
+        "max_position_embeddings": cfg.max_positions,
+        "enable_bias": cfg.qkv_bias,
+        "layer_norm_elementwise_affine": cfg.norm_weights,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "activation_function": cfg.mlp if cfg.mlp != "gelu" else cfg.hf_activation or "gelu",
+        # the config.json's dropouts, else the class's: they shape training
+        **{k: dict(cfg.dropout).get(k, p) for k, p in OPT_DROPOUT.items()},
+    },
+    "falcon": _write_falcon,
+    "nemotron": lambda cfg: {
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model,
+        "num_hidden_layers": cfg.num_layers,
+        "num_attention_heads": cfg.num_heads,
+        "num_key_value_heads": cfg.kv_heads,
+        "head_dim": cfg.d_head,
+        "intermediate_size": cfg.d_ff,
+        "max_position_embeddings": cfg.context_length,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": cfg.rope_theta,
+            "partial_rotary_factor": cfg.rope_dim / cfg.d_head,
+        },
+        "norm_eps": cfg.norm_eps,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "hidden_act": cfg.mlp if cfg.mlp != "gelu" else cfg.hf_activation or "gelu",
+        "attention_bias": cfg.qkv_bias,
+        "mlp_bias": cfg.mlp_bias,
     },
 }
 """Per model type, the config.json fields that fix every count (``to_hf_dict``)."""

@@ -791,7 +791,8 @@ def test_every_read_type_names_transformers_class():
 
 @pytest.mark.parametrize("name", ["SmolLM3-3B", "OLMoE-1B-7B-0924", "starcoderbase"])
 def test_a_zoo_config_json_runs_account_and_memory(name, run_cli, tmp_path):
-    """SmolLM3 has a program (``ops.transformers.PROGRAMS``): its step is predicted; the others get model states."""
+    """SmolLM3 and StarCoder (gpt_bigcode) have programs (``ops.transformers.PROGRAMS``): their steps are predicted;
+    OLMoE gets model states."""
     import json
 
     path = tmp_path / name / "config.json"
@@ -802,8 +803,9 @@ def test_a_zoo_config_json_runs_account_and_memory(name, run_cli, tmp_path):
     assert r.code == 0 and json.loads(r.out)["parameters"]["total"] == total, r.err
     r = run_cli("memory", path, "--context", 1024)
     assert r.code == 0, r.err
-    if name == "SmolLM3-3B":
-        assert "SmolLM3ForCausalLM, training mode" in r.out and "model states only" not in r.out
+    classes = {"SmolLM3-3B": "SmolLM3ForCausalLM", "starcoderbase": "GPTBigCodeForCausalLM"}
+    if name in classes:
+        assert f"{classes[name]}, training mode" in r.out and "model states only" not in r.out
     else:
         assert "does not model" in r.out and "model states only" in r.out.splitlines()[1]
     r = run_cli("memory", path, "--context", 1024, "--impl", "course")

@@ -46,12 +46,14 @@ FLOATING = ("fp32", "fp16", "bf16", "fp64")
 POLICY_EXACT = (
     *("llama", "gpt2", "phi3", "moe", "gemma", "olmo2"),
     *("starcoder2", "exaone4", "interleaved", "glm", "ministral3", "granite", "olmo", "stablelm"),
+    *("gpt_bigcode", "opt", "bloom", "falcon"),
 )
 """transformers' programs (``ops.transformers.PROGRAMS``' modules) whose pure-bf16 build, with the fp32 model's
 buffers (``buffer_dtype``: Gemma's ``embed_scale`` stays fp32 and is cast each forward), is what FSDP2's bf16
 policy runs over the fp32 model, with each layer's floating inputs cast to bf16 (``cast_floating``): checked on the
 fake process group at ZeRO-2 and ZeRO-3 (tests/test_ops_fsdp.py; starcoder2, exaone4, interleaved, glm,
-ministral3, granite, olmo and stablelm: tests/test_ops_transformers_zoo.py).  A program added later is refused under the policy until it is checked and
+ministral3, granite, olmo and stablelm: tests/test_ops_transformers_zoo.py; gpt_bigcode, opt, bloom and falcon:
+tests/test_ops_transformers_dense_zoo.py).  A program added later is refused under the policy until it is checked and
 listed here."""
 
 

@@ -64,6 +64,11 @@ PROGRAMS = {
     "olmo": "olmo",  # Llama's with weightless LayerNorms and OLMo-2's RoPE
     "seed_oss": "llama",  # Llama's with attention_out_bias; its dropouts (class default 0.1) only at 0
     "stablelm": "stablelm",
+    "gpt_bigcode": "gpt_bigcode",  # GPT-2's model with nn.Linear, multi-query attention and Llama's interfaces
+    "opt": "opt",
+    "bloom": "bloom",
+    "falcon": "falcon",  # RoPE only; one norm with 1 or h K/V heads replayed as Falcon-7B's old architecture
+    "nemotron": "nemotron",  # Llama's with LayerNorm1P, squared ReLU and partial RoPE; amp-bf16 refused
 }
 """hf_model_type -> the module of this package that transliterates its modeling file."""
 B = Affine(1)  # the micro-batch as a symbol
