@@ -32,7 +32,7 @@ from ..aten_activation import tanh
 from ..engine import Affine
 from ..tensors import Storage, Tensor, current, empty, no_grad, parameter, record
 from .gpt2 import LayerNorm
-from .llama import DTYPES, B, GradientCheckpointingLayer, Linear, LlamaForCausalLM, eager_mask, for_causal_lm_loss
+from .llama import DTYPES, B, GradientCheckpointingLayer, Linear, LlamaForCausalLM, eager_mask, head_and_loss
 
 
 def bloom_gelu(x: Tensor) -> Tensor:
@@ -225,11 +225,8 @@ class BloomForCausalLM(LlamaForCausalLM):
 
     def forward(self) -> tuple[Tensor, Tensor]:
         """``BloomForCausalLM.forward`` (:598-680) with ``ForCausalLMLoss``: (logits, loss)."""
-        hidden_states = self.model()
-        hidden_states = A.view(hidden_states, *hidden_states.shape)  # slice_logits_to_keep(.., 0): an alias
-        logits = A.linear(hidden_states, self.lm_head if self.lm_head is not None else self.word_embeddings)
-        loss = for_causal_lm_loss(logits, self.labels, self.cfg.vocab_size)
-        return logits, loss
+        head = self.lm_head if self.lm_head is not None else self.word_embeddings
+        return head_and_loss(self.model(), head, self.labels, self.cfg.vocab_size)
 
 
 def causal_lm(

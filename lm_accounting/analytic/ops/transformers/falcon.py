@@ -47,7 +47,7 @@ from .llama import (
     eager_mask,
     find_packed_sequence_indices,
     flash_attention_cpu,
-    for_causal_lm_loss,
+    head_and_loss,
     rotary_embedding,
     sdpa_mask,
 )
@@ -261,11 +261,8 @@ class FalconForCausalLM(LlamaForCausalLM):
 
     def forward(self) -> tuple[Tensor, Tensor]:
         """``FalconForCausalLM.forward`` with ``ForCausalLMLoss``: (logits, loss)."""
-        hidden_states = self.model()
-        hidden_states = A.view(hidden_states, *hidden_states.shape)  # slice_logits_to_keep(.., 0): an alias
-        logits = A.linear(hidden_states, self.lm_head if self.lm_head is not None else self.word_embeddings)
-        loss = for_causal_lm_loss(logits, self.labels, self.cfg.vocab_size)
-        return logits, loss
+        head = self.lm_head if self.lm_head is not None else self.word_embeddings
+        return head_and_loss(self.model(), head, self.labels, self.cfg.vocab_size)
 
 
 def causal_lm(

@@ -37,7 +37,7 @@ from .llama import (
     arange_plus,
     eager_mask,
     find_packed_sequence_indices,
-    for_causal_lm_loss,
+    head_and_loss,
 )
 
 PDROP = 0.1
@@ -234,11 +234,8 @@ class GPT2LMHeadModel(LlamaForCausalLM):
     def forward(self) -> tuple[Tensor, Tensor]:
         """``GPT2LMHeadModel.forward`` (:650-712) with ``ForCausalLMLoss``: (logits, loss), the output the step
         keeps (``LlamaForCausalLM.loss`` runs it, under autocast for amp-bf16)."""
-        hidden_states = self.transformer()
-        hidden_states = A.view(hidden_states, *hidden_states.shape)  # slice_logits_to_keep(.., 0): an alias
-        logits = A.linear(hidden_states, self.lm_head if self.lm_head is not None else self.wte)  # :698
-        loss = for_causal_lm_loss(logits, self.labels, self.cfg.vocab_size)
-        return logits, loss
+        head = self.lm_head if self.lm_head is not None else self.wte
+        return head_and_loss(self.transformer(), head, self.labels, self.cfg.vocab_size)
 
 
 def causal_lm(

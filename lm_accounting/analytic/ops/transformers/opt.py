@@ -41,7 +41,7 @@ from .llama import (
     Linear,
     LlamaForCausalLM,
     eager_mask,
-    for_causal_lm_loss,
+    head_and_loss,
     int_scalar_op,
 )
 from .phi import ACTIVATIONS
@@ -183,11 +183,8 @@ class OPTForCausalLM(LlamaForCausalLM):
 
     def forward(self) -> tuple[Tensor, Tensor]:
         """``OPTForCausalLM.forward`` with ``ForCausalLMLoss``: (logits, loss)."""
-        hidden_states = self.model()
-        hidden_states = A.view(hidden_states, *hidden_states.shape)  # slice_logits_to_keep(.., 0): an alias
-        logits = A.linear(hidden_states, self.lm_head if self.lm_head is not None else self.embed_tokens)
-        loss = for_causal_lm_loss(logits, self.labels, self.cfg.vocab_size)  # ``.contiguous()``: itself
-        return logits, loss
+        head = self.lm_head if self.lm_head is not None else self.embed_tokens
+        return head_and_loss(self.model(), head, self.labels, self.cfg.vocab_size)
 
 
 def causal_lm(
