@@ -19,7 +19,7 @@ rule cannot express (Float8, torch.compile, async TP, context parallel, an inter
 stages, FP8) says so in
 ``differences``; each difference names the direction it moves the error ("+": the run is faster than the rule
 assumes, so we under-predict; "-": slower, so we over-predict).  A row is out of the summary when it used Float8,
-FP8, torch.compile, context parallel or an A100 (``EXCLUDE``); the rest form the summary.  The cause of a row worse
+FP8, torch.compile or context parallel (``EXCLUDE``); the rest form the summary, the A100 rows included.  The cause of a row worse
 than 10 % (``cause``) is its differences acting in the error's direction and the terms of the predicted step that
 could carry the error (fused attention or memory-bound kernels from 20 % of the calibrated compute, exposed TP
 collectives, the 1F1B bubble, exposed pipeline sends, data-parallel collectives longer than the compute).
