@@ -49,12 +49,14 @@ def _shape(*dims: str) -> Callable[[ModelConfig], tuple[int, ...]]:
 
 
 EVERY_LAYER = Layers("L", lambda cfg: cfg.num_layers, lambda cfg, i: True)
-DENSE_LAYERS = Layers("L_dense", lambda cfg: cfg.dense_layers, lambda cfg, i: not cfg.layer_moe(i))
+DENSE_LAYERS = Layers("L_dense", lambda cfg: cfg.dense_layers, lambda cfg, i: cfg.layer_dense(i))
 MOE_LAYERS = Layers("L_moe", lambda cfg: cfg.moe_layers, lambda cfg, i: cfg.layer_moe(i))
 ATTENTION_LAYERS = Layers("L_attn", lambda cfg: cfg.attention_layers, lambda cfg, i: cfg.layer_attention(i))
 LINEAR_LAYERS = Layers("L_lin", lambda cfg: cfg.linear_layers, lambda cfg, i: not cfg.layer_attention(i))
 """A Gated DeltaNet hybrid's layers: every ``layers.*.attn.*`` component occurs in the attention layers (all
 layers but a hybrid's), every ``layers.*.linear_attn.*`` one in the linear-attention layers."""
+MAMBA_LAYERS = Layers("L_ssm", lambda cfg: cfg.mamba_layers, lambda cfg, i: cfg.layer_mamba(i))
+"""The Mamba2 layers of a ``layer_pattern`` (its ``M``): every ``layers.*.mamba.*`` component occurs there."""
 INDEXER_LAYERS = Layers("L_idx", lambda cfg: cfg.indexer_layers, lambda cfg, i: cfg.layer_indexer(i))
 """DeepSeek Sparse Attention: the layers that run their own indexer (all, or GLM-5's ``F`` layers)."""
 
@@ -521,6 +523,104 @@ are the projections, the conv (``flops.causal_conv_flops``) and the chunked rule
 transformers' torch path."""
 
 
+def _mamba(cfg: ModelConfig) -> bool:
+    return cfg.mamba_layers > 0
+
+
+def _mamba_vector(name: str, label: str) -> Component:
+    """One of a Mamba2 mixer's per-head vectors (``dt_bias``, ``A_log``, ``D``): H parameters, no FLOP counted."""
+    return Component(
+        f"layers.*.mamba.{name}",
+        label,
+        "attention",
+        present=_mamba,
+        layers=MAMBA_LAYERS,
+        params=Formula(lambda z: z.cfg.mamba_heads, "H"),
+        shape=lambda cfg: (cfg.mamba_heads,),
+        split=COL,
+    )
+
+
+MAMBA2: tuple[Component, ...] = (
+    _mamba_vector("dt_bias", "Mamba2 dt_bias (per head)"),
+    _mamba_vector("A_log", "Mamba2 A_log (per head)"),
+    _mamba_vector("D", "Mamba2 D skip (per head)"),
+    Component(
+        "layers.*.mamba.conv1d",
+        "Mamba2 causal conv1d (depthwise, K taps, over x, B, C)",
+        "linear attention",
+        present=_mamba,
+        layers=MAMBA_LAYERS,
+        params=Formula(lambda z: z.cfg.mamba_conv_dim * z.cfg.mamba_conv_kernel, "(H·P + 2·G·N)·K"),
+        shape=lambda cfg: (cfg.mamba_conv_dim, 1, cfg.mamba_conv_kernel),
+        split=COL,
+        flops=Formula(lambda z: fl.mamba_conv_flops(z.cfg, z.batch, z.seq), "2·B·(H·P + 2·G·N)·(S+K−1)·K"),
+        elementwise=Formula(
+            lambda z: fl.silu_flops(z.T, z.cfg.mamba_conv_dim), "4·T·(H·P + 2·G·N)", "SiLU after the causal conv1d"
+        ),
+    ),
+    _bias(
+        "layers.*.mamba.conv1d.bias",
+        "Mamba2 conv1d bias",
+        "linear attention",
+        lambda cfg: cfg.mamba_conv_dim,
+        "(H·P + 2·G·N)",
+        _mamba,
+        MAMBA_LAYERS,
+    ),
+    _projection(
+        "layers.*.mamba.in_proj",
+        "Mamba2 input projection (z, x, B, C, dt)",
+        "attention projections",
+        lambda cfg: cfg.d_model * cfg.mamba_in_width,
+        "d·(2·H·P + 2·G·N + H)",
+        shape=lambda cfg: (cfg.mamba_in_width, cfg.d_model),
+        split=COL,
+        present=_mamba,
+        layers=MAMBA_LAYERS,
+    ),
+    Component(
+        "layers.*.mamba.core",
+        lambda cfg: f"SSD scan (chunked, C = {cfg.mamba_chunk_size})",
+        "linear attention",
+        present=_mamba,
+        layers=MAMBA_LAYERS,
+        flops=Formula(
+            lambda z: fl.ssd_scan_flops(z.cfg, z.batch, z.seq),
+            "2·B·H·(⌈S/C⌉·C²·(N + P) + 2·⌈S/C⌉·C·P·N + (⌈S/C⌉+1)²·P·N)",
+        ),
+    ),
+    Component(
+        "layers.*.mamba.norm",
+        "Mamba2 gated RMSNorm (per group)",
+        "norms",
+        present=_mamba,
+        layers=MAMBA_LAYERS,
+        params=Formula(lambda z: pa.rmsnorm_params(z.cfg.mamba_inner), "H·P"),
+        shape=lambda cfg: (cfg.mamba_inner,),
+        elementwise=Formula(lambda z: fl.gated_norm_flops(z.T, z.cfg.mamba_inner), "9·T·H·P"),
+    ),
+    _projection(
+        "layers.*.mamba.out_proj",
+        "Mamba2 output projection",
+        "attention projections",
+        lambda cfg: cfg.mamba_inner * cfg.d_model,
+        "H·P·d",
+        shape=lambda cfg: (cfg.d_model, cfg.mamba_inner),
+        split=ROW,
+        present=_mamba,
+        layers=MAMBA_LAYERS,
+    ),
+)
+"""A Mamba2 mixer layer (``NemotronHMamba2Mixer``, models/nemotron_h/modeling_nemotron_h.py; ``config.MAMBA_FIELDS``:
+H heads of P, G groups of state N, conv of K taps, chunks of C), in its ``parameters()`` order (the mixer's own
+vectors, then its modules').  Its matmul
+FLOPs are transformers' torch path (no mamba_ssm / causal_conv1d kernels): ``in_proj`` and ``out_proj``, the conv
+(``flops.mamba_conv_flops``, torch's convolution formula over the S + K − 1 padded outputs) and the chunked SSD scan's
+einsums (``flops.ssd_scan_flops``, over the padded sequence); the conv's bias, the softplus/exp discretisation, the
+decays, the D skip and the gated norm are elementwise (the scan's own elementwise work is not estimated)."""
+
+
 def _gated_bias(cfg: ModelConfig) -> bool:
     return cfg.gated_mlp and cfg.mlp_bias
 
@@ -911,6 +1011,7 @@ REGISTRY: tuple[Component, ...] = (
         ),
     ),
     *GATED_DELTANET,
+    *MAMBA2,
     Component(
         "layers.*.post_attn_norm",
         _norm_label("after attention (sandwich/post)"),
@@ -931,7 +1032,8 @@ REGISTRY: tuple[Component, ...] = (
         "layers.*.ln2",
         _norm_label("before FFN"),
         "norms",
-        present=lambda cfg: cfg.pre_norms and cfg.parallel_block != "one_norm",  # one_norm: ln1 feeds the FFN
+        present=lambda cfg: cfg.pre_norms and cfg.parallel_block != "one_norm" and cfg.layer_pattern is None,
+        # one_norm: ln1 feeds the FFN; a layer pattern's block has one norm, ln1
         params=_LN2[0],
         elementwise=_LN2[1],
         tensors=_norm_tensors,
@@ -1183,6 +1285,7 @@ REGISTRY: tuple[Component, ...] = (
         "layers.*.residual.ffn",
         "residual add (FFN)",
         "residual",
+        present=lambda cfg: cfg.layer_pattern is None,  # a layer pattern's block has one residual add
         elementwise=Formula(lambda z: fl.residual_add_flops(z.T, z.cfg.d_model), "T·d"),
     ),
     Component(

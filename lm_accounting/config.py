@@ -171,6 +171,14 @@ class ModelConfig:
     index_head_dim: int | None = None
     index_topk: int | None = None
     indexer_pattern: str | None = None
+    # -- Mamba2 mixer layers, Nemotron-H (None: no layer pattern; see MAMBA_FIELDS) --
+    layer_pattern: str | None = None
+    mamba_heads: int | None = None
+    mamba_head_dim: int | None = None
+    mamba_state_size: int | None = None
+    mamba_groups: int | None = None
+    mamba_conv_kernel: int | None = None
+    mamba_chunk_size: int | None = None
     name: str = "custom"
     hf_model_type: str | None = dataclasses.field(default=None, compare=False)
     """The Hugging Face ``model_type`` whose modeling code this config is (``llama``, ``qwen3_moe``,
@@ -312,6 +320,7 @@ class ModelConfig:
         self._check_mla()  # before d_head and rope_dim, which read the latent-attention fields
         self._check_linear()
         self._check_dsa()
+        self._check_pattern()
         if self.head_dim is None and not self.mla and self.d_model % self.num_heads:
             raise ConfigError(
                 f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}; give head_dim explicitly"
@@ -442,6 +451,55 @@ class ModelConfig:
                 f"{self.qk_rope_head_dim}"
             )
 
+    def _check_pattern(self) -> None:
+        """``layer_pattern`` and the Mamba2 fields (``MAMBA_FIELDS``), as Nemotron-H builds them: one letter per layer
+        from ``PATTERN_LETTERS``, the Mamba2 sizes all given when a layer is ``M`` (and only then), the heads in whole
+        groups, and none of the options a Nemotron-H block does not have."""
+        given = [k for k in MAMBA_FIELDS if getattr(self, k) is not None]
+        for key in given:
+            check_positive_int(key, getattr(self, key), ConfigError)
+        pattern = self.layer_pattern
+        if pattern is None:
+            if given:
+                raise ConfigError(f"{given[0]} applies only to Mamba2 layers (set layer_pattern with M layers)")
+            return
+        if not isinstance(pattern, str) or len(pattern) != self.num_layers or set(pattern) - set(PATTERN_LETTERS):
+            shown = short_repr(pattern)
+            if isinstance(pattern, str) and "E" in pattern:
+                raise ConfigError(
+                    f"layer_pattern {shown}: mixture-of-experts layers (E, Nemotron-H's non-gated experts with a "
+                    "latent projection) are not modelled yet"
+                )
+            raise ConfigError(
+                f"layer_pattern must be one letter per layer ({self.num_layers}): M (Mamba2), * (attention) or "
+                f"- (MLP); got {shown}" + (f" ({len(pattern)} letters)" if isinstance(pattern, str) else "")
+            )
+        if "M" not in pattern:
+            if given:
+                raise ConfigError(f"{given[0]} applies only to Mamba2 layers (an M in layer_pattern)")
+        else:
+            missing = [k for k in MAMBA_FIELDS if getattr(self, k) is None]
+            if missing:
+                raise ConfigError(f"Mamba2 layers (M in layer_pattern) need {missing[0]}")
+            if self.mamba_heads % self.mamba_groups:
+                raise ConfigError(
+                    f"mamba_heads={self.mamba_heads} is not divisible by mamba_groups={self.mamba_groups}"
+                )
+        if (
+            self.moe
+            or self.mla
+            or self.hybrid
+            or self.indexer
+            or self.sliding_window is not None
+            or self.parallel_block != "none"
+            or self.norm_placement != "pre"
+            or self.attention_output_gate
+        ):
+            raise ConfigError(
+                "a layer pattern is modelled as Nemotron-H's: pre-norm blocks of one mixer each, with no mixture "
+                "of experts, latent attention, Gated DeltaNet, sliding window, output gate or parallel block"
+            )
+
     def _check_architecture(self) -> None:
         """The options that only make sense together (one line each)."""
         if self.max_position_embeddings is not None and self.positions != "learned":
@@ -562,12 +620,16 @@ class ModelConfig:
     def layer_attention(self, layer: int) -> bool:
         """Whether layer ``layer`` (0-based) has (softmax) attention: every layer, or in a hybrid every
         ``full_attention_interval``-th, transformers' ``layer_types`` rule ``"linear_attention" if (i + 1) % n
-        else "full_attention"`` (``Qwen3NextConfig.__post_init__``)."""
+        else "full_attention"`` (``Qwen3NextConfig.__post_init__``); with ``layer_pattern`` its ``*`` layers."""
+        if self.layer_pattern is not None:
+            return self.layer_pattern[layer] == "*"
         return not self.hybrid or (layer + 1) % self.full_attention_interval == 0
 
     @property
     def attention_layers(self) -> int:
-        """Layers with attention: all, or ⌊L/n⌋ in a hybrid."""
+        """Layers with attention: all, ⌊L/n⌋ in a hybrid, or the ``*`` of ``layer_pattern``."""
+        if self.layer_pattern is not None:
+            return self.layer_pattern.count("*")
         return self.num_layers if not self.hybrid else self.num_layers // self.full_attention_interval
 
     @property
@@ -589,6 +651,44 @@ class ModelConfig:
     def linear_conv_dim(self) -> int:
         """Channels of the depthwise causal conv1d, q, k and v together: ``2·key_dim + value_dim``."""
         return 2 * self.linear_key_dim + self.linear_value_dim
+
+    # -- layer patterns and Mamba2 mixers, Nemotron-H ------------------------
+    def layer_kind(self, layer: int) -> str | None:
+        """Layer ``layer``'s letter of ``layer_pattern`` (M, * or -), or None without a pattern."""
+        return None if self.layer_pattern is None else self.layer_pattern[layer]
+
+    def layer_mamba(self, layer: int) -> bool:
+        """Whether layer ``layer`` (0-based) is a Mamba2 mixer (an ``M`` of ``layer_pattern``)."""
+        return self.layer_kind(layer) == "M"
+
+    def layer_dense(self, layer: int) -> bool:
+        """Whether layer ``layer`` has a dense FFN: every layer not a mixture of experts, or with a pattern its
+        ``-`` layers (Nemotron-H's ``NemotronHMLP`` blocks)."""
+        if self.layer_pattern is not None:
+            return self.layer_pattern[layer] == "-"
+        return not self.layer_moe(layer)
+
+    @property
+    def mamba_layers(self) -> int:
+        """Mamba2 layers: the ``M`` of ``layer_pattern`` (0 without one)."""
+        return 0 if self.layer_pattern is None else self.layer_pattern.count("M")
+
+    @property
+    def mamba_inner(self) -> int:
+        """Width of a Mamba2 mixer's x (and of its gate z): ``mamba_heads · mamba_head_dim`` (transformers'
+        ``intermediate_size`` of the mixer)."""
+        return self.mamba_heads * self.mamba_head_dim
+
+    @property
+    def mamba_conv_dim(self) -> int:
+        """Channels of the Mamba2 depthwise conv1d, x, B and C together: ``inner + 2·groups·state_size``."""
+        return self.mamba_inner + 2 * self.mamba_groups * self.mamba_state_size
+
+    @property
+    def mamba_in_width(self) -> int:
+        """Outputs of a Mamba2 mixer's ``in_proj``: the gate z, x·B·C and one dt per head,
+        ``inner + conv_dim + heads``."""
+        return self.mamba_inner + self.mamba_conv_dim + self.mamba_heads
 
     # -- mixture of experts --------------------------------------------------
     @property
@@ -612,7 +712,9 @@ class ModelConfig:
 
     @property
     def dense_layers(self) -> int:
-        """Layers with a dense FFN: ``num_layers - moe_layers``."""
+        """Layers with a dense FFN: ``num_layers - moe_layers``, or the ``-`` of ``layer_pattern``."""
+        if self.layer_pattern is not None:
+            return self.layer_pattern.count("-")
         return self.num_layers - self.moe_layers
 
     @property
@@ -749,6 +851,12 @@ class ModelConfig:
             out.append("attention output gate")
         if self.indexer:
             out.append("sparse-attention indexer")
+        if self.layer_pattern is not None:
+            out.append("layer pattern (Nemotron-H blocks)")
+        if self.mamba_layers:
+            out.append("Mamba2 mixer layers")
+        if self.positions == "none":
+            out.append("no positions (NoPE)")
         return out
 
     def course_twin(self) -> ModelConfig:
@@ -781,6 +889,7 @@ class ModelConfig:
             "attention_output_gate",
             *DSA_FIELDS,
             "indexer_pattern",
+            *PATTERN_FIELDS,
             "hf_model_type",  # the twin is no published model's code
         )
         defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig) if f.name in arch}
@@ -799,7 +908,7 @@ class ModelConfig:
         parts = [
             {"pre": f"pre-{norm}", "sandwich": f"sandwich {norm}", "post": f"post-{norm}"}[self.norm_placement],
             MLP_NAMES[self.mlp],
-            {"rope": "RoPE", "learned": "learned positions", "alibi": "ALiBi"}[self.positions],
+            {"rope": "RoPE", "learned": "learned positions", "alibi": "ALiBi", "none": "no positions"}[self.positions],
         ]
         if self.partial_rotary:
             parts[-1] += f" (first {self.rotary_dim} of {self.d_head})"
@@ -844,6 +953,15 @@ class ModelConfig:
             )
         if self.attention_output_gate:
             parts.append("gated attention output")
+        if self.layer_pattern is not None:
+            mamba = (
+                f"; Mamba2 {self.mamba_heads} heads × {self.mamba_head_dim}, state {self.mamba_state_size}"
+                if self.mamba_layers
+                else ""
+            )
+            parts.append(
+                f"layer pattern {self.mamba_layers} M / {self.attention_layers} * / {self.dense_layers} -{mamba}"
+            )
         if self.indexer:
             where = "" if self.indexer_pattern is None else f", on {self.indexer_layers} of {self.num_layers} layers"
             parts.append(
@@ -869,6 +987,8 @@ class ModelConfig:
     @property
     def family(self) -> str:
         """The architecture family in words: which published model these options describe."""
+        if self.layer_pattern is not None:
+            return "Nemotron-H-style (Mamba2 hybrid)" if self.mamba_layers else "Nemotron-H-style (layer pattern)"
         if self.indexer:
             return f"DeepSeek-V3.2-style (MLA + sparse-attention indexer{' + MoE' if self.moe else ''})"
         if self.mla:
@@ -920,6 +1040,9 @@ class ModelConfig:
         if not self.indexer:  # the indexer's keys appear on a DeepSeek Sparse Attention model only
             for key in (*DSA_FIELDS, "indexer_pattern"):
                 del out[key]
+        if self.layer_pattern is None:  # the pattern's keys appear on a Nemotron-H-style model only
+            for key in PATTERN_FIELDS:
+                del out[key]
         return out
 
     def with_context(self, context_length: int) -> ModelConfig:
@@ -958,7 +1081,7 @@ ARCHITECTURE_CHOICES: dict[str, tuple[str, ...]] = {
     "norm": ("rmsnorm", "layernorm"),
     "norm_placement": ("pre", "sandwich", "post"),
     "mlp": ("swiglu", "geglu", "gelu", "relu", "relu2"),
-    "positions": ("rope", "learned", "alibi"),
+    "positions": ("rope", "learned", "alibi", "none"),
     "qk_norm_scope": ("head", "projection", "head_weights"),
     "parallel_block": ("none", "one_norm", "two_norms"),
 }
@@ -974,7 +1097,8 @@ ARCHITECTURE_CHOICES: dict[str, tuple[str, ...]] = {
   al. 2021, "Primer"; Nemotron's ``up_proj``/``down_proj``, transformers' ``ReLUSquaredActivation``).
 * ``positions``: ``rope`` (no parameters), ``learned`` (a ``max_position_embeddings x d_model`` table added
   to the token embeddings, GPT-2; ``position_offset`` rows before position 0, OPT's 2, serve no position) or ``alibi`` (Press et al. 2022: head i adds ``m_i · j`` to its score for key
-  j, no parameters; BLOOM, transformers' ``build_alibi_tensor``).
+  j, no parameters; BLOOM, transformers' ``build_alibi_tensor``) or ``none`` (NoPE: attention sees no position,
+  Nemotron-H's ``NemotronHAttention`` applies no rotary embedding; order comes from its Mamba2 layers).
 * ``qk_norm_scope``: ``head`` = one RMSNorm of ``head_dim`` on every Q and K head (Qwen3, Gemma 3);
   ``projection`` = one RMSNorm over the whole Q (``h·head_dim``) and K (``kv·head_dim``) projection (OLMo-2);
   ``head_weights`` = each head normalised over its ``head_dim`` with a gain of its own, ``(h, head_dim)`` and
@@ -1054,6 +1178,26 @@ qwen3_next/modeling_qwen3_next.py, and ``Qwen3_5GatedDeltaNet``): layer i has so
 ``dt_bias`` and ``A_log``, the gated delta rule, a gated RMSNorm of ``linear_value_head_dim`` and ``out_proj``.
 ``attention_output_gate`` (Qwen3-Next's gated attention): ``q_proj`` also gives a per-element gate,
 ``o_proj(attn · σ(gate))``, doubling its width (our ``attn.q_gate``)."""
+
+MAMBA_FIELDS = (
+    "mamba_heads",
+    "mamba_head_dim",
+    "mamba_state_size",
+    "mamba_groups",
+    "mamba_conv_kernel",
+    "mamba_chunk_size",
+)
+"""Mamba2 mixer layers (Dao & Gu 2024, arXiv:2405.21060; transformers' ``NemotronHMamba2Mixer``, models/nemotron_h/
+modeling_nemotron_h.py, config ``NemotronHConfig``): ``in_proj`` (d -> the gate z and x of ``mamba_heads ·
+mamba_head_dim``, B and C of ``mamba_groups · mamba_state_size`` each, one dt per head; no bias), a depthwise causal
+conv1d of ``mamba_conv_kernel`` taps with a bias over x, B, C, the per-head ``dt_bias``, ``A_log`` and ``D``, the
+chunked SSD scan (chunks of ``mamba_chunk_size``), a gated RMSNorm of ``heads · head_dim`` (normalised per group)
+and ``out_proj`` (no bias)."""
+PATTERN_LETTERS = ("M", "*", "-")
+"""``layer_pattern``'s letters, Nemotron-H's ``hybrid_override_pattern``: ``M`` a Mamba2 mixer, ``*`` attention,
+``-`` an MLP; each layer is one pre-norm block ``x + mixer(norm(x))`` (``NemotronHBlock``), so a layer has no
+second norm and no second residual add.  Nemotron-H's ``E`` (a mixture of experts) is not modelled yet."""
+PATTERN_FIELDS = ("layer_pattern", *MAMBA_FIELDS)
 
 DSA_FIELDS = ("index_heads", "index_head_dim", "index_topk")
 """DeepSeek Sparse Attention (DeepSeek-V3.2-Exp; transformers' ``DeepseekV32Indexer``, models/deepseek_v32/

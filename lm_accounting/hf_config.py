@@ -159,6 +159,7 @@ SUPPORTED_MODEL_TYPES = (
     "nemotron",
     "deepseek_v32",
     "glm_moe_dsa",
+    "nemotron_h",
 )
 
 
@@ -324,6 +325,12 @@ IGNORED_BY_TYPE = {
     "glm4_moe": frozenset(_DEEPSEEK_ROUTING),
     "minimax_m2": frozenset(["output_router_logits", "router_aux_loss_coef", "router_jitter_noise"]),
     "qwen3_next": frozenset(["output_router_logits", "router_aux_loss_coef"]),
+    "nemotron_h": frozenset(
+        """expand mamba_expand mamba_proj_bias time_step_min time_step_max time_step_limit time_step_floor
+        mamba_dt_min mamba_dt_max mamba_dt_limit mamba_dt_init_floor residual_in_fp32 rescale_prenorm_residual
+        use_mamba_kernels mamba_ssm_cache_dtype num_logits_to_keep attention_bias output_router_logits
+        num_nextn_predict_layers mtp_layers_block_type mtp_hybrid_override_pattern""".split()
+    ),
     "qwen3_5_moe_text": frozenset(["output_router_logits", "router_aux_loss_coef"]),
     "qwen3_5": DEFINED_FIELDS["qwen3_5"] - COMMON_FIELDS - {"text_config"},
     "qwen3_5_moe": DEFINED_FIELDS["qwen3_5_moe"] - COMMON_FIELDS - {"text_config"},
@@ -1779,6 +1786,102 @@ def _nemotron(f: _Fields) -> dict[str, Any]:
     return {**out, **_rotary(f, out, 0.5)}
 
 
+# -- Mamba2 hybrids (issue 30): Nemotron-H -------------------------------------------------------------------------
+NEMOTRON_H_LETTERS = {"linear_attention": "M", "full_attention": "*", "mlp": "-", "moe": "E"}
+"""``NemotronHConfig._list_to_pattern``: each layer type of ``layers_block_type`` as its letter of
+``hybrid_override_pattern`` (``config.PATTERN_LETTERS``; ``E``, a mixture of experts, is refused by
+``ModelConfig``)."""
+
+
+def _nemotron_h_pattern(f: _Fields) -> str:
+    """The layer pattern: ``hybrid_override_pattern`` (the hub's spelling; the class converts it to
+    ``layers_block_type``) or ``layers_block_type`` / ``layer_types`` (what ``save_pretrained`` writes), else the
+    class's default list.  The class takes its layer count from the pattern and ignores ``num_hidden_layers``; a
+    ``num_hidden_layers`` that disagrees with it is refused (the file describes two models)."""
+    pattern = f.raw("hybrid_override_pattern")
+    types = f.raw("layers_block_type")
+    if types is not None:
+        if not isinstance(types, list) or not all(isinstance(t, str) and t in NEMOTRON_H_LETTERS for t in types):
+            raise f.error(
+                f"field '{f.key('layers_block_type')}' must be a list of {', '.join(map(repr, NEMOTRON_H_LETTERS))}"
+            )
+        pattern = "".join(NEMOTRON_H_LETTERS[t] for t in types)  # the class prefers the list
+    elif pattern is None:
+        pattern = "ME*-"  # the class's default ["linear_attention", "moe", "full_attention", "mlp"]
+    if not isinstance(pattern, str) or not pattern or set(pattern) - set(NEMOTRON_H_LETTERS.values()):
+        raise f.error(
+            f"field 'hybrid_override_pattern' must be a string of M, *, - and E, one per layer, got {short_repr(pattern)}"
+        )
+    layers = f.raw("num_hidden_layers")
+    if layers is not None and layers != len(pattern):
+        raise f.error(
+            f"the layer pattern lists {len(pattern)} layers, num_hidden_layers is {short_repr(layers)} "
+            "(transformers builds the pattern's and ignores num_hidden_layers)"
+        )
+    return pattern
+
+
+def _legacy(f: _Fields, legacy: str, name: str) -> str:
+    """``legacy`` when the file has it (``NemotronHConfig.__post_init__`` pops it from kwargs over ``name``, which is
+    then unread), else ``name``."""
+    if f.has(legacy):
+        f.used.add(name)
+        return legacy
+    return name
+
+
+def _nemotron_h(f: _Fields) -> dict[str, Any]:
+    """Nemotron-H (transformers' models/nemotron_h, ``NemotronHBlock``): one pre-RMSNorm block per letter of the
+    layer pattern (``_nemotron_h_pattern``), ``x + mixer(norm(x))``: ``M`` a ``NemotronHMamba2Mixer`` of
+    ``mamba_num_heads`` × ``mamba_head_dim`` with ``n_groups`` groups of ``ssm_state_size``, a conv of
+    ``conv_kernel`` taps and chunks of ``chunk_size`` (the legacy ``mamba_*`` spellings the class's
+    ``__post_init__`` renames are read too); ``*`` a ``NemotronHAttention`` (q/k/v/o without bias, whatever
+    ``attention_bias`` says, and no rotary embedding: ``positions = none``); ``-`` a ``NemotronHMLP`` (``up_proj``,
+    ``down_proj``, ``mlp_hidden_act``, ``mlp_bias``).  ``E`` (``NemotronHMoE``) is not modelled.  The class builds
+    ``in_proj``/``out_proj`` with ``use_bias`` and the conv with ``use_conv_bias``: only False and True are
+    modelled.  Ignored (no count changes): ``expand`` and ``mamba_proj_bias`` (nothing reads them), the time-step
+    limits and initialisation, ``residual_in_fp32``, ``rescale_prenorm_residual``, ``use_mamba_kernels``,
+    ``mamba_ssm_cache_dtype`` (the modeling file never reads it: the SSM state is the scan's fp32 output), the
+    expert fields of a pattern without ``E``, and the multi-token-prediction fields (transformers builds no MTP
+    layer)."""
+    groups = f.int(_legacy(f, "mamba_n_groups", "n_groups"))
+    kernel = f.int(_legacy(f, "mamba_d_conv", "conv_kernel"))
+    chunk = f.int(_legacy(f, "mamba_chunk_size", "chunk_size"))
+    f.only(
+        _legacy(f, "mamba_conv_bias", "use_conv_bias"), (True,), "a Mamba2 conv1d with a bias (Nemotron-H's default)"
+    )
+    f.only("use_bias", (False,), "Mamba2 in_proj and out_proj without biases (Nemotron-H's default)")
+    f.only("mamba_hidden_act", ("silu",), "a Mamba2 mixer with SiLU after its conv (Nemotron-H's default)")
+    f.only("sliding_window", (None,), "full attention (Nemotron-H's default)")
+    pattern = _nemotron_h_pattern(f)
+    if "E" not in pattern:  # the expert fields build nothing
+        f.used |= {"n_routed_experts", "num_experts_per_tok", "moe_intermediate_size", "n_shared_experts"}
+        f.used |= {"moe_shared_expert_intermediate_size", "moe_latent_size", "moe_shared_expert_overlap"}
+        f.used |= {"n_group", "topk_group", "norm_topk_prob", "routed_scaling_factor"}
+    return {
+        "vocab_size": f.int("vocab_size"),
+        "d_model": f.int("hidden_size"),
+        "num_layers": len(pattern),
+        "num_heads": f.int("num_attention_heads"),
+        "num_kv_heads": f.int("num_key_value_heads", None),
+        "head_dim": f.int("head_dim", None),
+        "d_ff": f.int("intermediate_size"),
+        "context_length": f.int("max_position_embeddings"),
+        "norm_eps": f.number("layer_norm_epsilon", 1e-5),
+        "tie_embeddings": f.bool("tie_word_embeddings", False),
+        "positions": "none",
+        "mlp_bias": f.bool("mlp_bias", False),
+        **_relu_mlp(f, "mlp_hidden_act", "relu2"),
+        "layer_pattern": pattern,
+        "mamba_heads": f.int("mamba_num_heads"),
+        "mamba_head_dim": f.int("mamba_head_dim"),
+        "mamba_state_size": f.int("ssm_state_size"),
+        "mamba_groups": groups,
+        "mamba_conv_kernel": kernel,
+        "mamba_chunk_size": chunk,
+    }
+
+
 MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "gpt2": _gpt2,
     "llama": _llama,
@@ -1843,6 +1946,7 @@ MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "nemotron": _nemotron,
     "deepseek_v32": _deepseek_v32,
     "glm_moe_dsa": _glm_moe_dsa,
+    "nemotron_h": _nemotron_h,
 }
 assert tuple(MAPPINGS) == SUPPORTED_MODEL_TYPES
 

@@ -466,6 +466,22 @@ DEFINED_FIELDS: dict[str, frozenset[str]] = {
             text_config vision_config vision_feature_layer
         """
     ),
+    "nemotron_h": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id chunk_size conv_kernel eos_token_id expand head_dim
+            hidden_dropout hidden_size hybrid_override_pattern intermediate_size layer_norm_epsilon layer_types
+            layers_block_type mamba_chunk_size mamba_conv_bias mamba_d_conv mamba_dt_init_floor mamba_dt_limit
+            mamba_dt_max mamba_dt_min mamba_expand mamba_head_dim mamba_hidden_act mamba_n_groups mamba_num_heads
+            mamba_proj_bias mamba_ssm_cache_dtype max_position_embeddings mlp_bias mlp_hidden_act moe_intermediate_size
+            moe_latent_size moe_shared_expert_intermediate_size moe_shared_expert_overlap mtp_hybrid_override_pattern
+            mtp_layers_block_type n_group n_groups n_routed_experts n_shared_experts norm_topk_prob num_attention_heads
+            num_experts_per_tok num_hidden_layers num_key_value_heads num_local_experts num_logits_to_keep
+            num_nextn_predict_layers output_router_logits pad_token_id rescale_prenorm_residual residual_in_fp32
+            routed_scaling_factor sliding_window ssm_state_size time_step_floor time_step_limit time_step_max
+            time_step_min topk_group use_bias use_cache use_conv_bias use_mamba_kernels vocab_size
+        """
+    ),
     "qwen3_next": COMMON_FIELDS
     | _names(
         """
@@ -657,6 +673,7 @@ CONFIG_CLASSES = {
     "mistral3": "Mistral3Config",
     "kimi_k25": "Kimi_K25Config",
     "qwen3_next": "Qwen3NextConfig",
+    "nemotron_h": "NemotronHConfig",
     "qwen3_5_text": "Qwen3_5TextConfig",
     "qwen3_5_moe_text": "Qwen3_5MoeTextConfig",
     "qwen3_5": "Qwen3_5Config",
@@ -737,6 +754,7 @@ ALIASES: dict[str, dict[str, str]] = {
     "glm4_moe_lite": {"num_local_experts": "n_routed_experts", "head_dim": "qk_rope_head_dim"},
     "deepseek_v32": {"num_local_experts": "n_routed_experts"},
     "glm_moe_dsa": {"num_local_experts": "n_routed_experts"},
+    "nemotron_h": {"layer_types": "layers_block_type", "num_local_experts": "n_routed_experts"},
     "gpt_bigcode": {
         "hidden_size": "n_embd",
         "max_position_embeddings": "n_positions",
@@ -855,6 +873,23 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma3": {"tie_word_embeddings": True},
     "mistral3": {"tie_word_embeddings": True},
     "kimi_k25": {"tie_word_embeddings": True},
+    "nemotron_h": {
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "layer_norm_epsilon": 1e-05,
+        "tie_word_embeddings": False,
+        "mlp_hidden_act": "relu2",
+        "mlp_bias": False,
+        "ssm_state_size": 128,
+        "mamba_num_heads": 128,
+        "mamba_head_dim": 64,
+        "mamba_hidden_act": "silu",
+        "n_groups": 8,
+        "conv_kernel": 4,
+        "chunk_size": 128,
+        "use_conv_bias": True,
+        "use_bias": False,
+    },
     "qwen3_next": {
         "num_key_value_heads": 2,
         "head_dim": 256,
