@@ -326,10 +326,29 @@ IGNORED_BY_TYPE = {
     "minimax_m2": frozenset(["output_router_logits", "router_aux_loss_coef", "router_jitter_noise"]),
     "qwen3_next": frozenset(["output_router_logits", "router_aux_loss_coef"]),
     "nemotron_h": frozenset(
-        """expand mamba_expand mamba_proj_bias time_step_min time_step_max time_step_limit time_step_floor
-        mamba_dt_min mamba_dt_max mamba_dt_limit mamba_dt_init_floor residual_in_fp32 rescale_prenorm_residual
-        use_mamba_kernels mamba_ssm_cache_dtype num_logits_to_keep attention_bias output_router_logits
-        num_nextn_predict_layers mtp_layers_block_type mtp_hybrid_override_pattern""".split()
+        [
+            "expand",
+            "mamba_expand",
+            "mamba_proj_bias",
+            "time_step_min",
+            "time_step_max",
+            "time_step_limit",
+            "time_step_floor",
+            "mamba_dt_min",
+            "mamba_dt_max",
+            "mamba_dt_limit",
+            "mamba_dt_init_floor",
+            "residual_in_fp32",
+            "rescale_prenorm_residual",
+            "use_mamba_kernels",
+            "mamba_ssm_cache_dtype",
+            "num_logits_to_keep",
+            "attention_bias",
+            "output_router_logits",
+            "num_nextn_predict_layers",
+            "mtp_layers_block_type",
+            "mtp_hybrid_override_pattern",
+        ]
     ),
     "qwen3_5_moe_text": frozenset(["output_router_logits", "router_aux_loss_coef"]),
     "qwen3_5": DEFINED_FIELDS["qwen3_5"] - COMMON_FIELDS - {"text_config"},
