@@ -1,0 +1,457 @@
+"""Mamba2 hybrids (Nemotron-H): parameters, forward FLOPs and the inference cache, exact against transformers 5.24.
+
+transformers' models/nemotron_h/modeling_nemotron_h.py: one ``NemotronHBlock`` per letter of the layer pattern
+(``hybrid_override_pattern``, or ``layers_block_type``), ``x + mixer(norm(x))``: ``M`` a ``NemotronHMamba2Mixer``
+(``in_proj`` to z, x, B, C and dt; a depthwise causal conv1d with a bias over x, B, C; ``dt_bias``, ``A_log``, ``D``;
+the chunked SSD scan ``mamba2_chunk_scan``; a gated RMSNorm per group; ``out_proj``), ``*`` a ``NemotronHAttention``
+(GQA, no bias, no rotary embedding), ``-`` a ``NemotronHMLP`` (``up_proj``, squared ReLU, ``down_proj``).
+
+Method: parameters by name on meta (``build_hf``) at the published sizes; forward FLOPs with FlopCounterMode module
+by module on meta at the published sizes at 1,000 and 4,096 tokens (not a multiple of the 128-token chunk, and one),
+and on small real CPU tensors at 64 and 100 tokens (chunks of 32: a multiple and not) with two sequences; the SSD
+scan alone against the closed form written out; a decode step, a cached prefill and the cache against the
+``DynamicCache`` transformers returns after a prefill, on CPU.
+
+The published configs: nvidia/Nemotron-H-8B-Base-8K is ``NemotronHConfig``'s defaults (the class's docstring of the
+transformers 4.x port names it: hidden 4,096, 32 heads of 128, 8 KV heads, MLP 21,504, Mamba2 128 heads × 64, 8
+groups of state 128, vocabulary 131,072) with its 52-letter pattern; nvidia/NVIDIA-Nemotron-Nano-9B-v2's fields are
+written as the hub file is remembered (hidden 4,480, 56 layers, 40 heads, MLP 15,680, Mamba2 128 heads × 80),
+which public copies of its shape agree with (the search excerpt: the same 56-letter pattern, sizes and heads); its
+``time_step_limit`` (``[0.0, Infinity]`` in the hub file, not strict JSON) is left out here.  Their model names
+("8B", "9B") are checked against the totals.
+"""
+
+import json
+from collections import defaultdict
+
+import pytest
+
+from lm_accounting.analytic.flops import (
+    forward_flops,
+    mamba_conv_flops,
+    ssd_scan_flops,
+    ssd_step_flops,
+    training_flops,
+)
+from lm_accounting.analytic.inference import decode_flops, layer_slots, prefill_flops
+from lm_accounting.analytic.memory import kv_cache_bytes
+from lm_accounting.analytic.params import parameter_breakdown
+from lm_accounting.config import ConfigError, ModelConfig
+from lm_accounting.hf_config import config_from_hf
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from hf_components import assert_parameters_by_component, layer_keys
+from test_transformers_truth import build_hf, hf_forward_flops, meta_masks  # noqa: F401
+
+NEMOTRON_H_8B = {  # NemotronHConfig's defaults (Nemotron-H-8B-Base-8K) with its pattern, written out
+    "model_type": "nemotron_h",
+    "vocab_size": 131072,
+    "hidden_size": 4096,
+    "intermediate_size": 21504,
+    "num_hidden_layers": 52,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "max_position_embeddings": 8192,
+    "hybrid_override_pattern": "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-",
+    "mamba_num_heads": 128,
+    "mamba_head_dim": 64,
+    "ssm_state_size": 128,
+    "n_groups": 8,
+    "conv_kernel": 4,
+    "chunk_size": 128,
+    "mlp_hidden_act": "relu2",
+    "layer_norm_epsilon": 1e-05,
+    "tie_word_embeddings": False,
+}
+NEMOTRON_NANO_9B_V2 = {  # nvidia/NVIDIA-Nemotron-Nano-9B-v2/config.json (see the module docstring)
+    "architectures": ["NemotronHForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 1,
+    "chunk_size": 128,
+    "conv_kernel": 4,
+    "eos_token_id": 12,
+    "head_dim": 128,
+    "hidden_dropout": 0.0,
+    "hidden_size": 4480,
+    "hybrid_override_pattern": "M-M-M-MM-M-M-M*-M-M-M*-M-M-M-M*-M-M-M-M*-M-MM-M-M-M-M-M-",
+    "initializer_range": 0.02,
+    "intermediate_size": 15680,
+    "layer_norm_epsilon": 1e-05,
+    "mamba_head_dim": 80,
+    "mamba_hidden_act": "silu",
+    "mamba_num_heads": 128,
+    "mamba_proj_bias": False,
+    "max_position_embeddings": 131072,
+    "mlp_bias": False,
+    "mlp_hidden_act": "relu2",
+    "model_type": "nemotron_h",
+    "n_groups": 8,
+    "num_attention_heads": 40,
+    "num_hidden_layers": 56,
+    "num_key_value_heads": 8,
+    "num_logits_to_keep": 1,
+    "pad_token_id": 0,
+    "rescale_prenorm_residual": True,
+    "residual_in_fp32": False,
+    "sliding_window": None,
+    "ssm_state_size": 128,
+    "tie_word_embeddings": False,
+    "time_step_floor": 0.0001,
+    "time_step_max": 0.1,
+    "time_step_min": 0.001,
+    "torch_dtype": "bfloat16",
+    "use_bias": False,
+    "use_cache": True,
+    "use_conv_bias": True,
+    "use_mamba_kernels": True,
+    "vocab_size": 131072,
+}
+CONFIGS = {"nemotron-h-8b": NEMOTRON_H_8B, "nemotron-nano-9b-v2": NEMOTRON_NANO_9B_V2}
+
+TINY = {  # small enough for real CPU tensors: chunks of 32, 2 groups of 4 heads
+    "model_type": "nemotron_h",
+    "vocab_size": 97,
+    "hidden_size": 64,
+    "intermediate_size": 96,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "max_position_embeddings": 512,
+    "hybrid_override_pattern": "M-M*-M",
+    "mamba_num_heads": 8,
+    "mamba_head_dim": 8,
+    "ssm_state_size": 16,
+    "n_groups": 2,
+    "conv_kernel": 4,
+    "chunk_size": 32,
+}
+TINY_CONFIGS = {
+    "tiny-nemotron-h": TINY,
+    "tiny-legacy-names": {  # the spellings NemotronHConfig.__post_init__ renames, and the list form of the pattern
+        **{
+            k: v
+            for k, v in TINY.items()
+            if k not in ("n_groups", "conv_kernel", "chunk_size", "hybrid_override_pattern")
+        },
+        "mamba_n_groups": 4,
+        "mamba_d_conv": 3,
+        "mamba_chunk_size": 16,
+        "layers_block_type": ["mlp", "linear_attention", "full_attention", "linear_attention"],
+    },
+}
+
+LAYER_MAP = {
+    "norm": ("ln1",),
+    "mixer.q_proj": ("attn.q_proj",),
+    "mixer.k_proj": ("attn.k_proj",),
+    "mixer.v_proj": ("attn.v_proj",),
+    "mixer.o_proj": ("attn.output_proj",),
+    "mixer.up_proj": ("ffn.fc",),
+    "mixer.down_proj": ("ffn.proj",),
+    "mixer.in_proj": ("mamba.in_proj",),
+    "mixer.conv1d": ("mamba.conv1d",),
+    "mixer.conv1d.bias": ("mamba.conv1d.bias",),
+    "mixer.dt_bias": ("mamba.dt_bias",),
+    "mixer.A_log": ("mamba.A_log",),
+    "mixer.D": ("mamba.D",),
+    "mixer.norm": ("mamba.norm",),
+    "mixer.out_proj": ("mamba.out_proj",),
+}
+TOP = {"model.embeddings": "token_embeddings", "model.norm_f": "ln_final", "lm_head": "lm_head"}
+PREFIX = "model.layers."
+our_keys = layer_keys(LAYER_MAP, TOP, PREFIX)
+
+
+@pytest.fixture(scope="module")
+def models():
+    return {name: build_hf(values) for name, values in CONFIGS.items()}
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_parameters_equal_transformers(name, models):
+    cfg = config_from_hf(CONFIGS[name], name=name)
+    bd = parameter_breakdown(cfg)
+    model = models[name]
+    assert bd.total == sum(p.numel() for p in model.parameters())
+    assert_parameters_by_component(bd, model, our_keys)
+
+
+def test_parameters_by_hand():
+    """Nemotron-H-8B's layers from modeling_nemotron_h.py: a Mamba2 mixer (in_proj d -> 2·H·P + 2·G·N + H, the conv's
+    weight and bias over H·P + 2·G·N channels of K taps, dt_bias, A_log, D, the gated norm's H·P, out_proj), an
+    attention layer (GQA, no bias), an MLP (up, down); one norm per block."""
+    d, H, P, G, N, K = 4096, 128, 64, 8, 128, 4
+    conv = H * P + 2 * G * N
+    mamba = d * (2 * H * P + 2 * G * N + H) + conv * K + conv + 3 * H + H * P + H * P * d
+    attention = d * 32 * 128 + 2 * d * 8 * 128 + 32 * 128 * d
+    mlp = 2 * d * 21504
+    total = 2 * 131072 * d + 24 * mamba + 4 * attention + 24 * mlp + 52 * d + d
+    assert parameter_breakdown(config_from_hf(NEMOTRON_H_8B)).total == total == 8_100_852_736
+
+
+@pytest.mark.parametrize(("name", "billions"), [("nemotron-h-8b", "8B"), ("nemotron-nano-9b-v2", "9B")])
+def test_published_totals(name, billions):
+    assert f"{parameter_breakdown(config_from_hf(CONFIGS[name])).total / 1e9:.0f}B" == billions
+
+
+# -- forward FLOPs, module by module -----------------------------------------------------------------------------
+def assert_equal_by_module(counted: dict[str, int], fwd) -> None:
+    """The total, every mapped module, and each mixer's own FLOPs (its module less its children): attention's eager
+    QKᵀ and AV, the Mamba2 mixer's conv and SSD scan (functions, not modules)."""
+    assert counted["total"] == fwd.total, (counted["total"], fwd.total)
+    by_keys: dict[tuple[str, ...], int] = defaultdict(int)
+    own = {"attention": 0, "mamba": 0}
+    for module, flops in counted.items():
+        if module in TOP:
+            by_keys[our_keys(module)] += flops
+        elif module.startswith(PREFIX) and module.endswith(".mixer"):
+            children = sum(v for k, v in counted.items() if k.startswith(module + ".") and k.count(".") == 4)
+            if any(k.startswith(module + ".q_proj") for k in counted):
+                own["attention"] += flops - children
+            elif any(k.startswith(module + ".in_proj") for k in counted):
+                own["mamba"] += flops - children
+            else:
+                assert flops == children  # an MLP does nothing but its two projections
+        elif module.startswith(PREFIX) and module.count(".") > 3:
+            by_keys[our_keys(module)] += flops
+    mixers = {"layers.*.attn.qk", "layers.*.attn.av", "layers.*.mamba.conv1d", "layers.*.mamba.core"}
+    assert {k for keys in by_keys for k in keys} == {it.key for it in fwd} - mixers
+    for keys, flops in by_keys.items():
+        assert sum(fwd[k].total for k in keys) == flops, (keys, flops)
+    assert own["attention"] == fwd["layers.*.attn.qk"].total + fwd["layers.*.attn.av"].total
+    assert own["mamba"] == fwd["layers.*.mamba.conv1d"].total + fwd["layers.*.mamba.core"].total
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+@pytest.mark.parametrize("seq", [1000, 4096])
+def test_forward_flops_equal_transformers_on_meta(name, seq, models, meta_masks):  # noqa: F811
+    """The published sizes on meta (the torch path of the scan and the conv runs there), at 1,000 tokens (padded
+    to 1,024 in the scan) and 4,096."""
+    cfg = config_from_hf(CONFIGS[name], name=name).with_context(seq)
+    assert_equal_by_module(hf_forward_flops(models[name], seq), forward_flops(cfg, seq))
+
+
+def cpu_model(values: dict):
+    values = dict(values)
+    config = transformers.AutoConfig.for_model(values.pop("model_type"), **values)
+    torch.manual_seed(0)
+    return transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+
+
+def cpu_forward_flops(model, batch: int, seq: int) -> dict[str, int]:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    ids = torch.randint(0, model.config.vocab_size, (batch, seq), generator=torch.Generator().manual_seed(1))
+    with FlopCounterMode(display=False, depth=None) as counter, torch.no_grad():
+        model(input_ids=ids, use_cache=False)
+    root = type(model).__name__ + "."
+    flops = {k.removeprefix(root): int(sum(v.values())) for k, v in counter.get_flop_counts().items()}
+    flops["total"] = int(counter.get_total_flops())
+    return flops
+
+
+@pytest.fixture(scope="module")
+def tiny_models():
+    return {name: cpu_model(values) for name, values in TINY_CONFIGS.items()}
+
+
+@pytest.mark.parametrize("name", TINY_CONFIGS)
+@pytest.mark.parametrize(("batch", "seq"), [(1, 64), (2, 100)])
+def test_forward_flops_equal_transformers_on_cpu(name, batch, seq, tiny_models):
+    """Real tensors, two sequences, at a chunk multiple (64) and at 100 tokens (padded in the scan)."""
+    cfg = config_from_hf(TINY_CONFIGS[name], name=name)
+    assert_equal_by_module(cpu_forward_flops(tiny_models[name], batch, seq), forward_flops(cfg, seq, batch))
+
+
+@pytest.mark.parametrize("seq", [96, 100])
+def test_the_ssd_scan_and_the_conv_by_hand(seq):
+    """transformers' own functions on random tensors: ``mamba2_chunk_scan`` at 96 tokens (3 chunks of 32) and 100
+    (padded to 128: 4 chunks), counted by FlopCounterMode against the closed form written out,
+    2·B·H·(K·C²·(N + P) + 2·K·C·P·N + (K + 1)²·P·N), and ``causal_conv1d_fn`` against 2·B·conv_dim·(S + K − 1)·K;
+    the decode step's state update against 2·B·H·P·N."""
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers.models.nemotron_h import modeling_nemotron_h as m
+
+    B, H, P, G, N, C, K = 2, 4, 8, 2, 16, 32, 4
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(B, seq, H, P, generator=g)
+    dt, A = torch.rand(B, seq, H, generator=g), -torch.rand(H, generator=g)
+    b, c = (torch.randn(B, seq, G, N, generator=g) for _ in range(2))
+    with FlopCounterMode(display=False) as counter:
+        m.mamba2_chunk_scan(x, dt, A, b, c, chunk_size=C, D=torch.ones(H), dt_softplus=True)
+    chunks = -(-seq // C)
+    assert counter.get_total_flops() == 2 * B * H * (
+        chunks * C * C * (N + P) + 2 * chunks * C * P * N + (chunks + 1) ** 2 * P * N
+    )
+    cfg = ModelConfig(
+        vocab_size=8, context_length=seq, num_layers=2, d_model=16, num_heads=2, d_ff=16, positions="none",
+        layer_pattern="M*", mamba_heads=H, mamba_head_dim=P, mamba_state_size=N, mamba_groups=G,
+        mamba_conv_kernel=K, mamba_chunk_size=C,
+    )  # fmt: skip
+    assert ssd_scan_flops(cfg, B, seq) == counter.get_total_flops()
+    conv_dim = H * P + 2 * G * N
+    xs, w, bias = (
+        torch.randn(B, conv_dim, seq, generator=g),
+        torch.randn(conv_dim, K, generator=g),
+        torch.zeros(conv_dim),
+    )
+    with FlopCounterMode(display=False) as counter:
+        m.causal_conv1d_fn(xs, w, bias, activation="silu")
+    assert counter.get_total_flops() == 2 * B * conv_dim * (seq + K - 1) * K == mamba_conv_flops(cfg, B, seq)
+    state = torch.zeros(B, H, P, N)
+    with FlopCounterMode(display=False) as counter:
+        m.mamba2_selective_state_update(
+            state, x[:, 0], dt[:, 0, :, None].expand(-1, -1, P), A[:, None, None].expand(-1, P, N), b[:, 0], c[:, 0]
+        )
+    assert counter.get_total_flops() == 2 * B * H * P * N == ssd_step_flops(cfg, B)
+
+
+def test_decode_runs_the_recurrent_form():
+    """A decode step of the tiny model with a cache, counted: the Mamba2 layers' conv update and state read-out (our
+    decode rows), the attention layer against the p + 1 cached keys."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    cfg = config_from_hf(TINY, name="tiny")
+    model = cpu_model(TINY)
+    B, P = 2, 70
+    ids = torch.randint(0, 97, (B, P + 1), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        cache = model(input_ids=ids[:, :P], use_cache=True).past_key_values
+        with FlopCounterMode(display=False) as counter:
+            model(input_ids=ids[:, P:], past_key_values=cache, use_cache=True)
+    step = decode_flops(cfg, P, B, P + 1)
+    assert counter.get_total_flops() == step.total
+    assert step["layers.*.mamba.core"].per_layer == 2 * B * 8 * 8 * 16
+
+
+@pytest.mark.parametrize("prompt", [2, 70])
+def test_a_cached_prefill_equals_prefill_flops(prompt):
+    """transformers' prefill into a cache, counted: ``prefill_flops``, with the conv's input padded to K = 4 by the
+    cache when the prompt is shorter (2 tokens)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    cfg = config_from_hf(TINY, name="tiny")
+    model = cpu_model(TINY)
+    ids = torch.randint(0, 97, (2, prompt), generator=torch.Generator().manual_seed(4))
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(input_ids=ids, use_cache=True)
+    assert counter.get_total_flops() == prefill_flops(cfg, prompt, 2, prompt + 1).total
+
+
+def test_training_flops_palm_still_equals_the_step():
+    cfg = config_from_hf(TINY, name="tiny")
+    t = training_flops(cfg, 100, 2)
+    assert t.palm == t.step
+
+
+# -- the cache after a prefill -----------------------------------------------------------------------------------
+@pytest.mark.parametrize(("dtype", "name"), [(torch.float32, "fp32"), (torch.bfloat16, "bf16")])
+def test_cache_equals_transformers_after_a_prefill(dtype, name):
+    """K and V on the attention layer, the conv state (B, conv_dim, K) in the model's dtype and the SSM state
+    (B, H, P, N) in fp32 on the Mamba2 layers: the bytes of every tensor of transformers' cache."""
+    cfg = config_from_hf(TINY, name="tiny")
+    model = cpu_model(TINY).to(dtype)
+    B, P = 2, 70
+    ids = torch.randint(0, 97, (B, P), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        cache = model(input_ids=ids, use_cache=True).past_key_values
+    held, shapes = 0, set()
+    for layer in cache.layers:
+        for t in [getattr(layer, "keys", None), getattr(layer, "values", None)]:
+            if isinstance(t, torch.Tensor):
+                held += t.numel() * t.element_size()
+        for states in (getattr(layer, "conv_states", {}), getattr(layer, "recurrent_states", {})):
+            for t in states.values():
+                if t is not None:
+                    held += t.numel() * t.element_size()
+                    shapes.add((tuple(t.shape), t.dtype))
+    assert shapes == {((B, 8 * 8 + 2 * 2 * 16, 4), dtype), ((B, 8, 8, 16), torch.float32)}
+    assert held == kv_cache_bytes(cfg, P, B, name)
+    assert layer_slots(cfg, P) == [P if cfg.layer_attention(i) else 0 for i in range(cfg.num_layers)]
+
+
+def test_infer_gives_the_hybrid_cache(run_cli, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(TINY))
+    args = ("--prompt", "70", "--generate", "2", "--batch", "2", "--program", "generate", "--format", "json")
+    r = run_cli("infer", path, *args)
+    assert r.code == 0, r.err
+    memory = json.loads(r.out)["memory"]
+    cfg = config_from_hf(TINY, name="tiny")
+    # the cache of C = P + G − 1 = 71 positions: 1 attention layer's K and V, 3 Mamba2 layers' states (bf16 conv)
+    kv = 1 * (2 * 2 * 16) * 71 * 2 * 2
+    states = 3 * 2 * (128 * 4 * 2 + 8 * 8 * 16 * 4)
+    assert memory["kv_cache"] == kv + states == kv_cache_bytes(cfg, 71, 2, "bf16") == 48_896
+
+
+def test_transformers_parameter_tensors(tiny_models):
+    """Every parameter tensor of transformers' tiny model in ``parameters()`` order, as the registry lists them."""
+    from lm_accounting.components import components
+
+    cfg = config_from_hf(TINY, name="tiny")
+    ours = []
+    for i in range(cfg.num_layers):
+        ours += [c.key for c in components(cfg, "params") if c.in_layer(cfg, i)]
+    theirs = [our_keys(n)[0] for n, _ in tiny_models["tiny-nemotron-h"].named_parameters() if n.startswith(PREFIX)]
+    assert ours == theirs
+
+
+# -- refusals: one line, exit 2 ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"num_hidden_layers": 8}, "the layer pattern lists 6 layers, num_hidden_layers is 8"),
+        ({"hybrid_override_pattern": "M-E*-M"}, "mixture-of-experts layers (E"),
+        ({"hybrid_override_pattern": "M-X*-M"}, "must be a string of M, *, - and E"),
+        ({"layers_block_type": ["mamba", "mlp"]}, "must be a list of"),
+        ({"n_groups": 3}, "mamba_heads=8 is not divisible by mamba_groups=3"),
+        ({"use_bias": True}, "field 'use_bias' = True is not supported"),
+        ({"use_conv_bias": False}, "field 'use_conv_bias' = False is not supported"),
+        ({"mamba_num_heads": None}, "mamba_num_heads"),
+        ({"ssm_state_size": 0}, "field 'ssm_state_size' must be between 1 and 10^18"),
+        ({"sliding_window": 64}, "field 'sliding_window' = 64 is not supported"),
+    ],
+)
+def test_a_bad_pattern_is_one_line(change, message, run_cli, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**TINY, **change}))
+    r = run_cli("account", path)
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and message in r.err, r.err
+
+
+BASE = dict(vocab_size=8, context_length=8, num_layers=3, d_model=16, num_heads=2, d_ff=16, positions="none")
+MAMBA = dict(mamba_heads=4, mamba_head_dim=4, mamba_state_size=8, mamba_groups=2, mamba_conv_kernel=4)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"mamba_heads": 4}, "applies only to Mamba2 layers"),
+        ({"layer_pattern": "M*"}, "one letter per layer (3)"),
+        ({"layer_pattern": "M*-", **MAMBA}, "need mamba_chunk_size"),
+        ({"layer_pattern": "**-", **MAMBA, "mamba_chunk_size": 8}, "applies only to Mamba2 layers"),
+        ({"layer_pattern": "M*-", **MAMBA, "mamba_chunk_size": 8, "sliding_window": 4}, "modelled as Nemotron-H's"),
+        ({"layer_pattern": "M*-", **MAMBA, "mamba_chunk_size": 0}, "mamba_chunk_size must be positive"),
+    ],
+)
+def test_a_bad_model_config_is_refused(fields, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        ModelConfig(**BASE, **fields)
+
+
+def test_a_toml_pattern_is_the_config_json(tmp_path):
+    """The same model from flat TOML keys (``layer_pattern`` and the ``mamba_*`` fields) as from its config.json."""
+    from lm_accounting.config import load_config
+
+    cfg = config_from_hf(TINY, name="tiny")
+    keys = ("layer_pattern", "mamba_heads", "mamba_head_dim", "mamba_state_size", "mamba_groups")
+    keys += ("mamba_conv_kernel", "mamba_chunk_size", "vocab_size", "context_length", "num_layers", "d_model")
+    keys += ("num_heads", "num_kv_heads", "head_dim", "d_ff", "positions", "mlp", "norm_eps")
+    text = "\n".join(f"{k} = {json.dumps(getattr(cfg, k))}" for k in keys)
+    path = tmp_path / "tiny.toml"
+    path.write_text(text + '\nname = "tiny"\n')
+    assert load_config(path) == cfg
