@@ -686,7 +686,7 @@ REGISTRY: tuple[Component, ...] = (
     ),
     Component(
         "layers.*.ln1",
-        _norm_label("before attention"),
+        lambda cfg: f"{_norm_name(cfg)} before {'the mixer' if cfg.layer_pattern else 'attention'}",
         "norms",
         present=_pre_norms,
         params=_LN1[0],

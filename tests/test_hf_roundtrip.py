@@ -35,6 +35,8 @@ from test_arch_bloom import CONFIGS as BLOOM
 from test_arch_dsa import CONFIGS as DSA
 from test_arch_dsa import TINY_CONFIGS as DSA_TINY
 from test_arch_ernie4_5_moe import CONFIGS as ERNIE
+from test_arch_mamba2 import CONFIGS as MAMBA2
+from test_arch_mamba2 import TINY_CONFIGS as MAMBA2_TINY
 from test_arch_olmo import CONFIGS as OLMO
 from test_arch_parallel_block import CONFIGS as PARALLEL
 from test_arch_qwen2_moe import CONFIGS as QWEN2_MOE
@@ -208,6 +210,7 @@ MOE_MINIMAL = {
     "nemotron": {
         "num_key_value_heads": 32
     },  # the class's None does not build (test_arch_relu)  # the class's one K/V head is no num_key_value_heads (test_arch_parallel_block)
+    "nemotron_h": {"hybrid_override_pattern": "M-*-" * 3},  # the class's default pattern has a MoE layer (E)
     "qwen2_moe": {
         "num_experts": 8,
         "num_experts_per_tok": 2,
@@ -264,6 +267,8 @@ HUB_FILES = {
     **RELU,
     **DSA,
     **DSA_TINY,
+    **MAMBA2,
+    **MAMBA2_TINY,
 }
 
 

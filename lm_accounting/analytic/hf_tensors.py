@@ -92,6 +92,21 @@ def _linear_attention(cfg: ModelConfig) -> list[int]:
     return first + [cfg.linear_value_head_dim, vd * d, d * conv, d * vd, d * hv, d * hv]
 
 
+def _pattern_layer(cfg: ModelConfig, layer: int) -> list[int]:
+    """A ``layer_pattern`` block (``NemotronHBlock``): its norm, then its mixer's tensors: a Mamba2 mixer's own
+    ``dt_bias``, ``A_log``, ``D``, then conv1d (weight, bias), ``in_proj``, the gated norm and ``out_proj``; an
+    attention's q/k/v/o; an MLP's ``up_proj`` and ``down_proj`` (with biases under ``mlp_bias``)."""
+    d, kind = cfg.d_model, cfg.layer_kind(layer)
+    if kind == "M":
+        h, conv, inner = cfg.mamba_heads, cfg.mamba_conv_dim, cfg.mamba_inner
+        mixer = [h, h, h, conv * cfg.mamba_conv_kernel, conv, d * cfg.mamba_in_width, inner, inner * d]
+    elif kind == "*":
+        mixer = [cfg.q_dim * d, cfg.kv_dim * d, cfg.kv_dim * d, cfg.q_dim * d]
+    else:
+        mixer = [cfg.d_ff * d, cfg.d_ff, d * cfg.d_ff, d] if cfg.mlp_bias else [cfg.d_ff * d, d * cfg.d_ff]
+    return [d] + mixer
+
+
 def _attention(cfg: ModelConfig, trained: bool = False, layer: int = 0) -> list[int]:
     d, kind = cfg.d_model, cfg.hf_model_type
     if cfg.kv_lora_rank is not None:  # DeepSeek's latent attention
@@ -163,6 +178,8 @@ def _mlp(cfg: ModelConfig, layer: int, trained: bool = False) -> list[int]:
 
 def _layer(cfg: ModelConfig, layer: int, trained: bool = False) -> list[int]:
     d = cfg.d_model
+    if cfg.layer_pattern is not None:
+        return _pattern_layer(cfg, layer)
     if cfg.hf_model_type in FUSED_QKV_WITH_BIAS:
         attention, mlp = _attention(cfg), _mlp(cfg, layer)
         return [d, d] + attention + [d, d] + mlp
@@ -206,7 +223,9 @@ def hf_parameter_tensor_count(cfg: ModelConfig, trained: bool = False) -> int:
     """``len(hf_parameter_tensor_sizes(cfg))`` without listing the layers (dense and MoE layers counted)."""
     head, tail = _ends(cfg)
     count = len(head) + len(tail)
-    if cfg.hybrid or cfg.indexer_pattern:  # two mixers (GLM-5's: with and without an indexer): each layer as it is
+    if (
+        cfg.hybrid or cfg.indexer_pattern or cfg.layer_pattern
+    ):  # two mixers (GLM-5's: with and without an indexer): each layer as it is
         return count + sum(len(_layer(cfg, i, trained)) for i in range(cfg.num_layers))
     if cfg.dense_layers:
         dense = next(i for i in range(cfg.num_layers) if not cfg.layer_moe(i))

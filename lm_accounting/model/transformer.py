@@ -442,6 +442,11 @@ def build_model(
             "output; its parameters and FLOPs are proven against transformers' own model instead "
             "(tests/test_arch_qwen3_next.py)"
         )
+    if cfg.layer_pattern is not None:
+        raise AccountingError(
+            f"{cfg.name}: the live model (lm_accounting/model) has no layer pattern and no Mamba2 layers; its "
+            "parameters and FLOPs are proven against transformers' own model instead (tests/test_arch_mamba2.py)"
+        )
     if setup is not None:
         wanted = getattr(torch, TORCH_DTYPES[setup.param_dtype])
         if dtype is not None and dtype != wanted:

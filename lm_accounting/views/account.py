@@ -49,6 +49,16 @@ def describe_config(cfg: ModelConfig) -> str:
         )
     if cfg.attention_output_gate:
         extras.append("gated attention output")
+    if cfg.layer_pattern is not None:
+        mamba = (
+            f" (H {cfg.mamba_heads} × P {cfg.mamba_head_dim}, G {cfg.mamba_groups} × N {cfg.mamba_state_size}, "
+            f"conv {cfg.mamba_conv_kernel}, chunk {cfg.mamba_chunk_size})"
+            if cfg.mamba_layers
+            else ""
+        )
+        extras.append(
+            f"{cfg.mamba_layers} Mamba2 + {cfg.attention_layers} attention + {cfg.dense_layers} MLP layers{mamba}"
+        )
     return (
         f"{cfg.name}: vocab {cfg.vocab_size:,} · {plural(cfg.num_layers, 'layer')} · d_model {cfg.d_model:,} · "
         f"{heads} · " + " · ".join(extras)
@@ -99,6 +109,11 @@ def kv_cache_formula(cfg) -> str:
         return (
             f"KV cache = {entry} · L_attn · S · B · bytes + L_lin · B · (conv_dim · K · bytes + H_v · d_k · d_v · 4) "
             "(inference; the linear layers' conv and fp32 recurrent states)"
+        )
+    if cfg.mamba_layers:  # Mamba2: K and V on the attention layers, a fixed state on the Mamba2 layers (kv_cache.py)
+        return (
+            f"KV cache = {entry} · L_attn · S · B · bytes + L_ssm · B · ((H·P + 2·G·N) · K · bytes + H · P · N · 4) "
+            "(inference; the Mamba2 layers' conv and fp32 SSM states)"
         )
     return f"KV cache = {entry} · L · {tokens} · B · bytes (inference)".replace(" · L · Σ_layers", " · Σ_layers")
 
