@@ -1858,7 +1858,8 @@ def _nemotron_h(f: _Fields) -> dict[str, Any]:
     ``attention_bias`` says, and no rotary embedding: ``positions = none``); ``-`` a ``NemotronHMLP`` (``up_proj``,
     ``down_proj``, ``mlp_hidden_act``, ``mlp_bias``).  ``E`` (``NemotronHMoE``) is not modelled.  The class builds
     ``in_proj``/``out_proj`` with ``use_bias`` and the conv with ``use_conv_bias``: only False and True are
-    modelled.  Ignored (no count changes): ``expand`` and ``mamba_proj_bias`` (nothing reads them), the time-step
+    modelled.  ``NemotronHForCausalLM._tied_weights_keys`` is empty: the head is never tied to the embeddings, whatever
+    ``tie_word_embeddings`` says (read, and ``tie_embeddings`` false).  Ignored (no count changes): ``expand`` and ``mamba_proj_bias`` (nothing reads them), the time-step
     limits and initialisation, ``residual_in_fp32``, ``rescale_prenorm_residual``, ``use_mamba_kernels``,
     ``mamba_ssm_cache_dtype`` (the modeling file never reads it: the SSM state is the scan's fp32 output), the
     expert fields of a pattern without ``E``, and the multi-token-prediction fields (transformers builds no MTP
@@ -1873,6 +1874,7 @@ def _nemotron_h(f: _Fields) -> dict[str, Any]:
     f.only("mamba_hidden_act", ("silu",), "a Mamba2 mixer with SiLU after its conv (Nemotron-H's default)")
     f.only("sliding_window", (None,), "full attention (Nemotron-H's default)")
     pattern = _nemotron_h_pattern(f)
+    f.bool("tie_word_embeddings", False)  # read (a wrong type is refused), but the class never ties its head
     if "E" not in pattern:  # the expert fields build nothing
         f.used |= {"n_routed_experts", "num_experts_per_tok", "moe_intermediate_size", "n_shared_experts"}
         f.used |= {"moe_shared_expert_intermediate_size", "moe_latent_size", "moe_shared_expert_overlap"}
@@ -1887,7 +1889,7 @@ def _nemotron_h(f: _Fields) -> dict[str, Any]:
         "d_ff": f.int("intermediate_size"),
         "context_length": f.int("max_position_embeddings"),
         "norm_eps": f.number("layer_norm_epsilon", 1e-5),
-        "tie_embeddings": f.bool("tie_word_embeddings", False),
+        "tie_embeddings": False,
         "positions": "none",
         "mlp_bias": f.bool("mlp_bias", False),
         **_relu_mlp(f, "mlp_hidden_act", "relu2"),

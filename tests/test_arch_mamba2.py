@@ -142,6 +142,7 @@ TINY_CONFIGS = {
         "mamba_chunk_size": 16,
         "layers_block_type": ["mlp", "linear_attention", "full_attention", "linear_attention"],
     },
+    "tiny-mlp-bias": {**TINY, "mlp_bias": True, "hybrid_override_pattern": "*-M-", "tie_word_embeddings": True},
 }
 
 LAYER_MAP = {
@@ -398,6 +399,19 @@ def test_transformers_parameter_tensors(tiny_models):
         ours += [c.key for c in components(cfg, "params") if c.in_layer(cfg, i)]
     theirs = [our_keys(n)[0] for n, _ in tiny_models["tiny-nemotron-h"].named_parameters() if n.startswith(PREFIX)]
     assert ours == theirs
+
+
+@pytest.mark.parametrize("name", TINY_CONFIGS)
+def test_transformers_parameter_tensor_sizes(name, tiny_models):
+    """The numel of every parameter tensor of transformers' model, in ``parameters()`` order (the AdamW step
+    counters and for-loop temporaries of ``memory --impl transformers``), and their count."""
+    from lm_accounting.analytic.hf_tensors import hf_parameter_tensor_count, hf_parameter_tensor_sizes
+
+    cfg = config_from_hf(TINY_CONFIGS[name], name=name)
+    real = [p.numel() for p in tiny_models[name].parameters()]
+    assert hf_parameter_tensor_sizes(cfg) == real
+    assert hf_parameter_tensor_count(cfg) == len(real)
+    assert parameter_breakdown(cfg).total == sum(real)
 
 
 # -- refusals: one line, exit 2 ---------------------------------------------------------------------------------
