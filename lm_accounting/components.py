@@ -523,6 +523,12 @@ are the projections, the conv (``flops.causal_conv_flops``) and the chunked rule
 transformers' torch path."""
 
 
+def _two_sublayers(cfg: ModelConfig) -> bool:
+    """A block of two sublayers, mixer then FFN, each with its norm and residual add: all but Nemotron-H's blocks
+    (a ``layer_pattern`` without ``mixer_ffn``: one mixer per block)."""
+    return cfg.layer_pattern is None or cfg.mixer_ffn
+
+
 def _mamba(cfg: ModelConfig) -> bool:
     return cfg.mamba_layers > 0
 
@@ -1032,8 +1038,8 @@ REGISTRY: tuple[Component, ...] = (
         "layers.*.ln2",
         _norm_label("before FFN"),
         "norms",
-        present=lambda cfg: cfg.pre_norms and cfg.parallel_block != "one_norm" and cfg.layer_pattern is None,
-        # one_norm: ln1 feeds the FFN; a layer pattern's block has one norm, ln1
+        present=lambda cfg: cfg.pre_norms and cfg.parallel_block != "one_norm" and _two_sublayers(cfg),
+        # one_norm: ln1 feeds the FFN; a layer pattern's block has one norm, ln1 (Bamba's has two)
         params=_LN2[0],
         elementwise=_LN2[1],
         tensors=_norm_tensors,
@@ -1285,7 +1291,7 @@ REGISTRY: tuple[Component, ...] = (
         "layers.*.residual.ffn",
         "residual add (FFN)",
         "residual",
-        present=lambda cfg: cfg.layer_pattern is None,  # a layer pattern's block has one residual add
+        present=_two_sublayers,  # a layer pattern's block has one residual add (Bamba's has two)
         elementwise=Formula(lambda z: fl.residual_add_flops(z.T, z.cfg.d_model), "T·d"),
     ),
     Component(

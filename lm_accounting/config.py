@@ -173,6 +173,7 @@ class ModelConfig:
     indexer_pattern: str | None = None
     # -- Mamba2 mixer layers, Nemotron-H (None: no layer pattern; see MAMBA_FIELDS) --
     layer_pattern: str | None = None
+    mixer_ffn: bool = False
     mamba_heads: int | None = None
     mamba_head_dim: int | None = None
     mamba_state_size: int | None = None
@@ -273,6 +274,7 @@ class ModelConfig:
             "lm_head_bias",
             "attention_output_gate",
             "norm_bias",
+            "mixer_ffn",
             *MOE_FLAGS,
         ):
             if not isinstance(getattr(self, key), bool):
@@ -462,17 +464,25 @@ class ModelConfig:
         if pattern is None:
             if given:
                 raise ConfigError(f"{given[0]} applies only to Mamba2 layers (set layer_pattern with M layers)")
+            if self.mixer_ffn:
+                raise ConfigError("mixer_ffn applies only to a layer pattern (set layer_pattern)")
             return
-        if not isinstance(pattern, str) or len(pattern) != self.num_layers or set(pattern) - set(PATTERN_LETTERS):
+        letters = set(PATTERN_LETTERS) - ({"-"} if self.mixer_ffn else set())
+        if not isinstance(pattern, str) or len(pattern) != self.num_layers or set(pattern) - letters:
             shown = short_repr(pattern)
             if isinstance(pattern, str) and "E" in pattern:
                 raise ConfigError(
                     f"layer_pattern {shown}: mixture-of-experts layers (E, Nemotron-H's non-gated experts with a "
                     "latent projection) are not modelled yet"
                 )
+            kinds = (
+                "M (Mamba2) or * (attention; with mixer_ffn every layer has its FFN)"
+                if self.mixer_ffn
+                else ("M (Mamba2), * (attention) or - (MLP)")
+            )
             raise ConfigError(
-                f"layer_pattern must be one letter per layer ({self.num_layers}): M (Mamba2), * (attention) or "
-                f"- (MLP); got {shown}" + (f" ({len(pattern)} letters)" if isinstance(pattern, str) else "")
+                f"layer_pattern must be one letter per layer ({self.num_layers}): {kinds}; got {shown}"
+                + (f" ({len(pattern)} letters)" if isinstance(pattern, str) else "")
             )
         if "M" not in pattern:
             if given:
@@ -496,8 +506,8 @@ class ModelConfig:
             or self.attention_output_gate
         ):
             raise ConfigError(
-                "a layer pattern is modelled as Nemotron-H's: pre-norm blocks of one mixer each, with no mixture "
-                "of experts, latent attention, Gated DeltaNet, sliding window, output gate or parallel block"
+                "a layer pattern is modelled as Nemotron-H's and Bamba's: pre-norm blocks, with no mixture of "
+                "experts, latent attention, Gated DeltaNet, sliding window, output gate or parallel block"
             )
 
     def _check_architecture(self) -> None:
@@ -663,9 +673,9 @@ class ModelConfig:
 
     def layer_dense(self, layer: int) -> bool:
         """Whether layer ``layer`` has a dense FFN: every layer not a mixture of experts, or with a pattern its
-        ``-`` layers (Nemotron-H's ``NemotronHMLP`` blocks)."""
+        ``-`` layers (Nemotron-H's ``NemotronHMLP`` blocks; every layer with ``mixer_ffn``, Bamba's)."""
         if self.layer_pattern is not None:
-            return self.layer_pattern[layer] == "-"
+            return self.mixer_ffn or self.layer_pattern[layer] == "-"
         return not self.layer_moe(layer)
 
     @property
@@ -712,9 +722,10 @@ class ModelConfig:
 
     @property
     def dense_layers(self) -> int:
-        """Layers with a dense FFN: ``num_layers - moe_layers``, or the ``-`` of ``layer_pattern``."""
+        """Layers with a dense FFN: ``num_layers - moe_layers``, or the ``-`` of ``layer_pattern`` (all with
+        ``mixer_ffn``)."""
         if self.layer_pattern is not None:
-            return self.layer_pattern.count("-")
+            return self.num_layers if self.mixer_ffn else self.layer_pattern.count("-")
         return self.num_layers - self.moe_layers
 
     @property
@@ -959,9 +970,8 @@ class ModelConfig:
                 if self.mamba_layers
                 else ""
             )
-            parts.append(
-                f"layer pattern {self.mamba_layers} M / {self.attention_layers} * / {self.dense_layers} -{mamba}"
-            )
+            kinds = f"{self.dense_layers} -" if not self.mixer_ffn else "an FFN in every layer"
+            parts.append(f"layer pattern {self.mamba_layers} M / {self.attention_layers} * / {kinds}{mamba}")
         if self.indexer:
             where = "" if self.indexer_pattern is None else f", on {self.indexer_layers} of {self.num_layers} layers"
             parts.append(
@@ -988,7 +998,8 @@ class ModelConfig:
     def family(self) -> str:
         """The architecture family in words: which published model these options describe."""
         if self.layer_pattern is not None:
-            return "Nemotron-H-style (Mamba2 hybrid)" if self.mamba_layers else "Nemotron-H-style (layer pattern)"
+            style = "Bamba-style" if self.mixer_ffn else "Nemotron-H-style"
+            return f"{style} (Mamba2 hybrid)" if self.mamba_layers else f"{style} (layer pattern)"
         if self.indexer:
             return f"DeepSeek-V3.2-style (MLA + sparse-attention indexer{' + MoE' if self.moe else ''})"
         if self.mla:
@@ -1196,8 +1207,10 @@ and ``out_proj`` (no bias)."""
 PATTERN_LETTERS = ("M", "*", "-")
 """``layer_pattern``'s letters, Nemotron-H's ``hybrid_override_pattern``: ``M`` a Mamba2 mixer, ``*`` attention,
 ``-`` an MLP; each layer is one pre-norm block ``x + mixer(norm(x))`` (``NemotronHBlock``), so a layer has no
-second norm and no second residual add.  Nemotron-H's ``E`` (a mixture of experts) is not modelled yet."""
-PATTERN_FIELDS = ("layer_pattern", *MAMBA_FIELDS)
+second norm and no second residual add.  Nemotron-H's ``E`` (a mixture of experts) is not modelled yet.  With
+``mixer_ffn`` (Bamba's ``BambaDecoderLayer``, models/bamba/modeling_bamba.py) every layer is a Llama block whose
+attention is replaced by its mixer: ``x + mixer(ln1(x))``, then ``+ ffn(ln2(x))``; its letters are ``M`` and ``*``."""
+PATTERN_FIELDS = ("layer_pattern", "mixer_ffn", *MAMBA_FIELDS)
 
 DSA_FIELDS = ("index_heads", "index_head_dim", "index_topk")
 """DeepSeek Sparse Attention (DeepSeek-V3.2-Exp; transformers' ``DeepseekV32Indexer``, models/deepseek_v32/

@@ -160,6 +160,7 @@ SUPPORTED_MODEL_TYPES = (
     "deepseek_v32",
     "glm_moe_dsa",
     "nemotron_h",
+    "bamba",
 )
 
 
@@ -325,6 +326,7 @@ IGNORED_BY_TYPE = {
     "glm4_moe": frozenset(_DEEPSEEK_ROUTING),
     "minimax_m2": frozenset(["output_router_logits", "router_aux_loss_coef", "router_jitter_noise"]),
     "qwen3_next": frozenset(["output_router_logits", "router_aux_loss_coef"]),
+    "bamba": frozenset(["time_step_limit", "z_loss_coefficient", "num_logits_to_keep"]),
     "nemotron_h": frozenset(
         [
             "expand",
@@ -1903,6 +1905,57 @@ def _nemotron_h(f: _Fields) -> dict[str, Any]:
     }
 
 
+def _bamba(f: _Fields) -> dict[str, Any]:
+    """Bamba (transformers' models/bamba, ``BambaDecoderLayer``): Llama's pre-RMSNorm block (``input_layernorm``,
+    ``pre_ff_layernorm``, a SwiGLU ``feed_forward`` with ``mlp_bias``) whose mixer is attention on the layers of
+    ``attn_layer_indices`` (q/k/v/o with ``attention_bias``, RoPE on the first half of each head: the class's
+    ``__post_init__`` sets ``partial_rotary_factor`` 0.5) and a ``BambaMixer`` on the others: Nemotron-H's Mamba2
+    mixer (``mixer_ffn``) with ``mamba_n_heads`` heads of ``mamba_d_head`` ("auto": ``mamba_expand · hidden_size /
+    mamba_n_heads``; the class requires heads · head size = ``mamba_expand · hidden_size``), ``mamba_n_groups`` groups
+    of ``mamba_d_state``, a conv of ``mamba_d_conv`` taps and chunks of ``mamba_chunk_size``.  Refused: a conv without
+    bias (``mamba_conv_bias`` false) and projection biases (``mamba_proj_bias`` true), not modelled; a
+    ``layer_types`` that disagrees with ``attn_layer_indices`` (the class derives the one from the other)."""
+    f.only("mamba_conv_bias", (True,), "a Mamba2 conv1d with a bias (Bamba's default)")
+    f.only("mamba_proj_bias", (False,), "Mamba2 in_proj and out_proj without biases (Bamba's default)")
+    layers = f.int("num_hidden_layers")
+    indices = f.raw("attn_layer_indices") or []
+    if not isinstance(indices, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in indices):
+        raise f.error(f"field 'attn_layer_indices' must be a list of layer indices, got {short_repr(indices)}")
+    if any(not 0 <= i < layers for i in indices):
+        raise f.error(f"field 'attn_layer_indices' names a layer outside 0..{layers - 1}: {short_repr(indices)}")
+    pattern = "".join("*" if i in indices else "M" for i in range(layers))
+    types = f.raw("layers_block_type")
+    if types is not None and types != ["full_attention" if c == "*" else "linear_attention" for c in pattern]:
+        raise f.error(
+            f"field '{f.key('layers_block_type')}' disagrees with attn_layer_indices (BambaConfig derives it from them)"
+        )
+    d, heads, expand = f.int("hidden_size"), f.int("mamba_n_heads"), f.int("mamba_expand")
+    head = f.raw("mamba_d_head")
+    head = expand * d // heads if head in (None, "auto") else f.int("mamba_d_head")
+    if heads * head != expand * d:
+        raise f.error(
+            f"mamba_n_heads · mamba_d_head = {heads} · {head} must be mamba_expand · hidden_size = {expand * d} "
+            "(BambaConfig refuses it)"
+        )
+    bias = f.bool("attention_bias", False)
+    out = {
+        **_common(f, tie_default=False, partial=True),
+        "qkv_bias": bias,
+        "output_bias": bias,
+        "mlp_bias": f.bool("mlp_bias", False),
+        "mlp": _only_swiglu(f, "hidden_act"),
+        "layer_pattern": pattern,
+        "mixer_ffn": True,
+        "mamba_heads": heads,
+        "mamba_head_dim": head,
+        "mamba_state_size": f.int("mamba_d_state"),
+        "mamba_groups": f.int("mamba_n_groups"),
+        "mamba_conv_kernel": f.int("mamba_d_conv"),
+        "mamba_chunk_size": f.int("mamba_chunk_size"),
+    }
+    return {**out, **_rotary(f, out, 0.5)}
+
+
 MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "gpt2": _gpt2,
     "llama": _llama,
@@ -1968,6 +2021,7 @@ MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "deepseek_v32": _deepseek_v32,
     "glm_moe_dsa": _glm_moe_dsa,
     "nemotron_h": _nemotron_h,
+    "bamba": _bamba,
 }
 assert tuple(MAPPINGS) == SUPPORTED_MODEL_TYPES
 

@@ -466,6 +466,16 @@ DEFINED_FIELDS: dict[str, frozenset[str]] = {
             text_config vision_config vision_feature_layer
         """
     ),
+    "bamba": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout attn_layer_indices bos_token_id eos_token_id hidden_act hidden_size
+            intermediate_size layer_types layers_block_type mamba_chunk_size mamba_conv_bias mamba_d_conv mamba_d_head
+            mamba_d_state mamba_expand mamba_n_groups mamba_n_heads mamba_proj_bias max_position_embeddings mlp_bias
+            num_attention_heads num_hidden_layers num_key_value_heads num_logits_to_keep pad_token_id rms_norm_eps
+            time_step_limit use_cache vocab_size z_loss_coefficient
+        """
+    ),
     "nemotron_h": COMMON_FIELDS
     | _names(
         """
@@ -674,6 +684,7 @@ CONFIG_CLASSES = {
     "kimi_k25": "Kimi_K25Config",
     "qwen3_next": "Qwen3NextConfig",
     "nemotron_h": "NemotronHConfig",
+    "bamba": "BambaConfig",
     "qwen3_5_text": "Qwen3_5TextConfig",
     "qwen3_5_moe_text": "Qwen3_5MoeTextConfig",
     "qwen3_5": "Qwen3_5Config",
@@ -755,6 +766,7 @@ ALIASES: dict[str, dict[str, str]] = {
     "deepseek_v32": {"num_local_experts": "n_routed_experts"},
     "glm_moe_dsa": {"num_local_experts": "n_routed_experts"},
     "nemotron_h": {"layer_types": "layers_block_type", "num_local_experts": "n_routed_experts"},
+    "bamba": {"layer_types": "layers_block_type"},
     "gpt_bigcode": {
         "hidden_size": "n_embd",
         "max_position_embeddings": "n_positions",
@@ -873,6 +885,21 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma3": {"tie_word_embeddings": True},
     "mistral3": {"tie_word_embeddings": True},
     "kimi_k25": {"tie_word_embeddings": True},
+    "bamba": {
+        "num_key_value_heads": 8,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "mlp_bias": False,
+        "mamba_n_heads": 128,
+        "mamba_n_groups": 1,
+        "mamba_d_state": 256,
+        "mamba_d_conv": 4,
+        "mamba_expand": 2,
+        "mamba_chunk_size": 256,
+        "rope_theta": 10000.0,
+    },
     "nemotron_h": {
         "num_key_value_heads": 8,
         "head_dim": 128,

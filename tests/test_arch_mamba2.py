@@ -110,7 +110,29 @@ NEMOTRON_NANO_9B_V2 = {  # nvidia/NVIDIA-Nemotron-Nano-9B-v2/config.json (see th
     "use_mamba_kernels": True,
     "vocab_size": 131072,
 }
-CONFIGS = {"nemotron-h-8b": NEMOTRON_H_8B, "nemotron-nano-9b-v2": NEMOTRON_NANO_9B_V2}
+BAMBA_DEFAULTS = {  # BambaConfig's defaults written out, with 3 attention layers of 32 (9, 18, 27): a full-size Bamba,
+    # not a checked checkpoint (ibm-ai-platform/Bamba-9B's own config.json could not be read offline; these defaults
+    # give about 9.8B parameters)
+    "model_type": "bamba",
+    "vocab_size": 128000,
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "max_position_embeddings": 262144,
+    "attn_layer_indices": [9, 18, 27],
+    "mamba_n_heads": 128,
+    "mamba_d_head": "auto",
+    "mamba_n_groups": 1,
+    "mamba_d_state": 256,
+    "mamba_d_conv": 4,
+    "mamba_expand": 2,
+    "mamba_chunk_size": 256,
+    "rms_norm_eps": 1e-05,
+    "tie_word_embeddings": False,
+}
+CONFIGS = {"nemotron-h-8b": NEMOTRON_H_8B, "nemotron-nano-9b-v2": NEMOTRON_NANO_9B_V2, "bamba-defaults": BAMBA_DEFAULTS}
 
 TINY = {  # small enough for real CPU tensors: chunks of 32, 2 groups of 4 heads
     "model_type": "nemotron_h",
@@ -143,26 +165,78 @@ TINY_CONFIGS = {
         "layers_block_type": ["mlp", "linear_attention", "full_attention", "linear_attention"],
     },
     "tiny-mlp-bias": {**TINY, "mlp_bias": True, "hybrid_override_pattern": "*-M-", "tie_word_embeddings": True},
+    "tiny-bamba": {  # Bamba: every layer a mixer (attention on 1 and 3) and a SwiGLU; RoPE on half of each head
+        "model_type": "bamba",
+        "vocab_size": 97,
+        "hidden_size": 64,
+        "intermediate_size": 96,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 512,
+        "attn_layer_indices": [1, 3],
+        "mamba_n_heads": 8,
+        "mamba_n_groups": 2,
+        "mamba_d_state": 16,
+        "mamba_d_conv": 4,
+        "mamba_expand": 1,
+        "mamba_chunk_size": 32,
+    },
+    "tiny-bamba-biased": {  # attention and MLP biases, tied, 2 x 64 = 8 heads of 16
+        "model_type": "bamba",
+        "vocab_size": 97,
+        "hidden_size": 64,
+        "intermediate_size": 96,
+        "num_hidden_layers": 3,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "max_position_embeddings": 512,
+        "attn_layer_indices": [0],
+        "mamba_n_heads": 8,
+        "mamba_d_head": 16,
+        "mamba_n_groups": 4,
+        "mamba_d_state": 8,
+        "mamba_d_conv": 3,
+        "mamba_expand": 2,
+        "mamba_chunk_size": 16,
+        "attention_bias": True,
+        "mlp_bias": True,
+        "tie_word_embeddings": True,
+    },
 }
 
+MAMBA_NAMES = ("in_proj", "conv1d", "conv1d.bias", "dt_bias", "A_log", "D", "norm", "out_proj")
+"""A Mamba2 mixer's modules and parameters: Nemotron-H's ``mixer.*``, Bamba's ``mamba.*``."""
 LAYER_MAP = {
     "norm": ("ln1",),
+    "input_layernorm": ("ln1",),
+    "pre_ff_layernorm": ("ln2",),
+    "self_attn.q_proj": ("attn.q_proj",),
+    "self_attn.k_proj": ("attn.k_proj",),
+    "self_attn.v_proj": ("attn.v_proj",),
+    "self_attn.o_proj": ("attn.output_proj",),
+    "self_attn.q_proj.bias": ("attn.q_proj.bias",),
+    "self_attn.k_proj.bias": ("attn.k_proj.bias",),
+    "self_attn.v_proj.bias": ("attn.v_proj.bias",),
+    "self_attn.o_proj.bias": ("attn.output_proj.bias",),
+    "feed_forward.gate_proj": ("ffn.w1",),
+    "feed_forward.up_proj": ("ffn.w3",),
+    "feed_forward.down_proj": ("ffn.w2",),
+    "feed_forward.gate_proj.bias": ("ffn.w1.bias",),
+    "feed_forward.up_proj.bias": ("ffn.w3.bias",),
+    "feed_forward.down_proj.bias": ("ffn.w2.bias",),
+    "mixer.up_proj.bias": ("ffn.fc.bias",),
+    "mixer.down_proj.bias": ("ffn.proj.bias",),
     "mixer.q_proj": ("attn.q_proj",),
     "mixer.k_proj": ("attn.k_proj",),
     "mixer.v_proj": ("attn.v_proj",),
     "mixer.o_proj": ("attn.output_proj",),
     "mixer.up_proj": ("ffn.fc",),
     "mixer.down_proj": ("ffn.proj",),
-    "mixer.in_proj": ("mamba.in_proj",),
-    "mixer.conv1d": ("mamba.conv1d",),
-    "mixer.conv1d.bias": ("mamba.conv1d.bias",),
-    "mixer.dt_bias": ("mamba.dt_bias",),
-    "mixer.A_log": ("mamba.A_log",),
-    "mixer.D": ("mamba.D",),
-    "mixer.norm": ("mamba.norm",),
-    "mixer.out_proj": ("mamba.out_proj",),
+    **{f"{module}.{name}": (f"mamba.{name}",) for name in MAMBA_NAMES for module in ("mixer", "mamba")},
 }
 TOP = {"model.embeddings": "token_embeddings", "model.norm_f": "ln_final", "lm_head": "lm_head"}
+TOP |= {"model.embed_tokens": "token_embeddings", "model.final_layernorm": "ln_final"}  # Bamba's names
 PREFIX = "model.layers."
 our_keys = layer_keys(LAYER_MAP, TOP, PREFIX)
 
@@ -202,14 +276,15 @@ def test_published_totals(name, billions):
 # -- forward FLOPs, module by module -----------------------------------------------------------------------------
 def assert_equal_by_module(counted: dict[str, int], fwd) -> None:
     """The total, every mapped module, and each mixer's own FLOPs (its module less its children): attention's eager
-    QKᵀ and AV, the Mamba2 mixer's conv and SSD scan (functions, not modules)."""
+    QKᵀ and AV, the Mamba2 mixer's conv and SSD scan (functions, not modules).  The mixer is Nemotron-H's
+    ``mixer`` (attention, Mamba2 or an MLP) or Bamba's ``self_attn`` or ``mamba``."""
     assert counted["total"] == fwd.total, (counted["total"], fwd.total)
     by_keys: dict[tuple[str, ...], int] = defaultdict(int)
     own = {"attention": 0, "mamba": 0}
     for module, flops in counted.items():
         if module in TOP:
             by_keys[our_keys(module)] += flops
-        elif module.startswith(PREFIX) and module.endswith(".mixer"):
+        elif module.startswith(PREFIX) and module.endswith((".mixer", ".mamba", ".self_attn")):
             children = sum(v for k, v in counted.items() if k.startswith(module + ".") and k.count(".") == 4)
             if any(k.startswith(module + ".q_proj") for k in counted):
                 own["attention"] += flops - children
@@ -311,13 +386,17 @@ def test_the_ssd_scan_and_the_conv_by_hand(seq):
     assert counter.get_total_flops() == 2 * B * H * P * N == ssd_step_flops(cfg, B)
 
 
-def test_decode_runs_the_recurrent_form():
+CACHED = ("tiny-nemotron-h", "tiny-bamba")  # the same Mamba2 sizes: 8 heads of 8, 2 groups of 16, conv 4
+
+
+@pytest.mark.parametrize("name", CACHED)
+def test_decode_runs_the_recurrent_form(name, tiny_models):
     """A decode step of the tiny model with a cache, counted: the Mamba2 layers' conv update and state read-out (our
-    decode rows), the attention layer against the p + 1 cached keys."""
+    decode rows), the attention layers against the p + 1 cached keys."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    cfg = config_from_hf(TINY, name="tiny")
-    model = cpu_model(TINY)
+    cfg = config_from_hf(TINY_CONFIGS[name], name=name)
+    model = tiny_models[name]
     B, P = 2, 70
     ids = torch.randint(0, 97, (B, P + 1), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
@@ -329,14 +408,15 @@ def test_decode_runs_the_recurrent_form():
     assert step["layers.*.mamba.core"].per_layer == 2 * B * 8 * 8 * 16
 
 
+@pytest.mark.parametrize("name", CACHED)
 @pytest.mark.parametrize("prompt", [2, 70])
-def test_a_cached_prefill_equals_prefill_flops(prompt):
+def test_a_cached_prefill_equals_prefill_flops(prompt, name, tiny_models):
     """transformers' prefill into a cache, counted: ``prefill_flops``, with the conv's input padded to K = 4 by the
     cache when the prompt is shorter (2 tokens)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    cfg = config_from_hf(TINY, name="tiny")
-    model = cpu_model(TINY)
+    cfg = config_from_hf(TINY_CONFIGS[name], name=name)
+    model = tiny_models[name]
     ids = torch.randint(0, 97, (2, prompt), generator=torch.Generator().manual_seed(4))
     with FlopCounterMode(display=False) as counter, torch.no_grad():
         model(input_ids=ids, use_cache=True)
@@ -350,12 +430,13 @@ def test_training_flops_palm_still_equals_the_step():
 
 
 # -- the cache after a prefill -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("config", CACHED)
 @pytest.mark.parametrize(("dtype", "name"), [(torch.float32, "fp32"), (torch.bfloat16, "bf16")])
-def test_cache_equals_transformers_after_a_prefill(dtype, name):
-    """K and V on the attention layer, the conv state (B, conv_dim, K) in the model's dtype and the SSM state
+def test_cache_equals_transformers_after_a_prefill(dtype, name, config):
+    """K and V on the attention layers, the conv state (B, conv_dim, K) in the model's dtype and the SSM state
     (B, H, P, N) in fp32 on the Mamba2 layers: the bytes of every tensor of transformers' cache."""
-    cfg = config_from_hf(TINY, name="tiny")
-    model = cpu_model(TINY).to(dtype)
+    cfg = config_from_hf(TINY_CONFIGS[config], name=config)
+    model = cpu_model(TINY_CONFIGS[config]).to(dtype)
     B, P = 2, 70
     ids = torch.randint(0, 97, (B, P), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():

@@ -95,15 +95,18 @@ def _linear_attention(cfg: ModelConfig) -> list[int]:
 def _pattern_layer(cfg: ModelConfig, layer: int) -> list[int]:
     """A ``layer_pattern`` block (``NemotronHBlock``): its norm, then its mixer's tensors: a Mamba2 mixer's own
     ``dt_bias``, ``A_log``, ``D``, then conv1d (weight, bias), ``in_proj``, the gated norm and ``out_proj``; an
-    attention's q/k/v/o; an MLP's ``up_proj`` and ``down_proj`` (with biases under ``mlp_bias``)."""
+    attention's q/k/v/o; an MLP's ``up_proj`` and ``down_proj`` (with biases under ``mlp_bias``).  Bamba's
+    (``mixer_ffn``): its SwiGLU and its two norms first, then its mixer."""
     d, kind = cfg.d_model, cfg.layer_kind(layer)
     if kind == "M":
         h, conv, inner = cfg.mamba_heads, cfg.mamba_conv_dim, cfg.mamba_inner
         mixer = [h, h, h, conv * cfg.mamba_conv_kernel, conv, d * cfg.mamba_in_width, inner, inner * d]
     elif kind == "*":
-        mixer = [cfg.q_dim * d, cfg.kv_dim * d, cfg.kv_dim * d, cfg.q_dim * d]
-    else:
+        mixer = _attention(cfg)
+    else:  # NemotronHMLP: up_proj, down_proj
         mixer = [cfg.d_ff * d, cfg.d_ff, d * cfg.d_ff, d] if cfg.mlp_bias else [cfg.d_ff * d, d * cfg.d_ff]
+    if cfg.mixer_ffn:  # BambaDecoderLayer registers feed_forward, input_layernorm, pre_ff_layernorm, then the mixer
+        return _mlp(cfg, layer) + [d, d] + mixer
     return [d] + mixer
 
 
