@@ -15,7 +15,7 @@ The rules:
   minimax_m2, glm4, glm, stablelm; Gated DeltaNet hybrids: qwen3_next, qwen3_5_text, qwen3_5_moe_text; parallel
   attention + MLP blocks: cohere, cohere2, phi, gpt_neox, gptj, falcon, tests/test_arch_parallel_block.py; ReLU-family
   MLPs: opt, nemotron, tests/test_arch_relu.py; DeepSeek Sparse Attention's indexer: deepseek_v32, glm_moe_dsa,
-  tests/test_arch_dsa.py), each proven
+  tests/test_arch_dsa.py; Mamba2 hybrids: nemotron_h, bamba, granitemoehybrid, tests/test_arch_mamba2.py), each proven
   in tests/test_hf_zoo.py and listed in docs/model_types.md.  A multimodal wrapper
   with a ``text_config`` (``WRAPPERS``: Gemma 3's ``gemma3``, Mistral 3's ``mistral3``, Kimi K2.5's ``kimi_k25``,
   Qwen3.5's ``qwen3_5`` and ``qwen3_5_moe``)
@@ -161,6 +161,7 @@ SUPPORTED_MODEL_TYPES = (
     "glm_moe_dsa",
     "nemotron_h",
     "bamba",
+    "granitemoehybrid",
 )
 
 
@@ -327,6 +328,7 @@ IGNORED_BY_TYPE = {
     "minimax_m2": frozenset(["output_router_logits", "router_aux_loss_coef", "router_jitter_noise"]),
     "qwen3_next": frozenset(["output_router_logits", "router_aux_loss_coef"]),
     "bamba": frozenset(["time_step_limit", "z_loss_coefficient", "num_logits_to_keep"]),
+    "granitemoehybrid": frozenset(["time_step_limit"]),
     "nemotron_h": frozenset(
         [
             "expand",
@@ -1910,13 +1912,7 @@ def _bamba(f: _Fields) -> dict[str, Any]:
     ``pre_ff_layernorm``, a SwiGLU ``feed_forward`` with ``mlp_bias``) whose mixer is attention on the layers of
     ``attn_layer_indices`` (q/k/v/o with ``attention_bias``, RoPE on the first half of each head: the class's
     ``__post_init__`` sets ``partial_rotary_factor`` 0.5) and a ``BambaMixer`` on the others: Nemotron-H's Mamba2
-    mixer (``mixer_ffn``) with ``mamba_n_heads`` heads of ``mamba_d_head`` ("auto": ``mamba_expand · hidden_size /
-    mamba_n_heads``; the class requires heads · head size = ``mamba_expand · hidden_size``), ``mamba_n_groups`` groups
-    of ``mamba_d_state``, a conv of ``mamba_d_conv`` taps and chunks of ``mamba_chunk_size``.  Refused: a conv without
-    bias (``mamba_conv_bias`` false) and projection biases (``mamba_proj_bias`` true), not modelled; a
-    ``layer_types`` that disagrees with ``attn_layer_indices`` (the class derives the one from the other)."""
-    f.only("mamba_conv_bias", (True,), "a Mamba2 conv1d with a bias (Bamba's default)")
-    f.only("mamba_proj_bias", (False,), "Mamba2 in_proj and out_proj without biases (Bamba's default)")
+    mixer (``mixer_ffn``; its sizes: ``_expanded_mamba``).  Refused: a ``layer_types`` that disagrees with ``attn_layer_indices`` (the class derives the one from the other)."""
     layers = f.int("num_hidden_layers")
     indices = f.raw("attn_layer_indices") or []
     if not isinstance(indices, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in indices):
@@ -1929,14 +1925,6 @@ def _bamba(f: _Fields) -> dict[str, Any]:
         raise f.error(
             f"field '{f.key('layers_block_type')}' disagrees with attn_layer_indices (BambaConfig derives it from them)"
         )
-    d, heads, expand = f.int("hidden_size"), f.int("mamba_n_heads"), f.int("mamba_expand")
-    head = f.raw("mamba_d_head")
-    head = expand * d // heads if head in (None, "auto") else f.int("mamba_d_head")
-    if heads * head != expand * d:
-        raise f.error(
-            f"mamba_n_heads · mamba_d_head = {heads} · {head} must be mamba_expand · hidden_size = {expand * d} "
-            "(BambaConfig refuses it)"
-        )
     bias = f.bool("attention_bias", False)
     out = {
         **_common(f, tie_default=False, partial=True),
@@ -1946,6 +1934,28 @@ def _bamba(f: _Fields) -> dict[str, Any]:
         "mlp": _only_swiglu(f, "hidden_act"),
         "layer_pattern": pattern,
         "mixer_ffn": True,
+        **_expanded_mamba(f),
+    }
+    return {**out, **_rotary(f, out, 0.5)}
+
+
+def _expanded_mamba(f: _Fields) -> dict[str, Any]:
+    """The Mamba2 fields of Bamba and Granite-4.0-H (``BambaMixer``, ``GraniteMoeHybridMambaLayer``): ``mamba_n_heads``
+    heads of ``mamba_d_head`` ("auto": ``mamba_expand · hidden_size / mamba_n_heads``; the classes require heads ·
+    head size = ``mamba_expand · hidden_size``, the mixer's width), ``mamba_n_groups`` groups of ``mamba_d_state``, a
+    conv of ``mamba_d_conv`` taps with a bias (``mamba_conv_bias`` false is refused) and chunks of
+    ``mamba_chunk_size``; ``mamba_proj_bias`` true (biases on in_proj and out_proj) is refused."""
+    f.only("mamba_conv_bias", (True,), "a Mamba2 conv1d with a bias (the class's default)")
+    f.only("mamba_proj_bias", (False,), "Mamba2 in_proj and out_proj without biases (the class's default)")
+    d, heads, expand = f.int("hidden_size"), f.int("mamba_n_heads"), f.int("mamba_expand")
+    head = f.raw("mamba_d_head")
+    head = expand * d // heads if head in (None, "auto") else f.int("mamba_d_head")
+    if heads * head != expand * d:
+        raise f.error(
+            f"mamba_n_heads · mamba_d_head = {heads} · {head} must be mamba_expand · hidden_size = {expand * d} "
+            f"({CONFIG_CLASSES[f.model_type]} refuses it)"
+        )
+    return {
         "mamba_heads": heads,
         "mamba_head_dim": head,
         "mamba_state_size": f.int("mamba_d_state"),
@@ -1953,7 +1963,66 @@ def _bamba(f: _Fields) -> dict[str, Any]:
         "mamba_conv_kernel": f.int("mamba_d_conv"),
         "mamba_chunk_size": f.int("mamba_chunk_size"),
     }
-    return {**out, **_rotary(f, out, 0.5)}
+
+
+GRANITE_HYBRID_LETTERS = {"linear_attention": "M", "full_attention": "*", "mamba": "M", "attention": "*"}
+"""Granite-4.0-H's ``layer_types``, the transformers 5 names and the legacy ones ``remap_legacy_layer_types``
+(configuration_utils.py) renames, as ``layer_pattern`` letters."""
+
+
+def _granitemoehybrid(f: _Fields) -> dict[str, Any]:
+    """Granite-4.0-H (transformers' models/granitemoehybrid, ``GraniteMoeHybridDecoderLayer``): Bamba's block
+    (``mixer_ffn``): ``input_layernorm``, a mixer (a ``GraniteMoeHybridMambaLayer``, Bamba's Mamba2, on the
+    ``layer_types`` "mamba" layers, attention with ``attention_bias`` on the others; the class's default: every
+    layer Mamba2), ``post_attention_layernorm`` and ``shared_mlp``, a SwiGLU of ``shared_intermediate_size`` with its
+    gate and up fused (``input_linear``).  Attention has RoPE when ``position_embedding_type`` is "rope" and no
+    position otherwise (the class's None: ``rotary_emb`` is None).  Granite's four multipliers scale by constants
+    (read, no count).  Refused: routed experts (``num_local_experts`` > 0, the class's default 8: Granite-4.0-H-Tiny
+    and -Small), not modelled beside Mamba2 layers yet; a dense one (0) has ``shared_mlp`` only."""
+    experts = f.raw("num_local_experts", 8)
+    if experts != 0:
+        raise f.error(
+            f"field 'num_local_experts' = {short_repr(experts)} is not supported: routed experts beside Mamba2 layers "
+            "are not modelled yet (only a dense granitemoehybrid, num_local_experts 0)"
+        )
+    f.used |= {"num_experts_per_tok", "intermediate_size", "output_router_logits", "router_aux_loss_coef"}
+    for key in GRANITE_MULTIPLIERS:
+        f.number(key, 1.0)
+    layers = f.int("num_hidden_layers")
+    types = f.raw("layer_types")
+    if types is None:
+        types = ["mamba"] * layers
+    if not isinstance(types, list) or not all(isinstance(t, str) and t in GRANITE_HYBRID_LETTERS for t in types):
+        raise f.error(
+            f"field '{f.key('layer_types')}' must be a list of {', '.join(map(repr, GRANITE_HYBRID_LETTERS))}"
+        )
+    if len(types) != layers:
+        raise f.error(f"field '{f.key('layer_types')}' lists {len(types)} layers, num_hidden_layers is {layers}")
+    position = f.raw("position_embedding_type")
+    if position not in (None, "nope", "rope"):
+        raise f.error(f"field 'position_embedding_type' = {short_repr(position)} is not supported: rope or none")
+    bias = f.bool("attention_bias", False)
+    theta = _rope_theta(f)
+    return {
+        "vocab_size": f.int("vocab_size"),
+        "d_model": f.int("hidden_size"),
+        "num_layers": layers,
+        "num_heads": f.int("num_attention_heads"),
+        "num_kv_heads": f.int("num_key_value_heads", None),
+        "head_dim": f.int("head_dim", None),
+        "d_ff": f.int("shared_intermediate_size"),
+        "context_length": f.int("max_position_embeddings"),
+        "rope_theta": theta,
+        "norm_eps": f.number("rms_norm_eps", 1e-6),
+        "tie_embeddings": f.bool("tie_word_embeddings", False),
+        "positions": "rope" if position == "rope" else "none",
+        "qkv_bias": bias,
+        "output_bias": bias,
+        "mlp": _only_swiglu(f, "hidden_act"),
+        "layer_pattern": "".join(GRANITE_HYBRID_LETTERS[t] for t in types),
+        "mixer_ffn": True,
+        **_expanded_mamba(f),
+    }
 
 
 MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
@@ -2022,6 +2091,7 @@ MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "glm_moe_dsa": _glm_moe_dsa,
     "nemotron_h": _nemotron_h,
     "bamba": _bamba,
+    "granitemoehybrid": _granitemoehybrid,
 }
 assert tuple(MAPPINGS) == SUPPORTED_MODEL_TYPES
 

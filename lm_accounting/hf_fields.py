@@ -466,6 +466,18 @@ DEFINED_FIELDS: dict[str, frozenset[str]] = {
             text_config vision_config vision_feature_layer
         """
     ),
+    "granitemoehybrid": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout attention_multiplier bos_token_id embedding_multiplier eos_token_id
+            hidden_act hidden_size intermediate_size layer_types layers_block_type logits_scaling mamba_chunk_size
+            mamba_conv_bias mamba_d_conv mamba_d_head mamba_d_state mamba_expand mamba_n_groups mamba_n_heads
+            mamba_proj_bias max_position_embeddings num_attention_heads num_experts_per_tok num_hidden_layers
+            num_key_value_heads num_local_experts output_router_logits pad_token_id position_embedding_type
+            residual_multiplier rms_norm_eps router_aux_loss_coef shared_intermediate_size time_step_limit use_cache
+            vocab_size
+        """
+    ),
     "bamba": COMMON_FIELDS
     | _names(
         """
@@ -685,6 +697,7 @@ CONFIG_CLASSES = {
     "qwen3_next": "Qwen3NextConfig",
     "nemotron_h": "NemotronHConfig",
     "bamba": "BambaConfig",
+    "granitemoehybrid": "GraniteMoeHybridConfig",
     "qwen3_5_text": "Qwen3_5TextConfig",
     "qwen3_5_moe_text": "Qwen3_5MoeTextConfig",
     "qwen3_5": "Qwen3_5Config",
@@ -767,6 +780,7 @@ ALIASES: dict[str, dict[str, str]] = {
     "glm_moe_dsa": {"num_local_experts": "n_routed_experts"},
     "nemotron_h": {"layer_types": "layers_block_type", "num_local_experts": "n_routed_experts"},
     "bamba": {"layer_types": "layers_block_type"},
+    "granitemoehybrid": {"layers_block_type": "layer_types"},
     "gpt_bigcode": {
         "hidden_size": "n_embd",
         "max_position_embeddings": "n_positions",
@@ -885,6 +899,20 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma3": {"tie_word_embeddings": True},
     "mistral3": {"tie_word_embeddings": True},
     "kimi_k25": {"tie_word_embeddings": True},
+    "granitemoehybrid": {
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": False,
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "shared_intermediate_size": 1024,
+        "mamba_n_heads": 128,
+        "mamba_n_groups": 1,
+        "mamba_d_state": 256,
+        "mamba_d_conv": 4,
+        "mamba_expand": 2,
+        "mamba_chunk_size": 256,
+        "rope_theta": 10000.0,
+    },
     "bamba": {
         "num_key_value_heads": 8,
         "rms_norm_eps": 1e-05,

@@ -114,6 +114,7 @@ HF_CAUSAL_LM = {
     "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM",
     "nemotron_h": "NemotronHForCausalLM",
     "bamba": "BambaForCausalLM",
+    "granitemoehybrid": "GraniteMoeHybridForCausalLM",
 }
 """transformers 5.24's causal-LM class per ``model_type`` (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` in
 ``transformers/models/auto/modeling_auto.py``; a Gemma 3 wrapper's text model is ``gemma3_text``): every type

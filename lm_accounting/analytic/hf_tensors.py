@@ -74,8 +74,9 @@ NORMS_BEFORE_MLP = ("granitemoe", "granitemoeshared")
 """Blocks that register their two norms before the MLP (``GraniteMoeDecoderLayer``: ``block_sparse_moe`` last,
 then GraniteMoeShared's ``shared_mlp``, fused ``input_linear`` (2·F x d) then ``output_linear``)."""
 
-FUSED_GATE_UP = ("phi3", "glm", "glm4", "granitemoeshared")
-"""Dense MLPs with one ``gate_up_proj`` (2·F x d) then ``down_proj`` (GraniteMoeShared's shared expert)."""
+FUSED_GATE_UP = ("phi3", "glm", "glm4", "granitemoeshared", "granitemoehybrid")
+"""Dense MLPs with one ``gate_up_proj`` (2·F x d) then ``down_proj`` (GraniteMoeShared's and Granite-4.0-H's shared
+MLP, ``input_linear`` then ``output_linear``)."""
 
 
 def _norm_tensors(cfg: ModelConfig) -> int:
@@ -105,6 +106,8 @@ def _pattern_layer(cfg: ModelConfig, layer: int) -> list[int]:
         mixer = _attention(cfg)
     else:  # NemotronHMLP: up_proj, down_proj
         mixer = [cfg.d_ff * d, cfg.d_ff, d * cfg.d_ff, d] if cfg.mlp_bias else [cfg.d_ff * d, d * cfg.d_ff]
+    if cfg.hf_model_type == "granitemoehybrid":  # input_layernorm, post_attention_layernorm, shared_mlp, the mixer
+        return [d, d] + _dense(cfg, cfg.d_ff) + mixer
     if cfg.mixer_ffn:  # BambaDecoderLayer registers feed_forward, input_layernorm, pre_ff_layernorm, then the mixer
         return _mlp(cfg, layer) + [d, d] + mixer
     return [d] + mixer
