@@ -211,6 +211,7 @@ MOE_MINIMAL = {
         "num_key_value_heads": 32
     },  # the class's None does not build (test_arch_relu)  # the class's one K/V head is no num_key_value_heads (test_arch_parallel_block)
     "nemotron_h": {"hybrid_override_pattern": "M-*-" * 3},  # the class's default pattern has a MoE layer (E)
+    "granitemoehybrid": {"num_local_experts": 0},  # the class's 8 routed experts beside Mamba2 are refused
     "qwen2_moe": {
         "num_experts": 8,
         "num_experts_per_tok": 2,
