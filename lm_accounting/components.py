@@ -600,7 +600,7 @@ MAMBA2: tuple[Component, ...] = (
         "layers.*.mamba.norm",
         "Mamba2 gated RMSNorm (per group)",
         "norms",
-        present=_mamba,
+        present=lambda cfg: _mamba(cfg) and cfg.mamba_norm,
         layers=MAMBA_LAYERS,
         params=Formula(lambda z: pa.rmsnorm_params(z.cfg.mamba_inner), "H·P"),
         shape=lambda cfg: (cfg.mamba_inner,),

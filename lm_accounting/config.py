@@ -174,6 +174,7 @@ class ModelConfig:
     # -- Mamba2 mixer layers, Nemotron-H (None: no layer pattern; see MAMBA_FIELDS) --
     layer_pattern: str | None = None
     mixer_ffn: bool = False
+    mamba_norm: bool = True
     mamba_heads: int | None = None
     mamba_head_dim: int | None = None
     mamba_state_size: int | None = None
@@ -275,6 +276,7 @@ class ModelConfig:
             "attention_output_gate",
             "norm_bias",
             "mixer_ffn",
+            "mamba_norm",
             *MOE_FLAGS,
         ):
             if not isinstance(getattr(self, key), bool):
@@ -466,8 +468,10 @@ class ModelConfig:
                 raise ConfigError(f"{given[0]} applies only to Mamba2 layers (set layer_pattern with M layers)")
             if self.mixer_ffn:
                 raise ConfigError("mixer_ffn applies only to a layer pattern (set layer_pattern)")
+            if not self.mamba_norm:
+                raise ConfigError("mamba_norm applies only to Mamba2 layers (set layer_pattern with M layers)")
             return
-        letters = set(PATTERN_LETTERS) - ({"-"} if self.mixer_ffn else set())
+        letters = set(PATTERN_LETTERS) - ({"-"} if self.mixer_ffn else {"H"})
         if not isinstance(pattern, str) or len(pattern) != self.num_layers or set(pattern) - letters:
             shown = short_repr(pattern)
             if isinstance(pattern, str) and "E" in pattern:
@@ -476,21 +480,23 @@ class ModelConfig:
                     "latent projection) are not modelled yet"
                 )
             kinds = (
-                "M (Mamba2) or * (attention; with mixer_ffn every layer has its FFN)"
+                "M (Mamba2), * (attention) or H (both in parallel; with mixer_ffn every layer has its FFN)"
                 if self.mixer_ffn
-                else ("M (Mamba2), * (attention) or - (MLP)")
+                else "M (Mamba2), * (attention) or - (MLP)"
             )
             raise ConfigError(
                 f"layer_pattern must be one letter per layer ({self.num_layers}): {kinds}; got {shown}"
                 + (f" ({len(pattern)} letters)" if isinstance(pattern, str) else "")
             )
-        if "M" not in pattern:
+        if not self.mamba_layers:
             if given:
                 raise ConfigError(f"{given[0]} applies only to Mamba2 layers (an M in layer_pattern)")
+            if not self.mamba_norm:
+                raise ConfigError("mamba_norm applies only to Mamba2 layers (an M in layer_pattern)")
         else:
             missing = [k for k in MAMBA_FIELDS if getattr(self, k) is None]
             if missing:
-                raise ConfigError(f"Mamba2 layers (M in layer_pattern) need {missing[0]}")
+                raise ConfigError(f"Mamba2 layers (M or H in layer_pattern) need {missing[0]}")
             if self.mamba_heads % self.mamba_groups:
                 raise ConfigError(
                     f"mamba_heads={self.mamba_heads} is not divisible by mamba_groups={self.mamba_groups}"
@@ -632,14 +638,14 @@ class ModelConfig:
         ``full_attention_interval``-th, transformers' ``layer_types`` rule ``"linear_attention" if (i + 1) % n
         else "full_attention"`` (``Qwen3NextConfig.__post_init__``); with ``layer_pattern`` its ``*`` layers."""
         if self.layer_pattern is not None:
-            return self.layer_pattern[layer] == "*"
+            return self.layer_pattern[layer] in "*H"
         return not self.hybrid or (layer + 1) % self.full_attention_interval == 0
 
     @property
     def attention_layers(self) -> int:
         """Layers with attention: all, ⌊L/n⌋ in a hybrid, or the ``*`` of ``layer_pattern``."""
         if self.layer_pattern is not None:
-            return self.layer_pattern.count("*")
+            return self.layer_pattern.count("*") + self.layer_pattern.count("H")
         return self.num_layers if not self.hybrid else self.num_layers // self.full_attention_interval
 
     @property
@@ -668,8 +674,8 @@ class ModelConfig:
         return None if self.layer_pattern is None else self.layer_pattern[layer]
 
     def layer_mamba(self, layer: int) -> bool:
-        """Whether layer ``layer`` (0-based) is a Mamba2 mixer (an ``M`` of ``layer_pattern``)."""
-        return self.layer_kind(layer) == "M"
+        """Whether layer ``layer`` (0-based) has a Mamba2 mixer (an ``M`` or ``H`` of ``layer_pattern``)."""
+        return self.layer_kind(layer) in ("M", "H")
 
     def layer_dense(self, layer: int) -> bool:
         """Whether layer ``layer`` has a dense FFN: every layer not a mixture of experts, or with a pattern its
@@ -680,8 +686,8 @@ class ModelConfig:
 
     @property
     def mamba_layers(self) -> int:
-        """Mamba2 layers: the ``M`` of ``layer_pattern`` (0 without one)."""
-        return 0 if self.layer_pattern is None else self.layer_pattern.count("M")
+        """Mamba2 layers: the ``M`` and ``H`` of ``layer_pattern`` (0 without one)."""
+        return 0 if self.layer_pattern is None else self.layer_pattern.count("M") + self.layer_pattern.count("H")
 
     @property
     def mamba_inner(self) -> int:
@@ -970,8 +976,9 @@ class ModelConfig:
                 if self.mamba_layers
                 else ""
             )
-            kinds = f"{self.dense_layers} -" if not self.mixer_ffn else "an FFN in every layer"
-            parts.append(f"layer pattern {self.mamba_layers} M / {self.attention_layers} * / {kinds}{mamba}")
+            kinds = " / ".join(f"{self.layer_pattern.count(c)} {c}" for c in PATTERN_LETTERS if c in self.layer_pattern)
+            ffn = ", an FFN in every layer" if self.mixer_ffn else ""
+            parts.append(f"layer pattern {kinds}{ffn}{mamba}")
         if self.indexer:
             where = "" if self.indexer_pattern is None else f", on {self.indexer_layers} of {self.num_layers} layers"
             parts.append(
@@ -998,7 +1005,13 @@ class ModelConfig:
     def family(self) -> str:
         """The architecture family in words: which published model these options describe."""
         if self.layer_pattern is not None:
-            style = "Bamba-style" if self.mixer_ffn else "Nemotron-H-style"
+            style = (
+                "Nemotron-H-style"
+                if not self.mixer_ffn
+                else "Falcon-H1-style"
+                if "H" in self.layer_pattern
+                else ("Bamba-style")
+            )
             return f"{style} (Mamba2 hybrid)" if self.mamba_layers else f"{style} (layer pattern)"
         if self.indexer:
             return f"DeepSeek-V3.2-style (MLA + sparse-attention indexer{' + MoE' if self.moe else ''})"
@@ -1204,13 +1217,16 @@ mamba_head_dim``, B and C of ``mamba_groups · mamba_state_size`` each, one dt p
 conv1d of ``mamba_conv_kernel`` taps with a bias over x, B, C, the per-head ``dt_bias``, ``A_log`` and ``D``, the
 chunked SSD scan (chunks of ``mamba_chunk_size``), a gated RMSNorm of ``heads · head_dim`` (normalised per group)
 and ``out_proj`` (no bias)."""
-PATTERN_LETTERS = ("M", "*", "-")
+PATTERN_LETTERS = ("M", "*", "-", "H")
 """``layer_pattern``'s letters, Nemotron-H's ``hybrid_override_pattern``: ``M`` a Mamba2 mixer, ``*`` attention,
 ``-`` an MLP; each layer is one pre-norm block ``x + mixer(norm(x))`` (``NemotronHBlock``), so a layer has no
 second norm and no second residual add.  Nemotron-H's ``E`` (a mixture of experts) is not modelled yet.  With
 ``mixer_ffn`` (Bamba's ``BambaDecoderLayer``, models/bamba/modeling_bamba.py) every layer is a Llama block whose
-attention is replaced by its mixer: ``x + mixer(ln1(x))``, then ``+ ffn(ln2(x))``; its letters are ``M`` and ``*``."""
-PATTERN_FIELDS = ("layer_pattern", "mixer_ffn", *MAMBA_FIELDS)
+attention is replaced by its mixer: ``x + mixer(ln1(x))``, then ``+ ffn(ln2(x))``; its letters are ``M``, ``*`` and
+``H``, attention and a Mamba2 mixer side by side on the same norm, their outputs summed (Falcon-H1's
+``FalconH1DecoderLayer``, models/falcon_h1/modeling_falcon_h1.py).  ``mamba_norm`` false: the Mamba2 mixers have no
+gated RMSNorm (Falcon-H1's ``mamba_rms_norm``; the gate still multiplies)."""
+PATTERN_FIELDS = ("layer_pattern", "mixer_ffn", "mamba_norm", *MAMBA_FIELDS)
 
 DSA_FIELDS = ("index_heads", "index_head_dim", "index_topk")
 """DeepSeek Sparse Attention (DeepSeek-V3.2-Exp; transformers' ``DeepseekV32Indexer``, models/deepseek_v32/

@@ -609,7 +609,7 @@ MAMBA = dict(mamba_heads=4, mamba_head_dim=4, mamba_state_size=8, mamba_groups=2
         ({"layer_pattern": "**-", **MAMBA, "mamba_chunk_size": 8}, "applies only to Mamba2 layers"),
         ({"layer_pattern": "M*-", **MAMBA, "mamba_chunk_size": 8, "sliding_window": 4}, "modelled as Nemotron-H's"),
         ({"layer_pattern": "M*-", **MAMBA, "mamba_chunk_size": 0}, "mamba_chunk_size must be positive"),
-        ({"layer_pattern": "M*-", **MAMBA, "mamba_chunk_size": 8, "mixer_ffn": True}, "M (Mamba2) or * (attention"),
+        ({"layer_pattern": "M*-", **MAMBA, "mamba_chunk_size": 8, "mixer_ffn": True}, "or H (both in parallel"),
         ({"mixer_ffn": True}, "mixer_ffn applies only to a layer pattern"),
     ],
 )
