@@ -15,7 +15,7 @@ The rules:
   minimax_m2, glm4, glm, stablelm; Gated DeltaNet hybrids: qwen3_next, qwen3_5_text, qwen3_5_moe_text; parallel
   attention + MLP blocks: cohere, cohere2, phi, gpt_neox, gptj, falcon, tests/test_arch_parallel_block.py; ReLU-family
   MLPs: opt, nemotron, tests/test_arch_relu.py; DeepSeek Sparse Attention's indexer: deepseek_v32, glm_moe_dsa,
-  tests/test_arch_dsa.py; Mamba2 hybrids: nemotron_h, bamba, granitemoehybrid, tests/test_arch_mamba2.py), each proven
+  tests/test_arch_dsa.py; Mamba2 hybrids: nemotron_h, bamba, granitemoehybrid, falcon_h1, tests/test_arch_mamba2.py), each proven
   in tests/test_hf_zoo.py and listed in docs/model_types.md.  A multimodal wrapper
   with a ``text_config`` (``WRAPPERS``: Gemma 3's ``gemma3``, Mistral 3's ``mistral3``, Kimi K2.5's ``kimi_k25``,
   Qwen3.5's ``qwen3_5`` and ``qwen3_5_moe``)
@@ -162,6 +162,7 @@ SUPPORTED_MODEL_TYPES = (
     "nemotron_h",
     "bamba",
     "granitemoehybrid",
+    "falcon_h1",
 )
 
 
@@ -329,6 +330,22 @@ IGNORED_BY_TYPE = {
     "qwen3_next": frozenset(["output_router_logits", "router_aux_loss_coef"]),
     "bamba": frozenset(["time_step_limit", "z_loss_coefficient", "num_logits_to_keep"]),
     "granitemoehybrid": frozenset(["time_step_limit"]),
+    "falcon_h1": frozenset(
+        [
+            "time_step_limit",
+            "num_logits_to_keep",
+            "mamba_norm_before_gate",
+            "lm_head_multiplier",
+            "embedding_multiplier",
+            "mlp_multipliers",
+            "key_multiplier",
+            "attention_out_multiplier",
+            "attention_in_multiplier",
+            "ssm_multipliers",
+            "ssm_in_multiplier",
+            "ssm_out_multiplier",
+        ]
+    ),
     "nemotron_h": frozenset(
         [
             "expand",
@@ -1939,21 +1956,24 @@ def _bamba(f: _Fields) -> dict[str, Any]:
     return {**out, **_rotary(f, out, 0.5)}
 
 
-def _expanded_mamba(f: _Fields) -> dict[str, Any]:
+def _expanded_mamba(f: _Fields, inner: int | None = None) -> dict[str, Any]:
     """The Mamba2 fields of Bamba and Granite-4.0-H (``BambaMixer``, ``GraniteMoeHybridMambaLayer``): ``mamba_n_heads``
     heads of ``mamba_d_head`` ("auto": ``mamba_expand · hidden_size / mamba_n_heads``; the classes require heads ·
     head size = ``mamba_expand · hidden_size``, the mixer's width), ``mamba_n_groups`` groups of ``mamba_d_state``, a
     conv of ``mamba_d_conv`` taps with a bias (``mamba_conv_bias`` false is refused) and chunks of
-    ``mamba_chunk_size``; ``mamba_proj_bias`` true (biases on in_proj and out_proj) is refused."""
+    ``mamba_chunk_size``; ``mamba_proj_bias`` true (biases on in_proj and out_proj) is refused.  ``inner``: the
+    mixer's width when the class takes it from elsewhere (Falcon-H1's ``mamba_d_ssm``)."""
     f.only("mamba_conv_bias", (True,), "a Mamba2 conv1d with a bias (the class's default)")
     f.only("mamba_proj_bias", (False,), "Mamba2 in_proj and out_proj without biases (the class's default)")
-    d, heads, expand = f.int("hidden_size"), f.int("mamba_n_heads"), f.int("mamba_expand")
+    d, heads = f.int("hidden_size"), f.int("mamba_n_heads")
+    width = f"mamba_expand · hidden_size = {f.int('mamba_expand') * d}" if inner is None else f"mamba_d_ssm = {inner}"
+    inner = f.int("mamba_expand") * d if inner is None else inner
     head = f.raw("mamba_d_head")
-    head = expand * d // heads if head in (None, "auto") else f.int("mamba_d_head")
-    if heads * head != expand * d:
+    head = inner // heads if head in (None, "auto") else f.int("mamba_d_head")
+    if heads * head != inner:
         raise f.error(
-            f"mamba_n_heads · mamba_d_head = {heads} · {head} must be mamba_expand · hidden_size = {expand * d} "
-            f"({CONFIG_CLASSES[f.model_type]} refuses it)"
+            f"mamba_n_heads · mamba_d_head = {heads} · {head} must be {width} ({CONFIG_CLASSES[f.model_type]} "
+            "refuses it)"
         )
     return {
         "mamba_heads": heads,
@@ -1962,6 +1982,37 @@ def _expanded_mamba(f: _Fields) -> dict[str, Any]:
         "mamba_groups": f.int("mamba_n_groups"),
         "mamba_conv_kernel": f.int("mamba_d_conv"),
         "mamba_chunk_size": f.int("mamba_chunk_size"),
+    }
+
+
+def _falcon_h1(f: _Fields) -> dict[str, Any]:
+    """Falcon-H1 (transformers' models/falcon_h1, ``FalconH1DecoderLayer``): every layer ``H``, attention (q/k/v/o
+    with ``attention_bias``, full RoPE) and a ``FalconH1Mixer`` (Bamba's Mamba2, ``_expanded_mamba``, of width
+    ``mamba_d_ssm`` when given, else ``mamba_expand · hidden_size``; its gated RMSNorm only with ``mamba_rms_norm``)
+    side by side on ``input_layernorm``, their outputs summed, then ``pre_ff_layernorm`` and a SwiGLU of
+    ``intermediate_size`` (``mlp_bias``).  Its multipliers (``embedding_multiplier``, ``lm_head_multiplier``,
+    ``mlp_multipliers``, ``key_multiplier``, the attention and SSM in/out multipliers, ``ssm_multipliers``'
+    ``mup_vector``) scale activations by constants: no parameter, no matmul (ignored).  Refused: ``projectors_bias``
+    (a bias on the mixer's ``out_proj``), not modelled."""
+    f.only("projectors_bias", (False,), "a Mamba2 out_proj without bias (Falcon-H1's default)")
+    layers = f.int("num_hidden_layers")
+    types = f.raw("layers_block_type")
+    if types is not None and types != ["hybrid"] * layers:
+        raise f.error(f"field '{f.key('layers_block_type')}' must be 'hybrid' on every layer (FalconH1Config's)")
+    inner = f.int("mamba_d_ssm", None, allow_none=True)  # the class's 1,024; null: mamba_expand · hidden_size
+    if inner is not None:
+        f.used.add("mamba_expand")  # unread by the class when mamba_d_ssm is given
+    bias = f.bool("attention_bias", False)
+    return {
+        **_common(f, tie_default=False),
+        "qkv_bias": bias,
+        "output_bias": bias,
+        "mlp_bias": f.bool("mlp_bias", False),
+        "mlp": _only_swiglu(f, "hidden_act"),
+        "layer_pattern": "H" * layers,
+        "mixer_ffn": True,
+        "mamba_norm": f.bool("mamba_rms_norm", False),
+        **_expanded_mamba(f, inner),
     }
 
 
@@ -2092,6 +2143,7 @@ MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "nemotron_h": _nemotron_h,
     "bamba": _bamba,
     "granitemoehybrid": _granitemoehybrid,
+    "falcon_h1": _falcon_h1,
 }
 assert tuple(MAPPINGS) == SUPPORTED_MODEL_TYPES
 

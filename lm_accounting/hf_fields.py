@@ -478,6 +478,18 @@ DEFINED_FIELDS: dict[str, frozenset[str]] = {
             vocab_size
         """
     ),
+    "falcon_h1": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout attention_in_multiplier attention_out_multiplier bos_token_id
+            embedding_multiplier eos_token_id hidden_act hidden_size intermediate_size key_multiplier layer_types
+            layers_block_type lm_head_multiplier mamba_chunk_size mamba_conv_bias mamba_d_conv mamba_d_head mamba_d_ssm
+            mamba_d_state mamba_expand mamba_n_groups mamba_n_heads mamba_norm_before_gate mamba_proj_bias
+            mamba_rms_norm max_position_embeddings mlp_bias mlp_multipliers num_attention_heads num_hidden_layers
+            num_key_value_heads num_logits_to_keep pad_token_id projectors_bias rms_norm_eps ssm_in_multiplier
+            ssm_multipliers ssm_out_multiplier time_step_limit use_cache vocab_size
+        """
+    ),
     "bamba": COMMON_FIELDS
     | _names(
         """
@@ -697,6 +709,7 @@ CONFIG_CLASSES = {
     "qwen3_next": "Qwen3NextConfig",
     "nemotron_h": "NemotronHConfig",
     "bamba": "BambaConfig",
+    "falcon_h1": "FalconH1Config",
     "granitemoehybrid": "GraniteMoeHybridConfig",
     "qwen3_5_text": "Qwen3_5TextConfig",
     "qwen3_5_moe_text": "Qwen3_5MoeTextConfig",
@@ -780,6 +793,7 @@ ALIASES: dict[str, dict[str, str]] = {
     "glm_moe_dsa": {"num_local_experts": "n_routed_experts"},
     "nemotron_h": {"layer_types": "layers_block_type", "num_local_experts": "n_routed_experts"},
     "bamba": {"layer_types": "layers_block_type"},
+    "falcon_h1": {"layer_types": "layers_block_type"},
     "granitemoehybrid": {"layers_block_type": "layer_types"},
     "gpt_bigcode": {
         "hidden_size": "n_embd",
@@ -911,6 +925,23 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         "mamba_d_conv": 4,
         "mamba_expand": 2,
         "mamba_chunk_size": 256,
+        "rope_theta": 10000.0,
+    },
+    "falcon_h1": {
+        "num_key_value_heads": 8,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "mlp_bias": False,
+        "mamba_d_ssm": 1024,
+        "mamba_n_heads": 128,
+        "mamba_n_groups": 1,
+        "mamba_d_state": 256,
+        "mamba_d_conv": 4,
+        "mamba_expand": 2,
+        "mamba_chunk_size": 256,
+        "mamba_rms_norm": False,
         "rope_theta": 10000.0,
     },
     "bamba": {

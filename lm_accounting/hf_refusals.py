@@ -20,9 +20,9 @@ REASONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "mamba": (
         (
             "state-space (Mamba / Mamba2) mixer layers not compared with Nemotron-H's yet (lm-accounting models "
-            "Nemotron-H's, Bamba's and dense Granite-4.0-H's Mamba2 layers only)"
+            "the Mamba2 layers of Nemotron-H, Bamba, dense Granite-4.0-H and Falcon-H1 only)"
         ),
-        _types("mamba mamba2 falcon_mamba falcon_h1 jamba zamba zamba2"),
+        _types("mamba mamba2 falcon_mamba jamba zamba zamba2"),
     ),
     "deltanet": (
         (

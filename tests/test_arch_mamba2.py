@@ -168,11 +168,35 @@ GRANITE_H_DENSE = {  # a full-size dense Granite-4.0-H: GraniteMoeHybridConfig's
     "position_embedding_type": "nope",
     "tie_word_embeddings": True,
 }
+FALCON_H1_DEFAULTS = {  # FalconH1Config's defaults written out (a 32-layer, 4,096-wide Falcon-H1; mamba_d_ssm
+    # 1,024 of 128 heads of 8), with its multipliers set as muP does: no count changes
+    "model_type": "falcon_h1",
+    "vocab_size": 128000,
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "max_position_embeddings": 8192,
+    "mamba_d_ssm": 1024,
+    "mamba_n_heads": 128,
+    "mamba_n_groups": 1,
+    "mamba_d_state": 256,
+    "mamba_d_conv": 4,
+    "mamba_chunk_size": 256,
+    "mamba_rms_norm": False,
+    "lm_head_multiplier": 0.5,
+    "embedding_multiplier": 2.0,
+    "key_multiplier": 0.25,
+    "mlp_multipliers": [0.5, 2.0],
+    "ssm_multipliers": [0.5, 1.0, 2.0, 1.0, 0.5],
+}
 CONFIGS = {
     "nemotron-h-8b": NEMOTRON_H_8B,
     "nemotron-nano-9b-v2": NEMOTRON_NANO_9B_V2,
     "bamba-defaults": BAMBA_DEFAULTS,
     "granite-h-dense": GRANITE_H_DENSE,
+    "falcon-h1-defaults": FALCON_H1_DEFAULTS,
 }
 
 TINY = {  # small enough for real CPU tensors: chunks of 32, 2 groups of 4 heads
@@ -243,6 +267,29 @@ TINY_CONFIGS = {
         "mamba_expand": 1,
         "mamba_chunk_size": 32,
         "residual_multiplier": 0.5,
+    },
+    "tiny-falcon-h1": {  # Falcon-H1: attention and Mamba2 side by side in every layer, the gated norm, biases, tied
+        "model_type": "falcon_h1",
+        "vocab_size": 97,
+        "hidden_size": 64,
+        "intermediate_size": 96,
+        "num_hidden_layers": 3,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 512,
+        "mamba_d_ssm": None,
+        "mamba_expand": 1,
+        "mamba_n_heads": 8,
+        "mamba_n_groups": 2,
+        "mamba_d_state": 16,
+        "mamba_d_conv": 4,
+        "mamba_chunk_size": 32,
+        "mamba_rms_norm": True,
+        "attention_bias": True,
+        "mlp_bias": True,
+        "tie_word_embeddings": True,
+        "attention_in_multiplier": 0.5,
+        "ssm_out_multiplier": 2.0,
     },
     "tiny-bamba-biased": {  # attention and MLP biases, tied, 2 x 64 = 8 heads of 16
         "model_type": "bamba",
@@ -456,6 +503,7 @@ CACHED = (
     "tiny-nemotron-h",
     "tiny-bamba",
     "tiny-granite-h",
+    "tiny-falcon-h1",
 )  # the same Mamba2 sizes: 8 heads of 8, 2 groups of 16, conv 4
 
 
@@ -587,6 +635,9 @@ def test_transformers_parameter_tensor_sizes(name, tiny_models):
         ("tiny-granite-h", {"layer_types": ["mamba", "attention"]}, "lists 2 layers, num_hidden_layers is 4"),
         ("tiny-granite-h", {"position_embedding_type": "alibi"}, "field 'position_embedding_type' = 'alibi'"),
         ("tiny-granite-h", {"mamba_conv_bias": False}, "field 'mamba_conv_bias' = False is not supported"),
+        ("tiny-falcon-h1", {"projectors_bias": True}, "field 'projectors_bias' = True is not supported"),
+        ("tiny-falcon-h1", {"mamba_d_ssm": 96}, "8 · 12 must be mamba_d_ssm = 96"),
+        ("tiny-falcon-h1", {"mamba_d_ssm": 96, "mamba_d_head": 8}, "8 · 8 must be mamba_d_ssm = 96"),
     ],
 )
 def test_a_bad_pattern_is_one_line(base, change, message, run_cli, tmp_path):

@@ -57,7 +57,8 @@ def describe_config(cfg: ModelConfig) -> str:
             else ""
         )
         extras.append(
-            f"{cfg.mamba_layers} Mamba2 + {cfg.attention_layers} attention + {cfg.dense_layers} MLP layers{mamba}"
+            f"Mamba2 on {plural(cfg.mamba_layers, 'layer')}, attention on {cfg.attention_layers}, an MLP on "
+            f"{cfg.dense_layers}{mamba}"
         )
     return (
         f"{cfg.name}: vocab {cfg.vocab_size:,} · {plural(cfg.num_layers, 'layer')} · d_model {cfg.d_model:,} · "
