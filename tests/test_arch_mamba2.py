@@ -636,7 +636,7 @@ def test_transformers_parameter_tensor_sizes(name, tiny_models):
         ("tiny-granite-h", {"position_embedding_type": "alibi"}, "field 'position_embedding_type' = 'alibi'"),
         ("tiny-granite-h", {"mamba_conv_bias": False}, "field 'mamba_conv_bias' = False is not supported"),
         ("tiny-falcon-h1", {"projectors_bias": True}, "field 'projectors_bias' = True is not supported"),
-        ("tiny-falcon-h1", {"mamba_d_ssm": 96}, "8 · 12 must be mamba_d_ssm = 96"),
+        ("tiny-falcon-h1", {"mamba_d_ssm": 100}, "8 · 12 must be mamba_d_ssm = 100"),
         ("tiny-falcon-h1", {"mamba_d_ssm": 96, "mamba_d_head": 8}, "8 · 8 must be mamba_d_ssm = 96"),
     ],
 )
