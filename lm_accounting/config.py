@@ -869,7 +869,7 @@ class ModelConfig:
         if self.indexer:
             out.append("sparse-attention indexer")
         if self.layer_pattern is not None:
-            out.append("layer pattern (Nemotron-H blocks)")
+            out.append("a layer pattern (Mamba2 hybrid blocks)")
         if self.mamba_layers:
             out.append("Mamba2 mixer layers")
         if self.positions == "none":
