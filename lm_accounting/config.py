@@ -501,9 +501,13 @@ class ModelConfig:
                 raise ConfigError(
                     f"mamba_heads={self.mamba_heads} is not divisible by mamba_groups={self.mamba_groups}"
                 )
+        if self.moe and not self.mixer_ffn:
+            raise ConfigError(
+                "a mixture of experts with a layer pattern needs mixer_ffn (an FFN sublayer in every layer, "
+                "Granite-4.0-H's); Nemotron-H's E layers are not modelled yet"
+            )
         if (
-            self.moe
-            or self.mla
+            self.mla
             or self.hybrid
             or self.indexer
             or self.sliding_window is not None
@@ -512,8 +516,8 @@ class ModelConfig:
             or self.attention_output_gate
         ):
             raise ConfigError(
-                "a layer pattern is modelled as Nemotron-H's and Bamba's: pre-norm blocks, with no mixture of "
-                "experts, latent attention, Gated DeltaNet, sliding window, output gate or parallel block"
+                "a layer pattern is modelled as Nemotron-H's and Bamba's: pre-norm blocks, with no latent attention, "
+                "Gated DeltaNet, sliding window, output gate or parallel block"
             )
 
     def _check_architecture(self) -> None:
@@ -679,9 +683,10 @@ class ModelConfig:
 
     def layer_dense(self, layer: int) -> bool:
         """Whether layer ``layer`` has a dense FFN: every layer not a mixture of experts, or with a pattern its
-        ``-`` layers (Nemotron-H's ``NemotronHMLP`` blocks; every layer with ``mixer_ffn``, Bamba's)."""
-        if self.layer_pattern is not None:
-            return self.mixer_ffn or self.layer_pattern[layer] == "-"
+        ``-`` layers (Nemotron-H's ``NemotronHMLP`` blocks; with ``mixer_ffn`` every layer not a mixture of
+        experts, as without a pattern)."""
+        if self.layer_pattern is not None and not self.mixer_ffn:
+            return self.layer_pattern[layer] == "-"
         return not self.layer_moe(layer)
 
     @property
@@ -728,10 +733,10 @@ class ModelConfig:
 
     @property
     def dense_layers(self) -> int:
-        """Layers with a dense FFN: ``num_layers - moe_layers``, or the ``-`` of ``layer_pattern`` (all with
+        """Layers with a dense FFN: ``num_layers - moe_layers``, or the ``-`` of ``layer_pattern`` (without
         ``mixer_ffn``)."""
-        if self.layer_pattern is not None:
-            return self.num_layers if self.mixer_ffn else self.layer_pattern.count("-")
+        if self.layer_pattern is not None and not self.mixer_ffn:
+            return self.layer_pattern.count("-")
         return self.num_layers - self.moe_layers
 
     @property

@@ -2028,15 +2028,17 @@ def _granitemoehybrid(f: _Fields) -> dict[str, Any]:
     layer Mamba2), ``post_attention_layernorm`` and ``shared_mlp``, a SwiGLU of ``shared_intermediate_size`` with its
     gate and up fused (``input_linear``).  Attention has RoPE when ``position_embedding_type`` is "rope" and no
     position otherwise (the class's None: ``rotary_emb`` is None).  Granite's four multipliers scale by constants
-    (read, no count).  Refused: routed experts (``num_local_experts`` > 0, the class's default 8: Granite-4.0-H-Tiny
-    and -Small), not modelled beside Mamba2 layers yet; a dense one (0) has ``shared_mlp`` only."""
-    experts = f.raw("num_local_experts", 8)
-    if experts != 0:
-        raise f.error(
-            f"field 'num_local_experts' = {short_repr(experts)} is not supported: routed experts beside Mamba2 layers "
-            "are not modelled yet (only a dense granitemoehybrid, num_local_experts 0)"
-        )
-    f.used |= {"num_experts_per_tok", "intermediate_size", "output_router_logits", "router_aux_loss_coef"}
+    (read, no count).  With ``num_local_experts`` > 0 (the class's default 8: Granite-4.0-H-Tiny and -Small) every
+    layer adds ``block_sparse_moe``, GraniteMoe's routed SwiGLU experts of ``intermediate_size`` (top
+    ``num_experts_per_tok``, a router without bias), summed with ``shared_mlp`` (our one shared expert); with 0 it has
+    ``shared_mlp`` alone (a dense SwiGLU)."""
+    shared = f.int("shared_intermediate_size")
+    if f.raw("num_local_experts", 8) == 0:  # dense: shared_mlp alone; the expert fields build nothing
+        f.used |= {"num_experts_per_tok", "intermediate_size", "output_router_logits", "router_aux_loss_coef"}
+        ffn = {"d_ff": shared}
+    else:  # GraniteMoeShared's: routed SwiGLU experts of intermediate_size beside the always-on shared_mlp
+        ffn = {"d_ff": f.int("intermediate_size"), **_experts(f, "num_local_experts", None)}
+        ffn |= {"shared_experts": 1, "shared_expert_d_ff": shared}
     for key in GRANITE_MULTIPLIERS:
         f.number(key, 1.0)
     layers = f.int("num_hidden_layers")
@@ -2061,7 +2063,7 @@ def _granitemoehybrid(f: _Fields) -> dict[str, Any]:
         "num_heads": f.int("num_attention_heads"),
         "num_kv_heads": f.int("num_key_value_heads", None),
         "head_dim": f.int("head_dim", None),
-        "d_ff": f.int("shared_intermediate_size"),
+        **ffn,
         "context_length": f.int("max_position_embeddings"),
         "rope_theta": theta,
         "norm_eps": f.number("rms_norm_eps", 1e-6),

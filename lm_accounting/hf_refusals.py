@@ -20,7 +20,7 @@ REASONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "mamba": (
         (
             "state-space (Mamba / Mamba2) mixer layers not compared with Nemotron-H's yet (lm-accounting models "
-            "the Mamba2 layers of Nemotron-H, Bamba, dense Granite-4.0-H and Falcon-H1 only)"
+            "the Mamba2 layers of Nemotron-H, Bamba, Granite-4.0-H and Falcon-H1 only)"
         ),
         _types("mamba mamba2 falcon_mamba jamba zamba zamba2"),
     ),

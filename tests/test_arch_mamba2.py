@@ -191,11 +191,26 @@ FALCON_H1_DEFAULTS = {  # FalconH1Config's defaults written out (a 32-layer, 4,0
     "mlp_multipliers": [0.5, 2.0],
     "ssm_multipliers": [0.5, 1.0, 2.0, 1.0, 0.5],
 }
+GRANITE_H_MOE_DEFAULTS = {  # GraniteMoeHybridConfig's defaults (8 routed experts of 11,008, top-2, a 1,024-wide shared
+    # MLP, every layer Mamba2 but two attention layers), written out
+    "model_type": "granitemoehybrid",
+    "vocab_size": 32000,
+    "hidden_size": 4096,
+    "intermediate_size": 11008,
+    "shared_intermediate_size": 1024,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "max_position_embeddings": 2048,
+    "num_local_experts": 8,
+    "num_experts_per_tok": 2,
+    "layer_types": ["mamba"] * 15 + ["attention"] + ["mamba"] * 15 + ["attention"],
+}
 CONFIGS = {
     "nemotron-h-8b": NEMOTRON_H_8B,
     "nemotron-nano-9b-v2": NEMOTRON_NANO_9B_V2,
     "bamba-defaults": BAMBA_DEFAULTS,
     "granite-h-dense": GRANITE_H_DENSE,
+    "granite-h-moe-defaults": GRANITE_H_MOE_DEFAULTS,
     "falcon-h1-defaults": FALCON_H1_DEFAULTS,
 }
 
@@ -268,6 +283,26 @@ TINY_CONFIGS = {
         "mamba_chunk_size": 32,
         "residual_multiplier": 0.5,
     },
+    "tiny-granite-h-moe": {  # Granite-4.0-H-Tiny's shape: 4 routed SwiGLU experts (top-2) and the shared MLP, NoPE
+        "model_type": "granitemoehybrid",
+        "vocab_size": 97,
+        "hidden_size": 64,
+        "intermediate_size": 24,
+        "shared_intermediate_size": 80,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 512,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "layer_types": ["linear_attention", "full_attention", "linear_attention", "linear_attention"],
+        "mamba_n_heads": 8,
+        "mamba_n_groups": 2,
+        "mamba_d_state": 16,
+        "mamba_d_conv": 4,
+        "mamba_expand": 1,
+        "mamba_chunk_size": 32,
+    },
     "tiny-falcon-h1": {  # Falcon-H1: attention and Mamba2 side by side in every layer, the gated norm, biases, tied
         "model_type": "falcon_h1",
         "vocab_size": 97,
@@ -338,6 +373,10 @@ LAYER_MAP = {
     "post_attention_layernorm": ("ln2",),
     "shared_mlp.input_linear": ("ffn.w1", "ffn.w3"),  # Granite-4.0-H's fused gate and up
     "shared_mlp.output_linear": ("ffn.w2",),
+    "block_sparse_moe.router": ("moe.router",),
+    "block_sparse_moe.experts": ("moe.experts.w1", "moe.experts.w3", "moe.experts.w2"),
+    "block_sparse_moe.experts.gate_up_proj": ("moe.experts.w1", "moe.experts.w3"),
+    "block_sparse_moe.experts.down_proj": ("moe.experts.w2",),
     "mixer.down_proj.bias": ("ffn.proj.bias",),
     "mixer.q_proj": ("attn.q_proj",),
     "mixer.k_proj": ("attn.k_proj",),
@@ -352,6 +391,16 @@ TOP |= {"model.embed_tokens": "token_embeddings", "model.final_layernorm": "ln_f
 TOP |= {"model.norm": "ln_final"}  # Granite-4.0-H's
 PREFIX = "model.layers."
 our_keys = layer_keys(LAYER_MAP, TOP, PREFIX)
+MOE_MAP = {  # Granite-4.0-H with routed experts: its shared_mlp is our one shared expert
+    **LAYER_MAP,
+    "shared_mlp.input_linear": ("moe.shared.w1", "moe.shared.w3"),
+    "shared_mlp.output_linear": ("moe.shared.w2",),
+}
+moe_keys = layer_keys(MOE_MAP, TOP, PREFIX)
+
+
+def keys_for(cfg):
+    return moe_keys if cfg.moe else our_keys
 
 
 @pytest.fixture(scope="module")
@@ -365,7 +414,7 @@ def test_parameters_equal_transformers(name, models):
     bd = parameter_breakdown(cfg)
     model = models[name]
     assert bd.total == sum(p.numel() for p in model.parameters())
-    assert_parameters_by_component(bd, model, our_keys, with_empty=False)  # a tied head has no tensor of its own
+    assert_parameters_by_component(bd, model, keys_for(cfg), with_empty=False)  # a tied head has no tensor of its own
 
 
 def test_parameters_by_hand():
@@ -387,7 +436,7 @@ def test_published_totals(name, billions):
 
 
 # -- forward FLOPs, module by module -----------------------------------------------------------------------------
-def assert_equal_by_module(counted: dict[str, int], fwd) -> None:
+def assert_equal_by_module(counted: dict[str, int], fwd, our_keys) -> None:
     """The total, every mapped module, and each mixer's own FLOPs (its module less its children): attention's eager
     QKᵀ and AV, the Mamba2 mixer's conv and SSD scan (functions, not modules).  The mixer is Nemotron-H's
     ``mixer`` (attention, Mamba2 or an MLP) or Bamba's ``self_attn`` or ``mamba``."""
@@ -421,14 +470,18 @@ def test_forward_flops_equal_transformers_on_meta(name, seq, models, meta_masks)
     """The published sizes on meta (the torch path of the scan and the conv runs there), at 1,000 tokens (padded
     to 1,024 in the scan) and 4,096."""
     cfg = config_from_hf(CONFIGS[name], name=name).with_context(seq)
-    assert_equal_by_module(hf_forward_flops(models[name], seq), forward_flops(cfg, seq))
+    assert_equal_by_module(hf_forward_flops(models[name], seq), forward_flops(cfg, seq), keys_for(cfg))
 
 
 def cpu_model(values: dict):
+    """transformers' model on CPU, eager attention; routed experts as ``batched_mm`` (FlopCounterMode counts the
+    experts that ran; the default ``grouped_mm`` counts 0)."""
     values = dict(values)
     config = transformers.AutoConfig.for_model(values.pop("model_type"), **values)
     torch.manual_seed(0)
-    return transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+    return transformers.AutoModelForCausalLM.from_config(
+        config, attn_implementation="eager", experts_implementation="batched_mm"
+    )
 
 
 def cpu_forward_flops(model, batch: int, seq: int) -> dict[str, int]:
@@ -453,7 +506,8 @@ def tiny_models():
 def test_forward_flops_equal_transformers_on_cpu(name, batch, seq, tiny_models):
     """Real tensors, two sequences, at a chunk multiple (64) and at 100 tokens (padded in the scan)."""
     cfg = config_from_hf(TINY_CONFIGS[name], name=name)
-    assert_equal_by_module(cpu_forward_flops(tiny_models[name], batch, seq), forward_flops(cfg, seq, batch))
+    counted = cpu_forward_flops(tiny_models[name], batch, seq)
+    assert_equal_by_module(counted, forward_flops(cfg, seq, batch), keys_for(cfg))
 
 
 @pytest.mark.parametrize("seq", [96, 100])
@@ -631,7 +685,8 @@ def test_transformers_parameter_tensor_sizes(name, tiny_models):
         ("tiny-bamba", {"attn_layer_indices": "1"}, "must be a list of layer indices"),
         ("tiny-bamba", {"mamba_d_head": 16}, "mamba_n_heads · mamba_d_head = 8 · 16 must be mamba_expand"),
         ("tiny-bamba", {"mamba_proj_bias": True}, "field 'mamba_proj_bias' = True is not supported"),
-        ("tiny-granite-h", {"num_local_experts": 8}, "routed experts beside Mamba2 layers are not modelled yet"),
+        ("tiny-granite-h", {"num_local_experts": 8}, "missing required field 'intermediate_size'"),
+        ("tiny-granite-h", {"shared_intermediate_size": None}, "shared_intermediate_size"),
         ("tiny-granite-h", {"layer_types": ["mamba", "attention"]}, "lists 2 layers, num_hidden_layers is 4"),
         ("tiny-granite-h", {"position_embedding_type": "alibi"}, "field 'position_embedding_type' = 'alibi'"),
         ("tiny-granite-h", {"mamba_conv_bias": False}, "field 'mamba_conv_bias' = False is not supported"),

@@ -56,6 +56,7 @@ FUSED_MOE_ROUTER_FIRST = (
     "hunyuan_v1_moe",
     "granitemoe",
     "granitemoeshared",
+    "granitemoehybrid",
     "qwen3_next",
     "qwen3_5_moe_text",
 )
@@ -111,8 +112,8 @@ def _pattern_layer(cfg: ModelConfig, layer: int) -> list[int]:
         mixer = _attention(cfg)
     else:  # NemotronHMLP: up_proj, down_proj
         mixer = [cfg.d_ff * d, cfg.d_ff, d * cfg.d_ff, d] if cfg.mlp_bias else [cfg.d_ff * d, d * cfg.d_ff]
-    if cfg.hf_model_type == "granitemoehybrid":  # input_layernorm, post_attention_layernorm, shared_mlp, the mixer
-        return [d, d] + _dense(cfg, cfg.d_ff) + mixer
+    if cfg.hf_model_type == "granitemoehybrid":  # the two norms, block_sparse_moe (router first), shared_mlp, the mixer
+        return [d, d] + _mlp(cfg, layer) + mixer
     if cfg.mixer_ffn:  # BambaDecoderLayer registers feed_forward, input_layernorm, pre_ff_layernorm, then the mixer
         return _mlp(cfg, layer) + [d, d] + mixer
     return [d] + mixer
