@@ -329,7 +329,7 @@ IGNORED_BY_TYPE = {
     "minimax_m2": frozenset(["output_router_logits", "router_aux_loss_coef", "router_jitter_noise"]),
     "qwen3_next": frozenset(["output_router_logits", "router_aux_loss_coef"]),
     "bamba": frozenset(["time_step_limit", "z_loss_coefficient", "num_logits_to_keep"]),
-    "granitemoehybrid": frozenset(["time_step_limit"]),
+    "granitemoehybrid": frozenset(["time_step_limit", "output_router_logits", "router_aux_loss_coef"]),
     "falcon_h1": frozenset(
         [
             "time_step_limit",
@@ -2034,7 +2034,7 @@ def _granitemoehybrid(f: _Fields) -> dict[str, Any]:
     ``shared_mlp`` alone (a dense SwiGLU)."""
     shared = f.int("shared_intermediate_size")
     if f.raw("num_local_experts", 8) == 0:  # dense: shared_mlp alone; the expert fields build nothing
-        f.used |= {"num_experts_per_tok", "intermediate_size", "output_router_logits", "router_aux_loss_coef"}
+        f.used |= {"num_experts_per_tok", "intermediate_size"}
         ffn = {"d_ff": shared}
     else:  # GraniteMoeShared's: routed SwiGLU experts of intermediate_size beside the always-on shared_mlp
         ffn = {"d_ff": f.int("intermediate_size"), **_experts(f, "num_local_experts", None)}
