@@ -627,6 +627,139 @@ einsums (``flops.ssd_scan_flops``, over the padded sequence); the conv's bias, t
 decays, the D skip and the gated norm are elementwise (the scan's own elementwise work is not estimated)."""
 
 
+def _pattern_experts(cfg: ModelConfig) -> bool:
+    return cfg.pattern_experts
+
+
+_MLP2_ACTIVATION = {
+    "relu": ("ReLU", fl.RELU_PER_ELEMENT),
+    "relu2": ("squared ReLU", fl.RELU2_PER_ELEMENT),
+    "gelu": ("GELU", fl.GELU_PER_ELEMENT),
+}
+"""A 2-matrix MLP's activation (``config.ARCHITECTURE_CHOICES``' ``mlp``): its name and FLOPs per element."""
+
+
+def _expert_mlp(prefix: str, label: str, stacked: bool) -> tuple[Component, ...]:
+    """A Nemotron-H expert MLP without gate, ``down(act(up(x)))`` of the config's 2-matrix ``mlp``: the routed
+    experts (``stacked``: E stacks (E, d_e, d_in) and (E, d_in, d_e), on the T·k routed rows, over ``expert_in``
+    features) or the shared expert (one ``NemotronHMLP`` of ``shared_expert_d_ff`` on every token, with biases under
+    ``mlp_bias``)."""
+    if stacked:
+        count, width, rows, inner = (lambda cfg: cfg.num_experts), (lambda cfg: cfg.expert_width), "T·k", "d_in"
+
+        def n_rows(z: Sizes) -> int:
+            return z.T * z.cfg.experts_per_token
+
+        def d_in(cfg: ModelConfig) -> int:
+            return cfg.expert_in
+    else:
+        count, width, rows, inner = (lambda cfg: 1), (lambda cfg: cfg.shared_width), "T", "d"
+
+        def n_rows(z: Sizes) -> int:
+            return z.T
+
+        def d_in(cfg: ModelConfig) -> int:
+            return cfg.d_model
+
+    E, w = ("E·", "d_e") if stacked else ("", "d_s")
+
+    def matrix(name: str, what: str, out_first: bool) -> Component:
+        def shape(cfg: ModelConfig) -> tuple[int, ...]:
+            out_in = (width(cfg), d_in(cfg)) if out_first else (d_in(cfg), width(cfg))
+            return (count(cfg), *out_in) if stacked else out_in
+
+        split = (EXPERT_COL if out_first else EXPERT_ROW) if stacked else (COL if out_first else ROW)
+        return Component(
+            f"{prefix}.{name}",
+            f"{label} {name} ({what})",
+            "ffn",
+            present=_pattern_experts,
+            layers=MOE_LAYERS,
+            params=Formula(lambda z: count(z.cfg) * d_in(z.cfg) * width(z.cfg), f"{E}{inner}·{w}"),
+            flops=Formula(lambda z: fl.matmul_flops(n_rows(z), d_in(z.cfg), width(z.cfg)), f"2·{rows}·{inner}·{w}"),
+            shape=shape,
+            split=split,
+        )
+
+    def bias(name: str, out: Callable[[ModelConfig], int], text: str) -> Component:
+        return _bias(
+            f"{prefix}.{name}.bias",
+            f"{label} {name} bias",
+            "ffn",
+            out,
+            text,
+            lambda cfg: cfg.pattern_experts and cfg.mlp_bias,
+            MOE_LAYERS,
+            COL if name == "fc" else REPLICATED,
+        )
+
+    act = Component(
+        f"{prefix}.act",
+        lambda cfg: f"{label} {_MLP2_ACTIVATION[cfg.mlp][0]}",
+        "ffn",
+        present=_pattern_experts,
+        layers=MOE_LAYERS,
+        elementwise=Formula(
+            lambda z: _MLP2_ACTIVATION[z.cfg.mlp][1] * n_rows(z) * width(z.cfg),
+            lambda cfg: f"{_MLP2_ACTIVATION[cfg.mlp][1]}·{rows}·{w}",
+        ),
+    )
+    if stacked:  # NemotronHExperts' stacks have no bias
+        return matrix("fc", "up", True), act, matrix("proj", "down", False)
+    return (
+        matrix("fc", "up", True),
+        bias("fc", width, w),
+        act,
+        matrix("proj", "down", False),
+        bias("proj", lambda cfg: cfg.d_model, "d"),
+    )
+
+
+def _latent(name: str, label: str, into: bool) -> tuple[Component, ...]:
+    """Nemotron-H's latent projection before (``into``: ``fc1_latent_proj``, d -> L) or after (``fc2_latent_proj``,
+    L -> d) the routed experts, on every token, with a bias under ``mlp_bias``."""
+    present = lambda cfg: cfg.pattern_experts and cfg.expert_latent is not None
+    out = (lambda cfg: cfg.expert_latent) if into else (lambda cfg: cfg.d_model)
+    text = "d·L" if into else "L·d"
+    return (
+        _projection(
+            f"layers.*.moe.{name}",
+            label,
+            "ffn",
+            lambda cfg: cfg.d_model * cfg.expert_latent,
+            text,
+            shape=(lambda cfg: (cfg.expert_latent, cfg.d_model))
+            if into
+            else (lambda cfg: (cfg.d_model, cfg.expert_latent)),
+            split=REPLICATED,
+            present=present,
+            layers=MOE_LAYERS,
+        ),
+        _bias(
+            f"layers.*.moe.{name}.bias",
+            f"{label} bias",
+            "ffn",
+            out,
+            "L" if into else "d",
+            lambda cfg: present(cfg) and cfg.mlp_bias,
+            MOE_LAYERS,
+            REPLICATED,
+        ),
+    )
+
+
+PATTERN_EXPERTS: tuple[Component, ...] = (
+    *_expert_mlp("layers.*.moe.experts", "routed experts", stacked=True),
+    *_expert_mlp("layers.*.moe.shared", "shared expert", stacked=False),
+    *_latent("latent_in", "latent projection in (fc1_latent_proj)", into=True),
+    *_latent("latent_out", "latent projection out (fc2_latent_proj)", into=False),
+)
+"""A layer pattern's ``E`` layer (Nemotron-H's ``NemotronHMoE``, models/nemotron_h/modeling_nemotron_h.py), beside the
+router: the routed experts without gate (``NemotronHExperts``: ``up_proj`` (E, d_e, d_in), ``down_proj``
+(E, d_in, d_e), the config's activation, on the T·k rows routed to them), one shared expert (``shared_experts``, a
+``NemotronHMLP``) and, with ``expert_latent``, the latent projections around the routed experts."""
+
+
 def _gated_bias(cfg: ModelConfig) -> bool:
     return cfg.gated_mlp and cfg.mlp_bias
 
@@ -1221,7 +1354,7 @@ REGISTRY: tuple[Component, ...] = (
         lambda z: z.T * z.cfg.experts_per_token,
         "d_e",
         "T·k",
-        _moe,
+        lambda cfg: cfg.moe and not cfg.pattern_experts,
         lambda cfg: cfg.num_experts,
         "E·",
         act.moe_experts_saved_bytes,
@@ -1241,7 +1374,7 @@ REGISTRY: tuple[Component, ...] = (
         lambda z: z.T,
         "n_s·d_s",
         "T",
-        lambda cfg: cfg.moe and cfg.shared_experts > 0,
+        lambda cfg: cfg.moe and cfg.shared_experts > 0 and not cfg.pattern_experts,
         lambda cfg: 1,
         "",
         act.moe_shared_saved_bytes,
@@ -1254,6 +1387,7 @@ REGISTRY: tuple[Component, ...] = (
         },
         stacked=False,
     ),
+    *PATTERN_EXPERTS,
     _projection(
         "layers.*.moe.shared_gate",
         "shared-expert gate σ(x·w) (Qwen2-MoE)",

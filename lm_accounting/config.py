@@ -181,6 +181,7 @@ class ModelConfig:
     mamba_groups: int | None = None
     mamba_conv_kernel: int | None = None
     mamba_chunk_size: int | None = None
+    expert_latent: int | None = None
     name: str = "custom"
     hf_model_type: str | None = dataclasses.field(default=None, compare=False)
     """The Hugging Face ``model_type`` whose modeling code this config is (``llama``, ``qwen3_moe``,
@@ -320,11 +321,11 @@ class ModelConfig:
             raise ConfigError(f"name is {len(self.name):,} characters long; at most {MAX_NAME_CHARS} are allowed")
         if any(ord(ch) < 32 or ord(ch) == 127 for ch in self.name):
             raise ConfigError(f"name must not contain control characters, got {short_repr(self.name)}")
+        self._check_pattern()  # before the experts: a pattern's E layers are its mixture-of-experts layers
         self._check_moe()
         self._check_mla()  # before d_head and rope_dim, which read the latent-attention fields
         self._check_linear()
         self._check_dsa()
-        self._check_pattern()
         if self.head_dim is None and not self.mla and self.d_model % self.num_heads:
             raise ConfigError(
                 f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}; give head_dim explicitly"
@@ -355,10 +356,22 @@ class ModelConfig:
             raise ConfigError(f"experts_per_token={self.experts_per_token} exceeds num_experts={self.num_experts}")
         if self.shared_expert_d_ff is not None and not self.shared_experts:
             raise ConfigError("shared_expert_d_ff applies only with shared_experts >= 1")
-        if self.mlp != "swiglu":
-            raise ConfigError("a mixture of experts is modelled with SwiGLU experts only (mlp = swiglu)")
+        if self.mlp != "swiglu" and not self.pattern_experts:
+            raise ConfigError(
+                "a mixture of experts is modelled with SwiGLU experts only (mlp = swiglu), or with a layer pattern's "
+                "E layers (Nemotron-H's experts of the config's 2-matrix mlp)"
+            )
         if self.shared_expert_gate and not self.shared_experts:
             raise ConfigError("shared_expert_gate gates the shared experts' output: it needs shared_experts >= 1")
+        extras = ("dense_layers_first", "moe_every", "router_bias", "expert_bias", "shared_expert_gate", "swiglu_limit")
+        if self.pattern_experts and (
+            self.shared_experts > 1 or self.gated_mlp or any(getattr(self, k) != MOE_DEFAULTS[k] for k in extras)
+        ):
+            raise ConfigError(
+                "a layer pattern's E layers are modelled as Nemotron-H's: experts of a 2-matrix mlp (relu2, relu, "
+                "gelu), at most one shared expert, no dense_layers_first or moe_every (the pattern places them), no "
+                "router or expert biases, shared-expert gate or clamp"
+            )
         if not self.moe_layers:
             raise ConfigError(
                 f"no layer is a mixture of experts (num_layers={self.num_layers}, "
@@ -466,28 +479,33 @@ class ModelConfig:
         if pattern is None:
             if given:
                 raise ConfigError(f"{given[0]} applies only to Mamba2 layers (set layer_pattern with M layers)")
+            if self.expert_latent is not None:
+                raise ConfigError("expert_latent applies only to a layer pattern's E layers (Nemotron-H's experts)")
             if self.mixer_ffn:
                 raise ConfigError("mixer_ffn applies only to a layer pattern (set layer_pattern)")
             if not self.mamba_norm:
                 raise ConfigError("mamba_norm applies only to Mamba2 layers (set layer_pattern with M layers)")
             return
-        letters = set(PATTERN_LETTERS) - ({"-"} if self.mixer_ffn else {"H"})
+        letters = set(PATTERN_LETTERS) - ({"-", "E"} if self.mixer_ffn else {"H"})
         if not isinstance(pattern, str) or len(pattern) != self.num_layers or set(pattern) - letters:
-            shown = short_repr(pattern)
-            if isinstance(pattern, str) and "E" in pattern:
-                raise ConfigError(
-                    f"layer_pattern {shown}: mixture-of-experts layers (E, Nemotron-H's non-gated experts with a "
-                    "latent projection) are not modelled yet"
-                )
             kinds = (
                 "M (Mamba2), * (attention) or H (both in parallel; with mixer_ffn every layer has its FFN)"
                 if self.mixer_ffn
-                else "M (Mamba2), * (attention) or - (MLP)"
+                else "M (Mamba2), * (attention), - (MLP) or E (mixture of experts)"
             )
             raise ConfigError(
-                f"layer_pattern must be one letter per layer ({self.num_layers}): {kinds}; got {shown}"
+                f"layer_pattern must be one letter per layer ({self.num_layers}): {kinds}; got {short_repr(pattern)}"
                 + (f" ({len(pattern)} letters)" if isinstance(pattern, str) else "")
             )
+        if ("E" in pattern) != (self.moe and not self.mixer_ffn):
+            raise ConfigError(
+                "a layer pattern's E layers need num_experts, and a mixture of experts needs E layers (or mixer_ffn, "
+                "an FFN sublayer in every layer: Granite-4.0-H's)"
+            )
+        if self.expert_latent is not None:
+            check_positive_int("expert_latent", self.expert_latent, ConfigError)
+            if "E" not in pattern:
+                raise ConfigError("expert_latent applies only to a layer pattern's E layers (Nemotron-H's experts)")
         if not self.mamba_layers:
             if given:
                 raise ConfigError(f"{given[0]} applies only to Mamba2 layers (an M in layer_pattern)")
@@ -501,11 +519,6 @@ class ModelConfig:
                 raise ConfigError(
                     f"mamba_heads={self.mamba_heads} is not divisible by mamba_groups={self.mamba_groups}"
                 )
-        if self.moe and not self.mixer_ffn:
-            raise ConfigError(
-                "a mixture of experts with a layer pattern needs mixer_ffn (an FFN sublayer in every layer, "
-                "Granite-4.0-H's); Nemotron-H's E layers are not modelled yet"
-            )
         if (
             self.mla
             or self.hybrid
@@ -690,6 +703,18 @@ class ModelConfig:
         return not self.layer_moe(layer)
 
     @property
+    def pattern_experts(self) -> bool:
+        """The mixture of experts is a layer pattern's ``E`` layers (Nemotron-H's ``NemotronHMoE``): experts of the
+        config's 2-matrix ``mlp`` (``up_proj``, ``down_proj``; no gate), over ``expert_latent`` features when set."""
+        return self.moe and self.layer_pattern is not None and not self.mixer_ffn
+
+    @property
+    def expert_in(self) -> int:
+        """The width a routed expert reads and writes: ``expert_latent`` (Nemotron-H's ``moe_latent_size``: the
+        tokens go through ``fc1_latent_proj`` first), else ``d_model``."""
+        return self.d_model if self.expert_latent is None else self.expert_latent
+
+    @property
     def mamba_layers(self) -> int:
         """Mamba2 layers: the ``M`` and ``H`` of ``layer_pattern`` (0 without one)."""
         return 0 if self.layer_pattern is None else self.layer_pattern.count("M") + self.layer_pattern.count("H")
@@ -720,6 +745,8 @@ class ModelConfig:
         """Whether layer ``layer`` (0-based) has the mixture of experts instead of a dense FFN: from
         ``dense_layers_first`` on (DeepSeek's ``first_k_dense_replace``), every ``moe_every``-th layer
         (Qwen's ``decoder_sparse_step``: ``(i + 1) % step == 0``)."""
+        if self.pattern_experts:
+            return self.layer_pattern[layer] == "E"
         return self.moe and layer >= self.dense_layers_first and (layer + 1) % self.moe_every == 0
 
     @property
@@ -728,6 +755,8 @@ class ModelConfig:
         ⌊L/n⌋ − ⌊first/n⌋ (0 for a dense model)."""
         if not self.moe:
             return 0
+        if self.pattern_experts:
+            return self.layer_pattern.count("E")
         first = min(self.dense_layers_first, self.num_layers)
         return self.num_layers // self.moe_every - first // self.moe_every
 
@@ -1222,16 +1251,19 @@ mamba_head_dim``, B and C of ``mamba_groups · mamba_state_size`` each, one dt p
 conv1d of ``mamba_conv_kernel`` taps with a bias over x, B, C, the per-head ``dt_bias``, ``A_log`` and ``D``, the
 chunked SSD scan (chunks of ``mamba_chunk_size``), a gated RMSNorm of ``heads · head_dim`` (normalised per group)
 and ``out_proj`` (no bias)."""
-PATTERN_LETTERS = ("M", "*", "-", "H")
+PATTERN_LETTERS = ("M", "*", "-", "E", "H")
 """``layer_pattern``'s letters, Nemotron-H's ``hybrid_override_pattern``: ``M`` a Mamba2 mixer, ``*`` attention,
 ``-`` an MLP; each layer is one pre-norm block ``x + mixer(norm(x))`` (``NemotronHBlock``), so a layer has no
-second norm and no second residual add.  Nemotron-H's ``E`` (a mixture of experts) is not modelled yet.  With
+second norm and no second residual add; ``E`` a mixture of experts (``NemotronHMoE``: a router of E sigmoid scores,
+routed experts of the config's 2-matrix ``mlp`` without a gate, ``up_proj`` and ``down_proj``, over
+``expert_latent`` features when set, between ``fc1_latent_proj`` and ``fc2_latent_proj``, and one always-on shared
+expert, a ``NemotronHMLP`` of ``shared_expert_d_ff``).  With
 ``mixer_ffn`` (Bamba's ``BambaDecoderLayer``, models/bamba/modeling_bamba.py) every layer is a Llama block whose
 attention is replaced by its mixer: ``x + mixer(ln1(x))``, then ``+ ffn(ln2(x))``; its letters are ``M``, ``*`` and
 ``H``, attention and a Mamba2 mixer side by side on the same norm, their outputs summed (Falcon-H1's
 ``FalconH1DecoderLayer``, models/falcon_h1/modeling_falcon_h1.py).  ``mamba_norm`` false: the Mamba2 mixers have no
 gated RMSNorm (Falcon-H1's ``mamba_rms_norm``; the gate still multiplies)."""
-PATTERN_FIELDS = ("layer_pattern", "mixer_ffn", "mamba_norm", *MAMBA_FIELDS)
+PATTERN_FIELDS = ("layer_pattern", "mixer_ffn", "mamba_norm", *MAMBA_FIELDS, "expert_latent")
 
 DSA_FIELDS = ("index_heads", "index_head_dim", "index_topk")
 """DeepSeek Sparse Attention (DeepSeek-V3.2-Exp; transformers' ``DeepseekV32Indexer``, models/deepseek_v32/

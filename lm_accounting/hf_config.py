@@ -1877,7 +1877,11 @@ def _nemotron_h(f: _Fields) -> dict[str, Any]:
     ``conv_kernel`` taps and chunks of ``chunk_size`` (the legacy ``mamba_*`` spellings the class's
     ``__post_init__`` renames are read too); ``*`` a ``NemotronHAttention`` (q/k/v/o without bias, whatever
     ``attention_bias`` says, and no rotary embedding: ``positions = none``); ``-`` a ``NemotronHMLP`` (``up_proj``,
-    ``down_proj``, ``mlp_hidden_act``, ``mlp_bias``).  ``E`` (``NemotronHMoE``) is not modelled.  The class builds
+    ``down_proj``, ``mlp_hidden_act``, ``mlp_bias``); ``E`` a ``NemotronHMoE``: ``n_routed_experts`` experts of
+    ``moe_intermediate_size`` without gate (top ``num_experts_per_tok`` by sigmoid scores, within ``topk_group`` of
+    ``n_group`` groups), over ``moe_latent_size`` features when set (``fc1_latent_proj``, ``fc2_latent_proj``), and
+    one shared ``NemotronHMLP`` of ``moe_shared_expert_intermediate_size`` (``n_shared_experts`` and
+    ``moe_shared_expert_overlap`` are read by nothing).  The class builds
     ``in_proj``/``out_proj`` with ``use_bias`` and the conv with ``use_conv_bias``: only False and True are
     modelled.  ``NemotronHForCausalLM._tied_weights_keys`` is empty: the head is never tied to the embeddings, whatever
     ``tie_word_embeddings`` says (read, and ``tie_embeddings`` false).  Ignored (no count changes): ``expand`` and ``mamba_proj_bias`` (nothing reads them), the time-step
@@ -1896,11 +1900,24 @@ def _nemotron_h(f: _Fields) -> dict[str, Any]:
     f.only("sliding_window", (None,), "full attention (Nemotron-H's default)")
     pattern = _nemotron_h_pattern(f)
     f.bool("tie_word_embeddings", False)  # read (a wrong type is refused), but the class never ties its head
+    experts = {}
     if "E" not in pattern:  # the expert fields build nothing
         f.used |= {"n_routed_experts", "num_experts_per_tok", "moe_intermediate_size", "n_shared_experts"}
         f.used |= {"moe_shared_expert_intermediate_size", "moe_latent_size", "moe_shared_expert_overlap"}
         f.used |= {"n_group", "topk_group", "norm_topk_prob", "routed_scaling_factor"}
+    else:  # NemotronHMoE (its router's e_score_correction_bias is a buffer, not a parameter)
+        f.used |= {"n_shared_experts", "moe_shared_expert_overlap", "routed_scaling_factor"}  # nothing reads them
+        experts = {
+            **_experts(f, "n_routed_experts", "moe_intermediate_size"),
+            "shared_experts": 1,
+            "shared_expert_d_ff": f.int("moe_shared_expert_intermediate_size", null=False),
+            "expert_latent": f.int("moe_latent_size", None, allow_none=True),
+            "norm_topk_prob": f.bool("norm_topk_prob", True),
+            "expert_groups": f.int("n_group", 1),
+            "expert_groups_per_token": f.int("topk_group", 1),
+        }
     return {
+        **experts,
         "vocab_size": f.int("vocab_size"),
         "d_model": f.int("hidden_size"),
         "num_layers": len(pattern),

@@ -975,6 +975,13 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         "chunk_size": 128,
         "use_conv_bias": True,
         "use_bias": False,
+        "n_routed_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 7688,
+        "moe_shared_expert_intermediate_size": 7688,
+        "norm_topk_prob": True,
+        "n_group": 1,
+        "topk_group": 1,
     },
     "qwen3_next": {
         "num_key_value_heads": 2,

@@ -36,7 +36,7 @@ from lm_accounting.analytic.flops import (
 )
 from lm_accounting.analytic.inference import decode_flops, layer_slots, prefill_flops
 from lm_accounting.analytic.memory import kv_cache_bytes
-from lm_accounting.analytic.params import parameter_breakdown
+from lm_accounting.analytic.params import active_parameter_count, parameter_breakdown
 from lm_accounting.config import ConfigError, ModelConfig
 from lm_accounting.hf_config import config_from_hf
 
@@ -205,8 +205,36 @@ GRANITE_H_MOE_DEFAULTS = {  # GraniteMoeHybridConfig's defaults (8 routed expert
     "num_experts_per_tok": 2,
     "layer_types": ["mamba"] * 15 + ["attention"] + ["mamba"] * 15 + ["attention"],
 }
+NEMOTRON_3_NANO = {  # nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B (NemotronHConfig's docstring checkpoint), its sizes as
+    # remembered offline: 52 layers (23 Mamba2, 23 MoE, 6 attention), 128 experts of 1,856, top-6, a 3,712-wide shared
+    # expert; the model card's "31.6B total", "3.2B active (3.6B with the embeddings)" are checked below
+    "model_type": "nemotron_h",
+    "vocab_size": 131072,
+    "hidden_size": 2688,
+    "intermediate_size": 1856,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 2,
+    "head_dim": 128,
+    "max_position_embeddings": 262144,
+    "hybrid_override_pattern": "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME",
+    "mamba_num_heads": 64,
+    "mamba_head_dim": 64,
+    "ssm_state_size": 128,
+    "n_groups": 8,
+    "conv_kernel": 4,
+    "chunk_size": 128,
+    "n_routed_experts": 128,
+    "num_experts_per_tok": 6,
+    "moe_intermediate_size": 1856,
+    "moe_shared_expert_intermediate_size": 3712,
+    "n_group": 1,
+    "topk_group": 1,
+    "norm_topk_prob": True,
+    "routed_scaling_factor": 2.5,
+}
 CONFIGS = {
     "nemotron-h-8b": NEMOTRON_H_8B,
+    "nemotron-3-nano-30b-a3b": NEMOTRON_3_NANO,
     "nemotron-nano-9b-v2": NEMOTRON_NANO_9B_V2,
     "bamba-defaults": BAMBA_DEFAULTS,
     "granite-h-dense": GRANITE_H_DENSE,
@@ -282,6 +310,26 @@ TINY_CONFIGS = {
         "mamba_expand": 1,
         "mamba_chunk_size": 32,
         "residual_multiplier": 0.5,
+    },
+    "tiny-nemotron-h-moe": {  # Nemotron 3's E layers: 8 experts of 20 (top-2 of 2 groups), a shared expert of 36
+        **TINY,
+        "hybrid_override_pattern": "ME*E-M",
+        "n_routed_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 20,
+        "moe_shared_expert_intermediate_size": 36,
+        "n_group": 2,
+        "topk_group": 1,
+    },
+    "tiny-nemotron-h-latent": {  # the latent projections around the experts, with mlp_bias
+        **TINY,
+        "hybrid_override_pattern": "MEE*-",
+        "n_routed_experts": 4,
+        "num_experts_per_tok": 3,
+        "moe_intermediate_size": 20,
+        "moe_shared_expert_intermediate_size": 36,
+        "moe_latent_size": 24,
+        "mlp_bias": True,
     },
     "tiny-granite-h-moe": {  # Granite-4.0-H-Tiny's shape: 4 routed SwiGLU experts (top-2) and the shared MLP, NoPE
         "model_type": "granitemoehybrid",
@@ -374,6 +422,18 @@ LAYER_MAP = {
     "shared_mlp.input_linear": ("ffn.w1", "ffn.w3"),  # Granite-4.0-H's fused gate and up
     "shared_mlp.output_linear": ("ffn.w2",),
     "block_sparse_moe.router": ("moe.router",),
+    "mixer.gate": ("moe.router",),
+    "mixer.experts": ("moe.experts.fc", "moe.experts.proj"),
+    "mixer.experts.up_proj": ("moe.experts.fc",),
+    "mixer.experts.down_proj": ("moe.experts.proj",),
+    "mixer.shared_experts.up_proj": ("moe.shared.fc",),
+    "mixer.shared_experts.down_proj": ("moe.shared.proj",),
+    "mixer.shared_experts.up_proj.bias": ("moe.shared.fc.bias",),
+    "mixer.shared_experts.down_proj.bias": ("moe.shared.proj.bias",),
+    "mixer.fc1_latent_proj": ("moe.latent_in",),
+    "mixer.fc2_latent_proj": ("moe.latent_out",),
+    "mixer.fc1_latent_proj.bias": ("moe.latent_in.bias",),
+    "mixer.fc2_latent_proj.bias": ("moe.latent_out.bias",),
     "block_sparse_moe.experts": ("moe.experts.w1", "moe.experts.w3", "moe.experts.w2"),
     "block_sparse_moe.experts.gate_up_proj": ("moe.experts.w1", "moe.experts.w3"),
     "block_sparse_moe.experts.down_proj": ("moe.experts.w2",),
@@ -435,6 +495,18 @@ def test_published_totals(name, billions):
     assert f"{parameter_breakdown(config_from_hf(CONFIGS[name])).total / 1e9:.0f}B" == billions
 
 
+def test_nemotron_3_nano_totals():
+    """Nemotron 3 Nano's card (as remembered): 31.6B in total, 3.2B active without the embedding table, 3.6B with
+    it (a token's router picks 6 of 128 experts in each of the 23 MoE layers; the shared expert always runs)."""
+    cfg = config_from_hf(NEMOTRON_3_NANO)
+    table = 131072 * 2688
+    assert f"{parameter_breakdown(cfg).total / 1e9:.1f}B" == "31.6B"
+    assert f"{active_parameter_count(cfg) / 1e9:.1f}B" == "3.6B"
+    assert f"{(active_parameter_count(cfg) - table) / 1e9:.1f}B" == "3.2B"
+    idle = 23 * (128 - 6) * 2 * 2688 * 1856  # each idle expert's up_proj and down_proj
+    assert active_parameter_count(cfg) == parameter_breakdown(cfg).total - idle
+
+
 # -- forward FLOPs, module by module -----------------------------------------------------------------------------
 def assert_equal_by_module(counted: dict[str, int], fwd, our_keys) -> None:
     """The total, every mapped module, and each mixer's own FLOPs (its module less its children): attention's eager
@@ -454,8 +526,8 @@ def assert_equal_by_module(counted: dict[str, int], fwd, our_keys) -> None:
                 own["mamba"] += flops - children
             else:
                 assert flops == children  # an MLP does nothing but its two projections
-        elif module.startswith(PREFIX) and module.count(".") > 3:
-            by_keys[our_keys(module)] += flops
+        elif module.startswith(PREFIX) and module[len(PREFIX) :].partition(".")[2] in LAYER_MAP:
+            by_keys[our_keys(module)] += flops  # a mapped module (not a container: Nemotron-H's shared_experts)
     mixers = {"layers.*.attn.qk", "layers.*.attn.av", "layers.*.mamba.conv1d", "layers.*.mamba.core"}
     assert {k for keys in by_keys for k in keys} == {it.key for it in fwd} - mixers
     for keys, flops in by_keys.items():
@@ -672,7 +744,9 @@ def test_transformers_parameter_tensor_sizes(name, tiny_models):
     ("base", "change", "message"),
     [
         ("tiny-nemotron-h", {"num_hidden_layers": 8}, "the layer pattern lists 6 layers, num_hidden_layers is 8"),
-        ("tiny-nemotron-h", {"hybrid_override_pattern": "M-E*-M"}, "mixture-of-experts layers (E"),
+        ("tiny-nemotron-h", {"hybrid_override_pattern": "M-E*-M", "n_routed_experts": None}, "'n_routed_experts'"),
+        ("tiny-nemotron-h-moe", {"mlp_hidden_act": "silu"}, "'mlp_hidden_act' = 'silu' is not supported"),
+        ("tiny-nemotron-h-moe", {"num_experts_per_tok": 9}, "experts_per_token=9 exceeds num_experts=8"),
         ("tiny-nemotron-h", {"hybrid_override_pattern": "M-X*-M"}, "must be a string of M, *, - and E"),
         ("tiny-nemotron-h", {"layers_block_type": ["mamba", "mlp"]}, "must be a list of"),
         ("tiny-nemotron-h", {"n_groups": 3}, "mamba_heads=8 is not divisible by mamba_groups=3"),
@@ -717,6 +791,14 @@ MAMBA = dict(mamba_heads=4, mamba_head_dim=4, mamba_state_size=8, mamba_groups=2
         ({"layer_pattern": "M*-", **MAMBA, "mamba_chunk_size": 0}, "mamba_chunk_size must be positive"),
         ({"layer_pattern": "M*-", **MAMBA, "mamba_chunk_size": 8, "mixer_ffn": True}, "or H (both in parallel"),
         ({"mixer_ffn": True}, "mixer_ffn applies only to a layer pattern"),
+        ({"layer_pattern": "*E-"}, "E layers need num_experts"),
+        ({"layer_pattern": "*E-", "num_experts": 4, "experts_per_token": 2}, "experts of a 2-matrix mlp"),
+        (
+            {"layer_pattern": "*E-", "num_experts": 4, "experts_per_token": 2, "mlp": "relu2", "moe_every": 2},
+            "moe_every",
+        ),
+        ({"layer_pattern": "*--", "num_experts": 4, "experts_per_token": 2, "mlp": "relu2"}, "needs E layers"),
+        ({"layer_pattern": "*M-", **MAMBA, "mamba_chunk_size": 8, "expert_latent": 8}, "expert_latent applies only"),
     ],
 )
 def test_a_bad_model_config_is_refused(fields, message):

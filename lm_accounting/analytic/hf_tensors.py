@@ -110,8 +110,14 @@ def _pattern_layer(cfg: ModelConfig, layer: int) -> list[int]:
         mixer = mamba
     elif kind == "*":
         mixer = _attention(cfg)
+    elif kind == "E":  # NemotronHMoE: experts (up, down), the router, the shared expert, the latent projections
+        e, f, n, s = cfg.num_experts, cfg.expert_width, cfg.expert_in, cfg.shared_width
+        mixer = [e * f * n, e * n * f, e * d] + _dense(cfg, s)
+        if cfg.expert_latent is not None:
+            lat = cfg.expert_latent
+            mixer += [lat * d, lat, d * lat, d] if cfg.mlp_bias else [lat * d, d * lat]
     else:  # NemotronHMLP: up_proj, down_proj
-        mixer = [cfg.d_ff * d, cfg.d_ff, d * cfg.d_ff, d] if cfg.mlp_bias else [cfg.d_ff * d, d * cfg.d_ff]
+        mixer = _dense(cfg, cfg.d_ff)
     if cfg.hf_model_type == "granitemoehybrid":  # the two norms, block_sparse_moe (router first), shared_mlp, the mixer
         return [d, d] + _mlp(cfg, layer) + mixer
     if cfg.mixer_ffn:  # BambaDecoderLayer registers feed_forward, input_layernorm, pre_ff_layernorm, then the mixer
