@@ -1,24 +1,31 @@
-"""Mamba2 hybrids (Nemotron-H): parameters, forward FLOPs and the inference cache, exact against transformers 5.24.
+"""Mamba2 hybrids (Nemotron-H, Bamba, Granite-4.0-H, Falcon-H1): parameters, forward FLOPs and the inference cache,
+exact against transformers 5.24.
 
 transformers' models/nemotron_h/modeling_nemotron_h.py: one ``NemotronHBlock`` per letter of the layer pattern
 (``hybrid_override_pattern``, or ``layers_block_type``), ``x + mixer(norm(x))``: ``M`` a ``NemotronHMamba2Mixer``
 (``in_proj`` to z, x, B, C and dt; a depthwise causal conv1d with a bias over x, B, C; ``dt_bias``, ``A_log``, ``D``;
 the chunked SSD scan ``mamba2_chunk_scan``; a gated RMSNorm per group; ``out_proj``), ``*`` a ``NemotronHAttention``
-(GQA, no bias, no rotary embedding), ``-`` a ``NemotronHMLP`` (``up_proj``, squared ReLU, ``down_proj``).
+(GQA, no bias, no rotary embedding), ``-`` a ``NemotronHMLP`` (``up_proj``, squared ReLU, ``down_proj``), ``E`` a
+``NemotronHMoE`` (a router, experts without gate, optional latent projections, a shared ``NemotronHMLP``).
+models/bamba (``BambaDecoderLayer``) and models/granitemoehybrid (``GraniteMoeHybridDecoderLayer``): Llama's block
+whose mixer is the same Mamba2 (or attention) and whose FFN is a SwiGLU (Granite-4.0-H: its ``shared_mlp``, with
+routed experts beside it when ``num_local_experts`` > 0); models/falcon_h1 (``FalconH1DecoderLayer``): attention and
+the Mamba2 mixer side by side in every layer, then a SwiGLU.
 
-Method: parameters by name on meta (``build_hf``) at the published sizes; forward FLOPs with FlopCounterMode module
-by module on meta at the published sizes at 1,000 and 4,096 tokens (not a multiple of the 128-token chunk, and one),
-and on small real CPU tensors at 64 and 100 tokens (chunks of 32: a multiple and not) with two sequences; the SSD
-scan alone against the closed form written out; a decode step, a cached prefill and the cache against the
-``DynamicCache`` transformers returns after a prefill, on CPU.
+Method: parameters by name on meta (``build_hf``) at full size; forward FLOPs with FlopCounterMode module by module on
+meta at full size at 1,000 and 4,096 tokens (not a multiple of the 128- or 256-token chunk, and one), and on small
+real CPU tensors at 64 and 100 tokens (chunks of 32: a multiple and not) with two sequences, routed experts as
+``batched_mm``; the SSD scan alone against the closed form written out; a decode step, a cached prefill and the cache
+against the ``DynamicCache`` transformers returns after a prefill, on CPU.
 
-The published configs: nvidia/Nemotron-H-8B-Base-8K is ``NemotronHConfig``'s defaults (the class's docstring of the
+The full-size configs: nvidia/Nemotron-H-8B-Base-8K is ``NemotronHConfig``'s defaults (the class's docstring of the
 transformers 4.x port names it: hidden 4,096, 32 heads of 128, 8 KV heads, MLP 21,504, Mamba2 128 heads × 64, 8
-groups of state 128, vocabulary 131,072) with its 52-letter pattern; nvidia/NVIDIA-Nemotron-Nano-9B-v2's fields are
-written as the hub file is remembered (hidden 4,480, 56 layers, 40 heads, MLP 15,680, Mamba2 128 heads × 80),
-which public copies of its shape agree with (the search excerpt: the same 56-letter pattern, sizes and heads); its
-``time_step_limit`` (``[0.0, Infinity]`` in the hub file, not strict JSON) is left out here.  Their model names
-("8B", "9B") are checked against the totals.
+groups of state 128, vocabulary 131,072) with its 52-letter pattern as remembered; nvidia/NVIDIA-Nemotron-Nano-9B-v2's
+and Nemotron-3-Nano-30B-A3B's fields are written as the hub files are remembered (the 9B's shape agrees with public
+copies of it: the search excerpt's 56-letter pattern, sizes and heads); their ``time_step_limit`` (``[0.0,
+Infinity]`` in the hub files, not strict JSON) is left out here.  Their names ("8B", "9B") and Nemotron 3 Nano's
+card totals (as remembered) are checked against our totals.  Bamba's, Granite-4.0-H's and Falcon-H1's are their
+classes' defaults (and a dense Granite-4.0-H of Micro's remembered shape), not checked checkpoints.
 """
 
 import json
