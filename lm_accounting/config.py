@@ -171,7 +171,7 @@ class ModelConfig:
     index_head_dim: int | None = None
     index_topk: int | None = None
     indexer_pattern: str | None = None
-    # -- Mamba2 mixer layers, Nemotron-H (None: no layer pattern; see MAMBA_FIELDS) --
+    # -- layer patterns and Mamba2 mixers: Nemotron-H, Bamba, Granite-4.0-H, Falcon-H1 (None: none; PATTERN_FIELDS) --
     layer_pattern: str | None = None
     mixer_ffn: bool = False
     mamba_norm: bool = True
@@ -469,9 +469,11 @@ class ModelConfig:
             )
 
     def _check_pattern(self) -> None:
-        """``layer_pattern`` and the Mamba2 fields (``MAMBA_FIELDS``), as Nemotron-H builds them: one letter per layer
-        from ``PATTERN_LETTERS``, the Mamba2 sizes all given when a layer is ``M`` (and only then), the heads in whole
-        groups, and none of the options a Nemotron-H block does not have."""
+        """``layer_pattern`` and its fields (``PATTERN_FIELDS``), as Nemotron-H, Bamba, Granite-4.0-H and Falcon-H1
+        build them: one letter per layer from ``PATTERN_LETTERS`` (``-`` and ``E`` without ``mixer_ffn``, ``H`` with
+        it), the Mamba2 sizes all given when a layer has a Mamba2 mixer (and only then), the heads in whole groups,
+        ``E`` layers exactly when there are experts (without ``mixer_ffn``), and none of the options these blocks do
+        not have."""
         given = [k for k in MAMBA_FIELDS if getattr(self, k) is not None]
         for key in given:
             check_positive_int(key, getattr(self, key), ConfigError)
@@ -653,14 +655,15 @@ class ModelConfig:
     def layer_attention(self, layer: int) -> bool:
         """Whether layer ``layer`` (0-based) has (softmax) attention: every layer, or in a hybrid every
         ``full_attention_interval``-th, transformers' ``layer_types`` rule ``"linear_attention" if (i + 1) % n
-        else "full_attention"`` (``Qwen3NextConfig.__post_init__``); with ``layer_pattern`` its ``*`` layers."""
+        else "full_attention"`` (``Qwen3NextConfig.__post_init__``); with ``layer_pattern`` its ``*`` and ``H``
+        layers."""
         if self.layer_pattern is not None:
             return self.layer_pattern[layer] in "*H"
         return not self.hybrid or (layer + 1) % self.full_attention_interval == 0
 
     @property
     def attention_layers(self) -> int:
-        """Layers with attention: all, ⌊L/n⌋ in a hybrid, or the ``*`` of ``layer_pattern``."""
+        """Layers with attention: all, ⌊L/n⌋ in a hybrid, or the ``*`` and ``H`` of ``layer_pattern``."""
         if self.layer_pattern is not None:
             return self.layer_pattern.count("*") + self.layer_pattern.count("H")
         return self.num_layers if not self.hybrid else self.num_layers // self.full_attention_interval
@@ -687,7 +690,7 @@ class ModelConfig:
 
     # -- layer patterns and Mamba2 mixers, Nemotron-H ------------------------
     def layer_kind(self, layer: int) -> str | None:
-        """Layer ``layer``'s letter of ``layer_pattern`` (M, * or -), or None without a pattern."""
+        """Layer ``layer``'s letter of ``layer_pattern`` (``PATTERN_LETTERS``), or None without a pattern."""
         return None if self.layer_pattern is None else self.layer_pattern[layer]
 
     def layer_mamba(self, layer: int) -> bool:
@@ -1039,13 +1042,9 @@ class ModelConfig:
     def family(self) -> str:
         """The architecture family in words: which published model these options describe."""
         if self.layer_pattern is not None:
-            style = (
-                "Nemotron-H-style"
-                if not self.mixer_ffn
-                else "Falcon-H1-style"
-                if "H" in self.layer_pattern
-                else ("Bamba-style")
-            )
+            style = "Nemotron-H-style"
+            if self.mixer_ffn:
+                style = "Falcon-H1-style" if "H" in self.layer_pattern else "Bamba-style"
             return f"{style} (Mamba2 hybrid)" if self.mamba_layers else f"{style} (layer pattern)"
         if self.indexer:
             return f"DeepSeek-V3.2-style (MLA + sparse-attention indexer{' + MoE' if self.moe else ''})"

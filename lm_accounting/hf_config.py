@@ -1881,17 +1881,22 @@ def _nemotron_h(f: _Fields) -> dict[str, Any]:
     ``moe_intermediate_size`` without gate (top ``num_experts_per_tok`` by sigmoid scores, within ``topk_group`` of
     ``n_group`` groups), over ``moe_latent_size`` features when set (``fc1_latent_proj``, ``fc2_latent_proj``), and
     one shared ``NemotronHMLP`` of ``moe_shared_expert_intermediate_size`` (``n_shared_experts`` and
-    ``moe_shared_expert_overlap`` are read by nothing).  The class builds
-    ``in_proj``/``out_proj`` with ``use_bias`` and the conv with ``use_conv_bias``: only False and True are
-    modelled.  ``NemotronHForCausalLM._tied_weights_keys`` is empty: the head is never tied to the embeddings, whatever
-    ``tie_word_embeddings`` says (read, and ``tie_embeddings`` false).  Ignored (no count changes): ``expand`` and ``mamba_proj_bias`` (nothing reads them), the time-step
-    limits and initialisation, ``residual_in_fp32``, ``rescale_prenorm_residual``, ``use_mamba_kernels``,
-    ``mamba_ssm_cache_dtype`` (the modeling file never reads it: the SSM state is the scan's fp32 output), the
-    expert fields of a pattern without ``E``, and the multi-token-prediction fields (transformers builds no MTP
-    layer)."""
-    groups = f.int(_legacy(f, "mamba_n_groups", "n_groups"))
-    kernel = f.int(_legacy(f, "mamba_d_conv", "conv_kernel"))
-    chunk = f.int(_legacy(f, "mamba_chunk_size", "chunk_size"))
+    ``moe_shared_expert_overlap`` are read by nothing).  The class builds ``in_proj``/``out_proj`` with ``use_bias``
+    and the conv with ``use_conv_bias``: only False and True are modelled.  ``NemotronHForCausalLM._tied_weights_keys``
+    is empty: the head is never tied to the embeddings, whatever ``tie_word_embeddings`` says (read, and
+    ``tie_embeddings`` false).  Ignored (no count changes): ``expand`` and ``mamba_proj_bias`` (nothing reads them),
+    the time-step limits and initialisation, ``residual_in_fp32``, ``rescale_prenorm_residual``,
+    ``use_mamba_kernels``, ``mamba_ssm_cache_dtype`` (the modeling file never reads it: the SSM state is the scan's
+    fp32 output), the Mamba2 fields of a pattern without ``M`` and the expert fields of one without ``E`` (they
+    build nothing), and the multi-token-prediction fields (transformers builds no MTP layer)."""
+    mamba = {
+        "mamba_heads": f.int("mamba_num_heads"),
+        "mamba_head_dim": f.int("mamba_head_dim"),
+        "mamba_state_size": f.int("ssm_state_size"),
+        "mamba_groups": f.int(_legacy(f, "mamba_n_groups", "n_groups")),
+        "mamba_conv_kernel": f.int(_legacy(f, "mamba_d_conv", "conv_kernel")),
+        "mamba_chunk_size": f.int(_legacy(f, "mamba_chunk_size", "chunk_size")),
+    }
     f.only(
         _legacy(f, "mamba_conv_bias", "use_conv_bias"), (True,), "a Mamba2 conv1d with a bias (Nemotron-H's default)"
     )
@@ -1932,12 +1937,7 @@ def _nemotron_h(f: _Fields) -> dict[str, Any]:
         "mlp_bias": f.bool("mlp_bias", False),
         **_relu_mlp(f, "mlp_hidden_act", "relu2"),
         "layer_pattern": pattern,
-        "mamba_heads": f.int("mamba_num_heads"),
-        "mamba_head_dim": f.int("mamba_head_dim"),
-        "mamba_state_size": f.int("ssm_state_size"),
-        "mamba_groups": groups,
-        "mamba_conv_kernel": kernel,
-        "mamba_chunk_size": chunk,
+        **(mamba if "M" in pattern else {}),
     }
 
 
@@ -1946,7 +1946,8 @@ def _bamba(f: _Fields) -> dict[str, Any]:
     ``pre_ff_layernorm``, a SwiGLU ``feed_forward`` with ``mlp_bias``) whose mixer is attention on the layers of
     ``attn_layer_indices`` (q/k/v/o with ``attention_bias``, RoPE on the first half of each head: the class's
     ``__post_init__`` sets ``partial_rotary_factor`` 0.5) and a ``BambaMixer`` on the others: Nemotron-H's Mamba2
-    mixer (``mixer_ffn``; its sizes: ``_expanded_mamba``).  Refused: a ``layer_types`` that disagrees with ``attn_layer_indices`` (the class derives the one from the other)."""
+    mixer (``mixer_ffn``; its sizes: ``_expanded_mamba``).  Refused: a ``layer_types`` that disagrees with
+    ``attn_layer_indices`` (the class derives the one from the other)."""
     layers = f.int("num_hidden_layers")
     indices = f.raw("attn_layer_indices") or []
     if not isinstance(indices, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in indices):

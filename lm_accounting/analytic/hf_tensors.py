@@ -100,8 +100,8 @@ def _pattern_layer(cfg: ModelConfig, layer: int) -> list[int]:
     attention's q/k/v/o; an MLP's ``up_proj`` and ``down_proj`` (with biases under ``mlp_bias``).  Bamba's
     (``mixer_ffn``): its SwiGLU and its two norms first, then its mixer."""
     d, kind = cfg.d_model, cfg.layer_kind(layer)
-    h, conv, inner = cfg.mamba_heads, cfg.mamba_conv_dim, cfg.mamba_inner
     if cfg.mamba_layers:
+        h, conv, inner = cfg.mamba_heads, cfg.mamba_conv_dim, cfg.mamba_inner
         norm = [inner] if cfg.mamba_norm else []  # Falcon-H1 without mamba_rms_norm: no gated norm
         mamba = [h, h, h, conv * cfg.mamba_conv_kernel, conv, d * cfg.mamba_in_width, *norm, inner * d]
     if kind == "H":  # FalconH1DecoderLayer: feed_forward, mamba, self_attn, input_layernorm, pre_ff_layernorm
