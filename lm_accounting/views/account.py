@@ -74,7 +74,12 @@ def _ffn_widths(cfg: ModelConfig) -> list[str]:
     out = [f"{plural(cfg.num_experts, 'expert')} × d_e {cfg.expert_width:,}, top-{cfg.experts_per_token}"]
     if cfg.shared_experts:
         out.append(f"{cfg.shared_experts} shared × {cfg.shared_width // cfg.shared_experts:,}")
-    if cfg.dense_layers:
+    if cfg.pattern_experts:  # Nemotron-H: its E layers (the pattern places the MLP and the MoE layers)
+        latent = f" over a {cfg.expert_latent:,}-wide latent" if cfg.expert_latent is not None else ""
+        out.append(
+            f"MoE on the {cfg.moe_layers} E layers{latent}, d_ff {cfg.d_ff:,} on the {cfg.dense_layers} - layers"
+        )
+    elif cfg.dense_layers:
         n = cfg.dense_layers_first if cfg.moe_every == 1 else cfg.dense_layers
         where = f"first {plural(n, 'layer')}" if cfg.moe_every == 1 else f"{n} of {plural(cfg.num_layers, 'layer')}"
         out.append(f"dense d_ff {cfg.d_ff:,} in {where}")
