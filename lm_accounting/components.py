@@ -56,7 +56,7 @@ LINEAR_LAYERS = Layers("L_lin", lambda cfg: cfg.linear_layers, lambda cfg, i: no
 """A Gated DeltaNet hybrid's layers: every ``layers.*.attn.*`` component occurs in the attention layers (all
 layers but a hybrid's), every ``layers.*.linear_attn.*`` one in the linear-attention layers."""
 MAMBA_LAYERS = Layers("L_ssm", lambda cfg: cfg.mamba_layers, lambda cfg, i: cfg.layer_mamba(i))
-"""The Mamba2 layers of a ``layer_pattern`` (its ``M``): every ``layers.*.mamba.*`` component occurs there."""
+"""The Mamba2 layers of a ``layer_pattern`` (its ``M`` and ``H``): every ``layers.*.mamba.*`` component occurs there."""
 INDEXER_LAYERS = Layers("L_idx", lambda cfg: cfg.indexer_layers, lambda cfg, i: cfg.layer_indexer(i))
 """DeepSeek Sparse Attention: the layers that run their own indexer (all, or GLM-5's ``F`` layers)."""
 
@@ -619,9 +619,9 @@ MAMBA2: tuple[Component, ...] = (
     ),
 )
 """A Mamba2 mixer layer (``NemotronHMamba2Mixer``, models/nemotron_h/modeling_nemotron_h.py; ``config.MAMBA_FIELDS``:
-H heads of P, G groups of state N, conv of K taps, chunks of C), in its ``parameters()`` order (the mixer's own
-vectors, then its modules').  Its matmul
-FLOPs are transformers' torch path (no mamba_ssm / causal_conv1d kernels): ``in_proj`` and ``out_proj``, the conv
+H heads of P, G groups of state N, conv of K taps, chunks of C; Bamba's, Granite-4.0-H's and Falcon-H1's are the same),
+in its ``parameters()`` order (the mixer's own vectors, then its modules').  Its matmul FLOPs are transformers' torch
+path (no mamba_ssm / causal_conv1d kernels): ``in_proj`` and ``out_proj``, the conv
 (``flops.mamba_conv_flops``, torch's convolution formula over the S + K − 1 padded outputs) and the chunked SSD scan's
 einsums (``flops.ssd_scan_flops``, over the padded sequence); the conv's bias, the softplus/exp discretisation, the
 decays, the D skip and the gated norm are elementwise (the scan's own elementwise work is not estimated)."""
