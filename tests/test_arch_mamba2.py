@@ -827,3 +827,22 @@ def test_a_toml_pattern_is_the_config_json(tmp_path):
     path = tmp_path / "tiny.toml"
     path.write_text(text + '\nname = "tiny"\n')
     assert load_config(path) == cfg
+
+
+@pytest.mark.parametrize(
+    ("lines", "message"),
+    [
+        ('layer_pattern = "M*"', "layer_pattern must be one letter per layer (3)"),
+        ('layer_pattern = "M*-"', "need mamba_heads"),
+        ('layer_pattern = "M*-"\nmamba_heads = "8"', "key 'mamba_heads' must be int"),
+        ("mamba_chunk_size = 64", "mamba_chunk_size applies only to Mamba2 layers"),
+        ('layer_pattern = "M*Z"', "layer_pattern must be one letter per layer (3)"),
+    ],
+)
+def test_a_bad_toml_pattern_is_one_line(lines, message, run_cli, tmp_path):
+    """A TOML config's pattern keys, refused in one line with exit 2 (tests/test_hostile_config.py's rule)."""
+    base = "vocab_size = 97\ncontext_length = 64\nnum_layers = 3\nd_model = 64\nnum_heads = 4\nd_ff = 96\n"
+    path = tmp_path / "bad.toml"
+    path.write_text(base + lines + "\n")
+    r = run_cli("account", path)
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and message in r.err, r.err
