@@ -96,9 +96,11 @@ def _linear_attention(cfg: ModelConfig) -> list[int]:
 
 def _pattern_layer(cfg: ModelConfig, layer: int) -> list[int]:
     """A ``layer_pattern`` block (``NemotronHBlock``): its norm, then its mixer's tensors: a Mamba2 mixer's own
-    ``dt_bias``, ``A_log``, ``D``, then conv1d (weight, bias), ``in_proj``, the gated norm and ``out_proj``; an
-    attention's q/k/v/o; an MLP's ``up_proj`` and ``down_proj`` (with biases under ``mlp_bias``).  Bamba's
-    (``mixer_ffn``): its SwiGLU and its two norms first, then its mixer."""
+    ``dt_bias``, ``A_log``, ``D``, then conv1d (weight, bias), ``in_proj``, the gated norm (none without
+    ``mamba_norm``) and ``out_proj``; an attention's q/k/v/o; an MLP's ``up_proj`` and ``down_proj`` (with biases under
+    ``mlp_bias``); a ``NemotronHMoE``'s experts, router, shared expert and latent projections.  With ``mixer_ffn``:
+    Bamba's SwiGLU and two norms, then the mixer; Granite-4.0-H's two norms, MoE and ``shared_mlp``, then the mixer;
+    Falcon-H1's SwiGLU, Mamba2 mixer, attention, then its two norms."""
     d, kind = cfg.d_model, cfg.layer_kind(layer)
     if cfg.mamba_layers:
         h, conv, inner = cfg.mamba_heads, cfg.mamba_conv_dim, cfg.mamba_inner
@@ -241,9 +243,8 @@ def hf_parameter_tensor_count(cfg: ModelConfig, trained: bool = False) -> int:
     """``len(hf_parameter_tensor_sizes(cfg))`` without listing the layers (dense and MoE layers counted)."""
     head, tail = _ends(cfg)
     count = len(head) + len(tail)
-    if (
-        cfg.hybrid or cfg.indexer_pattern or cfg.layer_pattern
-    ):  # two mixers (GLM-5's: with and without an indexer): each layer as it is
+    # layers of two or more kinds (a hybrid's, GLM-5's with and without an indexer, a layer pattern's): each as it is
+    if cfg.hybrid or cfg.indexer_pattern or cfg.layer_pattern:
         return count + sum(len(_layer(cfg, i, trained)) for i in range(cfg.num_layers))
     if cfg.dense_layers:
         dense = next(i for i in range(cfg.num_layers) if not cfg.layer_moe(i))
