@@ -636,6 +636,8 @@ def test_the_ssd_scan_and_the_conv_by_hand(seq):
 
 CACHED = (
     "tiny-nemotron-h",
+    "tiny-nemotron-h-moe",
+    "tiny-granite-h-moe",
     "tiny-bamba",
     "tiny-granite-h",
     "tiny-falcon-h1",
