@@ -678,8 +678,10 @@ def test_a_cached_prefill_equals_prefill_flops(prompt, name, tiny_models):
     assert counter.get_total_flops() == prefill_flops(cfg, prompt, 2, prompt + 1).total
 
 
-def test_training_flops_palm_still_equals_the_step():
-    cfg = config_from_hf(TINY, name="tiny")
+@pytest.mark.parametrize("name", TINY_CONFIGS)
+def test_training_flops_palm_still_equals_the_step(name):
+    """PaLM's 6·N_matmul + attention term, with the SSD scan and the conv added as 3 x their forward, is the step."""
+    cfg = config_from_hf(TINY_CONFIGS[name], name=name)
     t = training_flops(cfg, 100, 2)
     assert t.palm == t.step
 
