@@ -28,7 +28,7 @@ from .analytic import flops as fl
 from .analytic import params as pa
 from .analytic.sizes import Sizes
 from .breakdown import Breakdown, Item
-from .config import ModelConfig
+from .config import MLP_NAMES, ModelConfig
 
 
 class Layers(NamedTuple):
@@ -1234,7 +1234,7 @@ REGISTRY: tuple[Component, ...] = (
     _bias("layers.*.ffn.w3.bias", "FFN W3 bias", "ffn", lambda cfg: cfg.d_ff, "d_ff", _gated_bias, DENSE_LAYERS),
     Component(
         "layers.*.ffn.fc",
-        "FFN fc (up, GELU MLP)",
+        lambda cfg: f"FFN fc (up, {MLP_NAMES[cfg.mlp]})",
         "ffn",
         layers=DENSE_LAYERS,
         present=_gelu_mlp,
@@ -1246,7 +1246,7 @@ REGISTRY: tuple[Component, ...] = (
     _bias("layers.*.ffn.fc.bias", "FFN fc bias", "ffn", lambda cfg: cfg.d_ff, "d_ff", _gelu_bias, DENSE_LAYERS),
     Component(
         "layers.*.ffn.proj",
-        "FFN proj (down, GELU MLP)",
+        lambda cfg: f"FFN proj (down, {MLP_NAMES[cfg.mlp]})",
         "ffn",
         layers=DENSE_LAYERS,
         present=_gelu_mlp,
