@@ -54,7 +54,7 @@ import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .config import AccountingError, ModelConfig, check_positive_int, short_repr
+from .config import MAX_SIZE, AccountingError, ModelConfig, check_positive_int, short_repr
 
 ZERO_STAGES = (0, 1, 2, 3)
 ZERO_NAMES = {0: "DDP", 1: "ZeRO-1", 2: "FSDP2 (ZeRO-2)", 3: "FSDP2 (ZeRO-3)"}
@@ -86,9 +86,11 @@ class ParallelLayout:
     replicate: int = 1  # HSDP's replicate degree (torchtitan's dp_replicate); the shard degree is dp // replicate
 
     def __post_init__(self) -> None:
-        for name in ("dp", "tp", "pp", "micro_batches", "ep", "virtual_stages", "replicate"):
-            _positive(name, getattr(self, name))
-        check_positive_int("micro_batches", self.micro_batches)
+        degrees = (self.dp, self.tp, self.pp, self.micro_batches, self.ep, self.virtual_stages, self.replicate)
+        if not all(type(d) is int and 1 <= d <= MAX_SIZE for d in degrees):  # the planner's thousands: one pass
+            for name in ("dp", "tp", "pp", "micro_batches", "ep", "virtual_stages", "replicate"):
+                _positive(name, getattr(self, name))
+            check_positive_int("micro_batches", self.micro_batches)
         if self.world > MAX_WORLD or self.ep > MAX_WORLD:
             raise AccountingError(
                 f"dp·tp·pp = {self.dp:,}·{self.tp:,}·{self.pp:,} GPUs is beyond the supported {MAX_WORLD:,}"

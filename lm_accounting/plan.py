@@ -3,7 +3,8 @@
 Candidates: every GPU count W in the range that is a power of two (and the range's ends), every
 tp in {1, 2, 4, 8} (within one 8-GPU node, dividing the heads, kv heads and d_ff), pp a power of
 two up to 16 and the layers (Llama 3 405B's 16 stages), under pp virtual stages v (interleaved 1F1B)
-1 or a power of two whose pp·v stages have a block each (uneven: the first L mod pp·v one block more), dp = W / (tp·pp), ZeRO stage 0–3, sequence parallel with tp, vocab parallel
+1 or a power of two whose pp·v stages divide the layers or, up to v = 4, have a block each (uneven: the first L mod pp·v
+one block more), dp = W / (tp·pp), ZeRO stage 0–3, sequence parallel with tp, vocab parallel
 with tp (an untied model; torchtitan's loss-parallel head), checkpointing none/full/selective,
 micro-batch b a power of two dividing the sequences per data-parallel rank; and HSDP (ZeRO 2 or 3 over a
 replicate × shard mesh, ``layout``; torchtitan's dp_replicate × dp_shard) with its shard group inside one node
@@ -378,14 +379,15 @@ class _Pricing:
         return (self.compute(b, setup, lay), *self.communication(b, setup, lay))
 
     def compute(self, b, setup, lay) -> float:
-        """Step 1: the busiest GPU's micro-batches, the bubble's slots, and its AdamW step.  The micro-batches'
-        part is cached on the fields it reads (thousands of candidates differ only in dp, ZeRO or SP)."""
-        key = ("slots", b, setup, lay.tp, lay.vocab_parallel, lay.pp, lay.ep, lay.virtual_stages, lay.micro_batches)
-        return self._get(key, self._slots, b, setup, lay) + self.optimizer(setup, lay)
-
-    def _slots(self, b, setup, lay) -> float:
-        slots = pipeline_slots(lay.micro_batches, lay.pp, lay.virtual_stages)  # the bubble
-        return sum(self.micro_batch(b, setup, lay)) * slots
+        """Step 1: the busiest GPU's micro-batches, the bubble's slots, and its AdamW step, cached on the fields
+        they read (thousands of candidates differ only in dp, ZeRO or SP)."""
+        key = ("compute", b, setup, lay.tp, lay.vocab_parallel, lay.pp, lay.ep, lay.virtual_stages, lay.micro_batches)
+        key += (lay.shard if lay.zero else 1,)  # AdamW's share
+        got = self.cache.get(key)
+        if got is None:
+            slots = pipeline_slots(lay.micro_batches, lay.pp, lay.virtual_stages)  # the bubble
+            got = self.cache[key] = sum(self.micro_batch(b, setup, lay)) * slots + self.optimizer(setup, lay)
+        return got
 
     def communication(self, b, setup, lay) -> tuple[float, float, float, float]:
         """Steps 2-4: (data-parallel, tensor-parallel, pipeline, expert-parallel) seconds of one step."""
@@ -824,11 +826,6 @@ def _families(cfg: ModelConfig, seq: int, gpus: tuple[int, int], sequences: int)
                 pp *= 2
 
 
-MAX_VIRTUAL = 8
-"""The most virtual stages ``plan`` enumerates (a cap on its search, not on the layout: ``--virtual-stages``
-prices any; torchtitan's published 405B run used 2, NeMo's Llama-2 runs 10 and 20 with 4 stages or fewer)."""
-
-
 def _replicate_degrees(dp: int, zero: int, tp: int, pp: int, ep: int) -> list[int]:
     """replicate = 1, and under FSDP2 without pp or ep, HSDP's dp / shard for every shard group that fits one node:
     shard a power of two, 2 <= shard, shard·tp <= 8, leaving at least two replicas (``ParallelLayout``)."""
@@ -838,14 +835,20 @@ def _replicate_degrees(dp: int, zero: int, tp: int, pp: int, ep: int) -> list[in
     return [1] + [dp // s for s in shards]
 
 
+MAX_UNEVEN_VIRTUAL = 4
+"""The most virtual stages ``plan`` enumerates where pp·v does not divide the layers (a cap on its search, not on the
+layout: ``--virtual-stages`` prices any; torchtitan's published 405B run used 2)."""
+
+
 def _virtual_stages(cfg: ModelConfig, pp: int) -> list[int]:
-    """v = 1, and under pp every power of two v > 1 whose pp·v stages have a block each: split as torch's
-    pipelining and torchtitan split them, the first L mod pp·v stages one block more (``analytic.parallel
-    .stage_layers``; Llama 3 405B's 126 layers over pp 16 × v 2), not only where pp·v divides the layers (Megatron's
-    rule); v up to ``MAX_VIRTUAL``."""
+    """v = 1, and under pp every power of two v > 1 whose pp·v stages divide the layers (Megatron's rule), or have a
+    block each with v up to ``MAX_UNEVEN_VIRTUAL``: split as torch's pipelining and torchtitan split them, the first
+    L mod pp·v stages one block more (``analytic.parallel.stage_layers``; Llama 3 405B's 126 layers over pp 16 × v 2
+    or 4)."""
     out, v = [1], 2
-    while pp > 1 and pp * v <= cfg.num_layers and v <= MAX_VIRTUAL:
-        out.append(v)
+    while pp > 1 and pp * v <= cfg.num_layers:
+        if cfg.num_layers % (pp * v) == 0 or v <= MAX_UNEVEN_VIRTUAL:
+            out.append(v)
         v *= 2
     return out
 
