@@ -2425,6 +2425,12 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         "moe_layer_interval": cfg.moe_every,
         "moe_layer_end_index": -1,
     },
+    "olmoe": lambda cfg: {  # no head_dim: OlmoeConfig has none (d / heads)
+        **{k: v for k, v in _write_common(cfg).items() if k != "head_dim"},
+        **_write_experts(cfg, "num_experts"),
+        "attention_bias": cfg.qkv_bias,
+        "norm_topk_prob": cfg.norm_topk_prob,
+    },
 }
 """Per model type, the config.json fields that fix every count (``to_hf_dict``)."""
 assert set(WRITERS) <= set(SUPPORTED_MODEL_TYPES)

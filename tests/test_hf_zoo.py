@@ -789,7 +789,8 @@ def test_every_read_type_names_transformers_class():
 
 @pytest.mark.parametrize("name", ["SmolLM3-3B", "OLMoE-1B-7B-0924", "starcoderbase"])
 def test_a_zoo_config_json_runs_account_and_memory(name, run_cli, tmp_path):
-    """SmolLM3 has a program (``ops.transformers.PROGRAMS``): its step is predicted; the others get model states."""
+    """SmolLM3 and OLMoE have a program (``ops.transformers.PROGRAMS``): their step is predicted; the other gets
+    model states."""
     import json
 
     path = tmp_path / name / "config.json"
@@ -800,8 +801,9 @@ def test_a_zoo_config_json_runs_account_and_memory(name, run_cli, tmp_path):
     assert r.code == 0 and json.loads(r.out)["parameters"]["total"] == total, r.err
     r = run_cli("memory", path, "--context", 1024)
     assert r.code == 0, r.err
-    if name == "SmolLM3-3B":
-        assert "SmolLM3ForCausalLM, training mode" in r.out and "model states only" not in r.out
+    predicted = {"SmolLM3-3B": "SmolLM3ForCausalLM", "OLMoE-1B-7B-0924": "OlmoeForCausalLM"}
+    if name in predicted:
+        assert f"{predicted[name]}, training mode" in r.out and "model states only" not in r.out
     else:
         assert "does not model" in r.out and "model states only" in r.out.splitlines()[1]
     r = run_cli("memory", path, "--context", 1024, "--impl", "course")
@@ -959,8 +961,8 @@ def test_bad_zoo_fields_are_one_line_exit_2(model_type, change, message, run_cli
 def test_a_zoo_type_without_a_writer_is_one_line():
     from lm_accounting.hf_config import to_hf_dict
 
-    with pytest.raises(ConfigError, match="hf_model_type 'olmoe' is not one lm-accounting writes back"):
-        to_hf_dict(config_from_hf({"model_type": "olmoe", **ZOO["olmoe"]}))
+    with pytest.raises(ConfigError, match="hf_model_type 'minimax_m2' is not one lm-accounting writes back"):
+        to_hf_dict(config_from_hf({"model_type": "minimax_m2", **ZOO["minimax_m2"]}))
 
 
 def test_gpt_sw3_is_read_as_gpt2():

@@ -1,0 +1,82 @@
+"""transformers' other mixtures of experts (``MOE_ZOO``: olmoe, ...) replayed by the op library
+(``analytic.ops.transformers.PROGRAMS``) equal transformers' own models, phase by phase, byte for byte.
+
+As in tests/test_ops_transformers_moe.py: the experts run transformers' default ``grouped_mm``, whose meta kernel
+takes bf16 only, so the traced run is measured by the storage tracker on cpu tensors (fp32, amp-bf16) or on meta
+(bf16), and the plain run by the CPU allocator.  Every shape is the slot count T·k whatever the routing, so the
+seeded cpu weights' routing stands for any.  The configs are small config.json objects read by
+``hf_config.config_from_hf``; widths keep every grouped_mm row a multiple of 16 bytes (the CPU kernel's rule in
+bf16).  The lines in B are checked at B = 2 and 3 from one replay, B = 1 by its own replay."""
+
+import pytest
+
+from lm_accounting.hf_config import config_from_hf
+from lm_accounting.setup import TrainingSetup
+
+pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+
+from test_ops_transformers_moe import check  # B = 1, 2, 3 against transformers' own model on cpu or meta
+from test_ops_transformers_zoo import check_plain  # the plain CPU run against the CPU allocator
+
+SHAPE = dict(
+    vocab_size=96,
+    hidden_size=16,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    num_experts_per_tok=2,
+    max_position_embeddings=64,
+)
+MOE_ZOO = {
+    # OLMoE: Qwen3-MoE's block (router registered first) under whole-projection q/k norms
+    "olmoe": {"num_experts": 4, "intermediate_size": 16, "norm_topk_prob": True},
+    "olmoe-unnormalised": {"num_experts": 4, "intermediate_size": 16},
+}
+
+
+def tiny(name: str):
+    return config_from_hf({"model_type": name.split("-")[0], **SHAPE, **MOE_ZOO[name]})
+
+
+SETUPS = {
+    "sdpa-fp32": (TrainingSetup(attention="sdpa"), "cpu"),
+    "eager-amp-full": (TrainingSetup(attention="naive", precision="amp-bf16", checkpoint="full"), "cpu"),
+    "sdpa-bf16-full-meta": (TrainingSetup(attention="sdpa", precision="bf16", checkpoint="full"), "meta"),
+}
+
+
+@pytest.mark.parametrize("setup", list(SETUPS))
+@pytest.mark.parametrize("name", list(MOE_ZOO))
+def test_moe_zoo_equals_transformers_under_the_tracker(name, setup):
+    setup, device = SETUPS[setup]
+    check(tiny(name), 8, setup, device=device)
+
+
+@pytest.mark.parametrize(
+    "name, setup",
+    [
+        ("olmoe", TrainingSetup(attention="sdpa")),
+        ("olmoe", TrainingSetup(attention="naive", precision="bf16", checkpoint="full")),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "-".join(v.to_dict().values()),
+)
+def test_moe_zoo_plain_cpu_run_equals_the_cpu_allocator(name, setup):
+    for batch in (1, 2):
+        check_plain(tiny(name), 8, batch, setup)
+
+
+@pytest.mark.grid
+@pytest.mark.parametrize(
+    "setup",
+    [
+        TrainingSetup(attention=a, precision=p, checkpoint=c)
+        for a in ("naive", "sdpa")
+        for p in ("fp32", "bf16", "amp-bf16")
+        for c in ("none", "full")
+    ],
+    ids=lambda s: "-".join(s.to_dict().values()),
+)
+@pytest.mark.parametrize("name", list(MOE_ZOO))
+def test_moe_zoo_grid(name, setup):
+    check(tiny(name), 8, setup)
