@@ -304,7 +304,7 @@ IGNORED_BY_TYPE = {
     "glm_moe_dsa": frozenset(_DEEPSEEK_ROUTING),
     "granitemoe": frozenset(["output_router_logits", "router_aux_loss_coef"]),
     "granitemoeshared": frozenset(["output_router_logits", "router_aux_loss_coef"]),
-    "olmoe": frozenset(["norm_topk_prob", "output_router_logits", "router_aux_loss_coef"]),
+    "olmoe": frozenset(["output_router_logits", "router_aux_loss_coef"]),
     "phimoe": frozenset(["router_jitter_noise", "input_jitter_noise", "output_router_logits", "router_aux_loss_coef"]),
     "hy_v3": frozenset(["router_scaling_factor", "enable_moe_fp32_combine", "output_router_logits"]),
     "hunyuan_v1_dense": frozenset(["eod_token_id"]),
@@ -315,7 +315,7 @@ IGNORED_BY_TYPE = {
     "mistral3": DEFINED_FIELDS["mistral3"] - COMMON_FIELDS - {"text_config"},
     "kimi_k25": DEFINED_FIELDS["kimi_k25"] - COMMON_FIELDS - {"text_config"},
     "gpt_oss": frozenset(["hidden_act", "swiglu_alpha", "output_router_logits", "router_aux_loss_coef"]),
-    "qwen2_moe": frozenset(["norm_topk_prob", "output_router_logits", "router_aux_loss_coef"]),
+    "qwen2_moe": frozenset(["output_router_logits", "router_aux_loss_coef"]),
     "olmo": frozenset(["clip_qkv"]),
     "bloom": frozenset(["pretraining_tp", "slow_but_exact"]),
     "gpt_neox": frozenset(["classifier_dropout"]),
@@ -837,6 +837,7 @@ def _qwen2_moe(f: _Fields) -> dict[str, Any]:
         "shared_experts": 1,
         "shared_expert_d_ff": f.int("shared_expert_intermediate_size", null=False),
         "shared_expert_gate": True,
+        "norm_topk_prob": f.bool("norm_topk_prob", False),  # no count: the router's division (the step's tensors)
     }
 
 
@@ -1110,6 +1111,7 @@ def _olmoe(f: _Fields) -> dict[str, Any]:
         "qk_norm_scope": "projection",
         "mlp": _only_swiglu(f, "hidden_act"),
         **_experts(f, "num_experts", None),
+        "norm_topk_prob": f.bool("norm_topk_prob", False),  # no count: the router's division (the step's tensors)
     }
 
 
@@ -2343,6 +2345,7 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         "decoder_sparse_step": cfg.moe_every,
         "mlp_only_layers": [],
         "use_sliding_window": False,
+        "norm_topk_prob": cfg.norm_topk_prob,
     },
     "olmo": lambda cfg: {
         **{k: v for k, v in _write_common(cfg).items() if k not in ("head_dim", "rms_norm_eps")},

@@ -1,4 +1,4 @@
-"""transformers' other mixtures of experts (``MOE_ZOO``: olmoe, ...) replayed by the op library
+"""transformers' other mixtures of experts (``MOE_ZOO``: olmoe, qwen2_moe, ...) replayed by the op library
 (``analytic.ops.transformers.PROGRAMS``) equal transformers' own models, phase by phase, byte for byte.
 
 As in tests/test_ops_transformers_moe.py: the experts run transformers' default ``grouped_mm``, whose meta kernel
@@ -32,6 +32,21 @@ MOE_ZOO = {
     # OLMoE: Qwen3-MoE's block (router registered first) under whole-projection q/k norms
     "olmoe": {"num_experts": 4, "intermediate_size": 16, "norm_topk_prob": True},
     "olmoe-unnormalised": {"num_experts": 4, "intermediate_size": 16},
+    # Qwen2-MoE: Qwen3-MoE's router and experts, a shared expert gated by a sigmoid; both masks every forward
+    "qwen2_moe": {
+        "num_experts": 4,
+        "moe_intermediate_size": 16,
+        "intermediate_size": 24,
+        "shared_expert_intermediate_size": 32,
+    },
+    "qwen2_moe-sparse-step": {
+        "num_experts": 4,
+        "moe_intermediate_size": 16,
+        "intermediate_size": 24,
+        "shared_expert_intermediate_size": 32,
+        "norm_topk_prob": True,
+        "decoder_sparse_step": 2,  # layers 1 and 3 sparse, 0 and 2 dense
+    },
 }
 
 
@@ -58,6 +73,8 @@ def test_moe_zoo_equals_transformers_under_the_tracker(name, setup):
     [
         ("olmoe", TrainingSetup(attention="sdpa")),
         ("olmoe", TrainingSetup(attention="naive", precision="bf16", checkpoint="full")),
+        ("qwen2_moe", TrainingSetup(attention="sdpa", precision="amp-bf16")),
+        ("qwen2_moe-sparse-step", TrainingSetup(attention="naive", checkpoint="full")),
     ],
     ids=lambda v: v if isinstance(v, str) else "-".join(v.to_dict().values()),
 )

@@ -65,6 +65,7 @@ PROGRAMS = {
     "seed_oss": "llama",  # Llama's with attention_out_bias; its dropouts (class default 0.1) only at 0
     "stablelm": "stablelm",
     "olmoe": "olmoe",  # Qwen3-MoE's sparse block (router first) under OLMo-2's whole-projection q/k norms
+    "qwen2_moe": "qwen2_moe",  # Qwen3-MoE's router and experts, a shared expert scaled by a sigmoid gate
 }
 """hf_model_type -> the module of this package that transliterates its modeling file."""
 B = Affine(1)  # the micro-batch as a symbol

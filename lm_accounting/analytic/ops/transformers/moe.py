@@ -169,19 +169,25 @@ class SparseMoeBlock:
 
 
 class MoeDecoderLayer(DecoderLayer):
-    """``MixtralDecoderLayer`` / ``Qwen3MoeDecoderLayer``: Llama's layer, the sparse block where the layer has one."""
+    """``MixtralDecoderLayer`` / ``Qwen3MoeDecoderLayer``: Llama's layer, the sparse block where the layer has one
+    (``sparse_class``: a model's own, Qwen2-MoE's with its shared expert)."""
+
+    sparse_class = SparseMoeBlock
 
     def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str, norm: type[RMSNorm], sparse: bool):
-        self.mlp_class = SparseMoeBlock if sparse else MLP
+        self.mlp_class = self.sparse_class if sparse else MLP
         super().__init__(cfg, dtype, attn, name, norm)
 
 
 class MoeForCausalLM(LlamaForCausalLM):
-    """``MixtralForCausalLM`` / ``Qwen3MoeForCausalLM`` without ``output_router_logits`` (no auxiliary loss)."""
+    """``MixtralForCausalLM`` / ``Qwen3MoeForCausalLM`` without ``output_router_logits`` (no auxiliary loss);
+    ``layer_class`` is a model's own."""
+
+    layer_class = MoeDecoderLayer
 
     def decoder_layer(self, name: str, norm: type[RMSNorm]) -> MoeDecoderLayer:
         i = int(name.rsplit(".", 1)[1])
-        return MoeDecoderLayer(self.cfg, self.dtype, self.setup.attention, name, norm, self.cfg.layer_moe(i))
+        return self.layer_class(self.cfg, self.dtype, self.setup.attention, name, norm, self.cfg.layer_moe(i))
 
 
 def causal_lm(cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B) -> MoeForCausalLM:
