@@ -2097,6 +2097,12 @@ def _write_llama(cfg: ModelConfig) -> dict[str, Any]:
     return {**_write_common(cfg), "attention_bias": cfg.qkv_bias, "mlp_bias": cfg.mlp_bias}
 
 
+def _write_granite(cfg: ModelConfig) -> dict[str, Any]:
+    """Granite-MoE's ``attention_bias`` (q/k/v and o); its multipliers left at the class's 1.0: they change no count
+    and no byte."""
+    return {"attention_bias": cfg.qkv_bias}
+
+
 def _write_experts(cfg: ModelConfig, count: str) -> dict[str, Any]:
     return {count: cfg.num_experts, "num_experts_per_tok": cfg.experts_per_token}
 
@@ -2427,6 +2433,13 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         "moe_layer_start_index": cfg.dense_layers_first,
         "moe_layer_interval": cfg.moe_every,
         "moe_layer_end_index": -1,
+    },
+    "granitemoe": lambda cfg: {**_write_common(cfg), **_write_experts(cfg, "num_local_experts"), **_write_granite(cfg)},
+    "granitemoeshared": lambda cfg: {
+        **_write_common(cfg),
+        **_write_experts(cfg, "num_local_experts"),
+        **_write_granite(cfg),
+        "shared_intermediate_size": cfg.shared_width if cfg.shared_experts else 0,
     },
     "olmoe": lambda cfg: {  # no head_dim: OlmoeConfig has none (d / heads)
         **{k: v for k, v in _write_common(cfg).items() if k != "head_dim"},

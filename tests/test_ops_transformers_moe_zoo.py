@@ -1,4 +1,4 @@
-"""transformers' other mixtures of experts (``MOE_ZOO``: olmoe, qwen2_moe, ...) replayed by the op library
+"""transformers' other mixtures of experts (``MOE_ZOO``: olmoe, qwen2_moe, granitemoe, granitemoeshared, ...) replayed by the op library
 (``analytic.ops.transformers.PROGRAMS``) equal transformers' own models, phase by phase, byte for byte.
 
 As in tests/test_ops_transformers_moe.py: the experts run transformers' default ``grouped_mm``, whose meta kernel
@@ -47,6 +47,11 @@ MOE_ZOO = {
         "norm_topk_prob": True,
         "decoder_sparse_step": 2,  # layers 1 and 3 sparse, 0 and 2 dense
     },
+    # Granite-MoE: Granite's multipliers (the embeddings scaled after the mask), a top-k-then-softmax router
+    "granitemoe": {"num_local_experts": 4, "intermediate_size": 16, "embedding_multiplier": 12.0},
+    "granitemoe-biased": {"num_local_experts": 4, "intermediate_size": 16, "attention_bias": True},
+    # GraniteMoeShared: Granite-MoE's with an ungated shared MLP (fused input_linear)
+    "granitemoeshared": {"num_local_experts": 4, "intermediate_size": 16, "shared_intermediate_size": 32},
 }
 
 
@@ -75,6 +80,8 @@ def test_moe_zoo_equals_transformers_under_the_tracker(name, setup):
         ("olmoe", TrainingSetup(attention="naive", precision="bf16", checkpoint="full")),
         ("qwen2_moe", TrainingSetup(attention="sdpa", precision="amp-bf16")),
         ("qwen2_moe-sparse-step", TrainingSetup(attention="naive", checkpoint="full")),
+        ("granitemoe", TrainingSetup(attention="sdpa", precision="bf16")),
+        ("granitemoeshared", TrainingSetup(attention="naive", precision="amp-bf16", checkpoint="full")),
     ],
     ids=lambda v: v if isinstance(v, str) else "-".join(v.to_dict().values()),
 )

@@ -66,6 +66,8 @@ PROGRAMS = {
     "stablelm": "stablelm",
     "olmoe": "olmoe",  # Qwen3-MoE's sparse block (router first) under OLMo-2's whole-projection q/k norms
     "qwen2_moe": "qwen2_moe",  # Qwen3-MoE's router and experts, a shared expert scaled by a sigmoid gate
+    "granitemoe": "granitemoe",  # Granite's multipliers, a top-k-then-softmax router, grouped_mm experts
+    "granitemoeshared": "granitemoe",  # Granite-MoE's with an ungated shared MLP (shared_mlp)
 }
 """hf_model_type -> the module of this package that transliterates its modeling file."""
 B = Affine(1)  # the micro-batch as a symbol

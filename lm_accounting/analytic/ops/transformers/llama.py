@@ -441,6 +441,7 @@ class LlamaForCausalLM:
         with no_grad():
             find_packed_sequence_indices(A.expand(position_ids, self.batch, -1))
         masks = self.masks()  # :395-401
+        inputs_embeds = self.scale_embeddings(inputs_embeds)
         hidden_states = inputs_embeds  # :403; ``inputs_embeds`` keeps the lookup until the forward returns
         position_embeddings = self.rotary(hidden_states, position_ids)  # :404
         kwargs = [
@@ -467,6 +468,10 @@ class LlamaForCausalLM:
     def embed(self) -> Tensor:
         """``self.embed_tokens(input_ids)`` (a subclass scales it: Granite)."""
         return A.embedding(self.embed_tokens, self.input_ids)
+
+    def scale_embeddings(self, inputs_embeds: Tensor) -> Tensor:
+        """The embeddings once the masks are made (a subclass scales them there: Granite-MoE's multiplier)."""
+        return inputs_embeds
 
     def run_layers(self, hidden_states: Tensor, kwargs: Callable[[int], dict]) -> Tensor:
         """The decoder layers in order, layer i called with ``kwargs(i)``; each run of alike middle layers (the same
