@@ -321,7 +321,7 @@ IGNORED_BY_TYPE = {
     "gpt_neox": frozenset(["classifier_dropout"]),
     "opt": frozenset(["dropout", "layerdrop", "init_std"]),
     "ernie4_5_moe": frozenset(["moe_norm_min", "output_router_logits", "router_aux_loss_coef"]),
-    "glm4_moe": frozenset(_DEEPSEEK_ROUTING),
+    "glm4_moe": frozenset(_DEEPSEEK_ROUTING) - {"n_group", "topk_group", "norm_topk_prob"},  # those three read
     "minimax_m2": frozenset(["output_router_logits", "router_aux_loss_coef", "router_jitter_noise"]),
     "qwen3_next": frozenset(["output_router_logits", "router_aux_loss_coef"]),
     "qwen3_5_moe_text": frozenset(["output_router_logits", "router_aux_loss_coef"]),
@@ -1364,6 +1364,10 @@ def _glm4_moe(f: _Fields) -> dict[str, Any]:
         "shared_experts": _count(f, "n_shared_experts"),
         "dense_layers_first": _count(f, "first_k_dense_replace"),
         **_rotary(f, out, 0.5),
+        # DeepSeek-V3's router: no count, but the training step's tensors (``ModelConfig``'s docstrings)
+        "norm_topk_prob": f.bool("norm_topk_prob", True),
+        "expert_groups": f.int("n_group", 1),
+        "expert_groups_per_token": f.int("topk_group", 1),
     }
 
 
@@ -2440,6 +2444,17 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         **_write_experts(cfg, "num_local_experts"),
         **_write_granite(cfg),
         "shared_intermediate_size": cfg.shared_width if cfg.shared_experts else 0,
+    },
+    "glm4_moe": lambda cfg: {
+        **_write_glm(cfg),
+        "use_qk_norm": cfg.qk_norm,
+        **_write_experts(cfg, "n_routed_experts"),
+        "moe_intermediate_size": cfg.expert_width,
+        "n_shared_experts": cfg.shared_experts,
+        "first_k_dense_replace": cfg.dense_layers_first,
+        "norm_topk_prob": cfg.norm_topk_prob,
+        "n_group": cfg.expert_groups,
+        "topk_group": cfg.expert_groups_per_token,
     },
     "olmoe": lambda cfg: {  # no head_dim: OlmoeConfig has none (d / heads)
         **{k: v for k, v in _write_common(cfg).items() if k != "head_dim"},

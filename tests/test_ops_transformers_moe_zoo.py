@@ -1,4 +1,4 @@
-"""transformers' other mixtures of experts (``MOE_ZOO``: olmoe, qwen2_moe, granitemoe, granitemoeshared, ...) replayed by the op library
+"""transformers' other mixtures of experts (``MOE_ZOO``: olmoe, qwen2_moe, granitemoe, granitemoeshared, glm4_moe, ...) replayed by the op library
 (``analytic.ops.transformers.PROGRAMS``) equal transformers' own models, phase by phase, byte for byte.
 
 As in tests/test_ops_transformers_moe.py: the experts run transformers' default ``grouped_mm``, whose meta kernel
@@ -52,6 +52,27 @@ MOE_ZOO = {
     "granitemoe-biased": {"num_local_experts": 4, "intermediate_size": 16, "attention_bias": True},
     # GraniteMoeShared: Granite-MoE's with an ungated shared MLP (fused input_linear)
     "granitemoeshared": {"num_local_experts": 4, "intermediate_size": 16, "shared_intermediate_size": 32},
+    # GLM-4-MoE: GLM's partial RoPE, q/k norms once q, k, v are projected, DeepSeek-V3's router and sparse block
+    "glm4_moe": {
+        "n_routed_experts": 4,
+        "moe_intermediate_size": 16,
+        "intermediate_size": 24,
+        "n_shared_experts": 2,
+        "first_k_dense_replace": 1,
+        "use_qk_norm": True,
+        "attention_bias": True,
+        "head_dim": 8,
+    },
+    "glm4_moe-grouped": {  # 2 groups of 2 experts, 1 kept; no q/k norms; the weights not normalised
+        "n_routed_experts": 4,
+        "moe_intermediate_size": 16,
+        "intermediate_size": 24,
+        "n_shared_experts": 1,
+        "n_group": 2,
+        "topk_group": 1,
+        "norm_topk_prob": False,
+        "first_k_dense_replace": 0,
+    },
 }
 
 
@@ -82,6 +103,8 @@ def test_moe_zoo_equals_transformers_under_the_tracker(name, setup):
         ("qwen2_moe-sparse-step", TrainingSetup(attention="naive", checkpoint="full")),
         ("granitemoe", TrainingSetup(attention="sdpa", precision="bf16")),
         ("granitemoeshared", TrainingSetup(attention="naive", precision="amp-bf16", checkpoint="full")),
+        ("glm4_moe", TrainingSetup(attention="sdpa")),
+        ("glm4_moe-grouped", TrainingSetup(attention="naive", precision="bf16", checkpoint="full")),
     ],
     ids=lambda v: v if isinstance(v, str) else "-".join(v.to_dict().values()),
 )

@@ -183,8 +183,9 @@ class Attention:
     """``LlamaAttention`` (modeling_llama.py:202-265) and qwen3's per-head q/k norms."""
 
     norm_at = "view"
-    """Where the per-head q/k norms run: on each projection's (B, S, h, d) view ("view", Qwen3), on the transposed
-    (B, h, S, d) states once q, k and v are made ("heads", EXAONE 4), or after RoPE ("rope", HunYuan-Dense)."""
+    """Where the per-head q/k norms run: on each projection's (B, S, h, d) view ("view", Qwen3), on those views once
+    q, k and v are projected ("projected", GLM-4-MoE), on the transposed (B, h, S, d) states once q, k and v are
+    made ("heads", EXAONE 4), or after RoPE ("rope", HunYuan-Dense)."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str, norm: type[RMSNorm] = RMSNorm):
         d, h, kv, hd = cfg.d_model, cfg.num_heads, cfg.num_kv_heads or cfg.num_heads, cfg.d_head
@@ -212,14 +213,14 @@ class Attention:
         q = A.view(self.q_proj(hidden_states), *hidden_shape)  # :233-235
         if normed and self.norm_at == "view":
             q = self.q_norm(q)
-        query_states = A.transpose(q, 1, 2)
-        del q
         k = A.view(self.k_proj(hidden_states), *hidden_shape)
         if normed and self.norm_at == "view":
             k = self.k_norm(k)
-        key_states = A.transpose(k, 1, 2)
-        del k
-        value_states = A.transpose(A.view(self.v_proj(hidden_states), *hidden_shape), 1, 2)
+        v = A.view(self.v_proj(hidden_states), *hidden_shape)
+        if normed and self.norm_at == "projected":
+            q, k = self.q_norm(q), self.k_norm(k)
+        query_states, key_states, value_states = A.transpose(q, 1, 2), A.transpose(k, 1, 2), A.transpose(v, 1, 2)
+        del q, k, v
         if normed and self.norm_at == "heads":
             query_states, key_states = self.q_norm(query_states), self.k_norm(key_states)
         if self.use_rope:
