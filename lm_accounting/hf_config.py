@@ -2456,6 +2456,12 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         "n_group": cfg.expert_groups,
         "topk_group": cfg.expert_groups_per_token,
     },
+    "hunyuan_v1_moe": lambda cfg: {
+        **_write_common(cfg),
+        "attention_bias": cfg.qkv_bias,
+        "num_experts": cfg.num_experts,
+        "moe_topk": cfg.experts_per_token,
+    },
     "olmoe": lambda cfg: {  # no head_dim: OlmoeConfig has none (d / heads)
         **{k: v for k, v in _write_common(cfg).items() if k != "head_dim"},
         **_write_experts(cfg, "num_experts"),

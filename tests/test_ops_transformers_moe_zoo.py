@@ -1,4 +1,4 @@
-"""transformers' other mixtures of experts (``MOE_ZOO``: olmoe, qwen2_moe, granitemoe, granitemoeshared, glm4_moe, ...) replayed by the op library
+"""transformers' other mixtures of experts (``MOE_ZOO``: olmoe, qwen2_moe, granitemoe, granitemoeshared, glm4_moe, hunyuan_v1_moe, ...) replayed by the op library
 (``analytic.ops.transformers.PROGRAMS``) equal transformers' own models, phase by phase, byte for byte.
 
 As in tests/test_ops_transformers_moe.py: the experts run transformers' default ``grouped_mm``, whose meta kernel
@@ -73,6 +73,15 @@ MOE_ZOO = {
         "norm_topk_prob": False,
         "first_k_dense_replace": 0,
     },
+    # HunYuan-MoE: HunYuan-Dense's attention (q/k norms after RoPE), an fp32 router, an ungated shared MLP
+    "hunyuan_v1_moe": {"num_experts": 4, "moe_topk": 2, "intermediate_size": 16, "head_dim": 4},
+    "hunyuan_v1_moe-biased": {
+        "num_experts": 4,
+        "moe_topk": 2,
+        "intermediate_size": 16,
+        "head_dim": 4,
+        "attention_bias": True,
+    },
 }
 
 
@@ -105,6 +114,7 @@ def test_moe_zoo_equals_transformers_under_the_tracker(name, setup):
         ("granitemoeshared", TrainingSetup(attention="naive", precision="amp-bf16", checkpoint="full")),
         ("glm4_moe", TrainingSetup(attention="sdpa")),
         ("glm4_moe-grouped", TrainingSetup(attention="naive", precision="bf16", checkpoint="full")),
+        ("hunyuan_v1_moe", TrainingSetup(attention="sdpa", precision="bf16", checkpoint="full")),
     ],
     ids=lambda v: v if isinstance(v, str) else "-".join(v.to_dict().values()),
 )
