@@ -240,10 +240,10 @@ class Attention:
 
 
 class MLP:
-    """``LlamaMLP`` (modeling_llama.py:150-162)."""
+    """``LlamaMLP`` (modeling_llama.py:150-162); ``width``: a model's own intermediate size (a shared expert's)."""
 
-    def __init__(self, cfg: ModelConfig, dtype: str, name: str):
-        d, f = cfg.d_model, cfg.d_ff
+    def __init__(self, cfg: ModelConfig, dtype: str, name: str, width: int | None = None):
+        d, f = cfg.d_model, cfg.d_ff if width is None else width
         self.gate_proj = Linear(d, f, cfg.mlp_bias, dtype, name + ".gate_proj")
         self.up_proj = Linear(d, f, cfg.mlp_bias, dtype, name + ".up_proj")
         self.down_proj = Linear(f, d, cfg.mlp_bias, dtype, name + ".down_proj")
