@@ -2462,6 +2462,15 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         "num_experts": cfg.num_experts,
         "moe_topk": cfg.experts_per_token,
     },
+    "minimax_m2": lambda cfg: {
+        **_write_common(cfg),
+        **_write_experts(cfg, "num_local_experts"),
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": cfg.rope_theta,
+            "partial_rotary_factor": cfg.rope_dim / cfg.d_head,
+        },
+    },
     "olmoe": lambda cfg: {  # no head_dim: OlmoeConfig has none (d / heads)
         **{k: v for k, v in _write_common(cfg).items() if k != "head_dim"},
         **_write_experts(cfg, "num_experts"),

@@ -122,17 +122,17 @@ def test_the_budget_basis_carries_the_gpu_the_label_reads():
 
 
 def test_a_model_states_only_footer_describes_that_implementation(run_cli, tmp_path):
-    """F6: transformers' MiniMax-M2 (not transliterated, model states only) gets no footer about our live model's
-    replay and no count of another code's CUDA figures."""
+    """F6: transformers' PhiMoE (its sparsemixer router: not transliterated, model states only) gets no footer about
+    our live model's replay and no count of another code's CUDA figures."""
     path = tmp_path / "config.json"
-    moe = {"model_type": "minimax_m2", "vocab_size": 97, "hidden_size": 32, "intermediate_size": 64}
-    shape = {"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": 8}
-    experts = {"num_local_experts": 4, "num_experts_per_tok": 2, "rotary_dim": 4}
+    moe = {"model_type": "phimoe", "vocab_size": 97, "hidden_size": 32, "intermediate_size": 64}
+    shape = {"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4}
+    experts = {"num_local_experts": 4, "num_experts_per_tok": 2}
     path.write_text(json.dumps({**moe, **shape, **experts, "max_position_embeddings": 64}))
     r = run_cli("memory", path, "-S", "32")
     assert r.code == 0 and "model states only" in r.out
     footer = r.out.split("Conventions:")[1]
-    assert "our live model" not in footer and "1,21" not in footer and "MiniMaxM2ForCausalLM" in footer
+    assert "our live model" not in footer and "1,21" not in footer and "PhimoeForCausalLM" in footer
     data = memory_json(run_cli, path, "-S", "32")
     assert data["exact"] is None and data["validated"] is None
 

@@ -961,8 +961,8 @@ def test_bad_zoo_fields_are_one_line_exit_2(model_type, change, message, run_cli
 def test_a_zoo_type_without_a_writer_is_one_line():
     from lm_accounting.hf_config import to_hf_dict
 
-    with pytest.raises(ConfigError, match="hf_model_type 'minimax_m2' is not one lm-accounting writes back"):
-        to_hf_dict(config_from_hf({"model_type": "minimax_m2", **ZOO["minimax_m2"]}))
+    with pytest.raises(ConfigError, match="hf_model_type 'phimoe' is not one lm-accounting writes back"):
+        to_hf_dict(config_from_hf({"model_type": "phimoe", **ZOO["phimoe"]}))
 
 
 def test_gpt_sw3_is_read_as_gpt2():

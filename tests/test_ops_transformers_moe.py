@@ -135,24 +135,22 @@ def test_fp32_experts_on_meta_are_refused_in_one_line():
 
 
 def test_what_is_not_transliterated_is_named():
-    minimax_m2 = config_from_hf(
+    phimoe = config_from_hf(
         {
-            "model_type": "minimax_m2",
+            "model_type": "phimoe",
             "vocab_size": 96,
             "hidden_size": 16,
             "intermediate_size": 16,
             "num_hidden_layers": 2,
             "num_attention_heads": 4,
             "num_key_value_heads": 2,
-            "head_dim": 8,
-            "rotary_dim": 4,
             "num_local_experts": 4,
             "num_experts_per_tok": 2,
             "max_position_embeddings": 64,
         }
     )
-    reasons = unsupported(minimax_m2, TrainingSetup(), "transformers")
-    assert any("minimax_m2 is not transliterated" in r for r in reasons)
+    reasons = unsupported(phimoe, TrainingSetup(), "transformers")
+    assert any("phimoe is not transliterated" in r for r in reasons)
     assert unsupported(tiny("mixtral"), TrainingSetup(checkpoint="selective"), "transformers") == [
         "transformers has no selective activation checkpointing"
     ]

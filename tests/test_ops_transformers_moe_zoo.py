@@ -1,4 +1,4 @@
-"""transformers' other mixtures of experts (``MOE_ZOO``: olmoe, qwen2_moe, granitemoe, granitemoeshared, glm4_moe, hunyuan_v1_moe, ernie4_5_moe, ...) replayed by the op library
+"""transformers' other mixtures of experts (``MOE_ZOO``: olmoe, qwen2_moe, granitemoe, granitemoeshared, glm4_moe, hunyuan_v1_moe, ernie4_5_moe, minimax_m2, ...) replayed by the op library
 (``analytic.ops.transformers.PROGRAMS``) equal transformers' own models, phase by phase, byte for byte.
 
 As in tests/test_ops_transformers_moe.py: the experts run transformers' default ``grouped_mm``, whose meta kernel
@@ -102,6 +102,8 @@ MOE_ZOO = {
         "moe_layer_interval": 2,
         "tie_word_embeddings": False,
     },
+    # MiniMax-M2: OLMoE's whole-projection q/k norms with RoPE on rotary_dim, a sigmoid router with a score bias
+    "minimax_m2": {"num_local_experts": 4, "intermediate_size": 16, "head_dim": 8, "rotary_dim": 4},
 }
 
 
@@ -150,6 +152,7 @@ def test_moe_zoo_equals_transformers_under_the_tracker(name, setup):
         ("glm4_moe-grouped", TrainingSetup(attention="naive", precision="bf16", checkpoint="full")),
         ("hunyuan_v1_moe", TrainingSetup(attention="sdpa", precision="bf16", checkpoint="full")),
         ("ernie4_5_moe", TrainingSetup(attention="naive", checkpoint="full")),
+        ("minimax_m2", TrainingSetup(attention="sdpa", precision="amp-bf16")),
     ],
     ids=lambda v: v if isinstance(v, str) else "-".join(v.to_dict().values()),
 )

@@ -71,6 +71,7 @@ PROGRAMS = {
     "glm4_moe": "glm4_moe",  # GLM's partial RoPE, Qwen3's q/k norms, DeepSeek-V3's router and sparse block
     "hunyuan_v1_moe": "hunyuan_moe",  # HunYuan-Dense's attention, an fp32 router, an ungated shared MLP
     "ernie4_5_moe": "ernie4_5_moe",  # ERNIE 4.5's attention, an fp32 router with a frozen score bias
+    "minimax_m2": "minimax_m2",  # OLMoE's attention with partial RoPE, a sigmoid router with a score bias
 }
 """hf_model_type -> the module of this package that transliterates its modeling file."""
 B = Affine(1)  # the micro-batch as a symbol
