@@ -211,6 +211,10 @@ class ModelConfig:
     """The 0-based layers whose attention skips RoPE (SmolLM3's ``no_rope_layers`` zeros, configuration_smollm3.py:
     by default every ``no_rope_layer_interval``-th layer): the same count (the table is built once for all layers),
     fewer elementwise ops and saved tensors in training.  Provenance, no part in equality."""
+    moe_fp32_combine: bool = dataclasses.field(default=False, compare=False)
+    """Whether the sparse block sums the routed and the shared experts' outputs in fp32 and casts back (a config.json's
+    ``enable_moe_fp32_combine``, Hunyuan v3, its class's default true): the same count, two fp32 copies and a cast
+    in training (``analytic.ops.transformers.hy_v3``).  Provenance, no part in equality."""
 
     def __hash__(self) -> int:
         """The compared fields' hash (as the dataclass's), computed once: the analytic caches are keyed on the
@@ -916,7 +920,7 @@ class ModelConfig:
         # provenance and routing details kept out of the pinned JSON key set (json_keys.json)
         del out["hf_model_type"], out["dropout"], out["norm_topk_prob"]
         del out["expert_groups"], out["expert_groups_per_token"], out["rope_interleave"], out["topk_method"]
-        del out["hf_activation"], out["nope_layers"]
+        del out["hf_activation"], out["nope_layers"], out["moe_fp32_combine"]
         if not self.indexer:  # the indexer's keys appear on a DeepSeek Sparse Attention model only
             for key in (*DSA_FIELDS, "indexer_pattern"):
                 del out[key]

@@ -306,7 +306,7 @@ IGNORED_BY_TYPE = {
     "granitemoeshared": frozenset(["output_router_logits", "router_aux_loss_coef"]),
     "olmoe": frozenset(["output_router_logits", "router_aux_loss_coef"]),
     "phimoe": frozenset(["router_jitter_noise", "input_jitter_noise", "output_router_logits", "router_aux_loss_coef"]),
-    "hy_v3": frozenset(["router_scaling_factor", "enable_moe_fp32_combine", "output_router_logits"]),
+    "hy_v3": frozenset(["router_scaling_factor", "output_router_logits"]),
     "hunyuan_v1_dense": frozenset(["eod_token_id"]),
     "hunyuan_v1_moe": frozenset(["eod_token_id", "output_router_logits"]),
     "seed_oss": frozenset(["residual_dropout"]),
@@ -1203,9 +1203,10 @@ def _dense_first(f: _Fields, dense_default: int) -> int:
 
 
 def _hy_v3(f: _Fields) -> dict[str, Any]:
-    """Hunyuan v3: Qwen3's attention (per-head q/k norms), dense first layers (``mlp_layer_types``, default
-    one), then ``num_experts`` SwiGLU experts of ``moe_intermediate_size`` plus ``num_shared_experts`` of the
-    same width run as one MLP (DeepSeek's shared experts)."""
+    """Hunyuan v3: per-head q/k norms (on the transposed states, as EXAONE 4), dense first layers
+    (``mlp_layer_types``, default one), then ``num_experts`` SwiGLU experts of ``moe_intermediate_size`` plus
+    ``num_shared_experts`` of the same width run as one MLP (DeepSeek's shared experts), their outputs summed in
+    fp32 with ``enable_moe_fp32_combine`` (read: no count, the training step's tensors)."""
     bias = f.bool("attention_bias", False)
     return {
         **_common(f, tie_default=False),
@@ -1217,6 +1218,8 @@ def _hy_v3(f: _Fields) -> dict[str, Any]:
         **_experts(f, "num_experts", "moe_intermediate_size"),
         "shared_experts": _count(f, "num_shared_experts"),
         "dense_layers_first": _dense_first(f, 1),
+        # no count: the sum of the routed and shared outputs in fp32 (the training step's tensors)
+        "moe_fp32_combine": f.bool("enable_moe_fp32_combine", True),
     }
 
 
@@ -2470,6 +2473,16 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
             "rope_theta": cfg.rope_theta,
             "partial_rotary_factor": cfg.rope_dim / cfg.d_head,
         },
+    },
+    "hy_v3": lambda cfg: {
+        **_write_common(cfg),
+        **_write_experts(cfg, "num_experts"),
+        "attention_bias": cfg.qkv_bias,
+        "mlp_bias": cfg.mlp_bias,
+        "moe_intermediate_size": cfg.expert_width,
+        "num_shared_experts": cfg.shared_experts,
+        "mlp_layer_types": ["dense"] * cfg.dense_layers_first + ["sparse"] * (cfg.num_layers - cfg.dense_layers_first),
+        "enable_moe_fp32_combine": cfg.moe_fp32_combine,
     },
     "olmoe": lambda cfg: {  # no head_dim: OlmoeConfig has none (d / heads)
         **{k: v for k, v in _write_common(cfg).items() if k != "head_dim"},

@@ -1,4 +1,4 @@
-"""transformers' other mixtures of experts (``MOE_ZOO``: olmoe, qwen2_moe, granitemoe, granitemoeshared, glm4_moe, hunyuan_v1_moe, ernie4_5_moe, minimax_m2, ...) replayed by the op library
+"""transformers' other mixtures of experts (``MOE_ZOO``: olmoe, qwen2_moe, granitemoe, granitemoeshared, glm4_moe, hunyuan_v1_moe, ernie4_5_moe, minimax_m2, hy_v3, ...) replayed by the op library
 (``analytic.ops.transformers.PROGRAMS``) equal transformers' own models, phase by phase, byte for byte.
 
 As in tests/test_ops_transformers_moe.py: the experts run transformers' default ``grouped_mm``, whose meta kernel
@@ -104,6 +104,25 @@ MOE_ZOO = {
     },
     # MiniMax-M2: OLMoE's whole-projection q/k norms with RoPE on rotary_dim, a sigmoid router with a score bias
     "minimax_m2": {"num_local_experts": 4, "intermediate_size": 16, "head_dim": 8, "rotary_dim": 4},
+    # Hunyuan v3: q/k norms on the transposed states, an fp32 sigmoid router, shared experts summed in fp32
+    "hy_v3": {
+        "num_experts": 4,
+        "moe_intermediate_size": 16,
+        "intermediate_size": 24,
+        "num_shared_experts": 1,
+        "head_dim": 4,
+        "attention_bias": True,
+    },
+    "hy_v3-combined-in-dtype": {  # enable_moe_fp32_combine false; every layer sparse; MLP biases
+        "num_experts": 4,
+        "moe_intermediate_size": 16,
+        "intermediate_size": 24,
+        "num_shared_experts": 2,
+        "head_dim": 4,
+        "enable_moe_fp32_combine": False,
+        "mlp_layer_types": ["sparse"] * 4,
+        "mlp_bias": True,
+    },
 }
 
 
@@ -153,6 +172,8 @@ def test_moe_zoo_equals_transformers_under_the_tracker(name, setup):
         ("hunyuan_v1_moe", TrainingSetup(attention="sdpa", precision="bf16", checkpoint="full")),
         ("ernie4_5_moe", TrainingSetup(attention="naive", checkpoint="full")),
         ("minimax_m2", TrainingSetup(attention="sdpa", precision="amp-bf16")),
+        ("hy_v3", TrainingSetup(attention="naive", precision="bf16")),
+        ("hy_v3-combined-in-dtype", TrainingSetup(attention="sdpa", precision="amp-bf16", checkpoint="full")),
     ],
     ids=lambda v: v if isinstance(v, str) else "-".join(v.to_dict().values()),
 )

@@ -218,17 +218,20 @@ class Attention:
             k = self.k_norm(k)
         v = A.view(self.v_proj(hidden_states), *hidden_shape)
         if normed and self.norm_at == "projected":
-            q, k = self.q_norm(q), self.k_norm(k)
+            q = self.q_norm(q)  # one after the other: q's input dies before k's norm runs
+            k = self.k_norm(k)
         query_states, key_states, value_states = A.transpose(q, 1, 2), A.transpose(k, 1, 2), A.transpose(v, 1, 2)
         del q, k, v
         if normed and self.norm_at == "heads":
-            query_states, key_states = self.q_norm(query_states), self.k_norm(key_states)
+            query_states = self.q_norm(query_states)
+            key_states = self.k_norm(key_states)
         if self.use_rope:
             cos, sin = position_embeddings  # :237
             query_states, key_states = self.rotate(query_states, key_states, cos, sin)  # :238
             del cos, sin
         if normed and self.norm_at == "rope":
-            query_states, key_states = self.q_norm(query_states), self.k_norm(key_states)
+            query_states = self.q_norm(query_states)
+            key_states = self.k_norm(key_states)
         interface = eager_attention_forward if self.attn == "naive" else sdpa_attention_forward
         attn_output, attn_weights = interface(self, query_states, key_states, value_states, attention_mask)  # :247
         attn_output = A.contiguous(A.reshape(attn_output, *input_shape, -1))  # :258
