@@ -1,4 +1,5 @@
-"""transformers' other mixtures of experts (``MOE_ZOO``: olmoe, qwen2_moe, granitemoe, granitemoeshared, glm4_moe, hunyuan_v1_moe, ernie4_5_moe, minimax_m2, hy_v3, ...) replayed by the op library
+"""transformers' other mixtures of experts (``MOE_ZOO``: olmoe, qwen2_moe, granitemoe, granitemoeshared,
+glm4_moe, hunyuan_v1_moe, ernie4_5_moe, minimax_m2, hy_v3, gpt_oss) replayed by the op library
 (``analytic.ops.transformers.PROGRAMS``) equal transformers' own models, phase by phase, byte for byte.
 
 As in tests/test_ops_transformers_moe.py: the experts run transformers' default ``grouped_mm``, whose meta kernel
@@ -123,6 +124,16 @@ MOE_ZOO = {
         "mlp_layer_types": ["sparse"] * 4,
         "mlp_bias": True,
     },
+    # gpt-oss: sinks, biased experts (transposed weights) with a clamped SwiGLU, windows on every other layer
+    "gpt_oss": {"num_local_experts": 4, "intermediate_size": 16, "head_dim": 4, "sliding_window": 10},
+    "gpt_oss-unbiased": {
+        "num_local_experts": 4,
+        "intermediate_size": 16,
+        "head_dim": 8,
+        "sliding_window": 4,
+        "attention_bias": False,
+        "layer_types": ["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"],
+    },
 }
 
 
@@ -137,23 +148,23 @@ SETUPS = {
 }
 
 
-NO_AMP = ("ernie4_5_moe",)
-"""Types refused under amp-bf16 (ERNIE 4.5-MoE's router disables autocast, which the measured emulation does not)."""
-
-
-def covered(name: str, setup: TrainingSetup) -> bool:
-    return not (setup.autocast and name.split("-")[0] in NO_AMP)
+def refusal(name: str, setup: TrainingSetup) -> str | None:
+    """The one reason a type's program gives for a setup it does not cover, else None."""
+    model_type = name.split("-")[0]
+    if model_type == "ernie4_5_moe" and setup.autocast:  # its router disables autocast, the emulation does not
+        return "ERNIE 4.5-MoE under amp-bf16 (its router disables autocast; the measured emulation does not)"
+    if model_type == "gpt_oss" and setup.attention != "naive":  # GptOssPreTrainedModel._supports_sdpa = False
+        return "gpt-oss with sdpa (transformers' GptOssForCausalLM supports eager attention only here)"
+    return None
 
 
 @pytest.mark.parametrize("setup", list(SETUPS))
 @pytest.mark.parametrize("name", list(MOE_ZOO))
 def test_moe_zoo_equals_transformers_under_the_tracker(name, setup):
     setup, device = SETUPS[setup]
-    if not covered(name, setup):
-        reasons = unsupported(tiny(name), setup, "transformers")
-        assert reasons == [
-            "ERNIE 4.5-MoE under amp-bf16 (its router disables autocast; the measured emulation does not)"
-        ]
+    reason = refusal(name, setup)
+    if reason is not None:
+        assert unsupported(tiny(name), setup, "transformers") == [reason]
         return
     check(tiny(name), 8, setup, device=device)
 
@@ -174,6 +185,7 @@ def test_moe_zoo_equals_transformers_under_the_tracker(name, setup):
         ("minimax_m2", TrainingSetup(attention="sdpa", precision="amp-bf16")),
         ("hy_v3", TrainingSetup(attention="naive", precision="bf16")),
         ("hy_v3-combined-in-dtype", TrainingSetup(attention="sdpa", precision="amp-bf16", checkpoint="full")),
+        ("gpt_oss", TrainingSetup(attention="naive", precision="bf16", checkpoint="full")),
     ],
     ids=lambda v: v if isinstance(v, str) else "-".join(v.to_dict().values()),
 )
@@ -194,8 +206,17 @@ GRID = [
 @pytest.mark.grid
 @pytest.mark.parametrize(
     "name, setup",
-    [(n, s) for n, s in GRID if covered(n, s)],
+    [(n, s) for n, s in GRID if refusal(n, s) is None],
     ids=lambda v: v if isinstance(v, str) else "-".join(v.to_dict().values()),
 )
 def test_moe_zoo_grid(name, setup):
     check(tiny(name), 8, setup)
+
+
+def test_gpt_oss_sdpa_is_refused_by_transformers_too():
+    """The program's refusal is transformers' own: ``from_config`` with sdpa raises for gpt-oss."""
+    from lm_accounting.config import AccountingError
+    from lm_accounting.measure.hf import measure_hf_step
+
+    with pytest.raises(AccountingError, match="GptOssForCausalLM does not support an attention implementation"):
+        measure_hf_step(tiny("gpt_oss"), 8, 1, TrainingSetup(attention="sdpa"), device="cpu")

@@ -28,7 +28,7 @@ from ....config import ModelConfig
 from ....setup import TrainingSetup
 from .. import aten as A
 from ..aten_index import gather, topk
-from ..aten_pointwise import clamp_min, divide
+from ..aten_pointwise import clamp, divide
 from ..engine import Affine
 from ..tensors import Tensor, empty, parameter
 from . import interleaved, moe, olmo2
@@ -50,7 +50,7 @@ class TopKRouter:
         _, selected_experts = topk(statics, self.top_k)
         del statics
         routing_weights = gather(routing_weights, -1, selected_experts)  # :351
-        routing_weights = divide(routing_weights, clamp_min(A.sum_(routing_weights, -1, keepdim=True)))  # :352-354
+        routing_weights = divide(routing_weights, clamp(A.sum_(routing_weights, -1, keepdim=True)))  # :352-354
         routing_weights = A.to(routing_weights, hidden_states.dtype)  # :355
         return router_logits, routing_weights, selected_experts
 

@@ -232,10 +232,14 @@ class Attention:
         if normed and self.norm_at == "rope":
             query_states = self.q_norm(query_states)
             key_states = self.k_norm(key_states)
-        interface = eager_attention_forward if self.attn == "naive" else sdpa_attention_forward
-        attn_output, attn_weights = interface(self, query_states, key_states, value_states, attention_mask)  # :247
+        attn_output, attn_weights = self.attend(query_states, key_states, value_states, attention_mask)  # :247
         attn_output = A.contiguous(A.reshape(attn_output, *input_shape, -1))  # :258
         return self.o_proj(attn_output), attn_weights  # :259-260
+
+    def attend(self, query: Tensor, key: Tensor, value: Tensor, attention_mask) -> tuple[Tensor, Tensor | None]:
+        """The attention interface: eager or sdpa (a model's own: gpt-oss's sinks)."""
+        interface = eager_attention_forward if self.attn == "naive" else sdpa_attention_forward
+        return interface(self, query, key, value, attention_mask)
 
     def rotate(self, q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
         """``apply_rotary_pos_emb`` (a model's own: Helium's and ERNIE 4.5's interleaved pairs)."""
@@ -423,6 +427,9 @@ class LlamaForCausalLM:
         self.input_ids = empty((batch, seq), "int64", "input_ids")
         self.labels = empty((batch, seq), "int64", "labels")
 
+    masks_see_positions = True
+    """Whether the mask functions get ``position_ids`` and so look for packed sequences (gpt-oss passes none)."""
+
     def rotary_pairs(self) -> int:
         """The rotary table's frequencies (``inv_freq``): one per pair of a head (a model's own: GLM's rotated part)."""
         return self.cfg.d_head // 2
@@ -442,8 +449,9 @@ class LlamaForCausalLM:
         """``LlamaModel.forward`` (modeling_llama.py:370-420)."""
         inputs_embeds = self.embed()  # :384
         position_ids = A.unsqueeze(arange_plus(self.seq), 0)  # :391-393
-        with no_grad():
-            find_packed_sequence_indices(A.expand(position_ids, self.batch, -1))
+        if self.masks_see_positions:
+            with no_grad():
+                find_packed_sequence_indices(A.expand(position_ids, self.batch, -1))
         masks = self.masks()  # :395-401
         inputs_embeds = self.scale_embeddings(inputs_embeds)
         hidden_states = inputs_embeds  # :403; ``inputs_embeds`` keeps the lookup until the forward returns
