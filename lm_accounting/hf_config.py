@@ -2484,6 +2484,12 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         "mlp_layer_types": ["dense"] * cfg.dense_layers_first + ["sparse"] * (cfg.num_layers - cfg.dense_layers_first),
         "enable_moe_fp32_combine": cfg.moe_fp32_combine,
     },
+    "phimoe": lambda cfg: {
+        **{k: v for k, v in _write_common(cfg).items() if k != "head_dim"},
+        **_write_experts(cfg, "num_local_experts"),
+        "attention_bias": cfg.qkv_bias,
+        **_write_window(cfg, layer_types=False),
+    },
     "olmoe": lambda cfg: {  # no head_dim: OlmoeConfig has none (d / heads)
         **{k: v for k, v in _write_common(cfg).items() if k != "head_dim"},
         **_write_experts(cfg, "num_experts"),

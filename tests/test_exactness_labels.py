@@ -121,9 +121,12 @@ def test_the_budget_basis_carries_the_gpu_the_label_reads():
     assert memory_budget("v100").gpu.name == "v100" and memory_budget(budget=10**9).gpu is None
 
 
-def test_a_model_states_only_footer_describes_that_implementation(run_cli, tmp_path):
-    """F6: transformers' PhiMoE (its sparsemixer router: not transliterated, model states only) gets no footer about
-    our live model's replay and no count of another code's CUDA figures."""
+def test_a_model_states_only_footer_describes_that_implementation(run_cli, tmp_path, monkeypatch):
+    """F6: transformers' PhiMoE with no program (its ``PROGRAMS`` entry removed: model states only) gets no footer
+    about our live model's replay and no count of another code's CUDA figures."""
+    from lm_accounting.analytic.ops.transformers import PROGRAMS
+
+    monkeypatch.delitem(PROGRAMS, "phimoe")
     path = tmp_path / "config.json"
     moe = {"model_type": "phimoe", "vocab_size": 97, "hidden_size": 32, "intermediate_size": 64}
     shape = {"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4}

@@ -958,9 +958,11 @@ def test_bad_zoo_fields_are_one_line_exit_2(model_type, change, message, run_cli
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and message in r.err, r.err
 
 
-def test_a_zoo_type_without_a_writer_is_one_line():
-    from lm_accounting.hf_config import to_hf_dict
+def test_a_zoo_type_without_a_writer_is_one_line(monkeypatch):
+    """A read type with no writer (PhiMoE's ``WRITERS`` entry removed) is refused in one line."""
+    from lm_accounting.hf_config import WRITERS, to_hf_dict
 
+    monkeypatch.delitem(WRITERS, "phimoe")
     with pytest.raises(ConfigError, match="hf_model_type 'phimoe' is not one lm-accounting writes back"):
         to_hf_dict(config_from_hf({"model_type": "phimoe", **ZOO["phimoe"]}))
 

@@ -134,7 +134,11 @@ def test_fp32_experts_on_meta_are_refused_in_one_line():
     assert "\n" not in str(err.value)
 
 
-def test_what_is_not_transliterated_is_named():
+def test_what_is_not_transliterated_is_named(monkeypatch):
+    """A type without a program (PhiMoE's ``PROGRAMS`` entry removed) is named in its one reason."""
+    from lm_accounting.analytic.ops.transformers import PROGRAMS
+
+    monkeypatch.delitem(PROGRAMS, "phimoe")
     phimoe = config_from_hf(
         {
             "model_type": "phimoe",

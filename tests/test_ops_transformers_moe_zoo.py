@@ -1,5 +1,5 @@
 """transformers' other mixtures of experts (``MOE_ZOO``: olmoe, qwen2_moe, granitemoe, granitemoeshared,
-glm4_moe, hunyuan_v1_moe, ernie4_5_moe, minimax_m2, hy_v3, gpt_oss) replayed by the op library
+glm4_moe, hunyuan_v1_moe, ernie4_5_moe, minimax_m2, hy_v3, gpt_oss, phimoe) replayed by the op library
 (``analytic.ops.transformers.PROGRAMS``) equal transformers' own models, phase by phase, byte for byte.
 
 As in tests/test_ops_transformers_moe.py: the experts run transformers' default ``grouped_mm``, whose meta kernel
@@ -134,6 +134,9 @@ MOE_ZOO = {
         "attention_bias": False,
         "layer_types": ["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"],
     },
+    # PhiMoE: LayerNorms, the rotary table recomputed every forward, the sparsemixer router (Gumbel top-2)
+    "phimoe": {"num_local_experts": 4, "intermediate_size": 16},
+    "phimoe-windowed": {"num_local_experts": 4, "intermediate_size": 16, "sliding_window": 4, "attention_bias": True},
 }
 
 
@@ -186,6 +189,8 @@ def test_moe_zoo_equals_transformers_under_the_tracker(name, setup):
         ("hy_v3", TrainingSetup(attention="naive", precision="bf16")),
         ("hy_v3-combined-in-dtype", TrainingSetup(attention="sdpa", precision="amp-bf16", checkpoint="full")),
         ("gpt_oss", TrainingSetup(attention="naive", precision="bf16", checkpoint="full")),
+        ("phimoe", TrainingSetup(attention="sdpa")),
+        ("phimoe-windowed", TrainingSetup(attention="naive", precision="bf16", checkpoint="full")),
     ],
     ids=lambda v: v if isinstance(v, str) else "-".join(v.to_dict().values()),
 )
