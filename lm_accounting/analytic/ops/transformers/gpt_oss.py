@@ -31,11 +31,11 @@ from __future__ import annotations
 from ....config import ModelConfig
 from ....setup import TrainingSetup
 from .. import aten as A
-from ..aten_index import _into_zeros, index, strided_slice, topk
+from ..aten_index import index, max_values, strided_slice, topk
 from ..aten_pointwise import clamp, sigmoid
 from ..aten_split import chunk
 from ..engine import Affine
-from ..tensors import Tensor, empty, parameter, record
+from ..tensors import Tensor, parameter
 from . import llama, moe, olmo2
 from .llama import B, GradientCheckpointingLayer, repeat_kv, windowed_masks
 
@@ -57,16 +57,6 @@ def apply_rotary_emb(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return A.cat((first_, second_), -1)
 
 
-def max_keepdim(x: Tensor) -> Tensor:
-    """``x.max(dim=-1, keepdim=True).values``: the values and int64 indices; MaxBackward0 saves the indices."""
-    shape = x.shape[:-1] + (1,)
-    values = empty(shape, x.dtype, "max")
-    indices = empty(shape, "int64", "max")
-    src, dtype = x.shape, x.dtype
-    record("MaxBackward0", (x,), (values,), lambda ctx, g, i: (_into_zeros(src, dtype, "scatter"),), (indices,))
-    return values
-
-
 def eager_attention_forward(module: Attention, query, key, value, attention_mask) -> tuple[Tensor, Tensor]:
     """modeling_gpt_oss.py:227-256 (dropout 0: ``F.dropout`` returns its input)."""
     key_states = repeat_kv(key, module.groups)
@@ -77,7 +67,7 @@ def eager_attention_forward(module: Attention, query, key, value, attention_mask
     b, s = query.shape[0], query.shape[2]
     sinks = A.expand(A.reshape(module.sinks, 1, -1, 1, 1), b, -1, s, -1)
     combined_logits = A.cat((attn_weights, sinks), -1)
-    combined_logits = A.sub(combined_logits, max_keepdim(combined_logits))
+    combined_logits = A.sub(combined_logits, max_values(combined_logits, keepdim=True))
     probs = A.softmax(combined_logits, -1, combined_logits.dtype)
     scores = A.slice_(probs, -1, 0, probs.shape[-1] - 1)  # the sink dropped
     attn_weights = A.to(scores, value_states.dtype)

@@ -30,7 +30,7 @@ from __future__ import annotations
 from ....config import ModelConfig
 from ....setup import TrainingSetup
 from .. import aten as A
-from ..aten_index import gather
+from ..aten_index import gather, max_dim
 from ..engine import Affine
 from ..tensors import Tensor, current, empty, no_grad, parameter, record
 from . import moe
@@ -103,13 +103,12 @@ def phimoe_multiplier(scores: Tensor, multiplier: Tensor, selected: Tensor, mask
 
 
 def max_keepdim(x: Tensor, grad: bool) -> tuple[Tensor, Tensor]:
-    """``x.max(dim=-1, keepdim=True)``: (values, int64 indices); with ``grad`` a ``MaxBackward0`` that saves the
-    indices (never run here: no gradient reaches the values)."""
-    t = x.shape[0]
-    values, indices = empty((t, 1), x.dtype, "max"), empty((t, 1), "int64", "max")
+    """``x.max(dim=-1, keepdim=True)``: (values, int64 indices), with a ``MaxBackward0`` where grad mode makes
+    one (``aten_index.max_dim``; it never runs: no gradient reaches the values)."""
     if grad:
-        record("MaxBackward0", (x,), (values,), lambda ctx, g, i: (None,), (indices,))
-    return values, indices
+        return max_dim(x, keepdim=True)
+    t = x.shape[0]
+    return empty((t, 1), x.dtype, "max"), empty((t, 1), "int64", "max")
 
 
 def threshold(scores: Tensor) -> tuple[Tensor, Tensor]:
@@ -128,16 +127,14 @@ def threshold(scores: Tensor) -> tuple[Tensor, Tensor]:
 
 def gumbel_argmax(masked_gates: Tensor) -> Tensor:
     """``(masked_gates − empty_like(masked_gates).exponential_().log()).max(dim=-1)[1].unsqueeze(-1)``: the
-    difference dies, then the max's values; its indices are saved (``MaxBackward0``)."""
+    difference dies, then the max's values (and with them its ``MaxBackward0``); the indices live on, saved by the
+    nodes that take them (``gather``, ``scatter``, ``PhimoeMultiplier``)."""
     noise = empty(masked_gates.shape, masked_gates.dtype, "empty_like")  # exponential_ in place
     logged = empty(masked_gates.shape, masked_gates.dtype, "log")
     del noise
     shifted = A.sub(masked_gates, logged)
     del logged
-    t = masked_gates.shape[0]
-    values = empty((t,), shifted.dtype, "max")
-    indices = empty((t,), "int64", "max")
-    record("MaxBackward0", (shifted,), (values,), lambda ctx, g, i: (None,), (indices,))
+    values, indices = max_dim(shifted)
     del shifted, values
     return A.unsqueeze(indices, -1)
 
