@@ -8,8 +8,10 @@ from typing import Any
 from .analytic.flops import (
     TrainingFlops,
     causal_attention_flops,
+    chunked_attention_flops,
     forward_flops,
     nonmatmul_flops,
+    routed_top_k_forward_flops,
     training_flops,
     windowed_attention_flops,
 )
@@ -67,6 +69,20 @@ class Account(Result):
     def attention_matmuls(self) -> int:
         """QKᵀ + AV over all layers, full square (the group "attention matmuls": DSA's indexer scores too)."""
         return self.forward.groups()["attention matmuls"]
+
+    def llama4_attention(self) -> dict[str, int]:
+        """Llama 4's chunked attention (``attention_chunk``): QKᵀ + AV over each query's own chunk on the chunked
+        layers, a labelled extra (a JSON key only where the model has chunks)."""
+        if self.config.attention_chunk is None:
+            return {}
+        return {"chunked": chunked_attention_flops(self.config, self.seq, self.batch)}
+
+    def llama4_experts(self) -> dict[str, int]:
+        """Llama 4 (``all_experts_run``): the forward matmul FLOPs with each token's top-k experts only, beside the
+        totals' every expert on every token (a JSON key only for such a model)."""
+        if not self.config.all_experts_run:
+            return {}
+        return {"forward_flops_routed_top_k": routed_top_k_forward_flops(self.config, self.seq, self.batch)}
 
     def weight_bytes(self) -> dict[str, int]:
         return {dt: weight_bytes(self.params.total, dt) for dt in WEIGHT_DTYPES}
@@ -137,7 +153,9 @@ class Account(Result):
                 "full": self.attention_matmuls,
                 "causal_halved": self.causal_attention,
                 "windowed_band": self.windowed_attention,
+                **self.llama4_attention(),
             },
+            **self.llama4_experts(),
             "non_matmul_flops": self.nonmatmul.to_dict(),
             "training_step_flops": {key: value for key, _, value in self.training_rows()},
             "kv_cache_bytes": self.kv_cache_bytes(),

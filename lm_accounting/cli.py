@@ -344,7 +344,7 @@ def dtype_option(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """--dp/--zero/--tp/--sp/--vocab-parallel/--pp/--ep/--micro-batches/--virtual-stages, resolved to ``layout`` (None when
+    """--dp/--zero/--tp/--sp/--vocab-parallel/--pp/--ep/--micro-batches/--virtual-stages/--replicate, resolved to ``layout`` (None when
     no layout flag is given: the single-GPU command), plus --rank."""
 
     @click.option("--dp", type=POSITIVE, help="Data-parallel degree (layout: world = dp·tp·pp).")
@@ -358,6 +358,11 @@ def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
         help="Pipeline stages, 1F1B (stages replayed beside --dp/--tp/--sp/--vocab-parallel; estimated beside DDP/ZeRO-1 x --tp).",
     )
     @click.option("--ep", type=POSITIVE, help="Expert parallel over the dp ranks (MoE, FSDP2; torchtitan's rules).")
+    @click.option(
+        "--replicate",
+        type=POSITIVE,
+        help="HSDP: FSDP2 over a (replicate, dp/replicate) mesh, torchtitan's dp_replicate (--zero 2 or 3).",
+    )
     @click.option("--micro-batches", type=POSITIVE, help="Micro-batches per step under --pp (default: pp).")
     @click.option(
         "--virtual-stages",
@@ -369,9 +374,9 @@ def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(**kw: Any) -> Any:
         from .layout import ParallelLayout
 
-        names = ("dp", "zero", "tp", "sp", "vocab_parallel", "pp", "micro_batches", "ep", "virtual_stages")
+        names = ("dp", "zero", "tp", "sp", "vocab_parallel", "pp", "micro_batches", "ep", "virtual_stages", "replicate")
         flags = [kw.pop(k) for k in names]
-        dp, zero, tp, sp, vocab, pp, micro, ep, virtual = flags
+        dp, zero, tp, sp, vocab, pp, micro, ep, virtual, replicate = flags
         layout = None
         if any(f not in (None, False) for f in flags):
             pp = pp or 1
@@ -385,6 +390,7 @@ def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
                 micro_batches=micro or pp,
                 ep=ep or 1,
                 virtual_stages=virtual or 1,
+                replicate=replicate or 1,
             )
         return func(layout=layout, **kw)
 

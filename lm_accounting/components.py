@@ -300,7 +300,7 @@ def _expert_swiglu(
     width: Callable[[ModelConfig], int],
     rows: Callable[[Sizes], int],
     text: str,
-    rows_text: str,
+    rows_text: str | Callable[[ModelConfig], str],
     present: Callable[[ModelConfig], bool],
     count: Callable[[ModelConfig], int],
     count_text: str,
@@ -312,6 +312,9 @@ def _expert_swiglu(
     ``count(cfg)`` copies of its weights (E routed experts; 1 for the shared experts' one MLP);
     ``saved(z, part)``: the bytes each part keeps for backward, described by ``saved_text[part]``.
     ``stacked``: the weights are one (E, out, in) tensor per matrix (routed), else one (out, in)."""
+
+    def rt(cfg: ModelConfig) -> str:
+        return rows_text(cfg) if callable(rows_text) else rows_text
 
     def kept(part: str) -> Formula:
         return Formula(lambda z: saved(z, part), saved_text[part])
@@ -336,7 +339,9 @@ def _expert_swiglu(
             present=present,
             layers=MOE_LAYERS,
             params=Formula(lambda z: count(z.cfg) * z.cfg.d_model * width(z.cfg), f"{count_text}d·{text}"),
-            flops=Formula(lambda z: fl.matmul_flops(rows(z), z.cfg.d_model, width(z.cfg)), f"2·{rows_text}·d·{text}"),
+            flops=Formula(
+                lambda z: fl.matmul_flops(rows(z), z.cfg.d_model, width(z.cfg)), lambda cfg: f"2·{rt(cfg)}·d·{text}"
+            ),
             saved=kept(name),
             shape=shape(name),
             split=split(name),
@@ -356,7 +361,7 @@ def _expert_swiglu(
             present=lambda cfg: present(cfg) and (cfg.expert_bias if stacked else cfg.mlp_bias),
             layers=MOE_LAYERS,
             params=Formula(lambda z: count(z.cfg) * pa.bias_params(out(z.cfg)), f"{count_text}{out_text}"),
-            elementwise=Formula(lambda z: fl.bias_add_flops(rows(z), out(z.cfg)), f"{rows_text}·{out_text}"),
+            elementwise=Formula(lambda z: fl.bias_add_flops(rows(z), out(z.cfg)), lambda cfg: f"{rt(cfg)}·{out_text}"),
             shape=lambda cfg: (count(cfg), out(cfg)) if stacked else (out(cfg),),
             split=(EXPERT_ROW if name == "w2" else EXPERT_COL) if stacked else (REPLICATED if name == "w2" else COL),
         )
@@ -367,7 +372,7 @@ def _expert_swiglu(
         return fl.silu_flops(rows(z), width(z.cfg))
 
     def act_text(cfg: ModelConfig) -> str:
-        return f"{9 if stacked and cfg.swiglu_limit is not None else 4}·{rows_text}·{text}"
+        return f"{9 if stacked and cfg.swiglu_limit is not None else 4}·{rt(cfg)}·{text}"
 
     def act_label(cfg: ModelConfig) -> str:
         clamped = stacked and cfg.swiglu_limit is not None
@@ -395,7 +400,7 @@ def _expert_swiglu(
             "ffn",
             present=present,
             layers=MOE_LAYERS,
-            elementwise=Formula(lambda z: fl.gate_flops(rows(z), width(z.cfg)), f"{rows_text}·{text}"),
+            elementwise=Formula(lambda z: fl.gate_flops(rows(z), width(z.cfg)), lambda cfg: f"{rt(cfg)}·{text}"),
             saved=kept("gate"),
         ),
     )
@@ -1110,9 +1115,9 @@ REGISTRY: tuple[Component, ...] = (
         "layers.*.moe.experts",
         "routed experts",
         lambda cfg: cfg.expert_width,
-        lambda z: z.T * z.cfg.experts_per_token,
+        lambda z: fl.expert_rows(z.cfg, z.T),
         "d_e",
-        "T·k",
+        lambda cfg: "T·E" if cfg.all_experts_run else "T·k",  # Llama 4: every expert on every token
         _moe,
         lambda cfg: cfg.num_experts,
         "E·",
@@ -1165,7 +1170,7 @@ REGISTRY: tuple[Component, ...] = (
         layers=MOE_LAYERS,
         elementwise=Formula(
             lambda z: fl.expert_combine_flops(z.T, z.cfg),
-            lambda cfg: "2·T·k·d + T·d" if cfg.shared_experts else "2·T·k·d",
+            lambda cfg: f"2·T·{'E' if cfg.all_experts_run else 'k'}·d" + (" + T·d" if cfg.shared_experts else ""),
         ),
         saved=Formula(act.moe_combine_saved_bytes, "none: T·k·d·h + T·k·e", "routed outputs and top-k weights"),
     ),

@@ -211,6 +211,17 @@ class ModelConfig:
     """The 0-based layers whose attention skips RoPE (SmolLM3's ``no_rope_layers`` zeros, configuration_smollm3.py:
     by default every ``no_rope_layer_interval``-th layer): the same count (the table is built once for all layers),
     fewer elementwise ops and saved tensors in training.  Provenance, no part in equality."""
+    all_experts_run: bool = False
+    """Llama 4 (transformers' ``Llama4TextMoe``, models/llama4/modeling_llama4.py): every token goes through every
+    routed expert (``hidden_states.repeat(E, 1)``, one ``torch.bmm`` over all E experts in ``Llama4TextExperts``),
+    the unchosen ones weighted by σ(−∞) = 0.  The forward FLOPs then count T·E expert rows, as transformers computes
+    and FlopCounterMode counts; what the model means, the routed top-k (T·k rows), is a labelled extra
+    (``flops.routed_top_k_forward_flops``).  No parameter changes.  Needs a mixture of experts."""
+    attention_chunk: int | None = None
+    """Llama 4's chunked attention (``attention_chunk_size``; ``create_chunked_causal_mask``, masking_utils.py): on
+    the layers that use RoPE (not ``nope_layers``) a query sees only the keys of its own chunk of that many
+    positions, up to itself.  transformers' eager attention computes the full S x S square and masks the rest, so
+    the totals count the square; the chunked pairs are a labelled extra (``flops.chunked_attention_flops``)."""
     moe_fp32_combine: bool = dataclasses.field(default=False, compare=False)
     """Whether the sparse block sums the routed and the shared experts' outputs in fp32 and casts back (a config.json's
     ``enable_moe_fp32_combine``, Hunyuan v3, its class's default true): the same count, two fp32 copies and a cast
@@ -306,6 +317,7 @@ class ModelConfig:
         ):
             raise ConfigError(f"nope_layers must be a tuple of layer indices, got {short_repr(self.nope_layers)}")
         self._check_architecture()
+        self._check_llama4()
         if not isinstance(self.name, str) or not self.name.strip():
             raise ConfigError(f"name must be a non-empty string, got {short_repr(self.name)}")
         if len(self.name) > MAX_NAME_CHARS:
@@ -480,6 +492,32 @@ class ModelConfig:
                     "full_attention_every must be at least 2 (1 would make every layer full attention; "
                     "leave sliding_window out instead)"
                 )
+
+    def _check_llama4(self) -> None:
+        """Llama 4's two options (``all_experts_run``, ``attention_chunk``): a flag on a mixture of experts, a
+        positive chunk without a sliding window."""
+        if not isinstance(self.all_experts_run, bool):
+            raise ConfigError(f"all_experts_run must be true or false, got {short_repr(self.all_experts_run)}")
+        if self.all_experts_run and self.num_experts is None:
+            raise ConfigError("all_experts_run applies only to a mixture of experts (set num_experts)")
+        if self.attention_chunk is not None:
+            check_positive_int("attention_chunk", self.attention_chunk, ConfigError)
+            if self.sliding_window is not None or self.hybrid or self.mla:
+                raise ConfigError(
+                    "attention_chunk is modelled as Llama 4's chunked attention: no sliding window, no latent or "
+                    "linear attention"
+                )
+
+    def layer_chunked(self, layer: int) -> bool:
+        """Whether layer ``layer`` (0-based) attends within chunks of ``attention_chunk``: every layer that uses
+        RoPE (``Llama4TextConfig.__post_init__``: ``"chunked_attention" if no_rope and attention_chunk_size is not
+        None``, where a 1 in ``no_rope_layers`` means RoPE)."""
+        return self.attention_chunk is not None and layer not in self.nope_layers
+
+    @property
+    def chunked_layers(self) -> int:
+        """How many layers attend within chunks (0 without ``attention_chunk``)."""
+        return sum(self.layer_chunked(i) for i in range(self.num_layers)) if self.attention_chunk else 0
 
     # -- resolved dimensions -------------------------------------------------
     @property
@@ -753,6 +791,10 @@ class ModelConfig:
             out.append("attention output gate")
         if self.indexer:
             out.append("sparse-attention indexer")
+        if self.all_experts_run:
+            out.append("every expert on every token (Llama 4)")
+        if self.attention_chunk is not None:
+            out.append("chunked attention (Llama 4)")
         return out
 
     def course_twin(self) -> ModelConfig:
@@ -785,6 +827,8 @@ class ModelConfig:
             "attention_output_gate",
             *DSA_FIELDS,
             "indexer_pattern",
+            "all_experts_run",
+            "attention_chunk",
             "hf_model_type",  # the twin is no published model's code
         )
         defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig) if f.name in arch}
@@ -825,6 +869,10 @@ class ModelConfig:
         if self.sliding_window is not None:
             every = "all layers" if self.full_attention_every is None else f"full every {self.full_attention_every}"
             parts.append(f"window {self.sliding_window:,} ({every})")
+        if self.attention_chunk is not None:
+            parts.append(
+                f"chunked attention {self.attention_chunk:,} ({self.chunked_layers} of {self.num_layers} layers)"
+            )
         if self.scale_embeddings:
             parts.append("embeddings ×√d")
         if self.attention_sinks:
@@ -862,6 +910,7 @@ class ModelConfig:
                     ("frozen score bias", self.router_score_bias),
                     ("expert biases", self.expert_bias),
                     ("sigmoid-gated shared", self.shared_expert_gate),
+                    ("every expert run on every token", self.all_experts_run),
                     (f"SwiGLU clamped at {self.swiglu_limit:g}" if self.swiglu_limit else "", self.swiglu_limit),
                 )
                 if on
@@ -873,6 +922,8 @@ class ModelConfig:
     @property
     def family(self) -> str:
         """The architecture family in words: which published model these options describe."""
+        if self.all_experts_run or self.attention_chunk is not None:
+            return "Llama 4-style (chunked attention, NoPE layers, shared + routed experts)"
         if self.indexer:
             return f"DeepSeek-V3.2-style (MLA + sparse-attention indexer{' + MoE' if self.moe else ''})"
         if self.mla:
@@ -921,6 +972,9 @@ class ModelConfig:
         del out["hf_model_type"], out["dropout"], out["norm_topk_prob"]
         del out["expert_groups"], out["expert_groups_per_token"], out["rope_interleave"], out["topk_method"]
         del out["hf_activation"], out["nope_layers"], out["moe_fp32_combine"]
+        for key in ("all_experts_run", "attention_chunk"):  # Llama 4's keys appear on a model that sets them only
+            if not out[key]:
+                del out[key]
         if not self.indexer:  # the indexer's keys appear on a DeepSeek Sparse Attention model only
             for key in (*DSA_FIELDS, "indexer_pattern"):
                 del out[key]

@@ -15,10 +15,10 @@ The rules:
   minimax_m2, glm4, glm, stablelm; Gated DeltaNet hybrids: qwen3_next, qwen3_5_text, qwen3_5_moe_text; parallel
   attention + MLP blocks: cohere, cohere2, phi, gpt_neox, gptj, falcon, tests/test_arch_parallel_block.py; ReLU-family
   MLPs: opt, nemotron, tests/test_arch_relu.py; DeepSeek Sparse Attention's indexer: deepseek_v32, glm_moe_dsa,
-  tests/test_arch_dsa.py), each proven
+  tests/test_arch_dsa.py; Llama 4's text model: llama4_text, tests/test_arch_llama4.py), each proven
   in tests/test_hf_zoo.py and listed in docs/model_types.md.  A multimodal wrapper
   with a ``text_config`` (``WRAPPERS``: Gemma 3's ``gemma3``, Mistral 3's ``mistral3``, Kimi K2.5's ``kimi_k25``,
-  Qwen3.5's ``qwen3_5`` and ``qwen3_5_moe``)
+  Qwen3.5's ``qwen3_5`` and ``qwen3_5_moe``, Llama 4's ``llama4``)
   is read through its text model, and the model's name says so: "(text model of a gemma3 wrapper; the vision tower
   is not counted)".  Every other causal-LM type transformers registers is refused with a line naming what it lacks
   (``hf_refusals.REFUSED_MODEL_TYPES``; a wrapper whose text model is refused names that text model,
@@ -159,6 +159,7 @@ SUPPORTED_MODEL_TYPES = (
     "nemotron",
     "deepseek_v32",
     "glm_moe_dsa",
+    "llama4_text",
 )
 
 
@@ -327,6 +328,17 @@ IGNORED_BY_TYPE = {
     "qwen3_5_moe_text": frozenset(["output_router_logits", "router_aux_loss_coef"]),
     "qwen3_5": DEFINED_FIELDS["qwen3_5"] - COMMON_FIELDS - {"text_config"},
     "qwen3_5_moe": DEFINED_FIELDS["qwen3_5_moe"] - COMMON_FIELDS - {"text_config"},
+    "llama4": DEFINED_FIELDS["llama4"] - COMMON_FIELDS - {"text_config"} | {"tie_word_embeddings"},  # TIED_BY_TEXT
+    "llama4_text": frozenset(
+        [
+            "attn_temperature_tuning",
+            "floor_scale",
+            "attn_scale",
+            "router_jitter_noise",
+            "output_router_logits",
+            "router_aux_loss_coef",
+        ]
+    ),
     "gemma3": frozenset(
         [
             "vision_config",
@@ -344,7 +356,9 @@ IGNORED_BY_TYPE = {
 ``hidden_act`` (its experts run their own clamped SwiGLU, ``GptOssExperts._apply_gate``, and nothing else reads
 it) and ``swiglu_alpha`` (the sigmoid's gain: a constant), GPT-2's
 alternative scalings and its sequence-summary head (used only by GPT2DoubleHeadsModel); a multimodal wrapper's
-vision tower and image-token settings (its text model alone is counted)."""
+vision tower and image-token settings (its text model alone is counted); Llama 4's attention temperature tuning
+(``attn_temperature_tuning``, ``floor_scale``, ``attn_scale``: an elementwise scaling of Q on the NoPE layers) and
+router noise and losses."""
 
 GELU_ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu_python")
 SILU_ACTIVATIONS = ("silu", "swish")
@@ -1330,7 +1344,8 @@ def _gpt_bigcode(f: _Fields) -> dict[str, Any]:
     kv = 1 if f.bool("multi_query", True) else out["num_heads"]
     if f.int("num_key_value_heads", kv) != kv:  # set by __post_init__, so written by save_pretrained
         raise f.error(f"field 'num_key_value_heads' must be {kv} (multi_query = {kv == 1})")
-    return {**out, "num_kv_heads": None if kv == out["num_heads"] else 1}
+    act = f.str("activation_function", "gelu_pytorch_tanh")  # GPTBigCodeConfig's default, not GPT-2's
+    return {**out, "num_kv_heads": None if kv == out["num_heads"] else 1, "hf_activation": act}
 
 
 # -- partial rotary (issue 30): RoPE on the first rotary_dim of each head (``_rotary``) --------------------
@@ -1788,6 +1803,69 @@ def _nemotron(f: _Fields) -> dict[str, Any]:
     return {**out, **_rotary(f, out, 0.5)}
 
 
+def _llama4_text(f: _Fields) -> dict[str, Any]:
+    """Llama 4's text model (transformers' models/llama4: ``Llama4TextConfig``, ``Llama4ForCausalLM``).
+
+    * Attention: q/k/v/o (biased with ``attention_bias``); RoPE on the layers whose ``no_rope_layers`` entry is 1, the
+      others NoPE (``nope_layers``; absent or empty, ``int((i + 1) % no_rope_layer_interval != 0)``, interval 4, as
+      ``__post_init__``).  The RoPE layers attend within chunks of ``attention_chunk_size`` (``attention_chunk``;
+      null: every layer full); a ``layer_types`` must be the one ``__post_init__`` derives.  ``use_qk_norm``:
+      ``Llama4TextL2Norm`` on the RoPE layers' Q and K, an RMS norm without a weight (no parameter, no matmul); the
+      NoPE layers' attention temperature tuning (``attn_temperature_tuning``, ``floor_scale``, ``attn_scale``)
+      scales Q elementwise: neither changes a count, and neither is in the elementwise estimate.
+    * Feed-forward: layer i is a mixture of experts when i is in ``moe_layers``, which must be (as its default)
+      ``range(step - 1, L, step)`` for ``interleave_moe_layer_step`` (our ``moe_every``: (i + 1) % step == 0); the
+      other layers a SwiGLU of ``intermediate_size_mlp``.  ``Llama4TextMoe``: a router d -> E (no bias), E =
+      ``num_local_experts`` routed experts of ``intermediate_size`` (top ``num_experts_per_tok``, sigmoid scores),
+      and one shared expert of ``intermediate_size``.  transformers runs every token through every routed expert
+      (``all_experts_run``; see ``flops.expert_rows``)."""
+    out = _common(f, tie_default=False)
+    layers = out["num_layers"]
+    out["d_ff"] = f.int("intermediate_size_mlp")  # the dense layers' width; intermediate_size is the experts'
+    expert_width = f.int("intermediate_size")
+    f.bool("use_qk_norm", True)  # an L2 norm without weights: no parameter, no matmul
+    bias = f.bool("attention_bias", False)
+    step = f.int("interleave_moe_layer_step", 1)
+    moe = f.raw("moe_layers")
+    if moe is not None and moe != list(range(step - 1, layers, step)):
+        raise f.error(
+            f"field 'moe_layers' = {short_repr(moe)} is not supported: lm-accounting models every "
+            f"interleave_moe_layer_step-th layer as a mixture of experts (layers {step - 1}, {2 * step - 1}, ...; "
+            f"transformers' default for step {step})"
+        )
+    rope = f.raw("no_rope_layers")
+    if not rope:  # None or []: __post_init__'s default
+        rope = [int((i + 1) % f.int("no_rope_layer_interval", 4) != 0) for i in range(layers)]
+    else:
+        f.raw("no_rope_layer_interval")  # unused beside the list
+    if not isinstance(rope, list) or len(rope) < layers or any(r not in (0, 1) or isinstance(r, float) for r in rope):
+        raise f.error(
+            f"field 'no_rope_layers' must be a list of 0/1 flags, one per layer ({layers}), got {short_repr(rope)}"
+        )
+    chunk = f.int("attention_chunk_size", None, allow_none=True)
+    types = f.raw("layer_types")
+    derived = ["chunked_attention" if rope[i] and chunk is not None else "full_attention" for i in range(layers)]
+    if types is not None and types != derived:
+        raise f.error(
+            "field 'layer_types' is not supported for Llama 4: chunked attention on the RoPE layers "
+            "(no_rope_layers 1) when attention_chunk_size is set, full attention on the others"
+        )
+    return {
+        **out,
+        "qkv_bias": bias,
+        "output_bias": bias,
+        "mlp": _only_swiglu(f, "hidden_act"),
+        "nope_layers": tuple(i for i in range(layers) if not rope[i]),
+        "attention_chunk": chunk,
+        "num_experts": f.int("num_local_experts", null=False),
+        "experts_per_token": f.int("num_experts_per_tok", null=False),
+        "expert_d_ff": expert_width,
+        "shared_experts": 1,
+        "moe_every": step,
+        "all_experts_run": True,
+    }
+
+
 MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "gpt2": _gpt2,
     "llama": _llama,
@@ -1852,6 +1930,7 @@ MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "nemotron": _nemotron,
     "deepseek_v32": _deepseek_v32,
     "glm_moe_dsa": _glm_moe_dsa,
+    "llama4_text": _llama4_text,
 }
 assert tuple(MAPPINGS) == SUPPORTED_MODEL_TYPES
 
@@ -1892,7 +1971,7 @@ def config_from_hf(data: Any, source: str = "config.json", name: str = "custom")
     fields = _read(f)
     dropout = tuple(
         (k, float(data[k]))
-        for k in DROPOUT_FIELDS
+        for k in DROPOUT_FIELDS + DROPOUT_FIELDS_OF.get(model_type, ())
         if isinstance(data.get(k), (int, float)) and not isinstance(data.get(k), bool)
     )
     return dataclasses.replace(_model(fields, source, name, f.ignored()), dropout=dropout)
@@ -1900,16 +1979,30 @@ def config_from_hf(data: Any, source: str = "config.json", name: str = "custom")
 
 DROPOUT_FIELDS = ("attention_dropout", "hidden_dropout", "embd_pdrop", "resid_pdrop", "attn_pdrop")
 DROPOUT_FIELDS += ("residual_dropout", "embedding_dropout")  # StarCoder2's and Seed-OSS's
-DROPOUT_MODELLED = {"gpt2": {"attn_pdrop": 0.1, "resid_pdrop": 0.1, "embd_pdrop": 0.1}}
+DROPOUT_FIELDS_OF = {"opt": ("dropout", "layerdrop")}
+"""Dropout fields read for one class only: their names are common words another class's config.json may carry
+without meaning (``OPTConfig``'s; no other class with a program defines them)."""
+GPT_BIGCODE_DROPOUT = {"attn_pdrop": 0.1, "resid_pdrop": 0.1, "embd_pdrop": 0.1}
+"""``GPTBigCodeConfig``'s dropouts (configuration_gpt_bigcode.py:65-67): the class's values where a config.json
+leaves one out."""
+OPT_DROPOUT = {"dropout": 0.1, "attention_dropout": 0.0}
+"""``OPTConfig``'s dropouts (configuration_opt.py:61-62); its ``layerdrop`` (0.0) skips whole layers at random."""
+DROPOUT_MODELLED = {
+    "gpt2": {"attn_pdrop": 0.1, "resid_pdrop": 0.1, "embd_pdrop": 0.1},
+    "gpt_bigcode": dict.fromkeys(GPT_BIGCODE_DROPOUT),
+    "opt": dict.fromkeys(OPT_DROPOUT),
+}
 """The dropout probabilities the transformers programs model (``analytic.ops.transformers``): GPT-2's three at
-``GPT2Config``'s 0.1; every other family at 0 (its class default)."""
+``GPT2Config``'s 0.1; GPTBigCode's three and OPT's two at any probability (None); every other family (and OPT's
+``layerdrop``) at 0."""
 
 
 def unmodelled_dropout(cfg: ModelConfig) -> list[str]:
     """The config.json's dropout fields whose probability the transformers program does not model, as
     ``name p``."""
     modelled = DROPOUT_MODELLED.get(cfg.hf_model_type or "", {})
-    return [f"{k} {p:g}" for k, p in cfg.dropout if p != modelled.get(k, 0.0)]
+    any_p = [k for k, p in modelled.items() if p is None]
+    return [f"{k} {p:g}" for k, p in cfg.dropout if k not in any_p and p != modelled.get(k, 0.0)]
 
 
 def _read(f: _Fields) -> dict[str, Any]:
@@ -1941,6 +2034,12 @@ def _model(fields: dict[str, Any], source: str, name: str, ignored: tuple[str, .
         raise ConfigError(f"{source}: {err}") from None
 
 
+TIED_BY_TEXT = frozenset(["llama4"])
+"""Wrappers whose LM head is tied by the ``text_config``'s own ``tie_word_embeddings``, not the wrapper's:
+``Llama4ForConditionalGeneration`` builds ``Llama4ForCausalLM(config.text_config)``, which ties by its config
+(tests/test_arch_llama4.py); the wrapper's flag is ignored.  The other wrappers tie by the wrapper's flag."""
+
+
 def _wrapped(data: Mapping[str, Any], source: str, name: str, model_type: str) -> ModelConfig:
     """A multimodal wrapper (Gemma 3's ``gemma3``, Mistral 3's ``mistral3``, Kimi K2.5's ``kimi_k25``): its
     ``text_config`` read as the text model type (for ``WRAPPERS_OF_ANY_TEXT``, any supported one), the
@@ -1967,11 +2066,13 @@ def _wrapped(data: Mapping[str, Any], source: str, name: str, model_type: str) -
         wanted = f"'{text_type}'" if len(allowed) == 1 else "a supported model_type"
         raise w.error(f"field 'text_config.model_type' must be {wanted}, got {short_repr(inner)}")
     text_type = inner
-    tie = w.bool("tie_word_embeddings", True)
+    tie = None if model_type in TIED_BY_TEXT else w.bool("tie_word_embeddings", True)
     _refuse_unknown(w)  # the wrapper's own fields: read, ignored or refused like any other
     f = _Fields(text, f"{source}: text_config", text_type, WRAPPED_TEXT_DEFAULTS.get(text_type, {}))
-    fields = {**_read(f), "tie_embeddings": tie}
-    f.used.discard("tie_word_embeddings")  # the text_config's own flag is not the one transformers reads
+    fields = _read(f)
+    if tie is not None:
+        fields["tie_embeddings"] = tie
+        f.used.discard("tie_word_embeddings")  # the text_config's own flag is not the one transformers reads
     note = f" (text model of a {model_type} wrapper; the vision tower is not counted)"
     return _model(fields, source, name[: MAX_NAME_CHARS - len(note)] + note, w.ignored() + f.ignored("text_config."))
 
@@ -2097,6 +2198,32 @@ def _write_gpt2(cfg: ModelConfig) -> dict[str, Any]:
         "layer_norm_epsilon": cfg.norm_eps,
         "tie_word_embeddings": cfg.tie_embeddings,
         "activation_function": "gelu_new",
+    }
+
+
+def _write_falcon(cfg: ModelConfig) -> dict[str, Any]:
+    """Falcon's block from ``parallel_block`` and the K/V heads (``_falcon``): two norms, or K/V heads other than 1
+    and h, is the new architecture; one norm the old one side by side (Falcon-7B's), none sequential."""
+    h, kv = cfg.num_heads, cfg.kv_heads
+    new = cfg.parallel_block == "two_norms" or kv not in (1, h)
+    return {
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model,
+        "num_hidden_layers": cfg.num_layers,
+        "num_attention_heads": h,
+        "num_kv_heads": kv,
+        "new_decoder_architecture": new,
+        "num_ln_in_parallel_attn": (2 if cfg.parallel_block == "two_norms" else 1) if new else None,
+        "parallel_attn": cfg.parallel_block != "none",
+        "multi_query": not new and kv == 1,
+        "ffn_hidden_size": cfg.d_ff,
+        "max_position_embeddings": cfg.context_length,
+        "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta},
+        "layer_norm_epsilon": cfg.norm_eps,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "bias": cfg.qkv_bias,
+        "activation": cfg.hf_activation or "gelu",
+        "alibi": False,
     }
 
 
@@ -2440,6 +2567,48 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         "moe_layer_start_index": cfg.dense_layers_first,
         "moe_layer_interval": cfg.moe_every,
         "moe_layer_end_index": -1,
+    },
+    "gpt_bigcode": lambda cfg: {
+        **_write_gpt2(cfg),
+        "activation_function": cfg.hf_activation or "gelu_pytorch_tanh",
+        "multi_query": cfg.num_kv_heads == 1,
+        # the config.json's dropouts, else the class's 0.1: they shape training
+        **{k: dict(cfg.dropout).get(k, p) for k, p in GPT_BIGCODE_DROPOUT.items()},
+    },
+    "opt": lambda cfg: {
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model,
+        "num_hidden_layers": cfg.num_layers,
+        "num_attention_heads": cfg.num_heads,
+        "ffn_dim": cfg.d_ff,
+        "max_position_embeddings": cfg.max_positions,
+        "enable_bias": cfg.qkv_bias,
+        "layer_norm_elementwise_affine": cfg.norm_weights,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "activation_function": cfg.mlp if cfg.mlp != "gelu" else cfg.hf_activation or "gelu",
+        # the config.json's dropouts, else the class's: they shape training
+        **{k: dict(cfg.dropout).get(k, p) for k, p in OPT_DROPOUT.items()},
+    },
+    "falcon": _write_falcon,
+    "nemotron": lambda cfg: {
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model,
+        "num_hidden_layers": cfg.num_layers,
+        "num_attention_heads": cfg.num_heads,
+        "num_key_value_heads": cfg.kv_heads,
+        "head_dim": cfg.d_head,
+        "intermediate_size": cfg.d_ff,
+        "max_position_embeddings": cfg.context_length,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": cfg.rope_theta,
+            "partial_rotary_factor": cfg.rope_dim / cfg.d_head,
+        },
+        "norm_eps": cfg.norm_eps,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "hidden_act": cfg.mlp if cfg.mlp != "gelu" else cfg.hf_activation or "gelu",
+        "attention_bias": cfg.qkv_bias,
+        "mlp_bias": cfg.mlp_bias,
     },
     "granitemoe": lambda cfg: {**_write_common(cfg), **_write_experts(cfg, "num_local_experts"), **_write_granite(cfg)},
     "granitemoeshared": lambda cfg: {

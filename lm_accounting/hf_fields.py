@@ -616,6 +616,22 @@ DEFINED_FIELDS: dict[str, frozenset[str]] = {
         """
     ),
 }
+DEFINED_FIELDS["llama4_text"] = COMMON_FIELDS | _names(
+    """
+        attention_bias attention_chunk_size attention_dropout attn_scale attn_temperature_tuning bos_token_id
+        eos_token_id floor_scale head_dim hidden_act hidden_size interleave_moe_layer_step intermediate_size
+        intermediate_size_mlp layer_types max_position_embeddings moe_layers no_rope_layer_interval no_rope_layers
+        num_attention_heads num_experts_per_tok num_hidden_layers num_key_value_heads num_local_experts
+        output_router_logits pad_token_id rms_norm_eps router_aux_loss_coef router_jitter_noise use_cache use_qk_norm
+        vocab_size
+    """
+)  # Llama4TextConfig (models/llama4/configuration_llama4.py)
+DEFINED_FIELDS["llama4"] = WRAPPER_COMMON_FIELDS | _names(
+    """
+        boi_token_id boi_token_index eoi_token_id eoi_token_index image_token_id image_token_index text_config
+        vision_config
+    """
+)  # Llama4Config: the multimodal wrapper (no initializer_range of its own)
 DEFINED_FIELDS["glm"] = DEFINED_FIELDS["glm4"]
 DEFINED_FIELDS["glm_moe_dsa"] = (
     DEFINED_FIELDS["deepseek_v32"] | _names("index_skip_topk_offset index_topk_freq index_topk_pattern indexer_types")
@@ -690,6 +706,8 @@ CONFIG_CLASSES = {
     "glm_moe_dsa": "GlmMoeDsaConfig",
     "starcoder2": "Starcoder2Config",
     "gpt_bigcode": "GPTBigCodeConfig",
+    "llama4_text": "Llama4TextConfig",
+    "llama4": "Llama4Config",
 }
 ALIASES: dict[str, dict[str, str]] = {
     "gptj": {
@@ -713,6 +731,11 @@ ALIASES: dict[str, dict[str, str]] = {
     "minimax_m2": {"num_experts": "num_local_experts"},
     "deepseek_v2": {"num_experts": "n_routed_experts"},
     "deepseek_v3": {"num_local_experts": "n_routed_experts", "num_mtp_layers": "num_nextn_predict_layers"},
+    "llama4": {
+        "image_token_id": "image_token_index",
+        "boi_token_id": "boi_token_index",
+        "eoi_token_id": "eoi_token_index",
+    },
     "gemma3": {
         "image_token_id": "image_token_index",
         "boi_token_id": "boi_token_index",
@@ -1464,6 +1487,23 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     },
 }
 CLASS_DEFAULTS["glm"] = CLASS_DEFAULTS["glm4"]
+CLASS_DEFAULTS["llama4_text"] = {
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "intermediate_size_mlp": 16384,
+    "rms_norm_eps": 1e-05,
+    "tie_word_embeddings": False,
+    "attention_bias": False,
+    "hidden_act": "silu",
+    "num_experts_per_tok": 1,
+    "num_local_experts": 16,
+    "interleave_moe_layer_step": 1,
+    "use_qk_norm": True,
+    "no_rope_layer_interval": 4,
+    "attention_chunk_size": 8192,
+    "rope_theta": 500000.0,
+}
+CLASS_DEFAULTS["llama4"] = {"tie_word_embeddings": False}
 
 SAME_CLASSES = {"gpt-sw3": "gpt2"}
 """A ``model_type`` whose configuration class and causal-LM class are another type's (transformers'
@@ -1476,6 +1516,7 @@ WRAPPERS = {
     "kimi_k25": "deepseek_v3",
     "qwen3_5": "qwen3_5_text",
     "qwen3_5_moe": "qwen3_5_moe_text",
+    "llama4": "llama4_text",
 }
 """Multimodal wrapper ``model_type`` -> the ``model_type`` of its ``text_config`` (``sub_configs_defaults``)."""
 

@@ -92,11 +92,11 @@ REASONS: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "attention_variants": (
         (
-            "an attention variant lm-accounting does not model yet (GPT-Neo's local attention, Llama 4's chunked "
-            "attention, differential, dynamic-mask, gated with learned scalings, mixture-of-attention experts, "
-            "LSH, DeepSeek-V4's sparse attention, Laguna's softplus output gate)"
+            "an attention variant lm-accounting does not model yet (GPT-Neo's local attention, differential, "
+            "dynamic-mask, gated with learned scalings, mixture-of-attention experts, LSH, DeepSeek-V4's sparse "
+            "attention, Laguna's softplus output gate)"
         ),
-        _types("gpt_neo llama4 llama4_text dory diffllama doge jetmoe reformer deepseek_v4 dots3_note_text laguna"),
+        _types("gpt_neo dory diffllama doge jetmoe reformer deepseek_v4 dots3_note_text laguna"),
     ),
     "window_pattern": (
         (

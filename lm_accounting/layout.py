@@ -35,11 +35,22 @@ cannot take, with one line.  The layouts map onto torch.distributed (torch 2.13)
   dispatch and combine; FSDP2 (zero 2 or 3) shards the expert stacks over the dp/ep ranks that hold
   the same experts (their own unit per MoE block) and everything else over dp.
 
-``world = dp · tp · pp`` GPUs.  With ZeRO/FSDP the sharding degree is ``dp``, never the world.
+* ``replicate`` r (HSDP, torchtitan's ``ParallelDims.dp_replicate``; zero 2 or 3 only): FSDP2 over a
+  2-D mesh ``init_device_mesh(..., (r, dp // r), mesh_dim_names=("dp_replicate", "dp_shard"))``
+  (``fully_shard``: a 2-D mesh is HSDP, ``(Replicate(), Shard(0))``; torch 2.13
+  ``_fully_shard/_fsdp_init.py`` ``_get_mesh_info``).  Parameters, gradients and optimizer state are
+  sharded over the s = dp/r ranks of a shard group (``shard``) and replicated over the r groups; each
+  unit is all-gathered and reduce-scattered over its shard group, then its reduce-scatter output is
+  all-reduced over the replicate group (``_fsdp_collectives.foreach_reduce``).  Data-parallel rank k
+  is replica k // s, shard rank k mod s.  Not beside pipeline or expert parallel.
+
+``world = dp · tp · pp`` GPUs.  With ZeRO/FSDP the sharding degree is ``dp`` (HSDP: ``dp // replicate``),
+never the world.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -72,9 +83,10 @@ class ParallelLayout:
     micro_batches: int = 1
     ep: int = 1
     virtual_stages: int = 1
+    replicate: int = 1  # HSDP's replicate degree (torchtitan's dp_replicate); the shard degree is dp // replicate
 
     def __post_init__(self) -> None:
-        for name in ("dp", "tp", "pp", "micro_batches", "ep", "virtual_stages"):
+        for name in ("dp", "tp", "pp", "micro_batches", "ep", "virtual_stages", "replicate"):
             _positive(name, getattr(self, name))
         check_positive_int("micro_batches", self.micro_batches)
         if self.world > MAX_WORLD or self.ep > MAX_WORLD:
@@ -95,6 +107,8 @@ class ParallelLayout:
             )
         if self.virtual_stages > 1:
             self._check_interleaved()
+        if self.replicate > 1:
+            self._check_hsdp()
         if self.ep > 1 and not self.fsdp:
             raise AccountingError(
                 f"ep={self.ep} needs FSDP2 (--zero 2 or 3, got {self.zero}): expert parallel borrows its ranks"
@@ -118,6 +132,31 @@ class ParallelLayout:
                 f"interleaved 1F1B runs m // pp = {rounds} rounds of micro-batches: {m} micro-batches are not a "
                 f"whole number of them (torch's ScheduleInterleaved1F1B refuses it); use a multiple of {pp}"
             )
+
+    def _check_hsdp(self) -> None:
+        """HSDP's (replicate, shard) mesh must factor dp, with at least two ranks in a shard group."""
+        r, dp = self.replicate, self.dp
+        if not self.fsdp:
+            raise AccountingError(f"replicate={r} (HSDP) is FSDP2 over a replicate x shard mesh: use --zero 2 or 3")
+        if dp % r:
+            raise AccountingError(f"replicate={r} does not divide dp={dp}: HSDP's mesh is (replicate, dp / replicate)")
+        if dp == r:
+            raise AccountingError(
+                f"replicate={r} = dp leaves shard groups of one rank: nothing is sharded (use --zero 0, DDP)"
+            )
+        if self.pp > 1 or self.ep > 1:
+            raise AccountingError(f"replicate={r} (HSDP) beside pipeline or expert parallel is not accounted")
+
+    @property
+    def shard(self) -> int:
+        """FSDP2's sharding degree: dp, or under HSDP the shard group's dp // replicate (torchtitan's dp_shard)."""
+        return self.dp // self.replicate
+
+    def shard_group(self) -> ParallelLayout:
+        """The FSDP2 layout over one HSDP shard group (dp = shard, no replicas): every per-rank buffer and
+        state of an HSDP rank is that rank's (the all-reduce over the replicas runs in place on the
+        reduce-scatter output, which becomes the sharded gradients).  ``self`` without HSDP."""
+        return self if self.replicate == 1 else _shard_group(self)
 
     @property
     def stages(self) -> int:
@@ -189,6 +228,8 @@ class ParallelLayout:
     def label(self) -> str:
         """``dp8·zero3·tp2+sp``: one short name for tables and test ids."""
         parts = [f"dp{self.dp}", f"zero{self.zero}"]
+        if self.replicate > 1:
+            parts.append(f"hsdp{self.replicate}x{self.shard}")
         if self.tp > 1:
             parts.append(
                 f"tp{self.tp}" + ("+sp" if self.sequence_parallel else "") + ("+vp" if self.vocab_parallel else "")
@@ -212,9 +253,16 @@ class ParallelLayout:
             "micro_batches": self.micro_batches,
             "virtual_stages": self.virtual_stages,
             "ep": self.ep,
+            "replicate": self.replicate,
+            "shard": self.shard,
             "world": self.world,
-            "data_parallel": ZERO_NAMES[self.zero],
+            "data_parallel": ZERO_NAMES[self.zero] + (" HSDP" if self.replicate > 1 else ""),
         }
+
+
+@lru_cache(maxsize=4096)
+def _shard_group(layout: ParallelLayout) -> ParallelLayout:
+    return dataclasses.replace(layout, dp=layout.shard, replicate=1)
 
 
 @lru_cache(maxsize=4096)

@@ -3,9 +3,11 @@
 Candidates: every GPU count W in the range that is a power of two (and the range's ends), every
 tp in {1, 2, 4, 8} (within one 8-GPU node, dividing the heads, kv heads and d_ff), pp a power of
 two up to 16 and the layers (Llama 3 405B's 16 stages), under pp virtual stages v (interleaved 1F1B)
-1 or a power of two whose pp·v stages divide the layers, dp = W / (tp·pp), ZeRO stage 0–3, sequence parallel with tp, vocab parallel
+1 or a power of two whose pp·v stages have a block each (uneven: the first L mod pp·v one block more), dp = W / (tp·pp), ZeRO stage 0–3, sequence parallel with tp, vocab parallel
 with tp (an untied model; torchtitan's loss-parallel head), checkpointing none/full/selective,
-micro-batch b a power of two dividing the sequences per data-parallel rank.
+micro-batch b a power of two dividing the sequences per data-parallel rank; and HSDP (ZeRO 2 or 3 over a
+replicate × shard mesh, ``layout``; torchtitan's dp_replicate × dp_shard) with its shard group inside one node
+(shard a power of two, 2 <= shard, shard·tp <= 8) and at least two replicas, without pp.
 Setup: fused attention (sdpa), amp-bf16, foreach AdamW.  Memory per GPU is ``analytic.parallel``
 (the worst rank, plain run); a candidate fits when it is within the budget per GPU, the GPU's CUDA-reported
 total less the allowance (``gpus.memory_budget``, the rule of ``memory`` and ``infer`` too): peak + allowance
@@ -38,18 +40,21 @@ Step time (one optimizer step, k = sequences per dp rank / b micro-batches):
    1 otherwise); the 1F1B bubble multiplies it by (k + pp − 1) / k; with v virtual stages (interleaved
    1F1B) the busiest pipeline rank's v chunks, and (k·v + pp − 1) / (k·v) (``analytic.pipeline.pipeline_slots``;
    Narayanan et al. 2021, §2.2.2), its point-to-point transfers v times a 1F1B rank's (collectives rule 11).  AdamW: (4) of ``analytic.step_time``
-   over the TP-local model's parameters, a pp-th of them under pp and a dp-th under ZeRO 1-3 (the states
-   taken as split evenly).  The program is recorded once per (TP degree, checkpointing), its records lines
+   over the TP-local model's parameters, a pp-th of them under pp and a dp-th under ZeRO 1-3 (HSDP: a
+   shard-th; the states taken as split evenly).  The program is recorded once per (TP degree, checkpointing), its records lines
    in b, and priced at every b (``step_time.program``): a plan of thousands of candidates walks a dozen
    programs (about 25 ms each).  ``--efficiency`` e divides this compute (the calibrated part; not the
    collectives, priced at the datasheet's links);
 2. TP/SP collectives (per micro-batch, on the critical path, NOT overlapped): wire bytes / the
    GPU's NVLink bandwidth one way;
 3. data-parallel collectives: FSDP2 all-gathers per micro-batch, gradient reduction (reduce-scatter
-   or all-reduce) once per step (accumulation without sync), wire bytes / the data-parallel link
-   (NVLink within one node, W <= 8; else ``--interconnect-bw``, default 50 GB/s per GPU, one
-   400 Gb/s InfiniBand NIC per GPU).  ASSUMED fully overlapped with compute: step = max(compute,
-   dp comm) + tp comm + ep comm + pp point-to-point.  Under pp a stage's data-parallel collectives and
+   or all-reduce) once per step (accumulation without sync), wire bytes / the group's ring bus bandwidth
+   (``ring_bandwidth``: NVLink within one node; across nodes NCCL's rings, one per NIC, give the
+   group's ranks on a node times ``--interconnect-bw`` (default 50 GB/s per GPU, one 400 Gb/s InfiniBand NIC
+   per GPU), at most NVLink; pipeline point-to-point: NVLink within one node, W <= 8, else one NIC).
+   HSDP (collectives rule 12): the shard group's all-gathers and reduce-scatters (its shard·tp ranks are
+   consecutive) and each unit's all-reduce across the replicas (ranks shard·tp apart), each over its own ring,
+   one after the other.  ASSUMED fully overlapped with compute: step = max(compute, dp comm) + tp comm + ep comm + pp point-to-point.  Under pp a stage's data-parallel collectives and
    point-to-point transfers are counted per step (collectives rules 8 and 9: FSDP2 gathers as often as
    the 1F1B order finds the units sharded), each the busiest stage's (0, a middle one, the last);
 4. expert parallel's all-to-alls (dispatch and combine per MoE layer, per micro-batch, on the
@@ -83,6 +88,7 @@ from .analytic.collectives import (
 from .analytic.hardware_flops import step_flops
 from .analytic.parallel import local_config, peaks_exact, rank_floor, rank_flops, rank_step
 from .analytic.parallel_report import not_modelled
+from .analytic.params import parameter_breakdown
 from .analytic.pipeline import pipeline_slots, pipeline_stages, stage_floor
 from .analytic.step_time import load, optimizer_seconds, program
 from .config import AccountingError, ModelConfig
@@ -224,7 +230,7 @@ def price_layout(
 
 @dataclass(frozen=True)
 class Plan(Result):
-    SCHEMA: ClassVar[str] = "lm-accounting/plan/6"
+    SCHEMA: ClassVar[str] = "lm-accounting/plan/7"
 
     config: ModelConfig
     gpu: GPU
@@ -240,6 +246,7 @@ class Plan(Result):
     ranked: tuple[Candidate, ...]  # the best ``top`` fitting candidates (fewest GPU-hours first)
     top: int = 10
     own: str | None = None  # the user's own layout, priced alone (``OwnLayout.describe``); None: every candidate
+    fastest: tuple[Candidate, ...] = ()  # the fastest fitting candidate at each GPU count (none with ``own``)
 
     @property
     def calibration(self) -> str:
@@ -301,6 +308,9 @@ class Plan(Result):
             "candidates_fitting": len(self.ranked) if self.complete else None,
             "own_layout": self.own,
             "best": [self.row(c) for c in self.ranked],
+            "fastest_per_gpu_count": [
+                {**self.row(c), "frontier": on} for c, on in zip(self.fastest, frontier(self.fastest), strict=True)
+            ],
             "assumptions": __doc__.split("Step time", 1)[1].strip(),
         }
 
@@ -317,6 +327,24 @@ def _powers(lo: int, hi: int) -> list[int]:
             out.add(p)
         p *= 2
     return sorted(out)
+
+
+def ring_bandwidth(ranks: int, stride: int, nvlink: float, nic: float) -> float:
+    """Step 3's bus bandwidth (bytes/s) of a ring collective (NCCL's all-gather, reduce-scatter and all-reduce)
+    over ``ranks`` ranks ``stride`` global ranks apart, on nodes of ``GPUS_PER_NODE`` GPUs with one ``nic`` each
+    (rail-optimised, DGX H100):
+
+    1. within one node (ranks · stride <= the node): ``nvlink`` one way;
+    2. across nodes NCCL runs one ring per NIC; each ring's link between two nodes carries (n − 1)/n of that
+       ring's share, so the collective takes wire bytes / (the NICs the group has on a node · ``nic``): the
+       group's min(ranks, node / stride) ranks on a node each bring their own; NVLink caps it.
+       Measured: 4 nodes × 8 H100 with 8 × 400 Gb/s NICs, all-reduce bus bandwidth 365.84 GB/s
+       (https://github.com/NVIDIA/nccl-tests/issues/309), against NVIDIA's 46-48 GB/s per 400 Gb/s NIC
+       (https://github.com/NVIDIA/nccl-tests/issues/290).  A group with one rank per node (dp beside tp 8)
+       has one NIC: ``nic``."""
+    if ranks * stride <= GPUS_PER_NODE:
+        return nvlink
+    return min(nvlink, max(1, min(ranks, GPUS_PER_NODE // stride)) * nic)
 
 
 def _seconds(bytes_: int, bw: int) -> float:
@@ -350,17 +378,22 @@ class _Pricing:
         return (self.compute(b, setup, lay), *self.communication(b, setup, lay))
 
     def compute(self, b, setup, lay) -> float:
-        """Step 1: the busiest GPU's micro-batches, the bubble's slots, and its AdamW step."""
+        """Step 1: the busiest GPU's micro-batches, the bubble's slots, and its AdamW step.  The micro-batches'
+        part is cached on the fields it reads (thousands of candidates differ only in dp, ZeRO or SP)."""
+        key = ("slots", b, setup, lay.tp, lay.vocab_parallel, lay.pp, lay.ep, lay.virtual_stages, lay.micro_batches)
+        return self._get(key, self._slots, b, setup, lay) + self.optimizer(setup, lay)
+
+    def _slots(self, b, setup, lay) -> float:
         slots = pipeline_slots(lay.micro_batches, lay.pp, lay.virtual_stages)  # the bubble
-        return sum(self.micro_batch(b, setup, lay)) * slots + self.optimizer(setup, lay)
+        return sum(self.micro_batch(b, setup, lay)) * slots
 
     def communication(self, b, setup, lay) -> tuple[float, float, float, float]:
         """Steps 2-4: (data-parallel, tensor-parallel, pipeline, expert-parallel) seconds of one step."""
         nvlink = self.g.interconnect_one_way
-        dp_link = nvlink if lay.world <= GPUS_PER_NODE else self.internode
+        p2p = nvlink if lay.world <= GPUS_PER_NODE else self.internode  # one GPU's NIC (step 3)
         ep_link = nvlink if lay.ep <= GPUS_PER_NODE else self.internode  # an ep group: consecutive ranks
         dp, tp, pp, ep = self._wire(b, setup, lay)
-        return _seconds(dp, dp_link), _seconds(tp, nvlink), _seconds(pp, dp_link), _seconds(ep, ep_link)
+        return dp, _seconds(tp, nvlink), _seconds(pp, p2p), _seconds(ep, ep_link)
 
     def estimate(self, b, setup, lay, times) -> StepEstimate:
         """The ``StepEstimate`` of a candidate whose ``step_times`` are ``times``."""
@@ -404,11 +437,12 @@ class _Pricing:
 
     def optimizer(self, setup, lay) -> float:
         """Step 1's AdamW step on the busiest GPU, / efficiency: over the TP-local model's parameters (its program's
-        ``exp_avg`` bytes), a pp-th of them under pp and a dp-th under ZeRO 1-3 (the states split evenly)."""
+        ``exp_avg`` bytes), a pp-th of them under pp and a dp-th under ZeRO 1-3 (HSDP: a shard-th; the states split
+        evenly)."""
         key = ("adamw", setup, lay.tp)
         whole = self._get(key, lambda: optimizer_seconds(self._program(local_config(self.cfg, lay), setup).param_bytes,
                                                           setup, self.cal))  # fmt: skip
-        return whole / (lay.pp * (lay.dp if lay.zero else 1)) / self.efficiency
+        return whole / (lay.pp * (lay.shard if lay.zero else 1)) / self.efficiency
 
     def _micro_batch_flops(self, b, setup, lay) -> int:
         """Step 1's FLOPs of one micro-batch (``rank_flops``: the TP-local model's, the head's Vl rows under
@@ -427,14 +461,23 @@ class _Pricing:
         f = max(rank_flops(self.cfg, self.seq, b, setup, one, r, s).hardware for s in stages for r in ranks)
         return f // lay.pp
 
-    def _wire(self, b, setup, lay) -> tuple[int, int, int, int]:
-        """Wire bytes of one step by group (dp, tp, pp, ep): TP and EP per micro-batch, k times; without pp
+    def _wire(self, b, setup, lay) -> tuple[float, int, int, int]:
+        """One step's data-parallel seconds (each group's wire bytes over its ``ring_bandwidth``) and tp, pp and ep
+        wire bytes: TP and EP per micro-batch, k times; without pp
         the FSDP2 all-gathers k times and the reduction once; under pp a stage's collectives are counted
         per step (collectives rules 8–10), each group's the busiest stage's; with virtual stages the
         pipeline rank's transfers (rule 11), its dp and tp groups' those of its 1F1B stage (every v alike)."""
         stages = sorted({0, min(1, lay.pp - 1), lay.pp - 1})  # a middle stage has two pipeline neighbours
         fields = (lay.dp, lay.zero, lay.tp, lay.sequence_parallel, lay.vocab_parallel, lay.pp, lay.micro_batches)
-        key = ("groups", b, setup.precision, setup.checkpoint, *fields, lay.ep)  # plan's other setup fields are fixed
+        key = (
+            "groups",
+            b,
+            setup.precision,
+            setup.checkpoint,
+            *fields,
+            lay.ep,
+            lay.replicate,
+        )  # other setup fields fixed
         dp, tp, ep = self._get(key, self._group_wire, b, setup, lay, stages)
         pp = 0
         if lay.pp > 1:  # the busiest stage's (pipeline rank's) transfers
@@ -442,16 +485,17 @@ class _Pricing:
             pp = self._get(key + (lay.virtual_stages,), self._pipeline_wire, b, setup, lay, stages)
         return dp, tp, pp, ep
 
-    def _group_wire(self, b, setup, lay, stages) -> tuple[int, int, int]:
-        """(dp, tp, ep) wire bytes of ``_wire``."""
+    def _group_wire(self, b, setup, lay, stages) -> tuple[float, int, int]:
+        """(dp seconds, tp wire bytes, ep wire bytes) of ``_wire``."""
         k, ck = lay.micro_batches, setup.checkpoint
         m = k if lay.pp > 1 else 1  # the collectives read m under pp only
         moe = (b, ck) if lay.ep > 1 else None  # the all-to-alls read the micro-batch and the checkpointing
-        dp = tp = ep = 0
+        dp, tp, ep = 0.0, 0, 0
         for s in stages:
             if lay.dp > 1:  # they read neither sequence parallel nor the checkpointing, nor k; under pp m only
                 passes = sharded_passes(lay, s) if lay.pp > 1 and lay.fsdp else None  # as FSDP2's passes (rule 9)
                 key = ("dp", setup.precision, lay.dp, lay.zero, lay.tp, lay.vocab_parallel, lay.pp, passes, lay.ep)
+                key += (lay.replicate,)
                 gathers, rest, each = self._get(key + (moe, s), self._data_parallel_wire, b, setup, lay, s)
                 # without pp FSDP2 gathers at every micro-batch, and the all-to-alls run at each
                 dp, ep = max(dp, (k if lay.pp == 1 else 1) * gathers + rest), max(ep, k * each)
@@ -470,19 +514,27 @@ class _Pricing:
         sent = lambda s: sum(wire_bytes(c, 2) for c in pipeline_collectives(self.cfg, self.seq, b, setup, lay, s))
         return max(map(sent, stages))
 
-    def _data_parallel_wire(self, b, setup, lay, s) -> tuple[int, int, int]:
-        """(all-gathers, the rest, all-to-alls) wire bytes of stage ``s``'s data-parallel collectives in one step
-        (``_group_wire`` repeats the all-gathers k times without pp, the all-to-alls k times)."""
-        gathers = rest = ep = 0
+    def _data_parallel_wire(self, b, setup, lay, s) -> tuple[float, float, int]:
+        """(all-gathers' seconds, the rest's seconds, all-to-alls' wire bytes) of stage ``s``'s data-parallel
+        collectives in one step (``_group_wire`` repeats the all-gathers k times without pp, the all-to-alls k
+        times).  A dp group's ranks are tp apart (the mesh is (pp, dp, tp)); the expert units' ("dp/ep": the
+        ranks holding the same experts) ep·tp apart."""
+        gathers = rest = 0.0
+        ep = 0
         for c in data_parallel_collectives(self.cfg, self.seq, b, setup, lay, False, 0, s):
             if c.group == "ep":
                 ep += wire_bytes(c, lay.ep)
                 continue
-            wire = wire_bytes(c, lay.dp // lay.ep if c.group == "dp/ep" else lay.dp)  # "dp/ep": the expert units
+            ranks, stride = {
+                "dp/ep": (lay.dp // lay.ep, lay.ep * lay.tp),  # the expert units: the ranks holding the same experts
+                "dp_shard": (lay.shard, lay.tp),  # HSDP's shard group: consecutive dp ranks
+                "dp_replicate": (lay.replicate, lay.shard * lay.tp),  # HSDP's replicas
+            }.get(c.group, (lay.dp, lay.tp))
+            seconds = wire_bytes(c, ranks) / ring_bandwidth(ranks, stride, self.g.interconnect_one_way, self.internode)
             if c.kind == "all_gather":
-                gathers += wire
+                gathers += seconds
             else:
-                rest += wire
+                rest += seconds
         return gathers, rest, ep
 
 
@@ -587,28 +639,41 @@ def plan(
         raise AccountingError(
             f"no layout of {gpus[0]}..{gpus[1]} GPUs splits {sequences:,} sequences evenly over its data-parallel ranks"
         )
-    fitting, failed, smallest, floors, checked = [], {}, None, [], 0
-    for _, _, _, b, setup, lay, times in _by_gpu_hours(pending, pricing):
-        if len(fitting) == top:
-            break
-        checked += 1
+    fitting, failed, smallest, floors, seen = [], {}, None, [], {}
+
+    def check(b, setup, lay, times) -> Candidate | None:
+        """The candidate if it fits the GPU, else None (each candidate checked once: the frontier's search
+        reads the ranking's)."""
+        nonlocal smallest
+        key = (b, setup, lay)
+        if key in seen:
+            return seen[key]
+        seen[key] = None
         chain = (lay.dp, lay.zero, lay.tp, lay.sequence_parallel, lay.vocab_parallel, lay.pp, lay.ep, setup.checkpoint)
-        chain += (lay.virtual_stages,)
+        chain += (lay.virtual_stages, lay.replicate)
         if prune and b >= failed.get(chain, b + 1):
-            continue  # a smaller micro-batch of the same layout does not fit: the peak grows with b (1F1B; not
+            return None  # a smaller micro-batch of the same layout does not fit: the peak grows with b (1F1B; not
             # under interleaving, whose order changes with m = sequences / b: no chain is recorded there)
         need, exact = _need(cfg, seq, b, setup, lay, g, allowance, exact=not prune)
         if need <= g.cuda_total:
             peak_exact = peaks_exact(setup, lay, cfg) and not not_modelled(cfg, seq, setup)
             estimate = pricing.estimate(b, setup, lay, times)
-            fitting.append(Candidate(lay, setup.checkpoint, b, lay.micro_batches, need, *times, peak_exact, estimate))
-            continue
+            seen[key] = Candidate(lay, setup.checkpoint, b, lay.micro_batches, need, *times, peak_exact, estimate)
+            return seen[key]
         if lay.virtual_stages == 1:
             failed[chain] = min(b, failed.get(chain, b))
         if exact and (smallest is None or need < smallest[0]):
             smallest = (need, lay.label, setup.checkpoint, b)
         elif not exact:
             floors.append((need, b, setup, lay))
+        return None
+
+    for _, _, _, b, setup, lay, times in _by_gpu_hours(pending, pricing):
+        if len(fitting) == top:
+            break
+        if (c := check(b, setup, lay, times)) is not None:
+            fitting.append(c)
+    checked = len(seen)
     if not fitting:  # the smallest need, exact: replay the floored candidates that might have it, lowest first
         for floor, b, setup, lay in sorted(floors, key=lambda f: f[0]):
             if smallest is not None and floor >= smallest[0]:
@@ -639,10 +704,54 @@ def plan(
                 else "use more GPUs or a larger GPU"
             )
         )
+    fastest = ()
+    if own is None:
+        fastest = _fastest_per_gpu_count(
+            cfg, pending, pricing, check, g.cuda_total - allowance, fitting[0].layout.world
+        )
     return Plan(
         cfg, g, seq, global_batch_tokens, tokens, efficiency, internode_bw, basis, price_per_gpu_hour,
-        len(pending), checked, tuple(fitting), top, None if own is None else own.describe(),
+        len(pending), checked, tuple(fitting), top, None if own is None else own.describe(), fastest,
     )  # fmt: skip
+
+
+def _fastest_per_gpu_count(cfg: ModelConfig, pending: list, pricing: _Pricing, check, budget: int, cheapest: int):
+    """The fastest fitting candidate at each GPU count W of ``pending`` from ``cheapest`` (the GPU count of the
+    fewest GPU-hours) up (``check``: the ranking's fit check, shared): W's candidates in their order (at one W,
+    GPU-hours order is step-time order) until one fits.  Skipped unchecked, because no candidate there can be on
+    the frontier (``frontier``) or fit:
+    1. W below ``cheapest``: a candidate there has at least the cheapest's GPU-hours h, so at least h / W / 24
+       days, more than the cheapest's h / cheapest / 24: dominated;
+    2. a W whose every layout holds more than the budget: amp-bf16 keeps 16 bytes of model states per parameter
+       (the fp32 parameter, its gradient and AdamW's two moments) on some rank, so the busiest of W ranks holds
+       at least 16·P/W, a lower bound of its peak whatever the layout."""
+    worlds: dict[int, list] = {}
+    for p in pending:
+        worlds.setdefault(p[4].world, []).append(p)
+    states = AMP_STATE_BYTES * parameter_breakdown(cfg).total
+    out = []
+    for w in sorted(worlds):
+        if w < cheapest or -(-states // w) > budget:
+            continue
+        for _, _, _, b, setup, lay, times in _by_gpu_hours(worlds[w], pricing):
+            if (c := check(b, setup, lay, times)) is not None:
+                out.append(c)
+                break
+    return tuple(out)
+
+
+AMP_STATE_BYTES = 16
+"""Model-state bytes per parameter under amp-bf16 with fp32 parameters and AdamW: parameter 4 + gradient 4 +
+exp_avg 4 + exp_avg_sq 4 (``analytic.memory``'s model states)."""
+
+
+def frontier(candidates: tuple[Candidate, ...]) -> list[bool]:
+    """Whether each candidate is on the frontier of time against GPU-hours: no other one takes at most its step
+    time and at most its GPU-seconds per step (step · W), one of them less (the steps to train are the same for
+    every candidate, so days and GPU-hours are these times a constant); equal within rounding (1e-9) is equal."""
+    cost = [(c.step_s, c.step_s * c.layout.world) for c in candidates]
+    le = lambda x, y: x <= y * (1 + 1e-9)  # equal up to rounding: dp 32 and dp 256 of one layout cost the same
+    return [not any(le(t, s) and le(h, g) and not (le(s, t) and le(g, h)) for t, h in cost) for s, g in cost]
 
 
 @dataclass(frozen=True)
@@ -674,7 +783,7 @@ class OwnLayout:
             raise AccountingError(f"{lay.label}: expert parallel is planned under FSDP2 (--zero 2 or 3)")
         if lay.tp > GPUS_PER_NODE:
             raise AccountingError(f"{lay.label}: tp={lay.tp} spans nodes; plan keeps a TP group within one node")
-        fields = ("dp", "zero", "tp", "sequence_parallel", "vocab_parallel", "pp", "ep", "virtual_stages")
+        fields = ("dp", "zero", "tp", "sequence_parallel", "vocab_parallel", "pp", "ep", "virtual_stages", "replicate")
         yield {f: getattr(lay, f) for f in fields}
 
     def micro_batches(self, sizes: list[int], per_rank: int) -> list[int]:
@@ -692,7 +801,7 @@ class OwnLayout:
 def _families(cfg: ModelConfig, seq: int, gpus: tuple[int, int], sequences: int):
     """The ``ParallelLayout`` fields of every candidate of the module docstring but its micro-batch count:
     for each GPU count W, tp, pp, dp = W / (tp·pp) splitting the sequences evenly, ZeRO stage, sequence
-    parallel and ep."""
+    parallel, ep and HSDP's replicate degree (``_replicate_degrees``)."""
     dense = not (cfg.moe or cfg.mla)  # a mixture of experts or MLA: data (and expert) parallel only
     for w in _powers(*gpus):
         for tp in (1, 2, 4, 8) if dense else (1,):
@@ -706,20 +815,37 @@ def _families(cfg: ModelConfig, seq: int, gpus: tuple[int, int], sequences: int)
                         for vp in (False, True) if tp > 1 and not cfg.tie_embeddings else (False,):
                             for ep in _expert_degrees(cfg, dp, zero):
                                 for v in _virtual_stages(cfg, pp):
-                                    yield {
-                                        "dp": dp, "zero": zero, "tp": tp, "sequence_parallel": sp,
-                                        "vocab_parallel": vp, "pp": pp, "ep": ep, "virtual_stages": v,
-                                    }  # fmt: skip
+                                    for r in _replicate_degrees(dp, zero, tp, pp, ep):
+                                        yield {
+                                            "dp": dp, "zero": zero, "tp": tp, "sequence_parallel": sp,
+                                            "vocab_parallel": vp, "pp": pp, "ep": ep, "virtual_stages": v,
+                                            "replicate": r,
+                                        }  # fmt: skip
                 pp *= 2
 
 
+MAX_VIRTUAL = 8
+"""The most virtual stages ``plan`` enumerates (a cap on its search, not on the layout: ``--virtual-stages``
+prices any; torchtitan's published 405B run used 2, NeMo's Llama-2 runs 10 and 20 with 4 stages or fewer)."""
+
+
+def _replicate_degrees(dp: int, zero: int, tp: int, pp: int, ep: int) -> list[int]:
+    """replicate = 1, and under FSDP2 without pp or ep, HSDP's dp / shard for every shard group that fits one node:
+    shard a power of two, 2 <= shard, shard·tp <= 8, leaving at least two replicas (``ParallelLayout``)."""
+    if zero < 2 or pp > 1 or ep > 1:
+        return [1]
+    shards = [s for s in (2, 4, 8) if s * tp <= GPUS_PER_NODE and dp % s == 0 and dp // s >= 2]
+    return [1] + [dp // s for s in shards]
+
+
 def _virtual_stages(cfg: ModelConfig, pp: int) -> list[int]:
-    """v = 1, and under pp every power of two v > 1 whose pp·v stages split the layers evenly (Megatron's
-    interleaved schedule asks the layers per stage to be a whole number of chunks)."""
+    """v = 1, and under pp every power of two v > 1 whose pp·v stages have a block each: split as torch's
+    pipelining and torchtitan split them, the first L mod pp·v stages one block more (``analytic.parallel
+    .stage_layers``; Llama 3 405B's 126 layers over pp 16 × v 2), not only where pp·v divides the layers (Megatron's
+    rule); v up to ``MAX_VIRTUAL``."""
     out, v = [1], 2
-    while pp > 1 and pp * v <= cfg.num_layers:
-        if cfg.num_layers % (pp * v) == 0:
-            out.append(v)
+    while pp > 1 and pp * v <= cfg.num_layers and v <= MAX_VIRTUAL:
+        out.append(v)
         v *= 2
     return out
 

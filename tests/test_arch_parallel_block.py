@@ -15,8 +15,8 @@ attention, parameters by name, FlopCounterMode at 1,024 and 2,048 tokens.
 
 Memory: transformers' Cohere, Cohere2, GPT-NeoX, Phi and GPT-J have programs in the op library
 (``analytic/ops/transformers/``: ``cohere.py``, ``gpt_neox.py``, ``phi.py``, ``gptj.py``), their steps equal to the
-real models' measured on meta (tests/test_ops_transformers_parallel.py); Falcon has none: model states only, with
-the reason named.
+real models' measured on meta (tests/test_ops_transformers_parallel.py); Falcon's program
+(``falcon.py``) is proven in tests/test_ops_transformers_dense_zoo.py.
 Our own model of each (``--impl course``) is replayed by the course program, parallel block included
 (``test_course_program_equals_the_live_model``), except its q/k norms of LayerNorm kind or with per-head gains.
 """

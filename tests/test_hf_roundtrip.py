@@ -35,6 +35,8 @@ from test_arch_bloom import CONFIGS as BLOOM
 from test_arch_dsa import CONFIGS as DSA
 from test_arch_dsa import TINY_CONFIGS as DSA_TINY
 from test_arch_ernie4_5_moe import CONFIGS as ERNIE
+from test_arch_llama4 import CONFIGS as LLAMA4
+from test_arch_llama4 import PUBLISHED as LLAMA4_PUBLISHED
 from test_arch_olmo import CONFIGS as OLMO
 from test_arch_parallel_block import CONFIGS as PARALLEL
 from test_arch_qwen2_moe import CONFIGS as QWEN2_MOE
@@ -264,6 +266,8 @@ HUB_FILES = {
     **RELU,
     **DSA,
     **DSA_TINY,
+    **LLAMA4,
+    **LLAMA4_PUBLISHED,
 }
 
 

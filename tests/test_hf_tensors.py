@@ -20,6 +20,7 @@ transformers = pytest.importorskip("transformers")
 from test_arch_bloom import CONFIGS as BLOOM
 from test_arch_dsa import TINY_CONFIGS as DSA
 from test_arch_ernie4_5_moe import CONFIGS as ERNIE
+from test_arch_llama4 import CONFIGS as LLAMA4
 from test_arch_olmo import CONFIGS as OLMO
 from test_arch_parallel_block import CONFIGS as PARALLEL
 from test_arch_qwen2_moe import CONFIGS as QWEN2_MOE
@@ -45,6 +46,7 @@ def one_per_type() -> dict[str, dict]:
         [QWEN3_NEXT, QWEN3_5_TEXT, QWEN3_5_MOE["text_config"]],  # the Gated DeltaNet hybrids' text models
         [*RELU.values()],  # OPT, Nemotron
         [*DSA.values()],  # DeepSeek-V3.2, GLM-5
+        [*LLAMA4.values()],  # Llama 4's text model
     ]
     for table in tables:
         for values in table:

@@ -235,6 +235,7 @@ def test_every_supported_model_type_is_proven_here_or_in_the_truth_tests():
     from test_arch_bloom import CONFIGS as BLOOM
     from test_arch_dsa import TINY_CONFIGS as DSA
     from test_arch_ernie4_5_moe import CONFIGS as ERNIE
+    from test_arch_llama4 import CONFIGS as LLAMA4
     from test_arch_olmo import CONFIGS as OLMO
     from test_arch_parallel_block import CONFIGS as PARALLEL
     from test_arch_qwen2_moe import CONFIGS as QWEN2_MOE
@@ -249,6 +250,7 @@ def test_every_supported_model_type_is_proven_here_or_in_the_truth_tests():
     pieces = {c["model_type"] for c, _ in [*GPT_OSS.values(), *BLOOM.values()]}
     pieces |= {c["model_type"] for c in [*QWEN2_MOE.values(), *OLMO.values(), *ERNIE.values()]}
     pieces |= {c["model_type"] for c in [*HYBRIDS.values(), *RELU.values(), *DSA.values()]}
+    pieces |= {c["model_type"] for c in LLAMA4.values()}
     pieces |= {c["model_type"] for c in PARALLEL.values()} - set(ZOO)  # StableLM's parallel variant: a ZOO type
     assert first | set(ZOO) | pieces == set(SUPPORTED_MODEL_TYPES)
     assert not first & set(ZOO) and not pieces & (first | set(ZOO))
@@ -789,8 +791,8 @@ def test_every_read_type_names_transformers_class():
 
 @pytest.mark.parametrize("name", ["SmolLM3-3B", "OLMoE-1B-7B-0924", "starcoderbase"])
 def test_a_zoo_config_json_runs_account_and_memory(name, run_cli, tmp_path):
-    """SmolLM3 and OLMoE have a program (``ops.transformers.PROGRAMS``): their step is predicted; the other gets
-    model states."""
+    """SmolLM3, StarCoder (gpt_bigcode) and OLMoE have programs (``ops.transformers.PROGRAMS``): their steps are
+    predicted."""
     import json
 
     path = tmp_path / name / "config.json"
@@ -801,11 +803,12 @@ def test_a_zoo_config_json_runs_account_and_memory(name, run_cli, tmp_path):
     assert r.code == 0 and json.loads(r.out)["parameters"]["total"] == total, r.err
     r = run_cli("memory", path, "--context", 1024)
     assert r.code == 0, r.err
-    predicted = {"SmolLM3-3B": "SmolLM3ForCausalLM", "OLMoE-1B-7B-0924": "OlmoeForCausalLM"}
-    if name in predicted:
-        assert f"{predicted[name]}, training mode" in r.out and "model states only" not in r.out
-    else:
-        assert "does not model" in r.out and "model states only" in r.out.splitlines()[1]
+    classes = {
+        "SmolLM3-3B": "SmolLM3ForCausalLM",
+        "starcoderbase": "GPTBigCodeForCausalLM",
+        "OLMoE-1B-7B-0924": "OlmoeForCausalLM",
+    }
+    assert f"{classes[name]}, training mode" in r.out and "model states only" not in r.out
     r = run_cli("memory", path, "--context", 1024, "--impl", "course")
     assert r.code == 0 and "--impl course: our TransformerLM" in r.out, r.err
 

@@ -156,7 +156,7 @@ def test_plan_prices_the_step_of_a_small_layout_by_hand():
 
 
 def test_plan_enumerates_virtual_stages():
-    """``plan`` tries v = 2 beside v = 1 where pp·v divides the layers, and only with pp (2 GPUs: pp 2
+    """``plan`` tries v = 2 beside v = 1 where pp·v stages have a block each, and only with pp (2 GPUs: pp 2
     alone, or beside dp or tp 2 on 4 GPUs)."""
     from lm_accounting.plan import plan
 

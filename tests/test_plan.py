@@ -100,7 +100,7 @@ def test_plan_json(run_cli):
     )
     assert r.code == 0, r.err
     data = json.loads(r.out)
-    assert data["schema"] == "lm-accounting/plan/6" and len(data["best"]) == 10 and data["own_layout"] is None
+    assert data["schema"] == "lm-accounting/plan/7" and len(data["best"]) == 10 and data["own_layout"] is None
     # the best 10 found before every candidate was checked: how many fit in all is not known
     assert data["candidates_checked"] < data["candidates_evaluated"] and data["candidates_fitting"] is None
     best = data["best"][0]
@@ -343,15 +343,19 @@ def test_torchtitans_70b_layout_fits_on_256_gpus():
 def test_llama_405b_on_16k_gpus_considers_16_pipeline_stages():
     """Issue 27's check: Llama 3 405B was trained with TP 8 and PP 16; ``plan llama-3.1-405b --gpus 16384
     --global-batch-tokens 16777216`` considers such a layout (126 layers over 16 uneven stages) and gives its
-    peak, the worst stage's (``plan.MAX_PP`` was 8)."""
+    peak, the worst stage's (``plan.MAX_PP`` was 8), with and without interleaving: 16 · v stages of 126 layers
+    are uneven for every v > 1, and ``plan`` tries v = 2 and 4 (32 and 64 stages; 8 would be 128 > 126)."""
     from lm_accounting.config import load_config
 
     cfg = load_config("llama-3.1-405b")
     result = plan(cfg, "h100-80gb", (16384, 16384), 8192, 16 * 1024 * 1024, 156 * 10**11, top=10**6)
     deep = [c for c in result.ranked if c.layout.tp == 8 and c.layout.pp == 16]
     assert deep and all(c.per_gpu <= gpu("h100-80gb").cuda_total for c in deep) and {c.layout.dp for c in deep} == {128}
-    # beside FSDP2 the stage is replayed, exact; beside DDP/ZeRO-1 × TP it is an estimate (limits.md)
-    assert all(c.peak_exact == (c.layout.zero >= 2) for c in deep) and any(c.peak_exact for c in deep)
+    assert {c.layout.virtual_stages for c in deep} == {1, 2, 4}
+    # 1F1B beside FSDP2: the stage is replayed, exact; beside DDP/ZeRO-1 × TP, or interleaved beside FSDP2 (the
+    # stage replay is exact alone or beside DDP/ZeRO-1 and TP), an estimate (limits.md)
+    one = [c for c in deep if c.layout.virtual_stages == 1]
+    assert all(c.peak_exact == (c.layout.zero >= 2) for c in one) and any(c.peak_exact for c in one)
 
 
 def test_your_own_layout_is_priced_alone_as_the_enumeration_prices_it(run_cli):
@@ -421,6 +425,16 @@ def test_pruning_finds_what_the_brute_force_finds(name, gpus, gpu_name):
     pruned, brute = plan(*args, top=10**6), plan(*args, top=10**6, prune=False)
     assert brute.checked == brute.evaluated == pruned.evaluated and brute.complete
     assert pruned.ranked == brute.ranked and len(brute.ranked) > 10
+    # the fastest at each GPU count from the cheapest's up: the first of that count in the complete ranking (at
+    # one count GPU-hours order is step order); a smaller count is dominated by the cheapest (more days, at least
+    # its GPU-hours), so its absence loses no frontier point
+    cheapest, first = brute.ranked[0], {}
+    for c in brute.ranked:
+        first.setdefault(c.layout.world, c)
+        if c.layout.world < cheapest.layout.world:
+            assert c.step_s > cheapest.step_s and c.step_s * c.layout.world >= cheapest.step_s * cheapest.layout.world
+    expected = tuple(first[w] for w in sorted(first) if w >= cheapest.layout.world)
+    assert pruned.fastest == brute.fastest == expected
 
 
 def test_plan_prints_mfu_and_hfu_from_its_own_step():
@@ -441,3 +455,34 @@ def test_plan_prints_mfu_and_hfu_from_its_own_step():
         assert 0 < row["mfu"] <= row["hfu"] < 1
         if c.checkpoint == "full":
             assert row["mfu"] < row["hfu"]  # recompute runs FLOPs the model does not count
+
+
+def test_the_frontier_of_days_against_gpu_hours_by_hand():
+    """``plan.frontier``: (step s, GPUs) → GPU-seconds a step: A (10 s, 8) 80; B (5 s, 16) 80; C (4 s, 32) 128;
+    D (4 s, 64) 256; E (3 s, 64) 192.  B takes fewer days than A for the same GPU-hours: A is off; C is on (fastest
+    at 128); D is off (C as fast for less); E is on (fastest).  Equal within rounding counts as equal (dp 32 and
+    dp 256 of one layout: 1e-12 apart)."""
+    from lm_accounting.layout import ParallelLayout
+    from lm_accounting.plan import Candidate, frontier
+
+    def cand(step, world):
+        return Candidate(ParallelLayout(dp=world), "full", 1, 1, 0, step, 0.0, 0.0, 0.0, 0.0, True)
+
+    points = [cand(10, 8), cand(5, 16), cand(4, 32), cand(4, 64), cand(3, 64)]
+    assert frontier(tuple(points)) == [False, True, True, False, True]
+    twins = (cand(2.0, 8), cand(2.0 * (1 + 1e-12), 8))
+    assert frontier(twins) == [True, True]
+
+
+def test_plan_json_lists_the_fastest_layout_at_each_gpu_count(run_cli):
+    """``fastest_per_gpu_count``: one row per GPU count from the cheapest's up, each with ``frontier``; the first is
+    the best row of ``best`` (the cheapest is the fastest at its own count)."""
+    import json
+
+    r = run_cli("plan", "llama-3-8b", "--gpus", "8..64", "--tokens", "1e12", "--context", "8192", "--format", "json")
+    assert r.code == 0, r.err
+    d = json.loads(r.out)
+    rows = d["fastest_per_gpu_count"]
+    assert rows[0] == {**d["best"][0], "frontier": True}
+    assert [x["gpus"] for x in rows] == sorted({x["gpus"] for x in rows}) and rows[-1]["gpus"] <= 64
+    assert all(isinstance(x["frontier"], bool) for x in rows)

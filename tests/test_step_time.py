@@ -134,12 +134,13 @@ def test_qwen3_small_width_within_10_percent(impl):
     assert t.forward.memory_bound + t.backward.memory_bound > t.forward.gemm + t.backward.gemm
 
 
-def test_qwen3_on_the_h200_is_low_by_its_strided_elementwise_kernels():
-    """On the H200 the course step (full checkpointing) is 10-12% low: its non-GEMM kernels took 17% less time than on
-    the H100 where the copy bandwidth grew 30% (reports/calibration/h200.md names the cause); transformers' is within
-    10%."""
+def test_qwen3_on_the_h200_within_10_percent():
+    """On the H200 both Qwen3-0.6B steps are within 10%, low (course, full checkpointing: −11.1% while the repeated
+    blocks' backward sums were recorded once, ``test_the_recorded_work_is_each_blocks``; what is left is mostly its
+    strided fp32 elementwise kernels, which fell 17% from the H100 where the copy bandwidth grew 30%:
+    reports/calibration/h200/step_kernels.csv)."""
     course, measured, _ = predicted("course", "qwen3-0.6b", "sdpa+full+amp-bf16+fused", "h200")
-    assert -0.12 < course.seconds / measured - 1 < -0.10
+    assert -0.10 < course.seconds / measured - 1 < 0
     hf, measured, _ = predicted("transformers", "qwen3-0.6b", "sdpa+none+amp-bf16+fused", "h200")
     assert -0.10 < hf.seconds / measured - 1 < 0
 
@@ -312,3 +313,36 @@ def test_the_step_line_names_whose_step_it_is(run_cli):
     """The header names the implementation priced, in English: "transformers' step", "course's step"."""
     assert "(transformers' step, setup" in run_cli("train-time", "qwen3-0.6b", "--impl", "transformers").out
     assert "(course's step, setup" in run_cli("train-time", "gpt2-small").out
+
+
+def _extended(two, three, blocks: int) -> tuple:
+    """The phases of a model of ``blocks`` alike blocks from its 2- and 3-block programs: every GEMM and attention
+    count, byte line and kernel count c(2) + (blocks − 2)·(c(3) − c(2)) (a block's work is each copy's)."""
+    line = lambda a, b: a + (blocks - 2) * (b - a)
+    counts = lambda x, y: {k: line(x.get(k, 0), y.get(k, 0)) for k in {**x, **y}}
+    return tuple(
+        (counts(g2, g3), counts(a2, a3), (line(t2[0], t3[0]), line(t2[1], t3[1])), line(k2, k3))
+        for (g2, a2, t2, k2), (g3, a3, t3, k3) in zip(two.phases, three.phases, strict=True)
+    )
+
+
+@pytest.mark.parametrize("blocks", [5, 32])
+@pytest.mark.parametrize(
+    "setup",
+    [
+        TrainingSetup(attention="sdpa", precision="amp-bf16", checkpoint="full"),
+        TrainingSetup(attention="naive", precision="fp32"),
+        TrainingSetup(attention="sdpa", precision="bf16", checkpoint="selective", optimizer="for-loop"),
+        TrainingSetup(attention="naive", precision="amp-bf16", checkpoint="selective"),
+    ],
+    ids=lambda s: s.label,
+)
+def test_the_recorded_work_is_each_blocks(setup, blocks):
+    """Real training runs every block's kernels: the work of L alike blocks is the 2-block step's plus L − 2 times
+    the third block's.  The replay stands one block for its repeated copies (``tensors.repeated``); their
+    backward's gradient sums, their parameters' gradients and selective checkpointing's cached matmuls (no kernel)
+    were recorded once, or wrongly, in a deep model (70B: 10 % of the backward's kernels missing)."""
+    cfg = load_config("llama-3-8b").with_context(512)
+    two, three, whole = (program(cfg.with_layers(n), 512, setup, "course") for n in (2, 3, blocks))
+    assert whole.phases == _extended(two, three, blocks)
+    assert whole.param_bytes == two.param_bytes + (blocks - 2) * (three.param_bytes - two.param_bytes)

@@ -14,7 +14,7 @@ import pytest
 from lm_accounting.analytic.step_time import CALIBRATION_DIR, Program, load, predict_step_time
 from lm_accounting.config import ModelConfig
 from lm_accounting.layout import ParallelLayout
-from lm_accounting.plan import estimate_step
+from lm_accounting.plan import estimate_step, ring_bandwidth
 from lm_accounting.setup import TrainingSetup
 
 SMALL = ModelConfig(vocab_size=64, context_length=32, num_layers=2, d_model=16, num_heads=2, d_ff=32, name="small")
@@ -62,18 +62,34 @@ def test_a_small_tensor_parallel_step_by_hand():
 def test_data_parallel_collectives_overlap_the_compute_until_they_are_longer():
     """FSDP2 ZeRO 3 over 16 ranks (two nodes): 7,248 parameters (tests/test_plan.py), every row count divisible by
     16 (no padding); all-gathers of the bf16 parameters twice (forward and backward), a reduce-scatter of the fp32
-    gradients once, 15/16 of each on the wire.  Over the inter-node link, rule 3 overlaps them with the compute:
-    at 50 GB/s they hide behind it (step = compute); at 1 MB/s they are longer (step = their time)."""
+    gradients once, 15/16 of each on the wire.  The 16 ranks are 8 on each node: NCCL's rings, one per NIC, carry
+    them at 8 NICs × the inter-node link (8 × 50 = 400 GB/s, under NVLink's 450).  Rule 3 overlaps them with
+    the compute: at 50 GB/s per NIC they hide behind it (step = compute); at 1 MB/s they are longer (step = their
+    time, over 8 × 1 MB/s)."""
     lay = ParallelLayout(dp=16, zero=3)
     wire = 2 * (2 * 7_248 * 15 // 16) + 4 * 7_248 * 15 // 16
     fast = estimate_step(SMALL, "h100-80gb", 32, 2, AMP, lay)
-    assert fast.times[1] == pytest.approx(wire / 50e9, rel=1e-12) and fast.times[1] < fast.times[0]
+    assert fast.times[1] == pytest.approx(wire / 400e9, rel=1e-12) and fast.times[1] < fast.times[0]
     assert fast.step_seconds == fast.times[0] and fast.exposed_communication == 0
     slow = estimate_step(SMALL, "h100-80gb", 32, 2, AMP, lay, internode_bw=10**6)
-    assert slow.times[0] == fast.times[0] and slow.step_seconds == pytest.approx(wire / 1e6, rel=1e-12)
+    assert slow.times[0] == fast.times[0] and slow.step_seconds == pytest.approx(wire / 8e6, rel=1e-12)
     # AdamW over a 16th of the states: the compute is the whole model's forward + backward and that share
     t = predict_step_time(SMALL, 32, AMP, impl="course", batch=2)
     assert fast.times[0] == pytest.approx(t.forward.seconds + t.backward.seconds + t.optimizer_step / 16, rel=1e-12)
+
+
+def test_a_ring_spanning_nodes_runs_at_its_ranks_per_node_times_the_nic():
+    """Rule 3's ring bus bandwidth (``plan.ring_bandwidth``), by hand on 8-GPU H100 nodes (NVLink 450 GB/s one
+    way) with 50 GB/s NICs, one per GPU: a group inside a node runs on NVLink; across nodes each of its ranks on a
+    node brings one NIC (ranks stride apart: 8 // stride of them per node, at most the group), capped by NVLink."""
+    link = lambda ranks, stride, nic=50e9: ring_bandwidth(ranks, stride, NVLINK, nic)
+    assert link(8, 1) == 450e9  # one node
+    assert link(4, 2) == 450e9  # dp 4 beside tp 2: ranks 0, 2, 4, 6
+    assert link(16, 1) == 400e9  # 8 ranks a node: 8 NICs
+    assert link(64, 2) == 200e9  # beside tp 2: 4 ranks a node
+    assert link(64, 8) == 50e9  # beside tp 8: one rank a node, one NIC
+    assert link(2, 8) == 50e9  # dp 2 beside tp 8: two nodes, one NIC each
+    assert link(16, 1, nic=100e9) == 450e9  # 8 × 100 GB/s, capped by NVLink
 
 
 MODEL = ("llama-3-8b", "--set", "num_layers=2")

@@ -77,6 +77,12 @@ dtype (fp32 under amp-bf16).  Per layout (checked against the fake-PG run in tes
    (``analytic.pipeline.interleaved_gathers``).  Measured per pipeline rank
    (``measure.pipeline.measure_interleaved_rank``, tests/test_pipeline_interleaved.py) alone and beside DDP,
    ZeRO-1, TP and FSDP2.
+12. HSDP (``replicate`` r, shard groups of s = D/r ranks; torch 2.13 ``_fsdp_collectives.foreach_reduce``):
+   rule 1 over the shard group (group "dp_shard": the all-gathers and reduce-scatters of units padded to
+   multiples of s rows), then each unit's reduce-scatter output, its R/s-byte shard in the reduce dtype,
+   all-reduced over the replicate group (group "dp_replicate": L+1 all-reduces of R/s in all, backward).
+   Wire bytes per rank: (s−1)/s·G (twice under zero 3) and (s−1)/s·R within the shard group, 2·(r−1)/r·R/s
+   across the replicas.
 """
 
 from __future__ import annotations
@@ -170,6 +176,8 @@ def data_parallel_collectives(
     """Rules 1, 2, 6, 7 and 9 (``step_collectives``): over the data-parallel ranks (dp > 1).  They read
     neither sequence parallel nor (but the all-to-alls) the batch: ``plan`` caches them so.  ``passes``:
     FSDP2's gathering passes of a pipeline stage where not rule 9's (an interleaved chunk's, rule 11)."""
+    if layout.replicate > 1:  # rule 12
+        return hsdp_collectives(cfg, setup, layout)
     out: list[Collective] = []
     e = 2 if setup.param_dtype == "bf16" else 4
     where = (layout.pp, stage) if layout.pp > 1 else None
@@ -194,6 +202,16 @@ def data_parallel_collectives(
     if layout.zero == 1:
         out.append(Collective("broadcast", "optimizer_step", "dp", params, total, "updated parameters, Σ n·e"))
     return out
+
+
+def hsdp_collectives(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout) -> list[Collective]:
+    """Rule 12: rule 1 over the shard group, and each unit's sharded gradients all-reduced over the replicas."""
+    group = layout.shard_group()
+    st = model_states(cfg, setup, group)
+    out = _fsdp_collectives(cfg.num_layers + 1, st.unsharded_all, "dp_shard", "", setup, group)
+    reduced = next(c.payload for c in out if c.kind == "reduce_scatter") // layout.shard
+    text = "every unit's reduce-scatter output (R/s)"
+    return [*out, Collective("all_reduce", "backward", "dp_replicate", cfg.num_layers + 1, reduced, text)]
 
 
 def tensor_parallel_collectives(

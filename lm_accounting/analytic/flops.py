@@ -4,7 +4,10 @@ Convention (CS336 assignment 1, problem transformer_accounting): multiplying an
 (m x n) matrix by an (n x p) matrix costs 2·m·n·p FLOPs, and only matrix
 multiplies are counted.  Attention counts the full S x S square, as the course,
 fvcore, FlopCounterMode and DeepSpeed all do; the causal-halved figure is a
-separate, labelled extra.  Elementwise work (norms, softmax, SiLU, RoPE, residual
+separate, labelled extra.  Llama 4 is counted as transformers' code runs it and FlopCounterMode
+counts it: every routed expert on every token (``expert_rows``: T·E rows) and the full square on its
+chunked layers; the routed top-k (what its router selects) and the chunked pairs are labelled extras
+(``routed_top_k_forward_flops``, ``chunked_attention_flops``).  Elementwise work (norms, softmax, SiLU, RoPE, residual
 adds) is estimated by ``nonmatmul_flops`` under its own stated convention and is
 never added to the matmul total.
 
@@ -14,6 +17,7 @@ number of tokens is T = B·S.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -57,8 +61,49 @@ def projection_flops(tokens: int, params: int) -> int:
 
 def routed_expert_flops(cfg: ModelConfig, tokens: int) -> int:
     """One matrix (W1, W2 or W3) of the routed experts: each token goes to k experts,
-    (T·k x d) @ (d x d_e) in all; the E − k others do nothing for it."""
-    return matmul_flops(tokens * cfg.experts_per_token, cfg.d_model, cfg.expert_width)
+    (T·k x d) @ (d x d_e) in all; the E − k others do nothing for it (``expert_rows``: T·E under
+    ``all_experts_run``)."""
+    return matmul_flops(expert_rows(cfg, tokens), cfg.d_model, cfg.expert_width)
+
+
+def expert_rows(cfg: ModelConfig, tokens: int) -> int:
+    """Token rows the routed experts multiply: T·k, each token's top k; with ``all_experts_run`` (Llama 4) T·E,
+    as transformers runs them: ``Llama4TextMoe.forward`` repeats the T tokens E times and ``Llama4TextExperts``
+    multiplies them by all E experts in one ``torch.bmm`` (E x T x d)(E x d x 2·d_e), then (E x T x d_e)(E x d_e x
+    d), the unchosen rows weighted by σ(−∞) = 0 (models/llama4/modeling_llama4.py)."""
+    return tokens * (cfg.num_experts if cfg.all_experts_run else cfg.experts_per_token)
+
+
+def routed_top_k_forward_flops(cfg: ModelConfig, seq: int, batch: int = 1) -> int:
+    """Forward matmul FLOPs if the routed experts ran only each token's top k (T·k rows): what a mixture of
+    experts means, and what Llama 4's routing (top-1 of E) selects.  Under ``all_experts_run`` the totals count
+    transformers' T·E rows (``expert_rows``), and this is the labelled extra beside them, the total less
+    L_moe · 3 · 2·T·(E − k)·d·d_e; without it, the total itself."""
+    if not cfg.all_experts_run:
+        return forward_flops(cfg, seq, batch).total
+    return forward_flops(dataclasses.replace(cfg, all_experts_run=False), seq, batch).total
+
+
+def chunked_pairs(seq: int, chunk: int) -> int:
+    """Query-key pairs of one causal sequence of S tokens in which query i sees the keys j <= i of its own chunk
+    (transformers' ``chunked_causal_mask_function``: j // C == i // C, no left padding): n = ⌊S/C⌋ whole chunks
+    of C(C+1)/2 pairs and a last one of r = S − n·C, r(r+1)/2."""
+    n, r = divmod(seq, chunk)
+    return n * chunk * (chunk + 1) // 2 + r * (r + 1) // 2
+
+
+def chunked_attention_flops(cfg: ModelConfig, seq: int, batch: int = 1) -> int:
+    """QKᵀ + AV over all layers if each chunked layer (Llama 4's RoPE layers, ``ModelConfig.layer_chunked``)
+    computed only its chunked causal pairs (``chunked_pairs``), 2·B·h·pairs·(d_head + v_head) per layer; the
+    other (NoPE) layers keep the full S x S square.  A labelled extra: transformers' eager attention computes the
+    full square on every layer and masks the rest, as the totals and FlopCounterMode count."""
+    full = attention_scores_flops(cfg, batch, seq) + attention_values_flops(cfg, batch, seq)
+    if cfg.attention_chunk is None:
+        return cfg.attention_layers * full
+    pairs = chunked_pairs(seq, cfg.attention_chunk)
+    band = batch * cfg.num_heads * matmul_flops(1, cfg.d_head + cfg.v_head, 1) * pairs
+    chunked = cfg.chunked_layers
+    return (cfg.attention_layers - chunked) * full + chunked * band
 
 
 def attention_scores_flops(cfg: ModelConfig, batch: int, seq: int) -> int:
@@ -368,8 +413,9 @@ def gate_flops(tokens: int, d_ff: int) -> int:
 
 def expert_combine_flops(tokens: int, cfg: ModelConfig) -> int:
     """Combining a mixture of experts' outputs: each of the T·k expert outputs (d wide) is scaled by its
-    router weight and summed into its token, 2·T·k·d; the shared experts' output is one more add, T·d."""
-    routed = 2 * tokens * cfg.experts_per_token * cfg.d_model
+    router weight and summed into its token, 2·T·k·d (T·E rows under ``all_experts_run``, ``expert_rows``); the
+    shared experts' output is one more add, T·d."""
+    routed = 2 * expert_rows(cfg, tokens) * cfg.d_model  # Llama 4's T·E rows: scaled by their weights, summed
     return routed + (tokens * cfg.d_model if cfg.shared_experts else 0)
 
 

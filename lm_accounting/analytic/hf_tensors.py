@@ -15,8 +15,9 @@ fuse: GPT-2's ``c_attn`` (Q, K and V in one ``Conv1D``, weight and bias), Phi-3'
   latent projections, then DeepSeek-V3.2's and GLM-5's indexer: wq_b, wk, k_norm, weights_proj (no gradient: not
   ``trained``); gpt-oss's sinks first, the attention module's own parameter), the MLP (gate, up, down;
   Phi-3's gate_up then down; StarCoder2's c_fc then c_proj; a mixture of experts: the router then the experts
-  (``FUSED_MOE_ROUTER_FIRST``) or the experts then the router (Qwen3-MoE, DeepSeek), then DeepSeek's shared
-  experts or Qwen2-MoE's shared expert and its gate; gpt-oss's router and expert biases after their weights),
+  (``FUSED_MOE_ROUTER_FIRST``) or the experts then the router (Qwen3-MoE, DeepSeek; Llama 4's
+  ``feed_forward.experts.gate_up_proj`` [E, d, 2·F], ``down_proj`` [E, F, d], ``router``), then DeepSeek's shared
+  experts, Llama 4's ``shared_expert`` or Qwen2-MoE's shared expert and its gate; gpt-oss's router and expert biases after their weights),
   then the layer's norms (two; one in a parallel block from one norm; four with sandwich norms: Gemma 2/3, GLM-4-0414, HyperCLOVA X; each a weight, and
   a bias for a LayerNorm: StableLM, Phi-3.5-MoE, StarCoder2); Granite-MoE's norms come before its MLP
   (``NORMS_BEFORE_MLP``), GPT-NeoX's and GPT-J's before the attention (``NORMS_FIRST``; GPT-NeoX's fused

@@ -43,6 +43,14 @@ for a projection; "local" means after the TP split.
    per MoE layer and forward (a full-checkpoint recompute reruns all three).  The counts are
    ``analytic.expert_parallel``'s; the step replay runs ep rank r mod ep's own dispatch, experts and
    combine (``replay._ep_routed_forward``) with the experts' FSDP2 unit (``analytic.fsdp`` rule 7).
+8. HSDP (``layout.replicate`` r; torch 2.13 ``_fully_shard/_fsdp_collectives.py`` ``foreach_reduce``): a rank
+   holds, allocates and frees exactly what rank k mod s of an FSDP2 job over its shard group's s = D/r ranks
+   does (``ParallelLayout.shard_group``): the same dim-0 chunks ceil(rows/s), all-gather outputs and
+   reduce-scatter buffers.  The one addition, the all-reduce over the r replicas, runs in place on the
+   reduce-scatter output (``dist.all_reduce(reduce_output, group=replicate)``), which becomes the sharded
+   gradients; ``FSDPParamGroup._all_reduce_state`` keeps a reference to it until the next unit's reduce,
+   no extra bytes (our setups never cast it: the reduce dtype is the parameters' or, under amp-bf16, fp32
+   = the fp32 parameters').  Checked per phase on the fake process group (tests/test_hsdp.py).
 """
 
 from __future__ import annotations
@@ -213,8 +221,11 @@ def model_states(
     optimizer state), over the whole model or, with ``stage``, pipeline stage ``stage``'s parameters.
     AdamW's 0-d ``step`` counters are left out (foreach/for-loop keep them on the CPU; fused's, on the
     device, are ``step_counter_bytes``, in ``rank_step`` and ``stage_baseline``).  Cached on what
-    they depend on: the precision and the layout's degrees (not the checkpointing or micro-batches)."""
-    degrees = (layout.dp, layout.zero, layout.tp, layout.vocab_parallel, layout.pp, layout.ep)
+    they depend on: the precision and the layout's degrees (not the checkpointing or micro-batches).
+    HSDP (rule 8): shard rank ``rank`` mod dp/replicate of its shard group's FSDP2 job."""
+    degrees = (layout.shard, layout.zero, layout.tp, layout.vocab_parallel, layout.pp, layout.ep)
+    if layout.replicate > 1 and rank is not None:
+        return dataclasses.replace(_model_states(cfg, setup.precision, degrees, rank % layout.shard, stage), rank=rank)
     return _model_states(cfg, setup.precision, degrees, rank, stage)
 
 
@@ -628,9 +639,14 @@ def rank_step(
     Exact (byte for byte against the fake-PG run) for DDP, ZeRO-1, TP, TP + SP in every precision (with
     or without vocab parallel) and FSDP2, with TP and SP too, or expert parallel in fp32 and bf16
     (``tests/test_parallel_measured.py``, ``tests/test_tensor_parallel_measured.py``,
-    ``tests/test_parallel_moe.py``; what is left: ``peaks_exact``).
+    ``tests/test_parallel_moe.py``; what is left: ``peaks_exact``); HSDP, its shard group's FSDP2 rank (rule 8,
+    ``tests/test_hsdp.py``).
     """
     layout.check(cfg, seq)
+    if layout.replicate > 1:  # HSDP (rule 8): its shard group's FSDP2 rank
+        shard = None if rank is None else rank % layout.shard
+        step, st, act = rank_step(cfg, seq, batch, setup, layout.shard_group(), mode, shard, device, cpu_threads)
+        return step, st if rank is None else dataclasses.replace(st, rank=rank), act
     units = fsdp_units(cfg, setup, layout, cuda=device == "cuda") if layout.fsdp and layout.dp > 1 else None
     st = model_states(cfg, setup, layout, rank=rank)
     r = single_rank_step(cfg, seq, batch, setup, layout, mode, units, device, cpu_threads, st.rank)

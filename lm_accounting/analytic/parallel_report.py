@@ -94,7 +94,8 @@ class ParallelMemory(Result):
 
     def group_size(self, group: str) -> int:
         lay = self.layout
-        return {"dp": lay.dp, "tp": lay.tp, "pp": 2, "ep": lay.ep, "dp/ep": lay.dp // lay.ep}[group]
+        sizes = {"dp": lay.dp, "tp": lay.tp, "pp": 2, "ep": lay.ep, "dp/ep": lay.dp // lay.ep}
+        return {**sizes, "dp_shard": lay.shard, "dp_replicate": lay.replicate}[group]
 
     def to_dict(self) -> dict[str, Any]:
         st = self.states

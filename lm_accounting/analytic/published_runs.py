@@ -19,7 +19,7 @@ rule cannot express (Float8, torch.compile, async TP, context parallel, an inter
 stages, FP8) says so in
 ``differences``; each difference names the direction it moves the error ("+": the run is faster than the rule
 assumes, so we under-predict; "-": slower, so we over-predict).  A row is out of the summary when it used Float8,
-FP8, torch.compile, context parallel or an A100 (``EXCLUDE``); the rest form the summary.  The cause of a row worse
+FP8, torch.compile or context parallel (``EXCLUDE``); the rest form the summary, the A100 rows included.  The cause of a row worse
 than 10 % (``cause``) is its differences acting in the error's direction and the terms of the predicted step that
 could carry the error (fused attention or memory-bound kernels from 20 % of the calibrated compute, exposed TP
 collectives, the 1F1B bubble, exposed pipeline sends, data-parallel collectives longer than the compute).
@@ -400,11 +400,12 @@ def cause(run: Run, row: dict[str, Any]) -> str:
     if error < 0 and row["pp_comm_s"] / step >= SHARE / 2:  # v-fold under an interleaved schedule
         parts.append(f"pipeline sends counted exposed: {100 * row['pp_comm_s'] / step:.0f} % of the step")
     if error < 0 and row["dp_comm_s"] > compute:
-        link = "NVLink" if run.gpus <= GPUS_PER_NODE else f"{DEFAULT_INTERNODE // 10**9} GB/s per GPU between nodes"
-        parts.append(
-            f"data-parallel collectives (fp32 all-gathers, {link}) {row['dp_comm_s']:.2f} s exceed the compute "
-            f"{compute:.2f} s"
+        link = (
+            "NVLink"
+            if run.gpus <= GPUS_PER_NODE
+            else f"rings over {DEFAULT_INTERNODE // 10**9} GB/s NICs between nodes"
         )
+        parts.append(f"data-parallel collectives ({link}) {row['dp_comm_s']:.2f} s exceed the compute {compute:.2f} s")
     return "; ".join(parts) or "unexplained by the differences listed"
 
 

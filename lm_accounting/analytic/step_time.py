@@ -439,7 +439,7 @@ def program(cfg: ModelConfig, seq: int, setup: TrainingSetup, impl: str) -> Prog
 
     work: list = []
     with recording_work(work):
-        predict_step(cfg, seq, setup, impl=impl, batch=2, mode="plain", device="cuda")
+        predict_step(cfg, seq, setup, impl=impl, batch=2, mode="plain", device="cuda", optimizer_step=False)
     return Program.compile(work)
 
 

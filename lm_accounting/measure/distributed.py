@@ -139,10 +139,12 @@ class RankTracker(StorageTracker):
 
 @dataclass
 class CollectiveRecorder(TorchDispatchMode):
-    """Each collective op: (kind, bytes of its largest tensor), in call order."""
+    """Each collective op: (kind, bytes of its largest tensor, phase), in call order, and in ``groups`` the
+    global ranks of the process group it ran over (HSDP's shard and replicate groups told apart)."""
 
     calls: list = field(default_factory=list)
     phase: str = "forward"
+    groups: list = field(default_factory=list)
 
     def __post_init__(self):
         super().__init__()
@@ -155,6 +157,7 @@ class CollectiveRecorder(TorchDispatchMode):
         if kind is not None and func.namespace in ("c10d", "_c10d_functional", "c10d_functional"):
             tensors = [*_tensors(args), *_tensors(list((kwargs or {}).values())), *_tensors(out)]
             self.calls.append((kind, max(t.numel() * t.element_size() for t in tensors), self.phase))
+            self.groups.append(_group_ranks(args))
         return out
 
     def totals(self) -> dict[str, tuple[int, int]]:
@@ -165,6 +168,20 @@ class CollectiveRecorder(TorchDispatchMode):
             entry[0] += 1
             entry[1] += nbytes
         return {k: (c, b) for k, (c, b) in out.items()}
+
+
+def _group_ranks(args) -> tuple[int, ...]:
+    """The global ranks of a collective's process group: a c10d op's boxed ``ProcessGroup`` argument, or a
+    functional collective's group name (its last string argument: ``all_reduce(input, reduce_op, group_name)``,
+    torch/csrc/distributed/c10d/Functional.cpp); () where neither is found."""
+    import torch.distributed as dist
+    from torch.distributed.distributed_c10d import _resolve_process_group
+
+    for a in args:
+        if isinstance(a, torch.ScriptObject):
+            return tuple(dist.get_process_group_ranks(dist.ProcessGroup.unbox(a)))
+    names = [a for a in args if isinstance(a, str)]
+    return tuple(dist.get_process_group_ranks(_resolve_process_group(names[-1]))) if names else ()
 
 
 class LocalFlops(TorchDispatchMode):
@@ -208,6 +225,7 @@ class RankMeasurement:
     local_flops: int | None  # forward + backward matmul FLOPs of its local ops (a pipeline stage: its m micro-batches)
     calls: tuple = ()  # (kind, bytes, phase) of every collective, in order
     comm_debug_counts: dict | None = None  # torch's CommDebugMode: op name -> count (comm_debug=True)
+    groups: tuple = ()  # the global ranks of each call's process group, in the order of ``calls``
 
 
 def _storage_bytes(tensors) -> int:
@@ -447,8 +465,9 @@ def _run_rank(cfg, seq, batch, setup, layout, rank, comm_debug, model, dp_mesh, 
     step = StepMemory(baseline, **tracker.phase_table(dev))
     counts = dict(Counter({str(k): v for k, v in debug.comm_counts.items()})) if comm_debug else None
     return RankMeasurement(
-        rank, params, grads, optimizer, step, comms.totals(), flops.total, tuple(comms.calls), counts
-    )
+        rank, params, grads, optimizer, step, comms.totals(), flops.total, tuple(comms.calls), counts,
+        tuple(comms.groups),
+    )  # fmt: skip
 
 
 def data_parallel(model, layout: ParallelLayout, dp_mesh, setup: TrainingSetup):

@@ -32,10 +32,10 @@ from ..setup import TrainingSetup
 
 def check_hf_layout(cfg: ModelConfig, layout: ParallelLayout) -> None:
     """One line for a layout this module does not run."""
-    if layout.tp > 1 or layout.pp > 1 or layout.ep > 1 or not layout.fsdp or layout.dp < 2:
+    if layout.tp > 1 or layout.pp > 1 or layout.ep > 1 or not layout.fsdp or layout.dp < 2 or layout.replicate > 1:
         raise AccountingError(
             "transformers' model is measured under FSDP2 data parallel only (--dp >= 2 with --zero 2 or 3; "
-            "no tensor, pipeline or expert parallel)"
+            "no tensor, pipeline or expert parallel, no HSDP)"
         )
 
 

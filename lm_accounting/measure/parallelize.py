@@ -27,7 +27,9 @@ class Meshes(NamedTuple):
 
 def job_meshes(layout: ParallelLayout, device_type: str = "cpu") -> Meshes:
     """The job's mesh, pipeline stages outermost, then data parallel, then tensor parallel (torchtitan's
-    order: a stage's ranks are consecutive).  A data-parallel dimension exists when dp > 1 or tp = 1."""
+    order: a stage's ranks are consecutive).  A data-parallel dimension exists when dp > 1 or tp = 1.
+    HSDP: the data-parallel dimension is two, (dp_replicate, dp_shard) (torchtitan's ``ParallelDims``), and
+    the dp mesh is that 2-D mesh, which ``fully_shard`` runs as HSDP (``_fsdp_init._get_mesh_info``)."""
     from torch.distributed.device_mesh import init_device_mesh
 
     # names unique per job: DTensor's caches compare meshes by shape and names, and would hand a
@@ -35,10 +37,13 @@ def job_meshes(layout: ParallelLayout, device_type: str = "cpu") -> Meshes:
     _JOBS[0] += 1
     j = _JOBS[0]
     sizes = {"pp": layout.pp if layout.pp > 1 else 0, "dp": layout.dp if layout.dp > 1 or layout.tp == 1 else 0}
+    if layout.replicate > 1:
+        sizes = {"pp": sizes["pp"], "dp_replicate": layout.replicate, "dp_shard": layout.shard}
     sizes["tp"] = layout.tp if layout.tp > 1 else 0
     dims = {f"{k}{j}": n for k, n in sizes.items() if n}
     mesh = init_device_mesh(device_type, tuple(dims.values()), mesh_dim_names=tuple(dims))
-    return Meshes(*(mesh[f"{k}{j}"] if sizes[k] else None for k in ("dp", "tp", "pp")))
+    dp = (f"dp_replicate{j}", f"dp_shard{j}") if layout.replicate > 1 else f"dp{j}" if sizes["dp"] else None
+    return Meshes(mesh[dp] if dp else None, *(mesh[f"{k}{j}"] if sizes[k] else None for k in ("tp", "pp")))
 
 
 def _styles():

@@ -442,6 +442,12 @@ def build_model(
             "output; its parameters and FLOPs are proven against transformers' own model instead "
             "(tests/test_arch_qwen3_next.py)"
         )
+    if cfg.all_experts_run or cfg.attention_chunk is not None:
+        raise AccountingError(
+            f"{cfg.name}: the live model (lm_accounting/model) routes each token to its top-k experts and has no "
+            "chunked attention (Llama 4's, as transformers runs it); its parameters and FLOPs are proven against "
+            "transformers' own model instead (tests/test_arch_llama4.py)"
+        )
     if setup is not None:
         wanted = getattr(torch, TORCH_DTYPES[setup.param_dtype])
         if dtype is not None and dtype != wanted:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..account import CONVENTIONS, Account
-from ..analytic.flops import sparse_attention_flops
+from ..analytic.flops import chunked_attention_flops, routed_top_k_forward_flops, sparse_attention_flops
 from ..breakdown import Breakdown
 from ..config import ModelConfig
 from ..units import fmt_bytes, fmt_sci, fmt_share
@@ -139,6 +139,19 @@ def account_view(acc: Account) -> View:
             f"{acc.windowed_attention:,}"
         )
 
+    if cfg.attention_chunk is not None:
+        fwd.notes.append(
+            f"attention QKᵀ+AV with only each query's own chunk on the {cfg.chunked_layers} chunked layers (Llama 4, "
+            f"chunk {cfg.attention_chunk:,}; labelled extra, not in the total): "
+            f"{chunked_attention_flops(cfg, acc.seq, acc.batch):,}"
+        )
+    if cfg.all_experts_run:
+        fwd.notes.append(
+            f"routed experts: the total runs every token through all {cfg.num_experts} experts (T·E rows), as "
+            f"transformers' Llama4TextExperts does and FlopCounterMode counts; with each token's top-"
+            f"{cfg.experts_per_token} only, what the router selects (labelled extra, not in the total): "
+            f"{routed_top_k_forward_flops(cfg, acc.seq, acc.batch):,}"
+        )
     if cfg.indexer:
         fwd.notes.append(
             f"DSA: the indexer's scores count every key (in the total, as transformers computes them); attention "

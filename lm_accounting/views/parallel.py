@@ -37,6 +37,8 @@ def _unsharded_note(lay) -> str:
 
 def _parameters_note(lay) -> str:
     where = "FSDP2: padded dim-0 shards" if lay.fsdp else "TP-local" if lay.tp > 1 else "whole"
+    if lay.replicate > 1:
+        where = f"HSDP: padded dim-0 shards over a shard group of {lay.shard}, replicated {lay.replicate} times"
     return f"this stage's share, {where}" if lay.pp > 1 else where
 
 
@@ -85,7 +87,8 @@ def parallel_view(r: ParallelMemory) -> View:
             "from this rank; balanced routing)"
         )
     per_gpu = Table(
-        "Per-GPU memory of the worst rank (model states sharded by the data-parallel degree, never the world)",
+        "Per-GPU memory of the worst rank (model states sharded by the data-parallel degree, HSDP's shard degree, "
+        "never the world)",
         [Column("quantity"), Column("bytes", "bytes"), Column("note")],
         [
             ("parameters", st.parameters, _parameters_note(lay)),
@@ -182,6 +185,11 @@ def parallel_view(r: ParallelMemory) -> View:
             " process group; model states, ends of phases and collectives exact"
             + (", and the peaks too" if r.peaks_exact else "; the peaks are estimates for this layout")
             + f".  On CUDA streams one rank was {CUDA.phrase('parallel')}."
+            + (
+                "  HSDP (--replicate) was not among them: its CUDA run is not measured."
+                if r.layout.replicate > 1
+                else ""
+            )
         ),
     ]
     if lay.virtual_stages > 1:

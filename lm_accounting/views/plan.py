@@ -1,8 +1,9 @@
-"""The view of a ``Plan``: the best layouts, ranked by GPU-hours, and the assumptions behind them."""
+"""The view of a ``Plan``: the best layouts, ranked by GPU-hours, the fastest at each GPU count (the frontier of
+days against GPU-hours), and the assumptions behind them."""
 
 from __future__ import annotations
 
-from ..plan import Plan
+from ..plan import Plan, frontier
 from .account import describe_config
 from .tables import Column, Table, View
 from .words import plural
@@ -15,7 +16,8 @@ def plan_view(p: Plan) -> View:
         (
             f"{g.label}: {g.memory_bytes / 1e9:,.0f} GB, {g.peak_flops('bf16') / 1e12:,.1f} TFLOP/s bf16 dense, "
             f"{g.interconnect} {g.interconnect_one_way / 1e9:,.0f} GB/s one way · inter-node "
-            f"{p.internode_bw / 1e9:,.0f} GB/s per GPU"
+            f"{p.internode_bw / 1e9:,.0f} GB/s per GPU (one NIC each; a data-parallel ring across nodes runs at "
+            "its ranks per node × that, at most NVLink)"
         ),
         f"step time: {efficiency_words(p.calibration, p.efficiency)}",
         (
@@ -49,28 +51,19 @@ def plan_view(p: Plan) -> View:
     ]
     if p.price_per_gpu_hour is not None:
         columns.append(Column("cost", "int"))
-    rows = []
-    for c in p.ranked:
-        r = p.row(c)
-        row = [
-            r["layout"],
-            r["gpus"],
-            r["checkpoint"],
-            r["micro_batch"],
-            r["accumulation"],
-            r["per_gpu_bytes"],
-            "exact" if r["peak_exact"] else "estimate",
-            r["step_seconds"],
-            r["mfu"],
-            r["hfu"],
-            round(r["tokens_per_s"]),
-            r["days"],
-            round(r["gpu_hours"]),
-        ]
-        if p.price_per_gpu_hour is not None:
-            row.append(round(r["cost"]))
-        rows.append(tuple(row))
-    table = Table(f"Best {plural(len(rows), 'layout')} by GPU-hours (sdpa, amp-bf16, foreach AdamW)", columns, rows)
+    rows = [_row(p, c) for c in p.ranked]
+    tables = [Table(f"Best {plural(len(rows), 'layout')} by GPU-hours (sdpa, amp-bf16, foreach AdamW)", columns, rows)]
+    if p.fastest:
+        on = frontier(p.fastest)
+        fastest = [(*_row(p, c), "yes" if f else "no") for c, f in zip(p.fastest, on, strict=True)]
+        tables.append(
+            Table(
+                "Fastest layout at each GPU count, from the cheapest's up (fewer GPUs: more days and at least its"
+                " GPU-hours); on the frontier: no other takes fewer days and fewer GPU-hours",
+                [*columns, Column("frontier")],
+                fastest,
+            )
+        )
     footer = [
         (
             "step = max(compute, data-parallel comm) + TP comm + EP all-to-alls + pipeline point-to-point:"
@@ -87,7 +80,29 @@ def plan_view(p: Plan) -> View:
             " with or without vocab parallel (exact), estimated beside DDP / ZeRO-1 × TP."
         ),
     ]
-    return View(header, [table], footer)
+    return View(header, tables, footer)
+
+
+def _row(p: Plan, c) -> tuple:
+    r = p.row(c)
+    row = [
+        r["layout"],
+        r["gpus"],
+        r["checkpoint"],
+        r["micro_batch"],
+        r["accumulation"],
+        r["per_gpu_bytes"],
+        "exact" if r["peak_exact"] else "estimate",
+        r["step_seconds"],
+        r["mfu"],
+        r["hfu"],
+        round(r["tokens_per_s"]),
+        r["days"],
+        round(r["gpu_hours"]),
+    ]
+    if p.price_per_gpu_hour is not None:
+        row.append(round(r["cost"]))
+    return tuple(row)
 
 
 def efficiency_words(calibration: str, efficiency: float) -> str:

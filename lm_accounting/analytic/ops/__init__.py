@@ -101,6 +101,7 @@ def predict_step(
     device: str = "meta",
     cpu_threads: int = 1,
     layout: ParallelLayout | None = None,
+    optimizer_step: bool = True,
 ) -> StepInBatch:
     """One training step of implementation ``impl``'s model of ``cfg`` at context ``seq`` under ``setup``,
     as an exact function of the micro-batch B: ``.at(B)`` is the ``StepMemory`` that
@@ -112,7 +113,8 @@ def predict_step(
 
     ``layout``: rank 0 (the worst) of an FSDP2 data-parallel job (``layout.dp`` >= 2, ``zero`` 2 or 3;
     ``batch`` the rank's micro-batch), ``fully_shard`` on every layer then the root (``ops.fsdp``); what
-    ``measure.hf.measure_hf_step(..., layout=layout)`` measures on the fake process group."""
+    ``measure.hf.measure_hf_step(..., layout=layout)`` measures on the fake process group.  Without
+    ``optimizer_step`` the step stops after the backward (``step.training_step``; ``step_time``'s programs)."""
     reasons = unsupported(cfg, setup, impl)
     if reasons:
         raise ValueError("; ".join(reasons))
@@ -122,4 +124,6 @@ def predict_step(
         from .fsdp import predict_rank
 
         return predict_rank(cfg, seq, setup, layout, impl=impl, batch=batch, mode=mode, device=device, **threads)
-    return _programs(impl).predict_step(cfg, seq, setup, batch=batch, mode=mode, device=device, **threads)
+    return _programs(impl).predict_step(
+        cfg, seq, setup, batch=batch, mode=mode, device=device, optimizer_step=optimizer_step, **threads
+    )

@@ -250,6 +250,17 @@ def slice_(t: Tensor, dim: int, start: int, end: int) -> Tensor:
     return view_of(t, shape, t.perm, "SliceBackward0", lambda g: empty(src, g.dtype, "slice_backward"), t.zero)
 
 
+def select(t: Tensor, dim: int, index: int) -> Tensor:
+    """``t.select(dim, index)`` (``t[..., index, :]``): a view without that dim; backward ``select_backward``: a
+    zero-filled tensor of ``t``'s shape."""
+    dim = dim % t.ndim
+    shape = t.shape[:dim] + t.shape[dim + 1 :]
+    perm = tuple(p - (p > dim) for p in t.perm if p != dim)
+    zero = tuple(z - (z > dim) for z in t.zero if z != dim)
+    src = t.shape
+    return view_of(t, shape, perm, "SelectBackward0", lambda g: empty(src, g.dtype, "select_backward"), zero)
+
+
 def sum_to(g: Tensor, shape: tuple) -> Tensor:
     """``at::sum_to``: the tensor itself when the shapes agree, else one sum (keepdim), then a view."""
     if g.shape == tuple(shape):
@@ -416,6 +427,36 @@ def div(a: Tensor, b: float) -> Tensor:
     DivBackward0 saves other, the wrapper (8 bytes on a plain CPU run, held by a checkpointed region too), and
     divides the gradient by it (``div_tensor_self_backward``), as ``mul``'s MulBackward0."""
     return _saving_scalar_op(a, b, "div", "DivBackward0")
+
+
+def div_(a: Tensor, number: float) -> Tensor:
+    """``a /= number`` (``div_.Tensor``, the number wrapped as ``div``'s): no new storage, the result shares
+    ``a``'s; DivBackward0 saves the wrapper and divides the gradient by it."""
+    wrapped = wrap_scalar(a.dtype)
+    cast = cast_scalar(wrapped, a.dtype)
+    del cast
+    out = a.detach()
+    if wants(a) is not None:
+        held = WrappedNumber((), "int64", wrapped) if wrapped is not None else None
+
+        def back(ctx, g, w):
+            cast = cast_scalar(wrapped_again(w), g[0].dtype)
+            grad = _binary_out(g[0], number, "div")
+            del cast
+            return (grad,)
+
+        record("DivBackward0", (a,), (out,), back, (held,))
+        del held
+    del wrapped
+    return out
+
+
+def add_(a: Tensor, b: Tensor) -> Tensor:
+    """``a += b`` (``add_.Tensor``, b of a's dtype): no new storage, the result shares ``a``'s; AddBackward0 saves
+    nothing."""
+    out = a.detach()
+    record("AddBackward0", (a, b), (out,), lambda ctx, g: (g[0], g[0]))
+    return out
 
 
 def neg(a: Tensor) -> Tensor:
@@ -612,6 +653,26 @@ def bmm(a: Tensor, b: Tensor) -> Tensor:
 
     saved = (a if need[1] else None, b if need[0] else None)
     return record_first("BmmBackward0", (a, b), make, back, saved)[0]
+
+
+def baddbmm(bias: Tensor, batch1: Tensor, batch2: Tensor, alpha: float) -> Tensor:
+    """``bias.baddbmm(batch1, batch2, beta=1.0, alpha=alpha)``: a lower-precision op under autocast; saves batch2
+    for batch1's gradient and batch1 for batch2's (``tools/autograd/derivatives.yaml``); backward, in input order:
+    ``grad.bmm(batch2ᵀ) * alpha``, then ``batch1ᵀ.bmm(grad) * alpha`` (``maybe_multiply``: ``mul.Scalar``)."""
+    bias, batch1, batch2 = lower(bias, batch1, batch2)
+    need = wants(bias, batch1, batch2) or (False, False, False)
+    s1, s2 = batch1.shape, batch2.shape
+
+    def back(ctx, g, b1, b2):
+        g1 = mul_scalar(empty(s1, g[0].dtype, "bmm"), alpha) if ctx.need[1] else None  # the product dies
+        g2 = mul_scalar(empty(s2, g[0].dtype, "bmm"), alpha) if ctx.need[2] else None
+        return None, g1, g2
+
+    def make():
+        return (empty((s1[0], s1[1], s2[2]), promote(batch1, batch2), "baddbmm"),)
+
+    saved = (batch1 if need[2] else None, batch2 if need[1] else None)
+    return record_first("BaddbmmBackward0", (bias, batch1, batch2), make, back, saved)[0]
 
 
 def matmul(a: Tensor, b: Tensor, call=None) -> Tensor:

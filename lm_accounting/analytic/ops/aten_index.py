@@ -44,17 +44,18 @@ def _into_zeros(shape: tuple, dtype: str, name: str, fp32_sum: bool = False) -> 
     return out
 
 
-def index(t: Tensor, ids: Tensor) -> Tensor:
-    """``t[ids]`` along dim 0 (``aten.index.Tensor`` with one index tensor): the indices are saved (packed)
-    before the output exists."""
+def index(t: Tensor, ids: Tensor, dim: int = 0) -> Tensor:
+    """``t[ids]`` along dim 0, or along ``dim`` (``t[..., ids, :]``) (``aten.index.Tensor`` with one index
+    tensor): the indices are saved (packed) before the output exists."""
     shape, dtype = t.shape, t.dtype
+    dim = dim % t.ndim
 
     def back(ctx, g, i):
         grad = _into_zeros(shape, dtype, "index_put")
         current().target.index_put(i)  # CUDA: the ids sorted beside the zeros
         return (grad,)
 
-    make = lambda: (empty(ids.shape + shape[1:], dtype, "index"),)
+    make = lambda: (empty(shape[:dim] + ids.shape + shape[dim + 1 :], dtype, "index"),)
     return record_first("IndexBackward0", (t,), make, back, (ids,))[0]
 
 

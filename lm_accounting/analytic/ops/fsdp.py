@@ -46,12 +46,14 @@ FLOATING = ("fp32", "fp16", "bf16", "fp64")
 POLICY_EXACT = (
     *("llama", "gpt2", "phi3", "moe", "gemma", "olmo2"),
     *("starcoder2", "exaone4", "interleaved", "glm", "ministral3", "granite", "olmo", "stablelm"),
+    *("gpt_bigcode", "opt", "bloom", "falcon"),
 )
 """transformers' programs (``ops.transformers.PROGRAMS``' modules) whose pure-bf16 build, with the fp32 model's
 buffers (``buffer_dtype``: Gemma's ``embed_scale`` stays fp32 and is cast each forward), is what FSDP2's bf16
 policy runs over the fp32 model, with each layer's floating inputs cast to bf16 (``cast_floating``): checked on the
 fake process group at ZeRO-2 and ZeRO-3 (tests/test_ops_fsdp.py; starcoder2, exaone4, interleaved, glm,
-ministral3, granite, olmo and stablelm: tests/test_ops_transformers_zoo.py).  A program added later is refused under the policy until it is checked and
+ministral3, granite, olmo and stablelm: tests/test_ops_transformers_zoo.py; gpt_bigcode, opt, bloom and falcon:
+tests/test_ops_transformers_dense_zoo.py).  A program added later is refused under the policy until it is checked and
 listed here."""
 
 
@@ -87,8 +89,10 @@ class FullyShard:
     ``zero_grad`` frees the sharded gradients."""
 
     def __init__(self, cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, cpu: bool = False):
-        if not layout.fsdp or layout.dp < 2 or layout.tp > 1 or layout.pp > 1 or layout.ep > 1:
-            raise ValueError("the op library shards programs with FSDP2 data parallel only (dp >= 2, zero 2 or 3)")
+        if not layout.fsdp or layout.dp < 2 or layout.tp > 1 or layout.pp > 1 or layout.ep > 1 or layout.replicate > 1:
+            raise ValueError(
+                "the op library shards programs with FSDP2 data parallel only (dp >= 2, zero 2 or 3; no TP, PP, EP or HSDP)"
+            )
         self.cfg, self.setup, self.layout, self.cpu = cfg, setup, layout, cpu
         self.events: FsdpEvents | None = None
         self.units: FsdpUnits | None = None

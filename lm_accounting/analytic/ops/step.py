@@ -93,9 +93,11 @@ def training_step(
     cpu_threads: int = 1,
     sharding: Sharding | None = None,
     cuda_batch: int | None = None,
+    optimizer_step: bool = True,
 ) -> StepInBatch:
     """Replay one steady-state training step of ``make()``'s program (see the module docstring), on one rank
-    of ``sharding``'s job if given.
+    of ``sharding``'s job if given.  Without ``optimizer_step`` it stops after the backward (``step_time`` prices
+    the forward and the backward, AdamW from ``exp_avg``'s bytes): its last phase is empty.
 
     ``traced``: what the storage tracker sees (every meta run); ``log``: receives every allocation and free
     as ``(label, bytes at log_batch)``, with a ``("PHASE", 0)`` line at each phase's end.  A plain run on
@@ -107,9 +109,9 @@ def training_step(
         program = make()
         params = program.parameters() if sharding is None else sharding.shard(program)
         m = [empty(p.shape, p.dtype, "exp_avg") for p in params]
-        v = [empty(p.shape, p.dtype, "exp_avg_sq") for p in params]
+        v = [empty(p.shape, p.dtype, "exp_avg_sq") for p in params] if optimizer_step else []
         on_device = optimizer == "fused" or device == "cpu"
-        steps = [empty((), "fp32", "step") for _ in params] if on_device else []
+        steps = [empty((), "fp32", "step") for _ in params] if on_device and optimizer_step else []
         run.phase()
         baseline = run.live
         loss = program.loss()
@@ -117,13 +119,14 @@ def training_step(
         backward(loss, final=sharding.backward_end if sharding is not None else None)
         del loss
         back = run.phase()
-        adamw_step(params, v, optimizer)
+        if optimizer_step:
+            adamw_step(params, v, optimizer)
         for p in params:
             p.grad = None
         if sharding is not None:
             sharding.zero_grad()
         if run.virtual_grads:  # the gradients of repeated blocks' copies (``tensors.repeated``)
-            run.charge(-run.virtual_grads, "zero_grad of repeated blocks")
+            run.charge(-run.virtual_grads, "zero_grad of repeated blocks", kernel=False)
         step = run.phase()
         del program, params, m, v, steps
     return StepInBatch(baseline, forward, back, step)

@@ -149,8 +149,11 @@ class Run:
             segment = self.segment or self.backward_segment
             self.work.append((kind, segment.times if segment else 1, *fields))
 
-    def charge(self, nbytes: Dim, label: str) -> None:
-        if self.work is not None and not label.startswith("free "):
+    def charge(self, nbytes: Dim, label: str, kernel: bool = True) -> None:
+        """Charge ``nbytes`` made (negative: freed) by ``label``; made by a kernel unless ``kernel`` is false (the
+        replay's own book-keeping: the copies of repeated blocks freed at once), a storage ``recording_work``
+        records."""
+        if self.work is not None and kernel and not label.startswith("free "):
             self.note("alloc", label, nbytes)
         self.replay(nbytes)
         if self.log is not None:
@@ -393,7 +396,7 @@ def autocast(dtype: str = "bf16"):
         virtual = run.autocast_virtual
         run.autocast, run.autocast_cache, run.autocast_virtual = old
         if virtual:
-            run.charge(-virtual, "autocast cache of repeated blocks")
+            run.charge(-virtual, "autocast cache of repeated blocks", kernel=False)
 
 
 @contextmanager
@@ -628,14 +631,15 @@ def backward(loss: Tensor, final: Callable[[], None] | None = None) -> None:
                 opened = _Open(run, node.segment) if node.segment is not None else None
             inputs = buffers.pop(node)
             if isinstance(node, AccumulateGrad):
+                run.backward_segment = node.segment  # each copy's gradient
                 _accumulate_grad(node, inputs, buffers)
+                run.backward_segment = None
                 del inputs
                 continue
             for hook in node.pre_hooks:
                 hook()
-            run.backward_segment = node.segment
+            run.backward_segment = node.segment  # its work, its outputs' accumulations included, is each copy's
             outputs = _call(node, inputs)
-            run.backward_segment = None
             del inputs  # call_function's variable_list dies: the incoming gradients
             node.release()  # release_variables()
             for i, e in enumerate(node.next):
@@ -652,6 +656,7 @@ def backward(loss: Tensor, final: Callable[[], None] | None = None) -> None:
                     if nxt not in buffers:
                         buffers[nxt] = [None] * nxt.n_in
                     heapq.heappush(ready, (-nxt.seq, next(tie), nxt))
+            run.backward_segment = None
             del outputs
         if opened is not None:
             opened.close(run)

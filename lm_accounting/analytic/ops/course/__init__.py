@@ -62,6 +62,7 @@ def predict_step(
     mode: str = "traced",
     device: str = "meta",
     cpu_threads: int = 1,
+    optimizer_step: bool = True,
 ) -> StepInBatch:
     """One training step of our live model of ``cfg`` under ``setup`` (see ``ops.predict_step``).
 
@@ -86,6 +87,7 @@ def predict_step(
             traced=mode == "traced",
             cpu_threads=cpu_threads,
             cuda_batch=batch,
+            optimizer_step=optimizer_step,
         )
 
     if not lines_in_batch(cfg, seq):

@@ -53,11 +53,12 @@ def _outputs(out) -> tuple:
 
 @contextmanager
 def uncharged():
-    """Allocations charged to no run, with the active run's autograd state (grad mode, saved-tensor hooks,
-    sequence numbers): a cached op's run, whose outputs then take the cached storages."""
+    """Allocations charged to no run and work recorded by none, with the active run's autograd state (grad mode,
+    saved-tensor hooks, sequence numbers): a cached op's run, whose outputs then take the cached storages."""
     run = current()
     quiet = Run(run.traced)
     quiet.grad, quiet.hooks, quiet.seq = run.grad, run.hooks, run.seq
+    quiet.work = None  # no kernel runs: ``recording_work`` records none of its work
     with quiet:
         yield
 

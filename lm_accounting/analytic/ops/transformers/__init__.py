@@ -64,6 +64,11 @@ PROGRAMS = {
     "olmo": "olmo",  # Llama's with weightless LayerNorms and OLMo-2's RoPE
     "seed_oss": "llama",  # Llama's with attention_out_bias; its dropouts (class default 0.1) only at 0
     "stablelm": "stablelm",
+    "gpt_bigcode": "gpt_bigcode",  # GPT-2's model with nn.Linear, multi-query attention and Llama's interfaces
+    "opt": "opt",
+    "bloom": "bloom",
+    "falcon": "falcon",  # RoPE only; one norm with 1 or h K/V heads replayed as Falcon-7B's old architecture
+    "nemotron": "nemotron",  # Llama's with LayerNorm1P, squared ReLU and partial RoPE; amp-bf16 refused
     "olmoe": "olmoe",  # Qwen3-MoE's sparse block (router first) under OLMo-2's whole-projection q/k norms
     "qwen2_moe": "qwen2_moe",  # Qwen3-MoE's router and experts, a shared expert scaled by a sigmoid gate
     "granitemoe": "granitemoe",  # Granite's multipliers, a top-k-then-softmax router, grouped_mm experts
@@ -115,6 +120,7 @@ def predict_step(
     device: str = "meta",
     cpu_threads: int = 1,
     sharding=None,
+    optimizer_step: bool = True,
 ) -> StepInBatch:
     """The training step of transformers' model of ``cfg`` (see ``ops.predict_step``); ``sharding``: on one
     rank of that wrapper's job (``step.Sharding``).
@@ -141,4 +147,5 @@ def predict_step(
         cpu_threads=cpu_threads,
         sharding=sharding,
         cuda_batch=batch if device == "cuda" else None,
+        optimizer_step=optimizer_step,
     )

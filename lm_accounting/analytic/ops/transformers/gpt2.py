@@ -37,7 +37,7 @@ from .llama import (
     arange_plus,
     eager_mask,
     find_packed_sequence_indices,
-    for_causal_lm_loss,
+    head_and_loss,
 )
 
 PDROP = 0.1
@@ -182,7 +182,9 @@ class Block(GradientCheckpointingLayer):
 class GPT2LMHeadModel(LlamaForCausalLM):
     """``GPT2LMHeadModel`` with ``GPT2Model`` (modeling_gpt2.py:485-725), labels given: one training step's
     forward and loss (``loss()``, Llama's: the step's wrapper), its parameters in ``model.parameters()`` order
-    and its inputs."""
+    and its inputs; ``block_class``: a model's own block (GPTBigCode's)."""
+
+    block_class = Block
 
     def __init__(
         self,
@@ -196,7 +198,7 @@ class GPT2LMHeadModel(LlamaForCausalLM):
         self.cfg, self.seq, self.batch, self.setup, self.dtype, self.device = cfg, seq, batch, setup, dtype, device
         self.wte = parameter((cfg.vocab_size, cfg.d_model), dtype, "wte.weight")
         self.wpe = parameter((cfg.position_rows, cfg.d_model), dtype, "wpe.weight")
-        self.h = [Block(cfg, dtype, setup.attention, device, f"h.{i}") for i in range(cfg.num_layers)]
+        self.h = [self.block_class(cfg, dtype, setup.attention, device, f"h.{i}") for i in range(cfg.num_layers)]
         for block in self.h:
             block.gradient_checkpointing = setup.checkpoint == "full"
         self.ln_f = LayerNorm(cfg.d_model, dtype, device, "ln_f")
@@ -232,11 +234,8 @@ class GPT2LMHeadModel(LlamaForCausalLM):
     def forward(self) -> tuple[Tensor, Tensor]:
         """``GPT2LMHeadModel.forward`` (:650-712) with ``ForCausalLMLoss``: (logits, loss), the output the step
         keeps (``LlamaForCausalLM.loss`` runs it, under autocast for amp-bf16)."""
-        hidden_states = self.transformer()
-        hidden_states = A.view(hidden_states, *hidden_states.shape)  # slice_logits_to_keep(.., 0): an alias
-        logits = A.linear(hidden_states, self.lm_head if self.lm_head is not None else self.wte)  # :698
-        loss = for_causal_lm_loss(logits, self.labels, self.cfg.vocab_size)
-        return logits, loss
+        head = self.lm_head if self.lm_head is not None else self.wte
+        return head_and_loss(self.transformer(), head, self.labels, self.cfg.vocab_size)
 
 
 def causal_lm(

@@ -520,6 +520,14 @@ class LlamaForCausalLM:
         return loss
 
 
+def head_and_loss(hidden_states: Tensor, head: Tensor, labels: Tensor, vocab_size: int) -> tuple[Tensor, Tensor]:
+    """``*ForCausalLM.forward``'s end: the head on an alias of the normed states (``slice_logits_to_keep(.., 0)``)
+    and ``ForCausalLMLoss``: (logits, loss)."""
+    hidden_states = A.view(hidden_states, *hidden_states.shape)
+    logits = A.linear(hidden_states, head)
+    return logits, for_causal_lm_loss(logits, labels, vocab_size)
+
+
 def for_causal_lm_loss(logits: Tensor, labels: Tensor, vocab_size: int) -> Tensor:
     """``ForCausalLMLoss`` (``loss/loss_utils.py``): ``logits.float()`` (a copy under autocast); the labels
     padded by one and shifted (``contiguous``: a copy); ``fixed_cross_entropy`` (reduction mean).  Its
