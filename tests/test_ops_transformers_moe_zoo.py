@@ -103,6 +103,14 @@ MOE_ZOO = {
         "moe_layer_interval": 2,
         "tie_word_embeddings": False,
     },
+    "ernie4_5_moe-biased": {  # use_bias: q/k/v/o, the dense and shared MLPs and the (tied) LM head
+        "moe_num_experts": 4,
+        "moe_k": 2,
+        "moe_intermediate_size": 16,
+        "intermediate_size": 24,
+        "moe_num_shared_experts": 1,
+        "use_bias": True,
+    },
     # MiniMax-M2: OLMoE's whole-projection q/k norms with RoPE on rotary_dim, a sigmoid router with a score bias
     "minimax_m2": {"num_local_experts": 4, "intermediate_size": 16, "head_dim": 8, "rotary_dim": 4},
     # Hunyuan v3: q/k norms on the transposed states, an fp32 sigmoid router, shared experts summed in fp32

@@ -18,8 +18,9 @@ projections).  What ERNIE 4.5-MoE does differently:
   ``Ernie4_5_MoeMLP`` of ``moe_intermediate_size × moe_num_shared_experts``, ``use_bias``) and runs the shared
   experts first on the (B·S, d) states, then the router and the experts, the sum, and a cast to the input's dtype.
 
-Not covered: amp-bf16 (the measured side's autocast emulation, ``measure.hf.HFAutocast``, does not honour the
-router's disabled region, which CUDA's autocast does) and the LM head's bias (``use_bias``).
+``use_bias`` also puts a bias on the LM head (:635), tied embeddings or not.  Not covered: amp-bf16 (the measured
+side's autocast emulation, ``measure.hf.HFAutocast``, does not honour the router's disabled region, which CUDA's
+autocast does).
 """
 
 from __future__ import annotations
@@ -93,6 +94,11 @@ class Ernie4_5_MoeForCausalLM(moe.MoeForCausalLM):
 
     layer_class = DecoderLayer
 
+    def __init__(self, cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B):
+        super().__init__(cfg, seq, setup, batch)
+        if cfg.lm_head_bias:  # nn.Linear(d, vocab, bias=use_bias), tied or not (:635)
+            self.lm_head_bias = parameter((cfg.vocab_size,), self.dtype, "lm_head.bias")
+
     def rotary(self, hidden_states: Tensor, position_ids: Tensor) -> tuple[Tensor, Tensor]:
         return olmo2.rotary_embedding(position_ids, self.inv_freq)
 
@@ -112,6 +118,4 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
     out = moe.unsupported(cfg, setup)
     if setup.autocast:
         out.append("ERNIE 4.5-MoE under amp-bf16 (its router disables autocast; the measured emulation does not)")
-    if cfg.lm_head_bias:
-        out.append("ERNIE 4.5-MoE's LM-head bias (use_bias)")
     return out

@@ -427,6 +427,8 @@ class LlamaForCausalLM:
         self.input_ids = empty((batch, seq), "int64", "input_ids")
         self.labels = empty((batch, seq), "int64", "labels")
 
+    lm_head_bias: Tensor | None = None
+    """The LM head's bias (a model's own: ERNIE 4.5-MoE's ``use_bias``)."""
     masks_see_positions = True
     """Whether the mask functions get ``position_ids`` and so look for packed sequences (gpt-oss passes none)."""
 
@@ -443,7 +445,7 @@ class LlamaForCausalLM:
         for layer in self.layers:
             out += layer.params()
         out.append(self.norm.weight)
-        return out + ([self.lm_head] if self.lm_head is not None else [])
+        return out + [t for t in (self.lm_head, self.lm_head_bias) if t is not None]
 
     def model(self) -> Tensor:
         """``LlamaModel.forward`` (modeling_llama.py:370-420)."""
@@ -498,7 +500,8 @@ class LlamaForCausalLM:
         the step keeps; ``hidden_states`` dies when it returns (an fp32 tensor under autocast, where the LM
         head saves its bf16 copy instead)."""
         hidden_states = self.model()
-        logits = self.head(A.linear(hidden_states, self.lm_head if self.lm_head is not None else self.embed_tokens))
+        weight = self.lm_head if self.lm_head is not None else self.embed_tokens
+        logits = self.head(A.linear(hidden_states, weight, self.lm_head_bias))
         loss = for_causal_lm_loss(logits, self.labels, self.cfg.vocab_size)
         return logits, loss
 
