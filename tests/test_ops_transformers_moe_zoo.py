@@ -49,6 +49,12 @@ MOE_ZOO = {
         "norm_topk_prob": True,
         "decoder_sparse_step": 2,  # layers 1 and 3 sparse, 0 and 2 dense
     },
+    "qwen2_moe-3-experts": {  # 3 experts: the T·k slots not a multiple of E (Qwen1.5-MoE's 60 experts)
+        "num_experts": 3,
+        "moe_intermediate_size": 16,
+        "intermediate_size": 24,
+        "shared_expert_intermediate_size": 32,
+    },
     # Granite-MoE: Granite's multipliers (the embeddings scaled after the mask), a top-k-then-softmax router
     "granitemoe": {"num_local_experts": 4, "intermediate_size": 16, "embedding_multiplier": 12.0},
     "granitemoe-biased": {"num_local_experts": 4, "intermediate_size": 16, "attention_bias": True},

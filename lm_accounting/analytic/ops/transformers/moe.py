@@ -53,16 +53,26 @@ def div_(values: Tensor, other: Tensor) -> Tensor:
     return out
 
 
+def per_expert(slots: Affine | int, experts: int) -> Affine | int | float:
+    """S/E, an expert's rows with the routing balanced, for the step-time model's price of ``grouped_mm``: exact
+    where E divides the slot count, else the mean (a fraction: Qwen1.5-MoE's 60 experts).  No byte depends on it."""
+    if isinstance(slots, Affine):
+        exact = slots.a % experts == 0 and slots.b % experts == 0
+        return slots // experts if exact else Affine(slots.a / experts, slots.b / experts)
+    return slots // experts if slots % experts == 0 else slots / experts
+
+
 def grouped_mm(a: Tensor, b: Tensor, offs: Tensor) -> Tensor:
     """``torch._grouped_mm(a, b, offs)``: a (S, k) by b (E, k, n), group g taking rows offs[g-1]:offs[g]; out
     (S, n).  Saves a, b and offs; backward: b's gradient (laid out as b), then a's.  Its work, for the step-time
     model: E products of (S/E, k) by (k, n), the routing balanced (``grouped_nt``; the backward's two gradients
     ``grouped_bwd``), priced at the rates ``torch._grouped_mm`` reached (calibration grouped.csv)."""
     experts, (slots, k), n = b.shape[0], a.shape, b.shape[2]
-    current().note("gemm", a.dtype, "grouped_nt", experts, slots // experts, n, k)
+    rows = per_expert(slots, experts)
+    current().note("gemm", a.dtype, "grouped_nt", experts, rows, n, k)
 
     def back(ctx, g, sa, sb, so):
-        current().note("gemm", sa.dtype, "grouped_bwd", experts, slots // experts, n, k)
+        current().note("gemm", sa.dtype, "grouped_bwd", experts, rows, n, k)
         gb = ga = None
         if ctx.need[1]:
             gb = empty(sb.shape, g[0].dtype, "grouped_mm")
