@@ -239,3 +239,27 @@ def test_gpt_oss_sdpa_is_refused_by_transformers_too():
 
     with pytest.raises(AccountingError, match="GptOssForCausalLM does not support an attention implementation"):
         measure_hf_step(tiny("gpt_oss"), 8, 1, TrainingSetup(attention="sdpa"), device="cpu")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name, attention",
+    [
+        ("OLMoE-1B-7B-0924", "sdpa"),
+        ("granite-3.1-3b-a800m-instruct", "naive"),
+        ("qwen1.5-moe-a2.7b", "sdpa"),  # 60 experts: the slots not a multiple of E
+        ("gpt-oss-20b", "naive"),
+    ],
+)
+def test_published_sizes_equal_transformers_on_meta(name, attention):
+    """Full-size published configs in bf16 on meta (the grouped_mm meta kernel's dtype), B = 1 at 256 tokens."""
+    from test_hf_zoo import PUBLISHED
+
+    from lm_accounting.analytic.ops import predict_step
+    from lm_accounting.config import load_config
+    from lm_accounting.measure.hf import measure_hf_step
+
+    cfg = config_from_hf(PUBLISHED[name]) if name in PUBLISHED else load_config(name)
+    setup = TrainingSetup(attention=attention, precision="bf16")
+    predicted = predict_step(cfg, 256, setup, impl="transformers", batch=1).at(1)
+    assert predicted == measure_hf_step(cfg, 256, 1, setup, device="meta")
