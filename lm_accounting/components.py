@@ -28,7 +28,7 @@ from .analytic import flops as fl
 from .analytic import params as pa
 from .analytic.sizes import Sizes
 from .breakdown import Breakdown, Item
-from .config import ModelConfig
+from .config import MLP_NAMES, ModelConfig
 
 
 class Layers(NamedTuple):
@@ -49,12 +49,14 @@ def _shape(*dims: str) -> Callable[[ModelConfig], tuple[int, ...]]:
 
 
 EVERY_LAYER = Layers("L", lambda cfg: cfg.num_layers, lambda cfg, i: True)
-DENSE_LAYERS = Layers("L_dense", lambda cfg: cfg.dense_layers, lambda cfg, i: not cfg.layer_moe(i))
+DENSE_LAYERS = Layers("L_dense", lambda cfg: cfg.dense_layers, lambda cfg, i: cfg.layer_dense(i))
 MOE_LAYERS = Layers("L_moe", lambda cfg: cfg.moe_layers, lambda cfg, i: cfg.layer_moe(i))
 ATTENTION_LAYERS = Layers("L_attn", lambda cfg: cfg.attention_layers, lambda cfg, i: cfg.layer_attention(i))
 LINEAR_LAYERS = Layers("L_lin", lambda cfg: cfg.linear_layers, lambda cfg, i: not cfg.layer_attention(i))
 """A Gated DeltaNet hybrid's layers: every ``layers.*.attn.*`` component occurs in the attention layers (all
 layers but a hybrid's), every ``layers.*.linear_attn.*`` one in the linear-attention layers."""
+MAMBA_LAYERS = Layers("L_ssm", lambda cfg: cfg.mamba_layers, lambda cfg, i: cfg.layer_mamba(i))
+"""The Mamba2 layers of a ``layer_pattern`` (its ``M`` and ``H``): every ``layers.*.mamba.*`` component occurs there."""
 INDEXER_LAYERS = Layers("L_idx", lambda cfg: cfg.indexer_layers, lambda cfg, i: cfg.layer_indexer(i))
 """DeepSeek Sparse Attention: the layers that run their own indexer (all, or GLM-5's ``F`` layers)."""
 
@@ -526,6 +528,243 @@ are the projections, the conv (``flops.causal_conv_flops``) and the chunked rule
 transformers' torch path."""
 
 
+def _two_sublayers(cfg: ModelConfig) -> bool:
+    """A block of two sublayers, mixer then FFN, each with its norm and residual add: all but Nemotron-H's blocks
+    (a ``layer_pattern`` without ``mixer_ffn``: one mixer per block)."""
+    return cfg.layer_pattern is None or cfg.mixer_ffn
+
+
+def _mamba(cfg: ModelConfig) -> bool:
+    return cfg.mamba_layers > 0
+
+
+def _mamba_vector(name: str, label: str) -> Component:
+    """One of a Mamba2 mixer's per-head vectors (``dt_bias``, ``A_log``, ``D``): H parameters, no FLOP counted."""
+    return Component(
+        f"layers.*.mamba.{name}",
+        label,
+        "attention",
+        present=_mamba,
+        layers=MAMBA_LAYERS,
+        params=Formula(lambda z: z.cfg.mamba_heads, "H"),
+        shape=lambda cfg: (cfg.mamba_heads,),
+        split=COL,
+    )
+
+
+MAMBA2: tuple[Component, ...] = (
+    _mamba_vector("dt_bias", "Mamba2 dt_bias (per head)"),
+    _mamba_vector("A_log", "Mamba2 A_log (per head)"),
+    _mamba_vector("D", "Mamba2 D skip (per head)"),
+    Component(
+        "layers.*.mamba.conv1d",
+        "Mamba2 causal conv1d (depthwise, K taps, over x, B, C)",
+        "linear attention",
+        present=_mamba,
+        layers=MAMBA_LAYERS,
+        params=Formula(lambda z: z.cfg.mamba_conv_dim * z.cfg.mamba_conv_kernel, "(H·P + 2·G·N)·K"),
+        shape=lambda cfg: (cfg.mamba_conv_dim, 1, cfg.mamba_conv_kernel),
+        split=COL,
+        flops=Formula(lambda z: fl.mamba_conv_flops(z.cfg, z.batch, z.seq), "2·B·(H·P + 2·G·N)·(S+K−1)·K"),
+        elementwise=Formula(
+            lambda z: fl.silu_flops(z.T, z.cfg.mamba_conv_dim), "4·T·(H·P + 2·G·N)", "SiLU after the causal conv1d"
+        ),
+    ),
+    _bias(
+        "layers.*.mamba.conv1d.bias",
+        "Mamba2 conv1d bias",
+        "linear attention",
+        lambda cfg: cfg.mamba_conv_dim,
+        "(H·P + 2·G·N)",
+        _mamba,
+        MAMBA_LAYERS,
+    ),
+    _projection(
+        "layers.*.mamba.in_proj",
+        "Mamba2 input projection (z, x, B, C, dt)",
+        "attention projections",
+        lambda cfg: cfg.d_model * cfg.mamba_in_width,
+        "d·(2·H·P + 2·G·N + H)",
+        shape=lambda cfg: (cfg.mamba_in_width, cfg.d_model),
+        split=COL,
+        present=_mamba,
+        layers=MAMBA_LAYERS,
+    ),
+    Component(
+        "layers.*.mamba.core",
+        lambda cfg: f"SSD scan (chunked, C = {cfg.mamba_chunk_size})",
+        "linear attention",
+        present=_mamba,
+        layers=MAMBA_LAYERS,
+        flops=Formula(
+            lambda z: fl.ssd_scan_flops(z.cfg, z.batch, z.seq),
+            "2·B·H·(⌈S/C⌉·C²·(N + P) + 2·⌈S/C⌉·C·P·N + (⌈S/C⌉+1)²·P·N)",
+        ),
+    ),
+    Component(
+        "layers.*.mamba.norm",
+        "Mamba2 gated RMSNorm (per group)",
+        "norms",
+        present=lambda cfg: _mamba(cfg) and cfg.mamba_norm,
+        layers=MAMBA_LAYERS,
+        params=Formula(lambda z: pa.rmsnorm_params(z.cfg.mamba_inner), "H·P"),
+        shape=lambda cfg: (cfg.mamba_inner,),
+        elementwise=Formula(lambda z: fl.gated_norm_flops(z.T, z.cfg.mamba_inner), "9·T·H·P"),
+    ),
+    _projection(
+        "layers.*.mamba.out_proj",
+        "Mamba2 output projection",
+        "attention projections",
+        lambda cfg: cfg.mamba_inner * cfg.d_model,
+        "H·P·d",
+        shape=lambda cfg: (cfg.d_model, cfg.mamba_inner),
+        split=ROW,
+        present=_mamba,
+        layers=MAMBA_LAYERS,
+    ),
+)
+"""A Mamba2 mixer layer (``NemotronHMamba2Mixer``, models/nemotron_h/modeling_nemotron_h.py; ``config.MAMBA_FIELDS``:
+H heads of P, G groups of state N, conv of K taps, chunks of C; Bamba's, Granite-4.0-H's and Falcon-H1's are the same),
+in its ``parameters()`` order (the mixer's own vectors, then its modules').  Its matmul FLOPs are transformers' torch
+path (no mamba_ssm / causal_conv1d kernels): ``in_proj`` and ``out_proj``, the conv
+(``flops.mamba_conv_flops``, torch's convolution formula over the S + K − 1 padded outputs) and the chunked SSD scan's
+einsums (``flops.ssd_scan_flops``, over the padded sequence); the conv's bias, the softplus/exp discretisation, the
+decays, the D skip and the gated norm are elementwise (the scan's own elementwise work is not estimated)."""
+
+
+def _pattern_experts(cfg: ModelConfig) -> bool:
+    return cfg.pattern_experts
+
+
+_MLP2_ACTIVATION = {
+    "relu": ("ReLU", fl.RELU_PER_ELEMENT),
+    "relu2": ("squared ReLU", fl.RELU2_PER_ELEMENT),
+    "gelu": ("GELU", fl.GELU_PER_ELEMENT),
+}
+"""A 2-matrix MLP's activation (``config.ARCHITECTURE_CHOICES``' ``mlp``): its name and FLOPs per element."""
+
+
+def _expert_mlp(prefix: str, label: str, stacked: bool) -> tuple[Component, ...]:
+    """A Nemotron-H expert MLP without gate, ``down(act(up(x)))`` of the config's 2-matrix ``mlp``: the routed
+    experts (``stacked``: E stacks (E, d_e, d_in) and (E, d_in, d_e), on the T·k routed rows, over ``expert_in``
+    features) or the shared expert (one ``NemotronHMLP`` of ``shared_expert_d_ff`` on every token, with biases under
+    ``mlp_bias``)."""
+    if stacked:
+        count, width, rows, inner = (lambda cfg: cfg.num_experts), (lambda cfg: cfg.expert_width), "T·k", "d_in"
+
+        def n_rows(z: Sizes) -> int:
+            return z.T * z.cfg.experts_per_token
+
+        def d_in(cfg: ModelConfig) -> int:
+            return cfg.expert_in
+    else:
+        count, width, rows, inner = (lambda cfg: 1), (lambda cfg: cfg.shared_width), "T", "d"
+
+        def n_rows(z: Sizes) -> int:
+            return z.T
+
+        def d_in(cfg: ModelConfig) -> int:
+            return cfg.d_model
+
+    E, w = ("E·", "d_e") if stacked else ("", "d_s")
+
+    def matrix(name: str, what: str, out_first: bool) -> Component:
+        def shape(cfg: ModelConfig) -> tuple[int, ...]:
+            out_in = (width(cfg), d_in(cfg)) if out_first else (d_in(cfg), width(cfg))
+            return (count(cfg), *out_in) if stacked else out_in
+
+        split = (EXPERT_COL if out_first else EXPERT_ROW) if stacked else (COL if out_first else ROW)
+        return Component(
+            f"{prefix}.{name}",
+            f"{label} {name} ({what})",
+            "ffn",
+            present=_pattern_experts,
+            layers=MOE_LAYERS,
+            params=Formula(lambda z: count(z.cfg) * d_in(z.cfg) * width(z.cfg), f"{E}{inner}·{w}"),
+            flops=Formula(lambda z: fl.matmul_flops(n_rows(z), d_in(z.cfg), width(z.cfg)), f"2·{rows}·{inner}·{w}"),
+            shape=shape,
+            split=split,
+        )
+
+    def bias(name: str, out: Callable[[ModelConfig], int], text: str) -> Component:
+        return _bias(
+            f"{prefix}.{name}.bias",
+            f"{label} {name} bias",
+            "ffn",
+            out,
+            text,
+            lambda cfg: cfg.pattern_experts and cfg.mlp_bias,
+            MOE_LAYERS,
+            COL if name == "fc" else REPLICATED,
+        )
+
+    act = Component(
+        f"{prefix}.act",
+        lambda cfg: f"{label} {_MLP2_ACTIVATION[cfg.mlp][0]}",
+        "ffn",
+        present=_pattern_experts,
+        layers=MOE_LAYERS,
+        elementwise=Formula(
+            lambda z: _MLP2_ACTIVATION[z.cfg.mlp][1] * n_rows(z) * width(z.cfg),
+            lambda cfg: f"{_MLP2_ACTIVATION[cfg.mlp][1]}·{rows}·{w}",
+        ),
+    )
+    if stacked:  # NemotronHExperts' stacks have no bias
+        return matrix("fc", "up", True), act, matrix("proj", "down", False)
+    return (
+        matrix("fc", "up", True),
+        bias("fc", width, w),
+        act,
+        matrix("proj", "down", False),
+        bias("proj", lambda cfg: cfg.d_model, "d"),
+    )
+
+
+def _latent(name: str, label: str, into: bool) -> tuple[Component, ...]:
+    """Nemotron-H's latent projection before (``into``: ``fc1_latent_proj``, d -> L) or after (``fc2_latent_proj``,
+    L -> d) the routed experts, on every token, with a bias under ``mlp_bias``."""
+    present = lambda cfg: cfg.pattern_experts and cfg.expert_latent is not None
+    out = (lambda cfg: cfg.expert_latent) if into else (lambda cfg: cfg.d_model)
+    text = "d·L" if into else "L·d"
+    return (
+        _projection(
+            f"layers.*.moe.{name}",
+            label,
+            "ffn",
+            lambda cfg: cfg.d_model * cfg.expert_latent,
+            text,
+            shape=(lambda cfg: (cfg.expert_latent, cfg.d_model))
+            if into
+            else (lambda cfg: (cfg.d_model, cfg.expert_latent)),
+            split=REPLICATED,
+            present=present,
+            layers=MOE_LAYERS,
+        ),
+        _bias(
+            f"layers.*.moe.{name}.bias",
+            f"{label} bias",
+            "ffn",
+            out,
+            "L" if into else "d",
+            lambda cfg: present(cfg) and cfg.mlp_bias,
+            MOE_LAYERS,
+            REPLICATED,
+        ),
+    )
+
+
+PATTERN_EXPERTS: tuple[Component, ...] = (
+    *_expert_mlp("layers.*.moe.experts", "routed experts", stacked=True),
+    *_expert_mlp("layers.*.moe.shared", "shared expert", stacked=False),
+    *_latent("latent_in", "latent projection in (fc1_latent_proj)", into=True),
+    *_latent("latent_out", "latent projection out (fc2_latent_proj)", into=False),
+)
+"""A layer pattern's ``E`` layer (Nemotron-H's ``NemotronHMoE``, models/nemotron_h/modeling_nemotron_h.py), beside the
+router: the routed experts without gate (``NemotronHExperts``: ``up_proj`` (E, d_e, d_in), ``down_proj``
+(E, d_in, d_e), the config's activation, on the T·k rows routed to them), one shared expert (``shared_experts``, a
+``NemotronHMLP``) and, with ``expert_latent``, the latent projections around the routed experts."""
+
+
 def _gated_bias(cfg: ModelConfig) -> bool:
     return cfg.gated_mlp and cfg.mlp_bias
 
@@ -591,7 +830,7 @@ REGISTRY: tuple[Component, ...] = (
     ),
     Component(
         "layers.*.ln1",
-        _norm_label("before attention"),
+        lambda cfg: f"{_norm_name(cfg)} before {'the mixer' if cfg.layer_pattern else 'attention'}",
         "norms",
         present=_pre_norms,
         params=_LN1[0],
@@ -916,6 +1155,7 @@ REGISTRY: tuple[Component, ...] = (
         ),
     ),
     *GATED_DELTANET,
+    *MAMBA2,
     Component(
         "layers.*.post_attn_norm",
         _norm_label("after attention (sandwich/post)"),
@@ -936,7 +1176,8 @@ REGISTRY: tuple[Component, ...] = (
         "layers.*.ln2",
         _norm_label("before FFN"),
         "norms",
-        present=lambda cfg: cfg.pre_norms and cfg.parallel_block != "one_norm",  # one_norm: ln1 feeds the FFN
+        present=lambda cfg: cfg.pre_norms and cfg.parallel_block != "one_norm" and _two_sublayers(cfg),
+        # one_norm: ln1 feeds the FFN; a layer pattern's block has one norm, ln1 (Bamba's has two)
         params=_LN2[0],
         elementwise=_LN2[1],
         tensors=_norm_tensors,
@@ -993,7 +1234,7 @@ REGISTRY: tuple[Component, ...] = (
     _bias("layers.*.ffn.w3.bias", "FFN W3 bias", "ffn", lambda cfg: cfg.d_ff, "d_ff", _gated_bias, DENSE_LAYERS),
     Component(
         "layers.*.ffn.fc",
-        "FFN fc (up, GELU MLP)",
+        lambda cfg: f"FFN fc (up, {MLP_NAMES[cfg.mlp]})",
         "ffn",
         layers=DENSE_LAYERS,
         present=_gelu_mlp,
@@ -1005,7 +1246,7 @@ REGISTRY: tuple[Component, ...] = (
     _bias("layers.*.ffn.fc.bias", "FFN fc bias", "ffn", lambda cfg: cfg.d_ff, "d_ff", _gelu_bias, DENSE_LAYERS),
     Component(
         "layers.*.ffn.proj",
-        "FFN proj (down, GELU MLP)",
+        lambda cfg: f"FFN proj (down, {MLP_NAMES[cfg.mlp]})",
         "ffn",
         layers=DENSE_LAYERS,
         present=_gelu_mlp,
@@ -1118,7 +1359,7 @@ REGISTRY: tuple[Component, ...] = (
         lambda z: fl.expert_rows(z.cfg, z.T),
         "d_e",
         lambda cfg: "T·E" if cfg.all_experts_run else "T·k",  # Llama 4: every expert on every token
-        _moe,
+        lambda cfg: cfg.moe and not cfg.pattern_experts,  # Nemotron-H's E layers: ``PATTERN_EXPERTS``
         lambda cfg: cfg.num_experts,
         "E·",
         act.moe_experts_saved_bytes,
@@ -1138,7 +1379,7 @@ REGISTRY: tuple[Component, ...] = (
         lambda z: z.T,
         "n_s·d_s",
         "T",
-        lambda cfg: cfg.moe and cfg.shared_experts > 0,
+        lambda cfg: cfg.moe and cfg.shared_experts > 0 and not cfg.pattern_experts,
         lambda cfg: 1,
         "",
         act.moe_shared_saved_bytes,
@@ -1151,6 +1392,7 @@ REGISTRY: tuple[Component, ...] = (
         },
         stacked=False,
     ),
+    *PATTERN_EXPERTS,
     _projection(
         "layers.*.moe.shared_gate",
         "shared-expert gate σ(x·w) (Qwen2-MoE)",
@@ -1188,6 +1430,7 @@ REGISTRY: tuple[Component, ...] = (
         "layers.*.residual.ffn",
         "residual add (FFN)",
         "residual",
+        present=_two_sublayers,  # a layer pattern's block has one residual add (Bamba's has two)
         elementwise=Formula(lambda z: fl.residual_add_flops(z.T, z.cfg.d_model), "T·d"),
     ),
     Component(

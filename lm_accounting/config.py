@@ -171,6 +171,17 @@ class ModelConfig:
     index_head_dim: int | None = None
     index_topk: int | None = None
     indexer_pattern: str | None = None
+    # -- layer patterns and Mamba2 mixers: Nemotron-H, Bamba, Granite-4.0-H, Falcon-H1 (None: none; PATTERN_FIELDS) --
+    layer_pattern: str | None = None
+    mixer_ffn: bool = False
+    mamba_norm: bool = True
+    mamba_heads: int | None = None
+    mamba_head_dim: int | None = None
+    mamba_state_size: int | None = None
+    mamba_groups: int | None = None
+    mamba_conv_kernel: int | None = None
+    mamba_chunk_size: int | None = None
+    expert_latent: int | None = None
     name: str = "custom"
     hf_model_type: str | None = dataclasses.field(default=None, compare=False)
     """The Hugging Face ``model_type`` whose modeling code this config is (``llama``, ``qwen3_moe``,
@@ -280,6 +291,8 @@ class ModelConfig:
             "lm_head_bias",
             "attention_output_gate",
             "norm_bias",
+            "mixer_ffn",
+            "mamba_norm",
             *MOE_FLAGS,
         ):
             if not isinstance(getattr(self, key), bool):
@@ -324,6 +337,7 @@ class ModelConfig:
             raise ConfigError(f"name is {len(self.name):,} characters long; at most {MAX_NAME_CHARS} are allowed")
         if any(ord(ch) < 32 or ord(ch) == 127 for ch in self.name):
             raise ConfigError(f"name must not contain control characters, got {short_repr(self.name)}")
+        self._check_pattern()  # before the experts: a pattern's E layers are its mixture-of-experts layers
         self._check_moe()
         self._check_mla()  # before d_head and rope_dim, which read the latent-attention fields
         self._check_linear()
@@ -358,10 +372,22 @@ class ModelConfig:
             raise ConfigError(f"experts_per_token={self.experts_per_token} exceeds num_experts={self.num_experts}")
         if self.shared_expert_d_ff is not None and not self.shared_experts:
             raise ConfigError("shared_expert_d_ff applies only with shared_experts >= 1")
-        if self.mlp != "swiglu":
-            raise ConfigError("a mixture of experts is modelled with SwiGLU experts only (mlp = swiglu)")
+        if self.mlp != "swiglu" and not self.pattern_experts:
+            raise ConfigError(
+                "a mixture of experts is modelled with SwiGLU experts only (mlp = swiglu), or with a layer pattern's "
+                "E layers (Nemotron-H's experts of the config's 2-matrix mlp)"
+            )
         if self.shared_expert_gate and not self.shared_experts:
             raise ConfigError("shared_expert_gate gates the shared experts' output: it needs shared_experts >= 1")
+        extras = ("dense_layers_first", "moe_every", "router_bias", "expert_bias", "shared_expert_gate", "swiglu_limit")
+        if self.pattern_experts and (
+            self.shared_experts > 1 or self.gated_mlp or any(getattr(self, k) != MOE_DEFAULTS[k] for k in extras)
+        ):
+            raise ConfigError(
+                "a layer pattern's E layers are modelled as Nemotron-H's: experts of a 2-matrix mlp (relu2, relu, "
+                "gelu), at most one shared expert, no dense_layers_first or moe_every (the pattern places them), no "
+                "router or expert biases, shared-expert gate or clamp"
+            )
         if not self.moe_layers:
             raise ConfigError(
                 f"no layer is a mixture of experts (num_layers={self.num_layers}, "
@@ -456,6 +482,73 @@ class ModelConfig:
             raise ConfigError(
                 f"index_head_dim = {self.index_head_dim} is narrower than its RoPE part qk_rope_head_dim = "
                 f"{self.qk_rope_head_dim}"
+            )
+
+    def _check_pattern(self) -> None:
+        """``layer_pattern`` and its fields (``PATTERN_FIELDS``), as Nemotron-H, Bamba, Granite-4.0-H and Falcon-H1
+        build them: one letter per layer from ``PATTERN_LETTERS`` (``-`` and ``E`` without ``mixer_ffn``, ``H`` with
+        it), the Mamba2 sizes all given when a layer has a Mamba2 mixer (and only then), the heads in whole groups,
+        ``E`` layers exactly when there are experts (without ``mixer_ffn``), and none of the options these blocks do
+        not have."""
+        given = [k for k in MAMBA_FIELDS if getattr(self, k) is not None]
+        for key in given:
+            check_positive_int(key, getattr(self, key), ConfigError)
+        pattern = self.layer_pattern
+        if pattern is None:
+            if given:
+                raise ConfigError(f"{given[0]} applies only to Mamba2 layers (set layer_pattern with M layers)")
+            if self.expert_latent is not None:
+                raise ConfigError("expert_latent applies only to a layer pattern's E layers (Nemotron-H's experts)")
+            if self.mixer_ffn:
+                raise ConfigError("mixer_ffn applies only to a layer pattern (set layer_pattern)")
+            if not self.mamba_norm:
+                raise ConfigError("mamba_norm applies only to Mamba2 layers (set layer_pattern with M layers)")
+            return
+        letters = set(PATTERN_LETTERS) - ({"-", "E"} if self.mixer_ffn else {"H"})
+        if not isinstance(pattern, str) or len(pattern) != self.num_layers or set(pattern) - letters:
+            kinds = (
+                "M (Mamba2), * (attention) or H (both in parallel; with mixer_ffn every layer has its FFN)"
+                if self.mixer_ffn
+                else "M (Mamba2), * (attention), - (MLP) or E (mixture of experts)"
+            )
+            raise ConfigError(
+                f"layer_pattern must be one letter per layer ({self.num_layers}): {kinds}; got {short_repr(pattern)}"
+                + (f" ({len(pattern)} letters)" if isinstance(pattern, str) else "")
+            )
+        if ("E" in pattern) != (self.moe and not self.mixer_ffn):
+            raise ConfigError(
+                "a layer pattern's E layers need num_experts, and a mixture of experts needs E layers (or mixer_ffn, "
+                "an FFN sublayer in every layer: Granite-4.0-H's)"
+            )
+        if self.expert_latent is not None:
+            check_positive_int("expert_latent", self.expert_latent, ConfigError)
+            if "E" not in pattern:
+                raise ConfigError("expert_latent applies only to a layer pattern's E layers (Nemotron-H's experts)")
+        if not self.mamba_layers:
+            if given:
+                raise ConfigError(f"{given[0]} applies only to Mamba2 layers (an M in layer_pattern)")
+            if not self.mamba_norm:
+                raise ConfigError("mamba_norm applies only to Mamba2 layers (an M in layer_pattern)")
+        else:
+            missing = [k for k in MAMBA_FIELDS if getattr(self, k) is None]
+            if missing:
+                raise ConfigError(f"Mamba2 layers (M or H in layer_pattern) need {missing[0]}")
+            if self.mamba_heads % self.mamba_groups:
+                raise ConfigError(
+                    f"mamba_heads={self.mamba_heads} is not divisible by mamba_groups={self.mamba_groups}"
+                )
+        if (
+            self.mla
+            or self.hybrid
+            or self.indexer
+            or self.sliding_window is not None
+            or self.parallel_block != "none"
+            or self.norm_placement != "pre"
+            or self.attention_output_gate
+        ):
+            raise ConfigError(
+                "a layer pattern is modelled as Nemotron-H's and Bamba's: pre-norm blocks, with no latent attention, "
+                "Gated DeltaNet, sliding window, output gate or parallel block"
             )
 
     def _check_architecture(self) -> None:
@@ -604,12 +697,17 @@ class ModelConfig:
     def layer_attention(self, layer: int) -> bool:
         """Whether layer ``layer`` (0-based) has (softmax) attention: every layer, or in a hybrid every
         ``full_attention_interval``-th, transformers' ``layer_types`` rule ``"linear_attention" if (i + 1) % n
-        else "full_attention"`` (``Qwen3NextConfig.__post_init__``)."""
+        else "full_attention"`` (``Qwen3NextConfig.__post_init__``); with ``layer_pattern`` its ``*`` and ``H``
+        layers."""
+        if self.layer_pattern is not None:
+            return self.layer_pattern[layer] in "*H"
         return not self.hybrid or (layer + 1) % self.full_attention_interval == 0
 
     @property
     def attention_layers(self) -> int:
-        """Layers with attention: all, or ⌊L/n⌋ in a hybrid."""
+        """Layers with attention: all, ⌊L/n⌋ in a hybrid, or the ``*`` and ``H`` of ``layer_pattern``."""
+        if self.layer_pattern is not None:
+            return self.layer_pattern.count("*") + self.layer_pattern.count("H")
         return self.num_layers if not self.hybrid else self.num_layers // self.full_attention_interval
 
     @property
@@ -632,6 +730,57 @@ class ModelConfig:
         """Channels of the depthwise causal conv1d, q, k and v together: ``2·key_dim + value_dim``."""
         return 2 * self.linear_key_dim + self.linear_value_dim
 
+    # -- layer patterns and Mamba2 mixers, Nemotron-H ------------------------
+    def layer_kind(self, layer: int) -> str | None:
+        """Layer ``layer``'s letter of ``layer_pattern`` (``PATTERN_LETTERS``), or None without a pattern."""
+        return None if self.layer_pattern is None else self.layer_pattern[layer]
+
+    def layer_mamba(self, layer: int) -> bool:
+        """Whether layer ``layer`` (0-based) has a Mamba2 mixer (an ``M`` or ``H`` of ``layer_pattern``)."""
+        return self.layer_kind(layer) in ("M", "H")
+
+    def layer_dense(self, layer: int) -> bool:
+        """Whether layer ``layer`` has a dense FFN: every layer not a mixture of experts, or with a pattern its
+        ``-`` layers (Nemotron-H's ``NemotronHMLP`` blocks; with ``mixer_ffn`` every layer not a mixture of
+        experts, as without a pattern)."""
+        if self.layer_pattern is not None and not self.mixer_ffn:
+            return self.layer_pattern[layer] == "-"
+        return not self.layer_moe(layer)
+
+    @property
+    def pattern_experts(self) -> bool:
+        """The mixture of experts is a layer pattern's ``E`` layers (Nemotron-H's ``NemotronHMoE``): experts of the
+        config's 2-matrix ``mlp`` (``up_proj``, ``down_proj``; no gate), over ``expert_latent`` features when set."""
+        return self.moe and self.layer_pattern is not None and not self.mixer_ffn
+
+    @property
+    def expert_in(self) -> int:
+        """The width a routed expert reads and writes: ``expert_latent`` (Nemotron-H's ``moe_latent_size``: the
+        tokens go through ``fc1_latent_proj`` first), else ``d_model``."""
+        return self.d_model if self.expert_latent is None else self.expert_latent
+
+    @property
+    def mamba_layers(self) -> int:
+        """Mamba2 layers: the ``M`` and ``H`` of ``layer_pattern`` (0 without one)."""
+        return 0 if self.layer_pattern is None else self.layer_pattern.count("M") + self.layer_pattern.count("H")
+
+    @property
+    def mamba_inner(self) -> int:
+        """Width of a Mamba2 mixer's x (and of its gate z): ``mamba_heads · mamba_head_dim`` (transformers'
+        ``intermediate_size`` of the mixer)."""
+        return self.mamba_heads * self.mamba_head_dim
+
+    @property
+    def mamba_conv_dim(self) -> int:
+        """Channels of the Mamba2 depthwise conv1d, x, B and C together: ``inner + 2·groups·state_size``."""
+        return self.mamba_inner + 2 * self.mamba_groups * self.mamba_state_size
+
+    @property
+    def mamba_in_width(self) -> int:
+        """Outputs of a Mamba2 mixer's ``in_proj``: the gate z, x·B·C and one dt per head,
+        ``inner + conv_dim + heads``."""
+        return self.mamba_inner + self.mamba_conv_dim + self.mamba_heads
+
     # -- mixture of experts --------------------------------------------------
     @property
     def moe(self) -> bool:
@@ -641,6 +790,8 @@ class ModelConfig:
         """Whether layer ``layer`` (0-based) has the mixture of experts instead of a dense FFN: from
         ``dense_layers_first`` on (DeepSeek's ``first_k_dense_replace``), every ``moe_every``-th layer
         (Qwen's ``decoder_sparse_step``: ``(i + 1) % step == 0``)."""
+        if self.pattern_experts:
+            return self.layer_pattern[layer] == "E"
         return self.moe and layer >= self.dense_layers_first and (layer + 1) % self.moe_every == 0
 
     @property
@@ -649,12 +800,17 @@ class ModelConfig:
         ⌊L/n⌋ − ⌊first/n⌋ (0 for a dense model)."""
         if not self.moe:
             return 0
+        if self.pattern_experts:
+            return self.layer_pattern.count("E")
         first = min(self.dense_layers_first, self.num_layers)
         return self.num_layers // self.moe_every - first // self.moe_every
 
     @property
     def dense_layers(self) -> int:
-        """Layers with a dense FFN: ``num_layers - moe_layers``."""
+        """Layers with a dense FFN: ``num_layers - moe_layers``, or the ``-`` of ``layer_pattern`` (without
+        ``mixer_ffn``)."""
+        if self.layer_pattern is not None and not self.mixer_ffn:
+            return self.layer_pattern.count("-")
         return self.num_layers - self.moe_layers
 
     @property
@@ -795,6 +951,12 @@ class ModelConfig:
             out.append("every expert on every token (Llama 4)")
         if self.attention_chunk is not None:
             out.append("chunked attention (Llama 4)")
+        if self.layer_pattern is not None:
+            out.append("a layer pattern (Mamba2 hybrid blocks)")
+        if self.mamba_layers:
+            out.append("Mamba2 mixer layers")
+        if self.positions == "none":
+            out.append("no positions (NoPE)")
         return out
 
     def course_twin(self) -> ModelConfig:
@@ -829,6 +991,7 @@ class ModelConfig:
             "indexer_pattern",
             "all_experts_run",
             "attention_chunk",
+            *PATTERN_FIELDS,
             "hf_model_type",  # the twin is no published model's code
         )
         defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig) if f.name in arch}
@@ -847,7 +1010,7 @@ class ModelConfig:
         parts = [
             {"pre": f"pre-{norm}", "sandwich": f"sandwich {norm}", "post": f"post-{norm}"}[self.norm_placement],
             MLP_NAMES[self.mlp],
-            {"rope": "RoPE", "learned": "learned positions", "alibi": "ALiBi"}[self.positions],
+            {"rope": "RoPE", "learned": "learned positions", "alibi": "ALiBi", "none": "no positions"}[self.positions],
         ]
         if self.partial_rotary:
             parts[-1] += f" (first {self.rotary_dim} of {self.d_head})"
@@ -896,6 +1059,15 @@ class ModelConfig:
             )
         if self.attention_output_gate:
             parts.append("gated attention output")
+        if self.layer_pattern is not None:
+            mamba = (
+                f"; Mamba2 {self.mamba_heads} heads × {self.mamba_head_dim}, state {self.mamba_state_size}"
+                if self.mamba_layers
+                else ""
+            )
+            kinds = " / ".join(f"{self.layer_pattern.count(c)} {c}" for c in PATTERN_LETTERS if c in self.layer_pattern)
+            ffn = ", an FFN in every layer" if self.mixer_ffn else ""
+            parts.append(f"layer pattern {kinds}{ffn}{mamba}")
         if self.indexer:
             where = "" if self.indexer_pattern is None else f", on {self.indexer_layers} of {self.num_layers} layers"
             parts.append(
@@ -924,6 +1096,11 @@ class ModelConfig:
         """The architecture family in words: which published model these options describe."""
         if self.all_experts_run or self.attention_chunk is not None:
             return "Llama 4-style (chunked attention, NoPE layers, shared + routed experts)"
+        if self.layer_pattern is not None:
+            style = "Nemotron-H-style"
+            if self.mixer_ffn:
+                style = "Falcon-H1-style" if "H" in self.layer_pattern else "Bamba-style"
+            return f"{style} (Mamba2 hybrid)" if self.mamba_layers else f"{style} (layer pattern)"
         if self.indexer:
             return f"DeepSeek-V3.2-style (MLA + sparse-attention indexer{' + MoE' if self.moe else ''})"
         if self.mla:
@@ -978,6 +1155,9 @@ class ModelConfig:
         if not self.indexer:  # the indexer's keys appear on a DeepSeek Sparse Attention model only
             for key in (*DSA_FIELDS, "indexer_pattern"):
                 del out[key]
+        if self.layer_pattern is None:  # the pattern's keys appear on a Nemotron-H-style model only
+            for key in PATTERN_FIELDS:
+                del out[key]
         return out
 
     def with_context(self, context_length: int) -> ModelConfig:
@@ -1016,7 +1196,7 @@ ARCHITECTURE_CHOICES: dict[str, tuple[str, ...]] = {
     "norm": ("rmsnorm", "layernorm"),
     "norm_placement": ("pre", "sandwich", "post"),
     "mlp": ("swiglu", "geglu", "gelu", "relu", "relu2"),
-    "positions": ("rope", "learned", "alibi"),
+    "positions": ("rope", "learned", "alibi", "none"),
     "qk_norm_scope": ("head", "projection", "head_weights"),
     "parallel_block": ("none", "one_norm", "two_norms"),
 }
@@ -1032,7 +1212,8 @@ ARCHITECTURE_CHOICES: dict[str, tuple[str, ...]] = {
   al. 2021, "Primer"; Nemotron's ``up_proj``/``down_proj``, transformers' ``ReLUSquaredActivation``).
 * ``positions``: ``rope`` (no parameters), ``learned`` (a ``max_position_embeddings x d_model`` table added
   to the token embeddings, GPT-2; ``position_offset`` rows before position 0, OPT's 2, serve no position) or ``alibi`` (Press et al. 2022: head i adds ``m_i · j`` to its score for key
-  j, no parameters; BLOOM, transformers' ``build_alibi_tensor``).
+  j, no parameters; BLOOM, transformers' ``build_alibi_tensor``) or ``none`` (NoPE: attention sees no position,
+  Nemotron-H's ``NemotronHAttention`` applies no rotary embedding; order comes from its Mamba2 layers).
 * ``qk_norm_scope``: ``head`` = one RMSNorm of ``head_dim`` on every Q and K head (Qwen3, Gemma 3);
   ``projection`` = one RMSNorm over the whole Q (``h·head_dim``) and K (``kv·head_dim``) projection (OLMo-2);
   ``head_weights`` = each head normalised over its ``head_dim`` with a gain of its own, ``(h, head_dim)`` and
@@ -1112,6 +1293,34 @@ qwen3_next/modeling_qwen3_next.py, and ``Qwen3_5GatedDeltaNet``): layer i has so
 ``dt_bias`` and ``A_log``, the gated delta rule, a gated RMSNorm of ``linear_value_head_dim`` and ``out_proj``.
 ``attention_output_gate`` (Qwen3-Next's gated attention): ``q_proj`` also gives a per-element gate,
 ``o_proj(attn · σ(gate))``, doubling its width (our ``attn.q_gate``)."""
+
+MAMBA_FIELDS = (
+    "mamba_heads",
+    "mamba_head_dim",
+    "mamba_state_size",
+    "mamba_groups",
+    "mamba_conv_kernel",
+    "mamba_chunk_size",
+)
+"""Mamba2 mixer layers (Dao & Gu 2024, arXiv:2405.21060; transformers' ``NemotronHMamba2Mixer``, models/nemotron_h/
+modeling_nemotron_h.py, config ``NemotronHConfig``): ``in_proj`` (d -> the gate z and x of ``mamba_heads ·
+mamba_head_dim``, B and C of ``mamba_groups · mamba_state_size`` each, one dt per head; no bias), a depthwise causal
+conv1d of ``mamba_conv_kernel`` taps with a bias over x, B, C, the per-head ``dt_bias``, ``A_log`` and ``D``, the
+chunked SSD scan (chunks of ``mamba_chunk_size``), a gated RMSNorm of ``heads · head_dim`` (normalised per group)
+and ``out_proj`` (no bias)."""
+PATTERN_LETTERS = ("M", "*", "-", "E", "H")
+"""``layer_pattern``'s letters, Nemotron-H's ``hybrid_override_pattern``: ``M`` a Mamba2 mixer, ``*`` attention,
+``-`` an MLP; each layer is one pre-norm block ``x + mixer(norm(x))`` (``NemotronHBlock``), so a layer has no
+second norm and no second residual add; ``E`` a mixture of experts (``NemotronHMoE``: a router of E sigmoid scores,
+routed experts of the config's 2-matrix ``mlp`` without a gate, ``up_proj`` and ``down_proj``, over
+``expert_latent`` features when set, between ``fc1_latent_proj`` and ``fc2_latent_proj``, and one always-on shared
+expert, a ``NemotronHMLP`` of ``shared_expert_d_ff``).  With
+``mixer_ffn`` (Bamba's ``BambaDecoderLayer``, models/bamba/modeling_bamba.py) every layer is a Llama block whose
+attention is replaced by its mixer: ``x + mixer(ln1(x))``, then ``+ ffn(ln2(x))``; its letters are ``M``, ``*`` and
+``H``, attention and a Mamba2 mixer side by side on the same norm, their outputs summed (Falcon-H1's
+``FalconH1DecoderLayer``, models/falcon_h1/modeling_falcon_h1.py).  ``mamba_norm`` false: the Mamba2 mixers have no
+gated RMSNorm (Falcon-H1's ``mamba_rms_norm``; the gate still multiplies)."""
+PATTERN_FIELDS = ("layer_pattern", "mixer_ffn", "mamba_norm", *MAMBA_FIELDS, "expert_latent")
 
 DSA_FIELDS = ("index_heads", "index_head_dim", "index_topk")
 """DeepSeek Sparse Attention (DeepSeek-V3.2-Exp; transformers' ``DeepseekV32Indexer``, models/deepseek_v32/

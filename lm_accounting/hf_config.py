@@ -15,7 +15,8 @@ The rules:
   minimax_m2, glm4, glm, stablelm; Gated DeltaNet hybrids: qwen3_next, qwen3_5_text, qwen3_5_moe_text; parallel
   attention + MLP blocks: cohere, cohere2, phi, gpt_neox, gptj, falcon, tests/test_arch_parallel_block.py; ReLU-family
   MLPs: opt, nemotron, tests/test_arch_relu.py; DeepSeek Sparse Attention's indexer: deepseek_v32, glm_moe_dsa,
-  tests/test_arch_dsa.py; Llama 4's text model: llama4_text, tests/test_arch_llama4.py), each proven
+  tests/test_arch_dsa.py; Llama 4's text model: llama4_text, tests/test_arch_llama4.py; Mamba2 hybrids: nemotron_h, bamba,
+  granitemoehybrid, falcon_h1, tests/test_arch_mamba2.py), each proven
   in tests/test_hf_zoo.py and listed in docs/model_types.md.  A multimodal wrapper
   with a ``text_config`` (``WRAPPERS``: Gemma 3's ``gemma3``, Mistral 3's ``mistral3``, Kimi K2.5's ``kimi_k25``,
   Qwen3.5's ``qwen3_5`` and ``qwen3_5_moe``, Llama 4's ``llama4``)
@@ -160,6 +161,10 @@ SUPPORTED_MODEL_TYPES = (
     "deepseek_v32",
     "glm_moe_dsa",
     "llama4_text",
+    "nemotron_h",
+    "bamba",
+    "granitemoehybrid",
+    "falcon_h1",
 )
 
 
@@ -325,6 +330,49 @@ IGNORED_BY_TYPE = {
     "glm4_moe": frozenset(_DEEPSEEK_ROUTING) - {"n_group", "topk_group", "norm_topk_prob"},  # those three read
     "minimax_m2": frozenset(["output_router_logits", "router_aux_loss_coef", "router_jitter_noise"]),
     "qwen3_next": frozenset(["output_router_logits", "router_aux_loss_coef"]),
+    "bamba": frozenset(["time_step_limit", "z_loss_coefficient", "num_logits_to_keep"]),
+    "granitemoehybrid": frozenset(["time_step_limit", "output_router_logits", "router_aux_loss_coef"]),
+    "falcon_h1": frozenset(
+        [
+            "time_step_limit",
+            "num_logits_to_keep",
+            "mamba_norm_before_gate",
+            "lm_head_multiplier",
+            "embedding_multiplier",
+            "mlp_multipliers",
+            "key_multiplier",
+            "attention_out_multiplier",
+            "attention_in_multiplier",
+            "ssm_multipliers",
+            "ssm_in_multiplier",
+            "ssm_out_multiplier",
+        ]
+    ),
+    "nemotron_h": frozenset(
+        [
+            "expand",
+            "mamba_expand",
+            "mamba_proj_bias",
+            "time_step_min",
+            "time_step_max",
+            "time_step_limit",
+            "time_step_floor",
+            "mamba_dt_min",
+            "mamba_dt_max",
+            "mamba_dt_limit",
+            "mamba_dt_init_floor",
+            "residual_in_fp32",
+            "rescale_prenorm_residual",
+            "use_mamba_kernels",
+            "mamba_ssm_cache_dtype",
+            "num_logits_to_keep",
+            "attention_bias",
+            "output_router_logits",
+            "num_nextn_predict_layers",
+            "mtp_layers_block_type",
+            "mtp_hybrid_override_pattern",
+        ]
+    ),
     "qwen3_5_moe_text": frozenset(["output_router_logits", "router_aux_loss_coef"]),
     "qwen3_5": DEFINED_FIELDS["qwen3_5"] - COMMON_FIELDS - {"text_config"},
     "qwen3_5_moe": DEFINED_FIELDS["qwen3_5_moe"] - COMMON_FIELDS - {"text_config"},
@@ -1866,6 +1914,276 @@ def _llama4_text(f: _Fields) -> dict[str, Any]:
     }
 
 
+# -- Mamba2 hybrids (issue 30): Nemotron-H -------------------------------------------------------------------------
+NEMOTRON_H_LETTERS = {"linear_attention": "M", "full_attention": "*", "mlp": "-", "moe": "E"}
+"""``NemotronHConfig._list_to_pattern``: each layer type of ``layers_block_type`` as its letter of
+``hybrid_override_pattern`` (``config.PATTERN_LETTERS``; ``E``, a mixture of experts, is refused by
+``ModelConfig``)."""
+
+
+def _nemotron_h_pattern(f: _Fields) -> str:
+    """The layer pattern: ``hybrid_override_pattern`` (the hub's spelling; the class converts it to
+    ``layers_block_type``) or ``layers_block_type`` / ``layer_types`` (what ``save_pretrained`` writes), else the
+    class's default list.  The class takes its layer count from the pattern and ignores ``num_hidden_layers``; a
+    ``num_hidden_layers`` that disagrees with it is refused (the file describes two models)."""
+    pattern = f.raw("hybrid_override_pattern")
+    types = f.raw("layers_block_type")
+    if types is not None:
+        if not isinstance(types, list) or not all(isinstance(t, str) and t in NEMOTRON_H_LETTERS for t in types):
+            raise f.error(
+                f"field '{f.key('layers_block_type')}' must be a list of {', '.join(map(repr, NEMOTRON_H_LETTERS))}"
+            )
+        pattern = "".join(NEMOTRON_H_LETTERS[t] for t in types)  # the class prefers the list
+    elif pattern is None:
+        pattern = "ME*-"  # the class's default ["linear_attention", "moe", "full_attention", "mlp"]
+    if not isinstance(pattern, str) or not pattern or set(pattern) - set(NEMOTRON_H_LETTERS.values()):
+        raise f.error(
+            f"field 'hybrid_override_pattern' must be a string of M, *, - and E, one per layer, got {short_repr(pattern)}"
+        )
+    layers = f.raw("num_hidden_layers")
+    if layers is not None and layers != len(pattern):
+        raise f.error(
+            f"the layer pattern lists {len(pattern)} layers, num_hidden_layers is {short_repr(layers)} "
+            "(transformers builds the pattern's and ignores num_hidden_layers)"
+        )
+    return pattern
+
+
+def _legacy(f: _Fields, legacy: str, name: str) -> str:
+    """``legacy`` when the file has it (``NemotronHConfig.__post_init__`` pops it from kwargs over ``name``, which is
+    then unread), else ``name``."""
+    if f.has(legacy):
+        f.used.add(name)
+        return legacy
+    return name
+
+
+def _nemotron_h(f: _Fields) -> dict[str, Any]:
+    """Nemotron-H (transformers' models/nemotron_h, ``NemotronHBlock``): one pre-RMSNorm block per letter of the
+    layer pattern (``_nemotron_h_pattern``), ``x + mixer(norm(x))``: ``M`` a ``NemotronHMamba2Mixer`` of
+    ``mamba_num_heads`` × ``mamba_head_dim`` with ``n_groups`` groups of ``ssm_state_size``, a conv of
+    ``conv_kernel`` taps and chunks of ``chunk_size`` (the legacy ``mamba_*`` spellings the class's
+    ``__post_init__`` renames are read too); ``*`` a ``NemotronHAttention`` (q/k/v/o without bias, whatever
+    ``attention_bias`` says, and no rotary embedding: ``positions = none``); ``-`` a ``NemotronHMLP`` (``up_proj``,
+    ``down_proj``, ``mlp_hidden_act``, ``mlp_bias``); ``E`` a ``NemotronHMoE``: ``n_routed_experts`` experts of
+    ``moe_intermediate_size`` without gate (top ``num_experts_per_tok`` by sigmoid scores, within ``topk_group`` of
+    ``n_group`` groups), over ``moe_latent_size`` features when set (``fc1_latent_proj``, ``fc2_latent_proj``), and
+    one shared ``NemotronHMLP`` of ``moe_shared_expert_intermediate_size`` (``n_shared_experts`` and
+    ``moe_shared_expert_overlap`` are read by nothing).  The class builds ``in_proj``/``out_proj`` with ``use_bias``
+    and the conv with ``use_conv_bias``: only False and True are modelled.  ``NemotronHForCausalLM._tied_weights_keys``
+    is empty: the head is never tied to the embeddings, whatever ``tie_word_embeddings`` says (read, and
+    ``tie_embeddings`` false).  Ignored (no count changes): ``expand`` and ``mamba_proj_bias`` (nothing reads them),
+    the time-step limits and initialisation, ``residual_in_fp32``, ``rescale_prenorm_residual``,
+    ``use_mamba_kernels``, ``mamba_ssm_cache_dtype`` (the modeling file never reads it: the SSM state is the scan's
+    fp32 output), the Mamba2 fields of a pattern without ``M`` and the expert fields of one without ``E`` (they
+    build nothing), and the multi-token-prediction fields (transformers builds no MTP layer)."""
+    mamba = {
+        "mamba_heads": f.int("mamba_num_heads"),
+        "mamba_head_dim": f.int("mamba_head_dim"),
+        "mamba_state_size": f.int("ssm_state_size"),
+        "mamba_groups": f.int(_legacy(f, "mamba_n_groups", "n_groups")),
+        "mamba_conv_kernel": f.int(_legacy(f, "mamba_d_conv", "conv_kernel")),
+        "mamba_chunk_size": f.int(_legacy(f, "mamba_chunk_size", "chunk_size")),
+    }
+    f.only(
+        _legacy(f, "mamba_conv_bias", "use_conv_bias"), (True,), "a Mamba2 conv1d with a bias (Nemotron-H's default)"
+    )
+    f.only("use_bias", (False,), "Mamba2 in_proj and out_proj without biases (Nemotron-H's default)")
+    f.only("mamba_hidden_act", ("silu",), "a Mamba2 mixer with SiLU after its conv (Nemotron-H's default)")
+    f.only("sliding_window", (None,), "full attention (Nemotron-H's default)")
+    pattern = _nemotron_h_pattern(f)
+    f.bool("tie_word_embeddings", False)  # read (a wrong type is refused), but the class never ties its head
+    experts = {}
+    if "E" not in pattern:  # the expert fields build nothing
+        f.used |= {"n_routed_experts", "num_experts_per_tok", "moe_intermediate_size", "n_shared_experts"}
+        f.used |= {"moe_shared_expert_intermediate_size", "moe_latent_size", "moe_shared_expert_overlap"}
+        f.used |= {"n_group", "topk_group", "norm_topk_prob", "routed_scaling_factor"}
+    else:  # NemotronHMoE (its router's e_score_correction_bias is a buffer, not a parameter)
+        f.used |= {"n_shared_experts", "moe_shared_expert_overlap", "routed_scaling_factor"}  # nothing reads them
+        experts = {
+            **_experts(f, "n_routed_experts", "moe_intermediate_size"),
+            "shared_experts": 1,
+            "shared_expert_d_ff": f.int("moe_shared_expert_intermediate_size", null=False),
+            "expert_latent": f.int("moe_latent_size", None, allow_none=True),
+            "norm_topk_prob": f.bool("norm_topk_prob", True),
+            "expert_groups": f.int("n_group", 1),
+            "expert_groups_per_token": f.int("topk_group", 1),
+        }
+    return {
+        **experts,
+        "vocab_size": f.int("vocab_size"),
+        "d_model": f.int("hidden_size"),
+        "num_layers": len(pattern),
+        "num_heads": f.int("num_attention_heads"),
+        "num_kv_heads": f.int("num_key_value_heads", None),
+        "head_dim": f.int("head_dim", None),
+        "d_ff": f.int("intermediate_size"),
+        "context_length": f.int("max_position_embeddings"),
+        "norm_eps": f.number("layer_norm_epsilon", 1e-5),
+        "tie_embeddings": False,
+        "positions": "none",
+        "mlp_bias": f.bool("mlp_bias", False),
+        **_relu_mlp(f, "mlp_hidden_act", "relu2"),
+        "layer_pattern": pattern,
+        **(mamba if "M" in pattern else {}),
+    }
+
+
+def _bamba(f: _Fields) -> dict[str, Any]:
+    """Bamba (transformers' models/bamba, ``BambaDecoderLayer``): Llama's pre-RMSNorm block (``input_layernorm``,
+    ``pre_ff_layernorm``, a SwiGLU ``feed_forward`` with ``mlp_bias``) whose mixer is attention on the layers of
+    ``attn_layer_indices`` (q/k/v/o with ``attention_bias``, RoPE on the first half of each head: the class's
+    ``__post_init__`` sets ``partial_rotary_factor`` 0.5) and a ``BambaMixer`` on the others: Nemotron-H's Mamba2
+    mixer (``mixer_ffn``; its sizes: ``_expanded_mamba``).  Refused: a ``layer_types`` that disagrees with
+    ``attn_layer_indices`` (the class derives the one from the other)."""
+    layers = f.int("num_hidden_layers")
+    indices = f.raw("attn_layer_indices") or []
+    if not isinstance(indices, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in indices):
+        raise f.error(f"field 'attn_layer_indices' must be a list of layer indices, got {short_repr(indices)}")
+    if any(not 0 <= i < layers for i in indices):
+        raise f.error(f"field 'attn_layer_indices' names a layer outside 0..{layers - 1}: {short_repr(indices)}")
+    pattern = "".join("*" if i in indices else "M" for i in range(layers))
+    types = f.raw("layers_block_type")
+    if types is not None and types != ["full_attention" if c == "*" else "linear_attention" for c in pattern]:
+        raise f.error(
+            f"field '{f.key('layers_block_type')}' disagrees with attn_layer_indices (BambaConfig derives it from them)"
+        )
+    bias = f.bool("attention_bias", False)
+    out = {
+        **_common(f, tie_default=False, partial=True),
+        "qkv_bias": bias,
+        "output_bias": bias,
+        "mlp_bias": f.bool("mlp_bias", False),
+        "mlp": _only_swiglu(f, "hidden_act"),
+        "layer_pattern": pattern,
+        "mixer_ffn": True,
+        **_expanded_mamba(f),
+    }
+    return {**out, **_rotary(f, out, 0.5)}
+
+
+def _expanded_mamba(f: _Fields, inner: int | None = None) -> dict[str, Any]:
+    """The Mamba2 fields of Bamba and Granite-4.0-H (``BambaMixer``, ``GraniteMoeHybridMambaLayer``): ``mamba_n_heads``
+    heads of ``mamba_d_head`` ("auto": ``mamba_expand · hidden_size / mamba_n_heads``; the classes require heads ·
+    head size = ``mamba_expand · hidden_size``, the mixer's width), ``mamba_n_groups`` groups of ``mamba_d_state``, a
+    conv of ``mamba_d_conv`` taps with a bias (``mamba_conv_bias`` false is refused) and chunks of
+    ``mamba_chunk_size``; ``mamba_proj_bias`` true (biases on in_proj and out_proj) is refused.  ``inner``: the
+    mixer's width when the class takes it from elsewhere (Falcon-H1's ``mamba_d_ssm``)."""
+    f.only("mamba_conv_bias", (True,), "a Mamba2 conv1d with a bias (the class's default)")
+    f.only("mamba_proj_bias", (False,), "Mamba2 in_proj and out_proj without biases (the class's default)")
+    d, heads = f.int("hidden_size"), f.int("mamba_n_heads")
+    width = f"mamba_expand · hidden_size = {f.int('mamba_expand') * d}" if inner is None else f"mamba_d_ssm = {inner}"
+    inner = f.int("mamba_expand") * d if inner is None else inner
+    head = f.raw("mamba_d_head")
+    head = inner // heads if head in (None, "auto") else f.int("mamba_d_head")
+    if heads * head != inner:
+        raise f.error(
+            f"mamba_n_heads · mamba_d_head = {heads} · {head} must be {width} ({CONFIG_CLASSES[f.model_type]} "
+            "refuses it)"
+        )
+    return {
+        "mamba_heads": heads,
+        "mamba_head_dim": head,
+        "mamba_state_size": f.int("mamba_d_state"),
+        "mamba_groups": f.int("mamba_n_groups"),
+        "mamba_conv_kernel": f.int("mamba_d_conv"),
+        "mamba_chunk_size": f.int("mamba_chunk_size"),
+    }
+
+
+def _falcon_h1(f: _Fields) -> dict[str, Any]:
+    """Falcon-H1 (transformers' models/falcon_h1, ``FalconH1DecoderLayer``): every layer ``H``, attention (q/k/v/o
+    with ``attention_bias``, full RoPE) and a ``FalconH1Mixer`` (Bamba's Mamba2, ``_expanded_mamba``, of width
+    ``mamba_d_ssm`` when given, else ``mamba_expand · hidden_size``; its gated RMSNorm only with ``mamba_rms_norm``)
+    side by side on ``input_layernorm``, their outputs summed, then ``pre_ff_layernorm`` and a SwiGLU of
+    ``intermediate_size`` (``mlp_bias``).  Its multipliers (``embedding_multiplier``, ``lm_head_multiplier``,
+    ``mlp_multipliers``, ``key_multiplier``, the attention and SSM in/out multipliers, ``ssm_multipliers``'
+    ``mup_vector``) scale activations by constants: no parameter, no matmul (ignored).  Refused: ``projectors_bias``
+    (a bias on the mixer's ``out_proj``), not modelled."""
+    f.only("projectors_bias", (False,), "a Mamba2 out_proj without bias (Falcon-H1's default)")
+    layers = f.int("num_hidden_layers")
+    types = f.raw("layers_block_type")
+    if types is not None and types != ["hybrid"] * layers:
+        raise f.error(f"field '{f.key('layers_block_type')}' must be 'hybrid' on every layer (FalconH1Config's)")
+    inner = f.int("mamba_d_ssm", None, allow_none=True)  # the class's 1,024; null: mamba_expand · hidden_size
+    if inner is not None:
+        f.used.add("mamba_expand")  # unread by the class when mamba_d_ssm is given
+    bias = f.bool("attention_bias", False)
+    return {
+        **_common(f, tie_default=False),
+        "qkv_bias": bias,
+        "output_bias": bias,
+        "mlp_bias": f.bool("mlp_bias", False),
+        "mlp": _only_swiglu(f, "hidden_act"),
+        "layer_pattern": "H" * layers,
+        "mixer_ffn": True,
+        "mamba_norm": f.bool("mamba_rms_norm", False),
+        **_expanded_mamba(f, inner),
+    }
+
+
+GRANITE_HYBRID_LETTERS = {"linear_attention": "M", "full_attention": "*", "mamba": "M", "attention": "*"}
+"""Granite-4.0-H's ``layer_types``, the transformers 5 names and the legacy ones ``remap_legacy_layer_types``
+(configuration_utils.py) renames, as ``layer_pattern`` letters."""
+
+
+def _granitemoehybrid(f: _Fields) -> dict[str, Any]:
+    """Granite-4.0-H (transformers' models/granitemoehybrid, ``GraniteMoeHybridDecoderLayer``): Bamba's block
+    (``mixer_ffn``): ``input_layernorm``, a mixer (a ``GraniteMoeHybridMambaLayer``, Bamba's Mamba2, on the
+    ``layer_types`` "mamba" layers, attention with ``attention_bias`` on the others; the class's default: every
+    layer Mamba2), ``post_attention_layernorm`` and ``shared_mlp``, a SwiGLU of ``shared_intermediate_size`` with its
+    gate and up fused (``input_linear``).  Attention has RoPE when ``position_embedding_type`` is "rope" and no
+    position otherwise (the class's None: ``rotary_emb`` is None).  Granite's four multipliers scale by constants
+    (read, no count).  With ``num_local_experts`` > 0 (the class's default 8: Granite-4.0-H-Tiny and -Small) every
+    layer adds ``block_sparse_moe``, GraniteMoe's routed SwiGLU experts of ``intermediate_size`` (top
+    ``num_experts_per_tok``, a router without bias), summed with ``shared_mlp`` (our one shared expert); with 0 it has
+    ``shared_mlp`` alone (a dense SwiGLU)."""
+    shared = f.int("shared_intermediate_size")
+    if f.raw("num_local_experts", 8) == 0:  # dense: shared_mlp alone; the expert fields build nothing
+        f.used |= {"num_experts_per_tok", "intermediate_size"}
+        ffn = {"d_ff": shared}
+    else:  # GraniteMoeShared's: routed SwiGLU experts of intermediate_size beside the always-on shared_mlp
+        ffn = {"d_ff": f.int("intermediate_size"), **_experts(f, "num_local_experts", None)}
+        ffn |= {"shared_experts": 1, "shared_expert_d_ff": shared}
+    for key in GRANITE_MULTIPLIERS:
+        f.number(key, 1.0)
+    layers = f.int("num_hidden_layers")
+    types = f.raw("layer_types")
+    if types is None:
+        types = ["mamba"] * layers
+    if not isinstance(types, list) or not all(isinstance(t, str) and t in GRANITE_HYBRID_LETTERS for t in types):
+        raise f.error(
+            f"field '{f.key('layer_types')}' must be a list of {', '.join(map(repr, GRANITE_HYBRID_LETTERS))}"
+        )
+    if len(types) != layers:
+        raise f.error(f"field '{f.key('layer_types')}' lists {len(types)} layers, num_hidden_layers is {layers}")
+    position = f.raw("position_embedding_type")
+    if position not in (None, "nope", "rope"):
+        raise f.error(f"field 'position_embedding_type' = {short_repr(position)} is not supported: rope or none")
+    bias = f.bool("attention_bias", False)
+    theta = _rope_theta(f)
+    return {
+        "vocab_size": f.int("vocab_size"),
+        "d_model": f.int("hidden_size"),
+        "num_layers": layers,
+        "num_heads": f.int("num_attention_heads"),
+        "num_kv_heads": f.int("num_key_value_heads", None),
+        "head_dim": f.int("head_dim", None),
+        **ffn,
+        "context_length": f.int("max_position_embeddings"),
+        "rope_theta": theta,
+        "norm_eps": f.number("rms_norm_eps", 1e-6),
+        "tie_embeddings": f.bool("tie_word_embeddings", False),
+        "positions": "rope" if position == "rope" else "none",
+        "qkv_bias": bias,
+        "output_bias": bias,
+        "mlp": _only_swiglu(f, "hidden_act"),
+        "layer_pattern": "".join(GRANITE_HYBRID_LETTERS[t] for t in types),
+        "mixer_ffn": True,
+        **_expanded_mamba(f),
+    }
+
+
 MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "gpt2": _gpt2,
     "llama": _llama,
@@ -1931,6 +2249,10 @@ MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "deepseek_v32": _deepseek_v32,
     "glm_moe_dsa": _glm_moe_dsa,
     "llama4_text": _llama4_text,
+    "nemotron_h": _nemotron_h,
+    "bamba": _bamba,
+    "granitemoehybrid": _granitemoehybrid,
+    "falcon_h1": _falcon_h1,
 }
 assert tuple(MAPPINGS) == SUPPORTED_MODEL_TYPES
 

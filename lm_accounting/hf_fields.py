@@ -466,6 +466,56 @@ DEFINED_FIELDS: dict[str, frozenset[str]] = {
             text_config vision_config vision_feature_layer
         """
     ),
+    "granitemoehybrid": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout attention_multiplier bos_token_id embedding_multiplier eos_token_id
+            hidden_act hidden_size intermediate_size layer_types layers_block_type logits_scaling mamba_chunk_size
+            mamba_conv_bias mamba_d_conv mamba_d_head mamba_d_state mamba_expand mamba_n_groups mamba_n_heads
+            mamba_proj_bias max_position_embeddings num_attention_heads num_experts_per_tok num_hidden_layers
+            num_key_value_heads num_local_experts output_router_logits pad_token_id position_embedding_type
+            residual_multiplier rms_norm_eps router_aux_loss_coef shared_intermediate_size time_step_limit use_cache
+            vocab_size
+        """
+    ),
+    "falcon_h1": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout attention_in_multiplier attention_out_multiplier bos_token_id
+            embedding_multiplier eos_token_id hidden_act hidden_size intermediate_size key_multiplier layer_types
+            layers_block_type lm_head_multiplier mamba_chunk_size mamba_conv_bias mamba_d_conv mamba_d_head mamba_d_ssm
+            mamba_d_state mamba_expand mamba_n_groups mamba_n_heads mamba_norm_before_gate mamba_proj_bias
+            mamba_rms_norm max_position_embeddings mlp_bias mlp_multipliers num_attention_heads num_hidden_layers
+            num_key_value_heads num_logits_to_keep pad_token_id projectors_bias rms_norm_eps ssm_in_multiplier
+            ssm_multipliers ssm_out_multiplier time_step_limit use_cache vocab_size
+        """
+    ),
+    "bamba": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout attn_layer_indices bos_token_id eos_token_id hidden_act hidden_size
+            intermediate_size layer_types layers_block_type mamba_chunk_size mamba_conv_bias mamba_d_conv mamba_d_head
+            mamba_d_state mamba_expand mamba_n_groups mamba_n_heads mamba_proj_bias max_position_embeddings mlp_bias
+            num_attention_heads num_hidden_layers num_key_value_heads num_logits_to_keep pad_token_id rms_norm_eps
+            time_step_limit use_cache vocab_size z_loss_coefficient
+        """
+    ),
+    "nemotron_h": COMMON_FIELDS
+    | _names(
+        """
+            attention_bias attention_dropout bos_token_id chunk_size conv_kernel eos_token_id expand head_dim
+            hidden_dropout hidden_size hybrid_override_pattern intermediate_size layer_norm_epsilon layer_types
+            layers_block_type mamba_chunk_size mamba_conv_bias mamba_d_conv mamba_dt_init_floor mamba_dt_limit
+            mamba_dt_max mamba_dt_min mamba_expand mamba_head_dim mamba_hidden_act mamba_n_groups mamba_num_heads
+            mamba_proj_bias mamba_ssm_cache_dtype max_position_embeddings mlp_bias mlp_hidden_act moe_intermediate_size
+            moe_latent_size moe_shared_expert_intermediate_size moe_shared_expert_overlap mtp_hybrid_override_pattern
+            mtp_layers_block_type n_group n_groups n_routed_experts n_shared_experts norm_topk_prob num_attention_heads
+            num_experts_per_tok num_hidden_layers num_key_value_heads num_local_experts num_logits_to_keep
+            num_nextn_predict_layers output_router_logits pad_token_id rescale_prenorm_residual residual_in_fp32
+            routed_scaling_factor sliding_window ssm_state_size time_step_floor time_step_limit time_step_max
+            time_step_min topk_group use_bias use_cache use_conv_bias use_mamba_kernels vocab_size
+        """
+    ),
     "qwen3_next": COMMON_FIELDS
     | _names(
         """
@@ -673,6 +723,10 @@ CONFIG_CLASSES = {
     "mistral3": "Mistral3Config",
     "kimi_k25": "Kimi_K25Config",
     "qwen3_next": "Qwen3NextConfig",
+    "nemotron_h": "NemotronHConfig",
+    "bamba": "BambaConfig",
+    "falcon_h1": "FalconH1Config",
+    "granitemoehybrid": "GraniteMoeHybridConfig",
     "qwen3_5_text": "Qwen3_5TextConfig",
     "qwen3_5_moe_text": "Qwen3_5MoeTextConfig",
     "qwen3_5": "Qwen3_5Config",
@@ -760,6 +814,10 @@ ALIASES: dict[str, dict[str, str]] = {
     "glm4_moe_lite": {"num_local_experts": "n_routed_experts", "head_dim": "qk_rope_head_dim"},
     "deepseek_v32": {"num_local_experts": "n_routed_experts"},
     "glm_moe_dsa": {"num_local_experts": "n_routed_experts"},
+    "nemotron_h": {"layer_types": "layers_block_type", "num_local_experts": "n_routed_experts"},
+    "bamba": {"layer_types": "layers_block_type"},
+    "falcon_h1": {"layer_types": "layers_block_type"},
+    "granitemoehybrid": {"layers_block_type": "layer_types"},
     "gpt_bigcode": {
         "hidden_size": "n_embd",
         "max_position_embeddings": "n_positions",
@@ -878,6 +936,76 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma3": {"tie_word_embeddings": True},
     "mistral3": {"tie_word_embeddings": True},
     "kimi_k25": {"tie_word_embeddings": True},
+    "granitemoehybrid": {
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": False,
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "shared_intermediate_size": 1024,
+        "mamba_n_heads": 128,
+        "mamba_n_groups": 1,
+        "mamba_d_state": 256,
+        "mamba_d_conv": 4,
+        "mamba_expand": 2,
+        "mamba_chunk_size": 256,
+        "rope_theta": 10000.0,
+    },
+    "falcon_h1": {
+        "num_key_value_heads": 8,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "mlp_bias": False,
+        "mamba_d_ssm": 1024,
+        "mamba_n_heads": 128,
+        "mamba_n_groups": 1,
+        "mamba_d_state": 256,
+        "mamba_d_conv": 4,
+        "mamba_expand": 2,
+        "mamba_chunk_size": 256,
+        "mamba_rms_norm": False,
+        "rope_theta": 10000.0,
+    },
+    "bamba": {
+        "num_key_value_heads": 8,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "mlp_bias": False,
+        "mamba_n_heads": 128,
+        "mamba_n_groups": 1,
+        "mamba_d_state": 256,
+        "mamba_d_conv": 4,
+        "mamba_expand": 2,
+        "mamba_chunk_size": 256,
+        "rope_theta": 10000.0,
+    },
+    "nemotron_h": {
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "layer_norm_epsilon": 1e-05,
+        "tie_word_embeddings": False,
+        "mlp_hidden_act": "relu2",
+        "mlp_bias": False,
+        "ssm_state_size": 128,
+        "mamba_num_heads": 128,
+        "mamba_head_dim": 64,
+        "mamba_hidden_act": "silu",
+        "n_groups": 8,
+        "conv_kernel": 4,
+        "chunk_size": 128,
+        "use_conv_bias": True,
+        "use_bias": False,
+        "n_routed_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 7688,
+        "moe_shared_expert_intermediate_size": 7688,
+        "norm_topk_prob": True,
+        "n_group": 1,
+        "topk_group": 1,
+    },
     "qwen3_next": {
         "num_key_value_heads": 2,
         "head_dim": 256,

@@ -37,6 +37,8 @@ from test_arch_dsa import TINY_CONFIGS as DSA_TINY
 from test_arch_ernie4_5_moe import CONFIGS as ERNIE
 from test_arch_llama4 import CONFIGS as LLAMA4
 from test_arch_llama4 import PUBLISHED as LLAMA4_PUBLISHED
+from test_arch_mamba2 import CONFIGS as MAMBA2
+from test_arch_mamba2 import TINY_CONFIGS as MAMBA2_TINY
 from test_arch_olmo import CONFIGS as OLMO
 from test_arch_parallel_block import CONFIGS as PARALLEL
 from test_arch_qwen2_moe import CONFIGS as QWEN2_MOE
@@ -210,6 +212,8 @@ MOE_MINIMAL = {
     "nemotron": {
         "num_key_value_heads": 32
     },  # the class's None does not build (test_arch_relu)  # the class's one K/V head is no num_key_value_heads (test_arch_parallel_block)
+    "nemotron_h": {"hybrid_override_pattern": "M-*-" * 3},  # the class's default pattern has a MoE layer (E)
+    "granitemoehybrid": {"num_local_experts": 0},  # the class's 8 routed experts beside Mamba2 are refused
     "qwen2_moe": {
         "num_experts": 8,
         "num_experts_per_tok": 2,
@@ -268,6 +272,8 @@ HUB_FILES = {
     **DSA_TINY,
     **LLAMA4,
     **LLAMA4_PUBLISHED,
+    **MAMBA2,
+    **MAMBA2_TINY,
 }
 
 

@@ -125,3 +125,40 @@ def test_a_config_hashes_as_its_fields_and_pickles_without_its_hash():
     assert back == cfg and "_hash" not in back.__dict__ and hash(back) == hash(cfg)
     two = cfg.with_layers(2)
     assert two == dataclasses.replace(cfg, num_layers=2) and two is cfg.with_layers(2)
+
+
+def test_every_cached_price_reads_the_fields_it_is_keyed_on():
+    """Issue 27: ``plan``'s pricing caches each part on the fields it reads.  Perturb every layout field (and the
+    micro-batch and checkpointing) of a base layout, one at a time: a pricing warmed on the base and its neighbours
+    gives each neighbour the step times and estimate a fresh pricing gives it, so no cached part was keyed without
+    a field it reads.  Every field moves the price of at least one neighbour (none is read by nothing)."""
+    cfg = load_config("llama-3-8b").with_context(8192)
+    h100 = pl.gpu("h100-80gb")
+    base = dict(dp=4, zero=3, tp=2, sequence_parallel=True, vocab_parallel=True, pp=2, micro_batches=4)
+    moves = {
+        "dp": dict(dp=8),
+        "zero": dict(zero=2),
+        "tp": dict(tp=4),
+        "sequence_parallel": dict(sequence_parallel=False),
+        "vocab_parallel": dict(vocab_parallel=False),
+        "pp": dict(pp=4),
+        "micro_batches": dict(micro_batches=8),
+        "virtual_stages": dict(virtual_stages=2),
+        "replicate": dict(pp=1, replicate=2),  # HSDP is planned without pp: the same layout with pp 1 is its pair
+    }
+    setups = {ck: TrainingSetup(attention="sdpa", precision="amp-bf16", checkpoint=ck) for ck in ("full", "none")}
+    cases = [(1, "full", ParallelLayout(**base))]
+    cases += [(1, "full", ParallelLayout(**{**base, **m})) for m in moves.values()]
+    cases += [(1, "full", ParallelLayout(**{**base, "pp": 1})), (2, "full", ParallelLayout(**base))]
+    cases += [(1, "none", ParallelLayout(**base))]
+    warm = pl._Pricing(cfg, 8192, h100, 1.0, pl.DEFAULT_INTERNODE)
+    prices = {}
+    for b, ck, lay in cases:
+        times = warm.step_times(b, setups[ck], lay)
+        fresh = pl._Pricing(cfg, 8192, h100, 1.0, pl.DEFAULT_INTERNODE)
+        assert times == fresh.step_times(b, setups[ck], lay), (b, ck, lay.label)
+        assert warm.estimate(b, setups[ck], lay, times) == fresh.estimate(b, setups[ck], lay, times)
+        prices[b, ck, lay] = times
+    first = prices[cases[0]]
+    for (b, ck, lay), times in list(prices.items())[1:]:
+        assert times != first, f"{lay.label} (b {b}, {ck}) prices as the base"

@@ -185,6 +185,45 @@ def conv_update_flops(cfg: ModelConfig, batch: int) -> int:
     return 2 * batch * cfg.linear_conv_dim * 2 * cfg.linear_conv_kernel
 
 
+# -- Mamba2 mixers (transformers' NemotronHMamba2Mixer; config.MAMBA_FIELDS) --
+def mamba_chunks(cfg: ModelConfig, seq: int) -> int:
+    """Chunks of the SSD scan's padded sequence: ⌈S / chunk_size⌉ (``mamba2_chunk_scan`` pads S up to a multiple)."""
+    return -(-seq // cfg.mamba_chunk_size)
+
+
+def mamba_conv_flops(cfg: ModelConfig, batch: int, seq: int) -> int:
+    """The Mamba2 depthwise causal conv1d over x, B and C (``causal_conv1d_fn``'s torch path, as
+    ``causal_conv_flops``): 2·B·conv_dim·(S + K − 1)·K; its bias add is elementwise."""
+    k = cfg.mamba_conv_kernel
+    return 2 * batch * cfg.mamba_conv_dim * (seq + k - 1) * k
+
+
+def mamba_conv_update_flops(cfg: ModelConfig, batch: int) -> int:
+    """One cached decode step of the Mamba2 conv (``causal_conv1d_update``, as ``conv_update_flops``):
+    2·B·conv_dim·2·K."""
+    return 2 * batch * cfg.mamba_conv_dim * 2 * cfg.mamba_conv_kernel
+
+
+def ssd_scan_flops(cfg: ModelConfig, batch: int, seq: int) -> int:
+    """The chunked SSD scan (Dao & Gu 2024, §6; ``mamba2_chunk_scan``, transformers' torch path without the
+    mamba_ssm kernels): with H heads of P, state N, chunks of C and K = ⌈S/C⌉ chunks (B and C repeated from their
+    groups to every head first), its five einsums, each a batched matmul of 2 · the product of its index sizes:
+    ``C·Bᵀ`` within a chunk (bclhn,bcshn: K·C²·N), the masked scores times x (bclsh,bcshp: K·C²·P), each chunk's
+    end state (bclhn,bclhp: K·C·P·N), the recurrence over chunk boundaries (bzch,bzhpn: (K+1)²·P·N, the initial
+    state included) and the states read out by C (bclhn,bchpn: K·C·P·N).  In all
+    2·B·H·(K·C²·(N + P) + 2·K·C·P·N + (K+1)²·P·N), the padded rows included (FlopCounterMode counts them:
+    tests/test_arch_mamba2.py); the discretisation, the decays (exp of segment sums) and the D skip are
+    elementwise and not estimated."""
+    c, n, p, k = cfg.mamba_chunk_size, cfg.mamba_state_size, cfg.mamba_head_dim, mamba_chunks(cfg, seq)
+    return 2 * batch * cfg.mamba_heads * (k * c * c * (n + p) + 2 * k * c * p * n + (k + 1) ** 2 * p * n)
+
+
+def ssd_step_flops(cfg: ModelConfig, batch: int) -> int:
+    """One cached decode step of the SSM (``mamba2_selective_state_update``): the state (P x N per head) read out by
+    C, ``torch.bmm`` of (B·H, P, N) by (B·H, N, 1): 2·B·H·P·N; the state update is elementwise."""
+    return 2 * batch * cfg.mamba_heads * cfg.mamba_head_dim * cfg.mamba_state_size
+
+
 @lru_cache(maxsize=1024)
 def forward_flops(cfg: ModelConfig, seq: int, batch: int = 1) -> Breakdown:
     """Matmul FLOPs of one forward pass over B sequences of S tokens, per component.
@@ -445,7 +484,8 @@ class TrainingFlops:
     * ``palm`` = (6·N_matmul + 6·L·h·(d_head + v_head)·S)·D (Chowdhery et al. 2022, app. B, whose
       12·L·h·d_head·S assumes v_head = d_head) with N_matmul = the weights one token multiplies by
       (``matmul_params``); it equals ``step`` exactly.  A Gated DeltaNet hybrid's attention term counts its
-      attention layers only, and its linear layers' chunked core and conv add 3 x their forward FLOPs.
+      attention layers only, and its linear layers' chunked core and conv add 3 x their forward FLOPs (a Mamba2
+      layer's SSD scan and conv likewise).
       DeepSeek Sparse Attention's indexer runs under ``torch.no_grad()`` (``DeepseekV32Indexer.forward``): it
       has no backward, so it enters both ``step`` and ``palm`` once, at its forward FLOPs (``indexer_flops``).
     """
@@ -469,6 +509,8 @@ def training_flops(cfg: ModelConfig, seq: int, batch: int = 1) -> TrainingFlops:
     linear = 0
     if cfg.hybrid:  # PaLM's formula has no such layers: their core and conv enter as 3 x their forward
         linear = 3 * cfg.linear_layers * (gated_delta_flops(cfg, batch, seq) + causal_conv_flops(cfg, batch, seq))
+    if cfg.mamba_layers:  # nor Mamba2 layers: their SSD scan and conv enter as 3 x their forward too
+        linear += 3 * cfg.mamba_layers * (ssd_scan_flops(cfg, batch, seq) + mamba_conv_flops(cfg, batch, seq))
     if cfg.indexer:  # the indexer enters once (forward only), not as 6·N_matmul's 3 x its projections
         projections = indexer_q_params(cfg) + indexer_k_params(cfg) + indexer_weights_params(cfg)
         linear += no_grad - 3 * cfg.indexer_layers * projection_flops(tokens, projections)

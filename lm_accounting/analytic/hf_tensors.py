@@ -57,6 +57,7 @@ FUSED_MOE_ROUTER_FIRST = (
     "hunyuan_v1_moe",
     "granitemoe",
     "granitemoeshared",
+    "granitemoehybrid",
     "qwen3_next",
     "qwen3_5_moe_text",
 )
@@ -75,8 +76,9 @@ NORMS_BEFORE_MLP = ("granitemoe", "granitemoeshared")
 """Blocks that register their two norms before the MLP (``GraniteMoeDecoderLayer``: ``block_sparse_moe`` last,
 then GraniteMoeShared's ``shared_mlp``, fused ``input_linear`` (2·F x d) then ``output_linear``)."""
 
-FUSED_GATE_UP = ("phi3", "glm", "glm4", "granitemoeshared")
-"""Dense MLPs with one ``gate_up_proj`` (2·F x d) then ``down_proj`` (GraniteMoeShared's shared expert)."""
+FUSED_GATE_UP = ("phi3", "glm", "glm4", "granitemoeshared", "granitemoehybrid")
+"""Dense MLPs with one ``gate_up_proj`` (2·F x d) then ``down_proj`` (GraniteMoeShared's and Granite-4.0-H's shared
+MLP, ``input_linear`` then ``output_linear``)."""
 
 
 def _norm_tensors(cfg: ModelConfig) -> int:
@@ -91,6 +93,39 @@ def _linear_attention(cfg: ModelConfig) -> list[int]:
     if cfg.hf_model_type == "qwen3_next":
         return first + [d * (conv + vd), d * 2 * hv, cfg.linear_value_head_dim, vd * d]
     return first + [cfg.linear_value_head_dim, vd * d, d * conv, d * vd, d * hv, d * hv]
+
+
+def _pattern_layer(cfg: ModelConfig, layer: int) -> list[int]:
+    """A ``layer_pattern`` block (``NemotronHBlock``): its norm, then its mixer's tensors: a Mamba2 mixer's own
+    ``dt_bias``, ``A_log``, ``D``, then conv1d (weight, bias), ``in_proj``, the gated norm (none without
+    ``mamba_norm``) and ``out_proj``; an attention's q/k/v/o; an MLP's ``up_proj`` and ``down_proj`` (with biases under
+    ``mlp_bias``); a ``NemotronHMoE``'s experts, router, shared expert and latent projections.  With ``mixer_ffn``:
+    Bamba's SwiGLU and two norms, then the mixer; Granite-4.0-H's two norms, MoE and ``shared_mlp``, then the mixer;
+    Falcon-H1's SwiGLU, Mamba2 mixer, attention, then its two norms."""
+    d, kind = cfg.d_model, cfg.layer_kind(layer)
+    if cfg.mamba_layers:
+        h, conv, inner = cfg.mamba_heads, cfg.mamba_conv_dim, cfg.mamba_inner
+        norm = [inner] if cfg.mamba_norm else []  # Falcon-H1 without mamba_rms_norm: no gated norm
+        mamba = [h, h, h, conv * cfg.mamba_conv_kernel, conv, d * cfg.mamba_in_width, *norm, inner * d]
+    if kind == "H":  # FalconH1DecoderLayer: feed_forward, mamba, self_attn, input_layernorm, pre_ff_layernorm
+        return _mlp(cfg, layer) + mamba + _attention(cfg) + [d, d]
+    if kind == "M":
+        mixer = mamba
+    elif kind == "*":
+        mixer = _attention(cfg)
+    elif kind == "E":  # NemotronHMoE: experts (up, down), the router, the shared expert, the latent projections
+        e, f, n, s = cfg.num_experts, cfg.expert_width, cfg.expert_in, cfg.shared_width
+        mixer = [e * f * n, e * n * f, e * d] + _dense(cfg, s)
+        if cfg.expert_latent is not None:
+            lat = cfg.expert_latent
+            mixer += [lat * d, lat, d * lat, d] if cfg.mlp_bias else [lat * d, d * lat]
+    else:  # NemotronHMLP: up_proj, down_proj
+        mixer = _dense(cfg, cfg.d_ff)
+    if cfg.hf_model_type == "granitemoehybrid":  # the two norms, block_sparse_moe (router first), shared_mlp, the mixer
+        return [d, d] + _mlp(cfg, layer) + mixer
+    if cfg.mixer_ffn:  # BambaDecoderLayer registers feed_forward, input_layernorm, pre_ff_layernorm, then the mixer
+        return _mlp(cfg, layer) + [d, d] + mixer
+    return [d] + mixer
 
 
 def _attention(cfg: ModelConfig, trained: bool = False, layer: int = 0) -> list[int]:
@@ -164,6 +199,8 @@ def _mlp(cfg: ModelConfig, layer: int, trained: bool = False) -> list[int]:
 
 def _layer(cfg: ModelConfig, layer: int, trained: bool = False) -> list[int]:
     d = cfg.d_model
+    if cfg.layer_pattern is not None:
+        return _pattern_layer(cfg, layer)
     if cfg.hf_model_type in FUSED_QKV_WITH_BIAS:
         attention, mlp = _attention(cfg), _mlp(cfg, layer)
         return [d, d] + attention + [d, d] + mlp
@@ -207,7 +244,8 @@ def hf_parameter_tensor_count(cfg: ModelConfig, trained: bool = False) -> int:
     """``len(hf_parameter_tensor_sizes(cfg))`` without listing the layers (dense and MoE layers counted)."""
     head, tail = _ends(cfg)
     count = len(head) + len(tail)
-    if cfg.hybrid or cfg.indexer_pattern:  # two mixers (GLM-5's: with and without an indexer): each layer as it is
+    # layers of two or more kinds (a hybrid's, GLM-5's with and without an indexer, a layer pattern's): each as it is
+    if cfg.hybrid or cfg.indexer_pattern or cfg.layer_pattern:
         return count + sum(len(_layer(cfg, i, trained)) for i in range(cfg.num_layers))
     if cfg.dense_layers:
         dense = next(i for i in range(cfg.num_layers) if not cfg.layer_moe(i))

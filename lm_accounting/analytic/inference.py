@@ -51,6 +51,9 @@ from .flops import (
     causal_conv_flops,
     conv_update_flops,
     forward_flops,
+    mamba_conv_flops,
+    mamba_conv_update_flops,
+    ssd_step_flops,
     windowed_attention_flops,
 )
 from .memory import kv_cache_bytes
@@ -378,12 +381,21 @@ def _short_prompt_conv(base: Breakdown, cfg: ModelConfig, prompt: int, batch: in
     """A hybrid's prefill of fewer than K tokens: transformers' cache pads the conv's input on the left to K
     (``LinearAttentionLayer.update_conv_state``) before ``causal_conv1d_fn``, so the conv runs on max(P, K) inputs,
     ``flops.causal_conv_flops`` at S = K."""
-    if not cfg.hybrid or prompt >= cfg.linear_conv_kernel:
+    rows = {}
+    if cfg.hybrid and prompt < cfg.linear_conv_kernel:
+        per = causal_conv_flops(cfg, batch, cfg.linear_conv_kernel)
+        text = "cache-padded to K inputs: 2·B·(2·H_k·d_k + H_v·d_v)·(2K−1)·K"
+        rows["layers.*.linear_attn.conv1d"] = (cfg.linear_layers, per, text)
+    if cfg.mamba_layers and prompt < cfg.mamba_conv_kernel:  # Mamba2's conv: the same padding by the cache
+        per = mamba_conv_flops(cfg, batch, cfg.mamba_conv_kernel)
+        rows["layers.*.mamba.conv1d"] = (cfg.mamba_layers, per, "cache-padded to K inputs: 2·B·(H·P + 2·G·N)·(2K−1)·K")
+    if not rows:
         return base
-    per = causal_conv_flops(cfg, batch, cfg.linear_conv_kernel)
-    key, text = "layers.*.linear_attn.conv1d", "cache-padded to K inputs: 2·B·(2·H_k·d_k + H_v·d_v)·(2K−1)·K"
     items = [
-        Item(it.key, it.label, it.group, cfg.linear_layers * per, per, text) if it.key == key else it for it in base
+        Item(it.key, it.label, it.group, rows[it.key][0] * rows[it.key][1], rows[it.key][1], rows[it.key][2])
+        if it.key in rows
+        else it
+        for it in base
     ]
     return Breakdown(base.quantity, base.unit, tuple(items))
 
@@ -393,14 +405,23 @@ def _recurrent_decode(base: Breakdown, cfg: ModelConfig, batch: int) -> Breakdow
     (``torch_recurrent_gated_delta_rule``: elementwise products and sums over each value head's d_k x d_v state,
     7 per state element — decay, read k, update, read q — and no matmul; FlopCounterMode counts 0) and the conv
     updated from its cached inputs (``flops.conv_update_flops``), not the chunked prefill path."""
-    if not cfg.hybrid:
+    rows = {}
+    if cfg.hybrid:
+        rows["layers.*.linear_attn.core"] = (
+            cfg.linear_layers,
+            0,
+            "recurrent form: no matmul (7·B·H_v·d_k·d_v elementwise)",
+        )
+        text = "conv update: 2·B·(2·H_k·d_k + H_v·d_v)·2·K"
+        rows["layers.*.linear_attn.conv1d"] = (cfg.linear_layers, conv_update_flops(cfg, batch), text)
+    if cfg.mamba_layers:  # Mamba2: mamba2_selective_state_update reads the state out by C with one bmm
+        rows["layers.*.mamba.core"] = (cfg.mamba_layers, ssd_step_flops(cfg, batch), "state update: 2·B·H·P·N")
+        text = "conv update: 2·B·(H·P + 2·G·N)·2·K"
+        rows["layers.*.mamba.conv1d"] = (cfg.mamba_layers, mamba_conv_update_flops(cfg, batch), text)
+    if not rows:
         return base
-    rows = {
-        "layers.*.linear_attn.core": (0, "recurrent form: no matmul (7·B·H_v·d_k·d_v elementwise)"),
-        "layers.*.linear_attn.conv1d": (conv_update_flops(cfg, batch), "conv update: 2·B·(2·H_k·d_k + H_v·d_v)·2·K"),
-    }
     items = [
-        Item(it.key, it.label, it.group, cfg.linear_layers * rows[it.key][0], rows[it.key][0], rows[it.key][1])
+        Item(it.key, it.label, it.group, rows[it.key][0] * rows[it.key][1], rows[it.key][1], rows[it.key][2])
         if it.key in rows
         else it
         for it in base

@@ -18,6 +18,9 @@ layer a fixed state whatever the context (``linear_state_bytes``; transformers' 
 cache_utils.py): the conv state, the last K inputs of the conv, (B, conv_dim, K) in the model's dtype, and the
 recurrent state, (B, H_v, d_k, d_v) in fp32 (``torch_chunk_gated_delta_rule`` computes it in fp32 and the cache
 keeps ``zeros_like`` it).  tests/test_arch_qwen3_next.py checks both against the cache object after a prefill.
+A Mamba2 layer (Nemotron-H's ``M``) likewise keeps a conv state, (B, conv_dim, K) in the model's dtype, and the SSM
+state, (B, H, P, N) in fp32 (``mamba2_chunk_scan`` computes in fp32 and hands its final state to the cache as it
+is); tests/test_arch_mamba2.py checks them.
 """
 
 from __future__ import annotations
@@ -39,13 +42,19 @@ its final state in fp32, ``LinearAttentionLayer`` keeps it as it comes)."""
 
 
 def linear_state_bytes(cfg: ModelConfig, batch: int, dtype: str) -> int:
-    """A Gated DeltaNet hybrid's fixed cache, every linear layer: the conv state, B · conv_dim · K elements of
-    ``dtype``, and the recurrent state, B · H_v · d_k · d_v fp32 elements; 0 without linear layers."""
-    if not cfg.hybrid:
-        return 0
-    conv = batch * cfg.linear_conv_dim * cfg.linear_conv_kernel * DTYPE_BYTES[dtype]
-    state = batch * cfg.linear_value_heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim
-    return cfg.linear_layers * (conv + state * RECURRENT_STATE_BYTES)
+    """A hybrid's fixed cache: on every Gated DeltaNet layer the conv state, B · conv_dim · K elements of ``dtype``,
+    and the recurrent state, B · H_v · d_k · d_v fp32 elements; on every Mamba2 layer the conv state,
+    B · conv_dim · K of ``dtype``, and the SSM state, B · H · P · N fp32 elements; 0 without such layers."""
+    total = 0
+    if cfg.hybrid:
+        conv = batch * cfg.linear_conv_dim * cfg.linear_conv_kernel * DTYPE_BYTES[dtype]
+        state = batch * cfg.linear_value_heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim
+        total += cfg.linear_layers * (conv + state * RECURRENT_STATE_BYTES)
+    if cfg.mamba_layers:
+        conv = batch * cfg.mamba_conv_dim * cfg.mamba_conv_kernel * DTYPE_BYTES[dtype]
+        state = batch * cfg.mamba_heads * cfg.mamba_head_dim * cfg.mamba_state_size
+        total += cfg.mamba_layers * (conv + state * RECURRENT_STATE_BYTES)
+    return total
 
 
 def windowed_kv_cache_bytes(cfg: ModelConfig, seq: int, batch: int, dtype: str) -> int:

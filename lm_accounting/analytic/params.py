@@ -93,7 +93,10 @@ def shared_matrix_params(cfg: ModelConfig) -> int:
 
 def expert_params(cfg: ModelConfig) -> int:
     """One routed expert's parameters: its 3 SwiGLU matrices, 3·d·d_e, and with ``expert_bias`` (gpt-oss's
-    ``gate_up_proj_bias`` and ``down_proj_bias``) its biases, 2·d_e + d."""
+    ``gate_up_proj_bias`` and ``down_proj_bias``) its biases, 2·d_e + d; a layer pattern's E expert (Nemotron-H's,
+    ``up_proj`` and ``down_proj``, no gate, no bias) 2·d_in·d_e, d_in = ``expert_in``."""
+    if cfg.pattern_experts:
+        return 2 * cfg.expert_in * cfg.expert_width
     bias = 2 * cfg.expert_width + cfg.d_model if cfg.expert_bias else 0
     return 3 * cfg.d_model * cfg.expert_width + bias
 

@@ -58,6 +58,11 @@ TT_ASYNC = (
     "(torchtitan 820504e, 2025-06)"
 )
 TT_PERF = "https://github.com/pytorch/torchtitan/blob/9dec370ad26b5f8e9a7333a0e36165018262644b/docs/performance.md"
+TT_H200 = (
+    "https://github.com/pytorch/torchtitan/blob/b5bcd76c6/benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md "
+    "(Trainy on WhiteFiber, 2025-06; torchtitan e7c0cae's llama3_8b.toml: seq_len 8,192, selective op AC, FSDP over "
+    "every rank; --training.local_batch_size=2 --training.compile, float8 linears with float8 all-gathers)"
+)
 LLAMA3 = "Llama Team, The Llama 3 Herd of Models, arXiv:2407.21783, Table 4 (405B pre-training on H100, BF16)"
 NEMO_2407 = (
     "https://github.com/NVIDIA/NeMo/blob/070a0bb168d405d653b9734c0017cf5078e77c0d/docs/source/performance/"
@@ -104,7 +109,7 @@ class Run:
     name: str
     source: str  # file or paper, and its table
     model: str  # a preset
-    gpu: str  # priced on (``gpus``): h100-80gb, or a100-80gb
+    gpu: str  # priced on (``gpus``): h100-80gb, h200 (its own calibration), or a100-80gb (the H100's, scaled)
     hardware: str  # as published
     gpus: int
     dp: int
@@ -141,6 +146,12 @@ def _tt(name, gpus, dp, tp, pp, seq, b, gbs, ck, pck, tps, diffs, model="llama-3
     return Run(name, source, model, CALIBRATED, "H100 HBM2e 96 GB, 500 W (Grand Teton)", gpus, dp, 3, tp, pp, cp,
                seq, b, gbs, ck, pck, tps, "tokens/s/GPU", "TPS/GPU read at step 90" if source == TT_2412 else "tokens/sec per GPU", (POWER, *diffs),
                virtual_stages=v, virtual_source=TT_VIRTUAL if v > 1 else "")  # fmt: skip
+
+
+def _trainy(w: int, tps: float) -> Run:
+    return Run(f"Trainy 8B FSDP {w} H200", TT_H200, "llama-3.1-8b", "h200", "H200 (8 a host, CX-7 400 Gb/s per GPU)",
+               w, w, 3, 1, 1, 1, 8192, 2, 2 * w, "selective", "selective (op)", tps, "tokens/s/GPU",
+               "TPS/GPU sampled at the 100th iteration", (SAC_OP, COMPILE, FLOAT8))  # fmt: skip
 
 
 LLAMA2_7B = (("vocab_size", 32000), ("num_kv_heads", 32), ("d_ff", 11008), ("context_length", 4096))
@@ -197,6 +208,9 @@ RUNS = (
     Run("TT perf 70B FSDP 64 A100", TT_PERF + " (Llama 3 table, '70B full')", "llama-3.1-70b", "a100-80gb",
         "A100 80GB", 64, 64, 3, 1, 1, 1, 8192, 1, 64, "full", "full", 331, "tokens/s/GPU",
         "WPS (MFU 51.7 % published beside it)", (A100,)),
+    # Trainy on WhiteFiber (torchtitan benchmarks/, 2025-06): 8B on 4 and 8 hosts of 8 H200, 400 Gb/s per GPU
+    _trainy(32, 10938),
+    _trainy(64, 10753),
     # The Llama 3 paper, Table 4 (16M tokens a step; micro-batch 1 taken: the table gives batch size per DP rank)
     Run("Llama 3 405B 8,192 GPUs TP 8 PP 16 DP 64", LLAMA3 + ", row 1", "llama-3.1-405b", CALIBRATED,
         "H100 80GB HBM3, 700 W", 8192, 64, 2, 8, 16, 1, 8192, 1, 2048, "full", "not stated (full taken)", 430,

@@ -448,6 +448,11 @@ def build_model(
             "chunked attention (Llama 4's, as transformers runs it); its parameters and FLOPs are proven against "
             "transformers' own model instead (tests/test_arch_llama4.py)"
         )
+    if cfg.layer_pattern is not None:
+        raise AccountingError(
+            f"{cfg.name}: the live model (lm_accounting/model) has no layer pattern and no Mamba2 layers; its "
+            "parameters and FLOPs are proven against transformers' own model instead (tests/test_arch_mamba2.py)"
+        )
     if setup is not None:
         wanted = getattr(torch, TORCH_DTYPES[setup.param_dtype])
         if dtype is not None and dtype != wanted:

@@ -49,6 +49,17 @@ def describe_config(cfg: ModelConfig) -> str:
         )
     if cfg.attention_output_gate:
         extras.append("gated attention output")
+    if cfg.layer_pattern is not None:
+        mamba = (
+            f" (H {cfg.mamba_heads} × P {cfg.mamba_head_dim}, G {cfg.mamba_groups} × N {cfg.mamba_state_size}, "
+            f"conv {cfg.mamba_conv_kernel}, chunk {cfg.mamba_chunk_size})"
+            if cfg.mamba_layers
+            else ""
+        )
+        extras.append(
+            f"Mamba2 on {plural(cfg.mamba_layers, 'layer')}, attention on {cfg.attention_layers}, an MLP on "
+            f"{cfg.dense_layers}{mamba}"
+        )
     return (
         f"{cfg.name}: vocab {cfg.vocab_size:,} · {plural(cfg.num_layers, 'layer')} · d_model {cfg.d_model:,} · "
         f"{heads} · " + " · ".join(extras)
@@ -63,7 +74,12 @@ def _ffn_widths(cfg: ModelConfig) -> list[str]:
     out = [f"{plural(cfg.num_experts, 'expert')} × d_e {cfg.expert_width:,}, top-{cfg.experts_per_token}"]
     if cfg.shared_experts:
         out.append(f"{cfg.shared_experts} shared × {cfg.shared_width // cfg.shared_experts:,}")
-    if cfg.dense_layers:
+    if cfg.pattern_experts:  # Nemotron-H: its E layers (the pattern places the MLP and the MoE layers)
+        latent = f" over a {cfg.expert_latent:,}-wide latent" if cfg.expert_latent is not None else ""
+        out.append(
+            f"MoE on the {cfg.moe_layers} E layers{latent}, d_ff {cfg.d_ff:,} on the {cfg.dense_layers} - layers"
+        )
+    elif cfg.dense_layers:
         n = cfg.dense_layers_first if cfg.moe_every == 1 else cfg.dense_layers
         where = f"first {plural(n, 'layer')}" if cfg.moe_every == 1 else f"{n} of {plural(cfg.num_layers, 'layer')}"
         out.append(f"dense d_ff {cfg.d_ff:,} in {where}")
@@ -99,6 +115,11 @@ def kv_cache_formula(cfg) -> str:
         return (
             f"KV cache = {entry} · L_attn · S · B · bytes + L_lin · B · (conv_dim · K · bytes + H_v · d_k · d_v · 4) "
             "(inference; the linear layers' conv and fp32 recurrent states)"
+        )
+    if cfg.mamba_layers:  # Mamba2: K and V on the attention layers, a fixed state on the Mamba2 layers (kv_cache.py)
+        return (
+            f"KV cache = {entry} · L_attn · S · B · bytes + L_ssm · B · ((H·P + 2·G·N) · K · bytes + H · P · N · 4) "
+            "(inference; the Mamba2 layers' conv and fp32 SSM states)"
         )
     return f"KV cache = {entry} · L · {tokens} · B · bytes (inference)".replace(" · L · Σ_layers", " · Σ_layers")
 

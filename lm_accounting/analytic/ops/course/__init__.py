@@ -26,6 +26,8 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
         out.append("Gated DeltaNet layers and gated attention (the live model has neither: Qwen3-Next, Qwen3.5)")
     if cfg.indexer:
         out.append("a sparse-attention indexer (the live model has none: DeepSeek-V3.2, GLM-5)")
+    if cfg.layer_pattern is not None:
+        out.append("a layer pattern with Mamba2 layers (the live model has none: Nemotron-H)")
     later = [u for u in cfg.unsupported_for_replay() if u in NOT_PROGRAMMED]
     if later:
         out.append(
