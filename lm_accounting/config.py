@@ -233,6 +233,10 @@ class ModelConfig:
     the layers that use RoPE (not ``nope_layers``) a query sees only the keys of its own chunk of that many
     positions, up to itself.  transformers' eager attention computes the full S x S square and masks the rest, so
     the totals count the square; the chunked pairs are a labelled extra (``flops.chunked_attention_flops``)."""
+    moe_fp32_combine: bool = dataclasses.field(default=False, compare=False)
+    """Whether the sparse block sums the routed and the shared experts' outputs in fp32 and casts back (a config.json's
+    ``enable_moe_fp32_combine``, Hunyuan v3, its class's default true): the same count, two fp32 copies and a cast
+    in training (``analytic.ops.transformers.hy_v3``).  Provenance, no part in equality."""
 
     def __hash__(self) -> int:
         """The compared fields' hash (as the dataclass's), computed once: the analytic caches are keyed on the
@@ -1144,7 +1148,7 @@ class ModelConfig:
         # provenance and routing details kept out of the pinned JSON key set (json_keys.json)
         del out["hf_model_type"], out["dropout"], out["norm_topk_prob"]
         del out["expert_groups"], out["expert_groups_per_token"], out["rope_interleave"], out["topk_method"]
-        del out["hf_activation"], out["nope_layers"]
+        del out["hf_activation"], out["nope_layers"], out["moe_fp32_combine"]
         for key in ("all_experts_run", "attention_chunk"):  # Llama 4's keys appear on a model that sets them only
             if not out[key]:
                 del out[key]

@@ -310,9 +310,9 @@ IGNORED_BY_TYPE = {
     "glm_moe_dsa": frozenset(_DEEPSEEK_ROUTING),
     "granitemoe": frozenset(["output_router_logits", "router_aux_loss_coef"]),
     "granitemoeshared": frozenset(["output_router_logits", "router_aux_loss_coef"]),
-    "olmoe": frozenset(["norm_topk_prob", "output_router_logits", "router_aux_loss_coef"]),
+    "olmoe": frozenset(["output_router_logits", "router_aux_loss_coef"]),
     "phimoe": frozenset(["router_jitter_noise", "input_jitter_noise", "output_router_logits", "router_aux_loss_coef"]),
-    "hy_v3": frozenset(["router_scaling_factor", "enable_moe_fp32_combine", "output_router_logits"]),
+    "hy_v3": frozenset(["router_scaling_factor", "output_router_logits"]),
     "hunyuan_v1_dense": frozenset(["eod_token_id"]),
     "hunyuan_v1_moe": frozenset(["eod_token_id", "output_router_logits"]),
     "seed_oss": frozenset(["residual_dropout"]),
@@ -321,13 +321,13 @@ IGNORED_BY_TYPE = {
     "mistral3": DEFINED_FIELDS["mistral3"] - COMMON_FIELDS - {"text_config"},
     "kimi_k25": DEFINED_FIELDS["kimi_k25"] - COMMON_FIELDS - {"text_config"},
     "gpt_oss": frozenset(["hidden_act", "swiglu_alpha", "output_router_logits", "router_aux_loss_coef"]),
-    "qwen2_moe": frozenset(["norm_topk_prob", "output_router_logits", "router_aux_loss_coef"]),
+    "qwen2_moe": frozenset(["output_router_logits", "router_aux_loss_coef"]),
     "olmo": frozenset(["clip_qkv"]),
     "bloom": frozenset(["pretraining_tp", "slow_but_exact"]),
     "gpt_neox": frozenset(["classifier_dropout"]),
     "opt": frozenset(["dropout", "layerdrop", "init_std"]),
     "ernie4_5_moe": frozenset(["moe_norm_min", "output_router_logits", "router_aux_loss_coef"]),
-    "glm4_moe": frozenset(_DEEPSEEK_ROUTING),
+    "glm4_moe": frozenset(_DEEPSEEK_ROUTING) - {"n_group", "topk_group", "norm_topk_prob"},  # those three read
     "minimax_m2": frozenset(["output_router_logits", "router_aux_loss_coef", "router_jitter_noise"]),
     "qwen3_next": frozenset(["output_router_logits", "router_aux_loss_coef"]),
     "bamba": frozenset(["time_step_limit", "z_loss_coefficient", "num_logits_to_keep"]),
@@ -899,6 +899,7 @@ def _qwen2_moe(f: _Fields) -> dict[str, Any]:
         "shared_experts": 1,
         "shared_expert_d_ff": f.int("shared_expert_intermediate_size", null=False),
         "shared_expert_gate": True,
+        "norm_topk_prob": f.bool("norm_topk_prob", False),  # no count: the router's division (the step's tensors)
     }
 
 
@@ -1172,6 +1173,7 @@ def _olmoe(f: _Fields) -> dict[str, Any]:
         "qk_norm_scope": "projection",
         "mlp": _only_swiglu(f, "hidden_act"),
         **_experts(f, "num_experts", None),
+        "norm_topk_prob": f.bool("norm_topk_prob", False),  # no count: the router's division (the step's tensors)
     }
 
 
@@ -1263,9 +1265,10 @@ def _dense_first(f: _Fields, dense_default: int) -> int:
 
 
 def _hy_v3(f: _Fields) -> dict[str, Any]:
-    """Hunyuan v3: Qwen3's attention (per-head q/k norms), dense first layers (``mlp_layer_types``, default
-    one), then ``num_experts`` SwiGLU experts of ``moe_intermediate_size`` plus ``num_shared_experts`` of the
-    same width run as one MLP (DeepSeek's shared experts)."""
+    """Hunyuan v3: per-head q/k norms (on the transposed states, as EXAONE 4), dense first layers
+    (``mlp_layer_types``, default one), then ``num_experts`` SwiGLU experts of ``moe_intermediate_size`` plus
+    ``num_shared_experts`` of the same width run as one MLP (DeepSeek's shared experts), their outputs summed in
+    fp32 with ``enable_moe_fp32_combine`` (read: no count, the training step's tensors)."""
     bias = f.bool("attention_bias", False)
     return {
         **_common(f, tie_default=False),
@@ -1277,6 +1280,8 @@ def _hy_v3(f: _Fields) -> dict[str, Any]:
         **_experts(f, "num_experts", "moe_intermediate_size"),
         "shared_experts": _count(f, "num_shared_experts"),
         "dense_layers_first": _dense_first(f, 1),
+        # no count: the sum of the routed and shared outputs in fp32 (the training step's tensors)
+        "moe_fp32_combine": f.bool("enable_moe_fp32_combine", True),
     }
 
 
@@ -1425,6 +1430,10 @@ def _glm4_moe(f: _Fields) -> dict[str, Any]:
         "shared_experts": _count(f, "n_shared_experts"),
         "dense_layers_first": _count(f, "first_k_dense_replace"),
         **_rotary(f, out, 0.5),
+        # DeepSeek-V3's router: no count, but the training step's tensors (``ModelConfig``'s docstrings)
+        "norm_topk_prob": f.bool("norm_topk_prob", True),
+        "expert_groups": f.int("n_group", 1),
+        "expert_groups_per_token": f.int("topk_group", 1),
     }
 
 
@@ -2544,6 +2553,12 @@ def _write_llama(cfg: ModelConfig) -> dict[str, Any]:
     return {**_write_common(cfg), "attention_bias": cfg.qkv_bias, "mlp_bias": cfg.mlp_bias}
 
 
+def _write_granite(cfg: ModelConfig) -> dict[str, Any]:
+    """Granite-MoE's ``attention_bias`` (q/k/v and o); its multipliers left at the class's 1.0: they change no count
+    and no byte."""
+    return {"attention_bias": cfg.qkv_bias}
+
+
 def _write_experts(cfg: ModelConfig, count: str) -> dict[str, Any]:
     return {count: cfg.num_experts, "num_experts_per_tok": cfg.experts_per_token}
 
@@ -2792,6 +2807,7 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         "decoder_sparse_step": cfg.moe_every,
         "mlp_only_layers": [],
         "use_sliding_window": False,
+        "norm_topk_prob": cfg.norm_topk_prob,
     },
     "olmo": lambda cfg: {
         **{k: v for k, v in _write_common(cfg).items() if k not in ("head_dim", "rms_norm_eps")},
@@ -2915,6 +2931,61 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         "hidden_act": cfg.mlp if cfg.mlp != "gelu" else cfg.hf_activation or "gelu",
         "attention_bias": cfg.qkv_bias,
         "mlp_bias": cfg.mlp_bias,
+    },
+    "granitemoe": lambda cfg: {**_write_common(cfg), **_write_experts(cfg, "num_local_experts"), **_write_granite(cfg)},
+    "granitemoeshared": lambda cfg: {
+        **_write_common(cfg),
+        **_write_experts(cfg, "num_local_experts"),
+        **_write_granite(cfg),
+        "shared_intermediate_size": cfg.shared_width if cfg.shared_experts else 0,
+    },
+    "glm4_moe": lambda cfg: {
+        **_write_glm(cfg),
+        "use_qk_norm": cfg.qk_norm,
+        **_write_experts(cfg, "n_routed_experts"),
+        "moe_intermediate_size": cfg.expert_width,
+        "n_shared_experts": cfg.shared_experts,
+        "first_k_dense_replace": cfg.dense_layers_first,
+        "norm_topk_prob": cfg.norm_topk_prob,
+        "n_group": cfg.expert_groups,
+        "topk_group": cfg.expert_groups_per_token,
+    },
+    "hunyuan_v1_moe": lambda cfg: {
+        **_write_common(cfg),
+        "attention_bias": cfg.qkv_bias,
+        "num_experts": cfg.num_experts,
+        "moe_topk": cfg.experts_per_token,
+    },
+    "minimax_m2": lambda cfg: {
+        **_write_common(cfg),
+        **_write_experts(cfg, "num_local_experts"),
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": cfg.rope_theta,
+            "partial_rotary_factor": cfg.rope_dim / cfg.d_head,
+        },
+    },
+    "hy_v3": lambda cfg: {
+        **_write_common(cfg),
+        **_write_experts(cfg, "num_experts"),
+        "attention_bias": cfg.qkv_bias,
+        "mlp_bias": cfg.mlp_bias,
+        "moe_intermediate_size": cfg.expert_width,
+        "num_shared_experts": cfg.shared_experts,
+        "mlp_layer_types": ["dense"] * cfg.dense_layers_first + ["sparse"] * (cfg.num_layers - cfg.dense_layers_first),
+        "enable_moe_fp32_combine": cfg.moe_fp32_combine,
+    },
+    "phimoe": lambda cfg: {
+        **{k: v for k, v in _write_common(cfg).items() if k != "head_dim"},
+        **_write_experts(cfg, "num_local_experts"),
+        "attention_bias": cfg.qkv_bias,
+        **_write_window(cfg, layer_types=False),
+    },
+    "olmoe": lambda cfg: {  # no head_dim: OlmoeConfig has none (d / heads)
+        **{k: v for k, v in _write_common(cfg).items() if k != "head_dim"},
+        **_write_experts(cfg, "num_experts"),
+        "attention_bias": cfg.qkv_bias,
+        "norm_topk_prob": cfg.norm_topk_prob,
     },
 }
 """Per model type, the config.json fields that fix every count (``to_hf_dict``)."""

@@ -121,19 +121,21 @@ def test_the_budget_basis_carries_the_gpu_the_label_reads():
     assert memory_budget("v100").gpu.name == "v100" and memory_budget(budget=10**9).gpu is None
 
 
-def test_a_model_states_only_footer_describes_that_implementation(run_cli, tmp_path):
-    """F6: transformers' Qwen2-MoE (a gated shared expert: not transliterated, model states only) gets no footer
+def test_a_model_states_only_footer_describes_that_implementation(run_cli, tmp_path, monkeypatch):
+    """F6: transformers' PhiMoE with no program (its ``PROGRAMS`` entry removed: model states only) gets no footer
     about our live model's replay and no count of another code's CUDA figures."""
+    from lm_accounting.analytic.ops.transformers import PROGRAMS
+
+    monkeypatch.delitem(PROGRAMS, "phimoe")
     path = tmp_path / "config.json"
-    moe = {"model_type": "qwen2_moe", "vocab_size": 97, "hidden_size": 32, "intermediate_size": 64}
+    moe = {"model_type": "phimoe", "vocab_size": 97, "hidden_size": 32, "intermediate_size": 64}
     shape = {"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4}
-    experts = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16}
-    experts["shared_expert_intermediate_size"] = 32
+    experts = {"num_local_experts": 4, "num_experts_per_tok": 2}
     path.write_text(json.dumps({**moe, **shape, **experts, "max_position_embeddings": 64}))
     r = run_cli("memory", path, "-S", "32")
     assert r.code == 0 and "model states only" in r.out
     footer = r.out.split("Conventions:")[1]
-    assert "our live model" not in footer and "1,21" not in footer and "Qwen2MoeForCausalLM" in footer
+    assert "our live model" not in footer and "1,21" not in footer and "PhimoeForCausalLM" in footer
     data = memory_json(run_cli, path, "-S", "32")
     assert data["exact"] is None and data["validated"] is None
 

@@ -793,8 +793,8 @@ def test_every_read_type_names_transformers_class():
 
 @pytest.mark.parametrize("name", ["SmolLM3-3B", "OLMoE-1B-7B-0924", "starcoderbase"])
 def test_a_zoo_config_json_runs_account_and_memory(name, run_cli, tmp_path):
-    """SmolLM3 and StarCoder (gpt_bigcode) have programs (``ops.transformers.PROGRAMS``): their steps are predicted;
-    OLMoE gets model states."""
+    """SmolLM3, StarCoder (gpt_bigcode) and OLMoE have programs (``ops.transformers.PROGRAMS``): their steps are
+    predicted."""
     import json
 
     path = tmp_path / name / "config.json"
@@ -805,11 +805,12 @@ def test_a_zoo_config_json_runs_account_and_memory(name, run_cli, tmp_path):
     assert r.code == 0 and json.loads(r.out)["parameters"]["total"] == total, r.err
     r = run_cli("memory", path, "--context", 1024)
     assert r.code == 0, r.err
-    classes = {"SmolLM3-3B": "SmolLM3ForCausalLM", "starcoderbase": "GPTBigCodeForCausalLM"}
-    if name in classes:
-        assert f"{classes[name]}, training mode" in r.out and "model states only" not in r.out
-    else:
-        assert "does not model" in r.out and "model states only" in r.out.splitlines()[1]
+    classes = {
+        "SmolLM3-3B": "SmolLM3ForCausalLM",
+        "starcoderbase": "GPTBigCodeForCausalLM",
+        "OLMoE-1B-7B-0924": "OlmoeForCausalLM",
+    }
+    assert f"{classes[name]}, training mode" in r.out and "model states only" not in r.out
     r = run_cli("memory", path, "--context", 1024, "--impl", "course")
     assert r.code == 0 and "--impl course: our TransformerLM" in r.out, r.err
 
@@ -962,11 +963,13 @@ def test_bad_zoo_fields_are_one_line_exit_2(model_type, change, message, run_cli
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and message in r.err, r.err
 
 
-def test_a_zoo_type_without_a_writer_is_one_line():
-    from lm_accounting.hf_config import to_hf_dict
+def test_a_zoo_type_without_a_writer_is_one_line(monkeypatch):
+    """A read type with no writer (PhiMoE's ``WRITERS`` entry removed) is refused in one line."""
+    from lm_accounting.hf_config import WRITERS, to_hf_dict
 
-    with pytest.raises(ConfigError, match="hf_model_type 'olmoe' is not one lm-accounting writes back"):
-        to_hf_dict(config_from_hf({"model_type": "olmoe", **ZOO["olmoe"]}))
+    monkeypatch.delitem(WRITERS, "phimoe")
+    with pytest.raises(ConfigError, match="hf_model_type 'phimoe' is not one lm-accounting writes back"):
+        to_hf_dict(config_from_hf({"model_type": "phimoe", **ZOO["phimoe"]}))
 
 
 def test_gpt_sw3_is_read_as_gpt2():

@@ -115,7 +115,7 @@ def test_deepseek_v3_under_transformers_is_predicted_eager_and_sdpa(run_cli):
     """deepseek-v3 (latent attention) under --impl transformers: the op library's DeepseekV3ForCausalLM predicts
     the eager and the sdpa step (cuDNN attention with a value head unlike the query/key head; both measured on an
     H200, reports/cuda-h200).  A type no program models keeps model states only: test_exactness_labels.py's
-    qwen2_moe."""
+    phimoe without its program."""
     setup = TrainingSetup(attention="naive")
     assert program_unsupported(load_config("deepseek-v3").with_context(1024), setup, "transformers") == []
     data = memory_json(run_cli, "deepseek-v3", "-S", "1024", "--impl", "transformers", "--attention", "naive")

@@ -134,24 +134,27 @@ def test_fp32_experts_on_meta_are_refused_in_one_line():
     assert "\n" not in str(err.value)
 
 
-def test_what_is_not_transliterated_is_named():
-    qwen2_moe = config_from_hf(
+def test_what_is_not_transliterated_is_named(monkeypatch):
+    """A type without a program (PhiMoE's ``PROGRAMS`` entry removed) is named in its one reason."""
+    from lm_accounting.analytic.ops.transformers import PROGRAMS
+
+    monkeypatch.delitem(PROGRAMS, "phimoe")
+    phimoe = config_from_hf(
         {
-            "model_type": "qwen2_moe",
+            "model_type": "phimoe",
             "vocab_size": 96,
             "hidden_size": 16,
-            "intermediate_size": 32,
-            "moe_intermediate_size": 8,
-            "shared_expert_intermediate_size": 16,
+            "intermediate_size": 16,
             "num_hidden_layers": 2,
             "num_attention_heads": 4,
-            "num_key_value_heads": 4,
-            "num_experts": 4,
+            "num_key_value_heads": 2,
+            "num_local_experts": 4,
             "num_experts_per_tok": 2,
             "max_position_embeddings": 64,
         }
     )
-    assert any("qwen2_moe is not transliterated" in r for r in unsupported(qwen2_moe, TrainingSetup(), "transformers"))
+    reasons = unsupported(phimoe, TrainingSetup(), "transformers")
+    assert any("phimoe is not transliterated" in r for r in reasons)
     assert unsupported(tiny("mixtral"), TrainingSetup(checkpoint="selective"), "transformers") == [
         "transformers has no selective activation checkpointing"
     ]

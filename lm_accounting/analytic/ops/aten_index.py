@@ -126,14 +126,21 @@ def topk(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
     return values, indices
 
 
-def max_values(x: Tensor) -> Tensor:
-    """``x.max(dim=-1).values``: the values and int64 indices; MaxBackward0 saves the indices (backward
-    ``value_selecting_reduction_backward``, as ``topk``'s)."""
-    values = empty(x.shape[:-1], x.dtype, "max")
-    indices = empty(x.shape[:-1], "int64", "max")
-    shape, dtype = x.shape, x.dtype
-    record("MaxBackward0", (x,), (values,), lambda ctx, g, i: (_into_zeros(shape, dtype, "scatter"),), (indices,))
-    return values
+def max_values(x: Tensor, keepdim: bool = False) -> Tensor:
+    """``x.max(dim=-1[, keepdim=True]).values``: the values and int64 indices; MaxBackward0 saves the indices
+    (backward ``value_selecting_reduction_backward``, as ``topk``'s)."""
+    return max_dim(x, keepdim)[0]
+
+
+def max_dim(x: Tensor, keepdim: bool = False) -> tuple[Tensor, Tensor]:
+    """``x.max(dim=-1[, keepdim=True])``: (values, int64 indices); MaxBackward0 saves the indices (the node dies
+    with the values when nothing takes them)."""
+    shape = x.shape[:-1] + ((1,) if keepdim else ())
+    values = empty(shape, x.dtype, "max")
+    indices = empty(shape, "int64", "max")
+    src, dtype = x.shape, x.dtype
+    record("MaxBackward0", (x,), (values,), lambda ctx, g, i: (_into_zeros(src, dtype, "scatter"),), (indices,))
+    return values, indices
 
 
 def repeat_interleave(t: Tensor, k: int) -> Tensor:

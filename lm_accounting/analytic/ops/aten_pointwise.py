@@ -1,5 +1,6 @@
 """Pointwise ops and reductions our own model writes out by hand (``model/layers.py``'s softmax, cross-entropy,
-SiLU and masks): ``where`` with a number, ``amax``, ``exp``, ``log``, ``sigmoid``, tensor ``div``, ``mean()``.
+SiLU and masks): ``where`` with a number, ``amax``, ``exp``, ``log``, ``sigmoid``, tensor ``div``, ``mean()``; and
+transformers' ``clamp`` by numbers (routers, gpt-oss's SwiGLU).
 
 torch 2.13 (``tools/autograd/derivatives.yaml``, ``torch/csrc/autograd/FunctionsManual.cpp``):
 
@@ -11,6 +12,8 @@ torch 2.13 (``tools/autograd/derivatives.yaml``, ``torch/csrc/autograd/Functions
 * ``a / b`` (two tensors): saves ``b``, and ``a`` when b needs a gradient; backward b's first (the inputs'
   alphabetical order: ``other`` before ``self``), ``-grad * ((self / other) / other)`` (the right operand
   first, GCC's order; the temporaries die in reverse at the end of the expression), then a's ``grad / other``.
+* ``clamp(x, min=, max=)`` with numbers (``ClampBackward1``): saves x; backward ``where(mask, grad, 0)``: a 0-d
+  zero and a bool mask per bound (and-ed in place), dead once it returns.
 * ``mean()`` of every element: nothing saved; backward ``grad.expand(sizes) / numel``: one tensor (a plain
   CPU run also sees the wrapped count, ``aten.wrap_scalar``).
 No torch.
@@ -45,6 +48,23 @@ def where(cond: Tensor, x: Tensor, number: float) -> Tensor:
         return (grad,)
 
     record("WhereBackward0", (x,), (out,), back, (cond,))
+    return out
+
+
+def clamp(x: Tensor, both: bool = False) -> Tensor:
+    """``torch.clamp(x, min=number)`` or ``max=``, or both bounds (``both``): saves x; backward
+    ``clamp_backward``: a 0-d zero, the mask ``self >= min`` (and ``self <= max``, and-ed in place) and
+    ``where(mask, grad, zero)``."""
+
+    def back(ctx, g, sx):
+        zero = empty((), g[0].dtype, "scalar_tensor")
+        masks = [empty(sx.shape, "bool", "ge") for _ in range(2 if both else 1)]
+        grad = new(broadcast(sx.shape, g[0].shape), g[0].dtype, "where", g[0])
+        del masks, zero
+        return (grad,)
+
+    out = new(x.shape, x.dtype, "clamp", x)
+    record("ClampBackward1", (x,), (out,), back, (x,))
     return out
 
 

@@ -69,6 +69,17 @@ PROGRAMS = {
     "bloom": "bloom",
     "falcon": "falcon",  # RoPE only; one norm with 1 or h K/V heads replayed as Falcon-7B's old architecture
     "nemotron": "nemotron",  # Llama's with LayerNorm1P, squared ReLU and partial RoPE; amp-bf16 refused
+    "olmoe": "olmoe",  # Qwen3-MoE's sparse block (router first) under OLMo-2's whole-projection q/k norms
+    "qwen2_moe": "qwen2_moe",  # Qwen3-MoE's router and experts, a shared expert scaled by a sigmoid gate
+    "granitemoe": "granitemoe",  # Granite's multipliers, a top-k-then-softmax router, grouped_mm experts
+    "granitemoeshared": "granitemoe",  # Granite-MoE's with an ungated shared MLP (shared_mlp)
+    "glm4_moe": "glm4_moe",  # GLM's partial RoPE, Qwen3's q/k norms, DeepSeek-V3's router and sparse block
+    "hunyuan_v1_moe": "hunyuan_moe",  # HunYuan-Dense's attention, an fp32 router, an ungated shared MLP
+    "ernie4_5_moe": "ernie4_5_moe",  # ERNIE 4.5's attention, an fp32 router with a frozen score bias
+    "minimax_m2": "minimax_m2",  # OLMoE's attention with partial RoPE, a sigmoid router with a score bias
+    "hy_v3": "hy_v3",  # EXAONE 4's q/k-norm place, an fp32 sigmoid router, shared experts summed in fp32
+    "gpt_oss": "gpt_oss",  # sinks, biased experts with a clamped SwiGLU, windows on every other layer
+    "phimoe": "phimoe",  # LayerNorms, the sparsemixer router (Gumbel top-2, a custom autograd Function)
 }
 """hf_model_type -> the module of this package that transliterates its modeling file."""
 B = Affine(1)  # the micro-batch as a symbol

@@ -183,8 +183,9 @@ class Attention:
     """``LlamaAttention`` (modeling_llama.py:202-265) and qwen3's per-head q/k norms."""
 
     norm_at = "view"
-    """Where the per-head q/k norms run: on each projection's (B, S, h, d) view ("view", Qwen3), on the transposed
-    (B, h, S, d) states once q, k and v are made ("heads", EXAONE 4), or after RoPE ("rope", HunYuan-Dense)."""
+    """Where the per-head q/k norms run: on each projection's (B, S, h, d) view ("view", Qwen3), on those views once
+    q, k and v are projected ("projected", GLM-4-MoE), on the transposed (B, h, S, d) states once q, k and v are
+    made ("heads", EXAONE 4), or after RoPE ("rope", HunYuan-Dense)."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str, norm: type[RMSNorm] = RMSNorm):
         d, h, kv, hd = cfg.d_model, cfg.num_heads, cfg.num_kv_heads or cfg.num_heads, cfg.d_head
@@ -212,26 +213,33 @@ class Attention:
         q = A.view(self.q_proj(hidden_states), *hidden_shape)  # :233-235
         if normed and self.norm_at == "view":
             q = self.q_norm(q)
-        query_states = A.transpose(q, 1, 2)
-        del q
         k = A.view(self.k_proj(hidden_states), *hidden_shape)
         if normed and self.norm_at == "view":
             k = self.k_norm(k)
-        key_states = A.transpose(k, 1, 2)
-        del k
-        value_states = A.transpose(A.view(self.v_proj(hidden_states), *hidden_shape), 1, 2)
+        v = A.view(self.v_proj(hidden_states), *hidden_shape)
+        if normed and self.norm_at == "projected":
+            q = self.q_norm(q)  # one after the other: q's input dies before k's norm runs
+            k = self.k_norm(k)
+        query_states, key_states, value_states = A.transpose(q, 1, 2), A.transpose(k, 1, 2), A.transpose(v, 1, 2)
+        del q, k, v
         if normed and self.norm_at == "heads":
-            query_states, key_states = self.q_norm(query_states), self.k_norm(key_states)
+            query_states = self.q_norm(query_states)
+            key_states = self.k_norm(key_states)
         if self.use_rope:
             cos, sin = position_embeddings  # :237
             query_states, key_states = self.rotate(query_states, key_states, cos, sin)  # :238
             del cos, sin
         if normed and self.norm_at == "rope":
-            query_states, key_states = self.q_norm(query_states), self.k_norm(key_states)
-        interface = eager_attention_forward if self.attn == "naive" else sdpa_attention_forward
-        attn_output, attn_weights = interface(self, query_states, key_states, value_states, attention_mask)  # :247
+            query_states = self.q_norm(query_states)
+            key_states = self.k_norm(key_states)
+        attn_output, attn_weights = self.attend(query_states, key_states, value_states, attention_mask)  # :247
         attn_output = A.contiguous(A.reshape(attn_output, *input_shape, -1))  # :258
         return self.o_proj(attn_output), attn_weights  # :259-260
+
+    def attend(self, query: Tensor, key: Tensor, value: Tensor, attention_mask) -> tuple[Tensor, Tensor | None]:
+        """The attention interface: eager or sdpa (a model's own: gpt-oss's sinks)."""
+        interface = eager_attention_forward if self.attn == "naive" else sdpa_attention_forward
+        return interface(self, query, key, value, attention_mask)
 
     def rotate(self, q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
         """``apply_rotary_pos_emb`` (a model's own: Helium's and ERNIE 4.5's interleaved pairs)."""
@@ -239,10 +247,10 @@ class Attention:
 
 
 class MLP:
-    """``LlamaMLP`` (modeling_llama.py:150-162)."""
+    """``LlamaMLP`` (modeling_llama.py:150-162); ``width``: a model's own intermediate size (a shared expert's)."""
 
-    def __init__(self, cfg: ModelConfig, dtype: str, name: str):
-        d, f = cfg.d_model, cfg.d_ff
+    def __init__(self, cfg: ModelConfig, dtype: str, name: str, width: int | None = None):
+        d, f = cfg.d_model, cfg.d_ff if width is None else width
         self.gate_proj = Linear(d, f, cfg.mlp_bias, dtype, name + ".gate_proj")
         self.up_proj = Linear(d, f, cfg.mlp_bias, dtype, name + ".up_proj")
         self.down_proj = Linear(f, d, cfg.mlp_bias, dtype, name + ".down_proj")
@@ -419,6 +427,11 @@ class LlamaForCausalLM:
         self.input_ids = empty((batch, seq), "int64", "input_ids")
         self.labels = empty((batch, seq), "int64", "labels")
 
+    lm_head_bias: Tensor | None = None
+    """The LM head's bias (a model's own: ERNIE 4.5-MoE's ``use_bias``)."""
+    masks_see_positions = True
+    """Whether the mask functions get ``position_ids`` and so look for packed sequences (gpt-oss passes none)."""
+
     def rotary_pairs(self) -> int:
         """The rotary table's frequencies (``inv_freq``): one per pair of a head (a model's own: GLM's rotated part)."""
         return self.cfg.d_head // 2
@@ -432,15 +445,17 @@ class LlamaForCausalLM:
         for layer in self.layers:
             out += layer.params()
         out.append(self.norm.weight)
-        return out + ([self.lm_head] if self.lm_head is not None else [])
+        return out + [t for t in (self.lm_head, self.lm_head_bias) if t is not None]
 
     def model(self) -> Tensor:
         """``LlamaModel.forward`` (modeling_llama.py:370-420)."""
         inputs_embeds = self.embed()  # :384
         position_ids = A.unsqueeze(arange_plus(self.seq), 0)  # :391-393
-        with no_grad():
-            find_packed_sequence_indices(A.expand(position_ids, self.batch, -1))
+        if self.masks_see_positions:
+            with no_grad():
+                find_packed_sequence_indices(A.expand(position_ids, self.batch, -1))
         masks = self.masks()  # :395-401
+        inputs_embeds = self.scale_embeddings(inputs_embeds)
         hidden_states = inputs_embeds  # :403; ``inputs_embeds`` keeps the lookup until the forward returns
         position_embeddings = self.rotary(hidden_states, position_ids)  # :404
         kwargs = [
@@ -468,6 +483,10 @@ class LlamaForCausalLM:
         """``self.embed_tokens(input_ids)`` (a subclass scales it: Granite)."""
         return A.embedding(self.embed_tokens, self.input_ids)
 
+    def scale_embeddings(self, inputs_embeds: Tensor) -> Tensor:
+        """The embeddings once the masks are made (a subclass scales them there: Granite-MoE's multiplier)."""
+        return inputs_embeds
+
     def run_layers(self, hidden_states: Tensor, kwargs: Callable[[int], dict]) -> Tensor:
         """The decoder layers in order, layer i called with ``kwargs(i)``; each run of alike middle layers (the same
         kind: a mixture of experts or not, a window or not) replayed once for all (``alike_runs``, ``repeated``)."""
@@ -481,7 +500,8 @@ class LlamaForCausalLM:
         the step keeps; ``hidden_states`` dies when it returns (an fp32 tensor under autocast, where the LM
         head saves its bf16 copy instead)."""
         hidden_states = self.model()
-        logits = self.head(A.linear(hidden_states, self.lm_head if self.lm_head is not None else self.embed_tokens))
+        weight = self.lm_head if self.lm_head is not None else self.embed_tokens
+        logits = self.head(A.linear(hidden_states, weight, self.lm_head_bias))
         loss = for_causal_lm_loss(logits, self.labels, self.cfg.vocab_size)
         return logits, loss
 

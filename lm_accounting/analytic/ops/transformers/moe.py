@@ -53,16 +53,26 @@ def div_(values: Tensor, other: Tensor) -> Tensor:
     return out
 
 
+def per_expert(slots: Affine | int, experts: int) -> Affine | int | float:
+    """S/E, an expert's rows with the routing balanced, for the step-time model's price of ``grouped_mm``: exact
+    where E divides the slot count, else the mean (a fraction: Qwen1.5-MoE's 60 experts).  No byte depends on it."""
+    if isinstance(slots, Affine):
+        exact = slots.a % experts == 0 and slots.b % experts == 0
+        return slots // experts if exact else Affine(slots.a / experts, slots.b / experts)
+    return slots // experts if slots % experts == 0 else slots / experts
+
+
 def grouped_mm(a: Tensor, b: Tensor, offs: Tensor) -> Tensor:
     """``torch._grouped_mm(a, b, offs)``: a (S, k) by b (E, k, n), group g taking rows offs[g-1]:offs[g]; out
     (S, n).  Saves a, b and offs; backward: b's gradient (laid out as b), then a's.  Its work, for the step-time
     model: E products of (S/E, k) by (k, n), the routing balanced (``grouped_nt``; the backward's two gradients
     ``grouped_bwd``), priced at the rates ``torch._grouped_mm`` reached (calibration grouped.csv)."""
     experts, (slots, k), n = b.shape[0], a.shape, b.shape[2]
-    current().note("gemm", a.dtype, "grouped_nt", experts, slots // experts, n, k)
+    rows = per_expert(slots, experts)
+    current().note("gemm", a.dtype, "grouped_nt", experts, rows, n, k)
 
     def back(ctx, g, sa, sb, so):
-        current().note("gemm", sa.dtype, "grouped_bwd", experts, slots // experts, n, k)
+        current().note("gemm", sa.dtype, "grouped_bwd", experts, rows, n, k)
         gb = ga = None
         if ctx.need[1]:
             gb = empty(sb.shape, g[0].dtype, "grouped_mm")
@@ -75,10 +85,20 @@ def grouped_mm(a: Tensor, b: Tensor, offs: Tensor) -> Tensor:
     return record_first("GroupedMmBackward0", (a, b), make, back, (a, b, offs))[0]
 
 
-def grouped_linear(input: Tensor, weight: Tensor, offs: Tensor) -> Tensor:
-    """``integrations/moe.py`` ``_grouped_linear`` (no bias, not transposed) and ``_grouped_mm``:
-    ``grouped_mm(input.to(weight.dtype), weight.transpose(-2, -1), offs)`` (not an autocast op)."""
-    return grouped_mm(A.to(input, weight.dtype), A.transpose(weight, -2, -1), offs)
+def add_(t: Tensor, other: Tensor) -> Tensor:
+    """``t.add_(other)`` of one shape: nothing saved (``AddBackward0``); the sum overwrites t (its storage)."""
+    out = t.detach()
+    record("AddBackward0", (t, other), (out,), lambda ctx, g: (g[0], g[0]))
+    return out
+
+
+def grouped_linear(
+    input: Tensor, weight: Tensor, offs: Tensor, bias: Tensor | None = None, is_transposed: bool = False
+) -> Tensor:
+    """``integrations/moe.py`` ``_grouped_linear`` and ``_grouped_mm``: ``grouped_mm(input.to(weight.dtype),
+    weight (or its transpose), offs)`` (not an autocast op), then ``out.add_(bias)``."""
+    out = grouped_mm(A.to(input, weight.dtype), weight if is_transposed else A.transpose(weight, -2, -1), offs)
+    return out if bias is None else add_(out, bias)
 
 
 class TopKRouter:
@@ -107,7 +127,10 @@ class TopKRouter:
 class Experts:
     """``MixtralExperts`` / ``Qwen3MoeExperts`` under ``grouped_mm_experts_forward`` (integrations/moe.py),
     line by line, the locals named as there (they die at the return in that order): gate_up_proj (E, 2f, d),
-    down_proj (E, d, f)."""
+    down_proj (E, d, f).  ``is_transposed`` and ``selected_bias`` are the decorator's ``is_transposed`` and
+    ``has_bias`` (a model's own: gpt-oss's)."""
+
+    is_transposed = False
 
     def __init__(self, cfg: ModelConfig, dtype: str, name: str):
         e, d, f = cfg.num_experts, cfg.d_model, cfg.expert_width
@@ -117,6 +140,10 @@ class Experts:
 
     def params(self) -> list[Tensor]:
         return [self.gate_up_proj, self.down_proj]
+
+    def selected_bias(self, which: str, expert_ids_g: Tensor) -> Tensor | None:
+        """``self.{which}_bias[expert_ids_g]`` with ``has_bias``: the (S, out) bias rows in slot order."""
+        return None
 
     def apply_gate(self, gate_up_out: Tensor) -> Tensor:
         """``_default_apply_gate``: ``gate, up = gate_up_out.chunk(2, dim=-1)``; ``act_fn(gate) * up``."""
@@ -135,9 +162,13 @@ class Experts:
         histc_input = A.to(expert_ids_g, "fp32")  # noqa: F841 (on cpu histc takes floats; a local until the return)
         tokens_per_expert = empty((self.num_experts,), "fp32", "histc")  # noqa: F841 (a local until the return)
         offsets = empty((self.num_experts,), "int32", "cumsum")
-        proj_out = grouped_linear(selected_hidden_states_g, self.gate_up_proj, offsets)  # (S, 2f)
+        selected_biases = self.selected_bias("gate_up_proj", expert_ids_g)
+        proj_out = grouped_linear(
+            selected_hidden_states_g, self.gate_up_proj, offsets, selected_biases, self.is_transposed
+        )  # (S, 2f)
         proj_out = self.apply_gate(proj_out)  # (S, f)
-        proj_out = grouped_linear(proj_out, self.down_proj, offsets)  # (S, d)
+        selected_biases = self.selected_bias("down_proj", expert_ids_g)
+        proj_out = grouped_linear(proj_out, self.down_proj, offsets, selected_biases, self.is_transposed)  # (S, d)
         weighted_out = A.mul(proj_out, A.unsqueeze(sample_weights_g, -1))  # (S, d)
         with no_grad():  # inv_perm = torch.empty_like(perm); inv_perm[perm] = torch.arange(S): in place
             inv_perm = empty(perm.shape, "int64", "empty_like")
@@ -169,19 +200,25 @@ class SparseMoeBlock:
 
 
 class MoeDecoderLayer(DecoderLayer):
-    """``MixtralDecoderLayer`` / ``Qwen3MoeDecoderLayer``: Llama's layer, the sparse block where the layer has one."""
+    """``MixtralDecoderLayer`` / ``Qwen3MoeDecoderLayer``: Llama's layer, the sparse block where the layer has one
+    (``sparse_class``: a model's own, Qwen2-MoE's with its shared expert)."""
+
+    sparse_class = SparseMoeBlock
 
     def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str, norm: type[RMSNorm], sparse: bool):
-        self.mlp_class = SparseMoeBlock if sparse else MLP
+        self.mlp_class = self.sparse_class if sparse else MLP
         super().__init__(cfg, dtype, attn, name, norm)
 
 
 class MoeForCausalLM(LlamaForCausalLM):
-    """``MixtralForCausalLM`` / ``Qwen3MoeForCausalLM`` without ``output_router_logits`` (no auxiliary loss)."""
+    """``MixtralForCausalLM`` / ``Qwen3MoeForCausalLM`` without ``output_router_logits`` (no auxiliary loss);
+    ``layer_class`` is a model's own."""
+
+    layer_class = MoeDecoderLayer
 
     def decoder_layer(self, name: str, norm: type[RMSNorm]) -> MoeDecoderLayer:
         i = int(name.rsplit(".", 1)[1])
-        return MoeDecoderLayer(self.cfg, self.dtype, self.setup.attention, name, norm, self.cfg.layer_moe(i))
+        return self.layer_class(self.cfg, self.dtype, self.setup.attention, name, norm, self.cfg.layer_moe(i))
 
 
 def causal_lm(cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B) -> MoeForCausalLM:

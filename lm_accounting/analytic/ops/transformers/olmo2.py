@@ -71,7 +71,10 @@ def apply_rotary_pos_emb(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tupl
 
 
 class Attention:
-    """``Olmo2Attention`` (modeling_olmo2.py:188-259)."""
+    """``Olmo2Attention`` (modeling_olmo2.py:188-259); ``norm`` and ``rotate`` are a model's own (OLMoE's Llama
+    RMSNorm and RoPE)."""
+
+    norm = RMSNorm
 
     def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str):
         d, h, kv, hd = cfg.d_model, cfg.num_heads, cfg.kv_heads, cfg.d_head
@@ -80,8 +83,8 @@ class Attention:
         self.k_proj = Linear(d, kv * hd, cfg.qkv_bias, dtype, name + ".k_proj")
         self.v_proj = Linear(d, kv * hd, cfg.qkv_bias, dtype, name + ".v_proj")
         self.o_proj = Linear(h * hd, d, cfg.output_bias, dtype, name + ".o_proj")
-        self.q_norm = RMSNorm(h * hd, dtype, name + ".q_norm")
-        self.k_norm = RMSNorm(kv * hd, dtype, name + ".k_norm")
+        self.q_norm = self.norm(h * hd, dtype, name + ".q_norm")
+        self.k_norm = self.norm(kv * hd, dtype, name + ".k_norm")
 
     def params(self) -> list[Tensor]:
         out = self.q_proj.params() + self.k_proj.params() + self.v_proj.params() + self.o_proj.params()
@@ -97,12 +100,16 @@ class Attention:
         key_states = A.transpose(A.view(key_states, *hidden_shape), 1, 2)  # :233
         value_states = A.transpose(A.view(value_states, *hidden_shape), 1, 2)  # :234
         cos, sin = position_embeddings  # :236
-        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)  # :237
+        query_states, key_states = self.rotate(query_states, key_states, cos, sin)  # :237
         interface = eager_attention_forward if self.attn == "naive" else sdpa_attention_forward
         attn_output, attn_weights = interface(self, query_states, key_states, value_states, attention_mask)
         attn_output = A.contiguous(A.reshape(attn_output, *input_shape, -1))  # :257
         attn_output = self.o_proj(attn_output)  # :258
         return attn_output, attn_weights  # the locals die here
+
+    def rotate(self, q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+        """``apply_rotary_pos_emb`` (modeling_olmo2.py:154-177)."""
+        return apply_rotary_pos_emb(q, k, cos, sin)
 
 
 class DecoderLayer(GradientCheckpointingLayer):
