@@ -57,3 +57,33 @@ def assert_forward_flops_by_component(fwd, counted, our_keys, top, layer_map, pr
     for keys, flops in by_keys.items():
         assert sum(fwd[k].total for k in keys) == flops, (keys, flops)
     assert attention_core == fwd["layers.*.attn.qk"].total + fwd["layers.*.attn.av"].total
+
+
+def cpu_model(values: dict):
+    """transformers' model of a config.json's ``values`` on CPU, seeded, eager attention; routed experts as
+    ``batched_mm`` (FlopCounterMode counts the experts that ran; the default ``grouped_mm`` counts 0).  For the
+    layers whose code cannot run on meta (Gated DeltaNet, Mamba2, DeepSeek Sparse Attention's indexer)."""
+    import torch
+    import transformers
+
+    values = dict(values)
+    config = transformers.AutoConfig.for_model(values.pop("model_type"), **values)
+    torch.manual_seed(0)
+    return transformers.AutoModelForCausalLM.from_config(
+        config, attn_implementation="eager", experts_implementation="batched_mm"
+    )
+
+
+def cpu_forward_flops(model, batch: int, seq: int) -> dict[str, int]:
+    """FlopCounterMode's forward FLOPs of ``model`` on ``batch`` × ``seq`` seeded token ids, per module (the
+    model's class name dropped) and ``total``."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    ids = torch.randint(0, model.config.vocab_size, (batch, seq), generator=torch.Generator().manual_seed(1))
+    with FlopCounterMode(display=False, depth=None) as counter, torch.no_grad():
+        model(input_ids=ids, use_cache=False)
+    root = type(model).__name__ + "."
+    flops = {k.removeprefix(root): int(sum(v.values())) for k, v in counter.get_flop_counts().items()}
+    flops["total"] = int(counter.get_total_flops())
+    return flops

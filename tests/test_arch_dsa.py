@@ -39,7 +39,14 @@ from lm_accounting.model import build_model
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from hf_components import LLAMA_PREFIX, LLAMA_TOP, assert_parameters_by_component, layer_keys
+from hf_components import (
+    LLAMA_PREFIX,
+    LLAMA_TOP,
+    assert_parameters_by_component,
+    cpu_forward_flops,
+    cpu_model,
+    layer_keys,
+)
 from test_transformers_truth import build_hf, hf_forward_flops, meta_masks  # noqa: F401
 
 # the published widths: DeepseekV32Config's and GlmMoeDsaConfig's defaults written out (transformers 5.24), 61 and 78
@@ -260,27 +267,6 @@ def test_forward_flops_equal_transformers_on_meta(name, seq, models, meta_masks)
     assert_equal_by_module(hf_forward_flops(models[name], seq), forward_flops(cfg, seq))
 
 
-def cpu_model(values: dict):
-    values = dict(values)
-    config = transformers.AutoConfig.for_model(values.pop("model_type"), **values)
-    torch.manual_seed(0)
-    return transformers.AutoModelForCausalLM.from_config(
-        config, attn_implementation="eager", experts_implementation="batched_mm"
-    )
-
-
-def cpu_forward(model, batch: int, seq: int):
-    from torch.utils.flop_counter import FlopCounterMode
-
-    ids = torch.randint(0, model.config.vocab_size, (batch, seq), generator=torch.Generator().manual_seed(1))
-    with FlopCounterMode(display=False, depth=None) as counter, torch.no_grad():
-        model(input_ids=ids, use_cache=False)
-    root = type(model).__name__ + "."
-    flops = {k.removeprefix(root): int(sum(v.values())) for k, v in counter.get_flop_counts().items()}
-    flops["total"] = int(counter.get_total_flops())
-    return flops
-
-
 @pytest.fixture(scope="module")
 def tiny_models():
     return {name: cpu_model(values) for name, values in TINY_CONFIGS.items()}
@@ -291,7 +277,7 @@ def tiny_models():
 def test_forward_flops_equal_transformers_on_cpu(name, seq, tiny_models):
     """Real tensors, two sequences, at 6 and 20 tokens (index_topk 8): the real top-k and scatter run."""
     cfg = config_from_hf(TINY_CONFIGS[name], name=name)
-    assert_equal_by_module(cpu_forward(tiny_models[name], 2, seq), forward_flops(cfg, seq, 2))
+    assert_equal_by_module(cpu_forward_flops(tiny_models[name], 2, seq), forward_flops(cfg, seq, 2))
 
 
 @pytest.mark.parametrize("seq", [6, 20])
@@ -309,7 +295,7 @@ def test_sparse_meaning_is_the_pairs_the_mask_keeps(seq, tiny_models, monkeypatc
         return real(module, query, key, value, attention_mask, **kwargs)
 
     monkeypatch.setattr(dsv32, "eager_attention_forward", counting)
-    cpu_forward(tiny_models["tiny-deepseek-v3.2"], 2, seq)
+    cpu_forward_flops(tiny_models["tiny-deepseek-v3.2"], 2, seq)
     cfg = config_from_hf(TINY_CONFIGS["tiny-deepseek-v3.2"])
     assert kept == [2 * attended_pairs(seq, 8)] * cfg.num_layers
     assert attended_pairs(6, 8) == 6 * 7 // 2 and attended_pairs(20, 8) == 8 * 9 // 2 + 12 * 8

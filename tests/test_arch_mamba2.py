@@ -50,7 +50,7 @@ from lm_accounting.hf_config import config_from_hf
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from hf_components import assert_parameters_by_component, layer_keys
+from hf_components import assert_parameters_by_component, cpu_forward_flops, cpu_model, layer_keys
 from test_transformers_truth import build_hf, hf_forward_flops, meta_masks  # noqa: F401
 
 NEMOTRON_H_8B = {  # NemotronHConfig's defaults (Nemotron-H-8B-Base-8K) with its pattern, written out
@@ -552,29 +552,6 @@ def test_forward_flops_equal_transformers_on_meta(name, seq, models, meta_masks)
     to 1,024 in the scan) and 4,096."""
     cfg = config_from_hf(CONFIGS[name], name=name).with_context(seq)
     assert_equal_by_module(hf_forward_flops(models[name], seq), forward_flops(cfg, seq), keys_for(cfg))
-
-
-def cpu_model(values: dict):
-    """transformers' model on CPU, eager attention; routed experts as ``batched_mm`` (FlopCounterMode counts the
-    experts that ran; the default ``grouped_mm`` counts 0)."""
-    values = dict(values)
-    config = transformers.AutoConfig.for_model(values.pop("model_type"), **values)
-    torch.manual_seed(0)
-    return transformers.AutoModelForCausalLM.from_config(
-        config, attn_implementation="eager", experts_implementation="batched_mm"
-    )
-
-
-def cpu_forward_flops(model, batch: int, seq: int) -> dict[str, int]:
-    from torch.utils.flop_counter import FlopCounterMode
-
-    ids = torch.randint(0, model.config.vocab_size, (batch, seq), generator=torch.Generator().manual_seed(1))
-    with FlopCounterMode(display=False, depth=None) as counter, torch.no_grad():
-        model(input_ids=ids, use_cache=False)
-    root = type(model).__name__ + "."
-    flops = {k.removeprefix(root): int(sum(v.values())) for k, v in counter.get_flop_counts().items()}
-    flops["total"] = int(counter.get_total_flops())
-    return flops
 
 
 @pytest.fixture(scope="module")

@@ -47,7 +47,14 @@ from lm_accounting.hf_config import config_from_hf
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from hf_components import LLAMA_PREFIX, LLAMA_TOP, assert_parameters_by_component, layer_keys
+from hf_components import (
+    LLAMA_PREFIX,
+    LLAMA_TOP,
+    assert_parameters_by_component,
+    cpu_forward_flops,
+    cpu_model,
+    layer_keys,
+)
 from test_transformers_truth import build_hf, hf_forward_flops, meta_masks  # noqa: F401
 
 QWEN3_NEXT = {  # Qwen/Qwen3-Next-80B-A3B-Instruct/config.json (see the module docstring)
@@ -258,27 +265,6 @@ def test_parameters_by_hand():
 
 
 # -- forward FLOPs on real CPU tensors ---------------------------------------------------------------------------
-def cpu_model(values: dict):
-    values = dict(values)
-    config = transformers.AutoConfig.for_model(values.pop("model_type"), **values)
-    torch.manual_seed(0)
-    return transformers.AutoModelForCausalLM.from_config(
-        config, attn_implementation="eager", experts_implementation="batched_mm"
-    )
-
-
-def cpu_forward_flops(model, batch: int, seq: int) -> dict[str, int]:
-    from torch.utils.flop_counter import FlopCounterMode
-
-    ids = torch.randint(0, model.config.vocab_size, (batch, seq), generator=torch.Generator().manual_seed(1))
-    with FlopCounterMode(display=False, depth=None) as counter, torch.no_grad():
-        model(input_ids=ids, use_cache=False)
-    root = type(model).__name__ + "."
-    flops = {k.removeprefix(root): int(sum(v.values())) for k, v in counter.get_flop_counts().items()}
-    flops["total"] = int(counter.get_total_flops())
-    return flops
-
-
 @pytest.fixture(scope="module")
 def tiny_models():
     return {name: cpu_model(values) for name, values in TINY_CONFIGS.items()}
