@@ -2400,6 +2400,11 @@ def _wrapped(data: Mapping[str, Any], source: str, name: str, model_type: str) -
 
 
 def _reject_constant(name: str) -> Any:
+    """``Infinity`` and ``-Infinity`` as floats: transformers writes an infinite float so (``json.dumps``; the Mamba2
+    classes' ``time_step_limit`` default is (0.0, inf)), and a count field given one is refused as not an integer;
+    ``NaN`` is refused."""
+    if name in ("Infinity", "-Infinity"):
+        return float(name)
     raise ValueError(f"non-standard JSON constant {name}")
 
 

@@ -827,3 +827,17 @@ def test_a_bad_toml_pattern_is_one_line(lines, message, run_cli, tmp_path):
     path.write_text(base + lines + "\n")
     r = run_cli("account", path)
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and message in r.err, r.err
+
+
+def test_a_config_json_as_transformers_writes_it_reads_with_its_infinite_time_step_limit(tmp_path):
+    """transformers saves ``time_step_limit`` = (0.0, inf) as ``[0.0, Infinity]`` (``json.dumps``): the file reads,
+    to the same model as the fields without it (the limit changes no count)."""
+    import json
+
+    from lm_accounting.hf_config import load_hf_config
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**NEMOTRON_H_8B, "time_step_limit": [0.0, float("inf")]}))
+    assert "Infinity" in path.read_text()
+    read = load_hf_config(path)
+    assert parameter_breakdown(read).total == parameter_breakdown(config_from_hf(NEMOTRON_H_8B)).total
