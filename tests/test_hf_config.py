@@ -224,8 +224,10 @@ def test_every_supported_type_and_the_later_ones_are_listed():
         ("{not json", "not valid JSON"),
         ('{"model_type": "llama", "hidden_size": NaN}', "non-standard JSON constant NaN"),
         (
-            '{"model_type": "llama", "vocab_size": 32, "hidden_size": Infinity, "intermediate_size": 64, '
-            '"num_hidden_layers": 1, "num_attention_heads": 4, "max_position_embeddings": 16}',
+            (
+                '{"model_type": "llama", "vocab_size": 32, "hidden_size": Infinity, "intermediate_size": 64, '
+                '"num_hidden_layers": 1, "num_attention_heads": 4, "max_position_embeddings": 16}'
+            ),
             "'hidden_size'",
         ),
         ("[" * 100_000 + "]" * 100_000, "JSON"),
