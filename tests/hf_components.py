@@ -87,3 +87,25 @@ def cpu_forward_flops(model, batch: int, seq: int) -> dict[str, int]:
     flops = {k.removeprefix(root): int(sum(v.values())) for k, v in counter.get_flop_counts().items()}
     flops["total"] = int(counter.get_total_flops())
     return flops
+
+
+def hybrid_cache_after_prefill(model, batch: int, prompt: int) -> tuple[int, set]:
+    """transformers' cache after a prefill of ``batch`` × ``prompt`` seeded ids: (the bytes of every tensor it
+    holds: attention layers' keys and values, linear layers' conv and recurrent states; the (shape, dtype) of the
+    states)."""
+    import torch
+
+    ids = torch.randint(0, 97, (batch, prompt), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        cache = model(input_ids=ids, use_cache=True).past_key_values
+    held, shapes = 0, set()
+    for layer in cache.layers:
+        for t in [getattr(layer, "keys", None), getattr(layer, "values", None)]:
+            if isinstance(t, torch.Tensor):
+                held += t.numel() * t.element_size()
+        for states in (getattr(layer, "conv_states", {}), getattr(layer, "recurrent_states", {})):
+            for t in states.values():
+                if t is not None:
+                    held += t.numel() * t.element_size()
+                    shapes.add((tuple(t.shape), t.dtype))
+    return held, shapes

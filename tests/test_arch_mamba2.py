@@ -50,7 +50,13 @@ from lm_accounting.hf_config import config_from_hf
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from hf_components import assert_parameters_by_component, cpu_forward_flops, cpu_model, layer_keys
+from hf_components import (
+    assert_parameters_by_component,
+    cpu_forward_flops,
+    cpu_model,
+    hybrid_cache_after_prefill,
+    layer_keys,
+)
 from test_transformers_truth import build_hf, hf_forward_flops, meta_masks  # noqa: F401
 
 NEMOTRON_H_8B = {  # NemotronHConfig's defaults (Nemotron-H-8B-Base-8K) with its pattern, written out
@@ -672,19 +678,7 @@ def test_cache_equals_transformers_after_a_prefill(dtype, name, config):
     cfg = config_from_hf(TINY_CONFIGS[config], name=config)
     model = cpu_model(TINY_CONFIGS[config]).to(dtype)
     B, P = 2, 70
-    ids = torch.randint(0, 97, (B, P), generator=torch.Generator().manual_seed(3))
-    with torch.no_grad():
-        cache = model(input_ids=ids, use_cache=True).past_key_values
-    held, shapes = 0, set()
-    for layer in cache.layers:
-        for t in [getattr(layer, "keys", None), getattr(layer, "values", None)]:
-            if isinstance(t, torch.Tensor):
-                held += t.numel() * t.element_size()
-        for states in (getattr(layer, "conv_states", {}), getattr(layer, "recurrent_states", {})):
-            for t in states.values():
-                if t is not None:
-                    held += t.numel() * t.element_size()
-                    shapes.add((tuple(t.shape), t.dtype))
+    held, shapes = hybrid_cache_after_prefill(model, B, P)
     assert shapes == {((B, 8 * 8 + 2 * 2 * 16, 4), dtype), ((B, 8, 8, 16), torch.float32)}
     assert held == kv_cache_bytes(cfg, P, B, name)
     assert layer_slots(cfg, P) == [P if cfg.layer_attention(i) else 0 for i in range(cfg.num_layers)]

@@ -53,6 +53,7 @@ from hf_components import (
     assert_parameters_by_component,
     cpu_forward_flops,
     cpu_model,
+    hybrid_cache_after_prefill,
     layer_keys,
 )
 from test_transformers_truth import build_hf, hf_forward_flops, meta_masks  # noqa: F401
@@ -400,19 +401,7 @@ def test_cache_equals_transformers_after_a_prefill(dtype, name, config):
     cfg = config_from_hf(values, name=config)
     model = cpu_model(values).to(dtype)
     B, P = 2, 70
-    ids = torch.randint(0, 97, (B, P), generator=torch.Generator().manual_seed(3))
-    with torch.no_grad():
-        cache = model(input_ids=ids, use_cache=True).past_key_values
-    held, shapes = 0, set()
-    for layer in cache.layers:
-        for t in [getattr(layer, "keys", None), getattr(layer, "values", None)]:
-            if isinstance(t, torch.Tensor):
-                held += t.numel() * t.element_size()
-        for states in (getattr(layer, "conv_states", {}), getattr(layer, "recurrent_states", {})):
-            for t in states.values():
-                if t is not None:
-                    held += t.numel() * t.element_size()
-                    shapes.add((tuple(t.shape), t.dtype))
+    held, shapes = hybrid_cache_after_prefill(model, B, P)
     assert shapes == {((B, 80, 4), dtype), ((B, 4, 8, 12), torch.float32)}
     assert held == kv_cache_bytes(cfg, P, B, name)
     assert layer_slots(cfg, P) == [P if cfg.layer_attention(i) else 0 for i in range(cfg.num_layers)]
