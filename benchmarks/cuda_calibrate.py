@@ -67,7 +67,11 @@ STEPS = (  # (implementation, preset, overrides, context, batch, precision, chec
     ("course", "qwen3-30b-a3b", {"num_layers": 2}, 2048, 4, "amp-bf16", "none"),
     ("transformers", "qwen3-30b-a3b", {"num_layers": 2}, 2048, 4, "amp-bf16", "none"),
     ("transformers", "mixtral-8x7b", {"num_layers": 2}, 2048, 2, "bf16", "full"),
+    # the sigmoid-gated shared expert (Qwen2-MoE); gpt-oss: sinks, biased experts, alternating windows
+    ("transformers", "qwen1.5-moe-a2.7b", {"num_layers": 2}, 2048, 4, "amp-bf16", "none"),
+    ("transformers", "gpt-oss-20b", {"num_layers": 2}, 2048, 2, "bf16", "none"),
 )
+EAGER_ONLY = ("gpt-oss-20b",)  # transformers runs gpt-oss's sinks in eager attention only: our naive
 STEP_MODELS = ""  # --step-models: only these presets' steps (comma-separated; empty: all)
 MOE_SHAPES = (  # (experts, top-k, d_model, expert d_ff): Qwen3-30B-A3B's, Mixtral-8x7B's and gpt-oss-20b's experts
     (128, 8, 2048, 768),
@@ -427,7 +431,8 @@ def steps_rows(quick: bool):
         else [c for c in STEPS if not STEP_MODELS or c[1] in STEP_MODELS.split(",")]
     )
     for impl, preset, overrides, seq, batch, precision, ckpt in cases:
-        setup = TrainingSetup(attention="sdpa", precision=precision, checkpoint=ckpt, optimizer="fused")
+        attention = "naive" if preset in EAGER_ONLY else "sdpa"
+        setup = TrainingSetup(attention=attention, precision=precision, checkpoint=ckpt, optimizer="fused")
         label = preset + "".join(f" {k}={v}" for k, v in overrides.items())
         row = {"impl": impl, "model": label, "context": seq, "batch": batch, "setup": setup.label}
         try:

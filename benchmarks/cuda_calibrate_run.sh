@@ -5,6 +5,7 @@
 # cuda_validation.py's SECTIONS (default hf_memory: transformers' own models), each split over PARTS processes
 # (default 3) and merged into OUT_DIR/validation.  Phase 2, alone (a speed): cuda_calibrate.py.  Everything
 # lands in OUT_DIR/results.tar.gz (the device tool returns at most 8 files) and the logs' ends are printed.
+# Optional: MODELS=a,b (hf_memory's --models) and CALIBRATE="--only steps --step-models x" (cuda_calibrate.py's).
 set -u
 out=$(realpath -m "${1:?usage: cuda_calibrate_run.sh OUT_DIR [MEMORY_SECONDS] [CALIBRATE_SECONDS] [PARTS] [SECTIONS]}")
 mem=${2:-150}
@@ -20,14 +21,14 @@ dirs=()
 for section in ${sections//,/ }; do
   for ((k = 0; k < parts; k++)); do
     dirs+=("$work/$section$k")
-    timeout "$mem" python3 benchmarks/cuda_validation.py --out "$work/$section$k" --only "$section" --part "$k/$parts" \
+    timeout "$mem" python3 benchmarks/cuda_validation.py --out "$work/$section$k" --only "$section" --part "$k/$parts" ${MODELS:+--models "$MODELS"} \
       >"$work/$section$k.log" 2>&1 &
   done
 done
 wait
 python3 benchmarks/cuda_validation.py --merge "${dirs[@]}" --out "$work/validation" >"$work/merge.log" 2>&1
 echo "phase 1 done after $SECONDS s"
-timeout $((cal + 40)) python3 benchmarks/cuda_calibrate.py --out "$work/calibration" --budget "$cal" >"$work/calibration.log" 2>&1
+timeout $((cal + 40)) python3 benchmarks/cuda_calibrate.py --out "$work/calibration" --budget "$cal" ${CALIBRATE:-} >"$work/calibration.log" 2>&1
 echo "phase 2 done after $SECONDS s"
 mkdir -p "$out"
 tar -czf "$out/results.tar.gz" -C "$work" .

@@ -1,10 +1,15 @@
 """Two questions a CUDA trace of transformers' step left open, answered on the GPU at hand.
 
     python benchmarks/cuda_probe.py [--only snapshot,cudnn]
+    python benchmarks/cuda_probe.py --only forward --model falcon --setup sdpa+none+bf16+foreach
 
 ``snapshot``: after one warm-up step of transformers' Llama (2 layers, tiny) on cuda, every live block of at most
 64 requested bytes with the Python frames that allocated it (``torch.cuda.memory._record_memory_history``): what
 stays allocated from one step to the next beside the parameters and AdamW's state.
+
+``forward``: after one warm-up step of transformers' model of ``--model`` (``cuda_validation.HF_ZOO``'s) (S 2,048, B 2) under ``--setup``, every
+block of at most 4 KiB requested that the next forward made and left live (what autograd saves for the backward),
+with the Python frames that allocated it.
 
 ``cudnn``: ``F.scaled_dot_product_attention`` with torch's own backend choice (no ``sdpa_kernel``), as transformers
 calls it (``enable_gqa``, (B, S, h, d) storage transposed to (B, h, S, d)), against (S, d_head, K/V heads): the
@@ -49,14 +54,47 @@ def snapshot() -> None:
         torch.cuda.synchronize()
     snap = torch.cuda.memory._snapshot()
     torch.cuda.memory._record_memory_history(enabled=None)
+    print_blocks(snap, lambda b: b["requested_size"] <= 64)
+
+
+def print_blocks(snap, keep) -> None:
+    """Each active block of ``snap`` that ``keep(block)`` takes, with the Python frames that allocated it."""
     for seg in snap["segments"]:
         for block in seg["blocks"]:
-            if block["state"] == "active_allocated" and block["requested_size"] <= 64:
+            if block["state"] == "active_allocated" and keep(block):
                 frames = [
                     f"{f['filename'].split('site-packages/')[-1]}:{f['line']}:{f['name']}" for f in block["frames"]
                 ]
                 frames = [f for f in frames if ".py" in f][:14]
                 print("live", block["requested_size"], "B:", " <- ".join(frames), flush=True)
+
+
+def forward(model: str, label: str, seq: int = 2048, batch: int = 2) -> None:
+    import torch
+    from cuda_validation import hf_config  # the sibling script: HF_ZOO's small models and the presets
+
+    from lm_accounting.measure.hf import build_hf_step, patched_for
+    from lm_accounting.measure.tracker import _train_step
+    from lm_accounting.setup import TrainingSetup
+
+    attention, checkpoint, precision, optimizer = label.split("+")
+    setup = TrainingSetup(attention=attention, checkpoint=checkpoint, precision=precision, optimizer=optimizer)
+    print("forward", model, label, f"S {seq} B {batch}", flush=True)
+    with patched_for("cuda"):
+        step, inputs, labels, opt, loss_fn = build_hf_step(
+            hf_config(model, {}).with_context(seq), seq, batch, setup, "cuda"
+        )
+        _train_step(step, inputs, labels, loss_fn, opt)
+        torch.cuda.synchronize()
+        before = torch.cuda.memory._snapshot()
+        live = {b["address"] for seg in before["segments"] for b in seg["blocks"] if b["state"] == "active_allocated"}
+        torch.cuda.memory._record_memory_history(max_entries=200000, context="all", stacks="python")
+        loss = loss_fn(step(inputs), labels)
+        torch.cuda.synchronize()
+    snap = torch.cuda.memory._snapshot()
+    torch.cuda.memory._record_memory_history(enabled=None)
+    print_blocks(snap, lambda b: b["address"] not in live and b["requested_size"] <= 4096)
+    del step, opt, loss
 
 
 def cudnn() -> None:
@@ -108,7 +146,11 @@ def cudnn() -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default="snapshot,cudnn")
+    ap.add_argument("--only", default="snapshot,cudnn", help="snapshot, forward, cudnn (comma-separated)")
+    ap.add_argument(
+        "--model", default="llama-3-8b", help="forward: an HF_ZOO type (benchmarks/cuda_validation.py) or a preset"
+    )
+    ap.add_argument("--setup", action="append", default=[], help="forward: a setup label (repeatable)")
     args = ap.parse_args(argv)
     import torch
 
@@ -117,7 +159,11 @@ def main(argv=None) -> int:
         return 2
     print("torch", torch.__version__, "cudnn", torch.backends.cudnn.version(), torch.cuda.get_device_name())
     for name in args.only.split(","):
-        {"snapshot": snapshot, "cudnn": cudnn}[name]()
+        if name == "forward":
+            for label in args.setup or ["sdpa+none+bf16+foreach"]:
+                forward(args.model, label)
+        else:
+            {"snapshot": snapshot, "cudnn": cudnn}[name]()
     return 0
 
 

@@ -198,6 +198,11 @@ HF_LLAMA_LIKE = dict(
     num_key_value_heads=4,
     max_position_embeddings=4096,
 )
+HF_NO_IDS = dict(pad_token_id=None, bos_token_id=None, eos_token_id=None)  # defaults beyond the small vocabulary
+HF_TOP2 = {"num_experts_per_tok": 2}
+HF_MLA = dict(  # DeepSeek-V2's latent attention at 8 heads (q_lora_rank None: a full query projection)
+    num_key_value_heads=8, kv_lora_rank=256, q_lora_rank=None, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128
+)
 HF_ZOO = {  # config.json fields of small models of the other families (transformers' defaults fill the rest)
     "gemma2": {**HF_LLAMA_LIKE, "head_dim": 128, "sliding_window": 1024},
     "gemma3_text": {
@@ -255,6 +260,139 @@ HF_ZOO = {  # config.json fields of small models of the other families (transfor
         "residual_dropout": 0.0,
     },
     "stablelm": {**HF_LLAMA_LIKE, "use_qkv_bias": True},
+    # the programs added at stop 38 and before it without a GPU (tests/test_hf_zoo.py, test_arch_*.py on meta)
+    "qwen2": HF_LLAMA_LIKE,  # q, k and v biases
+    "exaone": {**HF_LLAMA_LIKE, "num_layers": 2, "activation_function": "silu"},
+    "internlm3": {**HF_LLAMA_LIKE, "head_dim": 128, "qkv_bias": True, "bias": True},
+    "iquestcoder": {**HF_LLAMA_LIKE, "head_dim": 128},
+    "nemotron": {**HF_LLAMA_LIKE, "partial_rotary_factor": 0.5, **HF_NO_IDS},  # LayerNorm1P, squared ReLU
+    "opt": {
+        **{k: v for k, v in HF_LLAMA_LIKE.items() if k not in ("intermediate_size", "num_key_value_heads")},
+        "ffn_dim": 2816,
+        "word_embed_proj_dim": 1024,
+        **HF_NO_IDS,
+    },
+    "bloom": dict(vocab_size=32064, hidden_size=1024, n_layer=2, n_head=8, **HF_NO_IDS),  # ALiBi, embedding norm
+    "falcon": dict(  # the new decoder architecture (Falcon-40B/180B): ln_attn and ln_mlp, grouped K/V heads
+        vocab_size=32064,
+        hidden_size=1024,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_kv_heads=4,
+        new_decoder_architecture=True,
+        **HF_NO_IDS,
+    ),
+    "gpt_bigcode": dict(vocab_size=32064, n_embd=1024, n_layer=2, n_head=8, n_positions=4096, **HF_NO_IDS),
+    "youtu": {**HF_LLAMA_LIKE, **HF_MLA, "q_lora_rank": 384},  # latent attention, dense
+    "olmoe": {**HF_LLAMA_LIKE, **HF_TOP2, "num_experts": 8, "intermediate_size": 512},
+    "phimoe": {
+        **HF_LLAMA_LIKE,
+        **HF_TOP2,
+        "num_local_experts": 8,
+        "intermediate_size": 512,
+        "attention_bias": True,
+        "sliding_window": 1024,
+    },
+    "granitemoe": {
+        **HF_LLAMA_LIKE,
+        **HF_TOP2,
+        "num_local_experts": 8,
+        "intermediate_size": 512,
+        "embedding_multiplier": 12.0,
+    },
+    "granitemoeshared": {
+        **HF_LLAMA_LIKE,
+        **HF_TOP2,
+        "num_local_experts": 8,
+        "intermediate_size": 512,
+        "shared_intermediate_size": 1024,
+    },
+    "qwen2_moe": {  # the sigmoid-gated shared expert
+        **HF_LLAMA_LIKE,
+        **HF_TOP2,
+        "num_experts": 8,
+        "moe_intermediate_size": 512,
+        "shared_expert_intermediate_size": 1024,
+    },
+    "minimax_m2": {
+        **HF_LLAMA_LIKE,
+        **HF_TOP2,
+        "head_dim": 128,
+        "num_local_experts": 8,
+        "intermediate_size": 512,
+        "rotary_dim": 64,
+    },
+    "hy_v3": {
+        **HF_LLAMA_LIKE,
+        **HF_TOP2,
+        "head_dim": 128,
+        "num_experts": 8,
+        "moe_intermediate_size": 512,
+        "num_shared_experts": 1,
+    },
+    "hunyuan_v1_moe": {
+        **HF_LLAMA_LIKE,
+        "head_dim": 128,
+        "num_experts": 8,
+        "moe_topk": [2, 2],
+        "intermediate_size": 512,
+    },
+    "glm4_moe": {  # partial rotary, qk-norm, one dense layer first, a shared expert
+        **HF_LLAMA_LIKE,
+        **HF_TOP2,
+        "num_hidden_layers": 3,
+        "head_dim": 128,
+        "n_routed_experts": 8,
+        "moe_intermediate_size": 512,
+        "n_shared_experts": 1,
+        "first_k_dense_replace": 1,
+        "use_qk_norm": True,
+        "attention_bias": True,
+        "partial_rotary_factor": 0.5,
+    },
+    "ernie4_5_moe": {
+        **HF_LLAMA_LIKE,
+        "num_hidden_layers": 3,
+        "head_dim": 128,
+        "moe_num_experts": 8,
+        "moe_k": 2,
+        "moe_num_shared_experts": 1,
+        "moe_layer_start_index": 1,
+        "moe_intermediate_size": 512,
+        **HF_NO_IDS,
+    },
+    "gpt_oss": {  # attention sinks, router and expert biases, a sliding layer then a full one
+        **HF_LLAMA_LIKE,
+        "num_attention_heads": 16,
+        "head_dim": 64,
+        "num_local_experts": 8,
+        "num_experts_per_tok": 2,
+        "experts_per_token": 2,
+        "intermediate_size": 512,
+        "sliding_window": 1024,
+        "layer_types": ["sliding_attention", "full_attention"],
+        **HF_NO_IDS,
+    },
+    "sarvam_mla": {
+        **HF_LLAMA_LIKE,
+        **HF_MLA,
+        **HF_TOP2,
+        "num_hidden_layers": 3,
+        "n_routed_experts": 8,
+        "moe_intermediate_size": 512,
+        "first_k_dense_replace": 1,
+        "n_shared_experts": 1,
+    },
+    "glm4_moe_lite": {
+        **HF_LLAMA_LIKE,
+        **HF_MLA,
+        **HF_TOP2,
+        "q_lora_rank": 384,
+        "num_hidden_layers": 3,
+        "n_routed_experts": 8,
+        "moe_intermediate_size": 512,
+        "mlp_layer_types": ["dense", "sparse", "sparse"],
+    },
     # mixtures of experts: transformers' grouped_mm runs T·k rows whatever the routing (tests/test_ops_transformers_moe)
     "mixtral": {**HF_LLAMA_LIKE, "num_local_experts": 8, "num_experts_per_tok": 2, "intermediate_size": 512},
     "qwen3_moe": {

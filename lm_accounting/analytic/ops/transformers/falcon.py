@@ -76,8 +76,11 @@ class FalconLinear:
 
 def take(t: Tensor, dim: int, position: int) -> Tensor:
     """``t[..., [position], :]`` along ``dim``: the list made an int64 CPU tensor (8 bytes a plain CPU run's
-    allocator sees, and ``IndexBackward0`` saves; host memory on meta), then ``index`` (a copy)."""
-    ids = Tensor((1,), "int64", None if current().wraps else Storage(0, "host"), label="index_ids")
+    allocator sees, and ``IndexBackward0`` saves; host memory on meta), then ``index`` (a copy).  On cuda the ids
+    are copied to the GPU first, and that 8-byte copy is what ``IndexBackward0`` saves (traced on an H100:
+    reports/cuda-h100/traces/falcon_index_ids.txt)."""
+    on_device = current().wraps or cuda.on_cuda()
+    ids = Tensor((1,), "int64", None if on_device else Storage(0, "host"), label="index_ids")
     return index(t, ids, dim)
 
 
