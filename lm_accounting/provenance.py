@@ -68,12 +68,13 @@ CUDA_H100 = GpuRun(
     date="2026-11-27",
     equal={
         "memory": (1140, 1141),  # our model: 163 runs x 7 (the run stopped at its limit after 184 of 198 rows)
-        "hf_memory": (623, 623),  # transformers' own models: 89 runs x 7, less the harness's 4-byte tensor
+        # transformers' own models: 89 runs x 7 at stop 33 (less the harness's 4-byte tensor), 256 runs x 7 at stop 39
+        "hf_memory": (2415, 2415),
     },
     folder="reports/cuda-h100",
 )
-"""The H100 validation of stop 33 (``benchmarks/cuda_calibrate_run.sh``): our model again, and transformers' own
-classes against the op library's transformers programs on the cuda target."""
+"""The H100 validations of stops 33 and 39 (``benchmarks/cuda_calibrate_run.sh``): our model again, and
+transformers' own classes against the op library's transformers programs on the cuda target."""
 
 CUDA_H200 = GpuRun(
     gpu="NVIDIA H200",
@@ -91,6 +92,11 @@ _ZOO = (
     *("smollm3", "starcoder2", "exaone4", "helium", "ernie4_5", "glm", "glm4", "ministral3", "hyperclovax", "olmo"),
     *("seed_oss", "stablelm"),
 )
+_H100_ZOO = (  # stop 39's lease: the programs added without a GPU (BLOOM and gpt-oss are eager only)
+    *("qwen2", "exaone", "internlm3", "iquestcoder", "nemotron", "opt", "falcon", "gpt_bigcode", "youtu", "olmoe"),
+    *("phimoe", "granitemoe", "granitemoeshared", "qwen2_moe", "minimax_m2", "hy_v3", "hunyuan_v1_moe", "glm4_moe"),
+    *("ernie4_5_moe", "sarvam_mla", "glm4_moe_lite"),
+)
 HF_CUDA_RUNS = (
     (
         CUDA_H200,
@@ -101,11 +107,18 @@ HF_CUDA_RUNS = (
             "sdpa": frozenset({*_DENSE, *_ZOO, "mixtral", "qwen3_moe", "deepseek_v2", "deepseek_v3"}),
         },
     ),
-    (CUDA_H100, {"naive": frozenset({*_DENSE, "gemma2"}), "sdpa": frozenset(_DENSE)}),
+    (
+        CUDA_H100,
+        {
+            "naive": frozenset({*_DENSE, *_H100_ZOO, "gemma2", "bloom", "gpt_oss"}),
+            "sdpa": frozenset({*_DENSE, *_H100_ZOO}),
+        },
+    ),
 )
 """Per GPU run, newest first: transformers' model types (``hf_model_type``) whose training steps it measured on CUDA,
 per attention (its hf_memory.csv), in fp32, bf16 and amp-bf16, with and without full checkpointing: eager attention
-for every family; sdpa for all but Gemma 2 and VaultGemma (transformers runs them eager only): cuDNN attention (16-bit, its bias for
+for every family; sdpa for all but Gemma 2, VaultGemma, BLOOM and gpt-oss (transformers runs them eager only), and
+not amp-bf16 for Nemotron and ERNIE 4.5-MoE (refused): cuDNN attention (16-bit, its bias for
 a sliding window, its own dropout for GPT-2, DeepSeek's value head unlike its query/key head), the memory-efficient
 kernel (fp32, heads equal or repeated for a window) and the math path (fp32 with grouped K/V heads)."""
 

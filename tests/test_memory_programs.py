@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from lm_accounting import load_config
+from lm_accounting import load_config, provenance
 from lm_accounting.analytic import ops
 from lm_accounting.analytic.capacity import PeakLine, PhasePeakLines, max_context_that_fits
 from lm_accounting.analytic.program_report import program_account
@@ -56,8 +56,10 @@ def test_gpt2_memory_on_cuda_runs_and_names_the_position_limit(run_cli):
     assert "every learned position" in r.out and "model states only" not in r.out
 
 
-def test_a_transformers_step_on_cuda_is_called_exact_only_where_a_gpu_ran_it(run_cli, tmp_path):
-    """transformers' GPT-2 ran on an H100 and an H200 (provenance.HF_CUDA_RUNS): exact on both; Qwen2's code never ran on a GPU, and an A100 has other kernels: not exact, and said."""
+def test_a_transformers_step_on_cuda_is_called_exact_only_where_a_gpu_ran_it(run_cli, tmp_path, monkeypatch):
+    """transformers' GPT-2 ran on an H100 and an H200 (provenance.HF_CUDA_RUNS): exact on both; an A100 has other
+    kernels: not exact, and said.  Qwen2 ran on the H100 at stop 39: exact; with that run's record taken out, as for
+    a program no GPU ran yet, not exact, and said."""
     path = tmp_path / "config.json"
     path.write_text(
         json.dumps({"model_type": "gpt2", "vocab_size": 97, "n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64})
@@ -72,6 +74,10 @@ def test_a_transformers_step_on_cuda_is_called_exact_only_where_a_gpu_ran_it(run
     qwen2.write_text(
         json.dumps({"model_type": "qwen2", **fields, "num_key_value_heads": 2, "max_position_embeddings": 64})
     )
+    r = run_cli("memory", qwen2, "-S", "16")
+    assert r.code == 0 and "(Qwen2ForCausalLM, exact)" in r.out
+    runs = tuple((run, {a: kinds - {"qwen2"} for a, kinds in by.items()}) for run, by in provenance.HF_CUDA_RUNS)
+    monkeypatch.setattr(provenance, "HF_CUDA_RUNS", runs)
     r = run_cli("memory", qwen2, "-S", "16")
     assert r.code == 0 and "(Qwen2ForCausalLM, not exact on cuda)" in r.out
 
