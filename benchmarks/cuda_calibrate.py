@@ -384,6 +384,74 @@ def memory_bound_rows(quick: bool):
     yield {"op": "launch_graph", "dtype": "float32", "numel": 1, "bytes": 8, "seconds": s}
 
 
+INDEX_ROWS = (2048, 8192, 32768, 131072)  # R: rows gathered (T·k for the experts' biases, T·k or T for hidden states)
+INDEX_WIDTHS = (512, 2048, 8192)  # W: the gathered rows' width
+INDEX_SLOTS = (8, 32, 128, 512)  # n: distinct rows written (experts); also R / 4 and R (few or no repeats)
+
+
+def index_put_rows(quick: bool):
+    """The backward of ``t[ids]`` (``IndexBackward0``) as CUDA runs it: ``zeros(n, W).index_put_((ids,), src,
+    accumulate=True)``, which sorts the ids and then sums each slot's repeated rows in turn
+    (``indexing_backward_kernel``): far below the copy bandwidth when few slots take many rows (gpt-oss's expert
+    biases gathered per routed token: reports/calibration/h100-80gb/step_kernels.csv).  ``ids`` uniform over n."""
+    import torch
+
+    rows, widths = ((2048,), (512,)) if quick else (INDEX_ROWS, INDEX_WIDTHS)
+    for dtype in (torch.bfloat16, torch.float32):
+        for r in rows:
+            for w in widths:
+                if r * w > 2**28:
+                    continue
+                src = rand(r, w, dtype=dtype)
+                for n in sorted({*(x for x in INDEX_SLOTS if x < r), r // 4, r}):
+                    ids = torch.randint(0, n, (r,), device=DEVICE)
+                    out = torch.zeros(n, w, device=DEVICE, dtype=dtype)
+                    sec = seconds_per_call(
+                        lambda out=out, ids=ids, src=src: out.index_put_((ids,), src, accumulate=True)
+                    )
+                    dt = str(dtype).removeprefix("torch.")
+                    yield {"dtype": dt, "rows": r, "width": w, "slots": n, **moved(r * w * src.element_size(), sec)}
+                    del ids, out
+                del src
+                free()
+
+
+ODD_WIDTHS = (2048, 2049, 4096, 4097)  # a row length and one more: gpt-oss's scores with its sink column
+
+
+def odd_width_rows(quick: bool):
+    """Kernels over rows of an odd length beside the same at an even one: softmax forward and backward, ``cat`` of a
+    (rows, W - 1) tensor with a column, and the batched product of a (W - 1)-wide slice of such rows with a
+    (W - 1, 64) matrix (gpt-oss's ``probs[..., :-1] @ v``: its leading dimension W, odd, takes cuBLAS's align1
+    kernels).  Rows: 2^26 elements in all (128 x S rows for the product's batch of 128)."""
+    import torch
+
+    for dtype in (torch.bfloat16, torch.float32):
+        for w in (2048, 2049) if quick else ODD_WIDTHS:
+            yield from odd_width_point(dtype, w)
+            free()
+
+
+def odd_width_point(dtype, w: int):
+    import torch
+
+    dt, rows = str(dtype).removeprefix("torch."), 2**26 // w
+    x, g = rand(rows, w, dtype=dtype), rand(rows, w, dtype=dtype)
+    y = torch.softmax(x, -1)
+    n = rows * w * x.element_size()
+    calls = {
+        "softmax": (lambda: torch.softmax(x, -1), 2 * n),
+        "softmax_backward": (lambda: torch._softmax_backward_data(g, y, -1, dtype), 3 * n),
+        "cat_column": (lambda: torch.cat([x[:, : w - 1], x[:, :1]], -1), 2 * n),
+    }
+    for op, (fn, nbytes) in calls.items():
+        yield {"op": op, "dtype": dt, "width": w, **moved(nbytes, seconds_per_call(fn))}
+    seq = w - w % 2  # the product's k: the slice of an odd row, or the even row itself
+    scores, v = rand(128, seq, w, dtype=dtype)[..., :seq], rand(128, seq, 64, dtype=dtype)
+    sec = seconds_per_call(lambda: torch.bmm(scores, v))
+    yield {"op": "bmm_rows", "dtype": dt, "width": w, "flops": 2 * 128 * seq * seq * 64, "seconds": sec}
+
+
 def optimizer_rows(quick: bool):
     import torch
 
@@ -528,6 +596,8 @@ SECTIONS = {
     "memory_bound": memory_bound_rows,
     "optimizer": optimizer_rows,
     "steps": steps_rows,
+    "index_put": index_put_rows,
+    "odd_width": odd_width_rows,
 }
 SHARES = {
     "gemm": 0.28,
@@ -537,6 +607,8 @@ SHARES = {
     "memory_bound": 0.08,
     "optimizer": 0.1,
     "steps": 0.37,
+    "index_put": 0.05,
+    "odd_width": 0.05,
 }  # of --budget
 
 

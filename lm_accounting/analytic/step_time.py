@@ -20,15 +20,25 @@ the prices come from ``lm_accounting/calibration/<gpu>/``, written by ``benchmar
    cuDNN attention is priced at flash's rate (not measured separately).
 3. Every other storage an op makes: a memory-bound kernel moving ``TRAFFIC[label]`` times its bytes (an elementwise
    binary op reads two operands and writes one) at the measured bandwidth, plus a fixed per-kernel time; both from
-   memory_bound.csv (``Calibration.bandwidth``, ``Calibration.kernel_overhead``).  A reduction also reads its whole
-   input (``reads``), and autograd's in-place gradient sums are kernels of their own (``in_place``).
+   memory_bound.csv (``Calibration.bandwidth``, ``Calibration.kernel_overhead``).  A softmax (forward, log and
+   backward) and a LayerNorm move theirs at their own measured rate in the storage's dtype (``RATED``: bf16's
+   softmax reaches 1.27 TB/s on the H100 where a copy reaches 2.92).  A reduction also reads its whole input
+   (``reads``), and autograd's in-place gradient sums are kernels of their own (``in_place``).
 4. AdamW: 7 reads and writes of every parameter element (p, g, m, v read; p, m, v written) at the rate the
    implementation reached on the largest tensors (optimizer.csv).
+5. The backward of ``t[ids]``: ``index_put_`` accumulating the gradient's rows into ``t``'s, which CUDA runs by
+   sorting the ids and summing each slot's rows one after another (``indexing_backward_kernel``): few slots taking
+   many rows (gpt-oss's expert biases gathered per routed token: 32 slots, 512 rows each) run 5-30x under the
+   copy's bandwidth.  Priced from index_put.csv (rows, width, slots; ids uniform over the slots), interpolated
+   (``index_put_seconds``).
 
 What it leaves out, named on each result (``StepTime.caveats``): a GEMM dimension that is no multiple of 8 on a
 table without gemm_unaligned.csv (priced as if aligned), the programs' other in-place ops
 (the norms' ``add_``, the optimizer's are priced in 4), and the host: the model is the GPU's busy time, right when
-the GPU, not Python, is the bottleneck.
+the GPU, not Python, is the bottleneck.  Not modelled yet: rows of an odd length (gpt-oss's 2,049-wide scores with
+their sink column: softmax 1.8x slower than at 2,048 in bf16, and the product with V on align1 kernels, 2.1x;
+odd_width.csv).  gpt-oss's gathers' backward took 2.3x what index_put.csv's uniform ids price (benchmarks/
+step_time_report.py).
 
 A GPU with no table of its own (A100, ...) gets a derived one, labelled "scaled from the H100 calibration"
 (``Calibration.scaled_from``): the H100's measured seconds scaled by the ratio of the two GPUs' datasheet figures in
@@ -61,10 +71,24 @@ from .ops.engine import Affine
 CALIBRATION_DIR = Path(__file__).resolve().parent.parent / "calibration"
 DTYPES = {"bf16": "bfloat16", "fp16": "bfloat16", "fp32": "float32"}
 TRAFFIC = {"add": 3, "mul": 3, "sub": 3, "div": 3, "where": 3, "_to_copy": 2.5}
+TRAFFIC |= {"_softmax_backward_data": 3, "_log_softmax_backward_data": 3}
 """Bytes moved per byte made, by the op that made it (default 2: read one operand, write one).  ``_to_copy``
-between fp32 and bf16 reads 4 or 2 bytes per 2 or 4 written: 2.5 on average."""
-SKIP = ("mm", "addmm", "bmm", "grouped_mm", "flash", "cudnn", "efficient", "exp_avg", "exp_avg_sq", "step")
-"""Storages priced elsewhere (1, 2, 4) or made outside the timed step."""
+between fp32 and bf16 reads 4 or 2 bytes per 2 or 4 written: 2.5 on average.  A softmax's backward reads the
+gradient and the saved output."""
+SKIP = (
+    *("mm", "addmm", "bmm", "grouped_mm", "flash", "cudnn", "efficient", "exp_avg", "exp_avg_sq", "step"),
+    *("softmax_backward_tmp", "index_put_sort"),
+)
+"""Storages priced elsewhere (1, 2, 4, 5: CUDA's ``grad * output`` inside the softmax backward is part of the
+measured op, the ids' sort part of the measured ``index_put_``) or made outside the timed step."""
+RATED = {
+    "_softmax": "softmax",
+    "_log_softmax": "softmax",
+    "_softmax_backward_data": "softmax_backward",
+    "native_layer_norm": "layer_norm",
+}
+"""(3) A storage's label -> the op of memory_bound.csv (odd_width.csv: the softmax backward) whose own measured rate
+prices it, at the storage's dtype: a softmax moves its bytes at under half the copy's bandwidth in bf16."""
 ADAMW_BYTES_PER_ELEMENT = 7  # p, g, m, v read; p, m, v written
 
 
@@ -90,6 +114,8 @@ class Calibration:
     optimizer: dict  # (impl, dtype) -> bytes/s on the largest tensors
     scaled_from: str | None = None  # the measured GPU a derived table is scaled from (module docstring)
     unaligned: dict = field(default_factory=dict)  # (dtype, layout) -> {(m, n, k): slowdown}; (1)
+    rates: dict = field(default_factory=dict)  # (op, dtype) -> bytes/s of a RATED op; (3)
+    index_put: dict = field(default_factory=dict)  # dtype -> {(rows, width): [(repeats, seconds), ...]}; (5)
 
     @property
     def label(self) -> str:
@@ -145,7 +171,35 @@ def load(gpu: str) -> Calibration:
         max(0.0, sorted(mid)[len(mid) // 2]),
         {k: v[1] for k, v in optimizer.items()},
         unaligned=_slowdowns(gpu),
+        rates=_rates(gpu, bound, largest),
+        index_put=_index_puts(gpu),
     )
+
+
+def _rates(gpu: str, bound: list[dict], largest: int) -> dict:
+    """(3): each RATED op's bytes/s at memory_bound.csv's largest size, and the softmax backward's at
+    odd_width.csv's widest even rows (where the table has them)."""
+    ops = set(RATED.values())
+    rates = {(r["op"], r["dtype"]): int(r["bytes"]) / float(r["seconds"])
+             for r in bound if r["op"] in ops and int(r["numel"]) == largest}  # fmt: skip
+    if (CALIBRATION_DIR / gpu / "odd_width.csv").exists():
+        even = [r for r in _rows(gpu, "odd_width.csv") if r["op"] in ops and int(r["width"]) % 2 == 0]
+        for r in sorted(even, key=lambda r: int(r["width"])):  # the widest last
+            if r["op"] != "softmax":
+                rates[r["op"], r["dtype"]] = int(r["bytes"]) / float(r["seconds"])
+    return rates
+
+
+def _index_puts(gpu: str) -> dict:
+    """(5): index_put.csv's seconds by dtype, then (rows, width), as (rows per slot, seconds) in ascending
+    repeats; {} for a table without the file."""
+    if not (CALIBRATION_DIR / gpu / "index_put.csv").exists():
+        return {}
+    out: dict = {}
+    for r in _rows(gpu, "index_put.csv"):
+        rows, width, slots = int(r["rows"]), int(r["width"]), int(r["slots"])
+        out.setdefault(r["dtype"], {}).setdefault((rows, width), []).append((rows / slots, float(r["seconds"])))
+    return {dtype: {key: sorted(points) for key, points in cells.items()} for dtype, cells in out.items()}
 
 
 def _slowdowns(gpu: str) -> dict:
@@ -192,7 +246,13 @@ def _scaled(name: str) -> Calibration:
         f"{ref.label}: dense peak {', '.join(f'{d} x{1 / flops[t]:.3f}' for t, d in TORCH_DTYPES.items())}, "
         f"HBM x{memory:.3f}",
         unaligned=base.unaligned,  # a ratio of two times on one GPU: kept as measured
+        rates={k: v * memory for k, v in base.rates.items()},
+        index_put={dtype: _scaled_puts(cells, memory) for dtype, cells in base.index_put.items()},
     )
+
+
+def _scaled_puts(cells: dict, memory: float) -> dict:
+    return {key: [(repeats, sec / memory) for repeats, sec in points] for key, points in cells.items()}
 
 
 def best_rates(gpu: str) -> tuple[float, float, str] | None:
@@ -371,19 +431,21 @@ def _at(line: tuple, batch: int):
 @dataclass(frozen=True)
 class Program:
     """One step's records compiled (module docstring): per phase, GEMM shapes and attention calls with their counts
-    (sizes as lines in B), the memory-bound bytes as one line in B and the kernels; and the parameters' bytes as
-    AdamW's ``exp_avg`` holds them (4)."""
+    (sizes as lines in B), the memory-bound bytes as lines in B per rate (None: the copy's; (op, dtype): a RATED
+    op's), the kernels and the accumulating ``index_put_`` calls; and the parameters' bytes as AdamW's ``exp_avg``
+    holds them (4)."""
 
-    phases: tuple  # per phase: (gemms {key: count}, attention {key: count}, (bytes a, bytes b), kernels)
+    phases: tuple  # per phase: (gemms {key: count}, attention {key: count}, {rate: (a, b)}, kernels, index_puts)
     param_bytes: int
 
     @staticmethod
     def compile(work: list) -> Program:
-        phases, gemm, attention, traffic, kernels = [], Counter(), Counter(), [0.0, 0.0], 0
+        phases, param_bytes = [], 0
+        gemm, attention, traffic, kernels, puts = Counter(), Counter(), {}, 0, Counter()
         for kind, times, *f in work:
             if kind == "phase":
-                phases.append((dict(gemm), dict(attention), tuple(traffic), kernels))
-                gemm, attention, traffic, kernels = Counter(), Counter(), [0.0, 0.0], 0
+                phases.append((dict(gemm), dict(attention), {k: tuple(v) for k, v in traffic.items()}, kernels, dict(puts)))  # fmt: skip
+                gemm, attention, traffic, kernels, puts = Counter(), Counter(), {}, 0, Counter()
                 continue
             if kind == "gemm":
                 gemm[(f[0], f[1], *map(_line, f[2:]))] += times
@@ -392,8 +454,16 @@ class Program:
                 backend, what, b, h, seq, d, dtype = f
                 attention[backend, what, _line(b), h, seq, d, dtype] += times
                 continue
+            if kind == "index_put":
+                puts[(f[0], *map(_line, f[1:]))] += times
+                continue
+            rate = None
+            if kind == "alloc" and f[0] == "exp_avg":
+                param_bytes += _at(_line(f[1]), 2)
             if kind == "alloc" and not f[0].startswith(SKIP):
                 moved, kernels = TRAFFIC.get(f[0], 2), kernels + times
+                dtype = f[2] if len(f) > 2 else None
+                rate = (RATED[f[0]], DTYPES.get(dtype, dtype)) if f[0] in RATED and dtype else None
             elif kind == "in_place":  # a kernel that makes no storage (autograd's in-place gradient sums)
                 moved, kernels = 1, kernels + times
             elif kind == "reads":  # a reduction's input, beyond the storage it makes (priced with it)
@@ -401,28 +471,69 @@ class Program:
             else:
                 continue
             a, b = _line(f[1] if kind == "alloc" else f[0])
-            traffic[0] += times * moved * a
-            traffic[1] += times * moved * b
-        phases.append((dict(gemm), dict(attention), tuple(traffic), kernels))
-        param_bytes = sum(_at(_line(f[1]), 2) for kind, _, *f in work if kind == "alloc" and f[0] == "exp_avg")
+            line = traffic.setdefault(rate, [0.0, 0.0])
+            line[0] += times * moved * a
+            line[1] += times * moved * b
+        phases.append((dict(gemm), dict(attention), {k: tuple(v) for k, v in traffic.items()}, kernels, dict(puts)))
         return Program(tuple(phases), param_bytes)
 
     def at(self, batch: int, cal: Calibration) -> tuple[list[PhaseTime], set[int]]:
-        """(1)-(3) at micro-batch ``batch`` on ``cal``'s GPU: one ``PhaseTime`` per phase, and the GEMM dimensions
-        that are no multiple of 8 and that no measured slowdown prices."""
+        """(1)-(3), (5) at micro-batch ``batch`` on ``cal``'s GPU: one ``PhaseTime`` per phase, and the GEMM
+        dimensions that are no multiple of 8 and that no measured slowdown prices."""
         out, unaligned = [], set()
-        for gemms, attentions, traffic, kernels in self.phases:
+        for gemms, attentions, traffic, kernels, puts in self.phases:
             g = a = 0.0
             for (dtype, layout, *dims), times in gemms.items():
                 n_batch, m, n, k = (_at(d, batch) for d in dims)
                 g += times * batched_seconds(cal, dtype, layout, n_batch, m, n, k)
                 if slowdown(cal, dtype, layout, m, n, k) is None:
-                    unaligned |= {x for x in (m, n, k) if x % 8}
+                    # a grouped GEMM's m is the tokens per expert, an average: its kernels take any row count
+                    checked = (n, k) if layout.startswith("grouped") else (m, n, k)
+                    unaligned |= {x for x in checked if x % 8}
             for (backend, what, b, h, seq, d, dtype), times in attentions.items():
                 a += times * attention_seconds(cal, backend, what, _at(b, batch), h, seq, d, dtype)
-            bound = _at(traffic, batch) / cal.bandwidth + kernels * cal.kernel_overhead
+            bound = sum(_at(line, batch) / cal.rates.get(rate, cal.bandwidth) for rate, line in traffic.items())
+            bound += kernels * cal.kernel_overhead
+            for (dtype, *dims), times in puts.items():
+                bound += times * index_put_seconds(cal, dtype, *(_at(d, batch) for d in dims))
             out.append(PhaseTime(g, a, bound, kernels))
         return out, unaligned
+
+
+def index_put_seconds(cal: Calibration, dtype: str, rows: int, width: int, slots: int) -> float:
+    """(5): ``index_put_`` accumulating ``rows`` rows of ``width`` elements into ``slots`` slots (the backward of
+    ``t[ids]``): index_put.csv's seconds, interpolated linearly in log rows and log width between the grid's cells
+    (clamped at its edges; beyond its largest cell, in proportion to the elements) and, within a cell, in log of
+    the rows per slot; without the table, the gradient read and the slots' rows read and written at the copy's
+    bandwidth."""
+    cells = cal.index_put.get(DTYPES[dtype])
+    itemsize = 2 if DTYPES[dtype] == "bfloat16" else 4
+    if not cells:
+        return (rows + 2 * min(rows, slots)) * width * itemsize / cal.bandwidth
+    repeats = rows / max(slots, 1)
+    axes = [sorted({key[i] for key in cells}) for i in (0, 1)]
+    total = weight = 0.0
+    for r, wr in _corners(rows, axes[0]):
+        for w, ww in _corners(width, axes[1]):
+            if (r, w) in cells and wr * ww > 0:
+                total += wr * ww * math.log(_on_curve(cells[r, w], repeats))
+                weight += wr * ww
+    if weight == 0:  # a corner the grid leaves out (rows x width over 2^28): the nearest cell in log space
+        r, w = min(cells, key=lambda c: math.log(c[0] / rows) ** 2 + math.log(c[1] / width) ** 2)
+        total, weight = math.log(_on_curve(cells[r, w], repeats)), 1.0
+    beyond = max(1.0, rows / axes[0][-1]) * max(1.0, width / axes[1][-1])
+    return math.exp(total / weight) * beyond
+
+
+def _on_curve(points: list[tuple[float, float]], x: float) -> float:
+    """The seconds at ``x`` rows per slot on one cell's measured (rows per slot, seconds), linear in log-log,
+    clamped at the ends."""
+    lo = max([p for p in points if p[0] <= x] or [points[0]])
+    hi = min([p for p in points if p[0] >= x] or [points[-1]])
+    if lo[0] == hi[0]:
+        return lo[1]
+    w = (math.log(x) - math.log(lo[0])) / (math.log(hi[0]) - math.log(lo[0]))
+    return math.exp((1 - w) * math.log(lo[1]) + w * math.log(hi[1]))
 
 
 def price(work: list, batch: int, cal: Calibration) -> tuple[list[PhaseTime], set[int]]:

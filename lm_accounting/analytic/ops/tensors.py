@@ -62,7 +62,7 @@ _WORK: list[list] = []  # the sinks of ``recording_work``
 def recording_work(sink: list):
     """Runs made inside the block append their work to ``sink`` (``analytic.step_time`` prices it), each record
     ``(kind, times, *fields)`` with ``times`` the blocks it stands for (``repeated``): ``("alloc", times, label,
-    bytes)`` for each storage made, ``("phase", 1)`` at each phase's end, and the ops' own notes (``Run.note``:
+    bytes, dtype)`` for each storage made, ``("phase", 1)`` at each phase's end, and the ops' own notes (``Run.note``:
     ``gemm``, ``attention``, ``reads``: what a reduction reads beyond the storage it makes, ``in_place``: the
     bytes an in-place kernel moves)."""
     _WORK.append(sink)
@@ -149,12 +149,12 @@ class Run:
             segment = self.segment or self.backward_segment
             self.work.append((kind, segment.times if segment else 1, *fields))
 
-    def charge(self, nbytes: Dim, label: str, kernel: bool = True) -> None:
+    def charge(self, nbytes: Dim, label: str, kernel: bool = True, dtype: str | None = None) -> None:
         """Charge ``nbytes`` made (negative: freed) by ``label``; made by a kernel unless ``kernel`` is false (the
         replay's own book-keeping: the copies of repeated blocks freed at once), a storage ``recording_work``
-        records."""
+        records with its ``dtype`` (a tensor's; None for raw scratch)."""
         if self.work is not None and kernel and not label.startswith("free "):
-            self.note("alloc", label, nbytes)
+            self.note("alloc", label, nbytes, dtype)
         self.replay(nbytes)
         if self.log is not None:
             self.log.append((label, nbytes.at(self.log_batch) if isinstance(nbytes, Affine) else nbytes))
@@ -250,9 +250,9 @@ class Storage:
 
     __slots__ = ("label", "nbytes", "run")
 
-    def __init__(self, nbytes: Dim, label: str = "?"):
+    def __init__(self, nbytes: Dim, label: str = "?", dtype: str | None = None):
         self.nbytes, self.run, self.label = nbytes, current(), label
-        self.run.charge(nbytes, label)
+        self.run.charge(nbytes, label, dtype=dtype)
 
     def __del__(self):
         self.run.charge(-self.nbytes, "free " + self.label)
@@ -293,7 +293,7 @@ class Tensor:
     ):
         self.shape = tuple(shape)
         self.dtype = dtype
-        self.storage = storage if storage is not None else Storage(numel(self.shape) * ITEMSIZE[dtype], label)
+        self.storage = storage if storage is not None else Storage(numel(self.shape) * ITEMSIZE[dtype], label, dtype)
         self.perm = perm if perm is not None else contiguous_perm(len(self.shape))
         self.zero: tuple[int, ...] = ()  # dims of stride 0 (an ``expand``)
         self.grad_fn: Node | None = None
