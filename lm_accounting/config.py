@@ -42,6 +42,9 @@ def _preset_dir() -> Path:
 
 PRESET_DIR = _preset_dir()
 MAX_SIZE = 10**18
+MAX_WORLD = 2**20
+"""The most GPUs a parallel layout takes (1,048,576: beyond any cluster built; ZeRO-1's owner assignment and
+the worst-rank search are linear in the ranks)."""
 MAX_LAYERS = 10_000
 """The deepest model taken: the step replay, the KV cache and the FSDP units walk the layers one by one
 (a billion layers would take minutes and gigabytes); the deepest published models have about 130."""

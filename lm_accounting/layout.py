@@ -54,15 +54,10 @@ import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .config import MAX_SIZE, AccountingError, ModelConfig, check_positive_int, short_repr
+from . import parallelisms
+from .config import MAX_SIZE, MAX_WORLD, AccountingError, ModelConfig, check_positive_int, short_repr
 
-ZERO_STAGES = (0, 1, 2, 3)
 ZERO_NAMES = {0: "DDP", 1: "ZeRO-1", 2: "FSDP2 (ZeRO-2)", 3: "FSDP2 (ZeRO-3)"}
-
-
-MAX_WORLD = 2**20
-"""The most GPUs a layout takes (1,048,576: beyond any cluster built; ZeRO-1's owner assignment and
-the worst-rank search are linear in the ranks)."""
 
 
 def _positive(name: str, value: object) -> None:
@@ -97,57 +92,7 @@ class ParallelLayout:
                 if self.ep <= MAX_WORLD
                 else f"ep = {self.ep:,} is beyond the supported {MAX_WORLD:,} GPUs"
             )
-        if self.zero not in ZERO_STAGES:
-            raise AccountingError(f"zero stage must be 0, 1, 2 or 3, got {self.zero!r}")
-        if self.sequence_parallel and self.tp == 1:
-            raise AccountingError("sequence parallel needs tp > 1")
-        if self.vocab_parallel and self.tp == 1:
-            raise AccountingError("vocab parallel needs tp > 1")
-        if self.pp > 1 and self.micro_batches < self.pp:
-            raise AccountingError(
-                f"1F1B with pp={self.pp} needs at least {self.pp} micro-batches, got {self.micro_batches}"
-            )
-        if self.virtual_stages > 1:
-            self._check_interleaved()
-        if self.replicate > 1:
-            self._check_hsdp()
-        if self.ep > 1 and not self.fsdp:
-            raise AccountingError(
-                f"ep={self.ep} needs FSDP2 (--zero 2 or 3, got {self.zero}): expert parallel borrows its ranks"
-                " from FSDP2's data-parallel ranks, as torchtitan does"
-            )
-        if self.ep > 1 and self.dp % self.ep:
-            raise AccountingError(
-                f"ep={self.ep} does not divide dp={self.dp}: expert parallel borrows its ranks from dp, as torchtitan does"
-            )
-
-    def _check_interleaved(self) -> None:
-        """torch 2.13's ``ScheduleInterleaved1F1B.__init__``: rounds = max(1, m // pp) must divide m."""
-        v, m, pp = self.virtual_stages, self.micro_batches, self.pp
-        if pp == 1:
-            raise AccountingError(f"virtual stages (v={v}) need pipeline parallel (pp > 1)")
-        if v * pp > MAX_WORLD:
-            raise AccountingError(f"pp·v = {pp:,}·{v:,} stages is beyond the supported {MAX_WORLD:,}")
-        rounds = max(1, m // pp)
-        if m % rounds:
-            raise AccountingError(
-                f"interleaved 1F1B runs m // pp = {rounds} rounds of micro-batches: {m} micro-batches are not a "
-                f"whole number of them (torch's ScheduleInterleaved1F1B refuses it); use a multiple of {pp}"
-            )
-
-    def _check_hsdp(self) -> None:
-        """HSDP's (replicate, shard) mesh must factor dp, with at least two ranks in a shard group."""
-        r, dp = self.replicate, self.dp
-        if not self.fsdp:
-            raise AccountingError(f"replicate={r} (HSDP) is FSDP2 over a replicate x shard mesh: use --zero 2 or 3")
-        if dp % r:
-            raise AccountingError(f"replicate={r} does not divide dp={dp}: HSDP's mesh is (replicate, dp / replicate)")
-        if dp == r:
-            raise AccountingError(
-                f"replicate={r} = dp leaves shard groups of one rank: nothing is sharded (use --zero 0, DDP)"
-            )
-        if self.pp > 1 or self.ep > 1:
-            raise AccountingError(f"replicate={r} (HSDP) beside pipeline or expert parallel is not accounted")
+        parallelisms.validate(self)  # each parallelism's own rules (lm_accounting/parallelisms)
 
     @property
     def shard(self) -> int:
@@ -201,48 +146,17 @@ class ParallelLayout:
                 f"parallel layouts cover the course architecture (GQA, head_dim, qk-norm, tied embeddings), "
                 f"mixture of experts and latent attention; {cfg.name} has {', '.join(unsupported)}"
             )
-        if self.ep > 1 and not cfg.moe:
-            raise AccountingError(f"ep={self.ep}: expert parallel needs a mixture of experts; {cfg.name} is dense")
-        if self.ep > 1 and cfg.num_experts % self.ep:
-            raise AccountingError(f"ep={self.ep} does not divide the {cfg.num_experts} experts")
         if moe_mla and (self.tp > 1 or self.pp > 1):
             raise AccountingError(
                 f"{cfg.name} has {' and '.join(moe_mla)}: covered are data parallel (DDP, ZeRO-1, FSDP2) "
                 "and expert parallel; tensor and pipeline parallel are not (tp = pp = 1)"
             )
-        m = self.tp
-        for what, n in (("heads", cfg.num_heads), ("kv heads", cfg.kv_heads), ("d_ff", cfg.d_ff)):
-            if n % m:
-                raise AccountingError(f"tp={m} does not divide the {what} ({n})")
-        if self.sequence_parallel and seq is not None and seq % m:
-            # the job's ``Shard(1)`` of (B, S, d): the positions split evenly (Megatron splits S too)
-            raise AccountingError(f"sequence parallel splits the {seq:,} positions over tp={m}: use a multiple of {m}")
-        if self.vocab_parallel and cfg.tie_embeddings:
-            raise AccountingError("vocab parallel with tied embeddings is not accounted (untie them or drop it)")
-        if self.pp > cfg.num_layers:
-            raise AccountingError(f"pp={self.pp} exceeds the {cfg.num_layers} layers")
-        if self.stages > cfg.num_layers:
-            raise AccountingError(
-                f"pp·v = {self.pp}·{self.virtual_stages} = {self.stages} stages exceed the {cfg.num_layers} layers"
-            )
+        parallelisms.check(self, cfg, seq)
 
     @property
     def label(self) -> str:
-        """``dp8·zero3·tp2+sp``: one short name for tables and test ids."""
-        parts = [f"dp{self.dp}", f"zero{self.zero}"]
-        if self.replicate > 1:
-            parts.append(f"hsdp{self.replicate}x{self.shard}")
-        if self.tp > 1:
-            parts.append(
-                f"tp{self.tp}" + ("+sp" if self.sequence_parallel else "") + ("+vp" if self.vocab_parallel else "")
-            )
-        if self.ep > 1:
-            parts.append(f"ep{self.ep}")
-        if self.pp > 1:
-            parts.append(
-                f"pp{self.pp}x{self.micro_batches}" + (f"v{self.virtual_stages}" if self.virtual_stages > 1 else "")
-            )
-        return "·".join(parts)
+        """``dp8·zero3·tp2+sp``: one short name for tables and test ids (each parallelism names its part)."""
+        return parallelisms.label(self)
 
     def to_dict(self) -> dict[str, int | bool | str]:
         return {

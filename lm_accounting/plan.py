@@ -95,6 +95,7 @@ from .analytic.step_time import load, optimizer_seconds, program
 from .config import AccountingError, ModelConfig
 from .gpus import DEFAULT_ALLOWANCE, GPU, MemoryBudget, gpu, memory_budget
 from .layout import ParallelLayout
+from .parallelisms import group_ranks
 from .result import Result
 from .setup import CHECKPOINTS, TrainingSetup
 from .units import fmt_bytes
@@ -519,19 +520,15 @@ class _Pricing:
     def _data_parallel_wire(self, b, setup, lay, s) -> tuple[float, float, int]:
         """(all-gathers' seconds, the rest's seconds, all-to-alls' wire bytes) of stage ``s``'s data-parallel
         collectives in one step (``_group_wire`` repeats the all-gathers k times without pp, the all-to-alls k
-        times).  A dp group's ranks are tp apart (the mesh is (pp, dp, tp)); the expert units' ("dp/ep": the
-        ranks holding the same experts) ep·tp apart."""
+        times).  Each group's ranks and their stride on the (pp, dp, tp) mesh come from the parallelism that runs
+        it (``parallelisms.group_ranks``: a dp group's ranks tp apart, the expert units' ep·tp apart, ...)."""
         gathers = rest = 0.0
         ep = 0
         for c in data_parallel_collectives(self.cfg, self.seq, b, setup, lay, False, 0, s):
             if c.group == "ep":
                 ep += wire_bytes(c, lay.ep)
                 continue
-            ranks, stride = {
-                "dp/ep": (lay.dp // lay.ep, lay.ep * lay.tp),  # the expert units: the ranks holding the same experts
-                "dp_shard": (lay.shard, lay.tp),  # HSDP's shard group: consecutive dp ranks
-                "dp_replicate": (lay.replicate, lay.shard * lay.tp),  # HSDP's replicas
-            }.get(c.group, (lay.dp, lay.tp))
+            ranks, stride = group_ranks(lay, c.group)  # from the parallelism that runs the group
             seconds = wire_bytes(c, ranks) / ring_bandwidth(ranks, stride, self.g.interconnect_one_way, self.internode)
             if c.kind == "all_gather":
                 gathers += seconds
