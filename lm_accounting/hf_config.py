@@ -2215,8 +2215,9 @@ def _lfm2_pattern(f: _Fields, layers: int) -> str:
 
 def _lfm2_ff_dim(f: _Fields) -> int:
     """``Lfm2MLP``'s width (models/lfm2/modeling_lfm2.py), transformers' arithmetic as written: with
-    ``block_auto_adjust_ff_dim``, ``int(2 · intermediate_size / 3)``, then with ``block_ffn_dim_multiplier`` (not
-    null) ``int(multiplier · that)`` rounded up to a multiple of ``block_multiple_of``; ``block_ff_dim`` is the
+    ``block_auto_adjust_ff_dim``, ``int(2 · intermediate_size / 3)``, then ``int(block_ffn_dim_multiplier · that)``
+    rounded up to a multiple of ``block_multiple_of`` (the modeling file skips both on a null multiplier, which
+    transformers 5.24's strict ``Lfm2Config`` refuses, as we do); ``block_ff_dim`` is the
     legacy name of ``intermediate_size`` (``Lfm2Config.__post_init__`` pops it over the field)."""
     width = f.int("block_ff_dim") if f.has("block_ff_dim") else f.int("intermediate_size")
     f.used.add("intermediate_size")
@@ -2224,11 +2225,9 @@ def _lfm2_ff_dim(f: _Fields) -> int:
         f.used |= {"block_ffn_dim_multiplier", "block_multiple_of"}  # unread by the MLP without the adjustment
         return width
     width = int(2 * width / 3)
-    multiplier = f.raw("block_ffn_dim_multiplier")
-    multiple = f.int("block_multiple_of")
-    if multiplier is None:
-        return width if width >= 1 else _no_width(f, width)
+    multiplier = f.raw("block_ffn_dim_multiplier")  # null: refused, as Lfm2Config's strict float | int field does
     multiplier = positive_number(multiplier, f"{f.source}: field 'block_ffn_dim_multiplier'")
+    multiple = f.int("block_multiple_of")
     width = int(multiplier * width)
     width = multiple * ((width + multiple - 1) // multiple)
     return width if width >= 1 else _no_width(f, width)
