@@ -974,7 +974,7 @@ class ModelConfig:
         if self.attention_chunk is not None:
             out.append("chunked attention (Llama 4)")
         if self.layer_pattern is not None:
-            out.append("a layer pattern (Mamba2 hybrid blocks)")
+            out.append("a layer pattern (hybrid blocks: Mamba2, short convolutions)")
         if self.mamba_layers:
             out.append("Mamba2 mixer layers")
         if self.short_conv_layers:
