@@ -1005,8 +1005,6 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         "conv_bias": False,
         "conv_L_cache": 3,
         "num_dense_layers": 2,
-        "num_experts_per_tok": 4,
-        "num_experts": 32,
         "norm_topk_prob": True,
         "rope_theta": 1000000.0,
     },

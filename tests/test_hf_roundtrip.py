@@ -216,7 +216,12 @@ MOE_MINIMAL = {
     },  # the class's None does not build (test_arch_relu)  # the class's one K/V head is no num_key_value_heads (test_arch_parallel_block)
     "nemotron_h": {"hybrid_override_pattern": "M-*-" * 3},  # the class's default pattern has a MoE layer (E)
     "granitemoehybrid": {"num_local_experts": 0},  # the class's 8 routed experts beside Mamba2 are refused
-    "lfm2_moe": {"layer_types": ["conv", "full_attention"] * 6},  # Lfm2MoeConfig derives no layer_types
+    "lfm2_moe": {  # Lfm2MoeConfig derives no layer_types; the expert counts and width are required (as Qwen3-MoE's)
+        "layer_types": ["conv", "full_attention"] * 6,
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 256,
+    },
     "qwen2_moe": {
         "num_experts": 8,
         "num_experts_per_tok": 2,
