@@ -512,8 +512,8 @@ class ModelConfig:
         letters = set(PATTERN_LETTERS) - ({"-", "E"} if self.mixer_ffn else {"H", "C"})
         if not isinstance(pattern, str) or len(pattern) != self.num_layers or set(pattern) - letters:
             kinds = (
-                "M (Mamba2), * (attention), H (both in parallel) or C (a short convolution); with mixer_ffn every "
-                "layer has its FFN"
+                "M (Mamba2), * (attention), C (a short convolution) or H (both in parallel; with mixer_ffn every "
+                "layer has its FFN)"
                 if self.mixer_ffn
                 else "M (Mamba2), * (attention), - (MLP) or E (mixture of experts)"
             )
