@@ -2243,8 +2243,8 @@ def _lfm2_common(f: _Fields) -> dict[str, Any]:
     (``operator_norm``, the mixer, ``ffn_norm``, the MLP: ``mixer_ffn``) whose mixer is attention (q/k/v/``out_proj``
     without biases, per-head RMSNorms ``q_layernorm``, ``k_layernorm``, full RoPE) on the "full_attention" layers and
     an ``Lfm2ShortConv`` (``config.PATTERN_LETTERS``' ``C``: ``conv_L_cache`` taps, ``conv_bias`` on the conv,
-    ``in_proj`` and ``out_proj``) on the "conv" layers; ``embedding_norm`` is the final norm (applied after the last
-    layer).  ``tie_embedding`` is the legacy name of ``tie_word_embeddings`` (``__post_init__`` pops it over the
+    ``in_proj`` and ``out_proj``) on the "conv" layers (without one, no pattern: Llama's blocks with qk-norm, as
+    ``Lfm2Config``'s defaults build); ``embedding_norm`` is the final norm (applied after the last layer).  ``tie_embedding`` is the legacy name of ``tie_word_embeddings`` (``__post_init__`` pops it over the
     field); ``head_dim``, which the classes do not define, is read as ``Lfm2Attention``'s ``getattr`` reads it."""
     layers = f.int("num_hidden_layers")
     pattern = _lfm2_pattern(f, layers)
@@ -2264,8 +2264,7 @@ def _lfm2_common(f: _Fields) -> dict[str, Any]:
         "norm_eps": f.number("norm_eps", 1e-5),
         "tie_embeddings": tied,
         "qk_norm": True,
-        "layer_pattern": pattern,
-        "mixer_ffn": True,
+        **({"layer_pattern": pattern, "mixer_ffn": True} if "C" in pattern else {}),  # all attention: Llama's blocks
         **({"short_conv_kernel": conv, "short_conv_bias": bias} if "C" in pattern else {}),
     }
 

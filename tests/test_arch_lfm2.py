@@ -120,7 +120,17 @@ LFM2_8B_A1B = {  # LiquidAI/LFM2-8B-A1B/config.json, from memory (the attention 
     "use_expert_bias": True,
     "vocab_size": 65536,
 }
+LFM2_DEFAULTS = {  # Lfm2Config's defaults written out: every layer attention (full_attn_idxs None), no pattern
+    "model_type": "lfm2",
+    "vocab_size": 65536,
+    "hidden_size": 2560,
+    "intermediate_size": 12288,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "max_position_embeddings": 128000,
+}
 CONFIGS = {
+    "lfm2-defaults": LFM2_DEFAULTS,
     "lfm2-1.2b": LFM2_1_2B,
     "lfm2-8b-a1b": LFM2_8B_A1B,
     "lfm2-350m": {**LFM2_1_2B, "hidden_size": 1024, "block_ff_dim": 6656, "num_attention_heads": 16},
@@ -274,12 +284,18 @@ def assert_equal_by_module(counted: dict[str, int], fwd) -> None:
     assert {k for keys in by_keys for k in keys} == {it.key for it in fwd} - mixers
     for keys, flops in by_keys.items():
         assert sum(fwd[k].total for k in keys) == flops, (keys, flops)
-    total = {key: fwd[key].total if key in fwd else 0 for key in mixers}
+    total = {key: fwd[key].total if key in fwd else 0 for key in mixers}  # all attention: no conv
     assert own["self_attn"] == total["layers.*.attn.qk"] + total["layers.*.attn.av"]
     assert own["conv"] == total["layers.*.conv.conv1d"]
 
 
-@pytest.mark.parametrize("name", ["lfm2-1.2b", "lfm2-8b-a1b"])
+def test_all_attention_is_no_pattern():
+    """Lfm2Config's defaults (every layer attention): Llama's blocks with per-head qk-norm, no layer pattern."""
+    cfg = config_from_hf(LFM2_DEFAULTS)
+    assert cfg.layer_pattern is None and not cfg.mixer_ffn and cfg.qk_norm and cfg.d_ff == 8192
+
+
+@pytest.mark.parametrize("name", ["lfm2-defaults", "lfm2-1.2b", "lfm2-8b-a1b"])
 @pytest.mark.parametrize("seq", [1000, 4096])
 def test_forward_flops_equal_transformers_on_meta(name, seq, models, meta_masks):  # noqa: F811
     cfg = config_from_hf(CONFIGS[name], name=name).with_context(seq)
@@ -379,6 +395,13 @@ def test_cache_equals_transformers_after_a_prefill(dtype, name, config):
     assert shapes == {((B, 64, cfg.short_conv_kernel), dtype)}
     assert held == kv_cache_bytes(cfg, P, B, name)
     assert layer_slots(cfg, P) == [P if cfg.layer_attention(i) else 0 for i in range(cfg.num_layers)]
+
+
+def test_the_engines_are_refused_in_one_line(run_cli, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(TINY))
+    r = run_cli("infer", path, "--prompt", "70", "--generate", "2", "--engine", "vllm")
+    assert r.code == 2 and "short-convolution layers keep their states" in r.err and r.err.count("\n") <= 1, r.err
 
 
 def test_infer_gives_the_hybrid_cache(run_cli, tmp_path):
