@@ -20,7 +20,8 @@ conv) and the cache object after a prefill on CPU; every parameter tensor's nume
 
 The published configs are written as remembered (fields "from memory": LiquidAI/LFM2-1.2B's hub file with its legacy
 ``block_*`` and ``tie_embedding`` spellings and ``full_attn_idxs`` [2, 5, 8, 10, 12, 14]; LFM2-8B-A1B's 24
-``layer_types``, 6 of them attention, at positions remembered, not checked).  Their totals are checked against the
+``layer_types``, 18 convolutions and 6 attention layers as its card says, the attention at 2, 6, ..., 22 as
+remembered, not checked: their positions change no total).  Their totals are checked against the
 model cards' (as remembered: LFM2-350M 354,483,968, LFM2-700M 742,489,344, LFM2-1.2B 1,170,340,608 parameters;
 LFM2-8B-A1B "8.3B"), which also checks the MLP width rounding (350M: int(2·6,656/3) = 4,437 -> 4,608).
 """
@@ -88,8 +89,7 @@ LFM2_1_2B = {  # LiquidAI/LFM2-1.2B/config.json, from memory (see the module doc
     "use_pos_enc": True,
     "vocab_size": 65536,
 }
-LFM2_8B_A1B_TYPES = ["conv", "conv", "full_attention", "conv", "conv", "conv"] * 3
-LFM2_8B_A1B_TYPES += ["full_attention", "conv", "conv", "full_attention", "conv", "conv"]
+LFM2_8B_A1B_TYPES = ["conv", "conv", "full_attention", "conv"] * 6  # 18 conv and 6 attention layers (the card's)
 LFM2_8B_A1B = {  # LiquidAI/LFM2-8B-A1B/config.json, from memory (the attention layers' positions unchecked)
     "architectures": ["Lfm2MoeForCausalLM"],
     "bos_token_id": 1,

@@ -35,10 +35,10 @@ from test_arch_bloom import CONFIGS as BLOOM
 from test_arch_dsa import CONFIGS as DSA
 from test_arch_dsa import TINY_CONFIGS as DSA_TINY
 from test_arch_ernie4_5_moe import CONFIGS as ERNIE
-from test_arch_llama4 import CONFIGS as LLAMA4
-from test_arch_llama4 import PUBLISHED as LLAMA4_PUBLISHED
 from test_arch_lfm2 import CONFIGS as LFM2
 from test_arch_lfm2 import TINY_CONFIGS as LFM2_TINY
+from test_arch_llama4 import CONFIGS as LLAMA4
+from test_arch_llama4 import PUBLISHED as LLAMA4_PUBLISHED
 from test_arch_mamba2 import CONFIGS as MAMBA2
 from test_arch_mamba2 import TINY_CONFIGS as MAMBA2_TINY
 from test_arch_olmo import CONFIGS as OLMO
