@@ -56,6 +56,8 @@ LINEAR_LAYERS = Layers("L_lin", lambda cfg: cfg.linear_layers, lambda cfg, i: no
 """A Gated DeltaNet hybrid's layers: every ``layers.*.attn.*`` component occurs in the attention layers (all
 layers but a hybrid's), every ``layers.*.linear_attn.*`` one in the linear-attention layers."""
 MAMBA_LAYERS = Layers("L_ssm", lambda cfg: cfg.mamba_layers, lambda cfg, i: cfg.layer_mamba(i))
+CONV_LAYERS = Layers("L_conv", lambda cfg: cfg.short_conv_layers, lambda cfg, i: cfg.layer_short_conv(i))
+"""The short-convolution layers of a ``layer_pattern`` (its ``C``, LFM2's): every ``layers.*.conv.*`` component."""
 """The Mamba2 layers of a ``layer_pattern`` (its ``M`` and ``H``): every ``layers.*.mamba.*`` component occurs there."""
 INDEXER_LAYERS = Layers("L_idx", lambda cfg: cfg.indexer_layers, lambda cfg, i: cfg.layer_indexer(i))
 """DeepSeek Sparse Attention: the layers that run their own indexer (all, or GLM-5's ``F`` layers)."""
@@ -632,6 +634,87 @@ einsums (``flops.ssd_scan_flops``, over the padded sequence); the conv's bias, t
 decays, the D skip and the gated norm are elementwise (the scan's own elementwise work is not estimated)."""
 
 
+def _short_conv(cfg: ModelConfig) -> bool:
+    return cfg.short_conv_layers > 0
+
+
+def _short_conv_bias(cfg: ModelConfig) -> bool:
+    return cfg.short_conv_layers > 0 and cfg.short_conv_bias
+
+
+SHORT_CONV: tuple[Component, ...] = (
+    Component(
+        "layers.*.conv.conv1d",
+        "short conv1d (depthwise, K taps, over B·x)",
+        "linear attention",
+        present=_short_conv,
+        layers=CONV_LAYERS,
+        params=Formula(lambda z: z.cfg.d_model * z.cfg.short_conv_kernel, "d·K"),
+        shape=lambda cfg: (cfg.d_model, 1, cfg.short_conv_kernel),
+        split=COL,
+        flops=Formula(lambda z: fl.short_conv_flops(z.cfg, z.batch, z.seq), "2·B·d·(S+K−1)·K"),
+        elementwise=Formula(
+            lambda z: fl.short_conv_gate_flops(z.T, z.cfg.d_model), "2·T·d", "short conv gates B·x and C·y"
+        ),
+    ),
+    _bias(
+        "layers.*.conv.conv1d.bias",
+        "short conv1d bias",
+        "linear attention",
+        lambda cfg: cfg.d_model,
+        "d",
+        _short_conv_bias,
+        CONV_LAYERS,
+    ),
+    _projection(
+        "layers.*.conv.in_proj",
+        "short conv input projection (B, C, x)",
+        "attention projections",
+        lambda cfg: 3 * cfg.d_model * cfg.d_model,
+        "d·3d",
+        shape=lambda cfg: (3 * cfg.d_model, cfg.d_model),
+        split=COL,
+        present=_short_conv,
+        layers=CONV_LAYERS,
+    ),
+    _bias(
+        "layers.*.conv.in_proj.bias",
+        "short conv input projection bias",
+        "attention projections",
+        lambda cfg: 3 * cfg.d_model,
+        "3d",
+        _short_conv_bias,
+        CONV_LAYERS,
+    ),
+    _projection(
+        "layers.*.conv.out_proj",
+        "short conv output projection",
+        "attention projections",
+        lambda cfg: cfg.d_model * cfg.d_model,
+        "d·d",
+        shape=lambda cfg: (cfg.d_model, cfg.d_model),
+        split=ROW,
+        present=_short_conv,
+        layers=CONV_LAYERS,
+    ),
+    _bias(
+        "layers.*.conv.out_proj.bias",
+        "short conv output projection bias",
+        "attention projections",
+        lambda cfg: cfg.d_model,
+        "d",
+        _short_conv_bias,
+        CONV_LAYERS,
+        REPLICATED,
+    ),
+)
+"""A short-convolution layer (LFM2's ``Lfm2ShortConv``, models/lfm2/modeling_lfm2.py; a ``C`` of ``layer_pattern``), in
+its ``parameters()`` order (``conv``, ``in_proj``, ``out_proj``; a bias on each under ``short_conv_bias``,
+``conv_bias``).  Its matmul FLOPs are transformers' torch path: ``in_proj`` (d -> 3·d: B, C, x), the depthwise conv
+over B·x (``flops.short_conv_flops``, torch's convolution formula over the S + K − 1 padded outputs) and ``out_proj``;
+the gates B·x and C·y and the biases are elementwise."""
+
+
 def _pattern_experts(cfg: ModelConfig) -> bool:
     return cfg.pattern_experts
 
@@ -1156,6 +1239,7 @@ REGISTRY: tuple[Component, ...] = (
     ),
     *GATED_DELTANET,
     *MAMBA2,
+    *SHORT_CONV,
     Component(
         "layers.*.post_attn_norm",
         _norm_label("after attention (sandwich/post)"),

@@ -185,6 +185,8 @@ class ModelConfig:
     mamba_conv_kernel: int | None = None
     mamba_chunk_size: int | None = None
     expert_latent: int | None = None
+    short_conv_kernel: int | None = None
+    short_conv_bias: bool = False
     name: str = "custom"
     hf_model_type: str | None = dataclasses.field(default=None, compare=False)
     """The Hugging Face ``model_type`` whose modeling code this config is (``llama``, ``qwen3_moe``,
@@ -296,6 +298,7 @@ class ModelConfig:
             "norm_bias",
             "mixer_ffn",
             "mamba_norm",
+            "short_conv_bias",
             *MOE_FLAGS,
         ):
             if not isinstance(getattr(self, key), bool):
@@ -506,11 +509,14 @@ class ModelConfig:
                 raise ConfigError("mixer_ffn applies only to a layer pattern (set layer_pattern)")
             if not self.mamba_norm:
                 raise ConfigError("mamba_norm applies only to Mamba2 layers (set layer_pattern with M layers)")
+            if self.short_conv_kernel is not None or self.short_conv_bias:
+                raise ConfigError("short_conv_kernel and short_conv_bias apply only to a layer pattern's C layers")
             return
-        letters = set(PATTERN_LETTERS) - ({"-", "E"} if self.mixer_ffn else {"H"})
+        letters = set(PATTERN_LETTERS) - ({"-", "E"} if self.mixer_ffn else {"H", "C"})
         if not isinstance(pattern, str) or len(pattern) != self.num_layers or set(pattern) - letters:
             kinds = (
-                "M (Mamba2), * (attention) or H (both in parallel; with mixer_ffn every layer has its FFN)"
+                "M (Mamba2), * (attention), C (a short convolution) or H (both in parallel; with mixer_ffn every "
+                "layer has its FFN)"
                 if self.mixer_ffn
                 else "M (Mamba2), * (attention), - (MLP) or E (mixture of experts)"
             )
@@ -540,6 +546,13 @@ class ModelConfig:
                 raise ConfigError(
                     f"mamba_heads={self.mamba_heads} is not divisible by mamba_groups={self.mamba_groups}"
                 )
+        if self.short_conv_kernel is not None:
+            check_positive_int("short_conv_kernel", self.short_conv_kernel, ConfigError)
+        if not self.short_conv_layers:
+            if self.short_conv_kernel is not None or self.short_conv_bias:
+                raise ConfigError("short_conv_kernel and short_conv_bias apply only to short-convolution layers (C)")
+        elif self.short_conv_kernel is None:
+            raise ConfigError("short-convolution layers (C in layer_pattern) need short_conv_kernel")
         if (
             self.mla
             or self.hybrid
@@ -762,6 +775,15 @@ class ModelConfig:
         tokens go through ``fc1_latent_proj`` first), else ``d_model``."""
         return self.d_model if self.expert_latent is None else self.expert_latent
 
+    def layer_short_conv(self, layer: int) -> bool:
+        """Whether layer ``layer`` (0-based) has a short-convolution mixer (a ``C`` of ``layer_pattern``, LFM2's)."""
+        return self.layer_kind(layer) == "C"
+
+    @property
+    def short_conv_layers(self) -> int:
+        """Short-convolution layers: the ``C`` of ``layer_pattern`` (0 without one)."""
+        return 0 if self.layer_pattern is None else self.layer_pattern.count("C")
+
     @property
     def mamba_layers(self) -> int:
         """Mamba2 layers: the ``M`` and ``H`` of ``layer_pattern`` (0 without one)."""
@@ -955,9 +977,11 @@ class ModelConfig:
         if self.attention_chunk is not None:
             out.append("chunked attention (Llama 4)")
         if self.layer_pattern is not None:
-            out.append("a layer pattern (Mamba2 hybrid blocks)")
+            out.append("a layer pattern (hybrid blocks: Mamba2, short convolutions)")
         if self.mamba_layers:
             out.append("Mamba2 mixer layers")
+        if self.short_conv_layers:
+            out.append("short-convolution layers (LFM2)")
         if self.positions == "none":
             out.append("no positions (NoPE)")
         return out
@@ -1070,6 +1094,9 @@ class ModelConfig:
             )
             kinds = " / ".join(f"{self.layer_pattern.count(c)} {c}" for c in PATTERN_LETTERS if c in self.layer_pattern)
             ffn = ", an FFN in every layer" if self.mixer_ffn else ""
+            if self.short_conv_layers:
+                bias = ", biases" if self.short_conv_bias else ""
+                mamba += f"; short convolutions of {self.short_conv_kernel} taps{bias}"
             parts.append(f"layer pattern {kinds}{ffn}{mamba}")
         if self.indexer:
             where = "" if self.indexer_pattern is None else f", on {self.indexer_layers} of {self.num_layers} layers"
@@ -1100,6 +1127,12 @@ class ModelConfig:
         if self.all_experts_run or self.attention_chunk is not None:
             return "Llama 4-style (chunked attention, NoPE layers, shared + routed experts)"
         if self.layer_pattern is not None:
+            if self.short_conv_layers:
+                return (
+                    "LFM2-style (short-convolution hybrid + MoE)"
+                    if self.moe
+                    else "LFM2-style (short-convolution hybrid)"
+                )
             style = "Nemotron-H-style"
             if self.mixer_ffn:
                 style = "Falcon-H1-style" if "H" in self.layer_pattern else "Bamba-style"
@@ -1311,7 +1344,7 @@ mamba_head_dim``, B and C of ``mamba_groups · mamba_state_size`` each, one dt p
 conv1d of ``mamba_conv_kernel`` taps with a bias over x, B, C, the per-head ``dt_bias``, ``A_log`` and ``D``, the
 chunked SSD scan (chunks of ``mamba_chunk_size``), a gated RMSNorm of ``heads · head_dim`` (normalised per group)
 and ``out_proj`` (no bias)."""
-PATTERN_LETTERS = ("M", "*", "-", "E", "H")
+PATTERN_LETTERS = ("M", "*", "-", "E", "H", "C")
 """``layer_pattern``'s letters, Nemotron-H's ``hybrid_override_pattern``: ``M`` a Mamba2 mixer, ``*`` attention,
 ``-`` an MLP; each layer is one pre-norm block ``x + mixer(norm(x))`` (``NemotronHBlock``), so a layer has no
 second norm and no second residual add; ``E`` a mixture of experts (``NemotronHMoE``: a router of E sigmoid scores,
@@ -1321,9 +1354,20 @@ expert, a ``NemotronHMLP`` of ``shared_expert_d_ff``).  With
 ``mixer_ffn`` (Bamba's ``BambaDecoderLayer``, models/bamba/modeling_bamba.py) every layer is a Llama block whose
 attention is replaced by its mixer: ``x + mixer(ln1(x))``, then ``+ ffn(ln2(x))``; its letters are ``M``, ``*`` and
 ``H``, attention and a Mamba2 mixer side by side on the same norm, their outputs summed (Falcon-H1's
-``FalconH1DecoderLayer``, models/falcon_h1/modeling_falcon_h1.py).  ``mamba_norm`` false: the Mamba2 mixers have no
+``FalconH1DecoderLayer``, models/falcon_h1/modeling_falcon_h1.py), and ``C``, a short convolution (LFM2's
+``Lfm2ShortConv``, models/lfm2/modeling_lfm2.py: ``in_proj`` d -> 3·d, the gates B and C and the input x; B·x through a
+depthwise causal conv1d of ``short_conv_kernel`` taps (``conv_L_cache``); C times its output; ``out_proj`` d -> d;
+with ``short_conv_bias`` (``conv_bias``) a bias on all three).  ``mamba_norm`` false: the Mamba2 mixers have no
 gated RMSNorm (Falcon-H1's ``mamba_rms_norm``; the gate still multiplies)."""
-PATTERN_FIELDS = ("layer_pattern", "mixer_ffn", "mamba_norm", *MAMBA_FIELDS, "expert_latent")
+PATTERN_FIELDS = (
+    "layer_pattern",
+    "mixer_ffn",
+    "mamba_norm",
+    *MAMBA_FIELDS,
+    "expert_latent",
+    "short_conv_kernel",
+    "short_conv_bias",
+)
 
 DSA_FIELDS = ("index_heads", "index_head_dim", "index_topk")
 """DeepSeek Sparse Attention (DeepSeek-V3.2-Exp; transformers' ``DeepseekV32Indexer``, models/deepseek_v32/

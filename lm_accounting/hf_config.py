@@ -16,7 +16,8 @@ The rules:
   attention + MLP blocks: cohere, cohere2, phi, gpt_neox, gptj, falcon, tests/test_arch_parallel_block.py; ReLU-family
   MLPs: opt, nemotron, tests/test_arch_relu.py; DeepSeek Sparse Attention's indexer: deepseek_v32, glm_moe_dsa,
   tests/test_arch_dsa.py; Llama 4's text model: llama4_text, tests/test_arch_llama4.py; Mamba2 hybrids: nemotron_h, bamba,
-  granitemoehybrid, falcon_h1, tests/test_arch_mamba2.py), each proven
+  granitemoehybrid, falcon_h1, tests/test_arch_mamba2.py; LFM2's short-convolution hybrids: lfm2, lfm2_moe,
+  tests/test_arch_lfm2.py), each proven
   in tests/test_hf_zoo.py and listed in docs/model_types.md.  A multimodal wrapper
   with a ``text_config`` (``WRAPPERS``: Gemma 3's ``gemma3``, Mistral 3's ``mistral3``, Kimi K2.5's ``kimi_k25``,
   Qwen3.5's ``qwen3_5`` and ``qwen3_5_moe``, Llama 4's ``llama4``)
@@ -165,6 +166,8 @@ SUPPORTED_MODEL_TYPES = (
     "bamba",
     "granitemoehybrid",
     "falcon_h1",
+    "lfm2",
+    "lfm2_moe",
 )
 
 
@@ -331,6 +334,7 @@ IGNORED_BY_TYPE = {
     "minimax_m2": frozenset(["output_router_logits", "router_aux_loss_coef", "router_jitter_noise"]),
     "qwen3_next": frozenset(["output_router_logits", "router_aux_loss_coef"]),
     "bamba": frozenset(["time_step_limit", "z_loss_coefficient", "num_logits_to_keep"]),
+    "lfm2_moe": frozenset(["output_router_logits"]),
     "granitemoehybrid": frozenset(["time_step_limit", "output_router_logits", "router_aux_loss_coef"]),
     "falcon_h1": frozenset(
         [
@@ -2184,6 +2188,112 @@ def _granitemoehybrid(f: _Fields) -> dict[str, Any]:
     }
 
 
+LFM2_LETTERS = {"conv": "C", "full_attention": "*"}
+"""LFM2's ``layer_types`` as ``layer_pattern`` letters: a short convolution or attention (``Lfm2DecoderLayer``)."""
+
+
+def _lfm2_pattern(f: _Fields, layers: int) -> str:
+    """LFM2's ``layer_types`` as a pattern; absent (``lfm2`` only): ``full_attn_idxs`` as ``Lfm2Config.__post_init__``
+    derives it, attention on those layers and a short convolution on the others, every layer attention when both are
+    absent.  ``Lfm2MoeConfig`` derives nothing: its layers need ``layer_types``."""
+    types = f.raw("layer_types")
+    if types is None and f.model_type == "lfm2":
+        indices = f.raw("full_attn_idxs")
+        if indices is None:
+            return "*" * layers
+        if not isinstance(indices, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in indices):
+            raise f.error(f"field 'full_attn_idxs' must be a list of layer indices, got {short_repr(indices)}")
+        return "".join("*" if i in indices else "C" for i in range(layers))
+    f.used.add("full_attn_idxs")  # the class ignores it when layer_types is given
+    if types is None:
+        raise f.error("missing required field 'layer_types' (Lfm2MoeConfig derives none: 'conv' / 'full_attention')")
+    if not isinstance(types, list) or not all(isinstance(t, str) and t in LFM2_LETTERS for t in types):
+        raise f.error(f"field 'layer_types' must be a list of {' / '.join(map(repr, LFM2_LETTERS))}")
+    if len(types) != layers:
+        raise f.error(f"field 'layer_types' lists {len(types)} layers, num_hidden_layers is {layers}")
+    return "".join(LFM2_LETTERS[t] for t in types)
+
+
+def _lfm2_ff_dim(f: _Fields) -> int:
+    """``Lfm2MLP``'s width (models/lfm2/modeling_lfm2.py), transformers' arithmetic as written: with
+    ``block_auto_adjust_ff_dim``, ``int(2 · intermediate_size / 3)``, then ``int(block_ffn_dim_multiplier · that)``
+    rounded up to a multiple of ``block_multiple_of`` (the modeling file skips both on a null multiplier, which
+    transformers 5.24's strict ``Lfm2Config`` refuses, as we do); ``block_ff_dim`` is the
+    legacy name of ``intermediate_size`` (``Lfm2Config.__post_init__`` pops it over the field)."""
+    width = f.int("block_ff_dim") if f.has("block_ff_dim") else f.int("intermediate_size")
+    f.used.add("intermediate_size")
+    if not f.bool("block_auto_adjust_ff_dim", True):
+        f.used |= {"block_ffn_dim_multiplier", "block_multiple_of"}  # unread by the MLP without the adjustment
+        return width
+    width = int(2 * width / 3)
+    multiplier = f.raw("block_ffn_dim_multiplier")  # null: refused, as Lfm2Config's strict float | int field does
+    multiplier = positive_number(multiplier, f"{f.source}: field 'block_ffn_dim_multiplier'")
+    multiple = f.int("block_multiple_of")
+    width = int(multiplier * width)
+    width = multiple * ((width + multiple - 1) // multiple)
+    return width if width >= 1 else _no_width(f, width)
+
+
+def _no_width(f: _Fields, width: int) -> int:
+    raise f.error(f"the MLP's adjusted width is {width} (block_auto_adjust_ff_dim): transformers builds no MLP")
+
+
+def _lfm2_common(f: _Fields) -> dict[str, Any]:
+    """LFM2's and LFM2-MoE's shared fields (models/lfm2/modeling_lfm2.py): ``Lfm2DecoderLayer`` is a pre-RMSNorm block
+    (``operator_norm``, the mixer, ``ffn_norm``, the MLP: ``mixer_ffn``) whose mixer is attention (q/k/v/``out_proj``
+    without biases, per-head RMSNorms ``q_layernorm``, ``k_layernorm``, full RoPE) on the "full_attention" layers and
+    an ``Lfm2ShortConv`` (``config.PATTERN_LETTERS``' ``C``: ``conv_L_cache`` taps, ``conv_bias`` on the conv,
+    ``in_proj`` and ``out_proj``) on the "conv" layers (without one, no pattern: Llama's blocks with qk-norm, as
+    ``Lfm2Config``'s defaults build); ``embedding_norm`` is the final norm (applied after the last layer).  ``tie_embedding`` is the legacy name of ``tie_word_embeddings`` (``__post_init__`` pops it over the
+    field); ``head_dim``, which the classes do not define, is read as ``Lfm2Attention``'s ``getattr`` reads it."""
+    layers = f.int("num_hidden_layers")
+    pattern = _lfm2_pattern(f, layers)
+    tied = f.bool("tie_embedding", True) if f.has("tie_embedding") else f.bool("tie_word_embeddings", True)
+    f.used.add("tie_word_embeddings")
+    conv = f.int("conv_L_cache")
+    bias = f.bool("conv_bias", False)
+    return {
+        "vocab_size": f.int("vocab_size"),
+        "d_model": f.int("hidden_size"),
+        "num_layers": layers,
+        "num_heads": f.int("num_attention_heads"),
+        "num_kv_heads": f.int("num_key_value_heads", None),
+        "head_dim": f.int("head_dim", None),
+        "context_length": f.int("max_position_embeddings"),
+        "rope_theta": _rope_theta(f),
+        "norm_eps": f.number("norm_eps", 1e-5),
+        "tie_embeddings": tied,
+        "qk_norm": True,
+        **({"layer_pattern": pattern, "mixer_ffn": True} if "C" in pattern else {}),  # all attention: Llama's blocks
+        **({"short_conv_kernel": conv, "short_conv_bias": bias} if "C" in pattern else {}),
+    }
+
+
+def _lfm2(f: _Fields) -> dict[str, Any]:
+    """LFM2 (transformers' models/lfm2, ``Lfm2ForCausalLM``): ``_lfm2_common`` with a SwiGLU ``Lfm2MLP`` (w1, w3, w2;
+    no bias) of ``_lfm2_ff_dim`` in every layer."""
+    return {**_lfm2_common(f), "d_ff": _lfm2_ff_dim(f)}
+
+
+def _lfm2_moe(f: _Fields) -> dict[str, Any]:
+    """LFM2-MoE (transformers' models/lfm2_moe, ``Lfm2MoeForCausalLM``): ``_lfm2_common``; the first
+    ``num_dense_layers`` layers have a SwiGLU ``Lfm2MoeMLP`` of ``intermediate_size`` as it is (no adjustment), the
+    others an ``Lfm2MoeSparseMoeBlock``: ``num_experts`` SwiGLU experts of ``moe_intermediate_size`` (``gate_up_proj``,
+    ``down_proj``), top ``num_experts_per_tok`` of a d -> E router without bias (``gate.weight``).  The router's
+    sigmoid scores, its ``expert_bias`` (a buffer added to pick the top k: no parameter, ``use_expert_bias``), the
+    division by their sum (``norm_topk_prob``) and ``routed_scaling_factor`` change which experts and by what weight,
+    not how many: no count."""
+    f.bool("use_expert_bias", True)
+    f.number("routed_scaling_factor", 1.0)
+    return {
+        **_lfm2_common(f),
+        "d_ff": f.int("intermediate_size"),
+        **_experts(f, "num_experts", "moe_intermediate_size"),
+        "dense_layers_first": _count(f, "num_dense_layers"),
+        "norm_topk_prob": f.bool("norm_topk_prob", True),
+    }
+
+
 MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "gpt2": _gpt2,
     "llama": _llama,
@@ -2253,6 +2363,8 @@ MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "bamba": _bamba,
     "granitemoehybrid": _granitemoehybrid,
     "falcon_h1": _falcon_h1,
+    "lfm2": _lfm2,
+    "lfm2_moe": _lfm2_moe,
 }
 assert tuple(MAPPINGS) == SUPPORTED_MODEL_TYPES
 

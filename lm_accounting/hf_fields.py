@@ -490,6 +490,24 @@ DEFINED_FIELDS: dict[str, frozenset[str]] = {
             ssm_multipliers ssm_out_multiplier time_step_limit use_cache vocab_size
         """
     ),
+    "lfm2": COMMON_FIELDS
+    | _names(
+        """
+            block_auto_adjust_ff_dim block_ff_dim block_ffn_dim_multiplier block_multiple_of bos_token_id conv_L_cache
+            conv_bias eos_token_id full_attn_idxs hidden_size intermediate_size layer_types max_position_embeddings
+            norm_eps num_attention_heads num_hidden_layers num_key_value_heads pad_token_id tie_embedding use_cache
+            vocab_size
+        """
+    ),
+    "lfm2_moe": COMMON_FIELDS
+    | _names(
+        """
+            bos_token_id conv_L_cache conv_bias eos_token_id hidden_size intermediate_size layer_types
+            max_position_embeddings moe_intermediate_size norm_eps norm_topk_prob num_attention_heads num_dense_layers
+            num_experts num_experts_per_tok num_hidden_layers num_key_value_heads output_router_logits pad_token_id
+            routed_scaling_factor tie_embedding use_cache use_expert_bias vocab_size
+        """
+    ),
     "bamba": COMMON_FIELDS
     | _names(
         """
@@ -725,6 +743,8 @@ CONFIG_CLASSES = {
     "qwen3_next": "Qwen3NextConfig",
     "nemotron_h": "NemotronHConfig",
     "bamba": "BambaConfig",
+    "lfm2": "Lfm2Config",
+    "lfm2_moe": "Lfm2MoeConfig",
     "falcon_h1": "FalconH1Config",
     "granitemoehybrid": "GraniteMoeHybridConfig",
     "qwen3_5_text": "Qwen3_5TextConfig",
@@ -966,6 +986,27 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         "mamba_chunk_size": 256,
         "mamba_rms_norm": False,
         "rope_theta": 10000.0,
+    },
+    "lfm2": {
+        "num_key_value_heads": 8,
+        "norm_eps": 1e-05,
+        "tie_word_embeddings": True,
+        "conv_bias": False,
+        "conv_L_cache": 3,
+        "block_multiple_of": 256,
+        "block_ffn_dim_multiplier": 1.0,
+        "block_auto_adjust_ff_dim": True,
+        "rope_theta": 1000000.0,
+    },
+    "lfm2_moe": {
+        "num_key_value_heads": 8,
+        "norm_eps": 1e-05,
+        "tie_word_embeddings": True,
+        "conv_bias": False,
+        "conv_L_cache": 3,
+        "num_dense_layers": 2,
+        "norm_topk_prob": True,
+        "rope_theta": 1000000.0,
     },
     "bamba": {
         "num_key_value_heads": 8,

@@ -32,8 +32,12 @@ REASONS: dict[str, tuple[str, tuple[str, ...]]] = {
         _types("lara_mini qwen4_exp qwen4_exp_text kimi_linear olmo_hybrid minimax"),
     ),
     "short_conv": (
-        "short-convolution layers (LFM2), which lm-accounting does not model yet",
-        _types("lfm2 lfm2_moe lfm3"),
+        (
+            "short-convolution layers beside sliding-window attention layers, an attention output gate and "
+            "optional sandwich norms (LFM3's Lfm3DecoderLayer), which lm-accounting does not combine yet (it "
+            "models LFM2's short convolutions beside full attention: lfm2, lfm2_moe)"
+        ),
+        _types("lfm3"),
     ),
     "recurrent": (
         "recurrent layers (RWKV, xLSTM, RG-LRU), which lm-accounting does not model yet",

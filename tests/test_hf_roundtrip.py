@@ -35,6 +35,8 @@ from test_arch_bloom import CONFIGS as BLOOM
 from test_arch_dsa import CONFIGS as DSA
 from test_arch_dsa import TINY_CONFIGS as DSA_TINY
 from test_arch_ernie4_5_moe import CONFIGS as ERNIE
+from test_arch_lfm2 import CONFIGS as LFM2
+from test_arch_lfm2 import TINY_CONFIGS as LFM2_TINY
 from test_arch_llama4 import CONFIGS as LLAMA4
 from test_arch_llama4 import PUBLISHED as LLAMA4_PUBLISHED
 from test_arch_mamba2 import CONFIGS as MAMBA2
@@ -214,6 +216,12 @@ MOE_MINIMAL = {
     },  # the class's None does not build (test_arch_relu)  # the class's one K/V head is no num_key_value_heads (test_arch_parallel_block)
     "nemotron_h": {"hybrid_override_pattern": "M-*-" * 3},  # the class's default pattern has a MoE layer (E)
     "granitemoehybrid": {"num_local_experts": 0},  # the class's 8 routed experts beside Mamba2 are refused
+    "lfm2_moe": {  # Lfm2MoeConfig derives no layer_types; the expert counts and width are required (as Qwen3-MoE's)
+        "layer_types": ["conv", "full_attention"] * 6,
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 256,
+    },
     "qwen2_moe": {
         "num_experts": 8,
         "num_experts_per_tok": 2,
@@ -274,6 +282,8 @@ HUB_FILES = {
     **LLAMA4_PUBLISHED,
     **MAMBA2,
     **MAMBA2_TINY,
+    **LFM2,
+    **LFM2_TINY,
 }
 
 

@@ -207,6 +207,11 @@ def check_no_hybrid(cfg: ModelConfig, engine: str) -> None:
             f"--engine {engine}: {cfg.name}'s Mamba2 layers keep their states in the engine's separate pool, which "
             "lm-accounting does not model; without --engine, infer gives the cache transformers holds"
         )
+    if cfg.short_conv_layers:  # vLLM's and SGLang's short-conv state pools (LFM2)
+        raise AccountingError(
+            f"--engine {engine}: {cfg.name}'s short-convolution layers keep their states in the engine's separate "
+            "pool, which lm-accounting does not model; without --engine, infer gives the cache transformers holds"
+        )
     if cfg.indexer:  # vLLM and SGLang keep DSA's indexer keys in a pool of their own (fp8 with scales)
         raise AccountingError(
             f"--engine {engine}: {cfg.name}'s sparse-attention indexer keeps its keys in the engine's own pool, "

@@ -224,6 +224,27 @@ def ssd_step_flops(cfg: ModelConfig, batch: int) -> int:
     return 2 * batch * cfg.mamba_heads * cfg.mamba_head_dim * cfg.mamba_state_size
 
 
+# -- short convolutions (LFM2's Lfm2ShortConv; config.PATTERN_LETTERS' C) --
+def short_conv_flops(cfg: ModelConfig, batch: int, seq: int) -> int:
+    """LFM2's depthwise causal conv1d over B·x, d channels of K = ``short_conv_kernel`` taps
+    (``causal_conv1d_fn``'s torch path in models/lfm2/modeling_lfm2.py: ``F.conv1d`` with ``padding = K - 1`` on
+    both sides, the output then cut to S): torch's convolution formula over the S + K − 1 outputs,
+    2·B·d·(S + K − 1)·K; its bias add and the gates B·x and C·y are elementwise."""
+    k = cfg.short_conv_kernel
+    return 2 * batch * cfg.d_model * (seq + k - 1) * k
+
+
+def short_conv_update_flops(cfg: ModelConfig, batch: int) -> int:
+    """One cached decode step of LFM2's conv (``causal_conv1d_update``: the K cached inputs and the new one,
+    ``F.conv1d`` without padding, 2 outputs per channel, the last kept): 2·B·d·2·K."""
+    return 2 * batch * cfg.d_model * 2 * cfg.short_conv_kernel
+
+
+def short_conv_gate_flops(tokens: int, width: int) -> int:
+    """LFM2's two gates, ``B * x`` before the conv and ``C * conv_out`` after it: 2·T·d multiplications."""
+    return 2 * tokens * width
+
+
 @lru_cache(maxsize=1024)
 def forward_flops(cfg: ModelConfig, seq: int, batch: int = 1) -> Breakdown:
     """Matmul FLOPs of one forward pass over B sequences of S tokens, per component.
@@ -511,6 +532,8 @@ def training_flops(cfg: ModelConfig, seq: int, batch: int = 1) -> TrainingFlops:
         linear = 3 * cfg.linear_layers * (gated_delta_flops(cfg, batch, seq) + causal_conv_flops(cfg, batch, seq))
     if cfg.mamba_layers:  # nor Mamba2 layers: their SSD scan and conv enter as 3 x their forward too
         linear += 3 * cfg.mamba_layers * (ssd_scan_flops(cfg, batch, seq) + mamba_conv_flops(cfg, batch, seq))
+    if cfg.short_conv_layers:  # nor LFM2's short convolutions: their conv enters as 3 x its forward too
+        linear += 3 * cfg.short_conv_layers * short_conv_flops(cfg, batch, seq)
     if cfg.indexer:  # the indexer enters once (forward only), not as 6·N_matmul's 3 x its projections
         projections = indexer_q_params(cfg) + indexer_k_params(cfg) + indexer_weights_params(cfg)
         linear += no_grad - 3 * cfg.indexer_layers * projection_flops(tokens, projections)

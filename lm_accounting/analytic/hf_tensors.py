@@ -81,6 +81,12 @@ FUSED_GATE_UP = ("phi3", "glm", "glm4", "granitemoeshared", "granitemoehybrid")
 MLP, ``input_linear`` then ``output_linear``)."""
 
 
+LFM2_TYPES = ("lfm2", "lfm2_moe")
+"""LFM2's blocks (``Lfm2DecoderLayer``, models/lfm2/modeling_lfm2.py) register the mixer (attention or the short
+conv: ``conv``, ``in_proj``, ``out_proj``), ``feed_forward`` (w1, w3, w2; LFM2-MoE's experts, then its router), then
+``operator_norm`` and ``ffn_norm``."""
+
+
 def _norm_tensors(cfg: ModelConfig) -> int:
     """One norm's tensors: LayerNorm's weight and bias, RMSNorm's weight, none without weights (OLMo)."""
     return 0 if not cfg.norm_weights else 2 if cfg.norm == "layernorm" and cfg.norm_bias else 1
@@ -101,7 +107,8 @@ def _pattern_layer(cfg: ModelConfig, layer: int) -> list[int]:
     ``mamba_norm``) and ``out_proj``; an attention's q/k/v/o; an MLP's ``up_proj`` and ``down_proj`` (with biases under
     ``mlp_bias``); a ``NemotronHMoE``'s experts, router, shared expert and latent projections.  With ``mixer_ffn``:
     Bamba's SwiGLU and two norms, then the mixer; Granite-4.0-H's two norms, MoE and ``shared_mlp``, then the mixer;
-    Falcon-H1's SwiGLU, Mamba2 mixer, attention, then its two norms."""
+    Falcon-H1's SwiGLU, Mamba2 mixer, attention, then its two norms; LFM2's mixer, MLP, then its two norms
+    (``LFM2_TYPES``)."""
     d, kind = cfg.d_model, cfg.layer_kind(layer)
     if cfg.mamba_layers:
         h, conv, inner = cfg.mamba_heads, cfg.mamba_conv_dim, cfg.mamba_inner
@@ -111,6 +118,9 @@ def _pattern_layer(cfg: ModelConfig, layer: int) -> list[int]:
         return _mlp(cfg, layer) + mamba + _attention(cfg) + [d, d]
     if kind == "M":
         mixer = mamba
+    elif kind == "C":  # Lfm2ShortConv: conv, in_proj, out_proj (each with its bias under conv_bias)
+        b, k = cfg.short_conv_bias, cfg.short_conv_kernel
+        mixer = [d * k] + [d] * b + [3 * d * d] + [3 * d] * b + [d * d] + [d] * b
     elif kind == "*":
         mixer = _attention(cfg)
     elif kind == "E":  # NemotronHMoE: experts (up, down), the router, the shared expert, the latent projections
@@ -121,6 +131,8 @@ def _pattern_layer(cfg: ModelConfig, layer: int) -> list[int]:
             mixer += [lat * d, lat, d * lat, d] if cfg.mlp_bias else [lat * d, d * lat]
     else:  # NemotronHMLP: up_proj, down_proj
         mixer = _dense(cfg, cfg.d_ff)
+    if cfg.hf_model_type in LFM2_TYPES:  # Lfm2DecoderLayer: the mixer, feed_forward, operator_norm, ffn_norm
+        return mixer + _mlp(cfg, layer) + [d, d]
     if cfg.hf_model_type == "granitemoehybrid":  # the two norms, block_sparse_moe (router first), shared_mlp, the mixer
         return [d, d] + _mlp(cfg, layer) + mixer
     if cfg.mixer_ffn:  # BambaDecoderLayer registers feed_forward, input_layernorm, pre_ff_layernorm, then the mixer

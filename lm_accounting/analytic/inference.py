@@ -53,6 +53,8 @@ from .flops import (
     forward_flops,
     mamba_conv_flops,
     mamba_conv_update_flops,
+    short_conv_flops,
+    short_conv_update_flops,
     ssd_step_flops,
     windowed_attention_flops,
 )
@@ -389,6 +391,9 @@ def _short_prompt_conv(base: Breakdown, cfg: ModelConfig, prompt: int, batch: in
     if cfg.mamba_layers and prompt < cfg.mamba_conv_kernel:  # Mamba2's conv: the same padding by the cache
         per = mamba_conv_flops(cfg, batch, cfg.mamba_conv_kernel)
         rows["layers.*.mamba.conv1d"] = (cfg.mamba_layers, per, "cache-padded to K inputs: 2·B·(H·P + 2·G·N)·(2K−1)·K")
+    if cfg.short_conv_layers and prompt < cfg.short_conv_kernel:  # LFM2's conv: the same padding by the cache
+        per = short_conv_flops(cfg, batch, cfg.short_conv_kernel)
+        rows["layers.*.conv.conv1d"] = (cfg.short_conv_layers, per, "cache-padded to K inputs: 2·B·d·(2K−1)·K")
     if not rows:
         return base
     items = [
@@ -418,6 +423,12 @@ def _recurrent_decode(base: Breakdown, cfg: ModelConfig, batch: int) -> Breakdow
         rows["layers.*.mamba.core"] = (cfg.mamba_layers, ssd_step_flops(cfg, batch), "state update: 2·B·H·P·N")
         text = "conv update: 2·B·(H·P + 2·G·N)·2·K"
         rows["layers.*.mamba.conv1d"] = (cfg.mamba_layers, mamba_conv_update_flops(cfg, batch), text)
+    if cfg.short_conv_layers:  # LFM2: causal_conv1d_update over the K cached inputs and the new one
+        rows["layers.*.conv.conv1d"] = (
+            cfg.short_conv_layers,
+            short_conv_update_flops(cfg, batch),
+            "conv update: 2·B·d·2·K",
+        )
     if not rows:
         return base
     items = [

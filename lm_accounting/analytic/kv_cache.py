@@ -20,7 +20,9 @@ recurrent state, (B, H_v, d_k, d_v) in fp32 (``torch_chunk_gated_delta_rule`` co
 keeps ``zeros_like`` it).  tests/test_arch_qwen3_next.py checks both against the cache object after a prefill.
 A Mamba2 layer (Nemotron-H's ``M``) likewise keeps a conv state, (B, conv_dim, K) in the model's dtype, and the SSM
 state, (B, H, P, N) in fp32 (``mamba2_chunk_scan`` computes in fp32 and hands its final state to the cache as it
-is); tests/test_arch_mamba2.py checks them.
+is); tests/test_arch_mamba2.py checks them.  An LFM2 short-convolution layer (``C``) keeps its conv state only,
+(B, d, K) in the model's dtype (``Lfm2ShortConv`` hands B·x to ``update_conv_state`` with ``conv_L_cache`` as K;
+the ``LinearAttentionLayer`` of the ``"conv"`` layer type, cache_utils.py); tests/test_arch_lfm2.py checks it.
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ its final state in fp32, ``LinearAttentionLayer`` keeps it as it comes)."""
 def linear_state_bytes(cfg: ModelConfig, batch: int, dtype: str) -> int:
     """A hybrid's fixed cache: on every Gated DeltaNet layer the conv state, B · conv_dim · K elements of ``dtype``,
     and the recurrent state, B · H_v · d_k · d_v fp32 elements; on every Mamba2 layer the conv state,
-    B · conv_dim · K of ``dtype``, and the SSM state, B · H · P · N fp32 elements; 0 without such layers."""
+    B · conv_dim · K of ``dtype``, and the SSM state, B · H · P · N fp32 elements; on every LFM2 short-convolution
+    layer its conv state, B · d · K of ``dtype``; 0 without such layers."""
     total = 0
     if cfg.hybrid:
         conv = batch * cfg.linear_conv_dim * cfg.linear_conv_kernel * DTYPE_BYTES[dtype]
@@ -54,6 +57,8 @@ def linear_state_bytes(cfg: ModelConfig, batch: int, dtype: str) -> int:
         conv = batch * cfg.mamba_conv_dim * cfg.mamba_conv_kernel * DTYPE_BYTES[dtype]
         state = batch * cfg.mamba_heads * cfg.mamba_head_dim * cfg.mamba_state_size
         total += cfg.mamba_layers * (conv + state * RECURRENT_STATE_BYTES)
+    if cfg.short_conv_layers:  # LFM2: the conv state alone, no recurrent state
+        total += cfg.short_conv_layers * batch * cfg.d_model * cfg.short_conv_kernel * DTYPE_BYTES[dtype]
     return total
 
 

@@ -56,10 +56,12 @@ def describe_config(cfg: ModelConfig) -> str:
             if cfg.mamba_layers
             else ""
         )
-        extras.append(
-            f"Mamba2 on {plural(cfg.mamba_layers, 'layer')}, attention on {cfg.attention_layers}, an MLP on "
-            f"{cfg.dense_layers}{mamba}"
+        conv = (
+            f"a short convolution (K {cfg.short_conv_kernel}) on {plural(cfg.short_conv_layers, 'layer')}, "
+            if cfg.short_conv_layers
+            else f"Mamba2 on {plural(cfg.mamba_layers, 'layer')}, "
         )
+        extras.append(f"{conv}attention on {cfg.attention_layers}, an MLP on {cfg.dense_layers}{mamba}")
     return (
         f"{cfg.name}: vocab {cfg.vocab_size:,} · {plural(cfg.num_layers, 'layer')} · d_model {cfg.d_model:,} · "
         f"{heads} · " + " · ".join(extras)
@@ -120,6 +122,11 @@ def kv_cache_formula(cfg) -> str:
         return (
             f"KV cache = {entry} · L_attn · S · B · bytes + L_ssm · B · ((H·P + 2·G·N) · K · bytes + H · P · N · 4) "
             "(inference; the Mamba2 layers' conv and fp32 SSM states)"
+        )
+    if cfg.short_conv_layers:  # LFM2: K and V on the attention layers, the conv's last K inputs on the others
+        return (
+            f"KV cache = {entry} · L_attn · S · B · bytes + L_conv · B · d · K · bytes "
+            "(inference; the short-convolution layers' conv states)"
         )
     return f"KV cache = {entry} · L · {tokens} · B · bytes (inference)".replace(" · L · Σ_layers", " · Σ_layers")
 

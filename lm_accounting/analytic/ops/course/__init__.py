@@ -27,7 +27,9 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
     if cfg.indexer:
         out.append("a sparse-attention indexer (the live model has none: DeepSeek-V3.2, GLM-5)")
     if cfg.layer_pattern is not None:
-        out.append("a layer pattern with Mamba2 layers (the live model has none: Nemotron-H)")
+        out.append(
+            "a layer pattern with Mamba2 or short-convolution layers (the live model has none: Nemotron-H, LFM2)"
+        )
     later = [u for u in cfg.unsupported_for_replay() if u in NOT_PROGRAMMED]
     if later:
         out.append(
