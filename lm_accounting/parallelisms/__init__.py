@@ -54,9 +54,14 @@ PARALLELISMS: tuple[Parallelism, ...] = (
 """Every parallelism, in the order ``ParallelLayout.label`` names them."""
 
 
+_VALIDATE = tuple({type(p).validate: p.validate for p in PARALLELISMS}.values())
+"""One ``validate`` per distinct rule set (DDP, ZeRO-1 and FSDP2 share the data-parallel one): ``plan`` builds
+tens of thousands of layouts."""
+
+
 def validate(layout: ParallelLayout) -> None:
-    for p in PARALLELISMS:
-        p.validate(layout)
+    for check_layout in _VALIDATE:
+        check_layout(layout)
 
 
 def check(layout: ParallelLayout, cfg: ModelConfig, seq: int | None) -> None:
