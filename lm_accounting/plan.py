@@ -91,7 +91,7 @@ from .analytic.parallel import local_config, peaks_exact, rank_floor, rank_flops
 from .analytic.parallel_report import not_modelled
 from .analytic.params import parameter_breakdown
 from .analytic.pipeline import pipeline_slots, pipeline_stages, stage_floor
-from .analytic.step_time import load, optimizer_seconds, program
+from .analytic.step_time import check_precision, load, optimizer_seconds, program
 from .config import AccountingError, ModelConfig
 from .gpus import DEFAULT_ALLOWANCE, GPU, MemoryBudget, gpu, memory_budget
 from .layout import ParallelLayout
@@ -197,6 +197,7 @@ def estimate_step(
     """One step of ``layout`` (its ``micro_batches`` of ``micro_batch`` sequences per data-parallel rank; one GPU:
     ``ParallelLayout()``) priced as ``plan`` prices every candidate, with ``impl``'s program (``plan``: course)."""
     check_efficiency(efficiency)
+    check_precision(load(gpu(gpu_name).name), setup)
     pricing = _Pricing(cfg, seq, gpu(gpu_name), efficiency, internode_bw, impl)
     return pricing.estimate(micro_batch, setup, layout, pricing.step_times(micro_batch, setup, layout))
 
@@ -582,7 +583,8 @@ def check_plan(
     if top < 1:
         raise AccountingError(f"top must be at least 1, got {top}")
     check_efficiency(efficiency)
-    load(basis.gpu.name)  # a GPU lacking a figure the step-time model needs: one line
+    # a GPU lacking a figure the step-time model needs, or bf16 (plan trains in amp-bf16): one line
+    check_precision(load(basis.gpu.name), TrainingSetup(precision="amp-bf16"))
     if global_batch_tokens % seq:
         lower = global_batch_tokens // seq * seq
         near = f"{lower:,} or {lower + seq:,}" if lower else f"{seq:,}"

@@ -285,14 +285,22 @@ def test_a_table_without_unaligned_rows_names_the_dimension():
     )
 
 
-def test_a_gpu_lacking_a_figure_the_model_needs_is_one_line():
-    """A GPU without a table of its own is priced on the H100's, scaled (tests/test_train_time_model.py); one
-    without a dense bf16 peak in gpus.py (the V100) cannot be."""
+def test_a_gpu_without_bf16_prices_fp32_steps_only():
+    """A GPU without a table of its own is priced on the H100's, scaled (tests/test_train_time_model.py).  The V100
+    has no bf16 (its datasheet: fp32 15.7 TFLOP/s, fp16 tensor cores): its table keeps the fp32 rows, each H100
+    second × 67 / 15.7 (the H100 SXM's dense fp32 over the V100's), and a bf16 step is refused in one line."""
+    from lm_accounting.analytic.step_time import check_precision
     from lm_accounting.config import AccountingError
 
     assert load("a100-80gb").scaled_from
-    with pytest.raises(AccountingError, match="the step-time model needs v100's dense bf16 figure"):
-        load("v100")
+    v100, h100 = load("v100"), load("h100-80gb")
+    assert {dtype for dtype, _ in v100.gemm} == {"float32"} and all(r["dtype"] == "float32" for r in v100.attention)
+    mnk = next(iter(h100.gemm["float32", "nt"]))
+    assert v100.gemm["float32", "nt"][mnk] == pytest.approx(h100.gemm["float32", "nt"][mnk] * 67 / 15.7, rel=1e-12)
+    check_precision(v100, TrainingSetup(precision="fp32"))
+    for precision in ("bf16", "amp-bf16"):
+        with pytest.raises(AccountingError, match=f"v100 has no bf16 .* not {precision}$"):
+            check_precision(v100, TrainingSetup(precision=precision))
 
 
 def test_the_time_model_imports_no_torch():
@@ -347,7 +355,7 @@ def test_train_time_prints_the_calibrated_step_on_an_h100(run_cli):
     [
         (("--gpu", "h100-sxm", "--efficiency", "0"), "--efficiency must be in (0, 1.5], got 0.0"),
         (("--gpu", "h100-sxm", "--efficiency", "1.6"), "--efficiency must be in (0, 1.5], got 1.6"),
-        (("--gpu", "v100", "--efficiency", "1.1"), "the step-time model needs v100's dense bf16 figure"),
+        (("--gpu", "v100", "--precision", "amp-bf16"), "GPU 'v100' has no 'bf16' figure (valid: fp32, fp16)"),
     ],
 )
 def test_train_time_refuses_a_bad_efficiency_in_one_line(run_cli, args, message):

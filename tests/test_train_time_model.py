@@ -152,7 +152,7 @@ def test_a_gpu_without_a_table_is_priced_on_the_scaled_h100_and_says_so(run_cli)
         (("train-time", "gpt2-small", "-S", "256", "--mfu", "0.5"), "No such option '--mfu'"),
         (
             ("plan", "llama-3-8b", "--tokens", "10", "--gpu", "v100"),
-            "the step-time model needs v100's dense bf16 figure",
+            "v100 has no bf16 (its datasheet's tensor cores take fp16, which lm-accounting does not train in)",
         ),
     ],
 )

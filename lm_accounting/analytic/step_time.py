@@ -221,20 +221,24 @@ def _slowdowns(gpu: str) -> dict:
 
 def _scaled(name: str) -> Calibration:
     """The H100's table scaled to ``name``'s datasheet figures: seconds × the H100's peak / the GPU's for GEMMs and
-    attention (per dtype), bandwidths × the GPU's HBM bandwidth / the H100's."""
+    attention (per dtype), bandwidths × the GPU's HBM bandwidth / the H100's.  A GPU with no bf16 in its datasheet
+    (the V100) gets the fp32 rows only: its bf16 steps are refused (``check_precision``)."""
     from ..gpus import gpu
 
     g, ref = gpu(name), gpu(REFERENCE)
-    missing = [d for d in TORCH_DTYPES.values() if d not in g.peak] + ([] if g.bandwidth else ["HBM bandwidth"])
+    missing = [d for d in ("fp32",) if d not in g.peak] + ([] if g.bandwidth else ["HBM bandwidth"])
     if missing:
         raise AccountingError(
             f"the step-time model needs {g.name}'s dense {' and '.join(missing)} figure(s), which gpus.py lacks"
         )
     base = load(REFERENCE)
-    flops = {t: ref.peak[d] / g.peak[d] for t, d in TORCH_DTYPES.items()}  # seconds scale
+    flops = {t: ref.peak[d] / g.peak[d] for t, d in TORCH_DTYPES.items() if d in g.peak}  # seconds scale
     memory = g.bandwidth / ref.bandwidth  # bytes/s scale
-    gemm = {(t, lay): {mnk: s * flops[t] for mnk, s in table.items()} for (t, lay), table in base.gemm.items()}
-    attention = [{**r, "seconds": str(float(r["seconds"]) * flops[r["dtype"]])} for r in base.attention]
+    gemm = {(t, lay): {mnk: s * flops[t] for mnk, s in table.items()}
+            for (t, lay), table in base.gemm.items() if t in flops}  # fmt: skip
+    attention = [{**r, "seconds": str(float(r["seconds"]) * flops[r["dtype"]])}
+                 for r in base.attention if r["dtype"] in flops]  # fmt: skip
+    peaks = ", ".join(f"{d} x{1 / flops[t]:.3f}" for t, d in TORCH_DTYPES.items() if t in flops)
     return Calibration(
         g.name,
         {"gpu": g.label, "torch": base.env.get("torch", "?")},
@@ -242,13 +246,21 @@ def _scaled(name: str) -> Calibration:
         attention,
         base.bandwidth * memory,
         base.kernel_overhead,
-        {k: v * memory for k, v in base.optimizer.items()},
-        f"{ref.label}: dense peak {', '.join(f'{d} x{1 / flops[t]:.3f}' for t, d in TORCH_DTYPES.items())}, "
-        f"HBM x{memory:.3f}",
+        {k: v * memory for k, v in base.optimizer.items() if k[1] in flops},
+        f"{ref.label}: dense peak {peaks}{'' if 'bfloat16' in flops else ' (no bf16)'}, HBM x{memory:.3f}",
         unaligned=base.unaligned,  # a ratio of two times on one GPU: kept as measured
-        rates={k: v * memory for k, v in base.rates.items()},
-        index_put={dtype: _scaled_puts(cells, memory) for dtype, cells in base.index_put.items()},
+        rates={k: v * memory for k, v in base.rates.items() if k[1] in flops},
+        index_put={dtype: _scaled_puts(cells, memory) for dtype, cells in base.index_put.items() if dtype in flops},
     )
+
+
+def check_precision(cal: Calibration, setup: TrainingSetup) -> None:
+    """Refuse, in one line, a bf16 or amp-bf16 step on a GPU whose table has no bf16 rows (``_scaled``)."""
+    if setup.precision != "fp32" and ("bfloat16", "nt") not in cal.gemm:
+        raise AccountingError(
+            f"{cal.gpu} has no bf16 (its datasheet's tensor cores take fp16, which lm-accounting does not train in): "
+            f"the step-time model prices --precision fp32 there, not {setup.precision}"
+        )
 
 
 def _scaled_puts(cells: dict, memory: float) -> dict:
@@ -582,6 +594,7 @@ def predict_step_time(
     on ``gpu`` (one GPU): see the module docstring.  Raises ``AccountingError`` for a GPU lacking a figure the
     model needs and ``ValueError`` for a step the op library does not model on cuda."""
     cal = load(gpu)
+    check_precision(cal, setup)
     prog = program(cfg, seq, setup, impl)
     phases, unaligned = prog.at(batch, cal)
     optimizer = optimizer_seconds(prog.param_bytes, setup, cal)
