@@ -53,8 +53,9 @@ def index(t: Tensor, ids: Tensor, dim: int = 0) -> Tensor:
     def back(ctx, g, i):
         grad = _into_zeros(shape, dtype, "index_put")
         current().target.index_put(i)  # CUDA: the ids sorted beside the zeros
-        # the accumulation itself, in place: i.numel rows of the gradient summed into shape[dim] slots
-        current().note("index_put", dtype, ids.numel, numel(shape[:dim] + shape[dim + 1 :]), shape[dim])
+        # the accumulation itself, in place: i.numel rows summed into shape[dim] slots (the saved ``i``: a closure
+        # over ``ids`` would keep its storage alive until the node dies)
+        current().note("index_put", dtype, i.numel, numel(shape[:dim] + shape[dim + 1 :]), shape[dim])
         return (grad,)
 
     make = lambda: (empty(shape[:dim] + ids.shape + shape[dim + 1 :], dtype, "index"),)
