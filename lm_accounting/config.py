@@ -1009,7 +1009,7 @@ class ModelConfig:
         norm = {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}[self.norm]
         parts = [
             {"pre": f"pre-{norm}", "sandwich": f"sandwich {norm}", "post": f"post-{norm}"}[self.norm_placement],
-            MLP_NAMES[self.mlp],
+            *([MLP_NAMES[self.mlp]] if self.dense_layers or self.moe else []),  # none in a pure Mamba2
             {"rope": "RoPE", "learned": "learned positions", "alibi": "ALiBi", "none": "no positions"}[self.positions],
         ]
         if self.partial_rotary:
@@ -1096,6 +1096,8 @@ class ModelConfig:
         """The architecture family in words: which published model these options describe."""
         if self.all_experts_run or self.attention_chunk is not None:
             return "Llama 4-style (chunked attention, NoPE layers, shared + routed experts)"
+        if self.layer_pattern is not None and set(self.layer_pattern) == {"M"}:
+            return "Mamba2 (state-space: every layer a Mamba2 mixer, no attention, no MLP)"
         if self.layer_pattern is not None:
             style = "Nemotron-H-style"
             if self.mixer_ffn:

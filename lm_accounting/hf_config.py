@@ -165,6 +165,7 @@ SUPPORTED_MODEL_TYPES = (
     "bamba",
     "granitemoehybrid",
     "falcon_h1",
+    "mamba2",
 )
 
 
@@ -374,6 +375,17 @@ IGNORED_BY_TYPE = {
         ]
     ),
     "qwen3_5_moe_text": frozenset(["output_router_logits", "router_aux_loss_coef"]),
+    "mamba2": frozenset(
+        [
+            "time_step_rank",
+            "time_step_min",
+            "time_step_max",
+            "time_step_floor",
+            "time_step_limit",
+            "residual_in_fp32",
+            "rescale_prenorm_residual",
+        ]
+    ),
     "qwen3_5": DEFINED_FIELDS["qwen3_5"] - COMMON_FIELDS - {"text_config"},
     "qwen3_5_moe": DEFINED_FIELDS["qwen3_5_moe"] - COMMON_FIELDS - {"text_config"},
     "llama4": DEFINED_FIELDS["llama4"] - COMMON_FIELDS - {"text_config"} | {"tie_word_embeddings"},  # TIED_BY_TEXT
@@ -2122,6 +2134,55 @@ def _falcon_h1(f: _Fields) -> dict[str, Any]:
     }
 
 
+SSM_CONTEXT = 2048
+"""The context of a pure state-space model read from its config.json (the default ``--context``): its class has no
+``max_position_embeddings`` (no position limit), so the 2,048 tokens the Mamba and Mamba2 papers train at (Gu & Dao
+2023, arXiv:2312.00752, §4.2; Dao & Gu 2024, arXiv:2405.21060, §9.2).  It sizes nothing: no parameter depends on it."""
+
+
+def _mamba2(f: _Fields) -> dict[str, Any]:
+    """Mamba2 (transformers' models/mamba2, ``Mamba2ForCausalLM``, config ``Mamba2Config``): ``num_hidden_layers``
+    ``Mamba2Block`` blocks, each ``x + mixer(norm(x))`` with an RMSNorm and a ``Mamba2Mixer`` (Nemotron-H's Mamba2 mixer:
+    ``num_heads`` × ``head_dim``, ``n_groups`` groups of ``state_size``, a conv of ``conv_kernel`` taps, chunks of
+    ``chunk_size``, the gated RMSNorm), then ``norm_f`` and ``lm_head`` (tied to the embeddings by
+    ``tie_word_embeddings``): our ``layer_pattern`` of ``M`` only, no attention and no MLP.  The class requires
+    ``hidden_size · expand = num_heads · head_dim`` (``validate_architecture``; refused otherwise, as transformers
+    refuses it).  The mixer builds ``in_proj``/``out_proj`` with ``use_bias`` and the conv with ``use_conv_bias``:
+    only False and True are modelled.  Ignored (no count changes): ``time_step_rank`` (the mixer keeps it and builds
+    nothing with it), the time-step limits and initialisation, ``residual_in_fp32`` (the residual's dtype),
+    ``rescale_prenorm_residual``.  No attention heads and no MLP width: ``num_heads`` 1 and ``d_ff`` = d (they size
+    nothing without ``*`` or ``-`` layers); the context is ``SSM_CONTEXT``."""
+    f.only("use_bias", (False,), "Mamba2 in_proj and out_proj without biases (Mamba2Config's default)")
+    f.only("use_conv_bias", (True,), "a Mamba2 conv1d with a bias (Mamba2Config's default)")
+    f.only("hidden_act", ("silu",), "a Mamba2 mixer with SiLU after its conv (Mamba2Config's default)")
+    d, heads, head = f.int("hidden_size"), f.int("num_heads"), f.int("head_dim")
+    expand = f.int("expand")
+    if d * expand != heads * head:
+        raise f.error(
+            f"hidden_size · expand = {d} · {expand} must equal num_heads · head_dim = {heads} · {head} "
+            "(Mamba2Config refuses it)"
+        )
+    layers = f.int("num_hidden_layers")
+    return {
+        "vocab_size": f.int("vocab_size"),
+        "d_model": d,
+        "num_layers": layers,
+        "num_heads": 1,
+        "d_ff": d,
+        "context_length": SSM_CONTEXT,
+        "norm_eps": f.number("layer_norm_epsilon", 1e-5),
+        "tie_embeddings": f.bool("tie_word_embeddings", False),
+        "positions": "none",
+        "layer_pattern": "M" * layers,
+        "mamba_heads": heads,
+        "mamba_head_dim": head,
+        "mamba_state_size": f.int("state_size"),
+        "mamba_groups": f.int("n_groups"),
+        "mamba_conv_kernel": f.int("conv_kernel"),
+        "mamba_chunk_size": f.int("chunk_size"),
+    }
+
+
 GRANITE_HYBRID_LETTERS = {"linear_attention": "M", "full_attention": "*", "mamba": "M", "attention": "*"}
 """Granite-4.0-H's ``layer_types``, the transformers 5 names and the legacy ones ``remap_legacy_layer_types``
 (configuration_utils.py) renames, as ``layer_pattern`` letters."""
@@ -2253,6 +2314,7 @@ MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "bamba": _bamba,
     "granitemoehybrid": _granitemoehybrid,
     "falcon_h1": _falcon_h1,
+    "mamba2": _mamba2,
 }
 assert tuple(MAPPINGS) == SUPPORTED_MODEL_TYPES
 

@@ -500,6 +500,15 @@ DEFINED_FIELDS: dict[str, frozenset[str]] = {
             time_step_limit use_cache vocab_size z_loss_coefficient
         """
     ),
+    "mamba2": COMMON_FIELDS
+    | _names(
+        """
+            bos_token_id chunk_size conv_kernel eos_token_id expand head_dim hidden_act hidden_size layer_norm_epsilon
+            n_groups num_heads num_hidden_layers pad_token_id rescale_prenorm_residual residual_in_fp32 state_size
+            time_step_floor time_step_limit time_step_max time_step_min time_step_rank use_bias use_cache
+            use_conv_bias vocab_size
+        """
+    ),
     "nemotron_h": COMMON_FIELDS
     | _names(
         """
@@ -724,6 +733,7 @@ CONFIG_CLASSES = {
     "kimi_k25": "Kimi_K25Config",
     "qwen3_next": "Qwen3NextConfig",
     "nemotron_h": "NemotronHConfig",
+    "mamba2": "Mamba2Config",
     "bamba": "BambaConfig",
     "falcon_h1": "FalconH1Config",
     "granitemoehybrid": "GraniteMoeHybridConfig",
@@ -981,6 +991,20 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         "mamba_expand": 2,
         "mamba_chunk_size": 256,
         "rope_theta": 10000.0,
+    },
+    "mamba2": {
+        "num_heads": 128,
+        "head_dim": 64,
+        "state_size": 128,
+        "layer_norm_epsilon": 1e-05,
+        "expand": 2,
+        "conv_kernel": 4,
+        "n_groups": 8,
+        "use_bias": False,
+        "use_conv_bias": True,
+        "hidden_act": "silu",
+        "chunk_size": 256,
+        "tie_word_embeddings": False,
     },
     "nemotron_h": {
         "num_key_value_heads": 8,

@@ -60,6 +60,12 @@ def describe_config(cfg: ModelConfig) -> str:
             f"Mamba2 on {plural(cfg.mamba_layers, 'layer')}, attention on {cfg.attention_layers}, an MLP on "
             f"{cfg.dense_layers}{mamba}"
         )
+    if cfg.layer_pattern is not None and set(cfg.layer_pattern) == {"M"}:  # a pure Mamba2: no heads, no d_ff
+        extras = extras[len(_ffn_widths(cfg)) + 1 :]
+        return (
+            f"{cfg.name}: vocab {cfg.vocab_size:,} · {plural(cfg.num_layers, 'layer')} · d_model {cfg.d_model:,} · "
+            + (" · ".join(extras))
+        )
     return (
         f"{cfg.name}: vocab {cfg.vocab_size:,} · {plural(cfg.num_layers, 'layer')} · d_model {cfg.d_model:,} · "
         f"{heads} · " + " · ".join(extras)
