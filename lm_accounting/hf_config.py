@@ -166,6 +166,8 @@ SUPPORTED_MODEL_TYPES = (
     "granitemoehybrid",
     "falcon_h1",
     "mamba2",
+    "mamba",
+    "falcon_mamba",
 )
 
 
@@ -281,6 +283,23 @@ not build (so neither do we: DeepSeek-V3's 671B excludes its 14B MTP layer).  ``
 step's tensors: ``_deepseek`` reads them (``ModelConfig.expert_groups`` ...); a read field is never listed as
 ignored, and a type that shares this list without the reader (GLM-4-MoE) ignores them."""
 
+_MAMBA_IGNORED = (
+    "intermediate_size",
+    "time_step_scale",
+    "time_step_min",
+    "time_step_max",
+    "time_step_init_scheme",
+    "time_step_floor",
+    "residual_in_fp32",
+    "rescale_prenorm_residual",
+    "use_mambapy",
+    "use_associative_scan",
+)
+"""Mamba's and Falcon-Mamba's fields that change no count: ``intermediate_size`` (``MambaConfig.__post_init__``
+overwrites it with ``expand · hidden_size``), the time step's initialisation, the residual's dtype, and the scan's
+alternatives to the sequential loop (mambapy's ``pscan``, a compiled associative scan: the same read-out matmul by C,
+2·B·S·E·N, and elementwise work otherwise)."""
+
 IGNORED_BY_TYPE = {
     "gpt2": frozenset(
         [
@@ -386,6 +405,8 @@ IGNORED_BY_TYPE = {
             "rescale_prenorm_residual",
         ]
     ),
+    "mamba": frozenset(_MAMBA_IGNORED),
+    "falcon_mamba": frozenset([*_MAMBA_IGNORED, "mixer_rms_eps", "use_falcon_mambapy"]),
     "qwen3_5": DEFINED_FIELDS["qwen3_5"] - COMMON_FIELDS - {"text_config"},
     "qwen3_5_moe": DEFINED_FIELDS["qwen3_5_moe"] - COMMON_FIELDS - {"text_config"},
     "llama4": DEFINED_FIELDS["llama4"] - COMMON_FIELDS - {"text_config"} | {"tie_word_embeddings"},  # TIED_BY_TEXT
@@ -2183,6 +2204,50 @@ def _mamba2(f: _Fields) -> dict[str, Any]:
     }
 
 
+def _mamba(f: _Fields, norms: str = "none") -> dict[str, Any]:
+    """Mamba (transformers' models/mamba, ``MambaForCausalLM``, config ``MambaConfig``): ``num_hidden_layers``
+    ``MambaBlock`` blocks, each ``x + mixer(norm(x))`` with an RMSNorm and a ``MambaMixer`` (``config.SSM_FIELDS``:
+    ``expand · hidden_size`` channels, ``state_size``, a dt rank of ``time_step_rank``, "auto" = ⌈hidden_size / 16⌉
+    as ``__post_init__`` resolves it, a conv of ``conv_kernel`` taps), then ``norm_f`` and ``lm_head`` (tied by
+    ``tie_word_embeddings``, default true): our ``layer_pattern`` of ``S`` only, no attention and no MLP.  The mixer
+    builds ``in_proj``/``out_proj`` with ``use_bias`` and the conv with ``use_conv_bias``: only False and True are
+    modelled; ``hidden_act`` SiLU only.  Ignored: ``_MAMBA_IGNORED``.  No attention heads and no MLP width:
+    ``num_heads`` 1 and ``d_ff`` = d (they size nothing); the context is ``SSM_CONTEXT``.  ``norms``: Falcon-Mamba's
+    weightless RMSNorms on dt, B and C (``_falcon_mamba``)."""
+    what = CONFIG_CLASSES[f.model_type]
+    f.only("use_bias", (False,), f"Mamba in_proj and out_proj without biases ({what}'s default)")
+    f.only("use_conv_bias", (True,), f"a Mamba conv1d with a bias ({what}'s default)")
+    f.only("hidden_act", ("silu",), f"a Mamba mixer with SiLU after its conv ({what}'s default)")
+    d, layers = f.int("hidden_size"), f.int("num_hidden_layers")
+    rank = f.raw("time_step_rank", "auto")
+    rank = -(-d // 16) if rank == "auto" else f.int("time_step_rank")
+    return {
+        "vocab_size": f.int("vocab_size"),
+        "d_model": d,
+        "num_layers": layers,
+        "num_heads": 1,
+        "d_ff": d,
+        "context_length": SSM_CONTEXT,
+        "norm_eps": f.number("layer_norm_epsilon", 1e-5),
+        "tie_embeddings": f.bool("tie_word_embeddings", True),
+        "positions": "none",
+        "layer_pattern": "S" * layers,
+        "ssm_inner": f.int("expand") * d,
+        "ssm_state_size": f.int("state_size"),
+        "ssm_dt_rank": rank,
+        "ssm_conv_kernel": f.int("conv_kernel"),
+        "ssm_norms": norms,
+    }
+
+
+def _falcon_mamba(f: _Fields) -> dict[str, Any]:
+    """Falcon-Mamba (transformers' models/falcon_mamba, ``FalconMambaForCausalLM``): Mamba's model (``_mamba``) whose
+    mixer normalises dt, B and C after ``x_proj`` with ``FalconMambaWeightlessRMSNorm`` (``mixer_rms_eps``; its
+    ``weight`` is a non-persistent buffer: no parameter, elementwise FLOPs only).  ``use_falcon_mambapy`` picks
+    mambapy's scan, not the count (ignored, as ``use_mambapy``)."""
+    return _mamba(f, "weightless")
+
+
 GRANITE_HYBRID_LETTERS = {"linear_attention": "M", "full_attention": "*", "mamba": "M", "attention": "*"}
 """Granite-4.0-H's ``layer_types``, the transformers 5 names and the legacy ones ``remap_legacy_layer_types``
 (configuration_utils.py) renames, as ``layer_pattern`` letters."""
@@ -2315,6 +2380,8 @@ MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "granitemoehybrid": _granitemoehybrid,
     "falcon_h1": _falcon_h1,
     "mamba2": _mamba2,
+    "mamba": _mamba,
+    "falcon_mamba": _falcon_mamba,
 }
 assert tuple(MAPPINGS) == SUPPORTED_MODEL_TYPES
 

@@ -500,6 +500,24 @@ DEFINED_FIELDS: dict[str, frozenset[str]] = {
             time_step_limit use_cache vocab_size z_loss_coefficient
         """
     ),
+    "mamba": COMMON_FIELDS
+    | _names(
+        """
+            bos_token_id conv_kernel eos_token_id expand hidden_act hidden_size intermediate_size layer_norm_epsilon
+            num_hidden_layers pad_token_id rescale_prenorm_residual residual_in_fp32 state_size time_step_floor
+            time_step_init_scheme time_step_max time_step_min time_step_rank time_step_scale use_associative_scan
+            use_bias use_cache use_conv_bias use_mambapy vocab_size
+        """
+    ),
+    "falcon_mamba": COMMON_FIELDS
+    | _names(
+        """
+            bos_token_id conv_kernel eos_token_id expand hidden_act hidden_size intermediate_size layer_norm_epsilon
+            mixer_rms_eps num_hidden_layers pad_token_id rescale_prenorm_residual residual_in_fp32 state_size
+            time_step_floor time_step_init_scheme time_step_max time_step_min time_step_rank time_step_scale
+            use_associative_scan use_bias use_cache use_conv_bias use_falcon_mambapy use_mambapy vocab_size
+        """
+    ),
     "mamba2": COMMON_FIELDS
     | _names(
         """
@@ -734,6 +752,8 @@ CONFIG_CLASSES = {
     "qwen3_next": "Qwen3NextConfig",
     "nemotron_h": "NemotronHConfig",
     "mamba2": "Mamba2Config",
+    "mamba": "MambaConfig",
+    "falcon_mamba": "FalconMambaConfig",
     "bamba": "BambaConfig",
     "falcon_h1": "FalconH1Config",
     "granitemoehybrid": "GraniteMoeHybridConfig",
@@ -991,6 +1011,28 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         "mamba_expand": 2,
         "mamba_chunk_size": 256,
         "rope_theta": 10000.0,
+    },
+    "mamba": {
+        "state_size": 16,
+        "layer_norm_epsilon": 1e-05,
+        "expand": 2,
+        "conv_kernel": 4,
+        "use_bias": False,
+        "use_conv_bias": True,
+        "hidden_act": "silu",
+        "time_step_rank": "auto",
+        "tie_word_embeddings": True,
+    },
+    "falcon_mamba": {
+        "state_size": 16,
+        "layer_norm_epsilon": 1e-05,
+        "expand": 2,
+        "conv_kernel": 4,
+        "use_bias": False,
+        "use_conv_bias": True,
+        "hidden_act": "silu",
+        "time_step_rank": "auto",
+        "tie_word_embeddings": True,
     },
     "mamba2": {
         "num_heads": 128,

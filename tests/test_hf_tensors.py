@@ -21,6 +21,7 @@ from test_arch_bloom import CONFIGS as BLOOM
 from test_arch_dsa import TINY_CONFIGS as DSA
 from test_arch_ernie4_5_moe import CONFIGS as ERNIE
 from test_arch_llama4 import CONFIGS as LLAMA4
+from test_arch_mamba import TINY_CONFIGS as SSM
 from test_arch_mamba2 import TINY_CONFIGS as MAMBA2
 from test_arch_olmo import CONFIGS as OLMO
 from test_arch_parallel_block import CONFIGS as PARALLEL
@@ -49,6 +50,7 @@ def one_per_type() -> dict[str, dict]:
         [*DSA.values()],  # DeepSeek-V3.2, GLM-5
         [*LLAMA4.values()],  # Llama 4's text model
         [*MAMBA2.values()],  # the Mamba2 hybrids: Nemotron-H, Bamba
+        [*SSM.values()],  # the state-space models: Mamba2, Mamba, Falcon-Mamba
     ]
     for table in tables:
         for values in table:

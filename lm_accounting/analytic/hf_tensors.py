@@ -95,6 +95,15 @@ def _linear_attention(cfg: ModelConfig) -> list[int]:
     return first + [cfg.linear_value_head_dim, vd * d, d * conv, d * vd, d * hv, d * hv]
 
 
+def _ssm_mixer(cfg: ModelConfig) -> list[int]:
+    """A Mamba (v1) mixer's tensors (``MambaMixer``): its own ``A_log`` and ``D``, then conv1d (weight, bias),
+    ``in_proj``, ``x_proj``, ``dt_proj`` (weight, bias), ``out_proj``, and Jamba's dt/B/C norms (Falcon-Mamba's are
+    buffers)."""
+    d, e, n, r = cfg.d_model, cfg.ssm_inner, cfg.ssm_state_size, cfg.ssm_dt_rank
+    norms = [r, n, n] if cfg.ssm_norms == "rmsnorm" else []
+    return [e * n, e, e * cfg.ssm_conv_kernel, e, d * 2 * e, e * cfg.ssm_x_width, r * e, e, e * d, *norms]
+
+
 def _pattern_layer(cfg: ModelConfig, layer: int) -> list[int]:
     """A ``layer_pattern`` block (``NemotronHBlock``): its norm, then its mixer's tensors: a Mamba2 mixer's own
     ``dt_bias``, ``A_log``, ``D``, then conv1d (weight, bias), ``in_proj``, the gated norm (none without
@@ -111,6 +120,8 @@ def _pattern_layer(cfg: ModelConfig, layer: int) -> list[int]:
         return _mlp(cfg, layer) + mamba + _attention(cfg) + [d, d]
     if kind == "M":
         mixer = mamba
+    elif kind == "S":
+        mixer = _ssm_mixer(cfg)
     elif kind == "*":
         mixer = _attention(cfg)
     elif kind == "E":  # NemotronHMoE: experts (up, down), the router, the shared expert, the latent projections

@@ -54,6 +54,8 @@ from .flops import (
     mamba_conv_flops,
     mamba_conv_update_flops,
     ssd_step_flops,
+    ssm_conv_flops,
+    ssm_conv_update_flops,
     windowed_attention_flops,
 )
 from .memory import kv_cache_bytes
@@ -389,6 +391,9 @@ def _short_prompt_conv(base: Breakdown, cfg: ModelConfig, prompt: int, batch: in
     if cfg.mamba_layers and prompt < cfg.mamba_conv_kernel:  # Mamba2's conv: the same padding by the cache
         per = mamba_conv_flops(cfg, batch, cfg.mamba_conv_kernel)
         rows["layers.*.mamba.conv1d"] = (cfg.mamba_layers, per, "cache-padded to K inputs: 2·B·(H·P + 2·G·N)·(2K−1)·K")
+    if cfg.ssm_layers and prompt < cfg.ssm_conv_kernel:  # Mamba's conv: the same padding by the cache
+        per = ssm_conv_flops(cfg, batch, cfg.ssm_conv_kernel)
+        rows["layers.*.ssm.conv1d"] = (cfg.ssm_layers, per, "cache-padded to K inputs: 2·B·E·(2K−1)·K")
     if not rows:
         return base
     items = [
@@ -418,6 +423,8 @@ def _recurrent_decode(base: Breakdown, cfg: ModelConfig, batch: int) -> Breakdow
         rows["layers.*.mamba.core"] = (cfg.mamba_layers, ssd_step_flops(cfg, batch), "state update: 2·B·H·P·N")
         text = "conv update: 2·B·(H·P + 2·G·N)·2·K"
         rows["layers.*.mamba.conv1d"] = (cfg.mamba_layers, mamba_conv_update_flops(cfg, batch), text)
+    if cfg.ssm_layers:  # Mamba: mamba_selective_state_update's read-out is the scan's at S = 1; the conv is updated
+        rows["layers.*.ssm.conv1d"] = (cfg.ssm_layers, ssm_conv_update_flops(cfg, batch), "conv update: 2·B·E·2·K")
     if not rows:
         return base
     items = [

@@ -20,7 +20,9 @@ recurrent state, (B, H_v, d_k, d_v) in fp32 (``torch_chunk_gated_delta_rule`` co
 keeps ``zeros_like`` it).  tests/test_arch_qwen3_next.py checks both against the cache object after a prefill.
 A Mamba2 layer (Nemotron-H's ``M``) likewise keeps a conv state, (B, conv_dim, K) in the model's dtype, and the SSM
 state, (B, H, P, N) in fp32 (``mamba2_chunk_scan`` computes in fp32 and hands its final state to the cache as it
-is); tests/test_arch_mamba2.py checks them.
+is); tests/test_arch_mamba2.py checks them.  A Mamba (v1) layer (``S``: Mamba, Falcon-Mamba, Jamba) keeps its conv
+state, (B, E, K) in the model's dtype, and the SSM state, (B, E, N) in fp32 (the scan's discretised A is fp32, so
+its state is; ``mamba_selective_scan`` hands it to the cache as it is); tests/test_arch_mamba.py checks them.
 """
 
 from __future__ import annotations
@@ -54,6 +56,10 @@ def linear_state_bytes(cfg: ModelConfig, batch: int, dtype: str) -> int:
         conv = batch * cfg.mamba_conv_dim * cfg.mamba_conv_kernel * DTYPE_BYTES[dtype]
         state = batch * cfg.mamba_heads * cfg.mamba_head_dim * cfg.mamba_state_size
         total += cfg.mamba_layers * (conv + state * RECURRENT_STATE_BYTES)
+    if cfg.ssm_layers:  # Mamba (v1): B · E · K of dtype and B · E · N fp32
+        conv = batch * cfg.ssm_inner * cfg.ssm_conv_kernel * DTYPE_BYTES[dtype]
+        state = batch * cfg.ssm_inner * cfg.ssm_state_size
+        total += cfg.ssm_layers * (conv + state * RECURRENT_STATE_BYTES)
     return total
 
 
