@@ -168,6 +168,7 @@ SUPPORTED_MODEL_TYPES = (
     "mamba2",
     "mamba",
     "falcon_mamba",
+    "jamba",
 )
 
 
@@ -407,6 +408,16 @@ IGNORED_BY_TYPE = {
     ),
     "mamba": frozenset(_MAMBA_IGNORED),
     "falcon_mamba": frozenset([*_MAMBA_IGNORED, "mixer_rms_eps", "use_falcon_mambapy"]),
+    "jamba": frozenset(
+        [
+            "use_mamba_kernels",
+            "use_mambapy",
+            "use_associative_scan",
+            "output_router_logits",
+            "router_aux_loss_coef",
+            "attention_dropout",
+        ]
+    ),
     "qwen3_5": DEFINED_FIELDS["qwen3_5"] - COMMON_FIELDS - {"text_config"},
     "qwen3_5_moe": DEFINED_FIELDS["qwen3_5_moe"] - COMMON_FIELDS - {"text_config"},
     "llama4": DEFINED_FIELDS["llama4"] - COMMON_FIELDS - {"text_config"} | {"tie_word_embeddings"},  # TIED_BY_TEXT
@@ -2248,6 +2259,70 @@ def _falcon_mamba(f: _Fields) -> dict[str, Any]:
     return _mamba(f, "weightless")
 
 
+def _jamba(f: _Fields) -> dict[str, Any]:
+    """Jamba (transformers' models/jamba, ``JambaForCausalLM``, config ``JambaConfig``): Llama's two-sublayer block
+    (``mixer_ffn``: ``input_layernorm``, a mixer, ``pre_ff_layernorm``, an FFN) whose mixer is attention on the layers
+    i with i % ``attn_layer_period`` = ``attn_layer_offset`` (``JambaAttention``: GQA q/k/v/o without bias and without
+    any position encoding, heads of ``head_dim`` when the file sets it, else hidden_size / heads) and a
+    ``JambaMambaMixer`` on the others (``S``: Mamba's mixer with ``mamba_expand · hidden_size`` channels, state
+    ``mamba_d_state``, dt rank ``mamba_dt_rank``, "auto" = ⌈hidden_size / 16⌉, a conv of ``mamba_d_conv`` taps, and
+    RMSNorms with gains on dt, B and C: ``ssm_norms`` "rmsnorm"); the FFN is a ``JambaSparseMoeBlock`` (a router
+    without bias, softmax top ``num_experts_per_tok`` of ``num_experts`` SwiGLU experts of ``intermediate_size``, gate
+    and up fused) on the layers i with i % ``expert_layer_period`` = ``expert_layer_offset`` when ``num_experts`` > 1,
+    else a SwiGLU ``JambaMLP`` of ``intermediate_size``.  Experts are placed by our ``moe_every`` = the period, i.e.
+    (i + 1) % period = 0: an offset other than period − 1 is refused (Jamba-v0.1's is 2, 1).  ``mamba_conv_bias``
+    false, ``mamba_proj_bias`` true and an activation other than SiLU (the MLPs' and the mixer's) are refused."""
+    f.only("mamba_conv_bias", (True,), "a Mamba conv1d with a bias (JambaConfig's default)")
+    f.only("mamba_proj_bias", (False,), "Mamba in_proj and out_proj without biases (JambaConfig's default)")
+    f.only("hidden_act", ("silu",), "SiLU in the SwiGLU MLPs and after the Mamba conv (JambaConfig's default)")
+    d, layers = f.int("hidden_size"), f.int("num_hidden_layers")
+    periods = {}
+    for what in ("attn", "expert"):
+        period, offset = f.int(f"{what}_layer_period"), f.raw(f"{what}_layer_offset")
+        if not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset < period:
+            raise f.error(
+                f"field '{what}_layer_offset' must be an integer in 0..{period - 1} ({what}_layer_period {period}; "
+                f"JambaConfig refuses it), got {short_repr(offset)}"
+            )
+        periods[what] = (period, offset)
+    period, offset = periods["attn"]
+    pattern = "".join("*" if i % period == offset else "S" for i in range(layers))
+    period, offset = periods["expert"]
+    experts: dict[str, Any] = {}
+    if f.int("num_experts") > 1 and any(i % period == offset for i in range(layers)):
+        if offset != period - 1:
+            raise f.error(
+                f"expert_layer_offset = {offset} with expert_layer_period = {period}: lm-accounting places the "
+                "experts on the layers i with (i + 1) % period = 0 (offset period − 1) only"
+            )
+        experts = {**_experts(f, "num_experts", None), "moe_every": period}
+    else:  # every FFN a JambaMLP: the routing fields build nothing
+        f.used.add("num_experts_per_tok")
+    rank = f.raw("mamba_dt_rank", "auto")
+    return {
+        **experts,
+        "vocab_size": f.int("vocab_size"),
+        "d_model": d,
+        "num_layers": layers,
+        "num_heads": f.int("num_attention_heads"),
+        "num_kv_heads": f.int("num_key_value_heads", None),
+        "head_dim": f.int("head_dim", None),
+        "d_ff": f.int("intermediate_size"),
+        "context_length": f.int("max_position_embeddings"),
+        "norm_eps": f.number("rms_norm_eps", 1e-6),
+        "tie_embeddings": f.bool("tie_word_embeddings", False),
+        "positions": "none",
+        "mlp": "swiglu",
+        "layer_pattern": pattern,
+        "mixer_ffn": True,
+        "ssm_inner": f.int("mamba_expand") * d,
+        "ssm_state_size": f.int("mamba_d_state"),
+        "ssm_dt_rank": -(-d // 16) if rank == "auto" else f.int("mamba_dt_rank"),
+        "ssm_conv_kernel": f.int("mamba_d_conv"),
+        "ssm_norms": "rmsnorm",
+    }
+
+
 GRANITE_HYBRID_LETTERS = {"linear_attention": "M", "full_attention": "*", "mamba": "M", "attention": "*"}
 """Granite-4.0-H's ``layer_types``, the transformers 5 names and the legacy ones ``remap_legacy_layer_types``
 (configuration_utils.py) renames, as ``layer_pattern`` letters."""
@@ -2382,6 +2457,7 @@ MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "mamba2": _mamba2,
     "mamba": _mamba,
     "falcon_mamba": _falcon_mamba,
+    "jamba": _jamba,
 }
 assert tuple(MAPPINGS) == SUPPORTED_MODEL_TYPES
 

@@ -518,6 +518,17 @@ DEFINED_FIELDS: dict[str, frozenset[str]] = {
             use_associative_scan use_bias use_cache use_conv_bias use_falcon_mambapy use_mambapy vocab_size
         """
     ),
+    "jamba": COMMON_FIELDS
+    | _names(
+        """
+            attention_dropout attn_layer_offset attn_layer_period bos_token_id eos_token_id expert_layer_offset
+            expert_layer_period hidden_act hidden_size intermediate_size mamba_conv_bias mamba_d_conv mamba_d_state
+            mamba_dt_rank mamba_expand mamba_proj_bias max_position_embeddings num_attention_heads num_experts
+            num_experts_per_tok num_hidden_layers num_key_value_heads num_local_experts output_router_logits
+            pad_token_id rms_norm_eps router_aux_loss_coef use_associative_scan use_cache use_mamba_kernels
+            use_mambapy vocab_size
+        """
+    ),
     "mamba2": COMMON_FIELDS
     | _names(
         """
@@ -754,6 +765,7 @@ CONFIG_CLASSES = {
     "mamba2": "Mamba2Config",
     "mamba": "MambaConfig",
     "falcon_mamba": "FalconMambaConfig",
+    "jamba": "JambaConfig",
     "bamba": "BambaConfig",
     "falcon_h1": "FalconH1Config",
     "granitemoehybrid": "GraniteMoeHybridConfig",
@@ -846,6 +858,7 @@ ALIASES: dict[str, dict[str, str]] = {
     "glm_moe_dsa": {"num_local_experts": "n_routed_experts"},
     "nemotron_h": {"layer_types": "layers_block_type", "num_local_experts": "n_routed_experts"},
     "bamba": {"layer_types": "layers_block_type"},
+    "jamba": {"num_local_experts": "num_experts"},
     "falcon_h1": {"layer_types": "layers_block_type"},
     "granitemoehybrid": {"layers_block_type": "layer_types"},
     "gpt_bigcode": {
@@ -1033,6 +1046,24 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         "hidden_act": "silu",
         "time_step_rank": "auto",
         "tie_word_embeddings": True,
+    },
+    "jamba": {
+        "num_key_value_heads": 8,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": False,
+        "hidden_act": "silu",
+        "num_experts_per_tok": 2,
+        "num_experts": 16,
+        "expert_layer_period": 2,
+        "expert_layer_offset": 1,
+        "attn_layer_period": 8,
+        "attn_layer_offset": 4,
+        "mamba_d_state": 16,
+        "mamba_d_conv": 4,
+        "mamba_expand": 2,
+        "mamba_dt_rank": "auto",
+        "mamba_conv_bias": True,
+        "mamba_proj_bias": False,
     },
     "mamba2": {
         "num_heads": 128,

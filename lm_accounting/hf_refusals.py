@@ -17,13 +17,6 @@ def _types(text: str) -> tuple[str, ...]:
 
 
 REASONS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "mamba": (
-        (
-            "Mamba (v1) selective-scan mixer layers, which lm-accounting does not model yet (it models the Mamba2 "
-            "mixer: mamba2, Nemotron-H, Bamba, Granite-4.0-H, Falcon-H1)"
-        ),
-        _types("jamba"),
-    ),
     "zamba": (
         "Zamba's shared attention blocks (one attention block reused across layers), which lm-accounting does not model yet",
         _types("zamba zamba2"),

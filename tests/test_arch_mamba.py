@@ -1,5 +1,5 @@
-"""Pure state-space models (Mamba2, Mamba, Falcon-Mamba): parameters, forward FLOPs and the inference cache, exact
-against transformers 5.24.
+"""State-space models (Mamba2, Mamba, Falcon-Mamba) and the Jamba hybrid: parameters, forward FLOPs and the inference
+cache, exact against transformers 5.24.
 
 transformers' models/mamba2/modeling_mamba2.py: ``Mamba2ForCausalLM`` is ``backbone.embeddings``, one ``Mamba2Block``
 per layer (``x + mixer(norm(x))``: an RMSNorm and a ``Mamba2Mixer``, the mixer of Nemotron-H's ``M`` layers: ``in_proj``
@@ -10,7 +10,11 @@ SSD scan ``mamba2_chunk_scan``, the gated RMSNorm per group, ``out_proj``), ``ba
 over x, ``in_proj`` to x and z, ``x_proj`` to dt's rank and B and C, ``dt_proj`` with a bias, applied as
 ``dt_proj.weight @``, the sequential selective scan ``mamba_selective_scan``, ``out_proj``), read as a pattern of
 ``S`` (``hf_config._mamba``); models/falcon_mamba: the same with weightless RMSNorms on dt, B and C
-(``hf_config._falcon_mamba``).
+(``hf_config._falcon_mamba``).  models/jamba/modeling_jamba.py: ``JambaForCausalLM``, Llama's two-sublayer block
+whose mixer is GQA attention without positions (``JambaAttention``) on the layers i % ``attn_layer_period`` =
+``attn_layer_offset`` and a ``JambaMambaMixer`` (Mamba's, with RMSNorms with gains on dt, B and C) on the others, and
+whose FFN is a ``JambaSparseMoeBlock`` (router, SwiGLU experts with gate and up fused) on the layers i %
+``expert_layer_period`` = ``expert_layer_offset``, a SwiGLU ``JambaMLP`` on the others (``hf_config._jamba``).
 
 Method (tests/test_arch_mamba2.py's): parameters by name on meta at full size; forward FLOPs with FlopCounterMode
 module by module on meta at full size at 1,000 and 4,096 tokens, and on small real CPU tensors at 64 and 100 tokens
@@ -22,7 +26,8 @@ The full-size config: mistralai/Mamba-Codestral-7B-v0.1's config.json, written f
 vocabulary 32,768, untied); the card's 7,285,403,648 parameters (as remembered) is checked below.
 state-spaces/mamba-130m-hf's config.json (from memory: hidden 768, 24 layers, state 16, dt rank 48, vocabulary
 50,280, tied; "130m" checked) and tiiuae/falcon-mamba-7b's (from memory: hidden 4,096, 64 layers, expand 2, state 16,
-dt rank 256, vocabulary 65,024, untied; the card's 7.27B checked).
+dt rank 256, vocabulary 65,024, untied; the card's 7.27B checked); ai21labs/Jamba-v0.1's is ``JambaConfig``'s
+defaults (the class's docstring names it; the card's 52B total and 12B active checked).
 """
 
 import json
@@ -33,7 +38,7 @@ import pytest
 from lm_accounting.analytic.flops import forward_flops, training_flops
 from lm_accounting.analytic.inference import decode_flops, prefill_flops
 from lm_accounting.analytic.memory import kv_cache_bytes
-from lm_accounting.analytic.params import parameter_breakdown
+from lm_accounting.analytic.params import active_parameter_count, parameter_breakdown
 from lm_accounting.hf_config import config_from_hf
 
 torch = pytest.importorskip("torch")
@@ -139,7 +144,33 @@ FALCON_MAMBA_7B = {  # tiiuae/falcon-mamba-7b/config.json, from memory (expand 2
     "use_conv_bias": True,
     "vocab_size": 65024,
 }
-CONFIGS = {"mamba-codestral-7b": CODESTRAL_MAMBA, "mamba-130m": MAMBA_130M, "falcon-mamba-7b": FALCON_MAMBA_7B}
+JAMBA_V01 = {  # ai21labs/Jamba-v0.1: JambaConfig's defaults, its shape fields written out
+    "model_type": "jamba",
+    "vocab_size": 65536,
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "max_position_embeddings": 262144,
+    "num_experts": 16,
+    "num_experts_per_tok": 2,
+    "expert_layer_period": 2,
+    "expert_layer_offset": 1,
+    "attn_layer_period": 8,
+    "attn_layer_offset": 4,
+    "mamba_d_state": 16,
+    "mamba_d_conv": 4,
+    "mamba_expand": 2,
+    "mamba_dt_rank": 256,
+    "tie_word_embeddings": False,
+}
+CONFIGS = {
+    "mamba-codestral-7b": CODESTRAL_MAMBA,
+    "mamba-130m": MAMBA_130M,
+    "falcon-mamba-7b": FALCON_MAMBA_7B,
+    "jamba-v0.1": JAMBA_V01,
+}
 
 TINY_MAMBA2 = {  # small enough for real CPU tensors: 8 heads of 8 (expand 1), 2 groups of 16, chunks of 32
     "model_type": "mamba2",
@@ -174,18 +205,70 @@ TINY_CONFIGS = {
         "conv_kernel": 3,
     },
     "tiny-falcon-mamba": {**TINY_MAMBA, "model_type": "falcon_mamba", "mixer_rms_eps": 1e-5, "state_size": 12},
+    "tiny-jamba": {  # layers S*SS*S: attention on 1 and 4 (period 3, offset 1), 4 experts top-2 on 1, 3, 5
+        "model_type": "jamba",
+        "vocab_size": 97,
+        "hidden_size": 48,
+        "intermediate_size": 80,
+        "num_hidden_layers": 6,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 512,
+        "attn_layer_period": 3,
+        "attn_layer_offset": 1,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "mamba_d_state": 8,
+        "mamba_d_conv": 4,
+    },
+    "tiny-jamba-dense": {  # one expert: every FFN a JambaMLP; attention on 0 and 2, heads of 16, dt rank 5, tied
+        "model_type": "jamba",
+        "vocab_size": 97,
+        "hidden_size": 48,
+        "intermediate_size": 80,
+        "num_hidden_layers": 3,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "head_dim": 16,
+        "max_position_embeddings": 512,
+        "attn_layer_period": 2,
+        "attn_layer_offset": 0,
+        "num_experts": 1,
+        "mamba_d_state": 8,
+        "mamba_d_conv": 3,
+        "mamba_expand": 1,
+        "mamba_dt_rank": 5,
+        "tie_word_embeddings": True,
+    },
 }
 
 MAMBA2_NAMES = ("in_proj", "conv1d", "conv1d.bias", "dt_bias", "A_log", "D", "norm", "out_proj")
 MAMBA_NAMES = ("A_log", "D", "conv1d", "conv1d.bias", "in_proj", "x_proj", "dt_proj", "dt_proj.bias", "out_proj")
 FALCON_NORMS = {"dt_layernorm": "dt_rms", "b_layernorm": "b_rms", "c_layernorm": "c_rms"}  # no parameter, no FLOP
+JAMBA_NORMS = ("dt_layernorm", "b_layernorm", "c_layernorm")
 LAYER_MAP = {"norm": ("ln1",), **{f"mixer.{n}": (f"mamba.{n}",) for n in MAMBA2_NAMES}}
 SSM_MAP = {"norm": ("ln1",), **{f"mixer.{n}": (f"ssm.{n}",) for n in MAMBA_NAMES}}
 SSM_MAP |= {f"mixer.{theirs}": (f"ssm.{ours}",) for theirs, ours in FALCON_NORMS.items()}
+JAMBA_MAP = {
+    "input_layernorm": ("ln1",),
+    "pre_ff_layernorm": ("ln2",),
+    **{f"mamba.{n}": (f"ssm.{n}",) for n in (*MAMBA_NAMES, *JAMBA_NORMS)},
+    **{f"self_attn.{n}_proj": (f"attn.{n}_proj",) for n in "qkv"},
+    "self_attn.o_proj": ("attn.output_proj",),
+    "feed_forward.gate_proj": ("ffn.w1",),
+    "feed_forward.up_proj": ("ffn.w3",),
+    "feed_forward.down_proj": ("ffn.w2",),
+    "feed_forward.router": ("moe.router",),
+    "feed_forward.experts": ("moe.experts.w1", "moe.experts.w3", "moe.experts.w2"),
+    "feed_forward.experts.gate_up_proj": ("moe.experts.w1", "moe.experts.w3"),
+    "feed_forward.experts.down_proj": ("moe.experts.w2",),
+}
+JAMBA_TOP = {"model.embed_tokens": "token_embeddings", "model.final_layernorm": "ln_final", "lm_head": "lm_head"}
 TOP = {"backbone.embeddings": "token_embeddings", "backbone.norm_f": "ln_final", "lm_head": "lm_head"}
 PREFIX = "backbone.layers."
 MAMBA2_KEYS = layer_keys(LAYER_MAP, TOP, PREFIX)
 SSM_KEYS = layer_keys(SSM_MAP, TOP, PREFIX)
+JAMBA_KEYS = layer_keys(JAMBA_MAP, JAMBA_TOP, "model.layers.")
 OWN = {  # the mixer's own FLOPs (its module less its children): functions and weights applied by hand, not modules
     "mamba2": ("layers.*.mamba.conv1d", "layers.*.mamba.core"),
     "ssm": ("layers.*.ssm.conv1d", "layers.*.ssm.dt_proj", "layers.*.ssm.core"),
@@ -193,28 +276,36 @@ OWN = {  # the mixer's own FLOPs (its module less its children): functions and w
 
 
 def keys_of(cfg):
+    if cfg.hf_model_type == "jamba":
+        return JAMBA_KEYS
     return SSM_KEYS if cfg.ssm_layers else MAMBA2_KEYS
 
 
 def assert_equal_by_module(counted: dict[str, int], fwd, cfg) -> None:
-    """The total, every mapped module, and the mixer's own FLOPs (its module less its children) equal to ours for
-    the conv and the scan (functions, not modules) and Mamba's ``dt_proj.weight @`` (``OWN``)."""
-    our_keys, mixer = keys_of(cfg), set(OWN["ssm" if cfg.ssm_layers else "mamba2"])
-    layer_map = SSM_MAP if cfg.ssm_layers else LAYER_MAP
+    """The total, every mapped module, and each mixer's own FLOPs (its module less its children) equal to ours for
+    the conv and the scan (functions, not modules) and Mamba's ``dt_proj.weight @`` (``OWN``), and Jamba's attention
+    core (eager QKᵀ and AV)."""
+    mixer = set(OWN["ssm" if cfg.ssm_layers else "mamba2"])
+    jamba = cfg.hf_model_type == "jamba"
+    our_keys, top, prefix = (JAMBA_KEYS, JAMBA_TOP, "model.layers.") if jamba else (keys_of(cfg), TOP, PREFIX)
+    layer_map = JAMBA_MAP if jamba else SSM_MAP if cfg.ssm_layers else LAYER_MAP
     assert counted["total"] == fwd.total, (counted["total"], fwd.total)
     by_keys: dict[tuple[str, ...], int] = defaultdict(int)
-    own = 0
+    own = {"ssm": 0, "attention": 0}
     for module, flops in counted.items():
-        if module in TOP:
+        if module in top:
             by_keys[our_keys(module)] += flops
-        elif module.startswith(PREFIX) and module.endswith(".mixer"):
-            own += flops - sum(v for k, v in counted.items() if k.startswith(module + ".") and k.count(".") == 4)
-        elif module.startswith(PREFIX) and module[len(PREFIX) :].partition(".")[2] in layer_map:
+        elif module.startswith(prefix) and module.endswith((".mixer", ".mamba", ".self_attn")):
+            children = sum(v for k, v in counted.items() if k.startswith(module + ".") and k.count(".") == 4)
+            own["attention" if module.endswith(".self_attn") else "ssm"] += flops - children
+        elif module.startswith(prefix) and module[len(prefix) :].partition(".")[2] in layer_map:
             by_keys[our_keys(module)] += flops
-    assert {k for keys in by_keys for k in keys if by_keys[keys]} == {it.key for it in fwd} - mixer
+    core = {"layers.*.attn.qk", "layers.*.attn.av"} & {it.key for it in fwd}
+    assert {k for keys in by_keys for k in keys if by_keys[keys]} == {it.key for it in fwd} - mixer - core
     for keys, flops in by_keys.items():
         assert sum(fwd[k].total if k in fwd else 0 for k in keys) == flops, (keys, flops)
-    assert own == sum(fwd[k].total for k in mixer)
+    assert own["ssm"] == sum(fwd[k].total for k in mixer)
+    assert own["attention"] == sum(fwd[k].total for k in core)
 
 
 @pytest.fixture(scope="module")
@@ -268,11 +359,21 @@ def test_mamba_by_hand_and_the_cards():
     assert falcon == total(4096, 64, 65024, 16, 256, False) == 7_272_665_088
 
 
+FLOP_LAYERS = {"mamba-codestral-7b": 64, "mamba-130m": 4, "falcon-mamba-7b": 4, "jamba-v0.1": 8}
+"""Layers built for the FLOP count on meta: Mamba's sequential scan runs S Python steps per layer, so the Mamba (v1)
+configs keep 4 of their layers (every layer is the same), Jamba 8 (one attention layer, 4 MoE layers); the full-size
+parameters are checked above."""
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CONFIGS)
 @pytest.mark.parametrize("seq", [1000, 4096])
-def test_forward_flops_equal_transformers_on_meta(name, seq, models, meta_masks):  # noqa: F811
-    cfg = config_from_hf(CONFIGS[name], name=name).with_context(seq)
-    assert_equal_by_module(hf_forward_flops(models[name], seq), forward_flops(cfg, seq), cfg)
+def test_forward_flops_equal_transformers_on_meta(name, seq, meta_masks):  # noqa: F811
+    """The published widths on meta (the torch paths of the scans and the conv run there), at 1,000 tokens (padded
+    to 1,024 in Mamba2's chunked scan) and 4,096."""
+    values = {**CONFIGS[name], "num_hidden_layers": FLOP_LAYERS[name]}
+    cfg = config_from_hf(values, name=name).with_context(seq)
+    assert_equal_by_module(hf_forward_flops(build_hf(values), seq), forward_flops(cfg, seq), cfg)
 
 
 @pytest.mark.parametrize("name", TINY_CONFIGS)
@@ -312,6 +413,7 @@ STATE_SHAPES = {  # (conv state, SSM state) per layer for B = 2, by hand from th
     "tiny-mamba2": ((2, 8 * 8 + 2 * 2 * 16, 4), (2, 8, 8, 16)),  # (B, H·P + 2·G·N, K), (B, H, P, N)
     "tiny-mamba": ((2, 96, 4), (2, 96, 8)),  # (B, E, K), (B, E, N)
     "tiny-falcon-mamba": ((2, 96, 4), (2, 96, 12)),
+    "tiny-jamba": ((2, 96, 4), (2, 96, 8)),  # and K, V on its 2 attention layers
 }
 
 
@@ -325,6 +427,20 @@ def test_cache_equals_transformers_after_a_prefill(dtype, label, config):
     conv, state = STATE_SHAPES[config]
     assert shapes == {(conv, dtype), (state, torch.float32)}
     assert held == kv_cache_bytes(cfg, 70, 2, label)
+
+
+def test_jamba_v01_totals():
+    """Jamba-v0.1's card: 52B parameters in total, 12B active (a token's router picks 2 of 16 experts in each of the
+    16 MoE layers); by hand: 28 Mamba and 4 attention mixers, 16 dense and 16 MoE FFNs, two norms a layer."""
+    cfg = config_from_hf(JAMBA_V01)
+    d, e, n, r, f = 4096, 8192, 16, 256, 14336
+    mamba = e * n + e + e * 4 + e + d * 2 * e + e * (r + 2 * n) + r * e + e + e * d + r + 2 * n
+    attention = d * 32 * 128 + 2 * d * 8 * 128 + 32 * 128 * d
+    dense, moe = 3 * d * f, 16 * d + 16 * 3 * d * f
+    total = 2 * 65536 * d + 28 * mamba + 4 * attention + 16 * dense + 16 * moe + 32 * 2 * d + d
+    assert parameter_breakdown(cfg).total == total == 51_570_323_328
+    assert active_parameter_count(cfg) == total - 16 * 14 * 3 * d * f == 12_110_311_296
+    assert f"{total / 1e9:.0f}B" == "52B" and f"{active_parameter_count(cfg) / 1e9:.0f}B" == "12B"
 
 
 def test_infer_gives_the_states(run_cli, tmp_path):
@@ -345,10 +461,19 @@ def test_infer_gives_the_states(run_cli, tmp_path):
         ({"use_conv_bias": False}, "field 'use_conv_bias' = False is not supported"),
         ({"n_groups": 3}, "mamba_heads=8 is not divisible by mamba_groups=3"),
         ({"state_size": 0}, "field 'state_size' must be between 1 and 10^18"),
+        ({"model_type": "mamba", "use_bias": True}, "field 'use_bias' = True is not supported"),
+        ({"model_type": "mamba", "hidden_act": "gelu"}, "field 'hidden_act' = 'gelu' is not supported"),
+        ({"model_type": "falcon_mamba", "use_conv_bias": False}, "field 'use_conv_bias' = False is not supported"),
+        ({"model_type": "mamba", "time_step_rank": "big"}, "field 'time_step_rank'"),
+        ({"model_type": "jamba", "attn_layer_offset": 9}, "field 'attn_layer_offset' must be an integer in 0..2"),
+        ({"model_type": "jamba", "expert_layer_offset": 0}, "expert_layer_offset = 0 with expert_layer_period = 2"),
+        ({"model_type": "jamba", "mamba_proj_bias": True}, "field 'mamba_proj_bias' = True is not supported"),
     ],
 )
 def test_a_bad_config_is_one_line(change, message, run_cli, tmp_path):
+    base = {"mamba2": TINY_MAMBA2, "mamba": TINY_MAMBA, "falcon_mamba": TINY_CONFIGS["tiny-falcon-mamba"]}
+    base["jamba"] = TINY_CONFIGS["tiny-jamba"]
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({**TINY_MAMBA2, **change}))
+    path.write_text(json.dumps({**base[change.get("model_type", "mamba2")], **change}))
     r = run_cli("account", path)
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and message in r.err, r.err

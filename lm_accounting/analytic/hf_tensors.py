@@ -46,6 +46,7 @@ GPTBigCode's multi-query ``c_attn`` is q + 2·kv wide) and every projection with
 ``word_embeddings_layernorm`` after the embedding."""
 
 FUSED_MOE_ROUTER_FIRST = (
+    "jamba",
     "mixtral",
     "gpt_oss",
     "qwen2_moe",
@@ -134,6 +135,8 @@ def _pattern_layer(cfg: ModelConfig, layer: int) -> list[int]:
         mixer = _dense(cfg, cfg.d_ff)
     if cfg.hf_model_type == "granitemoehybrid":  # the two norms, block_sparse_moe (router first), shared_mlp, the mixer
         return [d, d] + _mlp(cfg, layer) + mixer
+    if cfg.hf_model_type == "jamba":  # Jamba*DecoderLayer: the mixer, feed_forward, input_layernorm, pre_ff_layernorm
+        return mixer + _mlp(cfg, layer) + [d, d]
     if cfg.mixer_ffn:  # BambaDecoderLayer registers feed_forward, input_layernorm, pre_ff_layernorm, then the mixer
         return _mlp(cfg, layer) + [d, d] + mixer
     return [d] + mixer
