@@ -991,7 +991,9 @@ class ModelConfig:
         if self.attention_chunk is not None:
             out.append("chunked attention (Llama 4)")
         if self.layer_pattern is not None:
-            out.append("a layer pattern (Mamba2 hybrid blocks)")
+            out.append(
+                "a layer pattern (Mamba hybrid blocks)" if self.ssm_layers else "a layer pattern (Mamba2 hybrid blocks)"
+            )
         if self.mamba_layers:
             out.append("Mamba2 mixer layers")
         if self.ssm_layers:

@@ -450,8 +450,9 @@ def build_model(
         )
     if cfg.layer_pattern is not None:
         raise AccountingError(
-            f"{cfg.name}: the live model (lm_accounting/model) has no layer pattern and no Mamba2 layers; its "
-            "parameters and FLOPs are proven against transformers' own model instead (tests/test_arch_mamba2.py)"
+            f"{cfg.name}: the live model (lm_accounting/model) has no layer pattern and no Mamba or Mamba2 layers; "
+            "its parameters and FLOPs are proven against transformers' own model instead (tests/test_arch_mamba2.py, "
+            "tests/test_arch_mamba.py)"
         )
     if setup is not None:
         wanted = getattr(torch, TORCH_DTYPES[setup.param_dtype])
