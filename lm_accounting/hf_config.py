@@ -16,7 +16,8 @@ The rules:
   attention + MLP blocks: cohere, cohere2, phi, gpt_neox, gptj, falcon, tests/test_arch_parallel_block.py; ReLU-family
   MLPs: opt, nemotron, tests/test_arch_relu.py; DeepSeek Sparse Attention's indexer: deepseek_v32, glm_moe_dsa,
   tests/test_arch_dsa.py; Llama 4's text model: llama4_text, tests/test_arch_llama4.py; Mamba2 hybrids: nemotron_h, bamba,
-  granitemoehybrid, falcon_h1, tests/test_arch_mamba2.py), each proven
+  granitemoehybrid, falcon_h1, tests/test_arch_mamba2.py; state-space models and the Mamba hybrid: mamba2, mamba,
+  falcon_mamba, jamba, tests/test_arch_mamba.py), each proven
   in tests/test_hf_zoo.py and listed in docs/model_types.md.  A multimodal wrapper
   with a ``text_config`` (``WRAPPERS``: Gemma 3's ``gemma3``, Mistral 3's ``mistral3``, Kimi K2.5's ``kimi_k25``,
   Qwen3.5's ``qwen3_5`` and ``qwen3_5_moe``, Llama 4's ``llama4``)

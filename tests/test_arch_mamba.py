@@ -477,3 +477,43 @@ def test_a_bad_config_is_one_line(change, message, run_cli, tmp_path):
     path.write_text(json.dumps({**base[change.get("model_type", "mamba2")], **change}))
     r = run_cli("account", path)
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and message in r.err, r.err
+
+
+BASE = dict(vocab_size=8, context_length=8, num_layers=3, d_model=16, num_heads=2, d_ff=16, positions="none")
+SSM = dict(ssm_inner=32, ssm_state_size=4, ssm_dt_rank=2, ssm_conv_kernel=4)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"ssm_inner": 32}, "ssm_inner applies only to Mamba layers (an S in layer_pattern)"),
+        ({"ssm_norms": "rmsnorm"}, "ssm_norms applies only to Mamba layers"),
+        ({"layer_pattern": "S*-", **SSM, "ssm_norms": "layernorm"}, "ssm_norms must be one of none, weightless"),
+        ({"layer_pattern": "S*-", "ssm_inner": 32}, "Mamba layers (S in layer_pattern) need ssm_state_size"),
+        ({"layer_pattern": "S*-", **SSM, "ssm_dt_rank": 0}, "ssm_dt_rank must be positive"),
+        ({"layer_pattern": "S*X", **SSM}, "M (Mamba2), S (Mamba), * (attention), - (MLP) or E"),
+    ],
+)
+def test_a_bad_model_config_is_refused(fields, message):
+    import re
+
+    from lm_accounting.config import ConfigError, ModelConfig
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        ModelConfig(**BASE, **fields)
+
+
+@pytest.mark.parametrize("name", ["tiny-mamba", "tiny-falcon-mamba", "tiny-jamba"])
+def test_a_toml_model_is_the_config_json(name, tmp_path):
+    """The same model from flat TOML keys (``layer_pattern`` and the ``ssm_*`` fields) as from its config.json."""
+    from lm_accounting.config import load_config
+
+    cfg = config_from_hf(TINY_CONFIGS[name], name="tiny")
+    keys = ("layer_pattern", "mixer_ffn", "ssm_inner", "ssm_state_size", "ssm_dt_rank", "ssm_conv_kernel", "ssm_norms")
+    keys += ("vocab_size", "context_length", "num_layers", "d_model", "num_heads", "num_kv_heads", "head_dim", "d_ff")
+    keys += ("positions", "mlp", "norm_eps", "tie_embeddings")
+    keys += ("num_experts", "experts_per_token", "moe_every") if cfg.moe else ()
+    text = "\n".join(f"{k} = {json.dumps(getattr(cfg, k))}" for k in keys if getattr(cfg, k) is not None)
+    path = tmp_path / "tiny.toml"
+    path.write_text(text + '\nname = "tiny"\n')
+    assert load_config(path) == cfg
