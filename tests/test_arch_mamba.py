@@ -443,14 +443,25 @@ def test_jamba_v01_totals():
     assert f"{total / 1e9:.0f}B" == "52B" and f"{active_parameter_count(cfg) / 1e9:.0f}B" == "12B"
 
 
-def test_infer_gives_the_states(run_cli, tmp_path):
+@pytest.mark.parametrize(
+    ("name", "held"),
+    [
+        # 3 layers × batch 2 × (a bf16 conv state of 128 channels × 4 taps + an fp32 state of 8 heads × 8 × 16)
+        ("tiny-mamba2", 3 * 2 * (128 * 4 * 2 + 8 * 8 * 16 * 4)),
+        # 3 layers × batch 2 × (a bf16 conv state of E = 96 × 4 taps + an fp32 state of 96 × 8)
+        ("tiny-mamba", 3 * 2 * (96 * 4 * 2 + 96 * 8 * 4)),
+        # 4 Mamba layers as tiny-mamba's, and K and V of 2 KV heads × 12 on 2 attention layers for the cache's
+        # C = P + G − 1 = 71 positions, bf16, batch 2
+        ("tiny-jamba", 4 * 2 * (96 * 4 * 2 + 96 * 8 * 4) + 2 * 2 * (2 * 12) * 71 * 2 * 2),
+    ],
+)
+def test_infer_gives_the_states(name, held, run_cli, tmp_path):
     path = tmp_path / "config.json"
-    path.write_text(json.dumps(TINY_MAMBA2))
+    path.write_text(json.dumps(TINY_CONFIGS[name]))
     args = ("--prompt", "70", "--generate", "2", "--batch", "2", "--program", "generate", "--format", "json")
     r = run_cli("infer", path, *args)
     assert r.code == 0, r.err
-    # 3 layers × batch 2 × (a bf16 conv state of 128 channels × 4 taps + an fp32 state of 8 heads × 8 × 16)
-    assert json.loads(r.out)["memory"]["kv_cache"] == 3 * 2 * (128 * 4 * 2 + 8 * 8 * 16 * 4) == 30_720
+    assert json.loads(r.out)["memory"]["kv_cache"] == held
 
 
 @pytest.mark.parametrize(
