@@ -68,7 +68,7 @@ class Account(Result):
     @property
     def attention_matmuls(self) -> int:
         """QKᵀ + AV over all layers, full square (the group "attention matmuls": DSA's indexer scores too)."""
-        return self.forward.groups()["attention matmuls"]
+        return self.forward.groups().get("attention matmuls", 0)  # 0: no attention layer (a pure Mamba2)
 
     def llama4_attention(self) -> dict[str, int]:
         """Llama 4's chunked attention (``attention_chunk``): QKᵀ + AV over each query's own chunk on the chunked

@@ -59,6 +59,8 @@ MAMBA_LAYERS = Layers("L_ssm", lambda cfg: cfg.mamba_layers, lambda cfg, i: cfg.
 CONV_LAYERS = Layers("L_conv", lambda cfg: cfg.short_conv_layers, lambda cfg, i: cfg.layer_short_conv(i))
 """The short-convolution layers of a ``layer_pattern`` (its ``C``, LFM2's): every ``layers.*.conv.*`` component."""
 """The Mamba2 layers of a ``layer_pattern`` (its ``M`` and ``H``): every ``layers.*.mamba.*`` component occurs there."""
+SSM_LAYERS = Layers("L_s6", lambda cfg: cfg.ssm_layers, lambda cfg, i: cfg.layer_ssm(i))
+"""The Mamba (v1) layers of a ``layer_pattern`` (its ``S``): every ``layers.*.ssm.*`` component occurs there."""
 INDEXER_LAYERS = Layers("L_idx", lambda cfg: cfg.indexer_layers, lambda cfg, i: cfg.layer_indexer(i))
 """DeepSeek Sparse Attention: the layers that run their own indexer (all, or GLM-5's ``F`` layers)."""
 
@@ -715,6 +717,154 @@ over B·x (``flops.short_conv_flops``, torch's convolution formula over the S + 
 the gates B·x and C·y and the biases are elementwise."""
 
 
+def _ssm(cfg: ModelConfig) -> bool:
+    return cfg.ssm_layers > 0
+
+
+def _ssm_norm(name: str, label: str, width: Callable[[ModelConfig], int], text: str, kind: str) -> Component:
+    """One of the RMSNorms on a Mamba mixer's dt, B and C (``config.SSM_NORMS``): Jamba's ``rmsnorm`` with a gain
+    (``width`` parameters: ``dt_layernorm``, ``b_layernorm``, ``c_layernorm``), Falcon-Mamba's ``weightless`` without
+    (``FalconMambaWeightlessRMSNorm``: its ``weight`` is a non-persistent buffer, no parameter); 4 FLOPs per element
+    either way (``flops.RMSNORM_PER_ELEMENT``; the weightless norm's cast back stands in for the gain)."""
+    return Component(
+        f"layers.*.ssm.{name}",
+        label,
+        "norms",
+        present=lambda cfg: _ssm(cfg) and cfg.ssm_norms == kind,
+        layers=SSM_LAYERS,
+        params=Formula(lambda z: pa.rmsnorm_params(width(z.cfg)), text) if kind == "rmsnorm" else None,
+        shape=(lambda cfg: (width(cfg),)) if kind == "rmsnorm" else None,
+        elementwise=Formula(lambda z: fl.rmsnorm_flops(z.T, width(z.cfg)), f"4·T·{text}"),
+    )
+
+
+def _ssm_norms(kind: str, what: str) -> tuple[Component, ...]:
+    names = ("dt_layernorm", "b_layernorm", "c_layernorm") if kind == "rmsnorm" else ("dt_rms", "b_rms", "c_rms")
+    widths = (lambda cfg: cfg.ssm_dt_rank, lambda cfg: cfg.ssm_state_size, lambda cfg: cfg.ssm_state_size)
+    labels = ("dt (rank R)", "B", "C")
+    return tuple(
+        _ssm_norm(n, f"Mamba {what} on {label}", w, t, kind)
+        for n, label, w, t in zip(names, labels, widths, ("R", "N", "N"), strict=True)
+    )
+
+
+MAMBA1: tuple[Component, ...] = (
+    Component(
+        "layers.*.ssm.A_log",
+        "Mamba A_log (E × N)",
+        "attention",
+        present=_ssm,
+        layers=SSM_LAYERS,
+        params=Formula(lambda z: z.cfg.ssm_inner * z.cfg.ssm_state_size, "E·N"),
+        shape=lambda cfg: (cfg.ssm_inner, cfg.ssm_state_size),
+        split=COL,
+    ),
+    Component(
+        "layers.*.ssm.D",
+        "Mamba D skip (per channel)",
+        "attention",
+        present=_ssm,
+        layers=SSM_LAYERS,
+        params=Formula(lambda z: z.cfg.ssm_inner, "E"),
+        shape=lambda cfg: (cfg.ssm_inner,),
+        split=COL,
+    ),
+    Component(
+        "layers.*.ssm.conv1d",
+        "Mamba causal conv1d (depthwise, K taps, over x)",
+        "linear attention",
+        present=_ssm,
+        layers=SSM_LAYERS,
+        params=Formula(lambda z: z.cfg.ssm_inner * z.cfg.ssm_conv_kernel, "E·K"),
+        shape=lambda cfg: (cfg.ssm_inner, 1, cfg.ssm_conv_kernel),
+        split=COL,
+        flops=Formula(lambda z: fl.ssm_conv_flops(z.cfg, z.batch, z.seq), "2·B·E·(S+K−1)·K"),
+        elementwise=Formula(lambda z: fl.silu_flops(z.T, z.cfg.ssm_inner), "4·T·E", "SiLU after the causal conv1d"),
+    ),
+    _bias(
+        "layers.*.ssm.conv1d.bias",
+        "Mamba conv1d bias",
+        "linear attention",
+        lambda cfg: cfg.ssm_inner,
+        "E",
+        _ssm,
+        SSM_LAYERS,
+    ),
+    _projection(
+        "layers.*.ssm.in_proj",
+        "Mamba input projection (x, z)",
+        "attention projections",
+        lambda cfg: cfg.d_model * 2 * cfg.ssm_inner,
+        "d·2E",
+        shape=lambda cfg: (2 * cfg.ssm_inner, cfg.d_model),
+        split=COL,
+        present=_ssm,
+        layers=SSM_LAYERS,
+    ),
+    _projection(
+        "layers.*.ssm.x_proj",
+        "Mamba x_proj (dt, B, C)",
+        "attention projections",
+        lambda cfg: cfg.ssm_inner * cfg.ssm_x_width,
+        "E·(R + 2N)",
+        shape=lambda cfg: (cfg.ssm_x_width, cfg.ssm_inner),
+        present=_ssm,
+        layers=SSM_LAYERS,
+    ),
+    _projection(
+        "layers.*.ssm.dt_proj",
+        "Mamba dt_proj (rank R -> E)",
+        "attention projections",
+        lambda cfg: cfg.ssm_dt_rank * cfg.ssm_inner,
+        "R·E",
+        shape=lambda cfg: (cfg.ssm_inner, cfg.ssm_dt_rank),
+        split=COL,
+        present=_ssm,
+        layers=SSM_LAYERS,
+    ),
+    Component(  # added inside the scan: its elementwise add is SCAN_PER_CHANNEL's first
+        "layers.*.ssm.dt_proj.bias",
+        "Mamba dt_proj bias",
+        "attention projections",
+        present=_ssm,
+        layers=SSM_LAYERS,
+        params=Formula(lambda z: pa.bias_params(z.cfg.ssm_inner), "E"),
+        shape=lambda cfg: (cfg.ssm_inner,),
+        split=COL,
+    ),
+    Component(
+        "layers.*.ssm.core",
+        "selective scan (sequential, state read-out by C)",
+        "linear attention",
+        present=_ssm,
+        layers=SSM_LAYERS,
+        flops=Formula(lambda z: fl.selective_scan_flops(z.cfg, z.batch, z.seq), "2·B·S·E·N"),
+        elementwise=Formula(lambda z: fl.selective_scan_elementwise(z.cfg, z.T), "6·T·E·N + 9·T·E"),
+    ),
+    _projection(
+        "layers.*.ssm.out_proj",
+        "Mamba output projection",
+        "attention projections",
+        lambda cfg: cfg.ssm_inner * cfg.d_model,
+        "E·d",
+        shape=lambda cfg: (cfg.d_model, cfg.ssm_inner),
+        split=ROW,
+        present=_ssm,
+        layers=SSM_LAYERS,
+    ),
+    *_ssm_norms("rmsnorm", "RMSNorm"),
+    *_ssm_norms("weightless", "weightless RMSNorm"),
+)
+"""A Mamba (v1) mixer layer (``MambaMixer``, models/mamba/modeling_mamba.py; ``config.SSM_FIELDS``: E channels, state
+N, dt rank R, conv of K taps), in its ``parameters()`` order (the mixer's own ``A_log`` and ``D``, then its modules';
+Falcon-Mamba's and Jamba's mixers add the dt/B/C norms after ``out_proj``).  Its matmul FLOPs are transformers' torch
+path (no mamba_ssm / causal_conv1d kernels, no mambapy, no compiled associative scan): ``in_proj``, ``x_proj``,
+``dt_proj`` (its weight applied by ``@``, booked under the mixer), ``out_proj``, the conv (``flops.ssm_conv_flops``)
+and the sequential scan's read-out by C (``flops.selective_scan_flops``).  The scan's discretisation and recurrence
+are elementwise: our estimate, ``SCAN_PER_STATE`` = 6 per (token, channel, state) element and ``SCAN_PER_CHANNEL`` =
+9 per (token, channel) (``flops.selective_scan_elementwise``), never in the matmul totals."""
+
+
 def _pattern_experts(cfg: ModelConfig) -> bool:
     return cfg.pattern_experts
 
@@ -1240,6 +1390,7 @@ REGISTRY: tuple[Component, ...] = (
     *GATED_DELTANET,
     *MAMBA2,
     *SHORT_CONV,
+    *MAMBA1,
     Component(
         "layers.*.post_attn_norm",
         _norm_label("after attention (sandwich/post)"),

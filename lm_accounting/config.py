@@ -187,6 +187,12 @@ class ModelConfig:
     expert_latent: int | None = None
     short_conv_kernel: int | None = None
     short_conv_bias: bool = False
+    # -- Mamba (v1) selective-scan mixers: Mamba, Falcon-Mamba, Jamba (None: none; the S of layer_pattern; SSM_FIELDS) --
+    ssm_inner: int | None = None
+    ssm_state_size: int | None = None
+    ssm_dt_rank: int | None = None
+    ssm_conv_kernel: int | None = None
+    ssm_norms: str = "none"
     name: str = "custom"
     hf_model_type: str | None = dataclasses.field(default=None, compare=False)
     """The Hugging Face ``model_type`` whose modeling code this config is (``llama``, ``qwen3_moe``,
@@ -344,6 +350,7 @@ class ModelConfig:
         if any(ord(ch) < 32 or ord(ch) == 127 for ch in self.name):
             raise ConfigError(f"name must not contain control characters, got {short_repr(self.name)}")
         self._check_pattern()  # before the experts: a pattern's E layers are its mixture-of-experts layers
+        self._check_ssm()
         self._check_moe()
         self._check_mla()  # before d_head and rope_dim, which read the latent-attention fields
         self._check_linear()
@@ -515,10 +522,10 @@ class ModelConfig:
         letters = set(PATTERN_LETTERS) - ({"-", "E"} if self.mixer_ffn else {"H", "C"})
         if not isinstance(pattern, str) or len(pattern) != self.num_layers or set(pattern) - letters:
             kinds = (
-                "M (Mamba2), * (attention), C (a short convolution) or H (both in parallel; with mixer_ffn every "
-                "layer has its FFN)"
+                "M (Mamba2), S (Mamba), * (attention), C (a short convolution) or H (both in parallel; with mixer_ffn "
+                "every layer has its FFN)"
                 if self.mixer_ffn
-                else "M (Mamba2), * (attention), - (MLP) or E (mixture of experts)"
+                else "M (Mamba2), S (Mamba), * (attention), - (MLP) or E (mixture of experts)"
             )
             raise ConfigError(
                 f"layer_pattern must be one letter per layer ({self.num_layers}): {kinds}; got {short_repr(pattern)}"
@@ -566,6 +573,24 @@ class ModelConfig:
                 "a layer pattern is modelled as Nemotron-H's and Bamba's: pre-norm blocks, with no latent attention, "
                 "Gated DeltaNet, sliding window, output gate or parallel block"
             )
+
+    def _check_ssm(self) -> None:
+        """The Mamba (v1) fields (``SSM_FIELDS``) all given when ``layer_pattern`` has an ``S`` (and only then), and
+        ``ssm_norms`` one of ``SSM_NORMS``."""
+        given = [k for k in SSM_FIELDS if getattr(self, k) is not None]
+        for key in given:
+            check_positive_int(key, getattr(self, key), ConfigError)
+        if self.ssm_norms not in SSM_NORMS:
+            raise ConfigError(f"ssm_norms must be one of {', '.join(SSM_NORMS)}; got {short_repr(self.ssm_norms)}")
+        if not self.ssm_layers:
+            if given:
+                raise ConfigError(f"{given[0]} applies only to Mamba layers (an S in layer_pattern)")
+            if self.ssm_norms != "none":
+                raise ConfigError("ssm_norms applies only to Mamba layers (an S in layer_pattern)")
+            return
+        missing = [k for k in SSM_FIELDS if getattr(self, k) is None]
+        if missing:
+            raise ConfigError(f"Mamba layers (S in layer_pattern) need {missing[0]}")
 
     def _check_architecture(self) -> None:
         """The options that only make sense together (one line each)."""
@@ -789,6 +814,20 @@ class ModelConfig:
         """Mamba2 layers: the ``M`` and ``H`` of ``layer_pattern`` (0 without one)."""
         return 0 if self.layer_pattern is None else self.layer_pattern.count("M") + self.layer_pattern.count("H")
 
+    def layer_ssm(self, layer: int) -> bool:
+        """Whether layer ``layer`` (0-based) has a Mamba (v1) mixer (an ``S`` of ``layer_pattern``)."""
+        return self.layer_kind(layer) == "S"
+
+    @property
+    def ssm_layers(self) -> int:
+        """Mamba (v1) layers: the ``S`` of ``layer_pattern`` (0 without one)."""
+        return 0 if self.layer_pattern is None else self.layer_pattern.count("S")
+
+    @property
+    def ssm_x_width(self) -> int:
+        """Outputs of a Mamba mixer's ``x_proj``: dt's rank and B and C, ``R + 2·N``."""
+        return self.ssm_dt_rank + 2 * self.ssm_state_size
+
     @property
     def mamba_inner(self) -> int:
         """Width of a Mamba2 mixer's x (and of its gate z): ``mamba_heads · mamba_head_dim`` (transformers'
@@ -977,9 +1016,11 @@ class ModelConfig:
         if self.attention_chunk is not None:
             out.append("chunked attention (Llama 4)")
         if self.layer_pattern is not None:
-            out.append("a layer pattern (hybrid blocks: Mamba2, short convolutions)")
+            out.append("a layer pattern (hybrid blocks: Mamba, Mamba2, short convolutions)")
         if self.mamba_layers:
             out.append("Mamba2 mixer layers")
+        if self.ssm_layers:
+            out.append("Mamba (v1) mixer layers")
         if self.short_conv_layers:
             out.append("short-convolution layers (LFM2)")
         if self.positions == "none":
@@ -1036,7 +1077,7 @@ class ModelConfig:
         norm = {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}[self.norm]
         parts = [
             {"pre": f"pre-{norm}", "sandwich": f"sandwich {norm}", "post": f"post-{norm}"}[self.norm_placement],
-            MLP_NAMES[self.mlp],
+            *([MLP_NAMES[self.mlp]] if self.dense_layers or self.moe else []),  # none in a pure Mamba2
             {"rope": "RoPE", "learned": "learned positions", "alibi": "ALiBi", "none": "no positions"}[self.positions],
         ]
         if self.partial_rotary:
@@ -1092,6 +1133,9 @@ class ModelConfig:
                 if self.mamba_layers
                 else ""
             )
+            if self.ssm_layers:
+                norms = "" if self.ssm_norms == "none" else f", {self.ssm_norms} dt/B/C norms"
+                mamba += f"; Mamba E {self.ssm_inner}, state {self.ssm_state_size}, dt rank {self.ssm_dt_rank}{norms}"
             kinds = " / ".join(f"{self.layer_pattern.count(c)} {c}" for c in PATTERN_LETTERS if c in self.layer_pattern)
             ffn = ", an FFN in every layer" if self.mixer_ffn else ""
             if self.short_conv_layers:
@@ -1126,6 +1170,12 @@ class ModelConfig:
         """The architecture family in words: which published model these options describe."""
         if self.all_experts_run or self.attention_chunk is not None:
             return "Llama 4-style (chunked attention, NoPE layers, shared + routed experts)"
+        if self.layer_pattern is not None and set(self.layer_pattern) == {"M"}:
+            return "Mamba2 (state-space: every layer a Mamba2 mixer, no attention, no MLP)"
+        if self.layer_pattern is not None and set(self.layer_pattern) == {"S"}:
+            return "Mamba (state-space: every layer a Mamba selective-scan mixer, no attention, no MLP)"
+        if self.ssm_layers:
+            return "Jamba-style (Mamba + attention hybrid" + (" + MoE)" if self.moe else ")")
         if self.layer_pattern is not None:
             if self.short_conv_layers:
                 return (
@@ -1344,7 +1394,7 @@ mamba_head_dim``, B and C of ``mamba_groups · mamba_state_size`` each, one dt p
 conv1d of ``mamba_conv_kernel`` taps with a bias over x, B, C, the per-head ``dt_bias``, ``A_log`` and ``D``, the
 chunked SSD scan (chunks of ``mamba_chunk_size``), a gated RMSNorm of ``heads · head_dim`` (normalised per group)
 and ``out_proj`` (no bias)."""
-PATTERN_LETTERS = ("M", "*", "-", "E", "H", "C")
+PATTERN_LETTERS = ("M", "*", "-", "E", "H", "C", "S")
 """``layer_pattern``'s letters, Nemotron-H's ``hybrid_override_pattern``: ``M`` a Mamba2 mixer, ``*`` attention,
 ``-`` an MLP; each layer is one pre-norm block ``x + mixer(norm(x))`` (``NemotronHBlock``), so a layer has no
 second norm and no second residual add; ``E`` a mixture of experts (``NemotronHMoE``: a router of E sigmoid scores,
@@ -1358,15 +1408,21 @@ attention is replaced by its mixer: ``x + mixer(ln1(x))``, then ``+ ffn(ln2(x))`
 ``Lfm2ShortConv``, models/lfm2/modeling_lfm2.py: ``in_proj`` d -> 3·d, the gates B and C and the input x; B·x through a
 depthwise causal conv1d of ``short_conv_kernel`` taps (``conv_L_cache``); C times its output; ``out_proj`` d -> d;
 with ``short_conv_bias`` (``conv_bias``) a bias on all three).  ``mamba_norm`` false: the Mamba2 mixers have no
-gated RMSNorm (Falcon-H1's ``mamba_rms_norm``; the gate still multiplies)."""
+gated RMSNorm (Falcon-H1's ``mamba_rms_norm``; the gate still multiplies).  ``S`` a Mamba (v1) selective-scan mixer
+(``SSM_FIELDS``), in a block of its own (``MambaBlock``) or, with ``mixer_ffn``, as a Jamba layer's mixer."""
+SSM_FIELDS = ("ssm_inner", "ssm_state_size", "ssm_dt_rank", "ssm_conv_kernel")
+"""Mamba (v1) selective-scan mixer layers (Gu & Dao 2023, arXiv:2312.00752; transformers' ``MambaMixer``,
+models/mamba/modeling_mamba.py, config ``MambaConfig``): ``in_proj`` (d -> x and the gate z, ``ssm_inner`` = E each;
+no bias), a depthwise causal conv1d of ``ssm_conv_kernel`` taps with a bias over x, ``x_proj`` (E -> dt's rank
+``ssm_dt_rank`` = R and B and C of ``ssm_state_size`` = N each; no bias), ``dt_proj`` (R -> E, with a bias),
+``A_log`` (E x N), ``D`` (E), the selective scan, ``out_proj`` (E -> d, no bias)."""
+SSM_NORMS = ("none", "weightless", "rmsnorm")
+"""RMSNorms on a Mamba mixer's dt, B and C after ``x_proj``: ``none`` (Mamba's), ``weightless`` (Falcon-Mamba's
+``FalconMambaWeightlessRMSNorm``: no parameter, ``mixer_rms_eps``), ``rmsnorm`` (Jamba's ``dt_layernorm``,
+``b_layernorm``, ``c_layernorm``: gains of R, N and N)."""
 PATTERN_FIELDS = (
-    "layer_pattern",
-    "mixer_ffn",
-    "mamba_norm",
-    *MAMBA_FIELDS,
-    "expert_latent",
-    "short_conv_kernel",
-    "short_conv_bias",
+    *("layer_pattern", "mixer_ffn", "mamba_norm", *MAMBA_FIELDS, "expert_latent"),
+    *("short_conv_kernel", "short_conv_bias", *SSM_FIELDS, "ssm_norms"),
 )
 
 DSA_FIELDS = ("index_heads", "index_head_dim", "index_topk")

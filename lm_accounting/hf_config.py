@@ -17,7 +17,8 @@ The rules:
   MLPs: opt, nemotron, tests/test_arch_relu.py; DeepSeek Sparse Attention's indexer: deepseek_v32, glm_moe_dsa,
   tests/test_arch_dsa.py; Llama 4's text model: llama4_text, tests/test_arch_llama4.py; Mamba2 hybrids: nemotron_h, bamba,
   granitemoehybrid, falcon_h1, tests/test_arch_mamba2.py; LFM2's short-convolution hybrids: lfm2, lfm2_moe,
-  tests/test_arch_lfm2.py), each proven
+  tests/test_arch_lfm2.py; state-space models and the Mamba hybrid: mamba2, mamba, falcon_mamba, jamba,
+  tests/test_arch_mamba.py), each proven
   in tests/test_hf_zoo.py and listed in docs/model_types.md.  A multimodal wrapper
   with a ``text_config`` (``WRAPPERS``: Gemma 3's ``gemma3``, Mistral 3's ``mistral3``, Kimi K2.5's ``kimi_k25``,
   Qwen3.5's ``qwen3_5`` and ``qwen3_5_moe``, Llama 4's ``llama4``)
@@ -168,6 +169,10 @@ SUPPORTED_MODEL_TYPES = (
     "falcon_h1",
     "lfm2",
     "lfm2_moe",
+    "mamba2",
+    "mamba",
+    "falcon_mamba",
+    "jamba",
 )
 
 
@@ -283,6 +288,23 @@ not build (so neither do we: DeepSeek-V3's 671B excludes its 14B MTP layer).  ``
 step's tensors: ``_deepseek`` reads them (``ModelConfig.expert_groups`` ...); a read field is never listed as
 ignored, and a type that shares this list without the reader (GLM-4-MoE) ignores them."""
 
+_MAMBA_IGNORED = (
+    "intermediate_size",
+    "time_step_scale",
+    "time_step_min",
+    "time_step_max",
+    "time_step_init_scheme",
+    "time_step_floor",
+    "residual_in_fp32",
+    "rescale_prenorm_residual",
+    "use_mambapy",
+    "use_associative_scan",
+)
+"""Mamba's and Falcon-Mamba's fields that change no count: ``intermediate_size`` (``MambaConfig.__post_init__``
+overwrites it with ``expand · hidden_size``), the time step's initialisation, the residual's dtype, and the scan's
+alternatives to the sequential loop (mambapy's ``pscan``, a compiled associative scan: the same read-out matmul by C,
+2·B·S·E·N, and elementwise work otherwise)."""
+
 IGNORED_BY_TYPE = {
     "gpt2": frozenset(
         [
@@ -378,6 +400,29 @@ IGNORED_BY_TYPE = {
         ]
     ),
     "qwen3_5_moe_text": frozenset(["output_router_logits", "router_aux_loss_coef"]),
+    "mamba2": frozenset(
+        [
+            "time_step_rank",
+            "time_step_min",
+            "time_step_max",
+            "time_step_floor",
+            "time_step_limit",
+            "residual_in_fp32",
+            "rescale_prenorm_residual",
+        ]
+    ),
+    "mamba": frozenset(_MAMBA_IGNORED),
+    "falcon_mamba": frozenset([*_MAMBA_IGNORED, "mixer_rms_eps", "use_falcon_mambapy"]),
+    "jamba": frozenset(
+        [
+            "use_mamba_kernels",
+            "use_mambapy",
+            "use_associative_scan",
+            "output_router_logits",
+            "router_aux_loss_coef",
+            "attention_dropout",
+        ]
+    ),
     "qwen3_5": DEFINED_FIELDS["qwen3_5"] - COMMON_FIELDS - {"text_config"},
     "qwen3_5_moe": DEFINED_FIELDS["qwen3_5_moe"] - COMMON_FIELDS - {"text_config"},
     "llama4": DEFINED_FIELDS["llama4"] - COMMON_FIELDS - {"text_config"} | {"tie_word_embeddings"},  # TIED_BY_TEXT
@@ -2126,6 +2171,163 @@ def _falcon_h1(f: _Fields) -> dict[str, Any]:
     }
 
 
+SSM_CONTEXT = 2048
+"""The context of a pure state-space model read from its config.json (the default ``--context``): its class has no
+``max_position_embeddings`` (no position limit), so the 2,048 tokens the Mamba and Mamba2 papers train at (Gu & Dao
+2023, arXiv:2312.00752, §4.2; Dao & Gu 2024, arXiv:2405.21060, §9.2).  It sizes nothing: no parameter depends on it."""
+
+
+def _mamba2(f: _Fields) -> dict[str, Any]:
+    """Mamba2 (transformers' models/mamba2, ``Mamba2ForCausalLM``, config ``Mamba2Config``): ``num_hidden_layers``
+    ``Mamba2Block`` blocks, each ``x + mixer(norm(x))`` with an RMSNorm and a ``Mamba2Mixer`` (Nemotron-H's Mamba2 mixer:
+    ``num_heads`` × ``head_dim``, ``n_groups`` groups of ``state_size``, a conv of ``conv_kernel`` taps, chunks of
+    ``chunk_size``, the gated RMSNorm), then ``norm_f`` and ``lm_head`` (tied to the embeddings by
+    ``tie_word_embeddings``): our ``layer_pattern`` of ``M`` only, no attention and no MLP.  The class requires
+    ``hidden_size · expand = num_heads · head_dim`` (``validate_architecture``; refused otherwise, as transformers
+    refuses it).  The mixer builds ``in_proj``/``out_proj`` with ``use_bias`` and the conv with ``use_conv_bias``:
+    only False and True are modelled.  Ignored (no count changes): ``time_step_rank`` (the mixer keeps it and builds
+    nothing with it), the time-step limits and initialisation, ``residual_in_fp32`` (the residual's dtype),
+    ``rescale_prenorm_residual``.  No attention heads and no MLP width: ``num_heads`` 1 and ``d_ff`` = d (they size
+    nothing without ``*`` or ``-`` layers); the context is ``SSM_CONTEXT``."""
+    f.only("use_bias", (False,), "Mamba2 in_proj and out_proj without biases (Mamba2Config's default)")
+    f.only("use_conv_bias", (True,), "a Mamba2 conv1d with a bias (Mamba2Config's default)")
+    f.only("hidden_act", ("silu",), "a Mamba2 mixer with SiLU after its conv (Mamba2Config's default)")
+    d, heads, head = f.int("hidden_size"), f.int("num_heads"), f.int("head_dim")
+    expand = f.int("expand")
+    if d * expand != heads * head:
+        raise f.error(
+            f"hidden_size · expand = {d} · {expand} must equal num_heads · head_dim = {heads} · {head} "
+            "(Mamba2Config refuses it)"
+        )
+    layers = f.int("num_hidden_layers")
+    return {
+        "vocab_size": f.int("vocab_size"),
+        "d_model": d,
+        "num_layers": layers,
+        "num_heads": 1,
+        "d_ff": d,
+        "context_length": SSM_CONTEXT,
+        "norm_eps": f.number("layer_norm_epsilon", 1e-5),
+        "tie_embeddings": f.bool("tie_word_embeddings", False),
+        "positions": "none",
+        "layer_pattern": "M" * layers,
+        "mamba_heads": heads,
+        "mamba_head_dim": head,
+        "mamba_state_size": f.int("state_size"),
+        "mamba_groups": f.int("n_groups"),
+        "mamba_conv_kernel": f.int("conv_kernel"),
+        "mamba_chunk_size": f.int("chunk_size"),
+    }
+
+
+def _mamba(f: _Fields, norms: str = "none") -> dict[str, Any]:
+    """Mamba (transformers' models/mamba, ``MambaForCausalLM``, config ``MambaConfig``): ``num_hidden_layers``
+    ``MambaBlock`` blocks, each ``x + mixer(norm(x))`` with an RMSNorm and a ``MambaMixer`` (``config.SSM_FIELDS``:
+    ``expand · hidden_size`` channels, ``state_size``, a dt rank of ``time_step_rank``, "auto" = ⌈hidden_size / 16⌉
+    as ``__post_init__`` resolves it, a conv of ``conv_kernel`` taps), then ``norm_f`` and ``lm_head`` (tied by
+    ``tie_word_embeddings``, default true): our ``layer_pattern`` of ``S`` only, no attention and no MLP.  The mixer
+    builds ``in_proj``/``out_proj`` with ``use_bias`` and the conv with ``use_conv_bias``: only False and True are
+    modelled; ``hidden_act`` SiLU only.  Ignored: ``_MAMBA_IGNORED``.  No attention heads and no MLP width:
+    ``num_heads`` 1 and ``d_ff`` = d (they size nothing); the context is ``SSM_CONTEXT``.  ``norms``: Falcon-Mamba's
+    weightless RMSNorms on dt, B and C (``_falcon_mamba``)."""
+    what = CONFIG_CLASSES[f.model_type]
+    f.only("use_bias", (False,), f"Mamba in_proj and out_proj without biases ({what}'s default)")
+    f.only("use_conv_bias", (True,), f"a Mamba conv1d with a bias ({what}'s default)")
+    f.only("hidden_act", ("silu",), f"a Mamba mixer with SiLU after its conv ({what}'s default)")
+    d, layers = f.int("hidden_size"), f.int("num_hidden_layers")
+    rank = f.raw("time_step_rank", "auto")
+    rank = -(-d // 16) if rank == "auto" else f.int("time_step_rank")
+    return {
+        "vocab_size": f.int("vocab_size"),
+        "d_model": d,
+        "num_layers": layers,
+        "num_heads": 1,
+        "d_ff": d,
+        "context_length": SSM_CONTEXT,
+        "norm_eps": f.number("layer_norm_epsilon", 1e-5),
+        "tie_embeddings": f.bool("tie_word_embeddings", True),
+        "positions": "none",
+        "layer_pattern": "S" * layers,
+        "ssm_inner": f.int("expand") * d,
+        "ssm_state_size": f.int("state_size"),
+        "ssm_dt_rank": rank,
+        "ssm_conv_kernel": f.int("conv_kernel"),
+        "ssm_norms": norms,
+    }
+
+
+def _falcon_mamba(f: _Fields) -> dict[str, Any]:
+    """Falcon-Mamba (transformers' models/falcon_mamba, ``FalconMambaForCausalLM``): Mamba's model (``_mamba``) whose
+    mixer normalises dt, B and C after ``x_proj`` with ``FalconMambaWeightlessRMSNorm`` (``mixer_rms_eps``; its
+    ``weight`` is a non-persistent buffer: no parameter, elementwise FLOPs only).  ``use_falcon_mambapy`` picks
+    mambapy's scan, not the count (ignored, as ``use_mambapy``)."""
+    return _mamba(f, "weightless")
+
+
+def _jamba(f: _Fields) -> dict[str, Any]:
+    """Jamba (transformers' models/jamba, ``JambaForCausalLM``, config ``JambaConfig``): Llama's two-sublayer block
+    (``mixer_ffn``: ``input_layernorm``, a mixer, ``pre_ff_layernorm``, an FFN) whose mixer is attention on the layers
+    i with i % ``attn_layer_period`` = ``attn_layer_offset`` (``JambaAttention``: GQA q/k/v/o without bias and without
+    any position encoding, heads of ``head_dim`` when the file sets it, else hidden_size / heads) and a
+    ``JambaMambaMixer`` on the others (``S``: Mamba's mixer with ``mamba_expand · hidden_size`` channels, state
+    ``mamba_d_state``, dt rank ``mamba_dt_rank``, "auto" = ⌈hidden_size / 16⌉, a conv of ``mamba_d_conv`` taps, and
+    RMSNorms with gains on dt, B and C: ``ssm_norms`` "rmsnorm"); the FFN is a ``JambaSparseMoeBlock`` (a router
+    without bias, softmax top ``num_experts_per_tok`` of ``num_experts`` SwiGLU experts of ``intermediate_size``, gate
+    and up fused) on the layers i with i % ``expert_layer_period`` = ``expert_layer_offset`` when ``num_experts`` > 1,
+    else a SwiGLU ``JambaMLP`` of ``intermediate_size``.  Experts are placed by our ``moe_every`` = the period, i.e.
+    (i + 1) % period = 0: an offset other than period − 1 is refused (Jamba-v0.1's is 2, 1).  ``mamba_conv_bias``
+    false, ``mamba_proj_bias`` true and an activation other than SiLU (the MLPs' and the mixer's) are refused."""
+    f.only("mamba_conv_bias", (True,), "a Mamba conv1d with a bias (JambaConfig's default)")
+    f.only("mamba_proj_bias", (False,), "Mamba in_proj and out_proj without biases (JambaConfig's default)")
+    f.only("hidden_act", ("silu",), "SiLU in the SwiGLU MLPs and after the Mamba conv (JambaConfig's default)")
+    d, layers = f.int("hidden_size"), f.int("num_hidden_layers")
+    periods = {}
+    for what in ("attn", "expert"):
+        period, offset = f.int(f"{what}_layer_period"), f.raw(f"{what}_layer_offset")
+        if not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset < period:
+            raise f.error(
+                f"field '{what}_layer_offset' must be an integer in 0..{period - 1} ({what}_layer_period {period}; "
+                f"JambaConfig refuses it), got {short_repr(offset)}"
+            )
+        periods[what] = (period, offset)
+    period, offset = periods["attn"]
+    pattern = "".join("*" if i % period == offset else "S" for i in range(layers))
+    period, offset = periods["expert"]
+    experts: dict[str, Any] = {}
+    if f.int("num_experts") > 1 and any(i % period == offset for i in range(layers)):
+        if offset != period - 1:
+            raise f.error(
+                f"expert_layer_offset = {offset} with expert_layer_period = {period}: lm-accounting places the "
+                "experts on the layers i with (i + 1) % period = 0 (offset period − 1) only"
+            )
+        experts = {**_experts(f, "num_experts", None), "moe_every": period}
+    else:  # every FFN a JambaMLP: the routing fields build nothing
+        f.used.add("num_experts_per_tok")
+    rank = f.raw("mamba_dt_rank", "auto")
+    return {
+        **experts,
+        "vocab_size": f.int("vocab_size"),
+        "d_model": d,
+        "num_layers": layers,
+        "num_heads": f.int("num_attention_heads"),
+        "num_kv_heads": f.int("num_key_value_heads", None),
+        "head_dim": f.int("head_dim", None),
+        "d_ff": f.int("intermediate_size"),
+        "context_length": f.int("max_position_embeddings"),
+        "norm_eps": f.number("rms_norm_eps", 1e-6),
+        "tie_embeddings": f.bool("tie_word_embeddings", False),
+        "positions": "none",
+        "mlp": "swiglu",
+        "layer_pattern": pattern,
+        "mixer_ffn": True,
+        "ssm_inner": f.int("mamba_expand") * d,
+        "ssm_state_size": f.int("mamba_d_state"),
+        "ssm_dt_rank": -(-d // 16) if rank == "auto" else f.int("mamba_dt_rank"),
+        "ssm_conv_kernel": f.int("mamba_d_conv"),
+        "ssm_norms": "rmsnorm",
+    }
+
+
 GRANITE_HYBRID_LETTERS = {"linear_attention": "M", "full_attention": "*", "mamba": "M", "attention": "*"}
 """Granite-4.0-H's ``layer_types``, the transformers 5 names and the legacy ones ``remap_legacy_layer_types``
 (configuration_utils.py) renames, as ``layer_pattern`` letters."""
@@ -2365,6 +2567,10 @@ MAPPINGS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "falcon_h1": _falcon_h1,
     "lfm2": _lfm2,
     "lfm2_moe": _lfm2_moe,
+    "mamba2": _mamba2,
+    "mamba": _mamba,
+    "falcon_mamba": _falcon_mamba,
+    "jamba": _jamba,
 }
 assert tuple(MAPPINGS) == SUPPORTED_MODEL_TYPES
 

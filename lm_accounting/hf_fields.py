@@ -518,6 +518,44 @@ DEFINED_FIELDS: dict[str, frozenset[str]] = {
             time_step_limit use_cache vocab_size z_loss_coefficient
         """
     ),
+    "mamba": COMMON_FIELDS
+    | _names(
+        """
+            bos_token_id conv_kernel eos_token_id expand hidden_act hidden_size intermediate_size layer_norm_epsilon
+            num_hidden_layers pad_token_id rescale_prenorm_residual residual_in_fp32 state_size time_step_floor
+            time_step_init_scheme time_step_max time_step_min time_step_rank time_step_scale use_associative_scan
+            use_bias use_cache use_conv_bias use_mambapy vocab_size
+        """
+    ),
+    "falcon_mamba": COMMON_FIELDS
+    | _names(
+        """
+            bos_token_id conv_kernel eos_token_id expand hidden_act hidden_size intermediate_size layer_norm_epsilon
+            mixer_rms_eps num_hidden_layers pad_token_id rescale_prenorm_residual residual_in_fp32 state_size
+            time_step_floor time_step_init_scheme time_step_max time_step_min time_step_rank time_step_scale
+            use_associative_scan use_bias use_cache use_conv_bias use_falcon_mambapy use_mambapy vocab_size
+        """
+    ),
+    "jamba": COMMON_FIELDS
+    | _names(
+        """
+            attention_dropout attn_layer_offset attn_layer_period bos_token_id eos_token_id expert_layer_offset
+            expert_layer_period hidden_act hidden_size intermediate_size mamba_conv_bias mamba_d_conv mamba_d_state
+            mamba_dt_rank mamba_expand mamba_proj_bias max_position_embeddings num_attention_heads num_experts
+            num_experts_per_tok num_hidden_layers num_key_value_heads num_local_experts output_router_logits
+            pad_token_id rms_norm_eps router_aux_loss_coef use_associative_scan use_cache use_mamba_kernels
+            use_mambapy vocab_size
+        """
+    ),
+    "mamba2": COMMON_FIELDS
+    | _names(
+        """
+            bos_token_id chunk_size conv_kernel eos_token_id expand head_dim hidden_act hidden_size layer_norm_epsilon
+            n_groups num_heads num_hidden_layers pad_token_id rescale_prenorm_residual residual_in_fp32 state_size
+            time_step_floor time_step_limit time_step_max time_step_min time_step_rank use_bias use_cache
+            use_conv_bias vocab_size
+        """
+    ),
     "nemotron_h": COMMON_FIELDS
     | _names(
         """
@@ -742,6 +780,10 @@ CONFIG_CLASSES = {
     "kimi_k25": "Kimi_K25Config",
     "qwen3_next": "Qwen3NextConfig",
     "nemotron_h": "NemotronHConfig",
+    "mamba2": "Mamba2Config",
+    "mamba": "MambaConfig",
+    "falcon_mamba": "FalconMambaConfig",
+    "jamba": "JambaConfig",
     "bamba": "BambaConfig",
     "lfm2": "Lfm2Config",
     "lfm2_moe": "Lfm2MoeConfig",
@@ -836,6 +878,7 @@ ALIASES: dict[str, dict[str, str]] = {
     "glm_moe_dsa": {"num_local_experts": "n_routed_experts"},
     "nemotron_h": {"layer_types": "layers_block_type", "num_local_experts": "n_routed_experts"},
     "bamba": {"layer_types": "layers_block_type"},
+    "jamba": {"num_local_experts": "num_experts"},
     "falcon_h1": {"layer_types": "layers_block_type"},
     "granitemoehybrid": {"layers_block_type": "layer_types"},
     "gpt_bigcode": {
@@ -1022,6 +1065,60 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         "mamba_expand": 2,
         "mamba_chunk_size": 256,
         "rope_theta": 10000.0,
+    },
+    "mamba": {
+        "state_size": 16,
+        "layer_norm_epsilon": 1e-05,
+        "expand": 2,
+        "conv_kernel": 4,
+        "use_bias": False,
+        "use_conv_bias": True,
+        "hidden_act": "silu",
+        "time_step_rank": "auto",
+        "tie_word_embeddings": True,
+    },
+    "falcon_mamba": {
+        "state_size": 16,
+        "layer_norm_epsilon": 1e-05,
+        "expand": 2,
+        "conv_kernel": 4,
+        "use_bias": False,
+        "use_conv_bias": True,
+        "hidden_act": "silu",
+        "time_step_rank": "auto",
+        "tie_word_embeddings": True,
+    },
+    "jamba": {
+        "num_key_value_heads": 8,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": False,
+        "hidden_act": "silu",
+        "num_experts_per_tok": 2,
+        "num_experts": 16,
+        "expert_layer_period": 2,
+        "expert_layer_offset": 1,
+        "attn_layer_period": 8,
+        "attn_layer_offset": 4,
+        "mamba_d_state": 16,
+        "mamba_d_conv": 4,
+        "mamba_expand": 2,
+        "mamba_dt_rank": "auto",
+        "mamba_conv_bias": True,
+        "mamba_proj_bias": False,
+    },
+    "mamba2": {
+        "num_heads": 128,
+        "head_dim": 64,
+        "state_size": 128,
+        "layer_norm_epsilon": 1e-05,
+        "expand": 2,
+        "conv_kernel": 4,
+        "n_groups": 8,
+        "use_bias": False,
+        "use_conv_bias": True,
+        "hidden_act": "silu",
+        "chunk_size": 256,
+        "tie_word_embeddings": False,
     },
     "nemotron_h": {
         "num_key_value_heads": 8,

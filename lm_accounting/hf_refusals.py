@@ -17,12 +17,9 @@ def _types(text: str) -> tuple[str, ...]:
 
 
 REASONS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "mamba": (
-        (
-            "state-space (Mamba / Mamba2) mixer layers not compared with Nemotron-H's yet (lm-accounting models "
-            "the Mamba2 layers of Nemotron-H, Bamba, Granite-4.0-H and Falcon-H1 only)"
-        ),
-        _types("mamba mamba2 falcon_mamba jamba zamba zamba2"),
+    "zamba": (
+        "Zamba's shared attention blocks (one attention block reused across layers), which lm-accounting does not model yet",
+        _types("zamba zamba2"),
     ),
     "deltanet": (
         (

@@ -119,8 +119,8 @@ def analytic_row(
     row["flops:total"] = total
     row.update({f"group:{g}": groups.get(g, 0) for g in GROUPS})
     row.update({f"share:{g}": groups.get(g, 0) / total for g in GROUPS})
-    row["flops:quadratic"] = groups["attention matmuls"]
-    row["flops:linear"] = total - groups["attention matmuls"]
+    row["flops:quadratic"] = acc.attention_matmuls
+    row["flops:linear"] = total - acc.attention_matmuls
     row["flops:nonmatmul"] = acc.nonmatmul.total
     row["flops:train_step"] = acc.training.step
     row["flops:model_step"] = flops.model

@@ -39,6 +39,8 @@ from test_arch_lfm2 import CONFIGS as LFM2
 from test_arch_lfm2 import TINY_CONFIGS as LFM2_TINY
 from test_arch_llama4 import CONFIGS as LLAMA4
 from test_arch_llama4 import PUBLISHED as LLAMA4_PUBLISHED
+from test_arch_mamba import CONFIGS as SSM
+from test_arch_mamba import TINY_CONFIGS as SSM_TINY
 from test_arch_mamba2 import CONFIGS as MAMBA2
 from test_arch_mamba2 import TINY_CONFIGS as MAMBA2_TINY
 from test_arch_olmo import CONFIGS as OLMO
@@ -197,6 +199,7 @@ MOE_MINIMAL = {
     "glm4_moe_lite": {"num_key_value_heads": 32},
     "deepseek_v32": {"num_key_value_heads": 32},
     "glm_moe_dsa": {"num_key_value_heads": 32},
+    "mamba2": {"num_heads": 32, "head_dim": 64},  # Mamba2Config requires heads · head_dim = 2 · hidden_size
     "helium": {
         "head_dim": 32,
         "num_key_value_heads": 32,
@@ -244,7 +247,7 @@ def test_absent_fields_take_the_class_defaults(model_type):
     assert ours.tie_embeddings == hf.tie_word_embeddings
     eps = [getattr(hf, k) for k in ("rms_norm_eps", "layer_norm_epsilon", "norm_epsilon") if hasattr(hf, k)]
     assert ours.norm_eps == (eps[0] if eps else 1e-5)  # OlmoLayerNorm's constant: OlmoConfig has no eps field
-    if not ours.mla:
+    if not ours.mla and ours.attention_layers:  # a pure Mamba2 has no attention heads to resolve
         assert ours.kv_heads == (getattr(hf, "num_key_value_heads", None) or hf.num_attention_heads)
         assert ours.d_head == (getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads)
     layer_types = getattr(hf, "layer_types", None)
@@ -284,6 +287,8 @@ HUB_FILES = {
     **MAMBA2_TINY,
     **LFM2,
     **LFM2_TINY,
+    **SSM,
+    **SSM_TINY,
 }
 
 

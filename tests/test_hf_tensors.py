@@ -22,6 +22,7 @@ from test_arch_dsa import TINY_CONFIGS as DSA
 from test_arch_ernie4_5_moe import CONFIGS as ERNIE
 from test_arch_lfm2 import TINY_CONFIGS as LFM2
 from test_arch_llama4 import CONFIGS as LLAMA4
+from test_arch_mamba import TINY_CONFIGS as SSM
 from test_arch_mamba2 import TINY_CONFIGS as MAMBA2
 from test_arch_olmo import CONFIGS as OLMO
 from test_arch_parallel_block import CONFIGS as PARALLEL
@@ -51,6 +52,7 @@ def one_per_type() -> dict[str, dict]:
         [*LLAMA4.values()],  # Llama 4's text model
         [*MAMBA2.values()],  # the Mamba2 hybrids: Nemotron-H, Bamba
         [*LFM2.values()],  # the short-convolution hybrids: LFM2, LFM2-MoE
+        [*SSM.values()],  # the state-space models: Mamba2, Mamba, Falcon-Mamba
     ]
     for table in tables:
         for values in table:

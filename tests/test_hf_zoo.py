@@ -237,6 +237,7 @@ def test_every_supported_model_type_is_proven_here_or_in_the_truth_tests():
     from test_arch_ernie4_5_moe import CONFIGS as ERNIE
     from test_arch_lfm2 import TINY_CONFIGS as LFM2
     from test_arch_llama4 import CONFIGS as LLAMA4
+    from test_arch_mamba import TINY_CONFIGS as SSM
     from test_arch_mamba2 import TINY_CONFIGS as MAMBA2
     from test_arch_olmo import CONFIGS as OLMO
     from test_arch_parallel_block import CONFIGS as PARALLEL
@@ -255,6 +256,7 @@ def test_every_supported_model_type_is_proven_here_or_in_the_truth_tests():
     pieces |= {c["model_type"] for c in LLAMA4.values()}
     pieces |= {c["model_type"] for c in MAMBA2.values()}
     pieces |= {c["model_type"] for c in LFM2.values()}
+    pieces |= {c["model_type"] for c in SSM.values()}
     pieces |= {c["model_type"] for c in PARALLEL.values()} - set(ZOO)  # StableLM's parallel variant: a ZOO type
     assert first | set(ZOO) | pieces == set(SUPPORTED_MODEL_TYPES)
     assert not first & set(ZOO) and not pieces & (first | set(ZOO))
@@ -740,7 +742,7 @@ def test_every_causal_lm_type_is_read_or_refused_with_a_reason():
 @pytest.mark.parametrize(
     ("model_type", "words"),
     [
-        ("mamba2", "Mamba2) mixer layers"),
+        ("zamba2", "Zamba's shared attention blocks"),
         ("kimi_linear", "linear-attention layers not compared with Qwen3-Next's Gated DeltaNet"),
         ("lfm3", "short-convolution layers"),
         ("granite_swa", "attention sinks applied as a post-attention logsumexp scaling"),

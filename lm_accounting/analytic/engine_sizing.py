@@ -202,9 +202,9 @@ def check_no_hybrid(cfg: ModelConfig, engine: str) -> None:
             f"--engine {engine}: {cfg.name}'s Gated DeltaNet layers keep their states in the engine's separate "
             "pool, which lm-accounting does not model; without --engine, infer gives the cache transformers holds"
         )
-    if cfg.mamba_layers:  # vLLM's and SGLang's mamba state pools
+    if cfg.mamba_layers or cfg.ssm_layers:  # vLLM's and SGLang's mamba state pools
         raise AccountingError(
-            f"--engine {engine}: {cfg.name}'s Mamba2 layers keep their states in the engine's separate pool, which "
+            f"--engine {engine}: {cfg.name}'s Mamba layers keep their states in the engine's separate pool, which "
             "lm-accounting does not model; without --engine, infer gives the cache transformers holds"
         )
     if cfg.short_conv_layers:  # vLLM's and SGLang's short-conv state pools (LFM2)

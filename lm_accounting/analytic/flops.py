@@ -245,6 +245,46 @@ def short_conv_gate_flops(tokens: int, width: int) -> int:
     return 2 * tokens * width
 
 
+# -- Mamba (v1) mixers (transformers' MambaMixer, models/mamba/modeling_mamba.py; config.SSM_FIELDS) --
+def ssm_conv_flops(cfg: ModelConfig, batch: int, seq: int) -> int:
+    """The Mamba depthwise causal conv1d over x (``causal_conv1d_fn``'s torch path, as ``causal_conv_flops``):
+    2·B·E·(S + K − 1)·K; its bias add is elementwise."""
+    k = cfg.ssm_conv_kernel
+    return 2 * batch * cfg.ssm_inner * (seq + k - 1) * k
+
+
+def ssm_conv_update_flops(cfg: ModelConfig, batch: int) -> int:
+    """One cached decode step of the Mamba conv (``causal_conv1d_update``, as ``conv_update_flops``): 2·B·E·2·K."""
+    return 2 * batch * cfg.ssm_inner * 2 * cfg.ssm_conv_kernel
+
+
+def dt_proj_flops(cfg: ModelConfig, tokens: int) -> int:
+    """``dt_proj.weight @ time_step`` (E x R by R x T per sequence; ``MambaMixer.forward`` calls the weight, not the
+    module, so FlopCounterMode books it under the mixer): 2·T·R·E; its bias is added inside the scan."""
+    return matmul_flops(tokens, cfg.ssm_dt_rank, cfg.ssm_inner)
+
+
+def selective_scan_flops(cfg: ModelConfig, batch: int, seq: int) -> int:
+    """The selective scan as transformers' torch path runs it (``mamba_selective_scan`` without mamba_ssm, mambapy or
+    a compiled associative scan: the sequential loop over the S positions): each step reads its state out by C,
+    ``torch.matmul`` of (B, E, N) by (B, N, 1), 2·B·E·N, so 2·B·S·E·N in all (a decode step's
+    ``mamba_selective_state_update`` is the same read-out at S = 1).  The discretisation and the recurrence are
+    elementwise (``selective_scan_elementwise``)."""
+    return 2 * batch * seq * cfg.ssm_inner * cfg.ssm_state_size
+
+
+SCAN_PER_STATE = 6  # per (token, channel, state) element: 1. A·dt, 2. exp, 3. dt·B, 4. ·x, 5. Ā·h, 6. + B̄x
+SCAN_PER_CHANNEL = 9  # per (token, channel): 1. dt + bias, 2. softplus, 3-4. the D skip (·D, +), 5-8. SiLU(z), 9. ·
+
+
+def selective_scan_elementwise(cfg: ModelConfig, tokens: int) -> int:
+    """The selective scan's elementwise work, our estimate: the discretisation and the recurrence per state element,
+    ``SCAN_PER_STATE``·T·E·N, and per channel the dt bias and softplus, the D skip and the SiLU gate,
+    ``SCAN_PER_CHANNEL``·T·E (FlopCounterMode counts 0 for all of it)."""
+    e = cfg.ssm_inner
+    return SCAN_PER_STATE * tokens * e * cfg.ssm_state_size + SCAN_PER_CHANNEL * tokens * e
+
+
 @lru_cache(maxsize=1024)
 def forward_flops(cfg: ModelConfig, seq: int, batch: int = 1) -> Breakdown:
     """Matmul FLOPs of one forward pass over B sequences of S tokens, per component.
@@ -506,7 +546,7 @@ class TrainingFlops:
       12·L·h·d_head·S assumes v_head = d_head) with N_matmul = the weights one token multiplies by
       (``matmul_params``); it equals ``step`` exactly.  A Gated DeltaNet hybrid's attention term counts its
       attention layers only, and its linear layers' chunked core and conv add 3 x their forward FLOPs (a Mamba2
-      layer's SSD scan and conv likewise).
+      layer's SSD scan and conv likewise, and a Mamba layer's selective scan and conv).
       DeepSeek Sparse Attention's indexer runs under ``torch.no_grad()`` (``DeepseekV32Indexer.forward``): it
       has no backward, so it enters both ``step`` and ``palm`` once, at its forward FLOPs (``indexer_flops``).
     """
@@ -534,6 +574,8 @@ def training_flops(cfg: ModelConfig, seq: int, batch: int = 1) -> TrainingFlops:
         linear += 3 * cfg.mamba_layers * (ssd_scan_flops(cfg, batch, seq) + mamba_conv_flops(cfg, batch, seq))
     if cfg.short_conv_layers:  # nor LFM2's short convolutions: their conv enters as 3 x its forward too
         linear += 3 * cfg.short_conv_layers * short_conv_flops(cfg, batch, seq)
+    if cfg.ssm_layers:  # nor Mamba layers: their selective scan and conv likewise
+        linear += 3 * cfg.ssm_layers * (selective_scan_flops(cfg, batch, seq) + ssm_conv_flops(cfg, batch, seq))
     if cfg.indexer:  # the indexer enters once (forward only), not as 6·N_matmul's 3 x its projections
         projections = indexer_q_params(cfg) + indexer_k_params(cfg) + indexer_weights_params(cfg)
         linear += no_grad - 3 * cfg.indexer_layers * projection_flops(tokens, projections)

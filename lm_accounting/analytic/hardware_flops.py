@@ -81,6 +81,6 @@ def step_flops(cfg: ModelConfig, seq: int, batch: int = 1, setup: TrainingSetup 
     recompute = 0
     if setup.checkpoint == "full":
         recompute = blocks - _early_stopped_matmul(cfg, fwd)
-    attention = fwd["layers.*.attn.qk"].total if setup.attention == "sdpa" else 0
+    attention = fwd["layers.*.attn.qk"].total if setup.attention == "sdpa" and "layers.*.attn.qk" in fwd else 0
     no_backward = indexer_flops(cfg, seq, batch)
     return StepFlops(forward=fwd.total, recompute=recompute, attention_recompute=attention, no_backward=no_backward)

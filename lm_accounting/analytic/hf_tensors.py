@@ -46,6 +46,7 @@ GPTBigCode's multi-query ``c_attn`` is q + 2·kv wide) and every projection with
 ``word_embeddings_layernorm`` after the embedding."""
 
 FUSED_MOE_ROUTER_FIRST = (
+    "jamba",
     "mixtral",
     "gpt_oss",
     "qwen2_moe",
@@ -101,6 +102,15 @@ def _linear_attention(cfg: ModelConfig) -> list[int]:
     return first + [cfg.linear_value_head_dim, vd * d, d * conv, d * vd, d * hv, d * hv]
 
 
+def _ssm_mixer(cfg: ModelConfig) -> list[int]:
+    """A Mamba (v1) mixer's tensors (``MambaMixer``): its own ``A_log`` and ``D``, then conv1d (weight, bias),
+    ``in_proj``, ``x_proj``, ``dt_proj`` (weight, bias), ``out_proj``, and Jamba's dt/B/C norms (Falcon-Mamba's are
+    buffers)."""
+    d, e, n, r = cfg.d_model, cfg.ssm_inner, cfg.ssm_state_size, cfg.ssm_dt_rank
+    norms = [r, n, n] if cfg.ssm_norms == "rmsnorm" else []
+    return [e * n, e, e * cfg.ssm_conv_kernel, e, d * 2 * e, e * cfg.ssm_x_width, r * e, e, e * d, *norms]
+
+
 def _pattern_layer(cfg: ModelConfig, layer: int) -> list[int]:
     """A ``layer_pattern`` block (``NemotronHBlock``): its norm, then its mixer's tensors: a Mamba2 mixer's own
     ``dt_bias``, ``A_log``, ``D``, then conv1d (weight, bias), ``in_proj``, the gated norm (none without
@@ -121,6 +131,8 @@ def _pattern_layer(cfg: ModelConfig, layer: int) -> list[int]:
     elif kind == "C":  # Lfm2ShortConv: conv, in_proj, out_proj (each with its bias under conv_bias)
         b, k = cfg.short_conv_bias, cfg.short_conv_kernel
         mixer = [d * k] + [d] * b + [3 * d * d] + [3 * d] * b + [d * d] + [d] * b
+    elif kind == "S":
+        mixer = _ssm_mixer(cfg)
     elif kind == "*":
         mixer = _attention(cfg)
     elif kind == "E":  # NemotronHMoE: experts (up, down), the router, the shared expert, the latent projections
@@ -135,6 +147,8 @@ def _pattern_layer(cfg: ModelConfig, layer: int) -> list[int]:
         return mixer + _mlp(cfg, layer) + [d, d]
     if cfg.hf_model_type == "granitemoehybrid":  # the two norms, block_sparse_moe (router first), shared_mlp, the mixer
         return [d, d] + _mlp(cfg, layer) + mixer
+    if cfg.hf_model_type == "jamba":  # Jamba*DecoderLayer: the mixer, feed_forward, input_layernorm, pre_ff_layernorm
+        return mixer + _mlp(cfg, layer) + [d, d]
     if cfg.mixer_ffn:  # BambaDecoderLayer registers feed_forward, input_layernorm, pre_ff_layernorm, then the mixer
         return _mlp(cfg, layer) + [d, d] + mixer
     return [d] + mixer

@@ -56,6 +56,8 @@ from .flops import (
     short_conv_flops,
     short_conv_update_flops,
     ssd_step_flops,
+    ssm_conv_flops,
+    ssm_conv_update_flops,
     windowed_attention_flops,
 )
 from .memory import kv_cache_bytes
@@ -394,6 +396,9 @@ def _short_prompt_conv(base: Breakdown, cfg: ModelConfig, prompt: int, batch: in
     if cfg.short_conv_layers and prompt < cfg.short_conv_kernel:  # LFM2's conv: the same padding by the cache
         per = short_conv_flops(cfg, batch, cfg.short_conv_kernel)
         rows["layers.*.conv.conv1d"] = (cfg.short_conv_layers, per, "cache-padded to K inputs: 2·B·d·(2K−1)·K")
+    if cfg.ssm_layers and prompt < cfg.ssm_conv_kernel:  # Mamba's conv: the same padding by the cache
+        per = ssm_conv_flops(cfg, batch, cfg.ssm_conv_kernel)
+        rows["layers.*.ssm.conv1d"] = (cfg.ssm_layers, per, "cache-padded to K inputs: 2·B·E·(2K−1)·K")
     if not rows:
         return base
     items = [
@@ -429,6 +434,8 @@ def _recurrent_decode(base: Breakdown, cfg: ModelConfig, batch: int) -> Breakdow
             short_conv_update_flops(cfg, batch),
             "conv update: 2·B·d·2·K",
         )
+    if cfg.ssm_layers:  # Mamba: mamba_selective_state_update's read-out is the scan's at S = 1; the conv is updated
+        rows["layers.*.ssm.conv1d"] = (cfg.ssm_layers, ssm_conv_update_flops(cfg, batch), "conv update: 2·B·E·2·K")
     if not rows:
         return base
     items = [

@@ -23,6 +23,9 @@ state, (B, H, P, N) in fp32 (``mamba2_chunk_scan`` computes in fp32 and hands it
 is); tests/test_arch_mamba2.py checks them.  An LFM2 short-convolution layer (``C``) keeps its conv state only,
 (B, d, K) in the model's dtype (``Lfm2ShortConv`` hands B·x to ``update_conv_state`` with ``conv_L_cache`` as K;
 the ``LinearAttentionLayer`` of the ``"conv"`` layer type, cache_utils.py); tests/test_arch_lfm2.py checks it.
+is); tests/test_arch_mamba2.py checks them.  A Mamba (v1) layer (``S``: Mamba, Falcon-Mamba, Jamba) keeps its conv
+state, (B, E, K) in the model's dtype, and the SSM state, (B, E, N) in fp32 (the scan's discretised A is fp32, so
+its state is; ``mamba_selective_scan`` hands it to the cache as it is); tests/test_arch_mamba.py checks them.
 """
 
 from __future__ import annotations
@@ -59,6 +62,10 @@ def linear_state_bytes(cfg: ModelConfig, batch: int, dtype: str) -> int:
         total += cfg.mamba_layers * (conv + state * RECURRENT_STATE_BYTES)
     if cfg.short_conv_layers:  # LFM2: the conv state alone, no recurrent state
         total += cfg.short_conv_layers * batch * cfg.d_model * cfg.short_conv_kernel * DTYPE_BYTES[dtype]
+    if cfg.ssm_layers:  # Mamba (v1): B · E · K of dtype and B · E · N fp32
+        conv = batch * cfg.ssm_inner * cfg.ssm_conv_kernel * DTYPE_BYTES[dtype]
+        state = batch * cfg.ssm_inner * cfg.ssm_state_size
+        total += cfg.ssm_layers * (conv + state * RECURRENT_STATE_BYTES)
     return total
 
 

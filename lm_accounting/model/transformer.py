@@ -450,9 +450,9 @@ def build_model(
         )
     if cfg.layer_pattern is not None:
         raise AccountingError(
-            f"{cfg.name}: the live model (lm_accounting/model) has no layer pattern, no Mamba2 and no short-convolution "
-            "layers; its parameters and FLOPs are proven against transformers' own model instead "
-            "(tests/test_arch_mamba2.py, tests/test_arch_lfm2.py)"
+            f"{cfg.name}: the live model (lm_accounting/model) has no layer pattern and no Mamba, Mamba2 or "
+            "short-convolution layers; its parameters and FLOPs are proven against transformers' own model instead "
+            "(tests/test_arch_mamba2.py, tests/test_arch_mamba.py, tests/test_arch_lfm2.py)"
         )
     if setup is not None:
         wanted = getattr(torch, TORCH_DTYPES[setup.param_dtype])

@@ -49,7 +49,7 @@ def describe_config(cfg: ModelConfig) -> str:
         )
     if cfg.attention_output_gate:
         extras.append("gated attention output")
-    if cfg.layer_pattern is not None:
+    if cfg.layer_pattern is not None and not cfg.ssm_layers:
         mamba = (
             f" (H {cfg.mamba_heads} × P {cfg.mamba_head_dim}, G {cfg.mamba_groups} × N {cfg.mamba_state_size}, "
             f"conv {cfg.mamba_conv_kernel}, chunk {cfg.mamba_chunk_size})"
@@ -62,6 +62,18 @@ def describe_config(cfg: ModelConfig) -> str:
             else f"Mamba2 on {plural(cfg.mamba_layers, 'layer')}, "
         )
         extras.append(f"{conv}attention on {cfg.attention_layers}, an MLP on {cfg.dense_layers}{mamba}")
+    if cfg.ssm_layers:  # Mamba (v1), Falcon-Mamba, Jamba
+        norms = "" if cfg.ssm_norms == "none" else f", {cfg.ssm_norms} dt/B/C norms"
+        extras.append(
+            f"Mamba on {plural(cfg.ssm_layers, 'layer')}, attention on {cfg.attention_layers} (E {cfg.ssm_inner} × "
+            f"N {cfg.ssm_state_size}, dt rank {cfg.ssm_dt_rank}, conv {cfg.ssm_conv_kernel}{norms})"
+        )
+    if cfg.layer_pattern is not None and set(cfg.layer_pattern) <= {"M", "S"}:  # pure Mamba: no heads, no d_ff
+        extras = extras[len(_ffn_widths(cfg)) + 1 :]
+        return (
+            f"{cfg.name}: vocab {cfg.vocab_size:,} · {plural(cfg.num_layers, 'layer')} · d_model {cfg.d_model:,} · "
+            + (" · ".join(extras))
+        )
     return (
         f"{cfg.name}: vocab {cfg.vocab_size:,} · {plural(cfg.num_layers, 'layer')} · d_model {cfg.d_model:,} · "
         f"{heads} · " + " · ".join(extras)
@@ -117,6 +129,11 @@ def kv_cache_formula(cfg) -> str:
         return (
             f"KV cache = {entry} · L_attn · S · B · bytes + L_lin · B · (conv_dim · K · bytes + H_v · d_k · d_v · 4) "
             "(inference; the linear layers' conv and fp32 recurrent states)"
+        )
+    if cfg.ssm_layers:  # Mamba: K and V on the attention layers, a fixed state on the Mamba layers (kv_cache.py)
+        return (
+            f"KV cache = {entry} · L_attn · S · B · bytes + L_s6 · B · (E · K · bytes + E · N · 4) "
+            "(inference; the Mamba layers' conv and fp32 SSM states)"
         )
     if cfg.mamba_layers:  # Mamba2: K and V on the attention layers, a fixed state on the Mamba2 layers (kv_cache.py)
         return (

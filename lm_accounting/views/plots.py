@@ -208,15 +208,20 @@ def plot_flops_vs_context(frame, path_stem, *, return_fig: bool = False):
     fig = Figure(figsize=(10.5, 5.5), layout="constrained")
     ax = fig.subplots()
     lo, hi = frame["context"].min(), frame["context"].max()
-    stars = {m: crossover_context(frame, m) for m in _models(frame)}
-    x_lo, x_hi = min(lo / 1.2, min(stars.values()) / 1.5), max(hi * 1.2, max(stars.values()) * 1.5)
+    quadratic = {m for m in _models(frame) if _rows(frame, m).iloc[-1]["flops:quadratic"]}  # a Mamba has none
+    stars = {m: crossover_context(frame, m) for m in _models(frame) if m in quadratic}
+    x_lo = min([lo / 1.2, *(s / 1.5 for s in stars.values())])
+    x_hi = max([hi * 1.2, *(s * 1.5 for s in stars.values())])
     grid, y_star = np.geomspace(x_lo, x_hi, 200), []
     for model, color in _model_colors(frame).items():
-        rows, s_star = _rows(frame, model), stars[model]
+        rows = _rows(frame, model)
         last = rows.iloc[-1]  # l = linear / S and q = quadratic / S², the same from any row
         lin, quad = last["flops:linear"] / last["context"], last["flops:quadratic"] / last["context"] ** 2
         ax.plot(rows["context"], rows["flops:total"], "o-", color=color, ms=4, lw=2)
         ax.plot(grid, lin * grid, "--", color=color, lw=1.2)
+        if model not in stars:  # no attention layer: no quadratic part, no crossover
+            continue
+        s_star = stars[model]
         ax.plot(grid, quad * grid**2, ":", color=color, lw=1.5)
         ax.plot([s_star], [lin * s_star], "D", color=color, mec="black", ms=7, zorder=5)
         y_star.append(lin * s_star)
@@ -237,16 +242,14 @@ def plot_flops_vs_context(frame, path_stem, *, return_fig: bool = False):
         if b / a > 1.3:
             ax.axvspan(a, b, color="0.93", zorder=0, label="outside the sweep (extrapolated)")
     _log_y(ax, ENG)
-    ax.set(ylabel=FLOPS_LABEL, ylim=(frame["flops:total"].min() / 20, max(frame["flops:total"].max(), *y_star) * 3))
+    ax.set(ylabel=FLOPS_LABEL, ylim=(frame["flops:total"].min() / 20, max([frame["flops:total"].max(), *y_star]) * 3))
     extended = x_hi > hi * 1.3 or x_lo < lo / 1.3
     powers = {2**k for k in range(math.ceil(math.log2(x_lo)), math.floor(math.log2(x_hi)) + 1)} if extended else set()
     _context_axis(ax, set(frame["context"]) | powers)
     ax.set_xlim(x_lo, x_hi)
     outside = lambda m: "" if lo <= stars[m] <= hi else " (outside sweep)"
-    handles = [
-        Line2D([], [], color=c, lw=2, label=f"{m}: S* = {stars[m]:,.0f}{outside(m)}")
-        for m, c in _model_colors(frame).items()
-    ]
+    star = lambda m: f"S* = {stars[m]:,.0f}{outside(m)}" if m in stars else "no attention, no S*"
+    handles = [Line2D([], [], color=c, lw=2, label=f"{m}: {star(m)}") for m, c in _model_colors(frame).items()]
     handles += [
         Line2D([], [], color="gray", ls=ls, marker=mk, label=lab)
         for ls, mk, lab in (
