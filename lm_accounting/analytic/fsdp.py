@@ -279,6 +279,9 @@ def fsdp_units(
     gather_e = 2 if setup.autocast else element_bytes(setup)
     reduce_e = 4 if setup.autocast else gather_e
     ep, dim1 = layout.ep, experts_on_dim1(cfg, layout) if dim1 is None else dim1
+    # an expert mesh of one shard rank (HSDP with s = ep) neither copies out nor re-lays a dim-1 gradient: torch
+    # 2.13's ``wait_for_unshard`` and ``foreach_reduce`` take their ``world_size == 1`` paths
+    dim1 = dim1 and layout.dp > ep
 
     def shape(p) -> tuple[int, int]:
         """(the rows FSDP2 shards, the rest): dim 0, or an expert stack's dim 1 ((G, out, in) -> (out, G·in))."""
