@@ -198,3 +198,51 @@ def test_a_middle_rank_of_the_64_rank_job():
     """(8, 8, 4), zero 3, fp32: dp rank 45 = replica 5, shard rank 5 (dp_shard_mod_ep 1, ep rank 1)."""
     pytest.importorskip("torch")
     _check(MIXTRAL, S, 1, TrainingSetup(), _lay(8, 8, 4), 45)
+
+
+# -- the planner ----------------------------------------------------------------------------------------------
+
+
+def test_plan_enumerates_hsdp_beside_expert_parallel():
+    """64 GPUs, tiny Mixtral (E 4): every shard group inside one node (2, 4, 8) holding its ep ranks (ep 2 or 4
+    dividing both E and the shard), each a valid layout."""
+    from lm_accounting.plan import _families
+
+    cfg = MIXTRAL.with_context(16)
+    fams = [f for f in _families(cfg, 16, (64, 64), 64) if f["replicate"] > 1 and f["ep"] > 1]
+    assert {(f["dp"] // f["replicate"], f["ep"]) for f in fams} == {(2, 2), (4, 2), (4, 4), (8, 2), (8, 4)}
+    assert all(f["zero"] in (2, 3) and f["pp"] == 1 and f["tp"] == 1 and f["dp"] == 64 for f in fams)
+    for f in fams:
+        ParallelLayout(**f, micro_batches=1).check(cfg, 16)
+
+
+PRICED = ModelConfig(
+    vocab_size=101, context_length=32, num_layers=2, d_model=32, num_heads=4, num_kv_heads=2, d_ff=48,
+    num_experts=4, experts_per_token=2, name="priced-moe",
+)  # fmt: skip  # head_dim 8: the step-time model prices fused attention at it
+
+
+def test_plan_prices_each_group_over_its_own_ring():
+    """64 GPUs, (replicate, shard, ep) = (8, 8, 4), amp-bf16, zero 3, one micro-batch.  Within the node (NVLink):
+    the dense units over the shard group of 8 (bf16 all-gathers twice, fp32 reduce-scatter, each 7/8 of its
+    payload) and the expert units over their 2 ranks (1/2 each).  Across the nodes (one rank of each replica
+    group per node: one NIC, ``DEFAULT_INTERNODE``): the all-reduces of both units' fp32 shards over the 8
+    replicas, 2·7/8 each.  The all-to-alls over the 4 ep ranks, on NVLink: T·k·d·2 bytes per call, 3/4 on the
+    wire, 4 forward and 4 backward."""
+    from lm_accounting.gpus import gpu
+    from lm_accounting.plan import DEFAULT_INTERNODE, price_layout
+
+    setup = TrainingSetup(attention="sdpa", precision="amp-bf16")
+    lay = _lay(8, 8, 4)
+    st = model_states(PRICED, setup, lay)  # its gathered bytes are bf16; the reduced ones fp32, twice as many
+    experts = st.unsharded_experts  # the expert units' G_e, over 2 ranks; their R_e = 2·G_e
+    dense = st.unsharded_all - st.unsharded_experts  # the dense units' G, over 8 ranks; R = 2·G
+    within = 2 * (dense * 7 // 8) + (dense * 2) * 7 // 8 + 2 * (experts // 2) + (experts * 2) // 2
+    across = 2 * ((dense * 2 // 8) * 7 // 8) + 2 * ((experts * 2 // 2) * 7 // 8)
+    nvlink = gpu("h100-80gb").interconnect_one_way
+    times = price_layout(PRICED, "h100-80gb", 32, 1, setup, lay)
+    assert times[1] == pytest.approx(within / nvlink + across / DEFAULT_INTERNODE, rel=1e-12)
+    alltoall = 32 * 2 * 32 * 2  # T·k·d·2
+    assert times[4] == pytest.approx(8 * (alltoall * 3 // 4) / nvlink, rel=1e-12)
+    # the same 64 ranks as one FSDP2 × EP job: the dense units' group spans the 8 nodes
+    assert price_layout(PRICED, "h100-80gb", 32, 1, setup, ParallelLayout(dp=64, zero=3, ep=4))[1] > times[1]

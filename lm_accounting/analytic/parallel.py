@@ -50,7 +50,11 @@ for a projection; "local" means after the TP split.
    reduce-scatter output (``dist.all_reduce(reduce_output, group=replicate)``), which becomes the sharded
    gradients; ``FSDPParamGroup._all_reduce_state`` keeps a reference to it until the next unit's reduce,
    no extra bytes (our setups never cast it: the reduce dtype is the parameters' or, under amp-bf16, fp32
-   = the fp32 parameters').  Checked per phase on the fake process group (tests/test_hsdp.py).
+   = the fp32 parameters').  Checked per phase on the fake process group (tests/test_hsdp.py).  Beside expert
+   parallel (torchtitan's MoE mesh, ``parallelisms.hsdp``): rank k mod s of the shard group's FSDP2 × EP job
+   (ep ranks k mod ep; the expert stacks over the s/ep shard ranks holding them), but for where the stacks are
+   sharded: torchtitan's dim-1 test counts the replicas (``experts_on_dim1``: r·s > E), which the shard group
+   alone (s > E) would not (tests/test_hsdp_ep.py).
 """
 
 from __future__ import annotations
