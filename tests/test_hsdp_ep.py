@@ -149,6 +149,10 @@ def _check(cfg, seq, batch, setup, lay, rank) -> None:
     assert m.step == step
     assert m.local_flops == rank_flops(cfg, seq, batch, setup, lay, rank).hardware
     want = step_collectives(cfg, seq, batch, setup, lay, first_step=True, rank=rank)
+    for c in want:  # each group's ranks are what its parallelism declares to the planner: (ranks, stride)
+        ranks = _ranks(c.group, lay, rank)
+        n, stride = group_ranks(lay, c.group)
+        assert ranks == tuple(ranks[0] + x * stride for x in range(n)), c.group
     expected: Counter = Counter()
     for c in want:  # keyed by the group's ranks: with s = ep the ep group is the shard group
         expected[(c.kind, c.phase, _ranks(c.group, lay, rank))] += c.count
