@@ -250,3 +250,31 @@ def test_plan_prices_each_group_over_its_own_ring():
     assert times[4] == pytest.approx(8 * (alltoall * 3 // 4) / nvlink, rel=1e-12)
     # the same 64 ranks as one FSDP2 × EP job: the dense units' group spans the 8 nodes
     assert price_layout(PRICED, "h100-80gb", 32, 1, setup, ParallelLayout(dp=64, zero=3, ep=4))[1] > times[1]
+
+
+@pytest.mark.slow
+def test_plan_finds_what_the_brute_force_finds_and_every_floor_is_below_its_peak(monkeypatch):
+    """A tiny MoE over 8..64 GPUs, an allowance that leaves about 400 kB of the H100 (so most candidates do not
+    fit and the floors matter): with pruning off every candidate is replayed; the pruned search ranks the same
+    fitting layouts with the same figures, among them HSDP × EP ones, and every HSDP × EP candidate's floor
+    (``rank_floor``) is at most its replayed peak."""
+    import lm_accounting.plan as pl
+    from lm_accounting.analytic.parallel import rank_floor
+
+    args = (PRICED, "h100-80gb", (8, 64), 32, 32 * 256, 32 * 256 * 10)
+    allowance = 84_943_715_696 - 400_000  # the H100's CUDA total less 400 kB
+    pruned = pl.plan(*args, top=10**6, allowance=allowance)
+    peak, seen = pl._peak, []
+
+    def checked(cfg, seq, b, setup, lay):
+        v = peak(cfg, seq, b, setup, lay)
+        seen.append((rank_floor(cfg, seq, b, setup, lay), v, lay))
+        return v
+
+    monkeypatch.setattr(pl, "_peak", checked)
+    brute = pl.plan(*args, top=10**6, allowance=allowance, prune=False)
+    assert brute.complete and pruned.ranked == brute.ranked
+    both = [(f, v) for f, v, lay in seen if lay.replicate > 1 and lay.ep > 1]
+    assert len(both) > 100 and all(f <= v for f, v in both)
+    fit = [c for c in brute.ranked if c.layout.replicate > 1 and c.layout.ep > 1]
+    assert fit and len(fit) < len(both) and all(c.peak_exact for c in fit)
