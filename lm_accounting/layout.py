@@ -42,7 +42,8 @@ cannot take, with one line.  The layouts map onto torch.distributed (torch 2.13)
   sharded over the s = dp/r ranks of a shard group (``shard``) and replicated over the r groups; each
   unit is all-gathered and reduce-scattered over its shard group, then its reduce-scatter output is
   all-reduced over the replicate group (``_fsdp_collectives.foreach_reduce``).  Data-parallel rank k
-  is replica k // s, shard rank k mod s.  Not beside pipeline or expert parallel.
+  is replica k // s, shard rank k mod s.  Beside expert parallel, torchtitan's MoE mesh: ep borrowed from the
+  shard group (``parallelisms.hsdp``; ep divides s).  Not beside pipeline parallel.
 
 ``world = dp · tp · pp`` GPUs.  With ZeRO/FSDP the sharding degree is ``dp`` (HSDP: ``dp // replicate``),
 never the world.

@@ -8,7 +8,8 @@ one block more), dp = W / (tp·pp), ZeRO stage 0–3, sequence parallel with tp,
 with tp (an untied model; torchtitan's loss-parallel head), checkpointing none/full/selective,
 micro-batch b a power of two dividing the sequences per data-parallel rank; and HSDP (ZeRO 2 or 3 over a
 replicate × shard mesh, ``layout``; torchtitan's dp_replicate × dp_shard) with its shard group inside one node
-(shard a power of two, 2 <= shard, shard·tp <= 8) and at least two replicas, without pp.
+(shard a power of two, 2 <= shard, shard·tp <= 8) and at least two replicas, without pp, beside ep when ep divides
+the shard (torchtitan's MoE mesh: the ep ranks and the expert units' shard group inside the node).
 Setup: fused attention (sdpa), amp-bf16, foreach AdamW.  Memory per GPU is ``analytic.parallel``
 (the worst rank, plain run); a candidate fits when it is within the budget per GPU, the GPU's CUDA-reported
 total less the allowance (``gpus.memory_budget``, the rule of ``memory`` and ``infer`` too): peak + allowance
@@ -61,7 +62,8 @@ Step time (one optimizer step, k = sequences per dp rank / b micro-batches):
 4. expert parallel's all-to-alls (dispatch and combine per MoE layer, per micro-batch, on the
    critical path like TP's): wire bytes / NVLink when the ep group fits one node (its ranks are
    consecutive), else ``--interconnect-bw``; the expert units' FSDP2 collectives run over the dp/ep
-   ranks (rule 3).
+   ranks (rule 3); under HSDP over the shard group's s/ep ranks holding the same experts, then all-reduced
+   across the replicas (``parallelisms.group_ranks``: "dp_shard/ep", "dp_replicate").
 
 Training: steps = tokens / global batch tokens; tokens/s, days, GPU-hours = W · hours, cost.
 
@@ -826,11 +828,12 @@ def _families(cfg: ModelConfig, seq: int, gpus: tuple[int, int], sequences: int)
 
 
 def _replicate_degrees(dp: int, zero: int, tp: int, pp: int, ep: int) -> list[int]:
-    """replicate = 1, and under FSDP2 without pp or ep, HSDP's dp / shard for every shard group that fits one node:
-    shard a power of two, 2 <= shard, shard·tp <= 8, leaving at least two replicas (``ParallelLayout``)."""
-    if zero < 2 or pp > 1 or ep > 1:
+    """replicate = 1, and under FSDP2 without pp, HSDP's dp / shard for every shard group that fits one node:
+    shard a power of two, 2 <= shard, shard·tp <= 8, leaving at least two replicas, and beside expert parallel
+    holding the ep ranks (torchtitan's dp_shard_in_ep: ep divides shard; ``ParallelLayout``)."""
+    if zero < 2 or pp > 1:
         return [1]
-    shards = [s for s in (2, 4, 8) if s * tp <= GPUS_PER_NODE and dp % s == 0 and dp // s >= 2]
+    shards = [s for s in (2, 4, 8) if s * tp <= GPUS_PER_NODE and dp % s == 0 and dp // s >= 2 and s % ep == 0]
     return [1] + [dp // s for s in shards]
 
 

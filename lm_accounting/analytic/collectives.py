@@ -82,7 +82,13 @@ dtype (fp32 under amp-bf16).  Per layout (checked against the fake-PG run in tes
    multiples of s rows), then each unit's reduce-scatter output, its R/s-byte shard in the reduce dtype,
    all-reduced over the replicate group (group "dp_replicate": L+1 all-reduces of R/s in all, backward).
    Wire bytes per rank: (s−1)/s·G (twice under zero 3) and (s−1)/s·R within the shard group, 2·(r−1)/r·R/s
-   across the replicas.
+   across the replicas.  Beside expert parallel (torchtitan's ``apply_fsdp`` for MoE models over
+   ``dp_shard_mod_ep``, ``parallelisms.hsdp``): the dense units (the root, each block without its expert
+   stacks) as above over the shard group; the expert units, L_moe of G_e and R_e bytes, gathered and
+   reduce-scattered over the s/ep shard ranks holding the same experts (group "dp_shard/ep"; none when s = ep:
+   FSDP2 skips a one-rank shard dimension) and each one's R_e·ep/s shard all-reduced over the replicas
+   ("dp_replicate", L_moe all-reduces: the experts' mesh is (dp_replicate, dp_shard_mod_ep), its replicas the
+   dense units'); rule 6's all-to-alls over the ep ranks (consecutive shard ranks).
 """
 
 from __future__ import annotations
@@ -177,7 +183,7 @@ def data_parallel_collectives(
     neither sequence parallel nor (but the all-to-alls) the batch: ``plan`` caches them so.  ``passes``:
     FSDP2's gathering passes of a pipeline stage where not rule 9's (an interleaved chunk's, rule 11)."""
     if layout.replicate > 1:  # rule 12
-        return hsdp_collectives(cfg, setup, layout)
+        return hsdp_collectives(cfg, seq, batch, setup, layout, rank)
     out: list[Collective] = []
     e = 2 if setup.param_dtype == "bf16" else 4
     where = (layout.pp, stage) if layout.pp > 1 else None
@@ -204,14 +210,27 @@ def data_parallel_collectives(
     return out
 
 
-def hsdp_collectives(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout) -> list[Collective]:
-    """Rule 12: rule 1 over the shard group, and each unit's sharded gradients all-reduced over the replicas."""
+def hsdp_collectives(
+    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, rank: int = 0
+) -> list[Collective]:
+    """Rule 12: rule 1 over the shard group, and each unit's sharded gradients all-reduced over the replicas;
+    beside expert parallel the expert units' over their s/ep ranks, then all-reduced over the replicas, and
+    rule 6's all-to-alls over the ep ranks of the shard group."""
     group = layout.shard_group()
-    st = model_states(cfg, setup, group)
-    out = _fsdp_collectives(cfg.num_layers + 1, st.unsharded_all, "dp_shard", "", setup, group)
+    st = model_states(cfg, setup, layout)
+    units = cfg.num_layers + 1
+    out = _fsdp_collectives(units, st.unsharded_all - st.unsharded_experts, "dp_shard", "", setup, group)
     reduced = next(c.payload for c in out if c.kind == "reduce_scatter") // layout.shard
-    text = "every unit's reduce-scatter output (R/s)"
-    return [*out, Collective("all_reduce", "backward", "dp_replicate", cfg.num_layers + 1, reduced, text)]
+    out.append(Collective("all_reduce", "backward", "dp_replicate", units, reduced, "every unit's shard (R/s)"))
+    if layout.ep == 1:
+        return out
+    s = layout.shard // layout.ep  # the expert units' shard group (none of one rank: FSDP2 skips it)
+    experts = _fsdp_collectives(cfg.moe_layers, st.unsharded_experts, "dp_shard/ep", " (experts)", setup, group)
+    full = sum(c.payload for c in experts if c.kind == "reduce_scatter")  # R_e, in the reduce dtype
+    text = "every expert unit's shard (R_e·ep/s)"
+    out += experts if s > 1 else []
+    out.append(Collective("all_reduce", "backward", "dp_replicate", cfg.moe_layers, full // s, text))
+    return out + _all_to_alls(cfg, seq, batch, setup, group, rank)
 
 
 def tensor_parallel_collectives(

@@ -261,20 +261,27 @@ def shard_unit(shapes: list[tuple[int, int]], shards: int, setup, **extra) -> Un
     )
 
 
-def fsdp_units(cfg: ModelConfig, setup, layout, stage: tuple[int, int] | None = None, cuda: bool = False) -> FsdpUnits:
+def fsdp_units(
+    cfg: ModelConfig, setup, layout, stage: tuple[int, int] | None = None, cuda: bool = False, dim1: bool | None = None
+) -> FsdpUnits:
     """The units of one rank (``layout.dp`` shards, TP-local shapes): every rank's buffers are the
     padded ones, so the rank does not matter.  Under amp-bf16 the MixedPrecisionPolicy gathers and
     computes in bf16 and reduces in fp32; otherwise everything is in the parameters' dtype.  Expert
     parallel (rule 7): an MoE block's unit without its expert stacks, and the stacks' own unit over the
     dp/ep ranks holding the same experts (``analytic.parallel`` rule 6: dim 0, or dim 1 when dp > E).
     ``stage``: (P, s), the root of pipeline stage s's model (None where it holds no parameter).
-    ``cuda``: on a CUDA GPU, with the copy-out's and copy-in's launch metadata (rule 9)."""
+    ``cuda``: on a CUDA GPU, with the copy-out's and copy-in's launch metadata (rule 9).  ``dim1``: whether
+    the expert stacks are sharded on dim 1, where not ``layout``'s own rule (an HSDP shard group's layout
+    takes the whole job's: ``analytic.parallel.experts_on_dim1``)."""
     from .cuda_kernels import chunk_cat_metadata, split_copy_metadata
-    from .parallel import _experts_on_dim1, _params, element_bytes, fsdp_chunk_rows, local_shape, parameter_shapes
+    from .parallel import _params, element_bytes, experts_on_dim1, fsdp_chunk_rows, local_shape, parameter_shapes
 
     gather_e = 2 if setup.autocast else element_bytes(setup)
     reduce_e = 4 if setup.autocast else gather_e
-    ep, dim1 = layout.ep, _experts_on_dim1(cfg, layout)
+    ep, dim1 = layout.ep, experts_on_dim1(cfg, layout) if dim1 is None else dim1
+    # an expert mesh of one shard rank (HSDP with s = ep) neither copies out nor re-lays a dim-1 gradient: torch
+    # 2.13's ``wait_for_unshard`` and ``foreach_reduce`` take their ``world_size == 1`` paths
+    dim1 = dim1 and layout.dp > ep
 
     def shape(p) -> tuple[int, int]:
         """(the rows FSDP2 shards, the rest): dim 0, or an expert stack's dim 1 ((G, out, in) -> (out, G·in))."""

@@ -50,7 +50,11 @@ for a projection; "local" means after the TP split.
    reduce-scatter output (``dist.all_reduce(reduce_output, group=replicate)``), which becomes the sharded
    gradients; ``FSDPParamGroup._all_reduce_state`` keeps a reference to it until the next unit's reduce,
    no extra bytes (our setups never cast it: the reduce dtype is the parameters' or, under amp-bf16, fp32
-   = the fp32 parameters').  Checked per phase on the fake process group (tests/test_hsdp.py).
+   = the fp32 parameters').  Checked per phase on the fake process group (tests/test_hsdp.py).  Beside expert
+   parallel (torchtitan's MoE mesh, ``parallelisms.hsdp``): rank k mod s of the shard group's FSDP2 × EP job
+   (ep ranks k mod ep; the expert stacks over the s/ep shard ranks holding them), but for where the stacks are
+   sharded: torchtitan's dim-1 test counts the replicas (``experts_on_dim1``: r·s > E), which the shard group
+   alone (s > E) would not (tests/test_hsdp_ep.py).
 """
 
 from __future__ import annotations
@@ -223,7 +227,8 @@ def model_states(
     device, are ``step_counter_bytes``, in ``rank_step`` and ``stage_baseline``).  Cached on what
     they depend on: the precision and the layout's degrees (not the checkpointing or micro-batches).
     HSDP (rule 8): shard rank ``rank`` mod dp/replicate of its shard group's FSDP2 job."""
-    degrees = (layout.shard, layout.zero, layout.tp, layout.vocab_parallel, layout.pp, layout.ep)
+    dim1 = experts_on_dim1(cfg, layout)  # the whole layout's (HSDP: r·s > E, torchtitan's)
+    degrees = (layout.shard, layout.zero, layout.tp, layout.vocab_parallel, layout.pp, layout.ep, dim1)
     if layout.replicate > 1 and rank is not None:
         return dataclasses.replace(_model_states(cfg, setup.precision, degrees, rank % layout.shard, stage), rank=rank)
     return _model_states(cfg, setup.precision, degrees, rank, stage)
@@ -231,12 +236,12 @@ def model_states(
 
 @lru_cache(maxsize=16384)
 def _model_states(cfg: ModelConfig, precision: str, degrees: tuple, rank: int | None, stage: int | None):
-    dp, zero, tp, vocab_parallel, pp, ep = degrees
+    dp, zero, tp, vocab_parallel, pp, ep, dim1 = degrees
     setup = TrainingSetup(precision=precision)
     layout = ParallelLayout(dp=dp, zero=zero, tp=tp, vocab_parallel=vocab_parallel, pp=pp, ep=ep, micro_batches=pp)
     e, d = element_bytes(setup), layout.dp
     where = None if stage is None else (layout.pp, stage)
-    groups = _grouped(cfg, layout.tp, layout.vocab_parallel, where, layout.ep, _experts_on_dim1(cfg, layout))
+    groups = _grouped(cfg, layout.tp, layout.vocab_parallel, where, layout.ep, dim1)
     full = sum(n * r * c for (r, c, _), n in groups) * e
     if layout.fsdp:
         if rank is None:
@@ -320,8 +325,10 @@ def _unit_counts(cfg: ModelConfig, stage: tuple[int, int] | None, ep: int = 1) -
     return out
 
 
-def _experts_on_dim1(cfg: ModelConfig, layout: ParallelLayout) -> bool:
-    """torchtitan shards the expert stacks on dim 1 when (dp/ep)·ep > E, i.e. dp > E (rule 6)."""
+def experts_on_dim1(cfg: ModelConfig, layout: ParallelLayout) -> bool:
+    """torchtitan shards the expert stacks on dim 1 when ``dp_mod_ep_mesh.size() * ep_degree > num_experts``
+    (``apply_fsdp``), i.e. dp > E (rule 6).  Under HSDP that mesh is (dp_replicate, dp_shard_mod_ep), of
+    r·s/ep ranks: dim 1 when r·s = dp > E, though the stacks are sharded over the s/ep ranks only (rule 8)."""
     return layout.ep > 1 and layout.fsdp and layout.dp > (cfg.num_experts or 0)
 
 
@@ -643,12 +650,11 @@ def rank_step(
     ``tests/test_hsdp.py``).
     """
     layout.check(cfg, seq)
+    whole, dp_rank, dim1 = layout, rank, experts_on_dim1(cfg, layout)  # dim1: the whole layout's (rule 8)
     if layout.replicate > 1:  # HSDP (rule 8): its shard group's FSDP2 rank
-        shard = None if rank is None else rank % layout.shard
-        step, st, act = rank_step(cfg, seq, batch, setup, layout.shard_group(), mode, shard, device, cpu_threads)
-        return step, st if rank is None else dataclasses.replace(st, rank=rank), act
-    units = fsdp_units(cfg, setup, layout, cuda=device == "cuda") if layout.fsdp and layout.dp > 1 else None
-    st = model_states(cfg, setup, layout, rank=rank)
+        layout, rank = layout.shard_group(), None if rank is None else rank % layout.shard
+    units = fsdp_units(cfg, setup, layout, cuda=device == "cuda", dim1=dim1) if layout.fsdp and layout.dp > 1 else None
+    st = model_states(cfg, setup, whole, rank=rank)  # HSDP: shard rank ``rank``'s
     r = single_rank_step(cfg, seq, batch, setup, layout, mode, units, device, cpu_threads, st.rank)
     act = saved_activations(cfg, seq, batch, setup, layout) + expert_parallel_saved_shift(
         cfg, seq, batch, setup, layout, mode, st.rank
@@ -667,6 +673,8 @@ def rank_step(
     bwd = PhaseBytes(r.backward.peak + shift, r.backward.end + shift if units else base + st.gradients)
     z = Sizes(cfg, e=e, setup=setup, plain=mode == "plain", cpu=mode == "plain" and device == "cpu")
     opt = PhaseBytes(base + st.gradients + adamw_temporary(cfg, setup, layout, st) + adamw_step_scalar_bytes(z), base)
+    if whole.replicate > 1 and dp_rank is not None:
+        st = dataclasses.replace(st, rank=dp_rank)
     return StepMemory(base, fwd, bwd, opt), st, act
 
 

@@ -19,6 +19,7 @@ from ..config import AccountingError, ModelConfig
 from ..gpus import MemoryBudget, as_budget
 from ..implementations import implementation_dict
 from ..layout import ParallelLayout
+from ..parallelisms import group_ranks
 from ..phases import PHASES, StepMemory
 from ..result import Result
 from ..setup import TrainingSetup
@@ -93,9 +94,8 @@ class ParallelMemory(Result):
         }
 
     def group_size(self, group: str) -> int:
-        lay = self.layout
-        sizes = {"dp": lay.dp, "tp": lay.tp, "pp": 2, "ep": lay.ep, "dp/ep": lay.dp // lay.ep}
-        return {**sizes, "dp_shard": lay.shard, "dp_replicate": lay.replicate}[group]
+        """Ranks of process group ``group``, from the parallelism that runs it (``parallelisms.group_ranks``)."""
+        return group_ranks(self.layout, group)[0]
 
     def to_dict(self) -> dict[str, Any]:
         st = self.states

@@ -185,11 +185,20 @@ def apply_expert_parallel(model, layout: ParallelLayout):
     """torchtitan's expert parallel (``layout``'s docstring): the ranks as a (dp/ep, ep) mesh, ep
     ranks side by side; each MoE block keeps its E/ep experts and routes through all-to-alls over
     its ep group (``MixtureOfExperts.expert_parallel``).  Returns the dp/ep mesh (the ranks holding the
-    same experts), over which FSDP2 shards the expert stacks."""
+    same experts), over which FSDP2 shards the expert stacks.  Under HSDP torchtitan's
+    (dp_replicate, dp_shard_mod_ep, dp_shard_in_ep) (``ParallelDims._build_mesh_with_ep``): the ep ranks
+    consecutive within a shard group, and the experts' mesh the 2-D (dp_replicate, dp_shard_mod_ep), which
+    ``fully_shard`` runs as HSDP (``apply_fsdp``'s ``dp_mod_ep_mesh``)."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    outer, inner = f"dp_mod_ep{_JOBS[0]}", f"ep{_JOBS[0]}"
-    mesh = init_device_mesh("cpu", (layout.dp // layout.ep, layout.ep), mesh_dim_names=(outer, inner))
+    j = _JOBS[0]
+    outer, inner = f"dp_mod_ep{j}", f"ep{j}"
+    if layout.replicate > 1:
+        dims = (f"dp_replicate_ep{j}", f"dp_shard_mod_ep{j}", inner)
+        mesh = init_device_mesh("cpu", (layout.replicate, layout.shard // layout.ep, layout.ep), mesh_dim_names=dims)
+        outer = dims[:2]
+    else:
+        mesh = init_device_mesh("cpu", (layout.dp // layout.ep, layout.ep), mesh_dim_names=(outer, inner))
     ep = mesh[inner]
     for block in model.layers:
         if block.ffn is None:  # a mixture-of-experts block
@@ -251,7 +260,8 @@ def build_rank(
 
 
 def _expert_placement(cfg: ModelConfig, layout: ParallelLayout):
-    """torchtitan's rule: shard the expert stacks on dim 1 when (dp/ep)·ep > E, else FSDP2's dim 0."""
+    """torchtitan's rule: shard the expert stacks on dim 1 when (dp/ep)·ep > E, else FSDP2's dim 0 (under HSDP
+    ``dp_mod_ep_mesh.size()`` counts the replicas too: r·s/ep·ep = dp)."""
     if layout.dp <= cfg.num_experts:
         return None
     from torch.distributed.tensor.placement_types import Shard

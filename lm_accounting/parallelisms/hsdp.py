@@ -2,7 +2,11 @@
 ``init_device_mesh(..., (r, dp // r), mesh_dim_names=("dp_replicate", "dp_shard"))`` (torch 2.13
 ``_fully_shard/_fsdp_init.py`` ``_get_mesh_info``).  States sharded over the s = dp/r ranks of a shard group and
 replicated over the r groups; each unit gathered and reduce-scattered over its shard group, then its shard
-all-reduced over the replicas (``analytic.collectives`` rule 12).  Not beside pipeline or expert parallel."""
+all-reduced over the replicas (``analytic.collectives`` rule 12).  Beside expert parallel, torchtitan's MoE mesh
+(``ParallelDims._build_mesh_with_ep``: ``dp_replicate`` × ``dp_shard_mod_ep`` × ``dp_shard_in_ep``, ep borrowed from
+dp_shard): ``apply_fsdp`` (``torchtitan/models/{llama4,deepseek_v3}/infra/parallelize.py``) shards the dense units over
+(dp_replicate, dp_shard) and each expert stack over (dp_replicate, dp_shard_mod_ep): the s/ep shard ranks holding
+the same experts, replicated over the r replicas; ep must divide s.  Not beside pipeline parallel."""
 
 from __future__ import annotations
 
@@ -25,8 +29,13 @@ class Hsdp:
             raise AccountingError(
                 f"replicate={r} = dp leaves shard groups of one rank: nothing is sharded (use --zero 0, DDP)"
             )
-        if layout.pp > 1 or layout.ep > 1:
-            raise AccountingError(f"replicate={r} (HSDP) beside pipeline or expert parallel is not accounted")
+        if layout.pp > 1:
+            raise AccountingError(f"replicate={r} (HSDP) beside pipeline parallel is not accounted")
+        if layout.shard % layout.ep:
+            raise AccountingError(
+                f"ep={layout.ep} does not divide HSDP's shard degree {layout.shard} (dp={dp} / replicate={r}): expert "
+                "parallel borrows its ranks from dp_shard, as torchtitan does (dp_shard_in_ep)"
+            )
 
     def check(self, layout, cfg, seq) -> None:
         return None

@@ -39,6 +39,8 @@ def _parameters_note(lay) -> str:
     where = "FSDP2: padded dim-0 shards" if lay.fsdp else "TP-local" if lay.tp > 1 else "whole"
     if lay.replicate > 1:
         where = f"HSDP: padded dim-0 shards over a shard group of {lay.shard}, replicated {lay.replicate} times"
+        if lay.ep > 1:  # torchtitan's dp_shard_mod_ep: the expert stacks over the shard ranks holding them
+            where += f"; the experts over the {lay.shard // lay.ep} shard ranks holding the same 1/{lay.ep} of them"
     return f"this stage's share, {where}" if lay.pp > 1 else where
 
 
