@@ -200,6 +200,16 @@ HF_LLAMA_LIKE = dict(
 )
 HF_NO_IDS = dict(pad_token_id=None, bos_token_id=None, eos_token_id=None)  # defaults beyond the small vocabulary
 HF_TOP2 = {"num_experts_per_tok": 2}
+HF_MAMBA2 = dict(  # Bamba's names: 16 heads of 128 (expand 2), 2 groups of 64 states, chunks of 128
+    mamba_n_heads=16, mamba_n_groups=2, mamba_d_state=64, mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=128
+)
+HF_GDN = dict(  # Qwen3-Next's Gated DeltaNet: 4 key heads and 8 value heads of 128, a 4-tap conv
+    linear_conv_kernel_dim=4,
+    linear_key_head_dim=128,
+    linear_value_head_dim=128,
+    linear_num_key_heads=4,
+    linear_num_value_heads=8,
+)
 HF_MLA = dict(  # DeepSeek-V2's latent attention at 8 heads (q_lora_rank None: a full query projection)
     num_key_value_heads=8, kv_lora_rank=256, q_lora_rank=None, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128
 )
@@ -392,6 +402,70 @@ HF_ZOO = {  # config.json fields of small models of the other families (transfor
         "n_routed_experts": 8,
         "moe_intermediate_size": 512,
         "mlp_layer_types": ["dense", "sparse", "sparse"],
+    },
+    # the Mamba2 hybrids and the Gated DeltaNet hybrids: their PyTorch paths (no mamba_ssm, causal_conv1d or fla)
+    "nemotron_h": dict(
+        vocab_size=32064,
+        hidden_size=1024,
+        intermediate_size=2816,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        head_dim=128,
+        max_position_embeddings=4096,
+        hybrid_override_pattern="M-*-",
+        mamba_num_heads=16,
+        mamba_head_dim=64,
+        ssm_state_size=64,
+        n_groups=2,
+        conv_kernel=4,
+        chunk_size=128,
+        **HF_NO_IDS,
+    ),
+    "bamba": {**HF_LLAMA_LIKE, "attn_layer_indices": [1], **HF_MAMBA2, **HF_NO_IDS},
+    "granitemoehybrid": {
+        **{k: v for k, v in HF_LLAMA_LIKE.items() if k != "intermediate_size"},
+        "shared_intermediate_size": 2816,
+        "num_local_experts": 0,
+        "layer_types": ["mamba", "attention"],
+        "position_embedding_type": "rope",
+        **HF_MAMBA2,
+        **HF_NO_IDS,
+    },
+    "falcon_h1": {**HF_LLAMA_LIKE, **HF_MAMBA2, "mamba_d_ssm": None, "mamba_rms_norm": True, **HF_NO_IDS},
+    "qwen3_next": {
+        **HF_LLAMA_LIKE,
+        "num_hidden_layers": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 128,
+        **HF_GDN,
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 512,
+        "shared_expert_intermediate_size": 1024,
+        "decoder_sparse_step": 1,
+        "layer_types": ["linear_attention", "full_attention"] * 2,
+        **HF_NO_IDS,
+    },
+    "qwen3_5_text": {
+        **HF_LLAMA_LIKE,
+        "num_hidden_layers": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 128,
+        **HF_GDN,
+        "full_attention_interval": 2,
+        **HF_NO_IDS,
+    },
+    "qwen3_5_moe_text": {
+        **{k: v for k, v in HF_LLAMA_LIKE.items() if k != "intermediate_size"},
+        "num_hidden_layers": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 128,
+        **HF_GDN,
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 512,
+        "shared_expert_intermediate_size": 1024,
+        **HF_NO_IDS,
     },
     # mixtures of experts: transformers' grouped_mm runs T·k rows whatever the routing (tests/test_ops_transformers_moe)
     "mixtral": {**HF_LLAMA_LIKE, "num_local_experts": 8, "num_experts_per_tok": 2, "intermediate_size": 512},
