@@ -2986,6 +2986,32 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         "attention_bias": cfg.qkv_bias,
         **_write_window(cfg, layer_types=False),
     },
+    "nemotron_h": lambda cfg: {
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model,
+        "hybrid_override_pattern": cfg.layer_pattern,
+        "num_attention_heads": cfg.num_heads,
+        "num_key_value_heads": cfg.kv_heads,
+        "head_dim": cfg.d_head,
+        "intermediate_size": cfg.d_ff,
+        "max_position_embeddings": cfg.context_length,
+        "layer_norm_epsilon": cfg.norm_eps,
+        "mlp_hidden_act": cfg.mlp if cfg.mlp != "gelu" else cfg.hf_activation or "gelu",
+        "mlp_bias": cfg.mlp_bias,
+        # the Mamba2 mixer's (the class's defaults where the pattern has no M: they build nothing)
+        **(
+            {
+                "mamba_num_heads": cfg.mamba_heads,
+                "mamba_head_dim": cfg.mamba_head_dim,
+                "ssm_state_size": cfg.mamba_state_size,
+                "n_groups": cfg.mamba_groups,
+                "conv_kernel": cfg.mamba_conv_kernel,
+                "chunk_size": cfg.mamba_chunk_size,
+            }
+            if cfg.mamba_layers
+            else {}
+        ),
+    },
     "olmoe": lambda cfg: {  # no head_dim: OlmoeConfig has none (d / heads)
         **{k: v for k, v in _write_common(cfg).items() if k != "head_dim"},
         **_write_experts(cfg, "num_experts"),
