@@ -29,7 +29,6 @@ from __future__ import annotations
 from ....config import ModelConfig
 from ....setup import TrainingSetup
 from .. import aten as A
-from ..aten_activation import relu  # noqa: F401 (nemotron.MLP's activations)
 from ..aten_index import split_with_sizes
 from ..aten_pointwise import clamp, exp
 from ..aten_scan import constant_pad_nd, conv1d_depthwise, cumsum, einsum, masked_fill, permute, softplus
@@ -162,7 +161,7 @@ def mamba2_chunk_scan(
     del last
     new_states = einsum("bzch,bzhpn->bchpn", decay_chunk, states)
     chunks = new_states.shape[1] - 1
-    states, final_state = A.slice_(new_states, 1, 0, chunks), A.select(new_states, 1, chunks)
+    states, final_state = A.slice_(new_states, 1, 0, chunks), A.select(new_states, 1, chunks)  # noqa: F841 (a local)
     state_decay_out = exp(A_cumsum)  # :361
     C_times_states = einsum("bclhn,bchpn->bclhp", C, states)
     Y_off = A.mul(C_times_states, A.unsqueeze(permute(state_decay_out, 0, 2, 3, 1), -1))

@@ -1,0 +1,145 @@
+"""transformers' Mamba2 hybrids replayed by their op-library programs (issues 26 and 30): ``NemotronHForCausalLM``
+(``analytic.ops.transformers.nemotron_h``) equals transformers' own model measured by the storage tracker on meta,
+phase by phase, byte for byte, at B = 1, 2 and 3 (``test_ops_transformers_llama.check``), and its plain CPU run
+equals the CPU allocator's events (``test_ops_transformers_zoo.check_plain``).
+
+The Mamba2 mixer runs transformers' PyTorch path (``mamba2_chunk_scan``: the chunked SSD scan's einsums, cumsums,
+``segment_sum`` masks and the padding to a chunk multiple), the path training takes without the CUDA kernels.  The
+configs are small config.json objects read by ``hf_config.config_from_hf``: patterns with the Mamba2 mixer (M),
+attention (*) and the squared-ReLU MLP (-) at sequences that are a chunk multiple, not one, and one chunk; and
+Nemotron-H-8B's widths (``test_arch_mamba2.NEMOTRON_H_8B``) cut to four layers at S = 160 (two chunks of 128,
+padded)."""
+
+import json
+
+import pytest
+
+from lm_accounting.analytic.ops import predict_step, unsupported
+from lm_accounting.hf_config import config_from_hf
+from lm_accounting.setup import TrainingSetup
+
+pytest.importorskip("transformers")
+from test_ops_transformers_llama import check  # B = 1, 2, 3 against transformers' own model on meta
+from test_ops_transformers_zoo import check_plain  # the plain CPU run against the CPU allocator
+
+NEMOTRON_H = dict(
+    model_type="nemotron_h",
+    vocab_size=96,
+    hidden_size=32,
+    intermediate_size=64,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    mamba_num_heads=4,
+    mamba_head_dim=8,
+    ssm_state_size=4,
+    n_groups=2,
+    conv_kernel=4,
+    chunk_size=8,
+    max_position_embeddings=64,
+)
+"""Four Mamba2 heads of 8 in two groups of state 4 (B and C repeated per head), chunks of 8."""
+
+
+def tiny(pattern: str, **fields):
+    return config_from_hf({**NEMOTRON_H, "hybrid_override_pattern": pattern, **fields})
+
+
+def label(setup: TrainingSetup) -> str:
+    return "-".join(setup.to_dict().values())
+
+
+CASES = [
+    # (pattern, S, setup): S = 12 pads a second chunk of 8, 16 is two whole chunks, 7 is one padded chunk
+    ("M*", 12, TrainingSetup(attention="naive")),
+    ("M*-M", 12, TrainingSetup(attention="naive", precision="bf16")),
+    ("M*-M", 16, TrainingSetup(attention="sdpa", checkpoint="full")),
+    ("MM-*M-", 20, TrainingSetup(attention="sdpa", precision="bf16")),
+    ("M-M*M", 7, TrainingSetup(attention="naive", precision="bf16", checkpoint="full")),
+    ("*M-M*", 9, TrainingSetup(attention="naive", checkpoint="full", optimizer="for-loop")),
+]
+
+
+@pytest.mark.parametrize("pattern, seq, setup", CASES, ids=lambda v: v if isinstance(v, str | int) else label(v))
+def test_nemotron_h_equals_transformers(pattern, seq, setup):
+    """Mamba2 blocks (in_proj, the depthwise conv1d cut to S, the chunked scan, the gated RMSNorm per group,
+    out_proj), attention blocks without RoPE (eager's additive mask or sdpa's flash kernel) and squared-ReLU MLP
+    blocks, each ``x + mixer(norm(x))`` with Nemotron-H's fp32 weight product, runs of alike middle blocks replayed
+    once, against ``NemotronHForCausalLM`` on meta at B = 1, 2 and 3."""
+    check(tiny(pattern), seq, setup)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"n_groups": 4}, {"n_groups": 1, "ssm_state_size": 8}, {"mamba_num_heads": 2, "mamba_head_dim": 16}],
+    ids=["groups-as-heads", "one-group", "two-heads"],
+)
+def test_mixer_shapes_equal_transformers(fields):
+    """One group per head (``repeat_interleave`` by 1: a view, no copy), one group for all heads, and two wide heads
+    (the einsums' reshapes a view or a copy as their layouts allow)."""
+    check(tiny("M*M", **fields), 12, TrainingSetup(attention="sdpa", precision="bf16"))
+
+
+@pytest.mark.parametrize(
+    "pattern, setup",
+    [
+        ("M*-M", TrainingSetup(attention="naive")),
+        ("M*-M", TrainingSetup(attention="naive", precision="bf16")),
+        ("M*-M", TrainingSetup(attention="sdpa", checkpoint="full")),
+        ("M-M*M", TrainingSetup(attention="sdpa", precision="bf16", checkpoint="full")),
+    ],
+    ids=lambda v: v if isinstance(v, str) else label(v),
+)
+@pytest.mark.parametrize("batch", [1, 2])
+def test_nemotron_h_plain_cpu_run_equals_the_cpu_allocator(pattern, setup, batch):
+    """No dispatch mode: gradients summed in place, Python numbers wrapped, the CPU flash kernel's scratch."""
+    check_plain(tiny(pattern), 12, batch, setup)
+
+
+def test_nemotron_h_8b_widths_equal_transformers():
+    """Nemotron-H-8B's widths (d 4,096, 128 Mamba2 heads of 64 in 8 groups of state 128, 32 heads of 128 with 8 K/V
+    heads, relu² of 21,504) cut to the pattern ``M*-M`` and a 512-token vocabulary, at S = 160: two chunks of 128,
+    the second padded."""
+    from test_arch_mamba2 import NEMOTRON_H_8B
+
+    data = {**NEMOTRON_H_8B, "hybrid_override_pattern": "M*-M", "vocab_size": 512}
+    data.pop("num_hidden_layers", None)
+    check(config_from_hf(data), 160, TrainingSetup(attention="sdpa", precision="bf16"))
+
+
+@pytest.mark.parametrize(
+    "setup, fields, reason",
+    [
+        (TrainingSetup(precision="amp-bf16"), {}, "amp-bf16 for NemotronH's Mamba2 mixer"),
+        (TrainingSetup(checkpoint="selective"), {}, "no selective activation checkpointing"),
+        (
+            TrainingSetup(),
+            dict(n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+                 moe_shared_expert_intermediate_size=16),
+            "mixture-of-experts (E) layers",
+        ),
+    ],
+    ids=["amp-bf16", "selective", "experts"],
+)  # fmt: skip
+def test_what_is_not_transliterated_is_refused(setup, fields, reason):
+    """amp-bf16 (the mixer's explicit casts and its conv1d under autocast were not measured), selective
+    checkpointing (transformers has none) and the E layers are refused, each with its reason."""
+    pattern = "ME*" if fields else "M*"
+    cfg = tiny(pattern, **fields)
+    reasons = unsupported(cfg, setup, "transformers")
+    assert any(reason in r for r in reasons), reasons
+    with pytest.raises(ValueError, match=reason.replace("(", r"\(").replace(")", r"\)")):
+        predict_step(cfg, 12, setup, impl="transformers")
+    assert unsupported(tiny("M*-"), TrainingSetup(attention="naive"), "transformers") == []
+
+
+def test_memory_prints_the_exact_step_of_a_nemotron_h_config_json(run_cli, tmp_path):
+    """``lm-account memory`` on a Nemotron-H config.json gives the replayed step (not the model states alone), and
+    ``--measure meta`` finds transformers' model equal to it at every phase."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**NEMOTRON_H, "hybrid_override_pattern": "M*-M"}))
+    r = run_cli("memory", path, "-S", "64", "--measure", "meta")
+    assert r.code == 0, r.err
+    assert "model states only" not in r.out and "step peak" in r.out
+    rows = [line for line in r.out.splitlines() if "+0.0000%" in line]
+    assert len(rows) == 7, r.out  # baseline, and each phase's peak and end, equal to the measurement
