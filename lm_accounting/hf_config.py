@@ -3012,6 +3012,20 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
             else {}
         ),
     },
+    "bamba": lambda cfg: {
+        **{k: v for k, v in _write_common(cfg).items() if k != "rope_parameters"},
+        "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta},  # partial 0.5: the class's
+        "attention_bias": cfg.qkv_bias,
+        "mlp_bias": cfg.mlp_bias,
+        "attn_layer_indices": [i for i in range(cfg.num_layers) if cfg.layer_kind(i) == "*"],
+        "mamba_n_heads": cfg.mamba_heads,
+        "mamba_d_head": cfg.mamba_head_dim,
+        "mamba_n_groups": cfg.mamba_groups,
+        "mamba_d_state": cfg.mamba_state_size,
+        "mamba_d_conv": cfg.mamba_conv_kernel,
+        "mamba_chunk_size": cfg.mamba_chunk_size,
+        "mamba_expand": cfg.mamba_inner // cfg.d_model,
+    },
     "olmoe": lambda cfg: {  # no head_dim: OlmoeConfig has none (d / heads)
         **{k: v for k, v in _write_common(cfg).items() if k != "head_dim"},
         **_write_experts(cfg, "num_experts"),
