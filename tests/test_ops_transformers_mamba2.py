@@ -1,7 +1,8 @@
-"""transformers' Mamba2 hybrids replayed by their op-library programs (issues 26 and 30): ``NemotronHForCausalLM``
-(``analytic.ops.transformers.nemotron_h``) equals transformers' own model measured by the storage tracker on meta,
-phase by phase, byte for byte, at B = 1, 2 and 3 (``test_ops_transformers_llama.check``), and its plain CPU run
-equals the CPU allocator's events (``test_ops_transformers_zoo.check_plain``).
+"""transformers' Mamba2 hybrids replayed by their op-library programs (issues 26 and 30): ``NemotronHForCausalLM``,
+``BambaForCausalLM`` and ``GraniteMoeHybridForCausalLM`` (``analytic.ops.transformers.nemotron_h``, ``bamba``,
+``granitemoehybrid``) equal transformers' own models measured by the storage tracker on meta, phase by phase, byte
+for byte, at B = 1, 2 and 3 (``test_ops_transformers_llama.check``), and their plain CPU runs equal the CPU
+allocator's events (``test_ops_transformers_zoo.check_plain``).
 
 The Mamba2 mixer runs transformers' PyTorch path (``mamba2_chunk_scan``: the chunked SSD scan's einsums, cumsums,
 ``segment_sum`` masks and the padding to a chunk multiple), the path training takes without the CUDA kernels.  The
@@ -143,3 +144,86 @@ def test_memory_prints_the_exact_step_of_a_nemotron_h_config_json(run_cli, tmp_p
     assert "model states only" not in r.out and "step peak" in r.out
     rows = [line for line in r.out.splitlines() if "+0.0000%" in line]
     assert len(rows) == 7, r.out  # baseline, and each phase's peak and end, equal to the measurement
+
+
+MAMBA2 = dict(
+    vocab_size=96,
+    hidden_size=32,
+    intermediate_size=64,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    mamba_n_heads=4,
+    mamba_d_head=16,
+    mamba_expand=2,
+    mamba_d_state=4,
+    mamba_n_groups=2,
+    mamba_d_conv=4,
+    mamba_chunk_size=8,
+    max_position_embeddings=64,
+)
+"""Bamba's and Granite-4.0-H's mixer fields: 4 heads of 16 (expand 2 of d 32) in 2 groups of state 4, chunks of 8."""
+
+
+def bamba(pattern: str, **fields):
+    indices = [i for i, c in enumerate(pattern) if c == "*"]
+    return config_from_hf(
+        {"model_type": "bamba", **MAMBA2, "num_hidden_layers": len(pattern), "attn_layer_indices": indices, **fields}
+    )
+
+
+def granite_h(pattern: str, **fields):
+    types = ["attention" if c == "*" else "mamba" for c in pattern]
+    data = {"model_type": "granitemoehybrid", **MAMBA2, "num_hidden_layers": len(pattern), "layer_types": types}
+    return config_from_hf({**data, "shared_intermediate_size": 64, "num_local_experts": 0, **fields})
+
+
+EXPERTS = dict(num_local_experts=4, num_experts_per_tok=2, intermediate_size=16)
+
+HYBRIDS = [
+    ("bamba", "M*MM", {}, 12, TrainingSetup(attention="naive")),
+    ("bamba", "M*M*M", {}, 9, TrainingSetup(attention="sdpa", precision="bf16")),
+    ("bamba", "*M*M", {}, 7, TrainingSetup(attention="sdpa", precision="bf16", checkpoint="full")),
+    ("bamba", "MM*M", {}, 16, TrainingSetup(attention="naive", checkpoint="full")),
+    ("granitemoehybrid", "M*MM", {}, 12, TrainingSetup(attention="naive")),
+    ("granitemoehybrid", "M*MM", {"position_embedding_type": "rope"}, 12, TrainingSetup(checkpoint="full")),
+    ("granitemoehybrid", "*M*M", {}, 7, TrainingSetup(attention="naive", precision="bf16", checkpoint="full")),
+    ("granitemoehybrid", "M*MM", {"position_embedding_type": "rope", **EXPERTS}, 12, TrainingSetup(precision="bf16")),
+    ("granitemoehybrid", "*MM*", EXPERTS, 9, TrainingSetup(attention="naive", precision="bf16", checkpoint="full")),
+]
+
+
+@pytest.mark.parametrize(
+    "model_type, pattern, fields, seq, setup",
+    HYBRIDS,
+    ids=[f"{t}-{p}-{'rope-' if 'position_embedding_type' in f else ''}{'moe-' if f.get('num_local_experts') else ''}"
+         f"{s}-{label(x)}" for t, p, f, s, x in HYBRIDS],
+)  # fmt: skip
+def test_bamba_and_granite_4_h_equal_transformers(model_type, pattern, fields, seq, setup):
+    """Bamba: Llama's block (``input_layernorm``, mixer, ``pre_ff_layernorm``, SwiGLU) around Nemotron-H's Mamba2
+    mixer or attention with RoPE on half of each head, the layer's attention weights kept by the model through the
+    next layer.  Granite-4.0-H: Granite's multipliers, the same mixers (RoPE or none), ``shared_mlp`` (a fused
+    SwiGLU) and, with experts, GraniteMoe's router and grouped_mm experts beside it (bf16: grouped_mm's meta kernel
+    takes bf16 only).  Against their classes on meta at B = 1, 2 and 3."""
+    cfg = (bamba if model_type == "bamba" else granite_h)(pattern, **fields)
+    check(cfg, seq, setup)
+
+
+@pytest.mark.parametrize(
+    "make, fields, setup",
+    [
+        (bamba, {}, TrainingSetup(attention="naive")),
+        (bamba, {}, TrainingSetup(attention="sdpa", precision="bf16", checkpoint="full")),
+        (granite_h, {"position_embedding_type": "rope"}, TrainingSetup(attention="naive")),
+        (granite_h, EXPERTS, TrainingSetup(attention="sdpa", checkpoint="full")),
+    ],
+    ids=["bamba-eager", "bamba-sdpa-bf16-full", "granite-h-rope-eager", "granite-h-moe-fp32-sdpa-full"],
+)
+def test_bamba_and_granite_4_h_plain_cpu_runs_equal_the_cpu_allocator(make, fields, setup):
+    """The plain CPU run (fp32 experts too: grouped_mm runs on CPU tensors) against the CPU allocator's events."""
+    check_plain(make("*MM*", **fields), 12, 2, setup)
+
+
+def test_bamba_and_granite_4_h_refuse_amp_bf16():
+    for cfg in (bamba("M*M"), granite_h("M*M")):
+        assert any("amp-bf16" in r for r in unsupported(cfg, TrainingSetup(precision="amp-bf16"), "transformers"))
+        assert unsupported(cfg, TrainingSetup(attention="naive"), "transformers") == []
