@@ -81,6 +81,7 @@ PROGRAMS = {
     "gpt_oss": "gpt_oss",  # sinks, biased experts with a clamped SwiGLU, windows on every other layer
     "phimoe": "phimoe",  # LayerNorms, the sparsemixer router (Gumbel top-2, a custom autograd Function)
     "bamba": "bamba",  # Llama's block around Nemotron-H's Mamba2 mixer or partial-RoPE attention, a SwiGLU
+    "falcon_h1": "falcon_h1",  # attention and the Mamba2 mixer side by side in every layer, µP multipliers
     "granitemoehybrid": "granitemoehybrid",  # Granite's multipliers, Nemotron-H's Mamba2 mixer, a fused SwiGLU
     "nemotron_h": "nemotron_h",  # Mamba2 mixers (the PyTorch chunked scan), attention without RoPE, relu² MLPs
 }

@@ -150,7 +150,9 @@ class GraniteMoeHybridForCausalLM(llama.LlamaForCausalLM):
             with repeated(times):
                 layer = self.layers[first]
                 # a checkpointed layer's kwargs (the mask, cos and sin) live until its recomputation
-                kwargs = dict(attention_mask=mask if layer.kind == "*" else None, position_embeddings=position_embeddings)
+                kwargs = dict(
+                    attention_mask=mask if layer.kind == "*" else None, position_embeddings=position_embeddings
+                )
                 hidden_states = layer(hidden_states, **kwargs)
                 del kwargs
         hidden_states = self.norm(hidden_states)  # :1122
@@ -161,9 +163,7 @@ class GraniteMoeHybridForCausalLM(llama.LlamaForCausalLM):
         return A.div(logits, granite.SCALE)  # ``logits / self.config.logits_scaling``
 
 
-def causal_lm(
-    cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B
-) -> GraniteMoeHybridForCausalLM:
+def causal_lm(cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B) -> GraniteMoeHybridForCausalLM:
     """The program of ``ops.transformers.predict_step``."""
     return GraniteMoeHybridForCausalLM(cfg, seq, setup, batch)
 
@@ -178,4 +178,3 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
     if cfg.mlp != "swiglu" or not cfg.mixer_ffn or set(cfg.layer_pattern or "") - set("M*"):
         out.append("a granitemoehybrid model other than Mamba2 or attention mixers each with a SwiGLU")
     return out
-
