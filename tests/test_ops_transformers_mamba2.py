@@ -1,6 +1,6 @@
 """transformers' Mamba2 hybrids replayed by their op-library programs (issues 26 and 30): ``NemotronHForCausalLM``,
-``BambaForCausalLM`` and ``GraniteMoeHybridForCausalLM`` (``analytic.ops.transformers.nemotron_h``, ``bamba``,
-``granitemoehybrid``) equal transformers' own models measured by the storage tracker on meta, phase by phase, byte
+``BambaForCausalLM``, ``GraniteMoeHybridForCausalLM`` and ``FalconH1ForCausalLM``
+(``analytic.ops.transformers.nemotron_h``, ``bamba``, ``granitemoehybrid``, ``falcon_h1``) equal transformers' own models measured by the storage tracker on meta, phase by phase, byte
 for byte, at B = 1, 2 and 3 (``test_ops_transformers_llama.check``), and their plain CPU runs equal the CPU
 allocator's events (``test_ops_transformers_zoo.check_plain``).
 
@@ -227,3 +227,46 @@ def test_bamba_and_granite_4_h_refuse_amp_bf16():
     for cfg in (bamba("M*M"), granite_h("M*M")):
         assert any("amp-bf16" in r for r in unsupported(cfg, TrainingSetup(precision="amp-bf16"), "transformers"))
         assert unsupported(cfg, TrainingSetup(attention="naive"), "transformers") == []
+
+
+def falcon_h1(layers: int, **fields):
+    data = {**MAMBA2, "mamba_d_ssm": 64, "num_hidden_layers": layers, **fields}
+    del data["mamba_expand"]
+    return config_from_hf({"model_type": "falcon_h1", **data})
+
+
+@pytest.mark.parametrize(
+    "layers, seq, setup",
+    [
+        (2, 12, TrainingSetup(attention="naive")),
+        (3, 12, TrainingSetup(attention="naive", precision="bf16", checkpoint="full")),
+        (4, 16, TrainingSetup(attention="sdpa", precision="bf16")),
+        (3, 7, TrainingSetup(attention="sdpa", checkpoint="full")),
+    ],
+    ids=lambda v: v if isinstance(v, int) else label(v),
+)
+def test_falcon_h1_equals_transformers(layers, seq, setup):
+    """Falcon-H1: the Mamba2 mixer (its input, ``in_proj``'s output times the ``mup_vector`` buffer, the scan's
+    output times SiLU of the gate: no gated RMSNorm by default) and attention (keys times ``key_multiplier``)
+    side by side on one norm in every layer, their scaled outputs summed, then a SwiGLU with its two multipliers;
+    against its class on meta at B = 1, 2 and 3."""
+    check(falcon_h1(layers), seq, setup)
+
+
+@pytest.mark.parametrize(
+    "setup",
+    [TrainingSetup(attention="naive"), TrainingSetup(attention="sdpa", precision="bf16", checkpoint="full")],
+    ids=label,
+)
+def test_falcon_h1_plain_cpu_run_equals_the_cpu_allocator(setup):
+    check_plain(falcon_h1(3), 12, 2, setup)
+
+
+def test_falcon_h1_refuses_its_gated_norm_and_amp_bf16():
+    """``mamba_rms_norm`` (whose gate order comes from ``mamba_norm_before_gate``, a field the reader ignores) and
+    amp-bf16 are refused, each with its reason."""
+    reasons = unsupported(falcon_h1(2, mamba_rms_norm=True), TrainingSetup(), "transformers")
+    assert any("mamba_rms_norm" in r for r in reasons), reasons
+    reasons = unsupported(falcon_h1(2), TrainingSetup(precision="amp-bf16"), "transformers")
+    assert any("amp-bf16" in r for r in reasons), reasons
+    assert unsupported(falcon_h1(2), TrainingSetup(attention="naive"), "transformers") == []
