@@ -270,3 +270,22 @@ def test_falcon_h1_refuses_its_gated_norm_and_amp_bf16():
     reasons = unsupported(falcon_h1(2), TrainingSetup(precision="amp-bf16"), "transformers")
     assert any("amp-bf16" in r for r in reasons), reasons
     assert unsupported(falcon_h1(2), TrainingSetup(attention="naive"), "transformers") == []
+
+
+@pytest.mark.parametrize(
+    "setup, zero",
+    [(TrainingSetup(attention="sdpa", precision="bf16"), 2), (TrainingSetup(attention="naive", checkpoint="full"), 3)],
+    ids=["bf16-zero2", "fp32-full-zero3"],
+)
+def test_fsdp2_rank_of_falcon_h1_equals_transformers(setup, zero):
+    """One rank of FSDP2 at world 4 (``ops.fsdp``) over Falcon-H1 (every layer alike) equals transformers' own model
+    sharded on torch's fake process group; the patterned hybrids (Mamba2 and attention layers of unlike
+    parameters) are refused with the reason."""
+    from lm_accounting.layout import ParallelLayout
+    from lm_accounting.measure.hf import measure_hf_step
+
+    layout = ParallelLayout(dp=4, zero=zero)
+    lines = predict_step(falcon_h1(3), 12, setup, impl="transformers", batch=2, layout=layout)
+    assert lines.at(2) == measure_hf_step(falcon_h1(3), 12, 2, setup, device="meta", layout=layout)
+    with pytest.raises(ValueError, match="unlike parameters"):
+        predict_step(tiny("M*-M"), 12, setup, impl="transformers", batch=2, layout=layout)
