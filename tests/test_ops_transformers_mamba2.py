@@ -289,3 +289,11 @@ def test_fsdp2_rank_of_falcon_h1_equals_transformers(setup, zero):
     assert lines.at(2) == measure_hf_step(falcon_h1(3), 12, 2, setup, device="meta", layout=layout)
     with pytest.raises(ValueError, match="unlike parameters"):
         predict_step(tiny("M*-M"), 12, setup, impl="transformers", batch=2, layout=layout)
+
+
+def test_a_gpu_run_of_the_mamba2_hybrids_is_refused():
+    """On a GPU transformers takes the mamba_ssm kernels where installed, and the PyTorch path's CUDA kernels were not
+    measured: the plain CUDA run is refused with the reason, not predicted from the CPU's facts."""
+    for cfg in (tiny("M*-"), bamba("M*M"), granite_h("M*M"), falcon_h1(2)):
+        with pytest.raises(ValueError, match="Mamba2 mixer on a GPU"):
+            predict_step(cfg, 12, TrainingSetup(precision="bf16"), impl="transformers", mode="plain", device="cuda")

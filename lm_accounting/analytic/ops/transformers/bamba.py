@@ -146,8 +146,11 @@ class BambaForCausalLM(llama.LlamaForCausalLM):
         return hidden_states
 
 
-def causal_lm(cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B) -> BambaForCausalLM:
-    """The program of ``ops.transformers.predict_step``."""
+def causal_lm(
+    cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B, device: str = "meta"
+) -> BambaForCausalLM:
+    """The program of ``ops.transformers.predict_step`` (meta or cpu: ``nemotron_h.refuse_cuda``)."""
+    nemotron_h.refuse_cuda(device)
     return BambaForCausalLM(cfg, seq, setup, batch)
 
 

@@ -351,8 +351,22 @@ class NemotronHForCausalLM:
         return loss
 
 
-def causal_lm(cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B) -> NemotronHForCausalLM:
-    """The program of ``ops.transformers.predict_step``."""
+def refuse_cuda(device: str) -> None:
+    """The Mamba2 hybrids' programs replay the mixer's PyTorch path on meta and cpu; on a GPU transformers takes the
+    mamba_ssm and causal-conv1d kernels where installed, and the PyTorch path's CUDA kernels (cuDNN's conv1d) were
+    not measured: refused."""
+    if device == "cuda":
+        raise ValueError(
+            "the Mamba2 mixer on a GPU is not replayed (transformers takes the mamba_ssm kernels where installed; "
+            "its PyTorch path's CUDA kernels were not measured)"
+        )
+
+
+def causal_lm(
+    cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B, device: str = "meta"
+) -> NemotronHForCausalLM:
+    """The program of ``ops.transformers.predict_step`` (meta or cpu: ``refuse_cuda``)."""
+    refuse_cuda(device)
     return NemotronHForCausalLM(cfg, seq, setup, batch)
 
 
