@@ -3011,6 +3011,21 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
             if cfg.mamba_layers
             else {}
         ),
+        # the E layers' (NemotronHMoE)
+        **(
+            {
+                "n_routed_experts": cfg.num_experts,
+                "num_experts_per_tok": cfg.experts_per_token,
+                "moe_intermediate_size": cfg.expert_width,
+                "moe_shared_expert_intermediate_size": cfg.shared_width,
+                "moe_latent_size": cfg.expert_latent,
+                "norm_topk_prob": cfg.norm_topk_prob,
+                "n_group": cfg.expert_groups,
+                "topk_group": cfg.expert_groups_per_token,
+            }
+            if cfg.moe
+            else {}
+        ),
     },
     "bamba": lambda cfg: {
         **{k: v for k, v in _write_common(cfg).items() if k != "rope_parameters"},

@@ -108,38 +108,66 @@ def test_nemotron_h_8b_widths_equal_transformers():
     check(config_from_hf(data), 160, TrainingSetup(attention="sdpa", precision="bf16"))
 
 
+NEMOTRON_H_EXPERTS = dict(
+    n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, moe_shared_expert_intermediate_size=24
+)
+
+
 @pytest.mark.parametrize(
-    "setup, fields, reason",
+    "pattern, fields, seq, setup",
     [
-        (TrainingSetup(precision="amp-bf16"), {}, "amp-bf16 for NemotronH's Mamba2 mixer"),
-        (TrainingSetup(checkpoint="selective"), {}, "no selective activation checkpointing"),
-        (
-            TrainingSetup(),
-            dict(n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
-                 moe_shared_expert_intermediate_size=16),
-            "mixture-of-experts (E) layers",
-        ),
+        ("ME*E", {}, 12, TrainingSetup(attention="naive", precision="bf16")),
+        ("MEE*E", {"n_routed_experts": 8, "moe_latent_size": 16, "n_group": 2, "topk_group": 1}, 12,
+         TrainingSetup(attention="sdpa", precision="bf16", checkpoint="full")),
+        ("E*ME", {"norm_topk_prob": False}, 7, TrainingSetup(attention="naive", precision="bf16", checkpoint="full")),
     ],
-    ids=["amp-bf16", "selective", "experts"],
+    ids=["experts", "latent-groups-full", "unnormed-full"],
 )  # fmt: skip
-def test_what_is_not_transliterated_is_refused(setup, fields, reason):
-    """amp-bf16 (the mixer's explicit casts and its conv1d under autocast were not measured), selective
-    checkpointing (transformers has none) and the E layers are refused, each with its reason."""
-    pattern = "ME*" if fields else "M*"
-    cfg = tiny(pattern, **fields)
+def test_nemotron_h_experts_equal_transformers(pattern, fields, seq, setup):
+    """``E`` layers: DeepSeek-V3's router (sigmoid scores, a score bias, ``n_group`` groups, its weight kept in fp32
+    in a bf16 model), ``NemotronHExperts`` without gate under grouped_mm (``up_proj``, relu², ``down_proj``),
+    between ``fc1_latent_proj`` and ``fc2_latent_proj`` when ``moe_latent_size`` is set, plus the shared relu² MLP;
+    bf16 (grouped_mm's meta kernel takes bf16 only), against its class on meta at B = 1, 2 and 3."""
+    check(tiny(pattern, **{**NEMOTRON_H_EXPERTS, **fields}), seq, setup)
+
+
+def test_nemotron_h_experts_plain_cpu_run_equals_the_cpu_allocator():
+    """fp32 experts (grouped_mm on CPU tensors) with latent projections, against the CPU allocator's events."""
+    cfg = tiny("ME*E", **NEMOTRON_H_EXPERTS, moe_latent_size=16)
+    check_plain(cfg, 12, 2, TrainingSetup(attention="naive"))
+
+
+@pytest.mark.parametrize(
+    "setup, reason",
+    [
+        (TrainingSetup(precision="amp-bf16"), "amp-bf16 for NemotronH's Mamba2 mixer"),
+        (TrainingSetup(checkpoint="selective"), "no selective activation checkpointing"),
+    ],
+    ids=["amp-bf16", "selective"],
+)
+def test_what_is_not_transliterated_is_refused(setup, reason):
+    """amp-bf16 (the mixer's explicit casts and its conv1d under autocast were not measured) and selective
+    checkpointing (transformers has none) are refused, each with its reason."""
+    cfg = tiny("M*")
     reasons = unsupported(cfg, setup, "transformers")
     assert any(reason in r for r in reasons), reasons
-    with pytest.raises(ValueError, match=reason.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(ValueError, match=reason):
         predict_step(cfg, 12, setup, impl="transformers")
     assert unsupported(tiny("M*-"), TrainingSetup(attention="naive"), "transformers") == []
 
 
-def test_memory_prints_the_exact_step_of_a_nemotron_h_config_json(run_cli, tmp_path):
+@pytest.mark.parametrize(
+    "fields, precision",
+    [({"hybrid_override_pattern": "M*-M"}, "fp32"), ({"hybrid_override_pattern": "ME*", **NEMOTRON_H_EXPERTS}, "bf16")],
+    ids=["dense-fp32", "experts-bf16"],
+)
+def test_memory_prints_the_exact_step_of_a_nemotron_h_config_json(run_cli, tmp_path, fields, precision):
     """``lm-account memory`` on a Nemotron-H config.json gives the replayed step (not the model states alone), and
-    ``--measure meta`` finds transformers' model equal to it at every phase."""
+    ``--measure meta`` finds transformers' model equal to it at every phase (the bf16 model's fp32 router weights
+    in the baseline)."""
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({**NEMOTRON_H, "hybrid_override_pattern": "M*-M"}))
-    r = run_cli("memory", path, "-S", "64", "--measure", "meta")
+    path.write_text(json.dumps({**NEMOTRON_H, **fields}))
+    r = run_cli("memory", path, "-S", "64", "--precision", precision, "--measure", "meta")
     assert r.code == 0, r.err
     assert "model states only" not in r.out and "step peak" in r.out
     rows = [line for line in r.out.splitlines() if "+0.0000%" in line]

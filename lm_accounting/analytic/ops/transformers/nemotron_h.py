@@ -26,15 +26,18 @@ measured), the ``E`` mixture-of-experts layers, and transformers' selective chec
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ....config import ModelConfig
 from ....setup import TrainingSetup
 from .. import aten as A
+from ..aten_activation import relu
 from ..aten_index import split_with_sizes
 from ..aten_pointwise import clamp, exp
 from ..aten_scan import constant_pad_nd, conv1d_depthwise, cumsum, einsum, masked_fill, permute, softplus
 from ..engine import Affine
 from ..tensors import Tensor, empty, no_grad, parameter, repeated
-from . import llama, nemotron
+from . import deepseek, llama, moe, nemotron
 from .llama import B, Linear
 
 
@@ -257,6 +260,58 @@ class Attention(llama.Attention):
         return attn_output, attn_weights
 
 
+class Experts(moe.Experts):
+    """``NemotronHExperts`` (:654-712) under ``grouped_mm`` (``@use_experts_implementation(has_gate=False)``):
+    ``up_proj`` (E, f, d_in) then the activation (``relu2``) in place of the gate, ``down_proj`` (E, d_in, f)."""
+
+    def __init__(self, cfg: ModelConfig, dtype: str, name: str):
+        e, d, f = cfg.num_experts, cfg.expert_in, cfg.expert_width
+        self.up_proj = parameter((e, f, d), dtype, name + ".up_proj")
+        self.down_proj = parameter((e, d, f), dtype, name + ".down_proj")
+        self.gate_up_proj = self.up_proj  # ``selected_weights = self.up_proj`` without a gate
+        self.num_experts, self.intermediate_dim = e, f
+        self.act = {"relu2": nemotron.relu2, "relu": relu}[cfg.mlp]
+
+    def params(self) -> list[Tensor]:
+        return [self.up_proj, self.down_proj]
+
+    def apply_gate(self, gate_up_out: Tensor) -> Tensor:
+        return self.act(gate_up_out)  # ``proj_out = self.act_fn(proj_out)``
+
+
+class MoE:
+    """``NemotronHMoE`` (:715-756): DeepSeek-V3's router (``NemotronHTopkRouter`` = ``deepseek.TopkRouter``: an fp32
+    weight kept in fp32, ``_keep_in_fp32_modules_strict``), the experts between the latent projections when
+    ``moe_latent_size`` is set, and a shared ``NemotronHMLP``; registered experts, gate, shared experts, latents."""
+
+    def __init__(self, cfg: ModelConfig, dtype: str, name: str):
+        self.experts = Experts(cfg, dtype, name + ".experts")
+        self.gate = deepseek.TopkRouter(cfg, name + ".gate")
+        self.shared_experts = nemotron.MLP(replace(cfg, d_ff=cfg.shared_width), dtype, name + ".shared_experts")
+        latent = cfg.expert_latent
+        self.fc1_latent_proj = Linear(cfg.d_model, latent, cfg.mlp_bias, dtype, name + ".fc1") if latent else None
+        self.fc2_latent_proj = Linear(latent, cfg.d_model, cfg.mlp_bias, dtype, name + ".fc2") if latent else None
+
+    def params(self) -> list[Tensor]:
+        out = self.experts.params() + [self.gate.weight] + self.shared_experts.params()
+        if self.fc1_latent_proj is not None:
+            out += self.fc1_latent_proj.params() + self.fc2_latent_proj.params()
+        return out
+
+    def __call__(self, hidden_states: Tensor) -> Tensor:
+        residuals = hidden_states  # :744
+        orig_shape = hidden_states.shape
+        _, topk_weights, topk_indices = self.gate(hidden_states)
+        hidden_states = A.view(hidden_states, -1, hidden_states.shape[-1])
+        if self.fc1_latent_proj is not None:
+            hidden_states = self.fc1_latent_proj(hidden_states)  # :751
+        hidden_states = self.experts(hidden_states, topk_indices, topk_weights)
+        if self.fc2_latent_proj is not None:
+            hidden_states = self.fc2_latent_proj(hidden_states)
+        hidden_states = A.view(hidden_states, *orig_shape)
+        return A.add(hidden_states, self.shared_experts(residuals))  # :755
+
+
 class Block(llama.GradientCheckpointingLayer):
     """``NemotronHBlock`` (:934-993)."""
 
@@ -267,6 +322,8 @@ class Block(llama.GradientCheckpointingLayer):
             self.mixer = Mamba2Mixer(cfg, dtype, name + ".mixer")
         elif kind == "*":
             self.mixer = Attention(cfg, dtype, attn, name + ".mixer")
+        elif kind == "E":
+            self.mixer = MoE(cfg, dtype, name + ".mixer")
         else:
             self.mixer = nemotron.MLP(cfg, dtype, name + ".mixer")
 
@@ -370,6 +427,12 @@ def causal_lm(
     return NemotronHForCausalLM(cfg, seq, setup, batch)
 
 
+def fp32_kept_parameters(cfg: ModelConfig) -> int:
+    """The routers' weights (E, d) of the ``E`` layers: fp32 in a 16-bit model (``_keep_in_fp32_modules_strict``:
+    ``gate.weight``; ``e_score_correction_bias`` is a buffer)."""
+    return cfg.num_experts * cfg.d_model * (cfg.layer_pattern or "").count("E") if cfg.moe else 0
+
+
 def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
     """What this transliteration does not cover for ``cfg`` under ``setup``."""
     out = []
@@ -377,8 +440,6 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
         out.append("transformers has no selective activation checkpointing")
     if setup.autocast:
         out.append("amp-bf16 for NemotronH's Mamba2 mixer (its casts and conv1d under autocast: not measured)")
-    if cfg.moe or (cfg.layer_pattern or "").count("E"):
-        out.append("Nemotron-H's mixture-of-experts (E) layers")
     if cfg.mlp not in ("relu2", "relu"):
         out.append(f"mlp_hidden_act {cfg.hf_activation or cfg.mlp} (relu2 and relu are transliterated)")
     return out
