@@ -146,11 +146,8 @@ class BambaForCausalLM(llama.LlamaForCausalLM):
         return hidden_states
 
 
-def causal_lm(
-    cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B, device: str = "meta"
-) -> BambaForCausalLM:
-    """The program of ``ops.transformers.predict_step`` (meta or cpu: ``nemotron_h.refuse_cuda``)."""
-    nemotron_h.refuse_cuda(device)
+def causal_lm(cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B) -> BambaForCausalLM:
+    """The program of ``ops.transformers.predict_step``."""
     return BambaForCausalLM(cfg, seq, setup, batch)
 
 

@@ -180,11 +180,8 @@ class FalconH1ForCausalLM(llama.LlamaForCausalLM):
         return A.mul(logits, SCALE)  # :1160 lm_head_multiplier
 
 
-def causal_lm(
-    cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B, device: str = "meta"
-) -> FalconH1ForCausalLM:
-    """The program of ``ops.transformers.predict_step`` (meta or cpu: ``nemotron_h.refuse_cuda``)."""
-    nemotron_h.refuse_cuda(device)
+def causal_lm(cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B) -> FalconH1ForCausalLM:
+    """The program of ``ops.transformers.predict_step``."""
     return FalconH1ForCausalLM(cfg, seq, setup, batch)
 
 

@@ -163,11 +163,8 @@ class GraniteMoeHybridForCausalLM(llama.LlamaForCausalLM):
         return A.div(logits, granite.SCALE)  # ``logits / self.config.logits_scaling``
 
 
-def causal_lm(
-    cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B, device: str = "meta"
-) -> GraniteMoeHybridForCausalLM:
-    """The program of ``ops.transformers.predict_step`` (meta or cpu: ``nemotron_h.refuse_cuda``)."""
-    nemotron_h.refuse_cuda(device)
+def causal_lm(cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B) -> GraniteMoeHybridForCausalLM:
+    """The program of ``ops.transformers.predict_step``."""
     return GraniteMoeHybridForCausalLM(cfg, seq, setup, batch)
 
 

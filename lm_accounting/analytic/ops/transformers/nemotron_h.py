@@ -20,6 +20,10 @@ packed-sequence check) for the attention layers and ``create_recurrent_attention
 mask) for the Mamba2 ones, the blocks, ``norm_f``; ``NemotronHForCausalLM`` (:1158-1227): ``lm_head(h).float()``
 then ``ForCausalLMLoss``.
 
+On a GPU (the plain cuda run) the same program takes the CUDA target's kernel facts (``ops.cuda``): transformers'
+PyTorch path as it runs where the mamba_ssm and causal-conv1d packages are not installed (with them transformers
+takes their fused kernels, not modelled); not validated on a GPU.
+
 Not transliterated (``unsupported``): amp-bf16 (the mixer's explicit casts and ``conv1d`` under autocast were not
 measured), the ``E`` mixture-of-experts layers, and transformers' selective checkpointing (it has none).
 """
@@ -408,22 +412,8 @@ class NemotronHForCausalLM:
         return loss
 
 
-def refuse_cuda(device: str) -> None:
-    """The Mamba2 hybrids' programs replay the mixer's PyTorch path on meta and cpu; on a GPU transformers takes the
-    mamba_ssm and causal-conv1d kernels where installed, and the PyTorch path's CUDA kernels (cuDNN's conv1d) were
-    not measured: refused."""
-    if device == "cuda":
-        raise ValueError(
-            "the Mamba2 mixer on a GPU is not replayed (transformers takes the mamba_ssm kernels where installed; "
-            "its PyTorch path's CUDA kernels were not measured)"
-        )
-
-
-def causal_lm(
-    cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B, device: str = "meta"
-) -> NemotronHForCausalLM:
-    """The program of ``ops.transformers.predict_step`` (meta or cpu: ``refuse_cuda``)."""
-    refuse_cuda(device)
+def causal_lm(cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B) -> NemotronHForCausalLM:
+    """The program of ``ops.transformers.predict_step``."""
     return NemotronHForCausalLM(cfg, seq, setup, batch)
 
 
