@@ -21,6 +21,10 @@ torch 2.13 (``tools/autograd/derivatives.yaml``, ``torch/csrc/autograd/Functions
   ``constant_pad_nd`` of the gradient with the negated pads: one tensor of the input's shape.
 * ``convolution`` (``F.conv1d`` with ``groups`` = channels): output (B, C, S + 2·padding − K + 1); saves input and
   weight; backward ``convolution_backward``: input's gradient (contiguous), then weight's and bias's.
+* ``square``: ``pow(x, 2)`` without ``pow``'s autocast policy.
+
+Under autocast (CUDA's lists, ``model.autocast``): ``einsum`` and ``conv1d`` are lower-precision ops, ``softplus``
+an fp32 op, ``cumsum`` sets ``dtype=float32``.
 No torch.
 """
 
@@ -28,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .aten import bmm, broadcast, promote, reshape, sum_to, unsqueeze, view
+from .aten import bmm, broadcast, lower, mul, opt_dtype, pow_, promote, reshape, sum_to, unsqueeze, upcast, view
 from .aten_pointwise import new
 from .tensors import Tensor, empty, numel, record, record_first, view_of
 
@@ -50,6 +54,7 @@ def _label_key(c: str) -> tuple:
 
 def einsum(equation: str, a: Tensor, b: Tensor) -> Tensor:
     """``torch.einsum(equation, a, b)`` without ellipsis or repeated labels."""
+    a, b = lower(a, b)  # a lower-precision op under autocast: its operands cast last first
     lhs, out = equation.replace(" ", "").split("->")
     labels = lhs.split(",")
     order = list(out) + sorted(set("".join(labels)) - set(out), key=_label_key)
@@ -67,6 +72,7 @@ def einsum(equation: str, a: Tensor, b: Tensor) -> Tensor:
                 perm[i] = ndim
                 ndim += 1
         ops.append(permute(op, *perm))
+    del t, op
     left, right = ops
     sum_dims = []
     for d in range(len(out), len(order)):
@@ -79,7 +85,8 @@ def einsum(equation: str, a: Tensor, b: Tensor) -> Tensor:
     result = sumproduct_pair(left, right, sum_dims)
     del left, right, ops
     if len(order) > len(out):
-        return view(result, *result.shape[: len(out)])
+        result = view(result, *result.shape[: len(out)])
+    del b, a  # autocast's copies die last first (the argument tuple of the cast call)
     return result
 
 
@@ -121,6 +128,9 @@ def sumproduct_pair(left: Tensor, right: Tensor, sum_dims: Sequence[int]) -> Ten
 def cumsum(x: Tensor, dim: int) -> Tensor:
     """``torch.cumsum(x, dim)``."""
     dim = dim % x.ndim
+    dtype = opt_dtype(None)  # under autocast ``dtype=float32``: the programs' inputs are fp32 already
+    if dtype is not None and dtype != x.dtype:
+        raise NotImplementedError("cumsum of a 16-bit tensor under autocast")
     out = new(x.shape, x.dtype, "cumsum", x)
 
     def back(ctx, g):
@@ -150,6 +160,7 @@ def masked_fill(x: Tensor, mask: Tensor, number: float) -> Tensor:
 
 def softplus(x: Tensor) -> Tensor:
     """``F.softplus(x)``: saves x; backward ``softplus_backward(grad, self, beta, threshold)``."""
+    x = upcast(x)  # an fp32 op under autocast
     back = lambda ctx, g, sx: (new(sx.shape, promote(g[0], sx), "softplus_backward", g[0], sx),)
     return record_first("SoftplusBackward0", (x,), lambda: (new(x.shape, x.dtype, "softplus", x),), back, (x,))[0]
 
@@ -174,6 +185,10 @@ def _padded(shape: tuple, x: Tensor) -> Tensor:
 
 def conv1d_depthwise(x: Tensor, weight: Tensor, bias: Tensor | None, padding: int) -> Tensor:
     """``F.conv1d(x, weight, bias, padding=padding, groups=C)`` of x (B, C, S) and weight (C, 1, K)."""
+    given = (x, weight, bias)  # the caller's arguments live until the op returns
+    (bias,) = lower(bias)  # autocast: the cached leaf first (the bias), then input, then the weight (a view)
+    (x,) = lower(x)
+    (weight,) = lower(weight)
     b, c, s = x.shape
     k = weight.shape[-1]
 
@@ -183,5 +198,21 @@ def conv1d_depthwise(x: Tensor, weight: Tensor, bias: Tensor | None, padding: in
         gb = empty((c,), g[0].dtype, "convolution_backward") if ctx.need[2] else None
         return gx, gw, gb
 
-    make = lambda: (empty((b, c, s + 2 * padding - k + 1), promote(x, weight), "convolution"),)
-    return record_first("ConvolutionBackward0", (x, weight, bias), make, back, (x, weight))[0]
+    shape, dtype = (b, c, s + 2 * padding - k + 1), promote(x, weight)
+    make = lambda: (empty(shape, dtype, "convolution"),)
+    out = record_first("ConvolutionBackward0", (x, weight, bias), make, back, (x, weight))[0]
+    del x, weight, bias  # autocast's copies (the cast input, then the weight; the bias's is cached)
+    del given
+    return out
+
+
+def square(x: Tensor) -> Tensor:
+    """``torch.square(x)``: ``at::pow(x, 2)`` with no autocast policy of its own (its name is in none of CUDA's
+    lists, unlike ``pow``): saves x; backward ``grad * (2 * x.pow(1))`` (``aten.pow_``'s)."""
+
+    def back(ctx, g, sx):
+        tmp = pow_(sx, 1.0)  # C++ temporaries: both live until the full expression ends
+        tmp2 = mul(tmp, 2.0)
+        return (mul(g[0], tmp2),)
+
+    return record_first("PowBackward0", (x,), lambda: (empty(x.shape, x.dtype, "pow", like=x),), back, (x,))[0]

@@ -190,8 +190,6 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
     out = []
     if setup.checkpoint == "selective":
         out.append("transformers has no selective activation checkpointing")
-    if setup.autocast:
-        out.append("amp-bf16 for Falcon-H1's Mamba2 mixer (its casts and conv1d under autocast: not measured)")
     if cfg.mamba_norm:
         out.append("Falcon-H1's mamba_rms_norm (its gated RMSNorm, before or after the gate: not transliterated)")
     if cfg.mlp != "swiglu" or cfg.moe:

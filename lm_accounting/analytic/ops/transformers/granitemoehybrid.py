@@ -173,8 +173,6 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
     out = []
     if setup.checkpoint == "selective":
         out.append("transformers has no selective activation checkpointing")
-    if setup.autocast:
-        out.append("amp-bf16 for Granite-4.0-H's Mamba2 mixer (its casts and conv1d under autocast: not measured)")
     if cfg.mlp != "swiglu" or not cfg.mixer_ffn or set(cfg.layer_pattern or "") - set("M*"):
         out.append("a granitemoehybrid model other than Mamba2 or attention mixers each with a SwiGLU")
     return out

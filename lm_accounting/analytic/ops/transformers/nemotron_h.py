@@ -13,7 +13,8 @@ One ``NemotronHBlock`` (:934-993) per letter of the layer pattern: ``x + mixer(n
   (``NemotronHRMSNormGated``, :56-74); ``out_proj``;
 * ``*``: ``NemotronHAttention`` (:871-931): Llama's attention without RoPE and without biases (``llama.Attention``
   with ``use_rope`` off), eager or sdpa;
-* ``-``: ``NemotronHMLP`` (:639-651): ``up_proj``, the activation (``relu2``), ``down_proj`` (``nemotron.MLP``).
+* ``-``: ``NemotronHMLP`` (:639-651): ``up_proj``, the activation (``relu2``: ``torch.square`` of the ReLU),
+  ``down_proj``.
 
 The model (:1076-1155): the embedding, ``position_ids`` = ``arange(S) + 0``, ``create_causal_mask`` (with the
 packed-sequence check) for the attention layers and ``create_recurrent_attention_mask`` (None without a padding
@@ -38,9 +39,9 @@ from .. import aten as A
 from ..aten_activation import relu
 from ..aten_index import split_with_sizes
 from ..aten_pointwise import clamp, exp
-from ..aten_scan import constant_pad_nd, conv1d_depthwise, cumsum, einsum, masked_fill, permute, softplus
+from ..aten_scan import constant_pad_nd, conv1d_depthwise, cumsum, einsum, masked_fill, permute, softplus, square
 from ..engine import Affine
-from ..tensors import Tensor, empty, no_grad, parameter, repeated
+from ..tensors import Tensor, autocast_or_not, empty, no_grad, parameter, repeated
 from . import deepseek, llama, moe, nemotron
 from .llama import B, Linear
 
@@ -264,6 +265,21 @@ class Attention(llama.Attention):
         return attn_output, attn_weights
 
 
+def relu2(x: Tensor) -> Tensor:
+    """``ReLUSquaredActivation`` (activations.py): ``torch.square(F.relu(x))``; ``square`` has no autocast policy
+    (``nemotron.relu2``'s ``pow`` is an fp32 op under autocast)."""
+    return square(relu(x))
+
+
+class MLP(nemotron.MLP):
+    """``NemotronHMLP`` (:639-651): ``down_proj(act(up_proj(x)))``, width ``intermediate_size`` (a shared expert's
+    ``moe_shared_expert_intermediate_size``)."""
+
+    def __init__(self, cfg: ModelConfig, dtype: str, name: str):
+        super().__init__(cfg, dtype, name)
+        self.act = relu2 if cfg.mlp == "relu2" else relu
+
+
 class Experts(moe.Experts):
     """``NemotronHExperts`` (:654-712) under ``grouped_mm`` (``@use_experts_implementation(has_gate=False)``):
     ``up_proj`` (E, f, d_in) then the activation (``relu2``) in place of the gate, ``down_proj`` (E, d_in, f)."""
@@ -274,7 +290,7 @@ class Experts(moe.Experts):
         self.down_proj = parameter((e, d, f), dtype, name + ".down_proj")
         self.gate_up_proj = self.up_proj  # ``selected_weights = self.up_proj`` without a gate
         self.num_experts, self.intermediate_dim = e, f
-        self.act = {"relu2": nemotron.relu2, "relu": relu}[cfg.mlp]
+        self.act = relu2 if cfg.mlp == "relu2" else relu
 
     def params(self) -> list[Tensor]:
         return [self.up_proj, self.down_proj]
@@ -291,7 +307,7 @@ class MoE:
     def __init__(self, cfg: ModelConfig, dtype: str, name: str):
         self.experts = Experts(cfg, dtype, name + ".experts")
         self.gate = deepseek.TopkRouter(cfg, name + ".gate")
-        self.shared_experts = nemotron.MLP(replace(cfg, d_ff=cfg.shared_width), dtype, name + ".shared_experts")
+        self.shared_experts = MLP(replace(cfg, d_ff=cfg.shared_width), dtype, name + ".shared_experts")
         latent = cfg.expert_latent
         self.fc1_latent_proj = Linear(cfg.d_model, latent, cfg.mlp_bias, dtype, name + ".fc1") if latent else None
         self.fc2_latent_proj = Linear(latent, cfg.d_model, cfg.mlp_bias, dtype, name + ".fc2") if latent else None
@@ -329,7 +345,7 @@ class Block(llama.GradientCheckpointingLayer):
         elif kind == "E":
             self.mixer = MoE(cfg, dtype, name + ".mixer")
         else:
-            self.mixer = nemotron.MLP(cfg, dtype, name + ".mixer")
+            self.mixer = MLP(cfg, dtype, name + ".mixer")
 
     def params(self) -> list[Tensor]:
         return [self.norm.weight] + self.mixer.params()
@@ -402,12 +418,17 @@ class NemotronHForCausalLM:
         del mask  # the mask mapping dies before the mask arguments holding position_ids
         return hidden_states
 
-    def loss(self) -> Tensor:
-        """:1197-1210: ``self.lm_head(hidden_states).float()``, then ``ForCausalLMLoss``."""
+    def forward(self) -> tuple[Tensor, Tensor]:
+        """:1197-1210: ``self.lm_head(hidden_states).float()``, then ``ForCausalLMLoss``: (logits, loss)."""
         hidden_states = self.model()
         logits = A.to(A.linear(A.view(hidden_states, *hidden_states.shape), self.lm_head), "fp32")
-        del hidden_states
         loss = llama.for_causal_lm_loss(logits, self.labels, self.cfg.vocab_size)
+        return logits, loss  # ``hidden_states`` dies here (under autocast the head saved its bf16 copy)
+
+    def loss(self) -> Tensor:
+        """``llama.LlamaForCausalLM.loss``: amp-bf16 runs the forward under autocast (the logits are fp32 already)."""
+        with autocast_or_not("bf16" if self.setup.autocast else None):
+            logits, loss = self.forward()
         del logits
         return loss
 
@@ -428,8 +449,6 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
     out = []
     if setup.checkpoint == "selective":
         out.append("transformers has no selective activation checkpointing")
-    if setup.autocast:
-        out.append("amp-bf16 for NemotronH's Mamba2 mixer (its casts and conv1d under autocast: not measured)")
     if cfg.mlp not in ("relu2", "relu"):
         out.append(f"mlp_hidden_act {cfg.hf_activation or cfg.mlp} (relu2 and relu are transliterated)")
     return out
