@@ -15,8 +15,8 @@ check, the rotary table, a final RMSNorm, an untied head, ``ForCausalLMLoss``) a
 What else Bamba does differently: ``position_ids`` is ``arange(S)`` with no offset added (:976); the layer returns
 (hidden states, attention weights) and the model keeps the weights (``attn_weights``) until the next layer returns
 (:989-998): eager attention's probabilities live through the next layer, so a layer after an attention layer is
-replayed on its own.  Not transliterated (``unsupported``): amp-bf16 (the mixer's, as Nemotron-H's), and a
-``z_loss_coefficient`` above 0 is not read from the config.json (the program has no z-loss).
+replayed on its own.  amp-bf16 as Nemotron-H's (``nemotron_h``).  Not modelled: a ``z_loss_coefficient`` above 0 (the
+config reader ignores the field; the program has no z-loss).
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ differently (its multipliers are Python numbers: each a ``mul`` whose value chan
   down_multiplier``;
 * the embeddings times ``embedding_multiplier``, the logits times ``lm_head_multiplier``.
 
-Not transliterated (``unsupported``): ``mamba_rms_norm`` (its gated norm, before or after the gate as
-``mamba_norm_before_gate`` says, a field the config reader ignores), and amp-bf16 (the mixer's, as Nemotron-H's).
+amp-bf16 as Nemotron-H's (``nemotron_h``).  Not transliterated (``unsupported``): ``mamba_rms_norm`` (its gated norm,
+before or after the gate as ``mamba_norm_before_gate`` says, a field the config reader ignores).
 """
 
 from __future__ import annotations

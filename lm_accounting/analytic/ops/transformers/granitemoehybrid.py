@@ -16,8 +16,8 @@ with the hybrid's layer (``GraniteMoeHybridDecoderLayer``, :943-1010): ``input_l
 
 The model (:1046-1128): the lookup times ``embedding_multiplier``, ``position_ids`` = ``arange(S) + 0``,
 ``create_causal_mask`` without ``position_ids`` (no packed-sequence check), the layers called with the mask and the
-rotary table only.  Not transliterated (``unsupported``): amp-bf16 (the mixer's, as Nemotron-H's) and
-``output_router_logits`` (the auxiliary loss: the config.json's flag is ignored, the program has none).
+rotary table only.  amp-bf16 as Nemotron-H's (``nemotron_h``).  Not modelled: ``output_router_logits`` (the
+auxiliary loss: the config reader ignores the flag; the program has none).
 """
 
 from __future__ import annotations

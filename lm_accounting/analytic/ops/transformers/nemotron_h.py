@@ -25,8 +25,9 @@ On a GPU (the plain cuda run) the same program takes the CUDA target's kernel fa
 PyTorch path as it runs where the mamba_ssm and causal-conv1d packages are not installed (with them transformers
 takes their fused kernels, not modelled); not validated on a GPU.
 
-Not transliterated (``unsupported``): amp-bf16 (the mixer's explicit casts and ``conv1d`` under autocast were not
-measured), the ``E`` mixture-of-experts layers, and transformers' selective checkpointing (it has none).
+amp-bf16 (``llama.LlamaForCausalLM.loss``'s autocast region): CUDA's lists as ``model.autocast`` emulates them,
+``einsum`` and ``conv1d`` lower-precision ops (``aten_scan``), ``softplus`` an fp32 op, relu²'s ``torch.square`` none.
+Not transliterated (``unsupported``): transformers' selective checkpointing (it has none).
 """
 
 from __future__ import annotations
