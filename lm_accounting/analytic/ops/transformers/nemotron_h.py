@@ -14,7 +14,9 @@ One ``NemotronHBlock`` (:934-993) per letter of the layer pattern: ``x + mixer(n
 * ``*``: ``NemotronHAttention`` (:871-931): Llama's attention without RoPE and without biases (``llama.Attention``
   with ``use_rope`` off), eager or sdpa;
 * ``-``: ``NemotronHMLP`` (:639-651): ``up_proj``, the activation (``relu2``: ``torch.square`` of the ReLU),
-  ``down_proj``.
+  ``down_proj``;
+* ``E``: ``NemotronHMoE`` (:715-756): DeepSeek-V3's router (``deepseek.TopkRouter``), gate-less experts under
+  grouped_mm between the latent projections (``moe_latent_size``), a shared ``NemotronHMLP``.
 
 The model (:1076-1155): the embedding, ``position_ids`` = ``arange(S) + 0``, ``create_causal_mask`` (with the
 packed-sequence check) for the attention layers and ``create_recurrent_attention_mask`` (None without a padding
