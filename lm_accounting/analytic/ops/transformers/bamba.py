@@ -10,7 +10,7 @@ check, the rotary table, a final RMSNorm, an untied head, ``ForCausalLMLoss``) a
   on all four) with RoPE on the first ``rotary_dim`` of each head, sliced, rotated and concatenated back
   (StableLM's ``stablelm.Attention``; ``partial_rotary_factor`` 0.5, hard-coded by ``BambaConfig``);
 * elsewhere ``BambaMixer`` (:584-802), whose forward and ``mamba2_chunk_scan`` are Nemotron-H's line for line
-  (``nemotron_h.Mamba2Mixer``).
+  (``mamba2.Mamba2Mixer``).
 
 What else Bamba does differently: ``position_ids`` is ``arange(S)`` with no offset added (:976); the layer returns
 (hidden states, attention weights) and the model keeps the weights (``attn_weights``) until the next layer returns
@@ -26,7 +26,7 @@ from ....setup import TrainingSetup
 from .. import aten as A
 from ..engine import Affine
 from ..tensors import Tensor, empty, no_grad, repeated
-from . import llama, nemotron_h, stablelm
+from . import llama, mamba2, stablelm
 from .glm import rotary_parts
 from .llama import B
 
@@ -70,7 +70,7 @@ class DecoderLayer(llama.GradientCheckpointingLayer):
         self.input_layernorm = norm(cfg.d_model, dtype, name + ".input_layernorm")
         self.pre_ff_layernorm = norm(cfg.d_model, dtype, name + ".pre_ff_layernorm")
         if kind == "M":
-            self.mixer = nemotron_h.Mamba2Mixer(cfg, dtype, name + ".mamba")
+            self.mixer = mamba2.Mamba2Mixer(cfg, dtype, name + ".mamba")
         else:
             self.mixer = Attention(cfg, dtype, attn, name + ".self_attn")
 

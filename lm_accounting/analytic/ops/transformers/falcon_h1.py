@@ -7,7 +7,7 @@ layer (``FalconH1DecoderLayer``, :867-948): ``input_layernorm``, then the Mamba2
 its output, each scaled, summed into the residual; ``pre_ff_layernorm`` and the MLP.  What Falcon-H1 does
 differently (its multipliers are Python numbers: each a ``mul`` whose value changes no byte):
 
-* the mixer (``FalconH1Mixer``, :589-825): Nemotron-H's (``nemotron_h.Mamba2Mixer``) with its input times
+* the mixer (``FalconH1Mixer``, :589-825): Nemotron-H's (``mamba2.Mamba2Mixer``) with its input times
   ``ssm_in_multiplier``, ``in_proj``'s output times the ``mup_vector`` buffer (1, 1, W) each mixer registers (its
   saved operand), ``scan_output.view`` (not reshape) and, without ``mamba_rms_norm`` (the class's default),
   ``scan_output * silu(gate)`` in place of the gated RMSNorm;
@@ -32,13 +32,13 @@ from ..aten_index import split_with_sizes
 from ..aten_pointwise import exp
 from ..engine import Affine
 from ..tensors import Tensor, empty, no_grad
-from . import llama, nemotron_h
+from . import llama, mamba2, nemotron_h
 from .llama import B, Linear
 
 SCALE = 1.0  # the multipliers' values: bytes do not depend on them
 
 
-class Mixer(nemotron_h.Mamba2Mixer):
+class Mixer(mamba2.Mamba2Mixer):
     """``FalconH1Mixer`` (:589-825) without ``mamba_rms_norm``."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, name: str):
@@ -67,7 +67,7 @@ class Mixer(nemotron_h.Mamba2Mixer):
         n = self.n_groups * self.ssm_state_size
         hidden_states, B_, C_ = split_with_sizes(hidden_states_B_C, [self.intermediate_size, n, n], -1)
         scan_output = None  # first in the decode branch (:782), before ``scan_result`` (:795)
-        scan_result = nemotron_h.mamba2_chunk_scan(
+        scan_result = mamba2.mamba2_chunk_scan(
             A.view(hidden_states, batch_size, seq_len, -1, self.head_dim),
             dt,
             A_,

@@ -9,7 +9,7 @@ with the hybrid's layer (``GraniteMoeHybridDecoderLayer``, :943-1010): ``input_l
 ``granitemoe.MoE``) summed with it when ``num_local_experts`` > 0.  The mixer is
 
 * on the "mamba" layers ``GraniteMoeHybridMambaLayer`` (:505-723): Nemotron-H's Mamba2 mixer line for line
-  (``nemotron_h.Mamba2Mixer``);
+  (``mamba2.Mamba2Mixer``);
 * elsewhere ``GraniteMoeHybridAttention`` (:123-192): Llama's projections (``attention_bias`` on all four), full
   RoPE when ``position_embedding_type`` is "rope", none otherwise (the model then builds no rotary table), the end
   of Nemotron-H's forward (the output dies at ``o_proj``, then q, k and v).
@@ -28,7 +28,7 @@ from .. import aten as A
 from ..aten_index import split_with_sizes
 from ..engine import Affine
 from ..tensors import Tensor, repeated
-from . import granite, granitemoe, llama, nemotron_h
+from . import granite, granitemoe, llama, mamba2, nemotron_h
 from .llama import B, Linear
 
 
@@ -83,7 +83,7 @@ class DecoderLayer(llama.GradientCheckpointingLayer):
         self.block_sparse_moe = granitemoe.MoE(cfg, dtype, name + ".block_sparse_moe") if cfg.moe else None
         self.shared_mlp = SharedMLP(cfg, dtype, name + ".shared_mlp")
         if kind == "M":
-            self.mixer = nemotron_h.Mamba2Mixer(cfg, dtype, name + ".mamba")
+            self.mixer = mamba2.Mamba2Mixer(cfg, dtype, name + ".mamba")
         else:
             self.mixer = Attention(cfg, dtype, attn, name + ".self_attn")
 
