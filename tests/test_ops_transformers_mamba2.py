@@ -164,7 +164,10 @@ def test_nemotron_h_experts_plain_cpu_run_equals_the_cpu_allocator():
     ids=["selective"],
 )
 def test_what_is_not_transliterated_is_refused(setup, reason):
-    """Selective checkpointing (transformers has none) is refused with its reason."""
+    """Selective checkpointing (transformers has none) is refused with its reason, and a single Mamba2 head (its
+    einsums' gradients copy otherwise) too."""
+    one_head = tiny("M*", mamba_num_heads=1, mamba_head_dim=32, n_groups=1)
+    assert any("mamba_heads 1" in r for r in unsupported(one_head, TrainingSetup(), "transformers"))
     cfg = tiny("M*")
     reasons = unsupported(cfg, setup, "transformers")
     assert any(reason in r for r in reasons), reasons

@@ -170,7 +170,7 @@ def causal_lm(cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | 
 
 def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
     """What this transliteration does not cover for ``cfg`` under ``setup``."""
-    out = []
+    out = mamba2.unproven_sizes(cfg) if cfg.mamba_layers else []
     if setup.checkpoint == "selective":
         out.append("transformers has no selective activation checkpointing")
     if cfg.mlp != "swiglu" or not cfg.mixer_ffn or set(cfg.layer_pattern or "") - set("M*"):

@@ -80,11 +80,11 @@ def segment_sum(input_tensor: Tensor) -> Tensor:
 
 
 def repeat_interleave(t: Tensor, repeats: int, dim: int) -> Tensor:
-    """``t.repeat_interleave(repeats, dim, output_size=...)``: an expand of a new dim after ``dim`` and a reshape
-    (a copy, or a view where ``repeats`` is 1)."""
+    """``t.repeat_interleave(repeats, dim, output_size=...)`` (CompositeImplicitAutograd): a new dim after ``dim``
+    expanded, a contiguous clone (also for ``repeats`` 1: torch 2.13 always copies), a view."""
     shape = t.shape
     expanded = A.expand(A.unsqueeze(t, dim + 1), *shape[: dim + 1], repeats, *shape[dim + 1 :])
-    return A.reshape(expanded, *shape[:dim], shape[dim] * repeats, *shape[dim + 1 :])
+    return A.view(A.clone(expanded, contiguous=True), *shape[:dim], shape[dim] * repeats, *shape[dim + 1 :])
 
 
 def mamba2_chunk_scan(
@@ -205,3 +205,16 @@ class Mamba2Mixer:
         scan_output = A.reshape(scan_result, batch_size, seq_len, -1)  # :603-609
         scan_output = self.norm(scan_output, gate)
         return self.out_proj(A.to(scan_output, dtype))  # :614
+
+
+def unproven_sizes(cfg: ModelConfig) -> list[str]:
+    """A Mamba2 size of 1 (one head, a head or state of width 1) changes which dims the scan's einsums batch, and
+    so their copies (``aten_scan.einsum``): with one head the last einsum flattens batch and chunk of
+    ``new_states[:, :-1]``, a slice whose gap the op library's layouts do not track (torch copies it; seen on meta),
+    so such mixers are refused rather than guessed."""
+    ones = [k for k in ("mamba_heads", "mamba_head_dim", "mamba_state_size") if getattr(cfg, k) == 1]
+    return (
+        [f"a Mamba2 mixer with {', '.join(ones)} 1 (the scan's einsums then copy otherwise: not proven)"]
+        if ones
+        else []
+    )

@@ -38,9 +38,8 @@ from ..aten_activation import relu
 from ..aten_scan import square
 from ..engine import Affine
 from ..tensors import Tensor, autocast_or_not, empty, no_grad, parameter, repeated
-from . import deepseek, llama, moe, nemotron
+from . import deepseek, llama, mamba2, moe, nemotron
 from .llama import B, Linear
-from .mamba2 import Mamba2Mixer
 
 
 class RMSNorm:
@@ -150,7 +149,7 @@ class Block(llama.GradientCheckpointingLayer):
         self.norm = RMSNorm(cfg.d_model, dtype, name + ".norm")
         self.kind = kind
         if kind == "M":
-            self.mixer = Mamba2Mixer(cfg, dtype, name + ".mixer")
+            self.mixer = mamba2.Mamba2Mixer(cfg, dtype, name + ".mixer")
         elif kind == "*":
             self.mixer = Attention(cfg, dtype, attn, name + ".mixer")
         elif kind == "E":
@@ -257,7 +256,7 @@ def fp32_kept_parameters(cfg: ModelConfig) -> int:
 
 def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
     """What this transliteration does not cover for ``cfg`` under ``setup``."""
-    out = []
+    out = mamba2.unproven_sizes(cfg) if cfg.mamba_layers else []
     if setup.checkpoint == "selective":
         out.append("transformers has no selective activation checkpointing")
     if cfg.mlp not in ("relu2", "relu"):
