@@ -431,7 +431,7 @@ HF_ZOO = {  # config.json fields of small models of the other families (transfor
         **HF_MAMBA2,
         **HF_NO_IDS,
     },
-    "falcon_h1": {**HF_LLAMA_LIKE, **HF_MAMBA2, "mamba_d_ssm": None, "mamba_rms_norm": True, **HF_NO_IDS},
+    "falcon_h1": {**HF_LLAMA_LIKE, **HF_MAMBA2, "mamba_d_ssm": None, "mamba_rms_norm": False, **HF_NO_IDS},
     "qwen3_next": {
         **HF_LLAMA_LIKE,
         "num_hidden_layers": 4,

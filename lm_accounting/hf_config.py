@@ -3304,6 +3304,90 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         "attention_bias": cfg.qkv_bias,
         **_write_window(cfg, layer_types=False),
     },
+    "nemotron_h": lambda cfg: {
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model,
+        "hybrid_override_pattern": cfg.layer_pattern,
+        "num_attention_heads": cfg.num_heads,
+        "num_key_value_heads": cfg.kv_heads,
+        "head_dim": cfg.d_head,
+        "intermediate_size": cfg.d_ff,
+        "max_position_embeddings": cfg.context_length,
+        "layer_norm_epsilon": cfg.norm_eps,
+        "mlp_hidden_act": cfg.mlp if cfg.mlp != "gelu" else cfg.hf_activation or "gelu",
+        "mlp_bias": cfg.mlp_bias,
+        # the Mamba2 mixer's (the class's defaults where the pattern has no M: they build nothing)
+        **(
+            {
+                "mamba_num_heads": cfg.mamba_heads,
+                "mamba_head_dim": cfg.mamba_head_dim,
+                "ssm_state_size": cfg.mamba_state_size,
+                "n_groups": cfg.mamba_groups,
+                "conv_kernel": cfg.mamba_conv_kernel,
+                "chunk_size": cfg.mamba_chunk_size,
+            }
+            if cfg.mamba_layers
+            else {}
+        ),
+        # the E layers' (NemotronHMoE)
+        **(
+            {
+                "n_routed_experts": cfg.num_experts,
+                "num_experts_per_tok": cfg.experts_per_token,
+                "moe_intermediate_size": cfg.expert_width,
+                "moe_shared_expert_intermediate_size": cfg.shared_width,
+                "moe_latent_size": cfg.expert_latent,
+                "norm_topk_prob": cfg.norm_topk_prob,
+                "n_group": cfg.expert_groups,
+                "topk_group": cfg.expert_groups_per_token,
+            }
+            if cfg.moe
+            else {}
+        ),
+    },
+    "bamba": lambda cfg: {
+        **{k: v for k, v in _write_common(cfg).items() if k != "rope_parameters"},
+        "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta},  # partial 0.5: the class's
+        "attention_bias": cfg.qkv_bias,
+        "mlp_bias": cfg.mlp_bias,
+        "attn_layer_indices": [i for i in range(cfg.num_layers) if cfg.layer_kind(i) == "*"],
+        "mamba_n_heads": cfg.mamba_heads,
+        "mamba_d_head": cfg.mamba_head_dim,
+        "mamba_n_groups": cfg.mamba_groups,
+        "mamba_d_state": cfg.mamba_state_size,
+        "mamba_d_conv": cfg.mamba_conv_kernel,
+        "mamba_chunk_size": cfg.mamba_chunk_size,
+        "mamba_expand": cfg.mamba_inner // cfg.d_model,
+    },
+    "granitemoehybrid": lambda cfg: {
+        **{k: v for k, v in _write_common(cfg).items() if k != "intermediate_size"},
+        "intermediate_size": cfg.d_ff,
+        "shared_intermediate_size": cfg.shared_width if cfg.moe else cfg.d_ff,
+        **(_write_experts(cfg, "num_local_experts") if cfg.moe else {"num_local_experts": 0}),
+        "attention_bias": cfg.qkv_bias,
+        "position_embedding_type": "rope" if cfg.positions == "rope" else None,
+        "layer_types": ["attention" if cfg.layer_kind(i) == "*" else "mamba" for i in range(cfg.num_layers)],
+        "mamba_n_heads": cfg.mamba_heads,
+        "mamba_d_head": cfg.mamba_head_dim,
+        "mamba_n_groups": cfg.mamba_groups,
+        "mamba_d_state": cfg.mamba_state_size,
+        "mamba_d_conv": cfg.mamba_conv_kernel,
+        "mamba_chunk_size": cfg.mamba_chunk_size,
+        "mamba_expand": cfg.mamba_inner // cfg.d_model,
+    },
+    "falcon_h1": lambda cfg: {
+        **_write_common(cfg),
+        "attention_bias": cfg.qkv_bias,
+        "mlp_bias": cfg.mlp_bias,
+        "mamba_rms_norm": cfg.mamba_norm,
+        "mamba_d_ssm": cfg.mamba_inner,
+        "mamba_n_heads": cfg.mamba_heads,
+        "mamba_d_head": cfg.mamba_head_dim,
+        "mamba_n_groups": cfg.mamba_groups,
+        "mamba_d_state": cfg.mamba_state_size,
+        "mamba_d_conv": cfg.mamba_conv_kernel,
+        "mamba_chunk_size": cfg.mamba_chunk_size,
+    },
     "olmoe": lambda cfg: {  # no head_dim: OlmoeConfig has none (d / heads)
         **{k: v for k, v in _write_common(cfg).items() if k != "head_dim"},
         **_write_experts(cfg, "num_experts"),

@@ -80,6 +80,10 @@ PROGRAMS = {
     "hy_v3": "hy_v3",  # EXAONE 4's q/k-norm place, an fp32 sigmoid router, shared experts summed in fp32
     "gpt_oss": "gpt_oss",  # sinks, biased experts with a clamped SwiGLU, windows on every other layer
     "phimoe": "phimoe",  # LayerNorms, the sparsemixer router (Gumbel top-2, a custom autograd Function)
+    "bamba": "bamba",  # Llama's block around Nemotron-H's Mamba2 mixer or partial-RoPE attention, a SwiGLU
+    "falcon_h1": "falcon_h1",  # attention and the Mamba2 mixer side by side in every layer, µP multipliers
+    "granitemoehybrid": "granitemoehybrid",  # Granite's multipliers, Nemotron-H's Mamba2 mixer, a fused SwiGLU
+    "nemotron_h": "nemotron_h",  # Mamba2 mixers (the PyTorch chunked scan), attention without RoPE, relu² MLPs
 }
 """hf_model_type -> the module of this package that transliterates its modeling file."""
 B = Affine(1)  # the micro-batch as a symbol
