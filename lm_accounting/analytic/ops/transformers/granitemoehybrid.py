@@ -126,16 +126,7 @@ class GraniteMoeHybridForCausalLM(llama.LlamaForCausalLM):
         return DecoderLayer(self.cfg, self.dtype, self.setup.attention, name, norm, self.cfg.layer_kind(i))
 
     def runs(self) -> list[tuple[int, int]]:
-        """(first layer, count): the first and the last layer alone, the middle ones in runs of one letter."""
-        n, kind = self.cfg.num_layers, self.cfg.layer_kind
-        out, i = [(0, 1)], 1
-        while i < n - 1:
-            j = i
-            while j < n - 1 and kind(j) == kind(i):
-                j += 1
-            out.append((i, j - i))
-            i = j
-        return out + ([(n - 1, 1)] if n > 1 else [])
+        return mamba2.layer_runs(self.cfg)
 
     def model(self) -> Tensor:
         """``GraniteMoeHybridModel.forward`` (:1068-1128)."""

@@ -207,6 +207,20 @@ class Mamba2Mixer:
         return self.out_proj(A.to(scan_output, dtype))  # :614
 
 
+def layer_runs(cfg: ModelConfig) -> list[tuple[int, int]]:
+    """(first layer, count) of a patterned model: the first and the last layer alone, the middle ones in runs of one
+    letter, each run replayed once (``tensors.repeated``)."""
+    n, kind = cfg.num_layers, cfg.layer_kind
+    out, i = [(0, 1)], 1
+    while i < n - 1:
+        j = i
+        while j < n - 1 and kind(j) == kind(i):
+            j += 1
+        out.append((i, j - i))
+        i = j
+    return out + ([(n - 1, 1)] if n > 1 else [])
+
+
 def unproven_sizes(cfg: ModelConfig) -> list[str]:
     """A Mamba2 size of 1 (one head, a head or state of width 1) changes which dims the scan's einsums batch, and
     so their copies (``aten_scan.einsum``): with one head the last einsum flattens batch and chunk of

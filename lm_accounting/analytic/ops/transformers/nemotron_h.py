@@ -194,17 +194,7 @@ class NemotronHForCausalLM:
         return out + [self.norm_f.weight, self.lm_head]
 
     def runs(self) -> list[tuple[int, int]]:
-        """(first layer, count): the first and the last layer alone, the middle ones in runs of one letter, each
-        run replayed once (``tensors.repeated``)."""
-        n, kind = self.cfg.num_layers, self.cfg.layer_kind
-        out, i = [(0, 1)], 1
-        while i < n - 1:
-            j = i
-            while j < n - 1 and kind(j) == kind(i):
-                j += 1
-            out.append((i, j - i))
-            i = j
-        return out + ([(n - 1, 1)] if n > 1 else [])
+        return mamba2.layer_runs(self.cfg)
 
     def model(self) -> Tensor:
         """``NemotronHModel.forward`` (:1096-1155)."""
