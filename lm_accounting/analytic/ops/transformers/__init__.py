@@ -80,6 +80,7 @@ PROGRAMS = {
     "hy_v3": "hy_v3",  # EXAONE 4's q/k-norm place, an fp32 sigmoid router, shared experts summed in fp32
     "gpt_oss": "gpt_oss",  # sinks, biased experts with a clamped SwiGLU, windows on every other layer
     "phimoe": "phimoe",  # LayerNorms, the sparsemixer router (Gumbel top-2, a custom autograd Function)
+    "qwen3_next": "qwen3_next",  # Gated DeltaNet layers (the torch chunked rule) and gated attention, Qwen2-MoE's block
 }
 """hf_model_type -> the module of this package that transliterates its modeling file."""
 B = Affine(1)  # the micro-batch as a symbol
