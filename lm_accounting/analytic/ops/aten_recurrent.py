@@ -8,7 +8,7 @@ model (tests/test_ops_transformers_gdn.py):
 
 * ``constant_pad_nd``: a new contiguous tensor; saves nothing; backward ``constant_pad_nd(grad, -pad)``: one tensor
   laid out as the gradient.
-* ``cumsum``: saves nothing; backward ``grad.flip(dim).cumsum(dim).flip(dim)``: three tensors, two dead at once.
+* ``cumsum``: saves nothing; backward ``grad.flip(dim).cumsum(dim).flip(dim)``: three tensors, the two temporaries dead once the last exists.
 * ``masked_fill`` with a number: saves the mask; backward ``grad.masked_fill(mask, 0)``: one tensor.
 * ``linalg_solve_triangular(A, B, upper=False, unitriangular=True)``: the result laid out column-major in its last
   two dims (LAPACK's); saves A and the result; backward ``G_B = solve_triangular(Aᴴ, grad)`` (column-major), then
@@ -52,8 +52,9 @@ def cumsum(x: Tensor, dim: int) -> Tensor:
     def back(ctx, g):
         flipped = new(g[0].shape, g[0].dtype, "flip", g[0])
         summed = new(g[0].shape, g[0].dtype, "cumsum", flipped)
-        del flipped
-        return (new(g[0].shape, g[0].dtype, "flip", summed),)
+        out = new(g[0].shape, g[0].dtype, "flip", summed)
+        del flipped, summed  # the expression's temporaries
+        return (out,)
 
     record("CumsumBackward0", (x,), (out,), back)
     return out

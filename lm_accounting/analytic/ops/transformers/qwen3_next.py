@@ -33,6 +33,7 @@ from ..engine import Affine
 from ..tensors import Tensor, empty, parameter, record, repeated
 from . import llama, moe, qwen2_moe, stablelm
 from .gemma import RMSNorm
+from .glm import rotary_parts
 from .llama import MLP, B, Linear
 
 CHUNK = 64
@@ -65,10 +66,19 @@ class Attention(stablelm.Attention):
         query_states, key_states = self.rotate(query_states, key_states, cos, sin)
         del cos, sin
         attn_output, attn_weights = self.attend(query_states, key_states, value_states, attention_mask)  # :289
-        del query_states, key_states, value_states
         attn_output = A.contiguous(A.reshape(attn_output, *input_shape, -1))  # :300
         attn_output = A.mul(attn_output, sigmoid(gate))  # :301
         return self.o_proj(attn_output), attn_weights
+
+    def rotate(self, q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+        """``apply_rotary_pos_emb`` (:154-189): the rotated share of q concatenated back before k's."""
+        q_rot, q_pass = rotary_parts(q, cos.shape[-1])
+        k_rot, k_pass = rotary_parts(k, cos.shape[-1])
+        q_embed, k_embed = llama.apply_rotary_pos_emb(q_rot, k_rot, cos, sin)
+        del q_rot, k_rot
+        q_embed = A.cat((q_embed, q_pass), -1)
+        k_embed = A.cat((k_embed, k_pass), -1)
+        return q_embed, k_embed
 
 
 def to_contiguous(t: Tensor, dtype: str, channels_last: bool = False) -> Tensor:
