@@ -1,0 +1,103 @@
+"""transformers' Gated DeltaNet hybrid (``qwen3_next``: Qwen3NextForCausalLM) replayed by the op library
+(``analytic.ops.transformers.qwen3_next``) equals transformers' own model, phase by phase, byte for byte.
+
+Method (tests/test_ops_transformers_moe.py's ``check``): the lines in B from one replay checked at B = 2 and 3, B = 1
+by its own replay, against ``measure.hf.measure_hf_step`` on meta (the storage tracker; the torch path of the chunked
+gated delta rule runs on meta once the packed-sequence check's ``.item()`` is patched, ``measure.hf.patched_for``).
+Sequences of 8 (one chunk of 64, padded), 64 (one chunk, no padding) and 100 (two chunks, padded): the chunk loop's
+copies into ``core_attn_out`` and the layout of its last reshape change with the chunk count.  The sparse block
+(grouped_mm experts, whose meta kernel takes bf16 only) is checked in bf16.  Refusals: amp-bf16 and full
+checkpointing (not yet matched), selective checkpointing (transformers has none)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from lm_accounting.analytic.ops import predict_step, unsupported
+from lm_accounting.hf_config import config_from_hf
+from lm_accounting.setup import TrainingSetup
+
+pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+
+from test_ops_transformers_moe import check  # B = 1, 2, 3 against transformers' own model
+
+SHAPE = dict(
+    model_type="qwen3_next",
+    vocab_size=96,
+    hidden_size=16,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    max_position_embeddings=256,
+    intermediate_size=24,
+    linear_num_key_heads=2,
+    linear_num_value_heads=4,
+    linear_key_head_dim=8,
+    linear_value_head_dim=8,
+    linear_conv_kernel_dim=4,
+    full_attention_interval=2,
+)
+MODELS = {
+    "dense": {"num_experts": 0},  # every layer Qwen3NextMLP
+    "equal-heads": {"num_experts": 0, "linear_num_value_heads": 2, "full_attention_interval": 4},  # no repeat
+    "moe": {"num_experts": 4, "moe_intermediate_size": 16, "shared_expert_intermediate_size": 32},
+}
+
+
+def tiny(name: str):
+    return config_from_hf({**SHAPE, **MODELS[name]})
+
+
+@pytest.mark.parametrize("seq", [8, 64, 100])
+@pytest.mark.parametrize(
+    "setup",
+    [
+        TrainingSetup(attention="naive"),
+        TrainingSetup(attention="sdpa"),
+        TrainingSetup(attention="sdpa", precision="bf16"),
+    ],
+    ids=["eager-fp32", "sdpa-fp32", "sdpa-bf16"],
+)
+def test_dense_equals_transformers_on_meta(setup, seq):
+    check(tiny("dense"), seq, setup, device="meta")
+
+
+def test_equal_key_and_value_heads_equal_transformers_on_meta():
+    """H_k = H_v: no ``repeat_interleave``; three linear layers in a row (a repeated run) before the attention."""
+    check(tiny("equal-heads"), 100, TrainingSetup(attention="naive"), device="meta")
+
+
+@pytest.mark.parametrize("attention", ["naive", "sdpa"])
+def test_sparse_blocks_equal_transformers_on_meta_in_bf16(attention):
+    """Qwen2-MoE's sparse block (router, grouped_mm experts, the sigmoid-gated shared expert) after both mixers."""
+    check(tiny("moe"), 100, TrainingSetup(attention=attention, precision="bf16"), device="meta")
+
+
+def test_unproven_setups_are_refused():
+    cfg = tiny("dense")
+    assert unsupported(cfg, TrainingSetup(attention="naive"), "transformers") == []
+    for setup in (TrainingSetup(precision="amp-bf16"), TrainingSetup(checkpoint="full")):
+        reasons = unsupported(cfg, setup, "transformers")
+        assert reasons and all("qwen3_next" in r for r in reasons), reasons
+    assert unsupported(cfg, TrainingSetup(checkpoint="selective"), "transformers")
+    with pytest.raises(ValueError, match="amp-bf16"):
+        predict_step(cfg, 8, TrainingSetup(precision="amp-bf16"), impl="transformers")
+
+
+def test_memory_command_prints_the_replayed_step(tmp_path):
+    """``lm-account memory`` on a qwen3_next config.json replays the program: exact phases, not model states only."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**SHAPE, **MODELS["dense"]}))
+    cmd = [sys.executable, "-m", "lm_accounting", "memory", str(path), "-S", "64"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "model states only" not in out.stdout
+    from lm_accounting.measure.hf import measure_hf_step
+
+    measured = measure_hf_step(tiny("dense"), 64, 1, TrainingSetup(), device="meta")  # the traced column's step
+    for figure in (measured.forward.peak, measured.forward.end, measured.backward.peak):
+        assert f"{figure:,}" in out.stdout, (figure, out.stdout)
