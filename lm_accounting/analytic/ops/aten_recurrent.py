@@ -6,7 +6,7 @@ torch 2.13 (``tools/autograd/derivatives.yaml``, ``torch/csrc/autograd/Functions
 ``torch/csrc/autograd/functions/tensor.cpp``), each checked against the storage tracker's trace of transformers'
 model (tests/test_ops_transformers_gdn.py):
 
-* ``constant_pad_nd``: a new contiguous tensor; saves nothing; backward ``constant_pad_nd(grad, -pad)``: one tensor
+* ``constant_pad_nd``: a new contiguous tensor (no padding: a clone keeping the layout); saves nothing; backward ``constant_pad_nd(grad, -pad)``: one tensor
   laid out as the gradient.
 * ``cumsum``: saves nothing; backward ``grad.flip(dim).cumsum(dim).flip(dim)``: three tensors, the two temporaries dead once the last exists.
 * ``masked_fill`` with a number: saves the mask; backward ``grad.masked_fill(mask, 0)``: one tensor.
@@ -30,10 +30,11 @@ from .tensors import Tensor, empty, record, record_first
 
 
 def constant_pad_nd(x: Tensor, pad_last: int, dim: int) -> Tensor:
-    """``F.pad(x, ...)`` padding ``dim`` by ``pad_last`` zeros at its end: a new contiguous tensor."""
+    """``F.pad(x, ...)`` padding ``dim`` by ``pad_last`` zeros at its end: a new contiguous tensor; no padding at
+    all is ``clone()`` (``all_pads_non_positive``: the narrowed input cloned, its layout kept)."""
     dim = dim % x.ndim
     shape = x.shape[:dim] + (x.shape[dim] + pad_last,) + x.shape[dim + 1 :]
-    out = empty(shape, x.dtype, "constant_pad_nd")
+    out = empty(shape, x.dtype, "constant_pad_nd", like=x if pad_last == 0 else None)
     src = x.shape
 
     def back(ctx, g):

@@ -150,7 +150,8 @@ def chunk_gated_delta_rule(query, key, value, g, beta, seq: int) -> Tensor:
         del decayed  # a temporary of the expression
     last_recurrent_state = None  # :503
     core_attn_out = A.reshape(core_attn_out, b, h, -1, core_attn_out.shape[-1])  # :505-508
-    core_attn_out = A.slice_(core_attn_out, 2, 0, seq)
+    if pad_size:  # ``[:, :, :sequence_length]`` of the whole dim is the tensor itself (``applySlicing``)
+        core_attn_out = A.slice_(core_attn_out, 2, 0, seq)
     # one chunk: the view keeps the solve's column-major layout, (B, S, H, d) strided as channels-last (a copy even
     # in fp32); more: the reshape copied (dense), the transpose is no channels-last layout
     core_attn_out = to_contiguous(A.transpose(core_attn_out, 1, 2), initial_dtype, num_chunks == 1)
