@@ -159,7 +159,15 @@ def chunk_gated_delta_rule(query, key, value, g, beta, seq: int) -> Tensor:
 
 
 def copied(part: Tensor, *shape) -> Tensor:
-    """``part.reshape(*shape)`` of a part of a split across its last dim (strided: ``_unsafe_view(clone)``)."""
+    """``part.reshape(*shape)`` (no -1) of a part of a split across the last dim of a dense tensor: a view where the new shape
+    keeps the part's rows whole (its width the product of trailing new dims, or 1), else ``_unsafe_view(clone)``."""
+    width, trailing = part.shape[-1], 1
+    for d in reversed(shape):
+        if trailing == width:
+            break
+        trailing = d * trailing
+    if width == 1 or trailing == width:
+        return A.view(part, *shape)
     return A.unsafe_view(A.clone(part, contiguous=True), *shape)
 
 
@@ -211,8 +219,8 @@ class GatedDeltaNet:
         sizes = [self.head_k_dim, self.head_k_dim, r * self.head_v_dim, r * self.head_v_dim]
         query, key, value, z = split_with_sizes(mixed_qkvz, sizes, 3)
         b, a = split_with_sizes(mixed_ba, [r, r], 3)
-        value = copied(value, *lead, -1, self.head_v_dim)
-        z = copied(z, *lead, -1, self.head_v_dim)
+        value = copied(value, *lead, self.num_v_heads, self.head_v_dim)
+        z = copied(z, *lead, self.num_v_heads, self.head_v_dim)
         b = copied(b, *lead, self.num_v_heads)
         a = copied(a, *lead, self.num_v_heads)
         return query, key, value, z, b, a
@@ -223,9 +231,10 @@ class GatedDeltaNet:
         projected_states_qkvz = self.in_proj_qkvz(hidden_states)  # :678-680
         projected_states_ba = self.in_proj_ba(hidden_states)
         query, key, value, z, b, a = self.fix_query_key_value_ordering(projected_states_qkvz, projected_states_ba)
-        # :681: the split parts are strided (a copy); value is already dense
-        query, key = (copied(x, x.shape[0], x.shape[1], -1) for x in (query, key))
-        value = A.reshape(value, value.shape[0], value.shape[1], -1)
+        # :681: the split parts are strided (a copy); value is already dense unless it is a part (one value head a key)
+        r = self.num_v_heads // self.num_k_heads
+        query, key = (copied(x, x.shape[0], x.shape[1], self.key_dim) for x in (query, key))
+        value = A.reshape(value, *value.shape[:2], -1) if r > 1 else copied(value, *value.shape[:2], self.value_dim)
         mixed_qkv = A.cat((query, key, value), -1)  # :683-684
         mixed_qkv = A.transpose(mixed_qkv, 1, 2)
         mixed_qkv = self.causal_conv1d_fn(mixed_qkv)  # :699-705
@@ -323,8 +332,10 @@ class Qwen3NextForCausalLM(llama.LlamaForCausalLM):
             if 0 < i:  # the first and the last layer alone (``alike_runs``)
                 while j < cfg.num_layers - 1 and kind[j] == kind[i]:
                     j += 1
+            # a linear layer's mask is ``create_recurrent_attention_mask``'s None (a checkpoint holds what it gets)
+            args = kwargs(i) if kind[i][0] else {**kwargs(i), "attention_mask": None}
             with repeated(j - i):
-                hidden_states = self.layers[i](hidden_states, **kwargs(i))
+                hidden_states = self.layers[i](hidden_states, **args)
             i = j
         return hidden_states
 
@@ -341,6 +352,4 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
         out.append("a qwen3_next model with a window")
     if setup.autocast:  # autocast's casts around the chunked rule (matmuls, the solve, the conv) not yet matched
         out.append("qwen3_next under amp-bf16 (its Gated DeltaNet under autocast is not yet proven)")
-    if setup.checkpoint == "full":  # the recompute of the chunked rule not yet matched at B = 1
-        out.append("qwen3_next with full checkpointing (the Gated DeltaNet's recompute is not yet proven)")
     return out
