@@ -6,8 +6,9 @@ by its own replay, against ``measure.hf.measure_hf_step`` on meta (the storage t
 gated delta rule runs on meta once the packed-sequence check's ``.item()`` is patched, ``measure.hf.patched_for``).
 Sequences of 8 (one chunk of 64, padded), 64 (one chunk, no padding) and 100 (two chunks, padded): the chunk loop's
 copies into ``core_attn_out`` and the layout of its last reshape change with the chunk count.  The sparse block
-(grouped_mm experts, whose meta kernel takes bf16 only) is checked in bf16.  Full checkpointing is transformers' (``activation_checkpointing_enable``, every decoder layer).  Refused: amp-bf16 (not yet
-matched), selective checkpointing (transformers has none)."""
+(grouped_mm experts, whose meta kernel takes bf16 only) is checked in bf16.  Full checkpointing is transformers' (``activation_checkpointing_enable``, every decoder layer), amp-bf16 its emulation of
+CUDA's autocast (``measure.hf.HFAutocast``: the conv1d's input cast before its keyword weight).  Refused: selective
+checkpointing (transformers has none)."""
 
 import json
 import subprocess
@@ -44,7 +45,12 @@ SHAPE = dict(
 MODELS = {
     "dense": {"num_experts": 0},  # every layer Qwen3NextMLP
     "equal-heads": {"num_experts": 0, "linear_num_value_heads": 2, "full_attention_interval": 4},  # no repeat
-    "moe": {"num_experts": 4, "moe_intermediate_size": 16, "shared_expert_intermediate_size": 32},
+    "moe": {
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 16,
+        "shared_expert_intermediate_size": 32,
+    },
 }
 
 
@@ -58,6 +64,8 @@ SETUPS = {
     "sdpa-bf16": TrainingSetup(attention="sdpa", precision="bf16"),
     "eager-fp32-full": TrainingSetup(attention="naive", checkpoint="full"),
     "sdpa-bf16-full": TrainingSetup(attention="sdpa", precision="bf16", checkpoint="full"),
+    "eager-amp": TrainingSetup(attention="naive", precision="amp-bf16"),
+    "sdpa-amp-full": TrainingSetup(attention="sdpa", precision="amp-bf16", checkpoint="full"),
 }
 
 
@@ -79,14 +87,14 @@ def test_sparse_blocks_equal_transformers_on_meta_in_bf16(attention, checkpoint)
     check(tiny("moe"), 100, TrainingSetup(attention=attention, precision="bf16", checkpoint=checkpoint), device="meta")
 
 
-def test_unproven_setups_are_refused():
-    cfg = tiny("dense")
-    assert unsupported(cfg, TrainingSetup(attention="naive"), "transformers") == []
-    reasons = unsupported(cfg, TrainingSetup(precision="amp-bf16"), "transformers")
-    assert reasons == ["qwen3_next under amp-bf16 (its Gated DeltaNet under autocast is not yet proven)"], reasons
-    assert unsupported(cfg, TrainingSetup(checkpoint="selective"), "transformers")
-    with pytest.raises(ValueError, match="amp-bf16"):
-        predict_step(cfg, 8, TrainingSetup(precision="amp-bf16"), impl="transformers")
+def test_every_setup_but_selective_checkpointing_is_covered():
+    cfg = tiny("moe")
+    for setup in SETUPS.values():
+        assert unsupported(cfg, setup, "transformers") == [], setup
+    reasons = unsupported(cfg, TrainingSetup(checkpoint="selective"), "transformers")
+    assert reasons == ["transformers has no selective activation checkpointing"], reasons
+    with pytest.raises(ValueError, match="selective"):
+        predict_step(cfg, 8, TrainingSetup(checkpoint="selective"), impl="transformers")
 
 
 def test_memory_command_prints_the_replayed_step(tmp_path):

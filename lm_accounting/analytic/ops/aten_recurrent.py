@@ -13,12 +13,13 @@ model (tests/test_ops_transformers_gdn.py):
 * ``linalg_solve_triangular(A, B, upper=False, unitriangular=True)``: the result laid out column-major in its last
   two dims (LAPACK's); saves A and the result; backward ``G_B = solve_triangular(Aᴴ, grad)`` (column-major), then
   for A ``tril(-(G_B @ Xᴴ), -1)`` (the product and its negation dying once the next exists), A's gradient first.
-* ``convolution`` (depthwise, no bias): a new contiguous (B, C, S + K - 1); saves input and weight; backward
+* ``convolution`` (depthwise, no bias; under autocast its arguments cast to 16 bits): a new contiguous (B, C, S + K - 1); saves input and weight; backward
   ``convolution_backward``: the input's gradient (contiguous) and the weight's.
 * ``softplus``: saves its input; backward ``softplus_backward``: one tensor.
 * ``copy_`` into ``base.select(dim, i)`` (``base[:, :, i] = src``): no bytes; ``CopySlices`` on the base, whose
-  backward makes ``new_empty_strided`` of the base (its layout), clones the slice's gradient (contiguous) and, when
-  the base already needed a gradient, the ``zeros_like`` of that clone that ``CopyBackwards`` returns for it.
+  backward makes ``new_empty_strided`` of the base (its layout), clones the slice's gradient (contiguous), casts it to
+  the source's dtype if it differs, and, when the base already needed a gradient, makes the ``zeros_like`` of that
+  clone that ``CopyBackwards`` returns for it.
 No torch.
 """
 
@@ -97,7 +98,12 @@ def solve_triangular(a: Tensor, b: Tensor) -> Tensor:
 
 
 def conv1d_depthwise(x: Tensor, weight: Tensor, padding: int) -> Tensor:
-    """``F.conv1d(x, weight, None, padding=padding, groups=C)`` of (B, C, S) by (C, 1, K)."""
+    """``F.conv1d(x, weight=weight, bias=None, padding=padding, groups=C)`` of (B, C, S) by (C, 1, K); a
+    lower-precision op under autocast (``aten.lower``), as measured (``measure.hf.HFAutocast``): the positional input
+    cast before the keyword weight (transformers passes ``weight=``)."""
+    given = x  # the caller's argument lives until the call returns
+    (x,) = A.lower(x)
+    (weight,) = A.lower(weight)
     b, c, s = x.shape
     k = weight.shape[-1]
     xs, ws = x.shape, weight.shape
@@ -108,7 +114,9 @@ def conv1d_depthwise(x: Tensor, weight: Tensor, padding: int) -> Tensor:
         return gx, gw
 
     make = lambda: (empty((b, c, s + 2 * padding - k + 1), x.dtype, "convolution"),)
-    return record_first("ConvolutionBackward0", (x, weight), make, back, (x, weight))[0]
+    out = record_first("ConvolutionBackward0", (x, weight), make, back, (x, weight))[0]
+    del given
+    return out
 
 
 def softplus(x: Tensor) -> Tensor:
@@ -130,7 +138,7 @@ def copy_into_select(base: Tensor, src: Tensor) -> None:
     module docstring); ``base`` then carries the node."""
     if not src.requires_grad and not base.requires_grad:
         return
-    shape, perm, slice_shape = base.shape, base.perm, src.shape
+    shape, perm, slice_shape, src_dtype = base.shape, base.perm, src.shape, src.dtype
 
     def back(ctx, g):
         result = empty(shape, g[0].dtype, "new_empty_strided")
@@ -139,6 +147,8 @@ def copy_into_select(base: Tensor, src: Tensor) -> None:
         if ctx.need[0]:
             zeros = empty(slice_shape, g[0].dtype, "zeros_like")  # CopyBackwards' gradient for the old slice
             del zeros
-        return result, grad_slice
+        # CopyBackwards: ``grad.to(src's dtype)``, made while the result and the clone live
+        grad_src = grad_slice if src_dtype == g[0].dtype else empty(slice_shape, src_dtype, "_to_copy")
+        return result, grad_src
 
     record("CopySlices", (base, src), (base,), back)

@@ -350,6 +350,4 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
     out = moe.unsupported(cfg, setup)
     if cfg.sliding_window is not None:
         out.append("a qwen3_next model with a window")
-    if setup.autocast:  # autocast's casts around the chunked rule (matmuls, the solve, the conv) not yet matched
-        out.append("qwen3_next under amp-bf16 (its Gated DeltaNet under autocast is not yet proven)")
     return out
