@@ -7,8 +7,9 @@ gated delta rule runs on meta once the packed-sequence check's ``.item()`` is pa
 Sequences of 8 (one chunk of 64, padded), 64 (one chunk, no padding) and 100 (two chunks, padded): the chunk loop's
 copies into ``core_attn_out`` and the layout of its last reshape change with the chunk count.  The sparse block
 (grouped_mm experts, whose meta kernel takes bf16 only) is checked in bf16.  Full checkpointing is transformers' (``activation_checkpointing_enable``, every decoder layer), amp-bf16 its emulation of
-CUDA's autocast (``measure.hf.HFAutocast``: the conv1d's input cast before its keyword weight).  Refused: selective
-checkpointing (transformers has none)."""
+CUDA's autocast (``measure.hf.HFAutocast``: the conv1d's input cast before its keyword weight).  The plain CPU run
+(no dispatch mode) against the CPU allocator (tests/test_ops_transformers_zoo.py's ``check_plain``).  Refused:
+selective checkpointing (transformers has none)."""
 
 import json
 import subprocess
@@ -24,6 +25,7 @@ pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
 from test_ops_transformers_moe import check  # B = 1, 2, 3 against transformers' own model
+from test_ops_transformers_zoo import check_plain  # the plain CPU run against the CPU allocator
 
 SHAPE = dict(
     model_type="qwen3_next",
@@ -87,6 +89,24 @@ def test_sparse_blocks_equal_transformers_on_meta_in_bf16(attention, checkpoint)
     check(tiny("moe"), 100, TrainingSetup(attention=attention, precision="bf16", checkpoint=checkpoint), device="meta")
 
 
+@pytest.mark.parametrize(
+    "name, setup",
+    [
+        ("dense", "eager-fp32"),
+        ("dense", "sdpa-bf16"),
+        ("dense", "eager-amp"),
+        ("dense", "sdpa-amp-full"),
+        ("moe", "sdpa-fp32"),
+        ("moe", "sdpa-bf16-full"),
+    ],
+)
+def test_plain_cpu_run_equals_the_cpu_allocator(name, setup):
+    """No dispatch mode: the real CPU kernels (the conv, the triangular solves, grouped_mm), gradients summed in
+    place, Python numbers wrapped; two chunks at B = 1 and 2."""
+    for batch in (1, 2):
+        check_plain(tiny(name), 100, batch, SETUPS[setup])
+
+
 def test_every_setup_but_selective_checkpointing_is_covered():
     cfg = tiny("moe")
     for setup in SETUPS.values():
@@ -101,12 +121,12 @@ def test_memory_command_prints_the_replayed_step(tmp_path):
     """``lm-account memory`` on a qwen3_next config.json replays the program: exact phases, not model states only."""
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**SHAPE, **MODELS["dense"]}))
-    cmd = [sys.executable, "-m", "lm_accounting", "memory", str(path), "-S", "64"]
+    cmd = [sys.executable, "-m", "lm_accounting", "memory", str(path), "-S", "64", "--attention", "naive"]
     out = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "model states only" not in out.stdout
     from lm_accounting.measure.hf import measure_hf_step
 
-    measured = measure_hf_step(tiny("dense"), 64, 1, TrainingSetup(), device="meta")  # the traced column's step
+    measured = measure_hf_step(tiny("dense"), 64, 1, TrainingSetup(attention="naive"), device="meta")  # traced column
     for figure in (measured.forward.peak, measured.forward.end, measured.backward.peak):
         assert f"{figure:,}" in out.stdout, (figure, out.stdout)
