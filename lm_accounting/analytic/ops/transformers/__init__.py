@@ -81,6 +81,8 @@ PROGRAMS = {
     "gpt_oss": "gpt_oss",  # sinks, biased experts with a clamped SwiGLU, windows on every other layer
     "phimoe": "phimoe",  # LayerNorms, the sparsemixer router (Gumbel top-2, a custom autograd Function)
     "qwen3_next": "qwen3_next",  # Gated DeltaNet layers (the torch chunked rule) and gated attention, Qwen2-MoE's block
+    "qwen3_5_text": "qwen3_5",  # Qwen3-Next's layers with unfused projections, a dense MLP, three-row rotary positions
+    "qwen3_5_moe_text": "qwen3_5",  # Qwen3.5's layers with Qwen3-Next's sparse block in every layer
 }
 """hf_model_type -> the module of this package that transliterates its modeling file."""
 B = Affine(1)  # the micro-batch as a symbol

@@ -158,6 +158,11 @@ def chunk_gated_delta_rule(query, key, value, g, beta, seq: int) -> Tensor:
     return core_attn_out
 
 
+def decay(a_log: Tensor, a: Tensor, dt_bias: Tensor) -> Tensor:
+    """:727: ``-A_log.float().exp() * F.softplus(a.float() + dt_bias)``."""
+    return A.mul(A.neg(exp(A.to(a_log, "fp32"))), R.softplus(A.add(A.to(a, "fp32"), dt_bias)))
+
+
 def copied(part: Tensor, *shape) -> Tensor:
     """``part.reshape(*shape)`` (no -1) of a part of a split across the last dim of a dense tensor: a view where the new shape
     keeps the part's rows whole (its width the product of trailing new dims, or 1), else ``_unsafe_view(clone)``."""
@@ -244,7 +249,7 @@ class GatedDeltaNet:
         key = A.reshape(key, key.shape[0], key.shape[1], -1, self.head_k_dim)
         value = A.reshape(value, value.shape[0], value.shape[1], -1, self.head_v_dim)
         beta = sigmoid(b)  # :725
-        g = A.mul(A.neg(exp(A.to(self.A_log, "fp32"))), R.softplus(A.add(A.to(a, "fp32"), self.dt_bias)))  # :727
+        g = decay(self.A_log, a, self.dt_bias)  # :727
         core_attn_out = chunk_gated_delta_rule(query, key, value, g, beta, seq_len)  # :743-754
         z_shape_og = z.shape  # :760-766
         core_attn_out = A.reshape(core_attn_out, -1, core_attn_out.shape[-1])
@@ -271,12 +276,15 @@ class SparseMoeBlock(qwen2_moe.SparseMoeBlock):
 class DecoderLayer(llama.GradientCheckpointingLayer):
     """``Qwen3NextDecoderLayer`` (:871-937): the token mixer of the layer's type, then the dense or sparse MLP."""
 
+    mixer_class = GatedDeltaNet
+    """The linear layers' token mixer (a model's own: Qwen3.5's unfused projections)."""
+
     def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str, attention: bool, sparse: bool):
         self.attention = attention
         if attention:
             self.self_attn = Attention(cfg, dtype, attn, name + ".self_attn")
         else:
-            self.linear_attn = GatedDeltaNet(cfg, dtype, name + ".linear_attn")
+            self.linear_attn = self.mixer_class(cfg, dtype, name + ".linear_attn")
         self.mlp = SparseMoeBlock(cfg, dtype, name + ".mlp") if sparse else MLP(cfg, dtype, name + ".mlp")
         self.input_layernorm = RMSNorm(cfg.d_model, dtype, name + ".input_layernorm")
         self.post_attention_layernorm = RMSNorm(cfg.d_model, dtype, name + ".post_attention_layernorm")
@@ -311,10 +319,12 @@ class Qwen3NextForCausalLM(llama.LlamaForCausalLM):
     def rotary_pairs(self) -> int:
         return self.cfg.rope_dim // 2
 
+    layer_class = DecoderLayer
+
     def decoder_layer(self, name: str, norm) -> DecoderLayer:
         i = int(name.rsplit(".", 1)[1])
         cfg = self.cfg
-        return DecoderLayer(cfg, self.dtype, self.setup.attention, name, cfg.layer_attention(i), cfg.layer_moe(i))
+        return self.layer_class(cfg, self.dtype, self.setup.attention, name, cfg.layer_attention(i), cfg.layer_moe(i))
 
     def masks(self) -> dict[bool, Tensor | None]:
         """``create_causal_mask`` only (the recurrent one is None)."""
