@@ -1,5 +1,7 @@
-"""transformers' Gated DeltaNet hybrid (``qwen3_next``: Qwen3NextForCausalLM) replayed by the op library
-(``analytic.ops.transformers.qwen3_next``) equals transformers' own model, phase by phase, byte for byte.
+"""transformers' Gated DeltaNet hybrids (``qwen3_next``: Qwen3NextForCausalLM; ``qwen3_5_text`` and
+``qwen3_5_moe_text``: Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM) replayed by the op library
+(``analytic.ops.transformers.qwen3_next`` and ``qwen3_5``) equal transformers' own models, phase by phase, byte for
+byte.
 
 Method (tests/test_ops_transformers_moe.py's ``check``): the lines in B from one replay checked at B = 2 and 3, B = 1
 by its own replay, against ``measure.hf.measure_hf_step`` on meta (the storage tracker; the torch path of the chunked
@@ -28,7 +30,6 @@ from test_ops_transformers_moe import check  # B = 1, 2, 3 against transformers'
 from test_ops_transformers_zoo import check_plain  # the plain CPU run against the CPU allocator
 
 SHAPE = dict(
-    model_type="qwen3_next",
     vocab_size=96,
     hidden_size=16,
     num_hidden_layers=4,
@@ -44,15 +45,20 @@ SHAPE = dict(
     linear_conv_kernel_dim=4,
     full_attention_interval=2,
 )
+MOE = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16, "shared_expert_intermediate_size": 32}
 MODELS = {
-    "dense": {"num_experts": 0},  # every layer Qwen3NextMLP
-    "equal-heads": {"num_experts": 0, "linear_num_value_heads": 2, "full_attention_interval": 4},  # no repeat
-    "moe": {
-        "num_experts": 4,
-        "num_experts_per_tok": 2,
-        "moe_intermediate_size": 16,
-        "shared_expert_intermediate_size": 32,
+    "dense": {"model_type": "qwen3_next", "num_experts": 0},  # every layer Qwen3NextMLP
+    # H_k = H_v: no repeat_interleave, the split parts viewed; three linear layers in a row (a repeated run)
+    "equal-heads": {
+        "model_type": "qwen3_next",
+        "num_experts": 0,
+        "linear_num_value_heads": 2,
+        "full_attention_interval": 4,
     },
+    "moe": {"model_type": "qwen3_next", **MOE},
+    # Qwen3.5: unfused projections, three-row rotary positions; dense, or Qwen3-Next's sparse block in every layer
+    "qwen3_5": {"model_type": "qwen3_5_text"},
+    "qwen3_5_moe": {"model_type": "qwen3_5_moe_text", **MOE},
 }
 
 
@@ -77,16 +83,20 @@ def test_dense_equals_transformers_on_meta(setup, seq):
     check(tiny("dense"), seq, SETUPS[setup], device="meta")
 
 
-def test_equal_key_and_value_heads_equal_transformers_on_meta():
-    """H_k = H_v: no ``repeat_interleave``; three linear layers in a row (a repeated run) before the attention."""
-    check(tiny("equal-heads"), 100, TrainingSetup(attention="naive"), device="meta")
+@pytest.mark.parametrize(
+    "name, setup",
+    [("equal-heads", "eager-fp32"), ("qwen3_5", "eager-fp32"), ("qwen3_5", "sdpa-amp-full"), ("qwen3_5", "sdpa-bf16")],
+)
+def test_other_dense_hybrids_equal_transformers_on_meta(name, setup):
+    check(tiny(name), 100, SETUPS[setup], device="meta")
 
 
+@pytest.mark.parametrize("name", ["moe", "qwen3_5_moe"])
 @pytest.mark.parametrize("attention", ["naive", "sdpa"])
 @pytest.mark.parametrize("checkpoint", ["none", "full"])
-def test_sparse_blocks_equal_transformers_on_meta_in_bf16(attention, checkpoint):
+def test_sparse_blocks_equal_transformers_on_meta_in_bf16(name, attention, checkpoint):
     """Qwen2-MoE's sparse block (router, grouped_mm experts, the sigmoid-gated shared expert) after both mixers."""
-    check(tiny("moe"), 100, TrainingSetup(attention=attention, precision="bf16", checkpoint=checkpoint), device="meta")
+    check(tiny(name), 100, TrainingSetup(attention=attention, precision="bf16", checkpoint=checkpoint), device="meta")
 
 
 @pytest.mark.parametrize(
@@ -98,6 +108,8 @@ def test_sparse_blocks_equal_transformers_on_meta_in_bf16(attention, checkpoint)
         ("dense", "sdpa-amp-full"),
         ("moe", "sdpa-fp32"),
         ("moe", "sdpa-bf16-full"),
+        ("qwen3_5", "eager-amp"),
+        ("qwen3_5_moe", "sdpa-fp32"),
     ],
 )
 def test_plain_cpu_run_equals_the_cpu_allocator(name, setup):
@@ -107,8 +119,9 @@ def test_plain_cpu_run_equals_the_cpu_allocator(name, setup):
         check_plain(tiny(name), 100, batch, SETUPS[setup])
 
 
-def test_every_setup_but_selective_checkpointing_is_covered():
-    cfg = tiny("moe")
+@pytest.mark.parametrize("name", ["moe", "qwen3_5", "qwen3_5_moe"])
+def test_every_setup_but_selective_checkpointing_is_covered(name):
+    cfg = tiny(name)
     for setup in SETUPS.values():
         assert unsupported(cfg, setup, "transformers") == [], setup
     reasons = unsupported(cfg, TrainingSetup(checkpoint="selective"), "transformers")
@@ -120,7 +133,7 @@ def test_every_setup_but_selective_checkpointing_is_covered():
 def test_memory_command_prints_the_replayed_step(tmp_path):
     """``lm-account memory`` on a qwen3_next config.json replays the program: exact phases, not model states only."""
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({**SHAPE, **MODELS["dense"]}))
+    path.write_text(json.dumps({**SHAPE, **MODELS["dense"]}))  # qwen3_next
     cmd = [sys.executable, "-m", "lm_accounting", "memory", str(path), "-S", "64", "--attention", "naive"]
     out = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
