@@ -6,8 +6,9 @@ byte.
 Method (tests/test_ops_transformers_moe.py's ``check``): the lines in B from one replay checked at B = 2 and 3, B = 1
 by its own replay, against ``measure.hf.measure_hf_step`` on meta (the storage tracker; the torch path of the chunked
 gated delta rule runs on meta once the packed-sequence check's ``.item()`` is patched, ``measure.hf.patched_for``).
-Sequences of 8 (one chunk of 64, padded), 64 (one chunk, no padding) and 100 (two chunks, padded): the chunk loop's
-copies into ``core_attn_out`` and the layout of its last reshape change with the chunk count.  The sparse block
+Sequences of 8 (one chunk of 64, padded), 64 (one chunk, no padding), 100 (two chunks, padded) and 520 (nine chunks,
+the middle ones replayed once): the chunk loop's copies into ``core_attn_out`` and the layout of its last reshape
+change with the chunk count.  The sparse block
 (grouped_mm experts, whose meta kernel takes bf16 only) is checked in bf16.  Full checkpointing is transformers' (``activation_checkpointing_enable``, every decoder layer), amp-bf16 its emulation of
 CUDA's autocast (``measure.hf.HFAutocast``: the conv1d's input cast before its keyword weight).  The plain CPU run
 (no dispatch mode) against the CPU allocator (tests/test_ops_transformers_zoo.py's ``check_plain``).  Refused:
@@ -36,7 +37,7 @@ SHAPE = dict(
     num_attention_heads=4,
     num_key_value_heads=2,
     head_dim=8,
-    max_position_embeddings=256,
+    max_position_embeddings=1024,
     intermediate_size=24,
     linear_num_key_heads=2,
     linear_num_value_heads=4,
@@ -77,9 +78,10 @@ SETUPS = {
 }
 
 
-@pytest.mark.parametrize("seq", [8, 64, 100])
+@pytest.mark.parametrize("seq", [8, 64, 100, 520])
 @pytest.mark.parametrize("setup", list(SETUPS))
 def test_dense_equals_transformers_on_meta(setup, seq):
+    """520 tokens: 9 chunks, the middle five replayed once (``repeated``), two alone at each end."""
     check(tiny("dense"), seq, SETUPS[setup], device="meta")
 
 
@@ -131,7 +133,9 @@ def test_every_setup_but_selective_checkpointing_is_covered(name):
 
 
 def test_memory_command_prints_the_replayed_step(tmp_path):
-    """``lm-account memory`` on a qwen3_next config.json replays the program: exact phases, not model states only."""
+    """``lm-account memory`` on a qwen3_next config.json replays the program: exact phases, not model states only
+    (and the search for the largest context, millions of tokens, stays quick: the chunk loop's middle is replayed
+    once)."""
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**SHAPE, **MODELS["dense"]}))  # qwen3_next
     cmd = [sys.executable, "-m", "lm_accounting", "memory", str(path), "-S", "64", "--attention", "naive"]

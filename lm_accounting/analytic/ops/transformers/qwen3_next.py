@@ -30,7 +30,7 @@ from ..aten_index import split_with_sizes
 from ..aten_pointwise import exp, sigmoid
 from ..aten_split import chunk
 from ..engine import Affine
-from ..tensors import Tensor, empty, parameter, record, repeated
+from ..tensors import Tensor, current, empty, parameter, record, repeated
 from . import llama, moe, qwen2_moe, stablelm
 from .gemma import RMSNorm
 from .glm import rotary_parts
@@ -141,14 +141,34 @@ def chunk_gated_delta_rule(query, key, value, g, beta, seq: int) -> Tensor:
     query = A.mul(query, A.unsqueeze(exp(cum_decay), -1))  # :488-490
     key = A.mul(key, A.unsqueeze(exp(A.sub(A.slice_(cum_decay, 3, CHUNK - 1, CHUNK), cum_decay)), -1))
     chunk_decay = A.unsqueeze(A.unsqueeze(exp(A.select(cum_decay, 3, -1)), 3), 4)
-    for i in range(num_chunks):  # :493-500
-        v_new = A.sub(A.select(new_values, 2, i), A.matmul(A.select(k_cumdecay, 2, i), last_recurrent_state))
-        inter_chunk_attn = A.matmul(A.select(query, 2, i), last_recurrent_state)
-        R.copy_into_select(core_attn_out, A.add(inter_chunk_attn, A.matmul(A.select(intra_chunk_attn, 2, i), v_new)))
-        decayed = A.mul(last_recurrent_state, A.select(chunk_decay, 2, i))
-        last_recurrent_state = A.add(decayed, A.matmul(A.transpose(A.select(key, 2, i), -1, -2), v_new))
-        del decayed  # a temporary of the expression
-    last_recurrent_state = None  # :503
+    # the loop's locals, rebound by each iteration and alive until the function returns: the recurrent state,
+    # ``v_new`` (saved by its products anyway) and ``inter_chunk_attn`` (a chunk's bytes, freed when rebound)
+    state = [last_recurrent_state, None, None]
+
+    def chunk_step(i: int) -> None:  # :493-500
+        last = state[0]
+        state[1] = A.sub(A.select(new_values, 2, i), A.matmul(A.select(k_cumdecay, 2, i), last))
+        state[2] = A.matmul(A.select(query, 2, i), last)
+        R.copy_into_select(core_attn_out, A.add(state[2], A.matmul(A.select(intra_chunk_attn, 2, i), state[1])))
+        decayed = A.mul(last, A.select(chunk_decay, 2, i))
+        state[0] = A.add(decayed, A.matmul(A.transpose(A.select(key, 2, i), -1, -2), state[1]))
+        del last, decayed
+
+    if num_chunks < 6 or current().segment is not None:
+        for i in range(num_chunks):
+            chunk_step(i)
+    else:  # the middle chunks alike, replayed once (``repeated``), two alone at each end: the first reads a zero
+        # state, so the second's products are the last to hold views of ``query`` and ``key`` (their bytes die
+        # there); the last's new state is dropped, so the one before it fills the gradient buffers of ``key`` and
+        # ``chunk_decay`` that the middle ones add to
+        chunk_step(0)
+        chunk_step(1)
+        with repeated(num_chunks - 4):
+            chunk_step(2)
+        chunk_step(num_chunks - 2)
+        chunk_step(num_chunks - 1)
+    del last_recurrent_state
+    state[0] = None  # :503
     core_attn_out = A.reshape(core_attn_out, b, h, -1, core_attn_out.shape[-1])  # :505-508
     if pad_size:  # ``[:, :, :sequence_length]`` of the whole dim is the tensor itself (``applySlicing``)
         core_attn_out = A.slice_(core_attn_out, 2, 0, seq)
@@ -333,20 +353,13 @@ class Qwen3NextForCausalLM(llama.LlamaForCausalLM):
         return dict.fromkeys((False, True), llama.sdpa_mask(self.batch, self.seq, None, allow_is_causal_skip=True))
 
     def run_layers(self, hidden_states: Tensor, kwargs: Callable[[int], dict]) -> Tensor:
-        """Llama's, the runs of alike layers also split by the token mixer."""
-        cfg = self.cfg
-        kind = [(cfg.layer_attention(i), cfg.layer_moe(i)) for i in range(cfg.num_layers)]
-        i = 0
-        while i < cfg.num_layers:
-            j = i + 1
-            if 0 < i:  # the first and the last layer alone (``alike_runs``)
-                while j < cfg.num_layers - 1 and kind[j] == kind[i]:
-                    j += 1
-            # a linear layer's mask is ``create_recurrent_attention_mask``'s None (a checkpoint holds what it gets)
-            args = kwargs(i) if kind[i][0] else {**kwargs(i), "attention_mask": None}
-            with repeated(j - i):
-                hidden_states = self.layers[i](hidden_states, **args)
-            i = j
+        """The decoder layers in order, each replayed (no run of alike layers stands for others: the linear layers'
+        chunk loops are the ones replayed once for their middle chunks, ``chunk_gated_delta_rule``)."""
+        for i, layer in enumerate(self.layers):
+            args = kwargs(i)
+            if not self.cfg.layer_attention(i):  # ``create_recurrent_attention_mask``'s None (a checkpoint holds
+                args = {**args, "attention_mask": None}  # what it gets)
+            hidden_states = layer(hidden_states, **args)
         return hidden_states
 
 
