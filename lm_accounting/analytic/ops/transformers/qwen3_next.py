@@ -8,7 +8,8 @@ router, grouped_mm experts, a sigmoid-gated shared expert, :849-868).  What Qwen
 
 * ``Qwen3NextAttention`` (:229-304): ``q_proj`` twice as wide, viewed (B, S, h, 2·d) and chunked into the query and
   the gate (``gate.reshape``: a copy), per-head q/k norms, RoPE on the first ``rope_dim`` of each head (GLM's
-  ``apply_rotary_pos_emb``: StableLM's ``rotate``), then ``o_proj(attn_output * sigmoid(gate))``;
+  ``apply_rotary_pos_emb``, :154-189: the rotated share concatenated back), then ``o_proj(attn_output *
+  sigmoid(gate))``;
 * ``Qwen3NextGatedDeltaNet`` (:583-769) on the layers ``layer_types`` names ``linear_attention``, run as transformers
   runs it in training without the fla and causal_conv1d kernels: ``in_proj_qkvz`` and ``in_proj_ba``, the
   reordering (``fix_query_key_value_ordering``: splits and reshapes), ``causal_conv1d_fn`` (:340-359, a depthwise
@@ -31,7 +32,7 @@ from ..aten_pointwise import exp, sigmoid
 from ..aten_split import chunk
 from ..engine import Affine
 from ..tensors import Tensor, current, empty, parameter, record, repeated
-from . import llama, moe, qwen2_moe, stablelm
+from . import llama, moe, qwen2_moe
 from .gemma import RMSNorm
 from .glm import rotary_parts
 from .llama import MLP, B, Linear
@@ -40,7 +41,7 @@ CHUNK = 64
 """``torch_chunk_gated_delta_rule``'s ``chunk_size`` (the default, :377)."""
 
 
-class Attention(stablelm.Attention):
+class Attention(llama.Attention):
     """``Qwen3NextAttention``: gated attention with per-head q/k norms and partial RoPE."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str, norm=RMSNorm):
@@ -136,14 +137,13 @@ def chunk_gated_delta_rule(query, key, value, g, beta, seq: int) -> Tensor:
     decayed_k_beta = A.mul(k_beta, A.unsqueeze(exp(cum_decay), -1))
     new_values = R.solve_triangular(ut_system, v_beta)  # :470-471
     k_cumdecay = R.solve_triangular(ut_system, decayed_k_beta)
-    last_recurrent_state = empty((b, h, key.shape[-1], new_values.shape[-1]), "fp32", "zeros")  # :482
+    # the loop's locals, rebound by each iteration and alive until the function returns: the recurrent state (:482,
+    # zeros), ``v_new`` (saved by its products anyway) and ``inter_chunk_attn`` (a chunk's bytes, freed when rebound)
+    state = [empty((b, h, key.shape[-1], new_values.shape[-1]), "fp32", "zeros"), None, None]
     core_attn_out = empty(new_values.shape, new_values.dtype, "zeros_like", like=new_values)  # :485
     query = A.mul(query, A.unsqueeze(exp(cum_decay), -1))  # :488-490
     key = A.mul(key, A.unsqueeze(exp(A.sub(A.slice_(cum_decay, 3, CHUNK - 1, CHUNK), cum_decay)), -1))
     chunk_decay = A.unsqueeze(A.unsqueeze(exp(A.select(cum_decay, 3, -1)), 3), 4)
-    # the loop's locals, rebound by each iteration and alive until the function returns: the recurrent state,
-    # ``v_new`` (saved by its products anyway) and ``inter_chunk_attn`` (a chunk's bytes, freed when rebound)
-    state = [last_recurrent_state, None, None]
 
     def chunk_step(i: int) -> None:  # :493-500
         last = state[0]
@@ -167,7 +167,6 @@ def chunk_gated_delta_rule(query, key, value, g, beta, seq: int) -> Tensor:
             chunk_step(2)
         chunk_step(num_chunks - 2)
         chunk_step(num_chunks - 1)
-    del last_recurrent_state
     state[0] = None  # :503
     core_attn_out = A.reshape(core_attn_out, b, h, -1, core_attn_out.shape[-1])  # :505-508
     if pad_size:  # ``[:, :, :sequence_length]`` of the whole dim is the tensor itself (``applySlicing``)
