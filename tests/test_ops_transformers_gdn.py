@@ -30,6 +30,8 @@ torch = pytest.importorskip("torch")
 from test_ops_transformers_moe import check  # B = 1, 2, 3 against transformers' own model
 from test_ops_transformers_zoo import check_plain  # the plain CPU run against the CPU allocator
 
+from lm_accounting.measure.hf import measure_hf_step
+
 SHAPE = dict(
     vocab_size=96,
     hidden_size=16,
@@ -132,6 +134,19 @@ def test_every_setup_but_selective_checkpointing_is_covered(name):
         predict_step(cfg, 8, TrainingSetup(checkpoint="selective"), impl="transformers")
 
 
+@pytest.mark.parametrize("name", ["QWEN3_NEXT", "QWEN3_5_MOE", "QWEN3_5"])
+def test_published_sizes_equal_transformers_on_meta(name):
+    """Qwen3-Next-80B-A3B, Qwen3.5-35B-A3B (through its ``qwen3_5_moe`` wrapper) and the Qwen3.5 text defaults
+    (tests/test_arch_qwen3_next.py's configs) in bf16 on meta at 512 tokens (8 chunks, the middle four replayed
+    once), B = 1."""
+    import test_arch_qwen3_next
+
+    cfg = config_from_hf(getattr(test_arch_qwen3_next, name))
+    setup = TrainingSetup(attention="sdpa", precision="bf16")
+    predicted = predict_step(cfg, 512, setup, impl="transformers", batch=1).at(1)
+    assert predicted == measure_hf_step(cfg, 512, 1, setup, device="meta")
+
+
 def test_memory_command_prints_the_replayed_step(tmp_path):
     """``lm-account memory`` on a qwen3_next config.json replays the program: exact phases, not model states only
     (and the search for the largest context, millions of tokens, stays quick: the chunk loop's middle is replayed
@@ -142,8 +157,6 @@ def test_memory_command_prints_the_replayed_step(tmp_path):
     out = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "model states only" not in out.stdout
-    from lm_accounting.measure.hf import measure_hf_step
-
     measured = measure_hf_step(tiny("dense"), 64, 1, TrainingSetup(attention="naive"), device="meta")  # traced column
     for figure in (measured.forward.peak, measured.forward.end, measured.backward.peak):
         assert f"{figure:,}" in out.stdout, (figure, out.stdout)
