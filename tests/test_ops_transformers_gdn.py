@@ -59,8 +59,15 @@ MODELS = {
         "full_attention_interval": 4,
     },
     "moe": {"model_type": "qwen3_next", **MOE},
+    # layers 1 and 3 sparse, 0 and 2 dense; the top-k weights not normalised
+    "moe-sparse-step": {"model_type": "qwen3_next", **MOE, "decoder_sparse_step": 2, "norm_topk_prob": False},
     # Qwen3.5: unfused projections, three-row rotary positions; dense, or Qwen3-Next's sparse block in every layer
     "qwen3_5": {"model_type": "qwen3_5_text"},
+    "qwen3_5-tied-equal-heads": {
+        "model_type": "qwen3_5_text",
+        "tie_word_embeddings": True,
+        "linear_num_value_heads": 2,
+    },
     "qwen3_5_moe": {"model_type": "qwen3_5_moe_text", **MOE},
 }
 
@@ -89,13 +96,19 @@ def test_dense_equals_transformers_on_meta(setup, seq):
 
 @pytest.mark.parametrize(
     "name, setup",
-    [("equal-heads", "eager-fp32"), ("qwen3_5", "eager-fp32"), ("qwen3_5", "sdpa-amp-full"), ("qwen3_5", "sdpa-bf16")],
+    [
+        ("equal-heads", "eager-fp32"),
+        ("qwen3_5", "eager-fp32"),
+        ("qwen3_5", "sdpa-amp-full"),
+        ("qwen3_5", "sdpa-bf16"),
+        ("qwen3_5-tied-equal-heads", "eager-fp32-full"),
+    ],
 )
 def test_other_dense_hybrids_equal_transformers_on_meta(name, setup):
     check(tiny(name), 100, SETUPS[setup], device="meta")
 
 
-@pytest.mark.parametrize("name", ["moe", "qwen3_5_moe"])
+@pytest.mark.parametrize("name", ["moe", "moe-sparse-step", "qwen3_5_moe"])
 @pytest.mark.parametrize("attention", ["naive", "sdpa"])
 @pytest.mark.parametrize("checkpoint", ["none", "full"])
 def test_sparse_blocks_equal_transformers_on_meta_in_bf16(name, attention, checkpoint):
