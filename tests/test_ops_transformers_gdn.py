@@ -8,11 +8,11 @@ by its own replay, against ``measure.hf.measure_hf_step`` on meta (the storage t
 gated delta rule runs on meta once the packed-sequence check's ``.item()`` is patched, ``measure.hf.patched_for``).
 Sequences of 8 (one chunk of 64, padded), 64 (one chunk, no padding), 100 (two chunks, padded) and 520 (nine chunks,
 the middle ones replayed once): the chunk loop's copies into ``core_attn_out`` and the layout of its last reshape
-change with the chunk count.  The sparse block
-(grouped_mm experts, whose meta kernel takes bf16 only) is checked in bf16.  Full checkpointing is transformers' (``activation_checkpointing_enable``, every decoder layer), amp-bf16 its emulation of
-CUDA's autocast (``measure.hf.HFAutocast``: the conv1d's input cast before its keyword weight).  The plain CPU run
-(no dispatch mode) against the CPU allocator (tests/test_ops_transformers_zoo.py's ``check_plain``).  Refused:
-selective checkpointing (transformers has none)."""
+change with the chunk count.  The sparse block (grouped_mm experts, whose meta kernel takes bf16 only) is checked in
+bf16.  Full checkpointing is transformers' (``activation_checkpointing_enable``, every decoder layer), amp-bf16 its
+emulation of CUDA's autocast (``measure.hf.HFAutocast``: the conv1d's input cast before its keyword weight).  The
+plain CPU run (no dispatch mode) against the CPU allocator (tests/test_ops_transformers_zoo.py's ``check_plain``).
+Published sizes on meta.  Refused: selective checkpointing (transformers has none).  Not validated on a GPU."""
 
 import json
 import subprocess

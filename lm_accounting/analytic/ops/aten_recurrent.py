@@ -6,15 +6,17 @@ torch 2.13 (``tools/autograd/derivatives.yaml``, ``torch/csrc/autograd/Functions
 ``torch/csrc/autograd/functions/tensor.cpp``), each checked against the storage tracker's trace of transformers'
 model (tests/test_ops_transformers_gdn.py):
 
-* ``constant_pad_nd``: a new contiguous tensor (no padding: a clone keeping the layout); saves nothing; backward ``constant_pad_nd(grad, -pad)``: one tensor
-  laid out as the gradient.
-* ``cumsum``: saves nothing; backward ``grad.flip(dim).cumsum(dim).flip(dim)``: three tensors, the two temporaries dead once the last exists.
+* ``constant_pad_nd``: a new contiguous tensor (no padding: a clone keeping the layout); saves nothing; backward
+  ``constant_pad_nd(grad, -pad)``: one tensor laid out as the gradient.
+* ``cumsum``: saves nothing; backward ``grad.flip(dim).cumsum(dim).flip(dim)``: three tensors, the two temporaries
+  dead once the last exists.
 * ``masked_fill`` with a number: saves the mask; backward ``grad.masked_fill(mask, 0)``: one tensor.
 * ``linalg_solve_triangular(A, B, upper=False, unitriangular=True)``: the result laid out column-major in its last
   two dims (LAPACK's); saves A and the result; backward ``G_B = solve_triangular(Aᴴ, grad)`` (column-major), then
   for A ``tril(-(G_B @ Xᴴ), -1)`` (the product and its negation dying once the next exists), A's gradient first.
-* ``convolution`` (depthwise, no bias; under autocast its arguments cast to 16 bits): a new contiguous (B, C, S + K - 1); saves input and weight; backward
-  ``convolution_backward``: the input's gradient (contiguous) and the weight's.
+* ``convolution`` (depthwise, no bias; under autocast its arguments cast to 16 bits): a new contiguous
+  (B, C, S + K - 1); saves input and weight; backward ``convolution_backward``: the input's gradient (contiguous)
+  and the weight's.
 * ``softplus``: saves its input; backward ``softplus_backward``: one tensor.
 * ``copy_`` into ``base.select(dim, i)`` (``base[:, :, i] = src``): no bytes; ``CopySlices`` on the base, whose
   backward makes ``new_empty_strided`` of the base (its layout), clones the slice's gradient (contiguous), casts it to

@@ -183,8 +183,9 @@ def decay(a_log: Tensor, a: Tensor, dt_bias: Tensor) -> Tensor:
 
 
 def copied(part: Tensor, *shape) -> Tensor:
-    """``part.reshape(*shape)`` (no -1) of a part of a split across the last dim of a dense tensor: a view where the new shape
-    keeps the part's rows whole (its width the product of trailing new dims, or 1), else ``_unsafe_view(clone)``."""
+    """``part.reshape(*shape)`` (no -1) of a part of a split across the last dim of a dense tensor: a view where the
+    new shape keeps the part's rows whole (its width the product of trailing new dims, or 1), else
+    ``_unsafe_view(clone)``."""
     width, trailing = part.shape[-1], 1
     for d in reversed(shape):
         if trailing == width:
