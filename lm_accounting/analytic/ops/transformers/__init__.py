@@ -84,6 +84,9 @@ PROGRAMS = {
     "falcon_h1": "falcon_h1",  # attention and the Mamba2 mixer side by side in every layer, µP multipliers
     "granitemoehybrid": "granitemoehybrid",  # Granite's multipliers, Nemotron-H's Mamba2 mixer, a fused SwiGLU
     "nemotron_h": "nemotron_h",  # Mamba2 mixers (the PyTorch chunked scan), attention without RoPE, relu² MLPs
+    "qwen3_next": "qwen3_next",  # Gated DeltaNet layers (the torch chunked rule) and gated attention, Qwen2-MoE's block
+    "qwen3_5_text": "qwen3_5",  # Qwen3-Next's layers with unfused projections, a dense MLP, three-row rotary positions
+    "qwen3_5_moe_text": "qwen3_5",  # Qwen3.5's layers with Qwen3-Next's sparse block in every layer
 }
 """hf_model_type -> the module of this package that transliterates its modeling file."""
 B = Affine(1)  # the micro-batch as a symbol
