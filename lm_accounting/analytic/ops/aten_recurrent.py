@@ -1,23 +1,15 @@
-"""The aten ops of transformers' torch paths for recurrent token mixers (the chunked gated delta rule and the causal
-conv1d of ``models/qwen3_next/modeling_qwen3_next.py``): padding, cumulative sums, masked fills, triangular solves,
-a depthwise convolution, softplus, an upper-triangular mask and a copy into a selected slice.
+"""The aten ops of the Gated DeltaNet's torch path (``torch_chunk_gated_delta_rule`` in
+``models/qwen3_next/modeling_qwen3_next.py``) beyond the Mamba2 scan's (``aten_scan``: padding, cumulative sums,
+masked fills, softplus, the depthwise conv1d): triangular solves, an upper-triangular mask and a copy into a selected
+slice.
 
 torch 2.13 (``tools/autograd/derivatives.yaml``, ``torch/csrc/autograd/FunctionsManual.cpp``,
 ``torch/csrc/autograd/functions/tensor.cpp``), each checked against the storage tracker's trace of transformers'
 model (tests/test_ops_transformers_gdn.py):
 
-* ``constant_pad_nd``: a new contiguous tensor (no padding: a clone keeping the layout); saves nothing; backward
-  ``constant_pad_nd(grad, -pad)``: one tensor laid out as the gradient.
-* ``cumsum``: saves nothing; backward ``grad.flip(dim).cumsum(dim).flip(dim)``: three tensors, the two temporaries
-  dead once the last exists.
-* ``masked_fill`` with a number: saves the mask; backward ``grad.masked_fill(mask, 0)``: one tensor.
 * ``linalg_solve_triangular(A, B, upper=False, unitriangular=True)``: the result laid out column-major in its last
   two dims (LAPACK's); saves A and the result; backward ``G_B = solve_triangular(Aᴴ, grad)`` (column-major), then
   for A ``tril(-(G_B @ Xᴴ), -1)`` (the product and its negation dying once the next exists), A's gradient first.
-* ``convolution`` (depthwise, no bias; under autocast its arguments cast to 16 bits): a new contiguous
-  (B, C, S + K - 1); saves input and weight; backward ``convolution_backward``: the input's gradient (contiguous)
-  and the weight's.
-* ``softplus``: saves its input; backward ``softplus_backward``: one tensor.
 * ``copy_`` into ``base.select(dim, i)`` (``base[:, :, i] = src``): no bytes; ``CopySlices`` on the base, whose
   backward makes ``new_empty_strided`` of the base (its layout), clones the slice's gradient (contiguous), casts it to
   the source's dtype if it differs, and, when the base already needed a gradient, makes the ``zeros_like`` of that
@@ -29,47 +21,7 @@ from __future__ import annotations
 
 from . import aten as A
 from .aten_pointwise import new
-from .tensors import Tensor, empty, record, record_first
-
-
-def constant_pad_nd(x: Tensor, pad_last: int, dim: int) -> Tensor:
-    """``F.pad(x, ...)`` padding ``dim`` by ``pad_last`` zeros at its end: a new contiguous tensor; no padding at
-    all is ``clone()`` (``all_pads_non_positive``: the narrowed input cloned, its layout kept)."""
-    dim = dim % x.ndim
-    shape = x.shape[:dim] + (x.shape[dim] + pad_last,) + x.shape[dim + 1 :]
-    out = empty(shape, x.dtype, "constant_pad_nd", like=x if pad_last == 0 else None)
-    src = x.shape
-
-    def back(ctx, g):
-        grad = empty(src, g[0].dtype, "constant_pad_nd")
-        grad.perm = g[0].perm
-        return (grad,)
-
-    record("ConstantPadNdBackward0", (x,), (out,), back)
-    return out
-
-
-def cumsum(x: Tensor, dim: int) -> Tensor:
-    """``x.cumsum(dim)``."""
-    out = new(x.shape, x.dtype, "cumsum", x)
-
-    def back(ctx, g):
-        flipped = new(g[0].shape, g[0].dtype, "flip", g[0])
-        summed = new(g[0].shape, g[0].dtype, "cumsum", flipped)
-        out = new(g[0].shape, g[0].dtype, "flip", summed)
-        del flipped, summed  # the expression's temporaries
-        return (out,)
-
-    record("CumsumBackward0", (x,), (out,), back)
-    return out
-
-
-def masked_fill(x: Tensor, mask: Tensor) -> Tensor:
-    """``x.masked_fill(mask, number)`` (a mask that needs no gradient)."""
-    out = new(A.broadcast(x.shape, mask.shape), x.dtype, "masked_fill", x)
-    back = lambda ctx, g, m: (new(g[0].shape, g[0].dtype, "masked_fill", g[0]),)
-    record("MaskedFillBackward0", (x,), (out,), back, (mask,))
-    return out
+from .tensors import Tensor, empty, record
 
 
 def colmajor(shape: tuple, dtype: str, name: str) -> Tensor:
@@ -97,34 +49,6 @@ def solve_triangular(a: Tensor, b: Tensor) -> Tensor:
 
     record("LinalgSolveTriangularBackward0", (a, b), (out,), back, (a, out))
     return out
-
-
-def conv1d_depthwise(x: Tensor, weight: Tensor, padding: int) -> Tensor:
-    """``F.conv1d(x, weight=weight, bias=None, padding=padding, groups=C)`` of (B, C, S) by (C, 1, K); a
-    lower-precision op under autocast (``aten.lower``), as measured (``measure.hf.HFAutocast``): the positional input
-    cast before the keyword weight (transformers passes ``weight=``)."""
-    given = x  # the caller's argument lives until the call returns
-    (x,) = A.lower(x)
-    (weight,) = A.lower(weight)
-    b, c, s = x.shape
-    k = weight.shape[-1]
-    xs, ws = x.shape, weight.shape
-
-    def back(ctx, g, sx, sw):
-        gx = empty(xs, g[0].dtype, "convolution_backward") if ctx.need[0] else None
-        gw = empty(ws, g[0].dtype, "convolution_backward") if ctx.need[1] else None
-        return gx, gw
-
-    make = lambda: (empty((b, c, s + 2 * padding - k + 1), x.dtype, "convolution"),)
-    out = record_first("ConvolutionBackward0", (x, weight), make, back, (x, weight))[0]
-    del given
-    return out
-
-
-def softplus(x: Tensor) -> Tensor:
-    """``F.softplus(x)`` (beta 1, threshold 20)."""
-    back = lambda ctx, g, sx: (new(sx.shape, g[0].dtype, "softplus_backward", g[0]),)
-    return record_first("SoftplusBackward0", (x,), lambda: (new(x.shape, x.dtype, "softplus", x),), back, (x,))[0]
 
 
 def upper_mask(n: int) -> Tensor:

@@ -1,6 +1,8 @@
-"""The aten ops of the Mamba2 mixer's PyTorch path (transformers 5.24 ``mamba2_chunk_scan`` and
-``causal_conv1d_fn``, models/nemotron_h/modeling_nemotron_h.py): ``permute``, ``einsum``, ``cumsum``,
-``masked_fill``, ``softplus``, ``constant_pad_nd`` and the depthwise ``conv1d``.
+"""The aten ops of the recurrent mixers' PyTorch paths: the Mamba2 mixer's (transformers 5.24 ``mamba2_chunk_scan``
+and ``causal_conv1d_fn``, models/nemotron_h/modeling_nemotron_h.py) and, beside ``aten_recurrent``'s, the Gated
+DeltaNet's (``torch_chunk_gated_delta_rule``, models/qwen3_next/modeling_qwen3_next.py): ``permute``, ``einsum``,
+``cumsum``, ``masked_fill``, ``softplus``, ``constant_pad_nd`` and the depthwise ``conv1d`` (with or without a
+bias).
 
 torch 2.13 (``tools/autograd/derivatives.yaml``, ``torch/csrc/autograd/FunctionsManual.cpp``,
 ``aten/src/ATen/native/Linear.cpp``):
@@ -165,20 +167,26 @@ def softplus(x: Tensor) -> Tensor:
     return record_first("SoftplusBackward0", (x,), lambda: (new(x.shape, x.dtype, "softplus", x),), back, (x,))[0]
 
 
+CHANNELS_LAST = {4: (0, 2, 3, 1), 5: (0, 2, 3, 4, 1)}  # memory order of channels-last (3d) tensors
+
+
 def constant_pad_nd(x: Tensor, dim: int, before: int, after: int) -> Tensor:
-    """``F.pad(x, ...)`` (mode "constant") padding only ``dim``: a new contiguous tensor."""
+    """``F.pad(x, ...)`` (mode "constant") padding only ``dim``: a new tensor (``_padded``); no padding at all is
+    ``clone()`` (``all_pads_non_positive``: the narrowed input cloned, its layout kept)."""
     dim = dim % x.ndim
     shape = x.shape[:dim] + (before + x.shape[dim] + after,) + x.shape[dim + 1 :]
-    out = _padded(shape, x)
+    out = _padded(shape, x, clone=before == after == 0)
     src = x.shape
-    record("ConstantPadNdBackward0", (x,), (out,), lambda ctx, g: (_padded(src, g[0]),))
+    record("ConstantPadNdBackward0", (x,), (out,), lambda ctx, g: (_padded(src, g[0], clone=False),))
     return out
 
 
-def _padded(shape: tuple, x: Tensor) -> Tensor:
-    """``constant_pad_nd``'s output: x's layout permutation kept (as torch 2.13 lays it out, meta and cpu)."""
+def _padded(shape: tuple, x: Tensor, clone: bool) -> Tensor:
+    """``constant_pad_nd``'s output (torch 2.13 PadNd.cpp): ``at::empty`` in ``x.suggest_memory_format()``, contiguous
+    unless x is laid out channels-last (4-d or 5-d: its dim 1 innermost), whose layout it keeps; a clone keeps any
+    layout of x without broadcast dims."""
     out = empty(shape, x.dtype, "constant_pad_nd")
-    if not any(x.shape[d] != 1 for d in x.zero):
+    if not any(x.shape[d] != 1 for d in x.zero) and (clone or CHANNELS_LAST.get(x.ndim) == x.perm):
         out.perm = x.perm
     return out
 

@@ -16,7 +16,8 @@ router, grouped_mm experts, a sigmoid-gated shared expert, :849-868).  What Qwen
   ``F.conv1d`` sliced to S, SiLU), ``beta = sigmoid(b)``, ``g = -exp(A_log) * softplus(a + dt_bias)``,
   ``torch_chunk_gated_delta_rule`` (:371-509, chunks of 64 positions, ``chunk_gated_delta_rule``) and the gated
   RMSNorm (``Qwen3NextRMSNormGated`` :59-75) before ``out_proj``.
-The new aten ops are ``ops.aten_recurrent``'s.
+The new aten ops are ``ops.aten_recurrent``'s, beside the Mamba2 scan's ``ops.aten_scan`` (pad, cumsum, masked fill,
+softplus, the depthwise conv1d).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ....config import ModelConfig
 from ....setup import TrainingSetup
 from .. import aten as A
 from .. import aten_recurrent as R
+from .. import aten_scan as S
 from ..aten_index import split_with_sizes
 from ..aten_pointwise import exp, sigmoid
 from ..aten_split import chunk
@@ -119,8 +121,8 @@ def chunk_gated_delta_rule(query, key, value, g, beta, seq: int) -> Tensor:
     key = l2norm(key)
     query = A.mul(query, query.shape[-1] ** -0.5)  # :422-423
     pad_size = (CHUNK - seq % CHUNK) % CHUNK  # :426-428
-    query, key, value = (R.constant_pad_nd(x, pad_size, 2) for x in (query, key, value))
-    beta, decay = (R.constant_pad_nd(x, pad_size, 2) for x in (beta, decay))
+    query, key, value = (S.constant_pad_nd(x, 2, 0, pad_size) for x in (query, key, value))
+    beta, decay = (S.constant_pad_nd(x, 2, 0, pad_size) for x in (beta, decay))
     v_beta = A.mul(value, A.unsqueeze(beta, -1))  # :435-436
     k_beta = A.mul(key, A.unsqueeze(beta, -1))
     b, h = query.shape[0], query.shape[1]
@@ -128,9 +130,9 @@ def chunk_gated_delta_rule(query, key, value, g, beta, seq: int) -> Tensor:
     decay = A.reshape(decay, b, h, -1, CHUNK)  # :442
     num_chunks = decay.shape[2]
     strictly_upper_mask = R.upper_mask(CHUNK)  # :445
-    cum_decay = R.cumsum(decay, 3)  # :449
+    cum_decay = S.cumsum(decay, 3)  # :449
     pairwise_decay = A.sub(A.unsqueeze(cum_decay, 4), A.unsqueeze(cum_decay, 3))  # :454-456
-    pairwise_decay = R.masked_fill(pairwise_decay, strictly_upper_mask)
+    pairwise_decay = S.masked_fill(pairwise_decay, strictly_upper_mask, 0.0)
     pairwise_decay = exp(pairwise_decay)
     ut_system = A.mul(A.matmul(k_beta, A.transpose(key, -1, -2)), pairwise_decay)  # :459-461
     intra_chunk_attn = A.mul(A.matmul(query, A.transpose(key, -1, -2)), pairwise_decay)
@@ -179,7 +181,7 @@ def chunk_gated_delta_rule(query, key, value, g, beta, seq: int) -> Tensor:
 
 def decay(a_log: Tensor, a: Tensor, dt_bias: Tensor) -> Tensor:
     """:727: ``-A_log.float().exp() * F.softplus(a.float() + dt_bias)``."""
-    return A.mul(A.neg(exp(A.to(a_log, "fp32"))), R.softplus(A.add(A.to(a, "fp32"), dt_bias)))
+    return A.mul(A.neg(exp(A.to(a_log, "fp32"))), S.softplus(A.add(A.to(a, "fp32"), dt_bias)))
 
 
 def copied(part: Tensor, *shape) -> Tensor:
@@ -284,7 +286,7 @@ class GatedDeltaNet:
         """:340-359 (activation silu)."""
         seq_len = hidden_states.shape[-1]
         weight = A.squeeze(self.conv1d_weight, 1)  # ``self.conv1d.weight.squeeze(1)``
-        out = R.conv1d_depthwise(A.to(hidden_states, weight.dtype), A.unsqueeze(weight, 1), weight.shape[-1] - 1)
+        out = S.conv1d_depthwise(A.to(hidden_states, weight.dtype), A.unsqueeze(weight, 1), None, weight.shape[-1] - 1)
         out = A.silu(A.slice_(out, 2, 0, seq_len))
         return A.to(out, hidden_states.dtype)
 
