@@ -36,7 +36,7 @@ from collections.abc import Sequence
 
 from .aten import bmm, broadcast, lower, mul, opt_dtype, pow_, promote, reshape, sum_to, unsqueeze, upcast, view
 from .aten_pointwise import new
-from .tensors import Tensor, empty, numel, record, record_first, view_of
+from .tensors import Tensor, current, empty, numel, record, record_first, view_of
 
 
 def permute(t: Tensor, *dims: int) -> Tensor:
@@ -215,8 +215,13 @@ def conv1d_depthwise(x: Tensor, weight: Tensor, bias: Tensor | None, padding: in
 
 
 def square(x: Tensor) -> Tensor:
-    """``torch.square(x)``: ``at::pow(x, 2)`` with no autocast policy of its own (its name is in none of CUDA's
-    lists, unlike ``pow``): saves x; backward ``grad * (2 * x.pow(1))`` (``aten.pow_``'s)."""
+    """``torch.square(x)``: ``at::pow(x, 2)``, saving x; backward ``grad * (2 * x.pow(1))`` (``aten.pow_``'s).  Its
+    name is in none of CUDA's autocast lists, but the dispatcher decomposes it into ``pow`` below the autocast key,
+    so on CUDA autocast's fp32 policy for ``pow`` applies (an H100 measured Nemotron-H's relu² so: one fp32 copy of
+    the ReLU's output saved per MLP layer, reports/cuda-h100); the emulation on meta and cpu (``measure.hf``'s
+    ``HFAutocast``) sees ``torch.square`` alone and casts nothing."""
+    if current().target.device == "cuda":
+        x = upcast(x)
 
     def back(ctx, g, sx):
         tmp = pow_(sx, 1.0)  # C++ temporaries: both live until the full expression ends
