@@ -349,11 +349,13 @@ def test_fsdp2_rank_of_falcon_h1_equals_transformers(setup, zero):
         predict_step(tiny("M*-M"), 12, setup, impl="transformers", batch=2, layout=layout)
 
 
-def test_memory_predicts_a_gpus_step_not_validated(run_cli, tmp_path):
+def test_memory_predicts_a_gpus_step_exact_where_a_gpu_ran_it(run_cli, tmp_path):
     """Without ``--measure`` the step is predicted for a GPU (the CUDA target's kernel facts over transformers'
-    PyTorch path) and labelled as not exact there: no GPU ran these programs."""
+    PyTorch path): exact on the H100 that ran these programs (reports/cuda-h100/hf_memory.csv), not exact on an A100."""
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**NEMOTRON_H, "hybrid_override_pattern": "M*-M"}))
     r = run_cli("memory", path, "-S", "64")
     assert r.code == 0, r.err
-    assert "model states only" not in r.out and "step peak" in r.out and "not exact on cuda" in r.out
+    assert "model states only" not in r.out and "step peak" in r.out and "exact prediction for cuda" in r.out
+    r = run_cli("memory", path, "-S", "64", "--gpu", "a100-80gb")
+    assert r.code == 0 and "not exact on cuda" in r.out
