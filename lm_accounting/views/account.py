@@ -65,7 +65,7 @@ def describe_config(cfg: ModelConfig) -> str:
     if cfg.ssm_layers:  # Mamba (v1), Falcon-Mamba, Jamba
         norms = "" if cfg.ssm_norms == "none" else f", {cfg.ssm_norms} dt/B/C norms"
         extras.append(
-            f"Mamba on {plural(cfg.ssm_layers, 'layer')}, attention on {cfg.attention_layers} (E {cfg.ssm_inner} × "
+            f"Mamba on {plural(cfg.ssm_layers, 'layer')}, attention on {cfg.attention_layers} (E {cfg.ssm_inner:,} × "
             f"N {cfg.ssm_state_size}, dt rank {cfg.ssm_dt_rank}, conv {cfg.ssm_conv_kernel}{norms})"
         )
     if cfg.layer_pattern is not None and set(cfg.layer_pattern) <= {"M", "S"}:  # pure Mamba: no heads, no d_ff
