@@ -1135,7 +1135,9 @@ class ModelConfig:
             )
             if self.ssm_layers:
                 norms = "" if self.ssm_norms == "none" else f", {self.ssm_norms} dt/B/C norms"
-                mamba += f"; Mamba E {self.ssm_inner:,}, state {self.ssm_state_size:,}, dt rank {self.ssm_dt_rank:,}{norms}"
+                mamba += (
+                    f"; Mamba E {self.ssm_inner:,}, state {self.ssm_state_size:,}, dt rank {self.ssm_dt_rank:,}{norms}"
+                )
             kinds = " / ".join(f"{self.layer_pattern.count(c)} {c}" for c in PATTERN_LETTERS if c in self.layer_pattern)
             ffn = ", an FFN in every layer" if self.mixer_ffn else ""
             if self.short_conv_layers:

@@ -2201,6 +2201,21 @@ def _mamba2(f: _Fields) -> dict[str, Any]:
         )
     layers = f.int("num_hidden_layers")
     return {
+        **_state_space_model(f, d, layers, "M", tied=False),
+        "mamba_heads": heads,
+        "mamba_head_dim": head,
+        "mamba_state_size": f.int("state_size"),
+        "mamba_groups": f.int("n_groups"),
+        "mamba_conv_kernel": f.int("conv_kernel"),
+        "mamba_chunk_size": f.int("chunk_size"),
+    }
+
+
+def _state_space_model(f: _Fields, d: int, layers: int, letter: str, tied: bool) -> dict[str, Any]:
+    """The fields a pure state-space model (Mamba2's or Mamba's ``letter`` on every layer, no attention, no MLP)
+    shares: ``num_heads`` 1 and ``d_ff`` = d size nothing, the context is ``SSM_CONTEXT`` (the class has no position
+    limit), ``tie_word_embeddings`` defaults to the class's ``tied``."""
+    return {
         "vocab_size": f.int("vocab_size"),
         "d_model": d,
         "num_layers": layers,
@@ -2208,15 +2223,9 @@ def _mamba2(f: _Fields) -> dict[str, Any]:
         "d_ff": d,
         "context_length": SSM_CONTEXT,
         "norm_eps": f.number("layer_norm_epsilon", 1e-5),
-        "tie_embeddings": f.bool("tie_word_embeddings", False),
+        "tie_embeddings": f.bool("tie_word_embeddings", tied),
         "positions": "none",
-        "layer_pattern": "M" * layers,
-        "mamba_heads": heads,
-        "mamba_head_dim": head,
-        "mamba_state_size": f.int("state_size"),
-        "mamba_groups": f.int("n_groups"),
-        "mamba_conv_kernel": f.int("conv_kernel"),
-        "mamba_chunk_size": f.int("chunk_size"),
+        "layer_pattern": letter * layers,
     }
 
 
@@ -2238,16 +2247,7 @@ def _mamba(f: _Fields, norms: str = "none") -> dict[str, Any]:
     rank = f.raw("time_step_rank", "auto")
     rank = -(-d // 16) if rank == "auto" else f.int("time_step_rank")
     return {
-        "vocab_size": f.int("vocab_size"),
-        "d_model": d,
-        "num_layers": layers,
-        "num_heads": 1,
-        "d_ff": d,
-        "context_length": SSM_CONTEXT,
-        "norm_eps": f.number("layer_norm_epsilon", 1e-5),
-        "tie_embeddings": f.bool("tie_word_embeddings", True),
-        "positions": "none",
-        "layer_pattern": "S" * layers,
+        **_state_space_model(f, d, layers, "S", tied=True),
         "ssm_inner": f.int("expand") * d,
         "ssm_state_size": f.int("state_size"),
         "ssm_dt_rank": rank,
