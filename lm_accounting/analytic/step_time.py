@@ -70,8 +70,16 @@ from .ops.engine import Affine
 
 CALIBRATION_DIR = Path(__file__).resolve().parent.parent / "calibration"
 DTYPES = {"bf16": "bfloat16", "fp16": "bfloat16", "fp32": "float32"}
-TRAFFIC = {"add": 3, "mul": 3, "sub": 3, "div": 3, "where": 3, "_to_copy": 2.5}
-TRAFFIC |= {"_softmax_backward_data": 3, "_log_softmax_backward_data": 3}
+TRAFFIC = {
+    "add": 3,
+    "mul": 3,
+    "sub": 3,
+    "div": 3,
+    "where": 3,
+    "_to_copy": 2.5,
+    "_softmax_backward_data": 3,
+    "_log_softmax_backward_data": 3,
+}
 """Bytes moved per byte made, by the op that made it (default 2: read one operand, write one).  ``_to_copy``
 between fp32 and bf16 reads 4 or 2 bytes per 2 or 4 written: 2.5 on average.  A softmax's backward reads the
 gradient and the saved output."""
@@ -183,10 +191,9 @@ def _rates(gpu: str, bound: list[dict], largest: int) -> dict:
     rates = {(r["op"], r["dtype"]): int(r["bytes"]) / float(r["seconds"])
              for r in bound if r["op"] in ops and int(r["numel"]) == largest}  # fmt: skip
     if (CALIBRATION_DIR / gpu / "odd_width.csv").exists():
-        even = [r for r in _rows(gpu, "odd_width.csv") if r["op"] in ops and int(r["width"]) % 2 == 0]
-        for r in sorted(even, key=lambda r: int(r["width"])):  # the widest last
-            if r["op"] != "softmax":
-                rates[r["op"], r["dtype"]] = int(r["bytes"]) / float(r["seconds"])
+        even = [r for r in _rows(gpu, "odd_width.csv") if r["op"] == "softmax_backward" and int(r["width"]) % 2 == 0]
+        for r in sorted(even, key=lambda r: int(r["width"])):  # the widest last, so it stays
+            rates[r["op"], r["dtype"]] = int(r["bytes"]) / float(r["seconds"])
     return rates
 
 
