@@ -21,18 +21,34 @@ from lm_accounting.config import load_config
 from lm_accounting.setup import TrainingSetup
 
 _GPT_OSS = (
-    "gpt-oss's sink column makes its scores 2,049 wide: their softmax took {softmax} ms where {priced} ms is priced "
-    "at the even-width rate (odd_width.csv: 1.8x slower at 2,049 in bf16), the cat that appends the column "
-    "{cat} ms, the product with V align1 kernels ({align1} ms; 2.1x the aligned bmm): not modelled yet.  The "
-    "gathers' backward (indexing_backward_kernel, 8 calls) took {put} ms where {put_priced} ms is priced from "
-    "index_put.csv (ids uniform over the slots): not traced further"
+    "gpt-oss's sink column makes its scores 2,049 wide.  Priced from odd_width.csv (3b, 1d): their softmax "
+    "{softmax_priced} ms (took {softmax}).  Still short: the cat that appends the column took {cat} ms where "
+    "{cat_priced} ms is priced at the table's cat_column rate (its input is the expanded sinks); the product with V "
+    "and its gradient ran cuBLAS's align1 kernels for {align1} ms where {align1_priced} ms is priced (2.1x an aligned "
+    "bmm that (1c) prices as one tall GEMM, 3x under the table's own aligned bmm_rows); the gathers' backward "
+    "(indexing_backward_kernel, 8 calls) took {put} ms where {put_priced} ms is priced from index_put.csv (ids "
+    "uniform over the slots): not traced further"
 )
 CAUSES: dict = {
     ("h100-80gb", "transformers", "gpt-oss-20b"): _GPT_OSS.format(
-        softmax=5.92, priced=3.38, cat=6.57, align1=3.07, put=9.51, put_priced=4.12
+        softmax=5.92,
+        softmax_priced=6.08,
+        cat=6.57,
+        cat_priced=4.04,
+        align1=3.07,
+        align1_priced=1.03,
+        put=9.51,
+        put_priced=4.12,
     ),
     ("h200", "transformers", "gpt-oss-20b"): _GPT_OSS.format(
-        softmax=5.89, priced=3.47, cat=6.65, align1=3.11, put=9.38, put_priced=4.18
+        softmax=5.89,
+        softmax_priced=6.81,
+        cat=6.65,
+        cat_priced=3.90,
+        align1=3.11,
+        align1_priced=1.28,
+        put=9.38,
+        put_priced=4.18,
     ),
 }
 """(gpu, impl, model): why the prediction misses by more than 10%, from the step's kernels (step_kernels.csv).

@@ -109,6 +109,73 @@ def test_a_softmax_moves_its_bytes_at_its_own_measured_rate():
     assert softmax < 0.5 * load("h100-80gb").bandwidth  # what makes the rate matter: under half a copy's
 
 
+def test_rows_of_an_odd_length_are_priced_at_the_measured_slowdown():
+    """(3b), (1d): odd_width.csv times a bf16 softmax over (rows, 2049) beside (rows, 2048) of the same bytes: a
+    softmax whose rows are 2,049 wide moves its bytes at the even rate over that ratio; at 3,001 wide the ratio is
+    linear in log-log between the table's 2,049 and 4,097; past 4,097 it is 4,097's.  A ``cat`` along the last
+    dimension moves its bytes at the table's widest even ``cat_column`` rate.  A product reading rows of stride
+    2,049 in place costs the aligned GEMM times the table's ``bmm_rows`` ratio at 2,049."""
+    import math
+
+    odd = {(r["op"], r["dtype"], int(r["width"])): float(r["seconds"]) for r in table("odd_width.csv")}
+    ratio = lambda op, w: odd[op, "bfloat16", w] / odd[op, "bfloat16", w - 1]
+    bound = table("memory_bound.csv")
+    largest = max(int(r["numel"]) for r in bound)
+    (softmax,) = [int(r["bytes"]) / float(r["seconds"]) for r in bound
+                  if (r["op"], r["dtype"], int(r["numel"])) == ("softmax", "bfloat16", largest)]  # fmt: skip
+    (cat,) = [int(r["bytes"]) / float(r["seconds"]) for r in table("odd_width.csv")
+              if (r["op"], r["dtype"], r["width"]) == ("cat_column", "bfloat16", "4096")]  # fmt: skip
+    w = (math.log(3001) - math.log(2049)) / (math.log(4097) - math.log(2049))
+    at_3001 = math.exp((1 - w) * math.log(ratio("softmax", 2049)) + w * math.log(ratio("softmax", 4097)))
+    cal, n = load("h100-80gb"), 2**21
+    overhead = cal.kernel_overhead
+    cases = [
+        (("alloc", 1, "_softmax", n, "bf16", 2049), 2 * n / softmax * ratio("softmax", 2049)),
+        (("alloc", 1, "_softmax", n, "bf16", 3001), 2 * n / softmax * at_3001),
+        (("alloc", 1, "_softmax", n, "bf16", 50257), 2 * n / softmax * ratio("softmax", 4097)),
+        (("alloc", 1, "_softmax", n, "bf16", 2048), 2 * n / softmax),
+        (("alloc", 1, "cat_column", n, "bf16", 4096), 2 * n / cat),
+    ]
+    for record, seconds in cases:
+        phases, _ = price([("phase", 1), record, ("phase", 1), ("phase", 1)], 1, cal)
+        assert phases[1].memory_bound == pytest.approx(seconds + overhead, rel=1e-12), record
+    assert ratio("softmax", 2049) > 1.5  # what makes it matter: gpt-oss's scores
+    aligned = batched_seconds(cal, "bf16", "nn", 128, 2048, 64, 2048)
+    gemm = ("gemm", 1, "bf16", "nn", 128, 2048, 64, 2048)
+    phases, _ = price([("phase", 1), (*gemm, 2049), ("phase", 1), (*gemm, None), ("phase", 1)], 1, cal)
+    assert phases[1].gemm == pytest.approx(aligned * ratio("bmm_rows", 2049), rel=1e-12)
+    assert phases[2].gemm == pytest.approx(aligned, rel=1e-12)
+
+
+def test_gpt_oss_reads_its_sliced_scores_in_place_and_cats_a_column():
+    """The op library notes what (1d) and (3b) price: gpt-oss's ``probs[..., :-1] @ v`` reads rows of stride S + 1
+    (2,049) in place, forward and in the gradient that reads them again (``tn``), and nothing else does; its
+    scores' softmax rows are S + 1 wide; every transformers Llama's rotary ``cat`` is along the last dimension."""
+    from lm_accounting.analytic.ops import predict_step
+    from lm_accounting.analytic.ops.tensors import recording_work
+
+    def record(model: str, setup: TrainingSetup) -> list:
+        cfg = dataclasses.replace(load_config(model), num_layers=2).with_context(2048)
+        work: list = []
+        with recording_work(work):
+            predict_step(cfg, 2048, setup, impl="transformers", batch=2, mode="plain", device="cuda",
+                         optimizer_step=False)  # fmt: skip
+        return work
+
+    eager = TrainingSetup(attention="naive", precision="bf16")
+    work = record("gpt-oss-20b", eager)
+    leads: dict = {}
+    for r in work:  # ("gemm", times, dtype, layout, batch, m, n, k, lead): a grouped GEMM notes no lead
+        if r[0] == "gemm" and len(r) == 9 and r[8] is not None:
+            leads[r[3], r[8]] = leads.get((r[3], r[8]), 0) + r[1]
+    assert leads == {("nn", 2049): 2, ("tn", 2049): 2}  # 2 layers: the product and a's gradient's
+    widths = {r[-1] for r in work if r[0] == "alloc" and r[2] in ("_softmax", "_softmax_backward_data")}
+    assert 2049 in widths
+    llama = record("llama-3-8b", TrainingSetup(attention="sdpa", precision="bf16"))
+    assert not [r for r in llama if r[0] == "gemm" and len(r) == 9 and r[8] is not None]
+    assert [r for r in llama if r[0] == "alloc" and r[2] == "cat_column"]  # rotate_half's cat
+
+
 @pytest.mark.parametrize("gpu", ["h100-80gb", "h200"])
 def test_an_index_put_on_the_grid_takes_its_measured_time(gpu):
     """(5): the backward of ``t[ids]`` at a measured (rows, width, slots) costs index_put.csv's row; with 32 slots

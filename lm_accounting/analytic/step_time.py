@@ -15,6 +15,10 @@ the prices come from ``lm_accounting/calibration/<gpu>/``, written by ``benchmar
    E products of (S/E, n, k), priced as in 1 from grouped.csv (the forward, ``grouped_nt``, and both gradients,
    ``grouped_bwd``, measured at three models' expert shapes; each row's seconds / E per product).
 1c. ``batch`` products of one shape in one kernel (``bmm``) as one GEMM of batch·m rows (``batched_seconds``).
+1d. A product that reads an operand in place from rows of an odd length (gpt-oss's ``probs[..., :-1] @ v``: 2,048 of
+   each 2,049-wide row; ``aten._odd_lead``), forward and the gradient that reads it again: cuBLAS's ``align1``
+   kernels, priced as in 1 times the slowdown odd_width.csv measured on such a ``bmm`` (``bmm_rows``: 2.1x in bf16,
+   none in fp32), linear in log-log between its widths, clamped at its ends.
 2. Fused attention: seconds per unit of B·h·S²·d_head measured at that backend, d_head (64 or 128) and dtype with
    ``is_causal`` (attention.csv), interpolated in log S; the backward is the forward + backward less the forward.
    cuDNN attention is priced at flash's rate (not measured separately).
@@ -23,7 +27,11 @@ the prices come from ``lm_accounting/calibration/<gpu>/``, written by ``benchmar
    memory_bound.csv (``Calibration.bandwidth``, ``Calibration.kernel_overhead``).  A softmax (forward, log and
    backward) and a LayerNorm move theirs at their own measured rate in the storage's dtype (``RATED``: bf16's
    softmax reaches 1.27 TB/s on the H100 where a copy reaches 2.92).  A reduction also reads its whole input
-   (``reads``), and autograd's in-place gradient sums are kernels of their own (``in_place``).
+   (``reads``), and autograd's in-place gradient sums are kernels of their own (``in_place``).  A ``cat`` along
+   the last dimension (``cat_column``: rotary halves, gpt-oss's sink column) is rated too: a third of the copy's.
+3b. A softmax, its backward or a ``cat_column`` over rows of an odd length (gpt-oss's 2,049 wide scores; GPT-2's
+   50,257-wide logits) runs slower than over even rows: their rate over the slowdown odd_width.csv measured at odd
+   widths (softmax 1.8x at 2,049 in bf16, 1.07x at 4,097), linear in log-log, clamped at the table's widest.
 4. AdamW: 7 reads and writes of every parameter element (p, g, m, v read; p, m, v written) at the rate the
    implementation reached on the largest tensors (optimizer.csv).
 5. The backward of ``t[ids]``: ``index_put_`` accumulating the gradient's rows into ``t``'s, which CUDA runs by
@@ -35,10 +43,8 @@ the prices come from ``lm_accounting/calibration/<gpu>/``, written by ``benchmar
 What it leaves out, named on each result (``StepTime.caveats``): a GEMM dimension that is no multiple of 8 on a
 table without gemm_unaligned.csv (priced as if aligned), the programs' other in-place ops
 (the norms' ``add_``, the optimizer's are priced in 4), and the host: the model is the GPU's busy time, right when
-the GPU, not Python, is the bottleneck.  Not modelled yet: rows of an odd length (gpt-oss's 2,049-wide scores with
-their sink column: softmax 1.8x slower than at 2,048 in bf16, and the product with V on align1 kernels, 2.1x;
-odd_width.csv).  gpt-oss's gathers' backward took 2.3x what index_put.csv's uniform ids price (benchmarks/
-step_time_report.py).
+the GPU, not Python, is the bottleneck.  gpt-oss's gathers' backward took 2.3x what index_put.csv's uniform ids
+price (benchmarks/step_time_report.py).
 
 A GPU with no table of its own (A100, ...) gets a derived one, labelled "scaled from the H100 calibration"
 (``Calibration.scaled_from``): the H100's measured seconds scaled by the ratio of the two GPUs' datasheet figures in
@@ -94,9 +100,13 @@ RATED = {
     "_log_softmax": "softmax",
     "_softmax_backward_data": "softmax_backward",
     "native_layer_norm": "layer_norm",
+    "cat_column": "cat_column",
 }
-"""(3) A storage's label -> the op of memory_bound.csv (odd_width.csv: the softmax backward) whose own measured rate
-prices it, at the storage's dtype: a softmax moves its bytes at under half the copy's bandwidth in bf16."""
+"""(3) A storage's label -> the op of memory_bound.csv (odd_width.csv: the softmax backward and a ``cat`` along the
+last dimension) whose own measured rate prices it, at the storage's dtype: a softmax moves its bytes at under half
+the copy's bandwidth in bf16, a ``cat`` of rows at about a third."""
+ODD = ("softmax", "softmax_backward", "cat_column")
+"""(3b) The RATED ops odd_width.csv measures at rows of an odd length beside the even length one less."""
 ADAMW_BYTES_PER_ELEMENT = 7  # p, g, m, v read; p, m, v written
 
 
@@ -124,6 +134,7 @@ class Calibration:
     unaligned: dict = field(default_factory=dict)  # (dtype, layout) -> {(m, n, k): slowdown}; (1)
     rates: dict = field(default_factory=dict)  # (op, dtype) -> bytes/s of a RATED op; (3)
     index_put: dict = field(default_factory=dict)  # dtype -> {(rows, width): [(repeats, seconds), ...]}; (5)
+    odd: dict = field(default_factory=dict)  # (op, dtype) -> [(odd width, slowdown), ...] ascending; (3b)
 
     @property
     def label(self) -> str:
@@ -181,20 +192,42 @@ def load(gpu: str) -> Calibration:
         unaligned=_slowdowns(gpu),
         rates=_rates(gpu, bound, largest),
         index_put=_index_puts(gpu),
+        odd=_odd_slowdowns(gpu),
     )
 
 
 def _rates(gpu: str, bound: list[dict], largest: int) -> dict:
-    """(3): each RATED op's bytes/s at memory_bound.csv's largest size, and the softmax backward's at
-    odd_width.csv's widest even rows (where the table has them)."""
+    """(3): each RATED op's bytes/s at memory_bound.csv's largest size; those it lacks (the softmax backward,
+    ``cat_column``) at odd_width.csv's widest even rows (where the table has them)."""
     ops = set(RATED.values())
     rates = {(r["op"], r["dtype"]): int(r["bytes"]) / float(r["seconds"])
              for r in bound if r["op"] in ops and int(r["numel"]) == largest}  # fmt: skip
     if (CALIBRATION_DIR / gpu / "odd_width.csv").exists():
-        even = [r for r in _rows(gpu, "odd_width.csv") if r["op"] == "softmax_backward" and int(r["width"]) % 2 == 0]
+        lacking = ops - {r["op"] for r in bound}
+        even = [r for r in _rows(gpu, "odd_width.csv") if r["op"] in lacking and int(r["width"]) % 2 == 0]
         for r in sorted(even, key=lambda r: int(r["width"])):  # the widest last, so it stays
             rates[r["op"], r["dtype"]] = int(r["bytes"]) / float(r["seconds"])
     return rates
+
+
+def _odd_slowdowns(gpu: str) -> dict:
+    """(1d), (3b): each op's seconds at an odd width over its seconds at the even width one less (odd_width.csv:
+    the same bytes or FLOPs), by (op, dtype), ascending in width; {} for a table without the file."""
+    if not (CALIBRATION_DIR / gpu / "odd_width.csv").exists():
+        return {}
+    seconds = {(r["op"], r["dtype"], int(r["width"])): float(r["seconds"]) for r in _rows(gpu, "odd_width.csv")}
+    out: dict = {}
+    for (op, dtype, w), s in sorted(seconds.items()):
+        if w % 2 and (op, dtype, w - 1) in seconds:
+            out.setdefault((op, dtype), []).append((w, s / seconds[op, dtype, w - 1]))
+    return out
+
+
+def odd_slowdown(cal: Calibration, op: str, dtype: str, width: int) -> float:
+    """(3b): how much slower ``op`` runs over rows ``width`` long (odd) than over even rows: the measured ratio,
+    linear in log-log between the table's odd widths, clamped at its ends (1 where the table has none)."""
+    points = cal.odd.get((op, dtype))
+    return _on_curve(points, width) if points else 1.0
 
 
 def _index_puts(gpu: str) -> dict:
@@ -258,6 +291,7 @@ def _scaled(name: str) -> Calibration:
         unaligned=base.unaligned,  # a ratio of two times on one GPU: kept as measured
         rates={k: v * memory for k, v in base.rates.items() if k[1] in flops},
         index_put={dtype: _scaled_puts(cells, memory) for dtype, cells in base.index_put.items() if dtype in flops},
+        odd=base.odd,  # ratios of two times on one GPU: kept as measured
     )
 
 
@@ -466,8 +500,8 @@ class Program:
                 phases.append((dict(gemm), dict(attention), {k: tuple(v) for k, v in traffic.items()}, kernels, dict(puts)))  # fmt: skip
                 gemm, attention, traffic, kernels, puts = Counter(), Counter(), {}, 0, Counter()
                 continue
-            if kind == "gemm":
-                gemm[(f[0], f[1], *map(_line, f[2:]))] += times
+            if kind == "gemm":  # (dtype, layout, batch, m, n, k, the odd row stride read in place or None)
+                gemm[(f[0], f[1], *map(_line, f[2:6]), f[6] if len(f) > 6 else None)] += times
                 continue
             if kind == "attention":
                 backend, what, b, h, seq, d, dtype = f
@@ -481,8 +515,10 @@ class Program:
                 param_bytes += _at(_line(f[1]), 2)
             if kind == "alloc" and not f[0].startswith(SKIP):
                 moved, kernels = TRAFFIC.get(f[0], 2), kernels + times
-                dtype = f[2] if len(f) > 2 else None
+                dtype, width = (f[2] if len(f) > 2 else None), (f[3] if len(f) > 3 else None)
                 rate = (RATED[f[0]], DTYPES.get(dtype, dtype)) if f[0] in RATED and dtype else None
+                if rate and rate[0] in ODD and isinstance(width, int) and width % 2:  # (3b): rows of odd length
+                    rate += (width,)
             elif kind == "in_place":  # a kernel that makes no storage (autograd's in-place gradient sums)
                 moved, kernels = 1, kernels + times
             elif kind == "reads":  # a reduction's input, beyond the storage it makes (priced with it)
@@ -502,21 +538,31 @@ class Program:
         out, unaligned = [], set()
         for gemms, attentions, traffic, kernels, puts in self.phases:
             g = a = 0.0
-            for (dtype, layout, *dims), times in gemms.items():
+            for (dtype, layout, *dims, lead), times in gemms.items():
                 n_batch, m, n, k = (_at(d, batch) for d in dims)
-                g += times * batched_seconds(cal, dtype, layout, n_batch, m, n, k)
+                slower = odd_slowdown(cal, "bmm_rows", DTYPES[dtype], lead) if lead else 1.0  # (1d)
+                g += times * batched_seconds(cal, dtype, layout, n_batch, m, n, k) * slower
                 if slowdown(cal, dtype, layout, m, n, k) is None:
                     # a grouped GEMM's m is the tokens per expert, an average: its kernels take any row count
                     checked = (n, k) if layout.startswith("grouped") else (m, n, k)
                     unaligned |= {x for x in checked if x % 8}
             for (backend, what, b, h, seq, d, dtype), times in attentions.items():
                 a += times * attention_seconds(cal, backend, what, _at(b, batch), h, seq, d, dtype)
-            bound = sum(_at(line, batch) / cal.rates.get(rate, cal.bandwidth) for rate, line in traffic.items())
+            bound = sum(_at(line, batch) / _rate(cal, rate) for rate, line in traffic.items())
             bound += kernels * cal.kernel_overhead
             for (dtype, *dims), times in puts.items():
                 bound += times * index_put_seconds(cal, dtype, *(_at(d, batch) for d in dims))
             out.append(PhaseTime(g, a, bound, kernels))
         return out, unaligned
+
+
+def _rate(cal: Calibration, rate: tuple | None) -> float:
+    """(3): the bytes/s of a compiled traffic key: None the copy's, (op, dtype) a RATED op's (the copy's where the
+    table lacks it), (op, dtype, width) the same over odd rows, slower by ``odd_slowdown`` (3b)."""
+    if rate is None:
+        return cal.bandwidth
+    even = cal.rates.get(rate[:2], cal.bandwidth)
+    return even / odd_slowdown(cal, *rate) if len(rate) > 2 else even
 
 
 def index_put_seconds(cal: Calibration, dtype: str, rows: int, width: int, slots: int) -> float:

@@ -22,6 +22,7 @@ from .tensors import (
     Storage,
     Tensor,
     WrappedNumber,
+    contiguous_perm,
     current,
     empty,
     numel,
@@ -545,13 +546,14 @@ def sum_(a: Tensor, dim: int, keepdim: bool = False, dtype: str | None = None) -
 
 
 def cat(ts: Sequence[Tensor], dim: int) -> Tensor:
-    """One new tensor; backward: a slice of the gradient per input (views)."""
+    """One new tensor (``cat_column`` along the last dimension of rows: CUDA's strided ``CatArrayBatchedCopy``,
+    priced at its own rate by ``step_time``); backward: a slice of the gradient per input (views)."""
     dim = dim % ts[0].ndim
     size = 0
     for t in ts:
         size = t.shape[dim] + size
     shape = ts[0].shape[:dim] + (size,) + ts[0].shape[dim + 1 :]
-    out = empty(shape, promote(*ts), "cat")
+    out = empty(shape, promote(*ts), "cat_column" if dim == len(shape) - 1 > 0 else "cat")
     shapes = [t.shape for t in ts]
     record("CatBackward0", tuple(ts), (out,), lambda ctx, g: tuple(g[0].alias(s, g[0].perm) for s in shapes))
     return out
@@ -585,10 +587,23 @@ def mm(a: Tensor, b: Tensor) -> Tensor:
     return record_first("MmBackward0", (a, b), make, back, saved)[0]
 
 
-def _note_gemm(batch: Dim, m: Dim, n: Dim, k: Dim, dtype: str, layout: str) -> None:
+def _note_gemm(batch: Dim, m: Dim, n: Dim, k: Dim, dtype: str, layout: str, lead: int | None = None) -> None:
     """The work of ``batch`` products (m, k) @ (k, n) in ``dtype``, operands laid out as ``layout`` says (``nt``:
-    the second transposed, as ``x @ W.T``; ``nn``; ``tn``: the first transposed, as a weight gradient)."""
-    current().note("gemm", dtype, layout, batch, m, n, k)
+    the second transposed, as ``x @ W.T``; ``nn``; ``tn``: the first transposed, as a weight gradient); ``lead``:
+    the odd row stride of an operand read in place (``_odd_lead``: cuBLAS's ``align1`` kernels)."""
+    current().note("gemm", dtype, layout, batch, m, n, k, lead)
+
+
+def _odd_lead(t: Tensor) -> int | None:
+    """The row stride of ``t`` when it is a row-major slice of rows of an odd length (gpt-oss's
+    ``probs[..., :-1]``: 2,048 of each 2,049-wide row), which a product reads in place; else None."""
+    base = t.base
+    if base is None or t.perm != contiguous_perm(t.ndim) or base.perm != contiguous_perm(base.ndim):
+        return None
+    w, lead = t.shape[-1], base.shape[-1]
+    if isinstance(lead, int) and lead % 2 and w < lead and numel(t.shape) * lead == numel(base.shape) * w:
+        return lead
+    return None
 
 
 def _note_mm_grads(shapes: tuple, dtype: str, need) -> None:
@@ -636,19 +651,19 @@ def bmm(a: Tensor, b: Tensor) -> Tensor:
     ``grad.bmm(mat2.transpose(1, 2))``: new contiguous tensors."""
     a, b = lower(a, b)
     need = wants(a, b) or (False, False)
-    sa_, sb_ = a.shape, b.shape
+    sa_, sb_, lead = a.shape, b.shape, _odd_lead(a)  # a read in place: its row stride (cuBLAS's lda)
 
     def back(ctx, g, sa, sb):
         gb = empty(sb_, g[0].dtype, "bmm") if ctx.need[1] else None
         ga = empty(sa_, g[0].dtype, "bmm") if ctx.need[0] else None
-        if ctx.need[1]:  # a.T @ g: (k, n) reduced over m
-            _note_gemm(sa_[0], sa_[2], sb_[2], sa_[1], g[0].dtype, "tn")
+        if ctx.need[1]:  # a.T @ g: (k, n) reduced over m; the saved a read in place again
+            _note_gemm(sa_[0], sa_[2], sb_[2], sa_[1], g[0].dtype, "tn", lead)
         if ctx.need[0]:  # g @ b.T: (m, k) reduced over n
             _note_gemm(sa_[0], sa_[1], sa_[2], sb_[2], g[0].dtype, "nt")
         return ga, gb
 
     def make():
-        _note_gemm(sa_[0], sa_[1], sb_[2], sa_[2], promote(a, b), "nn")
+        _note_gemm(sa_[0], sa_[1], sb_[2], sa_[2], promote(a, b), "nn", lead)
         return (empty((a.shape[0], a.shape[1], b.shape[2]), promote(a, b), "bmm"),)
 
     saved = (a if need[1] else None, b if need[0] else None)

@@ -149,12 +149,14 @@ class Run:
             segment = self.segment or self.backward_segment
             self.work.append((kind, segment.times if segment else 1, *fields))
 
-    def charge(self, nbytes: Dim, label: str, kernel: bool = True, dtype: str | None = None) -> None:
+    def charge(
+        self, nbytes: Dim, label: str, kernel: bool = True, dtype: str | None = None, width: Dim | None = None
+    ) -> None:
         """Charge ``nbytes`` made (negative: freed) by ``label``; made by a kernel unless ``kernel`` is false (the
         replay's own book-keeping: the copies of repeated blocks freed at once), a storage ``recording_work``
-        records with its ``dtype`` (a tensor's; None for raw scratch)."""
+        records with its ``dtype`` and row ``width`` (a tensor's and its last dimension; None for raw scratch)."""
         if self.work is not None and kernel and not label.startswith("free "):
-            self.note("alloc", label, nbytes, dtype)
+            self.note("alloc", label, nbytes, dtype, width)
         self.replay(nbytes)
         if self.log is not None:
             self.log.append((label, nbytes.at(self.log_batch) if isinstance(nbytes, Affine) else nbytes))
@@ -250,9 +252,9 @@ class Storage:
 
     __slots__ = ("label", "nbytes", "run")
 
-    def __init__(self, nbytes: Dim, label: str = "?", dtype: str | None = None):
+    def __init__(self, nbytes: Dim, label: str = "?", dtype: str | None = None, width: Dim | None = None):
         self.nbytes, self.run, self.label = nbytes, current(), label
-        self.run.charge(nbytes, label, dtype=dtype)
+        self.run.charge(nbytes, label, dtype=dtype, width=width)
 
     def __del__(self):
         self.run.charge(-self.nbytes, "free " + self.label)
@@ -293,7 +295,11 @@ class Tensor:
     ):
         self.shape = tuple(shape)
         self.dtype = dtype
-        self.storage = storage if storage is not None else Storage(numel(self.shape) * ITEMSIZE[dtype], label, dtype)
+        self.storage = (
+            storage
+            if storage is not None
+            else Storage(numel(self.shape) * ITEMSIZE[dtype], label, dtype, self.shape[-1] if self.shape else None)
+        )
         self.perm = perm if perm is not None else contiguous_perm(len(self.shape))
         self.zero: tuple[int, ...] = ()  # dims of stride 0 (an ``expand``)
         self.grad_fn: Node | None = None
