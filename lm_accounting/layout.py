@@ -43,7 +43,8 @@ cannot take, with one line.  The layouts map onto torch.distributed (torch 2.13)
   unit is all-gathered and reduce-scattered over its shard group, then its reduce-scatter output is
   all-reduced over the replicate group (``_fsdp_collectives.foreach_reduce``).  Data-parallel rank k
   is replica k // s, shard rank k mod s.  Beside expert parallel, torchtitan's MoE mesh: ep borrowed from the
-  shard group (``parallelisms.hsdp``; ep divides s).  Not beside pipeline parallel.
+  shard group (``parallelisms.hsdp``; ep divides s).  Beside pipeline parallel, each stage's units over its
+  shard group (the mesh (pp, dp_replicate, dp_shard, tp)); not beside both pipeline and expert parallel.
 
 ``world = dp · tp · pp`` GPUs.  With ZeRO/FSDP the sharding degree is ``dp`` (HSDP: ``dp // replicate``),
 never the world.
@@ -106,6 +107,13 @@ class ParallelLayout:
         reduce-scatter output, which becomes the sharded gradients).  ``self`` without HSDP."""
         return self if self.replicate == 1 else _shard_group(self)
 
+    def shard_rank(self, rank: int | None) -> tuple[ParallelLayout, int | None]:
+        """(``shard_group``, data-parallel rank ``rank``'s rank in it): where an HSDP rank's memory is its shard
+        group's FSDP2 rank's (``analytic.parallel`` rule 8), beside pipeline parallel too."""
+        if self.replicate == 1:
+            return self, rank
+        return _shard_group(self), None if rank is None else rank % self.shard
+
     @property
     def stages(self) -> int:
         """Pipeline stages of the model: pp · v (v chunks on each pipeline rank)."""
@@ -121,8 +129,9 @@ class ParallelLayout:
         micro-batch count is pp·v (a valid 1F1B layout): what grows with m is scaled to the job's m by
         the callers."""
         return _as_chunks(
-            self.dp, self.zero, self.tp, self.sequence_parallel, self.vocab_parallel, self.stages, self.ep
-        )
+            self.dp, self.zero, self.tp, self.sequence_parallel, self.vocab_parallel, self.stages, self.ep,
+            self.replicate,
+        )  # fmt: skip
 
     @property
     def world(self) -> int:
@@ -183,11 +192,12 @@ def _shard_group(layout: ParallelLayout) -> ParallelLayout:
 
 
 @lru_cache(maxsize=4096)
-def _as_chunks(dp: int, zero: int, tp: int, sp: bool, vp: bool, stages: int, ep: int) -> ParallelLayout:
+def _as_chunks(dp: int, zero: int, tp: int, sp: bool, vp: bool, stages: int, ep: int, r: int) -> ParallelLayout:
     """Cached on every field but the micro-batch count, which the chunks' layout does not keep."""
     return ParallelLayout(
-        dp=dp, zero=zero, tp=tp, sequence_parallel=sp, vocab_parallel=vp, pp=stages, micro_batches=stages, ep=ep
-    )
+        dp=dp, zero=zero, tp=tp, sequence_parallel=sp, vocab_parallel=vp, pp=stages, micro_batches=stages, ep=ep,
+        replicate=r,
+    )  # fmt: skip
 
 
 def parse_gpu_count(text: str) -> tuple[int, int]:

@@ -39,7 +39,7 @@ SETUPS = [
         ({"dp": 8, "zero": 1, "replicate": 2}, "use --zero 2 or 3"),
         ({"dp": 8, "zero": 0, "replicate": 2}, "use --zero 2 or 3"),
         ({"dp": 8, "zero": 3, "replicate": 8}, "shard groups of one rank"),
-        ({"dp": 8, "zero": 3, "replicate": 2, "pp": 2, "micro_batches": 2}, "beside pipeline parallel"),
+        ({"dp": 8, "zero": 3, "replicate": 2, "pp": 2, "micro_batches": 2, "ep": 2}, "both pipeline and expert"),
         ({"dp": 8, "zero": 3, "replicate": 0}, "replicate must be a positive integer"),
     ],
 )
@@ -177,6 +177,64 @@ def test_hsdp_times_tensor_parallel_is_byte_exact(extra, setup):
     m = measure_rank(TINY, S, 1, setup, lay, rank=6)
     assert m.step == rank_step(TINY, S, 1, setup, lay, mode="traced", rank=3)[0]
     _check_collectives(m, lay, setup, 6)
+
+
+# -- beside pipeline parallel ---------------------------------------------------------------------------------
+
+# (pp, m, dp, replicate, extra): torchtitan's (pp, dp_replicate, dp_shard, tp) mesh; 1F1B, deep, wide, TP + SP and
+# interleaved 1F1B beside FSDP2
+PIPELINES = [
+    (2, 2, 4, 2, {}),
+    (4, 8, 4, 2, {}),
+    (2, 4, 8, 2, {}),
+    (2, 4, 8, 4, {}),
+    (2, 4, 4, 2, {"tp": 2, "sequence_parallel": True}),
+    (2, 4, 4, 2, {"virtual_stages": 2}),
+]
+
+
+@pytest.mark.grid
+@pytest.mark.parametrize("setup", SETUPS[::3], ids=lambda s: s.label)
+@pytest.mark.parametrize("zero", [2, 3])
+@pytest.mark.parametrize("case", PIPELINES, ids=lambda c: f"pp{c[0]}x{c[1]}-hsdp{c[3]}x{c[2] // c[3]}-{c[4]}")
+def test_hsdp_beside_pipeline_parallel_is_byte_exact(case, zero, setup):
+    """The first and last stage (pipeline rank) of the job, on the last data-parallel rank (the last replica's
+    last shard rank: uneven rows): every phase's peak and end, the stage's states, and its collectives (FSDP2's
+    over the shard group as rule 9 or 11 counts them, each unit's shard all-reduced over the replicas, the
+    point-to-point transfers).  The stage is its shard group's FSDP2 stage (rule 8)."""
+    pytest.importorskip("torch")
+    from test_pipeline_measured import TINY4, _figures
+
+    from lm_accounting.analytic.collectives import totals
+    from lm_accounting.analytic.pipeline import stage_step
+    from lm_accounting.measure.pipeline import measure_stage_rank
+
+    pp, m, dp, r, extra = case
+    lay = ParallelLayout(pp=pp, micro_batches=m, dp=dp, zero=zero, replicate=r, **extra)
+    for stage in (0, pp - 1):
+        got = measure_stage_rank(TINY4, S, 1, setup, lay, stage, dp_rank=dp - 1)
+        step, st, _ = stage_step(TINY4, S, 1, setup, lay, stage, mode="traced", rank=dp - 1)
+        assert _figures(got.step) == _figures(step)
+        assert (got.params, got.gradients, got.optimizer) == (st.parameters, st.gradients, st.optimizer)
+        assert got.collectives == totals(step_collectives(TINY4, S, 1, setup, lay, stage=stage))
+
+
+def test_hsdp_beside_pipeline_parallel_collectives_by_hand():
+    """pp 2 × HSDP (2, 2), ZeRO-3, m = 2, fp32, stage 0 of TINY4 (4 blocks: 2 a stage, the embedding its root
+    unit): 3 units; ZeRO-3 gathers each m + 1 = 3 times over the shard group (rule 9), reduce-scatters each once,
+    then all-reduces each unit's shard (R/s, s = 2) over the 2 replicas (rule 12); the payloads are the stage's
+    padded units, the same as dp 2's FSDP2 stage."""
+    from test_pipeline_measured import TINY4
+
+    lay = ParallelLayout(pp=2, micro_batches=2, dp=4, zero=3, replicate=2)
+    flat = ParallelLayout(pp=2, micro_batches=2, dp=2, zero=3)  # its shard group
+    got = step_collectives(TINY4, S, 1, TrainingSetup(), lay)
+    shard = {(c.kind, c.group): (c.count, c.payload) for c in step_collectives(TINY4, S, 1, TrainingSetup(), flat)}
+    assert sum(c.count for c in got if (c.kind, c.group) == ("all_gather", "dp_shard")) == 3 * 3
+    (rs,) = [c for c in got if c.kind == "reduce_scatter"]
+    assert (rs.group, rs.count, rs.payload) == ("dp_shard", *shard["reduce_scatter", "dp"])
+    (ar,) = [c for c in got if c.kind == "all_reduce"]
+    assert (ar.group, ar.phase, ar.count, ar.payload) == ("dp_replicate", "backward", 3, rs.payload // 2)
 
 
 # -- the planner ----------------------------------------------------------------------------------------------

@@ -183,7 +183,7 @@ def data_parallel_collectives(
     neither sequence parallel nor (but the all-to-alls) the batch: ``plan`` caches them so.  ``passes``:
     FSDP2's gathering passes of a pipeline stage where not rule 9's (an interleaved chunk's, rule 11)."""
     if layout.replicate > 1:  # rule 12
-        return hsdp_collectives(cfg, seq, batch, setup, layout, rank)
+        return hsdp_collectives(cfg, seq, batch, setup, layout, rank, stage, passes)
     out: list[Collective] = []
     e = 2 if setup.param_dtype == "bf16" else 4
     where = (layout.pp, stage) if layout.pp > 1 else None
@@ -211,12 +211,26 @@ def data_parallel_collectives(
 
 
 def hsdp_collectives(
-    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, rank: int = 0
+    cfg: ModelConfig,
+    seq: int,
+    batch: int,
+    setup: TrainingSetup,
+    layout: ParallelLayout,
+    rank: int = 0,
+    stage: int = 0,
+    passes: tuple[int, int] | None = None,
 ) -> list[Collective]:
     """Rule 12: rule 1 over the shard group, and each unit's sharded gradients all-reduced over the replicas;
     beside expert parallel the expert units' over their s/ep ranks, then all-reduced over the replicas, and
-    rule 6's all-to-alls over the ep ranks of the shard group."""
+    rule 6's all-to-alls over the ep ranks of the shard group.  Beside pipeline parallel, rule 9 (or 11) over
+    the shard group, and each of the stage's units' shards all-reduced over the replicas."""
     group = layout.shard_group()
+    if layout.pp > 1:
+        out = data_parallel_collectives(cfg, seq, batch, setup, group, False, rank, stage, passes)
+        out = [c._replace(group="dp_shard") for c in out]
+        units = sum(c.count for c in out if c.kind == "reduce_scatter")
+        reduced = sum(c.payload for c in out if c.kind == "reduce_scatter") // layout.shard
+        return out + [Collective("all_reduce", "backward", "dp_replicate", units, reduced, "every unit's shard (R/s)")]
     st = model_states(cfg, setup, layout)
     units = cfg.num_layers + 1
     out = _fsdp_collectives(units, st.unsharded_all - st.unsharded_experts, "dp_shard", "", setup, group)

@@ -651,8 +651,7 @@ def rank_step(
     """
     layout.check(cfg, seq)
     whole, dp_rank, dim1 = layout, rank, experts_on_dim1(cfg, layout)  # dim1: the whole layout's (rule 8)
-    if layout.replicate > 1:  # HSDP (rule 8): its shard group's FSDP2 rank
-        layout, rank = layout.shard_group(), None if rank is None else rank % layout.shard
+    layout, rank = layout.shard_rank(rank)  # HSDP (rule 8): its shard group's FSDP2 rank
     units = fsdp_units(cfg, setup, layout, cuda=device == "cuda", dim1=dim1) if layout.fsdp and layout.dp > 1 else None
     st = model_states(cfg, setup, whole, rank=rank)  # HSDP: shard rank ``rank``'s
     r = single_rank_step(cfg, seq, batch, setup, layout, mode, units, device, cpu_threads, st.rank)

@@ -130,6 +130,7 @@ def stage_floor(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, la
     blocks and head save).  Never above ``pipeline_stages``' peak (tests/test_plan.py checks it on every
     pipeline candidate of two plans).  Interleaved: the first or last pipeline rank's baseline and receive
     buffers, beside FSDP2 + its chunks' units unsharded (the runtime's UNSHARD before the first compute)."""
+    layout = layout.shard_group()  # HSDP: its shard group's FSDP2 stages (``parallel`` rule 8)
     if layout.virtual_stages > 1:  # interleaved: the kept bytes, and beside FSDP2 every chunk's units unsharded
         states_setup = _states_setup(setup.precision, setup.optimizer)
         fsdp = layout.fsdp and layout.dp > 1  # the runtime's UNSHARD (or the estimate's units) before any compute
@@ -189,6 +190,7 @@ def stage_step(
     5. "optimizer_step": AdamW over the stage's gradients (``adamw_temporary``), then ``zero_grad``:
        the end is the baseline and the receive buffers, which the stage keeps."""
     rp.check_mode(mode)
+    layout, rank = layout.shard_rank(rank)  # HSDP: its shard group's FSDP2 stage (``parallel`` rule 8)
     if layout.virtual_stages > 1:  # ``stage``: the pipeline rank
         return interleaved_rank_step(cfg, seq, batch, setup, layout, stage, mode, rank)
     if not stage_replayed(cfg, setup, layout):
@@ -957,6 +959,7 @@ def interleaved_rank_step(
     "optimizer_step": one AdamW per chunk (torchtitan's ``OptimizersContainer``), stepped in turn over all
     the rank's gradients, then ``zero_grad``.  Elsewhere the ESTIMATE (``interleaved_rank_estimate``)."""
     rp.check_mode(mode)
+    layout, dp_rank = layout.shard_rank(dp_rank)  # HSDP: its shard group's FSDP2 rank (``parallel`` rule 8)
     if not (stage_replayed(cfg, setup, layout) or _fsdp_replayable(cfg, setup, layout)):
         return interleaved_rank_estimate(cfg, seq, batch, setup, layout, rank, dp_rank)
     lay, S, L = layout.as_chunks(), layout.stages, cfg.num_layers

@@ -6,7 +6,9 @@ all-reduced over the replicas (``analytic.collectives`` rule 12).  Beside expert
 (``ParallelDims._build_mesh_with_ep``: ``dp_replicate`` × ``dp_shard_mod_ep`` × ``dp_shard_in_ep``, ep borrowed from
 dp_shard): ``apply_fsdp`` (``torchtitan/models/{llama4,deepseek_v3}/infra/parallelize.py``) shards the dense units over
 (dp_replicate, dp_shard) and each expert stack over (dp_replicate, dp_shard_mod_ep): the s/ep shard ranks holding
-the same experts, replicated over the r replicas; ep must divide s.  Not beside pipeline parallel."""
+the same experts, replicated over the r replicas; ep must divide s.  Beside pipeline parallel (torchtitan's (pp,
+dp_replicate, dp_shard, tp) mesh) each stage's units over its shard group, as FSDP2's stage over dp = s; not
+beside both pipeline and expert parallel."""
 
 from __future__ import annotations
 
@@ -29,8 +31,8 @@ class Hsdp:
             raise AccountingError(
                 f"replicate={r} = dp leaves shard groups of one rank: nothing is sharded (use --zero 0, DDP)"
             )
-        if layout.pp > 1:
-            raise AccountingError(f"replicate={r} (HSDP) beside pipeline parallel is not accounted")
+        if layout.pp > 1 and layout.ep > 1:
+            raise AccountingError(f"replicate={r} (HSDP) beside both pipeline and expert parallel is not accounted")
         if layout.shard % layout.ep:
             raise AccountingError(
                 f"ep={layout.ep} does not divide HSDP's shard degree {layout.shard} (dp={dp} / replicate={r}): expert "
