@@ -2485,10 +2485,10 @@ def _lfm2_moe(f: _Fields) -> dict[str, Any]:
     sigmoid scores, its ``expert_bias`` (a buffer added to pick the top k: no parameter, ``use_expert_bias``), the
     division by their sum (``norm_topk_prob``) and ``routed_scaling_factor`` change which experts and by what weight,
     not how many: no count."""
-    f.bool("use_expert_bias", True)
     f.number("routed_scaling_factor", 1.0)
     return {
         **_lfm2_common(f),
+        "router_buffer_bias": f.bool("use_expert_bias", True),  # no count: the training step's router tensors
         "d_ff": f.int("intermediate_size"),
         **_experts(f, "num_experts", "moe_intermediate_size"),
         "dense_layers_first": _count(f, "num_dense_layers"),
@@ -3430,6 +3430,15 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         "residual_in_fp32": cfg.residual_in_fp32,
     },
     "lfm2": lambda cfg: {**_write_lfm2(cfg), "intermediate_size": cfg.d_ff, "block_auto_adjust_ff_dim": False},
+    "lfm2_moe": lambda cfg: {
+        **_write_lfm2(cfg),
+        "intermediate_size": cfg.d_ff,
+        **_write_experts(cfg, "num_experts"),
+        "moe_intermediate_size": cfg.expert_width,
+        "num_dense_layers": cfg.dense_layers_first,
+        "norm_topk_prob": cfg.norm_topk_prob,
+        "use_expert_bias": cfg.router_buffer_bias,
+    },
 }
 """Per model type, the config.json fields that fix every count (``to_hf_dict``)."""
 assert set(WRITERS) <= set(SUPPORTED_MODEL_TYPES)
