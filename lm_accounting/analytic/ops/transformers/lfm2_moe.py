@@ -9,7 +9,7 @@ others ``Lfm2MoeSparseMoeBlock`` (:173-189): the states viewed as (T, d), the ro
   (``ModelConfig.router_buffer_bias``) the fp32 buffer ``expert_bias`` (E,) added (the sum is fp32), ``topk`` of
   the sum (its values and the sum locals until the return), ``gather`` of the sigmoid's scores, ``type_as`` the
   logits; else ``topk`` of the scores; with ``norm_topk_prob`` the weights divided by their sum + 1e-6 (not in
-  place); times ``routed_scaling_factor`` (a Python number, whatever its value).
+  place; the sum an fp32 op under autocast); times ``routed_scaling_factor`` (a Python number, whatever its value).
 * ``Lfm2MoeExperts`` is ``@use_experts_implementation``: transformers' default ``grouped_mm`` (``moe.Experts``:
   ``gate_up_proj`` (E, 2f, d), SiLU gate, ``down_proj`` (E, d, f)); registered before the router.
 
@@ -47,7 +47,9 @@ class TopKRouter:
         else:
             routing_weights, selected_experts = topk(routing_weights, self.top_k)  # :159
         if self.norm_topk_prob:
-            routing_weights = divide(routing_weights, A.add(A.sum_(routing_weights, -1, keepdim=True), 1e-6))
+            # under autocast ``sum`` is an fp32 op (AT_FORALL_FP32_SET_OPT_DTYPE): the quotient is fp32
+            denominator = A.add(A.sum_(routing_weights, -1, keepdim=True, dtype=A.opt_dtype(None)), 1e-6)
+            routing_weights = divide(routing_weights, denominator)
         routing_weights = A.mul(routing_weights, 1.0)  # :162 (* routed_scaling_factor)
         return router_logits, routing_weights, selected_experts
 
