@@ -229,6 +229,16 @@ class ModelConfig:
     hf_activation: str | None = dataclasses.field(default=None, compare=False)
     """The config.json's activation name (``hidden_act``) of a 2-matrix GELU MLP (GPT-NeoX's ``gelu``, Phi's
     ``gelu_new``): every GELU has the same count; a transformers program replays the named one's ops."""
+    router_buffer_bias: bool = dataclasses.field(default=False, compare=False)
+    """Whether the router adds a bias buffer of E (no parameter) to its sigmoid scores to pick the top k, then
+    gathers the unbiased scores (a config.json's ``use_expert_bias``, LFM2-MoE's ``Lfm2MoeTopKRouter``,
+    models/lfm2_moe/modeling_lfm2_moe.py): no count changes, the training step's router tensors do
+    (``analytic.ops.transformers.lfm2_moe``).  Provenance, no part in equality."""
+    residual_in_fp32: bool = dataclasses.field(default=False, compare=False)
+    """Whether each block casts its residual to fp32 before adding the mixer's output (a config.json's
+    ``residual_in_fp32``, Mamba2's ``Mamba2Block``, models/mamba2/modeling_mamba2.py; ``Mamba2Config`` defaults to
+    true): no count changes, but a 16-bit model's hidden states between blocks are then fp32 in training
+    (``analytic.ops.transformers.mamba2_lm``).  Provenance, no part in equality."""
     nope_layers: tuple[int, ...] = dataclasses.field(default=(), compare=False)
     """The 0-based layers whose attention skips RoPE (SmolLM3's ``no_rope_layers`` zeros, configuration_smollm3.py:
     by default every ``no_rope_layer_interval``-th layer): the same count (the table is built once for all layers),
@@ -1236,7 +1246,8 @@ class ModelConfig:
         # provenance and routing details kept out of the pinned JSON key set (json_keys.json)
         del out["hf_model_type"], out["dropout"], out["norm_topk_prob"]
         del out["expert_groups"], out["expert_groups_per_token"], out["rope_interleave"], out["topk_method"]
-        del out["hf_activation"], out["nope_layers"], out["moe_fp32_combine"]
+        del out["hf_activation"], out["nope_layers"], out["moe_fp32_combine"], out["residual_in_fp32"]
+        del out["router_buffer_bias"]
         for key in ("all_experts_run", "attention_chunk"):  # Llama 4's keys appear on a model that sets them only
             if not out[key]:
                 del out[key]

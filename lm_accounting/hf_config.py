@@ -407,7 +407,6 @@ IGNORED_BY_TYPE = {
             "time_step_max",
             "time_step_floor",
             "time_step_limit",
-            "residual_in_fp32",
             "rescale_prenorm_residual",
         ]
     ),
@@ -2186,8 +2185,8 @@ def _mamba2(f: _Fields) -> dict[str, Any]:
     ``hidden_size · expand = num_heads · head_dim`` (``validate_architecture``; refused otherwise, as transformers
     refuses it).  The mixer builds ``in_proj``/``out_proj`` with ``use_bias`` and the conv with ``use_conv_bias``:
     only False and True are modelled.  Ignored (no count changes): ``time_step_rank`` (the mixer keeps it and builds
-    nothing with it), the time-step limits and initialisation, ``residual_in_fp32`` (the residual's dtype),
-    ``rescale_prenorm_residual``.  No attention heads and no MLP width: ``num_heads`` 1 and ``d_ff`` = d (they size
+    nothing with it), the time-step limits and initialisation, ``rescale_prenorm_residual``; ``residual_in_fp32`` (default true)
+    changes no count but the training step's residual dtype (``ModelConfig.residual_in_fp32``).  No attention heads and no MLP width: ``num_heads`` 1 and ``d_ff`` = d (they size
     nothing without ``*`` or ``-`` layers); the context is ``SSM_CONTEXT``."""
     f.only("use_bias", (False,), "Mamba2 in_proj and out_proj without biases (Mamba2Config's default)")
     f.only("use_conv_bias", (True,), "a Mamba2 conv1d with a bias (Mamba2Config's default)")
@@ -2208,6 +2207,7 @@ def _mamba2(f: _Fields) -> dict[str, Any]:
         "mamba_groups": f.int("n_groups"),
         "mamba_conv_kernel": f.int("conv_kernel"),
         "mamba_chunk_size": f.int("chunk_size"),
+        "residual_in_fp32": f.bool("residual_in_fp32", True),
     }
 
 
@@ -2485,10 +2485,10 @@ def _lfm2_moe(f: _Fields) -> dict[str, Any]:
     sigmoid scores, its ``expert_bias`` (a buffer added to pick the top k: no parameter, ``use_expert_bias``), the
     division by their sum (``norm_topk_prob``) and ``routed_scaling_factor`` change which experts and by what weight,
     not how many: no count."""
-    f.bool("use_expert_bias", True)
     f.number("routed_scaling_factor", 1.0)
     return {
         **_lfm2_common(f),
+        "router_buffer_bias": f.bool("use_expert_bias", True),  # no count: the training step's router tensors
         "d_ff": f.int("intermediate_size"),
         **_experts(f, "num_experts", "moe_intermediate_size"),
         "dense_layers_first": _count(f, "num_dense_layers"),
@@ -3010,6 +3010,26 @@ def _write_qwen3_next(cfg: ModelConfig) -> dict[str, Any]:
     }
 
 
+def _write_lfm2(cfg: ModelConfig) -> dict[str, Any]:
+    """LFM2's and LFM2-MoE's shared fields (``_lfm2_common``): ``layer_types`` always (``Lfm2MoeConfig`` needs them),
+    ``head_dim`` only where it is not d / heads (the classes define none; ``Lfm2Attention`` reads it by ``getattr``)."""
+    out = {
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model,
+        "num_hidden_layers": cfg.num_layers,
+        "num_attention_heads": cfg.num_heads,
+        "num_key_value_heads": cfg.kv_heads,
+        "max_position_embeddings": cfg.context_length,
+        "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta},
+        "norm_eps": cfg.norm_eps,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "layer_types": ["conv" if cfg.layer_kind(i) == "C" else "full_attention" for i in range(cfg.num_layers)],
+        "conv_L_cache": cfg.short_conv_kernel or 3,
+        "conv_bias": cfg.short_conv_bias,
+    }
+    return out if cfg.d_head * cfg.num_heads == cfg.d_model else {**out, "head_dim": cfg.d_head}
+
+
 WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
     "gpt2": _write_gpt2,
     "llama": _write_llama,
@@ -3393,6 +3413,31 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         **_write_experts(cfg, "num_experts"),
         "attention_bias": cfg.qkv_bias,
         "norm_topk_prob": cfg.norm_topk_prob,
+    },
+    "mamba2": lambda cfg: {
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model,
+        "num_hidden_layers": cfg.num_layers,
+        "num_heads": cfg.mamba_heads,
+        "head_dim": cfg.mamba_head_dim,
+        "expand": cfg.mamba_heads * cfg.mamba_head_dim // cfg.d_model,
+        "state_size": cfg.mamba_state_size,
+        "n_groups": cfg.mamba_groups,
+        "conv_kernel": cfg.mamba_conv_kernel,
+        "chunk_size": cfg.mamba_chunk_size,
+        "layer_norm_epsilon": cfg.norm_eps,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "residual_in_fp32": cfg.residual_in_fp32,
+    },
+    "lfm2": lambda cfg: {**_write_lfm2(cfg), "intermediate_size": cfg.d_ff, "block_auto_adjust_ff_dim": False},
+    "lfm2_moe": lambda cfg: {
+        **_write_lfm2(cfg),
+        "intermediate_size": cfg.d_ff,
+        **_write_experts(cfg, "num_experts"),
+        "moe_intermediate_size": cfg.expert_width,
+        "num_dense_layers": cfg.dense_layers_first,
+        "norm_topk_prob": cfg.norm_topk_prob,
+        "use_expert_bias": cfg.router_buffer_bias,
     },
 }
 """Per model type, the config.json fields that fix every count (``to_hf_dict``)."""

@@ -235,6 +235,12 @@ def hf_pretrained_config(cfg: ModelConfig):
     return transformers.AutoConfig.for_model(values.pop("model_type"), **values, use_cache=False)
 
 
+def attn_implementation(cfg: ModelConfig, setup: TrainingSetup) -> str:
+    """transformers' ``attn_implementation`` for ``setup.attention``; "eager" for a model without attention layers
+    (pure Mamba2: ``Mamba2ForCausalLM`` refuses "sdpa", and no op of it depends on the choice)."""
+    return ATTN_IMPLEMENTATIONS[setup.attention] if cfg.attention_layers else "eager"
+
+
 def build_hf_model(cfg: ModelConfig, setup: TrainingSetup, device: str = "meta", seed: int = 0) -> torch.nn.Module:
     """transformers' ``AutoModelForCausalLM`` for ``cfg`` on ``device`` in training mode, with ``setup``'s
     attention, dtype and checkpointing (see the module docstring); seeded weights off meta."""
@@ -249,7 +255,7 @@ def build_hf_model(cfg: ModelConfig, setup: TrainingSetup, device: str = "meta",
     try:
         with torch.device(device):
             model = transformers.AutoModelForCausalLM.from_config(
-                config, attn_implementation=ATTN_IMPLEMENTATIONS[setup.attention], dtype=DTYPES[setup.precision]
+                config, attn_implementation=attn_implementation(cfg, setup), dtype=DTYPES[setup.precision]
             )
     except ValueError as err:  # transformers' own refusal, e.g. Gemma 2 with sdpa
         raise AccountingError(f"transformers refuses this model: {str(err).splitlines()[0]}") from None

@@ -87,6 +87,9 @@ PROGRAMS = {
     "qwen3_next": "qwen3_next",  # Gated DeltaNet layers (the torch chunked rule) and gated attention, Qwen2-MoE's block
     "qwen3_5_text": "qwen3_5",  # Qwen3-Next's layers with unfused projections, a dense MLP, three-row rotary positions
     "qwen3_5_moe_text": "qwen3_5",  # Qwen3.5's layers with Qwen3-Next's sparse block in every layer
+    "lfm2": "lfm2",  # Llama's model around short convolutions (Lfm2ShortConv) or q/k-normed attention, a SwiGLU
+    "lfm2_moe": "lfm2_moe",  # LFM2's layers, a sigmoid router with a bias buffer, grouped_mm SwiGLU experts
+    "mamba2": "mamba2_lm",  # Nemotron-H's Mamba2 mixer in every block, the residual kept in fp32 (residual_in_fp32)
 }
 """hf_model_type -> the module of this package that transliterates its modeling file."""
 B = Affine(1)  # the micro-batch as a symbol
