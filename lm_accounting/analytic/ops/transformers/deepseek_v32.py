@@ -40,7 +40,7 @@ from ..aten_index import split_with_sizes, topk
 from ..aten_layer_norm import layer_norm
 from ..aten_sdpa_math import sdpa_math
 from ..engine import Affine
-from ..tensors import Tensor, empty, no_grad, parameter
+from ..tensors import Tensor, alike_runs, empty, no_grad, parameter, repeated
 from . import deepseek
 from .deepseek import apply_rotary_pos_emb_interleave
 from .llama import Linear, eager_attention_forward, eager_mask, rotate_half, sdpa_mask
@@ -108,9 +108,10 @@ class Indexer:
             del inverted
         else:
             index_scores = A.add(index_scores, attention_mask)
-        values, indices = topk(index_scores, min(self.index_topk, index_scores.shape[-1]))  # :255
+        # :255: the (values, indices) tuple dies once ``.indices`` is read, the values with it, before the cast
+        indices = topk(index_scores, min(self.index_topk, index_scores.shape[-1]))[1]
         out = A.to(indices, "int32")
-        del values, indices
+        del indices
         return out  # the locals die at the return
 
 
@@ -121,17 +122,18 @@ def masked_fill(x: Tensor, mask: Tensor) -> Tensor:
 
 class Attention(deepseek.Attention):
     """``DeepseekV32Attention`` (:336-479): DeepSeek-V3's MLA with the query bottleneck and an ``indexer``
-    (registered after ``o_proj``); GLM-5's ``GlmMoeDsaAttention`` with every layer ``full``."""
+    (registered after ``o_proj``).  GLM-5's ``GlmMoeDsaAttention`` (modeling_glm_moe_dsa.py): a ``shared`` layer
+    has no indexer and takes the previous layer's top-k (``prev_topk_indices``); it returns its top-k too."""
 
-    def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str, device: str):
+    def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str, device: str, indexed: bool = True):
         super().__init__(cfg, dtype, attn, name)
-        self.mask_dtype = dtype
-        self.indexer = Indexer(cfg, dtype, name + ".indexer", cfg.hf_model_type == "glm_moe_dsa", device)
+        self.glm = cfg.hf_model_type == "glm_moe_dsa"
+        self.indexer = Indexer(cfg, dtype, name + ".indexer", self.glm, device) if indexed else None
 
     def params(self) -> list[Tensor]:
-        return super().params() + self.indexer.params()
+        return super().params() + (self.indexer.params() if self.indexer is not None else [])
 
-    def __call__(self, hidden_states: Tensor, position_embeddings, attention_mask) -> tuple[Tensor, Tensor | None]:
+    def __call__(self, hidden_states: Tensor, position_embeddings, attention_mask, prev_topk_indices=None) -> tuple:
         batch_size, seq_length = hidden_states.shape[:-1]  # :413
         q_resid = self.q_a_layernorm(self.q_a_proj(hidden_states))  # :416
         q_states = A.transpose(A.view(self.q_b_proj(q_resid), batch_size, seq_length, -1, self.qk_head_dim), 1, 2)
@@ -144,7 +146,10 @@ class Attention(deepseek.Attention):
         q_rot, k_rot = apply_rotary_pos_emb_interleave(q_rot, k_rot, cos, sin)
         query_states = A.cat((q_pass, q_rot), -1)  # :432
         key_states, value_states = self.expand_kv(k_pass, k_rot)  # :434
-        topk_indices = self.indexer(hidden_states, q_resid, position_embeddings, A.select(attention_mask, 1, 0))
+        if self.indexer is not None:  # :437-444
+            topk_indices = self.indexer(hidden_states, q_resid, position_embeddings, A.select(attention_mask, 1, 0))
+        else:  # GLM-5's shared layer
+            topk_indices = prev_topk_indices
         with no_grad():  # :449-458 (the mask and the indices need no grad)
             ones = empty((batch_size, seq_length, key_states.shape[2]), "bool", "new_ones")
             as_long = A.to(topk_indices, "int64")
@@ -165,7 +170,9 @@ class Attention(deepseek.Attention):
                 self, query_states, key_states, value_states, attention_mask
             )
         attn_output = A.contiguous(A.reshape(attn_output, batch_size, seq_length, -1))  # :477
-        return self.o_proj(attn_output), attn_weights  # the locals die in their order of first use
+        if self.glm:  # the locals die in their order of first use; GLM-5 returns the top-k too
+            return self.o_proj(attn_output), attn_weights, topk_indices
+        return self.o_proj(attn_output), attn_weights
 
 
 def sdpa_attention_forward(module: Attention, query, key, value, attention_mask) -> tuple[Tensor, None]:
@@ -182,9 +189,29 @@ def sdpa_attention_forward(module: Attention, query, key, value, attention_mask)
 class DecoderLayer(deepseek.DecoderLayer):
     """``DeepseekV32DecoderLayer`` (:560-599): DeepSeek-V3's with the DSA attention."""
 
-    def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str, sparse: bool, device: str = "meta"):
+    def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str, sparse: bool, device: str, indexed: bool):
         super().__init__(cfg, dtype, attn, name, sparse)
-        self.self_attn = Attention(cfg, dtype, attn, name + ".self_attn", device)
+        self.self_attn = Attention(cfg, dtype, attn, name + ".self_attn", device, indexed)
+
+
+class GlmMoeDsaDecoderLayer(DecoderLayer):
+    """``GlmMoeDsaDecoderLayer`` (modeling_glm_moe_dsa.py): DeepSeek-V3.2's, handed the previous layer's top-k
+    (a keyword: under checkpointing the frame keeps it) and returning its own."""
+
+    def forward(
+        self, hidden_states: Tensor, attention_mask=None, position_embeddings=None, position_ids=None,
+        prev_topk_indices=None,
+    ):  # fmt: skip
+        residual = hidden_states
+        hidden_states = self.input_layernorm(hidden_states)
+        hidden_states, _, topk_indices = self.self_attn(
+            hidden_states, position_embeddings, attention_mask, prev_topk_indices
+        )
+        hidden_states = A.add(residual, hidden_states)
+        residual = hidden_states
+        hidden_states = self.post_attention_layernorm(hidden_states)
+        hidden_states = self.mlp(hidden_states)
+        return A.add(residual, hidden_states), topk_indices
 
 
 class DeepseekV32ForCausalLM(deepseek.DeepseekV3ForCausalLM):
@@ -196,7 +223,21 @@ class DeepseekV32ForCausalLM(deepseek.DeepseekV3ForCausalLM):
         super().__init__(cfg, seq, setup, batch)
 
     def layer_class(self, cfg, dtype, attn, name, sparse):
-        return DecoderLayer(cfg, dtype, attn, name, sparse, self.device)
+        layer = GlmMoeDsaDecoderLayer if cfg.hf_model_type == "glm_moe_dsa" else DecoderLayer
+        return layer(cfg, dtype, attn, name, sparse, self.device, cfg.layer_indexer(int(name.split(".")[-1])))
+
+    def run_layers(self, hidden_states: Tensor, kwargs) -> Tensor:
+        """GLM-5's loop hands each layer's top-k to the next (``topk_indices``: it lives until the forward
+        returns); runs of alike layers (also alike in having an indexer) replayed once."""
+        if self.cfg.hf_model_type != "glm_moe_dsa":
+            return super().run_layers(hidden_states, kwargs)
+        topk_indices = None
+        for first, times in indexed_runs(self.cfg):
+            with repeated(times):
+                hidden_states, topk_indices = self.layers[first](
+                    hidden_states, **kwargs(first), prev_topk_indices=topk_indices
+                )
+        return hidden_states
 
     def masks(self) -> dict[bool, Tensor | None]:
         if self.setup.attention == "naive":
@@ -206,7 +247,20 @@ class DeepseekV32ForCausalLM(deepseek.DeepseekV3ForCausalLM):
     def untrained(self) -> list[Tensor]:
         """The indexers' weights: run under ``torch.no_grad()``, they never get a gradient, so AdamW's step
         skips them (its state, made once for every parameter, stays)."""
-        return [p for layer in self.layers for p in layer.self_attn.indexer.params()]
+        return [p for layer in self.layers if layer.self_attn.indexer for p in layer.self_attn.indexer.params()]
+
+
+def indexed_runs(cfg: ModelConfig) -> list[tuple[int, int]]:
+    """``tensors.alike_runs`` with a layer's kind also telling whether it has an indexer (GLM-5's ``F``/``S``)."""
+    runs = []
+    for first, times in alike_runs(cfg):
+        start = first
+        for i in range(first + 1, first + times):
+            if cfg.layer_indexer(i) != cfg.layer_indexer(start):
+                runs.append((start, i - start))
+                start = i
+        runs.append((start, first + times - start))
+    return runs
 
 
 def causal_lm(
@@ -222,10 +276,4 @@ def fp32_kept_parameters(cfg: ModelConfig) -> int:
 
 def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
     """What this transliteration does not cover for ``cfg`` under ``setup``."""
-    out = deepseek.unsupported(cfg, setup)
-    if cfg.indexer_pattern is not None:
-        out.append(
-            f"GLM-5's shared indexer layers (indexer_pattern {cfg.indexer_pattern}: the top-k handed from layer to "
-            "layer) are not transliterated"
-        )
-    return out
+    return deepseek.unsupported(cfg, setup)
