@@ -251,15 +251,16 @@ class DeepseekV32ForCausalLM(deepseek.DeepseekV3ForCausalLM):
 
 
 def indexed_runs(cfg: ModelConfig) -> list[tuple[int, int]]:
-    """``tensors.alike_runs`` with a layer's kind also telling whether it has an indexer (GLM-5's ``F``/``S``)."""
+    """``tensors.alike_runs`` with GLM-5's shared (``S``) layers each replayed alone: they all take the same
+    earlier top-k, which each checkpointed layer's frame holds (a tensor from before the run that ``repeated``
+    would free once per copy)."""
     runs = []
     for first, times in alike_runs(cfg):
         start = first
-        for i in range(first + 1, first + times):
-            if cfg.layer_indexer(i) != cfg.layer_indexer(start):
+        for i in range(first + 1, first + times + 1):
+            if i == first + times or not cfg.layer_indexer(i) or not cfg.layer_indexer(start):
                 runs.append((start, i - start))
                 start = i
-        runs.append((start, first + times - start))
     return runs
 
 
