@@ -35,6 +35,7 @@ from __future__ import annotations
 from ....config import ModelConfig
 from ....setup import TrainingSetup
 from .. import aten as A
+from .. import cuda
 from ..aten_activation import relu
 from ..aten_index import split_with_sizes, topk
 from ..aten_layer_norm import layer_norm
@@ -72,7 +73,9 @@ class Indexer:
         self.weights_proj = Linear(cfg.d_model, self.n_heads, False, dtype, name + ".weights_proj")
 
     def params(self) -> list[Tensor]:
-        return self.wq_b.params() + self.wk.params() + [self.k_norm_weight, self.k_norm_bias] + self.weights_proj.params()
+        return (
+            self.wq_b.params() + self.wk.params() + [self.k_norm_weight, self.k_norm_bias] + self.weights_proj.params()
+        )
 
     def __call__(self, hidden_states: Tensor, q_resid: Tensor, position_embeddings, attention_mask: Tensor) -> Tensor:
         with no_grad():  # @torch.no_grad() (:193)
@@ -178,8 +181,9 @@ class Attention(deepseek.Attention):
 def sdpa_attention_forward(module: Attention, query, key, value, attention_mask) -> tuple[Tensor, None]:
     """``integrations/sdpa_attention.py`` with the DSA bool mask (no ``is_causal``): on the cpu the flash kernel
     with the mask (``llama.sdpa_attention_forward``) when q, k and v have one head size, else the math path with
-    the mask (``aten_sdpa_math``)."""
-    if query.shape[-1] == value.shape[-1]:
+    the mask (``aten_sdpa_math``); on cuda the masked kernels of ``llama.sdpa_attention_forward`` (not measured
+    on a GPU for these models)."""
+    if query.shape[-1] == value.shape[-1] or cuda.on_cuda():
         return llama_sdpa(module, query, key, value, attention_mask)
     query, key, value = A.lower(query, key, value)
     attn_output = sdpa_math(query, key, value, causal=False, device="cpu", mask=attention_mask)
