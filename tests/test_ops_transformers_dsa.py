@@ -81,12 +81,10 @@ CPU_CASES = [
     ("v32", TrainingSetup(attention="naive")),
     ("v32", TrainingSetup(attention="sdpa", checkpoint="full")),
     ("v32", TrainingSetup(attention="naive", precision="amp-bf16", checkpoint="full")),
-    ("v32", TrainingSetup(attention="sdpa", precision="amp-bf16")),
     ("v32-flash", TrainingSetup(attention="sdpa")),
     ("v32-topk-over-s", TrainingSetup(attention="naive", checkpoint="full")),
     ("glm5", TrainingSetup(attention="sdpa", checkpoint="full")),
     ("glm5-shared", TrainingSetup(attention="naive")),
-    ("glm5-shared", TrainingSetup(attention="sdpa", precision="amp-bf16", checkpoint="full")),
 ]
 
 
@@ -139,12 +137,12 @@ def test_the_indexer_sets_the_forward_peak_with_its_s_squared_key_copy():
     (index_topk above S: every key kept) adds to the peak above the baseline, per sequence, that copy's 4·S²·16
     bytes and 4·S·16 bytes for each of the four other live tensors of width d_I per token or head:
     ``wq_b``'s output (its no-RoPE part still viewed by ``q_pass``) and the query's ``cat`` (H_I = 2 heads each),
-    the key's LayerNorm output (viewed by ``k_pass``) and its ``cat``.  Against transformers at S = 32 and 64."""
+    the key's LayerNorm output (viewed by ``k_pass``) and its ``cat``.  Against transformers at S = 16 and 32."""
     from lm_accounting.measure.hf import measure_hf_step
 
     setup = TrainingSetup(attention="naive", checkpoint="full")
     heads = SHAPE["index_n_heads"]
-    for seq in (32, 64):
+    for seq in (16, 32):
         above = []
         for d_i in (24, 40):
             cfg = config_from_hf({**SHAPE, "index_head_dim": d_i, "index_topk": 128, "max_position_embeddings": 128})

@@ -123,9 +123,8 @@ def training_step(
         backward(loss, final=sharding.backward_end if sharding is not None else None)
         del loss
         back = run.phase()
-        if optimizer_step:  # a parameter no gradient reaches (``program.untrained``: DSA's indexer) is skipped
-            untrained = {id(p) for p in getattr(program, "untrained", list)()} if sharding is None else set()
-            adamw_step(params, [x for p, x in zip(params, v) if id(p) not in untrained], optimizer)
+        if optimizer_step:
+            adamw_step(params, v, optimizer)
         for p in params:
             p.grad = None
         if sharding is not None:
