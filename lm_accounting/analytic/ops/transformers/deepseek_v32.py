@@ -5,7 +5,7 @@
 DeepSeek-V3's program (``deepseek``: latent attention, the group-limited sigmoid router, the experts, the
 dense first layers) plus DeepSeek Sparse Attention (DSA):
 
-* ``DeepseekV32Model.forward`` (:785-797) builds the causal mask with ``allow_is_causal_skip=False``: eager's
+* ``DeepseekV32Model.forward`` (:724-733) builds the causal mask with ``allow_is_causal_skip=False``: eager's
   additive (B, 1, S, S) mask, and under sdpa the (B, 1, S, S) bool mask (an expanded (1, 1, S, S)) where Llama
   passes none.
 * ``DeepseekV32Attention.forward`` (:404-479): always the query bottleneck (``q_resid`` =
@@ -16,7 +16,7 @@ dense first layers) plus DeepSeek Sparse Attention (DSA):
   ``attention_mask & ~index_mask`` (two (B, 1, S, S) bool tensors).  The attention then runs dense with that mask
   (sdpa: no ``is_causal``; the CPU's flash kernel with the mask when the value head equals the query/key head,
   else torch's math path with it).
-* ``DeepseekV32Indexer.forward`` (:194-250), under ``torch.no_grad()`` (nothing saved, its weights get no
+* ``DeepseekV32Indexer.forward`` (:178-242), under ``torch.no_grad()`` (nothing saved, its weights get no
   gradient, so AdamW's step skips them: ``untrained``): ``wq_b(q_resid)`` viewed (B, S, H_I, d_I), split into
   its RoPE part and the rest; ``k_norm(wk(x))`` (a LayerNorm with bias) unsqueezed, split; RoPE by
   ``rotate_half`` (DeepSeek-V3.2) or interleaved (GLM-5, ``GlmMoeDsaIndexer``) with cos/sin unsqueezed at dim 2;
@@ -51,7 +51,7 @@ B = Affine(1)
 
 
 def apply_rotary_pos_emb_at_2(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
-    """``apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=2)`` (:136-162): Llama's ``rotate_half`` RoPE on
+    """``apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=2)`` (:122-147): Llama's ``rotate_half`` RoPE on
     (B, S, heads, d) tensors."""
     cos = A.unsqueeze(cos, 2)
     sin = A.unsqueeze(sin, 2)
@@ -61,7 +61,7 @@ def apply_rotary_pos_emb_at_2(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) ->
 
 
 class Indexer:
-    """``DeepseekV32Indexer`` (:165-250): ``wq_b``, ``wk``, ``k_norm`` (weight and bias), ``weights_proj``."""
+    """``DeepseekV32Indexer`` (:147-242): ``wq_b``, ``wk``, ``k_norm`` (weight and bias), ``weights_proj``."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, name: str, interleave: bool, device: str):
         self.n_heads, self.head_dim, self.rope = cfg.index_heads, cfg.index_head_dim, cfg.qk_rope_head_dim
@@ -78,40 +78,40 @@ class Indexer:
         )
 
     def __call__(self, hidden_states: Tensor, q_resid: Tensor, position_embeddings, attention_mask: Tensor) -> Tensor:
-        with no_grad():  # @torch.no_grad() (:193)
+        with no_grad():  # @torch.no_grad() (:178)
             return self.forward(hidden_states, q_resid, position_embeddings, attention_mask)
 
     def forward(self, hidden_states: Tensor, q_resid: Tensor, position_embeddings, attention_mask: Tensor) -> Tensor:
-        batch_size, seq_len, _ = hidden_states.shape  # :224
+        batch_size, seq_len, _ = hidden_states.shape  # :211
         cos, sin = position_embeddings
         q = self.wq_b(q_resid)
         q = A.view(q, batch_size, seq_len, self.n_heads, self.head_dim)
         q_rot, q_pass = split_with_sizes(q, [self.rope, self.head_dim - self.rope], -1)
         k = A.unsqueeze(
             layer_norm(self.wk(hidden_states), self.k_norm_weight, self.k_norm_bias, device=self.device), 2
-        )  # :231
+        )  # :217
         k_rot, k_pass = split_with_sizes(k, [self.rope, self.head_dim - self.rope], -1)
         if self.interleave:  # GLM-5 (modeling_glm_moe_dsa.py GlmMoeDsaIndexer)
             q_rot, k_rot = apply_rotary_pos_emb_interleave(q_rot, k_rot, cos, sin, unsqueeze_dim=2)
         else:
             q_rot, k_rot = apply_rotary_pos_emb_at_2(q_rot, k_rot, cos, sin)
-        q = A.cat([q_rot, q_pass], -1)  # :236
+        q = A.cat([q_rot, q_pass], -1)  # :222
         k = A.squeeze(A.cat([k_rot, k_pass], -1), 2)
         keys = A.unsqueeze(A.to(A.transpose(k, 1, 2), "fp32"), 1)
-        scores = A.mul(A.matmul(A.to(q, "fp32"), keys), self.head_dim**-0.5)  # :242
+        scores = A.mul(A.matmul(A.to(q, "fp32"), keys), self.head_dim**-0.5)  # :228
         del keys
         scores = relu(scores)
         projected = self.weights_proj(hidden_states)  # .to(weights_proj.weight.dtype): the model's dtype
-        weights = A.mul(A.to(projected, "fp32"), self.n_heads**-0.5)  # :246
+        weights = A.mul(A.to(projected, "fp32"), self.n_heads**-0.5)  # :232
         del projected
         index_scores = A.squeeze(A.matmul(A.unsqueeze(weights, -2), scores), -2)
-        if attention_mask.dtype == "bool":  # :250-253
+        if attention_mask.dtype == "bool":  # :236-239
             inverted = empty(attention_mask.shape, "bool", "bitwise_not")
             index_scores = masked_fill(index_scores, inverted)
             del inverted
         else:
             index_scores = A.add(index_scores, attention_mask)
-        # :255: the (values, indices) tuple dies once ``.indices`` is read, the values with it, before the cast
+        # :241-242: the (values, indices) tuple dies once ``.indices`` is read, the values with it, before the cast
         indices = topk(index_scores, min(self.index_topk, index_scores.shape[-1]))[1]
         out = A.to(indices, "int32")
         del indices
@@ -191,7 +191,7 @@ def sdpa_attention_forward(module: Attention, query, key, value, attention_mask)
 
 
 class DecoderLayer(deepseek.DecoderLayer):
-    """``DeepseekV32DecoderLayer`` (:560-599): DeepSeek-V3's with the DSA attention."""
+    """``DeepseekV32DecoderLayer`` (:603-643): DeepSeek-V3's with the DSA attention."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str, sparse: bool, device: str, indexed: bool):
         super().__init__(cfg, dtype, attn, name, sparse)
@@ -219,7 +219,7 @@ class GlmMoeDsaDecoderLayer(DecoderLayer):
 
 
 class DeepseekV32ForCausalLM(deepseek.DeepseekV3ForCausalLM):
-    """``DeepseekV32ForCausalLM`` with ``DeepseekV32Model`` (:700-800): DeepSeek-V3's, its causal mask always
+    """``DeepseekV32ForCausalLM`` with ``DeepseekV32Model`` (:679-824): DeepSeek-V3's, its causal mask always
     built (``allow_is_causal_skip=False``)."""
 
     def __init__(self, cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B, device="meta"):
@@ -227,8 +227,11 @@ class DeepseekV32ForCausalLM(deepseek.DeepseekV3ForCausalLM):
         super().__init__(cfg, seq, setup, batch)
 
     def layer_class(self, cfg, dtype, attn, name, sparse):
+        """The decoder layer ``layers.{i}`` (the parent's ``layer_class`` call), with an indexer where
+        ``cfg.layer_indexer(i)``."""
         layer = GlmMoeDsaDecoderLayer if cfg.hf_model_type == "glm_moe_dsa" else DecoderLayer
-        return layer(cfg, dtype, attn, name, sparse, self.device, cfg.layer_indexer(int(name.split(".")[-1])))
+        index = int(name.removeprefix("layers."))
+        return layer(cfg, dtype, attn, name, sparse, self.device, cfg.layer_indexer(index))
 
     def run_layers(self, hidden_states: Tensor, kwargs) -> Tensor:
         """GLM-5's loop hands each layer's top-k to the next (``topk_indices``: it lives until the forward
