@@ -39,6 +39,7 @@ raises a one-line ``AccountingError`` naming the extra.
 from __future__ import annotations
 
 import contextlib
+import gc
 
 import torch
 from torch.overrides import handle_torch_function, has_torch_function
@@ -347,6 +348,8 @@ def measure_hf_step(
 
     with patched_for(device):
         model, inputs, labels, opt, loss_fn = build_hf_step(cfg, seq, batch, setup, device)
+        if cfg.indexer:
+            mark_unreached(model, inputs, labels, loss_fn)
         if device == "cuda":
             return measure_training_step_cuda(model, inputs, labels, loss_fn, optimizer=opt)
         if method == "allocator":
@@ -355,6 +358,21 @@ def measure_hf_step(
             init_optimizer_state(opt)
             return measure_training_step_plain(model, inputs, labels, loss_fn, opt)
         return measure_training_step(model, inputs, labels, loss_fn, optimizer=opt)
+
+
+def mark_unreached(model, inputs, labels, loss_fn) -> None:
+    """Mark ``unreached`` the parameters no gradient reaches, found by one probe forward and backward (the
+    gradients then dropped): AdamW makes its state lazily, for the parameters that have a gradient, so a real run
+    never holds any for them, and ``tracker.init_optimizer_state`` makes none for them.  DSA's indexer weights are
+    such (``DeepseekV32Indexer.forward`` runs under ``torch.no_grad()``, models/deepseek_v32/modeling_deepseek_v32.py);
+    they still require grad (autocast caches their bf16 copies)."""
+    loss = loss_fn(model(inputs), labels)
+    loss.backward()
+    del loss
+    for p in model.parameters():
+        p.unreached = p.grad is None
+        p.grad = None
+    gc.collect()
 
 
 def _measure_rank(cfg, seq, batch, setup, device, method, layout):

@@ -204,8 +204,11 @@ def init_optimizer_state(opt: torch.optim.Optimizer) -> None:
     not values.  The gradients are then dropped, as ``zero_grad(set_to_none=True)`` does.
     """
     params = [
-        p for group in opt.param_groups for p in group["params"] if p.requires_grad and p not in opt.state
-    ]  # a frozen parameter never gets a grad
+        p
+        for group in opt.param_groups
+        for p in group["params"]
+        if p.requires_grad and p not in opt.state and not getattr(p, "unreached", False)
+    ]  # a frozen parameter never gets a grad, nor one no gradient reaches (``hf.mark_unreached``)
     if not params:
         return
     for p in params:

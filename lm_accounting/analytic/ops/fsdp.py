@@ -237,7 +237,7 @@ def predict_rank(
     if impl == "transformers":
         from .transformers import PROGRAMS
 
-        if PROGRAMS[cfg.hf_model_type] in ("deepseek", "deepseek_v2"):
+        if PROGRAMS[cfg.hf_model_type] in ("deepseek", "deepseek_v2", "deepseek_v32"):
             raise ValueError(
                 f"FSDP2 over transformers' {cfg.hf_model_type} is not replayed (torch's fully_shard refuses its fp32 "
                 "router beside bf16 weights; in fp32 the fake-PG job differs from the replay, not derived)"

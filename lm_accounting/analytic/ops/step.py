@@ -108,6 +108,10 @@ def training_step(
     with Run(traced, log, log_batch, wraps=not traced and device == "cpu", threads=cpu_threads, target=target) as run:
         program = make()
         params = program.parameters() if sharding is None else sharding.shard(program)
+        if sharding is None and hasattr(program, "untrained"):
+            # a parameter no gradient reaches (DSA's indexer, under torch.no_grad()): AdamW makes no state for it
+            untrained = {id(p) for p in program.untrained()}
+            params = [p for p in params if id(p) not in untrained]
         m = [empty(p.shape, p.dtype, "exp_avg") for p in params]
         v = [empty(p.shape, p.dtype, "exp_avg_sq") for p in params] if optimizer_step else []
         on_device = optimizer == "fused" or device == "cpu"

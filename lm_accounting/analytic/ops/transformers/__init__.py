@@ -26,6 +26,8 @@ PROGRAMS = {
     "deepseek_v3": "deepseek",
     "glm4_moe_lite": "deepseek",  # Glm4MoeLiteForCausalLM: DeepSeek-V3's attention, router and block
     "sarvam_mla": "deepseek",
+    "deepseek_v32": "deepseek_v32",  # DeepSeek-V3's with DSA: the indexer's S² scores, its top-k mask in attention
+    "glm_moe_dsa": "deepseek_v32",  # GLM-5: DeepSeek-V3.2's with the indexer's RoPE interleaved
     "youtu": "deepseek",  # YoutuForCausalLM: Llama's model and layer, DeepseekV3Attention, dense MLPs  # DeepseekV3ForCausalLM (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
     "llama": "llama",
     "mistral": "llama",

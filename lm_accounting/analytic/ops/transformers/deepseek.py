@@ -140,11 +140,13 @@ class MoE:
         return hidden_states
 
 
-def apply_rotary_pos_emb_interleave(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
-    """:310-346."""
+def apply_rotary_pos_emb_interleave(
+    q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int = 1
+) -> tuple[Tensor, Tensor]:
+    """:310-346 (``unsqueeze_dim`` 2: GLM-5's indexer on (B, S, heads, d) tensors)."""
     half = cos.shape[-1] // 2
-    cos = A.unsqueeze(A.slice_(cos, -1, 0, half), 1)
-    sin = A.unsqueeze(A.slice_(sin, -1, 0, half), 1)
+    cos = A.unsqueeze(A.slice_(cos, -1, 0, half), unsqueeze_dim)
+    sin = A.unsqueeze(A.slice_(sin, -1, 0, half), unsqueeze_dim)
     q1, q2 = strided_slice(q, 0, 2), strided_slice(q, 1, 2)
     k1, k2 = strided_slice(k, 0, 2), strided_slice(k, 1, 2)
     q_embed = A.cat([A.sub(A.mul(q1, cos), A.mul(q2, sin)), A.add(A.mul(q2, cos), A.mul(q1, sin))], -1)
