@@ -230,13 +230,10 @@ def repeated(times: int):
                 run.autocast_virtual = cast.nbytes * (times - 1) + run.autocast_virtual
 
 
-def alike_runs(cfg: ModelConfig) -> list[tuple[int, int]]:
-    """(first layer, count) for the layers in order: the first and the last alone, the middle ones in runs of
-    the same kind (a mixture of experts or not, a window or not, RoPE or not: the same ops on the same shapes and
-    masks), each run replayed once for all its layers (``tensors.repeated``, O(1) in the layer count)."""
-    n = cfg.num_layers
-    nope = set(cfg.nope_layers)
-    kind = [(cfg.layer_moe(i), cfg.layer_windowed(i), i in nope) for i in range(n)]
+def runs_of(kind: Sequence) -> list[tuple[int, int]]:
+    """(first layer, count) for layers of kinds ``kind`` in order: the first and the last alone, the middle ones
+    in runs of one kind, each run replayed once for all its layers (``repeated``, O(1) in the layer count)."""
+    n = len(kind)
     runs, i = [(0, 1)], 1
     while i < n - 1:
         j = i
@@ -245,6 +242,13 @@ def alike_runs(cfg: ModelConfig) -> list[tuple[int, int]]:
         runs.append((i, j - i))
         i = j
     return runs + ([(n - 1, 1)] if n > 1 else [])
+
+
+def alike_runs(cfg: ModelConfig) -> list[tuple[int, int]]:
+    """``runs_of`` the layers' kinds: a mixture of experts or not, a window or not, RoPE or not (the same ops on
+    the same shapes and masks)."""
+    nope = set(cfg.nope_layers)
+    return runs_of([(cfg.layer_moe(i), cfg.layer_windowed(i), i in nope) for i in range(cfg.num_layers)])
 
 
 class Storage:

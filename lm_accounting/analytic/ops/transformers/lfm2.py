@@ -28,7 +28,7 @@ from .. import aten as A
 from ..aten_index import split_with_sizes
 from ..aten_scan import conv1d_depthwise
 from ..engine import Affine
-from ..tensors import Tensor, parameter, repeated
+from ..tensors import Tensor, parameter, repeated, runs_of
 from . import llama
 from .llama import B, Linear
 
@@ -100,18 +100,9 @@ class DecoderLayer(llama.GradientCheckpointingLayer):
 
 
 def layer_runs(cfg: ModelConfig) -> list[tuple[int, int]]:
-    """(first layer, count): the first and the last layer alone, the middle ones in runs of one mixer and one
-    feed-forward kind, each run replayed once."""
-    n = cfg.num_layers
-    kind = [(cfg.layer_kind(i) == "C", cfg.layer_moe(i)) for i in range(n)]
-    out, i = [(0, 1)], 1
-    while i < n - 1:
-        j = i
-        while j < n - 1 and kind[j] == kind[i]:
-            j += 1
-        out.append((i, j - i))
-        i = j
-    return out + ([(n - 1, 1)] if n > 1 else [])
+    """(first layer, count): ``tensors.runs_of`` the layers' mixer (a short convolution or attention) and
+    feed-forward (a mixture of experts or not) kinds."""
+    return runs_of([(cfg.layer_kind(i) == "C", cfg.layer_moe(i)) for i in range(cfg.num_layers)])
 
 
 class Lfm2ForCausalLM(llama.LlamaForCausalLM):

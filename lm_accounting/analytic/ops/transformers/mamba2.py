@@ -17,7 +17,7 @@ from .. import aten as A
 from ..aten_index import split_with_sizes
 from ..aten_pointwise import clamp, exp
 from ..aten_scan import constant_pad_nd, conv1d_depthwise, cumsum, einsum, masked_fill, permute, softplus
-from ..tensors import Tensor, empty, no_grad, parameter
+from ..tensors import Tensor, empty, no_grad, parameter, runs_of
 from .llama import Linear
 
 
@@ -208,17 +208,8 @@ class Mamba2Mixer:
 
 
 def layer_runs(cfg: ModelConfig) -> list[tuple[int, int]]:
-    """(first layer, count) of a patterned model: the first and the last layer alone, the middle ones in runs of one
-    letter, each run replayed once (``tensors.repeated``)."""
-    n, kind = cfg.num_layers, cfg.layer_kind
-    out, i = [(0, 1)], 1
-    while i < n - 1:
-        j = i
-        while j < n - 1 and kind(j) == kind(i):
-            j += 1
-        out.append((i, j - i))
-        i = j
-    return out + ([(n - 1, 1)] if n > 1 else [])
+    """(first layer, count) of a patterned model: ``tensors.runs_of`` its letters."""
+    return runs_of([cfg.layer_kind(i) for i in range(cfg.num_layers)])
 
 
 def unproven_sizes(cfg: ModelConfig) -> list[str]:
