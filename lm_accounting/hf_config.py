@@ -2744,6 +2744,22 @@ def load_hf_config(path: str | os.PathLike) -> ModelConfig:
 
 
 # -- the reverse map: a ModelConfig as the config.json transformers builds its model from ------------------
+def _write_mamba(cfg: ModelConfig) -> dict[str, Any]:
+    """Mamba's and Falcon-Mamba's config.json (``_mamba``): the mixer's widths, ``expand`` = E / d (an E that is no
+    multiple of d cannot be written: ``to_hf_dict`` refuses it)."""
+    return {
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model,
+        "num_hidden_layers": cfg.num_layers,
+        "layer_norm_epsilon": cfg.norm_eps,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "state_size": cfg.ssm_state_size,
+        "expand": cfg.ssm_inner // cfg.d_model,
+        "conv_kernel": cfg.ssm_conv_kernel,
+        "time_step_rank": cfg.ssm_dt_rank,
+    }
+
+
 def to_hf_dict(cfg: ModelConfig) -> dict[str, Any]:
     """The config.json of ``cfg`` for transformers' class of ``cfg.hf_model_type``:
     ``AutoConfig.for_model(**to_hf_dict(cfg))`` builds the model whose parameter count is ours
@@ -3388,6 +3404,8 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         "mamba_d_conv": cfg.mamba_conv_kernel,
         "mamba_chunk_size": cfg.mamba_chunk_size,
     },
+    "mamba": lambda cfg: _write_mamba(cfg),
+    "falcon_mamba": lambda cfg: _write_mamba(cfg),
     "olmoe": lambda cfg: {  # no head_dim: OlmoeConfig has none (d / heads)
         **{k: v for k, v in _write_common(cfg).items() if k != "head_dim"},
         **_write_experts(cfg, "num_experts"),

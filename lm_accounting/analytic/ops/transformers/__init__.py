@@ -87,6 +87,8 @@ PROGRAMS = {
     "qwen3_next": "qwen3_next",  # Gated DeltaNet layers (the torch chunked rule) and gated attention, Qwen2-MoE's block
     "qwen3_5_text": "qwen3_5",  # Qwen3-Next's layers with unfused projections, a dense MLP, three-row rotary positions
     "qwen3_5_moe_text": "qwen3_5",  # Qwen3.5's layers with Qwen3-Next's sparse block in every layer
+    "mamba": "mamba",  # the sequential selective scan (a python loop of S steps), fp32 residuals
+    "falcon_mamba": "mamba",  # Mamba's with weightless RMSNorms on dt, B and C
 }
 """hf_model_type -> the module of this package that transliterates its modeling file."""
 B = Affine(1)  # the micro-batch as a symbol
