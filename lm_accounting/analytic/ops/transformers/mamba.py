@@ -97,7 +97,8 @@ def selective_scan(hidden_states, dt, A_, B_, C_, D, z, delta_bias) -> Tensor:
         scan_outputs.append(A.select(product, 2, 0))
 
     middle = seq_len - 4
-    if middle < 2 or current().segment is not None:
+    run = current()  # inside a repeated block or a checkpointed one (its recomputation packs every step): literal
+    if middle < 2 or run.segment is not None or run.hooks:
         for index in range(seq_len):
             step(index)
     else:
@@ -134,6 +135,9 @@ class Mixer:
         self.x_proj = Linear(e, r + 2 * n, False, dtype, name + ".x_proj")
         self.dt_proj = Linear(r, e, True, dtype, name + ".dt_proj")
         self.out_proj = Linear(e, d, False, dtype, name + ".out_proj")
+        # Falcon-Mamba's norms' weights: non-persistent buffers of ones, unused (modeling_falcon_mamba.py:47-52)
+        widths = (e, n, n) if self.norms else ()
+        self.buffers = [empty((w,), dtype, name + ".norm_buffer") for w in widths]
 
     def params(self) -> list[Tensor]:
         own = [self.A_log, self.D, self.conv_weight, self.conv_bias]
@@ -221,20 +225,24 @@ class MambaForCausalLM:
 
     def model(self) -> Tensor:
         """``MambaModel.forward`` (:643-709)."""
-        hidden_states = A.embedding(self.embeddings, self.input_ids)  # :683
+        inputs_embeds = A.embedding(self.embeddings, self.input_ids)  # :683 (a local until the return)
+        hidden_states = inputs_embeds
         n = self.cfg.num_layers
         runs = [(0, 1)] + ([(1, n - 2)] if n > 2 else []) + ([(n - 1, 1)] if n > 1 else [])
         for first, times in runs:
             with repeated(times):
                 hidden_states = self.layers[first](hidden_states)
-        return self.norm_f(hidden_states)  # :699
+        hidden_states = self.norm_f(hidden_states)  # :699
+        del inputs_embeds
+        return hidden_states
 
     def forward(self) -> tuple[Tensor, Tensor]:
         """:781-799: the head on ``hidden_states.to(lm_head.weight.dtype)``, ``.float()``, ``ForCausalLMLoss``."""
-        hidden_states = self.model()
-        hidden_states = A.to(A.view(hidden_states, *hidden_states.shape), self.lm_head.dtype)
-        logits = A.to(A.linear(hidden_states, self.lm_head), "fp32")
+        mamba_outputs = self.model()  # the model's output holds the normed states until the return
+        hidden_states = A.view(mamba_outputs, *mamba_outputs.shape)
+        logits = A.to(A.linear(A.to(hidden_states, self.lm_head.dtype), self.lm_head), "fp32")
         loss = llama.for_causal_lm_loss(logits, self.labels, self.cfg.vocab_size)
+        del hidden_states, mamba_outputs
         return logits, loss
 
     def loss(self) -> Tensor:
