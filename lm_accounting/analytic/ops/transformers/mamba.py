@@ -147,7 +147,9 @@ class Mixer:
         """:82-102 (activation "silu"), on ``conv1d.weight.squeeze(1)``."""
         weight = A.squeeze(self.conv_weight, 1)
         seq_len = hidden_states.shape[-1]
-        out = conv1d_depthwise(A.to(hidden_states, weight.dtype), A.unsqueeze(weight, 1), self.conv_bias, self.kernel - 1)
+        out = conv1d_depthwise(
+            A.to(hidden_states, weight.dtype), A.unsqueeze(weight, 1), self.conv_bias, self.kernel - 1
+        )
         out = A.silu(A.slice_(out, -1, 0, seq_len))
         return A.to(out, hidden_states.dtype)
 

@@ -1,0 +1,119 @@
+"""transformers' Mamba (v1) models replayed by their op-library program (issues 26 and 30): ``MambaForCausalLM`` and
+``FalconMambaForCausalLM`` (``analytic.ops.transformers.mamba``) equal transformers' own models measured by the
+storage tracker on meta, phase by phase, byte for byte, at B = 1, 2 and 3 (``test_ops_transformers_llama.check``),
+and their plain CPU runs equal the CPU allocator's events (``test_ops_transformers_zoo.check_plain``).
+
+The mixer runs transformers' PyTorch path (``mamba_selective_scan``'s sequential loop of S steps, each a
+multiply-add of the state and a ``matmul`` by C, the outputs stacked), the path training takes without the CUDA
+kernels.  The configs are small config.json objects read by ``hf_config.config_from_hf``: sequences of 5 tokens
+(every step replayed) and 9 to 16 (the middle steps replayed once, ``tensors.repeated``), 2 to 4 layers (the middle
+ones replayed once)."""
+
+import json
+
+import pytest
+
+from lm_accounting.analytic.ops import predict_step, unsupported
+from lm_accounting.hf_config import config_from_hf
+from lm_accounting.setup import TrainingSetup
+
+pytest.importorskip("transformers")
+from test_ops_transformers_llama import check  # B = 1, 2, 3 against transformers' own model on meta
+from test_ops_transformers_zoo import check_plain  # the plain CPU run against the CPU allocator
+
+MAMBA = dict(
+    model_type="mamba",
+    vocab_size=96,
+    hidden_size=16,
+    state_size=4,
+    expand=2,
+    conv_kernel=4,
+    time_step_rank=4,
+)
+"""A mixer of E = 32 channels (expand 2 of d 16), state 4, dt rank 4, a conv of 4 taps; tied head (the default)."""
+
+
+def tiny(model_type: str, layers: int, **fields):
+    return config_from_hf({**MAMBA, "model_type": model_type, "num_hidden_layers": layers, **fields})
+
+
+def label(setup: TrainingSetup) -> str:
+    return "-".join(setup.to_dict().values())
+
+
+CASES = [
+    # (model_type, layers, S, setup): S = 5 replays every step of the scan, S >= 9 its middle steps once
+    ("mamba", 2, 5, TrainingSetup(attention="naive")),
+    ("mamba", 3, 12, TrainingSetup(attention="naive")),
+    ("mamba", 2, 12, TrainingSetup(attention="naive", precision="bf16")),
+    ("mamba", 4, 9, TrainingSetup(attention="naive", checkpoint="full")),
+    ("mamba", 3, 16, TrainingSetup(precision="bf16", checkpoint="full")),
+    ("falcon_mamba", 3, 12, TrainingSetup(attention="naive")),
+    ("falcon_mamba", 2, 9, TrainingSetup(attention="naive", precision="bf16", checkpoint="full")),
+    ("falcon_mamba", 3, 5, TrainingSetup(precision="bf16")),
+]
+
+
+@pytest.mark.parametrize(
+    "model_type, layers, seq, setup", CASES, ids=lambda v: v if isinstance(v, str | int) else label(v)
+)
+def test_mamba_equals_transformers(model_type, layers, seq, setup):
+    """``MambaBlock``s (the RMSNorm, the fp32 residual, the mixer: ``in_proj``, the depthwise conv1d cut to S,
+    ``x_proj``, Falcon-Mamba's weightless norms on dt, B and C, ``dt_proj.weight @`` copied contiguous, the
+    discretisation in fp32, the sequential scan, the D residual and the SiLU gate, ``out_proj``), ``norm_f`` and the
+    tied head, against transformers' class on meta at B = 1, 2 and 3 (sdpa builds the same model: no attention)."""
+    check(tiny(model_type, layers), seq, setup)
+
+
+def test_untied_head_and_wide_state_equal_transformers():
+    """An untied ``lm_head`` (its own parameter), a state of 16 and a dt rank of 8 (Falcon-Mamba's)."""
+    cfg = tiny("falcon_mamba", 3, tie_word_embeddings=False, state_size=16, time_step_rank=8)
+    check(cfg, 10, TrainingSetup(attention="naive", precision="bf16"))
+
+
+@pytest.mark.parametrize(
+    "model_type, setup",
+    [
+        ("mamba", TrainingSetup(attention="naive")),
+        ("mamba", TrainingSetup(attention="naive", precision="bf16", checkpoint="full")),
+        ("falcon_mamba", TrainingSetup(attention="naive", checkpoint="full")),
+        ("falcon_mamba", TrainingSetup(attention="naive", precision="bf16")),
+    ],
+    ids=lambda v: v if isinstance(v, str) else label(v),
+)
+@pytest.mark.parametrize("batch", [1, 2])
+def test_mamba_plain_cpu_run_equals_the_cpu_allocator(model_type, setup, batch):
+    """No dispatch mode: gradients summed in place, Python numbers wrapped, checkpoint's saved CPU RNG state."""
+    check_plain(tiny(model_type, 3), 12, batch, setup)
+
+
+@pytest.mark.parametrize(
+    "setup, reason",
+    [
+        (TrainingSetup(checkpoint="selective"), "no selective activation checkpointing"),
+        (TrainingSetup(precision="amp-bf16"), "amp-bf16"),
+    ],
+    ids=["selective", "amp-bf16"],
+)
+def test_what_is_not_transliterated_is_refused(setup, reason):
+    """Selective checkpointing (transformers has none) and amp-bf16 (not proven) are refused with their reason."""
+    cfg = tiny("mamba", 2)
+    reasons = unsupported(cfg, setup, "transformers")
+    assert any(reason in r for r in reasons), reasons
+    with pytest.raises(ValueError, match=reason):
+        predict_step(cfg, 12, setup, impl="transformers")
+    for model_type in ("mamba", "falcon_mamba"):
+        assert unsupported(tiny(model_type, 2), TrainingSetup(), "transformers") == []
+
+
+@pytest.mark.parametrize("model_type, precision", [("mamba", "fp32"), ("falcon_mamba", "bf16")])
+def test_memory_prints_the_exact_step_of_a_mamba_config_json(run_cli, tmp_path, model_type, precision):
+    """``lm-account memory`` on a Mamba config.json gives the replayed step (not the model states alone), and
+    ``--measure meta`` finds transformers' model equal to it at every phase."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**MAMBA, "model_type": model_type, "num_hidden_layers": 3}))
+    r = run_cli("memory", path, "-S", "64", "--precision", precision, "--measure", "meta")
+    assert r.code == 0, r.err
+    assert "model states only" not in r.out and "step peak" in r.out
+    rows = [line for line in r.out.splitlines() if "+0.0000%" in line]
+    assert len(rows) == 7, r.out  # baseline, and each phase's peak and end, equal to the measurement
