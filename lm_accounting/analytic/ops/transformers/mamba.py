@@ -114,8 +114,7 @@ def selective_scan(hidden_states, dt, A_, B_, C_, D, z, delta_bias) -> Tensor:
     scan_output = stack_steps(scan_outputs, seq_len)  # :265
     scan_output = A.add(scan_output, A.mul(hidden_states, A.unsqueeze(A.unsqueeze(D, 0), -1)))  # :268
     scan_output = A.mul(scan_output, A.silu(z))  # :271
-    del state, scan_outputs, deltaB_u, discrete_B, discrete_A
-    return scan_output
+    return scan_output  # the locals die: ``deltaB_u`` and the steps' products (the list) with them
 
 
 class Mixer:
