@@ -89,6 +89,7 @@ PROGRAMS = {
     "qwen3_5_moe_text": "qwen3_5",  # Qwen3.5's layers with Qwen3-Next's sparse block in every layer
     "mamba": "mamba",  # the sequential selective scan (a python loop of S steps), fp32 residuals
     "falcon_mamba": "mamba",  # Mamba's with weightless RMSNorms on dt, B and C
+    "jamba": "jamba",  # Mamba's mixer (dt/B/C norms with gains) or attention without RoPE, SwiGLU or experts
 }
 """hf_model_type -> the module of this package that transliterates its modeling file."""
 B = Affine(1)  # the micro-batch as a symbol

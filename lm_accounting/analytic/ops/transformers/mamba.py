@@ -119,7 +119,10 @@ def selective_scan(hidden_states, dt, A_, B_, C_, D, z, delta_bias) -> Tensor:
 
 class Mixer:
     """``MambaMixer`` (:285-484) in training, without a cache or a padding mask; ``norms``: Falcon-Mamba's
-    weightless RMSNorms on dt, B and C."""
+    weightless RMSNorms on dt, B and C (a subclass's own: Jamba's, ``normed``)."""
+
+    calls_mamba_inner_fn = True
+    """Whether the forward first calls ``mamba_inner_fn`` (Mamba's, Falcon-Mamba's; Jamba's does not)."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, name: str):
         d, e, n, r = cfg.d_model, cfg.ssm_inner, cfg.ssm_state_size, cfg.ssm_dt_rank
@@ -142,6 +145,12 @@ class Mixer:
         own = [self.A_log, self.D, self.conv_weight, self.conv_bias]
         return own + self.in_proj.params() + self.x_proj.params() + self.dt_proj.params() + self.out_proj.params()
 
+    def normed(self, time_step: Tensor, B_: Tensor, C_: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """dt, B and C after ``x_proj``: Falcon-Mamba's weightless norms (modeling_falcon_mamba.py:469-471)."""
+        if not self.norms:
+            return time_step, B_, C_
+        return weightless_rms_norm(time_step), weightless_rms_norm(B_), weightless_rms_norm(C_)
+
     def causal_conv1d_fn(self, hidden_states: Tensor) -> Tensor:
         """:82-102 (activation "silu"), on ``conv1d.weight.squeeze(1)``."""
         weight = A.squeeze(self.conv_weight, 1)
@@ -156,16 +165,15 @@ class Mixer:
         dtype = hidden_states.dtype  # :368
         projected_states = A.transpose(self.in_proj(hidden_states), 1, 2)  # :379
         A_ = A.neg(exp(A.to(self.A_log, "fp32")))  # :381
-        # ``mamba_inner_fn``'s arguments (:383-397), made and dropped when it returns None
-        args = [A.to(self.D, "fp32"), A.to(self.dt_proj.bias, "fp32")]
-        del args
+        if self.calls_mamba_inner_fn:  # its arguments (:383-397), made and dropped when it returns None
+            args = [A.to(self.D, "fp32"), A.to(self.dt_proj.bias, "fp32")]
+            del args
         hidden_states_B_C, gate = chunk(projected_states, 2, 1)  # :403
         hidden_states_B_C = self.causal_conv1d_fn(hidden_states_B_C)  # :422-428
         hidden_states_B_C = A.transpose(hidden_states_B_C, 1, 2)  # :434
         r, n = self.time_step_rank, self.ssm_state_size
         time_step, B_, C_ = split_with_sizes(self.x_proj(hidden_states_B_C), [r, n, n], -1)  # :435-439
-        if self.norms:  # modeling_falcon_mamba.py:469-471
-            time_step, B_, C_ = weightless_rms_norm(time_step), weightless_rms_norm(B_), weightless_rms_norm(C_)
+        time_step, B_, C_ = self.normed(time_step, B_, C_)
         time_step = matmul_into_3d(self.dt_proj.weight, A.transpose(time_step, 1, 2))  # :441
         time_proj_bias = A.to(self.dt_proj.bias, "fp32")  # :442
         D = A.to(self.D, "fp32")  # :464 (the argument lives until the call returns)
