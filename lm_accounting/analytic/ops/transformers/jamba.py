@@ -118,7 +118,7 @@ class JambaForCausalLM(llama.LlamaForCausalLM):
         return DecoderLayer(cfg, self.dtype, self.setup.attention, name, cfg.layer_kind(i), cfg.layer_moe(i))
 
     def run_layers(self, hidden_states: Tensor, kwargs) -> Tensor:
-        """The layers in order; the middle ones in runs of one kind (mixer and FFN), each replayed once."""
+        """The layers in order (:893-901); the middle ones in runs of one kind (mixer and FFN), each replayed once."""
         n, cfg = self.cfg.num_layers, self.cfg
         kind = [(cfg.layer_kind(i), cfg.layer_moe(i)) for i in range(n)]
         runs, i = [(0, 1)], 1
@@ -129,8 +129,11 @@ class JambaForCausalLM(llama.LlamaForCausalLM):
             runs.append((i, j - i))
             i = j
         for first, times in runs + ([(n - 1, 1)] if n > 1 else []):
+            # the Mamba layers get ``create_recurrent_attention_mask``'s None: a checkpointed one holds no mask
+            layer_kwargs = {**kwargs(first), **({} if kind[first][0] == "*" else {"attention_mask": None})}
             with repeated(times):
-                hidden_states = self.layers[first](hidden_states, **kwargs(first))
+                hidden_states = self.layers[first](hidden_states, **layer_kwargs)
+            del layer_kwargs
         return hidden_states
 
 
