@@ -1,5 +1,6 @@
-"""transformers' Mamba (v1) models replayed by their op-library program (issues 26 and 30): ``MambaForCausalLM`` and
-``FalconMambaForCausalLM`` (``analytic.ops.transformers.mamba``) equal transformers' own models measured by the
+"""transformers' Mamba (v1) models replayed by their op-library programs (issues 26 and 30): ``MambaForCausalLM``,
+``FalconMambaForCausalLM`` (``analytic.ops.transformers.mamba``) and ``JambaForCausalLM`` (``jamba``) equal
+transformers' own models measured by the
 storage tracker on meta, phase by phase, byte for byte, at B = 1, 2 and 3 (``test_ops_transformers_llama.check``),
 and their plain CPU runs equal the CPU allocator's events (``test_ops_transformers_zoo.check_plain``).
 
@@ -7,7 +8,7 @@ The mixer runs transformers' PyTorch path (``mamba_selective_scan``'s sequential
 multiply-add of the state and a ``matmul`` by C, the outputs stacked), the path training takes without the CUDA
 kernels.  The configs are small config.json objects read by ``hf_config.config_from_hf``: sequences of 5 tokens
 (every step replayed) and 9 to 16 (the middle steps replayed once, ``tensors.repeated``), 2 to 4 layers (the middle
-ones replayed once)."""
+ones replayed once); Jamba's attention layers every 2nd to 4th layer, its experts every 2nd."""
 
 import json
 
@@ -117,3 +118,81 @@ def test_memory_prints_the_exact_step_of_a_mamba_config_json(run_cli, tmp_path, 
     assert "model states only" not in r.out and "step peak" in r.out
     rows = [line for line in r.out.splitlines() if "+0.0000%" in line]
     assert len(rows) == 7, r.out  # baseline, and each phase's peak and end, equal to the measurement
+
+
+JAMBA = dict(
+    model_type="jamba",
+    vocab_size=96,
+    hidden_size=16,
+    intermediate_size=32,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    mamba_d_state=4,
+    mamba_d_conv=4,
+    mamba_expand=2,
+    mamba_dt_rank=4,
+    max_position_embeddings=64,
+    num_experts_per_tok=2,
+    expert_layer_period=2,
+    expert_layer_offset=1,
+)
+"""Jamba's fields: GQA 4 heads over 2 K/V heads of 4, SwiGLU of 32, the mixer of ``MAMBA``; experts on odd layers."""
+
+
+def jamba(layers: int, period: int, offset: int, experts: int = 1, **fields):
+    data = {**JAMBA, "num_hidden_layers": layers, "attn_layer_period": period, "attn_layer_offset": offset}
+    return config_from_hf({**data, "num_experts": experts, **fields})
+
+
+JAMBA_CASES = [
+    # (layers, attention period, offset, experts, S, setup); grouped_mm's meta kernel takes bf16 experts only
+    (4, 2, 1, 1, 12, TrainingSetup(attention="naive")),
+    (5, 3, 1, 4, 12, TrainingSetup(precision="bf16")),
+    (4, 2, 0, 4, 9, TrainingSetup(attention="naive", precision="bf16", checkpoint="full")),
+    (6, 4, 2, 1, 12, TrainingSetup(checkpoint="full")),
+    (3, 2, 1, 1, 5, TrainingSetup(precision="bf16")),
+]
+
+
+@pytest.mark.parametrize(
+    "layers, period, offset, experts, seq, setup",
+    JAMBA_CASES,
+    ids=[f"{n}-layers-attn-{p}-{o}-{'moe' if e > 1 else 'dense'}-{s}-{label(x)}" for n, p, o, e, s, x in JAMBA_CASES],
+)
+def test_jamba_equals_transformers(layers, period, offset, experts, seq, setup):
+    """Jamba's layers: attention without RoPE (eager or sdpa) or Mamba's mixer with RMSNorms with gains on dt, B and
+    C (no ``mamba_inner_fn`` call), each then a SwiGLU or, on the expert layers, a router left unnormalised and
+    grouped_mm experts; a checkpointed Mamba layer holds no mask; against its class on meta at B = 1, 2 and 3."""
+    check(jamba(layers, period, offset, experts), seq, setup)
+
+
+@pytest.mark.parametrize("checkpoint", ["none", "full"])
+def test_jamba_fp32_experts_equal_transformers_on_cpu(checkpoint):
+    """fp32 experts (grouped_mm's meta kernel takes bf16 only): measured on cpu tensors under the storage tracker."""
+    from lm_accounting.measure.hf import measure_hf_step
+
+    cfg, setup = jamba(4, 2, 1, 4), TrainingSetup(attention="naive", checkpoint=checkpoint)
+    for batch in (1, 2):
+        lines = predict_step(cfg, 12, setup, impl="transformers", batch=batch, device="cpu")
+        assert lines.at(batch) == measure_hf_step(cfg, 12, batch, setup, device="cpu"), batch
+
+
+@pytest.mark.parametrize(
+    "experts, setup",
+    [(4, TrainingSetup(attention="naive")), (1, TrainingSetup(precision="bf16", checkpoint="full"))],
+    ids=["moe-fp32-eager", "dense-bf16-sdpa-full"],
+)
+def test_jamba_plain_cpu_run_equals_the_cpu_allocator(experts, setup):
+    check_plain(jamba(4, 2, 1, experts), 12, 2, setup)
+
+
+def test_memory_prints_the_exact_step_of_a_jamba_config_json(run_cli, tmp_path):
+    path = tmp_path / "config.json"
+    data = {**JAMBA, "num_hidden_layers": 4, "attn_layer_period": 2, "attn_layer_offset": 1, "num_experts": 4}
+    path.write_text(json.dumps(data))
+    r = run_cli("memory", path, "-S", "64", "--precision", "bf16", "--measure", "meta")
+    assert r.code == 0, r.err
+    assert "model states only" not in r.out and "step peak" in r.out
+    rows = [line for line in r.out.splitlines() if "+0.0000%" in line]
+    assert len(rows) == 7, r.out
+    assert unsupported(config_from_hf(data), TrainingSetup(precision="amp-bf16"), "transformers")
