@@ -35,7 +35,7 @@ from ..aten_pointwise import exp
 from ..aten_scan import conv1d_depthwise, softplus
 from ..aten_split import chunk
 from ..engine import Affine
-from ..tensors import Tensor, current, empty, no_grad, parameter, record, repeated
+from ..tensors import Tensor, autocast_or_not, current, empty, no_grad, parameter, record, repeated
 from . import llama
 from .llama import B, Linear
 
@@ -59,6 +59,7 @@ def matmul_into_3d(weight: Tensor, x: Tensor) -> Tensor:
     """``weight @ x`` of a 2-d weight that requires grad and a 3-d x (LinearAlgebra.cpp ``_matmul_impl``,
     ``should_fold``): x.mT folded to 2-d (a view or a copy: ``reshape``), ``mm`` by weight.t(), an
     ``_unsafe_view``, and ``.mT().contiguous()``: the product copied, then dropped."""
+    weight, x = A.lower(weight, x)  # a lower-precision op under autocast: cast before the fold
     t1 = A.transpose(x, -1, -2)
     folded = A.reshape(t1, -1, t1.shape[-1])
     output = A.unsafe_view(A.mm(folded, A.t_(weight)), *t1.shape[:-1], weight.shape[0])
@@ -255,7 +256,9 @@ class MambaForCausalLM:
         return logits, loss
 
     def loss(self) -> Tensor:
-        logits, loss = self.forward()
+        """``llama.LlamaForCausalLM.loss``: amp-bf16 runs the forward under autocast (the logits are fp32 already)."""
+        with autocast_or_not("bf16" if self.setup.autocast else None):
+            logits, loss = self.forward()
         del logits
         return loss
 
@@ -270,6 +273,4 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
     out = []
     if setup.checkpoint == "selective":
         out.append("transformers has no selective activation checkpointing")
-    if setup.autocast:
-        out.append("amp-bf16 (the selective scan under autocast's policies is not transliterated)")
     return out
