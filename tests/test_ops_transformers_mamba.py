@@ -52,6 +52,9 @@ CASES = [
     ("falcon_mamba", 3, 12, TrainingSetup(attention="naive")),
     ("falcon_mamba", 2, 9, TrainingSetup(attention="naive", precision="bf16", checkpoint="full")),
     ("falcon_mamba", 3, 5, TrainingSetup(precision="bf16")),
+    # amp-bf16: the projections, the conv1d and each step's matmul in bf16, softplus in fp32
+    ("mamba", 3, 12, TrainingSetup(attention="naive", precision="amp-bf16")),
+    ("falcon_mamba", 3, 12, TrainingSetup(precision="amp-bf16", checkpoint="full")),
 ]
 
 
@@ -79,6 +82,7 @@ def test_untied_head_and_wide_state_equal_transformers():
         ("mamba", TrainingSetup(attention="naive", precision="bf16", checkpoint="full")),
         ("falcon_mamba", TrainingSetup(attention="naive", checkpoint="full")),
         ("falcon_mamba", TrainingSetup(attention="naive", precision="bf16")),
+        ("mamba", TrainingSetup(attention="naive", precision="amp-bf16", checkpoint="full")),
     ],
     ids=lambda v: v if isinstance(v, str) else label(v),
 )
@@ -88,23 +92,20 @@ def test_mamba_plain_cpu_run_equals_the_cpu_allocator(model_type, setup, batch):
     check_plain(tiny(model_type, 3), 12, batch, setup)
 
 
-@pytest.mark.parametrize(
-    "setup, reason",
-    [
-        (TrainingSetup(checkpoint="selective"), "no selective activation checkpointing"),
-        (TrainingSetup(precision="amp-bf16"), "amp-bf16"),
-    ],
-    ids=["selective", "amp-bf16"],
-)
-def test_what_is_not_transliterated_is_refused(setup, reason):
-    """Selective checkpointing (transformers has none) and amp-bf16 (not proven) are refused with their reason."""
-    cfg = tiny("mamba", 2)
+def test_what_is_not_transliterated_is_refused():
+    """Selective checkpointing (transformers has none) is refused with its reason."""
+    cfg, setup, reason = (
+        tiny("mamba", 2),
+        TrainingSetup(checkpoint="selective"),
+        "no selective activation checkpointing",
+    )
     reasons = unsupported(cfg, setup, "transformers")
     assert any(reason in r for r in reasons), reasons
     with pytest.raises(ValueError, match=reason):
         predict_step(cfg, 12, setup, impl="transformers")
     for model_type in ("mamba", "falcon_mamba"):
-        assert unsupported(tiny(model_type, 2), TrainingSetup(), "transformers") == []
+        for setup in (TrainingSetup(), TrainingSetup(precision="amp-bf16", checkpoint="full")):
+            assert unsupported(tiny(model_type, 2), setup, "transformers") == []
 
 
 @pytest.mark.parametrize("model_type, precision", [("mamba", "fp32"), ("falcon_mamba", "bf16")])
@@ -151,6 +152,7 @@ JAMBA_CASES = [
     (4, 2, 0, 4, 9, TrainingSetup(attention="naive", precision="bf16", checkpoint="full")),
     (6, 4, 2, 1, 12, TrainingSetup(checkpoint="full")),
     (3, 2, 1, 1, 5, TrainingSetup(precision="bf16")),
+    (4, 2, 1, 1, 12, TrainingSetup(attention="naive", precision="amp-bf16", checkpoint="full")),
 ]
 
 
@@ -166,12 +168,17 @@ def test_jamba_equals_transformers(layers, period, offset, experts, seq, setup):
     check(jamba(layers, period, offset, experts), seq, setup)
 
 
-@pytest.mark.parametrize("checkpoint", ["none", "full"])
-def test_jamba_fp32_experts_equal_transformers_on_cpu(checkpoint):
-    """fp32 experts (grouped_mm's meta kernel takes bf16 only): measured on cpu tensors under the storage tracker."""
+@pytest.mark.parametrize(
+    "setup",
+    [TrainingSetup(attention="naive"), TrainingSetup(checkpoint="full"), TrainingSetup(precision="amp-bf16")],
+    ids=label,
+)
+def test_jamba_fp32_experts_equal_transformers_on_cpu(setup):
+    """fp32 experts (grouped_mm's meta kernel takes bf16 only): measured on cpu tensors under the storage tracker;
+    under amp-bf16 the router's top-k stays fp32 (cast to the input's dtype, not the bf16 logits')."""
     from lm_accounting.measure.hf import measure_hf_step
 
-    cfg, setup = jamba(4, 2, 1, 4), TrainingSetup(attention="naive", checkpoint=checkpoint)
+    cfg = jamba(4, 2, 1, 4)
     for batch in (1, 2):
         lines = predict_step(cfg, 12, setup, impl="transformers", batch=batch, device="cpu")
         assert lines.at(batch) == measure_hf_step(cfg, 12, batch, setup, device="cpu"), batch
@@ -195,4 +202,4 @@ def test_memory_prints_the_exact_step_of_a_jamba_config_json(run_cli, tmp_path):
     assert "model states only" not in r.out and "step peak" in r.out
     rows = [line for line in r.out.splitlines() if "+0.0000%" in line]
     assert len(rows) == 7, r.out
-    assert unsupported(config_from_hf(data), TrainingSetup(precision="amp-bf16"), "transformers")
+    assert unsupported(config_from_hf(data), TrainingSetup(checkpoint="selective"), "transformers")

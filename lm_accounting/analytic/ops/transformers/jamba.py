@@ -12,7 +12,7 @@ Llama's) whose mixer is
   with gains on dt, B and C (``dt_layernorm``, ``b_layernorm``, ``c_layernorm``);
 
 and whose FFN is ``JambaSparseMoeBlock`` (:701-729: ``JambaTopKRouter``, a softmax in fp32, top-k left
-unnormalised, cast to the input's dtype: ``moe.TopKRouter``'s Qwen3-MoE branch without ``norm_topk_prob``; then
+unnormalised, cast to the input's dtype; then
 ``JambaExperts`` under transformers' default ``grouped_mm``, ``moe.Experts``) on the layers ``layer_moe`` says, a
 SwiGLU ``JambaMLP`` (:627-641, ``llama.MLP``) on the others.
 
@@ -22,7 +22,8 @@ layers (runs of alike middle layers replayed once), ``final_layernorm``; ``Jamba
 and ``ForCausalLMLoss``, without ``output_router_logits`` (the class default; the reader ignores the field, so an
 auxiliary loss asked for by a config.json is not modelled).
 
-Not transliterated (``unsupported``): amp-bf16, selective checkpointing (transformers has none).  No torch.
+amp-bf16: ``llama.LlamaForCausalLM.loss``'s autocast region (Mamba's ops as ``mamba`` says).  Not transliterated
+(``unsupported``): selective checkpointing (transformers has none).  No torch.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from __future__ import annotations
 from ....config import ModelConfig
 from ....setup import TrainingSetup
 from .. import aten as A
+from ..aten_index import topk
 from ..engine import Affine
 from ..tensors import Tensor, repeated
 from . import llama, mamba, moe, nemotron_h
@@ -59,13 +61,23 @@ class MambaMixer(mamba.Mixer):
         return time_step, B_, C_
 
 
+class TopKRouter(moe.TopKRouter):
+    """``JambaTopKRouter`` (:683-698): a softmax in fp32, the top-k left unnormalised and cast to the *input's*
+    dtype (fp32 under amp-bf16, where Qwen3-MoE's casts to the bf16 logits' dtype)."""
+
+    def __call__(self, hidden_states: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        router_logits = A.linear(hidden_states, self.weight)  # (T, E)
+        routing_weights = A.softmax(router_logits, -1, "fp32")
+        top_k_weights, top_k_index = topk(routing_weights, self.top_k)
+        return router_logits, A.to(top_k_weights, hidden_states.dtype), top_k_index
+
+
 class SparseMoeBlock(moe.SparseMoeBlock):
     """``JambaSparseMoeBlock`` (:701-729): ``router`` registered before ``experts``."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, name: str):
         self.mixtral = False
-        self.gate = moe.TopKRouter(cfg, dtype, name + ".router", mixtral=False)
-        self.gate.norm_topk_prob = False  # ``JambaTopKRouter`` never normalises the top-k
+        self.gate = TopKRouter(cfg, dtype, name + ".router", mixtral=False)
         self.experts = moe.Experts(cfg, dtype, name + ".experts")
 
     def params(self) -> list[Tensor]:

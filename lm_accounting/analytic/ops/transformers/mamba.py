@@ -21,8 +21,10 @@ the gradient buffers of ``discrete_A`` and ``C`` that the middle ones add to), a
 The model (:643-709): the embedding, the blocks, ``norm_f``; ``MambaForCausalLM`` (:756-809): ``lm_head`` (tied to
 the embedding by default) on ``hidden_states.to(lm_head.weight.dtype)``, ``.float()``, ``ForCausalLMLoss``.
 
-Not transliterated (``unsupported``): amp-bf16 (the scan's fp32 tensors under autocast's policies), selective
-checkpointing (transformers has none).  No torch.
+amp-bf16 (``llama.LlamaForCausalLM.loss``'s autocast region, CUDA's lists as ``model.autocast`` emulates them):
+the projections, ``dt_proj``'s ``@`` (cast before its fold), the conv1d and each step's read-out ``matmul`` run in
+bf16, so the scan's input dtype is bf16; ``softplus`` is an fp32 op; the discretisation promotes to fp32.  Not
+transliterated (``unsupported``): selective checkpointing (transformers has none).  No torch.
 """
 
 from __future__ import annotations
