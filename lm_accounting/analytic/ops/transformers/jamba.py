@@ -130,7 +130,8 @@ class JambaForCausalLM(llama.LlamaForCausalLM):
         return DecoderLayer(cfg, self.dtype, self.setup.attention, name, cfg.layer_kind(i), cfg.layer_moe(i))
 
     def run_layers(self, hidden_states: Tensor, kwargs) -> Tensor:
-        """The layers in order (:893-901); the middle ones in runs of one kind (mixer and FFN), each replayed once."""
+        """The layers in order (:893-901); checkpointed, the middle ones in runs of one kind (mixer and FFN), each
+        replayed once, else one by one (``mamba.one_by_one``)."""
         n, cfg = self.cfg.num_layers, self.cfg
         kind = [(cfg.layer_kind(i), cfg.layer_moe(i)) for i in range(n)]
         runs, i = [(0, 1)], 1
@@ -140,7 +141,8 @@ class JambaForCausalLM(llama.LlamaForCausalLM):
                 j += 1
             runs.append((i, j - i))
             i = j
-        for first, times in runs + ([(n - 1, 1)] if n > 1 else []):
+        runs += [(n - 1, 1)] if n > 1 else []
+        for first, times in runs if self.setup.checkpoint == "full" else mamba.one_by_one(n):
             # the Mamba layers get ``create_recurrent_attention_mask``'s None: a checkpointed one holds no mask
             layer_kwargs = {**kwargs(first), **({} if kind[first][0] == "*" else {"attention_mask": None})}
             with repeated(times):

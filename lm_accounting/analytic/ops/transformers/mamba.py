@@ -120,6 +120,13 @@ def selective_scan(hidden_states, dt, A_, B_, C_, D, z, delta_bias) -> Tensor:
     return scan_output  # the locals die: ``deltaB_u`` and the steps' products (the list) with them
 
 
+def one_by_one(layers: int) -> list[tuple[int, int]]:
+    """Every layer replayed alone: a layer replayed for a run of alike ones (``tensors.repeated``) runs its scan step
+    by step (repeats do not nest), a layer alone replays the scan's middle steps once, so without checkpointing
+    (whose recomputation runs every step anyway) a step costs O(layers), not O(S)."""
+    return [(i, 1) for i in range(layers)]
+
+
 class Mixer:
     """``MambaMixer`` (:285-484) in training, without a cache or a padding mask; ``norms``: Falcon-Mamba's
     weightless RMSNorms on dt, B and C (a subclass's own: Jamba's, ``normed``)."""
@@ -241,7 +248,7 @@ class MambaForCausalLM:
         hidden_states = inputs_embeds
         n = self.cfg.num_layers
         runs = [(0, 1)] + ([(1, n - 2)] if n > 2 else []) + ([(n - 1, 1)] if n > 1 else [])
-        for first, times in runs:
+        for first, times in runs if self.setup.checkpoint == "full" else one_by_one(n):
             with repeated(times):
                 hidden_states = self.layers[first](hidden_states)
         hidden_states = self.norm_f(hidden_states)  # :699
