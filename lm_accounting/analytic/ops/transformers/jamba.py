@@ -54,7 +54,7 @@ class MambaMixer(mamba.Mixer):
         return super().params() + norms
 
     def normed(self, time_step: Tensor, B_: Tensor, C_: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """:569-572."""
+        """:571-573."""
         time_step = self.dt_layernorm(time_step)
         B_ = self.b_layernorm(B_)
         C_ = self.c_layernorm(C_)

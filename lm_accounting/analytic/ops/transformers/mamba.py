@@ -10,7 +10,7 @@ the path training takes without the CUDA kernels (``mamba_inner_fn`` returns Non
 the chunk into x and the gate; ``causal_conv1d_fn`` (:82-102: a depthwise ``F.conv1d`` padded by K − 1, cut to S,
 SiLU); ``x_proj`` and the split into dt, B and C (Falcon-Mamba: each through ``FalconMambaWeightlessRMSNorm``);
 ``dt_proj.weight @ dt.transpose(1, 2)`` (torch's ``matmul`` folds the 3-d operand, ``mm``, and copies the
-transposed product contiguous); ``mamba_selective_scan`` (:175-282) on its sequential branch (no mambapy, no
+transposed product contiguous); ``mamba_selective_scan`` (:175-281) on its sequential branch (no mambapy, no
 associative scan outside torch.compile): dt + bias, softplus, ``discrete_A = exp(A · dt)``, ``deltaB_u = dt · B ·
 x`` in fp32, then ``for index in range(seq_len)``: ``ssm_state = discrete_A[:, :, i] * ssm_state + deltaB_u[:, :,
 i]`` and ``matmul(ssm_state.to(input_dtype), C[:, i, :].unsqueeze(-1))[:, :, 0]`` appended to a list, stacked;
@@ -78,21 +78,21 @@ def weightless_rms_norm(x: Tensor) -> Tensor:
 
 
 def selective_scan(hidden_states, dt, A_, B_, C_, D, z, delta_bias) -> Tensor:
-    """``mamba_selective_scan`` (:175-282) with ``delta_softplus``, no last state, the recurrent branch."""
+    """``mamba_selective_scan`` (:175-281) with ``delta_softplus``, no last state, the recurrent branch."""
     batch_size, intermediate_size, seq_len = hidden_states.shape
     input_dtype = hidden_states.dtype
-    dt = A.add(dt, A.unsqueeze(A.to(delta_bias, dt.dtype), -1))  # :203
+    dt = A.add(dt, A.unsqueeze(A.to(delta_bias, dt.dtype), -1))  # :205
     dt = softplus(dt)
-    B_ = A.transpose(B_, 1, 2)  # :208
+    B_ = A.transpose(B_, 1, 2)  # :210
     C_ = A.transpose(C_, 1, 2)
-    discrete_A = exp(A.mul(A.unsqueeze(A.unsqueeze(A_, 0), 2), A.unsqueeze(dt, -1)))  # :212
+    discrete_A = exp(A.mul(A.unsqueeze(A.unsqueeze(A_, 0), 2), A.unsqueeze(dt, -1)))  # :214
     discrete_B = A.mul(A.unsqueeze(dt, -1), A.unsqueeze(A.to(B_, "fp32"), 1))
     deltaB_u = A.mul(discrete_B, A.unsqueeze(A.to(hidden_states, "fp32"), -1))
-    with no_grad():  # :249-255
+    with no_grad():  # :252-258
         state = [empty((batch_size, intermediate_size, A_.shape[-1]), input_dtype, "zeros")]
     scan_outputs: list[Tensor] = []
 
-    def step(index: int) -> None:  # :258-264
+    def step(index: int) -> None:  # :261-267
         new = A.add(A.mul(A.select(discrete_A, 2, index), state[0]), A.select(deltaB_u, 2, index))
         state[0] = new
         del new
@@ -114,9 +114,9 @@ def selective_scan(hidden_states, dt, A_, B_, C_, D, z, delta_bias) -> Tensor:
         storage.nbytes = storage.nbytes * middle
         step(seq_len - 2)
         step(seq_len - 1)
-    scan_output = stack_steps(scan_outputs, seq_len)  # :265
-    scan_output = A.add(scan_output, A.mul(hidden_states, A.unsqueeze(A.unsqueeze(D, 0), -1)))  # :268
-    scan_output = A.mul(scan_output, A.silu(z))  # :271
+    scan_output = stack_steps(scan_outputs, seq_len)  # :268
+    scan_output = A.add(scan_output, A.mul(hidden_states, A.unsqueeze(A.unsqueeze(D, 0), -1)))  # :271
+    scan_output = A.mul(scan_output, A.silu(z))  # :274
     return scan_output  # the locals die: ``deltaB_u`` and the steps' products (the list) with them
 
 
@@ -173,20 +173,20 @@ class Mixer:
 
     def __call__(self, hidden_states: Tensor) -> Tensor:
         dtype = hidden_states.dtype  # :368
-        projected_states = A.transpose(self.in_proj(hidden_states), 1, 2)  # :379
-        A_ = A.neg(exp(A.to(self.A_log, "fp32")))  # :381
-        if self.calls_mamba_inner_fn:  # its arguments (:383-397), made and dropped when it returns None
+        projected_states = A.transpose(self.in_proj(hidden_states), 1, 2)  # :378
+        A_ = A.neg(exp(A.to(self.A_log, "fp32")))  # :380
+        if self.calls_mamba_inner_fn:  # its arguments (:382-396), made and dropped when it returns None
             args = [A.to(self.D, "fp32"), A.to(self.dt_proj.bias, "fp32")]
             del args
-        hidden_states_B_C, gate = chunk(projected_states, 2, 1)  # :403
+        hidden_states_B_C, gate = chunk(projected_states, 2, 1)  # :402
         hidden_states_B_C = self.causal_conv1d_fn(hidden_states_B_C)  # :422-428
-        hidden_states_B_C = A.transpose(hidden_states_B_C, 1, 2)  # :434
+        hidden_states_B_C = A.transpose(hidden_states_B_C, 1, 2)  # :433
         r, n = self.time_step_rank, self.ssm_state_size
-        time_step, B_, C_ = split_with_sizes(self.x_proj(hidden_states_B_C), [r, n, n], -1)  # :435-439
+        time_step, B_, C_ = split_with_sizes(self.x_proj(hidden_states_B_C), [r, n, n], -1)  # :434-438
         time_step, B_, C_ = self.normed(time_step, B_, C_)
-        time_step = matmul_into_3d(self.dt_proj.weight, A.transpose(time_step, 1, 2))  # :441
-        time_proj_bias = A.to(self.dt_proj.bias, "fp32")  # :442
-        D = A.to(self.D, "fp32")  # :464 (the argument lives until the call returns)
+        time_step = matmul_into_3d(self.dt_proj.weight, A.transpose(time_step, 1, 2))  # :440
+        time_proj_bias = A.to(self.dt_proj.bias, "fp32")  # :441
+        D = A.to(self.D, "fp32")  # :467 (the argument lives until the call returns)
         scan_output = selective_scan(
             A.transpose(hidden_states_B_C, 1, 2),
             time_step,
@@ -196,9 +196,9 @@ class Mixer:
             D,
             gate,
             time_proj_bias,
-        )  # :459-471
+        )  # :461-474
         del D
-        return self.out_proj(A.to(A.transpose(scan_output, 1, 2), dtype))  # :482
+        return self.out_proj(A.to(A.transpose(scan_output, 1, 2), dtype))  # :483
 
 
 class Block(llama.GradientCheckpointingLayer):
@@ -214,9 +214,9 @@ class Block(llama.GradientCheckpointingLayer):
     def forward(self, hidden_states: Tensor) -> Tensor:
         residual = hidden_states  # :524
         hidden_states = self.norm(A.to(hidden_states, self.norm.weight.dtype))
-        residual = A.to(residual, "fp32")  # :527
+        residual = A.to(residual, "fp32")  # :526-527
         hidden_states = self.mixer(hidden_states)
-        return A.add(residual, hidden_states)  # :531
+        return A.add(residual, hidden_states)  # :530
 
 
 class MambaForCausalLM:
@@ -244,14 +244,14 @@ class MambaForCausalLM:
 
     def model(self) -> Tensor:
         """``MambaModel.forward`` (:643-709)."""
-        inputs_embeds = A.embedding(self.embeddings, self.input_ids)  # :683 (a local until the return)
+        inputs_embeds = A.embedding(self.embeddings, self.input_ids)  # :671 (a local until the return)
         hidden_states = inputs_embeds
         n = self.cfg.num_layers
         runs = [(0, 1)] + ([(1, n - 2)] if n > 2 else []) + ([(n - 1, 1)] if n > 1 else [])
         for first, times in runs if self.setup.checkpoint == "full" else one_by_one(n):
             with repeated(times):
                 hidden_states = self.layers[first](hidden_states)
-        hidden_states = self.norm_f(hidden_states)  # :699
+        hidden_states = self.norm_f(hidden_states)  # :691
         del inputs_embeds
         return hidden_states
 
