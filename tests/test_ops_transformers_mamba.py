@@ -203,3 +203,25 @@ def test_memory_prints_the_exact_step_of_a_jamba_config_json(run_cli, tmp_path):
     rows = [line for line in r.out.splitlines() if "+0.0000%" in line]
     assert len(rows) == 7, r.out
     assert unsupported(config_from_hf(data), TrainingSetup(checkpoint="selective"), "transformers")
+
+
+@pytest.mark.parametrize("name", ["mamba-130m", "falcon-mamba-7b", "jamba-v0.1"])
+def test_full_size_configs_write_back_to_the_same_model(name):
+    """``to_hf_dict`` (what the programs' measurements build) of Mamba-130m, Falcon-Mamba-7B and Jamba-v0.1 (cut to
+    4 layers, Jamba to 8: its attention on layer 4 written back as a period and an offset) gives transformers' class of the same
+    parameter count, on meta, with the same layer pattern."""
+    import torch
+    import transformers
+    from test_arch_mamba import FALCON_MAMBA_7B, JAMBA_V01, MAMBA_130M
+
+    from lm_accounting.analytic.params import parameter_breakdown
+    from lm_accounting.hf_config import to_hf_dict
+
+    data = {"mamba-130m": MAMBA_130M, "falcon-mamba-7b": FALCON_MAMBA_7B, "jamba-v0.1": JAMBA_V01}[name]
+    cfg = config_from_hf({**data, "num_hidden_layers": 8 if data["model_type"] == "jamba" else 4})
+    values = to_hf_dict(cfg)  # refuses a config whose written fields build another model (``_built``)
+    assert config_from_hf(values).layer_pattern == cfg.layer_pattern
+    config = transformers.AutoConfig.for_model(values.pop("model_type"), **values)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    assert sum(p.numel() for p in model.parameters()) == parameter_breakdown(cfg).total
