@@ -225,3 +225,12 @@ def test_full_size_configs_write_back_to_the_same_model(name):
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config)
     assert sum(p.numel() for p in model.parameters()) == parameter_breakdown(cfg).total
+
+
+def test_mamba_130m_widths_equal_transformers():
+    """Mamba-130m's widths (d 768, E 1,536, state 16, dt rank 48) cut to 3 layers and a 512-token vocabulary, at
+    S = 16 in bf16: the scan's middle 12 steps replayed once in every layer."""
+    from test_arch_mamba import MAMBA_130M
+
+    cfg = config_from_hf({**MAMBA_130M, "num_hidden_layers": 3, "vocab_size": 512})
+    check(cfg, 16, TrainingSetup(precision="bf16"))
