@@ -2744,6 +2744,53 @@ def load_hf_config(path: str | os.PathLike) -> ModelConfig:
 
 
 # -- the reverse map: a ModelConfig as the config.json transformers builds its model from ------------------
+def _write_mamba(cfg: ModelConfig) -> dict[str, Any]:
+    """Mamba's and Falcon-Mamba's config.json (``_mamba``): the mixer's widths, ``expand`` = E / d (an E that is no
+    multiple of d cannot be written: ``to_hf_dict`` refuses it)."""
+    return {
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model,
+        "num_hidden_layers": cfg.num_layers,
+        "layer_norm_epsilon": cfg.norm_eps,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "state_size": cfg.ssm_state_size,
+        "expand": cfg.ssm_inner // cfg.d_model,
+        "conv_kernel": cfg.ssm_conv_kernel,
+        "time_step_rank": cfg.ssm_dt_rank,
+    }
+
+
+def _write_jamba(cfg: ModelConfig) -> dict[str, Any]:
+    """Jamba's config.json (``_jamba``): the attention layers as a period and an offset (the first ``*`` and the
+    distance to the next; a pattern they do not give back is refused by ``to_hf_dict``), the experts on every
+    ``moe_every``-th layer counted from 1."""
+    stars = [i for i in range(cfg.num_layers) if cfg.layer_kind(i) == "*"]
+    period = stars[1] - stars[0] if len(stars) > 1 else cfg.num_layers + 1
+    every = cfg.moe_every if cfg.moe else 1
+    return {
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model,
+        "intermediate_size": cfg.d_ff,
+        "num_hidden_layers": cfg.num_layers,
+        "num_attention_heads": cfg.num_heads,
+        "num_key_value_heads": cfg.kv_heads,
+        "head_dim": cfg.d_head,
+        "max_position_embeddings": cfg.context_length,
+        "rms_norm_eps": cfg.norm_eps,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "attn_layer_period": period,
+        "attn_layer_offset": stars[0] if stars else cfg.num_layers,
+        "num_experts": cfg.num_experts if cfg.moe else 1,
+        "num_experts_per_tok": cfg.experts_per_token if cfg.moe else 1,
+        "expert_layer_period": every,
+        "expert_layer_offset": every - 1,
+        "mamba_d_state": cfg.ssm_state_size,
+        "mamba_d_conv": cfg.ssm_conv_kernel,
+        "mamba_expand": cfg.ssm_inner // cfg.d_model,
+        "mamba_dt_rank": cfg.ssm_dt_rank,
+    }
+
+
 def to_hf_dict(cfg: ModelConfig) -> dict[str, Any]:
     """The config.json of ``cfg`` for transformers' class of ``cfg.hf_model_type``:
     ``AutoConfig.for_model(**to_hf_dict(cfg))`` builds the model whose parameter count is ours
@@ -3408,6 +3455,9 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         "mamba_d_conv": cfg.mamba_conv_kernel,
         "mamba_chunk_size": cfg.mamba_chunk_size,
     },
+    "mamba": lambda cfg: _write_mamba(cfg),
+    "falcon_mamba": lambda cfg: _write_mamba(cfg),
+    "jamba": lambda cfg: _write_jamba(cfg),
     "olmoe": lambda cfg: {  # no head_dim: OlmoeConfig has none (d / heads)
         **{k: v for k, v in _write_common(cfg).items() if k != "head_dim"},
         **_write_experts(cfg, "num_experts"),

@@ -9,7 +9,9 @@ runs it as transformers' ``Trainer`` does (transformers 5.x, ``trainer.py``):
 * the loss is the model's own, ``model(input_ids=..., labels=...).loss`` (``ForCausalLMLoss``: the logits
   upcast to fp32 before the cross-entropy), the output object dropped before ``backward()`` as
   ``Trainer.compute_loss`` returns only the loss.  No ``attention_mask``: one unpadded sequence per row.
-* attention: ``setup.attention`` "naive" -> ``attn_implementation="eager"``, "sdpa" -> ``"sdpa"``.
+* attention: ``setup.attention`` "naive" -> ``attn_implementation="eager"``, "sdpa" -> ``"sdpa"``; a model
+  without attention layers (Mamba, Falcon-Mamba: ``attention_layers`` 0) is built "eager" under either, as
+  transformers builds it by default (its classes refuse "sdpa", and no module reads the setting).
 * ``setup.checkpoint`` "full" -> ``model.activation_checkpointing_enable()`` with transformers' defaults
   (``{"use_reentrant": False}``, ``modeling_utils._activation_checkpointing_enable``; every decoder layer,
   ``GradientCheckpointingLayer``; ``enable_input_require_grads`` on the embeddings).  "selective" is refused:

@@ -92,6 +92,9 @@ PROGRAMS = {
     "lfm2": "lfm2",  # Llama's model around short convolutions (Lfm2ShortConv) or q/k-normed attention, a SwiGLU
     "lfm2_moe": "lfm2_moe",  # LFM2's layers, a sigmoid router with a bias buffer, grouped_mm SwiGLU experts
     "mamba2": "mamba2_lm",  # Nemotron-H's Mamba2 mixer in every block, the residual kept in fp32 (residual_in_fp32)
+    "mamba": "mamba",  # the sequential selective scan (a python loop of S steps), fp32 residuals
+    "falcon_mamba": "mamba",  # Mamba's with weightless RMSNorms on dt, B and C
+    "jamba": "jamba",  # Mamba's mixer (dt/B/C norms with gains) or attention without RoPE, SwiGLU or experts
 }
 """hf_model_type -> the module of this package that transliterates its modeling file."""
 B = Affine(1)  # the micro-batch as a symbol
