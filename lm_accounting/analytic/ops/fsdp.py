@@ -109,14 +109,12 @@ class FullyShard:
         self.root_params, self.block_params = root, blocks
         # the unsharded parameters exist only while gathered: the events charge them (rule 1)
         run.charge(-sum(p.nbytes for p in params), "unsharded parameters (gathered by FSDP2's events)")
-        kinds: dict[bool, list[Unit]] = {False: [], True: []}  # dense layers, mixture-of-experts layers
-        for i, b in enumerate(blocks):
-            kinds[self.cfg.layer_moe(i)].append(self._unit(b))
-        if any(u != units[0] for units in kinds.values() for u in units):
-            raise ValueError("FSDP2 over layers of one kind with unlike parameters is not replayed")
-        dense, moe = (units[0] if units else None for units in kinds.values())
-        self.units = FsdpUnits(self.layout.zero == 3, self.setup.autocast, self._unit(root), dense, moe)
+        units = [self._unit(b) for b in blocks]  # a block's signature: its unit's buffers
+        distinct = tuple(dict.fromkeys(units))  # dense and sparse blocks; a hybrid's Mamba2, attention, MLP blocks
+        kinds = tuple(distinct.index(u) for u in units)
+        self.units = FsdpUnits(self.layout.zero == 3, self.setup.autocast, self._unit(root), distinct, kinds)
         self.events = FsdpEvents(self.cfg, self.units, self.cpu)
+        run.layer_key = lambda i: (self.events.key(i, False), self.events.key(i, True))  # ``tensors.split_runs``
         for i, layer in enumerate(layers):
             layer.forward = self._wrap(layer.forward, i)
             if self.setup.autocast:  # the policy's cast_forward_inputs (our blocks' inputs are bf16 already)
