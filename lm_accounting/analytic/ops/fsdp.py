@@ -15,6 +15,10 @@ job's, whose FakeTensors are cpu tensors (the CPU's kernel facts).  No torch.
   ``TrainingState.PRE_BACKWARD``): a checkpoint's recompute gathers nothing;
 * the root's post-backward runs in the final callback (its input, the token ids, needs no gradient).
 
+Each block's unit is its own parameters' (``FsdpUnits``: one unit per distinct block signature, the blocks' index
+into them): a patterned hybrid's Mamba2, attention and MLP layers are units of unlike buffers, and a program's run
+of alike layers is cut where the units before or after them differ (``tensors.split_runs``).
+
 The bytes each event allocates and frees are ``analytic.fsdp.FsdpEvents``' (rules 1–6, checked against the
 fake-PG job for our model), with the units' buffers from the program's own parameters
 (``analytic.fsdp.shard_unit``).  The program's parameters are the unsharded ones: they are charged only by the
@@ -47,13 +51,16 @@ POLICY_EXACT = (
     *("llama", "gpt2", "phi3", "moe", "gemma", "olmo2"),
     *("starcoder2", "exaone4", "interleaved", "glm", "ministral3", "granite", "olmo", "stablelm"),
     *("gpt_bigcode", "opt", "bloom", "falcon"),
+    *("nemotron_h", "bamba", "granitemoehybrid", "qwen3_next", "qwen3_5"),
 )
 """transformers' programs (``ops.transformers.PROGRAMS``' modules) whose pure-bf16 build, with the fp32 model's
 buffers (``buffer_dtype``: Gemma's ``embed_scale`` stays fp32 and is cast each forward), is what FSDP2's bf16
 policy runs over the fp32 model, with each layer's floating inputs cast to bf16 (``cast_floating``): checked on the
 fake process group at ZeRO-2 and ZeRO-3 (tests/test_ops_fsdp.py; starcoder2, exaone4, interleaved, glm,
 ministral3, granite, olmo and stablelm: tests/test_ops_transformers_zoo.py; gpt_bigcode, opt, bloom and falcon:
-tests/test_ops_transformers_dense_zoo.py).  A program added later is refused under the policy until it is checked and
+tests/test_ops_transformers_dense_zoo.py; the patterned hybrids nemotron_h, bamba, granitemoehybrid, qwen3_next and
+qwen3_5: tests/test_ops_transformers_fsdp_hybrid.py).  Not falcon_h1: its ``mup_vector`` buffers stay fp32 under the
+policy, and their product promotes the mixer to fp32.  A program added later is refused under the policy until it is checked and
 listed here."""
 
 
