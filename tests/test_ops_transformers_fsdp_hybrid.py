@@ -15,7 +15,13 @@ transformers' grouped_mm experts have a bf16-only FakeTensor kernel (``measure.h
 product promotes the mixer's activations to fp32 (measured 888 B above the replay's baseline at world 4).
 
 The configs are the tiny config.json objects of tests/test_ops_transformers_mamba2.py and
-tests/test_ops_transformers_gdn.py."""
+tests/test_ops_transformers_gdn.py.
+
+Falcon-H1 with ``mamba_rms_norm`` (``FalconH1RMSNormGated``, ``falcon_h1.RMSNormGated``), the gate multiplied after
+the norm (``mamba_norm_before_gate``, the class's default) or before it, against ``FalconH1ForCausalLM`` on meta at
+B = 1, 2 and 3 (``test_ops_transformers_llama.check``), and under FSDP2 on the fake process group.  The two orders
+give the same phase figures at some shapes (fp32 at the tiny widths) and not at others: the bf16 cases below differ
+in their backward peak (the order of the fp32 temporaries), so each order is proven where it shows."""
 
 import json
 
@@ -129,3 +135,58 @@ def test_memory_predicts_rank_zero_of_a_hybrid_config_json(run_cli, tmp_path):
     r = run_cli("memory", path, "-S", "64", "--dp", "8", "--zero", "3", "--impl", "transformers")
     assert r.code == 0, r.err
     assert "model states only" not in r.out and "rank 0" in r.out and "fsdp_hybrid" in r.out
+
+
+def norm_h1(layers: int, before: bool, **fields):
+    return falcon_h1(layers, mamba_rms_norm=True, mamba_norm_before_gate=before, **fields)
+
+
+WIDE = dict(mamba_d_ssm=256, mamba_d_head=64, vocab_size=16)  # the mixer's tensors the largest
+
+
+@pytest.mark.parametrize("before", [True, False], ids=["norm-then-gate", "gate-then-norm"])
+@pytest.mark.parametrize(
+    "layers, fields, seq, setup",
+    [
+        (2, {}, 12, TrainingSetup(attention="naive")),
+        (2, {}, 12, TrainingSetup(attention="sdpa", precision="bf16")),
+        (3, {}, 12, TrainingSetup(attention="naive", precision="bf16", checkpoint="full")),
+        (3, {}, 9, TrainingSetup(attention="sdpa", precision="amp-bf16", checkpoint="full")),
+        (2, WIDE, 12, TrainingSetup(attention="naive")),
+        (3, WIDE, 16, TrainingSetup(attention="sdpa", precision="bf16", checkpoint="full")),
+    ],
+    ids=str,
+)
+def test_falcon_h1_gated_norm_equals_transformers(before, layers, fields, seq, setup):
+    """``FalconH1RMSNormGated`` (models/falcon_h1/modeling_falcon_h1.py:238-273): the gate's SiLU in fp32 multiplied
+    before or after the per-group norm in fp32, the weight viewed (G, W/G), cast back to the input's dtype; the
+    norm's weight a parameter of the mixer between ``in_proj`` and ``out_proj``."""
+    from test_ops_transformers_llama import check
+
+    from lm_accounting.analytic.ops import unsupported
+
+    cfg = norm_h1(layers, before, **fields)
+    assert cfg.mamba_norm and cfg.mamba_norm_before_gate is before
+    assert unsupported(cfg, setup, "transformers") == []
+    check(cfg, seq, setup)
+
+
+@pytest.mark.parametrize(
+    "before, precision, zero, world",
+    [(True, "fp32", 3, 4), (False, "bf16", 2, 6), (False, "fp32", 3, 3), (True, "bf16", 3, 8)],
+    ids=str,
+)
+def test_fsdp2_rank_of_falcon_h1_with_its_gated_norm_equals_the_fake_pg_job(before, precision, zero, world):
+    cfg, layout = norm_h1(3, before), ParallelLayout(dp=world, zero=zero)
+    setup = TrainingSetup(attention="sdpa", precision=precision, checkpoint="full" if zero == 3 else "none")
+    lines = predict_step(cfg, S, setup, impl="transformers", batch=B, layout=layout)
+    assert lines.at(B) == measure_hf_step(cfg, S, B, setup, device="meta", layout=layout)
+
+
+def test_the_gate_order_is_read_and_written_back():
+    """``mamba_norm_before_gate`` is read from the config.json (not ignored) and written back for transformers."""
+    from lm_accounting.hf_config import to_hf_dict
+
+    cfg = norm_h1(2, False)
+    assert "mamba_norm_before_gate" not in cfg.ignored_fields
+    assert to_hf_dict(cfg)["mamba_norm_before_gate"] is False and to_hf_dict(norm_h1(2, True))["mamba_rms_norm"]

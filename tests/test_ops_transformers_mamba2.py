@@ -322,14 +322,6 @@ def test_falcon_h1_plain_cpu_run_equals_the_cpu_allocator(setup):
     check_plain(falcon_h1(3), 12, 2, setup)
 
 
-def test_falcon_h1_refuses_its_gated_norm():
-    """``mamba_rms_norm`` (whose gate order comes from ``mamba_norm_before_gate``, a field the reader ignores) is
-    refused with its reason."""
-    reasons = unsupported(falcon_h1(2, mamba_rms_norm=True), TrainingSetup(), "transformers")
-    assert any("mamba_rms_norm" in r for r in reasons), reasons
-    assert unsupported(falcon_h1(2), TrainingSetup(attention="naive"), "transformers") == []
-
-
 @pytest.mark.parametrize(
     "setup, zero",
     [(TrainingSetup(attention="sdpa", precision="bf16"), 2), (TrainingSetup(attention="naive", checkpoint="full"), 3)],
