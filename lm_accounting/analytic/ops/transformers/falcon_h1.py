@@ -67,13 +67,13 @@ class RMSNormGated:
 class Mixer(mamba2.Mamba2Mixer):
     """``FalconH1Mixer`` (:589-825): its gated RMSNorm with ``mamba_rms_norm``, else ``nn.Identity()``."""
 
-    def __init__(self, cfg: ModelConfig, dtype: str, name: str):
+    def __init__(self, cfg: ModelConfig, dtype: str, name: str, buffer_dtype: str | None = None):
         super().__init__(cfg, dtype, name)
         groups, before = cfg.mamba_groups, cfg.mamba_norm_before_gate
         self.norm = (
             RMSNormGated(self.intermediate_size, groups, dtype, name + ".norm", before) if cfg.mamba_norm else None
         )
-        self.mup_vector = empty((1, 1, cfg.mamba_in_width), dtype, name + ".mup_vector")  # a buffer
+        self.mup_vector = empty((1, 1, cfg.mamba_in_width), buffer_dtype or dtype, name + ".mup_vector")  # a buffer
 
     def params(self) -> list[Tensor]:
         own = [self.dt_bias, self.A_log, self.D, self.conv_weight, self.conv_bias]
@@ -157,9 +157,9 @@ class MLP:
 class DecoderLayer(llama.GradientCheckpointingLayer):
     """``FalconH1DecoderLayer`` (:867-948)."""
 
-    def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str, norm):
+    def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str, norm, buffer_dtype: str | None = None):
         self.feed_forward = MLP(cfg, dtype, name + ".feed_forward")
-        self.mamba = Mixer(cfg, dtype, name + ".mamba")
+        self.mamba = Mixer(cfg, dtype, name + ".mamba", buffer_dtype)
         self.self_attn = Attention(cfg, dtype, attn, name + ".self_attn")
         self.input_layernorm = norm(cfg.d_model, dtype, name + ".input_layernorm")
         self.pre_ff_layernorm = norm(cfg.d_model, dtype, name + ".pre_ff_layernorm")
@@ -188,8 +188,12 @@ class DecoderLayer(llama.GradientCheckpointingLayer):
 class FalconH1ForCausalLM(llama.LlamaForCausalLM):
     """``FalconH1ForCausalLM`` with ``FalconH1Model`` (:1018-1175), labels given."""
 
+    def __init__(self, cfg: ModelConfig, seq: int, setup: TrainingSetup, batch=B, buffer_dtype: str | None = None):
+        self.buffer_dtype = buffer_dtype  # the mixers' ``mup_vector``: fp32 under FSDP2's bf16 policy (``ops.fsdp``)
+        super().__init__(cfg, seq, setup, batch)
+
     def decoder_layer(self, name: str, norm) -> DecoderLayer:
-        return DecoderLayer(self.cfg, self.dtype, self.setup.attention, name, norm)
+        return DecoderLayer(self.cfg, self.dtype, self.setup.attention, name, norm, self.buffer_dtype)
 
     def embed(self) -> Tensor:
         return A.mul(super().embed(), SCALE)  # :1066
@@ -213,9 +217,12 @@ class FalconH1ForCausalLM(llama.LlamaForCausalLM):
         return A.mul(logits, SCALE)  # :1160 lm_head_multiplier
 
 
-def causal_lm(cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B) -> FalconH1ForCausalLM:
-    """The program of ``ops.transformers.predict_step``."""
-    return FalconH1ForCausalLM(cfg, seq, setup, batch)
+def causal_lm(
+    cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B, buffer_dtype: str | None = None
+) -> FalconH1ForCausalLM:
+    """The program of ``ops.transformers.predict_step``; ``buffer_dtype``: the ``mup_vector`` buffers' dtype where not
+    the parameters' (fp32 under FSDP2's bf16 policy over the fp32 model, ``ops.fsdp.predict_rank``)."""
+    return FalconH1ForCausalLM(cfg, seq, setup, batch, buffer_dtype)
 
 
 def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
