@@ -16,8 +16,10 @@ job's, whose FakeTensors are cpu tensors (the CPU's kernel facts).  No torch.
 * the root's post-backward runs in the final callback (its input, the token ids, needs no gradient).
 
 Each block's unit is its own parameters' (``FsdpUnits``: one unit per distinct block signature, the blocks' index
-into them): a patterned hybrid's Mamba2, attention and MLP layers are units of unlike buffers, and a program's run
-of alike layers is cut where the units before or after them differ (``tensors.split_runs``).
+into them): a patterned hybrid's Mamba2, attention and MLP layers are units of unlike buffers, and the hybrids'
+programs (``nemotron_h``, ``bamba``, ``granitemoehybrid``) cut a run of alike layers where the units before or after
+them differ (``tensors.split_runs``); any other program's run of unlike events is refused (``_check_run``: the
+dense-first mixtures of experts, whose fake-PG jobs are not run here).
 
 The bytes each event allocates and frees are ``analytic.fsdp.FsdpEvents``' (rules 1–6, checked against the
 fake-PG job for our model), with the units' buffers from the program's own parameters

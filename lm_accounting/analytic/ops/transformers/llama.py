@@ -44,7 +44,6 @@ from ..tensors import (
     parameter,
     record,
     repeated,
-    split_runs,
 )
 
 DTYPES = {"fp32": "fp32", "bf16": "bf16", "amp-bf16": "fp32"}
@@ -491,7 +490,7 @@ class LlamaForCausalLM:
     def run_layers(self, hidden_states: Tensor, kwargs: Callable[[int], dict]) -> Tensor:
         """The decoder layers in order, layer i called with ``kwargs(i)``; each run of alike middle layers (the same
         kind: a mixture of experts or not, a window or not) replayed once for all (``alike_runs``, ``repeated``)."""
-        for first, times in split_runs(alike_runs(self.cfg)):  # FSDP2's units cut runs too
+        for first, times in alike_runs(self.cfg):
             with repeated(times):
                 hidden_states = self.layers[first](hidden_states, **kwargs(first))
         return hidden_states
