@@ -57,13 +57,13 @@ POLICY_EXACT = (
 )
 """transformers' programs (``ops.transformers.PROGRAMS``' modules) whose pure-bf16 build, with the fp32 model's
 buffers (``buffer_dtype``: Gemma's ``embed_scale`` stays fp32 and is cast each forward; Falcon-H1's ``mup_vector``
-stays fp32, and its product promotes the mixer's projections to fp32), is what FSDP2's bf16
-policy runs over the fp32 model, with each layer's floating inputs cast to bf16 (``cast_floating``): checked on the
-fake process group at ZeRO-2 and ZeRO-3 (tests/test_ops_fsdp.py; starcoder2, exaone4, interleaved, glm,
-ministral3, granite, olmo and stablelm: tests/test_ops_transformers_zoo.py; gpt_bigcode, opt, bloom and falcon:
+stays fp32, and its product promotes the mixer's projections to fp32), is what FSDP2's bf16 policy runs over the
+fp32 model, with each layer's floating inputs cast to bf16 (``cast_floating``): checked on the fake process group at
+ZeRO-2 and ZeRO-3 (tests/test_ops_fsdp.py; starcoder2, exaone4, interleaved, glm, ministral3, granite, olmo and
+stablelm: tests/test_ops_transformers_zoo.py; gpt_bigcode, opt, bloom and falcon:
 tests/test_ops_transformers_dense_zoo.py; the hybrids nemotron_h, bamba, granitemoehybrid, qwen3_next, qwen3_5 and
-falcon_h1: tests/test_ops_transformers_fsdp_hybrid.py).  A program added later is refused under the policy until it is checked and
-listed here."""
+falcon_h1: tests/test_ops_transformers_fsdp_hybrid.py).  A program added later is refused under the policy until it
+is checked and listed here."""
 
 
 def charge(*deltas: int) -> None:
