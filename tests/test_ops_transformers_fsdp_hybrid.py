@@ -20,7 +20,8 @@ tests/test_ops_transformers_gdn.py.
 
 Falcon-H1 with ``mamba_rms_norm`` (``FalconH1RMSNormGated``, ``falcon_h1.RMSNormGated``), the gate multiplied after
 the norm (``mamba_norm_before_gate``, the class's default) or before it, against ``FalconH1ForCausalLM`` on meta at
-B = 1, 2 and 3 (``test_ops_transformers_llama.check``), and under FSDP2 on the fake process group.  The two orders
+B = 1, 2 and 3 (``test_ops_transformers_llama.check``), its plain CPU run against the CPU allocator
+(``test_ops_transformers_zoo.check_plain``), and under FSDP2 on the fake process group.  The two orders
 give the same phase figures at some shapes (fp32 at the tiny widths) and not at others: the bf16 cases below differ
 in their backward peak (the order of the fp32 temporaries), so each order is proven where it shows."""
 
@@ -174,6 +175,18 @@ def test_fsdp2_rank_of_falcon_h1_with_its_gated_norm_equals_the_fake_pg_job(befo
     setup = TrainingSetup(attention="sdpa", precision=precision, checkpoint="full" if zero == 3 else "none")
     lines = predict_step(cfg, S, setup, impl="transformers", batch=B, layout=layout)
     assert lines.at(B) == measure_hf_step(cfg, S, B, setup, device="meta", layout=layout)
+
+
+@pytest.mark.parametrize("before", [True, False], ids=["norm-then-gate", "gate-then-norm"])
+@pytest.mark.parametrize(
+    "setup",
+    [TrainingSetup(attention="naive"), TrainingSetup(attention="sdpa", precision="bf16", checkpoint="full")],
+    ids=lambda s: s.label,
+)
+def test_falcon_h1_gated_norm_plain_cpu_run_equals_the_cpu_allocator(before, setup):
+    from test_ops_transformers_zoo import check_plain
+
+    check_plain(norm_h1(3, before), S, B, setup)
 
 
 def test_the_gate_order_is_read_and_written_back():
