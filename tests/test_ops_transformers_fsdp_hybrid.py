@@ -78,6 +78,22 @@ def test_fsdp2_rank_of_a_hybrid_equals_the_fake_pg_job(name, precision, attentio
     assert lines.at(B) == measure_hf_step(cfg, S, B, setup, device="meta", layout=layout), (name, setup.label)
 
 
+@pytest.mark.parametrize(
+    "name, setup, zero, world",
+    [
+        ("dense", TrainingSetup(attention="sdpa"), 3, 4),
+        ("qwen3_5_moe", TrainingSetup(attention="naive", precision="amp-bf16", checkpoint="full"), 2, 6),
+    ],
+    ids=["qwen3_next-fp32-zero3", "qwen3_5_moe-amp-full-zero2"],
+)
+def test_gated_deltanet_chunk_loop_under_fsdp2_equals_the_fake_pg_job(name, setup, zero, world):
+    """S = 520: nine chunks of 64, the middle ones replayed once inside a layer (``chunk_gated_delta_rule``'s
+    ``repeated``) between FSDP2's unit events."""
+    cfg, layout = gdn.tiny(name), ParallelLayout(dp=world, zero=zero)
+    lines = predict_step(cfg, 520, setup, impl="transformers", batch=B, layout=layout)
+    assert lines.at(B) == measure_hf_step(cfg, 520, B, setup, device="meta", layout=layout)
+
+
 def test_each_kind_of_layer_is_its_own_unit_by_hand():
     """Nemotron-H ``M*-M`` at world 4 in fp32 (no dim 0 padded): the Mamba2 block is its norm 32, in_proj 84·32,
     conv1d 48·4 and its bias 48, dt_bias, A_log and D 4 each, the gated norm 32 and out_proj 32·32 = 4,028
