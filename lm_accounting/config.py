@@ -258,6 +258,11 @@ class ModelConfig:
     """Whether the sparse block sums the routed and the shared experts' outputs in fp32 and casts back (a config.json's
     ``enable_moe_fp32_combine``, Hunyuan v3, its class's default true): the same count, two fp32 copies and a cast
     in training (``analytic.ops.transformers.hy_v3``).  Provenance, no part in equality."""
+    mamba_norm_before_gate: bool = dataclasses.field(default=True, compare=False)
+    """Falcon-H1's gated RMSNorm (``mamba_norm`` true: a config.json's ``mamba_rms_norm``): whether it norms the
+    scan's output before multiplying by SiLU of the gate (a config.json's ``mamba_norm_before_gate``, the class's
+    default true) or after (``FalconH1RMSNormGated``, models/falcon_h1/modeling_falcon_h1.py).  The same count, other
+    tensors in training (``analytic.ops.transformers.falcon_h1``).  Provenance, no part in equality."""
 
     def __hash__(self) -> int:
         """The compared fields' hash (as the dataclass's), computed once: the analytic caches are keyed on the
@@ -1247,7 +1252,7 @@ class ModelConfig:
         del out["hf_model_type"], out["dropout"], out["norm_topk_prob"]
         del out["expert_groups"], out["expert_groups_per_token"], out["rope_interleave"], out["topk_method"]
         del out["hf_activation"], out["nope_layers"], out["moe_fp32_combine"], out["residual_in_fp32"]
-        del out["router_buffer_bias"]
+        del out["router_buffer_bias"], out["mamba_norm_before_gate"]
         for key in ("all_experts_run", "attention_chunk"):  # Llama 4's keys appear on a model that sets them only
             if not out[key]:
                 del out[key]

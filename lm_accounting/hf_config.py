@@ -362,7 +362,6 @@ IGNORED_BY_TYPE = {
         [
             "time_step_limit",
             "num_logits_to_keep",
-            "mamba_norm_before_gate",
             "lm_head_multiplier",
             "embedding_multiplier",
             "mlp_multipliers",
@@ -2142,8 +2141,8 @@ def _expanded_mamba(f: _Fields, inner: int | None = None) -> dict[str, Any]:
 def _falcon_h1(f: _Fields) -> dict[str, Any]:
     """Falcon-H1 (transformers' models/falcon_h1, ``FalconH1DecoderLayer``): every layer ``H``, attention (q/k/v/o
     with ``attention_bias``, full RoPE) and a ``FalconH1Mixer`` (Bamba's Mamba2, ``_expanded_mamba``, of width
-    ``mamba_d_ssm`` when given, else ``mamba_expand · hidden_size``; its gated RMSNorm only with ``mamba_rms_norm``)
-    side by side on ``input_layernorm``, their outputs summed, then ``pre_ff_layernorm`` and a SwiGLU of
+    ``mamba_d_ssm`` when given, else ``mamba_expand · hidden_size``; its gated RMSNorm only with ``mamba_rms_norm``,
+    normed before or after the gate as ``mamba_norm_before_gate`` says: read, no count) side by side on ``input_layernorm``, their outputs summed, then ``pre_ff_layernorm`` and a SwiGLU of
     ``intermediate_size`` (``mlp_bias``).  Its multipliers (``embedding_multiplier``, ``lm_head_multiplier``,
     ``mlp_multipliers``, ``key_multiplier``, the attention and SSM in/out multipliers, ``ssm_multipliers``'
     ``mup_vector``) scale activations by constants: no parameter, no matmul (ignored).  Refused: ``projectors_bias``
@@ -2166,6 +2165,8 @@ def _falcon_h1(f: _Fields) -> dict[str, Any]:
         "layer_pattern": "H" * layers,
         "mixer_ffn": True,
         "mamba_norm": f.bool("mamba_rms_norm", False),
+        # no count: which side of the gated norm the gate multiplies (the training step's tensors)
+        "mamba_norm_before_gate": f.bool("mamba_norm_before_gate", True),
         **_expanded_mamba(f, inner),
     }
 
@@ -3447,6 +3448,7 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         "attention_bias": cfg.qkv_bias,
         "mlp_bias": cfg.mlp_bias,
         "mamba_rms_norm": cfg.mamba_norm,
+        "mamba_norm_before_gate": cfg.mamba_norm_before_gate,
         "mamba_d_ssm": cfg.mamba_inner,
         "mamba_n_heads": cfg.mamba_heads,
         "mamba_d_head": cfg.mamba_head_dim,

@@ -152,9 +152,14 @@ class ParallelLayout:
         moe_mla = [u for u in ("mixture of experts", "latent attention (MLA)") if u in cfg.unsupported_for_replay()]
         unsupported = [u for u in cfg.unsupported_for_replay() if u not in moe_mla]
         if unsupported and not self.single:
+            hint = (
+                "; --impl transformers --dp N --zero 2|3 replays FSDP2 over transformers' model"
+                if cfg.hf_model_type
+                else ""
+            )
             raise AccountingError(
                 f"parallel layouts cover the course architecture (GQA, head_dim, qk-norm, tied embeddings), "
-                f"mixture of experts and latent attention; {cfg.name} has {', '.join(unsupported)}"
+                f"mixture of experts and latent attention; {cfg.name} has {', '.join(unsupported)}{hint}"
             )
         if moe_mla and (self.tp > 1 or self.pp > 1):
             raise AccountingError(

@@ -31,12 +31,12 @@ def test_unit_buffers_written_out_by_hand():
     A plain CPU run's copy-in pads the two 101-row gradients: 2 · 104·24·4 = 19,968 (rule 6; no block
     gradient needs it); its largest (padded) cast temporary: 9,984 (a block's: w1, w2, w3, 3,840)."""
     units = fsdp_units(TINY, TrainingSetup(), ParallelLayout(dp=4, zero=3))
-    assert units.dense == Unit(18_624, 0, 18_624, 3_840, 18_624, 4_656, 0, 3_840)
+    assert units.blocks == (Unit(18_624, 0, 18_624, 3_840, 18_624, 4_656, 0, 3_840),) and units.kinds == (0, 0)
     assert units.root == Unit(20_064, 0, 19_488, 9_696, 20_064, 5_016, 19_968, 9_984)
-    assert units.moe is None and units.reshard_after_forward and not units.float_logits
+    assert units.reshard_after_forward and not units.float_logits
     # amp-bf16: gathered and computed in bf16 (the flat copy-in is one bf16 shard), reduced in fp32
     amp = fsdp_units(TINY, TrainingSetup(precision="amp-bf16"), ParallelLayout(dp=4, zero=2))
-    assert amp.dense == Unit(9_312, 2_328, 9_312, 1_920, 18_624, 4_656, 0, 1_920)
+    assert amp.blocks[0] == Unit(9_312, 2_328, 9_312, 1_920, 18_624, 4_656, 0, 1_920)
     assert not amp.reshard_after_forward and amp.float_logits
 
 

@@ -322,14 +322,6 @@ def test_falcon_h1_plain_cpu_run_equals_the_cpu_allocator(setup):
     check_plain(falcon_h1(3), 12, 2, setup)
 
 
-def test_falcon_h1_refuses_its_gated_norm():
-    """``mamba_rms_norm`` (whose gate order comes from ``mamba_norm_before_gate``, a field the reader ignores) is
-    refused with its reason."""
-    reasons = unsupported(falcon_h1(2, mamba_rms_norm=True), TrainingSetup(), "transformers")
-    assert any("mamba_rms_norm" in r for r in reasons), reasons
-    assert unsupported(falcon_h1(2), TrainingSetup(attention="naive"), "transformers") == []
-
-
 @pytest.mark.parametrize(
     "setup, zero",
     [(TrainingSetup(attention="sdpa", precision="bf16"), 2), (TrainingSetup(attention="naive", checkpoint="full"), 3)],
@@ -337,16 +329,14 @@ def test_falcon_h1_refuses_its_gated_norm():
 )
 def test_fsdp2_rank_of_falcon_h1_equals_transformers(setup, zero):
     """One rank of FSDP2 at world 4 (``ops.fsdp``) over Falcon-H1 (every layer alike) equals transformers' own model
-    sharded on torch's fake process group; the patterned hybrids (Mamba2 and attention layers of unlike
-    parameters) are refused with the reason."""
+    sharded on torch's fake process group (the patterned hybrids, whose layers have unlike parameters:
+    tests/test_ops_transformers_fsdp_hybrid.py)."""
     from lm_accounting.layout import ParallelLayout
     from lm_accounting.measure.hf import measure_hf_step
 
     layout = ParallelLayout(dp=4, zero=zero)
     lines = predict_step(falcon_h1(3), 12, setup, impl="transformers", batch=2, layout=layout)
     assert lines.at(2) == measure_hf_step(falcon_h1(3), 12, 2, setup, device="meta", layout=layout)
-    with pytest.raises(ValueError, match="unlike parameters"):
-        predict_step(tiny("M*-M"), 12, setup, impl="transformers", batch=2, layout=layout)
 
 
 def test_memory_predicts_a_gpus_step_exact_where_a_gpu_ran_it(run_cli, tmp_path):

@@ -432,7 +432,7 @@ def test_expert_unit_buffers_by_hand():
     ranks: a shard of 1 expert per stack, 11,520 bytes; the last parameter, w3, 2·40·24·4 = 7,680.  At
     dp = ep = 4 the experts' mesh has one rank: no all-gather output (``Unit.output`` 0)."""
     units = fsdp_units(MIXTRAL, TrainingSetup(), ParallelLayout(dp=4, zero=3, ep=2))
-    assert units.moe.gathered == 7_488 and units.dense is None
+    assert [u.gathered for u in units.blocks] == [7_488] and units.kinds == (0,) * MIXTRAL.num_layers  # no dense
     assert units.experts == Unit(23_040, 0, 23_040, 7_680, 23_040, 11_520, 0, 7_680)
     assert units.experts.output == 23_040
     alone = fsdp_units(MIXTRAL, TrainingSetup(), ParallelLayout(dp=4, zero=3, ep=4)).experts

@@ -93,19 +93,20 @@ class Unit:
 
 @dataclass(frozen=True)
 class FsdpUnits:
-    """The root unit and one block unit per block kind (dense, mixture of experts) of a rank."""
+    """The root unit and one block unit per distinct block signature of a rank (dense and mixture-of-experts
+    blocks; a patterned hybrid's Mamba2, attention and MLP layers), with each block's index into them."""
 
     reshard_after_forward: bool  # zero 3
     float_logits: bool  # amp-bf16: the parameters are bf16, so the model's ``logits.float()`` copies
     root: Unit | None  # None: a middle pipeline stage's root, which holds no parameter
-    dense: Unit | None
-    moe: Unit | None
+    blocks: tuple[Unit, ...]  # one unit per distinct block signature
+    kinds: tuple[int, ...]  # block i's unit: ``blocks[kinds[i]]``
     experts: Unit | None = None  # expert parallel: each MoE block's expert stacks, their own unit (rule 7)
 
 
 class FsdpEvents(KeyedHooks):
     """The events of rules 1–5 at the replay's unit boundaries.  Each block's events depend only on
-    its kind and its neighbours' (``key``), so the replay can still repeat equal blocks in O(1)."""
+    its unit and its neighbours' (``key``), so the replay can still repeat equal blocks in O(1)."""
 
     def __init__(self, cfg: ModelConfig, units: FsdpUnits, cpu: bool = False):
         self.cfg, self.units = cfg, units
@@ -113,9 +114,7 @@ class FsdpEvents(KeyedHooks):
         self.cpu = cpu  # rule 6: a plain run on the CPU
 
     def block(self, i: int) -> Unit:
-        unit = self.units.moe if self.cfg.layer_moe(i) else self.units.dense
-        assert unit is not None
-        return unit
+        return self.units.blocks[self.units.kinds[i]]
 
     def experts(self, i: int) -> Unit | None:
         """Block i's expert unit (rule 7; None: a dense block, or no expert parallel)."""
@@ -308,12 +307,13 @@ def fsdp_units(
             reduce_meta=chunk_cat_metadata([s * reduce_e for s in shards]) if meta else 0,
         )
 
-    kinds = {cfg.layer_moe(i): i for i in reversed(range(cfg.num_layers))}  # kind -> its first block
+    first = {cfg.layer_moe(i): i for i in reversed(range(cfg.num_layers))}  # kind (sparse or not) -> its first block
+    order = sorted(first, key=first.get)
     return FsdpUnits(
         reshard_after_forward=layout.zero == 3,
         float_logits=setup.autocast,
         root=unit(0),
-        dense=unit(kinds[False] + 1) if False in kinds else None,
-        moe=unit(kinds[True] + 1) if True in kinds else None,
-        experts=unit(kinds[True] + 1, experts=True) if True in kinds and ep > 1 else None,
+        blocks=tuple(unit(first[k] + 1) for k in order),
+        kinds=tuple(order.index(cfg.layer_moe(i)) for i in range(cfg.num_layers)),
+        experts=unit(first[True] + 1, experts=True) if True in first and ep > 1 else None,
     )

@@ -378,7 +378,7 @@ class _StageUnits(NamedTuple):
         if not layout.fsdp or layout.dp == 1:
             return None
         units = fsdp_units(cfg, setup, layout, stage=(layout.pp, stage))
-        return _StageUnits(units.root, units.dense, layout.zero == 3, setup.autocast)
+        return _StageUnits(units.root, units.blocks[0], layout.zero == 3, setup.autocast)  # dense blocks only
 
 
 class _StageEvents(StepHooks):
@@ -520,7 +520,7 @@ def _reduce_grads(cfg: ModelConfig, units: _StageUnits, blocks: int, traced: boo
     previous unit's reduce-scatter input freed; the unsharded gradients copied into this one's and freed;
     the sharded gradients allocated), then ``_root_post_backward_final_callback`` frees the last
     reduce-scatter input."""
-    ev = FsdpEvents(cfg, FsdpUnits(units.zero3, False, units.root, units.block, None))
+    ev = FsdpEvents(cfg, FsdpUnits(units.zero3, False, units.root, (units.block,), (0,) * blocks))
     fp32 = lambda u: (
         dataclasses.replace(
             u, grads=2 * u.grads, last_grad=2 * u.last_grad, vocab_rows=2 * u.vocab_rows, vocab_extra=2 * u.vocab_extra

@@ -282,8 +282,9 @@ def _implementation_view(r: ParallelMemory) -> View:
     )
     proof = (
         f"Proof: ops.predict_step(impl={r.impl!r}, layout=...) equals rank 0 of torch {CPU_TORCH}'s FSDP2 over "
-        "transformers' decoder layers on the fake process group (tests/test_ops_fsdp.py); the per-GPU model states "
-        "and collectives are shown for --impl course only."
+        "transformers' decoder layers on the fake process group (tests/test_ops_fsdp.py; the hybrids: "
+        "tests/test_ops_transformers_fsdp_hybrid.py); the per-GPU model states and collectives are shown for "
+        "--impl course only."
     )
     return View(header, [phases, fit, flops], [proof])
 

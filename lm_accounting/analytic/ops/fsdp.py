@@ -15,6 +15,12 @@ job's, whose FakeTensors are cpu tensors (the CPU's kernel facts).  No torch.
   ``TrainingState.PRE_BACKWARD``): a checkpoint's recompute gathers nothing;
 * the root's post-backward runs in the final callback (its input, the token ids, needs no gradient).
 
+Each block's unit is its own parameters' (``FsdpUnits``: one unit per distinct block signature, the blocks' index
+into them): a patterned hybrid's Mamba2, attention and MLP layers are units of unlike buffers, and the hybrids'
+programs (``nemotron_h``, ``bamba``, ``granitemoehybrid``) cut a run of alike layers where the units before or after
+them differ (``tensors.split_runs``); any other program's run of unlike events is refused (``_check_run``: the
+dense-first mixtures of experts, whose fake-PG jobs are not run here).
+
 The bytes each event allocates and frees are ``analytic.fsdp.FsdpEvents``' (rules 1–6, checked against the
 fake-PG job for our model), with the units' buffers from the program's own parameters
 (``analytic.fsdp.shard_unit``).  The program's parameters are the unsharded ones: they are charged only by the
@@ -47,14 +53,17 @@ POLICY_EXACT = (
     *("llama", "gpt2", "phi3", "moe", "gemma", "olmo2"),
     *("starcoder2", "exaone4", "interleaved", "glm", "ministral3", "granite", "olmo", "stablelm"),
     *("gpt_bigcode", "opt", "bloom", "falcon"),
+    *("nemotron_h", "bamba", "granitemoehybrid", "qwen3_next", "qwen3_5", "falcon_h1"),
 )
 """transformers' programs (``ops.transformers.PROGRAMS``' modules) whose pure-bf16 build, with the fp32 model's
-buffers (``buffer_dtype``: Gemma's ``embed_scale`` stays fp32 and is cast each forward), is what FSDP2's bf16
-policy runs over the fp32 model, with each layer's floating inputs cast to bf16 (``cast_floating``): checked on the
-fake process group at ZeRO-2 and ZeRO-3 (tests/test_ops_fsdp.py; starcoder2, exaone4, interleaved, glm,
-ministral3, granite, olmo and stablelm: tests/test_ops_transformers_zoo.py; gpt_bigcode, opt, bloom and falcon:
-tests/test_ops_transformers_dense_zoo.py).  A program added later is refused under the policy until it is checked and
-listed here."""
+buffers (``buffer_dtype``: Gemma's ``embed_scale`` stays fp32 and is cast each forward; Falcon-H1's ``mup_vector``
+stays fp32, and its product promotes the mixer's projections to fp32), is what FSDP2's bf16 policy runs over the
+fp32 model, with each layer's floating inputs cast to bf16 (``cast_floating``): checked on the fake process group at
+ZeRO-2 and ZeRO-3 (tests/test_ops_fsdp.py; starcoder2, exaone4, interleaved, glm, ministral3, granite, olmo and
+stablelm: tests/test_ops_transformers_zoo.py; gpt_bigcode, opt, bloom and falcon:
+tests/test_ops_transformers_dense_zoo.py; the hybrids nemotron_h, bamba, granitemoehybrid, qwen3_next, qwen3_5 and
+falcon_h1: tests/test_ops_transformers_fsdp_hybrid.py).  A program added later is refused under the policy until it
+is checked and listed here."""
 
 
 def charge(*deltas: int) -> None:
@@ -109,14 +118,12 @@ class FullyShard:
         self.root_params, self.block_params = root, blocks
         # the unsharded parameters exist only while gathered: the events charge them (rule 1)
         run.charge(-sum(p.nbytes for p in params), "unsharded parameters (gathered by FSDP2's events)")
-        kinds: dict[bool, list[Unit]] = {False: [], True: []}  # dense layers, mixture-of-experts layers
-        for i, b in enumerate(blocks):
-            kinds[self.cfg.layer_moe(i)].append(self._unit(b))
-        if any(u != units[0] for units in kinds.values() for u in units):
-            raise ValueError("FSDP2 over layers of one kind with unlike parameters is not replayed")
-        dense, moe = (units[0] if units else None for units in kinds.values())
-        self.units = FsdpUnits(self.layout.zero == 3, self.setup.autocast, self._unit(root), dense, moe)
+        units = [self._unit(b) for b in blocks]  # a block's signature: its unit's buffers
+        distinct = tuple(dict.fromkeys(units))  # dense and sparse blocks; a hybrid's Mamba2, attention, MLP blocks
+        kinds = tuple(distinct.index(u) for u in units)
+        self.units = FsdpUnits(self.layout.zero == 3, self.setup.autocast, self._unit(root), distinct, kinds)
         self.events = FsdpEvents(self.cfg, self.units, self.cpu)
+        run.layer_key = lambda i: (self.events.key(i, False), self.events.key(i, True))  # ``tensors.split_runs``
         for i, layer in enumerate(layers):
             layer.forward = self._wrap(layer.forward, i)
             if self.setup.autocast:  # the policy's cast_forward_inputs (our blocks' inputs are bf16 already)

@@ -42,7 +42,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Self
 
@@ -135,6 +135,7 @@ class Run:
         self.backward_segment: Segment | None = None  # the repeated block whose backward node runs
         self.work = _WORK[-1] if _WORK else None  # ``recording_work``'s sink
         self.virtual_grads: Dim = 0  # the grads of a repeated block's copies beyond the one replayed
+        self.layer_key: Callable[[int], Hashable] | None = None  # a wrapper's events at layer i (``split_runs``)
 
     def __enter__(self) -> Self:
         _RUNS.append(self)
@@ -249,6 +250,22 @@ def alike_runs(cfg: ModelConfig) -> list[tuple[int, int]]:
     the same shapes and masks)."""
     nope = set(cfg.nope_layers)
     return runs_of([(cfg.layer_moe(i), cfg.layer_windowed(i), i in nope) for i in range(cfg.num_layers)])
+def split_runs(runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``runs`` of alike layers cut where a data-parallel wrapper's events differ (``Run.layer_key``: FSDP2's
+    units before and after a layer, ``ops.fsdp``): a run's first layer follows a unit of another kind, its last
+    one precedes one; without a wrapper, ``runs`` unchanged."""
+    key = current().layer_key
+    if key is None:
+        return runs
+    out = []
+    for first, times in runs:
+        start = first
+        for i in range(first + 1, first + times):
+            if key(i) != key(start):
+                out.append((start, i - start))
+                start = i
+        out.append((start, first + times - start))
+    return out
 
 
 class Storage:

@@ -25,7 +25,7 @@ from ....config import ModelConfig
 from ....setup import TrainingSetup
 from .. import aten as A
 from ..engine import Affine
-from ..tensors import Tensor, empty, no_grad, repeated
+from ..tensors import Tensor, empty, no_grad, repeated, split_runs
 from . import llama, mamba2, stablelm
 from .glm import rotary_parts
 from .llama import B
@@ -118,7 +118,7 @@ class BambaForCausalLM(llama.LlamaForCausalLM):
                 j += 1
             out.append((i, j - i))
             i = j
-        return out + ([(n - 1, 1)] if n > 1 else [])
+        return split_runs(out + ([(n - 1, 1)] if n > 1 else []))  # FSDP2's units cut runs of one kind
 
     def model(self) -> Tensor:
         """``BambaModel.forward`` (:952-1008)."""

@@ -10,7 +10,9 @@ differently (its multipliers are Python numbers: each a ``mul`` whose value chan
 * the mixer (``FalconH1Mixer``, :589-825): Nemotron-H's (``mamba2.Mamba2Mixer``) with its input times
   ``ssm_in_multiplier``, ``in_proj``'s output times the ``mup_vector`` buffer (1, 1, W) each mixer registers (its
   saved operand), ``scan_output.view`` (not reshape) and, without ``mamba_rms_norm`` (the class's default),
-  ``scan_output * silu(gate)`` in place of the gated RMSNorm;
+  ``scan_output * silu(gate)`` in place of the gated RMSNorm; with it, ``FalconH1RMSNormGated`` (:238-273: the
+  gate's SiLU in fp32 multiplied before the norm or after it, as ``mamba_norm_before_gate`` says, the weight viewed
+  per group before it multiplies);
 * its output times ``ssm_out_multiplier``; attention on ``hidden_states * attention_in_multiplier``, its output
   times ``attention_out_multiplier`` (:917-934);
 * ``FalconH1Attention`` (:169-235): Llama's with the keys times ``key_multiplier`` and Nemotron-H's end (the
@@ -19,8 +21,7 @@ differently (its multipliers are Python numbers: each a ``mul`` whose value chan
   down_multiplier``;
 * the embeddings times ``embedding_multiplier``, the logits times ``lm_head_multiplier``.
 
-amp-bf16 as Nemotron-H's (``nemotron_h``).  Not transliterated (``unsupported``): ``mamba_rms_norm`` (its gated norm,
-before or after the gate as ``mamba_norm_before_gate`` says, a field the config reader ignores).
+amp-bf16 as Nemotron-H's (``nemotron_h``).
 """
 
 from __future__ import annotations
@@ -31,24 +32,53 @@ from .. import aten as A
 from ..aten_index import split_with_sizes
 from ..aten_pointwise import exp
 from ..engine import Affine
-from ..tensors import Tensor, empty, no_grad
+from ..tensors import Tensor, empty, no_grad, parameter
 from . import llama, mamba2, nemotron_h
 from .llama import B, Linear
 
 SCALE = 1.0  # the multipliers' values: bytes do not depend on them
 
 
-class Mixer(mamba2.Mamba2Mixer):
-    """``FalconH1Mixer`` (:589-825) without ``mamba_rms_norm``."""
+class RMSNormGated:
+    """``FalconH1RMSNormGated`` (:238-273) on a (B, S, W) input: the gate multiplied before the norm
+    (``norm_before_gate`` false) or after it, the norm per group in fp32, cast back to the input's dtype."""
 
-    def __init__(self, cfg: ModelConfig, dtype: str, name: str):
+    def __init__(self, size: int, groups: int, dtype: str, name: str, norm_before_gate: bool):
+        self.weight = parameter((size,), dtype, name + ".weight")
+        self.n_groups, self.norm_before_gate = groups, norm_before_gate
+
+    def __call__(self, hidden_states: Tensor, gate: Tensor) -> Tensor:
+        input_dtype = hidden_states.dtype  # :247
+        if not self.norm_before_gate:
+            hidden_states = A.mul(hidden_states, A.silu(A.to(gate, "fp32")))  # :250-251
+        batch_size, seq_len, dim = hidden_states.shape  # :254
+        hidden_states = A.to(hidden_states, "fp32")  # :258
+        group = dim // self.n_groups
+        hidden_states = A.view(hidden_states, batch_size, seq_len, self.n_groups, group)  # :260
+        variance = A.mean(A.pow_(hidden_states, 2), -1, keepdim=True)
+        hidden_states = A.mul(hidden_states, A.rsqrt(A.add(variance, 1e-6)))  # :263
+        hidden_states = A.mul(A.view(self.weight, self.n_groups, group), hidden_states)  # :265
+        hidden_states = A.view(hidden_states, batch_size, seq_len, dim)
+        if self.norm_before_gate:
+            hidden_states = A.mul(hidden_states, A.silu(A.to(gate, "fp32")))  # :271-272
+        return A.to(hidden_states, input_dtype)  # :273
+
+
+class Mixer(mamba2.Mamba2Mixer):
+    """``FalconH1Mixer`` (:589-825): its gated RMSNorm with ``mamba_rms_norm``, else ``nn.Identity()``."""
+
+    def __init__(self, cfg: ModelConfig, dtype: str, name: str, buffer_dtype: str | None = None):
         super().__init__(cfg, dtype, name)
-        self.norm = None  # nn.Identity()
-        self.mup_vector = empty((1, 1, cfg.mamba_in_width), dtype, name + ".mup_vector")  # a buffer
+        groups, before = cfg.mamba_groups, cfg.mamba_norm_before_gate
+        self.norm = (
+            RMSNormGated(self.intermediate_size, groups, dtype, name + ".norm", before) if cfg.mamba_norm else None
+        )
+        self.mup_vector = empty((1, 1, cfg.mamba_in_width), buffer_dtype or dtype, name + ".mup_vector")  # a buffer
 
     def params(self) -> list[Tensor]:
         own = [self.dt_bias, self.A_log, self.D, self.conv_weight, self.conv_bias]
-        return own + self.in_proj.params() + self.out_proj.params()
+        norm = [self.norm.weight] if self.norm is not None else []
+        return own + self.in_proj.params() + norm + self.out_proj.params()
 
     def __call__(self, hidden_states: Tensor) -> Tensor:
         batch_size, seq_len, _ = hidden_states.shape  # :677
@@ -78,7 +108,10 @@ class Mixer(mamba2.Mamba2Mixer):
             self.dt_bias,
         )  # :795-809
         scan_output = A.view(scan_result, batch_size, seq_len, -1)  # :817
-        scan_output = A.mul(scan_output, A.silu(gate))  # :823
+        if self.norm is not None:  # :818-823
+            scan_output = self.norm(scan_output, gate)
+        else:
+            scan_output = A.mul(scan_output, A.silu(gate))
         return self.out_proj(A.to(scan_output, dtype))  # :826
 
 
@@ -124,9 +157,9 @@ class MLP:
 class DecoderLayer(llama.GradientCheckpointingLayer):
     """``FalconH1DecoderLayer`` (:867-948)."""
 
-    def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str, norm):
+    def __init__(self, cfg: ModelConfig, dtype: str, attn: str, name: str, norm, buffer_dtype: str | None = None):
         self.feed_forward = MLP(cfg, dtype, name + ".feed_forward")
-        self.mamba = Mixer(cfg, dtype, name + ".mamba")
+        self.mamba = Mixer(cfg, dtype, name + ".mamba", buffer_dtype)
         self.self_attn = Attention(cfg, dtype, attn, name + ".self_attn")
         self.input_layernorm = norm(cfg.d_model, dtype, name + ".input_layernorm")
         self.pre_ff_layernorm = norm(cfg.d_model, dtype, name + ".pre_ff_layernorm")
@@ -155,8 +188,12 @@ class DecoderLayer(llama.GradientCheckpointingLayer):
 class FalconH1ForCausalLM(llama.LlamaForCausalLM):
     """``FalconH1ForCausalLM`` with ``FalconH1Model`` (:1018-1175), labels given."""
 
+    def __init__(self, cfg: ModelConfig, seq: int, setup: TrainingSetup, batch=B, buffer_dtype: str | None = None):
+        self.buffer_dtype = buffer_dtype  # the mixers' ``mup_vector``: fp32 under FSDP2's bf16 policy (``ops.fsdp``)
+        super().__init__(cfg, seq, setup, batch)
+
     def decoder_layer(self, name: str, norm) -> DecoderLayer:
-        return DecoderLayer(self.cfg, self.dtype, self.setup.attention, name, norm)
+        return DecoderLayer(self.cfg, self.dtype, self.setup.attention, name, norm, self.buffer_dtype)
 
     def embed(self) -> Tensor:
         return A.mul(super().embed(), SCALE)  # :1066
@@ -180,9 +217,12 @@ class FalconH1ForCausalLM(llama.LlamaForCausalLM):
         return A.mul(logits, SCALE)  # :1160 lm_head_multiplier
 
 
-def causal_lm(cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B) -> FalconH1ForCausalLM:
-    """The program of ``ops.transformers.predict_step``."""
-    return FalconH1ForCausalLM(cfg, seq, setup, batch)
+def causal_lm(
+    cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B, buffer_dtype: str | None = None
+) -> FalconH1ForCausalLM:
+    """The program of ``ops.transformers.predict_step``; ``buffer_dtype``: the ``mup_vector`` buffers' dtype where not
+    the parameters' (fp32 under FSDP2's bf16 policy over the fp32 model, ``ops.fsdp.predict_rank``)."""
+    return FalconH1ForCausalLM(cfg, seq, setup, batch, buffer_dtype)
 
 
 def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
@@ -190,8 +230,6 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
     out = mamba2.unproven_sizes(cfg) if cfg.mamba_layers else []
     if setup.checkpoint == "selective":
         out.append("transformers has no selective activation checkpointing")
-    if cfg.mamba_norm:
-        out.append("Falcon-H1's mamba_rms_norm (its gated RMSNorm, before or after the gate: not transliterated)")
     if cfg.mlp != "swiglu" or cfg.moe:
         out.append("a falcon_h1 model other than its SwiGLU MLP")
     return out

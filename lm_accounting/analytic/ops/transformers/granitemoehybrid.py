@@ -27,7 +27,7 @@ from ....setup import TrainingSetup
 from .. import aten as A
 from ..aten_index import split_with_sizes
 from ..engine import Affine
-from ..tensors import Tensor, repeated
+from ..tensors import Tensor, repeated, split_runs
 from . import granite, granitemoe, llama, mamba2, nemotron_h
 from .llama import B, Linear
 
@@ -126,7 +126,7 @@ class GraniteMoeHybridForCausalLM(llama.LlamaForCausalLM):
         return DecoderLayer(self.cfg, self.dtype, self.setup.attention, name, norm, self.cfg.layer_kind(i))
 
     def runs(self) -> list[tuple[int, int]]:
-        return mamba2.layer_runs(self.cfg)
+        return split_runs(mamba2.layer_runs(self.cfg))  # FSDP2's units cut runs of one letter
 
     def model(self) -> Tensor:
         """``GraniteMoeHybridModel.forward`` (:1068-1128)."""

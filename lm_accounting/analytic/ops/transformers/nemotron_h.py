@@ -37,7 +37,7 @@ from .. import aten as A
 from ..aten_activation import relu
 from ..aten_scan import square
 from ..engine import Affine
-from ..tensors import Tensor, autocast_or_not, empty, no_grad, parameter, repeated
+from ..tensors import Tensor, autocast_or_not, empty, no_grad, parameter, repeated, split_runs
 from . import deepseek, llama, mamba2, moe, nemotron
 from .llama import B, Linear
 
@@ -194,7 +194,7 @@ class NemotronHForCausalLM:
         return out + [self.norm_f.weight, self.lm_head]
 
     def runs(self) -> list[tuple[int, int]]:
-        return mamba2.layer_runs(self.cfg)
+        return split_runs(mamba2.layer_runs(self.cfg))  # FSDP2's units cut runs of one letter
 
     def model(self) -> Tensor:
         """``NemotronHModel.forward`` (:1096-1155)."""
