@@ -69,6 +69,7 @@ CASES = [(name, *s) for name in MODELS for s in SETUPS if not (name in EXPERTS_O
 S, B = 12, 2  # Mamba2: a second chunk of 8, padded; Gated DeltaNet: one chunk of 64, padded
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("name, precision, attention, checkpoint, zero, world", CASES, ids=str)
 def test_fsdp2_rank_of_a_hybrid_equals_the_fake_pg_job(name, precision, attention, checkpoint, zero, world):
     cfg = MODELS[name]()
@@ -212,3 +213,50 @@ def test_the_gate_order_is_read_and_written_back():
     cfg = norm_h1(2, False)
     assert "mamba_norm_before_gate" not in cfg.ignored_fields
     assert to_hf_dict(cfg)["mamba_norm_before_gate"] is False and to_hf_dict(norm_h1(2, True))["mamba_rms_norm"]
+
+
+def _short_conv_and_mamba_v1():
+    from test_ops_transformers_lfm2 import LFM2_MOE, lfm2
+    from test_ops_transformers_mamba import jamba
+
+    return {
+        "lfm2-CACCC": lambda: lfm2("CACCC"),  # a run of three short convolutions after attention: cut
+        "lfm2_moe-CCACCC": lambda: lfm2("CCACCC", base=LFM2_MOE),
+        "jamba-6": lambda: jamba(6, 2, 1),  # Mamba and attention alternating
+        "jamba-8-moe": lambda: jamba(8, 4, 1, 4),
+    }
+
+
+@pytest.mark.parametrize(
+    "name, precision, checkpoint, zero, world",
+    [
+        ("lfm2-CACCC", "fp32", "none", 3, 4),
+        ("lfm2-CACCC", "bf16", "full", 2, 3),
+        ("lfm2_moe-CCACCC", "bf16", "full", 2, 3),
+        ("jamba-6", "fp32", "none", 3, 4),
+        ("jamba-8-moe", "bf16", "full", 2, 3),
+    ],
+)
+def test_fsdp2_rank_of_short_conv_and_mamba_hybrids_equals_the_fake_pg_job(name, precision, checkpoint, zero, world):
+    """LFM2's and Jamba's layers of unlike parameters (``split_runs`` cuts their runs where FSDP2's units differ)."""
+    cfg = _short_conv_and_mamba_v1()[name]()
+    setup = TrainingSetup(attention="naive", precision=precision, checkpoint=checkpoint)
+    layout = ParallelLayout(dp=world, zero=zero)
+    lines = predict_step(cfg, S, setup, impl="transformers", batch=B, layout=layout)
+    assert lines.at(B) == measure_hf_step(cfg, S, B, setup, device="meta", layout=layout), (name, setup.label)
+
+
+def test_a_unit_of_mixed_parameter_dtypes_is_refused_as_torch_refuses_it():
+    """GLM-4.5's sparse layers keep their router's score bias in fp32 beside bf16 weights: torch's ``fully_shard``
+    refuses such a unit (``FSDPParamGroup._init_mp_dtypes``: "FSDP expects uniform original parameter dtype"), so the
+    prediction refuses the job in one line rather than predicting one that cannot run."""
+    from test_hf_zoo import ZOO
+
+    from lm_accounting.hf_config import config_from_hf
+
+    cfg = config_from_hf({"model_type": "glm4_moe", **ZOO["glm4_moe"]})
+    setup, layout = TrainingSetup(attention="naive", precision="bf16"), ParallelLayout(dp=2, zero=3)
+    with pytest.raises(ValueError, match="uniform original parameter dtype"):
+        predict_step(cfg, S, setup, impl="transformers", batch=B, layout=layout)
+    with pytest.raises(AssertionError, match="uniform original parameter dtype"):
+        measure_hf_step(cfg, S, B, setup, device="meta", layout=layout)

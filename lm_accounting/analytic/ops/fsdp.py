@@ -115,6 +115,13 @@ class FullyShard:
         inside = {id(p) for params in blocks for p in params}
         params = program.parameters()
         root = [p for p in params if id(p) not in inside]
+        for unit in (root, *blocks):  # torch 2.13 ``FSDPParamGroup._init_mp_dtypes``: one dtype per unit
+            dtypes = sorted({p.dtype for p in unit if p.requires_grad})
+            if len(dtypes) > 1:
+                raise ValueError(
+                    f"torch's fully_shard refuses a unit whose trainable parameters mix {' and '.join(dtypes)} "
+                    "(FSDP expects uniform original parameter dtype): FSDP2 over this model cannot run"
+                )
         self.root_params, self.block_params = root, blocks
         # the unsharded parameters exist only while gathered: the events charge them (rule 1)
         run.charge(-sum(p.nbytes for p in params), "unsharded parameters (gathered by FSDP2's events)")

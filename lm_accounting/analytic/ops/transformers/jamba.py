@@ -33,7 +33,7 @@ from ....setup import TrainingSetup
 from .. import aten as A
 from ..aten_index import topk
 from ..engine import Affine
-from ..tensors import Tensor, repeated, runs_of
+from ..tensors import Tensor, repeated, runs_of, split_runs
 from . import llama, mamba, moe, nemotron_h
 from .llama import B, RMSNorm
 
@@ -134,7 +134,7 @@ class JambaForCausalLM(llama.LlamaForCausalLM):
         replayed once, else one by one (``mamba.one_by_one``)."""
         n, cfg = self.cfg.num_layers, self.cfg
         kind = [(cfg.layer_kind(i), cfg.layer_moe(i)) for i in range(n)]
-        runs = runs_of(kind)
+        runs = split_runs(runs_of(kind))  # FSDP2's units cut runs of one kind
         for first, times in runs if self.setup.checkpoint == "full" else mamba.one_by_one(n):
             # the Mamba layers get ``create_recurrent_attention_mask``'s None: a checkpointed one holds no mask
             layer_kwargs = {**kwargs(first), **({} if kind[first][0] == "*" else {"attention_mask": None})}

@@ -28,7 +28,7 @@ from .. import aten as A
 from ..aten_index import split_with_sizes
 from ..aten_scan import conv1d_depthwise
 from ..engine import Affine
-from ..tensors import Tensor, parameter, repeated, runs_of
+from ..tensors import Tensor, parameter, repeated, runs_of, split_runs
 from . import llama
 from .llama import B, Linear
 
@@ -117,7 +117,7 @@ class Lfm2ForCausalLM(llama.LlamaForCausalLM):
         return DecoderLayer(self.cfg, self.dtype, self.setup.attention, name, ffn)
 
     def run_layers(self, hidden_states: Tensor, kwargs) -> Tensor:
-        for first, times in layer_runs(self.cfg):  # :488-496
+        for first, times in split_runs(layer_runs(self.cfg)):  # :488-496; FSDP2's units cut runs of one kind
             with repeated(times):
                 hidden_states = self.layers[first](hidden_states, **kwargs(first))
         return hidden_states
