@@ -1920,7 +1920,7 @@ def _llama4_text(f: _Fields) -> dict[str, Any]:
     layers = out["num_layers"]
     out["d_ff"] = f.int("intermediate_size_mlp")  # the dense layers' width; intermediate_size is the experts'
     expert_width = f.int("intermediate_size")
-    f.bool("use_qk_norm", True)  # an L2 norm without weights: no parameter, no matmul
+    l2_qk_norm = f.bool("use_qk_norm", True)  # an L2 norm without weights: no parameter, no matmul
     bias = f.bool("attention_bias", False)
     step = f.int("interleave_moe_layer_step", 1)
     moe = f.raw("moe_layers")
@@ -1960,6 +1960,8 @@ def _llama4_text(f: _Fields) -> dict[str, Any]:
         "shared_experts": 1,
         "moe_every": step,
         "all_experts_run": True,
+        "l2_qk_norm": l2_qk_norm,
+        "attn_temperature_tuning": f.bool("attn_temperature_tuning", True),
     }
 
 
@@ -3287,6 +3289,18 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
             "rope_theta": cfg.rope_theta,
             "partial_rotary_factor": cfg.rope_dim / cfg.d_head,
         },
+    },
+    "llama4_text": lambda cfg: {
+        **_write_common(cfg),
+        **_write_experts(cfg, "num_local_experts"),
+        "attention_bias": cfg.qkv_bias,
+        "intermediate_size": cfg.expert_width,
+        "intermediate_size_mlp": cfg.d_ff,
+        "interleave_moe_layer_step": cfg.moe_every,
+        "no_rope_layers": [int(i not in cfg.nope_layers) for i in range(cfg.num_layers)],
+        "attention_chunk_size": cfg.attention_chunk,
+        "use_qk_norm": cfg.l2_qk_norm,
+        "attn_temperature_tuning": cfg.attn_temperature_tuning,
     },
     "hy_v3": lambda cfg: {
         **_write_common(cfg),
