@@ -126,6 +126,8 @@ def test_llama4_memory_cli_predicts_the_step(run_cli, tmp_path):
     assert r.code == 0, r.err
     assert "model states only" not in r.out and "exact prediction for meta" in r.out
     phases = [
-        line for line in r.out.splitlines() if line.startswith(("baseline:", "forward (", "backward:", "AdamW step"))
+        line
+        for line in r.out.splitlines()
+        if line.startswith(("baseline:", "forward (", "backward:", "AdamW step + zero_grad:"))
     ]
     assert len(phases) == 7 and all("+0.0000%" in line for line in phases), phases
