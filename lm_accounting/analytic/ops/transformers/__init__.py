@@ -86,8 +86,8 @@ PROGRAMS = {
     "nemotron_h": "nemotron_h",  # Mamba2 mixers (the PyTorch chunked scan), attention without RoPE, relu² MLPs
     "qwen3_next": "qwen3_next",  # Gated DeltaNet layers (the torch chunked rule) and gated attention, Qwen2-MoE's block
     "qwen3_5_text": "qwen3_5",  # Qwen3-Next's layers with unfused projections, a dense MLP, three-row rotary positions
-    "qwen3_5_moe_text": "qwen3_5",
-    "llama4_text": "llama4",  # complex RoPE, NoPE layers with temperature tuning, chunked masks, every expert run (bmm)  # Qwen3.5's layers with Qwen3-Next's sparse block in every layer
+    "qwen3_5_moe_text": "qwen3_5",  # Qwen3.5's layers with Qwen3-Next's sparse block in every layer
+    "llama4_text": "llama4",  # complex RoPE, NoPE layers with temperature tuning, chunked masks, every expert run (bmm)
 }
 """hf_model_type -> the module of this package that transliterates its modeling file."""
 B = Affine(1)  # the micro-batch as a symbol
