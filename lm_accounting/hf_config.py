@@ -428,7 +428,6 @@ IGNORED_BY_TYPE = {
     "llama4": DEFINED_FIELDS["llama4"] - COMMON_FIELDS - {"text_config"} | {"tie_word_embeddings"},  # TIED_BY_TEXT
     "llama4_text": frozenset(
         [
-            "attn_temperature_tuning",
             "floor_scale",
             "attn_scale",
             "router_jitter_noise",
@@ -1909,7 +1908,8 @@ def _llama4_text(f: _Fields) -> dict[str, Any]:
       null: every layer full); a ``layer_types`` must be the one ``__post_init__`` derives.  ``use_qk_norm``:
       ``Llama4TextL2Norm`` on the RoPE layers' Q and K, an RMS norm without a weight (no parameter, no matmul); the
       NoPE layers' attention temperature tuning (``attn_temperature_tuning``, ``floor_scale``, ``attn_scale``)
-      scales Q elementwise: neither changes a count, and neither is in the elementwise estimate.
+      scales Q elementwise: neither changes a count, and neither is in the elementwise estimate; both flags are kept
+      (``l2_qk_norm``, ``attn_temperature_tuning``) for the training step's replay (``analytic.ops.transformers.llama4``).
     * Feed-forward: layer i is a mixture of experts when i is in ``moe_layers``, which must be (as its default)
       ``range(step - 1, L, step)`` for ``interleave_moe_layer_step`` (our ``moe_every``: (i + 1) % step == 0); the
       other layers a SwiGLU of ``intermediate_size_mlp``.  ``Llama4TextMoe``: a router d -> E (no bias), E =
