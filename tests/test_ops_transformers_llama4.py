@@ -16,7 +16,7 @@ layer and the dense MLP of ``intermediate_size_mlp`` elsewhere.  ``Llama4TextExp
 
 import pytest
 
-from lm_accounting.analytic.ops import unsupported
+from lm_accounting.analytic.ops import predict_step, unsupported
 from lm_accounting.hf_config import config_from_hf
 from lm_accounting.setup import TrainingSetup
 
@@ -106,6 +106,17 @@ def test_llama4_plain_cpu_run_equals_the_cpu_allocator(variant, setup):
     """No dispatch mode: gradients summed in place, Python numbers wrapped (the temperature factor's, the chunk's
     floor division), the CPU flash kernel's scratch."""
     check_plain(tiny(variant), 12, 2, setup)
+
+
+def test_llama4_under_amp_bf16_equals_transformers_on_cpu_tensors():
+    """The traced run on cpu tensors (``--measure cpu``: the storage tracker over real kernels, whose internal casts
+    it does not see) at B = 1 and 2."""
+    from lm_accounting.measure.hf import measure_hf_step
+
+    setup = TrainingSetup(attention="naive", precision="amp-bf16")
+    for batch in (1, 2):
+        lines = predict_step(tiny(), 12, setup, impl="transformers", batch=batch, device="cpu")
+        assert lines.at(batch) == measure_hf_step(tiny(), 12, batch, setup, device="cpu"), batch
 
 
 def test_llama4_selective_checkpointing_is_refused():
