@@ -254,6 +254,14 @@ class ModelConfig:
     the layers that use RoPE (not ``nope_layers``) a query sees only the keys of its own chunk of that many
     positions, up to itself.  transformers' eager attention computes the full S x S square and masks the rest, so
     the totals count the square; the chunked pairs are a labelled extra (``flops.chunked_attention_flops``)."""
+    l2_qk_norm: bool = dataclasses.field(default=False, compare=False)
+    """Llama 4's ``use_qk_norm`` (``Llama4TextL2Norm``, models/llama4/modeling_llama4.py): an RMS norm without a weight
+    on the RoPE layers' Q and K after RoPE: no parameter, no count; its fp32 copies and saved tensors in training
+    (``analytic.ops.transformers.llama4``).  Provenance, no part in equality."""
+    attn_temperature_tuning: bool = dataclasses.field(default=False, compare=False)
+    """Llama 4's ``attn_temperature_tuning``: the NoPE layers scale Q by ``log1p(floor((pos + 1) / floor_scale)) *
+    attn_scale + 1`` (``Llama4TextAttention.forward``): elementwise, no count; a product and its saved factor in
+    training.  Provenance, no part in equality."""
     moe_fp32_combine: bool = dataclasses.field(default=False, compare=False)
     """Whether the sparse block sums the routed and the shared experts' outputs in fp32 and casts back (a config.json's
     ``enable_moe_fp32_combine``, Hunyuan v3, its class's default true): the same count, two fp32 copies and a cast
@@ -1252,7 +1260,7 @@ class ModelConfig:
         del out["hf_model_type"], out["dropout"], out["norm_topk_prob"]
         del out["expert_groups"], out["expert_groups_per_token"], out["rope_interleave"], out["topk_method"]
         del out["hf_activation"], out["nope_layers"], out["moe_fp32_combine"], out["residual_in_fp32"]
-        del out["router_buffer_bias"], out["mamba_norm_before_gate"]
+        del out["router_buffer_bias"], out["mamba_norm_before_gate"], out["l2_qk_norm"], out["attn_temperature_tuning"]
         for key in ("all_experts_run", "attention_chunk"):  # Llama 4's keys appear on a model that sets them only
             if not out[key]:
                 del out[key]

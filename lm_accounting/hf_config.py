@@ -426,7 +426,6 @@ IGNORED_BY_TYPE = {
     "llama4": DEFINED_FIELDS["llama4"] - COMMON_FIELDS - {"text_config"} | {"tie_word_embeddings"},  # TIED_BY_TEXT
     "llama4_text": frozenset(
         [
-            "attn_temperature_tuning",
             "floor_scale",
             "attn_scale",
             "router_jitter_noise",
@@ -1907,7 +1906,8 @@ def _llama4_text(f: _Fields) -> dict[str, Any]:
       null: every layer full); a ``layer_types`` must be the one ``__post_init__`` derives.  ``use_qk_norm``:
       ``Llama4TextL2Norm`` on the RoPE layers' Q and K, an RMS norm without a weight (no parameter, no matmul); the
       NoPE layers' attention temperature tuning (``attn_temperature_tuning``, ``floor_scale``, ``attn_scale``)
-      scales Q elementwise: neither changes a count, and neither is in the elementwise estimate.
+      scales Q elementwise: neither changes a count, and neither is in the elementwise estimate; both flags are kept
+      (``l2_qk_norm``, ``attn_temperature_tuning``) for the training step's replay (``analytic.ops.transformers.llama4``).
     * Feed-forward: layer i is a mixture of experts when i is in ``moe_layers``, which must be (as its default)
       ``range(step - 1, L, step)`` for ``interleave_moe_layer_step`` (our ``moe_every``: (i + 1) % step == 0); the
       other layers a SwiGLU of ``intermediate_size_mlp``.  ``Llama4TextMoe``: a router d -> E (no bias), E =
@@ -1918,7 +1918,7 @@ def _llama4_text(f: _Fields) -> dict[str, Any]:
     layers = out["num_layers"]
     out["d_ff"] = f.int("intermediate_size_mlp")  # the dense layers' width; intermediate_size is the experts'
     expert_width = f.int("intermediate_size")
-    f.bool("use_qk_norm", True)  # an L2 norm without weights: no parameter, no matmul
+    l2_qk_norm = f.bool("use_qk_norm", True)  # an L2 norm without weights: no parameter, no matmul
     bias = f.bool("attention_bias", False)
     step = f.int("interleave_moe_layer_step", 1)
     moe = f.raw("moe_layers")
@@ -1958,6 +1958,8 @@ def _llama4_text(f: _Fields) -> dict[str, Any]:
         "shared_experts": 1,
         "moe_every": step,
         "all_experts_run": True,
+        "l2_qk_norm": l2_qk_norm,
+        "attn_temperature_tuning": f.bool("attn_temperature_tuning", True),
     }
 
 
@@ -3355,6 +3357,18 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
             "rope_theta": cfg.rope_theta,
             "partial_rotary_factor": cfg.rope_dim / cfg.d_head,
         },
+    },
+    "llama4_text": lambda cfg: {
+        **_write_common(cfg),
+        **_write_experts(cfg, "num_local_experts"),
+        "attention_bias": cfg.qkv_bias,
+        "intermediate_size": cfg.expert_width,
+        "intermediate_size_mlp": cfg.d_ff,
+        "interleave_moe_layer_step": cfg.moe_every,
+        "no_rope_layers": [int(i not in cfg.nope_layers) for i in range(cfg.num_layers)],
+        "attention_chunk_size": cfg.attention_chunk,
+        "use_qk_norm": cfg.l2_qk_norm,
+        "attn_temperature_tuning": cfg.attn_temperature_tuning,
     },
     "hy_v3": lambda cfg: {
         **_write_common(cfg),

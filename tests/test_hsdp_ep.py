@@ -43,7 +43,10 @@ def _lay(r: int, s: int, ep: int, zero: int = 3) -> ParallelLayout:
     [
         ({"dp": 8, "zero": 3, "replicate": 2, "ep": 8}, "ep=8 does not divide HSDP's shard degree 4"),
         ({"dp": 12, "zero": 3, "replicate": 3, "ep": 3}, "ep=3 does not divide HSDP's shard degree 4"),
-        ({"dp": 8, "zero": 3, "replicate": 2, "ep": 2, "pp": 2, "micro_batches": 2}, "beside both pipeline and expert parallel"),
+        (
+            {"dp": 8, "zero": 3, "replicate": 2, "ep": 2, "pp": 2, "micro_batches": 2},
+            "beside both pipeline and expert parallel",
+        ),
         ({"dp": 8, "zero": 1, "replicate": 2, "ep": 2}, "use --zero 2 or 3"),
     ],
 )

@@ -80,8 +80,9 @@ def check_hf_setup(cfg: ModelConfig, setup: TrainingSetup, device: str) -> None:
 
 def check_grouped_mm(cfg: ModelConfig, compute_dtype: str, device: str) -> None:
     """Refuse a forward of transformers' experts (``torch._grouped_mm``) on meta with weights that are not bf16:
-    the meta kernel (``_meta_grouped_mm_common``) takes bf16 only."""
-    if cfg.moe and device == "meta" and compute_dtype != "bf16":
+    the meta kernel (``_meta_grouped_mm_common``) takes bf16 only.  Llama 4's experts (``all_experts_run``) run
+    ``torch.bmm`` instead (``Llama4TextExperts``), on meta in any dtype."""
+    if cfg.moe and not cfg.all_experts_run and device == "meta" and compute_dtype != "bf16":
         raise AccountingError(
             f"transformers' experts run torch._grouped_mm, whose meta kernel takes bf16 weights only, not "
             f"{compute_dtype}: measure it on cpu at a small shape (--measure cpu), or in bf16"

@@ -540,6 +540,9 @@ def sum_(a: Tensor, dim: int, keepdim: bool = False, dtype: str | None = None) -
     shape = a.shape[:dim] + ((1,) if keepdim else ()) + a.shape[dim + 1 :]
     out = empty(shape, dtype or a.dtype, "sum")
     current().note("reads", a.nbytes)
+    if dtype is not None and dtype != a.dtype and current().wraps:  # the CPU kernel reduces a copy in ``dtype``
+        copy = Storage(a.numel * ITEMSIZE[dtype], "sum_input_cast")  # (make_reduction_from_out_ty: ``self.to``)
+        del copy
     src = a.shape
     record("SumBackward1", (a,), (out,), lambda ctx, g: (expand(g[0] if keepdim else unsqueeze(g[0], dim), *src),))
     return out

@@ -16,6 +16,11 @@ torch 2.13 (``tools/autograd/derivatives.yaml``, ``torch/csrc/autograd/Functions
   ``scatter``, a new tensor, then the zeros die).
 * ``repeat_interleave(k, dim=0)`` (``aten/src/ATen/native/Repeat.cpp``, an int count): ``unsqueeze``, ``expand``
   and one contiguous ``clone``, flattened (a view); the backward sums the expanded dim (one tensor).
+* ``t.repeat(n, 1)`` of a 2-d ``t``: one new (n·rows, d) tensor; saves nothing; backward ``repeat_backward``: the
+  gradient reshaped (n, rows, d) and summed over the copies (one tensor).
+* ``t.scatter_(dim, index, src)`` of a ``t`` that needs no gradient (``full_like(...).scatter_``): in place, the
+  result shares ``t``'s storage; ``ScatterBackward1`` saves the index; backward, src's ``grad.gather(dim, index)``
+  (one tensor of the index's shape).
 No torch.
 """
 
@@ -150,3 +155,21 @@ def repeat_interleave(t: Tensor, k: int) -> Tensor:
     """``t.repeat_interleave(k, dim=0)`` of a 2-d ``t``."""
     rows, d = t.shape
     return A.view(A.clone(A.expand(A.unsqueeze(t, 1), rows, k, d), contiguous=True), rows * k, d)
+
+
+def repeat_rows(t: Tensor, n: int) -> Tensor:
+    """``t.repeat(n, 1)`` of a 2-d ``t`` (rows, d): (n·rows, d), nothing saved; backward the gradient reshaped
+    (n, rows, d) and summed over dim 0."""
+    rows, d = t.shape
+    out = empty((rows * n, d), t.dtype, "repeat")
+    record("RepeatBackward0", (t,), (out,), lambda ctx, g: (A.sum_(A.reshape(g[0], n, rows, d), 0),))
+    return out
+
+
+def scatter_src_(t: Tensor, index: Tensor, src: Tensor) -> Tensor:
+    """``t.scatter_(-1, index, src)`` of a ``t`` needing no gradient: no new storage (the result shares ``t``'s);
+    ScatterBackward1 saves the index; backward src's ``grad.gather(-1, index)``."""
+    out = t.detach()
+    back = lambda ctx, g, i: (empty(i.shape, g[0].dtype, "gather"),)
+    record("ScatterBackward1", (src,), (out,), back, (index,))
+    return out

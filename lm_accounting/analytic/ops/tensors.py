@@ -250,6 +250,8 @@ def alike_runs(cfg: ModelConfig) -> list[tuple[int, int]]:
     the same shapes and masks)."""
     nope = set(cfg.nope_layers)
     return runs_of([(cfg.layer_moe(i), cfg.layer_windowed(i), i in nope) for i in range(cfg.num_layers)])
+
+
 def split_runs(runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """``runs`` of alike layers cut where a data-parallel wrapper's events differ (``Run.layer_key``: FSDP2's
     units before and after a layer, ``ops.fsdp``): a run's first layer follows a unit of another kind, its last
@@ -696,7 +698,8 @@ def _call(node: Node, inputs: list) -> list:
     saved = [s.unpack() for s in node.saved]
     outputs = list(node.fn(node.ctx, inputs, *saved))
     del saved
-    for i, g in enumerate(outputs):  # validate_outputs: a broadcast input gets its gradient summed down
+    for i in range(len(outputs)):  # validate_outputs: a broadcast input gets its gradient summed down (not
+        g = outputs[i]  # ``enumerate``, whose cached pair would hold the unsummed gradient through the cast)
         if g is None or node.next[i] is None:
             outputs[i] = None
             continue
@@ -704,8 +707,19 @@ def _call(node: Node, inputs: list) -> list:
         if g.shape != shape:
             outputs[i] = g = _sum_to(g, shape)
         if node.dtypes[i] != g.dtype:  # validate_outputs: grad.to(input dtype)
-            outputs[i] = Tensor(g.shape, node.dtypes[i], perm=g.perm, label="_to_copy")
+            outputs[i] = Tensor(g.shape, node.dtypes[i], perm=cast_perm(g), label="_to_copy")
     return outputs
+
+
+def cast_perm(g: Tensor) -> tuple[int, ...]:
+    """The layout of ``_to_copy``'s output (``empty_like``, preserve format): ``g``'s, except for an expanded ``g``
+    (stride-0 dims: not dense), whose strides ``infer_dense_strides`` infers, never moving a dim across a stride-0
+    one: contiguous when the other dims are in order (a sum's gradient ``grad.unsqueeze(0).expand(...)``; here
+    ``unsqueeze`` puts its size-1 dim innermost)."""
+    if not g.zero:
+        return g.perm
+    rest = [p for p in g.perm if p not in g.zero]
+    return contiguous_perm(g.ndim) if rest == sorted(rest) else g.perm
 
 
 def _accumulate_grad(node: AccumulateGrad, inputs: list, buffers: dict) -> None:

@@ -95,6 +95,7 @@ PROGRAMS = {
     "mamba": "mamba",  # the sequential selective scan (a python loop of S steps), fp32 residuals
     "falcon_mamba": "mamba",  # Mamba's with weightless RMSNorms on dt, B and C
     "jamba": "jamba",  # Mamba's mixer (dt/B/C norms with gains) or attention without RoPE, SwiGLU or experts
+    "llama4_text": "llama4",  # complex RoPE, NoPE layers with temperature tuning, chunked masks, every expert run (bmm)
 }
 """hf_model_type -> the module of this package that transliterates its modeling file."""
 B = Affine(1)  # the micro-batch as a symbol

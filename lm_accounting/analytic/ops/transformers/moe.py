@@ -32,7 +32,7 @@ from .. import aten as A
 from ..aten_index import index, split_with_sizes, topk
 from ..aten_pointwise import divide_backward
 from ..engine import Affine
-from ..tensors import Tensor, current, empty, no_grad, parameter, record, record_first
+from ..tensors import ITEMSIZE, Storage, Tensor, current, empty, no_grad, parameter, record, record_first
 from .llama import MLP, DecoderLayer, LlamaForCausalLM, RMSNorm, int_scalar_op
 
 B = Affine(1)
@@ -86,7 +86,15 @@ def grouped_mm(a: Tensor, b: Tensor, offs: Tensor) -> Tensor:
 
 
 def add_(t: Tensor, other: Tensor) -> Tensor:
-    """``t.add_(other)`` of one shape: nothing saved (``AddBackward0``); the sum overwrites t (its storage)."""
+    """``t.add_(other)`` of one shape: nothing saved (``AddBackward0``); the sum overwrites t (its storage).  On a
+    plain CPU run with a wider ``other`` (Llama 4's fp32 sum under autocast), TensorIterator computes in the common
+    dtype: an output of that dtype and a copy of ``t`` (``compute_types``), freed when it returns."""
+    common = A.promote(t, other)
+    scratch = (
+        Storage(t.numel * ITEMSIZE[common], "mixed_dtype_output") if common != t.dtype and current().wraps else None
+    )
+    copies = A.mixed_copies(common, t, other)
+    del scratch, copies
     out = t.detach()
     record("AddBackward0", (t, other), (out,), lambda ctx, g: (g[0], g[0]))
     return out
