@@ -564,3 +564,12 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
     if unset:  # p > 0 given is refused by ``hf_config.unmodelled_dropout``
         out.append(f"Seed-OSS's {' and '.join(unset)} at its class's 0.1 (the config.json does not set 0)")
     return out
+
+
+def fp32_logits_loss(program) -> Tensor:
+    """``LlamaForCausalLM.loss`` for a program whose ``forward`` returns fp32 logits already (``.float()`` in the
+    head: Mamba's, Mamba2's, Nemotron-H's): amp-bf16 runs the forward under autocast; the logits die first."""
+    with autocast_or_not("bf16" if program.setup.autocast else None):
+        logits, loss = program.forward()
+    del logits
+    return loss

@@ -37,7 +37,7 @@ from ..aten_pointwise import exp
 from ..aten_scan import conv1d_depthwise, softplus
 from ..aten_split import chunk
 from ..engine import Affine
-from ..tensors import Tensor, autocast_or_not, current, empty, no_grad, parameter, record, repeated
+from ..tensors import Tensor, current, empty, no_grad, parameter, record, repeated
 from . import llama
 from .llama import B, Linear
 
@@ -264,12 +264,7 @@ class MambaForCausalLM:
         del hidden_states, mamba_outputs
         return logits, loss
 
-    def loss(self) -> Tensor:
-        """``llama.LlamaForCausalLM.loss``: amp-bf16 runs the forward under autocast (the logits are fp32 already)."""
-        with autocast_or_not("bf16" if self.setup.autocast else None):
-            logits, loss = self.forward()
-        del logits
-        return loss
+    loss = llama.fp32_logits_loss
 
 
 def causal_lm(cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B) -> MambaForCausalLM:

@@ -26,7 +26,7 @@ from ....config import ModelConfig
 from ....setup import TrainingSetup
 from .. import aten as A
 from ..engine import Affine
-from ..tensors import Tensor, autocast_or_not, empty, parameter, repeated
+from ..tensors import Tensor, empty, parameter, repeated
 from . import llama, mamba2
 from .llama import B
 
@@ -90,12 +90,7 @@ class Mamba2ForCausalLM:
         loss = llama.for_causal_lm_loss(logits, self.labels, self.cfg.vocab_size)
         return logits, loss
 
-    def loss(self) -> Tensor:
-        """``llama.LlamaForCausalLM.loss``: amp-bf16 runs the forward under autocast (the logits are fp32 already)."""
-        with autocast_or_not("bf16" if self.setup.autocast else None):
-            logits, loss = self.forward()
-        del logits
-        return loss
+    loss = llama.fp32_logits_loss
 
 
 def causal_lm(cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B) -> Mamba2ForCausalLM:

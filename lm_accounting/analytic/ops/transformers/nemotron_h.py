@@ -37,7 +37,7 @@ from .. import aten as A
 from ..aten_activation import relu
 from ..aten_scan import square
 from ..engine import Affine
-from ..tensors import Tensor, autocast_or_not, empty, no_grad, parameter, repeated, split_runs
+from ..tensors import Tensor, empty, no_grad, parameter, repeated, split_runs
 from . import deepseek, llama, mamba2, moe, nemotron
 from .llama import B, Linear
 
@@ -225,12 +225,7 @@ class NemotronHForCausalLM:
         loss = llama.for_causal_lm_loss(logits, self.labels, self.cfg.vocab_size)
         return logits, loss  # ``hidden_states`` dies here (under autocast the head saved its bf16 copy)
 
-    def loss(self) -> Tensor:
-        """``llama.LlamaForCausalLM.loss``: amp-bf16 runs the forward under autocast (the logits are fp32 already)."""
-        with autocast_or_not("bf16" if self.setup.autocast else None):
-            logits, loss = self.forward()
-        del logits
-        return loss
+    loss = llama.fp32_logits_loss
 
 
 def causal_lm(cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B) -> NemotronHForCausalLM:
