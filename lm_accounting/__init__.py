@@ -13,29 +13,31 @@ against the analytic counts), ``measure_step`` (peak memory of a training step) 
 
 from .account import Account, account
 from .analytic import forward_flops, nonmatmul_flops, parameter_breakdown, training_flops
-from .analytic.activations import saved_activation_breakdown
-from .analytic.memory_report import MemoryAccount, memory_account
-from .analytic.replay import predict_training_step
 from .breakdown import Breakdown, Item
 from .config import AccountingError, ConfigError, ModelConfig, apply_overrides, load_config, preset_names
 from .phases import PhaseBytes, StepMemory
-from .sweep import Sweep, sweep
+from .sweep import Sweep, sweep  # eager (a lazy ``sweep`` is shadowed by its submodule once that is imported)
 
 __version__ = "0.1.0"
 
-_LIVE = {  # name -> module; imported on first use because they need torch
+_LAZY = {  # name -> module, imported on first use: the live side needs torch; the step replay and the memory
+    # report are imported by what asks for them, so reading a config.json (the account command) does not pay for them
     "crosscheck": "lm_accounting.measure.crosscheck",
     "CrossCheck": "lm_accounting.measure.crosscheck",
     "measure_step": "lm_accounting.measure.memory",
     "build_model": "lm_accounting.model",
+    "saved_activation_breakdown": "lm_accounting.analytic.activations",
+    "MemoryAccount": "lm_accounting.analytic.memory_report",
+    "memory_account": "lm_accounting.analytic.memory_report",
+    "predict_training_step": "lm_accounting.analytic.replay",
 }
 
 
 def __getattr__(name: str):
-    if name in _LIVE:
+    if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(_LIVE[name]), name)
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'lm_accounting' has no attribute {name!r}")
 
 

@@ -14,14 +14,10 @@ from typing import Any, ClassVar
 
 from .account import account
 from .analytic.activations import saved_activation_breakdown
-from .analytic.capacity import context_limit
 from .analytic.hardware_flops import step_flops
 from .analytic.memory import adamw_step_temporary_bytes, model_state_breakdown
-from .analytic.program_report import largest_context, predicted_steps, replayed, step_unmodelled
-from .analytic.replay import as_setup
 from .config import AccountingError, ModelConfig, check_positive_int
 from .implementations import check_impl, check_measurable
-from .measure.devices import MAX_LIVE_SECONDS  # 15 minutes: the bound --allow-long lifts
 from .phases import PHASES
 from .result import Result
 from .setup import TrainingSetup, check_cuda_fused_attention
@@ -102,6 +98,9 @@ def analytic_row(
     ``flops:hardware_step`` adds the checkpoint and fused-attention recompute (``hardware_flops.step_flops``).
     ``impl``: the model code whose steps the memory columns are (``program_report.predicted_steps``); the
     saved-activation column is the replay's only (None for a step of the op library)."""
+    from .analytic.program_report import predicted_steps, replayed  # the step replay: loaded by a sweep, not
+    from .analytic.replay import as_setup  # by ``import lm_accounting`` (reading a config.json stays light)
+
     setup, dtype = as_setup(setup, dtype, optimizer, default_optimizer="foreach")
     optimizer = setup.optimizer
     cfg = cfg.with_context(seq)
@@ -210,6 +209,8 @@ def runnable_points(
     """The (model, context) points a sweep runs: a model with a learned position table of a given size (GPT-2's
     1,024) runs no longer context, so those contexts are left out for it, one sentence per model; a model left
     with none is refused (``ModelConfig``'s own error)."""
+    from .analytic.capacity import context_limit  # with the step replay (``analytic_row``)
+
     points, skipped = [], []
     for cfg in configs:
         limit = context_limit(cfg)
@@ -268,6 +269,9 @@ def sweep(
         raise AccountingError(f"unknown optimizer {optimizer!r:.40} (choose from {', '.join(ADAMW_KWARGS)})")
     if setup is not None and not isinstance(setup, TrainingSetup):
         raise AccountingError(f"setup must be a TrainingSetup, got {type(setup).__name__}")
+    from .analytic.program_report import largest_context  # with the step replay (``analytic_row``)
+    from .analytic.replay import as_setup
+
     setup, dtype = as_setup(setup, dtype, optimizer, default_optimizer="foreach")
     optimizer = setup.optimizer
     if measure is not None and measure not in DEVICES:
@@ -368,7 +372,8 @@ def check_live_points(
     Each point goes through ``check_live_run`` (the cross-check runs on meta; a measured step on
     ``measure``).  The estimate is the sum of ``estimate_live_seconds``; above ``MAX_LIVE_SECONDS``
     without ``allow_long`` the sweep is refused, with the estimate in the message."""
-    from .measure.devices import _fmt_seconds, check_live_run, estimate_live_seconds
+    from .analytic.program_report import step_unmodelled  # with the step replay (``analytic_row``)
+    from .measure.devices import MAX_LIVE_SECONDS, _fmt_seconds, check_live_run, estimate_live_seconds
 
     total = 0.0
     for cfg, seq in points:
