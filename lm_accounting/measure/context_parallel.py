@@ -1,0 +1,106 @@
+"""torch 2.13's context parallel on CPU tensors, so that a CP rank can run on the fake process group (issue 27).
+
+``torch.distributed.tensor.experimental.context_parallel`` shards the sequence of the buffers it is given and, while
+active, sends every SDPA kernel through DTensor's dispatcher to its ring attention
+(``torch/distributed/tensor/experimental/_context_parallel/_attention.py``: the module-level ``custom_ops`` table,
+merged into ``DTensor._op_dispatcher._custom_op_handlers`` by ``_enable_cp_dtensor_dispatcher``).  That table
+lists CUDA's flash, memory-efficient and cuDNN kernels only, so on CPU tensors the step fails at the attention
+(``aten._scaled_dot_product_flash_attention_for_cpu.default does not have a sharding strategy registered``).
+
+``install()`` adds the CPU flash kernel and its backward to the table, without editing torch.  Each handler takes
+the sequence-sharded (``Shard(2)``) DTensors apart, runs torch's own ring attention
+(``_templated_ring_attention`` / ``_templated_ring_attention_backward``) with the CPU kernel, as ``_sdpa_handler``
+does with CUDA's, and wraps the results as ``Shard(2)`` DTensors again (the CPU kernel's logsumexp is fp32,
+(B, H, S)).  CUDA's handler first runs the sharding propagator, which has no strategy for the CPU kernel: the
+shards' placement is the only one CP makes, so it is set here directly.
+
+What runs with it, against one process on gloo (outputs within 1.2e-7, gradients within 1.5e-8): forward and
+backward at cp 2 and 4, both rotate methods ("allgather", torch's default, and "alltoall"), grouped-query heads,
+under FSDP2 over the flattened (dp, cp) mesh.  The handlers reach torch's private API: a torch other than 2.13 may
+move them.  An attention mask is refused, as CP's CUDA path refuses it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+FLASH_CPU = "_scaled_dot_product_flash_attention_for_cpu"
+SEQ_DIM = 2  # (B, H, S, D): CP shards the sequence of q, k and v
+
+
+def _global_stride(local: torch.Tensor, shape: torch.Size) -> tuple[int, ...]:
+    """Contiguous strides of the global ``shape`` in ``local``'s dim order (the CPU kernel returns (B, S, H, D)
+    memory viewed as (B, H, S, D))."""
+    order = sorted(range(local.dim()), key=lambda d: (local.stride(d), -d), reverse=True)
+    stride, acc = [0] * local.dim(), 1
+    for d in reversed(order):
+        stride[d] = acc
+        acc *= shape[d]
+    return tuple(stride)
+
+
+def _wrap(local: torch.Tensor, mesh, placements):
+    """``local`` as the shard of a DTensor on ``mesh`` with ``placements``."""
+    from torch.distributed.tensor import DTensor, Shard
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+
+    shape = list(local.shape)
+    for mesh_dim, p in enumerate(placements):
+        if isinstance(p, Shard):
+            shape[p.dim] *= mesh.size(mesh_dim)
+    size = torch.Size(shape)
+    meta = TensorMeta(size, _global_stride(local, size), local.dtype)
+    return DTensor(local, DTensorSpec(mesh, tuple(placements), tensor_meta=meta), requires_grad=False)
+
+
+def _locals(args):
+    """(mesh, placements, the local shards of ``args``): every DTensor argument sharded on the sequence."""
+    from torch.distributed.tensor import DTensor, Shard
+
+    spec = next(a for a in args if isinstance(a, DTensor))
+    if not all(isinstance(p, Shard) and p.dim == SEQ_DIM for p in spec.placements):
+        raise NotImplementedError(f"context parallel on CPU: q, k, v sharded as {spec.placements}, not Shard(2)")
+    return spec.device_mesh, spec.placements, [a._local_tensor if isinstance(a, DTensor) else a for a in args]
+
+
+def _forward(op_call, args, kwargs):
+    """``_scaled_dot_product_flash_attention_for_cpu(q, k, v, dropout_p=0., is_causal=False, *, attn_mask=None,
+    scale=None) -> (out, logsumexp)`` over the ring."""
+    from torch.distributed.tensor.experimental._context_parallel import _attention as cp
+
+    if kwargs.get("attn_mask") is not None:
+        raise NotImplementedError("context parallel on CPU: an attention mask")
+    mesh, placements, local = _locals(args)
+    q, k, v = local[:3]
+    dropout_p = local[3] if len(local) > 3 else kwargs.get("dropout_p", 0.0)
+    is_causal = local[4] if len(local) > 4 else kwargs.get("is_causal", False)
+    kernel = getattr(torch.ops.aten, FLASH_CPU)
+    out, lse = cp._templated_ring_attention(
+        mesh.get_group(), SEQ_DIM, kernel, query=q, key=k, value=v, is_causal=is_causal, dropout_p=dropout_p,
+        scale=kwargs.get("scale"),
+    )  # fmt: skip
+    return _wrap(out, mesh, placements), _wrap(lse, mesh, placements)
+
+
+def _backward(op_call, args, kwargs):
+    """``..._for_cpu_backward(grad_out, q, k, v, out, logsumexp, dropout_p, is_causal, *, attn_mask=None,
+    scale=None) -> (grad_q, grad_k, grad_v)`` over the ring."""
+    from torch.distributed.tensor.experimental._context_parallel import _attention as cp
+
+    if kwargs.get("attn_mask") is not None:
+        raise NotImplementedError("context parallel on CPU: an attention mask")
+    mesh, placements, (grad_out, q, k, v, out, lse, dropout_p, is_causal) = _locals(args)
+    grads = cp._templated_ring_attention_backward(
+        mesh.get_group(), SEQ_DIM, getattr(torch.ops.aten, FLASH_CPU + "_backward").default, grad_out=grad_out,
+        grad_out_name="grad_out", query=q, key=k, value=v, out=out, logsumexp=lse, is_causal=is_causal,
+        dropout_p=dropout_p, scale=kwargs.get("scale"),
+    )  # fmt: skip
+    return tuple(_wrap(g, mesh, placements) for g in grads)
+
+
+def install() -> None:
+    """Add the CPU flash kernel and its backward to CP's dispatch table (idempotent)."""
+    from torch.distributed.tensor.experimental._context_parallel import _attention as cp
+
+    cp.custom_ops[getattr(torch.ops.aten, FLASH_CPU).default] = _forward
+    cp.custom_ops[getattr(torch.ops.aten, FLASH_CPU + "_backward").default] = _backward
