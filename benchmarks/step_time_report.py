@@ -16,45 +16,62 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from lm_accounting.analytic.step_time import CALIBRATION_DIR, load, predict_step_time
+from lm_accounting.analytic.step_time import (
+    CALIBRATION_DIR,
+    DTYPES,
+    batched_seconds,
+    index_put_seconds,
+    load,
+    odd_slowdown,
+    predict_step_time,
+    program,
+    traffic_rate,
+)
 from lm_accounting.config import load_config
 from lm_accounting.setup import TrainingSetup
 
 _GPT_OSS = (
     "gpt-oss's sink column makes its scores 2,049 wide.  Priced from odd_width.csv (3b, 1d): their softmax "
-    "{softmax_priced} ms (took {softmax}).  Still short: the cat that appends the column took {cat} ms where "
-    "{cat_priced} ms is priced at the table's cat_column rate (its input is the expanded sinks); the product with V "
-    "and its gradient ran cuBLAS's align1 kernels for {align1} ms where {align1_priced} ms is priced (2.1x an aligned "
-    "bmm that (1c) prices as one tall GEMM, 3x under the table's own aligned bmm_rows); the gathers' backward "
-    "(indexing_backward_kernel, 8 calls) took {put} ms where {put_priced} ms is priced from index_put.csv (ids "
-    "uniform over the slots): not traced further"
+    "{softmax_priced:.2f} ms (took {softmax}).  Still short: the cat that appends the column took {cat} ms where "
+    "{cat_priced:.2f} ms is priced at the table's cat_column rate (its input is the expanded sinks); the product with "
+    "V and its gradient ran cuBLAS's align1 kernels for {align1} ms where {align1_priced:.2f} ms is priced (the "
+    "slowdown times an aligned bmm that (1c) prices as one tall GEMM, 3x under the table's own aligned bmm_rows); the "
+    "gathers' backward (indexing_backward_kernel, 8 calls) took {put} ms where {put_priced:.2f} ms is priced from "
+    "index_put.csv (ids uniform over the slots): not traced further"
 )
-CAUSES: dict = {
-    ("h100-80gb", "transformers", "gpt-oss-20b"): _GPT_OSS.format(
-        softmax=5.92,
-        softmax_priced=6.08,
-        cat=6.57,
-        cat_priced=4.04,
-        align1=3.07,
-        align1_priced=1.03,
-        put=9.51,
-        put_priced=4.12,
+CAUSES: dict = {  # the kernels' measured milliseconds; the priced ones are the model's (``priced_parts``)
+    ("h100-80gb", "transformers", "gpt-oss-20b"): (
+        _GPT_OSS,
+        {"softmax": 5.92, "cat": 6.57, "align1": 3.07, "put": 9.51},
     ),
-    ("h200", "transformers", "gpt-oss-20b"): _GPT_OSS.format(
-        softmax=5.89,
-        softmax_priced=6.81,
-        cat=6.65,
-        cat_priced=3.90,
-        align1=3.11,
-        align1_priced=1.28,
-        put=9.38,
-        put_priced=4.18,
-    ),
+    ("h200", "transformers", "gpt-oss-20b"): (_GPT_OSS, {"softmax": 5.89, "cat": 6.65, "align1": 3.11, "put": 9.38}),
 }
 """(gpu, impl, model): why the prediction misses by more than 10%, from the step's kernels (step_kernels.csv).
 The H200's course Qwen3-0.6B (−11.1% while the repeated blocks' backward sums were recorded once) is −7.3%,
 mostly its strided fp32 elementwise kernels (elementwise_kernel<128, 2>, 852 calls, 68 ms), whose time fell 17% from
 the H100 where the copy bandwidth grew 30%."""
+
+
+def priced_parts(cfg, seq: int, setup: TrainingSetup, impl: str, batch: int, gpu: str) -> dict[str, float]:
+    """The milliseconds the model prices for the kernels a cause names, from the step's own records: the forward's
+    softmax and the ``cat_column`` over odd rows (3b), the products that read odd rows in place (1d) and the gathers'
+    backward (5)."""
+    cal, prog = load(gpu), program(cfg, seq, setup, impl)
+    at = lambda line: line[0] * batch + line[1]  # a record's size, a line in B
+    out = dict.fromkeys(("softmax", "cat", "align1", "put"), 0.0)
+    for phase, (gemms, _, traffic, _, puts) in enumerate(prog.phases):
+        for rate, line in traffic.items():
+            odd = rate is not None and len(rate) > 2  # rows of an odd length: the sink column's
+            if odd and (rate[0] == "cat_column" or (rate[0] == "softmax" and phase == 1)):
+                out["cat" if rate[0] == "cat_column" else "softmax"] += at(line) / traffic_rate(cal, rate)
+        for (dtype, layout, *dims, lead), times in gemms.items():
+            if lead:
+                n, m, n_, k = (at(d) for d in dims)
+                slower = odd_slowdown(cal, "bmm_rows", DTYPES[dtype], lead)
+                out["align1"] += times * batched_seconds(cal, dtype, layout, n, m, n_, k) * slower
+        for (dtype, *dims), times in puts.items():
+            out["put"] += times * index_put_seconds(cal, dtype, *(at(d) for d in dims))
+    return {k: v * 1e3 for k, v in out.items()}
 
 
 def rows(gpu: str):
@@ -76,7 +93,9 @@ def rows(gpu: str):
         out["predicted_seconds"] = t.seconds
         out["error"] = t.seconds / float(r["step_seconds"]) - 1
         if abs(out["error"]) > 0.10:
-            out["note"] = CAUSES.get((gpu, r["impl"], preset), "cause not found")
+            text, measured = CAUSES.get((gpu, r["impl"], preset), ("cause not found", {}))
+            priced = priced_parts(cfg, int(r["context"]), setup, r["impl"], int(r["batch"]), gpu)
+            out["note"] = text.format(**measured, **{f"{k}_priced": v for k, v in priced.items()})
         yield out
 
 

@@ -13,6 +13,7 @@ against the analytic counts), ``measure_step`` (peak memory of a training step) 
 
 from .account import Account, account
 from .analytic import forward_flops, nonmatmul_flops, parameter_breakdown, training_flops
+from .analytic.activations import saved_activation_breakdown
 from .breakdown import Breakdown, Item
 from .config import AccountingError, ConfigError, ModelConfig, apply_overrides, load_config, preset_names
 from .phases import PhaseBytes, StepMemory
@@ -26,7 +27,6 @@ _LAZY = {  # name -> module, imported on first use: the live side needs torch; t
     "CrossCheck": "lm_accounting.measure.crosscheck",
     "measure_step": "lm_accounting.measure.memory",
     "build_model": "lm_accounting.model",
-    "saved_activation_breakdown": "lm_accounting.analytic.activations",
     "MemoryAccount": "lm_accounting.analytic.memory_report",
     "memory_account": "lm_accounting.analytic.memory_report",
     "predict_training_step": "lm_accounting.analytic.replay",

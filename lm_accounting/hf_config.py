@@ -295,13 +295,12 @@ _MAMBA_IGNORED = (
     "time_step_max",
     "time_step_init_scheme",
     "time_step_floor",
-    "residual_in_fp32",
     "rescale_prenorm_residual",
     "use_mambapy",
     "use_associative_scan",
 )
 """Mamba's and Falcon-Mamba's fields that change no count: ``intermediate_size`` (``MambaConfig.__post_init__``
-overwrites it with ``expand · hidden_size``), the time step's initialisation, the residual's dtype, and the scan's
+overwrites it with ``expand · hidden_size``), the time step's initialisation, and the scan's
 alternatives to the sequential loop (mambapy's ``pscan``, a compiled associative scan: the same read-out matmul by C,
 2·B·S·E·N, and elementwise work otherwise)."""
 
@@ -2256,6 +2255,7 @@ def _mamba(f: _Fields, norms: str = "none") -> dict[str, Any]:
         "ssm_dt_rank": rank,
         "ssm_conv_kernel": f.int("conv_kernel"),
         "ssm_norms": norms,
+        "residual_in_fp32": f.bool("residual_in_fp32", True),  # no count: the training step's residual dtype
     }
 
 
@@ -2760,6 +2760,7 @@ def _write_mamba(cfg: ModelConfig) -> dict[str, Any]:
         "expand": cfg.ssm_inner // cfg.d_model,
         "conv_kernel": cfg.ssm_conv_kernel,
         "time_step_rank": cfg.ssm_dt_rank,
+        "residual_in_fp32": cfg.residual_in_fp32,
     }
 
 

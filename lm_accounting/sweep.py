@@ -373,7 +373,7 @@ def check_live_points(
     ``measure``).  The estimate is the sum of ``estimate_live_seconds``; above ``MAX_LIVE_SECONDS``
     without ``allow_long`` the sweep is refused, with the estimate in the message."""
     from .analytic.program_report import step_unmodelled  # with the step replay (``analytic_row``)
-    from .measure.devices import MAX_LIVE_SECONDS, _fmt_seconds, check_live_run, estimate_live_seconds
+    from .measure.devices import MAX_LIVE_SECONDS, check_live_run, estimate_live_seconds, fmt_seconds
 
     total = 0.0
     for cfg, seq in points:
@@ -406,8 +406,8 @@ def check_live_points(
     if total > MAX_LIVE_SECONDS and not allow_long:
         raise AccountingError(
             f"this sweep's {len(points):,} live point{'' if len(points) == 1 else 's'} would take about "
-            f"{_fmt_seconds(total)} "
-            f"(estimated; the limit without --allow-long is {_fmt_seconds(MAX_LIVE_SECONDS)}); "
+            f"{fmt_seconds(total)} "
+            f"(estimated; the limit without --allow-long is {fmt_seconds(MAX_LIVE_SECONDS)}); "
             "pass --allow-long (allow_long=True) to run it, or use fewer contexts or models"
         )
     return total

@@ -225,6 +225,24 @@ def test_analytic_path_imports_no_heavy_library():
     assert proc.stdout.strip() == ""
 
 
+def test_reading_a_config_loads_no_step_replay():
+    """``lm-account <model>`` (the account command) imports neither the step replay nor the memory report: they
+    load on first use (``lm_accounting.__getattr__``), which keeps reading a config.json under 0.2 s CPU."""
+    code = (
+        "import sys, io, contextlib\n"
+        "from lm_accounting.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try: main(['gpt2-xl'])\n"
+        "    except SystemExit as e: assert e.code == 0, e.code\n"
+        "names = ('replay', 'memory_report', 'capacity', 'program_report')\n"
+        "print(','.join(m for m in names if 'lm_accounting.analytic.' + m in sys.modules))\n"
+        "import lm_accounting\n"
+        "print(lm_accounting.memory_account.__module__, lm_accounting.predict_training_step.__module__)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.split() == ["lm_accounting.analytic.memory_report", "lm_accounting.analytic.replay"]
+
+
 def test_help_is_useful(run_cli):
     r = run_cli("--help")
     assert r.code == 0 and "presets" in r.out and "gpt2-xl --context 16384" in r.out

@@ -223,18 +223,20 @@ def test_hsdp_beside_pipeline_parallel_collectives_by_hand():
     """pp 2 × HSDP (2, 2), ZeRO-3, m = 2, fp32, stage 0 of TINY4 (4 blocks: 2 a stage, the embedding its root
     unit): 3 units; ZeRO-3 gathers each m + 1 = 3 times over the shard group (rule 9), reduce-scatters each once,
     then all-reduces each unit's shard (R/s, s = 2) over the 2 replicas (rule 12); the payloads are the stage's
-    padded units, the same as dp 2's FSDP2 stage."""
+    padded units, counted below (the measured job's 47,040 B, tests/test_hsdp.py's grid)."""
     from test_pipeline_measured import TINY4
 
     lay = ParallelLayout(pp=2, micro_batches=2, dp=4, zero=3, replicate=2)
-    flat = ParallelLayout(pp=2, micro_batches=2, dp=2, zero=3)  # its shard group
     got = step_collectives(TINY4, S, 1, TrainingSetup(), lay)
-    shard = {(c.kind, c.group): (c.count, c.payload) for c in step_collectives(TINY4, S, 1, TrainingSetup(), flat)}
+    # stage 0's units, dim 0 padded to a multiple of s = 2: the embedding (101 -> 102 rows of 24), and 2 blocks of
+    # two norms (24 each), q and o (24 x 24 each), k and v (12 x 24 each: 2 KV heads of 6), w1, w3, w2 (40 x 24 each)
+    block = 2 * 24 + 2 * 24 * 24 + 2 * 12 * 24 + 3 * 40 * 24
+    gradients = (102 * 24 + 2 * block) * 4  # fp32
     assert sum(c.count for c in got if (c.kind, c.group) == ("all_gather", "dp_shard")) == 3 * 3
     (rs,) = [c for c in got if c.kind == "reduce_scatter"]
-    assert (rs.group, rs.count, rs.payload) == ("dp_shard", *shard["reduce_scatter", "dp"])
+    assert (rs.group, rs.count, rs.payload) == ("dp_shard", 3, gradients)
     (ar,) = [c for c in got if c.kind == "all_reduce"]
-    assert (ar.group, ar.phase, ar.count, ar.payload) == ("dp_replicate", "backward", 3, rs.payload // 2)
+    assert (ar.group, ar.phase, ar.count, ar.payload) == ("dp_replicate", "backward", 3, gradients // 2)
 
 
 # -- the planner ----------------------------------------------------------------------------------------------

@@ -216,14 +216,17 @@ def test_the_gate_order_is_read_and_written_back():
 
 
 def _short_conv_and_mamba_v1():
-    from test_ops_transformers_lfm2 import LFM2_MOE, lfm2
-    from test_ops_transformers_mamba import jamba
+    from test_ops_transformers_lfm2 import LFM2_MOE, lfm2, mamba2
+    from test_ops_transformers_mamba import jamba, tiny
 
     return {
         "lfm2-CACCC": lambda: lfm2("CACCC"),  # a run of three short convolutions after attention: cut
         "lfm2_moe-CCACCC": lambda: lfm2("CCACCC", base=LFM2_MOE),
         "jamba-6": lambda: jamba(6, 2, 1),  # Mamba and attention alternating
         "jamba-8-moe": lambda: jamba(8, 4, 1, 4),
+        "mamba": lambda: tiny("mamba", 3),
+        "falcon_mamba": lambda: tiny("falcon_mamba", 3),  # its unused norm buffers stay fp32 under the policy
+        "mamba2": lambda: mamba2(),
     }
 
 
@@ -232,13 +235,20 @@ def _short_conv_and_mamba_v1():
     [
         ("lfm2-CACCC", "fp32", "none", 3, 4),
         ("lfm2-CACCC", "bf16", "full", 2, 3),
+        ("lfm2-CACCC", "amp-bf16", "full", 2, 3),
         ("lfm2_moe-CCACCC", "bf16", "full", 2, 3),
+        ("lfm2_moe-CCACCC", "amp-bf16", "none", 3, 2),
         ("jamba-6", "fp32", "none", 3, 4),
         ("jamba-8-moe", "bf16", "full", 2, 3),
+        ("jamba-8-moe", "amp-bf16", "none", 3, 2),
+        ("mamba", "amp-bf16", "full", 2, 3),
+        ("falcon_mamba", "amp-bf16", "none", 3, 2),
+        ("mamba2", "amp-bf16", "none", 3, 2),
     ],
 )
-def test_fsdp2_rank_of_short_conv_and_mamba_hybrids_equals_the_fake_pg_job(name, precision, checkpoint, zero, world):
-    """LFM2's and Jamba's layers of unlike parameters (``split_runs`` cuts their runs where FSDP2's units differ)."""
+def test_fsdp2_rank_of_short_conv_and_mamba_models_equals_the_fake_pg_job(name, precision, checkpoint, zero, world):
+    """LFM2's and Jamba's layers of unlike parameters (``split_runs`` cuts their runs where FSDP2's units differ), and
+    under FSDP2's bf16 policy the Mamba programs too (``ops.fsdp.POLICY_EXACT``)."""
     cfg = _short_conv_and_mamba_v1()[name]()
     setup = TrainingSetup(attention="naive", precision=precision, checkpoint=checkpoint)
     layout = ParallelLayout(dp=world, zero=zero)

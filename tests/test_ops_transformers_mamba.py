@@ -58,6 +58,13 @@ CASES = [
 ]
 
 
+def test_a_bf16_residual_equals_transformers():
+    """``residual_in_fp32`` false: the residual stays bf16 between blocks (modeling_mamba.py:526), a smaller step."""
+    setup = TrainingSetup(attention="naive", precision="bf16")
+    check(tiny("mamba", 3, residual_in_fp32=False), 12, setup)
+    check(tiny("falcon_mamba", 2, residual_in_fp32=False), 9, setup)
+
+
 @pytest.mark.parametrize(
     "model_type, layers, seq, setup", CASES, ids=lambda v: v if isinstance(v, str | int) else label(v)
 )

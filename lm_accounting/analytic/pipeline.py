@@ -378,7 +378,8 @@ class _StageUnits(NamedTuple):
         if not layout.fsdp or layout.dp == 1:
             return None
         units = fsdp_units(cfg, setup, layout, stage=(layout.pp, stage))
-        return _StageUnits(units.root, units.blocks[0], layout.zero == 3, setup.autocast)  # dense blocks only
+        assert len(units.blocks) == 1, "a stage's blocks are one unit kind (stage_replayed: dense models only)"
+        return _StageUnits(units.root, units.blocks[0], layout.zero == 3, setup.autocast)
 
 
 class _StageEvents(StepHooks):
@@ -520,7 +521,7 @@ def _reduce_grads(cfg: ModelConfig, units: _StageUnits, blocks: int, traced: boo
     previous unit's reduce-scatter input freed; the unsharded gradients copied into this one's and freed;
     the sharded gradients allocated), then ``_root_post_backward_final_callback`` frees the last
     reduce-scatter input."""
-    ev = FsdpEvents(cfg, FsdpUnits(units.zero3, False, units.root, (units.block,), (0,) * blocks))
+    ev = FsdpEvents(cfg, FsdpUnits(units.zero3, False, units.root, (units.block,), (0,) * cfg.num_layers))
     fp32 = lambda u: (
         dataclasses.replace(
             u, grads=2 * u.grads, last_grad=2 * u.last_grad, vocab_rows=2 * u.vocab_rows, vocab_extra=2 * u.vocab_extra

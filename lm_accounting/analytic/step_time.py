@@ -224,7 +224,7 @@ def _odd_slowdowns(gpu: str) -> dict:
 
 
 def odd_slowdown(cal: Calibration, op: str, dtype: str, width: int) -> float:
-    """(3b): how much slower ``op`` runs over rows ``width`` long (odd) than over even rows: the measured ratio,
+    """(3b), (1d): how much slower ``op`` runs over rows ``width`` long (odd) than over even rows: the measured ratio,
     linear in log-log between the table's odd widths, clamped at its ends (1 where the table has none)."""
     points = cal.odd.get((op, dtype))
     return _on_curve(points, width) if points else 1.0
@@ -548,7 +548,7 @@ class Program:
                     unaligned |= {x for x in checked if x % 8}
             for (backend, what, b, h, seq, d, dtype), times in attentions.items():
                 a += times * attention_seconds(cal, backend, what, _at(b, batch), h, seq, d, dtype)
-            bound = sum(_at(line, batch) / _rate(cal, rate) for rate, line in traffic.items())
+            bound = sum(_at(line, batch) / traffic_rate(cal, rate) for rate, line in traffic.items())
             bound += kernels * cal.kernel_overhead
             for (dtype, *dims), times in puts.items():
                 bound += times * index_put_seconds(cal, dtype, *(_at(d, batch) for d in dims))
@@ -556,7 +556,7 @@ class Program:
         return out, unaligned
 
 
-def _rate(cal: Calibration, rate: tuple | None) -> float:
+def traffic_rate(cal: Calibration, rate: tuple | None) -> float:
     """(3): the bytes/s of a compiled traffic key: None the copy's, (op, dtype) a RATED op's (the copy's where the
     table lacks it), (op, dtype, width) the same over odd rows, slower by ``odd_slowdown`` (3b)."""
     if rate is None:

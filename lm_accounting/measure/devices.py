@@ -266,9 +266,6 @@ def fmt_seconds(seconds: float) -> str:
     return f"{seconds / 86400:,.0f} days"
 
 
-_fmt_seconds = fmt_seconds  # the name sweep.py imports
-
-
 def estimate_live_seconds(
     cfg: ModelConfig,
     seq: int,

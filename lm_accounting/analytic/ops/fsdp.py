@@ -17,8 +17,8 @@ job's, whose FakeTensors are cpu tensors (the CPU's kernel facts).  No torch.
 
 Each block's unit is its own parameters' (``FsdpUnits``: one unit per distinct block signature, the blocks' index
 into them): a patterned hybrid's Mamba2, attention and MLP layers are units of unlike buffers, and the hybrids'
-programs (``nemotron_h``, ``bamba``, ``granitemoehybrid``) cut a run of alike layers where the units before or after
-them differ (``tensors.split_runs``); any other program's run of unlike events is refused (``_check_run``: the
+programs (``nemotron_h``, ``bamba``, ``granitemoehybrid``, ``lfm2``, ``lfm2_moe``, ``jamba``) cut a run of alike
+layers where the units before or after them differ (``tensors.split_runs``); any other program's run of unlike events is refused (``_check_run``: the
 dense-first mixtures of experts, whose fake-PG jobs are not run here).
 
 The bytes each event allocates and frees are ``analytic.fsdp.FsdpEvents``' (rules 1–6, checked against the
@@ -54,6 +54,7 @@ POLICY_EXACT = (
     *("starcoder2", "exaone4", "interleaved", "glm", "ministral3", "granite", "olmo", "stablelm"),
     *("gpt_bigcode", "opt", "bloom", "falcon"),
     *("nemotron_h", "bamba", "granitemoehybrid", "qwen3_next", "qwen3_5", "falcon_h1"),
+    *("mamba", "mamba2_lm", "jamba", "lfm2", "lfm2_moe"),
 )
 """transformers' programs (``ops.transformers.PROGRAMS``' modules) whose pure-bf16 build, with the fp32 model's
 buffers (``buffer_dtype``: Gemma's ``embed_scale`` stays fp32 and is cast each forward; Falcon-H1's ``mup_vector``
@@ -62,8 +63,9 @@ fp32 model, with each layer's floating inputs cast to bf16 (``cast_floating``): 
 ZeRO-2 and ZeRO-3 (tests/test_ops_fsdp.py; starcoder2, exaone4, interleaved, glm, ministral3, granite, olmo and
 stablelm: tests/test_ops_transformers_zoo.py; gpt_bigcode, opt, bloom and falcon:
 tests/test_ops_transformers_dense_zoo.py; the hybrids nemotron_h, bamba, granitemoehybrid, qwen3_next, qwen3_5 and
-falcon_h1: tests/test_ops_transformers_fsdp_hybrid.py).  A program added later is refused under the policy until it
-is checked and listed here."""
+falcon_h1, and mamba (Falcon-Mamba's unused norm buffers stay fp32), mamba2_lm, jamba, lfm2 and lfm2_moe:
+tests/test_ops_transformers_fsdp_hybrid.py).  A program added later is refused under the policy until it is checked
+and listed here."""
 
 
 def charge(*deltas: int) -> None:
@@ -173,7 +175,10 @@ class FullyShard:
         seg = current().segment
         for backward in (False, True) if seg is not None else ():
             if len({self.events.key(j, backward) for j in range(i, i + seg.times)}) > 1:
-                raise ValueError(f"blocks {i}..{i + seg.times - 1} replayed as one have unlike FSDP2 events")
+                raise ValueError(
+                    f"FSDP2 over this program's layers of unlike kinds is not replayed (blocks {i}..{i + seg.times - 1}"
+                    " of one replayed run meet unlike FSDP2 units: not checked against the fake process group)"
+                )
 
     def _pre_backward(self, i: int | None) -> None:
         if i in self.backward_units:  # once per backward
@@ -258,8 +263,8 @@ def predict_rank(
             )
         if setup.autocast and PROGRAMS[cfg.hf_model_type] not in POLICY_EXACT:
             raise ValueError(
-                f"FSDP2's bf16 policy over transformers' {cfg.hf_model_type} is not replayed exactly (its fp32 "
-                "buffers stay fp32 under the policy; the program builds them in bf16)"
+                f"FSDP2's bf16 policy over transformers' {cfg.hf_model_type} is not checked against the fake "
+                "process group yet (ops.fsdp.POLICY_EXACT: fp32 buffers stay fp32 under the policy)"
             )
         module = importlib.import_module(f"{__package__}.transformers.{PROGRAMS[cfg.hf_model_type]}")
         run = dataclasses.replace(setup, precision="bf16") if setup.autocast else setup

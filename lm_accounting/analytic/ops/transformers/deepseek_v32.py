@@ -252,8 +252,8 @@ class DeepseekV32ForCausalLM(deepseek.DeepseekV3ForCausalLM):
         return dict.fromkeys((False, True), sdpa_mask(self.batch, self.seq, None, allow_is_causal_skip=False))
 
     def untrained(self) -> list[Tensor]:
-        """The indexers' weights: run under ``torch.no_grad()``, they never get a gradient, so AdamW's step
-        skips them (its state, made once for every parameter, stays)."""
+        """The indexers' weights: run under ``torch.no_grad()``, they never get a gradient, so AdamW makes no
+        state for them (``ops.step``; ``measure.hf.mark_unreached`` on the measured side)."""
         return [p for layer in self.layers if layer.self_attn.indexer for p in layer.self_attn.indexer.params()]
 
 

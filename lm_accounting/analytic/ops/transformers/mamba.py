@@ -3,7 +3,7 @@
 RMSNorms on dt, B and C; line numbers of transformers 5.24's modeling_mamba.py).
 
 One ``MambaBlock`` (:507-532) per layer: ``residual + mixer(norm(x))``, the norm ``MambaRMSNorm`` (:487-504: Llama's),
-the residual cast to fp32 (``residual_in_fp32``: the class default, true, is assumed; the reader ignores the field),
+the residual cast to fp32 with ``residual_in_fp32`` (the class default, true),
 so after the first block a 16-bit model's hidden states are fp32.  The mixer ``MambaMixer.forward`` (:360-484) on
 the path training takes without the CUDA kernels (``mamba_inner_fn`` returns None, after its ``D.float()`` and
 ``dt_proj.bias.float()`` arguments are made and dropped): ``in_proj`` then a transpose; ``A = -exp(A_log.float())``;
@@ -36,7 +36,6 @@ from ..aten_index import split_with_sizes
 from ..aten_pointwise import exp
 from ..aten_scan import conv1d_depthwise, softplus
 from ..aten_split import chunk
-from ..engine import Affine
 from ..tensors import Tensor, current, empty, no_grad, parameter, record, repeated
 from . import llama
 from .llama import B, Linear
@@ -134,7 +133,7 @@ class Mixer:
     calls_mamba_inner_fn = True
     """Whether the forward first calls ``mamba_inner_fn`` (Mamba's, Falcon-Mamba's; Jamba's does not)."""
 
-    def __init__(self, cfg: ModelConfig, dtype: str, name: str):
+    def __init__(self, cfg: ModelConfig, dtype: str, name: str, buffer_dtype: str | None = None):
         d, e, n, r = cfg.d_model, cfg.ssm_inner, cfg.ssm_state_size, cfg.ssm_dt_rank
         self.intermediate_size, self.ssm_state_size, self.time_step_rank = e, n, r
         self.kernel, self.norms = cfg.ssm_conv_kernel, cfg.ssm_norms == "weightless"
@@ -147,9 +146,10 @@ class Mixer:
         self.x_proj = Linear(e, r + 2 * n, False, dtype, name + ".x_proj")
         self.dt_proj = Linear(r, e, True, dtype, name + ".dt_proj")
         self.out_proj = Linear(e, d, False, dtype, name + ".out_proj")
-        # Falcon-Mamba's norms' weights: non-persistent buffers of ones, unused (modeling_falcon_mamba.py:47-52)
+        # Falcon-Mamba's norms' weights: non-persistent buffers of ones, unused (modeling_falcon_mamba.py:47-52);
+        # fp32 under FSDP2's bf16 policy, which casts parameters, not buffers (``buffer_dtype``)
         widths = (e, n, n) if self.norms else ()
-        self.buffers = [empty((w,), dtype, name + ".norm_buffer") for w in widths]
+        self.buffers = [empty((w,), buffer_dtype or dtype, name + ".norm_buffer") for w in widths]
 
     def params(self) -> list[Tensor]:
         own = [self.A_log, self.D, self.conv_weight, self.conv_bias]
@@ -204,9 +204,10 @@ class Mixer:
 class Block(llama.GradientCheckpointingLayer):
     """``MambaBlock`` (:507-532), ``residual_in_fp32``."""
 
-    def __init__(self, cfg: ModelConfig, dtype: str, name: str):
+    def __init__(self, cfg: ModelConfig, dtype: str, name: str, buffer_dtype: str | None = None):
+        self.residual_in_fp32 = cfg.residual_in_fp32
         self.norm = llama.RMSNorm(cfg.d_model, dtype, name + ".norm")
-        self.mixer = Mixer(cfg, dtype, name + ".mixer")
+        self.mixer = Mixer(cfg, dtype, name + ".mixer", buffer_dtype)
 
     def params(self) -> list[Tensor]:
         return [self.norm.weight] + self.mixer.params()
@@ -214,7 +215,8 @@ class Block(llama.GradientCheckpointingLayer):
     def forward(self, hidden_states: Tensor) -> Tensor:
         residual = hidden_states  # :524
         hidden_states = self.norm(A.to(hidden_states, self.norm.weight.dtype))
-        residual = A.to(residual, "fp32")  # :526-527
+        if self.residual_in_fp32:
+            residual = A.to(residual, "fp32")  # :526-527
         hidden_states = self.mixer(hidden_states)
         return A.add(residual, hidden_states)  # :530
 
@@ -222,11 +224,11 @@ class Block(llama.GradientCheckpointingLayer):
 class MambaForCausalLM:
     """``MambaForCausalLM`` with ``MambaModel`` (:616-809), labels given."""
 
-    def __init__(self, cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B):
+    def __init__(self, cfg: ModelConfig, seq: int, setup: TrainingSetup, batch=B, buffer_dtype: str | None = None):
         dtype = llama.DTYPES[setup.precision]
         self.cfg, self.seq, self.batch, self.setup, self.dtype = cfg, seq, batch, setup, dtype
         self.embeddings = parameter((cfg.vocab_size, cfg.d_model), dtype, "embeddings.weight")
-        self.layers = [Block(cfg, dtype, f"layers.{i}") for i in range(cfg.num_layers)]
+        self.layers = [Block(cfg, dtype, f"layers.{i}", buffer_dtype) for i in range(cfg.num_layers)]
         for layer in self.layers:
             layer.gradient_checkpointing = setup.checkpoint == "full"
         self.norm_f = llama.RMSNorm(cfg.d_model, dtype, "norm_f")
@@ -267,9 +269,10 @@ class MambaForCausalLM:
     loss = llama.fp32_logits_loss
 
 
-def causal_lm(cfg: ModelConfig, seq: int, setup: TrainingSetup, batch: Affine | int = B) -> MambaForCausalLM:
-    """The program of ``ops.transformers.predict_step``."""
-    return MambaForCausalLM(cfg, seq, setup, batch)
+def causal_lm(cfg: ModelConfig, seq: int, setup: TrainingSetup, batch=B, buffer_dtype=None) -> MambaForCausalLM:
+    """The program of ``ops.transformers.predict_step`` (``buffer_dtype``: Falcon-Mamba's norm buffers' dtype where
+    it is not the model's, under FSDP2's bf16 policy: ``ops.fsdp``)."""
+    return MambaForCausalLM(cfg, seq, setup, batch, buffer_dtype)
 
 
 def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
