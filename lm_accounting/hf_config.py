@@ -3472,9 +3472,9 @@ WRITERS: dict[str, Callable[[ModelConfig], dict[str, Any]]] = {
         "mamba_d_conv": cfg.mamba_conv_kernel,
         "mamba_chunk_size": cfg.mamba_chunk_size,
     },
-    "mamba": lambda cfg: _write_mamba(cfg),
-    "falcon_mamba": lambda cfg: _write_mamba(cfg),
-    "jamba": lambda cfg: _write_jamba(cfg),
+    "mamba": _write_mamba,
+    "falcon_mamba": _write_mamba,
+    "jamba": _write_jamba,
     "olmoe": lambda cfg: {  # no head_dim: OlmoeConfig has none (d / heads)
         **{k: v for k, v in _write_common(cfg).items() if k != "head_dim"},
         **_write_experts(cfg, "num_experts"),

@@ -44,10 +44,8 @@ from ..engine import Affine
 from ..tensors import Tensor, alike_runs, empty, no_grad, parameter, repeated
 from . import deepseek
 from .deepseek import apply_rotary_pos_emb_interleave
-from .llama import Linear, eager_attention_forward, eager_mask, rotate_half, sdpa_mask
+from .llama import B, Linear, eager_attention_forward, eager_mask, rotate_half, sdpa_mask
 from .llama import sdpa_attention_forward as llama_sdpa
-
-B = Affine(1)
 
 
 def apply_rotary_pos_emb_at_2(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:

@@ -24,7 +24,8 @@ own pieces:
   (``hidden_states.repeat(E, 1)``) times its score (the scores' transpose reshaped: a copy), all E experts in
   ``Llama4TextExperts`` (two ``torch.bmm``: gate_up (E, d, 2f), ``chunk``, ``up * silu(gate)``, down (E, f, d)),
   the shared expert (``Llama4TextMLP`` of ``intermediate_size``) and ``out.add_`` of the routed outputs summed over
-  the experts (under autocast an fp32 sum: ``sum`` is an fp32 op).  No ``grouped_mm``: transformers' default experts implementation does not apply to this class.
+  the experts (under autocast an fp32 sum: ``sum`` is an fp32 op).  No ``grouped_mm``: transformers' default experts
+  implementation does not apply to this class.
 * ``Llama4TextRMSNorm``: ``_norm(x.float()).type_as(x) * weight`` (the weight the product's second operand).
 * the masks (``Llama4TextModel.forward``): one per layer type present, ``create_causal_mask`` for the NoPE (full)
   layers and ``create_chunked_causal_mask`` for the chunked ones (``masking_utils.py``: ``left_padding`` zeros (B,),

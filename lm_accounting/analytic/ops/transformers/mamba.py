@@ -36,7 +36,7 @@ from ..aten_index import split_with_sizes
 from ..aten_pointwise import exp
 from ..aten_scan import conv1d_depthwise, softplus
 from ..aten_split import chunk
-from ..tensors import Tensor, current, empty, no_grad, parameter, record, repeated
+from ..tensors import Tensor, current, empty, no_grad, parameter, record, repeated, runs_of
 from . import llama
 from .llama import B, Linear
 
@@ -249,7 +249,7 @@ class MambaForCausalLM:
         inputs_embeds = A.embedding(self.embeddings, self.input_ids)  # :671 (a local until the return)
         hidden_states = inputs_embeds
         n = self.cfg.num_layers
-        runs = [(0, 1)] + ([(1, n - 2)] if n > 2 else []) + ([(n - 1, 1)] if n > 1 else [])
+        runs = runs_of([0] * n)  # every layer alike: the first, the middle ones as one run, the last
         for first, times in runs if self.setup.checkpoint == "full" else one_by_one(n):
             with repeated(times):
                 hidden_states = self.layers[first](hidden_states)
