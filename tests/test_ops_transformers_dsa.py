@@ -25,30 +25,13 @@ from lm_accounting.setup import TrainingSetup
 pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
+from test_ops_transformers_deepseek import SHAPE as DEEPSEEK
 from test_ops_transformers_moe import check  # B = 1, 2, 3 against the storage tracker
 from test_ops_transformers_zoo import check_plain  # the plain CPU run against the CPU allocator
 
 SHAPE = dict(
+    DEEPSEEK,  # DeepSeek-V3's tiny widths (tests/test_ops_transformers_deepseek.py)
     model_type="deepseek_v32",
-    vocab_size=96,
-    hidden_size=16,
-    intermediate_size=32,
-    moe_intermediate_size=16,
-    num_hidden_layers=3,
-    num_attention_heads=4,
-    num_key_value_heads=4,
-    n_routed_experts=8,
-    n_group=2,
-    topk_group=1,
-    num_experts_per_tok=2,
-    first_k_dense_replace=1,
-    n_shared_experts=1,
-    kv_lora_rank=16,
-    q_lora_rank=12,
-    qk_rope_head_dim=4,
-    qk_nope_head_dim=8,
-    v_head_dim=6,
-    max_position_embeddings=64,
     index_n_heads=2,
     index_head_dim=8,
     index_topk=4,

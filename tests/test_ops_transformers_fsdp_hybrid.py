@@ -69,14 +69,18 @@ CASES = [(name, *s) for name in MODELS for s in SETUPS if not (name in EXPERTS_O
 S, B = 12, 2  # Mamba2: a second chunk of 8, padded; Gated DeltaNet: one chunk of 64, padded
 
 
+def check_rank(cfg, setup: TrainingSetup, zero: int, world: int, seq: int = S) -> None:
+    """Rank 0 of FSDP2 (``zero``, ``world`` ranks) over transformers' model: the replay equals the fake-PG job."""
+    layout = ParallelLayout(dp=world, zero=zero)
+    lines = predict_step(cfg, seq, setup, impl="transformers", batch=B, layout=layout)
+    assert lines.at(B) == measure_hf_step(cfg, seq, B, setup, device="meta", layout=layout), (cfg.name, setup.label)
+
+
 @pytest.mark.grid
 @pytest.mark.parametrize("name, precision, attention, checkpoint, zero, world", CASES, ids=str)
 def test_fsdp2_rank_of_a_hybrid_equals_the_fake_pg_job(name, precision, attention, checkpoint, zero, world):
     cfg = MODELS[name]()
-    setup = TrainingSetup(attention=attention, precision=precision, checkpoint=checkpoint)
-    layout = ParallelLayout(dp=world, zero=zero)
-    lines = predict_step(cfg, S, setup, impl="transformers", batch=B, layout=layout)
-    assert lines.at(B) == measure_hf_step(cfg, S, B, setup, device="meta", layout=layout), (name, setup.label)
+    check_rank(cfg, TrainingSetup(attention=attention, precision=precision, checkpoint=checkpoint), zero, world)
 
 
 @pytest.mark.parametrize(
@@ -90,9 +94,7 @@ def test_fsdp2_rank_of_a_hybrid_equals_the_fake_pg_job(name, precision, attentio
 def test_gated_deltanet_chunk_loop_under_fsdp2_equals_the_fake_pg_job(name, setup, zero, world):
     """S = 520: nine chunks of 64, the middle ones replayed once inside a layer (``chunk_gated_delta_rule``'s
     ``repeated``) between FSDP2's unit events."""
-    cfg, layout = gdn.tiny(name), ParallelLayout(dp=world, zero=zero)
-    lines = predict_step(cfg, 520, setup, impl="transformers", batch=B, layout=layout)
-    assert lines.at(B) == measure_hf_step(cfg, 520, B, setup, device="meta", layout=layout)
+    check_rank(gdn.tiny(name), setup, zero, world, seq=520)
 
 
 def test_each_kind_of_layer_is_its_own_unit_by_hand():
@@ -188,10 +190,8 @@ def test_falcon_h1_gated_norm_equals_transformers(before, layers, fields, seq, s
     ids=str,
 )
 def test_fsdp2_rank_of_falcon_h1_with_its_gated_norm_equals_the_fake_pg_job(before, precision, zero, world):
-    cfg, layout = norm_h1(3, before), ParallelLayout(dp=world, zero=zero)
     setup = TrainingSetup(attention="sdpa", precision=precision, checkpoint="full" if zero == 3 else "none")
-    lines = predict_step(cfg, S, setup, impl="transformers", batch=B, layout=layout)
-    assert lines.at(B) == measure_hf_step(cfg, S, B, setup, device="meta", layout=layout)
+    check_rank(norm_h1(3, before), setup, zero, world)
 
 
 @pytest.mark.parametrize("before", [True, False], ids=["norm-then-gate", "gate-then-norm"])
@@ -250,10 +250,7 @@ def test_fsdp2_rank_of_short_conv_and_mamba_models_equals_the_fake_pg_job(name, 
     """LFM2's and Jamba's layers of unlike parameters (``split_runs`` cuts their runs where FSDP2's units differ), and
     under FSDP2's bf16 policy the Mamba programs too (``ops.fsdp.POLICY_EXACT``)."""
     cfg = _short_conv_and_mamba_v1()[name]()
-    setup = TrainingSetup(attention="naive", precision=precision, checkpoint=checkpoint)
-    layout = ParallelLayout(dp=world, zero=zero)
-    lines = predict_step(cfg, S, setup, impl="transformers", batch=B, layout=layout)
-    assert lines.at(B) == measure_hf_step(cfg, S, B, setup, device="meta", layout=layout), (name, setup.label)
+    check_rank(cfg, TrainingSetup(attention="naive", precision=precision, checkpoint=checkpoint), zero, world)
 
 
 def test_a_unit_of_mixed_parameter_dtypes_is_refused_as_torch_refuses_it():
