@@ -4,6 +4,8 @@ names to the keys of our component registry it covers (a fused projection covers
 
 from collections import defaultdict
 
+from lm_accounting.analytic.params import parameter_breakdown
+
 LLAMA_TOP = {"model.embed_tokens": "token_embeddings", "model.norm": "ln_final", "lm_head": "lm_head"}
 LLAMA_PREFIX = "model.layers."
 
@@ -33,6 +35,15 @@ def assert_parameters_by_component(bd, model, our_keys, with_empty: bool = True)
     assert {k for keys in by_keys for k in keys} == {it.key for it in bd if with_empty or it.total}
     for keys, count in by_keys.items():
         assert sum(bd[k].total for k in keys) == count, (keys, count)
+
+
+def assert_parameters_equal(cfg, model, our_keys, with_empty: bool = True):
+    """``parameter_breakdown(cfg)`` beside transformers' ``model``: the total, then every parameter under our keys and
+    each group's total (``assert_parameters_by_component``).  Returns the breakdown."""
+    bd = parameter_breakdown(cfg)
+    assert bd.total == sum(p.numel() for p in model.parameters())
+    assert_parameters_by_component(bd, model, our_keys, with_empty)
+    return bd
 
 
 def assert_forward_flops_by_component(fwd, counted, our_keys, top, layer_map, prefix, attention: str) -> None:

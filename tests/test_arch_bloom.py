@@ -15,14 +15,13 @@ FlopCounterMode at 1,024 and 2,048 tokens.
 import pytest
 
 from lm_accounting.analytic.flops import forward_flops, nonmatmul_flops
-from lm_accounting.analytic.params import parameter_breakdown
 from lm_accounting.config import ConfigError, ModelConfig
 from lm_accounting.hf_config import config_from_hf
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from hf_components import assert_forward_flops_by_component, assert_parameters_by_component
+from hf_components import assert_forward_flops_by_component, assert_parameters_equal
 from test_transformers_truth import build_hf, hf_forward_flops, meta_masks  # noqa: F401
 
 BLOOM_560M = {  # bigscience/bloom-560m/config.json
@@ -100,10 +99,9 @@ def models():
 def test_parameters_equal_transformers(name, models):
     values, published = CONFIGS[name]
     cfg = config_from_hf(values, name=name)
-    bd = parameter_breakdown(cfg)
     model = models[name]
-    assert bd.total == sum(p.numel() for p in model.parameters()) == published
-    assert_parameters_by_component(bd, model, our_keys, with_empty=False)
+    bd = assert_parameters_equal(cfg, model, our_keys, with_empty=False)
+    assert bd.total == published
     assert bd["embedding_norm"].total == 2 * cfg.d_model
 
 

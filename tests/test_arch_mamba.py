@@ -45,7 +45,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from hf_components import (
-    assert_parameters_by_component,
+    assert_parameters_equal,
     cpu_forward_flops,
     cpu_model,
     hybrid_cache_after_prefill,
@@ -321,17 +321,13 @@ def tiny_models():
 @pytest.mark.parametrize("name", CONFIGS)
 def test_parameters_equal_transformers(name, models):
     cfg = config_from_hf(CONFIGS[name], name=name)
-    bd = parameter_breakdown(cfg)
-    assert bd.total == sum(p.numel() for p in models[name].parameters())
-    assert_parameters_by_component(bd, models[name], keys_of(cfg), with_empty=False)
+    assert_parameters_equal(cfg, models[name], keys_of(cfg), with_empty=False)
 
 
 @pytest.mark.parametrize("name", TINY_CONFIGS)
 def test_tiny_parameters_equal_transformers(name, tiny_models):
     cfg = config_from_hf(TINY_CONFIGS[name], name=name)
-    bd = parameter_breakdown(cfg)
-    assert bd.total == sum(p.numel() for p in tiny_models[name].parameters())
-    assert_parameters_by_component(bd, tiny_models[name], keys_of(cfg), with_empty=False)
+    assert_parameters_equal(cfg, tiny_models[name], keys_of(cfg), with_empty=False)
 
 
 def test_codestral_mamba_by_hand_and_the_card():

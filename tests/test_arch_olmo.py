@@ -19,7 +19,7 @@ from lm_accounting.hf_config import config_from_hf
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from hf_components import assert_forward_flops_by_component, assert_parameters_by_component
+from hf_components import assert_forward_flops_by_component, assert_parameters_equal
 from test_transformers_truth import build_hf, hf_forward_flops, meta_masks  # noqa: F401
 
 OLMO = {  # allenai/OLMo-7B-hf/config.json
@@ -87,10 +87,8 @@ def models():
 @pytest.mark.parametrize("name", CONFIGS)
 def test_parameters_equal_transformers(name, models):
     cfg = config_from_hf(CONFIGS[name], name=name)
-    bd = parameter_breakdown(cfg)
     model = models[name]
-    assert bd.total == sum(p.numel() for p in model.parameters())
-    assert_parameters_by_component(bd, model, our_keys, with_empty=False)
+    bd = assert_parameters_equal(cfg, model, our_keys, with_empty=False)
     for key in ("layers.*.ln1", "layers.*.ln2", "ln_final"):  # listed, with no parameter
         assert bd[key].total == 0
 

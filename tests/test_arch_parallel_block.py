@@ -34,7 +34,7 @@ from lm_accounting.hf_config import config_from_hf
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from hf_components import assert_forward_flops_by_component, assert_parameters_by_component
+from hf_components import assert_forward_flops_by_component, assert_parameters_equal
 from test_transformers_truth import build_hf, hf_forward_flops, meta_masks  # noqa: F401
 
 COMMAND_R = {  # CohereForAI/c4ai-command-r-v01
@@ -343,10 +343,9 @@ def model_of(name, models):
 @pytest.mark.parametrize("name", CONFIGS)
 def test_parameters_equal_transformers(name, models):
     cfg = config_from_hf(CONFIGS[name], name=name)
-    bd = parameter_breakdown(cfg)
     model = model_of(name, models)
-    assert bd.total == sum(p.numel() for p in model.parameters()) == PUBLISHED.get(name, bd.total)
-    assert_parameters_by_component(bd, model, keys_of(name), with_empty=False)
+    bd = assert_parameters_equal(cfg, model, keys_of(name), with_empty=False)
+    assert bd.total == PUBLISHED.get(name, bd.total)
     one_norm = cfg.parallel_block == "one_norm"
     assert ("layers.*.ln2" in bd.totals()) == (not one_norm)
 
