@@ -34,7 +34,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .aten import bmm, broadcast, lower, mul, opt_dtype, pow_, promote, reshape, sum_to, unsqueeze, upcast, view
+from .aten import (
+    bmm,
+    broadcast,
+    lower,
+    mul,
+    opt_dtype,
+    pow_,
+    promote,
+    reshape,
+    silu,
+    slice_,
+    sum_to,
+    to,
+    unsqueeze,
+    upcast,
+    view,
+)
 from .aten_pointwise import new
 from .tensors import Tensor, current, empty, numel, record, record_first, view_of
 
@@ -229,3 +245,16 @@ def square(x: Tensor) -> Tensor:
         return (mul(g[0], tmp2),)
 
     return record_first("PowBackward0", (x,), lambda: (empty(x.shape, x.dtype, "pow", like=x),), back, (x,))[0]
+
+
+def causal_conv1d(hidden_states: Tensor, weight: Tensor, bias: Tensor | None, activation: bool) -> Tensor:
+    """transformers' PyTorch fallback of ``causal_conv1d_fn`` on x (B, C, S) and the squeezed weight (C, K)
+    (modeling_mamba2.py, modeling_falcon_mamba.py, modeling_qwen3_next.py, modeling_lfm2.py):
+    ``F.conv1d(x.to(weight.dtype), weight.unsqueeze(1), bias, padding=K - 1, groups=C)[..., :S]``, SiLU'd where
+    ``activation`` ("silu"; LFM2's has none), cast back to x's dtype."""
+    seq_len = hidden_states.shape[-1]
+    out = conv1d_depthwise(to(hidden_states, weight.dtype), unsqueeze(weight, 1), bias, weight.shape[-1] - 1)
+    out = slice_(out, -1, 0, seq_len)
+    if activation:
+        out = silu(out)
+    return to(out, hidden_states.dtype)

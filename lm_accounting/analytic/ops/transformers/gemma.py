@@ -44,6 +44,7 @@ from .llama import (
     find_packed_sequence_indices,
     for_causal_lm_loss,
     rotary_embedding,
+    rsqrt_norm,
     windowed_masks,
 )
 from .llama import DecoderLayer as LlamaDecoderLayer
@@ -66,13 +67,9 @@ class RMSNorm:
         self.weight = parameter((size,), dtype, name + ".weight")
 
     def __call__(self, x: Tensor) -> Tensor:
-        output = self._norm(A.to(x, "fp32"))  # :59
+        output = rsqrt_norm(A.to(x, "fp32"))  # :59 (``_norm``, :56)
         output = A.mul(output, A.add(A.to(self.weight, "fp32"), 1.0))  # :62
         return A.to(output, x.dtype)  # :63
-
-    @staticmethod
-    def _norm(x: Tensor) -> Tensor:
-        return A.mul(x, A.rsqrt(A.add(A.mean(A.pow_(x, 2), -1, keepdim=True), 1e-6)))  # :56
 
 
 class MLP:

@@ -26,20 +26,11 @@ from ....config import ModelConfig
 from ....setup import TrainingSetup
 from .. import aten as A
 from ..aten_index import split_with_sizes
-from ..aten_scan import conv1d_depthwise
+from ..aten_scan import causal_conv1d
 from ..engine import Affine
 from ..tensors import Tensor, parameter, repeated, runs_of, split_runs
 from . import llama
 from .llama import B, Linear
-
-
-def causal_conv1d_fn(hidden_states: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    """:270-288 (no activation): ``F.conv1d(x.to(weight.dtype), weight.unsqueeze(1), bias, padding=K - 1,
-    groups=C)[:, :, :S]``, cast back to the input's dtype."""
-    seq_len = hidden_states.shape[-1]
-    out = conv1d_depthwise(A.to(hidden_states, weight.dtype), A.unsqueeze(weight, 1), bias, weight.shape[-1] - 1)
-    out = A.slice_(out, -1, 0, seq_len)
-    return A.to(out, hidden_states.dtype)
 
 
 class ShortConv:
@@ -63,7 +54,7 @@ class ShortConv:
         B_, C_, x = split_with_sizes(BCx, [d, d, d], -2)  # ``chunk(3, dim=-2)``: views
         hidden_states = A.mul(B_, x)  # :342
         weight = A.squeeze(self.conv_weight, 1)
-        hidden_states = causal_conv1d_fn(hidden_states, weight, self.conv_bias)  # :361
+        hidden_states = causal_conv1d(hidden_states, weight, self.conv_bias, activation=False)  # :361 (:270-288)
         del weight
         y = A.mul(C_, hidden_states)  # :366
         y = A.contiguous(A.transpose(y, -1, -2))

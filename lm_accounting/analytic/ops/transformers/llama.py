@@ -78,6 +78,23 @@ class RMSNorm:
         return A.mul(self.weight, A.to(hidden_states, input_dtype))  # :64
 
 
+def rsqrt_norm(x: Tensor, eps: float = 1e-6) -> Tensor:
+    """``x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)``, each temporary dropped when used: the ``_norm`` of
+    Gemma's, Llama 4's and Falcon-Mamba's norms (bytes do not depend on ``eps``)."""
+    return A.mul(x, A.rsqrt(A.add(A.mean(A.pow_(x, 2), -1, keepdim=True), eps)))
+
+
+def weightless_rms_norm(x: Tensor) -> Tensor:
+    """``self._norm(x.float()).type_as(x)`` with ``_norm`` = ``rsqrt_norm``: ``Llama4TextL2Norm.forward``
+    (modeling_llama4.py:111-115) and ``FalconMambaWeightlessRMSNorm.forward`` (modeling_falcon_mamba.py:54-58, its
+    buffer weight unused).  The upcast is ``_norm``'s argument only: it dies when ``_norm`` returns, before
+    ``type_as``."""
+    upcast = A.to(x, "fp32")
+    out = rsqrt_norm(upcast)
+    del upcast
+    return A.to(out, x.dtype)
+
+
 class TorchRMSNorm(RMSNorm):
     """``torch.nn.RMSNorm(size, eps)`` in place of ``LlamaRMSNorm`` (torchtitan's norm): ``F.rms_norm``."""
 

@@ -55,21 +55,14 @@ from .llama import (
     find_packed_sequence_indices,
     int_scalar_op,
     repeat_kv,
+    rsqrt_norm,
     sdpa_attention_forward,
     sdpa_mask,
+    weightless_rms_norm,
 )
 from .moe import add_
 
-EPS = 1e-5  # rms_norm_eps, the L2 norm's too: bytes do not depend on it
 FLOOR_SCALE, ATTN_SCALE = 8192, 0.1  # the class's floor_scale and attn_scale: bytes do not depend on them
-
-
-def l2_norm(x: Tensor) -> Tensor:
-    """``Llama4TextL2Norm.forward``: ``self._norm(x.float()).type_as(x)``, ``_norm`` = ``x * torch.rsqrt(x.pow(2)
-    .mean(-1, keepdim=True) + self.eps)``."""
-    h = A.to(x, "fp32")
-    normed = A.mul(h, A.rsqrt(A.add(A.mean(A.pow_(h, 2), -1, keepdim=True), EPS)))
-    return A.to(normed, x.dtype)
 
 
 class RMSNorm(llama.RMSNorm):
@@ -77,7 +70,7 @@ class RMSNorm(llama.RMSNorm):
 
     def __call__(self, hidden_states: Tensor) -> Tensor:
         h = A.to(hidden_states, "fp32")
-        normed = A.mul(h, A.rsqrt(A.add(A.mean(A.pow_(h, 2), -1, keepdim=True), EPS)))
+        normed = rsqrt_norm(h)
         del h
         return A.mul(A.to(normed, hidden_states.dtype), self.weight)
 
@@ -133,8 +126,8 @@ class Attention(llama.Attention):
         if self.use_rope:
             query_states, key_states = apply_rotary_emb(query_states, key_states, position_embeddings)
             if self.l2_qk_norm:  # hasattr(self, "qk_norm"): built only with use_qk_norm on a RoPE layer
-                query_states = l2_norm(query_states)
-                key_states = l2_norm(key_states)
+                query_states = weightless_rms_norm(query_states)
+                key_states = weightless_rms_norm(key_states)
         positions = attn_scales = None
         if self.temperature_tuning and not self.use_rope:
             positions, attn_scales = temperature_scales(input_shape[0], input_shape[1])

@@ -34,11 +34,11 @@ from ....setup import TrainingSetup
 from .. import aten as A
 from ..aten_index import split_with_sizes
 from ..aten_pointwise import exp
-from ..aten_scan import conv1d_depthwise, softplus
+from ..aten_scan import causal_conv1d, softplus
 from ..aten_split import chunk
 from ..tensors import Tensor, current, empty, no_grad, parameter, record, repeated, runs_of
 from . import llama
-from .llama import B, Linear
+from .llama import B, Linear, weightless_rms_norm
 
 
 def stack_steps(outputs: list[Tensor], steps: int) -> Tensor:
@@ -65,15 +65,6 @@ def matmul_into_3d(weight: Tensor, x: Tensor) -> Tensor:
     folded = A.reshape(t1, -1, t1.shape[-1])
     output = A.unsafe_view(A.mm(folded, A.t_(weight)), *t1.shape[:-1], weight.shape[0])
     return A.contiguous(A.transpose(output, -1, -2))
-
-
-def weightless_rms_norm(x: Tensor) -> Tensor:
-    """``FalconMambaWeightlessRMSNorm.forward`` (modeling_falcon_mamba.py:47-58): ``x.float()``, times
-    ``rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)``, ``.type_as(x)``; its buffer weight is unused."""
-    upcast = A.to(x, "fp32")
-    out = A.mul(upcast, A.rsqrt(A.add(A.mean(A.pow_(upcast, 2), -1, keepdim=True), 1e-6)))
-    del upcast
-    return A.to(out, x.dtype)
 
 
 def selective_scan(hidden_states, dt, A_, B_, C_, D, z, delta_bias) -> Tensor:
@@ -163,13 +154,7 @@ class Mixer:
 
     def causal_conv1d_fn(self, hidden_states: Tensor) -> Tensor:
         """:82-102 (activation "silu"), on ``conv1d.weight.squeeze(1)``."""
-        weight = A.squeeze(self.conv_weight, 1)
-        seq_len = hidden_states.shape[-1]
-        out = conv1d_depthwise(
-            A.to(hidden_states, weight.dtype), A.unsqueeze(weight, 1), self.conv_bias, self.kernel - 1
-        )
-        out = A.silu(A.slice_(out, -1, 0, seq_len))
-        return A.to(out, hidden_states.dtype)
+        return causal_conv1d(hidden_states, A.squeeze(self.conv_weight, 1), self.conv_bias, activation=True)
 
     def __call__(self, hidden_states: Tensor) -> Tensor:
         dtype = hidden_states.dtype  # :368

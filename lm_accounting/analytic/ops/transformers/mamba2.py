@@ -16,7 +16,7 @@ from ....config import ModelConfig
 from .. import aten as A
 from ..aten_index import split_with_sizes
 from ..aten_pointwise import clamp, exp
-from ..aten_scan import constant_pad_nd, conv1d_depthwise, cumsum, einsum, masked_fill, permute, softplus
+from ..aten_scan import causal_conv1d, constant_pad_nd, cumsum, einsum, masked_fill, permute, softplus
 from ..tensors import Tensor, empty, no_grad, parameter, runs_of
 from .llama import Linear
 
@@ -170,10 +170,7 @@ class Mamba2Mixer:
 
     def causal_conv1d_fn(self, hidden_states: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
         """:163-184 (activation "silu")."""
-        seq_len = hidden_states.shape[-1]
-        out = conv1d_depthwise(A.to(hidden_states, weight.dtype), A.unsqueeze(weight, 1), bias, self.kernel - 1)
-        out = A.silu(A.slice_(out, -1, 0, seq_len))
-        return A.to(out, hidden_states.dtype)
+        return causal_conv1d(hidden_states, weight, bias, activation=True)
 
     def __call__(self, hidden_states: Tensor) -> Tensor:
         batch_size, seq_len, _ = hidden_states.shape  # :476

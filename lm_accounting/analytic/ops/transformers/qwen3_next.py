@@ -283,12 +283,8 @@ class GatedDeltaNet:
         return output
 
     def causal_conv1d_fn(self, hidden_states: Tensor) -> Tensor:
-        """:340-359 (activation silu)."""
-        seq_len = hidden_states.shape[-1]
-        weight = A.squeeze(self.conv1d_weight, 1)  # ``self.conv1d.weight.squeeze(1)``
-        out = S.conv1d_depthwise(A.to(hidden_states, weight.dtype), A.unsqueeze(weight, 1), None, weight.shape[-1] - 1)
-        out = A.silu(A.slice_(out, 2, 0, seq_len))
-        return A.to(out, hidden_states.dtype)
+        """:340-359 (activation silu), on ``self.conv1d.weight.squeeze(1)``."""
+        return S.causal_conv1d(hidden_states, A.squeeze(self.conv1d_weight, 1), None, activation=True)
 
 
 class SparseMoeBlock(qwen2_moe.SparseMoeBlock):
