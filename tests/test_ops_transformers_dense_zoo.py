@@ -263,13 +263,40 @@ def test_falcon_sdpa_equals_transformers(block, setup):
 def test_nemotron_equals_transformers(fields, setup):
     """Nemotron: Llama's program with LayerNorm1P (``weight + 1.0`` made per call and saved), the squared ReLU
     (or ReLU) between ``up_proj`` and ``down_proj``, RoPE on the rotated share of each head, against its class on
-    meta and the plain run against the CPU allocator; amp-bf16 is refused, named."""
+    meta and the plain run against the CPU allocator."""
     cfg = tiny("nemotron", **fields)
     check(cfg, 12, setup)
     check_plain(cfg, 8, 2, setup)
-    assert any(
-        "NemotronLayerNorm1P" in r for r in unsupported(cfg, TrainingSetup(precision="amp-bf16"), "transformers")
-    )
+
+
+@pytest.mark.parametrize(
+    "setup",
+    [
+        TrainingSetup(attention="naive", precision="amp-bf16"),
+        TrainingSetup(attention="sdpa", precision="amp-bf16", checkpoint="full"),
+    ],
+    ids=label,
+)
+def test_nemotron_under_autocast_equals_transformers_on_cpu(setup):
+    """amp-bf16: LayerNorm1P casts its input, ``weight + 1`` and bias to bf16 when ``torch.is_autocast_enabled()``
+    and runs the norm with autocast off (a bf16 norm, its bf16 copies saved); relu²'s ``torch.square`` has no
+    autocast policy above the dispatcher.  On cpu tensors (the emulation sets CUDA's autocast flag and routes
+    ``maybe_autocast`` to it) under the storage tracker, and the plain run against the CPU allocator.  Before, the
+    program was refused; the relu² it had would have kept one fp32 copy per MLP (2,048 B a sequence here)."""
+    from test_ops_transformers_moe import check as check_on
+
+    cfg = tiny("nemotron")
+    check_on(cfg, 8, setup, device="cpu")
+    check_plain(cfg, 8, 2, setup)
+    assert not unsupported(cfg, setup, "transformers")
+
+
+def test_nemotron_under_autocast_on_meta_is_refused_in_one_line():
+    """On meta transformers' own code fails (``torch.get_autocast_dtype("meta")``): refused before building."""
+    from lm_accounting.config import AccountingError
+
+    with pytest.raises(AccountingError, match="measure amp-bf16 on cpu"):
+        measure_hf_step(tiny("nemotron"), 8, 1, TrainingSetup(precision="amp-bf16"), device="meta")
 
 
 @pytest.mark.parametrize("model_type", list(DENSE))
@@ -284,12 +311,9 @@ def test_nemotron_equals_transformers(fields, setup):
 )
 def test_fsdp2_rank_of_the_dense_programs_equals_transformers(model_type, setup, zero):
     """One rank of FSDP2 at world 4 (``ops.fsdp``) over each program added here equals transformers' own model
-    sharded on torch's fake process group (``measure_hf_step(..., layout=...)``); Nemotron's amp-bf16 is refused."""
+    sharded on torch's fake process group (``measure_hf_step(..., layout=...)``)."""
     from lm_accounting.layout import ParallelLayout
 
-    if model_type == "nemotron" and setup.autocast:
-        assert unsupported(tiny(model_type), setup, "transformers")
-        return
     cfg, layout = tiny(model_type), ParallelLayout(dp=4, zero=zero)
     lines = predict_step(cfg, 12, setup, impl="transformers", batch=2, layout=layout)
     assert lines.at(2) == measure_hf_step(cfg, 12, 2, setup, device="meta", layout=layout)

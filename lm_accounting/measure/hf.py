@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import sys
 
 import torch
 from torch.overrides import handle_torch_function, has_torch_function
@@ -78,6 +79,16 @@ def check_hf_setup(cfg: ModelConfig, setup: TrainingSetup, device: str) -> None:
         )
 
 
+def check_autocast(cfg: ModelConfig, setup: TrainingSetup, device: str) -> None:
+    """Refuse, before building, a single-device amp-bf16 step whose own code cannot run under the emulation on
+    meta (a layout runs no autocast: FSDP2's bf16 policy)."""
+    if setup.autocast and device == "meta" and cfg.hf_model_type == "nemotron":
+        raise AccountingError(
+            "Nemotron's LayerNorm1P asks torch for the autocast dtype of its input's device "
+            "(torch.get_autocast_dtype), which meta has none of: measure amp-bf16 on cpu (--measure cpu)"
+        )
+
+
 def check_grouped_mm(cfg: ModelConfig, compute_dtype: str, device: str) -> None:
     """Refuse a forward of transformers' experts (``torch._grouped_mm``) on meta with weights that are not bf16:
     the meta kernel (``_meta_grouped_mm_common``) takes bf16 only.  Llama 4's experts (``all_experts_run``) run
@@ -90,19 +101,33 @@ def check_grouped_mm(cfg: ModelConfig, compute_dtype: str, device: str) -> None:
 
 
 class HFAutocast(CudaAutocast):
-    """CUDA's bf16 autocast on meta/cpu tensors, with autocast's weight cache.
+    """CUDA's bf16 autocast on meta/cpu tensors, with autocast's weight cache and CUDA's autocast state.
 
     ``cached_cast`` (aten/src/ATen/autocast_mode.cpp, torch 2.13) caches the lower-precision copy of an
     argument that is fp32, requires grad, is a leaf and not a view, when the op casts to bf16; the cache
     holds the copy until the outermost autocast region exits (``clear_cache``).  transformers passes each
-    ``nn.Linear`` weight itself to ``F.linear``, so every weight is cast once per region and kept."""
+    ``nn.Linear`` weight itself to ``F.linear``, so every weight is cast once per region and kept.
+
+    While the region is open, CUDA's autocast state says what it would on the GPU: ``torch.is_autocast_enabled()``
+    (CUDA's flag, a thread-local one that casts nothing on meta or cpu tensors) is true, at bf16, so code that asks
+    (``NemotronLayerNorm1P``'s ``_cast_if_autocast_enabled``) sees autocast on; a region that turns it off (transformers'
+    ``maybe_autocast(enabled=False)``, routed to CUDA by ``cuda_regions``: ERNIE 4.5-MoE's router, Nemotron's norm)
+    clears the flag, and the emulation casts nothing until it is set again."""
 
     def __init__(self, dtype: torch.dtype = torch.bfloat16, **lists):
         super().__init__(dtype, **lists)
         self.cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
+    def __enter__(self):
+        self.outer = torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda")
+        torch.set_autocast_enabled("cuda", True)
+        torch.set_autocast_dtype("cuda", self.dtype)
+        return super().__enter__()
+
     def __exit__(self, *exc):
         self.cache.clear()
+        torch.set_autocast_enabled("cuda", self.outer[0])
+        torch.set_autocast_dtype("cuda", self.outer[1])
         return super().__exit__(*exc)
 
     def _cached(self, value):
@@ -122,11 +147,31 @@ class HFAutocast(CudaAutocast):
         return value
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        if not torch.is_autocast_enabled("cuda"):  # inside a region that turned autocast off
+            return func(*args, **(kwargs or {}))
         name = getattr(func, "__name__", "")
         if name in self.lower:
             args = tuple(reversed([self._cached(a) for a in reversed(args)]))  # autocast's order: last first
             kwargs = {k: self._cached(v) for k, v in (kwargs or {}).items()}
         return super().__torch_function__(func, types, args, kwargs)
+
+
+def cuda_regions(module) -> None:
+    """Route ``module``'s ``maybe_autocast`` (transformers' ``utils.generic``) to CUDA while ``HFAutocast`` emulates
+    it: ``maybe_autocast(device_type, enabled=False)`` on meta or cpu tensors is a no-op (meta: ``nullcontext``;
+    cpu: CPU autocast is off), where on the GPU it is ``torch.autocast("cuda", enabled=False)``, which clears the
+    flag the emulation reads.  Outside the emulation (CUDA's flag off) the call is transformers' own."""
+    from transformers.utils import generic
+
+    if getattr(module, "maybe_autocast", None) is not generic.maybe_autocast:
+        return
+
+    def maybe_autocast(device_type: str, dtype=None, enabled: bool = True, cache_enabled=None):
+        if not enabled and torch.is_autocast_enabled("cuda"):
+            return torch.autocast("cuda", enabled=False)
+        return generic.maybe_autocast(device_type, dtype, enabled, cache_enabled)
+
+    module.maybe_autocast = maybe_autocast
 
 
 def _autocast(device: str):
@@ -264,6 +309,8 @@ def build_hf_model(cfg: ModelConfig, setup: TrainingSetup, device: str = "meta",
     except ValueError as err:  # transformers' own refusal, e.g. Gemma 2 with sdpa
         raise AccountingError(f"transformers refuses this model: {str(err).splitlines()[0]}") from None
     model.train()
+    if setup.autocast and device != "cuda":
+        cuda_regions(sys.modules[type(model).__module__])
     if setup.checkpoint == "full":
         kwargs = {"use_reentrant": False}  # transformers' default
         if setup.autocast and device != "cuda":  # the recompute re-enters the emulated autocast
@@ -297,6 +344,7 @@ def _checked(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup | None
     if method == "allocator" and device != "cpu":
         raise AccountingError("the allocator measurement reads the CPU allocator: device must be 'cpu'")
     check_hf_setup(cfg, setup, device)
+    check_autocast(cfg, setup, device)
     check_grouped_mm(cfg, setup.param_dtype, device)
     to_hf_dict(cfg)  # a config transformers has no class for: one line, before torch builds anything
     check_live_run(

@@ -12,11 +12,9 @@ values.  No torch.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 from . import aten as A
 from .aten_activation import dropout
-from .tensors import Tensor, current, empty
+from .tensors import Tensor, autocast_off, current, empty
 
 
 def sdpa_math(
@@ -47,15 +45,8 @@ def sdpa_math(
         return _math(query, key, value, causal, dropout_p, device, additive, gqa)
 
 
-@contextmanager
-def internals():
-    """The composite's own ops, which a function-level autocast (``measure.hf``'s emulation) never sees."""
-    run = current()
-    saved, run.autocast = run.autocast, None
-    try:
-        yield
-    finally:
-        run.autocast = saved
+internals = autocast_off
+"""The composite's own ops, which a function-level autocast (``measure.hf``'s emulation) never sees."""
 
 
 def _math(

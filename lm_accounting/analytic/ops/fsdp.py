@@ -52,7 +52,7 @@ FLOATING = ("fp32", "fp16", "bf16", "fp64")
 POLICY_EXACT = (
     *("llama", "gpt2", "phi3", "moe", "gemma", "olmo2"),
     *("starcoder2", "exaone4", "interleaved", "glm", "ministral3", "granite", "olmo", "stablelm"),
-    *("gpt_bigcode", "opt", "bloom", "falcon"),
+    *("gpt_bigcode", "opt", "bloom", "falcon", "nemotron"),
     *("nemotron_h", "bamba", "granitemoehybrid", "qwen3_next", "qwen3_5", "falcon_h1"),
     *("mamba", "mamba2_lm", "jamba", "lfm2", "lfm2_moe"),
 )

@@ -429,6 +429,18 @@ def autocast(dtype: str = "bf16"):
 
 
 @contextmanager
+def autocast_off():
+    """A region with autocast turned off inside an autocast region (``torch.autocast(..., enabled=False)``): no op
+    casts; the weight cache is kept, as autocast clears it only on leaving the outermost region."""
+    run = current()
+    saved, run.autocast = run.autocast, None
+    try:
+        yield
+    finally:
+        run.autocast = saved
+
+
+@contextmanager
 def saved_tensors_hooks(pack: Callable, unpack: Callable):
     """``torch.autograd.graph.saved_tensors_hooks``: what a node saves from now on is ``pack(t)``."""
     run = current()

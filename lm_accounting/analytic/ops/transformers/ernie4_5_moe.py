@@ -18,9 +18,9 @@ projections).  What ERNIE 4.5-MoE does differently:
   ``Ernie4_5_MoeMLP`` of ``moe_intermediate_size × moe_num_shared_experts``, ``use_bias``) and runs the shared
   experts first on the (B·S, d) states, then the router and the experts, the sum, and a cast to the input's dtype.
 
-``use_bias`` also puts a bias on the LM head (:635), tied embeddings or not.  Not covered: amp-bf16 (the measured
-side's autocast emulation, ``measure.hf.HFAutocast``, does not honour the router's disabled region, which CUDA's
-autocast does).
+``use_bias`` also puts a bias on the LM head (:635), tied embeddings or not.  Under amp-bf16 the router runs in its
+autocast-off region (``tensors.autocast_off``; the measured side's ``measure.hf.HFAutocast`` honours it as CUDA's
+autocast does, ``cuda_regions``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from .. import aten as A
 from ..aten_index import gather, topk
 from ..aten_pointwise import clamp, divide
 from ..engine import Affine
-from ..tensors import Tensor, empty, parameter
+from ..tensors import Tensor, autocast_off, empty, parameter
 from . import interleaved, moe, olmo2
 from .llama import MLP, B
 
@@ -45,13 +45,14 @@ class TopKRouter:
         self.top_k = cfg.experts_per_token
 
     def __call__(self, hidden_states: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        router_logits = A.linear(A.to(hidden_states, "fp32"), self.weight)  # :348
-        routing_weights = A.softmax(router_logits, 1, "fp32")  # :349
-        statics = A.add(routing_weights, A.squeeze(self.e_score_correction_bias, 0))  # :350, Ernie4_5_MoeStatics
-        _, selected_experts = topk(statics, self.top_k)
-        del statics
-        routing_weights = gather(routing_weights, -1, selected_experts)  # :351
-        routing_weights = divide(routing_weights, clamp(A.sum_(routing_weights, -1, keepdim=True)))  # :352-354
+        with autocast_off():  # :347 ``maybe_autocast(enabled=False)``
+            router_logits = A.linear(A.to(hidden_states, "fp32"), self.weight)  # :348
+            routing_weights = A.softmax(router_logits, 1, "fp32")  # :349
+            statics = A.add(routing_weights, A.squeeze(self.e_score_correction_bias, 0))  # :350, the statics
+            _, selected_experts = topk(statics, self.top_k)
+            del statics
+            routing_weights = gather(routing_weights, -1, selected_experts)  # :351
+            routing_weights = divide(routing_weights, clamp(A.sum_(routing_weights, -1, keepdim=True)))  # :352-354
         routing_weights = A.to(routing_weights, hidden_states.dtype)  # :355
         return router_logits, routing_weights, selected_experts
 
@@ -115,7 +116,4 @@ def fp32_kept_parameters(cfg: ModelConfig) -> int:
 
 def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
     """What this transliteration does not cover for ``cfg`` under ``setup``."""
-    out = moe.unsupported(cfg, setup)
-    if setup.autocast:
-        out.append("ERNIE 4.5-MoE under amp-bf16 (its router disables autocast; the measured emulation does not)")
-    return out
+    return moe.unsupported(cfg, setup)

@@ -12,9 +12,9 @@ Nemotron does differently:
   ReLU's output; or ReLU, or a GELU), ``down_proj``; biases when ``mlp_bias``, q/k/v/o biases when
   ``attention_bias``.
 
-Not transliterated: amp-bf16.  ``NemotronLayerNorm1P`` casts its own arguments when ``torch.is_autocast_enabled()``
-(CUDA's autocast: the layer norm then runs in bf16), which ``measure.hf``'s autocast emulation on meta and cpu does
-not report, so no measured run states which of the two a prediction would have to follow.
+amp-bf16: ``NemotronLayerNorm1P`` casts its input, ``weight + 1`` and bias to bf16 when ``torch.is_autocast_enabled()``
+(CUDA's flag, which ``measure.hf.HFAutocast`` sets while it emulates CUDA's autocast) and runs ``F.layer_norm`` with
+autocast off: a bf16 norm.
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ from ....setup import TrainingSetup
 from .. import aten as A
 from ..aten_activation import relu
 from ..aten_layer_norm import layer_norm
+from ..aten_scan import square
 from ..engine import Affine
-from ..tensors import Tensor, parameter
+from ..tensors import Tensor, autocast_off, current, parameter
 from .llama import B, DecoderLayer, Linear, LlamaForCausalLM
 from .phi import ACTIVATIONS
 from .stablelm import Attention
@@ -45,14 +46,22 @@ class LayerNorm1P:
         return [self.weight, self.bias]
 
     def __call__(self, x: Tensor) -> Tensor:
-        weight = A.add(self.weight, 1.0)  # :77 (the autocast cast of :76-78 is not transliterated: ``unsupported``)
-        return layer_norm(x, weight, self.bias, device=self.device)  # :80
+        weight = A.add(self.weight, 1.0)  # :77
+        amp = current().autocast
+        if amp is None:
+            return layer_norm(x, weight, self.bias, device=self.device)  # :80
+        # :54-59 ``_cast_if_autocast_enabled``: ``autocast_mode._cast`` of the argument tuple, in order (input,
+        # weight + 1, bias) -> bf16 copies; the fp32 weight + 1 dies when the call returns (nothing saved it)
+        args = A.to(x, amp), A.to(weight, amp), A.to(self.bias, amp)
+        del weight
+        with autocast_off():  # :79 ``maybe_autocast(enabled=False)``: the layer norm in bf16
+            return layer_norm(*args, device=self.device)
 
 
 def relu2(x: Tensor) -> Tensor:
-    """``ReLUSquaredActivation`` (activations.py:206-214): ``torch.square(F.relu(x))`` (``pow(x, 2)``, saving its
-    input, the ReLU's output, which ``relu`` saves too)."""
-    return A.pow_(relu(x), 2.0)
+    """``ReLUSquaredActivation`` (activations.py:206-214): ``torch.square(F.relu(x))``, both saving the ReLU's output;
+    ``square`` is ``pow`` below CUDA's autocast key, not above it (``aten_scan.square``)."""
+    return square(relu(x))
 
 
 class MLP:
@@ -115,8 +124,6 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup) -> list[str]:
     out = []
     if setup.checkpoint == "selective":
         out.append("transformers has no selective activation checkpointing")
-    if setup.autocast:
-        out.append("amp-bf16 (NemotronLayerNorm1P casts its own arguments under CUDA's autocast: not transliterated)")
     if cfg.norm != "layernorm" or cfg.positions != "rope" or cfg.moe or cfg.qk_norm or cfg.sliding_window:
         out.append("a nemotron model with another norm, positions, experts, q/k norms or a window")
     if cfg.mlp not in ("relu2", "relu") and (cfg.mlp != "gelu" or (cfg.hf_activation or "") not in ACTIVATIONS):

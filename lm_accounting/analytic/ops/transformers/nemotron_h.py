@@ -35,7 +35,6 @@ from ....config import ModelConfig
 from ....setup import TrainingSetup
 from .. import aten as A
 from ..aten_activation import relu
-from ..aten_scan import square
 from ..engine import Affine
 from ..tensors import Tensor, empty, no_grad, parameter, repeated, split_runs
 from . import deepseek, llama, mamba2, moe, nemotron
@@ -75,19 +74,13 @@ class Attention(llama.Attention):
         return attn_output, attn_weights
 
 
-def relu2(x: Tensor) -> Tensor:
-    """``ReLUSquaredActivation`` (activations.py): ``torch.square(F.relu(x))``; ``square`` has no autocast policy
-    (``nemotron.relu2``'s ``pow`` is an fp32 op under autocast)."""
-    return square(relu(x))
-
-
 class MLP(nemotron.MLP):
     """``NemotronHMLP`` (:639-651): ``down_proj(act(up_proj(x)))``, width ``intermediate_size`` (a shared expert's
     ``moe_shared_expert_intermediate_size``)."""
 
     def __init__(self, cfg: ModelConfig, dtype: str, name: str):
         super().__init__(cfg, dtype, name)
-        self.act = relu2 if cfg.mlp == "relu2" else relu
+        self.act = nemotron.relu2 if cfg.mlp == "relu2" else relu
 
 
 class Experts(moe.Experts):
@@ -100,7 +93,7 @@ class Experts(moe.Experts):
         self.down_proj = parameter((e, d, f), dtype, name + ".down_proj")
         self.gate_up_proj = self.up_proj  # ``selected_weights = self.up_proj`` without a gate
         self.num_experts, self.intermediate_dim = e, f
-        self.act = relu2 if cfg.mlp == "relu2" else relu
+        self.act = nemotron.relu2 if cfg.mlp == "relu2" else relu
 
     def params(self) -> list[Tensor]:
         return [self.up_proj, self.down_proj]
