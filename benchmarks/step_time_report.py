@@ -59,7 +59,7 @@ def priced_parts(cfg, seq: int, setup: TrainingSetup, impl: str, batch: int, gpu
     cal, prog = load(gpu), program(cfg, seq, setup, impl)
     at = lambda line: line[0] * batch + line[1]  # a record's size, a line in B
     out = dict.fromkeys(("softmax", "cat", "align1", "put"), 0.0)
-    for phase, (gemms, _, traffic, _, puts) in enumerate(prog.phases):
+    for phase, (gemms, _, traffic, _, puts, _) in enumerate(prog.phases):
         for rate, line in traffic.items():
             odd = rate is not None and len(rate) > 2  # rows of an odd length: the sink column's
             if odd and (rate[0] == "cat_column" or (rate[0] == "softmax" and phase == 1)):

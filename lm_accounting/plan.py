@@ -37,7 +37,8 @@ Step time (one optimizer step, k = sequences per dp rank / b micro-batches):
    GPU's table (``analytic.step_time``: GEMMs at their measured rates, so deep TP's small GEMMs are slower;
    fused attention; memory-bound kernels; a GPU without a table of its own: the H100's, scaled by the two
    GPUs' dense peaks and HBM bandwidths, and said so), scaled by the busiest rank's share of that model's
-   hardware FLOPs (``rank_flops``: the LM head's Vl rows under vocab parallel, the busiest expert-parallel
+   hardware FLOPs (under sequence parallel the d_model-wide activations' memory-bound bytes at S/tp:
+   ``analytic.step_time`` (6); ``rank_flops``: the LM head's Vl rows under vocab parallel, the busiest expert-parallel
    rank's experts; under pp the busiest stage, stage 0 with the most blocks or the last with the LM head;
    1 otherwise); the 1F1B bubble multiplies it by (k + pp − 1) / k; with v virtual stages (interleaved
    1F1B) the busiest pipeline rank's v chunks, and (k·v + pp − 1) / (k·v) (``analytic.pipeline.pipeline_slots``;
@@ -365,7 +366,7 @@ def _peak(cfg, seq, b, setup, lay) -> int:
 class _Pricing:
     """One plan's step times (module docstring, steps 1–4), none needing the per-GPU peak.  Its model,
     context, attention kernel and optimizer are fixed, so each part is cached on the few fields it reads:
-    thousands of candidates share them (the compute across dp, ZeRO and SP; TP's collectives across dp,
+    thousands of candidates share them (the compute across dp and ZeRO; TP's collectives across dp,
     ZeRO and the micro-batch count; dp's across SP, checkpointing and, without pp, the micro-batch count)."""
 
     def __init__(self, cfg: ModelConfig, seq: int, g: GPU, efficiency: float, internode: int, impl: str = "course"):
@@ -384,9 +385,9 @@ class _Pricing:
 
     def compute(self, b, setup, lay) -> float:
         """Step 1: the busiest GPU's micro-batches, the bubble's slots, and its AdamW step, cached on the fields
-        they read (thousands of candidates differ only in dp, ZeRO or SP)."""
+        they read (thousands of candidates differ only in dp or ZeRO)."""
         key = ("compute", b, setup, lay.tp, lay.vocab_parallel, lay.pp, lay.ep, lay.virtual_stages, lay.micro_batches)
-        key += (lay.shard if lay.zero else 1,)  # AdamW's share
+        key += (lay.shard if lay.zero else 1, lay.sequence_parallel)  # AdamW's share; SP's norms (step_time 6)
         got = self.cache.get(key)
         if got is None:
             slots = pipeline_slots(lay.micro_batches, lay.pp, lay.virtual_stages)  # the bubble
@@ -421,12 +422,13 @@ class _Pricing:
         """Step 1: (GEMM, attention, memory-bound) seconds of one micro-batch on the busiest GPU, / efficiency."""
         key = ("flops", b, setup.precision, setup.checkpoint, lay.tp, lay.vocab_parallel, lay.pp, lay.ep)
         key += (lay.virtual_stages,)
-        return self._get(("time",) + key, self._micro_batch_time, key, b, setup, lay)
+        return self._get(("time", lay.sequence_parallel) + key, self._micro_batch_time, key, b, setup, lay)
 
     def _micro_batch_time(self, key, b, setup, lay) -> tuple[float, float, float]:
         local = local_config(self.cfg, lay)
         prog = self._program(local, setup)
-        phases = self._get(("priced", b, setup, lay.tp), lambda: prog.at(b, self.cal)[0])
+        shards = lay.tp if lay.sequence_parallel else 1  # step_time (6): the hidden-wide activations at S/tp
+        phases = self._get(("priced", b, setup, lay.tp, shards), lambda: prog.at(b, self.cal, shards)[0])
         whole = self._get(("local flops", setup, lay.tp), lambda: step_flops(local, self.seq, 1, setup).hardware)
         share = self._get(key, self._micro_batch_flops, b, setup, lay) / (whole * b)  # FLOPs are linear in b
         scale = share / self.efficiency

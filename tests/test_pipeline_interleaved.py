@@ -155,6 +155,26 @@ def test_plan_prices_the_step_of_a_small_layout_by_hand():
     assert two[3] == pytest.approx(2 * 3 * k * b * S * TINY4.d_model * 4 / nvlink, rel=1e-12)
 
 
+def test_a_chunk_without_a_block_runs_the_head_alone_by_hand():
+    """More chunks than blocks (the Llama 3 paper's layout: a first chunk of the embedding alone, a last of the head
+    alone; priced, never replayed): pp 2 × v 4 over TINY4's 4 blocks, ``stage_layers`` giving chunks 0-3 a block
+    each and 4-7 none.  Rank 0 (chunks 0, 2, 4, 6) runs blocks 0 and 2; rank 1 (chunks 1, 3, 5, 7) blocks 1 and
+    3 and, in chunk 7, the LM head.  Forward matmul FLOPs of one micro-batch of T = S tokens, written out (d 24,
+    4 heads of 6, 2 KV heads, d_ff 40, vocabulary 101; naive attention over the full square):
+    q and o 2·T·24·24 each, k and v 2·T·24·12 each, QKᵀ and AV 2·S²·24 each, the SwiGLU 3 · 2·T·24·40; the head
+    2·T·24·101.  No checkpointing: nothing recomputed."""
+    from lm_accounting.analytic.parallel import rank_flops
+
+    m, T = 8, S
+    block = 2 * (2 * T * 24 * 24) + 2 * (2 * T * 24 * 12) + 2 * (2 * S * S * 24) + 3 * (2 * T * 24 * 40)
+    head = 2 * T * 24 * 101
+    lay = ParallelLayout(pp=2, micro_batches=m, virtual_stages=4)
+    setup = TrainingSetup(precision="amp-bf16")
+    first, last = (rank_flops(TINY4, S, 1, setup, lay, 0, r) for r in (0, 1))
+    assert (first.forward, first.recompute, first.attention_recompute) == (m * 2 * block, 0, 0)
+    assert (last.forward, last.recompute, last.attention_recompute) == (m * (2 * block + head), 0, 0)
+
+
 def test_plan_enumerates_virtual_stages():
     """``plan`` tries v = 2 beside v = 1 where pp·v stages have a block each, and only with pp (2 GPUs: pp 2
     alone, or beside dp or tp 2 on 4 GPUs)."""

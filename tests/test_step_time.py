@@ -11,8 +11,10 @@ import sys
 
 import pytest
 
+from lm_accounting.analytic.ops.engine import Affine
 from lm_accounting.analytic.step_time import (
     CALIBRATION_DIR,
+    Program,
     batched_seconds,
     gemm_seconds,
     index_put_seconds,
@@ -82,6 +84,31 @@ def test_a_hand_priced_step_of_one_gemm_one_add_and_one_copy():
         2 * (3 * 2**21 / bw + overhead) + (2 * 2**20 / bw + overhead), rel=1e-12
     )
     assert forward.kernels == 3 and unaligned == set()
+
+
+def test_sequence_parallel_prices_the_hidden_wide_activations_at_a_tp_th():
+    """(6), written out: a TP-local program at d_model 4,096 under sequence parallel over 8 ranks.  An fp32 add of
+    4,096-wide rows (a residual: 2^21 bytes a sequence) moves 3 bytes per byte at an eighth of the tokens; the
+    in-place gradient sum of such rows moves its noted bytes at an eighth too; an add of 512-wide rows (a TP-local
+    head slice) and the bf16 cast of a 4,096-wide weight (no line in B) are priced whole.  Each is still one
+    kernel.  At B = 2, bandwidth and per-kernel time as in the hand-priced step above."""
+    cal = load("h100-80gb")
+    bw, overhead = cal.bandwidth, cal.kernel_overhead
+    work = [
+        ("phase", 1),
+        ("alloc", 1, "add", Affine(2**21), "fp32", 4096),
+        ("alloc", 1, "add", Affine(2**18), "fp32", 512),
+        ("alloc", 1, "_to_copy", 2**23, "bf16", 4096),
+        ("in_place", 1, Affine(3 * 2**21), 4096),
+        ("phase", 1),
+    ]
+    prog = Program.compile(work, 4096)
+    whole = (3 * 2**22 + 3 * 2**19 + 2.5 * 2**23 + 3 * 2**22) / bw + 4 * overhead
+    sharded = (3 * 2**22 / 8 + 3 * 2**19 + 2.5 * 2**23 + 3 * 2**22 / 8) / bw + 4 * overhead
+    assert prog.at(2, cal)[0][1].memory_bound == pytest.approx(whole, rel=1e-12)
+    assert prog.at(2, cal, 8)[0][1].memory_bound == pytest.approx(sharded, rel=1e-12)
+    assert prog.at(2, cal, 8)[0][1].kernels == 4
+    assert Program.compile(work).at(2, cal, 8)[0][1].memory_bound == pytest.approx(whole, rel=1e-12)  # no d_model
 
 
 def test_a_softmax_moves_its_bytes_at_its_own_measured_rate():
@@ -444,8 +471,8 @@ def _extended(two, three, blocks: int) -> tuple:
     zero = (0, 0)
     traffic = lambda x, y: {k: tuple(map(line, x.get(k, zero), y.get(k, zero))) for k in {**x, **y}}  # per rate
     return tuple(
-        (counts(g2, g3), counts(a2, a3), traffic(t2, t3), line(k2, k3), counts(p2, p3))
-        for (g2, a2, t2, k2, p2), (g3, a3, t3, k3, p3) in zip(two.phases, three.phases, strict=True)
+        (counts(g2, g3), counts(a2, a3), traffic(t2, t3), line(k2, k3), counts(p2, p3), traffic(r2, r3))
+        for (g2, a2, t2, k2, p2, r2), (g3, a3, t3, k3, p3, r3) in zip(two.phases, three.phases, strict=True)
     )
 
 

@@ -761,9 +761,15 @@ def _micro_batch_flops(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSe
 
 @lru_cache(maxsize=4096)
 def _blocks_flops(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, blocks: int, head: bool):
-    """One micro-batch's matmul FLOPs through ``blocks`` blocks, with the LM head or without."""
+    """One micro-batch's matmul FLOPs through ``blocks`` blocks, with the LM head or without.  A chunk of no block
+    (interleaved stages outnumbering the blocks: ``stage_layers``' last chunks; the Llama 3 paper's head-only last
+    chunk) runs the head's matmuls alone, none recomputed (the head is never checkpointed)."""
     from .flops import forward_flops
 
+    if blocks == 0:
+        one = cfg.with_layers(1)
+        outside = sum(it.total for it in forward_flops(one, seq, batch) if not it.key.startswith("layers.*."))
+        return StepFlops(outside if head else 0, 0, 0)
     c = cfg.with_layers(blocks)
     f = step_flops(c, seq, batch, setup)
     if not head:

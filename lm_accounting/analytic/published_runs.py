@@ -80,13 +80,16 @@ COMPILE = ("compile", "+", "torch.compile fuses the memory-bound ops the calibra
 FLOAT8 = ("float8", "+", "Float8 linear layers (torchao) run the GEMMs on FP8 tensor cores; priced at bf16")
 FP8 = ("fp8", "+", "FP8 GEMMs (Transformer Engine); priced at bf16")
 ASYNC_TP = ("", "+", "async TP overlaps the TP collectives we count exposed")
-INTERLEAVED = (
-    "",
-    "+",
-    (
-        "an interleaved (virtual-stage) schedule whose virtual stages the source does not state: priced as 1F1B, a "
-        "larger bubble"
-    ),
+LLAMA3_VIRTUAL = (
+    LLAMA3 + " and §3.3.2: an interleaved schedule with V stages a rank, bubble (PP - 1)/(V·M); V is not printed, "
+    "but one layer moved off the first stage leaves its first chunk 'only the embedding' (and the last stage's last "
+    "chunk only the head), so a chunk is one layer and V = (126 layers + 2)/16 ranks = 8.  Our split "
+    "(``parallel.stage_layers``) leaves the last two chunks without a block instead of the first and last: the "
+    "busiest rank's 8 blocks, so its time, are the same"
+)
+LLAMA3_ASYNC_P2P = ("", "+", "asynchronous point-to-point in PP (§3.3.2) overlaps the sends we count exposed")
+LLAMA3_NO_CHECKPOINT = (
+    "none (§3.3.2: 'we could pre-train Llama 3 on sequences of 8K tokens without activation checkpointing')"
 )
 TT_VIRTUAL = (
     "torchtitan 9dec370 torchtitan/parallelisms/pipelining_utils.py generate_split_points: 2 stages per rank for a "
@@ -213,14 +216,14 @@ RUNS = (
     _trainy(64, 10753),
     # The Llama 3 paper, Table 4 (16M tokens a step; micro-batch 1 taken: the table gives batch size per DP rank)
     Run("Llama 3 405B 8,192 GPUs TP 8 PP 16 DP 64", LLAMA3 + ", row 1", "llama-3.1-405b", CALIBRATED,
-        "H100 80GB HBM3, 700 W", 8192, 64, 2, 8, 16, 1, 8192, 1, 2048, "full", "not stated (full taken)", 430,
-        "TFLOP/s/GPU", META_TFLOPS, (INTERLEAVED,)),
+        "H100 80GB HBM3, 700 W", 8192, 64, 2, 8, 16, 1, 8192, 1, 2048, "none", LLAMA3_NO_CHECKPOINT, 430,
+        "TFLOP/s/GPU", META_TFLOPS, (LLAMA3_ASYNC_P2P,), virtual_stages=8, virtual_source=LLAMA3_VIRTUAL),
     Run("Llama 3 405B 16,384 GPUs TP 8 PP 16 DP 128", LLAMA3 + ", row 2", "llama-3.1-405b", CALIBRATED,
-        "H100 80GB HBM3, 700 W", 16384, 128, 2, 8, 16, 1, 8192, 1, 2048, "full", "not stated (full taken)", 400,
-        "TFLOP/s/GPU", META_TFLOPS, (INTERLEAVED,)),
+        "H100 80GB HBM3, 700 W", 16384, 128, 2, 8, 16, 1, 8192, 1, 2048, "none", LLAMA3_NO_CHECKPOINT, 400,
+        "TFLOP/s/GPU", META_TFLOPS, (LLAMA3_ASYNC_P2P,), virtual_stages=8, virtual_source=LLAMA3_VIRTUAL),
     Run("Llama 3 405B 16,384 GPUs TP 8 CP 16 PP 16 DP 8", LLAMA3 + ", row 3", "llama-3.1-405b", CALIBRATED,
         "H100 80GB HBM3, 700 W", 16384, 8, 2, 8, 16, 16, 131072, 1, 128, "full", "not stated (full taken)", 380,
-        "TFLOP/s/GPU", META_TFLOPS, (INTERLEAVED, CP)),
+        "TFLOP/s/GPU", META_TFLOPS, (LLAMA3_ASYNC_P2P, CP), virtual_stages=8, virtual_source=LLAMA3_VIRTUAL),
     # NVIDIA NeMo 24.07, DGX-H100, FP8 (Transformer Engine), distributed optimizer, MBS 1
     Run("NeMo LLAMA2-7B 8 GPUs", NEMO_2407, "llama-3-8b", CALIBRATED, "DGX-H100", 8, 8, 1, 1, 1, 1, 4096, 1, 128,
         "none", "not stated (none taken)", 16847, "tokens/s/GPU", NEMO, (FP8, NEMO_OVERLAP), LLAMA2_7B),
@@ -248,7 +251,24 @@ MPT_SIZES = {"760m": (1536, 12, 24), "1b": (2048, 16, 24), "3b": (2560, 20, 32),
 with GPT-2's architecture (LayerNorm and linear biases, a 4·d GELU MLP, learned positions up to the sequence, tied
 LM head) and a 50,368 vocabulary, our parameter count equals the table's NumParams on every row
 (tests/test_published_runs.py)."""
-MPT = ("", "", "torch 1.13 with MPT's Triton flash attention (the table predates torch 2), not the calibrated kernels")
+MPT_TRITON = (
+    "",
+    "-",
+    (
+        "MPT's Triton flash attention (the yamls' attn_impl: triton) on torch 1.13 (the README's tables predate torch "
+        "2), not the calibrated torch flash kernel (FlashAttention-2, which Dao 2023 §4.1 measures ahead of the Triton "
+        "implementation)"
+    ),
+)
+MPT_KERNELS = (
+    "",
+    "+",
+    (
+        "MPT's LayerNorm in bf16, one kernel each way (llm-foundry configuration_mpt.py: norm_type "
+        "'low_precision_layernorm') and nn.Linear's bias inside the GEMM (fc_type 'torch'), where the course "
+        "program priced writes its LayerNorm out in fp32 and adds each bias apart"
+    ),
+)
 MPT_H100 = (  # model, S, GPUs, micro-batch, global batch, activation checkpointing, T/s/GPU, NumParams
     ("70b", 2048, 64, 8, 2048, True, 1039, 64862437376),
     ("70b", 2048, 32, 2, 1024, True, 882, 64862437376),
@@ -311,7 +331,7 @@ def _mpt(model, seq, gpus, b, gbs, ck, tps, _n) -> Run:
              ("context_length", seq), ("max_position_embeddings", seq))  # fmt: skip
     return Run(f"MPT {model} S {seq:,} {gpus} GPUs", MPT_SOURCE, "openai-gpt2", CALIBRATED, "H100 80GB", gpus, gpus,
                3, 1, 1, 1, seq, b, gbs, "full" if ck else "none", "full" if ck else "none", tps, "tokens/s/GPU",
-               "Throughput (T/s/GPU)", (MPT,), sizes)  # fmt: skip
+               "Throughput (T/s/GPU)", (MPT_TRITON, MPT_KERNELS), sizes)  # fmt: skip
 
 
 RUNS += tuple(_mpt(*r) for r in MPT_H100)

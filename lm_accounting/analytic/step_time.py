@@ -40,6 +40,14 @@ the prices come from ``lm_accounting/calibration/<gpu>/``, written by ``benchmar
    copy's bandwidth.  Priced from index_put.csv (rows, width, slots; ids uniform over the slots), interpolated
    (``index_put_seconds``).
 
+6. Sequence parallel (``plan``, a TP-local program under SP): the norms, residual adds and their gradients run on
+   the rank's S/tp tokens (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
+   §4.2.2; torchtitan's ``SequenceParallel`` on the norms, Megatron's ``sequence_parallel``).  In the TP-local
+   program those are the activations whose rows are d_model wide (the heads, d_ff and the vocabulary are the
+   TP-local widths; a weight's bytes are no line in B): their memory-bound bytes (``Program.at``'s
+   ``sequence_shards``) are priced at a tp-th, their kernels one each as before.  A TP-local width that equals
+   d_model would be counted with them (none among the presets at tp >= 2).
+
 What it leaves out, named on each result (``StepTime.caveats``): a GEMM dimension that is no multiple of 8 on a
 table without gemm_unaligned.csv (priced as if aligned), the programs' other in-place ops
 (the norms' ``add_``, the optimizer's are priced in 4), and the host: the model is the GPU's busy time, right when
@@ -485,20 +493,21 @@ def _at(line: tuple, batch: int):
 class Program:
     """One step's records compiled (module docstring): per phase, GEMM shapes and attention calls with their counts
     (sizes as lines in B), the memory-bound bytes as lines in B per rate (None: the copy's; (op, dtype): a RATED
-    op's), the kernels and the accumulating ``index_put_`` calls; and the parameters' bytes as AdamW's ``exp_avg``
-    holds them (4)."""
+    op's), the kernels and the accumulating ``index_put_`` calls, and the part of those bytes in activations whose
+    rows are ``hidden`` wide (6); and the parameters' bytes as AdamW's ``exp_avg`` holds them (4)."""
 
-    phases: tuple  # per phase: (gemms {key: count}, attention {key: count}, {rate: (a, b)}, kernels, index_puts)
+    phases: tuple  # per phase: (gemms {key: count}, attention {key: count}, {rate: (a, b)}, kernels, index_puts,
+    # {rate: (a, b)} of the hidden-wide activations)
     param_bytes: int
 
     @staticmethod
-    def compile(work: list) -> Program:
+    def compile(work: list, hidden: int | None = None) -> Program:
         phases, param_bytes = [], 0
-        gemm, attention, traffic, kernels, puts = Counter(), Counter(), {}, 0, Counter()
+        gemm, attention, traffic, kernels, puts, rows = Counter(), Counter(), {}, 0, Counter(), {}
         for kind, times, *f in work:
             if kind == "phase":
-                phases.append((dict(gemm), dict(attention), {k: tuple(v) for k, v in traffic.items()}, kernels, dict(puts)))  # fmt: skip
-                gemm, attention, traffic, kernels, puts = Counter(), Counter(), {}, 0, Counter()
+                phases.append(_phase(gemm, attention, traffic, kernels, puts, rows))
+                gemm, attention, traffic, kernels, puts, rows = Counter(), Counter(), {}, 0, Counter(), {}
                 continue
             if kind == "gemm":  # (dtype, layout, batch, m, n, k, the odd row stride read in place or None)
                 gemm[(f[0], f[1], *map(_line, f[2:6]), f[6] if len(f) > 6 else None)] += times
@@ -520,23 +529,26 @@ class Program:
                 if rate and rate[0] in ODD and isinstance(width, int) and width % 2:  # (3b): rows of odd length
                     rate += (width,)
             elif kind == "in_place":  # a kernel that makes no storage (autograd's in-place gradient sums)
-                moved, kernels = 1, kernels + times
+                moved, kernels, width = 1, kernels + times, (f[1] if len(f) > 1 else None)
             elif kind == "reads":  # a reduction's input, beyond the storage it makes (priced with it)
-                moved = 1
+                moved, width = 1, (f[1] if len(f) > 1 else None)
             else:
                 continue
             a, b = _line(f[1] if kind == "alloc" else f[0])
-            line = traffic.setdefault(rate, [0.0, 0.0])
-            line[0] += times * moved * a
-            line[1] += times * moved * b
-        phases.append((dict(gemm), dict(attention), {k: tuple(v) for k, v in traffic.items()}, kernels, dict(puts)))
+            sinks = (traffic, rows) if hidden is not None and a and isinstance(width, int) and width == hidden else ()
+            for sink in sinks or (traffic,):
+                line = sink.setdefault(rate, [0.0, 0.0])
+                line[0] += times * moved * a
+                line[1] += times * moved * b
+        phases.append(_phase(gemm, attention, traffic, kernels, puts, rows))
         return Program(tuple(phases), param_bytes)
 
-    def at(self, batch: int, cal: Calibration) -> tuple[list[PhaseTime], set[int]]:
+    def at(self, batch: int, cal: Calibration, sequence_shards: int = 1) -> tuple[list[PhaseTime], set[int]]:
         """(1)-(3), (5) at micro-batch ``batch`` on ``cal``'s GPU: one ``PhaseTime`` per phase, and the GEMM
-        dimensions that are no multiple of 8 and that no measured slowdown prices."""
+        dimensions that are no multiple of 8 and that no measured slowdown prices.  ``sequence_shards`` (6): the
+        hidden-wide activations' bytes at a ``sequence_shards``-th of the sequence (their kernels as many)."""
         out, unaligned = [], set()
-        for gemms, attentions, traffic, kernels, puts in self.phases:
+        for gemms, attentions, traffic, kernels, puts, rows in self.phases:
             g = a = 0.0
             for (dtype, layout, *dims, lead), times in gemms.items():
                 n_batch, m, n, k = (_at(d, batch) for d in dims)
@@ -549,11 +561,22 @@ class Program:
             for (backend, what, b, h, seq, d, dtype), times in attentions.items():
                 a += times * attention_seconds(cal, backend, what, _at(b, batch), h, seq, d, dtype)
             bound = sum(_at(line, batch) / traffic_rate(cal, rate) for rate, line in traffic.items())
+            sharded = sum(_at(line, batch) / traffic_rate(cal, rate) for rate, line in rows.items())
+            bound -= sharded * (1 - 1 / sequence_shards)  # (6)
             bound += kernels * cal.kernel_overhead
             for (dtype, *dims), times in puts.items():
                 bound += times * index_put_seconds(cal, dtype, *(_at(d, batch) for d in dims))
             out.append(PhaseTime(g, a, bound, kernels))
         return out, unaligned
+
+
+def _phase(gemm, attention, traffic, kernels, puts, rows) -> tuple:
+    """One compiled phase of ``Program.phases`` (its lines frozen)."""
+    return (dict(gemm), dict(attention), _frozen(traffic), kernels, dict(puts), _frozen(rows))
+
+
+def _frozen(traffic: dict) -> dict:
+    return {k: tuple(v) for k, v in traffic.items()}
 
 
 def traffic_rate(cal: Calibration, rate: tuple | None) -> float:
@@ -616,7 +639,7 @@ def program(cfg: ModelConfig, seq: int, setup: TrainingSetup, impl: str) -> Prog
     work: list = []
     with recording_work(work):
         predict_step(cfg, seq, setup, impl=impl, batch=2, mode="plain", device="cuda", optimizer_step=False)
-    return Program.compile(work)
+    return Program.compile(work, cfg.d_model)
 
 
 def optimizer_seconds(param_bytes: int, setup: TrainingSetup, cal: Calibration) -> float:

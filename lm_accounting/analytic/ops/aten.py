@@ -269,7 +269,8 @@ def sum_to(g: Tensor, shape: tuple) -> Tensor:
     lead = g.ndim - len(shape)
     kept = tuple(1 if i < lead or (shape[i - lead] == 1 and g.shape[i] != 1) else d for i, d in enumerate(g.shape))
     out = empty(kept, g.dtype, "sum")
-    current().note("reads", g.nbytes)  # a reduction reads more than it writes (``analytic.step_time``)
+    # a reduction reads more than it writes (``analytic.step_time``), rows of its input's width
+    current().note("reads", g.nbytes, g.shape[-1])
     current().target.sum_rows(g, kept)
     return out.alias(shape) if lead else out
 
@@ -519,7 +520,7 @@ def mean(a: Tensor, dim: int, keepdim: bool = False) -> Tensor:
     dim = dim % a.ndim
     shape = a.shape[:dim] + ((1,) if keepdim else ()) + a.shape[dim + 1 :]
     out = empty(shape, a.dtype, "mean")
-    current().note("reads", a.nbytes)
+    current().note("reads", a.nbytes, a.shape[-1])
     wrapped = wrap_scalar(a.dtype)  # the CPU kernel divides the sum by a wrapped count
     cast = cast_scalar(wrapped, a.dtype)
     del cast, wrapped
@@ -539,7 +540,7 @@ def sum_(a: Tensor, dim: int, keepdim: bool = False, dtype: str | None = None) -
     dim = dim % a.ndim
     shape = a.shape[:dim] + ((1,) if keepdim else ()) + a.shape[dim + 1 :]
     out = empty(shape, dtype or a.dtype, "sum")
-    current().note("reads", a.nbytes)
+    current().note("reads", a.nbytes, a.shape[-1])
     if dtype is not None and dtype != a.dtype and current().wraps:  # the CPU kernel reduces a copy in ``dtype``
         copy = Storage(a.numel * ITEMSIZE[dtype], "sum_input_cast")  # (make_reduction_from_out_ty: ``self.to``)
         del copy

@@ -611,7 +611,8 @@ def _sum_to(grad: Tensor, shape: tuple) -> Tensor:
         1 if i < lead or (shape[i - lead] == 1 and grad.shape[i] != 1) else d for i, d in enumerate(grad.shape)
     )
     out = Tensor(kept, grad.dtype, label="sum")
-    current().note("reads", grad.nbytes)  # a reduction reads more than it writes (``analytic.step_time``)
+    # a reduction reads more than it writes (``analytic.step_time``), rows of its input's width
+    current().note("reads", grad.nbytes, grad.shape[-1])
     current().target.sum_rows(grad, kept)
     return out.alias(shape)
 
@@ -626,7 +627,7 @@ def _accumulate(buffer: list, pos: int, var: Tensor, run: Run) -> None:
         buffer[pos] = var
         return
     if not run.traced and _owns(old):
-        run.note("in_place", old.nbytes * 3)  # old.add_(var): reads both, writes old; makes no storage
+        run.note("in_place", old.nbytes * 3, old.shape[-1])  # old.add_(var): reads both, writes old; no storage
         return
     buffer[pos] = Tensor(old.shape, old.dtype, perm=old.perm, label="add")  # old + var
 
