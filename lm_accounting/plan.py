@@ -200,8 +200,34 @@ def estimate_step(
     ``ParallelLayout()``) priced as ``plan`` prices every candidate, with ``impl``'s program (``plan``: course)."""
     check_efficiency(efficiency)
     check_precision(load(gpu(gpu_name).name), setup)
+    if layout.cp > 1:
+        return _cp_estimate(cfg, gpu(gpu_name), seq, micro_batch, setup, layout, efficiency, internode_bw, impl)
     pricing = _Pricing(cfg, seq, gpu(gpu_name), efficiency, internode_bw, impl)
     return pricing.estimate(micro_batch, setup, layout, pricing.step_times(micro_batch, setup, layout))
+
+
+def _cp_estimate(cfg, g, seq, b, setup, layout, efficiency, internode_bw, impl) -> StepEstimate:
+    """A context-parallel step (``analytic.context_parallel``): the flattened dp·cp layout's step at s = S/cp
+    positions, its attention cp times (the ring runs the causal kernel on s queries against S keys, cp times the
+    s-position kernel's work), plus the cp ring's collectives (rule 13), not overlapped, over the cp ranks' ring
+    (``ring_bandwidth``: tp apart); they take the tensor-parallel slot of ``times`` (no TP beside CP).  MFU's model
+    FLOPs are the job's at S; HFU's the rank's (``cp_rank_flops``)."""
+    from .analytic.collectives import wire_bytes
+    from .analytic.context_parallel import check, cp_collectives, cp_rank_flops
+
+    s, cp, flat = check(cfg, seq, setup, layout), layout.cp, layout.flat_cp()
+    pricing, k = _Pricing(cfg, s, g, efficiency, internode_bw, impl), flat.micro_batches
+    compute, dp, tp, pp, ep = pricing.step_times(b, setup, flat)
+    gemm, attention, bound = (k * x for x in pricing.micro_batch(b, setup, flat))
+    compute += (cp - 1) * attention
+    ring = sum(wire_bytes(c, cp) for c in cp_collectives(cfg, seq, b, setup, layout)) * k
+    tp += _seconds(ring, ring_bandwidth(cp, layout.tp, g.interconnect_one_way, internode_bw))
+    opt = pricing.optimizer(setup, flat)
+    parts = (gemm, cp * attention, bound + opt, max(0.0, compute - gemm - cp * attention - bound - opt))
+    model = step_flops(cfg, seq).model * b * k * layout.dp
+    hardware = cp_rank_flops(cfg, seq, b, setup, layout).hardware * k
+    peak = g.peak_flops("fp32" if setup.precision == "fp32" else "bf16")
+    return StepEstimate(pricing.cal.label, efficiency, (compute, dp, tp, pp, ep), parts, model, hardware, layout.world, peak)
 
 
 MIN_EFFICIENCY = 0.001
@@ -229,7 +255,10 @@ def price_layout(
 ) -> tuple[float, float, float, float, float]:
     """(compute, data-parallel, tensor-parallel, pipeline, expert-parallel) seconds of one step of ``layout``
     (its ``micro_batches`` of ``micro_batch`` sequences per data-parallel rank) by the module docstring's rules
-    1–4, as ``plan`` prices every candidate; no memory check (a published run that ran is priced as it ran)."""
+    1–4, as ``plan`` prices every candidate; no memory check (a published run that ran is priced as it ran).
+    Context parallel: ``_cp_estimate``'s."""
+    if layout.cp > 1:
+        return _cp_estimate(cfg, gpu(gpu_name), seq, micro_batch, setup, layout, efficiency, internode_bw, "course").times
     return _Pricing(cfg, seq, gpu(gpu_name), efficiency, internode_bw).step_times(micro_batch, setup, layout)
 
 

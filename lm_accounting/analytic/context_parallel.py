@@ -60,8 +60,8 @@ def _sizes(cfg: ModelConfig, s: int, batch: int, setup: TrainingSetup) -> tuple[
     """(KV, dKV, Q4): the rank's K and V in the attention inputs' dtype (bf16 under bf16 and amp-bf16), their fp32
     gradients, and its Q in fp32 (the merger's and the backward's fp32 accumulators)."""
     a = 4 if setup.precision == "fp32" else 2
-    kv = 2 * batch * cfg.kv_heads * s * cfg.head_dim
-    return kv * a, kv * 4, batch * cfg.num_heads * s * cfg.head_dim * 4
+    kv = 2 * batch * cfg.kv_heads * s * cfg.d_head
+    return kv * a, kv * 4, batch * cfg.num_heads * s * cfg.d_head * 4
 
 
 def cp_collectives(
@@ -93,12 +93,6 @@ def rank_collectives(
     flat = step_collectives(cfg, s, batch, setup, layout.flat_cp(), rank=rank)
     renamed = [c._replace(group="dp_cp") if c.group == "dp" else c for c in flat]
     return renamed + cp_collectives(cfg, seq, batch, setup, layout, rotate)
-
-
-def ring_wire_bytes(c: Collective, cp: int) -> int:
-    """Bytes one rank sends for a rule-13 collective: an all-gather (cp − 1)/cp of its payload; a ring shift its
-    whole buffer (``permute_tensor``: every rank sends all of it to the next)."""
-    return c.payload * (cp - 1) // cp if c.kind == "all_gather" else c.payload
 
 
 def ring_transient(cfg: ModelConfig, s: int, batch: int, setup: TrainingSetup, cp: int) -> tuple[int, int]:

@@ -1,0 +1,135 @@
+"""Context parallel as a layout (``--cp``; ``parallelisms.cp``, ``analytic.context_parallel``): one CP rank of our
+model measured on the fake process group on CPU tensors (torch 2.13's ``context_parallel`` with the CPU-kernel patch,
+``measure.context_parallel.measure_cp_rank``) against the prediction, per phase; the refusals; FLOPs and collectives
+written out by hand."""
+
+import dataclasses
+
+import pytest
+
+from lm_accounting.analytic.context_parallel import cp_rank_flops, cp_rank_step, rank_collectives
+from lm_accounting.analytic.collectives import totals
+from lm_accounting.analytic.hardware_flops import step_flops
+from lm_accounting.analytic.parallel import rank_step
+from lm_accounting.config import AccountingError, load_config
+from lm_accounting.layout import ParallelLayout
+from lm_accounting.setup import TrainingSetup
+
+SDPA = TrainingSetup(attention="sdpa")
+
+
+def tiny(seq: int = 256, kv: int = 4, d_ff: int = 32, vocab: int = 16):
+    """Two Llama blocks, d 64, 4 heads of 16 (kv K/V heads), a small vocabulary and FFN: the attention's ring,
+    not the LM head, can set the backward peak."""
+    cfg = load_config("llama-3-8b")
+    cfg = dataclasses.replace(
+        cfg, num_layers=2, d_model=64, num_heads=4, num_kv_heads=kv, head_dim=16, d_ff=d_ff, vocab_size=vocab,
+        tie_embeddings=False,
+    )  # fmt: skip
+    return cfg.with_context(seq)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(cp=2, tp=2), "beside tensor parallel"),
+        (dict(cp=2, pp=2, micro_batches=2), "beside pipeline parallel"),
+        (dict(dp=4, zero=3, cp=2, ep=2), "beside expert parallel"),
+        (dict(dp=4, zero=3, cp=2, replicate=2), "beside HSDP"),
+    ],
+)
+def test_what_cp_is_not_accounted_beside_is_one_line(kwargs, message):
+    with pytest.raises(AccountingError, match=message) as exc:
+        ParallelLayout(**kwargs)
+    assert "\n" not in str(exc.value)
+
+
+def test_cp_refuses_what_it_cannot_shard():
+    cfg = tiny(96)
+    with pytest.raises(AccountingError, match="2·cp = 8 chunks: use a multiple of 8"):
+        cp_rank_step(cfg, 96 + 4, 1, SDPA, ParallelLayout(cp=4))  # 100 positions: not 8 equal chunks
+    with pytest.raises(AccountingError, match="use --attention sdpa"):
+        cp_rank_step(cfg, 96, 1, TrainingSetup(), ParallelLayout(cp=2))
+    with pytest.raises(AccountingError, match="selective checkpointing is not measured"):
+        cp_rank_step(cfg, 96, 1, TrainingSetup(attention="sdpa", checkpoint="selective"), ParallelLayout(cp=2))
+    moe = dataclasses.replace(load_config("qwen3-30b-a3b"), num_layers=2).with_context(512)
+    with pytest.raises(AccountingError, match="covers dense attention"):
+        cp_rank_step(moe, 512, 1, SDPA, ParallelLayout(dp=2, zero=3, cp=2))
+
+
+def test_cli_cp_refusal_is_exit_2():
+    import os
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "lm_accounting", "memory", "gpt2-small", "--context", "1000", "--attention", "sdpa"]
+    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    for extra, message in [(["--cp", "16"], "use a multiple of 32"), (["--cp", "2", "--tp", "2"], "not accounted")]:
+        proc = subprocess.run(cmd + extra, capture_output=True, text=True, check=False, env=env)
+        assert proc.returncode == 2 and message in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_the_flat_layout_and_label():
+    """torchtitan's mesh (dp, cp): FSDP2 over the flattened dp·cp ranks; world dp·cp."""
+    lay = ParallelLayout(dp=2, zero=3, cp=4)
+    assert lay.world == 8 and lay.label == "dp2·zero3·cp4"
+    assert lay.flat_cp() == ParallelLayout(dp=8, zero=3)
+
+
+def test_flops_by_hand():
+    """A rank's QKᵀ and AV: 1/cp of the S² square (full-square convention) = cp·s²; the rest at s positions."""
+    cfg, S, cp = tiny(256), 256, 4
+    s, L, h, dh = S // cp, 2, 4, 16
+    got = cp_rank_flops(cfg, S, 1, SDPA, ParallelLayout(cp=cp))
+    attention = L * 2 * (2 * s * S // cp * cp * h * dh)  # QKᵀ and AV, 2·s·(S/cp·cp)·h·dh each... = cp·(4·s²·h·dh)
+    assert attention == L * cp * 4 * s * s * h * dh
+    plain = step_flops(cfg, s, 1, SDPA).forward - L * 4 * s * s * h * dh  # the s-position model without attention
+    assert got.forward == plain + attention
+
+
+def _by_hand(cfg, S, setup, lay, rotate="allgather"):
+    """Rule 13 per layer, from ``_attention.py``: KV = 2·B·h_kv·s·dh·a; dKV fp32."""
+    s, L, cp = S // lay.cp, cfg.num_layers, lay.cp
+    a = 4 if setup.precision == "fp32" else 2
+    kv, dkv = 2 * cfg.kv_heads * s * cfg.d_head * a, 2 * cfg.kv_heads * s * cfg.d_head * 4
+    return {"all_gather": (2 * L, 2 * L * cp * kv), "all_to_all": (L * cp, L * cp * dkv)}
+
+
+GRID = [
+    (2, 1, 0, "fp32", 2),
+    (4, 1, 0, "fp32", 4),
+    (2, 2, 3, "fp32", 4),
+    (4, 2, 3, "amp-bf16", 4),
+    (4, 1, 2, "fp32", 2),
+    (8, 1, 3, "fp32", 4),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("cp", "dp", "zero", "precision", "kv"), GRID)
+def test_a_cp_rank_measured_on_the_fake_process_group(cp, dp, zero, precision, kv):
+    """Baseline, model states and every phase's end exact; each peak between the flattened layout's at s positions
+    (what the ring adds is never negative) and the bound (``ring_transient``); the CP collectives by hand, the
+    FSDP2/DDP ones over dp·cp as the flattened layout's."""
+    pytest.importorskip("torch")
+    from lm_accounting.measure.context_parallel import measure_cp_rank
+
+    cfg, S = tiny(1024, kv), 1024
+    setup = TrainingSetup(attention="sdpa", precision=precision)
+    lay = ParallelLayout(dp=dp, zero=zero, cp=cp)
+    m = measure_cp_rank(cfg, S, 1, setup, lay, rank=0)
+    want, st, _ = cp_rank_step(cfg, S, 1, setup, lay, mode="traced", rank=0)
+    flat = rank_step(cfg, S // cp, 1, setup, lay.flat_cp(), mode="traced", rank=0)[0]
+    assert m.step.baseline == want.baseline
+    assert (m.params, m.gradients) == (st.parameters, st.gradients)
+    for phase in ("forward", "backward", "optimizer_step"):
+        got, bound, low = getattr(m.step, phase), getattr(want, phase), getattr(flat, phase)
+        assert got.end == bound.end, phase
+        assert low.peak <= got.peak <= bound.peak, (phase, low.peak, got.peak, bound.peak)
+    predicted = totals(rank_collectives(cfg, S, 1, setup, lay))
+    hand = _by_hand(cfg, S, setup, lay)
+    for kind, (n, b) in hand.items():
+        fsdp = predicted[kind] if kind == "all_gather" and zero >= 2 else (0, 0)
+        rest = (fsdp[0] - hand[kind][0], fsdp[1] - hand[kind][1]) if zero >= 2 and kind == "all_gather" else (0, 0)
+        assert m.collectives[kind] == (n + rest[0], b + rest[1]), kind
+    assert m.collectives == predicted
