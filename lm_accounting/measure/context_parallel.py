@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import torch
 
+from ..config import AccountingError
+
 FLASH_CPU = "_scaled_dot_product_flash_attention_for_cpu"
 SEQ_DIM = 2  # (B, H, S, D): CP shards the sequence of q, k and v
 
@@ -140,8 +142,13 @@ def measure_cp_rank(cfg, seq: int, batch: int, setup, layout, rank: int = 0, rot
     from .distributed import _run_rank, init_fake_group
     from .parallelize import build_rank
 
-    layout.check(cfg, seq)
-    flat = layout.flat_cp()
+    from ..analytic.context_parallel import check
+    from .distributed import check_rank_fits
+
+    flat, s = layout.flat_cp(), check(cfg, seq, setup, layout, rotate)
+    if not 0 <= rank < layout.world:
+        raise AccountingError(f"rank {rank} is outside the world of {layout.world}")
+    check_rank_fits(cfg, s, batch, setup, flat, rank, False)  # real CPU tensors: the flattened rank's size bound
     install()
     set_rotate_method(rotate)
     init_fake_group(layout.world, rank)
