@@ -227,7 +227,9 @@ def _cp_estimate(cfg, g, seq, b, setup, layout, efficiency, internode_bw, impl) 
     model = step_flops(cfg, seq).model * b * k * layout.dp
     hardware = cp_rank_flops(cfg, seq, b, setup, layout).hardware * k
     peak = g.peak_flops("fp32" if setup.precision == "fp32" else "bf16")
-    return StepEstimate(pricing.cal.label, efficiency, (compute, dp, tp, pp, ep), parts, model, hardware, layout.world, peak)
+    return StepEstimate(
+        pricing.cal.label, efficiency, (compute, dp, tp, pp, ep), parts, model, hardware, layout.world, peak
+    )
 
 
 MIN_EFFICIENCY = 0.001
@@ -258,7 +260,9 @@ def price_layout(
     1–4, as ``plan`` prices every candidate; no memory check (a published run that ran is priced as it ran).
     Context parallel: ``_cp_estimate``'s."""
     if layout.cp > 1:
-        return _cp_estimate(cfg, gpu(gpu_name), seq, micro_batch, setup, layout, efficiency, internode_bw, "course").times
+        return _cp_estimate(
+            cfg, gpu(gpu_name), seq, micro_batch, setup, layout, efficiency, internode_bw, "course"
+        ).times
     return _Pricing(cfg, seq, gpu(gpu_name), efficiency, internode_bw).step_times(micro_batch, setup, layout)
 
 

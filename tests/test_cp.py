@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from lm_accounting.analytic.context_parallel import cp_rank_flops, cp_rank_step, rank_collectives
 from lm_accounting.analytic.collectives import totals
+from lm_accounting.analytic.context_parallel import cp_rank_flops, cp_rank_step, rank_collectives
 from lm_accounting.analytic.hardware_flops import step_flops
 from lm_accounting.analytic.parallel import rank_step
 from lm_accounting.config import AccountingError, load_config
@@ -81,8 +81,8 @@ def test_flops_by_hand():
     cfg, S, cp = tiny(256), 256, 4
     s, L, h, dh = S // cp, 2, 4, 16
     got = cp_rank_flops(cfg, S, 1, SDPA, ParallelLayout(cp=cp))
-    attention = L * 2 * (2 * s * S // cp * cp * h * dh)  # QKᵀ and AV, 2·s·(S/cp·cp)·h·dh each... = cp·(4·s²·h·dh)
-    assert attention == L * cp * 4 * s * s * h * dh
+    # QKᵀ and AV over the whole S×S square: 2·S·S·h·dh each, 4·S²·h·dh a layer; a rank's 1/cp of it
+    attention = L * 4 * S * S * h * dh // cp
     plain = step_flops(cfg, s, 1, SDPA).forward - L * 4 * s * s * h * dh  # the s-position model without attention
     assert got.forward == plain + attention
 

@@ -138,12 +138,11 @@ def measure_cp_rank(cfg, seq: int, batch: int, setup, layout, rank: int = 0, rot
     from torch.distributed.tensor.experimental import context_parallel
     from torch.distributed.tensor.experimental._attention import set_rotate_method
 
-    from ..model.layers import FusedAttention
-    from .distributed import _run_rank, init_fake_group
-    from .parallelize import build_rank
-
     from ..analytic.context_parallel import check
-    from .distributed import check_rank_fits
+    from ..model import random_tokens
+    from ..model.layers import FusedAttention
+    from .distributed import RankTracker, check_rank_fits, init_fake_group, run_rank
+    from .parallelize import build_rank
 
     flat, s = layout.flat_cp(), check(cfg, seq, setup, layout, rotate)
     if not 0 <= rank < layout.world:
@@ -157,16 +156,13 @@ def measure_cp_rank(cfg, seq: int, batch: int, setup, layout, rank: int = 0, rot
     cp_mesh = mesh[f"cp{rank}"]
     model, meshes = build_rank(cfg, setup, flat)
     saved = FusedAttention.forward
-    FusedAttention.forward = lambda self, q, k, v, causal=True: ring(q, k, v, causal)
     ring = _ring_attention(cp_mesh)
-    from ..model import random_tokens
-    from .distributed import RankTracker
-
+    FusedAttention.forward = lambda self, q, k, v, causal=True: ring(q, k, v, causal)
     inputs = random_tokens(cfg, batch, seq, device="cpu", seed=0)
     targets = random_tokens(cfg, batch, seq, device="cpu", seed=1)
     try:
         with context_parallel(cp_mesh, buffers=[inputs, targets], buffer_seq_dims=[1, 1]):
-            return _run_rank(
+            return run_rank(
                 cfg, seq // layout.cp, batch, setup, flat, rank, False, model, meshes.dp, RankTracker(),
                 torch.device("cpu"), contextlib.nullcontext(), tokens=(inputs, targets),
             )  # fmt: skip

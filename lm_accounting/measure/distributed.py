@@ -318,7 +318,7 @@ def measure_rank(
         mode = FakeTensorMode(allow_non_fake_inputs=True)
     with contextlib.ExitStack() as stack:
         stack.enter_context(mode)
-        return _run_rank(cfg, seq, batch, setup, layout, rank, comm_debug, model, dp_mesh, tracker, dev, mode)
+        return run_rank(cfg, seq, batch, setup, layout, rank, comm_debug, model, dp_mesh, tracker, dev, mode)
 
 
 def check_rank_fits(
@@ -429,7 +429,7 @@ def _loss_parallel(layout: ParallelLayout):
     return loss_parallel() if layout.vocab_parallel else contextlib.nullcontext()
 
 
-def _run_rank(cfg, seq, batch, setup, layout, rank, comm_debug, model, dp_mesh, tracker, dev, mode, tokens=None):
+def run_rank(cfg, seq, batch, setup, layout, rank, comm_debug, model, dp_mesh, tracker, dev, mode, tokens=None):
     """``tokens``: the rank's (inputs, targets) where given (a context-parallel rank's sequence shards, copied
     inside the tracker), else random (B, S) ids made there."""
     from torch.distributed.tensor.parallel import loss_parallel
