@@ -139,3 +139,33 @@ def test_a_cp_rank_measured_on_the_fake_process_group(cp, dp, zero, precision, k
                    for k, (n, b) in m.collectives.items()}  # fmt: skip
     assert {k: v for k, v in cp_measured.items() if v != (0, 0)} == _by_hand(cfg, S, setup, lay)
     assert m.collectives == totals(rank_collectives(cfg, S, 1, setup, lay))
+
+
+def test_the_cp_ring_time_by_hand():
+    """Llama-3-8B, dp 4 × cp 2 on 8 H100s (one node: NVLink), S 64k, full checkpointing, amp-bf16: the cp ring's
+    seconds (the tensor-parallel slot; no TP beside CP) are its wire bytes over NVLink, written out: per layer the
+    all-gathers of cp·KV (forward, recompute, backward) send (cp − 1)/cp of them, the cp shifts of the fp32 dK, dV
+    their whole buffer."""
+    from lm_accounting.gpus import gpu
+    from lm_accounting.plan import estimate_step
+
+    cfg, S, cp = load_config("llama-3-8b").with_context(65536), 65536, 2
+    setup = TrainingSetup(attention="sdpa", checkpoint="full", precision="amp-bf16")
+    lay = ParallelLayout(dp=4, zero=3, cp=cp)
+    s = S // cp
+    kv, dkv = 2 * 8 * s * 128 * 2, 2 * 8 * s * 128 * 4  # 8 KV heads of 128, bf16; fp32 gradients
+    wire = 32 * (3 * cp * kv * (cp - 1) // cp + cp * dkv)
+    e = estimate_step(cfg, "h100-80gb", S, 1, setup, lay)
+    assert e.times[2] == pytest.approx(wire / gpu("h100-80gb").interconnect_one_way, rel=1e-12)
+    assert e.gpus == 8
+
+
+def test_published_cp_rows():
+    """The CP rows beside data parallel are predicted; Llama 3 405B's CP beside TP and PP is not, and says why."""
+    from lm_accounting.analytic.published_runs import RUNS, compare
+
+    rows = {r.name: compare(r) for r in RUNS if r.cp > 1}
+    assert rows["TT T2 8B FSDP 4 CP 2, S 64k"]["layout"] == "dp4·zero3·cp2"
+    assert rows["NeMo LLAMA3-8B 8 GPUs CP 2"]["predicted_tokens_per_s"] is not None
+    row = rows["Llama 3 405B 16,384 GPUs TP 8 CP 16 PP 16 DP 8"]
+    assert row["predicted_tokens_per_s"] is None and "beside TP or PP no prediction" in row["cause"]
