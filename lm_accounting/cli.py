@@ -744,10 +744,6 @@ def plan_cmd(
         raise AccountingError(
             "plan picks the pipeline's micro-batches: pin the sequences per micro-batch with --micro-batch"
         )
-    if layout is not None and layout.cp > 1:  # its search and pricing cache do not read cp (memory --cp does)
-        raise AccountingError(
-            "plan does not price context parallel yet: memory --cp N prices that layout's step (time, MFU, peak)"
-        )
     if layout is None and (checkpoint is not None or micro_batch is not None):
         raise AccountingError("--checkpoint and --micro-batch pin your own layout: give it with --dp/--zero/--tp/...")
     own = None if layout is None else OwnLayout(layout, checkpoint, micro_batch)

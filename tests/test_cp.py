@@ -169,3 +169,19 @@ def test_published_cp_rows():
     assert rows["NeMo LLAMA3-8B 8 GPUs CP 2"]["predicted_tokens_per_s"] is not None
     row = rows["Llama 3 405B 16,384 GPUs TP 8 CP 16 PP 16 DP 8"]
     assert row["predicted_tokens_per_s"] is None and "beside TP or PP no prediction" in row["cause"]
+
+
+def test_plan_prices_your_own_cp_layout():
+    """``plan --dp 4 --zero 3 --cp 2``: that layout only, every micro-batch and checkpointing but selective (refused
+    under CP), its per-GPU need the CP rank's bound plus the allowance, labelled an estimate."""
+    from lm_accounting.plan import OwnLayout, plan
+
+    cfg = load_config("llama-3-8b").with_context(65536)
+    lay = ParallelLayout(dp=4, zero=3, cp=2)
+    got = plan(cfg, "h100-80gb", (8, 8), 65536, 262144, 10**12, own=OwnLayout(lay))
+    assert {c.layout.label for c in got.ranked} == {"dp4·zero3·cp2"}
+    c = got.ranked[0]
+    assert c.checkpoint in ("none", "full") and not c.peak_exact
+    setup = TrainingSetup(attention="sdpa", checkpoint=c.checkpoint, precision="amp-bf16")
+    peak = cp_rank_step(cfg, 65536, c.micro_batch, setup, lay)[0].peak
+    assert c.per_gpu == peak + got.allowance
