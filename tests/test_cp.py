@@ -185,3 +185,58 @@ def test_plan_prices_your_own_cp_layout():
     setup = TrainingSetup(attention="sdpa", checkpoint=c.checkpoint, precision="amp-bf16")
     peak = cp_rank_step(cfg, 65536, c.micro_batch, setup, lay)[0].peak
     assert c.per_gpu == peak + got.allowance
+
+
+def _ring_peaks(cp: int, rank: int, kv: int, dtype) -> dict[str, int]:
+    """One causal attention (B 1, 4 heads of 16, kv K/V heads, s = 64 positions a rank) on rank ``rank`` of a cp-rank
+    ring on the fake process group, traced: each phase's peak above its start (the ring's own allocations)."""
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
+    from torch.distributed.tensor.experimental import context_parallel
+
+    from lm_accounting.measure.context_parallel import FLASH_CPU, install
+    from lm_accounting.measure.distributed import RankTracker, init_fake_group
+
+    install()
+    init_fake_group(cp, rank)
+    mesh = init_device_mesh("cpu", (cp,), mesh_dim_names=(f"ring{cp}_{rank}_{kv}",))
+    q, k, v = (torch.randn(1, n, 64, 16, dtype=dtype, requires_grad=True) for n in (4, kv, kv))
+    level, peaks, start = [0], {}, {}
+
+    def hear(phase, op, delta, device):
+        start.setdefault(phase, level[0])
+        level[0] += delta
+        peaks[phase] = max(peaks.get(phase, 0), level[0] - start[phase])
+
+    tracker = RankTracker(listener=hear)
+    with context_parallel(mesh, buffers=[torch.zeros(1, 64 * cp)], buffer_seq_dims=[1]), tracker:
+        with tracker.phase("forward"):
+            shards = (DTensor.from_local(t, mesh, [Shard(2)], run_check=False) for t in (q, k, v))
+            out = getattr(torch.ops.aten, FLASH_CPU)(*shards, 0.0, True)[0].to_local()
+            grad = torch.ones_like(out)
+        with tracker.phase("backward"):
+            out.backward(grad)
+    return peaks
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kv", [1, 4])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("cp", [2, 4, 8])
+def test_the_ring_transient_bounds_every_rank(cp, dtype, kv):
+    """What the ring holds above its start, less what the fused kernel alone would (forward: its output; backward:
+    dQ, dK, dV), is within ``ring_transient`` on every rank (the load-balanced branches differ by rank)."""
+    torch = pytest.importorskip("torch")
+    from lm_accounting.analytic.context_parallel import ring_transient
+
+    dt = getattr(torch, dtype)
+    a = torch.tensor([], dtype=dt).element_size()
+    cfg = dataclasses.replace(tiny(64 * cp, kv), num_heads=4, head_dim=16)
+    setup = TrainingSetup(attention="sdpa", precision="fp32" if a == 4 else "bf16")
+    fwd, bwd = ring_transient(cfg, 64, 1, setup, cp)
+    Qa, KV = 4 * 64 * 16 * a, 2 * kv * 64 * 16 * a
+    for rank in range(cp):
+        peaks = _ring_peaks(cp, rank, kv, dt)
+        assert peaks["forward"] - Qa <= fwd, (rank, peaks)
+        assert peaks["backward"] - Qa - KV <= bwd, (rank, peaks)
