@@ -134,9 +134,16 @@ def test_a_cp_rank_measured_on_the_fake_process_group(cp, dp, zero, precision, k
         assert low.peak <= got.peak <= bound.peak, (phase, low.peak, got.peak, bound.peak)
     by_group = [c for c in rank_collectives(cfg, S, 1, setup, lay) if c.group == "cp"]
     assert totals(by_group) == _by_hand(cfg, S, setup, lay)  # the rule's own figures, by hand
-    flat_measured = measure_rank(cfg, S // cp, 1, setup, lay.flat_cp(), rank=0).collectives
+    flat_job = measure_rank(cfg, S // cp, 1, setup, lay.flat_cp(), rank=0)
+    flat_measured = flat_job.collectives
     cp_measured = {k: (n - flat_measured.get(k, (0, 0))[0], b - flat_measured.get(k, (0, 0))[1])
                    for k, (n, b) in m.collectives.items()}  # fmt: skip
+    # the kernels the ring runs beyond the s-position model's one: cp − 1 of s·s/2 each (a half of K or of q,
+    # load-balanced), torch's counts 4·b·h·sq·sk·d forward, 10·… backward (its recompute of QKᵀ), a full
+    # checkpoint's recompute the forward's again
+    s, h, dh = S // cp, cfg.num_heads, cfg.d_head
+    ring = cfg.num_layers * (cp - 1) * s * (s // 2) * h * dh * (4 + 10 + (4 if checkpoint == "full" else 0))
+    assert m.local_flops - flat_job.local_flops == ring
     assert {k: v for k, v in cp_measured.items() if v != (0, 0)} == _by_hand(cfg, S, setup, lay)
     assert m.collectives == totals(rank_collectives(cfg, S, 1, setup, lay))
 
