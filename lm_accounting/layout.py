@@ -103,8 +103,9 @@ class ParallelLayout:
 
     @property
     def shard(self) -> int:
-        """FSDP2's sharding degree: dp, or under HSDP the shard group's dp // replicate (torchtitan's dp_shard)."""
-        return self.dp // self.replicate
+        """FSDP2's sharding degree: dp, or under HSDP the shard group's dp // replicate (torchtitan's dp_shard), under
+        context parallel the flattened dp·cp (torchtitan's dp_shard_cp; HSDP is refused beside CP)."""
+        return self.dp * self.cp // self.replicate
 
     def shard_group(self) -> ParallelLayout:
         """The FSDP2 layout over one HSDP shard group (dp = shard, no replicas): every per-rank buffer and
