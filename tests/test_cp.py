@@ -247,3 +247,28 @@ def test_the_ring_transient_bounds_every_rank(cp, dtype, kv):
         peaks = _ring_peaks(cp, rank, kv, dt)
         assert peaks["forward"] - Qa <= fwd, (rank, peaks)
         assert peaks["backward"] - Qa - KV <= bwd, (rank, peaks)
+
+
+@pytest.mark.parametrize("rotate", ["allgather", "alltoall"])
+@pytest.mark.parametrize(("cp", "dtype"), [(2, "float32"), (4, "bfloat16")])
+def test_rule_13_against_one_measured_attention_layer(rotate, cp, dtype):
+    """``cp_collectives`` for one layer (2 heads of 8, 2 K/V heads, B 1) against the collectives one rank of
+    tests/test_context_parallel.py's attention layer issues on the fake process group, per kind and phase."""
+    torch = pytest.importorskip("torch")
+    from test_context_parallel import run_rank
+
+    from lm_accounting.analytic.context_parallel import cp_collectives
+
+    calls, _ = run_rank(cp, 1, 16 * cp, rotate, getattr(torch, dtype))
+    cfg = dataclasses.replace(tiny(16 * cp, 2), num_layers=1, d_model=16, num_heads=2, head_dim=8)
+    setup = TrainingSetup(attention="sdpa", precision="fp32" if dtype == "float32" else "bf16")
+    lay = ParallelLayout(cp=cp)
+    want: dict = {}
+    for c in cp_collectives(cfg, 16 * cp, 1, setup, lay, rotate):
+        n, b = want.get((c.kind, c.phase), (0, 0))
+        want[(c.kind, c.phase)] = (n + c.count, b + c.payload)
+    got: dict = {}
+    for kind, nbytes, phase in calls:
+        n, b = got.get((kind, phase), (0, 0))
+        got[(kind, phase)] = (n + 1, b + nbytes)
+    assert got == want
