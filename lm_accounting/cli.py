@@ -344,10 +344,10 @@ def dtype_option(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """--dp/--zero/--tp/--sp/--vocab-parallel/--pp/--ep/--micro-batches/--virtual-stages/--replicate, resolved to ``layout`` (None when
+    """--dp/--zero/--tp/--sp/--vocab-parallel/--pp/--ep/--micro-batches/--virtual-stages/--replicate/--cp, resolved to ``layout`` (None when
     no layout flag is given: the single-GPU command), plus --rank."""
 
-    @click.option("--dp", type=POSITIVE, help="Data-parallel degree (layout: world = dp·tp·pp).")
+    @click.option("--dp", type=POSITIVE, help="Data-parallel degree (layout: world = dp·cp·tp·pp).")
     @click.option("--zero", type=click.IntRange(0, 3), help="0 DDP, 1 ZeRO-1, 2 FSDP2 no reshard, 3 FSDP2 full shard.")
     @click.option("--tp", type=POSITIVE, help="Tensor-parallel degree (Megatron column/row splits).")
     @click.option("--sp", is_flag=True, help="Sequence parallel (with --tp).")
@@ -363,6 +363,12 @@ def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
         type=POSITIVE,
         help="HSDP: FSDP2 over a (replicate, dp/replicate) mesh, torchtitan's dp_replicate (--zero 2 or 3).",
     )
+    @click.option(
+        "--cp",
+        type=POSITIVE,
+        help="Context parallel: each sequence over cp ranks, torch's ring attention (--attention sdpa; "
+        "FSDP2/DDP over dp·cp).",
+    )
     @click.option("--micro-batches", type=POSITIVE, help="Micro-batches per step under --pp (default: pp).")
     @click.option(
         "--virtual-stages",
@@ -374,9 +380,11 @@ def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(**kw: Any) -> Any:
         from .layout import ParallelLayout
 
-        names = ("dp", "zero", "tp", "sp", "vocab_parallel", "pp", "micro_batches", "ep", "virtual_stages", "replicate")
+        names = (
+            "dp", "zero", "tp", "sp", "vocab_parallel", "pp", "micro_batches", "ep", "virtual_stages", "replicate", "cp",
+        )  # fmt: skip
         flags = [kw.pop(k) for k in names]
-        dp, zero, tp, sp, vocab, pp, micro, ep, virtual, replicate = flags
+        dp, zero, tp, sp, vocab, pp, micro, ep, virtual, replicate, cp = flags
         layout = None
         if any(f not in (None, False) for f in flags):
             pp = pp or 1
@@ -391,6 +399,7 @@ def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
                 ep=ep or 1,
                 virtual_stages=virtual or 1,
                 replicate=replicate or 1,
+                cp=cp or 1,
             )
         return func(layout=layout, **kw)
 

@@ -46,8 +46,12 @@ cannot take, with one line.  The layouts map onto torch.distributed (torch 2.13)
   shard group (``parallelisms.hsdp``; ep divides s).  Beside pipeline parallel, each stage's units over its
   shard group (the mesh (pp, dp_replicate, dp_shard, tp)); not beside both pipeline and expert parallel.
 
-``world = dp · tp · pp`` GPUs.  With ZeRO/FSDP the sharding degree is ``dp`` (HSDP: ``dp // replicate``),
-never the world.
+* ``cp`` (context parallel, torchtitan's ``ParallelDims.cp``; ``parallelisms.cp``): each sequence's positions
+  split over cp ranks, load-balanced, the fused attention run as torch 2.13's ring attention; the mesh is
+  (pp, dp, cp, tp) and DDP, ZeRO-1 and FSDP2 run over the flattened dp × cp ranks (``flat_cp``).
+
+``world = dp · cp · tp · pp`` GPUs.  With ZeRO/FSDP the sharding degree is ``dp`` (HSDP: ``dp // replicate``;
+CP: dp·cp), never the world.
 """
 
 from __future__ import annotations
@@ -81,16 +85,17 @@ class ParallelLayout:
     ep: int = 1
     virtual_stages: int = 1
     replicate: int = 1  # HSDP's replicate degree (torchtitan's dp_replicate); the shard degree is dp // replicate
+    cp: int = 1  # context parallel: each sequence over cp ranks (torchtitan's ParallelDims.cp)
 
     def __post_init__(self) -> None:
-        degrees = (self.dp, self.tp, self.pp, self.micro_batches, self.ep, self.virtual_stages, self.replicate)
+        degrees = (self.dp, self.tp, self.pp, self.micro_batches, self.ep, self.virtual_stages, self.replicate, self.cp)
         if not all(type(d) is int and 1 <= d <= MAX_SIZE for d in degrees):  # the planner's thousands: one pass
-            for name in ("dp", "tp", "pp", "micro_batches", "ep", "virtual_stages", "replicate"):
+            for name in ("dp", "tp", "pp", "micro_batches", "ep", "virtual_stages", "replicate", "cp"):
                 _positive(name, getattr(self, name))
             check_positive_int("micro_batches", self.micro_batches)
         if self.world > MAX_WORLD or self.ep > MAX_WORLD:
             raise AccountingError(
-                f"dp·tp·pp = {self.dp:,}·{self.tp:,}·{self.pp:,} GPUs is beyond the supported {MAX_WORLD:,}"
+                f"dp·cp·tp·pp = {self.dp:,}·{self.cp:,}·{self.tp:,}·{self.pp:,} GPUs is beyond the supported {MAX_WORLD:,}"
                 if self.ep <= MAX_WORLD
                 else f"ep = {self.ep:,} is beyond the supported {MAX_WORLD:,} GPUs"
             )
@@ -98,8 +103,9 @@ class ParallelLayout:
 
     @property
     def shard(self) -> int:
-        """FSDP2's sharding degree: dp, or under HSDP the shard group's dp // replicate (torchtitan's dp_shard)."""
-        return self.dp // self.replicate
+        """FSDP2's sharding degree: dp, or under HSDP the shard group's dp // replicate (torchtitan's dp_shard), under
+        context parallel the flattened dp·cp (torchtitan's dp_shard_cp; HSDP is refused beside CP)."""
+        return self.dp * self.cp // self.replicate
 
     def shard_group(self) -> ParallelLayout:
         """The FSDP2 layout over one HSDP shard group (dp = shard, no replicas): every per-rank buffer and
@@ -113,6 +119,12 @@ class ParallelLayout:
         if self.replicate == 1:
             return self, rank
         return _shard_group(self), None if rank is None else rank % self.shard
+
+    def flat_cp(self) -> ParallelLayout:
+        """The data-parallel layout over the flattened dp × cp ranks (torchtitan's ``dp_shard_cp``): what a
+        context-parallel rank's model states, FSDP2 units and gradient collectives are (``parallelisms.cp``);
+        data-parallel rank k, cp rank c is its rank k·cp + c.  ``self`` without CP."""
+        return self if self.cp == 1 else _flat_cp(self)
 
     @property
     def stages(self) -> int:
@@ -135,8 +147,8 @@ class ParallelLayout:
 
     @property
     def world(self) -> int:
-        """GPUs in the job: dp · tp · pp."""
-        return self.dp * self.tp * self.pp
+        """GPUs in the job: dp · cp · tp · pp."""
+        return self.dp * self.cp * self.tp * self.pp
 
     @property
     def fsdp(self) -> bool:
@@ -186,6 +198,7 @@ class ParallelLayout:
             "virtual_stages": self.virtual_stages,
             "ep": self.ep,
             "replicate": self.replicate,
+            "cp": self.cp,
             "shard": self.shard,
             "world": self.world,
             "data_parallel": ZERO_NAMES[self.zero] + (" HSDP" if self.replicate > 1 else ""),
@@ -195,6 +208,11 @@ class ParallelLayout:
 @lru_cache(maxsize=4096)
 def _shard_group(layout: ParallelLayout) -> ParallelLayout:
     return dataclasses.replace(layout, dp=layout.shard, replicate=1)
+
+
+@lru_cache(maxsize=4096)
+def _flat_cp(layout: ParallelLayout) -> ParallelLayout:
+    return dataclasses.replace(layout, dp=layout.dp * layout.cp, cp=1)
 
 
 @lru_cache(maxsize=4096)

@@ -201,8 +201,36 @@ def estimate_step(
     ``ParallelLayout()``) priced as ``plan`` prices every candidate, with ``impl``'s program (``plan``: course)."""
     check_efficiency(efficiency)
     check_precision(load(gpu(gpu_name).name), setup)
+    if layout.cp > 1:
+        return _cp_estimate(cfg, gpu(gpu_name), seq, micro_batch, setup, layout, efficiency, internode_bw, impl)
     pricing = _Pricing(cfg, seq, gpu(gpu_name), efficiency, internode_bw, impl)
     return pricing.estimate(micro_batch, setup, layout, pricing.step_times(micro_batch, setup, layout))
+
+
+def _cp_estimate(cfg, g, seq, b, setup, layout, efficiency, internode_bw, impl) -> StepEstimate:
+    """A context-parallel step (``analytic.context_parallel``): the flattened dp·cp layout's step at s = S/cp
+    positions, its attention cp times (the ring runs the causal kernel on s queries against S keys, cp times the
+    s-position kernel's work), plus the cp ring's collectives (rule 13), not overlapped, over the cp ranks' ring
+    (``ring_bandwidth``: tp apart); they take the tensor-parallel slot of ``times`` (no TP beside CP).  MFU's model
+    FLOPs are the job's at S; HFU's the rank's (``cp_rank_flops``)."""
+    from .analytic.collectives import wire_bytes
+    from .analytic.context_parallel import check, cp_collectives, cp_rank_flops
+
+    s, cp, flat = check(cfg, seq, setup, layout), layout.cp, layout.flat_cp()
+    pricing, k = _Pricing(cfg, s, g, efficiency, internode_bw, impl), flat.micro_batches
+    compute, dp, tp, pp, ep = pricing.step_times(b, setup, flat)
+    gemm, attention, bound = (k * x for x in pricing.micro_batch(b, setup, flat))
+    compute += (cp - 1) * attention
+    ring = sum(wire_bytes(c, cp) for c in cp_collectives(cfg, seq, b, setup, layout)) * k
+    tp += _seconds(ring, ring_bandwidth(cp, layout.tp, g.interconnect_one_way, internode_bw))
+    opt = pricing.optimizer(setup, flat)
+    parts = (gemm, cp * attention, bound + opt, max(0.0, compute - gemm - cp * attention - bound - opt))
+    model = step_flops(cfg, seq).model * b * k * layout.dp
+    hardware = cp_rank_flops(cfg, seq, b, setup, layout).hardware * k
+    peak = g.peak_flops("fp32" if setup.precision == "fp32" else "bf16")
+    return StepEstimate(
+        pricing.cal.label, efficiency, (compute, dp, tp, pp, ep), parts, model, hardware, layout.world, peak
+    )
 
 
 MIN_EFFICIENCY = 0.001
@@ -230,7 +258,12 @@ def price_layout(
 ) -> tuple[float, float, float, float, float]:
     """(compute, data-parallel, tensor-parallel, pipeline, expert-parallel) seconds of one step of ``layout``
     (its ``micro_batches`` of ``micro_batch`` sequences per data-parallel rank) by the module docstring's rules
-    1–4, as ``plan`` prices every candidate; no memory check (a published run that ran is priced as it ran)."""
+    1–4, as ``plan`` prices every candidate; no memory check (a published run that ran is priced as it ran).
+    Context parallel: ``_cp_estimate``'s."""
+    if layout.cp > 1:
+        return _cp_estimate(
+            cfg, gpu(gpu_name), seq, micro_batch, setup, layout, efficiency, internode_bw, "course"
+        ).times
     return _Pricing(cfg, seq, gpu(gpu_name), efficiency, internode_bw).step_times(micro_batch, setup, layout)
 
 
@@ -358,6 +391,10 @@ def _seconds(bytes_: int, bw: int) -> float:
 
 
 def _peak(cfg, seq, b, setup, lay) -> int:
+    if lay.cp > 1:  # a bound (analytic.context_parallel)
+        from .analytic.context_parallel import cp_rank_step
+
+        return cp_rank_step(cfg, seq, b, setup, lay, mode="plain")[0].peak
     if lay.pp > 1:
         return pipeline_stages(cfg, seq, b, setup, lay, with_traced=False)[1].peak
     return rank_step(cfg, seq, b, setup, lay, mode="plain")[0].peak
@@ -542,7 +579,32 @@ class _Pricing:
         return gathers, rest, ep
 
 
-def _by_gpu_hours(pending: list, pricing: _Pricing):
+class _CpPricing:
+    """``plan``'s pricing of the user's own context-parallel layout: ``_cp_estimate``'s step for each (micro-batch,
+    setup), behind ``_Pricing``'s methods that ``plan`` calls (its caches do not read cp)."""
+
+    def __init__(self, cfg: ModelConfig, seq: int, g: GPU, efficiency: float, internode: int):
+        self.args, self.cache = (cfg, g, seq), {}
+        self.efficiency, self.internode = efficiency, internode
+
+    def _estimate(self, b, setup, lay) -> StepEstimate:
+        key = (b, setup, lay)
+        if key not in self.cache:
+            cfg, g, seq = self.args
+            self.cache[key] = _cp_estimate(cfg, g, seq, b, setup, lay, self.efficiency, self.internode, "course")
+        return self.cache[key]
+
+    def compute(self, b, setup, lay) -> float:
+        return self._estimate(b, setup, lay).times[0]
+
+    def communication(self, b, setup, lay) -> tuple[float, float, float, float]:
+        return self._estimate(b, setup, lay).times[1:]
+
+    def estimate(self, b, setup, lay, times) -> StepEstimate:
+        return self._estimate(b, setup, lay)
+
+
+def _by_gpu_hours(pending: list, pricing: _Pricing | _CpPricing):
     """``plan``'s candidates, each ``pending`` as (compute · GPUs, enumeration index, b, setup, layout, compute),
     yielded as (GPU-hours, step, index, b, setup, layout, step times) in the order of (GPU-hours, step time,
     enumeration order), the communication (steps 2-4) priced only as far as that order is read.  Compute · GPUs
@@ -565,7 +627,9 @@ def _need(cfg, seq, b, setup, lay, g: GPU, allowance, exact: bool = False) -> tu
     ``rank_floor``: lower bounds of the peak) already exceeds the GPU is not replayed unless ``exact``:
     its need is then that floor."""
     if not exact:
-        floor = (stage_floor if lay.pp > 1 else rank_floor)(cfg, seq, b, setup, lay) + allowance
+        # CP: the flattened rank's floor at S/cp (its peak is at most the CP rank's: tests/test_cp.py)
+        flat, s = lay.flat_cp(), seq // lay.cp
+        floor = (stage_floor if flat.pp > 1 else rank_floor)(cfg, s, b, setup, flat) + allowance
         if floor > g.cuda_total:
             return floor, False
     return _peak(cfg, seq, b, setup, lay) + allowance, True
@@ -624,8 +688,11 @@ def plan(
     g, allowance = basis.gpu, basis.allowance
     sequences = global_batch_tokens // seq
     pending, evaluated_ep = [], False  # every candidate, with its step times: ranked before any replay
-    pricing = _Pricing(cfg, seq, g, efficiency, internode_bw)
+    cp = own is not None and own.layout.cp > 1  # the user's own context-parallel layout: ``_CpPricing``
+    pricing = (_CpPricing if cp else _Pricing)(cfg, seq, g, efficiency, internode_bw)
     checkpoints = CHECKPOINTS if own is None or own.checkpoint is None else (own.checkpoint,)
+    if cp:  # selective checkpointing under CP is refused (analytic.context_parallel.check)
+        checkpoints = tuple(c for c in checkpoints if c != "selective")
     setups = [TrainingSetup(attention="sdpa", checkpoint=ck, precision="amp-bf16") for ck in checkpoints]
     if own is not None:
         gpus = (own.layout.world, own.layout.world)
@@ -661,7 +728,7 @@ def plan(
             # under interleaving, whose order changes with m = sequences / b: no chain is recorded there)
         need, exact = _need(cfg, seq, b, setup, lay, g, allowance, exact=not prune)
         if need <= g.cuda_total:
-            peak_exact = peaks_exact(setup, lay, cfg) and not not_modelled(cfg, seq, setup)
+            peak_exact = peaks_exact(setup, lay, cfg) and not not_modelled(cfg, seq, setup) and lay.cp == 1
             estimate = pricing.estimate(b, setup, lay, times)
             seen[key] = Candidate(lay, setup.checkpoint, b, lay.micro_batches, need, *times, peak_exact, estimate)
             return seen[key]
@@ -788,8 +855,10 @@ class OwnLayout:
             raise AccountingError(f"{lay.label}: expert parallel is planned under FSDP2 (--zero 2 or 3)")
         if lay.tp > GPUS_PER_NODE:
             raise AccountingError(f"{lay.label}: tp={lay.tp} spans nodes; plan keeps a TP group within one node")
+        if lay.cp > 1 and self.checkpoint == "selective":
+            raise AccountingError(f"{lay.label}: context parallel with selective checkpointing is not measured")
         fields = ("dp", "zero", "tp", "sequence_parallel", "vocab_parallel", "pp", "ep", "virtual_stages", "replicate")
-        yield {f: getattr(lay, f) for f in fields}
+        yield {f: getattr(lay, f) for f in fields} | {"cp": lay.cp}
 
     def micro_batches(self, sizes: list[int], per_rank: int) -> list[int]:
         """``[micro_batch]``, refused where it does not split the rank's sequences into enough micro-batches."""

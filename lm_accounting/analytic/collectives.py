@@ -89,6 +89,13 @@ dtype (fp32 under amp-bf16).  Per layout (checked against the fake-PG run in tes
    FSDP2 skips a one-rank shard dimension) and each one's R_e·ep/s shard all-reduced over the replicas
    ("dp_replicate", L_moe all-reduces: the experts' mesh is (dp_replicate, dp_shard_mod_ep), its replicas the
    dense units'); rule 6's all-to-alls over the ep ranks (consecutive shard ranks).
+13. Context parallel (``cp``; ``analytic.context_parallel``, measured on the fake process group in tests/test_cp.py):
+   FSDP2's, DDP's and ZeRO-1's collectives are rules 1-2 over the flattened dp × cp ranks (group "dp_cp") at
+   s = S/cp positions; per attention layer, KV = the rank's K and V (2·B·h_kv·s·d_head·a), dKV their fp32
+   gradients: rotate "allgather" (torch's default) one all-gather of cp·KV forward, one backward (and one in a full
+   checkpoint's recompute), cp ring shifts of dKV backward; rotate "alltoall" cp − 1 shifts of KV forward and again
+   backward (and recompute), cp of dKV.  A shift (``permute_tensor``, an ``all_to_all_single``) sends its whole
+   buffer to the next cp rank: wire = payload.
 """
 
 from __future__ import annotations
@@ -120,6 +127,8 @@ def wire_bytes(c: Collective, n: int, times: int = 1) -> int:
     ranks (module docstring)."""
     if n <= 1:
         return 0
+    if c.kind == "all_to_all" and c.group == "cp":  # rule 13's ring shift: the whole buffer to the next rank
+        return times * c.payload
     if c.kind in ("all_gather", "reduce_scatter", "all_to_all"):
         return times * c.payload * (n - 1) // n
     if c.kind == "all_reduce":

@@ -24,6 +24,7 @@ from ..phases import PHASES, StepMemory
 from ..result import Result
 from ..setup import TrainingSetup
 from .collectives import Collective, step_collectives, wire_bytes
+from .context_parallel import cp_rank_flops, cp_rank_step, rank_collectives
 from .hardware_flops import StepFlops
 from .parallel import ModelStates, expert_rows, model_states, peaks_exact, rank_flops, rank_step
 from .pipeline import pipeline_stages
@@ -214,11 +215,19 @@ def parallel_memory(
         at = None if rank is None else rank // (layout.dp * layout.tp)
         dp_rank = None if rank is None else rank // layout.tp % layout.dp
         stage, step, traced, st, act = pipeline_stages(cfg, seq, batch, setup, layout, at, rank=dp_rank)
+    elif layout.cp > 1:  # its dp·cp rank (the mesh is (dp, cp)): analytic.context_parallel
+        step, st, act = cp_rank_step(cfg, seq, batch, setup, layout, mode="plain", rank=rank)
+        traced = cp_rank_step(cfg, seq, batch, setup, layout, mode="traced", rank=rank)[0]
     else:
         dp_rank = None if rank is None else rank // layout.tp
         step, st, act = rank_step(cfg, seq, batch, setup, layout, mode="plain", rank=dp_rank)
         traced = rank_step(cfg, seq, batch, setup, layout, mode="traced", rank=dp_rank)[0]
-    flops = rank_flops(cfg, seq, batch, setup, layout, st.rank, stage)
+    if layout.cp > 1:
+        flops = cp_rank_flops(cfg, seq, batch, setup, layout, st.rank)
+        collectives = rank_collectives(cfg, seq, batch, setup, layout, st.rank)
+    else:
+        flops = rank_flops(cfg, seq, batch, setup, layout, st.rank, stage)
+        collectives = step_collectives(cfg, seq, batch, setup, layout, rank=st.rank, stage=stage or 0)
     return ParallelMemory(
         cfg,
         seq,
@@ -230,9 +239,9 @@ def parallel_memory(
         step,
         traced,
         flops,
-        tuple(step_collectives(cfg, seq, batch, setup, layout, rank=st.rank, stage=stage or 0)),
+        tuple(collectives),
         as_budget(budget, allowance),
-        not missing and peaks_exact(setup, layout, cfg),
+        not missing and layout.cp == 1 and peaks_exact(setup, layout, cfg),  # CP: a bound (context_parallel)
         stage,
         not_modelled=tuple(missing),
     )

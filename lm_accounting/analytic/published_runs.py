@@ -95,7 +95,7 @@ TT_VIRTUAL = (
     "torchtitan 9dec370 torchtitan/parallelisms/pipelining_utils.py generate_split_points: 2 stages per rank for a "
     "multi-stage schedule given no split points (the benchmark gives none)"
 )
-CP = ("cp", "", "context parallel: not modelled (no prediction)")
+CP = ("cp", "", "context parallel: priced beside data parallel only (parallelisms.cp); beside TP or PP no prediction")
 A100_WORDS = (
     "A100: no A100 calibration; priced on the H100's scaled by the dense bf16 peak (312 / 989.4 TFLOP/s) and the "
     "HBM bandwidth (2.039 / 3.35 TB/s): this row measures that rule"
@@ -142,7 +142,13 @@ class Run:
         k = self.global_batch // self.dp // self.micro_batch
         return ParallelLayout(dp=self.dp, zero=self.zero if self.dp > 1 else 0, tp=self.tp,
                               sequence_parallel=self.tp > 1, vocab_parallel=self.tp > 1, pp=self.pp,
-                              micro_batches=k, virtual_stages=self.virtual_stages)  # fmt: skip
+                              micro_batches=k, virtual_stages=self.virtual_stages,
+                              cp=self.cp if self.cp_priced else 1)  # fmt: skip
+
+    @property
+    def cp_priced(self) -> bool:
+        """Context parallel is priced beside data parallel only (``parallelisms.cp`` refuses it beside TP and PP)."""
+        return self.cp > 1 and self.tp == self.pp == 1
 
 
 def _tt(name, gpus, dp, tp, pp, seq, b, gbs, ck, pck, tps, diffs, model="llama-3.1-8b", source=TT_2412, cp=1, v=1):
@@ -369,14 +375,14 @@ def compare(run: Run) -> dict[str, Any]:
     lay = run.layout
     row: dict[str, Any] = {
         "run": run.name, "model": run.model + (" (resized)" if run.overrides else ""), "hardware": run.hardware,
-        "priced_on": run.gpu, "gpus": run.gpus, "layout": f"{lay.label}" + (f"·cp{run.cp}" if run.cp > 1 else ""),
+        "priced_on": run.gpu, "gpus": run.gpus, "layout": f"{lay.label}" + (f"·cp{run.cp}" if run.cp > 1 and not run.cp_priced else ""),
         "seq": run.seq, "micro_batch": run.micro_batch, "micro_batches": lay.micro_batches,
         "global_batch": run.global_batch, "checkpoint": run.checkpoint, "published_checkpoint": run.published_checkpoint,
         "published": run.published, "unit": run.unit, "convention": run.convention,
         "published_tokens_per_s": published_tokens_per_s(run),
     }  # fmt: skip
     predicted = None
-    if "cp" not in run.flags:
+    if "cp" not in run.flags or run.cp_priced:
         e = estimate(run)
         step, times, (gemm, attention, other, bubble) = e.step_seconds, e.times, e.parts
         predicted = run.global_batch * run.seq / step / run.gpus

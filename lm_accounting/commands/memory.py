@@ -191,6 +191,12 @@ def measured(request: Request, result: Any) -> Any:
 
         return result.with_measurement(measure_hf_step(cfg, seq, r.batch, r.setup, device=r.measure, layout=r.layout))
     lay, who = r.layout, measured_rank(r, result)
+    if lay.cp > 1:  # torch's context_parallel on CPU tensors (meta's wait_tensor would hide the gathered K, V)
+        if r.method == "allocator":
+            raise AccountingError("a context-parallel rank is measured by the storage tracker only (--measure meta)")
+        from ..measure.context_parallel import measure_cp_rank
+
+        return result.with_measurement(measure_cp_rank(cfg, seq, r.batch, r.setup, lay, rank=who))
     if r.method == "allocator":  # the plain run, no dispatch mode, beside its CPU prediction
         from ..analytic.parallel import rank_step
         from ..measure.distributed import measure_rank_plain

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import torch
 
+from ..config import AccountingError
+
 FLASH_CPU = "_scaled_dot_product_flash_attention_for_cpu"
 SEQ_DIM = 2  # (B, H, S, D): CP shards the sequence of q, k and v
 
@@ -104,3 +106,66 @@ def install() -> None:
 
     cp.custom_ops[getattr(torch.ops.aten, FLASH_CPU).default] = _forward
     cp.custom_ops[getattr(torch.ops.aten, FLASH_CPU + "_backward").default] = _backward
+
+
+def _ring_attention(cp_mesh):
+    """``FusedAttention.forward`` for a CP rank: q, k, v as ``Shard(2)`` DTensors on the cp mesh (as
+    ``_context_parallel/_attention.py``'s ``sdpa_input_fn`` makes them, ``DTensor.from_local(..., run_check=False)``:
+    no copy), the CPU flash kernel dispatched to the ring (``install``), the local output back."""
+    from torch.distributed.tensor import DTensor, Shard
+
+    def forward(q, k, v, causal: bool = True):
+        q, k, v = (DTensor.from_local(t, cp_mesh, [Shard(SEQ_DIM)], run_check=False) for t in (q, k, v))
+        out, _lse = getattr(torch.ops.aten, FLASH_CPU)(q, k, v, 0.0, causal)
+        return out.to_local()
+
+    return forward
+
+
+def measure_cp_rank(cfg, seq: int, batch: int, setup, layout, rank: int = 0, rotate: str = "allgather"):
+    """One training step of global rank ``rank`` of a context-parallel job (``layout.cp`` > 1) on the fake process
+    group, on CPU tensors (on meta ``wait_tensor`` makes a new storage: the gathered K and V would not be
+    charged): the model built and FSDP2-sharded (or DDP-wrapped) over the flattened dp × cp ranks
+    (``ParallelLayout.flat_cp``, torchtitan's ``dp_shard_cp``), the token ids and targets sharded by torch's
+    ``context_parallel`` (load-balanced), each fused attention run as its ring attention over the cp ranks
+    (tp apart on the (dp, cp) mesh).  Returns ``measure.distributed.RankMeasurement``.
+
+    One difference from a real job, memory-neutral: the model numbers the rank's s positions 0..s−1 for RoPE
+    (an int64 (s,) tensor either way) where the job passes the rank's load-balanced positions."""
+    import contextlib
+
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.experimental import context_parallel
+    from torch.distributed.tensor.experimental._attention import set_rotate_method
+
+    from ..analytic.context_parallel import check
+    from ..model import random_tokens
+    from ..model.layers import FusedAttention
+    from .distributed import RankTracker, check_rank_fits, init_fake_group, run_rank
+    from .parallelize import build_rank
+
+    flat, s = layout.flat_cp(), check(cfg, seq, setup, layout, rotate)
+    if not 0 <= rank < layout.world:
+        raise AccountingError(f"rank {rank} is outside the world of {layout.world}")
+    check_rank_fits(cfg, s, batch, setup, flat, rank, False)  # real CPU tensors: the flattened rank's size bound
+    install()
+    set_rotate_method(rotate)
+    init_fake_group(layout.world, rank)
+    torch.manual_seed(0)
+    mesh = init_device_mesh("cpu", (layout.dp, layout.cp), mesh_dim_names=(f"dp_of_cp{rank}", f"cp{rank}"))
+    cp_mesh = mesh[f"cp{rank}"]
+    model, meshes = build_rank(cfg, setup, flat)
+    saved = FusedAttention.forward
+    ring = _ring_attention(cp_mesh)
+    FusedAttention.forward = lambda self, q, k, v, causal=True: ring(q, k, v, causal)
+    inputs = random_tokens(cfg, batch, seq, device="cpu", seed=0)
+    targets = random_tokens(cfg, batch, seq, device="cpu", seed=1)
+    try:
+        with context_parallel(cp_mesh, buffers=[inputs, targets], buffer_seq_dims=[1, 1]):
+            return run_rank(
+                cfg, seq // layout.cp, batch, setup, flat, rank, False, model, meshes.dp, RankTracker(),
+                torch.device("cpu"), contextlib.nullcontext(), tokens=(inputs, targets),
+            )  # fmt: skip
+    finally:
+        FusedAttention.forward = saved
+        set_rotate_method("allgather")

@@ -318,7 +318,7 @@ def measure_rank(
         mode = FakeTensorMode(allow_non_fake_inputs=True)
     with contextlib.ExitStack() as stack:
         stack.enter_context(mode)
-        return _run_rank(cfg, seq, batch, setup, layout, rank, comm_debug, model, dp_mesh, tracker, dev, mode)
+        return run_rank(cfg, seq, batch, setup, layout, rank, comm_debug, model, dp_mesh, tracker, dev, mode)
 
 
 def check_rank_fits(
@@ -429,7 +429,9 @@ def _loss_parallel(layout: ParallelLayout):
     return loss_parallel() if layout.vocab_parallel else contextlib.nullcontext()
 
 
-def _run_rank(cfg, seq, batch, setup, layout, rank, comm_debug, model, dp_mesh, tracker, dev, mode):
+def run_rank(cfg, seq, batch, setup, layout, rank, comm_debug, model, dp_mesh, tracker, dev, mode, tokens=None):
+    """``tokens``: the rank's (inputs, targets) where given (a context-parallel rank's sequence shards, copied
+    inside the tracker), else random (B, S) ids made there."""
     from torch.distributed.tensor.parallel import loss_parallel
 
     from ..model import cross_entropy, random_tokens
@@ -437,8 +439,11 @@ def _run_rank(cfg, seq, batch, setup, layout, rank, comm_debug, model, dp_mesh, 
     with tracker:
         _materialise(model, cfg, layout)
         train, opt = data_parallel(model, layout, dp_mesh, setup)
-        inputs = random_tokens(cfg, batch, seq, device="cpu", seed=0)
-        targets = random_tokens(cfg, batch, seq, device="cpu", seed=1)
+        if tokens is None:
+            inputs = random_tokens(cfg, batch, seq, device="cpu", seed=0)
+            targets = random_tokens(cfg, batch, seq, device="cpu", seed=1)
+        else:
+            inputs, targets = (t.clone() for t in tokens)
     params = _storage_bytes(model.parameters())
     optimizer = optimizer_state_bytes(opt)
     baseline = tracker.live_bytes(dev)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from . import ddp, ep, fsdp2, hsdp, pp, sp, tp, vp, zero1
+from . import cp, ddp, ep, fsdp2, hsdp, pp, sp, tp, vp, zero1
 
 if TYPE_CHECKING:
     from ..config import ModelConfig
@@ -45,6 +45,7 @@ PARALLELISMS: tuple[Parallelism, ...] = (
     zero1.ZERO1,
     fsdp2.FSDP2,
     hsdp.HSDP,
+    cp.CP,
     tp.TP,
     sp.SP,
     vp.VP,

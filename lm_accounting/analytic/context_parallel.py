@@ -1,0 +1,152 @@
+"""One rank of a context-parallel job (``layout.cp`` > 1; ``parallelisms.cp``): memory, FLOPs and collectives.
+No torch.
+
+torch 2.13's ``context_parallel`` (``torch/distributed/tensor/experimental/_context_parallel/_attention.py``) splits
+each sequence over the cp ranks, load-balanced (``_HeadTailLoadBalancer``: rank c holds chunks c and 2cp − 1 − c of
+2·cp), so a rank runs every op but the attention on s = S/cp positions, and each fused attention as ring attention
+over the cp ranks.  torchtitan (``torchtitan/models/llama3/infra/parallelize.py`` ``apply_fsdp`` over
+``parallel_dims.get_mesh("dp_shard_cp")``; DDP over ``dp_cp``) runs FSDP2, DDP and ZeRO-1 over the flattened dp × cp
+ranks.  So, with ``flat`` = ``ParallelLayout.flat_cp()`` (dp·cp data-parallel ranks, no CP):
+
+1. Model states, FSDP2's units and their collectives, DDP's buckets: ``flat``'s (its rules in ``analytic.parallel``
+   and ``analytic.collectives``), the group "dp" renamed "dp_cp" (dp·cp ranks, tp apart).
+2. Saved activations, baseline and every phase's end: ``flat``'s rank at s positions.  The ring attention saves what
+   the fused kernel saves at s (q, k, v, the output and its fp32 logsumexp: ``_SDPAMerger.results`` casts back to
+   the input dtype): the ends are equal, measured (tests/test_cp.py).
+3. Peaks: ``flat``'s at s plus the ring's transient (``ring_transient``), an upper bound checked on the measured
+   grid, not derived byte for byte (docs/limits.md "Context parallel"): the forward and backward peaks are
+   estimates, the ends exact.
+4. FLOPs (the full-square convention of ``analytic.flops``): a rank does 1/cp of every sequence's attention, cp·s²
+   of the S² score square per layer, so its QKᵀ and AV are cp times the s-position model's; everything else is the
+   s-position model's (``rank_flops``).  The kernels the ring runs are the causal half: s² + (cp − 1)·s²/2.
+5. Collectives (``analytic.collectives`` rule 13), per layer, KV = the rank's K and V (2·B·h_kv·s·d_head·a, a the
+   attention inputs' bytes), dKV = their fp32 gradients (``_cp_options.convert_to_f32``): rotate "allgather"
+   (torch's default): one all-gather of cp·KV in the forward, one again in the backward (K and V are not saved
+   gathered), cp ring shifts of dKV (``_AllToAllRotater``: an ``all_to_all_single`` sending the whole buffer to the
+   next rank); under full checkpointing the recompute's all-gather too.  Rotate "alltoall": KV shifted cp − 1 times
+   in the forward and again in the backward (and the recompute), cp shifts of dKV.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..config import AccountingError, ModelConfig
+from ..layout import ParallelLayout
+from ..parallelisms.cp import check_attention
+from ..phases import PhaseBytes, StepMemory
+from ..setup import TrainingSetup
+from .collectives import Collective, step_collectives
+from .hardware_flops import StepFlops
+from .parallel import ModelStates, rank_flops, rank_step
+
+ROTATES = ("allgather", "alltoall")
+
+
+def check(cfg: ModelConfig, seq: int, setup: TrainingSetup, layout: ParallelLayout, rotate: str = "allgather") -> int:
+    """Refuse (one line) a CP job we do not account; the rank's positions s = S/cp."""
+    layout.check(cfg, seq)
+    check_attention(layout, setup.attention)
+    if rotate not in ROTATES:
+        raise AccountingError(f"unknown CP rotate method {rotate!r} (valid: {', '.join(ROTATES)})")
+    if setup.checkpoint == "selective":
+        raise AccountingError(
+            f"context parallel (cp={layout.cp}) with selective checkpointing is not measured: use none or full"
+        )
+    return seq // layout.cp
+
+
+def _sizes(cfg: ModelConfig, s: int, batch: int, setup: TrainingSetup) -> tuple[int, int, int]:
+    """(KV, dKV, Q4): the rank's K and V in the attention inputs' dtype (bf16 under bf16 and amp-bf16), their fp32
+    gradients, and its Q in fp32 (the merger's and the backward's fp32 accumulators)."""
+    a = 4 if setup.precision == "fp32" else 2
+    kv = 2 * batch * cfg.kv_heads * s * cfg.d_head
+    return kv * a, kv * 4, batch * cfg.num_heads * s * cfg.d_head * 4
+
+
+def cp_collectives(
+    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, rotate: str = "allgather"
+) -> list[Collective]:
+    """Rule 13 (module docstring, 5) over the cp group, the step's L attention layers."""
+    s, cp, L = seq // layout.cp, layout.cp, cfg.num_layers
+    kv, dkv, _ = _sizes(cfg, s, batch, setup)
+    again = 2 if setup.checkpoint == "full" else 1  # the backward's own, and the recompute's
+    if rotate == "allgather":
+        out = [
+            Collective("all_gather", "forward", "cp", L, L * cp * kv, "K, V gathered, cp·KV a layer"),
+            Collective("all_gather", "backward", "cp", again * L, again * L * cp * kv, "K, V gathered again"),
+        ]
+    else:
+        out = [
+            Collective("all_to_all", "forward", "cp", L * (cp - 1), L * (cp - 1) * kv, "K, V shifted cp−1 times"),
+            Collective("all_to_all", "backward", "cp", again * L * (cp - 1), again * L * (cp - 1) * kv, "K, V again"),
+        ]
+    return out + [Collective("all_to_all", "backward", "cp", L * cp, L * cp * dkv, "fp32 dK, dV shifted cp times")]
+
+
+def rank_collectives(
+    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, rank: int = 0,
+    rotate: str = "allgather",
+) -> list[Collective]:  # fmt: skip
+    """Every collective of the CP rank's step: ``flat``'s over dp·cp ranks (group "dp_cp"), then rule 13's."""
+    s = check(cfg, seq, setup, layout, rotate)
+    flat = step_collectives(cfg, s, batch, setup, layout.flat_cp(), rank=rank)
+    renamed = [c._replace(group="dp_cp") if c.group == "dp" else c for c in flat]
+    return renamed + cp_collectives(cfg, seq, batch, setup, layout, rotate)
+
+
+def ring_transient(cfg: ModelConfig, s: int, batch: int, setup: TrainingSetup, cp: int) -> tuple[int, int]:
+    """(forward, backward) bytes the ring attention can hold beyond the fused kernel's, at once, in one layer
+    (``_attention.py``): forward: K and V made contiguous (KV), their ``cat`` (KV) and the gathered cp·KV, the
+    merger's fp32 output, a step's output cast to fp32, ``sigmoid(lse_b − lse)·(out − out_b)``'s two temporaries and
+    the update (5 Q4); backward: the same K, V copies and gathered buffer, the fp32 dQ, dK, dV accumulators
+    (Q4 + dKV), a step's kernel gradients (≤ Q4 + dKV), the ``cat`` sent, the buffer received and a
+    ``_partial_update`` (3 dKV).  Under full checkpointing the backward phase also runs the forward's."""
+    kv, dkv, q4 = _sizes(cfg, s, batch, setup)
+    forward = (cp + 2) * kv + 5 * q4
+    backward = (cp + 2) * kv + 2 * q4 + 5 * dkv
+    return forward, max(backward, forward) if setup.checkpoint == "full" else backward
+
+
+def cp_rank_step(
+    cfg: ModelConfig,
+    seq: int,
+    batch: int,
+    setup: TrainingSetup,
+    layout: ParallelLayout,
+    mode: str = "plain",
+    rank: int | None = None,
+    device: str = "meta",
+    cpu_threads: int = 1,
+) -> tuple[StepMemory, ModelStates, int]:
+    """(per-phase bytes, model states, saved activations) of flat rank ``rank`` (dp rank k, cp rank c: k·cp + c;
+    default the worst): ``flat``'s rank at s positions (``analytic.parallel.rank_step``), its forward and backward
+    peaks raised by ``ring_transient`` (module docstring, 2-3)."""
+    s = check(cfg, seq, setup, layout)
+    step, st, act = rank_step(cfg, s, batch, setup, layout.flat_cp(), mode, rank, device, cpu_threads)
+    fwd, bwd = ring_transient(cfg, s, batch, setup, layout.cp)
+    raised = dataclasses.replace(
+        step,
+        forward=PhaseBytes(step.forward.peak + fwd, step.forward.end),
+        backward=PhaseBytes(step.backward.peak + bwd, step.backward.end),
+    )
+    return raised, st, act
+
+
+def cp_rank_flops(
+    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, rank: int = 0
+) -> StepFlops:
+    """Module docstring, 4: the s-position model's, its QKᵀ and AV cp times."""
+    from .flops import forward_flops
+
+    s = check(cfg, seq, setup, layout)
+    flops = rank_flops(cfg, s, batch, setup, layout.flat_cp(), rank)
+    fwd = forward_flops(cfg, s, batch)
+    attention = sum(fwd[k].total for k in ("layers.*.attn.qk", "layers.*.attn.av") if k in fwd)
+    extra = (layout.cp - 1) * attention
+    return dataclasses.replace(
+        flops,
+        forward=flops.forward + extra,
+        recompute=flops.recompute + (extra if setup.checkpoint == "full" else 0),
+        attention_recompute=flops.attention_recompute * layout.cp,
+    )

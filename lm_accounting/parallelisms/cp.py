@@ -1,0 +1,67 @@
+"""Context parallel (``cp``; torchtitan's ``ParallelDims.cp``): torch 2.13's
+``torch.distributed.tensor.experimental.context_parallel``.  Each of the cp ranks holds s = S/cp positions of every
+sequence, load-balanced (``_HeadTailLoadBalancer``: chunks i and 2cp − 1 − i of 2·cp, so S must be a multiple of
+2·cp) and runs the fused attention as ring attention over the cp group (``_context_parallel/_attention.py``
+``_templated_ring_attention``): K and V all-gathered (rotate "allgather", torch's default) and the fp32 dK, dV passed
+around the ring (``analytic.collectives`` rule 13; ``analytic.context_parallel``).
+
+The mesh is torchtitan's (pp, dp, cp, tp) (``ParallelDims._build_mesh_without_ep``: cp inside dp, tp innermost):
+the cp ranks are tp apart, and FSDP2, DDP and ZeRO-1 run over the flattened dp × cp mesh (``dp_shard_cp``,
+``apply_fsdp(model, parallel_dims.get_mesh("dp_shard_cp"))`` in ``torchtitan/models/llama3/infra/parallelize.py``;
+DDP's gradients all-reduced over ``dp_cp``), dp·cp ranks tp apart.
+
+Not accounted beside CP (refused): tensor, sequence and vocab parallel, pipeline and expert parallel, HSDP; a
+mixture of experts or latent attention; attention other than the fused kernel (CP replaces the SDPA kernels only:
+the course's naive attention would run whole on s positions, which is not attention over the sequence)."""
+
+from __future__ import annotations
+
+from ..config import AccountingError
+
+BESIDE = (("tp", "tensor parallel"), ("pp", "pipeline parallel"), ("ep", "expert parallel"), ("replicate", "HSDP"))
+"""The degrees not accounted beside context parallel: (field, what it is)."""
+
+
+class ContextParallel:
+    name = "CP"
+    fields = ("cp", "dp", "tp")
+
+    def validate(self, layout) -> None:
+        if layout.cp == 1:
+            return
+        for field, what in BESIDE:
+            if getattr(layout, field) > 1:
+                raise AccountingError(f"context parallel (cp={layout.cp}) beside {what} ({field}) is not accounted")
+
+    def check(self, layout, cfg, seq) -> None:
+        cp = layout.cp
+        if cp == 1:
+            return
+        unsupported = [u for u in ("mixture of experts", "latent attention (MLA)") if u in cfg.unsupported_for_replay()]
+        if unsupported:
+            raise AccountingError(f"context parallel (cp={cp}) covers dense attention; {cfg.name} has {unsupported[0]}")
+        if seq is not None and seq % (2 * cp):
+            # torch 2.13 ``_HeadTailLoadBalancer``: the sequence in 2·cp equal chunks
+            raise AccountingError(
+                f"context parallel load-balances the {seq:,} positions in 2·cp = {2 * cp} chunks: use a multiple of {2 * cp}"
+            )
+
+    def label(self, layout) -> str:
+        return f"·cp{layout.cp}" if layout.cp > 1 else ""
+
+    def groups(self, layout) -> dict[str, tuple[int, int]]:
+        """The cp ranks (tp apart: cp inside dp on the mesh) and FSDP2's/DDP's flattened dp × cp ranks."""
+        if layout.cp == 1:
+            return {}
+        return {"cp": (layout.cp, layout.tp), "dp_cp": (layout.dp * layout.cp, layout.tp)}
+
+
+def check_attention(layout, attention: str) -> None:
+    """CP replaces the fused SDPA kernels only (``_attention.py``'s ``custom_ops``): refuse the naive attention."""
+    if layout.cp > 1 and attention != "sdpa":
+        raise AccountingError(
+            f"context parallel (cp={layout.cp}) runs ring attention in place of the fused kernel: use --attention sdpa"
+        )
+
+
+CP = ContextParallel()
