@@ -397,14 +397,20 @@ def parameter(shape: Sequence[Dim], dtype: str = "fp32", name: str = "param") ->
 
 
 @contextmanager
-def grad_mode(enabled: bool):
-    """``torch.no_grad()`` (False) / ``torch.enable_grad()`` (True)."""
+def _setting(name: str, value):
+    """The current run's ``name`` set to ``value`` inside the region, restored after it."""
     run = current()
-    old, run.grad = run.grad, enabled
+    old = getattr(run, name)
+    setattr(run, name, value)
     try:
         yield
     finally:
-        run.grad = old
+        setattr(run, name, old)
+
+
+def grad_mode(enabled: bool):
+    """``torch.no_grad()`` (False) / ``torch.enable_grad()`` (True)."""
+    return _setting("grad", enabled)
 
 
 def no_grad():
@@ -428,16 +434,10 @@ def autocast(dtype: str = "bf16"):
             run.charge(-virtual, "autocast cache of repeated blocks", kernel=False)
 
 
-@contextmanager
 def autocast_off():
     """A region with autocast turned off inside an autocast region (``torch.autocast(..., enabled=False)``): no op
     casts; the weight cache is kept, as autocast clears it only on leaving the outermost region."""
-    run = current()
-    saved, run.autocast = run.autocast, None
-    try:
-        yield
-    finally:
-        run.autocast = saved
+    return _setting("autocast", None)
 
 
 @contextmanager
