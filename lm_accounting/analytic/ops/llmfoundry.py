@@ -18,7 +18,8 @@ yamls' biases, learned positions and tied head (``configuration_mpt.py`` default
 * ``MPTMLP`` (layers/ffn.py): ``up_proj``, ``nn.GELU(approximate='none')``, ``down_proj``;
 * ``flash_attn.losses.cross_entropy.CrossEntropyLoss`` (flash-attn 1.x): one kernel reading the bf16 logits and
   writing fp32 losses and log-sum-exps, one backward kernel writing the bf16 gradient (``inplace_backward``
-  False), no fp32 copy of the logits.
+  False), no fp32 copy of the logits;
+* Composer's train metrics after each micro-batch (``train_metrics``): two cross-entropies of the logits in fp32.
 
 The Triton kernel (``triton_flash_attention``) is priced by ``step_time`` (rule 2b) from the calibrated torch
 flash kernel.  Only a GPU step is modelled (the Triton kernel has no CPU or meta path).  No torch.
@@ -34,7 +35,7 @@ from .aten_layer_norm import layer_norm
 from .aten_split import split
 from .engine import Affine, StepInBatch
 from .step import training_step
-from .tensors import Storage, Tensor, autocast_off, autocast_or_not, current, empty, parameter, record
+from .tensors import Storage, Tensor, autocast_off, autocast_or_not, current, empty, no_grad, parameter, record
 from .transformers.gpt2 import GPT2LMHeadModel, LayerNorm
 from .transformers.llama import B, GradientCheckpointingLayer
 
@@ -88,6 +89,24 @@ def fused_cross_entropy(logits: Tensor, labels: Tensor) -> Tensor:
 
     record("SoftmaxCrossEntropyLossFnBackward", (logits,), (losses,), back, (logits, lse, labels))
     return A.sum_(losses, 0)
+
+
+TRAIN_METRICS = 2
+"""llm-foundry's ``ComposerMPTCausalLM`` train metrics (modeling_mpt.py:697-699, ``use_train_metrics`` True by
+default): ``LanguageCrossEntropy`` and ``LanguagePerplexity``."""
+
+
+def train_metrics(logits: Tensor, labels: Tensor) -> None:
+    """Composer 0.16.4 (llm-foundry's ``mosaicml>=0.16.3,<0.17``) updates the train metrics after every
+    micro-batch's backward (trainer.py:2472-2475 ``_eval_train_metrics``: under no_grad and the precision's
+    autocast, on the step's own logits, ``eval_forward(batch, outputs)``); each is ``CrossEntropyLoss(
+    reduction='sum')`` of the (N, V) bf16 logits (composer/metrics/nlp.py:100-121), which autocast runs in fp32
+    (``cross_entropy`` is on torch's autocast-to-float32 list, docs amp.html): an fp32 copy of the logits, its
+    log-softmax and the NLL.  Recorded at the forward's end: the same kernels, their transients (N·V·4 bytes
+    each) a phase early."""
+    with no_grad():
+        for _ in range(TRAIN_METRICS):
+            A.cross_entropy(A.to(logits, "fp32"), labels)
 
 
 class LPLayerNorm(LayerNorm):
@@ -165,13 +184,15 @@ class MPTForCausalLM(GPT2LMHeadModel):
     def forward(self) -> tuple[Tensor, Tensor]:
         logits = A.linear(self.transformer(), self.wte)  # modeling_mpt.py:575
         flat = A.view(logits, -1, self.cfg.vocab_size)  # ComposerMPTCausalLM.loss: logits.view(-1, V)
-        return logits, fused_cross_entropy(flat, empty((flat.shape[0],), "int64", "targets"))
+        self.labels_flat = empty((flat.shape[0],), "int64", "targets")  # get_targets: the labels rolled by one
+        return logits, fused_cross_entropy(flat, self.labels_flat)
 
     def loss(self) -> Tensor:
         """Composer's step: ``model(batch)`` and ``model.loss(outputs, batch)`` in its precision context (autocast
         for amp_bf16), the bf16 logits kept as they are."""
         with autocast_or_not("bf16" if self.setup.autocast else None):
             logits, loss = self.forward()
+        train_metrics(A.view(logits, -1, self.cfg.vocab_size), self.labels_flat)
         del logits
         return loss
 
