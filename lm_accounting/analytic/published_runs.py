@@ -271,8 +271,9 @@ MPT_TRITON = (
     "",
     "-",
     (
-        "llm-foundry's Triton FlashAttention (attn_impl: triton; flash-attn's flash_attn_triton.py on the pre-MLIR "
-        "Triton, tested on A100 only) priced at the published lower bound of its time, 1.7x torch's flash kernel "
+        "llm-foundry's Triton FlashAttention (attn_impl: triton; flash-attn's flash_attn_triton.py, tested on A100 "
+        "only, on the pre-MLIR Triton patched for sm90: setup.py's triton-pre-mlir@...triton_pre_mlir_sm90) priced "
+        "at the published lower bound of its time, 1.7x torch's flash kernel "
         "(step_time.TRITON_FLASH_SLOWDOWN: Dao 2023 §4.1 and the kernel's docstring, A100; no H100 figure exists): "
         "it may be slower still"
     ),
@@ -281,8 +282,9 @@ MPT_STACK = (
     "",
     "-",
     (
-        "the 2023 stack: torch 2.0.1 with CUDA 11.8's cuBLAS and NCCL on Hopper and Composer's FSDP1 (FULL_SHARD, "
-        "MixedPrecision DEFAULT: bf16 all-gathers, fp32 reduce-scatters), priced on a calibration measured with torch "
+        "the 2023 stack: torch 2.0.1 with CUDA 11.8's cuBLAS and NCCL on Hopper and Composer 0.16's FSDP1 "
+        "(FULL_SHARD, MixedPrecision DEFAULT: bf16 all-gathers; every micro-batch's unsharded gradients cast to fp32 "
+        "and reduce-scattered in fp32, as Composer syncs FSDP on each), priced on a calibration measured with torch "
         "2.11 and CUDA 13.0 (calibration/h100-80gb/env.json) and plan's FSDP2 collectives in bf16"
     ),
 )

@@ -21,6 +21,8 @@ yamls' biases, learned positions and tied head (``configuration_mpt.py`` default
   False), no fp32 copy of the logits;
 * Composer's train metrics after each micro-batch (``train_metrics``): two cross-entropies of the logits in fp32.
 
+Its setup.py pins the kernels: ``triton-pre-mlir`` (vchiley/triton, branch ``triton_pre_mlir_sm90``),
+``flash-attn==1.0.9`` and ``xentropy-cuda-lib`` (flash-attention v1.0.9), ``mosaicml>=0.16.3,<0.17`` (Composer).
 The Triton kernel (``triton_flash_attention``) is priced by ``step_time`` (rule 2b) from the calibrated torch
 flash kernel.  Only a GPU step is modelled (the Triton kernel has no CPU or meta path).  No torch.
 """
