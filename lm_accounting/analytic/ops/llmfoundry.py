@@ -37,9 +37,9 @@ from .aten_layer_norm import layer_norm
 from .aten_split import split
 from .engine import Affine, StepInBatch
 from .step import training_step
-from .tensors import Storage, Tensor, autocast_off, autocast_or_not, current, empty, no_grad, parameter, record
+from .tensors import Storage, Tensor, autocast_off, autocast_or_not, current, empty, no_grad, record
 from .transformers.gpt2 import GPT2LMHeadModel, LayerNorm
-from .transformers.llama import B, GradientCheckpointingLayer
+from .transformers.llama import B, GradientCheckpointingLayer, Linear
 
 LSE_ROWS = 128
 """flash_attn_triton.py ``_flash_attn_forward``: ``seqlen_q_rounded = math.ceil(seqlen_q / 128) * 128``, the
@@ -122,20 +122,6 @@ class LPLayerNorm(LayerNorm):
             return layer_norm(x, w, b, device=self.device)
 
 
-class Linear:
-    """``nn.Linear`` with a bias (fc_type 'torch'): ``F.linear``, an ``addmm`` on a 3-d contiguous input."""
-
-    def __init__(self, d_in: int, d_out: int, dtype: str, name: str):
-        self.weight = parameter((d_out, d_in), dtype, name + ".weight")
-        self.bias = parameter((d_out,), dtype, name + ".bias")
-
-    def params(self) -> list[Tensor]:
-        return [self.weight, self.bias]
-
-    def __call__(self, x: Tensor) -> Tensor:
-        return A.linear(x, self.weight, self.bias)
-
-
 class MPTBlock(GradientCheckpointingLayer):
     """``MPTBlock`` with ``MultiheadAttention`` (triton) and ``MPTMLP`` (module docstring)."""
 
@@ -143,11 +129,11 @@ class MPTBlock(GradientCheckpointingLayer):
         d = cfg.d_model
         self.heads, self.d_head = cfg.num_heads, cfg.d_head
         self.norm_1 = LPLayerNorm(d, dtype, device, name + ".norm_1")
-        self.Wqkv = Linear(d, 3 * d, dtype, name + ".attn.Wqkv")
-        self.out_proj = Linear(d, d, dtype, name + ".attn.out_proj")
+        self.Wqkv = Linear(d, 3 * d, True, dtype, name + ".attn.Wqkv")  # nn.Linear, fc_type 'torch': an addmm
+        self.out_proj = Linear(d, d, True, dtype, name + ".attn.out_proj")
         self.norm_2 = LPLayerNorm(d, dtype, device, name + ".norm_2")
-        self.up_proj = Linear(d, cfg.d_ff, dtype, name + ".ffn.up_proj")
-        self.down_proj = Linear(cfg.d_ff, d, dtype, name + ".ffn.down_proj")
+        self.up_proj = Linear(d, cfg.d_ff, True, dtype, name + ".ffn.up_proj")
+        self.down_proj = Linear(cfg.d_ff, d, True, dtype, name + ".ffn.down_proj")
 
     def params(self) -> list[Tensor]:
         modules = (self.norm_1, self.Wqkv, self.out_proj, self.norm_2, self.up_proj, self.down_proj)
