@@ -114,3 +114,16 @@ def test_the_mpt_rows_are_the_models_that_ran():
     assert len(mpt) == len(MPT_H100) == 52
     for run, published in zip(mpt, MPT_H100, strict=True):
         assert parameter_breakdown(config(run)).total == published[-1], run.name
+
+
+def test_the_mpt_mfu_column_is_the_throughput():
+    """llm-foundry's MFU column (collect_results.py: (3·flops_per_seq + 3·attn_flops_per_seq)·seq/s over GPUs and
+    Composer's 989.4 TFLOP/s bf16 H100 peak, flops_per_seq = 2·N·S, attn = l·2·2·d·S²) is its T/s/GPU times
+    6·N + 12·l·d·S per token on every row (to the T/s/GPU's truncation): the two columns are one measurement, so the
+    errors of the MPT rows are in the time, not in a FLOP convention."""
+    from lm_accounting.analytic.published_runs import MPT_H100, MPT_SIZES
+
+    for model, seq, _gpus, _b, _gbs, _ck, tps, mfu, n in MPT_H100:
+        d, _h, layers = MPT_SIZES[model]
+        per_token = 6 * n + 12 * layers * d * seq
+        assert 100 * per_token * tps / 989.4e12 == pytest.approx(mfu, rel=1e-3), (model, seq)

@@ -5,7 +5,9 @@ table).  One rule predicts every row (``RULE``), no constant per row:
 
 1. The step: ``plan.estimate_step`` of the run's own layout, the step-time model ``plan``, ``train-time`` and
    ``memory`` print (``plan``'s rules 1-4): the busiest GPU's micro-batches priced op by op on the GPU's
-   calibration (the TP-local course program at the run's S, micro-batch b and checkpointing: GEMMs at their
+   calibration (the TP-local program at the run's S, micro-batch b and checkpointing: the course program, or
+   for llm-foundry's MPT rows the program MPT ran, ``ops.llmfoundry``, in bf16 as FSDP's MixedPrecision gathers
+   its parameters, its Triton attention at ``step_time.TRITON_FLASH_SLOWDOWN``; GEMMs at their
    measured rates, fused attention, every memory-bound kernel; its share of the rank's hardware FLOPs under
    pp or vocab parallel), the 1F1B bubble (a run with an interleaved schedule whose virtual stages its source
    states is priced with them: ``Run.virtual_stages``, cited in ``Run.virtual_source``), its AdamW step, TP/SP and expert collectives exposed, data-parallel
@@ -40,6 +42,7 @@ from ..layout import ParallelLayout
 from ..plan import DEFAULT_INTERNODE, GPUS_PER_NODE, StepEstimate, estimate_step
 from ..setup import TrainingSetup
 from .params import embedding_params, parameter_breakdown
+from .step_time import TRITON_FLASH_SLOWDOWN
 
 CALIBRATED = "h100-80gb"
 RULE = (
@@ -132,6 +135,8 @@ class Run:
     overrides: tuple[tuple[str, Any], ...] = ()  # the run's model where it is not the preset
     virtual_stages: int = 1  # interleaved 1F1B's chunks per pipeline rank, as the source states (``virtual_source``)
     virtual_source: str = ""
+    impl: str = "course"  # the program priced (``ops``: course, or llm-foundry for its MPT benchmarks)
+    precision: str = "amp-bf16"  # the compute's: bf16 where FSDP gathers bf16 parameters (MixedPrecision)
 
     @property
     def flags(self) -> set[str]:
@@ -257,89 +262,102 @@ MPT_SIZES = {"760m": (1536, 12, 24), "1b": (2048, 16, 24), "3b": (2560, 20, 32),
 with GPT-2's architecture (LayerNorm and linear biases, a 4·d GELU MLP, learned positions up to the sequence, tied
 LM head) and a 50,368 vocabulary, our parameter count equals the table's NumParams on every row
 (tests/test_published_runs.py)."""
+MPT_SETUP = (
+    "https://github.com/mosaicml/llm-foundry/blob/061f2c7ce64e655100286584a7629e2a09f827ba/scripts/train/"
+    "benchmarking/ (sweep.sh: the H100 rows' image mosaicml/pytorch:2.0.1_cu118, submit_benchmarks.py's defaults: "
+    "attn_impl triton, norm_type low_precision_layernorm, fsdp mixed_precision DEFAULT)"
+)
 MPT_TRITON = (
     "",
     "-",
     (
-        "MPT's Triton flash attention (the yamls' attn_impl: triton) on torch 1.13 (the README's tables predate torch "
-        "2), not the calibrated torch flash kernel (FlashAttention-2, which Dao 2023 §4.1 measures ahead of the Triton "
-        "implementation)"
+        "llm-foundry's Triton FlashAttention (attn_impl: triton; flash-attn's flash_attn_triton.py, tested on A100 "
+        "only, on the pre-MLIR Triton patched for sm90: setup.py's triton-pre-mlir@...triton_pre_mlir_sm90) priced "
+        "at the published lower bound of its time, 1.7x torch's flash kernel "
+        "(step_time.TRITON_FLASH_SLOWDOWN: Dao 2023 §4.1 and the kernel's docstring, A100; no H100 figure exists): "
+        "it may be slower still"
     ),
 )
-MPT_KERNELS = (
+MPT_STACK = (
     "",
-    "+",
+    "-",
     (
-        "MPT's LayerNorm in bf16, one kernel each way (llm-foundry configuration_mpt.py: norm_type "
-        "'low_precision_layernorm') and nn.Linear's bias inside the GEMM (fc_type 'torch'), where the course "
-        "program priced writes its LayerNorm out in fp32 and adds each bias apart"
+        "the 2023 stack: torch 2.0.1 with CUDA 11.8's cuBLAS and NCCL on Hopper and Composer 0.16's FSDP1 "
+        "(FULL_SHARD, MixedPrecision DEFAULT: bf16 all-gathers; every micro-batch's unsharded gradients cast to fp32 "
+        "and reduce-scattered in fp32, as Composer syncs FSDP on each), priced on a calibration measured with torch "
+        "2.11 and CUDA 13.0 (calibration/h100-80gb/env.json) and plan's FSDP2 collectives in bf16"
     ),
 )
-MPT_H100 = (  # model, S, GPUs, micro-batch, global batch, activation checkpointing, T/s/GPU, NumParams
-    ("70b", 2048, 64, 8, 2048, True, 1039, 64862437376),
-    ("70b", 2048, 32, 2, 1024, True, 882, 64862437376),
-    ("30b", 8192, 8, 1, 168, True, 1384, 30019254272),
-    ("30b", 4096, 8, 1, 168, True, 1802, 29989894144),
-    ("30b", 2048, 32, 14, 1344, True, 2308, 29975214080),
-    ("30b", 2048, 16, 10, 480, True, 2263, 29975214080),
-    ("30b", 2048, 8, 3, 504, True, 2002, 29975214080),
-    ("30b", 1024, 8, 6, 1008, True, 2084, 29967874048),
-    ("13b", 32768, 8, 1, 24, True, 1976, 13011240960),
-    ("13b", 16384, 8, 3, 72, True, 2985, 12927354880),
-    ("13b", 4096, 8, 10, 240, True, 4717, 12864440320),
-    ("13b", 2048, 64, 2, 128, False, 4800, 12853954560),
-    ("13b", 2048, 32, 2, 64, False, 4811, 12853954560),
-    ("13b", 2048, 16, 2, 32, False, 4767, 12853954560),
-    ("13b", 2048, 8, 2, 16, False, 4792, 12853954560),
-    ("13b", 1024, 8, 40, 960, True, 5502, 12848711680),
-    ("7b", 65536, 8, 1, 16, True, 1956, 6918905856),
-    ("7b", 32768, 8, 2, 32, True, 3318, 6784688128),
-    ("7b", 8192, 8, 8, 128, True, 6935, 6684024832),
-    ("7b", 4096, 8, 16, 256, True, 8611, 6667247616),
-    ("7b", 2048, 8, 6, 48, False, 10643, 6658859008),
-    ("7b", 1024, 8, 64, 1024, True, 10203, 6654664704),
-    ("3b", 65536, 8, 1, 16, True, 3262, 2814366720),
-    ("3b", 32768, 8, 3, 144, True, 5873, 2730480640),
-    ("3b", 16384, 8, 1, 48, False, 11152, 2688537600),
-    ("3b", 8192, 8, 3, 144, False, 16578, 2667566080),
-    ("3b", 4096, 8, 5, 240, False, 20964, 2657080320),
-    ("3b", 2048, 64, 6, 1152, False, 22525, 2651837440),
-    ("3b", 2048, 32, 6, 576, False, 23021, 2651837440),
-    ("3b", 2048, 16, 10, 480, False, 24142, 2651837440),
-    ("3b", 1024, 8, 20, 960, False, 27046, 2649216000),
-    ("3b", 512, 8, 40, 1920, False, 27965, 2647905280),
-    ("1b", 65536, 8, 1, 16, True, 5506, 1445974016),
-    ("1b", 32768, 8, 1, 32, False, 12025, 1378865152),
-    ("1b", 16384, 8, 2, 64, False, 19649, 1345310720),
-    ("1b", 8192, 8, 3, 96, False, 29157, 1328533504),
-    ("1b", 4096, 8, 7, 224, False, 38535, 1320144896),
-    ("1b", 2048, 64, 20, 1280, False, 44402, 1315950592),
-    ("1b", 2048, 32, 20, 640, False, 45130, 1315950592),
-    ("1b", 2048, 16, 20, 320, False, 46037, 1315950592),
-    ("1b", 2048, 8, 14, 112, False, 45455, 1315950592),
-    ("1b", 1024, 8, 18, 576, False, 48910, 1313853440),
-    ("1b", 512, 8, 56, 1792, False, 52275, 1312804864),
-    ("760m", 32768, 8, 1, 16, False, 16291, 807656448),
-    ("760m", 16384, 8, 3, 48, False, 27815, 782490624),
-    ("760m", 8192, 8, 6, 96, False, 41825, 769907712),
-    ("760m", 4096, 8, 12, 192, False, 55459, 763616256),
-    ("760m", 2048, 32, 24, 768, False, 67971, 760470528),
-    ("760m", 2048, 16, 24, 384, False, 68551, 760470528),
-    ("760m", 2048, 8, 24, 384, False, 63147, 760470528),
-    ("760m", 1024, 8, 48, 768, False, 78581, 758897664),
-    ("760m", 512, 8, 96, 1536, False, 83749, 758111232),
+MPT_H100 = (  # model, S, GPUs, micro-batch, global batch, activation checkpointing, T/s/GPU, MFU %, NumParams
+    ("70b", 2048, 64, 8, 2048, True, 1039, 42.57, 64862437376),
+    ("70b", 2048, 32, 2, 1024, True, 882, 36.15, 64862437376),
+    ("30b", 8192, 8, 1, 168, True, 1384, 29.92, 30019254272),
+    ("30b", 4096, 8, 1, 168, True, 1802, 35.86, 29989894144),
+    ("30b", 2048, 32, 14, 1344, True, 2308, 43.92, 29975214080),
+    ("30b", 2048, 16, 10, 480, True, 2263, 43.07, 29975214080),
+    ("30b", 2048, 8, 3, 504, True, 2002, 38.11, 29975214080),
+    ("30b", 1024, 8, 6, 1008, True, 2084, 38.76, 29967874048),
+    ("13b", 32768, 8, 1, 24, True, 1976, 31.68, 13011240960),
+    ("13b", 16384, 8, 3, 72, True, 2985, 35.55, 12927354880),
+    ("13b", 4096, 8, 10, 240, True, 4717, 41.6, 12864440320),
+    ("13b", 2048, 64, 2, 128, False, 4800, 39.86, 12853954560),
+    ("13b", 2048, 32, 2, 64, False, 4811, 39.95, 12853954560),
+    ("13b", 2048, 16, 2, 32, False, 4767, 39.58, 12853954560),
+    ("13b", 2048, 8, 2, 16, False, 4792, 39.79, 12853954560),
+    ("13b", 1024, 8, 40, 960, True, 5502, 44.27, 12848711680),
+    ("7b", 65536, 8, 1, 16, True, 1956, 28.59, 6918905856),
+    ("7b", 32768, 8, 2, 32, True, 3318, 30.94, 6784688128),
+    ("7b", 8192, 8, 8, 128, True, 6935, 37.14, 6684024832),
+    ("7b", 4096, 8, 16, 256, True, 8611, 40.42, 6667247616),
+    ("7b", 2048, 8, 6, 48, False, 10643, 46.44, 6658859008),
+    ("7b", 1024, 8, 64, 1024, True, 10203, 42.83, 6654664704),
+    ("3b", 65536, 8, 1, 16, True, 3262, 26.81, 2814366720),
+    ("3b", 32768, 8, 3, 144, True, 5873, 28.84, 2730480640),
+    ("3b", 16384, 8, 1, 48, False, 11152, 36.34, 2688537600),
+    ("3b", 8192, 8, 3, 144, False, 16578, 40.31, 2667566080),
+    ("3b", 4096, 8, 5, 240, False, 20964, 42.31, 2657080320),
+    ("3b", 2048, 64, 6, 1152, False, 22525, 40.8, 2651837440),
+    ("3b", 2048, 32, 6, 576, False, 23021, 41.7, 2651837440),
+    ("3b", 2048, 16, 10, 480, False, 24142, 43.73, 2651837440),
+    ("3b", 1024, 8, 20, 960, False, 27046, 46.2, 2649216000),
+    ("3b", 512, 8, 40, 1920, False, 27965, 46.32, 2647905280),
+    ("1b", 65536, 8, 1, 16, True, 5506, 26.34, 1445974016),
+    ("1b", 32768, 8, 1, 32, False, 12025, 33.54, 1378865152),
+    ("1b", 16384, 8, 2, 64, False, 19649, 35.22, 1345310720),
+    ("1b", 8192, 8, 3, 96, False, 29157, 37.73, 1328533504),
+    ("1b", 4096, 8, 7, 224, False, 38535, 40.26, 1320144896),
+    ("1b", 2048, 64, 20, 1280, False, 44402, 40.85, 1315950592),
+    ("1b", 2048, 32, 20, 640, False, 45130, 41.52, 1315950592),
+    ("1b", 2048, 16, 20, 320, False, 46037, 42.36, 1315950592),
+    ("1b", 2048, 8, 14, 112, False, 45455, 41.82, 1315950592),
+    ("1b", 1024, 8, 18, 576, False, 48910, 41.95, 1313853440),
+    ("1b", 512, 8, 56, 1792, False, 52275, 43.21, 1312804864),
+    ("760m", 32768, 8, 1, 16, False, 16291, 31.84, 807656448),
+    ("760m", 16384, 8, 3, 48, False, 27815, 33.57, 782490624),
+    ("760m", 8192, 8, 6, 96, False, 41825, 34.84, 769907712),
+    ("760m", 4096, 8, 12, 192, False, 55459, 35.83, 763616256),
+    ("760m", 2048, 32, 24, 768, False, 67971, 37.57, 760470528),
+    ("760m", 2048, 16, 24, 384, False, 68551, 37.89, 760470528),
+    ("760m", 2048, 8, 24, 384, False, 63147, 34.9, 760470528),
+    ("760m", 1024, 8, 48, 768, False, 78581, 39.76, 758897664),
+    ("760m", 512, 8, 96, 1536, False, 83749, 40.42, 758111232),
 )  # fmt: skip
 
 
-def _mpt(model, seq, gpus, b, gbs, ck, tps, _n) -> Run:
+def _mpt(model, seq, gpus, b, gbs, ck, tps, _mfu, _n) -> Run:
     d, h, layers = MPT_SIZES[model]
     sizes = (("vocab_size", 50368), ("d_model", d), ("num_heads", h), ("num_layers", layers), ("d_ff", 4 * d),
              ("context_length", seq), ("max_position_embeddings", seq))  # fmt: skip
-    return Run(f"MPT {model} S {seq:,} {gpus} GPUs", MPT_SOURCE, "openai-gpt2", CALIBRATED, "H100 80GB", gpus, gpus,
-               3, 1, 1, 1, seq, b, gbs, "full" if ck else "none", "full" if ck else "none", tps, "tokens/s/GPU",
-               "Throughput (T/s/GPU)", (MPT_TRITON, MPT_KERNELS), sizes)  # fmt: skip
+    return Run(f"MPT {model} S {seq:,} {gpus} GPUs", MPT_SOURCE + "; setup: " + MPT_SETUP, "openai-gpt2", CALIBRATED,
+               "H100 80GB", gpus, gpus, 3, 1, 1, 1, seq, b, gbs, "full" if ck else "none", "full" if ck else "none",
+               tps, "tokens/s/GPU", MPT_CONVENTION, (MPT_TRITON, MPT_STACK), sizes, impl="llm-foundry",
+               precision="bf16")  # fmt: skip
 
 
+MPT_CONVENTION = (
+    "Throughput (T/s/GPU); its MFU column is the same figure times (6·N + 12·l·d·S) / 989.4 TFLOP/s "
+    "(collect_results.py; tests/test_published_runs.py)"
+)
 RUNS += tuple(_mpt(*r) for r in MPT_H100)
 
 
@@ -349,12 +367,12 @@ def config(run: Run):
 
 
 def setup(run: Run) -> TrainingSetup:
-    return TrainingSetup(attention="sdpa", checkpoint=run.checkpoint, precision="amp-bf16")
+    return TrainingSetup(attention="sdpa", checkpoint=run.checkpoint, precision=run.precision)
 
 
 def estimate(run: Run) -> StepEstimate:
     """Rule step 1: the run's own layout on ``plan``'s step-time model."""
-    return estimate_step(config(run), run.gpu, run.seq, run.micro_batch, setup(run), run.layout)
+    return estimate_step(config(run), run.gpu, run.seq, run.micro_batch, setup(run), run.layout, impl=run.impl)
 
 
 def model_flops_per_token(run: Run) -> float:
@@ -415,9 +433,11 @@ def cause(run: Run, row: dict[str, Any]) -> str:
     """Where |error| > 10 %: the run's differences acting in the error's direction ("-": we over-predict, "+": we
     under-predict), then the terms of our prediction that could carry the error, from ``SHARE`` of it on.  Over-
     predicted: the fused attention's share of the calibrated compute (priced at the calibration's torch flash
-    kernel).  Under-predicted: the memory-bound kernels' share (each priced as a kernel of its own; a fusing stack
-    runs fewer), the TP collectives counted exposed, the 1F1B bubble, the pipeline's sends counted exposed,
-    data-parallel collectives longer than the compute (all-gathers of the fp32 parameters over ``plan``'s links)."""
+    kernel, or llm-foundry's Triton kernel at its bound), data-parallel collectives from a tenth of the compute
+    (counted overlapped).  Under-predicted: the memory-bound kernels' share (each priced as a kernel of its own; a
+    fusing stack runs fewer), the TP collectives counted exposed, the 1F1B bubble, the pipeline's sends counted
+    exposed, data-parallel collectives longer than the compute (all-gathers of the fp32 parameters over ``plan``'s
+    links)."""
     error = row["error"]
     if error is None:
         return "not predicted: " + "; ".join(w for f, _, w in run.differences if f == "cp")
@@ -428,8 +448,14 @@ def cause(run: Run, row: dict[str, Any]) -> str:
     step, compute = row["step_s"], row["compute_s"]
     if error > 0 and row["attention_share"] >= SHARE:
         parts.append(
-            f"fused attention {100 * row['attention_share']:.0f} % of the calibrated compute (priced at the "
-            "calibration's torch flash kernel)"
+            f"fused attention {100 * row['attention_share']:.0f} % of the calibrated compute (priced at "
+            + (f"{TRITON_FLASH_SLOWDOWN}x " if run.impl == "llm-foundry" else "")
+            + "the calibration's torch flash kernel)"
+        )
+    if error > 0 and row["dp_comm_s"] >= SHARE / 2 * compute:
+        parts.append(
+            f"data-parallel collectives {100 * row['dp_comm_s'] / compute:.0f} % of the compute, counted hidden "
+            "behind it"
         )
     if error < 0 and row["memory_bound_share"] >= SHARE:
         parts.append(f"memory-bound kernels {100 * row['memory_bound_share']:.0f} % of the calibrated compute")

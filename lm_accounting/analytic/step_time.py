@@ -22,6 +22,9 @@ the prices come from ``lm_accounting/calibration/<gpu>/``, written by ``benchmar
 2. Fused attention: seconds per unit of B·h·S²·d_head measured at that backend, d_head (64 or 128) and dtype with
    ``is_causal`` (attention.csv), interpolated in log S; the backward is the forward + backward less the forward.
    cuDNN attention is priced at flash's rate (not measured separately).
+2b. llm-foundry's Triton FlashAttention (``ops.llmfoundry``: flash-attn's ``flash_attn_triton.py`` on the
+   pre-MLIR Triton, "only tested on A100") at flash's measured time times ``TRITON_FLASH_SLOWDOWN``: no H100
+   measurement of that kernel is published; two A100 ones bound it (see the constant).
 3. Every other storage an op makes: a memory-bound kernel moving ``TRAFFIC[label]`` times its bytes (an elementwise
    binary op reads two operands and writes one) at the measured bandwidth, plus a fixed per-kernel time; both from
    memory_bound.csv (``Calibration.bandwidth``, ``Calibration.kernel_overhead``).  A softmax (forward, log and
@@ -116,6 +119,13 @@ the copy's bandwidth in bf16, a ``cat`` of rows at about a third."""
 ODD = ("softmax", "softmax_backward", "cat_column")
 """(3b) The RATED ops odd_width.csv measures at rows of an odd length beside the even length one less."""
 ADAMW_BYTES_PER_ELEMENT = 7  # p, g, m, v read; p, m, v written
+TRITON_FLASH_SLOWDOWN = 1.7
+"""(2b) The Triton FlashAttention's forward + backward time over torch's flash kernel (FlashAttention-2), the
+published lower bound on an A100 (no H100 figure exists): (1) Dao 2023, "FlashAttention-2", arXiv:2307.08691 §4.1:
+FlashAttention-2 is 1.7-3.0x faster than FlashAttention (forward + backward, A100 80GB); (2) the Triton kernel's own
+docstring (flash-attn eff9fe6 flash_attn_triton.py, copied as llm-foundry's layers/flash_attn_triton.py):
+"Overall Triton forward + backward is slightly slower than CUDA forward + backward" (FlashAttention's CUDA).  So
+the Triton kernel takes at least 1.7x FlashAttention-2's time; the bound is taken, not fitted."""
 
 
 def calibrations() -> list[str]:
@@ -410,7 +420,10 @@ def _aligned_seconds(cal: Calibration, dtype: str, layout: str, m: int, n: int, 
 
 
 def attention_seconds(cal: Calibration, backend: str, kind: str, b: int, h: int, s: int, d: int, dtype: str) -> float:
-    """(2): seconds per unit of B·h·S²·d at the measured backend, d_head and dtype, log-interpolated in S."""
+    """(2): seconds per unit of B·h·S²·d at the measured backend, d_head and dtype, log-interpolated in S; (2b)
+    the Triton kernel at flash's times ``TRITON_FLASH_SLOWDOWN``."""
+    if backend == "triton":
+        return TRITON_FLASH_SLOWDOWN * attention_seconds(cal, "flash", kind, b, h, s, d, dtype)
     measured = "efficient" if backend == "efficient" else "flash"
     rows = [
         r

@@ -9,7 +9,7 @@ Layers (each its own module):
 * ``aten``: aten-level primitives, each with its forward allocations, saved tensors and backward;
 * ``step``: one training step of a program (``training_step``: forward, backward, AdamW, zero_grad);
 * programs written like the code they follow: ``transformers`` (transformers 5.24's modeling code),
-  ``course`` (our own model).
+  ``course`` (our own model), ``llmfoundry`` (llm-foundry's MPT on a GPU, for its published benchmarks).
 
 Entry points: ``predict_step`` (the step as a function of the micro-batch B) and ``unsupported``.  No torch.
 """
@@ -21,7 +21,7 @@ from ...layout import ParallelLayout
 from ...setup import TrainingSetup
 from .engine import StepInBatch
 
-IMPLS = ("course", "transformers")
+IMPLS = ("course", "transformers", "llm-foundry")
 RUNS = (("traced", "meta"), ("traced", "cpu"), ("plain", "meta"), ("plain", "cpu"), ("plain", "cuda"))
 """(mode, device) pairs predicted (``exactness`` says how each is proven, per implementation).  "traced" is the
 storage tracker's run (every meta run; cpu tensors under a dispatch mode); "plain" is a run without a dispatch
@@ -62,6 +62,10 @@ def _programs(impl: str):
         from . import course  # helper H5's programs
 
         return course
+    if impl == "llm-foundry":  # MPT as llm-foundry's benchmarks ran it, on cuda only (published_runs)
+        from . import llmfoundry
+
+        return llmfoundry
     raise ValueError(f"unknown implementation {impl!r} (valid: {', '.join(IMPLS)})")
 
 
