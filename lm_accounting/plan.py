@@ -77,6 +77,8 @@ refused: the replay does not model it.
 
 from __future__ import annotations
 
+import functools
+import gc
 import heapq
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -385,8 +387,10 @@ class _Pricing:
     def compute(self, b, setup, lay) -> float:
         """Step 1: the busiest GPU's micro-batches, the bubble's slots, and its AdamW step, cached on the fields
         they read (thousands of candidates differ only in dp, ZeRO or SP)."""
-        key = ("compute", b, setup, lay.tp, lay.vocab_parallel, lay.pp, lay.ep, lay.virtual_stages, lay.micro_batches)
-        key += (lay.shard if lay.zero else 1,)  # AdamW's share
+        key = (
+            "compute", b, setup, lay.tp, lay.vocab_parallel, lay.pp, lay.ep, lay.virtual_stages, lay.micro_batches,
+            lay.dp // lay.replicate if lay.zero else 1,  # AdamW's share: ``ParallelLayout.shard``
+        )  # fmt: skip
         got = self.cache.get(key)
         if got is None:
             slots = pipeline_slots(lay.micro_batches, lay.pp, lay.virtual_stages)  # the bubble
@@ -428,7 +432,10 @@ class _Pricing:
         prog = self._program(local, setup)
         phases = self._get(("priced", b, setup, lay.tp), lambda: prog.at(b, self.cal)[0])
         whole = self._get(("local flops", setup, lay.tp), lambda: step_flops(local, self.seq, 1, setup).hardware)
-        share = self._get(key, self._micro_batch_flops, b, setup, lay) / (whole * b)  # FLOPs are linear in b
+        # FLOPs are linear in b (tests/test_plan_speed.py), so the share is b = 1's, the same float: b·f / (b·w) and
+        # f / w are one real number, correctly rounded; but expert parallel's busiest rank (ceil of split rows)
+        one = b if lay.ep > 1 else 1
+        share = self._get(key[:1] + (one,) + key[2:], self._micro_batch_flops, one, setup, lay) / (whole * one)
         scale = share / self.efficiency
         return tuple(
             scale * (getattr(phases[1], f) + getattr(phases[2], f)) for f in ("gemm", "attention", "memory_bound")
@@ -474,42 +481,43 @@ class _Pricing:
         per step (collectives rules 8–10), each group's the busiest stage's; with virtual stages the
         pipeline rank's transfers (rule 11), its dp and tp groups' those of its 1F1B stage (every v alike)."""
         stages = sorted({0, min(1, lay.pp - 1), lay.pp - 1})  # a middle stage has two pipeline neighbours
-        fields = (lay.dp, lay.zero, lay.tp, lay.sequence_parallel, lay.vocab_parallel, lay.pp, lay.micro_batches)
-        key = (
-            "groups",
-            b,
-            setup.precision,
-            setup.checkpoint,
-            *fields,
-            lay.ep,
-            lay.replicate,
-        )  # other setup fields fixed
-        dp, tp, ep = self._get(key, self._group_wire, b, setup, lay, stages)
-        pp = 0
+        k, ck = lay.micro_batches, setup.checkpoint
+        dp, tp, pp, ep = 0.0, 0, 0, 0
+        if lay.dp > 1:  # they read neither sequence parallel nor the checkpointing; k (under pp m) does
+            moe = (b, ck) if lay.ep > 1 else None  # the all-to-alls read the micro-batch and the checkpointing
+            key = ("dp groups", setup.precision, lay.dp, lay.zero, lay.tp, lay.vocab_parallel, lay.pp, k, lay.ep)
+            dp, ep = self._get(key + (lay.replicate, moe), self._data_parallel_groups, b, setup, lay, stages, moe)
+        if lay.tp > 1:  # they read whether FSDP2 runs, not dp or its ZeRO stage; m scales each micro-batch's
+            m = k if lay.pp > 1 else 1  # the collectives read m under pp only
+            key = ("tp groups", b, setup.precision, ck, lay.tp, lay.sequence_parallel, lay.vocab_parallel, lay.pp)
+            tp = self._get(key + (lay.fsdp, m), self._tensor_parallel_groups, b, setup, lay, stages, m)
+            tp *= 1 if lay.pp > 1 else k  # TP per micro-batch; under pp the step's already
         if lay.pp > 1:  # the busiest stage's (pipeline rank's) transfers
             key = ("pp", b, setup.precision, lay.tp, lay.sequence_parallel, lay.fsdp, lay.pp, lay.micro_batches)
             pp = self._get(key + (lay.virtual_stages,), self._pipeline_wire, b, setup, lay, stages)
         return dp, tp, pp, ep
 
-    def _group_wire(self, b, setup, lay, stages) -> tuple[float, int, int]:
-        """(dp seconds, tp wire bytes, ep wire bytes) of ``_wire``."""
-        k, ck = lay.micro_batches, setup.checkpoint
-        m = k if lay.pp > 1 else 1  # the collectives read m under pp only
-        moe = (b, ck) if lay.ep > 1 else None  # the all-to-alls read the micro-batch and the checkpointing
-        dp, tp, ep = 0.0, 0, 0
+    def _data_parallel_groups(self, b, setup, lay, stages, moe) -> tuple[float, int]:
+        """(dp seconds, ep wire bytes) of ``_wire``: the busiest stage's, each stage's cached on the fields it
+        reads (under pp m only through FSDP2's passes)."""
+        k, dp, ep = lay.micro_batches, 0.0, 0
         for s in stages:
-            if lay.dp > 1:  # they read neither sequence parallel nor the checkpointing, nor k; under pp m only
-                passes = sharded_passes(lay, s) if lay.pp > 1 and lay.fsdp else None  # as FSDP2's passes (rule 9)
-                key = ("dp", setup.precision, lay.dp, lay.zero, lay.tp, lay.vocab_parallel, lay.pp, passes, lay.ep)
-                key += (lay.replicate,)
-                gathers, rest, each = self._get(key + (moe, s), self._data_parallel_wire, b, setup, lay, s)
-                # without pp FSDP2 gathers at every micro-batch, and the all-to-alls run at each
-                dp, ep = max(dp, (k if lay.pp == 1 else 1) * gathers + rest), max(ep, k * each)
-            if lay.tp > 1:  # they read whether FSDP2 runs, not dp or its ZeRO stage; m scales each micro-batch's
-                key = ("tp", b, setup.precision, ck, lay.tp, lay.sequence_parallel, lay.vocab_parallel, lay.pp)
-                key += (lay.fsdp, s)
-                tp = max(tp, self._get(key + (m,), self._tensor_parallel_wire, key, b, setup, lay, s, m))
-        return dp, tp * (1 if lay.pp > 1 else k), ep  # TP per micro-batch; under pp the step's already
+            passes = sharded_passes(lay, s) if lay.pp > 1 and lay.fsdp else None  # as FSDP2's passes (rule 9)
+            key = ("dp", setup.precision, lay.dp, lay.zero, lay.tp, lay.vocab_parallel, lay.pp, passes, lay.ep)
+            key += (lay.replicate,)
+            gathers, rest, each = self._get(key + (moe, s), self._data_parallel_wire, b, setup, lay, s)
+            # without pp FSDP2 gathers at every micro-batch, and the all-to-alls run at each
+            dp, ep = max(dp, (k if lay.pp == 1 else 1) * gathers + rest), max(ep, k * each)
+        return dp, ep
+
+    def _tensor_parallel_groups(self, b, setup, lay, stages, m) -> int:
+        """TP wire bytes of ``_wire`` (per micro-batch without pp, the step's under pp): the busiest stage's."""
+        tp = 0
+        for s in stages:
+            key = ("tp", b, setup.precision, setup.checkpoint, lay.tp, lay.sequence_parallel, lay.vocab_parallel)
+            key += (lay.pp, lay.fsdp, s)
+            tp = max(tp, self._get(key + (m,), self._tensor_parallel_wire, key, b, setup, lay, s, m))
+        return tp
 
     def _tensor_parallel_wire(self, key, b, setup, lay, s, m) -> int:
         """Stage ``s``'s TP wire bytes: one micro-batch's collectives m times, the norms' once."""
@@ -597,6 +605,26 @@ def check_plan(
     return basis
 
 
+def without_cycle_collector(fn):
+    """``fn`` run with Python's cyclic garbage collector off (restored after): a plan keeps ~10^5 acyclic objects
+    alive (its candidates, their layouts, the pricing caches' keys), which each of the collector's full passes
+    walked (0.2-0.3 s of plan-70b's ~2.2 s CPU, ``benchmarks/bench_cli.py``; its output is the same: the replays
+    free by reference counts).  Whatever cyclic garbage it leaves (about 4 MB on plan-70b) is collected later."""
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        if not gc.isenabled():
+            return fn(*args, **kwargs)
+        gc.disable()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            gc.enable()
+
+    return run
+
+
+@without_cycle_collector
 def plan(
     cfg: ModelConfig,
     gpu_name: str,
