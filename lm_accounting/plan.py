@@ -373,6 +373,7 @@ class _Pricing:
     def __init__(self, cfg: ModelConfig, seq: int, g: GPU, efficiency: float, internode: int, impl: str = "course"):
         self.cfg, self.seq, self.g, self.efficiency, self.internode = cfg, seq, g, efficiency, internode
         self.impl, self.cal, self.cache = impl, load(g.name), {}
+        self.nvlink = g.interconnect_one_way
 
     def _get(self, key, build, *args):
         got = self.cache.get(key)
@@ -389,7 +390,7 @@ class _Pricing:
         they read (thousands of candidates differ only in dp, ZeRO or SP)."""
         key = (
             "compute", b, setup, lay.tp, lay.vocab_parallel, lay.pp, lay.ep, lay.virtual_stages, lay.micro_batches,
-            lay.dp // lay.replicate if lay.zero else 1,  # AdamW's share: ``ParallelLayout.shard``
+            lay.shard if lay.zero else 1,  # AdamW's share
         )  # fmt: skip
         got = self.cache.get(key)
         if got is None:
@@ -399,7 +400,7 @@ class _Pricing:
 
     def communication(self, b, setup, lay) -> tuple[float, float, float, float]:
         """Steps 2-4: (data-parallel, tensor-parallel, pipeline, expert-parallel) seconds of one step."""
-        nvlink = self.g.interconnect_one_way
+        nvlink = self.nvlink
         p2p = nvlink if lay.world <= GPUS_PER_NODE else self.internode  # one GPU's NIC (step 3)
         ep_link = nvlink if lay.ep <= GPUS_PER_NODE else self.internode  # an ep group: consecutive ranks
         dp, tp, pp, ep = self._wire(b, setup, lay)
@@ -480,28 +481,32 @@ class _Pricing:
         the FSDP2 all-gathers k times and the reduction once; under pp a stage's collectives are counted
         per step (collectives rules 8–10), each group's the busiest stage's; with virtual stages the
         pipeline rank's transfers (rule 11), its dp and tp groups' those of its 1F1B stage (every v alike)."""
-        stages = sorted({0, min(1, lay.pp - 1), lay.pp - 1})  # a middle stage has two pipeline neighbours
-        k, ck = lay.micro_batches, setup.checkpoint
-        dp, tp, pp, ep = 0.0, 0, 0, 0
+        k, pp, cache = lay.micro_batches, lay.pp, self.cache  # each part looked up once per candidate
+        dp, tp, sent, ep = 0.0, 0, 0, 0
         if lay.dp > 1:  # they read neither sequence parallel nor the checkpointing; k (under pp m) does
-            moe = (b, ck) if lay.ep > 1 else None  # the all-to-alls read the micro-batch and the checkpointing
-            key = ("dp groups", setup.precision, lay.dp, lay.zero, lay.tp, lay.vocab_parallel, lay.pp, k, lay.ep)
-            dp, ep = self._get(key + (lay.replicate, moe), self._data_parallel_groups, b, setup, lay, stages, moe)
+            moe = (b, setup.checkpoint) if lay.ep > 1 else None  # the all-to-alls read the micro-batch and the ck
+            key = ("dp groups", setup.precision, lay.dp, lay.zero, lay.tp, lay.vocab_parallel, pp, k, lay.ep)
+            key += (lay.replicate, moe)
+            if (got := cache.get(key)) is None:
+                got = cache[key] = self._data_parallel_groups(b, setup, lay, moe)
+            dp, ep = got
         if lay.tp > 1:  # they read whether FSDP2 runs, not dp or its ZeRO stage; m scales each micro-batch's
-            m = k if lay.pp > 1 else 1  # the collectives read m under pp only
-            key = ("tp groups", b, setup.precision, ck, lay.tp, lay.sequence_parallel, lay.vocab_parallel, lay.pp)
-            tp = self._get(key + (lay.fsdp, m), self._tensor_parallel_groups, b, setup, lay, stages, m)
-            tp *= 1 if lay.pp > 1 else k  # TP per micro-batch; under pp the step's already
-        if lay.pp > 1:  # the busiest stage's (pipeline rank's) transfers
-            key = ("pp", b, setup.precision, lay.tp, lay.sequence_parallel, lay.fsdp, lay.pp, lay.micro_batches)
-            pp = self._get(key + (lay.virtual_stages,), self._pipeline_wire, b, setup, lay, stages)
-        return dp, tp, pp, ep
+            m = k if pp > 1 else 1  # the collectives read m under pp only
+            key = ("tp groups", b, setup.precision, setup.checkpoint, lay.tp, lay.sequence_parallel)
+            key += (lay.vocab_parallel, pp, lay.fsdp, m)
+            if (tp := cache.get(key)) is None:
+                tp = cache[key] = self._tensor_parallel_groups(b, setup, lay, m)
+            tp *= 1 if pp > 1 else k  # TP per micro-batch; under pp the step's already
+        if pp > 1:  # the busiest stage's (pipeline rank's) transfers
+            key = ("pp", b, setup.precision, lay.tp, lay.sequence_parallel, lay.fsdp, pp, k, lay.virtual_stages)
+            sent = self._get(key, self._pipeline_wire, b, setup, lay)
+        return dp, tp, sent, ep
 
-    def _data_parallel_groups(self, b, setup, lay, stages, moe) -> tuple[float, int]:
+    def _data_parallel_groups(self, b, setup, lay, moe) -> tuple[float, int]:
         """(dp seconds, ep wire bytes) of ``_wire``: the busiest stage's, each stage's cached on the fields it
         reads (under pp m only through FSDP2's passes)."""
         k, dp, ep = lay.micro_batches, 0.0, 0
-        for s in stages:
+        for s in _busiest_stages(lay.pp):
             passes = sharded_passes(lay, s) if lay.pp > 1 and lay.fsdp else None  # as FSDP2's passes (rule 9)
             key = ("dp", setup.precision, lay.dp, lay.zero, lay.tp, lay.vocab_parallel, lay.pp, passes, lay.ep)
             key += (lay.replicate,)
@@ -510,10 +515,10 @@ class _Pricing:
             dp, ep = max(dp, (k if lay.pp == 1 else 1) * gathers + rest), max(ep, k * each)
         return dp, ep
 
-    def _tensor_parallel_groups(self, b, setup, lay, stages, m) -> int:
+    def _tensor_parallel_groups(self, b, setup, lay, m) -> int:
         """TP wire bytes of ``_wire`` (per micro-batch without pp, the step's under pp): the busiest stage's."""
         tp = 0
-        for s in stages:
+        for s in _busiest_stages(lay.pp):
             key = ("tp", b, setup.precision, setup.checkpoint, lay.tp, lay.sequence_parallel, lay.vocab_parallel)
             key += (lay.pp, lay.fsdp, s)
             tp = max(tp, self._get(key + (m,), self._tensor_parallel_wire, key, b, setup, lay, s, m))
@@ -524,9 +529,9 @@ class _Pricing:
         each, once = self._get(key, tensor_parallel_parts, self.cfg, self.seq, b, setup, lay, s)
         return sum(wire_bytes(c, lay.tp, m) for c in each) + sum(wire_bytes(c, lay.tp) for c in once)
 
-    def _pipeline_wire(self, b, setup, lay, stages) -> int:
+    def _pipeline_wire(self, b, setup, lay) -> int:
         sent = lambda s: sum(wire_bytes(c, 2) for c in pipeline_collectives(self.cfg, self.seq, b, setup, lay, s))
-        return max(map(sent, stages))
+        return max(map(sent, _busiest_stages(lay.pp)))
 
     def _data_parallel_wire(self, b, setup, lay, s) -> tuple[float, float, int]:
         """(all-gathers' seconds, the rest's seconds, all-to-alls' wire bytes) of stage ``s``'s data-parallel
@@ -546,6 +551,12 @@ class _Pricing:
             else:
                 rest += seconds
         return gathers, rest, ep
+
+
+def _busiest_stages(pp: int) -> list[int]:
+    """The stages whose collectives ``_Pricing._wire`` compares: the first, a middle one (two pipeline
+    neighbours) and the last."""
+    return sorted({0, min(1, pp - 1), pp - 1})
 
 
 def _by_gpu_hours(pending: list, pricing: _Pricing):
