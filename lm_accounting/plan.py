@@ -426,9 +426,11 @@ class _Pricing:
 
     def micro_batch(self, b, setup, lay) -> tuple[float, float, float]:
         """Step 1: (GEMM, attention, memory-bound) seconds of one micro-batch on the busiest GPU, / efficiency."""
-        key = ("flops", b, setup.precision, setup.checkpoint, lay.tp, lay.vocab_parallel, lay.pp, lay.ep)
+        key = ("time", b, setup.precision, setup.checkpoint, lay.tp, lay.vocab_parallel, lay.pp, lay.ep)
         key += (lay.virtual_stages,)
-        return self._get(("time",) + key, self._micro_batch_time, key, b, setup, lay)
+        if (got := self.cache.get(key)) is None:
+            got = self.cache[key] = self._micro_batch_time(key, b, setup, lay)
+        return got
 
     def _micro_batch_time(self, key, b, setup, lay) -> tuple[float, float, float]:
         local = local_config(self.cfg, lay)
@@ -438,7 +440,7 @@ class _Pricing:
         # FLOPs are linear in b (tests/test_plan_speed.py), so the share is b = 1's, the same float: b·f / (b·w) and
         # f / w are one real number, correctly rounded; but expert parallel's busiest rank (ceil of split rows)
         one = b if lay.ep > 1 else 1
-        share = self._get(key[:1] + (one,) + key[2:], self._micro_batch_flops, one, setup, lay) / (whole * one)
+        share = self._get(("flops", one, *key[2:]), self._micro_batch_flops, one, setup, lay) / (whole * one)
         scale = share / self.efficiency
         return tuple(
             scale * (getattr(phases[1], f) + getattr(phases[2], f)) for f in ("gemm", "attention", "memory_bound")
@@ -456,8 +458,9 @@ class _Pricing:
         ``exp_avg`` bytes), a pp-th of them under pp and a dp-th under ZeRO 1-3 (HSDP: a shard-th; the states split
         evenly)."""
         key = ("adamw", setup, lay.tp)
-        whole = self._get(key, lambda: optimizer_seconds(self._program(local_config(self.cfg, lay), setup).param_bytes,
-                                                          setup, self.cal))  # fmt: skip
+        if (whole := self.cache.get(key)) is None:
+            param_bytes = self._program(local_config(self.cfg, lay), setup).param_bytes
+            whole = self.cache[key] = optimizer_seconds(param_bytes, setup, self.cal)
         return whole / (lay.pp * (lay.shard if lay.zero else 1)) / self.efficiency
 
     def _micro_batch_flops(self, b, setup, lay) -> int:
