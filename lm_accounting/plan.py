@@ -78,6 +78,8 @@ refused: the replay does not model it.
 
 from __future__ import annotations
 
+import functools
+import gc
 import heapq
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -404,11 +406,14 @@ class _Pricing:
     """One plan's step times (module docstring, steps 1–4), none needing the per-GPU peak.  Its model,
     context, attention kernel and optimizer are fixed, so each part is cached on the few fields it reads:
     thousands of candidates share them (the compute across dp and ZeRO; TP's collectives across dp,
-    ZeRO and the micro-batch count; dp's across SP, checkpointing and, without pp, the micro-batch count)."""
+    ZeRO and the micro-batch count; dp's across SP, checkpointing and, without pp, the micro-batch count; a
+    micro-batch's FLOPs share across b but under expert parallel: FLOPs are linear in b).  The keys name every
+    field a part reads (tests/test_plan_speed.py perturbs each layout field)."""
 
     def __init__(self, cfg: ModelConfig, seq: int, g: GPU, efficiency: float, internode: int, impl: str = "course"):
         self.cfg, self.seq, self.g, self.efficiency, self.internode = cfg, seq, g, efficiency, internode
         self.impl, self.cal, self.cache = impl, load(g.name), {}
+        self.nvlink = g.interconnect_one_way
 
     def _get(self, key, build, *args):
         got = self.cache.get(key)
@@ -423,8 +428,11 @@ class _Pricing:
     def compute(self, b, setup, lay) -> float:
         """Step 1: the busiest GPU's micro-batches, the bubble's slots, and its AdamW step, cached on the fields
         they read (thousands of candidates differ only in dp or ZeRO)."""
-        key = ("compute", b, setup, lay.tp, lay.vocab_parallel, lay.pp, lay.ep, lay.virtual_stages, lay.micro_batches)
-        key += (lay.shard if lay.zero else 1, lay.sequence_parallel)  # AdamW's share; SP's norms (step_time 6)
+        key = (
+            "compute", b, setup, lay.tp, lay.vocab_parallel, lay.pp, lay.ep, lay.virtual_stages, lay.micro_batches,
+            lay.shard if lay.zero else 1,  # AdamW's share
+            lay.sequence_parallel,  # SP's norms and residual adds at S/tp (step_time 6)
+        )  # fmt: skip
         got = self.cache.get(key)
         if got is None:
             slots = pipeline_slots(lay.micro_batches, lay.pp, lay.virtual_stages)  # the bubble
@@ -433,7 +441,7 @@ class _Pricing:
 
     def communication(self, b, setup, lay) -> tuple[float, float, float, float]:
         """Steps 2-4: (data-parallel, tensor-parallel, pipeline, expert-parallel) seconds of one step."""
-        nvlink = self.g.interconnect_one_way
+        nvlink = self.nvlink
         p2p = nvlink if lay.world <= GPUS_PER_NODE else self.internode  # one GPU's NIC (step 3)
         ep_link = nvlink if lay.ep <= GPUS_PER_NODE else self.internode  # an ep group: consecutive ranks
         dp, tp, pp, ep = self._wire(b, setup, lay)
@@ -457,9 +465,12 @@ class _Pricing:
 
     def micro_batch(self, b, setup, lay) -> tuple[float, float, float]:
         """Step 1: (GEMM, attention, memory-bound) seconds of one micro-batch on the busiest GPU, / efficiency."""
-        key = ("flops", b, setup.precision, setup.checkpoint, lay.tp, lay.vocab_parallel, lay.pp, lay.ep)
+        key = ("time", b, setup.precision, setup.checkpoint, lay.tp, lay.vocab_parallel, lay.pp, lay.ep)
         key += (lay.virtual_stages,)
-        return self._get(("time", lay.sequence_parallel) + key, self._micro_batch_time, key, b, setup, lay)
+        full = key + (lay.sequence_parallel,)  # SP prices the hidden-wide activations at S/tp (step_time 6)
+        if (got := self.cache.get(full)) is None:
+            got = self.cache[full] = self._micro_batch_time(key, b, setup, lay)
+        return got
 
     def _micro_batch_time(self, key, b, setup, lay) -> tuple[float, float, float]:
         local = local_config(self.cfg, lay)
@@ -467,7 +478,10 @@ class _Pricing:
         shards = lay.tp if lay.sequence_parallel else 1  # step_time (6): the hidden-wide activations at S/tp
         phases = self._get(("priced", b, setup, lay.tp, shards), lambda: prog.at(b, self.cal, shards)[0])
         whole = self._get(("local flops", setup, lay.tp), lambda: step_flops(local, self.seq, 1, setup).hardware)
-        share = self._get(key, self._micro_batch_flops, b, setup, lay) / (whole * b)  # FLOPs are linear in b
+        # FLOPs are linear in b (tests/test_plan_speed.py), so the share is b = 1's, the same float: b·f / (b·w) and
+        # f / w are one real number, correctly rounded; but expert parallel's busiest rank (ceil of split rows)
+        one = b if lay.ep > 1 else 1
+        share = self._get(("flops", one, *key[2:]), self._micro_batch_flops, one, setup, lay) / (whole * one)
         scale = share / self.efficiency
         return tuple(
             scale * (getattr(phases[1], f) + getattr(phases[2], f)) for f in ("gemm", "attention", "memory_bound")
@@ -485,8 +499,9 @@ class _Pricing:
         ``exp_avg`` bytes), a pp-th of them under pp and a dp-th under ZeRO 1-3 (HSDP: a shard-th; the states split
         evenly)."""
         key = ("adamw", setup, lay.tp)
-        whole = self._get(key, lambda: optimizer_seconds(self._program(local_config(self.cfg, lay), setup).param_bytes,
-                                                          setup, self.cal))  # fmt: skip
+        if (whole := self.cache.get(key)) is None:
+            param_bytes = self._program(local_config(self.cfg, lay), setup).param_bytes
+            whole = self.cache[key] = optimizer_seconds(param_bytes, setup, self.cal)
         return whole / (lay.pp * (lay.shard if lay.zero else 1)) / self.efficiency
 
     def _micro_batch_flops(self, b, setup, lay) -> int:
@@ -512,52 +527,57 @@ class _Pricing:
         the FSDP2 all-gathers k times and the reduction once; under pp a stage's collectives are counted
         per step (collectives rules 8–10), each group's the busiest stage's; with virtual stages the
         pipeline rank's transfers (rule 11), its dp and tp groups' those of its 1F1B stage (every v alike)."""
-        stages = sorted({0, min(1, lay.pp - 1), lay.pp - 1})  # a middle stage has two pipeline neighbours
-        fields = (lay.dp, lay.zero, lay.tp, lay.sequence_parallel, lay.vocab_parallel, lay.pp, lay.micro_batches)
-        key = (
-            "groups",
-            b,
-            setup.precision,
-            setup.checkpoint,
-            *fields,
-            lay.ep,
-            lay.replicate,
-        )  # other setup fields fixed
-        dp, tp, ep = self._get(key, self._group_wire, b, setup, lay, stages)
-        pp = 0
-        if lay.pp > 1:  # the busiest stage's (pipeline rank's) transfers
-            key = ("pp", b, setup.precision, lay.tp, lay.sequence_parallel, lay.fsdp, lay.pp, lay.micro_batches)
-            pp = self._get(key + (lay.virtual_stages,), self._pipeline_wire, b, setup, lay, stages)
-        return dp, tp, pp, ep
+        k, pp, cache = lay.micro_batches, lay.pp, self.cache  # each part looked up once per candidate
+        dp, tp, sent, ep = 0.0, 0, 0, 0
+        if lay.dp > 1:  # they read neither sequence parallel nor the checkpointing; k (under pp m) does
+            moe = (b, setup.checkpoint) if lay.ep > 1 else None  # the all-to-alls read the micro-batch and the ck
+            key = ("dp groups", setup.precision, lay.dp, lay.zero, lay.tp, lay.vocab_parallel, pp, k, lay.ep)
+            key += (lay.replicate, moe)
+            if (got := cache.get(key)) is None:
+                got = cache[key] = self._data_parallel_groups(b, setup, lay, moe)
+            dp, ep = got
+        if lay.tp > 1:  # they read whether FSDP2 runs, not dp or its ZeRO stage; m scales each micro-batch's
+            m = k if pp > 1 else 1  # the collectives read m under pp only
+            key = ("tp groups", b, setup.precision, setup.checkpoint, lay.tp, lay.sequence_parallel)
+            key += (lay.vocab_parallel, pp, lay.fsdp, m)
+            if (tp := cache.get(key)) is None:
+                tp = cache[key] = self._tensor_parallel_groups(b, setup, lay, m)
+            tp *= 1 if pp > 1 else k  # TP per micro-batch; under pp the step's already
+        if pp > 1:  # the busiest stage's (pipeline rank's) transfers
+            key = ("pp", b, setup.precision, lay.tp, lay.sequence_parallel, lay.fsdp, pp, k, lay.virtual_stages)
+            sent = self._get(key, self._pipeline_wire, b, setup, lay)
+        return dp, tp, sent, ep
 
-    def _group_wire(self, b, setup, lay, stages) -> tuple[float, int, int]:
-        """(dp seconds, tp wire bytes, ep wire bytes) of ``_wire``."""
-        k, ck = lay.micro_batches, setup.checkpoint
-        m = k if lay.pp > 1 else 1  # the collectives read m under pp only
-        moe = (b, ck) if lay.ep > 1 else None  # the all-to-alls read the micro-batch and the checkpointing
-        dp, tp, ep = 0.0, 0, 0
-        for s in stages:
-            if lay.dp > 1:  # they read neither sequence parallel nor the checkpointing, nor k; under pp m only
-                passes = sharded_passes(lay, s) if lay.pp > 1 and lay.fsdp else None  # as FSDP2's passes (rule 9)
-                key = ("dp", setup.precision, lay.dp, lay.zero, lay.tp, lay.vocab_parallel, lay.pp, passes, lay.ep)
-                key += (lay.replicate,)
-                gathers, rest, each = self._get(key + (moe, s), self._data_parallel_wire, b, setup, lay, s)
-                # without pp FSDP2 gathers at every micro-batch, and the all-to-alls run at each
-                dp, ep = max(dp, (k if lay.pp == 1 else 1) * gathers + rest), max(ep, k * each)
-            if lay.tp > 1:  # they read whether FSDP2 runs, not dp or its ZeRO stage; m scales each micro-batch's
-                key = ("tp", b, setup.precision, ck, lay.tp, lay.sequence_parallel, lay.vocab_parallel, lay.pp)
-                key += (lay.fsdp, s)
-                tp = max(tp, self._get(key + (m,), self._tensor_parallel_wire, key, b, setup, lay, s, m))
-        return dp, tp * (1 if lay.pp > 1 else k), ep  # TP per micro-batch; under pp the step's already
+    def _data_parallel_groups(self, b, setup, lay, moe) -> tuple[float, int]:
+        """(dp seconds, ep wire bytes) of ``_wire``: the busiest stage's, each stage's cached on the fields it
+        reads (under pp m only through FSDP2's passes)."""
+        k, dp, ep = lay.micro_batches, 0.0, 0
+        for s in _busiest_stages(lay.pp):
+            passes = sharded_passes(lay, s) if lay.pp > 1 and lay.fsdp else None  # as FSDP2's passes (rule 9)
+            key = ("dp", setup.precision, lay.dp, lay.zero, lay.tp, lay.vocab_parallel, lay.pp, passes, lay.ep)
+            key += (lay.replicate,)
+            gathers, rest, each = self._get(key + (moe, s), self._data_parallel_wire, b, setup, lay, s)
+            # without pp FSDP2 gathers at every micro-batch, and the all-to-alls run at each
+            dp, ep = max(dp, (k if lay.pp == 1 else 1) * gathers + rest), max(ep, k * each)
+        return dp, ep
+
+    def _tensor_parallel_groups(self, b, setup, lay, m) -> int:
+        """TP wire bytes of ``_wire`` (per micro-batch without pp, the step's under pp): the busiest stage's."""
+        tp = 0
+        for s in _busiest_stages(lay.pp):
+            key = ("tp", b, setup.precision, setup.checkpoint, lay.tp, lay.sequence_parallel, lay.vocab_parallel)
+            key += (lay.pp, lay.fsdp, s)
+            tp = max(tp, self._get(key + (m,), self._tensor_parallel_wire, key, b, setup, lay, s, m))
+        return tp
 
     def _tensor_parallel_wire(self, key, b, setup, lay, s, m) -> int:
         """Stage ``s``'s TP wire bytes: one micro-batch's collectives m times, the norms' once."""
         each, once = self._get(key, tensor_parallel_parts, self.cfg, self.seq, b, setup, lay, s)
         return sum(wire_bytes(c, lay.tp, m) for c in each) + sum(wire_bytes(c, lay.tp) for c in once)
 
-    def _pipeline_wire(self, b, setup, lay, stages) -> int:
+    def _pipeline_wire(self, b, setup, lay) -> int:
         sent = lambda s: sum(wire_bytes(c, 2) for c in pipeline_collectives(self.cfg, self.seq, b, setup, lay, s))
-        return max(map(sent, stages))
+        return max(map(sent, _busiest_stages(lay.pp)))
 
     def _data_parallel_wire(self, b, setup, lay, s) -> tuple[float, float, int]:
         """(all-gathers' seconds, the rest's seconds, all-to-alls' wire bytes) of stage ``s``'s data-parallel
@@ -602,6 +622,12 @@ class _CpPricing:
 
     def estimate(self, b, setup, lay, times) -> StepEstimate:
         return self._estimate(b, setup, lay)
+
+
+def _busiest_stages(pp: int) -> list[int]:
+    """The stages whose collectives ``_Pricing._wire`` compares: the first, a middle one (two pipeline
+    neighbours) and the last."""
+    return sorted({0, min(1, pp - 1), pp - 1})
 
 
 def _by_gpu_hours(pending: list, pricing: _Pricing | _CpPricing):
@@ -663,6 +689,26 @@ def check_plan(
     return basis
 
 
+def without_cycle_collector(fn):
+    """``fn`` run with Python's cyclic garbage collector off (restored after): a plan keeps ~10^5 acyclic objects
+    alive (its candidates, their layouts, the pricing caches' keys), which each of the collector's full passes
+    walked (0.2-0.3 s of plan-70b's ~2.2 s CPU, ``benchmarks/bench_cli.py``; its output is the same: the replays
+    free by reference counts).  Whatever cyclic garbage it leaves (about 4 MB on plan-70b) is collected later."""
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        if not gc.isenabled():
+            return fn(*args, **kwargs)
+        gc.disable()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            gc.enable()
+
+    return run
+
+
+@without_cycle_collector
 def plan(
     cfg: ModelConfig,
     gpu_name: str,

@@ -17,7 +17,7 @@ from lm_accounting.analytic.pipeline import (
     schedule_buffers,
     stage_baseline,
 )
-from lm_accounting.config import load_config
+from lm_accounting.config import AccountingError, load_config, preset_names
 from lm_accounting.layout import ParallelLayout
 from lm_accounting.setup import TrainingSetup
 
@@ -152,7 +152,7 @@ def test_every_cached_price_reads_the_fields_it_is_keyed_on():
     cases = [(1, "full", ParallelLayout(**base))]
     cases += [(1, "full", ParallelLayout(**{**base, **m})) for m in moves.values()]
     cases += [(1, "full", ParallelLayout(**{**base, "pp": 1})), (2, "full", ParallelLayout(**base))]
-    cases += [(1, "none", ParallelLayout(**base))]
+    cases += [(1, "none", ParallelLayout(**base)), (1, "full", ParallelLayout(**{**base, "zero": 1}))]  # FSDP2 or not
     warm = pl._Pricing(cfg, 8192, h100, 1.0, pl.DEFAULT_INTERNODE)
     prices = {}
     for b, ck, lay in cases:
@@ -164,3 +164,115 @@ def test_every_cached_price_reads_the_fields_it_is_keyed_on():
     first = prices[cases[0]]
     for (b, ck, lay), times in list(prices.items())[1:]:
         assert times != first, f"{lay.label} (b {b}, {ck}) prices as the base"
+
+
+def _plannable() -> list[str]:
+    """The presets ``plan`` takes (``_check_plannable``: the rest are refused in one line)."""
+    out = []
+    for name in preset_names():
+        try:
+            pl._check_plannable(load_config(name))
+        except AccountingError:
+            continue
+        out.append(name)
+    return out
+
+
+PLANNABLE = _plannable()
+
+
+def test_most_presets_are_plannable():
+    """The linearity check below runs over the presets ``plan`` takes: dense and mixture-of-experts ones alike."""
+    assert len(PLANNABLE) >= 10 and {"llama-3.1-70b", "gpt2-xl", "mixtral-8x7b", "qwen3-30b-a3b"} <= set(PLANNABLE)
+
+
+@pytest.mark.parametrize("name", PLANNABLE)
+def test_the_rank_flops_plan_shares_over_b_are_linear_in_b(name):
+    """``_Pricing`` prices a micro-batch's compute from its rank's share of the TP-local model's FLOPs, taken at
+    b = 1 but under expert parallel (declared independent of b: b·f / (b·w) is f / w, one real number, one float).
+    That holds when ``rank_flops`` at b is b times its figure at 1, exactly, as integers: checked on every
+    stage and rank the pricing reads, for the layouts ``plan`` enumerates (tp with vocab parallel, pp, interleaved
+    stages, uneven splits; a mixture of experts without ep), each checkpointing, b up to 64."""
+    cfg = load_config(name).with_context(1024)
+    dense = not cfg.moe
+    layouts = [ParallelLayout()]
+    if dense:
+        for tp in (2, 4):
+            if cfg.num_heads % tp == 0 and cfg.kv_heads % tp == 0 and cfg.d_ff % tp == 0:
+                layouts += [ParallelLayout(tp=tp, vocab_parallel=not cfg.tie_embeddings)]
+        tp = max(layouts[-1].tp, 1)  # the widest TP the heads take, under pipeline parallel too
+        for pp, v in ((2, 1), (4, 1), (3, 1), (2, 2), (4, 4), (8, 2)):
+            if pp * v <= cfg.num_layers:
+                vp = tp > 1 and not cfg.tie_embeddings
+                layouts.append(ParallelLayout(tp=tp, vocab_parallel=vp, pp=pp, micro_batches=pp, virtual_stages=v))
+    checked = 0
+    for ck in ("none", "full", "selective"):
+        setup = TrainingSetup(attention="sdpa", precision="amp-bf16", checkpoint=ck)
+        for lay in layouts:
+            stages = sorted({0, lay.pp - 1}) if lay.pp > 1 else [None]
+            for s in stages:
+                one = pl.rank_flops(cfg, 1024, 1, setup, lay, 0, s)
+                for b in (2, 3, 8, 64):
+                    at_b = pl.rank_flops(cfg, 1024, b, setup, lay, 0, s)
+                    assert (at_b.forward, at_b.recompute, at_b.attention_recompute) == (
+                        b * one.forward,
+                        b * one.recompute,
+                        b * one.attention_recompute,
+                    ), (name, ck, lay.label, s, b)
+                    assert at_b.hardware == b * one.hardware
+                    checked += 1
+    assert checked >= 3 * 4
+
+
+def test_every_cached_price_of_a_mixture_of_experts_reads_its_fields():
+    """The perturbation of ``test_every_cached_price_reads_the_fields_it_is_keyed_on`` on a mixture of experts
+    under expert parallel and HSDP (the data-parallel groups' cache reads the micro-batch and the checkpointing
+    there: the all-to-alls), and the FLOPs share that stays per b under expert parallel (its busiest rank's rows)."""
+    cfg = load_config("qwen3-30b-a3b").with_context(4096)
+    h100 = pl.gpu("h100-80gb")
+    base = dict(dp=8, zero=3, ep=2, micro_batches=2)
+    moves = [dict(dp=16), dict(zero=2), dict(ep=4), dict(micro_batches=4), dict(replicate=2), dict(ep=1)]
+    setups = {ck: TrainingSetup(attention="sdpa", precision="amp-bf16", checkpoint=ck) for ck in ("full", "none")}
+    cases = [(1, "full", ParallelLayout(**base))]
+    cases += [(1, "full", ParallelLayout(**{**base, **m})) for m in moves]
+    cases += [
+        (2, "full", ParallelLayout(**base)),
+        (4, "full", ParallelLayout(**base)),
+        (1, "none", ParallelLayout(**base)),
+    ]
+    warm = pl._Pricing(cfg, 4096, h100, 1.0, pl.DEFAULT_INTERNODE)
+    prices = []
+    for b, ck, lay in cases:
+        times = warm.step_times(b, setups[ck], lay)
+        fresh = pl._Pricing(cfg, 4096, h100, 1.0, pl.DEFAULT_INTERNODE)
+        assert times == fresh.step_times(b, setups[ck], lay), (b, ck, lay.label)
+        assert warm.estimate(b, setups[ck], lay, times) == fresh.estimate(b, setups[ck], lay, times)
+        prices.append(times)
+    assert all(p != prices[0] for p in prices[1:])
+
+
+def test_plan_runs_without_the_cycle_collector_and_restores_it(monkeypatch):
+    """``plan`` turns Python's cyclic collector off while it works (its ~10^5 live objects are acyclic; each full
+    pass walked them) and back on after, a refusal included; a caller that turned it off keeps it off."""
+    import gc
+
+    cfg = load_config("llama-3-8b").with_context(8192)
+    seen, ranking = [], pl._by_gpu_hours
+
+    def recording(pending, pricing):
+        seen.append(gc.isenabled())
+        yield from ranking(pending, pricing)
+
+    monkeypatch.setattr(pl, "_by_gpu_hours", recording)
+    assert gc.isenabled()
+    pl.plan(cfg, "h100-80gb", (8, 8), 8192, 4 * 1024 * 1024, 15 * 10**12, top=1)
+    assert seen and not any(seen) and gc.isenabled()
+    with pytest.raises(pl.AccountingError):
+        pl.plan(cfg, "h100-80gb", (8, 8), 8192, 4 * 1024 * 1024, 15 * 10**12, top=0)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        pl.plan(cfg, "h100-80gb", (8, 8), 8192, 4 * 1024 * 1024, 15 * 10**12, top=1)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
