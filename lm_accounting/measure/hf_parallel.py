@@ -32,11 +32,35 @@ from ..setup import TrainingSetup
 
 def check_hf_layout(cfg: ModelConfig, layout: ParallelLayout) -> None:
     """One line for a layout this module does not run."""
-    if layout.tp > 1 or layout.pp > 1 or layout.ep > 1 or not layout.fsdp or layout.dp < 2 or layout.replicate > 1:
+    other = layout.tp > 1 or layout.pp > 1 or layout.ep > 1 or layout.replicate > 1 or layout.cp > 1
+    if other or layout.zero == 1 or layout.dp < 2:
         raise AccountingError(
-            "transformers' model is measured under FSDP2 data parallel only (--dp >= 2 with --zero 2 or 3; "
-            "no tensor, pipeline or expert parallel, no HSDP)"
+            "transformers' model is measured under data parallel only: DDP (--dp >= 2 --zero 0) or FSDP2 "
+            "(--zero 2 or 3); no ZeRO-1, no tensor, pipeline, expert or context parallel, no HSDP"
         )
+    if not layout.fsdp and cfg.indexer:
+        raise AccountingError(
+            "DDP over DSA's indexer (parameters no gradient reaches) is not measured: find_unused_parameters=False "
+            "fails there"
+        )
+
+
+def wrap_ddp(step, dp_mesh):
+    """torch's ``DistributedDataParallel`` around the training step, as the HF Trainer's accelerate builds it
+    (``DistributedDataParallelKwargs``' defaults: 25 MiB buckets, ``broadcast_buffers``, no
+    ``gradient_as_bucket_view``, no ``static_graph``), with ``find_unused_parameters=False`` (the Trainer's under
+    gradient checkpointing: with True the reducer reads its used-parameter map's values, which FakeTensors have
+    none of) and ``init_sync=False``: the construction's shape check reads the parameters' data, and its broadcast
+    of them moves nothing on the fake group (its flat copies die before the step).  The fake group needs the
+    all-reduce comm hook (``parallelize.all_reduce_hook``) in place of the default one."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    from .parallelize import all_reduce_hook
+
+    group = dp_mesh.get_group()
+    ddp = DistributedDataParallel(step, process_group=group, find_unused_parameters=False, init_sync=False)
+    ddp.register_comm_hook(group, all_reduce_hook)
+    return ddp
 
 
 def shard_hf_model(model, setup: TrainingSetup, layout: ParallelLayout, dp_mesh) -> None:
@@ -63,12 +87,16 @@ def measure_hf_rank(
     layout: ParallelLayout,
     rank: int = 0,
     fake: bool = True,
+    collectives: list | None = None,
+    steps: int = 1,
 ) -> StepMemory:
-    """The ``StepMemory`` of rank ``rank`` of the FSDP2 job (see the module docstring); ``batch`` is the rank's
-    micro-batch."""
+    """The ``StepMemory`` of rank ``rank`` of the FSDP2 or DDP job (see the module docstring); ``batch`` is the
+    rank's micro-batch.  ``collectives``: receives the last step's collectives, ``(kind, payload bytes, phase)``
+    as ``distributed.CollectiveRecorder`` records them; ``steps``: the step measured is the last of that many
+    (DDP rebuilds its buckets after the first)."""
     from ..model import random_tokens
-    from .distributed import RankTracker, init_fake_group
-    from .hf import HFTrainingStep, build_hf_model, model_loss, patched_for
+    from .distributed import CollectiveRecorder, RankTracker, init_fake_group
+    from .hf import HFTrainingStep, build_hf_model, patched_for
     from .parallelize import job_meshes, param_groups
     from .tracker import init_optimizer_state
 
@@ -76,9 +104,12 @@ def measure_hf_rank(
     if not 0 <= rank < layout.world:
         raise AccountingError(f"rank {rank} is outside the world of {layout.world}")
     init_fake_group(layout.world, rank)
-    built = dataclasses.replace(setup, precision="fp32") if setup.autocast else setup  # amp: the policy casts
+    # amp-bf16: FSDP2's policy casts (the model is built in fp32, no autocast); DDP runs the Trainer's autocast
+    built = dataclasses.replace(setup, precision="fp32") if setup.autocast and layout.fsdp else setup
     model = build_hf_model(cfg, built, "meta")
-    shard_hf_model(model, setup, layout, job_meshes(layout).dp)
+    dp_mesh = job_meshes(layout).dp
+    if layout.fsdp:
+        shard_hf_model(model, setup, layout, dp_mesh)
     tracker, dev = RankTracker(), torch.device("meta" if fake else "cpu")
     mode = contextlib.nullcontext()
     if fake:
@@ -92,15 +123,31 @@ def measure_hf_rank(
             init_optimizer_state(opt)
             inputs = random_tokens(cfg, batch, seq, device="cpu", seed=0)
             labels = random_tokens(cfg, batch, seq, device="cpu", seed=1)
-        step = HFTrainingStep(model, labels, None)
+            step = HFTrainingStep(model, labels, None if layout.fsdp or not setup.autocast else "cpu")
+            if not layout.fsdp:
+                step = wrap_ddp(step, dp_mesh)
+        for _ in range(steps - 1):
+            _train(step, labels, opt, tracker, CollectiveRecorder(), inputs)
         baseline = tracker.live_bytes(dev)
-        with tracker:
-            with tracker.phase("forward"):
-                loss = model_loss(step(inputs), labels)
-            with tracker.phase("backward"):
-                loss.backward()
-                del loss
-            with tracker.phase("optimizer_step"):
-                opt.step()
-                opt.zero_grad(set_to_none=True)
+        comms = CollectiveRecorder()
+        _train(step, labels, opt, tracker, comms, inputs)
+    if collectives is not None:
+        collectives.extend(comms.calls)
     return StepMemory(baseline, **tracker.phase_table(dev))
+
+
+def _train(step, labels, opt, tracker, comms, inputs) -> None:
+    """One training step under ``tracker`` and ``comms`` (the tracker's phases reset at each entry)."""
+    from .hf import model_loss
+
+    with tracker, comms:
+        with tracker.phase("forward"):
+            loss = model_loss(step(inputs), labels)
+        comms.phase = "backward"
+        with tracker.phase("backward"):
+            loss.backward()
+            del loss
+        comms.phase = "optimizer_step"
+        with tracker.phase("optimizer_step"):
+            opt.step()
+            opt.zero_grad(set_to_none=True)
