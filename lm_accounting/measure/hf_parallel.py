@@ -119,6 +119,8 @@ def measure_hf_rank(
     with mode, patched_for("cpu", fake=fake):
         with tracker:
             model.to_empty(device="cpu")
+            if not layout.fsdp:  # ``to_empty`` gives a tied head its own tensor (FSDP2's shards keep the tie)
+                model.tie_weights()  # tied again, as ``from_pretrained`` leaves it
             opt = torch.optim.AdamW(param_groups(model), **ADAMW_KWARGS[setup.optimizer])
             init_optimizer_state(opt)
             inputs = random_tokens(cfg, batch, seq, device="cpu", seed=0)
