@@ -102,6 +102,7 @@ def predict_step(
     cpu_threads: int = 1,
     layout: ParallelLayout | None = None,
     optimizer_step: bool = True,
+    replicate=None,
 ) -> StepInBatch:
     """One training step of implementation ``impl``'s model of ``cfg`` at context ``seq`` under ``setup``,
     as an exact function of the micro-batch B: ``.at(B)`` is the ``StepMemory`` that
@@ -114,7 +115,8 @@ def predict_step(
     ``layout``: rank 0 (the worst) of an FSDP2 data-parallel job (``layout.dp`` >= 2, ``zero`` 2 or 3;
     ``batch`` the rank's micro-batch), ``fully_shard`` on every layer then the root (``ops.fsdp``), or of a DDP
     job (``zero`` 0, transformers' programs: ``ops.ddp``); what ``measure.hf.measure_hf_step(..., layout=layout)``
-    measures on the fake process group.  Without
+    measures on the fake process group (``replicate``: the DDP rank's ``ddp.Replicate``, to read its bucket
+    all-reduces after).  Without
     ``optimizer_step`` the step stops after the backward (``step.training_step``; ``step_time``'s programs)."""
     reasons = unsupported(cfg, setup, impl)
     if reasons:
@@ -124,8 +126,11 @@ def predict_step(
     if layout is not None and not layout.single:
         from . import ddp, fsdp
 
-        predict_rank = fsdp.predict_rank if layout.fsdp else ddp.predict_rank
-        return predict_rank(cfg, seq, setup, layout, impl=impl, batch=batch, mode=mode, device=device, **threads)
+        if layout.fsdp:
+            return fsdp.predict_rank(cfg, seq, setup, layout, impl=impl, batch=batch, mode=mode, device=device, **threads)
+        return ddp.predict_rank(
+            cfg, seq, setup, layout, impl=impl, batch=batch, mode=mode, device=device, replicate=replicate, **threads
+        )
     return _programs(impl).predict_step(
         cfg, seq, setup, batch=batch, mode=mode, device=device, optimizer_step=optimizer_step, **threads
     )
