@@ -108,7 +108,9 @@ def test_ddp_of_transformers_model_by_hand(run_cli, llama_json):
 @pytest.mark.slow
 def test_ddp_measure_meta_equals_the_fake_pg_job(run_cli, llama_json):
     for precision in ("bf16", "amp-bf16"):
-        data = layout_json(run_cli, llama_json, "--dp", "2", "--zero", "0", "--measure", "meta", "--precision", precision)
+        data = layout_json(
+            run_cli, llama_json, "--dp", "2", "--zero", "0", "--measure", "meta", "--precision", precision
+        )
         assert data["measured"]["step"] == data["step_traced"], precision
 
 

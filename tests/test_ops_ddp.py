@@ -8,7 +8,7 @@ import dataclasses
 import itertools
 
 import pytest
-from test_ops_fsdp import FAMILY, N, B, S, tiny
+from test_ops_fsdp import FAMILY, B, N, S, tiny
 
 from lm_accounting.analytic.ops import predict_step
 from lm_accounting.analytic.ops.ddp import Replicate, predict_rank
@@ -72,12 +72,12 @@ def test_ddp_over_the_course_program_is_left_to_its_own_replay():
 # -- against the fake process group ----------------------------------------------------------------------------
 
 pytest.importorskip("transformers")
-from test_ops_transformers_mamba2 import tiny as nemotron_h  # noqa: E402
-from test_ops_transformers_moe import tiny as moe  # noqa: E402
-from test_ops_transformers_zoo import tiny as zoo  # noqa: E402
+from test_ops_transformers_mamba2 import tiny as nemotron_h
+from test_ops_transformers_moe import tiny as moe
+from test_ops_transformers_zoo import tiny as zoo
 
-from lm_accounting.measure.hf import measure_hf_step  # noqa: E402
-from lm_accounting.measure.hf_parallel import measure_hf_rank  # noqa: E402
+from lm_accounting.measure.hf import measure_hf_step
+from lm_accounting.measure.hf_parallel import measure_hf_rank
 
 MODELS = {
     **{f: (lambda f=f: tiny(f)) for f in FAMILY},  # llama, qwen3 (q/k norms), gpt2 (tied, LayerNorm, biases)

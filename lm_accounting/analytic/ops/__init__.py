@@ -127,7 +127,9 @@ def predict_step(
         from . import ddp, fsdp
 
         if layout.fsdp:
-            return fsdp.predict_rank(cfg, seq, setup, layout, impl=impl, batch=batch, mode=mode, device=device, **threads)
+            return fsdp.predict_rank(
+                cfg, seq, setup, layout, impl=impl, batch=batch, mode=mode, device=device, **threads
+            )
         return ddp.predict_rank(
             cfg, seq, setup, layout, impl=impl, batch=batch, mode=mode, device=device, replicate=replicate, **threads
         )
