@@ -1,4 +1,4 @@
-"""One rank of an FSDP2 job over transformers' own model, on torch's fake process group (DESIGN.md §9).
+"""One rank of an FSDP2 or DDP job over transformers' own model, on torch's fake process group (DESIGN.md §9).
 
 ``measure_hf_rank`` builds transformers' model as ``measure.hf.build_hf_model`` does (on meta), shards it
 as FSDP2 users do with transformers (and as ``measure.parallelize.build_rank`` does for ours):
@@ -11,7 +11,12 @@ under ``FakeTensorMode`` (``fake=True``, any shape, no data), or real CPU tensor
 training step (the first: FSDP2's lazy initialisation is part of it) runs under ``distributed.RankTracker``,
 and its ``StepMemory`` is returned, phase by phase as the single-device tracker reports it.
 
-Only data parallel: tensor, pipeline and expert parallel over transformers' layers are not run here.  A
+DDP (``--zero 0``): transformers' model in ``DistributedDataParallel`` as the HF Trainer wraps it (``wrap_ddp``),
+built in the setup's dtype, amp-bf16 under the Trainer's autocast (``hf.HFTrainingStep``, the single-GPU run's); a
+tied head tied again after ``to_empty``.  ``steps`` 2 measures the step after the reducer rebuilt its buckets (its
+rebuild reads data: real cpu tensors only).
+
+Only data parallel: ZeRO-1, tensor, pipeline and expert parallel over transformers' layers are not run here.  A
 mixture of experts runs transformers' ``grouped_mm`` experts, whose shapes need no data; their FakeTensor
 kernel takes bf16 only (``measure.hf.check_hf_setup``), so fp32 weights are measured on cpu tensors.
 """
