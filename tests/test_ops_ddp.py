@@ -53,11 +53,11 @@ def test_the_first_steps_buckets_are_one_per_dtype_by_hand():
 @pytest.mark.parametrize(
     "layout, match",
     [
-        (ParallelLayout(dp=4, zero=1), "data parallel only"),
+        (ParallelLayout(dp=2, zero=1, tp=2), "data parallel only"),
         (ParallelLayout(tp=2), "data parallel only"),
         (ParallelLayout(dp=2, tp=2), "data parallel only"),
     ],
-    ids=["zero1", "tp", "ddp-tp"],
+    ids=["zero1-tp", "tp", "ddp-tp"],
 )
 def test_what_it_does_not_replay_is_refused(layout, match):
     with pytest.raises(ValueError, match=match):
@@ -93,17 +93,20 @@ EXPERTS = {"qwen3_moe", "mixtral"}  # grouped_mm's FakeTensor kernel takes bf16 
 # is the meta one (``device`` "meta") for both.
 
 
-def check(name: str, setup: TrainingSetup, world: int, seq: int = S, batch: int = B) -> None:
-    """Rank 0 of DDP over ``world`` ranks: the replay equals the fake-PG job, and its first step's bucket
-    all-reduces equal the job's recorded all-reduces."""
-    cfg, layout = MODELS[name](), ParallelLayout(dp=world, zero=0)
+def check(name: str, setup: TrainingSetup, world: int, zero: int = 0, rank: int = 0) -> None:
+    """Rank ``rank`` of DDP (``zero`` 0) or ZeRO-1 over ``world`` ranks: the replay equals the fake-PG job, its
+    first step's bucket all-reduces equal the job's recorded all-reduces, and ZeRO-1's broadcasts after the step
+    are one per parameter tensor."""
+    cfg, layout = MODELS[name](), ParallelLayout(dp=world, zero=zero)
     fake = name not in EXPERTS or setup.param_dtype == "bf16"
-    rep = Replicate(layout)
-    lines = predict_rank(cfg, seq, setup, layout, impl="transformers", batch=batch, replicate=rep)
+    rep = Replicate(layout, rank)
+    lines = predict_rank(cfg, S, setup, layout, impl="transformers", batch=B, replicate=rep)
     calls: list = []
-    got = measure_hf_rank(cfg, seq, batch, setup, layout, fake=fake, collectives=calls)
-    assert lines.at(batch) == got, (name, setup.label, world)
+    got = measure_hf_rank(cfg, S, B, setup, layout, rank=rank, fake=fake, collectives=calls)
+    assert lines.at(B) == got, (name, setup.label, world, zero, rank)
     assert [b for kind, b, phase in calls if kind == "all_reduce" and phase == "backward"] == rep.all_reduces()
+    after = sorted(b for kind, b, phase in calls if kind == "broadcast" and phase == "optimizer_step")
+    assert after == (sorted(rep.param_bytes) if zero == 1 else [])
     assert {kind for kind, _, _ in calls} <= {"all_reduce", "broadcast"}  # broadcast: the buffers, per forward
 
 
@@ -153,6 +156,45 @@ def test_ddp_grid(name, world, setup):
     check(name, setup, world)
 
 
+ZERO1 = [
+    (name, world, precision, rank, optimizer)
+    for name in MODELS
+    for world in (2, 4)
+    for precision in ("fp32", "bf16", "amp-bf16")
+    for rank, optimizer in ((0, "foreach"), (world - 1, "for-loop"))
+]
+
+
+@pytest.mark.grid
+@pytest.mark.parametrize("name, world, precision, rank, optimizer", ZERO1, ids=str)
+def test_zero1_grid(name, world, precision, rank, optimizer):
+    """ZeRO-1 (``ZeroRedundancyOptimizer`` around AdamW, beside DDP): rank 0 and the last rank, foreach and the
+    for-loop (its temporaries follow ZeRO's largest-first order), every precision."""
+    check(name, TrainingSetup(precision=precision, optimizer=optimizer), world, zero=1, rank=rank)
+
+
+def test_zero1_ranks_own_whole_tensors_by_hand():
+    """World 4, fp32: tiny("llama")'s tensors largest first (embedding and head 1,536 elements, twelve of 384,
+    eight of 256, eight of 128, nine norms of 16), each to the least-loaded rank (the lowest on a tie): ranks 0
+    and 1 take the two 1,536s, ranks 2 and 3 four 384s each, then all four grow alike; the ninth norm goes to
+    rank 0, which owns 2,736 elements, the others 2,720 (sum N).  A rank's baseline is DDP's less the moments of
+    what it does not own: 8·N + 8·owned + the token ids and rotary buffers."""
+    cfg, layout = tiny("llama"), ParallelLayout(dp=4, zero=1)
+    owned = [2_736, 2_720, 2_720, 2_720]
+    assert sum(owned) == N
+    for rank, n in enumerate(owned):
+        step = predict_rank(
+            cfg, S, TrainingSetup(), layout, impl="transformers", batch=B, replicate=Replicate(layout, rank)
+        )
+        assert step.at(B).baseline == 8 * N + 8 * n + 2 * B * S * 8 + 2 * 2 * 4
+    assert step.at(B).baseline == 109_200
+
+
+@pytest.mark.slow
+def test_zero1_rank_equals_the_fake_pg_job():
+    check("qwen3", TrainingSetup(precision="amp-bf16", checkpoint="full", attention="sdpa"), 4, zero=1, rank=1)
+
+
 # the reducer's rebuilt buckets: a model of 2.2M parameters (8.6 MB of fp32 gradients), so the 1 MiB first bucket
 # closes early; the rebuild reads the ranks' bucket order (data): real CPU tensors, two steps
 WIDE = dict(vocab_size=4096, d_model=128, num_heads=4, num_kv_heads=2, d_ff=352, num_layers=6, head_dim=None)
@@ -184,4 +226,4 @@ def test_the_second_steps_rebuilt_buckets_equal_the_fake_pg_job(name):
 def test_a_layout_the_job_does_not_run_is_refused_in_one_line():
     cfg = tiny("llama")
     with pytest.raises(AccountingError, match="data parallel only"):
-        measure_hf_step(cfg, S, 1, TrainingSetup(), device="meta", layout=ParallelLayout(dp=2, zero=1))
+        measure_hf_step(cfg, S, 1, TrainingSetup(), device="meta", layout=ParallelLayout(dp=2, tp=2))

@@ -38,7 +38,7 @@ from ..setup import TrainingSetup
 def check_hf_layout(cfg: ModelConfig, layout: ParallelLayout) -> None:
     """One line for a layout this module does not run."""
     other = layout.tp > 1 or layout.pp > 1 or layout.ep > 1 or layout.replicate > 1 or layout.cp > 1
-    if other or layout.zero == 1 or layout.dp < 2:
+    if other or layout.dp < 2:
         raise AccountingError(
             "transformers' model is measured under data parallel only: DDP (--dp >= 2 --zero 0) or FSDP2 "
             "(--zero 2 or 3); no ZeRO-1, no tensor, pipeline, expert or context parallel, no HSDP"
@@ -84,6 +84,20 @@ def shard_hf_model(model, setup: TrainingSetup, layout: ParallelLayout, dp_mesh)
     fully_shard(model, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp)
 
 
+def hf_optimizer(model, setup: TrainingSetup, layout: ParallelLayout, dp_mesh):
+    """AdamW over the model's parameters, or under ZeRO-1 torch's ``ZeroRedundancyOptimizer`` around it over the
+    data-parallel group (as ``distributed.data_parallel`` builds it for our model)."""
+    from .parallelize import param_groups
+
+    kwargs = ADAMW_KWARGS[setup.optimizer]
+    if layout.zero != 1:
+        return torch.optim.AdamW(param_groups(model), **kwargs)
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    group = dp_mesh.get_group()
+    return ZeroRedundancyOptimizer(param_groups(model), optimizer_class=torch.optim.AdamW, process_group=group, **kwargs)
+
+
 def measure_hf_rank(
     cfg: ModelConfig,
     seq: int,
@@ -102,7 +116,7 @@ def measure_hf_rank(
     from ..model import random_tokens
     from .distributed import CollectiveRecorder, RankTracker, init_fake_group
     from .hf import HFTrainingStep, build_hf_model, patched_for
-    from .parallelize import job_meshes, param_groups
+    from .parallelize import job_meshes
     from .tracker import init_optimizer_state
 
     check_hf_layout(cfg, layout)
@@ -126,7 +140,7 @@ def measure_hf_rank(
             model.to_empty(device="cpu")
             if not layout.fsdp:  # ``to_empty`` gives a tied head its own tensor (FSDP2's shards keep the tie)
                 model.tie_weights()  # tied again, as ``from_pretrained`` leaves it
-            opt = torch.optim.AdamW(param_groups(model), **ADAMW_KWARGS[setup.optimizer])
+            opt = hf_optimizer(model, setup, layout, dp_mesh)
             init_optimizer_state(opt)
             inputs = random_tokens(cfg, batch, seq, device="cpu", seed=0)
             labels = random_tokens(cfg, batch, seq, device="cpu", seed=1)

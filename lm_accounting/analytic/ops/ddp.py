@@ -24,6 +24,11 @@ What DDP adds to the single-GPU step (torch 2.13 ``torch/nn/parallel/distributed
    every forward peak, so no phase's figure moves; not replayed.
 
 So one DDP rank's step is the single-GPU step with every figure raised by the buckets' bytes (``Replicate``).
+
+4. ZeRO-1 (``--zero 1``: DDP with torch's ``ZeroRedundancyOptimizer`` around AdamW, as ``measure.distributed``
+   builds it for our model): the rank's AdamW holds moments and steps only the tensors the rank owns
+   (``Replicate._owned``), then broadcasts every parameter from its owner in place (one broadcast per tensor,
+   nothing allocated).  Rank 0 by default, the fake-PG job's: ZeRO-1's ranks differ (``Replicate(layout, rank)``).
 ``find_unused_parameters=True`` (the Trainer's default without gradient checkpointing) adds the reducer's
 ``local_used_map_dev_`` on the device, 4 bytes per parameter tensor (an int32 each; its CPU twin
 ``local_used_map_`` is host memory): not in the figures (the fake-PG job cannot run it on FakeTensors: the
@@ -36,6 +41,7 @@ from ...config import ModelConfig
 from ...layout import ParallelLayout
 from ...setup import TrainingSetup
 from ..collectives import ddp_bucket_sizes
+from ..parallel import zero1_owners
 from .engine import Affine, StepInBatch
 from .fsdp import DATA_PARALLEL_ONLY, fake_pg_program
 from .step import training_step
@@ -45,7 +51,7 @@ from .tensors import Tensor, empty, numel
 def check_ddp_layout(layout: ParallelLayout) -> None:
     """Refuse (``ValueError``) a layout ``Replicate`` does not replay."""
     other = layout.tp > 1 or layout.pp > 1 or layout.ep > 1 or layout.replicate > 1 or layout.cp > 1
-    if layout.zero != 0 or layout.dp < 2 or other:
+    if layout.zero > 1 or layout.dp < 2 or other:
         raise ValueError(DATA_PARALLEL_ONLY)
 
 
@@ -60,14 +66,17 @@ def dtype_numels(params: list[Tensor]) -> dict[str, int]:
 
 
 class Replicate:
-    """DDP on one rank (the module docstring): ``shard`` allocates the bucket buffers and returns every
-    parameter (AdamW steps them all); the backward's copies allocate nothing, ``zero_grad`` leaves the buckets."""
+    """DDP on rank ``rank`` (the module docstring): ``shard`` allocates the bucket buffers and returns the
+    parameters AdamW steps: every one, or under ZeRO-1 the ones the rank owns; the backward's copies allocate
+    nothing; ``zero_grad`` frees the other ranks' tensors' gradients (ZeRO-1) and leaves the buckets."""
 
-    def __init__(self, layout: ParallelLayout):
+    def __init__(self, layout: ParallelLayout, rank: int = 0):
         check_ddp_layout(layout)
-        self.layout = layout
+        self.layout, self.rank = layout, rank
         self.buckets: list[Tensor] = []
         self.grad_bytes: dict[str, list[int]] = {}  # dtype -> each gradient's bytes, in parameters() order
+        self.param_bytes: list[int] = []  # every parameter's bytes (ZeRO-1's broadcasts after the step)
+        self.others: list[Tensor] = []  # ZeRO-1: the parameters other ranks step
 
     def shard(self, program) -> list[Tensor]:
         if hasattr(program, "untrained"):
@@ -80,13 +89,29 @@ class Replicate:
             if p.requires_grad:
                 self.grad_bytes.setdefault(p.dtype, []).append(p.nbytes)
         self.buckets = [empty((n,), dtype, "DDP bucket") for dtype, n in dtype_numels(params).items()]
-        return params
+        self.param_bytes = [p.nbytes for p in params]
+        if self.layout.zero != 1:
+            return params
+        return self._owned(params)
+
+    def _owned(self, params: list[Tensor]) -> list[Tensor]:
+        """ZeRO-1 (rule 4; torch 2.13 ``ZeroRedundancyOptimizer._partition_parameters``, one parameter group):
+        the tensors sorted by numel, largest first (stable), each to the least-loaded rank
+        (``analytic.parallel.zero1_owners``); the rank's AdamW steps its own in that order, and the optimizer's
+        ``zero_grad`` (``Optimizer.zero_grad`` over every parameter) frees the others' gradients too."""
+        owners = zero1_owners([numel(p.shape) for p in params], self.layout.dp)
+        order = sorted(range(len(params)), key=lambda i: -numel(params[i].shape))
+        self.others = [p for p, o in zip(params, owners, strict=True) if o != self.rank]
+        return [params[i] for i in order if owners[i] == self.rank]
 
     def backward_end(self) -> None:
         """``finalize_backward``: the buckets' all-reduced values copied back into ``p.grad``, in place."""
 
     def zero_grad(self) -> None:
-        """``zero_grad(set_to_none=True)`` frees ``p.grad`` only (``training_step`` does); the buckets live on."""
+        """``zero_grad(set_to_none=True)``: ``training_step`` frees the gradients of what AdamW stepped; under
+        ZeRO-1 the other ranks' tensors' gradients die too.  The buckets live on."""
+        for p in self.others:
+            p.grad = None
 
     def all_reduces(self, first_step: bool = True) -> list[int]:
         """The payload bytes of each bucket's all-reduce in backward, per dtype in turn: the first step's one
@@ -110,9 +135,9 @@ def predict_rank(
     cpu_threads: int = 1,
     replicate: Replicate | None = None,
 ) -> StepInBatch:
-    """Rank 0 of the DDP job ``layout`` over ``impl``'s program (``ops.predict_step(..., layout=...)``): the
-    single-GPU program under ``replicate`` (a fresh ``Replicate`` unless given: pass one to read its
-    ``all_reduces`` after).  Every rank is alike (the buckets hold every gradient)."""
+    """Rank 0 of the DDP or ZeRO-1 job ``layout`` over ``impl``'s program (``ops.predict_step(..., layout=...)``):
+    the single-GPU program under ``replicate`` (a fresh ``Replicate`` of rank 0 unless given: pass one for another
+    ZeRO-1 rank, or to read its ``all_reduces`` after).  DDP's ranks are alike (the buckets hold every gradient)."""
     if impl != "transformers":
         raise ValueError(f"DDP over --impl {impl}'s program is analytic.parallel.rank_step's, not the op library's")
     if device == "cuda":

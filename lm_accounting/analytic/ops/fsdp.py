@@ -49,7 +49,7 @@ from .tensors import Tensor, current, empty, numel, record
 
 DATA_PARALLEL_ONLY = (
     "the op library replays programs under data parallel only: FSDP2 (dp >= 2, zero 2 or 3) or, over transformers' "
-    "programs, DDP (dp >= 2, zero 0); no ZeRO-1, TP, PP, EP, CP or HSDP"
+    "programs, DDP and ZeRO-1 (dp >= 2, zero 0 or 1); no TP, PP, EP, CP or HSDP"
 )
 PARAM_DTYPES = {"fp32": "fp32", "bf16": "bf16", "amp-bf16": "fp32"}
 FLOATING = ("fp32", "fp16", "bf16", "fp64")
