@@ -143,7 +143,7 @@ def test_deepseek_v3_under_transformers_is_predicted_eager_and_sdpa(run_cli):
         (["mistral-7b", "--impl", "torchtitan"], "torchtitan ships deepseek_v3, llama3, qwen3 only"),
         (["gpt2-small", "--impl", "torchtitan"], "gpt2-small is none of them"),
         (["qwen3-0.6b", "--impl", "torchtitan"], "torchtitan 0.3.0 installs against torch 2.13"),
-        (["llama-3-8b", "--impl", "transformers", "--dp", "8", "--zero", "1"], "data parallel only"),
+        (["llama-3-8b", "--impl", "transformers", "--dp", "8", "--zero", "1", "--tp", "2"], "data parallel only"),
         (["llama-3-8b", "--impl", "transformers", "--tp", "2"], "data parallel only"),
         (["gpt2-small", "--impl", "nosuch"], "Invalid value for '--impl'"),
     ],

@@ -105,13 +105,26 @@ def test_ddp_of_transformers_model_by_hand(run_cli, llama_json):
     assert r.code == 0 and "DistributedDataParallel" in r.out and "tests/test_ops_ddp.py" in r.out, r.err
 
 
+def test_zero1_of_transformers_model_by_hand(run_cli, llama_json):
+    """``--dp 4 --zero 1``: ZeroRedundancyOptimizer gives whole tensors, largest first, to the least-loaded rank
+    (the lowest on a tie): the two 8,192-element embedding and head to ranks 0 and 1, two of the six 6,144-element
+    MLP matrices each to ranks 2 and 3, one each to ranks 0 and 1 (14,336 each), the four 4,096s to 2, 3, 0, 1, the
+    four 2,048s to 2, 3, 0, 1: rank 0 owns 20,480 elements (the five 64-element norms go to ranks 2 and 3).  Its
+    baseline is DDP's with AdamW's moments of those only; after the step every one of the 21 tensors is broadcast
+    from its owner (4·N bytes)."""
+    data = layout_json(run_cli, llama_json, "--dp", "4", "--zero", "1")
+    baseline = 8 * N + 8 * 20_480 + 2 * B * S * 8 + 2 * (16 // 2) * 4
+    assert data["step_traced"]["baseline"] == baseline == 790_080
+    broadcasts = [(c["count"], c["payload_bytes"]) for c in data["collectives"] if c["kind"] == "broadcast"]
+    assert broadcasts == [(2 * 9 + 3, 4 * N)]
+
+
 @pytest.mark.slow
 def test_ddp_measure_meta_equals_the_fake_pg_job(run_cli, llama_json):
-    for precision in ("bf16", "amp-bf16"):
-        data = layout_json(
-            run_cli, llama_json, "--dp", "2", "--zero", "0", "--measure", "meta", "--precision", precision
-        )
-        assert data["measured"]["step"] == data["step_traced"], precision
+    for precision, zero in (("bf16", "0"), ("amp-bf16", "0"), ("amp-bf16", "1")):
+        args = ["--dp", "2", "--zero", zero, "--measure", "meta", "--precision", precision]
+        data = layout_json(run_cli, llama_json, *args)
+        assert data["measured"]["step"] == data["step_traced"], (precision, zero)
 
 
 def test_llama_3_8b_at_8k_over_64_ranks_is_the_fake_pg_figure(run_cli):
@@ -129,7 +142,7 @@ def test_llama_3_8b_at_8k_over_64_ranks_is_the_fake_pg_figure(run_cli):
     ("args", "message"),
     [
         (["--tp", "2"], "data parallel only"),
-        (["--dp", "4", "--zero", "1"], "data parallel only"),
+        (["--dp", "4", "--zero", "1", "--pp", "2"], "data parallel only"),
         (["--dp", "4", "--zero", "0", "--tp", "2"], "data parallel only"),
         (["--dp", "4", "--zero", "3", "--rank", "1"], "predicts rank 0 (the worst) only"),
         (["--dp", "4", "--zero", "3", "--measure", "cuda"], "traced and measured on meta or cpu"),

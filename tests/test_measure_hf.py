@@ -357,4 +357,4 @@ def test_fsdp2_refuses_what_it_does_not_run():
     with pytest.raises(AccountingError, match="data parallel only"):
         measure_hf_step(tiny_llama(), S, B, layout=ParallelLayout(dp=2, tp=2, zero=3))
     with pytest.raises(AccountingError, match="data parallel only"):
-        measure_hf_step(tiny_llama(), S, B, layout=ParallelLayout(dp=4, zero=1))
+        measure_hf_step(tiny_llama(), S, B, layout=ParallelLayout(dp=4, zero=1, tp=2))

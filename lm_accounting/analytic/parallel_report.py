@@ -280,8 +280,8 @@ def implementation_rank(
     (``ops.predict_step(..., layout=layout)``): the step the storage tracker sees on ``device`` (meta: the
     fake-PG job's FakeTensors, CPU kernel facts), the plain CUDA run not being ported under a layout.  The
     model states are our model's rules, not checked for this model: left out (None); the collectives are DDP's
-    bucket all-reduces (``ops.ddp.Replicate.all_reduces``: the rebuilt buckets of every step after the first), none
-    listed under FSDP2.  Any layout or setup the op library refuses is one ``AccountingError`` line."""
+    bucket all-reduces (``ops.ddp.Replicate.all_reduces``: the rebuilt buckets of every step after the first) and
+    ZeRO-1's broadcasts of the updated parameters, none listed under FSDP2.  Any layout or setup the op library refuses is one ``AccountingError`` line."""
     from .ops import predict_step
     from .ops.ddp import Replicate
 
@@ -300,6 +300,9 @@ def implementation_rank(
         buckets = rep.all_reduces(first_step=False)
         rule = "gradient buckets (1 MiB, then 25 MiB; the first step: one per dtype), Σ n·e"
         comms = (Collective("all_reduce", "backward", "dp", len(buckets), sum(buckets), rule),)
+        if layout.zero == 1:  # ZeroRedundancyOptimizer: every tensor from its owner, in place
+            sizes = rep.param_bytes
+            comms += (Collective("broadcast", "optimizer_step", "dp", len(sizes), sum(sizes), "updated parameters"),)
     return ParallelMemory(
         cfg, seq, batch, setup, layout, st, None, None, step.at(batch), flops, comms, budget, True, impl=impl,
         device=device,

@@ -95,7 +95,9 @@ def hf_optimizer(model, setup: TrainingSetup, layout: ParallelLayout, dp_mesh):
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
     group = dp_mesh.get_group()
-    return ZeroRedundancyOptimizer(param_groups(model), optimizer_class=torch.optim.AdamW, process_group=group, **kwargs)
+    return ZeroRedundancyOptimizer(
+        param_groups(model), optimizer_class=torch.optim.AdamW, process_group=group, **kwargs
+    )
 
 
 def measure_hf_rank(

@@ -238,11 +238,11 @@ def parallel_view(r: ParallelMemory) -> View:
     return View(header, tables, footer)
 
 
-def _layout_line(r: ParallelMemory, where: str) -> str:
+def _layout_line(r: ParallelMemory, where: str, who: str = "worst rank") -> str:
     lay = r.layout
     return (
         f"layout {lay.label} on {plural(lay.world, 'GPU')} · setup {r.setup.label} · context {r.seq:,} · "
-        f"micro-batch {r.batch:,} per rank · worst rank: {where}"
+        f"micro-batch {r.batch:,} per rank · {who}: {where}"
     )
 
 
@@ -250,14 +250,20 @@ def _implementation_view(r: ParallelMemory) -> View:
     """``--impl transformers`` under FSDP2 or DDP: rank 0's traced step (the op library's), beside the fake-PG
     job's."""
     label, ddp = TRACED_LABEL.format(device=r.device), not r.layout.fsdp
-    wrapper = (
-        "DistributedDataParallel around it as the HF Trainer builds it (25 MiB buckets, gradient_as_bucket_view=False)"
-        if ddp
-        else "fully_shard on every decoder layer then the root"
-    )
+    wrapper = "fully_shard on every decoder layer then the root"
+    if ddp:
+        wrapper = (
+            "DistributedDataParallel around it as the HF Trainer builds it (25 MiB buckets, "
+            "gradient_as_bucket_view=False)" + (", ZeroRedundancyOptimizer around AdamW" if r.layout.zero else "")
+        )
+    where, who = "rank 0 (every FSDP2 chunk full)", "worst rank"
+    if ddp:
+        where = "rank 0 (every DDP rank alike)"
+    if ddp and r.layout.zero:
+        where, who = "rank 0 (the AdamW state of the tensors it owns; ZeRO-1's ranks differ)", "rank"
     header = [
         describe_config(r.config),
-        _layout_line(r, "rank 0 (every DDP rank alike)" if ddp else "rank 0 (every FSDP2 chunk full)"),
+        _layout_line(r, where, who),
         f"--impl {r.impl}: {program_label(r.config, r.impl, r.setup)}, {wrapper}",
         f"figures: {label}",
     ]
@@ -300,7 +306,7 @@ def _implementation_view(r: ParallelMemory) -> View:
         proof = (
             f"Proof: ops.predict_step(impl={r.impl!r}, layout=...) equals rank 0 of torch {CPU_TORCH}'s "
             "DistributedDataParallel around transformers' model on the fake process group, and its bucket "
-            "all-reduces the job's (tests/test_ops_ddp.py); find_unused_parameters=True (the Trainer's default "
+            "all-reduces the job's (tests/test_ops_ddp.py; ZeRO-1's ZeroRedundancyOptimizer too); find_unused_parameters=True (the Trainer's default "
             "without gradient checkpointing) adds 4 bytes per parameter tensor, not shown; the per-GPU model "
             "states are shown for --impl course only."
         )
