@@ -16,7 +16,9 @@ built in the setup's dtype, amp-bf16 under the Trainer's autocast (``hf.HFTraini
 tied head tied again after ``to_empty``.  ``steps`` 2 measures the step after the reducer rebuilt its buckets (its
 rebuild reads data: real cpu tensors only).
 
-Only data parallel: ZeRO-1, tensor, pipeline and expert parallel over transformers' layers are not run here.  A
+ZeRO-1 (``--zero 1``): DDP with ``ZeroRedundancyOptimizer`` around AdamW (``hf_optimizer``).
+
+Only data parallel: tensor, pipeline and expert parallel over transformers' layers are not run here.  A
 mixture of experts runs transformers' ``grouped_mm`` experts, whose shapes need no data; their FakeTensor
 kernel takes bf16 only (``measure.hf.check_hf_setup``), so fp32 weights are measured on cpu tensors.
 """
@@ -40,8 +42,8 @@ def check_hf_layout(cfg: ModelConfig, layout: ParallelLayout) -> None:
     other = layout.tp > 1 or layout.pp > 1 or layout.ep > 1 or layout.replicate > 1 or layout.cp > 1
     if other or layout.dp < 2:
         raise AccountingError(
-            "transformers' model is measured under data parallel only: DDP (--dp >= 2 --zero 0) or FSDP2 "
-            "(--zero 2 or 3); no ZeRO-1, no tensor, pipeline, expert or context parallel, no HSDP"
+            "transformers' model is measured under data parallel only: DDP, ZeRO-1 (--dp >= 2 --zero 0 or 1) or "
+            "FSDP2 (--zero 2 or 3); no tensor, pipeline, expert or context parallel, no HSDP"
         )
     if not layout.fsdp and cfg.indexer:
         raise AccountingError(

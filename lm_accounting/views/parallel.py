@@ -78,7 +78,7 @@ def parallel_view(r: ParallelMemory) -> View:
     header = [
         describe_config(r.config),
         _layout_line(r, where),
-        f"--impl course: {program_label(r.config, 'course', r.setup)} (the default under a layout; --impl transformers covers FSDP2 data parallel)",
+        f"--impl course: {program_label(r.config, 'course', r.setup)} (the default under a layout; --impl transformers covers DDP, ZeRO-1 and FSDP2 data parallel)",
     ]
     header.append(step_time_line(r))
     ex = r.experts()
