@@ -83,7 +83,7 @@ def test_under_a_layout_the_default_is_course_and_says_so(run_cli, config_json):
     assert data["schema"] == "lm-accounting/parallel-memory/7" and data["implementation"]["name"] == "course"
     text = run_cli("memory", config_json, "-S", "32", "--dp", "2", "--zero", "3").out
     assert "--impl course: our TransformerLM (lm_accounting.model), naive attention" in text
-    assert "the default under a layout; --impl transformers covers FSDP2 data parallel" in text
+    assert "the default under a layout; --impl transformers covers DDP, ZeRO-1 and FSDP2 data parallel" in text
 
 
 # -- the header names the implementation and its program -----------------------------------------------------

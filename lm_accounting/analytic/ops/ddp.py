@@ -29,6 +29,7 @@ So one DDP rank's step is the single-GPU step with every figure raised by the bu
    builds it for our model): the rank's AdamW holds moments and steps only the tensors the rank owns
    (``Replicate._owned``), then broadcasts every parameter from its owner in place (one broadcast per tensor,
    nothing allocated).  Rank 0 by default, the fake-PG job's: ZeRO-1's ranks differ (``Replicate(layout, rank)``).
+
 ``find_unused_parameters=True`` (the Trainer's default without gradient checkpointing) adds the reducer's
 ``local_used_map_dev_`` on the device, 4 bytes per parameter tensor (an int32 each; its CPU twin
 ``local_used_map_`` is host memory): not in the figures (the fake-PG job cannot run it on FakeTensors: the
