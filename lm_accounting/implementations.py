@@ -144,7 +144,7 @@ def default_impl(source: str | os.PathLike, layout: bool = False) -> str:
     """The implementation a user bringing ``source`` (the PRESET_OR_FILE argument) most likely runs: a
     Hugging Face config.json (a path ending in .json, ``config.load_config``'s rule) implies transformers;
     a preset or a TOML file, the course's model.  Under a parallel ``layout``, course: transformers' layers
-    are modelled under FSDP2 data parallel only (``--impl transformers --dp N --zero 2|3``), ours under every
+    are modelled under data parallel only (``--impl transformers --dp N --zero 0|1|2|3``), ours under every
     layout (the header says so)."""
     hf = is_config_path(source) and os.fspath(source).lower().endswith(".json")
     return "transformers" if hf and not layout else "course"

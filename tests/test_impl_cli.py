@@ -83,7 +83,7 @@ def test_under_a_layout_the_default_is_course_and_says_so(run_cli, config_json):
     assert data["schema"] == "lm-accounting/parallel-memory/7" and data["implementation"]["name"] == "course"
     text = run_cli("memory", config_json, "-S", "32", "--dp", "2", "--zero", "3").out
     assert "--impl course: our TransformerLM (lm_accounting.model), naive attention" in text
-    assert "the default under a layout; --impl transformers covers FSDP2 data parallel" in text
+    assert "the default under a layout; --impl transformers covers DDP, ZeRO-1 and FSDP2 data parallel" in text
 
 
 # -- the header names the implementation and its program -----------------------------------------------------
@@ -143,8 +143,8 @@ def test_deepseek_v3_under_transformers_is_predicted_eager_and_sdpa(run_cli):
         (["mistral-7b", "--impl", "torchtitan"], "torchtitan ships deepseek_v3, llama3, qwen3 only"),
         (["gpt2-small", "--impl", "torchtitan"], "gpt2-small is none of them"),
         (["qwen3-0.6b", "--impl", "torchtitan"], "torchtitan 0.3.0 installs against torch 2.13"),
-        (["llama-3-8b", "--impl", "transformers", "--dp", "8", "--zero", "1"], "FSDP2 data parallel only"),
-        (["llama-3-8b", "--impl", "transformers", "--tp", "2"], "FSDP2 data parallel only"),
+        (["llama-3-8b", "--impl", "transformers", "--dp", "8", "--zero", "1", "--tp", "2"], "data parallel only"),
+        (["llama-3-8b", "--impl", "transformers", "--tp", "2"], "data parallel only"),
         (["gpt2-small", "--impl", "nosuch"], "Invalid value for '--impl'"),
     ],
 )

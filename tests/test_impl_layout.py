@@ -90,6 +90,43 @@ def test_measure_meta_equals_the_fake_pg_job(run_cli, llama_json):
     assert text.code == 0 and "equal, phase by phase" in text.out and "DIFFERS" not in text.out
 
 
+def test_ddp_of_transformers_model_by_hand(run_cli, llama_json):
+    """``--dp 4 --zero 0``: DDP as the HF Trainer wraps the model.  Every rank holds every parameter, AdamW's two
+    moments and the reducer's bucket buffers, a copy of every gradient (16 bytes an element), the token ids and
+    labels and the rotary buffers; backward ends with the whole gradients added.  The collectives are the bucket
+    all-reduces: 4·N = 312,576 bytes, one bucket (under the 1 MiB first cap).  The text names DDP."""
+    data = layout_json(run_cli, llama_json, "--dp", "4", "--zero", "0")
+    baseline = 16 * N + 2 * B * S * 8 + 2 * (16 // 2) * 4
+    step = data["step_traced"]
+    assert step["baseline"] == baseline == 1_251_392 and step["optimizer_step"]["end"] == baseline
+    assert step["backward"]["end"] == baseline + 4 * N
+    assert [(c["kind"], c["count"], c["payload_bytes"]) for c in data["collectives"]] == [("all_reduce", 1, 4 * N)]
+    r = run_cli("memory", llama_json, "--impl", "transformers", "-S", S, "--dp", "4", "--zero", "0")
+    assert r.code == 0 and "DistributedDataParallel" in r.out and "tests/test_ops_ddp.py" in r.out, r.err
+
+
+def test_zero1_of_transformers_model_by_hand(run_cli, llama_json):
+    """``--dp 4 --zero 1``: ZeroRedundancyOptimizer gives whole tensors, largest first, to the least-loaded rank
+    (the lowest on a tie): the two 8,192-element embedding and head to ranks 0 and 1, two of the six 6,144-element
+    MLP matrices each to ranks 2 and 3, one each to ranks 0 and 1 (14,336 each), the four 4,096s to 2, 3, 0, 1, the
+    four 2,048s to 2, 3, 0, 1: rank 0 owns 20,480 elements (the five 64-element norms go to ranks 2 and 3).  Its
+    baseline is DDP's with AdamW's moments of those only; after the step every one of the 21 tensors is broadcast
+    from its owner (4·N bytes)."""
+    data = layout_json(run_cli, llama_json, "--dp", "4", "--zero", "1")
+    baseline = 8 * N + 8 * 20_480 + 2 * B * S * 8 + 2 * (16 // 2) * 4
+    assert data["step_traced"]["baseline"] == baseline == 790_080
+    broadcasts = [(c["count"], c["payload_bytes"]) for c in data["collectives"] if c["kind"] == "broadcast"]
+    assert broadcasts == [(2 * 9 + 3, 4 * N)]
+
+
+@pytest.mark.slow
+def test_ddp_measure_meta_equals_the_fake_pg_job(run_cli, llama_json):
+    for precision, zero in (("bf16", "0"), ("amp-bf16", "0"), ("amp-bf16", "1")):
+        args = ["--dp", "2", "--zero", zero, "--measure", "meta", "--precision", precision]
+        data = layout_json(run_cli, llama_json, *args)
+        assert data["measured"]["step"] == data["step_traced"], (precision, zero)
+
+
 def test_llama_3_8b_at_8k_over_64_ranks_is_the_fake_pg_figure(run_cli):
     """The issue's case: Llama-3-8B, 8,192 tokens, FSDP2 ZeRO-3 over 64 ranks, amp-bf16, sdpa, transformers'
     layers.  The figures are the fake-PG job's (``measure_hf_step(..., layout=ParallelLayout(dp=64, zero=3))`` on
@@ -104,9 +141,9 @@ def test_llama_3_8b_at_8k_over_64_ranks_is_the_fake_pg_figure(run_cli):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--tp", "2"], "FSDP2 data parallel only"),
-        (["--dp", "4", "--zero", "1"], "FSDP2 data parallel only"),
-        (["--dp", "4", "--zero", "0"], "FSDP2 data parallel only"),
+        (["--tp", "2"], "data parallel only"),
+        (["--dp", "4", "--zero", "1", "--pp", "2"], "data parallel only"),
+        (["--dp", "4", "--zero", "0", "--tp", "2"], "data parallel only"),
         (["--dp", "4", "--zero", "3", "--rank", "1"], "predicts rank 0 (the worst) only"),
         (["--dp", "4", "--zero", "3", "--measure", "cuda"], "traced and measured on meta or cpu"),
         (["--dp", "4", "--zero", "3", "--measure", "cpu", "--measure-method", "allocator"], "storage tracker"),

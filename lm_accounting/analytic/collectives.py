@@ -136,15 +136,22 @@ def wire_bytes(c: Collective, n: int, times: int = 1) -> int:
     return times * c.payload
 
 
-def ddp_bucket_count(sizes: list[int]) -> int:
-    """Buckets of DDP's reducer: parameters in reverse order, a bucket closed once it reaches its cap
-    (the first 1 MiB, then 25 MiB)."""
-    buckets, current, cap = 0, 0, DDP_FIRST_BUCKET
+def ddp_bucket_sizes(sizes: list[int]) -> list[int]:
+    """The bytes of each bucket of DDP's reducer over gradients of ``sizes`` bytes (one dtype): parameters in
+    reverse order, a bucket closed once it reaches its cap (the first 1 MiB, then 25 MiB)."""
+    buckets: list[int] = []
+    current, cap = 0, DDP_FIRST_BUCKET
     for size in reversed(sizes):
         current += size
         if current >= cap:
-            buckets, current, cap = buckets + 1, 0, DDP_BUCKET
-    return buckets + (1 if current else 0)
+            buckets.append(current)
+            current, cap = 0, DDP_BUCKET
+    return buckets + ([current] if current else [])
+
+
+def ddp_bucket_count(sizes: list[int]) -> int:
+    """Buckets of DDP's reducer (``ddp_bucket_sizes``)."""
+    return len(ddp_bucket_sizes(sizes))
 
 
 @lru_cache(maxsize=1024)

@@ -276,22 +276,35 @@ def implementation_rank(
     rank: int | None = None,
     device: str = "meta",
 ) -> ParallelMemory:
-    """Rank 0 (the worst: every FSDP2 chunk full) of an FSDP2 data-parallel job over ``impl``'s model
+    """Rank 0 (the worst: every FSDP2 chunk full) of an FSDP2 or DDP data-parallel job over ``impl``'s model
     (``ops.predict_step(..., layout=layout)``): the step the storage tracker sees on ``device`` (meta: the
     fake-PG job's FakeTensors, CPU kernel facts), the plain CUDA run not being ported under a layout.  The
-    model states and collectives are our model's rules, not checked for this model: left out (None, none).
-    Any layout or setup the op library refuses is one ``AccountingError`` line."""
+    model states are our model's rules, not checked for this model: left out (None); the collectives are DDP's
+    bucket all-reduces (``ops.ddp.Replicate.all_reduces``: the rebuilt buckets of every step after the first) and
+    ZeRO-1's broadcasts of the updated parameters, none listed under FSDP2.  Any layout or setup the op library refuses is one ``AccountingError`` line."""
     from .ops import predict_step
+    from .ops.ddp import Replicate
 
     check_implementation_rank(impl, rank, device)
     try:
-        step = predict_step(cfg, seq, setup, impl=impl, batch=batch, layout=layout, mode="traced", device=device)
+        rep = None if layout.fsdp else Replicate(layout)
+        step = predict_step(
+            cfg, seq, setup, impl=impl, batch=batch, layout=layout, mode="traced", device=device, replicate=rep
+        )
     except ValueError as e:
         raise AccountingError(f"--impl {impl} under {layout.label}: {e}") from None
     st = model_states(cfg, setup, layout, rank=0)  # for rank_flops and the worst rank's index only
     flops = rank_flops(cfg, seq, batch, setup, layout, 0, None)
+    comms: tuple[Collective, ...] = ()
+    if rep is not None:
+        buckets = rep.all_reduces(first_step=False)
+        rule = "gradient buckets (1 MiB, then 25 MiB; the first step: one per dtype), Σ n·e"
+        comms = (Collective("all_reduce", "backward", "dp", len(buckets), sum(buckets), rule),)
+        if layout.zero == 1:  # ZeroRedundancyOptimizer: every tensor from its owner, in place
+            sizes = rep.param_bytes
+            comms += (Collective("broadcast", "optimizer_step", "dp", len(sizes), sum(sizes), "updated parameters"),)
     return ParallelMemory(
-        cfg, seq, batch, setup, layout, st, None, None, step.at(batch), flops, (), budget, True, impl=impl,
+        cfg, seq, batch, setup, layout, st, None, None, step.at(batch), flops, comms, budget, True, impl=impl,
         device=device,
     )  # fmt: skip
 

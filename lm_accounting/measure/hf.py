@@ -390,7 +390,7 @@ def measure_hf_step(
     allocator.  Refusals (one line, ``AccountingError``): transformers not installed (naming the extra), a
     config with no transformers class, selective checkpointing, a mixture of experts on meta, and every
     live-run guard of ``devices.check_live_run``.  ``layout`` (a ``ParallelLayout`` of more than one GPU): rank 0
-    of its FSDP2 job over transformers' decoder layers on the fake process group (``measure.hf_parallel``),
+    of its FSDP2 or DDP job over transformers' model on the fake process group (``measure.hf_parallel``),
     FakeTensors for ``device="meta"``, real CPU tensors for "cpu" (tracker only)."""
     if layout is not None and not layout.single:
         return _measure_rank(cfg, seq, batch, setup, device, method, layout)
@@ -432,9 +432,13 @@ def _measure_rank(cfg, seq, batch, setup, device, method, layout):
     require_transformers()
     setup = setup or TrainingSetup()
     if device not in ("meta", "cpu") or method != "tracker":
-        raise AccountingError("an FSDP2 job over transformers' model is measured by the tracker on meta or cpu")
+        raise AccountingError("a data-parallel job over transformers' model is measured by the tracker on meta or cpu")
     check_hf_setup(cfg, setup, device)
-    check_grouped_mm(cfg, "bf16" if setup.autocast else setup.param_dtype, device)  # amp: the policy's bf16
+    if layout.fsdp:
+        check_grouped_mm(cfg, "bf16" if setup.autocast else setup.param_dtype, device)  # amp: the policy's bf16
+    else:  # DDP runs the single-GPU program, autocast and all
+        check_autocast(cfg, setup, device)
+        check_grouped_mm(cfg, setup.param_dtype, device)
     check_hf_layout(cfg, layout)
     to_hf_dict(cfg)
     _check_rank_fits(cfg, seq, batch, setup, device)

@@ -1,4 +1,4 @@
-"""One rank of an FSDP2 job over transformers' own model, on torch's fake process group (DESIGN.md §9).
+"""One rank of an FSDP2 or DDP job over transformers' own model, on torch's fake process group (DESIGN.md §9).
 
 ``measure_hf_rank`` builds transformers' model as ``measure.hf.build_hf_model`` does (on meta), shards it
 as FSDP2 users do with transformers (and as ``measure.parallelize.build_rank`` does for ours):
@@ -10,6 +10,13 @@ model's own upcasts (RMSNorm, the loss) are fp32).  The sharded parameters are t
 under ``FakeTensorMode`` (``fake=True``, any shape, no data), or real CPU tensors (small shapes).  One
 training step (the first: FSDP2's lazy initialisation is part of it) runs under ``distributed.RankTracker``,
 and its ``StepMemory`` is returned, phase by phase as the single-device tracker reports it.
+
+DDP (``--zero 0``): transformers' model in ``DistributedDataParallel`` as the HF Trainer wraps it (``wrap_ddp``),
+built in the setup's dtype, amp-bf16 under the Trainer's autocast (``hf.HFTrainingStep``, the single-GPU run's); a
+tied head tied again after ``to_empty``.  ``steps`` 2 measures the step after the reducer rebuilt its buckets (its
+rebuild reads data: real cpu tensors only).
+
+ZeRO-1 (``--zero 1``): DDP with ``ZeroRedundancyOptimizer`` around AdamW (``hf_optimizer``).
 
 Only data parallel: tensor, pipeline and expert parallel over transformers' layers are not run here.  A
 mixture of experts runs transformers' ``grouped_mm`` experts, whose shapes need no data; their FakeTensor
@@ -32,11 +39,35 @@ from ..setup import TrainingSetup
 
 def check_hf_layout(cfg: ModelConfig, layout: ParallelLayout) -> None:
     """One line for a layout this module does not run."""
-    if layout.tp > 1 or layout.pp > 1 or layout.ep > 1 or not layout.fsdp or layout.dp < 2 or layout.replicate > 1:
+    other = layout.tp > 1 or layout.pp > 1 or layout.ep > 1 or layout.replicate > 1 or layout.cp > 1
+    if other or layout.dp < 2:
         raise AccountingError(
-            "transformers' model is measured under FSDP2 data parallel only (--dp >= 2 with --zero 2 or 3; "
-            "no tensor, pipeline or expert parallel, no HSDP)"
+            "transformers' model is measured under data parallel only: DDP, ZeRO-1 (--dp >= 2 --zero 0 or 1) or "
+            "FSDP2 (--zero 2 or 3); no tensor, pipeline, expert or context parallel, no HSDP"
         )
+    if not layout.fsdp and cfg.indexer:
+        raise AccountingError(
+            "DDP over DSA's indexer (parameters no gradient reaches) is not measured: find_unused_parameters=False "
+            "fails there"
+        )
+
+
+def wrap_ddp(step, dp_mesh):
+    """torch's ``DistributedDataParallel`` around the training step, as the HF Trainer's accelerate builds it
+    (``DistributedDataParallelKwargs``' defaults: 25 MiB buckets, ``broadcast_buffers``, no
+    ``gradient_as_bucket_view``, no ``static_graph``), with ``find_unused_parameters=False`` (the Trainer's under
+    gradient checkpointing: with True the reducer reads its used-parameter map's values, which FakeTensors have
+    none of) and ``init_sync=False``: the construction's shape check reads the parameters' data, and its broadcast
+    of them moves nothing on the fake group (its flat copies die before the step).  The fake group needs the
+    all-reduce comm hook (``parallelize.all_reduce_hook``) in place of the default one."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    from .parallelize import all_reduce_hook
+
+    group = dp_mesh.get_group()
+    ddp = DistributedDataParallel(step, process_group=group, find_unused_parameters=False, init_sync=False)
+    ddp.register_comm_hook(group, all_reduce_hook)
+    return ddp
 
 
 def shard_hf_model(model, setup: TrainingSetup, layout: ParallelLayout, dp_mesh) -> None:
@@ -55,6 +86,22 @@ def shard_hf_model(model, setup: TrainingSetup, layout: ParallelLayout, dp_mesh)
     fully_shard(model, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp)
 
 
+def hf_optimizer(model, setup: TrainingSetup, layout: ParallelLayout, dp_mesh):
+    """AdamW over the model's parameters, or under ZeRO-1 torch's ``ZeroRedundancyOptimizer`` around it over the
+    data-parallel group (as ``distributed.data_parallel`` builds it for our model)."""
+    from .parallelize import param_groups
+
+    kwargs = ADAMW_KWARGS[setup.optimizer]
+    if layout.zero != 1:
+        return torch.optim.AdamW(param_groups(model), **kwargs)
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    group = dp_mesh.get_group()
+    return ZeroRedundancyOptimizer(
+        param_groups(model), optimizer_class=torch.optim.AdamW, process_group=group, **kwargs
+    )
+
+
 def measure_hf_rank(
     cfg: ModelConfig,
     seq: int,
@@ -63,22 +110,29 @@ def measure_hf_rank(
     layout: ParallelLayout,
     rank: int = 0,
     fake: bool = True,
+    collectives: list | None = None,
+    steps: int = 1,
 ) -> StepMemory:
-    """The ``StepMemory`` of rank ``rank`` of the FSDP2 job (see the module docstring); ``batch`` is the rank's
-    micro-batch."""
+    """The ``StepMemory`` of rank ``rank`` of the FSDP2 or DDP job (see the module docstring); ``batch`` is the
+    rank's micro-batch.  ``collectives``: receives the last step's collectives, ``(kind, payload bytes, phase)``
+    as ``distributed.CollectiveRecorder`` records them; ``steps``: the step measured is the last of that many
+    (DDP rebuilds its buckets after the first)."""
     from ..model import random_tokens
-    from .distributed import RankTracker, init_fake_group
-    from .hf import HFTrainingStep, build_hf_model, model_loss, patched_for
-    from .parallelize import job_meshes, param_groups
+    from .distributed import CollectiveRecorder, RankTracker, init_fake_group
+    from .hf import HFTrainingStep, build_hf_model, patched_for
+    from .parallelize import job_meshes
     from .tracker import init_optimizer_state
 
     check_hf_layout(cfg, layout)
     if not 0 <= rank < layout.world:
         raise AccountingError(f"rank {rank} is outside the world of {layout.world}")
     init_fake_group(layout.world, rank)
-    built = dataclasses.replace(setup, precision="fp32") if setup.autocast else setup  # amp: the policy casts
+    # amp-bf16: FSDP2's policy casts (the model is built in fp32, no autocast); DDP runs the Trainer's autocast
+    built = dataclasses.replace(setup, precision="fp32") if setup.autocast and layout.fsdp else setup
     model = build_hf_model(cfg, built, "meta")
-    shard_hf_model(model, setup, layout, job_meshes(layout).dp)
+    dp_mesh = job_meshes(layout).dp
+    if layout.fsdp:
+        shard_hf_model(model, setup, layout, dp_mesh)
     tracker, dev = RankTracker(), torch.device("meta" if fake else "cpu")
     mode = contextlib.nullcontext()
     if fake:
@@ -88,19 +142,37 @@ def measure_hf_rank(
     with mode, patched_for("cpu", fake=fake):
         with tracker:
             model.to_empty(device="cpu")
-            opt = torch.optim.AdamW(param_groups(model), **ADAMW_KWARGS[setup.optimizer])
+            if not layout.fsdp:  # ``to_empty`` gives a tied head its own tensor (FSDP2's shards keep the tie)
+                model.tie_weights()  # tied again, as ``from_pretrained`` leaves it
+            opt = hf_optimizer(model, setup, layout, dp_mesh)
             init_optimizer_state(opt)
             inputs = random_tokens(cfg, batch, seq, device="cpu", seed=0)
             labels = random_tokens(cfg, batch, seq, device="cpu", seed=1)
-        step = HFTrainingStep(model, labels, None)
+            step = HFTrainingStep(model, labels, None if layout.fsdp or not setup.autocast else "cpu")
+            if not layout.fsdp:
+                step = wrap_ddp(step, dp_mesh)
+        for _ in range(steps - 1):
+            _train(step, labels, opt, tracker, CollectiveRecorder(), inputs)
         baseline = tracker.live_bytes(dev)
-        with tracker:
-            with tracker.phase("forward"):
-                loss = model_loss(step(inputs), labels)
-            with tracker.phase("backward"):
-                loss.backward()
-                del loss
-            with tracker.phase("optimizer_step"):
-                opt.step()
-                opt.zero_grad(set_to_none=True)
+        comms = CollectiveRecorder()
+        _train(step, labels, opt, tracker, comms, inputs)
+    if collectives is not None:
+        collectives.extend(comms.calls)
     return StepMemory(baseline, **tracker.phase_table(dev))
+
+
+def _train(step, labels, opt, tracker, comms, inputs) -> None:
+    """One training step under ``tracker`` and ``comms`` (the tracker's phases reset at each entry)."""
+    from .hf import model_loss
+
+    with tracker, comms:
+        with tracker.phase("forward"):
+            loss = model_loss(step(inputs), labels)
+        comms.phase = "backward"
+        with tracker.phase("backward"):
+            loss.backward()
+            del loss
+        comms.phase = "optimizer_step"
+        with tracker.phase("optimizer_step"):
+            opt.step()
+            opt.zero_grad(set_to_none=True)

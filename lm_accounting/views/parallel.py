@@ -78,7 +78,7 @@ def parallel_view(r: ParallelMemory) -> View:
     header = [
         describe_config(r.config),
         _layout_line(r, where),
-        f"--impl course: {program_label(r.config, 'course', r.setup)} (the default under a layout; --impl transformers covers FSDP2 data parallel)",
+        f"--impl course: {program_label(r.config, 'course', r.setup)} (the default under a layout; --impl transformers covers DDP, ZeRO-1 and FSDP2 data parallel)",
     ]
     header.append(step_time_line(r))
     ex = r.experts()
@@ -238,21 +238,33 @@ def parallel_view(r: ParallelMemory) -> View:
     return View(header, tables, footer)
 
 
-def _layout_line(r: ParallelMemory, where: str) -> str:
+def _layout_line(r: ParallelMemory, where: str, who: str = "worst rank") -> str:
     lay = r.layout
     return (
         f"layout {lay.label} on {plural(lay.world, 'GPU')} · setup {r.setup.label} · context {r.seq:,} · "
-        f"micro-batch {r.batch:,} per rank · worst rank: {where}"
+        f"micro-batch {r.batch:,} per rank · {who}: {where}"
     )
 
 
 def _implementation_view(r: ParallelMemory) -> View:
-    """``--impl transformers`` under FSDP2: rank 0's traced step (the op library's), beside the fake-PG job's."""
-    label = TRACED_LABEL.format(device=r.device)
+    """``--impl transformers`` under FSDP2 or DDP: rank 0's traced step (the op library's), beside the fake-PG
+    job's."""
+    label, ddp = TRACED_LABEL.format(device=r.device), not r.layout.fsdp
+    wrapper = "fully_shard on every decoder layer then the root"
+    if ddp:
+        wrapper = (
+            "DistributedDataParallel around it as the HF Trainer builds it (25 MiB buckets, "
+            "gradient_as_bucket_view=False)" + (", ZeroRedundancyOptimizer around AdamW" if r.layout.zero else "")
+        )
+    where, who = "rank 0 (every FSDP2 chunk full)", "worst rank"
+    if ddp:
+        where = "rank 0 (every DDP rank alike)"
+    if ddp and r.layout.zero:
+        where, who = "rank 0 (the AdamW state of the tensors it owns; ZeRO-1's ranks differ)", "rank"
     header = [
         describe_config(r.config),
-        _layout_line(r, "rank 0 (every FSDP2 chunk full)"),
-        f"--impl {r.impl}: {program_label(r.config, r.impl, r.setup)}, fully_shard on every decoder layer then the root",
+        _layout_line(r, where, who),
+        f"--impl {r.impl}: {program_label(r.config, r.impl, r.setup)}, {wrapper}",
         f"figures: {label}",
     ]
     m, step = r.measured, r.step_traced
@@ -280,13 +292,32 @@ def _implementation_view(r: ParallelMemory) -> View:
         [Column("quantity"), Column("FLOPs", "int")],
         [("model FLOPs (3 × local forward)", f.model), ("hardware FLOPs (+ recompute)", f.hardware)],
     )
-    proof = (
-        f"Proof: ops.predict_step(impl={r.impl!r}, layout=...) equals rank 0 of torch {CPU_TORCH}'s FSDP2 over "
-        "transformers' decoder layers on the fake process group (tests/test_ops_fsdp.py; the hybrids: "
-        "tests/test_ops_transformers_fsdp_hybrid.py); the per-GPU model states and collectives are shown for "
-        "--impl course only."
-    )
-    return View(header, [phases, fit, flops], [proof])
+    tables = [phases, fit, flops]
+    if ddp:
+        tables.append(
+            Table(
+                "Collectives of one step on this rank (payload = the buckets; wire = ring bytes sent)",
+                [Column("collective"), Column("count", "int"), Column("payload", "bytes"), Column("wire", "bytes")]
+                + [Column("rule")],
+                [(c.kind, c.count, c.payload, wire_bytes(c, r.layout.dp), c.formula) for c in r.collectives],
+                ["and one broadcast of the module buffers (the rotary tables) per forward (broadcast_buffers=True)"],
+            )
+        )
+        proof = (
+            f"Proof: ops.predict_step(impl={r.impl!r}, layout=...) equals rank 0 of torch {CPU_TORCH}'s "
+            "DistributedDataParallel around transformers' model on the fake process group, and its bucket "
+            "all-reduces the job's (tests/test_ops_ddp.py; ZeRO-1's ZeroRedundancyOptimizer too); find_unused_parameters=True (the Trainer's default "
+            "without gradient checkpointing) adds 4 bytes per parameter tensor, not shown; the per-GPU model "
+            "states are shown for --impl course only."
+        )
+    else:
+        proof = (
+            f"Proof: ops.predict_step(impl={r.impl!r}, layout=...) equals rank 0 of torch {CPU_TORCH}'s FSDP2 over "
+            "transformers' decoder layers on the fake process group (tests/test_ops_fsdp.py; the hybrids: "
+            "tests/test_ops_transformers_fsdp_hybrid.py); the per-GPU model states and collectives are shown for "
+            "--impl course only."
+        )
+    return View(header, tables, [proof])
 
 
 def _plain_cpu(r: ParallelMemory) -> list[Table]:

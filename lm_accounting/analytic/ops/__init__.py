@@ -106,6 +106,7 @@ def predict_step(
     cpu_threads: int = 1,
     layout: ParallelLayout | None = None,
     optimizer_step: bool = True,
+    replicate=None,
 ) -> StepInBatch:
     """One training step of implementation ``impl``'s model of ``cfg`` at context ``seq`` under ``setup``,
     as an exact function of the micro-batch B: ``.at(B)`` is the ``StepMemory`` that
@@ -116,8 +117,10 @@ def predict_step(
     ``unsupported`` (or ``check_run``'s) when it cannot.
 
     ``layout``: rank 0 (the worst) of an FSDP2 data-parallel job (``layout.dp`` >= 2, ``zero`` 2 or 3;
-    ``batch`` the rank's micro-batch), ``fully_shard`` on every layer then the root (``ops.fsdp``); what
-    ``measure.hf.measure_hf_step(..., layout=layout)`` measures on the fake process group.  Without
+    ``batch`` the rank's micro-batch), ``fully_shard`` on every layer then the root (``ops.fsdp``), or of a DDP
+    job (``zero`` 0, transformers' programs: ``ops.ddp``); what ``measure.hf.measure_hf_step(..., layout=layout)``
+    measures on the fake process group (``replicate``: the DDP rank's ``ddp.Replicate``, to read its bucket
+    all-reduces after).  Without
     ``optimizer_step`` the step stops after the backward (``step.training_step``; ``step_time``'s programs)."""
     reasons = unsupported(cfg, setup, impl)
     if reasons:
@@ -125,9 +128,15 @@ def predict_step(
     check_run(mode, device)
     threads = {"cpu_threads": cpu_threads} if cpu_threads != 1 else {}  # a plain CPU run's per-thread scratch
     if layout is not None and not layout.single:
-        from .fsdp import predict_rank
+        from . import ddp, fsdp
 
-        return predict_rank(cfg, seq, setup, layout, impl=impl, batch=batch, mode=mode, device=device, **threads)
+        if layout.fsdp:
+            return fsdp.predict_rank(
+                cfg, seq, setup, layout, impl=impl, batch=batch, mode=mode, device=device, **threads
+            )
+        return ddp.predict_rank(
+            cfg, seq, setup, layout, impl=impl, batch=batch, mode=mode, device=device, replicate=replicate, **threads
+        )
     return _programs(impl).predict_step(
         cfg, seq, setup, batch=batch, mode=mode, device=device, optimizer_step=optimizer_step, **threads
     )

@@ -47,6 +47,10 @@ from .engine import Affine, StepInBatch
 from .step import training_step
 from .tensors import Tensor, current, empty, numel, record
 
+DATA_PARALLEL_ONLY = (
+    "the op library replays programs under data parallel only: FSDP2 (dp >= 2, zero 2 or 3) or, over transformers' "
+    "programs, DDP and ZeRO-1 (dp >= 2, zero 0 or 1); no TP, PP, EP, CP or HSDP"
+)
 PARAM_DTYPES = {"fp32": "fp32", "bf16": "bf16", "amp-bf16": "fp32"}
 FLOATING = ("fp32", "fp16", "bf16", "fp64")
 POLICY_EXACT = (
@@ -101,9 +105,7 @@ class FullyShard:
 
     def __init__(self, cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, cpu: bool = False):
         if not layout.fsdp or layout.dp < 2 or layout.tp > 1 or layout.pp > 1 or layout.ep > 1 or layout.replicate > 1:
-            raise ValueError(
-                "the op library shards programs with FSDP2 data parallel only (dp >= 2, zero 2 or 3; no TP, PP, EP or HSDP)"
-            )
+            raise ValueError(DATA_PARALLEL_ONLY)
         self.cfg, self.setup, self.layout, self.cpu = cfg, setup, layout, cpu
         self.events: FsdpEvents | None = None
         self.units: FsdpUnits | None = None
@@ -231,6 +233,18 @@ class FullyShard:
         current().charge(-(self.units.root.reduce_out + blocks), "sharded gradients")
 
 
+def fake_pg_program(cfg: ModelConfig, seq: int, setup: TrainingSetup, b, **facts):
+    """``make`` of transformers' program of ``cfg`` as a fake-PG job runs it: on cpu tensors (FakeTensors on
+    meta), so with the CPU's kernel facts (GPT-2's LayerNorm statistics), and ``facts`` (``buffer_dtype``) where
+    the program takes them."""
+    from .transformers import PROGRAMS
+
+    module = importlib.import_module(f"{__package__}.transformers.{PROGRAMS[cfg.hf_model_type]}")
+    params = inspect.signature(module.causal_lm).parameters
+    given = {k: v for k, v in {"device": "cpu", **facts}.items() if k in params}
+    return lambda: module.causal_lm(cfg, seq, setup, b, **given)
+
+
 def predict_rank(
     cfg: ModelConfig,
     seq: int,
@@ -266,14 +280,9 @@ def predict_rank(
                 f"FSDP2's bf16 policy over transformers' {cfg.hf_model_type} is not checked against the fake "
                 "process group yet (ops.fsdp.POLICY_EXACT: fp32 buffers stay fp32 under the policy)"
             )
-        module = importlib.import_module(f"{__package__}.transformers.{PROGRAMS[cfg.hf_model_type]}")
         run = dataclasses.replace(setup, precision="bf16") if setup.autocast else setup
-        # the job runs on cpu tensors (FakeTensors on meta): the CPU's kernel facts (GPT-2's LayerNorm statistics)
-        params = inspect.signature(module.causal_lm).parameters
-        facts = {"device": "cpu"} if "device" in params else {}
-        if setup.autocast and "buffer_dtype" in params:  # the policy casts parameters, not buffers
-            facts["buffer_dtype"] = "fp32"
-        make = lambda: module.causal_lm(cfg, seq, run, b, **facts)
+        # the policy casts parameters, not buffers
+        make = fake_pg_program(cfg, seq, run, b, **({"buffer_dtype": "fp32"} if setup.autocast else {}))
     elif impl == "course":
         from .course.model import TransformerLM
 

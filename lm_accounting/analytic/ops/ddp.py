@@ -1,0 +1,154 @@
+"""One rank of a DDP job (``torch.nn.parallel.DistributedDataParallel``) over transformers' program, as the HF
+``Trainer`` runs it: ``torchrun ... train.py`` wraps the model through accelerate's ``prepare_model`` with
+``DistributedDataParallelKwargs`` (accelerate ``utils/dataclasses.py``: ``bucket_cap_mb=25``,
+``broadcast_buffers=True``, ``gradient_as_bucket_view=False``, ``static_graph=False``; transformers 5.24
+``Trainer._build_accelerator_args`` passes ``find_unused_parameters = not gradient_checkpointing`` and the
+``ddp_*`` arguments only when set).  Under amp-bf16 the Trainer's autocast runs inside the wrapped forward (no
+policy: the single-GPU program's casts).  No torch.
+
+What DDP adds to the single-GPU step (torch 2.13 ``torch/nn/parallel/distributed.py``, the C++ ``Reducer``;
+``analytic.parallel`` rule 4, proven for our model by tests/test_parallel_measured.py):
+
+1. At construction the reducer allocates one flat bucket buffer per bucket, the sum of its parameters' elements
+   in their dtype (``Reducer::initialize_buckets``: ``at::empty({offset}, options)``); buckets never mix
+   dtypes (``compute_bucket_assignment_by_size`` keys them by dtype and device), so the rank holds Σ n·e over
+   every parameter that requires grad, in each parameter's dtype, for the whole job: a baseline shift.  The
+   first step's buckets are one per dtype (``[sys.maxsize]`` limits, ``analytic.collectives`` rule 2); the
+   reducer rebuilds them after it (1 MiB first, 25 MiB after) with the same total bytes.
+2. In backward, with ``gradient_as_bucket_view=False``, each gradient autograd accumulates into ``p.grad`` (as
+   without DDP) is copied into its bucket's view (``mark_variable_ready_dense``: ``bucket_view.copy_(grad)``
+   under a comm hook), each full bucket all-reduced in place, and copied back into ``p.grad``
+   (``finalize_bucket_dense``): nothing allocated.  ``zero_grad`` frees ``p.grad``; the buckets stay.
+3. ``broadcast_buffers=True`` broadcasts the module buffers (the rotary ``inv_freq``) before each forward
+   through a flat copy (``_broadcast_coalesced``) that dies at once, while the live bytes are the baseline: below
+   every forward peak, so no phase's figure moves; not replayed.
+
+So one DDP rank's step is the single-GPU step with every figure raised by the buckets' bytes (``Replicate``).
+
+4. ZeRO-1 (``--zero 1``: DDP with torch's ``ZeroRedundancyOptimizer`` around AdamW, as ``measure.distributed``
+   builds it for our model): the rank's AdamW holds moments and steps only the tensors the rank owns
+   (``Replicate._owned``), then broadcasts every parameter from its owner in place (one broadcast per tensor,
+   nothing allocated).  Rank 0 by default, the fake-PG job's: ZeRO-1's ranks differ (``Replicate(layout, rank)``).
+
+``find_unused_parameters=True`` (the Trainer's default without gradient checkpointing) adds the reducer's
+``local_used_map_dev_`` on the device, 4 bytes per parameter tensor (an int32 each; its CPU twin
+``local_used_map_`` is host memory): not in the figures (the fake-PG job cannot run it on FakeTensors: the
+reducer reads the map's values), named in docs/limits.md.
+"""
+
+from __future__ import annotations
+
+from ...config import ModelConfig
+from ...layout import ParallelLayout
+from ...setup import TrainingSetup
+from ..collectives import ddp_bucket_sizes
+from ..parallel import zero1_owners
+from .engine import Affine, StepInBatch
+from .fsdp import DATA_PARALLEL_ONLY, fake_pg_program
+from .step import training_step
+from .tensors import Tensor, empty, numel
+
+
+def check_ddp_layout(layout: ParallelLayout) -> None:
+    """Refuse (``ValueError``) a layout ``Replicate`` does not replay."""
+    other = layout.tp > 1 or layout.pp > 1 or layout.ep > 1 or layout.replicate > 1 or layout.cp > 1
+    if layout.zero > 1 or layout.dp < 2 or other:
+        raise ValueError(DATA_PARALLEL_ONLY)
+
+
+def dtype_numels(params: list[Tensor]) -> dict[str, int]:
+    """Elements of the parameters that require grad, per dtype in first-seen order: the first step's buckets
+    (rule 1)."""
+    out: dict[str, int] = {}
+    for p in params:
+        if p.requires_grad:
+            out[p.dtype] = out.get(p.dtype, 0) + numel(p.shape)
+    return out
+
+
+class Replicate:
+    """DDP on rank ``rank`` (the module docstring): ``shard`` allocates the bucket buffers and returns the
+    parameters AdamW steps: every one, or under ZeRO-1 the ones the rank owns; the backward's copies allocate
+    nothing; ``zero_grad`` frees the other ranks' tensors' gradients (ZeRO-1) and leaves the buckets."""
+
+    def __init__(self, layout: ParallelLayout, rank: int = 0):
+        check_ddp_layout(layout)
+        self.layout, self.rank = layout, rank
+        self.buckets: list[Tensor] = []
+        self.grad_bytes: dict[str, list[int]] = {}  # dtype -> each gradient's bytes, in parameters() order
+        self.param_bytes: list[int] = []  # every parameter's bytes (ZeRO-1's broadcasts after the step)
+        self.others: list[Tensor] = []  # ZeRO-1: the parameters other ranks step
+
+    def shard(self, program) -> list[Tensor]:
+        if hasattr(program, "untrained"):
+            raise ValueError(
+                "DDP over a program with parameters no gradient reaches (DSA's indexer) is not replayed: "
+                "find_unused_parameters=False fails there, and True is not modelled"
+            )
+        params = program.parameters()
+        for p in params:
+            if p.requires_grad:
+                self.grad_bytes.setdefault(p.dtype, []).append(p.nbytes)
+        self.buckets = [empty((n,), dtype, "DDP bucket") for dtype, n in dtype_numels(params).items()]
+        self.param_bytes = [p.nbytes for p in params]
+        if self.layout.zero != 1:
+            return params
+        return self._owned(params)
+
+    def _owned(self, params: list[Tensor]) -> list[Tensor]:
+        """ZeRO-1 (rule 4; torch 2.13 ``ZeroRedundancyOptimizer._partition_parameters``, one parameter group):
+        the tensors sorted by numel, largest first (stable), each to the least-loaded rank
+        (``analytic.parallel.zero1_owners``); the rank's AdamW steps its own in that order, and the optimizer's
+        ``zero_grad`` (``Optimizer.zero_grad`` over every parameter) frees the others' gradients too."""
+        owners = zero1_owners([numel(p.shape) for p in params], self.layout.dp)
+        order = sorted(range(len(params)), key=lambda i: -numel(params[i].shape))
+        self.others = [p for p, o in zip(params, owners, strict=True) if o != self.rank]
+        return [params[i] for i in order if owners[i] == self.rank]
+
+    def backward_end(self) -> None:
+        """``finalize_backward``: the buckets' all-reduced values copied back into ``p.grad``, in place."""
+
+    def zero_grad(self) -> None:
+        """``zero_grad(set_to_none=True)``: ``training_step`` frees the gradients of what AdamW stepped; under
+        ZeRO-1 the other ranks' tensors' gradients die too.  The buckets live on."""
+        for p in self.others:
+            p.grad = None
+
+    def all_reduces(self, first_step: bool = True) -> list[int]:
+        """The payload bytes of each bucket's all-reduce in backward, per dtype in turn: the first step's one
+        bucket per dtype, or the rebuilt buckets (``analytic.collectives.ddp_bucket_sizes``: parameters in
+        reverse order, 1 MiB then 25 MiB)."""
+        if first_step:
+            return [sum(sizes) for sizes in self.grad_bytes.values()]
+        return [b for sizes in self.grad_bytes.values() for b in ddp_bucket_sizes(sizes)]
+
+
+def predict_rank(
+    cfg: ModelConfig,
+    seq: int,
+    setup: TrainingSetup,
+    layout: ParallelLayout,
+    *,
+    impl: str,
+    batch: int = 1,
+    mode: str = "traced",
+    device: str = "meta",
+    cpu_threads: int = 1,
+    replicate: Replicate | None = None,
+) -> StepInBatch:
+    """Rank 0 of the DDP or ZeRO-1 job ``layout`` over ``impl``'s program (``ops.predict_step(..., layout=...)``):
+    the single-GPU program under ``replicate`` (a fresh ``Replicate`` of rank 0 unless given: pass one for another
+    ZeRO-1 rank, or to read its ``all_reduces`` after).  DDP's ranks are alike (the buckets hold every gradient)."""
+    if impl != "transformers":
+        raise ValueError(f"DDP over --impl {impl}'s program is analytic.parallel.rank_step's, not the op library's")
+    if device == "cuda":
+        raise ValueError("DDP on a CUDA target is not replayed by the op library yet (traced on meta or cpu)")
+    # the job runs on cpu tensors (FakeTensors on meta): the CPU's kernel facts, as FSDP2's (``ops.fsdp``)
+    return training_step(
+        fake_pg_program(cfg, seq, setup, 1 if batch == 1 else Affine(1)),
+        optimizer=setup.optimizer,
+        device=device,
+        traced=mode == "traced",
+        cpu_threads=cpu_threads,
+        sharding=replicate or Replicate(layout),
+    )
