@@ -34,10 +34,11 @@ import dataclasses
 from ..config import AccountingError, ModelConfig
 from ..layout import ParallelLayout
 from ..parallelisms.cp import check_attention
-from ..phases import PhaseBytes, StepMemory
+from ..phases import PHASES, PhaseBytes, StepMemory
 from ..setup import TrainingSetup
 from .collectives import Collective, step_collectives
 from .hardware_flops import StepFlops
+from .ops.aten_ring import Ring, installed
 from .parallel import ModelStates, rank_flops, rank_step
 
 ROTATES = ("allgather", "alltoall")
@@ -95,17 +96,25 @@ def rank_collectives(
     return renamed + cp_collectives(cfg, seq, batch, setup, layout, rotate)
 
 
-def ring_transient(cfg: ModelConfig, s: int, batch: int, setup: TrainingSetup, cp: int) -> tuple[int, int]:
-    """(forward, backward) bytes the ring attention can hold beyond the fused kernel's, at once, in one layer
-    (``_attention.py``): forward: K and V made contiguous (KV), their ``cat`` (KV) and the gathered cp·KV, the
-    merger's fp32 output, a step's output cast to fp32, ``sigmoid(lse_b − lse)·(out − out_b)``'s two temporaries and
-    the update (5 Q4); backward: the same K, V copies and gathered buffer, the fp32 dQ, dK, dV accumulators
-    (Q4 + dKV), a step's kernel gradients (≤ Q4 + dKV), the ``cat`` sent, the buffer received and a
-    ``_partial_update`` (3 dKV).  Under full checkpointing the backward phase also runs the forward's."""
-    kv, dkv, q4 = _sizes(cfg, s, batch, setup)
-    forward = (cp + 2) * kv + 5 * q4
-    backward = (cp + 2) * kv + 2 * q4 + 5 * dkv
-    return forward, max(backward, forward) if setup.checkpoint == "full" else backward
+def ring_added(
+    cfg: ModelConfig, s: int, batch: int, setup: TrainingSetup, flat: ParallelLayout, mode: str, device: str, ring: Ring
+) -> dict[str, tuple[int, int]]:
+    """Per phase, (peak, end) of the op library's replay of ``flat``'s rank with cp rank ``ring.rank``'s ring
+    attention (``ops.aten_ring``) less the same replay with the fused kernel alone (``ops.predict_step``; FSDP2:
+    its rank, ``ops.fsdp``; else one GPU's program, which DDP and ZeRO-1 only shift by a constant)."""
+    from .ops import predict_step
+
+    fsdp = flat if flat.fsdp and flat.dp > 1 else None
+    steps = []
+    for r in (ring, None):
+        with installed(r):
+            step = predict_step(cfg, s, setup, impl="course", batch=batch, mode=mode, device=device, layout=fsdp)
+        steps.append(step.at(batch))
+    with_ring, alone = steps
+    return {
+        p: (getattr(with_ring, p).peak - getattr(alone, p).peak, getattr(with_ring, p).end - getattr(alone, p).end)
+        for p in PHASES
+    }
 
 
 def cp_rank_step(
@@ -118,19 +127,27 @@ def cp_rank_step(
     rank: int | None = None,
     device: str = "meta",
     cpu_threads: int = 1,
+    rotate: str = "allgather",
 ) -> tuple[StepMemory, ModelStates, int]:
     """(per-phase bytes, model states, saved activations) of flat rank ``rank`` (dp rank k, cp rank c: k·cp + c;
-    default the worst): ``flat``'s rank at s positions (``analytic.parallel.rank_step``), its forward and backward
-    peaks raised by ``ring_transient`` (module docstring, 2-3)."""
-    s = check(cfg, seq, setup, layout)
-    step, st, act = rank_step(cfg, s, batch, setup, layout.flat_cp(), mode, rank, device, cpu_threads)
-    fwd, bwd = ring_transient(cfg, s, batch, setup, layout.cp)
-    raised = dataclasses.replace(
-        step,
-        forward=PhaseBytes(step.forward.peak + fwd, step.forward.end),
-        backward=PhaseBytes(step.backward.peak + bwd, step.backward.end),
-    )
-    return raised, st, act
+    default the worst): ``flat``'s rank at s positions (``analytic.parallel.rank_step``), each phase raised by
+    what cp rank c's ring attention adds to it (``ring_added``; module docstring, 2-3).  The load-balanced
+    branches differ by cp rank, so the default is each phase's worst over the cp ranks."""
+    s = check(cfg, seq, setup, layout, rotate)
+    flat = layout.flat_cp()
+    if device == "cuda":  # the ring is replayed around the CPU flash kernel (``ops.aten_flash``) only
+        raise AccountingError("context parallel on a CUDA target is not replayed: its ring runs CUDA's kernels")
+    step, st, act = rank_step(cfg, s, batch, setup, flat, mode, rank, device, cpu_threads)
+    worst: dict[str, PhaseBytes] = {}
+    for c in range(layout.cp) if rank is None else (rank % layout.cp,):
+        added = ring_added(cfg, s, batch, setup, flat, mode, device, Ring(layout.cp, c, rotate))
+        for p in PHASES:
+            base, (peak, end) = getattr(step, p), added[p]
+            if end:
+                raise AssertionError(f"the ring changed the {p} end by {end} bytes")
+            raised = PhaseBytes(base.peak + peak, base.end)
+            worst[p] = max(worst.get(p, raised), raised, key=lambda b: b.peak)
+    return StepMemory(step.baseline, *(worst[p] for p in PHASES)), st, act
 
 
 def cp_rank_flops(
