@@ -391,7 +391,7 @@ def _seconds(bytes_: int, bw: int) -> float:
 
 
 def _peak(cfg, seq, b, setup, lay) -> int:
-    if lay.cp > 1:  # a bound (analytic.context_parallel)
+    if lay.cp > 1:  # the worst cp rank, its ring replayed (analytic.context_parallel)
         from .analytic.context_parallel import cp_rank_step
 
         return cp_rank_step(cfg, seq, b, setup, lay, mode="plain")[0].peak
@@ -728,7 +728,7 @@ def plan(
             # under interleaving, whose order changes with m = sequences / b: no chain is recorded there)
         need, exact = _need(cfg, seq, b, setup, lay, g, allowance, exact=not prune)
         if need <= g.cuda_total:
-            peak_exact = peaks_exact(setup, lay, cfg) and not not_modelled(cfg, seq, setup) and lay.cp == 1
+            peak_exact = peaks_exact(setup, lay.flat_cp(), cfg) and not not_modelled(cfg, seq, setup)
             estimate = pricing.estimate(b, setup, lay, times)
             seen[key] = Candidate(lay, setup.checkpoint, b, lay.micro_batches, need, *times, peak_exact, estimate)
             return seen[key]

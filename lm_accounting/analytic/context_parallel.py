@@ -12,10 +12,12 @@ ranks.  So, with ``flat`` = ``ParallelLayout.flat_cp()`` (dp·cp data-parallel r
    and ``analytic.collectives``), the group "dp" renamed "dp_cp" (dp·cp ranks, tp apart).
 2. Saved activations, baseline and every phase's end: ``flat``'s rank at s positions.  The ring attention saves what
    the fused kernel saves at s (q, k, v, the output and its fp32 logsumexp: ``_SDPAMerger.results`` casts back to
-   the input dtype): the ends are equal, measured (tests/test_cp.py).
-3. Peaks: ``flat``'s at s plus the ring's transient (``ring_transient``), an upper bound checked on the measured
-   grid, not derived byte for byte (docs/limits.md "Context parallel"): the forward and backward peaks are
-   estimates, the ends exact.
+   the input dtype): the ends are equal (``cp_rank_step`` checks it on each replay; measured, tests/test_cp.py).
+3. Peaks: ``flat``'s at s plus what cp rank c's ring attention adds to each phase: the op library's replay of the
+   flattened rank (``ops.predict_step``) with torch's ring transliterated around the fused attention
+   (``ops.aten_ring``, installed as a hook of the CPU flash op) less the same replay without it (``ring_added``).
+   The load-balanced branches differ by cp rank (rank c holds chunks c and 2cp − 1 − c): a rank's own, or the
+   worst cp rank's.  Equal to the fake-PG run (``measure_cp_rank``) on every rank of tests/test_cp.py's grid.
 4. FLOPs (the full-square convention of ``analytic.flops``): a rank does 1/cp of every sequence's attention, cp·s²
    of the S² score square per layer, so its QKᵀ and AV are cp times the s-position model's; everything else is the
    s-position model's (``rank_flops``).  The kernels the ring runs are the causal half: s² + (cp − 1)·s²/2.
@@ -30,6 +32,7 @@ ranks.  So, with ``flat`` = ``ParallelLayout.flat_cp()`` (dp·cp data-parallel r
 from __future__ import annotations
 
 import dataclasses
+from functools import lru_cache
 
 from ..config import AccountingError, ModelConfig
 from ..layout import ParallelLayout
@@ -96,21 +99,26 @@ def rank_collectives(
     return renamed + cp_collectives(cfg, seq, batch, setup, layout, rotate)
 
 
-def ring_added(
-    cfg: ModelConfig, s: int, batch: int, setup: TrainingSetup, flat: ParallelLayout, mode: str, device: str, ring: Ring
-) -> dict[str, tuple[int, int]]:
-    """Per phase, (peak, end) of the op library's replay of ``flat``'s rank with cp rank ``ring.rank``'s ring
-    attention (``ops.aten_ring``) less the same replay with the fused kernel alone (``ops.predict_step``; FSDP2:
-    its rank, ``ops.fsdp``; else one GPU's program, which DDP and ZeRO-1 only shift by a constant)."""
+@lru_cache(maxsize=256)
+def op_library_step(
+    cfg: ModelConfig, s: int, batch: int, setup: TrainingSetup, flat: ParallelLayout, mode: str, device: str,
+    ring: Ring | None,
+) -> StepMemory:  # fmt: skip
+    """The op library's replay of ``flat``'s rank (``ops.predict_step``; FSDP2: its rank, ``ops.fsdp``; else one
+    GPU's program, which DDP and ZeRO-1 only shift by a constant) with ``ring`` installed (``ops.aten_ring``; None:
+    the fused kernel alone)."""
     from .ops import predict_step
 
     fsdp = flat if flat.fsdp and flat.dp > 1 else None
-    steps = []
-    for r in (ring, None):
-        with installed(r):
-            step = predict_step(cfg, s, setup, impl="course", batch=batch, mode=mode, device=device, layout=fsdp)
-        steps.append(step.at(batch))
-    with_ring, alone = steps
+    with installed(ring):
+        return predict_step(cfg, s, setup, impl="course", batch=batch, mode=mode, device=device, layout=fsdp).at(batch)
+
+
+def ring_added(
+    cfg: ModelConfig, s: int, batch: int, setup: TrainingSetup, flat: ParallelLayout, mode: str, device: str, ring: Ring
+) -> dict[str, tuple[int, int]]:
+    """Per phase, (peak, end) of ``op_library_step`` with cp rank ``ring.rank``'s ring less without it."""
+    with_ring, alone = (op_library_step(cfg, s, batch, setup, flat, mode, device, r) for r in (ring, None))
     return {
         p: (getattr(with_ring, p).peak - getattr(alone, p).peak, getattr(with_ring, p).end - getattr(alone, p).end)
         for p in PHASES
