@@ -17,13 +17,17 @@ from __future__ import annotations
 from . import aten_ring
 from .tensors import Tensor, record
 
+
 def flash_attention_for_cpu(q: Tensor, k: Tensor, v: Tensor, storages=None) -> tuple[Tensor, Tensor]:
     """(output (B, h, S, d_v), logsumexp); k and v keep their kv heads.  ``storages``: the outputs' storages
     when they exist already (selective checkpointing's cache hands them back: nothing is allocated)."""
     b, h, s, _ = q.shape
     ring = aten_ring.active()
     if storages is not None:
-        out, lse = Tensor(q.shape[:-1] + v.shape[-1:], q.dtype, storages[0], q.perm), Tensor((b, h, s), "fp32", storages[1])
+        out, lse = (
+            Tensor(q.shape[:-1] + v.shape[-1:], q.dtype, storages[0], q.perm),
+            Tensor((b, h, s), "fp32", storages[1]),
+        )
     elif ring is not None:
         out, lse = aten_ring.ring_forward(ring, q, k, v)
     else:

@@ -86,6 +86,16 @@ def cat(*parts: Tensor, shape=None, label: str = "cat") -> Tensor:
     return empty(shape or (sum(numel(p.shape) for p in parts),), parts[0].dtype, label)
 
 
+def add_(acc: Tensor, new: Tensor) -> None:
+    """``acc += new``: in place, no bytes."""
+
+
+def partial_update(original: Tensor, new: Tensor, idx: int) -> Tensor:
+    """``_partial_update(original, new, dim=seq_dim, n_chunks=2, idx, add)``: chunk ``idx`` replaced by ``new`` or
+    added to in place, then the chunks' ``cat``: a new tensor of ``original``'s shape."""
+    return cat(original, new, shape=original.shape)
+
+
 def view(buffer: Tensor, start, like: Tensor) -> Tensor:
     """``buffer[start : start + like.numel()].reshape(like.shape)``: a view."""
     return buffer.alias(like.shape)
@@ -171,9 +181,9 @@ class Merger:
         del diff
         lse = pointwise(block_lse, "sub")
         del logs
-        if partial:  # _partial_update(..., idx=1, add=False): the chunk replaced, the whole cat anew
-            self.lse = cat(lse, shape=self.lse.shape)
-            self.out = cat(out, shape=self.out.shape)
+        if partial:
+            self.lse = partial_update(self.lse, lse, 1)
+            self.out = partial_update(self.out, out, 1)
         else:
             self.lse, self.out = lse, out
 
@@ -246,17 +256,25 @@ def ring_backward(
             lse = lse if chunk_is_contiguous(logsumexp, SEQ) else empty(lse.shape, "fp32", "contiguous")
             q, k, v = chunk(query, 1), key, value
         grad_query_, grad_key_, grad_value_ = kernel_backward(q, k, v)
-        if i > 0:
+        if i == 0:
+            add_(grad_key, grad_key_)
+            add_(grad_value, grad_value_)
+        else:
             next_grad_kv = dkv_rotater.next_buffer()
             grad_key = view(next_grad_kv, 0, grad_key)
             grad_value = view(next_grad_kv, 1, grad_value)
-            if i <= rank:  # _partial_update(..., idx=0, add=True): added in place, the whole cat anew
-                grad_key = cat(grad_key, shape=grad_key.shape)
-                grad_value = cat(grad_value, shape=grad_value.shape)
+            if i <= rank:
+                grad_key = partial_update(grad_key, grad_key_, 0)
+                grad_value = partial_update(grad_value, grad_value_, 0)
+            else:
+                add_(grad_key, grad_key_)
+                add_(grad_value, grad_value_)
         next_grad_kv = cat(grad_key, grad_value)
         dkv_rotater.exchange_buffers(next_grad_kv)
-        if i > rank:  # _partial_update(grad_query, ..., idx=1, add=True)
-            grad_query = cat(grad_query, shape=grad_query.shape)
+        if i <= rank:
+            add_(grad_query, grad_query_)
+        else:
+            grad_query = partial_update(grad_query, grad_query_, 1)
     grad_query = to(grad_query, query.dtype)
     next_grad_kv = to(dkv_rotater.next_buffer(), key.dtype)
     grad_key = view(next_grad_kv, 0, grad_key)
