@@ -13,11 +13,14 @@ ranks.  So, with ``flat`` = ``ParallelLayout.flat_cp()`` (dp·cp data-parallel r
 2. Saved activations, baseline and every phase's end: ``flat``'s rank at s positions.  The ring attention saves what
    the fused kernel saves at s (q, k, v, the output and its fp32 logsumexp: ``_SDPAMerger.results`` casts back to
    the input dtype): the ends are equal (``cp_rank_step`` checks it on each replay; measured, tests/test_cp.py).
-3. Peaks: ``flat``'s at s plus what cp rank c's ring attention adds to each phase: the op library's replay of the
-   flattened rank (``ops.predict_step``) with torch's ring transliterated around the fused attention
-   (``ops.aten_ring``, installed as a hook of the CPU flash op) less the same replay without it (``ring_added``).
-   The load-balanced branches differ by cp rank (rank c holds chunks c and 2cp − 1 − c): a rank's own, or the
-   worst cp rank's.  Equal to the fake-PG run (``measure_cp_rank``) on every rank of tests/test_cp.py's grid.
+3. Peaks: the higher of ``flat``'s at s and the op library's replay of the flattened rank (``ops.predict_step``;
+   TP: its one-GPU program of the TP-local model, h/tp heads) with torch's ring transliterated around the fused
+   attention (``ops.aten_ring``, installed as a hook of the CPU flash op), shifted to the rank's baseline.  The
+   replay with the ring is the rank's program but for what the op library does not run (TP's all-reduces, DDP's
+   buckets), which never coincides with the ring: where the ring is, it is the rank's live bytes; elsewhere it is at
+   most ``flat``'s.  The load-balanced branches differ by cp rank (rank c holds chunks c and 2cp − 1 − c): a rank's
+   own, or the worst cp rank's.  Equal to the fake-PG run (``measure_cp_rank``) on every rank of tests/test_cp.py's
+   grid.
 4. FLOPs (the full-square convention of ``analytic.flops``): a rank does 1/cp of every sequence's attention, cp·s²
    of the S² score square per layer, so its QKᵀ and AV are cp times the s-position model's; everything else is the
    s-position model's (``rank_flops``).  The kernels the ring runs are the causal half: s² + (cp − 1)·s²/2.
@@ -42,7 +45,7 @@ from ..setup import TrainingSetup
 from .collectives import Collective, step_collectives
 from .hardware_flops import StepFlops
 from .ops.aten_ring import Ring, installed
-from .parallel import ModelStates, rank_flops, rank_step
+from .parallel import ModelStates, local_config, rank_flops, rank_step
 
 ROTATES = ("allgather", "alltoall")
 
@@ -60,12 +63,12 @@ def check(cfg: ModelConfig, seq: int, setup: TrainingSetup, layout: ParallelLayo
     return seq // layout.cp
 
 
-def _sizes(cfg: ModelConfig, s: int, batch: int, setup: TrainingSetup) -> tuple[int, int, int]:
-    """(KV, dKV, Q4): the rank's K and V in the attention inputs' dtype (bf16 under bf16 and amp-bf16), their fp32
-    gradients, and its Q in fp32 (the merger's and the backward's fp32 accumulators)."""
+def _sizes(cfg: ModelConfig, s: int, batch: int, setup: TrainingSetup, tp: int = 1) -> tuple[int, int]:
+    """(KV, dKV): the rank's K and V (its kv/tp heads under TP) in the attention inputs' dtype (bf16 under bf16 and
+    amp-bf16), and their fp32 gradients."""
     a = 4 if setup.precision == "fp32" else 2
-    kv = 2 * batch * cfg.kv_heads * s * cfg.d_head
-    return kv * a, kv * 4, batch * cfg.num_heads * s * cfg.d_head * 4
+    kv = 2 * batch * (cfg.kv_heads // tp) * s * cfg.d_head
+    return kv * a, kv * 4
 
 
 def cp_collectives(
@@ -73,7 +76,7 @@ def cp_collectives(
 ) -> list[Collective]:
     """Rule 13 (module docstring, 5) over the cp group, the step's L attention layers."""
     s, cp, L = seq // layout.cp, layout.cp, cfg.num_layers
-    kv, dkv, _ = _sizes(cfg, s, batch, setup)
+    kv, dkv = _sizes(cfg, s, batch, setup, layout.tp)
     again = 2 if setup.checkpoint == "full" else 1  # the backward's own, and the recompute's
     if rotate == "allgather":
         out = [
@@ -105,24 +108,15 @@ def op_library_step(
     ring: Ring | None,
 ) -> StepMemory:  # fmt: skip
     """The op library's replay of ``flat``'s rank (``ops.predict_step``; FSDP2: its rank, ``ops.fsdp``; else one
-    GPU's program, which DDP and ZeRO-1 only shift by a constant) with ``ring`` installed (``ops.aten_ring``; None:
-    the fused kernel alone)."""
+    GPU's program, which DDP and ZeRO-1 only shift by a constant; TP: the TP-local model's) with ``ring`` installed
+    (``ops.aten_ring``; None: the fused kernel alone)."""
     from .ops import predict_step
 
-    fsdp = flat if flat.fsdp and flat.dp > 1 else None
+    local = local_config(cfg, flat)  # TP: the rank's h/tp heads (``analytic.parallel`` rule 1)
+    fsdp = dataclasses.replace(flat, tp=1, sequence_parallel=False) if flat.fsdp and flat.dp > 1 else None
     with installed(ring):
-        return predict_step(cfg, s, setup, impl="course", batch=batch, mode=mode, device=device, layout=fsdp).at(batch)
-
-
-def ring_added(
-    cfg: ModelConfig, s: int, batch: int, setup: TrainingSetup, flat: ParallelLayout, mode: str, device: str, ring: Ring
-) -> dict[str, tuple[int, int]]:
-    """Per phase, (peak, end) of ``op_library_step`` with cp rank ``ring.rank``'s ring less without it."""
-    with_ring, alone = (op_library_step(cfg, s, batch, setup, flat, mode, device, r) for r in (ring, None))
-    return {
-        p: (getattr(with_ring, p).peak - getattr(alone, p).peak, getattr(with_ring, p).end - getattr(alone, p).end)
-        for p in PHASES
-    }
+        step = predict_step(local, s, setup, impl="course", batch=batch, mode=mode, device=device, layout=fsdp)
+    return step.at(batch)
 
 
 def cp_rank_step(
@@ -137,25 +131,24 @@ def cp_rank_step(
     cpu_threads: int = 1,
     rotate: str = "allgather",
 ) -> tuple[StepMemory, ModelStates, int]:
-    """(per-phase bytes, model states, saved activations) of flat rank ``rank`` (dp rank k, cp rank c: k·cp + c;
-    default the worst): ``flat``'s rank at s positions (``analytic.parallel.rank_step``), each phase raised by
-    what cp rank c's ring attention adds to it (``ring_added``; module docstring, 2-3).  The load-balanced
-    branches differ by cp rank, so the default is each phase's worst over the cp ranks."""
+    """(per-phase bytes, model states, saved activations) of global rank ``rank`` (default the worst) on the
+    (dp, cp, tp) mesh: ``flat``'s data-parallel rank rank // tp (dp rank k, cp rank c: k·cp + c) at s positions
+    (``analytic.parallel.rank_step``), each peak the higher of its and ``op_library_step``'s with cp rank c's ring,
+    shifted to the rank's baseline (module docstring, 2-3).  The load-balanced branches differ by cp rank: the
+    default is each phase's worst over the cp ranks."""
     s = check(cfg, seq, setup, layout, rotate)
     flat = layout.flat_cp()
     if device == "cuda":  # the ring is replayed around the CPU flash kernel (``ops.aten_flash``) only
         raise AccountingError("context parallel on a CUDA target is not replayed: its ring runs CUDA's kernels")
-    step, st, act = rank_step(cfg, s, batch, setup, flat, mode, rank, device, cpu_threads)
-    worst: dict[str, PhaseBytes] = {}
-    for c in range(layout.cp) if rank is None else (rank % layout.cp,):
-        added = ring_added(cfg, s, batch, setup, flat, mode, device, Ring(layout.cp, c, rotate))
+    flat_rank = None if rank is None else rank // layout.tp
+    step, st, act = rank_step(cfg, s, batch, setup, flat, mode, flat_rank, device, cpu_threads)
+    peaks: dict[str, int] = {}
+    for c in range(layout.cp) if rank is None else (flat_rank % layout.cp,):
+        ring = op_library_step(cfg, s, batch, setup, flat, mode, device, Ring(layout.cp, c, rotate))
+        shift = step.baseline - ring.baseline  # DDP, ZeRO-1: the rank's states beside one GPU's (rank_step)
         for p in PHASES:
-            base, (peak, end) = getattr(step, p), added[p]
-            if end:
-                raise AssertionError(f"the ring changed the {p} end by {end} bytes")
-            raised = PhaseBytes(base.peak + peak, base.end)
-            worst[p] = max(worst.get(p, raised), raised, key=lambda b: b.peak)
-    return StepMemory(step.baseline, *(worst[p] for p in PHASES)), st, act
+            peaks[p] = max(peaks.get(p, 0), getattr(step, p).peak, getattr(ring, p).peak + shift)
+    return StepMemory(step.baseline, *(PhaseBytes(peaks[p], getattr(step, p).end) for p in PHASES)), st, act
 
 
 def cp_rank_flops(
@@ -166,7 +159,7 @@ def cp_rank_flops(
 
     s = check(cfg, seq, setup, layout)
     flops = rank_flops(cfg, s, batch, setup, layout.flat_cp(), rank)
-    fwd = forward_flops(cfg, s, batch)
+    fwd = forward_flops(local_config(cfg, layout), s, batch)  # TP: the rank's h/tp heads
     attention = sum(fwd[k].total for k in ("layers.*.attn.qk", "layers.*.attn.av") if k in fwd)
     extra = (layout.cp - 1) * attention
     return dataclasses.replace(

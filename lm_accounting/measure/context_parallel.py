@@ -183,7 +183,10 @@ def measure_cp_rank(cfg, seq: int, batch: int, setup, layout, rank: int = 0, rot
     set_rotate_method(rotate)
     init_fake_group(layout.world, rank)
     torch.manual_seed(0)
-    mesh = init_device_mesh("cpu", (layout.dp, layout.cp), mesh_dim_names=(f"dp_of_cp{rank}", f"cp{rank}"))
+    # torchtitan's (dp, cp, tp) mesh: the cp ranks tp apart
+    mesh = init_device_mesh(
+        "cpu", (layout.dp, layout.cp, layout.tp), mesh_dim_names=(f"dp_of_cp{rank}", f"cp{rank}", f"tp_of_cp{rank}")
+    )
     cp_mesh = mesh[f"cp{rank}"]
     model, meshes = build_rank(cfg, setup, flat)
     saved = FusedAttention.forward
