@@ -96,8 +96,8 @@ def partial_update(original: Tensor, new: Tensor, idx: int) -> Tensor:
     return cat(original, new, shape=original.shape)
 
 
-def view(buffer: Tensor, start, like: Tensor) -> Tensor:
-    """``buffer[start : start + like.numel()].reshape(like.shape)``: a view."""
+def view(buffer: Tensor, like: Tensor) -> Tensor:
+    """``buffer[pointer : pointer + like.numel()].reshape(like.shape)`` (K's part, then V's): a view."""
     return buffer.alias(like.shape)
 
 
@@ -208,8 +208,8 @@ def ring_forward(ring: Ring, query: Tensor, key: Tensor, value: Tensor) -> tuple
     for i in range(size):
         if i > 0:
             next_kv = rot.next_buffer()
-            key = view(next_kv, 0, key)
-            value = view(next_kv, 1, value)
+            key = view(next_kv, key)
+            value = view(next_kv, value)
         if i < size - 1:
             next_kv = cat(key, value)
             next_kv = rot.exchange_buffers(next_kv)
@@ -242,8 +242,8 @@ def ring_backward(
     for i in range(size):
         if i > 0:
             buffer = kv_rotater.next_buffer()
-            key = view(buffer, 0, key)
-            value = view(buffer, 1, value)
+            key = view(buffer, key)
+            value = view(buffer, value)
         if i != size - 1:
             next_kv = cat(key, value)
             kv_rotater.exchange_buffers(next_kv)
@@ -261,8 +261,8 @@ def ring_backward(
             add_(grad_value, grad_value_)
         else:
             next_grad_kv = dkv_rotater.next_buffer()
-            grad_key = view(next_grad_kv, 0, grad_key)
-            grad_value = view(next_grad_kv, 1, grad_value)
+            grad_key = view(next_grad_kv, grad_key)
+            grad_value = view(next_grad_kv, grad_value)
             if i <= rank:
                 grad_key = partial_update(grad_key, grad_key_, 0)
                 grad_value = partial_update(grad_value, grad_value_, 0)
@@ -277,6 +277,6 @@ def ring_backward(
             grad_query = partial_update(grad_query, grad_query_, 1)
     grad_query = to(grad_query, query.dtype)
     next_grad_kv = to(dkv_rotater.next_buffer(), key.dtype)
-    grad_key = view(next_grad_kv, 0, grad_key)
-    grad_value = view(next_grad_kv, 1, grad_value)
+    grad_key = view(next_grad_kv, grad_key)
+    grad_value = view(next_grad_kv, grad_value)
     return grad_query, grad_key, grad_value
