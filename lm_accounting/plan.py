@@ -211,8 +211,8 @@ def _cp_estimate(cfg, g, seq, b, setup, layout, efficiency, internode_bw, impl) 
     """A context-parallel step (``analytic.context_parallel``): the flattened dp·cp layout's step at s = S/cp
     positions, its attention cp times (the ring runs the causal kernel on s queries against S keys, cp times the
     s-position kernel's work), plus the cp ring's collectives (rule 13), not overlapped, over the cp ranks' ring
-    (``ring_bandwidth``: tp apart); they take the tensor-parallel slot of ``times`` (no TP beside CP).  MFU's model
-    FLOPs are the job's at S; HFU's the rank's (``cp_rank_flops``)."""
+    (``ring_bandwidth``: tp apart); they take the tensor-parallel slot of ``times``, added to TP's own collectives.
+    MFU's model FLOPs are the job's at S; HFU's the rank's (``cp_rank_flops``)."""
     from .analytic.collectives import wire_bytes
     from .analytic.context_parallel import check, cp_collectives, cp_rank_flops
 
