@@ -213,8 +213,8 @@ def _cp_estimate(cfg, g, seq, b, setup, layout, efficiency, internode_bw, impl) 
     """A context-parallel step (``analytic.context_parallel``): the flattened dp·cp layout's step at s = S/cp
     positions, its attention cp times (the ring runs the causal kernel on s queries against S keys, cp times the
     s-position kernel's work), plus the cp ring's collectives (rule 13), not overlapped, over the cp ranks' ring
-    (``ring_bandwidth``: tp apart); they take the tensor-parallel slot of ``times`` (no TP beside CP).  MFU's model
-    FLOPs are the job's at S; HFU's the rank's (``cp_rank_flops``)."""
+    (``ring_bandwidth``: tp apart); they take the tensor-parallel slot of ``times``, added to TP's own collectives.
+    MFU's model FLOPs are the job's at S; HFU's the rank's (``cp_rank_flops``)."""
     from .analytic.collectives import wire_bytes
     from .analytic.context_parallel import check, cp_collectives, cp_rank_flops
 
@@ -393,7 +393,7 @@ def _seconds(bytes_: int, bw: int) -> float:
 
 
 def _peak(cfg, seq, b, setup, lay) -> int:
-    if lay.cp > 1:  # a bound (analytic.context_parallel)
+    if lay.cp > 1:  # the worst cp rank, its ring replayed (analytic.context_parallel)
         from .analytic.context_parallel import cp_rank_step
 
         return cp_rank_step(cfg, seq, b, setup, lay, mode="plain")[0].peak
@@ -774,7 +774,7 @@ def plan(
             # under interleaving, whose order changes with m = sequences / b: no chain is recorded there)
         need, exact = _need(cfg, seq, b, setup, lay, g, allowance, exact=not prune)
         if need <= g.cuda_total:
-            peak_exact = peaks_exact(setup, lay, cfg) and not not_modelled(cfg, seq, setup) and lay.cp == 1
+            peak_exact = peaks_exact(setup, lay.flat_cp(), cfg) and not not_modelled(cfg, seq, setup)
             estimate = pricing.estimate(b, setup, lay, times)
             seen[key] = Candidate(lay, setup.checkpoint, b, lay.micro_batches, need, *times, peak_exact, estimate)
             return seen[key]

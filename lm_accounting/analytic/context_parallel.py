@@ -12,10 +12,15 @@ ranks.  So, with ``flat`` = ``ParallelLayout.flat_cp()`` (dp·cp data-parallel r
    and ``analytic.collectives``), the group "dp" renamed "dp_cp" (dp·cp ranks, tp apart).
 2. Saved activations, baseline and every phase's end: ``flat``'s rank at s positions.  The ring attention saves what
    the fused kernel saves at s (q, k, v, the output and its fp32 logsumexp: ``_SDPAMerger.results`` casts back to
-   the input dtype): the ends are equal, measured (tests/test_cp.py).
-3. Peaks: ``flat``'s at s plus the ring's transient (``ring_transient``), an upper bound checked on the measured
-   grid, not derived byte for byte (docs/limits.md "Context parallel"): the forward and backward peaks are
-   estimates, the ends exact.
+   the input dtype): the ends are equal (``cp_rank_step`` checks it on each replay; measured, tests/test_cp.py).
+3. Peaks: the higher of ``flat``'s at s and the op library's replay of the flattened rank (``ops.predict_step``;
+   TP: its one-GPU program of the TP-local model, h/tp heads) with torch's ring transliterated around the fused
+   attention (``ops.aten_ring``, installed as a hook of the CPU flash op), shifted to the rank's baseline.  The
+   replay with the ring is the rank's program but for what the op library does not run (TP's all-reduces, DDP's
+   buckets), which never coincides with the ring: where the ring is, it is the rank's live bytes; elsewhere it is at
+   most ``flat``'s.  The load-balanced branches differ by cp rank (rank c holds chunks c and 2cp − 1 − c): a rank's
+   own, or the worst cp rank's.  Equal to the fake-PG run (``measure_cp_rank``) on every rank of tests/test_cp.py's
+   grid.
 4. FLOPs (the full-square convention of ``analytic.flops``): a rank does 1/cp of every sequence's attention, cp·s²
    of the S² score square per layer, so its QKᵀ and AV are cp times the s-position model's; everything else is the
    s-position model's (``rank_flops``).  The kernels the ring runs are the causal half: s² + (cp − 1)·s²/2.
@@ -30,15 +35,17 @@ ranks.  So, with ``flat`` = ``ParallelLayout.flat_cp()`` (dp·cp data-parallel r
 from __future__ import annotations
 
 import dataclasses
+from functools import lru_cache
 
 from ..config import AccountingError, ModelConfig
 from ..layout import ParallelLayout
 from ..parallelisms.cp import check_attention
-from ..phases import PhaseBytes, StepMemory
+from ..phases import PHASES, PhaseBytes, StepMemory
 from ..setup import TrainingSetup
 from .collectives import Collective, step_collectives
 from .hardware_flops import StepFlops
-from .parallel import ModelStates, rank_flops, rank_step
+from .ops.aten_ring import Ring, installed
+from .parallel import ModelStates, local_config, rank_flops, rank_step
 
 ROTATES = ("allgather", "alltoall")
 
@@ -56,12 +63,12 @@ def check(cfg: ModelConfig, seq: int, setup: TrainingSetup, layout: ParallelLayo
     return seq // layout.cp
 
 
-def _sizes(cfg: ModelConfig, s: int, batch: int, setup: TrainingSetup) -> tuple[int, int, int]:
-    """(KV, dKV, Q4): the rank's K and V in the attention inputs' dtype (bf16 under bf16 and amp-bf16), their fp32
-    gradients, and its Q in fp32 (the merger's and the backward's fp32 accumulators)."""
+def _sizes(cfg: ModelConfig, s: int, batch: int, setup: TrainingSetup, tp: int = 1) -> tuple[int, int]:
+    """(KV, dKV): the rank's K and V (its kv/tp heads under TP) in the attention inputs' dtype (bf16 under bf16 and
+    amp-bf16), and their fp32 gradients."""
     a = 4 if setup.precision == "fp32" else 2
-    kv = 2 * batch * cfg.kv_heads * s * cfg.d_head
-    return kv * a, kv * 4, batch * cfg.num_heads * s * cfg.d_head * 4
+    kv = 2 * batch * (cfg.kv_heads // tp) * s * cfg.d_head
+    return kv * a, kv * 4
 
 
 def cp_collectives(
@@ -69,7 +76,7 @@ def cp_collectives(
 ) -> list[Collective]:
     """Rule 13 (module docstring, 5) over the cp group, the step's L attention layers."""
     s, cp, L = seq // layout.cp, layout.cp, cfg.num_layers
-    kv, dkv, _ = _sizes(cfg, s, batch, setup)
+    kv, dkv = _sizes(cfg, s, batch, setup, layout.tp)
     again = 2 if setup.checkpoint == "full" else 1  # the backward's own, and the recompute's
     if rotate == "allgather":
         out = [
@@ -95,17 +102,21 @@ def rank_collectives(
     return renamed + cp_collectives(cfg, seq, batch, setup, layout, rotate)
 
 
-def ring_transient(cfg: ModelConfig, s: int, batch: int, setup: TrainingSetup, cp: int) -> tuple[int, int]:
-    """(forward, backward) bytes the ring attention can hold beyond the fused kernel's, at once, in one layer
-    (``_attention.py``): forward: K and V made contiguous (KV), their ``cat`` (KV) and the gathered cp·KV, the
-    merger's fp32 output, a step's output cast to fp32, ``sigmoid(lse_b − lse)·(out − out_b)``'s two temporaries and
-    the update (5 Q4); backward: the same K, V copies and gathered buffer, the fp32 dQ, dK, dV accumulators
-    (Q4 + dKV), a step's kernel gradients (≤ Q4 + dKV), the ``cat`` sent, the buffer received and a
-    ``_partial_update`` (3 dKV).  Under full checkpointing the backward phase also runs the forward's."""
-    kv, dkv, q4 = _sizes(cfg, s, batch, setup)
-    forward = (cp + 2) * kv + 5 * q4
-    backward = (cp + 2) * kv + 2 * q4 + 5 * dkv
-    return forward, max(backward, forward) if setup.checkpoint == "full" else backward
+@lru_cache(maxsize=256)
+def op_library_step(
+    cfg: ModelConfig, s: int, batch: int, setup: TrainingSetup, flat: ParallelLayout, mode: str, device: str,
+    ring: Ring | None,
+) -> StepMemory:  # fmt: skip
+    """The op library's replay of ``flat``'s rank (``ops.predict_step``; FSDP2: its rank, ``ops.fsdp``; else one
+    GPU's program, which DDP and ZeRO-1 only shift by a constant; TP: the TP-local model's) with ``ring`` installed
+    (``ops.aten_ring``; None: the fused kernel alone)."""
+    from .ops import predict_step
+
+    local = local_config(cfg, flat)  # TP: the rank's h/tp heads (``analytic.parallel`` rule 1)
+    fsdp = dataclasses.replace(flat, tp=1, sequence_parallel=False) if flat.fsdp and flat.dp > 1 else None
+    with installed(ring):
+        step = predict_step(local, s, setup, impl="course", batch=batch, mode=mode, device=device, layout=fsdp)
+    return step.at(batch)
 
 
 def cp_rank_step(
@@ -118,19 +129,26 @@ def cp_rank_step(
     rank: int | None = None,
     device: str = "meta",
     cpu_threads: int = 1,
+    rotate: str = "allgather",
 ) -> tuple[StepMemory, ModelStates, int]:
-    """(per-phase bytes, model states, saved activations) of flat rank ``rank`` (dp rank k, cp rank c: k·cp + c;
-    default the worst): ``flat``'s rank at s positions (``analytic.parallel.rank_step``), its forward and backward
-    peaks raised by ``ring_transient`` (module docstring, 2-3)."""
-    s = check(cfg, seq, setup, layout)
-    step, st, act = rank_step(cfg, s, batch, setup, layout.flat_cp(), mode, rank, device, cpu_threads)
-    fwd, bwd = ring_transient(cfg, s, batch, setup, layout.cp)
-    raised = dataclasses.replace(
-        step,
-        forward=PhaseBytes(step.forward.peak + fwd, step.forward.end),
-        backward=PhaseBytes(step.backward.peak + bwd, step.backward.end),
-    )
-    return raised, st, act
+    """(per-phase bytes, model states, saved activations) of global rank ``rank`` (default the worst) on the
+    (dp, cp, tp) mesh: ``flat``'s data-parallel rank rank // tp (dp rank k, cp rank c: k·cp + c) at s positions
+    (``analytic.parallel.rank_step``), each peak the higher of its and ``op_library_step``'s with cp rank c's ring,
+    shifted to the rank's baseline (module docstring, 2-3).  The load-balanced branches differ by cp rank: the
+    default is each phase's worst over the cp ranks."""
+    s = check(cfg, seq, setup, layout, rotate)
+    flat = layout.flat_cp()
+    if device == "cuda":  # the ring is replayed around the CPU flash kernel (``ops.aten_flash``) only
+        raise AccountingError("context parallel on a CUDA target is not replayed: its ring runs CUDA's kernels")
+    flat_rank = None if rank is None else rank // layout.tp
+    step, st, act = rank_step(cfg, s, batch, setup, flat, mode, flat_rank, device, cpu_threads)
+    peaks: dict[str, int] = {}
+    for c in range(layout.cp) if rank is None else (flat_rank % layout.cp,):
+        ring = op_library_step(cfg, s, batch, setup, flat, mode, device, Ring(layout.cp, c, rotate))
+        shift = step.baseline - ring.baseline  # DDP, ZeRO-1: the rank's states beside one GPU's (rank_step)
+        for p in PHASES:
+            peaks[p] = max(peaks.get(p, 0), getattr(step, p).peak, getattr(ring, p).peak + shift)
+    return StepMemory(step.baseline, *(PhaseBytes(peaks[p], getattr(step, p).end) for p in PHASES)), st, act
 
 
 def cp_rank_flops(
@@ -141,7 +159,7 @@ def cp_rank_flops(
 
     s = check(cfg, seq, setup, layout)
     flops = rank_flops(cfg, s, batch, setup, layout.flat_cp(), rank)
-    fwd = forward_flops(cfg, s, batch)
+    fwd = forward_flops(local_config(cfg, layout), s, batch)  # TP: the rank's h/tp heads
     attention = sum(fwd[k].total for k in ("layers.*.attn.qk", "layers.*.attn.av") if k in fwd)
     extra = (layout.cp - 1) * attention
     return dataclasses.replace(

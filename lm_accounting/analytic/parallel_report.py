@@ -241,7 +241,7 @@ def parallel_memory(
         flops,
         tuple(collectives),
         as_budget(budget, allowance),
-        not missing and layout.cp == 1 and peaks_exact(setup, layout, cfg),  # CP: a bound (context_parallel)
+        not missing and peaks_exact(setup, layout.flat_cp(), cfg),  # CP: its flattened rank's, the ring replayed
         stage,
         not_modelled=tuple(missing),
     )

@@ -98,7 +98,11 @@ TT_VIRTUAL = (
     "torchtitan 9dec370 torchtitan/parallelisms/pipelining_utils.py generate_split_points: 2 stages per rank for a "
     "multi-stage schedule given no split points (the benchmark gives none)"
 )
-CP = ("cp", "", "context parallel: priced beside data parallel only (parallelisms.cp); beside TP or PP no prediction")
+CP_CAUSE = (
+    "context parallel: priced beside data parallel and plain TP (parallelisms.cp); beside PP, or TP with sequence or "
+    "vocab parallel, no prediction"
+)
+CP = ("cp", "", CP_CAUSE)
 A100_WORDS = (
     "A100: no A100 calibration; priced on the H100's scaled by the dense bf16 peak (312 / 989.4 TFLOP/s) and the "
     "HBM bandwidth (2.039 / 3.35 TB/s): this row measures that rule"
@@ -152,7 +156,8 @@ class Run:
 
     @property
     def cp_priced(self) -> bool:
-        """Context parallel is priced beside data parallel only (``parallelisms.cp`` refuses it beside TP and PP)."""
+        """Context parallel is priced beside data parallel only: the runs' TP has sequence and vocab parallel, which
+        ``parallelisms.cp`` refuses beside CP, as it does PP."""
         return self.cp > 1 and self.tp == self.pp == 1
 
 

@@ -108,6 +108,37 @@ def install() -> None:
     cp.custom_ops[getattr(torch.ops.aten, FLASH_CPU + "_backward").default] = _backward
 
 
+def ring_tracker(**kwargs):
+    """``measure.distributed.RankTracker`` that sees what torch's ring attention allocates (``RankTracker`` built
+    lazily: torch is imported on use).  Two corrections, both inside the CP handlers:
+
+    1. ``aten.contiguous`` reaches the mode below autograd (``key.contiguous()``, ``logsumexp.chunk(...)[1]
+       .contiguous()``) and its schema marks the result an alias of ``self``, so ``StorageTracker`` would take a
+       copy for a view: a result in another storage than its input is charged.
+    2. DTensor's sharding propagator builds the op's global-shape arguments as fake tensors
+       (``_op_schema._rebuild_tensor_from_dtensor_meta``: ``torch.empty_strided`` under ``FakeTensorMode``): no
+       memory, not charged."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    from .distributed import RankTracker
+
+    contiguous, empty_strided = torch.ops.aten.contiguous.default, torch.ops.aten.empty_strided.default
+
+    class RingTracker(RankTracker):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is empty_strided:
+                out = func(*args, **(kwargs or {}))
+                if not isinstance(out, FakeTensor):
+                    self._visit(out)
+                return out
+            out = super().__torch_dispatch__(func, types, args, kwargs)
+            if func is contiguous and out.untyped_storage().data_ptr() != args[0].untyped_storage().data_ptr():
+                self._visit(out)
+            return out
+
+    return RingTracker(**kwargs)
+
+
 def _ring_attention(cp_mesh):
     """``FusedAttention.forward`` for a CP rank: q, k, v as ``Shard(2)`` DTensors on the cp mesh (as
     ``_context_parallel/_attention.py``'s ``sdpa_input_fn`` makes them, ``DTensor.from_local(..., run_check=False)``:
@@ -128,7 +159,8 @@ def measure_cp_rank(cfg, seq: int, batch: int, setup, layout, rank: int = 0, rot
     charged): the model built and FSDP2-sharded (or DDP-wrapped) over the flattened dp × cp ranks
     (``ParallelLayout.flat_cp``, torchtitan's ``dp_shard_cp``), the token ids and targets sharded by torch's
     ``context_parallel`` (load-balanced), each fused attention run as its ring attention over the cp ranks
-    (tp apart on the (dp, cp) mesh).  Returns ``measure.distributed.RankMeasurement``.
+    (tp apart on the (dp, cp, tp) mesh; TP, if any, built by ``build_rank`` over the flattened ranks).  Returns
+    ``measure.distributed.RankMeasurement``.
 
     One difference from a real job, memory-neutral: the model numbers the rank's s positions 0..s−1 for RoPE
     (an int64 (s,) tensor either way) where the job passes the rank's load-balanced positions."""
@@ -141,7 +173,7 @@ def measure_cp_rank(cfg, seq: int, batch: int, setup, layout, rank: int = 0, rot
     from ..analytic.context_parallel import check
     from ..model import random_tokens
     from ..model.layers import FusedAttention
-    from .distributed import RankTracker, check_rank_fits, init_fake_group, run_rank
+    from .distributed import check_rank_fits, init_fake_group, run_rank
     from .parallelize import build_rank
 
     flat, s = layout.flat_cp(), check(cfg, seq, setup, layout, rotate)
@@ -152,7 +184,10 @@ def measure_cp_rank(cfg, seq: int, batch: int, setup, layout, rank: int = 0, rot
     set_rotate_method(rotate)
     init_fake_group(layout.world, rank)
     torch.manual_seed(0)
-    mesh = init_device_mesh("cpu", (layout.dp, layout.cp), mesh_dim_names=(f"dp_of_cp{rank}", f"cp{rank}"))
+    # torchtitan's (dp, cp, tp) mesh: the cp ranks tp apart
+    mesh = init_device_mesh(
+        "cpu", (layout.dp, layout.cp, layout.tp), mesh_dim_names=(f"dp_of_cp{rank}", f"cp{rank}", f"tp_of_cp{rank}")
+    )
     cp_mesh = mesh[f"cp{rank}"]
     model, meshes = build_rank(cfg, setup, flat)
     saved = FusedAttention.forward
@@ -163,7 +198,7 @@ def measure_cp_rank(cfg, seq: int, batch: int, setup, layout, rank: int = 0, rot
     try:
         with context_parallel(cp_mesh, buffers=[inputs, targets], buffer_seq_dims=[1, 1]):
             return run_rank(
-                cfg, seq // layout.cp, batch, setup, flat, rank, False, model, meshes.dp, RankTracker(),
+                cfg, seq // layout.cp, batch, setup, flat, rank, False, model, meshes.dp, ring_tracker(),
                 torch.device("cpu"), contextlib.nullcontext(), tokens=(inputs, targets),
             )  # fmt: skip
     finally:

@@ -10,15 +10,24 @@ the cp ranks are tp apart, and FSDP2, DDP and ZeRO-1 run over the flattened dp �
 ``apply_fsdp(model, parallel_dims.get_mesh("dp_shard_cp"))`` in ``torchtitan/models/llama3/infra/parallelize.py``;
 DDP's gradients all-reduced over ``dp_cp``), dp·cp ranks tp apart.
 
-Not accounted beside CP (refused): tensor, sequence and vocab parallel, pipeline and expert parallel, HSDP; a
-mixture of experts or latent attention; attention other than the fused kernel (CP replaces the SDPA kernels only:
+Beside tensor parallel (torchtitan's Llama 3 405B layout: TP within a node, CP across): TP splits the heads, CP the
+sequence of each rank's h/tp heads (``apply_tp`` then CP on the attention); FSDP2 over dp·cp, TP-sharded.
+
+Not accounted beside CP (refused): sequence and vocab parallel, pipeline and expert parallel, HSDP; a mixture of
+experts or latent attention; attention other than the fused kernel (CP replaces the SDPA kernels only:
 the course's naive attention would run whole on s positions, which is not attention over the sequence)."""
 
 from __future__ import annotations
 
 from ..config import AccountingError
 
-BESIDE = (("tp", "tensor parallel"), ("pp", "pipeline parallel"), ("ep", "expert parallel"), ("replicate", "HSDP"))
+BESIDE = (
+    ("sequence_parallel", "sequence parallel"),
+    ("vocab_parallel", "vocab parallel"),
+    ("pp", "pipeline parallel"),
+    ("ep", "expert parallel"),
+    ("replicate", "HSDP"),
+)
 """The degrees not accounted beside context parallel: (field, what it is)."""
 
 
@@ -30,7 +39,8 @@ class ContextParallel:
         if layout.cp == 1:
             return
         for field, what in BESIDE:
-            if getattr(layout, field) > 1:
+            value = getattr(layout, field)  # a degree, or a flag (sequence and vocab parallel)
+            if value is True or (value is not False and value > 1):
                 raise AccountingError(f"context parallel (cp={layout.cp}) beside {what} ({field}) is not accounted")
 
     def check(self, layout, cfg, seq) -> None:
