@@ -164,7 +164,9 @@ class ParallelLayout:
         moe_mla = [u for u in ("mixture of experts", "latent attention (MLA)") if u in cfg.unsupported_for_replay()]
         unsupported = [u for u in cfg.unsupported_for_replay() if u not in moe_mla]
         if unsupported and not self.single:
-            data_parallel = self.tp == self.pp == self.ep == self.replicate == self.cp == 1  # what the op library replays
+            data_parallel = (
+                self.tp == self.pp == self.ep == self.replicate == self.cp == 1
+            )  # what the op library replays
             hint = (
                 "; --impl transformers --dp N replays DDP, ZeRO-1 or FSDP2 (--zero 0-3) over transformers' model"
                 if cfg.hf_model_type and data_parallel
