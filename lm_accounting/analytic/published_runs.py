@@ -50,7 +50,7 @@ RULE = (
     "(H100 table; an A100 on it scaled by peak and bandwidth); tokens/s/GPU = global batch · S / step / GPUs"
 )
 EXCLUDE = ("float8", "fp8", "compile", "cp")
-"""Flags that keep a row out of the error summary (the rule cannot express them)."""
+"""Flags that keep a row out of the error summary (the rule cannot express them; "cp" only where CP is not priced)."""
 
 TT_2412 = (
     "https://github.com/pytorch/torchtitan/blob/main/benchmarks/llama3_h100_202412_torchtitan.md "
@@ -418,7 +418,7 @@ def compare(run: Run) -> dict[str, Any]:
     row["predicted_tokens_per_s"] = predicted
     error = None if predicted is None else predicted / row["published_tokens_per_s"] - 1
     row["error"] = error
-    out = sorted(run.flags & set(EXCLUDE))
+    out = sorted(run.flags & set(EXCLUDE) - ({"cp"} if run.cp_priced else set()))  # a priced CP row counts
     row["in_summary"] = not out
     row["excluded_because"] = ", ".join(out)
     row["differences"] = "; ".join(f"({d or '?'}) {w}" for _, d, w in run.differences)
