@@ -988,7 +988,7 @@ def _fsdp_replayable(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLay
     peaks equal the measured rank's on tests/test_pipeline_interleaved.py's FSDP2 cases but the baseline
     not everywhere (``stage_replayed`` False: the output calls it an estimate)."""
     dense = not cfg.moe and rp.replay_supported(cfg, setup)
-    return layout.virtual_stages in (2, 3) and layout.fsdp and layout.dp > 1 and dense
+    return layout.virtual_stages > 1 and layout.fsdp and layout.dp > 1 and dense
 
 
 def _interleaved_schedule(
@@ -1018,8 +1018,9 @@ def _interleaved_schedule(
     started, done = [False] * len(chs), [0] * len(chs)
     phase = "forward"
     fsdps = fsdps or [None] * len(chs)
-    sharded = [False] * len(chs)  # FSDP2: the runtime's UNSHARD leaves them unsharded for their first forward
-    waiting = [f is not None for f in fsdps]
+    sharded = [f is not None for f in fsdps]  # FSDP2's own view: every unit sharded until the runtime's UNSHARD
+    waiting = [False] * len(chs)
+    plain = ((forward, j, (), ()) for forward, j in interleaved_order(layout.pp, len(chs), layout.micro_batches, rank))
     pick = lambda j: fsdps[j][0] if sharded[j] else chs[j]
 
     def run(part: _Part) -> None:
@@ -1027,12 +1028,15 @@ def _interleaved_schedule(
         peak[phase] = max(peak[phase], live + part.peak)
         live += part.net
 
-    for f in fsdps:  # UNSHARD of every chunk (v <= 3: all active at once) before the first compute
-        if f is not None:
-            run(f[3])
-    for forward, j in interleaved_order(layout.pp, layout.virtual_stages, layout.micro_batches, rank):
+    for forward, j, evict, fetch in _runtime_actions(layout, rank) if fsdps[0] else plain:
         ch = chs[j]
-        if waiting[j]:  # ``_assert_unsharded``: the chunk's first action waits for its UNSHARD
+        for e in evict:  # RESHARD: ``reshard()`` of each FSDP module (a no-op where FSDP2 resharded it already)
+            live -= 0 if sharded[e] else fsdps[e][5]
+            sharded[e] = True
+        for f in fetch:  # UNSHARD: ``unshard(async_op=True)`` of each FSDP module: copy-in, all-gather output
+            run(fsdps[f][3])
+            sharded[f], waiting[f] = False, True
+        if waiting[j]:  # ``_assert_unsharded``: the chunk's first action after its UNSHARD waits for it
             run(fsdps[j][4])
             waiting[j] = False
         if forward:
@@ -1051,20 +1055,51 @@ def _interleaved_schedule(
         done[j] += 1
         if done[j] == layout.micro_batches and fsdps[j] is not None:  # REDUCE_GRAD after the chunk's last backward
             run(fsdps[j][2])
+            sharded[j] = True  # ``post_backward`` with ``reshard_after_backward``: the runtime's RESHARD finds it so
     live -= layout.micro_batches * sum(ch.loss_bytes for ch in chs)
     return PhaseBytes(peak["forward"], fwd_end), PhaseBytes(peak["backward"], live)
 
 
 @lru_cache(maxsize=1024)
+def _runtime_actions(layout: ParallelLayout, rank: int) -> tuple[tuple[bool, int, tuple, tuple], ...]:
+    """(forward?, local chunk, chunks RESHARDed, chunks UNSHARDed before it) of each computation of pipeline rank
+    ``rank`` beside FSDP2, as torch 2.13's ``_add_unshard_reshard`` (torch/distributed/pipelining/schedules.py,
+    ``max_active_stages`` = 3) lowers ``interleaved_order``: before each computation, the next 3 distinct chunks
+    the rank computes from it on (``next_stage_indices``) are its active ones: the active chunks not among them are
+    resharded (in ``active_stages``' set order), then those not yet active unsharded (in the order they come).  With
+    v <= 3 every chunk is unsharded before the first action and none resharded before its last backward."""
+    order = interleaved_order(layout.pp, layout.virtual_stages, layout.micro_batches, rank)
+    active: set[int] = set()
+    out = []
+    for i, (forward, j) in enumerate(order):
+        upcoming: list[int] = []
+        for _, c in order[i:]:
+            if c not in upcoming:
+                upcoming.append(c)
+                if len(upcoming) == 3:
+                    break
+        evict = tuple(c for c in active if c not in upcoming)  # set order, as torch's (stage indices rank + c·pp)
+        fetch = tuple(c for c in upcoming if c not in active)
+        active = (active - set(evict)) | set(fetch)
+        out.append((forward, j, evict, fetch))
+    return tuple(out)
+
+
+@lru_cache(maxsize=1024)
 def interleaved_gathers(layout: ParallelLayout, rank: int) -> tuple[tuple[int, int], ...]:
     """FSDP2's gathering passes of each of pipeline rank ``rank``'s chunks in one interleaved step, as
-    (before, from) the rank's first backward (``measure_interleaved_rank``'s phases): the runtime's UNSHARD
-    (one, before the first action), then each forward or backward that finds the chunk sharded (ZeRO-3:
-    every forward reshards; a backward leaves it unsharded), along ``interleaved_order`` (as
-    ``_interleaved_schedule`` replays them)."""
-    v, zero3 = layout.virtual_stages, layout.zero == 3
-    sharded, counts, phase = [False] * v, [[1, 0] for _ in range(v)], 0
-    for forward, j in interleaved_order(layout.pp, v, layout.micro_batches, rank):
+    (before, from) the rank's first backward (``measure_interleaved_rank``'s phases): each of the runtime's
+    UNSHARDs (``_runtime_actions``: before the computation it precedes), then each forward or backward that finds
+    the chunk sharded (ZeRO-3: every forward reshards; a backward leaves it unsharded; a RESHARD reshards), along
+    ``interleaved_order`` (as ``_interleaved_schedule`` replays them)."""
+    zero3 = layout.zero == 3
+    sharded, counts, phase = [True] * layout.virtual_stages, [[0, 0] for _ in range(layout.virtual_stages)], 0
+    for forward, j, evict, fetch in _runtime_actions(layout, rank):
+        for e in evict:
+            sharded[e] = True
+        for f in fetch:  # issued before the computation: in the phase before it
+            counts[f][phase] += 1
+            sharded[f] = False
         phase = phase or int(not forward)
         counts[j][phase] += sharded[j]
         sharded[j] = forward and zero3
@@ -1072,11 +1107,12 @@ def interleaved_gathers(layout: ParallelLayout, rank: int) -> tuple[tuple[int, i
 
 
 @lru_cache(maxsize=1024)
-def _explicit_unshard(units: _StageUnits, blocks: int, traced: bool) -> tuple[_Part, _Part]:
-    """(issue, wait) of ``_PipelineScheduleRuntime``'s UNSHARD of one chunk under FSDP2: ``unshard(async_op=True)``
-    of each of its FSDP modules in ``modules()`` order (the root, then the blocks) copies in and all-gathers
-    (rule 1's first half); the chunk's first action waits (``_assert_unsharded``): each unit's copy-out into
-    its unsharded storages, its all-gather output freed."""
+def _explicit_unshard(units: _StageUnits, blocks: int, traced: bool) -> tuple[_Part, _Part, int]:
+    """(issue, wait, reshard) of ``_PipelineScheduleRuntime``'s UNSHARD and RESHARD of one chunk under FSDP2:
+    ``unshard(async_op=True)`` of each of its FSDP modules in ``modules()`` order (the root, then the blocks)
+    copies in and all-gathers (rule 1's first half); the chunk's first action waits (``_assert_unsharded``): each
+    unit's copy-out into its unsharded storages, its all-gather output freed; RESHARD's ``reshard()`` of each
+    frees the unsharded storages (``FSDPParam.free_unsharded_param``; the unsharded gradients stay)."""
     order = ([units.root] if units.root else []) + [units.block] * blocks
     issue, wait = _StageReplay(rp.Affine(0), traced), _StageReplay(rp.Affine(0), traced)
     for u in order:
@@ -1084,7 +1120,7 @@ def _explicit_unshard(units: _StageUnits, blocks: int, traced: bool) -> tuple[_P
         u.copy_out(wait)
         wait(-u.output)
     part = lambda r: _Part(r.peak().at(1), r.live.at(1))
-    return part(issue), part(wait)
+    return part(issue), part(wait), sum(u.gathered for u in order)
 
 
 def _interleaved_kept(cfg, seq, batch, setup, layout, rank, dp_rank):
