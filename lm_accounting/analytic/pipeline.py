@@ -36,10 +36,9 @@ r holds the chunks r, r + pp, ... of a pp·v-stage split (``ParallelLayout.as_ch
 stage of a 1F1B pipeline replays (``_stage_parts``) and placed in torch's interleaved order (``interleaved_order``,
 ``_interleaved_schedule``: ``interleaved_rank_step``), byte-exact against the rank's v ``PipelineStage``s on the
 fake process group (``measure.pipeline.measure_interleaved_rank``; ``tests/test_pipeline_interleaved.py``) alone
-or beside DDP, ZeRO-1 and TP (with or without SP and vocab parallel).  Beside FSDP2 (v <= 3) the same replay
-follows the runtime's UNSHARD and REDUCE_GRAD actions and equals the measured ranks' phases, but is called an
-ESTIMATE (a baseline gap on a rank of two middle chunks, ``_fsdp_replayable``); elsewhere the ESTIMATE is
-``interleaved_rank_estimate``.  The time
+or beside DDP, ZeRO-1 and TP (with or without SP and vocab parallel), and beside FSDP2, where the same replay
+follows the runtime's UNSHARD, RESHARD and REDUCE_GRAD actions (``_runtime_actions``: at most 3 chunks unsharded
+at once); elsewhere the ESTIMATE is ``interleaved_rank_estimate``.  The time
 model's bubble: ``pipeline_slots``.
 
 Beside DDP/ZeRO-1 × TP, or with a mixture of experts, the peaks stay an ESTIMATE
@@ -151,14 +150,11 @@ def stage_replayed(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayou
     TP-local model, with or without vocab parallel; beside FSDP2, not DDP or ZeRO-1, as measured), a dense
     model (no
     MoE split in the stage replay; a tied head a second copy on the last stage), and a model the
-    single-GPU replay models.  Interleaved 1F1B (virtual stages): alone or beside DDP, ZeRO-1 and TP (with
-    or without SP and vocab parallel), not FSDP2 (``interleaved_rank_step``, tests/test_pipeline_interleaved.py).  Byte-exact against the measured stage (the test files of the module
-    docstring)."""
+    single-GPU replay models.  Interleaved 1F1B (virtual stages) too, beside FSDP2 along the runtime's own
+    UNSHARD, RESHARD and REDUCE_GRAD actions (``interleaved_rank_step``, tests/test_pipeline_interleaved.py).
+    Byte-exact against the measured stage (the test files of the module docstring)."""
     tp = layout.tp == 1 or not (layout.zero in (0, 1) and layout.dp > 1)
-    # interleaved 1F1B: replayed (``interleaved_rank_step``) but beside FSDP2, whose stages the runtime
-    # unshards and reshards itself (``_add_unshard_reshard``): estimated there
-    interleaved = layout.virtual_stages > 1 and layout.fsdp and layout.dp > 1
-    return layout.pp > 1 and tp and not interleaved and not cfg.moe and rp.replay_supported(cfg, setup)
+    return layout.pp > 1 and tp and not cfg.moe and rp.replay_supported(cfg, setup)
 
 
 def stage_step(
@@ -235,9 +231,12 @@ def _states(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, stag
 
 
 @lru_cache(maxsize=1024)
+@lru_cache(maxsize=4096)
 def _stage_parts(cfg, seq, batch, setup, layout, stage, mode, rank=None):
     """What ``stage_step`` needs of a stage's model: (model states, baseline, receive buffers, chunks,
-    FSDP2's (gathering chunks, zero 3, reductions) or None, the optimizer step above the backward's end)."""
+    FSDP2's (gathering chunks, zero 3, reductions) or None, the optimizer step above the backward's end).
+    Cached (immutable results): an interleaved rank's chunks alike in blocks and ends (``_like``), and each
+    pipeline rank of a layout, ask for the same stage."""
     P = layout.pp
     st = _states(cfg, setup, layout, stage, rank)
     base = stage_baseline(cfg, seq, batch, setup, layout, stage, rank)
@@ -372,11 +371,17 @@ class _StageUnits(NamedTuple):
         return self if self.zero3 else self.folds()
 
     @staticmethod
-    @lru_cache(maxsize=4096)
     def of(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, stage: int) -> _StageUnits | None:
-        """Cached: every chunk of an interleaved rank asks at each replay, every micro-batch size at each stage."""
+        """Cached on the precision (all ``fsdp_units`` reads of ``setup``): every chunk of an interleaved rank
+        asks at each replay, every micro-batch size and checkpointing at each stage."""
+        return _StageUnits.at(cfg, setup.precision, layout, stage)
+
+    @staticmethod
+    @lru_cache(maxsize=4096)
+    def at(cfg: ModelConfig, precision: str, layout: ParallelLayout, stage: int) -> _StageUnits | None:
         if not layout.fsdp or layout.dp == 1:
             return None
+        setup = TrainingSetup(precision=precision)
         units = fsdp_units(cfg, setup, layout, stage=(layout.pp, stage))
         assert len(units.blocks) == 1, "a stage's blocks are one unit kind (stage_replayed: dense models only)"
         return _StageUnits(units.root, units.blocks[0], layout.zero == 3, setup.autocast)
@@ -953,7 +958,7 @@ def interleaved_rank_step(
 ):
     """(step, model states, saved activations at the first backward) of pipeline rank ``rank`` under
     interleaved 1F1B (data-parallel rank ``dp_rank``, default ``interleaved_dp_rank``), REPLAYED where
-    ``stage_replayed`` (alone or beside DDP, ZeRO-1, TP; not FSDP2): each chunk's forward,
+    ``stage_replayed`` (alone or beside DDP, ZeRO-1, FSDP2, TP): each chunk's forward,
     loss and backward (``_stage_parts`` of its stage in ``ParallelLayout.as_chunks``: one micro-batch on its
     blocks, as 1F1B's stages replay it) placed in torch 2.13's ``ScheduleInterleaved1F1B`` order
     (``_interleaved_schedule``); the baseline and the receive buffers each chunk's (``interleaved_rank_estimate``).
@@ -961,7 +966,7 @@ def interleaved_rank_step(
     the rank's gradients, then ``zero_grad``.  Elsewhere the ESTIMATE (``interleaved_rank_estimate``)."""
     rp.check_mode(mode)
     layout, dp_rank = layout.shard_rank(dp_rank)  # HSDP: its shard group's FSDP2 rank (``parallel`` rule 8)
-    if not (stage_replayed(cfg, setup, layout) or _fsdp_replayable(cfg, setup, layout)):
+    if not stage_replayed(cfg, setup, layout):
         return interleaved_rank_estimate(cfg, seq, batch, setup, layout, rank, dp_rank)
     lay, S, L = layout.as_chunks(), layout.stages, cfg.num_layers
     chunks = layout.chunks(rank)
@@ -982,15 +987,6 @@ def interleaved_rank_step(
     return step, st, act
 
 
-def _fsdp_replayable(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout) -> bool:
-    """Beside FSDP2 with at most 3 chunks a rank (``_add_unshard_reshard`` keeps 3 chunks unsharded: every
-    one, from the step's start) the replay runs, along the runtime's UNSHARD and REDUCE_GRAD actions; its
-    peaks equal the measured rank's on tests/test_pipeline_interleaved.py's FSDP2 cases but the baseline
-    not everywhere (``stage_replayed`` False: the output calls it an estimate)."""
-    dense = not cfg.moe and rp.replay_supported(cfg, setup)
-    return layout.virtual_stages > 1 and layout.fsdp and layout.dp > 1 and dense
-
-
 def _interleaved_schedule(
     layout: ParallelLayout, rank: int, buffers: int, chs: list, fsdps: list | None = None
 ) -> tuple[PhaseBytes, PhaseBytes]:
@@ -1009,11 +1005,14 @@ def _interleaved_schedule(
     4. ``_update_losses`` clears the losses.
     The "forward" phase ends where the rank's first backward starts.
 
-    ``fsdps``: beside FSDP2, each chunk's (gathering chunks, zero 3, reductions, UNSHARD's issue, its wait):
-    the runtime's UNSHARD gathers every chunk before the first action (``_add_unshard_reshard``, v <= 3),
-    each chunk's first action waits for it (``_assert_unsharded``); a later forward or backward that finds
-    the chunk sharded (ZeRO-3 reshards after each forward) runs the gathering chunk; REDUCE_GRAD
-    (``perform_reduce_grad``: reduce-scatter, reshard) follows each chunk's last backward and its send."""
+    ``fsdps``: beside FSDP2, each chunk's (gathering chunks, zero 3, reductions, UNSHARD's issue, its wait,
+    RESHARD's release), along the runtime's FSDP actions (``_runtime_actions``, ``_add_unshard_reshard``):
+    before a computation, RESHARD of the active chunks not among the next 3 the rank computes (its unsharded
+    parameters freed, where FSDP2 has not resharded them already), then UNSHARD of those not active (issued:
+    copy-in, all-gather output); a chunk's first computation after its UNSHARD waits for it
+    (``_assert_unsharded``); a forward or backward that finds the chunk sharded (ZeRO-3 reshards after each
+    forward) runs the gathering chunk; REDUCE_GRAD (``perform_reduce_grad``: reduce-scatter, reshard) follows
+    each chunk's last backward and its send."""
     live, fwd_end, peak = buffers, None, {"forward": buffers, "backward": 0}
     started, done = [False] * len(chs), [0] * len(chs)
     phase = "forward"
@@ -1060,26 +1059,31 @@ def _interleaved_schedule(
     return PhaseBytes(peak["forward"], fwd_end), PhaseBytes(peak["backward"], live)
 
 
-@lru_cache(maxsize=1024)
 def _runtime_actions(layout: ParallelLayout, rank: int) -> tuple[tuple[bool, int, tuple, tuple], ...]:
     """(forward?, local chunk, chunks RESHARDed, chunks UNSHARDed before it) of each computation of pipeline rank
     ``rank`` beside FSDP2, as torch 2.13's ``_add_unshard_reshard`` (torch/distributed/pipelining/schedules.py,
     ``max_active_stages`` = 3) lowers ``interleaved_order``: before each computation, the next 3 distinct chunks
     the rank computes from it on (``next_stage_indices``) are its active ones: the active chunks not among them are
-    resharded (in ``active_stages``' set order), then those not yet active unsharded (in the order they come).  With
-    v <= 3 every chunk is unsharded before the first action and none resharded before its last backward."""
-    order = interleaved_order(layout.pp, layout.virtual_stages, layout.micro_batches, rank)
+    resharded, then those not yet active unsharded (in the order they come).  With v <= 3 every chunk is
+    unsharded before the first action and none resharded before its last backward."""
+    return _actions_of(layout.pp, layout.virtual_stages, layout.micro_batches, rank)
+
+
+@lru_cache(maxsize=1024)
+def _actions_of(pp: int, v: int, m: int, rank: int) -> tuple[tuple[bool, int, tuple, tuple], ...]:
+    """``_runtime_actions``, cached on what it reads, in O(m·v): each computation's next 3 distinct chunks
+    from its successor's (scanned from the end), ``next_stage_indices``' window."""
+    order = interleaved_order(pp, v, m, rank)
+    upcoming, ahead = [()] * len(order), ()
+    for i in range(len(order) - 1, -1, -1):
+        c = order[i][1]
+        ahead = (c, *(x for x in ahead if x != c))[:3]
+        upcoming[i] = ahead
     active: set[int] = set()
     out = []
-    for i, (forward, j) in enumerate(order):
-        upcoming: list[int] = []
-        for _, c in order[i:]:
-            if c not in upcoming:
-                upcoming.append(c)
-                if len(upcoming) == 3:
-                    break
-        evict = tuple(c for c in active if c not in upcoming)  # set order, as torch's (stage indices rank + c·pp)
-        fetch = tuple(c for c in upcoming if c not in active)
+    for (forward, j), nxt in zip(order, upcoming, strict=True):
+        evict = tuple(sorted(active - set(nxt)))  # frees only: their order moves no peak
+        fetch = tuple(c for c in nxt if c not in active)
         active = (active - set(evict)) | set(fetch)
         out.append((forward, j, evict, fetch))
     return tuple(out)
@@ -1224,7 +1228,7 @@ def interleaved_rank_estimate(
     kept = base + buffers
     r = single_rank_step(cfg, seq, batch, setup, flat, "plain")
     transient = (r.forward.peak - r.forward.end) if S - 1 in chunks else 0
-    # FSDP2: the runtime's UNSHARD actions gather whole chunks (up to 3 at once: every chunk of v <= 3) before
+    # FSDP2: the runtime's UNSHARD actions gather whole chunks (up to 3 at once; the estimate holds all) before
     # they compute; ZeRO-3's forwards reshard each unit again, ZeRO-2's keep them to the step's end
     held = st.unsharded_all if layout.fsdp and layout.dp > 1 else 0
     fwd = PhaseBytes(kept + warm_top + transient + held, kept + at_backward + (held if layout.zero == 2 else 0))
