@@ -372,19 +372,26 @@ class _StageUnits(NamedTuple):
 
     @staticmethod
     def of(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, stage: int) -> _StageUnits | None:
-        """Cached on the precision (all ``fsdp_units`` reads of ``setup``): every chunk of an interleaved rank
-        asks at each replay, every micro-batch size and checkpointing at each stage."""
-        return _StageUnits.at(cfg, setup.precision, layout, stage)
+        """Cached on what ``fsdp_units`` reads (the precision of ``setup``; of ``layout`` neither the ZeRO stage,
+        2 or 3, nor sequence parallel): every chunk of an interleaved rank asks at each replay, every micro-batch
+        size and checkpointing at each stage."""
+        return _StageUnits.on(cfg, setup.precision, layout, stage)
 
     @staticmethod
     @lru_cache(maxsize=4096)
-    def at(cfg: ModelConfig, precision: str, layout: ParallelLayout, stage: int) -> _StageUnits | None:
+    def on(cfg: ModelConfig, precision: str, layout: ParallelLayout, stage: int) -> _StageUnits | None:
         if not layout.fsdp or layout.dp == 1:
             return None
+        units = _StageUnits.at(cfg, precision, dataclasses.replace(layout, zero=3, sequence_parallel=False), stage)
+        return units._replace(zero3=layout.zero == 3)
+
+    @staticmethod
+    @lru_cache(maxsize=4096)
+    def at(cfg: ModelConfig, precision: str, layout: ParallelLayout, stage: int) -> _StageUnits:
         setup = TrainingSetup(precision=precision)
         units = fsdp_units(cfg, setup, layout, stage=(layout.pp, stage))
         assert len(units.blocks) == 1, "a stage's blocks are one unit kind (stage_replayed: dense models only)"
-        return _StageUnits(units.root, units.blocks[0], layout.zero == 3, setup.autocast)
+        return _StageUnits(units.root, units.blocks[0], True, setup.autocast)
 
 
 class _StageEvents(StepHooks):
@@ -1004,6 +1011,10 @@ def _interleaved_schedule(
        ``bwd_cache`` (the input gradient dies with its ops list);
     4. ``_update_losses`` clears the losses.
     The "forward" phase ends where the rank's first backward starts.
+    7. The steady state is periodic (``_periodic``): once a period starts in the state the previous one started
+       in (the chunks' FSDP2 flags, which have run a backward, which are reduced) with the same actions ahead,
+       each later one repeats it, with the same net change and highest point: they are skipped in O(1), up to
+       the end of the periodic stretch and short of any chunk's last backward (a step costs O(pp·v), not O(m·v)).
 
     ``fsdps``: beside FSDP2, each chunk's (gathering chunks, zero 3, reductions, UNSHARD's issue, its wait,
     RESHARD's release), along the runtime's FSDP actions (``_runtime_actions``, ``_add_unshard_reshard``):
@@ -1019,15 +1030,29 @@ def _interleaved_schedule(
     fsdps = fsdps or [None] * len(chs)
     sharded = [f is not None for f in fsdps]  # FSDP2's own view: every unit sharded until the runtime's UNSHARD
     waiting = [False] * len(chs)
-    plain = ((forward, j, (), ()) for forward, j in interleaved_order(layout.pp, len(chs), layout.micro_batches, rank))
     pick = lambda j: fsdps[j][0] if sharded[j] else chs[j]
+    m, top = layout.micro_batches, [0]  # top: the highest point since the last period's start (7)
 
     def run(part: _Part) -> None:
         nonlocal live
         peak[phase] = max(peak[phase], live + part.peak)
+        top[0] = max(top[0], live + part.peak)
         live += part.net
 
-    for forward, j, evict, fetch in _runtime_actions(layout, rank) if fsdps[0] else plain:
+    acts, start, span, end = _periodic(layout.pp, len(chs), m, rank, fsdps[0] is not None)
+    last, k = None, 0  # last: (flags, live) at the previous period's start
+    while k < len(acts):
+        if k >= start and (k - start) % span == 0 and phase == "backward":  # (7) a period's start
+            flags = (tuple(sharded), tuple(waiting), tuple(started), tuple(n >= m for n in done))
+            n = min((end - k) // span, *((m - 1 - x) // (span // 2 // len(chs)) for x in done))
+            if last is not None and last[0] == flags and n > 0:
+                step, high = live - last[1], top[0] - last[1]
+                peak[phase] = max(peak[phase], live + high, live + (n - 1) * step + high)
+                live, k = live + n * step, k + n * span
+                done = [x + n * span // 2 // len(chs) for x in done]
+            last, top[0] = (flags, live), live
+        forward, j, evict, fetch = acts[k]
+        k += 1
         ch = chs[j]
         for e in evict:  # RESHARD: ``reshard()`` of each FSDP module (a no-op where FSDP2 resharded it already)
             live -= 0 if sharded[e] else fsdps[e][5]
@@ -1052,10 +1077,10 @@ def _interleaved_schedule(
         started[j], sharded[j] = True, False
         live -= ch.output + ch.input_grad
         done[j] += 1
-        if done[j] == layout.micro_batches and fsdps[j] is not None:  # REDUCE_GRAD after the chunk's last backward
+        if done[j] == m and fsdps[j] is not None:  # REDUCE_GRAD after the chunk's last backward
             run(fsdps[j][2])
             sharded[j] = True  # ``post_backward`` with ``reshard_after_backward``: the runtime's RESHARD finds it so
-    live -= layout.micro_batches * sum(ch.loss_bytes for ch in chs)
+    live -= m * sum(ch.loss_bytes for ch in chs)
     return PhaseBytes(peak["forward"], fwd_end), PhaseBytes(peak["backward"], live)
 
 
@@ -1067,6 +1092,22 @@ def _runtime_actions(layout: ParallelLayout, rank: int) -> tuple[tuple[bool, int
     resharded, then those not yet active unsharded (in the order they come).  With v <= 3 every chunk is
     unsharded before the first action and none resharded before its last backward."""
     return _actions_of(layout.pp, layout.virtual_stages, layout.micro_batches, rank)
+
+
+@lru_cache(maxsize=1024)
+def _periodic(pp: int, v: int, m: int, rank: int, fsdp: bool) -> tuple[tuple, int, int, int]:
+    """(actions, start, span, end) of ``_interleaved_schedule``: the rank's computations with their RESHARDs and
+    UNSHARDs (``_runtime_actions``; none without FSDP2), the index of its first backward, the span of one
+    period of the steady state (r·v forward-backward pairs: each chunk r forwards and r backwards,
+    ``interleaved_order``) and the end of the periodic stretch: every action in [start + span, end) is the one
+    a span before it."""
+    acts = _actions_of(pp, v, m, rank) if fsdp else tuple((f, j, (), ()) for f, j in interleaved_order(pp, v, m, rank))
+    start = next(i for i, a in enumerate(acts) if not a[0])
+    span = 2 * v * (m // max(1, m // pp))
+    end = start + span
+    while end < len(acts) and acts[end] == acts[end - span]:
+        end += 1
+    return acts, start, span, end
 
 
 @lru_cache(maxsize=1024)
