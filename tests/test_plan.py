@@ -352,10 +352,11 @@ def test_llama_405b_on_16k_gpus_considers_16_pipeline_stages():
     deep = [c for c in result.ranked if c.layout.tp == 8 and c.layout.pp == 16]
     assert deep and all(c.per_gpu <= gpu("h100-80gb").cuda_total for c in deep) and {c.layout.dp for c in deep} == {128}
     assert {c.layout.virtual_stages for c in deep} == {1, 2, 4}
-    # 1F1B beside FSDP2: the stage is replayed, exact; beside DDP/ZeRO-1 × TP, or interleaved beside FSDP2 (the
-    # stage replay is exact alone or beside DDP/ZeRO-1 and TP), an estimate (limits.md)
+    # beside FSDP2 the stage (1F1B) or the rank's chunks (interleaved, along the runtime's UNSHARD and RESHARD
+    # actions) are replayed, exact; beside DDP/ZeRO-1 × TP an estimate (limits.md)
     one = [c for c in deep if c.layout.virtual_stages == 1]
     assert all(c.peak_exact == (c.layout.zero >= 2) for c in one) and any(c.peak_exact for c in one)
+    assert all(c.peak_exact == (c.layout.zero >= 2) for c in deep if c.layout.virtual_stages > 1)
 
 
 def test_your_own_layout_is_priced_alone_as_the_enumeration_prices_it(run_cli):

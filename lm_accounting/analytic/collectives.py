@@ -72,9 +72,10 @@ dtype (fp32 under amp-bf16).  Per layout (checked against the fake-PG run in tes
    units, its own TP collectives for each of the m micro-batches); rule 8's transfers run per chunk:
    m each way per neighbour, the model's first and last chunk one neighbour, every other two, so v
    times a middle 1F1B rank's (Narayanan et al. 2021, §2.2.2).  FSDP2 (rule 9 in the interleaved runtime):
-   each chunk is gathered once by the runtime's UNSHARD before the rank's first action, then by every
-   forward or backward that finds it sharded (ZeRO-3: every forward reshards), counted along torch's order
-   (``analytic.pipeline.interleaved_gathers``).  Measured per pipeline rank
+   each chunk is gathered by each of the runtime's UNSHARDs (``_add_unshard_reshard``: at most 3 chunks
+   unsharded at once, so with v > 3 a chunk resharded by a RESHARD is gathered again, under ZeRO-2 too), then
+   by every forward or backward that finds it sharded (ZeRO-3: every forward reshards), counted along torch's
+   order (``analytic.pipeline.interleaved_gathers``).  Measured per pipeline rank
    (``measure.pipeline.measure_interleaved_rank``, tests/test_pipeline_interleaved.py) alone and beside DDP,
    ZeRO-1, TP and FSDP2.
 12. HSDP (``replicate`` r, shard groups of s = D/r ranks; torch 2.13 ``_fsdp_collectives.foreach_reduce``):
@@ -342,7 +343,7 @@ def _fsdp_collectives(
     f, b = passes
     times = lambda k: "" if k == 1 else f", {k} passes"
     out = [Collective("all_gather", "forward", group, f * units, f * g, f"every unit{what}, padded (G){times(f)}")]
-    if layout.zero == 3 and b:
+    if b and (layout.zero == 3 or layout.pp > 1):  # rule 11: zero 2's interleaved chunks regathered after RESHARD
         out.append(
             Collective("all_gather", "backward", group, b * units, b * g, f"every unit{what} again (G){times(b)}")
         )

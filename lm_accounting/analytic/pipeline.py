@@ -36,10 +36,9 @@ r holds the chunks r, r + pp, ... of a pp·v-stage split (``ParallelLayout.as_ch
 stage of a 1F1B pipeline replays (``_stage_parts``) and placed in torch's interleaved order (``interleaved_order``,
 ``_interleaved_schedule``: ``interleaved_rank_step``), byte-exact against the rank's v ``PipelineStage``s on the
 fake process group (``measure.pipeline.measure_interleaved_rank``; ``tests/test_pipeline_interleaved.py``) alone
-or beside DDP, ZeRO-1 and TP (with or without SP and vocab parallel).  Beside FSDP2 (v <= 3) the same replay
-follows the runtime's UNSHARD and REDUCE_GRAD actions and equals the measured ranks' phases, but is called an
-ESTIMATE (a baseline gap on a rank of two middle chunks, ``_fsdp_replayable``); elsewhere the ESTIMATE is
-``interleaved_rank_estimate``.  The time
+or beside DDP, ZeRO-1 and TP (with or without SP and vocab parallel), and beside FSDP2, where the same replay
+follows the runtime's UNSHARD, RESHARD and REDUCE_GRAD actions (``_runtime_actions``: at most 3 chunks unsharded
+at once); elsewhere the ESTIMATE is ``interleaved_rank_estimate``.  The time
 model's bubble: ``pipeline_slots``.
 
 Beside DDP/ZeRO-1 × TP, or with a mixture of experts, the peaks stay an ESTIMATE
@@ -151,14 +150,11 @@ def stage_replayed(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayou
     TP-local model, with or without vocab parallel; beside FSDP2, not DDP or ZeRO-1, as measured), a dense
     model (no
     MoE split in the stage replay; a tied head a second copy on the last stage), and a model the
-    single-GPU replay models.  Interleaved 1F1B (virtual stages): alone or beside DDP, ZeRO-1 and TP (with
-    or without SP and vocab parallel), not FSDP2 (``interleaved_rank_step``, tests/test_pipeline_interleaved.py).  Byte-exact against the measured stage (the test files of the module
-    docstring)."""
+    single-GPU replay models.  Interleaved 1F1B (virtual stages) too, beside FSDP2 along the runtime's own
+    UNSHARD, RESHARD and REDUCE_GRAD actions (``interleaved_rank_step``, tests/test_pipeline_interleaved.py).
+    Byte-exact against the measured stage (the test files of the module docstring)."""
     tp = layout.tp == 1 or not (layout.zero in (0, 1) and layout.dp > 1)
-    # interleaved 1F1B: replayed (``interleaved_rank_step``) but beside FSDP2, whose stages the runtime
-    # unshards and reshards itself (``_add_unshard_reshard``): estimated there
-    interleaved = layout.virtual_stages > 1 and layout.fsdp and layout.dp > 1
-    return layout.pp > 1 and tp and not interleaved and not cfg.moe and rp.replay_supported(cfg, setup)
+    return layout.pp > 1 and tp and not cfg.moe and rp.replay_supported(cfg, setup)
 
 
 def stage_step(
@@ -235,9 +231,12 @@ def _states(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, stag
 
 
 @lru_cache(maxsize=1024)
+@lru_cache(maxsize=4096)
 def _stage_parts(cfg, seq, batch, setup, layout, stage, mode, rank=None):
     """What ``stage_step`` needs of a stage's model: (model states, baseline, receive buffers, chunks,
-    FSDP2's (gathering chunks, zero 3, reductions) or None, the optimizer step above the backward's end)."""
+    FSDP2's (gathering chunks, zero 3, reductions) or None, the optimizer step above the backward's end).
+    Cached (immutable results): an interleaved rank's chunks alike in blocks and ends (``_like``), and each
+    pipeline rank of a layout, ask for the same stage."""
     P = layout.pp
     st = _states(cfg, setup, layout, stage, rank)
     base = stage_baseline(cfg, seq, batch, setup, layout, stage, rank)
@@ -372,14 +371,27 @@ class _StageUnits(NamedTuple):
         return self if self.zero3 else self.folds()
 
     @staticmethod
-    @lru_cache(maxsize=4096)
     def of(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, stage: int) -> _StageUnits | None:
-        """Cached: every chunk of an interleaved rank asks at each replay, every micro-batch size at each stage."""
+        """Cached on what ``fsdp_units`` reads (the precision of ``setup``; of ``layout`` neither the ZeRO stage,
+        2 or 3, nor sequence parallel): every chunk of an interleaved rank asks at each replay, every micro-batch
+        size and checkpointing at each stage."""
+        return _StageUnits.on(cfg, setup.precision, layout, stage)
+
+    @staticmethod
+    @lru_cache(maxsize=4096)
+    def on(cfg: ModelConfig, precision: str, layout: ParallelLayout, stage: int) -> _StageUnits | None:
         if not layout.fsdp or layout.dp == 1:
             return None
+        units = _StageUnits.at(cfg, precision, dataclasses.replace(layout, zero=3, sequence_parallel=False), stage)
+        return units._replace(zero3=layout.zero == 3)
+
+    @staticmethod
+    @lru_cache(maxsize=4096)
+    def at(cfg: ModelConfig, precision: str, layout: ParallelLayout, stage: int) -> _StageUnits:
+        setup = TrainingSetup(precision=precision)
         units = fsdp_units(cfg, setup, layout, stage=(layout.pp, stage))
         assert len(units.blocks) == 1, "a stage's blocks are one unit kind (stage_replayed: dense models only)"
-        return _StageUnits(units.root, units.blocks[0], layout.zero == 3, setup.autocast)
+        return _StageUnits(units.root, units.blocks[0], True, setup.autocast)
 
 
 class _StageEvents(StepHooks):
@@ -953,7 +965,7 @@ def interleaved_rank_step(
 ):
     """(step, model states, saved activations at the first backward) of pipeline rank ``rank`` under
     interleaved 1F1B (data-parallel rank ``dp_rank``, default ``interleaved_dp_rank``), REPLAYED where
-    ``stage_replayed`` (alone or beside DDP, ZeRO-1, TP; not FSDP2): each chunk's forward,
+    ``stage_replayed`` (alone or beside DDP, ZeRO-1, FSDP2, TP): each chunk's forward,
     loss and backward (``_stage_parts`` of its stage in ``ParallelLayout.as_chunks``: one micro-batch on its
     blocks, as 1F1B's stages replay it) placed in torch 2.13's ``ScheduleInterleaved1F1B`` order
     (``_interleaved_schedule``); the baseline and the receive buffers each chunk's (``interleaved_rank_estimate``).
@@ -961,7 +973,7 @@ def interleaved_rank_step(
     the rank's gradients, then ``zero_grad``.  Elsewhere the ESTIMATE (``interleaved_rank_estimate``)."""
     rp.check_mode(mode)
     layout, dp_rank = layout.shard_rank(dp_rank)  # HSDP: its shard group's FSDP2 rank (``parallel`` rule 8)
-    if not (stage_replayed(cfg, setup, layout) or _fsdp_replayable(cfg, setup, layout)):
+    if not stage_replayed(cfg, setup, layout):
         return interleaved_rank_estimate(cfg, seq, batch, setup, layout, rank, dp_rank)
     lay, S, L = layout.as_chunks(), layout.stages, cfg.num_layers
     chunks = layout.chunks(rank)
@@ -982,15 +994,6 @@ def interleaved_rank_step(
     return step, st, act
 
 
-def _fsdp_replayable(cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout) -> bool:
-    """Beside FSDP2 with at most 3 chunks a rank (``_add_unshard_reshard`` keeps 3 chunks unsharded: every
-    one, from the step's start) the replay runs, along the runtime's UNSHARD and REDUCE_GRAD actions; its
-    peaks equal the measured rank's on tests/test_pipeline_interleaved.py's FSDP2 cases but the baseline
-    not everywhere (``stage_replayed`` False: the output calls it an estimate)."""
-    dense = not cfg.moe and rp.replay_supported(cfg, setup)
-    return layout.virtual_stages in (2, 3) and layout.fsdp and layout.dp > 1 and dense
-
-
 def _interleaved_schedule(
     layout: ParallelLayout, rank: int, buffers: int, chs: list, fsdps: list | None = None
 ) -> tuple[PhaseBytes, PhaseBytes]:
@@ -1008,31 +1011,56 @@ def _interleaved_schedule(
        ``bwd_cache`` (the input gradient dies with its ops list);
     4. ``_update_losses`` clears the losses.
     The "forward" phase ends where the rank's first backward starts.
+    7. The steady state is periodic (``_periodic``): once a period starts in the state the previous one started
+       in (the chunks' FSDP2 flags, which have run a backward, which are reduced) with the same actions ahead,
+       each later one repeats it, with the same net change and highest point: they are skipped in O(1), up to
+       the end of the periodic stretch and short of any chunk's last backward (a step costs O(pp·v), not O(m·v)).
 
-    ``fsdps``: beside FSDP2, each chunk's (gathering chunks, zero 3, reductions, UNSHARD's issue, its wait):
-    the runtime's UNSHARD gathers every chunk before the first action (``_add_unshard_reshard``, v <= 3),
-    each chunk's first action waits for it (``_assert_unsharded``); a later forward or backward that finds
-    the chunk sharded (ZeRO-3 reshards after each forward) runs the gathering chunk; REDUCE_GRAD
-    (``perform_reduce_grad``: reduce-scatter, reshard) follows each chunk's last backward and its send."""
+    ``fsdps``: beside FSDP2, each chunk's (gathering chunks, zero 3, reductions, UNSHARD's issue, its wait,
+    RESHARD's release), along the runtime's FSDP actions (``_runtime_actions``, ``_add_unshard_reshard``):
+    before a computation, RESHARD of the active chunks not among the next 3 the rank computes (its unsharded
+    parameters freed, where FSDP2 has not resharded them already), then UNSHARD of those not active (issued:
+    copy-in, all-gather output); a chunk's first computation after its UNSHARD waits for it
+    (``_assert_unsharded``); a forward or backward that finds the chunk sharded (ZeRO-3 reshards after each
+    forward) runs the gathering chunk; REDUCE_GRAD (``perform_reduce_grad``: reduce-scatter, reshard) follows
+    each chunk's last backward and its send."""
     live, fwd_end, peak = buffers, None, {"forward": buffers, "backward": 0}
     started, done = [False] * len(chs), [0] * len(chs)
     phase = "forward"
     fsdps = fsdps or [None] * len(chs)
-    sharded = [False] * len(chs)  # FSDP2: the runtime's UNSHARD leaves them unsharded for their first forward
-    waiting = [f is not None for f in fsdps]
+    sharded = [f is not None for f in fsdps]  # FSDP2's own view: every unit sharded until the runtime's UNSHARD
+    waiting = [False] * len(chs)
     pick = lambda j: fsdps[j][0] if sharded[j] else chs[j]
+    m, top = layout.micro_batches, [0]  # top: the highest point since the last period's start (7)
 
     def run(part: _Part) -> None:
         nonlocal live
         peak[phase] = max(peak[phase], live + part.peak)
+        top[0] = max(top[0], live + part.peak)
         live += part.net
 
-    for f in fsdps:  # UNSHARD of every chunk (v <= 3: all active at once) before the first compute
-        if f is not None:
-            run(f[3])
-    for forward, j in interleaved_order(layout.pp, layout.virtual_stages, layout.micro_batches, rank):
+    acts, start, span, end = _periodic(layout.pp, len(chs), m, rank, fsdps[0] is not None)
+    last, k = None, 0  # last: (flags, live) at the previous period's start
+    while k < len(acts):
+        if k >= start and (k - start) % span == 0 and phase == "backward":  # (7) a period's start
+            flags = (tuple(sharded), tuple(waiting), tuple(started), tuple(n >= m for n in done))
+            n = min((end - k) // span, *((m - 1 - x) // (span // 2 // len(chs)) for x in done))
+            if last is not None and last[0] == flags and n > 0:
+                step, high = live - last[1], top[0] - last[1]
+                peak[phase] = max(peak[phase], live + high, live + (n - 1) * step + high)
+                live, k = live + n * step, k + n * span
+                done = [x + n * span // 2 // len(chs) for x in done]
+            last, top[0] = (flags, live), live
+        forward, j, evict, fetch = acts[k]
+        k += 1
         ch = chs[j]
-        if waiting[j]:  # ``_assert_unsharded``: the chunk's first action waits for its UNSHARD
+        for e in evict:  # RESHARD: ``reshard()`` of each FSDP module (a no-op where FSDP2 resharded it already)
+            live -= 0 if sharded[e] else fsdps[e][5]
+            sharded[e] = True
+        for f in fetch:  # UNSHARD: ``unshard(async_op=True)`` of each FSDP module: copy-in, all-gather output
+            run(fsdps[f][3])
+            sharded[f], waiting[f] = False, True
+        if waiting[j]:  # ``_assert_unsharded``: the chunk's first action after its UNSHARD waits for it
             run(fsdps[j][4])
             waiting[j] = False
         if forward:
@@ -1049,22 +1077,74 @@ def _interleaved_schedule(
         started[j], sharded[j] = True, False
         live -= ch.output + ch.input_grad
         done[j] += 1
-        if done[j] == layout.micro_batches and fsdps[j] is not None:  # REDUCE_GRAD after the chunk's last backward
+        if done[j] == m and fsdps[j] is not None:  # REDUCE_GRAD after the chunk's last backward
             run(fsdps[j][2])
-    live -= layout.micro_batches * sum(ch.loss_bytes for ch in chs)
+            sharded[j] = True  # ``post_backward`` with ``reshard_after_backward``: the runtime's RESHARD finds it so
+    live -= m * sum(ch.loss_bytes for ch in chs)
     return PhaseBytes(peak["forward"], fwd_end), PhaseBytes(peak["backward"], live)
+
+
+def _runtime_actions(layout: ParallelLayout, rank: int) -> tuple[tuple[bool, int, tuple, tuple], ...]:
+    """(forward?, local chunk, chunks RESHARDed, chunks UNSHARDed before it) of each computation of pipeline rank
+    ``rank`` beside FSDP2, as torch 2.13's ``_add_unshard_reshard`` (torch/distributed/pipelining/schedules.py,
+    ``max_active_stages`` = 3) lowers ``interleaved_order``: before each computation, the next 3 distinct chunks
+    the rank computes from it on (``next_stage_indices``) are its active ones: the active chunks not among them are
+    resharded, then those not yet active unsharded (in the order they come).  With v <= 3 every chunk is
+    unsharded before the first action and none resharded before its last backward."""
+    return _actions_of(layout.pp, layout.virtual_stages, layout.micro_batches, rank)
+
+
+@lru_cache(maxsize=1024)
+def _periodic(pp: int, v: int, m: int, rank: int, fsdp: bool) -> tuple[tuple, int, int, int]:
+    """(actions, start, span, end) of ``_interleaved_schedule``: the rank's computations with their RESHARDs and
+    UNSHARDs (``_runtime_actions``; none without FSDP2), the index of its first backward, the span of one
+    period of the steady state (r·v forward-backward pairs: each chunk r forwards and r backwards,
+    ``interleaved_order``) and the end of the periodic stretch: every action in [start + span, end) is the one
+    a span before it."""
+    acts = _actions_of(pp, v, m, rank) if fsdp else tuple((f, j, (), ()) for f, j in interleaved_order(pp, v, m, rank))
+    start = next(i for i, a in enumerate(acts) if not a[0])
+    span = 2 * v * (m // max(1, m // pp))
+    end = start + span
+    while end < len(acts) and acts[end] == acts[end - span]:
+        end += 1
+    return acts, start, span, end
+
+
+@lru_cache(maxsize=1024)
+def _actions_of(pp: int, v: int, m: int, rank: int) -> tuple[tuple[bool, int, tuple, tuple], ...]:
+    """``_runtime_actions``, cached on what it reads, in O(m·v): each computation's next 3 distinct chunks
+    from its successor's (scanned from the end), ``next_stage_indices``' window."""
+    order = interleaved_order(pp, v, m, rank)
+    upcoming, ahead = [()] * len(order), ()
+    for i in range(len(order) - 1, -1, -1):
+        c = order[i][1]
+        ahead = (c, *(x for x in ahead if x != c))[:3]
+        upcoming[i] = ahead
+    active: set[int] = set()
+    out = []
+    for (forward, j), nxt in zip(order, upcoming, strict=True):
+        evict = tuple(sorted(active - set(nxt)))  # frees only: their order moves no peak
+        fetch = tuple(c for c in nxt if c not in active)
+        active = (active - set(evict)) | set(fetch)
+        out.append((forward, j, evict, fetch))
+    return tuple(out)
 
 
 @lru_cache(maxsize=1024)
 def interleaved_gathers(layout: ParallelLayout, rank: int) -> tuple[tuple[int, int], ...]:
     """FSDP2's gathering passes of each of pipeline rank ``rank``'s chunks in one interleaved step, as
-    (before, from) the rank's first backward (``measure_interleaved_rank``'s phases): the runtime's UNSHARD
-    (one, before the first action), then each forward or backward that finds the chunk sharded (ZeRO-3:
-    every forward reshards; a backward leaves it unsharded), along ``interleaved_order`` (as
-    ``_interleaved_schedule`` replays them)."""
-    v, zero3 = layout.virtual_stages, layout.zero == 3
-    sharded, counts, phase = [False] * v, [[1, 0] for _ in range(v)], 0
-    for forward, j in interleaved_order(layout.pp, v, layout.micro_batches, rank):
+    (before, from) the rank's first backward (``measure_interleaved_rank``'s phases): each of the runtime's
+    UNSHARDs (``_runtime_actions``: before the computation it precedes), then each forward or backward that finds
+    the chunk sharded (ZeRO-3: every forward reshards; a backward leaves it unsharded; a RESHARD reshards), along
+    ``interleaved_order`` (as ``_interleaved_schedule`` replays them)."""
+    zero3 = layout.zero == 3
+    sharded, counts, phase = [True] * layout.virtual_stages, [[0, 0] for _ in range(layout.virtual_stages)], 0
+    for forward, j, evict, fetch in _runtime_actions(layout, rank):
+        for e in evict:
+            sharded[e] = True
+        for f in fetch:  # issued before the computation: in the phase before it
+            counts[f][phase] += 1
+            sharded[f] = False
         phase = phase or int(not forward)
         counts[j][phase] += sharded[j]
         sharded[j] = forward and zero3
@@ -1072,11 +1152,12 @@ def interleaved_gathers(layout: ParallelLayout, rank: int) -> tuple[tuple[int, i
 
 
 @lru_cache(maxsize=1024)
-def _explicit_unshard(units: _StageUnits, blocks: int, traced: bool) -> tuple[_Part, _Part]:
-    """(issue, wait) of ``_PipelineScheduleRuntime``'s UNSHARD of one chunk under FSDP2: ``unshard(async_op=True)``
-    of each of its FSDP modules in ``modules()`` order (the root, then the blocks) copies in and all-gathers
-    (rule 1's first half); the chunk's first action waits (``_assert_unsharded``): each unit's copy-out into
-    its unsharded storages, its all-gather output freed."""
+def _explicit_unshard(units: _StageUnits, blocks: int, traced: bool) -> tuple[_Part, _Part, int]:
+    """(issue, wait, reshard) of ``_PipelineScheduleRuntime``'s UNSHARD and RESHARD of one chunk under FSDP2:
+    ``unshard(async_op=True)`` of each of its FSDP modules in ``modules()`` order (the root, then the blocks)
+    copies in and all-gathers (rule 1's first half); the chunk's first action waits (``_assert_unsharded``): each
+    unit's copy-out into its unsharded storages, its all-gather output freed; RESHARD's ``reshard()`` of each
+    frees the unsharded storages (``FSDPParam.free_unsharded_param``; the unsharded gradients stay)."""
     order = ([units.root] if units.root else []) + [units.block] * blocks
     issue, wait = _StageReplay(rp.Affine(0), traced), _StageReplay(rp.Affine(0), traced)
     for u in order:
@@ -1084,7 +1165,7 @@ def _explicit_unshard(units: _StageUnits, blocks: int, traced: bool) -> tuple[_P
         u.copy_out(wait)
         wait(-u.output)
     part = lambda r: _Part(r.peak().at(1), r.live.at(1))
-    return part(issue), part(wait)
+    return part(issue), part(wait), sum(u.gathered for u in order)
 
 
 def _interleaved_kept(cfg, seq, batch, setup, layout, rank, dp_rank):
@@ -1188,7 +1269,7 @@ def interleaved_rank_estimate(
     kept = base + buffers
     r = single_rank_step(cfg, seq, batch, setup, flat, "plain")
     transient = (r.forward.peak - r.forward.end) if S - 1 in chunks else 0
-    # FSDP2: the runtime's UNSHARD actions gather whole chunks (up to 3 at once: every chunk of v <= 3) before
+    # FSDP2: the runtime's UNSHARD actions gather whole chunks (up to 3 at once; the estimate holds all) before
     # they compute; ZeRO-3's forwards reshard each unit again, ZeRO-2's keep them to the step's end
     held = st.unsharded_all if layout.fsdp and layout.dp > 1 else 0
     fwd = PhaseBytes(kept + warm_top + transient + held, kept + at_backward + (held if layout.zero == 2 else 0))

@@ -25,6 +25,7 @@ are real: the memory is what the rank holds in the real job.
 from __future__ import annotations
 
 import contextlib
+import gc
 
 import torch
 
@@ -350,6 +351,12 @@ def measure_interleaved_rank(
         rows = batch * layout.micro_batches
         args = (random_tokens(cfg, rows, seq, device="cpu", seed=0),) if first else ()
         target = random_tokens(cfg, rows, seq, device="cpu", seed=1) if last else None
+        # FSDP2's ``fully_shard`` (``build_rank``, on meta) leaves a reference cycle holding the root's managed
+        # modules (torch 2.13 _fsdp_init.py ``_get_managed_modules``: the recursive ``dfs`` closure keeps its
+        # ``modules`` list and ``visited_modules`` set), among them the RoPE module ``_materialise`` replaces: its
+        # tables (one pair per chunk built so) would die whenever the cycle collector next runs, during the step.
+        # A real job initialises its tables in place; collect the harness's garbage before the baseline.
+        gc.collect()
     baseline = tracker.live_bytes("cpu")
     from torch.distributed.pipelining import ScheduleInterleaved1F1B
 

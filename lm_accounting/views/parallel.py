@@ -201,12 +201,12 @@ def parallel_view(r: ParallelMemory) -> View:
                 " model states, baseline, receive buffers, FLOPs and sends/receives are each chunk's exact rule"
                 " summed; "
                 + (
-                    "every phase replayed along torch's ScheduleInterleaved1F1B order, byte-exact against the"
-                    " rank's PipelineStages on the fake process group (alone, beside DDP, ZeRO-1 or TP)."
+                    "every phase replayed along torch's ScheduleInterleaved1F1B order (beside FSDP2 along the"
+                    " runtime's UNSHARD, RESHARD and REDUCE_GRAD actions), byte-exact against the rank's"
+                    " PipelineStages on the fake process group (alone, beside DDP, ZeRO-1, FSDP2 or TP)."
                     if r.peaks_exact
-                    else "the peaks an ESTIMATE for this layout (beside FSDP2 with v <= 3 replayed along the"
-                    " runtime's UNSHARD and REDUCE_GRAD actions, equal to the measured ranks' but for a baseline"
-                    " gap; elsewhere the chunks' saved activations in flight along the interleaved order)."
+                    else "the peaks an ESTIMATE for this layout (the chunks' saved activations in flight along"
+                    " the interleaved order)."
                 )
             )
         ]
