@@ -141,7 +141,9 @@ def test_memory_predicts_rank_zero_of_a_hybrid_config_json(run_cli, tmp_path):
     assert r.code == 0, r.err
     assert "model states only" not in r.out and "rank 0" in r.out and "fsdp_hybrid" in r.out
     r = run_cli("memory", path, "-S", "64", "--dp", "8", "--zero", "3")  # a layout defaults to the course's model
-    assert r.code == 2 and "--impl transformers --dp N replays DDP, ZeRO-1 or FSDP2" in r.err and "Traceback" not in r.err
+    assert (
+        r.code == 2 and "--impl transformers --dp N replays DDP, ZeRO-1 or FSDP2" in r.err and "Traceback" not in r.err
+    )
 
 
 def norm_h1(layers: int, before: bool, **fields):
