@@ -24,7 +24,6 @@ from ..phases import PHASES, StepMemory
 from ..result import Result
 from ..setup import TrainingSetup
 from .collectives import Collective, step_collectives, wire_bytes
-from .context_parallel import cp_rank_flops, cp_rank_step, rank_collectives
 from .hardware_flops import StepFlops
 from .parallel import ModelStates, expert_rows, model_states, peaks_exact, rank_flops, rank_step
 from .pipeline import pipeline_stages
@@ -216,6 +215,8 @@ def parallel_memory(
         dp_rank = None if rank is None else rank // layout.tp % layout.dp
         stage, step, traced, st, act = pipeline_stages(cfg, seq, batch, setup, layout, at, rank=dp_rank)
     elif layout.cp > 1:  # its dp·cp rank (the mesh is (dp, cp)): analytic.context_parallel
+        from .context_parallel import cp_rank_flops, cp_rank_step, rank_collectives  # the ring: only under CP
+
         step, st, act = cp_rank_step(cfg, seq, batch, setup, layout, mode="plain", rank=rank)
         traced = cp_rank_step(cfg, seq, batch, setup, layout, mode="traced", rank=rank)[0]
     else:
