@@ -209,17 +209,18 @@ def estimate_step(
     return pricing.estimate(micro_batch, setup, layout, pricing.step_times(micro_batch, setup, layout))
 
 
-def _cp_estimate(cfg, g, seq, b, setup, layout, efficiency, internode_bw, impl) -> StepEstimate:
+def _cp_estimate(cfg, g, seq, b, setup, layout, efficiency, internode_bw, impl, pricing=None) -> StepEstimate:
     """A context-parallel step (``analytic.context_parallel``): the flattened dp·cp layout's step at s = S/cp
     positions, its attention cp times (the ring runs the causal kernel on s queries against S keys, cp times the
     s-position kernel's work), plus the cp ring's collectives (rule 13), not overlapped, over the cp ranks' ring
     (``ring_bandwidth``: tp apart); they take the tensor-parallel slot of ``times``, added to TP's own collectives.
-    MFU's model FLOPs are the job's at S; HFU's the rank's (``cp_rank_flops``)."""
+    MFU's model FLOPs are the job's at S; HFU's the rank's (``cp_rank_flops``).  ``pricing``: a ``_Pricing`` at s
+    to reuse (``plan``'s search shares one per cp degree), else a new one."""
     from .analytic.collectives import wire_bytes
     from .analytic.context_parallel import check, cp_collectives, cp_rank_flops
 
     s, cp, flat = check(cfg, seq, setup, layout), layout.cp, layout.flat_cp()
-    pricing, k = _Pricing(cfg, s, g, efficiency, internode_bw, impl), flat.micro_batches
+    pricing, k = pricing or _Pricing(cfg, s, g, efficiency, internode_bw, impl), flat.micro_batches
     compute, dp, tp, pp, ep = pricing.step_times(b, setup, flat)
     gemm, attention, bound = (k * x for x in pricing.micro_batch(b, setup, flat))
     compute += (cp - 1) * attention
@@ -600,28 +601,33 @@ class _Pricing:
 
 
 class _CpPricing:
-    """``plan``'s pricing of the user's own context-parallel layout: ``_cp_estimate``'s step for each (micro-batch,
-    setup), behind ``_Pricing``'s methods that ``plan`` calls (its caches do not read cp)."""
+    """``plan``'s pricing of every candidate: ``_Pricing``'s for a layout without context parallel, ``_cp_estimate``'s
+    step for a CP one (cached per (micro-batch, setup, layout)), one ``_Pricing`` at S/cp per cp degree shared by its
+    candidates, behind ``_Pricing``'s methods that ``plan`` calls (``_Pricing``'s caches do not read cp)."""
 
     def __init__(self, cfg: ModelConfig, seq: int, g: GPU, efficiency: float, internode: int):
         self.args, self.cache = (cfg, g, seq), {}
         self.efficiency, self.internode = efficiency, internode
+        self.base, self.at = _Pricing(cfg, seq, g, efficiency, internode), {}  # cp -> its _Pricing at S/cp
 
     def _estimate(self, b, setup, lay) -> StepEstimate:
         key = (b, setup, lay)
         if key not in self.cache:
             cfg, g, seq = self.args
-            self.cache[key] = _cp_estimate(cfg, g, seq, b, setup, lay, self.efficiency, self.internode, "course")
+            if lay.cp not in self.at:
+                self.at[lay.cp] = _Pricing(cfg, seq // lay.cp, g, self.efficiency, self.internode)
+            at = self.at[lay.cp]
+            self.cache[key] = _cp_estimate(cfg, g, seq, b, setup, lay, self.efficiency, self.internode, "course", at)
         return self.cache[key]
 
     def compute(self, b, setup, lay) -> float:
-        return self._estimate(b, setup, lay).times[0]
+        return self.base.compute(b, setup, lay) if lay.cp == 1 else self._estimate(b, setup, lay).times[0]
 
     def communication(self, b, setup, lay) -> tuple[float, float, float, float]:
-        return self._estimate(b, setup, lay).times[1:]
+        return self.base.communication(b, setup, lay) if lay.cp == 1 else self._estimate(b, setup, lay).times[1:]
 
     def estimate(self, b, setup, lay, times) -> StepEstimate:
-        return self._estimate(b, setup, lay)
+        return self.base.estimate(b, setup, lay, times) if lay.cp == 1 else self._estimate(b, setup, lay)
 
 
 def _busiest_stages(pp: int) -> list[int]:
@@ -630,7 +636,7 @@ def _busiest_stages(pp: int) -> list[int]:
     return sorted({0, min(1, pp - 1), pp - 1})
 
 
-def _by_gpu_hours(pending: list, pricing: _Pricing | _CpPricing):
+def _by_gpu_hours(pending: list, pricing: _CpPricing):
     """``plan``'s candidates, each ``pending`` as (compute · GPUs, enumeration index, b, setup, layout, compute),
     yielded as (GPU-hours, step, index, b, setup, layout, step times) in the order of (GPU-hours, step time,
     enumeration order), the communication (steps 2-4) priced only as far as that order is read.  Compute · GPUs
@@ -734,11 +740,8 @@ def plan(
     g, allowance = basis.gpu, basis.allowance
     sequences = global_batch_tokens // seq
     pending, evaluated_ep = [], False  # every candidate, with its step times: ranked before any replay
-    cp = own is not None and own.layout.cp > 1  # the user's own context-parallel layout: ``_CpPricing``
-    pricing = (_CpPricing if cp else _Pricing)(cfg, seq, g, efficiency, internode_bw)
+    pricing = _CpPricing(cfg, seq, g, efficiency, internode_bw)
     checkpoints = CHECKPOINTS if own is None or own.checkpoint is None else (own.checkpoint,)
-    if cp:  # selective checkpointing under CP is refused (analytic.context_parallel.check)
-        checkpoints = tuple(c for c in checkpoints if c != "selective")
     setups = [TrainingSetup(attention="sdpa", checkpoint=ck, precision="amp-bf16") for ck in checkpoints]
     if own is not None:
         gpus = (own.layout.world, own.layout.world)
@@ -747,7 +750,7 @@ def plan(
         micro = _micro_batches(per_rank, family["pp"], family["virtual_stages"])
         for b in micro if own is None or own.micro_batch is None else own.micro_batches(micro, per_rank):
             lay = ParallelLayout(**family, micro_batches=per_rank // b)
-            for setup in setups:
+            for setup in setups if lay.cp == 1 else _context_setups(cfg, seq, setups, lay):
                 if lay.ep > 1 and not_modelled(cfg, seq, setup):
                     continue  # expert parallel is planned where the replay models it
                 evaluated_ep = evaluated_ep or lay.ep > 1
@@ -768,7 +771,7 @@ def plan(
             return seen[key]
         seen[key] = None
         chain = (lay.dp, lay.zero, lay.tp, lay.sequence_parallel, lay.vocab_parallel, lay.pp, lay.ep, setup.checkpoint)
-        chain += (lay.virtual_stages, lay.replicate)
+        chain += (lay.virtual_stages, lay.replicate, lay.cp)
         if prune and b >= failed.get(chain, b + 1):
             return None  # a smaller micro-batch of the same layout does not fit: the peak grows with b (1F1B; not
             # under interleaving, whose order changes with m = sequences / b: no chain is recorded there)
@@ -833,7 +836,7 @@ def plan(
     )  # fmt: skip
 
 
-def _fastest_per_gpu_count(cfg: ModelConfig, pending: list, pricing: _Pricing, check, budget: int, cheapest: int):
+def _fastest_per_gpu_count(cfg: ModelConfig, pending: list, pricing: _CpPricing, check, budget: int, cheapest: int):
     """The fastest fitting candidate at each GPU count W of ``pending`` from ``cheapest`` (the GPU count of the
     fewest GPU-hours) up (``check``: the ranking's fit check, shared): W's candidates in their order (at one W,
     GPU-hours order is step-time order) until one fits.  Skipped unchecked, because no candidate there can be on
@@ -920,8 +923,9 @@ class OwnLayout:
 
 def _families(cfg: ModelConfig, seq: int, gpus: tuple[int, int], sequences: int):
     """The ``ParallelLayout`` fields of every candidate of the module docstring but its micro-batch count:
-    for each GPU count W, tp, pp, dp = W / (tp·pp) splitting the sequences evenly, ZeRO stage, sequence
-    parallel, ep and HSDP's replicate degree (``_replicate_degrees``)."""
+    for each GPU count W, tp, pp, cp (``_context_degrees``), dp = W / (tp·pp·cp) splitting the sequences evenly, ZeRO
+    stage (over the dp·cp ranks), sequence parallel, ep and HSDP's replicate degree (``_replicate_degrees``); a cp > 1
+    only beside the degrees context parallel runs beside (``_beside_context``)."""
     dense = not (cfg.moe or cfg.mla)  # a mixture of experts or MLA: data (and expert) parallel only
     for w in _powers(*gpus):
         for tp in (1, 2, 4, 8) if dense else (1,):
@@ -929,19 +933,76 @@ def _families(cfg: ModelConfig, seq: int, gpus: tuple[int, int], sequences: int)
                 continue
             pp = 1
             while pp <= min(MAX_PP if dense else 1, cfg.num_layers) and w % (tp * pp) == 0:
-                dp = w // (tp * pp)
-                for zero in ((0, 1, 2, 3) if dp > 1 else (0,)) if sequences % dp == 0 else ():
-                    for sp in (False, True) if tp > 1 and seq % tp == 0 else (False,):
-                        for vp in (False, True) if tp > 1 and not cfg.tie_embeddings else (False,):
-                            for ep in _expert_degrees(cfg, dp, zero):
-                                for v in _virtual_stages(cfg, pp):
-                                    for r in _replicate_degrees(dp, zero, tp, pp, ep):
-                                        yield {
-                                            "dp": dp, "zero": zero, "tp": tp, "sequence_parallel": sp,
-                                            "vocab_parallel": vp, "pp": pp, "ep": ep, "virtual_stages": v,
-                                            "replicate": r,
-                                        }  # fmt: skip
+                for cp in _context_degrees(cfg, seq, w // (tp * pp)):
+                    dp = w // (tp * pp * cp)
+                    for zero in ((0, 1, 2, 3) if dp * cp > 1 else (0,)) if sequences % dp == 0 else ():
+                        for sp in (False, True) if tp > 1 and seq % tp == 0 else (False,):
+                            for vp in (False, True) if tp > 1 and not cfg.tie_embeddings else (False,):
+                                for ep in _expert_degrees(cfg, dp, zero):
+                                    for v in _virtual_stages(cfg, pp):
+                                        for r in _replicate_degrees(dp, zero, tp, pp, ep):
+                                            family = {
+                                                "dp": dp, "zero": zero, "tp": tp, "sequence_parallel": sp,
+                                                "vocab_parallel": vp, "pp": pp, "ep": ep, "virtual_stages": v,
+                                                "replicate": r, "cp": cp,
+                                            }  # fmt: skip
+                                            if cp == 1 or _beside_context(family):
+                                                yield family
                 pp *= 2
+
+
+MIN_CP_CONTEXT = 16384
+MAX_CP = 16
+"""Caps on ``plan``'s search, not on the layout (``--cp`` prices any): context parallel is enumerated from a
+16,384-position context up, cp up to 16 (Llama 3 405B's 128K stage: CP 16; Dubey et al. 2024, Table 4).  Each cp
+degree is a context s = S/cp whose step programs ``plan`` records (one per tp and checkpointing, ~65 ms each):
+every cp up to the GPUs at the 8,192 default doubled plan-70b's CPU time (2.3 s to 4.7 s), and none ranked."""
+
+
+@functools.lru_cache(maxsize=256)
+def _context_degrees(cfg: ModelConfig, seq: int, ranks: int) -> tuple[int, ...]:
+    """cp = 1, and every power of two 2 <= cp <= ``MAX_CP`` dividing ``ranks`` (W / (tp·pp)) that context parallel
+    takes on ``cfg`` at ``seq`` (``parallelisms.cp``'s check, the one rule: a dense model without MLA, S a multiple
+    of 2·cp; refused at one cp, refused at every larger one), from ``MIN_CP_CONTEXT`` positions up."""
+    out, cp = [1], 2
+    while seq >= MIN_CP_CONTEXT and cp <= MAX_CP and ranks % cp == 0:
+        try:
+            ParallelLayout(dp=ranks // cp, cp=cp).check(cfg, seq)
+        except AccountingError:
+            break
+        out.append(cp)
+        cp *= 2
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=4096)
+def _context_beside(fields: tuple) -> bool:
+    try:
+        ParallelLayout(**dict(fields))  # ``parallelisms.cp``'s validate: the degrees refused beside CP
+    except AccountingError:
+        return False
+    return True
+
+
+def _beside_context(family: dict) -> bool:
+    """Whether context parallel runs beside ``family``'s other degrees: ``ParallelLayout``'s own validation
+    (``parallelisms.cp``: not beside SP, vocab parallel, PP, EP or HSDP), cached on the family's fields."""
+    return _context_beside(tuple(family.items()))
+
+
+def _context_setups(cfg: ModelConfig, seq: int, setups: list, lay: ParallelLayout) -> list:
+    """The setups a context-parallel ``lay`` runs under (``analytic.context_parallel.check``: the fused attention, no
+    selective checkpointing)."""
+    from .analytic.context_parallel import check
+
+    out = []
+    for setup in setups:
+        try:
+            check(cfg, seq, setup, lay)
+        except AccountingError:
+            continue
+        out.append(setup)
+    return out
 
 
 def _replicate_degrees(dp: int, zero: int, tp: int, pp: int, ep: int) -> list[int]:

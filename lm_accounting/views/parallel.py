@@ -78,7 +78,8 @@ def parallel_view(r: ParallelMemory) -> View:
     header = [
         describe_config(r.config),
         _layout_line(r, where),
-        f"--impl course: {program_label(r.config, 'course', r.setup)} (the default under a layout; --impl transformers covers DDP, ZeRO-1 and FSDP2 data parallel)",
+        f"--impl course: {program_label(r.config, 'course', r.setup)} (the default under a layout; --impl transformers covers DDP, ZeRO-1 and FSDP2 data parallel)"
+        + ("; context parallel runs the fused kernel as ring attention, sdpa its only attention" if lay.cp > 1 else ""),
     ]
     header.append(step_time_line(r))
     ex = r.experts()
