@@ -808,6 +808,7 @@ def plan_cmd(
     help="Scale the calibrated step-time model's compute: 1 as calibrated, 1.2 a stack 20%% faster, in (0, 1.5].",
 )
 @setup_options
+@layout_options
 def train_time_cmd(
     cfg: ModelConfig,
     context: int | None,
@@ -822,15 +823,21 @@ def train_time_cmd(
     optimizer: str,
     efficiency: float,
     setup: Any,
+    layout: Any = None,
+    rank: int | None = None,
 ) -> None:
     """Days to train on one GPU: the calibrated step time of the step's own ops (the model plan prints; a GPU
-    without a table of its own: the H100's scaled to it), its MFU and HFU, plus AdamW step FLOPs."""
+    without a table of its own: the H100's scaled to it), its MFU and HFU, plus AdamW step FLOPs.  With
+    --dp/--zero/--tp/--sp/--vocab-parallel/--pp/--ep/--replicate/--cp: that job's step as plan prices the layout
+    (--batch sequences a micro-batch, --micro-batches of them per data-parallel rank)."""
     from .commands import train_time
 
-    impl = impl or default_impl(click.get_current_context().params["preset_or_file"])
+    if rank is not None:
+        raise AccountingError("train-time prices a layout's busiest rank: --rank is memory's")
+    impl = impl or default_impl(click.get_current_context().params["preset_or_file"], layout is not None)
     request = train_time.Request(
         cfg, context, batch, steps, gpu=gpu, gpu_dtype=gpu_dtype, peak_flops=peak_flops, method=method,
-        setup=implementation_setup(setup, impl, [cfg]), impl=impl, efficiency=efficiency,
+        setup=implementation_setup(setup, impl, [cfg]), impl=impl, efficiency=efficiency, layout=layout,
     )  # fmt: skip
     emit(train_time.run(request), fmt)
 

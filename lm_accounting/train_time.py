@@ -58,6 +58,13 @@ class TrainTime(Result):
     matmul_flops: StepFlops  # model (3 × forward) and hardware (with the setup's recompute) FLOPs of a step
     estimate: StepEstimate  # the calibrated step (``plan.estimate_step``)
     impl: str = "course"
+    layout: ParallelLayout | None = None  # a parallel job (``batch`` sequences a micro-batch); None: one GPU
+
+    @property
+    def global_batch(self) -> int:
+        """Sequences per optimizer step: ``batch``, or under a layout batch × its micro-batches × dp."""
+        lay = self.layout
+        return self.batch if lay is None else self.batch * lay.micro_batches * lay.dp
 
     @property
     def chosen(self) -> TrainingTime:
@@ -66,8 +73,11 @@ class TrainTime(Result):
     @property
     def hfu(self) -> float:
         """Hardware FLOPs utilisation: MFU × hardware / model FLOPs of a step (the GPU also runs the recompute of
-        checkpointing and of the fused attention backward)."""
-        return self.mfu * self.matmul_flops.hardware / self.matmul_flops.model
+        checkpointing and of the fused attention backward); under a layout MFU × GPUs × the busiest GPU's hardware /
+        the job's model FLOPs (``StepEstimate.hfu``'s, at ``peak_flops``)."""
+        if self.layout is None:
+            return self.mfu * self.matmul_flops.hardware / self.matmul_flops.model
+        return self.mfu * self.estimate.gpus * self.estimate.hardware_flops / self.estimate.model_flops
 
     def adamw(self) -> list[tuple[AdamWFlopsConvention, int]]:
         """Each AdamW FLOPs convention and its FLOPs per step for this model."""
@@ -97,6 +107,8 @@ class TrainTime(Result):
             "parameters": self.n_params,
             "adamw_step_flops": {c.name: flops for c, flops in self.adamw()},
             "impl": self.impl,
+            "layout": None if self.layout is None else self.layout.to_dict(),
+            "global_batch": self.global_batch,
             **self.estimate.to_dict(),
             "days": self.estimate.step_seconds * self.steps / SECONDS_PER_DAY,
         }
@@ -143,12 +155,16 @@ def train_time(
     setup: TrainingSetup | None = None,
     impl: str = "course",
     efficiency: float = 1.0,
+    layout: ParallelLayout | None = None,
 ) -> TrainTime:
     """Days to train ``cfg`` for ``steps`` steps of ``batch`` × ``seq`` tokens on one ``gpu``: the calibrated step
     of ``impl``'s program (``plan.estimate_step`` on one GPU, scaled by ``efficiency``), and each step-FLOPs
     method's FLOPs at the model FLOP/s it reaches.  MFU is quoted against ``peak_flops``, or ``gpu``'s dense peak
     for ``gpu_dtype`` (default: the setup's compute dtype, bf16 unless fp32).  A step the model cannot price
-    (a GPU lacking a figure it needs, a program the op library does not model) is refused in one line."""
+    (a GPU lacking a figure it needs, a program the op library does not model) is refused in one line.
+    ``layout``: the parallel job's step instead, ``plan``'s price of that layout (``plan.estimate_step``, the figure
+    ``plan`` and ``memory`` print for it), ``batch`` sequences a micro-batch, its micro-batches per data-parallel
+    rank; MFU over its GPUs' peaks."""
     run = at_context(cfg, seq)
     if method not in STEP_FLOPS_METHODS:
         raise AccountingError(f"unknown step FLOPs method '{method}' (valid: {', '.join(STEP_FLOPS_METHODS)})")
@@ -161,14 +177,15 @@ def train_time(
         peak, device = gpu_peak_flops(g.name, dtype), f"{g.name} {dtype}"
     else:
         peak, device = peak_flops, "custom peak"
-    estimate = estimate_step(
-        run, g.name, run.context_length, batch, setup, ParallelLayout(), efficiency=efficiency, impl=impl
-    )
+    job = layout or ParallelLayout()
+    estimate = estimate_step(run, g.name, run.context_length, batch, setup, job, efficiency=efficiency, impl=impl)
     rate = estimate.model_flops / estimate.step_seconds  # model FLOP/s of the calibrated step
+    sequences, peak_all = batch * job.micro_batches * job.dp, peak * job.world  # the job's step and GPUs
     estimates = {
-        m: _at_rate(step_flops(run, run.context_length, batch, m), steps, peak, rate) for m in STEP_FLOPS_METHODS
+        m: _at_rate(step_flops(run, run.context_length, sequences, m), steps, peak_all, rate)
+        for m in STEP_FLOPS_METHODS
     }
-    flops = hardware_step_flops(run, run.context_length, batch, setup)
+    flops = hardware_step_flops(run, run.context_length, sequences, setup)
     return TrainTime(
         run,
         run.context_length,
@@ -176,7 +193,7 @@ def train_time(
         steps,
         device,
         peak,
-        rate / peak,
+        rate / peak_all,
         method,
         estimates,
         parameter_breakdown(run).total,
@@ -184,6 +201,7 @@ def train_time(
         flops,
         estimate,
         impl,
+        layout,
     )
 
 

@@ -11,6 +11,8 @@ from ..config import AccountingError, ModelConfig
 from ..gpus import gpu
 from ..implementations import check_impl
 from ..names import STEP_FLOPS_METHODS
+from ..layout import ParallelLayout
+from ..parallelisms.cp import check_attention
 from ..plan import check_efficiency
 from ..setup import TrainingSetup
 from ..train_time import TrainTime, train_time
@@ -29,6 +31,7 @@ class Request:
     setup: TrainingSetup = field(default_factory=TrainingSetup)
     impl: str = "course"
     efficiency: float = 1.0  # scales the calibrated step time (1: as calibrated)
+    layout: ParallelLayout | None = None  # a parallel job, ``batch`` sequences a micro-batch (``plan``'s price)
 
     def __post_init__(self) -> None:
         check_batch_seq(self.batch, at_context(self.config, self.context).context_length)
@@ -44,11 +47,16 @@ class Request:
         check_efficiency(self.efficiency)
         gpu(self.gpu)  # an unknown GPU is refused here
         check_impl(self.config, self.impl)
+        if self.layout is not None:
+            if self.impl != "course":
+                raise AccountingError("train-time prices a parallel layout with --impl course (plan's program)")
+            self.layout.check(self.config, at_context(self.config, self.context).context_length)
+            check_attention(self.layout, self.setup.attention)
 
 
 def run(request: Request) -> TrainTime:
     r = request
     return train_time(
         r.config, r.context, r.batch, r.steps, gpu=r.gpu, gpu_dtype=r.gpu_dtype, peak_flops=r.peak_flops,
-        method=r.method, setup=r.setup, impl=r.impl, efficiency=r.efficiency,
+        method=r.method, setup=r.setup, impl=r.impl, efficiency=r.efficiency, layout=r.layout,
     )  # fmt: skip

@@ -22,8 +22,18 @@ def train_time_view(r: TrainTime) -> View:
         ),
         f"step time: {efficiency_words(e.calibration, e.efficiency)} ({whose} step, setup {r.setup.label})",
     ]
+    lay = r.layout
+    if lay is not None:
+        header.insert(
+            2,
+            f"layout {lay.label} on {plural(lay.world, 'GPU')} · batch {r.batch:,} a micro-batch × "
+            f"{lay.micro_batches:,} per data-parallel rank × dp {lay.dp:,} = {r.global_batch:,} sequences a step "
+            "(plan's price of this layout)"
+            + ("; context parallel runs the fused kernel as ring attention, sdpa its only attention" if lay.cp > 1 else ""),
+        )
     time_table = Table(
-        f"Training time at the calibrated step's {r.mfu:.1%} of {r.device} ({r.peak_flops / 1e12:,.1f} TFLOP/s),"
+        f"Training time at the calibrated step's {r.mfu:.1%} of {'' if lay is None else f'{lay.world:,} × '}"
+        f"{r.device} ({r.peak_flops / 1e12:,.1f} TFLOP/s),"
         " by step FLOPs convention",
         [
             Column("step FLOPs estimate"),
@@ -52,13 +62,13 @@ def train_time_view(r: TrainTime) -> View:
         ],
     )
     f = r.matmul_flops
+    hardware = ("hardware FLOPs = model + recompute (HFU = MFU × hardware / model)", f.hardware, r.hfu)
+    if lay is not None:  # the job's model FLOPs over its GPUs, the busiest GPU's hardware FLOPs (plan's MFU, HFU)
+        hardware = ("hardware FLOPs of the busiest GPU (HFU = hardware / (step × peak))", e.hardware_flops, r.hfu)
     use = Table(
         f"Utilisation with setup {r.setup.label} (matmul FLOPs of one step)",
         [Column("quantity"), Column("FLOPs per step", "int"), Column("utilisation", "share")],
-        [
-            ("model FLOPs = 3 × forward (MFU)", f.model, r.mfu),
-            ("hardware FLOPs = model + recompute (HFU = MFU × hardware / model)", f.hardware, r.hfu),
-        ],
+        [("model FLOPs = 3 × forward (MFU)", f.model if lay is None else e.model_flops, r.mfu), hardware],
     )
     notes = [
         "GPU peaks are dense datasheet figures (no 2:4 sparsity).",
