@@ -959,7 +959,6 @@ degree is a context s = S/cp whose step programs ``plan`` records (one per tp an
 every cp up to the GPUs at the 8,192 default doubled plan-70b's CPU time (2.3 s to 4.7 s), and none ranked."""
 
 
-@functools.lru_cache(maxsize=256)
 def _context_degrees(cfg: ModelConfig, seq: int, ranks: int) -> tuple[int, ...]:
     """cp = 1, and every power of two 2 <= cp <= ``MAX_CP`` dividing ``ranks`` (W / (tp·pp)) that context parallel
     takes on ``cfg`` at ``seq`` (``parallelisms.cp``'s check, the one rule: a dense model without MLA, S a multiple
@@ -973,6 +972,24 @@ def _context_degrees(cfg: ModelConfig, seq: int, ranks: int) -> tuple[int, ...]:
         out.append(cp)
         cp *= 2
     return tuple(out)
+
+
+def context_parallel_words(seq: int) -> str:
+    """What ``plan``'s search enumerates of context parallel at ``seq`` positions, and what it never puts CP beside
+    (``parallelisms.cp``'s refusals), for its notes."""
+    from .parallelisms.cp import BESIDE
+
+    searched = (
+        f"cp 2..{MAX_CP}, powers of two with S a multiple of 2·cp"
+        if seq >= MIN_CP_CONTEXT
+        else f"not below {MIN_CP_CONTEXT:,} positions (plan --cp C prices any)"
+    )
+    return (
+        f"Context parallel searched: {searched} (MIN_CP_CONTEXT, MAX_CP); never beside "
+        + ", ".join(what for _, what in BESIDE)
+        + ", a mixture of experts or latent attention, nor with selective checkpointing (context parallel refuses"
+        " them): ring attention of the fused kernel over the cp ranks (tp apart), its collectives not overlapped."
+    )
 
 
 @functools.lru_cache(maxsize=4096)

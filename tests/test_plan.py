@@ -259,13 +259,14 @@ def test_expert_parallel_compute_is_the_busiest_ranks():
 @pytest.mark.slow
 def test_floors_are_lower_bounds_on_random_layouts():
     """Issue 27: ``rank_floor`` and ``stage_floor`` never exceed the replayed peak, on 1,000 random layouts
-    (DDP, ZeRO-1/2/3 × TP ± SP ± VP × PP, every precision and checkpointing) of models whose logits matter (a
+    (DDP, ZeRO-1/2/3 × TP ± SP ± VP × PP, every precision and checkpointing), and 400 under context parallel, of models whose logits matter (a
     32,000-row vocabulary beside d_model 64).  Before the fix, vocab parallel under FSDP2's amp added the
     full-vocabulary fp32 loss (2·T·V·2 bytes) to the saved activations: Llama-3-8B's floor was 2.63 GiB above
     its peak at dp32·zero3·tp8+sp+vp, and ``plan llama-3.1-70b --gpus 256`` dropped 8 layouts that fit.  With
     vocab parallel under FSDP2 the saved activations are exact: the replay's forward end less its baseline."""
     import random
 
+    from lm_accounting.analytic.context_parallel import cp_rank_step
     from lm_accounting.analytic.parallel import rank_floor, rank_step, saved_activations
     from lm_accounting.analytic.pipeline import pipeline_stages, stage_floor
     from lm_accounting.config import AccountingError
@@ -316,6 +317,23 @@ def test_floors_are_lower_bounds_on_random_layouts():
         assert floor <= peak, (cfg.name, lay.label, setup, floor - peak)
         checked, stages = checked + 1, stages + (pp > 1)
     assert exact > 30 and stages > 200
+    # context parallel (plan's search enumerates it): plan's floor, the flattened dp·cp rank's at S/cp, against the
+    # CP rank's peak, its ring replayed (as plan._peak), on 400 random layouts of what CP runs beside
+    rng, checked = random.Random(2727), 0
+    while checked < 400:
+        cfg, tp, dp, cp = rng.choice(models), rng.choice([1, 2, 4]), rng.choice([1, 2, 4, 32]), rng.choice([2, 4, 8])
+        seq, batch = rng.choice([128, 256]), rng.choice([1, 2])
+        setup = TrainingSetup(
+            attention="sdpa", checkpoint=rng.choice(["none", "full"]), precision=rng.choice(["fp32", "bf16", "amp-bf16"])
+        )
+        try:
+            lay = ParallelLayout(dp=dp, zero=rng.choice([0, 1, 2, 3]), tp=tp, cp=cp, micro_batches=rng.choice([1, 2]))
+            peak = cp_rank_step(cfg, seq, batch, setup, lay, mode="plain")[0].peak
+            floor = rank_floor(cfg, seq // cp, batch, setup, lay.flat_cp())
+        except AccountingError:
+            continue
+        assert floor <= peak, (cfg.name, lay.label, setup, floor - peak)
+        checked += 1
 
 
 @pytest.mark.slow
@@ -409,23 +427,27 @@ def test_your_own_layout_refusals_are_one_line(run_cli, flags, words):
 
 
 @pytest.mark.parametrize(
-    "name, gpus, gpu_name",
+    "name, gpus, gpu_name, seq, batch_tokens",
     [
-        ("llama-3-8b", (8, 16), "h100-80gb"),  # 4,599 candidates, 844 fit
-        pytest.param("llama-3.1-70b", (32, 64), "a100-40gb", marks=pytest.mark.slow),  # 7,236; 18 fit
-        pytest.param("llama-3.1-70b", (8, 1024), "h100-80gb", marks=pytest.mark.slow),  # 22,059; 1,714 fit
+        ("llama-3-8b", (8, 16), "h100-80gb", 8192, 4 * 1024 * 1024),  # 4,599 candidates, 844 fit
+        pytest.param("llama-3.1-70b", (32, 64), "a100-40gb", 8192, 4 * 1024 * 1024, marks=pytest.mark.slow),  # 7,236; 18
+        pytest.param("llama-3.1-70b", (8, 1024), "h100-80gb", 8192, 4 * 1024 * 1024, marks=pytest.mark.slow),  # 22,059
+        # context parallel enumerated (16k positions): 1,393 candidates, 402 fit, 58 of them CP when written
+        pytest.param("llama-3-8b", (8, 8), "h100-80gb", 16384, 8 * 16384, marks=pytest.mark.slow),
     ],
 )
-def test_pruning_finds_what_the_brute_force_finds(name, gpus, gpu_name):
+def test_pruning_finds_what_the_brute_force_finds(name, gpus, gpu_name, seq, batch_tokens):
     """Issue 27: with pruning off every candidate is replayed (no floor, no micro-batch chain skipped); the
     pruned search finds the same fitting layouts, in the same order, with the same figures."""
+    from lm_accounting.analytic.sizes import at_context
     from lm_accounting.config import load_config
 
-    cfg = load_config(name)
-    args = (cfg, gpu_name, gpus, 8192, 4 * 1024 * 1024, 15 * 10**12)
+    cfg = at_context(load_config(name), seq)
+    args = (cfg, gpu_name, gpus, seq, batch_tokens, 15 * 10**12)
     pruned, brute = plan(*args, top=10**6), plan(*args, top=10**6, prune=False)
     assert brute.checked == brute.evaluated == pruned.evaluated and brute.complete
     assert pruned.ranked == brute.ranked and len(brute.ranked) > 10
+    assert (seq >= 16384) == (sum(c.layout.cp > 1 for c in brute.ranked) > 20)
     # the fastest at each GPU count from the cheapest's up: the first of that count in the complete ranking (at
     # one count GPU-hours order is step order); a smaller count is dominated by the cheapest (more days, at least
     # its GPU-hours), so its absence loses no frontier point

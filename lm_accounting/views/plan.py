@@ -3,7 +3,7 @@ days against GPU-hours), and the assumptions behind them."""
 
 from __future__ import annotations
 
-from ..plan import Plan, frontier
+from ..plan import Plan, context_parallel_words, frontier
 from .account import describe_config
 from .tables import Column, Table, View
 from .words import plural
@@ -79,6 +79,7 @@ def plan_view(p: Plan) -> View:
             " an estimate); pipeline stages are replayed alone or beside data, tensor and sequence parallel"
             " with or without vocab parallel (exact), estimated beside DDP / ZeRO-1 × TP."
         ),
+        context_parallel_words(p.seq),
     ]
     return View(header, tables, footer)
 
