@@ -316,10 +316,14 @@ def setup_options(func: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(attention: str, checkpoint: str, precision: str, **kw: Any) -> Any:
         from .setup import TrainingSetup
 
-        attention = context_parallel_attention(attention, kw.get("cp"))
+        cp_note = context_parallel_attention(attention, kw.get("cp"))
+        attention = "sdpa" if cp_note else attention
         optimizer = kw.get("optimizer", DEFAULT_ADAMW)
         setup = TrainingSetup(attention=attention, checkpoint=checkpoint, precision=precision, optimizer=optimizer)
-        return func(setup=setup, **kw)
+        result = func(setup=setup, **kw)
+        if cp_note:  # after the command ran: a refused one prints its one line only
+            echo_err(cp_note)
+        return result
 
     return wrapper
 
@@ -327,16 +331,14 @@ def setup_options(func: Callable[..., Any]) -> Callable[..., Any]:
 CP_ATTENTION_NOTE = "attention sdpa: the only attention context parallel runs (torch's ring attention of the fused kernel)"
 
 
-def context_parallel_attention(attention: str, cp: int | None) -> str:
-    """--attention under --cp > 1 (a command with layout flags): sdpa where --attention was not given, the only
-    attention context parallel runs (``parallelisms.cp.check_attention``), said on stderr; an explicit other one is
-    left to that check's one-line refusal."""
+def context_parallel_attention(attention: str, cp: int | None) -> str | None:
+    """The note when --cp > 1 (a command with layout flags) takes sdpa for an --attention not given (the only
+    attention context parallel runs, ``parallelisms.cp.check_attention``), else None: an explicit other one is left
+    to that check's one-line refusal."""
     ctx = click.get_current_context()
     if not cp or cp == 1 or ctx.get_parameter_source("attention") is not click.core.ParameterSource.DEFAULT:
-        return attention
-    if attention != "sdpa":
-        echo_err(f"--cp {cp}: {CP_ATTENTION_NOTE}")
-    return "sdpa"
+        return None
+    return None if attention == "sdpa" else f"--cp {cp}: {CP_ATTENTION_NOTE}"
 
 
 def with_dtype(setup: Any, dtype: str | None) -> Any:

@@ -92,7 +92,8 @@ def test_train_time_prices_a_layout_as_plan_does(run_cli, layout, checkpoint):
     assert p.code == 0, p.err
     best = json.loads(p.out)["best"]
     assert [(row["micro_batch"], row["accumulation"]) for row in best] == [(1, 2)]
-    t = run_cli("train-time", *common, "--micro-batches", "2", "--gpu", "h100-80gb", "--precision", "amp-bf16")
+    sdpa = () if "--cp" in layout else ("--attention", "sdpa")  # plan's; train-time's default is naive but under CP
+    t = run_cli("train-time", *common, *sdpa, "--micro-batches", "2", "--gpu", "h100-80gb", "--precision", "amp-bf16")
     assert t.code == 0, t.err
     timed = json.loads(t.out)
     for key in ("step_seconds", "mfu", "hfu", "model_flops_per_step", "hardware_flops_per_step"):
