@@ -42,7 +42,7 @@ class TrainTime(Result):
     """Training time of ``steps`` calibrated steps (``estimate``), and under every step-FLOPs method at the model
     FLOP/s that step reaches (``mfu`` of ``peak_flops``)."""
 
-    SCHEMA = "lm-accounting/train-time/7"
+    SCHEMA = "lm-accounting/train-time/8"
 
     config: ModelConfig
     seq: int
