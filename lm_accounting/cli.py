@@ -328,7 +328,9 @@ def setup_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-CP_ATTENTION_NOTE = "attention sdpa: the only attention context parallel runs (torch's ring attention of the fused kernel)"
+CP_ATTENTION_NOTE = (
+    "attention sdpa: the only attention context parallel runs (torch's ring attention of the fused kernel)"
+)
 
 
 def context_parallel_attention(attention: str, cp: int | None) -> str | None:

@@ -324,7 +324,9 @@ def test_floors_are_lower_bounds_on_random_layouts():
         cfg, tp, dp, cp = rng.choice(models), rng.choice([1, 2, 4]), rng.choice([1, 2, 4, 32]), rng.choice([2, 4, 8])
         seq, batch = rng.choice([128, 256]), rng.choice([1, 2])
         setup = TrainingSetup(
-            attention="sdpa", checkpoint=rng.choice(["none", "full"]), precision=rng.choice(["fp32", "bf16", "amp-bf16"])
+            attention="sdpa",
+            checkpoint=rng.choice(["none", "full"]),
+            precision=rng.choice(["fp32", "bf16", "amp-bf16"]),
         )
         try:
             lay = ParallelLayout(dp=dp, zero=rng.choice([0, 1, 2, 3]), tp=tp, cp=cp, micro_batches=rng.choice([1, 2]))
@@ -430,7 +432,9 @@ def test_your_own_layout_refusals_are_one_line(run_cli, flags, words):
     "name, gpus, gpu_name, seq, batch_tokens",
     [
         ("llama-3-8b", (8, 16), "h100-80gb", 8192, 4 * 1024 * 1024),  # 4,599 candidates, 844 fit
-        pytest.param("llama-3.1-70b", (32, 64), "a100-40gb", 8192, 4 * 1024 * 1024, marks=pytest.mark.slow),  # 7,236; 18
+        pytest.param(
+            "llama-3.1-70b", (32, 64), "a100-40gb", 8192, 4 * 1024 * 1024, marks=pytest.mark.slow
+        ),  # 7,236; 18
         pytest.param("llama-3.1-70b", (8, 1024), "h100-80gb", 8192, 4 * 1024 * 1024, marks=pytest.mark.slow),  # 22,059
         # context parallel enumerated (16k positions): 1,393 candidates, 402 fit, 58 of them CP when written
         pytest.param("llama-3-8b", (8, 8), "h100-80gb", 16384, 8 * 16384, marks=pytest.mark.slow),

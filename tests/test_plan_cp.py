@@ -100,7 +100,9 @@ def test_train_time_prices_a_layout_as_plan_does(run_cli, layout, checkpoint):
         assert timed[key] == best[0][key], key
     assert timed["global_batch"] == 2 * dp and timed["layout"]["world"] == best[0]["gpus"]
     cfg = at_context(load_config("llama-3-8b"), seq)
-    assert timed["methods"]["3x"]["flops_per_step"] == step_flops(cfg, seq, 2 * dp, "3x") == timed["model_flops_per_step"]
+    assert (
+        timed["methods"]["3x"]["flops_per_step"] == step_flops(cfg, seq, 2 * dp, "3x") == timed["model_flops_per_step"]
+    )
     assert ("--cp" in layout) == ("attention sdpa" in t.err)  # train-time's default attention is naive: CP says so
 
 

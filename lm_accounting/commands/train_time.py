@@ -10,8 +10,8 @@ from ..analytic.training import gpu_peak_flops
 from ..config import AccountingError, ModelConfig
 from ..gpus import gpu
 from ..implementations import check_impl
-from ..names import STEP_FLOPS_METHODS
 from ..layout import ParallelLayout
+from ..names import STEP_FLOPS_METHODS
 from ..parallelisms.cp import check_attention
 from ..plan import check_efficiency
 from ..setup import TrainingSetup

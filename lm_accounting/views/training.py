@@ -29,7 +29,11 @@ def train_time_view(r: TrainTime) -> View:
             f"layout {lay.label} on {plural(lay.world, 'GPU')} · batch {r.batch:,} a micro-batch × "
             f"{lay.micro_batches:,} per data-parallel rank × dp {lay.dp:,} = {r.global_batch:,} sequences a step "
             "(plan's price of this layout)"
-            + ("; context parallel runs the fused kernel as ring attention, sdpa its only attention" if lay.cp > 1 else ""),
+            + (
+                "; context parallel runs the fused kernel as ring attention, sdpa its only attention"
+                if lay.cp > 1
+                else ""
+            ),
         )
     time_table = Table(
         f"Training time at the calibrated step's {r.mfu:.1%} of {'' if lay is None else f'{lay.world:,} × '}"
