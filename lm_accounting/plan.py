@@ -601,7 +601,8 @@ class _Pricing:
 
 
 class _CpPricing:
-    """``plan``'s pricing of every candidate: ``_Pricing``'s for a layout without context parallel, ``_cp_estimate``'s
+    """``plan``'s pricing where context parallel is searched (from ``MIN_CP_CONTEXT`` positions) or the user's own
+    layout: ``_Pricing``'s for a layout without context parallel, ``_cp_estimate``'s
     step for a CP one (cached per (micro-batch, setup, layout)), one ``_Pricing`` at S/cp per cp degree shared by its
     candidates, behind ``_Pricing``'s methods that ``plan`` calls (``_Pricing``'s caches do not read cp)."""
 
@@ -636,7 +637,7 @@ def _busiest_stages(pp: int) -> list[int]:
     return sorted({0, min(1, pp - 1), pp - 1})
 
 
-def _by_gpu_hours(pending: list, pricing: _CpPricing):
+def _by_gpu_hours(pending: list, pricing: _Pricing | _CpPricing):
     """``plan``'s candidates, each ``pending`` as (compute · GPUs, enumeration index, b, setup, layout, compute),
     yielded as (GPU-hours, step, index, b, setup, layout, step times) in the order of (GPU-hours, step time,
     enumeration order), the communication (steps 2-4) priced only as far as that order is read.  Compute · GPUs
@@ -740,7 +741,8 @@ def plan(
     g, allowance = basis.gpu, basis.allowance
     sequences = global_batch_tokens // seq
     pending, evaluated_ep = [], False  # every candidate, with its step times: ranked before any replay
-    pricing = _CpPricing(cfg, seq, g, efficiency, internode_bw)
+    cp = own.layout.cp > 1 if own is not None else seq >= MIN_CP_CONTEXT  # context parallel priced: ``_CpPricing``
+    pricing = (_CpPricing if cp else _Pricing)(cfg, seq, g, efficiency, internode_bw)
     checkpoints = CHECKPOINTS if own is None or own.checkpoint is None else (own.checkpoint,)
     setups = [TrainingSetup(attention="sdpa", checkpoint=ck, precision="amp-bf16") for ck in checkpoints]
     if own is not None:
@@ -836,7 +838,9 @@ def plan(
     )  # fmt: skip
 
 
-def _fastest_per_gpu_count(cfg: ModelConfig, pending: list, pricing: _CpPricing, check, budget: int, cheapest: int):
+def _fastest_per_gpu_count(
+    cfg: ModelConfig, pending: list, pricing: _Pricing | _CpPricing, check, budget: int, cheapest: int
+):
     """The fastest fitting candidate at each GPU count W of ``pending`` from ``cheapest`` (the GPU count of the
     fewest GPU-hours) up (``check``: the ranking's fit check, shared): W's candidates in their order (at one W,
     GPU-hours order is step-time order) until one fits.  Skipped unchecked, because no candidate there can be on
