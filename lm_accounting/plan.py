@@ -9,7 +9,10 @@ with tp (an untied model; torchtitan's loss-parallel head), checkpointing none/f
 micro-batch b a power of two dividing the sequences per data-parallel rank; and HSDP (ZeRO 2 or 3 over a
 replicate × shard mesh, ``layout``; torchtitan's dp_replicate × dp_shard) with its shard group inside one node
 (shard a power of two, 2 <= shard, shard·tp <= 8) and at least two replicas, without pp, beside ep when ep divides
-the shard (torchtitan's MoE mesh: the ep ranks and the expert units' shard group inside the node).
+the shard (torchtitan's MoE mesh: the ep ranks and the expert units' shard group inside the node); and context
+parallel from ``MIN_CP_CONTEXT`` positions up: cp a power of two up to ``MAX_CP`` that ``parallelisms.cp`` takes (S a
+multiple of 2·cp; a dense model without MLA), dp = W / (tp·pp·cp), ZeRO over the dp·cp ranks, beside dp and tp only
+and without selective checkpointing (``_families``, ``_context_setups``: what CP refuses is not enumerated).
 Setup: fused attention (sdpa), amp-bf16, foreach AdamW.  Memory per GPU is ``analytic.parallel``
 (the worst rank, plain run); a candidate fits when it is within the budget per GPU, the GPU's CUDA-reported
 total less the allowance (``gpus.memory_budget``, the rule of ``memory`` and ``infer`` too): peak + allowance
@@ -65,6 +68,8 @@ Step time (one optimizer step, k = sequences per dp rank / b micro-batches):
    consecutive), else ``--interconnect-bw``; the expert units' FSDP2 collectives run over the dp/ep
    ranks (rule 3); under HSDP over the shard group's s/ep ranks holding the same experts, then all-reduced
    across the replicas (``parallelisms.group_ranks``: "dp_shard/ep", "dp_replicate").
+5. context parallel (``_cp_estimate``): the flattened dp·cp layout's step at S/cp positions by 1-3, its attention
+   cp times, plus the cp ring's collectives (rule 13) in the tensor-parallel slot, not overlapped.
 
 Training: steps = tokens / global batch tokens; tokens/s, days, GPU-hours = W · hours, cost.
 
