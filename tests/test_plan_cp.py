@@ -43,6 +43,7 @@ def test_the_search_enumerates_the_cp_degrees_context_parallel_takes():
     assert {f["cp"] for f in odd} == {2, 4}
 
 
+@pytest.mark.slow
 def test_plan_says_what_context_parallel_it_searched(run_cli):
     args = ["plan", "llama-3-8b", "--tokens", "1e12", "--gpus", "8..16", "--format", "table"]
     long = run_cli(*args, "-S", "32768")
@@ -53,6 +54,7 @@ def test_plan_says_what_context_parallel_it_searched(run_cli):
     assert short.code == 0 and "Context parallel searched: not below 16,384 positions" in short.out
 
 
+@pytest.mark.slow
 def test_pruning_with_context_parallel_finds_what_the_brute_force_finds(monkeypatch):
     """Issue 27 under CP (enumerated here at a 32-position context, cp 2 and 4: each CP replay is one per cp rank):
     with pruning off every candidate is replayed (no floor, no micro-batch chain skipped); the pruned search finds the
@@ -133,6 +135,7 @@ def test_train_time_layout_refusals_are_one_line(run_cli):
         assert r.code == 2 and words in r.err and "\n" not in r.err.strip(), (flags, r.err)
 
 
+@pytest.mark.slow
 def test_the_search_at_32k_puts_cp_among_the_best_and_prices_it_as_its_own_layout():
     """At 32,768 positions the search ranks CP layouts (Llama-3-8B on 8..16 H100s), each priced as ``plan --cp``
     prices that layout alone (``OwnLayout``: the same row)."""
