@@ -10,6 +10,7 @@ import pytest
 import lm_accounting.plan as pl
 from lm_accounting.analytic.sizes import at_context
 from lm_accounting.config import ModelConfig, load_config
+from lm_accounting.parallelisms.cp import BESIDE
 
 SMALL = ModelConfig(vocab_size=64, context_length=32, num_layers=4, d_model=16, num_heads=2, d_ff=32, name="small4")
 
@@ -20,13 +21,13 @@ def cp_families(cfg, seq, gpus, sequences) -> list[dict]:
 
 def test_the_search_enumerates_the_cp_degrees_context_parallel_takes():
     """At 32,768 positions (128 sequences a step) over 8..64 GPUs: every power of two 2 <= cp <= 16 dividing W / tp,
-    dp = W / (tp·cp), with each ZeRO stage (over dp·cp > 1 ranks), and nothing CP refuses beside it (SP, vocab
-    parallel, PP, EP, HSDP); none at the 8,192 default (MIN_CP_CONTEXT), none for a mixture of experts, and at
+    dp = W / (tp·cp), with each ZeRO stage (over dp·cp > 1 ranks), and nothing CP refuses beside it
+    (``parallelisms.cp.BESIDE``); none at the 8,192 default (MIN_CP_CONTEXT), none for a mixture of experts, and at
     S = 16,392 = 8 · 2,049 only cp 2 and 4 (S a multiple of 2·cp: 16,392 / 16 is not whole)."""
     cfg = at_context(load_config("llama-3.1-70b"), 32768)
     found = cp_families(cfg, 32768, (8, 64), 128)
-    assert all(not (f["sequence_parallel"] or f["vocab_parallel"]) for f in found)
-    assert all(f["pp"] == f["ep"] == f["replicate"] == f["virtual_stages"] == 1 for f in found)
+    assert all(f[field] in (False, 1) for f in found for field, _ in BESIDE)  # what CP refuses beside it
+    assert all(f["virtual_stages"] == 1 for f in found)
     by_hand = {
         (w, tp, cp, zero)
         for w in (8, 16, 32, 64)
@@ -36,7 +37,8 @@ def test_the_search_enumerates_the_cp_degrees_context_parallel_takes():
         for zero in (0, 1, 2, 3)
     }
     assert {(f["dp"] * f["tp"] * f["cp"], f["tp"], f["cp"], f["zero"]) for f in found} == by_hand
-    assert len(found) == len(by_hand) == 4 * (6 + 10 + 13 + 15)  # (W, tp, cp): 6, 10, 13, 15 at W = 8..64
+    plain = [f for f in found if not (f["sequence_parallel"] or f["vocab_parallel"])]  # SP/VP where CP takes them
+    assert len(plain) == len(by_hand) == 4 * (6 + 10 + 13 + 15)  # (W, tp, cp): 6, 10, 13, 15 at W = 8..64
     assert cp_families(at_context(cfg, 8192), 8192, (8, 64), 512) == []
     assert cp_families(at_context(load_config("mixtral-8x7b"), 32768), 32768, (8, 64), 128) == []
     odd = cp_families(at_context(cfg, 16392), 16392, (8, 64), 128)
@@ -48,7 +50,7 @@ def test_plan_says_what_context_parallel_it_searched(run_cli):
     args = ["plan", "llama-3-8b", "--tokens", "1e12", "--gpus", "8..16", "--format", "table"]
     long = run_cli(*args, "-S", "32768")
     assert long.code == 0, long.err
-    assert "Context parallel searched: cp 2..16" in long.out and "never beside sequence parallel" in long.out
+    assert "Context parallel searched: cp 2..16" in long.out and all(what in long.out for _, what in BESIDE)
     assert "·cp" in long.out  # at 32k a CP layout ranks among the best ten
     short = run_cli(*args, "-S", "8192")
     assert short.code == 0 and "Context parallel searched: not below 16,384 positions" in short.out
@@ -127,7 +129,7 @@ def test_train_time_layout_refusals_are_one_line(run_cli):
     base = ["train-time", "llama-3-8b", "-S", "16384"]
     for flags, words in [
         (["--dp", "2", "--rank", "1"], "--rank is memory's"),
-        (["--dp", "2", "--cp", "2", "--sp", "--tp", "2"], "beside sequence parallel"),
+        (["--dp", "2", "--cp", "2", "--pp", "2"], "beside pipeline parallel"),
         (["--dp", "2", "--cp", "2", "--checkpoint", "selective"], "selective checkpointing"),
         (["--tp", "3"], "tp=3"),
     ]:
