@@ -144,7 +144,11 @@ def cp_rank_step(
     step, st, act = rank_step(cfg, s, batch, setup, flat, mode, flat_rank, device, cpu_threads)
     peaks: dict[str, int] = {}
     for c in range(layout.cp) if rank is None else (flat_rank % layout.cp,):
-        ring = op_library_step(cfg, s, batch, setup, flat, mode, device, Ring(layout.cp, c, rotate))
+        if layout.sequence_parallel:  # the sequence-parallel rank's own replay with the ring (module docstring, 3)
+            with installed(Ring(layout.cp, c, rotate)):
+                ring = rank_step(cfg, s, batch, setup, flat, mode, flat_rank, device, cpu_threads)[0]
+        else:
+            ring = op_library_step(cfg, s, batch, setup, flat, mode, device, Ring(layout.cp, c, rotate))
         shift = step.baseline - ring.baseline  # DDP, ZeRO-1: the rank's states beside one GPU's (rank_step)
         for p in PHASES:
             peaks[p] = max(peaks.get(p, 0), getattr(step, p).peak, getattr(ring, p).peak + shift)

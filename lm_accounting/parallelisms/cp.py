@@ -22,7 +22,6 @@ from __future__ import annotations
 from ..config import AccountingError
 
 BESIDE = (
-    ("sequence_parallel", "sequence parallel"),
     ("vocab_parallel", "vocab parallel"),
     ("pp", "pipeline parallel"),
     ("ep", "expert parallel"),
