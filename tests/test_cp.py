@@ -32,7 +32,6 @@ def tiny(seq: int = 256, kv: int = 4, d_ff: int = 32, vocab: int = 16):
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(dp=2, zero=3, cp=2, tp=2, sequence_parallel=True), "beside sequence parallel"),
         (dict(dp=2, zero=3, cp=2, tp=2, vocab_parallel=True), "beside vocab parallel"),
         (dict(cp=2, pp=2, micro_batches=2), "beside pipeline parallel"),
         (dict(dp=4, zero=3, cp=2, ep=2), "beside expert parallel"),
@@ -98,7 +97,7 @@ def _by_hand(cfg, S, setup, lay):
     return {"all_gather": (gathers, gathers * cp * kv), "all_to_all": (L * cp, L * cp * dkv)}
 
 
-GRID = [  # (cp, dp, zero, precision, kv heads, checkpointing, tp): TP rows under FSDP2 (DDP takes no DTensor)
+GRID = [  # (cp, dp, zero, precision, kv heads, checkpointing, tp, sp): TP rows under FSDP2 (DDP takes no DTensor)
     (2, 1, 0, "fp32", 2, "none"),
     (4, 1, 0, "fp32", 4, "none"),
     (2, 1, 0, "amp-bf16", 4, "none"),
@@ -111,6 +110,18 @@ GRID = [  # (cp, dp, zero, precision, kv heads, checkpointing, tp): TP rows unde
     (2, 1, 3, "fp32", 4, "none", 2),
     (2, 2, 3, "amp-bf16", 4, "none", 2),
     (4, 1, 3, "fp32", 4, "full", 2),
+    # beside sequence parallel (torchtitan's ``apply_tp`` with ``SequenceParallel`` norms, then CP): cp 2 · tp 2
+    # and dp 2 · cp 2 · tp 2, fp32 and amp-bf16, none and full checkpointing; GQA with one K/V head a TP rank
+    (2, 1, 3, "fp32", 4, "none", 2, True),
+    (2, 1, 3, "amp-bf16", 4, "none", 2, True),
+    (2, 1, 3, "fp32", 4, "full", 2, True),
+    (2, 1, 3, "amp-bf16", 4, "full", 2, True),
+    (2, 2, 3, "fp32", 4, "none", 2, True),
+    (2, 2, 3, "amp-bf16", 4, "full", 2, True),
+    (2, 2, 2, "fp32", 4, "full", 2, True),
+    (2, 2, 2, "amp-bf16", 4, "none", 2, True),
+    (2, 1, 3, "fp32", 2, "none", 2, True),
+    (4, 1, 3, "amp-bf16", 2, "none", 2, True),
 ]
 
 
@@ -124,10 +135,10 @@ def test_a_cp_rank_measured_on_the_fake_process_group(row):
     from lm_accounting.measure.context_parallel import measure_cp_rank
     from lm_accounting.measure.distributed import measure_rank
 
-    cp, dp, zero, precision, kv, checkpoint, tp = row if len(row) == 7 else (*row, 1)
+    cp, dp, zero, precision, kv, checkpoint, tp, sp = (*row, *(1, False)[len(row) - 6 :])
     cfg, S = tiny(1024, kv), 1024
     setup = TrainingSetup(attention="sdpa", precision=precision, checkpoint=checkpoint)
-    lay = ParallelLayout(dp=dp, zero=zero, cp=cp, tp=tp)
+    lay = ParallelLayout(dp=dp, zero=zero, cp=cp, tp=tp, sequence_parallel=sp)
     flat = rank_step(cfg, S // cp, 1, setup, lay.flat_cp(), mode="traced", rank=0)[0]
     for rank in range(lay.world):
         m = measure_cp_rank(cfg, S, 1, setup, lay, rank=rank)

@@ -144,7 +144,7 @@ def cp_rank_step(
     step, st, act = rank_step(cfg, s, batch, setup, flat, mode, flat_rank, device, cpu_threads)
     peaks: dict[str, int] = {}
     for c in range(layout.cp) if rank is None else (flat_rank % layout.cp,):
-        if layout.sequence_parallel:  # the sequence-parallel rank's own replay with the ring (module docstring, 3)
+        if layout.sequence_parallel or layout.vocab_parallel:  # the rank's own replay with the ring (docstring, 3)
             with installed(Ring(layout.cp, c, rotate)):
                 ring = rank_step(cfg, s, batch, setup, flat, mode, flat_rank, device, cpu_threads)[0]
         else:

@@ -450,7 +450,8 @@ def single_rank_step(
     run_setup = fsdp_compute_setup(setup, layout)
     where = (device, cpu_threads)  # a plain CPU run (device "cpu") adds the CPU allocator's own extras
     if layout.vocab_parallel:
-        return vocab_parallel_step(local_config(cfg, layout), seq, batch, run_setup, mode, layout.tp, sp, units, where)
+        local = local_config(cfg, layout)
+        return vocab_parallel_step(local, seq, batch, run_setup, mode, layout.tp, sp, units, where, active())
     ep, ar = (layout.ep, rank % layout.ep), layout.tp > 1 and sp == 1  # ar: TP's all-reduces (rules 3, 4)
     return _replay_at(local_config(cfg, layout), seq, batch, run_setup, mode, units, where, sp, ep, ar, active())
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 from ..config import AccountingError
 
 BESIDE = (
-    ("vocab_parallel", "vocab parallel"),
     ("pp", "pipeline parallel"),
     ("ep", "expert parallel"),
     ("replicate", "HSDP"),
