@@ -99,8 +99,8 @@ TT_VIRTUAL = (
     "multi-stage schedule given no split points (the benchmark gives none)"
 )
 CP_CAUSE = (
-    "context parallel: priced beside data parallel and plain TP (parallelisms.cp); beside PP, or TP with sequence or "
-    "vocab parallel, no prediction"
+    "context parallel: priced beside data parallel and TP with or without sequence and vocab parallel "
+    "(parallelisms.cp); beside PP, no prediction"
 )
 CP = ("cp", "", CP_CAUSE)
 A100_WORDS = (
@@ -156,9 +156,9 @@ class Run:
 
     @property
     def cp_priced(self) -> bool:
-        """Context parallel is priced beside data parallel only: the runs' TP has sequence and vocab parallel, which
-        ``parallelisms.cp`` refuses beside CP, as it does PP."""
-        return self.cp > 1 and self.tp == self.pp == 1
+        """Context parallel is priced beside data parallel and TP (with the runs' sequence and vocab parallel), not
+        beside PP, which ``parallelisms.cp`` refuses."""
+        return self.cp > 1 and self.pp == 1
 
 
 def _tt(name, gpus, dp, tp, pp, seq, b, gbs, ck, pck, tps, diffs, model="llama-3.1-8b", source=TT_2412, cp=1, v=1):
