@@ -30,6 +30,10 @@ Under expert parallel (``replay_training_step(ep=...)``, fp32 and bf16) one rank
 combine replace the routed part (``_ep_routed_forward``, ``_ep_routed_backward``), with the row counts of
 ``analytic.expert_parallel`` and FSDP2's expert-unit events (``analytic.fsdp`` rule 7).
 
+Under context parallel (a ``Ring`` installed, ``ops.aten_ring.installed``: ``analytic.context_parallel`` beside
+sequence or vocab parallel) each fused attention is that cp rank's ring attention (``_ring``, ``_flash_forward``,
+``_flash_backward``, ``_dv_grad``).
+
 Notation: T = B·S tokens; e = bytes per element of the model dtype; RMSNorm computes in
 fp32 (4 bytes) and, for a 16-bit model, keeps fp32 copies instead of its input.
 """
@@ -45,13 +49,13 @@ from ..phases import StepMemory
 from ..setup import TrainingSetup
 from .expert_parallel import expert_parallel_split
 from .fsdp import FsdpEvents, FsdpUnits
+from .ops.aten_ring import RingDeltas, active, ring_deltas
 from .ops.engine import Affine, PeakEnvelope, PhaseInBatch, StepInBatch, apply_segment
 from .ops.engine import Copy as _Copy
 from .ops.engine import Grad as _Grad
 from .ops.engine import Join as _Join
 from .ops.engine import Replay as _Replay
 from .ops.engine import repeat as _repeat
-from .ops.aten_ring import RingDeltas, active, ring_deltas
 from .params import parameter_breakdown
 from .sizes import Sizes, check_batch_seq
 

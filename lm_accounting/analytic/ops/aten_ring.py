@@ -16,8 +16,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .aten import flash_scratch_backward, flash_scratch_forward
+from .engine import Affine
 from .tensors import Tensor, empty, numel
 
 BSHD = (0, 2, 1, 3)  # the CPU kernel's gradients: (B, S, heads, d) memory viewed as (B, heads, S, d)
@@ -301,7 +303,13 @@ class RingDeltas:
 
 def ring_deltas(ring: Ring, batch, heads: int, kv_heads: int, seq: int, d_head: int, dtype: str) -> RingDeltas:
     """``ring``'s ``RingDeltas`` for the model's q, k (RoPE's outputs: contiguous (B, h, s, d)) and v (a transposed
-    view of v_proj's (B, s, kv, d) output), ``batch`` an int or a line in B."""
+    view of v_proj's (B, s, kv, d) output), ``batch`` an int or a line in B (cached: every block asks)."""
+    key = (batch.a, batch.b) if isinstance(batch, Affine) else batch
+    return _ring_deltas(ring, key, heads, kv_heads, seq, d_head, dtype)
+
+
+@lru_cache(maxsize=256)
+def _ring_deltas(ring: Ring, key, heads: int, kv_heads: int, seq: int, d_head: int, dtype: str) -> RingDeltas:
     from . import aten as A
     from .tensors import Run
 
@@ -313,6 +321,7 @@ def ring_deltas(ring: Ring, batch, heads: int, kv_heads: int, seq: int, d_head: 
             if self.deltas is not None:
                 self.deltas.append(nbytes)
 
+    batch = Affine(*key) if isinstance(key, tuple) else key
     with Recorder(traced=True) as run:
         q = empty((batch, heads, seq, d_head), dtype, "rope")
         k = empty((batch, kv_heads, seq, d_head), dtype, "rope")
