@@ -207,7 +207,7 @@ def _flash_forward(r: _Replay, z: Sizes, n: int, q: Affine | int, e: int) -> Non
 
 def _flash_backward(r: _Replay, z: Sizes, q: Affine | int, kv: Affine | int, e: int) -> None:
     """The fused kernel's backward: dQ, dK, dV (``q``, ``kv`` bytes) with its scratch; under context parallel the
-    ring's (dK and dV one buffer: ``_dkv_freed``)."""
+    ring's (dK and dV one buffer: ``_dv_grad``)."""
     rd = _ring(z)
     if rd is not None:
         r(*rd.backward)
