@@ -20,8 +20,10 @@ with grad enabled):
    (``RowwiseParallel.transform_output_post_forward``: T·d in the activations' dtype, bf16 under amp) and the head's
    ``Shard(-1)`` logits all-gathered to ``Replicate`` (T·V in the activations' dtype).
 3. Backward collectives: each colwise layer's input gradient, ``Partial``, all-reduced back to its ``Replicate``
-   input (``DTensor.from_local``'s backward: 5 per layer, q, k, v, gate, up, and the head's), T·d in the residual
-   stream's dtype (fp32 under amp); under full checkpointing each layer's recompute all-reduces o_proj's output
+   input (``DTensor.from_local``'s backward: 5 per layer, in the order up, gate, v, k, q, and the head's first), T·d
+   in the residual stream's dtype (fp32 under amp); Qwen3's per-head q/k norms (``replicated_with_grad_allreduce``)
+   all-reduce their gradient in place once accumulated (head_dim elements in the parameters' dtype, before k's
+   and q's input gradient); under full checkpointing each layer's recompute all-reduces o_proj's output
    again (T·d, activations' dtype) but not down_proj's: torch's non-reentrant checkpoint stops the recompute once
    the last saved tensor is made (``torch/utils/checkpoint.py`` ``_StopRecomputationError``, ``early_stop``),
    and down_proj saves its input only.
@@ -41,9 +43,9 @@ from ...names import DTYPE_BYTES
 from ...setup import TrainingSetup
 from ..parallel import model_states
 
-TP_FAMILIES = ("llama",)
-"""transformers' ``model_type``s whose TP plan is run and checked here (LlamaForCausalLM's)."""
-COLWISE_PER_LAYER = 5  # q_proj, k_proj, v_proj, gate_proj, up_proj
+TP_FAMILIES = ("llama", "qwen3", "mistral")
+"""transformers' ``model_type``s whose TP plan is run and checked here: Llama's and Mistral's (the same plan, Mistral's
+sliding window aside), Qwen3's (its q/k norms ``replicated_with_grad_allreduce``)."""
 ROWWISE_PER_LAYER = 2  # o_proj, down_proj
 
 
@@ -113,5 +115,7 @@ def collectives(
     for _ in range(layers):
         if setup.checkpoint == "full":
             backward.append(("all_reduce", t * d * act, "backward"))  # the recompute's o_proj
-        backward += [("all_reduce", t * d * residual, "backward")] * COLWISE_PER_LAYER
+        colwise = ("all_reduce", t * d * residual, "backward")
+        norm = [("all_reduce", cfg.d_head * param, "backward")] if cfg.qk_norm else []  # Qwen3's q/k norms
+        backward += [colwise] * 3 + (norm + [colwise]) * 2  # up, gate, v; k (its norm first), q (its norm first)
     return forward + backward
