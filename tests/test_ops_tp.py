@@ -1,8 +1,8 @@
 """Tensor parallel over transformers' own Llama, Mistral and Qwen3 (``analytic.ops.tp``): one rank of transformers'
 own plan (``apply_tensor_parallelism``, as ``from_pretrained(distributed_config=DistributedConfig(tp_size=M))``
-applies it) on torch's fake process group (``measure.hf_parallel.measure_hf_rank``): its model states (the step's
-start, the backward's end, the step's end) and every collective it records, in order, equal the prediction; by hand
-for the tiny Llama; the refusals are one line."""
+applies it) on torch's fake process group (``measure.hf_parallel.measure_hf_rank``): every phase's peak and end and
+every collective it records, in order, equal the replay (``ops.predict_step(..., layout=ParallelLayout(tp=M))``);
+the states and collectives by hand for the tiny Llama; the refusals are one line."""
 
 import dataclasses
 import itertools
@@ -10,7 +10,8 @@ import itertools
 import pytest
 from test_ops_fsdp import B, S, tiny
 
-from lm_accounting.analytic.ops.tp import check_tp, collectives, rank_states
+from lm_accounting.analytic.ops import predict_step
+from lm_accounting.analytic.ops.tp import check_tp, collectives
 from lm_accounting.config import AccountingError
 from lm_accounting.hf_config import config_from_hf
 from lm_accounting.layout import ParallelLayout
@@ -26,9 +27,9 @@ def test_the_states_of_a_rank_by_hand():
     (parameter, two moments), plus the token ids and labels (2·B·S int64) and the rotary inv_freq and
     original_inv_freq (2 · head_dim/2 fp32); the backward adds a gradient for each (4 · 5,520) and the embedding's
     whole (96, 16) gradient, not its rows: 48·16·4 more."""
-    st = rank_states(tiny("llama"), S, B, TrainingSetup(), TP2)
+    st = predict_step(tiny("llama"), S, TrainingSetup(), impl="transformers", batch=B, layout=TP2).at(B)
     baseline = 12 * 5_520 + 2 * B * S * 8 + 2 * 2 * 4
-    assert (st.baseline, st.backward_end, st.step_end) == (baseline, baseline + 4 * 5_520 + 48 * 16 * 4, baseline)
+    assert (st.baseline, st.backward.end, st.optimizer_step.end) == (baseline, baseline + 4 * 5_520 + 48 * 16 * 4, baseline)
     assert baseline == 66_512
 
 
@@ -86,13 +87,12 @@ MODELS = {
 
 
 def check(name: str, setup: TrainingSetup, tp: int) -> None:
-    """Rank 0 of the job on real CPU tensors (as our own TP's: FakeTensors change its transient peaks, and so its
-    figures under the tracker): states and collectives."""
+    """Rank 0 of the job on real CPU tensors (as our own TP's: FakeTensors change its transient peaks): every phase
+    and every collective."""
     cfg, layout = MODELS[name](), ParallelLayout(tp=tp)
     calls: list = []
     got = measure_hf_rank(cfg, S, B, setup, layout, fake=False, collectives=calls)
-    st = rank_states(cfg, S, B, setup, layout)
-    assert (got.baseline, got.backward.end, got.optimizer_step.end) == (st.baseline, st.backward_end, st.step_end)
+    assert predict_step(cfg, S, setup, impl="transformers", batch=B, layout=layout).at(B) == got
     assert calls == collectives(cfg, S, B, setup, layout)
 
 

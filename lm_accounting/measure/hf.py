@@ -441,8 +441,9 @@ def _measure_rank(cfg, seq, batch, setup, device, method, layout):
         check_grouped_mm(cfg, setup.param_dtype, device)
     check_hf_layout(cfg, layout)
     to_hf_dict(cfg)
-    _check_rank_fits(cfg, seq, batch, setup, device)
-    return measure_hf_rank(cfg, seq, batch, setup, layout, rank=0, fake=device == "meta")
+    fake = device == "meta" and layout.tp == 1  # TP on real CPU tensors: FakeTensors change its transient peaks
+    _check_rank_fits(cfg, seq, batch, setup, "meta" if fake else "cpu")
+    return measure_hf_rank(cfg, seq, batch, setup, layout, rank=0, fake=fake)
 
 
 def _check_rank_fits(cfg, seq, batch, setup, device):

@@ -137,11 +137,13 @@ def measure_hf_rank(
     fake: bool = True,
     collectives: list | None = None,
     steps: int = 1,
+    listener=None,
 ) -> StepMemory:
     """The ``StepMemory`` of rank ``rank`` of the FSDP2 or DDP job (see the module docstring); ``batch`` is the
     rank's micro-batch.  ``collectives``: receives the last step's collectives, ``(kind, payload bytes, phase)``
     as ``distributed.CollectiveRecorder`` records them; ``steps``: the step measured is the last of that many
-    (DDP rebuilds its buckets after the first)."""
+    (DDP rebuilds its buckets after the first); ``listener``: the tracker's (``measure.tracker.StorageTracker``), to
+    trace every allocation and release."""
     from ..model import random_tokens
     from .distributed import CollectiveRecorder, RankTracker, init_fake_group
     from .hf import HFTrainingStep, build_hf_model, patched_for
@@ -161,7 +163,7 @@ def measure_hf_rank(
         shard_hf_tp(model, meshes.tp)
     if layout.fsdp:
         shard_hf_model(model, setup, layout, dp_mesh)
-    tracker, dev = RankTracker(), torch.device("meta" if fake else "cpu")
+    tracker, dev = RankTracker(listener=listener), torch.device("meta" if fake else "cpu")
     mode = contextlib.nullcontext()
     if fake:
         from torch._subclasses.fake_tensor import FakeTensorMode

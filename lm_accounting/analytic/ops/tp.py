@@ -10,11 +10,8 @@ parameters are DTensors; in training every sharded layer runs on DTensors (``sho
 with grad enabled):
 
 1. States.  q/k/v/o and the MLP are Megatron's split (h/M heads, kv/M, d_ff/M); the embedding (``Shard(0)``) and the
-   head (``Shard(0)`` of the (V, d) weight) hold ceil(V/M) rows on rank 0 (``torch.chunk``); norms are replicated:
-   our layout ``tp=M, vocab_parallel`` (``analytic.parallel.model_states``), whose gradients hold the whole (V, d)
-   embedding gradient (``analytic.tensor_parallel.vocab_parallel_gradient_extra``: DTensor's embedding backward has
-   no row-wise strategy).  AdamW's moments follow the local parameters.  The rest of the rank's baseline (token ids,
-   labels, rotary buffers) is the single-GPU program's (``ops.predict_step``).
+   head (``Shard(0)`` of the (V, d) weight) hold V/M rows each; norms are replicated: the states of our layout
+   ``tp=M, vocab_parallel``, whose gradients hold the whole (V, d) embedding gradient (rule 4a).
 2. Forward collectives (``CollectiveRecorder``: the bytes of the largest tensor): the embedding's ``Partial`` output
    all-reduced (T·d in the parameters' dtype: autocast does not touch the lookup), each rowwise output all-reduced
    (``RowwiseParallel.transform_output_post_forward``: T·d in the activations' dtype, bf16 under amp) and the head's
@@ -28,9 +25,29 @@ with grad enabled):
    the last saved tensor is made (``torch/utils/checkpoint.py`` ``_StopRecomputationError``, ``early_stop``),
    and down_proj saves its input only.
 
-Checked byte for byte against the fake-PG job on real CPU tensors (tests/test_ops_tp.py).  The transient peaks and
-the forward's end are not predicted: they need the DTensor ops replayed (the logits' gather, the masked lookup,
-each redistribution's copies), which the op library does not do yet.
+4. The step (``TensorParallelPlan``, a ``step.Sharding``): the TP-local program (``analytic.parallel.local_config``,
+   Vl = V/M rows of the embedding and head) with what DTensor adds, in program order:
+
+   a. the embedding (``_MaskPartial``, as ``analytic.tensor_parallel._vocab_embedding_forward``): the ids outside
+      the rank's rows (bool T: ``lt``, ``ge``, ``or``), the local ids (int64 8T: a clone, minus the offset), the
+      lookup (T·d), the local ids and the mask die, the all-reduce's output replaces the partial; its backward the
+      whole (V, d) gradient from the saved token ids (``embedding_dense_backward`` on DTensor has no row-wise
+      strategy), kept as the parameter's ``.grad`` until ``zero_grad``;
+   b. a colwise layer's input is ``DTensor.from_local`` (an alias); in backward its Partial gradient is
+      all-reduced into a new tensor once the layer's own backward is done, and the partial dies;
+   c. a rowwise layer's Partial output is all-reduced into a new tensor (the functional all-reduce), the partial
+      dies; its backward (Replicate to Partial) copies nothing;
+   d. the head's Shard(-1) logits (T·Vl) are all-gathered into a (M·T, Vl) buffer and concatenated on the vocab
+      into the (T, V) logits the loss reads (the buffer, then the local logits die); in backward the (T, V)
+      gradient's Shard(-1) chunk is cloned (T·Vl) and the whole dies;
+   e. AdamW, one parameter group at a time, the DTensor one (embedding, projections, head) then the plain one
+      (the norms): ``measure.parallelize.param_groups``, as the HF Trainer's decay and no-decay groups split
+      Llama's (foreach refuses to mix the two); in the first, the embedding's whole gradient is redistributed to
+      its Shard(0) rows (a Vl·d clone) for ``_foreach_lerp_`` and twice for ``_foreach_addcmul_``, each freed
+      when the op returns; each group's ``_foreach_sqrt`` copies die when its step returns.
+
+Checked byte for byte against the fake-PG job on real CPU tensors (tests/test_ops_tp.py): every phase's peak and
+end, the states and the collectives.
 """
 
 from __future__ import annotations
@@ -41,7 +58,13 @@ from ...config import ModelConfig
 from ...layout import ParallelLayout
 from ...names import DTYPE_BYTES
 from ...setup import TrainingSetup
-from ..parallel import model_states
+from ..parallel import local_config
+from . import aten as A
+from .engine import Affine, StepInBatch
+from .fsdp import fake_pg_program
+from .step import adamw_step, training_step
+from .tensors import Tensor, current, empty, parameter, record
+from .transformers.llama import for_causal_lm_loss
 
 TP_FAMILIES = ("llama", "qwen3", "mistral")
 """transformers' ``model_type``s whose TP plan is run and checked here: Llama's and Mistral's (the same plan, Mistral's
@@ -71,32 +94,6 @@ def check_tp(cfg: ModelConfig, layout: ParallelLayout) -> None:
             raise ValueError(f"tp={m} does not divide the {what} ({n}) (uneven shards are not checked)")
 
 
-def hf_layout(layout: ParallelLayout) -> ParallelLayout:
-    """Our layout with the same model states: transformers' plan shards the embedding and the head on the vocab."""
-    return ParallelLayout(tp=layout.tp, vocab_parallel=True)
-
-
-@dataclasses.dataclass(frozen=True)
-class TpRankStates:
-    """Rank 0's bytes at the step's start, at the backward's end and at the step's end."""
-
-    baseline: int
-    backward_end: int
-    step_end: int
-
-
-def rank_states(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout) -> TpRankStates:
-    """Rule 1 of the module docstring: the single-GPU program's baseline with its parameters and moments replaced
-    by the rank's; the backward ends with the rank's gradients added; the step ends where it began."""
-    from . import predict_step
-
-    check_tp(cfg, layout)
-    one = predict_step(cfg, seq, setup, impl="transformers", batch=batch).at(batch)
-    full, local = model_states(cfg, setup, ParallelLayout()), model_states(cfg, setup, hf_layout(layout))
-    baseline = one.baseline - full.parameters - full.optimizer + local.parameters + local.optimizer
-    return TpRankStates(baseline, baseline + local.gradients, baseline)
-
-
 def collectives(
     cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout
 ) -> list[tuple[str, int, str]]:
@@ -119,3 +116,143 @@ def collectives(
         norm = [("all_reduce", cfg.d_head * param, "backward")] if cfg.qk_norm else []  # Qwen3's q/k norms
         backward += [colwise] * 3 + (norm + [colwise]) * 2  # up, gate, v; k (its norm first), q (its norm first)
     return forward + backward
+
+
+# -- the step ---------------------------------------------------------------------------------------------------
+
+
+def all_reduced(x: Tensor) -> Tensor:
+    """The functional all-reduce's output (a new tensor of ``x``'s layout)."""
+    return empty(x.shape, x.dtype, "all_reduce", like=x)
+
+
+def replicate_input(x: Tensor) -> Tensor:
+    """Rule 4b: ``DTensor.from_local(x, [Replicate()])``, whose backward all-reduces the Partial gradient."""
+    out = x.alias()
+    record("FromLocal", (x,), (out,), lambda ctx, grads: (all_reduced(grads[0]),))
+    return out
+
+
+def reduce_partial(partial: Tensor) -> Tensor:
+    """Rule 4c: a Partial output redistributed to Replicate; the backward passes the gradient on."""
+    out = all_reduced(partial)
+    record("Redistribute", (partial,), (out,), lambda ctx, grads: (grads[0],))
+    return out
+
+
+class Colwise:
+    """A ``colwise`` linear (its local weight: the program's, built TP-local)."""
+
+    def __init__(self, linear):
+        self.linear = linear
+
+    def params(self) -> list[Tensor]:
+        return self.linear.params()
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return self.linear(replicate_input(x))
+
+
+class Rowwise(Colwise):
+    """A ``rowwise`` linear: its input already sharded on the last dim, its output all-reduced."""
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return reduce_partial(self.linear(x))
+
+
+class TensorParallelPlan:
+    """Rank 0 of transformers' TP plan over the TP-local Llama program (rule 4; a ``step.Sharding``)."""
+
+    def __init__(self, cfg: ModelConfig, layout: ParallelLayout):
+        self.cfg, self.m = cfg, layout.tp
+        self.whole: Tensor | None = None  # the embedding's whole (V, d) gradient's leaf
+        self.groups: tuple[list[int], list[int]] = ([], [])  # DTensor parameters, then plain ones
+
+    def shard(self, program) -> list[Tensor]:
+        v, d = self.cfg.vocab_size, self.cfg.d_model
+        self.whole = parameter((v, d), program.embed_tokens.dtype, "embed_tokens (whole gradient)")
+        current().charge(-self.whole.nbytes, "the whole embedding's leaf: its gradient only")
+        split = [program.embed_tokens, program.lm_head]
+        for layer in program.layers:
+            a, mlp = layer.self_attn, layer.mlp
+            a.q_proj, a.k_proj, a.v_proj = Colwise(a.q_proj), Colwise(a.k_proj), Colwise(a.v_proj)
+            a.o_proj = Rowwise(a.o_proj)
+            mlp.gate_proj, mlp.up_proj, mlp.down_proj = Colwise(mlp.gate_proj), Colwise(mlp.up_proj), Rowwise(mlp.down_proj)
+            split += a.q_proj.params() + a.k_proj.params() + a.v_proj.params() + a.o_proj.params() + mlp.params()
+        program.embed = lambda: self.embed(program)
+        program.forward = lambda: self.forward(program)
+        params = program.parameters()
+        dtensor = {id(p) for p in split}
+        self.groups = (
+            [i for i, p in enumerate(params) if id(p) in dtensor],
+            [i for i, p in enumerate(params) if id(p) not in dtensor],
+        )
+        return params
+
+    def embed(self, program) -> Tensor:
+        """Rule 4a."""
+        ids = program.input_ids
+        lt, ge = empty(ids.shape, "bool", "lt"), empty(ids.shape, "bool", "ge")
+        mask = empty(ids.shape, "bool", "or")
+        del lt, ge
+        clone = empty(ids.shape, "int64", "clone")
+        local = empty(ids.shape, "int64", "sub")
+        del clone
+        partial = A.embedding(self.whole, ids)
+        del local, mask
+        return reduce_partial(partial)
+
+    def forward(self, program) -> tuple[Tensor, Tensor]:
+        """``LlamaForCausalLM.forward`` with the head's rule 4d."""
+        hidden_states = program.model()
+        local = A.linear(replicate_input(hidden_states), program.lm_head)  # hidden_states lives to the return
+        b, s, vl = local.shape
+        gathered = empty((self.m * b, s, vl), local.dtype, "all_gather_into_tensor")
+        logits = empty((b, s, self.cfg.vocab_size), local.dtype, "cat")
+        del gathered
+        record("Gather", (local,), (logits,), lambda ctx, grads: (empty((b, s, vl), grads[0].dtype, "clone"),))
+        del local
+        return logits, for_causal_lm_loss(logits, program.labels, self.cfg.vocab_size)
+
+    def adamw(self, params: list[Tensor], v: list[Tensor], optimizer: str) -> None:
+        """Rule 4e."""
+        rows = self.cfg.vocab_size // self.m * self.cfg.d_model
+        for group in self.groups:
+            if 0 in group:  # the embedding: its whole gradient redistributed for lerp_, then twice for addcmul_
+                lerp = empty((rows,), params[0].dtype, "clone")
+                del lerp
+                pair = (empty((rows,), params[0].dtype, "clone"), empty((rows,), params[0].dtype, "clone"))
+                del pair
+            adamw_step([params[i] for i in group], [v[i] for i in group], optimizer)
+
+    def backward_end(self) -> None:
+        pass
+
+    def zero_grad(self) -> None:
+        self.whole.grad = None
+
+
+def predict_rank(
+    cfg: ModelConfig,
+    seq: int,
+    setup: TrainingSetup,
+    layout: ParallelLayout,
+    *,
+    batch: int = 1,
+    mode: str = "traced",
+    device: str = "meta",
+) -> StepInBatch:
+    """Rank 0 of transformers' TP job ``layout`` (rule 4), as the fake-PG job's tracker sees it on real CPU tensors
+    (``measure.hf_parallel``: the CPU's kernel facts); ``batch`` as ``ops.predict_step``'s."""
+    check_tp(cfg, layout)
+    if mode != "traced" or device not in ("meta", "cpu"):
+        raise ValueError("transformers' tensor parallel is replayed as the tracker sees it (traced, meta or cpu)")
+    if setup.optimizer != "foreach":
+        raise ValueError(f"transformers' tensor parallel is replayed with foreach AdamW only, not {setup.optimizer}")
+    local = dataclasses.replace(local_config(cfg, layout), vocab_size=cfg.vocab_size // layout.tp)
+    return training_step(
+        fake_pg_program(local, seq, setup, 1 if batch == 1 else Affine(1)),
+        optimizer=setup.optimizer,
+        device=device,
+        sharding=TensorParallelPlan(cfg, layout),
+    )
