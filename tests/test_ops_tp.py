@@ -29,7 +29,11 @@ def test_the_states_of_a_rank_by_hand():
     whole (96, 16) gradient, not its rows: 48·16·4 more."""
     st = predict_step(tiny("llama"), S, TrainingSetup(), impl="transformers", batch=B, layout=TP2).at(B)
     baseline = 12 * 5_520 + 2 * B * S * 8 + 2 * 2 * 4
-    assert (st.baseline, st.backward.end, st.optimizer_step.end) == (baseline, baseline + 4 * 5_520 + 48 * 16 * 4, baseline)
+    assert (st.baseline, st.backward.end, st.optimizer_step.end) == (
+        baseline,
+        baseline + 4 * 5_520 + 48 * 16 * 4,
+        baseline,
+    )
     assert baseline == 66_512
 
 
@@ -70,19 +74,16 @@ def test_what_is_not_run_is_refused(cfg, layout, match):
 # -- against the fake process group ----------------------------------------------------------------------------
 
 pytest.importorskip("transformers")
-from lm_accounting.measure.hf_parallel import measure_hf_rank  # noqa: E402
+from lm_accounting.measure.hf_parallel import measure_hf_rank
 
+MISTRAL = dict(model_type="mistral", vocab_size=96, hidden_size=16, num_hidden_layers=2, num_attention_heads=4)
+MISTRAL |= dict(num_key_value_heads=2, intermediate_size=24, max_position_embeddings=64, sliding_window=4)
+MISTRAL |= dict(tie_word_embeddings=False)
 MODELS = {
     "llama": lambda: tiny("llama"),
     "llama-kv4": lambda: dataclasses.replace(tiny("llama"), num_kv_heads=4),  # tp 4 divides its kv heads
     "qwen3": lambda: tiny("qwen3", layers=2),
-    "mistral": lambda: config_from_hf(
-        dict(
-            model_type="mistral", vocab_size=96, hidden_size=16, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, intermediate_size=24, max_position_embeddings=64, sliding_window=4,
-            tie_word_embeddings=False,
-        )
-    ),  # fmt: skip
+    "mistral": lambda: config_from_hf(MISTRAL),  # Mistral's sliding window: its own mask
 }
 
 

@@ -172,7 +172,9 @@ def measure_hf_rank(
     with mode, patched_for("cpu", fake=fake):
         with tracker:
             model.to_empty(device="cpu")
-            if not layout.fsdp and layout.tp == 1:  # ``to_empty`` gives a tied head its own tensor (FSDP2's shards keep the tie)
+            if (
+                not layout.fsdp and layout.tp == 1
+            ):  # ``to_empty`` gives a tied head its own tensor (FSDP2's shards keep the tie)
                 model.tie_weights()  # tied again, as ``from_pretrained`` leaves it
             opt = hf_optimizer(model, setup, layout, dp_mesh)
             init_optimizer_state(opt)

@@ -133,7 +133,9 @@ def predict_step(
 
         if layout.tp > 1:
             if impl != "transformers":
-                raise ValueError(f"TP over --impl {impl}'s program is analytic.parallel.rank_step's, not the op library's")
+                raise ValueError(
+                    f"TP over --impl {impl}'s program is analytic.parallel.rank_step's, not the op library's"
+                )
             return tp.predict_rank(cfg, seq, setup, layout, batch=batch, mode=mode, device=device)
         if layout.fsdp:
             return fsdp.predict_rank(

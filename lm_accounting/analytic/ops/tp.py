@@ -85,11 +85,16 @@ def check_tp(cfg: ModelConfig, layout: ParallelLayout) -> None:
     if layout.sequence_parallel or layout.vocab_parallel:
         raise ValueError(
             "transformers' TP plan shards the embedding and head itself (embedding_rowwise, colwise_gather_output) "
-            "and has no sequence parallel (DistributedConfig: not wired up): drop --sp and --vp"
+            "and has no sequence parallel (DistributedConfig: not wired up): drop --sp and --vocab-parallel"
         )
     if cfg.tie_embeddings:
         raise ValueError("transformers' tensor parallel over a tied embedding and head is not run")
-    for what, n in (("heads", cfg.num_heads), ("kv heads", cfg.kv_heads), ("d_ff", cfg.d_ff), ("vocab", cfg.vocab_size)):
+    for what, n in (
+        ("heads", cfg.num_heads),
+        ("kv heads", cfg.kv_heads),
+        ("d_ff", cfg.d_ff),
+        ("vocab", cfg.vocab_size),
+    ):
         if n % m:
             raise ValueError(f"tp={m} does not divide the {what} ({n}) (uneven shards are not checked)")
 
@@ -177,7 +182,11 @@ class TensorParallelPlan:
             a, mlp = layer.self_attn, layer.mlp
             a.q_proj, a.k_proj, a.v_proj = Colwise(a.q_proj), Colwise(a.k_proj), Colwise(a.v_proj)
             a.o_proj = Rowwise(a.o_proj)
-            mlp.gate_proj, mlp.up_proj, mlp.down_proj = Colwise(mlp.gate_proj), Colwise(mlp.up_proj), Rowwise(mlp.down_proj)
+            mlp.gate_proj, mlp.up_proj, mlp.down_proj = (
+                Colwise(mlp.gate_proj),
+                Colwise(mlp.up_proj),
+                Rowwise(mlp.down_proj),
+            )
             split += a.q_proj.params() + a.k_proj.params() + a.v_proj.params() + a.o_proj.params() + mlp.params()
         program.embed = lambda: self.embed(program)
         program.forward = lambda: self.forward(program)
