@@ -57,14 +57,15 @@ def test_the_collectives_by_hand():
 @pytest.mark.parametrize(
     "cfg, layout, match",
     [
-        (tiny("llama"), ParallelLayout(tp=2, dp=2, zero=3), "run alone"),
+        (tiny("llama"), ParallelLayout(tp=2, dp=2, zero=0), "no DDP or ZeRO-1"),
+        (tiny("llama"), ParallelLayout(tp=2, pp=2, micro_batches=2), "no --pp"),
         (tiny("llama"), ParallelLayout(tp=2, sequence_parallel=True), "drop --sp"),
         (tiny("llama"), ParallelLayout(tp=4), "kv heads"),
         (tiny("gpt2"), TP2, "not run"),
         (dataclasses.replace(tiny("llama"), vocab_size=95), TP2, "vocab"),
         (dataclasses.replace(tiny("llama"), tie_embeddings=True), TP2, "tied"),
     ],
-    ids=["fsdp", "sp", "kv", "gpt2", "vocab", "tied"],
+    ids=["ddp", "pp", "sp", "kv", "gpt2", "vocab", "tied"],
 )
 def test_what_is_not_run_is_refused(cfg, layout, match):
     with pytest.raises(ValueError, match=match):
@@ -87,14 +88,20 @@ MODELS = {
 }
 
 
-def check(name: str, setup: TrainingSetup, tp: int) -> None:
+def check(name: str, setup: TrainingSetup, tp: int, dp: int = 1, zero: int = 0) -> None:
     """Rank 0 of the job on real CPU tensors (as our own TP's: FakeTensors change its transient peaks): every phase
-    and every collective."""
-    cfg, layout = MODELS[name](), ParallelLayout(tp=tp)
+    and every collective; beside FSDP2 (``dp``, ``zero``), the TP plan's all-reduces in order and its logits'
+    all-gather among FSDP2's all-gathers."""
+    cfg, layout = MODELS[name](), ParallelLayout(tp=tp, dp=dp, zero=zero)
     calls: list = []
     got = measure_hf_rank(cfg, S, B, setup, layout, fake=False, collectives=calls)
     assert predict_step(cfg, S, setup, impl="transformers", batch=B, layout=layout).at(B) == got
-    assert calls == collectives(cfg, S, B, setup, layout)
+    want = collectives(cfg, S, B, setup, layout)
+    if dp == 1:
+        assert calls == want
+        return
+    assert [c for c in calls if c[0] == "all_reduce"] == [c for c in want if c[0] == "all_reduce"]
+    assert [c for c in want if c[0] == "all_gather"][0] in calls
 
 
 SETUPS = [
@@ -125,5 +132,29 @@ def test_qwen3_and_mistral_equal_transformers(name, setup):
 
 
 def test_the_measurement_refuses_in_one_line():
-    with pytest.raises(AccountingError, match="run alone"):
-        measure_hf_rank(tiny("llama"), S, B, TrainingSetup(), ParallelLayout(tp=2, dp=2, zero=3), fake=False)
+    with pytest.raises(AccountingError, match="no DDP or ZeRO-1"):
+        measure_hf_rank(tiny("llama"), S, B, TrainingSetup(), ParallelLayout(tp=2, dp=2, zero=1), fake=False)
+
+
+@pytest.mark.parametrize("setup", SETUPS, ids=lambda s: s.label)
+def test_llama_tp2_beside_fsdp2_zero3_equals_the_fake_process_group(setup):
+    """FSDP2 (``fully_shard`` on each layer, then the root) over the dp dimension of the (dp 2, tp 2) mesh after
+    transformers' TP plan."""
+    check("llama", setup, 2, dp=2, zero=3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name, setup, tp, dp, zero",
+    [
+        ("llama", TrainingSetup(precision="amp-bf16", checkpoint="full"), 2, 2, 2),
+        ("llama", TrainingSetup(attention="sdpa", precision="bf16"), 2, 2, 2),
+        ("llama", TrainingSetup(attention="sdpa", precision="amp-bf16"), 2, 4, 3),
+        ("llama-kv4", TrainingSetup(precision="amp-bf16", checkpoint="full"), 4, 2, 3),
+        ("qwen3", TrainingSetup(attention="sdpa", precision="amp-bf16", checkpoint="full"), 2, 2, 3),
+        ("mistral", TrainingSetup(), 2, 2, 2),
+    ],
+    ids=lambda v: v.label if isinstance(v, TrainingSetup) else str(v),
+)
+def test_tp_beside_fsdp2_equals_the_fake_process_group(name, setup, tp, dp, zero):
+    check(name, setup, tp, dp=dp, zero=zero)

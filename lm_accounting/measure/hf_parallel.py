@@ -18,7 +18,11 @@ rebuild reads data: real cpu tensors only).
 
 ZeRO-1 (``--zero 1``): DDP with ``ZeroRedundancyOptimizer`` around AdamW (``hf_optimizer``).
 
-Only data parallel: tensor, pipeline and expert parallel over transformers' layers are not run here.  A
+TP (``--tp`` alone): transformers' own tensor parallel, ``shard_hf_tp`` (its plan, as ``DistributedConfig(tp_size=M)``
+applies it: DTensor parameters), AdamW over two parameter groups, DTensor then plain
+(``parallelize.param_groups``), no autocast wrapper beyond the Trainer's; measured on real CPU tensors by the
+command (``hf._measure_rank``: FakeTensors change TP's transient peaks).  Pipeline and expert parallel and TP
+beside data parallel are not run here.  A
 mixture of experts runs transformers' ``grouped_mm`` experts, whose shapes need no data; their FakeTensor
 kernel takes bf16 only (``measure.hf.check_hf_setup``), so fp32 weights are measured on cpu tensors.
 """
@@ -45,7 +49,8 @@ def check_hf_layout(cfg: ModelConfig, layout: ParallelLayout) -> None:
     if other or layout.dp < 2:
         raise AccountingError(
             "transformers' model is measured under data parallel only: DDP, ZeRO-1 (--dp >= 2 --zero 0 or 1) or "
-            "FSDP2 (--zero 2 or 3); no tensor, pipeline, expert or context parallel, no HSDP"
+            "FSDP2 (--zero 2 or 3), or under its own tensor parallel alone (--tp); no pipeline, expert or context "
+            "parallel, no HSDP"
         )
     if not layout.fsdp and cfg.indexer:
         raise AccountingError(

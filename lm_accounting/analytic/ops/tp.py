@@ -46,6 +46,13 @@ with grad enabled):
       its Shard(0) rows (a Vl·d clone) for ``_foreach_lerp_`` and twice for ``_foreach_addcmul_``, each freed
       when the op returns; each group's ``_foreach_sqrt`` copies die when its step returns.
 
+5. Beside FSDP2 (``--dp N --zero 2|3``: ``fully_shard`` on each decoder layer, then the root, over the dp dimension
+   of the (dp, tp) mesh, after the TP plan, as ``measure.hf_parallel`` runs it; torchtitan's order): FSDP2's events
+   over the TP-local units (``ops.fsdp.FullyShard``), every parameter a DTensor (one AdamW group, sharded
+   gradients), and the embedding's whole gradient redistributed to its Vl rows (a clone) as it is accumulated, the
+   whole dying at once; under amp-bf16 the policy's pure-bf16 program.  FSDP2's own all-gathers and
+   reduce-scatters are not in ``collectives``.
+
 Checked byte for byte against the fake-PG job on real CPU tensors (tests/test_ops_tp.py): every phase's peak and
 end, the states and the collectives.
 """
@@ -61,9 +68,9 @@ from ...setup import TrainingSetup
 from ..parallel import local_config
 from . import aten as A
 from .engine import Affine, StepInBatch
-from .fsdp import fake_pg_program
+from .fsdp import FullyShard, fake_pg_program
 from .step import adamw_step, training_step
-from .tensors import Tensor, current, empty, parameter, record
+from .tensors import AccumulateGrad, Tensor, current, empty, parameter, record
 from .transformers.llama import for_causal_lm_loss
 
 TP_FAMILIES = ("llama", "qwen3", "mistral")
@@ -80,8 +87,11 @@ def check_tp(cfg: ModelConfig, layout: ParallelLayout) -> None:
             f"tensor parallel over transformers' {cfg.hf_model_type} is not run (its plan is checked for "
             f"{', '.join(TP_FAMILIES)} only)"
         )
-    if layout.dp > 1 or layout.pp > 1 or layout.ep > 1 or layout.replicate > 1 or layout.cp > 1:
-        raise ValueError("transformers' tensor parallel is run alone: --tp only, no --dp, --pp, --ep, --cp or HSDP")
+    if layout.pp > 1 or layout.ep > 1 or layout.replicate > 1 or layout.cp > 1 or (layout.dp > 1 and not layout.fsdp):
+        raise ValueError(
+            "transformers' tensor parallel is run alone or beside FSDP2 (--dp N --zero 2|3): no DDP or ZeRO-1 "
+            "(torch's DDP takes no DTensor parameters), no --pp, --ep, --cp or HSDP"
+        )
     if layout.sequence_parallel or layout.vocab_parallel:
         raise ValueError(
             "transformers' TP plan shards the embedding and head itself (embedding_rowwise, colwise_gather_output) "
@@ -105,6 +115,8 @@ def collectives(
     """Rules 2 and 3: ``(kind, bytes, phase)`` in call order, as ``measure.distributed.CollectiveRecorder`` records
     the job's."""
     check_tp(cfg, layout)
+    if layout.fsdp and setup.autocast:  # FSDP2's bf16 policy: the pure-bf16 program (rule 5)
+        setup = dataclasses.replace(setup, precision="bf16")
     t, d, layers = batch * seq, cfg.d_model, cfg.num_layers
     param = DTYPE_BYTES[setup.param_dtype]
     act = 2 if setup.autocast else param  # autocast's linears: bf16 outputs
@@ -168,8 +180,8 @@ class Rowwise(Colwise):
 class TensorParallelPlan:
     """Rank 0 of transformers' TP plan over the TP-local Llama program (rule 4; a ``step.Sharding``)."""
 
-    def __init__(self, cfg: ModelConfig, layout: ParallelLayout):
-        self.cfg, self.m = cfg, layout.tp
+    def __init__(self, cfg: ModelConfig, layout: ParallelLayout, fsdp: FullyShard | None = None):
+        self.cfg, self.m, self.fsdp = cfg, layout.tp, fsdp
         self.whole: Tensor | None = None  # the embedding's whole (V, d) gradient's leaf
         self.groups: tuple[list[int], list[int]] = ([], [])  # DTensor parameters, then plain ones
 
@@ -190,6 +202,9 @@ class TensorParallelPlan:
             split += a.q_proj.params() + a.k_proj.params() + a.v_proj.params() + a.o_proj.params() + mlp.params()
         program.embed = lambda: self.embed(program)
         program.forward = lambda: self.forward(program)
+        if self.fsdp is not None:  # rule 5: the whole gradient redistributed to the rows as it is accumulated
+            self.whole.acc = AccumulateGrad(program.embed_tokens)
+            return self.fsdp.shard(program)
         params = program.parameters()
         dtensor = {id(p) for p in split}
         self.groups = (
@@ -224,7 +239,9 @@ class TensorParallelPlan:
         return logits, for_causal_lm_loss(logits, program.labels, self.cfg.vocab_size)
 
     def adamw(self, params: list[Tensor], v: list[Tensor], optimizer: str) -> None:
-        """Rule 4e."""
+        """Rule 4e (rule 5: every parameter a DTensor, one group)."""
+        if self.fsdp is not None:
+            return adamw_step(params, v, optimizer)
         rows = self.cfg.vocab_size // self.m * self.cfg.d_model
         for group in self.groups:
             if 0 in group:  # the embedding: its whole gradient redistributed for lerp_, then twice for addcmul_
@@ -235,10 +252,13 @@ class TensorParallelPlan:
             adamw_step([params[i] for i in group], [v[i] for i in group], optimizer)
 
     def backward_end(self) -> None:
-        pass
+        if self.fsdp is not None:
+            self.fsdp.backward_end()
 
     def zero_grad(self) -> None:
         self.whole.grad = None
+        if self.fsdp is not None:
+            self.fsdp.zero_grad()
 
 
 def predict_rank(
@@ -259,9 +279,14 @@ def predict_rank(
     if setup.optimizer != "foreach":
         raise ValueError(f"transformers' tensor parallel is replayed with foreach AdamW only, not {setup.optimizer}")
     local = dataclasses.replace(local_config(cfg, layout), vocab_size=cfg.vocab_size // layout.tp)
+    b, fsdp, run, facts = 1 if batch == 1 else Affine(1), None, setup, {}
+    if layout.fsdp:  # rule 5; under amp-bf16 FSDP2's policy runs the pure-bf16 program (``ops.fsdp.predict_rank``)
+        fsdp = FullyShard(local, setup, layout)
+        if setup.autocast:
+            run, facts = dataclasses.replace(setup, precision="bf16"), {"buffer_dtype": "fp32"}
     return training_step(
-        fake_pg_program(local, seq, setup, 1 if batch == 1 else Affine(1)),
+        fake_pg_program(local, seq, run, b, **facts),
         optimizer=setup.optimizer,
         device=device,
-        sharding=TensorParallelPlan(cfg, layout),
+        sharding=TensorParallelPlan(cfg, layout, fsdp),
     )
