@@ -101,7 +101,7 @@ def check(name: str, setup: TrainingSetup, tp: int, dp: int = 1, zero: int = 0) 
         assert calls == want
         return
     assert [c for c in calls if c[0] == "all_reduce"] == [c for c in want if c[0] == "all_reduce"]
-    assert [c for c in want if c[0] == "all_gather"][0] in calls
+    assert next(c for c in want if c[0] == "all_gather") in calls
 
 
 SETUPS = [
