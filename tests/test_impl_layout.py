@@ -170,6 +170,8 @@ def test_transformers_tp_prints_the_replay_beside_the_fake_pg_job(run_cli, llama
     }
     r = run_cli("memory", llama_json, "--impl", "transformers", "-S", S, "--tp", "2", "--measure", "meta")
     assert r.code == 0 and "equal, phase by phase" in r.out and "tests/test_ops_tp.py" in r.out, r.err
+    fsdp = layout_json(run_cli, llama_json, "--tp", "2", "--dp", "2", "--zero", "3", "--measure", "meta")
+    assert fsdp["measured"]["step"] == fsdp["step_traced"]
 
 
 def test_moe_and_the_bf16_policy_are_predicted(run_cli, tmp_path):

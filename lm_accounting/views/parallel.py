@@ -260,13 +260,18 @@ def _implementation_view(r: ParallelMemory) -> View:
         wrapper = (
             "its own TP plan as DistributedConfig(tp_size=...) applies it (q/k/v, gate/up colwise; o, down rowwise; "
             "embed_tokens embedding_rowwise; lm_head colwise_gather_output)"
+            + (
+                ", then fully_shard on every decoder layer then the root over the mesh's dp dimension"
+                if r.layout.fsdp
+                else ""
+            )
         )
     where, who = "rank 0 (every FSDP2 chunk full)", "worst rank"
     if ddp:
         where = "rank 0 (every DDP rank alike)"
     if ddp and r.layout.zero:
         where, who = "rank 0 (the AdamW state of the tensors it owns; ZeRO-1's ranks differ)", "rank"
-    if tp:
+    if tp and not r.layout.fsdp:
         where = "rank 0 (every TP rank alike: tp divides every sharded dim)"
     header = [
         describe_config(r.config),
@@ -315,6 +320,8 @@ def _implementation_view(r: ParallelMemory) -> View:
                 ],
                 ["and one broadcast of the module buffers (the rotary tables) per forward (broadcast_buffers=True)"]
                 if ddp
+                else ["FSDP2's all-gathers and reduce-scatters over the dp dimension are not listed"]
+                if r.layout.fsdp
                 else [],
             )
         )
@@ -330,8 +337,8 @@ def _implementation_view(r: ParallelMemory) -> View:
         proof = (
             f"Proof: ops.predict_step(impl={r.impl!r}, layout=...) equals rank 0 of transformers' own tensor parallel "
             f"(apply_tensor_parallelism, DTensor, torch {CPU_TORCH}) on the fake process group, phase by phase, and "
-            "its collectives the job's, in order (tests/test_ops_tp.py: Llama, Mistral, Qwen3, tp 2 and 4); the "
-            "per-GPU model states are shown for --impl course only."
+            "its collectives the job's, in order (tests/test_ops_tp.py: Llama, Mistral, Qwen3, tp 2 and 4, alone and "
+            "beside FSDP2 ZeRO-2/3); the per-GPU model states are shown for --impl course only."
         )
     else:
         proof = (
