@@ -18,11 +18,13 @@ rebuild reads data: real cpu tensors only).
 
 ZeRO-1 (``--zero 1``): DDP with ``ZeroRedundancyOptimizer`` around AdamW (``hf_optimizer``).
 
-TP (``--tp`` alone): transformers' own tensor parallel, ``shard_hf_tp`` (its plan, as ``DistributedConfig(tp_size=M)``
+TP (``--tp``): transformers' own tensor parallel, ``shard_hf_tp`` (its plan, as ``DistributedConfig(tp_size=M)``
 applies it: DTensor parameters), AdamW over two parameter groups, DTensor then plain
-(``parallelize.param_groups``), no autocast wrapper beyond the Trainer's; measured on real CPU tensors by the
-command (``hf._measure_rank``: FakeTensors change TP's transient peaks).  Pipeline and expert parallel and TP
-beside data parallel are not run here.  A
+(``parallelize.param_groups``: the HF Trainer's decay and no-decay groups for Llama, trainer.py
+``create_optimizer``), the Trainer's autocast; with ``--dp N --zero 2|3`` then FSDP2 as above over the dp dimension
+of the (dp, tp) mesh (not transformers' own ``fsdp_plan``).  Measured on real CPU tensors by the command
+(``hf._measure_rank``: FakeTensors change TP's transient peaks).  Pipeline and expert parallel and TP beside DDP
+are not run here.  A
 mixture of experts runs transformers' ``grouped_mm`` experts, whose shapes need no data; their FakeTensor
 kernel takes bf16 only (``measure.hf.check_hf_setup``), so fp32 weights are measured on cpu tensors.
 """
@@ -49,7 +51,7 @@ def check_hf_layout(cfg: ModelConfig, layout: ParallelLayout) -> None:
     if other or layout.dp < 2:
         raise AccountingError(
             "transformers' model is measured under data parallel only: DDP, ZeRO-1 (--dp >= 2 --zero 0 or 1) or "
-            "FSDP2 (--zero 2 or 3), or under its own tensor parallel alone (--tp); no pipeline, expert or context "
+            "FSDP2 (--zero 2 or 3), or under its own tensor parallel (--tp); no pipeline, expert or context "
             "parallel, no HSDP"
         )
     if not layout.fsdp and cfg.indexer:
@@ -177,9 +179,7 @@ def measure_hf_rank(
     with mode, patched_for("cpu", fake=fake):
         with tracker:
             model.to_empty(device="cpu")
-            if (
-                not layout.fsdp and layout.tp == 1
-            ):  # ``to_empty`` gives a tied head its own tensor (FSDP2's shards keep the tie)
+            if not layout.fsdp and layout.tp == 1:  # ``to_empty`` unties a tied head (FSDP2's shards keep the tie)
                 model.tie_weights()  # tied again, as ``from_pretrained`` leaves it
             opt = hf_optimizer(model, setup, layout, dp_mesh)
             init_optimizer_state(opt)

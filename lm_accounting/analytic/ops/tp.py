@@ -1,5 +1,5 @@
-"""One rank of transformers' own tensor parallel over its Llama model: its model states and its collectives.
-No torch.
+"""One rank of transformers' own tensor parallel over its Llama, Mistral and Qwen3 models, alone or beside FSDP2:
+its training step and its collectives.  No torch.
 
 The job is what ``from_pretrained(..., distributed_config=DistributedConfig(tp_size=M))`` applies (transformers
 5.24 ``distributed/mixin.py`` ``maybe_distribute_model`` -> ``distributed/tensor_parallel.py``
@@ -42,7 +42,7 @@ with grad enabled):
       gradient's Shard(-1) chunk is cloned (T·Vl) and the whole dies;
    e. AdamW, one parameter group at a time, the DTensor one (embedding, projections, head) then the plain one
       (the norms): ``measure.parallelize.param_groups``, as the HF Trainer's decay and no-decay groups split
-      Llama's (foreach refuses to mix the two); in the first, the embedding's whole gradient is redistributed to
+      Llama's (transformers 5.24 trainer.py ``create_optimizer``; foreach refuses to mix the two); in the first, the embedding's whole gradient is redistributed to
       its Shard(0) rows (a Vl·d clone) for ``_foreach_lerp_`` and twice for ``_foreach_addcmul_``, each freed
       when the op returns; each group's ``_foreach_sqrt`` copies die when its step returns.
 
