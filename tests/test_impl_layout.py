@@ -141,9 +141,10 @@ def test_llama_3_8b_at_8k_over_64_ranks_is_the_fake_pg_figure(run_cli):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--tp", "2"], "data parallel only"),
+        (["--tp", "2", "--sp"], "no sequence parallel"),
+        (["--tp", "2", "--optimizer", "fused"], "foreach AdamW only"),
         (["--dp", "4", "--zero", "1", "--pp", "2"], "data parallel only"),
-        (["--dp", "4", "--zero", "0", "--tp", "2"], "data parallel only"),
+        (["--dp", "4", "--zero", "0", "--tp", "2"], "tensor parallel is run alone"),
         (["--dp", "4", "--zero", "3", "--rank", "1"], "predicts rank 0 (the worst) only"),
         (["--dp", "4", "--zero", "3", "--measure", "cuda"], "traced and measured on meta or cpu"),
         (["--dp", "4", "--zero", "3", "--measure", "cpu", "--measure-method", "allocator"], "storage tracker"),
@@ -151,6 +152,26 @@ def test_llama_3_8b_at_8k_over_64_ranks_is_the_fake_pg_figure(run_cli):
 )
 def test_a_layout_the_op_library_refuses_is_one_line(run_cli, llama_json, args, message):
     one_line_exit_2(run_cli("memory", llama_json, "--impl", "transformers", "-S", S, *args), message)
+
+
+def test_transformers_tp_prints_the_replay_beside_the_fake_pg_job(run_cli, llama_json):
+    """``--tp 2 --measure meta``: transformers' own TP plan, the replay equal to the job, phase by phase; its
+    collectives by hand (T = B·S = 64 tokens, d 64, vocab 128, 2 layers, fp32): forward, the embedding's and two
+    per layer all-reduced (5 × T·d·4 bytes) and the logits all-gathered (T·V·4); backward, the head's and five
+    per layer input gradients all-reduced (11 × T·d·4)."""
+    data = layout_json(run_cli, llama_json, "--tp", "2", "--measure", "meta")
+    assert data["measured"]["step"] == data["step_traced"]
+    td = B * S * 64 * 4
+    got = {(c["kind"], c["phase"]): (c["count"], c["payload_bytes"]) for c in data["collectives"]}
+    assert got == {
+        ("all_reduce", "forward"): (5, 5 * td),
+        ("all_gather", "forward"): (1, B * S * 128 * 4),
+        ("all_reduce", "backward"): (11, 11 * td),
+    }
+    r = run_cli("memory", llama_json, "--impl", "transformers", "-S", S, "--tp", "2", "--measure", "meta")
+    assert r.code == 0 and "equal, phase by phase" in r.out and "tests/test_ops_tp.py" in r.out, r.err
+    fsdp = layout_json(run_cli, llama_json, "--tp", "2", "--dp", "2", "--zero", "3", "--measure", "meta")
+    assert fsdp["measured"]["step"] == fsdp["step_traced"]
 
 
 def test_moe_and_the_bf16_policy_are_predicted(run_cli, tmp_path):

@@ -53,11 +53,11 @@ def test_the_first_steps_buckets_are_one_per_dtype_by_hand():
 @pytest.mark.parametrize(
     "layout, match",
     [
-        (ParallelLayout(dp=2, zero=1, tp=2), "data parallel only"),
-        (ParallelLayout(tp=2), "data parallel only"),
-        (ParallelLayout(dp=2, tp=2), "data parallel only"),
+        (ParallelLayout(dp=2, zero=1, tp=2), "tensor parallel is run alone"),
+        (ParallelLayout(dp=2, zero=0, pp=2, micro_batches=2), "data parallel only"),
+        (ParallelLayout(dp=2, tp=2), "tensor parallel is run alone"),
     ],
-    ids=["zero1-tp", "tp", "ddp-tp"],
+    ids=["zero1-tp", "pp", "ddp-tp"],
 )
 def test_what_it_does_not_replay_is_refused(layout, match):
     with pytest.raises(ValueError, match=match):
@@ -225,5 +225,5 @@ def test_the_second_steps_rebuilt_buckets_equal_the_fake_pg_job(name):
 
 def test_a_layout_the_job_does_not_run_is_refused_in_one_line():
     cfg = tiny("llama")
-    with pytest.raises(AccountingError, match="data parallel only"):
+    with pytest.raises(AccountingError, match="tensor parallel is run alone"):
         measure_hf_step(cfg, S, 1, TrainingSetup(), device="meta", layout=ParallelLayout(dp=2, tp=2))

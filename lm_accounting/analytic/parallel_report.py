@@ -288,7 +288,7 @@ def implementation_rank(
 
     check_implementation_rank(impl, rank, device)
     try:
-        rep = None if layout.fsdp else Replicate(layout)
+        rep = None if layout.fsdp or layout.tp > 1 else Replicate(layout)
         step = predict_step(
             cfg, seq, setup, impl=impl, batch=batch, layout=layout, mode="traced", device=device, replicate=rep
         )
@@ -296,7 +296,7 @@ def implementation_rank(
         raise AccountingError(f"--impl {impl} under {layout.label}: {e}") from None
     st = model_states(cfg, setup, layout, rank=0)  # for rank_flops and the worst rank's index only
     flops = rank_flops(cfg, seq, batch, setup, layout, 0, None)
-    comms: tuple[Collective, ...] = ()
+    comms: tuple[Collective, ...] = tp_collectives(cfg, seq, batch, setup, layout) if layout.tp > 1 else ()
     if rep is not None:
         buckets = rep.all_reduces(first_step=False)
         rule = "gradient buckets (1 MiB, then 25 MiB; the first step: one per dtype), Σ n·e"
@@ -308,6 +308,20 @@ def implementation_rank(
         cfg, seq, batch, setup, layout, st, None, None, step.at(batch), flops, comms, budget, True, impl=impl,
         device=device,
     )  # fmt: skip
+
+
+def tp_collectives(
+    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout
+) -> tuple[Collective, ...]:
+    """transformers' TP plan's collectives (``ops.tp.collectives``), summed per kind and phase."""
+    from .ops.tp import collectives
+
+    totals: dict[tuple[str, str], list[int]] = {}
+    for kind, nbytes, phase in collectives(cfg, seq, batch, setup, layout):
+        entry = totals.setdefault((kind, phase), [0, 0])
+        entry[0], entry[1] = entry[0] + 1, entry[1] + nbytes
+    rule = "transformers' TP plan (ops.tp rules 2, 3)"
+    return tuple(Collective(k, ph, "tp", n, b, rule) for (k, ph), (n, b) in totals.items())
 
 
 def check_implementation_rank(impl: str, rank: int | None, device: str) -> None:

@@ -441,14 +441,16 @@ def _measure_rank(cfg, seq, batch, setup, device, method, layout):
         check_grouped_mm(cfg, setup.param_dtype, device)
     check_hf_layout(cfg, layout)
     to_hf_dict(cfg)
-    _check_rank_fits(cfg, seq, batch, setup, device)
-    return measure_hf_rank(cfg, seq, batch, setup, layout, rank=0, fake=device == "meta")
+    fake = device == "meta" and layout.tp == 1  # TP on real CPU tensors: FakeTensors change its transient peaks
+    _check_rank_fits(cfg, seq, batch, setup, "meta" if fake else "cpu", layout.tp == 1)
+    return measure_hf_rank(cfg, seq, batch, setup, layout, rank=0, fake=fake)
 
 
-def _check_rank_fits(cfg, seq, batch, setup, device):
+def _check_rank_fits(cfg, seq, batch, setup, device, fake_possible=True):
     """FakeTensors hold nothing (the meta guards); real CPU tensors are bounded as in
     ``distributed.check_rank_fits``: at most ``REAL_RUN_PARAMS`` parameters, and the single-device bound
-    (``live_bound``, above any rank's) within what the CPU allows."""
+    (``live_bound``, above any rank's) within what the CPU allows.  ``fake_possible``: the layout runs on
+    FakeTensors too (not TP)."""
     from .devices import check_live_run
     from .distributed import REAL_RUN_PARAMS, parameter_count
 
@@ -458,7 +460,8 @@ def _check_rank_fits(cfg, seq, batch, setup, device):
         if parameter_count(cfg) > REAL_RUN_PARAMS:
             raise AccountingError(
                 f"{cfg.name} has {parameter_count(cfg):,} parameters: a real-tensor run of this layout is limited "
-                f"to {REAL_RUN_PARAMS:,} (measure on meta: FakeTensors)"
+                f"to {REAL_RUN_PARAMS:,}"
+                + (" (measure on meta: FakeTensors)" if fake_possible else " (TP runs on real tensors only)")
             )
         need = live_bound(cfg, seq, batch, setup)
         check_live_run(cfg, seq, batch, "cpu", what, training=True, dtype=setup.param_dtype, need=need)

@@ -49,7 +49,7 @@ from .tensors import Tensor, current, empty, numel, record
 
 DATA_PARALLEL_ONLY = (
     "the op library replays programs under data parallel only: FSDP2 (dp >= 2, zero 2 or 3) or, over transformers' "
-    "programs, DDP and ZeRO-1 (dp >= 2, zero 0 or 1); no TP, PP, EP, CP or HSDP"
+    "programs, DDP and ZeRO-1 (dp >= 2, zero 0 or 1) or their own TP alone (--tp); no PP, EP, CP or HSDP"
 )
 PARAM_DTYPES = {"fp32": "fp32", "bf16": "bf16", "amp-bf16": "fp32"}
 FLOATING = ("fp32", "fp16", "bf16", "fp64")
@@ -104,8 +104,8 @@ class FullyShard:
     ``zero_grad`` frees the sharded gradients."""
 
     def __init__(self, cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, cpu: bool = False):
-        if not layout.fsdp or layout.dp < 2 or layout.tp > 1 or layout.pp > 1 or layout.ep > 1 or layout.replicate > 1:
-            raise ValueError(DATA_PARALLEL_ONLY)
+        if not layout.fsdp or layout.dp < 2 or layout.pp > 1 or layout.ep > 1 or layout.replicate > 1:
+            raise ValueError(DATA_PARALLEL_ONLY)  # TP: ``ops.tp`` composes it over its TP-local program
         self.cfg, self.setup, self.layout, self.cpu = cfg, setup, layout, cpu
         self.events: FsdpEvents | None = None
         self.units: FsdpUnits | None = None

@@ -34,7 +34,8 @@ class StepProgram(Protocol):
 class Sharding(Protocol):
     """A data-parallel wrapper of the program (``ops.fsdp.FullyShard``): ``shard(program)`` installs its hooks
     and returns the parameters AdamW steps (the rank's shards); ``backward_end`` runs in backward's final
-    callback; ``zero_grad`` frees what it holds of the gradients."""
+    callback; ``zero_grad`` frees what it holds of the gradients.  One may have an ``adamw(params, v, optimizer)``
+    of its own in place of ``adamw_step`` (``ops.tp``: AdamW's parameter groups)."""
 
     def shard(self, program: StepProgram) -> list[Tensor]: ...
 
@@ -123,8 +124,8 @@ def training_step(
         backward(loss, final=sharding.backward_end if sharding is not None else None)
         del loss
         back = run.phase()
-        if optimizer_step:
-            adamw_step(params, v, optimizer)
+        if optimizer_step:  # a sharding's own step (``ops.tp``: per parameter group), else one group
+            getattr(sharding, "adamw", adamw_step)(params, v, optimizer)
         for p in params:
             p.grad = None
         if sharding is not None:
