@@ -52,12 +52,12 @@ def check_hf_layout(cfg: ModelConfig, layout: ParallelLayout) -> None:
         )
 
 
-def wrap_ddp(step, dp_mesh):
+def wrap_ddp(step, dp_mesh, find_unused: bool = False):
     """torch's ``DistributedDataParallel`` around the training step, as the HF Trainer's accelerate builds it
     (``DistributedDataParallelKwargs``' defaults: 25 MiB buckets, ``broadcast_buffers``, no
-    ``gradient_as_bucket_view``, no ``static_graph``), with ``find_unused_parameters=False`` (the Trainer's under
-    gradient checkpointing: with True the reducer reads its used-parameter map's values, which FakeTensors have
-    none of) and ``init_sync=False``: the construction's shape check reads the parameters' data, and its broadcast
+    ``gradient_as_bucket_view``, no ``static_graph``), with ``find_unused_parameters=find_unused`` (the Trainer's:
+    True without gradient checkpointing; with True the reducer reads its used-parameter map's values, which
+    FakeTensors have none of: real CPU tensors only, ``measure_hf_rank``) and ``init_sync=False``: the construction's shape check reads the parameters' data, and its broadcast
     of them moves nothing on the fake group (its flat copies die before the step).  The fake group needs the
     all-reduce comm hook (``parallelize.all_reduce_hook``) in place of the default one."""
     from torch.nn.parallel import DistributedDataParallel
@@ -65,7 +65,7 @@ def wrap_ddp(step, dp_mesh):
     from .parallelize import all_reduce_hook
 
     group = dp_mesh.get_group()
-    ddp = DistributedDataParallel(step, process_group=group, find_unused_parameters=False, init_sync=False)
+    ddp = DistributedDataParallel(step, process_group=group, find_unused_parameters=find_unused, init_sync=False)
     ddp.register_comm_hook(group, all_reduce_hook)
     return ddp
 
@@ -112,11 +112,12 @@ def measure_hf_rank(
     fake: bool = True,
     collectives: list | None = None,
     steps: int = 1,
+    find_unused: bool = False,
 ) -> StepMemory:
     """The ``StepMemory`` of rank ``rank`` of the FSDP2 or DDP job (see the module docstring); ``batch`` is the
     rank's micro-batch.  ``collectives``: receives the last step's collectives, ``(kind, payload bytes, phase)``
     as ``distributed.CollectiveRecorder`` records them; ``steps``: the step measured is the last of that many
-    (DDP rebuilds its buckets after the first)."""
+    (DDP rebuilds its buckets after the first); ``find_unused``: DDP's ``find_unused_parameters`` (``wrap_ddp``)."""
     from ..model import random_tokens
     from .distributed import CollectiveRecorder, RankTracker, init_fake_group
     from .hf import HFTrainingStep, build_hf_model, patched_for
@@ -124,6 +125,10 @@ def measure_hf_rank(
     from .tracker import init_optimizer_state
 
     check_hf_layout(cfg, layout)
+    if find_unused and fake and not layout.fsdp:
+        from ..analytic.ops.ddp import FIND_UNUSED_ON_FAKE
+
+        raise AccountingError(FIND_UNUSED_ON_FAKE)
     if not 0 <= rank < layout.world:
         raise AccountingError(f"rank {rank} is outside the world of {layout.world}")
     init_fake_group(layout.world, rank)
@@ -150,7 +155,7 @@ def measure_hf_rank(
             labels = random_tokens(cfg, batch, seq, device="cpu", seed=1)
             step = HFTrainingStep(model, labels, None if layout.fsdp or not setup.autocast else "cpu")
             if not layout.fsdp:
-                step = wrap_ddp(step, dp_mesh)
+                step = wrap_ddp(step, dp_mesh, find_unused)
         for _ in range(steps - 1):
             _train(step, labels, opt, tracker, CollectiveRecorder(), inputs)
         baseline = tracker.live_bytes(dev)

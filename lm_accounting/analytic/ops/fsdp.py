@@ -221,6 +221,10 @@ class FullyShard:
                 p.grad = None
         return handed
 
+    def forward_end(self, loss: Tensor) -> Tensor:
+        """FSDP2 hands the root's output on as it is."""
+        return loss
+
     def backward_end(self) -> None:
         """The final callback: the root's post-backward (``_root_post_backward_final_callback``)."""
         self.events.root_post_backward(charge)
