@@ -442,10 +442,10 @@ def _measure_rank(cfg, seq, batch, setup, device, method, layout, find_unused):
     else:  # DDP runs the single-GPU program, autocast and all
         check_autocast(cfg, setup, device)
         check_grouped_mm(cfg, setup.param_dtype, device)
-    check_hf_layout(cfg, layout)
+    find_unused = trainer_find_unused(setup) if find_unused is None else find_unused
+    check_hf_layout(cfg, layout, find_unused)
     to_hf_dict(cfg)
     _check_rank_fits(cfg, seq, batch, setup, device)
-    find_unused = trainer_find_unused(setup) if find_unused is None else find_unused
     return measure_hf_rank(cfg, seq, batch, setup, layout, rank=0, fake=device == "meta", find_unused=find_unused)
 
 

@@ -37,18 +37,18 @@ from ..phases import StepMemory
 from ..setup import TrainingSetup
 
 
-def check_hf_layout(cfg: ModelConfig, layout: ParallelLayout) -> None:
-    """One line for a layout this module does not run."""
+def check_hf_layout(cfg: ModelConfig, layout: ParallelLayout, find_unused: bool = False) -> None:
+    """One line for a layout this module does not run (``find_unused``: DDP's ``find_unused_parameters``)."""
     other = layout.tp > 1 or layout.pp > 1 or layout.ep > 1 or layout.replicate > 1 or layout.cp > 1
     if other or layout.dp < 2:
         raise AccountingError(
             "transformers' model is measured under data parallel only: DDP, ZeRO-1 (--dp >= 2 --zero 0 or 1) or "
             "FSDP2 (--zero 2 or 3); no tensor, pipeline, expert or context parallel, no HSDP"
         )
-    if not layout.fsdp and cfg.indexer:
+    if not layout.fsdp and cfg.indexer and not find_unused:
         raise AccountingError(
-            "DDP over DSA's indexer (parameters no gradient reaches) is not measured: find_unused_parameters=False "
-            "fails there"
+            "DDP over DSA's indexer (parameters no gradient reaches) needs find_unused_parameters=True (the HF "
+            "Trainer's without checkpointing): with False the reducer fails there"
         )
 
 
@@ -120,11 +120,11 @@ def measure_hf_rank(
     (DDP rebuilds its buckets after the first); ``find_unused``: DDP's ``find_unused_parameters`` (``wrap_ddp``)."""
     from ..model import random_tokens
     from .distributed import CollectiveRecorder, RankTracker, init_fake_group
-    from .hf import HFTrainingStep, build_hf_model, patched_for
+    from .hf import HFTrainingStep, build_hf_model, mark_unreached, model_loss, patched_for
     from .parallelize import job_meshes
     from .tracker import init_optimizer_state
 
-    check_hf_layout(cfg, layout)
+    check_hf_layout(cfg, layout, find_unused)
     if find_unused and fake and not layout.fsdp:
         from ..analytic.ops.ddp import FIND_UNUSED_ON_FAKE
 
@@ -149,6 +149,14 @@ def measure_hf_rank(
             model.to_empty(device="cpu")
             if not layout.fsdp:  # ``to_empty`` gives a tied head its own tensor (FSDP2's shards keep the tie)
                 model.tie_weights()  # tied again, as ``from_pretrained`` leaves it
+            if cfg.indexer and not layout.fsdp:  # AdamW makes no state for the indexer's weights (no gradient)
+                probe = HFTrainingStep(model, random_tokens(cfg, batch, seq, device="cpu", seed=1), None)
+                mark_unreached(probe, random_tokens(cfg, batch, seq, device="cpu", seed=0), None, model_loss)
+                del probe
+            if layout.zero == 1 and len({p.dtype for p in model.parameters()}) > 1:
+                from ..analytic.ops.ddp import ZERO1_MIXED_DTYPES
+
+                raise AccountingError(ZERO1_MIXED_DTYPES)
             opt = hf_optimizer(model, setup, layout, dp_mesh)
             init_optimizer_state(opt)
             inputs = random_tokens(cfg, batch, seq, device="cpu", seed=0)

@@ -45,7 +45,12 @@ So one DDP rank's step is the single-GPU step with every figure raised by the bu
       backward each hook sets its ``local_used_map_`` slot in place, and once the last bucket is ready
       ``all_reduce_local_used_map`` copies the map into ``local_used_map_dev_`` in place and all-reduces it (4 · n
       bytes, after the buckets).  With every parameter used the map's reduced values are never waited for
-      (``finalize_bucket_dense`` reads a used slot as used), so nothing else is allocated.
+      (``finalize_bucket_dense`` reads a used slot as used), so nothing else is allocated;
+   d. a parameter no gradient reaches (DSA's indexer, under ``torch.no_grad()``) is marked ready at the first hook
+      (``mark_variable_ready_dense``: its bucket view ``zero_()``, in place); the reducer then waits for the
+      map's all-reduce and copies it back into ``local_used_map_`` (in place) and leaves the parameter's ``.grad``
+      None (``copy_bucket_to_grad`` skips a globally unused one), so AdamW makes no state for it.  With False the
+      reducer raises at the next forward: such a program is refused then.
 
    The reducer reads the map's values (``local_used_map_[i].item()``), which FakeTensors do not have: the fake-PG
    job runs it on real CPU tensors only (tests/test_ops_ddp.py).
@@ -76,6 +81,12 @@ FIND_UNUSED_ON_FAKE = (
     "DDP with find_unused_parameters=True (the HF Trainer's without gradient checkpointing) reads its used-parameter "
     "map's values, which FakeTensors do not have: measure it with --measure cpu (small shapes), or pass "
     "--no-find-unused-parameters"
+)
+
+
+ZERO1_MIXED_DTYPES = (
+    "torch's ZeroRedundancyOptimizer refuses parameters of mixed dtypes (_verify_same_dense_param_type: DeepSeek's "
+    "fp32 router beside bf16 weights): ZeRO-1 over this model cannot run"
 )
 
 
@@ -111,12 +122,15 @@ class Replicate:
         self.others: list[Tensor] = []  # ZeRO-1: the parameters other ranks step
 
     def shard(self, program) -> list[Tensor]:
-        if hasattr(program, "untrained"):
+        untrained = {id(p) for p in program.untrained()} if hasattr(program, "untrained") else set()
+        if untrained and not self.find_unused:
             raise ValueError(
-                "DDP over a program with parameters no gradient reaches (DSA's indexer) is not replayed: "
-                "find_unused_parameters=False fails there, and True is not modelled"
+                "DDP over a program with parameters no gradient reaches (DSA's indexer) needs "
+                "find_unused_parameters=True: with False the reducer fails there"
             )
         params = program.parameters()
+        if self.layout.zero == 1 and len({p.dtype for p in params}) > 1:
+            raise ValueError(ZERO1_MIXED_DTYPES)
         for p in params:
             if p.requires_grad:
                 self.grad_bytes.setdefault(p.dtype, []).append(p.nbytes)
@@ -125,9 +139,9 @@ class Replicate:
             n = sum(p.requires_grad for p in params)
             self.used_maps = [empty((n,), "int32", "local_used_map_"), empty((n,), "int32", "local_used_map_dev_")]
         self.param_bytes = [p.nbytes for p in params]
-        if self.layout.zero != 1:
-            return params
-        return self._owned(params)
+        stepped = params if self.layout.zero != 1 else self._owned(params)
+        # rule 5d: AdamW makes no state for a parameter without a gradient (its bucket slots stay, zeroed in place)
+        return [p for p in stepped if id(p) not in untrained]
 
     def _owned(self, params: list[Tensor]) -> list[Tensor]:
         """ZeRO-1 (rule 4; torch 2.13 ``ZeroRedundancyOptimizer._partition_parameters``, one parameter group):
@@ -153,11 +167,14 @@ class Replicate:
             p.grad = None
 
     def all_reduces(self, first_step: bool = True) -> list[int]:
-        """The payload bytes of each bucket's all-reduce in backward, per dtype in turn: the first step's one
-        bucket per dtype, or the rebuilt buckets (``analytic.collectives.ddp_bucket_sizes``: parameters in
-        reverse order, 1 MiB then 25 MiB); with ``find_unused``, the used-parameter map's after them (rule 5c)."""
+        """The payload bytes of each bucket's all-reduce in backward: the first step's one bucket per dtype (the
+        reducer launches them in bucket order: sorted by their first parameter's index, then reversed,
+        ``DistributedDataParallel._ddp_init_helper``'s ``list(reversed(bucket_indices))``: the dtype seen last
+        goes first), or the rebuilt buckets (``analytic.collectives.ddp_bucket_sizes``: parameters in reverse
+        order, 1 MiB then 25 MiB, per dtype in turn); with ``find_unused``, the used-parameter map's after them
+        (rule 5c)."""
         if first_step:
-            buckets = [sum(sizes) for sizes in self.grad_bytes.values()]
+            buckets = [sum(sizes) for sizes in self.grad_bytes.values()][::-1]
         else:
             buckets = [b for sizes in self.grad_bytes.values() for b in ddp_bucket_sizes(sizes)]
         return buckets + self.map_all_reduces()
