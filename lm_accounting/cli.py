@@ -640,6 +640,13 @@ def crosscheck_cmd(
     "transformers for a config.json, course for a preset or a TOML file (and under a "
     "parallel layout).",
 )
+@click.option(
+    "--find-unused-parameters/--no-find-unused-parameters",
+    "find_unused",
+    default=None,
+    help="DDP or ZeRO-1 over --impl transformers: DistributedDataParallel's find_unused_parameters (default: the "
+    "HF Trainer's, on without --checkpoint; on, the used-parameter maps are measured with --measure cpu only).",
+)
 @allow_long_option
 @setup_options
 @layout_options
@@ -658,6 +665,7 @@ def memory_cmd(
     allow_long: bool,
     setup: Any,
     impl: str | None,
+    find_unused: bool | None,
     layout: Any = None,
     rank: int | None = None,
 ) -> None:
@@ -671,7 +679,7 @@ def memory_cmd(
     request = memory.Request(
         cfg, context, batch, with_dtype(implementation_setup(setup, impl, [cfg]), dtype), layout, gpu=gpu_name,
         allowance=allowance, budget=budget, rank=rank, measure=measure, measure_method=measure_method,
-        allow_long=allow_long, impl=impl,
+        allow_long=allow_long, impl=impl, find_unused=find_unused,
     )  # fmt: skip
     emit(memory.measure(request, memory.run(request)), fmt)
 

@@ -94,13 +94,26 @@ def test_ddp_of_transformers_model_by_hand(run_cli, llama_json):
     """``--dp 4 --zero 0``: DDP as the HF Trainer wraps the model.  Every rank holds every parameter, AdamW's two
     moments and the reducer's bucket buffers, a copy of every gradient (16 bytes an element), the token ids and
     labels and the rotary buffers; backward ends with the whole gradients added.  The collectives are the bucket
-    all-reduces: 4·N = 312,576 bytes, one bucket (under the 1 MiB first cap).  The text names DDP."""
-    data = layout_json(run_cli, llama_json, "--dp", "4", "--zero", "0")
+    all-reduces: 4·N = 312,576 bytes, one bucket (under the 1 MiB first cap).  The text names DDP.  Without
+    checkpointing the HF Trainer turns ``find_unused_parameters`` on (the default here): the reducer's two int32
+    maps, one slot per parameter tensor (21: 9 per layer, the embedding, the final norm and the head), add 2·4·21
+    bytes, and the 84-byte map is all-reduced after the buckets."""
+    off = layout_json(run_cli, llama_json, "--dp", "4", "--zero", "0", "--no-find-unused-parameters")
     baseline = 16 * N + 2 * B * S * 8 + 2 * (16 // 2) * 4
-    step = data["step_traced"]
+    step = off["step_traced"]
     assert step["baseline"] == baseline == 1_251_392 and step["optimizer_step"]["end"] == baseline
     assert step["backward"]["end"] == baseline + 4 * N
-    assert [(c["kind"], c["count"], c["payload_bytes"]) for c in data["collectives"]] == [("all_reduce", 1, 4 * N)]
+    assert [(c["kind"], c["count"], c["payload_bytes"]) for c in off["collectives"]] == [("all_reduce", 1, 4 * N)]
+    on = layout_json(run_cli, llama_json, "--dp", "4", "--zero", "0")
+    assert on["step_traced"]["baseline"] == baseline + 2 * 4 * 21 and on["step_traced"]["backward"]["end"] == (
+        baseline + 4 * N + 2 * 4 * 21
+    )
+    assert [(c["kind"], c["count"], c["payload_bytes"]) for c in on["collectives"]] == [
+        ("all_reduce", 1, 4 * N),
+        ("all_reduce", 1, 4 * 21),
+    ]
+    full = layout_json(run_cli, llama_json, "--dp", "4", "--zero", "0", "--checkpoint", "full")
+    assert full["step_traced"]["baseline"] == baseline  # the Trainer's default under checkpointing: off
     r = run_cli("memory", llama_json, "--impl", "transformers", "-S", S, "--dp", "4", "--zero", "0")
     assert r.code == 0 and "DistributedDataParallel" in r.out and "tests/test_ops_ddp.py" in r.out, r.err
 
@@ -112,7 +125,7 @@ def test_zero1_of_transformers_model_by_hand(run_cli, llama_json):
     four 2,048s to 2, 3, 0, 1: rank 0 owns 20,480 elements (the five 64-element norms go to ranks 2 and 3).  Its
     baseline is DDP's with AdamW's moments of those only; after the step every one of the 21 tensors is broadcast
     from its owner (4·N bytes)."""
-    data = layout_json(run_cli, llama_json, "--dp", "4", "--zero", "1")
+    data = layout_json(run_cli, llama_json, "--dp", "4", "--zero", "1", "--no-find-unused-parameters")
     baseline = 8 * N + 8 * 20_480 + 2 * B * S * 8 + 2 * (16 // 2) * 4
     assert data["step_traced"]["baseline"] == baseline == 790_080
     broadcasts = [(c["count"], c["payload_bytes"]) for c in data["collectives"] if c["kind"] == "broadcast"]
@@ -121,10 +134,33 @@ def test_zero1_of_transformers_model_by_hand(run_cli, llama_json):
 
 @pytest.mark.slow
 def test_ddp_measure_meta_equals_the_fake_pg_job(run_cli, llama_json):
+    """FakeTensors with find_unused_parameters off (or under checkpointing, the Trainer's off); on (the Trainer's
+    default without checkpointing) on real CPU tensors, and refused on meta in one line."""
     for precision, zero in (("bf16", "0"), ("amp-bf16", "0"), ("amp-bf16", "1")):
         args = ["--dp", "2", "--zero", zero, "--measure", "meta", "--precision", precision]
-        data = layout_json(run_cli, llama_json, *args)
+        data = layout_json(run_cli, llama_json, *args, "--no-find-unused-parameters")
         assert data["measured"]["step"] == data["step_traced"], (precision, zero)
+    data = layout_json(run_cli, llama_json, "--dp", "2", "--zero", "0", "--measure", "meta", "--checkpoint", "full")
+    assert data["measured"]["step"] == data["step_traced"]
+    for zero in ("0", "1"):
+        data = layout_json(run_cli, llama_json, "--dp", "2", "--zero", zero, "--measure", "cpu")
+        assert data["measured"]["step"] == data["step_traced"], zero
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--dp", "2", "--zero", "0", "--measure", "meta"], "FakeTensors do not have"),
+        (["--dp", "2", "--zero", "1", "--find-unused-parameters", "--measure", "meta", "--checkpoint", "full"],
+         "FakeTensors do not have"),
+        (["--dp", "2", "--zero", "3", "--find-unused-parameters"], "DDP's option"),
+        (["--no-find-unused-parameters"], "DDP's option"),
+    ],
+    ids=["default-meta", "on-meta", "fsdp2", "one-gpu"],
+)  # fmt: skip
+def test_find_unused_parameters_refusals(run_cli, llama_json, args, message):
+    r = run_cli("memory", llama_json, "--impl", "transformers", "-S", S, *args)
+    one_line_exit_2(r, message)
 
 
 def test_llama_3_8b_at_8k_over_64_ranks_is_the_fake_pg_figure(run_cli):

@@ -43,8 +43,8 @@ from ..phases import StepMemory
 from ..setup import TrainingSetup
 
 
-def check_hf_layout(cfg: ModelConfig, layout: ParallelLayout) -> None:
-    """One line for a layout this module does not run."""
+def check_hf_layout(cfg: ModelConfig, layout: ParallelLayout, find_unused: bool = False) -> None:
+    """One line for a layout this module does not run (``find_unused``: DDP's ``find_unused_parameters``)."""
     if layout.tp > 1:
         return check_hf_tp_layout(cfg, layout)
     other = layout.pp > 1 or layout.ep > 1 or layout.replicate > 1 or layout.cp > 1
@@ -54,10 +54,10 @@ def check_hf_layout(cfg: ModelConfig, layout: ParallelLayout) -> None:
             "FSDP2 (--zero 2 or 3), or under its own tensor parallel (--tp); no pipeline, expert or context "
             "parallel, no HSDP"
         )
-    if not layout.fsdp and cfg.indexer:
+    if not layout.fsdp and cfg.indexer and not find_unused:
         raise AccountingError(
-            "DDP over DSA's indexer (parameters no gradient reaches) is not measured: find_unused_parameters=False "
-            "fails there"
+            "DDP over DSA's indexer (parameters no gradient reaches) needs find_unused_parameters=True (the HF "
+            "Trainer's without checkpointing): with False the reducer fails there"
         )
 
 
@@ -84,12 +84,12 @@ def shard_hf_tp(model, tp_mesh) -> None:
     apply_tensor_parallelism(model, tp_mesh, tp_plan)
 
 
-def wrap_ddp(step, dp_mesh):
+def wrap_ddp(step, dp_mesh, find_unused: bool = False):
     """torch's ``DistributedDataParallel`` around the training step, as the HF Trainer's accelerate builds it
     (``DistributedDataParallelKwargs``' defaults: 25 MiB buckets, ``broadcast_buffers``, no
-    ``gradient_as_bucket_view``, no ``static_graph``), with ``find_unused_parameters=False`` (the Trainer's under
-    gradient checkpointing: with True the reducer reads its used-parameter map's values, which FakeTensors have
-    none of) and ``init_sync=False``: the construction's shape check reads the parameters' data, and its broadcast
+    ``gradient_as_bucket_view``, no ``static_graph``), with ``find_unused_parameters=find_unused`` (the Trainer's:
+    True without gradient checkpointing; with True the reducer reads its used-parameter map's values, which
+    FakeTensors have none of: real CPU tensors only, ``measure_hf_rank``) and ``init_sync=False``: the construction's shape check reads the parameters' data, and its broadcast
     of them moves nothing on the fake group (its flat copies die before the step).  The fake group needs the
     all-reduce comm hook (``parallelize.all_reduce_hook``) in place of the default one."""
     from torch.nn.parallel import DistributedDataParallel
@@ -97,7 +97,7 @@ def wrap_ddp(step, dp_mesh):
     from .parallelize import all_reduce_hook
 
     group = dp_mesh.get_group()
-    ddp = DistributedDataParallel(step, process_group=group, find_unused_parameters=False, init_sync=False)
+    ddp = DistributedDataParallel(step, process_group=group, find_unused_parameters=find_unused, init_sync=False)
     ddp.register_comm_hook(group, all_reduce_hook)
     return ddp
 
@@ -145,19 +145,24 @@ def measure_hf_rank(
     collectives: list | None = None,
     steps: int = 1,
     listener=None,
+    find_unused: bool = False,
 ) -> StepMemory:
     """The ``StepMemory`` of rank ``rank`` of the FSDP2 or DDP job (see the module docstring); ``batch`` is the
     rank's micro-batch.  ``collectives``: receives the last step's collectives, ``(kind, payload bytes, phase)``
     as ``distributed.CollectiveRecorder`` records them; ``steps``: the step measured is the last of that many
     (DDP rebuilds its buckets after the first); ``listener``: the tracker's (``measure.tracker.StorageTracker``), to
-    trace every allocation and release."""
+    trace every allocation and release; ``find_unused``: DDP's ``find_unused_parameters`` (``wrap_ddp``)."""
     from ..model import random_tokens
     from .distributed import CollectiveRecorder, RankTracker, init_fake_group
-    from .hf import HFTrainingStep, build_hf_model, patched_for
+    from .hf import HFTrainingStep, build_hf_model, mark_unreached, model_loss, patched_for
     from .parallelize import job_meshes
     from .tracker import init_optimizer_state
 
-    check_hf_layout(cfg, layout)
+    check_hf_layout(cfg, layout, find_unused)
+    if find_unused and fake and not layout.fsdp:
+        from ..analytic.ops.ddp import FIND_UNUSED_ON_FAKE
+
+        raise AccountingError(FIND_UNUSED_ON_FAKE)
     if not 0 <= rank < layout.world:
         raise AccountingError(f"rank {rank} is outside the world of {layout.world}")
     init_fake_group(layout.world, rank)
@@ -181,13 +186,21 @@ def measure_hf_rank(
             model.to_empty(device="cpu")
             if not layout.fsdp and layout.tp == 1:  # ``to_empty`` unties a tied head (FSDP2's shards keep the tie)
                 model.tie_weights()  # tied again, as ``from_pretrained`` leaves it
+            if cfg.indexer and not layout.fsdp:  # AdamW makes no state for the indexer's weights (no gradient)
+                probe = HFTrainingStep(model, random_tokens(cfg, batch, seq, device="cpu", seed=1), None)
+                mark_unreached(probe, random_tokens(cfg, batch, seq, device="cpu", seed=0), None, model_loss)
+                del probe
+            if layout.zero == 1 and len({p.dtype for p in model.parameters()}) > 1:
+                from ..analytic.ops.ddp import ZERO1_MIXED_DTYPES
+
+                raise AccountingError(ZERO1_MIXED_DTYPES)
             opt = hf_optimizer(model, setup, layout, dp_mesh)
             init_optimizer_state(opt)
             inputs = random_tokens(cfg, batch, seq, device="cpu", seed=0)
             labels = random_tokens(cfg, batch, seq, device="cpu", seed=1)
             step = HFTrainingStep(model, labels, None if layout.fsdp or not setup.autocast else "cpu")
             if not layout.fsdp and layout.tp == 1:
-                step = wrap_ddp(step, dp_mesh)
+                step = wrap_ddp(step, dp_mesh, find_unused)
         for _ in range(steps - 1):
             _train(step, labels, opt, tracker, CollectiveRecorder(), inputs)
         baseline = tracker.live_bytes(dev)

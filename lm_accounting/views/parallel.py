@@ -329,9 +329,11 @@ def _implementation_view(r: ParallelMemory) -> View:
         proof = (
             f"Proof: ops.predict_step(impl={r.impl!r}, layout=...) equals rank 0 of torch {CPU_TORCH}'s "
             "DistributedDataParallel around transformers' model on the fake process group, and its bucket "
-            "all-reduces the job's (tests/test_ops_ddp.py; ZeRO-1's ZeroRedundancyOptimizer too); find_unused_parameters=True (the Trainer's default "
-            "without gradient checkpointing) adds 4 bytes per parameter tensor, not shown; the per-GPU model "
-            "states are shown for --impl course only."
+            "all-reduces the job's (tests/test_ops_ddp.py; ZeRO-1's ZeroRedundancyOptimizer too).  "
+            "find_unused_parameters=True (the HF Trainer's default without gradient checkpointing; "
+            "--[no-]find-unused-parameters) is in the figures when on: the reducer's two int32 used-parameter maps "
+            "(8 bytes per parameter tensor on this CPU job, 4 of them on a GPU) and the map's all-reduce, listed "
+            "above, exact on real CPU tensors.  The per-GPU model states are shown for --impl course only."
         )
     elif tp:
         proof = (

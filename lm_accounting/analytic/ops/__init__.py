@@ -121,7 +121,7 @@ def predict_step(
     job (``zero`` 0, transformers' programs: ``ops.ddp``), or of transformers' own tensor parallel (``tp`` >= 2 alone,
     Llama, Mistral, Qwen3: ``ops.tp``); what ``measure.hf.measure_hf_step(..., layout=layout)``
     measures on the fake process group (``replicate``: the DDP rank's ``ddp.Replicate``, to read its bucket
-    all-reduces after).  Without
+    all-reduces after; without one, ``find_unused_parameters`` is the HF Trainer's, ``ddp.trainer_find_unused``).  Without
     ``optimizer_step`` the step stops after the backward (``step.training_step``; ``step_time``'s programs)."""
     reasons = unsupported(cfg, setup, impl)
     if reasons:
