@@ -84,7 +84,7 @@ class Request:
         without checkpointing) is not measured on FakeTensors (``ops.ddp`` rule 5)."""
         from ..analytic.ops.ddp import FIND_UNUSED_ON_FAKE, trainer_find_unused
 
-        ddp = self.impl == "transformers" and self.layout is not None and not self.layout.fsdp
+        ddp = self.impl == "transformers" and self.layout is not None and not self.layout.fsdp and self.layout.tp == 1
         if self.find_unused is not None and not ddp:
             raise AccountingError(
                 "--[no-]find-unused-parameters is DDP's option: give it with --impl transformers --dp N --zero 0 or 1"

@@ -251,6 +251,10 @@ class TensorParallelPlan:
                 del pair
             adamw_step([params[i] for i in group], [v[i] for i in group], optimizer)
 
+    def forward_end(self, loss: Tensor) -> Tensor:
+        """The loss as the forward returns it (FSDP2's root hands it on unchanged too)."""
+        return loss
+
     def backward_end(self) -> None:
         if self.fsdp is not None:
             self.fsdp.backward_end()
