@@ -120,4 +120,6 @@ def mode_wrapped_number() -> Storage | None:
     wraps an op's Python-number operand once more for the mode (8 bytes, ``PythonDispatchMode``, freed when the
     op returns), besides the op's own wrapper; hold the result across the op."""
     state = _STATE[-1]
-    return Storage(8, "mode_wrapped_number") if state is not None and state.cache is not None and current().wraps else None
+    return (
+        Storage(8, "mode_wrapped_number") if state is not None and state.cache is not None and current().wraps else None
+    )
