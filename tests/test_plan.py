@@ -401,6 +401,7 @@ def test_your_own_layout_is_priced_alone_as_the_enumeration_prices_it(run_cli):
         (["--checkpoint", "full"], "give it with --dp"),
         (["--dp", "2", "--zero", "0", "--checkpoint", "none", "--micro-batch", "256"], "does not fit the layout"),
         (["--dp", "8", "--ep", "2", "--zero", "3"], "expert parallel needs a mixture of experts"),
+        (["--dp", "32", "--checkpoint", "op"], "plan has no per-rank memory under --checkpoint op"),
     ],
 )
 def test_your_own_layout_refusals_are_one_line(run_cli, flags, words):
