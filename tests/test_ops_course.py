@@ -262,6 +262,18 @@ def test_op_checkpointing_keeps_every_second_mm_by_hand():
     assert ends["op"] - ends["full"] == 3 * (16 * (60 + 20 + 22 + 18) * 2 + 16 * 60 * 2 + 2 * 6 * 8 * 4) == 18_432
 
 
+def test_memory_takes_op_checkpointing_from_the_course_program():
+    """``memory --checkpoint op`` on one GPU: the legacy replay lacks torchtitan's policy (``replay_unsupported``
+    names it), so the account's traced step is the course program's, which equals the live model's."""
+    from lm_accounting.analytic.program_report import predicted_steps, replayed
+    from lm_accounting.analytic.replay import replay_unsupported
+
+    cfg, setup = config("llama"), TrainingSetup(attention="naive", checkpoint="op", precision="fp32")
+    assert not replayed(cfg, setup, "course") and any("per-op" in r for r in replay_unsupported(cfg, setup))
+    _plain, traced = predicted_steps(cfg, 8, 2, impl="course", setup=setup, device="meta")
+    assert_same(measure_step(cfg, 8, 2, setup=setup), traced, "memory --checkpoint op")
+
+
 def test_what_the_course_program_does_not_model():
     for arch in ("phi3", "deepseek_v2"):  # the live model refuses the fused kernel for them
         assert unsupported(config(arch), TrainingSetup(attention="sdpa"), "course")
