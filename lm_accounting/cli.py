@@ -303,7 +303,8 @@ def setup_options(func: Callable[..., Any]) -> Callable[..., Any]:
         type=click.Choice(CHECKPOINTS),
         default="none",
         show_default=True,
-        help="Activation checkpointing per block: none, full, or selective (matmul outputs kept).",
+        help="Activation checkpointing per block: none, full, selective (matmul outputs kept), or op "
+        "(torchtitan's per-op SAC: every second mm rerun).",
     )
     @click.option(
         "--precision",

@@ -105,6 +105,9 @@ from .result import Result
 from .setup import CHECKPOINTS, TrainingSetup
 from .units import fmt_bytes
 
+PLANNED_CHECKPOINTS = tuple(c for c in CHECKPOINTS if c != "op")
+"""The checkpointings plan searches: not ``op`` (torchtitan's per-op SAC), which the per-rank replay lacks."""
+
 GPUS_PER_NODE = 8
 MAX_PP = 16  # pipeline stages tried: 1, 2, 4, 8, 16
 DEFAULT_INTERNODE = 50 * 10**9  # bytes/s per GPU: one 400 Gb/s NIC per GPU (DGX H100: 8 × ConnectX-7)
@@ -736,7 +739,7 @@ def plan(
     pending, evaluated_ep = [], False  # every candidate, with its step times: ranked before any replay
     cp = own is not None and own.layout.cp > 1  # the user's own context-parallel layout: ``_CpPricing``
     pricing = (_CpPricing if cp else _Pricing)(cfg, seq, g, efficiency, internode_bw)
-    checkpoints = CHECKPOINTS if own is None or own.checkpoint is None else (own.checkpoint,)
+    checkpoints = PLANNED_CHECKPOINTS if own is None or own.checkpoint is None else (own.checkpoint,)
     if cp:  # selective checkpointing under CP is refused (analytic.context_parallel.check)
         checkpoints = tuple(c for c in checkpoints if c != "selective")
     setups = [TrainingSetup(attention="sdpa", checkpoint=ck, precision="amp-bf16") for ck in checkpoints]
@@ -901,6 +904,11 @@ class OwnLayout:
             raise AccountingError(f"{lay.label}: expert parallel is planned under FSDP2 (--zero 2 or 3)")
         if lay.tp > GPUS_PER_NODE:
             raise AccountingError(f"{lay.label}: tp={lay.tp} spans nodes; plan keeps a TP group within one node")
+        if self.checkpoint == "op":  # the per-rank replay (``replay.replay_unsupported``) lacks torchtitan's policy
+            raise AccountingError(
+                f"{lay.label}: plan has no per-rank memory under --checkpoint op (torchtitan's per-op checkpointing); "
+                "its step time: lm-account memory --checkpoint op with the layout, or train-time on one GPU"
+            )
         if lay.cp > 1 and self.checkpoint == "selective":
             raise AccountingError(f"{lay.label}: context parallel with selective checkpointing is not measured")
         fields = ("dp", "zero", "tp", "sequence_parallel", "vocab_parallel", "pp", "ep", "virtual_stages", "replicate")

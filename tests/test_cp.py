@@ -51,6 +51,11 @@ def test_cp_refuses_what_it_cannot_shard():
         cp_rank_step(cfg, 96, 1, TrainingSetup(), ParallelLayout(cp=2))
     with pytest.raises(AccountingError, match="selective checkpointing is not measured"):
         cp_rank_step(cfg, 96, 1, TrainingSetup(attention="sdpa", checkpoint="selective"), ParallelLayout(cp=2))
+    from lm_accounting.analytic.parallel_report import parallel_memory
+
+    op = TrainingSetup(attention="sdpa", checkpoint="op")  # the replay models no op step: refused all the same
+    with pytest.raises(AccountingError, match="op checkpointing is not measured"):
+        parallel_memory(cfg, 96, 1, op, ParallelLayout(dp=2, zero=3, cp=2))
     moe = dataclasses.replace(load_config("qwen3-30b-a3b"), num_layers=2).with_context(512)
     with pytest.raises(AccountingError, match="covers dense attention"):
         cp_rank_step(moe, 512, 1, SDPA, ParallelLayout(dp=2, zero=3, cp=2))

@@ -218,6 +218,7 @@ def test_a_mixture_of_experts_runs_on_cpu_and_is_refused_on_meta():
     ("cfg", "setup", "device", "message"),
     [
         ("llama", TrainingSetup(checkpoint="selective"), "meta", "no selective activation checkpointing"),
+        ("llama", TrainingSetup(checkpoint="op"), "meta", "no op activation checkpointing"),
         ("gpt2-small", TrainingSetup(), "meta", "not a Hugging Face model"),
         ("llama", TrainingSetup(), "meta-allocator", "reads the CPU allocator"),
         ("gemma2", TrainingSetup(attention="sdpa"), "meta", "transformers refuses this model: Gemma2ForCausalLM"),

@@ -212,13 +212,13 @@ def test_the_best_found_first_are_the_best_of_all():
     # brute force: every candidate replayed (no floor, no micro-batch shortcut), the fitting ones ranked
     import lm_accounting.plan as pl
     from lm_accounting.layout import ParallelLayout
-    from lm_accounting.setup import CHECKPOINTS, TrainingSetup
+    from lm_accounting.setup import TrainingSetup
 
     h100, fits = gpu("h100-80gb"), []
     for family in pl._families(cfg, 32, (8, 64), 64):  # 2048 tokens = 64 sequences of 32
         for b in pl._micro_batches(64 // family["dp"], family["pp"]):
             lay = ParallelLayout(**family, micro_batches=64 // family["dp"] // b)
-            for ck in CHECKPOINTS:
+            for ck in ("none", "full", "selective"):  # plan's search (``PLANNED_CHECKPOINTS``: no op)
                 setup = TrainingSetup(attention="sdpa", checkpoint=ck, precision="amp-bf16")
                 need = pl._peak(cfg, 32, b, setup, lay) + allowance
                 step = pl.step_seconds(*pl._Pricing(cfg, 32, h100, 1.0, 50e9).step_times(b, setup, lay))
@@ -401,6 +401,7 @@ def test_your_own_layout_is_priced_alone_as_the_enumeration_prices_it(run_cli):
         (["--checkpoint", "full"], "give it with --dp"),
         (["--dp", "2", "--zero", "0", "--checkpoint", "none", "--micro-batch", "256"], "does not fit the layout"),
         (["--dp", "8", "--ep", "2", "--zero", "3"], "expert parallel needs a mixture of experts"),
+        (["--dp", "32", "--checkpoint", "op"], "plan has no per-rank memory under --checkpoint op"),
     ],
 )
 def test_your_own_layout_refusals_are_one_line(run_cli, flags, words):

@@ -64,9 +64,9 @@ def check(cfg: ModelConfig, seq: int, setup: TrainingSetup, layout: ParallelLayo
     check_attention(layout, setup.attention)
     if rotate not in ROTATES:
         raise AccountingError(f"unknown CP rotate method {rotate!r} (valid: {', '.join(ROTATES)})")
-    if setup.checkpoint == "selective":
+    if setup.checkpoint in ("selective", "op"):
         raise AccountingError(
-            f"context parallel (cp={layout.cp}) with selective checkpointing is not measured: use none or full"
+            f"context parallel (cp={layout.cp}) with {setup.checkpoint} checkpointing is not measured: use none or full"
         )
     return seq // layout.cp
 

@@ -746,7 +746,8 @@ def rank_flops(
         return flops
     rows = expert_rows(cfg, seq, batch, layout, rank) - batch * seq * cfg.experts_per_token
     extra = cfg.moe_layers * 3 * 2 * rows * cfg.d_model * cfg.expert_width  # rule 7, per forward
-    recompute = flops.recompute + (extra if setup.checkpoint == "full" else 0)
+    rerun = setup.checkpoint == "full" or setup.checkpoint == "op"  # op: the experts' bmm is not saved
+    recompute = flops.recompute + (extra if rerun else 0)
     return dataclasses.replace(flops, forward=flops.forward + extra, recompute=recompute)
 
 

@@ -217,7 +217,7 @@ def parallel_memory(
         dp_rank = None if rank is None else rank // layout.tp % layout.dp
         stage, step, traced, st, act = pipeline_stages(cfg, seq, batch, setup, layout, at, rank=dp_rank)
     elif layout.cp > 1:  # its dp·cp rank (the mesh is (dp, cp)): analytic.context_parallel
-        from .context_parallel import cp_rank_flops, cp_rank_step, rank_collectives  # the ring: only under CP
+        from .context_parallel import cp_rank_step  # the ring: only under CP
 
         step, st, act = cp_rank_step(cfg, seq, batch, setup, layout, mode="plain", rank=rank)
         traced = cp_rank_step(cfg, seq, batch, setup, layout, mode="traced", rank=rank)[0]
@@ -225,7 +225,9 @@ def parallel_memory(
         dp_rank = None if rank is None else rank // layout.tp
         step, st, act = rank_step(cfg, seq, batch, setup, layout, mode="plain", rank=dp_rank)
         traced = rank_step(cfg, seq, batch, setup, layout, mode="traced", rank=dp_rank)[0]
-    if layout.cp > 1:
+    if layout.cp > 1:  # (also where the replay models no step: the CP refusals, ``context_parallel.check``)
+        from .context_parallel import cp_rank_flops, rank_collectives
+
         flops = cp_rank_flops(cfg, seq, batch, setup, layout, st.rank)
         collectives = rank_collectives(cfg, seq, batch, setup, layout, st.rank)
     else:

@@ -1535,9 +1535,13 @@ def replay_unsupported(cfg: ModelConfig, setup: TrainingSetup | None = None, seq
     except the mixture of experts, which the replay models under every setup (the ``_moe_*`` functions;
     ``setup`` is accepted for the callers that pass it).  Empty: ``predict_training_step`` is exact.
     With ``seq``, also whether the peaks are exact lines in the batch (``moe_lines_in_batch``), which
-    the capacity figures need."""
-    del setup  # every attention × checkpoint × precision × AdamW combination is modelled
+    the capacity figures need.  Of the checkpoint modes it models none, full and selective; torchtitan's per-op
+    checkpointing (``op``) is the op library's (``analytic.ops.course``), which the single-GPU memory account uses."""
     out = [u for u in cfg.unsupported_for_replay() if u != "mixture of experts"]
+    if setup is not None and setup.checkpoint == "op":
+        out.append(
+            "torchtitan's per-op checkpointing (--checkpoint op; on one GPU the op library's course program models it)"
+        )
     if seq is not None and not moe_lines_in_batch(cfg, seq):
         out.append(f"mixture of experts at context {seq} (S·k not a multiple of E, or below 2·E)")
     return out

@@ -72,9 +72,9 @@ def require_transformers():
 
 def check_hf_setup(cfg: ModelConfig, setup: TrainingSetup, device: str) -> None:
     """Refuse, before anything is built, what transformers' model cannot run here (one line each)."""
-    if setup.checkpoint == "selective":
+    if setup.checkpoint in ("selective", "op"):
         raise AccountingError(
-            "transformers has no selective activation checkpointing (activation_checkpointing_enable "
+            f"transformers has no {setup.checkpoint} activation checkpointing (activation_checkpointing_enable "
             "recomputes whole decoder layers): use --checkpoint full or none"
         )
 

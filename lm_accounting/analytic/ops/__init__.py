@@ -78,6 +78,8 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup, impl: str) -> list[str]:
         programs = _programs(impl)
     except ImportError:
         return [f"--impl {impl} has no programs yet"]
+    if impl != "course" and setup.checkpoint == "op":  # torchtitan's policy, programmed on our model only
+        return [f"--impl {impl} has no torchtitan per-op selective checkpointing (--checkpoint op: --impl course)"]
     return programs.unsupported(cfg, setup)
 
 
