@@ -9,8 +9,11 @@ import pytest
 
 import lm_accounting.plan as pl
 from lm_accounting.analytic.pipeline import (
+    _flat,
+    _interleaved_first_backward,
     _interleaved_kept,
     _like,
+    _stage_saved,
     _states,
     _sum_states,
     interleaved_dp_rank,
@@ -114,6 +117,9 @@ def test_interleaved_kept_bytes_are_each_chunks_rule():
             )
             buffers = sum(schedule_buffers(cfg, 8192, b, setup, chunks_lay, c) for c in models) // S * m
             assert _interleaved_kept(cfg, 8192, b, setup, lay, rank, None) == (st, base, buffers)
+            # each chunk's saved activations (one cached look-up per rank, for every m) are its stage's rule
+            saved = [_stage_saved.__wrapped__(cfg, 8192, b, setup, _flat(lay), S, c) for c in lay.chunks(rank)]
+            assert list(_interleaved_first_backward(cfg, 8192, b, setup, lay, rank, None)[3]) == saved
 
 
 def test_a_config_hashes_as_its_fields_and_pickles_without_its_hash():
@@ -287,7 +293,7 @@ def test_interleaved_floors_and_the_stopped_replay_are_lower_bounds_on_random_la
     that bound, at most the worst.  The activations term binds (exceeds the units') on many of them."""
     import random
 
-    from lm_accounting.analytic.pipeline import _interleaved_first_backward, pipeline_stages, stage_floor
+    from lm_accounting.analytic.pipeline import pipeline_stages, stage_floor
     from lm_accounting.config import ModelConfig
 
     rng = random.Random(28)
