@@ -653,16 +653,18 @@ def _by_gpu_hours(pending: list, pricing: _Pricing | _CpPricing):
 def _need(cfg, seq, b, setup, lay, g: GPU, allowance, exact: bool = False) -> tuple[int, bool]:
     """(the per-GPU need, peak + allowance, whether it is exact).  A layout whose floor (``stage_floor``,
     ``rank_floor``: lower bounds of the peak) already exceeds the GPU is not replayed unless ``exact``:
-    its need is then that floor.  Nor, unless ``exact``, are a pipeline's stages or ranks after the first whose
-    peak exceeds the GPU (``_peak``'s ``stop_above``): its need is then that one's, a lower bound too."""
+    its need is then that floor (interleaved: the first pipeline rank's alone where it exceeds the GPU).  Nor,
+    unless ``exact``, are a pipeline's stages or ranks after the first whose peak exceeds the GPU (``_peak``'s
+    ``stop_above``): its need is then that one's, a lower bound too."""
     if exact:
         return _peak(cfg, seq, b, setup, lay) + allowance, True
     # CP: the flattened rank's floor at S/cp (its peak is at most the CP rank's: tests/test_cp.py)
     flat, s = lay.flat_cp(), seq // lay.cp
-    floor = (stage_floor if flat.pp > 1 else rank_floor)(cfg, s, b, setup, flat) + allowance
-    if floor > g.cuda_total:
-        return floor, False
-    need = _peak(cfg, seq, b, setup, lay, stop_above=g.cuda_total - allowance) + allowance
+    budget = g.cuda_total - allowance
+    floor = stage_floor(cfg, s, b, setup, flat, budget) if flat.pp > 1 else rank_floor(cfg, s, b, setup, flat)
+    if floor > budget:
+        return floor + allowance, False
+    need = _peak(cfg, seq, b, setup, lay, stop_above=budget) + allowance
     return need, need <= g.cuda_total or lay.pp == 1 or lay.cp > 1
 
 

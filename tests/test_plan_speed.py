@@ -289,8 +289,8 @@ def test_interleaved_floors_and_the_stopped_replay_are_lower_bounds_on_random_la
     ranks at the first above the GPU.  On 300 random interleaved layouts (pp 2/4, v 2-4, even and uneven, DDP,
     ZeRO-1/2/3, HSDP, TP ± SP ± VP, every checkpointing and precision, m = pp·1..3) the floor, now the larger of the
     units unsharded and the saved activations in flight at the first backward (each forward's ``_stage_saved``),
-    never exceeds the worst rank's replayed peak, and a replay stopped above any bound returns a rank's peak: above
-    that bound, at most the worst.  The activations term binds (exceeds the units') on many of them."""
+    never exceeds the worst rank's replayed peak, and a replay (a floor) stopped above any bound returns a rank's
+    peak (floor): above that bound, at most the worst (the floor).  The activations term binds (exceeds the units') on many of them."""
     import random
 
     from lm_accounting.analytic.pipeline import pipeline_stages, stage_floor
@@ -331,6 +331,8 @@ def test_interleaved_floors_and_the_stopped_replay_are_lower_bounds_on_random_la
         binding += any(x[4] > (x[0].unsharded_all if fsdp else 0) for x in units)
         stop = rng.randrange(floor // 2, peak + 1)
         got = pipeline_stages(cfg, seq, batch, setup, lay, with_traced=False, stop_above=stop)[1].peak
+        first = stage_floor(cfg, seq, batch, setup, lay, stop_above=stop // 2)  # the first rank's, where above
+        assert first == floor or stop // 2 < first <= floor, (lay.label, setup, stop // 2, first, floor)
         assert got == peak or stop < got <= peak, (lay.label, setup, stop, got, peak)
         stopped += got != peak
         checked += 1

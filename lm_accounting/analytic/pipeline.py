@@ -129,7 +129,9 @@ def pipeline_stages(
     return best
 
 
-def stage_floor(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout) -> int:
+def stage_floor(
+    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, stop_above: int | None = None
+) -> int:
     """A lower bound of the worst stage's peak, without the replay (the planner's first look): stage 0's
     or the last stage's baseline, receive buffers and the saved activations of its w = min(m, P − s)
     warm-up micro-batches, all live when its first backward starts (each forward keeps at least what its
@@ -138,7 +140,8 @@ def stage_floor(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, la
     buffers, + the larger of two bytes each live at some point: beside FSDP2 its chunks' units unsharded (the
     runtime's UNSHARD before the first compute), and the saved activations of the chunk micro-batches in flight
     at its first backward (``_interleaved_first_backward``: each forward before it keeps what its chunk saves,
-    as under 1F1B; tests/test_plan_speed.py checks the floor on random interleaved candidates)."""
+    as under 1F1B; tests/test_plan_speed.py checks the floor on random interleaved candidates); ``stop_above``
+    (the planner's budget): the first rank's alone where it exceeds it, a lower bound too."""
     layout = layout.shard_group()  # HSDP: its shard group's FSDP2 stages (``parallel`` rule 8)
     if layout.virtual_stages > 1:
         fsdp = layout.fsdp and layout.dp > 1  # the runtime's UNSHARD (or the estimate's units) before any compute
@@ -147,7 +150,8 @@ def stage_floor(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, la
             st, base, buffers, _, in_flight = _interleaved_first_backward(cfg, seq, batch, setup, layout, r, None)
             return base + buffers + max(st.unsharded_all if fsdp else 0, in_flight)
 
-        return max(kept(r) for r in {0, layout.pp - 1})
+        floor = kept(0)
+        return floor if stop_above is not None and floor > stop_above else max(floor, kept(layout.pp - 1))
     flat, P = _flat(layout), layout.pp
     return max(
         stage_baseline(cfg, seq, batch, setup, layout, s)
