@@ -1308,16 +1308,10 @@ def _interleaved_first_backward(cfg, seq, batch, setup, layout, rank, dp_rank):
     ``interleaved_rank_estimate`` and ``interleaved_rank_step`` share."""
     states_setup = _states_setup(setup.precision, setup.optimizer)  # all they read
     st, base, buffers = _interleaved_kept(cfg, seq, batch, states_setup, layout, rank, dp_rank)
-    saved = _chunks_saved(cfg, seq, batch, setup, _flat(layout), layout.pp, layout.virtual_stages, rank)
+    flat, S = _flat(layout), layout.stages
+    saved = [_stage_saved(cfg, seq, batch, setup, flat, S, c) for c in layout.chunks(rank)]
     first = _in_flight(layout.pp, layout.virtual_stages, layout.micro_batches, rank)[1]
     return st, base, buffers, saved, sum(n * x for n, x in zip(first, saved, strict=True))
-
-
-@lru_cache(maxsize=16384)
-def _chunks_saved(cfg, seq, batch, setup, flat: ParallelLayout, pp: int, v: int, rank: int) -> tuple[int, ...]:
-    """``_stage_saved`` of each chunk of pipeline rank ``rank`` (``ParallelLayout.chunks``: stages rank, rank + pp,
-    ... of pp·v), cached on what it reads: one look-up per rank, not per chunk (``plan`` floors thousands)."""
-    return tuple(_stage_saved(cfg, seq, batch, setup, flat, pp * v, c) for c in range(rank, pp * v, pp))
 
 
 @lru_cache(maxsize=16384)
