@@ -27,8 +27,9 @@ and only then is their number known).  A check: a candidate whose floor (``rank_
 ``stage_floor``: its model states, receive buffers and saved activations, lower bounds of the peak)
 already exceeds the GPU is not replayed, nor is a larger micro-batch of a layout and checkpointing
 whose smaller one does not fit (the peak grows with b; not under interleaved 1F1B, whose peak can fall as
-b grows: fewer micro-batches, another order); the rest are replayed.  Where nothing fits,
-the floored candidates that might hold the smallest need are replayed for the message.
+b grows: fewer micro-batches, another order); the rest are replayed, a pipeline's stages or ranks (rank 0
+first) only until one is above the GPU (its peak a lower bound of the worst, a floor too).  Where nothing fits,
+the floored candidates that might hold the smallest need are replayed whole for the message.
 
 Step time (one optimizer step, k = sequences per dp rank / b micro-batches):
 
