@@ -27,8 +27,9 @@ and only then is their number known).  A check: a candidate whose floor (``rank_
 ``stage_floor``: its model states, receive buffers and saved activations, lower bounds of the peak)
 already exceeds the GPU is not replayed, nor is a larger micro-batch of a layout and checkpointing
 whose smaller one does not fit (the peak grows with b; not under interleaved 1F1B, whose peak can fall as
-b grows: fewer micro-batches, another order); the rest are replayed.  Where nothing fits,
-the floored candidates that might hold the smallest need are replayed for the message.
+b grows: fewer micro-batches, another order); the rest are replayed, a pipeline's stages or ranks (rank 0
+first) only until one is above the GPU (its peak a lower bound of the worst, a floor too).  Where nothing fits,
+the floored candidates that might hold the smallest need are replayed whole for the message.
 
 Step time (one optimizer step, k = sequences per dp rank / b micro-batches):
 
@@ -395,13 +396,15 @@ def _seconds(bytes_: int, bw: int) -> float:
     return bytes_ / bw if bytes_ else 0.0
 
 
-def _peak(cfg, seq, b, setup, lay) -> int:
+def _peak(cfg, seq, b, setup, lay, stop_above: int | None = None) -> int:
+    """The worst rank's plain peak; under pp, where ``stop_above`` is given, the first stage's or pipeline rank's
+    peak above it instead, when one is (``pipeline_stages``: then a lower bound of the worst)."""
     if lay.cp > 1:  # the worst cp rank, its ring replayed (analytic.context_parallel)
         from .analytic.context_parallel import cp_rank_step
 
         return cp_rank_step(cfg, seq, b, setup, lay, mode="plain")[0].peak
     if lay.pp > 1:
-        return pipeline_stages(cfg, seq, b, setup, lay, with_traced=False)[1].peak
+        return pipeline_stages(cfg, seq, b, setup, lay, with_traced=False, stop_above=stop_above)[1].peak
     return rank_step(cfg, seq, b, setup, lay, mode="plain")[0].peak
 
 
@@ -654,14 +657,19 @@ def _by_gpu_hours(pending: list, pricing: _Pricing | _CpPricing):
 def _need(cfg, seq, b, setup, lay, g: GPU, allowance, exact: bool = False) -> tuple[int, bool]:
     """(the per-GPU need, peak + allowance, whether it is exact).  A layout whose floor (``stage_floor``,
     ``rank_floor``: lower bounds of the peak) already exceeds the GPU is not replayed unless ``exact``:
-    its need is then that floor."""
-    if not exact:
-        # CP: the flattened rank's floor at S/cp (its peak is at most the CP rank's: tests/test_cp.py)
-        flat, s = lay.flat_cp(), seq // lay.cp
-        floor = (stage_floor if flat.pp > 1 else rank_floor)(cfg, s, b, setup, flat) + allowance
-        if floor > g.cuda_total:
-            return floor, False
-    return _peak(cfg, seq, b, setup, lay) + allowance, True
+    its need is then that floor (interleaved: the first pipeline rank's alone where it exceeds the GPU).  Nor,
+    unless ``exact``, are a pipeline's stages or ranks after the first whose peak exceeds the GPU (``_peak``'s
+    ``stop_above``): its need is then that one's, a lower bound too."""
+    if exact:
+        return _peak(cfg, seq, b, setup, lay) + allowance, True
+    # CP: the flattened rank's floor at S/cp (its peak is at most the CP rank's: tests/test_cp.py)
+    flat, s = lay.flat_cp(), seq // lay.cp
+    budget = g.cuda_total - allowance
+    floor = stage_floor(cfg, s, b, setup, flat, budget) if flat.pp > 1 else rank_floor(cfg, s, b, setup, flat)
+    if floor > budget:
+        return floor + allowance, False
+    need = _peak(cfg, seq, b, setup, lay, stop_above=budget) + allowance
+    return need, need <= g.cuda_total or lay.pp == 1 or lay.cp > 1
 
 
 def check_plan(

@@ -173,7 +173,7 @@ def test_floors_are_lower_bounds_that_change_nothing(monkeypatch):
     cfg = dataclasses.replace(SMALL, num_layers=4, name="small4")
     peak, seen = pl._peak, []
 
-    def checked(cfg, seq, b, setup, lay):
+    def checked(cfg, seq, b, setup, lay, stop_above=None):  # every stage replayed: the worst's peak
         v = peak(cfg, seq, b, setup, lay)
         seen.append(((stage_floor if lay.pp > 1 else rank_floor)(cfg, seq, b, setup, lay), v, lay.label))
         return v
