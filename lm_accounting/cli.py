@@ -303,7 +303,8 @@ def setup_options(func: Callable[..., Any]) -> Callable[..., Any]:
         type=click.Choice(CHECKPOINTS),
         default="none",
         show_default=True,
-        help="Activation checkpointing per block: none, full, or selective (matmul outputs kept).",
+        help="Activation checkpointing per block: none, full, selective (matmul outputs kept), or op "
+        "(torchtitan's per-op SAC: every second mm rerun).",
     )
     @click.option(
         "--precision",
@@ -660,6 +661,13 @@ def crosscheck_cmd(
     "transformers for a config.json, course for a preset or a TOML file (and under a "
     "parallel layout).",
 )
+@click.option(
+    "--find-unused-parameters/--no-find-unused-parameters",
+    "find_unused",
+    default=None,
+    help="DDP or ZeRO-1 over --impl transformers: DistributedDataParallel's find_unused_parameters (default: the "
+    "HF Trainer's, on without --checkpoint; on, the used-parameter maps are measured with --measure cpu only).",
+)
 @allow_long_option
 @setup_options
 @layout_options
@@ -678,6 +686,7 @@ def memory_cmd(
     allow_long: bool,
     setup: Any,
     impl: str | None,
+    find_unused: bool | None,
     layout: Any = None,
     rank: int | None = None,
 ) -> None:
@@ -691,7 +700,7 @@ def memory_cmd(
     request = memory.Request(
         cfg, context, batch, with_dtype(implementation_setup(setup, impl, [cfg]), dtype), layout, gpu=gpu_name,
         allowance=allowance, budget=budget, rank=rank, measure=measure, measure_method=measure_method,
-        allow_long=allow_long, impl=impl,
+        allow_long=allow_long, impl=impl, find_unused=find_unused,
     )  # fmt: skip
     emit(memory.measure(request, memory.run(request)), fmt)
 

@@ -44,7 +44,8 @@ cannot take, with one line.  The layouts map onto torch.distributed (torch 2.13)
   all-reduced over the replicate group (``_fsdp_collectives.foreach_reduce``).  Data-parallel rank k
   is replica k // s, shard rank k mod s.  Beside expert parallel, torchtitan's MoE mesh: ep borrowed from the
   shard group (``parallelisms.hsdp``; ep divides s).  Beside pipeline parallel, each stage's units over its
-  shard group (the mesh (pp, dp_replicate, dp_shard, tp)); not beside both pipeline and expert parallel.
+  shard group (the mesh (pp, dp_replicate, dp_shard, tp)); not beside both pipeline and expert parallel (no
+  mixture of experts is accounted under pipeline parallel: ``parallelisms.hsdp``).
 
 * ``cp`` (context parallel, torchtitan's ``ParallelDims.cp``; ``parallelisms.cp``): each sequence's positions
   split over cp ranks, load-balanced, the fused attention run as torch 2.13's ring attention; the mesh is

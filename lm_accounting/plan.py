@@ -11,8 +11,8 @@ replicate × shard mesh, ``layout``; torchtitan's dp_replicate × dp_shard) with
 (shard a power of two, 2 <= shard, shard·tp <= 8) and at least two replicas, without pp, beside ep when ep divides
 the shard (torchtitan's MoE mesh: the ep ranks and the expert units' shard group inside the node); and context
 parallel from ``MIN_CP_CONTEXT`` positions up: cp a power of two up to ``MAX_CP`` that ``parallelisms.cp`` takes (S a
-multiple of 2·cp; a dense model without MLA), dp = W / (tp·pp·cp), ZeRO over the dp·cp ranks, beside dp and tp only
-and without selective checkpointing (``_families``, ``_context_setups``: what CP refuses is not enumerated).
+multiple of 2·cp; a dense model without MLA), dp = W / (tp·pp·cp), ZeRO over the dp·cp ranks, beside the degrees CP
+takes (``parallelisms.cp.BESIDE`` names those it does not) and with no or full checkpointing (``_families``, ``_context_setups``: what CP refuses is not enumerated).
 Setup: fused attention (sdpa), amp-bf16, foreach AdamW.  Memory per GPU is ``analytic.parallel``
 (the worst rank, plain run); a candidate fits when it is within the budget per GPU, the GPU's CUDA-reported
 total less the allowance (``gpus.memory_budget``, the rule of ``memory`` and ``infer`` too): peak + allowance
@@ -30,8 +30,9 @@ and only then is their number known).  A check: a candidate whose floor (``rank_
 ``stage_floor``: its model states, receive buffers and saved activations, lower bounds of the peak)
 already exceeds the GPU is not replayed, nor is a larger micro-batch of a layout and checkpointing
 whose smaller one does not fit (the peak grows with b; not under interleaved 1F1B, whose peak can fall as
-b grows: fewer micro-batches, another order); the rest are replayed.  Where nothing fits,
-the floored candidates that might hold the smallest need are replayed for the message.
+b grows: fewer micro-batches, another order); the rest are replayed, a pipeline's stages or ranks (rank 0
+first) only until one is above the GPU (its peak a lower bound of the worst, a floor too).  Where nothing fits,
+the floored candidates that might hold the smallest need are replayed whole for the message.
 
 Step time (one optimizer step, k = sequences per dp rank / b micro-batches):
 
@@ -109,6 +110,9 @@ from .parallelisms import group_ranks
 from .result import Result
 from .setup import CHECKPOINTS, TrainingSetup
 from .units import fmt_bytes
+
+PLANNED_CHECKPOINTS = tuple(c for c in CHECKPOINTS if c != "op")
+"""The checkpointings plan searches: not ``op`` (torchtitan's per-op SAC), which the per-rank replay lacks."""
 
 GPUS_PER_NODE = 8
 MAX_PP = 16  # pipeline stages tried: 1, 2, 4, 8, 16
@@ -398,13 +402,15 @@ def _seconds(bytes_: int, bw: int) -> float:
     return bytes_ / bw if bytes_ else 0.0
 
 
-def _peak(cfg, seq, b, setup, lay) -> int:
+def _peak(cfg, seq, b, setup, lay, stop_above: int | None = None) -> int:
+    """The worst rank's plain peak; under pp, where ``stop_above`` is given, the first stage's or pipeline rank's
+    peak above it instead, when one is (``pipeline_stages``: then a lower bound of the worst)."""
     if lay.cp > 1:  # the worst cp rank, its ring replayed (analytic.context_parallel)
         from .analytic.context_parallel import cp_rank_step
 
         return cp_rank_step(cfg, seq, b, setup, lay, mode="plain")[0].peak
     if lay.pp > 1:
-        return pipeline_stages(cfg, seq, b, setup, lay, with_traced=False)[1].peak
+        return pipeline_stages(cfg, seq, b, setup, lay, with_traced=False, stop_above=stop_above)[1].peak
     return rank_step(cfg, seq, b, setup, lay, mode="plain")[0].peak
 
 
@@ -663,14 +669,19 @@ def _by_gpu_hours(pending: list, pricing: _Pricing | _CpPricing):
 def _need(cfg, seq, b, setup, lay, g: GPU, allowance, exact: bool = False) -> tuple[int, bool]:
     """(the per-GPU need, peak + allowance, whether it is exact).  A layout whose floor (``stage_floor``,
     ``rank_floor``: lower bounds of the peak) already exceeds the GPU is not replayed unless ``exact``:
-    its need is then that floor."""
-    if not exact:
-        # CP: the flattened rank's floor at S/cp (its peak is at most the CP rank's: tests/test_cp.py)
-        flat, s = lay.flat_cp(), seq // lay.cp
-        floor = (stage_floor if flat.pp > 1 else rank_floor)(cfg, s, b, setup, flat) + allowance
-        if floor > g.cuda_total:
-            return floor, False
-    return _peak(cfg, seq, b, setup, lay) + allowance, True
+    its need is then that floor (interleaved: the first pipeline rank's alone where it exceeds the GPU).  Nor,
+    unless ``exact``, are a pipeline's stages or ranks after the first whose peak exceeds the GPU (``_peak``'s
+    ``stop_above``): its need is then that one's, a lower bound too."""
+    if exact:
+        return _peak(cfg, seq, b, setup, lay) + allowance, True
+    # CP: the flattened rank's floor at S/cp (its peak is at most the CP rank's: tests/test_cp.py)
+    flat, s = lay.flat_cp(), seq // lay.cp
+    budget = g.cuda_total - allowance
+    floor = stage_floor(cfg, s, b, setup, flat, budget) if flat.pp > 1 else rank_floor(cfg, s, b, setup, flat)
+    if floor > budget:
+        return floor + allowance, False
+    need = _peak(cfg, seq, b, setup, lay, stop_above=budget) + allowance
+    return need, need <= g.cuda_total or lay.pp == 1 or lay.cp > 1
 
 
 def check_plan(
@@ -748,7 +759,7 @@ def plan(
     pending, evaluated_ep = [], False  # every candidate, with its step times: ranked before any replay
     cp = own.layout.cp > 1 if own is not None else seq >= MIN_CP_CONTEXT  # context parallel priced: ``_CpPricing``
     pricing = (_CpPricing if cp else _Pricing)(cfg, seq, g, efficiency, internode_bw)
-    checkpoints = CHECKPOINTS if own is None or own.checkpoint is None else (own.checkpoint,)
+    checkpoints = PLANNED_CHECKPOINTS if own is None or own.checkpoint is None else (own.checkpoint,)
     setups = [TrainingSetup(attention="sdpa", checkpoint=ck, precision="amp-bf16") for ck in checkpoints]
     if own is not None:
         gpus = (own.layout.world, own.layout.world)
@@ -913,6 +924,11 @@ class OwnLayout:
             raise AccountingError(f"{lay.label}: expert parallel is planned under FSDP2 (--zero 2 or 3)")
         if lay.tp > GPUS_PER_NODE:
             raise AccountingError(f"{lay.label}: tp={lay.tp} spans nodes; plan keeps a TP group within one node")
+        if self.checkpoint == "op":  # the per-rank replay (``replay.replay_unsupported``) lacks torchtitan's policy
+            raise AccountingError(
+                f"{lay.label}: plan has no per-rank memory under --checkpoint op (torchtitan's per-op checkpointing); "
+                "its step time: lm-account memory --checkpoint op with the layout, or train-time on one GPU"
+            )
         if lay.cp > 1 and self.checkpoint == "selective":
             raise AccountingError(f"{lay.label}: context parallel with selective checkpointing is not measured")
         fields = ("dp", "zero", "tp", "sequence_parallel", "vocab_parallel", "pp", "ep", "virtual_stages", "replicate")
@@ -996,7 +1012,7 @@ def context_parallel_words(seq: int) -> str:
     return (
         f"Context parallel searched: {searched} (MIN_CP_CONTEXT, MAX_CP); never beside "
         + ", ".join(what for _, what in BESIDE)
-        + ", a mixture of experts or latent attention, nor with selective checkpointing (context parallel refuses"
+        + ", a mixture of experts or latent attention, nor with selective or op checkpointing (context parallel refuses"
         " them): ring attention of the fused kernel over the cp ranks (tp apart), its collectives not overlapped."
     )
 
@@ -1012,7 +1028,7 @@ def _context_beside(fields: tuple) -> bool:
 
 def _beside_context(family: dict) -> bool:
     """Whether context parallel runs beside ``family``'s other degrees: ``ParallelLayout``'s own validation
-    (``parallelisms.cp``: not beside SP, vocab parallel, PP, EP or HSDP), cached on the family's fields."""
+    (``parallelisms.cp``: not beside the degrees of its ``BESIDE``), cached on the family's fields."""
     return _context_beside(tuple(family.items()))
 
 

@@ -24,14 +24,22 @@ is_causal=True)``, which saves q, k, v, the output (B, h, S, d_head) and the log
 in fp32; on cuda ``F.scaled_dot_product_attention(..., is_causal=True, enable_gqa=kv < h)`` restricted
 to the flash and memory-efficient backends.  K and V keep their kv heads (no expansion to h)."""
 
-CHECKPOINTS = ("none", "full", "selective")
+CHECKPOINTS = ("none", "full", "selective", "op")
 """``none``: autograd keeps everything the block's ops save.  ``full``: each transformer block runs
 under ``torch.utils.checkpoint.checkpoint(block, ..., use_reentrant=False,
 preserve_rng_state=False)``: only its inputs are kept, and the whole block is recomputed in
 backward (embedding, final norm and LM head are not checkpointed).  ``selective``: the same call with
 ``context_fn=create_selective_checkpoint_contexts(policy)``; the policy MUST_SAVEs the outputs of
 ``aten.mm``, ``aten.bmm``, ``aten.addmm`` and the fused-attention ops (``_scaled_dot_product_*``) and
-recomputes every other op (norms, RoPE, casts, scaling, mask, softmax, SiLU, gating) in backward."""
+recomputes every other op (norms, RoPE, casts, scaling, mask, softmax, SiLU, gating) in backward.
+``op``: torchtitan's per-op selective checkpointing ("selective op AC", ``--activation_checkpoint.mode selective
+--activation_checkpoint.selective_ac_option op``; e7c0cae ``parallelize_llama.py`` ``_apply_ac_to_transformer_block``):
+the same call with torchtitan's policy (``model.transformer.op_sac_policy``): its ``_save_list`` (``aten.mm``, the
+flash and memory-efficient attention, reduce-scatter, ``aten.max``; no ``bmm``) MUST_SAVE, except every second
+``aten.mm`` of the block (counted per checkpointed call, separately in the forward and the recompute), which is
+recomputed with everything else.  In our blocks the mms run q, k, v, output, w1, w3, w2: k, output and w3 are
+recomputed; naive attention's QKᵀ and AV (``bmm``) too.  Our one addition: the CPU flash kernel (meta, cpu) is
+saved as CUDA's flash is."""
 
 PRECISIONS = ("fp32", "bf16", "amp-bf16")
 """``fp32``: parameters, activations, gradients and AdamW state in fp32.  ``bf16``: the model is

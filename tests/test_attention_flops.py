@@ -81,14 +81,19 @@ def test_sdpa_forward_equals_naive_qk_plus_av_in_both_counters(cfg):
 def test_hardware_flops_by_hand():
     """TINY (d 32, h 4, d_head 8, d_ff 64, V 97, 2 layers) at B=2, S=16, T=32 tokens, per layer:
     q,k,v,o 4·2·32·32·32 = 262,144; qk = av = 2·2·4·16·16·8 = 32,768; w1,w2,w3 3·2·32·32·64 = 393,216;
-    so a layer is 720,896, w2 131,072; LM head 2·32·32·97 = 198,656; F = 2·720,896 + 198,656 = 1,640,448."""
+    so a layer is 720,896, w2 131,072; LM head 2·32·32·97 = 198,656; F = 2·720,896 + 198,656 = 1,640,448.
+    torchtitan's per-op SAC (``op``): of the mms q k v o w1 w3 w2 it reruns the 2nd, 4th, 6th, k + o + w3 =
+    65,536 + 65,536 + 131,072 = 262,144 a layer, and naive attention's QKᵀ and AV (bmm, not in its save list)."""
     forward, layer, w2, qk = 1_640_448, 720_896, 131_072, 32_768
+    op = 65_536 + 65_536 + 131_072
     for setup, recompute, attn in [
         (TrainingSetup(), 0, 0),
         (TrainingSetup(checkpoint="full"), 2 * (layer - w2), 0),
         (TrainingSetup(checkpoint="selective"), 0, 0),
         (TrainingSetup(attention="sdpa"), 0, 2 * qk),
         (TrainingSetup(attention="sdpa", checkpoint="full"), 2 * (layer - w2), 2 * qk),
+        (TrainingSetup(checkpoint="op"), 2 * (op + 2 * qk), 0),
+        (TrainingSetup(attention="sdpa", checkpoint="op"), 2 * op, 2 * qk),
     ]:
         p = predicted(TINY, S, B, setup)
         assert (p.forward, p.model, p.recompute, p.attention_recompute) == (forward, 3 * forward, recompute, attn)
@@ -105,6 +110,19 @@ def test_whole_step_counts_the_predicted_hardware_flops(setup):
         assert measured(cfg, S, B, setup) == p.hardware
         if setup.checkpoint in ("none", "selective") and setup.attention == "naive":
             assert p.hardware == p.model == 3 * forward_flops(cfg, S, B).total
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["gpt2", "deepseek_v3", "mixtral", "glm4_moe"])
+def test_op_checkpointing_counts_the_predicted_hardware_flops(arch):
+    """torchtitan's per-op SAC beyond the Llama block: a 2-matrix GELU MLP, latent attention with a dense first
+    layer and shared experts (each block kind numbers its own mms), routed experts (``bmm``: all rerun, the
+    last one too without shared experts): FlopCounterMode over the whole step = ``hardware_flops``."""
+    from test_ops_course import NAIVE_ONLY, config
+
+    for attention in ("naive",) if arch in NAIVE_ONLY else ("naive", "sdpa"):
+        setup = TrainingSetup(attention=attention, checkpoint="op")
+        assert measured(config(arch), 8, 2, setup) == predicted(config(arch), 8, 2, setup).hardware
 
 
 def test_whole_step_at_a_larger_shape():

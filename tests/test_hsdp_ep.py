@@ -60,6 +60,16 @@ def test_the_cli_refuses_in_one_line(run_cli):
     assert r.code == 2 and r.out == "" and len(r.err.strip().splitlines()) == 1 and "shard degree 4" in r.err
 
 
+def test_hsdp_beside_pipeline_and_expert_parallel_says_why_in_one_line(run_cli):
+    """The refusal names its cause: no mixture of experts is accounted under pipeline parallel (HSDP or not)."""
+    args = ["--dp", "8", "--zero", "3", "--replicate", "2", "--ep", "2", "--pp", "2"]
+    r = run_cli("memory", "qwen3-30b-a3b", *args)
+    assert r.code == 2 and r.out == "" and len(r.err.strip().splitlines()) == 1, r.err
+    assert "no mixture of experts is accounted under pipeline parallel" in r.err
+    r = run_cli("memory", "qwen3-30b-a3b", "--dp", "8", "--zero", "3", "--ep", "2", "--pp", "2")
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "pipeline parallel are not" in r.err, r.err
+
+
 def test_the_cli_accounts_the_mesh(run_cli):
     r = run_cli("memory", "qwen3-30b-a3b", "--dp", "16", "--zero", "3", "--replicate", "2", "--ep", "4")
     assert r.code == 0 and "hsdp2x8·ep4" in r.out, r.err

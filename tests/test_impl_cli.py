@@ -143,8 +143,10 @@ def test_deepseek_v3_under_transformers_is_predicted_eager_and_sdpa(run_cli):
         (["mistral-7b", "--impl", "torchtitan"], "torchtitan ships deepseek_v3, llama3, qwen3 only"),
         (["gpt2-small", "--impl", "torchtitan"], "gpt2-small is none of them"),
         (["qwen3-0.6b", "--impl", "torchtitan"], "torchtitan 0.3.0 installs against torch 2.13"),
-        (["llama-3-8b", "--impl", "transformers", "--dp", "8", "--zero", "1", "--tp", "2"], "data parallel only"),
-        (["llama-3-8b", "--impl", "transformers", "--tp", "2"], "data parallel only"),
+        (["llama-3-8b", "--impl", "transformers", "--dp", "8", "--zero", "1", "--tp", "2"], "run alone"),
+        (["llama-3-8b", "--impl", "transformers", "--tp", "2", "--sp"], "no sequence parallel"),
+        (["openai-gpt2", "--impl", "transformers", "--tp", "2"], "tensor parallel over transformers' gpt2"),
+        (["llama-3-8b", "--impl", "transformers", "--tp", "8", "--measure", "meta"], "TP runs on real tensors only"),
         (["gpt2-small", "--impl", "nosuch"], "Invalid value for '--impl'"),
     ],
 )

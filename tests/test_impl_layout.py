@@ -94,13 +94,26 @@ def test_ddp_of_transformers_model_by_hand(run_cli, llama_json):
     """``--dp 4 --zero 0``: DDP as the HF Trainer wraps the model.  Every rank holds every parameter, AdamW's two
     moments and the reducer's bucket buffers, a copy of every gradient (16 bytes an element), the token ids and
     labels and the rotary buffers; backward ends with the whole gradients added.  The collectives are the bucket
-    all-reduces: 4·N = 312,576 bytes, one bucket (under the 1 MiB first cap).  The text names DDP."""
-    data = layout_json(run_cli, llama_json, "--dp", "4", "--zero", "0")
+    all-reduces: 4·N = 312,576 bytes, one bucket (under the 1 MiB first cap).  The text names DDP.  Without
+    checkpointing the HF Trainer turns ``find_unused_parameters`` on (the default here): the reducer's two int32
+    maps, one slot per parameter tensor (21: 9 per layer, the embedding, the final norm and the head), add 2·4·21
+    bytes, and the 84-byte map is all-reduced after the buckets."""
+    off = layout_json(run_cli, llama_json, "--dp", "4", "--zero", "0", "--no-find-unused-parameters")
     baseline = 16 * N + 2 * B * S * 8 + 2 * (16 // 2) * 4
-    step = data["step_traced"]
+    step = off["step_traced"]
     assert step["baseline"] == baseline == 1_251_392 and step["optimizer_step"]["end"] == baseline
     assert step["backward"]["end"] == baseline + 4 * N
-    assert [(c["kind"], c["count"], c["payload_bytes"]) for c in data["collectives"]] == [("all_reduce", 1, 4 * N)]
+    assert [(c["kind"], c["count"], c["payload_bytes"]) for c in off["collectives"]] == [("all_reduce", 1, 4 * N)]
+    on = layout_json(run_cli, llama_json, "--dp", "4", "--zero", "0")
+    assert on["step_traced"]["baseline"] == baseline + 2 * 4 * 21 and on["step_traced"]["backward"]["end"] == (
+        baseline + 4 * N + 2 * 4 * 21
+    )
+    assert [(c["kind"], c["count"], c["payload_bytes"]) for c in on["collectives"]] == [
+        ("all_reduce", 1, 4 * N),
+        ("all_reduce", 1, 4 * 21),
+    ]
+    full = layout_json(run_cli, llama_json, "--dp", "4", "--zero", "0", "--checkpoint", "full")
+    assert full["step_traced"]["baseline"] == baseline  # the Trainer's default under checkpointing: off
     r = run_cli("memory", llama_json, "--impl", "transformers", "-S", S, "--dp", "4", "--zero", "0")
     assert r.code == 0 and "DistributedDataParallel" in r.out and "tests/test_ops_ddp.py" in r.out, r.err
 
@@ -112,7 +125,7 @@ def test_zero1_of_transformers_model_by_hand(run_cli, llama_json):
     four 2,048s to 2, 3, 0, 1: rank 0 owns 20,480 elements (the five 64-element norms go to ranks 2 and 3).  Its
     baseline is DDP's with AdamW's moments of those only; after the step every one of the 21 tensors is broadcast
     from its owner (4·N bytes)."""
-    data = layout_json(run_cli, llama_json, "--dp", "4", "--zero", "1")
+    data = layout_json(run_cli, llama_json, "--dp", "4", "--zero", "1", "--no-find-unused-parameters")
     baseline = 8 * N + 8 * 20_480 + 2 * B * S * 8 + 2 * (16 // 2) * 4
     assert data["step_traced"]["baseline"] == baseline == 790_080
     broadcasts = [(c["count"], c["payload_bytes"]) for c in data["collectives"] if c["kind"] == "broadcast"]
@@ -121,10 +134,33 @@ def test_zero1_of_transformers_model_by_hand(run_cli, llama_json):
 
 @pytest.mark.slow
 def test_ddp_measure_meta_equals_the_fake_pg_job(run_cli, llama_json):
+    """FakeTensors with find_unused_parameters off (or under checkpointing, the Trainer's off); on (the Trainer's
+    default without checkpointing) on real CPU tensors, and refused on meta in one line."""
     for precision, zero in (("bf16", "0"), ("amp-bf16", "0"), ("amp-bf16", "1")):
         args = ["--dp", "2", "--zero", zero, "--measure", "meta", "--precision", precision]
-        data = layout_json(run_cli, llama_json, *args)
+        data = layout_json(run_cli, llama_json, *args, "--no-find-unused-parameters")
         assert data["measured"]["step"] == data["step_traced"], (precision, zero)
+    data = layout_json(run_cli, llama_json, "--dp", "2", "--zero", "0", "--measure", "meta", "--checkpoint", "full")
+    assert data["measured"]["step"] == data["step_traced"]
+    for zero in ("0", "1"):
+        data = layout_json(run_cli, llama_json, "--dp", "2", "--zero", zero, "--measure", "cpu")
+        assert data["measured"]["step"] == data["step_traced"], zero
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--dp", "2", "--zero", "0", "--measure", "meta"], "FakeTensors do not have"),
+        (["--dp", "2", "--zero", "1", "--find-unused-parameters", "--measure", "meta", "--checkpoint", "full"],
+         "FakeTensors do not have"),
+        (["--dp", "2", "--zero", "3", "--find-unused-parameters"], "DDP's option"),
+        (["--no-find-unused-parameters"], "DDP's option"),
+    ],
+    ids=["default-meta", "on-meta", "fsdp2", "one-gpu"],
+)  # fmt: skip
+def test_find_unused_parameters_refusals(run_cli, llama_json, args, message):
+    r = run_cli("memory", llama_json, "--impl", "transformers", "-S", S, *args)
+    one_line_exit_2(r, message)
 
 
 def test_llama_3_8b_at_8k_over_64_ranks_is_the_fake_pg_figure(run_cli):
@@ -141,9 +177,10 @@ def test_llama_3_8b_at_8k_over_64_ranks_is_the_fake_pg_figure(run_cli):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--tp", "2"], "data parallel only"),
+        (["--tp", "2", "--sp"], "no sequence parallel"),
+        (["--tp", "2", "--optimizer", "fused"], "foreach AdamW only"),
         (["--dp", "4", "--zero", "1", "--pp", "2"], "data parallel only"),
-        (["--dp", "4", "--zero", "0", "--tp", "2"], "data parallel only"),
+        (["--dp", "4", "--zero", "0", "--tp", "2"], "tensor parallel is run alone"),
         (["--dp", "4", "--zero", "3", "--rank", "1"], "predicts rank 0 (the worst) only"),
         (["--dp", "4", "--zero", "3", "--measure", "cuda"], "traced and measured on meta or cpu"),
         (["--dp", "4", "--zero", "3", "--measure", "cpu", "--measure-method", "allocator"], "storage tracker"),
@@ -151,6 +188,26 @@ def test_llama_3_8b_at_8k_over_64_ranks_is_the_fake_pg_figure(run_cli):
 )
 def test_a_layout_the_op_library_refuses_is_one_line(run_cli, llama_json, args, message):
     one_line_exit_2(run_cli("memory", llama_json, "--impl", "transformers", "-S", S, *args), message)
+
+
+def test_transformers_tp_prints_the_replay_beside_the_fake_pg_job(run_cli, llama_json):
+    """``--tp 2 --measure meta``: transformers' own TP plan, the replay equal to the job, phase by phase; its
+    collectives by hand (T = B·S = 64 tokens, d 64, vocab 128, 2 layers, fp32): forward, the embedding's and two
+    per layer all-reduced (5 × T·d·4 bytes) and the logits all-gathered (T·V·4); backward, the head's and five
+    per layer input gradients all-reduced (11 × T·d·4)."""
+    data = layout_json(run_cli, llama_json, "--tp", "2", "--measure", "meta")
+    assert data["measured"]["step"] == data["step_traced"]
+    td = B * S * 64 * 4
+    got = {(c["kind"], c["phase"]): (c["count"], c["payload_bytes"]) for c in data["collectives"]}
+    assert got == {
+        ("all_reduce", "forward"): (5, 5 * td),
+        ("all_gather", "forward"): (1, B * S * 128 * 4),
+        ("all_reduce", "backward"): (11, 11 * td),
+    }
+    r = run_cli("memory", llama_json, "--impl", "transformers", "-S", S, "--tp", "2", "--measure", "meta")
+    assert r.code == 0 and "equal, phase by phase" in r.out and "tests/test_ops_tp.py" in r.out, r.err
+    fsdp = layout_json(run_cli, llama_json, "--tp", "2", "--dp", "2", "--zero", "3", "--measure", "meta")
+    assert fsdp["measured"]["step"] == fsdp["step_traced"]
 
 
 def test_moe_and_the_bf16_policy_are_predicted(run_cli, tmp_path):

@@ -218,6 +218,7 @@ def test_a_mixture_of_experts_runs_on_cpu_and_is_refused_on_meta():
     ("cfg", "setup", "device", "message"),
     [
         ("llama", TrainingSetup(checkpoint="selective"), "meta", "no selective activation checkpointing"),
+        ("llama", TrainingSetup(checkpoint="op"), "meta", "no op activation checkpointing"),
         ("gpt2-small", TrainingSetup(), "meta", "not a Hugging Face model"),
         ("llama", TrainingSetup(), "meta-allocator", "reads the CPU allocator"),
         ("gemma2", TrainingSetup(attention="sdpa"), "meta", "transformers refuses this model: Gemma2ForCausalLM"),
@@ -354,7 +355,5 @@ def test_fsdp2_refuses_what_it_does_not_run():
     from lm_accounting.layout import ParallelLayout
     from lm_accounting.measure.hf import measure_hf_step
 
-    with pytest.raises(AccountingError, match="data parallel only"):
-        measure_hf_step(tiny_llama(), S, B, layout=ParallelLayout(dp=2, tp=2, zero=3))
-    with pytest.raises(AccountingError, match="data parallel only"):
+    with pytest.raises(AccountingError, match="tensor parallel is run alone"):
         measure_hf_step(tiny_llama(), S, B, layout=ParallelLayout(dp=4, zero=1, tp=2))

@@ -111,7 +111,7 @@ def config(arch: str) -> ModelConfig:
     return ModelConfig(**{**BASE, **ARCHS[arch]}, name=arch)
 
 
-def setups(arch: str, checkpoints=("none", "full", "selective")):
+def setups(arch: str, checkpoints=("none", "full", "selective", "op")):
     for attention in ("naive",) if arch in NAIVE_ONLY else ("naive", "sdpa"):
         for checkpoint in checkpoints:
             for precision in ("fp32", "bf16", "amp-bf16"):
@@ -124,6 +124,7 @@ def sample(arch: str):
     yield TrainingSetup(attention="naive", checkpoint="none", precision="fp32")
     yield TrainingSetup(attention=fused, checkpoint="full", precision="amp-bf16")
     yield TrainingSetup(attention=fused, checkpoint="selective", precision="bf16")
+    yield TrainingSetup(attention="naive", checkpoint="op", precision="amp-bf16")  # torchtitan's policy: bmm rerun
 
 
 def assert_same(measured, predicted, what):
@@ -152,7 +153,7 @@ def test_every_architecture_equals_the_live_model(arch):
 
 
 @pytest.mark.grid
-@pytest.mark.parametrize("checkpoint", ["none", "full", "selective"])
+@pytest.mark.parametrize("checkpoint", ["none", "full", "selective", "op"])
 @pytest.mark.parametrize("arch", ARCHS)
 def test_grid_equals_the_live_model(arch, checkpoint):
     """Every precision and attention the live model runs, two sequence lengths, B = 1 and 2."""
@@ -196,7 +197,7 @@ def test_the_plain_cpu_run_equals_the_allocator():
 
 @pytest.mark.grid
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "amp-bf16"])
-@pytest.mark.parametrize("checkpoint", ["none", "full", "selective"])
+@pytest.mark.parametrize("checkpoint", ["none", "full", "selective", "op"])
 @pytest.mark.parametrize("arch", ARCHS)
 def test_grid_plain_cpu_run_equals_the_allocator(arch, checkpoint, precision):
     for setup in setups(arch, (checkpoint,)):
@@ -206,7 +207,7 @@ def test_grid_plain_cpu_run_equals_the_allocator(arch, checkpoint, precision):
 
 def legacy_cases(arch: str, seq: int, batches, runs):
     cfg = config(arch)
-    for setup in setups(arch):
+    for setup in setups(arch, ("none", "full", "selective")):  # the legacy replay's (not torchtitan's ``op``)
         for mode, device in runs:
             for batch in batches:
                 got = course.predict_step(cfg, seq, setup, batch=batch, mode=mode, device=device, cpu_threads=2)
@@ -241,6 +242,36 @@ def test_the_legacy_replay_misses_a_view_at_batch_one():
     assert_same(measured, predict_step(cfg, 7, setup, impl="course", batch=1).at(1), "qwen2 B=1")
     legacy = predict_training_step(cfg, 7, 1, setup=setup, mode="traced")
     assert legacy.forward.peak == measured.forward.peak + 56
+
+
+def test_op_checkpointing_keeps_every_second_mm_by_hand():
+    """torchtitan's per-op policy against ours, measured on the live model (meta, bf16, sdpa, B 2, S 8: T = 16
+    tokens, L = 3 blocks): a block's mms run q, k, v, output, w1, w3, w2, and ``op`` recomputes the 2nd, 4th and
+    6th, so the forward ends holding per block k (T·kv·hd = 16·2·10), output (T·d = 16·18) and w3 (T·d_ff = 16·22)
+    fewer bf16 outputs than ``selective``: 3 · 16 · (20 + 18 + 22) · 2 = 5,760 bytes; full keeps none of the
+    seven.  The program predicts each step."""
+    cfg, ends = config("llama"), {}
+    for checkpoint in ("selective", "op", "full"):
+        setup = TrainingSetup(attention="sdpa", checkpoint=checkpoint, precision="bf16")
+        measured = measure_step(cfg, 8, 2, setup=setup)
+        assert_same(measured, predict_step(cfg, 8, setup, impl="course", batch=2).at(2), checkpoint)
+        ends[checkpoint] = measured.phase("forward").end
+    assert ends["selective"] - ends["op"] == 3 * 16 * (20 + 18 + 22) * 2 == 5_760
+    # op's cache per block: the q, v, w1, w2 outputs (T·(60 + 20 + 22 + 18) bf16), the fused kernel's output
+    # (B·h·S·hd = 16·60 bf16) and logsumexp (B·h·S = 2·6·8 fp32)
+    assert ends["op"] - ends["full"] == 3 * (16 * (60 + 20 + 22 + 18) * 2 + 16 * 60 * 2 + 2 * 6 * 8 * 4) == 18_432
+
+
+def test_memory_takes_op_checkpointing_from_the_course_program():
+    """``memory --checkpoint op`` on one GPU: the legacy replay lacks torchtitan's policy (``replay_unsupported``
+    names it), so the account's traced step is the course program's, which equals the live model's."""
+    from lm_accounting.analytic.program_report import predicted_steps, replayed
+    from lm_accounting.analytic.replay import replay_unsupported
+
+    cfg, setup = config("llama"), TrainingSetup(attention="naive", checkpoint="op", precision="fp32")
+    assert not replayed(cfg, setup, "course") and any("per-op" in r for r in replay_unsupported(cfg, setup))
+    _plain, traced = predicted_steps(cfg, 8, 2, impl="course", setup=setup, device="meta")
+    assert_same(measure_step(cfg, 8, 2, setup=setup), traced, "memory --checkpoint op")
 
 
 def test_what_the_course_program_does_not_model():

@@ -29,7 +29,8 @@ def test_a_rank_holds_the_buckets_beside_the_single_gpu_step_by_hand():
     cfg = tiny("llama")
     for precision, e in (("fp32", 4), ("bf16", 2), ("amp-bf16", 4)):
         setup = TrainingSetup(precision=precision)
-        rank = predict_step(cfg, S, setup, impl="transformers", batch=B, layout=DDP4).at(B)
+        rep = Replicate(DDP4)  # find_unused_parameters=False
+        rank = predict_step(cfg, S, setup, impl="transformers", batch=B, layout=DDP4, replicate=rep).at(B)
         one = predict_step(cfg, S, setup, impl="transformers", batch=B).at(B)
         baseline = 4 * e * N + 2 * B * S * 8 + 2 * 2 * 4
         assert rank.baseline == baseline, precision
@@ -39,6 +40,34 @@ def test_a_rank_holds_the_buckets_beside_the_single_gpu_step_by_hand():
             r, o = rank.phase(name), one.phase(name)
             assert (r.peak - o.peak, r.end - o.end) == (e * N, e * N), (precision, name)
     assert baseline == 174_608  # amp-bf16's, fp32's
+
+
+def test_find_unused_parameters_adds_the_used_maps_by_hand():
+    """The HF Trainer's default without checkpointing (``find_unused_parameters=True``): tiny("llama") has 39
+    parameter tensors (embedding, head, 12 + 8 + 8 matrices, 9 norms: test_zero1_ranks_own_whole_tensors_by_hand),
+    so the reducer's two int32 maps (``local_used_map_``, ``local_used_map_dev_``) add 2 · 4 · 39 = 312 bytes to
+    every figure, and backward all-reduces the 156-byte map after the buckets.  With full checkpointing the
+    Trainer turns it off: the figures are find_unused=False's."""
+    cfg = tiny("llama")
+    for precision in ("fp32", "bf16", "amp-bf16"):
+        off = predict_step(cfg, S, TrainingSetup(precision=precision), impl="transformers", batch=B, layout=DDP4,
+                           replicate=Replicate(DDP4)).at(B)  # fmt: skip
+        rep = Replicate(DDP4, find_unused=True)
+        on = predict_rank(cfg, S, TrainingSetup(precision=precision), DDP4, impl="transformers", batch=B, replicate=rep)
+        default = predict_step(cfg, S, TrainingSetup(precision=precision), impl="transformers", batch=B, layout=DDP4)
+        assert on.at(B) == default.at(B)
+        assert on.at(B).baseline == off.baseline + 312
+        for name in ("forward", "backward", "optimizer_step"):
+            assert (on.at(B).phase(name).peak, on.at(B).phase(name).end) == (
+                off.phase(name).peak + 312,
+                off.phase(name).end + 312,
+            )
+        assert rep.all_reduces() == [{"bf16": 2}.get(precision, 4) * N, 156]
+    full = TrainingSetup(checkpoint="full")
+    rep = Replicate(DDP4)
+    assert predict_step(cfg, S, full, impl="transformers", batch=B, layout=DDP4).at(B) == predict_rank(
+        cfg, S, full, DDP4, impl="transformers", batch=B, replicate=rep
+    ).at(B)
 
 
 def test_the_first_steps_buckets_are_one_per_dtype_by_hand():
@@ -53,11 +82,11 @@ def test_the_first_steps_buckets_are_one_per_dtype_by_hand():
 @pytest.mark.parametrize(
     "layout, match",
     [
-        (ParallelLayout(dp=2, zero=1, tp=2), "data parallel only"),
-        (ParallelLayout(tp=2), "data parallel only"),
-        (ParallelLayout(dp=2, tp=2), "data parallel only"),
+        (ParallelLayout(dp=2, zero=1, tp=2), "tensor parallel is run alone"),
+        (ParallelLayout(dp=2, zero=0, pp=2, micro_batches=2), "data parallel only"),
+        (ParallelLayout(dp=2, tp=2), "tensor parallel is run alone"),
     ],
-    ids=["zero1-tp", "tp", "ddp-tp"],
+    ids=["zero1-tp", "pp", "ddp-tp"],
 )
 def test_what_it_does_not_replay_is_refused(layout, match):
     with pytest.raises(ValueError, match=match):
@@ -93,16 +122,17 @@ EXPERTS = {"qwen3_moe", "mixtral"}  # grouped_mm's FakeTensor kernel takes bf16 
 # is the meta one (``device`` "meta") for both.
 
 
-def check(name: str, setup: TrainingSetup, world: int, zero: int = 0, rank: int = 0) -> None:
+def check(name: str, setup: TrainingSetup, world: int, zero: int = 0, rank: int = 0, find_unused: bool = False) -> None:
     """Rank ``rank`` of DDP (``zero`` 0) or ZeRO-1 over ``world`` ranks: the replay equals the fake-PG job, its
-    first step's bucket all-reduces equal the job's recorded all-reduces, and ZeRO-1's broadcasts after the step
-    are one per parameter tensor."""
+    first step's bucket all-reduces (and with ``find_unused`` the used-parameter map's) equal the job's recorded
+    all-reduces, and ZeRO-1's broadcasts after the step are one per parameter tensor.  ``find_unused``: on real
+    CPU tensors (the reducer reads the map's values)."""
     cfg, layout = MODELS[name](), ParallelLayout(dp=world, zero=zero)
-    fake = name not in EXPERTS or setup.param_dtype == "bf16"
-    rep = Replicate(layout, rank)
+    fake = (name not in EXPERTS or setup.param_dtype == "bf16") and not find_unused
+    rep = Replicate(layout, rank, find_unused)
     lines = predict_rank(cfg, S, setup, layout, impl="transformers", batch=B, replicate=rep)
     calls: list = []
-    got = measure_hf_rank(cfg, S, B, setup, layout, rank=rank, fake=fake, collectives=calls)
+    got = measure_hf_rank(cfg, S, B, setup, layout, rank=rank, fake=fake, collectives=calls, find_unused=find_unused)
     assert lines.at(B) == got, (name, setup.label, world, zero, rank)
     assert [b for kind, b, phase in calls if kind == "all_reduce" and phase == "backward"] == rep.all_reduces()
     after = sorted(b for kind, b, phase in calls if kind == "broadcast" and phase == "optimizer_step")
@@ -127,10 +157,15 @@ def test_ddp_rank_equals_transformers_on_the_fake_process_group(name, setup, wor
 
 
 def test_the_measurement_goes_through_measure_hf_step():
-    """``measure_hf_step(..., layout=DDP)``: the command's path, FakeTensors on meta."""
+    """``measure_hf_step(..., layout=DDP)``: the command's path, FakeTensors on meta (find_unused_parameters
+    False), real CPU tensors under the Trainer's default without checkpointing (True); on meta that is refused."""
     cfg, setup = tiny("llama"), TrainingSetup(precision="bf16")
-    want = predict_step(cfg, S, setup, impl="transformers", batch=1, layout=DDP4).at(1)
-    assert measure_hf_step(cfg, S, 1, setup, device="meta", layout=DDP4) == want
+    off = predict_step(cfg, S, setup, impl="transformers", batch=1, layout=DDP4, replicate=Replicate(DDP4)).at(1)
+    assert measure_hf_step(cfg, S, 1, setup, device="meta", layout=DDP4, find_unused=False) == off
+    on = predict_step(cfg, S, setup, impl="transformers", batch=1, layout=DDP4).at(1)
+    assert measure_hf_step(cfg, S, 1, setup, device="cpu", layout=DDP4) == on
+    with pytest.raises(AccountingError, match="FakeTensors do not have"):
+        measure_hf_step(cfg, S, 1, setup, device="meta", layout=DDP4)
 
 
 SETUPS = [
@@ -154,6 +189,41 @@ def test_ddp_grid(name, world, setup):
     """Every model, world 2 and 4, eager and sdpa, fp32 / bf16 / amp-bf16 (autocast: the single-GPU program),
     without and with full checkpointing."""
     check(name, setup, world)
+
+
+FIND_UNUSED = [
+    (name, world, setup)
+    for name in MODELS
+    for world in (2, 4)
+    for setup in SETUPS
+    if setup.checkpoint == "none" and not (name == "gemma2" and setup.attention == "sdpa")
+]
+
+
+@pytest.mark.grid
+@pytest.mark.parametrize(
+    "name, world, setup", FIND_UNUSED, ids=lambda v: v.label if isinstance(v, TrainingSetup) else str(v)
+)
+def test_find_unused_parameters_grid(name, world, setup):
+    """``find_unused_parameters=True`` (the HF Trainer's without checkpointing), on real CPU tensors: every model,
+    world 2 and 4, eager and sdpa, every precision."""
+    check(name, setup, world, find_unused=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name, setup, zero",
+    [
+        ("llama", TrainingSetup(), 0),
+        ("gpt2", TrainingSetup(precision="amp-bf16", attention="sdpa"), 0),
+        ("qwen3_moe", TrainingSetup(precision="bf16"), 0),
+        ("nemotron_h", TrainingSetup(precision="amp-bf16"), 0),
+        ("qwen3", TrainingSetup(precision="bf16"), 1),
+    ],
+    ids=lambda v: v.label if isinstance(v, TrainingSetup) else str(v),
+)
+def test_find_unused_parameters_equals_the_cpu_job(name, setup, zero):
+    check(name, setup, 2, zero=zero, rank=zero, find_unused=True)
 
 
 ZERO1 = [
@@ -225,5 +295,5 @@ def test_the_second_steps_rebuilt_buckets_equal_the_fake_pg_job(name):
 
 def test_a_layout_the_job_does_not_run_is_refused_in_one_line():
     cfg = tiny("llama")
-    with pytest.raises(AccountingError, match="data parallel only"):
+    with pytest.raises(AccountingError, match="tensor parallel is run alone"):
         measure_hf_step(cfg, S, 1, TrainingSetup(), device="meta", layout=ParallelLayout(dp=2, tp=2))

@@ -76,7 +76,9 @@ def test_the_hooks_are_one_protocol():
 def test_what_it_does_not_shard_is_refused():
     cfg = tiny("llama")
     with pytest.raises(ValueError, match="FSDP2"):
-        predict_step(cfg, S, TrainingSetup(), impl="transformers", layout=ParallelLayout(dp=2, zero=1, tp=2))
+        predict_step(
+            cfg, S, TrainingSetup(), impl="transformers", layout=ParallelLayout(dp=2, zero=1, pp=2, micro_batches=2)
+        )
     moe = dataclasses.replace(cfg, num_experts=4, experts_per_token=2, expert_d_ff=8, dense_layers_first=1)
     with pytest.raises(ValueError, match="unlike FSDP2 units"):  # a dense first layer, then the experts'
         predict_step(moe, S, TrainingSetup(), impl="course", layout=ParallelLayout(dp=2, zero=3))

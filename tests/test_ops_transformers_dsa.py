@@ -170,3 +170,48 @@ def test_memory_prints_the_exact_step_of_a_dsa_config_json(run_cli, tmp_path, na
     assert "model states only" not in r.out and "step peak" in r.out
     rows = [line for line in r.out.splitlines() if "+0.0000%" in line]
     assert len(rows) == 7, r.out  # baseline, and each phase's peak and end, equal to the measurement
+
+
+# -- DDP (the HF Trainer's find_unused_parameters=True) over the indexer's unreached weights -----------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name, zero, setup",
+    [
+        ("v32", 0, TrainingSetup(attention="naive")),
+        ("v32", 1, TrainingSetup(attention="naive")),
+        ("glm5", 0, TrainingSetup(precision="amp-bf16")),
+        ("v32-flash", 0, TrainingSetup(attention="sdpa", precision="bf16")),  # fp32 router: two dtype buckets
+    ],
+    ids=lambda v: label(v) if isinstance(v, TrainingSetup) else str(v),
+)
+def test_ddp_over_dsa_equals_the_cpu_job(name, zero, setup):
+    """DDP (or ZeRO-1) over 2 ranks with ``find_unused_parameters=True``: the indexer's weights are marked ready
+    unused (their bucket slots zeroed in place), keep ``.grad`` None and get no AdamW state; the replay equals the
+    fake-PG job on real CPU tensors, and its all-reduces (the fp32 router's bucket first in bf16: the buckets run
+    in reversed order of their first parameter, then the used-parameter map) the job's."""
+    from lm_accounting.analytic.ops.ddp import Replicate, predict_rank
+    from lm_accounting.layout import ParallelLayout
+    from lm_accounting.measure.hf_parallel import measure_hf_rank
+
+    cfg, layout = tiny(name), ParallelLayout(dp=2, zero=zero)
+    rep = Replicate(layout, find_unused=True)
+    lines = predict_rank(cfg, 8, setup, layout, impl="transformers", batch=1, replicate=rep)
+    calls: list = []
+    got = measure_hf_rank(cfg, 8, 1, setup, layout, fake=False, collectives=calls, find_unused=True)
+    assert got == lines.at(1)
+    assert [b for kind, b, _ in calls if kind == "all_reduce"] == rep.all_reduces()
+
+
+def test_ddp_over_dsa_refusals():
+    """find_unused_parameters=False (the reducer fails on the unreached weights) and ZeRO-1 over a bf16 model
+    with DeepSeek's fp32 router (torch's ZeroRedundancyOptimizer refuses mixed dtypes) are refused with why."""
+    from lm_accounting.analytic.ops.ddp import Replicate
+    from lm_accounting.layout import ParallelLayout
+
+    ddp, zero1 = ParallelLayout(dp=2, zero=0), ParallelLayout(dp=2, zero=1)
+    with pytest.raises(ValueError, match="needs find_unused_parameters=True"):
+        predict_step(tiny("v32"), 8, TrainingSetup(), impl="transformers", layout=ddp, replicate=Replicate(ddp))
+    with pytest.raises(ValueError, match="ZeroRedundancyOptimizer refuses parameters of mixed dtypes"):
+        predict_step(tiny("v32"), 8, TrainingSetup(precision="bf16"), impl="transformers", layout=zero1)

@@ -142,3 +142,67 @@ def test_llama4_memory_cli_predicts_the_step(run_cli, tmp_path):
         if line.startswith(("baseline:", "forward (", "backward:", "AdamW step + zero_grad:"))
     ]
     assert len(phases) == 7 and all("+0.0000%" in line for line in phases), phases
+
+
+# -- FSDP2 over Llama 4 on the fake process group --------------------------------------------------------------
+
+# (interleave_moe_layer_step, layers): the dense layers between two sparse ones are a run of step - 1 alike layers
+# whose first follows a sparse FSDP2 unit and whose last precedes one (their prefetch and reshard events differ
+# from a middle layer's): from step 3 on the program cuts such a run there (``tensors.split_runs``) instead of
+# refusing it, as the hybrids' programs do.  Layers 0, 1, 2 of step 4 are three dense layers, then one sparse.
+STEPS = {"every": (1, 3), "step2": (2, 4), "step3": (3, 6), "step4": (4, 8), "step5": (5, 5)}
+
+
+def fsdp_check(step: str, setup: TrainingSetup, zero: int, world: int = 4, batch: int = 1) -> None:
+    """Rank 0 of FSDP2 (``fully_shard`` on every decoder layer, then the root) over ``world`` ranks: the replay
+    equals transformers' model on the fake process group (FakeTensors: Llama 4's experts run ``bmm``)."""
+    from lm_accounting.layout import ParallelLayout
+    from lm_accounting.measure.hf import measure_hf_step
+
+    every, layers = STEPS[step]
+    cfg = config_from_hf({**TINY, "interleave_moe_layer_step": every, "num_hidden_layers": layers})
+    layout = ParallelLayout(dp=world, zero=zero)
+    lines = predict_step(cfg, 12, setup, impl="transformers", batch=batch, layout=layout)
+    assert lines.at(batch) == measure_hf_step(cfg, 12, batch, setup, device="meta", layout=layout), (step, zero)
+
+
+def test_fsdp2_cuts_the_dense_runs_between_sparse_layers():
+    """Step 4 over 8 layers: the runs of alike layers (``alike_runs``: kind, window, RoPE) are (0, 3), (3, 1),
+    (4, 3), (7, 1) (layers 3 and 7 sparse, NoPE by the class's default); each run of three dense layers meets
+    unlike FSDP2 events at its ends, which the replay refused (``FullyShard._check_run``) before the program cut
+    it."""
+    fsdp_check("step4", TrainingSetup(precision="bf16"), 3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "step, setup, zero, batch",
+    [
+        ("step3", TrainingSetup(), 3, 2),
+        ("step3", TrainingSetup(attention="sdpa", precision="bf16", checkpoint="full"), 2, 1),
+        ("step5", TrainingSetup(precision="amp-bf16"), 3, 2),  # the bf16 policy over the fp32 model
+        ("step4", TrainingSetup(attention="sdpa", precision="amp-bf16", checkpoint="full"), 2, 3),
+        ("every", TrainingSetup(precision="bf16"), 3, 1),
+    ],
+    ids=lambda v: v.label if isinstance(v, TrainingSetup) else str(v),
+)
+def test_fsdp2_over_llama4_equals_the_fake_pg_job(step, setup, zero, batch):
+    fsdp_check(step, setup, zero, batch=batch)
+
+
+FSDP_SETUPS = [
+    TrainingSetup(attention=a, precision=p, checkpoint=c)
+    for a in ("naive", "sdpa")
+    for p in ("fp32", "bf16", "amp-bf16")
+    for c in ("none", "full")
+]
+
+
+@pytest.mark.grid
+@pytest.mark.parametrize("setup", FSDP_SETUPS, ids=lambda s: s.label)
+@pytest.mark.parametrize("zero", [2, 3])
+@pytest.mark.parametrize("world", [4, 64])
+@pytest.mark.parametrize("step", list(STEPS))
+def test_fsdp2_llama4_grid(step, world, zero, setup):
+    """Every interleave step 1..5, world 4 and 64 (every dim 0 padded), ZeRO-2 and 3, every setup."""
+    fsdp_check(step, setup, zero, world)

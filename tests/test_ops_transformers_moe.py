@@ -158,3 +158,18 @@ def test_what_is_not_transliterated_is_named(monkeypatch):
     assert unsupported(tiny("mixtral"), TrainingSetup(checkpoint="selective"), "transformers") == [
         "transformers has no selective activation checkpointing"
     ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("step, layers, zero, precision", [(3, 6, 3, "bf16"), (4, 8, 2, "amp-bf16")], ids=str)
+def test_fsdp2_over_a_sparse_step_of_three_or_more(step, layers, zero, precision):
+    """Qwen3-MoE's ``decoder_sparse_step`` 3 and 4: the dense layers between sparse ones are runs whose ends meet
+    unlike FSDP2 units, cut by the program (``tensors.split_runs``); rank 0 of ZeRO-2/3 over 4 ranks equals the
+    fake-PG job (bf16 experts: grouped_mm's FakeTensor kernel)."""
+    from lm_accounting.layout import ParallelLayout
+
+    fields = {**MODELS["qwen3_moe"], "decoder_sparse_step": step, "num_hidden_layers": layers}
+    cfg = config_from_hf({"model_type": "qwen3_moe", **SHAPE, **fields})
+    setup, layout = TrainingSetup(precision=precision), ParallelLayout(dp=4, zero=zero)
+    want = predict_step(cfg, 12, setup, impl="transformers", batch=2, layout=layout).at(2)
+    assert measure_hf_step(cfg, 12, 2, setup, device="meta", layout=layout) == want

@@ -173,7 +173,7 @@ def test_floors_are_lower_bounds_that_change_nothing(monkeypatch):
     cfg = dataclasses.replace(SMALL, num_layers=4, name="small4")
     peak, seen = pl._peak, []
 
-    def checked(cfg, seq, b, setup, lay):
+    def checked(cfg, seq, b, setup, lay, stop_above=None):  # every stage replayed: the worst's peak
         v = peak(cfg, seq, b, setup, lay)
         seen.append(((stage_floor if lay.pp > 1 else rank_floor)(cfg, seq, b, setup, lay), v, lay.label))
         return v
@@ -212,13 +212,13 @@ def test_the_best_found_first_are_the_best_of_all():
     # brute force: every candidate replayed (no floor, no micro-batch shortcut), the fitting ones ranked
     import lm_accounting.plan as pl
     from lm_accounting.layout import ParallelLayout
-    from lm_accounting.setup import CHECKPOINTS, TrainingSetup
+    from lm_accounting.setup import TrainingSetup
 
     h100, fits = gpu("h100-80gb"), []
     for family in pl._families(cfg, 32, (8, 64), 64):  # 2048 tokens = 64 sequences of 32
         for b in pl._micro_batches(64 // family["dp"], family["pp"]):
             lay = ParallelLayout(**family, micro_batches=64 // family["dp"] // b)
-            for ck in CHECKPOINTS:
+            for ck in ("none", "full", "selective"):  # plan's search (``PLANNED_CHECKPOINTS``: no op)
                 setup = TrainingSetup(attention="sdpa", checkpoint=ck, precision="amp-bf16")
                 need = pl._peak(cfg, 32, b, setup, lay) + allowance
                 step = pl.step_seconds(*pl._Pricing(cfg, 32, h100, 1.0, 50e9).step_times(b, setup, lay))
@@ -318,7 +318,7 @@ def test_floors_are_lower_bounds_on_random_layouts():
         checked, stages = checked + 1, stages + (pp > 1)
     assert exact > 30 and stages > 200
     # context parallel (plan's search enumerates it): plan's floor, the flattened dp·cp rank's at S/cp, against the
-    # CP rank's peak, its ring replayed (as plan._peak), on 400 random layouts of what CP runs beside
+    # CP rank's peak, its ring replayed (as plan._peak), on 400 random layouts of what CP runs beside (dp, tp ± SP ± VP)
     rng, checked = random.Random(2727), 0
     while checked < 400:
         cfg, tp, dp, cp = rng.choice(models), rng.choice([1, 2, 4]), rng.choice([1, 2, 4, 32]), rng.choice([2, 4, 8])
@@ -329,7 +329,9 @@ def test_floors_are_lower_bounds_on_random_layouts():
             precision=rng.choice(["fp32", "bf16", "amp-bf16"]),
         )
         try:
-            lay = ParallelLayout(dp=dp, zero=rng.choice([0, 1, 2, 3]), tp=tp, cp=cp, micro_batches=rng.choice([1, 2]))
+            sp, vp = tp > 1 and rng.random() < 0.5, tp > 1 and rng.random() < 0.5  # where parallelisms.cp takes them
+            lay = ParallelLayout(dp=dp, zero=rng.choice([0, 1, 2, 3]), tp=tp, cp=cp, micro_batches=rng.choice([1, 2]),
+                                 sequence_parallel=sp, vocab_parallel=vp)  # fmt: skip
             peak = cp_rank_step(cfg, seq, batch, setup, lay, mode="plain")[0].peak
             floor = rank_floor(cfg, seq // cp, batch, setup, lay.flat_cp())
         except AccountingError:
@@ -421,6 +423,7 @@ def test_your_own_layout_is_priced_alone_as_the_enumeration_prices_it(run_cli):
         (["--checkpoint", "full"], "give it with --dp"),
         (["--dp", "2", "--zero", "0", "--checkpoint", "none", "--micro-batch", "256"], "does not fit the layout"),
         (["--dp", "8", "--ep", "2", "--zero", "3"], "expert parallel needs a mixture of experts"),
+        (["--dp", "32", "--checkpoint", "op"], "plan has no per-rank memory under --checkpoint op"),
     ],
 )
 def test_your_own_layout_refusals_are_one_line(run_cli, flags, words):

@@ -40,7 +40,7 @@ def test_one_row_by_hand():
     run = next(r for r in RUNS if r.name == "TT T1 8B FSDP 8")
     cfg = load_config("llama-3.1-8b")
     t = predict_step_time(
-        cfg, 8192, TrainingSetup(attention="sdpa", checkpoint="selective", precision="amp-bf16"), impl="course", batch=2
+        cfg, 8192, TrainingSetup(attention="sdpa", checkpoint="op", precision="amp-bf16"), impl="course", batch=2
     )
     compute = t.forward.seconds + t.backward.seconds + t.optimizer_step / 8
     params = 8_030_261_248  # Llama-3.1-8B (the preset table; tests/test_transformers_truth.py)

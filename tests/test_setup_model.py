@@ -38,9 +38,9 @@ SETUPS = list(every_setup())
 def test_defaults_and_choices():
     s = TrainingSetup()
     assert (s.attention, s.checkpoint, s.precision, s.optimizer) == ("naive", "none", "fp32", "foreach")
-    assert ATTENTIONS == ("naive", "sdpa") and CHECKPOINTS == ("none", "full", "selective")
+    assert ATTENTIONS == ("naive", "sdpa") and CHECKPOINTS == ("none", "full", "selective", "op")
     assert PRECISIONS == ("fp32", "bf16", "amp-bf16") and OPTIMIZERS is ADAMW_IMPLS
-    assert len(SETUPS) == 18 and len({x.label for x in SETUPS}) == 18
+    assert len(SETUPS) == 24 and len({x.label for x in SETUPS}) == 24
     assert TrainingSetup(precision="bf16").param_dtype == "bf16"
     assert TrainingSetup(precision="amp-bf16").param_dtype == "fp32"
 

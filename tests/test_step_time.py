@@ -484,6 +484,7 @@ def _extended(two, three, blocks: int) -> tuple:
         TrainingSetup(attention="naive", precision="fp32"),
         TrainingSetup(attention="sdpa", precision="bf16", checkpoint="selective", optimizer="for-loop"),
         TrainingSetup(attention="naive", precision="amp-bf16", checkpoint="selective"),
+        TrainingSetup(attention="sdpa", precision="amp-bf16", checkpoint="op"),
     ],
     ids=lambda s: s.label,
 )
@@ -496,3 +497,20 @@ def test_the_recorded_work_is_each_blocks(setup, blocks):
     two, three, whole = (program(cfg.with_layers(n), 512, setup, "course") for n in (2, 3, blocks))
     assert whole.phases == _extended(two, three, blocks)
     assert whole.param_bytes == two.param_bytes + (blocks - 2) * (three.param_bytes - two.param_bytes)
+
+
+def test_op_checkpointing_prices_the_rerun_of_every_second_mm():
+    """torchtitan's per-op SAC (``op``) against our ``selective`` on Llama-3-8B's blocks (2 of them, S 512, amp-bf16,
+    sdpa): the step's work differs only in the backward's GEMMs, by each block's k, output and w3 projections (its
+    2nd, 4th and 6th mm, rerun): (512·B, 1,024, 4,096), (512·B, 4,096, 4,096), (512·B, 14,336, 4,096) in bf16, once
+    a block; the rest of the recompute (norms, RoPE, SiLU) both policies rerun."""
+    from collections import Counter
+
+    cfg = load_config("llama-3-8b").with_context(512).with_layers(2)
+    op, sel = (program(cfg, 512, TrainingSetup(attention="sdpa", precision="amp-bf16", checkpoint=ck), "course")
+               for ck in ("op", "selective"))  # fmt: skip
+    gemm = lambda n, k: ("bf16", "nt", (0, 1), (512, 0), (0, n), (0, k), None)  # rows 512·B, (n, k) a weight
+    for i, (a, b) in enumerate(zip(op.phases, sel.phases, strict=True)):
+        rerun = {gemm(1024, 4096): 2, gemm(4096, 4096): 2, gemm(14336, 4096): 2} if i == 2 else {}  # 2: backward
+        assert dict(Counter(a[0]) - Counter(b[0])) == rerun and not Counter(b[0]) - Counter(a[0])
+        assert a[1:] == b[1:]

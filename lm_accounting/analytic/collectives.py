@@ -26,7 +26,8 @@ dtype (fp32 under amp-bf16).  Per layout (checked against the fake-PG run in tes
    checkpointed recompute (full or selective) adds L (output_proj's; the early stop skips w2's).
 4. TP with SP: forward 2L+1 all-gathers of T·d·e (the two block inputs, the LM head's input) and 2L
    reduce-scatters of T·d·a; backward 2L all-gathers of T·d·a, one of T·d·e and 2L reduce-scatters
-   of T·d·e; recompute adds 2L all-gathers of T·d·e and L reduce-scatters of T·d·a; the optimizer
+   of T·d·e; recompute adds 2L all-gathers of T·d·e and L reduce-scatters of T·d·a (torchtitan's per-op
+   checkpointing, ``op``, saves ``reduce_scatter_tensor``'s output: no recompute reduce-scatter); the optimizer
    step all-reduces each sequence-parallel norm's Partial gradient once per AdamW op that reads
    it, 3·(2L+1) all-reduces of d·e (foreach and for-loop: ``lerp_(m, g)``, ``addcmul_(v, g, g)``;
    fused: one op, 2L+1; under FSDP2: once each in backward, (2L+1) of d·g, g the all-gather dtype's
@@ -371,13 +372,14 @@ def _tp_collectives(cfg: ModelConfig, T: int, setup: TrainingSetup, layout: Para
             tp("all_reduce", "forward", 2 * L, 2 * L * act, "2L × T·d·a"),
             tp("all_reduce", "backward", n, 5 * L * full + (L * act if recompute else 0)),
         ], []
+    rescatter = recompute and setup.checkpoint != "op"  # op: the reduce-scatter's output is saved (rule 4)
     ag = 2 * L * act + emb * full + (2 * L * full if recompute else 0)
-    rs = 2 * L * full + (L * act if recompute else 0)
+    rs = 2 * L * full + (L * act if rescatter else 0)
     each = [
         tp("all_gather", "forward", 2 * L + head, (2 * L + head) * full, f"(2L{'+1' if head else ''}) × T·d·e"),
         tp("reduce_scatter", "forward", 2 * L, 2 * L * act, "2L × T·d·a"),
         tp("all_gather", "backward", 2 * L + emb + (2 * L if recompute else 0), ag),
-        tp("reduce_scatter", "backward", 2 * L + (L if recompute else 0), rs),
+        tp("reduce_scatter", "backward", 2 * L + (L if rescatter else 0), rs),
     ]
     norms = 2 * L + head
     if layout.fsdp:  # FSDP2 reduces each Partial norm gradient once, in its post-backward

@@ -21,6 +21,14 @@ ranks.  So, with ``flat`` = ``ParallelLayout.flat_cp()`` (dp·cp data-parallel r
    most ``flat``'s.  The load-balanced branches differ by cp rank (rank c holds chunks c and 2cp − 1 − c): a rank's
    own, or the worst cp rank's.  Equal to the fake-PG run (``measure_cp_rank``) on every rank of tests/test_cp.py's
    grid.
+   Beside sequence or vocab parallel the op library has no program of the rank (SP's norms and residual stream at
+   s/tp rows, its all-gathers and reduce-scatters; the vocab-parallel head and loss): the peaks are ``flat``'s own
+   replay (``analytic.replay``, ``rank_step``; ``analytic.tensor_parallel.vocab_parallel_replay``) with cp rank c's
+   ring spliced into its blocks (``replay._ring``: ``ops.aten_ring.ring_deltas``, the same transliteration's
+   allocations and frees in order, and what its layouts change downstream: dK and dV one buffer, dV copied for
+   v_proj).  That replay is the whole rank's program, TP's collectives included; without SP it equals the op
+   library's with the ring on every phase (tests/test_cp.py), and with SP, vocab parallel or both it equals the
+   fake-PG run on every rank of cp 2 · tp 2 and dp 2 · cp 2 · tp 2 (fp32, amp-bf16; none, full).
 4. FLOPs (the full-square convention of ``analytic.flops``): a rank does 1/cp of every sequence's attention, cp·s²
    of the S² score square per layer, so its QKᵀ and AV are cp times the s-position model's; everything else is the
    s-position model's (``rank_flops``).  The kernels the ring runs are the causal half: s² + (cp − 1)·s²/2.
@@ -56,9 +64,9 @@ def check(cfg: ModelConfig, seq: int, setup: TrainingSetup, layout: ParallelLayo
     check_attention(layout, setup.attention)
     if rotate not in ROTATES:
         raise AccountingError(f"unknown CP rotate method {rotate!r} (valid: {', '.join(ROTATES)})")
-    if setup.checkpoint == "selective":
+    if setup.checkpoint in ("selective", "op"):
         raise AccountingError(
-            f"context parallel (cp={layout.cp}) with selective checkpointing is not measured: use none or full"
+            f"context parallel (cp={layout.cp}) with {setup.checkpoint} checkpointing is not measured: use none or full"
         )
     return seq // layout.cp
 
@@ -134,7 +142,8 @@ def cp_rank_step(
     """(per-phase bytes, model states, saved activations) of global rank ``rank`` (default the worst) on the
     (dp, cp, tp) mesh: ``flat``'s data-parallel rank rank // tp (dp rank k, cp rank c: k·cp + c) at s positions
     (``analytic.parallel.rank_step``), each peak the higher of its and ``op_library_step``'s with cp rank c's ring,
-    shifted to the rank's baseline (module docstring, 2-3).  The load-balanced branches differ by cp rank: the
+    shifted to the rank's baseline (module docstring, 2-3); beside sequence or vocab parallel, ``rank_step``'s own
+    replay with that ring installed.  The load-balanced branches differ by cp rank: the
     default is each phase's worst over the cp ranks."""
     s = check(cfg, seq, setup, layout, rotate)
     flat = layout.flat_cp()
@@ -144,7 +153,11 @@ def cp_rank_step(
     step, st, act = rank_step(cfg, s, batch, setup, flat, mode, flat_rank, device, cpu_threads)
     peaks: dict[str, int] = {}
     for c in range(layout.cp) if rank is None else (flat_rank % layout.cp,):
-        ring = op_library_step(cfg, s, batch, setup, flat, mode, device, Ring(layout.cp, c, rotate))
+        if layout.sequence_parallel or layout.vocab_parallel:  # the rank's own replay with the ring (docstring, 3)
+            with installed(Ring(layout.cp, c, rotate)):
+                ring = rank_step(cfg, s, batch, setup, flat, mode, flat_rank, device, cpu_threads)[0]
+        else:
+            ring = op_library_step(cfg, s, batch, setup, flat, mode, device, Ring(layout.cp, c, rotate))
         shift = step.baseline - ring.baseline  # DDP, ZeRO-1: the rank's states beside one GPU's (rank_step)
         for p in PHASES:
             peaks[p] = max(peaks.get(p, 0), getattr(step, p).peak, getattr(ring, p).peak + shift)

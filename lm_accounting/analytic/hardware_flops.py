@@ -20,6 +20,12 @@ FLOPs the step really executes, which is what FlopCounterMode counts over a whol
    * ``selective``: 0 matmul FLOPs: the policy keeps every mm/bmm/fused-attention output, so the
      recompute runs only elementwise ops (norms, RoPE, casts, softmax, SiLU, gating), which have no
      FLOP formula in FlopCounterMode and are outside the matmul convention;
+   * ``op`` (torchtitan's per-op SAC, ``setup.CHECKPOINTS``): the matmuls its policy does not keep, rerun up to the
+     early stop.  Walking the block's matmuls in the order our model runs them (``BLOCK_MATMULS``), the ``aten.mm``
+     calls are numbered from 1 and the even ones are recomputed; the ``bmm`` calls (naive attention's QKᵀ and AV,
+     the routed experts' ``ExpertLinear``) are not in its ``_save_list`` and are all recomputed; the fused
+     attention is kept (0).  The early-stopped matmul of ``full`` is subtracted where it is among them (its kernel
+     never runs).  For a Llama block, q k v o w1 w3 w2 = mm 1..7: k, o and w3 are rerun (and QKᵀ, AV if naive);
 4. + with ``sdpa``: the fused backward recomputes the scores QKᵀ (FlashAttention backward, torch's
    ``sdpa_backward_flop_count``: 5 matmuls, 10·b·h·s²·d, instead of autograd's 4, 8·b·h·s²·d), i.e.
    one more ``layers.*.attn.qk`` per backward (and a full-checkpoint recompute runs the fused
@@ -42,6 +48,56 @@ from .flops import forward_flops, indexer_flops
 
 LAST_BLOCK_MATMUL = "layers.*.ffn.w2"
 """The block's last matmul, which the early-stopping full-checkpoint recompute never reaches."""
+LAST_MATMULS = (LAST_BLOCK_MATMUL, "layers.*.ffn.proj", "layers.*.moe.shared.w2")
+"""The last matmul of a dense block (gated, 2-matrix) and of a mixture of experts with shared experts."""
+
+
+BLOCK_MATMULS = (
+    ("attn.q_proj", "mm"),
+    ("attn.q_a_proj", "mm"),
+    ("attn.q_b_proj", "mm"),
+    ("attn.k_proj", "mm"),
+    ("attn.kv_a_proj", "mm"),
+    ("attn.kv_b_proj", "mm"),
+    ("attn.v_proj", "mm"),
+    ("attn.qk", "attention"),
+    ("attn.av", "attention"),
+    ("attn.output_proj", "mm"),
+    ("ffn.w1", "mm"),
+    ("ffn.fc", "mm"),
+    ("ffn.w3", "mm"),
+    ("ffn.w2", "mm"),
+    ("ffn.proj", "mm"),
+    ("moe.router", "mm"),
+    ("moe.experts.w1", "bmm"),
+    ("moe.experts.w3", "bmm"),
+    ("moe.experts.w2", "bmm"),
+    ("moe.shared_gate", "mm"),
+    ("moe.shared.w1", "mm"),
+    ("moe.shared.w3", "mm"),
+    ("moe.shared.w2", "mm"),
+)
+"""A block's matmuls (``forward_flops`` keys less ``layers.*.``) in the order our live model runs them
+(``model/transformer.py`` ``CausalSelfAttention.forward``: q, k, v, attention, output; ``model/mla.py``: q (or q_a,
+q_b), kv_a, kv_b; the FFN's ``w2(silu(w1 x) * w3 x)``, ``proj(act(fc x))``; ``model/moe.py``: the router, the
+experts (``torch.bmm``), the shared gate, the shared experts), each with its aten op: ``mm`` (a Linear's
+``torch.matmul`` folds to one), ``bmm``, or ``attention`` (``bmm`` when naive, the fused kernel with sdpa)."""
+
+
+def op_sac_recomputed(cfg: ModelConfig, attention: str = "naive") -> tuple[str, ...]:
+    """The block matmuls (``forward_flops`` keys) torchtitan's per-op policy does not keep (step 3, ``op``)."""
+    fwd = {key.removeprefix("layers.*.") for key in (item.key for item in forward_flops(cfg, 1))}
+    out = []
+    for ffn in ("ffn.", "moe."):  # a dense block, a mixture-of-experts block (each counts its own mms)
+        mm = 0
+        for key, op in BLOCK_MATMULS:
+            if key not in fwd or key.startswith(("ffn.", "moe.")) and not key.startswith(ffn):
+                continue
+            if op == "mm":
+                mm += 1
+            if (op == "mm" and mm % 2 == 0) or op == "bmm" or (op == "attention" and attention == "naive"):
+                out.append("layers.*." + key)
+    return tuple(dict.fromkeys(out))  # the attention's, once
 
 
 def _early_stopped_matmul(cfg: ModelConfig, fwd) -> int:
@@ -51,8 +107,7 @@ def _early_stopped_matmul(cfg: ModelConfig, fwd) -> int:
     sandwich, post) that norm saves the matmul's output, so the matmul is rerun: 0."""
     if cfg.post_norms:
         return 0
-    last = (LAST_BLOCK_MATMUL if cfg.gated_mlp else "layers.*.ffn.proj", "layers.*.moe.shared.w2")
-    return sum(fwd[key].total for key in last if key in fwd)
+    return sum(fwd[key].total for key in LAST_MATMULS if key in fwd and (cfg.gated_mlp or key != LAST_BLOCK_MATMUL))
 
 
 @dataclass(frozen=True)
@@ -81,6 +136,10 @@ def step_flops(cfg: ModelConfig, seq: int, batch: int = 1, setup: TrainingSetup 
     recompute = 0
     if setup.checkpoint == "full":
         recompute = blocks - _early_stopped_matmul(cfg, fwd)
+    elif setup.checkpoint == "op":
+        rerun = op_sac_recomputed(cfg, setup.attention)
+        stopped = [key for key in rerun if key in LAST_MATMULS] if not cfg.post_norms else []
+        recompute = sum(fwd[key].total for key in rerun) - sum(fwd[key].total for key in stopped)
     attention = fwd["layers.*.attn.qk"].total if setup.attention == "sdpa" and "layers.*.attn.qk" in fwd else 0
     no_backward = indexer_flops(cfg, seq, batch)
     return StepFlops(forward=fwd.total, recompute=recompute, attention_recompute=attention, no_backward=no_backward)

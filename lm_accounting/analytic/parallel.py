@@ -75,6 +75,7 @@ from .expert_parallel import expert_parallel_split
 from .fsdp import fsdp_units
 from .hardware_flops import StepFlops, step_flops
 from .memory import adamw_step_counter_bytes
+from .ops.aten_ring import active, installed
 from .replay import adamw_step_scalar_bytes
 from .sizes import Sizes
 from .tensor_parallel import (
@@ -443,38 +444,43 @@ def single_rank_step(
     """The single-GPU replay of the TP-local model (exact for one GPU; ``analytic.replay``), with
     FSDP2's unit events when ``units`` (``analytic.fsdp.FsdpUnits``) is given; vocab parallel: the job's
     own embedding, head and loss (``analytic.tensor_parallel.vocab_parallel_replay``); expert parallel:
-    data-parallel rank ``rank``'s own dispatch and combine (rule 7, ep rank ``rank mod ep``)."""
+    data-parallel rank ``rank``'s own dispatch and combine (rule 7, ep rank ``rank mod ep``).  Under a context-parallel
+    ring installed (``ops.aten_ring.installed``; ``analytic.context_parallel``), that ring's attention."""
     sp = sp_replayed(layout)
     run_setup = fsdp_compute_setup(setup, layout)
     where = (device, cpu_threads)  # a plain CPU run (device "cpu") adds the CPU allocator's own extras
     if layout.vocab_parallel:
-        return vocab_parallel_step(local_config(cfg, layout), seq, batch, run_setup, mode, layout.tp, sp, units, where)
+        local = local_config(cfg, layout)
+        return vocab_parallel_step(local, seq, batch, run_setup, mode, layout.tp, sp, units, where, active())
     ep, ar = (layout.ep, rank % layout.ep), layout.tp > 1 and sp == 1  # ar: TP's all-reduces (rules 3, 4)
-    return _replay_at(local_config(cfg, layout), seq, batch, run_setup, mode, units, where, sp, ep, ar)
+    return _replay_at(local_config(cfg, layout), seq, batch, run_setup, mode, units, where, sp, ep, ar, active())
 
 
 @lru_cache(maxsize=4096)
 def _replay_at(
-    local: ModelConfig, seq: int, batch: int, setup: TrainingSetup, mode: str, units, where, sp=1, ep=(1, 0), ar=False
-):
+    local: ModelConfig, seq: int, batch: int, setup: TrainingSetup, mode: str, units, where, sp=1, ep=(1, 0), ar=False,
+    ring=None,
+):  # fmt: skip
     # the batch whose lines the replay gives (``replay_training_step``): MoE's split, SP's all-gather cat at B > 1
     hint = batch if local.moe else min(batch, 2) if sp > 1 else 1
     cuda_batch = batch if where[0] == "cuda" else None  # CUDA's scratch that is no line in B
-    return _replay(local, seq, setup, mode, units, hint, where, sp, ep, ar, cuda_batch).at(batch)
+    return _replay(local, seq, setup, mode, units, hint, where, sp, ep, ar, cuda_batch, ring).at(batch)
 
 
 @lru_cache(maxsize=1024)
 def _replay(
     local: ModelConfig, seq: int, setup: TrainingSetup, mode: str, units, batch: int, where, sp=1, ep=(1, 0), ar=False,
-    cuda_batch=None,
+    cuda_batch=None, ring=None,
 ):  # fmt: skip
+    """``ring``: the context-parallel ring the blocks' fused attention runs as (a key of the caches)."""
     from .replay import replay_training_step
 
     device, threads = where
-    return replay_training_step(
-        local, seq, setup=setup, mode=mode, units=units, batch=batch, device=device, cpu_threads=threads, sp=sp, ep=ep,
-        all_reduce=ar, cuda_batch=cuda_batch,
-    )  # fmt: skip
+    with installed(ring):
+        return replay_training_step(
+            local, seq, setup=setup, mode=mode, units=units, batch=batch, device=device, cpu_threads=threads, sp=sp,
+            ep=ep, all_reduce=ar, cuda_batch=cuda_batch,
+        )  # fmt: skip
 
 
 def sp_replayed(layout: ParallelLayout) -> int:
@@ -740,7 +746,8 @@ def rank_flops(
         return flops
     rows = expert_rows(cfg, seq, batch, layout, rank) - batch * seq * cfg.experts_per_token
     extra = cfg.moe_layers * 3 * 2 * rows * cfg.d_model * cfg.expert_width  # rule 7, per forward
-    recompute = flops.recompute + (extra if setup.checkpoint == "full" else 0)
+    rerun = setup.checkpoint == "full" or setup.checkpoint == "op"  # op: the experts' bmm is not saved
+    recompute = flops.recompute + (extra if rerun else 0)
     return dataclasses.replace(flops, forward=flops.forward + extra, recompute=recompute)
 
 

@@ -196,15 +196,17 @@ def parallel_memory(
     rank: int | None = None,
     impl: str = "course",
     device: str = "meta",
+    find_unused: bool | None = None,
 ) -> ParallelMemory:
     """``budget``: a ``gpus.MemoryBudget``, or bytes as given; by default the default GPU's CUDA total less
     ``allowance`` (``DEFAULT_ALLOWANCE``).  The worst rank of ``layout`` (see ``analytic.parallel``; pipeline stages: ``pipeline_stages``),
     or global rank ``rank`` (its data-parallel rank is rank // tp; under pipeline parallel, on a (pp, dp,
     tp) mesh with the stages outermost as torchtitan lays them out, its stage is rank // (dp·tp) and its
     data-parallel rank (rank // tp) mod dp).  ``impl`` other than course: ``implementation_rank`` (``device``
-    the traced run's, meta or cpu)."""
+    the traced run's, meta or cpu; ``find_unused``: DDP's ``find_unused_parameters``, None the HF Trainer's)."""
     if impl != "course":  # the op library's own refusals (it models other architectures than the course's)
-        return implementation_rank(cfg, seq, batch, setup, layout, impl, as_budget(budget, allowance), rank, device)
+        budget = as_budget(budget, allowance)
+        return implementation_rank(cfg, seq, batch, setup, layout, impl, budget, rank, device, find_unused)
     layout.check(cfg, seq)
     stage, missing = None, not_modelled(cfg, seq, setup)
     if missing:
@@ -215,7 +217,7 @@ def parallel_memory(
         dp_rank = None if rank is None else rank // layout.tp % layout.dp
         stage, step, traced, st, act = pipeline_stages(cfg, seq, batch, setup, layout, at, rank=dp_rank)
     elif layout.cp > 1:  # its dp·cp rank (the mesh is (dp, cp)): analytic.context_parallel
-        from .context_parallel import cp_rank_flops, cp_rank_step, rank_collectives  # the ring: only under CP
+        from .context_parallel import cp_rank_step  # the ring: only under CP
 
         step, st, act = cp_rank_step(cfg, seq, batch, setup, layout, mode="plain", rank=rank)
         traced = cp_rank_step(cfg, seq, batch, setup, layout, mode="traced", rank=rank)[0]
@@ -223,7 +225,9 @@ def parallel_memory(
         dp_rank = None if rank is None else rank // layout.tp
         step, st, act = rank_step(cfg, seq, batch, setup, layout, mode="plain", rank=dp_rank)
         traced = rank_step(cfg, seq, batch, setup, layout, mode="traced", rank=dp_rank)[0]
-    if layout.cp > 1:
+    if layout.cp > 1:  # (also where the replay models no step: the CP refusals, ``context_parallel.check``)
+        from .context_parallel import cp_rank_flops, rank_collectives
+
         flops = cp_rank_flops(cfg, seq, batch, setup, layout, st.rank)
         collectives = rank_collectives(cfg, seq, batch, setup, layout, st.rank)
     else:
@@ -276,19 +280,23 @@ def implementation_rank(
     budget: MemoryBudget,
     rank: int | None = None,
     device: str = "meta",
+    find_unused: bool | None = None,
 ) -> ParallelMemory:
     """Rank 0 (the worst: every FSDP2 chunk full) of an FSDP2 or DDP data-parallel job over ``impl``'s model
     (``ops.predict_step(..., layout=layout)``): the step the storage tracker sees on ``device`` (meta: the
     fake-PG job's FakeTensors, CPU kernel facts), the plain CUDA run not being ported under a layout.  The
     model states are our model's rules, not checked for this model: left out (None); the collectives are DDP's
     bucket all-reduces (``ops.ddp.Replicate.all_reduces``: the rebuilt buckets of every step after the first) and
-    ZeRO-1's broadcasts of the updated parameters, none listed under FSDP2.  Any layout or setup the op library refuses is one ``AccountingError`` line."""
+    ZeRO-1's broadcasts of the updated parameters, none listed under FSDP2; ``find_unused``: DDP's
+    ``find_unused_parameters`` (None: the HF Trainer's, ``ops.ddp.trainer_find_unused``), whose used-parameter map
+    is all-reduced too.  Any layout or setup the op library refuses is one ``AccountingError`` line."""
     from .ops import predict_step
-    from .ops.ddp import Replicate
+    from .ops.ddp import Replicate, trainer_find_unused
 
     check_implementation_rank(impl, rank, device)
+    find_unused = trainer_find_unused(setup) if find_unused is None else find_unused
     try:
-        rep = None if layout.fsdp else Replicate(layout)
+        rep = None if layout.fsdp or layout.tp > 1 else Replicate(layout, find_unused=find_unused)
         step = predict_step(
             cfg, seq, setup, impl=impl, batch=batch, layout=layout, mode="traced", device=device, replicate=rep
         )
@@ -296,11 +304,15 @@ def implementation_rank(
         raise AccountingError(f"--impl {impl} under {layout.label}: {e}") from None
     st = model_states(cfg, setup, layout, rank=0)  # for rank_flops and the worst rank's index only
     flops = rank_flops(cfg, seq, batch, setup, layout, 0, None)
-    comms: tuple[Collective, ...] = ()
+    comms: tuple[Collective, ...] = tp_collectives(cfg, seq, batch, setup, layout) if layout.tp > 1 else ()
     if rep is not None:
-        buckets = rep.all_reduces(first_step=False)
+        maps = rep.map_all_reduces()
+        buckets = rep.all_reduces(first_step=False)[: -len(maps) or None]
         rule = "gradient buckets (1 MiB, then 25 MiB; the first step: one per dtype), Σ n·e"
         comms = (Collective("all_reduce", "backward", "dp", len(buckets), sum(buckets), rule),)
+        if maps:  # find_unused_parameters: local_used_map_dev_, an int32 per parameter tensor
+            rule = "used-parameter map (find_unused_parameters), 4 bytes a parameter tensor"
+            comms += (Collective("all_reduce", "backward", "dp", len(maps), sum(maps), rule),)
         if layout.zero == 1:  # ZeroRedundancyOptimizer: every tensor from its owner, in place
             sizes = rep.param_bytes
             comms += (Collective("broadcast", "optimizer_step", "dp", len(sizes), sum(sizes), "updated parameters"),)
@@ -308,6 +320,20 @@ def implementation_rank(
         cfg, seq, batch, setup, layout, st, None, None, step.at(batch), flops, comms, budget, True, impl=impl,
         device=device,
     )  # fmt: skip
+
+
+def tp_collectives(
+    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout
+) -> tuple[Collective, ...]:
+    """transformers' TP plan's collectives (``ops.tp.collectives``), summed per kind and phase."""
+    from .ops.tp import collectives
+
+    totals: dict[tuple[str, str], list[int]] = {}
+    for kind, nbytes, phase in collectives(cfg, seq, batch, setup, layout):
+        entry = totals.setdefault((kind, phase), [0, 0])
+        entry[0], entry[1] = entry[0] + 1, entry[1] + nbytes
+    rule = "transformers' TP plan (ops.tp rules 2, 3)"
+    return tuple(Collective(k, ph, "tp", n, b, rule) for (k, ph), (n, b) in totals.items())
 
 
 def check_implementation_rank(impl: str, rank: int | None, device: str) -> None:

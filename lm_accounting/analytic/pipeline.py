@@ -88,6 +88,7 @@ def pipeline_stages(
     stage: int | None = None,
     with_traced: bool = True,
     rank: int | None = None,
+    stop_above: int | None = None,
 ) -> tuple[int, StepMemory, StepMemory, object, int]:
     """1F1B over P stages and m micro-batches: (stage, plain step, traced step, states, activations) of
     the stage with the highest peak.  Where ``stage_replayed``: the candidate stages replayed (``stage_step``),
@@ -96,7 +97,9 @@ def pipeline_stages(
     block more) and the last (the head).  ``stage``: that stage's instead; ``rank``: that data-parallel
     rank's (default: the worst; only ZeRO-1's owned moments differ).  ``with_traced=False`` (the planner):
     the traced step is the plain one (not replayed).  Replayed, the candidates are ``worst_stage_candidates``
-    (at most four stages, not all P: the replay is linear in P, not quadratic)."""
+    (at most four stages, not all P: the replay is linear in P, not quadratic).  ``stop_above`` (the planner's
+    budget): the first stage or rank, in the order above (rank 0 first), whose plain peak exceeds it is returned
+    without replaying the rest; its peak is then a lower bound of the worst, the maximum over all of them."""
     if layout.virtual_stages > 1:  # interleaved: each pipeline rank's v chunks (replayed: every rank)
         exact, best = stage_replayed(cfg, setup, layout), None
         ranks = range(layout.pp) if exact else sorted({0, layout.pp - 1})
@@ -107,6 +110,8 @@ def pipeline_stages(
                 if exact and with_traced:
                     traced = interleaved_rank_step(cfg, seq, batch, setup, layout, r, "traced", rank)[0]
                 best = (r, step, traced, st, act)
+            if stop_above is not None and step.peak > stop_above:
+                break
         return best
     exact = stage_replayed(cfg, setup, layout)
     ends = sorted({0, layout.pp - 1})
@@ -119,22 +124,34 @@ def pipeline_stages(
             if exact and with_traced:
                 traced = stage_step(cfg, seq, batch, setup, layout, s, mode="traced", rank=rank)[0]
             best = (s, step, traced, st, act)
+        if stop_above is not None and step.peak > stop_above:
+            break
     return best
 
 
-def stage_floor(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout) -> int:
+def stage_floor(
+    cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, stop_above: int | None = None
+) -> int:
     """A lower bound of the worst stage's peak, without the replay (the planner's first look): stage 0's
     or the last stage's baseline, receive buffers and the saved activations of its w = min(m, P − s)
     warm-up micro-batches, all live when its first backward starts (each forward keeps at least what its
     blocks and head save).  Never above ``pipeline_stages``' peak (tests/test_plan.py checks it on every
     pipeline candidate of two plans).  Interleaved: the first or last pipeline rank's baseline and receive
-    buffers, beside FSDP2 + its chunks' units unsharded (the runtime's UNSHARD before the first compute)."""
+    buffers, + the larger of two bytes each live at some point: beside FSDP2 its chunks' units unsharded (the
+    runtime's UNSHARD before the first compute), and the saved activations of the chunk micro-batches in flight
+    at its first backward (``_interleaved_first_backward``: each forward before it keeps what its chunk saves,
+    as under 1F1B; tests/test_plan_speed.py checks the floor on random interleaved candidates); ``stop_above``
+    (the planner's budget): the first rank's alone where it exceeds it, a lower bound too."""
     layout = layout.shard_group()  # HSDP: its shard group's FSDP2 stages (``parallel`` rule 8)
-    if layout.virtual_stages > 1:  # interleaved: the kept bytes, and beside FSDP2 every chunk's units unsharded
-        states_setup = _states_setup(setup.precision, setup.optimizer)
+    if layout.virtual_stages > 1:
         fsdp = layout.fsdp and layout.dp > 1  # the runtime's UNSHARD (or the estimate's units) before any compute
-        kept = lambda st, base, buffers: base + buffers + (st.unsharded_all if fsdp else 0)
-        return max(kept(*_interleaved_kept(cfg, seq, batch, states_setup, layout, r, None)) for r in {0, layout.pp - 1})
+
+        def kept(r: int) -> int:
+            st, base, buffers, _, in_flight = _interleaved_first_backward(cfg, seq, batch, setup, layout, r, None)
+            return base + buffers + max(st.unsharded_all if fsdp else 0, in_flight)
+
+        floor = kept(0)
+        return floor if stop_above is not None and floor > stop_above else max(floor, kept(layout.pp - 1))
     flat, P = _flat(layout), layout.pp
     return max(
         stage_baseline(cfg, seq, batch, setup, layout, s)

@@ -78,7 +78,6 @@ POWER = (
     "-",
     "H100 HBM2e 94-96 GB at its default 500 W limit (torchtitan's note): slower clocks than the 700 W SXM part calibrated",
 )
-SAC_OP = ("", "-", "torchtitan's per-op SAC recomputes every second mm in backward; ours saves every mm")
 COMPILE = ("compile", "+", "torch.compile fuses the memory-bound ops the calibrated time prices one kernel each")
 FLOAT8 = ("float8", "+", "Float8 linear layers (torchao) run the GEMMs on FP8 tensor cores; priced at bf16")
 FP8 = ("fp8", "+", "FP8 GEMMs (Transformer Engine); priced at bf16")
@@ -99,8 +98,8 @@ TT_VIRTUAL = (
     "multi-stage schedule given no split points (the benchmark gives none)"
 )
 CP_CAUSE = (
-    "context parallel: priced beside data parallel and plain TP (parallelisms.cp); beside PP, or TP with sequence or "
-    "vocab parallel, no prediction"
+    "context parallel: priced beside data parallel and TP with or without sequence and vocab parallel "
+    "(parallelisms.cp); beside PP, no prediction"
 )
 CP = ("cp", "", CP_CAUSE)
 A100_WORDS = (
@@ -130,7 +129,7 @@ class Run:
     seq: int
     micro_batch: int  # sequences per micro-batch
     global_batch: int  # sequences per step
-    checkpoint: str  # ours: none | full | selective
+    checkpoint: str  # ours: none | full | selective | op (torchtitan's per-op SAC, "selective (op)")
     published_checkpoint: str
     published: float
     unit: str  # tokens/s/GPU | TFLOP/s/GPU
@@ -156,9 +155,9 @@ class Run:
 
     @property
     def cp_priced(self) -> bool:
-        """Context parallel is priced beside data parallel only: the runs' TP has sequence and vocab parallel, which
-        ``parallelisms.cp`` refuses beside CP, as it does PP."""
-        return self.cp > 1 and self.tp == self.pp == 1
+        """Context parallel is priced beside data parallel and TP (with the runs' sequence and vocab parallel), not
+        beside PP, which ``parallelisms.cp`` refuses."""
+        return self.cp > 1 and self.pp == 1
 
 
 def _tt(name, gpus, dp, tp, pp, seq, b, gbs, ck, pck, tps, diffs, model="llama-3.1-8b", source=TT_2412, cp=1, v=1):
@@ -169,8 +168,8 @@ def _tt(name, gpus, dp, tp, pp, seq, b, gbs, ck, pck, tps, diffs, model="llama-3
 
 def _trainy(w: int, tps: float) -> Run:
     return Run(f"Trainy 8B FSDP {w} H200", TT_H200, "llama-3.1-8b", "h200", "H200 (8 a host, CX-7 400 Gb/s per GPU)",
-               w, w, 3, 1, 1, 1, 8192, 2, 2 * w, "selective", "selective (op)", tps, "tokens/s/GPU",
-               "TPS/GPU sampled at the 100th iteration", (SAC_OP, COMPILE, FLOAT8))  # fmt: skip
+               w, w, 3, 1, 1, 1, 8192, 2, 2 * w, "op", "selective (op)", tps, "tokens/s/GPU",
+               "TPS/GPU sampled at the 100th iteration", (COMPILE, FLOAT8))  # fmt: skip
 
 
 LLAMA2_7B = (("vocab_size", 32000), ("num_kv_heads", 32), ("d_ff", 11008), ("context_length", 4096))
@@ -185,15 +184,15 @@ NEMO = "Tokens/sec/GPU (Model TFLOP/sec/GPU also published)"
 
 RUNS = (
     # torchtitan, end of 2024 (Table 1: 8 GPUs; Table 3: 128 GPUs), selective op AC, local batch 2, S = 8,192
-    _tt("TT T1 8B FSDP 8", 8, 8, 1, 1, 8192, 2, 16, "selective", "selective (op)", 5762, (SAC_OP,)),
-    _tt("TT T1 8B FSDP 8 + compile", 8, 8, 1, 1, 8192, 2, 16, "selective", "selective (op)", 6667, (SAC_OP, COMPILE)),
-    _tt("TT T1 8B FSDP 8 + compile + Float8", 8, 8, 1, 1, 8192, 2, 16, "selective", "selective (op)", 8532,
-        (SAC_OP, COMPILE, FLOAT8)),
-    _tt("TT T3 8B FSDP 128", 128, 128, 1, 1, 8192, 2, 256, "selective", "selective (op)", 5605, (SAC_OP,)),
-    _tt("TT T3 8B FSDP 128 + compile", 128, 128, 1, 1, 8192, 2, 256, "selective", "selective (op)", 6514,
-        (SAC_OP, COMPILE)),
-    _tt("TT T3 8B FSDP 128 + compile + Float8", 128, 128, 1, 1, 8192, 2, 256, "selective", "selective (op)", 8380,
-        (SAC_OP, COMPILE, FLOAT8)),
+    _tt("TT T1 8B FSDP 8", 8, 8, 1, 1, 8192, 2, 16, "op", "selective (op)", 5762, ()),
+    _tt("TT T1 8B FSDP 8 + compile", 8, 8, 1, 1, 8192, 2, 16, "op", "selective (op)", 6667, (COMPILE,)),
+    _tt("TT T1 8B FSDP 8 + compile + Float8", 8, 8, 1, 1, 8192, 2, 16, "op", "selective (op)", 8532,
+        (COMPILE, FLOAT8)),
+    _tt("TT T3 8B FSDP 128", 128, 128, 1, 1, 8192, 2, 256, "op", "selective (op)", 5605, ()),
+    _tt("TT T3 8B FSDP 128 + compile", 128, 128, 1, 1, 8192, 2, 256, "op", "selective (op)", 6514,
+        (COMPILE,)),
+    _tt("TT T3 8B FSDP 128 + compile + Float8", 128, 128, 1, 1, 8192, 2, 256, "op", "selective (op)", 8380,
+        (COMPILE, FLOAT8)),
     # Table 2: FSDP + CP + compile + Float8, local batch 1, full AC
     _tt("TT T2 8B FSDP 8 CP 1, S 32k", 8, 8, 1, 1, 32768, 1, 8, "full", "full", 3890, (COMPILE, FLOAT8)),
     _tt("TT T2 8B FSDP 4 CP 2, S 64k", 8, 4, 1, 1, 65536, 1, 4, "full", "full", 2540, (COMPILE, FLOAT8, CP), cp=2),
@@ -212,18 +211,18 @@ RUNS = (
         model="llama-3.1-70b", source=TT_ASYNC),
     _tt("TT async-TP 70B FSDP 32 TP 8, bf16 + async TP", 256, 32, 8, 1, 8192, 16, 512, "full", "full", 652.4,
         (COMPILE, ASYNC_TP), model="llama-3.1-70b", source=TT_ASYNC),
-    _tt("TT async-TP 8B FSDP 8 TP 8, bf16", 64, 8, 8, 1, 8192, 12, 96, "selective", "selective (op)", 4378,
-        (SAC_OP, COMPILE), source=TT_ASYNC),
-    _tt("TT async-TP 8B FSDP 8 TP 8, bf16 + async TP", 64, 8, 8, 1, 8192, 12, 96, "selective", "selective (op)",
-        4809.4, (SAC_OP, COMPILE, ASYNC_TP), source=TT_ASYNC),
+    _tt("TT async-TP 8B FSDP 8 TP 8, bf16", 64, 8, 8, 1, 8192, 12, 96, "op", "selective (op)", 4378,
+        (COMPILE,), source=TT_ASYNC),
+    _tt("TT async-TP 8B FSDP 8 TP 8, bf16 + async TP", 64, 8, 8, 1, 8192, 12, 96, "op", "selective (op)",
+        4809.4, (COMPILE, ASYNC_TP), source=TT_ASYNC),
     # torchtitan docs/performance.md (2024): 405B on 128 H100 (95 GB, lower TDP), FSDP 16 × TP 8, local batch 2
     Run("TT perf 405B FSDP 16 TP 8", TT_PERF + " (Llama 3.1 table, row 'None')", "llama-3.1-405b", CALIBRATED,
         "H100 HBM2e 95 GB, lower TDP", 128, 16, 3, 8, 1, 1, 8192, 2, 32, "full", "full", 109, "tokens/s/GPU",
         "WPS (MFU 29.0 % published beside it); torch.compile not stated", (POWER,)),
     # torchtitan docs/performance.md (2024): 64 A100 80GB, FSDP 64, local batch 1
     Run("TT perf 8B FSDP 64 A100", TT_PERF + " (Llama 3 table, 'selective op')", "llama-3-8b", "a100-80gb",
-        "A100 80GB", 64, 64, 3, 1, 1, 1, 8192, 1, 64, "selective", "selective (op)", 2973, "tokens/s/GPU",
-        "WPS (MFU 58.2 % published beside it)", (A100, SAC_OP)),
+        "A100 80GB", 64, 64, 3, 1, 1, 1, 8192, 1, 64, "op", "selective (op)", 2973, "tokens/s/GPU",
+        "WPS (MFU 58.2 % published beside it)", (A100,)),
     Run("TT perf 70B FSDP 64 A100", TT_PERF + " (Llama 3 table, '70B full')", "llama-3.1-70b", "a100-80gb",
         "A100 80GB", 64, 64, 3, 1, 1, 1, 8192, 1, 64, "full", "full", 331, "tokens/s/GPU",
         "WPS (MFU 51.7 % published beside it)", (A100,)),

@@ -30,6 +30,10 @@ Under expert parallel (``replay_training_step(ep=...)``, fp32 and bf16) one rank
 combine replace the routed part (``_ep_routed_forward``, ``_ep_routed_backward``), with the row counts of
 ``analytic.expert_parallel`` and FSDP2's expert-unit events (``analytic.fsdp`` rule 7).
 
+Under context parallel (a ``Ring`` installed, ``ops.aten_ring.installed``: ``analytic.context_parallel`` beside
+sequence or vocab parallel) each fused attention is that cp rank's ring attention (``_ring``, ``_flash_forward``,
+``_flash_backward``, ``_dv_grad``).
+
 Notation: T = B·S tokens; e = bytes per element of the model dtype; RMSNorm computes in
 fp32 (4 bytes) and, for a 16-bit model, keeps fp32 copies instead of its input.
 """
@@ -45,6 +49,7 @@ from ..phases import StepMemory
 from ..setup import TrainingSetup
 from .expert_parallel import expert_parallel_split
 from .fsdp import FsdpEvents, FsdpUnits
+from .ops.aten_ring import RingDeltas, active, ring_deltas
 from .ops.engine import Affine, PeakEnvelope, PhaseInBatch, StepInBatch, apply_segment
 from .ops.engine import Copy as _Copy
 from .ops.engine import Grad as _Grad
@@ -170,6 +175,63 @@ def _proj_grad(r: _Replay, z: Sizes, p: dict[str, int], proj: str, width: int, c
         r(+cast, +p[f"attn.{proj}.bias"], -X if cast else 0)
 
 
+def _ring(z: Sizes) -> RingDeltas | None:
+    """Context parallel (``analytic.context_parallel``: a ``Ring`` installed, ``ops.aten_ring.installed``): the
+    fused attention of these blocks runs as cp rank c's ring attention, what it allocates and frees in order
+    (``ops.aten_ring.ring_deltas``, the op library's transliteration of torch's, on q, k, v of the rank's heads
+    and s positions in the attention's dtype).  None: the kernel alone."""
+    ring = active()
+    if ring is None or not z.sdpa:
+        return None
+    a = _amp_attention_sizes(z)[0] if z.amp else z
+    c = z.cfg
+    return ring_deltas(ring, z.batch, c.num_heads, c.kv_heads, z.seq, c.d_head, "fp32" if a.e == 4 else "bf16")
+
+
+def _merge_copy(z: Sizes) -> int:
+    """Whether merging the attention output's heads copies it (``Sizes.merge_copy``; the ring's output)."""
+    rd = _ring(z)
+    return z.merge_copy if rd is None else rd.merge_copy
+
+
+def _flash_forward(r: _Replay, z: Sizes, n: int, q: Affine | int, e: int) -> None:
+    """The fused kernel (``n`` 0: its outputs from the SAC cache): output (``q`` bytes) and logsumexp, with the
+    CPU kernel's scratch for ``e``-byte inputs; under context parallel the ring's allocations (``_ring``)."""
+    rd = _ring(z)
+    if rd is not None:
+        r(*rd.forward)
+        return
+    f1, f2 = z.flash_scratch_forward(e)  # CPU only
+    r(+q * n, +z.lse * n, +f1 * n, +f2 * n, -f2 * n, -f1 * n)
+
+
+def _flash_backward(r: _Replay, z: Sizes, q: Affine | int, kv: Affine | int, e: int) -> None:
+    """The fused kernel's backward: dQ, dK, dV (``q``, ``kv`` bytes) with its scratch; under context parallel the
+    ring's (dK and dV one buffer: ``_dv_grad``)."""
+    rd = _ring(z)
+    if rd is not None:
+        r(*rd.backward)
+        return
+    g1, g2, g3 = z.flash_scratch_backward(e)  # the kernel's scratch (CPU, CUDA flash or memory-efficient)
+    r(+q, +kv, +kv, +g1, +g2, +g3, -g3, -g2, -g1)
+
+
+def _dv_grad(r: _Replay, z: Sizes, p: dict[str, int], width: int) -> int:
+    """v_proj's incoming gradient made ready (``_proj_grad``): the fused kernel's dV has v's strides, the (B, S,
+    kv, d_head) layout of v_proj's output, no copy.  The ring's dK, dV are views of one (B, kv, s, d)-ordered
+    buffer (``ring_backward``): RoPE's backward released dK's view (``_rope_backward(freed=False)``), dV is copied
+    (``RingDeltas.dv_copy``) and the buffer dies with its last view.  Returns the multiple of dV's bytes that
+    v_proj's backward then releases."""
+    rd = _ring(z)
+    if rd is None:
+        _proj_grad(r, z, p, "v_proj", width, contiguous=not z.sdpa)
+        return 1
+    X = (_amp_attention_sizes(z)[0] if z.amp else z).act(width)
+    r(+X * rd.dv_copy, -2 * X * rd.dv_copy)
+    _proj_grad(r, z, p, "v_proj", width, contiguous=False)
+    return 1 if rd.dv_copy else 2
+
+
 def _sp_all_gather(r: _Replay, z: Sizes) -> None:
     """Sequence parallel (``PrepareModuleInput``'s Shard(1) -> Replicate, and the backward of a
     reduce-scatter): a T/M-row tensor all-gathered to the whole (T x d) one in the model dtype: a
@@ -227,16 +289,18 @@ def _rope_forward(r: _Replay, z: Sizes, width: int) -> None:
         r(+z.act(width), -2 * H)  # cat with the passed-through part; the rotated part dies
 
 
-def _rope_backward(r: _Replay, z: Sizes, width: int) -> None:
+def _rope_backward(r: _Replay, z: Sizes, width: int, freed: bool = True) -> None:
     """Partial rotary: the incoming gradient's rotated part is a view (freed with the whole, after the split's
-    backward concatenates the rotated part's gradient with the passed-through one)."""
+    backward concatenates the rotated part's gradient with the passed-through one).  ``freed`` False: the
+    incoming gradient's storage outlives it (context parallel's dK, a view of the dK, dV buffer: ``_dv_grad``)."""
     rot = _rotated(z, width)
     H, cs, whole = z.act(rot) // 2, z.rope_table, rot == width
+    whole = whole and freed
     r(+H, +H, +H, +H, -H, -cs, _Copy(H), -H)  # grads of out_odd and out_even through the products
     r(+H, *([-2 * H] if whole else []), -cs, _Copy(H), -H)  # the rotated tensor and the tables released; summed
     r(+2 * H, -H, +2 * H, -H, _Copy(2 * H), -2 * H)  # scatter back into the strided halves; summed
-    if not whole:
-        r(+z.act(width), -2 * H, -z.act(width))  # split backward: the head's gradient; both parts released
+    if rot != width:
+        r(+z.act(width), -2 * H, -z.act(width) * freed)  # split backward: the head's gradient; both parts released
 
 
 class _MoeSplit:
@@ -689,10 +753,9 @@ def _layer_forward(
     _rope_forward(r, z, c.kv_dim)
     r(-Tkv, -Tq)  # un-rotated q, k die (RoPE saves only its tables)
     if z.sdpa:
-        f1, f2 = z.flash_scratch_forward(z.e)  # CPU only
         # flash kernel: output (B, h, S, d_head) and logsumexp (B, h, S) fp32, both saved (CPU: its scratch)
-        r(+Tq * n, +z.lse * n, +f1 * n, +f2 * n, -f2 * n, -f1 * n)
-        r(+Tq * z.merge_copy)  # merge heads: the transposed output copied (saved by output_proj)
+        _flash_forward(r, z, n, Tq, z.e)
+        r(+Tq * _merge_copy(z))  # merge heads: the transposed output copied (saved by output_proj)
         if sp:  # output projection (a partial sum), reduce-scattered; ln1's own output dies; residual add
             r(+Td * n)
             _sp_reduce_scatter(r, z, Td)
@@ -811,9 +874,9 @@ def _layer_forward_unsaved(r: _Replay, z: Sizes, cached: bool = False, moe: _Moe
     unrotated = 1 if c.qk_norm else proj  # the normed heads always die; bare projections only uncached
     r(-Tkv * unrotated, -Tq * unrotated)  # un-rotated q, k die
     if z.sdpa:
-        f1, f2 = z.flash_scratch_forward(z.e)  # CPU only
-        r(+Tq, +z.lse, +f1, +f2, -f2, -f1, -z.lse * k)  # flash kernel: output; the logsumexp dies on return
-        r(+Tq * z.merge_copy, -Tq * k * z.merge_copy)  # merge heads (a copy); the kernel's output dies
+        _flash_forward(r, z, 1, Tq, z.e)  # flash kernel: output, logsumexp
+        r(-z.lse * k)  # the logsumexp dies on return
+        r(+Tq * _merge_copy(z), -Tq * k * _merge_copy(z))  # merge heads (a copy); the kernel's output dies
     else:
         # QKᵀ; · 1/√d_head (CPU: its wrapped 8 bytes stay: autograd keeps a wrapped number itself, not via
         # the checkpoint's pack hook, until the scale's backward); raw scores die
@@ -827,7 +890,7 @@ def _layer_forward_unsaved(r: _Replay, z: Sizes, cached: bool = False, moe: _Moe
         if z.softmax32:
             r(-2 * Sc)  # the fp32 probs die
         r(+Tq, -Tq * k)  # merge heads (a copy); AV output dies
-    heads = z.merge_copy or k  # merged heads: a copy dies; a view of the kernel's output dies with it
+    heads = _merge_copy(z) or k  # merged heads: a copy dies; a view of the kernel's output dies with it
     if sp:  # output projection (a partial sum), reduce-scattered; q, k, v, merged heads, ln1's outputs die
         r(+Td)
         _sp_reduce_scatter(r, z, Td * k)
@@ -902,10 +965,10 @@ def _layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool, moe: _M
     _sp_all_gather(r, z)  # the output projection's reduce-scatter backward gathers d(attention output)
     if z.sdpa:
         # output_proj: dW, d(heads); merged heads released; (SP) the gathered d(output) too
-        r(+p["attn.output_proj"], +Tq, -Tq * z.merge_copy, -Td * sp)
+        r(+p["attn.output_proj"], +Tq, -Tq * _merge_copy(z), -Td * sp)
         # flash backward: dQ, dK, dV; then d(out), q, k, out, v, logsumexp and the output released
-        g1, g2, g3 = z.flash_scratch_backward(z.e)  # the kernel's scratch (CPU, CUDA flash or memory-efficient)
-        r(+Tq, +Tkv, +Tkv, +g1, +g2, +g3, -g3, -g2, -g1, -Tq, -Tkv, -Tq, -Tkv, -z.lse, -Tq)
+        _flash_backward(r, z, Tq, Tkv, z.e)
+        r(-Tq, -Tkv, -Tq, -Tkv, -z.lse, -Tq)
     else:
         # output_proj: dW, d(heads); (SP) the gathered d(output) released; contiguous copy
         r(+p["attn.output_proj"], +Tq, -Tq, -Td * sp, +Tq, -Tq)
@@ -930,14 +993,13 @@ def _layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool, moe: _M
             +z.wrap(z.e)[1], +Sc, -z.wrap(z.e)[1], -Sc, -z.wrap(z.e)[0]
         )  # scale backward (CPU: the saved scalar, cast, then released)
         r(+Tkv, +Tq, -Sc, -Tkv, -Tq)  # QKᵀ: dK, dQ; rotated k, q released
-    _rope_backward(r, z, c.kv_dim)
+    _rope_backward(r, z, c.kv_dim, freed=_ring(z) is None)
     _rope_backward(r, z, c.q_dim)
     if c.qk_norm:
         _norm_backward(r, z, T * c.kv_heads, c.d_head, residual=False, rerun=rerun)
         _norm_backward(r, z, T * c.num_heads, c.d_head, residual=False, rerun=rerun)
-    # the fused kernel's dV has v's strides, the (B, S, kv, d_head) layout of v_proj's output: no copy
-    _proj_grad(r, z, p, "v_proj", c.kv_dim, contiguous=not z.sdpa)
-    r(+p["attn.v_proj"], +Td, -Tkv)  # v_proj: dW, dx; dV released
+    dv = _dv_grad(r, z, p, c.kv_dim)
+    r(+p["attn.v_proj"], +Td, -Tkv * dv)  # v_proj: dW, dx; dV released
     _tp_all_reduce(r, z, Td)
     _proj_grad(r, z, p, "k_proj", c.kv_dim, contiguous=True)
     r(+p["attn.k_proj"], +Td, -Tkv)  # k_proj
@@ -1186,9 +1248,8 @@ def _amp_layer_forward(
     if z.sdpa:  # the CPU flash op stands in for CUDA's (``CPU_STAND_INS``): bf16 q, k, v in (fp32: copies made
         # last first, saved), bf16 output, fp32 logsumexp; fp32 q, k, v die with attention's return
         r(*casts * (+Tkv, +Tkv, +Tq))
-        f1, f2 = z.flash_scratch_forward(2)  # CPU only
-        r(+Tq * n, +z.lse * n, +f1 * n, +f2 * n, -f2 * n, -f1 * n)  # flash kernel (both saved)
-        r(+Tq * z.merge_copy)  # merge heads (saved by output_proj; a view: ``Sizes.merge_copy``)
+        _flash_forward(r, z, n, Tq, 2)  # flash kernel (both saved)
+        r(+Tq * _merge_copy(z))  # merge heads (saved by output_proj; a view: ``Sizes.merge_copy``)
         gone = casts * (Qa + 2 * KVa)
         if sp:  # output proj (a bf16 partial sum), reduce-scattered; ln1's two outputs die; residual add
             r(+w["attn.output_proj"], +Td2 * n)
@@ -1310,10 +1371,10 @@ def _amp_layer_forward_unsaved(
     unrotated = 1 if c.qk_norm else proj
     r(-KVa * unrotated, -Qa * unrotated)
     if z.sdpa:
-        f1, f2 = z.flash_scratch_forward(2)  # CPU only
         r(*casts * (+Tkv, +Tkv, +Tq))  # fp32 q, k, v: bf16 copies (v, k, q), which die with the kernel
-        r(+Tq, +z.lse, +f1, +f2, -f2, -f1, *casts * (-Tq, -Tkv, -Tkv), -z.lse * k)  # flash; logsumexp dies on return
-        r(+Tq * z.merge_copy, -Tq * k * z.merge_copy)  # merge heads; kernel output dies
+        _flash_forward(r, z, 1, Tq, 2)
+        r(*casts * (-Tq, -Tkv, -Tkv), -z.lse * k)  # the copies die; the logsumexp dies on return
+        r(+Tq * _merge_copy(z), -Tq * k * _merge_copy(z))  # merge heads; kernel output dies
     else:
         r(*casts * (+Tkv, +Tq))  # fp32 q, k: bf16 copies of kᵀ, then q
         r(+Sc, *casts * (-Tq, -Tkv))  # QKᵀ; the copies die with it
@@ -1326,7 +1387,7 @@ def _amp_layer_forward_unsaved(
         r(+Tq, -Tq * k)  # merge heads
     r(+w["attn.output_proj"], +Td2, -w["attn.output_proj"])  # output projection; weight copy dies
     _tp_all_reduce(r, z, Td2, Td2 * k)  # (TP: all-reduced; the SAC cache keeps the partial)
-    heads = z.merge_copy or k  # merged heads: a copy dies; a view of the kernel's output dies with it
+    heads = _merge_copy(z) or k  # merged heads: a copy dies; a view of the kernel's output dies with it
     if sp:  # the bf16 partial sum reduce-scattered; q, k, v, merged heads, ln1's two outputs die; add
         _sp_reduce_scatter(r, b, Td2 * k)
         r(-Qa, -KVa, -KVa * proj, -Tq * heads, -Td, -Tr)
@@ -1421,10 +1482,10 @@ def _amp_layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool, moe
     else:
         r(+Td2)  # the grad to bf16
     # output_proj: dW, d(heads); merged heads released (a view: with the kernel's output)
-    r(+w[out], +Tq, -Td2, -w[out], -Tq * z.merge_copy, +p[out], -w[out])
+    r(+w[out], +Tq, -Td2, -w[out], -Tq * _merge_copy(z), +p[out], -w[out])
     if z.sdpa:
-        g1, g2, g3 = z.flash_scratch_backward(2)  # CPU only
-        r(+Tq, +Tkv, +Tkv, +g1, +g2, +g3, -g3, -g2, -g1, -Tq, -Tkv, -Tq, -Tkv, -z.lse, -Tq)  # flash backward
+        _flash_backward(r, z, Tq, Tkv, 2)
+        r(-Tq, -Tkv, -Tq, -Tkv, -z.lse, -Tq)  # flash backward's saved tensors released
         r(*casts * (+Qa, -Tq, +KVa, -Tkv, +KVa, -Tkv))  # fp32 q, k, v: dQ, dK, dV cast back (q's copy was last)
     else:
         r(+Tq, -Tq)  # contiguous d(heads)
@@ -1443,14 +1504,14 @@ def _amp_layer_backward(r: _Replay, z: Sizes, p: dict[str, int], last: bool, moe
         r(+z.wrap(2)[1], +Sc, -z.wrap(2)[1], -Sc, -z.wrap(2)[0])  # scale backward
         r(+Tkv, +Tq, -Sc, -Tkv, -Tq)  # QKᵀ: dK, dQ
         r(*casts * (+Qa, -Tq, +KVa, -Tkv))  # fp32 q, k: dQ, dK cast back (q's copy was made last)
-    _rope_backward(r, a, c.kv_dim)
+    _rope_backward(r, a, c.kv_dim, freed=_ring(z) is None)
     _rope_backward(r, a, c.q_dim)
     if c.qk_norm:
         _norm_backward(r, z, T * c.kv_heads, c.d_head, residual=False, rerun=rerun, xe=a.e)
         _norm_backward(r, z, T * c.num_heads, c.d_head, residual=False, rerun=rerun, xe=a.e)
     v, k, q = "attn.v_proj", "attn.k_proj", "attn.q_proj"
-    _proj_grad(r, z, p, "v_proj", c.kv_dim, contiguous=not z.sdpa)
-    r(+w[v], +Td2, -Tkv, -w[v], -Td2, +Td, -Td2, +p[v], -w[v])  # v_proj
+    dv = _dv_grad(r, z, p, c.kv_dim)
+    r(+w[v], +Td2, -Tkv * dv, -w[v], -Td2, +Td, -Td2, +p[v], -w[v])  # v_proj
     _tp_all_reduce(r, z, Td)
     _proj_grad(r, z, p, "k_proj", c.kv_dim, contiguous=True)
     r(+w[k], +Td2, -Tkv, -w[k], -Td2, +Td, -Td2)  # k_proj; joins v's
@@ -1474,9 +1535,13 @@ def replay_unsupported(cfg: ModelConfig, setup: TrainingSetup | None = None, seq
     except the mixture of experts, which the replay models under every setup (the ``_moe_*`` functions;
     ``setup`` is accepted for the callers that pass it).  Empty: ``predict_training_step`` is exact.
     With ``seq``, also whether the peaks are exact lines in the batch (``moe_lines_in_batch``), which
-    the capacity figures need."""
-    del setup  # every attention × checkpoint × precision × AdamW combination is modelled
+    the capacity figures need.  Of the checkpoint modes it models none, full and selective; torchtitan's per-op
+    checkpointing (``op``) is the op library's (``analytic.ops.course``), which the single-GPU memory account uses."""
     out = [u for u in cfg.unsupported_for_replay() if u != "mixture of experts"]
+    if setup is not None and setup.checkpoint == "op":
+        out.append(
+            "torchtitan's per-op checkpointing (--checkpoint op; on one GPU the op library's course program models it)"
+        )
     if seq is not None and not moe_lines_in_batch(cfg, seq):
         out.append(f"mixture of experts at context {seq} (S·k not a multiple of E, or below 2·E)")
     return out

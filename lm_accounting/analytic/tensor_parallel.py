@@ -189,10 +189,15 @@ def vocab_parallel_step(
     sp=1,
     units=None,
     where=("meta", 1),
+    ring=None,
 ):
-    """``vocab_parallel_replay`` at one batch (a ``StepMemory``), with CUDA's scratch at that batch."""
+    """``vocab_parallel_replay`` at one batch (a ``StepMemory``), with CUDA's scratch at that batch; ``ring``: the
+    context-parallel ring its blocks' fused attention runs as (``ops.aten_ring``; a key of the cache)."""
+    from .ops.aten_ring import installed
+
     cuda_batch = batch if where[0] == "cuda" else None
-    return vocab_parallel_replay(local, seq, setup, mode, tp, sp, min(batch, 2), units, where, cuda_batch).at(batch)
+    with installed(ring):
+        return vocab_parallel_replay(local, seq, setup, mode, tp, sp, min(batch, 2), units, where, cuda_batch).at(batch)
 
 
 def vocab_parallel_head_saved(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, tp: int) -> int:

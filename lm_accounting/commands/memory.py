@@ -40,6 +40,7 @@ class Request:
     measure_method: str | None = None  # tracker or allocator (default: tracker; cuda: the caching allocator)
     allow_long: bool = False  # a measurement estimated past measure.devices.MAX_LIVE_SECONDS
     impl: str = "course"  # the model code predicted (implementations.IMPLS; the CLI's default: default_impl)
+    find_unused: bool | None = None  # DDP's find_unused_parameters over transformers (None: the HF Trainer's)
     run_config: ModelConfig = field(init=False, repr=False)  # the config at the context
     budget_basis: MemoryBudget = field(init=False, repr=False)
     method: str | None = field(init=False, repr=False)  # MemoryAccount's measurement method, None: none
@@ -52,6 +53,7 @@ class Request:
         object.__setattr__(self, "method", measurement_method(self.measure, self.measure_method))
         check_impl(run, self.impl)
         check_measurable(self.impl, self.measure)
+        self.check_find_unused()
         lay = self.layout
         gpu_run = self.measure in ("none", "cuda")  # the course model's prediction runs CUDA's kernels
         if self.setup.attention == "sdpa" and gpu_run and self.impl == "course":
@@ -76,6 +78,20 @@ class Request:
             raise AccountingError(f"--rank {self.rank} is outside the world of {lay.world}")
         if self.measure == "cuda":
             raise AccountingError("a parallel layout is measured on the fake process group: use --measure meta")
+
+    def check_find_unused(self) -> None:
+        """--[no-]find-unused-parameters: DDP or ZeRO-1 over transformers only; True (given, or the Trainer's
+        without checkpointing) is not measured on FakeTensors (``ops.ddp`` rule 5)."""
+        from ..analytic.ops.ddp import FIND_UNUSED_ON_FAKE, trainer_find_unused
+
+        ddp = self.impl == "transformers" and self.layout is not None and not self.layout.fsdp and self.layout.tp == 1
+        if self.find_unused is not None and not ddp:
+            raise AccountingError(
+                "--[no-]find-unused-parameters is DDP's option: give it with --impl transformers --dp N --zero 0 or 1"
+            )
+        find_unused = trainer_find_unused(self.setup) if self.find_unused is None else self.find_unused
+        if ddp and self.measure == "meta" and find_unused:
+            raise AccountingError(FIND_UNUSED_ON_FAKE)
 
     @property
     def device(self) -> str:
@@ -128,8 +144,9 @@ def run(request: Request) -> MemoryAccount | ParallelMemory:
     # impl other than course: traced on meta, which the fake-PG job on cpu tensors measures too
     lay = r.layout
     result = parallel_memory(
-        cfg, cfg.context_length, r.batch, r.setup, lay, budget=r.budget_basis, rank=r.rank, impl=r.impl
-    )
+        cfg, cfg.context_length, r.batch, r.setup, lay, budget=r.budget_basis, rank=r.rank, impl=r.impl,
+        find_unused=r.find_unused,
+    )  # fmt: skip
     return layout_step_time(r, result)
 
 
@@ -189,7 +206,9 @@ def measured(request: Request, result: Any) -> Any:
     if r.impl == "transformers":  # rank 0 of FSDP2 over transformers' decoder layers, fake process group
         from ..measure.hf import measure_hf_step
 
-        return result.with_measurement(measure_hf_step(cfg, seq, r.batch, r.setup, device=r.measure, layout=r.layout))
+        return result.with_measurement(
+            measure_hf_step(cfg, seq, r.batch, r.setup, device=r.measure, layout=r.layout, find_unused=r.find_unused)
+        )
     lay, who = r.layout, measured_rank(r, result)
     if lay.cp > 1:  # torch's context_parallel on CPU tensors (meta's wait_tensor would hide the gathered K, V)
         if r.method == "allocator":

@@ -16,7 +16,9 @@ shards' placement is the only one CP makes, so it is set here directly.
 
 What runs with it, against one process on gloo (outputs within 1.2e-7, gradients within 1.5e-8): forward and
 backward at cp 2 and 4, both rotate methods ("allgather", torch's default, and "alltoall"), grouped-query heads,
-under FSDP2 over the flattened (dp, cp) mesh.  The handlers reach torch's private API: a torch other than 2.13 may
+under FSDP2 over the flattened (dp, cp) mesh, beside TP with and without sequence and vocab parallel on the tp
+mesh (``build_rank``'s ``parallelize_module`` plan: the sequence ``context_parallel`` shards is SP's sequence, split
+again over tp between the projections).  The handlers reach torch's private API: a torch other than 2.13 may
 move them.  An attention mask is refused, as CP's CUDA path refuses it.
 """
 

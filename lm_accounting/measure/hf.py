@@ -72,9 +72,9 @@ def require_transformers():
 
 def check_hf_setup(cfg: ModelConfig, setup: TrainingSetup, device: str) -> None:
     """Refuse, before anything is built, what transformers' model cannot run here (one line each)."""
-    if setup.checkpoint == "selective":
+    if setup.checkpoint in ("selective", "op"):
         raise AccountingError(
-            "transformers has no selective activation checkpointing (activation_checkpointing_enable "
+            f"transformers has no {setup.checkpoint} activation checkpointing (activation_checkpointing_enable "
             "recomputes whole decoder layers): use --checkpoint full or none"
         )
 
@@ -383,6 +383,7 @@ def measure_hf_step(
     device: str = "meta",
     method: str = "tracker",
     layout=None,
+    find_unused: bool | None = None,
 ):
     """The measured ``StepMemory`` of one training step of transformers' model (``build_hf_step``), as
     ``measure.memory.measure_step`` measures ours: ``method`` "tracker" (``StorageTracker``: the traced run,
@@ -391,9 +392,10 @@ def measure_hf_step(
     config with no transformers class, selective checkpointing, a mixture of experts on meta, and every
     live-run guard of ``devices.check_live_run``.  ``layout`` (a ``ParallelLayout`` of more than one GPU): rank 0
     of its FSDP2 or DDP job over transformers' model on the fake process group (``measure.hf_parallel``),
-    FakeTensors for ``device="meta"``, real CPU tensors for "cpu" (tracker only)."""
+    FakeTensors for ``device="meta"``, real CPU tensors for "cpu" (tracker only); ``find_unused``: DDP's
+    ``find_unused_parameters``, None the HF Trainer's (``analytic.ops.ddp.trainer_find_unused``)."""
     if layout is not None and not layout.single:
-        return _measure_rank(cfg, seq, batch, setup, device, method, layout)
+        return _measure_rank(cfg, seq, batch, setup, device, method, layout, find_unused)
     setup = _checked(cfg, seq, batch, setup, device, method)
     from .tracker import init_optimizer_state, measure_training_step, measure_training_step_cuda
 
@@ -426,7 +428,8 @@ def mark_unreached(model, inputs, labels, loss_fn) -> None:
     gc.collect()
 
 
-def _measure_rank(cfg, seq, batch, setup, device, method, layout):
+def _measure_rank(cfg, seq, batch, setup, device, method, layout, find_unused):
+    from ..analytic.ops.ddp import trainer_find_unused
     from .hf_parallel import check_hf_layout, measure_hf_rank
 
     require_transformers()
@@ -439,16 +442,19 @@ def _measure_rank(cfg, seq, batch, setup, device, method, layout):
     else:  # DDP runs the single-GPU program, autocast and all
         check_autocast(cfg, setup, device)
         check_grouped_mm(cfg, setup.param_dtype, device)
-    check_hf_layout(cfg, layout)
+    find_unused = trainer_find_unused(setup) if find_unused is None else find_unused
+    check_hf_layout(cfg, layout, find_unused)
     to_hf_dict(cfg)
-    _check_rank_fits(cfg, seq, batch, setup, device)
-    return measure_hf_rank(cfg, seq, batch, setup, layout, rank=0, fake=device == "meta")
+    fake = device == "meta" and layout.tp == 1  # TP on real CPU tensors: FakeTensors change its transient peaks
+    _check_rank_fits(cfg, seq, batch, setup, "meta" if fake else "cpu", layout.tp == 1)
+    return measure_hf_rank(cfg, seq, batch, setup, layout, rank=0, fake=fake, find_unused=find_unused)
 
 
-def _check_rank_fits(cfg, seq, batch, setup, device):
+def _check_rank_fits(cfg, seq, batch, setup, device, fake_possible=True):
     """FakeTensors hold nothing (the meta guards); real CPU tensors are bounded as in
     ``distributed.check_rank_fits``: at most ``REAL_RUN_PARAMS`` parameters, and the single-device bound
-    (``live_bound``, above any rank's) within what the CPU allows."""
+    (``live_bound``, above any rank's) within what the CPU allows.  ``fake_possible``: the layout runs on
+    FakeTensors too (not TP)."""
     from .devices import check_live_run
     from .distributed import REAL_RUN_PARAMS, parameter_count
 
@@ -458,7 +464,8 @@ def _check_rank_fits(cfg, seq, batch, setup, device):
         if parameter_count(cfg) > REAL_RUN_PARAMS:
             raise AccountingError(
                 f"{cfg.name} has {parameter_count(cfg):,} parameters: a real-tensor run of this layout is limited "
-                f"to {REAL_RUN_PARAMS:,} (measure on meta: FakeTensors)"
+                f"to {REAL_RUN_PARAMS:,}"
+                + (" (measure on meta: FakeTensors)" if fake_possible else " (TP runs on real tensors only)")
             )
         need = live_bound(cfg, seq, batch, setup)
         check_live_run(cfg, seq, batch, "cpu", what, training=True, dtype=setup.param_dtype, need=need)

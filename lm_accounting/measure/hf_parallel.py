@@ -18,7 +18,13 @@ rebuild reads data: real cpu tensors only).
 
 ZeRO-1 (``--zero 1``): DDP with ``ZeroRedundancyOptimizer`` around AdamW (``hf_optimizer``).
 
-Only data parallel: tensor, pipeline and expert parallel over transformers' layers are not run here.  A
+TP (``--tp``): transformers' own tensor parallel, ``shard_hf_tp`` (its plan, as ``DistributedConfig(tp_size=M)``
+applies it: DTensor parameters), AdamW over two parameter groups, DTensor then plain
+(``parallelize.param_groups``: the HF Trainer's decay and no-decay groups for Llama, trainer.py
+``create_optimizer``), the Trainer's autocast; with ``--dp N --zero 2|3`` then FSDP2 as above over the dp dimension
+of the (dp, tp) mesh (not transformers' own ``fsdp_plan``).  Measured on real CPU tensors by the command
+(``hf._measure_rank``: FakeTensors change TP's transient peaks).  Pipeline and expert parallel and TP beside DDP
+are not run here.  A
 mixture of experts runs transformers' ``grouped_mm`` experts, whose shapes need no data; their FakeTensor
 kernel takes bf16 only (``measure.hf.check_hf_setup``), so fp32 weights are measured on cpu tensors.
 """
@@ -37,27 +43,53 @@ from ..phases import StepMemory
 from ..setup import TrainingSetup
 
 
-def check_hf_layout(cfg: ModelConfig, layout: ParallelLayout) -> None:
-    """One line for a layout this module does not run."""
-    other = layout.tp > 1 or layout.pp > 1 or layout.ep > 1 or layout.replicate > 1 or layout.cp > 1
+def check_hf_layout(cfg: ModelConfig, layout: ParallelLayout, find_unused: bool = False) -> None:
+    """One line for a layout this module does not run (``find_unused``: DDP's ``find_unused_parameters``)."""
+    if layout.tp > 1:
+        return check_hf_tp_layout(cfg, layout)
+    other = layout.pp > 1 or layout.ep > 1 or layout.replicate > 1 or layout.cp > 1
     if other or layout.dp < 2:
         raise AccountingError(
             "transformers' model is measured under data parallel only: DDP, ZeRO-1 (--dp >= 2 --zero 0 or 1) or "
-            "FSDP2 (--zero 2 or 3); no tensor, pipeline, expert or context parallel, no HSDP"
+            "FSDP2 (--zero 2 or 3), or under its own tensor parallel (--tp); no pipeline, expert or context "
+            "parallel, no HSDP"
         )
-    if not layout.fsdp and cfg.indexer:
+    if not layout.fsdp and cfg.indexer and not find_unused:
         raise AccountingError(
-            "DDP over DSA's indexer (parameters no gradient reaches) is not measured: find_unused_parameters=False "
-            "fails there"
+            "DDP over DSA's indexer (parameters no gradient reaches) needs find_unused_parameters=True (the HF "
+            "Trainer's without checkpointing): with False the reducer fails there"
         )
 
 
-def wrap_ddp(step, dp_mesh):
+def check_hf_tp_layout(cfg: ModelConfig, layout: ParallelLayout) -> None:
+    """One line for a tensor-parallel job over transformers' model not run here (``analytic.ops.tp.check_tp``)."""
+    from ..analytic.ops.tp import check_tp
+
+    try:
+        check_tp(cfg, layout)
+    except ValueError as err:
+        raise AccountingError(str(err)) from None
+
+
+def shard_hf_tp(model, tp_mesh) -> None:
+    """transformers' own tensor parallel over its model, as ``from_pretrained(distributed_config=
+    DistributedConfig(tp_size=m))`` applies it (transformers 5.24 ``distributed/mixin.py``
+    ``maybe_distribute_model``): the plan resolved from the class's ``_tp_plan`` (Llama's head:
+    ``colwise_gather_output``), the config's ``base_model_tp_plan`` and ``embedding_rowwise`` on ``embed_tokens``
+    (``init_parallel_plans``), expanded per layer, then ``apply_tensor_parallelism`` on the tp mesh."""
+    from transformers.distributed import DistributedConfig
+    from transformers.distributed.tensor_parallel import apply_tensor_parallelism
+
+    tp_plan, _, _ = model._resolve_parallel_plans(DistributedConfig(tp_size=tp_mesh.size()))
+    apply_tensor_parallelism(model, tp_mesh, tp_plan)
+
+
+def wrap_ddp(step, dp_mesh, find_unused: bool = False):
     """torch's ``DistributedDataParallel`` around the training step, as the HF Trainer's accelerate builds it
     (``DistributedDataParallelKwargs``' defaults: 25 MiB buckets, ``broadcast_buffers``, no
-    ``gradient_as_bucket_view``, no ``static_graph``), with ``find_unused_parameters=False`` (the Trainer's under
-    gradient checkpointing: with True the reducer reads its used-parameter map's values, which FakeTensors have
-    none of) and ``init_sync=False``: the construction's shape check reads the parameters' data, and its broadcast
+    ``gradient_as_bucket_view``, no ``static_graph``), with ``find_unused_parameters=find_unused`` (the Trainer's:
+    True without gradient checkpointing; with True the reducer reads its used-parameter map's values, which
+    FakeTensors have none of: real CPU tensors only, ``measure_hf_rank``) and ``init_sync=False``: the construction's shape check reads the parameters' data, and its broadcast
     of them moves nothing on the fake group (its flat copies die before the step).  The fake group needs the
     all-reduce comm hook (``parallelize.all_reduce_hook``) in place of the default one."""
     from torch.nn.parallel import DistributedDataParallel
@@ -65,7 +97,7 @@ def wrap_ddp(step, dp_mesh):
     from .parallelize import all_reduce_hook
 
     group = dp_mesh.get_group()
-    ddp = DistributedDataParallel(step, process_group=group, find_unused_parameters=False, init_sync=False)
+    ddp = DistributedDataParallel(step, process_group=group, find_unused_parameters=find_unused, init_sync=False)
     ddp.register_comm_hook(group, all_reduce_hook)
     return ddp
 
@@ -112,28 +144,38 @@ def measure_hf_rank(
     fake: bool = True,
     collectives: list | None = None,
     steps: int = 1,
+    listener=None,
+    find_unused: bool = False,
 ) -> StepMemory:
     """The ``StepMemory`` of rank ``rank`` of the FSDP2 or DDP job (see the module docstring); ``batch`` is the
     rank's micro-batch.  ``collectives``: receives the last step's collectives, ``(kind, payload bytes, phase)``
     as ``distributed.CollectiveRecorder`` records them; ``steps``: the step measured is the last of that many
-    (DDP rebuilds its buckets after the first)."""
+    (DDP rebuilds its buckets after the first); ``listener``: the tracker's (``measure.tracker.StorageTracker``), to
+    trace every allocation and release; ``find_unused``: DDP's ``find_unused_parameters`` (``wrap_ddp``)."""
     from ..model import random_tokens
     from .distributed import CollectiveRecorder, RankTracker, init_fake_group
-    from .hf import HFTrainingStep, build_hf_model, patched_for
+    from .hf import HFTrainingStep, build_hf_model, mark_unreached, model_loss, patched_for
     from .parallelize import job_meshes
     from .tracker import init_optimizer_state
 
-    check_hf_layout(cfg, layout)
+    check_hf_layout(cfg, layout, find_unused)
+    if find_unused and fake and not layout.fsdp:
+        from ..analytic.ops.ddp import FIND_UNUSED_ON_FAKE
+
+        raise AccountingError(FIND_UNUSED_ON_FAKE)
     if not 0 <= rank < layout.world:
         raise AccountingError(f"rank {rank} is outside the world of {layout.world}")
     init_fake_group(layout.world, rank)
     # amp-bf16: FSDP2's policy casts (the model is built in fp32, no autocast); DDP runs the Trainer's autocast
     built = dataclasses.replace(setup, precision="fp32") if setup.autocast and layout.fsdp else setup
     model = build_hf_model(cfg, built, "meta")
-    dp_mesh = job_meshes(layout).dp
+    meshes = job_meshes(layout)
+    dp_mesh = meshes.dp
+    if layout.tp > 1:
+        shard_hf_tp(model, meshes.tp)
     if layout.fsdp:
         shard_hf_model(model, setup, layout, dp_mesh)
-    tracker, dev = RankTracker(), torch.device("meta" if fake else "cpu")
+    tracker, dev = RankTracker(listener=listener), torch.device("meta" if fake else "cpu")
     mode = contextlib.nullcontext()
     if fake:
         from torch._subclasses.fake_tensor import FakeTensorMode
@@ -142,15 +184,23 @@ def measure_hf_rank(
     with mode, patched_for("cpu", fake=fake):
         with tracker:
             model.to_empty(device="cpu")
-            if not layout.fsdp:  # ``to_empty`` gives a tied head its own tensor (FSDP2's shards keep the tie)
+            if not layout.fsdp and layout.tp == 1:  # ``to_empty`` unties a tied head (FSDP2's shards keep the tie)
                 model.tie_weights()  # tied again, as ``from_pretrained`` leaves it
+            if cfg.indexer and not layout.fsdp:  # AdamW makes no state for the indexer's weights (no gradient)
+                probe = HFTrainingStep(model, random_tokens(cfg, batch, seq, device="cpu", seed=1), None)
+                mark_unreached(probe, random_tokens(cfg, batch, seq, device="cpu", seed=0), None, model_loss)
+                del probe
+            if layout.zero == 1 and len({p.dtype for p in model.parameters()}) > 1:
+                from ..analytic.ops.ddp import ZERO1_MIXED_DTYPES
+
+                raise AccountingError(ZERO1_MIXED_DTYPES)
             opt = hf_optimizer(model, setup, layout, dp_mesh)
             init_optimizer_state(opt)
             inputs = random_tokens(cfg, batch, seq, device="cpu", seed=0)
             labels = random_tokens(cfg, batch, seq, device="cpu", seed=1)
             step = HFTrainingStep(model, labels, None if layout.fsdp or not setup.autocast else "cpu")
-            if not layout.fsdp:
-                step = wrap_ddp(step, dp_mesh)
+            if not layout.fsdp and layout.tp == 1:
+                step = wrap_ddp(step, dp_mesh, find_unused)
         for _ in range(steps - 1):
             _train(step, labels, opt, tracker, CollectiveRecorder(), inputs)
         baseline = tracker.live_bytes(dev)

@@ -94,6 +94,39 @@ def selective_policy(ctx, op, *args, **kwargs) -> CheckpointPolicy:
     return CheckpointPolicy.MUST_SAVE if op in SELECTIVE_SAVED_OPS else CheckpointPolicy.PREFER_RECOMPUTE
 
 
+OP_SAC_SAVED_OPS = frozenset(
+    {
+        # torchtitan's ``_save_list`` (e7c0cae, torchtitan/models/llama3/parallelize_llama.py:218; the same mm rule
+        # from Sep 2024 to Jun 2025): mm (every second one recomputed, ``op_sac_policy``), the fused attention, the
+        # reduce-scatter, max (float8's scales).  No bmm, no addmm: naive attention's QKᵀ and AV are recomputed.
+        aten.mm.default,
+        aten._scaled_dot_product_efficient_attention.default,
+        aten._scaled_dot_product_flash_attention.default,
+        torch.ops._c10d_functional.reduce_scatter_tensor.default,
+        aten.max.default,
+        # ours: the CPU flash kernel that stands in for CUDA's flash on meta and cpu (setup.ATTENTIONS)
+        aten._scaled_dot_product_flash_attention_for_cpu.default,
+    }
+)
+"""Ops whose outputs torchtitan's per-op selective checkpointing ("selective op AC") keeps."""
+
+
+def op_sac_policy():
+    """torchtitan's ``_get_custom_policy(meta)`` with its ``meta = defaultdict(int)``, one per checkpointed call
+    (``selective_checkpointing_context_fn``): the ``aten.mm`` calls are counted per mode (forward, recompute), and
+    the even-numbered ones are PREFER_RECOMPUTE; every other op of ``OP_SAC_SAVED_OPS`` is MUST_SAVE."""
+    meta = {"forward": 0, "recompute": 0}
+
+    def policy(ctx, op, *args, **kwargs) -> CheckpointPolicy:
+        mode = "recompute" if ctx.is_recompute else "forward"
+        if op == aten.mm.default:
+            meta[mode] += 1
+        to_save = op in OP_SAC_SAVED_OPS and not (op == aten.mm.default and meta[mode] % 2 == 0)
+        return CheckpointPolicy.MUST_SAVE if to_save else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return policy
+
+
 class CausalSelfAttention(nn.Module):
     """Causal multi-head self-attention with RoPE on Q and K (handout 3.5.5).
 
@@ -415,6 +448,8 @@ class TransformerLM(nn.Module):
         context = {}
         if self.setup.checkpoint == "selective":
             context["context_fn"] = functools.partial(create_selective_checkpoint_contexts, selective_policy)
+        elif self.setup.checkpoint == "op":  # a fresh policy (its mm counts) per checkpointed call
+            context["context_fn"] = lambda: create_selective_checkpoint_contexts(op_sac_policy())
         return checkpoint(run, x, use_reentrant=False, preserve_rng_state=False, **context)
 
 

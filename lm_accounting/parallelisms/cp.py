@@ -11,9 +11,12 @@ the cp ranks are tp apart, and FSDP2, DDP and ZeRO-1 run over the flattened dp �
 DDP's gradients all-reduced over ``dp_cp``), dp·cp ranks tp apart.
 
 Beside tensor parallel (torchtitan's Llama 3 405B layout: TP within a node, CP across): TP splits the heads, CP the
-sequence of each rank's h/tp heads (``apply_tp`` then CP on the attention); FSDP2 over dp·cp, TP-sharded.
+sequence of each rank's h/tp heads (``apply_tp`` then CP on the attention); FSDP2 over dp·cp, TP-sharded.  With
+sequence parallel (torchtitan's ``apply_tp``: ``SequenceParallel`` norms) the sequence is split twice: CP gives a rank
+s = S/cp positions, SP holds the norms and the residual stream at s/tp of them between the projections; and with vocab
+parallel (loss parallel) the embedding, LM head and loss over the vocabulary, on the rank's s positions.
 
-Not accounted beside CP (refused): sequence and vocab parallel, pipeline and expert parallel, HSDP; a mixture of
+Not accounted beside CP (refused): pipeline and expert parallel, HSDP; a mixture of
 experts or latent attention; attention other than the fused kernel (CP replaces the SDPA kernels only:
 the course's naive attention would run whole on s positions, which is not attention over the sequence)."""
 
@@ -22,8 +25,6 @@ from __future__ import annotations
 from ..config import AccountingError
 
 BESIDE = (
-    ("sequence_parallel", "sequence parallel"),
-    ("vocab_parallel", "vocab parallel"),
     ("pp", "pipeline parallel"),
     ("ep", "expert parallel"),
     ("replicate", "HSDP"),
@@ -39,8 +40,7 @@ class ContextParallel:
         if layout.cp == 1:
             return
         for field, what in BESIDE:
-            value = getattr(layout, field)  # a degree, or a flag (sequence and vocab parallel)
-            if value is True or (value is not False and value > 1):
+            if getattr(layout, field) > 1:
                 raise AccountingError(f"context parallel (cp={layout.cp}) beside {what} ({field}) is not accounted")
 
     def check(self, layout, cfg, seq) -> None:

@@ -8,7 +8,10 @@ dp_shard): ``apply_fsdp`` (``torchtitan/models/{llama4,deepseek_v3}/infra/parall
 (dp_replicate, dp_shard) and each expert stack over (dp_replicate, dp_shard_mod_ep): the s/ep shard ranks holding
 the same experts, replicated over the r replicas; ep must divide s.  Beside pipeline parallel (torchtitan's (pp,
 dp_replicate, dp_shard, tp) mesh) each stage's units over its shard group, as FSDP2's stage over dp = s; not
-beside both pipeline and expert parallel."""
+beside both pipeline and expert parallel: expert parallel needs a mixture of experts, and no mixture of experts is
+accounted under pipeline parallel, HSDP or not (``layout.ParallelLayout.check``): the stage replay
+(``analytic.pipeline._block_lines``) has dense blocks only.  The fake-PG stage itself runs (``build_rank`` prunes
+the stage, then applies expert parallel and FSDP2); docs/limits.md gives what it measured."""
 
 from __future__ import annotations
 
@@ -32,7 +35,10 @@ class Hsdp:
                 f"replicate={r} = dp leaves shard groups of one rank: nothing is sharded (use --zero 0, DDP)"
             )
         if layout.pp > 1 and layout.ep > 1:
-            raise AccountingError(f"replicate={r} (HSDP) beside both pipeline and expert parallel is not accounted")
+            raise AccountingError(
+                f"replicate={r} (HSDP) beside both pipeline and expert parallel is not accounted: no mixture of "
+                "experts is accounted under pipeline parallel (its stage replay has dense blocks only)"
+            )
         if layout.shard % layout.ep:
             raise AccountingError(
                 f"ep={layout.ep} does not divide HSDP's shard degree {layout.shard} (dp={dp} / replicate={r}): expert "

@@ -248,20 +248,32 @@ def _layout_line(r: ParallelMemory, where: str, who: str = "worst rank") -> str:
 
 
 def _implementation_view(r: ParallelMemory) -> View:
-    """``--impl transformers`` under FSDP2 or DDP: rank 0's traced step (the op library's), beside the fake-PG
-    job's."""
-    label, ddp = TRACED_LABEL.format(device=r.device), not r.layout.fsdp
+    """``--impl transformers`` under FSDP2, DDP or transformers' own TP: rank 0's traced step (the op library's),
+    beside the fake-PG job's."""
+    label, tp, ddp = TRACED_LABEL.format(device=r.device), r.layout.tp > 1, not r.layout.fsdp and r.layout.tp == 1
     wrapper = "fully_shard on every decoder layer then the root"
     if ddp:
         wrapper = (
             "DistributedDataParallel around it as the HF Trainer builds it (25 MiB buckets, "
             "gradient_as_bucket_view=False)" + (", ZeroRedundancyOptimizer around AdamW" if r.layout.zero else "")
         )
+    if tp:
+        wrapper = (
+            "its own TP plan as DistributedConfig(tp_size=...) applies it (q/k/v, gate/up colwise; o, down rowwise; "
+            "embed_tokens embedding_rowwise; lm_head colwise_gather_output)"
+            + (
+                ", then fully_shard on every decoder layer then the root over the mesh's dp dimension"
+                if r.layout.fsdp
+                else ""
+            )
+        )
     where, who = "rank 0 (every FSDP2 chunk full)", "worst rank"
     if ddp:
         where = "rank 0 (every DDP rank alike)"
     if ddp and r.layout.zero:
         where, who = "rank 0 (the AdamW state of the tensors it owns; ZeRO-1's ranks differ)", "rank"
+    if tp and not r.layout.fsdp:
+        where = "rank 0 (every TP rank alike: tp divides every sharded dim)"
     header = [
         describe_config(r.config),
         _layout_line(r, where, who),
@@ -276,7 +288,8 @@ def _implementation_view(r: ParallelMemory) -> View:
     notes = [] if m is None else ["equal, phase by phase" if m == step else "DIFFERS from the measurement"]
     phases = Table(
         f"Peak and end of each phase: {label}"
-        + ("; measured: the fake-PG job over transformers' own model" if m else ""),
+        + ("; measured: the fake-PG job over transformers' own model" if m else "")
+        + (" (on real CPU tensors: FakeTensors change TP's transient peaks)" if m and tp else ""),
         [Column("phase")] + [Column(c, "bytes") for c in ("peak", "measured", "end", "measured end")],
         rows,
         notes,
@@ -294,22 +307,41 @@ def _implementation_view(r: ParallelMemory) -> View:
         [("model FLOPs (3 × local forward)", f.model), ("hardware FLOPs (+ recompute)", f.hardware)],
     )
     tables = [phases, fit, flops]
-    if ddp:
+    if ddp or tp:
         tables.append(
             Table(
-                "Collectives of one step on this rank (payload = the buckets; wire = ring bytes sent)",
-                [Column("collective"), Column("count", "int"), Column("payload", "bytes"), Column("wire", "bytes")]
-                + [Column("rule")],
-                [(c.kind, c.count, c.payload, wire_bytes(c, r.layout.dp), c.formula) for c in r.collectives],
-                ["and one broadcast of the module buffers (the rotary tables) per forward (broadcast_buffers=True)"],
+                "Collectives of one step on this rank ("
+                + ("payload = the buckets" if ddp else "payload = the largest tensor of each call")
+                + "; wire = ring bytes sent)",
+                [Column(c) for c in ("collective", "phase")]
+                + [Column("count", "int"), Column("payload", "bytes"), Column("wire", "bytes"), Column("rule")],
+                [
+                    (c.kind, c.phase, c.count, c.payload, wire_bytes(c, r.group_size(c.group)), c.formula)
+                    for c in r.collectives
+                ],
+                ["and one broadcast of the module buffers (the rotary tables) per forward (broadcast_buffers=True)"]
+                if ddp
+                else ["FSDP2's all-gathers and reduce-scatters over the dp dimension are not listed"]
+                if r.layout.fsdp
+                else [],
             )
         )
+    if ddp:
         proof = (
             f"Proof: ops.predict_step(impl={r.impl!r}, layout=...) equals rank 0 of torch {CPU_TORCH}'s "
             "DistributedDataParallel around transformers' model on the fake process group, and its bucket "
-            "all-reduces the job's (tests/test_ops_ddp.py; ZeRO-1's ZeroRedundancyOptimizer too); find_unused_parameters=True (the Trainer's default "
-            "without gradient checkpointing) adds 4 bytes per parameter tensor, not shown; the per-GPU model "
-            "states are shown for --impl course only."
+            "all-reduces the job's (tests/test_ops_ddp.py; ZeRO-1's ZeroRedundancyOptimizer too).  "
+            "find_unused_parameters=True (the HF Trainer's default without gradient checkpointing; "
+            "--[no-]find-unused-parameters) is in the figures when on: the reducer's two int32 used-parameter maps "
+            "(8 bytes per parameter tensor on this CPU job, 4 of them on a GPU) and the map's all-reduce, listed "
+            "above, exact on real CPU tensors.  The per-GPU model states are shown for --impl course only."
+        )
+    elif tp:
+        proof = (
+            f"Proof: ops.predict_step(impl={r.impl!r}, layout=...) equals rank 0 of transformers' own tensor parallel "
+            f"(apply_tensor_parallelism, DTensor, torch {CPU_TORCH}) on the fake process group, phase by phase, and "
+            "its collectives the job's, in order (tests/test_ops_tp.py: Llama, Mistral, Qwen3, tp 2 and 4, alone and "
+            "beside FSDP2 ZeRO-2/3); the per-GPU model states are shown for --impl course only."
         )
     else:
         proof = (

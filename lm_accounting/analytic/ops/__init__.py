@@ -78,6 +78,8 @@ def unsupported(cfg: ModelConfig, setup: TrainingSetup, impl: str) -> list[str]:
         programs = _programs(impl)
     except ImportError:
         return [f"--impl {impl} has no programs yet"]
+    if impl != "course" and setup.checkpoint == "op":  # torchtitan's policy, programmed on our model only
+        return [f"--impl {impl} has no torchtitan per-op selective checkpointing (--checkpoint op: --impl course)"]
     return programs.unsupported(cfg, setup)
 
 
@@ -118,9 +120,10 @@ def predict_step(
 
     ``layout``: rank 0 (the worst) of an FSDP2 data-parallel job (``layout.dp`` >= 2, ``zero`` 2 or 3;
     ``batch`` the rank's micro-batch), ``fully_shard`` on every layer then the root (``ops.fsdp``), or of a DDP
-    job (``zero`` 0, transformers' programs: ``ops.ddp``); what ``measure.hf.measure_hf_step(..., layout=layout)``
+    job (``zero`` 0, transformers' programs: ``ops.ddp``), or of transformers' own tensor parallel (``tp`` >= 2 alone,
+    Llama, Mistral, Qwen3: ``ops.tp``); what ``measure.hf.measure_hf_step(..., layout=layout)``
     measures on the fake process group (``replicate``: the DDP rank's ``ddp.Replicate``, to read its bucket
-    all-reduces after).  Without
+    all-reduces after; without one, ``find_unused_parameters`` is the HF Trainer's, ``ddp.trainer_find_unused``).  Without
     ``optimizer_step`` the step stops after the backward (``step.training_step``; ``step_time``'s programs)."""
     reasons = unsupported(cfg, setup, impl)
     if reasons:
@@ -128,8 +131,14 @@ def predict_step(
     check_run(mode, device)
     threads = {"cpu_threads": cpu_threads} if cpu_threads != 1 else {}  # a plain CPU run's per-thread scratch
     if layout is not None and not layout.single:
-        from . import ddp, fsdp
+        from . import ddp, fsdp, tp
 
+        if layout.tp > 1:
+            if impl != "transformers":
+                raise ValueError(
+                    f"TP over --impl {impl}'s program is analytic.parallel.rank_step's, not the op library's"
+                )
+            return tp.predict_rank(cfg, seq, setup, layout, batch=batch, mode=mode, device=device)
         if layout.fsdp:
             return fsdp.predict_rank(
                 cfg, seq, setup, layout, impl=impl, batch=batch, mode=mode, device=device, **threads

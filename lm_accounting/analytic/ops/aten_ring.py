@@ -16,8 +16,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .aten import flash_scratch_backward, flash_scratch_forward
+from .engine import Affine
 from .tensors import Tensor, empty, numel
 
 BSHD = (0, 2, 1, 3)  # the CPU kernel's gradients: (B, S, heads, d) memory viewed as (B, heads, S, d)
@@ -280,3 +282,57 @@ def ring_backward(
     grad_key = view(next_grad_kv, grad_key)
     grad_value = view(next_grad_kv, grad_value)
     return grad_query, grad_key, grad_value
+
+
+# -- the ring as deltas, for the hand-written replay (``analytic.replay``) ---------------------------------------
+
+
+@dataclass(frozen=True)
+class RingDeltas:
+    """What one ring attention allocates and frees, in order, for ``analytic.replay``'s blocks (its CP hook: the
+    sequence-parallel rank's program is written there, not in the op library).  ``forward``: ``ring_forward``'s
+    (net: the output and the logsumexp, as the kernel's); ``backward``: ``ring_backward``'s (net: dq, and dk, dv in
+    one buffer); ``merge_copy``: 1 when merging the heads of the output copies it; ``dv_copy``: 1 when v_proj's
+    backward copies dv (a (B, h, s, d)-ordered view of the dk, dv buffer) to (B, s, kv·d)."""
+
+    forward: tuple
+    backward: tuple
+    merge_copy: int
+    dv_copy: int
+
+
+def ring_deltas(ring: Ring, batch, heads: int, kv_heads: int, seq: int, d_head: int, dtype: str) -> RingDeltas:
+    """``ring``'s ``RingDeltas`` for the model's q, k (RoPE's outputs: contiguous (B, h, s, d)) and v (a transposed
+    view of v_proj's (B, s, kv, d) output), ``batch`` an int or a line in B (cached: every block asks)."""
+    key = (batch.a, batch.b) if isinstance(batch, Affine) else batch
+    return _ring_deltas(ring, key, heads, kv_heads, seq, d_head, dtype)
+
+
+@lru_cache(maxsize=256)
+def _ring_deltas(ring: Ring, key, heads: int, kv_heads: int, seq: int, d_head: int, dtype: str) -> RingDeltas:
+    from . import aten as A
+    from .tensors import Run
+
+    class Recorder(Run):
+        deltas: list | None = None
+
+        def charge(self, nbytes, label, kernel=True, dtype=None, width=None):
+            super().charge(nbytes, label, kernel, dtype, width)
+            if self.deltas is not None:
+                self.deltas.append(nbytes)
+
+    batch = Affine(*key) if isinstance(key, tuple) else key
+    with Recorder(traced=True) as run:
+        q = empty((batch, heads, seq, d_head), dtype, "rope")
+        k = empty((batch, kv_heads, seq, d_head), dtype, "rope")
+        v = A.transpose(empty((batch, seq, kv_heads, d_head), dtype, "v_proj"), 1, 2)
+        run.deltas = []
+        out, lse = ring_forward(ring, q, k, v)
+        forward, run.deltas = tuple(run.deltas), None
+        grad = empty(out.shape, dtype, "grad_out")
+        run.deltas = []
+        _dq, _dk, dv = ring_backward(ring, grad, q, k, v, out, lse)
+        backward, run.deltas = tuple(run.deltas), None
+        merge_copy = int(not A.transpose(out, 1, 2).is_contiguous())
+        dv_copy = int(not A.transpose(dv, 1, 2).is_contiguous())
+    return RingDeltas(forward, backward, merge_copy, dv_copy)

@@ -17,9 +17,10 @@ job's, whose FakeTensors are cpu tensors (the CPU's kernel facts).  No torch.
 
 Each block's unit is its own parameters' (``FsdpUnits``: one unit per distinct block signature, the blocks' index
 into them): a patterned hybrid's Mamba2, attention and MLP layers are units of unlike buffers, and the hybrids'
-programs (``nemotron_h``, ``bamba``, ``granitemoehybrid``, ``lfm2``, ``lfm2_moe``, ``jamba``) cut a run of alike
-layers where the units before or after them differ (``tensors.split_runs``); any other program's run of unlike events is refused (``_check_run``: the
-dense-first mixtures of experts, whose fake-PG jobs are not run here).
+programs (``nemotron_h``, ``bamba``, ``granitemoehybrid``, ``lfm2``, ``lfm2_moe``, ``jamba``) and the Llama-derived
+ones (``llama.LlamaForCausalLM.run_layers``: Llama 4's and Qwen's dense layers between sparse ones) cut a run of
+alike layers where the units before or after them differ (``tensors.split_runs``); any other program's run of
+unlike events is refused (``_check_run``: the course model's dense-first mixtures of experts).
 
 The bytes each event allocates and frees are ``analytic.fsdp.FsdpEvents``' (rules 1–6, checked against the
 fake-PG job for our model), with the units' buffers from the program's own parameters
@@ -49,12 +50,12 @@ from .tensors import Tensor, current, empty, numel, record
 
 DATA_PARALLEL_ONLY = (
     "the op library replays programs under data parallel only: FSDP2 (dp >= 2, zero 2 or 3) or, over transformers' "
-    "programs, DDP and ZeRO-1 (dp >= 2, zero 0 or 1); no TP, PP, EP, CP or HSDP"
+    "programs, DDP and ZeRO-1 (dp >= 2, zero 0 or 1) or their own TP alone (--tp); no PP, EP, CP or HSDP"
 )
 PARAM_DTYPES = {"fp32": "fp32", "bf16": "bf16", "amp-bf16": "fp32"}
 FLOATING = ("fp32", "fp16", "bf16", "fp64")
 POLICY_EXACT = (
-    *("llama", "gpt2", "phi3", "moe", "gemma", "olmo2"),
+    *("llama", "gpt2", "phi3", "moe", "gemma", "olmo2", "llama4"),
     *("starcoder2", "exaone4", "interleaved", "glm", "ministral3", "granite", "olmo", "stablelm"),
     *("gpt_bigcode", "opt", "bloom", "falcon", "nemotron"),
     *("nemotron_h", "bamba", "granitemoehybrid", "qwen3_next", "qwen3_5", "falcon_h1"),
@@ -66,7 +67,7 @@ stays fp32, and its product promotes the mixer's projections to fp32), is what F
 fp32 model, with each layer's floating inputs cast to bf16 (``cast_floating``): checked on the fake process group at
 ZeRO-2 and ZeRO-3 (tests/test_ops_fsdp.py; starcoder2, exaone4, interleaved, glm, ministral3, granite, olmo and
 stablelm: tests/test_ops_transformers_zoo.py; gpt_bigcode, opt, bloom and falcon:
-tests/test_ops_transformers_dense_zoo.py; the hybrids nemotron_h, bamba, granitemoehybrid, qwen3_next, qwen3_5 and
+tests/test_ops_transformers_dense_zoo.py; llama4: tests/test_ops_transformers_llama4.py; the hybrids nemotron_h, bamba, granitemoehybrid, qwen3_next, qwen3_5 and
 falcon_h1, and mamba (Falcon-Mamba's unused norm buffers stay fp32), mamba2_lm, jamba, lfm2 and lfm2_moe:
 tests/test_ops_transformers_fsdp_hybrid.py).  A program added later is refused under the policy until it is checked
 and listed here."""
@@ -104,8 +105,8 @@ class FullyShard:
     ``zero_grad`` frees the sharded gradients."""
 
     def __init__(self, cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, cpu: bool = False):
-        if not layout.fsdp or layout.dp < 2 or layout.tp > 1 or layout.pp > 1 or layout.ep > 1 or layout.replicate > 1:
-            raise ValueError(DATA_PARALLEL_ONLY)
+        if not layout.fsdp or layout.dp < 2 or layout.pp > 1 or layout.ep > 1 or layout.replicate > 1:
+            raise ValueError(DATA_PARALLEL_ONLY)  # TP: ``ops.tp`` composes it over its TP-local program
         self.cfg, self.setup, self.layout, self.cpu = cfg, setup, layout, cpu
         self.events: FsdpEvents | None = None
         self.units: FsdpUnits | None = None
@@ -220,6 +221,10 @@ class FullyShard:
                 p.grad.storage.nbytes = 0
                 p.grad = None
         return handed
+
+    def forward_end(self, loss: Tensor) -> Tensor:
+        """FSDP2 hands the root's output on as it is."""
+        return loss
 
     def backward_end(self) -> None:
         """The final callback: the root's post-backward (``_root_post_backward_final_callback``)."""

@@ -33,10 +33,14 @@ class StepProgram(Protocol):
 
 class Sharding(Protocol):
     """A data-parallel wrapper of the program (``ops.fsdp.FullyShard``): ``shard(program)`` installs its hooks
-    and returns the parameters AdamW steps (the rank's shards); ``backward_end`` runs in backward's final
-    callback; ``zero_grad`` frees what it holds of the gradients."""
+    and returns the parameters AdamW steps (the rank's shards); ``forward_end`` returns the wrapped forward's
+    output for the loss; ``backward_end`` runs in backward's final callback; ``zero_grad`` frees what it holds of
+    the gradients.  One may have an ``adamw(params, v, optimizer)`` of its own in place of ``adamw_step``
+    (``ops.tp``: AdamW's parameter groups)."""
 
     def shard(self, program: StepProgram) -> list[Tensor]: ...
+
+    def forward_end(self, loss: Tensor) -> Tensor: ...
 
     def backward_end(self) -> None: ...
 
@@ -119,12 +123,14 @@ def training_step(
         run.phase()
         baseline = run.live
         loss = program.loss()
+        if sharding is not None:
+            loss = sharding.forward_end(loss)
         forward = run.phase()
         backward(loss, final=sharding.backward_end if sharding is not None else None)
         del loss
         back = run.phase()
-        if optimizer_step:
-            adamw_step(params, v, optimizer)
+        if optimizer_step:  # a sharding's own step (``ops.tp``: per parameter group), else one group
+            getattr(sharding, "adamw", adamw_step)(params, v, optimizer)
         for p in params:
             p.grad = None
         if sharding is not None:

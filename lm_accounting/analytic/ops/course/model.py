@@ -266,7 +266,7 @@ class TransformerLM:
             with autocast(amp):
                 return block(x, self.rope, positions, mask)
 
-        return block_checkpoint(run, x, selective=self.setup.checkpoint == "selective")
+        return block_checkpoint(run, x, self.setup.checkpoint)
 
 
 def _tril(t: Tensor) -> Tensor:

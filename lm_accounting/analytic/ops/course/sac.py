@@ -13,6 +13,12 @@ torch 2.13, what the matmuls and the fused attention (``saved_op``) do inside a 
    kernel (the entry becomes ``_CONSUMED``).  An entry the early stop never reaches lives on with the frame.
    Replayed by keeping the outputs in a cache per region and, in the recompute, giving the op the cached
    storages (nothing allocated).
+3. Which ops the policy saves (``Region.saves``): ``selective`` (``model.transformer.selective_policy``) every op
+   that reaches ``saved_op``; ``op``, torchtitan's per-op policy (``model.transformer.op_sac_policy``: e7c0cae
+   ``parallelize_llama.py`` ``_get_custom_policy``), counts the ``mm`` calls of each checkpointed call, the forward
+   and the recompute apart, and saves the odd-numbered ones and the flash and memory-efficient attention (and the
+   CPU flash that stands in for it); an even-numbered ``mm``, a ``bmm`` (naive attention, the experts) and cuDNN's
+   attention (not in its ``_save_list``) run again in the recompute as under ``full``.
 """
 
 from __future__ import annotations
@@ -20,23 +26,52 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import contextmanager
 
+from .. import aten as A
+from .. import cuda
 from ..tensors import Run, Storage, Tensor, checkpoint, current
 
-_STATE: list[tuple[bool, dict | None] | None] = [None]
-"""The innermost checkpointed region: (recomputing, the selective cache of op -> outputs, or None), or None."""
+SAC_POLICIES = ("selective", "op")
+"""The checkpoint modes (``setup.CHECKPOINTS``) that run a selective-checkpoint policy."""
+
+OP_SAC_UNSAVED = (A.bmm, cuda.cudnn_attention)
+"""Ops reaching ``saved_op`` that torchtitan's ``_save_list`` lacks (recomputed under ``op``)."""
+
+
+class Region:
+    """One call of a checkpointed block: forward or recompute, the SAC cache (op -> outputs; None: full), the
+    policy's ``mm`` count in this call (torchtitan's ``meta[f"{mode}_mm_count"]``, fresh per call)."""
+
+    def __init__(self, recomputing: bool, cache: dict | None, policy: str):
+        self.recomputing, self.cache, self.policy, self.mm_count = recomputing, cache, policy, 0
+
+    def saves(self, op: Callable) -> bool:
+        """Whether the policy keeps ``op``'s outputs (MUST_SAVE) in this call (module docstring, 3)."""
+        if self.cache is None:
+            return False
+        if self.policy == "selective":
+            return True
+        if op is A.mm:
+            self.mm_count += 1
+            return self.mm_count % 2 == 1  # every second mm: PREFER_RECOMPUTE
+        return op not in OP_SAC_UNSAVED
+
+
+_STATE: list[Region | None] = [None]
+"""The innermost checkpointed region, or None."""
 
 
 def saved_op(op: Callable, *args):
-    """Run ``op`` (``mm``, ``bmm``, the fused attention: the selective policy's MUST_SAVE ops) as the innermost
+    """Run ``op`` (``mm``, ``bmm``, the fused attention: the ops a selective policy may save) as the innermost
     checkpointed region has it."""
     state = _STATE[-1]
-    if state is None or not state[0]:  # no region, or a forward
+    saves = state is not None and state.saves(op)
+    if state is None or not state.recomputing:  # no region, or a forward
         out = op(*args)
-        if state is not None and state[1] is not None:  # selective: the outputs kept in the cache
-            state[1].setdefault(op, []).append([t.detach() for t in _outputs(out)])
+        if saves:  # the outputs kept in the cache
+            state.cache.setdefault(op, []).append([t.detach() for t in _outputs(out)])
         return out
-    cache = state[1]
-    if cache is None:  # recomputed for real (the op packs its saved inputs first: ``tensors.record_first``)
+    cache = state.cache
+    if not saves:  # recomputed for real (the op packs its saved inputs first: ``tensors.record_first``)
         return op(*args)
     if getattr(op, "takes_storages", False):  # it saves its outputs (never the last op): the cached ones
         return op(*args, storages=[t.storage for t in cache[op].pop(0)])
@@ -63,13 +98,14 @@ def uncharged():
         yield
 
 
-def block_checkpoint(fn: Callable[..., Tensor], x: Tensor, selective: bool) -> Tensor:
-    """``checkpoint(fn, x)`` (torch's non-reentrant), selective or full (see the module docstring)."""
-    cache: dict | None = {} if selective else None
+def block_checkpoint(fn: Callable[..., Tensor], x: Tensor, policy: str) -> Tensor:
+    """``checkpoint(fn, x)`` (torch's non-reentrant), full or under a selective policy (``SAC_POLICIES``; see the
+    module docstring)."""
+    cache: dict | None = {} if policy in SAC_POLICIES else None
     calls = [0]
 
     def region(*inputs):
-        _STATE.append((calls[0] > 0, cache))
+        _STATE.append(Region(calls[0] > 0, cache, policy))
         calls[0] += 1
         try:
             return fn(*inputs)
@@ -84,4 +120,6 @@ def mode_wrapped_number() -> Storage | None:
     wraps an op's Python-number operand once more for the mode (8 bytes, ``PythonDispatchMode``, freed when the
     op returns), besides the op's own wrapper; hold the result across the op."""
     state = _STATE[-1]
-    return Storage(8, "mode_wrapped_number") if state is not None and state[1] is not None and current().wraps else None
+    return (
+        Storage(8, "mode_wrapped_number") if state is not None and state.cache is not None and current().wraps else None
+    )

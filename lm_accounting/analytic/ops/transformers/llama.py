@@ -44,6 +44,7 @@ from ..tensors import (
     parameter,
     record,
     repeated,
+    split_runs,
 )
 
 DTYPES = {"fp32": "fp32", "bf16": "bf16", "amp-bf16": "fp32"}
@@ -506,8 +507,10 @@ class LlamaForCausalLM:
 
     def run_layers(self, hidden_states: Tensor, kwargs: Callable[[int], dict]) -> Tensor:
         """The decoder layers in order, layer i called with ``kwargs(i)``; each run of alike middle layers (the same
-        kind: a mixture of experts or not, a window or not) replayed once for all (``alike_runs``, ``repeated``)."""
-        for first, times in alike_runs(self.cfg):
+        kind: a mixture of experts or not, a window or not) replayed once for all (``alike_runs``, ``repeated``),
+        cut where FSDP2's units before or after a layer differ (``split_runs``: Llama 4's or Qwen's dense layers
+        between sparse ones, every 3rd or more)."""
+        for first, times in split_runs(alike_runs(self.cfg)):
             with repeated(times):
                 hidden_states = self.layers[first](hidden_states, **kwargs(first))
         return hidden_states
