@@ -1007,10 +1007,10 @@ def context_parallel_words(seq: int) -> str:
     searched = (
         f"cp 2..{MAX_CP}, powers of two with S a multiple of 2·cp"
         if seq >= MIN_CP_CONTEXT
-        else f"not below {MIN_CP_CONTEXT:,} positions (plan --cp C prices any)"
+        else f"none (searched from {MIN_CP_CONTEXT:,} positions; plan --cp C prices any degree)"
     )
     return (
-        f"Context parallel searched: {searched} (MIN_CP_CONTEXT, MAX_CP); never beside "
+        f"Context parallel searched: {searched}; never beside "
         + ", ".join(what for _, what in BESIDE)
         + ", a mixture of experts or latent attention, nor with selective or op checkpointing (context parallel refuses"
         " them): ring attention of the fused kernel over the cp ranks (tp apart), its collectives not overlapped."
