@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..config import AccountingError, ModelConfig
 from ..names import DEVICES, DTYPE_BYTES
@@ -49,7 +50,6 @@ from ..phases import StepMemory
 from ..setup import TrainingSetup
 from .expert_parallel import expert_parallel_split
 from .fsdp import FsdpEvents, FsdpUnits
-from .ops.aten_ring import RingDeltas, active, ring_deltas
 from .ops.engine import Affine, PeakEnvelope, PhaseInBatch, StepInBatch, apply_segment
 from .ops.engine import Copy as _Copy
 from .ops.engine import Grad as _Grad
@@ -58,6 +58,9 @@ from .ops.engine import Replay as _Replay
 from .ops.engine import repeat as _repeat
 from .params import parameter_breakdown
 from .sizes import Sizes, check_batch_seq
+
+if TYPE_CHECKING:
+    from .ops.aten_ring import RingDeltas
 
 __all__ = ["Affine", "PeakEnvelope", "PhaseInBatch", "StepInBatch", "apply_segment"]  # re-exported (ops.engine)
 
@@ -179,9 +182,13 @@ def _ring(z: Sizes) -> RingDeltas | None:
     """Context parallel (``analytic.context_parallel``: a ``Ring`` installed, ``ops.aten_ring.installed``): the
     fused attention of these blocks runs as cp rank c's ring attention, what it allocates and frees in order
     (``ops.aten_ring.ring_deltas``, the op library's transliteration of torch's, on q, k, v of the rank's heads
-    and s positions in the attention's dtype).  None: the kernel alone."""
+    and s positions in the attention's dtype).  None: the kernel alone.  Imported here: a ring needs sdpa."""
+    if not z.sdpa:
+        return None
+    from .ops.aten_ring import active, ring_deltas
+
     ring = active()
-    if ring is None or not z.sdpa:
+    if ring is None:
         return None
     a = _amp_attention_sizes(z)[0] if z.amp else z
     c = z.cfg

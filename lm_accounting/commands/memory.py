@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..analytic.memory_report import MemoryAccount
-from ..analytic.parallel_report import ParallelMemory, check_implementation_rank, parallel_memory
 from ..analytic.program_report import implementation_account, step_unmodelled
 from ..analytic.sizes import at_context, check_batch_seq
 from ..config import AccountingError, ModelConfig
@@ -21,8 +20,10 @@ from ..gpus import DEFAULT_GPU, MemoryBudget, memory_budget
 from ..implementations import check_impl, check_measurable
 from ..layout import ParallelLayout
 from ..names import MEASURE_CHOICES, MEASURE_METHODS
-from ..plan import estimate_step
 from ..setup import TrainingSetup, check_cuda_fused_attention
+
+if TYPE_CHECKING:  # a layout's modules are imported when a layout is given (the single-GPU path stays light)
+    from ..analytic.parallel_report import ParallelMemory
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,8 @@ class Request:
                 )
             return
         if self.impl != "course":  # rank 0 of FSDP2 over the op library's program (it refuses other layouts)
+            from ..analytic.parallel_report import check_implementation_rank
+
             check_implementation_rank(self.impl, self.rank, "meta" if self.measure == "none" else self.measure)
             if self.method == "allocator":
                 raise AccountingError(f"--impl {self.impl} under a layout is measured by the storage tracker")
@@ -82,13 +85,15 @@ class Request:
     def check_find_unused(self) -> None:
         """--[no-]find-unused-parameters: DDP or ZeRO-1 over transformers only; True (given, or the Trainer's
         without checkpointing) is not measured on FakeTensors (``ops.ddp`` rule 5)."""
-        from ..analytic.ops.ddp import FIND_UNUSED_ON_FAKE, trainer_find_unused
-
         ddp = self.impl == "transformers" and self.layout is not None and not self.layout.fsdp and self.layout.tp == 1
         if self.find_unused is not None and not ddp:
             raise AccountingError(
                 "--[no-]find-unused-parameters is DDP's option: give it with --impl transformers --dp N --zero 0 or 1"
             )
+        if not ddp:
+            return
+        from ..analytic.ops.ddp import FIND_UNUSED_ON_FAKE, trainer_find_unused
+
         find_unused = trainer_find_unused(self.setup) if self.find_unused is None else self.find_unused
         if ddp and self.measure == "meta" and find_unused:
             raise AccountingError(FIND_UNUSED_ON_FAKE)
@@ -142,6 +147,8 @@ def run(request: Request) -> MemoryAccount | ParallelMemory:
             cpu_threads=cpu_threads(r),
         )  # fmt: skip
     # impl other than course: traced on meta, which the fake-PG job on cpu tensors measures too
+    from ..analytic.parallel_report import parallel_memory
+
     lay = r.layout
     result = parallel_memory(
         cfg, cfg.context_length, r.batch, r.setup, lay, budget=r.budget_basis, rank=r.rank, impl=r.impl,
@@ -153,6 +160,8 @@ def run(request: Request) -> MemoryAccount | ParallelMemory:
 def layout_step_time(request: Request, result: ParallelMemory) -> ParallelMemory:
     """The layout's step by ``plan``'s step-time model (``plan.estimate_step``: the figure ``plan`` prints for it),
     or the reason it has none (a step the model cannot price: memory is still the answer)."""
+    from ..plan import estimate_step
+
     r, cfg = request, request.run_config
     try:
         estimate = estimate_step(cfg, r.gpu, cfg.context_length, r.batch, r.setup, r.layout, impl=r.impl)
