@@ -138,8 +138,30 @@ def test_fsdp2_tp_vocab_parallel_step_is_byte_exact(sp, zero, setup):
 
     lay = ParallelLayout(dp=2, zero=zero, tp=2, sequence_parallel=sp, vocab_parallel=True)
     measured = measure_rank(TINY, S, 1, setup, lay)
-    assert measured.step == rank_step(TINY, S, 1, setup, lay, mode="traced")[0]
+    step, st, saved = rank_step(TINY, S, 1, setup, lay, mode="traced")
+    assert measured.step == step
     assert peaks_exact(setup, lay)
+    # the saved activations (``saved_activations``, a closed form): the measured forward end less the baseline,
+    # less under ZeRO-2 every unit kept unsharded (issue 27: naive attention under amp-bf16 had been short)
+    assert saved == measured.step.forward.end - measured.step.baseline - (st.unsharded_all if zero == 2 else 0)
+
+
+@pytest.mark.slow
+def test_fsdp2_tp_vocab_parallel_amp_saves_the_blocks_fp32_exp():
+    """Issue 27's draw dp4·zero3·tp2+sp+vp, naive attention, amp-bf16, no checkpointing, S 256, on the 32,000-row
+    model of tests/test_plan.py (``WIDE_VOCAB``), one rank of the real job on fake tensors: its forward end less
+    its baseline is the printed saved activations (which had left out the blocks' fp32 exp and row sums,
+    L·B·(h/tp)·(S² + S)·2 = 4·4·65,792·2 = 2,105,344 bytes, with the full-vocabulary loss's: 22,395,656)."""
+    pytest.importorskip("torch")
+    from test_plan import WIDE_VOCAB
+
+    from lm_accounting.analytic.parallel import saved_activations
+    from lm_accounting.measure.distributed import measure_rank
+
+    lay = ParallelLayout(dp=4, zero=3, tp=2, sequence_parallel=True, vocab_parallel=True)
+    setup = TrainingSetup(attention="naive", checkpoint="none", precision="amp-bf16")
+    measured = measure_rank(WIDE_VOCAB, 256, 1, setup, lay, fake=True).step
+    assert measured.forward.end - measured.baseline == saved_activations(WIDE_VOCAB, 256, 1, setup, lay)
 
 
 @pytest.mark.grid

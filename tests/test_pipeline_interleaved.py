@@ -94,6 +94,47 @@ def test_cli_refuses_in_one_line(run_cli):
         assert r.code == 2 and text in r.err and len(r.err.strip().splitlines()) == 1, r.err
 
 
+def test_more_stages_than_layers_refused_at_every_entry(run_cli, monkeypatch):
+    """pp 4 × v 4 = 16 stages of gpt2-small's 12 layers, beside FSDP2 (where ``_interleaved_first_backward`` had
+    raised "max() arg is an empty sequence", a ValueError traceback) and alone (a chunk of 0 layers: "num_layers
+    must be positive"): every command that takes a layout, and the analytic entries, refuse it in one line
+    (``AccountingError``, exit 2) before anything is replayed or built (the replay's parts patched to fail)."""
+    import lm_accounting.analytic.pipeline as pl
+
+    def built(*a, **k):
+        raise AssertionError("replayed before the refusal")
+
+    monkeypatch.setattr(pl, "_interleaved_first_backward", built)
+    monkeypatch.setattr(pl, "_stage_parts", built)
+    monkeypatch.setattr(pl, "interleaved_rank_estimate", built)
+    text = "16 stages exceed the 12 layers"
+    for extra in ([], ["--dp", "2", "--zero", "3"], ["--dp", "2", "--zero", "2", "--tp", "2", "--vocab-parallel"]):
+        lay = ["--pp", "4", "--virtual-stages", "4", *extra]
+        for args in (
+            ["memory", "gpt2-small", "-S", "64", *lay],
+            ["memory", "gpt2-small", "-S", "64", "--measure", "meta", *lay],
+            ["train-time", "gpt2-small", "-S", "64", *lay],
+            ["plan", "gpt2-small", "-S", "64", "--tokens", "10000000", "--gpus", "8..64", *lay],
+        ):
+            r = run_cli(*args)
+            assert r.code == 2 and text in r.err and len(r.err.strip().splitlines()) == 1, (args, r.err)
+    gpt2 = ModelConfig(vocab_size=101, context_length=64, num_layers=12, d_model=24, num_heads=4, d_ff=40, name="g")
+    setup = TrainingSetup()
+    for kw in ({}, {"dp": 2, "zero": 3}, {"dp": 2, "zero": 2, "tp": 2, "vocab_parallel": True}):
+        lay = ParallelLayout(pp=4, micro_batches=4, virtual_stages=4, **kw)
+        for entry, rank in (
+            (interleaved_rank_step, (0,)),
+            (pipeline_stages, ()),
+            (stage_floor, ()),
+            (pl.stage_step, (0,)),
+        ):
+            with pytest.raises(AccountingError, match=text):
+                entry(gpt2, 64, 1, setup, lay, *rank)
+    lay = ParallelLayout(pp=4, micro_batches=4, virtual_stages=3)  # 12 stages of 12 layers: a rank beyond pp
+    with pytest.raises(AccountingError, match="pipeline rank 4 is outside the 4 ranks"):
+        interleaved_rank_step(gpt2, 64, 1, setup, lay, 4)
+
+
 # -- the schedule's order, against torch's ---------------------------------------------------------
 
 

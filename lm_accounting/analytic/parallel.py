@@ -369,17 +369,22 @@ def pure_bf16(setup: TrainingSetup) -> TrainingSetup:
 
 def fsdp_amp_extra(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup) -> int:
     """What FSDP2 + amp-bf16 saves beyond the pure-bf16 model: 1. the cross-entropy on fp32 logits
-    (``logits.float()``): 2·T·V·(4−2) + T·(4−2) + (4−2); 2. naive attention without checkpointing:
-    exp and its row sums in fp32 (exp is on CUDA autocast's fp32 list), L·(B·h·S² + B·h·S)·(4−2);
-    3. a mixture of experts without checkpointing: its router's exp (T·E) and row sums (T), and the
-    top-k weights (T·k) the weighting saves, in fp32 for the same reason (``replay._moe_mixed``),
-    L_moe·T·(E + 1 + k)·(4−2)."""
+    (``logits.float()``): 2·T·V·(4−2) + T·(4−2) + (4−2); 2. and 3. the blocks' (``fsdp_amp_block_extra``)."""
     t = batch * seq
-    extra = 2 * t * cfg.vocab_size * 2 + t * 2 + 2
+    return 2 * t * cfg.vocab_size * 2 + t * 2 + 2 + fsdp_amp_block_extra(cfg, seq, batch, setup)
+
+
+def fsdp_amp_block_extra(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup) -> int:
+    """What FSDP2 + amp-bf16's blocks save beyond the pure-bf16 model's, whatever the head and loss (vocab
+    parallel's too): 2. naive attention without checkpointing: exp and its row sums in fp32 (exp is on CUDA
+    autocast's fp32 list), L·(B·h·S² + B·h·S)·(4−2); 3. a mixture of experts without checkpointing: its router's
+    exp (T·E) and row sums (T), and the top-k weights (T·k) the weighting saves, in fp32 for the same reason
+    (``replay._moe_mixed``), L_moe·T·(E + 1 + k)·(4−2)."""
+    extra = 0
     if setup.attention == "naive" and setup.checkpoint == "none":
         extra += cfg.num_layers * batch * cfg.num_heads * (seq * seq + seq) * 2
     if cfg.moe and setup.checkpoint == "none":
-        extra += cfg.moe_layers * t * (cfg.num_experts + 1 + cfg.experts_per_token) * 2
+        extra += cfg.moe_layers * batch * seq * (cfg.num_experts + 1 + cfg.experts_per_token) * 2
     return extra
 
 
@@ -402,7 +407,8 @@ def _saved_activations(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSe
     and the course loss's tensors replaced by the vocab-parallel head's (``vocab_parallel_head_saved``) in the
     setup the job computes in (under FSDP2's amp, bf16 with the loss in fp32), never the full-vocabulary
     ``fsdp_amp_extra``: it was added there too, 2·T·V·2 bytes too many, which made ``rank_floor`` exceed the
-    replayed peak (issue 27: +4.40 GB on Llama-3-8B at FSDP2 × TP 8 + SP + VP)."""
+    replayed peak (issue 27: +4.40 GB on Llama-3-8B at FSDP2 × TP 8 + SP + VP); its blocks' part
+    (``fsdp_amp_block_extra``) is the same as without vocab parallel."""
     local = local_config(cfg, layout)
     mp = layout.fsdp and setup.autocast and layout.dp > 1
     run = fsdp_compute_setup(setup, layout)
@@ -411,8 +417,10 @@ def _saved_activations(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSe
     if layout.vocab_parallel:  # the job's own head and loss (analytic.tensor_parallel), in the setup it runs
         total = saved.total - sum(saved[key].total for key in ("lm_head", "cross_entropy") if key in saved)
         total += vocab_parallel_head_saved(cfg, seq, batch, run, m)
-        if mp:  # FSDP2's amp: the loss on fp32 logits, so its log-softmax output, loss and weight are fp32
-            total += (batch * seq * -(-cfg.vocab_size // m) + 2) * (4 - 2)
+        if mp:  # FSDP2's amp: the blocks' fp32 tensors, as without vocab parallel (issue 27: they had been left out
+            # with the full-vocabulary loss), and the loss on fp32 logits: its log-softmax output, loss and weight
+            loss = (batch * seq * -(-cfg.vocab_size // m) + 2) * (4 - 2)
+            total += fsdp_amp_block_extra(local, seq, batch, setup) + loss
     else:  # FSDP2's amp: the full-vocabulary cross-entropy on fp32 logits (``fsdp_amp_extra``)
         total = saved.total + (fsdp_amp_extra(local, seq, batch, setup) if mp else 0)
     if not layout.sequence_parallel:

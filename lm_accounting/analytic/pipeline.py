@@ -54,7 +54,7 @@ import dataclasses
 from functools import lru_cache
 from typing import NamedTuple
 
-from ..config import ModelConfig
+from ..config import AccountingError, ModelConfig
 from ..layout import ParallelLayout
 from ..names import DTYPE_BYTES
 from ..phases import PhaseBytes, StepMemory
@@ -79,6 +79,16 @@ from .sizes import Sizes
 from .tensor_parallel import _loss_parallel_backward, _loss_parallel_forward, _vocab_embedding_forward
 
 
+def check_stage_call(cfg: ModelConfig, seq: int, layout: ParallelLayout, rank: int | None = None) -> None:
+    """The refusals of this module's public entries (``pipeline_stages``, ``stage_step``, ``interleaved_rank_step``,
+    ``stage_floor``), before anything is replayed: the layout's (``ParallelLayout.check``, e.g. pp·v stages beyond
+    the layers, which had reached ``_interleaved_first_backward`` as a ValueError traceback), and a pipeline rank
+    ``rank`` outside the pp ranks.  One line each, exit 2 (``AccountingError``)."""
+    layout.check(cfg, seq)
+    if rank is not None and not 0 <= rank < layout.pp:
+        raise AccountingError(f"pipeline rank {rank} is outside the {layout.pp} ranks")
+
+
 def pipeline_stages(
     cfg: ModelConfig,
     seq: int,
@@ -100,6 +110,7 @@ def pipeline_stages(
     (at most four stages, not all P: the replay is linear in P, not quadratic).  ``stop_above`` (the planner's
     budget): the first stage or rank, in the order above (rank 0 first), whose plain peak exceeds it is returned
     without replaying the rest; its peak is then a lower bound of the worst, the maximum over all of them."""
+    check_stage_call(cfg, seq, layout, stage)
     if layout.virtual_stages > 1:  # interleaved: each pipeline rank's v chunks (replayed: every rank)
         exact, best = stage_replayed(cfg, setup, layout), None
         ranks = range(layout.pp) if exact else sorted({0, layout.pp - 1})
@@ -142,6 +153,7 @@ def stage_floor(
     at its first backward (``_interleaved_first_backward``: each forward before it keeps what its chunk saves,
     as under 1F1B; tests/test_plan_speed.py checks the floor on random interleaved candidates); ``stop_above``
     (the planner's budget): the first rank's alone where it exceeds it, a lower bound too."""
+    check_stage_call(cfg, seq, layout)
     layout = layout.shard_group()  # HSDP: its shard group's FSDP2 stages (``parallel`` rule 8)
     if layout.virtual_stages > 1:
         fsdp = layout.fsdp and layout.dp > 1  # the runtime's UNSHARD (or the estimate's units) before any compute
@@ -203,6 +215,7 @@ def stage_step(
     5. "optimizer_step": AdamW over the stage's gradients (``adamw_temporary``), then ``zero_grad``:
        the end is the baseline and the receive buffers, which the stage keeps."""
     rp.check_mode(mode)
+    check_stage_call(cfg, seq, layout, stage)
     layout, rank = layout.shard_rank(rank)  # HSDP: its shard group's FSDP2 stage (``parallel`` rule 8)
     if layout.virtual_stages > 1:  # ``stage``: the pipeline rank
         return interleaved_rank_step(cfg, seq, batch, setup, layout, stage, mode, rank)
@@ -989,6 +1002,7 @@ def interleaved_rank_step(
     "optimizer_step": one AdamW per chunk (torchtitan's ``OptimizersContainer``), stepped in turn over all
     the rank's gradients, then ``zero_grad``.  Elsewhere the ESTIMATE (``interleaved_rank_estimate``)."""
     rp.check_mode(mode)
+    check_stage_call(cfg, seq, layout, rank)
     layout, dp_rank = layout.shard_rank(dp_rank)  # HSDP: its shard group's FSDP2 rank (``parallel`` rule 8)
     if not stage_replayed(cfg, setup, layout):
         return interleaved_rank_estimate(cfg, seq, batch, setup, layout, rank, dp_rank)
