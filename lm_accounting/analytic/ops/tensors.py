@@ -284,7 +284,9 @@ class Storage:
         self.run.charge(nbytes, label, dtype=dtype, width=width)
 
     def __del__(self):
-        self.run.charge(-self.nbytes, "free " + self.label)
+        run = self.run
+        if run.memory or run.log is not None:  # else the free does nothing: ``Run.charge`` records no "free "
+            run.charge(-self.nbytes, "free " + self.label)
 
 
 def contiguous_perm(n: int) -> tuple[int, ...]:
