@@ -516,6 +516,7 @@ def test_op_checkpointing_prices_the_rerun_of_every_second_mm():
         assert a[1:] == b[1:]
 
 
+@pytest.mark.slow  # about 10 s: every preset's programs, twice
 def test_program_without_the_memory_replay_is_the_program_with_it():
     """``step_time.program`` records with ``recording_work(memory=False)`` (the replay's book-keeping skipped, issue
     28): its compiled Program equals the one recorded with the memory replay running, on every plannable preset,
