@@ -514,3 +514,42 @@ def test_op_checkpointing_prices_the_rerun_of_every_second_mm():
         rerun = {gemm(1024, 4096): 2, gemm(4096, 4096): 2, gemm(14336, 4096): 2} if i == 2 else {}  # 2: backward
         assert dict(Counter(a[0]) - Counter(b[0])) == rerun and not Counter(b[0]) - Counter(a[0])
         assert a[1:] == b[1:]
+
+
+@pytest.mark.slow  # about 10 s: every preset's programs, twice
+def test_program_without_the_memory_replay_is_the_program_with_it():
+    """``step_time.program`` records with ``recording_work(memory=False)`` (the replay's book-keeping skipped, issue
+    28): its compiled Program equals the one recorded with the memory replay running, on every plannable preset,
+    every TP-local model plan enumerates (tp 1, 2, 4, 8 where they divide) and every checkpointing plan searches."""
+    from lm_accounting.analytic.ops import predict_step
+    from lm_accounting.analytic.ops.tensors import recording_work
+    from lm_accounting.analytic.parallel import local_config
+    from lm_accounting.config import preset_names
+    from lm_accounting.layout import ParallelLayout
+    from lm_accounting.plan import PLANNED_CHECKPOINTS
+
+    def with_memory(cfg, seq, setup):
+        work: list = []
+        with recording_work(work):  # memory=True: the replay runs as in memory's own commands
+            predict_step(cfg, seq, setup, impl="course", batch=2, mode="plain", device="cuda", optimizer_step=False)
+        return Program.compile(work, cfg.d_model)
+
+    compared = 0
+    for name in preset_names():
+        cfg = load_config(name)
+        dense = not (cfg.moe or cfg.mla)
+        for tp in (1, 2, 4, 8) if dense else (1,):
+            if cfg.num_heads % tp or cfg.kv_heads % tp or cfg.d_ff % tp:
+                continue
+            local = local_config(cfg, ParallelLayout(tp=tp))
+            for ck in PLANNED_CHECKPOINTS:
+                setup = TrainingSetup(attention="sdpa", checkpoint=ck, precision="amp-bf16")
+                try:
+                    old = with_memory(local, 1024, setup)
+                except ValueError:
+                    with pytest.raises(ValueError):
+                        program.__wrapped__(local, 1024, setup, "course")
+                    continue
+                assert program.__wrapped__(local, 1024, setup, "course") == old, (name, tp, ck)
+                compared += 1
+    assert compared >= 3 * len(preset_names())  # every preset priced under each checkpointing at least

@@ -55,21 +55,24 @@ ITEMSIZE = {"fp32": 4, "bf16": 2, "fp16": 2, "int64": 8, "int32": 4, "bool": 1, 
 Dim = int | Affine
 
 _RUNS: list[Run] = []  # the stack of active runs (``Run.__enter__``)
-_WORK: list[list] = []  # the sinks of ``recording_work``
+_WORK: list[tuple[list, bool]] = []  # the sinks of ``recording_work``, each with its ``memory``
 
 
 @contextmanager
-def recording_work(sink: list):
+def recording_work(sink: list, memory: bool = True):
     """Runs made inside the block append their work to ``sink`` (``analytic.step_time`` prices it), each record
     ``(kind, times, *fields)`` with ``times`` the blocks it stands for (``repeated``): ``("alloc", times, label,
     bytes, dtype)`` for each storage made, ``("phase", 1)`` at each phase's end, and the ops' own notes (``Run.note``:
     ``gemm``, ``attention``, ``reads``: what a reduction reads beyond the storage it makes, ``in_place``: the
-    bytes an in-place kernel moves)."""
-    _WORK.append(sink)
+    bytes an in-place kernel moves).  ``memory=False``: the runs skip the replay's book-keeping (their peaks and
+    ends read 0), for a caller that reads only the work (``step_time.program``; the records are the same:
+    tests/test_step_time.py compares the programs of every plannable preset and setup)."""
+    entry = (sink, memory)
+    _WORK.append(entry)
     try:
         yield sink
     finally:
-        _WORK.remove(sink)
+        _WORK.remove(entry)
 
 
 def current() -> Run:
@@ -133,7 +136,7 @@ class Run:
         self.seq = itertools.count()
         self.segment: Segment | None = None  # the ``repeated`` block being recorded (forward)
         self.backward_segment: Segment | None = None  # the repeated block whose backward node runs
-        self.work = _WORK[-1] if _WORK else None  # ``recording_work``'s sink
+        self.work, self.memory = _WORK[-1] if _WORK else (None, True)  # ``recording_work``'s sink
         self.virtual_grads: Dim = 0  # the grads of a repeated block's copies beyond the one replayed
         self.layer_key: Callable[[int], Hashable] | None = None  # a wrapper's events at layer i (``split_runs``)
 
@@ -158,7 +161,8 @@ class Run:
         records with its ``dtype`` and row ``width`` (a tensor's and its last dimension; None for raw scratch)."""
         if self.work is not None and kernel and not label.startswith("free "):
             self.note("alloc", label, nbytes, dtype, width)
-        self.replay(nbytes)
+        if self.memory:
+            self.replay(nbytes)
         if self.log is not None:
             self.log.append((label, nbytes.at(self.log_batch) if isinstance(nbytes, Affine) else nbytes))
 
@@ -280,7 +284,9 @@ class Storage:
         self.run.charge(nbytes, label, dtype=dtype, width=width)
 
     def __del__(self):
-        self.run.charge(-self.nbytes, "free " + self.label)
+        run = self.run
+        if run.memory or run.log is not None:  # else the free does nothing: ``Run.charge`` records no "free "
+            run.charge(-self.nbytes, "free " + self.label)
 
 
 def contiguous_perm(n: int) -> tuple[int, ...]:
