@@ -70,9 +70,15 @@ STEPS = (  # (implementation, preset, overrides, context, batch, precision, chec
     # the sigmoid-gated shared expert (Qwen2-MoE); gpt-oss: sinks, biased experts, alternating windows
     ("transformers", "qwen1.5-moe-a2.7b", {"num_layers": 2}, 2048, 4, "amp-bf16", "none"),
     ("transformers", "gpt-oss-20b", {"num_layers": 2}, 2048, 2, "bf16", "none"),
+    # torchtitan's per-op selective checkpointing (--checkpoint op) on our model, beside the none/full steps above
+    ("course", "qwen3-0.6b", {}, 2048, 8, "amp-bf16", "op"),
+    ("course", "llama-3-8b", {"num_layers": 2}, 8192, 2, "amp-bf16", "op"),
+    ("course", "llama-3-8b", {"num_layers": 4}, 4096, 4, "bf16", "op"),
+    ("course", "qwen3-30b-a3b", {"num_layers": 2}, 2048, 4, "amp-bf16", "op"),
 )
 EAGER_ONLY = ("gpt-oss-20b",)  # transformers runs gpt-oss's sinks in eager attention only: our naive
 STEP_MODELS = ""  # --step-models: only these presets' steps (comma-separated; empty: all)
+STEP_CHECKPOINTS = ""  # --step-checkpoints: only the steps with these checkpointings (comma-separated; empty: all)
 MOE_SHAPES = (  # (experts, top-k, d_model, expert d_ff): Qwen3-30B-A3B's, Mixtral-8x7B's and gpt-oss-20b's experts
     (128, 8, 2048, 768),
     (8, 2, 4096, 14336),
@@ -496,7 +502,12 @@ def steps_rows(quick: bool):
             ("transformers", "qwen3-0.6b", {"num_layers": 2}, 256, 2, "bf16", "full"),
         ]
         if quick
-        else [c for c in STEPS if not STEP_MODELS or c[1] in STEP_MODELS.split(",")]
+        else [
+            c
+            for c in STEPS
+            if (not STEP_MODELS or c[1] in STEP_MODELS.split(","))
+            and (not STEP_CHECKPOINTS or c[6] in STEP_CHECKPOINTS.split(","))
+        ]
     )
     for impl, preset, overrides, seq, batch, precision, ckpt in cases:
         attention = "naive" if preset in EAGER_ONLY else "sdpa"
@@ -620,9 +631,10 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="a few points of each section (a smoke run)")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: a smoke run of this script")
     ap.add_argument("--step-models", default="", help="steps: only these presets (comma-separated)")
+    ap.add_argument("--step-checkpoints", default="", help="steps: only these checkpointings (comma-separated)")
     args = ap.parse_args(argv)
-    global DEVICE, STEP_MODELS
-    DEVICE, STEP_MODELS = args.device, args.step_models
+    global DEVICE, STEP_MODELS, STEP_CHECKPOINTS
+    DEVICE, STEP_MODELS, STEP_CHECKPOINTS = args.device, args.step_models, args.step_checkpoints
     names = args.only.split(",")
     unknown = sorted(set(names) - set(SECTIONS))
     if unknown or args.budget <= 0:

@@ -5,7 +5,7 @@
 # cuda_validation.py's SECTIONS (default hf_memory: transformers' own models), each split over PARTS processes
 # (default 3) and merged into OUT_DIR/validation.  Phase 2, alone (a speed): cuda_calibrate.py.  Everything
 # lands in OUT_DIR/results.tar.gz (the device tool returns at most 8 files) and the logs' ends are printed.
-# Optional: MODELS=a,b (hf_memory's --models) and CALIBRATE="--only steps --step-models x" (cuda_calibrate.py's).
+# Optional: MODELS=a,b (hf_memory's --models), CHECKPOINTS=op (the sections' --checkpoints) and CALIBRATE="--only steps --step-models x" (cuda_calibrate.py's).
 set -u
 out=$(realpath -m "${1:?usage: cuda_calibrate_run.sh OUT_DIR [MEMORY_SECONDS] [CALIBRATE_SECONDS] [PARTS] [SECTIONS]}")
 mem=${2:-150}
@@ -22,6 +22,7 @@ for section in ${sections//,/ }; do
   for ((k = 0; k < parts; k++)); do
     dirs+=("$work/$section$k")
     timeout "$mem" python3 benchmarks/cuda_validation.py --out "$work/$section$k" --only "$section" --part "$k/$parts" ${MODELS:+--models "$MODELS"} \
+      ${CHECKPOINTS:+--checkpoints "$CHECKPOINTS"} \
       >"$work/$section$k.log" 2>&1 &
   done
 done

@@ -996,6 +996,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
     ap.add_argument("--part", default="0/1", help="k/n: run every n-th point of each section from the k-th")
     ap.add_argument("--models", default="", help="hf_memory: only these (HF_ZOO types or presets, comma-separated)")
+    ap.add_argument("--checkpoints", default="", help="memory, hf_memory: only these checkpointings (comma-separated)")
     ap.add_argument("--merge", nargs="+", type=Path, help="join these runs' folders into --out (no GPU needed)")
     ap.add_argument("--repredict", action="store_true", help="recompute --out's predictions with this code (no GPU)")
     args = ap.parse_args(argv)
@@ -1030,6 +1031,8 @@ def main(argv=None) -> int:
     print(json.dumps(info))
     setups = list(every_setup())
     setups = [s for s in setups if s.optimizer == "foreach"]  # torch's default AdamW on cuda
+    if args.checkpoints:
+        setups = [s for s in setups if s.checkpoint in args.checkpoints.split(",")]
     if args.quick:
         setups = setups[:4]
     sections = {
