@@ -15,8 +15,8 @@ memory measurement is the bytes the program's tensors requested from the caching
 (``torch._C._cuda_clearCublasWorkspaces()``) and shown in a separate column with the allocator's
 rounding (peak allocated − peak requested), never folded in:
 
-1. ``memory.csv``: one training step per model × setup: ``memory_account(..., device="cuda").step``
-   against ``measure_training_step_cuda`` per phase (peak and end).
+1. ``memory.csv``: one training step per model × setup: ``memory_account(..., device="cuda").step`` (the op
+   library's course program where the replay lacks the setup: ``--checkpoint op``) against ``measure_training_step_cuda`` per phase (peak and end).
 2. ``flops.csv``: ``crosscheck(..., device="cuda", backward=True, setup=...)``: fvcore and
    FlopCounterMode on the CUDA model (flash / memory-efficient attention kernels) against the analytic
    forward and the setup's hardware FLOPs.
@@ -49,7 +49,7 @@ import time
 import traceback
 from pathlib import Path
 
-from lm_accounting.config import load_config
+from lm_accounting.config import AccountingError, load_config
 from lm_accounting.layout import ParallelLayout
 from lm_accounting.measure.tracker import ALLOCATOR_ROUNDING, CUBLAS_WORKSPACES
 from lm_accounting.phases import PHASES
@@ -164,15 +164,30 @@ def step_columns(want, got) -> dict:
     return row
 
 
-def memory_rows(models, setups):
+def course_step(cfg, seq: int, batch: int, setup):
+    """The plain step of our model on cuda: the legacy replay's (``memory_account``), and the op library's course
+    program where the replay does not model the setup (``--checkpoint op``, torchtitan's per-op policy), as
+    ``lm-account memory`` predicts it there."""
     from lm_accounting.analytic.memory_report import memory_account
+    from lm_accounting.analytic.ops import predict_step
+
+    step = memory_account(cfg, seq, batch, device="cuda", setup=setup).step
+    if step is not None:
+        return step
+    try:
+        return predict_step(cfg, seq, setup, impl="course", batch=batch, mode="plain", device="cuda").at(batch)
+    except ValueError as exc:  # the op library's refusal: the CLI's one line
+        raise AccountingError(str(exc)) from None
+
+
+def memory_rows(models, setups):
     from lm_accounting.measure.step import build_step
     from lm_accounting.measure.tracker import measure_training_step_cuda
     from lm_accounting.model import cross_entropy
 
     for cfg, seq, batch, setup, row in points(models, setups):
         try:
-            want = memory_account(cfg, seq, batch, device="cuda", setup=setup).step
+            want = course_step(cfg, seq, batch, setup)
             fresh()
             model, inputs, targets, opt = build_step(cfg, seq, batch, setup, "cuda")
             got = measure_training_step_cuda(model, inputs, targets, cross_entropy, optimizer=opt)
@@ -945,7 +960,6 @@ def predicted_columns(want) -> dict[str, int]:
 def repredict(folder: Path) -> int:
     """Recompute the memory and parallel predictions of a measured set with this checkout's code (no GPU:
     the measured columns stay as the GPU wrote them), then its README; ``env.json`` gains the commit."""
-    from lm_accounting.analytic.memory_report import memory_account
     from lm_accounting.analytic.parallel import rank_step
 
     if not (folder / "env.json").exists():
@@ -958,9 +972,7 @@ def repredict(folder: Path) -> int:
         if not r.get("error"):
             name, seq, overrides = models[r["model"], r["context"]]
             cfg = at(config(name, overrides), seq)
-            r.update(
-                predicted_columns(memory_account(cfg, seq, r["batch"], device="cuda", setup=setups[r["setup"]]).step)
-            )
+            r.update(predicted_columns(course_step(cfg, seq, r["batch"], setups[r["setup"]])))
     hf_models = {(label(n, o), seq): (n, seq, o) for n, seq, _, o in (*HF_MODELS, *((n, 2048, 2, {}) for n in HF_ZOO))}
     for r in tables.get("hf_memory", []):
         if not r.get("error"):

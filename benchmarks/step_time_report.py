@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import json
 import sys
 from pathlib import Path
 
@@ -39,14 +40,23 @@ _GPT_OSS = (
     "gathers' backward (indexing_backward_kernel, 8 calls) took {put} ms where {put_priced:.2f} ms is priced from "
     "index_put.csv (ids uniform over the slots): not traced further"
 )
+_HOST_BOUND = (
+    "host-bound: the GPU was busy {kernels:.3f} s of the {step:.3f} s step ({busy:.0%}; the same preset's none/full "
+    "steps 98-99%), and the priced {predicted:.3f} s is {kernel_error:+.1%} from those kernels.  torchtitan's per-op "
+    "policy runs in Python for each aten op of the checkpointed forward and of its recompute (torch.utils.checkpoint's "
+    "caching and cached dispatch modes: {dispatches:,} calls in this step, counted on meta), {per_call:.0f} µs of "
+    "idle GPU each; the model prices the GPU's busy time only"
+)
 CAUSES: dict = {  # the kernels' measured milliseconds; the priced ones are the model's (``priced_parts``)
     ("h100-80gb", "transformers", "gpt-oss-20b"): (
         _GPT_OSS,
         {"softmax": 5.92, "cat": 6.57, "align1": 3.07, "put": 9.51},
     ),
     ("h200", "transformers", "gpt-oss-20b"): (_GPT_OSS, {"softmax": 5.89, "cat": 6.65, "align1": 3.11, "put": 9.38}),
+    ("h200", "course", "qwen3-0.6b", "op"): (_HOST_BOUND, {}),
+    ("h200", "course", "qwen3-30b-a3b", "op"): (_HOST_BOUND, {}),
 }
-"""(gpu, impl, model): why the prediction misses by more than 10%, from the step's kernels (step_kernels.csv).
+"""(gpu, impl, model[, checkpointing]): why the prediction misses by more than 10%, from the step's kernels (step_kernels.csv).
 The H200's course Qwen3-0.6B (−11.1% while the repeated blocks' backward sums were recorded once) is −7.3%,
 mostly its strided fp32 elementwise kernels (elementwise_kernel<128, 2>, 852 calls, 68 ms), whose time fell 17% from
 the H100 where the copy bandwidth grew 30%."""
@@ -74,6 +84,35 @@ def priced_parts(cfg, seq: int, setup: TrainingSetup, impl: str, batch: int, gpu
     return {k: v * 1e3 for k, v in out.items()}
 
 
+def sac_dispatches(cfg, seq: int, batch: int, setup: TrainingSetup) -> int:
+    """The aten calls one training step of our model sends through selective checkpointing's dispatch modes
+    (``_CachingTorchDispatchMode`` in the forward, ``_CachedTorchDispatchMode`` in the recompute), counted on meta:
+    each runs the policy in Python.  The count depends on the model and setup, not on the tokens."""
+    import torch.utils.checkpoint as ckpt
+
+    from lm_accounting.measure.step import build_step, training_step
+
+    calls = 0
+    saved = {cls: cls.__torch_dispatch__ for cls in (ckpt._CachingTorchDispatchMode, ckpt._CachedTorchDispatchMode)}
+
+    def counting(original):
+        def dispatch(self, func, types, args=(), kwargs=None):
+            nonlocal calls
+            calls += 1
+            return original(self, func, types, args, kwargs)
+
+        return dispatch
+
+    try:
+        for cls, original in saved.items():
+            cls.__torch_dispatch__ = counting(original)
+        training_step(*build_step(cfg, seq, batch, setup, "meta")[:3])
+    finally:
+        for cls, original in saved.items():
+            cls.__torch_dispatch__ = original
+    return calls
+
+
 def rows(gpu: str):
     with (CALIBRATION_DIR / gpu / "steps.csv").open(newline="") as fh:
         measured = list(csv.DictReader(fh))
@@ -93,13 +132,44 @@ def rows(gpu: str):
         out["predicted_seconds"] = t.seconds
         out["error"] = t.seconds / float(r["step_seconds"]) - 1
         if abs(out["error"]) > 0.10:
-            text, measured = CAUSES.get((gpu, r["impl"], preset), ("cause not found", {}))
+            key = (gpu, r["impl"], preset)
+            text, measured = CAUSES.get((*key, checkpoint), CAUSES.get(key, ("cause not found", {})))
             priced = priced_parts(cfg, int(r["context"]), setup, r["impl"], int(r["batch"]), gpu)
-            out["note"] = text.format(**measured, **{f"{k}_priced": v for k, v in priced.items()})
+            kernels, step = float(r["kernel_seconds"]), float(r["step_seconds"])
+            host = {"kernels": kernels, "step": step, "busy": kernels / step, "predicted": t.seconds}
+            host["kernel_error"] = t.seconds / kernels - 1
+            if checkpoint == "op":
+                host["dispatches"] = sac_dispatches(cfg, int(r["context"]), int(r["batch"]), setup)
+                host["per_call"] = (step - kernels) / host["dispatches"] * 1e6
+            out["note"] = text.format(**measured, **host, **{f"{k}_priced": v for k, v in priced.items()})
         yield out
 
 
-def report(gpu: str) -> str:
+def rerun_line(table: list[dict], rerun: Path) -> list[str]:
+    """How far a second lease's timings of the same steps (``<gpu>/steps_rerun.csv``) are from the committed ones:
+    the measurement's own noise, beside the model's error."""
+    if not rerun.exists():
+        return []
+    with rerun.open(newline="") as fh:
+        again = {(r["impl"], r["model"], r["setup"]): r for r in csv.DictReader(fh) if r.get("step_seconds")}
+    with (rerun.parent / "env.json").open() as fh:
+        info = json.load(fh)
+    drift = [
+        float(again[k]["step_seconds"]) / float(r["step_seconds"]) - 1
+        for r in table
+        if (k := (r["impl"], r["model"], r["setup"])) in again
+    ]
+    return [
+        "",
+        (
+            f"Timed again on {info['date']} on another lease of the same GPU kind ({rerun.parent.name}/"
+            f"{rerun.name}): {len(drift)} of these steps, {min(drift):+.1%} to {max(drift):+.1%} from the committed "
+            f"timings.  {info.get('note', '')}"
+        ),
+    ]
+
+
+def report(gpu: str, out: Path = Path("reports/calibration")) -> str:
     cal = load(gpu)
     table = list(rows(gpu))
     errors = sorted(abs(r["error"]) for r in table if r["error"] is not None)
@@ -133,6 +203,7 @@ def report(gpu: str) -> str:
             f"step each) took {min(busy):.0%} to {max(busy):.0%} of the step's time.  Not here: communication and "
             "several GPUs (reports/published)."
         ),
+        *rerun_line(table, out / gpu / "steps_rerun.csv"),
     ]
     return "\n".join(lines) + "\n"
 
@@ -143,7 +214,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="reports/calibration")
     args = ap.parse_args(argv)
     try:
-        text = report(args.gpu)
+        text = report(args.gpu, Path(args.out))
     except ValueError as exc:
         print(f"step_time_report: {exc}", file=sys.stderr)
         return 2

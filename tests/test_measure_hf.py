@@ -357,3 +357,23 @@ def test_fsdp2_refuses_what_it_does_not_run():
 
     with pytest.raises(AccountingError, match="tensor parallel is run alone"):
         measure_hf_step(tiny_llama(), S, B, layout=ParallelLayout(dp=4, zero=1, tp=2))
+
+
+def test_checkpointing_takes_the_older_name_where_transformers_predates_the_rename():
+    """transformers 5.17 (the lent H200's) has ``gradient_checkpointing_enable`` only; 5.24 renamed it
+    ``activation_checkpointing_enable``.  Each library gets the name it has, with the same kwargs."""
+    from lm_accounting.measure.hf import enable_checkpointing
+
+    calls = []
+
+    class Old:
+        def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None):
+            calls.append(("gradient", gradient_checkpointing_kwargs))
+
+    class New(Old):
+        def activation_checkpointing_enable(self, activation_checkpointing_kwargs=None):
+            calls.append(("activation", activation_checkpointing_kwargs))
+
+    enable_checkpointing(Old(), {"use_reentrant": False})
+    enable_checkpointing(New(), {"use_reentrant": False})
+    assert calls == [("gradient", {"use_reentrant": False}), ("activation", {"use_reentrant": False})]

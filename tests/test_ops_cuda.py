@@ -70,8 +70,9 @@ def validation():
 
 
 def test_every_h200_figure_equals_the_course_program_on_cuda():
-    """174 measured steps (gpt2-small, qwen3-0.6b, llama-3-8b and qwen3-30b-a3b at 2 layers, attention-bound
-    shapes; every attention × checkpointing × precision), 1,218 figures: all equal, the legacy's three misses
+    """232 measured steps (gpt2-small, qwen3-0.6b, llama-3-8b and qwen3-30b-a3b at 2 layers, attention-bound
+    shapes; every attention × checkpointing × precision, torchtitan's per-op ``op`` measured 2026-11-28), 1,624
+    figures: all equal, the legacy's three misses
     included (tests/test_cuda_report.py lists them for the legacy replay)."""
     cv = validation()
     rows = {(r["model"], r["context"], r["setup"]): r for r in cv.read_tables(ROOT / "reports" / "cuda")["memory"]}
@@ -93,7 +94,7 @@ def test_every_h200_figure_equals_the_course_program_on_cuda():
                     phase,
                 )
             figures += 7
-    assert figures == 1218
+    assert figures == 1624
 
 
 # -- the legacy replay -----------------------------------------------------------------------------------

@@ -315,8 +315,18 @@ def build_hf_model(cfg: ModelConfig, setup: TrainingSetup, device: str = "meta",
         kwargs = {"use_reentrant": False}  # transformers' default
         if setup.autocast and device != "cuda":  # the recompute re-enters the emulated autocast
             kwargs["context_fn"] = lambda: (contextlib.nullcontext(), _autocast(device))
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        enable_checkpointing(model, kwargs)
     return model
+
+
+def enable_checkpointing(model, kwargs: dict) -> None:
+    """transformers' whole-layer checkpointing: ``activation_checkpointing_enable`` (5.24), or its older name
+    ``gradient_checkpointing_enable`` where the library predates the rename (5.17 on the lent H200 has only that
+    one); both checkpoint every decoder layer with ``kwargs``."""
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
 def build_hf_step(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, device: str = "meta", seed: int = 0):
