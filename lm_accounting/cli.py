@@ -718,7 +718,7 @@ def memory_cmd(
     type=float,
     default=1.0,
     show_default=True,
-    help="Scale the calibrated step-time model's compute: 1 as calibrated, 1.2 a stack 20%% faster, in (0, 1.5].",
+    help="Scale the calibrated step-time model's compute: 1 as calibrated, 1.2 a stack 20% faster, in (0, 1.5].",
 )
 @click.option("--interconnect-bw", default="50GB", show_default=True, help="Inter-node bytes/s per GPU (e.g. 50GB).")
 @click.option("--top", type=POSITIVE, default=10, show_default=True, help="Layouts to print.")
@@ -818,7 +818,7 @@ def plan_cmd(
     type=float,
     default=1.0,
     show_default=True,
-    help="Scale the calibrated step-time model's compute: 1 as calibrated, 1.2 a stack 20%% faster, in (0, 1.5].",
+    help="Scale the calibrated step-time model's compute: 1 as calibrated, 1.2 a stack 20% faster, in (0, 1.5].",
 )
 @setup_options
 @layout_options
