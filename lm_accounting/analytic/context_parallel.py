@@ -6,10 +6,13 @@ each sequence over the cp ranks, load-balanced (``_HeadTailLoadBalancer``: rank 
 2·cp), so a rank runs every op but the attention on s = S/cp positions, and each fused attention as ring attention
 over the cp ranks.  torchtitan (``torchtitan/models/llama3/infra/parallelize.py`` ``apply_fsdp`` over
 ``parallel_dims.get_mesh("dp_shard_cp")``; DDP over ``dp_cp``) runs FSDP2, DDP and ZeRO-1 over the flattened dp × cp
-ranks.  So, with ``flat`` = ``ParallelLayout.flat_cp()`` (dp·cp data-parallel ranks, no CP):
+ranks; beside HSDP (``replicate`` r) FSDP2 over the 2-D (dp_replicate, dp_shard_cp) mesh, its shard group the
+dp/r · cp ranks of one replica.  So, with ``flat`` = ``ParallelLayout.flat_cp()`` (dp·cp data-parallel ranks, no CP;
+HSDP's replicate kept: r groups of dp/r · cp):
 
 1. Model states, FSDP2's units and their collectives, DDP's buckets: ``flat``'s (its rules in ``analytic.parallel``
-   and ``analytic.collectives``), the group "dp" renamed "dp_cp" (dp·cp ranks, tp apart).
+   and ``analytic.collectives``), the group "dp" renamed "dp_cp" (dp·cp ranks, tp apart); beside HSDP, rule 8's
+   shard-group rank and rule 12's collectives, "dp_shard" renamed "dp_shard_cp" (torchtitan's), "dp_replicate" kept.
 2. Saved activations, baseline and every phase's end: ``flat``'s rank at s positions.  The ring attention saves what
    the fused kernel saves at s (q, k, v, the output and its fp32 logsumexp: ``_SDPAMerger.results`` casts back to
    the input dtype): the ends are equal (``cp_rank_step`` checks it on each replay; measured, tests/test_cp.py).
@@ -103,10 +106,12 @@ def rank_collectives(
     cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, rank: int = 0,
     rotate: str = "allgather",
 ) -> list[Collective]:  # fmt: skip
-    """Every collective of the CP rank's step: ``flat``'s over dp·cp ranks (group "dp_cp"), then rule 13's."""
+    """Every collective of the CP rank's step: ``flat``'s over dp·cp ranks (group "dp_cp"; beside HSDP its shard
+    group's over dp_shard·cp ranks, "dp_shard_cp", and the all-reduces over "dp_replicate"), then rule 13's."""
     s = check(cfg, seq, setup, layout, rotate)
     flat = step_collectives(cfg, s, batch, setup, layout.flat_cp(), rank=rank)
-    renamed = [c._replace(group="dp_cp") if c.group == "dp" else c for c in flat]
+    names = {"dp": "dp_cp", "dp_shard": "dp_shard_cp"}  # torchtitan's flattened meshes
+    renamed = [c._replace(group=names.get(c.group, c.group)) for c in flat]
     return renamed + cp_collectives(cfg, seq, batch, setup, layout, rotate)
 
 
@@ -116,12 +121,14 @@ def op_library_step(
     ring: Ring | None,
 ) -> StepMemory:  # fmt: skip
     """The op library's replay of ``flat``'s rank (``ops.predict_step``; FSDP2: its rank, ``ops.fsdp``; else one
-    GPU's program, which DDP and ZeRO-1 only shift by a constant; TP: the TP-local model's) with ``ring`` installed
-    (``ops.aten_ring``; None: the fused kernel alone)."""
+    GPU's program, which DDP and ZeRO-1 only shift by a constant; TP: the TP-local model's; HSDP: its shard group's
+    FSDP2 rank, ``analytic.parallel`` rule 8) with ``ring`` installed (``ops.aten_ring``; None: the fused kernel
+    alone)."""
     from .ops import predict_step
 
     local = local_config(cfg, flat)  # TP: the rank's h/tp heads (``analytic.parallel`` rule 1)
-    fsdp = dataclasses.replace(flat, tp=1, sequence_parallel=False) if flat.fsdp and flat.dp > 1 else None
+    group = flat.shard_group()  # HSDP: the replicas' all-reduce runs in place (rule 8)
+    fsdp = dataclasses.replace(group, tp=1, sequence_parallel=False) if flat.fsdp and flat.dp > 1 else None
     with installed(ring):
         step = predict_step(local, s, setup, impl="course", batch=batch, mode=mode, device=device, layout=fsdp)
     return step.at(batch)
