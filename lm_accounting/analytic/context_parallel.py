@@ -22,8 +22,10 @@ HSDP's replicate kept: r groups of dp/r · cp):
    replay with the ring is the rank's program but for what the op library does not run (TP's all-reduces, DDP's
    buckets), which never coincides with the ring: where the ring is, it is the rank's live bytes; elsewhere it is at
    most ``flat``'s.  The load-balanced branches differ by cp rank (rank c holds chunks c and 2cp − 1 − c): a rank's
-   own, or the worst cp rank's.  Equal to the fake-PG run (``measure_cp_rank``) on every rank of tests/test_cp.py's
-   grid.
+   own, or the worst cp rank's.  The optimizer step, where no ring runs, is ``flat``'s alone: the op library
+   replays FSDP2's rank 0, whose AdamW transients exceed a short last shard's by more than the baseline shift (an
+   uneven vocabulary, tests/test_cp_hsdp.py).  Equal to the fake-PG run (``measure_cp_rank``) on every rank of
+   tests/test_cp.py's and tests/test_cp_hsdp.py's grids.
    Beside sequence or vocab parallel the op library has no program of the rank (SP's norms and residual stream at
    s/tp rows, its all-gathers and reduce-scatters; the vocab-parallel head and loss): the peaks are ``flat``'s own
    replay (``analytic.replay``, ``rank_step``; ``analytic.tensor_parallel.vocab_parallel_replay``) with cp rank c's
@@ -166,8 +168,9 @@ def cp_rank_step(
         else:
             ring = op_library_step(cfg, s, batch, setup, flat, mode, device, Ring(layout.cp, c, rotate))
         shift = step.baseline - ring.baseline  # DDP, ZeRO-1: the rank's states beside one GPU's (rank_step)
-        for p in PHASES:
+        for p in ("forward", "backward"):  # the ring's phases; the optimizer step is the rank's own (rank_step)
             peaks[p] = max(peaks.get(p, 0), getattr(step, p).peak, getattr(ring, p).peak + shift)
+    peaks["optimizer_step"] = step.optimizer_step.peak  # the op library replays rank 0: its AdamW is not a short shard's
     return StepMemory(step.baseline, *(PhaseBytes(peaks[p], getattr(step, p).end) for p in PHASES)), st, act
 
 
