@@ -120,3 +120,45 @@ def test_a_cp_hsdp_rank_on_the_fake_process_group(row):
             expected[key] = (n + c.count, b + c.payload)
         assert got == expected, rank
         assert m.collectives == totals(predicted)
+
+
+def test_plan_prices_your_own_cp_hsdp_layout():
+    """``plan --dp 4 --zero 3 --cp 2 --replicate 2``: that layout only, its per-GPU need the worst CP rank's peak (its
+    shard group's FSDP2 rank at S/cp, the ring replayed) plus the allowance, exact; its states over dp_shard·cp = 4
+    ranks, twice the plain dp4·zero3·cp2's (over 8)."""
+    from lm_accounting.config import load_config
+    from lm_accounting.plan import OwnLayout, plan
+
+    cfg = load_config("llama-3-8b").with_context(32768)
+    got = {}
+    for r in (1, 2):
+        lay = ParallelLayout(dp=4, zero=3, cp=2, replicate=r)
+        result = plan(cfg, "h100-80gb", (8, 8), 32768, 262144, 10**12, own=OwnLayout(lay, checkpoint="full"))
+        (c,) = [c for c in result.ranked if c.micro_batch == 1]
+        assert c.layout.label == lay.label and c.peak_exact
+        setup = TrainingSetup(attention="sdpa", checkpoint="full", precision="amp-bf16")
+        step, st, _ = cp_rank_step(cfg, 32768, 1, setup, c.layout)
+        assert c.per_gpu == step.peak + result.allowance
+        got[r] = (c.per_gpu, st.parameters, st.optimizer)
+    # Llama 3 8B's rows all divide by 8: a shard over 4 ranks is exactly twice one over 8
+    assert got[2][1:] == (2 * got[1][1], 2 * got[1][2]) and got[2][0] > got[1][0]
+
+
+@pytest.mark.slow
+def test_llama_405b_at_128k_on_16k_gpus_considers_cp_beside_hsdp():
+    """Issue 27: ``plan llama-3.1-405b --gpus 16384 -S 131072 --global-batch-tokens 16777216`` (128 sequences of
+    128K: dp <= 128).  Without pp, tp 8 and cp 16 give dp 128; HSDP beside them is dp_shard 1 (dp_shard·tp <= 8):
+    128 replicas of a shard group of the 16 cp ranks, FSDP2's states over 16 ranks, not 2,048.  It fits, exact, its
+    need the replay's peak plus the allowance."""
+    from lm_accounting.config import load_config
+    from lm_accounting.gpus import gpu
+    from lm_accounting.plan import plan
+
+    cfg = load_config("llama-3.1-405b").with_context(131072)
+    result = plan(cfg, "h100-80gb", (16384, 16384), 131072, 16 * 1024 * 1024, 10**12, top=10**6)
+    hsdp = [c for c in result.ranked if c.layout.replicate > 1]
+    assert hsdp and all((c.layout.cp, c.layout.tp, c.layout.replicate, c.layout.shard) == (16, 8, 128, 16) for c in hsdp)
+    for c in hsdp:
+        setup = TrainingSetup(attention="sdpa", checkpoint=c.checkpoint, precision="amp-bf16")
+        peak = cp_rank_step(cfg, 131072, c.micro_batch, setup, c.layout)[0].peak
+        assert c.per_gpu == peak + result.allowance <= gpu("h100-80gb").cuda_total and c.peak_exact
