@@ -170,7 +170,7 @@ def cp_rank_step(
         shift = step.baseline - ring.baseline  # DDP, ZeRO-1: the rank's states beside one GPU's (rank_step)
         for p in ("forward", "backward"):  # the ring's phases; the optimizer step is the rank's own (rank_step)
             peaks[p] = max(peaks.get(p, 0), getattr(step, p).peak, getattr(ring, p).peak + shift)
-    peaks["optimizer_step"] = step.optimizer_step.peak  # the op library replays rank 0: its AdamW is not a short shard's
+    peaks["optimizer_step"] = step.optimizer_step.peak  # no ring; the op library's AdamW is rank 0's (docstring, 3)
     return StepMemory(step.baseline, *(PhaseBytes(peaks[p], getattr(step, p).end) for p in PHASES)), st, act
 
 
