@@ -162,3 +162,24 @@ def test_llama_405b_at_128k_on_16k_gpus_considers_cp_beside_hsdp():
         setup = TrainingSetup(attention="sdpa", checkpoint=c.checkpoint, precision="amp-bf16")
         peak = cp_rank_step(cfg, 131072, c.micro_batch, setup, c.layout)[0].peak
         assert c.per_gpu == peak + result.allowance <= gpu("h100-80gb").cuda_total and c.peak_exact
+
+
+@pytest.mark.slow
+def test_memory_measures_a_cp_hsdp_rank_and_compares_every_collective(run_cli, tmp_path):
+    """``memory FILE --dp 2 --zero 3 --replicate 2 --cp 2 --measure meta --rank 3``: the table of the first step's
+    collectives, predicted against measured on the fake process group, holds the ring's
+    (all-to-alls of dK, dV; K, V all-gathers) beside FSDP2's: by hand for tiny (2 layers, 4 K/V heads of 16, S 256,
+    fp32), the 2·L ring all-gathers and L·cp all-to-alls beside the 2·3 FSDP2 all-gathers."""
+    pytest.importorskip("torch")
+    path = tmp_path / "tiny.toml"
+    path.write_text(
+        "vocab_size = 16\ncontext_length = 256\nnum_layers = 2\nd_model = 64\nnum_heads = 4\nnum_kv_heads = 4\n"
+        'd_ff = 32\ntie_embeddings = false\nname = "tiny"\n'
+    )
+    args = ["memory", path, "-S", "256", "--dp", "2", "--zero", "3", "--replicate", "2", "--cp", "2"]
+    r = run_cli(*args, "--measure", "meta", "--rank", "3")
+    assert r.code == 0, r.err
+    table = r.out.split("predicted vs measured")[1].split("\n\n")[0]
+    rows = {line.split()[0]: line.split()[1:3] for line in table.splitlines()[3:] if line.strip()}
+    assert rows["all_gather"] == ["10", "10"] and rows["all_to_all"] == ["4", "4"]  # 2·3 + 2·L; L·cp
+    assert rows["reduce_scatter"] == ["3", "3"] and rows["all_reduce"] == ["3", "3"]  # a unit each, over 3 units
