@@ -49,7 +49,9 @@ cannot take, with one line.  The layouts map onto torch.distributed (torch 2.13)
 
 * ``cp`` (context parallel, torchtitan's ``ParallelDims.cp``; ``parallelisms.cp``): each sequence's positions
   split over cp ranks, load-balanced, the fused attention run as torch 2.13's ring attention; the mesh is
-  (pp, dp, cp, tp) and DDP, ZeRO-1 and FSDP2 run over the flattened dp × cp ranks (``flat_cp``).
+  (pp, dp, cp, tp) and DDP, ZeRO-1 and FSDP2 run over the flattened dp × cp ranks (``flat_cp``).  Beside HSDP,
+  torchtitan's (dp_replicate, dp_shard, cp, tp) mesh: FSDP2 over (dp_replicate, dp_shard_cp), a shard group of
+  dp/replicate · cp ranks (``shard``), the label's ``hsdp{r}x{shard}``.
 
 ``world = dp · cp · tp · pp`` GPUs.  With ZeRO/FSDP the sharding degree is ``dp`` (HSDP: ``dp // replicate``;
 CP: dp·cp), never the world.
@@ -105,7 +107,7 @@ class ParallelLayout:
     @property
     def shard(self) -> int:
         """FSDP2's sharding degree: dp, or under HSDP the shard group's dp // replicate (torchtitan's dp_shard), under
-        context parallel the flattened dp·cp (torchtitan's dp_shard_cp; HSDP is refused beside CP)."""
+        context parallel the flattened dp·cp (torchtitan's dp_shard_cp), beside HSDP too: dp/replicate · cp."""
         return self.dp * self.cp // self.replicate
 
     def shard_group(self) -> ParallelLayout:

@@ -12,7 +12,9 @@ replicate × shard mesh, ``layout``; torchtitan's dp_replicate × dp_shard) with
 the shard (torchtitan's MoE mesh: the ep ranks and the expert units' shard group inside the node); and context
 parallel from ``MIN_CP_CONTEXT`` positions up: cp a power of two up to ``MAX_CP`` that ``parallelisms.cp`` takes (S a
 multiple of 2·cp; a dense model without MLA), dp = W / (tp·pp·cp), ZeRO over the dp·cp ranks, beside the degrees CP
-takes (``parallelisms.cp.BESIDE`` names those it does not) and with no or full checkpointing (``_families``, ``_context_setups``: what CP refuses is not enumerated).
+takes (``parallelisms.cp.BESIDE`` names those it does not; HSDP too, torchtitan's dp_replicate × dp_shard × cp:
+dp_shard 1 as well, FSDP2 over its dp_shard·cp ranks) and with no or full checkpointing (``_families``,
+``_context_setups``: what CP refuses is not enumerated).
 Setup: fused attention (sdpa), amp-bf16, foreach AdamW.  Memory per GPU is ``analytic.parallel``
 (the worst rank, plain run); a candidate fits when it is within the budget per GPU, the GPU's CUDA-reported
 total less the allowance (``gpus.memory_budget``, the rule of ``memory`` and ``infer`` too): peak + allowance
@@ -965,7 +967,7 @@ def _families(cfg: ModelConfig, seq: int, gpus: tuple[int, int], sequences: int)
                             for vp in (False, True) if tp > 1 and not cfg.tie_embeddings else (False,):
                                 for ep in _expert_degrees(cfg, dp, zero):
                                     for v in _virtual_stages(cfg, pp):
-                                        for r in _replicate_degrees(dp, zero, tp, pp, ep):
+                                        for r in _replicate_degrees(dp, zero, tp, pp, ep, cp):
                                             family = {
                                                 "dp": dp, "zero": zero, "tp": tp, "sequence_parallel": sp,
                                                 "vocab_parallel": vp, "pp": pp, "ep": ep, "virtual_stages": v,
@@ -1047,13 +1049,16 @@ def _context_setups(cfg: ModelConfig, seq: int, setups: list, lay: ParallelLayou
     return out
 
 
-def _replicate_degrees(dp: int, zero: int, tp: int, pp: int, ep: int) -> list[int]:
+def _replicate_degrees(dp: int, zero: int, tp: int, pp: int, ep: int, cp: int = 1) -> list[int]:
     """replicate = 1, and under FSDP2 without pp, HSDP's dp / shard for every shard group that fits one node:
     shard a power of two, 2 <= shard, shard·tp <= 8, leaving at least two replicas, and beside expert parallel
-    holding the ep ranks (torchtitan's dp_shard_in_ep: ep divides shard; ``ParallelLayout``)."""
+    holding the ep ranks (torchtitan's dp_shard_in_ep: ep divides shard; ``ParallelLayout``).  Beside context
+    parallel the shard is torchtitan's dp_shard, FSDP2's group its dp_shard × cp ranks: dp_shard 1 too (a shard
+    group of the cp ranks), dp_shard·tp <= 8 as without CP (the cp ranks beside it, tp apart, may cross nodes)."""
     if zero < 2 or pp > 1:
         return [1]
-    shards = [s for s in (2, 4, 8) if s * tp <= GPUS_PER_NODE and dp % s == 0 and dp // s >= 2 and s % ep == 0]
+    sizes = (1, 2, 4, 8) if cp > 1 else (2, 4, 8)
+    shards = [s for s in sizes if s * tp <= GPUS_PER_NODE and dp % s == 0 and dp // s >= 2 and s % ep == 0]
     return [1] + [dp // s for s in shards]
 
 

@@ -34,7 +34,6 @@ def tiny(seq: int = 256, kv: int = 4, d_ff: int = 32, vocab: int = 16):
     [
         (dict(cp=2, pp=2, micro_batches=2), "beside pipeline parallel"),
         (dict(dp=4, zero=3, cp=2, ep=2), "beside expert parallel"),
-        (dict(dp=4, zero=3, cp=2, replicate=2), "beside HSDP"),
     ],
 )
 def test_what_cp_is_not_accounted_beside_is_one_line(kwargs, message):

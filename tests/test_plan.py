@@ -313,8 +313,9 @@ def random_floor_draws(seed: int, draws: int = 1000, cp_draws: int = 400) -> tup
         assert floor <= peak, (cfg.name, lay.label, setup, floor - peak)
         checked, stages = checked + 1, stages + (pp > 1)
     # context parallel (plan's search enumerates it): plan's floor, the flattened dp·cp rank's at S/cp, against the
-    # CP rank's peak, its ring replayed (as plan._peak), on random layouts of what CP runs beside (dp, tp ± SP ± VP)
-    rng, checked = random.Random(seed * 101), 0
+    # CP rank's peak, its ring replayed (as plan._peak), on random layouts of what CP runs beside (dp, tp ± SP ± VP,
+    # HSDP's replicate r: FSDP2 over r groups of dp/r · cp ranks)
+    rng, checked, hsdp = random.Random(seed * 101), 0, 0
     while checked < cp_draws:
         cfg, tp, dp, cp = rng.choice(models), rng.choice([1, 2, 4]), rng.choice([1, 2, 4, 32]), rng.choice([2, 4, 8])
         seq, batch = rng.choice([128, 256]), rng.choice([1, 2])
@@ -325,14 +326,16 @@ def random_floor_draws(seed: int, draws: int = 1000, cp_draws: int = 400) -> tup
         )
         try:
             sp, vp = tp > 1 and rng.random() < 0.5, tp > 1 and rng.random() < 0.5  # where parallelisms.cp takes them
-            lay = ParallelLayout(dp=dp, zero=rng.choice([0, 1, 2, 3]), tp=tp, cp=cp, micro_batches=rng.choice([1, 2]),
-                                 sequence_parallel=sp, vocab_parallel=vp)  # fmt: skip
+            zero, r = rng.choice([0, 1, 2, 3]), rng.choice([1, 1, 2, 4])  # r > 1: HSDP where zero >= 2 and r | dp
+            lay = ParallelLayout(dp=dp, zero=zero, tp=tp, cp=cp, micro_batches=rng.choice([1, 2]),
+                                 sequence_parallel=sp, vocab_parallel=vp, replicate=r if zero >= 2 else 1)  # fmt: skip
             peak = cp_rank_step(cfg, seq, batch, setup, lay, mode="plain")[0].peak
             floor = rank_floor(cfg, seq // cp, batch, setup, lay.flat_cp())
         except AccountingError:
             continue
         assert floor <= peak, (cfg.name, lay.label, setup, floor - peak)
-        checked += 1
+        checked, hsdp = checked + 1, hsdp + (lay.replicate > 1)
+    assert hsdp > cp_draws // 10  # CP beside HSDP among the draws
     return exact, stages
 
 

@@ -21,24 +21,32 @@ def cp_families(cfg, seq, gpus, sequences) -> list[dict]:
 
 def test_the_search_enumerates_the_cp_degrees_context_parallel_takes():
     """At 32,768 positions (128 sequences a step) over 8..64 GPUs: every power of two 2 <= cp <= 16 dividing W / tp,
-    dp = W / (tp·cp), with each ZeRO stage (over dp·cp > 1 ranks), and nothing CP refuses beside it
-    (``parallelisms.cp.BESIDE``); none at the 8,192 default (MIN_CP_CONTEXT), none for a mixture of experts, and at
-    S = 16,392 = 8 · 2,049 only cp 2 and 4 (S a multiple of 2·cp: 16,392 / 16 is not whole)."""
+    dp = W / (tp·cp), with each ZeRO stage (over dp·cp > 1 ranks), under FSDP2 HSDP's replicate r = dp / dp_shard for
+    dp_shard 1, 2, 4, 8 with dp_shard·tp <= 8 and r >= 2 (torchtitan's dp_replicate × dp_shard × cp), and nothing CP
+    refuses beside it (``parallelisms.cp.BESIDE``); none at the 8,192 default (MIN_CP_CONTEXT), none for a mixture of
+    experts, and at S = 16,392 = 8 · 2,049 only cp 2 and 4 (S a multiple of 2·cp: 16,392 / 16 is not whole)."""
     cfg = at_context(load_config("llama-3.1-70b"), 32768)
     found = cp_families(cfg, 32768, (8, 64), 128)
     assert all(f[field] in (False, 1) for f in found for field, _ in BESIDE)  # what CP refuses beside it
     assert all(f["virtual_stages"] == 1 for f in found)
     by_hand = {
-        (w, tp, cp, zero)
+        (w, tp, cp, zero, r)
         for w in (8, 16, 32, 64)
         for tp in (1, 2, 4, 8)  # the 64 heads, 8 kv heads and d_ff 28,672 divide by each
         for cp in (2, 4, 8, 16)
         if w % (tp * cp) == 0
+        for dp in (w // (tp * cp),)
         for zero in (0, 1, 2, 3)
+        for r in [1] + [dp // s for s in (1, 2, 4, 8) if zero >= 2 and s * tp <= 8 and dp % s == 0 and dp // s >= 2]
     }
-    assert {(f["dp"] * f["tp"] * f["cp"], f["tp"], f["cp"], f["zero"]) for f in found} == by_hand
+    got = {(f["dp"] * f["tp"] * f["cp"], f["tp"], f["cp"], f["zero"], f["replicate"]) for f in found}
+    assert got == by_hand
     plain = [f for f in found if not (f["sequence_parallel"] or f["vocab_parallel"])]  # SP/VP where CP takes them
-    assert len(plain) == len(by_hand) == 4 * (6 + 10 + 13 + 15)  # (W, tp, cp): 6, 10, 13, 15 at W = 8..64
+    assert len([f for f in plain if f["replicate"] == 1]) == 4 * (6 + 10 + 13 + 15)  # (W, tp, cp): 6, 10, 13, 15
+    # HSDP beside CP, written out for W = 16, tp 8, cp 2 (dp 1: none) and W = 16, tp 1, cp 2 (dp 8: dp_shard 1, 2,
+    # 4, so r = 8, 4, 2; dp_shard 8 leaves one replica)
+    assert {f["replicate"] for f in plain if (f["dp"], f["tp"], f["cp"], f["zero"]) == (1, 8, 2, 3)} == {1}
+    assert {f["replicate"] for f in plain if (f["dp"], f["tp"], f["cp"], f["zero"]) == (8, 1, 2, 3)} == {1, 2, 4, 8}
     assert cp_families(at_context(cfg, 8192), 8192, (8, 64), 512) == []
     assert cp_families(at_context(load_config("mixtral-8x7b"), 32768), 32768, (8, 64), 128) == []
     odd = cp_families(at_context(cfg, 16392), 16392, (8, 64), 128)

@@ -6,10 +6,13 @@ each sequence over the cp ranks, load-balanced (``_HeadTailLoadBalancer``: rank 
 2·cp), so a rank runs every op but the attention on s = S/cp positions, and each fused attention as ring attention
 over the cp ranks.  torchtitan (``torchtitan/models/llama3/infra/parallelize.py`` ``apply_fsdp`` over
 ``parallel_dims.get_mesh("dp_shard_cp")``; DDP over ``dp_cp``) runs FSDP2, DDP and ZeRO-1 over the flattened dp × cp
-ranks.  So, with ``flat`` = ``ParallelLayout.flat_cp()`` (dp·cp data-parallel ranks, no CP):
+ranks; beside HSDP (``replicate`` r) FSDP2 over the 2-D (dp_replicate, dp_shard_cp) mesh, its shard group the
+dp/r · cp ranks of one replica.  So, with ``flat`` = ``ParallelLayout.flat_cp()`` (dp·cp data-parallel ranks, no CP;
+HSDP's replicate kept: r groups of dp/r · cp):
 
 1. Model states, FSDP2's units and their collectives, DDP's buckets: ``flat``'s (its rules in ``analytic.parallel``
-   and ``analytic.collectives``), the group "dp" renamed "dp_cp" (dp·cp ranks, tp apart).
+   and ``analytic.collectives``), the group "dp" renamed "dp_cp" (dp·cp ranks, tp apart); beside HSDP, rule 8's
+   shard-group rank and rule 12's collectives, "dp_shard" renamed "dp_shard_cp" (torchtitan's), "dp_replicate" kept.
 2. Saved activations, baseline and every phase's end: ``flat``'s rank at s positions.  The ring attention saves what
    the fused kernel saves at s (q, k, v, the output and its fp32 logsumexp: ``_SDPAMerger.results`` casts back to
    the input dtype): the ends are equal (``cp_rank_step`` checks it on each replay; measured, tests/test_cp.py).
@@ -19,8 +22,10 @@ ranks.  So, with ``flat`` = ``ParallelLayout.flat_cp()`` (dp·cp data-parallel r
    replay with the ring is the rank's program but for what the op library does not run (TP's all-reduces, DDP's
    buckets), which never coincides with the ring: where the ring is, it is the rank's live bytes; elsewhere it is at
    most ``flat``'s.  The load-balanced branches differ by cp rank (rank c holds chunks c and 2cp − 1 − c): a rank's
-   own, or the worst cp rank's.  Equal to the fake-PG run (``measure_cp_rank``) on every rank of tests/test_cp.py's
-   grid.
+   own, or the worst cp rank's.  The optimizer step, where no ring runs, is ``flat``'s alone: the op library
+   replays FSDP2's rank 0, whose AdamW transients exceed a short last shard's by more than the baseline shift (an
+   uneven vocabulary, tests/test_cp_hsdp.py).  Equal to the fake-PG run (``measure_cp_rank``) on every rank of
+   tests/test_cp.py's and tests/test_cp_hsdp.py's grids.
    Beside sequence or vocab parallel the op library has no program of the rank (SP's norms and residual stream at
    s/tp rows, its all-gathers and reduce-scatters; the vocab-parallel head and loss): the peaks are ``flat``'s own
    replay (``analytic.replay``, ``rank_step``; ``analytic.tensor_parallel.vocab_parallel_replay``) with cp rank c's
@@ -103,10 +108,12 @@ def rank_collectives(
     cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, layout: ParallelLayout, rank: int = 0,
     rotate: str = "allgather",
 ) -> list[Collective]:  # fmt: skip
-    """Every collective of the CP rank's step: ``flat``'s over dp·cp ranks (group "dp_cp"), then rule 13's."""
+    """Every collective of the CP rank's step: ``flat``'s over dp·cp ranks (group "dp_cp"; beside HSDP its shard
+    group's over dp_shard·cp ranks, "dp_shard_cp", and the all-reduces over "dp_replicate"), then rule 13's."""
     s = check(cfg, seq, setup, layout, rotate)
     flat = step_collectives(cfg, s, batch, setup, layout.flat_cp(), rank=rank)
-    renamed = [c._replace(group="dp_cp") if c.group == "dp" else c for c in flat]
+    names = {"dp": "dp_cp", "dp_shard": "dp_shard_cp"}  # torchtitan's flattened meshes
+    renamed = [c._replace(group=names.get(c.group, c.group)) for c in flat]
     return renamed + cp_collectives(cfg, seq, batch, setup, layout, rotate)
 
 
@@ -116,12 +123,14 @@ def op_library_step(
     ring: Ring | None,
 ) -> StepMemory:  # fmt: skip
     """The op library's replay of ``flat``'s rank (``ops.predict_step``; FSDP2: its rank, ``ops.fsdp``; else one
-    GPU's program, which DDP and ZeRO-1 only shift by a constant; TP: the TP-local model's) with ``ring`` installed
-    (``ops.aten_ring``; None: the fused kernel alone)."""
+    GPU's program, which DDP and ZeRO-1 only shift by a constant; TP: the TP-local model's; HSDP: its shard group's
+    FSDP2 rank, ``analytic.parallel`` rule 8) with ``ring`` installed (``ops.aten_ring``; None: the fused kernel
+    alone)."""
     from .ops import predict_step
 
     local = local_config(cfg, flat)  # TP: the rank's h/tp heads (``analytic.parallel`` rule 1)
-    fsdp = dataclasses.replace(flat, tp=1, sequence_parallel=False) if flat.fsdp and flat.dp > 1 else None
+    group = flat.shard_group()  # HSDP: the replicas' all-reduce runs in place (rule 8)
+    fsdp = dataclasses.replace(group, tp=1, sequence_parallel=False) if flat.fsdp and flat.dp > 1 else None
     with installed(ring):
         step = predict_step(local, s, setup, impl="course", batch=batch, mode=mode, device=device, layout=fsdp)
     return step.at(batch)
@@ -159,8 +168,9 @@ def cp_rank_step(
         else:
             ring = op_library_step(cfg, s, batch, setup, flat, mode, device, Ring(layout.cp, c, rotate))
         shift = step.baseline - ring.baseline  # DDP, ZeRO-1: the rank's states beside one GPU's (rank_step)
-        for p in PHASES:
+        for p in ("forward", "backward"):  # the ring's phases; the optimizer step is the rank's own (rank_step)
             peaks[p] = max(peaks.get(p, 0), getattr(step, p).peak, getattr(ring, p).peak + shift)
+    peaks["optimizer_step"] = step.optimizer_step.peak  # no ring; the op library's AdamW is rank 0's (docstring, 3)
     return StepMemory(step.baseline, *(PhaseBytes(peaks[p], getattr(step, p).end) for p in PHASES)), st, act
 
 

@@ -161,8 +161,10 @@ def measure_cp_rank(cfg, seq: int, batch: int, setup, layout, rank: int = 0, rot
     charged): the model built and FSDP2-sharded (or DDP-wrapped) over the flattened dp × cp ranks
     (``ParallelLayout.flat_cp``, torchtitan's ``dp_shard_cp``), the token ids and targets sharded by torch's
     ``context_parallel`` (load-balanced), each fused attention run as its ring attention over the cp ranks
-    (tp apart on the (dp, cp, tp) mesh; TP, if any, built by ``build_rank`` over the flattened ranks).  Returns
-    ``measure.distributed.RankMeasurement``.
+    (tp apart on the (dp, cp, tp) mesh; TP, if any, built by ``build_rank`` over the flattened ranks).  Beside HSDP
+    (``replicate`` r) ``build_rank``'s HSDP mesh of the flattened layout is torchtitan's (dp_replicate, dp_shard_cp):
+    dp rank k, cp rank c (flattened rank k·cp + c) is replica k // (dp/r), shard rank (k mod dp/r)·cp + c: the
+    (dp_replicate, dp_shard, cp, tp) mesh's order.  Returns ``measure.distributed.RankMeasurement``.
 
     One difference from a real job, memory-neutral: the model numbers the rank's s positions 0..s−1 for RoPE
     (an int64 (s,) tensor either way) where the job passes the rank's load-balanced positions."""

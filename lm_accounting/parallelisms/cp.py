@@ -16,7 +16,13 @@ sequence parallel (torchtitan's ``apply_tp``: ``SequenceParallel`` norms) the se
 s = S/cp positions, SP holds the norms and the residual stream at s/tp of them between the projections; and with vocab
 parallel (loss parallel) the embedding, LM head and loss over the vocabulary, on the rank's s positions.
 
-Not accounted beside CP (refused): pipeline and expert parallel, HSDP; a mixture of
+Beside HSDP (``replicate`` r; torchtitan's dp_replicate × dp_shard × cp, ``ParallelDims``: ``apply_fsdp`` over the
+2-D ``(dp_replicate, dp_shard_cp)`` mesh): FSDP2's shard group is the flattened dp_shard × cp ranks, s·cp of them
+(``ParallelLayout.shard``), the states replicated over the r groups; each unit gathered and reduce-scattered over
+dp_shard_cp, its shard all-reduced over dp_replicate (``analytic.collectives`` rule 12 on ``flat_cp``).  The mesh is
+(dp_replicate, dp_shard, cp, tp): global rank ((i·s + j)·cp + c)·tp + t.
+
+Not accounted beside CP (refused): pipeline and expert parallel; a mixture of
 experts or latent attention; attention other than the fused kernel (CP replaces the SDPA kernels only:
 the course's naive attention would run whole on s positions, which is not attention over the sequence)."""
 
@@ -27,7 +33,6 @@ from ..config import AccountingError
 BESIDE = (
     ("pp", "pipeline parallel"),
     ("ep", "expert parallel"),
-    ("replicate", "HSDP"),
 )
 """The degrees not accounted beside context parallel: (field, what it is)."""
 
@@ -60,9 +65,12 @@ class ContextParallel:
         return f"·cp{layout.cp}" if layout.cp > 1 else ""
 
     def groups(self, layout) -> dict[str, tuple[int, int]]:
-        """The cp ranks (tp apart: cp inside dp on the mesh) and FSDP2's/DDP's flattened dp × cp ranks."""
+        """The cp ranks (tp apart: cp inside dp on the mesh) and FSDP2's/DDP's flattened dp × cp ranks; beside
+        HSDP, FSDP2's flattened dp_shard × cp ranks (the replicas' group is HSDP's "dp_replicate")."""
         if layout.cp == 1:
             return {}
+        if layout.replicate > 1:
+            return {"cp": (layout.cp, layout.tp), "dp_shard_cp": (layout.shard, layout.tp)}
         return {"cp": (layout.cp, layout.tp), "dp_cp": (layout.dp * layout.cp, layout.tp)}
 
 

@@ -30,7 +30,7 @@ class Hsdp:
             raise AccountingError(f"replicate={r} (HSDP) is FSDP2 over a replicate x shard mesh: use --zero 2 or 3")
         if dp % r:
             raise AccountingError(f"replicate={r} does not divide dp={dp}: HSDP's mesh is (replicate, dp / replicate)")
-        if dp == r:
+        if layout.shard == 1:  # under context parallel the shard group is dp/r · cp ranks (torchtitan's dp_shard_cp)
             raise AccountingError(
                 f"replicate={r} = dp leaves shard groups of one rank: nothing is sharded (use --zero 0, DDP)"
             )

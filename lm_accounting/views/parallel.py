@@ -4,6 +4,7 @@ collectives and FLOPs."""
 from __future__ import annotations
 
 from ..analytic.collectives import step_collectives, totals, wire_bytes
+from ..analytic.context_parallel import rank_collectives
 from ..analytic.parallel_report import ParallelMemory
 from ..implementations import program_label
 from ..phases import PHASE_LABELS, PHASES
@@ -151,11 +152,14 @@ def parallel_view(r: ParallelMemory) -> View:
     tables = [per_gpu, *([_phases(r)] if r.step is not None else []), *_plain_cpu(r), fit, comm]
     if measured is not None:
         dp_rank = measured.rank // r.layout.tp
-        want = totals(
-            step_collectives(
-                r.config, r.seq, r.batch, r.setup, r.layout, first_step=True, rank=dp_rank, stage=r.stage or 0
+        if r.layout.cp > 1:  # the flattened layout's and the ring's (``analytic.context_parallel``)
+            want = totals(rank_collectives(r.config, r.seq, r.batch, r.setup, r.layout, rank=dp_rank))
+        else:
+            want = totals(
+                step_collectives(
+                    r.config, r.seq, r.batch, r.setup, r.layout, first_step=True, rank=dp_rank, stage=r.stage or 0
+                )
             )
-        )
         kinds = sorted(set(want) | set(measured.collectives))
         who = f"pipeline stage {measured.rank}" if r.layout.pp > 1 else f"rank {measured.rank}"
         tables.append(
