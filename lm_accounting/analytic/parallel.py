@@ -701,9 +701,12 @@ def rank_floor(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, lay
     """A lower bound of ``rank_step``'s peak, without the replay (the planner's first look): the worst
     rank's model states (parameters, AdamW moments, DDP's buckets) and what its forward saves, all live
     when the forward ends.  Never above the replayed peak (tests/test_plan.py checks it on every
-    candidate of three plans)."""
+    candidate of three plans).  Under ``op`` (torchtitan's per-op policy, which the saved-activation rules lack)
+    the forward saves what ``full`` saves, each block's input held by its checkpoint, and more (every matmul
+    output but every second one, ``ops.course.sac``): ``full``'s figure is its floor."""
     st = model_states(cfg, setup, layout)
-    return st.parameters + st.optimizer + st.ddp_buckets + saved_activations(cfg, seq, batch, setup, layout)
+    saver = dataclasses.replace(setup, checkpoint="full") if setup.checkpoint == "op" else setup
+    return st.parameters + st.optimizer + st.ddp_buckets + saved_activations(cfg, seq, batch, saver, layout)
 
 
 def expert_parallel_saved_shift(

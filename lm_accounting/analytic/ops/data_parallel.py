@@ -32,6 +32,8 @@ def op_layout_unmodelled(layout: ParallelLayout) -> str | None:
         )
         if on
     ]  # fmt: skip
+    if layout.dp < 2 and not other:  # one GPU: the single-GPU step (``memory`` without a layout) models op
+        other = ["one rank (give --dp 2 or more, or no layout)"]
     return OP_LAYOUTS.format(what=" or ".join(other)) if other else None
 
 
@@ -56,8 +58,8 @@ def op_rank_step(
     from .ddp import Replicate
 
     why = op_layout_unmodelled(layout)
-    if why or layout.dp < 2:
-        raise AccountingError(why or "--checkpoint op on one GPU is the single-GPU step's (no layout)")
+    if why:
+        raise AccountingError(why)
     st = model_states(cfg, setup, layout, rank=rank)
     if layout.fsdp and st.rank != 0:
         raise AccountingError(f"--checkpoint op under FSDP2 is replayed for rank 0 (the worst), not rank {st.rank}")
