@@ -98,8 +98,8 @@ from .analytic.collectives import (
     wire_bytes,
 )
 from .analytic.hardware_flops import step_flops
-from .analytic.parallel import local_config, peaks_exact, rank_floor, rank_flops, rank_step
 from .analytic.ops.data_parallel import op_layout_unmodelled
+from .analytic.parallel import local_config, peaks_exact, rank_floor, rank_flops, rank_step
 from .analytic.parallel_report import not_modelled
 from .analytic.params import parameter_breakdown
 from .analytic.pipeline import pipeline_slots, pipeline_stages, stage_floor
