@@ -116,6 +116,25 @@ def test_op_saves_between_full_and_none_by_hand():
 
 
 @pytest.mark.parametrize(
+    "layout", [ParallelLayout(tp=2, sequence_parallel=True), ParallelLayout(dp=2, zero=3, tp=2, sequence_parallel=True)]
+)
+def test_sequence_parallel_reduce_scatters_under_op_equal_the_fake_pg_job(layout):
+    """``analytic.collectives`` rule 4: under ``op`` the recompute reruns the sequence-parallel all-gathers but not
+    the MLP's reduce-scatter (its output is a saved matmul's), so L fewer backward reduce-scatters than under
+    ``selective`` (L = 3 here); counted on the fake process group (``op``'s per-rank memory beside TP stays not
+    modelled: only the collectives are compared)."""
+    pytest.importorskip("torch")
+    from lm_accounting.measure.distributed import measure_rank
+
+    got = {}
+    for ck in ("selective", "op"):
+        setup = TrainingSetup(attention="sdpa", checkpoint=ck, precision="amp-bf16")
+        got[ck] = measure_rank(TINY, S, B, setup, layout).collectives
+        assert got[ck] == totals(step_collectives(TINY, S, B, setup, layout, first_step=True)), ck
+    assert got["selective"]["reduce_scatter"][0] - got["op"]["reduce_scatter"][0] == TINY.num_layers
+
+
+@pytest.mark.parametrize(
     "layout, match",
     [
         (ParallelLayout(dp=2, zero=3, tp=2), "not under TP"),
