@@ -149,3 +149,46 @@ def test_op_under_other_parallelisms_is_named_not_modelled(layout, match):
     assert result.step is None and any(match in line for line in result.not_modelled)
     with pytest.raises(AccountingError, match=match):
         rank_step(cfg, S, B, TrainingSetup(checkpoint="op"), layout)
+
+
+SMALL = ["llama-3-8b", "--set", "d_model=64", "--set", "num_heads=4", "--set", "num_kv_heads=2", "--set", "d_ff=96"]
+SMALL += [
+    "--set",
+    "vocab_size=256",
+    "--layers",
+    "2",
+    "--context",
+    "32",
+    "--attention",
+    "sdpa",
+    "--precision",
+    "amp-bf16",
+]
+
+
+@pytest.mark.parametrize("flags", [["--dp", "4", "--zero", "1"], ["--dp", "4", "--zero", "3"]], ids=" ".join)
+def test_memory_cli_measures_op_under_data_parallel(run_cli, flags):
+    """``memory --checkpoint op`` with a data-parallel layout: the rank's phases, measured on the fake process group
+    (the worst ZeRO-1 rank; FSDP2 on FakeTensors), with its states and collectives, and nothing left unmodelled."""
+    import json
+
+    pytest.importorskip("torch")
+    r = run_cli("memory", *SMALL, "--checkpoint", "op", *flags, "--measure", "meta", "--format", "json")
+    assert r.code == 0, r.err
+    d = json.loads(r.out)
+    m = d["measured"]
+    assert d["not_modelled"] == [] and m["rank"] == d["worst_rank"]["data_parallel_rank"]
+    assert m["step"] == d["step_traced"] and m["optimizer_state"] == d["per_gpu"]["optimizer_state"]
+    want: dict[str, list[int]] = {}
+    for c in d["collectives"]:
+        entry = want.setdefault(c["kind"], [0, 0])
+        entry[0], entry[1] = entry[0] + c["count"], entry[1] + c["payload_bytes"]
+    assert {k: [v["count"], v["payload_bytes"]] for k, v in m["collectives"].items()} == want
+    assert d["step"] is not None and d["per_gpu"]["saved_activations"] > 0  # the plain (CUDA) run is predicted too
+
+
+def test_memory_cli_names_what_op_is_not_modelled_beside(run_cli):
+    r = run_cli("memory", *SMALL, "--checkpoint", "op", "--dp", "2", "--zero", "3", "--tp", "2")
+    assert r.code == 0 and "NOT MODELLED" in r.out and "not under TP" in r.out, r.err
+    r = run_cli("memory", *SMALL, "--checkpoint", "op", "--dp", "4", "--zero", "3", "--rank", "1")
+    assert r.code == 2 and "replayed for rank 0" in r.err and r.err.count("\n") == 1, r.err

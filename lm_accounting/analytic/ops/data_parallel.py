@@ -15,6 +15,7 @@ from ...config import AccountingError, ModelConfig
 from ...layout import ParallelLayout
 from ...phases import StepMemory
 from ...setup import TrainingSetup
+from ..parallel import ModelStates, model_states
 
 OP_LAYOUTS = (
     "torchtitan's per-op checkpointing (--checkpoint op) is modelled under data parallel alone (DDP, ZeRO-1, "
@@ -47,16 +48,16 @@ def op_rank_step(
     rank: int | None = None,
     device: str = "meta",
     cpu_threads: int = 1,
-):
+) -> tuple[StepMemory, ModelStates, int]:
     """``analytic.parallel.rank_step`` under ``--checkpoint op``: (per-phase bytes, model states, saved activations)
     of data-parallel rank ``rank`` (None: the worst; FSDP2's rank 0, whose chunks are all full, is the one
     replayed).  The saved activations are the ZeRO-3 rank's forward end less its baseline (every unit resharded
     after its forward, the root's all-gather output freed: only what the forward saves is left; ZeRO-2 saves the
     same and keeps its units unsharded besides, DDP and ZeRO-1 add nothing in forward), traced on meta."""
-    from ..parallel import model_states
     from . import predict_step
     from .ddp import Replicate
 
+    layout.check(cfg, seq)
     why = op_layout_unmodelled(layout)
     if why:
         raise AccountingError(why)
