@@ -634,7 +634,26 @@ def parallel_layouts(quick: bool) -> list[ParallelLayout]:
     return fsdp + ([] if quick else tp)
 
 
-def parallel_rows(quick: bool):
+def parallel_points(quick: bool, checkpoints: str = "") -> list:
+    """(layout, setup) of the parallel section: every layout under the six setups below, and the FSDP2 layouts of
+    data parallel alone under torchtitan's per-op checkpointing (``op``: the op library's course program,
+    ``analytic.ops.data_parallel``); ``checkpoints``: only these (comma-separated)."""
+    from lm_accounting.analytic.ops.data_parallel import op_layout_unmodelled
+
+    setups = [
+        TrainingSetup(precision=p, checkpoint=c, attention="sdpa")
+        for p in ("fp32", "amp-bf16")
+        for c in ("none", "full")
+    ]
+    setups += [TrainingSetup(precision="bf16"), TrainingSetup(precision="fp32", checkpoint="selective")]
+    op = [TrainingSetup(precision=p, checkpoint="op", attention="sdpa") for p in ("fp32", "amp-bf16")]
+    layouts = parallel_layouts(quick)
+    out = list(itertools.product(layouts, setups))
+    out += [(lay, s) for lay in layouts if not op_layout_unmodelled(lay) for s in op]
+    return [(lay, s) for lay, s in out if not checkpoints or s.checkpoint in checkpoints.split(",")]
+
+
+def parallel_rows(quick: bool, checkpoints: str = ""):
     """Rank 0 of each layout on the fake process group with CUDA tensors (the real ``fully_shard`` and
     ``parallelize_module`` code on CUDA streams) against ``rank_step(..., "plain", device="cuda")``."""
     import torch
@@ -645,13 +664,7 @@ def parallel_rows(quick: bool):
     two = {"num_layers": 2}
     cfg = config("gpt2-small", two)
     seq, batch = (128, 2) if quick else (512, 2)
-    setups = [
-        TrainingSetup(precision=p, checkpoint=c, attention="sdpa")
-        for p in ("fp32", "amp-bf16")
-        for c in ("none", "full")
-    ]
-    setups += [TrainingSetup(precision="bf16"), TrainingSetup(precision="fp32", checkpoint="selective")]
-    for layout, setup in share(itertools.product(parallel_layouts(quick), setups)):
+    for layout, setup in share(parallel_points(quick, checkpoints)):
         row = {"model": label("gpt2-small", two), "context": seq, "batch": batch, "layout": layout.label}
         row["setup"] = setup.label
         try:
@@ -1008,7 +1021,9 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
     ap.add_argument("--part", default="0/1", help="k/n: run every n-th point of each section from the k-th")
     ap.add_argument("--models", default="", help="hf_memory: only these (HF_ZOO types or presets, comma-separated)")
-    ap.add_argument("--checkpoints", default="", help="memory, hf_memory: only these checkpointings (comma-separated)")
+    ap.add_argument(
+        "--checkpoints", default="", help="memory, hf_memory, parallel: only these checkpointings (comma-separated)"
+    )
     ap.add_argument("--merge", nargs="+", type=Path, help="join these runs' folders into --out (no GPU needed)")
     ap.add_argument("--repredict", action="store_true", help="recompute --out's predictions with this code (no GPU)")
     args = ap.parse_args(argv)
@@ -1051,7 +1066,7 @@ def main(argv=None) -> int:
         "memory": lambda: memory_rows(models, setups),
         "flops": lambda: flops_rows(models, flops_setups(setups)),
         "inference": lambda: inference_rows(args.quick),
-        "parallel": lambda: parallel_rows(args.quick),
+        "parallel": lambda: parallel_rows(args.quick, args.checkpoints),
         "timing": lambda: timing_rows(args.quick),
         "kernels": lambda: kernel_rows(args.quick),
         "hf_memory": lambda: hf_memory_rows(args.quick, setups, args.models),

@@ -100,6 +100,7 @@ from .analytic.collectives import (
     wire_bytes,
 )
 from .analytic.hardware_flops import step_flops
+from .analytic.ops.data_parallel import op_layout_unmodelled
 from .analytic.parallel import local_config, peaks_exact, rank_floor, rank_flops, rank_step
 from .analytic.parallel_report import not_modelled
 from .analytic.params import parameter_breakdown
@@ -113,8 +114,9 @@ from .result import Result
 from .setup import CHECKPOINTS, TrainingSetup
 from .units import fmt_bytes
 
-PLANNED_CHECKPOINTS = tuple(c for c in CHECKPOINTS if c != "op")
-"""The checkpointings plan searches: not ``op`` (torchtitan's per-op SAC), which the per-rank replay lacks."""
+PLANNED_CHECKPOINTS = CHECKPOINTS
+"""The checkpointings plan searches; ``op`` (torchtitan's per-op SAC) only under data parallel alone, where the op
+library's course program prices it (``analytic.ops.data_parallel``)."""
 
 GPUS_PER_NODE = 8
 MAX_PP = 16  # pipeline stages tried: 1, 2, 4, 8, 16
@@ -771,8 +773,8 @@ def plan(
         for b in micro if own is None or own.micro_batch is None else own.micro_batches(micro, per_rank):
             lay = ParallelLayout(**family, micro_batches=per_rank // b)
             for setup in setups if lay.cp == 1 else _context_setups(cfg, seq, setups, lay):
-                if lay.ep > 1 and not_modelled(cfg, seq, setup):
-                    continue  # expert parallel is planned where the replay models it
+                if (lay.ep > 1 or setup.checkpoint == "op") and not_modelled(cfg, seq, setup, lay):
+                    continue  # expert parallel, and op, are planned where the replay models them
                 evaluated_ep = evaluated_ep or lay.ep > 1
                 compute = pricing.compute(b, setup, lay)
                 pending.append((compute * lay.world, len(pending), b, setup, lay, compute))
@@ -797,7 +799,7 @@ def plan(
             # under interleaving, whose order changes with m = sequences / b: no chain is recorded there)
         need, exact = _need(cfg, seq, b, setup, lay, g, allowance, exact=not prune)
         if need <= g.cuda_total:
-            peak_exact = peaks_exact(setup, lay.flat_cp(), cfg) and not not_modelled(cfg, seq, setup)
+            peak_exact = peaks_exact(setup, lay.flat_cp(), cfg) and not not_modelled(cfg, seq, setup, lay)
             estimate = pricing.estimate(b, setup, lay, times)
             seen[key] = Candidate(lay, setup.checkpoint, b, lay.micro_batches, need, *times, peak_exact, estimate)
             return seen[key]
@@ -926,11 +928,9 @@ class OwnLayout:
             raise AccountingError(f"{lay.label}: expert parallel is planned under FSDP2 (--zero 2 or 3)")
         if lay.tp > GPUS_PER_NODE:
             raise AccountingError(f"{lay.label}: tp={lay.tp} spans nodes; plan keeps a TP group within one node")
-        if self.checkpoint == "op":  # the per-rank replay (``replay.replay_unsupported``) lacks torchtitan's policy
-            raise AccountingError(
-                f"{lay.label}: plan has no per-rank memory under --checkpoint op (torchtitan's per-op checkpointing); "
-                "its step time: lm-account memory --checkpoint op with the layout, or train-time on one GPU"
-            )
+        why = op_layout_unmodelled(lay) if self.checkpoint == "op" else None
+        if why:  # torchtitan's per-op checkpointing: the op library's course program, data parallel alone
+            raise AccountingError(f"{lay.label}: plan has no per-rank memory here: {why}")
         if lay.cp > 1 and self.checkpoint == "selective":
             raise AccountingError(f"{lay.label}: context parallel with selective checkpointing is not measured")
         fields = ("dp", "zero", "tp", "sequence_parallel", "vocab_parallel", "pp", "ep", "virtual_stages", "replicate")

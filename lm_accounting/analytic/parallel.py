@@ -657,12 +657,18 @@ def rank_step(
 
     Sequence parallel: R is the sequence-parallel rank's own replay (rule 5, ``sp_replayed``).
 
+    ``--checkpoint op`` (torchtitan's per-op policy, which this replay lacks): ``ops.data_parallel.op_rank_step``.
+
     Exact (byte for byte against the fake-PG run) for DDP, ZeRO-1, TP, TP + SP in every precision (with
     or without vocab parallel) and FSDP2, with TP and SP too, or expert parallel in fp32 and bf16
     (``tests/test_parallel_measured.py``, ``tests/test_tensor_parallel_measured.py``,
     ``tests/test_parallel_moe.py``; what is left: ``peaks_exact``); HSDP, its shard group's FSDP2 rank (rule 8,
     ``tests/test_hsdp.py``).
     """
+    if setup.checkpoint == "op":  # torchtitan's per-op policy: the op library's course program, not this replay
+        from .ops.data_parallel import op_rank_step
+
+        return op_rank_step(cfg, seq, batch, setup, layout, mode, rank, device, cpu_threads)
     layout.check(cfg, seq)
     whole, dp_rank, dim1 = layout, rank, experts_on_dim1(cfg, layout)  # dim1: the whole layout's (rule 8)
     layout, rank = layout.shard_rank(rank)  # HSDP (rule 8): its shard group's FSDP2 rank
@@ -695,9 +701,12 @@ def rank_floor(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, lay
     """A lower bound of ``rank_step``'s peak, without the replay (the planner's first look): the worst
     rank's model states (parameters, AdamW moments, DDP's buckets) and what its forward saves, all live
     when the forward ends.  Never above the replayed peak (tests/test_plan.py checks it on every
-    candidate of three plans)."""
+    candidate of three plans).  Under ``op`` (torchtitan's per-op policy, which the saved-activation rules lack)
+    the forward saves what ``full`` saves, each block's input held by its checkpoint, and more (every matmul
+    output but every second one, ``ops.course.sac``): ``full``'s figure is its floor."""
     st = model_states(cfg, setup, layout)
-    return st.parameters + st.optimizer + st.ddp_buckets + saved_activations(cfg, seq, batch, setup, layout)
+    saver = dataclasses.replace(setup, checkpoint="full") if setup.checkpoint == "op" else setup
+    return st.parameters + st.optimizer + st.ddp_buckets + saved_activations(cfg, seq, batch, saver, layout)
 
 
 def expert_parallel_saved_shift(

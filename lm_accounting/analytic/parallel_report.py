@@ -208,7 +208,7 @@ def parallel_memory(
         budget = as_budget(budget, allowance)
         return implementation_rank(cfg, seq, batch, setup, layout, impl, budget, rank, device, find_unused)
     layout.check(cfg, seq)
-    stage, missing = None, not_modelled(cfg, seq, setup)
+    stage, missing = None, not_modelled(cfg, seq, setup, layout)
     if missing:
         st = model_states(cfg, setup, layout, rank=None if rank is None else rank // layout.tp)
         step = traced = act = None
@@ -252,14 +252,21 @@ def parallel_memory(
     )
 
 
-def not_modelled(cfg: ModelConfig, seq: int, setup: TrainingSetup) -> list[str]:
+def not_modelled(cfg: ModelConfig, seq: int, setup: TrainingSetup, layout: ParallelLayout | None = None) -> list[str]:
     """What the per-rank step replay leaves out: the single-GPU replay's gaps (``replay_unsupported``,
     as ``memory`` reports them); every layout the replay runs is modelled.  (A mixture of experts under
     FSDP2's bf16 MixedPrecisionPolicy is replayed, expert parallel included: the bf16 model with the
     routing and the weighted sum in fp32 and the sum cast back to the bf16 residual stream,
     ``replay._moe_mixed``; the EP rank's dispatch and combine, ``replay._ep_routed_forward``, carry the
-    bf16 rows.)"""
-    return replay_unsupported(cfg, setup)  # without seq: one micro-batch needs no lines in B (any MoE split)
+    bf16 rows.)  torchtitan's per-op checkpointing (``--checkpoint op``) is the op library's course program's
+    (``ops.data_parallel``): its gaps, and under ``layout`` any parallelism but data parallel."""
+    if setup.checkpoint != "op":
+        return replay_unsupported(cfg, setup)  # without seq: one micro-batch needs no lines in B (any MoE split)
+    from .ops import unsupported
+    from .ops.data_parallel import op_layout_unmodelled
+
+    why = None if layout is None else op_layout_unmodelled(layout)
+    return ([why] if why else []) + unsupported(cfg, setup, "course")
 
 
 PER_GPU_KEYS = (

@@ -343,7 +343,7 @@ def check_rank_fits(
     check_live_run(cfg, seq, batch, "meta", what, training=True, dtype=setup.param_dtype)  # before the replay
     try:
         need = rank_step(cfg, seq, batch, setup, layout, "traced", rank // layout.tp, "cpu")[0].peak
-    except AccountingError:  # an architecture the replay does not model (MLA): a bound from its course twin
+    except AccountingError:  # an architecture (MLA) or op layout the replay does not model: its course twin's bound
         need = twin_bound(cfg, seq, batch, setup, layout, rank)
     what += " (real CPU tensors)"
     check_live_run(cfg, seq, batch, "cpu", what, training=True, dtype=setup.param_dtype, need=need)
@@ -353,10 +353,12 @@ def twin_bound(cfg: ModelConfig, seq: int, batch: int, setup: TrainingSetup, lay
     """A bound on the traced peak of a rank whose architecture the replay does not model: (1) the course
     twin's rank peak (dense, so without expert parallel: nothing to split there) × 3/2, plus (2) 16 bytes
     (fp32 weight, gradient, AdamW m and v) for every parameter of the real model, unsharded, for the
-    states (experts, latent projections) that the twin does not have."""
+    states (experts, latent projections) that the twin does not have.  Under ``op`` where no replay models it
+    (beside TP, PP, ...), the twin's step without checkpointing, which saves more."""
     from ..analytic.parallel import rank_step
 
-    twin = rank_step(cfg.course_twin(), seq, batch, setup, dataclasses.replace(layout, ep=1), "traced",
+    run = dataclasses.replace(setup, checkpoint="none") if setup.checkpoint == "op" else setup
+    twin = rank_step(cfg.course_twin(), seq, batch, run, dataclasses.replace(layout, ep=1), "traced",
                      rank // layout.tp, "cpu")[0].peak  # fmt: skip
     return twin * 3 // 2 + 16 * parameter_count(cfg)
 

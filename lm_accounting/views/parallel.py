@@ -197,6 +197,11 @@ def parallel_view(r: ParallelMemory) -> View:
                 if r.layout.replicate > 1
                 else ""
             )
+            + (
+                "  --checkpoint op was not among them: its CUDA run under a layout is not measured (one GPU's is)."
+                if r.setup.checkpoint == "op"
+                else ""
+            )
         ),
     ]
     if lay.virtual_stages > 1:

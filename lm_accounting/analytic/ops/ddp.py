@@ -203,18 +203,28 @@ def predict_rank(
     the single-GPU program under ``replicate`` (a fresh ``Replicate`` of rank 0 unless given: pass one for another
     ZeRO-1 rank, or to read its ``all_reduces`` after; ``find_unused``: its ``find_unused_parameters``, None the
     Trainer's, ``trainer_find_unused``).  DDP's ranks are alike (the buckets hold every gradient)."""
-    if impl != "transformers":
-        raise ValueError(f"DDP over --impl {impl}'s program is analytic.parallel.rank_step's, not the op library's")
-    if device == "cuda":
-        raise ValueError("DDP on a CUDA target is not replayed by the op library yet (traced on meta or cpu)")
-    if replicate is None:
-        replicate = Replicate(layout, find_unused=trainer_find_unused(setup) if find_unused is None else find_unused)
-    # the job runs on cpu tensors (FakeTensors on meta): the CPU's kernel facts, as FSDP2's (``ops.fsdp``)
+    if impl == "course":  # our model's job (``measure.distributed.data_parallel``): DDP's defaults
+        from .course.model import TransformerLM
+
+        b = 1 if batch == 1 else Affine(1)
+        make = lambda: TransformerLM(cfg, seq, setup, b)
+        replicate = replicate or Replicate(layout, find_unused=False)
+    elif impl == "transformers":
+        if device == "cuda":
+            raise ValueError("DDP over transformers on a CUDA target is not replayed yet (traced on meta or cpu)")
+        if replicate is None:
+            find_unused = trainer_find_unused(setup) if find_unused is None else find_unused
+            replicate = Replicate(layout, find_unused=find_unused)
+        # the job runs on cpu tensors (FakeTensors on meta): the CPU's kernel facts, as FSDP2's (``ops.fsdp``)
+        make = fake_pg_program(cfg, seq, setup, 1 if batch == 1 else Affine(1))
+    else:
+        raise ValueError(f"DDP over --impl {impl}'s program is not replayed by the op library")
     return training_step(
-        fake_pg_program(cfg, seq, setup, 1 if batch == 1 else Affine(1)),
+        make,
         optimizer=setup.optimizer,
         device=device,
         traced=mode == "traced",
         cpu_threads=cpu_threads,
+        cuda_batch=batch,
         sharding=replicate,
     )

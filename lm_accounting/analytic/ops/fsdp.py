@@ -94,6 +94,22 @@ def cast_floating(x):
     return x
 
 
+def cuda_metadata(shapes: list[tuple[int, int]], d: int, setup: TrainingSetup) -> dict[str, int]:
+    """``analytic.fsdp`` rule 9 (a dim-0 unit over d >= 2 ranks on a CUDA GPU): the copy-out's and the copy-in's
+    launch metadata, of each parameter's padded shard in the all-gather and the reduce dtype (as
+    ``analytic.fsdp.fsdp_units``)."""
+    from ..cuda_kernels import chunk_cat_metadata, split_copy_metadata
+    from ..parallel import element_bytes
+
+    gather_e = 2 if setup.autocast else element_bytes(setup)
+    reduce_e = 4 if setup.autocast else gather_e
+    shards = [fsdp_chunk_rows(r, d) * c for r, c in shapes]
+    return {
+        "gather_meta": split_copy_metadata([s * gather_e for s in shards], d),
+        "reduce_meta": chunk_cat_metadata([s * reduce_e for s in shards]),
+    }
+
+
 def rows_cols(t: Tensor) -> tuple[int, int]:
     """(the rows FSDP2 shards, the rest): dim 0, and the product of the others (1 for a vector)."""
     return t.shape[0], numel(t.shape[1:])
@@ -104,10 +120,12 @@ class FullyShard:
     installs the hooks and returns the sharded parameters AdamW steps; ``backward_end`` is the final callback;
     ``zero_grad`` frees the sharded gradients."""
 
-    def __init__(self, cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, cpu: bool = False):
+    def __init__(
+        self, cfg: ModelConfig, setup: TrainingSetup, layout: ParallelLayout, cpu: bool = False, cuda: bool = False
+    ):
         if not layout.fsdp or layout.dp < 2 or layout.pp > 1 or layout.ep > 1 or layout.replicate > 1:
             raise ValueError(DATA_PARALLEL_ONLY)  # TP: ``ops.tp`` composes it over its TP-local program
-        self.cfg, self.setup, self.layout, self.cpu = cfg, setup, layout, cpu
+        self.cfg, self.setup, self.layout, self.cpu, self.cuda = cfg, setup, layout, cpu, cuda
         self.events: FsdpEvents | None = None
         self.units: FsdpUnits | None = None
         self.backward_units: set = set()  # units whose pre-backward ran (TrainingState.PRE_BACKWARD)
@@ -145,7 +163,8 @@ class FullyShard:
         return [empty((fsdp_chunk_rows(r, d), c), dtype, "shard") for r, c in map(rows_cols, params)]
 
     def _unit(self, params: list[Tensor]) -> Unit:
-        return shard_unit([rows_cols(p) for p in params], self.layout.dp, self.setup)
+        shapes, d = [rows_cols(p) for p in params], self.layout.dp
+        return shard_unit(shapes, d, self.setup, **(cuda_metadata(shapes, d, self.setup) if self.cuda else {}))
 
     # -- the hooks -----------------------------------------------------------------------------------------
     def _wrap(self, forward, i: int | None):
@@ -268,9 +287,9 @@ def predict_rank(
     the pure-bf16 program (no autocast: ``measure.hf_parallel``), ours its amp program (autocast on, which
     copies nothing) over bf16 parameters (``measure.parallelize``).  ``batch`` 1: the step at B = 1; any other
     value the lines in B, exact for every B >= 2."""
-    if device == "cuda":  # rule 9's launch metadata and CUDA's kernels are not in this path yet
-        raise ValueError("FSDP2 on a CUDA target is replayed by analytic.parallel.rank_step, not the op library")
-    shard = FullyShard(cfg, setup, layout, cpu=mode == "plain" and device == "cpu")
+    if device == "cuda" and impl != "course":  # transformers' CUDA facts under FSDP2 are not checked yet
+        raise ValueError(f"FSDP2 over --impl {impl} on a CUDA target is not replayed (traced on meta or cpu)")
+    shard = FullyShard(cfg, setup, layout, cpu=mode == "plain" and device == "cpu", cuda=device == "cuda")
     b = 1 if batch == 1 else Affine(1)
     if impl == "transformers":
         from .transformers import PROGRAMS
@@ -301,4 +320,5 @@ def predict_rank(
         traced=mode == "traced",
         cpu_threads=cpu_threads,
         sharding=shard,
+        cuda_batch=batch,
     )
