@@ -55,7 +55,7 @@ CUDA = GpuRun(
         # 232 runs x 7 figures (baseline, forward/backward/step peak and end): the legacy replay's 174 (1,217 of
         # 1,218), and 58 of --checkpoint op (2026-11-28), the op library's course program (the replay lacks it)
         "memory": (1623, 1624),
-        "parallel": (504, 504),  # 72 ranks x 7 figures
+        "parallel": (588, 588),  # 84 ranks x 7 figures (12 of them FSDP2 under --checkpoint op, 2026-11-28)
         "flops": (59, 59),  # points with every count (analytic, fvcore, FlopCounterMode) equal
         "inference": (36, 42),  # the 6 others: decode peaks 16-64 KiB above the prediction
     },

@@ -45,7 +45,7 @@ def test_every_measured_figure_equals_this_codes_prediction(tmp_path):
     assert cv.main(["--repredict", "--out", str(tmp_path / "cuda")]) == 0
     tables = cv.read_tables(tmp_path / "cuda")
     memory, parallel = tables["memory"], tables["parallel"]
-    assert len(memory) == 264 and len(parallel) == 72
+    assert len(memory) == 264 and len(parallel) == 84
     # the other 32: fp32 + GQA fused attention, refused; 58 of the 232 are --checkpoint op (2026-11-28), the op
     # library's course program (the legacy replay lacks torchtitan's per-op policy)
     assert sum(1 for r in memory if not r.get("error")) == 232

@@ -198,8 +198,8 @@ def parallel_view(r: ParallelMemory) -> View:
                 else ""
             )
             + (
-                "  --checkpoint op was not among them: its CUDA run under a layout is not measured (one GPU's is)."
-                if r.setup.checkpoint == "op"
+                "  --checkpoint op ran there under FSDP2 only: its CUDA run under DDP or ZeRO-1 is not measured."
+                if r.setup.checkpoint == "op" and not r.layout.fsdp
                 else ""
             )
         ),
