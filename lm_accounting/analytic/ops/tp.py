@@ -71,12 +71,16 @@ from .engine import Affine, StepInBatch
 from .fsdp import FullyShard, fake_pg_program
 from .step import adamw_step, training_step
 from .tensors import AccumulateGrad, Tensor, current, empty, parameter, record
-from .transformers.llama import for_causal_lm_loss
 
-TP_FAMILIES = ("llama", "qwen3", "mistral")
-"""transformers' ``model_type``s whose TP plan is run and checked here: Llama's and Mistral's (the same plan, Mistral's
-sliding window aside), Qwen3's (its q/k norms ``replicated_with_grad_allreduce``)."""
-ROWWISE_PER_LAYER = 2  # o_proj, down_proj
+LLAMA_PLAN = {
+    "self_attn": {"q_proj": "colwise", "k_proj": "colwise", "v_proj": "colwise", "o_proj": "rowwise"},
+    "mlp": {"gate_proj": "colwise", "up_proj": "colwise", "down_proj": "rowwise"},
+}
+"""A family's ``base_model_tp_plan`` (its ``configuration_*.py``) per decoder layer, each module in call order:
+Llama's, the same for every family below (their norms replicated, Qwen3's q/k norms ``replicated_with_grad_allreduce``)."""
+TP_PLANS = dict.fromkeys(("llama", "mistral", "qwen2", "qwen3", "granite", "olmo", "gemma"), LLAMA_PLAN)
+"""transformers' ``model_type``s whose TP plan is run and checked here (tests/test_ops_tp.py)."""
+TP_FAMILIES = tuple(TP_PLANS)
 
 
 def check_tp(cfg: ModelConfig, layout: ParallelLayout) -> None:
@@ -121,17 +125,20 @@ def collectives(
     param = DTYPE_BYTES[setup.param_dtype]
     act = 2 if setup.autocast else param  # autocast's linears: bf16 outputs
     residual = param  # amp-bf16: the residual stream (and each colwise input) stays fp32
+    plan = TP_PLANS[cfg.hf_model_type]
+    rowwise = sum(list(styles.values()).count("rowwise") for styles in plan.values())  # o_proj, down_proj
     forward = [("all_reduce", t * d * param, "forward")]  # the embedding's partial lookup
     for _ in range(layers):
-        forward += [("all_reduce", t * d * act, "forward")] * ROWWISE_PER_LAYER
+        forward += [("all_reduce", t * d * act, "forward")] * rowwise
     forward.append(("all_gather", t * cfg.vocab_size * act, "forward"))  # the head's logits
     backward = [("all_reduce", t * d * residual, "backward")]  # the head's input gradient
+    colwise = ("all_reduce", t * d * residual, "backward")
+    norm = [("all_reduce", cfg.d_head * param, "backward")] if cfg.qk_norm else []  # Qwen3's q/k norms
+    mlp = [colwise] * list(plan["mlp"].values()).count("colwise")  # up, gate
     for _ in range(layers):
         if setup.checkpoint == "full":
             backward.append(("all_reduce", t * d * act, "backward"))  # the recompute's o_proj
-        colwise = ("all_reduce", t * d * residual, "backward")
-        norm = [("all_reduce", cfg.d_head * param, "backward")] if cfg.qk_norm else []  # Qwen3's q/k norms
-        backward += [colwise] * 3 + (norm + [colwise]) * 2  # up, gate, v; k (its norm first), q (its norm first)
+        backward += mlp + [colwise] + (norm + [colwise]) * 2  # v; k (its norm first), q (its norm first)
     return forward + backward
 
 
@@ -177,6 +184,9 @@ class Rowwise(Colwise):
         return reduce_partial(self.linear(x))
 
 
+STYLES = {"colwise": Colwise, "rowwise": Rowwise}
+
+
 class TensorParallelPlan:
     """Rank 0 of transformers' TP plan over the TP-local Llama program (rule 4; a ``step.Sharding``)."""
 
@@ -191,17 +201,14 @@ class TensorParallelPlan:
         current().charge(-self.whole.nbytes, "the whole embedding's leaf: its gradient only")
         split = [program.embed_tokens, program.lm_head]
         for layer in program.layers:
-            a, mlp = layer.self_attn, layer.mlp
-            a.q_proj, a.k_proj, a.v_proj = Colwise(a.q_proj), Colwise(a.k_proj), Colwise(a.v_proj)
-            a.o_proj = Rowwise(a.o_proj)
-            mlp.gate_proj, mlp.up_proj, mlp.down_proj = (
-                Colwise(mlp.gate_proj),
-                Colwise(mlp.up_proj),
-                Rowwise(mlp.down_proj),
-            )
-            split += a.q_proj.params() + a.k_proj.params() + a.v_proj.params() + a.o_proj.params() + mlp.params()
-        program.embed = lambda: self.embed(program)
-        program.forward = lambda: self.forward(program)
+            for child, styles in TP_PLANS[self.cfg.hf_model_type].items():
+                module = getattr(layer, child)
+                for name, style in styles.items():
+                    linear = STYLES[style](getattr(module, name))
+                    setattr(module, name, linear)
+                    split += linear.params()
+        program.lookup = lambda: self.embed(program)
+        program.lm_head_logits = lambda hidden_states: self.head(hidden_states, program.lm_head)
         if self.fsdp is not None:  # rule 5: the whole gradient redistributed to the rows as it is accumulated
             self.whole.acc = AccumulateGrad(program.embed_tokens)
             return self.fsdp.shard(program)
@@ -226,17 +233,16 @@ class TensorParallelPlan:
         del local, mask
         return reduce_partial(partial)
 
-    def forward(self, program) -> tuple[Tensor, Tensor]:
-        """``LlamaForCausalLM.forward`` with the head's rule 4d."""
-        hidden_states = program.model()
-        local = A.linear(replicate_input(hidden_states), program.lm_head)  # hidden_states lives to the return
+    def head(self, hidden_states: Tensor, lm_head: Tensor) -> Tensor:
+        """Rule 4d: the ``lm_head`` module's output, ``colwise_gather_output``."""
+        local = A.linear(replicate_input(hidden_states), lm_head)
         b, s, vl = local.shape
         gathered = empty((self.m * b, s, vl), local.dtype, "all_gather_into_tensor")
         logits = empty((b, s, self.cfg.vocab_size), local.dtype, "cat")
         del gathered
         record("Gather", (local,), (logits,), lambda ctx, grads: (empty((b, s, vl), grads[0].dtype, "clone"),))
         del local
-        return logits, for_causal_lm_loss(logits, program.labels, self.cfg.vocab_size)
+        return logits
 
     def adamw(self, params: list[Tensor], v: list[Tensor], optimizer: str) -> None:
         """Rule 4e (rule 5: every parameter a DTensor, one group)."""
