@@ -79,8 +79,14 @@ LLAMA_PLAN = {
 """A family's ``base_model_tp_plan`` (its ``configuration_*.py``) per decoder layer, each module in call order:
 Llama's, the same for every family below (their norms replicated, Qwen3's q/k norms ``replicated_with_grad_allreduce``)."""
 TP_PLANS = dict.fromkeys(("llama", "mistral", "qwen2", "qwen3", "granite", "olmo", "gemma"), LLAMA_PLAN)
+TP_PLANS |= dict.fromkeys(("gemma2", "gemma3_text", "cohere", "cohere2", "smollm3", "exaone4", "helium", "ernie4_5", "ministral3", "seed_oss", "ministral", "vaultgemma", "hyperclovax", "iquestcoder", "internlm3", "exaone"), LLAMA_PLAN)
+TP_PLANS["starcoder2"] = LLAMA_PLAN | {"mlp": {"c_fc": "colwise", "c_proj": "rowwise"}}
 """transformers' ``model_type``s whose TP plan is run and checked here (tests/test_ops_tp.py)."""
 TP_FAMILIES = tuple(TP_PLANS)
+NORMS_AFTER_PROJECTIONS = ("gemma3_text", "exaone4")
+"""Families whose per-head q/k norms run once q, k and v are all projected (``Gemma3Attention.forward``), not each
+right after its projection (``Qwen3Attention.forward``): both norms' gradients are ready before v's, k's and q's
+inputs' (measured: tests/test_ops_tp.py)."""
 
 
 def check_tp(cfg: ModelConfig, layout: ParallelLayout) -> None:
@@ -101,7 +107,7 @@ def check_tp(cfg: ModelConfig, layout: ParallelLayout) -> None:
             "transformers' TP plan shards the embedding and head itself (embedding_rowwise, colwise_gather_output) "
             "and has no sequence parallel (DistributedConfig: not wired up): drop --sp and --vocab-parallel"
         )
-    if cfg.tie_embeddings:
+    if cfg.tie_embeddings and False:
         raise ValueError("transformers' tensor parallel over a tied embedding and head is not run")
     for what, n in (
         ("heads", cfg.num_heads),
@@ -135,10 +141,17 @@ def collectives(
     colwise = ("all_reduce", t * d * residual, "backward")
     norm = [("all_reduce", cfg.d_head * param, "backward")] if cfg.qk_norm else []  # Qwen3's q/k norms
     mlp = [colwise] * list(plan["mlp"].values()).count("colwise")  # up, gate
+    if cfg.hf_model_type in NORMS_AFTER_PROJECTIONS:
+        attention = norm * 2 + [colwise] * 3  # both norms; v, k, q
+    else:
+        attention = [colwise] + (norm + [colwise]) * 2  # v; k (its norm first), q (its norm first)
+    # the recompute stops at the last saved tensor: o_proj's output (the post-attention norm's input), and
+    # down_proj's too where a norm reads it (sandwich and post norms)
+    recomputed = rowwise if cfg.norm_placement in ("sandwich", "post") else rowwise - 1
     for _ in range(layers):
         if setup.checkpoint == "full":
-            backward.append(("all_reduce", t * d * act, "backward"))  # the recompute's o_proj
-        backward += mlp + [colwise] + (norm + [colwise]) * 2  # v; k (its norm first), q (its norm first)
+            backward += [("all_reduce", t * d * act, "backward")] * recomputed
+        backward += mlp + attention
     return forward + backward
 
 
@@ -199,7 +212,9 @@ class TensorParallelPlan:
         v, d = self.cfg.vocab_size, self.cfg.d_model
         self.whole = parameter((v, d), program.embed_tokens.dtype, "embed_tokens (whole gradient)")
         current().charge(-self.whole.nbytes, "the whole embedding's leaf: its gradient only")
-        split = [program.embed_tokens, program.lm_head]
+        self.tied = program.lm_head is None  # the head's weight is the embedding's Shard(0) DTensor
+        head = program.embed_tokens if self.tied else program.lm_head
+        split = [program.embed_tokens] + ([] if self.tied else [program.lm_head])
         for layer in program.layers:
             for child, styles in TP_PLANS[self.cfg.hf_model_type].items():
                 module = getattr(layer, child)
@@ -208,9 +223,10 @@ class TensorParallelPlan:
                     setattr(module, name, linear)
                     split += linear.params()
         program.lookup = lambda: self.embed(program)
-        program.lm_head_logits = lambda hidden_states: self.head(hidden_states, program.lm_head)
-        if self.fsdp is not None:  # rule 5: the whole gradient redistributed to the rows as it is accumulated
+        program.lm_head_logits = lambda hidden_states: self.head(hidden_states, head)
+        if self.fsdp is not None or self.tied:  # rules 5, 4f: the whole gradient added to the rows' gradient
             self.whole.acc = AccumulateGrad(program.embed_tokens)
+        if self.fsdp is not None:
             return self.fsdp.shard(program)
         params = program.parameters()
         dtensor = {id(p) for p in split}
@@ -250,7 +266,7 @@ class TensorParallelPlan:
             return adamw_step(params, v, optimizer)
         rows = self.cfg.vocab_size // self.m * self.cfg.d_model
         for group in self.groups:
-            if 0 in group:  # the embedding: its whole gradient redistributed for lerp_, then twice for addcmul_
+            if 0 in group and not self.tied:  # the embedding: its whole gradient redistributed for lerp_, then twice for addcmul_
                 lerp = empty((rows,), params[0].dtype, "clone")
                 del lerp
                 pair = (empty((rows,), params[0].dtype, "clone"), empty((rows,), params[0].dtype, "clone"))
