@@ -1,11 +1,12 @@
-"""One rank of transformers' own tensor parallel over its Llama, Mistral and Qwen3 models, alone or beside FSDP2:
-its training step and its collectives.  No torch.
+"""One rank of transformers' own tensor parallel over its Llama-plan models (``TP_PLANS``: Llama, Mistral, Qwen2,
+Qwen3, Granite, OLMo, StarCoder2, Gemma 1-3, Cohere, EXAONE 4 and Llama's other classes), alone or beside FSDP2: its
+training step and its collectives.  No torch.
 
 The job is what ``from_pretrained(..., distributed_config=DistributedConfig(tp_size=M))`` applies (transformers
 5.24 ``distributed/mixin.py`` ``maybe_distribute_model`` -> ``distributed/tensor_parallel.py``
 ``apply_tensor_parallelism``), run by ``measure.hf_parallel.measure_hf_rank`` on the fake process group.  The plan
 (``init_parallel_plans``): the config's ``base_model_tp_plan`` (q/k/v and gate/up ``colwise``, o and down
-``rowwise``), ``embedding_rowwise`` on ``embed_tokens`` and the class's ``lm_head: colwise_gather_output``.  Its
+``rowwise``; StarCoder2's c_fc ``colwise``, c_proj ``rowwise``), ``embedding_rowwise`` on ``embed_tokens`` and the class's ``lm_head: colwise_gather_output``.  Its
 parameters are DTensors; in training every sharded layer runs on DTensors (``should_use_local_tensors`` is False
 with grad enabled):
 
@@ -17,13 +18,16 @@ with grad enabled):
    (``RowwiseParallel.transform_output_post_forward``: T·d in the activations' dtype, bf16 under amp) and the head's
    ``Shard(-1)`` logits all-gathered to ``Replicate`` (T·V in the activations' dtype).
 3. Backward collectives: each colwise layer's input gradient, ``Partial``, all-reduced back to its ``Replicate``
-   input (``DTensor.from_local``'s backward: 5 per layer, in the order up, gate, v, k, q, and the head's first), T·d
-   in the residual stream's dtype (fp32 under amp); Qwen3's per-head q/k norms (``replicated_with_grad_allreduce``)
-   all-reduce their gradient in place once accumulated (head_dim elements in the parameters' dtype, before k's
-   and q's input gradient); under full checkpointing each layer's recompute all-reduces o_proj's output
-   again (T·d, activations' dtype) but not down_proj's: torch's non-reentrant checkpoint stops the recompute once
-   the last saved tensor is made (``torch/utils/checkpoint.py`` ``_StopRecomputationError``, ``early_stop``),
-   and down_proj saves its input only.
+   input (``DTensor.from_local``'s backward: 5 per layer, in the order up, gate, v, k, q, and the head's first;
+   StarCoder2's 4: c_fc, v, k, q), T·d in the residual stream's dtype (fp32 under amp); the per-head q/k norms
+   (``replicated_with_grad_allreduce``: Qwen3's, Gemma 3's, EXAONE 4's) all-reduce their gradient in place once
+   accumulated (head_dim elements in the parameters' dtype; Qwen3's each before k's and q's input gradient,
+   ``NORMS_AFTER_PROJECTIONS``' both before v's); under full checkpointing each layer's recompute all-reduces
+   o_proj's output again (T·d, activations' dtype) but not down_proj's: torch's non-reentrant checkpoint stops the
+   recompute once the last saved tensor is made (``torch/utils/checkpoint.py`` ``_StopRecomputationError``,
+   ``early_stop``), and down_proj saves its input only, unless a norm reads its output (sandwich and post norms:
+   Gemma 2 and 3, EXAONE 4, HyperCLOVA X), where both are re-run.  A rowwise bias (StarCoder2's, Seed-OSS's) is
+   replicated and adds no collective.
 
 4. The step (``TensorParallelPlan``, a ``step.Sharding``): the TP-local program (``analytic.parallel.local_config``,
    Vl = V/M rows of the embedding and head) with what DTensor adds, in program order:
@@ -44,7 +48,14 @@ with grad enabled):
       (the norms): ``measure.parallelize.param_groups``, as the HF Trainer's decay and no-decay groups split
       Llama's (transformers 5.24 trainer.py ``create_optimizer``; foreach refuses to mix the two); in the first, the embedding's whole gradient is redistributed to
       its Shard(0) rows (a Vl·d clone) for ``_foreach_lerp_`` and twice for ``_foreach_addcmul_``, each freed
-      when the op returns; each group's ``_foreach_sqrt`` copies die when its step returns.
+      when the op returns; each group's ``_foreach_sqrt`` copies die when its step returns;
+   f. a tied head (Gemma's, SmolLM3's, Qwen3-0.6B's): ``from_pretrained`` builds the model untied
+      (``get_init_context``: ``no_tie_weights``), shards the embedding and the head each as above (both ``Shard(0)``
+      of a (V, d) weight), then ``tie_weights`` (``_finalize_model_loading``) makes the head's weight the embedding's
+      DTensor: one (Vl, d) parameter, read by the lookup and the head; the head's (Vl, d) gradient is accumulated
+      first, then the lookup's whole (V, d) gradient added to those rows (a new Vl·d tensor, the whole dying at
+      once), so AdamW redistributes nothing.  Beside FSDP2 it is refused: ``from_pretrained`` ties after
+      ``fully_shard``, whose root keeps the head's own shard.
 
 5. Beside FSDP2 (``--dp N --zero 2|3``: ``fully_shard`` on each decoder layer, then the root, over the dp dimension
    of the (dp, tp) mesh, after the TP plan, as ``measure.hf_parallel`` runs it; torchtitan's order): FSDP2's events
@@ -76,17 +87,24 @@ LLAMA_PLAN = {
     "self_attn": {"q_proj": "colwise", "k_proj": "colwise", "v_proj": "colwise", "o_proj": "rowwise"},
     "mlp": {"gate_proj": "colwise", "up_proj": "colwise", "down_proj": "rowwise"},
 }
-"""A family's ``base_model_tp_plan`` (its ``configuration_*.py``) per decoder layer, each module in call order:
-Llama's, the same for every family below (their norms replicated, Qwen3's q/k norms ``replicated_with_grad_allreduce``)."""
-TP_PLANS = dict.fromkeys(("llama", "mistral", "qwen2", "qwen3", "granite", "olmo", "gemma"), LLAMA_PLAN)
-TP_PLANS |= dict.fromkeys(("gemma2", "gemma3_text", "cohere", "cohere2", "smollm3", "exaone4", "helium", "ernie4_5", "ministral3", "seed_oss", "ministral", "vaultgemma", "hyperclovax", "iquestcoder", "internlm3", "exaone"), LLAMA_PLAN)
+"""Llama's ``base_model_tp_plan`` (``configuration_llama.py``) per decoder layer, each module in call order; the
+norms are replicated (the per-head q/k norms ``replicated_with_grad_allreduce``: ``QK_NORM_FAMILIES``)."""
+TP_PLANS = dict.fromkeys(
+    ("llama", "mistral", "ministral", "ministral3", "qwen2", "qwen3", "granite", "hyperclovax", "olmo", "smollm3"),
+    LLAMA_PLAN,
+)
+TP_PLANS |= dict.fromkeys(("gemma", "gemma2", "gemma3_text", "vaultgemma", "cohere", "cohere2", "exaone4"), LLAMA_PLAN)
+TP_PLANS |= dict.fromkeys(("helium", "ernie4_5", "seed_oss", "iquestcoder"), LLAMA_PLAN)
 TP_PLANS["starcoder2"] = LLAMA_PLAN | {"mlp": {"c_fc": "colwise", "c_proj": "rowwise"}}
-"""transformers' ``model_type``s whose TP plan is run and checked here (tests/test_ops_tp.py)."""
+"""transformers' ``model_type``s whose TP plan (each ``configuration_*.py``'s ``base_model_tp_plan``, Llama's but for
+StarCoder2's MLP) is run and checked here (tests/test_ops_tp.py, tests/test_ops_tp_families.py)."""
 TP_FAMILIES = tuple(TP_PLANS)
+QK_NORM_FAMILIES = ("qwen3", "gemma3_text", "exaone4")
+"""Families whose plan makes the per-head q/k norms ``replicated_with_grad_allreduce`` (each ``configuration_*.py``)."""
 NORMS_AFTER_PROJECTIONS = ("gemma3_text", "exaone4")
 """Families whose per-head q/k norms run once q, k and v are all projected (``Gemma3Attention.forward``), not each
 right after its projection (``Qwen3Attention.forward``): both norms' gradients are ready before v's, k's and q's
-inputs' (measured: tests/test_ops_tp.py)."""
+inputs' (measured: tests/test_ops_tp_families.py)."""
 
 
 def check_tp(cfg: ModelConfig, layout: ParallelLayout) -> None:
@@ -95,7 +113,8 @@ def check_tp(cfg: ModelConfig, layout: ParallelLayout) -> None:
     if cfg.hf_model_type not in TP_FAMILIES:
         raise ValueError(
             f"tensor parallel over transformers' {cfg.hf_model_type} is not run (its plan is checked for "
-            f"{', '.join(TP_FAMILIES)} only)"
+            f"{', '.join(TP_FAMILIES)} only; the gathered attention or MLP of phi3, olmo2, glm and the MoE plans' "
+            "packed experts are not modelled)"
         )
     if layout.pp > 1 or layout.ep > 1 or layout.replicate > 1 or layout.cp > 1 or (layout.dp > 1 and not layout.fsdp):
         raise ValueError(
@@ -107,8 +126,17 @@ def check_tp(cfg: ModelConfig, layout: ParallelLayout) -> None:
             "transformers' TP plan shards the embedding and head itself (embedding_rowwise, colwise_gather_output) "
             "and has no sequence parallel (DistributedConfig: not wired up): drop --sp and --vocab-parallel"
         )
-    if cfg.tie_embeddings and False:
-        raise ValueError("transformers' tensor parallel over a tied embedding and head is not run")
+    if cfg.tie_embeddings and layout.fsdp:
+        raise ValueError(
+            "transformers' tensor parallel over a tied embedding and head beside FSDP2 is not run: from_pretrained "
+            "ties the head after fully_shard (_finalize_model_loading), and FSDP2 keeps the head's own shard"
+        )
+    if cfg.qk_norm and cfg.hf_model_type not in QK_NORM_FAMILIES:
+        raise ValueError(
+            f"transformers' TP plan for {cfg.hf_model_type} leaves its q/k norms' weights whole (no "
+            "replicated_with_grad_allreduce entry) while q and k hold heads/tp heads: not run (Cohere's per-head "
+            "gains fail in transformers' own forward)"
+        )
     for what, n in (
         ("heads", cfg.num_heads),
         ("kv heads", cfg.kv_heads),
@@ -266,7 +294,8 @@ class TensorParallelPlan:
             return adamw_step(params, v, optimizer)
         rows = self.cfg.vocab_size // self.m * self.cfg.d_model
         for group in self.groups:
-            if 0 in group and not self.tied:  # the embedding: its whole gradient redistributed for lerp_, then twice for addcmul_
+            # the embedding (untied): its whole gradient redistributed for lerp_, then twice for addcmul_
+            if 0 in group and not self.tied:
                 lerp = empty((rows,), params[0].dtype, "clone")
                 del lerp
                 pair = (empty((rows,), params[0].dtype, "clone"), empty((rows,), params[0].dtype, "clone"))
