@@ -757,8 +757,11 @@ def _accumulate_grad(node: AccumulateGrad, inputs: list, buffers: dict) -> None:
             var.grad = Tensor(var.shape, var.dtype, label="clone")
         if node.segment is not None:
             node.segment.grads = var.grad.nbytes + node.segment.grads
-    else:
-        var.grad = Tensor(var.shape, var.dtype, label="add")  # grad + new (out of place)
+    else:  # grad + new (out of place); a new of other rows (a tied head's whole embedding gradient, ``ops.tp``
+        # rule 4f) is first redistributed to the parameter's rows (a clone), which dies after the sum
+        rows = Tensor(var.shape, var.dtype, label="clone") if new.shape != var.shape else None
+        var.grad = Tensor(var.shape, var.dtype, label="add")
+        del rows
 
 
 # -- checkpoint ------------------------------------------------------------------------------

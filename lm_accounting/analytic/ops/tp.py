@@ -53,9 +53,10 @@ with grad enabled):
       (``get_init_context``: ``no_tie_weights``), shards the embedding and the head each as above (both ``Shard(0)``
       of a (V, d) weight), then ``tie_weights`` (``_finalize_model_loading``) makes the head's weight the embedding's
       DTensor: one (Vl, d) parameter, read by the lookup and the head; the head's (Vl, d) gradient is accumulated
-      first, then the lookup's whole (V, d) gradient added to those rows (a new Vl·d tensor, the whole dying at
-      once), so AdamW redistributes nothing.  Beside FSDP2 it is refused: ``from_pretrained`` ties after
-      ``fully_shard``, whose root keeps the head's own shard.
+      first, then the lookup's whole (V, d) gradient redistributed to those rows (a Vl·d clone) and added (a new
+      Vl·d tensor; the clone, the old sum and the whole die: ``tensors._accumulate_grad``), so AdamW redistributes
+      nothing.  Beside FSDP2 it is refused: ``from_pretrained`` ties after ``fully_shard``, whose root keeps the
+      head's own shard.
 
 5. Beside FSDP2 (``--dp N --zero 2|3``: ``fully_shard`` on each decoder layer, then the root, over the dp dimension
    of the (dp, tp) mesh, after the TP plan, as ``measure.hf_parallel`` runs it; torchtitan's order): FSDP2's events
