@@ -20,8 +20,9 @@ ZeRO-1 (``--zero 1``): DDP with ``ZeroRedundancyOptimizer`` around AdamW (``hf_o
 
 TP (``--tp``): transformers' own tensor parallel, ``shard_hf_tp`` (its plan, as ``DistributedConfig(tp_size=M)``
 applies it: DTensor parameters), AdamW over two parameter groups, DTensor then plain
-(``parallelize.param_groups``: the HF Trainer's decay and no-decay groups for Llama, trainer.py
-``create_optimizer``), the Trainer's autocast; with ``--dp N --zero 2|3`` then FSDP2 as above over the dp dimension
+(``parallelize.param_groups``: the HF Trainer's decay and no-decay groups for a model without biases, trainer.py
+``create_optimizer``; with biases, DTensors all, the Trainer's no-decay group would mix them with the plain norms),
+the Trainer's autocast; a tied head built untied and tied after the plan (``untied``), as ``from_pretrained`` does; with ``--dp N --zero 2|3`` then FSDP2 as above over the dp dimension
 of the (dp, tp) mesh (not transformers' own ``fsdp_plan``).  Measured on real CPU tensors by the command
 (``hf._measure_rank``: FakeTensors change TP's transient peaks).  Pipeline and expert parallel and TP beside DDP
 are not run here.  A

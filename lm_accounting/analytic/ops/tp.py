@@ -254,7 +254,7 @@ class TensorParallelPlan:
         program.lookup = lambda: self.embed(program)
         program.lm_head_logits = lambda hidden_states: self.head(hidden_states, head)
         if self.fsdp is not None or self.tied:  # rules 5, 4f: the whole gradient added to the rows' gradient
-            self.whole.acc = AccumulateGrad(program.embed_tokens)
+            self.whole.acc = AccumulateGrad(program.embed_tokens, redistribute=True)
         if self.fsdp is not None:
             return self.fsdp.shard(program)
         params = program.parameters()
