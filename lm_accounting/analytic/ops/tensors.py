@@ -519,7 +519,7 @@ class Node:
 class AccumulateGrad(Node):
     """The node of a leaf: sequence number "infinity", so it runs as soon as it is ready."""
 
-    __slots__ = ("variable", "redistribute")
+    __slots__ = ("redistribute", "variable")
 
     def __init__(self, variable: Tensor, redistribute: bool = False):
         super().__init__("AccumulateGrad", float("inf"), (), (variable.shape,), (variable.dtype,), (), None, {}, 1)
