@@ -63,7 +63,7 @@ def test_the_collectives_by_hand():
         (tiny("llama"), ParallelLayout(tp=4), "kv heads"),
         (tiny("gpt2"), TP2, "not run"),
         (dataclasses.replace(tiny("llama"), vocab_size=95), TP2, "vocab"),
-        (dataclasses.replace(tiny("llama"), tie_embeddings=True), TP2, "tied"),
+        (dataclasses.replace(tiny("llama"), tie_embeddings=True), ParallelLayout(tp=2, dp=2, zero=3), "tied"),
     ],
     ids=["ddp", "pp", "sp", "kv", "gpt2", "vocab", "tied"],
 )

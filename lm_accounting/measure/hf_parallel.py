@@ -20,8 +20,9 @@ ZeRO-1 (``--zero 1``): DDP with ``ZeroRedundancyOptimizer`` around AdamW (``hf_o
 
 TP (``--tp``): transformers' own tensor parallel, ``shard_hf_tp`` (its plan, as ``DistributedConfig(tp_size=M)``
 applies it: DTensor parameters), AdamW over two parameter groups, DTensor then plain
-(``parallelize.param_groups``: the HF Trainer's decay and no-decay groups for Llama, trainer.py
-``create_optimizer``), the Trainer's autocast; with ``--dp N --zero 2|3`` then FSDP2 as above over the dp dimension
+(``parallelize.param_groups``: the HF Trainer's decay and no-decay groups for a model without biases, trainer.py
+``create_optimizer``; with biases, DTensors all, the Trainer's no-decay group would mix them with the plain norms),
+the Trainer's autocast; a tied head built untied and tied after the plan (``untied``), as ``from_pretrained`` does; with ``--dp N --zero 2|3`` then FSDP2 as above over the dp dimension
 of the (dp, tp) mesh (not transformers' own ``fsdp_plan``).  Measured on real CPU tensors by the command
 (``hf._measure_rank``: FakeTensors change TP's transient peaks).  Pipeline and expert parallel and TP beside DDP
 are not run here.  A
@@ -82,6 +83,17 @@ def shard_hf_tp(model, tp_mesh) -> None:
 
     tp_plan, _, _ = model._resolve_parallel_plans(DistributedConfig(tp_size=tp_mesh.size()))
     apply_tensor_parallelism(model, tp_mesh, tp_plan)
+
+
+def untied(layout: ParallelLayout):
+    """Under TP, the model built with its head untied, as ``from_pretrained`` builds it
+    (``get_init_context``: ``initialization.no_tie_weights``), so that the plan shards the embedding and the head
+    each (``maybe_distribute_model``); ``tie_weights`` ties them after (``_finalize_model_loading``)."""
+    if layout.tp == 1:
+        return contextlib.nullcontext()
+    from transformers.initialization import no_tie_weights
+
+    return no_tie_weights()
 
 
 def wrap_ddp(step, dp_mesh, find_unused: bool = False):
@@ -168,7 +180,8 @@ def measure_hf_rank(
     init_fake_group(layout.world, rank)
     # amp-bf16: FSDP2's policy casts (the model is built in fp32, no autocast); DDP runs the Trainer's autocast
     built = dataclasses.replace(setup, precision="fp32") if setup.autocast and layout.fsdp else setup
-    model = build_hf_model(cfg, built, "meta")
+    with untied(layout):
+        model = build_hf_model(cfg, built, "meta")
     meshes = job_meshes(layout)
     dp_mesh = meshes.dp
     if layout.tp > 1:
@@ -184,7 +197,7 @@ def measure_hf_rank(
     with mode, patched_for("cpu", fake=fake):
         with tracker:
             model.to_empty(device="cpu")
-            if not layout.fsdp and layout.tp == 1:  # ``to_empty`` unties a tied head (FSDP2's shards keep the tie)
+            if not layout.fsdp:  # ``to_empty`` unties a tied head (FSDP2's shards keep the tie); TP: ``untied``
                 model.tie_weights()  # tied again, as ``from_pretrained`` leaves it
             if cfg.indexer and not layout.fsdp:  # AdamW makes no state for the indexer's weights (no gradient)
                 probe = HFTrainingStep(model, random_tokens(cfg, batch, seq, device="cpu", seed=1), None)

@@ -349,8 +349,8 @@ def _implementation_view(r: ParallelMemory) -> View:
         proof = (
             f"Proof: ops.predict_step(impl={r.impl!r}, layout=...) equals rank 0 of transformers' own tensor parallel "
             f"(apply_tensor_parallelism, DTensor, torch {CPU_TORCH}) on the fake process group, phase by phase, and "
-            "its collectives the job's, in order (tests/test_ops_tp.py: Llama, Mistral, Qwen3, tp 2 and 4, alone and "
-            "beside FSDP2 ZeRO-2/3); the per-GPU model states are shown for --impl course only."
+            "its collectives the job's, in order (tests/test_ops_tp.py, tests/test_ops_tp_families.py: the Llama-plan "
+            "families, tp 2 and 4, alone and beside FSDP2 ZeRO-2/3); the per-GPU model states are shown for --impl course only."
         )
     else:
         proof = (

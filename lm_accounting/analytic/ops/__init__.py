@@ -121,7 +121,7 @@ def predict_step(
     ``layout``: rank 0 (the worst) of an FSDP2 data-parallel job (``layout.dp`` >= 2, ``zero`` 2 or 3;
     ``batch`` the rank's micro-batch), ``fully_shard`` on every layer then the root (``ops.fsdp``), or of a DDP
     job (``zero`` 0, transformers' programs: ``ops.ddp``), or of transformers' own tensor parallel (``tp`` >= 2 alone,
-    Llama, Mistral, Qwen3: ``ops.tp``); what ``measure.hf.measure_hf_step(..., layout=layout)``
+    the Llama-plan families: ``ops.tp``); what ``measure.hf.measure_hf_step(..., layout=layout)``
     measures on the fake process group (``replicate``: the DDP rank's ``ddp.Replicate``, to read its bucket
     all-reduces after; without one, ``find_unused_parameters`` is the HF Trainer's, ``ddp.trainer_find_unused``).  Without
     ``optimizer_step`` the step stops after the backward (``step.training_step``; ``step_time``'s programs)."""

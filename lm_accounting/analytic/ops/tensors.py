@@ -519,11 +519,12 @@ class Node:
 class AccumulateGrad(Node):
     """The node of a leaf: sequence number "infinity", so it runs as soon as it is ready."""
 
-    __slots__ = ("variable",)
+    __slots__ = ("redistribute", "variable")
 
-    def __init__(self, variable: Tensor):
+    def __init__(self, variable: Tensor, redistribute: bool = False):
         super().__init__("AccumulateGrad", float("inf"), (), (variable.shape,), (variable.dtype,), (), None, {}, 1)
         self.variable = variable
+        self.redistribute = redistribute  # the gradient is another DTensor layout's: redistributed (a clone) first
 
 
 def edge(t: Tensor | None):
@@ -757,8 +758,11 @@ def _accumulate_grad(node: AccumulateGrad, inputs: list, buffers: dict) -> None:
             var.grad = Tensor(var.shape, var.dtype, label="clone")
         if node.segment is not None:
             node.segment.grads = var.grad.nbytes + node.segment.grads
-    else:
-        var.grad = Tensor(var.shape, var.dtype, label="add")  # grad + new (out of place)
+    else:  # grad + new (out of place); a gradient of another layout (a tied head's whole embedding gradient,
+        # ``ops.tp`` rule 4f) is first redistributed to the parameter's rows (a clone), which dies after the sum
+        rows = Tensor(var.shape, var.dtype, label="clone") if node.redistribute else None
+        var.grad = Tensor(var.shape, var.dtype, label="add")
+        del rows
 
 
 # -- checkpoint ------------------------------------------------------------------------------

@@ -1,11 +1,12 @@
-"""One rank of transformers' own tensor parallel over its Llama, Mistral and Qwen3 models, alone or beside FSDP2:
-its training step and its collectives.  No torch.
+"""One rank of transformers' own tensor parallel over its Llama-plan models (``TP_PLANS``: Llama, Mistral, Qwen2,
+Qwen3, Granite, OLMo, StarCoder2, Gemma 1-3, Cohere, EXAONE 4 and Llama's other classes), alone or beside FSDP2: its
+training step and its collectives.  No torch.
 
 The job is what ``from_pretrained(..., distributed_config=DistributedConfig(tp_size=M))`` applies (transformers
 5.24 ``distributed/mixin.py`` ``maybe_distribute_model`` -> ``distributed/tensor_parallel.py``
 ``apply_tensor_parallelism``), run by ``measure.hf_parallel.measure_hf_rank`` on the fake process group.  The plan
 (``init_parallel_plans``): the config's ``base_model_tp_plan`` (q/k/v and gate/up ``colwise``, o and down
-``rowwise``), ``embedding_rowwise`` on ``embed_tokens`` and the class's ``lm_head: colwise_gather_output``.  Its
+``rowwise``; StarCoder2's c_fc ``colwise``, c_proj ``rowwise``), ``embedding_rowwise`` on ``embed_tokens`` and the class's ``lm_head: colwise_gather_output``.  Its
 parameters are DTensors; in training every sharded layer runs on DTensors (``should_use_local_tensors`` is False
 with grad enabled):
 
@@ -17,13 +18,16 @@ with grad enabled):
    (``RowwiseParallel.transform_output_post_forward``: T·d in the activations' dtype, bf16 under amp) and the head's
    ``Shard(-1)`` logits all-gathered to ``Replicate`` (T·V in the activations' dtype).
 3. Backward collectives: each colwise layer's input gradient, ``Partial``, all-reduced back to its ``Replicate``
-   input (``DTensor.from_local``'s backward: 5 per layer, in the order up, gate, v, k, q, and the head's first), T·d
-   in the residual stream's dtype (fp32 under amp); Qwen3's per-head q/k norms (``replicated_with_grad_allreduce``)
-   all-reduce their gradient in place once accumulated (head_dim elements in the parameters' dtype, before k's
-   and q's input gradient); under full checkpointing each layer's recompute all-reduces o_proj's output
-   again (T·d, activations' dtype) but not down_proj's: torch's non-reentrant checkpoint stops the recompute once
-   the last saved tensor is made (``torch/utils/checkpoint.py`` ``_StopRecomputationError``, ``early_stop``),
-   and down_proj saves its input only.
+   input (``DTensor.from_local``'s backward: 5 per layer, in the order up, gate, v, k, q, and the head's first;
+   StarCoder2's 4: c_fc, v, k, q), T·d in the residual stream's dtype (fp32 under amp); the per-head q/k norms
+   (``replicated_with_grad_allreduce``: Qwen3's, Gemma 3's, EXAONE 4's) all-reduce their gradient in place once
+   accumulated (head_dim elements in the parameters' dtype; Qwen3's each before k's and q's input gradient,
+   ``NORMS_AFTER_PROJECTIONS``' both before v's); under full checkpointing each layer's recompute all-reduces
+   o_proj's output again (T·d, activations' dtype) but not down_proj's: torch's non-reentrant checkpoint stops the
+   recompute once the last saved tensor is made (``torch/utils/checkpoint.py`` ``_StopRecomputationError``,
+   ``early_stop``), and down_proj saves its input only, unless a norm reads its output (sandwich and post norms:
+   Gemma 2 and 3, EXAONE 4, HyperCLOVA X), where both are re-run.  A rowwise bias (StarCoder2's, Seed-OSS's) is
+   replicated and adds no collective.
 
 4. The step (``TensorParallelPlan``, a ``step.Sharding``): the TP-local program (``analytic.parallel.local_config``,
    Vl = V/M rows of the embedding and head) with what DTensor adds, in program order:
@@ -44,7 +48,15 @@ with grad enabled):
       (the norms): ``measure.parallelize.param_groups``, as the HF Trainer's decay and no-decay groups split
       Llama's (transformers 5.24 trainer.py ``create_optimizer``; foreach refuses to mix the two); in the first, the embedding's whole gradient is redistributed to
       its Shard(0) rows (a Vl·d clone) for ``_foreach_lerp_`` and twice for ``_foreach_addcmul_``, each freed
-      when the op returns; each group's ``_foreach_sqrt`` copies die when its step returns.
+      when the op returns; each group's ``_foreach_sqrt`` copies die when its step returns;
+   f. a tied head (Gemma's, SmolLM3's, Qwen3-0.6B's): ``from_pretrained`` builds the model untied
+      (``get_init_context``: ``no_tie_weights``), shards the embedding and the head each as above (both ``Shard(0)``
+      of a (V, d) weight), then ``tie_weights`` (``_finalize_model_loading``) makes the head's weight the embedding's
+      DTensor: one (Vl, d) parameter, read by the lookup and the head; the head's (Vl, d) gradient is accumulated
+      first, then the lookup's whole (V, d) gradient redistributed to those rows (a Vl·d clone) and added (a new
+      Vl·d tensor; the clone, the old sum and the whole die: ``tensors._accumulate_grad``), so AdamW redistributes
+      nothing.  Beside FSDP2 it is refused: ``from_pretrained`` ties after ``fully_shard``, whose root keeps the
+      head's own shard.
 
 5. Beside FSDP2 (``--dp N --zero 2|3``: ``fully_shard`` on each decoder layer, then the root, over the dp dimension
    of the (dp, tp) mesh, after the TP plan, as ``measure.hf_parallel`` runs it; torchtitan's order): FSDP2's events
@@ -71,12 +83,29 @@ from .engine import Affine, StepInBatch
 from .fsdp import FullyShard, fake_pg_program
 from .step import adamw_step, training_step
 from .tensors import AccumulateGrad, Tensor, current, empty, parameter, record
-from .transformers.llama import for_causal_lm_loss
 
-TP_FAMILIES = ("llama", "qwen3", "mistral")
-"""transformers' ``model_type``s whose TP plan is run and checked here: Llama's and Mistral's (the same plan, Mistral's
-sliding window aside), Qwen3's (its q/k norms ``replicated_with_grad_allreduce``)."""
-ROWWISE_PER_LAYER = 2  # o_proj, down_proj
+LLAMA_PLAN = {
+    "self_attn": {"q_proj": "colwise", "k_proj": "colwise", "v_proj": "colwise", "o_proj": "rowwise"},
+    "mlp": {"gate_proj": "colwise", "up_proj": "colwise", "down_proj": "rowwise"},
+}
+"""Llama's ``base_model_tp_plan`` (``configuration_llama.py``) per decoder layer, each module in call order; the
+norms are replicated (the per-head q/k norms ``replicated_with_grad_allreduce``: ``QK_NORM_FAMILIES``)."""
+TP_PLANS = dict.fromkeys(
+    ("llama", "mistral", "ministral", "ministral3", "qwen2", "qwen3", "granite", "hyperclovax", "olmo", "smollm3"),
+    LLAMA_PLAN,
+)
+TP_PLANS |= dict.fromkeys(("gemma", "gemma2", "gemma3_text", "vaultgemma", "cohere", "cohere2", "exaone4"), LLAMA_PLAN)
+TP_PLANS |= dict.fromkeys(("helium", "ernie4_5", "seed_oss", "iquestcoder"), LLAMA_PLAN)
+TP_PLANS["starcoder2"] = LLAMA_PLAN | {"mlp": {"c_fc": "colwise", "c_proj": "rowwise"}}
+"""transformers' ``model_type``s whose TP plan (each ``configuration_*.py``'s ``base_model_tp_plan``, Llama's but for
+StarCoder2's MLP) is run and checked here (tests/test_ops_tp.py, tests/test_ops_tp_families.py)."""
+TP_FAMILIES = tuple(TP_PLANS)
+QK_NORM_FAMILIES = ("qwen3", "gemma3_text", "exaone4")
+"""Families whose plan makes the per-head q/k norms ``replicated_with_grad_allreduce`` (each ``configuration_*.py``)."""
+NORMS_AFTER_PROJECTIONS = ("gemma3_text", "exaone4")
+"""Families whose per-head q/k norms run once q, k and v are all projected (``Gemma3Attention.forward``), not each
+right after its projection (``Qwen3Attention.forward``): both norms' gradients are ready before v's, k's and q's
+inputs' (measured: tests/test_ops_tp_families.py)."""
 
 
 def check_tp(cfg: ModelConfig, layout: ParallelLayout) -> None:
@@ -85,7 +114,8 @@ def check_tp(cfg: ModelConfig, layout: ParallelLayout) -> None:
     if cfg.hf_model_type not in TP_FAMILIES:
         raise ValueError(
             f"tensor parallel over transformers' {cfg.hf_model_type} is not run (its plan is checked for "
-            f"{', '.join(TP_FAMILIES)} only)"
+            f"{', '.join(TP_FAMILIES)} only; the gathered attention or MLP of phi3, olmo2, glm and the MoE plans' "
+            "packed experts are not modelled)"
         )
     if layout.pp > 1 or layout.ep > 1 or layout.replicate > 1 or layout.cp > 1 or (layout.dp > 1 and not layout.fsdp):
         raise ValueError(
@@ -97,8 +127,17 @@ def check_tp(cfg: ModelConfig, layout: ParallelLayout) -> None:
             "transformers' TP plan shards the embedding and head itself (embedding_rowwise, colwise_gather_output) "
             "and has no sequence parallel (DistributedConfig: not wired up): drop --sp and --vocab-parallel"
         )
-    if cfg.tie_embeddings:
-        raise ValueError("transformers' tensor parallel over a tied embedding and head is not run")
+    if cfg.tie_embeddings and layout.fsdp:
+        raise ValueError(
+            "transformers' tensor parallel over a tied embedding and head beside FSDP2 is not run: from_pretrained "
+            "ties the head after fully_shard (_finalize_model_loading), and FSDP2 keeps the head's own shard"
+        )
+    if cfg.qk_norm and cfg.hf_model_type not in QK_NORM_FAMILIES:
+        raise ValueError(
+            f"transformers' TP plan for {cfg.hf_model_type} leaves its q/k norms' weights whole (no "
+            "replicated_with_grad_allreduce entry) while q and k hold heads/tp heads: not run (Cohere's per-head "
+            "gains fail in transformers' own forward)"
+        )
     for what, n in (
         ("heads", cfg.num_heads),
         ("kv heads", cfg.kv_heads),
@@ -121,17 +160,27 @@ def collectives(
     param = DTYPE_BYTES[setup.param_dtype]
     act = 2 if setup.autocast else param  # autocast's linears: bf16 outputs
     residual = param  # amp-bf16: the residual stream (and each colwise input) stays fp32
+    plan = TP_PLANS[cfg.hf_model_type]
+    rowwise = sum(list(styles.values()).count("rowwise") for styles in plan.values())  # o_proj, down_proj
     forward = [("all_reduce", t * d * param, "forward")]  # the embedding's partial lookup
     for _ in range(layers):
-        forward += [("all_reduce", t * d * act, "forward")] * ROWWISE_PER_LAYER
+        forward += [("all_reduce", t * d * act, "forward")] * rowwise
     forward.append(("all_gather", t * cfg.vocab_size * act, "forward"))  # the head's logits
     backward = [("all_reduce", t * d * residual, "backward")]  # the head's input gradient
+    colwise = ("all_reduce", t * d * residual, "backward")
+    norm = [("all_reduce", cfg.d_head * param, "backward")] if cfg.qk_norm else []  # Qwen3's q/k norms
+    mlp = [colwise] * list(plan["mlp"].values()).count("colwise")  # up, gate
+    if cfg.hf_model_type in NORMS_AFTER_PROJECTIONS:
+        attention = norm * 2 + [colwise] * 3  # both norms; v, k, q
+    else:
+        attention = [colwise] + (norm + [colwise]) * 2  # v; k (its norm first), q (its norm first)
+    # the recompute stops at the last saved tensor: o_proj's output (the post-attention norm's input), and
+    # down_proj's too where a norm reads it (sandwich and post norms)
+    recomputed = rowwise if cfg.norm_placement in ("sandwich", "post") else rowwise - 1
     for _ in range(layers):
         if setup.checkpoint == "full":
-            backward.append(("all_reduce", t * d * act, "backward"))  # the recompute's o_proj
-        colwise = ("all_reduce", t * d * residual, "backward")
-        norm = [("all_reduce", cfg.d_head * param, "backward")] if cfg.qk_norm else []  # Qwen3's q/k norms
-        backward += [colwise] * 3 + (norm + [colwise]) * 2  # up, gate, v; k (its norm first), q (its norm first)
+            backward += [("all_reduce", t * d * act, "backward")] * recomputed
+        backward += mlp + attention
     return forward + backward
 
 
@@ -177,6 +226,9 @@ class Rowwise(Colwise):
         return reduce_partial(self.linear(x))
 
 
+STYLES = {"colwise": Colwise, "rowwise": Rowwise}
+
+
 class TensorParallelPlan:
     """Rank 0 of transformers' TP plan over the TP-local Llama program (rule 4; a ``step.Sharding``)."""
 
@@ -189,21 +241,21 @@ class TensorParallelPlan:
         v, d = self.cfg.vocab_size, self.cfg.d_model
         self.whole = parameter((v, d), program.embed_tokens.dtype, "embed_tokens (whole gradient)")
         current().charge(-self.whole.nbytes, "the whole embedding's leaf: its gradient only")
-        split = [program.embed_tokens, program.lm_head]
+        self.tied = program.lm_head is None  # the head's weight is the embedding's Shard(0) DTensor
+        head = program.embed_tokens if self.tied else program.lm_head
+        split = [program.embed_tokens] + ([] if self.tied else [program.lm_head])
         for layer in program.layers:
-            a, mlp = layer.self_attn, layer.mlp
-            a.q_proj, a.k_proj, a.v_proj = Colwise(a.q_proj), Colwise(a.k_proj), Colwise(a.v_proj)
-            a.o_proj = Rowwise(a.o_proj)
-            mlp.gate_proj, mlp.up_proj, mlp.down_proj = (
-                Colwise(mlp.gate_proj),
-                Colwise(mlp.up_proj),
-                Rowwise(mlp.down_proj),
-            )
-            split += a.q_proj.params() + a.k_proj.params() + a.v_proj.params() + a.o_proj.params() + mlp.params()
-        program.embed = lambda: self.embed(program)
-        program.forward = lambda: self.forward(program)
-        if self.fsdp is not None:  # rule 5: the whole gradient redistributed to the rows as it is accumulated
-            self.whole.acc = AccumulateGrad(program.embed_tokens)
+            for child, styles in TP_PLANS[self.cfg.hf_model_type].items():
+                module = getattr(layer, child)
+                for name, style in styles.items():
+                    linear = STYLES[style](getattr(module, name))
+                    setattr(module, name, linear)
+                    split += linear.params()
+        program.lookup = lambda: self.embed(program)
+        program.lm_head_logits = lambda hidden_states: self.head(hidden_states, head)
+        if self.fsdp is not None or self.tied:  # rules 5, 4f: the whole gradient added to the rows' gradient
+            self.whole.acc = AccumulateGrad(program.embed_tokens, redistribute=True)
+        if self.fsdp is not None:
             return self.fsdp.shard(program)
         params = program.parameters()
         dtensor = {id(p) for p in split}
@@ -226,17 +278,16 @@ class TensorParallelPlan:
         del local, mask
         return reduce_partial(partial)
 
-    def forward(self, program) -> tuple[Tensor, Tensor]:
-        """``LlamaForCausalLM.forward`` with the head's rule 4d."""
-        hidden_states = program.model()
-        local = A.linear(replicate_input(hidden_states), program.lm_head)  # hidden_states lives to the return
+    def head(self, hidden_states: Tensor, lm_head: Tensor) -> Tensor:
+        """Rule 4d: the ``lm_head`` module's output, ``colwise_gather_output``."""
+        local = A.linear(replicate_input(hidden_states), lm_head)
         b, s, vl = local.shape
         gathered = empty((self.m * b, s, vl), local.dtype, "all_gather_into_tensor")
         logits = empty((b, s, self.cfg.vocab_size), local.dtype, "cat")
         del gathered
         record("Gather", (local,), (logits,), lambda ctx, grads: (empty((b, s, vl), grads[0].dtype, "clone"),))
         del local
-        return logits, for_causal_lm_loss(logits, program.labels, self.cfg.vocab_size)
+        return logits
 
     def adamw(self, params: list[Tensor], v: list[Tensor], optimizer: str) -> None:
         """Rule 4e (rule 5: every parameter a DTensor, one group)."""
@@ -244,7 +295,8 @@ class TensorParallelPlan:
             return adamw_step(params, v, optimizer)
         rows = self.cfg.vocab_size // self.m * self.cfg.d_model
         for group in self.groups:
-            if 0 in group:  # the embedding: its whole gradient redistributed for lerp_, then twice for addcmul_
+            # the embedding (untied): its whole gradient redistributed for lerp_, then twice for addcmul_
+            if 0 in group and not self.tied:
                 lerp = empty((rows,), params[0].dtype, "clone")
                 del lerp
                 pair = (empty((rows,), params[0].dtype, "clone"), empty((rows,), params[0].dtype, "clone"))

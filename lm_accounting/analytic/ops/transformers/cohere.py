@@ -182,7 +182,7 @@ class CohereForCausalLM(LlamaForCausalLM):
 
     def model(self) -> Tensor:
         """``CohereModel.forward`` (modeling_cohere.py:382-433): Llama's with Cohere's rotary embedding."""
-        inputs_embeds = A.embedding(self.embed_tokens, self.input_ids)  # :396
+        inputs_embeds = self.lookup()  # :396
         position_ids = A.unsqueeze(arange_plus(self.seq), 0)  # :402-404
         with no_grad():
             find_packed_sequence_indices(A.expand(position_ids, self.batch, -1))
@@ -218,7 +218,7 @@ class CohereForCausalLM(LlamaForCausalLM):
         LM head's output dies), then the loss."""
         hidden_states = self.model()
         hidden_states = A.view(hidden_states, *hidden_states.shape)  # slice_logits_to_keep(.., 0): an alias
-        logits = A.linear(hidden_states, self.lm_head if self.lm_head is not None else self.embed_tokens)  # :497
+        logits = self.lm_head_logits(hidden_states)  # :497
         logits = A.mul(logits, 0.0625)  # :498 (the value does not change the bytes)
         loss = for_causal_lm_loss(logits, self.labels, self.cfg.vocab_size)
         return logits, loss

@@ -208,7 +208,7 @@ class GemmaForCausalLM(LlamaForCausalLM):
     def model(self) -> Tensor:
         """``Gemma2Model.forward`` (modeling_gemma2.py:396-455) / ``Gemma3TextModel.forward``."""
         # :410, :343: ``super().forward(input_ids) * self.embed_scale.to(self.weight.dtype)``
-        embedded = A.embedding(self.embed_tokens, self.input_ids)
+        embedded = self.lookup()
         inputs_embeds = A.mul(embedded, A.to(self.embed_scale, self.embed_tokens.dtype))
         del embedded
         position_ids = A.unsqueeze(arange_plus(self.seq), 0)  # :417-419
@@ -236,7 +236,7 @@ class GemmaForCausalLM(LlamaForCausalLM):
         """``Gemma2ForCausalLM.forward`` (:477-533): the head, the final soft-capping, ``ForCausalLMLoss``:
         (logits, loss), the output the step keeps (``LlamaForCausalLM.loss`` runs it)."""
         hidden_states = self.model()
-        logits = A.linear(hidden_states, self.lm_head if self.lm_head is not None else self.embed_tokens)  # :519
+        logits = self.lm_head_logits(hidden_states)  # :519
         cap = FINAL_SOFTCAP[self.cfg.hf_model_type]
         if cap is not None:  # :520-523
             logits = A.div(logits, cap)

@@ -70,7 +70,7 @@ class LayerNormCausalLM(LlamaForCausalLM):
         return out + [t for t in (self.lm_head, self.lm_head_bias) if t is not None]
 
     def model(self) -> Tensor:
-        inputs_embeds = A.embedding(self.embed_tokens, self.input_ids)  # kept until the forward returns
+        inputs_embeds = self.lookup()  # kept until the forward returns
         position_ids = A.unsqueeze(arange_plus(self.seq), 0)
         with no_grad():
             find_packed_sequence_indices(A.expand(position_ids, self.batch, -1))
@@ -87,7 +87,6 @@ class LayerNormCausalLM(LlamaForCausalLM):
     def forward(self) -> tuple[Tensor, Tensor]:
         hidden_states = self.model()
         hidden_states = A.view(hidden_states, *hidden_states.shape)  # slice_logits_to_keep(.., 0): an alias
-        weight = self.lm_head if self.lm_head is not None else self.embed_tokens
-        logits = A.linear(hidden_states, weight, self.lm_head_bias)
+        logits = self.lm_head_logits(hidden_states)
         loss = for_causal_lm_loss(logits, self.labels, self.cfg.vocab_size)
         return logits, loss

@@ -499,6 +499,10 @@ class LlamaForCausalLM:
 
     def embed(self) -> Tensor:
         """``self.embed_tokens(input_ids)`` (a subclass scales it: Granite)."""
+        return self.lookup()
+
+    def lookup(self) -> Tensor:
+        """The ``embed_tokens`` module's output (tensor parallel's own: ``ops.tp``)."""
         return A.embedding(self.embed_tokens, self.input_ids)
 
     def scale_embeddings(self, inputs_embeds: Tensor) -> Tensor:
@@ -520,10 +524,14 @@ class LlamaForCausalLM:
         the step keeps; ``hidden_states`` dies when it returns (an fp32 tensor under autocast, where the LM
         head saves its bf16 copy instead)."""
         hidden_states = self.model()
-        weight = self.lm_head if self.lm_head is not None else self.embed_tokens
-        logits = self.head(A.linear(hidden_states, weight, self.lm_head_bias))
+        logits = self.head(self.lm_head_logits(hidden_states))
         loss = for_causal_lm_loss(logits, self.labels, self.cfg.vocab_size)
         return logits, loss
+
+    def lm_head_logits(self, hidden_states: Tensor) -> Tensor:
+        """The ``lm_head`` module's output (tensor parallel's own: ``ops.tp``)."""
+        weight = self.lm_head if self.lm_head is not None else self.embed_tokens
+        return A.linear(hidden_states, weight, self.lm_head_bias)
 
     def head(self, logits: Tensor) -> Tensor:
         """The LM head's output as the loss takes it (a subclass scales it: Granite)."""
