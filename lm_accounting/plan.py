@@ -425,6 +425,7 @@ class _Pricing:
     def __init__(self, cfg: ModelConfig, seq: int, g: GPU, efficiency: float, internode: int, impl: str = "course"):
         self.cfg, self.seq, self.g, self.efficiency, self.internode = cfg, seq, g, efficiency, internode
         self.impl, self.cal, self.cache = impl, load(g.name), {}
+        self.kernels: dict = {}  # ``Program.at``'s memo: each GEMM's and attention call's pricing at its sizes
         self.nvlink = g.interconnect_one_way
 
     def _get(self, key, build, *args):
@@ -438,18 +439,17 @@ class _Pricing:
         return (self.compute(b, setup, lay), *self.communication(b, setup, lay))
 
     def compute(self, b, setup, lay) -> float:
-        """Step 1: the busiest GPU's micro-batches, the bubble's slots, and its AdamW step, cached on the fields
-        they read (thousands of candidates differ only in dp or ZeRO)."""
+        """Step 1: the busiest GPU's micro-batches, the bubble's slots, and its AdamW step.  One micro-batch's
+        seconds and the whole AdamW step are cached on the fields they read (thousands of candidates differ only in
+        dp, ZeRO or the micro-batch count, which the slots and AdamW's share read: two operations per candidate)."""
         key = (
-            "compute", b, setup, lay.tp, lay.vocab_parallel, lay.pp, lay.ep, lay.virtual_stages, lay.micro_batches,
-            lay.shard if lay.zero else 1,  # AdamW's share
+            "compute", b, setup, lay.tp, lay.vocab_parallel, lay.pp, lay.ep, lay.virtual_stages,
             lay.sequence_parallel,  # SP's norms and residual adds at S/tp (step_time 6)
         )  # fmt: skip
-        got = self.cache.get(key)
-        if got is None:
-            slots = pipeline_slots(lay.micro_batches, lay.pp, lay.virtual_stages)  # the bubble
-            got = self.cache[key] = sum(self.micro_batch(b, setup, lay)) * slots + self.optimizer(setup, lay)
-        return got
+        if (got := self.cache.get(key)) is None:
+            got = self.cache[key] = (sum(self.micro_batch(b, setup, lay)), self._adamw(setup, lay))
+        slots = pipeline_slots(lay.micro_batches, lay.pp, lay.virtual_stages)  # the bubble
+        return got[0] * slots + self._adamw_share(got[1], lay)
 
     def communication(self, b, setup, lay) -> tuple[float, float, float, float]:
         """Steps 2-4: (data-parallel, tensor-parallel, pipeline, expert-parallel) seconds of one step."""
@@ -488,7 +488,7 @@ class _Pricing:
         local = local_config(self.cfg, lay)
         prog = self._program(local, setup)
         shards = lay.tp if lay.sequence_parallel else 1  # step_time (6): the hidden-wide activations at S/tp
-        phases = self._get(("priced", b, setup, lay.tp, shards), lambda: prog.at(b, self.cal, shards)[0])
+        phases = self._get(("priced", b, setup, lay.tp, shards), lambda: prog.at(b, self.cal, shards, self.kernels)[0])
         whole = self._get(("local flops", setup, lay.tp), lambda: step_flops(local, self.seq, 1, setup).hardware)
         # FLOPs are linear in b (tests/test_plan_speed.py), so the share is b = 1's, the same float: b·f / (b·w) and
         # f / w are one real number, correctly rounded; but expert parallel's busiest rank (ceil of split rows)
@@ -510,10 +510,18 @@ class _Pricing:
         """Step 1's AdamW step on the busiest GPU, / efficiency: over the TP-local model's parameters (its program's
         ``exp_avg`` bytes), a pp-th of them under pp and a dp-th under ZeRO 1-3 (HSDP: a shard-th; the states split
         evenly)."""
+        return self._adamw_share(self._adamw(setup, lay), lay)
+
+    def _adamw(self, setup, lay) -> float:
+        """The TP-local model's whole AdamW step (calibrated seconds)."""
         key = ("adamw", setup, lay.tp)
         if (whole := self.cache.get(key)) is None:
             param_bytes = self._program(local_config(self.cfg, lay), setup).param_bytes
             whole = self.cache[key] = optimizer_seconds(param_bytes, setup, self.cal)
+        return whole
+
+    def _adamw_share(self, whole: float, lay) -> float:
+        """The busiest GPU's share of the ``whole`` AdamW step, / efficiency."""
         return whole / (lay.pp * (lay.shard if lay.zero else 1)) / self.efficiency
 
     def _micro_batch_flops(self, b, setup, lay) -> int:
