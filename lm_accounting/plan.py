@@ -453,11 +453,12 @@ class _Pricing:
 
     def communication(self, b, setup, lay) -> tuple[float, float, float, float]:
         """Steps 2-4: (data-parallel, tensor-parallel, pipeline, expert-parallel) seconds of one step."""
-        nvlink = self.nvlink
-        p2p = nvlink if lay.world <= GPUS_PER_NODE else self.internode  # one GPU's NIC (step 3)
-        ep_link = nvlink if lay.ep <= GPUS_PER_NODE else self.internode  # an ep group: consecutive ranks
         dp, tp, pp, ep = self._wire(b, setup, lay)
-        return dp, _seconds(tp, nvlink), _seconds(pp, p2p), _seconds(ep, ep_link)
+        nvlink, internode = self.nvlink, self.internode
+        p2p = nvlink if lay.world <= GPUS_PER_NODE else internode  # one GPU's NIC (step 3)
+        ep_link = nvlink if lay.ep <= GPUS_PER_NODE else internode  # an ep group: consecutive ranks
+        # ``_seconds`` of each, inline (one call per candidate priced)
+        return dp, tp / nvlink if tp else 0.0, pp / p2p if pp else 0.0, ep / ep_link if ep else 0.0
 
     def estimate(self, b, setup, lay, times) -> StepEstimate:
         """The ``StepEstimate`` of a candidate whose ``step_times`` are ``times``."""
@@ -548,24 +549,25 @@ class _Pricing:
         per step (collectives rules 8–10), each group's the busiest stage's; with virtual stages the
         pipeline rank's transfers (rule 11), its dp and tp groups' those of its 1F1B stage (every v alike)."""
         k, pp, cache = lay.micro_batches, lay.pp, self.cache  # each part looked up once per candidate
+        t, ep_, precision, fsdp = lay.tp, lay.ep, setup.precision, lay.zero >= 2  # ``ParallelLayout.fsdp``
         dp, tp, sent, ep = 0.0, 0, 0, 0
         if lay.dp > 1:  # they read neither sequence parallel nor the checkpointing; k (under pp m) does
-            moe = (b, setup.checkpoint) if lay.ep > 1 else None  # the all-to-alls read the micro-batch and the ck
-            key = ("dp groups", setup.precision, lay.dp, lay.zero, lay.tp, lay.vocab_parallel, pp, k, lay.ep)
-            key += (lay.replicate, moe)
+            moe = (b, setup.checkpoint) if ep_ > 1 else None  # the all-to-alls read the micro-batch and the ck
+            key = ("dp groups", precision, lay.dp, lay.zero, t, lay.vocab_parallel, pp, k, ep_, lay.replicate, moe)
             if (got := cache.get(key)) is None:
                 got = cache[key] = self._data_parallel_groups(b, setup, lay, moe)
             dp, ep = got
-        if lay.tp > 1:  # they read whether FSDP2 runs, not dp or its ZeRO stage; m scales each micro-batch's
+        if t > 1:  # they read whether FSDP2 runs, not dp or its ZeRO stage; m scales each micro-batch's
             m = k if pp > 1 else 1  # the collectives read m under pp only
-            key = ("tp groups", b, setup.precision, setup.checkpoint, lay.tp, lay.sequence_parallel)
-            key += (lay.vocab_parallel, pp, lay.fsdp, m)
+            key = ("tp groups", b, precision, setup.checkpoint, t, lay.sequence_parallel, lay.vocab_parallel, pp)
+            key += (fsdp, m)
             if (tp := cache.get(key)) is None:
                 tp = cache[key] = self._tensor_parallel_groups(b, setup, lay, m)
             tp *= 1 if pp > 1 else k  # TP per micro-batch; under pp the step's already
         if pp > 1:  # the busiest stage's (pipeline rank's) transfers
-            key = ("pp", b, setup.precision, lay.tp, lay.sequence_parallel, lay.fsdp, pp, k, lay.virtual_stages)
-            sent = self._get(key, self._pipeline_wire, b, setup, lay)
+            key = ("pp", b, precision, t, lay.sequence_parallel, fsdp, pp, k, lay.virtual_stages)
+            if (sent := cache.get(key)) is None:
+                sent = cache[key] = self._pipeline_wire(b, setup, lay)
         return dp, tp, sent, ep
 
     def _data_parallel_groups(self, b, setup, lay, moe) -> tuple[float, int]:
