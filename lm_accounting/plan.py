@@ -417,10 +417,10 @@ def _peak(cfg, seq, b, setup, lay, stop_above: int | None = None) -> int:
 class _Pricing:
     """One plan's step times (module docstring, steps 1–4), none needing the per-GPU peak.  Its model,
     context, attention kernel and optimizer are fixed, so each part is cached on the few fields it reads:
-    thousands of candidates share them (the compute across dp and ZeRO; TP's collectives across dp,
-    ZeRO and the micro-batch count; dp's across SP, checkpointing and, without pp, the micro-batch count; a
-    micro-batch's FLOPs share across b but under expert parallel: FLOPs are linear in b).  The keys name every
-    field a part reads (tests/test_plan_speed.py perturbs each layout field)."""
+    thousands of candidates share them (a micro-batch's compute across dp, ZeRO and the micro-batch count; TP's
+    collectives across dp, ZeRO and the micro-batch count; dp's across SP, checkpointing and, without pp, the
+    micro-batch count; a micro-batch's FLOPs share across b but under expert parallel: FLOPs are linear in b).  The
+    keys name every field a part reads (tests/test_plan_speed.py perturbs each layout field)."""
 
     def __init__(self, cfg: ModelConfig, seq: int, g: GPU, efficiency: float, internode: int, impl: str = "course"):
         self.cfg, self.seq, self.g, self.efficiency, self.internode = cfg, seq, g, efficiency, internode
