@@ -607,13 +607,15 @@ class _Pricing:
         times).  Each group's ranks and their stride on the (pp, dp, tp) mesh come from the parallelism that runs
         it (``parallelisms.group_ranks``: a dp group's ranks tp apart, the expert units' ep·tp apart, ...)."""
         gathers = rest = 0.0
-        ep = 0
+        ep, rings = 0, {}  # group -> (its ranks, its ring's bandwidth)
         for c in data_parallel_collectives(self.cfg, self.seq, b, setup, lay, False, 0, s):
             if c.group == "ep":
                 ep += wire_bytes(c, lay.ep)
                 continue
-            ranks, stride = group_ranks(lay, c.group)  # from the parallelism that runs the group
-            seconds = wire_bytes(c, ranks) / ring_bandwidth(ranks, stride, self.g.interconnect_one_way, self.internode)
+            if (ring := rings.get(c.group)) is None:
+                ranks, stride = group_ranks(lay, c.group)  # from the parallelism that runs the group
+                ring = rings[c.group] = (ranks, ring_bandwidth(ranks, stride, self.nvlink, self.internode))
+            seconds = wire_bytes(c, ring[0]) / ring[1]
             if c.kind == "all_gather":
                 gathers += seconds
             else:

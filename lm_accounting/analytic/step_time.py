@@ -532,9 +532,10 @@ class Program:
             if kind == "index_put":
                 puts[(f[0], *map(_line, f[1:]))] += times
                 continue
-            rate = None
-            if kind == "alloc" and f[0] == "exp_avg":
+            if kind == "alloc" and f[0] == "exp_avg":  # (4)'s parameter bytes; AdamW's state moves no bytes (SKIP)
                 param_bytes += _at(_line(f[1]), 2)
+                continue
+            rate = None
             if kind == "alloc" and not f[0].startswith(SKIP):
                 moved, kernels = TRAFFIC.get(f[0], 2), kernels + times
                 dtype, width = (f[2] if len(f) > 2 else None), (f[3] if len(f) > 3 else None)
