@@ -421,14 +421,15 @@ def _peak(cfg, seq, b, setup, lay, stop_above: int | None = None) -> int:
 class _Pricing:
     """One plan's step times (module docstring, steps 1–4), none needing the per-GPU peak.  Its model,
     context, attention kernel and optimizer are fixed, so each part is cached on the few fields it reads:
-    thousands of candidates share them (the compute across dp and ZeRO; TP's collectives across dp,
-    ZeRO and the micro-batch count; dp's across SP, checkpointing and, without pp, the micro-batch count; a
-    micro-batch's FLOPs share across b but under expert parallel: FLOPs are linear in b).  The keys name every
-    field a part reads (tests/test_plan_speed.py perturbs each layout field)."""
+    thousands of candidates share them (a micro-batch's compute across dp, ZeRO and the micro-batch count; TP's
+    collectives across dp, ZeRO and the micro-batch count; dp's across SP, checkpointing and, without pp, the
+    micro-batch count; a micro-batch's FLOPs share across b but under expert parallel: FLOPs are linear in b).  The
+    keys name every field a part reads (tests/test_plan_speed.py perturbs each layout field)."""
 
     def __init__(self, cfg: ModelConfig, seq: int, g: GPU, efficiency: float, internode: int, impl: str = "course"):
         self.cfg, self.seq, self.g, self.efficiency, self.internode = cfg, seq, g, efficiency, internode
         self.impl, self.cal, self.cache = impl, load(g.name), {}
+        self.kernels: dict = {}  # ``Program.at``'s memo: each GEMM's and attention call's pricing at its sizes
         self.nvlink = g.interconnect_one_way
 
     def _get(self, key, build, *args):
@@ -442,26 +443,26 @@ class _Pricing:
         return (self.compute(b, setup, lay), *self.communication(b, setup, lay))
 
     def compute(self, b, setup, lay) -> float:
-        """Step 1: the busiest GPU's micro-batches, the bubble's slots, and its AdamW step, cached on the fields
-        they read (thousands of candidates differ only in dp or ZeRO)."""
+        """Step 1: the busiest GPU's micro-batches, the bubble's slots, and its AdamW step.  One micro-batch's
+        seconds and the whole AdamW step are cached on the fields they read (thousands of candidates differ only in
+        dp, ZeRO or the micro-batch count, which the slots and AdamW's share read: two operations per candidate)."""
         key = (
-            "compute", b, setup, lay.tp, lay.vocab_parallel, lay.pp, lay.ep, lay.virtual_stages, lay.micro_batches,
-            lay.shard if lay.zero else 1,  # AdamW's share
+            "compute", b, setup, lay.tp, lay.vocab_parallel, lay.pp, lay.ep, lay.virtual_stages,
             lay.sequence_parallel,  # SP's norms and residual adds at S/tp (step_time 6)
         )  # fmt: skip
-        got = self.cache.get(key)
-        if got is None:
-            slots = pipeline_slots(lay.micro_batches, lay.pp, lay.virtual_stages)  # the bubble
-            got = self.cache[key] = sum(self.micro_batch(b, setup, lay)) * slots + self.optimizer(setup, lay)
-        return got
+        if (got := self.cache.get(key)) is None:
+            got = self.cache[key] = (sum(self.micro_batch(b, setup, lay)), self._adamw(setup, lay))
+        slots = pipeline_slots(lay.micro_batches, lay.pp, lay.virtual_stages)  # the bubble
+        return got[0] * slots + self._adamw_share(got[1], lay)
 
     def communication(self, b, setup, lay) -> tuple[float, float, float, float]:
         """Steps 2-4: (data-parallel, tensor-parallel, pipeline, expert-parallel) seconds of one step."""
-        nvlink = self.nvlink
-        p2p = nvlink if lay.world <= GPUS_PER_NODE else self.internode  # one GPU's NIC (step 3)
-        ep_link = nvlink if lay.ep <= GPUS_PER_NODE else self.internode  # an ep group: consecutive ranks
         dp, tp, pp, ep = self._wire(b, setup, lay)
-        return dp, _seconds(tp, nvlink), _seconds(pp, p2p), _seconds(ep, ep_link)
+        nvlink, internode = self.nvlink, self.internode
+        p2p = nvlink if lay.world <= GPUS_PER_NODE else internode  # one GPU's NIC (step 3)
+        ep_link = nvlink if lay.ep <= GPUS_PER_NODE else internode  # an ep group: consecutive ranks
+        # ``_seconds`` of each, inline (one call per candidate priced)
+        return dp, tp / nvlink if tp else 0.0, pp / p2p if pp else 0.0, ep / ep_link if ep else 0.0
 
     def estimate(self, b, setup, lay, times) -> StepEstimate:
         """The ``StepEstimate`` of a candidate whose ``step_times`` are ``times``."""
@@ -492,7 +493,7 @@ class _Pricing:
         local = local_config(self.cfg, lay)
         prog = self._program(local, setup)
         shards = lay.tp if lay.sequence_parallel else 1  # step_time (6): the hidden-wide activations at S/tp
-        phases = self._get(("priced", b, setup, lay.tp, shards), lambda: prog.at(b, self.cal, shards)[0])
+        phases = self._get(("priced", b, setup, lay.tp, shards), lambda: prog.at(b, self.cal, shards, self.kernels)[0])
         whole = self._get(("local flops", setup, lay.tp), lambda: step_flops(local, self.seq, 1, setup).hardware)
         # FLOPs are linear in b (tests/test_plan_speed.py), so the share is b = 1's, the same float: b·f / (b·w) and
         # f / w are one real number, correctly rounded; but expert parallel's busiest rank (ceil of split rows)
@@ -514,10 +515,18 @@ class _Pricing:
         """Step 1's AdamW step on the busiest GPU, / efficiency: over the TP-local model's parameters (its program's
         ``exp_avg`` bytes), a pp-th of them under pp and a dp-th under ZeRO 1-3 (HSDP: a shard-th; the states split
         evenly)."""
+        return self._adamw_share(self._adamw(setup, lay), lay)
+
+    def _adamw(self, setup, lay) -> float:
+        """The TP-local model's whole AdamW step (calibrated seconds)."""
         key = ("adamw", setup, lay.tp)
         if (whole := self.cache.get(key)) is None:
             param_bytes = self._program(local_config(self.cfg, lay), setup).param_bytes
             whole = self.cache[key] = optimizer_seconds(param_bytes, setup, self.cal)
+        return whole
+
+    def _adamw_share(self, whole: float, lay) -> float:
+        """The busiest GPU's share of the ``whole`` AdamW step, / efficiency."""
         return whole / (lay.pp * (lay.shard if lay.zero else 1)) / self.efficiency
 
     def _micro_batch_flops(self, b, setup, lay) -> int:
@@ -544,24 +553,25 @@ class _Pricing:
         per step (collectives rules 8–10), each group's the busiest stage's; with virtual stages the
         pipeline rank's transfers (rule 11), its dp and tp groups' those of its 1F1B stage (every v alike)."""
         k, pp, cache = lay.micro_batches, lay.pp, self.cache  # each part looked up once per candidate
+        t, ep_, precision, fsdp = lay.tp, lay.ep, setup.precision, lay.zero >= 2  # ``ParallelLayout.fsdp``
         dp, tp, sent, ep = 0.0, 0, 0, 0
         if lay.dp > 1:  # they read neither sequence parallel nor the checkpointing; k (under pp m) does
-            moe = (b, setup.checkpoint) if lay.ep > 1 else None  # the all-to-alls read the micro-batch and the ck
-            key = ("dp groups", setup.precision, lay.dp, lay.zero, lay.tp, lay.vocab_parallel, pp, k, lay.ep)
-            key += (lay.replicate, moe)
+            moe = (b, setup.checkpoint) if ep_ > 1 else None  # the all-to-alls read the micro-batch and the ck
+            key = ("dp groups", precision, lay.dp, lay.zero, t, lay.vocab_parallel, pp, k, ep_, lay.replicate, moe)
             if (got := cache.get(key)) is None:
                 got = cache[key] = self._data_parallel_groups(b, setup, lay, moe)
             dp, ep = got
-        if lay.tp > 1:  # they read whether FSDP2 runs, not dp or its ZeRO stage; m scales each micro-batch's
+        if t > 1:  # they read whether FSDP2 runs, not dp or its ZeRO stage; m scales each micro-batch's
             m = k if pp > 1 else 1  # the collectives read m under pp only
-            key = ("tp groups", b, setup.precision, setup.checkpoint, lay.tp, lay.sequence_parallel)
-            key += (lay.vocab_parallel, pp, lay.fsdp, m)
+            key = ("tp groups", b, precision, setup.checkpoint, t, lay.sequence_parallel, lay.vocab_parallel, pp)
+            key += (fsdp, m)
             if (tp := cache.get(key)) is None:
                 tp = cache[key] = self._tensor_parallel_groups(b, setup, lay, m)
             tp *= 1 if pp > 1 else k  # TP per micro-batch; under pp the step's already
         if pp > 1:  # the busiest stage's (pipeline rank's) transfers
-            key = ("pp", b, setup.precision, lay.tp, lay.sequence_parallel, lay.fsdp, pp, k, lay.virtual_stages)
-            sent = self._get(key, self._pipeline_wire, b, setup, lay)
+            key = ("pp", b, precision, t, lay.sequence_parallel, fsdp, pp, k, lay.virtual_stages)
+            if (sent := cache.get(key)) is None:
+                sent = cache[key] = self._pipeline_wire(b, setup, lay)
         return dp, tp, sent, ep
 
     def _data_parallel_groups(self, b, setup, lay, moe) -> tuple[float, int]:
@@ -601,13 +611,15 @@ class _Pricing:
         times).  Each group's ranks and their stride on the (pp, dp, tp) mesh come from the parallelism that runs
         it (``parallelisms.group_ranks``: a dp group's ranks tp apart, the expert units' ep·tp apart, ...)."""
         gathers = rest = 0.0
-        ep = 0
+        ep, rings = 0, {}  # group -> (its ranks, its ring's bandwidth)
         for c in data_parallel_collectives(self.cfg, self.seq, b, setup, lay, False, 0, s):
             if c.group == "ep":
                 ep += wire_bytes(c, lay.ep)
                 continue
-            ranks, stride = group_ranks(lay, c.group)  # from the parallelism that runs the group
-            seconds = wire_bytes(c, ranks) / ring_bandwidth(ranks, stride, self.g.interconnect_one_way, self.internode)
+            if (ring := rings.get(c.group)) is None:
+                ranks, stride = group_ranks(lay, c.group)  # from the parallelism that runs the group
+                ring = rings[c.group] = (ranks, ring_bandwidth(ranks, stride, self.nvlink, self.internode))
+            seconds = wire_bytes(c, ring[0]) / ring[1]
             if c.kind == "all_gather":
                 gathers += seconds
             else:

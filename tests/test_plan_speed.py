@@ -99,6 +99,48 @@ def test_the_70b_plan_prices_the_communication_of_a_fraction(monkeypatch):
     assert 0 < len(replays) < 100
 
 
+def test_the_70b_plan_records_twelve_programs_and_prices_each_kernel_shape_once(monkeypatch):
+    """Issue 28: the time model's work in the bench's plan-70b, bounded by counts (not seconds).  Llama-3.1-70B's
+    tp degrees are the four of {1, 2, 4, 8} dividing its 64 heads, 8 kv heads and 28,672 d_ff, beside three
+    checkpointings (none, full, selective): 4 · 3 = 12 programs recorded, each once.  Each GEMM and attention call is
+    priced once per shape (``Program.at``'s memo: the shapes recur across checkpointings, micro-batches and sequence
+    parallel; 3,468 GEMM pricings when each (program, b, SP) priced its own).  One micro-batch's seconds are priced
+    once per (b, checkpointing, tp, vp, pp, ep, v, SP) of the candidates, plus once per estimate (32,652 when every
+    (k, shard) priced its own), and the DDP collectives read no model states (ZeRO-1's owner search)."""
+    from lm_accounting.analytic import collectives, step_time
+    from lm_accounting.analytic.ops import tensors
+
+    cfg = load_config("llama-3.1-70b").with_context(8192)
+    step_time.program.cache_clear()  # recorded afresh, as in a new process
+    recorded, gemms, attentions, ddp_states, micro, estimates, pending = [], [], [], [], [], [], []
+    recording_work, batched, attention, states = (
+        tensors.recording_work, step_time.batched_seconds, step_time.attention_seconds, collectives.model_states
+    )  # fmt: skip
+    micro_batch, estimate, lazy = pl._Pricing.micro_batch, pl._Pricing.estimate, pl._by_gpu_hours
+
+    def ranking(candidates, pricing):
+        pending.extend(candidates)
+        yield from lazy(candidates, pricing)
+
+    monkeypatch.setattr(tensors, "recording_work", lambda *a, **k: recorded.append(1) or recording_work(*a, **k))
+    monkeypatch.setattr(step_time, "batched_seconds", lambda *a: gemms.append(a[1:]) or batched(*a))
+    monkeypatch.setattr(step_time, "attention_seconds", lambda *a: attentions.append(a[1:]) or attention(*a))
+    monkeypatch.setattr(collectives, "model_states", lambda *a, **k: ddp_states.append(a[2]) or states(*a, **k))
+    monkeypatch.setattr(pl._Pricing, "micro_batch", lambda self, *a: micro.append(a) or micro_batch(self, *a))
+    monkeypatch.setattr(pl._Pricing, "estimate", lambda self, *a: estimates.append(a) or estimate(self, *a))
+    monkeypatch.setattr(pl, "_by_gpu_hours", ranking)
+    pl.plan(cfg, "h100-80gb", (8, 1024), 8192, 4 * 1024 * 1024, 15 * 10**12, top=10)
+    assert len(recorded) == 4 * 3
+    assert gemms and len(gemms) == len(set(gemms))
+    assert attentions and len(attentions) == len(set(attentions))
+    assert ddp_states and all(lay.fsdp for lay in ddp_states)  # FSDP2's gathers read the padded states
+    kinds = {
+        (b, s.checkpoint, lay.tp, lay.vocab_parallel, lay.pp, lay.ep, lay.virtual_stages, lay.sequence_parallel)
+        for _, _, b, s, lay, _ in pending
+    }
+    assert len(micro) <= len(kinds) + len(estimates) < len(pending) // 10  # 4,135 of 61,935 when written
+
+
 def test_interleaved_kept_bytes_are_each_chunks_rule():
     """The kept bytes of an interleaved pipeline rank (cached once for every m and B) are the sum of its
     chunks' ``stage_baseline`` with the step's ids or targets at the job's m, and ``schedule_buffers`` scaled

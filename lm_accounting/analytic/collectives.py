@@ -205,8 +205,8 @@ def data_parallel_collectives(
     out: list[Collective] = []
     e = 2 if setup.param_dtype == "bf16" else 4
     where = (layout.pp, stage) if layout.pp > 1 else None
-    st = model_states(cfg, setup, layout, stage=stage if where else None)
-    if layout.fsdp:
+    if layout.fsdp:  # the model states only here: DDP's buckets are the whole gradient's (ZeRO-1's owners unread)
+        st = model_states(cfg, setup, layout, stage=stage if where else None)
         units, given, passes = cfg.num_layers + 1, passes, (1, 1)
         if where:  # rule 9: the stage's units, gathered as often as the schedule finds them sharded
             units, passes = stage_units(cfg, layout, stage), given or sharded_passes(layout, stage)

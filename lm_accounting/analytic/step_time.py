@@ -532,9 +532,10 @@ class Program:
             if kind == "index_put":
                 puts[(f[0], *map(_line, f[1:]))] += times
                 continue
-            rate = None
-            if kind == "alloc" and f[0] == "exp_avg":
+            if kind == "alloc" and f[0] == "exp_avg":  # (4)'s parameter bytes; AdamW's state moves no bytes (SKIP)
                 param_bytes += _at(_line(f[1]), 2)
+                continue
+            rate = None
             if kind == "alloc" and not f[0].startswith(SKIP):
                 moved, kernels = TRAFFIC.get(f[0], 2), kernels + times
                 dtype, width = (f[2] if len(f) > 2 else None), (f[3] if len(f) > 3 else None)
@@ -556,23 +557,30 @@ class Program:
         phases.append(_phase(gemm, attention, traffic, kernels, puts, rows))
         return Program(tuple(phases), param_bytes)
 
-    def at(self, batch: int, cal: Calibration, sequence_shards: int = 1) -> tuple[list[PhaseTime], set[int]]:
+    def at(
+        self, batch: int, cal: Calibration, sequence_shards: int = 1, memo: dict | None = None
+    ) -> tuple[list[PhaseTime], set[int]]:
         """(1)-(3), (5) at micro-batch ``batch`` on ``cal``'s GPU: one ``PhaseTime`` per phase, and the GEMM
         dimensions that are no multiple of 8 and that no measured slowdown prices.  ``sequence_shards`` (6): the
-        hidden-wide activations' bytes at a ``sequence_shards``-th of the sequence (their kernels as many)."""
+        hidden-wide activations' bytes at a ``sequence_shards``-th of the sequence (their kernels as many).
+        ``memo``: a dict kept by a caller that prices many programs on ``cal`` (``plan``), of each GEMM's and
+        attention call's pricing at its sizes (the same shapes recur across checkpointings and micro-batches)."""
         out, unaligned = [], set()
+        memo = {} if memo is None else memo
         for gemms, attentions, traffic, kernels, puts, rows in self.phases:
             g = a = 0.0
             for (dtype, layout, *dims, lead), times in gemms.items():
-                n_batch, m, n, k = (_at(d, batch) for d in dims)
-                slower = odd_slowdown(cal, "bmm_rows", DTYPES[dtype], lead) if lead else 1.0  # (1d)
-                g += times * batched_seconds(cal, dtype, layout, n_batch, m, n, k) * slower
-                if slowdown(cal, dtype, layout, m, n, k) is None:
-                    # a grouped GEMM's m is the tokens per expert, an average: its kernels take any row count
-                    checked = (n, k) if layout.startswith("grouped") else (m, n, k)
-                    unaligned |= {x for x in checked if x % 8}
+                sizes = tuple(_at(d, batch) for d in dims)  # (batch, m, n, k)
+                if (got := memo.get((dtype, layout, sizes, lead))) is None:
+                    got = memo[dtype, layout, sizes, lead] = _gemm_pricing(cal, dtype, layout, *sizes, lead)
+                seconds, slower, odd = got
+                g += times * seconds * slower
+                unaligned |= odd
             for (backend, what, b, h, seq, d, dtype), times in attentions.items():
-                a += times * attention_seconds(cal, backend, what, _at(b, batch), h, seq, d, dtype)
+                key = (backend, what, _at(b, batch), h, seq, d, dtype)
+                if (unit := memo.get(key)) is None:
+                    unit = memo[key] = attention_seconds(cal, *key)
+                a += times * unit
             bound = sum(_at(line, batch) / traffic_rate(cal, rate) for rate, line in traffic.items())
             sharded = sum(_at(line, batch) / traffic_rate(cal, rate) for rate, line in rows.items())
             bound -= sharded * (1 - 1 / sequence_shards)  # (6)
@@ -581,6 +589,18 @@ class Program:
                 bound += times * index_put_seconds(cal, dtype, *(_at(d, batch) for d in dims))
             out.append(PhaseTime(g, a, bound, kernels))
         return out, unaligned
+
+
+def _gemm_pricing(cal, dtype, layout, n_batch, m, n, k, lead) -> tuple[float, float, set[int]]:
+    """``Program.at``'s GEMM at its sizes: (1c)'s seconds, (1d)'s slowdown of odd rows read in place, and its
+    dimensions that are no multiple of 8 and that no measured slowdown prices."""
+    slower = odd_slowdown(cal, "bmm_rows", DTYPES[dtype], lead) if lead else 1.0  # (1d)
+    odd = set()
+    if slowdown(cal, dtype, layout, m, n, k) is None:
+        # a grouped GEMM's m is the tokens per expert, an average: its kernels take any row count
+        checked = (n, k) if layout.startswith("grouped") else (m, n, k)
+        odd = {x for x in checked if x % 8}
+    return batched_seconds(cal, dtype, layout, n_batch, m, n, k), slower, odd
 
 
 def _phase(gemm, attention, traffic, kernels, puts, rows) -> tuple:

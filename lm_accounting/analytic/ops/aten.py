@@ -14,6 +14,7 @@ scalars are a target fact, not modelled here yet).  No torch.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 
 from .engine import Affine
 from .tensors import (
@@ -95,12 +96,17 @@ def view_layout(t: Tensor, shape: tuple) -> tuple | None:
     A view can merge or split only dims that are adjacent and in order in memory (``computeStride``): the
     non-size-1 dims of ``t`` form chunks of such runs (a broadcast dim is a chunk of its own); the new
     shape must split at every chunk boundary."""
-    nz = [d for d in range(t.ndim) if t.shape[d] != 1]
-    mem = [d for d in t.perm if d in nz]
+    return _view_layout(t.shape, tuple(t.perm), tuple(t.zero), tuple(shape))
+
+
+@lru_cache(maxsize=4096)  # a function of the shapes and layout only; the same views recur in every program
+def _view_layout(old: tuple, perm: tuple, zeros: tuple, shape: tuple) -> tuple | None:
+    nz = [d for d in range(len(old)) if old[d] != 1]
+    mem = [d for d in perm if d in nz]
     pos = {d: i for i, d in enumerate(mem)}
     chunks: list[list[int]] = []
     for d in nz:
-        if chunks and d not in t.zero and chunks[-1][-1] not in t.zero and pos[d] == pos[chunks[-1][-1]] + 1:
+        if chunks and d not in zeros and chunks[-1][-1] not in zeros and pos[d] == pos[chunks[-1][-1]] + 1:
             chunks[-1].append(d)
         else:
             chunks.append([d])
@@ -113,9 +119,9 @@ def view_layout(t: Tensor, shape: tuple) -> tuple | None:
             return None
         acc = shape[i] * acc
         keys[i] = (pos[chunks[k][0]], i)
-        if chunks[k][0] in t.zero:
+        if chunks[k][0] in zeros:
             zero.append(i)
-        if acc == numel([t.shape[d] for d in chunks[k]]):
+        if acc == numel([old[d] for d in chunks[k]]):
             k, acc = k + 1, 1
     if k != len(chunks) or acc != 1:
         return None

@@ -81,10 +81,13 @@ def current() -> Run:
 
 
 def numel(shape: Sequence[Dim]) -> Dim:
-    n: Dim = 1
+    n, line = 1, 1  # the int dims' product; the others' (an ``Affine``: one line in B), multiplied by n once
     for d in shape:
-        n = d * n
-    return n
+        if type(d) is int:
+            n *= d
+        else:
+            line = d * line
+    return n if line == 1 else line * n
 
 
 class Target:
