@@ -84,12 +84,14 @@ def test_the_70b_plan_prices_the_communication_of_a_fraction(monkeypatch):
     pp 16 × v 2 and 4: 32 and 64 stages of 80 layers), and HSDP 2,838: 512 sequences a step, pp 1, zero 2 or 3, 3 checkpointings, b a power of
     two dividing 512/dp (log2(512/dp) + 1 sizes), shard s with s·tp <= 8 and dp/s >= 2: tp 1 (dp = W of 8..512,
     s of 2, 4, 8): 2·(2·7 + 3·(6+5+4+3+2+1))·3 = 462; tp 2 (dp 4..512, s of 2, 4; ×4 for sp and vp):
-    2·(8 + 2·(7+6+5+4+3+2+1))·4·3 = 1,536; tp 4 (dp 4..256, s 2): 2·(8+7+6+5+4+3+2)·4·3 = 840."""
+    2·(8 + 2·(7+6+5+4+3+2+1))·4·3 = 1,536; tp 4 (dp 4..256, s 2): 2·(8+7+6+5+4+3+2)·4·3 = 840.  torchtitan's
+    per-op checkpointing adds 112 (data parallel alone: tp = pp = 1, dp = W of 8..512, zero 0-3, b as above):
+    4·(7+6+5+4+3+2+1) = 112."""
     cfg = load_config("llama-3.1-70b").with_context(8192)
     peak, replays = pl._peak, []
     monkeypatch.setattr(pl, "_peak", lambda *args, **kw: replays.append(args) or peak(*args, **kw))
     yielded, eager, priced, candidates = _lazy_and_eager(monkeypatch, cfg, (8, 1024), 10)
-    assert candidates == 50_976 + 8_121 + 462 + 1_536 + 840
+    assert candidates == 50_976 + 8_121 + 462 + 1_536 + 840 + 112
     assert yielded == eager[: len(yielded)] and len(yielded) > 1000
     assert priced < candidates // 3
     # 817 when written, 1,022 once sequence parallel's norms run at S/tp (step_time 6: SP layouts rank higher, so more
@@ -99,10 +101,11 @@ def test_the_70b_plan_prices_the_communication_of_a_fraction(monkeypatch):
     assert 0 < len(replays) < 100
 
 
-def test_the_70b_plan_records_twelve_programs_and_prices_each_kernel_shape_once(monkeypatch):
+def test_the_70b_plan_records_thirteen_programs_and_prices_each_kernel_shape_once(monkeypatch):
     """Issue 28: the time model's work in the bench's plan-70b, bounded by counts (not seconds).  Llama-3.1-70B's
     tp degrees are the four of {1, 2, 4, 8} dividing its 64 heads, 8 kv heads and 28,672 d_ff, beside three
-    checkpointings (none, full, selective): 4 · 3 = 12 programs recorded, each once.  Each GEMM and attention call is
+    checkpointings (none, full, selective): 4 · 3 = 12 programs, and torchtitan's per-op checkpointing under data
+    parallel alone (tp 1): 13 recorded, each once.  Each GEMM and attention call is
     priced once per shape (``Program.at``'s memo: the shapes recur across checkpointings, micro-batches and sequence
     parallel; 3,468 GEMM pricings when each (program, b, SP) priced its own).  One micro-batch's seconds are priced
     once per (b, checkpointing, tp, vp, pp, ep, v, SP) of the candidates, plus once per estimate (32,652 when every
@@ -130,7 +133,7 @@ def test_the_70b_plan_records_twelve_programs_and_prices_each_kernel_shape_once(
     monkeypatch.setattr(pl._Pricing, "estimate", lambda self, *a: estimates.append(a) or estimate(self, *a))
     monkeypatch.setattr(pl, "_by_gpu_hours", ranking)
     pl.plan(cfg, "h100-80gb", (8, 1024), 8192, 4 * 1024 * 1024, 15 * 10**12, top=10)
-    assert len(recorded) == 4 * 3
+    assert len(recorded) == 4 * 3 + 1
     assert gemms and len(gemms) == len(set(gemms))
     assert attentions and len(attentions) == len(set(attentions))
     assert ddp_states and all(lay.fsdp for lay in ddp_states)  # FSDP2's gathers read the padded states

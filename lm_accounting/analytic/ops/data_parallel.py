@@ -11,6 +11,8 @@ under ``op`` the fake-PG job's (``measure.distributed.measure_rank``).
 
 from __future__ import annotations
 
+import functools
+
 from ...config import AccountingError, ModelConfig
 from ...layout import ParallelLayout
 from ...phases import StepMemory
@@ -54,9 +56,6 @@ def op_rank_step(
     replayed).  The saved activations are the ZeRO-3 rank's forward end less its baseline (every unit resharded
     after its forward, the root's all-gather output freed: only what the forward saves is left; ZeRO-2 saves the
     same and keeps its units unsharded besides, DDP and ZeRO-1 add nothing in forward), traced on meta."""
-    from . import predict_step
-    from .ddp import Replicate
-
     layout.check(cfg, seq)
     why = op_layout_unmodelled(layout)
     if why:
@@ -66,13 +65,9 @@ def op_rank_step(
         raise AccountingError(f"--checkpoint op under FSDP2 is replayed for rank 0 (the worst), not rank {st.rank}")
 
     def step(lay: ParallelLayout, mode: str, device: str) -> StepMemory:
-        rep = None if lay.fsdp else Replicate(lay, rank=st.rank)  # ZeRO-1's ranks differ (``ddp`` rule 4)
-        threads = {"cpu_threads": cpu_threads} if mode == "plain" and device == "cpu" else {}
+        threads = cpu_threads if mode == "plain" and device == "cpu" else 1
         try:
-            lines = predict_step(
-                cfg, seq, setup, impl="course", batch=batch, layout=lay, mode=mode, device=device, replicate=rep,
-                **threads,
-            )  # fmt: skip
+            lines = _rank_lines(cfg, seq, setup, lay, mode, device, min(batch, 2), st.rank, threads)
         except ValueError as e:
             raise AccountingError(f"--checkpoint op under {lay.label}: {e}") from None
         return lines.at(batch)
@@ -81,3 +76,17 @@ def op_rank_step(
     traced = step(saver, "traced", "meta")
     act = traced.forward.end - traced.baseline
     return step(layout, mode, device), st, act
+
+
+@functools.lru_cache(maxsize=64)
+def _rank_lines(cfg, seq, setup, layout, mode, device, batch, rank, cpu_threads):
+    """The op library's rank as lines in the micro-batch B (``predict_step``: ``batch`` 1 gives B = 1, 2 every
+    B >= 2), once per layout, not per micro-batch: ``plan`` asks for several micro-batches of one layout."""
+    from . import predict_step
+    from .ddp import Replicate
+
+    rep = None if layout.fsdp else Replicate(layout, rank=rank)  # ZeRO-1's ranks differ (``ddp`` rule 4)
+    threads = {"cpu_threads": cpu_threads} if cpu_threads != 1 else {}
+    return predict_step(
+        cfg, seq, setup, impl="course", batch=batch, layout=layout, mode=mode, device=device, replicate=rep, **threads
+    )
