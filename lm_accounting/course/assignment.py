@@ -30,7 +30,7 @@ from .assignment_text import assignment_markdown
 CUDA_FILES = (
     r"cuda/(README\.md|env\.json|(memory|flops|inference|parallel|timing|kernels)\.csv)"
     r"|cuda-[a-z0-9-]+/(README\.md|env\.json|(memory|hf_memory)\.csv|traces/[a-z0-9_]+\.txt)"
-    r"|calibration/([a-z0-9-]+\.md|[a-z0-9-]+/step_kernels\.csv)"
+    r"|calibration/([a-z0-9-]+\.md|[a-z0-9-]+/(step_kernels\.csv|steps_rerun\.csv|env\.json))"
 )
 REPORT_FILES = re.compile(
     rf"answers\.json|assignment\.md|tables/{SAFE_NAME}\.(md|csv)|sweep/({SWEEP_FILES})"
