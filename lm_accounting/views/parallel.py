@@ -71,6 +71,16 @@ def step_time_line(r: ParallelMemory) -> str:
     )
 
 
+def saved_note(r: ParallelMemory) -> str:
+    """How the rank's saved activations are found: per component (TP/SP split), or under ``--checkpoint op`` the
+    ZeRO-3 rank's traced forward end less its baseline (``ops.data_parallel``)."""
+    if not r.step:
+        return "NOT MODELLED"
+    if r.setup.checkpoint == "op":
+        return "op: the ZeRO-3 rank's forward end less its baseline"
+    return "TP/SP split per component"
+
+
 def parallel_view(r: ParallelMemory) -> View:
     if r.impl != "course":
         return _implementation_view(r)
@@ -105,7 +115,7 @@ def parallel_view(r: ParallelMemory) -> View:
                 st.unsharded_unit_max,
                 "all-gather dtype" if lay.fsdp else ONE_RANK if lay.dp == 1 else UNSHARDED_ALL[lay.zero],
             ),
-            ("saved activations", r.activations, "TP/SP split per component" if r.step else "NOT MODELLED"),
+            ("saved activations", r.activations, saved_note(r)),
         ],
     )
     measured = r.measured
