@@ -809,7 +809,12 @@ def plan(
         if prune and b >= failed.get(chain, b + 1):
             return None  # a smaller micro-batch of the same layout does not fit: the peak grows with b (1F1B; not
             # under interleaving, whose order changes with m = sequences / b: no chain is recorded there)
-        need, exact = _need(cfg, seq, b, setup, lay, g, allowance, exact=not prune)
+        try:
+            need, exact = _need(cfg, seq, b, setup, lay, g, allowance, exact=not prune)
+        except AccountingError:
+            if setup.checkpoint != "op":
+                raise
+            return None  # op's rank program refuses this micro-batch (``ops.data_parallel``): no candidate
         if need <= g.cuda_total:
             peak_exact = peaks_exact(setup, lay.flat_cp(), cfg) and not not_modelled(cfg, seq, setup, lay)
             estimate = pricing.estimate(b, setup, lay, times)
@@ -833,7 +838,12 @@ def plan(
         for floor, b, setup, lay in sorted(floors, key=lambda f: f[0]):
             if smallest is not None and floor >= smallest[0]:
                 break
-            need = _need(cfg, seq, b, setup, lay, g, allowance, True)[0]
+            try:
+                need = _need(cfg, seq, b, setup, lay, g, allowance, True)[0]
+            except AccountingError:
+                if setup.checkpoint != "op":
+                    raise
+                continue  # op's rank program refuses this micro-batch, as in ``check``
             if smallest is None or need < smallest[0]:
                 smallest = (need, lay.label, setup.checkpoint, b)
         need, label, ck, b = smallest

@@ -13,7 +13,7 @@ import pytest
 from lm_accounting.analytic.collectives import step_collectives, totals
 from lm_accounting.analytic.ops import predict_step
 from lm_accounting.analytic.parallel import rank_step
-from lm_accounting.config import AccountingError, ModelConfig
+from lm_accounting.config import AccountingError, ModelConfig, load_config
 from lm_accounting.layout import ParallelLayout
 from lm_accounting.setup import TrainingSetup
 
@@ -192,3 +192,16 @@ def test_memory_cli_names_what_op_is_not_modelled_beside(run_cli):
     assert r.code == 0 and "NOT MODELLED" in r.out and "not under TP" in r.out, r.err
     r = run_cli("memory", *SMALL, "--checkpoint", "op", "--dp", "4", "--zero", "3", "--rank", "1")
     assert r.code == 2 and "replayed for rank 0" in r.err and r.err.count("\n") == 1, r.err
+
+
+def test_op_refuses_a_micro_batch_whose_expert_split_is_uneven_in_one_line():
+    """Qwen3-30B-A3B at S 1,000: 1,000 · 8 = 8,000 routed slots a sequence over 128 experts (62.5 each).  The rank's
+    lines in B need the split even for every B, so B >= 2 is refused in one line (``plan`` skips that candidate);
+    B = 1 is replayed."""
+    cfg = load_config("qwen3-30b-a3b").with_context(1000)
+    assert 1000 * cfg.experts_per_token % cfg.num_experts != 0
+    setup = TrainingSetup(attention="sdpa", precision="amp-bf16", checkpoint="op")
+    lay = ParallelLayout(dp=64, zero=3)
+    assert rank_step(cfg, 1000, 1, setup, lay, mode="plain")[0].peak > 0
+    with pytest.raises(AccountingError, match="split evenly over the experts; use --batch 1"):
+        rank_step(cfg, 1000, 2, setup, lay, mode="plain")

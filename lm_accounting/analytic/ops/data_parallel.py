@@ -70,6 +70,11 @@ def op_rank_step(
             lines = _rank_lines(cfg, seq, setup, lay, mode, device, min(batch, 2), st.rank, threads)
         except ValueError as e:
             raise AccountingError(f"--checkpoint op under {lay.label}: {e}") from None
+        except ArithmeticError:  # the rank's lines in B need every split even for all B (``engine.Affine``)
+            raise AccountingError(
+                f"--checkpoint op under {lay.label} at micro-batch {batch}: the op library's rank program needs the "
+                "routed slots (S·k a sequence) split evenly over the experts; use --batch 1"
+            ) from None
         return lines.at(batch)
 
     saver = ParallelLayout(dp=layout.dp, zero=3) if layout.fsdp else layout
