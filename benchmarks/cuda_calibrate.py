@@ -72,6 +72,7 @@ STEPS = (  # (implementation, preset, overrides, context, batch, precision, chec
     ("transformers", "gpt-oss-20b", {"num_layers": 2}, 2048, 2, "bf16", "none"),
     # torchtitan's per-op selective checkpointing (--checkpoint op) on our model, beside the none/full steps above
     ("course", "qwen3-0.6b", {}, 2048, 8, "amp-bf16", "op"),
+    ("course", "qwen3-0.6b", {}, 2048, 16, "amp-bf16", "op"),  # twice the kernels, the same Python dispatches
     ("course", "llama-3-8b", {"num_layers": 2}, 8192, 2, "amp-bf16", "op"),
     ("course", "llama-3-8b", {"num_layers": 4}, 4096, 4, "bf16", "op"),
     ("course", "qwen3-30b-a3b", {"num_layers": 2}, 2048, 4, "amp-bf16", "op"),
